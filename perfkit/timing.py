@@ -1,0 +1,282 @@
+"""Device-aware timing: the one place in perfkit that knows about synchronisation.
+
+GPU kernels run asynchronously: ``time.perf_counter()`` around a CUDA call measures
+how long it took to *enqueue* the kernel, not to run it. On CUDA this module records
+``torch.cuda.Event`` pairs on the stream and reads them after a synchronisation; on the
+CPU it reads ``time.perf_counter``. Every measurement warms up first (caches, lazy
+initialisation, allocator growth) and repeats, and reports the median, as nanoGPT's
+``bench.py`` and nccl-tests do.
+
+Usage::
+
+    from perfkit.timing import benchmark
+    m = benchmark(lambda: a @ b, warmup=3, repeat=20)
+    print(m.median_s, m.p10_s, m.p90_s)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device", "synchronize"]
+
+
+def resolve_device(device: torch.device | str | None = None) -> torch.device:
+    """Return ``device`` as a ``torch.device``; ``None`` means CUDA if present, else CPU.
+
+    Raises:
+        ValueError: if ``device`` names CUDA on a machine without it.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} asks for CUDA, but CUDA is not available here")
+    return dev
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until all queued work on ``device`` has finished (a no-op on the CPU)."""
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+class Timer:
+    """Context manager timing one region on ``device``.
+
+    On CUDA two events are recorded on the current stream and the elapsed time is read
+    lazily (the first access to :attr:`elapsed_s` synchronises on the end event), so a
+    timer inside a training loop does not stall the GPU. On the CPU it uses
+    ``time.perf_counter``.
+
+    Example::
+
+        with Timer() as t:
+            y = model(x)
+        print(t.elapsed_s)
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = resolve_device(device)
+        self._cuda = self.device.type == "cuda"
+        self._start: float | torch.cuda.Event | None = None
+        self._end: float | torch.cuda.Event | None = None
+        self._elapsed: float | None = None
+
+    def __enter__(self) -> Timer:
+        self._elapsed = None
+        self._end = None
+        if self._cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._cuda:
+            self._end = torch.cuda.Event(enable_timing=True)
+            self._end.record()
+        else:
+            self._end = time.perf_counter()
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds between entering and leaving the block.
+
+        Raises:
+            RuntimeError: if read before the ``with`` block has finished.
+        """
+        if self._end is None:
+            raise RuntimeError("Timer.elapsed_s read before the timed block finished")
+        if self._elapsed is None:
+            if self._cuda:
+                self._end.synchronize()  # type: ignore[union-attr]
+                self._elapsed = self._start.elapsed_time(self._end) / 1e3  # type: ignore[union-attr]
+            else:
+                self._elapsed = self._end - self._start  # type: ignore[operator]
+        return self._elapsed
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Repeated timings of one callable, in seconds. Plain data: print or plot it."""
+
+    times_s: tuple[float, ...]
+    warmup: int
+
+    @property
+    def n(self) -> int:
+        """Number of timed repetitions."""
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.times_s)
+
+    @property
+    def std_s(self) -> float:
+        return statistics.stdev(self.times_s) if self.n > 1 else 0.0
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+    @property
+    def p10_s(self) -> float:
+        return self.quantile(0.10)
+
+    @property
+    def p90_s(self) -> float:
+        return self.quantile(0.90)
+
+    @property
+    def iqr_rel(self) -> float:
+        """Interquartile range over the median: a unitless spread (0.05 = 5 %)."""
+        return (self.quantile(0.75) - self.quantile(0.25)) / self.median_s
+
+    def quantile(self, q: float) -> float:
+        """Linear-interpolated quantile ``q`` in [0, 1] of the timings, in seconds."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {q}")
+        xs = sorted(self.times_s)
+        pos = q * (len(xs) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    def rate(self, work: float) -> float:
+        """``work`` units (FLOPs, bytes, samples) per second at the median time."""
+        return work / self.median_s
+
+    def __str__(self) -> str:
+        return (
+            f"median {self.median_s * 1e3:.3f} ms "
+            f"(p10 {self.p10_s * 1e3:.3f}, p90 {self.p90_s * 1e3:.3f}, n={self.n})"
+        )
+
+
+def _check_counts(warmup: int, repeat: int) -> None:
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
+
+
+def benchmark(
+    fn: Callable[[], object],
+    warmup: int = 3,
+    repeat: int = 10,
+    device: torch.device | str | None = None,
+    min_time_s: float = 0.0,
+    number: int = 1,
+) -> Measurement:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeat`` timed ones.
+
+    Each repetition is timed on its own (so quantiles mean something) and the device is
+    synchronised before the first and after every timed call, so asynchronous GPU work is
+    counted where it runs.
+
+    Args:
+        fn: the callable to time; its return value is ignored.
+        warmup: untimed calls first (lazy initialisation, caches, allocator growth).
+        repeat: timed calls (at least 1).
+        device: where ``fn`` runs; ``None`` means CUDA if present, else CPU.
+        min_time_s: keep repeating past ``repeat`` until this much time was measured,
+            so very short functions still get a stable median.
+        number: calls per timed repetition; each repetition reports the mean per call.
+            Batching microsecond-long calls amortises the timer's own cost and dilutes
+            the occasional millisecond-long scheduler stall of a shared machine (see
+            :func:`calibrate_number`).
+
+    Returns:
+        A :class:`Measurement` with every repetition's seconds.
+
+    Raises:
+        ValueError: for a negative ``warmup``, a ``repeat`` below 1 or a negative
+            ``min_time_s``.
+        TypeError: if ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    _check_counts(warmup, repeat)
+    if min_time_s < 0:
+        raise ValueError(f"min_time_s must be >= 0, got {min_time_s}")
+    if not isinstance(number, int) or number < 1:
+        raise ValueError(f"number must be an int >= 1, got {number!r}")
+    dev = resolve_device(device)
+    for _ in range(warmup):
+        fn()
+    synchronize(dev)
+    times: list[float] = []
+    while len(times) < repeat or sum(times) * number < min_time_s:
+        with Timer(dev) as t:
+            for _ in range(number):
+                fn()
+        times.append(t.elapsed_s / number)  # reading it synchronises on CUDA
+    return Measurement(times_s=tuple(times), warmup=warmup)
+
+
+def calibrate_number(
+    fn: Callable[[], object], target_s: float = 0.005, device: torch.device | str | None = None
+) -> int:
+    """Smallest power of two of calls to ``fn`` that takes at least ``target_s`` seconds.
+
+    Use it as ``benchmark(fn, number=calibrate_number(fn))`` for functions of a few
+    microseconds, whose single-call times are dominated by timer and scheduler noise.
+    """
+    if target_s <= 0:
+        raise ValueError(f"target_s must be > 0, got {target_s}")
+    dev = resolve_device(device)
+    number = 1
+    while number < 1 << 20:
+        synchronize(dev)
+        with Timer(dev) as t:
+            for _ in range(number):
+                fn()
+        if t.elapsed_s >= target_s:
+            break
+        number *= 2
+    return number
+
+
+def interleaved(
+    fns: Sequence[Callable[[], object]],
+    warmup: int = 2,
+    repeat: int = 10,
+    device: torch.device | str | None = None,
+) -> list[Measurement]:
+    """Time several callables in alternation (A, B, A, B, ...).
+
+    On a shared, noisy machine, load changes over seconds; alternating puts every
+    candidate under the same conditions, so their *ratio* is trustworthy even when the
+    absolute times drift.
+
+    Returns:
+        One :class:`Measurement` per callable, in the order given.
+    """
+    if len(fns) == 0:
+        raise ValueError("fns must hold at least one callable")
+    _check_counts(warmup, repeat)
+    dev = resolve_device(device)
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    synchronize(dev)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            with Timer(dev) as t:
+                fn()
+            times[i].append(t.elapsed_s)
+    return [Measurement(times_s=tuple(ts), warmup=warmup) for ts in times]

@@ -1,0 +1,255 @@
+"""Plots and thin widget builders over pure functions.
+
+Every plot here consumes records that other perfkit modules return; nothing here
+measures. Widgets are described by a :class:`WidgetSpec` (a pure function plus its
+controls) so that tests can call the function at every control's extremes without a
+browser, and notebooks turn the same spec into sliders with :func:`build_widget`.
+ipywidgets is imported only when a widget is built, never at import time.
+
+Usage::
+
+    spec = WidgetSpec(fn=lambda n: f"{n} x {n}", controls={"n": IntControl(1, 64, 8)})
+    build_widget(spec)            # in a notebook: sliders + live output
+    for kw in spec.extremes():    # in a test: every control at its min and max
+        spec.fn(**kw)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+__all__ = [
+    "Choice",
+    "FloatControl",
+    "IntControl",
+    "LogControl",
+    "WidgetSpec",
+    "build_widget",
+    "show_headlines",
+    "HEADLINE_MIME",
+    "plot_roofline",
+    "si",
+]
+
+HEADLINE_MIME = "application/vnd.perfkit.headline+json"
+
+
+def si(value: float, unit: str = "", digits: int = 3) -> str:
+    """Format ``value`` with an SI prefix: ``si(1.7e11, "FLOP/s") == "170 GFLOP/s"``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}".strip()
+    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
+                (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
+    for scale, p in prefixes:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {p}{unit}".strip()
+    return f"{value:.{digits}g} {unit}".strip()
+
+
+# --- headline figures -------------------------------------------------------------------
+
+
+def show_headlines(figures: dict[str, str]) -> None:
+    """Display a notebook's headline measured figures (``{"fp32 matmul": "172 GFLOP/s"}``).
+
+    They render as a small table and are stored under :data:`HEADLINE_MIME` in the executed
+    notebook, where ``make course`` picks them up for its summary.
+    """
+    from IPython.display import display
+
+    if not figures or not all(isinstance(v, str) for v in figures.values()):
+        raise ValueError("figures must be a non-empty dict of name -> formatted string")
+    rows = "".join(f"<tr><td>{k}</td><td><b>{v}</b></td></tr>" for k, v in figures.items())
+    display({HEADLINE_MIME: json.loads(json.dumps(figures)),
+             "text/html": f"<table>{rows}</table>",
+             "text/plain": "\n".join(f"{k}: {v}" for k, v in figures.items())}, raw=True)
+
+
+# --- widget specs -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntControl:
+    """An integer slider from ``min`` to ``max`` in steps of ``step``."""
+
+    min: int
+    max: int
+    value: int
+    step: int = 1
+    description: str = ""
+
+    def extremes(self) -> tuple[int, int]:
+        return (self.min, self.max)
+
+
+@dataclass(frozen=True)
+class FloatControl:
+    """A float slider from ``min`` to ``max``."""
+
+    min: float
+    max: float
+    value: float
+    step: float = 0.01
+    description: str = ""
+
+    def extremes(self) -> tuple[float, float]:
+        return (self.min, self.max)
+
+
+@dataclass(frozen=True)
+class LogControl:
+    """A slider over ``base ** exponent`` for exponents in [``min_exp``, ``max_exp``]."""
+
+    min_exp: float
+    max_exp: float
+    value: float
+    base: float = 10.0
+    step: float = 0.1
+    description: str = ""
+
+    def extremes(self) -> tuple[float, float]:
+        return (self.base ** self.min_exp, self.base ** self.max_exp)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A dropdown over ``options``."""
+
+    options: Sequence[Any]
+    value: Any
+    description: str = ""
+
+    def extremes(self) -> tuple[Any, ...]:
+        return tuple(self.options)
+
+
+Control = IntControl | FloatControl | LogControl | Choice
+
+
+@dataclass(frozen=True)
+class WidgetSpec:
+    """A pure function and the controls that feed it, one control per keyword argument.
+
+    ``fn(**values)`` returns what to show: a matplotlib ``Figure``, a string (rendered as
+    Markdown), or any object IPython can display.
+    """
+
+    fn: Callable[..., Any]
+    controls: dict[str, Control]
+    title: str = ""
+    continuous_update: bool = field(default=False)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every control at its starting value."""
+        return {k: c.value for k, c in self.controls.items()}
+
+    def extremes(self) -> Iterator[dict[str, Any]]:
+        """Keyword sets with one control at a time moved to each of its extremes."""
+        base = self.defaults()
+        for name, control in self.controls.items():
+            for v in control.extremes():
+                yield {**base, name: v}
+
+
+def _make_control(name: str, c: Control) -> Any:
+    import ipywidgets as w
+
+    desc = c.description or name
+    style = {"description_width": "initial"}
+    if isinstance(c, IntControl):
+        return w.IntSlider(value=c.value, min=c.min, max=c.max, step=c.step,
+                           description=desc, style=style, continuous_update=False)
+    if isinstance(c, FloatControl):
+        return w.FloatSlider(value=c.value, min=c.min, max=c.max, step=c.step,
+                             description=desc, style=style, continuous_update=False)
+    if isinstance(c, LogControl):
+        return w.FloatLogSlider(value=c.value, min=c.min_exp, max=c.max_exp, base=c.base,
+                                step=c.step, description=desc, style=style,
+                                continuous_update=False)
+    if isinstance(c, Choice):
+        return w.Dropdown(options=list(c.options), value=c.value, description=desc,
+                          style=style)
+    raise TypeError(f"control {name!r} has unknown type {type(c).__name__}")
+
+
+def build_widget(spec: WidgetSpec) -> Any:
+    """Sliders for ``spec.controls`` above an output area that shows ``spec.fn``'s result.
+
+    Returns an ``ipywidgets.VBox``; display it as a cell's last expression.
+    """
+    import ipywidgets as w
+    from IPython.display import Markdown, display
+
+    controls = {k: _make_control(k, c) for k, c in spec.controls.items()}
+    out = w.Output()
+
+    def render(*_: Any) -> None:
+        result = spec.fn(**{k: c.value for k, c in controls.items()})
+        with out:
+            out.clear_output(wait=True)
+            if isinstance(result, Figure):
+                display(result)
+                plt.close(result)
+            elif isinstance(result, str):
+                display(Markdown(result))
+            else:
+                display(result)
+
+    for c in controls.values():
+        c.observe(render, names="value")
+    render()
+    header = [w.HTML(f"<b>{spec.title}</b>")] if spec.title else []
+    return w.VBox([*header, w.HBox(list(controls.values()),
+                                    layout=w.Layout(flex_flow="row wrap")), out])
+
+
+# --- plots ------------------------------------------------------------------------------
+
+
+def plot_roofline(
+    peak_flops: dict[str, float],
+    bandwidth: float,
+    points: Sequence[tuple[str, float, float]] = (),
+    ax: Any = None,
+    intensity_range: tuple[float, float] = (1 / 16, 1024),
+    title: str = "Roofline of this machine (measured ceilings)",
+) -> Figure:
+    """Log-log roofline: one compute ceiling per dtype, the memory slope, and points.
+
+    Args:
+        peak_flops: dtype name -> measured FLOP/s ceiling.
+        bandwidth: measured memory bandwidth in bytes/s.
+        points: ``(label, intensity FLOP/byte, achieved FLOP/s)`` to place on the plot.
+        ax: draw into this axes instead of a new figure.
+        intensity_range: x-axis range in FLOP/byte.
+    """
+    if not peak_flops or bandwidth <= 0:
+        raise ValueError("need at least one peak_flops entry and bandwidth > 0")
+    lo, hi = intensity_range
+    if not 0 < lo < hi:
+        raise ValueError(f"intensity_range must satisfy 0 < lo < hi, got {intensity_range}")
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 4.5))
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    for dtype, peak in sorted(peak_flops.items(), key=lambda kv: kv[1]):
+        ax.plot(xs, [min(peak, x * bandwidth) for x in xs],
+                label=f"{dtype}: {si(peak, 'FLOP/s')}, ridge {peak / bandwidth:.3g} FLOP/B")
+    for label, intensity, achieved in points:
+        ax.scatter([intensity], [achieved], zorder=3)
+        ax.annotate(label, (intensity, achieved), textcoords="offset points", xytext=(5, -12),
+                    fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("attainable FLOP/s")
+    ax.set_title(f"{title}\nmemory: {si(bandwidth, 'B/s')}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
