@@ -1,4 +1,4 @@
-"""Plots and thin widget builders over pure functions.
+"""Core of perfkit.viz: widget specs over pure functions, headline figures, the roofline.
 
 Every plot here consumes records that other perfkit modules return; nothing here
 measures. Widgets are described by a :class:`WidgetSpec` (a pure function plus its

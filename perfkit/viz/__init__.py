@@ -1,0 +1,32 @@
+"""Plots and thin widget builders; one submodule per course topic, re-exported here.
+
+``perfkit.viz.core`` holds the widget machinery (:class:`WidgetSpec`, :func:`build_widget`),
+headline figures and the roofline plot; topic plots live beside it. Nothing here measures:
+plots consume the records other perfkit modules return.
+"""
+
+from perfkit.viz.core import (
+    HEADLINE_MIME,
+    Choice,
+    FloatControl,
+    IntControl,
+    LogControl,
+    WidgetSpec,
+    build_widget,
+    plot_roofline,
+    show_headlines,
+    si,
+)
+
+__all__ = [
+    "HEADLINE_MIME",
+    "Choice",
+    "FloatControl",
+    "IntControl",
+    "LogControl",
+    "WidgetSpec",
+    "build_widget",
+    "plot_roofline",
+    "show_headlines",
+    "si",
+]
