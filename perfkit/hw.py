@@ -36,18 +36,22 @@ __all__ = [
     "CopyPoint",
     "MachineLimits",
     "MatmulPoint",
+    "RooflinePoint",
     "attainable_flops",
     "bound",
     "cached_limits",
+    "default_limits_path",
     "device_name",
     "matmul_bytes",
     "matmul_flops",
     "matmul_intensity",
+    "matmul_roofline",
     "measure_copy",
     "measure_h2d",
     "measure_limits",
     "measure_matmul",
     "percent_of_limit",
+    "save_limits",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -127,26 +131,34 @@ def percent_of_limit(value: float, limit: float) -> float:
 
 @dataclass(frozen=True)
 class MatmulPoint:
-    """One measured square matmul: size, dtype, median seconds and FLOP/s."""
+    """One measured square matmul: size, dtype, median seconds and FLOP/s.
+
+    ``best_flops_per_s`` uses the fastest tenth of the repetitions (their 10th
+    percentile time): what the machine does when nothing else competes for it, which is
+    what a *ceiling* should be on a shared, noisy machine.
+    """
 
     n: int
     dtype: str
     seconds: float
     flops_per_s: float
+    best_flops_per_s: float
 
 
 @dataclass(frozen=True)
 class CopyPoint:
-    """One measured copy: bytes per buffer, median seconds, bytes (read + written) per s."""
+    """One measured copy: bytes per buffer, median seconds, bytes (read + written) per s,
+    and the rate of the fastest tenth of repetitions (see :class:`MatmulPoint`)."""
 
     nbytes: int
     seconds: float
     bytes_per_s: float
+    best_bytes_per_s: float
 
 
 def measure_matmul(
     n: int, dtype: str | torch.dtype = "float32", device: torch.device | str | None = None,
-    repeat: int = 5,
+    repeat: int = 7,
 ) -> MatmulPoint:
     """Median FLOP/s of an ``(n, n) @ (n, n)`` matmul in ``dtype`` on ``device``."""
     _check_dims(n=n)
@@ -161,11 +173,12 @@ def measure_matmul(
     fn()  # oneDNN builds its kernel for this shape and dtype on the first call
     m = benchmark(fn, warmup=1, repeat=repeat, device=dev,
                   number=calibrate_number(fn, 0.01, dev))
-    return MatmulPoint(n, _dtype_name(dt), m.median_s, m.rate(matmul_flops(n, n, n)))
+    flops = matmul_flops(n, n, n)
+    return MatmulPoint(n, _dtype_name(dt), m.median_s, m.rate(flops), flops / m.p10_s)
 
 
 def measure_copy(
-    nbytes: int, device: torch.device | str | None = None, repeat: int = 5
+    nbytes: int, device: torch.device | str | None = None, repeat: int = 7
 ) -> CopyPoint:
     """Copy bandwidth for one ``nbytes`` buffer, counting bytes read plus bytes written.
 
@@ -182,7 +195,7 @@ def measure_copy(
     m = benchmark(fn, warmup=1, repeat=repeat, device=dev,
                   number=calibrate_number(fn, 0.01, dev))
     moved = 2 * numel * 4  # bytes: read src + write dst
-    return CopyPoint(numel * 4, m.median_s, m.rate(moved))
+    return CopyPoint(numel * 4, m.median_s, m.rate(moved), moved / m.p10_s)
 
 
 def measure_h2d(nbytes: int, device: torch.device | str | None = None,
@@ -197,7 +210,7 @@ def measure_h2d(nbytes: int, device: torch.device | str | None = None,
     dst = torch.empty(numel, device=dev)
     m = benchmark(lambda: dst.copy_(host, non_blocking=True), warmup=2, repeat=repeat,
                   device=dev)
-    return CopyPoint(numel * 4, m.median_s, m.rate(numel * 4))
+    return CopyPoint(numel * 4, m.median_s, m.rate(numel * 4), numel * 4 / m.p10_s)
 
 
 def device_name(device: torch.device | str | None = None) -> str:
@@ -282,6 +295,9 @@ def measure_limits(
 ) -> MachineLimits:
     """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep.
 
+    Each point is timed with :func:`perfkit.timing.benchmark` (warm-up, batched calls,
+    repeated); a ceiling is the best point's fastest-tenth rate (see :class:`MatmulPoint`).
+
     Args:
         quick: smaller sweeps (a few seconds on a 2-core CPU).
         device: ``None`` means CUDA if present, else CPU.
@@ -299,22 +315,68 @@ def measure_limits(
     mm = [measure_matmul(n, dt, dev) for dt in dtypes for n in matmul_sizes]
     cp = [measure_copy(s, dev) for s in copy_sizes]
     h2d = measure_h2d(1 << 28, dev) if gpu else None
-    best = {dt: max(p.flops_per_s for p in mm if p.dtype == _dtype_name(dt)) for dt in dtypes}
+    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == _dtype_name(dt))
+            for dt in dtypes}
     return MachineLimits(
         device=str(dev),
         name=device_name(dev),
         matmul_flops=best,
         # The two largest buffers give the sustained DRAM bandwidth; small ones that fit
         # in cache run faster, and that cache speed is not the ceiling a big tensor sees.
-        copy_bytes_per_s=max(p.bytes_per_s for p in sorted(cp, key=lambda p: p.nbytes)[-2:]),
-        h2d_bytes_per_s=h2d.bytes_per_s if h2d else None,
+        copy_bytes_per_s=max(p.best_bytes_per_s for p in sorted(cp, key=lambda p: p.nbytes)[-2:]),
+        h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None,
         matmul_points=mm,
         copy_points=cp,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
 
-def cached_limits(path: str | os.PathLike = "build/machine_limits.json", quick: bool = False,
+@dataclass(frozen=True)
+class RooflinePoint:
+    """Where a square matmul of size ``n`` sits on this machine's roofline."""
+
+    n: int
+    dtype: str
+    flops: int  # FLOPs of one matmul
+    bytes: int  # minimum bytes moved
+    intensity: float  # FLOP/byte
+    attainable_flops: float  # FLOP/s, the roofline's ceiling at this intensity
+    bound: str  # "memory" or "compute"
+
+    @property
+    def predicted_s(self) -> float:
+        """Fastest possible time for one matmul at the roofline, in seconds."""
+        return self.flops / self.attainable_flops
+
+
+def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
+    """Predict a square ``n`` matmul in ``dtype`` from the measured ceilings alone."""
+    nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)
+    flops = matmul_flops(n, n, n)
+    peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
+    return RooflinePoint(n, _dtype_name(dtype), flops, nbytes, flops / nbytes,
+                         attainable_flops(flops / nbytes, peak, bw), bound(flops / nbytes, peak, bw))
+
+
+def default_limits_path() -> Path:
+    """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``.
+
+    The limits belong to the machine, not to a project folder, so every notebook and
+    script on this machine shares one file.
+    """
+    root = os.environ.get("PERFKIT_CACHE") or Path.home() / ".cache" / "perfkit"
+    return Path(root) / "machine_limits.json"
+
+
+def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:
+    """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path."""
+    p = Path(path) if path is not None else default_limits_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(limits.to_json())
+    return p
+
+
+def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
                   refresh: bool = False) -> MachineLimits:
     """Load limits measured earlier on this machine from ``path``, or measure and save.
 
@@ -322,13 +384,12 @@ def cached_limits(path: str | os.PathLike = "build/machine_limits.json", quick: 
     and every result is a share of the same numbers. A file from another device or
     thread count is ignored and measured again.
     """
-    p = Path(path)
+    p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)
     if p.exists() and not refresh:
         limits = MachineLimits.from_json(p.read_text())
         if limits.device == str(dev) and limits.name == device_name(dev):
             return limits
     limits = measure_limits(quick=quick, device=dev)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(limits.to_json())
+    save_limits(limits, p)
     return limits

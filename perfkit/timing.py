@@ -24,7 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device", "synchronize"]
+__all__ = [
+    "Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device",
+    "synchronize",
+]
 
 
 def resolve_device(device: torch.device | str | None = None) -> torch.device:

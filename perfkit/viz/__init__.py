@@ -14,6 +14,7 @@ from perfkit.viz.core import (
     WidgetSpec,
     build_widget,
     plot_roofline,
+    roofline_widget,
     show_headlines,
     si,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "WidgetSpec",
     "build_widget",
     "plot_roofline",
+    "roofline_widget",
     "show_headlines",
     "si",
 ]

@@ -35,6 +35,7 @@ __all__ = [
     "show_headlines",
     "HEADLINE_MIME",
     "plot_roofline",
+    "roofline_widget",
     "si",
 ]
 
@@ -253,3 +254,29 @@ def plot_roofline(
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def roofline_widget(limits: Any) -> WidgetSpec:
+    """Matrix size and dtype sliders placing a square matmul on the measured roofline.
+
+    Args:
+        limits: a :class:`perfkit.hw.MachineLimits`.
+    """
+    from perfkit import hw
+
+    dtypes = sorted(limits.matmul_flops)
+
+    def show(log2_n: int, dtype: str) -> Figure:
+        p = hw.matmul_roofline(2 ** log2_n, dtype, limits)
+        fig = plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s,
+                            [(f"{p.n}x{p.n} {dtype}", p.intensity, p.attainable_flops)],
+                            intensity_range=(1 / 16, max(1024.0, 2 * p.intensity)))
+        fig.axes[0].set_title(
+            f"{p.n} x {p.n} matmul in {dtype}: {p.intensity:.3g} FLOP/byte, {p.bound}-bound\n"
+            f"attainable {si(p.attainable_flops, 'FLOP/s')}, "
+            f"so at least {si(p.predicted_s, 's')} per matmul", fontsize=10)
+        return fig
+
+    return WidgetSpec(show, {"log2_n": IntControl(1, 14, 8, description="log2(matrix size)"),
+                             "dtype": Choice(dtypes, dtypes[0], description="dtype")},
+                      title="Where does a matmul sit on this machine's roofline?")

@@ -1,0 +1,39 @@
+"""Every lab's checks pass on its solution and fail on the blank lab for the right reason.
+
+A blank question must fail with NotImplementedError (the student has not answered) or an
+AssertionError (a check caught a wrong answer); any other error means a check depends on
+something unrelated (a demo cell, a missing import) and would confuse students.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tools.grade import grade
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = sorted((ROOT / "solutions").glob("lab*.ipynb"))
+
+
+def test_every_lab_has_checks_and_a_blank():
+    assert SOLUTIONS, "no labs in solutions/"
+    for sol in SOLUTIONS:
+        prefix = sol.name.split("_", 1)[0]
+        assert (ROOT / "tests" / "labs" / f"checks_{prefix}.py").exists(), f"no checks for {sol.name}"
+        assert (ROOT / "labs" / sol.name).exists(), f"labs/{sol.name} missing: run `make labs`"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_checks_pass_on_the_solution(solution):
+    report = grade(solution)
+    assert not report.error, report.format()
+    assert report.questions and all(q.passed for q in report.questions), report.format()
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_checks_fail_on_the_blank_lab_for_the_expected_reason(solution):
+    report = grade(ROOT / "labs" / solution.name)
+    assert not report.error, report.format()
+    for q in report.questions:
+        assert q.kind in ("NotImplementedError", "AssertionError"), (
+            f"{q.name} failed on the blank lab with {q.kind}: {q.message}\n{report.format()}")

@@ -1,0 +1,77 @@
+"""Every notebook runs headless in QUICK mode within budget, and is committed clean.
+
+The papermill run here is the same code path as `make course QUICK=1`; nbval's output
+comparison runs separately in `make test` (pytest --nbval-lax on notebooks/ and solutions/).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools.run_course import run_notebook
+from tools.strip_notebooks import keeps_output
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
+QUICK_BUDGET_S = 90.0
+ids = [f"{p.parent.name}/{p.stem}" for p in NOTEBOOKS]
+
+
+def code_cells(path):
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_runs_in_quick_mode_within_budget(path, tmp_path):
+    run = run_notebook(path, tmp_path, quick=True, time_limit_s=QUICK_BUDGET_S, html=False)
+    assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_parameters_cell_reads_the_environment(path):
+    first = code_cells(path)[0]
+    assert "parameters" in first.metadata.get("tags", []), "first code cell must be tagged parameters"
+    assert "PERFKIT_QUICK" in first.source and "QUICK" in first.source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_outputs_stripped_except_checked_cells(path):
+    for i, cell in enumerate(code_cells(path)):
+        if keeps_output(cell):
+            assert cell.outputs and cell.execution_count is not None, (
+                f"{path.name} code cell {i + 1} is NBVAL_CHECK_OUTPUT but has no stored output "
+                "and execution count, so nbval would compare nothing")
+        else:
+            assert not cell.outputs and cell.execution_count is None, (
+                f"{path.name} code cell {i + 1} has committed output: run `make strip`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_widget_cells_are_not_compared(path):
+    for i, cell in enumerate(code_cells(path)):
+        if "build_widget(" in cell.source:
+            assert cell.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT"), (
+                f"{path.name} code cell {i + 1} builds a widget: start it with # NBVAL_IGNORE_OUTPUT")
+
+
+def test_course_runner_reports_a_failure_without_hiding_the_others(tmp_path):
+    def nb(name, *cells):
+        book = nbformat.v4.new_notebook()
+        book.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+        book.cells[0].metadata["tags"] = ["parameters"]
+        nbformat.write(book, tmp_path / name)
+        return str(tmp_path / name)
+
+    good = nb("01_good.ipynb", "QUICK = False",
+              "from perfkit.viz import show_headlines\nshow_headlines({'answer': '42 units'})")
+    bad = nb("02_bad.ipynb", "QUICK = False", "raise ValueError('planted failure')")
+    out = subprocess.run([sys.executable, "-m", "tools.run_course", "--quick", "--no-html",
+                          "--out", str(tmp_path / "out"), "--notebooks", bad, good],
+                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 1
+    assert "ValueError: planted failure" in out.stdout
+    assert "answer: 42 units" in out.stdout and "01_good" in out.stdout
+    assert (tmp_path / "out" / "summary.json").exists()

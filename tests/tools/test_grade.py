@@ -1,0 +1,95 @@
+"""The grader survives what students hand in: missing files, syntax errors, hangs."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools.grade import checks_for, grade
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECKS = '''
+from tools.grade import require
+
+def check_add(ns):
+    assert require(ns, "add")(2, 3) == 5, "add(2, 3) should be 5"
+
+def check_loop(ns):
+    require(ns, "spin")()
+
+QUESTIONS = {"q1_add": check_add, "q2_spin": check_loop}
+TIMEOUT_S = {"q1_add": 5, "q2_spin": 2}
+'''
+
+
+def write_lab(tmp_path: Path, *cells: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    path = tmp_path / "lab99_demo.ipynb"
+    nbformat.write(nb, path)
+    (tmp_path / "checks_lab99.py").write_text(CHECKS)
+    return path
+
+
+def test_passing_lab(tmp_path):
+    nb = write_lab(tmp_path, "def add(a, b):\n    return a + b", "def spin():\n    return 1")
+    report = grade(nb, tmp_path / "checks_lab99.py")
+    assert report.score == 2, report.format()
+
+
+def test_a_hanging_answer_times_out_and_the_rest_is_graded(tmp_path):
+    nb = write_lab(tmp_path, "def add(a, b):\n    return a + b",
+                   "def spin():\n    while True:\n        pass")
+    t0 = time.monotonic()
+    report = grade(nb, tmp_path / "checks_lab99.py")
+    assert time.monotonic() - t0 < 30
+    kinds = {q.name: q.kind for q in report.questions}
+    assert kinds == {"q1_add": "passed", "q2_spin": "timeout"}, report.format()
+    assert "score: 1/2" in report.format()
+
+
+def test_a_hang_in_c_code_is_killed_by_the_overall_deadline(tmp_path):
+    # time.sleep in a cell is interrupted by the alarm; a blocked C call is not, so the
+    # parent's deadline must kill the worker. Simulate with a tiny load budget.
+    nb = write_lab(tmp_path, "import time\ntime.sleep(60)")
+    t0 = time.monotonic()
+    report = grade(nb, tmp_path / "checks_lab99.py", load_timeout_s=1)
+    assert time.monotonic() - t0 < 20
+    assert "time limit" in report.error and report.score == 0
+
+
+def test_syntax_error_is_reported_and_other_cells_still_run(tmp_path):
+    nb = write_lab(tmp_path, "def add(a, b)\n    return a + b", "def spin():\n    return 1")
+    report = grade(nb, tmp_path / "checks_lab99.py")
+    assert any("syntax error" in e for e in report.cell_errors), report.format()
+    kinds = {q.name: q.kind for q in report.questions}
+    assert kinds == {"q1_add": "AssertionError", "q2_spin": "passed"}, report.format()
+    assert "add is not defined" in report.questions[0].message
+
+
+def test_missing_notebook_and_unknown_lab(tmp_path):
+    report = grade(tmp_path / "lab99_demo.ipynb", _checks(tmp_path))
+    assert "no notebook at" in report.error and report.score == 0
+    assert len(report.questions) == 2
+    with pytest.raises(ValueError, match="labNN_"):
+        checks_for(Path("homework.ipynb"))
+
+
+def _checks(tmp_path):
+    (tmp_path / "checks_lab99.py").write_text(CHECKS)
+    return tmp_path / "checks_lab99.py"
+
+
+def test_cli_prints_a_score_and_never_a_traceback(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tools.grade", str(tmp_path / "lab00_nope.ipynb"),
+                          "--json", str(tmp_path / "r.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "no notebook at" in out.stdout and "score: 0/" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["error"]

@@ -1,0 +1,284 @@
+"""Grade a lab notebook: a score per question, with the reason for every failure.
+
+    python -m tools.grade labs/lab00_measure_your_machine.ipynb
+
+The notebook's code cells run in a separate worker process with ``PERFKIT_QUICK=1``
+(a cell that raises is recorded and the following cells still run, so one unfinished
+question does not hide the others). Then each question's check from
+``tests/labs/checks_labNN.py`` runs against the namespace the cells left, under its own
+timeout. The parent process enforces an overall deadline and kills the worker's whole
+process group when it passes, so a student's infinite loop or a deadlocked collective
+costs at most the time limit and never hangs the grader.
+
+Check modules define ``QUESTIONS = {name: check}`` where ``check(ns)`` raises
+``AssertionError`` with a hint on failure, and optionally ``TIMEOUT_S = {name: seconds}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS_DIR = ROOT / "tests" / "labs"
+DEFAULT_QUESTION_TIMEOUT_S = 60.0
+CELL_TIMEOUT_S = 120.0
+
+
+@dataclass
+class QuestionResult:
+    """One question's outcome. ``kind``: passed, NotImplementedError, AssertionError,
+    timeout, or error (any other exception: a bug in the answer or a missing name)."""
+
+    name: str
+    kind: str
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.kind == "passed"
+
+
+@dataclass
+class GradeReport:
+    notebook: str
+    questions: list[QuestionResult] = field(default_factory=list)
+    cell_errors: list[str] = field(default_factory=list)
+    error: str = ""  # why grading could not run at all
+
+    @property
+    def score(self) -> int:
+        return sum(q.passed for q in self.questions)
+
+    def format(self) -> str:
+        lines = [f"Grading {self.notebook}"]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        for e in self.cell_errors:
+            lines.append(f"  note: {e}")
+        width = max((len(q.name) for q in self.questions), default=0)
+        for q in self.questions:
+            tag = "PASS" if q.passed else "FAIL"
+            why = "" if q.passed else f"  {q.kind}: {q.message}".rstrip(": ")
+            lines.append(f"  [{tag}] {q.name:<{width}}  {q.seconds:5.1f} s{why}")
+        lines.append(f"score: {self.score}/{len(self.questions)}")
+        return "\n".join(lines)
+
+
+def require(ns: dict, name: str):
+    """The student's ``name`` from the notebook namespace, or a failure that says why.
+
+    Checks call this instead of ``ns[name]`` so that a missing definition fails as an
+    assertion with a hint, not as an unrelated ``KeyError``.
+    """
+    if name not in ns:
+        raise AssertionError(f"{name} is not defined: keep its cell, run it without errors, "
+                             "and do not rename it")
+    return ns[name]
+
+
+class GradingTimeout(BaseException):
+    """Raised by the alarm inside student code; a BaseException so ``except Exception``
+    in the student's code cannot swallow it."""
+
+
+def checks_for(notebook: Path, checks_dir: Path = CHECKS_DIR) -> Path:
+    """The checks module of a lab, from the ``labNN`` prefix of the notebook's name."""
+    prefix = notebook.name.split("_", 1)[0]
+    if not (prefix.startswith("lab") and prefix[3:].isdigit()):
+        raise ValueError(f"notebook name must start with labNN_ (e.g. lab00_...), got {notebook.name!r}")
+    path = checks_dir / f"checks_{prefix}.py"
+    if not path.exists():
+        known = sorted(p.name for p in checks_dir.glob("checks_lab*.py"))
+        raise ValueError(f"no checks for {prefix} in {checks_dir} (have: {', '.join(known)})")
+    return path
+
+
+def load_checks(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_checks_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    if not isinstance(getattr(module, "QUESTIONS", None), dict) or not module.QUESTIONS:
+        raise ValueError(f"{path} must define a non-empty QUESTIONS dict")
+    return module
+
+
+def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
+          load_timeout_s: float = 300.0) -> GradeReport:
+    """Run the notebook and its checks in a worker process; never raises for bad labs.
+
+    Args:
+        notebook: path of the lab notebook.
+        checks: checks module path; by default ``tests/labs/checks_labNN.py``.
+        load_timeout_s: time allowed for running the notebook's cells.
+    """
+    nb = Path(notebook)
+    report = GradeReport(str(notebook))
+    try:
+        checks_path = Path(checks) if checks else checks_for(nb)
+        module = load_checks(checks_path)
+    except ValueError as e:
+        report.error = str(e)
+        return report
+    names = list(module.QUESTIONS)
+    timeouts = getattr(module, "TIMEOUT_S", {})
+    if not nb.exists():
+        report.error = f"no notebook at {nb} (run `make labs` to create the student labs)"
+        report.questions = [QuestionResult(n, "error", "notebook not found") for n in names]
+        return report
+    budget = load_timeout_s + sum(timeouts.get(n, DEFAULT_QUESTION_TIMEOUT_S) for n in names)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.jsonl"
+        cmd = [sys.executable, "-m", "tools.grade", str(nb.resolve()),
+               "--worker", str(checks_path.resolve()), str(out)]
+        env = {**os.environ, "PERFKIT_QUICK": "1", "MPLBACKEND": "Agg",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            log, _ = proc.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it launched
+            log, _ = proc.communicate()
+            report.error = f"grading stopped after {budget:.0f} s (the time limit)"
+        done = {}
+        for line in out.read_text().splitlines() if out.exists() else []:
+            rec = json.loads(line)
+            if rec["type"] == "cell_error":
+                report.cell_errors.append(rec["message"])
+            else:
+                done[rec["name"]] = QuestionResult(rec["name"], rec["kind"], rec["message"],
+                                                   rec["seconds"])
+        if proc.returncode not in (0, None) and not report.error and len(done) < len(names):
+            tail = log.decode(errors="replace").strip().splitlines()[-5:]
+            report.error = "the grader's worker crashed: " + " | ".join(tail)
+        for n in names:
+            report.questions.append(done.get(n) or QuestionResult(
+                n, "timeout", "not graded: the run was stopped before this question"))
+    return report
+
+
+# --- worker side ------------------------------------------------------------------------
+
+
+def _alarm(seconds: float) -> None:
+    def on_alarm(signum: int, frame: object) -> None:
+        raise GradingTimeout(f"took longer than {seconds:.0f} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _clear_alarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, GradingTimeout):
+        return "timeout", str(exc)
+    if isinstance(exc, NotImplementedError):
+        return "NotImplementedError", "not implemented yet (the cell still raises NotImplementedError)"
+    if isinstance(exc, AssertionError):
+        return "AssertionError", str(exc) or "a check failed"
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (line {tb[-1].lineno} of {Path(tb[-1].filename).name})" if tb else ""
+    return "error", f"{type(exc).__name__}: {exc}{where}"
+
+
+def _run_cells(nb_path: Path, ns: dict, emit) -> None:
+    import nbformat
+
+    try:
+        nb = nbformat.read(nb_path, as_version=4)
+    except Exception as e:  # not JSON, not a notebook
+        emit({"type": "cell_error", "message": f"cannot read the notebook: {e}"})
+        return
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        # IPython magics and shell escapes are not Python; the labs do not need them.
+        src = "\n".join(ln for ln in cell.source.splitlines()
+                        if not ln.lstrip().startswith(("%", "!")))
+        try:
+            code = compile(src, f"<cell {i + 1}>", "exec")
+            _alarm(CELL_TIMEOUT_S)
+            try:
+                exec(code, ns)
+            finally:
+                _clear_alarm()
+        except SyntaxError as e:
+            emit({"type": "cell_error",
+                  "message": f"code cell {i + 1} has a syntax error at line {e.lineno}: {e.msg}"})
+        except BaseException as e:  # noqa: BLE001 - a student's cell may raise anything
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            kind, msg = _describe(e)
+            if kind != "NotImplementedError":
+                emit({"type": "cell_error", "message": f"code cell {i + 1} raised {kind}: {msg}"})
+
+
+def worker(nb_path: Path, checks_path: Path, out_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = out_path.open("a")
+
+    def emit(rec: dict) -> None:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()  # the parent may kill us at any moment: keep what is done
+
+    module = load_checks(checks_path)
+    timeouts = getattr(module, "TIMEOUT_S", {})
+    ns: dict = {"__name__": "__lab__"}
+    _run_cells(nb_path, ns, emit)
+    for name, check in module.QUESTIONS.items():
+        t0 = time.perf_counter()
+        try:
+            _alarm(timeouts.get(name, DEFAULT_QUESTION_TIMEOUT_S))
+            try:
+                check(ns)
+            finally:
+                _clear_alarm()
+            kind, msg = "passed", ""
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            kind, msg = _describe(e)
+        emit({"type": "question", "name": name, "kind": kind, "message": msg,
+              "seconds": round(time.perf_counter() - t0, 3)})
+    out.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Grade a lab notebook and print a score per question.")
+    ap.add_argument("notebook", help="path of the lab notebook, e.g. labs/lab00_....ipynb")
+    ap.add_argument("--checks", help="checks module (default: tests/labs/checks_labNN.py)")
+    ap.add_argument("--json", help="also write the report as JSON to this path")
+    ap.add_argument("--worker", nargs=2, metavar=("CHECKS", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(Path(args.notebook), Path(args.worker[0]), Path(args.worker[1]))
+        sys.stdout.flush()
+        os._exit(0)  # skip interpreter teardown: threads a student started must not hang us
+    report = grade(args.notebook, args.checks)
+    print(report.format())
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(asdict(report), indent=1))
+    if report.error and not report.questions:
+        return 2
+    return 0 if report.questions and report.score == len(report.questions) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Run the course: execute every lecture notebook, render HTML, print a summary.
+
+    python -m tools.run_course             # default sizes (`make course`)
+    python -m tools.run_course --quick     # small sizes (`make course QUICK=1`, CI)
+
+Each notebook runs with papermill into ``build/notebooks/`` (``QUICK`` injected as a
+parameter), then nbconvert renders an HTML page beside it. One failing notebook is
+reported with the cell that failed and does not stop the others. The summary table lists
+every notebook's status, seconds and the headline figures it measured (the cells that
+call ``perfkit.viz.show_headlines``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADLINE_MIME = "application/vnd.perfkit.headline+json"  # = perfkit.viz.HEADLINE_MIME
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    status: str  # ok, failed, too slow
+    seconds: float
+    headlines: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def headlines_of(nb) -> dict[str, str]:
+    """Headline figures stored by ``show_headlines`` in an executed notebook."""
+    found: dict[str, str] = {}
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if HEADLINE_MIME in data:
+                found.update(data[HEADLINE_MIME])
+    return found
+
+
+def _failure(exc: Exception) -> str:
+    """One readable line: papermill's exception names the cell's exception and message."""
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    return f"{ename}: {evalue}".splitlines()[0][:300]
+
+
+def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
+                 html: bool = True) -> NotebookRun:
+    """Execute one notebook with papermill (and render it to HTML); never raises."""
+    import nbformat
+    import papermill as pm
+
+    out = out_dir / src.name
+    t0 = time.perf_counter()
+    error = ""
+    try:
+        pm.execute_notebook(str(src), str(out), parameters={"QUICK": quick},
+                            kernel_name="python3", language="python", cwd=str(ROOT),
+                            progress_bar=False, request_save_on_cell_execute=False,
+                            execution_timeout=int(time_limit_s * 2))
+    except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
+        error = _failure(e)
+    seconds = time.perf_counter() - t0
+    heads = headlines_of(nbformat.read(out, as_version=4)) if out.exists() else {}
+    if html and out.exists():
+        from nbconvert import HTMLExporter
+
+        body, _ = HTMLExporter().from_filename(str(out))
+        out.with_suffix(".html").write_text(body)
+    status = "failed" if error else ("too slow" if seconds > time_limit_s else "ok")
+    if status == "too slow":
+        error = f"took {seconds:.0f} s, over the {time_limit_s:.0f} s budget"
+    return NotebookRun(src.stem, status, seconds, heads, error)
+
+
+def summary_table(runs: list[NotebookRun]) -> str:
+    rows = [("notebook", "status", "seconds", "headline figures (measured here)")]
+    for r in runs:
+        heads = "; ".join(f"{k}: {v}" for k, v in r.headlines.items()) or "-"
+        rows.append((r.name, r.status, f"{r.seconds:.0f}", heads))
+        if r.error:
+            rows.append(("", "", "", f"!! {r.error}"))
+    w = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}" for a, b, c, d in rows]
+    lines.insert(1, "-" * min(120, max(len(x) for x in lines)))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Execute every course notebook and summarise.")
+    ap.add_argument("--quick", action="store_true", help="small sizes (CI)")
+    ap.add_argument("--notebooks", nargs="*", help="only these notebooks (paths)")
+    ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
+    ap.add_argument("--limit-s", type=float, help="seconds allowed per notebook "
+                    "(default 90 with --quick, else 180)")
+    ap.add_argument("--no-html", action="store_true", help="skip the HTML rendering")
+    args = ap.parse_args(argv)
+    from tqdm import tqdm
+
+    limit = args.limit_s or (90.0 if args.quick else 180.0)
+    sources = [Path(p) for p in args.notebooks] if args.notebooks else sorted(
+        (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    missing = [str(p) for p in sources if not p.exists()]
+    if missing:
+        print(f"error: no notebook at {', '.join(missing)}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    bar = tqdm(sources, desc="course", unit="notebook", file=sys.stdout)
+    for src in bar:
+        bar.set_postfix_str(src.stem)
+        run = run_notebook(src, out_dir, args.quick, limit, html=not args.no_html)
+        tqdm.write(f"{run.name}: {run.status} in {run.seconds:.0f} s"
+                   + (f"  ({run.error})" if run.error else ""), file=sys.stdout)
+        runs.append(run)
+    bar.close()
+    total = sum(r.seconds for r in runs)
+    print()
+    print(summary_table(runs))
+    print(f"\n{len(runs)} notebooks in {total:.0f} s ({'QUICK' if args.quick else 'default'} "
+          f"sizes); executed notebooks and HTML in {out_dir}")
+    (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    return 0 if all(r.status == "ok" for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

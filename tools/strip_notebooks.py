@@ -1,0 +1,65 @@
+"""Strip outputs from the committed notebooks, keeping the ``# NBVAL_CHECK_OUTPUT`` cells.
+
+nbval compares a kept output only when the cell also keeps its execution count, so those
+cells keep both; every other cell loses its outputs and count (timings differ per machine
+and would only bloat diffs).
+
+    python -m tools.strip_notebooks            # notebooks/ and solutions/
+    python -m tools.strip_notebooks --check    # exit 1 if any notebook needs stripping
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def keeps_output(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+
+
+def strip(nb) -> bool:
+    """Strip ``nb`` in place; return whether anything changed."""
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type != "code" or keeps_output(cell):
+            continue
+        if cell.outputs or cell.execution_count is not None:
+            cell.outputs, cell.execution_count = [], None
+            changed = True
+        if "execution" in cell.metadata:
+            del cell.metadata["execution"]
+            changed = True
+    return changed
+
+
+def notebooks() -> list[Path]:
+    return sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    dirty = []
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        if strip(nb):
+            dirty.append(path.name)
+            if not args.check:
+                nbformat.write(nb, path)
+    if args.check and dirty:
+        print("outputs to strip (run `make strip`): " + ", ".join(dirty), file=sys.stderr)
+        return 1
+    print(("stripped: " + ", ".join(dirty)) if dirty else "nothing to strip")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
