@@ -30,8 +30,11 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --retries 1 --timeout 15 "torch==$(TORCH_VERSION)" \
-		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+	@idx="$(TORCH_INDEX)"; \
+	if [ -n "$$idx" ] && ! $(BIN)/python -c "import urllib.request; urllib.request.urlopen('$$idx/', timeout=10)" 2>/dev/null; then \
+		echo "setup: $$idx is not reachable; torch comes from pip's configured indexes"; idx=""; fi; \
+	echo "setup: installing torch==$(TORCH_VERSION) first$${idx:+ from $$idx}"; \
+	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" $${idx:+--extra-index-url $$idx}
 	$(BIN)/python -m pip install --quiet -e ".[course,dev]"
 	$(BIN)/python -c "import torch, perfkit; print('torch', torch.__version__, '| perfkit', perfkit.__version__)"
 	@touch $(STAMP)
@@ -60,7 +63,7 @@ test: $(STAMP) check-labs lint
 		--nbval-cell-timeout=120 notebooks solutions
 
 lint: $(STAMP)
-	$(BIN)/ruff check perfkit tools tests benchmarks
+	$(BIN)/ruff check .
 
 strip: $(STAMP)
 	$(BIN)/python -m tools.strip_notebooks

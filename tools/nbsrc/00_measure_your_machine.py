@@ -87,7 +87,9 @@ for dtype in limits.matmul_flops:
     ax.plot([p.n for p in pts], [p.flops_per_s for p in pts], "o-", label=dtype)
 ax.set(xscale="log", yscale="log", xlabel="matrix size n (n x n @ n x n)",
        ylabel="FLOP/s (median)", title=f"Matmul throughput on {hw.device_name(DEVICE)}")
-ax.legend(); ax.grid(True, which="both", alpha=0.3); plt.show()
+ax.legend()
+ax.grid(True, which="both", alpha=0.3)
+plt.show()
 """)
 nb.md("""
 **Reading the plot.** The curve rises while fixed costs are amortised over more work and
@@ -118,7 +120,9 @@ ax.axhline(limits.copy_bytes_per_s, ls="--", c="gray",
            label=f"ceiling used: {si(limits.copy_bytes_per_s, 'B/s')}")
 ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)",
        ylabel="bytes read + written per s", title="Copy bandwidth against buffer size")
-ax.legend(); ax.grid(True, which="both", alpha=0.3); plt.show()
+ax.legend()
+ax.grid(True, which="both", alpha=0.3)
+plt.show()
 small = max(p.bytes_per_s for p in limits.copy_points if p.nbytes <= 2**20)
 print(f"cache-sized buffers (<= 1 MiB): up to {si(small, 'B/s')}; "
       f"large buffers: {si(limits.copy_bytes_per_s, 'B/s')} "
@@ -150,7 +154,7 @@ operations are measured and placed on the measured roofline:
 """)
 nb.code("""
 n_vec = 2**22 if QUICK else 2**24
-x, y, out = torch.rand(n_vec, device=DEVICE), torch.rand(n_vec, device=DEVICE), None
+x, y = torch.rand(n_vec, device=DEVICE), torch.rand(n_vec, device=DEVICE)
 out = torch.empty_like(x)
 add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=10, device=DEVICE)
 a, w = torch.randn(4096, 256, device=DEVICE), torch.randn(256, 256, device=DEVICE)
@@ -172,7 +176,8 @@ for label, flops, nbytes, sec in ops:
           f"({hw.bound(intensity, limits.peak_flops(), limits.copy_bytes_per_s)}-bound)")
 """)
 nb.code("""
-viz.plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s, rows); plt.show()
+viz.plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s, rows)
+plt.show()
 """)
 nb.md("""
 **The gap between prediction and measurement.** The square matmul sits at or just under the
