@@ -18,8 +18,24 @@ from perfkit.viz.core import (
     show_headlines,
     si,
 )
+from perfkit.viz.profiling import (
+    PHASE_COLORS,
+    breakdown_widget,
+    findings_markdown,
+    plot_diagnosis,
+    plot_phase_bars,
+    summary_markdown,
+    top_ops_markdown,
+)
 
 __all__ = [
+    "PHASE_COLORS",
+    "breakdown_widget",
+    "findings_markdown",
+    "plot_diagnosis",
+    "plot_phase_bars",
+    "summary_markdown",
+    "top_ops_markdown",
     "HEADLINE_MIME",
     "Choice",
     "FloatControl",

@@ -1,0 +1,168 @@
+"""Plots, tables and the widget of notebook 01 (profiling); they consume monitor records.
+
+Usage::
+
+    from perfkit.viz.profiling import plot_phase_bars, findings_markdown
+    plot_phase_bars({"slow data": before, "fixed": after})   # StepSummary records
+    findings_markdown(diagnose(after))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from perfkit.viz.core import FloatControl, IntControl, WidgetSpec
+
+__all__ = ["PHASE_COLORS", "breakdown_widget", "findings_markdown", "plot_diagnosis",
+           "plot_phase_bars", "summary_markdown", "top_ops_markdown"]
+
+PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
+                "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
+_EXTRA_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+
+
+def _phase_values(record: Any, unit: str) -> dict[str, float]:
+    """Top-level phase -> value in ``unit`` ("ms" or "%") for any record with shares."""
+    shares = dict(record) if isinstance(record, Mapping) else record.shares()
+    if unit == "%":
+        return {k: 100 * v for k, v in shares.items()}
+    if isinstance(record, Mapping):
+        raise ValueError("unit='ms' needs a StepSummary or TraceBreakdown, not a dict of shares")
+    step_s = record.step.mean_s if hasattr(record, "step") else record.step_mean_s
+    return {k: v * step_s * 1e3 for k, v in shares.items()}
+
+
+def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None,
+                    title: str = "Where the step goes") -> Figure:
+    """One horizontal stacked bar per run: each top-level phase's mean time (or share).
+
+    Args:
+        records: label -> :class:`~perfkit.monitor.StepSummary`,
+            :class:`~perfkit.profile.TraceBreakdown`, or (``unit="%"`` only) a dict of shares.
+        unit: ``"ms"`` (mean ms per step) or ``"%"`` (share of the step).
+        ax: draw into this axes instead of a new figure.
+        title: the axes title.
+
+    Raises:
+        ValueError: for no records or an unknown ``unit``.
+    """
+    if not records:
+        raise ValueError("records must hold at least one labelled record")
+    if unit not in ("ms", "%"):
+        raise ValueError(f"unit must be 'ms' or '%', got {unit!r}")
+    values = {label: _phase_values(r, unit) for label, r in records.items()}
+    names: list[str] = []
+    for v in values.values():
+        names += [k for k in v if k not in names and k != "other"]
+    names.append("other")
+    colors = dict(PHASE_COLORS)
+    for i, n in enumerate(k for k in names if k not in colors):
+        colors[n] = _EXTRA_COLORS[i % len(_EXTRA_COLORS)]
+    labels = list(values)
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(
+        figsize=(8, 0.7 * len(labels) + 1.6))
+    left = [0.0] * len(labels)
+    for name in names:
+        widths = [values[lab].get(name, 0.0) for lab in labels]
+        bars = ax.barh(labels, widths, left=left, color=colors[name], label=name)
+        total = [sum(values[lab].values()) for lab in labels]
+        for bar, w, tot in zip(bars, widths, total, strict=True):
+            if tot and w / tot > 0.06:  # label segments wide enough to hold text
+                ax.text(bar.get_x() + w / 2, bar.get_y() + bar.get_height() / 2,
+                        f"{w:.1f}" if unit == "ms" else f"{w:.0f}%", ha="center",
+                        va="center", fontsize=8, color="white")
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("mean ms per step" if unit == "ms" else "% of the step")
+    ax.set_title(title)
+    ax.legend(ncol=min(len(names), 6), fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.25 if len(labels) < 3 else -0.12), frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def findings_markdown(findings: Sequence[Any]) -> str:
+    """The analyzer's findings as Markdown (a line saying so when there are none)."""
+    if not findings:
+        return "**No bottleneck found**: no phase crosses its threshold."
+    out = []
+    for f in findings:
+        recs = "".join(f"\n  - {r}" for r in f.recommendations)
+        out.append(f"- **{f.kind}** ({f.severity}): {f.evidence}{recs}\n  - taught in "
+                   f"`{f.notebook}`")
+    return "\n".join(out)
+
+
+def summary_markdown(summary: Any) -> str:
+    """A StepSummary as a Markdown table: per-phase mean, p50, p95, p99 (ms) and share."""
+    rows = ["| phase | mean ms | p50 ms | p95 ms | p99 ms | share |", "|---|---|---|---|---|---|"]
+    for p in [*summary.phases.values(), summary.step]:
+        name = f"&nbsp;&nbsp;{p.name} (in {p.parent})" if p.parent else p.name
+        rows.append(f"| {name} | {p.mean_s * 1e3:.2f} | {p.p50_s * 1e3:.2f} | "
+                    f"{p.p95_s * 1e3:.2f} | {p.p99_s * 1e3:.2f} | {p.share:.1%} |")
+    tput = []
+    if summary.samples_per_s:
+        tput.append(f"{summary.samples_per_s:,.0f} samples/s")
+    if summary.tokens_per_s:
+        tput.append(f"{summary.tokens_per_s:,.0f} tokens/s")
+    foot = f"\n\n{summary.steps} steps on {summary.device}" + (
+        f"; {', '.join(tput)}" if tput else "")
+    return "\n".join(rows) + foot
+
+
+def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
+    """The profiler's top operators by self time as a Markdown table."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    rows = ["| operator | calls | self CPU ms | CPU total ms | self device ms | share |",
+            "|---|---|---|---|---|---|"]
+    for o in ops[:n]:
+        rows.append(f"| `{o.name[:60]}` | {o.calls} | {o.self_cpu_s * 1e3:.2f} | "
+                    f"{o.cpu_total_s * 1e3:.2f} | {o.self_device_s * 1e3:.2f} | {o.share:.1%} |")
+    return "\n".join(rows)
+
+
+def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Figure:
+    """A run's stacked phase bar above the analyzer's verdict, in one figure."""
+    fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 3.6), height_ratios=[1, 1.1])
+    plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
+    tax.axis("off")
+    lines = [f"step {summary.step.p50_s * 1e3:.1f} ms (p50)"
+             + (f", {summary.samples_per_s:,.0f} samples/s" if summary.samples_per_s else "")]
+    if not findings:
+        lines.append("diagnosis: no bottleneck found")
+    for f in findings:
+        lines.append(f"[{f.severity}] {f.evidence}")
+        lines.append(f"    try: {f.recommendations[0]}"[:110])
+    tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
+             transform=tax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
+def breakdown_widget(workload: str = "digits", steps: int = 6, warmup: int = 2,
+                     max_cost_ms: float = 2.0) -> WidgetSpec:
+    """Sliders for batch size, DataLoader workers and per-sample data cost.
+
+    Each change re-runs a short measurement (:func:`perfkit.profile.measure_workload`)
+    and shows the phase shares with the diagnosis (:func:`perfkit.profile.diagnose`).
+    """
+    from perfkit.profile import diagnose, measure_workload
+
+    def show(batch_size: int, num_workers: int, cost_ms: float) -> Figure:
+        s = measure_workload(workload, batch_size=batch_size, num_workers=num_workers,
+                             cost_ms=cost_ms, steps=steps, warmup=warmup)
+        return plot_diagnosis(s, diagnose(s), title=f"{workload}: batch {batch_size}, "
+                              f"{num_workers} workers, {cost_ms:.1f} ms/sample")
+
+    return WidgetSpec(show, {
+        "batch_size": IntControl(8, 128, 64, step=8, description="batch size"),
+        "num_workers": IntControl(0, 2, 0, description="DataLoader workers"),
+        "cost_ms": FloatControl(0.0, max_cost_ms, 0.5, step=0.1,
+                                description="data cost (ms/sample)"),
+    }, title="Phase breakdown and diagnosis, measured on this machine")

@@ -1,0 +1,261 @@
+"""perfkit.profile and perfkit.viz.profiling: trace parsing, agreement, the analyzer, plots."""
+
+import json
+
+import matplotlib
+import pytest
+import torch
+
+from perfkit.models import digits_workload, train_steps
+from perfkit.monitor import StepMonitor
+from perfkit.profile import (
+    Finding,
+    ProfileConfig,
+    Profiler,
+    Thresholds,
+    TraceBreakdown,
+    diagnose,
+    measure_workload,
+    trace_breakdown,
+)
+from perfkit.viz import profiling as vp
+
+matplotlib.use("Agg")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # see test_models.py: one intra-op thread keeps tiny models stable on a shared machine
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def ev(name, ts, dur, tid=1):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur,
+            "tid": tid, "pid": 1}
+
+
+SYNTHETIC = {"traceEvents": [
+    ev("phase:data", 0, 50),  # before the first recorded step: ignored
+    ev("ProfilerStep#2", 100, 1000), ev("phase:data", 100, 200), ev("phase:forward", 300, 500),
+    ev("phase:attention", 350, 100), ev("phase:backward", 800, 250),
+    ev("ProfilerStep#3", 1100, 1000), ev("phase:data", 1100, 400), ev("phase:forward", 1500, 500),
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 400, "dur": 10, "tid": 1},
+]}
+
+
+def test_trace_breakdown_on_a_synthetic_trace_is_exact():
+    b = trace_breakdown(SYNTHETIC)
+    assert b.steps == 2 and b.step_mean_s == pytest.approx(1000e-6)
+    assert b.phase_mean_s == pytest.approx({"data": 300e-6, "forward": 500e-6,
+                                            "attention": 50e-6, "backward": 125e-6})
+    assert b.parents["attention"] == "forward" and b.parents["data"] is None
+    s = b.shares()
+    assert s == pytest.approx({"data": 0.3, "forward": 0.5, "backward": 0.125, "other": 0.075})
+    assert b.shares(top_level=False)["attention"] == pytest.approx(0.05)
+
+
+def test_trace_breakdown_reads_a_file(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(SYNTHETIC))
+    assert trace_breakdown(p).steps == 2
+
+
+def test_trace_breakdown_errors():
+    with pytest.raises(ValueError, match="ProfilerStep"):
+        trace_breakdown({"traceEvents": [ev("phase:data", 0, 5)]})
+    with pytest.raises(ValueError, match="phase:"):
+        trace_breakdown({"traceEvents": [ev("ProfilerStep#1", 0, 5)]})
+
+
+def test_profile_config_validation():
+    assert ProfileConfig(wait=2, warmup=1, active=4).total_steps == 7
+    with pytest.raises(ValueError, match="active"):
+        ProfileConfig(active=0)
+    with pytest.raises(ValueError, match="wait"):
+        ProfileConfig(wait=-1)
+    with pytest.raises(ValueError, match="name"):
+        Profiler(name="a/b")
+
+
+def test_result_before_the_schedule_finished_is_a_clear_error(tmp_path):
+    prof = Profiler(ProfileConfig(trace_dir=tmp_path), device="cpu")
+    with prof:
+        prof.step()
+    with pytest.raises(RuntimeError, match="at least 5 steps"):
+        prof.result()
+    with pytest.raises(RuntimeError, match="outside"):
+        Profiler().step()
+
+
+def test_trace_and_monitor_agree_on_phase_shares(tmp_path):
+    # Phases of milliseconds: digits with 0.05 ms of decode per sample (3.2 ms per batch)
+    wl = digits_workload(batch_size=64, cost_ms=0.05, device="cpu")
+    cfg = ProfileConfig(wait=1, warmup=2, active=6, trace_dir=tmp_path)
+    mon = StepMonitor(device="cpu", warmup=cfg.wait + cfg.warmup, annotate=True)
+    with Profiler(cfg, name="agree", device="cpu") as prof:
+        train_steps(wl, cfg.total_steps, monitor=mon, on_step=prof.step)
+    res = prof.result()
+    summary = mon.summary()
+    assert res.breakdown is not None and res.breakdown.steps == summary.steps == cfg.active
+    ours, theirs = summary.shares(), res.breakdown.shares()
+    assert set(ours) == set(theirs) == {"data", "forward", "backward", "optimizer", "other"}
+    for k in ours:  # the issue's target: within 10 percentage points
+        assert abs(ours[k] - theirs[k]) < 0.10, (k, ours, theirs)
+    assert summary.share("data") > 0.10  # the planted cost is visible in both
+
+
+def test_profiler_writes_a_chrome_trace_and_top_ops(tmp_path):
+    wl = digits_workload(batch_size=32, device="cpu")
+    cfg = ProfileConfig(wait=0, warmup=1, active=2, trace_dir=tmp_path)
+    with Profiler(cfg, name="cnn", device="cpu") as prof:
+        train_steps(wl, cfg.total_steps, on_step=prof.step)
+    res = prof.result()
+    assert res.trace_path == tmp_path / "cnn.pt.trace.json"
+    events = json.loads(res.trace_path.read_text())["traceEvents"]
+    assert any(e.get("name", "").startswith("ProfilerStep#") for e in events)
+    assert res.breakdown is None  # no phase markers were asked for
+    ops = res.top_ops
+    assert ops and sum(o.share for o in ops) == pytest.approx(1.0)
+    assert [o.share for o in ops] == sorted((o.share for o in ops), reverse=True)
+    assert any(o.name.startswith("aten::") for o in ops[:10])
+    assert "| operator |" in vp.top_ops_markdown(ops, 5)
+
+
+# --- diagnose -----------------------------------------------------------------------------
+
+
+HEALTHY = {"data": 0.03, "forward": 0.35, "backward": 0.45, "optimizer": 0.12, "other": 0.05}
+
+
+def test_healthy_step_gives_only_the_compute_note():
+    found = diagnose(HEALTHY)
+    assert [f.kind for f in found] == ["compute"] and found[0].severity == "info"
+    assert "06_compute" in found[0].notebook
+
+
+def test_data_bottleneck_is_found_first_with_evidence_and_a_notebook():
+    shares = {"data": 0.42, "forward": 0.2, "backward": 0.25, "optimizer": 0.03,
+              "other": 0.10}
+    found = diagnose(shares)
+    f = found[0]
+    assert isinstance(f, Finding) and f.kind == "data" and f.severity == "high"
+    assert f.value == 0.42 and f.threshold == Thresholds().data
+    assert "42.0%" in f.evidence and "10%" in f.evidence
+    assert any("num_workers" in r for r in f.recommendations)
+    assert f.notebook == "notebooks/07_data_loading.ipynb"
+    assert "compute" not in [x.kind for x in found]  # 45 % < 60 %
+
+
+def test_worst_finding_first_relative_to_its_threshold():
+    shares = {"data": 0.12, "communication": 0.35, "forward": 0.2, "backward": 0.2,
+              "optimizer": 0.03, "other": 0.10}
+    assert [f.kind for f in diagnose(shares)] == ["communication", "data"]
+
+
+def test_thresholds_are_configurable():
+    shares = {**HEALTHY, "data": 0.07, "other": 0.01}
+    assert "data" not in [f.kind for f in diagnose(shares)]
+    found = diagnose(shares, Thresholds(data=0.05))  # the TensorBoard plugin's rule
+    assert found[0].kind == "data" and found[0].severity == "medium"
+
+
+def test_aliases_map_user_phases_and_unknown_targets_are_rejected():
+    shares = {"allreduce": 0.3, "forward": 0.35, "backward": 0.35}
+    assert diagnose(shares)[0].kind == "compute"  # unknown names are not judged
+    assert diagnose(shares, aliases={"allreduce": "communication"})[0].kind == "communication"
+    with pytest.raises(ValueError, match="kind must be one of"):
+        diagnose(shares, aliases={"allreduce": "comms"})
+
+
+def test_bad_shares_and_thresholds():
+    with pytest.raises(ValueError, match="'data'"):
+        diagnose({"data": 1.5})
+    with pytest.raises(ValueError, match="data"):
+        Thresholds(data=0.0)
+    with pytest.raises(ValueError, match="jitter"):
+        Thresholds(jitter=0.9)
+
+
+def test_jitter_needs_a_step_summary_with_enough_steps():
+    mon = StepMonitor(device="cpu")
+    t = [0.0]
+    mon._mark = lambda: t[0]
+    for i in range(30):
+        with mon.phase("forward"):
+            t[0] += 0.010 if i % 10 else 0.050  # every 10th step is 5x slower
+        mon.step()
+    found = diagnose(mon.summary())
+    jit = [f for f in found if f.kind == "jitter"]
+    assert jit and jit[0].value > 1.5 and "p99" in jit[0].evidence
+    assert not [f for f in diagnose(mon.summary(), Thresholds(min_steps=50)) if
+                f.kind == "jitter"]
+
+
+def test_diagnose_accepts_a_trace_breakdown():
+    b = TraceBreakdown(1, 1.0, {"data": 0.5, "forward": 0.3})
+    assert diagnose(b)[0].kind == "data"
+
+
+# --- measure_workload and the widget ------------------------------------------------------
+
+
+def test_measure_workload_reflects_the_planted_data_cost():
+    fast = measure_workload("digits", batch_size=32, cost_ms=0.0, steps=4, warmup=1)
+    slow = measure_workload("digits", batch_size=32, cost_ms=0.3, steps=4, warmup=1)
+    # 32 x 0.3 ms = 9.6 ms of busy-wait per batch, at least, on top of the fast step
+    assert slow["data"].p50_s >= 0.0096
+    assert slow.share("data") > fast.share("data")
+    assert diagnose(slow)[0].kind == "data"
+    assert slow.extra["settings"]["cost_ms"] == 0.3
+    with pytest.raises(ValueError, match="workload"):
+        measure_workload("resnet")
+
+
+def test_breakdown_widget_runs_at_every_extreme():
+    spec = vp.breakdown_widget("digits", steps=2, warmup=1)
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        assert isinstance(fig, matplotlib.figure.Figure)
+        matplotlib.pyplot.close(fig)
+
+
+def test_plots_and_tables_consume_every_record_kind():
+    mon = StepMonitor(device="cpu")
+    t = [0.0]
+    mon._mark = lambda: t[0]
+    for name, d in (("data", 0.002), ("forward", 0.003), ("clip_grad", 0.001)):
+        with mon.phase(name):
+            t[0] += d
+    mon.step(samples=8)
+    s = mon.summary()
+    fig = vp.plot_phase_bars({"monitor": s, "trace": trace_breakdown(SYNTHETIC)})
+    fig2 = vp.plot_phase_bars({"shares": HEALTHY}, unit="%")
+    fig3 = vp.plot_diagnosis(s, diagnose(s))
+    for f in (fig, fig2, fig3):
+        matplotlib.pyplot.close(f)
+    assert "| data |" in vp.summary_markdown(s) and "samples/s" in vp.summary_markdown(s)
+    assert "No bottleneck" in vp.findings_markdown([])
+    assert "07_data_loading" in vp.findings_markdown(diagnose({"data": 0.5}))
+    with pytest.raises(ValueError, match="unit"):
+        vp.plot_phase_bars({"a": s}, unit="s")
+    with pytest.raises(ValueError, match="needs a StepSummary"):
+        vp.plot_phase_bars({"a": HEALTHY}, unit="ms")
+    with pytest.raises(ValueError, match="at least one"):
+        vp.plot_phase_bars({})
+
+
+@pytest.mark.gpu
+@cuda
+def test_profiler_on_cuda_reports_device_time(tmp_path):
+    wl = digits_workload(batch_size=64, device="cuda")
+    cfg = ProfileConfig(wait=1, warmup=1, active=3, trace_dir=tmp_path)
+    mon = StepMonitor(device="cuda", warmup=2, annotate=True)
+    with Profiler(cfg, name="cuda", device="cuda") as prof:
+        train_steps(wl, cfg.total_steps, monitor=mon, on_step=prof.step)
+    res = prof.result()
+    assert sum(o.self_device_s for o in res.top_ops) > 0
+    assert res.breakdown is not None and mon.summary().steps == 3
