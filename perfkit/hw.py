@@ -24,7 +24,7 @@ import json
 import os
 import platform
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -369,8 +369,28 @@ def default_limits_path() -> Path:
 
 
 def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:
-    """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path."""
+    """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path.
+
+    A ceiling is what the machine *can* do, and load from other programs only ever makes a
+    measurement slower. So when the file already holds limits of the same device, each
+    ceiling keeps the higher of the old and new values (the sweeps are the new ones): one
+    measurement taken while the machine was busy cannot lower the ceilings for good.
+    """
     p = Path(path) if path is not None else default_limits_path()
+    if p.exists():
+        try:
+            old = MachineLimits.from_json(p.read_text())
+        except (ValueError, TypeError, KeyError):
+            old = None  # unreadable or from an older perfkit: replace it
+        if old is not None and (old.device, old.name) == (limits.device, limits.name):
+            limits = replace(
+                limits,
+                matmul_flops={k: max(v, old.matmul_flops.get(k, 0.0))
+                              for k, v in limits.matmul_flops.items()},
+                copy_bytes_per_s=max(limits.copy_bytes_per_s, old.copy_bytes_per_s),
+                h2d_bytes_per_s=(max(limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0)
+                                 if limits.h2d_bytes_per_s else None),
+            )
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(limits.to_json())
     return p
@@ -390,6 +410,5 @@ def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
         limits = MachineLimits.from_json(p.read_text())
         if limits.device == str(dev) and limits.name == device_name(dev):
             return limits
-    limits = measure_limits(quick=quick, device=dev)
-    save_limits(limits, p)
-    return limits
+    save_limits(measure_limits(quick=quick, device=dev), p)
+    return MachineLimits.from_json(p.read_text())

@@ -66,3 +66,18 @@ def test_matmul_roofline_point(limits):
     assert p.flops == 2 * 256**3 and p.intensity == pytest.approx(256 / 6)
     assert p.attainable_flops == limits.attainable(p.intensity)
     assert p.predicted_s == pytest.approx(p.flops / p.attainable_flops)
+
+
+def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
+    from dataclasses import replace
+
+    path = hw.save_limits(limits, tmp_path / "l.json")
+    busy = replace(limits, matmul_flops={k: v / 10 for k, v in limits.matmul_flops.items()},
+                   copy_bytes_per_s=limits.copy_bytes_per_s / 10)
+    hw.save_limits(busy, path)  # measured while the machine was loaded
+    kept = hw.MachineLimits.from_json(path.read_text())
+    assert kept.matmul_flops == limits.matmul_flops
+    assert kept.copy_bytes_per_s == limits.copy_bytes_per_s
+    other = replace(busy, name="another machine")
+    hw.save_limits(other, path)  # another machine: replaced, not merged
+    assert hw.MachineLimits.from_json(path.read_text()) == other

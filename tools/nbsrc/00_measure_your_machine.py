@@ -208,8 +208,10 @@ nb.md("""
 ## 6. How later modules use these limits
 
 Every later notebook loads the same ceilings (`perfkit.hw.cached_limits()` reads the file
-saved below; if it is missing or from another machine, it measures again) and reports results
-as a share of them. For example, **model FLOPs utilisation** (MFU) of a training step: an MLP
+saved below; if it is missing or from another machine, it measures again). The file keeps the
+highest ceilings measured on this machine so far, since a busy machine only ever measures
+slower; re-running this notebook on a quiet machine can only raise them. Later notebooks
+report their results as a share of these ceilings. For example, **model FLOPs utilisation** (MFU) of a training step: an MLP
 forward and backward costs about `6 × parameters × batch` FLOPs (2 for the forward matmuls, 4
 for the two backward ones), so its achieved FLOP/s over the fp32 ceiling is its MFU.
 """)
