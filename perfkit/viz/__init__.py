@@ -18,6 +18,15 @@ from perfkit.viz.core import (
     show_headlines,
     si,
 )
+from perfkit.viz.memory import (
+    MEMORY_COLORS,
+    memory_widget,
+    plot_loss_curves,
+    plot_memory_stack,
+    plot_zero_comparison,
+    plot_zero_stages,
+    zero_widget,
+)
 from perfkit.viz.profiling import (
     PHASE_COLORS,
     breakdown_widget,
@@ -29,6 +38,13 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "MEMORY_COLORS",
+    "memory_widget",
+    "plot_loss_curves",
+    "plot_memory_stack",
+    "plot_zero_comparison",
+    "plot_zero_stages",
+    "zero_widget",
     "PHASE_COLORS",
     "breakdown_widget",
     "findings_markdown",

@@ -1,0 +1,364 @@
+"""Launch real ``torchrun`` jobs from Python and get JSON results back, rank by rank.
+
+Every distributed experiment in the course runs its workers as separate processes
+under ``python -m torch.distributed.run`` (torchrun), the launcher that also runs
+multi-node jobs, never a home-made one. :func:`launch` starts the job on a free port,
+waits under a timeout, and returns what each rank passed to :func:`worker_result`.
+
+Launcher side::
+
+    from perfkit import dist
+    results = dist.launch("perfkit.workers.hello", nproc=2, args=["--size", "1024"])
+    print(results[1])                     # what rank 1 passed to worker_result
+
+Worker side (a module or script, run by torchrun)::
+
+    ctx = dist.init_worker()              # process group: nccl with CUDA, else gloo
+    dist.worker_result({"rank": ctx.rank, "sum": float(t.sum())})
+    dist.shutdown()                       # collective: every rank calls it last
+
+API contract (stable; other modules build on it):
+
+* ``launch(target, nproc=2, args=(), timeout_s=120.0, env=None, pythonpath=(),
+  backend=None) -> list`` returns one entry per rank, in rank order: the last object that
+  rank passed to :func:`worker_result`, or ``None`` if it passed none. ``target`` is a
+  module name (``"pkg.mod"``, run as ``-m pkg.mod``) or a path to a ``.py`` script.
+* A failing job raises :class:`WorkerError` whose message holds the traceback of the
+  rank that failed first (not the "peer closed the connection" errors it caused on the
+  other ranks) and the tail of the job's output; a job past ``timeout_s`` raises
+  :class:`LaunchTimeout` after the whole process tree was killed.
+
+Clean shutdown. gloo's worker threads can still be alive while the interpreter
+finalises, and a C++ ``std::thread`` destroyed while joinable calls ``std::terminate``:
+the process aborts ("terminate called without an active exception", SIGABRT) after
+all its work is done. A barrier before ``destroy_process_group`` narrows but does not
+close that window. :func:`shutdown` therefore ends the process with ``os._exit`` right
+after the barrier, ``destroy_process_group`` and flushing stdout/stderr: the results
+are already on disk (written atomically by :func:`worker_result`), and skipping
+interpreter finalisation skips the static destructors that abort.
+``tests/distributed/test_dist.py`` launches 20 jobs in a row and requires 20 exits 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+__all__ = [
+    "LaunchTimeout",
+    "WorkerContext",
+    "WorkerError",
+    "default_backend",
+    "init_worker",
+    "launch",
+    "shutdown",
+    "worker_result",
+]
+
+RESULT_DIR_ENV = "PERFKIT_RESULT_DIR"
+BACKEND_ENV = "PERFKIT_BACKEND"
+_TAIL_CHARS = 4000
+
+
+class WorkerError(RuntimeError):
+    """A launched job failed. ``rank`` is the first rank that raised (``None`` if none
+    left a traceback, e.g. killed by a signal); ``worker_traceback`` is its traceback;
+    ``output`` is the tail of the job's combined stdout/stderr; ``returncode`` is
+    torchrun's exit status."""
+
+    def __init__(self, message: str, rank: int | None, worker_traceback: str, output: str,
+                 returncode: int) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.worker_traceback = worker_traceback
+        self.output = output
+        self.returncode = returncode
+
+
+class LaunchTimeout(TimeoutError):
+    """A launched job ran past its timeout; its whole process tree was killed."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def default_backend() -> str:
+    """``"nccl"`` when CUDA is available, else ``"gloo"`` (``PERFKIT_BACKEND`` overrides)."""
+    return os.environ.get(BACKEND_ENV) or ("nccl" if torch.cuda.is_available() else "gloo")
+
+
+# --- launcher side ----------------------------------------------------------------------
+
+
+def _check_launch_args(target: str, nproc: int, timeout_s: float) -> None:
+    if not isinstance(target, str) or not target:
+        raise TypeError(f"target must be a module name or a script path, got {target!r}")
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise ValueError(f"nproc must be an int >= 1, got {nproc!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+
+
+def _command(target: str, nproc: int, args: Sequence[str]) -> list[str]:
+    """The torchrun command line. The rendezvous store binds port 0 (the OS picks a free
+    one) under a fresh job id, so concurrent jobs never collide on a fixed port."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+           "--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0",
+           f"--rdzv-id={uuid.uuid4().hex}", "--max-restarts=0", "--monitor-interval=0.1"]
+    script = target.endswith(".py") or os.sep in target
+    if script:
+        if not Path(target).is_file():
+            raise ValueError(f"target {target!r} looks like a script path but no such file")
+        cmd.append(str(Path(target).resolve()))
+    else:
+        cmd += ["-m", target]
+    return cmd + [str(a) for a in args]
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM then SIGKILL torchrun and every descendant (workers run in their own
+    sessions, so killing torchrun's process group alone would orphan them)."""
+    try:
+        procs = [psutil.Process(proc.pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=3.0)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=3.0)
+    proc.wait()
+
+
+def _first_error(result_dir: Path) -> tuple[int | None, str]:
+    """The traceback of the rank that failed first (earliest error file)."""
+    errs = sorted(result_dir.glob("rank*.err"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+    if not errs:
+        return None, ""
+    return int(errs[0].stem.removeprefix("rank")), errs[0].read_text()
+
+
+def launch(
+    target: str,
+    nproc: int = 2,
+    args: Sequence[str | int | float] = (),
+    timeout_s: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    pythonpath: Sequence[str | os.PathLike] = (),
+    backend: str | None = None,
+) -> list[Any]:
+    """Run ``target`` on ``nproc`` local processes under torchrun; return their results.
+
+    Args:
+        target: a module name (``"perfkit.workers.collectives"``, run as ``python -m``)
+            or the path of a ``.py`` script.
+        nproc: number of worker processes (ranks), at least 1.
+        args: command-line arguments for every worker (converted with ``str``).
+        timeout_s: wall-clock limit for the whole job, start-up included.
+        env: extra environment variables for the workers.
+        pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for worker code
+            that lives outside installed packages, e.g. a module written to a temp dir).
+        backend: ``"gloo"`` or ``"nccl"``; ``None`` lets each worker pick (nccl with CUDA).
+
+    Returns:
+        One entry per rank in rank order: the JSON value that rank last passed to
+        :func:`worker_result`, or ``None`` if it passed none.
+
+    Raises:
+        TypeError, ValueError: for a bad ``target``, ``nproc``, ``timeout_s`` or
+            ``backend``.
+        WorkerError: if any worker exited non-zero; the message holds the traceback of
+            the first rank that raised and the tail of the job's output.
+        LaunchTimeout: if the job ran past ``timeout_s`` (every process is killed first).
+    """
+    _check_launch_args(target, nproc, timeout_s)
+    if backend not in (None, "gloo", "nccl"):
+        raise ValueError(f"backend must be None, 'gloo' or 'nccl', got {backend!r}")
+    cmd = _command(target, nproc, args)
+    result_dir = Path(tempfile.mkdtemp(prefix="perfkit-dist-"))
+    full_env = {**os.environ, **(env or {}), RESULT_DIR_ENV: str(result_dir)}
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONUNBUFFERED"] = "1"
+    paths = [str(Path(p).resolve()) for p in pythonpath] + [os.getcwd()]
+    if full_env.get("PYTHONPATH"):
+        paths.append(full_env["PYTHONPATH"])
+    full_env["PYTHONPATH"] = os.pathsep.join(paths)
+    if backend is not None:
+        full_env[BACKEND_ENV] = backend
+    log_path = result_dir / "output.log"
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc)
+                out = log_path.read_text(errors="replace")[-_TAIL_CHARS:]
+                raise LaunchTimeout(
+                    f"{target} on {nproc} processes ran past timeout_s={timeout_s} s and was "
+                    f"killed (a rank stuck in a collective that another rank never called?)."
+                    f"\n--- job output (tail) ---\n{out}", out) from None
+        output = log_path.read_text(errors="replace")
+        rank, tb = _first_error(result_dir)
+        if returncode != 0:
+            tail = output[-_TAIL_CHARS:]
+            who = f"rank {rank} raised" if rank is not None else "no rank left a traceback"
+            raise WorkerError(
+                f"{target} on {nproc} processes failed (torchrun exit {returncode}); {who}:"
+                f"\n{tb}\n--- job output (tail) ---\n{tail}", rank, tb, tail, returncode)
+        results: list[Any] = []
+        for r in range(nproc):
+            f = result_dir / f"rank{r}.json"
+            results.append(json.loads(f.read_text()) if f.exists() else None)
+        return results
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+
+
+# --- worker side ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """Where this worker stands: its rank, the world size, its device and backend."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """Write the traceback where the launcher finds it, print it, and exit 1 at once.
+
+    Exiting with ``os._exit`` skips finalisation: a rank that raised must not wait in
+    gloo's teardown for peers that are themselves blocked waiting for it.
+    """
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    result_dir = os.environ.get(RESULT_DIR_ENV)
+    if result_dir:
+        try:
+            (Path(result_dir) / f"rank{_rank()}.err").write_text(text)
+        except OSError:
+            pass
+    sys.stderr.write(f"[rank {_rank()}] {text}")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerContext:
+    """Join the job's process group (call once, first, in every worker).
+
+    Reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` that torchrun sets, picks the
+    backend (``nccl`` with CUDA, else ``gloo``), binds the CUDA device ``LOCAL_RANK``,
+    and installs an exception hook that hands an uncaught traceback to the launcher.
+
+    Warning:
+        Collective: every rank must call it, or the others wait until ``timeout_s``.
+
+    Args:
+        backend: ``"gloo"`` or ``"nccl"``; ``None`` means :func:`default_backend`.
+        timeout_s: how long collectives wait for missing ranks before failing.
+
+    Returns:
+        A :class:`WorkerContext`.
+
+    Raises:
+        RuntimeError: if not started by torchrun (``RANK``/``WORLD_SIZE`` unset).
+        ValueError: for an unknown ``backend``.
+    """
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise RuntimeError("init_worker() needs RANK and WORLD_SIZE: start this worker with "
+                           "perfkit.dist.launch or torchrun, not plain python")
+    backend = backend or default_backend()
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    sys.excepthook = _excepthook
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
+
+
+def worker_result(obj: Any) -> None:
+    """Hand ``obj`` (anything ``json.dumps`` accepts) to the launcher as this rank's result.
+
+    The file is written to a temporary name and renamed, so the launcher never reads a
+    half-written result. Called again, the later result replaces the earlier. Without a
+    launcher (plain torchrun) the result is printed as one ``PERFKIT_RESULT`` line.
+
+    Raises:
+        TypeError: if ``obj`` is not JSON-serialisable.
+    """
+    try:
+        text = json.dumps(obj)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"worker_result needs a JSON-serialisable obj: {e}") from None
+    result_dir = os.environ.get(RESULT_DIR_ENV)
+    if not result_dir:
+        print(f"PERFKIT_RESULT rank={_rank()} {text}", flush=True)
+        return
+    final = Path(result_dir) / f"rank{_rank()}.json"
+    tmp = final.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, final)
+
+
+def shutdown(exit_code: int = 0) -> None:
+    """Leave the job cleanly and end the process; never returns.
+
+    Barrier (every rank has finished its collectives), ``destroy_process_group``, flush
+    stdout/stderr, then ``os._exit(exit_code)``: no interpreter finalisation, hence no
+    gloo thread destroyed during static destruction (the SIGABRT described above).
+    Write results with :func:`worker_result` *before* calling it.
+
+    Warning:
+        Collective: every rank must call it (it starts with a barrier).
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        if torch.cuda.is_available() and dist.get_backend() == "nccl":
+            torch.cuda.synchronize()
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -1,0 +1,344 @@
+"""Worker: data-parallel optimizers side by side on the tiny GPT-2 (gloo, any world size).
+
+Variants (names used in results):
+
+* ``ddp_adamw``: ``DistributedDataParallel`` + ``torch.optim.AdamW`` (no sharding);
+* ``perfkit``: :class:`perfkit.zero.ZeroOneOptimizer` alone (reduce-scatter + all-gather);
+* ``perfkit_ddp``: DDP all-reduces, then ``ZeroOneOptimizer(reduce_grads=False)``;
+* ``torch_zero``: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)``;
+* ``deepspeed_0``, ``deepspeed_1``, ``deepspeed_2``: ``deepspeed.initialize`` with a client
+  ``torch.optim.AdamW`` at ZeRO stage 0, 1, 2 (no compiled op is needed for any of them).
+
+Two phases, run in the order given by ``phases`` in the config (one job, one start-up):
+
+* ``"time"``: every variant trains the same batches; steps are timed interleaved (A, B,
+  C, ... per round, :func:`perfkit.timing.interleaved`), so their ratios are measured under
+  the same load. Returns per variant: median step seconds, optimizer-state bytes on this
+  rank, the loss curve (global mean), and the largest relative parameter difference
+  (``max |p - p_ref| / max |p_ref|``, worst tensor) to single-process ``torch.optim.AdamW``
+  trained afterwards on the whole global batch of every step.
+* ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
+  process's peak RSS above what it held before building it. Freed heap memory is handed
+  back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
+  leftovers, reused without new pages, do not hide the next one's allocations.
+
+Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`::
+
+    from perfkit.workers.zero_bench import compare
+    c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
+    print({n: v.step_s for n, v in c.variants.items()})
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from perfkit import dist as pdist
+from perfkit.memory import (
+    optimizer_state_bytes,
+    peak_rss_bytes,
+    reset_peak_rss,
+    rss_bytes,
+    trim_heap,
+)
+from perfkit.models import tiny_gpt2
+from perfkit.timing import interleaved
+from perfkit.zero import ZeroOneOptimizer
+
+VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "deepspeed_0",
+            "deepspeed_1", "deepspeed_2")
+MODEL_KEYS = ("vocab_size", "block_size", "n_embd", "n_layer", "n_head")
+
+
+class Variant:
+    """One model + optimizer; ``step(x)`` trains one batch and returns the loss tensor."""
+
+    def __init__(self, name: str, cfg: dict[str, Any]) -> None:
+        if name not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
+        self.name, self.losses = name, []
+        torch.manual_seed(cfg.get("seed", 0))  # the same initial weights in every variant
+        self.model = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
+        lr = cfg.get("lr", 3e-3)
+        self.engine = None
+        if name.startswith("deepspeed"):
+            self.engine = _deepspeed_engine(self.model, int(name[-1]), cfg["batch"], lr)
+            self.net = self.engine
+            self.opt = _innermost_optimizer(self.engine.optimizer)
+            return
+        params = list(self.model.parameters())
+        if name == "perfkit":
+            self.net = self.model
+            self.opt = ZeroOneOptimizer(params, torch.optim.AdamW, lr=lr)
+            return
+        self.net = nn.parallel.DistributedDataParallel(self.model)
+        if name == "ddp_adamw":
+            self.opt = torch.optim.AdamW(params, lr=lr)
+        elif name == "perfkit_ddp":
+            self.opt = ZeroOneOptimizer(params, torch.optim.AdamW, reduce_grads=False, lr=lr)
+        else:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            self.opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=lr)
+
+    def step(self, x: torch.Tensor) -> None:
+        """Forward, backward, optimizer step on ``x`` ``(B, T)``. Collective."""
+        loss = self.net(input_ids=x, labels=x).loss
+        if self.engine is not None:
+            self.engine.backward(loss)
+            self.engine.step()
+        else:
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        self.losses.append(loss.detach())
+
+    def state_bytes(self) -> int:
+        """Optimizer-state bytes held by this rank."""
+        inner = getattr(self.opt, "optim", self.opt)  # the ZeRO wrappers' local optimizer
+        return optimizer_state_bytes(inner)
+
+    def params(self) -> list[torch.Tensor]:
+        return [p.detach() for p in self.model.parameters()]
+
+
+def _deepspeed_engine(model: nn.Module, stage: int, batch: int, lr: float) -> Any:
+    import deepspeed
+
+    # DeepSpeed compiles a shared-memory comm op with g++ at start-up (~30 s, cached in
+    # ~/.cache/torch_extensions); without it, it falls back to torch.distributed (gloo).
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    config = {"train_micro_batch_size_per_gpu": batch, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": stage}, "steps_per_print": 1 << 30,
+              "wall_clock_breakdown": False,
+              "gradient_clipping": 0.0}  # DeepSpeed 0.19 clips at norm 1.0 unless told
+    # A client torch optimizer: the config's {"type": "AdamW"} would build FusedAdam (~40 s).
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+    return engine
+
+
+def _innermost_optimizer(opt: Any) -> torch.optim.Optimizer:
+    """DeepSpeed wraps the client optimizer (ZeRO stages keep it as ``.optimizer``)."""
+    while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
+        opt = opt.optimizer
+    return opt
+
+
+def batches(tokens: torch.Tensor | None, cfg: dict[str, Any], rank: int | None, world: int,
+            n: int) -> list[torch.Tensor]:
+    """``n`` per-rank batches ``(B, T)``: rank r's chunk of the same global batch per step
+    (``rank=None``: the whole global batch ``(N B, T)``)."""
+    b, t, v = cfg["batch"], cfg.get("block_size", 64), cfg.get("vocab_size", 1024)
+    g = torch.Generator().manual_seed(123)
+    out = []
+    for _ in range(n):
+        if tokens is None:
+            glob = torch.randint(0, v, (world * b, t), generator=g)
+        else:
+            starts = torch.randint(0, len(tokens) - t, (world * b,), generator=g)
+            glob = torch.stack([tokens[s:s + t] for s in starts.tolist()])
+        out.append(glob if rank is None else glob[rank * b:(rank + 1) * b])
+    return out
+
+
+def _rel_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float((x - y).abs().max() / y.abs().max().clamp_min(1e-30))
+               for x, y in zip(a, b, strict=True))
+
+
+def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
+    """Interleaved timing, state bytes, loss curves and differences to ``ddp_adamw``."""
+    names = cfg.get("variants", list(VARIANTS))
+    tokens = torch.load(cfg["tokens"]) if cfg.get("tokens") else None
+    warmup, steps = int(cfg.get("warmup", 2)), int(cfg.get("steps", 10))
+    data = batches(tokens, cfg, rank, world, warmup + steps)
+    variants = [Variant(n, cfg) for n in names]
+    counters = {v.name: 0 for v in variants}
+
+    def stepper(v: Variant) -> Any:
+        def fn() -> None:
+            v.step(data[counters[v.name]])
+            counters[v.name] += 1
+        return fn
+
+    times = interleaved([stepper(v) for v in variants], warmup=warmup, repeat=steps)
+    ref = reference_adamw(cfg, batches(tokens, cfg, None, world, warmup + steps))
+    out: dict[str, Any] = {"rank": rank, "world_size": world, "variants": {},
+                           "total_state_bytes": optimizer_state_bytes(ref.opt),
+                           "numel": sum(p.numel() for p in ref.params()),
+                           "n_tensors": len(ref.params())}
+    ddp = next((v for v in variants if v.name == "ddp_adamw"), None)
+    for v, m in zip(variants, times, strict=True):
+        losses = torch.stack(v.losses)
+        dist.all_reduce(losses)  # every rank's loss on its chunk -> the global mean
+        out["variants"][v.name] = {
+            "step_s": m.median_s, "step_s_p10": m.p10_s, "step_s_p90": m.p90_s,
+            "state_bytes": v.state_bytes(), "losses": (losses / world).tolist(),
+            "max_rel_diff_vs_adamw": _rel_diff(v.params(), ref.params()),
+            "max_rel_diff_vs_ddp_adamw": _rel_diff(v.params(), ddp.params()) if ddp else None,
+        }
+    return out
+
+
+def reference_adamw(cfg: dict[str, Any], global_batches: list[torch.Tensor]) -> Variant:
+    """Single-process ``torch.optim.AdamW`` trained on the whole global batch of each step.
+
+    Not collective: built without DDP, it is the reference every variant must equal.
+    """
+    ref = Variant.__new__(Variant)
+    ref.name, ref.losses, ref.engine = "adamw", [], None
+    torch.manual_seed(cfg.get("seed", 0))
+    ref.model = ref.net = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
+    ref.opt = torch.optim.AdamW(ref.model.parameters(), lr=cfg.get("lr", 3e-3))
+    for x in global_batches:
+        ref.step(x)
+    return ref
+
+
+def rss_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
+    """Peak RSS of each variant, built and trained on its own (see the module docstring)."""
+    names = cfg.get("variants", list(VARIANTS))
+    tokens = torch.load(cfg["tokens"]) if cfg.get("tokens") else None
+    data = batches(tokens, cfg, rank, world, int(cfg.get("rss_steps", 3)))
+    out: dict[str, Any] = {"rank": rank, "world_size": world, "peak_rss_bytes": {}}
+    for name in names:
+        gc.collect()
+        trim_heap()
+        dist.barrier()
+        base = rss_bytes()
+        reset_peak_rss()
+        v = Variant(name, cfg)
+        for x in data:
+            v.step(x)
+        out["peak_rss_bytes"][name] = peak_rss_bytes() - base
+        del v
+        gc.collect()
+    return out
+
+
+# --- launcher side ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant across ranks: slowest rank's median step, largest per-rank figures."""
+
+    name: str
+    step_s: float  # s, median over the timed steps, slowest rank
+    state_bytes: int  # optimizer state on the rank holding the most
+    peak_rss_bytes: int | None  # peak RSS above the pre-build level, largest rank
+    losses: list[float]  # global mean loss per step (warm-up steps included)
+    max_rel_diff_vs_adamw: float  # vs single-process AdamW on the global batch
+    max_rel_diff_vs_ddp_adamw: float | None  # vs DDP + AdamW (the same averaged gradients)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare` measured; ``total_state_bytes`` is unsharded AdamW's state."""
+
+    world_size: int
+    numel: int
+    n_tensors: int
+    total_state_bytes: int
+    variants: dict[str, VariantResult]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
+            steps: int = 10, warmup: int = 2, model: dict[str, int] | None = None,
+            rss: bool = True, corpus_bytes: int = 200_000,
+            timeout_s: float = 600.0) -> Comparison:
+    """Launch the ``time`` phase (and the ``rss`` phase) on ``nproc`` gloo processes.
+
+    The batches are blocks of the standard-library corpus (:mod:`perfkit.models`),
+    tokenized here once and handed to the workers as a file.
+
+    Args:
+        variants: names from :data:`VARIANTS`.
+        nproc: world size.
+        batch: sequences per rank and step (the global batch is ``nproc * batch``).
+        steps, warmup: timed and untimed steps per variant.
+        model: :func:`perfkit.models.tiny_gpt2` keyword arguments.
+        rss: also run the peak-RSS phase (after the timing, in the same job).
+        corpus_bytes: bytes of standard-library source to tokenize.
+        timeout_s: limit for each job.
+
+    Returns:
+        A :class:`Comparison`.
+
+    Raises:
+        ValueError: for an unknown variant or a bad size.
+    """
+    from perfkit import models
+
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {bad}")
+    for k, v in dict(nproc=nproc, batch=batch, steps=steps).items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be an int >= 1, got {v!r}")
+    model = {"vocab_size": 1024, "block_size": 64, "n_embd": 64, "n_layer": 2, "n_head": 2,
+             **(model or {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        ids = models.encode_corpus(models.train_bpe_tokenizer(model["vocab_size"], corpus_bytes),
+                                   models.text_corpus(corpus_bytes))
+        torch.save(ids, f"{tmp}/ids.pt")
+        cfg = {**model, "batch": batch, "steps": steps, "warmup": warmup,
+               "variants": list(variants), "tokens": f"{tmp}/ids.pt",
+               "phases": ["time", "rss"] if rss else ["time"]}
+        # CPU processes on gloo everywhere (several processes cannot share one GPU under
+        # NCCL); hiding CUDA also makes DeepSpeed pick its CPU accelerator.
+        results = pdist.launch("perfkit.workers.zero_bench", nproc,
+                               ["--config", json.dumps(cfg)], timeout_s=timeout_s,
+                               backend="gloo",
+                               env={"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"})
+    timed = [r["time"] for r in results]
+    peaks = [r["rss"] for r in results] if rss else None
+    out = {}
+    for name in variants:
+        per_rank = [r["variants"][name] for r in timed]
+        out[name] = VariantResult(
+            name=name, step_s=max(r["step_s"] for r in per_rank),
+            state_bytes=max(r["state_bytes"] for r in per_rank),
+            peak_rss_bytes=max(r["peak_rss_bytes"][name] for r in peaks) if peaks else None,
+            losses=per_rank[0]["losses"],
+            max_rel_diff_vs_adamw=max(r["max_rel_diff_vs_adamw"] for r in per_rank),
+            max_rel_diff_vs_ddp_adamw=None if per_rank[0]["max_rel_diff_vs_ddp_adamw"] is None
+            else max(r["max_rel_diff_vs_ddp_adamw"] for r in per_rank))
+    r0 = timed[0]
+    return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
+                      {k: v for k, v in cfg.items() if k != "tokens"})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="JSON object; see the module docstring")
+    cfg = json.loads(p.parse_args().config)
+    ctx = pdist.init_worker(backend="gloo")
+    torch.set_num_threads(1)  # one core per rank: the ranks share the machine's cores
+    phases = cfg.get("phases", ["time"])
+    if not phases or any(p not in ("time", "rss") for p in phases):
+        raise ValueError(f"phases must be a non-empty list of 'time' and 'rss', got {phases!r}")
+    run = {"time": time_phase, "rss": rss_phase}
+    out = {}
+    for phase in phases:
+        out[phase] = run[phase](cfg, ctx.rank, ctx.world_size)
+        gc.collect()  # the time phase's variants are gone before the rss phase measures
+    pdist.worker_result(out)
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Worker: ZeRO-1 on N ranks against single-process ``torch.optim.AdamW`` on the global batch.
+
+Run by :func:`perfkit.dist.launch`::
+
+    launch("perfkit.workers.zero_check", 3, ["--config", json.dumps(
+        {"steps": 50, "mode": "alone", "groups": True})])
+
+Every rank trains a small MLP (13 -> 11 -> 7 -> 3; 241 weights and 21 biases, so the
+flat buffers divide neither by 2 nor by 3) on its contiguous chunk of a global batch with
+a ZeRO-1 optimizer, and also trains a copy with plain AdamW on the *whole* global batch
+in one process. Rank 0's result holds the largest relative parameter difference
+(``max |p - p_ref| / max |p_ref|`` over each tensor, the worst tensor) and the same for
+the consolidated optimizer state.
+
+Config keys: ``steps`` (50), ``optimizer`` (``"adamw"``, or ``"sgd"`` with momentum:
+Adam hardly notices a gradient summed instead of averaged, SGD does), ``mode``
+(``"alone"``: reduce-scatter inside the optimizer; ``"ddp"``: DistributedDataParallel
+all-reduces and ``reduce_grads=False``;
+``"ddp_reduce"``: DDP and the optimizer's own reduce-scatter too), ``groups`` (weights and
+biases in two groups with different ``lr``/``weight_decay``), ``start`` (first step index),
+``save``/``load`` (a file for the consolidated optimizer state and the parameters),
+``impl`` (a cloudpickle file holding a class ``(params, optimizer_class, **defaults)``
+used instead of :class:`perfkit.zero.ZeroOneOptimizer`, given one list of parameters; with
+``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
+optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
+also holds ``state_bytes``, that optimizer's state on this rank.
+A list of such objects runs them one after the other in the same job; the result is then
+the list of results (an entry ``{"collectives": true}`` runs :func:`check_collectives`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfkit import dist as pdist
+from perfkit.memory import optimizer_state_bytes
+from perfkit.zero import ZeroOneOptimizer
+
+GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
+LR, WD = 1e-2, 0.1
+# Adam is invariant to the gradient's scale (m / sqrt(v)), so a gradient summed instead of
+# averaged over ranks goes almost unnoticed; SGD with momentum is not, so checks run both.
+OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": LR, "weight_decay": WD}),
+              "sgd": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": WD})}
+
+
+def make_mlp(seed: int = 0) -> nn.Module:
+    """The test model; the same seed gives the same weights on every rank."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(13, 11), nn.Tanh(), nn.Linear(11, 7), nn.Tanh(),
+                         nn.Linear(7, 3))
+
+
+def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch of ``step`` (seeded by the step, so a resumed run sees the same)."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(GLOBAL_BATCH, 13, generator=g)  # (B, 13)
+    y = torch.randn(GLOBAL_BATCH, 3, generator=g)  # (B, 3)
+    return x, y
+
+
+def param_groups(model: nn.Module, groups: bool) -> list[dict[str, Any]]:
+    """One group, or weights (lr 1e-2, weight decay 0.1) and biases (lr 5e-3, no decay)."""
+    if not groups:
+        return [{"params": list(model.parameters())}]
+    named = list(model.named_parameters())
+    return [{"params": [p for n, p in named if n.endswith("weight")]},
+            {"params": [p for n, p in named if n.endswith("bias")], "lr": LR / 2,
+             "weight_decay": 0.0}]
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``max |a - b| / max |b|`` (``b`` the reference)."""
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
+    """Train both and compare; see the module docstring for ``cfg``."""
+    steps, start, mode = int(cfg.get("steps", 50)), int(cfg.get("start", 0)), cfg.get("mode",
+                                                                                          "alone")
+    if mode not in ("alone", "ddp", "ddp_reduce"):
+        raise ValueError(f"mode must be 'alone', 'ddp' or 'ddp_reduce', got {mode!r}")
+    if cfg.get("optimizer", "adamw") not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {cfg['optimizer']!r}")
+    opt_class, opt_kw = OPTIMIZERS[cfg.get("optimizer", "adamw")]
+    model, ref = make_mlp(), make_mlp()
+    ref_opt = opt_class(param_groups(ref, cfg.get("groups", False)), **opt_kw)
+    for s in range(start):  # the reference always starts from step 0
+        _train_step(ref, ref_opt, *global_batch(s))
+    net: nn.Module = model
+    if mode != "alone" and world > 1:
+        net = nn.parallel.DistributedDataParallel(model)
+    if cfg.get("impl"):  # a student's class: one list of parameters, it averages gradients
+        import cloudpickle
+
+        if mode != "alone" or cfg.get("groups") or cfg.get("state", True):
+            raise ValueError("impl runs with mode 'alone', no groups and state False")
+        with open(cfg["impl"], "rb") as f:
+            factory = cloudpickle.load(f)
+        opt = factory(list(model.parameters()), opt_class, **opt_kw)
+    else:
+        opt = ZeroOneOptimizer(param_groups(model, cfg.get("groups", False)), opt_class,
+                               reduce_grads=(mode != "ddp"), **opt_kw)
+    if cfg.get("load"):
+        saved = torch.load(cfg["load"], weights_only=False)
+        model.load_state_dict(saved["model"])  # copies into the flat buffer's views
+        opt.load_state_dict(saved["optim"])
+    chunk = GLOBAL_BATCH // world
+    for s in range(start, start + steps):
+        x, y = global_batch(s)
+        mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
+        _train_step(net, opt, x[mine], y[mine])
+        _train_step(ref, ref_opt, x, y)
+    out: dict[str, Any] = {
+        "rank": rank, "world_size": world, "mode": mode,
+        "optimizer": cfg.get("optimizer", "adamw"),
+        "max_rel_diff": max(rel_diff(p.detach(), q.detach())
+                            for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
+        "numel": sum(p.numel() for p in model.parameters()),
+        "groups": len(getattr(opt, "param_groups", [None])),
+    }
+    if hasattr(opt, "shard_numel"):
+        out["shard_numel"] = opt.shard_numel()
+    inner = getattr(opt, "optim", None)  # the wrapped optimizer over this rank's slice
+    if isinstance(inner, torch.optim.Optimizer):
+        out["state_bytes"] = optimizer_state_bytes(inner)
+    if cfg.get("state", True):
+        sd, rsd = opt.state_dict(), ref_opt.state_dict()  # collective: every rank calls it
+        out["state_rel_diff"] = max(rel_diff(sd["state"][i][k], v)
+                                    for i, st in rsd["state"].items() for k, v in st.items()
+                                    if k != "step")
+        out["steps_equal"] = all(float(sd["state"][i].get("step", 0)) == float(st.get("step", 0))
+                                 for i, st in rsd["state"].items())
+        if cfg.get("save") and rank == 0:
+            torch.save({"model": model.state_dict(), "optim": sd}, cfg["save"])
+    return out
+
+
+def check_collectives(rank: int, world: int) -> dict[str, Any]:
+    """Both reduce-scatter paths of :mod:`perfkit.zero` (gloo's list form and the
+    feature-detected single-tensor call) and the all-gather, on integer-valued data
+    (every summation order is exact). Collective."""
+    from perfkit import zero
+
+    flat = torch.arange(world * 5, dtype=torch.float32) * (rank + 1)  # (N * 5,)
+    want = flat.new_tensor(range(rank * 5, rank * 5 + 5)) * sum(range(1, world + 1))
+    a, b = torch.empty(5), torch.empty(5)
+    zero.reduce_scatter_flat(a, flat)
+    zero._REDUCE_SCATTER(b, flat)
+    gathered = torch.empty(world * 5)
+    zero.all_gather_flat(gathered, torch.full((5,), float(rank)))
+    return {"rank": rank, "list_form": torch.equal(a, want), "single": torch.equal(b, want),
+            "all_gather": torch.equal(gathered, torch.arange(world).repeat_interleave(5).float())}
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+                y: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="{}",
+                   help="JSON object (keys in the module docstring) or a list of them")
+    cfg = json.loads(p.parse_args().config)
+    ctx = pdist.init_worker(backend="gloo")
+    if isinstance(cfg, list):  # several checks in one job: torchrun starts once
+        pdist.worker_result([check_collectives(ctx.rank, ctx.world_size) if c.get("collectives")
+                             else run(c, ctx.rank, ctx.world_size) for c in cfg])
+    else:
+        pdist.worker_result(run(cfg, ctx.rank, ctx.world_size))
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""ZeroOneOptimizer on 2 and 3 torchrun processes against single-process AdamW.
+
+One job per world size runs every check (torchrun start-up dominates on 2 cores). The
+2-process job saves a consolidated state after 25 steps; the 3-process job resumes from
+it, so load_state_dict into a different world size is checked against 50 AdamW steps.
+Tolerance: fp32, relative difference <= 1e-6 (max |p - p_ref| / max |p_ref| per tensor);
+what differs is only the order of the gradient sums (per-rank chunks vs one batch).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfkit import dist
+
+pytestmark = pytest.mark.distributed
+TOL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    ckpt = str(tmp_path_factory.mktemp("zero") / "zero2.pt")
+    two = dist.launch("perfkit.workers.zero_check", 2, ["--config", json.dumps([
+        {"steps": 50, "mode": "alone", "groups": True},
+        {"steps": 50, "mode": "ddp"},
+        {"steps": 50, "mode": "ddp_reduce", "groups": True},
+        {"steps": 25, "mode": "alone", "groups": True, "save": ckpt},
+        {"steps": 50, "mode": "alone", "groups": True, "optimizer": "sgd"},
+        {"collectives": True},
+    ])], timeout_s=240)
+    three = dist.launch("perfkit.workers.zero_check", 3, ["--config", json.dumps([
+        {"steps": 50, "mode": "alone", "groups": True},
+        {"steps": 50, "mode": "ddp", "groups": True},
+        {"start": 25, "steps": 25, "mode": "alone", "groups": True, "load": ckpt},
+        {"steps": 50, "mode": "ddp", "optimizer": "sgd"},
+        {"collectives": True},
+    ])], timeout_s=240)
+    return {2: two, 3: three}
+
+
+@pytest.mark.parametrize("world,run,mode,optimizer", [
+    (2, 0, "alone", "adamw"), (2, 1, "ddp", "adamw"), (2, 2, "ddp_reduce", "adamw"),
+    (3, 0, "alone", "adamw"), (3, 1, "ddp", "adamw"),
+    # SGD, unlike Adam, would notice a gradient summed instead of averaged over ranks
+    (2, 4, "alone", "sgd"), (3, 3, "ddp", "sgd")])
+def test_fifty_steps_equal_the_single_process_optimizer(jobs, world, run, mode, optimizer):
+    results = [r[run] for r in jobs[world]]
+    for rank, r in enumerate(results):
+        assert (r["rank"], r["world_size"], r["mode"], r["optimizer"]) == (rank, world, mode,
+                                                                            optimizer)
+        assert r["max_rel_diff"] <= TOL, r
+        assert r["state_rel_diff"] <= TOL, r  # the consolidated state is the optimizer's too
+        assert r["steps_equal"]
+    # every rank ends with the same parameters, so the same difference to the reference
+    assert len({r["max_rel_diff"] for r in results}) == 1
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_state_per_rank_is_one_slice(jobs, world):
+    r = jobs[world][0][0]
+    # 262 parameters in two groups (241 weights, 21 biases): ceil per group, per rank
+    assert r["numel"] == 262 and r["groups"] == 2
+    assert r["shard_numel"] == -(-241 // world) + -(-21 // world)
+    assert r["shard_numel"] <= r["numel"] / world + r["groups"]
+
+
+def test_resume_from_two_ranks_on_three(jobs):
+    for r in (per_rank[2] for per_rank in jobs[3]):
+        assert r["max_rel_diff"] <= TOL, r
+        assert r["state_rel_diff"] <= TOL, r
+        assert r["steps_equal"]
+
+
+@pytest.mark.parametrize("world,run", [(2, 5), (3, 4)])
+def test_both_reduce_scatter_forms_and_all_gather(jobs, world, run):
+    for r in jobs[world]:
+        c = r[run]
+        assert c["list_form"] and c["single"] and c["all_gather"], c

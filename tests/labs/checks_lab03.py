@@ -1,0 +1,147 @@
+"""Checks for lab 03 (the ZeRO memory formula, shard bookkeeping, a ZeRO-1 optimizer).
+
+Q1 is checked against the ZeRO paper's figures (7.5 B parameters, K = 12, N = 64) and
+against perfkit.memory; Q2 against perfkit.zero.shard_range for every small case; Q3 first
+on one process, then on 2 and 3 real torchrun processes (perfkit.workers.zero_check):
+after 50 steps of an MLP whose 262 parameters divide by neither 2 nor 3, the parameters
+must be within 1e-6 (relative, fp32) of single-process torch.optim.AdamW, and of SGD with
+momentum (which, unlike Adam, notices a gradient summed instead of averaged), on the same
+global batch; each process's optimizer state at most one slice of Adam's moments.
+Used by `make grade` and tests/labs/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+import torch
+from torch import nn
+
+from tools.grade import require
+
+TOL = 1e-6
+PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # bytes; printed 120/31.4/16.6/1.9 GB
+
+
+def check_zero_bytes(ns: dict) -> None:
+    from perfkit.memory import StateRecipe, zero_model_states
+
+    f = require(ns, "zero_bytes_per_rank")
+    for stage, want in PAPER.items():
+        got = f(7.5e9, 64, stage)
+        assert math.isclose(got, want, rel_tol=1e-12), (
+            f"zero_bytes_per_rank(7.5e9, 64, {stage}) = {got:.6g}; the paper's Figure 1 gives "
+            f"{want / 1e9:g} GB = {want:.6g} bytes. Which of P, G, K does stage {stage} divide "
+            "by N?")
+    for psi, n, p, g, k in ((1000, 1, 4, 4, 8), (12345, 7, 4, 4, 4), (10**9, 3, 2, 2, 12),
+                            (555, 16, 2, 4, 0)):
+        for stage in range(4):
+            want = zero_model_states(psi, n, stage, StateRecipe("x", p, g, k)).total
+            got = f(psi, n, stage, p, g, k)
+            assert math.isclose(got, want, rel_tol=1e-12), (
+                f"zero_bytes_per_rank({psi}, {n}, {stage}, param_bytes={p}, grad_bytes={g}, "
+                f"optimizer_bytes={k}) = {got}; expected {want}. Use the byte arguments, not "
+                "the defaults, and return a float without rounding")
+    for bad in (dict(stage=4), dict(world_size=0), dict(num_params=0)):
+        args = dict(num_params=100, world_size=2, stage=1) | bad
+        try:
+            f(**args)
+        except ValueError:
+            continue
+        raise AssertionError(f"zero_bytes_per_rank(**{args}) must raise ValueError")
+
+
+def check_shard_range(ns: dict) -> None:
+    from perfkit.zero import shard_range as ref
+
+    f = require(ns, "shard_range")
+    for numel in (1, 2, 3, 10, 241, 262):
+        for n in (1, 2, 3, 4, 8):
+            got = [tuple(f(numel, n, r)) for r in range(n)]
+            want = [ref(numel, n, r)[:2] for r in range(n)]
+            assert got == want, (
+                f"shard_range({numel}, {n}, r) for r = 0..{n - 1} gave {got}; expected {want}: "
+                f"equal slices of ceil({numel} / {n}) = {math.ceil(numel / n)} elements, "
+                "rank r starting at r times that")
+    for bad in ((10, 2, 2), (10, 2, -1), (0, 2, 0), (10, 0, 0)):
+        try:
+            f(*bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"shard_range{bad} must raise ValueError")
+
+
+def _train(model, opt, steps):
+    from perfkit.workers.zero_check import global_batch
+
+    for s in range(steps):
+        x, y = global_batch(s)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def check_zero_one(ns: dict) -> None:
+    import cloudpickle
+
+    from perfkit import dist
+    from perfkit.workers.zero_check import LR, WD, make_mlp
+
+    cls = require(ns, "ZeroOne")
+    # 1. one process: must equal AdamW exactly (same element-wise maths on one slice)
+    mine, ref = make_mlp(), make_mlp()
+    opt = cls(list(mine.parameters()), torch.optim.AdamW, lr=LR, weight_decay=WD)
+    assert isinstance(getattr(opt, "optim", None), torch.optim.Optimizer), (
+        "ZeroOne must keep the wrapped optimizer as self.optim (an optimizer_class instance)")
+    _train(mine, opt, 20)
+    _train(ref, torch.optim.AdamW(ref.parameters(), lr=LR, weight_decay=WD), 20)
+    with torch.no_grad():
+        diff = max(float((p - q).abs().max() / q.abs().max())
+                   for p, q in zip(mine.parameters(), ref.parameters()))
+    assert diff <= TOL, (
+        f"on one process, 20 steps differ from AdamW by {diff:.2e} (relative); expected "
+        "<= 1e-6. Are the parameters views of self.flat, and does step() give self.shard "
+        "the gradient of its slice before self.optim.step()?")
+    # 2. 2 and 3 processes under torchrun
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "zero_one.pkl")
+        with open(path, "wb") as fh:
+            cloudpickle.dump(cls, fh)
+        # AdamW, then SGD with momentum: Adam is blind to a gradient summed instead of
+        # averaged over processes (m / sqrt(v) does not change with the scale), SGD is not
+        cfg = [{"steps": 50, "mode": "alone", "groups": False, "state": False, "impl": path,
+                "optimizer": o} for o in ("adamw", "sgd")]
+        for n in (2, 3):
+            try:
+                jobs = dist.launch("perfkit.workers.zero_check", n,
+                                   ["--config", json.dumps(cfg)], timeout_s=150)
+            except dist.LaunchTimeout as e:
+                raise AssertionError(
+                    f"on {n} processes the job did not finish in 150 s: a process is waiting "
+                    "in a collective the others never called. Every rank must call "
+                    "reduce_scatter and the all-gather in every step().") from e
+            except dist.WorkerError as e:
+                raise AssertionError(f"on {n} processes a rank raised:\n"
+                                     f"{e.worker_traceback[-1500:]}") from e
+            results = [r for rank in jobs for r in rank]
+            numel = results[0]["numel"]
+            for r in results:
+                assert r["max_rel_diff"] <= TOL, (
+                    f"on {n} processes with {r['optimizer']}, rank {r['rank']}'s parameters after "
+                    f"50 steps differ from single-process {r['optimizer']} by "
+                    f"{r['max_rel_diff']:.2e} (relative); expected <= 1e-6. Check the "
+                    "reduce-scatter (sum, then divide by N: the mean gradient) and that the "
+                    "all-gather writes every slice into self.flat")
+                limit = 2 * 4 * math.ceil(numel / n) + 64  # two fp32 moments + step counters
+                assert r["state_bytes"] <= limit, (
+                    f"on {n} processes rank {r['rank']} holds {r['state_bytes']} bytes of "
+                    f"optimizer state; one slice of Adam's moments is at most {limit} bytes. "
+                    "Does self.optim see only self.shard?")
+
+
+QUESTIONS = {"zero_bytes_per_rank": check_zero_bytes, "shard_range": check_shard_range,
+             "ZeroOne": check_zero_one}
+TIMEOUT_S = {"ZeroOne": 420}

@@ -1,0 +1,354 @@
+"""perfkit.memory: ZeRO formulas, SavedTensorMeter, parameter and activation accounting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from perfkit import memory as M
+from perfkit.models import tiny_gpt2
+
+# --- ZeRO model states --------------------------------------------------------------------
+
+PSI, K, N = 7.5e9, 12, 64
+
+
+def test_paper_example_as_formulas():
+    """ZeRO paper, Figure 1: 7.5B parameters, K = 12, N_d = 64 (decimal GB)."""
+    t = M.zero_table(PSI, N, "mixed_adam")
+    assert t[0].total == (2 + 2 + K) * PSI == 120e9
+    assert t[1].total == 2 * PSI + 2 * PSI + K * PSI / N
+    assert t[1].total_gb == pytest.approx(31.40625, abs=1e-12)  # paper prints 31.4 GB
+    assert t[2].total == 2 * PSI + (2 + K) * PSI / N
+    assert t[2].total_gb == pytest.approx(16.640625, abs=1e-12)  # paper prints 16.6 GB
+    assert t[3].total == (2 + 2 + K) * PSI / N
+    assert t[3].total_gb == pytest.approx(1.875, abs=1e-12)  # paper prints 1.9 GB
+    assert [round(s.total_gb, 1) for s in t] == [120.0, 31.4, 16.6, 1.9]
+
+
+def test_parts_per_stage():
+    s1 = M.zero_model_states(PSI, N, 1)
+    assert (s1.params, s1.grads, s1.optimizer) == (2 * PSI, 2 * PSI, K * PSI / N)
+    s2 = M.zero_model_states(PSI, N, 2)
+    assert (s2.params, s2.grads) == (2 * PSI, 2 * PSI / N)
+    s3 = M.zero_model_states(PSI, N, 3)
+    assert s3.params == 2 * PSI / N
+
+
+@pytest.mark.parametrize("recipe,per_param", [("fp32_adam", 16), ("fp32_sgd_momentum", 12),
+                                              ("fp32_sgd", 8), ("mixed_sgd_momentum", 12)])
+def test_recipes_and_world_size_one(recipe, per_param):
+    for stage in range(4):  # with one rank every stage holds everything
+        assert M.zero_model_states(1000, 1, stage, recipe).total == per_param * 1000
+
+
+def test_custom_recipe_and_monotone_in_stage():
+    r = M.StateRecipe("bf16_adam_fp32_states", 2, 2, 12)
+    totals = [M.zero_model_states(1e6, 8, s, r).total for s in range(4)]
+    assert totals == sorted(totals, reverse=True)
+    assert totals[3] == 16e6 / 8
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(num_params=0), "num_params"), (dict(world_size=0), "world_size"),
+    (dict(stage=4), "stage"), (dict(recipe="adam"), "recipe"),
+])
+def test_zero_model_states_errors(kw, match):
+    args = dict(num_params=10, world_size=2, stage=1, recipe="mixed_adam") | kw
+    with pytest.raises(ValueError, match=match):
+        M.zero_model_states(**args)
+    with pytest.raises(ValueError, match="grad_bytes"):
+        M.StateRecipe("x", 2, -1, 0)
+
+
+# --- SavedTensorMeter on hand-computable graphs -------------------------------------------
+
+
+def test_meter_counts_unique_storages():
+    a = torch.randn(1000, requires_grad=True)
+    with M.SavedTensorMeter() as meter:
+        b = a.exp()  # saves its output b: 4000 bytes
+        c = b * b  # saves b twice: same storage, no new bytes
+        d = c.sin()  # saves c: 4000 bytes
+        e = b[:10].cos()  # saves a view of b: same storage
+    r = meter.report()
+    assert r.activation_bytes == 8000
+    assert r.n_storages == 2
+    assert r.n_packed == 5  # exp 1, mul 2, sin 1, cos 1
+    assert r.activation_bytes_by_dtype == {"float32": 8000}
+    (d.sum() + e.sum()).backward()  # the graph still works: the hooks returned the tensors
+    assert a.grad is not None
+
+
+def test_meter_counts_whole_storage_of_a_view():
+    base = torch.randn(100, 10, requires_grad=True)
+    with M.SavedTensorMeter() as meter:
+        x = base * 1  # (100, 10), no tensor saved (multiply by a Python scalar)
+        x[:2].exp()  # exp saves its output, a new (2, 10) tensor: 80 bytes
+        x[:5].sin()  # sin saves its input: a view of x, whose storage is 4000 bytes
+    assert meter.report().activation_bytes == 80 + 4000
+
+
+def test_meter_separates_parameters_and_inputs():
+    lin = nn.Linear(10, 5)
+    x = torch.randn(3, 10)
+    with M.SavedTensorMeter(lin, inputs=[x]) as meter:
+        lin(x)  # x needs no gradient, so addmm saves only x (for the weight's gradient)
+    assert (meter.report().input_bytes, meter.report().parameter_bytes) == (120, 0)
+    x.requires_grad_(True)
+    with M.SavedTensorMeter(lin, inputs=[x]) as meter:
+        y = lin(x)  # now it saves the input (3 x 10) and the weight (5 x 10)
+        z = torch.tanh(y)  # saves its output (3 x 5)
+    r = meter.report()
+    assert (r.input_bytes, r.parameter_bytes, r.activation_bytes) == (120, 200, 60)
+    z.sum().backward()
+    assert lin.weight.grad.shape == (5, 10)
+
+
+def test_meter_report_inside_and_after_context_and_errors():
+    a = torch.ones(4, requires_grad=True)
+    with M.SavedTensorMeter() as meter:
+        a.exp()
+        assert meter.report().activation_bytes == 16
+        a.exp()  # a second, distinct output storage
+    assert meter.report().activation_bytes == 32
+    with pytest.raises(TypeError, match="params"):
+        M.SavedTensorMeter(params=[1, 2])
+    with pytest.raises(TypeError, match="inputs"):
+        M.SavedTensorMeter(inputs=["x"])
+
+
+def test_meter_sees_nothing_inside_non_reentrant_checkpoint_but_its_inputs():
+    w = nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    block = lambda t: torch.tanh(w(t)).exp()
+    with M.SavedTensorMeter(w) as plain:
+        block(x)
+    with M.SavedTensorMeter(w) as ckpt:
+        y = checkpoint(block, x, use_reentrant=False)
+    # plain: x (128 B) for addmm, tanh's output and exp's output (128 B each)
+    assert plain.report().activation_bytes == 3 * 128
+    # checkpointed: only the block input x is kept, to recompute the block in backward
+    assert ckpt.report().activation_bytes == 128
+    y.sum().backward()
+
+
+# --- the GPT-2 activation model against the meter ------------------------------------------
+
+SHAPES = [dict(batch=3, seq_len=24, n_embd=32, n_head=2, n_layer=3, vocab_size=100),
+          dict(batch=2, seq_len=16, n_embd=48, n_head=4, n_layer=2, vocab_size=64)]
+
+
+def _gpt2(shape, attention, dtype=torch.float32):
+    m = tiny_gpt2(vocab_size=shape["vocab_size"], block_size=64, n_embd=shape["n_embd"],
+                  n_layer=shape["n_layer"], n_head=shape["n_head"])
+    m.config._attn_implementation = attention
+    return m.to(dtype).train()
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpt2_model_equals_meter(shape, attention, dtype):
+    torch.manual_seed(0)
+    m = _gpt2(shape, attention, dtype)
+    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
+    with M.SavedTensorMeter(m) as meter:
+        loss = m(input_ids=x, labels=x).loss
+    pred = M.gpt2_saved_activation_bytes(**shape, attention=attention,
+                                         dtype_bytes=torch.finfo(dtype).bits // 8)
+    assert meter.report().activation_bytes == pred.total
+    assert pred.total == shape["n_layer"] * pred.per_layer + pred.outside_layers
+    loss.backward()
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_gpt2_model_equals_meter_with_checkpointing(attention):
+    shape = SHAPES[0]
+    m = _gpt2(shape, attention)
+    enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
+    enable()
+    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
+    with M.SavedTensorMeter(m) as meter:
+        loss = m(input_ids=x, labels=x).loss
+    pred = M.gpt2_saved_activation_bytes(**shape, attention=attention, checkpointing=True)
+    assert meter.report().activation_bytes == pred.total
+    full = M.gpt2_saved_activation_bytes(**shape, attention=attention)
+    assert pred.recompute_peak == full.per_layer
+    assert pred.total < full.total
+    loss.backward()
+
+
+def test_gpt2_model_errors():
+    kw = SHAPES[0]
+    with pytest.raises(ValueError, match="attention"):
+        M.gpt2_saved_activation_bytes(**kw, attention="flash")
+    with pytest.raises(ValueError, match="dtype_bytes"):
+        M.gpt2_saved_activation_bytes(**kw, dtype_bytes=3)
+    with pytest.raises(ValueError, match="seq_len"):
+        M.gpt2_saved_activation_bytes(**(kw | {"seq_len": 0}))
+
+
+# --- parameters, optimizer state, a whole step ---------------------------------------------
+
+
+def test_count_parameters_tied_and_frozen():
+    m = tiny_gpt2(vocab_size=100, block_size=16, n_embd=8, n_layer=1, n_head=2)
+    c = M.count_parameters(m)
+    wte = m.transformer.wte.weight.numel()
+    # the LM head is tied to the token embedding: counted once
+    assert m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr()
+    assert c.total == sum(p.numel() for p in m.parameters())
+    assert c.total_bytes == 4 * c.total and c.trainable == c.total
+    m.transformer.wte.weight.requires_grad_(False)
+    c2 = M.count_parameters(m)
+    assert c2.trainable == c.total - wte
+    assert c2.trainable_fraction == pytest.approx((c.total - wte) / c.total)
+    with pytest.raises(TypeError, match="module"):
+        M.count_parameters("model")
+
+
+def test_optimizer_state_bytes_adamw_and_sgd():
+    lin = nn.Linear(10, 5)  # 55 parameters
+    opt = torch.optim.AdamW(lin.parameters())
+    assert M.optimizer_state_bytes(opt) == 0  # state is allocated lazily, at the first step
+    lin(torch.randn(2, 10)).sum().backward()
+    opt.step()
+    # exp_avg and exp_avg_sq per parameter (fp32), plus one fp32 scalar "step" per tensor
+    assert M.optimizer_state_bytes(opt) == 2 * 55 * 4 + 2 * 4
+    sgd = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    sgd.step()
+    assert M.optimizer_state_bytes(sgd) == 55 * 4
+    with pytest.raises(TypeError, match="optimizer"):
+        M.optimizer_state_bytes(object())
+
+
+def test_measure_step_anatomy_cpu():
+    torch.manual_seed(0)
+    m = tiny_gpt2(vocab_size=128, block_size=32, n_embd=32, n_layer=2, n_head=2)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randint(0, 128, (4, 32))
+    a = M.measure_step_anatomy(m, lambda: m(input_ids=x, labels=x).loss, opt)
+    n = M.count_parameters(m)
+    assert a.params == n.total_bytes
+    assert a.grads == n.total_bytes
+    assert a.optimizer_state == 2 * n.total_bytes + 4 * len(list(m.parameters()))
+    pred = M.gpt2_saved_activation_bytes(4, 32, 32, 2, 2, 128)
+    assert a.activations == pred.total
+    assert a.peak_source == "rss" and a.snapshot_path is None
+    assert a.accounted == a.params + a.grads + a.optimizer_state + a.activations
+    with pytest.raises(TypeError, match="compute_loss"):
+        M.measure_step_anatomy(m, None, opt)
+
+
+def test_rss_helpers():
+    before = M.rss_bytes()
+    assert before > 0
+    if M.reset_peak_rss():
+        x = torch.ones(16_000_000)  # 64 MB, touched
+        assert M.peak_rss_bytes() >= before + 50_000_000
+        del x
+    assert M.peak_rss_bytes() >= M.rss_bytes() - 4096 * 16
+
+
+@pytest.mark.parametrize("c,layers,vocab,pos", [(8, 1, 100, 16), (48, 3, 1024, 64)])
+def test_gpt2_num_params_matches_transformers(c, layers, vocab, pos):
+    m = tiny_gpt2(vocab_size=vocab, block_size=pos, n_embd=c, n_layer=layers, n_head=2)
+    assert M.gpt2_num_params(c, layers, vocab, pos) == M.count_parameters(m).total
+    with pytest.raises(ValueError, match="n_layer"):
+        M.gpt2_num_params(c, 0, vocab, pos)
+
+
+def test_gpt2_step_memory_parts():
+    fp32 = M.gpt2_step_memory(64, 2, 2, 1024, 8, 64)
+    psi = M.gpt2_num_params(64, 2, 1024, 64)
+    assert (fp32["parameters"], fp32["gradients"], fp32["optimizer state"]) == (
+        4 * psi, 4 * psi, 8 * psi)
+    assert fp32["activations"] == M.gpt2_saved_activation_bytes(8, 64, 64, 2, 2, 1024).total
+    assert fp32["recompute"] == 0
+    mixed = M.gpt2_step_memory(64, 2, 2, 1024, 8, 64, "mixed", checkpointing=True)
+    assert mixed["optimizer state"] == 12 * psi and mixed["recompute"] > 0
+    assert mixed["activations"] < fp32["activations"]
+    with pytest.raises(ValueError, match="precision"):
+        M.gpt2_step_memory(64, 2, 2, 1024, 8, 64, "fp8")
+
+
+# --- the widgets of notebooks 04 and 05 -----------------------------------------------------
+
+
+def test_memory_widget_sweeps_its_controls():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import memory_widget
+
+    spec = memory_widget(measured={"parameters": 1e6, "activations": 2e6}, limit_bytes=1e9)
+    totals = {}
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        totals[tuple(sorted(kw.items()))] = labels
+        plt.close(fig)
+    default = tuple(sorted(spec.defaults().items()))
+    assert totals[default] == ["predicted", "measured here"]  # the measured point is shown
+    assert len(totals) >= 7
+
+
+def test_zero_widget_sweeps_its_controls():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import zero_widget
+
+    spec = zero_widget()
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        assert len(fig.axes[0].get_yticklabels()) == 4  # stages 0-3
+        plt.close(fig)
+
+
+def test_plot_memory_stack_errors():
+    from perfkit.viz.memory import plot_loss_curves, plot_memory_stack
+
+    with pytest.raises(ValueError, match="bars"):
+        plot_memory_stack({})
+    with pytest.raises(ValueError, match="negative"):
+        plot_memory_stack({"x": {"parameters": -1}})
+    with pytest.raises(ValueError, match="curves"):
+        plot_loss_curves({})
+
+
+def test_checkpoint_blocks_keeps_only_block_inputs_and_same_gradients():
+    shape = SHAPES[1]
+    ref, ck = _gpt2(shape, "sdpa"), _gpt2(shape, "sdpa")
+    ck.load_state_dict(ref.state_dict())
+    M.checkpoint_blocks(ck.transformer.h)
+    M.checkpoint_blocks(ck.transformer.h)  # idempotent: no double wrapping
+    assert all(isinstance(b, M.CheckpointedBlock) and not isinstance(b.block, M.CheckpointedBlock)
+               for b in ck.transformer.h)
+    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
+    with M.SavedTensorMeter(ck) as meter:
+        loss = ck(input_ids=x, labels=x).loss
+    pred = M.gpt2_saved_activation_bytes(**shape, attention="sdpa", checkpointing=True)
+    assert meter.report().activation_bytes == pred.total
+    loss.backward()
+    ref(input_ids=x, labels=x).loss.backward()
+    for p, q in zip(ref.parameters(), ck.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
+    with pytest.raises(TypeError, match="ModuleList"):
+        M.checkpoint_blocks([nn.Linear(2, 2)])
+
+
+@pytest.mark.gpu
+def test_measure_step_anatomy_cuda_allocator_and_snapshot(tmp_path):
+    torch.manual_seed(0)
+    m = tiny_gpt2(vocab_size=128, block_size=32, n_embd=32, n_layer=2, n_head=2).cuda()
+    x = torch.randint(0, 128, (4, 32), device="cuda")
+    step = lambda: m(input_ids=x, labels=x).loss
+    M.measure_step_anatomy(m, step, torch.optim.AdamW(m.parameters()))  # warm-up
+    snap = str(tmp_path / "snap.pickle")
+    a = M.measure_step_anatomy(m, step, torch.optim.AdamW(m.parameters()), snapshot_path=snap)
+    assert a.peak_source == "cuda_allocator" and a.snapshot_path == snap
+    assert (tmp_path / "snap.pickle").stat().st_size > 0
+    # the allocator saw at least the activations live at once, and the new model states
+    assert a.peak >= max(a.activations, a.grads + a.optimizer_state)

@@ -1,0 +1,166 @@
+"""perfkit.zero on one process: sharding arithmetic, equality with the wrapped optimizer,
+state_dict round trips, errors. The multi-process checks are in tests/distributed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from perfkit.memory import optimizer_state_bytes
+from perfkit.workers.zero_check import global_batch, make_mlp, param_groups
+from perfkit.zero import ZeroOneOptimizer, shard_range
+
+
+def test_shard_range_pads_to_equal_shards():
+    assert shard_range(10, 3, 0) == (0, 4, 4)
+    assert shard_range(10, 3, 2) == (8, 12, 4)  # elements 10 and 11 are padding
+    assert shard_range(2, 3, 2) == (2, 3, 1)  # a rank whose shard is all padding
+    assert shard_range(7, 1, 0) == (0, 7, 7)
+    for numel in (1, 5, 241):
+        for n in (1, 2, 3, 4):
+            ranges = [shard_range(numel, n, r) for r in range(n)]
+            assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            assert ranges[-1][1] >= numel and ranges[-1][1] - numel < n
+    with pytest.raises(ValueError, match="rank"):
+        shard_range(10, 2, 2)
+    with pytest.raises(ValueError, match="numel"):
+        shard_range(0, 2, 0)
+
+
+def _train(model, opt, steps=10):
+    for s in range(steps):
+        x, y = global_batch(s)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("opt_class,kw", [(torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+                                          (torch.optim.SGD, dict(lr=1e-2, momentum=0.9)),
+                                          (torch.optim.Adam, dict(lr=1e-3))])
+def test_world_size_one_equals_wrapped_optimizer_bitwise(opt_class, kw):
+    a, b = make_mlp(), make_mlp()
+    za = ZeroOneOptimizer(param_groups(a, True), opt_class, **kw)
+    ob = opt_class(param_groups(b, True), **kw)
+    _train(a, za)
+    _train(b, ob)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)  # same element-wise math on one flat slice: no rounding gap
+    assert za.world_size == 1 and za.rank == 0
+
+
+def test_params_become_views_of_the_flat_buffer_and_state_is_one_slice():
+    m = make_mlp()
+    before = [p.detach().clone() for p in m.parameters()]
+    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW)
+    assert all(torch.equal(p, q) for p, q in zip(m.parameters(), before))  # values kept
+    assert len({p.untyped_storage().data_ptr() for p in m.parameters()}) == 1
+    _train(m, opt, 1)
+    numel = sum(p.numel() for p in m.parameters())
+    assert opt.shard_numel() == numel == 262
+    # exp_avg + exp_avg_sq over one flat slice, plus one fp32 step counter
+    assert opt.shard_state_bytes() == optimizer_state_bytes(opt) == 2 * 262 * 4 + 4
+    assert opt.param_groups[0]["betas"] == (0.9, 0.999)  # the class defaults are visible
+
+
+def test_lr_scheduler_drives_the_wrapped_optimizer():
+    m = make_mlp()
+    opt = ZeroOneOptimizer(m.parameters(), torch.optim.SGD, lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    _train(m, opt, 1)
+    sched.step()
+    _train(m, opt, 1)
+    assert opt.optim.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_state_dict_is_the_plain_optimizer_format_both_ways():
+    a, b = make_mlp(), make_mlp()
+    za = ZeroOneOptimizer(param_groups(a, True), torch.optim.AdamW, lr=1e-2)
+    ob = torch.optim.AdamW(param_groups(b, True), lr=1e-2)
+    _train(a, za, 5)
+    _train(b, ob, 5)
+    sa, sb = za.state_dict(), ob.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    assert sa["state"].keys() == sb["state"].keys()
+    for i, st in sb["state"].items():
+        for k, v in st.items():
+            assert torch.equal(sa["state"][i][k], v), (i, k)
+    # plain AdamW state into a ZeRO optimizer, ZeRO state into a plain AdamW: both resume
+    c, d = copy.deepcopy(b), copy.deepcopy(a)
+    zc = ZeroOneOptimizer(param_groups(c, True), torch.optim.AdamW, lr=1e-2)
+    zc.load_state_dict(sb)
+    od = torch.optim.AdamW(param_groups(d, True), lr=1e-2)
+    od.load_state_dict(copy.deepcopy(sa))
+    for model, opt in ((a, za), (b, ob), (c, zc), (d, od)):
+        _train(model, opt, 3)
+    for p, q, r, s in zip(a.parameters(), b.parameters(), c.parameters(), d.parameters()):
+        assert torch.equal(p, q) and torch.equal(p, r) and torch.equal(p, s)
+
+
+def test_state_dict_before_the_first_step_loads():
+    m = make_mlp()
+    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW)
+    sd = opt.state_dict()
+    assert sd["state"] == {}
+    ZeroOneOptimizer(make_mlp().parameters(), torch.optim.AdamW).load_state_dict(sd)
+
+
+def test_missing_grad_is_a_zero_grad_and_closure_returns_loss():
+    m = nn.Linear(3, 2)
+    opt = ZeroOneOptimizer(m.parameters(), torch.optim.SGD, lr=1.0)
+    x = torch.ones(1, 3)
+    loss = opt.step(lambda: m(x).sum().backward() or torch.tensor(5.0))
+    assert float(loss) == 5.0
+    w = m.weight.detach().clone()
+    m.zero_grad(set_to_none=True)
+    opt.step()  # no grads at all: plain SGD moves nothing
+    assert torch.equal(m.weight, w)
+
+
+@pytest.mark.parametrize("params,exc,match", [
+    ([], ValueError, "empty"),
+    ([{"params": []}], ValueError, "group 0 has no parameters"),
+    ([torch.zeros(3, dtype=torch.int64)], TypeError, "floating-point"),
+    ([torch.zeros(3), torch.zeros(3, dtype=torch.float64)], ValueError, "mixes dtypes"),
+    (["w"], TypeError, "tensors"),
+])
+def test_bad_params(params, exc, match):
+    with pytest.raises(exc, match=match):
+        ZeroOneOptimizer(params, torch.optim.SGD, lr=0.1)
+
+
+def test_bad_optimizer_class_duplicates_and_groups():
+    p = nn.Parameter(torch.zeros(3))
+    with pytest.raises(TypeError, match="optimizer_class"):
+        ZeroOneOptimizer([p], "AdamW")
+    with pytest.raises(ValueError, match="twice"):
+        ZeroOneOptimizer([p, p], torch.optim.SGD, lr=0.1)
+    opt = ZeroOneOptimizer([p], torch.optim.SGD, lr=0.1)
+    with pytest.raises(NotImplementedError, match="param group"):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
+    with pytest.raises(ValueError, match="param groups"):
+        opt.load_state_dict({"state": {}, "param_groups": []})
+
+
+def test_collectives_are_feature_detected(monkeypatch):
+    import importlib
+
+    import torch.distributed as dist
+
+    import perfkit.zero as Z
+
+    if hasattr(dist, "reduce_scatter_single"):  # torch >= 2.13: the new names win
+        assert Z._REDUCE_SCATTER is dist.reduce_scatter_single
+        assert Z._ALL_GATHER is dist.all_gather_single
+    monkeypatch.delattr(dist, "reduce_scatter_single", raising=False)
+    monkeypatch.delattr(dist, "all_gather_single", raising=False)
+    try:
+        old = importlib.reload(Z)  # an older torch: the deprecated names are used
+        assert old._REDUCE_SCATTER is dist.reduce_scatter_tensor
+        assert old._ALL_GATHER is dist.all_gather_into_tensor
+    finally:
+        monkeypatch.undo()
+        importlib.reload(Z)
