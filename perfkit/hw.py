@@ -214,7 +214,7 @@ def measure_h2d(nbytes: int, device: torch.device | str | None = None,
 
 
 def device_name(device: torch.device | str | None = None) -> str:
-    """A human-readable name: the GPU's name, or the CPU's model and thread count."""
+    """A human-readable name: the GPU's name, or the CPU's model and logical core count."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
@@ -227,7 +227,7 @@ def device_name(device: torch.device | str | None = None) -> str:
                     break
     except OSError:
         pass
-    return f"{cpu} ({torch.get_num_threads()} threads)"
+    return f"{cpu} ({os.cpu_count()} logical cores)"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from perfkit.viz.core import (
     show_headlines,
     si,
 )
+from perfkit.viz.data import loader_widget, plot_loader_sweep, plot_overlap
 from perfkit.viz.memory import (
     MEMORY_COLORS,
     memory_widget,
@@ -38,6 +39,9 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "loader_widget",
+    "plot_loader_sweep",
+    "plot_overlap",
     "MEMORY_COLORS",
     "memory_widget",
     "plot_loss_curves",

@@ -1,0 +1,179 @@
+"""Checks for lab 05 (a thread prefetcher and the hidden fraction of the load).
+
+Order, exceptions and threads are checked exactly. The overlap check uses a source whose
+load and a step whose compute are both ``time.sleep`` calls of known length (the host is
+idle during both, so the result does not depend on how many cores other jobs take); a
+sleep never ends early but can end late on a busy machine, so the check asks for only
+half of the possible saving (a correct prefetcher reaches about (steps - 1) / steps) and
+keeps the best of three tries. Threads get 3 s to end after a loop. Used by `make grade`
+and tests/labs/.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import traceback
+
+from tools.grade import require
+
+THREAD_GRACE_S = 3.0
+MIN_HIDDEN = 0.5  # of the ideal ~(STEPS - 1) / STEPS
+STEPS, LOAD_S, COMPUTE_S = 8, 0.03, 0.03
+
+
+def new_threads_alive(before: set, grace_s: float = THREAD_GRACE_S) -> list:
+    """Threads started since ``before`` that are still alive after ``grace_s`` seconds."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def check_order(ns: dict) -> None:
+    TP = require(ns, "ThreadPrefetcher")
+    got = list(TP(range(300), depth=3))
+    assert got == list(range(300)), (
+        f"list(ThreadPrefetcher(range(300), depth=3)) gave {got[:10]}... ({len(got)} items): "
+        "items must come out once each, in the source's order")
+    batches = [{"x": [i, i + 1], "i": i} for i in range(20)] + [(1, "a"), None]
+    out = list(TP(batches, depth=1))
+    assert len(out) == len(batches) and all(a is b for a, b in zip(out, batches)), (
+        "the prefetcher must hand over each batch object unchanged (dicts, tuples, None), "
+        "with depth=1 too")
+    assert list(TP([], depth=2)) == [], "an empty source must give an empty loop"
+    pf = TP([1, 2, 3])
+    assert list(pf) == list(pf) == [1, 2, 3], (
+        "iterating the same ThreadPrefetcher twice must give the items twice: each iter() "
+        "starts a new pass with its own thread and queue")
+    for bad in (0, -1):
+        try:
+            TP([1], depth=bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"ThreadPrefetcher(source, depth={bad}) must raise ValueError")
+
+
+def _flaky_source(n_good: int):
+    yield from range(n_good)
+    raise KeyError("record is corrupt")
+
+
+def check_exceptions(ns: dict) -> None:
+    TP = require(ns, "ThreadPrefetcher")
+    before = set(threading.enumerate())
+    for n_good in (0, 3):
+        got, caught = [], None
+        try:
+            for x in TP(_flaky_source(n_good), depth=2):
+                got.append(x)
+        except KeyError as e:
+            caught = e
+        except NotImplementedError:
+            raise
+        except Exception as e:  # noqa: BLE001 - another type is the student's bug
+            raise AssertionError(
+                f"the source raised KeyError but the consumer got {type(e).__name__}: {e}. "
+                "Re-raise the source's own exception object in the consumer") from e
+        assert caught is not None, (
+            f"the source raised KeyError after {n_good} items, but the loop ended without "
+            f"an error (got {got}): put the exception in the queue and raise it in __iter__")
+        assert got == list(range(n_good)), (
+            f"the consumer must get the {n_good} items produced before the error, got {got}")
+        tb = "".join(traceback.format_exception(type(caught), caught, caught.__traceback__))
+        assert "_flaky_source" in tb, (
+            "the traceback the consumer sees must still show the source's frame: raise the "
+            "original exception object (`raise exc`), not a new one")
+    alive = new_threads_alive(before)
+    assert not alive, (f"{len(alive)} thread(s) still running after the source raised: join "
+                       "the thread in a finally block")
+
+
+def check_no_leaked_threads(ns: dict) -> None:
+    TP = require(ns, "ThreadPrefetcher")
+
+    def consume(depth: int, stop_at: int) -> None:
+        for _ in TP(iter(int, 1), depth=depth):  # endless zeros
+            stop_at -= 1
+            if stop_at == 0:
+                break
+
+    before = set(threading.enumerate())
+    list(TP(range(50)))
+    alive = new_threads_alive(before)
+    assert not alive, f"{len(alive)} thread(s) still running after a complete loop"
+    for depth, stop_at in ((2, 1), (1, 5), (4, 3)):
+        consume(depth, stop_at)
+        alive = new_threads_alive(before)
+        assert not alive, (
+            f"after breaking out of the loop (depth={depth}, after {stop_at} items) over an "
+            f"endless source, {len(alive)} thread(s) were still running {THREAD_GRACE_S:g} s "
+            "later. A break closes the generator, which runs its finally block: set a stop "
+            "event there and join the thread. Is the thread blocked in put() on a full queue "
+            "(use put(item, timeout=...) and check the event)?")
+
+
+def check_overlap(ns: dict) -> None:
+    TP = require(ns, "ThreadPrefetcher")
+
+    def source():
+        for i in range(STEPS):
+            time.sleep(LOAD_S)  # known load: I/O
+            yield i
+
+    best = -math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        got = []
+        for x in TP(source(), depth=2):
+            got.append(x)
+            time.sleep(COMPUTE_S)  # known compute: a GPU step
+        elapsed = time.perf_counter() - t0
+        assert got == list(range(STEPS)), f"the timed loop got {got}, not the {STEPS} items"
+        serial = STEPS * (LOAD_S + COMPUTE_S)
+        best = max(best, (serial - elapsed) / (STEPS * min(LOAD_S, COMPUTE_S)))
+        if best >= MIN_HIDDEN:
+            return
+    raise AssertionError(
+        f"{STEPS} steps of {LOAD_S * 1e3:.0f} ms load + {COMPUTE_S * 1e3:.0f} ms compute take "
+        f"{serial * 1e3:.0f} ms serially and about {(LOAD_S + STEPS * COMPUTE_S) * 1e3:.0f} ms "
+        f"when loading overlaps compute; your prefetcher hid only {best:.0%} of the load "
+        f"(at least {MIN_HIDDEN:.0%} needed). Does the thread load ahead while the consumer "
+        "computes, or does the consumer wait for each item to be loaded on demand?")
+
+
+def check_hidden_fraction(ns: dict) -> None:
+    f = require(ns, "hidden_fraction")
+    for args, want in (((0.040, 0.020, 0.020, 0.020), 1.0), ((0.040, 0.030, 0.020, 0.020), 0.5),
+                       ((0.050, 0.040, 0.010, 0.040), 1.0), ((4.0, 4.5, 1.0, 3.0), -0.5),
+                       ((12.0, 9.0, 5.0, 6.0), 0.6)):
+        got = f(*args)
+        assert math.isclose(got, want, rel_tol=1e-9), (
+            f"hidden_fraction{args} = {got}, expected {want}: "
+            "(serial - prefetched) / min(load, compute)")
+    for bad in ((1.0, 0.5, 0.0, 1.0), (1.0, 0.5, 1.0, -1.0)):
+        try:
+            f(*bad)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"hidden_fraction{bad} raised {type(e).__name__}; it must "
+                                 "raise ValueError when min(load, compute) <= 0") from e
+        raise AssertionError(f"hidden_fraction{bad} must raise ValueError "
+                             "(min(load, compute) <= 0)")
+
+
+QUESTIONS = {
+    "q1_order": check_order,
+    "q1_exceptions": check_exceptions,
+    "q1_no_leaked_threads": check_no_leaked_threads,
+    "q1_overlap": check_overlap,
+    "q2_hidden_fraction": check_hidden_fraction,
+}
+TIMEOUT_S = {"q1_order": 30, "q1_exceptions": 30, "q1_no_leaked_threads": 40,
+             "q1_overlap": 30, "q2_hidden_fraction": 10}
