@@ -5,6 +5,16 @@ headline figures and the roofline plot; topic plots live beside it. Nothing here
 plots consume the records other perfkit modules return.
 """
 
+from perfkit.viz.comm import (
+    collectives_widget,
+    compression_widget,
+    plot_buckets_accumulation,
+    plot_collectives,
+    plot_compression_tradeoff,
+    plot_convergence,
+    plot_data_parallel,
+    plot_method_comparison,
+)
 from perfkit.viz.core import (
     HEADLINE_MIME,
     Choice,
@@ -39,6 +49,14 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "collectives_widget",
+    "compression_widget",
+    "plot_buckets_accumulation",
+    "plot_collectives",
+    "plot_compression_tradeoff",
+    "plot_convergence",
+    "plot_data_parallel",
+    "plot_method_comparison",
     "loader_widget",
     "plot_loader_sweep",
     "plot_overlap",

@@ -1,8 +1,11 @@
 """Worker entry points that :func:`perfkit.dist.launch` runs under torchrun.
 
-Each module here parses its command line, joins the process group with
-:func:`perfkit.dist.init_worker`, calls library functions, hands JSON to
-:func:`perfkit.dist.worker_result` and ends with :func:`perfkit.dist.shutdown`.
-No experiment logic lives here; it lives in ``perfkit.comm``, ``perfkit.dp`` and
-``perfkit.compress`` where it can be tested and reused.
+Each module here parses its command line (``--config`` JSON), joins the process group with
+:func:`perfkit.dist.init_worker`, runs its experiment, hands JSON to
+:func:`perfkit.dist.worker_result` and ends with :func:`perfkit.dist.shutdown`. The
+modules hold experiment *drivers* (which model, which sizes, what to time); the components
+they drive (collectives, data-parallel synchronisers, compressors) live in
+``perfkit.comm``, ``perfkit.dp`` and ``perfkit.compress``, where they are tested on their
+own. ``perfkit.workers.suite`` runs several drivers in one job, since starting a job
+(every process imports torch) costs seconds.
 """

@@ -1,0 +1,210 @@
+"""Data parallelism from scratch: naive, bucketed, and overlapped with backward.
+
+Three gradient synchronisers, each a small step towards what
+``torch.nn.parallel.DistributedDataParallel`` does (Li et al., "PyTorch Distributed",
+VLDB 2020), all producing the gradient average over ranks:
+
+* :class:`NaiveDP`: after ``backward()``, one all-reduce per parameter. Many small
+  messages, each paying the collective's start-up latency (alpha).
+* :class:`BucketedDP`: after ``backward()``, gradients are copied into flat buckets of
+  about ``bucket_cap_mb`` and each bucket is all-reduced once: few, large messages.
+* :class:`OverlappedDP`: ``post_accumulate_grad`` hooks fill the buckets *during*
+  backward and launch an asynchronous all-reduce as soon as a bucket is complete, so
+  communication of late layers runs while early layers still compute their gradients.
+
+Buckets hold parameters in reverse registration order, the order backward produces
+their gradients, as DDP's do; they are launched strictly in bucket order so that every
+rank issues the same collectives in the same order.
+
+Usage (inside a worker started by :func:`perfkit.dist.launch`)::
+
+    dp = OverlappedDP(model, bucket_cap_mb=1.0)
+    loss_fn(model(x), y).backward()
+    dp.finish()                     # waits for the all-reduces; grads are now averaged
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = ["BucketedDP", "NaiveDP", "OverlappedDP", "assign_buckets"]
+
+
+def assign_buckets(params: Sequence[nn.Parameter], bucket_cap_bytes: int,
+                   first_bucket_bytes: int | None = None) -> list[list[int]]:
+    """Group parameter indices into buckets the way DDP's reducer does (torch 2.x).
+
+    Walk ``params`` in reverse (the order backward produces gradients), append each one
+    to the open bucket, and close the bucket as soon as it holds ``bucket_cap_bytes`` or
+    more; a tensor is never split, so a tensor larger than the cap closes a bucket by
+    itself. ``first_bucket_bytes`` (DDP uses 1 MiB when ``bucket_cap_mb`` is left at
+    its default) caps the first bucket, so that the first all-reduce starts early.
+
+    Raises:
+        ValueError: for an empty ``params`` or a cap < 1 byte.
+    """
+    if len(params) == 0:
+        raise ValueError("params is empty: the model has no trainable parameters")
+    if bucket_cap_bytes < 1 or (first_bucket_bytes is not None and first_bucket_bytes < 1):
+        raise ValueError(f"bucket_cap_bytes and first_bucket_bytes must be >= 1, got "
+                         f"{bucket_cap_bytes} and {first_bucket_bytes}")
+    buckets: list[list[int]] = [[]]
+    size = 0
+    for i in reversed(range(len(params))):
+        buckets[-1].append(i)
+        size += params[i].numel() * params[i].element_size()
+        first = len(buckets) == 1 and first_bucket_bytes is not None
+        if size >= (first_bucket_bytes if first else bucket_cap_bytes):
+            buckets.append([])
+            size = 0
+    if not buckets[-1]:
+        buckets.pop()
+    return buckets
+
+
+class _DataParallel:
+    """Shared set-up: parameter checks, the initial broadcast, and counters.
+
+    Warning:
+        Collective: construct it on every rank (it broadcasts rank 0's parameters).
+    """
+
+    def __init__(self, module: nn.Module, group=None) -> None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+        self.module = module
+        self.group = group
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("module has no parameters with requires_grad=True")
+        if any(not p.is_floating_point() for p in self.params):
+            raise TypeError("every trainable parameter must be a floating-point tensor")
+        self.world_size = dist.get_world_size(group)
+        self.calls = 0  # all-reduce calls issued
+        self.bytes = 0  # bytes all-reduced (message sizes, not wire traffic)
+        src = dist.get_global_rank(group, 0) if group is not None else 0
+        with torch.no_grad():  # every rank starts from the same weights, as DDP does
+            for p in module.state_dict().values():
+                dist.broadcast(p, src=src, group=group)
+
+    def _all_reduce(self, t: torch.Tensor, async_op: bool = False):
+        self.calls += 1
+        self.bytes += t.numel() * t.element_size()
+        t.div_(self.world_size)  # average: divide first, like DDP, to avoid overflow
+        return dist.all_reduce(t, group=self.group, async_op=async_op)
+
+    def _grad(self, p: nn.Parameter) -> torch.Tensor:
+        if p.grad is None:  # unused in this step: contribute zeros, as DDP does
+            p.grad = torch.zeros_like(p)
+        return p.grad
+
+
+class NaiveDP(_DataParallel):
+    """One blocking all-reduce per parameter after backward.
+
+    Warning:
+        Collective: :meth:`finish` must run on every rank after every backward.
+    """
+
+    def finish(self) -> None:
+        """Average every gradient over ranks, one all-reduce per parameter."""
+        for p in self.params:
+            self._all_reduce(self._grad(p))
+
+
+class BucketedDP(_DataParallel):
+    """One blocking all-reduce per flat bucket of about ``bucket_cap_mb`` after backward.
+
+    Warning:
+        Collective: :meth:`finish` must run on every rank after every backward.
+    """
+
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, group=None) -> None:
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb!r}")
+        super().__init__(module, group)
+        self.buckets = assign_buckets(self.params, int(bucket_cap_mb * 2**20))
+        # one flat fp32 buffer per bucket, allocated once: (sum of bucket numels,)
+        self.buffers = [torch.empty(sum(self.params[i].numel() for i in b),
+                                    dtype=self.params[b[0]].dtype, device=self.params[b[0]].device)
+                        for b in self.buckets]
+
+    def _pack(self, k: int) -> None:
+        off = 0
+        for i in self.buckets[k]:
+            g = self._grad(self.params[i])
+            self.buffers[k][off: off + g.numel()].copy_(g.view(-1))
+            off += g.numel()
+
+    def _unpack(self, k: int) -> None:
+        off = 0
+        for i in self.buckets[k]:
+            g = self.params[i].grad
+            g.copy_(self.buffers[k][off: off + g.numel()].view_as(g))
+            off += g.numel()
+
+    def finish(self) -> None:
+        """Average every gradient over ranks, one all-reduce per bucket."""
+        for k in range(len(self.buckets)):
+            self._pack(k)
+            self._all_reduce(self.buffers[k])
+            self._unpack(k)
+
+
+class OverlappedDP(BucketedDP):
+    """Buckets all-reduced asynchronously *during* backward, as their gradients arrive.
+
+    A ``post_accumulate_grad`` hook on each parameter counts arrivals per bucket; when a
+    bucket is complete (and every earlier bucket was launched) it is packed and its
+    all-reduce is launched with ``async_op=True``. :meth:`finish` launches what is left
+    (parameters unused in this step), waits for every handle and unpacks.
+
+    Warning:
+        Collective: every rank must run backward and :meth:`finish` each step.
+    """
+
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, group=None) -> None:
+        super().__init__(module, bucket_cap_mb, group)
+        self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
+        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i))
+                       for i, p in enumerate(self.params)]
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ready = [0] * len(self.buckets)
+        self._handles: list = []  # async work handles, in bucket order
+
+    def _make_hook(self, i: int):
+        def hook(_: torch.Tensor) -> None:
+            k = self._bucket_of[i]
+            self._ready[k] += 1
+            self._launch_ready()
+        return hook
+
+    def _launch_ready(self) -> None:
+        # launch in bucket order only: ranks must issue collectives in the same order
+        while (len(self._handles) < len(self.buckets)
+               and self._ready[len(self._handles)] == len(self.buckets[len(self._handles)])):
+            k = len(self._handles)
+            self._pack(k)
+            self._handles.append(self._all_reduce(self.buffers[k], async_op=True))
+
+    def finish(self) -> None:
+        """Launch any bucket not yet launched, wait for all, write averaged grads back."""
+        for k in range(len(self._handles), len(self.buckets)):
+            self._pack(k)
+            self._handles.append(self._all_reduce(self.buffers[k], async_op=True))
+        for k, h in enumerate(self._handles):
+            h.wait()
+            self._unpack(k)
+        self._reset()
+
+    def remove_hooks(self) -> None:
+        """Detach the gradient hooks from the module's parameters."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []

@@ -1,0 +1,113 @@
+"""Worker: collective sweeps and all-reduce correctness checks, configured by JSON.
+
+Run by :func:`perfkit.dist.launch`::
+
+    launch("perfkit.workers.collectives", 2, ["--config", json.dumps(
+        {"sweep": {"ops": ["all_reduce"], "sizes": [1024, 1 << 20]},
+         "ring": {"sizes": [7, 1000]}})])
+
+Tasks (keys of the config; rank 0's result holds every task's output):
+
+* ``sweep``: :func:`perfkit.comm.sweep` -> list of :class:`CollectivePoint` dicts.
+* ``ring``: :func:`perfkit.comm.ring_all_reduce` against ``dist.all_reduce``.
+* ``impl``: the same check for a user's function, shipped as a cloudpickle file
+  (``{"impl": {"path": ".../fn.pkl", "sizes": [...]}}``); see :func:`check_allreduce`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from perfkit import comm
+from perfkit import dist as pdist
+from perfkit.timing import benchmark
+
+
+def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
+                    repeat: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+    """Compare ``fn(t)`` (an in-place sum over ranks) with ``dist.all_reduce`` per size.
+
+    Integer-valued fp32 data makes every summation order exact, so ``int_exact`` must be
+    ``True``; random normal data checks the float path with a tolerance. With
+    ``repeat > 0`` both are also timed (median seconds, slowest rank).
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    rank = dist.get_rank()
+    out = []
+    for numel in sizes:
+        g = torch.Generator().manual_seed(seed * 1000 + rank * 7919 + numel)
+        x = torch.randint(-100, 100, (numel,), generator=g).float()
+        want = x.clone()
+        dist.all_reduce(want)
+        got = x.clone()
+        ret = fn(got)
+        xf = torch.randn(numel, generator=g)
+        wantf = xf.clone()
+        dist.all_reduce(wantf)
+        gotf = xf.clone()
+        fn(gotf)
+        rec: dict[str, Any] = {
+            "numel": numel,
+            "int_exact": bool(torch.equal(got, want)),
+            "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
+            "in_place": ret is None or ret is got,
+        }
+        if repeat:
+            t_fn = benchmark(lambda g=got: fn(g), warmup=1, repeat=repeat).median_s
+            t_ref = benchmark(lambda w=want: dist.all_reduce(w), warmup=1, repeat=repeat).median_s
+            ts = torch.tensor([t_fn, t_ref], dtype=torch.float64)
+            dist.all_reduce(ts, op=dist.ReduceOp.MAX)
+            rec["time_s"], rec["ref_time_s"] = ts.tolist()
+        out.append(rec)
+    return out
+
+
+def _load_pickled(path: str) -> Callable[..., Any]:
+    import cloudpickle
+
+    with open(path, "rb") as f:
+        return cloudpickle.load(f)
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run the tasks in ``cfg`` (see the module docstring); return this rank's results.
+
+    Warning:
+        Collective: every rank must call it with the same ``cfg``.
+    """
+    result: dict[str, Any] = {"world_size": dist.get_world_size(),
+                              "backend": dist.get_backend()}
+    if "sweep" in cfg:
+        s = cfg["sweep"]
+        pts = comm.sweep(s.get("ops", list(comm.OPS)), s["sizes"], repeat=s.get("repeat", 5))
+        result["sweep"] = [asdict(pt) for pt in pts]
+    if "ring" in cfg:
+        r = cfg["ring"]
+        result["ring"] = check_allreduce(comm.ring_all_reduce, r["sizes"], r.get("repeat", 0))
+    if "impl" in cfg:
+        i = cfg["impl"]
+        result["impl"] = check_allreduce(_load_pickled(i["path"]), i["sizes"],
+                                         i.get("repeat", 0))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True, help="JSON object of tasks")
+    cfg = json.loads(p.parse_args(argv).config)
+    pdist.init_worker()
+    pdist.worker_result(run(cfg))
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

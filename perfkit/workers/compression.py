@@ -1,0 +1,218 @@
+"""Worker: 2-process DDP training with each gradient-compression method, side by side.
+
+Run by :func:`perfkit.dist.launch`; configured by JSON::
+
+    launch("perfkit.workers.compression", 2, ["--config", json.dumps(
+        {"workload": "digits", "steps": 150, "methods": ["none", "topk_1pct_ef"]})])
+
+Methods (``METHODS``): ``none`` (DDP's all-reduce), torch's ``fp16_hook``, ``bf16_hook``
+and ``powersgd_r{1,2,4}``, and perfkit compressors through
+:func:`perfkit.compress.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
+``sign``, each also with ``_ef`` (error feedback); any ``topk_<p>pct`` / ``randomk_<p>pct``
+works, and ``dense`` sends the uncompressed gradient through the same hook. Every
+method trains a fresh model from the same seed on the same batches.
+
+Workloads are the module-01 ones from :mod:`perfkit.models`: ``digits`` (``SmallCNN``
+on sklearn's digits, 80/20 split) and ``gpt2`` (tiny GPT-2 on the stdlib corpus). The
+optimizer is SGD with momentum, the setting Deep Gradient Compression studies.
+
+Rank 0's result, per method: per-step losses (mean over ranks), ``final_loss`` (the whole
+training split, after the last step), ``eval_accuracy`` (digits only), payload bytes per
+step against dense fp32 bytes, and the median step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from perfkit import compress
+from perfkit import dist as pdist
+from perfkit.timing import Timer
+
+METHODS = ("none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powersgd_r4",
+           "topk_1pct", "topk_1pct_ef", "randomk_1pct", "randomk_1pct_ef", "qsgd", "qsgd_ef",
+           "sign", "sign_ef")
+
+
+class _Counted:
+    """Hook state wrapper: counts dense and payload bytes per bucket for torch's hooks."""
+
+    def __init__(self, inner_state: Any, wire: Callable[[Any, Any], int]) -> None:
+        self.inner, self.wire = inner_state, wire
+        self.wire_bytes = self.dense_bytes = 0
+
+
+def _counted_hook(inner_hook):
+    def hook(state, bucket):  # no annotations: DDP checks real types
+        buf = bucket.buffer()
+        state.dense_bytes += buf.numel() * buf.element_size()
+        state.wire_bytes += state.wire(state.inner, bucket)
+        return inner_hook(state.inner, bucket)
+    return hook
+
+
+def _powersgd_wire(st: psgd.PowerSGDState, bucket) -> int:
+    """Payload bytes of one bucket under PowerSGD's own rule (fp32 P and Q per matrix)."""
+    if st.iter < st.start_powerSGD_iter:
+        return bucket.buffer().numel() * 4  # plain all-reduce before compression starts
+    total = 0
+    for g in bucket.gradients():
+        if g.ndim > 1:
+            rows, cols = g.shape[0], g.numel() // g.shape[0]
+            ok, _, small = psgd._should_compress(rows, cols, st.matrix_approximation_rank,
+                                                 st.min_compression_rate)
+            total += 4 * (small if ok else rows * cols)
+        else:
+            total += 4 * g.numel()
+    return total
+
+
+def make_compressor(method: str, seed: int = 0) -> compress.Compressor:
+    """A perfkit compressor from a method name (``topk_1pct_ef``, ``qsgd``, ...)."""
+    ef = method.endswith("_ef")
+    base = method.removesuffix("_ef")
+    m = re.fullmatch(r"(topk|randomk)_(\d+(?:p\d+)?)pct", base)
+    if m:
+        ratio = float(m.group(2).replace("p", ".")) / 100
+        comp = (compress.TopK(ratio, "sampled") if m.group(1) == "topk"
+                else compress.RandomK(ratio, seed))
+    elif base == "qsgd":
+        comp = compress.QSGD(seed + dist.get_rank())  # independent rounding per rank
+    elif base == "sign":
+        comp = compress.Sign()
+    elif base == "dense":
+        comp = compress.Compressor()  # the identity, through the hook: checks the adapter
+    else:
+        raise ValueError(f"unknown method {method!r}; known: {METHODS}")
+    return compress.ErrorFeedback(comp) if ef else comp
+
+
+def attach(model: DDP, method: str, seed: int = 0) -> Any:
+    """Register ``method``'s comm hook on ``model``; return the state holding byte counts."""
+    if method == "none":
+        st: Any = _Counted(None, lambda _, b: b.buffer().numel() * 4)
+        model.register_comm_hook(st, _counted_hook(default_hooks.allreduce_hook))
+    elif method in ("fp16_hook", "bf16_hook"):
+        inner = (default_hooks.fp16_compress_hook if method == "fp16_hook"
+                 else default_hooks.bf16_compress_hook)
+        st = _Counted(None, lambda _, b: b.buffer().numel() * 2)
+        model.register_comm_hook(st, _counted_hook(inner))
+    elif method.startswith("powersgd_r"):
+        ps = psgd.PowerSGDState(None, matrix_approximation_rank=int(method[10:]),
+                                start_powerSGD_iter=2, random_seed=seed)
+        st = _Counted(ps, _powersgd_wire)
+        model.register_comm_hook(st, _counted_hook(psgd.powerSGD_hook))
+    else:
+        st = compress.HookState(make_compressor(method, seed))
+        model.register_comm_hook(st, compress.compression_hook)
+    return st
+
+
+def _digits(seed: int):
+    from perfkit.models import SmallCNN, digits_data
+
+    x, y = digits_data()
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))
+    x, y = x[perm], y[perm]
+    cut = int(0.8 * len(x))
+    torch.manual_seed(seed)
+    return SmallCNN(), (x[:cut], y[:cut]), (x[cut:], y[cut:]), nn.functional.cross_entropy
+
+
+def _gpt2(seed: int):
+    from perfkit.models import encode_corpus, text_corpus, tiny_gpt2, train_bpe_tokenizer
+
+    tok = train_bpe_tokenizer(1024, 300_000)
+    ids = encode_corpus(tok, text_corpus(300_000))
+    n = (len(ids) - 1) // 64
+    xs = ids[: n * 64].view(n, 64)
+    ys = ids[1: n * 64 + 1].view(n, 64)
+    torch.manual_seed(seed)
+    model = tiny_gpt2(1024, 64, 64, 2, 2)
+
+    def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits.logits.reshape(-1, 1024), y.reshape(-1))
+    cut = int(0.9 * n)
+    return model, (xs[:cut], ys[:cut]), (xs[cut:], ys[cut:]), loss_fn
+
+
+def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: int = 0
+          ) -> dict[str, Any]:
+    """Train ``workload`` for ``steps`` SGD-momentum steps with ``method``'s hook.
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    model, (xt, yt), (xe, ye), loss_fn = {"digits": _digits, "gpt2": _gpt2}[workload](seed)
+    if dist.get_backend() == "nccl":  # init_worker bound this rank's GPU
+        dev = torch.device("cuda", torch.cuda.current_device())
+        model, xt, yt, xe, ye = model.to(dev), xt.to(dev), yt.to(dev), xe.to(dev), ye.to(dev)
+    ddp = DDP(model)
+    state = attach(ddp, method, seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(seed)  # the same on every rank: one global batch
+    losses, times = torch.zeros(steps, device=xt.device), []
+    for step in range(steps):
+        idx = torch.randint(len(xt), (batch * world,), generator=g)[rank::world].to(xt.device)
+        with Timer() as t:
+            loss = loss_fn(ddp(xt[idx]), yt[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        losses[step] = loss.detach()
+        times.append(t.elapsed_s)
+    dist.all_reduce(losses)
+    with torch.no_grad():
+        final = sum(float(loss_fn(model(xt[i: i + 256]), yt[i: i + 256])) * len(xt[i: i + 256])
+                    for i in range(0, len(xt), 256)) / len(xt)
+        acc = (float((model(xe).argmax(1) == ye).float().mean()) if workload == "digits"
+               else None)
+    calls = max(1, steps)
+    times_t = torch.tensor(sorted(times)[len(times) // 2], dtype=torch.float64)
+    dist.all_reduce(times_t, op=dist.ReduceOp.MAX)
+    return {"method": method, "losses": (losses / world).tolist(), "final_loss": final,
+            "eval_accuracy": acc, "wire_bytes_per_step": state.wire_bytes / calls,
+            "dense_bytes_per_step": state.dense_bytes / calls,
+            "step_s": float(times_t), "n_params": sum(p.numel() for p in model.parameters())}
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Train every method in ``cfg["methods"]``; return this rank's results.
+
+    Warning:
+        Collective: every rank must call it with the same ``cfg``.
+    """
+    torch.set_num_threads(1)
+    workload = cfg.get("workload", "digits")
+    if workload not in ("digits", "gpt2"):
+        raise ValueError(f"workload must be 'digits' or 'gpt2', got {workload!r}")
+    default_lr = {"digits": 0.05, "gpt2": 0.3}[workload]
+    runs = [train(workload, m, cfg.get("steps", 150), cfg.get("batch", 32),
+                  cfg.get("lr", default_lr), cfg.get("seed", 0))
+            for m in cfg.get("methods", list(METHODS))]
+    return {"world_size": dist.get_world_size(), "workload": workload, "runs": runs}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True, help="JSON object")
+    cfg = json.loads(p.parse_args(argv).config)
+    pdist.init_worker()
+    pdist.worker_result(run(cfg))
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

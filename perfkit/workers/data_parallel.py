@@ -1,0 +1,233 @@
+"""Worker: data parallelism experiments (from scratch vs DDP, bucket size, accumulation).
+
+Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
+
+    launch("perfkit.workers.data_parallel", 2, ["--config", json.dumps(
+        {"model": {"width": 512, "depth": 6}, "batch": 32,
+         "compare": {"repeat": 5}, "buckets": {"caps_mb": [0.25, 25]},
+         "accumulate": {"ks": [1, 4]}})])
+
+* ``compare``: :class:`~perfkit.dp.NaiveDP`, :class:`~perfkit.dp.BucketedDP`,
+  :class:`~perfkit.dp.OverlappedDP` and DDP on the same model and data: gradients
+  against DDP's (max abs difference), step time, and the measured share of
+  communication hidden behind backward.
+* ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``,
+  and the calls :func:`perfkit.dp.assign_buckets` predicts.
+* ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
+  all-reduced per sample, and the gradient against one big batch.
+
+Each rank draws its own micro-batches from a seeded generator (rank-dependent), so the
+gradient average really mixes different data. Times are the slowest rank's median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from perfkit import dist as pdist
+from perfkit.dp import BucketedDP, NaiveDP, OverlappedDP, assign_buckets
+from perfkit.timing import benchmark, interleaved
+
+
+def make_mlp(width: int = 512, depth: int = 6, d_in: int = 64, classes: int = 10,
+             seed: int = 0) -> nn.Module:
+    """An MLP whose gradient size (and so communication) is set by ``width`` and ``depth``."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = [nn.Linear(d_in, width), nn.ReLU()]
+    for _ in range(depth - 2):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def _device() -> torch.device:
+    """CUDA (the device init_worker bound) with nccl, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+
+
+def _mlp(model_kw: dict[str, Any]) -> nn.Module:
+    return make_mlp(**model_kw).to(_device())
+
+
+def _batch(batch: int, step: int, d_in: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + dist.get_rank())
+    x, y = torch.randn(batch, d_in, generator=g), torch.randint(0, 10, (batch,), generator=g)
+    return x.to(_device()), y.to(_device())
+
+
+def _slowest(values: Sequence[float]) -> list[float]:
+    t = torch.tensor(list(values), dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def compare(model_kw: dict[str, Any], batch: int, bucket_cap_mb: float, repeat: int
+            ) -> dict[str, Any]:
+    """Gradients and step times of the three from-scratch synchronisers and DDP."""
+    x, y = _batch(batch, 0)
+    loss_fn = nn.functional.cross_entropy
+    models = {m: _mlp(model_kw) for m in ("ddp", "naive", "bucketed", "overlapped")}
+    syncs: dict[str, Callable[[], None]] = {"ddp": lambda: None}
+    runners = {"ddp": DDP(models["ddp"], bucket_cap_mb=bucket_cap_mb)}
+    for name, cls in (("naive", NaiveDP), ("bucketed", BucketedDP), ("overlapped", OverlappedDP)):
+        kw = {} if name == "naive" else {"bucket_cap_mb": bucket_cap_mb}
+        dp = cls(models[name], **kw)
+        runners[name], syncs[name] = models[name], dp.finish
+    grads = {}
+    for name, run in runners.items():
+        loss_fn(run(x), y).backward()
+        syncs[name]()
+        grads[name] = _flat_grad(models[name]).clone()
+    max_diff = {n: float((g - grads["ddp"]).abs().max()) for n, g in grads.items()}
+    scale = float(grads["ddp"].abs().max())
+
+    def step(name: str) -> Callable[[], None]:
+        def fn() -> None:
+            models[name].zero_grad(set_to_none=False)
+            loss_fn(runners[name](x), y).backward()
+            syncs[name]()
+        return fn
+
+    plain = _mlp(model_kw)
+    bucketed = BucketedDP(_mlp(model_kw), bucket_cap_mb)
+
+    def compute() -> None:  # forward + backward, no communication at all
+        plain.zero_grad(set_to_none=False)
+        loss_fn(plain(x), y).backward()
+
+    loss_fn(bucketed.module(x), y).backward()
+    names = list(runners)
+    fns = [step(n) for n in names] + [compute, bucketed.finish]
+    # interleaved (A, B, C, ... A, B, C): load drifts on a shared machine; ratios stay fair
+    times = _slowest([m.median_s for m in interleaved(fns, warmup=2, repeat=repeat)])
+    t = dict(zip(names + ["compute_only", "comm_only"], times, strict=True))
+    hidden = (t["compute_only"] + t["comm_only"] - t["overlapped"]) / t["comm_only"]
+    n_params = sum(p.numel() for p in plain.parameters())
+    return {"max_abs_diff_vs_ddp": max_diff, "grad_scale": scale, "time_s": t,
+            "hidden_share": hidden, "n_params": n_params, "grad_bytes": 4 * n_params,
+            "buckets": len(bucketed.buckets), "batch": batch}
+
+
+class _Counter:
+    """DDP comm-hook state: counts all-reduce calls and bytes, then all-reduces as usual."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.bytes = 0
+
+
+def _counting_hook(state, bucket):  # no annotations: DDP checks them against real types
+    state.calls += 1
+    state.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float], repeat: int
+            ) -> list[dict[str, Any]]:
+    """DDP step time and all-reduce calls per step for each ``bucket_cap_mb``."""
+    x, y = _batch(batch, 0)
+    out = []
+    for cap in caps_mb:
+        model = DDP(_mlp(model_kw), bucket_cap_mb=cap)
+        counter = _Counter()
+        model.register_comm_hook(counter, _counting_hook)
+
+        def fn(model: DDP = model) -> None:
+            model.zero_grad(set_to_none=False)
+            nn.functional.cross_entropy(model(x), y).backward()
+
+        fn()  # DDP rebuilds its buckets in the order gradients arrived after step 1
+        counter.calls = counter.bytes = 0
+        fn()
+        calls = counter.calls
+        (t,) = _slowest([benchmark(fn, warmup=1, repeat=repeat).median_s])
+        predicted = len(assign_buckets(list(model.module.parameters()), int(cap * 2**20)))
+        out.append({"bucket_cap_mb": cap, "calls_per_step": calls, "step_s": t,
+                    "predicted_calls": predicted})
+    return out
+
+
+def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: int
+               ) -> list[dict[str, Any]]:
+    """DDP with ``no_sync()`` over ``k`` micro-batches of ``batch`` samples per rank."""
+    out = []
+    for k in ks:
+        model = DDP(_mlp(model_kw))
+        counter = _Counter()
+        model.register_comm_hook(counter, _counting_hook)
+        micro = [_batch(batch, s) for s in range(k)]
+
+        def fn(model: DDP = model, micro: list = micro) -> None:
+            model.zero_grad(set_to_none=False)
+            for j, (x, y) in enumerate(micro):
+                if j < len(micro) - 1:
+                    with model.no_sync():  # gradients accumulate locally, no all-reduce
+                        (nn.functional.cross_entropy(model(x), y) / len(micro)).backward()
+                else:
+                    (nn.functional.cross_entropy(model(x), y) / len(micro)).backward()
+
+        fn()
+        counter.calls = counter.bytes = 0
+        fn()
+        acc = _flat_grad(model.module).clone()
+        calls, nbytes = counter.calls, counter.bytes
+        big = DDP(_mlp(model_kw))  # one batch of k * batch samples, same data
+        xs, ys = torch.cat([m[0] for m in micro]), torch.cat([m[1] for m in micro])
+        nn.functional.cross_entropy(big(xs), ys).backward()
+        diff = float((acc - _flat_grad(big.module)).abs().max())
+        (t,) = _slowest([benchmark(fn, warmup=1, repeat=repeat).median_s])
+        samples = k * batch * dist.get_world_size()
+        out.append({"k": k, "samples_per_step": samples, "step_s": t,
+                    "s_per_sample": t / samples, "allreduce_calls": calls,
+                    "allreduce_bytes_per_sample": nbytes / samples,
+                    "max_abs_diff_vs_big_batch": diff})
+    return out
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run the tasks in ``cfg`` (see the module docstring); return this rank's results.
+
+    Warning:
+        Collective: every rank must call it with the same ``cfg``.
+    """
+    torch.set_num_threads(1)
+    model_kw = cfg.get("model", {})
+    batch = cfg.get("batch", 32)
+    result: dict[str, Any] = {"world_size": dist.get_world_size()}
+    if "compare" in cfg:
+        c = cfg["compare"]
+        result["compare"] = compare(model_kw, batch, c.get("bucket_cap_mb", 1.0),
+                                    c.get("repeat", 5))
+    if "buckets" in cfg:
+        b = cfg["buckets"]
+        result["buckets"] = buckets(model_kw, batch, b["caps_mb"], b.get("repeat", 5))
+    if "accumulate" in cfg:
+        a = cfg["accumulate"]
+        result["accumulate"] = accumulate(model_kw, batch, a["ks"], a.get("repeat", 3))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True, help="JSON object of tasks")
+    cfg = json.loads(p.parse_args(argv).config)
+    pdist.init_worker()
+    pdist.worker_result(run(cfg))
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

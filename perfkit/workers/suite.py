@@ -1,0 +1,53 @@
+"""Worker: several experiment workers in one torchrun job (one start-up, not three).
+
+Starting a job costs seconds (every process imports torch), so notebooks batch their
+experiments::
+
+    launch("perfkit.workers.suite", 2, ["--config", json.dumps(
+        {"collectives": {"ring": {"sizes": [7]}},
+         "data_parallel": {"compare": {"repeat": 3}}})])
+
+Each key names a module of :mod:`perfkit.workers` with a ``run(cfg)`` function; rank 0's
+result maps each key to that module's result, in the order given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from perfkit import dist as pdist
+
+WORKERS = ("collectives", "data_parallel", "compression")
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run each named worker's ``run`` with its own config.
+
+    Warning:
+        Collective: every rank must call it with the same ``cfg``.
+
+    Raises:
+        ValueError: for a key that is not in :data:`WORKERS`.
+    """
+    unknown = set(cfg) - set(WORKERS)
+    if unknown:
+        raise ValueError(f"unknown workers {sorted(unknown)}; known: {WORKERS}")
+    return {name: importlib.import_module(f"perfkit.workers.{name}").run(sub)
+            for name, sub in cfg.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--config", required=True, help="JSON object: worker name -> config")
+    cfg = json.loads(p.parse_args(argv).config)
+    pdist.init_worker()
+    pdist.worker_result(run(cfg))
+    pdist.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""perfkit.comm and perfkit.dp pieces that need no second process."""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from perfkit import comm, dp
+
+
+@pytest.mark.parametrize("op,n,want", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
+    ("all_gather", 2, 0.5), ("reduce_scatter", 4, 0.75), ("broadcast", 8, 1.0),
+    ("all_reduce", 1, 0.0)])
+def test_bus_factor_matches_nccl_tests(op, n, want):
+    assert comm.bus_factor(op, n) == pytest.approx(want)
+
+
+def test_bus_factor_rejects_bad_input():
+    with pytest.raises(ValueError, match="op"):
+        comm.bus_factor("alltoall", 2)
+    with pytest.raises(ValueError, match="world_size"):
+        comm.bus_factor("all_reduce", 0)
+
+
+def test_alpha_beta_fit_recovers_a_known_model():
+    alpha, bw = 50e-6, 2e9  # 50 us, 2 GB/s
+    sizes = [2**k for k in range(10, 27, 2)]
+    times = [alpha + s / bw for s in sizes]
+    fit = comm.fit_alpha_beta(sizes, times)
+    assert fit.alpha_s == pytest.approx(alpha, rel=1e-6)
+    assert fit.bandwidth == pytest.approx(bw, rel=1e-6)
+    assert fit.predict(1e6) == pytest.approx(alpha + 1e6 / bw)
+    assert fit.half_bandwidth_bytes == pytest.approx(alpha * bw)
+
+
+def test_alpha_beta_fit_weights_small_messages():
+    # 10 % noise on the largest point must not wreck alpha (an unweighted fit does)
+    sizes = [2**k for k in range(10, 27, 2)]
+    times = [20e-6 + s / 1e9 for s in sizes]
+    times[-1] *= 1.1
+    fit = comm.fit_alpha_beta(sizes, times)
+    assert 15e-6 < fit.alpha_s < 25e-6
+
+
+def test_alpha_beta_fit_errors():
+    with pytest.raises(ValueError, match="length"):
+        comm.fit_alpha_beta([1, 2], [1.0])
+    with pytest.raises(ValueError, match="distinct"):
+        comm.fit_alpha_beta([4, 4], [1.0, 1.0])
+    with pytest.raises(ValueError, match="times_s"):
+        comm.fit_alpha_beta([1, 2], [1.0, 0.0])
+
+
+def test_ring_time_model():
+    link = comm.AlphaBeta(alpha_s=1e-5, bandwidth=1e9)
+    # 2 ranks: 2 steps of half the buffer
+    assert comm.ring_allreduce_time(1e6, 2, link) == pytest.approx(2 * (1e-5 + 5e5 / 1e9))
+    # the bandwidth term tends to 2 * nbytes / bandwidth as the ring grows
+    big = comm.ring_allreduce_time(1e9, 1000, link) - 2 * 999 * 1e-5
+    assert big == pytest.approx(2 * 1e9 / 1e9 * 999 / 1000)
+    assert comm.ring_allreduce_time(1e6, 1, link) == 0.0
+
+
+@pytest.fixture
+def single_process_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_ring_all_reduce_single_rank_and_errors(single_process_group):
+    t = torch.arange(5.0)
+    assert comm.ring_all_reduce(t) is t and torch.equal(t, torch.arange(5.0))
+    with pytest.raises(ValueError, match="contiguous"):
+        comm.ring_all_reduce(torch.ones(4, 4).t())
+    with pytest.raises(TypeError, match="tensor"):
+        comm.ring_all_reduce([1.0, 2.0])  # type: ignore[arg-type]
+    p = comm.benchmark_collective("all_reduce", 4096, repeat=1, warmup=0)
+    assert p.world_size == 1 and p.busbw == 0.0 and p.nbytes == 4096 and p.time_s > 0
+    with pytest.raises(ValueError, match="op"):
+        comm.benchmark_collective("gather", 4096)
+
+
+def test_feature_detected_collectives_are_the_new_names_when_present():
+    if hasattr(dist, "reduce_scatter_single"):
+        assert comm._RS is dist.reduce_scatter_single
+        assert comm._AG is dist.all_gather_single
+    else:
+        assert comm._RS is dist.reduce_scatter_tensor
+
+
+def test_assign_buckets_reverse_order_and_cap():
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (10, 20, 30, 40)]  # fp32
+    # bytes 40, 80, 120, 160; a bucket closes once it holds the cap or more (DDP's rule)
+    assert dp.assign_buckets(params, 10**9) == [[3, 2, 1, 0]]
+    assert dp.assign_buckets(params, 200) == [[3, 2], [1, 0]]
+    assert dp.assign_buckets(params, 1) == [[3], [2], [1], [0]]  # never split a tensor
+    assert dp.assign_buckets(params, 10**9, first_bucket_bytes=100) == [[3], [2, 1, 0]]
+    with pytest.raises(ValueError, match="params"):
+        dp.assign_buckets([], 10)
+    with pytest.raises(ValueError, match="bucket_cap_bytes"):
+        dp.assign_buckets(params, 0)
+
+
+def test_dp_wrappers_reject_bad_modules(single_process_group):
+    with pytest.raises(TypeError, match="module"):
+        dp.NaiveDP("not a module")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="requires_grad"):
+        dp.NaiveDP(torch.nn.ReLU())
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        dp.BucketedDP(torch.nn.Linear(2, 2), bucket_cap_mb=0)
+    m = torch.nn.Linear(3, 2)
+    o = dp.OverlappedDP(m, bucket_cap_mb=1e-6)  # world size 1: average == identity
+    m(torch.ones(4, 3)).sum().backward()
+    o.finish()
+    assert torch.allclose(m.weight.grad, torch.ones(2, 3) * 4)
+    assert o.calls == 2 and o.bytes == 4 * 8 and not math.isnan(float(m.bias.grad.sum()))
+
+
+def _fake_points(world: int) -> list:
+    fit = comm.AlphaBeta(30e-6, 1e9)
+    pts = []
+    for op in comm.OPS:
+        for s in (1024, 65536, 1 << 20):
+            t = fit.predict(s) * (1 + world / 10)
+            pts.append(comm.CollectivePoint(op, s, world, t, s / t,
+                                            s / t * comm.bus_factor(op, world)))
+    return pts
+
+
+def test_collective_plots_and_widget_extremes():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import comm as vcomm
+
+    pts = _fake_points(2)
+    fits = {"all_reduce": comm.fit_alpha_beta([p.nbytes for p in pts[:3]],
+                                              [p.time_s for p in pts[:3]])}
+    fig = vcomm.plot_collectives(pts, fits, copy_bytes_per_s=8e9)
+    assert len(fig.axes) == 2
+    plt.close(fig)
+    spec = vcomm.collectives_widget({2: pts, 3: _fake_points(3)}, fits["all_reduce"])
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        assert "predicted" in fig.axes[0].get_title()
+        plt.close(fig)
+    with pytest.raises(ValueError, match="points"):
+        vcomm.plot_collectives([])
+    with pytest.raises(ValueError, match="measured"):
+        vcomm.collectives_widget({}, fits["all_reduce"])
+
+
+def test_data_parallel_plots():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import comm as vcomm
+
+    t = {"compute_only": 0.01, "comm_only": 0.02, "naive": 0.05, "bucketed": 0.03,
+         "overlapped": 0.025, "ddp": 0.024}
+    fig = vcomm.plot_data_parallel({"time_s": t, "n_params": 1000, "buckets": 3,
+                                    "hidden_share": 0.25})
+    assert "25%" in fig.axes[0].get_title()
+    plt.close(fig)
+    b = [{"bucket_cap_mb": c, "step_s": 0.01, "calls_per_step": n} for c, n in ((0.1, 5), (25, 1))]
+    a = [{"k": k, "allreduce_bytes_per_sample": 100 / k, "s_per_sample": 1e-4} for k in (1, 4)]
+    plt.close(vcomm.plot_buckets_accumulation(b, a))
+    with pytest.raises(ValueError, match="non-empty"):
+        vcomm.plot_buckets_accumulation([], a)
