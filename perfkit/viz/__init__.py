@@ -15,6 +15,13 @@ from perfkit.viz.comm import (
     plot_data_parallel,
     plot_method_comparison,
 )
+from perfkit.viz.compute import (
+    compute_widget,
+    plot_attention_sweep,
+    plot_break_even,
+    plot_shape_sweep,
+    plot_throughput,
+)
 from perfkit.viz.core import (
     HEADLINE_MIME,
     Choice,
@@ -49,6 +56,11 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "compute_widget",
+    "plot_attention_sweep",
+    "plot_break_even",
+    "plot_shape_sweep",
+    "plot_throughput",
     "collectives_widget",
     "compression_widget",
     "plot_buckets_accumulation",

@@ -1,0 +1,233 @@
+"""Plots and the widget of notebook 06 (compute); they consume :mod:`perfkit.compute` records.
+
+Usage::
+
+    from perfkit.viz.compute import compute_widget, plot_break_even
+    plot_break_even(compute.measure_compile(eager_step, compiled_step))
+    build_widget(compute_widget(compute.StepBench.gpt2(limits)))   # dtype, compile, batch
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
+
+from perfkit.viz.core import Choice, WidgetSpec, si
+
+__all__ = ["compute_widget", "plot_attention_sweep", "plot_break_even", "plot_loss_curves",
+           "plot_shape_sweep", "plot_throughput"]
+
+
+def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | None = None,
+                     title: str = "") -> Figure:
+    """Loss per step of several runs, and each run's gap to the first one.
+
+    Args:
+        curves: run name -> loss per step (same length); the first is the reference.
+        tolerance: optional allowed gap, drawn as a dashed line on the gap panel.
+        title: the figure's title.
+
+    Raises:
+        ValueError: for no curves or curves of different lengths.
+    """
+    if not curves:
+        raise ValueError("curves must hold at least one run")
+    lengths = {len(v) for v in curves.values()}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"curves must be non-empty and of one length, got lengths {sorted(lengths)}")
+    ref_name, ref = next(iter(curves.items()))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, losses in curves.items():
+        ax1.plot(range(1, len(losses) + 1), losses, label=name)
+        if name != ref_name:
+            ax2.plot(range(1, len(losses) + 1), [abs(a - b) for a, b in zip(losses, ref)],
+                     label=f"|{name} - {ref_name}|")
+    if tolerance is not None:
+        ax2.axhline(tolerance, ls="--", c="gray", label=f"tolerance {tolerance:.3g}")
+    ax1.set(xlabel="step", ylabel="training loss", title="loss per step")
+    ax2.set(xlabel="step", ylabel="absolute gap", title=f"gap to {ref_name}")
+    for ax in (ax1, ax2):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "Same model, same data, same seed: does precision change training?",
+                 fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_break_even(record: Any, calls: int | None = None, title: str = "") -> Figure:
+    """Cumulative seconds of eager and compiled calls: where compiling pays for itself.
+
+    Args:
+        record: a :class:`perfkit.compute.CompileRecord`.
+        calls: x-axis length; default twice the break-even point (100 if it never pays).
+        title: the figure's title.
+    """
+    eager, compiled = record.eager.median_s, record.compiled.median_s
+    be = record.break_even_calls
+    n = calls or (int(2 * be) + 10 if math.isfinite(be) else 100)
+    xs = [n * i / 200 for i in range(201)]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(xs, [x * eager for x in xs], label=f"eager: {si(eager, 's')} per call")
+    ax.plot(xs, [max(record.compile_s, 0.0) + x * compiled for x in xs],
+            label=f"compiled: {si(record.compile_s, 's')} once + {si(compiled, 's')} per call")
+    if math.isfinite(be) and be <= n:
+        ax.axvline(be, ls="--", c="gray", label=f"break-even after {be:,.0f} calls")
+    ax.set(xlabel="calls", ylabel="cumulative seconds",
+           title=title or f"torch.compile: {record.speedup:.2f}x per call, paid for after "
+                          f"{'never' if not math.isfinite(be) else f'{be:,.0f} calls'}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
+    """Forward + backward time and saved bytes against sequence length, per implementation.
+
+    Args:
+        points: :class:`perfkit.compute.AttentionPoint` s (or any records with ``impl``,
+            ``seq_len``, ``seconds`` and ``saved_bytes``).
+        title: the figure's title.
+
+    Raises:
+        ValueError: for no points.
+    """
+    if len(points) == 0:
+        raise ValueError("points must hold at least one AttentionPoint")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for impl in dict.fromkeys(p.impl for p in points):
+        pts = sorted((p for p in points if p.impl == impl), key=lambda p: p.seq_len)
+        ax1.plot([p.seq_len for p in pts], [p.seconds * 1e3 for p in pts], "o-", label=impl)
+        ax2.plot([p.seq_len for p in pts], [p.saved_bytes / 2**20 for p in pts], "o-", label=impl)
+    ax1.set(ylabel="forward + backward (ms, median)", title="time")
+    ax2.set(ylabel="saved for backward (MiB)", title="activation memory")
+    for ax in (ax1, ax2):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length T")
+        ax.set_xscale("log", base=2)
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "Attention against sequence length", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
+                     title: str = "") -> Figure:
+    """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled.
+
+    Args:
+        points: :class:`perfkit.compute.ShapePoint` s.
+        vary: the dimension on the x-axis: ``"m"``, ``"n"`` or ``"k"``.
+        multiple: sizes divisible by it are filled markers, the others hollow.
+        title: the figure's title.
+
+    Raises:
+        ValueError: for no points or an unknown ``vary``.
+    """
+    if len(points) == 0:
+        raise ValueError("points must hold at least one ShapePoint")
+    if vary not in ("m", "n", "k"):
+        raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for i, dtype in enumerate(dict.fromkeys(p.dtype for p in points)):
+        pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
+        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s for p in pts]
+        color = f"C{i}"
+        ax.plot(xs, ys, "-", c=color, alpha=0.5, label=dtype)
+        ax.scatter([x for x in xs if x % multiple == 0],
+                   [y for x, y in zip(xs, ys) if x % multiple == 0], c=color, zorder=3)
+        ax.scatter([x for x in xs if x % multiple], [y for x, y in zip(xs, ys) if x % multiple],
+                   facecolors="none", edgecolors=color, zorder=3)
+    ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel="FLOP/s (median)", yscale="log",
+           title=title or f"Matmul throughput against {vary}: filled = multiple of {multiple}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _label(p: Any) -> str:
+    return f"{p.precision}{' compiled' if p.compiled else ''}"
+
+
+def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = "") -> Figure:
+    """Tokens/s and MFU against batch size, one line per (precision, compiled) setting.
+
+    Args:
+        points: :class:`perfkit.compute.ThroughputPoint` s.
+        selected: one of them to highlight and describe in the title.
+        title: the figure's title (default: the selected point's figures).
+
+    Raises:
+        ValueError: for no points.
+    """
+    if len(points) == 0:
+        raise ValueError("points must hold at least one ThroughputPoint")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, key in enumerate(dict.fromkeys((p.precision, p.compiled) for p in points)):
+        pts = sorted((p for p in points if (p.precision, p.compiled) == key), key=lambda p: p.batch)
+        style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-", label=_label(pts[0]))
+        ax1.plot([p.batch for p in pts], [p.tokens_per_s for p in pts], **style)
+        ax2.plot([p.batch for p in pts], [100 * p.mfu for p in pts], **style)
+    if selected is not None:
+        ax1.scatter([selected.batch], [selected.tokens_per_s], s=160, facecolors="none",
+                    edgecolors="k", zorder=4)
+        ax2.scatter([selected.batch], [100 * selected.mfu], s=160, facecolors="none",
+                    edgecolors="k", zorder=4)
+        title = title or (
+            f"{_label(selected)}, batch {selected.batch}: {si(selected.tokens_per_s, 'tokens/s')}, "
+            f"MFU {100 * selected.mfu:.1f} % of the {selected.precision} peak")
+    ax1.set(ylabel="tokens / s (median step)", title=title or "throughput against batch size")
+    ax2.set(ylabel="MFU (% of the dtype's measured peak)", title="model FLOPs utilisation")
+    for ax in (ax1, ax2):
+        ax.set(xlabel="batch size")
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax1.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                   precisions: Sequence[str] = ("fp32", "bf16"), batch: int | None = None,
+                   precision: str | None = None) -> WidgetSpec:
+    """Precision, compile on/off and batch size -> measured throughput and MFU.
+
+    Each new setting runs a few real training steps through ``bench`` (a
+    :class:`perfkit.compute.StepBench`), which caches them, so returning to a setting is
+    instant; the plot shows every setting measured so far. Switching ``compiled`` on
+    compiles the model the first time (tens of seconds on a CPU with a cold cache).
+
+    Args:
+        bench: the :class:`perfkit.compute.StepBench` that measures and caches.
+        batches: batch sizes offered.
+        precisions: precisions offered (``"fp16"`` needs CUDA).
+        batch, precision: the starting setting (default: the middle batch, the first precision).
+
+    Raises:
+        ValueError: for no batches or precisions, or a starting value not offered.
+    """
+    if len(batches) == 0 or len(precisions) == 0:
+        raise ValueError("batches and precisions must not be empty")
+    batch = batches[len(batches) // 2] if batch is None else batch
+    precision = precisions[0] if precision is None else precision
+    if batch not in batches or precision not in precisions:
+        raise ValueError(f"batch must be one of {list(batches)} and precision one of {list(precisions)}")
+
+    def show(precision: str, compiled: bool, batch: int) -> Figure:
+        point = bench.measure(precision, compiled, batch)  # first, so the plot includes it
+        return plot_throughput(bench.points, point)
+
+    return WidgetSpec(show, {
+        "precision": Choice(list(precisions), precision, description="precision"),
+        "compiled": Choice([False, True], False, description="torch.compile"),
+        "batch": Choice(list(batches), batch, description="batch size"),
+    }, title="Training-step throughput and MFU, measured on this machine")
