@@ -75,17 +75,30 @@ def check_roofline(ns: dict) -> None:
 
 
 def check_matmul_flops_per_s(ns: dict) -> None:
+    import torch
+
     from perfkit import hw
 
     f = require(ns, "matmul_flops_per_s")
-    mine = f(256)
-    ref = hw.measure_matmul(256, "float32").flops_per_s
-    # A shared machine is noisy: accept a factor of 4 either way. A wrong FLOP count
-    # (n**3 instead of 2*n**3) or a time per batch instead of per call is caught below.
-    assert ref / 4 <= mine <= ref * 4, (
-        f"you measured {mine / 1e9:.2f} GFLOP/s for a 256^3 fp32 matmul, perfkit measured "
-        f"{ref / 1e9:.2f} GFLOP/s. Check the FLOP count (2*n**3), that the time is per call, "
-        "and that the inputs are created outside the timed function.")
+    # A shared machine is noisy, and two threads on a busy 2-core machine can be 30x slower
+    # at random moments. So: one thread, the two measurements alternated three times, and
+    # the best of each compared (noise only ever slows a run down).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mine, ref = [], []
+        for _ in range(3):
+            mine.append(f(256))
+            ref.append(hw.measure_matmul(256, "float32").flops_per_s)
+    finally:
+        torch.set_num_threads(threads)
+    best, best_ref = max(mine), max(ref)
+    # A factor of 3 either way: timing noise stays inside it; a time per batch of calls
+    # instead of per call, or FLOPs of n**3 with a slow timer, lands outside.
+    assert best_ref / 3 <= best <= best_ref * 3, (
+        f"you measured {best / 1e9:.2f} GFLOP/s (best of 3) for a 256^3 fp32 matmul, perfkit "
+        f"measured {best_ref / 1e9:.2f} GFLOP/s. Check the FLOP count (2*n**3), that the time "
+        "is per call, and that the inputs are created outside the timed function.")
 
 
 QUESTIONS = {
