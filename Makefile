@@ -16,8 +16,14 @@ endif
 QUICK ?=
 LAB ?=
 QUICK_FLAG := $(if $(filter 1 true yes,$(QUICK)),--quick,)
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.html >/dev/null 2>&1
+# `make test` drives notebook 00's widget in the browser (the 3-minute budget);
+# `make browser-test` drives one widget of every notebook.
+TEST_BROWSER_NOTEBOOKS ?= 00
 
-.PHONY: help setup course lab test test-unit test-notebooks test-labs labs check-labs grade strip lint clean
+.PHONY: help setup course lab test labs check-labs grade strip lint clean browser-deps browser-test site
 
 help:
 	@echo "make course [QUICK=1]   run every lecture notebook, render HTML, print measured figures"
@@ -25,6 +31,8 @@ help:
 	@echo "make lab                open JupyterLab on the course"
 	@echo "make grade LAB=labs/lab00_measure_your_machine.ipynb   score a lab"
 	@echo "make labs / check-labs  regenerate labs/ from solutions/ / fail if stale"
+	@echo "make site               the executed notebooks as a static HTML site (build/site/)"
+	@echo "make browser-test       JupyterLab in a real Chromium: every notebook's widget, and the site"
 
 setup: $(STAMP)
 
@@ -55,12 +63,33 @@ grade: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make grade LAB=labs/lab00_measure_your_machine.ipynb" >&2; exit 2)
 	$(BIN)/python -m tools.grade "$(LAB)" --json build/grades/$(notdir $(basename $(LAB))).json
 
-# Unit, distributed, lab and notebook (papermill, QUICK) tests, then nbval on every
-# notebook: kept outputs of `# NBVAL_CHECK_OUTPUT` cells must match a fresh run.
-test: $(STAMP) check-labs lint
-	$(BIN)/python -m pytest -q -ra --durations=15 tests
+# Unit, distributed, lab and notebook tests (every notebook executed with papermill in
+# QUICK mode, rendered into build/notebooks/), then nbval on every notebook (kept outputs of
+# `# NBVAL_CHECK_OUTPUT` cells must match a fresh run), then the real-browser tests.
+test: $(STAMP) check-labs lint browser-deps
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
 	PERFKIT_QUICK=1 $(BIN)/python -m pytest -q -p no:randomly --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=120 notebooks solutions
+	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
+	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
+		--durations=15 -m browser tests/browser
+
+# Debian's Chromium (Playwright's own browser download cannot work on a closed network);
+# Playwright for Python comes with the dev extra.
+browser-deps: $(STAMP)
+	@test -x $(CHROMIUM) || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; }
+
+browser-test: browser-deps
+	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
+	$(BIN)/python -m pytest -q -ra --durations=15 -m browser tests/browser
+
+# The executed notebooks as a static site (runs the course first when nothing is rendered;
+# a notebook that fails is marked on the index, so the site is built anyway).
+site: $(STAMP)
+	@$(HAVE_PAGES) || $(BIN)/python -m tools.run_course $(QUICK_FLAG) || \
+		echo "some notebooks failed: the site marks them"
+	$(BIN)/python -m tools.site
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
