@@ -67,6 +67,7 @@ __all__ = [
     "init_worker",
     "launch",
     "shutdown",
+    "worker_main",
     "worker_result",
 ]
 
@@ -362,3 +363,25 @@ def shutdown(exit_code: int = 0) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exit_code)
+
+
+def worker_main(run: Any, description: str = "", argv: Sequence[str] | None = None) -> None:
+    """The whole ``main`` of a worker configured by one JSON ``--config`` argument.
+
+    Parses ``--config``, joins the process group (:func:`init_worker`), hands
+    ``run(config)`` to the launcher (:func:`worker_result`) and leaves cleanly
+    (:func:`shutdown`, which never returns). Use it as a worker module's last line::
+
+        if __name__ == "__main__":
+            worker_main(run, __doc__)
+
+    Warning: collective; every rank of the job must call it.
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
+    p.add_argument("--config", required=True, help="JSON object; see the module docstring")
+    cfg = json.loads(p.parse_args(argv).config)
+    init_worker()
+    worker_result(run(cfg))
+    shutdown()

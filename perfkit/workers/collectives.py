@@ -16,8 +16,6 @@ Tasks (keys of the config; rank 0's result holds every task's output):
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -101,12 +99,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", required=True, help="JSON object of tasks")
-    cfg = json.loads(p.parse_args(argv).config)
-    pdist.init_worker()
-    pdist.worker_result(run(cfg))
-    pdist.shutdown()
+    pdist.worker_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ step against dense fp32 bytes, and the median step time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -206,12 +204,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", required=True, help="JSON object")
-    cfg = json.loads(p.parse_args(argv).config)
-    pdist.init_worker()
-    pdist.worker_result(run(cfg))
-    pdist.shutdown()
+    pdist.worker_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ result maps each key to that module's result, in the order given.
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,12 +39,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--config", required=True, help="JSON object: worker name -> config")
-    cfg = json.loads(p.parse_args(argv).config)
-    pdist.init_worker()
-    pdist.worker_result(run(cfg))
-    pdist.shutdown()
+    pdist.worker_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":
