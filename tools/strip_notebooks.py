@@ -1,8 +1,9 @@
 """Strip outputs from the committed notebooks, keeping the ``# NBVAL_CHECK_OUTPUT`` cells.
 
 nbval compares a kept output only when the cell also keeps its execution count, so those
-cells keep both; every other cell loses its outputs and count (timings differ per machine
-and would only bloat diffs).
+cells keep both, and carry ``keep_output: true`` metadata, which nbstripout honours. Every
+other cell loses its outputs and count (timings differ per machine and would only bloat
+diffs).
 
     python -m tools.strip_notebooks            # notebooks/ and solutions/
     python -m tools.strip_notebooks --check    # exit 1 if any notebook needs stripping
@@ -28,7 +29,14 @@ def strip(nb) -> bool:
     """Strip ``nb`` in place; return whether anything changed."""
     changed = False
     for cell in nb.cells:
-        if cell.cell_type != "code" or keeps_output(cell):
+        if keeps_output(cell):
+            # Say so in the metadata too, for tools that strip or flag outputs
+            # (nbstripout honours keep_output).
+            if not cell.metadata.get("keep_output"):
+                cell.metadata["keep_output"] = True
+                changed = True
+            continue
+        if cell.cell_type != "code":
             continue
         if cell.outputs or cell.execution_count is not None:
             cell.outputs, cell.execution_count = [], None
