@@ -23,14 +23,7 @@ from perfkit.models import (
 SMALL_TEXT = 150_000  # bytes of stdlib source: enough for a 400-token vocabulary
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core machine: two intra-op threads that wait on each other
-    # at every op ran a CNN step 30x slower under load than one thread did (measured).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

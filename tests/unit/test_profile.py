@@ -24,13 +24,7 @@ matplotlib.use("Agg")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # see test_models.py: one intra-op thread keeps tiny models stable on a shared machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 
 
 def ev(name, ts, dur, tid=1):

@@ -34,12 +34,15 @@ def test_extremes_move_one_control_at_a_time():
 
 
 def test_build_widget_renders_without_a_browser():
-    spec = viz.WidgetSpec(lambda n: f"**{n}**", {"n": viz.IntControl(1, 3, 2)}, title="t")
+    calls = []
+    spec = viz.WidgetSpec(lambda n: calls.append(n) or f"**{n}**",
+                          {"n": viz.IntControl(1, 3, 2)}, title="t")
     box = viz.build_widget(spec)
     assert box.children[0].value == "<b>t</b>"
+    assert calls == [2]  # the default is rendered once when built
     slider = box.children[1].children[0]
     slider.value = 3  # a move re-renders through the pure function
-    assert slider.value == 3
+    assert calls == [2, 3]
 
 
 def test_plot_roofline_rejects_bad_input():
