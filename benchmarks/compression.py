@@ -9,13 +9,18 @@ also with ``_ef`` for error feedback), each with
   training (``SmallCNN`` on digits, SGD with momentum, every method from the same seed on
   the same batches), and ``loss_gap = final_loss / final_loss(none) - 1``;
 * ``encode_decode_GBps``: fp32 input bytes per second through encode + decode of one
-  16M-element tensor (4M in QUICK mode), in this process;
+  16M-element tensor (4M in QUICK mode), in this process, on the compressor's default
+  path (QSGD and sign: the fused one-pass kernels of :mod:`perfkit.fused` at these
+  sizes); ``qsgd`` and ``sign`` also carry ``encode_decode_eager_GBps`` (the eager,
+  several-pass kernels) and ``share_of_memcpy`` for both;
 * ``step_s`` and ``eval_accuracy`` for context.
 
 Plus ``memcpy_GBps`` (a copy of the same tensor into a preallocated buffer, counted the
 same way: source bytes per second; every compressor also decodes into a preallocated
 buffer, as the DDP hook does), ``sampled_topk_speedup`` (exact over sampled top-k compress time at 1 %) and
-``sampled_topk_mass_ratio`` (sum of kept magnitudes, sampled over exact), and
+``sampled_topk_mass_ratio`` (sum of kept magnitudes, sampled over exact),
+``fused_first_call_s`` (the first QSGD and sign round trips of the process, which compile
+the fused kernels or load them from Inductor's disk cache), and
 ``targets`` with the issue's pass/fail checks. Times are medians measured interleaved.
 
 Run: ``.venv/bin/python benchmarks/compression.py`` (``PERFKIT_QUICK=1`` for a short run).
@@ -29,8 +34,8 @@ from collections.abc import Callable
 
 import torch
 
-from perfkit import compress, dist
-from perfkit.timing import interleaved
+from perfkit import compress, dist, fused
+from perfkit.timing import Timer, interleaved
 
 QUICK = os.environ.get("PERFKIT_QUICK", "0") == "1"
 NUMEL = (4 if QUICK else 16) * 2**20
@@ -57,6 +62,15 @@ def _powersgd(x: torch.Tensor, rank: int) -> Callable[[], object]:
     return fn
 
 
+def fused_first_call() -> float:
+    """Seconds of the process's first fused QSGD and sign round trips (the compile)."""
+    x = torch.randn(NUMEL)
+    with Timer() as t:
+        for comp in (compress.QSGD(fused=True), compress.Sign(fused=True)):
+            comp.decompress(comp.compress(x))
+    return t.elapsed_s
+
+
 def encode_decode() -> dict[str, float]:
     """Input GB/s of encode + decode per method, and the memcpy reference."""
     x = torch.randn(NUMEL)
@@ -74,6 +88,8 @@ def encode_decode() -> dict[str, float]:
         "qsgd_ef": _roundtrip(compress.ErrorFeedback(compress.QSGD()), x, out),
         "sign": _roundtrip(compress.Sign(), x, out),
         "sign_ef": _roundtrip(compress.ErrorFeedback(compress.Sign()), x, out),
+        "qsgd_eager": _roundtrip(compress.QSGD(fused=False), x, out),
+        "sign_eager": _roundtrip(compress.Sign(fused=False), x, out),
         **{f"powersgd_r{r}": _powersgd(x, r) for r in (1, 2, 4)},
     }
     ms = interleaved(list(fns.values()), warmup=1, repeat=3 if QUICK else 5)
@@ -102,6 +118,7 @@ def training() -> dict[str, dict]:
 
 def main() -> None:
     runs = training()
+    first_call_s = fused_first_call()
     gbps = encode_decode()
     topk = sampled_topk()
     base = runs["none"]["final_loss"]
@@ -112,7 +129,14 @@ def main() -> None:
                   "final_loss": r["final_loss"], "loss_gap": r["final_loss"] / base - 1,
                   "encode_decode_GBps": gbps.get(m), "step_s": r["step_s"],
                   "eval_accuracy": r["eval_accuracy"]}
+    for m in ("qsgd", "sign"):
+        out[m]["encode_decode_eager_GBps"] = gbps[m + "_eager"]
+        out[m]["share_of_memcpy"] = {"default": gbps[m] / gbps["memcpy"],
+                                     "eager": gbps[m + "_eager"] / gbps["memcpy"]}
+        out[m]["default_path"] = ("fused" if fused.use_fused(None, torch.empty(NUMEL))
+                                  else "eager")
     out["memcpy_GBps"] = gbps["memcpy"]
+    out["fused_first_call_s"] = first_call_s
     out.update(topk)
     out["config"] = {"quick": QUICK, "numel": NUMEL, "steps": STEPS, "world_size": 2,
                      "workload": "digits SmallCNN, SGD momentum 0.9, lr 0.02, batch 32/rank"}

@@ -32,9 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch.nn import functional as nn_functional
+
+from perfkit import fused
+from perfkit.fused import pack_bits
 
 __all__ = ["Compressed", "Compressor", "ErrorFeedback", "HookState", "QSGD", "RandomK", "Sign", "TopK",
            "compression_hook", "gaussian_error", "pack_bits", "simulate_dp_training"]
@@ -255,15 +257,24 @@ class QSGD(Compressor):
     tensors: each value's rounding is still unbiased, and values 65,536 apart share a
     draw (generating one uniform per value costs more than the rest of the encoding).
     The 0.01 margin below 127 keeps ``x * s + u + 128`` under 256 despite rounding.
+
+    Args:
+        seed: seed of the dither generator (give each rank its own).
+        fused: encode and decode in one pass each through ``torch.compile``: ``None``
+            (default) for tensors of at least :data:`perfkit.fused.FUSED_MIN_NUMEL`
+            values, ``True`` always, ``False`` never (see :mod:`perfkit.fused`).
     """
 
     summable = False
     levels = 127
-    pool = 1 << 16
+    pool = fused.DITHER_POOL
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, fused: bool | None = None) -> None:
         super().__init__()
+        if fused is not None and not isinstance(fused, bool):
+            raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
         self.gen = torch.Generator().manual_seed(seed)
+        self.fused = fused
         self.name = "qsgd"
 
     def compress(self, t: torch.Tensor) -> Compressed:
@@ -276,80 +287,47 @@ class QSGD(Compressor):
             m = torch.zeros(())
         _check_finite(flat, m)
         s = (self.levels - 0.01) / float(m) if float(m) > 0 else 1.0
-        p = min(n, self.pool)
-        u = torch.rand(p, generator=self.gen).to(flat.device).add_(128.0)  # (p,)
-        v = self._scratch("v", n, torch.float32, flat.device)
-        rows = n // p if p else 0
-        # v = u + s * x in one pass, u broadcast over rows of p values: (rows, p)
-        torch.add(u.expand(rows, p), flat[: rows * p].view(rows, p), alpha=s,
-                  out=v[: rows * p].view(rows, p))
-        torch.add(u[: n - rows * p], flat[rows * p:], alpha=s, out=v[rows * p:])
-        codes = v.to(torch.uint8)  # v in [1, 256): truncation is floor
+        u = torch.rand(min(n, self.pool), generator=self.gen).to(flat.device).add_(128.0)
+        codes = fused.qsgd_encode(flat, u, s, self.fused, self._scratch)
         return Compressed((codes, torch.tensor([1.0 / s], dtype=torch.float32)), t.shape,
                           t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         codes, inv_s = c.tensors
         dense = _dense(c, out, codes.device)
-        dense.copy_(codes)  # uint8 -> float
-        inv = inv_s.to(c.dtype).reshape(())
-        torch.add(-128.0 * inv, dense, alpha=float(inv), out=dense)  # (code - 128) / s
-        return dense.view(c.shape)
-
-
-def pack_bits(bits: torch.Tensor, use_numpy: bool = True) -> torch.Tensor:
-    """Pack a flat bool tensor 8 to a byte, value ``i`` of each group in bit ``i``; the
-    last byte is padded with zeros. ``use_numpy`` (CPU tensors only) uses
-    ``numpy.packbits``; otherwise the (n/8, 8) bit matrix is weighted by powers of two."""
-    n = bits.numel()
-    if use_numpy:
-        return torch.from_numpy(np.packbits(bits.numpy(), bitorder="little"))
-    pad = torch.zeros(math.ceil(n / 8) * 8, dtype=torch.uint8, device=bits.device)
-    pad[:n] = bits
-    weights = Sign._weights.to(bits.device)
-    return (pad.view(-1, 8) * weights).sum(1, dtype=torch.uint8)
+        return fused.qsgd_decode(codes, inv_s.to(codes.device), dense, self.fused).view(c.shape)
 
 
 class Sign(Compressor):
     """1 bit per value (1 = ``x >= 0``), packed 8 to a byte, and one fp32 scale
     ``mean(|x|)``.
 
-    On the CPU the bits are packed by ``numpy.packbits`` (a vectorised loop, ~50x faster
-    than multiplying the (n/8, 8) bit matrix by powers of two in torch, which is the
-    fallback on other devices). Decoding looks each packed byte up in a 256 x 8 table of
+    Encoding is one fused pass (bits and ``sum |x|`` together) for large tensors, else
+    ``x >= 0`` packed by ``numpy.packbits`` on the CPU (see :mod:`perfkit.fused`; ``fused``
+    as in :class:`QSGD`). Decoding looks each packed byte up in a 256 x 8 table of
     ``+-scale`` values: one gather writes 8 floats per byte read.
     """
 
     summable = False
-    _weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)  # bit i = value i
 
-    def __init__(self) -> None:
+    def __init__(self, fused: bool | None = None) -> None:
         super().__init__()
+        if fused is not None and not isinstance(fused, bool):
+            raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
+        self.fused = fused
         self.name = "sign"
-        self._table = torch.arange(256).unsqueeze(1).bitwise_and(
-            self._weights.long()).ne(0)  # (256, 8) bool: the bits of every byte value
 
     def compress(self, t: torch.Tensor) -> Compressed:
         flat = _flat(t)
-        n = flat.numel()
-        mag = torch.abs(flat, out=self._scratch("mag", n, flat.dtype, flat.device))
-        l1 = mag.sum()  # NaN and inf propagate into it
+        packed, l1 = fused.sign_encode(flat, self.fused, self._scratch)
         _check_finite(flat, l1)
-        scale = (l1 / max(n, 1)).reshape(1).float()
-        bits = torch.ge(flat, 0, out=self._scratch("bits", n, torch.bool, flat.device))
-        packed = pack_bits(bits, use_numpy=flat.device.type == "cpu")
+        scale = (l1 / max(flat.numel(), 1)).reshape(1).float()
         return Compressed((packed, scale), t.shape, t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         packed, scale = c.tensors
-        sc = scale.to(c.dtype).reshape(())
-        lut = torch.where(self._table.to(packed.device), sc, -sc)  # (256, 8)
         dense = _dense(c, out, packed.device)
-        full = c.numel // 8
-        torch.index_select(lut, 0, packed[:full].long(), out=dense[: full * 8].view(full, 8))
-        if c.numel > full * 8:  # the last, partly used byte
-            dense[full * 8:] = lut[packed[full].long(), : c.numel - full * 8]
-        return dense.view(c.shape)
+        return fused.sign_decode(packed, scale.to(packed.device), dense).view(c.shape)
 
 
 class ErrorFeedback(Compressor):

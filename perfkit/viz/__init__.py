@@ -13,6 +13,7 @@ from perfkit.viz.comm import (
     plot_compression_tradeoff,
     plot_convergence,
     plot_data_parallel,
+    plot_kernel_shares,
     plot_method_comparison,
 )
 from perfkit.viz.compute import (
@@ -66,6 +67,7 @@ __all__ = [
     "plot_buckets_accumulation",
     "plot_collectives",
     "plot_compression_tradeoff",
+    "plot_kernel_shares",
     "plot_convergence",
     "plot_data_parallel",
     "plot_method_comparison",

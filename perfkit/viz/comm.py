@@ -33,6 +33,7 @@ __all__ = [
     "plot_compression_tradeoff",
     "plot_convergence",
     "plot_data_parallel",
+    "plot_kernel_shares",
     "plot_method_comparison",
 ]
 
@@ -208,6 +209,35 @@ def plot_compression_tradeoff(rows: Sequence[Mapping[str, Any]]) -> Figure:
     ax.set_title("compression: measured (o) vs Gaussian model (x)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_kernel_shares(predicted: Mapping[str, float], measured: Mapping[str, float]
+                       ) -> Figure:
+    """Encode + decode speed as a share of memcpy: the bytes model's prediction beside the
+    measurement, one pair of bars per kernel path (``"qsgd eager"``, ``"qsgd fused"``, ...).
+
+    Args:
+        predicted: path -> ``8 / bytes per value`` (:data:`perfkit.fused.BYTES_PER_VALUE`).
+        measured: path -> memcpy time / encode + decode time, same keys.
+    """
+    if not predicted or set(predicted) != set(measured):
+        raise ValueError(f"predicted and measured need the same non-empty keys, got "
+                         f"{sorted(predicted)} and {sorted(measured)}")
+    names = list(predicted)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], [predicted[n] * 100 for n in names], 0.4, color="0.75",
+           label="predicted (bytes moved)")
+    ax.bar([x + 0.2 for x in xs], [measured[n] * 100 for n in names], 0.4, color="C0",
+           label="measured")
+    ax.axhline(20, color="C3", ls="--", lw=1, label="20 % target")
+    ax.set_xticks(list(xs), names)
+    ax.set_ylabel("share of memcpy speed (%)")
+    ax.set_title("encode + decode, one fp32 tensor")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -8,9 +8,11 @@ Run by :func:`perfkit.dist.launch`; configured by JSON::
 Methods (``METHODS``): ``none`` (DDP's all-reduce), torch's ``fp16_hook``, ``bf16_hook``
 and ``powersgd_r{1,2,4}``, and perfkit compressors through
 :func:`perfkit.compress.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
-``sign``, each also with ``_ef`` (error feedback); any ``topk_<p>pct`` / ``randomk_<p>pct``
-works, and ``dense`` sends the uncompressed gradient through the same hook. Every
-method trains a fresh model from the same seed on the same batches.
+``sign``, each also with ``_ef`` (error feedback), ``qsgd`` and ``sign`` also as
+``qsgd_fused``/``qsgd_eager`` (a forced kernel path, :mod:`perfkit.fused`); any
+``topk_<p>pct`` / ``randomk_<p>pct`` works, and ``dense`` sends the uncompressed
+gradient through the same hook. Every method trains a fresh model from the same seed on
+the same batches.
 
 Workloads are the module-01 ones from :mod:`perfkit.models`: ``digits`` (``SmallCNN``
 on sklearn's digits, 80/20 split) and ``gpt2`` (tiny GPT-2 on the stdlib corpus). The
@@ -77,18 +79,25 @@ def _powersgd_wire(st: psgd.PowerSGDState, bucket) -> int:
 
 
 def make_compressor(method: str, seed: int = 0) -> compress.Compressor:
-    """A perfkit compressor from a method name (``topk_1pct_ef``, ``qsgd``, ...)."""
+    """A perfkit compressor from a method name (``topk_1pct_ef``, ``qsgd``, ...).
+
+    ``qsgd`` and ``sign`` take their default kernel path; a ``_fused`` or ``_eager`` suffix
+    (before ``_ef``) forces one (``qsgd_fused``, ``sign_eager_ef``).
+    """
     ef = method.endswith("_ef")
     base = method.removesuffix("_ef")
+    path = re.fullmatch(r"(qsgd|sign)_(fused|eager)", base)
+    kernel = None if path is None else path.group(2) == "fused"
+    base = base if path is None else path.group(1)
     m = re.fullmatch(r"(topk|randomk)_(\d+(?:p\d+)?)pct", base)
     if m:
         ratio = float(m.group(2).replace("p", ".")) / 100
         comp = (compress.TopK(ratio, "sampled") if m.group(1) == "topk"
                 else compress.RandomK(ratio, seed))
     elif base == "qsgd":
-        comp = compress.QSGD(seed + dist.get_rank())  # independent rounding per rank
+        comp = compress.QSGD(seed + dist.get_rank(), fused=kernel)  # own rounding per rank
     elif base == "sign":
-        comp = compress.Sign()
+        comp = compress.Sign(fused=kernel)
     elif base == "dense":
         comp = compress.Compressor()  # the identity, through the hook: checks the adapter
     else:

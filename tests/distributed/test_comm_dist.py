@@ -18,7 +18,8 @@ DP = {"model": {"width": 64, "depth": 4}, "batch": 8,
       "compare": {"repeat": 1, "bucket_cap_mb": 0.01},
       "buckets": {"caps_mb": [0.001, 0.01, 25], "repeat": 1},
       "accumulate": {"ks": [1, 3], "repeat": 1}}
-METHODS = ["none", "dense", "topk_10pct_ef", "randomk_50pct", "qsgd", "sign_ef"]
+METHODS = ["none", "dense", "topk_10pct_ef", "randomk_50pct", "qsgd", "sign_ef", "qsgd_fused",
+           "sign_fused_ef"]
 TRAIN = {"workload": "digits", "steps": 30, "batch": 16, "lr": 0.05, "methods": METHODS}
 
 
@@ -91,6 +92,10 @@ def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     assert ratio["randomk_50pct"] == pytest.approx((4 * math.ceil(0.5 * n) + 8) / (4 * n))
     assert ratio["qsgd"] == pytest.approx((n + 4) / (4 * n))
     assert ratio["sign_ef"] == pytest.approx((math.ceil(n / 8) + 4) / (4 * n))
+    # the fused kernels inside DDP's hook, during backward, train like the eager ones: same
+    # dither and bits, so the same curve up to a rare one-level code difference
+    assert runs["qsgd_fused"]["losses"] == pytest.approx(runs["qsgd"]["losses"], rel=1e-3)
+    assert runs["sign_fused_ef"]["losses"] == pytest.approx(runs["sign_ef"]["losses"], rel=1e-4)
     for m, r in runs.items():
         first, last = sum(r["losses"][:5]) / 5, sum(r["losses"][-5:]) / 5
         assert last < 0.9 * first, f"{m} did not train: {first:.3f} -> {last:.3f}"

@@ -224,6 +224,10 @@ def test_compression_plots_and_widget_extremes():
     res = {m: {"final_loss": 0.1, "wire_bytes_ratio": 0.5, "step_s": 0.01}
            for m in ("none", "topk_1pct_ef")}
     plt.close(vcomm.plot_method_comparison(res))
+    plt.close(vcomm.plot_kernel_shares({"qsgd eager": 0.27, "qsgd fused": 0.57},
+                                       {"qsgd eager": 0.25, "qsgd fused": 0.39}))
+    with pytest.raises(ValueError, match="same non-empty keys"):
+        vcomm.plot_kernel_shares({"qsgd eager": 0.27}, {"qsgd fused": 0.39})
     with pytest.raises(TypeError, match="grad"):
         vcomm.compression_widget([1.0, 2.0])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="smooth"):
