@@ -3,7 +3,7 @@
 One process, one model shape, three settings of the same training step (AdamW, random
 tokens, same seed): fp32 eager, bf16 autocast eager and fp32 through ``torch.compile``
 (mode ``default``). After the compile (the compiled step's first call, timed by
-:func:`perfkit.compute.measure_compile`), the three steps run interleaved in one loop
+:func:`perfkit.compiling.measure_compile`), the three steps run interleaved in one loop
 (:func:`perfkit.timing.interleaved`), so load on a shared machine hits all of them alike;
 ``*_spread`` is the p10-p90 range of back-to-back pair ratios. MFU is model FLOPs
 (:func:`perfkit.compute.gpt_train_flops`) per second over the measured ceiling of the dtype
@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from perfkit import compute, hw
+from perfkit import compiling, compute, hw
 from perfkit.models import tiny_gpt2
 from perfkit.timing import interleaved
 
@@ -65,10 +65,10 @@ def main() -> None:
     flops = compute.gpt2_shape(model, args.seq_len).train_flops(args.batch)
 
     # The compile first (its first call), then all three settings interleaved in one run.
-    comp = compute.measure_compile(fp32, compiled, warmup=0, repeat=1)
+    comp = compiling.measure_compile(fp32, compiled, warmup=0, repeat=1)
     eager, half, comp_t = interleaved([fp32, bf16, compiled], warmup=1, repeat=args.repeat)
     amp, cmp = compute.Speedup(eager, half), compute.Speedup(eager, comp_t)
-    break_even = compute.CompileRecord(comp.compile_s, eager, comp_t).break_even_calls
+    break_even = compiling.CompileRecord(comp.compile_s, eager, comp_t).break_even_calls
     mfu = {
         "fp32": compute.mfu(flops, eager.median_s, limits, "float32"),
         "bf16": compute.mfu(flops, half.median_s, limits, "bfloat16"),

@@ -39,7 +39,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfkit.data import Prefetcher, spend  # noqa: E402
+from perfkit.data import Prefetcher  # noqa: E402
+from perfkit.datasets import spend  # noqa: E402
 from perfkit.timing import benchmark, interleaved, resolve_device  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Gradient compression: sparsifiers, quantisers, error feedback, and a DDP comm hook.
+"""Gradient compression: sparsifiers, quantisers and error feedback.
 
 Compressors turn a flat fp32 gradient into a few *payload* tensors (what goes on the
 wire) and back. ``Compressed.wire_bytes`` counts every payload byte, indices and scales
@@ -17,6 +17,10 @@ included, so compression ratios are exact, not nominal.
 * :class:`ErrorFeedback`: keeps what was not sent and adds it to the next gradient
   (Seide et al., 2014; Stich et al., 2018), so nothing is lost, only delayed.
 
+The DDP communication hook that sends gradients through them is in
+:mod:`perfkit.compress_hook`; their predicted errors and a one-process model of
+compressed training are in :mod:`perfkit.compress_sim`.
+
 Usage::
 
     ef = ErrorFeedback(TopK(0.01))
@@ -26,20 +30,15 @@ Usage::
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.nn import functional as nn_functional
 
 from perfkit import fused
-from perfkit.fused import pack_bits
 
-__all__ = ["Compressed", "Compressor", "ErrorFeedback", "HookState", "QSGD", "RandomK", "Sign", "TopK",
-           "compression_hook", "gaussian_error", "pack_bits", "simulate_dp_training"]
+__all__ = ["Compressed", "Compressor", "ErrorFeedback", "QSGD", "RandomK", "Sign", "TopK"]
 
 
 @dataclass
@@ -361,170 +360,3 @@ class ErrorFeedback(Compressor):
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.inner.decompress(c, out)
-
-
-# --- DDP communication hook -------------------------------------------------------------
-
-
-@dataclass
-class HookState:
-    """State of :func:`compression_hook`: the compressor and byte counters (this rank).
-
-    Attributes:
-        compressor: any :class:`Compressor` (an :class:`ErrorFeedback` keeps one
-            residual per DDP bucket).
-        process_group: the group to communicate in (``None``: WORLD).
-        wire_bytes: payload bytes this rank contributed, summed over calls.
-        dense_bytes: bytes of the uncompressed gradient buckets, summed over calls.
-        calls: buckets communicated.
-    """
-
-    compressor: Compressor
-    process_group: Any = None
-    wire_bytes: int = 0
-    dense_bytes: int = 0
-    calls: int = 0
-
-
-def compression_hook(state: HookState, bucket):  # no annotations: DDP checks real types
-    """DDP communication hook: compress the bucket, communicate, average, decompress.
-
-    Summable payloads (the identity, :class:`RandomK` with a seed shared by all ranks)
-    are all-reduced; the others are all-gathered (every payload tensor has a size that
-    depends only on the bucket size, the same on every rank) and each rank decompresses
-    and sums the ``world_size`` payloads. The communication is blocking inside the hook
-    and the returned future is already complete: simple and correct, at the price of
-    DDP's overlap with backward.
-
-    Register with ``ddp_model.register_comm_hook(HookState(TopK(0.01)), compression_hook)``.
-
-    Warning:
-        Collective: DDP calls it on every rank for every bucket; every rank must use the
-        same compressor type and settings (and the same seed for :class:`RandomK`).
-    """
-    import torch.distributed as dist
-
-    from perfkit.comm import all_gather_single
-
-    buf = bucket.buffer()  # flat gradient bucket, (numel,)
-    group = state.process_group
-    n = dist.get_world_size(group)
-    comp = state.compressor
-    if isinstance(comp, ErrorFeedback):
-        c = comp.compress(buf, key=(bucket.index(), buf.numel()))
-    else:
-        c = comp.compress(buf)
-    state.calls += 1
-    state.wire_bytes += c.wire_bytes
-    state.dense_bytes += buf.numel() * buf.element_size()
-    if comp.summable:  # same coordinates on every rank: sum the values directly
-        dist.all_reduce(c.tensors[0], group=group)
-        out = comp.decompress(c).reshape(-1)
-    else:
-        gathered = []
-        for t in c.tensors:
-            g = torch.empty(n * t.numel(), dtype=t.dtype, device=t.device)
-            all_gather_single(g, t.contiguous(), group=group)
-            gathered.append(g.view(n, -1))  # (world, payload numel)
-        out = torch.zeros_like(buf)
-        tmp = torch.empty_like(buf)
-        for r in range(n):
-            part = Compressed(tuple(g[r] for g in gathered), c.shape, c.dtype, c.meta)
-            out += comp.decompress(part, out=tmp).reshape(-1)
-    buf.copy_(out.div_(n))
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
-
-
-# --- a one-process model of compressed data-parallel SGD ----------------------------------
-
-
-@functools.cache
-def _digits_design() -> tuple[torch.Tensor, torch.Tensor]:
-    """Digits as a design matrix with a bias column (N, 65) and one-hot labels (N, 10);
-    cached: loading them through scikit-learn takes longer than a simulated run."""
-    from perfkit.models import digits_data
-
-    x, y = digits_data()
-    x = torch.cat([x.reshape(len(x), -1), torch.ones(len(x), 1)], 1)
-    return x, nn_functional.one_hot(y, 10).float()
-
-
-def simulate_dp_training(make: Callable[[], Compressor] | None, steps: int = 100,
-                         workers: int = 2, batch: int = 32, lr: float = 0.5, seed: int = 0
-                         ) -> list[float]:
-    """Data-parallel SGD of softmax regression on the digits, simulated in one process.
-
-    Each of ``workers`` simulated ranks computes the gradient of its share of the batch,
-    compresses it with its own compressor (``make()`` is called once per worker, so error
-    feedback keeps one residual per worker, as on real ranks), and the decompressed
-    gradients are averaged. It shows convergence with and without compression in
-    milliseconds; the real thing runs under torchrun in ``perfkit.workers.compression``.
-
-    Args:
-        make: factory of one worker's compressor; ``None`` means no compression.
-        steps, workers, batch, lr, seed: the run (``batch`` samples per worker).
-
-    Returns:
-        The global batch's loss at every step (before the update), in nats.
-
-    Raises:
-        ValueError: for ``steps``, ``workers`` or ``batch`` below 1, or ``lr`` <= 0.
-    """
-    for name, v in (("steps", steps), ("workers", workers), ("batch", batch)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
-    x, onehot = _digits_design()
-    g = torch.Generator().manual_seed(seed)
-    w = torch.zeros(65, 10)  # weights and bias: 650 parameters
-    comps = [make() for _ in range(workers)] if make is not None else None
-    losses = []
-    for _ in range(steps):
-        idx = torch.randint(len(x), (workers, batch), generator=g)  # (workers, batch)
-        xb, yb = x[idx], onehot[idx]  # (workers, batch, 65), (workers, batch, 10)
-        logits = xb @ w  # (workers, batch, 10)
-        losses.append(float(-(yb * logits.log_softmax(-1)).sum(-1).mean()))
-        # softmax regression's gradient in closed form: X^T (softmax - onehot) / batch
-        grads = xb.transpose(1, 2) @ (logits.softmax(-1) - yb) / batch  # (workers, 65, 10)
-        if comps is not None:
-            grads = torch.stack([c.decompress(c.compress(gr)) for c, gr in zip(comps, grads,
-                                                                                strict=True)])
-        w -= lr * grads.mean(0)
-    return losses
-
-
-def gaussian_error(method: str, ratio: float = 1.0, numel: int = 1 << 20) -> float:
-    """Relative error ``||x - decompress(compress(x))|| / ||x||`` predicted for i.i.d.
-    Gaussian ``x`` of ``numel`` values: the model that measured gradients are held to.
-
-    * ``topk``: keeping ``|x| > z`` with ``z = Phi^-1(1 - ratio/2)`` keeps the energy
-      ``2 (z phi(z) + 1 - Phi(z))`` of the total 1;
-    * ``randomk``: keeps a ``ratio`` share of the energy on average;
-    * ``sign``: ``1 - E|x|^2 / E[x^2] = 1 - 2/pi`` is lost, whatever the size;
-    * ``qsgd``: one step is ``max|x| / 127`` with ``max|x| ~ sqrt(2 ln numel)``; stochastic
-      rounding of a uniform fraction has variance ``step^2 / 6`` on average.
-
-    Raises:
-        ValueError: for an unknown ``method``, a ``ratio`` outside (0, 1], ``numel < 2``.
-    """
-    from statistics import NormalDist
-
-    _check_ratio(ratio)
-    if not isinstance(numel, int) or numel < 2:
-        raise ValueError(f"numel must be an int >= 2, got {numel!r}")
-    nd = NormalDist()
-    if method == "topk":
-        if ratio == 1:
-            return 0.0
-        z = nd.inv_cdf(1 - ratio / 2)
-        return math.sqrt(max(0.0, 1 - 2 * (z * nd.pdf(z) + 1 - nd.cdf(z))))
-    if method == "randomk":
-        return math.sqrt(1 - ratio)
-    if method == "sign":
-        return math.sqrt(1 - 2 / math.pi)
-    if method == "qsgd":
-        return math.sqrt(2 * math.log(numel)) / (QSGD.levels - 0.01) / math.sqrt(6)
-    raise ValueError(f"method must be 'topk', 'randomk', 'sign' or 'qsgd', got {method!r}")

@@ -1,4 +1,4 @@
-"""Where training memory goes: model states (ZeRO's formulas), saved activations, parameters.
+"""Where training memory goes: model states (ZeRO's formulas), parameters, saved tensors.
 
 Model states follow Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training
 Trillion Parameter Models* (SC 2020), section 3: with ``Ψ`` parameters, ``N`` data-parallel
@@ -6,8 +6,8 @@ ranks and ``K`` bytes of optimizer state per parameter, mixed-precision Adam hol
 ``(2 + 2 + K) Ψ`` bytes per rank (fp16 parameters, fp16 gradients, fp32 master copy,
 momentum and variance: ``K = 12``). ZeRO stage 1 shards the optimizer state, stage 2 also
 the gradients, stage 3 also the parameters. Activations are measured exactly by
-:class:`SavedTensorMeter` (what autograd saves for backward) and predicted for the
-transformers GPT-2 block by :func:`gpt2_saved_activation_bytes`.
+:class:`SavedTensorMeter` (what autograd saves for backward); :mod:`perfkit.activations`
+predicts them for the transformers GPT-2 block, :mod:`perfkit.anatomy` measures a step.
 
 Usage::
 
@@ -18,35 +18,21 @@ Usage::
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 
 __all__ = [
     "RECIPES",
-    "ActivationEstimate",
-    "CheckpointedBlock",
     "ModelStateBytes",
     "ParamCount",
     "SavedTensorMeter",
     "SavedTensorReport",
     "StateRecipe",
-    "StepAnatomy",
-    "checkpoint_blocks",
     "count_parameters",
-    "gpt2_num_params",
-    "gpt2_saved_activation_bytes",
-    "gpt2_step_memory",
-    "measure_step_anatomy",
     "optimizer_state_bytes",
-    "peak_rss_bytes",
-    "reset_peak_rss",
-    "rss_bytes",
-    "trim_heap",
     "zero_model_states",
     "zero_table",
 ]
@@ -343,324 +329,3 @@ def _tensor(t: object, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must hold tensors, got {type(t).__name__}")
     return t
-
-
-# --- activations: the model for transformers' GPT-2 ------------------------------------
-
-
-@dataclass(frozen=True)
-class ActivationEstimate:
-    """Predicted bytes saved for backward by a transformers GPT-2 LM forward pass.
-
-    Attributes:
-        per_layer: bytes one block saves (with checkpointing: its input only).
-        outside_layers: final LayerNorm, log-softmax of the logits, token/position/label
-            ids, the attention mask that checkpointed eager blocks keep.
-        total: ``n_layer * per_layer + outside_layers``, held from forward to backward.
-        recompute_peak: extra bytes while one checkpointed block is recomputed in the
-            backward pass (0 without checkpointing).
-    """
-
-    per_layer: int
-    outside_layers: int
-    total: int
-    recompute_peak: int
-
-
-def gpt2_saved_activation_bytes(
-    batch: int, seq_len: int, n_embd: int, n_layer: int, n_head: int, vocab_size: int,
-    attention: str = "sdpa", dtype_bytes: int = 4, checkpointing: bool = False,
-) -> ActivationEstimate:
-    """Bytes a transformers ``GPT2LMHeadModel`` saves for backward, counted op by op.
-
-    With ``B, T, C, H, V`` = batch, sequence, width, heads, vocabulary and the element
-    size ``d`` of the model's dtype, one block (dropout 0) saves, in elements:
-
-    * LayerNorm 1 and 2: input and output ``4 BTC``, mean and rstd ``4 BT``;
-    * the attention output before ``c_proj``: ``BTC``;
-    * MLP: ``c_fc`` output, GELU's ``tanh``, ``1 + tanh`` and ``0.5 x`` terms, and the
-      GELU output that ``c_proj`` keeps: ``5 x 4BTC = 20 BTC``;
-    * attention, ``"eager"``: contiguous copies of q, k, v ``3 BTC`` and the softmax
-      probabilities ``B H T^2``; ``"sdpa"`` (PyTorch's CPU flash kernel): the fused
-      q/k/v projection ``3 BTC``, copies of q and of the output ``2 BTC`` and the
-      log-sum-exp ``BHT`` (always fp32), and no ``T^2`` term.
-
-    Outside the blocks: the final LayerNorm (``2 BTC + 2 BT``), the fp32 log-softmax of
-    the logits (``4 BTV`` bytes, transformers upcasts them), int64 token, position and
-    label ids (``8 (2BT + T)`` bytes) and a 4-byte scalar. Checkpointing each block keeps
-    only its input (``BTC``), plus, with eager attention, the ``(B, 1, T, T)`` additive
-    mask passed to every block, and recomputes one block at a time in the backward pass.
-    ``tests/unit/test_memory.py`` checks this count against :class:`SavedTensorMeter`.
-
-    Args:
-        batch, seq_len, n_embd, n_layer, n_head, vocab_size: model and batch shape (>= 1).
-        attention: ``"eager"`` or ``"sdpa"`` (transformers' ``attn_implementation``).
-        dtype_bytes: element size of the activations (4 fp32, 2 bf16/fp16).
-        checkpointing: one checkpoint per block.
-
-    Returns:
-        An :class:`ActivationEstimate` in bytes.
-
-    Raises:
-        ValueError: for a non-positive size, an unknown ``attention`` or ``dtype_bytes``.
-    """
-    dims = dict(batch=batch, seq_len=seq_len, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-                vocab_size=vocab_size)
-    for k, v in dims.items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be a positive int, got {v!r}")
-    if attention not in ("eager", "sdpa"):
-        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
-    if dtype_bytes not in (1, 2, 4, 8):
-        raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
-    b, t, c, h, v = batch, seq_len, n_embd, n_head, vocab_size
-    btc, bt = b * t * c, b * t
-    if attention == "eager":
-        full_layer = dtype_bytes * (28 * btc + 4 * bt + b * h * t * t)  # bytes
-    else:  # the log-sum-exp is fp32 whatever the dtype
-        full_layer = dtype_bytes * (30 * btc + 4 * bt) + 4 * b * h * t
-    outside = dtype_bytes * (2 * btc + 2 * bt) + 4 * bt * v + 8 * (2 * bt + t) + 4
-    if checkpointing:
-        per_layer = dtype_bytes * btc
-        if attention == "eager":
-            outside += dtype_bytes * b * t * t
-        return ActivationEstimate(per_layer, outside, n_layer * per_layer + outside, full_layer)
-    return ActivationEstimate(full_layer, outside, n_layer * full_layer + outside, 0)
-
-
-def gpt2_num_params(n_embd: int, n_layer: int, vocab_size: int, n_positions: int) -> int:
-    """Parameters of a transformers GPT-2 LM (LM head tied to the token embedding).
-
-    Per block: two LayerNorms ``4C``, ``c_attn`` ``3C^2 + 3C``, attention ``c_proj``
-    ``C^2 + C``, ``c_fc`` ``4C^2 + 4C``, MLP ``c_proj`` ``4C^2 + C``: ``12 C^2 + 13 C``.
-    Plus token and position embeddings ``(V + P) C`` and the final LayerNorm ``2C``.
-
-    Raises:
-        ValueError: for a non-positive size.
-    """
-    for k, v in dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size,
-                     n_positions=n_positions).items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be a positive int, got {v!r}")
-    c = n_embd
-    return n_layer * (12 * c * c + 13 * c) + (vocab_size + n_positions) * c + 2 * c
-
-
-def gpt2_step_memory(
-    n_embd: int, n_layer: int, n_head: int, vocab_size: int, batch: int, seq_len: int,
-    precision: str = "fp32", checkpointing: bool = False, attention: str = "sdpa",
-) -> dict[str, float]:
-    """Predicted bytes of one GPT-2 training step with Adam, by kind (the widget's bar).
-
-    ``precision="fp32"``: fp32 weights, gradients, Adam state and activations
-    (:data:`RECIPES` ``fp32_adam``). ``"mixed"``: the ZeRO paper's mixed precision, 16-bit
-    weights, gradients and activations with fp32 master weights and Adam state
-    (``mixed_adam``). ``torch.autocast`` differs from both (fp32 weights, activations
-    partly 16-bit); notebook 04 measures how. The position table is sized to ``seq_len``.
-
-    Returns:
-        ``{"parameters", "gradients", "optimizer state", "activations", "recompute"}``
-        in bytes; ``recompute`` is the extra peak of one recomputed block (0 without
-        checkpointing).
-
-    Raises:
-        ValueError: for an unknown ``precision`` or a bad size (see
-            :func:`gpt2_saved_activation_bytes`).
-    """
-    if precision not in ("fp32", "mixed"):
-        raise ValueError(f"precision must be 'fp32' or 'mixed', got {precision!r}")
-    psi = gpt2_num_params(n_embd, n_layer, vocab_size, seq_len)
-    states = zero_model_states(psi, 1, 0, "fp32_adam" if precision == "fp32" else "mixed_adam")
-    act = gpt2_saved_activation_bytes(batch, seq_len, n_embd, n_layer, n_head, vocab_size,
-                                      attention, 4 if precision == "fp32" else 2,
-                                      checkpointing)
-    return {"parameters": states.params, "gradients": states.grads,
-            "optimizer state": states.optimizer, "activations": float(act.total),
-            "recompute": float(act.recompute_peak)}
-
-
-class CheckpointedBlock(nn.Module):
-    """Run ``block`` under ``torch.utils.checkpoint``: keep its inputs, recompute the rest.
-
-    The forward pass saves only what the block receives; the backward pass runs the
-    block's forward once more to rebuild its activations, one block at a time.
-    """
-
-    def __init__(self, block: nn.Module, use_reentrant: bool = False) -> None:
-        super().__init__()
-        self.block = block
-        self.use_reentrant = use_reentrant
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        from torch.utils.checkpoint import checkpoint
-
-        return checkpoint(self.block, *args, use_reentrant=self.use_reentrant, **kwargs)
-
-
-def checkpoint_blocks(blocks: nn.ModuleList, use_reentrant: bool = False) -> nn.ModuleList:
-    """Wrap every module of ``blocks`` in :class:`CheckpointedBlock`, in place.
-
-    Example: ``checkpoint_blocks(gpt2.transformer.h)``.
-
-    Raises:
-        TypeError: if ``blocks`` is not an ``nn.ModuleList``.
-    """
-    if not isinstance(blocks, nn.ModuleList):
-        raise TypeError(f"blocks must be an nn.ModuleList, got {type(blocks).__name__}")
-    for i, b in enumerate(blocks):
-        if not isinstance(b, CheckpointedBlock):
-            blocks[i] = CheckpointedBlock(b, use_reentrant)
-    return blocks
-
-
-# --- process memory (CPU): resident set size and its resettable peak -------------------
-
-
-def trim_heap() -> bool:
-    """Give freed heap memory back to the OS (glibc ``malloc_trim``); False elsewhere.
-
-    glibc keeps freed small blocks for reuse; a step that reuses them does not raise the
-    RSS. Trimming first makes a peak-RSS measurement see the step's own allocations.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        return bool(ctypes.CDLL(name).malloc_trim(0)) if name else False
-    except (OSError, AttributeError):
-        return False
-
-
-def _status_bytes(field_name: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            m = re.search(rf"^{field_name}:\s+(\d+) kB", f.read(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(m.group(1)) * 1024 if m else None
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process in bytes (``psutil`` off Linux)."""
-    v = _status_bytes("VmRSS")
-    if v is None:
-        import psutil
-
-        v = psutil.Process().memory_info().rss
-    return v
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark (Linux ``/proc/self/clear_refs``); False if unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size since start or since :func:`reset_peak_rss`, in bytes."""
-    v = _status_bytes("VmHWM")
-    if v is None:
-        import resource
-
-        v = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return v
-
-
-# --- one training step, measured -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepAnatomy:
-    """Bytes of one training step by kind, and the measured peak.
-
-    Attributes:
-        params, grads, optimizer_state: model states after the step (unique storages).
-        activations: bytes saved for backward by the forward pass (:class:`SavedTensorMeter`).
-        peak: the step's measured peak above the memory in use before it: the CUDA
-            allocator's ``max_memory_allocated`` on GPU, the process's peak RSS on CPU
-            (after :func:`trim_heap`, so reused free blocks do not hide allocations).
-        peak_source: ``"cuda_allocator"`` or ``"rss"``.
-        snapshot_path: the CUDA memory snapshot written, if any (open it in
-            https://pytorch.org/memory_viz).
-    """
-
-    params: int
-    grads: int
-    optimizer_state: int
-    activations: int
-    peak: int
-    peak_source: str
-    snapshot_path: str | None = None
-
-    @property
-    def accounted(self) -> int:
-        """Parameters + gradients + optimizer state + saved activations, in bytes."""
-        return self.params + self.grads + self.optimizer_state + self.activations
-
-
-def measure_step_anatomy(
-    model: nn.Module, compute_loss: Callable[[], torch.Tensor],
-    optimizer: torch.optim.Optimizer, snapshot_path: str | None = None,
-) -> StepAnatomy:
-    """Run one step (``zero_grad``, forward, backward, ``step``) and account its bytes.
-
-    Start from a fresh optimizer to see its state being allocated inside the peak.
-
-    Args:
-        model: the module whose parameters are trained.
-        compute_loss: runs the forward pass and returns a scalar loss.
-        optimizer: optimizer over ``model``'s parameters.
-        snapshot_path: on CUDA, record the allocator's history during the step and dump
-            a snapshot here (a pickle for PyTorch's memory visualizer); ignored on CPU.
-
-    Returns:
-        A :class:`StepAnatomy`.
-
-    Raises:
-        TypeError: if ``model`` is not a module or ``compute_loss`` is not callable.
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not callable(compute_loss):
-        raise TypeError(f"compute_loss must be callable, got {type(compute_loss).__name__}")
-    cuda = any(p.is_cuda for p in model.parameters())
-    optimizer.zero_grad(set_to_none=True)
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        if snapshot_path:
-            torch.cuda.memory._record_memory_history(max_entries=100_000)
-    else:
-        import gc
-
-        gc.collect()
-        trim_heap()
-        base = rss_bytes()
-        reset_peak_rss()
-    with SavedTensorMeter(model) as meter:
-        loss = compute_loss()
-    loss.backward()
-    optimizer.step()
-    if cuda:
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-        if snapshot_path:
-            torch.cuda.memory._dump_snapshot(snapshot_path)
-            torch.cuda.memory._record_memory_history(enabled=None)
-    else:
-        peak = peak_rss_bytes() - base
-    grads = {_storage_key(p.grad): _nbytes(p.grad) for p in model.parameters()
-             if p.grad is not None}
-    return StepAnatomy(
-        params=count_parameters(model).total_bytes, grads=sum(grads.values()),
-        optimizer_state=optimizer_state_bytes(optimizer),
-        activations=meter.report().activation_bytes, peak=peak,
-        peak_source="cuda_allocator" if cuda else "rss",
-        snapshot_path=snapshot_path if cuda else None,
-    )

@@ -1,7 +1,10 @@
-"""Shared pytest setup: GPU tests skip cleanly on CPU-only machines; a one-thread fixture."""
+"""Shared pytest setup: GPU tests skip cleanly on CPU-only machines; a one-thread fixture;
+fixed machine limits for tests of code that only scales by them."""
 
 import pytest
 import torch
+
+from perfkit import hw
 
 
 def pytest_collection_modifyitems(config, items):
@@ -24,3 +27,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def limits():
+    """Invented, round ceilings (fp32 100 GFLOP/s, bf16 400 GFLOP/s, copy 20 GB/s): tests
+    that only scale by the limits must not depend on this machine's measured ones."""
+    return hw.MachineLimits(device="cpu", name="test", copy_bytes_per_s=2e10,
+                            matmul_flops={"float32": 1e11, "bfloat16": 4e11})

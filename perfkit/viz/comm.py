@@ -1,8 +1,9 @@
 """Plots and widgets for communication: collectives, data parallelism, compression.
 
-Every function consumes records that ``perfkit.comm``, the ``perfkit.workers`` modules and
-``perfkit.compress`` return; the widgets are :class:`~perfkit.viz.core.WidgetSpec` over pure
-functions that tests call at every control's extremes.
+Every function consumes records that ``perfkit.comm``, the ``perfkit.workers`` modules,
+``perfkit.compress`` and ``perfkit.compress_sim`` return; the widgets are
+:class:`~perfkit.viz.core.WidgetSpec` over pure functions that tests call at every
+control's extremes.
 
 Usage::
 
@@ -23,6 +24,7 @@ from matplotlib.figure import Figure
 
 from perfkit import compress
 from perfkit.comm import AlphaBeta, CollectivePoint, ring_allreduce_time
+from perfkit.compress_sim import simulate_dp_training
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
 
 __all__ = [
@@ -307,7 +309,7 @@ def _make(method: str, ratio: float, error_feedback: bool):
 
 def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
     """Compressor, ratio and error-feedback controls: error and bytes on ``grad``, and the
-    convergence of simulated 2-worker training (:func:`perfkit.compress.simulate_dp_training`).
+    convergence of simulated 2-worker training (:func:`perfkit.compress_sim.simulate_dp_training`).
 
     Args:
         grad: a real gradient (flat or not) to measure the reconstruction error on.
@@ -315,7 +317,7 @@ def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
     """
     if not isinstance(grad, torch.Tensor) or grad.numel() < 2:
         raise TypeError("grad must be a tensor with at least 2 values")
-    base_curve = compress.simulate_dp_training(None, steps=steps)
+    base_curve = simulate_dp_training(None, steps=steps)
     norm = float(grad.norm())
 
     def fn(method: str, ratio: float, error_feedback: bool) -> Figure:
@@ -330,7 +332,7 @@ def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
         used = f"ratio {ratio:.3g}" if method in ("topk", "randomk") else "ratio unused"
         ax1.set_title(f"{comp.name} ({used}) on a real gradient: error {err:.2f}, "
                       f"{c.wire_bytes:,} of {grad.numel() * 4:,} bytes", fontsize=9)
-        curve = compress.simulate_dp_training(make, steps=steps)
+        curve = simulate_dp_training(make, steps=steps)
         plot_convergence({"no compression": base_curve, comp.name: curve}, ax=ax2,
                          title="simulated 2-worker SGD, softmax regression on digits")
         fig.tight_layout()

@@ -1,7 +1,7 @@
 """Plots and widgets of notebooks 04 (memory anatomy) and 05 (ZeRO and LoRA).
 
-They consume :mod:`perfkit.memory` records and :mod:`perfkit.workers.zero_bench`
-results; nothing here measures.
+They consume :mod:`perfkit.memory` and :mod:`perfkit.activations` records and
+:mod:`perfkit.workers.zero_bench` results; nothing here measures.
 
 Usage::
 
@@ -18,7 +18,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.memory import gpt2_step_memory, zero_table
+from perfkit.activations import gpt2_step_memory
+from perfkit.memory import zero_table
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",
@@ -157,7 +158,7 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         "seq_len": LogControl(4, 12, 64, base=2, step=1, description="sequence T"),
         "precision": Choice(["fp32", "mixed"], "fp32", "precision"),
         "checkpointing": Choice(["off", "per block"], "off", "checkpointing"),
-    }, title="Memory of one GPT-2 training step (the model of perfkit.memory)")
+    }, title="Memory of one GPT-2 training step (the model of perfkit.activations)")
 
 
 def zero_widget() -> WidgetSpec:

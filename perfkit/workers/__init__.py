@@ -4,8 +4,9 @@ Each module here parses its command line (``--config`` JSON), joins the process 
 :func:`perfkit.dist.init_worker`, runs its experiment, hands JSON to
 :func:`perfkit.dist.worker_result` and ends with :func:`perfkit.dist.shutdown`. The
 modules hold experiment *drivers* (which model, which sizes, what to time); the components
-they drive (collectives, data-parallel synchronisers, compressors) live in
-``perfkit.comm``, ``perfkit.dp`` and ``perfkit.compress``, where they are tested on their
-own. ``perfkit.workers.suite`` runs several drivers in one job, since starting a job
-(every process imports torch) costs seconds.
+they drive (collectives, data-parallel synchronisers, compressors and their DDP hook)
+live in ``perfkit.comm``, ``perfkit.dp``, ``perfkit.compress`` and
+``perfkit.compress_hook``, where they are tested on their own. ``perfkit.workers.suite``
+runs several drivers in one job, since starting a job (every process imports torch) costs
+seconds.
 """

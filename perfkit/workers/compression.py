@@ -7,7 +7,7 @@ Run by :func:`perfkit.dist.launch`; configured by JSON::
 
 Methods (``METHODS``): ``none`` (DDP's all-reduce), torch's ``fp16_hook``, ``bf16_hook``
 and ``powersgd_r{1,2,4}``, and perfkit compressors through
-:func:`perfkit.compress.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
+:func:`perfkit.compress_hook.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
 ``sign``, each also with ``_ef`` (error feedback), ``qsgd`` and ``sign`` also as
 ``qsgd_fused``/``qsgd_eager`` (a forced kernel path, :mod:`perfkit.fused`); any
 ``topk_<p>pct`` / ``randomk_<p>pct`` works, and ``dense`` sends the uncompressed
@@ -38,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import compress
 from perfkit import dist as pdist
+from perfkit.compress_hook import HookState, compression_hook
 from perfkit.timing import Timer
 
 METHODS = ("none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powersgd_r4",
@@ -121,8 +122,8 @@ def attach(model: DDP, method: str, seed: int = 0) -> Any:
         st = _Counted(ps, _powersgd_wire)
         model.register_comm_hook(st, _counted_hook(psgd.powerSGD_hook))
     else:
-        st = compress.HookState(make_compressor(method, seed))
-        model.register_comm_hook(st, compress.compression_hook)
+        st = HookState(make_compressor(method, seed))
+        model.register_comm_hook(st, compression_hook)
     return st
 
 

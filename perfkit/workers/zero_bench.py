@@ -19,7 +19,7 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   trained afterwards on the whole global batch of every step.
 * ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
   process's peak RSS above what it held before building it. Freed heap memory is handed
-  back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
+  back to the OS first (:func:`perfkit.anatomy.trim_heap`), so that one variant's
   leftovers, reused without new pages, do not hide the next one's allocations.
 
 Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`::
@@ -45,13 +45,8 @@ import torch.distributed as dist
 from torch import nn
 
 from perfkit import dist as pdist
-from perfkit.memory import (
-    optimizer_state_bytes,
-    peak_rss_bytes,
-    reset_peak_rss,
-    rss_bytes,
-    trim_heap,
-)
+from perfkit.anatomy import peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
+from perfkit.memory import optimizer_state_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.timing import interleaved
 from perfkit.zero import ZeroOneOptimizer

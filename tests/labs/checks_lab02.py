@@ -172,6 +172,7 @@ def check_error_feedback(ns: dict) -> None:
 
 def check_training(ns: dict) -> None:
     from perfkit import compress
+    from perfkit.compress_sim import simulate_dp_training
 
     cls = require(ns, "TopKWithErrorFeedback")
     comp = require(ns, "topk_compress")
@@ -191,9 +192,9 @@ def check_training(ns: dict) -> None:
 
     steps = 150
     tail = lambda xs: sum(xs[-10:]) / 10  # noqa: E731
-    base = tail(compress.simulate_dp_training(None, steps=steps))
-    plain = tail(compress.simulate_dp_training(Adapt, steps=steps))
-    ef = tail(compress.simulate_dp_training(lambda: Adapt(cls(0.01)), steps=steps))
+    base = tail(simulate_dp_training(None, steps=steps))
+    plain = tail(simulate_dp_training(Adapt, steps=steps))
+    ef = tail(simulate_dp_training(lambda: Adapt(cls(0.01)), steps=steps))
     assert ef < 1.2 * base, (
         f"simulated 2-worker training with TopKWithErrorFeedback(0.01) ends at loss {ef:.3f}, "
         f"uncompressed at {base:.3f}: error feedback should get within 20 %. Is the residual "

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
-from perfkit import compute
+from perfkit import compute, kernels
 from tools.grade import require
 
 STEPS = 4  # training steps compared in q3
@@ -68,8 +68,8 @@ def check_causal_attention(ns: dict) -> None:
         assert all((a - b).abs().max() < 1e-3 for a, b in zip(grads, ref)), (
             "causal_attention's gradients differ from the reference: use differentiable torch ops")
     q, k, v = (torch.randn(2, 4, 256, 16, requires_grad=True) for _ in range(3))
-    saved = compute.activation_bytes(lambda: f(q, k, v), inputs=[q, k, v])
-    matrix = compute.attention_matrix_bytes(2, 4, 256)
+    saved = kernels.activation_bytes(lambda: f(q, k, v), inputs=[q, k, v])
+    matrix = kernels.attention_matrix_bytes(2, 4, 256)
     assert saved < matrix / 2, (
         f"causal_attention saved {saved / 2**20:.2f} MiB for backward at B=2, H=4, T=256, "
         f"d_head=16; one (B, H, T, T) score matrix is {matrix / 2**20:.2f} MiB. A fused kernel "

@@ -94,3 +94,10 @@ def test_a_failed_compile_falls_back_to_eager_once_and_fused_true_says_why(monke
 def test_pool_of_the_wrong_size_is_refused():
     with pytest.raises(ValueError, match="pool must hold"):
         fused.qsgd_encode(torch.randn(100), torch.rand(50), 1.0)
+
+
+def test_pack_bits_numpy_and_torch_paths_agree():
+    bits = torch.rand(1001) > 0.5
+    a, b = fused.pack_bits(bits, use_numpy=True), fused.pack_bits(bits, use_numpy=False)
+    assert torch.equal(a, b) and a.numel() == 126
+    assert int(a[0]) == sum(1 << i for i in range(8) if bits[i])

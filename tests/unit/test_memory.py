@@ -1,4 +1,4 @@
-"""perfkit.memory: ZeRO formulas, SavedTensorMeter, parameter and activation accounting."""
+"""perfkit.memory: ZeRO formulas, SavedTensorMeter, parameter and optimizer-state counting."""
 
 from __future__ import annotations
 
@@ -135,63 +135,7 @@ def test_meter_sees_nothing_inside_non_reentrant_checkpoint_but_its_inputs():
     y.sum().backward()
 
 
-# --- the GPT-2 activation model against the meter ------------------------------------------
-
-SHAPES = [dict(batch=3, seq_len=24, n_embd=32, n_head=2, n_layer=3, vocab_size=100),
-          dict(batch=2, seq_len=16, n_embd=48, n_head=4, n_layer=2, vocab_size=64)]
-
-
-def _gpt2(shape, attention, dtype=torch.float32):
-    m = tiny_gpt2(vocab_size=shape["vocab_size"], block_size=64, n_embd=shape["n_embd"],
-                  n_layer=shape["n_layer"], n_head=shape["n_head"])
-    m.config._attn_implementation = attention
-    return m.to(dtype).train()
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpt2_model_equals_meter(shape, attention, dtype):
-    torch.manual_seed(0)
-    m = _gpt2(shape, attention, dtype)
-    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
-    with M.SavedTensorMeter(m) as meter:
-        loss = m(input_ids=x, labels=x).loss
-    pred = M.gpt2_saved_activation_bytes(**shape, attention=attention,
-                                         dtype_bytes=torch.finfo(dtype).bits // 8)
-    assert meter.report().activation_bytes == pred.total
-    assert pred.total == shape["n_layer"] * pred.per_layer + pred.outside_layers
-    loss.backward()
-
-
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_gpt2_model_equals_meter_with_checkpointing(attention):
-    shape = SHAPES[0]
-    m = _gpt2(shape, attention)
-    enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
-    enable()
-    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
-    with M.SavedTensorMeter(m) as meter:
-        loss = m(input_ids=x, labels=x).loss
-    pred = M.gpt2_saved_activation_bytes(**shape, attention=attention, checkpointing=True)
-    assert meter.report().activation_bytes == pred.total
-    full = M.gpt2_saved_activation_bytes(**shape, attention=attention)
-    assert pred.recompute_peak == full.per_layer
-    assert pred.total < full.total
-    loss.backward()
-
-
-def test_gpt2_model_errors():
-    kw = SHAPES[0]
-    with pytest.raises(ValueError, match="attention"):
-        M.gpt2_saved_activation_bytes(**kw, attention="flash")
-    with pytest.raises(ValueError, match="dtype_bytes"):
-        M.gpt2_saved_activation_bytes(**kw, dtype_bytes=3)
-    with pytest.raises(ValueError, match="seq_len"):
-        M.gpt2_saved_activation_bytes(**(kw | {"seq_len": 0}))
-
-
-# --- parameters, optimizer state, a whole step ---------------------------------------------
+# --- parameters and optimizer state ---------------------------------------------------------
 
 
 def test_count_parameters_tied_and_frozen():
@@ -223,56 +167,6 @@ def test_optimizer_state_bytes_adamw_and_sgd():
     assert M.optimizer_state_bytes(sgd) == 55 * 4
     with pytest.raises(TypeError, match="optimizer"):
         M.optimizer_state_bytes(object())
-
-
-def test_measure_step_anatomy_cpu():
-    torch.manual_seed(0)
-    m = tiny_gpt2(vocab_size=128, block_size=32, n_embd=32, n_layer=2, n_head=2)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    x = torch.randint(0, 128, (4, 32))
-    a = M.measure_step_anatomy(m, lambda: m(input_ids=x, labels=x).loss, opt)
-    n = M.count_parameters(m)
-    assert a.params == n.total_bytes
-    assert a.grads == n.total_bytes
-    assert a.optimizer_state == 2 * n.total_bytes + 4 * len(list(m.parameters()))
-    pred = M.gpt2_saved_activation_bytes(4, 32, 32, 2, 2, 128)
-    assert a.activations == pred.total
-    assert a.peak_source == "rss" and a.snapshot_path is None
-    assert a.accounted == a.params + a.grads + a.optimizer_state + a.activations
-    with pytest.raises(TypeError, match="compute_loss"):
-        M.measure_step_anatomy(m, None, opt)
-
-
-def test_rss_helpers():
-    before = M.rss_bytes()
-    assert before > 0
-    if M.reset_peak_rss():
-        x = torch.ones(16_000_000)  # 64 MB, touched
-        assert M.peak_rss_bytes() >= before + 50_000_000
-        del x
-    assert M.peak_rss_bytes() >= M.rss_bytes() - 4096 * 16
-
-
-@pytest.mark.parametrize("c,layers,vocab,pos", [(8, 1, 100, 16), (48, 3, 1024, 64)])
-def test_gpt2_num_params_matches_transformers(c, layers, vocab, pos):
-    m = tiny_gpt2(vocab_size=vocab, block_size=pos, n_embd=c, n_layer=layers, n_head=2)
-    assert M.gpt2_num_params(c, layers, vocab, pos) == M.count_parameters(m).total
-    with pytest.raises(ValueError, match="n_layer"):
-        M.gpt2_num_params(c, 0, vocab, pos)
-
-
-def test_gpt2_step_memory_parts():
-    fp32 = M.gpt2_step_memory(64, 2, 2, 1024, 8, 64)
-    psi = M.gpt2_num_params(64, 2, 1024, 64)
-    assert (fp32["parameters"], fp32["gradients"], fp32["optimizer state"]) == (
-        4 * psi, 4 * psi, 8 * psi)
-    assert fp32["activations"] == M.gpt2_saved_activation_bytes(8, 64, 64, 2, 2, 1024).total
-    assert fp32["recompute"] == 0
-    mixed = M.gpt2_step_memory(64, 2, 2, 1024, 8, 64, "mixed", checkpointing=True)
-    assert mixed["optimizer state"] == 12 * psi and mixed["recompute"] > 0
-    assert mixed["activations"] < fp32["activations"]
-    with pytest.raises(ValueError, match="precision"):
-        M.gpt2_step_memory(64, 2, 2, 1024, 8, 64, "fp8")
 
 
 # --- the widgets of notebooks 04 and 05 -----------------------------------------------------
@@ -316,39 +210,3 @@ def test_plot_memory_stack_errors():
         plot_memory_stack({"x": {"parameters": -1}})
     with pytest.raises(ValueError, match="curves"):
         plot_loss_curves({})
-
-
-def test_checkpoint_blocks_keeps_only_block_inputs_and_same_gradients():
-    shape = SHAPES[1]
-    ref, ck = _gpt2(shape, "sdpa"), _gpt2(shape, "sdpa")
-    ck.load_state_dict(ref.state_dict())
-    M.checkpoint_blocks(ck.transformer.h)
-    M.checkpoint_blocks(ck.transformer.h)  # idempotent: no double wrapping
-    assert all(isinstance(b, M.CheckpointedBlock) and not isinstance(b.block, M.CheckpointedBlock)
-               for b in ck.transformer.h)
-    x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["seq_len"]))
-    with M.SavedTensorMeter(ck) as meter:
-        loss = ck(input_ids=x, labels=x).loss
-    pred = M.gpt2_saved_activation_bytes(**shape, attention="sdpa", checkpointing=True)
-    assert meter.report().activation_bytes == pred.total
-    loss.backward()
-    ref(input_ids=x, labels=x).loss.backward()
-    for p, q in zip(ref.parameters(), ck.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7)
-    with pytest.raises(TypeError, match="ModuleList"):
-        M.checkpoint_blocks([nn.Linear(2, 2)])
-
-
-@pytest.mark.gpu
-def test_measure_step_anatomy_cuda_allocator_and_snapshot(tmp_path):
-    torch.manual_seed(0)
-    m = tiny_gpt2(vocab_size=128, block_size=32, n_embd=32, n_layer=2, n_head=2).cuda()
-    x = torch.randint(0, 128, (4, 32), device="cuda")
-    step = lambda: m(input_ids=x, labels=x).loss
-    M.measure_step_anatomy(m, step, torch.optim.AdamW(m.parameters()))  # warm-up
-    snap = str(tmp_path / "snap.pickle")
-    a = M.measure_step_anatomy(m, step, torch.optim.AdamW(m.parameters()), snapshot_path=snap)
-    assert a.peak_source == "cuda_allocator" and a.snapshot_path == snap
-    assert (tmp_path / "snap.pickle").stat().st_size > 0
-    # the allocator saw at least the activations live at once, and the new model states
-    assert a.peak >= max(a.activations, a.grads + a.optimizer_state)

@@ -3,13 +3,7 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from perfkit import hw, viz
-
-
-@pytest.fixture(scope="module")
-def limits():
-    return hw.MachineLimits(device="cpu", name="test", copy_bytes_per_s=2e10,
-                            matmul_flops={"float32": 1e11, "bfloat16": 4e11})
+from perfkit import viz
 
 
 def test_roofline_widget_sweeps_its_controls(limits):

@@ -211,11 +211,17 @@ Every later notebook loads the same ceilings (`perfkit.hw.cached_limits()` reads
 saved below; if it is missing or from another machine, it measures again). The file keeps the
 highest ceilings measured on this machine so far, since a busy machine only ever measures
 slower; re-running this notebook on a quiet machine can only raise them. Later notebooks
-report their results as a share of these ceilings. For example, **model FLOPs utilisation** (MFU) of a training step: an MLP
-forward and backward costs about `6 × parameters × batch` FLOPs (2 for the forward matmuls, 4
-for the two backward ones), so its achieved FLOP/s over the fp32 ceiling is its MFU.
+report their results as a share of these ceilings. For example, **model FLOPs utilisation**
+(MFU) of a training step: the rule of thumb says an MLP's forward and backward cost
+`6 × parameters × batch` FLOPs (2 per weight and sample for the forward matmul, 4 for the two
+backward ones: the gradient of the weights and that of the layer's input). Autograd skips
+what nobody needs, though: the first layer's input is data, so its gradient is never
+computed. PyTorch's `FlopCounterMode` counts the matmuls a step really runs; the achieved
+FLOP/s over the fp32 ceiling is the MFU.
 """)
 nb.code("""
+from torch.utils.flop_counter import FlopCounterMode
+
 print("limits saved to", hw.save_limits(limits))  # later notebooks: hw.cached_limits()
 
 batch, width = (256, 512) if QUICK else (1024, 1024)
@@ -226,13 +232,22 @@ def step():
     mlp(xb).square().mean().backward()
 m = timing.benchmark(step, warmup=2, repeat=10, device=DEVICE)
 params = sum(p.numel() for p in mlp.parameters())
-achieved = 6 * params * batch / m.median_s
+with FlopCounterMode(display=False) as counter:
+    step()
+rule, counted = 6 * params * batch, counter.get_total_flops()
+print(f"FLOPs per step: rule 6 x params x batch = {si(rule, 'FLOP')}, counted {si(counted, 'FLOP')} "
+      f"({counted / rule:.0%} of the rule)")
+achieved = counted / m.median_s
 print(f"MLP step: {m}; {si(achieved, 'FLOP/s')} = "
       f"{limits.share_of_peak(achieved):.0%} MFU (of the measured fp32 ceiling)")
 """)
 nb.md("""
-The MFU is below 100 % for the reasons section 4 showed: the elementwise ReLU and the loss
-are memory-bound, and these matmuls are smaller than the best one. Module 01 breaks a
+The counted FLOPs fall short of the rule by the first layer's input gradient: with two
+equal layers that is one of the six matmuls, so the count is 5/6 of the rule; the rule would
+overstate the MFU by 20 %. The MFU is below 100 % for the reasons section 4 showed: the
+elementwise ReLU and the loss are memory-bound, the step's timing is a median while the
+ceiling is the fastest tenth of runs, and in QUICK mode the matmuls are smaller than the best
+one. Module 01 breaks a
 training step into its phases to find where the rest of the time goes.
 """)
 nb.code("""

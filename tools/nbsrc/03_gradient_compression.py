@@ -44,13 +44,12 @@ job = pool.submit(dist.launch, "perfkit.workers.compression", 2, ["--config", js
                   timeout_s=900)
 """)
 nb.code("""
-import math
-
 import matplotlib.pyplot as plt
 import torch
 
-from perfkit import compress, hw, timing, viz
+from perfkit import hw, timing, viz
 from perfkit.compress import QSGD, ErrorFeedback, RandomK, Sign, TopK
+from perfkit.compress_sim import gaussian_error, simulate_dp_training
 from perfkit.models import digits_workload
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
@@ -69,7 +68,7 @@ nb.md("""
 
 **Prediction.** If the gradient's values were i.i.d. Gaussian, each compressor's relative
 error `||g - decompress(compress(g))|| / ||g||` follows from the distribution alone
-(`perfkit.compress.gaussian_error`): top-k keeps the energy of the Gaussian's tails beyond
+(`perfkit.compress_sim.gaussian_error`): top-k keeps the energy of the Gaussian's tails beyond
 the `1 - ratio/2` quantile; random-k keeps a `ratio` share of the energy; sign loses
 `1 - (E|g|)² / E[g²] = 1 - 2/π` of it; QSGD's step is `max|g| / 127` with stochastic rounding
 noise. The formulas for the largest and smallest ratio (exact numbers, checked by CI):
@@ -77,9 +76,9 @@ noise. The formulas for the largest and smallest ratio (exact numbers, checked b
 nb.code("""
 # NBVAL_CHECK_OUTPUT
 for method in ("topk", "randomk"):
-    print(method, [round(compress.gaussian_error(method, r, 10_000), 4) for r in (0.01, 0.5)])
-print("sign", round(compress.gaussian_error("sign"), 4),
-      "qsgd", round(compress.gaussian_error("qsgd", 1.0, 10_000), 4))
+    print(method, [round(gaussian_error(method, r, 10_000), 4) for r in (0.01, 0.5)])
+print("sign", round(gaussian_error("sign"), 4),
+      "qsgd", round(gaussian_error("qsgd", 1.0, 10_000), 4))
 """)
 nb.md("""
 **Measurement** on the real gradient above, every compressor and ratio:
@@ -92,7 +91,7 @@ cases += [("qsgd", QSGD(), "qsgd", 1.0), ("sign", Sign(), "sign", 1.0)]
 for name, comp, method, r in cases:
     c = comp.compress(grad)
     err = float((comp.decompress(c) - grad).norm() / grad.norm())
-    pred = compress.gaussian_error(method, r, grad.numel())
+    pred = gaussian_error(method, r, grad.numel())
     rows.append({"name": name, "wire_ratio": c.wire_bytes / (4 * grad.numel()),
                  "rel_error": err, "predicted": pred})
     print(f"{name:>13}: {c.wire_bytes:>7,} bytes ({rows[-1]['wire_ratio']:7.2%} of fp32), "
@@ -121,15 +120,15 @@ sum of the gradients.
 
 **Prediction.** With error feedback, top-k 1 % should converge almost like no compression
 (the delay is a few steps for the large coordinates); without it, it should stall.
-A simulation first (`perfkit.compress.simulate_dp_training`: 2 simulated workers, softmax
+A simulation first (`perfkit.compress_sim.simulate_dp_training`: 2 simulated workers, softmax
 regression on the digits, plain SGD, in one process):
 """)
 nb.code("""
-curves = {"no compression": compress.simulate_dp_training(None, steps=SIM_STEPS)}
+curves = {"no compression": simulate_dp_training(None, steps=SIM_STEPS)}
 for name, make in [("top-k 1%", lambda: TopK(0.01)),
                    ("top-k 1% + EF", lambda: ErrorFeedback(TopK(0.01))),
                    ("sign", Sign), ("sign + EF", lambda: ErrorFeedback(Sign()))]:
-    curves[name] = compress.simulate_dp_training(make, steps=SIM_STEPS)
+    curves[name] = simulate_dp_training(make, steps=SIM_STEPS)
 for name, c in curves.items():
     print(f"{name:>15}: loss after {SIM_STEPS} steps {sum(c[-10:]) / 10:.3f} nats")
 vcomm.plot_convergence(curves, smooth=5, title="simulated 2-worker SGD (softmax regression)")
@@ -155,7 +154,7 @@ method, from the same seed on the same batches: no compression; PyTorch's
 `fp16_compress_hook` and `bf16_compress_hook` (cast, all-reduce, cast back); PowerSGD
 (Vogels et al., 2019: a rank-`r` approximation `P Qᵀ` of each gradient matrix, with its own
 error feedback) at ranks 1, 2, 4; and each perfkit compressor through
-`perfkit.compress.compression_hook`, with and without error feedback. Top-k and QSGD and
+`perfkit.compress_hook.compression_hook`, with and without error feedback. Top-k and QSGD and
 sign payloads differ between processes and are all-gathered; random-k's shared seed lets
 its values be all-reduced.
 

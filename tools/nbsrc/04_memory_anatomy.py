@@ -41,8 +41,10 @@ import matplotlib.pyplot as plt
 import psutil
 import torch
 
-from perfkit import memory, timing, viz
-from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes, gpt2_step_memory
+from perfkit import activations, timing, viz
+from perfkit.activations import gpt2_saved_activation_bytes, gpt2_step_memory
+from perfkit.anatomy import measure_step_anatomy
+from perfkit.memory import SavedTensorMeter
 from perfkit.models import tiny_gpt2
 from perfkit.viz import memory as vmem
 
@@ -57,7 +59,7 @@ nb.md("""
 **Question.** How many bytes does one AdamW step of the tiny GPT-2 need, and which kind
 dominates?
 
-**Prediction.** `perfkit.memory.gpt2_step_memory` adds the model states (Ψ parameters x
+**Prediction.** `perfkit.activations.gpt2_step_memory` adds the model states (Ψ parameters x
 (4 + 4 + 8) bytes in fp32) and the activations from a per-operation count of what a
 transformers GPT-2 block saves (section 2 checks that count). At this size the logits'
 log-softmax (batch x sequence x vocabulary floats) is a large share of the activations.
@@ -65,14 +67,14 @@ log-softmax (batch x sequence x vocabulary floats) is a large share of the activ
 nb.code("""
 B, T, C, L, H, V = BATCH, SEQ, MODEL["n_embd"], MODEL["n_layer"], MODEL["n_head"], MODEL["vocab_size"]
 predicted = gpt2_step_memory(C, L, H, V, B, T, precision="fp32")
-psi = memory.gpt2_num_params(C, L, V, MODEL["block_size"])
+psi = activations.gpt2_num_params(C, L, V, MODEL["block_size"])
 print(f"Ψ = {psi:,} parameters")
 for kind, b in predicted.items():
     print(f"{kind:>16}: {b / 1e6:8.2f} MB")
 print(f"{'sum':>16}: {sum(predicted.values()) / 1e6:8.2f} MB")
 """)
 nb.md("""
-**Measurement.** `perfkit.memory.measure_step_anatomy` runs one step (zero_grad, forward,
+**Measurement.** `perfkit.anatomy.measure_step_anatomy` runs one step (zero_grad, forward,
 backward, `optimizer.step()` of a fresh AdamW, so its state is allocated inside the step)
 and reports each kind by counting the live tensors' storages, plus the step's **peak**:
 on a GPU the CUDA allocator's `max_memory_allocated`; on the CPU the process's peak
@@ -86,13 +88,13 @@ torch.manual_seed(0)
 model = tiny_gpt2(**MODEL).to(DEVICE).train()
 x = torch.randint(0, V, (B, T), device=DEVICE)            # (B, T) token ids
 loss_fn = lambda: model(input_ids=x, labels=x).loss
-memory.measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
+measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
 snapshot = None
 if DEVICE.type == "cuda":
     os.makedirs("build", exist_ok=True)
     snapshot = "build/04_memory_snapshot.pickle"
-anatomy = memory.measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()),
-                                      snapshot_path=snapshot)
+anatomy = measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()),
+                               snapshot_path=snapshot)
 measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
             "optimizer state": anatomy.optimizer_state, "activations": anatomy.activations}
 for kind, b in measured.items():
@@ -184,7 +186,7 @@ FLOPs (the backward does two matmuls per forward matmul), so the step should tak
 roughly 1 + (1/3) x (share of time spent in the blocks) times as long.
 
 **Measurement.** Three models with the same weights: plain; each block wrapped in
-`torch.utils.checkpoint` by `perfkit.memory.checkpoint_blocks`; and transformers' own
+`torch.utils.checkpoint` by `perfkit.activations.checkpoint_blocks`; and transformers' own
 switch (`activation_checkpointing_enable()`, called `gradient_checkpointing_enable()`
 before transformers 5). Saved bytes come from the meter, step times from
 `perfkit.timing.interleaved` (the three alternate, so machine load hits all alike).
@@ -194,7 +196,7 @@ def make(kind):
     torch.manual_seed(0)
     m = tiny_gpt2(**MODEL).to(DEVICE).train()
     if kind == "torch.utils.checkpoint per block":
-        memory.checkpoint_blocks(m.transformer.h)
+        activations.checkpoint_blocks(m.transformer.h)
     elif kind == "transformers switch":
         enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
         enable()

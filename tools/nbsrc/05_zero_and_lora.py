@@ -51,7 +51,8 @@ nb.code("""
 import torch
 from IPython.display import Markdown, display
 
-from perfkit import memory, timing, viz
+from perfkit import timing, viz
+from perfkit.activations import gpt2_num_params
 from perfkit.memory import count_parameters, optimizer_state_bytes, zero_model_states, zero_table
 from perfkit.models import tiny_gpt2
 from perfkit.viz import memory as vmem
@@ -93,7 +94,7 @@ comparison runs in fp32 (`fp32_adam`: 4 + 4 + 8 bytes, K = 8) on N = 2 processes
 stage 1 can at best halve the optimizer state and save a quarter of the model states.
 """)
 nb.code("""
-psi = memory.gpt2_num_params(MODEL["n_embd"], MODEL["n_layer"], 1024, 64)
+psi = gpt2_num_params(MODEL["n_embd"], MODEL["n_layer"], 1024, 64)
 pred = {s: zero_model_states(psi, NPROC, s, "fp32_adam") for s in (0, 1, 2)}
 for s, m in pred.items():
     print(f"stage {s}: optimizer state {m.optimizer / 1e6:.3f} MB, model states {m.total / 1e6:.3f} MB per process")

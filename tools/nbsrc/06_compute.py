@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from perfkit import compute, hw, timing, viz
+from perfkit import budget, compiling, compute, hw, kernels, throughput, timing, viz
 from perfkit.models import gpt2_workload, tiny_gpt2
 from perfkit.viz import compute as vc
 from perfkit.viz import si
@@ -154,7 +154,7 @@ def forward(precision):
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         return model(input_ids=x, labels=x).loss
 
-saved = {p: compute.activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
+saved = {p: kernels.activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
 print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20:.2f} MiB, "
       f"bf16 {saved['bf16'] / 2**20:.2f} MiB ({saved['bf16'] / saved['fp32']:.0%} of fp32; "
       f"a pure halving would be 50 %)")
@@ -200,7 +200,7 @@ READS = [1, 1, 1, 2, 1, 1, 1, 1, 2]
 xc = torch.randn(CHAIN_ROWS, 1024, device=DEVICE)  # (rows, 1024) fp32
 bias = torch.randn(1024, device=DEVICE)
 torch.testing.assert_close(gelu_chain(xc, bias), F.gelu(xc + bias, approximate="tanh"))
-chain = compute.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
+chain = kernels.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
 print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused {chain.fused / 2**20:.0f} MiB "
       f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides)")
 """)
@@ -213,8 +213,8 @@ compile; `measure_compile` times it, then times eager and compiled interleaved.
 """)
 nb.code("""
 compiled_chain = torch.compile(gelu_chain)  # mode="default"
-rec = compute.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
-                              repeat=REPEAT)
+rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
+                                repeat=REPEAT)
 builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
 n = xc.numel()
 rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),
@@ -267,8 +267,8 @@ tiny GPT-2's training step (`torch.compile(model)`, mode `"default"`; the optimi
 """)
 nb.code("""
 if COMPILE_STEP:
-    step_rec = compute.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
-                                       repeat=REPEAT)
+    step_rec = compiling.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
+                                         repeat=REPEAT)
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
           f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step, "
           f"{step_rec.speedup:.2f}x; pays off after {step_rec.break_even_calls:,.0f} steps")
@@ -301,7 +301,7 @@ if DEVICE.type == "cuda" and COMPILE_STEP:
         step = compute.make_train_step(m, torch.optim.AdamW(m.parameters(), lr=1e-3),
                                        lambda _m, b: run(input_ids=b, labels=b).loss, "fp32")
         return lambda: step(x)
-    ro = compute.measure_compile(gpt_step("fp32"), ro_step(), repeat=REPEAT)
+    ro = compiling.measure_compile(gpt_step("fp32"), ro_step(), repeat=REPEAT)
     print(f"reduce-overhead: compile {ro.compile_s:.1f} s, {ro.speedup:.2f}x per step")
 else:
     print("mode='reduce-overhead' uses CUDA graphs: measured only on a GPU at default size")
@@ -311,7 +311,7 @@ nb.md("""
 *value* (an `if` on `.item()`, a `print`, a call into an unsupported library), dynamo stops
 the graph, runs that bit in Python and starts a new graph after it: a **graph break**. Each
 break costs a round trip to Python and stops fusion across it. `torch._dynamo.explain`
-(wrapped by `compute.graph_breaks`) traces without generating code and lists the breaks.
+(wrapped by `compiling.graph_breaks`) traces without generating code and lists the breaks.
 Below, an MLP that rescales large activations with a Python `if` breaks once; the same
 logic written with `torch.where` compiles into one graph.
 """)
@@ -340,7 +340,7 @@ broken, fixed = RescaledMLP().to(DEVICE), FixedMLP().to(DEVICE)
 fixed.load_state_dict(broken.state_dict())
 torch.testing.assert_close(broken(xm), fixed(xm))  # same function
 for name, m in (("with .item()", broken), ("with torch.where", fixed)):
-    r = compute.graph_breaks(m, xm)
+    r = compiling.graph_breaks(m, xm)
     print(f"{name:>16}: {r.graphs} graph(s), {r.breaks} break(s) {r.reasons}")
 """)
 
@@ -372,13 +372,13 @@ def sdpa(q, k, v):
 q, k, v = (torch.randn(2, 4, 64, 16, device=DEVICE) for _ in range(3))
 torch.testing.assert_close(naive_attention(q, k, v), sdpa(q, k, v), atol=1e-5, rtol=1e-4)
 B, H, D = ATTN_B, 4, 16
-pts = compute.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
+pts = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
                               head_dim=D, repeat=REPEAT, device=DEVICE)
 by = {(p.impl, p.seq_len): p for p in pts}
 for T in ATTN_T:
     nv, fu = by["naive", T], by["sdpa", T]
     print(f"T={T:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / 2**20:6.2f} MiB saved "
-          f"(predicted {compute.attention_matrix_bytes(B, H, T) / 2**20:6.2f}); sdpa "
+          f"(predicted {kernels.attention_matrix_bytes(B, H, T) / 2**20:6.2f}); sdpa "
           f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / 2**20:5.2f} MiB "
           f"(predicted {B * H * T * (D + 1) * 4 / 2**20:5.2f}); {nv.seconds / fu.seconds:.2f}x")
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
@@ -395,7 +395,7 @@ path (on GPUs it is). The next cell repeats one length in bf16 and says which wo
 """)
 nb.code("""
 T16 = ATTN_T[1]
-p16 = compute.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
+p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
                               head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
 print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds * 1e3:.2f} ms "
       f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}); "
@@ -417,11 +417,11 @@ for T in GPT_ATTN_T:
         models[impl] = m = tiny_gpt2(block_size=T, n_embd=64, n_layer=Lg, n_head=Hg).to(DEVICE)
         m.set_attn_implementation(impl)
         fns[impl] = lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss.backward()
-        act[impl] = compute.activation_bytes(lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss, m)
+        act[impl] = kernels.activation_bytes(lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss, m)
     sp = compute.compare(fns["eager"], fns["sdpa"], repeat=REPEAT)
     print(f"T={T:4d}: sdpa against eager {sp}; saved eager {act['eager'] / 2**20:5.1f} MiB, "
           f"sdpa {act['sdpa'] / 2**20:5.1f} MiB, difference {(act['eager'] - act['sdpa']) / 2**20:5.1f} "
-          f"(predicted {Lg * (compute.attention_matrix_bytes(Bg, Hg, T) - Bg * Hg * T * (64 // Hg + 1) * 4) / 2**20:5.1f})")
+          f"(predicted {Lg * (kernels.attention_matrix_bytes(Bg, Hg, T) - Bg * Hg * T * (64 // Hg + 1) * 4) / 2**20:5.1f})")
 """)
 
 # --- 5. shapes ------------------------------------------------------------------------------------
@@ -438,7 +438,7 @@ Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleave
 """)
 nb.code("""
 shape_pts = [p for dt in ("float32", "bfloat16")
-             for p in compute.matmul_shape_sweep([(1024, n, 256) for n in MATMUL_N], dt,
+             for p in kernels.matmul_shape_sweep([(1024, n, 256) for n in MATMUL_N], dt,
                                                  device=DEVICE, repeat=REPEAT)]
 for dt in ("float32", "bfloat16"):
     aligned = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 64 == 0]
@@ -463,7 +463,7 @@ than that much faster. Measured on the bf16 training step:
 """)
 nb.code("""
 V = 1025
-VP = compute.pad_to_multiple(V, 64)
+VP = kernels.pad_to_multiple(V, 64)
 xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the padded ids
 pad = compute.compare(gpt_step("bf16", vocab=V, batch=xv), gpt_step("bf16", vocab=VP, batch=xv),
                       repeat=REPEAT)
@@ -522,9 +522,9 @@ should rise with batch size and flatten once the matmuls are large. `StepBench` 
 setting with a few real steps and caches it (the widget below reuses the cache):
 """)
 nb.code("""
-bench = compute.StepBench.gpt2(limits, seq_len=SEQ, n_embd=GPT["n_embd"], n_layer=GPT["n_layer"],
-                               n_head=GPT["n_head"], device=DEVICE, warmup=1,
-                               repeat=3 if QUICK else REPEAT)
+bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, n_embd=GPT["n_embd"], n_layer=GPT["n_layer"],
+                                  n_head=GPT["n_head"], device=DEVICE, warmup=1,
+                                  repeat=3 if QUICK else REPEAT)
 settings = [(precision, False, b) for precision in ("fp32", "bf16") for b in BATCHES]
 bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
 for p in bench.points:
@@ -543,20 +543,20 @@ bar than a ceiling measured on the machine itself.
 
 **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
 GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
-bisect (`compute.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
+bisect (`budget.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
 killed), so here the budget applies to a count: model states (weights, gradients, AdamW's two
-moments) plus the activations autograd saves, measured exactly per batch (`compute.BudgetProbe`).
+moments) plus the activations autograd saves, measured exactly per batch (`budget.BudgetProbe`).
 **Prediction:** bytes grow linearly in the batch, `states + b·per_sample`, so two probes predict
 the answer; the search (doubling, then bisection) measures it.
 """)
 nb.code("""
 mb = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
 ids = lambda b: torch.randint(0, 1024, (b, SEQ), device=DEVICE)
-probe = compute.BudgetProbe(mb, lambda b: mb(input_ids=ids(b), labels=ids(b)).loss, BUDGET)
+probe = budget.BudgetProbe(mb, lambda b: mb(input_ids=ids(b), labels=ids(b)).loss, BUDGET)
 probe(1), probe(2)
 per_sample = probe.bytes[2] - probe.bytes[1]  # bytes per extra sample
 predicted = 1 + (BUDGET - probe.bytes[1]) // per_sample  # bytes(b) = bytes(1) + (b - 1) * per_sample
-search = compute.largest_batch(probe, limit=4096)
+search = budget.largest_batch(probe, limit=4096)
 print(f"budget {BUDGET / 2**20:.0f} MiB: model states {probe.state_bytes / 2**20:.1f} MiB, "
       f"{per_sample / 2**20:.2f} MiB of activations per sample -> predicted largest batch {predicted}")
 print(f"search: largest batch {search.best} after {len(search.trials)} probes "
@@ -569,8 +569,8 @@ else:
     mg = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
     gstep = compute.make_train_step(mg, torch.optim.AdamW(mg.parameters()),
                                     lambda m, b: m(input_ids=b, labels=b).loss, "bf16")
-    oom = compute.OOMProbe(lambda b: gstep(ids(b)), budget_bytes=BUDGET)
-    gsearch = compute.largest_batch(oom, limit=1 << 14)
+    oom = budget.OOMProbe(lambda b: gstep(ids(b)), budget_bytes=BUDGET)
+    gsearch = budget.largest_batch(oom, limit=1 << 14)
     print(f"GPU: largest batch {gsearch.best} within {BUDGET / 2**30:.0f} GiB "
           f"(peak {oom.bytes[gsearch.best] / 2**30:.2f} GiB)")
 """)

@@ -14,7 +14,7 @@ measures, on the machine running it:
    timed with `perfkit.monitor.StepMonitor`, against a prediction from two measured costs;
 2. **each `DataLoader` knob**: `num_workers` for I/O-bound and CPU-bound loads,
    `persistent_workers`, `prefetch_factor` under jittery loads, `pin_memory`; each against
-   the pipeline model `perfkit.data.simulate_pipeline`;
+   the pipeline model `perfkit.loader.simulate_pipeline`;
 3. **realistic per-sample costs** (decoding and augmenting digits, BPE-tokenizing Python
    source) and **padding** token batches to a multiple of 8;
 4. **streaming data** with an `IterableDataset` sharded over workers and ranks, so that no
@@ -53,8 +53,10 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from perfkit import data, hw, models, timing, viz
-from perfkit.data import LoaderConfig, Prefetcher, SlowDataset, measure_loader, simulate_pipeline
+from perfkit import datasets, hw, models, timing, viz
+from perfkit.data import Prefetcher
+from perfkit.datasets import SlowDataset
+from perfkit.loader import LoaderConfig, measure_loader, simulate_pipeline
 from perfkit.monitor import StepMonitor
 from perfkit.viz import data as vdata
 from perfkit.viz import profiling as vprof
@@ -272,8 +274,8 @@ step.
 
 Pinned (page-locked) host memory lets the GPU's copy engine read a batch by DMA while the
 GPU computes; copying from ordinary pageable memory goes through a staging buffer and
-blocks the host. On a CPU-only machine there is nothing to copy to, and `perfkit.data`
-refuses `pin_memory=True` with a clear error.
+blocks the host. On a CPU-only machine there is nothing to copy to, and perfkit (`LoaderConfig`,
+`Prefetcher`) refuses `pin_memory=True` with a clear error.
 """)
 nb.code("""
 if DEVICE.type == "cuda":
@@ -295,9 +297,9 @@ would it take to feed a `COMPUTE_MS` step? The bytes a loader produces are tiny 
 the machine's memory bandwidth: loading is bound by per-sample work, not by bytes.
 """)
 nb.code("""
-text_ds = data.TextChunks(text, tok, max_len=256)
+text_ds = datasets.TextChunks(text, tok, max_len=256)
 real = {"digits: decode bytes": models.DigitsDataset(),
-        "digits: decode + rotate/shift to 32x32": data.AugmentedDigits(size=32),
+        "digits: decode + rotate/shift to 32x32": datasets.AugmentedDigits(size=32),
         "text: BPE-tokenize a paragraph": text_ds}
 costs = {}
 for name, d in real.items():
@@ -318,7 +320,7 @@ few pad tokens per row.
 """)
 nb.code("""
 # NBVAL_CHECK_OUTPUT
-batch = data.PadCollate(pad_id=0)([torch.arange(1, 6), torch.arange(1, 12), torch.arange(1, 3)])
+batch = datasets.PadCollate(pad_id=0)([torch.arange(1, 6), torch.arange(1, 12), torch.arange(1, 3)])
 print("input_ids", tuple(batch["input_ids"].shape), "real tokens per row", batch["attention_mask"].sum(1).tolist())
 print(batch["labels"][2].tolist())
 """)
@@ -354,18 +356,18 @@ evenly) or every `(workers * ranks)`-th sample.
 nb.code("""
 # NBVAL_CHECK_OUTPUT
 root = Path(tempfile.mkdtemp(prefix="perfkit07-"))
-files = data.write_shards(range(240), root, n_files=6)
+files = datasets.write_shards(range(240), root, n_files=6)
 
 
 class NaiveStream(IterableDataset):
     def __iter__(self):  # every worker reads everything
-        return data.ShardedStream(files).shard(0, 1)
+        return datasets.ShardedStream(files).shard(0, 1)
 
 
 naive = list(DataLoader(NaiveStream(), batch_size=None, num_workers=2))
 seen = []
 for rank in range(2):  # two ranks of a job, simulated one after the other
-    seen += list(DataLoader(data.ShardedStream(files, rank=rank, world_size=2),
+    seen += list(DataLoader(datasets.ShardedStream(files, rank=rank, world_size=2),
                             batch_size=None, num_workers=2))
 print(f"naive, 2 workers: {len(naive)} samples read, {len(set(naive))} distinct\\n"
       f"ShardedStream, 2 ranks x 2 workers: {len(seen)} samples read, {len(set(seen))} distinct")
@@ -424,10 +426,10 @@ def compute_only():
         train_step(x0, y0)
 
 
-variants = {"load only": lambda: load_only(data.Delayed(cnn.loader, t_step)),
+variants = {"load only": lambda: load_only(datasets.Delayed(cnn.loader, t_step)),
             "compute only": compute_only}
 for kind in ("sleep", "spin"):  # I/O that frees the GIL; Python decoding that holds it
-    src = data.Delayed(cnn.loader, t_step, kind=kind)
+    src = datasets.Delayed(cnn.loader, t_step, kind=kind)
     variants[f"serial, {kind} load"] = lambda src=src: run(src)
     variants[f"Prefetcher, {kind} load"] = lambda src=src: run(Prefetcher(src, device=DEVICE))
 meas = timing.interleaved(list(variants.values()), warmup=1, repeat=3 if QUICK else 7, device=DEVICE)

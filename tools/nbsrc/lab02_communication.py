@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from perfkit import compress
 from perfkit import dist as pdist
+from perfkit.compress_sim import simulate_dp_training
 """)
 
 nb.md("""
@@ -182,7 +183,7 @@ class TopKWithErrorFeedback:
 """)
 nb.md("""
 Error feedback in training: two simulated workers each compress their own gradient
-(`perfkit.compress.simulate_dp_training`, softmax regression on the digits). The adapter
+(`perfkit.compress_sim.simulate_dp_training`, softmax regression on the digits). The adapter
 below turns your class into a perfkit `Compressor`.
 """)
 nb.code("""
@@ -200,8 +201,8 @@ class Adapter(compress.Compressor):
 
 
 steps = 40 if QUICK else 150
-base = compress.simulate_dp_training(None, steps=steps)
-mine = compress.simulate_dp_training(lambda: Adapter(TopKWithErrorFeedback(0.01)), steps=steps)
+base = simulate_dp_training(None, steps=steps)
+mine = simulate_dp_training(lambda: Adapter(TopKWithErrorFeedback(0.01)), steps=steps)
 print(f"after {steps} steps: uncompressed {sum(base[-5:]) / 5:.3f}, "
       f"top-k 1% + error feedback {sum(mine[-5:]) / 5:.3f} nats")
 """)

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit import compute, hw, timing
+from perfkit import compute, hw, kernels, timing
 from perfkit.models import text_corpus
 
 limits = hw.cached_limits(quick=QUICK)  # before changing threads: the cache is per thread count
@@ -175,9 +175,9 @@ def causal_attention(q, k, v):
 nb.code("""
 q, k, v = (torch.randn(2, 4, 256, 16, requires_grad=True) for _ in range(3))
 torch.testing.assert_close(causal_attention(q, k, v), ref_model.attention(q, k, v), atol=1e-5, rtol=1e-4)
-saved = compute.activation_bytes(lambda: causal_attention(q, k, v), inputs=[q, k, v])
+saved = kernels.activation_bytes(lambda: causal_attention(q, k, v), inputs=[q, k, v])
 print(f"saved for backward: {saved / 2**20:.2f} MiB; the (B, H, T, T) matrix alone is "
-      f"{compute.attention_matrix_bytes(2, 4, 256) / 2**20:.2f} MiB")
+      f"{kernels.attention_matrix_bytes(2, 4, 256) / 2**20:.2f} MiB")
 """)
 nb.md("""
 ## Q3 · `FastGPT` and `fast_train_step(model, optimizer, x, y) -> loss`

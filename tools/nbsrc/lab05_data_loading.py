@@ -32,7 +32,8 @@ import threading
 import time
 import traceback
 
-from perfkit.data import Delayed, Prefetcher
+from perfkit.data import Prefetcher
+from perfkit.datasets import Delayed
 from perfkit.timing import interleaved
 
 STEPS = 8 if QUICK else 20      # steps per timed loop

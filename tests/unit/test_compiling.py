@@ -1,0 +1,47 @@
+"""perfkit.compiling: break-even by hand, compile timing with the tracing backend, graph breaks.
+
+No test asserts on wall-clock speed (the machine is shared); timings are only checked for
+being consistent with the work they report.
+"""
+
+import math
+
+import pytest
+import torch
+
+from perfkit import compiling
+from perfkit.timing import Measurement
+
+
+def test_compile_record_break_even_by_hand():
+    rec = compiling.CompileRecord(1.0, Measurement((0.003,), 0), Measurement((0.001,), 0))
+    assert rec.speedup == pytest.approx(3.0)
+    assert rec.break_even_calls == pytest.approx(500.0)  # 1 s / 2 ms saved per call
+    slower = compiling.CompileRecord(1.0, Measurement((0.001,), 0), Measurement((0.002,), 0))
+    assert slower.break_even_calls == math.inf
+
+
+def test_measure_compile_with_the_tracing_backend():
+    # backend="eager" traces with dynamo but generates no code: the plumbing, in seconds
+    x = torch.randn(256)
+    f = lambda: torch.sin(x) * 2  # noqa: E731
+    rec = compiling.measure_compile(f, torch.compile(lambda: torch.sin(x) * 2, backend="eager"),
+                                    warmup=1, repeat=3)
+    assert rec.eager.n == rec.compiled.n == 3 and rec.compile_s > 0
+
+
+def test_graph_breaks_found_and_fixed():
+    def broken(x):
+        if x.sum().item() > 0:  # data-dependent Python branch: a graph break
+            return x * 2
+        return x - 1
+
+    def fixed(x):
+        return torch.where(x.sum() > 0, x * 2, x - 1)
+
+    x = torch.randn(8)
+    r = compiling.graph_breaks(broken, x)
+    assert r.breaks == 1 and r.graphs == 2 and "item" in r.reasons[0]
+    assert compiling.graph_breaks(fixed, x) == compiling.GraphReport(1, 0, [])
+    with pytest.raises(TypeError, match="fn"):
+        compiling.graph_breaks(3)

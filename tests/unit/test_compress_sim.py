@@ -1,0 +1,37 @@
+"""perfkit.compress_sim: the Gaussian error model against real compressors, and simulated
+data-parallel training where error feedback recovers what top-k loses."""
+
+import math
+
+import pytest
+import torch
+
+from perfkit.compress import QSGD, ErrorFeedback, RandomK, Sign, TopK
+from perfkit.compress_sim import gaussian_error, simulate_dp_training
+
+
+def test_gaussian_error_model_matches_gaussian_data():
+    x = torch.randn(1 << 18, generator=torch.Generator().manual_seed(0))
+    for method, comp, ratio in [("topk", TopK(0.01), 0.01), ("randomk", RandomK(0.1), 0.1),
+                                ("sign", Sign(), 1.0), ("qsgd", QSGD(), 1.0)]:
+        err = float((comp.decompress(comp.compress(x)) - x).norm() / x.norm())
+        assert err == pytest.approx(gaussian_error(method, ratio, x.numel()), rel=0.1), method
+    assert gaussian_error("topk", 1.0) == 0.0
+    with pytest.raises(ValueError, match="method"):
+        gaussian_error("powersgd")
+    with pytest.raises(ValueError, match="ratio"):
+        gaussian_error("topk", 0)
+
+
+def test_simulated_training_error_feedback_recovers_convergence():
+    base = simulate_dp_training(None, steps=60)
+    topk = simulate_dp_training(lambda: TopK(0.01), steps=60)
+    ef = simulate_dp_training(lambda: ErrorFeedback(TopK(0.01)), steps=60)
+    tail = lambda xs: sum(xs[-10:]) / 10  # noqa: E731
+    assert base[0] == topk[0] == ef[0] == pytest.approx(math.log(10))  # zero weights
+    assert tail(base) < 0.6 * base[0]
+    assert tail(ef) < 1.25 * tail(base) < tail(topk), (tail(base), tail(ef), tail(topk))
+    with pytest.raises(ValueError, match="steps"):
+        simulate_dp_training(None, steps=0)
+    with pytest.raises(ValueError, match="lr"):
+        simulate_dp_training(None, lr=0)

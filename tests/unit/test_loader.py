@@ -1,0 +1,109 @@
+"""Tests for perfkit.loader: loader measurements, the pipeline model, and their plots.
+
+No test asserts on wall-clock speed (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfkit.datasets import SlowDataset
+from perfkit.loader import LoaderConfig, measure_loader, simulate_pipeline
+
+# --- loader measurements and the pipeline model ----------------------------------------------
+
+
+def test_measure_loader_records_every_step_and_sample():
+    rec = measure_loader(SlowDataset(40, 0.0005), LoaderConfig(batch_size=8), compute=0.001,
+                         epochs=2)
+    assert rec.steps == 10 and rec.samples == 80
+    assert [len(w) for w in rec.wait_s] == [5, 5] and [len(c) for c in rec.compute_s] == [5, 5]
+    assert 0.0 < rec.wait_share < 1.0 and 0.0 <= rec.steady_wait_share < 1.0
+    assert rec.samples_per_s > 0 and rec.startup_s > 0
+    assert rec.steady_step_s == pytest.approx(
+        (rec.wall_s - sum(w[0] + c[0] for w, c in zip(rec.wait_s, rec.compute_s))) / 8)
+
+
+def test_measure_loader_with_persistent_workers_a_callable_step_and_max_steps():
+    seen = []
+    cfg = LoaderConfig(batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3)
+    rec = measure_loader(SlowDataset(40, 0.0), cfg, compute=lambda b: seen.append(int(b[0, 0])),
+                         epochs=2, max_steps=3)
+    assert rec.steps == 6 and rec.samples == 24 and seen == [0, 4, 8, 0, 4, 8]
+
+
+def test_loader_config_bad_input():
+    with pytest.raises(ValueError, match="num_workers"):
+        LoaderConfig(num_workers=0, persistent_workers=True)
+    with pytest.raises(ValueError, match="batch_size"):
+        LoaderConfig(batch_size=0)
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        LoaderConfig(num_workers=1, prefetch_factor=0)
+    with pytest.raises(ValueError, match="start_method"):
+        LoaderConfig(num_workers=1, start_method="thread")
+    with pytest.raises(ValueError, match="start_method"):
+        LoaderConfig(start_method="spawn")
+    with pytest.raises(TypeError, match="compute"):
+        measure_loader(SlowDataset(4, 0.0), LoaderConfig(), compute="fast")
+
+
+def test_simulation_matches_hand_computed_pipelines():
+    serial = simulate_pipeline(0.03, 0.01, workers=0, steps=10)
+    assert serial.step_s == pytest.approx(0.04) and serial.wait_share == pytest.approx(0.75)
+    assert serial.steady_step_s == pytest.approx(0.04)
+    assert serial.steady_wait_share == pytest.approx(0.75)
+    hidden = simulate_pipeline(0.01, 0.03, workers=1, depth=2, steps=100)
+    assert hidden.wait_s[0] == pytest.approx(0.01) and max(hidden.wait_s[1:]) == 0.0
+    assert hidden.steady_step_s == pytest.approx(0.03) and hidden.steady_wait_share == 0.0
+    # data-bound: 4 workers each 0.08 s per batch -> a batch every 0.02 s
+    bound = simulate_pipeline(0.08, 0.01, workers=4, depth=2, steps=2000)
+    assert bound.step_s == pytest.approx(0.02, rel=0.01)
+    # the same loads as CPU work on 2 cores: each takes twice as long
+    cpu = simulate_pipeline(0.08, 0.01, workers=4, depth=2, steps=2000, cores=2)
+    assert cpu.step_s == pytest.approx(0.04, rel=0.01)
+
+
+def test_handoff_is_paid_by_the_loop_on_every_batch_from_a_worker():
+    r = simulate_pipeline(0.01, 0.01, workers=4, depth=2, steps=1000, handoff_s=0.002)
+    assert r.step_s == pytest.approx(0.012, rel=0.01)
+    assert r.steady_wait_share == pytest.approx(0.002 / 0.012, rel=0.01)
+    r0 = simulate_pipeline(0.01, 0.01, workers=0, steps=10, handoff_s=0.002)
+    assert r0.step_s == pytest.approx(0.02)  # no workers: nothing to hand over
+
+
+def test_deeper_prefetch_absorbs_jitter():
+    shares = [simulate_pipeline(0.02, 0.02, workers=2, depth=d, steps=3000, jitter=1.0).wait_share
+              for d in (1, 2, 8)]
+    assert shares[0] > shares[1] > shares[2]
+
+
+def test_simulation_bad_input():
+    for kw in ({"load_s": -1.0}, {"compute_s": float("nan")}, {"workers": -1}, {"depth": 0},
+               {"steps": 0}, {"cores": 0}, {"handoff_s": -0.001}):
+        args = {"load_s": 0.01, "compute_s": 0.01, **kw}
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            simulate_pipeline(**args)
+
+
+# --- widgets and plots ------------------------------------------------------------------------
+
+
+def test_loader_widget_extremes_and_plots():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import data as vd
+
+    spec = vd.loader_widget(batch_size=16, compute_ms=10.0, handoff_ms=1.5)
+    for kw in spec.extremes():
+        plt.close(spec.fn(**kw))
+    recs = [measure_loader(SlowDataset(16, 0.0), LoaderConfig(batch_size=4, num_workers=w),
+                           max_steps=2) for w in (0, 1)]
+    sims = [simulate_pipeline(0.001, 0.0, w, steps=4) for w in (0, 1)]
+    plt.close(vd.plot_loader_sweep(recs, predicted=sims, labels=["a", "b"]))
+    with pytest.raises(ValueError, match="predicted"):
+        vd.plot_loader_sweep(recs, predicted=sims[:1])
+    plt.close(vd.plot_overlap({"serial": 2.0, "prefetched": 1.1}, load_ms=1.0, compute_ms=1.0))
+    with pytest.raises(ValueError, match="records"):
+        vd.plot_loader_sweep([])
+    with pytest.raises(ValueError, match="handoff_ms"):
+        vd.loader_widget(handoff_ms=-1.0)

@@ -1,0 +1,52 @@
+"""perfkit.throughput: the step bench measures, caches and feeds the widget.
+
+No test asserts on wall-clock speed (the machine is shared); timings are only checked for
+being consistent with the work they report.
+"""
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from perfkit import compute, throughput
+from perfkit.viz import compute as vc
+
+
+@pytest.fixture(scope="module")
+def bench(limits):
+    return throughput.StepBench.gpt2(limits, seq_len=16, vocab_size=256, n_embd=32, n_layer=1,
+                                     n_head=2, warmup=1, repeat=2, compile_backend="eager",
+                                     device="cpu")
+
+
+def test_step_bench_measures_and_caches(bench, limits):
+    p = bench.measure("bf16", False, 4)
+    assert bench.measure("bf16", False, 4) is p
+    assert p.tokens_per_step == 64 and p.peak_flops == limits.peak_flops("bfloat16")
+    assert p.tokens_per_s == pytest.approx(64 / p.step.median_s)
+    assert p.flops_per_step == compute.gpt2_shape(bench.make_model(), 16).train_flops(4)
+    assert p.mfu == pytest.approx(p.flops_per_step / p.step.median_s / 4e11)
+    with pytest.raises(ValueError, match="batch"):
+        bench.measure("fp32", False, 0)
+
+
+def test_compute_widget_sweeps_its_controls(limits):
+    # a small MLP bench through the generic constructor: dynamo traces it in about a second
+    def make_model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+
+    bench = throughput.StepBench(make_model, lambda b: torch.randn(b, 16),
+                                 lambda m, x: m(x).square().mean(), lambda b: 6 * 2128 * b, 1,
+                                 limits, warmup=1, repeat=2, compile_backend="eager", device="cpu")
+    spec = vc.compute_widget(bench, batches=(2, 8))
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        title = fig.axes[0].get_title()
+        assert f"batch {kw['batch']}" in title and "MFU" in title
+        plt.close(fig)
+    assert {(p.precision, p.compiled) for p in bench.points} == {
+        ("fp32", False), ("bf16", False), ("fp32", True)}
+    assert len(bench.points) == 4  # fp32 eager at batch 2 and 8 (the default), bf16, compiled
+    with pytest.raises(ValueError, match="batch"):
+        vc.compute_widget(bench, batches=(2, 8), batch=3)
