@@ -301,10 +301,10 @@ class Sign(Compressor):
     """1 bit per value (1 = ``x >= 0``), packed 8 to a byte, and one fp32 scale
     ``mean(|x|)``.
 
-    Encoding is one fused pass (bits and ``sum |x|`` together) for large tensors, else
-    ``x >= 0`` packed by ``numpy.packbits`` on the CPU (see :mod:`perfkit.fused`; ``fused``
-    as in :class:`QSGD`). Decoding looks each packed byte up in a 256 x 8 table of
-    ``+-scale`` values: one gather writes 8 floats per byte read.
+    The bits travel as bit planes (byte ``j`` holds values ``j, j + m, ..., j + 7m`` for
+    ``m = n // 8``; see :func:`perfkit.fused.pack_bits`), which keeps the fused kernels'
+    loads and stores contiguous. Large tensors encode in one fused pass (bits and
+    ``sum |x|`` together) and decode in another; ``fused`` as in :class:`QSGD`.
     """
 
     summable = False
@@ -326,7 +326,8 @@ class Sign(Compressor):
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         packed, scale = c.tensors
         dense = _dense(c, out, packed.device)
-        return fused.sign_decode(packed, scale.to(packed.device), dense).view(c.shape)
+        return fused.sign_decode(packed, scale.to(packed.device), dense,
+                                 self.fused).view(c.shape)
 
 
 class ErrorFeedback(Compressor):

@@ -7,18 +7,20 @@ bytes per fp32 value where one pass moves 9. The fused kernels are the same arit
 written as one expression and handed to ``torch.compile`` (Inductor emits one C++/OpenMP
 loop on CPU, one Triton kernel on CUDA):
 
-=============  ================================  ============================
-bytes/value    eager (read + written)            fused
-=============  ================================  ============================
-QSGD encode    max 4, dither 4+4, cast 4+1: 17   max 4, quantise 4+1: 9
-QSGD decode    cast 1+4, affine 4+4: 13          1+4: 5
-Sign encode    abs 4+4, sum 4, >= 4+1,           4 + 1/8
-               pack 1+1/8: 18.1
-Sign decode    widen 1/8+1, gather 1+4: 6.1      (the same eager gather)
-=============  ================================  ============================
+=============  ===================================  ==========================
+bytes/value    eager (read + written)               fused
+=============  ===================================  ==========================
+QSGD encode    max 4, dither 4+4, cast 4+1: 17      max 4, quantise 4+1: 9
+QSGD decode    cast 1+4, affine 4+4: 13             1+4: 5
+Sign encode    abs 4+4, sum 4, >= 4+1,              4 + 1/8 packed
+               pack 8 planes (shift, or) 5: 22
+Sign decode    unpack 8 planes (shift, and,         1/8 packed + 4
+               widen) 1+1+1+1+1+4, affine 4+4: 17
+=============  ===================================  ==========================
 
-(:data:`BYTES_PER_VALUE` holds these counts; a copy moves 8.) Sign's decode is one gather
-from a 256 x 8 table of ``+-scale`` in both paths.
+(:data:`BYTES_PER_VALUE` holds these counts; a copy moves 8.) The model counts every byte
+as memory traffic, although the eager sign steps on single planes (arrays of n/8 bytes)
+mostly stay in the caches.
 
 ``fused`` selects the path: ``None`` (the default) fuses tensors of at least
 :data:`FUSED_MIN_NUMEL` values, ``True`` always fuses, ``False`` never does. The first
@@ -37,16 +39,14 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 __all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "pack_bits", "qsgd_decode",
-           "qsgd_encode", "sign_decode", "sign_encode", "use_fused"]
+           "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
 
 FUSED_MIN_NUMEL = 1 << 20
 """Below this many values the eager passes run mostly in cache and a call's fixed cost
@@ -54,8 +54,8 @@ dominates, so the default stays eager there (and small buckets never compile).""
 
 BYTES_PER_VALUE: dict[str, dict[str, dict[str, float]]] = {
     "qsgd": {"eager": {"encode": 17, "decode": 13}, "fused": {"encode": 9, "decode": 5}},
-    "sign": {"eager": {"encode": 18.125, "decode": 6.125},
-             "fused": {"encode": 4.125, "decode": 6.125}},
+    "sign": {"eager": {"encode": 22, "decode": 17},
+             "fused": {"encode": 4.125, "decode": 4.125}},
 }
 """Bytes each path reads plus writes per fp32 value (the table above): the memory model
 that predicts a path's time as ``bytes * numel / copy bandwidth``."""
@@ -63,8 +63,6 @@ that predicts a path's time as ``bytes * numel / copy bandwidth``."""
 DITHER_POOL = 1 << 16
 """QSGD draws this many uniforms per call and tiles them over longer tensors."""
 
-_BIT_WEIGHTS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)  # bit i = value i
-_BYTE_BITS = torch.arange(256).unsqueeze(1).bitwise_and(_BIT_WEIGHTS.long()).ne(0)  # (256, 8)
 _broken: dict[str, str] = {}  # device type -> why compiling failed there
 
 
@@ -137,11 +135,21 @@ def _qsgd_encode_eager(flat, pool, s, codes, scratch):
     codes.copy_(v)  # v in [1, 256): the cast's truncation is the floor
 
 
-def _qsgd_encode_fused(flat, pool, s, codes):
-    # a constant modulus, not ``% pool.numel()``: a symbolic one is an integer division
-    # per value and made this kernel 10x slower (``& (DITHER_POOL - 1)``: 1.5x slower)
-    i = torch.arange(flat.numel(), device=flat.device) % DITHER_POOL
-    codes.copy_((flat.float() * s + pool[i]).to(torch.uint8))
+def _qsgd_encode_fused(x2, pool, s, codes2):
+    # (rows, DITHER_POOL) with the pool broadcast over rows: contiguous loads, no index
+    # arithmetic (an ``arange % DITHER_POOL`` gather over the flat tensor ran 1.3x slower)
+    codes2.copy_((x2.float() * s + pool).to(torch.uint8))
+
+
+def _qsgd_encode_split(flat, pool, s, codes, scratch):
+    """The fused kernel on whole rows of ``DITHER_POOL`` values, the eager one on the rest."""
+    rows = flat.numel() // DITHER_POOL
+    body = rows * DITHER_POOL
+    if rows:
+        _QSGD_ENCODE(flat[:body].view(rows, DITHER_POOL), pool, s,
+                     codes[:body].view(rows, DITHER_POOL))
+    if body < flat.numel():
+        _qsgd_encode_eager(flat[body:], pool[: flat.numel() - body], s, codes[body:], scratch)
 
 
 def qsgd_encode(flat: torch.Tensor, pool: torch.Tensor, s: float,
@@ -167,8 +175,9 @@ def qsgd_encode(flat: torch.Tensor, pool: torch.Tensor, s: float,
     codes = torch.empty(flat.numel(), dtype=torch.uint8, device=flat.device)
     if flat.numel():
         s_t = torch.tensor(s, dtype=torch.float32, device=flat.device)
-        _dispatch(fused, flat, lambda: _QSGD_ENCODE(flat, pool, s_t, codes),
-                  lambda: _qsgd_encode_eager(flat, pool, s_t, codes, scratch or _fresh))
+        scr = scratch or _fresh
+        _dispatch(fused, flat, lambda: _qsgd_encode_split(flat, pool, s_t, codes, scr),
+                  lambda: _qsgd_encode_eager(flat, pool, s_t, codes, scr))
     return codes
 
 
@@ -192,73 +201,127 @@ def qsgd_decode(codes: torch.Tensor, inv_s: torch.Tensor, out: torch.Tensor,
 
 
 # --- Sign ---------------------------------------------------------------------------------
+#
+# Wire format, bit planes: for n values and m = n // 8, byte j < m holds the signs of values
+# j, j + m, ..., j + 7m in bits 0..7 (1 for x >= 0), so plane k is the slice
+# [k m, (k + 1) m) of the flat tensor; the last n % 8 values fill bits 0.. of one more
+# byte. Planes keep every load and store of the fused kernels contiguous: packing eight
+# consecutive values per byte needs eight strided loads per byte, and that kernel ran 1.6x
+# slower.
 
 
-def pack_bits(bits: torch.Tensor, use_numpy: bool = True) -> torch.Tensor:
-    """Pack a flat bool tensor 8 to a byte, value ``i`` of each group in bit ``i``; the
-    last byte is padded with zeros. ``use_numpy`` (CPU tensors only) uses
-    ``numpy.packbits`` (a vectorised loop, ~50x faster than the fallback); otherwise the
-    (n/8, 8) bit matrix is weighted by powers of two and summed."""
-    n = bits.numel()
-    if use_numpy:
-        return torch.from_numpy(np.packbits(bits.numpy(), bitorder="little"))
-    pad = torch.zeros(math.ceil(n / 8) * 8, dtype=torch.uint8, device=bits.device)
-    pad[:n] = bits
-    return (pad.view(-1, 8) * _BIT_WEIGHTS.to(bits.device)).sum(1, dtype=torch.uint8)
+def _planes(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t``'s first ``8 (n // 8)`` values as an (8, m) view of planes, and the tail."""
+    m = t.numel() // 8
+    return t[: 8 * m].view(8, m), t[8 * m:]
+
+
+def pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Pack a flat bool tensor in Sign's bit-plane layout (above): ``ceil(n / 8)`` bytes."""
+    planes, tail = _planes(bits.view(torch.uint8))
+    m = planes.shape[1]
+    packed = torch.zeros(m + (tail.numel() > 0), dtype=torch.uint8, device=bits.device)
+    for k in range(8):
+        packed[:m] |= planes[k] << k
+    if tail.numel():
+        packed[m] = (tail << torch.arange(tail.numel(), dtype=torch.uint8,
+                                          device=bits.device)).sum()
+    return packed
+
+
+def _unpack_into(packed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Write the bits of ``packed`` (bit-plane layout) into flat ``out`` as 0 / 1."""
+    planes, tail = _planes(out)
+    m = planes.shape[1]
+    for k in range(8):  # (m,) bytes per plane: cheap next to the (8, m) output
+        planes[k].copy_((packed[:m] >> k) & 1)
+    if tail.numel():
+        shifts = torch.arange(tail.numel(), dtype=torch.uint8, device=packed.device)
+        tail.copy_((packed[m:].expand(tail.numel()) >> shifts) & 1)
+    return out
+
+
+def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of :func:`pack_bits`: a flat bool tensor of ``n`` values."""
+    return _unpack_into(packed, torch.empty(n, dtype=torch.bool, device=packed.device))
 
 
 def _sign_encode_eager(flat, scratch):
     mag = torch.abs(flat, out=scratch("mag", flat.numel(), flat.dtype, flat.device))
     l1 = mag.sum().double()  # NaN and inf propagate into it
     bits = torch.ge(flat, 0, out=scratch("bits", flat.numel(), torch.bool, flat.device))
-    return pack_bits(bits, use_numpy=flat.device.type == "cpu"), l1
+    return pack_bits(bits), l1
 
 
 def _sign_encode_fused(x8, packed):
-    bits = (x8[:, 0] >= 0).to(torch.int32)
-    mag = x8[:, 0].float().abs()
+    bits = (x8[0] >= 0).to(torch.int32)  # x8: (8, m) planes
+    mag = x8[0].float().abs()
     for k in range(1, 8):
-        bits = bits | ((x8[:, k] >= 0).to(torch.int32) << k)
-        mag = mag + x8[:, k].float().abs()
+        bits = bits | ((x8[k] >= 0).to(torch.int32) << k)
+        mag = mag + x8[k].float().abs()
     packed.copy_(bits.to(torch.uint8))
     return mag.sum(dtype=torch.float64)
 
 
 def _sign_encode_split(flat):
-    """The fused kernel on whole bytes, the eager one on the last ``n % 8`` values."""
-    full = flat.numel() // 8
-    packed = torch.empty(math.ceil(flat.numel() / 8), dtype=torch.uint8, device=flat.device)
-    l1 = _SIGN_ENCODE(flat[: full * 8].view(full, 8), packed[:full])
-    if flat.numel() > full * 8:
-        tail, tail_l1 = _sign_encode_eager(flat[full * 8:], _fresh)
-        packed[full:] = tail
+    """The fused kernel on the planes, the eager one on the last ``n % 8`` values."""
+    planes, tail = _planes(flat)
+    m = planes.shape[1]
+    packed = torch.empty(m + (tail.numel() > 0), dtype=torch.uint8, device=flat.device)
+    l1 = _SIGN_ENCODE(planes, packed[:m])
+    if tail.numel():
+        tail_packed, tail_l1 = _sign_encode_eager(tail, _fresh)
+        packed[m:] = tail_packed
         l1 = l1 + tail_l1
     return packed, l1
 
 
 def sign_encode(flat: torch.Tensor, fused: bool | None = None,
                 scratch: Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sign bits (1 for ``x >= 0``) packed 8 to a byte, value ``i`` of a group in bit
-    ``i``, and ``sum(|flat|)`` as a 0-dim fp64 tensor (NaN or inf if ``flat`` has any).
+    """Sign bits (1 for ``x >= 0``) in the bit-plane layout (:func:`pack_bits`) and
+    ``sum(|flat|)`` as a 0-dim fp64 tensor (NaN or inf if ``flat`` has any).
     ``scratch`` supplies the eager path's two temporaries (see :func:`qsgd_encode`)."""
+    if flat.numel() < 8:  # no whole plane: nothing to fuse
+        return _sign_encode_eager(flat, scratch or _fresh)
     return _dispatch(fused, flat, lambda: _sign_encode_split(flat),
                      lambda: _sign_encode_eager(flat, scratch or _fresh))
 
 
-def sign_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``out[i] = +scale`` where bit ``i`` is set, else ``-scale``; ``out`` flat, returned.
+def _sign_decode_eager(packed, sc, out):
+    f = float(sc)
+    # 0 / 1, then -f + 2f * bit: exact, and a vectorised add (torch.where with 0-dim
+    # tensors for the two values measured 4x slower)
+    torch.add(-f, _unpack_into(packed, out), alpha=2 * f, out=out)
 
-    One gather: each packed byte selects a row of a 256 x 8 table of ``+-scale``.
-    """
+
+def _sign_decode_fused(packed, sc, out8):
+    shifts = torch.arange(8, dtype=torch.int32, device=packed.device)
+    bits = (packed.to(torch.int32).unsqueeze(0) >> shifts[:, None]) & 1  # (8, m)
+    out8.copy_(torch.where(bits == 1, sc, -sc))
+
+
+def _sign_decode_split(packed, sc, out):
+    planes, tail = _planes(out)
+    m = planes.shape[1]
+    _SIGN_DECODE(packed[:m], sc, planes)
+    if tail.numel():
+        _sign_decode_eager(packed[m:], sc, tail)
+
+
+def sign_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
+                fused: bool | None = None) -> torch.Tensor:
+    """``out[i] = +scale`` where value ``i``'s bit is set, else ``-scale``; ``out`` flat,
+    returned."""
     sc = scale.to(out.dtype).reshape(())
-    lut = torch.where(_BYTE_BITS.to(packed.device), sc, -sc)  # (256, 8)
-    full = out.numel() // 8
-    torch.index_select(lut, 0, packed[:full].long(), out=out[: full * 8].view(full, 8))
-    if out.numel() > full * 8:  # the last, partly used byte
-        out[full * 8:] = lut[packed[full].long(), : out.numel() - full * 8]
+    if out.numel() < 8:
+        _sign_decode_eager(packed, sc, out)
+    else:
+        _dispatch(fused, out, lambda: _sign_decode_split(packed, sc, out),
+                  lambda: _sign_decode_eager(packed, sc, out))
     return out
 
 
 _QSGD_ENCODE = _compile(_qsgd_encode_fused)
 _QSGD_DECODE = _compile(_qsgd_decode_fused)
 _SIGN_ENCODE = _compile(_sign_encode_fused)
+_SIGN_DECODE = _compile(_sign_decode_fused)

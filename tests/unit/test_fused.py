@@ -96,8 +96,14 @@ def test_pool_of_the_wrong_size_is_refused():
         fused.qsgd_encode(torch.randn(100), torch.rand(50), 1.0)
 
 
-def test_pack_bits_numpy_and_torch_paths_agree():
-    bits = torch.rand(1001) > 0.5
-    a, b = fused.pack_bits(bits, use_numpy=True), fused.pack_bits(bits, use_numpy=False)
-    assert torch.equal(a, b) and a.numel() == 126
-    assert int(a[0]) == sum(1 << i for i in range(8) if bits[i])
+@pytest.mark.parametrize("n", [1, 7, 8, 1001, 4096])
+def test_pack_bits_lays_out_bit_planes_and_unpack_inverts_it(n):
+    bits = torch.rand(n, generator=torch.Generator().manual_seed(n)) > 0.5
+    packed = fused.pack_bits(bits)
+    assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(n / 8)
+    m = n // 8
+    for j in range(min(m, 3)):  # byte j: values j, j + m, ..., j + 7m in bits 0..7
+        assert int(packed[j]) == sum(1 << k for k in range(8) if bits[j + k * m])
+    if n % 8:  # the tail: the last n % 8 values in bits 0.. of the last byte
+        assert int(packed[-1]) == sum(1 << i for i, b in enumerate(bits[8 * m:]) if b)
+    assert torch.equal(fused.unpack_bits(packed, n), bits)
