@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from perfkit import fused
+from perfkit import fused as fused_kernels
 
 __all__ = ["Compressed", "Compressor", "ErrorFeedback", "QSGD", "RandomK", "Sign", "TopK"]
 
@@ -266,14 +266,12 @@ class QSGD(Compressor):
 
     summable = False
     levels = 127
-    pool = fused.DITHER_POOL
+    pool = fused_kernels.DITHER_POOL
 
     def __init__(self, seed: int = 0, fused: bool | None = None) -> None:
         super().__init__()
-        if fused is not None and not isinstance(fused, bool):
-            raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
         self.gen = torch.Generator().manual_seed(seed)
-        self.fused = fused
+        self.fused = fused_kernels.check_fused(fused)
         self.name = "qsgd"
 
     def compress(self, t: torch.Tensor) -> Compressed:
@@ -287,14 +285,14 @@ class QSGD(Compressor):
         _check_finite(flat, m)
         s = (self.levels - 0.01) / float(m) if float(m) > 0 else 1.0
         u = torch.rand(min(n, self.pool), generator=self.gen).to(flat.device).add_(128.0)
-        codes = fused.qsgd_encode(flat, u, s, self.fused, self._scratch)
+        codes = fused_kernels.qsgd_encode(flat, u, s, self.fused, self._scratch)
         return Compressed((codes, torch.tensor([1.0 / s], dtype=torch.float32)), t.shape,
                           t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         codes, inv_s = c.tensors
         dense = _dense(c, out, codes.device)
-        return fused.qsgd_decode(codes, inv_s.to(codes.device), dense, self.fused).view(c.shape)
+        return fused_kernels.qsgd_decode(codes, inv_s.to(codes.device), dense, self.fused).view(c.shape)
 
 
 class Sign(Compressor):
@@ -311,14 +309,12 @@ class Sign(Compressor):
 
     def __init__(self, fused: bool | None = None) -> None:
         super().__init__()
-        if fused is not None and not isinstance(fused, bool):
-            raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
-        self.fused = fused
+        self.fused = fused_kernels.check_fused(fused)
         self.name = "sign"
 
     def compress(self, t: torch.Tensor) -> Compressed:
         flat = _flat(t)
-        packed, l1 = fused.sign_encode(flat, self.fused, self._scratch)
+        packed, l1 = fused_kernels.sign_encode(flat, self.fused, self._scratch)
         _check_finite(flat, l1)
         scale = (l1 / max(flat.numel(), 1)).reshape(1).float()
         return Compressed((packed, scale), t.shape, t.dtype)
@@ -326,7 +322,7 @@ class Sign(Compressor):
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
         packed, scale = c.tensors
         dense = _dense(c, out, packed.device)
-        return fused.sign_decode(packed, scale.to(packed.device), dense,
+        return fused_kernels.sign_decode(packed, scale.to(packed.device), dense,
                                  self.fused).view(c.shape)
 
 

@@ -45,8 +45,8 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "pack_bits", "qsgd_decode",
-           "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
+__all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "check_fused", "pack_bits",
+           "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
 
 FUSED_MIN_NUMEL = 1 << 20
 """The default fuses from this many values up. On a 2-core CPU, QSGD's fused round trip
@@ -78,6 +78,13 @@ def _fresh(key: str, numel: int, dtype: torch.dtype, device: torch.device) -> to
     return torch.empty(numel, dtype=dtype, device=device)
 
 
+def check_fused(fused: object) -> bool | None:
+    """Return ``fused`` if it is ``None``, ``True`` or ``False``; else raise ``TypeError``."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
+    return fused
+
+
 def use_fused(fused: bool | None, t: torch.Tensor) -> bool:
     """Resolve a ``fused`` argument for tensor ``t`` (see the module docstring).
 
@@ -85,8 +92,7 @@ def use_fused(fused: bool | None, t: torch.Tensor) -> bool:
         TypeError: ``fused`` is not ``None``, ``True`` or ``False``.
         RuntimeError: ``fused=True`` on a device type where compiling already failed.
     """
-    if fused is not None and not isinstance(fused, bool):
-        raise TypeError(f"fused must be None (auto), True or False, got {fused!r}")
+    check_fused(fused)
     dev = t.device.type
     if fused is True:
         if dev in _broken:
