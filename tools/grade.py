@@ -17,6 +17,7 @@ Check modules define ``QUESTIONS = {name: check}`` where ``check(ns)`` raises
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -87,6 +89,44 @@ def require(ns: dict, name: str):
         raise AssertionError(f"{name} is not defined: keep its cell, run it without errors, "
                              "and do not rename it")
     return ns[name]
+
+
+@contextlib.contextmanager
+def pickled(obj: object, name: str = "impl.pkl") -> Iterator[str]:
+    """A temporary cloudpickle file of ``obj`` for launched workers; removed afterwards.
+
+    cloudpickle copies a function or class defined in the notebook *by value* (workers
+    cannot import the notebook), and the modules it uses by reference.
+    """
+    import cloudpickle
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as fh:
+            cloudpickle.dump(obj, fh)
+        yield path
+
+
+def launch_checked(module: str, nproc: int, cfg: object, timeout_s: float, what: str,
+                   hang_hint: str, impl_name: str | None = None) -> list:
+    """``perfkit.dist.launch`` for a check, with failures a student can act on.
+
+    A hang becomes an AssertionError naming ``what`` and ``hang_hint``; a rank's exception
+    becomes one that shows its traceback, except a ``NotImplementedError`` (a blank
+    answer), which stays one when ``impl_name`` names the student's function.
+    """
+    from perfkit import dist
+
+    try:
+        return dist.launch(module, nproc, ["--config", json.dumps(cfg)], timeout_s=timeout_s)
+    except dist.LaunchTimeout as e:
+        raise AssertionError(f"on {nproc} processes {what} did not finish in "
+                             f"{timeout_s:g} s: {hang_hint}") from e
+    except dist.WorkerError as e:
+        if impl_name and "NotImplementedError" in e.worker_traceback:
+            raise NotImplementedError(f"{impl_name} is not implemented") from e
+        raise AssertionError(f"on {nproc} processes a rank raised:\n"
+                             f"{e.worker_traceback[-1500:]}") from e
 
 
 class GradingTimeout(BaseException):

@@ -17,15 +17,12 @@ Used by ``make grade`` and tests/labs/.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 import types
 
 import torch
 
-from tools.grade import require
+from tools.grade import launch_checked, pickled, require
 
 RING_SIZES = [1, 2, 5, 7, 1001, 4099]  # fewer elements than processes; not divisible by 2 or 3
 FORBIDDEN = {"all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
@@ -65,35 +62,19 @@ def _one_process(fn) -> None:
 
 
 def check_ring(ns: dict) -> None:
-    import cloudpickle
-
-    from perfkit import dist
-
     fn = require(ns, "ring_all_reduce")
     _one_process(fn)
     used = _names(fn.__code__) & FORBIDDEN
     assert not used, (f"ring_all_reduce calls {sorted(used)}: build the ring from "
                       "dist.isend/dist.irecv (or send/recv) only")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "ring.pkl")
-        with open(path, "wb") as fh:
-            cloudpickle.dump(fn, fh)
+    with pickled(fn, "ring.pkl") as path:
         cfg = {"impl": {"path": path, "sizes": RING_SIZES}}
         for n in (2, 3):
-            try:
-                res = dist.launch("perfkit.workers.collectives", n,
-                                  ["--config", json.dumps(cfg)], timeout_s=120)
-            except dist.LaunchTimeout as e:
-                raise AssertionError(
-                    f"on {n} processes the ring did not finish in 120 s: a process waits for "
-                    "a message nobody sends. Does every rank do n-1 steps of each phase, "
-                    "send to (r+1) % n and receive from (r-1) % n, and post isend and "
-                    "irecv before waiting?") from e
-            except dist.WorkerError as e:
-                if "NotImplementedError" in e.worker_traceback:
-                    raise NotImplementedError("ring_all_reduce is not implemented") from e
-                raise AssertionError(f"on {n} processes a rank raised:\n"
-                                     f"{e.worker_traceback[-1500:]}") from e
+            res = launch_checked(
+                "perfkit.workers.collectives", n, cfg, 120, "the ring",
+                "a process waits for a message nobody sends. Does every rank do n-1 steps of "
+                "each phase, send to (r+1) % n and receive from (r-1) % n, and post isend and "
+                "irecv before waiting?", impl_name="ring_all_reduce")
             for rank, r in enumerate(res):
                 for rec in r["impl"]:
                     assert rec["in_place"], (

@@ -12,15 +12,12 @@ Used by `make grade` and tests/labs/.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 
 import torch
 from torch import nn
 
-from tools.grade import require
+from tools.grade import launch_checked, pickled, require
 
 TOL = 1e-6
 PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # bytes; printed 120/31.4/16.6/1.9 GB
@@ -85,9 +82,6 @@ def _train(model, opt, steps):
 
 
 def check_zero_one(ns: dict) -> None:
-    import cloudpickle
-
-    from perfkit import dist
     from perfkit.workers.zero_check import LR, WD, make_mlp
 
     cls = require(ns, "ZeroOne")
@@ -106,26 +100,16 @@ def check_zero_one(ns: dict) -> None:
         "<= 1e-6. Are the parameters views of self.flat, and does step() give self.shard "
         "the gradient of its slice before self.optim.step()?")
     # 2. 2 and 3 processes under torchrun
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "zero_one.pkl")
-        with open(path, "wb") as fh:
-            cloudpickle.dump(cls, fh)
+    with pickled(cls, "zero_one.pkl") as path:
         # AdamW, then SGD with momentum: Adam is blind to a gradient summed instead of
         # averaged over processes (m / sqrt(v) does not change with the scale), SGD is not
         cfg = [{"steps": 50, "mode": "alone", "groups": False, "state": False, "impl": path,
                 "optimizer": o} for o in ("adamw", "sgd")]
         for n in (2, 3):
-            try:
-                jobs = dist.launch("perfkit.workers.zero_check", n,
-                                   ["--config", json.dumps(cfg)], timeout_s=150)
-            except dist.LaunchTimeout as e:
-                raise AssertionError(
-                    f"on {n} processes the job did not finish in 150 s: a process is waiting "
-                    "in a collective the others never called. Every rank must call "
-                    "reduce_scatter and the all-gather in every step().") from e
-            except dist.WorkerError as e:
-                raise AssertionError(f"on {n} processes a rank raised:\n"
-                                     f"{e.worker_traceback[-1500:]}") from e
+            jobs = launch_checked(
+                "perfkit.workers.zero_check", n, cfg, 150, "the job",
+                "a process is waiting in a collective the others never called. Every rank "
+                "must call reduce_scatter and the all-gather in every step().")
             results = [r for rank in jobs for r in rank]
             numel = results[0]["numel"]
             for r in results:

@@ -93,3 +93,31 @@ def test_cli_prints_a_score_and_never_a_traceback(tmp_path):
     assert "no notebook at" in out.stdout and "score: 0/" in out.stdout
     assert "Traceback" not in out.stdout + out.stderr
     assert json.loads((tmp_path / "r.json").read_text())["error"]
+
+
+def test_launch_checked_turns_launch_failures_into_hints(monkeypatch):
+    from perfkit import dist
+    from tools.grade import launch_checked, pickled
+
+    def raising(exc):
+        def launch(*args, **kwargs):
+            raise exc
+        return launch
+
+    cases = [(dist.LaunchTimeout("late", ""), AssertionError,
+              "on 2 processes the ring did not finish in 120 s: look at the sends"),
+             (dist.WorkerError("x", 1, "Traceback\nValueError: bad", "", 1), AssertionError,
+              "a rank raised:\nTraceback\nValueError: bad"),
+             (dist.WorkerError("x", 0, "NotImplementedError()", "", 1), NotImplementedError,
+              "ring_all_reduce is not implemented")]
+    for exc, kind, message in cases:
+        monkeypatch.setattr(dist, "launch", raising(exc))
+        with pytest.raises(kind) as info:
+            launch_checked("perfkit.workers.collectives", 2, {}, 120, "the ring",
+                           "look at the sends", impl_name="ring_all_reduce")
+        assert message in str(info.value)
+    with pickled(len) as path:  # a picklable object round-trips through the file
+        import cloudpickle
+        with open(path, "rb") as fh:
+            assert cloudpickle.load(fh) is len
+    assert not Path(path).exists()
