@@ -23,14 +23,16 @@ HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.html >/dev/null 2>&1
 # `make browser-test` drives one widget of every notebook.
 TEST_BROWSER_NOTEBOOKS ?= 00
 
-.PHONY: help setup course lab test labs check-labs grade strip lint clean browser-deps browser-test site
+.PHONY: help setup course lab test notebooks labs check-labs grade strip lint clean browser-deps browser-test site limits
 
 help:
 	@echo "make course [QUICK=1]   run every lecture notebook, render HTML, print measured figures"
 	@echo "make test               the whole test suite (what CI runs)"
 	@echo "make lab                open JupyterLab on the course"
 	@echo "make grade LAB=labs/lab00_measure_your_machine.ipynb   score a lab"
+	@echo "make notebooks          write each .ipynb from its jupytext source (notebooks/src, solutions/src)"
 	@echo "make labs / check-labs  regenerate labs/ from solutions/ / fail if stale"
+	@echo "make limits             this machine's ceilings (python -m perfkit limits)"
 	@echo "make site               the executed notebooks as a static HTML site (build/site/)"
 	@echo "make browser-test       JupyterLab in a real Chromium: every notebook's widget, and the site"
 
@@ -53,7 +55,10 @@ course: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=.
 
-labs: $(STAMP)
+notebooks: $(STAMP)
+	$(BIN)/python -m tools.notebooks sync
+
+labs: $(STAMP) notebooks
 	$(BIN)/python -m tools.make_labs
 
 check-labs: $(STAMP)
@@ -90,6 +95,9 @@ site: $(STAMP)
 	@$(HAVE_PAGES) || $(BIN)/python -m tools.run_course $(QUICK_FLAG) || \
 		echo "some notebooks failed: the site marks them"
 	$(BIN)/python -m tools.site
+
+limits: $(STAMP)
+	$(BIN)/python -m perfkit limits
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

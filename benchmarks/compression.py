@@ -10,7 +10,7 @@ also with ``_ef`` for error feedback), each with
   the same batches), and ``loss_gap = final_loss / final_loss(none) - 1``;
 * ``encode_decode_GBps``: fp32 input bytes per second through encode + decode of one
   16M-element tensor (4M in QUICK mode), in this process, on the compressor's default
-  path (QSGD and sign: the fused one-pass kernels of :mod:`perfkit.fused` at these
+  path (QSGD and sign: the fused one-pass kernels of :mod:`perfkit.compress.fused` at these
   sizes); ``qsgd`` and ``sign`` also carry ``encode_decode_eager_GBps`` (the eager,
   several-pass kernels) and ``share_of_memcpy`` for both;
 * ``step_s`` and ``eval_accuracy`` for context.
@@ -34,7 +34,8 @@ from collections.abc import Callable
 
 import torch
 
-from perfkit import compress, dist, fused
+from perfkit import compress, dist
+from perfkit.compress import fused
 from perfkit.timing import Timer, interleaved
 
 QUICK = os.environ.get("PERFKIT_QUICK", "0") == "1"

@@ -3,7 +3,7 @@
 One process, one model shape, three settings of the same training step (AdamW, random
 tokens, same seed): fp32 eager, bf16 autocast eager and fp32 through ``torch.compile``
 (mode ``default``). After the compile (the compiled step's first call, timed by
-:func:`perfkit.compiling.measure_compile`), the three steps run interleaved in one loop
+:func:`perfkit.compute.measure_compile`), the three steps run interleaved in one loop
 (:func:`perfkit.timing.interleaved`), so load on a shared machine hits all of them alike;
 ``*_spread`` is the p10-p90 range of back-to-back pair ratios. MFU is model FLOPs
 (:func:`perfkit.compute.gpt_train_flops`) per second over the measured ceiling of the dtype
@@ -27,7 +27,8 @@ import math
 
 import torch
 
-from perfkit import compiling, compute, hw
+from perfkit import compute, hw
+from perfkit.compute import compiling
 from perfkit.models import tiny_gpt2
 from perfkit.timing import interleaved
 

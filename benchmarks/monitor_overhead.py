@@ -28,7 +28,7 @@ import json
 import statistics
 import time
 
-from perfkit.monitor import PHASES, StepMonitor
+from perfkit.profiling import PHASES, StepMonitor
 from perfkit.timing import benchmark, calibrate_number, interleaved
 
 

@@ -39,8 +39,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfkit.data import Prefetcher  # noqa: E402
-from perfkit.datasets import spend  # noqa: E402
+from perfkit.data import (
+    Prefetcher,  # noqa: E402
+    spend,  # noqa: E402
+)
 from perfkit.timing import benchmark, interleaved, resolve_device  # noqa: E402
 
 

@@ -313,7 +313,7 @@ def train_steps(wl: Workload, steps: int, monitor: Any = None,
     Args:
         wl: the workload.
         steps: number of steps (>= 1).
-        monitor: a :class:`perfkit.monitor.StepMonitor` (or anything with ``phase(name)``
+        monitor: a :class:`perfkit.profiling.StepMonitor` (or anything with ``phase(name)``
             and ``step(samples=, tokens=)``) timing the phases data, forward, backward and
             optimizer.
         on_step: called after every step, e.g. a profiler's ``step``.

@@ -13,7 +13,9 @@ call ``perfkit.viz.show_headlines``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -50,6 +52,26 @@ def _failure(exc: Exception) -> str:
     return f"{ename}: {evalue}".splitlines()[0][:300]
 
 
+@contextlib.contextmanager
+def stderr_to(path: Path):
+    """Send this process's file descriptor 2, and so every kernel it starts, to ``path``.
+
+    A Jupyter kernel inherits its parent's stderr: without this, every notebook adds
+    ipykernel's "Kernel is running over TCP without encryption" warning and the profiler's
+    C++ start-up lines to the course's output. They are kept in ``path`` instead.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
                  html: bool = True) -> NotebookRun:
     """Execute one notebook with papermill (and render it to HTML); never raises."""
@@ -59,11 +81,14 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
     out = out_dir / src.name
     t0 = time.perf_counter()
     error = ""
+    log = out.with_suffix(".stderr.log")
+    log.unlink(missing_ok=True)
     try:
-        pm.execute_notebook(str(src), str(out), parameters={"QUICK": quick},
-                            kernel_name="python3", language="python", cwd=str(ROOT),
-                            progress_bar=False, request_save_on_cell_execute=False,
-                            execution_timeout=int(time_limit_s * 2))
+        with stderr_to(log):
+            pm.execute_notebook(str(src), str(out), parameters={"QUICK": quick},
+                                kernel_name="python3", language="python", cwd=str(ROOT),
+                                progress_bar=False, request_save_on_cell_execute=False,
+                                execution_timeout=int(time_limit_s * 2))
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         error = _failure(e)
     seconds = time.perf_counter() - t0

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from perfkit import compress
 from perfkit.comm import AlphaBeta, CollectivePoint, ring_allreduce_time
-from perfkit.compress_sim import simulate_dp_training
+from perfkit.compress import simulate_dp_training
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
 
 __all__ = [
@@ -221,7 +221,7 @@ def plot_kernel_shares(predicted: Mapping[str, float], measured: Mapping[str, fl
     measurement, one pair of bars per kernel path (``"qsgd eager"``, ``"qsgd fused"``, ...).
 
     Args:
-        predicted: path -> ``8 / bytes per value`` (:data:`perfkit.fused.BYTES_PER_VALUE`).
+        predicted: path -> ``8 / bytes per value`` (:data:`perfkit.compress.BYTES_PER_VALUE`).
         measured: path -> memcpy time / encode + decode time, same keys.
     """
     if not predicted or set(predicted) != set(measured):
@@ -309,7 +309,7 @@ def _make(method: str, ratio: float, error_feedback: bool):
 
 def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
     """Compressor, ratio and error-feedback controls: error and bytes on ``grad``, and the
-    convergence of simulated 2-worker training (:func:`perfkit.compress_sim.simulate_dp_training`).
+    convergence of simulated 2-worker training (:func:`perfkit.compress.simulate_dp_training`).
 
     Args:
         grad: a real gradient (flat or not) to measure the reconstruction error on.

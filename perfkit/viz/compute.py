@@ -1,7 +1,7 @@
 """Plots and the widget of notebook 06 (compute).
 
-They consume the records of :mod:`perfkit.compiling`, :mod:`perfkit.kernels` and
-:mod:`perfkit.throughput`; the loss-curve plot takes plain lists.
+They consume the records of :mod:`perfkit.compute.compiling`, :mod:`perfkit.compute.kernels` and
+:mod:`perfkit.compute.throughput`; the loss-curve plot takes plain lists.
 
 Usage::
 
@@ -67,7 +67,7 @@ def plot_break_even(record: Any, calls: int | None = None, title: str = "") -> F
     """Cumulative seconds of eager and compiled calls: where compiling pays for itself.
 
     Args:
-        record: a :class:`perfkit.compiling.CompileRecord`.
+        record: a :class:`perfkit.compute.CompileRecord`.
         calls: x-axis length; default twice the break-even point (100 if it never pays).
         title: the figure's title.
     """
@@ -94,7 +94,7 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
     """Forward + backward time and saved bytes against sequence length, per implementation.
 
     Args:
-        points: :class:`perfkit.kernels.AttentionPoint` s (or any records with ``impl``,
+        points: :class:`perfkit.compute.AttentionPoint` s (or any records with ``impl``,
             ``seq_len``, ``seconds`` and ``saved_bytes``).
         title: the figure's title.
 
@@ -126,7 +126,7 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
     """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled.
 
     Args:
-        points: :class:`perfkit.kernels.ShapePoint` s.
+        points: :class:`perfkit.compute.ShapePoint` s.
         vary: the dimension on the x-axis: ``"m"``, ``"n"`` or ``"k"``.
         multiple: sizes divisible by it are filled markers, the others hollow.
         title: the figure's title.
@@ -164,7 +164,7 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
     """Tokens/s and MFU against batch size, one line per (precision, compiled) setting.
 
     Args:
-        points: :class:`perfkit.throughput.ThroughputPoint` s.
+        points: :class:`perfkit.compute.ThroughputPoint` s.
         selected: one of them to highlight and describe in the title.
         title: the figure's title (default: the selected point's figures).
 
@@ -205,12 +205,12 @@ def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
     """Precision, compile on/off and batch size -> measured throughput and MFU.
 
     Each new setting runs a few real training steps through ``bench`` (a
-    :class:`perfkit.throughput.StepBench`), which caches them, so returning to a setting is
+    :class:`perfkit.compute.StepBench`), which caches them, so returning to a setting is
     instant; the plot shows every setting measured so far. Switching ``compiled`` on
     compiles the model the first time (tens of seconds on a CPU with a cold cache).
 
     Args:
-        bench: the :class:`perfkit.throughput.StepBench` that measures and caches.
+        bench: the :class:`perfkit.compute.StepBench` that measures and caches.
         batches: batch sizes offered.
         precisions: precisions offered (``"fp16"`` needs CUDA).
         batch, precision: the starting setting (default: the middle batch, the first precision).

@@ -1,4 +1,4 @@
-"""Plots and the widget of notebook 07 (data loading); they consume :mod:`perfkit.loader` records.
+"""Plots and the widget of notebook 07 (data loading); they consume :mod:`perfkit.data.loader` records.
 
 Usage::
 
@@ -27,8 +27,8 @@ def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = 
     Both panels leave out each epoch's first step (worker start-up), as the model does.
 
     Args:
-        records: :class:`perfkit.loader.LoaderRecord` s, in the order to show.
-        predicted: optional :class:`perfkit.loader.PipelineRecord` per record (markers).
+        records: :class:`perfkit.data.LoaderRecord` s, in the order to show.
+        predicted: optional :class:`perfkit.data.PipelineRecord` per record (markers).
         labels: x tick labels; default ``workers=N``.
         title: the figure's title.
 
@@ -97,7 +97,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
     """Sliders for per-sample cost, workers, prefetch depth and jitter over the pipeline model.
 
     The figure shows, for 0..``max_workers`` workers, the throughput and the share of each
-    step spent waiting that :func:`perfkit.loader.simulate_pipeline` predicts, with the
+    step spent waiting that :func:`perfkit.data.simulate_pipeline` predicts, with the
     chosen setting marked.
 
     Args:
@@ -105,10 +105,10 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         compute_ms: milliseconds of compute per step.
         cores: CPU-bound loads share this many cores (``None``: I/O-bound loads).
         handoff_ms: milliseconds the loop spends receiving each batch from a worker
-            (measured; see :func:`perfkit.loader.simulate_pipeline`).
+            (measured; see :func:`perfkit.data.simulate_pipeline`).
         max_workers: the workers slider's maximum.
     """
-    from perfkit.loader import simulate_pipeline
+    from perfkit.data import simulate_pipeline
 
     if batch_size < 1 or max_workers < 1 or compute_ms < 0 or handoff_ms < 0:
         raise ValueError("batch_size and max_workers must be >= 1, compute_ms and "

@@ -1,6 +1,6 @@
 """Plots and widgets of notebooks 04 (memory anatomy) and 05 (ZeRO and LoRA).
 
-They consume :mod:`perfkit.memory` and :mod:`perfkit.activations` records and
+They consume :mod:`perfkit.memory.model_states` and :mod:`perfkit.memory.activations` records and
 :mod:`perfkit.workers.zero_bench` results; nothing here measures.
 
 Usage::
@@ -18,8 +18,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.activations import gpt2_step_memory
-from perfkit.memory import zero_table
+from perfkit.memory import gpt2_step_memory, zero_table
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",

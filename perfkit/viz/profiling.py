@@ -41,8 +41,8 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
     """One horizontal stacked bar per run: each top-level phase's mean time (or share).
 
     Args:
-        records: label -> :class:`~perfkit.monitor.StepSummary`,
-            :class:`~perfkit.profile.TraceBreakdown`, or (``unit="%"`` only) a dict of shares.
+        records: label -> :class:`~perfkit.profiling.StepSummary`,
+            :class:`~perfkit.profiling.TraceBreakdown`, or (``unit="%"`` only) a dict of shares.
         unit: ``"ms"`` (mean ms per step) or ``"%"`` (share of the step).
         ax: draw into this axes instead of a new figure.
         title: the axes title.
@@ -149,10 +149,10 @@ def breakdown_widget(workload: str = "digits", steps: int = 6, warmup: int = 2,
                      max_cost_ms: float = 2.0) -> WidgetSpec:
     """Sliders for batch size, DataLoader workers and per-sample data cost.
 
-    Each change re-runs a short measurement (:func:`perfkit.profile.measure_workload`)
-    and shows the phase shares with the diagnosis (:func:`perfkit.profile.diagnose`).
+    Each change re-runs a short measurement (:func:`perfkit.profiling.measure_workload`)
+    and shows the phase shares with the diagnosis (:func:`perfkit.profiling.diagnose`).
     """
-    from perfkit.profile import diagnose, measure_workload
+    from perfkit.profiling import diagnose, measure_workload
 
     def show(batch_size: int, num_workers: int, cost_ms: float) -> Figure:
         s = measure_workload(workload, batch_size=batch_size, num_workers=num_workers,

@@ -7,9 +7,9 @@ Run by :func:`perfkit.dist.launch`; configured by JSON::
 
 Methods (``METHODS``): ``none`` (DDP's all-reduce), torch's ``fp16_hook``, ``bf16_hook``
 and ``powersgd_r{1,2,4}``, and perfkit compressors through
-:func:`perfkit.compress_hook.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
+:func:`perfkit.compress.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
 ``sign``, each also with ``_ef`` (error feedback), ``qsgd`` and ``sign`` also as
-``qsgd_fused``/``qsgd_eager`` (a forced kernel path, :mod:`perfkit.fused`); any
+``qsgd_fused``/``qsgd_eager`` (a forced kernel path, :mod:`perfkit.compress.fused`); any
 ``topk_<p>pct`` / ``randomk_<p>pct`` works, and ``dense`` sends the uncompressed
 gradient through the same hook. Every method trains a fresh model from the same seed on
 the same batches.
@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import compress
 from perfkit import dist as pdist
-from perfkit.compress_hook import HookState, compression_hook
+from perfkit.compress import HookState, compression_hook
 from perfkit.timing import Timer
 
 METHODS = ("none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powersgd_r4",

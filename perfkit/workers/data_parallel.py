@@ -7,12 +7,12 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
          "compare": {"repeat": 5}, "buckets": {"caps_mb": [0.25, 25]},
          "accumulate": {"ks": [1, 4]}})])
 
-* ``compare``: :class:`~perfkit.dp.NaiveDP`, :class:`~perfkit.dp.BucketedDP`,
-  :class:`~perfkit.dp.OverlappedDP` and DDP on the same model and data: gradients
+* ``compare``: :class:`~perfkit.parallel.NaiveDP`, :class:`~perfkit.parallel.BucketedDP`,
+  :class:`~perfkit.parallel.OverlappedDP` and DDP on the same model and data: gradients
   against DDP's (max abs difference), step time, and the measured share of
   communication hidden behind backward.
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``,
-  and the calls :func:`perfkit.dp.assign_buckets` predicts.
+  and the calls :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
   all-reduced per sample, and the gradient against one big batch.
 
@@ -32,7 +32,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import dist as pdist
-from perfkit.dp import BucketedDP, NaiveDP, OverlappedDP, assign_buckets
+from perfkit.parallel import BucketedDP, NaiveDP, OverlappedDP, assign_buckets
 from perfkit.timing import benchmark, interleaved
 
 

@@ -3,7 +3,7 @@
 Variants (names used in results):
 
 * ``ddp_adamw``: ``DistributedDataParallel`` + ``torch.optim.AdamW`` (no sharding);
-* ``perfkit``: :class:`perfkit.zero.ZeroOneOptimizer` alone (reduce-scatter + all-gather);
+* ``perfkit``: :class:`perfkit.parallel.ZeroOneOptimizer` alone (reduce-scatter + all-gather);
 * ``perfkit_ddp``: DDP all-reduces, then ``ZeroOneOptimizer(reduce_grads=False)``;
 * ``torch_zero``: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)``;
 * ``deepspeed_0``, ``deepspeed_1``, ``deepspeed_2``: ``deepspeed.initialize`` with a client
@@ -19,7 +19,7 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   trained afterwards on the whole global batch of every step.
 * ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
   process's peak RSS above what it held before building it. Freed heap memory is handed
-  back to the OS first (:func:`perfkit.anatomy.trim_heap`), so that one variant's
+  back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
   leftovers, reused without new pages, do not hide the next one's allocations.
 
 Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`::
@@ -45,11 +45,10 @@ import torch.distributed as dist
 from torch import nn
 
 from perfkit import dist as pdist
-from perfkit.anatomy import peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
-from perfkit.memory import optimizer_state_bytes
+from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
+from perfkit.parallel import ZeroOneOptimizer
 from perfkit.timing import interleaved
-from perfkit.zero import ZeroOneOptimizer
 
 VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "deepspeed_0",
             "deepspeed_1", "deepspeed_2")

@@ -20,7 +20,7 @@ all-reduces and ``reduce_grads=False``;
 biases in two groups with different ``lr``/``weight_decay``), ``start`` (first step index),
 ``save``/``load`` (a file for the consolidated optimizer state and the parameters),
 ``impl`` (a cloudpickle file holding a class ``(params, optimizer_class, **defaults)``
-used instead of :class:`perfkit.zero.ZeroOneOptimizer`, given one list of parameters; with
+used instead of :class:`perfkit.parallel.ZeroOneOptimizer`, given one list of parameters; with
 ``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
 optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
 also holds ``state_bytes``, that optimizer's state on this rank.
@@ -39,7 +39,7 @@ from torch import nn
 
 from perfkit import dist as pdist
 from perfkit.memory import optimizer_state_bytes
-from perfkit.zero import ZeroOneOptimizer
+from perfkit.parallel import ZeroOneOptimizer
 
 GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
 LR, WD = 1e-2, 0.1
@@ -142,10 +142,10 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
 
 
 def check_collectives(rank: int, world: int) -> dict[str, Any]:
-    """Both reduce-scatter paths of :mod:`perfkit.zero` (gloo's list form and the
+    """Both reduce-scatter paths of :mod:`perfkit.parallel.zero1` (gloo's list form and the
     feature-detected single-tensor call) and the all-gather, on integer-valued data
     (every summation order is exact). Collective."""
-    from perfkit import zero
+    from perfkit.parallel import zero1 as zero
 
     flat = torch.arange(world * 5, dtype=torch.float32) * (rank + 1)  # (N * 5,)
     want = flat.new_tensor(range(rank * 5, rank * 5 + 5)) * sum(range(1, world + 1))

@@ -75,7 +75,7 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
         assert a["max_abs_diff_vs_big_batch"] < 1e-6
     calls = [b["calls_per_step"] for b in r0["buckets"]]
     assert calls[0] > calls[-1] == 1
-    for b in r0["buckets"]:  # perfkit.dp.assign_buckets models DDP's reducer exactly
+    for b in r0["buckets"]:  # perfkit.parallel.assign_buckets models DDP's reducer exactly
         assert b["calls_per_step"] == b["predicted_calls"], b
 
 

@@ -116,7 +116,7 @@ def check_phase_timer(ns: dict) -> None:
     assert math.isclose(t.shares().get("data", 0.0), 1.0, rel_tol=1e-9), (
         "a phase whose body raised was not recorded: use try/finally in phase()")
     # 4. real synthetic steps, against perfkit's StepMonitor on the same run
-    from perfkit.monitor import StepMonitor
+    from perfkit.profiling import StepMonitor
 
     durations = {"data": 12, "forward": 6, "backward": 12, "optimizer": 3}
     timer, mon = PhaseTimer(), StepMonitor(device="cpu")
@@ -151,7 +151,7 @@ def check_find_bottlenecks(ns: dict) -> None:
             "strictly above their threshold, ordered by share / threshold (largest first); "
             "phases without a threshold are not judged")
     # measured: synthetic steps with a planted bottleneck, timed with perfkit's monitor
-    from perfkit.monitor import StepMonitor
+    from perfkit.profiling import StepMonitor
 
     for planted, durations, other, want in (
         ("data", {"data": 20, "forward": 8, "backward": 8}, 1, ["data"]),
@@ -190,7 +190,7 @@ def check_amdahl_speedup(ns: dict) -> None:
         raise AssertionError(f"amdahl_speedup{bad[1:]} must raise ValueError (factor <= 0 or "
                              "a phase not in shares)")
     # measured: shrink a 12 ms data phase of a 36 ms step to 4 ms (3x faster)
-    from perfkit.monitor import StepMonitor
+    from perfkit.profiling import StepMonitor
     from perfkit.timing import interleaved
 
     durations = {"data": 12, "forward": 6, "backward": 12, "optimizer": 3}

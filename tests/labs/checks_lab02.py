@@ -153,7 +153,7 @@ def check_error_feedback(ns: dict) -> None:
 
 def check_training(ns: dict) -> None:
     from perfkit import compress
-    from perfkit.compress_sim import simulate_dp_training
+    from perfkit.compress import simulate_dp_training
 
     cls = require(ns, "TopKWithErrorFeedback")
     comp = require(ns, "topk_compress")

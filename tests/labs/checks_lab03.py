@@ -1,7 +1,7 @@
 """Checks for lab 03 (the ZeRO memory formula, shard bookkeeping, a ZeRO-1 optimizer).
 
 Q1 is checked against the ZeRO paper's figures (7.5 B parameters, K = 12, N = 64) and
-against perfkit.memory; Q2 against perfkit.zero.shard_range for every small case; Q3 first
+against perfkit.memory; Q2 against perfkit.parallel.shard_range for every small case; Q3 first
 on one process, then on 2 and 3 real torchrun processes (perfkit.workers.zero_check):
 after 50 steps of an MLP whose 262 parameters divide by neither 2 nor 3, the parameters
 must be within 1e-6 (relative, fp32) of single-process torch.optim.AdamW, and of SGD with
@@ -52,7 +52,7 @@ def check_zero_bytes(ns: dict) -> None:
 
 
 def check_shard_range(ns: dict) -> None:
-    from perfkit.zero import shard_range as ref
+    from perfkit.parallel import shard_range as ref
 
     f = require(ns, "shard_range")
     for numel in (1, 2, 3, 10, 241, 262):

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from perfkit import activations as A
 from perfkit.memory import SavedTensorMeter, count_parameters
+from perfkit.memory import activations as A
 from perfkit.models import tiny_gpt2
 
 # --- the GPT-2 activation model against the meter ------------------------------------------

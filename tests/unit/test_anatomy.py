@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfkit import anatomy
-from perfkit.activations import gpt2_saved_activation_bytes
-from perfkit.memory import count_parameters
+from perfkit.memory import anatomy, count_parameters, gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfkit import budget
+from perfkit.compute import budget
 
 
 def test_largest_batch_doubles_then_bisects():

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from perfkit import comm, dp
+from perfkit import comm
+from perfkit.comm import collectives
+from perfkit.parallel import data_parallel as dp
 
 
 @pytest.mark.parametrize("op,n,want", [
@@ -85,10 +87,10 @@ def test_ring_all_reduce_single_rank_and_errors(single_process_group):
 
 def test_feature_detected_collectives_are_the_new_names_when_present():
     if hasattr(dist, "reduce_scatter_single"):
-        assert comm._RS is dist.reduce_scatter_single
-        assert comm._AG is dist.all_gather_single
+        assert collectives._RS is dist.reduce_scatter_single
+        assert collectives._AG is dist.all_gather_single
     else:
-        assert comm._RS is dist.reduce_scatter_tensor
+        assert collectives._RS is dist.reduce_scatter_tensor
 
 
 def test_assign_buckets_reverse_order_and_cap():

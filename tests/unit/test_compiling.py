@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from perfkit import compiling
+from perfkit.compute import compiling
 from perfkit.timing import Measurement
 
 

@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from perfkit.compress import QSGD, ErrorFeedback, RandomK, Sign, TopK
-from perfkit.compress_sim import gaussian_error, simulate_dp_training
+from perfkit.compress import QSGD, ErrorFeedback, RandomK, Sign, TopK, gaussian_error, simulate_dp_training
 
 
 def test_gaussian_error_model_matches_gaussian_data():

@@ -15,8 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from perfkit.data import Prefetcher, map_tensors
-from perfkit.datasets import SlowDataset
+from perfkit.data import Prefetcher, SlowDataset, map_tensors
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

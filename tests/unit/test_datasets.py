@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from perfkit import datasets
-from perfkit.datasets import PadCollate, ShardedStream, SlowDataset, write_shards
+from perfkit.data import PadCollate, ShardedStream, SlowDataset, datasets, write_shards
 
 # --- datasets --------------------------------------------------------------------------------
 

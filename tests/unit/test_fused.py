@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from perfkit import fused
-from perfkit.compress import QSGD, Sign
+from perfkit.compress import QSGD, Sign, fused
 
 SIZES = [1, 7, 8, 1000, 3 * fused.DITHER_POOL + 17]  # tiny, partial bytes, tiled dither pool
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from perfkit import kernels
+from perfkit.compute import kernels
 
 # --- bytes: fusion and attention ----------------------------------------------------------------
 

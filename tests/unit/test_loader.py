@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfkit.datasets import SlowDataset
-from perfkit.loader import LoaderConfig, measure_loader, simulate_pipeline
+from perfkit.data import LoaderConfig, SlowDataset, measure_loader, simulate_pipeline
 
 # --- loader measurements and the pipeline model ----------------------------------------------
 

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from perfkit.monitor import PHASES, MemoryMonitor, StepMonitor
+from perfkit.profiling import PHASES, MemoryMonitor, StepMonitor
 from perfkit.timing import Measurement
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from perfkit.models import digits_workload, train_steps
-from perfkit.monitor import StepMonitor
-from perfkit.profile import (
+from perfkit.profiling import (
     Finding,
     ProfileConfig,
     Profiler,
+    StepMonitor,
     Thresholds,
     TraceBreakdown,
     diagnose,

@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from perfkit import compute, throughput
+from perfkit import compute
+from perfkit.compute import throughput
 from perfkit.viz import compute as vc
 
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from perfkit.memory import optimizer_state_bytes
+from perfkit.parallel import ZeroOneOptimizer, shard_range
 from perfkit.workers.zero_check import global_batch, make_mlp, param_groups
-from perfkit.zero import ZeroOneOptimizer, shard_range
 
 
 def test_shard_range_pads_to_equal_shards():
@@ -150,7 +150,7 @@ def test_collectives_are_feature_detected(monkeypatch):
 
     import torch.distributed as dist
 
-    import perfkit.zero as Z
+    import perfkit.parallel.zero1 as Z
 
     if hasattr(dist, "reduce_scatter_single"):  # torch >= 2.13: the new names win
         assert Z._REDUCE_SCATTER is dist.reduce_scatter_single

@@ -1,0 +1,396 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Profiling: where does a training step go?
+#
+# Before optimizing a training loop you need to know **which part of the step is slow**. Guessing
+# is how people spend a week tuning a model whose GPU sits idle waiting for data. This notebook
+# builds the measuring habit the rest of the course relies on:
+#
+# 1. **why naive timing lies**: no warm-up, asynchronous execution, a single sample;
+# 2. **a phase breakdown** of two real training steps (a CNN on digits and a tiny GPT-2 on
+#    Python source) with `perfkit.profiling.StepMonitor`;
+# 3. **the PyTorch profiler**: top operators, a trace you can open in Perfetto, and a phase
+#    breakdown derived from the trace that must agree with the monitor;
+# 4. **the bottleneck analyzer** `perfkit.profiling.diagnose`: its thresholds, a planted data
+#    bottleneck, its diagnosis before and after the fix, and the measured speedup;
+# 5. a **widget** to move batch size, DataLoader workers and per-sample data cost yourself.
+#
+# Every number below is measured on the machine running the notebook. `QUICK = True` (what CI
+# uses) runs fewer steps on a smaller corpus.
+
+# %% tags=["parameters"]
+import os
+
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+
+# %%
+STEPS = 8 if QUICK else 30            # measured steps per run
+WARMUP = 3                            # steps run first and left out
+CORPUS_BYTES = 300_000 if QUICK else 1_000_000   # stdlib source the GPT-2 trains on
+GPT = dict(batch_size=16, block_size=64, max_bytes=CORPUS_BYTES)
+SLOW_COST_MS = 1.0                    # planted per-sample decode cost, ms
+
+# %%
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown, display
+
+from perfkit import hw, models, timing, viz
+from perfkit.profiling import (
+    MemoryMonitor,
+    ProfileConfig,
+    Profiler,
+    StepMonitor,
+    Thresholds,
+    diagnose,
+    measure_workload,
+)
+from perfkit.viz import profiling as vprof
+
+DEVICE = timing.resolve_device()
+limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
+print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}, {torch.get_num_threads()} threads")
+print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'), 'FLOP/s')}")
+
+# %% [markdown]
+# ## 1. Why naive timing lies
+#
+# ### 1a. No warm-up
+#
+# **Prediction.** The first training step pays one-time costs that later steps do not: memory
+# allocations the caching allocator keeps afterwards, oneDNN/cuBLAS choosing kernels for each
+# new shape, lazy initialisation inside PyTorch and `transformers` (on a GPU, also creating the
+# CUDA context). So the first step should be several times slower than a typical one, and a
+# benchmark that times it is measuring start-up, not training.
+#
+# **Measurement.** A fresh tiny GPT-2, each step timed on its own with `perfkit.timing.Timer`
+# (which synchronises correctly on a GPU).
+
+# %%
+gpt_wl = models.gpt2_workload(device=DEVICE, **GPT)
+step_times = []
+for _ in range(STEPS + 1):
+    with timing.Timer(DEVICE) as t:
+        models.train_steps(gpt_wl, 1)
+    step_times.append(t.elapsed_s)
+first, steady = step_times[0], statistics.median(step_times[1:])
+print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms "
+      f"-> the first step is {first / steady:.1f}x a steady one")
+
+# %% [markdown]
+# ### 1b. Asynchronous execution
+#
+# **Prediction.** On a GPU, `a @ a` returns as soon as the kernel is *queued*; the matmul runs
+# later. Reading the clock right after the call measures the launch (microseconds), not the
+# work. The fix is to wait for the queue (`torch.cuda.synchronize()`, or CUDA events, which is
+# what `perfkit.timing` does) before reading the clock.
+#
+# **Measurement.** On a GPU we time a real matmul both ways. A CPU runs PyTorch operators
+# synchronously, so on a CPU the cell uses a one-thread pool as a stand-in for the GPU's queue
+# (`submit` returns at once, like a kernel launch; `result()` waits, like a synchronize). The
+# FLOP/s each timing implies is compared with this machine's measured ceiling: a share above
+# 100 % is physically impossible, which is how you catch this bug in practice.
+
+# %%
+n = 1024 if DEVICE.type == "cuda" else 512
+a = torch.randn(n, n, device=DEVICE)
+if DEVICE.type == "cuda":
+    launch, wait = (lambda: a @ a), (lambda r: torch.cuda.synchronize())
+else:
+    pool = ThreadPoolExecutor(1)  # stand-in for the GPU queue (CPU ops are synchronous)
+    launch, wait = (lambda: pool.submit(torch.mm, a, a)), (lambda r: r.result())
+wait(launch())  # warm-up
+t0 = time.perf_counter()
+r = launch()
+naive_s = time.perf_counter() - t0  # read the clock before the work is done
+wait(r)
+t0 = time.perf_counter()
+wait(launch())
+correct_s = time.perf_counter() - t0  # read it after waiting for the work
+for label, s in (("naive (no wait)", naive_s), ("waiting for the work", correct_s)):
+    rate = hw.matmul_flops(n, n, n) / s
+    print(f"{label:>21}: {s * 1e6:10.1f} µs -> {viz.si(rate, 'FLOP/s'):>12}, "
+          f"{limits.share_of_peak(rate):8.0%} of this machine's fp32 ceiling")
+
+# %% [markdown]
+# ### 1c. One sample
+#
+# **Prediction.** A shared machine (a laptop with a browser open, a CI runner, a GPU node
+# with a noisy neighbour) has stalls of milliseconds. One measurement can land anywhere in the
+# distribution; the median of many, after a warm-up, is stable.
+#
+# **Measurement.** 30 timed steps of the digits CNN with `perfkit.timing.benchmark` (warm-up,
+# synchronisation, repeats; it returns every sample).
+
+# %%
+cnn = models.digits_workload(device=DEVICE)
+m = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=3, repeat=30, device=DEVICE)
+print(f"digits CNN step: {m}")
+print(f"a single sample could have been anywhere from {m.min_s * 1e3:.2f} to "
+      f"{max(m.times_s) * 1e3:.2f} ms: {m.min_s / m.median_s - 1:+.0%} to "
+      f"{max(m.times_s) / m.median_s - 1:+.0%} around the median")
+
+# %% [markdown]
+# **Correct timing, in one place.** `perfkit.timing.benchmark` (whole calls) and
+# `perfkit.profiling.StepMonitor` (phases inside a loop) warm up, synchronise where the device
+# needs it, repeat, and report medians and quantiles. Everything else in the course times
+# through them.
+#
+# ## 2. The phase breakdown of a real training step
+#
+# `StepMonitor` times named phases inside every step: `with mon.phase("forward"): ...`, then
+# `mon.step()` at the end. On a CPU each phase costs two `perf_counter` reads; on a GPU it
+# records two CUDA events and reads them only once they have completed, so the loop never
+# waits (`benchmarks/monitor_overhead.py` measures the cost). `summary()` returns a plain record:
+# mean, std, p50, p95, p99 per phase and each phase's share of the step; whatever the phases do
+# not cover is `other`.
+#
+# **Prediction.** Both models read pre-decoded tensors from memory, so `data` should be small.
+# In the GPT-2, almost all FLOPs are matmuls, and the backward pass computes two matmuls (the
+# gradient for the input and for the weight) for each forward one, so backward should take
+# about **twice** the forward. The optimizer touches each parameter a few times, with no matmul:
+# a small share.
+
+# %%
+healthy = {}
+with MemoryMonitor(DEVICE) as mem:
+    healthy["digits CNN"] = measure_workload("digits", steps=STEPS, warmup=WARMUP, device=DEVICE)
+    healthy["tiny GPT-2"] = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE, **GPT)
+gpt = healthy["tiny GPT-2"]
+display(Markdown(vprof.summary_markdown(gpt)))
+print(f"peak memory while measuring ({mem.record().kind}): "
+      f"{mem.record().peak_bytes / 2**20:.0f} MiB, +{mem.record().peak_increase_bytes / 2**20:.0f} MiB")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4))
+vprof.plot_phase_bars(healthy, unit="ms", ax=ax1, title="Mean time per step (ms)")
+vprof.plot_phase_bars(healthy, unit="%", ax=ax2, title="Share of the step")
+plt.show()
+
+# %%
+ratio = gpt["backward"].mean_s / gpt["forward"].mean_s
+n_params = sum(p.numel() for p in gpt_wl.model.parameters())
+tokens = GPT["batch_size"] * GPT["block_size"]
+achieved = 6 * n_params * tokens / gpt.step.mean_s  # ~6 FLOPs per parameter per token (fwd + bwd)
+print(f"backward / forward = {ratio:.2f} (predicted about 2)")
+print(f"GPT-2: {n_params:,} parameters, {gpt.tokens_per_s:,.0f} tokens/s, ~{viz.si(achieved, 'FLOP/s')} "
+      f"= {limits.share_of_peak(achieved):.0%} of the fp32 matmul ceiling")
+for name, s in healthy.items():
+    print(f"{name}: data takes {s.share('data'):.1%} of a {s.step.p50_s * 1e3:.1f} ms step")
+
+# %% [markdown]
+# **The gap.** Backward/forward is rarely exactly 2: the forward includes the loss over the
+# vocabulary (a `log_softmax` that is cheap to differentiate), attention and layer norms that
+# are memory-bound, and Python overhead per operator that does not double. The model-FLOPs
+# estimate is far below the matmul ceiling: these matrices are tiny (64 wide), so each
+# operator's fixed cost and memory traffic dominate; module 06 measures what closes that gap.
+# The last lines show the **data share of healthy pipelines** on this machine: the fixed cost of
+# the DataLoader (sampling indices, collating tensors), even with nothing slow in it. Keep them
+# in mind for the thresholds in section 4.
+#
+# ## 3. The PyTorch profiler: operators and a trace
+#
+# `perfkit.profiling.Profiler` wraps `torch.profiler.profile` with a schedule: `wait` steps run
+# unprofiled, `warmup` steps are profiled and thrown away (the profiler's own start-up lands
+# there), `active` steps are recorded. With `StepMonitor(annotate=True)` each phase is also a
+# `record_function("phase:NAME")` range, so the trace carries the phases too.
+#
+# **Prediction.** Since almost all FLOPs are matmuls, `aten::mm`/`aten::addmm` should top the
+# operator table.
+
+# %%
+cfg = ProfileConfig(wait=1, warmup=1, active=3 if QUICK else 6)
+wl = models.gpt2_workload(device=DEVICE, **GPT)
+mon = StepMonitor(DEVICE, warmup=cfg.wait + cfg.warmup, annotate=True)
+with Profiler(cfg, name="01_tiny_gpt2", device=DEVICE) as prof:
+    models.train_steps(wl, cfg.total_steps, monitor=mon, on_step=prof.step)
+res = prof.result()
+display(Markdown(vprof.top_ops_markdown(res.top_ops, 10)))
+mm_share = sum(o.share for o in res.top_ops if o.name in ("aten::mm", "aten::addmm", "aten::bmm"))
+print(f"matmul operators: {mm_share:.0%} of all operator self time")
+
+# %% [markdown]
+# **The gap.** Matmuls lead, but they are not 100 %: with matrices this small, the loss
+# (`log_softmax` over the vocabulary and its backward), attention, layer norms, the
+# optimizer's elementwise updates and the DataLoader's Python code take a visible share. The
+# `Optimizer.step#...` and `enumerate(DataLoader)...` rows are ranges PyTorch itself marks.
+#
+# ### Opening the trace
+#
+# The trace is a Chrome trace-event JSON file:
+#
+# * **Perfetto** (recommended): open https://ui.perfetto.dev and drag the file in (or
+#   `chrome://tracing` in Chrome). Each `ProfilerStep#N` is one step; the `phase:` ranges sit
+#   above the operators they contain; on a GPU the kernels appear on their own stream rows.
+# * **TensorBoard**: the `torch-tb-profiler` plugin reads `*.pt.trace.json` files in a folder
+#   (`tensorboard --logdir build/traces`); PyTorch has deprecated that plugin in favour of
+#   Perfetto, but its rules are still the reference for the analyzer below.
+
+# %%
+print(f"trace: {res.trace_path} ({res.trace_path.stat().st_size / 2**20:.1f} MiB)")
+
+# %% [markdown]
+# ### Does the trace agree with the monitor?
+#
+# Two independent instruments on the same run: `StepMonitor`'s clocks and the profiler's
+# timestamps. `perfkit.profiling.trace_breakdown` derives the phase shares from the trace file
+# alone (each `phase:` range inside its `ProfilerStep#` window). **Prediction:** they should
+# agree closely, since they time the same ranges; the target is within 10 percentage points.
+
+# %%
+ours, theirs = mon.summary().shares(), res.breakdown.shares()
+for k in ours:
+    diff_pp = 100 * (ours[k] - theirs[k])
+    print(f"{k:>10}: monitor {ours[k]:6.1%}   trace {theirs[k]:6.1%}   diff {diff_pp:+5.1f} pp")
+worst_pp = 100 * max(abs(ours[k] - theirs[k]) for k in ours)
+assert worst_pp < 10, f"trace and monitor disagree by {worst_pp:.1f} pp"
+print(f"largest disagreement: {worst_pp:.1f} percentage points")
+
+# %% [markdown]
+# ## 4. The bottleneck analyzer
+#
+# `diagnose(summary)` compares each phase's share with a threshold and returns `Finding`
+# records: what is slow, the evidence, what to try, and the course notebook that teaches the
+# fix. The PyTorch profiler's TensorBoard plugin (`torch_tb_profiler`, in
+# `RunProfileData.analyze`) published two such rules: **data loading above 5 % of the step**
+# and **communication above 10 %**. Ours, with the reasons in `Thresholds`' docstring:
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+th = Thresholds()
+plugin = {"data": "5%", "communication": "10%"}
+print(f"{'rule':>14} {'perfkit':>8} {'TB plugin':>10}")
+for k in ("data", "communication", "optimizer", "other", "compute"):
+    print(f"{k:>14} {getattr(th, k):>8.0%} {plugin.get(k, '-'):>10}")
+print(f"{'jitter':>14} {th.jitter:>7}x {'-':>10}   (p99/p50 of the step, from {th.min_steps} steps)")
+
+# %%
+data_shares = {k: s.share("data") for k, s in healthy.items()}
+worst = max(data_shares, key=data_shares.get)
+display(Markdown(
+    f"**Why 10 % for data, not 5 %.** Section 2 measured the healthy pipelines of this course at "
+    f"{', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this "
+    f"machine. Those milliseconds are the DataLoader's fixed cost per batch, which weighs more "
+    f"the shorter the step is; with the short CPU steps of this course a 5 % rule "
+    f"{'would already flag ' + worst if data_shares[worst] > 0.05 else 'sits close to that noise floor'}. "
+    f"At 10 % a finding means something per-sample is slow. On a GPU with long steps, use "
+    f"`Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: exposed all-reduce time "
+    f"grows with the number of ranks, so a share that is tolerable on 2 ranks is not on 16."))
+
+# %% [markdown]
+# The rule itself is simple arithmetic on the shares, so it can be checked on a hand-made record
+# (this output is exact and CI compares it):
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+example = {"data": 0.34, "forward": 0.22, "backward": 0.30, "optimizer": 0.04, "other": 0.10}
+for f in diagnose(example):
+    print(f)
+
+# %% [markdown]
+# ### A planted data bottleneck, diagnosed and fixed
+#
+# A common real mistake: the dataset keeps raw text and **tokenizes every sample inside
+# `__getitem__`**, plus some per-sample decoding (simulated here with `SLOW_COST_MS` of CPU
+# work per sample), all in the training process. The model waits while that happens.
+#
+# **Prediction.** With 16 samples per batch and at least `SLOW_COST_MS` each, `data` grows by at
+# least `16 × SLOW_COST_MS` per step and the analyzer should name it, pointing at notebook 07.
+
+# %%
+slow = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE,
+                        tokenize_per_sample=True, cost_ms=SLOW_COST_MS, **GPT)
+print(f"data: {slow['data'].p50_s * 1e3:.1f} ms of a {slow.step.p50_s * 1e3:.1f} ms step "
+      f"(at least {GPT['batch_size'] * SLOW_COST_MS:.0f} ms predicted)")
+display(Markdown(vprof.findings_markdown(diagnose(slow))))
+
+# %% [markdown]
+# **The fix** follows the first recommendation: do the per-sample work **once**, before
+# training, and keep the result (the fast path of `TokenBlockDataset` tokenizes the corpus once
+# and slices token blocks from one tensor). We measure the fixed pipeline again now, under the
+# same conditions, and predict its step from the slow run's breakdown: the slow step minus its
+# data time plus a healthy data time.
+
+# %%
+fixed = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE, **GPT)
+predicted = slow.step.mean_s - slow["data"].mean_s + fixed["data"].mean_s
+speedup = slow.step.p50_s / fixed.step.p50_s
+print(f"step: {slow.step.p50_s * 1e3:.1f} ms -> {fixed.step.p50_s * 1e3:.1f} ms (p50): "
+      f"{speedup:.2f}x faster; predicted {slow.step.mean_s / predicted:.2f}x from the breakdown")
+display(Markdown(vprof.findings_markdown(diagnose(fixed))))
+vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
+                      title="Before and after the fix (mean ms per step)")
+plt.show()
+
+# %% [markdown]
+# **The gap.** The prediction assumes the model's own phases do not change when the data
+# path does; on a CPU they do a little (the tokenizer and the model compete for caches and
+# cores), and medians and means weigh outliers differently. What is left after the fix is what
+# section 2 showed: a compute-bound step, which module 06 takes on.
+#
+# The fix is not free: tokenizing the whole corpus takes time once. Is it worth it?
+
+# %%
+tok = models.train_bpe_tokenizer(max_bytes=CORPUS_BYTES)
+text = models.text_corpus(CORPUS_BYTES)
+once = timing.benchmark(lambda: models.encode_corpus(tok, text), warmup=0, repeat=1)
+saved = slow.step.mean_s - fixed.step.mean_s
+print(f"tokenizing the corpus once: {once.median_s:.2f} s; saves {saved * 1e3:.1f} ms per step "
+      f"-> pays for itself after {once.median_s / saved:.0f} steps")
+
+# %% [markdown]
+# ## 5. Try it: batch size, workers and per-sample cost
+#
+# The widget re-runs a short measurement of the digits CNN (`perfkit.profiling.measure_workload`)
+# whenever a slider moves, and shows the phase shares with the diagnosis. Things to try:
+#
+# * raise the **per-sample cost**: `data` grows linearly with it and with the batch size;
+# * add **DataLoader workers**: the decoding moves to other processes and overlaps the model.
+#   On a 2-core machine, the workers compete with the model's own threads for the same cores,
+#   so the gain is smaller than the number of workers suggests;
+# * raise the **batch size** with no data cost: fixed per-step costs (Python, the optimizer,
+#   the DataLoader's per-batch work) are spread over more samples.
+#
+# Below the widget, a static plot of its default setting.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+spec = vprof.breakdown_widget("digits", steps=4 if QUICK else 10)
+viz.build_widget(spec)
+
+# %%
+fig = spec.fn(**spec.defaults())
+plt.show()
+
+# %% [markdown]
+# ## Summary
+#
+# * Time **after a warm-up**, **wait for asynchronous work**, and take the **median of many**
+#   samples: `perfkit.timing` does all three.
+# * A **phase breakdown** (`StepMonitor`) says which part of the step to work on; the
+#   **profiler** says which operators, and its trace agrees with the monitor on the phases.
+# * `diagnose` turns shares into findings with thresholds you can defend; on the planted
+#   bottleneck it named the data path, and the fix's speedup matched the prediction from the
+#   breakdown.
+#
+# Next: modules 02-03 (communication), 04-05 (memory), 06 (compute) and 07 (data loading)
+# each start from a diagnosis like the ones above.
+
+# %%
+viz.show_headlines({
+    "tiny GPT-2 step (p50)": f"{fixed.step.p50_s * 1e3:.1f} ms",
+    "planted data bottleneck": f"{slow.share('data'):.0%} of the step",
+    "speedup after the fix": f"{speedup:.2f}x",
+    "trace vs monitor": f"{worst_pp:.1f} pp apart",
+})

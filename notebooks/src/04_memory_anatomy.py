@@ -1,0 +1,328 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Memory anatomy: where the bytes of a training step go
+#
+# A model that "does not fit" rarely fails because of its weights alone. One training step
+# with Adam holds four kinds of memory:
+#
+# | kind | what | fp32 bytes per parameter |
+# |---|---|---|
+# | parameters | the weights | 4 |
+# | gradients | one per weight, written by `backward()` | 4 |
+# | optimizer state | Adam's momentum and variance | 8 |
+# | activations | what the forward pass saves for the backward pass | depends on batch x sequence |
+#
+# The first three are the **model states** (ZeRO's name, notebook 05); they scale with the
+# number of parameters Ψ. Activations scale with batch and sequence length and, for long
+# sequences, dominate. This notebook
+#
+# 1. predicts the memory of one step of a tiny GPT-2 from formulas, then **measures** it
+#    (tensor accounting and the process's peak memory on CPU, the CUDA allocator on a GPU);
+# 2. counts **exactly what autograd saves** with `saved_tensors_hooks`
+#    (`perfkit.memory.SavedTensorMeter`) and checks the per-operation activation model;
+# 3. measures **activation checkpointing**: bytes saved against time paid, per block with
+#    `torch.utils.checkpoint` and with transformers' own switch;
+# 4. measures what **mixed precision** does to activation memory;
+# 5. gives a **widget** over the model, checked against the point measured here.
+
+# %% tags=["parameters"]
+import os
+
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+
+# %%
+MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)  # the widget's default
+BATCH, SEQ = 8, 64                    # sequences per step, tokens per sequence
+REPEAT = 8 if QUICK else 30           # timed steps per variant (interleaved)
+LONG_SEQ = 256 if QUICK else 512      # a longer sequence for the attention T^2 term
+
+# %%
+import matplotlib.pyplot as plt
+import psutil
+import torch
+
+from perfkit import timing, viz
+from perfkit.memory import (
+    SavedTensorMeter,
+    activations,
+    gpt2_saved_activation_bytes,
+    gpt2_step_memory,
+    measure_step_anatomy,
+)
+from perfkit.models import tiny_gpt2
+from perfkit.viz import memory as vmem
+
+DEVICE = timing.resolve_device()
+RAM = psutil.virtual_memory().total if DEVICE.type == "cpu" else torch.cuda.get_device_properties(0).total_memory
+print(f"torch {torch.__version__} on {DEVICE}; memory limit of this device: {viz.si(RAM, 'B')}")
+
+# %% [markdown]
+# ## 1. One training step, predicted and measured
+#
+# **Question.** How many bytes does one AdamW step of the tiny GPT-2 need, and which kind
+# dominates?
+#
+# **Prediction.** `perfkit.memory.gpt2_step_memory` adds the model states (Ψ parameters x
+# (4 + 4 + 8) bytes in fp32) and the activations from a per-operation count of what a
+# transformers GPT-2 block saves (section 2 checks that count). At this size the logits'
+# log-softmax (batch x sequence x vocabulary floats) is a large share of the activations.
+
+# %%
+B, T, C, L, H, V = BATCH, SEQ, MODEL["n_embd"], MODEL["n_layer"], MODEL["n_head"], MODEL["vocab_size"]
+predicted = gpt2_step_memory(C, L, H, V, B, T, precision="fp32")
+psi = activations.gpt2_num_params(C, L, V, MODEL["block_size"])
+print(f"Ψ = {psi:,} parameters")
+for kind, b in predicted.items():
+    print(f"{kind:>16}: {b / 1e6:8.2f} MB")
+print(f"{'sum':>16}: {sum(predicted.values()) / 1e6:8.2f} MB")
+
+# %% [markdown]
+# **Measurement.** `perfkit.memory.measure_step_anatomy` runs one step (zero_grad, forward,
+# backward, `optimizer.step()` of a fresh AdamW, so its state is allocated inside the step)
+# and reports each kind by counting the live tensors' storages, plus the step's **peak**:
+# on a GPU the CUDA allocator's `max_memory_allocated`; on the CPU the process's peak
+# resident memory (Linux lets a process reset that mark), after handing freed heap blocks
+# back to the OS so that reused blocks do not hide new allocations. A first step with a
+# throw-away optimizer runs before, so one-time initialisation is not counted. On a GPU it
+# also writes a memory snapshot that opens in https://pytorch.org/memory_viz.
+
+# %%
+torch.manual_seed(0)
+model = tiny_gpt2(**MODEL).to(DEVICE).train()
+x = torch.randint(0, V, (B, T), device=DEVICE)            # (B, T) token ids
+loss_fn = lambda: model(input_ids=x, labels=x).loss
+measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
+snapshot = None
+if DEVICE.type == "cuda":
+    os.makedirs("build", exist_ok=True)
+    snapshot = "build/04_memory_snapshot.pickle"
+anatomy = measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()),
+                               snapshot_path=snapshot)
+measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
+            "optimizer state": anatomy.optimizer_state, "activations": anatomy.activations}
+for kind, b in measured.items():
+    print(f"{kind:>16}: measured {b / 1e6:8.2f} MB, predicted {predicted[kind] / 1e6:8.2f} MB")
+print(f"peak of the step above what was held before it ({anatomy.peak_source}): "
+      f"{anatomy.peak / 1e6:.2f} MB = {anatomy.peak / RAM:.3%} of this device's memory")
+if anatomy.snapshot_path:
+    print("memory snapshot:", anatomy.snapshot_path)
+
+# %%
+fig = vmem.plot_memory_stack({
+    "predicted": predicted,
+    "measured (tensors)": measured,
+    "measured peak of the step": {"other": anatomy.peak},
+}, title="One AdamW step of the tiny GPT-2")
+
+# %%
+extra = anatomy.optimizer_state - predicted["optimizer state"]
+held = anatomy.grads + anatomy.optimizer_state + anatomy.activations  # new during the step
+print(f"optimizer state: {extra} bytes more than 8 Ψ: AdamW keeps one fp32 'step' "
+      f"counter per parameter tensor ({len(list(model.parameters()))} tensors)")
+print(f"gradients + optimizer state + activations = {held / 1e6:.2f} MB; "
+      f"the measured peak is {anatomy.peak / held:.2f}x that sum")
+
+
+# %% [markdown]
+# **The gap.** Parameters, gradients and activations match the prediction exactly: they are
+# counts of bytes, not estimates. The optimizer state is larger by a few bytes (AdamW's
+# per-tensor step counters). The *peak* is not the sum of the kinds, because they do not
+# all live at once: activations are freed during `backward()` while gradients are being
+# written, and Adam's state is allocated after the activations are gone. It is also not
+# below the activations alone: `backward()` allocates temporaries (the gradient of the
+# logits is as large as the logits) and, on the CPU, the resident set also counts whole
+# pages and allocator bookkeeping. The printed ratio says which effect wins at this size.
+
+# %% [markdown]
+# ## 2. What exactly does autograd keep?
+#
+# **Question.** Which tensors does the forward pass keep alive for the backward pass?
+#
+# **Prediction.** Per GPT-2 block (dropout 0), in elements, with B, T, C, H = batch, sequence,
+# width, heads (the docstring of `gpt2_saved_activation_bytes` lists each operation): two
+# LayerNorms keep input and output (4 BTC); the MLP keeps its 4C-wide input, GELU's
+# intermediate terms and output (20 BTC); attention keeps q, k, v and the softmax
+# probabilities (3 BTC + B H T^2) in the eager implementation, or the fused projection,
+# copies and a log-sum-exp (5 BTC + BHT) with PyTorch's fused `scaled_dot_product_attention`,
+# which never stores the T x T matrix.
+#
+# **Measurement.** `SavedTensorMeter` installs `torch.autograd.graph.saved_tensors_hooks`:
+# every tensor an operation saves passes through its pack hook. Views share storage (q, k
+# and v are slices of one projection), so bytes are counted per unique storage; parameters
+# (a matmul saves its weight) are reported apart, since they exist anyway.
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+def saved_bytes(attention, seq, model_kw=MODEL, dtype=torch.float32, autocast=False):
+    torch.manual_seed(0)
+    m = tiny_gpt2(**{**model_kw, "block_size": max(seq, model_kw["block_size"])}).to(dtype).train()
+    m.config._attn_implementation = attention
+    ids = torch.randint(0, V, (B, seq))
+    with SavedTensorMeter(m) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        m(input_ids=ids, labels=ids).loss
+    return meter.report()
+
+for attention in ("eager", "sdpa"):
+    for seq in (SEQ, 256):
+        r = saved_bytes(attention, seq)
+        model_b = gpt2_saved_activation_bytes(B, seq, C, L, H, V, attention).total
+        print(f"{attention:>5}, T={seq:4d}: meter {r.activation_bytes:>10,} B, model {model_b:>10,} B, "
+              f"parameters saved {r.parameter_bytes:,} B")
+
+
+# %% [markdown]
+# The model and the meter agree to the byte (the unit tests check it at several shapes and
+# dtypes). At T = 256 the eager implementation's B H T^2 softmax matrix per block is already
+# the largest single term; the fused kernel avoids it by recomputing attention scores in the
+# backward pass: activation memory linear in T.
+
+# %% [markdown]
+# ## 3. Activation checkpointing: memory for time
+#
+# **Question.** How much activation memory does checkpointing each block save, and what
+# does it cost in step time?
+#
+# **Prediction.** With a checkpoint per block, the forward pass keeps only each block's
+# input (BTC elements per block) and the parts outside the blocks; the backward pass runs
+# each block's forward again. A block's forward is about a third of its forward + backward
+# FLOPs (the backward does two matmuls per forward matmul), so the step should take
+# roughly 1 + (1/3) x (share of time spent in the blocks) times as long.
+#
+# **Measurement.** Three models with the same weights: plain; each block wrapped in
+# `torch.utils.checkpoint` by `perfkit.memory.checkpoint_blocks`; and transformers' own
+# switch (`activation_checkpointing_enable()`, called `gradient_checkpointing_enable()`
+# before transformers 5). Saved bytes come from the meter, step times from
+# `perfkit.timing.interleaved` (the three alternate, so machine load hits all alike).
+
+# %%
+def make(kind):
+    torch.manual_seed(0)
+    m = tiny_gpt2(**MODEL).to(DEVICE).train()
+    if kind == "torch.utils.checkpoint per block":
+        activations.checkpoint_blocks(m.transformer.h)
+    elif kind == "transformers switch":
+        enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
+        enable()
+    return m
+
+kinds = ["none", "torch.utils.checkpoint per block", "transformers switch"]
+models_ck = {k: make(k) for k in kinds}
+saved = {}
+for k, m in models_ck.items():
+    with SavedTensorMeter(m) as meter:
+        m(input_ids=x, labels=x).loss.backward()
+    saved[k] = meter.report().activation_bytes
+pred_ck = gpt2_saved_activation_bytes(B, T, C, L, H, V, checkpointing=True)
+pred_full = gpt2_saved_activation_bytes(B, T, C, L, H, V)
+print(f"predicted: {pred_full.total / 1e6:.2f} MB without, {pred_ck.total / 1e6:.2f} MB with checkpointing")
+for k, b in saved.items():
+    print(f"{k:>34}: {b / 1e6:.2f} MB saved for backward")
+
+
+# %%
+def step_fn(m):
+    def fn():
+        m.zero_grad(set_to_none=True)
+        m(input_ids=x, labels=x).loss.backward()
+    return fn
+
+times = timing.interleaved([step_fn(m) for m in models_ck.values()], warmup=2, repeat=REPEAT, device=DEVICE)
+base = times[0].median_s
+print("predicted: at most 1.33x (one more forward of every block, a third of its forward + backward)")
+for k, t in zip(kinds, times):
+    print(f"{k:>34}: {t.median_s * 1e3:7.2f} ms per forward+backward ({t.median_s / base:.2f}x; "
+          f"p10 {t.p10_s / times[0].p10_s:.2f}x), spread p10-p90 {t.p10_s * 1e3:.0f}-{t.p90_s * 1e3:.0f} ms, "
+          f"activations {saved[k] / saved['none']:.0%} of none")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
+axes[0].barh(kinds, [saved[k] / 1e6 for k in kinds], color="tab:red")
+axes[0].set_xlabel("MB saved for backward")
+axes[1].barh(kinds, [t.median_s * 1e3 for t in times], color="tab:blue")
+axes[1].set_xlabel("ms per forward + backward")
+for a in axes:
+    a.invert_yaxis()
+fig.tight_layout()
+
+# %% [markdown]
+# **The gap.** The memory drop matches the count above: only block inputs survive, plus the
+# logits' log-softmax and the ids, which are outside the blocks and now dominate. The time
+# bound counts FLOPs only: the recomputed forward also re-launches many small operations,
+# and at this tiny width the step is far from compute-bound, so a ratio somewhat above
+# 1.33x is expected; a ratio below it says that part of the step (embedding, logits, loss)
+# is not recomputed. Both checkpointing variants do the same work; if their times differ a
+# lot, look at the p10-p90 spread first: on a shared machine a busy neighbour moves single
+# medians, and the p10 ratio (the least disturbed steps) is the steadier figure. The trade
+# pays when activations, not model states, decide whether a batch fits: large B x T, many
+# layers.
+
+# %% [markdown]
+# ## 4. Mixed precision and activation memory
+#
+# **Question.** Does computing in bfloat16 halve the activation memory?
+#
+# **Prediction.** If every saved tensor were 2 bytes instead of 4, yes: the model with
+# `dtype_bytes=2` predicts it, and a model converted to bfloat16 as a whole should match.
+# `torch.autocast` is different: it runs matmuls in bfloat16 but keeps LayerNorm, softmax
+# and the residual stream in fp32, and it caches bfloat16 copies of the weights.
+#
+# **Measurement.** The meter, with the saved bytes split by dtype.
+
+# %%
+rows = {"fp32": saved_bytes("sdpa", SEQ), "bf16 model": saved_bytes("sdpa", SEQ, dtype=torch.bfloat16),
+        "fp32 + autocast(bf16)": saved_bytes("sdpa", SEQ, autocast=True)}
+pred16 = gpt2_saved_activation_bytes(B, T, C, L, H, V, dtype_bytes=2).total
+print(f"model: fp32 {pred_full.total / 1e6:.2f} MB, all-16-bit {pred16 / 1e6:.2f} MB")
+for k, r in rows.items():
+    parts = ", ".join(f"{d} {b / 1e6:.2f}" for d, b in sorted(r.activation_bytes_by_dtype.items()))
+    print(f"{k:>22}: {r.activation_bytes / 1e6:.2f} MB ({parts} MB); "
+          f"{r.activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32")
+
+# %% [markdown]
+# **The gap.** The bfloat16 model matches the 16-bit count except for the logits, which
+# transformers upcasts to fp32 for the loss. Autocast saves less than fp32 but clearly more
+# than half: the fp32 residual stream and LayerNorm inputs, the fp32 log-softmax, and the
+# bfloat16 weight copies (counted as activations: they are new tensors kept for backward).
+# The model states do not shrink at all under autocast (fp32 weights, gradients and Adam
+# state): mixed precision as the ZeRO paper defines it (16-bit weights and gradients, fp32
+# master copy: 2 + 2 + 12 bytes per parameter) even *adds* 4 bytes per parameter to fp32's 16.
+
+# %% [markdown]
+# ## 5. Widget: the model, checked against this machine
+#
+# Move width, depth, batch, sequence length, precision and checkpointing; the bar is the
+# model of sections 1-4. At the default setting (the one measured in section 1) it also shows
+# the measured tensors, so you can see the model hold at one real point. The dashed line is
+# this device's memory.
+
+# %%
+spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM)
+fig = spec.fn(**spec.defaults())   # static plot of the default setting
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+viz.build_widget(spec)
+
+# %%
+viz.show_headlines({
+    "measured step peak (tiny GPT-2)": viz.si(anatomy.peak, "B"),
+    "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
+    "checkpointing: activation memory": f"{saved[kinds[1]] / saved['none']:.0%} of none",
+    "checkpointing: step time": f"{times[1].median_s / base:.2f}x",
+    "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
+})
+
+# %% [markdown]
+# **Takeaways.** Count before you optimize: parameters, gradients and Adam state are
+# 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C per block) plus
+# the logits, and the meter tells you exactly. Checkpointing trades one extra forward for
+# most of the activation memory. Mixed precision shrinks activations but not model states;
+# notebook 05 shards the model states across data-parallel ranks (ZeRO) and shrinks the
+# trainable set (LoRA).

@@ -1,0 +1,621 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Compute: precision, compilation, fusion, attention, shapes and MFU
+#
+# Module 01 found where a training step spends its time; this module makes the compute part
+# faster and asks how close it gets to what the machine can do. Six levers, each measured on
+# this machine against the ceilings notebook 00 measured:
+#
+# 1. **mixed precision**: bf16 autocast (and fp16 with loss scaling on a GPU);
+# 2. **fusion**: an elementwise chain run op by op against one fused kernel;
+# 3. **`torch.compile`**: what compiling costs, when it pays off, and graph breaks;
+# 4. **attention**: a naive implementation against PyTorch's fused `scaled_dot_product_attention`;
+# 5. **shapes**: matmul throughput against its dimensions, and padding a vocabulary;
+# 6. **MFU**: model FLOPs per step over the measured peak, batch size, and the largest batch
+#    that fits a memory budget.
+#
+# Every section asks a question, predicts the answer from a model, measures, and explains
+# the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
+# a busy machine slows both sides alike; the spread quoted beside each ratio is the 10th to
+# 90th percentile of back-to-back pair ratios.
+
+# %% tags=["parameters"]
+import os
+
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+
+# %%
+import statistics
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from perfkit import compute, hw, timing, viz
+from perfkit.compute import budget, compiling, kernels, throughput
+from perfkit.models import gpt2_workload, tiny_gpt2
+from perfkit.viz import compute as vc
+from perfkit.viz import si
+
+DEVICE = timing.resolve_device()
+GPT = dict(n_embd=128, n_layer=2, n_head=4)   # the tiny GPT-2 of sections 1, 5 and 6
+SEQ, BATCH = (64, 8) if QUICK else (128, 8)
+LOSS_STEPS = 10 if QUICK else 30              # training steps per precision in section 1
+REPEAT = 5 if QUICK else 7                    # interleaved timing rounds
+CHAIN_ROWS = 2048 if QUICK else 8192          # (rows, 1024) fp32 tensors: 8 or 32 MiB
+CORPUS_BYTES = 200_000 if QUICK else 1_000_000  # text the tokenizer is trained on and encodes
+ATTN_T = [128, 256, 512] if QUICK else [128, 256, 512, 1024]
+ATTN_B = 2 if QUICK else 4                     # batch of the attention sweep
+GPT_ATTN_T = [256] if QUICK else [128, 256, 512]
+MATMUL_N = ([960, 1021, 1023, 1024, 1025, 1031, 1088, 1089] if QUICK
+            else [960, *range(1016, 1034), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
+BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
+BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
+COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of seconds on a CPU
+if DEVICE.type == "cuda":
+    GPT, SEQ, BATCH, CHAIN_ROWS = dict(n_embd=768, n_layer=4, n_head=12), 512, 16, 32768
+    BATCHES, BUDGET = [4, 16, 64], 8 * 2**30
+
+limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
+bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
+print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads")
+print(f"ceilings: fp32 {si(limits.peak_flops('float32'), 'FLOP/s')}, "
+      f"bf16 {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.2f}x fp32), "
+      f"copy {si(limits.copy_bytes_per_s, 'B/s')}")
+
+# %% [markdown]
+# ## 1. Mixed precision: is bf16 faster, and does the model learn the same?
+#
+# **The model.** Under `torch.autocast(dtype=torch.bfloat16)` matmuls run in bf16 while
+# reductions that need range or precision (softmax, layer norm, the loss) stay in fp32, and
+# the weights and optimizer stay fp32 ("mixed" precision). bf16 keeps fp32's 8 exponent bits,
+# so nothing overflows and no loss scaling is needed; it keeps only 8 bits of mantissa, so
+# each matmul is rounded more coarsely. **Predictions:** (a) the loss curve matches fp32's
+# within a small tolerance, since rounding errors of about 0.4 % per product average out over
+# long sums; (b) the step gets faster by at most the ratio of the bf16 and fp32 matmul
+# ceilings printed above, and less by Amdahl's law, because everything that is not a matmul
+# (elementwise ops, casts, the optimizer) does not speed up.
+#
+# First (a): the same tiny GPT-2, the same initial weights and the same batches of text,
+# trained in each precision.
+
+# %%
+wl = gpt2_workload(batch_size=BATCH, block_size=SEQ, device=DEVICE, seed=0, lr=3e-3,
+                   max_bytes=CORPUS_BYTES, **GPT)
+it = iter(wl.loader)
+batches = [tuple(t.to(DEVICE) for t in next(it)) for _ in range(LOSS_STEPS)]
+init = {k: v.clone() for k, v in wl.model.state_dict().items()}
+
+def train(precision):
+    wl.model.load_state_dict(init)
+    opt = torch.optim.AdamW(wl.model.parameters(), lr=3e-3)
+    step = compute.make_train_step(wl.model, opt, wl.loss_fn, precision)
+    return torch.stack([step(b) for b in batches]).tolist()  # read the losses once, at the end
+
+precisions = ["fp32", "bf16"] + (["fp16"] if DEVICE.type == "cuda" else [])
+curves = {p: train(p) for p in precisions}
+
+# %%
+TAIL, TOL = 5, 0.01  # compare the mean loss of the last 5 steps; tolerance 1 % of fp32's
+tail = {p: statistics.fmean(c[-TAIL:]) for p, c in curves.items()}
+for p, c in curves.items():
+    gap = abs(tail[p] - tail["fp32"]) / tail["fp32"]
+    print(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {TAIL} {tail[p]:.4f}, "
+          f"{gap:.3%} from fp32; largest per-step gap {max(abs(a - b) for a, b in zip(c, curves['fp32'])):.4f}")
+    assert gap < TOL, f"{p} drifted {gap:.2%} from fp32"
+vc.plot_loss_curves(curves, tolerance=TOL * tail["fp32"])
+plt.show()
+
+# %% [markdown]
+# The gap is far inside the tolerance: rounding noise of bf16 matmuls is small next to the
+# noise of stochastic gradients. (Over millions of steps, production runs keep fp32 master
+# weights and fp32 reductions for exactly this reason; autocast and an fp32 optimizer do that
+# here.) Now (b), the speed: the two steps alternate on the same random tokens.
+
+# %%
+x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
+
+def gpt_step(precision="fp32", compiled=False, vocab=1024, batch=x):
+    """One AdamW training step of a fresh (seeded) tiny GPT-2, as a no-argument callable."""
+    torch.manual_seed(0)
+    model = tiny_gpt2(vocab_size=vocab, block_size=SEQ, **GPT).to(DEVICE)
+    run = torch.compile(model) if compiled else model
+    step = compute.make_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                                   lambda _m, b: run(input_ids=b, labels=b).loss, precision)
+    return lambda: step(batch)
+
+shape = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ)
+flops = shape.train_flops(BATCH)  # model FLOPs of one step (section 6 explains the formula)
+amp = compute.compare(gpt_step("fp32"), gpt_step("bf16"), repeat=REPEAT)
+print(f"bf16 autocast against fp32: {amp}")
+for name, m, dt in (("fp32", amp.baseline, "float32"), ("bf16", amp.candidate, "bfloat16")):
+    print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(flops / m.median_s, 'FLOP/s')} "
+          f"= MFU {compute.mfu(flops, m.median_s, limits, dt):.1%} of the {dt} ceiling")
+
+# %% [markdown]
+# **The gap to the prediction.** The speedup printed above is below the ceiling ratio
+# because a tiny model's step is not all matmul. The fp32 MFU says how much of the step the
+# matmuls would take *at the fp32 ceiling*; the rest (layer norms, GELU, softmax, the loss,
+# AdamW, Python and dispatch overhead, and the casts autocast inserts) runs at the same speed
+# in both precisions. That is also why the bf16 MFU, measured against the higher bf16
+# ceiling, is lower: a faster matmul unit makes the non-matmul work a larger share. Bigger
+# models spend more of their step in matmuls and get closer to the ratio of the ceilings.
+#
+# **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
+# everything: tensors that stay fp32 (layer-norm inputs, the logits upcast for the loss) do
+# not shrink, and autocast also saves the bf16 *copies of the weights* it made for the
+# matmuls. Counted exactly with `SavedTensorMeter`:
+
+# %%
+model = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
+
+def forward(precision):
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        return model(input_ids=x, labels=x).loss
+
+saved = {p: kernels.activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
+print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20:.2f} MiB, "
+      f"bf16 {saved['bf16'] / 2**20:.2f} MiB ({saved['bf16'] / saved['fp32']:.0%} of fp32; "
+      f"a pure halving would be 50 %)")
+
+# %% [markdown]
+# **fp16 on a GPU.** fp16 has 5 exponent bits: gradients below about 6e-8 round to zero. A
+# `GradScaler` multiplies the loss by a large factor before backward, divides the gradients
+# before the optimizer step, and skips the step (halving the factor) when it finds inf or NaN.
+# `compute.make_train_step(..., "fp16")` does this; on a GPU its loss curve is in the plot
+# above. On a CPU it is refused: CPUs have no fast fp16 matmul units, and bf16 needs no scaler.
+
+# %%
+if DEVICE.type != "cuda":
+    print("fp16 with GradScaler needs a CUDA GPU: skipped on this CPU (bf16 above needs no scaler)")
+else:
+    fp16 = compute.compare(gpt_step("fp32"), gpt_step("fp16"), repeat=REPEAT)
+    print(f"fp16 + GradScaler against fp32: {fp16}; loss gap "
+          f"{abs(tail['fp16'] - tail['fp32']) / tail['fp32']:.3%}")
+
+
+# %% [markdown]
+# ## 2. Fusion: why one kernel beats nine on memory-bound work
+#
+# **Question.** GPT-2's tanh-approximated GELU after a bias add is a chain of nine
+# elementwise operations when written in PyTorch. Each one is a separate kernel: it reads its
+# inputs from memory and writes its result back. How much slower is that than one kernel that
+# reads `x` once and writes the result once?
+#
+# **The model.** An elementwise op does a few FLOPs per element and moves 8-12 bytes per
+# element: its arithmetic intensity is far left of the ridge point (notebook 00), so its time
+# is bytes / bandwidth. Counting the bytes of the chain below (the comment on each line lists
+# how many full-size tensors each op reads) predicts the speedup of fusing it.
+
+# %%
+def gelu_chain(x, bias):
+    """Bias add + tanh GELU, written the way eager PyTorch runs it: one kernel per op."""
+    y = x + bias                                   # 1 read (the bias is a small vector)
+    inner = 0.7978845608 * (y + 0.044715 * y**3)   # pow: 1, mul: 1, add: 2, mul: 1
+    return 0.5 * y * (1.0 + torch.tanh(inner))     # tanh: 1, add: 1, mul: 1, mul: 2
+READS = [1, 1, 1, 2, 1, 1, 1, 1, 2]
+
+xc = torch.randn(CHAIN_ROWS, 1024, device=DEVICE)  # (rows, 1024) fp32
+bias = torch.randn(1024, device=DEVICE)
+torch.testing.assert_close(gelu_chain(xc, bias), F.gelu(xc + bias, approximate="tanh"))
+chain = kernels.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
+print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused {chain.fused / 2**20:.0f} MiB "
+      f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides)")
+
+# %% [markdown]
+# The teaching version agrees with PyTorch's own `F.gelu(approximate="tanh")` (checked above).
+# Now three ways to run it: eager op by op, compiled by `torch.compile` (inductor generates one
+# fused C++/OpenMP loop on a CPU, one Triton kernel on a GPU), and PyTorch's hand-written GELU
+# kernel after the bias add (two kernels). The first call of the compiled function is the
+# compile; `measure_compile` times it, then times eager and compiled interleaved.
+
+# %%
+compiled_chain = torch.compile(gelu_chain)  # mode="default"
+rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
+                                repeat=REPEAT)
+builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
+n = xc.numel()
+rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),
+        ("F.gelu, 2 kernels", builtin.median_s, 4 * n * 4),
+        ("compiled, 1 kernel", rec.compiled.median_s, chain.fused)]
+for label, sec, nbytes in rows:
+    print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(nbytes / sec, 'B/s'):>10} "
+          f"= {limits.share_of_bandwidth(nbytes / sec):4.0%} of copy bandwidth")
+print(f"compiled / eager: {rec.speedup:.2f}x (predicted {chain.ratio:.1f}x if memory-bound); "
+      f"first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
+
+# %% [markdown]
+# **The gap.** If the eager chain moved its modelled bytes at full copy bandwidth, the share
+# above would be near 100 %; the fused kernel's share is the honest test of the model, since it
+# moves the minimum. Where the measured speedup falls short of the byte ratio, the fused kernel
+# is no longer purely memory-bound: `tanh` costs tens of instructions per element, so on a CPU
+# with few cores the fused loop can become compute-bound. Where the eager share exceeds 100 %,
+# intermediates were still in cache (the model assumes every byte goes to DRAM). On the
+# roofline of notebook 00 (FLOPs counted as about 10 per element):
+
+# %%
+FLOPS_PER_ELEMENT = 10  # 7 multiplies/adds, the pow (2 multiplies) and tanh counted as one
+points = [(label, FLOPS_PER_ELEMENT * n / nbytes, FLOPS_PER_ELEMENT * n / sec)
+          for label, sec, nbytes in rows]
+viz.plot_roofline({"float32": limits.peak_flops("float32")}, limits.copy_bytes_per_s, points,
+                  title="The GELU chain on this machine's roofline")
+plt.show()
+
+# %% [markdown]
+# ## 3. `torch.compile`: when does compiling pay for itself?
+#
+# **The model.** Compiling costs a fixed time `C` once (dynamo traces Python into a graph,
+# inductor lowers it and compiles C++ or Triton code) and saves `e - c` seconds on every later
+# call, where `e` and `c` are the eager and compiled times per call. It pays off after
+# `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_*`),
+# so a second run of the same program on the same machine compiles much faster: the cache hits
+# printed above say which case you are in.
+
+# %%
+vc.plot_break_even(rec, title=f"GELU chain: compiling pays off after {rec.break_even_calls:,.0f} calls")
+plt.show()
+
+# %% [markdown]
+# For a whole training step the compile takes longer (forward and backward graphs, many more
+# kernels), and on a CPU with a cold cache it takes tens of seconds, so QUICK mode (CI) skips it
+# and the chain above is QUICK's measured compile. At default size the next cell compiles the
+# tiny GPT-2's training step (`torch.compile(model)`, mode `"default"`; the optimizer stays eager).
+
+# %%
+if COMPILE_STEP:
+    step_rec = compiling.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
+                                         repeat=REPEAT)
+    print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
+          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step, "
+          f"{step_rec.speedup:.2f}x; pays off after {step_rec.break_even_calls:,.0f} steps")
+    vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
+    plt.show()
+else:
+    step_rec = None
+    print("QUICK mode: the training-step compile is skipped (tens of seconds on a CPU); "
+          "run with QUICK = False to measure it")
+
+# %% [markdown]
+# **Modes.** `torch.compile(model, mode=...)`:
+#
+# | mode | what it adds | where it helps |
+# |---|---|---|
+# | `"default"` | fusion, code generation | everywhere; measured above |
+# | `"reduce-overhead"` | CUDA graphs: replays the whole step's kernel launches as one | GPU steps dominated by launch overhead (small batches) |
+# | `"max-autotune"` | benchmarks several matmul/conv implementations per shape at compile time, plus CUDA graphs | long GPU runs that amortise a much longer compile |
+# | `"max-autotune-no-cudagraphs"` | autotuning without CUDA graphs | as above, when CUDA graphs do not fit |
+#
+# On a CPU the CUDA-graph modes do not apply; the next cell measures `"reduce-overhead"` when a
+# GPU is present.
+
+# %%
+if DEVICE.type == "cuda" and COMPILE_STEP:
+    def ro_step():
+        torch.manual_seed(0)
+        m = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
+        run = torch.compile(m, mode="reduce-overhead")
+        step = compute.make_train_step(m, torch.optim.AdamW(m.parameters(), lr=1e-3),
+                                       lambda _m, b: run(input_ids=b, labels=b).loss, "fp32")
+        return lambda: step(x)
+    ro = compiling.measure_compile(gpt_step("fp32"), ro_step(), repeat=REPEAT)
+    print(f"reduce-overhead: compile {ro.compile_s:.1f} s, {ro.speedup:.2f}x per step")
+else:
+    print("mode='reduce-overhead' uses CUDA graphs: measured only on a GPU at default size")
+
+
+# %% [markdown]
+# **Graph breaks.** Dynamo can only compile what it can trace. When Python needs a tensor's
+# *value* (an `if` on `.item()`, a `print`, a call into an unsupported library), dynamo stops
+# the graph, runs that bit in Python and starts a new graph after it: a **graph break**. Each
+# break costs a round trip to Python and stops fusion across it. `torch._dynamo.explain`
+# (wrapped by `compiling.graph_breaks`) traces without generating code and lists the breaks.
+# Below, an MLP that rescales large activations with a Python `if` breaks once; the same
+# logic written with `torch.where` compiles into one graph.
+
+# %%
+class RescaledMLP(torch.nn.Module):
+    def __init__(self, width=64):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        h = F.gelu(self.fc1(x))
+        peak = h.abs().max()
+        if peak.item() > 4.0:        # Python needs the value: a graph break
+            h = h / peak
+        return self.fc2(h)
+
+class FixedMLP(RescaledMLP):
+    def forward(self, x):
+        h = F.gelu(self.fc1(x))
+        peak = h.abs().max()
+        h = torch.where(peak > 4.0, h / peak, h)  # the branch stays in the graph
+        return self.fc2(h)
+
+xm = torch.randn(32, 64, device=DEVICE) * 3
+broken, fixed = RescaledMLP().to(DEVICE), FixedMLP().to(DEVICE)
+fixed.load_state_dict(broken.state_dict())
+torch.testing.assert_close(broken(xm), fixed(xm))  # same function
+for name, m in (("with .item()", broken), ("with torch.where", fixed)):
+    r = compiling.graph_breaks(m, xm)
+    print(f"{name:>16}: {r.graphs} graph(s), {r.breaks} break(s) {r.reasons}")
+
+
+# %% [markdown]
+# ## 4. Attention: naive against fused
+#
+# **The model.** Naive attention computes the `(T, T)` score matrix per head, masks it,
+# applies softmax and multiplies by `V`. Autograd must keep the softmax output for backward:
+# `B·H·T²` floats per layer, growing with the *square* of the sequence length. A fused kernel
+# (FlashAttention's algorithm; PyTorch's `scaled_dot_product_attention` has fused kernels on
+# CPUs too) processes the scores tile by tile and saves only the output and one log-sum-exp per
+# row, recomputing the tiles in backward. **Predictions:** naive saves one `T x T` matrix per
+# head (the line "predicted" below); fused saves `B·H·T·(d_head + 1)` floats; fused time grows
+# more slowly with `T` because it never writes the matrix to memory.
+#
+# The teaching version, checked against PyTorch's:
+
+# %%
+def naive_attention(q, k, v):  # (B, H, T, d) -> (B, H, T, d)
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5           # (B, H, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    return att.masked_fill(~causal, float("-inf")).softmax(-1) @ v  # saves the (T, T) softmax
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+q, k, v = (torch.randn(2, 4, 64, 16, device=DEVICE) for _ in range(3))
+torch.testing.assert_close(naive_attention(q, k, v), sdpa(q, k, v), atol=1e-5, rtol=1e-4)
+B, H, D = ATTN_B, 4, 16
+pts = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
+                              head_dim=D, repeat=REPEAT, device=DEVICE)
+by = {(p.impl, p.seq_len): p for p in pts}
+for T in ATTN_T:
+    nv, fu = by["naive", T], by["sdpa", T]
+    print(f"T={T:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / 2**20:6.2f} MiB saved "
+          f"(predicted {kernels.attention_matrix_bytes(B, H, T) / 2**20:6.2f}); sdpa "
+          f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / 2**20:5.2f} MiB "
+          f"(predicted {B * H * T * (D + 1) * 4 / 2**20:5.2f}); {nv.seconds / fu.seconds:.2f}x")
+vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
+plt.show()
+
+# %% [markdown]
+# The saved bytes match the predictions (the naive version also keeps the small boolean mask):
+# memory is where the model is exact. Time is where it is only qualitative. The naive version
+# writes and rereads the `T x T` matrices, so its disadvantage should grow with `T`; at short
+# sequences both are dominated by per-call costs, and on a shared machine the ratios in the last
+# column carry the noise shown in the plot. Precision matters too: fused kernels are tuned per
+# dtype and head size, and on CPUs the bf16 flash-attention backward is not always the faster
+# path (on GPUs it is). The next cell repeats one length in bf16 and says which won here.
+
+# %%
+T16 = ATTN_T[1]
+p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
+                              head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
+print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds * 1e3:.2f} ms "
+      f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}); "
+      f"in bf16 the {'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
+
+# %% [markdown]
+# **In the model.** `transformers` switches the tiny GPT-2 between its attention implementations
+# with `model.set_attn_implementation("eager" | "sdpa")`. The whole forward and backward, and
+# the activations of the whole model (prediction for the difference: one `T x T` matrix per layer,
+# less the output and log-sum-exp the fused kernel saves instead):
+
+# %%
+Bg, Hg, Lg = 4, 4, 2
+for T in GPT_ATTN_T:
+    xt = torch.randint(0, 1024, (Bg, T), device=DEVICE)
+    models, fns, act = {}, {}, {}
+    for impl in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        models[impl] = m = tiny_gpt2(block_size=T, n_embd=64, n_layer=Lg, n_head=Hg).to(DEVICE)
+        m.set_attn_implementation(impl)
+        fns[impl] = lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss.backward()
+        act[impl] = kernels.activation_bytes(lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss, m)
+    sp = compute.compare(fns["eager"], fns["sdpa"], repeat=REPEAT)
+    print(f"T={T:4d}: sdpa against eager {sp}; saved eager {act['eager'] / 2**20:5.1f} MiB, "
+          f"sdpa {act['sdpa'] / 2**20:5.1f} MiB, difference {(act['eager'] - act['sdpa']) / 2**20:5.1f} "
+          f"(predicted {Lg * (kernels.attention_matrix_bytes(Bg, Hg, T) - Bg * Hg * T * (64 // Hg + 1) * 4) / 2**20:5.1f})")
+
+# %% [markdown]
+# ## 5. Shapes: do odd matrix sizes cost throughput?
+#
+# **The model.** Matmul kernels work on tiles: vector registers of 16 fp32 or 32 bf16 values
+# on an AVX-512 CPU, tensor-core fragments of 8-16 elements on a GPU. A dimension that is not a
+# multiple of the tile leaves a remainder handled by a slower edge path or by padding inside
+# the kernel. **Prediction:** sizes that are multiples of 64 run at the full rate; odd sizes lose
+# up to a tile's worth of work per row. The effect is large on GPUs (tensor cores need
+# multiples of 8 in fp16/bf16) and may be small on a CPU, whose kernels pack odd edges cheaply.
+# Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved:
+
+# %%
+shape_pts = [p for dt in ("float32", "bfloat16")
+             for p in kernels.matmul_shape_sweep([(1024, n, 256) for n in MATMUL_N], dt,
+                                                 device=DEVICE, repeat=REPEAT)]
+for dt in ("float32", "bfloat16"):
+    aligned = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 64 == 0]
+    odd = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 2]
+    ref = statistics.median(aligned)
+    print(f"{dt:>9}: multiples of 64 {si(ref, 'FLOP/s')} (median; they spread "
+          f"{min(aligned) / ref:.0%}-{max(aligned) / ref:.0%}); odd n: median {statistics.median(odd) / ref:.0%}, "
+          f"slowest {min(odd) / ref:.0%} of the aligned median")
+vc.plot_shape_sweep(shape_pts, vary="n", multiple=64)
+plt.show()
+
+# %% [markdown]
+# Read the percentages above against the prediction. The spread of the *aligned* points is a
+# fair estimate of the measurement noise on this machine: an odd-size penalty inside that spread
+# is not a real effect here, one well outside it is. (On GPUs the odd sizes drop far more.)
+#
+# **Padding the vocabulary.** GPT-2's vocabulary is 50,257 tokens (50,256 plus the end-of-text
+# token); nanoGPT pads it to 50,304, a multiple of 64, and reported a large speedup on GPUs. Our
+# tiny model's analogue: 1,024 tokens plus one special token, 1,025, padded to 1,088. Padding adds
+# 6 % more logits (FLOPs) that are never targets; it can only win if the aligned shapes run more
+# than that much faster. Measured on the bf16 training step:
+
+# %%
+V = 1025
+VP = kernels.pad_to_multiple(V, 64)
+xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the padded ids
+pad = compute.compare(gpt_step("bf16", vocab=V, batch=xv), gpt_step("bf16", vocab=VP, batch=xv),
+                      repeat=REPEAT)
+print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits): padded step {pad} "
+      f"(> 1x: padding is faster)")
+
+# %% [markdown]
+# Whether padding helps here is decided by the printed ratio and its spread: a ratio inside the
+# spread around 1 means the LM head's shape does not matter on this CPU at this size (the head is
+# one matmul among many); on a GPU, the same change is worth trying first.
+
+# %% [markdown]
+# ## 6. MFU: how much of the machine does a training step use?
+#
+# **The formula** (PaLM, appendix B; nanoGPT's `estimate_mfu`). With `N` parameters taking part
+# in matmuls, each trained token costs `6N` FLOPs: 2 for the forward matmuls, 4 for the backward
+# (gradients with respect to activations and to weights). Attention adds `12·L·d·T` per token
+# (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
+# embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
+# tied LM head multiplies by it. MFU = model FLOPs per step / step time / measured peak. These
+# counts are exact, so CI checks the output:
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+n_gpt2 = 124_439_808 - 1024 * 768  # GPT-2 small: all parameters minus the position embedding
+total = compute.gpt_train_flops(n_gpt2, n_layer=12, d_model=768, seq_len=1024, tokens=8 * 1024)
+print(f"GPT-2 small, batch 8 x 1024: 6N per token {6 * n_gpt2 * 8 * 1024:.4g} + attention "
+      f"{12 * 12 * 768 * 1024 * 8 * 1024:.4g} = {total:.4g} FLOPs per step")
+tiny = compute.gpt2_shape(tiny_gpt2(block_size=64, **GPT), 64)
+print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_model}; "
+      f"{tiny.train_flops(8):,} FLOPs per step at batch 8 x 64")
+
+# %% [markdown]
+# A check of the formula against PyTorch's `FlopCounterMode`, which counts the FLOPs of every
+# matmul actually dispatched (with eager attention, so the attention matmuls are visible to it;
+# its CPU flash-attention kernel has no FLOP formula registered and would be missed):
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+m = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
+m.set_attn_implementation("eager")
+with FlopCounterMode(display=False) as counter:
+    m(input_ids=x, labels=x).loss.backward()
+print(f"formula {flops:,} FLOPs, counted {counter.get_total_flops():,} "
+      f"({counter.get_total_flops() / flops:.3f} of the formula: elementwise work is not counted)")
+assert abs(counter.get_total_flops() / flops - 1) < 0.02
+
+# %% [markdown]
+# **MFU against batch size.** Prediction: small batches waste the machine, because some costs
+# are per *step*, not per token (the optimizer touches every parameter once per step; Python and
+# dispatch overhead is per op), and small matmuls run below the ceiling (notebook 00). Throughput
+# should rise with batch size and flatten once the matmuls are large. `StepBench` measures each
+# setting with a few real steps and caches it (the widget below reuses the cache):
+
+# %%
+bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, n_embd=GPT["n_embd"], n_layer=GPT["n_layer"],
+                                  n_head=GPT["n_head"], device=DEVICE, warmup=1,
+                                  repeat=3 if QUICK else REPEAT)
+settings = [(precision, False, b) for precision in ("fp32", "bf16") for b in BATCHES]
+bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
+for p in bench.points:
+    print(f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
+          f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
+          f"MFU {p.mfu:5.1%} of the {compute.precision_dtype(p.precision)} ceiling")
+vc.plot_throughput(bench.points)
+plt.show()
+
+# %% [markdown]
+# **The gap.** MFU stays well below 100 % on a tiny model even at the largest batch: its matmuls
+# are small (width 128), so much of each step is the non-matmul work of section 1, and the
+# optimizer's per-parameter cost does not shrink with the batch. For scale: PaLM (540B
+# parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, against the vendor's peak, a higher
+# bar than a ceiling measured on the machine itself.
+#
+# **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
+# GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
+# bisect (`budget.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
+# killed), so here the budget applies to a count: model states (weights, gradients, AdamW's two
+# moments) plus the activations autograd saves, measured exactly per batch (`budget.BudgetProbe`).
+# **Prediction:** bytes grow linearly in the batch, `states + b·per_sample`, so two probes predict
+# the answer; the search (doubling, then bisection) measures it.
+
+# %%
+mb = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
+ids = lambda b: torch.randint(0, 1024, (b, SEQ), device=DEVICE)
+probe = budget.BudgetProbe(mb, lambda b: mb(input_ids=ids(b), labels=ids(b)).loss, BUDGET)
+probe(1), probe(2)
+per_sample = probe.bytes[2] - probe.bytes[1]  # bytes per extra sample
+predicted = 1 + (BUDGET - probe.bytes[1]) // per_sample  # bytes(b) = bytes(1) + (b - 1) * per_sample
+search = budget.largest_batch(probe, limit=4096)
+print(f"budget {BUDGET / 2**20:.0f} MiB: model states {probe.state_bytes / 2**20:.1f} MiB, "
+      f"{per_sample / 2**20:.2f} MiB of activations per sample -> predicted largest batch {predicted}")
+print(f"search: largest batch {search.best} after {len(search.trials)} probes "
+      f"{[b for b, _ in search.trials]}; at it {probe.bytes[search.best] / 2**20:.1f} MiB")
+
+# %%
+if DEVICE.type != "cuda":
+    print("OOMProbe (try, catch torch.OutOfMemoryError, free, bisect) needs a GPU: skipped on CPU")
+else:
+    mg = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
+    gstep = compute.make_train_step(mg, torch.optim.AdamW(mg.parameters()),
+                                    lambda m, b: m(input_ids=b, labels=b).loss, "bf16")
+    oom = budget.OOMProbe(lambda b: gstep(ids(b)), budget_bytes=BUDGET)
+    gsearch = budget.largest_batch(oom, limit=1 << 14)
+    print(f"GPU: largest batch {gsearch.best} within {BUDGET / 2**30:.0f} GiB "
+          f"(peak {oom.bytes[gsearch.best] / 2**30:.2f} GiB)")
+
+# %% [markdown]
+# The prediction and the search agree when activations are exactly linear in the batch (they
+# are, for a transformer at fixed sequence length); a difference of one comes from rounding the
+# prediction.
+#
+# ## 7. Try it: precision, compile and batch size
+#
+# Each setting runs a few real training steps of the tiny GPT-2 the first time it is chosen
+# (switching `torch.compile` on compiles the model: tens of seconds on a CPU with a cold cache);
+# settings already measured, including those of section 6, come back instantly. A static plot
+# of the default setting follows for readers of the rendered page.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+spec = vc.compute_widget(bench, batches=BATCHES, batch=BATCH)
+viz.build_widget(spec)
+
+# %%
+spec.fn(**spec.defaults())
+plt.show()
+
+# %% [markdown]
+# ## Summary
+#
+# * **bf16 autocast** trained the tiny GPT-2 to the same loss as fp32 within 1 % (section 1); its
+#   speedup is bounded by the ratio of the matmul ceilings and reduced by Amdahl's law.
+# * **Fusion** removes memory traffic: the byte count predicts the win for memory-bound chains;
+#   `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
+# * **Fused attention** saves the `T x T` matrices (quadratic memory) and wins time at long
+#   sequences.
+# * **Shapes** matter on tensor cores; measure them on a CPU before padding.
+# * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
+
+# %%
+largest_t = ATTN_T[-1]
+headlines = {
+    "bf16 step speedup": f"{amp.ratio:.2f}x ({amp.low:.2f}-{amp.high:.2f})",
+    "GELU chain compiled": f"{rec.speedup:.2f}x, compile {rec.compile_s:.1f} s",
+    f"SDPA vs naive at T={largest_t}": f"{by['naive', largest_t].seconds / by['sdpa', largest_t].seconds:.2f}x",
+    f"MFU fp32 / bf16 (batch {BATCH})": f"{compute.mfu(flops, amp.baseline.median_s, limits):.1%} / "
+        f"{compute.mfu(flops, amp.candidate.median_s, limits, 'bfloat16'):.1%}",
+    f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
+}
+if step_rec is not None:
+    headlines["GPT-2 step compiled"] = f"{step_rec.speedup:.2f}x, compile {step_rec.compile_s:.1f} s"
+viz.show_headlines(headlines)

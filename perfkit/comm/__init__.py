@@ -1,0 +1,43 @@
+"""Communication (module 02): collectives measured as nccl-tests does, the alpha-beta model, a ring.
+
+Benchmarks report algbw and busbw; the alpha-beta fit predicts a message's time; the ring
+all-reduce is built from point-to-point messages.
+
+Usage::
+
+    points = sweep(["all_reduce"], [1 << 10, 1 << 20])     # in a torchrun worker
+    fit = fit_alpha_beta([p.nbytes for p in points], [p.time_s for p in points])
+    print(fit.alpha_s, fit.bandwidth)
+"""
+
+from perfkit.comm.alpha_beta import (
+    AlphaBeta,
+    fit_alpha_beta,
+    ring_allreduce_time,
+)
+from perfkit.comm.collectives import (
+    OPS,
+    CollectivePoint,
+    all_gather_single,
+    benchmark_collective,
+    bus_factor,
+    reduce_scatter_single,
+    sweep,
+)
+from perfkit.comm.ring import (
+    ring_all_reduce,
+)
+
+__all__ = [
+    "all_gather_single",
+    "AlphaBeta",
+    "benchmark_collective",
+    "bus_factor",
+    "CollectivePoint",
+    "fit_alpha_beta",
+    "OPS",
+    "reduce_scatter_single",
+    "ring_all_reduce",
+    "ring_allreduce_time",
+    "sweep",
+]

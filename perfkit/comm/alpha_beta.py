@@ -1,0 +1,89 @@
+"""The latency-bandwidth ("alpha-beta", Hockney) model of a message: ``t(n) = alpha + n / bw``.
+
+:func:`fit_alpha_beta` fits it to a sweep of :func:`perfkit.comm.collectives.sweep` with
+relative-error weights, so small and large messages count alike; :func:`ring_allreduce_time`
+predicts a ring all-reduce from one point-to-point step's fit.
+
+Usage::
+
+    fit = fit_alpha_beta([p.nbytes for p in points], [p.time_s for p in points])
+    print(fit.alpha_s, fit.bandwidth, ring_allreduce_time(1 << 20, 4, fit))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["AlphaBeta", "fit_alpha_beta", "ring_allreduce_time"]
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """``t(n) = alpha_s + n / bandwidth``: start-up latency (s) and bandwidth (bytes/s)."""
+
+    alpha_s: float
+    bandwidth: float
+
+    def predict(self, nbytes: float) -> float:
+        """Predicted seconds for an ``nbytes`` message."""
+        return self.alpha_s + nbytes / self.bandwidth
+
+    @property
+    def half_bandwidth_bytes(self) -> float:
+        """Message size that reaches half the asymptotic bandwidth (``alpha * bandwidth``)."""
+        return self.alpha_s * self.bandwidth
+
+
+def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
+    """Fit ``t = alpha + beta * n`` by least squares on *relative* errors.
+
+    Sizes span five orders of magnitude; an ordinary fit would be decided by the largest
+    messages alone and give a meaningless alpha. Weighting each residual by ``1/t`` makes
+    every point count as a relative error. Both coefficients are kept positive.
+
+    Args:
+        nbytes: message sizes in bytes (at least two distinct).
+        times_s: measured seconds, same length, all > 0.
+
+    Returns:
+        An :class:`AlphaBeta`.
+
+    Raises:
+        ValueError: for mismatched lengths, fewer than two distinct sizes, or times <= 0.
+    """
+    if len(nbytes) != len(times_s):
+        raise ValueError(f"nbytes and times_s differ in length: {len(nbytes)} vs {len(times_s)}")
+    if len(set(nbytes)) < 2:
+        raise ValueError("nbytes needs at least two distinct sizes to fit alpha and beta")
+    if any(t <= 0 or not math.isfinite(t) for t in times_s):
+        raise ValueError("times_s must all be finite and > 0")
+    n = torch.tensor(nbytes, dtype=torch.float64)
+    t = torch.tensor(times_s, dtype=torch.float64)
+    a = torch.stack([1 / t, n / t], dim=1)  # rows: (1, n) / t
+    sol = torch.linalg.lstsq(a, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
+    alpha, beta = float(sol[0]), float(sol[1])
+    if beta <= 0:  # latency-only data: no measurable bandwidth term
+        beta = 1e-18
+    if alpha <= 0:  # refit bandwidth alone through the origin
+        alpha = 0.0
+        beta = float(((n / t) @ torch.ones_like(t)) / ((n / t) @ (n / t)))
+    return AlphaBeta(alpha_s=alpha, bandwidth=1.0 / beta)
+
+
+def ring_allreduce_time(nbytes: float, world_size: int, link: AlphaBeta) -> float:
+    """Ring all-reduce time: ``2(n-1)`` steps, each one message of ``nbytes / n`` bytes.
+
+    ``link`` describes one point-to-point step (from a 2-rank fit: a 2-rank ring does two
+    steps of half the buffer, so ``link.alpha_s = fit.alpha_s / 2`` and the bandwidth is
+    the same). Returns seconds.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if world_size == 1:
+        return 0.0
+    steps = 2 * (world_size - 1)
+    return steps * link.predict(nbytes / world_size)

@@ -1,0 +1,170 @@
+"""Collective communication, measured: all-reduce, reduce-scatter, all-gather, broadcast.
+
+Bandwidth is reported the way nccl-tests reports it (``doc/PERFORMANCE.md`` there):
+
+* ``algbw = nbytes / time``: ``nbytes`` is the whole buffer (the all-reduce tensor, the
+  all-gather *output*, the reduce-scatter *input*, the broadcast tensor);
+* ``busbw = algbw * factor`` with factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for
+  all-gather and reduce-scatter, ``1`` for broadcast. busbw is what each link carries in
+  the bandwidth-optimal (ring) algorithm, so it is comparable across ops and world sizes,
+  and with the hardware's link bandwidth.
+
+The alpha-beta model fitted to such a sweep is in :mod:`perfkit.comm.alpha_beta`, the ring
+all-reduce built from point-to-point messages in :mod:`perfkit.comm.ring`.
+
+Usage (inside a worker started by :func:`perfkit.dist.launch`)::
+
+    ctx = perfkit.dist.init_worker()
+    points = sweep(["all_reduce"], [1 << 10, 1 << 20])    # list[CollectivePoint]
+    print([(p.nbytes, p.busbw) for p in points])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from perfkit.timing import benchmark
+
+__all__ = [
+    "OPS",
+    "CollectivePoint",
+    "all_gather_single",
+    "benchmark_collective",
+    "bus_factor",
+    "reduce_scatter_single",
+    "sweep",
+]
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    """nccl-tests' busbw/algbw factor for ``op`` on ``world_size`` ranks.
+
+    Raises:
+        ValueError: for an unknown ``op`` or ``world_size < 1``.
+    """
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    n = world_size
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_gather": (n - 1) / n, "broadcast": 1.0}[op]
+
+
+# torch 2.13 deprecates the *_tensor names for *_single; older torch only has the former.
+_RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, group=None,
+                          async_op: bool = False):
+    """Sum ``input`` (``world_size * output.numel()`` elements) over ranks; keep this
+    rank's slice in ``output``. Uses ``reduce_scatter_single`` where torch has it, else
+    ``reduce_scatter_tensor``.
+
+    Warning:
+        Collective: every rank of ``group`` must call it with the same sizes.
+    """
+    return _RS(output, input, group=group, async_op=async_op)
+
+
+def all_gather_single(output: torch.Tensor, input: torch.Tensor, group=None,
+                      async_op: bool = False):
+    """Concatenate every rank's ``input`` into ``output`` (``world_size * input.numel()``).
+    Uses ``all_gather_single`` where torch has it, else ``all_gather_into_tensor``.
+
+    Warning:
+        Collective: every rank of ``group`` must call it with the same sizes.
+    """
+    return _AG(output, input, group=group, async_op=async_op)
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One measured collective: ``time_s`` is the slowest rank's median, in seconds."""
+
+    op: str
+    nbytes: int
+    world_size: int
+    time_s: float
+    algbw: float  # bytes/s
+    busbw: float  # bytes/s
+
+
+def _collective_fn(op: str, nbytes: int, group, device: torch.device) -> Callable[[], object]:
+    n = dist.get_world_size(group)
+    numel = max(n, nbytes // 4 // n * n)  # fp32 elements, divisible by n for RS/AG
+    if op == "all_reduce":
+        t = torch.ones(numel, device=device)
+        return lambda: dist.all_reduce(t, group=group)
+    if op == "broadcast":
+        t = torch.ones(numel, device=device)
+        src = dist.get_global_rank(group, 0) if group is not None else 0
+        return lambda: dist.broadcast(t, src=src, group=group)
+    big = torch.ones(numel, device=device)
+    small = torch.ones(numel // n, device=device)
+    if op == "reduce_scatter":
+        return lambda: reduce_scatter_single(small, big, group=group)
+    return lambda: all_gather_single(big, small, group=group)
+
+
+def benchmark_collective(op: str, nbytes: int, group=None, warmup: int = 2, repeat: int = 5,
+                         device: torch.device | str | None = None) -> CollectivePoint:
+    """Time one collective on an fp32 buffer of (about) ``nbytes`` bytes.
+
+    Each rank times ``repeat`` repetitions after ``warmup`` untimed ones; small messages
+    are batched (the same count on every rank, so no rank waits for a call the others
+    never make). The reported time is the maximum over ranks of the per-rank medians.
+
+    Warning:
+        Collective: every rank of ``group`` must call it with the same arguments.
+
+    Args:
+        op: one of :data:`OPS`.
+        nbytes: message size in bytes (rounded down to a multiple of ``4 * world_size``).
+        group: process group (default: WORLD).
+        warmup, repeat: untimed and timed repetitions.
+        device: where the buffer lives; ``None`` means CUDA with nccl, else CPU.
+
+    Returns:
+        A :class:`CollectivePoint`.
+
+    Raises:
+        ValueError: for an unknown ``op`` or ``nbytes < 1``.
+    """
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if not isinstance(nbytes, int) or nbytes < 1:
+        raise ValueError(f"nbytes must be an int >= 1, got {nbytes!r}")
+    n = dist.get_world_size(group)
+    if device is None:
+        device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    device = torch.device(device)
+    fn = _collective_fn(op, nbytes, group, device)
+    actual = max(n, nbytes // 4 // n * n) * 4  # bytes
+    number = max(1, min(64, (1 << 20) // actual))  # ~1 MiB per timed repetition
+    dist.barrier(group=group)
+    m = benchmark(fn, warmup=warmup, repeat=repeat, device=device, number=number)
+    t = torch.tensor([m.median_s], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    time_s = float(t.item())
+    algbw = actual / time_s
+    return CollectivePoint(op, actual, n, time_s, algbw, algbw * bus_factor(op, n))
+
+
+def sweep(ops: Sequence[str], sizes: Sequence[int], group=None, warmup: int = 2,
+          repeat: int = 5) -> list[CollectivePoint]:
+    """:func:`benchmark_collective` for every op in ``ops`` and size in ``sizes`` (bytes).
+
+    Warning:
+        Collective: every rank of ``group`` must call it with the same arguments.
+    """
+    if not ops or not sizes:
+        raise ValueError("ops and sizes must be non-empty")
+    return [benchmark_collective(op, s, group, warmup, repeat) for op in ops for s in sizes]

@@ -1,0 +1,67 @@
+"""Gradient compression (module 03): codecs, fused kernels, the DDP hook, a simulation.
+
+Compressors (TopK, RandomK, QSGD, Sign) with ErrorFeedback, their one-pass kernels, the DDP
+communication hook that sends their payloads, and a one-process model of compressed training.
+
+Usage::
+
+    ddp.register_comm_hook(HookState(ErrorFeedback(TopK(0.01))), compression_hook)
+    c = QSGD(levels=256).compress(grad)
+    print(c.wire_bytes, grad.numel() * 4)
+"""
+
+from perfkit.compress.codecs import (
+    QSGD,
+    Compressed,
+    Compressor,
+    ErrorFeedback,
+    RandomK,
+    Sign,
+    TopK,
+)
+from perfkit.compress.fused import (
+    BYTES_PER_VALUE,
+    DITHER_POOL,
+    FUSED_MIN_NUMEL,
+    check_fused,
+    pack_bits,
+    qsgd_decode,
+    qsgd_encode,
+    sign_decode,
+    sign_encode,
+    unpack_bits,
+    use_fused,
+)
+from perfkit.compress.hook import (
+    HookState,
+    compression_hook,
+)
+from perfkit.compress.simulate import (
+    gaussian_error,
+    simulate_dp_training,
+)
+
+__all__ = [
+    "BYTES_PER_VALUE",
+    "check_fused",
+    "Compressed",
+    "compression_hook",
+    "Compressor",
+    "DITHER_POOL",
+    "ErrorFeedback",
+    "FUSED_MIN_NUMEL",
+    "gaussian_error",
+    "HookState",
+    "pack_bits",
+    "QSGD",
+    "qsgd_decode",
+    "qsgd_encode",
+    "RandomK",
+    "Sign",
+    "sign_decode",
+    "sign_encode",
+    "simulate_dp_training",
+    "TopK",
+    "unpack_bits",
+    "use_fused",
+]

@@ -1,0 +1,81 @@
+"""Compute (module 06): FLOPs and MFU, torch.compile's cost, kernels and shapes, throughput.
+
+Model FLOPs and MFU, precision and compile trade-offs, bytes moved by elementwise chains
+and attention, matmul shapes, the largest batch in a memory budget, tokens/s per setting.
+
+Usage::
+
+    flops = gpt_train_flops(n_params, n_layer, d_model, seq_len, tokens)
+    print(mfu(flops, step_s, cached_limits()))
+    print(measure_compile(fn, x).break_even_calls)
+"""
+
+from perfkit.compute.budget import (
+    BatchSearch,
+    BudgetProbe,
+    OOMProbe,
+    largest_batch,
+)
+from perfkit.compute.compiling import (
+    CompileRecord,
+    GraphReport,
+    graph_breaks,
+    measure_compile,
+)
+from perfkit.compute.flops import (
+    PRECISIONS,
+    GPTShape,
+    Speedup,
+    compare,
+    gpt2_shape,
+    gpt_train_flops,
+    make_train_step,
+    mfu,
+    precision_dtype,
+)
+from perfkit.compute.kernels import (
+    AttentionPoint,
+    ChainBytes,
+    ShapePoint,
+    activation_bytes,
+    attention_matrix_bytes,
+    attention_sweep,
+    elementwise_chain_bytes,
+    matmul_shape_sweep,
+    pad_to_multiple,
+)
+from perfkit.compute.throughput import (
+    StepBench,
+    ThroughputPoint,
+)
+
+__all__ = [
+    "activation_bytes",
+    "attention_matrix_bytes",
+    "attention_sweep",
+    "AttentionPoint",
+    "BatchSearch",
+    "BudgetProbe",
+    "ChainBytes",
+    "compare",
+    "CompileRecord",
+    "elementwise_chain_bytes",
+    "gpt2_shape",
+    "gpt_train_flops",
+    "GPTShape",
+    "graph_breaks",
+    "GraphReport",
+    "largest_batch",
+    "make_train_step",
+    "matmul_shape_sweep",
+    "measure_compile",
+    "mfu",
+    "OOMProbe",
+    "pad_to_multiple",
+    "precision_dtype",
+    "PRECISIONS",
+    "ShapePoint",
+    "Speedup",
+    "StepBench",
+    "ThroughputPoint",
+]

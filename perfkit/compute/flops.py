@@ -1,0 +1,263 @@
+"""Model FLOPs of a training step, MFU, mixed precision, and fair speed comparisons.
+
+Model FLOPs follow the PaLM paper (Chowdhery et al., 2022, appendix B) as nanoGPT's
+``estimate_mfu`` does: a decoder-only transformer with ``N`` parameters taking part in
+matmuls does ``6 N`` FLOPs per trained token (2 in the forward pass, 4 in the backward),
+plus ``12 L d T`` per token for the attention scores and their weighted sum (``L`` layers,
+width ``d``, sequence length ``T``). MFU is those FLOPs per second over the machine's
+measured matmul ceiling (:mod:`perfkit.hw`). :func:`make_train_step` builds a step in fp32,
+bf16 autocast or fp16 with loss scaling (mixed-precision training, Micikevicius et al.,
+2018), and :func:`compare` times two steps interleaved. The rest of the course's module 06
+lives beside it: ``torch.compile`` in :mod:`perfkit.compute.compiling`, bytes and matmul shapes in
+:mod:`perfkit.compute.kernels`, the largest batch in :mod:`perfkit.compute.budget`, and the widget's cached
+step measurements in :mod:`perfkit.compute.throughput`.
+
+Usage::
+
+    shape = gpt2_shape(model)                       # a transformers GPT-2
+    flops = shape.train_flops(batch=8)              # FLOPs of one training step
+    print(mfu(flops, step_s=0.05, peak=hw.cached_limits(), dtype="bfloat16"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfkit.hw import MachineLimits
+from perfkit.timing import Measurement, interleaved
+
+__all__ = [
+    "PRECISIONS", "GPTShape", "Speedup", "compare", "gpt2_shape", "gpt_train_flops",
+    "make_train_step", "mfu", "precision_dtype",
+]
+
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return v
+
+
+# --- model FLOPs and MFU ------------------------------------------------------------------
+
+
+def gpt_train_flops(n_params: int, n_layer: int, d_model: int, seq_len: int, tokens: int) -> int:
+    """FLOPs of one training step of a GPT: ``6 N D + 12 L d T D`` for ``D`` tokens.
+
+    ``6 N`` per token: every parameter that takes part in a matmul does a multiply and an
+    add in the forward pass (2) and twice that in the backward pass (gradients of the
+    activations and of the weights: 4). Attention adds ``Q K^T`` and ``softmax(.) V``: each
+    ``2 T d`` FLOPs per token and layer forward, ``12 L d T`` per token with the backward.
+    The full ``T x T`` score matrix is counted, as PaLM and nanoGPT do; a causal kernel that
+    skips the masked half does less work, so this is the work a dense implementation does.
+
+    Args:
+        n_params: parameters used in matmuls (exclude position embeddings: a lookup).
+        n_layer, d_model, seq_len: ``L``, ``d`` and ``T``.
+        tokens: tokens trained in the step (``batch * seq_len``).
+
+    Returns:
+        FLOPs of one forward + backward pass (the optimizer's few FLOPs per parameter are
+        not counted).
+
+    Raises:
+        ValueError: if any argument is not a positive int.
+    """
+    for name, v in (("n_params", n_params), ("n_layer", n_layer), ("d_model", d_model),
+                    ("seq_len", seq_len), ("tokens", tokens)):
+        _positive_int(name, v)
+    return 6 * n_params * tokens + 12 * n_layer * d_model * seq_len * tokens
+
+
+@dataclass(frozen=True)
+class GPTShape:
+    """What :func:`gpt_train_flops` needs to know about a GPT.
+
+    Attributes:
+        n_params: parameters that take part in matmuls (tied embeddings counted once).
+        n_layer, d_model, seq_len: layers, width and the sequence length trained on.
+    """
+
+    n_params: int
+    n_layer: int
+    d_model: int
+    seq_len: int
+
+    def train_flops(self, batch: int) -> int:
+        """FLOPs of one training step on ``batch`` sequences of ``seq_len`` tokens."""
+        return gpt_train_flops(self.n_params, self.n_layer, self.d_model, self.seq_len,
+                               _positive_int("batch", batch) * self.seq_len)
+
+
+def gpt2_shape(model: nn.Module, seq_len: int | None = None) -> GPTShape:
+    """The :class:`GPTShape` of a ``transformers`` GPT-2 (``config.n_layer``, ``n_embd``).
+
+    The position embedding is excluded (a lookup, no FLOPs). The token embedding counts
+    once when it is tied to the LM head (the head's matmul uses it); untied, the lookup
+    copy is excluded too.
+
+    Args:
+        model: a ``GPT2LMHeadModel`` (or anything with a GPT-2 ``config`` and ``transformer``).
+        seq_len: tokens per sequence; default ``config.n_positions``.
+
+    Raises:
+        TypeError: if ``model`` has no GPT-2 config.
+    """
+    cfg = getattr(model, "config", None)
+    if not all(hasattr(cfg, a) for a in ("n_layer", "n_embd", "n_positions")):
+        raise TypeError(f"model must be a transformers GPT-2 with a config, got {type(model).__name__}")
+    skip = {id(model.transformer.wpe.weight)}
+    if model.get_input_embeddings().weight is not model.get_output_embeddings().weight:
+        skip.add(id(model.get_input_embeddings().weight))
+    n = sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    return GPTShape(n, cfg.n_layer, cfg.n_embd,
+                    _positive_int("seq_len", seq_len if seq_len is not None else cfg.n_positions))
+
+
+def precision_dtype(precision: str) -> str:
+    """The dtype name the matmuls of ``precision`` run in: ``"bf16" -> "bfloat16"``.
+
+    Raises:
+        ValueError: for a precision other than ``fp32``, ``bf16`` or ``fp16``.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,
+        dtype: str = "float32") -> float:
+    """Model FLOPs utilisation: ``flops_per_step / step_s`` over the peak FLOP/s (a fraction).
+
+    Args:
+        flops_per_step: model FLOPs of one step (e.g. :meth:`GPTShape.train_flops`).
+        step_s: measured seconds per step.
+        peak: a FLOP/s ceiling, or measured :class:`perfkit.hw.MachineLimits`.
+        dtype: with ``MachineLimits``, the dtype whose ceiling applies (the one the matmuls
+            run in: bf16 autocast is measured against the bf16 ceiling).
+
+    Raises:
+        ValueError: if ``flops_per_step``, ``step_s`` or the peak is not positive.
+    """
+    if flops_per_step <= 0 or step_s <= 0:
+        raise ValueError(f"flops_per_step and step_s must be > 0, got {flops_per_step}, {step_s}")
+    ceiling = peak.peak_flops(dtype) if isinstance(peak, MachineLimits) else float(peak)
+    if ceiling <= 0:
+        raise ValueError(f"peak must be > 0 FLOP/s, got {ceiling}")
+    return flops_per_step / step_s / ceiling
+
+
+# --- precision: one training step ---------------------------------------------------------
+
+
+def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
+                    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+                    precision: str = "fp32") -> Callable[[Any], torch.Tensor]:
+    """A training step ``step(batch) -> loss`` in ``precision``.
+
+    ``bf16`` runs the forward pass under ``torch.autocast`` (matmuls in bf16, reductions
+    such as softmax and the loss in fp32; the weights and the optimizer stay fp32). ``fp16``
+    adds a ``GradScaler``: fp16's 5 exponent bits underflow small gradients unless the loss
+    is scaled up before backward and the gradients scaled down before the update. The loss
+    is returned detached and never read (``.item()`` would synchronise a GPU every step).
+
+    Args:
+        model: the module; its first parameter's device decides where autocast applies.
+        optimizer: optimizer over ``model``'s parameters.
+        loss_fn: ``loss_fn(model, batch)`` returns a scalar loss (a ``perfkit.models.Workload``
+            has one).
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (CUDA only).
+
+    Raises:
+        ValueError: for an unknown precision, or ``fp16`` without CUDA.
+    """
+    precision_dtype(precision)
+    device = next(model.parameters()).device
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("precision='fp16' needs a CUDA model: fp16 training relies on a GPU's "
+                         "fp16 units and GradScaler; on a CPU use 'bf16'")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+
+    def step(batch: Any) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = loss_fn(model, batch)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)  # skips the update if the gradients overflowed
+            scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Two callables timed in alternation; ``ratio`` = baseline median / candidate median.
+
+    ``pair_ratios`` are the ratios of back-to-back pairs: their 10th-90th percentile range
+    (``low``, ``high``) is the spread quoted beside the ratio.
+    """
+
+    baseline: Measurement
+    candidate: Measurement
+
+    @property
+    def ratio(self) -> float:
+        return self.baseline.median_s / self.candidate.median_s
+
+    @property
+    def pair_ratios(self) -> tuple[float, ...]:
+        return tuple(b / c for b, c in zip(self.baseline.times_s, self.candidate.times_s, strict=True))
+
+    @property
+    def low(self) -> float:
+        return Measurement(self.pair_ratios, 0).p10_s
+
+    @property
+    def high(self) -> float:
+        return Measurement(self.pair_ratios, 0).p90_s
+
+    def __str__(self) -> str:
+        return (f"{self.ratio:.2f}x (pairs p10-p90 {self.low:.2f}-{self.high:.2f}x, "
+                f"{self.baseline.median_s * 1e3:.1f} -> {self.candidate.median_s * 1e3:.1f} ms, "
+                f"n={self.baseline.n})")
+
+
+def compare(baseline: Callable[[], object], candidate: Callable[[], object], warmup: int = 2,
+            repeat: int = 10, threads: int | None = None,
+            device: torch.device | str | None = None) -> Speedup:
+    """Time ``baseline`` and ``candidate`` interleaved (:func:`perfkit.timing.interleaved`).
+
+    Args:
+        baseline, candidate: callables doing one unit of work each (a training step).
+        warmup, repeat: untimed and timed rounds (each round runs both).
+        threads: run with this many intra-op threads, then restore the setting. On a
+            shared machine a descheduled OpenMP thread stalls its siblings at every
+            barrier, so multi-threaded timings swing by integer factors; one thread
+            measures a *ratio* more reliably. ``None`` keeps the current setting.
+        device: where they run; ``None`` means CUDA if present, else CPU.
+
+    Raises:
+        ValueError: for ``threads`` below 1 (and bad ``warmup``/``repeat``).
+    """
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(_positive_int("threads", threads))
+    try:
+        base, cand = interleaved([baseline, candidate], warmup=warmup, repeat=repeat,
+                                 device=device)
+    finally:
+        torch.set_num_threads(before)
+    return Speedup(base, cand)

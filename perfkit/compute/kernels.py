@@ -1,0 +1,204 @@
+"""What single kernels cost: bytes moved with and without fusion, FLOP/s against shape.
+
+An elementwise op is memory-bound (the roofline model, Williams et al., 2009): its time is
+the bytes it moves, so fusing a chain into one kernel saves the intermediates' round trips
+to memory (:func:`elementwise_chain_bytes`). Attention is the same story one level up:
+FlashAttention (Dao et al., 2022), behind ``scaled_dot_product_attention``, never writes the
+``(B, H, T, T)`` matrix that naive attention saves for backward (:func:`attention_sweep`).
+Matmuls reach their ceiling only at shapes that tile evenly, which is why nanoGPT pads
+GPT-2's vocabulary from 50257 to 50304 (:func:`pad_to_multiple`, :func:`matmul_shape_sweep`).
+
+Usage::
+
+    chain = elementwise_chain_bytes([1, 1, 2], numel=x.numel(), inputs=2)
+    print(chain.ratio)                              # bytes eager moves / bytes one kernel moves
+    pts = matmul_shape_sweep([(1024, n, 256) for n in (1000, pad_to_multiple(1000))])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from perfkit.compute.flops import PRECISIONS, _positive_int
+from perfkit.memory.saved_tensors import SavedTensorMeter
+from perfkit.timing import calibrate_number, interleaved, resolve_device
+
+__all__ = [
+    "AttentionPoint", "ChainBytes", "ShapePoint", "activation_bytes", "attention_matrix_bytes",
+    "attention_sweep", "elementwise_chain_bytes", "matmul_shape_sweep", "pad_to_multiple",
+]
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    """``"float32"``/``"fp32"`` (and bf16, fp16 likewise) as a ``torch.dtype``."""
+    name = PRECISIONS.get(dtype, dtype)
+    if name not in PRECISIONS.values():
+        raise ValueError(f"dtype must be one of {sorted(PRECISIONS.values())}, got {dtype!r}")
+    return getattr(torch, name)
+
+
+# --- fusion: bytes moved by an elementwise chain -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainBytes:
+    """Bytes an elementwise chain moves run op by op (``eager``) and as one kernel."""
+
+    eager: int
+    fused: int
+    kernels: int
+
+    @property
+    def ratio(self) -> float:
+        """How many times more bytes eager moves: the memory-bound speedup fusion can give."""
+        return self.eager / self.fused
+
+
+def elementwise_chain_bytes(reads_per_op: Sequence[int], numel: int, bytes_per_element: int = 4,
+                            inputs: int = 1) -> ChainBytes:
+    """Memory traffic of a chain of elementwise ops on ``numel``-element tensors.
+
+    Eager PyTorch runs one kernel per op: op ``i`` reads ``reads_per_op[i]`` full-size
+    tensors from memory and writes one. A fused kernel reads the chain's ``inputs``
+    full-size tensors once and writes only the final result; the intermediates stay in
+    registers. Scalars and broadcast vectors (a bias) are not counted: they are tiny.
+
+    Args:
+        reads_per_op: full-size tensors each op reads (``x * y``: 2; ``x * 0.5``: 1).
+        numel: elements per tensor.
+        bytes_per_element: 4 for fp32, 2 for bf16.
+        inputs: distinct full-size tensors the whole chain reads.
+
+    Raises:
+        ValueError: for an empty chain or non-positive counts.
+    """
+    if len(reads_per_op) == 0:
+        raise ValueError("reads_per_op must list at least one op")
+    for r in reads_per_op:
+        _positive_int("reads_per_op entries", r)
+    for name, v in (("numel", numel), ("bytes_per_element", bytes_per_element), ("inputs", inputs)):
+        _positive_int(name, v)
+    eager = sum(r + 1 for r in reads_per_op) * numel * bytes_per_element
+    return ChainBytes(eager, (inputs + 1) * numel * bytes_per_element, len(reads_per_op))
+
+
+def attention_matrix_bytes(batch: int, heads: int, seq_len: int, bytes_per_element: int = 4) -> int:
+    """Bytes of one ``(B, H, T, T)`` attention matrix: what unfused attention saves per layer."""
+    for name, v in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
+                    ("bytes_per_element", bytes_per_element)):
+        _positive_int(name, v)
+    return batch * heads * seq_len * seq_len * bytes_per_element
+
+
+def activation_bytes(fn: Callable[[], object], params: nn.Module | None = None,
+                     inputs: Sequence[torch.Tensor] = ()) -> int:
+    """Bytes autograd saves for backward while ``fn()`` runs a forward pass (exact).
+
+    Uses :class:`perfkit.memory.SavedTensorMeter`: saved parameters and ``inputs`` are not
+    counted (they exist anyway); the graph is dropped afterwards.
+    """
+    with SavedTensorMeter(params, inputs) as meter:
+        out = fn()
+    del out
+    return meter.report().activation_bytes
+
+
+@dataclass(frozen=True)
+class AttentionPoint:
+    """One attention implementation at one sequence length: forward + backward seconds
+    (median) and the bytes it saves for backward."""
+
+    impl: str
+    seq_len: int
+    seconds: float
+    saved_bytes: int
+
+
+def attention_sweep(impls: dict[str, Callable[..., torch.Tensor]], seq_lens: Sequence[int],
+                    batch: int = 4, heads: int = 4, head_dim: int = 16, dtype: str = "float32",
+                    repeat: int = 5, device: torch.device | str | None = None) -> list[AttentionPoint]:
+    """Time and activation memory of causal attention implementations against ``T``.
+
+    Each ``impls[name](q, k, v)`` takes ``(B, H, T, head_dim)`` tensors and returns the
+    ``(B, H, T, head_dim)`` output of causal attention; the implementations are timed
+    interleaved at each ``T`` (forward and backward of ``out.sum()``).
+
+    Raises:
+        ValueError: for no implementations, no sequence lengths or non-positive sizes.
+    """
+    if not impls or len(seq_lens) == 0:
+        raise ValueError("impls and seq_lens must not be empty")
+    for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
+        _positive_int(name, v)
+    dev, dt = resolve_device(device), _torch_dtype(dtype)
+    points = []
+    for t in seq_lens:
+        qkv = [torch.randn(batch, heads, _positive_int("seq_len", t), head_dim, device=dev,
+                           dtype=dt, requires_grad=True) for _ in range(3)]  # (B, H, T, hd)
+        fns = [lambda f=f, qkv=qkv: f(*qkv).sum().backward() for f in impls.values()]
+        times = interleaved(fns, warmup=1, repeat=repeat, device=dev)
+        for (name, f), m in zip(impls.items(), times, strict=True):
+            saved = activation_bytes(lambda f=f, qkv=qkv: f(*qkv), inputs=qkv)
+            points.append(AttentionPoint(name, t, m.median_s, saved))
+    return points
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def pad_to_multiple(n: int, multiple: int = 64) -> int:
+    """Smallest multiple of ``multiple`` that is >= ``n`` (nanoGPT pads 50257 to 50304)."""
+    _positive_int("n", n)
+    _positive_int("multiple", multiple)
+    return -(-n // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class ShapePoint:
+    """One ``(m, k) @ (k, n)`` matmul: dtype, median seconds per call and FLOP/s."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    seconds: float
+    flops_per_s: float
+
+
+def matmul_shape_sweep(shapes: Sequence[tuple[int, int, int]], dtype: str = "float32",
+                       device: torch.device | str | None = None, repeat: int = 7,
+                       target_s: float = 0.004) -> list[ShapePoint]:
+    """FLOP/s of ``(m, k) @ (k, n)`` for each ``(m, n, k)``, measured interleaved.
+
+    Each shape's call is batched (:func:`perfkit.timing.calibrate_number`) to about
+    ``target_s`` seconds, and the shapes take turns, so load changes hit them alike.
+
+    Raises:
+        ValueError: for no shapes, a non-positive dimension or an unknown dtype.
+    """
+    if len(shapes) == 0:
+        raise ValueError("shapes must hold at least one (m, n, k)")
+    dev, dt = resolve_device(device), _torch_dtype(dtype)
+    fns, numbers = [], []
+    for m, n, k in shapes:
+        for name, v in (("m", m), ("n", n), ("k", k)):
+            _positive_int(name, v)
+        a = torch.randn(m, k, device=dev).to(dt)  # (m, k)
+        b = torch.randn(k, n, device=dev).to(dt)  # (k, n)
+        out = torch.empty(m, n, device=dev, dtype=dt)
+
+        def mm(a: torch.Tensor = a, b: torch.Tensor = b, out: torch.Tensor = out) -> None:
+            torch.mm(a, b, out=out)
+
+        mm()  # oneDNN builds a kernel per shape on its first call
+        number = calibrate_number(mm, target_s, dev)
+        fns.append(lambda mm=mm, number=number: [mm() for _ in range(number)])
+        numbers.append(number)
+    ms = interleaved(fns, warmup=1, repeat=repeat, device=dev)
+    return [ShapePoint(m, n, k, str(dt).removeprefix("torch."), t.median_s / num,
+                       2 * m * n * k * num / t.median_s)
+            for (m, n, k), t, num in zip(shapes, ms, numbers, strict=True)]

@@ -1,0 +1,179 @@
+"""Training-step throughput and MFU per (precision, compiled, batch), measured once and cached.
+
+Measures as nanoGPT's ``bench.py`` does (build the step, warm up, then time it, and report
+MFU as ``estimate_mfu`` does, against the measured ceiling of the dtype the matmuls run in)
+and returns a record per setting, as torchtitan's metrics do, for notebook 06's widget
+(:func:`perfkit.viz.compute.compute_widget`) to plot. Settings measured together take turns
+(:func:`perfkit.timing.interleaved`), so their ratios survive a noisy machine.
+
+Usage::
+
+    bench = StepBench.gpt2(hw.cached_limits(), seq_len=64, n_embd=64)
+    p = bench.measure("bf16", compiled=False, batch=8)
+    print(p.tokens_per_s, p.mfu)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfkit.compute.flops import _positive_int, gpt2_shape, make_train_step, mfu, precision_dtype
+from perfkit.hw import MachineLimits
+from perfkit.timing import Measurement, Timer, interleaved, resolve_device
+
+__all__ = ["StepBench", "ThroughputPoint"]
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    """A training step measured at one setting, with its model FLOPs and ceiling.
+
+    Attributes:
+        precision, compiled, batch: the setting.
+        step: timings of the step (after ``warmup`` untimed steps).
+        first_call_s: the first step's seconds (includes compiling when ``compiled``).
+        tokens_per_step, flops_per_step: work per step.
+        peak_flops: the measured ceiling of the dtype the matmuls run in.
+    """
+
+    precision: str
+    compiled: bool
+    batch: int
+    step: Measurement
+    first_call_s: float
+    tokens_per_step: int
+    flops_per_step: int
+    peak_flops: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step.median_s
+
+    @property
+    def mfu(self) -> float:
+        return mfu(self.flops_per_step, self.step.median_s, self.peak_flops)
+
+
+class StepBench:
+    """Training-step throughput and MFU per (precision, compiled, batch), measured once each.
+
+    Every setting gets its own model from ``make_model`` (same seed, so the same weights),
+    an AdamW optimizer and a step from :func:`make_train_step`; a compiled setting wraps
+    the model in ``torch.compile`` (compiled once per precision; a new batch size may
+    recompile). Results are cached, so a widget can revisit a setting instantly.
+
+    Example::
+
+        bench = StepBench.gpt2(hw.cached_limits(), seq_len=64, n_embd=64)
+        p = bench.measure("bf16", compiled=False, batch=8)
+        print(p.tokens_per_s, p.mfu)
+    """
+
+    def __init__(self, make_model: Callable[[], nn.Module], make_batch: Callable[[int], Any],
+                 loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+                 flops_per_step: Callable[[int], int], tokens_per_sample: int,
+                 limits: MachineLimits, warmup: int = 2, repeat: int = 5,
+                 compile_backend: str = "inductor", lr: float = 1e-3,
+                 device: torch.device | str | None = None) -> None:
+        """Args:
+            make_model: builds the (seeded) model on the target device.
+            make_batch: ``make_batch(b)`` returns one batch of ``b`` samples.
+            loss_fn: ``loss_fn(model, batch)`` returns the loss.
+            flops_per_step: ``flops_per_step(b)`` model FLOPs of a step at batch ``b``.
+            tokens_per_sample: tokens (or samples) one sample counts as, for throughput.
+            limits: measured ceilings (:func:`perfkit.hw.cached_limits`).
+            warmup, repeat: untimed and timed steps per setting.
+            compile_backend: ``torch.compile`` backend (``"eager"`` only traces: for tests).
+            lr: AdamW learning rate.
+            device: where the steps run (for timing); ``None`` means CUDA if present.
+
+        Raises:
+            TypeError: if a ``make_*``/``*_fn`` argument is not callable.
+        """
+        for name, fn in (("make_model", make_model), ("make_batch", make_batch),
+                         ("loss_fn", loss_fn), ("flops_per_step", flops_per_step)):
+            if not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+        self.make_model, self.make_batch, self.loss_fn = make_model, make_batch, loss_fn
+        self.flops_per_step, self.tokens_per_sample = flops_per_step, tokens_per_sample
+        self.limits, self.warmup, self.repeat, self.lr = limits, warmup, repeat, lr
+        self.compile_backend, self.device = compile_backend, resolve_device(device)
+        self._steps: dict[tuple[str, bool], Callable[[Any], torch.Tensor]] = {}
+        self._batches: dict[int, Any] = {}
+        self._points: dict[tuple[str, bool, int], ThroughputPoint] = {}
+
+    @classmethod
+    def gpt2(cls, limits: MachineLimits, seq_len: int = 64, vocab_size: int = 1024,
+             n_embd: int = 64, n_layer: int = 2, n_head: int = 2,
+             device: torch.device | str | None = None, **kwargs: Any) -> StepBench:
+        """A bench over :func:`perfkit.models.tiny_gpt2` on random token batches (speed
+        does not depend on the token values). ``kwargs`` go to the constructor."""
+        from perfkit.models import tiny_gpt2
+
+        dev = resolve_device(device)
+
+        def make_model() -> nn.Module:
+            torch.manual_seed(0)
+            return tiny_gpt2(vocab_size, seq_len, n_embd, n_layer, n_head).to(dev)
+
+        shape = gpt2_shape(make_model(), seq_len)
+        gen = torch.Generator().manual_seed(0)
+        return cls(make_model,
+                   lambda b: torch.randint(0, vocab_size, (b, seq_len), generator=gen).to(dev),
+                   lambda m, x: m(input_ids=x, labels=x).loss, shape.train_flops, seq_len,
+                   limits, device=dev, **kwargs)
+
+    @property
+    def points(self) -> list[ThroughputPoint]:
+        """Every setting measured so far, in measurement order."""
+        return list(self._points.values())
+
+    def measure(self, precision: str, compiled: bool, batch: int) -> ThroughputPoint:
+        """The setting's :class:`ThroughputPoint`, measured on first request, then cached.
+
+        Raises:
+            ValueError: for an unknown precision or a batch below 1.
+        """
+        return self.measure_all([(precision, compiled, batch)])[0]
+
+    def measure_all(self, settings: Sequence[tuple[str, bool, int]]) -> list[ThroughputPoint]:
+        """Measure the uncached ``(precision, compiled, batch)`` settings *interleaved*.
+
+        Their steps take turns (:func:`perfkit.timing.interleaved`), so a burst of load on a
+        shared machine slows all of them alike and their ratios stay fair.
+
+        Raises:
+            ValueError: for an unknown precision or a batch below 1.
+        """
+        keys = []
+        for precision, compiled, batch in settings:
+            precision_dtype(precision)
+            keys.append((precision, bool(compiled), _positive_int("batch", batch)))
+        todo = list(dict.fromkeys(k for k in keys if k not in self._points))
+        calls, firsts = [], []
+        for precision, compiled, batch in todo:
+            if (precision, compiled) not in self._steps:
+                model = self.make_model()
+                opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
+                run = torch.compile(model, backend=self.compile_backend) if compiled else model
+                self._steps[precision, compiled] = make_train_step(
+                    model, opt, lambda _m, b, run=run: self.loss_fn(run, b), precision)
+            if batch not in self._batches:
+                self._batches[batch] = self.make_batch(batch)
+            calls.append(lambda s=self._steps[precision, compiled], x=self._batches[batch]: s(x))
+            with Timer(self.device) as first:  # includes compiling for a compiled setting
+                calls[-1]()
+            firsts.append(first.elapsed_s)
+        if todo:
+            times = interleaved(calls, warmup=max(self.warmup - 1, 0), repeat=self.repeat,
+                                device=self.device)
+            for (precision, compiled, batch), m, first_s in zip(todo, times, firsts, strict=True):
+                self._points[precision, compiled, batch] = ThroughputPoint(
+                    precision, compiled, batch, m, first_s, batch * self.tokens_per_sample,
+                    self.flops_per_step(batch), self.limits.peak_flops(precision_dtype(precision)))
+        return [self._points[k] for k in keys]

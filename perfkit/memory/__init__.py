@@ -1,0 +1,67 @@
+"""Memory (modules 04 and 05): model states, saved activations, a training step's anatomy.
+
+ZeRO's model-state formulas and exact counts, the saved-tensor meter, the GPT-2 activation
+model with activation checkpointing, and one step's memory measured.
+
+Usage::
+
+    print(zero_model_states(7.5e9, world_size=64, stage=1).total_gb)   # 31.40625
+    with SavedTensorMeter(model) as meter:
+        loss = model(x).sum()
+"""
+
+from perfkit.memory.activations import (
+    ActivationEstimate,
+    CheckpointedBlock,
+    checkpoint_blocks,
+    gpt2_num_params,
+    gpt2_saved_activation_bytes,
+    gpt2_step_memory,
+)
+from perfkit.memory.anatomy import (
+    StepAnatomy,
+    measure_step_anatomy,
+    peak_rss_bytes,
+    reset_peak_rss,
+    rss_bytes,
+    trim_heap,
+)
+from perfkit.memory.model_states import (
+    RECIPES,
+    ModelStateBytes,
+    ParamCount,
+    StateRecipe,
+    count_parameters,
+    optimizer_state_bytes,
+    zero_model_states,
+    zero_table,
+)
+from perfkit.memory.saved_tensors import (
+    SavedTensorMeter,
+    SavedTensorReport,
+)
+
+__all__ = [
+    "ActivationEstimate",
+    "checkpoint_blocks",
+    "CheckpointedBlock",
+    "count_parameters",
+    "gpt2_num_params",
+    "gpt2_saved_activation_bytes",
+    "gpt2_step_memory",
+    "measure_step_anatomy",
+    "ModelStateBytes",
+    "optimizer_state_bytes",
+    "ParamCount",
+    "peak_rss_bytes",
+    "RECIPES",
+    "reset_peak_rss",
+    "rss_bytes",
+    "SavedTensorMeter",
+    "SavedTensorReport",
+    "StateRecipe",
+    "StepAnatomy",
+    "trim_heap",
+    "zero_model_states",
+    "zero_table",
+]

@@ -1,0 +1,206 @@
+"""Activation memory of a transformers GPT-2 LM: the per-operation model and checkpointing.
+
+Counts, op by op, the bytes a ``GPT2LMHeadModel`` forward pass saves for backward, a
+per-layer activation count like that of Korthikanti et al., *Reducing Activation
+Recomputation in Large Transformer Models* (MLSys 2023), but for transformers' GPT-2 on
+PyTorch's kernels and checked against :class:`perfkit.memory.SavedTensorMeter`. Adds the
+ZeRO model states (:func:`perfkit.memory.zero_model_states`) for a whole step, and wraps
+blocks in ``torch.utils.checkpoint`` (Chen et al., *Training Deep Nets with Sublinear
+Memory Cost*, 2016).
+
+Usage::
+
+    from perfkit.memory.activations import checkpoint_blocks, gpt2_saved_activation_bytes
+    print(gpt2_saved_activation_bytes(8, 64, 64, 2, 2, 1024).total)   # bytes
+    checkpoint_blocks(gpt2.transformer.h)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from perfkit.memory.model_states import zero_model_states
+
+__all__ = [
+    "ActivationEstimate",
+    "CheckpointedBlock",
+    "checkpoint_blocks",
+    "gpt2_num_params",
+    "gpt2_saved_activation_bytes",
+    "gpt2_step_memory",
+]
+
+
+# --- activations: the model for transformers' GPT-2 ------------------------------------
+
+
+@dataclass(frozen=True)
+class ActivationEstimate:
+    """Predicted bytes saved for backward by a transformers GPT-2 LM forward pass.
+
+    Attributes:
+        per_layer: bytes one block saves (with checkpointing: its input only).
+        outside_layers: final LayerNorm, log-softmax of the logits, token/position/label
+            ids, the attention mask that checkpointed eager blocks keep.
+        total: ``n_layer * per_layer + outside_layers``, held from forward to backward.
+        recompute_peak: extra bytes while one checkpointed block is recomputed in the
+            backward pass (0 without checkpointing).
+    """
+
+    per_layer: int
+    outside_layers: int
+    total: int
+    recompute_peak: int
+
+
+def gpt2_saved_activation_bytes(
+    batch: int, seq_len: int, n_embd: int, n_layer: int, n_head: int, vocab_size: int,
+    attention: str = "sdpa", dtype_bytes: int = 4, checkpointing: bool = False,
+) -> ActivationEstimate:
+    """Bytes a transformers ``GPT2LMHeadModel`` saves for backward, counted op by op.
+
+    With ``B, T, C, H, V`` = batch, sequence, width, heads, vocabulary and the element
+    size ``d`` of the model's dtype, one block (dropout 0) saves, in elements:
+
+    * LayerNorm 1 and 2: input and output ``4 BTC``, mean and rstd ``4 BT``;
+    * the attention output before ``c_proj``: ``BTC``;
+    * MLP: ``c_fc`` output, GELU's ``tanh``, ``1 + tanh`` and ``0.5 x`` terms, and the
+      GELU output that ``c_proj`` keeps: ``5 x 4BTC = 20 BTC``;
+    * attention, ``"eager"``: contiguous copies of q, k, v ``3 BTC`` and the softmax
+      probabilities ``B H T^2``; ``"sdpa"`` (PyTorch's CPU flash kernel): the fused
+      q/k/v projection ``3 BTC``, copies of q and of the output ``2 BTC`` and the
+      log-sum-exp ``BHT`` (always fp32), and no ``T^2`` term.
+
+    Outside the blocks: the final LayerNorm (``2 BTC + 2 BT``), the fp32 log-softmax of
+    the logits (``4 BTV`` bytes, transformers upcasts them), int64 token, position and
+    label ids (``8 (2BT + T)`` bytes) and a 4-byte scalar. Checkpointing each block keeps
+    only its input (``BTC``), plus, with eager attention, the ``(B, 1, T, T)`` additive
+    mask passed to every block, and recomputes one block at a time in the backward pass.
+    ``tests/unit/test_activations.py`` checks this count against
+    :class:`perfkit.memory.SavedTensorMeter`.
+
+    Args:
+        batch, seq_len, n_embd, n_layer, n_head, vocab_size: model and batch shape (>= 1).
+        attention: ``"eager"`` or ``"sdpa"`` (transformers' ``attn_implementation``).
+        dtype_bytes: element size of the activations (4 fp32, 2 bf16/fp16).
+        checkpointing: one checkpoint per block.
+
+    Returns:
+        An :class:`ActivationEstimate` in bytes.
+
+    Raises:
+        ValueError: for a non-positive size, an unknown ``attention`` or ``dtype_bytes``.
+    """
+    dims = dict(batch=batch, seq_len=seq_len, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                vocab_size=vocab_size)
+    for k, v in dims.items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be a positive int, got {v!r}")
+    if attention not in ("eager", "sdpa"):
+        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+    if dtype_bytes not in (1, 2, 4, 8):
+        raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
+    b, t, c, h, v = batch, seq_len, n_embd, n_head, vocab_size
+    btc, bt = b * t * c, b * t
+    if attention == "eager":
+        full_layer = dtype_bytes * (28 * btc + 4 * bt + b * h * t * t)  # bytes
+    else:  # the log-sum-exp is fp32 whatever the dtype
+        full_layer = dtype_bytes * (30 * btc + 4 * bt) + 4 * b * h * t
+    outside = dtype_bytes * (2 * btc + 2 * bt) + 4 * bt * v + 8 * (2 * bt + t) + 4
+    if checkpointing:
+        per_layer = dtype_bytes * btc
+        if attention == "eager":
+            outside += dtype_bytes * b * t * t
+        return ActivationEstimate(per_layer, outside, n_layer * per_layer + outside, full_layer)
+    return ActivationEstimate(full_layer, outside, n_layer * full_layer + outside, 0)
+
+
+def gpt2_num_params(n_embd: int, n_layer: int, vocab_size: int, n_positions: int) -> int:
+    """Parameters of a transformers GPT-2 LM (LM head tied to the token embedding).
+
+    Per block: two LayerNorms ``4C``, ``c_attn`` ``3C^2 + 3C``, attention ``c_proj``
+    ``C^2 + C``, ``c_fc`` ``4C^2 + 4C``, MLP ``c_proj`` ``4C^2 + C``: ``12 C^2 + 13 C``.
+    Plus token and position embeddings ``(V + P) C`` and the final LayerNorm ``2C``.
+
+    Raises:
+        ValueError: for a non-positive size.
+    """
+    for k, v in dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size,
+                     n_positions=n_positions).items():
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{k} must be a positive int, got {v!r}")
+    c = n_embd
+    return n_layer * (12 * c * c + 13 * c) + (vocab_size + n_positions) * c + 2 * c
+
+
+def gpt2_step_memory(
+    n_embd: int, n_layer: int, n_head: int, vocab_size: int, batch: int, seq_len: int,
+    precision: str = "fp32", checkpointing: bool = False, attention: str = "sdpa",
+) -> dict[str, float]:
+    """Predicted bytes of one GPT-2 training step with Adam, by kind (the widget's bar).
+
+    ``precision="fp32"``: fp32 weights, gradients, Adam state and activations
+    (:data:`perfkit.memory.RECIPES` ``fp32_adam``). ``"mixed"``: the ZeRO paper's mixed precision, 16-bit
+    weights, gradients and activations with fp32 master weights and Adam state
+    (``mixed_adam``). ``torch.autocast`` differs from both (fp32 weights, activations
+    partly 16-bit); notebook 04 measures how. The position table is sized to ``seq_len``.
+
+    Returns:
+        ``{"parameters", "gradients", "optimizer state", "activations", "recompute"}``
+        in bytes; ``recompute`` is the extra peak of one recomputed block (0 without
+        checkpointing).
+
+    Raises:
+        ValueError: for an unknown ``precision`` or a bad size (see
+            :func:`gpt2_saved_activation_bytes`).
+    """
+    if precision not in ("fp32", "mixed"):
+        raise ValueError(f"precision must be 'fp32' or 'mixed', got {precision!r}")
+    psi = gpt2_num_params(n_embd, n_layer, vocab_size, seq_len)
+    states = zero_model_states(psi, 1, 0, "fp32_adam" if precision == "fp32" else "mixed_adam")
+    act = gpt2_saved_activation_bytes(batch, seq_len, n_embd, n_layer, n_head, vocab_size,
+                                      attention, 4 if precision == "fp32" else 2,
+                                      checkpointing)
+    return {"parameters": states.params, "gradients": states.grads,
+            "optimizer state": states.optimizer, "activations": float(act.total),
+            "recompute": float(act.recompute_peak)}
+
+
+# --- activation checkpointing: keep block inputs, recompute the rest -------------------
+
+
+class CheckpointedBlock(nn.Module):
+    """Run ``block`` under ``torch.utils.checkpoint``: keep its inputs, recompute the rest.
+
+    The forward pass saves only what the block receives; the backward pass runs the
+    block's forward once more to rebuild its activations, one block at a time.
+    """
+
+    def __init__(self, block: nn.Module, use_reentrant: bool = False) -> None:
+        super().__init__()
+        self.block = block
+        self.use_reentrant = use_reentrant
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, *args, use_reentrant=self.use_reentrant, **kwargs)
+
+
+def checkpoint_blocks(blocks: nn.ModuleList, use_reentrant: bool = False) -> nn.ModuleList:
+    """Wrap every module of ``blocks`` in :class:`CheckpointedBlock`, in place.
+
+    Example: ``checkpoint_blocks(gpt2.transformer.h)``.
+
+    Raises:
+        TypeError: if ``blocks`` is not an ``nn.ModuleList``.
+    """
+    if not isinstance(blocks, nn.ModuleList):
+        raise TypeError(f"blocks must be an nn.ModuleList, got {type(blocks).__name__}")
+    for i, b in enumerate(blocks):
+        if not isinstance(b, CheckpointedBlock):
+            blocks[i] = CheckpointedBlock(b, use_reentrant)
+    return blocks

@@ -1,0 +1,196 @@
+"""Measured memory of one training step: the process's (peak) RSS and the step's anatomy.
+
+Follows PyTorch's memory tooling (``torch.cuda.max_memory_allocated`` and the allocator
+snapshots of https://pytorch.org/memory_viz) on a GPU; on the CPU, Linux's peak resident
+set size (``VmHWM``, reset through ``/proc/self/clear_refs``) after glibc's ``malloc_trim``.
+:func:`measure_step_anatomy` splits one step into the model states and saved activations
+counted by :mod:`perfkit.memory.model_states` and compares them with that measured peak.
+
+Usage::
+
+    from perfkit.memory.anatomy import measure_step_anatomy
+    a = measure_step_anatomy(model, lambda: model(input_ids=x, labels=x).loss, optimizer)
+    print(a.accounted, a.peak, a.peak_source)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from perfkit.memory.model_states import (
+    _nbytes,
+    _storage_key,
+    count_parameters,
+    optimizer_state_bytes,
+)
+
+# the step's grads are counted per unique storage, exactly as perfkit.memory counts state
+from perfkit.memory.saved_tensors import SavedTensorMeter
+
+__all__ = [
+    "StepAnatomy",
+    "measure_step_anatomy",
+    "peak_rss_bytes",
+    "reset_peak_rss",
+    "rss_bytes",
+    "trim_heap",
+]
+
+
+# --- process memory (CPU): resident set size and its resettable peak -------------------
+
+
+def trim_heap() -> bool:
+    """Give freed heap memory back to the OS (glibc ``malloc_trim``); False elsewhere.
+
+    glibc keeps freed small blocks for reuse; a step that reuses them does not raise the
+    RSS. Trimming first makes a peak-RSS measurement see the step's own allocations.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0)) if name else False
+    except (OSError, AttributeError):
+        return False
+
+
+def _status_bytes(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            m = re.search(rf"^{field_name}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process in bytes (``psutil`` off Linux)."""
+    v = _status_bytes("VmRSS")
+    if v is None:
+        import psutil
+
+        v = psutil.Process().memory_info().rss
+    return v
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux ``/proc/self/clear_refs``); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size since start or since :func:`reset_peak_rss`, in bytes."""
+    v = _status_bytes("VmHWM")
+    if v is None:
+        import resource
+
+        v = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return v
+
+
+# --- one training step, measured -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepAnatomy:
+    """Bytes of one training step by kind, and the measured peak.
+
+    Attributes:
+        params, grads, optimizer_state: model states after the step (unique storages).
+        activations: bytes saved for backward by the forward pass
+            (:class:`perfkit.memory.SavedTensorMeter`).
+        peak: the step's measured peak above the memory in use before it: the CUDA
+            allocator's ``max_memory_allocated`` on GPU, the process's peak RSS on CPU
+            (after :func:`trim_heap`, so reused free blocks do not hide allocations).
+        peak_source: ``"cuda_allocator"`` or ``"rss"``.
+        snapshot_path: the CUDA memory snapshot written, if any (open it in
+            https://pytorch.org/memory_viz).
+    """
+
+    params: int
+    grads: int
+    optimizer_state: int
+    activations: int
+    peak: int
+    peak_source: str
+    snapshot_path: str | None = None
+
+    @property
+    def accounted(self) -> int:
+        """Parameters + gradients + optimizer state + saved activations, in bytes."""
+        return self.params + self.grads + self.optimizer_state + self.activations
+
+
+def measure_step_anatomy(
+    model: nn.Module, compute_loss: Callable[[], torch.Tensor],
+    optimizer: torch.optim.Optimizer, snapshot_path: str | None = None,
+) -> StepAnatomy:
+    """Run one step (``zero_grad``, forward, backward, ``step``) and account its bytes.
+
+    Start from a fresh optimizer to see its state being allocated inside the peak.
+
+    Args:
+        model: the module whose parameters are trained.
+        compute_loss: runs the forward pass and returns a scalar loss.
+        optimizer: optimizer over ``model``'s parameters.
+        snapshot_path: on CUDA, record the allocator's history during the step and dump
+            a snapshot here (a pickle for PyTorch's memory visualizer); ignored on CPU.
+
+    Returns:
+        A :class:`StepAnatomy`.
+
+    Raises:
+        TypeError: if ``model`` is not a module or ``compute_loss`` is not callable.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not callable(compute_loss):
+        raise TypeError(f"compute_loss must be callable, got {type(compute_loss).__name__}")
+    cuda = any(p.is_cuda for p in model.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        if snapshot_path:
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
+    else:
+        import gc
+
+        gc.collect()
+        trim_heap()
+        base = rss_bytes()
+        reset_peak_rss()
+    with SavedTensorMeter(model) as meter:
+        loss = compute_loss()
+    loss.backward()
+    optimizer.step()
+    if cuda:
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        if snapshot_path:
+            torch.cuda.memory._dump_snapshot(snapshot_path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+    else:
+        peak = peak_rss_bytes() - base
+    grads = {_storage_key(p.grad): _nbytes(p.grad) for p in model.parameters()
+             if p.grad is not None}
+    return StepAnatomy(
+        params=count_parameters(model).total_bytes, grads=sum(grads.values()),
+        optimizer_state=optimizer_state_bytes(optimizer),
+        activations=meter.report().activation_bytes, peak=peak,
+        peak_source="cuda_allocator" if cuda else "rss",
+        snapshot_path=snapshot_path if cuda else None,
+    )

@@ -1,0 +1,214 @@
+"""Model states: ZeRO's formulas, and parameters and optimizer state counted from storages.
+
+Model states follow Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models* (SC 2020), section 3: with ``Ψ`` parameters, ``N`` data-parallel
+ranks and ``K`` bytes of optimizer state per parameter, mixed-precision Adam holds
+``(2 + 2 + K) Ψ`` bytes per rank (fp16 parameters, fp16 gradients, fp32 master copy,
+momentum and variance: ``K = 12``). ZeRO stage 1 shards the optimizer state, stage 2 also
+the gradients, stage 3 also the parameters. Activations are measured exactly by
+:class:`~perfkit.memory.saved_tensors.SavedTensorMeter`; :mod:`perfkit.memory.activations`
+predicts them for the transformers GPT-2 block, :mod:`perfkit.memory.anatomy` measures a step.
+
+Usage::
+
+    from perfkit.memory.model_states import zero_model_states
+    print(zero_model_states(7.5e9, world_size=64, stage=1).total_gb)   # 31.40625
+    print(count_parameters(model).trainable, optimizer_state_bytes(opt))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = [
+    "RECIPES",
+    "ModelStateBytes",
+    "ParamCount",
+    "StateRecipe",
+    "count_parameters",
+    "optimizer_state_bytes",
+    "zero_model_states",
+    "zero_table",
+]
+
+GB = 1e9  # the ZeRO paper's GB are decimal
+
+
+# --- model states: the ZeRO formulas ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateRecipe:
+    """Bytes per parameter of each model state: weights, gradients and optimizer state (K)."""
+
+    name: str
+    param_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float
+
+    def __post_init__(self) -> None:
+        for k in ("param_bytes", "grad_bytes", "optimizer_bytes"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{k} must be >= 0, got {getattr(self, k)}")
+
+
+RECIPES: dict[str, StateRecipe] = {
+    # fp16/bf16 weights and grads; fp32 master weights, momentum, variance (the paper's K=12)
+    "mixed_adam": StateRecipe("mixed_adam", 2, 2, 12),
+    # everything fp32: Adam keeps momentum and variance only
+    "fp32_adam": StateRecipe("fp32_adam", 4, 4, 8),
+    # fp16/bf16 weights and grads; fp32 master weights and momentum
+    "mixed_sgd_momentum": StateRecipe("mixed_sgd_momentum", 2, 2, 8),
+    "fp32_sgd_momentum": StateRecipe("fp32_sgd_momentum", 4, 4, 4),
+    "fp32_sgd": StateRecipe("fp32_sgd", 4, 4, 0),
+}
+
+
+def _recipe(recipe: str | StateRecipe) -> StateRecipe:
+    if isinstance(recipe, StateRecipe):
+        return recipe
+    if recipe not in RECIPES:
+        raise ValueError(
+            f"recipe must be a StateRecipe or one of {sorted(RECIPES)}, got {recipe!r}")
+    return RECIPES[recipe]
+
+
+@dataclass(frozen=True)
+class ModelStateBytes:
+    """Model-state bytes held by *one* rank at a ZeRO stage (parameters, grads, optimizer)."""
+
+    num_params: float
+    world_size: int
+    stage: int
+    recipe: StateRecipe
+    params: float  # bytes
+    grads: float  # bytes
+    optimizer: float  # bytes
+
+    @property
+    def total(self) -> float:
+        """Bytes per rank."""
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total_gb(self) -> float:
+        """Bytes per rank in decimal GB, the unit of the ZeRO paper."""
+        return self.total / GB
+
+
+def zero_model_states(
+    num_params: float, world_size: int = 1, stage: int = 0,
+    recipe: str | StateRecipe = "mixed_adam",
+) -> ModelStateBytes:
+    """Per-rank model-state bytes at ZeRO ``stage`` (ZeRO paper, section 3 and Figure 1).
+
+    With ``Ψ = num_params``, ``N = world_size`` and the recipe's bytes per parameter
+    ``P`` (weights), ``G`` (gradients), ``K`` (optimizer state)::
+
+        stage 0 (plain data parallel):  P Ψ + G Ψ + K Ψ
+        stage 1 (P_os, optimizer state): P Ψ + G Ψ + K Ψ / N
+        stage 2 (P_os+g, + gradients):   P Ψ + (G + K) Ψ / N
+        stage 3 (P_os+g+p, + weights):   (P + G + K) Ψ / N
+
+    Args:
+        num_params: Ψ, the number of parameters (> 0; a float allows 7.5e9).
+        world_size: N, data-parallel ranks (>= 1).
+        stage: 0, 1, 2 or 3.
+        recipe: a :data:`RECIPES` name or a :class:`StateRecipe`.
+
+    Returns:
+        A :class:`ModelStateBytes` for one rank.
+
+    Raises:
+        ValueError: for ``num_params <= 0``, ``world_size < 1``, a stage outside 0-3 or an
+            unknown recipe name.
+    """
+    if not num_params > 0:
+        raise ValueError(f"num_params must be > 0, got {num_params}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    r = _recipe(recipe)
+    n = float(world_size)
+    psi = float(num_params)
+    return ModelStateBytes(
+        num_params=psi, world_size=world_size, stage=stage, recipe=r,
+        params=r.param_bytes * psi / (n if stage >= 3 else 1.0),
+        grads=r.grad_bytes * psi / (n if stage >= 2 else 1.0),
+        optimizer=r.optimizer_bytes * psi / (n if stage >= 1 else 1.0),
+    )
+
+
+def zero_table(num_params: float, world_size: int,
+               recipe: str | StateRecipe = "mixed_adam") -> list[ModelStateBytes]:
+    """Stages 0-3 side by side (the ZeRO paper's Figure 1 is ``zero_table(7.5e9, 64)``)."""
+    return [zero_model_states(num_params, world_size, s, recipe) for s in range(4)]
+
+
+# --- parameters and optimizer state, counted from live objects -------------------------
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    return (str(t.device), t.untyped_storage().data_ptr())
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # tensors without a plain storage
+        return t.numel() * t.element_size()
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameter totals of a module (shared/tied parameters counted once)."""
+
+    total: int
+    trainable: int
+    total_bytes: int
+    trainable_bytes: int
+
+    @property
+    def trainable_fraction(self) -> float:
+        """Trainable over all parameters (LoRA's headline number)."""
+        return self.trainable / self.total if self.total else 0.0
+
+
+def count_parameters(module: nn.Module) -> ParamCount:
+    """Count a module's parameters and those with ``requires_grad``.
+
+    Raises:
+        TypeError: if ``module`` is not an ``nn.Module``.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    params = list(module.parameters())  # parameters() already de-duplicates tied weights
+    train = [p for p in params if p.requires_grad]
+    return ParamCount(
+        total=sum(p.numel() for p in params),
+        trainable=sum(p.numel() for p in train),
+        total_bytes=sum(p.numel() * p.element_size() for p in params),
+        trainable_bytes=sum(p.numel() * p.element_size() for p in train),
+    )
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (unique storages; step counters too).
+
+    Raises:
+        TypeError: if ``optimizer`` has no ``state`` mapping.
+    """
+    state = getattr(optimizer, "state", None)
+    if not hasattr(state, "values"):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    seen: dict[tuple[str, int], int] = {}
+    for s in state.values():
+        for v in s.values():
+            if isinstance(v, torch.Tensor):
+                seen.setdefault(_storage_key(v), _nbytes(v))
+    return sum(seen.values())

@@ -1,0 +1,135 @@
+"""What autograd saves for backward, counted exactly: :class:`SavedTensorMeter`.
+
+Every tensor an op saves for backward passes through the pack hook of
+``torch.autograd.graph.saved_tensors_hooks``; the meter counts each unique storage once,
+so views (``q``, ``k``, ``v`` sliced from one projection) are not counted three times.
+
+Usage::
+
+    with SavedTensorMeter(model) as meter:
+        loss = model(x).sum()
+    print(meter.report().activation_bytes)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from perfkit.memory.model_states import _storage_key
+
+__all__ = ["SavedTensorMeter", "SavedTensorReport"]
+
+
+@dataclass(frozen=True)
+class SavedTensorReport:
+    """Bytes autograd saved for backward, by unique storage.
+
+    Attributes:
+        activation_bytes: storages that are neither parameters/buffers nor given inputs.
+        parameter_bytes: parameter and buffer storages that ops saved (e.g. a Linear's
+            weight); they exist anyway, so they are not extra memory.
+        input_bytes: storages of the tensors passed as ``inputs``.
+        n_packed: how many times autograd saved a tensor (views of one storage included).
+        n_storages: distinct storages among them.
+        activation_bytes_by_dtype: ``activation_bytes`` split by dtype name.
+    """
+
+    activation_bytes: int
+    parameter_bytes: int
+    input_bytes: int
+    n_packed: int
+    n_storages: int
+    activation_bytes_by_dtype: dict[str, int] = field(default_factory=dict)
+
+
+class SavedTensorMeter:
+    """Count the exact bytes autograd keeps for backward while the context is open.
+
+    Every tensor an op saves for backward passes through the pack hook of
+    ``torch.autograd.graph.saved_tensors_hooks``. Views share storage (``q``, ``k``, ``v``
+    are slices of one projection), so bytes are counted per *unique storage*, at the
+    storage's full size, which is what stays allocated. Parameters and inputs are saved
+    too (a matmul keeps its weight); they are reported apart from activations.
+
+    Inside the context the meter holds a reference to each saved storage so that
+    addresses cannot be reused and double counted; leaving the context drops them.
+    An inner ``saved_tensors_hooks`` (non-reentrant checkpointing, ``save_on_cpu``)
+    takes precedence over this one for the tensors saved inside it, which is what
+    makes checkpointed activations disappear from the count.
+
+    Example::
+
+        with SavedTensorMeter(model) as meter:
+            loss = model(x).sum()
+        print(meter.report().activation_bytes)
+        loss.backward()
+    """
+
+    def __init__(self, params: nn.Module | Iterable[torch.Tensor] | None = None,
+                 inputs: Iterable[torch.Tensor] = ()) -> None:
+        """Args:
+            params: a module (its parameters and buffers) or tensors to report as
+                parameters; ``None`` reports everything as activations or inputs.
+            inputs: tensors to report as inputs (e.g. the batch).
+
+        Raises:
+            TypeError: if ``params`` or ``inputs`` holds something other than tensors.
+        """
+        if isinstance(params, nn.Module):
+            tensors = [*params.parameters(), *params.buffers()]
+        else:
+            tensors = list(params or [])
+        self._param_keys = {_storage_key(_tensor(t, "params")) for t in tensors}
+        self._input_keys = {_storage_key(_tensor(t, "inputs")) for t in inputs}
+        self._saved: dict[tuple[str, int], tuple[torch.UntypedStorage, str]] = {}
+        self._n_packed = 0
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        self._n_packed += 1
+        key = _storage_key(t)
+        if key not in self._saved:
+            self._saved[key] = (t.untyped_storage(), str(t.dtype).removeprefix("torch."))
+        return t
+
+    def __enter__(self) -> SavedTensorMeter:
+        self._saved.clear()
+        self._n_packed = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._hooks is not None
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+        self._report = self._make_report()
+        self._saved.clear()  # drop the storage references; the graph keeps what it needs
+
+    def _make_report(self) -> SavedTensorReport:
+        act = par = inp = 0
+        by_dtype: dict[str, int] = {}
+        for key, (storage, dtype) in self._saved.items():
+            n = storage.nbytes()
+            if key in self._param_keys:
+                par += n
+            elif key in self._input_keys:
+                inp += n
+            else:
+                act += n
+                by_dtype[dtype] = by_dtype.get(dtype, 0) + n
+        return SavedTensorReport(act, par, inp, self._n_packed, len(self._saved), by_dtype)
+
+    def report(self) -> SavedTensorReport:
+        """The counts so far (inside the context) or of the whole context (after it)."""
+        return self._make_report() if self._hooks is not None else self._report
+
+
+def _tensor(t: object, name: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must hold tensors, got {type(t).__name__}")
+    return t

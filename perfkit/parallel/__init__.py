@@ -1,0 +1,35 @@
+"""Parallelism (modules 02 and 05): data parallelism from scratch and ZeRO around torch.optim.
+
+NaiveDP, BucketedDP and OverlappedDP build DDP's gradient all-reduce step by step;
+ZeroOneOptimizer shards any torch.optim optimizer's state across ranks (ZeRO stage 1).
+
+Usage::
+
+    opt = ZeroOneOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)
+    loss.backward(); opt.step(); opt.zero_grad()
+    full = opt.consolidated_state_dict()   # collective
+"""
+
+from perfkit.parallel.data_parallel import (
+    BucketedDP,
+    NaiveDP,
+    OverlappedDP,
+    assign_buckets,
+)
+from perfkit.parallel.zero1 import (
+    ZeroOneOptimizer,
+    all_gather_flat,
+    reduce_scatter_flat,
+    shard_range,
+)
+
+__all__ = [
+    "all_gather_flat",
+    "assign_buckets",
+    "BucketedDP",
+    "NaiveDP",
+    "OverlappedDP",
+    "reduce_scatter_flat",
+    "shard_range",
+    "ZeroOneOptimizer",
+]

@@ -1,0 +1,393 @@
+"""Per-phase step timing and memory peaks for a training loop; monitors return records.
+
+``StepMonitor`` times named phases (data, forward, backward, optimizer, communication, or
+any name you choose) inside every step and summarises them as mean/std/p50/p95/p99 and
+each phase's share of the step, plus samples/s and tokens/s. It follows torchtitan's
+metrics split: the monitor measures and returns a plain record; printing and plotting
+(:mod:`perfkit.viz.profiling`) consume it.
+
+On the CPU a phase is two ``time.perf_counter`` reads. On CUDA it is two
+``torch.cuda.Event`` records on the current stream, resolved lazily: the hot path never
+synchronises, events are read once they have completed (``Event.query``) or when
+:meth:`StepMonitor.summary` is called. CUDA phase times are therefore intervals of the
+*GPU stream's* timeline; a phase with no GPU work (waiting for the DataLoader) shows up as
+the time the stream sat between its two events, which is the GPU idle time it caused.
+
+Usage::
+
+    mon = StepMonitor(warmup=2)
+    for x, y in loader:
+        with mon.phase("forward"):
+            loss = model(x).sum()
+        ...
+        mon.step(samples=len(x))
+    print(mon.summary().shares())
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from perfkit.timing import Measurement, resolve_device, synchronize
+
+__all__ = ["PHASES", "MemoryMonitor", "MemoryRecord", "PhaseStats", "StepMonitor",
+           "StepSummary"]
+
+PHASES = ("data", "forward", "backward", "optimizer", "communication")
+_RESERVED = ("step", "other")  # names the summary uses for the whole step and the rest
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """Seconds one phase took per step (0 in steps where it did not run).
+
+    ``share`` is the phase's mean over the mean step time. ``parent`` names the phase it
+    was nested in (``None`` at top level); nested time is also inside the parent's time.
+    """
+
+    name: str
+    mean_s: float
+    std_s: float
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    share: float
+    parent: str | None = None
+
+    @classmethod
+    def of(cls, name: str, times: list[float], step_mean_s: float,
+           parent: str | None = None) -> PhaseStats:
+        m = Measurement(times_s=tuple(times), warmup=0)
+        share = m.mean_s / step_mean_s if step_mean_s > 0 else 0.0
+        return cls(name, m.mean_s, m.std_s, m.median_s, m.quantile(0.95), m.quantile(0.99),
+                   share, parent)
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """What :meth:`StepMonitor.summary` returns: plain data, safe to pickle or JSON-dump.
+
+    ``phases`` holds every phase in first-seen order and, last, ``other``: step time
+    outside all top-level phases (Python overhead, logging, untimed work).
+    """
+
+    steps: int
+    step: PhaseStats
+    phases: dict[str, PhaseStats]
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> PhaseStats:
+        """The stats of phase ``name``; ``"step"`` gives the whole step.
+
+        Raises:
+            KeyError: naming the phases this summary knows.
+        """
+        if name == "step":
+            return self.step
+        if name not in self.phases:
+            raise KeyError(f"unknown phase {name!r}; this summary has "
+                           f"{['step', *self.phases]}")
+        return self.phases[name]
+
+    def share(self, name: str) -> float:
+        """Share of the mean step spent in ``name`` (0.25 = 25 %); see :meth:`__getitem__`."""
+        return self[name].share
+
+    def shares(self, top_level: bool = True) -> dict[str, float]:
+        """Phase -> share of the step; with ``top_level`` they (and ``other``) sum to 1."""
+        return {k: p.share for k, p in self.phases.items()
+                if not (top_level and p.parent is not None)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of everything in the record."""
+        return {"steps": self.steps, "device": self.device, "step": asdict(self.step),
+                "phases": {k: asdict(v) for k, v in self.phases.items()},
+                "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
+                **self.extra}
+
+
+class _Phase:
+    """Context manager for one phase name; reused, since a name cannot be open twice."""
+
+    __slots__ = ("mon", "name", "start", "parent", "_rf")
+
+    def __init__(self, mon: StepMonitor, name: str) -> None:
+        self.mon, self.name, self.start, self.parent = mon, name, None, None
+        self._rf: Any = None
+
+    def __enter__(self) -> _Phase:
+        mon = self.mon
+        if self.start is not None:
+            raise ValueError(f"phase {self.name!r} is already open; nested phases need "
+                             "distinct names")
+        self.parent = mon._open[-1].name if mon._open else None
+        mon._open.append(self)
+        if mon._annotate:
+            self._rf = torch.profiler.record_function(f"phase:{self.name}")
+            self._rf.__enter__()
+        if mon._step_start is None:
+            mon._step_start = mon._mark()
+        self.start = mon._mark()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        mon = self.mon
+        mon._current.append((self.name, self.parent, self.start, mon._mark()))
+        if mon._annotate:
+            self._rf.__exit__(*exc)
+        mon._open.pop()
+        self.start = None
+
+
+class StepMonitor:
+    """Times the phases of each training step; :meth:`summary` returns a :class:`StepSummary`.
+
+    Args:
+        device: where the step runs; CUDA uses events (no synchronisation in the loop),
+            the CPU uses ``perf_counter``. ``None``: CUDA if present, else CPU.
+        warmup: leading steps left out of the summary (compilation, allocator growth, the
+            DataLoader's first batches).
+        phases: if given, the only phase names allowed (a typo then raises instead of
+            silently creating a new phase). By default any name is allowed.
+        annotate: also open ``torch.profiler.record_function("phase:NAME")`` around each
+            phase, so a profiler trace of the same run carries the phases
+            (:func:`perfkit.profiling.trace_breakdown` reads them). Costs a few µs a phase.
+
+    Behaviour worth knowing: a phase run several times in one step is summed; a step's
+    time runs from the previous :meth:`step` call (the first phase for the first step)
+    to this one; nested phases must have distinct names.
+    """
+
+    def __init__(self, device: torch.device | str | None = None, warmup: int = 0,
+                 phases: tuple[str, ...] | None = None, annotate: bool = False) -> None:
+        if not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        self.device = resolve_device(device)
+        self.warmup = warmup
+        self._allowed = None if phases is None else tuple(self._check_name(p) for p in phases)
+        self._annotate = annotate
+        self._cuda = self.device.type == "cuda"
+        self._mark: Callable[[], Any] = self._cuda_mark if self._cuda else time.perf_counter
+        self._ctx: dict[str, _Phase] = {}
+        self.reset()
+
+    def _cuda_mark(self) -> torch.cuda.Event:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    @staticmethod
+    def _check_name(name: object) -> str:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"phase name must be a non-empty str, got {name!r}")
+        if name in _RESERVED:
+            raise ValueError(f"phase name {name!r} is reserved (reserved: {_RESERVED})")
+        return name
+
+    def reset(self) -> None:
+        """Forget every recorded step.
+
+        Raises:
+            RuntimeError: if a phase is open.
+        """
+        if getattr(self, "_open", None):
+            raise RuntimeError(f"cannot reset while phase {self._open[-1].name!r} is open")
+        self._open: list[_Phase] = []
+        self._current: list[tuple[str, str | None, Any, Any]] = []
+        self._step_start: Any = None
+        # (start mark, end mark, [(name, parent, start, end)], samples, tokens)
+        self._pending: deque[tuple[Any, Any, list, int, int]] = deque()
+        self._done: list[tuple[float, dict[str, float], dict[str, str | None], int, int]] = []
+
+    def phase(self, name: str) -> _Phase:
+        """Context manager timing ``name`` inside the current step.
+
+        Raises:
+            TypeError: if ``name`` is not a non-empty string.
+            ValueError: for a reserved name (``step``, ``other``), a name outside
+                ``phases`` when they were given, or (on entry) a phase nested in itself.
+        """
+        ctx = self._ctx.get(name)
+        if ctx is None:  # first use of this name: validate once, then reuse the object
+            self._check_name(name)
+            if self._allowed is not None and name not in self._allowed:
+                raise ValueError(f"unknown phase {name!r}; allowed phases: {self._allowed}")
+            ctx = self._ctx[name] = _Phase(self, name)
+        return ctx
+
+    def step(self, samples: int = 0, tokens: int = 0) -> None:
+        """End the current step; ``samples``/``tokens`` it processed feed the throughput.
+
+        Raises:
+            RuntimeError: if a phase is still open.
+        """
+        if self._open:
+            raise RuntimeError(f"step() called while phase {self._open[-1].name!r} is open")
+        end = self._mark()
+        start = self._step_start if self._step_start is not None else end
+        self._pending.append((start, end, self._current, samples, tokens))
+        self._current, self._step_start = [], end
+        if self._cuda:  # read finished steps now so that pending events stay few
+            self._resolve(block=False)
+
+    def _elapsed(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) / 1e3 if self._cuda else b - a
+
+    def _resolve(self, block: bool) -> None:
+        """Turn pending marks into seconds; without ``block`` only steps already finished."""
+        while self._pending:
+            start, end, marks, samples, tokens = self._pending[0]
+            if not block and not end.query():
+                return  # the GPU has not reached this step's end yet; read it later
+            if block and self._cuda:
+                end.synchronize()
+            times: dict[str, float] = {}
+            parents: dict[str, str | None] = {}
+            for name, parent, a, b in marks:
+                times[name] = times.get(name, 0.0) + self._elapsed(a, b)
+                parents.setdefault(name, parent)
+            self._done.append((self._elapsed(start, end), times, parents, samples, tokens))
+            self._pending.popleft()
+
+    @property
+    def steps(self) -> int:
+        """Steps recorded so far, warm-up included."""
+        return len(self._done) + len(self._pending)
+
+    def summary(self) -> StepSummary:
+        """Statistics over the steps after ``warmup``; synchronises on CUDA.
+
+        Raises:
+            RuntimeError: before any step past the warm-up has ended (no data yet).
+        """
+        self._resolve(block=True)
+        done = self._done[self.warmup:]
+        if not done:
+            raise RuntimeError(f"summary() needs at least one completed step after "
+                               f"warmup={self.warmup}; {len(self._done)} recorded. Call "
+                               "step() at the end of every training step.")
+        step_times = [d[0] for d in done]
+        step_mean = sum(step_times) / len(step_times)
+        names: dict[str, str | None] = {}
+        for _, _, parents, _, _ in done:
+            for n, p in parents.items():
+                names.setdefault(n, p)
+        names = {n: names[n] for n in self._ctx if n in names}  # order of first use
+        phases = {n: PhaseStats.of(n, [d[1].get(n, 0.0) for d in done], step_mean, p)
+                  for n, p in names.items()}
+        other = [max(0.0, s - sum(t for n, t in times.items() if parents[n] is None))
+                 for s, times, parents, _, _ in done]
+        phases["other"] = PhaseStats.of("other", other, step_mean)
+        total_s = sum(step_times)
+        samples, tokens = sum(d[3] for d in done), sum(d[4] for d in done)
+        return StepSummary(
+            steps=len(done), step=PhaseStats.of("step", step_times, step_mean),
+            phases=phases, samples_per_s=samples / total_s if samples and total_s else None,
+            tokens_per_s=tokens / total_s if tokens and total_s else None,
+            device=str(self.device))
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """Memory over a monitored region, in bytes.
+
+    ``kind`` is ``"cuda_allocator"`` (tensors allocated by PyTorch's caching allocator;
+    ``reserved`` is what it holds from the driver) or ``"process_rss"`` (resident set size
+    of the whole process, sampled every ``interval_s``: short spikes can be missed).
+    """
+
+    kind: str
+    baseline_bytes: int
+    peak_bytes: int
+    current_bytes: int
+    reserved_peak_bytes: int | None = None
+
+    @property
+    def peak_increase_bytes(self) -> int:
+        """Peak above the level at the start of the region."""
+        return self.peak_bytes - self.baseline_bytes
+
+
+class MemoryMonitor:
+    """Peak memory of a region: CUDA allocator statistics, or the process RSS on CPU.
+
+    Usage::
+
+        with MemoryMonitor() as mm:
+            train_steps(wl, 10)
+        print(mm.record().peak_bytes)
+
+    Args:
+        device: CUDA device (allocator stats) or CPU (RSS). ``None``: CUDA if present.
+        interval_s: RSS sampling period on the CPU (a background thread).
+    """
+
+    def __init__(self, device: torch.device | str | None = None,
+                 interval_s: float = 0.005) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.device = resolve_device(device)
+        self.interval_s = interval_s
+        self._baseline: int | None = None
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _rss(self) -> int:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._peak = max(self._peak, self._rss())
+
+    def __enter__(self) -> MemoryMonitor:
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._baseline = torch.cuda.memory_allocated(self.device)
+        else:
+            self._baseline = self._peak = self._rss()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self._peak = max(self._peak, self._rss())
+
+    def record(self) -> MemoryRecord:
+        """The region's memory so far (callable inside or after the ``with`` block).
+
+        Raises:
+            RuntimeError: if the monitor was never entered.
+        """
+        if self._baseline is None:
+            raise RuntimeError("MemoryMonitor.record() before entering `with MemoryMonitor()`")
+        if self.device.type == "cuda":
+            synchronize(self.device)
+            return MemoryRecord("cuda_allocator", self._baseline,
+                                torch.cuda.max_memory_allocated(self.device),
+                                torch.cuda.memory_allocated(self.device),
+                                torch.cuda.max_memory_reserved(self.device))
+        current = self._rss()
+        self._peak = max(self._peak, current)
+        return MemoryRecord("process_rss", self._baseline, self._peak, current)

@@ -1,0 +1,118 @@
+"""perfkit's layout: wings named after the syllabus, dependencies pointing one way.
+
+The base (``timing``, ``hw``, ``dist``, ``models``) is used by every wing; the topic wings
+(``profiling``, ``comm``, ``parallel``, ``compress``, ``memory``, ``compute``, ``data``)
+may use the base and each other without cycles; ``viz``, ``workers`` and ``cli`` sit on
+top and nothing below imports them. Only ``viz`` imports matplotlib or ipywidgets.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import perfkit
+
+ROOT = Path(perfkit.__file__).parent
+BASE = {"timing", "hw", "dist", "models"}
+TOP = {"viz", "workers", "cli", "__main__"}
+MAX_LINES = 420  # "no module grows past ~400 lines"
+
+
+def modules():
+    return sorted(p for p in ROOT.rglob("*.py"))
+
+
+def wing_of(name: str) -> str:
+    return name.split(".")[1] if name.count(".") else ""
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every perfkit module or wing ``path`` imports, at any depth (lazy imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perfkit"):
+            found.add(node.module)
+            if node.module == "perfkit":
+                found.update(f"perfkit.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("perfkit."))
+    return found
+
+
+def wing_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for p in modules():
+        rel = p.relative_to(ROOT).with_suffix("")
+        wing = rel.parts[0]
+        deps = {wing_of(m) for m in imports_of(p)} - {"", wing, "__version__"}
+        graph.setdefault(wing, set()).update(deps)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path + [node, nxt]
+            if nxt not in state and (c := visit(nxt, path + [node])):
+                return c
+        state[node] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (c := visit(n, [])):
+            return c
+    return None
+
+
+def test_the_wings_are_the_syllabus_topics():
+    wings = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert wings == {"profiling", "comm", "parallel", "compress", "memory", "compute", "data",
+                     "viz", "workers"}
+
+
+def test_wing_dependencies_have_no_cycle():
+    assert find_cycle(wing_graph()) is None, f"import cycle between wings: {find_cycle(wing_graph())}"
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_nothing_below_imports_the_top_layers():
+    graph = wing_graph()
+    for wing, deps in graph.items():
+        if wing in TOP:
+            continue
+        assert not deps & TOP, f"perfkit.{wing} imports {sorted(deps & TOP)}: the layers on top"
+        if wing in BASE:
+            low = {"timing", "hw"} if wing in {"timing", "hw"} else BASE
+            assert deps <= low, f"base module perfkit.{wing} imports wings {sorted(deps - low)}"
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_is_small_and_plot_free(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_LINES, f"{path.name}: split it (over {MAX_LINES} lines)"
+    if path.relative_to(ROOT).parts[0] != "viz":
+        for lib in ("matplotlib", "ipywidgets"):
+            assert f"import {lib}" not in text and f"from {lib}" not in text, (
+                f"{path.name} imports {lib}: plots and widgets belong in perfkit.viz")
+
+
+@pytest.mark.parametrize("wing", ["profiling", "comm", "parallel", "compress", "memory", "compute",
+                                  "data"])
+def test_each_wing_reexports_its_modules_public_names(wing):
+    import importlib
+
+    pkg = importlib.import_module(f"perfkit.{wing}")
+    for p in sorted((ROOT / wing).glob("[!_]*.py")):
+        mod = importlib.import_module(f"perfkit.{wing}.{p.stem}")
+        for name in mod.__all__:
+            assert getattr(pkg, name) is getattr(mod, name), f"perfkit.{wing} lacks {name}"
+            assert name in pkg.__all__
