@@ -79,6 +79,39 @@ class GradeReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Mutant:
+    """A plausible wrong answer to one question, kept in ``tests/labs/mutants_labNN.py``.
+
+    ``code`` runs in the solution's namespace after its cells (redefining the answer,
+    or a helper it calls); then ``question``'s check must fail with a message matching the
+    regular expression ``expect``, which names the mistake.
+    """
+
+    question: str
+    mistake: str
+    code: str
+    expect: str
+
+
+@dataclass
+class MutantResult:
+    """How a question's check judged one mutant (``kind`` as in :class:`QuestionResult`)."""
+
+    mutant: Mutant
+    kind: str
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def caught(self) -> bool:
+        """Failed its question with a message that names the mistake."""
+        import re
+
+        return self.kind in ("AssertionError", "timeout") and bool(
+            re.search(self.mutant.expect, self.message))
+
+
 def require(ns: dict, name: str):
     """The student's ``name`` from the notebook namespace, or a failure that says why.
 
@@ -155,6 +188,32 @@ def load_checks(path: Path) -> ModuleType:
     return module
 
 
+def _run_worker(nb: Path, checks_path: Path, extra: list[str], budget: float
+                ) -> tuple[list[dict], str]:
+    """Run the worker process on ``nb``; return its records and why it stopped early, if it did."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.jsonl"
+        cmd = [sys.executable, "-m", "tools.grade", str(nb.resolve()),
+               "--worker", str(checks_path.resolve()), str(out), *extra]
+        env = {**os.environ, "PERFKIT_QUICK": "1", "MPLBACKEND": "Agg",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        error = ""
+        try:
+            log, _ = proc.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it launched
+            log, _ = proc.communicate()
+            error = f"grading stopped after {budget:.0f} s (the time limit)"
+        records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+        if proc.returncode not in (0, None) and not error and not any(
+                r["type"] == "done" for r in records):
+            tail = log.decode(errors="replace").strip().splitlines()[-5:]
+            error = "the grader's worker crashed: " + " | ".join(tail)
+    return records, error
+
+
 def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
           load_timeout_s: float = 300.0) -> GradeReport:
     """Run the notebook and its checks in a worker process; never raises for bad labs.
@@ -179,35 +238,54 @@ def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
         report.questions = [QuestionResult(n, "error", "notebook not found") for n in names]
         return report
     budget = load_timeout_s + sum(timeouts.get(n, DEFAULT_QUESTION_TIMEOUT_S) for n in names)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "results.jsonl"
-        cmd = [sys.executable, "-m", "tools.grade", str(nb.resolve()),
-               "--worker", str(checks_path.resolve()), str(out)]
-        env = {**os.environ, "PERFKIT_QUICK": "1", "MPLBACKEND": "Agg",
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            log, _ = proc.communicate(timeout=budget)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it launched
-            log, _ = proc.communicate()
-            report.error = f"grading stopped after {budget:.0f} s (the time limit)"
-        done = {}
-        for line in out.read_text().splitlines() if out.exists() else []:
-            rec = json.loads(line)
-            if rec["type"] == "cell_error":
-                report.cell_errors.append(rec["message"])
-            else:
-                done[rec["name"]] = QuestionResult(rec["name"], rec["kind"], rec["message"],
-                                                   rec["seconds"])
-        if proc.returncode not in (0, None) and not report.error and len(done) < len(names):
-            tail = log.decode(errors="replace").strip().splitlines()[-5:]
-            report.error = "the grader's worker crashed: " + " | ".join(tail)
-        for n in names:
-            report.questions.append(done.get(n) or QuestionResult(
-                n, "timeout", "not graded: the run was stopped before this question"))
+    records, report.error = _run_worker(nb, checks_path, [], budget)
+    for rec in records:
+        if rec["type"] == "cell_error":
+            report.cell_errors.append(rec["message"])
+    done = {r["name"]: QuestionResult(r["name"], r["kind"], r["message"], r["seconds"])
+            for r in records if r["type"] == "question"}
+    for n in names:
+        report.questions.append(done.get(n) or QuestionResult(
+            n, "timeout", "not graded: the run was stopped before this question"))
     return report
+
+
+def load_mutants(path: Path) -> list[Mutant]:
+    """The ``MUTANTS`` list of a ``mutants_labNN.py`` module."""
+    spec = importlib.util.spec_from_file_location(f"_mutants_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    mutants = getattr(module, "MUTANTS", None)
+    # by fields, not isinstance: the worker runs this module as __main__
+    fields = ("question", "mistake", "code", "expect")
+    if not isinstance(mutants, list) or not all(all(hasattr(m, f) for f in fields) for m in mutants):
+        raise ValueError(f"{path} must define MUTANTS, a list of tools.grade.Mutant")
+    return mutants
+
+
+def grade_mutants(notebook: str | os.PathLike, mutants: str | os.PathLike,
+                  checks: str | os.PathLike | None = None, load_timeout_s: float = 300.0
+                  ) -> list[MutantResult]:
+    """Run the solution's cells once, then each mutant against its question's check.
+
+    Every mutant runs in the worker process, in the namespace the cells left (restored
+    after each mutant), under its question's timeout, so one grading run covers a lab.
+    """
+    nb = Path(notebook)
+    checks_path = Path(checks) if checks else checks_for(nb)
+    module = load_checks(checks_path)
+    listed = load_mutants(Path(mutants))
+    unknown = sorted({m.question for m in listed} - set(module.QUESTIONS))
+    if unknown:
+        raise ValueError(f"mutants target unknown questions {unknown}; have {list(module.QUESTIONS)}")
+    timeouts = getattr(module, "TIMEOUT_S", {})
+    budget = load_timeout_s + sum(timeouts.get(m.question, DEFAULT_QUESTION_TIMEOUT_S) + 5
+                                  for m in listed)
+    records, error = _run_worker(nb, checks_path, ["--mutants", str(Path(mutants).resolve())], budget)
+    done = {r["index"]: r for r in records if r["type"] == "mutant"}
+    return [MutantResult(m, done[i]["kind"], done[i]["message"], done[i]["seconds"]) if i in done
+            else MutantResult(m, "not run", error or "the worker stopped before this mutant")
+            for i, m in enumerate(listed)]
 
 
 # --- worker side ------------------------------------------------------------------------
@@ -267,7 +345,25 @@ def _run_cells(nb_path: Path, ns: dict, emit) -> None:
                 emit({"type": "cell_error", "message": f"code cell {i + 1} raised {kind}: {msg}"})
 
 
-def worker(nb_path: Path, checks_path: Path, out_path: Path) -> None:
+def _judge(check, ns: dict, seconds: float) -> tuple[str, str, float]:
+    """Run one check under its timeout: (kind, message, seconds)."""
+    t0 = time.perf_counter()
+    try:
+        _alarm(seconds)
+        try:
+            check(ns)
+        finally:
+            _clear_alarm()
+        kind, msg = "passed", ""
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        kind, msg = _describe(e)
+    return kind, msg, round(time.perf_counter() - t0, 3)
+
+
+def worker(nb_path: Path, checks_path: Path, out_path: Path,
+           mutants_path: Path | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,21 +377,27 @@ def worker(nb_path: Path, checks_path: Path, out_path: Path) -> None:
     timeouts = getattr(module, "TIMEOUT_S", {})
     ns: dict = {"__name__": "__lab__"}
     _run_cells(nb_path, ns, emit)
-    for name, check in module.QUESTIONS.items():
-        t0 = time.perf_counter()
-        try:
-            _alarm(timeouts.get(name, DEFAULT_QUESTION_TIMEOUT_S))
+    if mutants_path is None:
+        for name, check in module.QUESTIONS.items():
+            kind, msg, sec = _judge(check, ns, timeouts.get(name, DEFAULT_QUESTION_TIMEOUT_S))
+            emit({"type": "question", "name": name, "kind": kind, "message": msg, "seconds": sec})
+    else:
+        import textwrap
+
+        for i, m in enumerate(load_mutants(mutants_path)):
+            saved = dict(ns)
             try:
-                check(ns)
+                exec(compile(textwrap.dedent(m.code), f"<mutant {m.mistake}>", "exec"), ns)
+                kind, msg, sec = _judge(module.QUESTIONS[m.question], ns,
+                                        timeouts.get(m.question, DEFAULT_QUESTION_TIMEOUT_S))
+            except Exception as e:  # the mutant's own code does not run
+                (kind, msg), sec = _describe(e), 0.0
+                kind = "broken mutant"
             finally:
-                _clear_alarm()
-            kind, msg = "passed", ""
-        except BaseException as e:  # noqa: BLE001
-            if isinstance(e, (KeyboardInterrupt, SystemExit)):
-                raise
-            kind, msg = _describe(e)
-        emit({"type": "question", "name": name, "kind": kind, "message": msg,
-              "seconds": round(time.perf_counter() - t0, 3)})
+                ns.clear()
+                ns.update(saved)
+            emit({"type": "mutant", "index": i, "kind": kind, "message": msg, "seconds": sec})
+    emit({"type": "done"})
     out.close()
 
 
@@ -305,9 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checks", help="checks module (default: tests/labs/checks_labNN.py)")
     ap.add_argument("--json", help="also write the report as JSON to this path")
     ap.add_argument("--worker", nargs=2, metavar=("CHECKS", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--mutants", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        worker(Path(args.notebook), Path(args.worker[0]), Path(args.worker[1]))
+        worker(Path(args.notebook), Path(args.worker[0]), Path(args.worker[1]),
+               Path(args.mutants) if args.mutants else None)
         sys.stdout.flush()
         os._exit(0)  # skip interpreter teardown: threads a student started must not hang us
     report = grade(args.notebook, args.checks)

@@ -1,0 +1,47 @@
+"""Every lab question rejects plausible wrong answers, with a message that names the mistake.
+
+``tests/labs/mutants_labNN.py`` lists, for every graded question, at least three wrong
+answers a student could hand in (``tools.grade.Mutant``). One grading run per lab executes
+the solution's cells, then each mutant against its question's check: the check must fail
+(an AssertionError, or a timeout for an answer that never returns) with a message matching
+the mutant's ``expect`` pattern. The solution itself passing is tested in test_labs.py.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tools.grade import grade_mutants, load_checks, load_mutants
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("lab*.ipynb"))
+MIN_MUTANTS = 3
+
+
+def mutants_file(solution: Path) -> Path:
+    return HERE / f"mutants_{solution.name.split('_', 1)[0]}.py"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_question_has_mutants(solution):
+    path = mutants_file(solution)
+    assert path.exists(), f"no {path.name}: write wrong answers for every question"
+    questions = load_checks(HERE / f"checks_{solution.name.split('_', 1)[0]}.py").QUESTIONS
+    counts = {q: 0 for q in questions}
+    for m in load_mutants(path):
+        counts[m.question] += 1
+    few = {q: n for q, n in counts.items() if n < MIN_MUTANTS}
+    assert not few, f"questions with fewer than {MIN_MUTANTS} mutants: {few}"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_mutant_fails_its_question_naming_the_mistake(solution):
+    path = mutants_file(solution)
+    if not path.exists():
+        pytest.skip(f"no {path.name}")
+    results = grade_mutants(solution, path)
+    missed = [f"{r.mutant.question} / {r.mutant.mistake}: {r.kind}: {r.message[:300]!r} "
+              f"(expected a failure matching {r.mutant.expect!r})"
+              for r in results if not r.caught]
+    assert not missed, "mutants not caught:\n" + "\n".join(missed)
