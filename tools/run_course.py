@@ -7,7 +7,9 @@ Each notebook runs with papermill into ``build/notebooks/`` (``QUICK`` injected 
 parameter), then nbconvert renders an HTML page beside it. One failing notebook is
 reported with the cell that failed and does not stop the others. The summary table lists
 every notebook's status, seconds and the headline figures it measured (the cells that
-call ``perfkit.viz.show_headlines``).
+call ``perfkit.viz.show_headlines``); the scorecard after it counts the predictions that
+held (``perfkit.viz.show_verdict``) and lists the others. Each kernel's stderr (ipykernel's
+warnings, the profiler's C++ lines) goes to ``NAME.stderr.log`` beside the executed notebook.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_MIME = "application/vnd.perfkit.headline+json"  # = perfkit.viz.HEADLINE_MIME
+VERDICT_MIME = "application/vnd.perfkit.verdict+json"  # = perfkit.viz.VERDICT_MIME
 
 
 @dataclass
@@ -32,6 +35,14 @@ class NotebookRun:
     seconds: float
     headlines: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    verdicts: list[dict] = field(default_factory=list)  # perfkit.verdict.Verdict.record()s
+
+    def tally(self) -> dict[str, int]:
+        """How many predictions held, missed, or were inconclusive."""
+        out = {"held": 0, "missed": 0, "inconclusive": 0}
+        for v in self.verdicts:
+            out[v["outcome"]] = out.get(v["outcome"], 0) + 1
+        return out
 
 
 def headlines_of(nb) -> dict[str, str]:
@@ -43,6 +54,12 @@ def headlines_of(nb) -> dict[str, str]:
             if HEADLINE_MIME in data:
                 found.update(data[HEADLINE_MIME])
     return found
+
+
+def verdicts_of(nb) -> list[dict]:
+    """Verdict records stored by ``perfkit.viz.show_verdict`` in an executed notebook."""
+    return [out["data"][VERDICT_MIME] for cell in nb.cells for out in cell.get("outputs", [])
+            if VERDICT_MIME in out.get("data", {})]
 
 
 def _failure(exc: Exception) -> str:
@@ -92,7 +109,9 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         error = _failure(e)
     seconds = time.perf_counter() - t0
-    heads = headlines_of(nbformat.read(out, as_version=4)) if out.exists() else {}
+    done = nbformat.read(out, as_version=4) if out.exists() else None
+    heads = headlines_of(done) if done else {}
+    verdicts = verdicts_of(done) if done else []
     if html and out.exists():
         from nbconvert import HTMLExporter
 
@@ -101,7 +120,7 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
     status = "failed" if error else ("too slow" if seconds > time_limit_s else "ok")
     if status == "too slow":
         error = f"took {seconds:.0f} s, over the {time_limit_s:.0f} s budget"
-    return NotebookRun(src.stem, status, seconds, heads, error)
+    return NotebookRun(src.stem, status, seconds, heads, error, verdicts)
 
 
 def summary_table(runs: list[NotebookRun]) -> str:
@@ -114,6 +133,24 @@ def summary_table(runs: list[NotebookRun]) -> str:
     w = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}  {d}" for a, b, c, d in rows]
     lines.insert(1, "-" * min(120, max(len(x) for x in lines)))
+    return "\n".join(lines)
+
+
+def scorecard(runs: list[NotebookRun]) -> str:
+    """Predictions held per notebook, then every one that missed or was inconclusive."""
+    lines = ["predictions (held / recorded; missed, inconclusive)"]
+    for r in runs:
+        t = r.tally()
+        n = sum(t.values())
+        lines.append(f"  {r.name:<28} {t['held']:>2} / {n:<2}" + (
+            f"  {t['missed']} missed, {t['inconclusive']} inconclusive" if n else "  (none recorded)"))
+    total = [sum(r.tally()[k] for r in runs) for k in ("held", "missed", "inconclusive")]
+    lines.append(f"  {'all notebooks':<28} {total[0]:>2} / {sum(total):<2}  {total[1]} missed, "
+                 f"{total[2]} inconclusive")
+    off = [(r.name, v) for r in runs for v in r.verdicts if v["outcome"] != "held"]
+    if off:
+        lines.append("not held:")
+        lines += [f"  {name}: [{v['outcome']}] {v['text'].replace('**', '')}" for name, v in off]
     return "\n".join(lines)
 
 
@@ -149,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r.seconds for r in runs)
     print()
     print(summary_table(runs))
+    print()
+    print(scorecard(runs))
     print(f"\n{len(runs)} notebooks in {total:.0f} s ({'QUICK' if args.quick else 'default'} "
           f"sizes); executed notebooks and HTML in {out_dir}")
     (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))

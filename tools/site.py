@@ -199,6 +199,13 @@ def index_page(modules: list[Module], on_site: set[str], runs: dict[str, dict],
         figures = (runs.get(mod.notebook) or {}).get("headlines") or {}
         figure_list = "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>"
                               for k, v in figures.items()) if mod.notebook in on_site else ""
+        verdicts = (runs.get(mod.notebook) or {}).get("verdicts") or []
+        if verdicts and mod.notebook in on_site:
+            held = sum(v["outcome"] == "held" for v in verdicts)
+            figure_list += (f'<li class="scorecard">predictions held: {held} of {len(verdicts)}'
+                            + "".join(f"<br><small>{html.escape(v['outcome'])}: "
+                                      f"{html.escape(v['prediction']['what'])}</small>"
+                                      for v in verdicts if v["outcome"] != "held") + "</li>")
         pre = f"<br><small>Prerequisites: {html.escape(mod.prerequisites)}</small>" \
             if mod.prerequisites else ""
         status = _status_cell(mod, runs.get(mod.notebook), mod.notebook in on_site,

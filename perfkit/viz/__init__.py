@@ -25,6 +25,7 @@ from perfkit.viz.compute import (
 )
 from perfkit.viz.core import (
     HEADLINE_MIME,
+    VERDICT_MIME,
     Choice,
     FloatControl,
     IntControl,
@@ -34,6 +35,7 @@ from perfkit.viz.core import (
     plot_roofline,
     roofline_widget,
     show_headlines,
+    show_verdict,
     si,
 )
 from perfkit.viz.data import loader_widget, plot_loader_sweep, plot_overlap
@@ -57,6 +59,8 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "VERDICT_MIME",
+    "show_verdict",
     "compute_widget",
     "plot_attention_sweep",
     "plot_break_even",

@@ -25,6 +25,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit.verdict import Verdict
+
 __all__ = [
     "Choice",
     "FloatControl",
@@ -40,6 +42,7 @@ __all__ = [
 ]
 
 HEADLINE_MIME = "application/vnd.perfkit.headline+json"
+VERDICT_MIME = "application/vnd.perfkit.verdict+json"
 
 
 def si(value: float, unit: str = "", digits: int = 3) -> str:
@@ -71,6 +74,23 @@ def show_headlines(figures: dict[str, str]) -> None:
     display({HEADLINE_MIME: json.loads(json.dumps(figures)),
              "text/html": f"<table>{rows}</table>",
              "text/plain": "\n".join(f"{k}: {v}" for k, v in figures.items())}, raw=True)
+
+
+def show_verdict(verdict: Verdict) -> Verdict:
+    """Display a computed :class:`perfkit.verdict.Verdict` as Markdown, and record it.
+
+    The record goes under :data:`VERDICT_MIME` into the executed notebook, where
+    ``make course`` counts the predictions that held (its scorecard). Returns ``verdict``.
+    """
+    from IPython.display import display
+
+    if not isinstance(verdict, Verdict):
+        raise TypeError(f"verdict must be a perfkit.verdict.Verdict, got {type(verdict).__name__}")
+    mark = {"held": "✅", "missed": "❌", "inconclusive": "❔"}[verdict.outcome]
+    display({VERDICT_MIME: json.loads(json.dumps(verdict.record())),
+             "text/markdown": f"{mark} {verdict.text}",
+             "text/plain": f"[{verdict.outcome}] {verdict.text}".replace("**", "")}, raw=True)
+    return verdict
 
 
 # --- widget specs -----------------------------------------------------------------------

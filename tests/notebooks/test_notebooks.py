@@ -80,3 +80,18 @@ def test_course_runner_reports_a_failure_without_hiding_the_others(tmp_path):
     assert "ValueError: planted failure" in out.stdout
     assert "answer: 42 units" in out.stdout and "01_good" in out.stdout
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+def test_course_summary_prints_the_scorecard():
+    from tools.run_course import NotebookRun, scorecard
+
+    rec = lambda outcome, what: {"outcome": outcome, "text": f"**Prediction** {what}: {outcome}",  # noqa: E731
+                                 "prediction": {"what": what}}
+    runs = [NotebookRun("00_a", "ok", 1.0, verdicts=[rec("held", "x"), rec("missed", "copy")]),
+            NotebookRun("01_b", "ok", 1.0, verdicts=[rec("inconclusive", "overlap")]),
+            NotebookRun("02_c", "ok", 1.0)]
+    text = scorecard(runs)
+    assert "00_a" in text and " 1 / 2   1 missed, 0 inconclusive" in text
+    assert "(none recorded)" in text and " 1 / 3   1 missed, 1 inconclusive" in text
+    assert "00_a: [missed] Prediction copy: missed" in text
+    assert "01_b: [inconclusive]" in text and "[held]" not in text

@@ -46,7 +46,9 @@ def course(tmp_path: Path) -> Path:
         "00_first", '<a href="02_third.ipynb#x">next</a> <a href="01_second.ipynb">planned</a>'))
     (nb / "02_third.html").write_text(rendered("02_third"))
     (nb / "summary.json").write_text(json.dumps([
-        {"name": "00_first", "status": "ok", "seconds": 12.3, "headlines": {"speed": "5 GB/s"}},
+        {"name": "00_first", "status": "ok", "seconds": 12.3, "headlines": {"speed": "5 GB/s"},
+         "verdicts": [{"outcome": "held", "prediction": {"what": "copy speed"}},
+                      {"outcome": "missed", "prediction": {"what": "matmul <b>speed</b>"}}]},
         {"name": "02_third", "status": "failed", "seconds": 3, "headlines": {},
          "error": "ValueError: boom"}]))
     return tmp_path
@@ -131,3 +133,10 @@ def test_a_syllabus_without_a_table_is_a_clear_error(tmp_path):
     (tmp_path / "s.md").write_text("# nothing here\n")
     with pytest.raises(ValueError, match="no module table"):
         site.read_syllabus(tmp_path / "s.md")
+
+
+def test_index_shows_each_notebooks_scorecard(course):
+    index = build(course).read_text()
+    row = re.search(r'<tr id="module-00">(.*?)</tr>', index, re.DOTALL).group(1)
+    assert "predictions held: 1 of 2" in row
+    assert "missed: matmul &lt;b&gt;speed&lt;/b&gt;" in row and "copy speed" not in row

@@ -1,0 +1,171 @@
+"""Predictions recorded before a measurement, and verdicts computed from it.
+
+A course section states a model, records what it predicts (a value with a tolerance, or
+a bound), measures, and ends with a verdict that is *computed*: held, missed by how much
+(above or below), or inconclusive, when the measurement's spread straddles the bound or a
+figure leaves its physical range (a negative hidden fraction, a share above 1). The
+sentence explaining the outcome is chosen by the outcome, never written in advance.
+
+Usage::
+
+    p = Prediction("checkpointing's time cost", "one extra forward: (F + F + B) / (F + B)",
+                   high=1.34, low=1.0, unit="x")
+    v = judge(p, measured=1.41, spread=(1.36, 1.47),
+              explain={"above": "recomputation also re-runs the dropout and layer norms"})
+    print(v.text)   # ... missed: 1.41x is 5% above the bound 1.34x ...
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+__all__ = ["OUTCOMES", "Prediction", "Verdict", "judge"]
+
+OUTCOMES = ("held", "missed", "inconclusive")
+
+
+def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a model predicts for one measurement, recorded before it is taken.
+
+    Give ``value`` with ``rel_tol`` (a point prediction: held within ``value * (1 ± rel_tol)``)
+    or ``low`` and/or ``high`` (a bound or a range; an open side is ``None``).
+    ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
+    share); a measurement outside it says the run was disturbed, not that the model failed.
+    """
+
+    what: str
+    model: str
+    value: float | None = None
+    rel_tol: float | None = None
+    low: float | None = None
+    high: float | None = None
+    unit: str = ""
+    physical: tuple[float | None, float | None] = (None, None)
+
+    def __post_init__(self) -> None:
+        if not self.what or not self.model:
+            raise ValueError("what and model must be non-empty: say what is predicted and from which model")
+        for name in ("value", "rel_tol", "low", "high"):
+            _num(name, getattr(self, name))
+        if (self.value is None) == (self.low is None and self.high is None):
+            raise ValueError("give either value (with rel_tol) or a bound (low and/or high)")
+        if self.value is not None and (self.rel_tol is None or not 0 <= self.rel_tol < math.inf):
+            raise ValueError(f"a point prediction needs rel_tol >= 0, got {self.rel_tol!r}")
+        lo, hi = self.bounds()
+        if lo > hi:
+            raise ValueError(f"low ({lo}) must not exceed high ({hi})")
+
+    def bounds(self) -> tuple[float, float]:
+        """The predicted interval, ``(-inf, inf)`` on an open side."""
+        if self.value is not None:
+            half = abs(self.value) * self.rel_tol
+            return self.value - half, self.value + half
+        return (-math.inf if self.low is None else self.low, math.inf if self.high is None else self.high)
+
+    def describe(self) -> str:
+        """The prediction as a phrase, e.g. ``"1.33x ± 10%"`` or ``"at most 1.34x"``."""
+        u = self.unit
+        if self.value is not None:
+            return f"{self.value:.3g}{u} ± {self.rel_tol:.0%}"
+        if self.low is not None and self.high is not None:
+            return f"between {self.low:.3g}{u} and {self.high:.3g}{u}"
+        return f"at most {self.high:.3g}{u}" if self.low is None else f"at least {self.low:.3g}{u}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one prediction: ``held``, ``missed`` or ``inconclusive``, with its text."""
+
+    prediction: Prediction
+    measured: float
+    spread: tuple[float, float] | None
+    outcome: str
+    direction: str  # "inside", "above", "below", or "" when inconclusive
+    text: str
+
+    @property
+    def held(self) -> bool:
+        return self.outcome == "held"
+
+    def record(self) -> dict:
+        """A JSON-able record (for the course's scorecard)."""
+        return {**asdict(self), "prediction": asdict(self.prediction)}
+
+
+def _fmt(x: float, unit: str) -> str:
+    return f"{x:.3g}{unit}"
+
+
+def judge(prediction: Prediction, measured: float, spread: tuple[float, float] | None = None,
+          explain: Mapping[str, str] | None = None) -> Verdict:
+    """Compare ``measured`` (and its ``spread``, e.g. the 10th-90th percentiles) with ``prediction``.
+
+    Args:
+        prediction: recorded before the measurement.
+        measured: the measured figure (a median, a ratio of medians).
+        spread: ``(low, high)`` range of the measurement across repeats, or ``None``.
+        explain: optional sentences by outcome: keys ``"held"``, ``"above"``, ``"below"``,
+            ``"inconclusive"``; the one matching what was measured is appended.
+
+    Returns:
+        A :class:`Verdict`: ``inconclusive`` when the measurement is not finite, leaves the
+        physical range, or its spread reaches both inside and outside the prediction.
+
+    Raises:
+        TypeError: if ``prediction`` is not a :class:`Prediction` or a number is not one.
+        ValueError: if ``spread`` is not ``(low, high)`` with ``low <= high``.
+    """
+    if not isinstance(prediction, Prediction):
+        raise TypeError(f"prediction must be a Prediction, got {type(prediction).__name__}")
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
+        raise TypeError(f"measured must be a number, got {measured!r}")
+    if spread is not None:
+        if len(spread) != 2 or spread[0] > spread[1]:
+            raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
+        spread = (float(spread[0]), float(spread[1]))
+    explain = dict(explain or {})
+    unknown = set(explain) - {"held", "above", "below", "inconclusive"}
+    if unknown:
+        raise ValueError(f"explain keys must be held, above, below or inconclusive; got {sorted(unknown)}")
+    p, u = prediction, prediction.unit
+    lo, hi = p.bounds()
+    plo, phi = (-math.inf if p.physical[0] is None else p.physical[0],
+                math.inf if p.physical[1] is None else p.physical[1])
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {_fmt(measured, u)}"
+    if spread is not None:
+        head += f" (spread {_fmt(spread[0], u)} to {_fmt(spread[1], u)})"
+    if not math.isfinite(measured) or not plo <= measured <= phi:
+        outcome, direction = "inconclusive", ""
+        why = (f"inconclusive: {_fmt(measured, u)} is outside the range this figure can take "
+               f"({_fmt(plo, u)} to {_fmt(phi, u)}): the run was disturbed (other programs on the "
+               "machine, too few repeats); run it again on a quieter machine")
+    elif spread is not None and (spread[0] < lo <= spread[1] or spread[0] <= hi < spread[1]):
+        outcome, direction = "inconclusive", ""
+        why = ("inconclusive: the spread reaches both inside and outside the prediction, so the run "
+               "was too noisy to tell; repeat it with more repeats or on a quieter machine")
+    elif lo <= measured <= hi:
+        outcome, direction, why = "held", "inside", "held"
+    else:
+        outcome = "missed"
+        direction = "above" if measured > hi else "below"
+        edge = hi if direction == "above" else lo
+        by = (f"{abs(measured / edge - 1):.0%} {direction} {_fmt(edge, u)}" if edge
+              else f"{abs(measured - edge):.3g}{u} {direction} {_fmt(edge, u)}")
+        why = f"missed: {_fmt(measured, u)} is {by}"
+    text = f"{head}: {why}."
+    extra = explain.get("inconclusive" if outcome == "inconclusive" else
+                        ("held" if outcome == "held" else direction))
+    if extra:
+        text += " " + extra.strip()
+    return Verdict(p, float(measured), spread, outcome, direction, text)

@@ -1,0 +1,104 @@
+"""Verdicts are computed from the measurement: held, missed (by how much, which side), inconclusive."""
+
+import math
+
+import pytest
+
+from perfkit.verdict import Prediction, judge
+
+BOUND = Prediction("checkpointing's step time over the plain step", "one extra forward",
+                   low=1.0, high=1.34, unit="x")
+POINT = Prediction("hidden fraction", "pipeline model", value=0.8, rel_tol=0.1, physical=(0, 1))
+
+
+def test_inside_the_bound_holds():
+    v = judge(BOUND, 1.2, spread=(1.15, 1.25))
+    assert v.outcome == "held" and v.held and v.direction == "inside"
+    assert "1.2x" in v.text and "held" in v.text
+
+
+@pytest.mark.parametrize("measured,direction,by", [(1.53, "above", "14% above 1.34x"),
+                                                   (0.9, "below", "10% below 1x")])
+def test_a_miss_says_which_side_and_by_how_much(measured, direction, by):
+    v = judge(BOUND, measured, explain={"above": "ABOVE-REASON", "below": "BELOW-REASON"})
+    assert v.outcome == "missed" and v.direction == direction
+    assert by in v.text
+    # the explanation is chosen by what was measured, not fixed in advance
+    assert (f"{direction.upper()}-REASON" in v.text
+            and ("BELOW" if direction == "above" else "ABOVE") + "-REASON" not in v.text)
+
+
+def test_a_spread_across_the_bound_is_inconclusive_not_a_verdict():
+    v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY"})
+    assert v.outcome == "inconclusive" and "too noisy" in v.text and "NOISY" in v.text
+    assert "HELD-REASON" not in v.text
+    # the same median with a tight spread is a verdict
+    assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
+    assert judge(BOUND, 1.50, spread=(1.40, 1.60)).outcome == "missed"
+
+
+@pytest.mark.parametrize("measured", [-1.56, 1.7, math.nan, math.inf])
+def test_a_figure_outside_its_physical_range_is_inconclusive(measured):
+    v = judge(POINT, measured)
+    assert v.outcome == "inconclusive" and v.direction == ""
+    assert "inconclusive" in v.text
+
+
+def test_point_prediction_uses_its_tolerance():
+    assert judge(POINT, 0.75).held and judge(POINT, 0.87).held
+    assert judge(POINT, 0.70).direction == "below" and judge(POINT, 0.9).direction == "above"
+
+
+def test_open_bounds_and_descriptions():
+    at_least = Prediction("speedup", "Amdahl", low=1.0, unit="x")
+    assert at_least.describe() == "at least 1x" and judge(at_least, 5.0).held
+    assert Prediction("t", "m", high=2.0).describe() == "at most 2"
+    assert POINT.describe() == "0.8 ± 10%"
+
+
+def test_record_is_json_ready():
+    import json
+
+    rec = json.loads(json.dumps(judge(BOUND, 1.5).record()))
+    assert rec["outcome"] == "missed" and rec["prediction"]["high"] == 1.34
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(what="", model="m", value=1.0, rel_tol=0.1), ValueError, "what and model"),
+    (dict(what="w", model="m"), ValueError, "value .* or a bound"),
+    (dict(what="w", model="m", value=1.0), ValueError, "rel_tol"),
+    (dict(what="w", model="m", value=1.0, rel_tol=-0.1), ValueError, "rel_tol"),
+    (dict(what="w", model="m", low=2.0, high=1.0), ValueError, "low"),
+    (dict(what="w", model="m", low=math.nan), TypeError, "low"),
+    (dict(what="w", model="m", high="3"), TypeError, "high"),
+])
+def test_bad_predictions_are_rejected(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Prediction(**kwargs)
+
+
+def test_bad_judge_arguments_are_rejected():
+    with pytest.raises(TypeError, match="prediction"):
+        judge("p", 1.0)
+    with pytest.raises(TypeError, match="measured"):
+        judge(BOUND, "1.0")
+    with pytest.raises(ValueError, match="spread"):
+        judge(BOUND, 1.0, spread=(2.0, 1.0))
+    with pytest.raises(ValueError, match="explain"):
+        judge(BOUND, 1.0, explain={"faster": "x"})
+
+
+def test_show_verdict_displays_markdown_and_records_the_outcome(monkeypatch):
+    import IPython.display
+
+    from perfkit import viz
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
+    v = viz.show_verdict(judge(BOUND, 1.5))
+    assert v.outcome == "missed"
+    (bundle,) = shown
+    assert bundle[viz.VERDICT_MIME]["outcome"] == "missed"
+    assert "1.5x" in bundle["text/markdown"] and "**" not in bundle["text/plain"]
+    with pytest.raises(TypeError, match="verdict"):
+        viz.show_verdict("held")
