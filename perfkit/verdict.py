@@ -77,10 +77,12 @@ class Prediction:
         """The prediction as a phrase, e.g. ``"1.33x ± 10%"`` or ``"at most 1.34x"``."""
         u = self.unit
         if self.value is not None:
-            return f"{self.value:.3g}{u} ± {self.rel_tol:.0%}"
+            if self.rel_tol == 0:
+                return f"exactly {_fmt(self.value, u)}"
+            return f"{_fmt(self.value, u)} ± {self.rel_tol:.0%}"
         if self.low is not None and self.high is not None:
-            return f"between {self.low:.3g}{u} and {self.high:.3g}{u}"
-        return f"at most {self.high:.3g}{u}" if self.low is None else f"at least {self.low:.3g}{u}"
+            return f"between {_fmt(self.low, u)} and {_fmt(self.high, u)}"
+        return f"at most {_fmt(self.high, u)}" if self.low is None else f"at least {_fmt(self.low, u)}"
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,11 @@ class Verdict:
 
 
 def _fmt(x: float, unit: str) -> str:
+    """``x`` with ``unit``: SI prefixes from 10^4 on (``12.98 MB``), else 3 significant digits."""
+    if math.isfinite(x) and abs(x) >= 1e4:
+        for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(x) >= scale:
+                return f"{x / scale:.4g} {prefix}{unit.strip()}"
     return f"{x:.3g}{unit}"
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from tools.run_course import stderr_to
 from tools.strip_notebooks import keeps_output, strip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,8 +69,9 @@ def _fill_kept_outputs(nb, path: Path) -> None:
         env = os.environ.get("PERFKIT_QUICK")
         os.environ["PERFKIT_QUICK"] = "1"
         try:
-            pm.execute_notebook(str(src), str(out), kernel_name="python3", cwd=str(ROOT),
-                                progress_bar=False)
+            with stderr_to(Path(tmp) / "kernel.stderr.log"):  # ipykernel's warnings
+                pm.execute_notebook(str(src), str(out), kernel_name="python3", cwd=str(ROOT),
+                                    progress_bar=False)
         finally:
             if env is None:
                 os.environ.pop("PERFKIT_QUICK")
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sources", nargs="*", help="only these sources (default: all)")
     ap.add_argument("--no-execute", action="store_true",
                     help="sync without running a notebook to fill changed kept outputs")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     todo = pairs()
     if args.sources:
         wanted = {Path(s).resolve() for s in args.sources}

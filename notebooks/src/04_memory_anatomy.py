@@ -49,6 +49,7 @@ import psutil
 import torch
 
 from perfkit import timing, viz
+from perfkit.compute import Speedup
 from perfkit.memory import (
     SavedTensorMeter,
     activations,
@@ -57,6 +58,7 @@ from perfkit.memory import (
     measure_step_anatomy,
 )
 from perfkit.models import tiny_gpt2
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import memory as vmem
 
 DEVICE = timing.resolve_device()
@@ -82,6 +84,9 @@ print(f"Ψ = {psi:,} parameters")
 for kind, b in predicted.items():
     print(f"{kind:>16}: {b / 1e6:8.2f} MB")
 print(f"{'sum':>16}: {sum(predicted.values()) / 1e6:8.2f} MB")
+p_tensors = Prediction("bytes of live tensors in one step (all four kinds)",
+                       "Ψ x (4 + 4 + 8) B + the per-operation activation count",
+                       value=sum(predicted.values()), rel_tol=0.01, unit=" B")
 
 # %% [markdown]
 # **Measurement.** `perfkit.memory.measure_step_anatomy` runs one step (zero_grad, forward,
@@ -128,13 +133,15 @@ print(f"optimizer state: {extra} bytes more than 8 Ψ: AdamW keeps one fp32 'ste
       f"counter per parameter tensor ({len(list(model.parameters()))} tensors)")
 print(f"gradients + optimizer state + activations = {held / 1e6:.2f} MB; "
       f"the measured peak is {anatomy.peak / held:.2f}x that sum")
+viz.show_verdict(judge(p_tensors, sum(measured.values()), explain={
+    "held": f"The only difference is {extra:,} bytes of optimizer state: AdamW's per-tensor step counters.",
+    "above": "Look at the kind that differs in the table above.",
+    "below": "Look at the kind that differs in the table above."}))
 
 
 # %% [markdown]
-# **The gap.** Parameters, gradients and activations match the prediction exactly: they are
-# counts of bytes, not estimates. The optimizer state is larger by a few bytes (AdamW's
-# per-tensor step counters). The *peak* is not the sum of the kinds, because they do not
-# all live at once: activations are freed during `backward()` while gradients are being
+# **The peak.** The four kinds are counts of bytes, not estimates; the *peak* is another
+# matter. It is not the sum of the kinds, because they do not all live at once: activations are freed during `backward()` while gradients are being
 # written, and Adam's state is allocated after the activations are gone. It is also not
 # below the activations alone: `backward()` allocates temporaries (the gradient of the
 # logits is as large as the logits) and, on the CPU, the resident set also counts whole
@@ -153,6 +160,9 @@ print(f"gradients + optimizer state + activations = {held / 1e6:.2f} MB; "
 # copies and a log-sum-exp (5 BTC + BHT) with PyTorch's fused `scaled_dot_product_attention`,
 # which never stores the T x T matrix.
 #
+# The model is exact (bytes are counted, not estimated), so the prediction is that the meter
+# and the model agree to the byte at every shape.
+#
 # **Measurement.** `SavedTensorMeter` installs `torch.autograd.graph.saved_tensors_hooks`:
 # every tensor an operation saves passes through its pack hook. Views share storage (q, k
 # and v are slices of one projection), so bytes are counted per unique storage; parameters
@@ -169,19 +179,28 @@ def saved_bytes(attention, seq, model_kw=MODEL, dtype=torch.float32, autocast=Fa
         m(input_ids=ids, labels=ids).loss
     return meter.report()
 
+meter_vs_model = []
 for attention in ("eager", "sdpa"):
     for seq in (SEQ, 256):
         r = saved_bytes(attention, seq)
         model_b = gpt2_saved_activation_bytes(B, seq, C, L, H, V, attention).total
+        meter_vs_model.append(abs(r.activation_bytes - model_b))
         print(f"{attention:>5}, T={seq:4d}: meter {r.activation_bytes:>10,} B, model {model_b:>10,} B, "
               f"parameters saved {r.parameter_bytes:,} B")
 
 
+# %%
+p_meter = Prediction("largest difference between meter and model over the four shapes",
+                     "the per-operation count of gpt2_saved_activation_bytes", value=0, rel_tol=0, unit=" B")
+viz.show_verdict(judge(p_meter, max(meter_vs_model), explain={
+    "held": "The unit tests check the same identity at more shapes and dtypes.",
+    "above": "A transformers or PyTorch version that saves other tensors changes the count: "
+             "compare the meter's per-dtype split with the model's terms."}))
+
 # %% [markdown]
-# The model and the meter agree to the byte (the unit tests check it at several shapes and
-# dtypes). At T = 256 the eager implementation's B H T^2 softmax matrix per block is already
-# the largest single term; the fused kernel avoids it by recomputing attention scores in the
-# backward pass: activation memory linear in T.
+# In the model, the eager implementation's B·H·T² softmax term grows with the square of the
+# sequence length; the fused kernel never stores it (it recomputes attention scores in the
+# backward pass), so its activation memory is linear in T.
 
 # %% [markdown]
 # ## 3. Activation checkpointing: memory for time
@@ -224,6 +243,11 @@ pred_full = gpt2_saved_activation_bytes(B, T, C, L, H, V)
 print(f"predicted: {pred_full.total / 1e6:.2f} MB without, {pred_ck.total / 1e6:.2f} MB with checkpointing")
 for k, b in saved.items():
     print(f"{k:>34}: {b / 1e6:.2f} MB saved for backward")
+p_ck_mem = Prediction("bytes saved for backward with a checkpoint per block",
+                      "block inputs + what lies outside the blocks", value=pred_ck.total, rel_tol=0.01, unit=" B")
+viz.show_verdict(judge(p_ck_mem, saved["torch.utils.checkpoint per block"], explain={
+    "held": f"That is {pred_ck.total / pred_full.total:.0%} of the {pred_full.total / 1e6:.2f} MB "
+            "without checkpointing: the logits' log-softmax and the ids, outside the blocks, now dominate."}))
 
 
 # %%
@@ -233,9 +257,14 @@ def step_fn(m):
         m(input_ids=x, labels=x).loss.backward()
     return fn
 
-times = timing.interleaved([step_fn(m) for m in models_ck.values()], warmup=2, repeat=REPEAT, device=DEVICE)
+p_ck_time = Prediction("step time with a checkpoint per block over the plain step",
+                       "one more forward of every block; a forward is 1/3 of forward + backward FLOPs",
+                       low=1.0, high=4 / 3, unit="x")
+forward_only = lambda: models_ck["none"](input_ids=x, labels=x).loss  # noqa: E731
+times = timing.interleaved([*(step_fn(m) for m in models_ck.values()), forward_only],
+                           warmup=2, repeat=REPEAT, device=DEVICE)
 base = times[0].median_s
-print("predicted: at most 1.33x (one more forward of every block, a third of its forward + backward)")
+fwd_share = times[3].median_s / base  # a whole forward's share of the plain step, measured
 for k, t in zip(kinds, times):
     print(f"{k:>34}: {t.median_s * 1e3:7.2f} ms per forward+backward ({t.median_s / base:.2f}x; "
           f"p10 {t.p10_s / times[0].p10_s:.2f}x), spread p10-p90 {t.p10_s * 1e3:.0f}-{t.p90_s * 1e3:.0f} ms, "
@@ -245,21 +274,27 @@ for k, t in zip(kinds, times):
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
 axes[0].barh(kinds, [saved[k] / 1e6 for k in kinds], color="tab:red")
 axes[0].set_xlabel("MB saved for backward")
-axes[1].barh(kinds, [t.median_s * 1e3 for t in times], color="tab:blue")
+axes[1].barh(kinds, [t.median_s * 1e3 for t in times[:3]], color="tab:blue")
 axes[1].set_xlabel("ms per forward + backward")
 for a in axes:
     a.invert_yaxis()
 fig.tight_layout()
 
+# %%
+slow = Speedup(times[1], times[0])  # ratio = checkpointed / plain, with the spread of paired steps
+viz.show_verdict(judge(p_ck_time, slow.ratio, spread=(slow.low, slow.high), explain={
+    "held": "The recomputed forward costs what its FLOPs say, or less: the embedding, logits and loss "
+            "are outside the blocks and are not recomputed.",
+    "above": f"FLOPs are not time at this tiny width: timed alone, a forward takes {fwd_share:.0%} of "
+             f"the plain step here, not the third its FLOPs suggest, so recomputing it costs up to "
+             f"{1 + fwd_share:.2f}x. Many small operations cost launch and memory time that does not "
+             "scale with FLOPs.",
+    "below": "Checkpointing cannot make the step faster: a ratio below 1 is noise (see the spread).",
+}))
+
 # %% [markdown]
-# **The gap.** The memory drop matches the count above: only block inputs survive, plus the
-# logits' log-softmax and the ids, which are outside the blocks and now dominate. The time
-# bound counts FLOPs only: the recomputed forward also re-launches many small operations,
-# and at this tiny width the step is far from compute-bound, so a ratio somewhat above
-# 1.33x is expected; a ratio below it says that part of the step (embedding, logits, loss)
-# is not recomputed. Both checkpointing variants do the same work; if their times differ a
-# lot, look at the p10-p90 spread first: on a shared machine a busy neighbour moves single
-# medians, and the p10 ratio (the least disturbed steps) is the steadier figure. The trade
+# Both checkpointing variants do the same work; if their times differ a lot, look at the
+# p10-p90 spread first: on a shared machine a busy neighbour moves single medians. The trade
 # pays when activations, not model states, decide whether a batch fits: large B x T, many
 # layers.
 
@@ -269,7 +304,7 @@ fig.tight_layout()
 # **Question.** Does computing in bfloat16 halve the activation memory?
 #
 # **Prediction.** If every saved tensor were 2 bytes instead of 4, yes: the model with
-# `dtype_bytes=2` predicts it, and a model converted to bfloat16 as a whole should match.
+# `dtype_bytes=2` predicts it, and a model converted to bfloat16 as a whole should match it.
 # `torch.autocast` is different: it runs matmuls in bfloat16 but keeps LayerNorm, softmax
 # and the residual stream in fp32, and it caches bfloat16 copies of the weights.
 #
@@ -285,22 +320,39 @@ for k, r in rows.items():
     print(f"{k:>22}: {r.activation_bytes / 1e6:.2f} MB ({parts} MB); "
           f"{r.activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32")
 
+# %%
+bf16, auto = rows["bf16 model"], rows["fp32 + autocast(bf16)"]
+p_bf16 = Prediction("bytes saved for backward by the bfloat16 model", "the count with dtype_bytes=2",
+                    value=pred16, rel_tol=0.02, unit=" B")
+fp32_in_bf16 = bf16.activation_bytes_by_dtype.get("float32", 0)
+viz.show_verdict(judge(p_bf16, bf16.activation_bytes, explain={
+    "held": f"The count knows the {fp32_in_bf16 / 1e6:.2f} MB that stay float32 even in the bfloat16 "
+            "model: transformers upcasts the logits to fp32 for the loss.",
+    "above": f"{fp32_in_bf16 / 1e6:.2f} MB of what the bfloat16 model saves is float32: compare the "
+             "dtype split above with the count's terms.",
+    "below": "Fewer bytes than the 16-bit count: some saved tensor the model counts is not kept in this version."}))
+p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in bf16, the rest in fp32",
+                    low=0.5, high=1.0, unit="")
+viz.show_verdict(judge(p_auto, auto.activation_bytes / rows["fp32"].activation_bytes, explain={
+    "held": "Between the two: the fp32 residual stream, LayerNorm inputs and log-softmax stay fp32, "
+            "and the bfloat16 weight copies autocast caches count as new tensors kept for backward.",
+    "above": "More than fp32 itself: the bfloat16 weight copies outweigh what the matmuls save at this size.",
+    "below": "Less than half: autocast kept more in bfloat16 than this PyTorch version is expected to."}))
+
 # %% [markdown]
-# **The gap.** The bfloat16 model matches the 16-bit count except for the logits, which
-# transformers upcasts to fp32 for the loss. Autocast saves less than fp32 but clearly more
-# than half: the fp32 residual stream and LayerNorm inputs, the fp32 log-softmax, and the
-# bfloat16 weight copies (counted as activations: they are new tensors kept for backward).
-# The model states do not shrink at all under autocast (fp32 weights, gradients and Adam
-# state): mixed precision as the ZeRO paper defines it (16-bit weights and gradients, fp32
-# master copy: 2 + 2 + 12 bytes per parameter) even *adds* 4 bytes per parameter to fp32's 16.
+# **Model states.** Autocast does not shrink them at all: weights, gradients and Adam state
+# stay fp32 (4 + 4 + 8 = 16 bytes per parameter). Mixed precision as the ZeRO paper defines
+# it (16-bit weights and gradients, an fp32 master copy with momentum and variance:
+# 2 + 2 + 12 = 16 bytes per parameter) holds exactly as many model-state bytes as fp32 Adam:
+# its savings are activations and time, not model states.
 
 # %% [markdown]
 # ## 5. Widget: the model, checked against this machine
 #
 # Move width, depth, batch, sequence length, precision and checkpointing; the bar is the
 # model of sections 1-4. At the default setting (the one measured in section 1) it also shows
-# the measured tensors, so you can see the model hold at one real point. The dashed line is
-# this device's memory.
+# the measured tensors, so you can see the model hold at one real point. This device's memory
+# is a dashed line when the bars come within reach of it, and a share in the title otherwise.
 
 # %%
 spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM)

@@ -76,11 +76,12 @@ def show_headlines(figures: dict[str, str]) -> None:
              "text/plain": "\n".join(f"{k}: {v}" for k, v in figures.items())}, raw=True)
 
 
-def show_verdict(verdict: Verdict) -> Verdict:
+def show_verdict(verdict: Verdict) -> None:
     """Display a computed :class:`perfkit.verdict.Verdict` as Markdown, and record it.
 
     The record goes under :data:`VERDICT_MIME` into the executed notebook, where
-    ``make course`` counts the predictions that held (its scorecard). Returns ``verdict``.
+    ``make course`` counts the predictions that held (its scorecard). Returns nothing, so a
+    cell ending with it shows the verdict once.
     """
     from IPython.display import display
 
@@ -90,7 +91,6 @@ def show_verdict(verdict: Verdict) -> Verdict:
     display({VERDICT_MIME: json.loads(json.dumps(verdict.record())),
              "text/markdown": f"{mark} {verdict.text}",
              "text/plain": f"[{verdict.outcome}] {verdict.text}".replace("**", "")}, raw=True)
-    return verdict
 
 
 # --- widget specs -----------------------------------------------------------------------

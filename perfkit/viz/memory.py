@@ -38,7 +38,9 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
         bars: label -> {kind: bytes}; kinds named in :data:`MEMORY_COLORS` get its colors.
         ax: draw into this axes instead of a new figure.
         title: the axes title.
-        limit_bytes: draw a vertical line here (e.g. the machine's RAM or GPU memory).
+        limit_bytes: the machine's RAM or GPU memory: a vertical line when it is within 4x
+            of the largest bar; otherwise (a line would squash every bar to a sliver) the
+            largest bar's share of it is written in the title.
 
     Raises:
         ValueError: if ``bars`` is empty or holds a negative value.
@@ -60,9 +62,12 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
             left += value
         ax.annotate(si(left, "B"), (left / 1e6, y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-    if limit_bytes:
+    largest = max(sum(v.values()) for v in bars.values())
+    if limit_bytes and limit_bytes <= 4 * largest:
         ax.axvline(limit_bytes / 1e6, color="black", ls="--", lw=1,
                    label=f"limit {si(limit_bytes, 'B')}")
+    elif limit_bytes:
+        title += f"\n(largest bar = {largest / limit_bytes:.2%} of this device's {si(limit_bytes, 'B')})"
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("MB (10^6 bytes)")

@@ -95,10 +95,15 @@ def test_show_verdict_displays_markdown_and_records_the_outcome(monkeypatch):
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
-    v = viz.show_verdict(judge(BOUND, 1.5))
-    assert v.outcome == "missed"
+    assert viz.show_verdict(judge(BOUND, 1.5)) is None  # a cell ending with it shows it once
     (bundle,) = shown
     assert bundle[viz.VERDICT_MIME]["outcome"] == "missed"
     assert "1.5x" in bundle["text/markdown"] and "**" not in bundle["text/plain"]
     with pytest.raises(TypeError, match="verdict"):
         viz.show_verdict("held")
+
+
+def test_large_numbers_read_with_si_prefixes():
+    p = Prediction("bytes", "count", value=12_976_644, rel_tol=0.01, unit=" B")
+    assert p.describe() == "12.98 MB ± 1%"
+    assert "Measured:** 12.98 MB" in judge(p, 12_976_756).text
