@@ -66,6 +66,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from perfkit import hw, viz
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
 
@@ -108,7 +109,8 @@ for n in (2, 3, 4, 8, 64):
 # `t(S) = alpha + S / bandwidth`. Small messages should cost about `alpha` whatever their size
 # (latency-bound); large ones should approach the bandwidth (bandwidth-bound); the crossover is
 # near `S = alpha × bandwidth`. On loopback TCP each byte is copied into a kernel buffer and
-# out again on the other side, so we expect busbw below one memcpy of this machine.
+# out again on the other side, so we expect busbw below one memcpy of this machine, and the
+# fit to describe every size within a median relative error of 25 %.
 #
 # **Measurement.** `perfkit.comm.sweep` times each collective on each size on every process
 # (warm-up, then the median of repeated calls, small messages batched) and reports the slowest
@@ -128,22 +130,41 @@ for p in points2:
 # %%
 vcomm.plot_collectives(points2, fits, limits.copy_bytes_per_s)
 plt.show()
+rel_err = {}
 for op, f in fits.items():
-    print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, bandwidth {si(f.bandwidth, 'B/s'):>10} "
-          f"(algbw), half of it reached at {si(f.half_bandwidth_bytes, 'B')}")
+    errs = sorted(abs(f.predict(p.nbytes) / p.time_s - 1) for p in points2 if p.op == op)
+    rel_err[op] = errs[len(errs) // 2]
+    bw = (f"bandwidth {si(f.bandwidth, 'B/s'):>10} (algbw), half of it reached at "
+          f"{si(f.half_bandwidth_bytes, 'B')}" if f.bandwidth < 1e15 else
+          "no bandwidth term: every size here is latency-bound")
+    print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, {bw}; median relative error {rel_err[op]:.0%}")
+
+# %%
+ar_big = max((p for p in points2 if p.op == "all_reduce"), key=lambda p: p.nbytes)
+p_bus = Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share of one memcpy",
+                   "loopback TCP: each byte copied into the kernel and out again", high=1.0, physical=(0, None))
+viz.show_verdict(judge(p_bus, ar_big.busbw / memcpy, explain={
+    "held": "Both processes share the same cores and memory bus, and the bytes cross the kernel twice "
+            "(the send and the receive copies).",
+    "above": "Faster than one memcpy: the largest size still fits in cache here, or the memcpy ceiling was "
+             "measured while the machine was busier."}))
+p_fit = Prediction("median relative error of the all-reduce fit", "t = alpha + S / bandwidth",
+                   high=0.25, physical=(0, None))
+viz.show_verdict(judge(p_fit, rel_err["all_reduce"], explain={
+    "held": ("Both ends of the curve follow the model: a flat floor of alpha, then time proportional to size."
+             if fits["all_reduce"].bandwidth < 1e15 else
+             "But only its flat end was tested: every size here is latency-bound, so the fit is alpha "
+             "alone (the default sizes reach the bandwidth end)."),
+    "above": "gloo does not follow one straight line: middle sizes sit in cache and gloo switches "
+             "algorithms with size, so one alpha and one bandwidth cannot fit every point; read the plot "
+             "for where the fit departs."}))
 
 
 # %% [markdown]
-# **Reading the gap.** The dashed fits follow the measurements at both ends: a flat floor of
-# `alpha` for small messages, a slope of one (time proportional to size) for large ones. The
-# printed `alpha` is the fixed price of one collective: each one wakes a gloo thread in each
-# process and exchanges TCP messages through the kernel, and on a shared 2-core machine a
-# waiting process must also be *scheduled* again before it can answer. The busbw of the
-# largest messages, as a share of one memcpy (printed above), shows the bandwidth end: the
-# bytes cross the kernel twice (the send and the receive copies), and both processes share
-# the same cores and memory bus. Between the two ends the model is only roughly right (the middle sizes
-# sit in cache, and gloo switches algorithms with size), which is why the fit weights each
-# point by its relative error.
+# **Reading the fit.** The printed `alpha` is the fixed price of one collective: each one wakes
+# a gloo thread in each process and exchanges TCP messages through the kernel, and on a shared
+# 2-core machine a waiting process must also be *scheduled* again before it can answer. The fit
+# weights each point by its relative error, so small and large messages count alike.
 #
 # ## 3. Ring all-reduce from send and receive
 #
@@ -196,24 +217,38 @@ print("every rank holds the sum:", all(torch.equal(b, want) for b in out))
 # equal) and random data (equal up to rounding).
 
 # %%
-for rec in res2["collectives"]["ring"]:
+ring2 = res2["collectives"]["ring"]
+for rec in ring2:
     print(f"numel {rec['numel']:>7,}: exact {rec['int_exact']}, float error "
           f"{rec['float_max_abs_err']:.1e}; ring {si(rec['time_s'], 's'):>9} vs "
-          f"gloo all_reduce {si(rec['ref_time_s'], 's'):>9}")
-assert all(r["int_exact"] for r in res2["collectives"]["ring"])
+          f"gloo all_reduce {si(rec['ref_time_s'], 's'):>9} ({rec['time_s'] / rec['ref_time_s']:.1f}x)")
+p_exact = Prediction("sizes where the ring's integer sum differs from dist.all_reduce's",
+                     "the same sums in any order are exact for integers", value=0, rel_tol=0)
+viz.show_verdict(judge(p_exact, sum(not r["int_exact"] for r in ring2)))
 
 # %% [markdown]
-# Exact on every size. The times compare two correct algorithms: for a few elements both are
-# pure latency, and the ring pays `2(n-1)` message start-ups where gloo may use fewer
-# messages; for large buffers both are bandwidth-bound. With few repetitions on a shared
-# machine, differences of a millisecond are within the noise.
+# **Prediction (latency).** For a few elements both algorithms are pure latency: the ring makes
+# `2(n-1)` point-to-point exchanges, each posted from Python (`isend`, `irecv`, `wait`), where
+# gloo's all-reduce is one call into C++. So the ring should be slower at the smallest size.
+
+# %%
+small = min(ring2, key=lambda r: r["numel"])
+p_lat = Prediction(f"ring time over gloo's all_reduce at {small['numel']} element(s)",
+                   "2(n-1) Python-posted exchanges against one collective call", low=1.0, unit="x")
+viz.show_verdict(judge(p_lat, small["time_s"] / small["ref_time_s"], explain={
+    "held": f"Each of its {2 * (2 - 1)} exchanges pays a Python round trip and a TCP message; "
+            f"{si(small['time_s'] - small['ref_time_s'], 's')} more in all here.",
+    "below": "Gloo's collective was slower than the ring's messages in this run: one slow repetition "
+             "decides a median of few (see the repeat count), so rerun before drawing a lesson."}))
 
 # %% [markdown]
 # **Prediction for more processes.** A ring step is one point-to-point message, so the
 # 2-process all-reduce fit gives one step's cost: a 2-process ring makes two steps of `S/2`,
 # hence `alpha_link = alpha / 2` with the same bandwidth. With `n` processes the ring predicts
-# `2(n-1) · (alpha_link + S / (n · bandwidth))`. The cell below measures 3 processes (same
-# sweep, plus the ring check) to test that prediction.
+# `2(n-1) · (alpha_link + S / (n · bandwidth))`. The model is coarse (gloo need not run a
+# ring, and 3 processes share 2 cores), so the prediction is a range: measured / model between
+# 0.5 and 2 at the median size. The cell below measures 3 processes (same sweep, plus the ring
+# check) to test it.
 
 # %%
 CFG3 = {"collectives": {"sweep": {"ops": ["all_reduce"], "sizes": SIZES, "repeat": REPEAT},
@@ -221,19 +256,32 @@ CFG3 = {"collectives": {"sweep": {"ops": ["all_reduce"], "sizes": SIZES, "repeat
 res3 = dist.launch("perfkit.workers.suite", 3, ["--config", json.dumps(CFG3)],
                    timeout_s=900)[0]
 points3 = [comm.CollectivePoint(**p) for p in res3["collectives"]["sweep"]]
-assert all(r["int_exact"] for r in res3["collectives"]["ring"])
+ring3_exact = all(r["int_exact"] for r in res3["collectives"]["ring"])
+print(f"ring on 3 processes exact on every size: {ring3_exact}")
 link = comm.AlphaBeta(fits["all_reduce"].alpha_s / 2, fits["all_reduce"].bandwidth)
+ratios3 = []
 for p in points3:
     pred = comm.ring_allreduce_time(p.nbytes, 3, link)
+    ratios3.append(p.time_s / pred)
     print(f"3 processes, {si(p.nbytes, 'B'):>8}: measured {si(p.time_s, 's'):>9}, ring model "
-          f"{si(pred, 's'):>9} (measured / model = {p.time_s / pred:4.1f})")
+          f"{si(pred, 's'):>9} (measured / model = {p.time_s / pred:4.2f})")
+p_three = Prediction("3-process all-reduce time over the ring model (median over sizes)",
+                     "a ring on 3 processes, from the 2-process fit", low=0.5, high=2.0, unit="x")
+below = sum(r < 1 for r in ratios3)
+viz.show_verdict(judge(p_three, sorted(ratios3)[len(ratios3) // 2], spread=(min(ratios3), max(ratios3)),
+                       explain={
+    "held": f"{below} of {len(ratios3)} sizes ran faster than the ring model, {len(ratios3) - below} slower. "
+            + ("Faster means gloo used fewer start-ups than a ring's 2(n-1). " if below else "")
+            + ("Slower means three processes on two cores waited to be scheduled." if below < len(ratios3) else ""),
+    "inconclusive": "The ratio changes with size: the model holds at some sizes and not at others "
+                    "(see the printed ratios).",
+    "above": "Slower than the ring model at most sizes: three processes on two cores cannot all run at "
+             "once, so every step waits for one to be scheduled.",
+    "below": "Faster than the ring model at most sizes: gloo's all-reduce is not a ring here, and uses "
+             "fewer message start-ups than 2(n-1)."}))
 
 # %% [markdown]
-# **Reading the gap.** The ratio printed for each size says how far 3 processes are from the
-# ring model built on 2. Expect it above 1 on a 2-core machine: three processes cannot all run
-# at once, so every step waits for a process to be scheduled, and gloo's all-reduce is not
-# necessarily a ring. The widget scales the model to up to 16 processes; only 2 and 3 are
-# measured here.
+# The widget scales the model to up to 16 processes; only 2 and 3 are measured here.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -259,8 +307,10 @@ plt.show()
 #   asynchronously once the bucket is full, while backward continues with earlier layers.
 #
 # **Prediction (alpha-beta).** Naive pays `alpha` once per tensor, bucketed once per bucket;
-# both then pay the same bytes over the bandwidth. Overlapped can at best hide communication
-# behind the backward pass: step time `max(compute, communication)` instead of their sum.
+# both then pay the same bytes over the bandwidth, so the naive step should take at least as
+# long as the bucketed one. Overlapped can at best hide communication behind the backward
+# pass: step time `max(compute, communication)` instead of their sum, a hidden share between
+# 0 and 1. All three should give DDP's gradients up to rounding.
 
 # %%
 cmp = res2["data_parallel"]["compare"]
@@ -282,17 +332,30 @@ t = cmp["time_s"]
 print(f"compute only {si(t['compute_only'], 's')}, communication only "
       f"{si(t['comm_only'], 's')} (bucketed sync alone; model said {si(pred_bucket, 's')}); "
       f"overlap hid {cmp['hidden_share']:.0%} of the communication")
+worst_rel = max(cmp["max_abs_diff_vs_ddp"].values()) / cmp["grad_scale"]
+viz.show_verdict(judge(Prediction("largest gradient difference from DDP, relative to the largest gradient",
+                                  "the same sums, divided by the world size as DDP does", high=1e-5),
+                       worst_rel))
+viz.show_verdict(judge(Prediction("naive step time over bucketed", "alpha per tensor against alpha per bucket",
+                                  low=1.0, unit="x"), t["naive"] / t["bucketed"], explain={
+    "held": f"The model says bucketing saves {n_tensors - cmp['buckets']} start-ups, "
+            f"{si(pred_naive - pred_bucket, 's')}; measured {si(t['naive'] - t['bucketed'], 's')}.",
+    "below": f"The model's saving ({si(pred_naive - pred_bucket, 's')}) is smaller than this run's noise "
+             "between steps, or copying gradients into buckets cost more than the start-ups saved."}))
+viz.show_verdict(judge(Prediction("share of the communication the overlap hid",
+                                  "at best max(compute, communication)", low=0.0, high=1.0, physical=(None, 1)),
+                       cmp["hidden_share"], explain={
+    "held": "On a GPU NCCL runs on its own stream and hides most of it; here the 'network' is the same two "
+            "cores that compute the backward pass.",
+    "below": "Overlapping cost more than it saved: gloo's send and receive threads compete with the "
+             "backward pass for the same two cores, so nothing can run beside it."}))
+fastest = min(("ddp", "naive", "bucketed", "overlapped"), key=lambda k: t[k])
+print(f"fastest synchroniser in this run: {fastest}")
 
 # %% [markdown]
-# **Reading the gap.** All three synchronisers give DDP's gradients (the printed differences
-# are zero or rounding): the same sums, divided by 2 before the all-reduce as DDP does. The
-# times show what the model says about alphas: naive pays one start-up per tensor, bucketing
-# removes most of them. The hidden share is `(compute + communication - overlapped) /
-# communication`, measured; on a GPU, NCCL runs on its own stream and hides most of the
-# communication, but here the "network" is the same two CPU cores that compute the backward
-# pass: gloo's send/receive threads compete with it, so little can be hidden, and a negative
-# share means overlapping cost more than it saved. DDP is usually fastest: it does the same
-# bucketing and overlap in C++, with gradients written straight into the buckets (no copy).
+# The hidden share is `(compute + communication - overlapped) / communication`, measured. DDP
+# does the same bucketing and overlap in C++, with gradients written straight into the buckets
+# (no copy), which is why it is the one to use.
 #
 # ## 5. DDP's bucket size and gradient accumulation
 #
@@ -302,9 +365,10 @@ print(f"compute only {si(t['compute_only'], 's')}, communication only "
 # follows the same rule; left at its default, DDP also caps the first bucket at 1 MB so that
 # communication starts early). So the count is about `gradient bytes / cap` for large caps,
 # but never more than the number of tensors for tiny ones. Tiny buckets pay `alpha` many
-# times; one huge bucket cannot start until backward is over. With gradient accumulation over `k` micro-batches under
-# `no_sync()`, the all-reduce runs once per `k` micro-batches: bytes communicated per sample
-# should fall as `1/k`, while the gradient equals one big batch's.
+# times; one huge bucket cannot start until backward is over. With gradient accumulation over
+# `k` micro-batches under `no_sync()`, the all-reduce runs once per `k` micro-batches: bytes
+# communicated per sample should fall as `1/k` exactly, while the gradient equals one big
+# batch's. Time per sample falls less: only the communication shrinks.
 
 # %%
 bk, acc = res2["data_parallel"]["buckets"], res2["data_parallel"]["accumulate"]
@@ -320,14 +384,28 @@ for a in acc:
 vcomm.plot_buckets_accumulation(bk, acc)
 plt.show()
 
+# %%
+viz.show_verdict(judge(Prediction("caps where DDP's all-reduce count differs from the reducer's rule",
+                                  "reverse order, close at the cap, never split a tensor", value=0, rel_tol=0),
+                       sum(b["calls_per_step"] != b["predicted_calls"] for b in bk)))
+dev_bytes = max(abs(a["allreduce_bytes_per_sample"] * a["k"] / acc[0]["allreduce_bytes_per_sample"] - 1)
+                for a in acc)
+viz.show_verdict(judge(Prediction("largest relative deviation of bytes per sample from 1/k",
+                                  "one all-reduce per k micro-batches", high=1e-9), dev_bytes))
+k_max = acc[-1]
+viz.show_verdict(judge(Prediction(f"time per sample at k={k_max['k']} over k=1",
+                                  "only the communication part shrinks", low=1 / k_max["k"], high=1.0),
+                       k_max["s_per_sample"] / acc[0]["s_per_sample"], explain={
+    "held": "Forward and backward work per sample stays; only the all-reduce is paid less often.",
+    "above": "Slower per sample with accumulation: the run was disturbed, or larger effective batches "
+             "changed nothing but the noise; compare the spread of repeated runs.",
+    "below": "Faster than 1/k cannot come from communication alone: the machine's load changed between "
+             "the runs."}))
+
 # %% [markdown]
-# **Reading the gap.** The bytes per sample follow `1/k` exactly (they are counted by a
-# communication hook, not timed), and the accumulated gradient equals the big batch's up to
-# rounding. Time per sample falls less than `1/k`: only the communication part shrinks, the
-# forward and backward work per sample stays. The bucket counts are predicted exactly by the
-# reducer's rule. Step times respond to the count only as far as `alpha` matters: a few
-# buckets more or less change the step by a few `alpha`, which on a shared CPU can be less
-# than the noise between repetitions.
+# The bytes per sample are counted by a communication hook, not timed. Step times respond to the
+# bucket count only as far as `alpha` matters: a few buckets more or less change the step by a
+# few `alpha`, which on a shared CPU can be less than the noise between repetitions.
 #
 # ## Summary
 
