@@ -63,6 +63,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from perfkit import hw, models, timing, viz
 from perfkit.data import LoaderConfig, Prefetcher, SlowDataset, datasets, measure_loader, simulate_pipeline
 from perfkit.profiling import StepMonitor
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import data as vdata
 from perfkit.viz import profiling as vprof
 
@@ -91,7 +92,11 @@ print(f"memory copy ceiling of this machine: {viz.si(limits.copy_bytes_per_s, 'B
 # **Model.** With no workers the loop loads, then computes: a step takes
 # `B * c + t_compute`, so the data share is `B * c / (B * c + t_compute)`. We measure the
 # per-sample cost `c` directly on the dataset, and `t_compute` on the same model fed from
-# pre-tokenized data.
+# pre-tokenized data. With 1 worker the tokenizing moves to another process, on the second
+# core: while `B * c <= t_compute` the step should wait only for each batch's handoff.
+#
+# **Prediction.** The 0-worker data share within 25 % of the model's; the 1-worker step within
+# 25 % of `max(t_compute, B * c)`.
 
 # %%
 gpt = models.gpt2_workload(**GPT)  # the model, fed from a corpus tokenized once
@@ -128,25 +133,31 @@ for name, s in runs.items():
           f"{s.samples_per_s:6.0f} samples/s")
 vprof.plot_phase_bars(runs, unit="ms", title="Tiny GPT-2 step, tokenizing per sample")
 
+# %%
+viz.show_verdict(judge(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)",
+                                  value=predicted_share, rel_tol=0.25, physical=(0, 1)),
+                       runs["0 workers"].share("data"), explain={
+    "above": "The model leaves out collating the batch and the DataLoader's Python overhead per step.",
+    "below": "The step's compute ran slower here than when it was measured alone (other jobs on the "
+             "machine hit one measurement more than the other)."}))
+one_pred = max(compute_s, load_s)
+viz.show_verdict(judge(Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
+                                  value=one_pred * 1e3, rel_tol=0.25, unit=" ms"),
+                       runs["1 workers"].step.p50_s * 1e3, explain={
+    "held": "The tokenizing left the training process for the second core.",
+    "above": f"The busy worker took CPU time from the training process: the second core was not free "
+             f"(load average {os.getloadavg()[0]:.1f} for {CORES} cores), so the data bottleneck turned into "
+             "a compute slowdown instead of disappearing.",
+    "below": "Faster than the step alone: the compute measurement was disturbed."}))
+two_vs_one = runs["2 workers"].step.p50_s / runs["1 workers"].step.p50_s
+print(f"2 workers' step over 1 worker's: {two_vs_one:.2f}x "
+      + ("(three busy processes for two cores: the second worker took time from the model)"
+         if two_vs_one > 1.05 else "(no worse: one worker was not keeping up, or a core was idle)"))
+
 # %% [markdown]
-# **What the measurement says.** With `0 workers` the measured data share (printed above)
-# should land near the prediction: the loop does the two things one after the other, and the
-# model has no other term. It differs by what the prediction leaves out: collating the batch,
-# the Python overhead of the `DataLoader`, and other jobs on this machine slowing one
-# measurement more than the other.
-#
-# With **1 worker** the tokenizing moves to another process, on the second core: the model
-# predicts that a batch takes `B * c` to load there while the loop spends `t_compute` on
-# the step, so as long as `B * c <= t_compute` the step should wait only for the handoff of
-# each batch from the worker (section 2a measures it) and take about as long as the
-# pre-tokenized one. Compare the step times above, not only the shares: if the 1-worker step
-# is still longer than the pre-tokenized one, the busy worker took CPU time from the
-# training process. That happens when the second core is not really free (other jobs on a
-# shared machine: the load average is printed in section 5): the data bottleneck then turns
-# into a compute slowdown rather than disappearing. With **2 workers** there are three busy
-# processes for two cores: once one worker keeps up, a second can only take CPU time away
-# from the model's compute. On a GPU server with 16-64 cores this trade-off disappears,
-# which is why the usual advice is "as many workers as it takes, up to the cores you have".
+# On a GPU server with 16-64 cores the trade-off between workers and the model's own compute
+# disappears, which is why the usual advice is "as many workers as it takes, up to the cores
+# you have".
 #
 # ## 2. The knobs of `torch.utils.data.DataLoader`
 #
@@ -184,15 +195,21 @@ for w, r, p in zip(WORKERS, io_runs, io_pred):
 vdata.plot_loader_sweep(io_runs, io_pred,
                         title="I/O-bound load (sleep): workers overlap their waits")
 
+# %%
+gaps = [abs(r.steady_wait_share - p.steady_wait_share) for r, p in zip(io_runs, io_pred)]
+worst_w = WORKERS[gaps.index(max(gaps))]
+viz.show_verdict(judge(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
+                                  "simulate_pipeline with the measured handoff", high=0.10, physical=(0, 1)),
+                       max(gaps), explain={
+    "held": "Sleeping workers do not compete for cores, and the model includes the per-batch handoff: "
+            "without it, it would promise 0 % waiting as soon as W workers outpace the step.",
+    "above": f"The worst gap is at {worst_w} workers: there the workers' wake-ups and handoffs compete with "
+             "the loop for the cores (or other jobs do), which the model does not count."}))
+
 # %% [markdown]
-# The prediction and the measurement (above) should agree within a few percentage points of
-# waiting: sleeping workers do not compete for cores, and the model now includes the
-# measured per-batch handoff. Without that term the model would promise 0 % waiting as soon
-# as `W` workers outpace the step; the handoff is why a `DataLoader` with workers never
-# quite reaches the compute-bound ceiling, and why it grows with the batch's size and
-# number of tensors. Both the numbers and the plot leave out the first step, which carries
-# the startup of the worker processes (section 2c measures it). An I/O-bound load scales
-# with workers far past the number of cores, until the storage itself saturates.
+# Both the numbers and the plot leave out the first step, which carries the startup of the
+# worker processes (section 2c measures it). In the model, an I/O-bound load scales with
+# workers far past the number of cores, until the storage itself saturates.
 #
 # ### 2b. `num_workers` for a CPU-bound load
 #
@@ -200,7 +217,10 @@ vdata.plot_loader_sweep(io_runs, io_pred,
 # idle core (like decoding: it takes longer when it has to share the core).
 #
 # **Model.** The same pipeline, but `W` busy workers share `CORES` cores: each batch takes
-# `B * c * max(1, W / CORES)`. Past `CORES` workers throughput should stop growing.
+# `B * c * max(1, W / CORES)`.
+#
+# **Prediction.** Past `CORES` workers throughput should stop growing: the most workers
+# measured give at most 10 % more samples/s than `CORES` workers.
 
 # %%
 cpu_ds = SlowDataset(BATCH * SWEEP_BATCHES, COST_MS / 1e3, kind="spin")
@@ -213,13 +233,21 @@ for w, r, p in zip(WORKERS, cpu_runs, cpu_pred):
 vdata.plot_loader_sweep(cpu_runs, cpu_pred,
                         title=f"CPU-bound load (busy loop) on {CORES} cores")
 
-# %% [markdown]
-# Here the measurement usually falls short of the prediction as workers approach and pass
-# the core count: the model assumes the cores are ours alone, but the training process,
-# the `DataLoader`'s own threads and every other job on the machine take a share (on a
-# shared CI machine, a large one). That gap is the practical rule: for CPU-bound decoding,
-# workers beyond the free cores buy nothing; make the per-sample work cheaper instead (decode
-# once and cache, or move augmentation to the GPU).
+# %%
+rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}
+at_cores = rate.get(CORES, max(rate[w] for w in WORKERS if w <= CORES))
+viz.show_verdict(judge(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {CORES}",
+                                  "busy workers share the cores", high=1.10, unit="x"),
+                       rate[WORKERS[-1]] / at_cores, explain={
+    "held": "For CPU-bound decoding, workers beyond the free cores buy nothing: make the per-sample work "
+            "cheaper instead (decode once and cache, or move augmentation to the GPU).",
+    "above": "More workers still helped: some of the per-sample cost waits rather than computes (the busy "
+             "loop is calibrated on an idle core), or the cores were less busy than the model assumes."}))
+short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if BATCH / r.steady_step_s < 0.9 * BATCH / p.steady_step_s]
+print("measured below 90 % of the model's throughput at workers = "
+      + (", ".join(map(str, short)) if short else "none")
+      + ": the model assumes the cores are ours alone; the training process, the DataLoader's own "
+        "threads and other jobs take a share.")
 #
 # ### 2c. `persistent_workers`: paying the startup once
 #
@@ -242,10 +270,15 @@ for (m, p), r in epochs.items():
     firsts = ", ".join(f"{w[0] * 1e3:.0f}" for w in r.wait_s)
     print(f"{m:>5}, persistent_workers={p!s:>5}: first-batch wait per epoch [{firsts}] ms")
 print(f"one batch alone costs {batch_load_s * 1e3:.0f} ms; the rest of each first wait is worker startup")
+later = {p: statistics.median(w[0] for w in epochs[("fork", p)].wait_s[1:]) for p in (False, True)}
+viz.show_verdict(judge(Prediction("later epochs' first-batch wait, persistent over fresh workers (fork)",
+                                  "persistent workers skip the startup", high=1.0, unit="x"),
+                       later[True] / later[False], explain={
+    "held": f"Fresh workers cost {(later[False] - later[True]) * 1e3:.0f} ms more at each epoch's start.",
+    "above": "Startup was too cheap to see against the noise of one batch here (fork of a small process)."}))
 
 # %% [markdown]
-# The first epoch of both rows pays the startup (above); later epochs pay it again only
-# without `persistent_workers`. The startup grows with the training process (forking copies
+# The startup grows with the training process (forking copies
 # its page tables) and, with spawn, with everything a worker must import and unpickle: for
 # short epochs, or a validation loader run every few hundred steps, it is paid again and
 # again.
@@ -257,6 +290,8 @@ print(f"one batch alone costs {batch_load_s * 1e3:.0f} ms; the rest of each firs
 # the loop only when the queue runs dry. Per-sample costs with a coefficient of variation
 # `JITTER` give batches whose cost varies by `JITTER / sqrt(B)`. Four workers supply a batch
 # every `B * c / 4` on average, within the step time, so any waiting is jitter alone.
+#
+# **Prediction.** The deepest queue waits no more than the shallowest.
 
 # %%
 jit_ds = SlowDataset(BATCH * (2 * STEPS + 1), COST_MS / 1e3, jitter=JITTER)
@@ -269,12 +304,14 @@ for d, r, p in zip(depths, jit_runs, jit_pred):
     print(f"prefetch_factor={d}: predicted {p.steady_wait_share:4.0%} waiting | measured {r.steady_wait_share:4.0%} "
           f"({r.steps} steps)")
 
-# %% [markdown]
-# The model's numbers (above) are averages over thousands of simulated steps; the measurement
-# has only `2 * STEPS` steps, so a single slow batch moves it by several points: read the
-# trend, not the digits. Deeper prefetching absorbs jitter, at the cost of host memory for
-# `d * W` batches (pinned memory, if `pin_memory=True`) and a longer wait before the first
-# step.
+# %%
+viz.show_verdict(judge(Prediction(f"waiting share at prefetch_factor={depths[-1]} minus at {depths[0]}",
+                                  "a deeper queue absorbs slow batches", high=0.0, unit=""),
+                       jit_runs[-1].steady_wait_share - jit_runs[0].steady_wait_share, explain={
+    "held": "Deeper prefetching absorbs jitter, at the cost of host memory for d * W batches (pinned "
+            "memory, if pin_memory=True) and a longer wait before the first step.",
+    "above": f"The measurement has only {jit_runs[0].steps} steps, so one slow batch moves it by "
+             "points; the model's averages come from thousands of simulated steps."}))
 #
 # ### 2e. `pin_memory` (GPU only)
 #
@@ -342,11 +379,17 @@ for name, T in (("longest in batch", lambda g: max(g)),
 print(f"mean sample: {real_tokens / sum(map(len, groups)):.0f} tokens")
 
 # %% [markdown]
-# **Prediction vs measurement.** Rounding to a multiple of 8 adds at most 7 pad tokens per
-# row, on average about 3.5 per row; measured above as extra padding over "longest in
-# batch", a share that shrinks as the batches' longest samples grow. Padding everything to a
-# fixed length wastes far more on a corpus of short paragraphs (the last row). Sorting
-# samples into buckets of similar length would cut both.
+# **Prediction.** Rounding to a multiple of 8 adds between 0 and 7 pad tokens per row,
+# about 3.5 on average if the longest lengths fall evenly between multiples of 8.
+
+# %%
+extra = statistics.mean(math.ceil(max(g) / 8) * 8 - max(g) for g in groups)
+viz.show_verdict(judge(Prediction("pad tokens per row added by rounding to a multiple of 8",
+                                  "uniform remainders: (0 + ... + 7) / 8", value=3.5, rel_tol=0.5,
+                                  physical=(0, 7)), extra, explain={
+    "held": "Sorting samples into buckets of similar length would cut the padding of both rows above.",
+    "above": "The batches' longest samples cluster just above multiples of 8 in this corpus.",
+    "below": "The batches' longest samples cluster at or just below multiples of 8 in this corpus."}))
 #
 # ## 4. Streaming data: no sample twice, none lost
 #
@@ -379,6 +422,13 @@ print(f"naive, 2 workers: {len(naive)} samples read, {len(set(naive))} distinct\
       f"ShardedStream, 2 ranks x 2 workers: {len(seen)} samples read, {len(set(seen))} distinct")
 shutil.rmtree(root)
 
+# %%
+viz.show_verdict(judge(Prediction("samples read more than once or lost by ShardedStream (2 ranks x 2 workers)",
+                                  "shard rank * workers + worker_id", value=0, rel_tol=0),
+                       (len(seen) - len(set(seen))) + (240 - len(set(seen)))))
+viz.show_verdict(judge(Prediction("reads per sample with the naive stream and 2 workers", "every worker replays it all",
+                                  value=2, rel_tol=0), len(naive) / len(set(naive))))
+
 # %% [markdown]
 # With 6 files and 4 shards (2 ranks x 2 workers) the files do not divide evenly, so `ShardedStream` strides over
 # samples: every shard parses every file but keeps one line in four. With 8 files it would
@@ -392,9 +442,13 @@ shutil.rmtree(root)
 # (and, on CUDA, copies them on a side stream from pinned memory) while the step runs. With a
 # load about as long as the step, how much of it disappears?
 #
-# **Model.** Over a loop of `n` steps (`N` below), serial: `n * (t_load + t_compute)`. Overlapped: the first load cannot be hidden,
-# then each step costs `max(t_load, t_compute)`: `t_load + n * max(...)`. So the hidden
-# fraction `(serial - prefetched) / (n * min(t_load, t_compute))` is at most `(n - 1) / n`.
+# **Model.** Over a loop of `n` steps (`N` below), serial: `n * (t_load + t_compute)`.
+# Overlapped: the first load cannot be hidden, then each step costs `max(t_load, t_compute)`:
+# `t_load + n * max(...)`. So the hidden fraction `(serial - prefetched) / (n * min(t_load,
+# t_compute))` is at most `(n - 1) / n`.
+#
+# **Prediction.** For the I/O-like load (a sleep), close to that bound: at least 70 % of it.
+# For the load that holds the GIL, little or nothing.
 # The load here is the digits CNN's `DataLoader` plus a known delay per batch; the compute is
 # a real training step of the CNN.
 
@@ -455,14 +509,26 @@ print(f"load average of this machine over the last minute: {os.getloadavg()[0]:.
       f"for {CORES} cores")
 vdata.plot_overlap(ms, t_load, t_compute)
 
+# %%
+bound = (N - 1) / N
+viz.show_verdict(judge(Prediction("hidden fraction, I/O-like load", "(n - 1) / n at best",
+                                  low=0.7 * bound, high=bound * 1.1, physical=(0, 1.2)), hidden["sleep"], explain={
+    "held": "A sleeping thread needs neither a core nor the GIL; what remains is handing each batch through "
+            "a queue and the noise of a shared machine.",
+    "above": "The serial loop cost more than load + compute measured apart (each sleep gives the core away, "
+             "and the step after it starts on cold caches), which the prefetcher hides as well.",
+    "below": f"Each handoff needs the GIL for a moment; with {os.getloadavg()[0]:.1f} runnable processes for "
+             f"{CORES} cores, it waited for the OS to schedule the other thread.",
+    "inconclusive": "A negative fraction means the prefetched loop was slower than the serial one: the "
+                    "machine's load changed during the run."}))
+viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load", "a thread cannot compute beside Python",
+                                  high=0.3, physical=(-1, 1.2)), hidden["spin"], explain={
+    "held": "The loader thread runs only while the step is inside a kernel that released the GIL.",
+    "above": "Much of this step runs inside PyTorch kernels that release the GIL, so the loader thread found "
+             "room to run beside it."}))
+
 # %% [markdown]
-# **Why they differ.** For the I/O-like load the measured hidden fraction (above) should be
-# close to the model's `(n - 1) / n`: a sleeping thread needs neither a core nor the GIL, and
-# what remains is handing each batch through a queue (tens of microseconds) and the noise of
-# a shared machine. The serial loop can also cost a little more than `load + compute`
-# measured apart (each sleep gives the core away, and the step after it may start on cold
-# caches or wait for the scheduler), which the prefetcher hides as well: a fraction slightly
-# above the bound is that, not a free lunch. For the load that **holds the GIL** the thread can only run while the
+# **Why they differ.** For the load that **holds the GIL** the thread can only run while the
 # training step is inside a PyTorch kernel that released the GIL; every return to Python
 # (module calls, autograd, the optimizer loop) waits for the loader thread to give the GIL
 # back, up to Python's 5 ms switch interval. The step slows down by about what the prefetcher
@@ -471,10 +537,8 @@ vdata.plot_overlap(ms, t_load, t_compute)
 # or run in native code that releases the GIL.
 #
 # Even the I/O-like load needs the GIL for a moment per batch (to wake up and hand the batch
-# over). On an idle machine that costs microseconds. When more processes want to run than
-# there are cores (the load average printed above; other people's jobs on a shared machine,
-# or CI), each handoff can wait for the OS to schedule the other thread, and the hidden
-# fraction drops well below the model's bound: the same code, a different machine state.
+# over). On an idle machine that costs microseconds; when more processes want to run than
+# there are cores, each handoff can wait for the OS to schedule the other thread.
 #
 # On CUDA, the same `Prefetcher` also pins each batch and copies it on its own side stream
 # with `non_blocking=True`; the training stream waits on an event for that copy (on the GPU,
@@ -502,10 +566,11 @@ viz.build_widget(spec)
 # ## Summary
 #
 # * A loop with `num_workers=0` pays `B * c + t_compute` per step; the data share is
-#   predictable from two measured numbers, and `StepMonitor`'s `data` phase confirms it.
-# * Workers hide an I/O-bound load almost perfectly and scale past the cores; a CPU-bound
-#   load stops scaling at the free cores. `persistent_workers` pays process startup once;
-#   `prefetch_factor` absorbs jitter. `pin_memory` matters only for copies to a GPU.
+#   predictable from two measured numbers, and `StepMonitor`'s `data` phase measures it.
+# * The models: workers hide an I/O-bound load and scale past the cores; a CPU-bound load
+#   stops scaling at the free cores. `persistent_workers` pays process startup once;
+#   `prefetch_factor` absorbs jitter. `pin_memory` matters only for copies to a GPU. The
+#   verdicts above say which held on this machine.
 # * Pad to a multiple of 8; shard streaming datasets by worker **and** rank.
 # * A thread prefetcher hides loads that wait, not loads that compute in Python.
 
