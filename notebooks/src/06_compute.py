@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from perfkit import compute, hw, timing, viz
 from perfkit.compute import budget, compiling, kernels, throughput
 from perfkit.models import gpt2_workload, tiny_gpt2
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import compute as vc
 from perfkit.viz import si
 
@@ -109,15 +110,27 @@ for p, c in curves.items():
     gap = abs(tail[p] - tail["fp32"]) / tail["fp32"]
     print(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {TAIL} {tail[p]:.4f}, "
           f"{gap:.3%} from fp32; largest per-step gap {max(abs(a - b) for a, b in zip(c, curves['fp32'])):.4f}")
-    assert gap < TOL, f"{p} drifted {gap:.2%} from fp32"
 vc.plot_loss_curves(curves, tolerance=TOL * tail["fp32"])
 plt.show()
 
+# %%
+viz.show_verdict(judge(Prediction("bf16's final loss (mean of the last steps) relative to fp32's",
+                                  "rounding of about 0.4 % per product averages out", value=1.0, rel_tol=TOL),
+                       tail["bf16"] / tail["fp32"], explain={
+    "held": "Rounding noise of bf16 matmuls is small next to the noise of stochastic gradients; over "
+            "millions of steps production runs keep fp32 master weights and fp32 reductions for exactly "
+            "this reason, as autocast and an fp32 optimizer do here.",
+    "above": "bf16 ended worse: at this learning rate the coarser rounding changed the trajectory.",
+    "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."}))
+jumps = {p: max(range(1, len(c)), key=lambda i: c[i] - c[i - 1]) for p, c in curves.items()}
+j = jumps["fp32"]
+print(f"largest rise of the loss: fp32 at step {j} ({curves['fp32'][j - 1]:.3f} -> {curves['fp32'][j]:.3f}), "
+      f"bf16 at step {jumps['bf16']}: "
+      + ("the same step in both precisions, on the same batch: that batch's text is harder, not the "
+         "arithmetic" if jumps["bf16"] == j else "different steps: the rise is not only the data"))
+
 # %% [markdown]
-# The gap is far inside the tolerance: rounding noise of bf16 matmuls is small next to the
-# noise of stochastic gradients. (Over millions of steps, production runs keep fp32 master
-# weights and fp32 reductions for exactly this reason; autocast and an fp32 optimizer do that
-# here.) Now (b), the speed: the two steps alternate on the same random tokens.
+# Now (b), the speed: the two steps alternate on the same random tokens.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -140,13 +153,26 @@ for name, m, dt in (("fp32", amp.baseline, "float32"), ("bf16", amp.candidate, "
           f"= MFU {compute.mfu(flops, m.median_s, limits, dt):.1%} of the {dt} ceiling")
 
 # %% [markdown]
-# **The gap to the prediction.** The speedup printed above is below the ceiling ratio
-# because a tiny model's step is not all matmul. The fp32 MFU says how much of the step the
-# matmuls would take *at the fp32 ceiling*; the rest (layer norms, GELU, softmax, the loss,
-# AdamW, Python and dispatch overhead, and the casts autocast inserts) runs at the same speed
-# in both precisions. That is also why the bf16 MFU, measured against the higher bf16
-# ceiling, is lower: a faster matmul unit makes the non-matmul work a larger share. Bigger
-# models spend more of their step in matmuls and get closer to the ratio of the ceilings.
+# **Amdahl's bound.** The fp32 MFU `f` is the share of the fp32 step its matmuls would take at
+# the fp32 ceiling. If only they speed up, by the ratio `r` of the ceilings, the step becomes
+# `(1 - f) + f / r` of what it was: a speedup of `1 / ((1 - f) + f / r)`. On a CPU without fast
+# bf16 units `r` is below 1 and the "speedup" is a slowdown.
+
+# %%
+f_mm = min(1.0, compute.mfu(flops, amp.baseline.median_s, limits, "float32"))
+amdahl = 1 / ((1 - f_mm) + f_mm / bf16_ratio)
+print(f"f = {f_mm:.1%} of the fp32 step in matmuls (at the ceiling), r = {bf16_ratio:.2f}: "
+      f"Amdahl predicts {amdahl:.2f}x")
+viz.show_verdict(judge(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
+                                  value=amdahl, rel_tol=0.25, unit="x"), amp.ratio,
+                       spread=(amp.low, amp.high), explain={
+    "held": "The rest of the step (layer norms, GELU, softmax, the loss, AdamW, Python and dispatch) runs "
+            "at the same speed in both precisions, which is why bigger models, with more of their step "
+            "in matmuls, get closer to the ratio of the ceilings.",
+    "above": "Faster than matmuls alone allow: the non-matmul work also got cheaper in bf16 (half the "
+             "bytes for the elementwise ops autocast runs in bf16).",
+    "below": "Slower than matmuls alone allow: the casts autocast inserts before every matmul, and the "
+             "bf16 weight copies it makes, cost more than the matmuls saved."}))
 #
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
 # everything: tensors that stay fp32 (layer-norm inputs, the logits upcast for the loss) do
@@ -232,13 +258,40 @@ print(f"compiled / eager: {rec.speedup:.2f}x (predicted {chain.ratio:.1f}x if me
       f"first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
 
 # %% [markdown]
-# **The gap.** If the eager chain moved its modelled bytes at full copy bandwidth, the share
-# above would be near 100 %; the fused kernel's share is the honest test of the model, since it
-# moves the minimum. Where the measured speedup falls short of the byte ratio, the fused kernel
-# is no longer purely memory-bound: `tanh` costs tens of instructions per element, so on a CPU
-# with few cores the fused loop can become compute-bound. Where the eager share exceeds 100 %,
-# intermediates were still in cache (the model assumes every byte goes to DRAM). On the
-# roofline of notebook 00 (FLOPs counted as about 10 per element):
+# **What else a new tensor costs.** Each eager op returns a *new* tensor. On a CPU a tensor this
+# large is fresh memory from the operating system (the allocator returns big blocks when they are
+# freed), so its pages fault in one by one on first write: a cost per new tensor that the
+# bytes model leaves out. Measured: filling a new tensor against filling one that already exists.
+
+# %%
+buf = torch.empty_like(xc)
+fresh = timing.benchmark(lambda: torch.empty_like(xc).fill_(1.0), warmup=2, repeat=REPEAT)
+reuse = timing.benchmark(lambda: buf.fill_(1.0), warmup=2, repeat=REPEAT)
+fault_s = max(0.0, fresh.median_s - reuse.median_s)
+eager_model_s = chain.eager / limits.copy_bytes_per_s + chain.kernels * fault_s
+print(f"a new {xc.numel() * 4 / 2**20:.0f} MiB tensor costs {fault_s * 1e3:.2f} ms more than reusing one "
+      f"({fresh.median_s * 1e3:.2f} vs {reuse.median_s * 1e3:.2f} ms to fill)")
+print(f"eager model: {chain.eager / limits.copy_bytes_per_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
+      f"= {eager_model_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
+viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
+                                  value=eager_model_s * 1e3, rel_tol=0.5, unit=" ms"),
+                       rec.eager.median_s * 1e3, explain={
+    "held": f"Bytes alone would predict {chain.eager / limits.copy_bytes_per_s * 1e3:.2f} ms: on this CPU "
+            "the fresh tensors' page faults are a large part of why eager elementwise chains run far below "
+            "copy bandwidth.",
+    "above": "Slower still: tanh and pow cost tens of instructions per element, so some ops are "
+             "compute-bound on few cores.",
+    "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}))
+viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
+                                  high=chain.ratio, low=1.0, unit="x"), rec.speedup, explain={
+    "held": "Fusion removes the intermediate tensors and their bytes.",
+    "above": "More than the byte ratio: fusion also removed the new tensors' page faults, which the "
+             "bytes model does not count.",
+    "below": "The fused loop is not purely memory-bound: tanh costs tens of instructions per element, "
+             "so on few cores it becomes compute-bound."}))
+
+# %% [markdown]
+# On the roofline of notebook 00 (FLOPs counted as about 10 per element):
 
 # %%
 FLOPS_PER_ELEMENT = 10  # 7 multiplies/adds, the pow (2 multiplies) and tanh counted as one
@@ -387,14 +440,23 @@ for T in ATTN_T:
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
 plt.show()
 
+# %%
+mem_err = max(abs(by["naive", T].saved_bytes / kernels.attention_matrix_bytes(B, H, T) - 1) for T in ATTN_T)
+viz.show_verdict(judge(Prediction("largest relative gap, naive's saved bytes against one T x T matrix per head",
+                                  "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
+                       explain={"held": "The rest is the small boolean mask: memory is where the model is exact."}))
+r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
+viz.show_verdict(judge(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
+                                  "naive writes and rereads T x T matrices", low=1.0, unit="x"),
+                       r_long / r_short, explain={
+    "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
+    "below": "At these lengths per-call costs still dominate both, and on a shared machine the ratios carry "
+             "the noise shown in the plot; the memory difference above is the part that scales."}))
+
 # %% [markdown]
-# The saved bytes match the predictions (the naive version also keeps the small boolean mask):
-# memory is where the model is exact. Time is where it is only qualitative. The naive version
-# writes and rereads the `T x T` matrices, so its disadvantage should grow with `T`; at short
-# sequences both are dominated by per-call costs, and on a shared machine the ratios in the last
-# column carry the noise shown in the plot. Precision matters too: fused kernels are tuned per
-# dtype and head size, and on CPUs the bf16 flash-attention backward is not always the faster
-# path (on GPUs it is). The next cell repeats one length in bf16 and says which won here.
+# Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16
+# flash-attention backward is not always the faster path (on GPUs it is). The next cell repeats
+# one length in bf16 and says which won here.
 
 # %%
 T16 = ATTN_T[1]
@@ -432,8 +494,8 @@ for T in GPT_ATTN_T:
 # **The model.** Matmul kernels work on tiles: vector registers of 16 fp32 or 32 bf16 values
 # on an AVX-512 CPU, tensor-core fragments of 8-16 elements on a GPU. A dimension that is not a
 # multiple of the tile leaves a remainder handled by a slower edge path or by padding inside
-# the kernel. **Prediction:** sizes that are multiples of 64 run at the full rate; odd sizes lose
-# up to a tile's worth of work per row. The effect is large on GPUs (tensor cores need
+# the kernel. **Prediction.** Sizes that are multiples of 64 run at the full rate; odd sizes lose
+# up to a tile's worth of work per row: on `n` near 1024, at most a few percent. The effect is large on GPUs (tensor cores need
 # multiples of 8 in fp16/bf16) and may be small on a CPU, whose kernels pack odd edges cheaply.
 # Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved:
 
@@ -451,10 +513,18 @@ for dt in ("float32", "bfloat16"):
 vc.plot_shape_sweep(shape_pts, vary="n", multiple=64)
 plt.show()
 
-# %% [markdown]
-# Read the percentages above against the prediction. The spread of the *aligned* points is a
-# fair estimate of the measurement noise on this machine: an odd-size penalty inside that spread
-# is not a real effect here, one well outside it is. (On GPUs the odd sizes drop far more.)
+# %%
+aligned32 = [p.flops_per_s for p in shape_pts if p.dtype == "float32" and p.n % 64 == 0]
+odd32 = [p.flops_per_s for p in shape_pts if p.dtype == "float32" and p.n % 2]
+ref32 = statistics.median(aligned32)
+viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (fp32)",
+                                  "a tile's remainder per row: a few percent at n near 1024", low=0.94, unit=""),
+                       statistics.median(odd32) / ref32,
+                       spread=(min(aligned32) / ref32, max(aligned32) / ref32), explain={
+    "held": "This CPU's kernels pack odd edges cheaply; on GPUs the odd sizes drop far more.",
+    "below": "Odd sizes lose more than a tile's remainder here: the kernel takes a slower path for them.",
+    "inconclusive": "The aligned sizes alone spread across the bound: the machine's noise is larger than "
+                    "the effect."}))
 #
 # **Padding the vocabulary.** GPT-2's vocabulary is 50,257 tokens (50,256 plus the end-of-text
 # token); nanoGPT pads it to 50,304, a multiple of 64, and reported a large speedup on GPUs. Our
@@ -511,13 +581,20 @@ with FlopCounterMode(display=False) as counter:
     m(input_ids=x, labels=x).loss.backward()
 print(f"formula {flops:,} FLOPs, counted {counter.get_total_flops():,} "
       f"({counter.get_total_flops() / flops:.3f} of the formula: elementwise work is not counted)")
-assert abs(counter.get_total_flops() / flops - 1) < 0.02
+viz.show_verdict(judge(Prediction("FlopCounterMode's count over the 6N + attention formula",
+                                  "every matmul of forward and backward", value=1.0, rel_tol=0.02),
+                       counter.get_total_flops() / flops, explain={
+    "below": "The formula charges matmuls the counter did not see: compare the counter's per-operator "
+             "counts (counter.get_flop_counts()) with the formula's terms.",
+    "above": "The counter saw matmul FLOPs the formula does not charge: compare the counter's per-operator "
+             "counts (counter.get_flop_counts()) with the formula's terms."}))
 
 # %% [markdown]
-# **MFU against batch size.** Prediction: small batches waste the machine, because some costs
+# **MFU against batch size.** **Prediction.** Small batches waste the machine, because some costs
 # are per *step*, not per token (the optimizer touches every parameter once per step; Python and
 # dispatch overhead is per op), and small matmuls run below the ceiling (notebook 00). Throughput
-# should rise with batch size and flatten once the matmuls are large. `StepBench` measures each
+# should rise with batch size and flatten once the matmuls are large: the largest batch at
+# least as fast per token as the smallest, and within 10 % of the best. `StepBench` measures each
 # setting with a few real steps and caches it (the widget below reuses the cache):
 
 # %%
@@ -533,12 +610,21 @@ for p in bench.points:
 vc.plot_throughput(bench.points)
 plt.show()
 
-# %% [markdown]
-# **The gap.** MFU stays well below 100 % on a tiny model even at the largest batch: its matmuls
-# are small (width 128), so much of each step is the non-matmul work of section 1, and the
-# optimizer's per-parameter cost does not shrink with the batch. For scale: PaLM (540B
-# parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, against the vendor's peak, a higher
-# bar than a ceiling measured on the machine itself.
+# %%
+fp32_pts = sorted((p for p in bench.points if p.precision == "fp32" and not p.compiled), key=lambda p: p.batch)
+best = max(fp32_pts, key=lambda p: p.tokens_per_s)
+viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over batch {fp32_pts[0].batch}",
+                                  "per-step costs spread over more tokens", low=1.0, unit="x"),
+                       fp32_pts[-1].tokens_per_s / fp32_pts[0].tokens_per_s))
+viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over the best batch",
+                                  "throughput flattens, it does not fall", low=0.9, unit="x"),
+                       fp32_pts[-1].tokens_per_s / best.tokens_per_s, explain={
+    "held": f"The best batch was {best.batch}; past it the gain per doubling is small.",
+    "below": f"Throughput peaked at batch {best.batch} and fell after it: larger batches' activations "
+             "outgrow the caches (section 1 measured the saved bytes per step), so each op waits on "
+             "memory, and on a shared machine a longer step also catches more interruptions."}))
+print(f"largest MFU measured: {max(p.mfu for p in bench.points):.1%}. For scale: PaLM (540B parameters, "
+      "matmuls 18,432 wide) reported 46 % MFU on TPUs, against the vendor's peak.")
 #
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
 # GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
@@ -560,6 +646,13 @@ print(f"budget {BUDGET / 2**20:.0f} MiB: model states {probe.state_bytes / 2**20
       f"{per_sample / 2**20:.2f} MiB of activations per sample -> predicted largest batch {predicted}")
 print(f"search: largest batch {search.best} after {len(search.trials)} probes "
       f"{[b for b, _ in search.trials]}; at it {probe.bytes[search.best] / 2**20:.1f} MiB")
+viz.show_verdict(judge(Prediction("largest batch found by the search minus the linear prediction",
+                                  "bytes(b) = states + b x per-sample activations", low=-1, high=1),
+                       search.best - predicted, explain={
+    "held": "Activations are linear in the batch for a transformer at fixed sequence length; a difference "
+            "of one comes from rounding.",
+    "above": "Bytes grow less than linearly: some saved tensor does not scale with the batch.",
+    "below": "Bytes grow more than linearly: some saved tensor grows faster than the batch."}))
 
 # %%
 if DEVICE.type != "cuda":
@@ -574,10 +667,6 @@ else:
           f"(peak {oom.bytes[gsearch.best] / 2**30:.2f} GiB)")
 
 # %% [markdown]
-# The prediction and the search agree when activations are exactly linear in the batch (they
-# are, for a transformer at fixed sequence length); a difference of one comes from rounding the
-# prediction.
-#
 # ## 7. Try it: precision, compile and batch size
 #
 # Each setting runs a few real training steps of the tiny GPT-2 the first time it is chosen
@@ -597,12 +686,12 @@ plt.show()
 # %% [markdown]
 # ## Summary
 #
-# * **bf16 autocast** trained the tiny GPT-2 to the same loss as fp32 within 1 % (section 1); its
-#   speedup is bounded by the ratio of the matmul ceilings and reduced by Amdahl's law.
-# * **Fusion** removes memory traffic: the byte count predicts the win for memory-bound chains;
-#   `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
-# * **Fused attention** saves the `T x T` matrices (quadratic memory) and wins time at long
-#   sequences.
+# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law with the
+#   measured matmul share predicts the speed (section 1's verdicts say what held on this machine).
+# * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
+#   tensor; `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
+# * **Fused attention** never stores the `T x T` matrices (quadratic memory); its time advantage
+#   grows with `T` where their traffic dominates.
 # * **Shapes** matter on tensor cores; measure them on a CPU before padding.
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
 
