@@ -2,7 +2,8 @@
 
 Prints one JSON object. One entry per method (``none``, ``fp16_hook``, ``bf16_hook``,
 ``powersgd_r{1,2,4}``, ``topk_1pct``, ``randomk_1pct``, ``qsgd``, ``sign``, the last four
-also with ``_ef`` for error feedback), each with
+also with ``_ef`` for error feedback, and ``dense``/``dense_ef``, the uncompressed gradient
+through perfkit's hook, which must train exactly like ``none``), each with
 
 * ``wire_bytes_ratio``: payload bytes per step over dense fp32 bytes (exact counts);
 * ``final_loss``: training-split loss after the same number of steps of 2-process DDP
@@ -43,7 +44,7 @@ NUMEL = (4 if QUICK else 16) * 2**20
 STEPS = 120 if QUICK else 500
 METHODS = ["none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powersgd_r4",
            "topk_1pct", "topk_1pct_ef", "randomk_1pct", "randomk_1pct_ef", "qsgd", "qsgd_ef",
-           "sign", "sign_ef"]
+           "sign", "sign_ef", "dense", "dense_ef"]
 
 
 def _roundtrip(comp: compress.Compressor, x: torch.Tensor, out: torch.Tensor
@@ -150,6 +151,8 @@ def main() -> None:
         >= 0.2 * gbps["memcpy"],
         "sampled_topk_ge_3x": topk["sampled_topk_speedup"] >= 3,
         "sampled_topk_mass_ge_95pct": topk["sampled_topk_mass_ratio"] >= 0.95,
+        "dense_ef_trains_like_dense": abs(out["dense_ef"]["final_loss"]
+                                          - out["dense"]["final_loss"]) <= 1e-6,
     }
     print(json.dumps(out, indent=1))
 

@@ -14,10 +14,12 @@ from perfkit.compress.codecs import (
     QSGD,
     Compressed,
     Compressor,
-    ErrorFeedback,
     RandomK,
     Sign,
     TopK,
+)
+from perfkit.compress.feedback import (
+    ErrorFeedback,
 )
 from perfkit.compress.fused import (
     BYTES_PER_VALUE,

@@ -1,44 +1,46 @@
-"""Gradient compression: sparsifiers, quantisers and error feedback.
+"""Gradient compression: sparsifiers and quantisers.
 
 Compressors turn a flat fp32 gradient into a few *payload* tensors (what goes on the
 wire) and back. ``Compressed.wire_bytes`` counts every payload byte, indices and scales
 included, so compression ratios are exact, not nominal.
 
-* :class:`TopK`: the ``k = ceil(ratio * numel)`` largest magnitudes, values + int32
-  indices. ``method="exact"`` uses ``torch.topk``; ``method="sampled"`` estimates the
-  threshold from a random sample, as in Deep Gradient Compression (Lin et al., 2018),
-  then trims the candidates above it to exactly ``k`` with a small exact top-k.
+* :class:`TopK`: the ``k = ceil(ratio * numel)`` largest magnitudes (the product taken
+  exactly on the decimal ``ratio``: 7 of 100 for 0.07), values + int32 indices.
+  ``method="exact"`` uses ``torch.topk``; ``method="sampled"`` estimates the threshold from
+  a random sample, as in Deep Gradient Compression (Lin et al., 2018), then trims the
+  candidates above it to exactly ``k`` with a small exact top-k.
 * :class:`RandomK`: ``k`` random coordinates chosen by a seed; only the values travel
   (plus the 8-byte seed), and ranks sharing the seed can all-reduce the values.
 * :class:`QSGD`: int8 with stochastic rounding (Alistarh et al., 2017, with a max-norm
   scale): unbiased, ``E[decompress(compress(x))] = x``.
 * :class:`Sign`: 1 bit per value with one scale ``mean(|x|)`` (signSGD with a scale,
   as in EF-SignSGD, Karimireddy et al., 2019).
-* :class:`ErrorFeedback`: keeps what was not sent and adds it to the next gradient
-  (Seide et al., 2014; Stich et al., 2018), so nothing is lost, only delayed.
 
-The DDP communication hook that sends gradients through them is in
-:mod:`perfkit.compress.hook`; their predicted errors and a one-process model of
-compressed training are in :mod:`perfkit.compress.simulate`.
+Error feedback around any of them is in :mod:`perfkit.compress.feedback`, the DDP
+communication hook that sends gradients through them in :mod:`perfkit.compress.hook`,
+their predicted errors and a one-process model of compressed training in
+:mod:`perfkit.compress.simulate`.
 
 Usage::
 
-    ef = ErrorFeedback(TopK(0.01))
-    c = ef.compress(grad, key="layer1")             # c.wire_bytes: exact payload bytes
-    approx = ef.decompress(c)                       # dense, same shape as grad
+    topk = TopK(0.01)
+    c = topk.compress(grad)                         # c.wire_bytes: exact payload bytes
+    approx = topk.decompress(c)                     # dense, same shape as grad
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import torch
 
 from perfkit.compress import fused as fused_kernels
+from perfkit.compress._checks import check_int, check_ratio, check_seed, check_tensor, count
 
-__all__ = ["Compressed", "Compressor", "ErrorFeedback", "QSGD", "RandomK", "Sign", "TopK"]
+__all__ = ["Compressed", "Compressor", "QSGD", "RandomK", "Sign", "TopK"]
 
 
 @dataclass
@@ -50,6 +52,20 @@ class Compressed:
     dtype: torch.dtype
     meta: dict[str, Any] = field(default_factory=dict)  # small scalars, e.g. a seed
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.tensors, tuple) or not all(
+                isinstance(t, torch.Tensor) for t in self.tensors):
+            raise TypeError(f"tensors must be a tuple of torch.Tensor, got {self.tensors!r}")
+        if not isinstance(self.shape, tuple) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.shape):
+            raise TypeError(f"shape must be a tuple of ints >= 0 (a torch.Size), got "
+                            f"{self.shape!r}")
+        self.shape = torch.Size(self.shape)
+        if not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {self.dtype!r}")
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"meta must be a dict of scalars, got {type(self.meta).__name__}")
+
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -60,23 +76,13 @@ class Compressed:
         return sum(t.numel() * t.element_size() for t in self.tensors) + 8 * len(self.meta)
 
 
-def _check_ratio(ratio: float) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-        raise ValueError(f"ratio must be a number in (0, 1], got {ratio!r}")
-    return float(ratio)
-
-
 _NONFINITE = ("tensor contains NaN or inf: the gradient diverged upstream (check the learning "
               "rate or loss scaling) before compression")
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """Flat view of ``t``; raises on non-tensors and non-float dtypes."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"tensor must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise TypeError(f"tensor must be floating point, got {t.dtype}")
-    return t.detach().reshape(-1)
+    return check_tensor("tensor", t, floating=True).detach().reshape(-1)
 
 
 def _check_finite(flat: torch.Tensor, reduced: torch.Tensor | None = None) -> None:
@@ -102,9 +108,11 @@ class Compressor:
     """Base class: ``compress(t) -> Compressed``, ``decompress(c, out=None) -> tensor``.
 
     ``summable`` is True when payloads from different ranks can be summed elementwise
-    before decompressing (an all-reduce instead of an all-gather). Compressors keep
-    scratch buffers between calls (a fresh 64 MB allocation costs page faults comparable
-    to a copy), so one instance must not be shared between threads.
+    before decompressing (an all-reduce instead of an all-gather). A payload may be a
+    view of the input (the identity's is): a caller that changes the input afterwards
+    must copy such a payload first. Compressors keep scratch buffers between calls (a
+    fresh 64 MB allocation costs page faults comparable to a copy), so one instance must
+    not be shared between threads.
     """
 
     name = "none"
@@ -127,7 +135,9 @@ class Compressor:
         return Compressed((flat,), t.shape, t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Dense tensor of ``c.shape`` from the payload, written into ``out`` if given."""
+        """Dense tensor of ``c.shape`` from the payload, written into ``out`` if given
+        (without ``out``, the identity's result views the payload)."""
+        _check_out(c, out)
         dense = c.tensors[0].view(c.shape)
         return dense if out is None else out.view(c.shape).copy_(dense)
 
@@ -139,11 +149,20 @@ def _pct(ratio: float) -> str:
     return f"{ratio * 100:g}pct".replace(".", "p")
 
 
+def _check_out(c: Compressed, out: torch.Tensor | None) -> None:
+    """``c`` must be a :class:`Compressed`, ``out`` ``None`` or a tensor of ``c.numel`` values."""
+    if not isinstance(c, Compressed):
+        raise TypeError(f"c must be a Compressed payload, got {type(c).__name__}")
+    if out is not None:
+        check_tensor("out", out, floating=True)
+        if out.numel() != c.numel:
+            raise ValueError(f"out must have {c.numel} elements (the payload's), got "
+                             f"{out.numel()}")
+
+
 def _dense(c: Compressed, out: torch.Tensor | None, device: torch.device) -> torch.Tensor:
     if out is None:
         return torch.empty(c.numel, dtype=c.dtype, device=device)
-    if out.numel() != c.numel:
-        raise ValueError(f"out has {out.numel()} elements, the payload decodes to {c.numel}")
     return out.view(-1)
 
 
@@ -165,6 +184,10 @@ class TopK(Compressor):
             sample overshoots (fewer than ``k`` candidates) the exact path runs, so the
             result is the exact top-k set either way; only the time differs.
         sample_ratio: share of the values sampled for the threshold (sampled only).
+        seed: seed of the sampling generator (sampled only), an int in [0, 2**63).
+
+    Raises:
+        TypeError, ValueError: for an argument of the wrong type or out of range.
     """
 
     summable = False
@@ -172,25 +195,26 @@ class TopK(Compressor):
     def __init__(self, ratio: float, method: str = "exact", sample_ratio: float = 0.01,
                  seed: int = 0) -> None:
         super().__init__()
-        self.ratio = _check_ratio(ratio)
+        self.ratio = check_ratio(ratio)
         if method not in ("exact", "sampled"):
             raise ValueError(f"method must be 'exact' or 'sampled', got {method!r}")
         self.method = method
-        self.sample_ratio = _check_ratio(sample_ratio)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.sample_ratio = check_ratio(sample_ratio, "sample_ratio")
+        self.gen = torch.Generator().manual_seed(check_seed("seed", seed))
         self.name = f"topk_{_pct(self.ratio)}" + ("_sampled" if method == "sampled" else "")
 
     def k(self, numel: int) -> int:
-        """Number of values kept from ``numel``."""
-        return min(numel, max(1, math.ceil(self.ratio * numel))) if numel else 0
+        """Values kept from ``numel``: ``ceil(ratio * numel)`` in exact decimal arithmetic,
+        at least 1 (0 for an empty tensor)."""
+        return count(self.ratio, check_int("numel", numel))
 
     def _sampled_indices(self, mag: torch.Tensor, k: int) -> torch.Tensor:
         n = mag.numel()
-        s = min(n, max(1000, int(self.sample_ratio * n)))
+        s = min(n, max(1000, math.floor(Fraction(repr(self.sample_ratio)) * n)))
         # index_select, not mag[idx]: advanced indexing is ~20x slower for a gather
         sample = torch.index_select(mag, 0, torch.randint(n, (s,), generator=self.gen)
                                     .to(mag.device))  # (s,)
-        q = min(s, max(1, math.ceil(1.5 * k * s / n)))
+        q = min(s, max(1, -(-3 * k * s // (2 * n))))  # ceil(1.5 k s / n), in integers
         thr = torch.topk(sample, q, sorted=False).values.min()
         cand = (mag >= thr).nonzero().squeeze(1)  # (~1.5 k,)
         if cand.numel() < k:  # the sample overestimated the threshold: exact path
@@ -211,6 +235,7 @@ class TopK(Compressor):
                           t.shape, t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
+        _check_out(c, out)
         return _scatter(c, c.tensors[0], c.tensors[1], out)
 
 
@@ -220,20 +245,30 @@ class RandomK(Compressor):
     Every call draws a new seed from ``seed``'s sequence, so two instances created with
     the same ``seed`` and called in the same order (one per rank) pick the same
     coordinates: their values can be all-reduced (``summable``).
+
+    Args:
+        ratio: fraction of values kept, in (0, 1].
+        seed: seed of the sequence of per-call seeds, an int in [0, 2**63).
+
+    Raises:
+        TypeError, ValueError: for an argument of the wrong type or out of range.
     """
 
     summable = True
 
     def __init__(self, ratio: float, seed: int = 0) -> None:
         super().__init__()
-        self.ratio = _check_ratio(ratio)
-        self.seeds = torch.Generator().manual_seed(seed)
+        self.ratio = check_ratio(ratio)
+        self.seeds = torch.Generator().manual_seed(check_seed("seed", seed))
         self.name = f"randomk_{_pct(self.ratio)}"
 
+    def k(self, numel: int) -> int:
+        """Values kept from ``numel``, as :meth:`TopK.k`."""
+        return count(self.ratio, check_int("numel", numel))
+
     def _indices(self, numel: int, seed: int, device: torch.device) -> torch.Tensor:
-        k = min(numel, max(1, math.ceil(self.ratio * numel))) if numel else 0
         g = torch.Generator().manual_seed(seed)
-        return torch.randperm(numel, generator=g)[:k].to(device)
+        return torch.randperm(numel, generator=g)[: self.k(numel)].to(device)
 
     def compress(self, t: torch.Tensor) -> Compressed:
         flat = _check_input(t)
@@ -243,6 +278,7 @@ class RandomK(Compressor):
                           {"seed": seed})
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
+        _check_out(c, out)
         idx = self._indices(c.numel, c.meta["seed"], c.tensors[0].device)
         return _scatter(c, c.tensors[0], idx, out)
 
@@ -258,7 +294,7 @@ class QSGD(Compressor):
     The 0.01 margin below 127 keeps ``x * s + u + 128`` under 256 despite rounding.
 
     Args:
-        seed: seed of the dither generator (give each rank its own).
+        seed: seed of the dither generator (give each rank its own), in [0, 2**63).
         fused: encode and decode in one pass each through ``torch.compile``: ``None``
             (default) for tensors of at least :data:`perfkit.compress.FUSED_MIN_NUMEL`
             values, ``True`` always, ``False`` never (see :mod:`perfkit.compress.fused`).
@@ -270,7 +306,7 @@ class QSGD(Compressor):
 
     def __init__(self, seed: int = 0, fused: bool | None = None) -> None:
         super().__init__()
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(check_seed("seed", seed))
         self.fused = fused_kernels.check_fused(fused)
         self.name = "qsgd"
 
@@ -290,6 +326,7 @@ class QSGD(Compressor):
                           t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
+        _check_out(c, out)
         codes, inv_s = c.tensors
         dense = _dense(c, out, codes.device)
         return fused_kernels.qsgd_decode(codes, inv_s.to(codes.device), dense, self.fused).view(c.shape)
@@ -320,40 +357,8 @@ class Sign(Compressor):
         return Compressed((packed, scale), t.shape, t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
+        _check_out(c, out)
         packed, scale = c.tensors
         dense = _dense(c, out, packed.device)
         return fused_kernels.sign_decode(packed, scale.to(packed.device), dense,
                                  self.fused).view(c.shape)
-
-
-class ErrorFeedback(Compressor):
-    """Wrap a compressor; add what it dropped last time (per ``key``) before compressing.
-
-    ``residual[key] += t``; send ``compress(residual[key])``; ``residual[key] -=
-    decompress(sent)``. Summed over steps, what was sent plus the residual equals what
-    came in (up to fp32 rounding).
-    """
-
-    def __init__(self, inner: Compressor) -> None:
-        if not isinstance(inner, Compressor) or isinstance(inner, ErrorFeedback):
-            raise TypeError(f"inner must be a (non-ErrorFeedback) Compressor, got {inner!r}")
-        super().__init__()
-        self.inner = inner
-        self.summable = inner.summable
-        self.name = inner.name + "_ef"
-        self.residuals: dict[Any, torch.Tensor] = {}
-
-    def compress(self, t: torch.Tensor, key: Any = 0) -> Compressed:
-        flat = _check_input(t)
-        res = self.residuals.get(key)
-        if res is None or res.shape != flat.shape or res.dtype != flat.dtype:
-            res = self.residuals[key] = torch.zeros_like(flat)
-        res.add_(flat)  # (n,): the corrected gradient
-        c = self.inner.compress(res.view(t.shape))
-        sent = self.inner.decompress(c, out=self._scratch("sent", res.numel(), res.dtype,
-                                                          res.device))
-        res.sub_(sent.reshape(-1))  # the identity's payload *is* res: this zeroes it
-        return c
-
-    def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.inner.decompress(c, out)

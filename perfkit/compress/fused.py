@@ -45,6 +45,16 @@ from collections.abc import Callable
 
 import torch
 
+from perfkit.compress._checks import (
+    check_callable,
+    check_flat_out,
+    check_int,
+    check_packed,
+    check_positive,
+    check_scalar_tensor,
+    check_tensor,
+)
+
 __all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "check_fused", "pack_bits",
            "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
 
@@ -89,10 +99,11 @@ def use_fused(fused: bool | None, t: torch.Tensor) -> bool:
     """Resolve a ``fused`` argument for tensor ``t`` (see the module docstring).
 
     Raises:
-        TypeError: ``fused`` is not ``None``, ``True`` or ``False``.
+        TypeError: ``fused`` is not ``None``, ``True`` or ``False``; ``t`` is not a tensor.
         RuntimeError: ``fused=True`` on a device type where compiling already failed.
     """
     check_fused(fused)
+    check_tensor("t", t)
     dev = t.device.type
     if fused is True:
         if dev in _broken:
@@ -179,14 +190,21 @@ def qsgd_encode(flat: torch.Tensor, pool: torch.Tensor, s: float,
             page faults comparable to a pass over it); default: allocate each call.
     Returns:
         A new uint8 tensor of ``flat``'s length.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong type, dtype, shape or range.
     """
+    check_tensor("flat", flat, floating=True, ndim=1)
+    check_tensor("pool", pool, dtype=torch.float32, ndim=1)
+    s = check_positive("s", s)
+    check_fused(fused)
+    scr = check_callable("scratch", scratch) or _fresh
     if pool.numel() != min(flat.numel(), DITHER_POOL):
         raise ValueError(f"pool must hold min(len(flat), {DITHER_POOL}) = "
                          f"{min(flat.numel(), DITHER_POOL)} values, got {pool.numel()}")
     codes = torch.empty(flat.numel(), dtype=torch.uint8, device=flat.device)
     if flat.numel():
         s_t = torch.tensor(s, dtype=torch.float32, device=flat.device)
-        scr = scratch or _fresh
         _dispatch(fused, flat, lambda: _qsgd_encode_split(flat, pool, s_t, codes, scr),
                   lambda: _qsgd_encode_eager(flat, pool, s_t, codes, scr))
     return codes
@@ -203,7 +221,16 @@ def _qsgd_decode_fused(codes, inv_s, out):
 
 def qsgd_decode(codes: torch.Tensor, inv_s: torch.Tensor, out: torch.Tensor,
                 fused: bool | None = None) -> torch.Tensor:
-    """``out = (codes - 128) * inv_s`` for a flat ``out`` of ``codes``' length; returns it."""
+    """``out = (codes - 128) * inv_s`` for a flat ``out`` of ``codes``' length; returns it.
+
+    Raises:
+        TypeError, ValueError: ``codes`` not flat uint8, ``inv_s`` not one float, ``out``
+            not a flat float tensor of ``codes``' length, ``fused`` not None/True/False.
+    """
+    check_tensor("codes", codes, dtype=torch.uint8, ndim=1)
+    check_scalar_tensor("inv_s", inv_s)
+    check_flat_out(out, codes.numel())
+    check_fused(fused)
     if codes.numel():
         inv = inv_s.reshape(()).to(torch.float32)
         _dispatch(fused, codes, lambda: _QSGD_DECODE(codes, inv, out),
@@ -228,7 +255,12 @@ def _planes(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def pack_bits(bits: torch.Tensor) -> torch.Tensor:
-    """Pack a flat bool tensor in Sign's bit-plane layout (above): ``ceil(n / 8)`` bytes."""
+    """Pack a flat bool tensor in Sign's bit-plane layout (above): ``ceil(n / 8)`` bytes.
+
+    Raises:
+        TypeError, ValueError: ``bits`` is not a 1-D bool tensor.
+    """
+    check_tensor("bits", bits, dtype=torch.bool, ndim=1)
     planes, tail = _planes(bits.view(torch.uint8))
     m = planes.shape[1]
     packed = torch.zeros(m + (tail.numel() > 0), dtype=torch.uint8, device=bits.device)
@@ -253,7 +285,13 @@ def _unpack_into(packed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
-    """The inverse of :func:`pack_bits`: a flat bool tensor of ``n`` values."""
+    """The inverse of :func:`pack_bits`: a flat bool tensor of ``n`` values.
+
+    Raises:
+        TypeError, ValueError: ``n`` is not an int >= 0, ``packed`` not ``ceil(n / 8)``
+            uint8 bytes.
+    """
+    check_packed(packed, check_int("n", n))
     return _unpack_into(packed, torch.empty(n, dtype=torch.bool, device=packed.device))
 
 
@@ -291,11 +329,19 @@ def sign_encode(flat: torch.Tensor, fused: bool | None = None,
                 scratch: Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sign bits (1 for ``x >= 0``) in the bit-plane layout (:func:`pack_bits`) and
     ``sum(|flat|)`` as a 0-dim fp64 tensor (NaN or inf if ``flat`` has any).
-    ``scratch`` supplies the eager path's two temporaries (see :func:`qsgd_encode`)."""
+    ``scratch`` supplies the eager path's two temporaries (see :func:`qsgd_encode`).
+
+    Raises:
+        TypeError, ValueError: ``flat`` is not a 1-D float tensor, ``fused`` not
+            None/True/False, ``scratch`` not callable.
+    """
+    check_tensor("flat", flat, floating=True, ndim=1)
+    check_fused(fused)
+    scr = check_callable("scratch", scratch) or _fresh
     if flat.numel() < 8:  # no whole plane: nothing to fuse
-        return _sign_encode_eager(flat, scratch or _fresh)
+        return _sign_encode_eager(flat, scr)
     return _dispatch(fused, flat, lambda: _sign_encode_split(flat),
-                     lambda: _sign_encode_eager(flat, scratch or _fresh))
+                     lambda: _sign_encode_eager(flat, scr))
 
 
 def _sign_decode_eager(packed, sc, out):
@@ -322,7 +368,16 @@ def _sign_decode_split(packed, sc, out):
 def sign_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
                 fused: bool | None = None) -> torch.Tensor:
     """``out[i] = +scale`` where value ``i``'s bit is set, else ``-scale``; ``out`` flat,
-    returned."""
+    returned.
+
+    Raises:
+        TypeError, ValueError: ``out`` not a 1-D float tensor, ``packed`` not its
+            ``ceil(n / 8)`` uint8 bytes, ``scale`` not one float, ``fused`` not None/True/False.
+    """
+    check_tensor("out", out, floating=True, ndim=1)
+    check_packed(packed, out.numel())
+    check_scalar_tensor("scale", scale)
+    check_fused(fused)
     sc = scale.to(out.dtype).reshape(())
     if out.numel() < 8:
         _sign_decode_eager(packed, sc, out)

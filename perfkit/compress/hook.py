@@ -7,6 +7,10 @@ PyTorch's DDP communication-hook interface (``register_comm_hook``, the one torc
 ``fp16_compress_hook`` and PowerSGD hook (Vogels et al., 2019) use), and counts the payload
 bytes against the dense ones so the compression ratio is measured, not nominal.
 
+Error feedback keeps one residual per *parameter*, not per bucket: DDP rebuilds its
+buckets after the first step (gradients are regrouped in the order backward produced
+them), so a bucket's index and size say nothing about which parameters it holds.
+
 Usage::
 
     state = HookState(ErrorFeedback(TopK(0.01)))
@@ -21,7 +25,9 @@ from typing import Any
 
 import torch
 
-from perfkit.compress.codecs import Compressed, Compressor, ErrorFeedback
+from perfkit.compress._checks import check_int
+from perfkit.compress.codecs import Compressed, Compressor
+from perfkit.compress.feedback import ErrorFeedback
 
 __all__ = ["HookState", "compression_hook"]
 
@@ -32,11 +38,17 @@ class HookState:
 
     Attributes:
         compressor: any :class:`~perfkit.compress.Compressor` (an
-            :class:`~perfkit.compress.ErrorFeedback` keeps one residual per DDP bucket).
+            :class:`~perfkit.compress.ErrorFeedback` keeps one residual per parameter,
+            ``compressor.residuals[param]``, a flat tensor of ``param.numel()`` values).
         process_group: the group to communicate in (``None``: WORLD).
         wire_bytes: payload bytes this rank contributed, summed over calls.
         dense_bytes: bytes of the uncompressed gradient buckets, summed over calls.
         calls: buckets communicated.
+
+    Raises:
+        TypeError: ``compressor`` is not a Compressor, ``process_group`` is neither
+            ``None`` nor a ``torch.distributed.ProcessGroup``, a counter is not an int.
+        ValueError: a counter is negative.
     """
 
     compressor: Compressor
@@ -44,6 +56,20 @@ class HookState:
     wire_bytes: int = 0
     dense_bytes: int = 0
     calls: int = 0
+
+    def __post_init__(self) -> None:
+        # checked here: a wrong type would otherwise fail inside DDP's backward
+        if not isinstance(self.compressor, Compressor):
+            raise TypeError(f"compressor must be a perfkit.compress.Compressor, got "
+                            f"{type(self.compressor).__name__}")
+        if self.process_group is not None:
+            import torch.distributed as dist
+
+            if not isinstance(self.process_group, dist.ProcessGroup):
+                raise TypeError(f"process_group must be None (WORLD) or a "
+                                f"torch.distributed.ProcessGroup, got {self.process_group!r}")
+        for name in ("wire_bytes", "dense_bytes", "calls"):
+            check_int(name, getattr(self, name))
 
 
 def compression_hook(state: HookState, bucket):  # no annotations: DDP checks real types
@@ -56,7 +82,16 @@ def compression_hook(state: HookState, bucket):  # no annotations: DDP checks re
     and the returned future is already complete: simple and correct, at the price of
     DDP's overlap with backward.
 
+    With an :class:`~perfkit.compress.ErrorFeedback` compressor, each parameter's residual
+    is laid out in the bucket's current order (``bucket.parameters()``, each taking
+    ``numel`` values of the flat buffer in turn) and updated in place, so it stays with
+    its parameter when DDP rebuilds the buckets.
+
     Register with ``ddp_model.register_comm_hook(HookState(TopK(0.01)), compression_hook)``.
+
+    Raises:
+        TypeError: ``state`` is not a :class:`HookState`.
+        RuntimeError: the bucket's parameters do not tile its buffer (sparse gradients).
 
     Warning:
         Collective: DDP calls it on every rank for every bucket; every rank must use the
@@ -67,12 +102,19 @@ def compression_hook(state: HookState, bucket):  # no annotations: DDP checks re
 
     from perfkit.comm.collectives import all_gather_single
 
+    if not isinstance(state, HookState):
+        raise TypeError(f"state must be a HookState, got {type(state).__name__}")
     buf = bucket.buffer()  # flat gradient bucket, (numel,)
     group = state.process_group
     n = dist.get_world_size(group)
     comp = state.compressor
     if isinstance(comp, ErrorFeedback):
-        c = comp.compress(buf, key=(bucket.index(), buf.numel()))
+        params = bucket.parameters()
+        numels = [p.numel() for p in params]
+        if sum(numels) != buf.numel():
+            raise RuntimeError(f"bucket {bucket.index()}: its {len(params)} parameters hold "
+                               f"{sum(numels)} values, its buffer {buf.numel()}")
+        c = comp.compress_parts(buf, params, numels)
     else:
         c = comp.compress(buf)
     state.calls += 1

@@ -23,7 +23,8 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as nn_functional
 
-from perfkit.compress.codecs import QSGD, Compressor, _check_ratio
+from perfkit.compress._checks import check_int, check_positive, check_ratio, check_seed
+from perfkit.compress.codecs import QSGD, Compressor
 
 __all__ = ["gaussian_error", "simulate_dp_training"]
 
@@ -58,17 +59,23 @@ def simulate_dp_training(make: Callable[[], Compressor] | None, steps: int = 100
         The global batch's loss at every step (before the update), in nats.
 
     Raises:
-        ValueError: for ``steps``, ``workers`` or ``batch`` below 1, or ``lr`` <= 0.
+        TypeError: ``make`` is neither ``None`` nor callable, or returns something other
+            than a :class:`~perfkit.compress.Compressor`; an argument of the wrong type.
+        ValueError: ``steps``, ``workers`` or ``batch`` below 1, ``lr`` not finite and
+            > 0, ``seed`` outside [0, 2**63).
     """
+    if make is not None and not callable(make):
+        raise TypeError(f"make must be None or a callable returning a Compressor, got {make!r}")
     for name, v in (("steps", steps), ("workers", workers), ("batch", batch)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+        check_int(name, v, 1)
+    check_positive("lr", lr)
     x, onehot = _digits_design()
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
     w = torch.zeros(65, 10)  # weights and bias: 650 parameters
     comps = [make() for _ in range(workers)] if make is not None else None
+    for c in comps or ():
+        if not isinstance(c, Compressor):
+            raise TypeError(f"make must return a perfkit.compress.Compressor, got {c!r}")
     losses = []
     for _ in range(steps):
         idx = torch.randint(len(x), (workers, batch), generator=g)  # (workers, batch)
@@ -96,13 +103,15 @@ def gaussian_error(method: str, ratio: float = 1.0, numel: int = 1 << 20) -> flo
       rounding of a uniform fraction has variance ``step^2 / 6`` on average.
 
     Raises:
+        TypeError: ``method`` not a str, ``ratio`` not a number, ``numel`` not an int.
         ValueError: for an unknown ``method``, a ``ratio`` outside (0, 1], ``numel < 2``.
     """
     from statistics import NormalDist
 
-    _check_ratio(ratio)
-    if not isinstance(numel, int) or numel < 2:
-        raise ValueError(f"numel must be an int >= 2, got {numel!r}")
+    if not isinstance(method, str):
+        raise TypeError(f"method must be 'topk', 'randomk', 'sign' or 'qsgd', got {method!r}")
+    check_ratio(ratio)
+    check_int("numel", numel, 2)
     nd = NormalDist()
     if method == "topk":
         if ratio == 1:

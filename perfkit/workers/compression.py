@@ -10,9 +10,10 @@ and ``powersgd_r{1,2,4}``, and perfkit compressors through
 :func:`perfkit.compress.compression_hook`: ``topk_1pct``, ``randomk_1pct``, ``qsgd``,
 ``sign``, each also with ``_ef`` (error feedback), ``qsgd`` and ``sign`` also as
 ``qsgd_fused``/``qsgd_eager`` (a forced kernel path, :mod:`perfkit.compress.fused`); any
-``topk_<p>pct`` / ``randomk_<p>pct`` works, and ``dense`` sends the uncompressed
-gradient through the same hook. Every method trains a fresh model from the same seed on
-the same batches.
+``topk_<p>pct`` / ``randomk_<p>pct`` works (``topk_0p5pct``: 0.5 %), and ``dense`` sends the
+uncompressed gradient through the same hook (``dense_ef`` too, through error feedback,
+which must change nothing: both train exactly like ``none``). Every method trains a fresh
+model from the same seed on the same batches.
 
 Workloads are the module-01 ones from :mod:`perfkit.models`: ``digits`` (``SmallCNN``
 on sklearn's digits, 80/20 split) and ``gpt2`` (tiny GPT-2 on the stdlib corpus). The
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -92,7 +94,7 @@ def make_compressor(method: str, seed: int = 0) -> compress.Compressor:
     base = base if path is None else path.group(1)
     m = re.fullmatch(r"(topk|randomk)_(\d+(?:p\d+)?)pct", base)
     if m:
-        ratio = float(m.group(2).replace("p", ".")) / 100
+        ratio = float(Fraction(m.group(2).replace("p", ".")) / 100)  # "0p1" -> 0.001, rounded once
         comp = (compress.TopK(ratio, "sampled") if m.group(1) == "topk"
                 else compress.RandomK(ratio, seed))
     elif base == "qsgd":

@@ -18,8 +18,8 @@ DP = {"model": {"width": 64, "depth": 4}, "batch": 8,
       "compare": {"repeat": 1, "bucket_cap_mb": 0.01},
       "buckets": {"caps_mb": [0.001, 0.01, 25], "repeat": 1},
       "accumulate": {"ks": [1, 3], "repeat": 1}}
-METHODS = ["none", "dense", "topk_10pct_ef", "randomk_50pct", "qsgd", "sign_ef", "qsgd_fused",
-           "sign_fused_ef"]
+METHODS = ["none", "dense", "dense_ef", "topk_10pct_ef", "randomk_50pct", "qsgd", "sign_ef",
+           "qsgd_fused", "sign_fused_ef"]
 TRAIN = {"workload": "digits", "steps": 30, "batch": 16, "lr": 0.05, "methods": METHODS}
 
 
@@ -85,11 +85,15 @@ def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     assert suite2[1]["compression"]["runs"][0]["losses"] == runs["none"]["losses"]
     # the identity through perfkit's hook (all-reduce, divide after) == DDP's all-reduce
     assert runs["dense"]["losses"] == pytest.approx(runs["none"]["losses"], rel=1e-4)
+    # error feedback around the identity sends every gradient whole: the same training to
+    # fp32 rounding (it used to zero its own payload and train on zero gradients)
+    assert runs["dense_ef"]["losses"] == pytest.approx(runs["dense"]["losses"], rel=0, abs=1e-6)
+    assert runs["dense_ef"]["final_loss"] == pytest.approx(runs["dense"]["final_loss"], abs=1e-6)
     ratio = {m: r["wire_bytes_per_step"] / r["dense_bytes_per_step"] for m, r in runs.items()}
     n = runs["none"]["n_params"]
-    assert ratio["none"] == ratio["dense"] == 1.0
-    assert ratio["topk_10pct_ef"] == pytest.approx(8 * math.ceil(0.1 * n) / (4 * n))
-    assert ratio["randomk_50pct"] == pytest.approx((4 * math.ceil(0.5 * n) + 8) / (4 * n))
+    assert ratio["none"] == ratio["dense"] == ratio["dense_ef"] == 1.0
+    assert ratio["topk_10pct_ef"] == pytest.approx(8 * -(-n // 10) / (4 * n))  # ceil(n / 10)
+    assert ratio["randomk_50pct"] == pytest.approx((4 * -(-n // 2) + 8) / (4 * n))
     assert ratio["qsgd"] == pytest.approx((n + 4) / (4 * n))
     assert ratio["sign_ef"] == pytest.approx((math.ceil(n / 8) + 4) / (4 * n))
     # the fused kernels inside DDP's hook, during backward, train like the eager ones: same

@@ -1,12 +1,26 @@
-"""perfkit.compress: exact wire bytes, top-k selection, unbiased QSGD, error feedback;
+"""perfkit.compress: exact wire bytes and counts, top-k selection, unbiased QSGD, error
+feedback (alone and inside the DDP hook, against residuals computed by hand);
 perfkit.viz.comm's compression plots."""
 
 import math
+from decimal import ROUND_CEILING, Decimal
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from perfkit.compress import QSGD, Compressor, ErrorFeedback, RandomK, Sign, TopK
+from perfkit.compress import (
+    QSGD,
+    Compressor,
+    ErrorFeedback,
+    HookState,
+    RandomK,
+    Sign,
+    TopK,
+    compression_hook,
+)
 
 ALL = [Compressor(), TopK(0.01), TopK(0.1, "sampled"), RandomK(0.05), QSGD(), Sign(),
        ErrorFeedback(TopK(0.01)), ErrorFeedback(Sign())]
@@ -20,16 +34,39 @@ def test_round_trip_shape_dtype(comp, shape):
     assert y.shape == x.shape and y.dtype == x.dtype
 
 
+def _exact_k(ratio: float, n: int) -> int:
+    """ceil(ratio * n) in decimal arithmetic on the ratio as written, clamped to [1, n]."""
+    k = int((Decimal(repr(ratio)) * n).to_integral_value(rounding=ROUND_CEILING))
+    return min(n, max(1, k))
+
+
 @pytest.mark.parametrize("n", [1, 9, 1000, 4097])
 def test_wire_bytes_are_exact(n):
     x = torch.randn(n)
-    k = math.ceil(0.01 * n)
+    k = _exact_k(0.01, n)
     assert Compressor().compress(x).wire_bytes == 4 * n
     assert TopK(0.01).compress(x).wire_bytes == 8 * k  # fp32 value + int32 index
     assert TopK(0.01, "sampled").compress(x).wire_bytes == 8 * k
     assert RandomK(0.01).compress(x).wire_bytes == 4 * k + 8  # values + the seed
     assert QSGD().compress(x).wire_bytes == n + 4  # int8 + fp32 scale
     assert Sign().compress(x).wire_bytes == math.ceil(n / 8) + 4  # bits + fp32 scale
+
+
+def test_k_is_exact_for_decimal_ratios():
+    # 0.07 is stored as 0.07000000000000000666..., so the binary product 0.07 * 100 is
+    # 7.000000000000001 and a float ceil keeps 8 of 100 values where 7 % means 7
+    assert TopK(0.07).k(100) == RandomK(0.07).k(100) == 7
+    assert TopK(0.29).k(100) == 29 and TopK(0.1).k(30) == 3  # 0.1 * 30 = 3.0000000000000004
+    ratios = [float(f"{i}e-3") for i in range(1, 1001)] + [float(f"{i}e-4") for i in range(1, 200)]
+    sizes = [1, 7, 30, 100, 1000, 3000, 7919, 65_536, 10**6]
+    wrong = [(r, n) for r in ratios for n in sizes
+             if not TopK(r).k(n) == RandomK(r).k(n) == _exact_k(r, n)]
+    assert not wrong, f"{len(wrong)} of {len(ratios) * len(sizes)} counts differ: {wrong[:5]}"
+    for r, n in [(0.07, 100), (0.29, 100), (0.001, 7919)]:  # what compress keeps, too
+        x = torch.randn(n)
+        assert TopK(r).compress(x).tensors[0].numel() == _exact_k(r, n)
+        assert TopK(r, "sampled").compress(x).tensors[0].numel() == _exact_k(r, n)
+        assert RandomK(r).compress(x).tensors[0].numel() == _exact_k(r, n)
 
 
 def test_topk_keeps_exactly_the_k_largest_magnitudes():
@@ -123,6 +160,41 @@ def test_error_feedback_conserves_the_gradient(inner):
     assert torch.allclose(total_sent + ef.residuals["w"], total_in, atol=1e-4)
 
 
+def test_error_feedback_around_the_identity_sends_everything():
+    # the identity's payload is a view of the residual; updating the residual in place
+    # used to zero the payload, so "dense + EF" sent zeros
+    ef = ErrorFeedback(Compressor())
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        g = torch.randn(5, 7, generator=gen)
+        assert torch.equal(ef.decompress(ef.compress(g, key="w")), g)
+        assert not ef.residuals["w"].any()
+    parts = ef.compress_parts(g.reshape(-1), ["a", "b"], [30, 5])
+    assert torch.equal(ef.decompress(parts).view(5, 7), g)
+    assert not ef.residuals["a"].any() and ef.residuals["b"].shape == (5,)
+
+
+def test_error_feedback_parts_keep_their_residuals_in_any_layout():
+    ef = ErrorFeedback(TopK(0.5))
+    a, b = torch.tensor([4.0, 1.5]), torch.tensor([-3.0, 0.5, 2.0])
+    ef.compress_parts(torch.cat([a, b]), ["a", "b"], [2, 3])  # keeps 4, -3, 2 (k = 3)
+    assert ef.residuals["a"].tolist() == [0.0, 1.5]
+    assert ef.residuals["b"].tolist() == [0.0, 0.5, 0.0]
+    # the same parts the other way round, as in DDP's rebuilt buckets: the residuals follow
+    # their keys; b + res_b = [-3, 1, 2], a + res_a = [4, 3]: keeps -3, 4, 3
+    c = ef.compress_parts(torch.cat([b, a]), ["b", "a"], [3, 2])
+    assert ef.decompress(c).tolist() == [-3.0, 0.0, 0.0, 4.0, 3.0]
+    assert ef.residuals["b"].tolist() == [0.0, 1.0, 2.0] and ef.residuals["a"].tolist() == [0, 0]
+    ef.compress_parts(torch.zeros(3), ["b"], [3])  # b alone, keeps 2 and 1
+    assert ef.residuals["b"].tolist() == [0.0, 0.0, 0.0]
+    ef.compress(torch.tensor([1.0, 3.0]), key="a")  # a alone, from its last residual
+    assert ef.residuals["a"].tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="numels must sum"):
+        ef.compress_parts(torch.zeros(4), ["a", "b"], [2, 3])
+    with pytest.raises(ValueError, match="keys must be distinct"):
+        ef.compress_parts(torch.zeros(4), ["a", "a"], [2, 2])
+
+
 def test_error_feedback_keeps_one_residual_per_key():
     ef = ErrorFeedback(TopK(0.5))
     ef.compress(torch.tensor([1.0, 2.0]), key="a")
@@ -146,11 +218,14 @@ def test_large_finite_values_are_not_mistaken_for_inf():
     assert QSGD().compress(x).wire_bytes == 14
 
 
-@pytest.mark.parametrize("ratio", [0, 0.0, -0.1, 1.5, float("nan"), True, "0.1"])
-def test_ratio_outside_0_1_is_refused(ratio):
-    with pytest.raises(ValueError, match="ratio"):
+@pytest.mark.parametrize(("ratio", "exc"), [(0, ValueError), (0.0, ValueError),
+                                            (-0.1, ValueError), (1.5, ValueError),
+                                            (float("nan"), ValueError), (True, TypeError),
+                                            ("0.1", TypeError)])
+def test_ratio_outside_0_1_is_refused(ratio, exc):
+    with pytest.raises(exc, match="ratio"):
         TopK(ratio)
-    with pytest.raises(ValueError, match="ratio"):
+    with pytest.raises(exc, match="ratio"):
         RandomK(ratio)
 
 
@@ -193,3 +268,93 @@ def test_compression_plots_and_widget_extremes():
         vcomm.compression_widget([1.0, 2.0])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="smooth"):
         vcomm.plot_convergence({"a": [1.0]}, smooth=0)
+
+
+# --- the DDP hook, on a 1-process gloo group: DDP rebuilds its buckets there too -------
+
+
+@pytest.fixture
+def one_rank_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)  # parameters of 640, 64, 2112, 33, 165 and 5 values
+    return nn.Sequential(nn.Linear(10, 64), nn.Tanh(), nn.Linear(64, 33), nn.Tanh(),
+                         nn.Linear(33, 5))
+
+
+def _hooked(net: nn.Module, state: HookState, cap_mb: float) -> tuple[DDP, list]:
+    """DDP around ``net`` with perfkit's hook, recording each step's bucket layouts."""
+    ddp = DDP(net, bucket_cap_mb=cap_mb)
+    layouts: list[list[list[nn.Parameter]]] = []  # step -> bucket -> parameters in order
+
+    def hook(st, bucket):
+        if bucket.index() == 0:
+            layouts.append([])
+        layouts[-1].append(bucket.parameters())
+        return compression_hook(st, bucket)
+    ddp.register_comm_hook(state, hook)
+    return ddp, layouts
+
+
+@pytest.mark.parametrize("cap_mb", [25, 0.004], ids=["one_bucket", "several_buckets"])
+def test_hook_error_feedback_follows_each_parameter_when_ddp_rebuilds_buckets(
+        one_rank_group, cap_mb):
+    net = _net()
+    ef = ErrorFeedback(TopK(0.1))
+    ddp, layouts = _hooked(net, HookState(ef), cap_mb)
+    by_hand = TopK(0.1)  # the same selection, applied to residuals kept per parameter here
+    res = {p: torch.zeros(p.numel()) for p in net.parameters()}
+    gen = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x = torch.randn(16, 10, generator=gen)
+        own = dict(zip(res, torch.autograd.grad(net(x).square().mean(), list(res)),
+                       strict=True))  # each parameter's gradient, without DDP
+        ddp.zero_grad()
+        ddp(x).square().mean().backward()
+        for params in layouts[step]:
+            numels = [p.numel() for p in params]
+            corrected = torch.cat([own[p].reshape(-1) + res[p] for p in params])  # bucket order
+            sent = by_hand.decompress(by_hand.compress(corrected)).split(numels)
+            for p, s in zip(params, sent, strict=True):
+                # 1 rank: the gradient DDP leaves is what this rank sent
+                torch.testing.assert_close(p.grad.reshape(-1), s, rtol=0, atol=1e-6,
+                                           msg=lambda m, p=p, i=step: f"step {i}, {tuple(p.shape)}: {m}")
+                res[p] = own[p].reshape(-1) + res[p] - s  # own gradient + residual - sent
+                torch.testing.assert_close(ef.residuals[p], res[p], rtol=0, atol=1e-6)
+    # the layouts really changed after step 0: same bucket index (and, for one bucket, the
+    # same size), other parameters at each offset
+    order = [[[tuple(p.shape) for p in b] for b in layout] for layout in layouts]
+    assert order[0] != order[1] == order[2]
+    assert (len(order[1]) == 1) == (cap_mb == 25)
+
+
+def test_hook_dense_with_error_feedback_trains_like_plain_ddp(one_rank_group):
+    losses = {}
+    residuals = []
+    for method in ("ddp", "dense", "dense_ef"):
+        net = _net()
+        if method == "ddp":
+            ddp = DDP(net)
+        else:
+            comp = ErrorFeedback(Compressor()) if method == "dense_ef" else Compressor()
+            ddp, _ = _hooked(net, HookState(comp), 25)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        gen = torch.Generator().manual_seed(2)
+        losses[method] = []
+        for _ in range(10):
+            x = torch.randn(16, 10, generator=gen)
+            loss = (ddp(x) - x[:, :5]).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[method].append(float(loss))
+            if method == "dense_ef":
+                residuals.append(max(float(r.abs().max()) for r in comp.residuals.values()))
+    assert losses["dense"] == pytest.approx(losses["ddp"], rel=0, abs=1e-6)
+    assert losses["dense_ef"] == pytest.approx(losses["ddp"], rel=0, abs=1e-6)
+    assert losses["ddp"][-1] < 0.5 * losses["ddp"][0]
+    assert residuals == [0.0] * 10

@@ -6,7 +6,16 @@ import math
 import pytest
 import torch
 
-from perfkit.compress import QSGD, ErrorFeedback, RandomK, Sign, TopK, gaussian_error, simulate_dp_training
+from perfkit.compress import (
+    QSGD,
+    Compressor,
+    ErrorFeedback,
+    RandomK,
+    Sign,
+    TopK,
+    gaussian_error,
+    simulate_dp_training,
+)
 
 
 def test_gaussian_error_model_matches_gaussian_data():
@@ -34,3 +43,20 @@ def test_simulated_training_error_feedback_recovers_convergence():
         simulate_dp_training(None, steps=0)
     with pytest.raises(ValueError, match="lr"):
         simulate_dp_training(None, lr=0)
+
+
+def test_simulated_dense_with_error_feedback_is_plain_dense_training():
+    # the identity sends everything, so error feedback around it must change nothing; it
+    # used to zero its own payload and train on zero gradients (loss stuck at ln 10)
+    base = simulate_dp_training(None, steps=40)
+    dense = simulate_dp_training(Compressor, steps=40)
+    comps = []
+
+    def make():
+        comps.append(ErrorFeedback(Compressor()))
+        return comps[-1]
+    dense_ef = simulate_dp_training(make, steps=40)
+    assert dense == pytest.approx(base, rel=0, abs=1e-6)
+    assert dense_ef == pytest.approx(base, rel=0, abs=1e-6)
+    assert base[-1] < 0.6 * base[0]
+    assert len(comps) == 2 and all(not r.any() for c in comps for r in c.residuals.values())

@@ -1,0 +1,215 @@
+"""perfkit.compress refuses bad arguments: each public function and class raises
+``TypeError`` (wrong type) or ``ValueError`` (wrong value) with a message naming the
+argument and what is allowed, at the call, not later inside DDP's backward."""
+
+import math
+
+import pytest
+import torch
+
+from perfkit import compress
+from perfkit.compress import (
+    QSGD,
+    Compressed,
+    Compressor,
+    ErrorFeedback,
+    HookState,
+    RandomK,
+    Sign,
+    TopK,
+    check_fused,
+    compression_hook,
+    gaussian_error,
+    pack_bits,
+    qsgd_decode,
+    qsgd_encode,
+    sign_decode,
+    sign_encode,
+    simulate_dp_training,
+    unpack_bits,
+    use_fused,
+)
+
+NAN, INF = math.nan, math.inf
+X = torch.randn(16)
+CODES = torch.full((16,), 128, dtype=torch.uint8)
+POOL = torch.rand(16) + 128
+ONE = torch.ones(1)
+PACKED = torch.zeros(2, dtype=torch.uint8)
+OK = Compressed((X,), torch.Size([16]), torch.float32)
+
+CASES = [  # (name, call, exception, regex on the message)
+    # Compressed
+    ("Compressed.tensors", lambda: Compressed([X], (16,), torch.float32), TypeError, "tensors"),
+    ("Compressed.tensors item", lambda: Compressed((X, 3), (16,), torch.float32), TypeError,
+     "tensors"),
+    ("Compressed.shape neg", lambda: Compressed((X,), (-1,), torch.float32), TypeError, "shape"),
+    ("Compressed.shape type", lambda: Compressed((X,), "16", torch.float32), TypeError, "shape"),
+    ("Compressed.dtype", lambda: Compressed((X,), (16,), "float32"), TypeError, "dtype"),
+    ("Compressed.meta", lambda: Compressed((X,), (16,), torch.float32, [1]), TypeError, "meta"),
+    # Compressor
+    ("Compressor.compress type", lambda: Compressor().compress([1.0]), TypeError, "tensor"),
+    ("Compressor.compress int", lambda: Compressor().compress(torch.arange(3)), TypeError,
+     "floating"),
+    ("Compressor.compress nan", lambda: Compressor().compress(torch.tensor([1.0, NAN])),
+     ValueError, "NaN or inf"),
+    ("Compressor.compress inf", lambda: Compressor().compress(torch.tensor([INF])), ValueError,
+     "NaN or inf"),
+    ("Compressor.decompress c", lambda: Compressor().decompress(X), TypeError, "c must be"),
+    ("Compressor.decompress out size", lambda: Compressor().decompress(OK, out=torch.empty(3)),
+     ValueError, "out must have 16"),
+    ("Compressor.decompress out type", lambda: Compressor().decompress(OK, out=[0.0] * 16),
+     TypeError, "out"),
+    # TopK
+    ("TopK.ratio zero", lambda: TopK(0), ValueError, r"ratio.*\(0, 1\]"),
+    ("TopK.ratio negative", lambda: TopK(-0.5), ValueError, r"ratio.*\(0, 1\]"),
+    ("TopK.ratio above 1", lambda: TopK(1.01), ValueError, r"ratio.*\(0, 1\]"),
+    ("TopK.ratio nan", lambda: TopK(NAN), ValueError, "ratio"),
+    ("TopK.ratio inf", lambda: TopK(INF), ValueError, "ratio"),
+    ("TopK.ratio str", lambda: TopK("0.1"), TypeError, "ratio"),
+    ("TopK.ratio bool", lambda: TopK(True), TypeError, "ratio"),
+    ("TopK.method", lambda: TopK(0.1, "approx"), ValueError, "method.*'exact' or 'sampled'"),
+    ("TopK.sample_ratio", lambda: TopK(0.1, "sampled", 0), ValueError, "sample_ratio"),
+    ("TopK.seed negative", lambda: TopK(0.1, seed=-1), ValueError, r"seed.*\[0, 2\*\*63"),
+    ("TopK.seed float", lambda: TopK(0.1, seed=1.5), TypeError, "seed"),
+    ("TopK.k negative", lambda: TopK(0.1).k(-1), ValueError, "numel.*>= 0"),
+    ("TopK.k float", lambda: TopK(0.1).k(10.0), TypeError, "numel"),
+    ("TopK.decompress c", lambda: TopK(0.1).decompress((X, X)), TypeError, "c must be"),
+    # RandomK
+    ("RandomK.ratio", lambda: RandomK(0), ValueError, "ratio"),
+    ("RandomK.ratio nan", lambda: RandomK(NAN), ValueError, "ratio"),
+    ("RandomK.seed", lambda: RandomK(0.1, seed="0"), TypeError, "seed"),
+    ("RandomK.seed too big", lambda: RandomK(0.1, seed=2**64), ValueError, "seed"),
+    ("RandomK.k", lambda: RandomK(0.1).k(None), TypeError, "numel"),
+    ("RandomK.decompress out", lambda: RandomK(0.5).decompress(
+        RandomK(0.5).compress(X), out=torch.empty(4)), ValueError, "out must have 16"),
+    # QSGD, Sign
+    ("QSGD.seed", lambda: QSGD(seed=-3), ValueError, "seed"),
+    ("QSGD.seed bool", lambda: QSGD(seed=True), TypeError, "seed"),
+    ("QSGD.fused", lambda: QSGD(fused="yes"), TypeError, "fused.*None.*True.*False"),
+    ("QSGD.compress nan", lambda: QSGD().compress(torch.tensor([NAN, 1.0])), ValueError,
+     "NaN or inf"),
+    ("QSGD.decompress c", lambda: QSGD().decompress(None), TypeError, "c must be"),
+    ("Sign.fused", lambda: Sign(fused=1), TypeError, "fused"),
+    ("Sign.compress type", lambda: Sign().compress(X.numpy()), TypeError, "tensor"),
+    ("Sign.compress inf", lambda: Sign().compress(torch.tensor([-INF, 1.0])), ValueError,
+     "NaN or inf"),
+    ("Sign.decompress c", lambda: Sign().decompress("payload"), TypeError, "c must be"),
+    # ErrorFeedback
+    ("ErrorFeedback.inner", lambda: ErrorFeedback(TopK), TypeError, "inner"),
+    ("ErrorFeedback.inner nested", lambda: ErrorFeedback(ErrorFeedback(Sign())), TypeError,
+     "inner"),
+    ("ErrorFeedback.compress key", lambda: ErrorFeedback(Sign()).compress(X, key=[1]),
+     TypeError, "key must be hashable"),
+    ("ErrorFeedback.compress nan", lambda: ErrorFeedback(Sign()).compress(
+        torch.tensor([NAN])), ValueError, "NaN or inf"),
+    ("ErrorFeedback.compress_parts sum", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, ["a", "b"], [8, 9]), ValueError, "numels must sum to"),
+    ("ErrorFeedback.compress_parts len", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, ["a"], [8, 8]), ValueError, "keys must be distinct, one per entry of numels"),
+    ("ErrorFeedback.compress_parts repeated", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, ["a", "a"], [8, 8]), ValueError, "keys must be distinct"),
+    ("ErrorFeedback.compress_parts keys", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, "ab", [8, 8]), TypeError, "keys must be a sequence"),
+    ("ErrorFeedback.compress_parts numels", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, ["a", "b"], [8, -8]), ValueError, "numels"),
+    ("ErrorFeedback.compress_parts numels type", lambda: ErrorFeedback(Sign()).compress_parts(
+        X, ["a", "b"], 16), TypeError, "numels must be a sequence"),
+    # HookState, compression_hook
+    ("HookState.compressor", lambda: HookState("topk"), TypeError,
+     "compressor must be a perfkit.compress.Compressor"),
+    ("HookState.compressor class", lambda: HookState(TopK), TypeError, "compressor"),
+    ("HookState.process_group", lambda: HookState(Sign(), process_group="world"), TypeError,
+     "process_group must be None"),
+    ("HookState.wire_bytes", lambda: HookState(Sign(), wire_bytes=-1), ValueError,
+     "wire_bytes.*>= 0"),
+    ("HookState.calls", lambda: HookState(Sign(), calls=1.5), TypeError, "calls"),
+    ("compression_hook.state", lambda: compression_hook(Sign(), None), TypeError,
+     "state must be a HookState"),
+    # simulate_dp_training, gaussian_error
+    ("simulate_dp_training.make", lambda: simulate_dp_training("topk"), TypeError, "make"),
+    ("simulate_dp_training.make result", lambda: simulate_dp_training(lambda: "topk"),
+     TypeError, "make must return"),
+    ("simulate_dp_training.steps", lambda: simulate_dp_training(None, steps=0), ValueError,
+     "steps.*>= 1"),
+    ("simulate_dp_training.workers", lambda: simulate_dp_training(None, workers=2.0),
+     TypeError, "workers"),
+    ("simulate_dp_training.batch", lambda: simulate_dp_training(None, batch=-4), ValueError,
+     "batch"),
+    ("simulate_dp_training.lr zero", lambda: simulate_dp_training(None, lr=0), ValueError,
+     "lr.*finite number > 0"),
+    ("simulate_dp_training.lr nan", lambda: simulate_dp_training(None, lr=NAN), ValueError,
+     "lr"),
+    ("simulate_dp_training.lr inf", lambda: simulate_dp_training(None, lr=INF), ValueError,
+     "lr"),
+    ("simulate_dp_training.lr str", lambda: simulate_dp_training(None, lr="0.5"), TypeError,
+     "lr"),
+    ("simulate_dp_training.seed", lambda: simulate_dp_training(None, seed=-1), ValueError,
+     "seed"),
+    ("gaussian_error.method", lambda: gaussian_error("powersgd"), ValueError,
+     "method must be 'topk', 'randomk', 'sign' or 'qsgd'"),
+    ("gaussian_error.method type", lambda: gaussian_error(None), TypeError, "method"),
+    ("gaussian_error.ratio", lambda: gaussian_error("topk", NAN), ValueError, "ratio"),
+    ("gaussian_error.numel", lambda: gaussian_error("topk", 0.1, 1), ValueError,
+     "numel.*>= 2"),
+    ("gaussian_error.numel type", lambda: gaussian_error("topk", 0.1, 1e6), TypeError, "numel"),
+    # fused kernels
+    ("check_fused", lambda: check_fused("auto"), TypeError, "fused must be None"),
+    ("use_fused.fused", lambda: use_fused(0, X), TypeError, "fused"),
+    ("use_fused.t", lambda: use_fused(None, [1.0]), TypeError, "t must be a torch.Tensor"),
+    ("qsgd_encode.flat", lambda: qsgd_encode(X.view(4, 4), POOL, 1.0), ValueError,
+     "flat must be 1-D"),
+    ("qsgd_encode.flat dtype", lambda: qsgd_encode(CODES, POOL, 1.0), TypeError,
+     "flat must be floating"),
+    ("qsgd_encode.pool dtype", lambda: qsgd_encode(X, POOL.double(), 1.0), TypeError,
+     "pool must have dtype torch.float32"),
+    ("qsgd_encode.pool size", lambda: qsgd_encode(X, POOL[:3], 1.0), ValueError,
+     "pool must hold"),
+    ("qsgd_encode.s nan", lambda: qsgd_encode(X, POOL, NAN), ValueError, "s must be a finite"),
+    ("qsgd_encode.s negative", lambda: qsgd_encode(X, POOL, -2.0), ValueError, "s must be"),
+    ("qsgd_encode.s type", lambda: qsgd_encode(X, POOL, ONE), TypeError, "s must be"),
+    ("qsgd_encode.scratch", lambda: qsgd_encode(X, POOL, 1.0, scratch={}), TypeError,
+     "scratch must be None or a callable"),
+    ("qsgd_decode.codes", lambda: qsgd_decode(X, ONE, torch.empty(16)), TypeError,
+     "codes must have dtype torch.uint8"),
+    ("qsgd_decode.inv_s", lambda: qsgd_decode(CODES, torch.ones(2), torch.empty(16)),
+     ValueError, "inv_s must hold one value"),
+    ("qsgd_decode.inv_s type", lambda: qsgd_decode(CODES, 0.5, torch.empty(16)), TypeError,
+     "inv_s"),
+    ("qsgd_decode.out", lambda: qsgd_decode(CODES, ONE, torch.empty(15)), ValueError,
+     "out must hold 16 values"),
+    ("qsgd_decode.fused", lambda: qsgd_decode(CODES, ONE, torch.empty(16), "on"), TypeError,
+     "fused"),
+    ("sign_encode.flat", lambda: sign_encode(X.view(2, 8)), ValueError, "flat must be 1-D"),
+    ("sign_encode.fused", lambda: sign_encode(X, fused=2), TypeError, "fused"),
+    ("sign_encode.scratch", lambda: sign_encode(X, scratch=1), TypeError, "scratch"),
+    ("sign_decode.packed", lambda: sign_decode(torch.zeros(3, dtype=torch.uint8), ONE,
+                                               torch.empty(16)), ValueError,
+     r"packed must hold ceil\(16 / 8\) = 2 bytes"),
+    ("sign_decode.scale", lambda: sign_decode(PACKED, torch.ones(()).long(), torch.empty(16)),
+     TypeError, "scale must be floating"),
+    ("sign_decode.out", lambda: sign_decode(PACKED, ONE, torch.empty(16).long()), TypeError,
+     "out must be floating"),
+    ("pack_bits.bits", lambda: pack_bits(X), TypeError,
+     "bits must have dtype torch.bool"),
+    ("pack_bits.bits 2-D", lambda: pack_bits(torch.ones(2, 8, dtype=torch.bool)), ValueError,
+     "bits must be 1-D"),
+    ("unpack_bits.n", lambda: unpack_bits(PACKED, -1), ValueError, "n must be an int >= 0"),
+    ("unpack_bits.n type", lambda: unpack_bits(PACKED, 16.0), TypeError, "n must be an int"),
+    ("unpack_bits.packed", lambda: unpack_bits(PACKED, 40), ValueError,
+     r"packed must hold ceil\(40 / 8\) = 5 bytes"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_every_public_callable_has_a_case():
+    # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL) take no arguments
+    callables = {n for n in compress.__all__ if callable(getattr(compress, n))}
+    covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
+    assert callables <= covered, f"no bad-input case for {sorted(callables - covered)}"
