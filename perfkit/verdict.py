@@ -106,11 +106,14 @@ class Verdict:
 
 
 def _fmt(x: float, unit: str) -> str:
-    """``x`` with ``unit``: SI prefixes from 10^4 on (``12.98 MB``), else 3 significant digits."""
+    """``x`` with ``unit``: SI prefixes from 10^4 on (``12.98 MB``), whole numbers in full, else
+    3 significant digits."""
     if math.isfinite(x) and abs(x) >= 1e4:
         for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
             if abs(x) >= scale:
                 return f"{x / scale:.4g} {prefix}{unit.strip()}"
+    if math.isfinite(x) and float(x).is_integer():
+        return f"{int(x):,}{unit}"
     return f"{x:.3g}{unit}"
 
 

@@ -67,6 +67,7 @@ from perfkit.memory import (
     zero_table,
 )
 from perfkit.models import tiny_gpt2
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import memory as vmem
 
 DEVICE = timing.resolve_device()   # LoRA runs here; the 2-process comparison runs on CPUs
@@ -117,9 +118,13 @@ for s, m in pred.items():
 # DeepSpeed's ZeRO stage 1 hold 1/N of the optimizer state, train the same model as plain
 # AdamW, and cost no time?
 #
-# **Prediction.** Optimizer state per process: 8Ψ/N bytes (the line above). Step time: no
-# slower than DDP + AdamW: a reduce-scatter plus an all-gather move the same bytes as
-# DDP's all-reduce, and each process updates 1/N of the parameters. Loss curves identical.
+# **Prediction.** Optimizer state per process: 8Ψ/N bytes (the line above) for the flat
+# partitions. Loss curves identical to DDP + AdamW's (the same averaged gradient). Step time:
+# the bytes differ by implementation. perfkit used alone reduce-scatters the gradients and
+# all-gathers the updated parameters: together the same bytes as DDP's all-reduce, so it should
+# be no slower than DDP + AdamW (within 10 %), and each process updates 1/N of the parameters.
+# The variants built on DDP (PyTorch's, `perfkit_ddp`) all-reduce the full gradient *and* then
+# share the updated parameters: about 1.5x DDP's bytes, so they may cost time.
 #
 # **How the three partition.** perfkit and DeepSpeed flatten the parameters into one buffer
 # and cut it into N equal slices (a parameter may straddle two processes). PyTorch assigns
@@ -143,6 +148,10 @@ for name, v in cmp.variants.items():
 display(Markdown("\n".join(rows)))
 print(f"Ψ = {cmp.numel:,} (predicted {psi:,}); unsharded AdamW state {cmp.total_state_bytes:,} B "
       f"(8Ψ = {8 * psi:,} B + one 4-byte step counter per tensor)")
+viz.show_verdict(judge(Prediction("perfkit's optimizer state per process", "8Ψ/N: one flat slice of both moments",
+                                  value=8 * cmp.numel / NPROC, rel_tol=0.01, unit=" B"),
+                       cmp.variants["perfkit"].state_bytes, explain={
+    "held": "Plus a single step counter: the slice is one tensor to the wrapped AdamW."}))
 
 # %%
 fig = vmem.plot_zero_comparison(cmp)
@@ -158,31 +167,48 @@ for name in v:
               f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state, "
               f"loss after the last step {v[name].losses[-1]:.4f} (DDP + AdamW {ddp.losses[-1]:.4f})")
 
+# %%
+loss_gap = max(abs(a - b) / abs(b) for n, r in v.items() if n != "ddp_adamw"
+               for a, b in zip(r.losses, ddp.losses))
+viz.show_verdict(judge(Prediction("largest relative loss difference from DDP + AdamW, any variant, any step",
+                                  "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap))
+viz.show_verdict(judge(Prediction("perfkit's step time over DDP + AdamW's", "reduce-scatter + all-gather = "
+                                  "DDP's all-reduce bytes; 1/N of the update", high=1.10, unit="x"),
+                       v["perfkit"].step_s / ddp.step_s, explain={
+    "held": "Sharding's time win, 1/N of the optimizer step, grows with the share of the step the "
+            "optimizer takes.",
+    "above": f"At this size a step is mostly forward and backward plus fixed overheads, and with "
+             f"{STEPS} timed steps one slow step moves the median: perfkit's separate reduce-scatter and "
+             "all-gather wait for the whole backward, where DDP overlaps its all-reduce with it."}))
+for name in ("torch_zero", "perfkit_ddp"):
+    if name in v:
+        print(f"{name}: {v[name].step_s / ddp.step_s:.2f}x DDP's step time, against about 1.5x its bytes "
+              "(the full all-reduce, then the updated parameters shared again)")
+saving = (8 * cmp.numel) * (NPROC - 1) / NPROC
+rss = v["perfkit"].peak_rss_bytes
+if rss:
+    print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of a process's "
+          f"peak RSS ({viz.si(rss, 'B')}): "
+          + ("too small a share for RSS to show; the state column counts it exactly"
+             if saving / rss < 0.05 else "large enough to see in the RSS column"))
+
 # %% [markdown]
 # **The gaps.**
 #
-# * *State bytes.* perfkit holds one slice of AdamW's two moment tensors (8Ψ/N bytes, the
-#   prediction) plus a single step counter. PyTorch's whole-parameter partition cannot cut
-#   inside a tensor, so its processes hold unequal shares (the table shows the larger one).
-#   DeepSpeed's client AdamW sees one flat slice like perfkit's; DeepSpeed also keeps an
-#   fp32 copy of the slice and gradient partitions, which count in the peak RSS column, not
-#   in the optimizer state; at this small Ψ they are lost among everything else a process
-#   holds (interpreter, libraries, activations).
-# * *Same training.* The DDP-based variants and perfkit step with the same averaged
-#   gradient, so their loss curves lie on top of each other. The "rel. diff vs AdamW" column
-#   compares with *single-process* AdamW on the concatenated batch: the gradient is summed
-#   in a different order there, and Adam divides by the root of its second moment, so
-#   elements whose gradient is as small as that rounding move by up to the learning rate
-#   differently. DDP + AdamW itself shows the same difference; it is data parallelism's, not
-#   the optimizer's (`tests/distributed/test_zero_distributed.py` checks 1e-6 against
-#   single-process AdamW on a model without such elements).
-# * *Step time.* At this size a step is mostly forward and backward compute plus fixed
-#   per-step overheads (DeepSpeed's engine bookkeeping, one broadcast per process in
-#   PyTorch's version, collective latency); the optimizer step and the bytes moved are
-#   small, so what separates the variants here is overhead and the machine's noise, not
-#   the prediction's terms (`benchmarks/zero.py` runs a larger model with more steps).
-#   Sharding's time win, 1/N of the optimizer step, grows with the share of the step the
-#   optimizer takes; its memory win, K Ψ (N - 1)/N bytes, grows with Ψ and N.
+# * *State bytes.* PyTorch's whole-parameter partition cannot cut inside a tensor, so its
+#   processes hold unequal shares (the table shows the larger one). DeepSpeed's client AdamW
+#   sees one flat slice like perfkit's; DeepSpeed also keeps an fp32 copy of the slice and
+#   gradient partitions, which are not in the optimizer-state column. Peak RSS is context
+#   only: it counts the interpreter, libraries and activations too.
+# * *Same training.* The "rel. diff vs AdamW" column compares with *single-process* AdamW on
+#   the concatenated batch: the gradient is summed in a different order there, and Adam
+#   divides by the root of its second moment, so elements whose gradient is as small as that
+#   rounding move by up to the learning rate differently. DDP + AdamW itself shows the same
+#   difference; it is data parallelism's, not the optimizer's
+#   (`tests/distributed/test_zero_distributed.py` checks 1e-6 against single-process AdamW on
+#   a model without such elements).
+# * *Step time.* `benchmarks/zero.py` runs a larger model with more steps. Sharding's memory
+#   win, K Ψ (N - 1)/N bytes, grows with Ψ and N.
 
 # %% [markdown]
 # ## 3. LoRA with `peft`: train fewer parameters
@@ -239,19 +265,24 @@ s_full, s_lora = optimizer_state_bytes(opt_full), optimizer_state_bytes(opt_lora
 print(f"optimizer state: full {s_full:,} B, LoRA {s_lora:,} B (predicted 8 x {n_lora.trainable:,} "
       f"+ 4 per tensor = {8 * n_lora.trainable + 4 * sum(p.requires_grad for p in lora.parameters()):,} B)")
 print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms "
-      f"= {t_lora.median_s / t_full.median_s:.2f}x (predicted about 0.67x; p10 ratio "
-      f"{t_lora.p10_s / t_full.p10_s:.2f}x)")
+      f"= {t_lora.median_s / t_full.median_s:.2f}x (p10 ratio {t_lora.p10_s / t_full.p10_s:.2f}x)")
+viz.show_verdict(judge(Prediction("LoRA's trainable parameters", "r (C + 3C) per block on c_attn",
+                                  value=pred_lora, rel_tol=0), n_lora.trainable))
+pairs = sorted(b / a for a, b in zip(t_full.times_s, t_lora.times_s))
+viz.show_verdict(judge(Prediction("LoRA step time over the full step", "half of the backward's matmuls skipped: "
+                                  "(1 + 1) / (1 + 2)", value=2 / 3, rel_tol=0.15, unit="x"),
+                       t_lora.median_s / t_full.median_s,
+                       spread=(pairs[len(pairs) // 10], pairs[-1 - len(pairs) // 10]), explain={
+    "above": "LoRA adds its own small matmuls (x A, then B) to every adapted layer, forward and backward, "
+             "and at this width many operations are launch-bound, so skipping a weight-gradient matmul "
+             "saves less than its FLOP share.",
+    "below": "The frozen weights include the tied token embedding, whose V x C gradient (the LM head's) is "
+             "a large share of this small model's backward, and the optimizer step over so few parameters "
+             "is almost free."}))
 
 # %% [markdown]
-# **The gap.** Trainable parameters and optimizer state match the count exactly. Two
-# effects pull the step time away from 2/3 in opposite directions: LoRA adds its own small
-# matmuls (x A, then B) to every adapted layer, forward and backward, and at this width many
-# operations are launch-bound, so skipping a weight-gradient matmul saves less than its FLOP
-# share (ratio above 2/3); but the frozen weights include the tied token embedding, whose
-# V x C gradient (the LM head's) is a large share of this small model's backward, and the
-# optimizer step over so few parameters is almost free (ratio below 2/3). A busy machine
-# moves single medians: compare the p10 ratio. Where LoRA shines is memory: gradients and
-# Adam state only for the trainable fraction printed above.
+# Where LoRA shines is memory: gradients and Adam state only for the trainable fraction
+# printed above.
 
 # %% [markdown]
 # ## 4. Widget: ZeRO per-process memory
