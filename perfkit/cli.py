@@ -35,8 +35,11 @@ def _limits_text(limits: hw.MachineLimits, path: str) -> str:
     for dtype, flops in sorted(limits.matmul_flops.items()):
         lines.append(f"  matmul {dtype:<9} {_si(flops, 'FLOP/s'):>14}   "
                      f"ridge point {limits.ridge_point(dtype):7.1f} FLOP/byte")
-    lines.append(f"  copy bandwidth   {_si(limits.copy_bytes_per_s, 'B/s'):>14}   "
-                 "(bytes read + written per second)")
+    lines.append(f"  copy, DRAM       {_si(limits.copy_bytes_per_s, 'B/s'):>14}   "
+                 "(bytes read + written per second, buffers >= 4x the last-level cache)")
+    if limits.cache_bytes_per_s:
+        lines.append(f"  copy, in cache   {_si(limits.cache_bytes_per_s, 'B/s'):>14}   "
+                     f"(buffers <= half the {_si(limits.llc_bytes or 0, 'B')} last-level cache)")
     if limits.h2d_bytes_per_s:
         lines.append(f"  host to device   {_si(limits.h2d_bytes_per_s, 'B/s'):>14}   (pinned memory)")
     lines.append(f"cached in {path}")

@@ -30,31 +30,30 @@ from pathlib import Path
 
 import torch
 
+from perfkit.roofline import _check_dims, attainable_flops, bound, matmul_bytes, matmul_flops
 from perfkit.timing import benchmark, calibrate_number, resolve_device
 
 __all__ = [
+    "METHOD",
     "CopyPoint",
     "MachineLimits",
     "MatmulPoint",
     "RooflinePoint",
-    "attainable_flops",
-    "bound",
     "cached_limits",
     "default_limits_path",
     "device_name",
-    "matmul_bytes",
-    "matmul_flops",
-    "matmul_intensity",
+    "last_level_cache_bytes",
     "matmul_roofline",
     "measure_copy",
     "measure_h2d",
     "measure_limits",
     "measure_matmul",
-    "percent_of_limit",
     "save_limits",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# How measure_limits measures: cached limits from another method are replaced, not merged.
+METHOD = "2: best-of-sweep matmul; DRAM copy from buffers >= 4x the last-level cache"
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -67,63 +66,6 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def _dtype_name(dtype: str | torch.dtype) -> str:
     return str(_dtype(dtype)).removeprefix("torch.")
-
-
-# --- the model: FLOPs, bytes, arithmetic intensity, roofline --------------------------
-
-
-def matmul_flops(m: int, n: int, k: int) -> int:
-    """FLOPs of ``(m, k) @ (k, n)``: one multiply and one add per inner-product term."""
-    _check_dims(m=m, n=n, k=k)
-    return 2 * m * n * k
-
-
-def matmul_bytes(m: int, n: int, k: int, bytes_per_element: int = 4) -> int:
-    """Minimum bytes moved by ``(m, k) @ (k, n)``: read A and B once, write C once."""
-    _check_dims(m=m, n=n, k=k)
-    if bytes_per_element <= 0:
-        raise ValueError(f"bytes_per_element must be > 0, got {bytes_per_element}")
-    return (m * k + k * n + m * n) * bytes_per_element
-
-
-def matmul_intensity(m: int, n: int, k: int, bytes_per_element: int = 4) -> float:
-    """Arithmetic intensity of a matmul in FLOP/byte (a square fp32 one: ``n / 6``)."""
-    return matmul_flops(m, n, k) / matmul_bytes(m, n, k, bytes_per_element)
-
-
-def _check_dims(**dims: int) -> None:
-    for name, v in dims.items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-
-
-def attainable_flops(intensity: float, peak_flops: float, bandwidth: float) -> float:
-    """Roofline: ``min(peak_flops, intensity * bandwidth)`` in FLOP/s.
-
-    Args:
-        intensity: FLOPs per byte moved (> 0).
-        peak_flops: compute ceiling in FLOP/s.
-        bandwidth: memory ceiling in bytes/s.
-    """
-    if intensity <= 0:
-        raise ValueError(f"intensity must be > 0 FLOP/byte, got {intensity}")
-    if peak_flops <= 0 or bandwidth <= 0:
-        raise ValueError("peak_flops and bandwidth must be > 0")
-    return min(peak_flops, intensity * bandwidth)
-
-
-def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
-    """``"memory"`` below the ridge point ``peak_flops / bandwidth``, else ``"compute"``."""
-    if intensity <= 0:
-        raise ValueError(f"intensity must be > 0 FLOP/byte, got {intensity}")
-    return "memory" if intensity < peak_flops / bandwidth else "compute"
-
-
-def percent_of_limit(value: float, limit: float) -> float:
-    """``100 * value / limit``: how much of a measured ceiling a result reaches."""
-    if limit <= 0:
-        raise ValueError(f"limit must be > 0, got {limit}")
-    return 100.0 * value / limit
 
 
 # --- measurements -----------------------------------------------------------------------
@@ -182,7 +124,8 @@ def measure_copy(
 ) -> CopyPoint:
     """Copy bandwidth for one ``nbytes`` buffer, counting bytes read plus bytes written.
 
-    nccl-tests and STREAM count traffic the same way: a copy of N bytes moves 2N bytes.
+    STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
+    counts differently: its algbw is the buffer's size over the time, S / t.)
     """
     _check_dims(nbytes=nbytes)
     dev = resolve_device(device)
@@ -213,6 +156,27 @@ def measure_h2d(nbytes: int, device: torch.device | str | None = None,
     return CopyPoint(numel * 4, m.median_s, m.rate(numel * 4), numel * 4 / m.p10_s)
 
 
+def last_level_cache_bytes(device: torch.device | str | None = None) -> int | None:
+    """Size of the last cache level the device's cores share (a GPU's L2), ``None`` if unknown.
+
+    On Linux, from ``/sys/devices/system/cpu/cpu0/cache`` (the cache this CPU's cores can
+    use, which can be smaller than the whole package's that ``getconf`` reports).
+    """
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        return getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", None) or None
+    best: tuple[int, int] | None = None
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, text = int((d / "level").read_text()), (d / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
+        size = int(text.rstrip("KMGkmg")) * scale
+        best = max(best or (level, size), (level, size))
+    return best[1] if best else None
+
+
 def device_name(device: torch.device | str | None = None) -> str:
     """A human-readable name: the GPU's name, or the CPU's model and logical core count."""
     dev = resolve_device(device)
@@ -238,9 +202,15 @@ class MachineLimits:
         device: ``"cpu"`` or ``"cuda:0"``.
         name: what the device is (see :func:`device_name`).
         matmul_flops: dtype name -> best measured matmul FLOP/s.
-        copy_bytes_per_s: best copy bandwidth, bytes read + written per second.
+        copy_bytes_per_s: DRAM copy bandwidth, bytes read + written per second, from
+            buffers at least 4x the last-level cache (STREAM's rule), so no level of cache
+            holds them.
         h2d_bytes_per_s: pinned host-to-device bandwidth, ``None`` without CUDA.
         matmul_points, copy_points: the whole sweeps, for plots.
+        cache_bytes_per_s: the best copy of buffers that fit in half the last-level cache.
+        llc_bytes: the last-level cache's size, ``None`` if unknown.
+        method: how the ceilings were measured; limits measured another way are replaced,
+            not merged (see :func:`save_limits`).
     """
 
     device: str
@@ -251,6 +221,9 @@ class MachineLimits:
     matmul_points: list[MatmulPoint] = field(default_factory=list)
     copy_points: list[CopyPoint] = field(default_factory=list)
     measured_at: str = ""
+    cache_bytes_per_s: float | None = None
+    llc_bytes: int | None = None
+    method: str = ""
 
     def peak_flops(self, dtype: str | torch.dtype = "float32") -> float:
         """Measured matmul ceiling for ``dtype`` in FLOP/s."""
@@ -309,11 +282,17 @@ def measure_limits(
     if matmul_sizes is None:
         matmul_sizes = [256, 512, 1024, 2048, 4096, 8192] if gpu else (
             [128, 256, 512] if quick else [128, 256, 512, 1024])
+    llc = last_level_cache_bytes(dev)
+    dram_min = 4 * (llc or 32 << 20)  # STREAM: each array at least 4x the last-level cache
     if copy_sizes is None:
-        top = 1 << 30 if gpu else 1 << 28
+        top = max(1 << 30 if gpu else 1 << 28, dram_min)
         copy_sizes = [1 << p for p in range(16, top.bit_length(), 2)]
+    copy_sizes = sorted(set(copy_sizes))
+    if copy_sizes[-1] < dram_min:  # the DRAM ceiling needs one buffer no cache holds
+        copy_sizes.append(1 << (dram_min - 1).bit_length())
     mm = [measure_matmul(n, dt, dev) for dt in dtypes for n in matmul_sizes]
     cp = [measure_copy(s, dev) for s in copy_sizes]
+    in_cache = [p.best_bytes_per_s for p in cp if llc and p.nbytes <= llc // 2]
     h2d = measure_h2d(1 << 28, dev) if gpu else None
     best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == _dtype_name(dt))
             for dt in dtypes}
@@ -321,13 +300,16 @@ def measure_limits(
         device=str(dev),
         name=device_name(dev),
         matmul_flops=best,
-        # The two largest buffers give the sustained DRAM bandwidth; small ones that fit
-        # in cache run faster, and that cache speed is not the ceiling a big tensor sees.
-        copy_bytes_per_s=max(p.best_bytes_per_s for p in sorted(cp, key=lambda p: p.nbytes)[-2:]),
+        # Buffers no cache holds give the DRAM bandwidth a large tensor sees; a buffer only
+        # twice the cache still partly hits in it and reads as much faster than DRAM.
+        copy_bytes_per_s=max(p.best_bytes_per_s for p in cp if p.nbytes >= dram_min),
         h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None,
         matmul_points=mm,
         copy_points=cp,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        cache_bytes_per_s=max(in_cache) if in_cache else None,
+        llc_bytes=llc,
+        method=METHOD,
     )
 
 
@@ -372,9 +354,12 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
     """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path.
 
     A ceiling is what the machine *can* do, and load from other programs only ever makes a
-    measurement slower. So when the file already holds limits of the same device, each
-    ceiling keeps the higher of the old and new values (the sweeps are the new ones): one
-    measurement taken while the machine was busy cannot lower the ceilings for good.
+    measurement slower. So when the file already holds limits of the same device measured
+    the same way (:data:`METHOD`), each ceiling keeps the higher of the old and new values
+    (the sweeps are the new ones): one measurement taken while the machine was busy cannot
+    lower the ceilings for good. Limits measured another way (an older perfkit, which took
+    a buffer only twice the cache for DRAM) are replaced: keeping their maximum would keep
+    their error for good.
     """
     p = Path(path) if path is not None else default_limits_path()
     if p.exists():
@@ -382,12 +367,14 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
             old = MachineLimits.from_json(p.read_text())
         except (ValueError, TypeError, KeyError):
             old = None  # unreadable or from an older perfkit: replace it
-        if old is not None and (old.device, old.name) == (limits.device, limits.name):
+        if old is not None and (old.device, old.name, old.method) == (
+                limits.device, limits.name, limits.method):
             limits = replace(
                 limits,
                 matmul_flops={k: max(v, old.matmul_flops.get(k, 0.0))
                               for k, v in limits.matmul_flops.items()},
                 copy_bytes_per_s=max(limits.copy_bytes_per_s, old.copy_bytes_per_s),
+                cache_bytes_per_s=max(limits.cache_bytes_per_s or 0.0, old.cache_bytes_per_s or 0.0) or None,
                 h2d_bytes_per_s=(max(limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0)
                                  if limits.h2d_bytes_per_s else None),
             )
@@ -401,14 +388,14 @@ def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
     """Load limits measured earlier on this machine from ``path``, or measure and save.
 
     Later notebooks call this so that the ceilings are measured once (by notebook 00)
-    and every result is a share of the same numbers. A file from another device or
-    thread count is ignored and measured again.
+    and every result is a share of the same numbers. A file from another device, or one
+    measured another way (:data:`METHOD`), is ignored and measured again.
     """
     p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)
     if p.exists() and not refresh:
         limits = MachineLimits.from_json(p.read_text())
-        if limits.device == str(dev) and limits.name == device_name(dev):
+        if (limits.device, limits.name, limits.method) == (str(dev), device_name(dev), METHOD):
             return limits
     save_limits(measure_limits(quick=quick, device=dev), p)
     return MachineLimits.from_json(p.read_text())

@@ -15,7 +15,8 @@ def limits_file(tmp_path):
     limits = hw.MachineLimits(device=str(hw.resolve_device(None)),
                               name=hw.device_name(hw.resolve_device(None)),
                               matmul_flops={"float32": 2.5e10, "bfloat16": 5e10},
-                              copy_bytes_per_s=1.25e10, measured_at="2026-01-01T00:00:00+00:00")
+                              copy_bytes_per_s=1.25e10, measured_at="2026-01-01T00:00:00+00:00",
+                              cache_bytes_per_s=5e10, llc_bytes=32 << 20, method=hw.METHOD)
     return hw.save_limits(limits, tmp_path / "limits.json")
 
 
@@ -36,6 +37,7 @@ def test_limits_shows_the_cached_ceilings_without_measuring(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "25 GFLOP/s" in out and "50 GFLOP/s" in out and "12.5 GB/s" in out
     assert "ridge point     2.0 FLOP/byte" in out  # 25e9 / 12.5e9
+    assert "50 GB/s" in out and "33.6 MB" in out  # the cache ceiling and the cache size
 
 
 def test_limits_json_is_the_record(tmp_path, capsys):

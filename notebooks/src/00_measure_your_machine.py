@@ -33,14 +33,15 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 import torch
 
-from perfkit import hw, timing, viz
+from perfkit import hw, roofline, timing, viz
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import si
 
 DEVICE = timing.resolve_device()  # CUDA if present, else CPU
 MATMUL_SIZES = [128, 256, 512] if QUICK else [128, 256, 512, 1024, 2048]
 if DEVICE.type == "cuda":
     MATMUL_SIZES = [512, 1024, 2048, 4096] if QUICK else [512, 1024, 2048, 4096, 8192]
-COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer
+COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (and one >= 4x the LLC)
 print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
 
 # %% [markdown]
@@ -57,16 +58,17 @@ print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
 for n in (128, 1024, 8192):
-    flops, nbytes = hw.matmul_flops(n, n, n), hw.matmul_bytes(n, n, n, 4)
+    flops, nbytes = roofline.matmul_flops(n, n, n), roofline.matmul_bytes(n, n, n, 4)
     print(f"n={n:5d}: {flops:>16,d} FLOPs, {nbytes:>12,d} bytes (fp32), "
-          f"intensity {hw.matmul_intensity(n, n, n, 4):7.1f} FLOP/byte")
+          f"intensity {roofline.matmul_intensity(n, n, n, 4):7.1f} FLOP/byte")
 
 # %% [markdown]
 # ## 2. How fast does this machine multiply?
 #
 # **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units;
 # small ones should fall short, because fixed costs (dispatch, thread start-up, memory
-# traffic) weigh more when there is little work. bf16 halves the bytes per element; whether it
+# traffic) weigh more when there is little work: the smallest size should run slower than the
+# largest. bf16 halves the bytes per element; whether it
 # also doubles FLOP/s depends on the hardware (CPUs with AVX-512 BF16 or AMX and all recent
 # GPUs have bf16 instructions; older CPUs emulate it and get slower).
 #
@@ -106,31 +108,53 @@ plt.show()
 bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
 print(f"fp32 ceiling: {si(limits.peak_flops('float32'), 'FLOP/s')}")
 print(f"bf16 ceiling: {si(limits.peak_flops('bfloat16'), 'FLOP/s')} "
-      f"({bf16_ratio:.2f}x fp32)")
+      f"({bf16_ratio:.2f}x fp32): " + ("native bf16 arithmetic" if bf16_ratio >= 1.5 else
+                                       "no fast bf16 units: bf16 is emulated or converted here"))
+fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
+viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
+                                  "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
+                       fp32_pts[0].flops_per_s / fp32_pts[-1].flops_per_s, explain={
+    "above": f"The largest size here ({fp32_pts[-1].n}) already outgrows a cache level or the sweep was "
+             "disturbed; the default sizes go further."}))
 
 # %% [markdown]
 # ## 3. How fast does memory move?
 #
-# **Prediction.** A copy of `N` bytes reads `N` and writes `N`, so we count `2N` bytes moved
-# (STREAM and nccl-tests count the same way). Small buffers fit in the CPU's caches and should
-# copy much faster than large ones, which stream from DRAM. The sustained DRAM figure is the
-# ceiling that matters for tensors of realistic size, so `measure_limits` takes the best of the
-# two largest buffers.
+# **Prediction.** A copy of `N` bytes reads `N` and writes `N`, so we count `2N` bytes moved,
+# as STREAM's Copy kernel does (nccl-tests counts differently: its algbw is the buffer's size
+# over the time). Buffers that fit in the last-level cache should copy faster than those that
+# stream from DRAM. The DRAM figure is the ceiling that matters for tensors of realistic size,
+# and STREAM's rule measures it with arrays at least 4x the last-level cache, so that no level
+# of cache holds them: a buffer only twice the cache still partly hits in it and reads as much
+# faster than DRAM. `measure_limits` keeps the two ceilings apart.
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot([p.nbytes for p in limits.copy_points], [p.bytes_per_s for p in limits.copy_points], "o-")
 ax.axhline(limits.copy_bytes_per_s, ls="--", c="gray",
-           label=f"ceiling used: {si(limits.copy_bytes_per_s, 'B/s')}")
+           label=f"DRAM ceiling: {si(limits.copy_bytes_per_s, 'B/s')}")
+if limits.cache_bytes_per_s:
+    ax.axhline(limits.cache_bytes_per_s, ls=":", c="tab:green",
+               label=f"cache ceiling: {si(limits.cache_bytes_per_s, 'B/s')}")
+if limits.llc_bytes:
+    ax.axvline(limits.llc_bytes, c="tab:red", lw=1, label=f"last-level cache {si(limits.llc_bytes, 'B')}")
 ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)",
        ylabel="bytes read + written per s", title="Copy bandwidth against buffer size")
-ax.legend()
+ax.legend(fontsize=8, loc="lower left")
 ax.grid(True, which="both", alpha=0.3)
 plt.show()
-small = max(p.bytes_per_s for p in limits.copy_points if p.nbytes <= 2**20)
-print(f"cache-sized buffers (<= 1 MiB): up to {si(small, 'B/s')}; "
-      f"large buffers: {si(limits.copy_bytes_per_s, 'B/s')} "
-      f"({small / limits.copy_bytes_per_s:.1f}x slower from DRAM)")
+if limits.cache_bytes_per_s:
+    viz.show_verdict(judge(Prediction("copy rate in cache over the DRAM ceiling",
+                                      "the caches are closer to the cores than DRAM", low=1.0, unit="x"),
+                           limits.cache_bytes_per_s / limits.copy_bytes_per_s))
+first = limits.copy_points[0]
+fixed_s = max(0.0, first.seconds - 2 * first.nbytes / (limits.cache_bytes_per_s or limits.copy_bytes_per_s))
+best_cached = max(limits.copy_points[1:], key=lambda p: p.bytes_per_s)
+print(f"the smallest buffer ({si(first.nbytes, 'B')}) took {si(first.seconds, 's')} per copy, of which about "
+      f"{si(fixed_s, 's')} is the fixed cost of one call (dispatch, synchronisation): "
+      f"{fixed_s / first.seconds:.0%} of its time"
+      + (f", which is why it reads as slower than the {si(best_cached.nbytes, 'B')} buffer."
+         if first.bytes_per_s < best_cached.bytes_per_s else "."))
 
 # %% [markdown]
 # **Host to device** (GPU only). Data reaches a GPU over PCIe or NVLink-C2C; pinned
@@ -156,7 +180,7 @@ else:
 # * the best square fp32 matmul from section 2.
 
 # %%
-n_vec = 2**22 if QUICK else 2**24
+n_vec = (limits.llc_bytes or 2**25)  # fp32 elements: each array 4x the last-level cache (STREAM's rule)
 x, y = torch.rand(n_vec, device=DEVICE), torch.rand(n_vec, device=DEVICE)
 out = torch.empty_like(x)
 add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=10, device=DEVICE)
@@ -165,33 +189,44 @@ lin = timing.benchmark(lambda: a @ w, warmup=2, repeat=10, device=DEVICE)
 best = max((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.flops_per_s)
 ops = [  # (label, FLOPs, bytes, median seconds)
     ("x + y", n_vec, 3 * 4 * n_vec, add.median_s),
-    ("linear 4096x256x256", hw.matmul_flops(4096, 256, 256), hw.matmul_bytes(4096, 256, 256), lin.median_s),
-    (f"matmul n={best.n}", hw.matmul_flops(best.n, best.n, best.n),
-     hw.matmul_bytes(best.n, best.n, best.n), best.seconds),
+    ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256), lin.median_s),
+    (f"matmul n={best.n}", roofline.matmul_flops(best.n, best.n, best.n),
+     roofline.matmul_bytes(best.n, best.n, best.n), best.seconds),
 ]
-rows = []
+rows, share_of_roof = [], {}
 for label, flops, nbytes, sec in ops:
     intensity, achieved = flops / nbytes, flops / sec
     roof = limits.attainable(intensity, "float32")
     rows.append((label, intensity, achieved))
+    share_of_roof[label] = achieved / roof
     print(f"{label:>22}: {intensity:7.2f} FLOP/B, measured {si(achieved, 'FLOP/s'):>14}, "
           f"roofline {si(roof, 'FLOP/s'):>14} -> {achieved / roof:5.0%} of attainable "
-          f"({hw.bound(intensity, limits.peak_flops(), limits.copy_bytes_per_s)}-bound)")
+          f"({roofline.bound(intensity, limits.peak_flops(), limits.copy_bytes_per_s)}-bound)")
 
 # %%
 viz.plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s, rows)
 plt.show()
 
 # %% [markdown]
-# **The gap between prediction and measurement.** The square matmul sits at or just under the
-# roof by construction: it *defines* the compute ceiling (its median is a little slower than the
-# fastest tenth of runs that set the ceiling). `x + y` is far left of the ridge, so the
-# model says memory decides its speed; its share of the attainable line says how close it
-# gets (a single elementwise kernel usually lands somewhat below a pure copy, because it reads
-# two streams and writes a third). The linear layer is right of the ridge on paper, yet
-# usually below the roof: a matrix this thin gives each core less reuse than the big square
-# one, so the "minimum bytes" model is optimistic about its traffic. Module 06 returns to these
-# gaps (fusion, shapes, MFU).
+# **Prediction.** No operation beats the roof. The square matmul sits at or just under it by
+# construction: it *defines* the compute ceiling (its median is a little slower than the
+# fastest tenth of runs that set the ceiling). `x + y` is far left of the ridge, so memory
+# decides its speed: it should reach at least half of its roof (it reads two streams and
+# writes a third, where the ceiling was measured with one read and one write).
+
+# %%
+viz.show_verdict(judge(Prediction("x + y's FLOP/s over its roof", "memory-bound: bytes over the DRAM ceiling",
+                                  low=0.5, high=1.05, physical=(0, None)), share_of_roof["x + y"], explain={
+    "above": "Faster than DRAM allows: part of x, y and the output stayed in cache between repetitions.",
+    "below": "Far below the memory roof: the add's per-call cost and the machine's load weigh more here "
+             "than the bytes."}))
+viz.show_verdict(judge(Prediction("the linear layer's FLOP/s over its roof", "minimum bytes, measured ceilings",
+                                  high=1.05, physical=(0, None)), share_of_roof["linear 4096x256x256"], explain={
+    "held": f"It reaches {share_of_roof['linear 4096x256x256']:.0%} of it: a matrix this thin gives each core "
+            "less reuse than the big square one, so the minimum-bytes model is optimistic about its traffic. "
+            "Module 06 returns to these gaps (fusion, shapes, MFU).",
+    "above": "Above the roof: the ceiling was measured while the machine was busier, or at sizes where this "
+             "machine is slower than at this shape."}))
 #
 # ## 5. Try it: where does a matmul of size n sit?
 #
@@ -211,16 +246,26 @@ spec.fn(**spec.defaults())
 # ## 6. How later modules use these limits
 #
 # Every later notebook loads the same ceilings (`perfkit.hw.cached_limits()` reads the file
-# saved below; if it is missing or from another machine, it measures again). The file keeps the
-# highest ceilings measured on this machine so far, since a busy machine only ever measures
-# slower; re-running this notebook on a quiet machine can only raise them. Later notebooks
-# report their results as a share of these ceilings. For example, **model FLOPs utilisation**
-# (MFU) of a training step: the rule of thumb says an MLP's forward and backward cost
-# `6 × parameters × batch` FLOPs (2 per weight and sample for the forward matmul, 4 for the two
-# backward ones: the gradient of the weights and that of the layer's input). Autograd skips
-# what nobody needs, though: the first layer's input is data, so its gradient is never
-# computed. PyTorch's `FlopCounterMode` counts the matmuls a step really runs; the achieved
-# FLOP/s over the fp32 ceiling is the MFU.
+# saved below; if it is missing, from another machine, or measured another way, it measures
+# again). The file keeps the highest ceilings measured on this machine so far, the same way:
+# a busy machine only ever measures slower, so on a shared machine the highest value is the
+# best estimate of what it can do, and re-running this notebook on a quiet machine can only
+# raise them. That is only right while every measurement is an honest one, which is why a
+# change in how perfkit measures (a new `perfkit.hw.METHOD`) replaces the file instead of
+# merging into it. Later notebooks
+# report their results as a share of these ceilings. Two shares of the compute ceiling are in
+# use, and they differ in what they count:
+#
+# * **MFU** (model FLOPs utilisation, PaLM's definition, used from module 06 on): the FLOPs the
+#   *model* needs by formula, `6 × parameters` per sample or token (2 per weight for the forward
+#   matmul, 4 for the two backward ones: the gradient of the weights and that of the layer's
+#   input), over the step time and the ceiling;
+# * **HFU** (hardware FLOPs utilisation): the FLOPs the step *really runs*, counted by PyTorch's
+#   `FlopCounterMode`.
+#
+# Autograd skips what nobody needs: the first layer's input is data, so its gradient is never
+# computed. **Prediction:** for this two-layer MLP, the counted FLOPs are 5/6 of the rule (one of
+# the six matmuls never runs), so its HFU is 5/6 of its MFU.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -241,23 +286,23 @@ rule, counted = 6 * params * batch, counter.get_total_flops()
 print(f"FLOPs per step: rule 6 x params x batch = {si(rule, 'FLOP')}, counted {si(counted, 'FLOP')} "
       f"({counted / rule:.0%} of the rule)")
 achieved = counted / m.median_s
-print(f"MLP step: {m}; {si(achieved, 'FLOP/s')} = "
-      f"{limits.share_of_peak(achieved):.0%} MFU (of the measured fp32 ceiling)")
-
-# %% [markdown]
-# The counted FLOPs fall short of the rule by the first layer's input gradient: with two
-# equal layers that is one of the six matmuls, so the count is 5/6 of the rule; the rule would
-# overstate the MFU by 20 %. The MFU is below 100 % for the reasons section 4 showed: the
-# elementwise ReLU and the loss are memory-bound, the step's timing is a median while the
-# ceiling is the fastest tenth of runs, and in QUICK mode the matmuls are smaller than the best
-# one. Module 01 breaks a
-# training step into its phases to find where the rest of the time goes.
+hfu, mfu = limits.share_of_peak(achieved), limits.share_of_peak(rule / m.median_s)
+print(f"MLP step: {m}; {si(achieved, 'FLOP/s')} run = HFU {hfu:.0%}, MFU {mfu:.0%} (of the measured fp32 ceiling)")
+viz.show_verdict(judge(Prediction("counted FLOPs over the 6N rule", "autograd skips the first layer's input gradient",
+                                  value=5 / 6, rel_tol=0.01), counted / rule))
+viz.show_verdict(judge(Prediction("the MLP step's HFU", "a step cannot run faster than the matmul ceiling",
+                                  low=0.0, high=1.0, physical=(0, 1.2)), hfu, explain={
+    "held": "Below 100 % for the reasons section 4 showed: the elementwise ReLU and the loss are memory-bound, "
+            "the step's timing is a median while the ceiling is the fastest tenth of runs, and in QUICK mode "
+            "the matmuls are smaller than the best one. Module 01 breaks a training step into its phases to "
+            "find where the rest of the time goes.",
+    "above": "Above the ceiling: the ceiling was measured while the machine was busier than during this step."}))
 
 # %%
 viz.show_headlines({
     "fp32 matmul": si(limits.peak_flops("float32"), "FLOP/s"),
     "bf16 matmul": si(limits.peak_flops("bfloat16"), "FLOP/s"),
-    "copy bandwidth": si(limits.copy_bytes_per_s, "B/s"),
+    "copy bandwidth (DRAM)": si(limits.copy_bytes_per_s, "B/s"),
     "fp32 ridge point": f"{limits.ridge_point('float32'):.3g} FLOP/B",
-    "MLP step MFU": f"{limits.share_of_peak(achieved):.0%}",
+    "MLP step HFU / MFU": f"{hfu:.0%} / {mfu:.0%}",
 })

@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from perfkit import hw, models, timing, viz
+from perfkit import hw, models, roofline, timing, viz
 from perfkit.compute import compare
 from perfkit.profiling import (
     MemoryMonitor,
@@ -133,12 +133,12 @@ wait(launch())
 correct_s = time.perf_counter() - t0  # read it after waiting for the work
 share = {}
 for label, s in (("naive (no wait)", naive_s), ("waiting for the work", correct_s)):
-    rate = hw.matmul_flops(n, n, n) / s
+    rate = roofline.matmul_flops(n, n, n) / s
     share[label] = limits.share_of_peak(rate)
     print(f"{label:>21}: {s * 1e6:10.1f} µs -> {viz.si(rate, 'FLOP/s'):>12}, "
           f"{share[label]:8.0%} of this machine's fp32 ceiling")
 bench = timing.benchmark(lambda: a @ a, warmup=2, repeat=10, device=DEVICE)
-bench_share = limits.share_of_peak(hw.matmul_flops(n, n, n) / bench.median_s)
+bench_share = limits.share_of_peak(roofline.matmul_flops(n, n, n) / bench.median_s)
 p_naive = Prediction("share of the ceiling implied by the naive timing", "the clock is read before the work runs",
                      low=1.0)
 viz.show_verdict(judge(p_naive, share["naive (no wait)"], explain={

@@ -319,6 +319,11 @@ for name, m in ms.items():
     gbps = 4 * ENC_NUMEL / m.median_s
     print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(gbps, 'B/s'):>10} of fp32 input, "
           f"{ms['memcpy'].median_s / m.median_s:6.1%} of memcpy")
+copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
+print(f"memcpy here: {si(copy_rw, 'B/s')} read + written, against this machine's DRAM ceiling "
+      f"{si(limits.copy_bytes_per_s, 'B/s')} (notebook 00): the tensor is "
+      f"{4 * ENC_NUMEL / (limits.llc_bytes or 1):.1f}x the last-level cache"
+      + (", so part of it copies from cache" if 4 * ENC_NUMEL < 4 * (limits.llc_bytes or 0) else ""))
 mass = float(sa.compress(big).tensors[0].abs().sum() / ex.compress(big).tensors[0].abs().sum())
 print(f"sampled top-k: {ms['topk exact'].median_s / ms['topk sampled'].median_s:.1f}x faster "
       f"than exact, keeping {mass:.1%} of its mass")

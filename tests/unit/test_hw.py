@@ -2,27 +2,27 @@
 
 import pytest
 
-from perfkit import hw
+from perfkit import hw, roofline
 
 
 def test_matmul_formulas_by_hand():
-    assert hw.matmul_flops(2, 3, 4) == 48
-    assert hw.matmul_bytes(2, 3, 4, 4) == (8 + 12 + 6) * 4
-    assert hw.matmul_intensity(1024, 1024, 1024, 4) == pytest.approx(1024 / 6)
+    assert roofline.matmul_flops(2, 3, 4) == 48
+    assert roofline.matmul_bytes(2, 3, 4, 4) == (8 + 12 + 6) * 4
+    assert roofline.matmul_intensity(1024, 1024, 1024, 4) == pytest.approx(1024 / 6)
 
 
 def test_roofline_and_bound():
     # peak 100 FLOP/s, 10 B/s -> ridge at 10 FLOP/B
-    assert hw.attainable_flops(2.0, 100.0, 10.0) == 20.0
-    assert hw.attainable_flops(50.0, 100.0, 10.0) == 100.0
-    assert hw.bound(9.9, 100.0, 10.0) == "memory" and hw.bound(10.0, 100.0, 10.0) == "compute"
-    assert hw.percent_of_limit(25.0, 100.0) == 25.0
+    assert roofline.attainable_flops(2.0, 100.0, 10.0) == 20.0
+    assert roofline.attainable_flops(50.0, 100.0, 10.0) == 100.0
+    assert roofline.bound(9.9, 100.0, 10.0) == "memory" and roofline.bound(10.0, 100.0, 10.0) == "compute"
+    assert roofline.percent_of_limit(25.0, 100.0) == 25.0
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: hw.matmul_flops(0, 1, 1), "m must be a positive int"),
-    (lambda: hw.attainable_flops(0.0, 1.0, 1.0), "intensity"),
-    (lambda: hw.percent_of_limit(1.0, 0.0), "limit"),
+    (lambda: roofline.matmul_flops(0, 1, 1), "m must be a positive int"),
+    (lambda: roofline.attainable_flops(0.0, 1.0, 1.0), "intensity"),
+    (lambda: roofline.percent_of_limit(1.0, 0.0), "limit"),
     (lambda: hw.measure_matmul(8, "int8"), "dtype must be one of"),
 ])
 def test_bad_input(call, match):
@@ -39,7 +39,12 @@ def test_measured_limits_are_sane(limits):
     assert set(limits.matmul_flops) == {"float32", "bfloat16"}
     assert all(1e6 < v < 1e17 for v in limits.matmul_flops.values())
     assert 1e8 < limits.copy_bytes_per_s < 1e13
-    assert len(limits.matmul_points) == 4 and len(limits.copy_points) == 2
+    # the sweep gains one buffer of at least 4x the last-level cache: the DRAM ceiling
+    assert len(limits.matmul_points) == 4 and len(limits.copy_points) == 3
+    llc = hw.last_level_cache_bytes()
+    dram = [p for p in limits.copy_points if p.nbytes >= 4 * (llc or 32 << 20)]
+    assert dram and limits.copy_bytes_per_s == max(p.best_bytes_per_s for p in dram)
+    assert limits.method == hw.METHOD and limits.llc_bytes == llc
     # the ceiling is the best point's fastest-tenth rate, so no point's median exceeds it
     assert all(p.flops_per_s <= limits.peak_flops(p.dtype) * 1.0001 for p in limits.matmul_points)
 
@@ -81,3 +86,31 @@ def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
     other = replace(busy, name="another machine")
     hw.save_limits(other, path)  # another machine: replaced, not merged
     assert hw.MachineLimits.from_json(path.read_text()) == other
+    hw.save_limits(limits, path)
+    old_way = replace(busy, method="", copy_bytes_per_s=limits.copy_bytes_per_s * 2)
+    hw.save_limits(old_way, path)  # measured another way: its (too high) ceiling is not kept
+    assert hw.MachineLimits.from_json(path.read_text()) == old_way
+    hw.save_limits(limits, path)
+    assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
+
+
+def test_cached_limits_measured_another_way_are_measured_again(limits, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    path = hw.save_limits(replace(limits, method="1: an older perfkit"), tmp_path / "l.json")
+    calls = []
+    monkeypatch.setattr(hw, "measure_limits", lambda **kw: calls.append(kw) or limits)
+    assert hw.cached_limits(path) == limits and len(calls) == 1
+
+
+def test_last_level_cache_is_a_plausible_size():
+    llc = hw.last_level_cache_bytes("cpu")
+    assert llc is None or 64 << 10 <= llc <= 4 << 30
+
+
+def test_a_copy_sweep_without_a_dram_sized_buffer_gets_one(monkeypatch):
+    monkeypatch.setattr(hw, "last_level_cache_bytes", lambda device=None: 1 << 20)  # a 1 MiB cache
+    lim = hw.measure_limits(dtypes=("float32",), matmul_sizes=[32], copy_sizes=[1 << 16])
+    assert [p.nbytes for p in lim.copy_points] == [1 << 16, 1 << 22]
+    assert lim.copy_bytes_per_s == lim.copy_points[1].best_bytes_per_s
+    assert lim.cache_bytes_per_s == lim.copy_points[0].best_bytes_per_s  # 64 KiB <= half the cache
