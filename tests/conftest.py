@@ -1,6 +1,7 @@
 """Shared pytest setup: GPU tests skip cleanly on CPU-only machines; a one-thread fixture;
 fixed machine limits for tests of code that only scales by them."""
 
+import matplotlib
 import pytest
 import torch
 
@@ -35,3 +36,40 @@ def limits():
     that only scale by the limits must not depend on this machine's measured ones."""
     return hw.MachineLimits(device="cpu", name="test", copy_bytes_per_s=2e10,
                             matmul_flops={"float32": 1e11, "bfloat16": 4e11})
+
+
+@pytest.fixture(autouse=True)
+def no_overlapping_text(monkeypatch):
+    """Every figure a test draws is checked for overlapping text before it is closed.
+
+    Catches tick labels over each other, legends over titles or axis labels, annotations on
+    top of one another: what a reader of the notebook or the site would see.
+    """
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import text_overlaps
+
+    found = []
+    real_close = plt.close
+
+    def check(fig):
+        for pair in text_overlaps(fig):
+            found.append((fig.axes[0].get_title() if fig.axes else "", *pair))
+
+    def close(fig=None):
+        figs = ([plt.figure(n) for n in plt.get_fignums()] if fig == "all"
+                else [fig] if isinstance(fig, matplotlib.figure.Figure)
+                else [plt.gcf()] if fig is None and plt.get_fignums() else [])
+        for f in figs:
+            check(f)
+        return real_close(fig)
+
+    monkeypatch.setattr(plt, "close", close)
+    yield
+    for n in plt.get_fignums():
+        check(plt.figure(n))
+    real_close("all")
+    if found:
+        raise AssertionError("figures with overlapping text (title; text; text): "
+                             + "; ".join(" | ".join(map(repr, f)) for f in found[:8]))

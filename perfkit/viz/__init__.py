@@ -37,6 +37,8 @@ from perfkit.viz.core import (
     show_headlines,
     show_verdict,
     si,
+    text_overlaps,
+    tidy,
 )
 from perfkit.viz.data import loader_widget, plot_loader_sweep, plot_overlap
 from perfkit.viz.memory import (
@@ -61,6 +63,8 @@ from perfkit.viz.profiling import (
 __all__ = [
     "VERDICT_MIME",
     "show_verdict",
+    "text_overlaps",
+    "tidy",
     "compute_widget",
     "plot_attention_sweep",
     "plot_break_even",

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from perfkit import compress
 from perfkit.comm import AlphaBeta, CollectivePoint, ring_allreduce_time
 from perfkit.compress import simulate_dp_training
-from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
+from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = [
     "collectives_widget",
@@ -82,7 +82,7 @@ def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, Alpha
     ax_t.set_title(f"{world} ranks: time (dashed: alpha-beta fit)")
     ax_b.set_title("bus bandwidth (nccl-tests definition)")
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: AlphaBeta
@@ -130,7 +130,7 @@ def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: 
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        return fig
+        return tidy(fig)
 
     start = 2 ** round((lo + hi) / 2)
     return WidgetSpec(fn, {"nbytes": LogControl(lo, hi, start, base=2, step=0.5,
@@ -158,7 +158,7 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
                  f"overlap hides {compare['hidden_share']:.0%} of communication")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
@@ -188,7 +188,7 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_compression_tradeoff(rows: Sequence[Mapping[str, Any]]) -> Figure:
@@ -212,7 +212,7 @@ def plot_compression_tradeoff(rows: Sequence[Mapping[str, Any]]) -> Figure:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_kernel_shares(predicted: Mapping[str, float], measured: Mapping[str, float]
@@ -241,7 +241,7 @@ def plot_kernel_shares(predicted: Mapping[str, float], measured: Mapping[str, fl
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def _smooth(xs: Sequence[float], w: int) -> list[float]:
@@ -271,7 +271,7 @@ def plot_convergence(curves: Mapping[str, Sequence[float]], smooth: int = 1, ax:
     ax.legend(fontsize=7, ncol=2)
     if own:  # a caller that passed ``ax`` lays out its own figure
         fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_method_comparison(results: Mapping[str, Mapping[str, Any]]) -> Figure:
@@ -296,7 +296,7 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]]) -> Figure:
     axes[0].invert_yaxis()
     fig.suptitle("2-process DDP training per method (red: with error feedback)", fontsize=10)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def _make(method: str, ratio: float, error_feedback: bool):
@@ -336,7 +336,7 @@ def compression_widget(grad: torch.Tensor, steps: int = 80) -> WidgetSpec:
         plot_convergence({"no compression": base_curve, comp.name: curve}, ax=ax2,
                          title="simulated 2-worker SGD, softmax regression on digits")
         fig.tight_layout()
-        return fig
+        return tidy(fig)
 
     return WidgetSpec(fn, {"method": Choice(["topk", "randomk", "qsgd", "sign"], "topk"),
                            "ratio": LogControl(-3, 0, 0.01, step=0.25,

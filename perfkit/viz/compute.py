@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from perfkit.viz.core import Choice, WidgetSpec, si
+from perfkit.viz.core import Choice, WidgetSpec, si, tidy
 
 __all__ = ["compute_widget", "plot_attention_sweep", "plot_break_even", "plot_loss_curves",
            "plot_shape_sweep", "plot_throughput"]
@@ -60,7 +60,7 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | N
     fig.suptitle(title or "Same model, same data, same seed: does precision change training?",
                  fontsize=11)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_break_even(record: Any, calls: int | None = None, title: str = "") -> Figure:
@@ -87,7 +87,7 @@ def plot_break_even(record: Any, calls: int | None = None, title: str = "") -> F
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
@@ -118,7 +118,7 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
         ax.legend(fontsize=8)
     fig.suptitle(title or "Attention against sequence length", fontsize=11)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
@@ -153,7 +153,7 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def _label(p: Any) -> str:
@@ -196,7 +196,7 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
         ax.legend(fontsize=8)
     ax1.title.set_fontsize(9)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),

@@ -15,7 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.viz.core import FloatControl, IntControl, LogControl, WidgetSpec, si
+from perfkit.viz.core import FloatControl, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["loader_widget", "plot_loader_sweep", "plot_overlap"]
 
@@ -62,7 +62,7 @@ def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = 
         ax.legend(fontsize=8)
     fig.suptitle(title or "DataLoader settings (after each epoch's first step)", fontsize=11)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: float,
@@ -89,7 +89,7 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
     ax.set_title(title or "Does prefetching hide the load?", fontsize=11)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | None = None,
@@ -140,7 +140,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
             f"depth={depth}: {batch_size * pick.batches_per_s:.0f} samples/s, "
             f"{100 * pick.wait_share:.0f}% waiting", fontsize=10)
         fig.tight_layout()
-        return fig
+        return tidy(fig)
 
     return WidgetSpec(show, {
         "per_sample_ms": LogControl(-1, 2, 1.0, description="per-sample cost (ms)"),

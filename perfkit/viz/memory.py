@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit.memory import gpt2_step_memory, zero_table
-from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si
+from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",
            "plot_zero_stages", "plot_zero_comparison", "zero_widget"]
@@ -74,7 +74,7 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_zero_stages(num_params: float, world_size: int, recipe: str = "mixed_adam",
@@ -111,7 +111,7 @@ def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
         a.invert_yaxis()
     fig.suptitle(f"{comparison.world_size} processes, {si(comparison.numel)} parameters")
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
@@ -127,7 +127,7 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def memory_widget(vocab_size: int = 1024, n_head: int = 2,
@@ -169,7 +169,7 @@ def zero_widget() -> WidgetSpec:
     """Parameters, world size, stage and precision -> per-rank model-state bytes."""
     def show(num_params: float, world_size: int, stage: int, recipe: str) -> Figure:
         fig = plot_zero_stages(num_params, world_size, recipe, highlight=stage)
-        return fig
+        return tidy(fig)
 
     return WidgetSpec(show, {
         "num_params": LogControl(6, 12, 7.5e9, step=0.25, description="parameters Ψ"),

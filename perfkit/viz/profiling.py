@@ -15,7 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.viz.core import FloatControl, IntControl, WidgetSpec
+from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
 
 __all__ = ["PHASE_COLORS", "breakdown_widget", "findings_markdown", "plot_diagnosis",
            "plot_phase_bars", "summary_markdown", "top_ops_markdown"]
@@ -83,7 +83,7 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
               bbox_to_anchor=(0.5, -0.25 if len(labels) < 3 else -0.12), frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def findings_markdown(findings: Sequence[Any]) -> str:
@@ -142,7 +142,7 @@ def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Fi
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)
     fig.tight_layout()
-    return fig
+    return tidy(fig)
 
 
 def breakdown_widget(workload: str = "digits", steps: int = 6, warmup: int = 2,
