@@ -95,6 +95,7 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
     import nbformat
     import papermill as pm
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / src.name
     t0 = time.perf_counter()
     error = ""

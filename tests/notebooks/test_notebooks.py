@@ -4,6 +4,7 @@ The papermill run here is the same code path as `make course QUICK=1`; nbval's o
 comparison runs separately in `make test` (pytest --nbval-lax on notebooks/ and solutions/).
 """
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +26,23 @@ def code_cells(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-def test_runs_in_quick_mode_within_budget(path, tmp_path):
+def test_runs_in_quick_mode_within_budget(path, tmp_path, monkeypatch):
     # Lectures render into build/notebooks/, as `make course QUICK=1` does, so the site and
     # browser tests that follow reuse them instead of running the course again.
     out = ROOT / "build" / "notebooks" if path.parent.name == "notebooks" else tmp_path
     out.mkdir(parents=True, exist_ok=True)
+    # every figure the notebook draws is checked for overlapping text (tools/overlap_startup.py)
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "overlap_startup.py", startup / "00-overlap.py")
+    log = tmp_path / "overlaps.jsonl"
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("PERFKIT_OVERLAP_LOG", str(log))
     run = run_notebook(path, out, quick=True, time_limit_s=QUICK_BUDGET_S,
                        html=path.parent.name == "notebooks")
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
+    found = log.read_text().splitlines() if log.exists() else []
+    assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
@@ -95,3 +105,22 @@ def test_course_summary_prints_the_scorecard():
     assert "(none recorded)" in text and " 1 / 3   1 missed, 1 inconclusive" in text
     assert "00_a: [missed] Prediction copy: missed" in text
     assert "01_b: [inconclusive]" in text and "[held]" not in text
+
+
+def test_a_figure_with_overlapping_text_is_caught(tmp_path, monkeypatch):
+    book = nbformat.v4.new_notebook()
+    book.cells = [nbformat.v4.new_code_cell("QUICK = True"),
+                  nbformat.v4.new_code_cell(
+                      "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                      "ax.text(0.5, 0.5, 'one label'); ax.text(0.5, 0.5, 'another label')")]
+    book.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(book, tmp_path / "99_planted.ipynb")
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "overlap_startup.py", startup / "00-overlap.py")
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("PERFKIT_OVERLAP_LOG", str(tmp_path / "overlaps.jsonl"))
+    run = run_notebook(tmp_path / "99_planted.ipynb", tmp_path / "out", quick=True, time_limit_s=120,
+                       html=False)
+    assert run.status == "ok", run.error
+    assert "another label" in (tmp_path / "overlaps.jsonl").read_text()
