@@ -1,9 +1,10 @@
 """perfkit's layout: wings named after the syllabus, dependencies pointing one way.
 
-The base (``timing``, ``roofline``, ``hw``, ``dist``, ``models``, ``verdict``) is used by every wing; the topic wings
-(``profiling``, ``comm``, ``parallel``, ``compress``, ``memory``, ``compute``, ``data``)
-may use the base and each other without cycles; ``viz``, ``workers`` and ``cli`` sit on
-top and nothing below imports them. Only ``viz`` imports matplotlib or ipywidgets.
+The base (``timing``, ``roofline``, ``hw``, ``dist``, ``models``, ``verdict``) is used by
+every wing; the topic wings (``profiling``, ``comm``, ``parallel``, ``compress``,
+``memory``, ``compute``, ``data``) may use the base and each other without cycles;
+``viz``, ``workers`` and ``cli`` sit on top and nothing below imports them. Only ``viz``
+imports matplotlib or ipywidgets.
 """
 
 import ast

@@ -240,7 +240,7 @@ spec = viz.roofline_widget(limits)
 viz.build_widget(spec)
 
 # %%
-spec.fn(**spec.defaults())
+fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 
 # %% [markdown]
 # ## 6. How later modules use these limits

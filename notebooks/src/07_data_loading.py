@@ -131,7 +131,7 @@ runs["pre-tokenized"] = fast
 for name, s in runs.items():
     print(f"{name:>14}: step p50 {s.step.p50_s * 1e3:6.1f} ms, data share {s.share('data'):5.1%}, "
           f"{s.samples_per_s:6.0f} samples/s")
-vprof.plot_phase_bars(runs, unit="ms", title="Tiny GPT-2 step, tokenizing per sample")
+fig = vprof.plot_phase_bars(runs, unit="ms", title="Tiny GPT-2 step, tokenizing per sample")
 
 # %%
 viz.show_verdict(judge(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)",
@@ -195,8 +195,8 @@ print(f"load {batch_load_s * 1e3:.1f} ms per batch, compute {COMPUTE_MS:.0f} ms 
 for w, r, p in zip(WORKERS, io_runs, io_pred):
     print(f"workers={w}: predicted {BATCH / p.steady_step_s:5.0f} samples/s, {p.steady_wait_share:4.0%} waiting | "
           f"measured {BATCH / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting")
-vdata.plot_loader_sweep(io_runs, io_pred,
-                        title="I/O-bound load (sleep): workers overlap their waits")
+fig = vdata.plot_loader_sweep(io_runs, io_pred,
+                              title="I/O-bound load (sleep): workers overlap their waits")
 
 # %%
 gaps = [abs(r.steady_wait_share - p.steady_wait_share) for r, p in zip(io_runs, io_pred)]
@@ -233,8 +233,8 @@ cpu_pred = [simulate_pipeline(batch_load_s, COMPUTE_MS / 1e3, w, 2, steps=SWEEP_
 for w, r, p in zip(WORKERS, cpu_runs, cpu_pred):
     print(f"workers={w}: predicted {BATCH / p.steady_step_s:5.0f} samples/s, {p.steady_wait_share:4.0%} waiting | "
           f"measured {BATCH / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting")
-vdata.plot_loader_sweep(cpu_runs, cpu_pred,
-                        title=f"CPU-bound load (busy loop) on {CORES} cores")
+fig = vdata.plot_loader_sweep(cpu_runs, cpu_pred,
+                              title=f"CPU-bound load (busy loop) on {CORES} cores")
 
 # %%
 rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}
@@ -510,7 +510,7 @@ print(", ".join(f"{k}: {v:.1f} ms/step" for k, v in ms.items()))
 print(f"hidden fraction: I/O-like load {hidden['sleep']:.2f}, GIL-holding load {hidden['spin']:.2f}")
 print(f"load average of this machine over the last minute: {os.getloadavg()[0]:.1f} runnable processes "
       f"for {CORES} cores")
-vdata.plot_overlap(ms, t_load, t_compute)
+fig = vdata.plot_overlap(ms, t_load, t_compute)
 
 # %%
 bound = (N - 1) / N
@@ -559,7 +559,7 @@ viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load", "a thread
 
 # %%
 spec = vdata.loader_widget(batch_size=BATCH, compute_ms=COMPUTE_MS, handoff_ms=handoff_s * 1e3)
-spec.fn(**spec.defaults())
+fig = spec.fn(**spec.defaults())
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -43,6 +43,12 @@ def test_runs_in_quick_mode_within_budget(path, tmp_path, monkeypatch):
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
     found = log.read_text().splitlines() if log.exists() else []
     assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"
+    done = nbformat.read(out / path.name, as_version=4)
+    for i, cell in enumerate(c for c in done.cells if c.cell_type == "code"):
+        pngs = [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        assert len(set(pngs)) == len(pngs), (
+            f"{path.name} code cell {i + 1} shows the same figure twice: a cell that ends with an "
+            "expression returning a Figure displays it again; assign it (fig = ...)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
