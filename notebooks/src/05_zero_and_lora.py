@@ -151,7 +151,9 @@ print(f"Ψ = {cmp.numel:,} (predicted {psi:,}); unsharded AdamW state {cmp.total
 viz.show_verdict(judge(Prediction("perfkit's optimizer state per process", "8Ψ/N: one flat slice of both moments",
                                   value=8 * cmp.numel / NPROC, rel_tol=0.01, unit=" B"),
                        cmp.variants["perfkit"].state_bytes, explain={
-    "held": "Plus a single step counter: the slice is one tensor to the wrapped AdamW."}))
+    "held": "Plus one step counter per parameter piece: the wrapped AdamW sees each parameter's part of "
+            "the slice as its own tensor, so a parameter without a gradient keeps its state, as in "
+            "torch.optim."}))
 
 # %%
 fig = vmem.plot_zero_comparison(cmp)

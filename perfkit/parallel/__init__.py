@@ -16,11 +16,13 @@ from perfkit.parallel.data_parallel import (
     OverlappedDP,
     assign_buckets,
 )
-from perfkit.parallel.zero1 import (
-    ZeroOneOptimizer,
+from perfkit.parallel.flat import (
     all_gather_flat,
     reduce_scatter_flat,
     shard_range,
+)
+from perfkit.parallel.zero1 import (
+    ZeroOneOptimizer,
 )
 
 __all__ = [

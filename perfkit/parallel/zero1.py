@@ -18,98 +18,53 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["ZeroOneOptimizer", "all_gather_flat", "reduce_scatter_flat", "shard_range"]
+from perfkit.parallel.flat import all_gather_flat, reduce_scatter_flat, shard_range
 
-
-# torch 2.13 deprecates reduce_scatter_tensor / all_gather_into_tensor in favour of the
-# *_single names; older releases only have the former. Detect once, use whichever exists.
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-
-def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None) -> None:
-    """Sum ``flat`` (N equal slices) over ranks; rank r receives slice r in ``out``.
-
-    On gloo the list form ``dist.reduce_scatter`` is used: gloo's single-tensor
-    reduce-scatter measured 2 to 4x slower than the list form (and slower than a whole
-    all-reduce) for 0.17-4 M floats on 2 CPU processes; NCCL gets the single-tensor call.
-
-    Warning:
-        Collective: every rank of ``group`` must call it, or the others hang.
-    """
-    if dist.get_backend(group) == "gloo":
-        n = dist.get_world_size(group)
-        dist.reduce_scatter(out, list(flat.chunk(n)), op=dist.ReduceOp.SUM, group=group)
-    else:
-        _REDUCE_SCATTER(out, flat, op=dist.ReduceOp.SUM, group=group)
-
-
-def all_gather_flat(flat: torch.Tensor, shard: torch.Tensor, group: Any = None) -> None:
-    """Concatenate every rank's ``shard`` into ``flat`` (rank r's shard at slice r).
-
-    Warning:
-        Collective: every rank of ``group`` must call it, or the others hang.
-    """
-    _ALL_GATHER(flat, shard, group=group)
-
-
-def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:
-    """Rank ``rank``'s slice ``[start, end)`` of a flat buffer of ``numel`` elements.
-
-    The buffer is padded to ``N * ceil(numel / N)`` so that every shard has the same
-    size (collectives need equal sizes); the last shards may be partly or wholly padding.
-
-    Returns:
-        ``(start, end, shard_size)``; ``end - start == shard_size``.
-
-    Raises:
-        ValueError: for ``numel < 1``, ``world_size < 1`` or a rank outside
-            ``[0, world_size)``.
-    """
-    if numel < 1:
-        raise ValueError(f"numel must be >= 1, got {numel}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got "
-                         f"world_size={world_size}, rank={rank}")
-    size = math.ceil(numel / world_size)
-    return rank * size, (rank + 1) * size, size
+__all__ = ["ZeroOneOptimizer"]
 
 
 class _FlatGroup:
-    """One parameter group flattened: its parameters are views into ``flat``."""
+    """One parameter group flattened: its trainable parameters are views into ``flat``.
+
+    ``segments`` are this rank's pieces of those parameters: leaf tensors that *are* their
+    part of slice r of the buffer, one per parameter that overlaps the slice, so the
+    wrapped optimizer keeps state (and a step count) per parameter, as ``torch.optim`` does.
+    """
 
     def __init__(self, params: list[torch.Tensor], world_size: int, rank: int) -> None:
-        self.params = params
-        self.numels = [p.numel() for p in params]
+        self.all_params = params
+        # Frozen at construction: never sharded, never communicated, never updated.
+        self.params = [p for p in params if p.requires_grad]
+        self.numels = [p.numel() for p in self.params]
         self.offsets = [0]
         for n in self.numels[:-1]:
             self.offsets.append(self.offsets[-1] + n)
         self.numel = sum(self.numels)
-        self.start, self.end, size = shard_range(self.numel, world_size, rank)
+        self.start, self.end, size = shard_range(max(self.numel, 1), world_size, rank)
         p0 = params[0]
         self.flat = torch.zeros(size * world_size, dtype=p0.dtype, device=p0.device)
         with torch.no_grad():
-            for p, off, n in zip(params, self.offsets, self.numels, strict=True):
+            for p, off, n in zip(self.params, self.offsets, self.numels, strict=True):
                 self.flat[off:off + n].copy_(p.reshape(-1))
                 p.data = self.flat[off:off + n].view_as(p)  # the all-gather writes params
-        # The optimizer's parameter for this rank: a leaf that *is* slice r of the buffer.
-        self.shard = torch.nn.Parameter(self.flat[self.start:self.end])
         self.send = torch.empty(size, dtype=p0.dtype, device=p0.device)
         self.flat_grad: torch.Tensor | None = None  # allocated at the first reduce-scatter
+        # (index in self.params, lo, hi, shard_lo) and the optimizer's leaf for each piece
+        self.pieces = list(self._overlaps())
+        self.segments = [torch.nn.Parameter(self.flat[self.start + at:self.start + at + hi - lo])
+                         for _, lo, hi, at in self.pieces]
 
-    def segments(self) -> Iterable[tuple[torch.Tensor, int, int, int]]:
-        """For each parameter overlapping this rank's slice: (param, lo, hi, shard_lo)."""
-        for p, off, n in zip(self.params, self.offsets, self.numels, strict=True):
+    def _overlaps(self) -> Iterable[tuple[int, int, int, int]]:
+        for i, (off, n) in enumerate(zip(self.offsets, self.numels, strict=True)):
             lo, hi = max(off, self.start), min(off + n, self.end)
             if lo < hi:
-                yield p, lo - off, hi - off, lo - self.start
+                yield i, lo - off, hi - off, lo - self.start
 
 
 class ZeroOneOptimizer(torch.optim.Optimizer):
@@ -128,9 +83,16 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
     slice), run the wrapped optimizer on the slice, and all-gather the updated slices
     into the parameters. With ``reduce_grads=False`` the reduce-scatter is skipped: use it
     when the gradients are already averaged (``DistributedDataParallel``); leaving it on
-    under DDP is still correct (averaging equal gradients), only slower. A parameter
-    whose ``grad`` is ``None`` is stepped with a zero gradient (unlike ``torch.optim``,
-    which skips it), since its slice is shared with others.
+    under DDP is still correct (averaging equal gradients), only slower.
+
+    Parameters without gradients follow ``torch.optim``: a parameter whose ``grad`` is
+    ``None`` is not updated and its state (Adam's moments and step count) does not advance.
+    The wrapped optimizer sees one tensor per parameter piece on this rank, so each
+    parameter keeps its own state. With ``reduce_grads=True`` a parameter counts as having
+    a gradient when any rank has one (the others contribute zeros, as DDP treats a
+    parameter unused on some ranks); deciding that costs one small all-reduce of one flag
+    per parameter each step. A parameter with ``requires_grad=False`` at construction is
+    frozen: it is not sharded, not communicated and never updated.
 
     Side effects and memory: after construction the parameters of a group share one
     storage (the flat buffer); copying into them (``model.load_state_dict``) is fine, but
@@ -195,14 +157,17 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         self.rank = dist.get_rank(process_group) if distributed else 0
         self._flat = [_FlatGroup(g["params"], self.world_size, self.rank)
                       for g in self.param_groups]
+        # A placeholder keeps a group that has no piece on this rank (a small group, many
+        # ranks) a valid optimizer group; it never gets a gradient, so it is never stepped.
+        self._idle = [torch.nn.Parameter(f.flat.new_zeros(0)) for f in self._flat]
         self.optim = optimizer_class(
-            [{**_hyper(g), "params": [f.shard]} for g, f in
-             zip(self.param_groups, self._flat, strict=True)], **defaults)
+            [{**_hyper(g), "params": f.segments or [idle]} for g, f, idle in
+             zip(self.param_groups, self._flat, self._idle, strict=True)], **defaults)
         for g, inner in zip(self.param_groups, self.optim.param_groups, strict=True):
             for k, v in _hyper(inner).items():  # the class's defaults, visible to schedulers
                 g.setdefault(k, v)
         self.defaults = self.optim.defaults
-        self.state = self.optim.state  # this rank's slice only: what memory accounting sees
+        self.state = self.optim.state  # this rank's pieces only: what memory accounting sees
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group before the optimizer is built (the constructor's use).
@@ -236,7 +201,8 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         n = self.world_size
-        for f in self._flat:
+        has_grad = self._has_grad()
+        for f, flags in zip(self._flat, has_grad, strict=True):
             if self.reduce_grads and n > 1:
                 if f.flat_grad is None:
                     f.flat_grad = torch.zeros_like(f.flat)
@@ -246,63 +212,116 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 shard_grad = f.send
                 reduce_scatter_flat(shard_grad, f.flat_grad, self.process_group)
                 shard_grad.div_(n)  # gloo has no AVG: sum, then divide
-            else:  # gradients are already averaged: read this rank's slice only
+            else:  # gradients are already averaged: read this rank's pieces only
                 shard_grad = f.send.zero_()
-                for p, lo, hi, at in f.segments():
-                    if p.grad is not None:
-                        shard_grad[at:at + hi - lo].copy_(p.grad.reshape(-1)[lo:hi])
-            f.shard.grad = shard_grad
+                for i, lo, hi, at in f.pieces:
+                    if f.params[i].grad is not None:
+                        shard_grad[at:at + hi - lo].copy_(f.params[i].grad.reshape(-1)[lo:hi])
+            for seg, (i, lo, hi, at) in zip(f.segments, f.pieces, strict=True):
+                seg.grad = shard_grad[at:at + hi - lo] if flags[i] else None  # None: not stepped
         for group, inner in zip(self.param_groups, self.optim.param_groups, strict=True):
             inner.update(_hyper(group))  # hyperparameters set on this wrapper (LR schedulers)
         self.optim.step()
         for f in self._flat:
-            f.shard.grad = None
+            for seg in f.segments:
+                seg.grad = None
             if n > 1:
-                f.send.copy_(f.shard)  # an own send buffer: gloo gets no aliased input
+                f.send.copy_(f.flat[f.start:f.end])  # an own send buffer: gloo gets no aliased input
                 all_gather_flat(f.flat, f.send, self.process_group)
         return loss
 
+    def _has_grad(self) -> list[list[bool]]:
+        """Per group, per trainable parameter: does it have a gradient on any rank?
+
+        Warning:
+            Collective when gradients are reduced here on several ranks (one all-reduce of
+            one flag per parameter); local otherwise (under DDP every rank has the same).
+        """
+        local = [[p.grad is not None for p in f.params] for f in self._flat]
+        if not (self.reduce_grads and self.world_size > 1):
+            return local
+        flags = torch.tensor([float(x) for g in local for x in g] or [0.0])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.process_group)
+        it = iter(flags.tolist())
+        return [[next(it) > 0 for _ in g] for g in local]
+
     # --- consolidated state -------------------------------------------------------------
+
+    def _inner_index(self) -> list[int]:
+        """Index of each group's first tensor in the wrapped optimizer's numbering."""
+        firsts, n = [], 0
+        for g in self.optim.param_groups:
+            firsts.append(n)
+            n += len(g["params"])
+        return firsts
 
     def state_dict(self) -> dict[str, Any]:
         """The whole optimizer state in ``optimizer_class``'s own format, on every rank.
 
-        Per-parameter states (Adam's ``exp_avg``, ``exp_avg_sq``) are all-gathered from
-        the shards and cut back into one tensor per parameter, keyed by parameter index
-        as ``torch.optim`` does; so the result loads into a plain ``optimizer_class``
-        over the same parameters, or into a ``ZeroOneOptimizer`` of any world size.
+        Per-parameter states (Adam's ``exp_avg``, ``exp_avg_sq``) are all-gathered from the
+        ranks' pieces into one tensor per parameter, and per-parameter scalars (``step``)
+        are taken from a rank that holds the parameter, keyed by parameter index as
+        ``torch.optim`` does (frozen parameters and parameters never stepped have no
+        state); so the result loads into a plain ``optimizer_class`` over the same
+        parameters, or into a ``ZeroOneOptimizer`` of any world size.
 
         Warning:
             Collective: every rank must call it (it all-gathers); on a subset it hangs.
         """
-        inner = self.optim.state_dict()
+        inner = self.optim.state_dict()["state"]
+        firsts = self._inner_index()
+        # What this rank holds: per group and trainable parameter, its scalar state entries.
+        mine: list[dict[int, dict[str, Any]]] = []
+        keys: set[str] = set()
+        for f, first in zip(self._flat, firsts, strict=True):
+            held = {}
+            for j, (i, _lo, _hi, _at) in enumerate(f.pieces):
+                st = inner.get(first + j)
+                if st:
+                    held[i] = {k: _copy(v) for k, v in st.items()
+                               if not _elementwise(v, f.segments[j])}
+                    keys |= {k for k, v in st.items() if _elementwise(v, f.segments[j])}
+            mine.append(held)
+        everyone = [(mine, keys)]
+        if self.world_size > 1:
+            everyone = [None] * self.world_size
+            dist.all_gather_object(everyone, (mine, keys), group=self.process_group)
+        all_keys = sorted(set().union(*(k for _, k in everyone)))
         state: dict[int, dict[str, Any]] = {}
         groups = []
         index = 0
-        for gi, (group, f) in enumerate(zip(self.param_groups, self._flat, strict=True)):
-            shard_state = inner["state"].get(gi, {})
+        for gi, (group, f, first) in enumerate(zip(self.param_groups, self._flat, firsts, strict=True)):
+            scalars: dict[int, dict[str, Any]] = {}
+            for held, _ in everyone:
+                scalars.update(held[gi])
             full = {}
-            for key, v in shard_state.items():
-                if isinstance(v, torch.Tensor) and v.shape == f.shard.shape:
-                    buf = torch.empty_like(f.flat, dtype=v.dtype)
-                    if self.world_size > 1:
-                        all_gather_flat(buf, v.contiguous(), self.process_group)
-                    else:
-                        buf.copy_(v)
-                    full[key] = buf
-            for p, off, k in zip(f.params, f.offsets, f.numels, strict=True):
-                if shard_state:
-                    state[index] = {key: (full[key][off:off + k].view_as(p).clone()
-                                          if key in full else _copy(v))
-                                    for key, v in shard_state.items()}
+            for key in all_keys:  # the same keys in the same order on every rank
+                local = torch.zeros(f.end - f.start, dtype=f.flat.dtype, device=f.flat.device)
+                for j, (_i, lo, hi, at) in enumerate(f.pieces):
+                    v = inner.get(first + j, {}).get(key)
+                    if v is not None:
+                        local[at:at + hi - lo].copy_(v)
+                buf = torch.empty_like(f.flat)
+                if self.world_size > 1:
+                    all_gather_flat(buf, local, self.process_group)
+                else:
+                    buf.copy_(local)
+                full[key] = buf
+            trainable = {id(p): i for i, p in enumerate(f.params)}
+            for p in f.all_params:
+                i = trainable.get(id(p))
+                if i is not None and i in scalars:
+                    off, k = f.offsets[i], f.numels[i]
+                    state[index] = {**{key: full[key][off:off + k].view_as(p).clone()
+                                       for key in all_keys}, **scalars[i]}
                 index += 1
             groups.append({**_hyper(group),
-                           "params": list(range(index - len(f.params), index))})
+                           "params": list(range(index - len(f.all_params), index))})
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a consolidated state (from :meth:`state_dict` of any world size, or from a
-        plain ``optimizer_class``); each rank keeps only its own slice. Local, not collective.
+        plain ``optimizer_class``); each rank keeps only its own pieces. Local, not collective.
 
         Raises:
             ValueError: if the number of groups or of parameters per group differs.
@@ -312,32 +331,27 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             raise ValueError(f"state_dict has {len(groups)} param groups, this optimizer "
                              f"has {len(self.param_groups)}")
         inner_state: dict[int, dict[str, Any]] = {}
-        for gi, (sg, f) in enumerate(zip(groups, self._flat, strict=True)):
-            if len(sg["params"]) != len(f.params):
+        firsts = self._inner_index()
+        for gi, (sg, f, first) in enumerate(zip(groups, self._flat, firsts, strict=True)):
+            if len(sg["params"]) != len(f.all_params):
                 raise ValueError(f"param group {gi}: state_dict has {len(sg['params'])} "
-                                 f"parameters, this optimizer has {len(f.params)}")
-            per_param = [state_dict["state"].get(i) for i in sg["params"]]
-            if any(s is None for s in per_param):
-                continue  # no state yet for this group (saved before the first step)
-            shard: dict[str, Any] = {}
-            for key, v0 in per_param[0].items():
-                # an element-wise state has each parameter's shape; "step" is a counter
-                if key != "step" and all(isinstance(s[key], torch.Tensor)
-                                         and s[key].shape == p.shape
-                                         for s, p in zip(per_param, f.params, strict=True)):
-                    flat = torch.zeros_like(f.flat, dtype=v0.dtype)
-                    for s, off, k in zip(per_param, f.offsets, f.numels, strict=True):
-                        flat[off:off + k].copy_(s[key].reshape(-1))
-                    shard[key] = flat[f.start:f.end].clone()
-                else:
-                    shard[key] = _copy(v0)
-            inner_state[gi] = shard
+                                 f"parameters, this optimizer has {len(f.all_params)}")
+            index = {id(p): sg["params"][j] for j, p in enumerate(f.all_params)}
+            for j, (i, lo, hi, _at) in enumerate(f.pieces):
+                p = f.params[i]
+                st = state_dict["state"].get(index[id(p)])
+                if not st:
+                    continue  # never stepped (or saved before the first step): no state
+                inner_state[first + j] = {
+                    k: (v.reshape(-1)[lo:hi].clone() if k != "step" and isinstance(v, torch.Tensor)
+                        and v.shape == p.shape else _copy(v)) for k, v in st.items()}
         for group, sg in zip(self.param_groups, groups, strict=True):
             group.update({k: v for k, v in sg.items() if k != "params"})
         self.optim.load_state_dict({
             "state": inner_state,
-            "param_groups": [{**_hyper(g), "params": [i]}
-                             for i, g in enumerate(self.param_groups)]})
+            "param_groups": [{**_hyper(g), "params": list(range(first, first + len(inner["params"])))}
+                             for g, inner, first in zip(self.param_groups, self.optim.param_groups,
+                                                        firsts, strict=True)]})
 
     def shard_state_bytes(self) -> int:
         """Bytes of optimizer state held by this rank (its slice only)."""
@@ -346,12 +360,18 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         return optimizer_state_bytes(self.optim)
 
     def shard_numel(self) -> int:
-        """Elements of this rank's slices, padding included (``ceil(numel / N)`` per group)."""
+        """Elements of this rank's slices, padding included (``ceil(numel / N)`` per group of
+        trainable parameters)."""
         return sum(f.end - f.start for f in self._flat)
 
 
 def _hyper(group: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in group.items() if k != "params"}
+
+
+def _elementwise(v: Any, like: torch.Tensor) -> bool:
+    """An element-wise state (Adam's moments): a tensor of its parameter piece's shape."""
+    return isinstance(v, torch.Tensor) and v.shape == like.shape and v.dim() > 0
 
 
 def _copy(v: Any) -> Any:

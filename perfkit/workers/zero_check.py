@@ -12,7 +12,10 @@ in one process. Rank 0's result holds the largest relative parameter difference
 (``max |p - p_ref| / max |p_ref|`` over each tensor, the worst tensor) and the same for
 the consolidated optimizer state.
 
-Config keys: ``steps`` (50), ``optimizer`` (``"adamw"``, or ``"sgd"`` with momentum:
+Config keys: ``model`` (``"mlp"``, or ``"partial"``: :class:`PartialMLP`, whose frozen
+tensor must never move and whose extra layer has no gradient on some ranks or on all of them
+in some steps, as ``torch.optim`` treats a ``None`` grad), ``steps`` (50), ``optimizer``
+(``"adamw"``, or ``"sgd"`` with momentum:
 Adam hardly notices a gradient summed instead of averaged, SGD does), ``mode``
 (``"alone"``: reduce-scatter inside the optimizer; ``"ddp"``: DistributedDataParallel
 all-reduces and ``reduce_grads=False``;
@@ -56,6 +59,33 @@ def make_mlp(seed: int = 0) -> nn.Module:
                          nn.Linear(7, 3))
 
 
+class PartialMLP(nn.Module):
+    """The test MLP plus a frozen tensor (5 values, added to the output) and an extra layer
+    (12 values) applied only to the rows in ``mask``: so some steps leave its gradient
+    ``None`` on some ranks or on all of them, as an unused branch does."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.mlp = make_mlp(seed)
+        torch.manual_seed(seed + 1)
+        self.extra = nn.Linear(3, 3)
+        self.frozen = nn.Parameter(torch.full((5,), 2.0), requires_grad=False)
+        self.mask: torch.Tensor | None = None  # (B,) rows that go through `extra`
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.mlp(x) + self.frozen[:3]
+        if self.mask is not None and bool(self.mask.any()):  # else `extra` gets no gradient
+            y = torch.where(self.mask[:, None], self.extra(y), y)
+        return y
+
+
+def extra_rows(step: int, world: int) -> torch.Tensor:
+    """Global-batch rows through the extra layer: all (step % 3 == 0), rank 0's only (1), none (2)."""
+    chunk, rows = GLOBAL_BATCH // world, torch.zeros(GLOBAL_BATCH, dtype=torch.bool)
+    rows[: GLOBAL_BATCH if step % 3 == 0 else chunk if step % 3 == 1 else 0] = True
+    return rows
+
+
 def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step`` (seeded by the step, so a resumed run sees the same)."""
     g = torch.Generator().manual_seed(1000 + step)
@@ -88,7 +118,10 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     if cfg.get("optimizer", "adamw") not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {cfg['optimizer']!r}")
     opt_class, opt_kw = OPTIMIZERS[cfg.get("optimizer", "adamw")]
-    model, ref = make_mlp(), make_mlp()
+    partial = cfg.get("model", "mlp") == "partial"
+    if partial and (mode != "alone" or cfg.get("groups") or cfg.get("start")):
+        raise ValueError("model 'partial' runs with mode 'alone', no groups, from step 0")
+    model, ref = (PartialMLP(), PartialMLP()) if partial else (make_mlp(), make_mlp())
     ref_opt = opt_class(param_groups(ref, cfg.get("groups", False)), **opt_kw)
     for s in range(start):  # the reference always starts from step 0
         _train_step(ref, ref_opt, *global_batch(s))
@@ -114,6 +147,8 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     for s in range(start, start + steps):
         x, y = global_batch(s)
         mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
+        if partial:
+            model.mask, ref.mask = extra_rows(s, world)[mine], extra_rows(s, world)
         _train_step(net, opt, x[mine], y[mine])
         _train_step(ref, ref_opt, x, y)
     out: dict[str, Any] = {
@@ -136,8 +171,11 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                                     if k != "step")
         out["steps_equal"] = all(float(sd["state"][i].get("step", 0)) == float(st.get("step", 0))
                                  for i, st in rsd["state"].items())
+        out["state_keys_equal"] = sorted(sd["state"]) == sorted(rsd["state"])
         if cfg.get("save") and rank == 0:
             torch.save({"model": model.state_dict(), "optim": sd}, cfg["save"])
+    if partial:
+        out["frozen_unchanged"] = bool(torch.equal(model.frozen, torch.full((5,), 2.0)))
     return out
 
 
@@ -145,7 +183,7 @@ def check_collectives(rank: int, world: int) -> dict[str, Any]:
     """Both reduce-scatter paths of :mod:`perfkit.parallel.zero1` (gloo's list form and the
     feature-detected single-tensor call) and the all-gather, on integer-valued data
     (every summation order is exact). Collective."""
-    from perfkit.parallel import zero1 as zero
+    from perfkit.parallel import flat as zero
 
     flat = torch.arange(world * 5, dtype=torch.float32) * (rank + 1)  # (N * 5,)
     want = flat.new_tensor(range(rank * 5, rank * 5 + 5)) * sum(range(1, world + 1))

@@ -61,8 +61,9 @@ def test_params_become_views_of_the_flat_buffer_and_state_is_one_slice():
     _train(m, opt, 1)
     numel = sum(p.numel() for p in m.parameters())
     assert opt.shard_numel() == numel == 262
-    # exp_avg + exp_avg_sq over one flat slice, plus one fp32 step counter
-    assert opt.shard_state_bytes() == optimizer_state_bytes(opt) == 2 * 262 * 4 + 4
+    # exp_avg + exp_avg_sq of every parameter's piece, and one fp32 step counter per
+    # parameter (6 tensors): exactly what plain AdamW keeps on one process
+    assert opt.shard_state_bytes() == optimizer_state_bytes(opt) == 2 * 262 * 4 + 6 * 4
     assert opt.param_groups[0]["betas"] == (0.9, 0.999)  # the class defaults are visible
 
 
@@ -108,7 +109,68 @@ def test_state_dict_before_the_first_step_loads():
     ZeroOneOptimizer(make_mlp().parameters(), torch.optim.AdamW).load_state_dict(sd)
 
 
-def test_missing_grad_is_a_zero_grad_and_closure_returns_loss():
+class Partial(nn.Module):
+    """The test MLP, plus a frozen tensor it adds to its output and a layer used on even
+    steps only (uneven sizes: 5 frozen values, 12 in the extra layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = make_mlp()
+        torch.manual_seed(1)
+        self.extra = nn.Linear(3, 3)
+        self.frozen = nn.Parameter(torch.full((5,), 2.0), requires_grad=False)
+        self.use_extra = True
+
+    def forward(self, x):
+        y = self.mlp(x) + self.frozen[:3]
+        return self.extra(y) if self.use_extra else y
+
+
+@pytest.mark.parametrize("opt_class,kw", [(torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
+                                          (torch.optim.SGD, dict(lr=1e-2, momentum=0.9,
+                                                                 weight_decay=0.1))])
+def test_frozen_and_gradless_parameters_follow_torch_optim(opt_class, kw):
+    # torch.optim's contract: a parameter whose grad is None is not updated and its state
+    # (Adam's step count, momentum) does not advance; weight decay must not move it either.
+    a, b = Partial(), Partial()
+    za, ob = ZeroOneOptimizer(a.parameters(), opt_class, **kw), opt_class(b.parameters(), **kw)
+    for s in range(10):
+        for model, opt in ((a, za), (b, ob)):
+            model.use_extra = s % 2 == 0
+            x, y = global_batch(s)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    assert torch.equal(a.frozen, torch.full((5,), 2.0))  # was 1.81 when frozen was stepped
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    sa, sb = za.state_dict(), ob.state_dict()
+    assert sa["state"].keys() == sb["state"].keys()  # no state for the frozen parameter
+    for i, st in sb["state"].items():
+        for k, v in st.items():
+            assert torch.equal(sa["state"][i][k], v), (i, k)  # step counts included
+
+
+def test_a_parameter_without_grad_keeps_its_value_and_state():
+    m = nn.Linear(3, 2)
+    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW, lr=0.1, weight_decay=0.5)
+    m(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    m.bias.grad = torch.ones(2)  # the weight has no gradient this step
+    w, state_w = m.weight.detach().clone(), {k: _copy(v) for k, v in opt.state_dict()["state"][0].items()}
+    opt.step()
+    assert torch.equal(m.weight, w)  # weight decay did not touch it
+    after = opt.state_dict()["state"]
+    assert float(after[0]["step"]) == float(state_w["step"]) == 1.0 and float(after[1]["step"]) == 2.0
+    assert torch.equal(after[0]["exp_avg"], state_w["exp_avg"])
+
+
+def _copy(v):
+    return v.clone() if isinstance(v, torch.Tensor) else v
+
+
+def test_missing_grad_is_not_stepped_and_closure_returns_loss():
     m = nn.Linear(3, 2)
     opt = ZeroOneOptimizer(m.parameters(), torch.optim.SGD, lr=1.0)
     x = torch.ones(1, 3)
@@ -150,7 +212,7 @@ def test_collectives_are_feature_detected(monkeypatch):
 
     import torch.distributed as dist
 
-    import perfkit.parallel.zero1 as Z
+    import perfkit.parallel.flat as Z
 
     if hasattr(dist, "reduce_scatter_single"):  # torch >= 2.13: the new names win
         assert Z._REDUCE_SCATTER is dist.reduce_scatter_single
@@ -164,3 +226,9 @@ def test_collectives_are_feature_detected(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(Z)
+        # the modules that imported its functions must see the reloaded ones again
+        import perfkit.parallel
+        import perfkit.parallel.zero1
+
+        importlib.reload(perfkit.parallel.zero1)
+        importlib.reload(perfkit.parallel)

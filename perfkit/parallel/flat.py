@@ -1,0 +1,77 @@
+"""Flat buffers split across ranks: equal shards, and the collectives that fill them.
+
+A ZeRO optimizer copies a group's parameters into one flat buffer padded to a multiple of
+the world size ``N``; rank ``r`` owns slice ``r`` (:func:`shard_range`). A reduce-scatter
+hands each rank the sum of its slice (:func:`reduce_scatter_flat`), an all-gather puts
+every rank's updated slice back into everyone's buffer (:func:`all_gather_flat`).
+
+Usage (inside a worker started by :func:`perfkit.dist.launch`)::
+
+    start, end, size = shard_range(flat.numel(), world_size, rank)
+    reduce_scatter_flat(out, flat)          # out: (size,), the sum of slice `rank`
+    all_gather_flat(flat, out)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["all_gather_flat", "reduce_scatter_flat", "shard_range"]
+
+
+# torch 2.13 deprecates reduce_scatter_tensor / all_gather_into_tensor in favour of the
+# *_single names; older releases only have the former. Detect once, use whichever exists.
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None) -> None:
+    """Sum ``flat`` (N equal slices) over ranks; rank r receives slice r in ``out``.
+
+    On gloo the list form ``dist.reduce_scatter`` is used: gloo's single-tensor
+    reduce-scatter measured 2 to 4x slower than the list form (and slower than a whole
+    all-reduce) for 0.17-4 M floats on 2 CPU processes; NCCL gets the single-tensor call.
+
+    Warning:
+        Collective: every rank of ``group`` must call it, or the others hang.
+    """
+    if dist.get_backend(group) == "gloo":
+        n = dist.get_world_size(group)
+        dist.reduce_scatter(out, list(flat.chunk(n)), op=dist.ReduceOp.SUM, group=group)
+    else:
+        _REDUCE_SCATTER(out, flat, op=dist.ReduceOp.SUM, group=group)
+
+
+def all_gather_flat(flat: torch.Tensor, shard: torch.Tensor, group: Any = None) -> None:
+    """Concatenate every rank's ``shard`` into ``flat`` (rank r's shard at slice r).
+
+    Warning:
+        Collective: every rank of ``group`` must call it, or the others hang.
+    """
+    _ALL_GATHER(flat, shard, group=group)
+
+
+def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:
+    """Rank ``rank``'s slice ``[start, end)`` of a flat buffer of ``numel`` elements.
+
+    The buffer is padded to ``N * ceil(numel / N)`` so that every shard has the same
+    size (collectives need equal sizes); the last shards may be partly or wholly padding.
+
+    Returns:
+        ``(start, end, shard_size)``; ``end - start == shard_size``.
+
+    Raises:
+        ValueError: for ``numel < 1``, ``world_size < 1`` or a rank outside
+            ``[0, world_size)``.
+    """
+    if numel < 1:
+        raise ValueError(f"numel must be >= 1, got {numel}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got "
+                         f"world_size={world_size}, rank={rank}")
+    size = math.ceil(numel / world_size)
+    return rank * size, (rank + 1) * size, size
