@@ -143,6 +143,7 @@ def check_find_bottlenecks(ns: dict) -> None:
          ["communication", "other", "data"]),  # ratios 3.5, 1.53, 1.2
         ({"data": 0.21, "optimizer": 0.5, "forward": 0.29}, ["data", "optimizer"]),  # 2.1, 2.0
         ({"allreduce": 0.9, "forward": 0.1}, []),  # no threshold: not judged
+        ({"optimizer": 0.20, "other": 0.12, "forward": 0.68}, []),  # above 10 %, below their own
     ]
     for shares, want in cases:
         got = find(dict(shares), dict(th))
