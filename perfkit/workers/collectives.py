@@ -16,7 +16,8 @@ Tasks (keys of the config; rank 0's result holds every task's output):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -28,12 +29,39 @@ from perfkit import dist as pdist
 from perfkit.timing import benchmark
 
 
+@contextlib.contextmanager
+def _traffic() -> Iterator[list[tuple[str, int, int]]]:
+    """Record every ``dist.isend/irecv/send/recv`` call made through the module: (op, peer,
+    elements). How a check sees *who* an all-reduce implementation talks to."""
+    calls: list[tuple[str, int, int]] = []
+    saved = {name: getattr(dist, name) for name in ("isend", "irecv", "send", "recv")}
+
+    def wrap(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        key = "dst" if name in ("isend", "send") else "src"
+
+        def recorded(tensor: torch.Tensor, *args: Any, **kw: Any) -> Any:
+            peer = kw.get(key, args[0] if args else None)
+            calls.append((name, -1 if peer is None else int(peer), tensor.numel()))
+            return f(tensor, *args, **kw)
+        return recorded
+
+    for name, f in saved.items():
+        setattr(dist, name, wrap(name, f))
+    try:
+        yield calls
+    finally:
+        for name, f in saved.items():
+            setattr(dist, name, f)
+
+
 def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
                     repeat: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Compare ``fn(t)`` (an in-place sum over ranks) with ``dist.all_reduce`` per size.
 
     Integer-valued fp32 data makes every summation order exact, so ``int_exact`` must be
-    ``True``; random normal data checks the float path with a tolerance. With
+    ``True``; random normal data checks the float path with a tolerance. The integer run's
+    point-to-point calls are recorded: ``sent_to``, ``recv_from`` (peer ranks) and
+    ``sent_elems``. With
     ``repeat > 0`` both are also timed (median seconds, slowest rank).
 
     Warning:
@@ -47,7 +75,8 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
         want = x.clone()
         dist.all_reduce(want)
         got = x.clone()
-        ret = fn(got)
+        with _traffic() as calls:
+            ret = fn(got)
         xf = torch.randn(numel, generator=g)
         wantf = xf.clone()
         dist.all_reduce(wantf)
@@ -58,6 +87,10 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
             "int_exact": bool(torch.equal(got, want)),
             "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
             "in_place": ret is None or ret is got,
+            # who this rank sent to and received from, and how many elements it sent
+            "sent_to": sorted({p for op, p, _ in calls if op in ("isend", "send")}),
+            "recv_from": sorted({p for op, p, _ in calls if op in ("irecv", "recv")}),
+            "sent_elems": sum(k for op, _, k in calls if op in ("isend", "send")),
         }
         if repeat:
             t_fn = benchmark(lambda g=got: fn(g), warmup=1, repeat=repeat).median_s
