@@ -28,6 +28,37 @@ from perfkit import comm
 from perfkit import dist as pdist
 from perfkit.timing import benchmark
 
+COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
+               "all_gather", "all_gather_into_tensor", "all_gather_single", "broadcast", "reduce")
+
+
+def _elems(x: Any) -> int:
+    return x.numel() if isinstance(x, torch.Tensor) else sum(_elems(t) for t in x) if isinstance(
+        x, (list, tuple)) else 0
+
+
+@contextlib.contextmanager
+def record_collectives() -> Iterator[list[tuple[str, int]]]:
+    """Record every collective called through ``torch.distributed``'s module: (name, elements of
+    its largest tensor argument). How a check sees *which* collectives an implementation ran
+    and how much data they moved, whatever it returns."""
+    calls: list[tuple[str, int]] = []
+    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def wrap(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kw: Any) -> Any:
+            calls.append((name, max([_elems(a) for a in (*args, *kw.values())] or [0])))
+            return f(*args, **kw)
+        return recorded
+
+    for name, f in saved.items():
+        setattr(dist, name, wrap(name, f))
+    try:
+        yield calls
+    finally:
+        for name, f in saved.items():
+            setattr(dist, name, f)
+
 
 @contextlib.contextmanager
 def _traffic() -> Iterator[list[tuple[str, int, int]]]:

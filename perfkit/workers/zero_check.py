@@ -27,8 +27,11 @@ used instead of :class:`perfkit.parallel.ZeroOneOptimizer`, given one list of pa
 ``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
 optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
 also holds ``state_bytes``, that optimizer's state on this rank.
-A list of such objects runs them one after the other in the same job; the result is then
-the list of results (an entry ``{"collectives": true}`` runs :func:`check_collectives`).
+The result also names the ``collectives`` that ran during training (through
+``torch.distributed``'s module) and ``collective_elems_per_step``, the elements of their
+largest tensors per step. A list of such objects runs them one after the other in the
+same job; the result is then the list of results (an entry ``{"collectives": true}``
+runs :func:`check_collectives`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from torch import nn
 from perfkit import dist as pdist
 from perfkit.memory import optimizer_state_bytes
 from perfkit.parallel import ZeroOneOptimizer
+from perfkit.workers.collectives import record_collectives
 
 GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
 LR, WD = 1e-2, 0.1
@@ -143,16 +147,13 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         saved = torch.load(cfg["load"], weights_only=False)
         model.load_state_dict(saved["model"])  # copies into the flat buffer's views
         opt.load_state_dict(saved["optim"])
-    chunk = GLOBAL_BATCH // world
-    for s in range(start, start + steps):
-        x, y = global_batch(s)
-        mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
-        if partial:
-            model.mask, ref.mask = extra_rows(s, world)[mine], extra_rows(s, world)
-        _train_step(net, opt, x[mine], y[mine])
-        _train_step(ref, ref_opt, x, y)
+    with record_collectives() as calls:  # which collectives ran, and how much they moved
+        _train_loop(model, ref, net, opt, ref_opt, partial, rank, world, start, steps)
+    out_calls = sorted({name for name, _ in calls})
+    elems_per_step = sum(k for _, k in calls) / max(steps, 1)
     out: dict[str, Any] = {
         "rank": rank, "world_size": world, "mode": mode,
+        "collectives": out_calls, "collective_elems_per_step": elems_per_step,
         "optimizer": cfg.get("optimizer", "adamw"),
         "max_rel_diff": max(rel_diff(p.detach(), q.detach())
                             for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
@@ -194,6 +195,19 @@ def check_collectives(rank: int, world: int) -> dict[str, Any]:
     zero.all_gather_flat(gathered, torch.full((5,), float(rank)))
     return {"rank": rank, "list_form": torch.equal(a, want), "single": torch.equal(b, want),
             "all_gather": torch.equal(gathered, torch.arange(world).repeat_interleave(5).float())}
+
+
+def _train_loop(model: nn.Module, ref: nn.Module, net: nn.Module,
+                opt: Any, ref_opt: torch.optim.Optimizer, partial: bool, rank: int, world: int,
+                start: int, steps: int) -> None:
+    chunk = GLOBAL_BATCH // world
+    for s in range(start, start + steps):
+        x, y = global_batch(s)
+        mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
+        if partial:
+            model.mask, ref.mask = extra_rows(s, world)[mine], extra_rows(s, world)
+        _train_step(net, opt, x[mine], y[mine])
+        _train_step(ref, ref_opt, x, y)
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
