@@ -12,7 +12,8 @@
 # Graded lab for module 06. Below is a small GPT trained on the bytes of Python source code,
 # with a training step that is slow in the ways module 06 taught you to recognise:
 #
-# * every matmul runs in **fp32**, although this machine has fast bf16 units;
+# * every matmul runs in **fp32**, also on machines with fast bf16 units (notebook 00 measured
+#   whether this one has them: `hw.cached_limits()`, the bf16 and fp32 ceilings);
 # * attention loops over the heads in Python and **materialises each `T x T` score matrix**;
 # * the GELU is a **chain of nine elementwise kernels** that each read and write memory.
 #
@@ -20,9 +21,10 @@
 #
 # 1. `train_flops`: the model FLOPs of one training step (to put the step on the MFU scale);
 # 2. `causal_attention`: attention that never stores a `T x T` matrix for backward;
-# 3. `FastGPT` and `fast_train_step`: the same model and the same training, at least
-#    **1.5x faster** than `slow_train_step`, with the loss of each of the first steps within
-#    **0.02** of the reference's.
+# 3. `FastGPT` and `fast_train_step`: the same model and the same training, with the loss of
+#    each of the first steps within **0.02** of the reference's, and a speedup over
+#    `slow_train_step` of at least **80 % of what the reference solution reaches on the same
+#    machine in the same run** (the grader times both; the bar adapts to your CPU or GPU).
 #
 # The speedup is measured the way the module did it: both steps interleaved (slow, fast, slow,
 # fast, ...) in one process, median against median. This lab runs PyTorch with **one intra-op
@@ -223,7 +225,11 @@ class FastGPT(SlowGPT):
 
 def fast_train_step(model, optimizer, x, y):
     ### BEGIN SOLUTION
-    with torch.autocast(x.device.type, dtype=torch.bfloat16):  # matmuls in bf16
+    # bf16 matmuls only where this machine's bf16 ceiling beats fp32 (without fast bf16 units,
+    # autocast's conversions make every matmul slower)
+    limits = hw.cached_limits(quick=True)
+    fast_bf16 = limits.peak_flops("bfloat16") > limits.peak_flops("float32")
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=fast_bf16):
         loss = model(x, y)
     loss.backward()
     optimizer.step()
