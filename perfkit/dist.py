@@ -59,6 +59,8 @@ from typing import Any
 import psutil
 import torch
 
+from perfkit.timing import _check_int, _check_number
+
 __all__ = [
     "LaunchTimeout",
     "WorkerContext",
@@ -107,13 +109,18 @@ def default_backend() -> str:
 # --- launcher side ----------------------------------------------------------------------
 
 
-def _check_launch_args(target: str, nproc: int, timeout_s: float) -> None:
+def _check_launch_args(target: str, nproc: int, timeout_s: float, args: Any, env: Any,
+                       pythonpath: Any) -> None:
     if not isinstance(target, str) or not target:
         raise TypeError(f"target must be a module name or a script path, got {target!r}")
-    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
-        raise ValueError(f"nproc must be an int >= 1, got {nproc!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    _check_int("nproc", nproc, 1)
+    _check_number("timeout_s", timeout_s, positive=True)  # inf: a stuck job would never end
+    for name, seq in (("args", args), ("pythonpath", pythonpath)):
+        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):  # "ab" -> "a", "b"
+            raise TypeError(f"{name} must be a list or tuple, got {seq!r}")
+    if env is not None and not (isinstance(env, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise TypeError(f"env must be None or a mapping of str to str, got {env!r}")
 
 
 def _command(target: str, nproc: int, args: Sequence[str]) -> list[str]:
@@ -190,13 +197,13 @@ def launch(
         :func:`worker_result`, or ``None`` if it passed none.
 
     Raises:
-        TypeError, ValueError: for a bad ``target``, ``nproc``, ``timeout_s`` or
-            ``backend``.
+        TypeError, ValueError: for a bad ``target``, ``nproc``, ``timeout_s`` (a finite
+            number > 0), ``args``, ``env``, ``pythonpath`` or ``backend``.
         WorkerError: if any worker exited non-zero; the message holds the traceback of
             the first rank that raised and the tail of the job's output.
         LaunchTimeout: if the job ran past ``timeout_s`` (every process is killed first).
     """
-    _check_launch_args(target, nproc, timeout_s)
+    _check_launch_args(target, nproc, timeout_s, args, env, pythonpath)
     if backend not in (None, "gloo", "nccl"):
         raise ValueError(f"backend must be None, 'gloo' or 'nccl', got {backend!r}")
     cmd = _command(target, nproc, args)
@@ -297,16 +304,18 @@ def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerC
 
     Raises:
         RuntimeError: if not started by torchrun (``RANK``/``WORLD_SIZE`` unset).
-        ValueError: for an unknown ``backend``.
+        TypeError, ValueError: for an unknown ``backend`` or a ``timeout_s`` that is not a
+            finite number > 0 (checked first).
     """
     import torch.distributed as dist
 
+    _check_number("timeout_s", timeout_s, positive=True)
+    backend = default_backend() if backend is None else backend
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise RuntimeError("init_worker() needs RANK and WORLD_SIZE: start this worker with "
                            "perfkit.dist.launch or torchrun, not plain python")
-    backend = backend or default_backend()
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     sys.excepthook = _excepthook
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu")
@@ -352,9 +361,13 @@ def shutdown(exit_code: int = 0) -> None:
 
     Warning:
         Collective: every rank must call it (it starts with a barrier).
+
+    Raises:
+        TypeError, ValueError: if ``exit_code`` is not an int in [0, 255] (checked first).
     """
     import torch.distributed as dist
 
+    _check_int("exit_code", exit_code, 0, 255)  # os._exit(256) would report success
     if dist.is_initialized():
         if torch.cuda.is_available() and dist.get_backend() == "nccl":
             torch.cuda.synchronize()
@@ -376,9 +389,14 @@ def worker_main(run: Any, description: str = "", argv: Sequence[str] | None = No
             worker_main(run, __doc__)
 
     Warning: collective; every rank of the job must call it.
+
+    Raises:
+        TypeError: if ``run`` is not callable (checked before joining the job).
     """
     import argparse
 
+    if not callable(run):
+        raise TypeError(f"run must be callable, got {type(run).__name__}")
     p = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
     p.add_argument("--config", required=True, help="JSON object; see the module docstring")
     cfg = json.loads(p.parse_args(argv).config)

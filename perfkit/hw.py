@@ -30,26 +30,12 @@ from pathlib import Path
 
 import torch
 
-from perfkit.roofline import _check_dims, attainable_flops, bound, matmul_bytes, matmul_flops
-from perfkit.timing import benchmark, calibrate_number, resolve_device
+from perfkit.roofline import _check_dims, _positive, attainable_flops, bound, matmul_bytes, matmul_flops
+from perfkit.timing import _check_number, benchmark, calibrate_number, resolve_device
 
-__all__ = [
-    "METHOD",
-    "CopyPoint",
-    "MachineLimits",
-    "MatmulPoint",
-    "RooflinePoint",
-    "cached_limits",
-    "default_limits_path",
-    "device_name",
-    "last_level_cache_bytes",
-    "matmul_roofline",
-    "measure_copy",
-    "measure_h2d",
-    "measure_limits",
-    "measure_matmul",
-    "save_limits",
-]
+__all__ = ["METHOD", "CopyPoint", "MachineLimits", "MatmulPoint", "RooflinePoint", "cached_limits",
+           "default_limits_path", "device_name", "last_level_cache_bytes", "matmul_roofline",
+           "measure_copy", "measure_h2d", "measure_limits", "measure_matmul", "save_limits"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # How measure_limits measures: cached limits from another method are replaced, not merged.
@@ -57,8 +43,10 @@ METHOD = "2: best-of-sweep matmul; DRAM copy from buffers >= 4x the last-level c
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
         return dtype
+    if not isinstance(dtype, str | torch.dtype):  # e.g. a list: not hashable, not a dtype
+        raise TypeError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     return _DTYPES[dtype]
@@ -66,6 +54,16 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def _dtype_name(dtype: str | torch.dtype) -> str:
     return str(_dtype(dtype)).removeprefix("torch.")
+
+
+def _entries(name: str, v: Iterable, dims: bool = False) -> list:
+    """``v`` as a non-empty list (of positive ints if ``dims``); a lone string is refused."""
+    if isinstance(v, str) or not isinstance(v, Iterable):
+        raise TypeError(f"{name} must be a list, got {v!r}")
+    if not (items := list(v)):
+        raise ValueError(f"{name} must hold at least one entry, got none")
+    _check_dims(**{f"{name}[{i}]": n for i, n in enumerate(items) if dims})
+    return items
 
 
 # --- measurements -----------------------------------------------------------------------
@@ -103,7 +101,7 @@ def measure_matmul(
     repeat: int = 7,
 ) -> MatmulPoint:
     """Median FLOP/s of an ``(n, n) @ (n, n)`` matmul in ``dtype`` on ``device``."""
-    _check_dims(n=n)
+    _check_dims(n=n, repeat=repeat)
     dev = resolve_device(device)
     dt = _dtype(dtype)
     a = torch.randn(n, n, device=dev).to(dt)  # (n, n)
@@ -127,7 +125,7 @@ def measure_copy(
     STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
     counts differently: its algbw is the buffer's size over the time, S / t.)
     """
-    _check_dims(nbytes=nbytes)
+    _check_dims(nbytes=nbytes, repeat=repeat)
     dev = resolve_device(device)
     numel = max(1, nbytes // 4)
     src = torch.rand(numel, device=dev)  # fp32, nbytes
@@ -144,9 +142,9 @@ def measure_copy(
 def measure_h2d(nbytes: int, device: torch.device | str | None = None,
                 repeat: int = 5) -> CopyPoint | None:
     """Host-to-device bandwidth from pinned memory; ``None`` when CUDA is absent."""
+    _check_dims(nbytes=nbytes, repeat=repeat)
     if not torch.cuda.is_available():
         return None
-    _check_dims(nbytes=nbytes)
     dev = resolve_device(device or "cuda")
     numel = max(1, nbytes // 4)
     host = torch.rand(numel).pin_memory()  # pinned: DMA straight from host memory
@@ -225,6 +223,12 @@ class MachineLimits:
     llc_bytes: int | None = None
     method: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.matmul_flops, dict):
+            raise TypeError(f"matmul_flops must be a dict of dtype name -> FLOP/s, got {self.matmul_flops!r}")
+        for k, v in [*self.matmul_flops.items(), ("copy_bytes_per_s", self.copy_bytes_per_s)]:
+            _positive(k if k == "copy_bytes_per_s" else f"matmul_flops[{k!r}]", v)
+
     def peak_flops(self, dtype: str | torch.dtype = "float32") -> float:
         """Measured matmul ceiling for ``dtype`` in FLOP/s."""
         name = _dtype_name(dtype)
@@ -242,18 +246,19 @@ class MachineLimits:
 
     def share_of_peak(self, flops_per_s: float, dtype: str | torch.dtype = "float32") -> float:
         """Achieved FLOP/s over the measured matmul ceiling (a fraction; MFU uses this)."""
-        return flops_per_s / self.peak_flops(dtype)
+        return _check_number("flops_per_s", flops_per_s, positive=False) / self.peak_flops(dtype)
 
     def share_of_bandwidth(self, bytes_per_s: float) -> float:
         """Achieved bytes/s over the measured copy bandwidth (a fraction)."""
-        return bytes_per_s / self.copy_bytes_per_s
+        return _check_number("bytes_per_s", bytes_per_s, positive=False) / self.copy_bytes_per_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> MachineLimits:
-        d = json.loads(text)
+        if not isinstance(d := json.loads(text), dict):
+            raise ValueError(f"text must hold a JSON object of MachineLimits, got {text[:80]!r}")
         d["matmul_points"] = [MatmulPoint(**p) for p in d.get("matmul_points", [])]
         d["copy_points"] = [CopyPoint(**p) for p in d.get("copy_points", [])]
         return cls(**d)
@@ -276,7 +281,12 @@ def measure_limits(
         device: ``None`` means CUDA if present, else CPU.
         dtypes: matmul dtypes to measure.
         matmul_sizes, copy_sizes: override the sweeps (square sizes; bytes per buffer).
+
+    Raises:
+        TypeError, ValueError: for an unknown dtype, an empty list, or a size that is not
+            a positive int; all checked before anything is measured.
     """
+    dtypes = [_dtype_name(dt) for dt in _entries("dtypes", dtypes)]
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     if matmul_sizes is None:
@@ -287,7 +297,8 @@ def measure_limits(
     if copy_sizes is None:
         top = max(1 << 30 if gpu else 1 << 28, dram_min)
         copy_sizes = [1 << p for p in range(16, top.bit_length(), 2)]
-    copy_sizes = sorted(set(copy_sizes))
+    matmul_sizes = _entries("matmul_sizes", matmul_sizes, dims=True)
+    copy_sizes = sorted(set(_entries("copy_sizes", copy_sizes, dims=True)))
     if copy_sizes[-1] < dram_min:  # the DRAM ceiling needs one buffer no cache holds
         copy_sizes.append(1 << (dram_min - 1).bit_length())
     mm = [measure_matmul(n, dt, dev) for dt in dtypes for n in matmul_sizes]
@@ -333,6 +344,9 @@ class RooflinePoint:
 
 def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
     """Predict a square ``n`` matmul in ``dtype`` from the measured ceilings alone."""
+    _check_dims(n=n)  # before matmul_bytes, whose message would name its own m
+    if not isinstance(limits, MachineLimits):
+        raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
     nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)
     flops = matmul_flops(n, n, n)
     peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
@@ -361,6 +375,8 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
     a buffer only twice the cache for DRAM) are replaced: keeping their maximum would keep
     their error for good.
     """
+    if not isinstance(limits, MachineLimits):
+        raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
     p = Path(path) if path is not None else default_limits_path()
     if p.exists():
         try:

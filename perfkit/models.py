@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from perfkit.timing import resolve_device
+from perfkit.timing import _check_int, _check_number, resolve_device
 
 __all__ = [
     "DigitsDataset", "SmallCNN", "TokenBlockDataset", "Workload", "digits_data",
@@ -48,8 +48,17 @@ EOS_TOKEN = "<|endoftext|>"  # id 0 in every tokenizer trained here; GPT-2's bos
 
 
 def _check_cost(cost_ms: float) -> None:
-    if not isinstance(cost_ms, int | float) or not 0 <= cost_ms <= 1000:
+    if isinstance(cost_ms, bool) or not isinstance(cost_ms, int | float) or not 0 <= cost_ms <= 1000:
         raise ValueError(f"cost_ms must be a number in [0, 1000] ms, got {cost_ms!r}")
+
+
+def _check_gpt2(vocab_size: int, block_size: int, n_embd: int, n_layer: int, n_head: int) -> None:
+    for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_embd", n_embd),
+                    ("n_layer", n_layer), ("n_head", n_head)):
+        _check_int(name, v, 1)
+    if n_embd % n_head:  # each head gets n_embd / n_head channels
+        raise ValueError(f"n_embd must be a multiple of n_head, got n_embd={n_embd}, "
+                         f"n_head={n_head}")
 
 
 def _spin(ms: float) -> None:
@@ -99,6 +108,8 @@ class SmallCNN(nn.Module):
     """Two conv layers and a linear head for ``(B, 1, 8, 8)`` digits; ~10k parameters."""
 
     def __init__(self, channels: int = 32, classes: int = 10) -> None:
+        _check_int("channels", channels, 1)
+        _check_int("classes", classes, 1)
         super().__init__()
         self.net = nn.Sequential(
             nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(),                   # (B, C, 8, 8)
@@ -114,7 +125,6 @@ class SmallCNN(nn.Module):
 # --- text ---------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4)  # a str is immutable; re-reading ~700 files costs ~0.3 s
 def text_corpus(max_bytes: int = 1_000_000) -> str:
     """Source text of the installed Python standard library, in sorted path order.
 
@@ -124,8 +134,12 @@ def text_corpus(max_bytes: int = 1_000_000) -> str:
     Raises:
         ValueError: if ``max_bytes`` is not a positive int.
     """
-    if not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
+    # checked outside the cache, which would take True for 1 and fail on an unhashable value
+    return _stdlib_text(_check_int("max_bytes", max_bytes, 1))
+
+
+@functools.lru_cache(maxsize=4)  # a str is immutable; re-reading ~700 files costs ~0.3 s
+def _stdlib_text(max_bytes: int) -> str:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"site-packages", "test", "tests", "idlelib", "__pycache__"}
     files = sorted(p for p in root.rglob("*.py")
@@ -149,11 +163,13 @@ def train_bpe_tokenizer(vocab_size: int = 1024, max_bytes: int = 1_000_000,
 
     Raises:
         ValueError: if ``vocab_size`` is below 300 (256 bytes + specials + merges).
+        TypeError: if ``cache_dir`` is not a path.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    if not isinstance(vocab_size, int) or vocab_size < 300:
-        raise ValueError(f"vocab_size must be an int >= 300, got {vocab_size!r}")
+    _check_int("vocab_size", vocab_size, 300)
+    if not isinstance(cache_dir, str | os.PathLike):
+        raise TypeError(f"cache_dir must be a str or os.PathLike, got {cache_dir!r}")
     text = text_corpus(max_bytes)
     key = hashlib.sha1(f"{vocab_size}|{text}".encode()).hexdigest()[:12]
     path = Path(cache_dir) / f"stdlib_bpe_{vocab_size}_{key}.json"
@@ -172,7 +188,15 @@ def train_bpe_tokenizer(vocab_size: int = 1024, max_bytes: int = 1_000_000,
 
 
 def encode_corpus(tokenizer: Any, text: str) -> torch.Tensor:
-    """All of ``text`` as one int64 tensor of token ids ``(N,)``."""
+    """All of ``text`` as one int64 tensor of token ids ``(N,)``.
+
+    Raises:
+        TypeError: if ``text`` is not a str or ``tokenizer`` has no ``encode``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
     return torch.tensor(tokenizer.encode(text).ids, dtype=torch.int64)
 
 
@@ -190,8 +214,7 @@ class TokenBlockDataset(Dataset):
 
     def __init__(self, text: str, tokenizer: Any, block_size: int = 64,
                  tokenize_per_sample: bool = False, cost_ms: float = 0.0) -> None:
-        if not isinstance(block_size, int) or block_size < 2:
-            raise ValueError(f"block_size must be an int >= 2, got {block_size!r}")
+        _check_int("block_size", block_size, 2)
         _check_cost(cost_ms)
         self.tokenizer, self.block_size, self.cost_ms = tokenizer, block_size, float(cost_ms)
         self.slow = tokenize_per_sample
@@ -225,7 +248,13 @@ class TokenBlockDataset(Dataset):
 
 def tiny_gpt2(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
               n_layer: int = 2, n_head: int = 2) -> nn.Module:
-    """A randomly initialised ``GPT2LMHeadModel`` from a config (no download, no dropout)."""
+    """A randomly initialised ``GPT2LMHeadModel`` from a config (no download, no dropout).
+
+    Raises:
+        ValueError: for a size that is not a positive int, or ``n_embd`` not a multiple
+            of ``n_head``.
+    """
+    _check_gpt2(vocab_size, block_size, n_embd, n_layer, n_head)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(vocab_size=vocab_size, n_positions=block_size, n_embd=n_embd,
@@ -253,11 +282,16 @@ class Workload:
     batch_size: int = 1
 
 
+def _check_workload(batch_size: int, num_workers: int, cost_ms: float, seed: int,
+                    lr: float) -> None:
+    _check_int("batch_size", batch_size, 1)
+    _check_int("num_workers", num_workers, 0)
+    _check_cost(cost_ms)
+    _check_int("seed", seed, -(2**63), 2**64 - 1)  # torch.manual_seed's range
+    _check_number("lr", lr, positive=True)
+
+
 def _loader(ds: Dataset, batch_size: int, num_workers: int, seed: int) -> DataLoader:
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     if batch_size > len(ds):  # drop_last would leave no batch, and train_steps would spin
         raise ValueError(f"batch_size={batch_size} exceeds the dataset's {len(ds)} samples")
     # persistent workers: restarting worker processes every epoch would show up as data time
@@ -269,7 +303,12 @@ def _loader(ds: Dataset, batch_size: int, num_workers: int, seed: int) -> DataLo
 def digits_workload(batch_size: int = 64, num_workers: int = 0, cost_ms: float = 0.0,
                     device: torch.device | str | None = None, seed: int = 0,
                     lr: float = 3e-3) -> Workload:
-    """``SmallCNN`` + Adam on :class:`DigitsDataset`; see its ``cost_ms``."""
+    """``SmallCNN`` + Adam on :class:`DigitsDataset`; see its ``cost_ms``.
+
+    Raises:
+        TypeError, ValueError: for a bad size, ``cost_ms``, ``device``, ``seed`` or ``lr``.
+    """
+    _check_workload(batch_size, num_workers, cost_ms, seed, lr)
     dev = resolve_device(device)
     torch.manual_seed(seed)
     model = SmallCNN().to(dev)
@@ -285,7 +324,14 @@ def gpt2_workload(batch_size: int = 16, block_size: int = 64, num_workers: int =
                   vocab_size: int = 1024, max_bytes: int = 1_000_000, n_embd: int = 64,
                   n_layer: int = 2, n_head: int = 2, device: torch.device | str | None = None,
                   seed: int = 0, lr: float = 3e-3) -> Workload:
-    """:func:`tiny_gpt2` + AdamW on :class:`TokenBlockDataset` over the stdlib corpus."""
+    """:func:`tiny_gpt2` + AdamW on :class:`TokenBlockDataset` over the stdlib corpus.
+
+    Raises:
+        TypeError, ValueError: for a bad size, ``cost_ms``, ``device``, ``seed`` or ``lr``
+            (checked before the tokenizer is trained).
+    """
+    _check_workload(batch_size, num_workers, cost_ms, seed, lr)
+    _check_gpt2(vocab_size, block_size, n_embd, n_layer, n_head)
     dev = resolve_device(device)
     tok = train_bpe_tokenizer(vocab_size, max_bytes)
     ds = TokenBlockDataset(text_corpus(max_bytes), tok, block_size, tokenize_per_sample,
@@ -317,9 +363,19 @@ def train_steps(wl: Workload, steps: int, monitor: Any = None,
             and ``step(samples=, tokens=)``) timing the phases data, forward, backward and
             optimizer.
         on_step: called after every step, e.g. a profiler's ``step``.
+
+    Raises:
+        TypeError, ValueError: for a ``wl`` that is not a :class:`Workload`, ``steps`` not
+            an int >= 1, a ``monitor`` without ``phase`` and ``step``, or an ``on_step``
+            that is not callable.
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    if not isinstance(wl, Workload):
+        raise TypeError(f"wl must be a perfkit.models.Workload, got {type(wl).__name__}")
+    _check_int("steps", steps, 1)
+    if monitor is not None and not all(callable(getattr(monitor, a, None)) for a in ("phase", "step")):
+        raise TypeError(f"monitor must be None or have phase() and step(), got {type(monitor).__name__}")
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be None or a callable, got {type(on_step).__name__}")
     phase = monitor.phase if monitor is not None else lambda _: contextlib.nullcontext()
     wl.model.train()
     it, losses = _batches(wl.loader), []

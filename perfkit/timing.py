@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,13 +34,24 @@ def resolve_device(device: torch.device | str | None = None) -> torch.device:
     """Return ``device`` as a ``torch.device``; ``None`` means CUDA if present, else CPU.
 
     Raises:
-        ValueError: if ``device`` names CUDA on a machine without it.
+        TypeError: if ``device`` is not a ``torch.device``, a str, an int or ``None``.
+        ValueError: for a string torch does not read as a device, or a CUDA device this
+            machine does not have.
     """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    allowed = "None, a torch.device or a device string such as 'cpu' or 'cuda:0'"
+    if isinstance(device, bool) or not isinstance(device, torch.device | str | int):
+        raise TypeError(f"device must be {allowed}, got {device!r}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must be {allowed}, got {device!r}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={str(device)!r} asks for CUDA, but CUDA is not available here")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device={str(device)!r}: this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 
@@ -110,10 +121,24 @@ class Timer:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Repeated timings of one callable, in seconds. Plain data: print or plot it."""
+    """Repeated timings of one callable, in seconds. Plain data: print or plot it.
+
+    Raises ``TypeError``/``ValueError`` for no times, a time that is negative, NaN or inf,
+    or a ``warmup`` that is not an int >= 0.
+    """
 
     times_s: tuple[float, ...]
     warmup: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.times_s, str) or not isinstance(self.times_s, tuple | list):
+            raise TypeError(f"times_s must be a tuple of seconds, got {self.times_s!r}")
+        if not self.times_s:
+            raise ValueError("times_s must hold at least one time, got none")
+        for t in self.times_s:
+            _check_number("times_s entries", t, positive=False)
+        object.__setattr__(self, "times_s", tuple(self.times_s))  # frozen: set once here
+        _check_int("warmup", self.warmup, 0)
 
     @property
     def n(self) -> int:
@@ -151,6 +176,8 @@ class Measurement:
 
     def quantile(self, q: float) -> float:
         """Linear-interpolated quantile ``q`` in [0, 1] of the timings, in seconds."""
+        if isinstance(q, bool) or not isinstance(q, int | float):
+            raise TypeError(f"q must be a number in [0, 1], got {q!r}")
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"q must be in [0, 1], got {q}")
         xs = sorted(self.times_s)
@@ -160,7 +187,7 @@ class Measurement:
 
     def rate(self, work: float) -> float:
         """``work`` units (FLOPs, bytes, samples) per second at the median time."""
-        return work / self.median_s
+        return _check_number("work", work, positive=False) / self.median_s
 
     def __str__(self) -> str:
         return (
@@ -169,11 +196,28 @@ class Measurement:
         )
 
 
+def _check_int(name: str, v: int, lo: int, hi: int | None = None) -> int:
+    """``v`` if it is an int in ``[lo, hi]`` and not a bool (``True`` is not a count)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        exc = ValueError if isinstance(v, int | float) else TypeError
+        raise exc(f"{name} must be an int {f'>= {lo}' if hi is None else f'in [{lo}, {hi}]'}, "
+                  f"got {v!r}")
+    return v
+
+
+def _check_number(name: str, v: float, positive: bool) -> float:
+    """``v`` if it is a finite number > 0 (``positive``) or >= 0: inf would never be reached."""
+    allowed = f"a finite number {'>' if positive else '>='} 0"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise TypeError(f"{name} must be {allowed}, got {v!r}")
+    if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+        raise ValueError(f"{name} must be {allowed}, got {v!r}")
+    return v
+
+
 def _check_counts(warmup: int, repeat: int) -> None:
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-    if not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be an int >= 1, got {repeat!r}")
+    _check_int("warmup", warmup, 0)
+    _check_int("repeat", repeat, 1)
 
 
 def benchmark(
@@ -206,17 +250,15 @@ def benchmark(
         A :class:`Measurement` with every repetition's seconds.
 
     Raises:
-        ValueError: for a negative ``warmup``, a ``repeat`` below 1 or a negative
-            ``min_time_s``.
-        TypeError: if ``fn`` is not callable.
+        ValueError: for a negative ``warmup``, a ``repeat`` or ``number`` below 1, or a
+            ``min_time_s`` that is negative, NaN or inf (it would never be reached).
+        TypeError: if ``fn`` is not callable, or an argument is not a number.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     _check_counts(warmup, repeat)
-    if min_time_s < 0:
-        raise ValueError(f"min_time_s must be >= 0, got {min_time_s}")
-    if not isinstance(number, int) or number < 1:
-        raise ValueError(f"number must be an int >= 1, got {number!r}")
+    _check_number("min_time_s", min_time_s, positive=False)
+    _check_int("number", number, 1)
     dev = resolve_device(device)
     for _ in range(warmup):
         fn()
@@ -237,9 +279,14 @@ def calibrate_number(
 
     Use it as ``benchmark(fn, number=calibrate_number(fn))`` for functions of a few
     microseconds, whose single-call times are dominated by timer and scheduler noise.
+
+    Raises:
+        TypeError: if ``fn`` is not callable or ``target_s`` is not a number.
+        ValueError: if ``target_s`` is not a finite number > 0.
     """
-    if target_s <= 0:
-        raise ValueError(f"target_s must be > 0, got {target_s}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    _check_number("target_s", target_s, positive=True)
     dev = resolve_device(device)
     number = 1
     while number < 1 << 20:
@@ -267,9 +314,19 @@ def interleaved(
 
     Returns:
         One :class:`Measurement` per callable, in the order given.
+
+    Raises:
+        TypeError: if ``fns`` is not a list or tuple of callables.
+        ValueError: for no callables, a negative ``warmup`` or a ``repeat`` below 1.
     """
+    if isinstance(fns, str) or not isinstance(fns, Iterable):
+        raise TypeError(f"fns must be a list or tuple of callables, got {type(fns).__name__}")
+    fns = list(fns)
     if len(fns) == 0:
         raise ValueError("fns must hold at least one callable")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(f"fns[{i}] must be callable, got {type(fn).__name__}")
     _check_counts(warmup, repeat)
     dev = resolve_device(device)
     for _ in range(warmup):

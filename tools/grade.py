@@ -35,7 +35,14 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS_DIR = ROOT / "tests" / "labs"
 DEFAULT_QUESTION_TIMEOUT_S = 60.0
-CELL_TIMEOUT_S = 120.0
+# The notebook's cells share one budget: the labs' solution cells take 6-8 s in all (one cell
+# at most 3.5 s) on an idle 2-core machine, so 40 s leaves a 5x margin for a loaded one. One
+# cell gets at most CELL_TIMEOUT_S of it, so a demo cell that spins on an unfinished answer
+# leaves time for the others; once the budget is spent, each remaining cell still gets
+# CELL_MIN_S (enough to define the later answers).
+CELLS_BUDGET_S = 40.0
+CELL_TIMEOUT_S = 20.0
+CELL_MIN_S = 5.0
 
 
 @dataclass
@@ -214,14 +221,28 @@ def _run_worker(nb: Path, checks_path: Path, extra: list[str], budget: float
     return records, error
 
 
+def _cells_deadline(nb: Path) -> float:
+    """The longest the worker can spend on ``nb``'s cells (the shared budget, then
+    CELL_MIN_S for each code cell after it), plus 30 s to start and import."""
+    try:
+        import nbformat
+
+        cells = sum(c.cell_type == "code" for c in nbformat.read(nb, as_version=4).cells)
+    except Exception:  # noqa: BLE001 - an unreadable notebook is reported by the worker
+        cells = 0
+    return CELLS_BUDGET_S + CELL_MIN_S * cells + 30.0
+
+
 def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
-          load_timeout_s: float = 300.0) -> GradeReport:
+          load_timeout_s: float | None = None) -> GradeReport:
     """Run the notebook and its checks in a worker process; never raises for bad labs.
 
     Args:
         notebook: path of the lab notebook.
         checks: checks module path; by default ``tests/labs/checks_labNN.py``.
-        load_timeout_s: time allowed for running the notebook's cells.
+        load_timeout_s: time allowed for running the notebook's cells before the whole
+            worker is killed; by default what the cells' own timeouts allow at most
+            (:data:`CELLS_BUDGET_S` and :data:`CELL_MIN_S` per cell) plus 30 s.
     """
     nb = Path(notebook)
     report = GradeReport(str(notebook))
@@ -237,6 +258,8 @@ def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
         report.error = f"no notebook at {nb} (run `make labs` to create the student labs)"
         report.questions = [QuestionResult(n, "error", "notebook not found") for n in names]
         return report
+    if load_timeout_s is None:
+        load_timeout_s = _cells_deadline(nb)
     budget = load_timeout_s + sum(timeouts.get(n, DEFAULT_QUESTION_TIMEOUT_S) for n in names)
     records, report.error = _run_worker(nb, checks_path, [], budget)
     for rec in records:
@@ -303,6 +326,60 @@ def _clear_alarm() -> None:
     signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def _kill_children() -> None:
+    """Kill every process this worker started and left running: after a timeout in a cell or
+    a check, ``perfkit.dist.launch``'s workers (in their own sessions, out of reach of the
+    parent's kill of our process group) would otherwise spin on forever."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for c in children:
+        with contextlib.suppress(psutil.Error):
+            c.kill()
+    psutil.wait_procs(children, timeout=3.0)
+
+
+class _LimitExceeded(BaseException):
+    """Raised inside the code under :func:`time_limit` (a BaseException, like
+    GradingTimeout, so the student's ``except Exception`` cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, message: str) -> Iterator[None]:
+    """Fail with ``AssertionError(message)`` if the block runs longer than ``seconds``.
+
+    For checks: call the student's answer on a small input under a short limit first, so an
+    answer that never returns fails in seconds instead of after the question's whole
+    timeout. Nests inside the grader's question alarm: that alarm is suspended meanwhile
+    and re-armed with what was left of it (if it was due first, it fires as usual).
+    """
+    left, _ = signal.getitimer(signal.ITIMER_REAL)
+    if left and left <= seconds:  # the question's own alarm comes first
+        yield
+        return
+    previous = signal.getsignal(signal.SIGALRM)
+    t0 = time.monotonic()
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _LimitExceeded
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _LimitExceeded:
+        _kill_children()
+        raise AssertionError(message) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if left:
+            signal.setitimer(signal.ITIMER_REAL, max(left - (time.monotonic() - t0), 1e-3))
+
+
 def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, GradingTimeout):
         return "timeout", str(exc)
@@ -323,13 +400,14 @@ def _run_cells(nb_path: Path, ns: dict, emit) -> None:
     except Exception as e:  # not JSON, not a notebook
         emit({"type": "cell_error", "message": f"cannot read the notebook: {e}"})
         return
+    deadline = time.monotonic() + CELLS_BUDGET_S  # shared by all cells
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         # IPython magics and shell escapes are not Python; the labs do not need them.
         src = "\n".join(ln for ln in cell.source.splitlines()
                         if not ln.lstrip().startswith(("%", "!")))
         try:
             code = compile(src, f"<cell {i + 1}>", "exec")
-            _alarm(CELL_TIMEOUT_S)
+            _alarm(min(CELL_TIMEOUT_S, max(deadline - time.monotonic(), CELL_MIN_S)))
             try:
                 exec(code, ns)
             finally:
@@ -341,6 +419,8 @@ def _run_cells(nb_path: Path, ns: dict, emit) -> None:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             kind, msg = _describe(e)
+            if kind == "timeout":
+                _kill_children()
             if kind != "NotImplementedError":
                 emit({"type": "cell_error", "message": f"code cell {i + 1} raised {kind}: {msg}"})
 
@@ -359,6 +439,8 @@ def _judge(check, ns: dict, seconds: float) -> tuple[str, str, float]:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         kind, msg = _describe(e)
+        if kind == "timeout":
+            _kill_children()
     return kind, msg, round(time.perf_counter() - t0, 3)
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from perfkit._checks import check_int, check_items, check_real, check_type
+
 __all__ = ["AlphaBeta", "fit_alpha_beta", "ring_allreduce_time"]
 
 
@@ -28,9 +30,13 @@ class AlphaBeta:
     alpha_s: float
     bandwidth: float
 
+    def __post_init__(self) -> None:
+        check_real("alpha_s", self.alpha_s, 0)
+        check_real("bandwidth", self.bandwidth, 0, lo_open=True)
+
     def predict(self, nbytes: float) -> float:
-        """Predicted seconds for an ``nbytes`` message."""
-        return self.alpha_s + nbytes / self.bandwidth
+        """Predicted seconds for an ``nbytes`` message (a finite number >= 0)."""
+        return self.alpha_s + check_real("nbytes", nbytes, 0) / self.bandwidth
 
     @property
     def half_bandwidth_bytes(self) -> float:
@@ -46,15 +52,22 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> AlphaBe
     every point count as a relative error. Both coefficients are kept positive.
 
     Args:
-        nbytes: message sizes in bytes (at least two distinct).
-        times_s: measured seconds, same length, all > 0.
+        nbytes: message sizes in bytes (finite, >= 0; at least two distinct).
+        times_s: measured seconds, same length, all finite and > 0.
 
     Returns:
         An :class:`AlphaBeta`.
 
     Raises:
-        ValueError: for mismatched lengths, fewer than two distinct sizes, or times <= 0.
+        TypeError: if either is not a list of numbers.
+        ValueError: for mismatched lengths, fewer than two distinct sizes, a size that is
+            negative, NaN or inf, or times that are not finite and > 0.
     """
+    nbytes, times_s = check_items("nbytes", nbytes), check_items("times_s", times_s)
+    for i, v in enumerate(nbytes):
+        check_real(f"nbytes[{i}]", v, 0)
+    if any(isinstance(t, bool) or not isinstance(t, int | float) for t in times_s):
+        raise TypeError(f"times_s must hold numbers, got {times_s!r}")
     if len(nbytes) != len(times_s):
         raise ValueError(f"nbytes and times_s differ in length: {len(nbytes)} vs {len(times_s)}")
     if len(set(nbytes)) < 2:
@@ -80,9 +93,14 @@ def ring_allreduce_time(nbytes: float, world_size: int, link: AlphaBeta) -> floa
     ``link`` describes one point-to-point step (from a 2-rank fit: a 2-rank ring does two
     steps of half the buffer, so ``link.alpha_s = fit.alpha_s / 2`` and the bandwidth is
     the same). Returns seconds.
+
+    Raises:
+        TypeError, ValueError: for ``nbytes`` not a finite number >= 0, ``world_size`` not
+            an int >= 1, or ``link`` not an :class:`AlphaBeta`.
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    check_real("nbytes", nbytes, 0)
+    check_int("world_size", world_size, 1)
+    check_type("link", link, AlphaBeta)
     if world_size == 1:
         return 0.0
     steps = 2 * (world_size - 1)

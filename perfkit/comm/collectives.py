@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from perfkit.timing import benchmark
+from perfkit._checks import check_choice, check_int, check_items
+from perfkit.timing import benchmark, resolve_device
 
 __all__ = [
     "OPS",
@@ -48,11 +49,8 @@ def bus_factor(op: str, world_size: int) -> float:
     Raises:
         ValueError: for an unknown ``op`` or ``world_size < 1``.
     """
-    if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-    n = world_size
+    check_choice("op", op, OPS)
+    n = check_int("world_size", world_size, 1)
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
             "all_gather": (n - 1) / n, "broadcast": 1.0}[op]
 
@@ -60,6 +58,20 @@ def bus_factor(op: str, world_size: int) -> float:
 # torch 2.13 deprecates the *_tensor names for *_single; older torch only has the former.
 _RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _check_single(output: torch.Tensor, input: torch.Tensor, group, whole: str) -> None:
+    """Both tensors, one dtype, and the ``whole`` one (``"input"`` or ``"output"``) holding
+    ``world_size`` times the other's elements; else the backend fails with its own words."""
+    for name, t in (("output", output), ("input", input)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    n = dist.get_world_size(group)
+    big, small = (input, output) if whole == "input" else (output, input)
+    if big.numel() != n * small.numel() or output.dtype != input.dtype:
+        raise ValueError(f"{whole} must hold world_size ({n}) times as many elements as the "
+                         f"other tensor, of the same dtype; got output {tuple(output.shape)} "
+                         f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
 
 
 def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, group=None,
@@ -70,7 +82,11 @@ def reduce_scatter_single(output: torch.Tensor, input: torch.Tensor, group=None,
 
     Warning:
         Collective: every rank of ``group`` must call it with the same sizes.
+
+    Raises:
+        TypeError, ValueError: for non-tensors, or sizes or dtypes that do not match.
     """
+    _check_single(output, input, group, "input")
     return _RS(output, input, group=group, async_op=async_op)
 
 
@@ -81,7 +97,11 @@ def all_gather_single(output: torch.Tensor, input: torch.Tensor, group=None,
 
     Warning:
         Collective: every rank of ``group`` must call it with the same sizes.
+
+    Raises:
+        TypeError, ValueError: for non-tensors, or sizes or dtypes that do not match.
     """
+    _check_single(output, input, group, "output")
     return _AG(output, input, group=group, async_op=async_op)
 
 
@@ -136,16 +156,18 @@ def benchmark_collective(op: str, nbytes: int, group=None, warmup: int = 2, repe
         A :class:`CollectivePoint`.
 
     Raises:
-        ValueError: for an unknown ``op`` or ``nbytes < 1``.
+        TypeError, ValueError: for an unknown ``op``, ``nbytes < 1``, a negative ``warmup``,
+            a ``repeat`` below 1 or a bad ``device``, checked before any collective runs.
     """
-    if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if not isinstance(nbytes, int) or nbytes < 1:
-        raise ValueError(f"nbytes must be an int >= 1, got {nbytes!r}")
+    check_choice("op", op, OPS)
+    check_int("nbytes", nbytes, 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
+    if device is not None:
+        device = resolve_device(device)
     n = dist.get_world_size(group)
     if device is None:
-        device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
-    device = torch.device(device)
+        device = torch.device("cuda" if dist.get_backend(group) == "nccl" else "cpu")
     fn = _collective_fn(op, nbytes, group, device)
     actual = max(n, nbytes // 4 // n * n) * 4  # bytes
     number = max(1, min(64, (1 << 20) // actual))  # ~1 MiB per timed repetition
@@ -164,7 +186,16 @@ def sweep(ops: Sequence[str], sizes: Sequence[int], group=None, warmup: int = 2,
 
     Warning:
         Collective: every rank of ``group`` must call it with the same arguments.
+
+    Raises:
+        TypeError, ValueError: for empty or bad ``ops`` or ``sizes`` (each op one of
+            :data:`OPS`, each size an int >= 1), checked before the first collective.
     """
-    if not ops or not sizes:
-        raise ValueError("ops and sizes must be non-empty")
+    ops, sizes = check_items("ops", ops), check_items("sizes", sizes)
+    for i, op in enumerate(ops):
+        check_choice(f"ops[{i}]", op, OPS)
+    for i, s in enumerate(sizes):
+        check_int(f"sizes[{i}]", s, 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
     return [benchmark_collective(op, s, group, warmup, repeat) for op in ops for s in sizes]

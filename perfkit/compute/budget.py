@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from perfkit.compute.flops import _positive_int
+from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit.compute.kernels import activation_bytes
 from perfkit.timing import resolve_device
 
@@ -49,8 +49,8 @@ def largest_batch(fits: Callable[[int], bool], start: int = 1, limit: int = 1 <<
     """
     if not callable(fits):
         raise TypeError(f"fits must be callable, got {type(fits).__name__}")
-    _positive_int("start", start)
-    _positive_int("limit", limit)
+    check_int("start", start, 1)
+    check_int("limit", limit, 1)
     if start > limit:
         raise ValueError(f"start must be <= limit, got start={start}, limit={limit}")
     trials: list[tuple[int, bool]] = []
@@ -100,11 +100,14 @@ class BudgetProbe:
             state_bytes_per_param: optimizer bytes per parameter (Adam in fp32: 8).
 
         Raises:
-            ValueError: for a non-positive budget or negative state bytes.
+            TypeError: if ``model`` is not a module or ``forward`` is not callable.
+            ValueError: for a non-positive budget, or state bytes that are not a finite
+                number >= 0.
         """
-        _positive_int("budget_bytes", budget_bytes)
-        if state_bytes_per_param < 0:
-            raise ValueError(f"state_bytes_per_param must be >= 0, got {state_bytes_per_param}")
+        check_type("model", model, nn.Module)
+        check_callable("forward", forward)
+        check_int("budget_bytes", budget_bytes, 1)
+        check_real("state_bytes_per_param", state_bytes_per_param, 0)
         self.model, self.forward, self.budget_bytes = model, forward, budget_bytes
         params = [p for p in model.parameters() if p.requires_grad]
         self.state_bytes = sum(p.numel() * (2 * p.element_size() + state_bytes_per_param)
@@ -139,13 +142,15 @@ class OOMProbe:
             device: a CUDA device; default the current one.
 
         Raises:
-            ValueError: if the device is not CUDA.
+            TypeError: if ``step`` is not callable.
+            ValueError: if the device is not CUDA, or ``budget_bytes`` is not an int >= 1.
         """
+        check_callable("step", step)
+        if budget_bytes is not None:
+            check_int("budget_bytes", budget_bytes, 1)
         dev = resolve_device(device or "cuda")
         if dev.type != "cuda":
             raise ValueError(f"OOMProbe needs a CUDA device, got {str(dev)!r}; use BudgetProbe on CPU")
-        if budget_bytes is not None:
-            _positive_int("budget_bytes", budget_bytes)
         self.step, self.budget_bytes, self.device = step, budget_bytes, dev
         self.bytes: dict[int, int] = {}
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
 __all__ = ["CompileRecord", "GraphReport", "graph_breaks", "measure_compile"]
@@ -44,6 +45,12 @@ class CompileRecord:
     eager: Measurement
     compiled: Measurement
     fx_cache_hits: int = 0
+
+    def __post_init__(self) -> None:
+        check_real("compile_s", self.compile_s)  # may be < 0: a cached compile within noise
+        check_type("eager", self.eager, Measurement)
+        check_type("compiled", self.compiled, Measurement)
+        check_int("fx_cache_hits", self.fx_cache_hits, 0)
 
     @property
     def speedup(self) -> float:
@@ -69,10 +76,18 @@ def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], ob
         compiled_fn: the same work through a ``torch.compile``-d model or function.
         warmup, repeat: as for :func:`perfkit.timing.interleaved`.
         device: ``None`` means CUDA if present, else CPU.
-    """
-    from torch._dynamo.utils import counters
 
+    Raises:
+        TypeError, ValueError: for a function that is not callable, a negative ``warmup``
+            or a ``repeat`` below 1, checked before anything is compiled.
+    """
+    check_callable("eager_fn", eager_fn)
+    check_callable("compiled_fn", compiled_fn)
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
     dev = resolve_device(device)
+    from torch._dynamo.utils import counters  # imports dynamo: a second, so after the checks
+
     eager_fn()  # eager's own first-call costs must not count as compile time
     with Timer(dev) as one:
         eager_fn()

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
 from perfkit.hw import MachineLimits
 from perfkit.timing import Measurement, interleaved
 
@@ -37,12 +38,6 @@ __all__ = [
 ]
 
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def _positive_int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
 
 
 # --- model FLOPs and MFU ------------------------------------------------------------------
@@ -72,7 +67,7 @@ def gpt_train_flops(n_params: int, n_layer: int, d_model: int, seq_len: int, tok
     """
     for name, v in (("n_params", n_params), ("n_layer", n_layer), ("d_model", d_model),
                     ("seq_len", seq_len), ("tokens", tokens)):
-        _positive_int(name, v)
+        check_int(name, v, 1)
     return 6 * n_params * tokens + 12 * n_layer * d_model * seq_len * tokens
 
 
@@ -90,10 +85,14 @@ class GPTShape:
     d_model: int
     seq_len: int
 
+    def __post_init__(self) -> None:
+        for k in ("n_params", "n_layer", "d_model", "seq_len"):
+            check_int(k, getattr(self, k), 1)
+
     def train_flops(self, batch: int) -> int:
         """FLOPs of one training step on ``batch`` sequences of ``seq_len`` tokens."""
         return gpt_train_flops(self.n_params, self.n_layer, self.d_model, self.seq_len,
-                               _positive_int("batch", batch) * self.seq_len)
+                               check_int("batch", batch, 1) * self.seq_len)
 
 
 def gpt2_shape(model: nn.Module, seq_len: int | None = None) -> GPTShape:
@@ -109,7 +108,10 @@ def gpt2_shape(model: nn.Module, seq_len: int | None = None) -> GPTShape:
 
     Raises:
         TypeError: if ``model`` has no GPT-2 config.
+        ValueError: if ``seq_len`` is not None or an int >= 1.
     """
+    if seq_len is not None:
+        check_int("seq_len", seq_len, 1)
     cfg = getattr(model, "config", None)
     if not all(hasattr(cfg, a) for a in ("n_layer", "n_embd", "n_positions")):
         raise TypeError(f"model must be a transformers GPT-2 with a config, got {type(model).__name__}")
@@ -118,7 +120,7 @@ def gpt2_shape(model: nn.Module, seq_len: int | None = None) -> GPTShape:
         skip.add(id(model.get_input_embeddings().weight))
     n = sum(p.numel() for p in model.parameters() if id(p) not in skip)
     return GPTShape(n, cfg.n_layer, cfg.n_embd,
-                    _positive_int("seq_len", seq_len if seq_len is not None else cfg.n_positions))
+                    check_int("seq_len", seq_len if seq_len is not None else cfg.n_positions, 1))
 
 
 def precision_dtype(precision: str) -> str:
@@ -127,9 +129,7 @@ def precision_dtype(precision: str) -> str:
     Raises:
         ValueError: for a precision other than ``fp32``, ``bf16`` or ``fp16``.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
-    return PRECISIONS[precision]
+    return PRECISIONS[check_choice("precision", precision, PRECISIONS)]
 
 
 def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,
@@ -144,13 +144,13 @@ def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,
             run in: bf16 autocast is measured against the bf16 ceiling).
 
     Raises:
-        ValueError: if ``flops_per_step``, ``step_s`` or the peak is not positive.
+        TypeError, ValueError: if ``flops_per_step``, ``step_s`` or the peak is not a finite
+            number > 0 (or ``peak`` not a number or ``MachineLimits``).
     """
-    if flops_per_step <= 0 or step_s <= 0:
-        raise ValueError(f"flops_per_step and step_s must be > 0, got {flops_per_step}, {step_s}")
-    ceiling = peak.peak_flops(dtype) if isinstance(peak, MachineLimits) else float(peak)
-    if ceiling <= 0:
-        raise ValueError(f"peak must be > 0 FLOP/s, got {ceiling}")
+    check_real("flops_per_step", flops_per_step, 0, lo_open=True)
+    check_real("step_s", step_s, 0, lo_open=True)
+    ceiling = (peak.peak_flops(dtype) if isinstance(peak, MachineLimits)
+               else check_real("peak", peak, 0, lo_open=True))
     return flops_per_step / step_s / ceiling
 
 
@@ -176,10 +176,19 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
         precision: ``"fp32"``, ``"bf16"`` or ``"fp16"`` (CUDA only).
 
     Raises:
-        ValueError: for an unknown precision, or ``fp16`` without CUDA.
+        TypeError: for a ``model`` that is not a module, an ``optimizer`` without ``step``
+            and ``zero_grad``, or a ``loss_fn`` that is not callable.
+        ValueError: for an unknown precision, a model without parameters, or ``fp16``
+            without CUDA.
     """
     precision_dtype(precision)
-    device = next(model.parameters()).device
+    check_type("model", model, nn.Module)
+    if not all(callable(getattr(optimizer, a, None)) for a in ("zero_grad", "step")):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    check_callable("loss_fn", loss_fn)
+    if (first := next(model.parameters(), None)) is None:
+        raise ValueError("model must have parameters to train")
+    device = first.device
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("precision='fp16' needs a CUDA model: fp16 training relies on a GPU's "
                          "fp16 units and GradScaler; on a CPU use 'bf16'")
@@ -212,6 +221,10 @@ class Speedup:
 
     baseline: Measurement
     candidate: Measurement
+
+    def __post_init__(self) -> None:
+        check_type("baseline", self.baseline, Measurement)
+        check_type("candidate", self.candidate, Measurement)
 
     @property
     def ratio(self) -> float:
@@ -250,11 +263,14 @@ def compare(baseline: Callable[[], object], candidate: Callable[[], object], war
         device: where they run; ``None`` means CUDA if present, else CPU.
 
     Raises:
+        TypeError: if ``baseline`` or ``candidate`` is not callable.
         ValueError: for ``threads`` below 1 (and bad ``warmup``/``repeat``).
     """
+    check_callable("baseline", baseline)
+    check_callable("candidate", candidate)
     before = torch.get_num_threads()
     if threads is not None:
-        torch.set_num_threads(_positive_int("threads", threads))
+        torch.set_num_threads(check_int("threads", threads, 1))
     try:
         base, cand = interleaved([baseline, candidate], warmup=warmup, repeat=repeat,
                                  device=device)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from perfkit.compute.flops import PRECISIONS, _positive_int
+from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
+from perfkit.compute.flops import PRECISIONS
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import calibrate_number, interleaved, resolve_device
 
@@ -35,8 +36,8 @@ __all__ = [
 
 def _torch_dtype(dtype: str) -> torch.dtype:
     """``"float32"``/``"fp32"`` (and bf16, fp16 likewise) as a ``torch.dtype``."""
-    name = PRECISIONS.get(dtype, dtype)
-    if name not in PRECISIONS.values():
+    name = PRECISIONS.get(dtype, dtype) if isinstance(dtype, str) else dtype
+    if not isinstance(name, str) or name not in PRECISIONS.values():
         raise ValueError(f"dtype must be one of {sorted(PRECISIONS.values())}, got {dtype!r}")
     return getattr(torch, name)
 
@@ -76,12 +77,11 @@ def elementwise_chain_bytes(reads_per_op: Sequence[int], numel: int, bytes_per_e
     Raises:
         ValueError: for an empty chain or non-positive counts.
     """
-    if len(reads_per_op) == 0:
-        raise ValueError("reads_per_op must list at least one op")
+    reads_per_op = check_items("reads_per_op", reads_per_op)
     for r in reads_per_op:
-        _positive_int("reads_per_op entries", r)
+        check_int("reads_per_op entries", r, 1)
     for name, v in (("numel", numel), ("bytes_per_element", bytes_per_element), ("inputs", inputs)):
-        _positive_int(name, v)
+        check_int(name, v, 1)
     eager = sum(r + 1 for r in reads_per_op) * numel * bytes_per_element
     return ChainBytes(eager, (inputs + 1) * numel * bytes_per_element, len(reads_per_op))
 
@@ -90,7 +90,7 @@ def attention_matrix_bytes(batch: int, heads: int, seq_len: int, bytes_per_eleme
     """Bytes of one ``(B, H, T, T)`` attention matrix: what unfused attention saves per layer."""
     for name, v in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
                     ("bytes_per_element", bytes_per_element)):
-        _positive_int(name, v)
+        check_int(name, v, 1)
     return batch * heads * seq_len * seq_len * bytes_per_element
 
 
@@ -100,7 +100,11 @@ def activation_bytes(fn: Callable[[], object], params: nn.Module | None = None,
 
     Uses :class:`perfkit.memory.SavedTensorMeter`: saved parameters and ``inputs`` are not
     counted (they exist anyway); the graph is dropped afterwards.
+
+    Raises:
+        TypeError: if ``fn`` is not callable, or ``params``/``inputs`` hold non-tensors.
     """
+    check_callable("fn", fn)
     with SavedTensorMeter(params, inputs) as meter:
         out = fn()
     del out
@@ -128,16 +132,24 @@ def attention_sweep(impls: dict[str, Callable[..., torch.Tensor]], seq_lens: Seq
     interleaved at each ``T`` (forward and backward of ``out.sum()``).
 
     Raises:
-        ValueError: for no implementations, no sequence lengths or non-positive sizes.
+        TypeError: for ``impls`` that is not a dict of callables, or ``seq_lens`` not a list.
+        ValueError: for no implementations, no sequence lengths or non-positive sizes,
+            all checked before the first measurement.
     """
-    if not impls or len(seq_lens) == 0:
-        raise ValueError("impls and seq_lens must not be empty")
-    for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
-        _positive_int(name, v)
+    check_type("impls", impls, dict)
+    if not impls:
+        raise ValueError("impls must hold at least one implementation, got none")
+    for name, f in impls.items():
+        check_callable(f"impls[{name!r}]", f)
+    seq_lens = check_items("seq_lens", seq_lens)
+    for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
+                    *(("seq_len", t) for t in seq_lens)):
+        check_int(name, v, 1)
+    check_int("repeat", repeat, 1)
     dev, dt = resolve_device(device), _torch_dtype(dtype)
     points = []
     for t in seq_lens:
-        qkv = [torch.randn(batch, heads, _positive_int("seq_len", t), head_dim, device=dev,
+        qkv = [torch.randn(batch, heads, t, head_dim, device=dev,
                            dtype=dt, requires_grad=True) for _ in range(3)]  # (B, H, T, hd)
         fns = [lambda f=f, qkv=qkv: f(*qkv).sum().backward() for f in impls.values()]
         times = interleaved(fns, warmup=1, repeat=repeat, device=dev)
@@ -152,8 +164,8 @@ def attention_sweep(impls: dict[str, Callable[..., torch.Tensor]], seq_lens: Seq
 
 def pad_to_multiple(n: int, multiple: int = 64) -> int:
     """Smallest multiple of ``multiple`` that is >= ``n`` (nanoGPT pads 50257 to 50304)."""
-    _positive_int("n", n)
-    _positive_int("multiple", multiple)
+    check_int("n", n, 1)
+    check_int("multiple", multiple, 1)
     return -(-n // multiple) * multiple
 
 
@@ -178,15 +190,21 @@ def matmul_shape_sweep(shapes: Sequence[tuple[int, int, int]], dtype: str = "flo
     ``target_s`` seconds, and the shapes take turns, so load changes hit them alike.
 
     Raises:
-        ValueError: for no shapes, a non-positive dimension or an unknown dtype.
+        TypeError, ValueError: for no shapes, a shape that is not three positive ints, an
+            unknown dtype, a ``repeat`` below 1 or a ``target_s`` that is not a finite
+            number > 0, all checked before the first measurement.
     """
-    if len(shapes) == 0:
-        raise ValueError("shapes must hold at least one (m, n, k)")
+    shapes = check_items("shapes", shapes)
+    for i, shape in enumerate(shapes):
+        if not isinstance(shape, tuple | list) or len(shape) != 3:
+            raise TypeError(f"shapes[{i}] must be an (m, n, k) tuple, got {shape!r}")
+        for name, v in zip("mnk", shape, strict=True):
+            check_int(name, v, 1)
+    check_int("repeat", repeat, 1)
+    check_real("target_s", target_s, 0, lo_open=True)
     dev, dt = resolve_device(device), _torch_dtype(dtype)
     fns, numbers = [], []
     for m, n, k in shapes:
-        for name, v in (("m", m), ("n", n), ("k", k)):
-            _positive_int(name, v)
         a = torch.randn(m, k, device=dev).to(dt)  # (m, k)
         b = torch.randn(k, n, device=dev).to(dt)  # (k, n)
         out = torch.empty(m, n, device=dev, dtype=dt)

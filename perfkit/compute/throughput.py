@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfkit.compute.flops import _positive_int, gpt2_shape, make_train_step, mfu, precision_dtype
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
 from perfkit.hw import MachineLimits
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
@@ -93,12 +94,24 @@ class StepBench:
             device: where the steps run (for timing); ``None`` means CUDA if present.
 
         Raises:
-            TypeError: if a ``make_*``/``*_fn`` argument is not callable.
+            TypeError: if a ``make_*``/``*_fn`` argument is not callable, or ``limits`` is
+                not a :class:`perfkit.hw.MachineLimits`.
+            ValueError: for a ``tokens_per_sample`` or ``repeat`` below 1, a negative
+                ``warmup``, an ``lr`` that is not a finite number > 0 or an empty
+                ``compile_backend``.
         """
         for name, fn in (("make_model", make_model), ("make_batch", make_batch),
                          ("loss_fn", loss_fn), ("flops_per_step", flops_per_step)):
             if not callable(fn):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+        check_int("tokens_per_sample", tokens_per_sample, 1)
+        check_type("limits", limits, MachineLimits)
+        check_int("warmup", warmup, 0)
+        check_int("repeat", repeat, 1)
+        check_real("lr", lr, 0, lo_open=True)
+        if not isinstance(compile_backend, str) or not compile_backend:
+            raise TypeError(f"compile_backend must be a torch.compile backend name, got "
+                            f"{compile_backend!r}")
         self.make_model, self.make_batch, self.loss_fn = make_model, make_batch, loss_fn
         self.flops_per_step, self.tokens_per_sample = flops_per_step, tokens_per_sample
         self.limits, self.warmup, self.repeat, self.lr = limits, warmup, repeat, lr
@@ -115,6 +128,8 @@ class StepBench:
         does not depend on the token values). ``kwargs`` go to the constructor."""
         from perfkit.models import tiny_gpt2
 
+        check_type("limits", limits, MachineLimits)  # before the model is built
+        check_int("seq_len", seq_len, 1)  # tiny_gpt2 would call it block_size
         dev = resolve_device(device)
 
         def make_model() -> nn.Module:
@@ -148,12 +163,17 @@ class StepBench:
         shared machine slows all of them alike and their ratios stay fair.
 
         Raises:
-            ValueError: for an unknown precision or a batch below 1.
+            TypeError, ValueError: for settings that are not ``(precision, compiled, batch)``
+                triples, an unknown precision or a batch below 1.
         """
         keys = []
-        for precision, compiled, batch in settings:
+        for i, setting in enumerate(check_items("settings", settings)):
+            if not isinstance(setting, tuple | list) or len(setting) != 3:
+                raise TypeError(f"settings[{i}] must be a (precision, compiled, batch) tuple, "
+                                f"got {setting!r}")
+            precision, compiled, batch = setting
             precision_dtype(precision)
-            keys.append((precision, bool(compiled), _positive_int("batch", batch)))
+            keys.append((precision, bool(compiled), check_int("batch", batch, 1)))
         todo = list(dict.fromkeys(k for k in keys if k not in self._points))
         calls, firsts = [], []
         for precision, compiled, batch in todo:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import operator
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,7 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from perfkit.data.prefetch import _check_int
+from perfkit._checks import check_callable, check_choice, check_int, check_items, check_real
 
 __all__ = [
     "AugmentedDigits", "Delayed", "PadCollate", "ShardedStream", "SlowDataset", "TextChunks",
@@ -61,18 +63,17 @@ def spend(seconds: float, kind: str = "sleep") -> None:
     core (a busy-wait until a deadline would not: it ends on time however little CPU it got).
 
     Raises:
-        ValueError: for a negative ``seconds`` or an unknown ``kind``.
+        TypeError, ValueError: for ``seconds`` that is not a finite number >= 0, or an
+            unknown ``kind``.
     """
-    if not seconds >= 0:
-        raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+    check_real("seconds", seconds, 0)
+    check_choice("kind", kind, ("sleep", "spin"))
     if kind == "sleep":
         if seconds > 0:
             time.sleep(seconds)
     elif kind == "spin":
         for _ in range(int(seconds * _loop_rate()) if seconds > 0 else 0):
             pass
-    else:
-        raise ValueError(f"kind must be 'sleep' or 'spin', got {kind!r}")
 
 
 class SlowDataset(Dataset):
@@ -89,25 +90,29 @@ class SlowDataset(Dataset):
 
     def __init__(self, n: int, cost_s: float, kind: str = "sleep",
                  shape: tuple[int, ...] = (16,), jitter: float = 0.0) -> None:
-        _check_int("n", n, 1)
+        check_int("n", n, 1)
         spend(0.0, kind)  # validates kind
         for name, v in (("cost_s", cost_s), ("jitter", jitter)):
-            if not (isinstance(v, int | float) and 0 <= v < math.inf):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-        self.n, self.cost_s, self.kind, self.shape = n, float(cost_s), kind, tuple(shape)
+            check_real(name, v, 0)
+        shape = tuple(check_items("shape", shape, nonempty=False))  # () is a scalar sample
+        for d in shape:
+            check_int("shape entries", d, 0)
+        self.n, self.cost_s, self.kind, self.shape = n, float(cost_s), kind, shape
         self.jitter = float(jitter)
 
     def __len__(self) -> int:
         return self.n
 
     def cost(self, i: int) -> float:
-        """Seconds that sample ``i`` costs."""
+        """Seconds that sample ``i`` (an int in ``[0, n)``) costs."""
+        check_int("i", i, 0, self.n - 1)
         if not self.jitter:
             return self.cost_s
         sigma = math.sqrt(math.log1p(self.jitter ** 2))  # mean 1, CV = jitter
         return self.cost_s * random.Random(i).lognormvariate(-sigma ** 2 / 2, sigma)
 
     def __getitem__(self, i: int) -> torch.Tensor:
+        i = operator.index(i)  # numpy ints from a sampler are fine; a str is not
         if not -self.n <= i < self.n:
             raise IndexError(f"index {i} out of range for {self.n} samples")
         spend(self.cost(i % self.n), self.kind)
@@ -126,9 +131,10 @@ class Delayed:
     """
 
     def __init__(self, source: Iterable, seconds: float, kind: str = "sleep") -> None:
+        if not isinstance(source, Iterable) and not hasattr(source, "__getitem__"):
+            raise TypeError(f"source must be iterable, got {type(source).__name__}")
         spend(0.0, kind)
-        if not seconds >= 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
+        check_real("seconds", seconds, 0)
         self.source, self.seconds, self.kind = source, float(seconds), kind
 
     def __iter__(self) -> Iterator:
@@ -152,11 +158,17 @@ class TextChunks(Dataset):
         text: the corpus; split on blank lines, pieces shorter than ``min_chars`` dropped.
         tokenizer: a ``tokenizers.Tokenizer``.
         max_len: tokens kept per sample (>= 1).
+        min_chars: shortest paragraph kept, in characters (>= 0).
     """
 
     def __init__(self, text: str, tokenizer: Any, max_len: int = 256,
                  min_chars: int = 40) -> None:
-        _check_int("max_len", max_len, 1)
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not callable(getattr(tokenizer, "encode", None)):
+            raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+        check_int("max_len", max_len, 1)
+        check_int("min_chars", min_chars, 0)
         self.chunks = [c for c in text.split("\n\n") if len(c.strip()) >= min_chars]
         if not self.chunks:
             raise ValueError(f"text holds no paragraph of at least {min_chars} characters")
@@ -184,7 +196,10 @@ class AugmentedDigits(Dataset):
                  seed: int = 0, cost_ms: float = 0.0) -> None:
         from perfkit.models import DigitsDataset
 
-        _check_int("size", size, 8)
+        check_int("size", size, 8)
+        check_real("max_degrees", max_degrees, 0)
+        check_real("max_shift", max_shift, 0)
+        check_int("seed", seed, 0, 2**32 - 1)  # seed * 1_000_003 + i stays a valid torch seed
         self.base, self.size, self.seed = DigitsDataset(cost_ms), size, seed
         self.max_rad, self.max_shift = math.radians(max_degrees), max_shift
 
@@ -220,12 +235,14 @@ class PadCollate:
     label_pad_id: int | None = -100
 
     def __post_init__(self) -> None:
-        _check_int("multiple_of", self.multiple_of, 1)
+        check_int("pad_id", self.pad_id, 0)  # a token id
+        check_int("multiple_of", self.multiple_of, 1)
+        label = self.label_pad_id
+        if label is not None and (isinstance(label, bool) or not isinstance(label, int)):
+            raise TypeError(f"label_pad_id must be an int or None, got {label!r}")
 
     def __call__(self, batch: Sequence[torch.Tensor | Sequence[int]]) -> dict[str, torch.Tensor]:
-        if len(batch) == 0:
-            raise ValueError("batch must hold at least one sequence")
-        seqs = [torch.as_tensor(s, dtype=torch.int64) for s in batch]
+        seqs = [torch.as_tensor(s, dtype=torch.int64) for s in check_items("batch", batch)]
         if any(s.dim() != 1 for s in seqs):
             raise ValueError("every sample must be a 1-D sequence of token ids")
         longest = max(len(s) for s in seqs)
@@ -249,8 +266,16 @@ def write_shards(samples: Iterable[Any], directory: str | Path, n_files: int) ->
 
     Returns:
         The file paths, in order (``shard-00000.jsonl``, ...).
+
+    Raises:
+        TypeError, ValueError: for ``samples`` that is not iterable, a ``directory`` that
+            is not a path, or ``n_files`` not an int >= 1.
     """
-    _check_int("n_files", n_files, 1)
+    if isinstance(samples, str) or not isinstance(samples, Iterable):
+        raise TypeError(f"samples must be an iterable of samples, got {type(samples).__name__}")
+    if not isinstance(directory, str | os.PathLike):
+        raise TypeError(f"directory must be a str or os.PathLike, got {directory!r}")
+    check_int("n_files", n_files, 1)
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     paths = [root / f"shard-{k:05d}.jsonl" for k in range(n_files)]
@@ -291,29 +316,33 @@ class ShardedStream(IterableDataset):
     def __init__(self, files: Sequence[str | Path], rank: int | None = None,
                  world_size: int | None = None, transform: Callable[[Any], Any] | None = None,
                  by: str = "auto", shuffle_files: bool = False, seed: int = 0) -> None:
-        if len(files) == 0:
-            raise ValueError("files must name at least one file")
-        if by not in ("auto", "files", "samples"):
-            raise ValueError(f"by must be 'auto', 'files' or 'samples', got {by!r}")
+        files = check_items("files", files)  # a lone path string would be read letter by letter
+        check_choice("by", by, ("auto", "files", "samples"))
+        check_callable("transform", transform, optional=True)
+        check_int("seed", seed, 0)
         dist = torch.distributed
         on = dist.is_available() and dist.is_initialized()
         self.world_size = world_size if world_size is not None else (
             dist.get_world_size() if on else 1)
         self.rank = rank if rank is not None else (dist.get_rank() if on else 0)
-        _check_int("world_size", self.world_size, 1)
-        if not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank!r}")
+        check_int("world_size", self.world_size, 1)
+        check_int("rank", self.rank, 0, self.world_size - 1)
         self.files, self.transform, self.by = [Path(f) for f in files], transform, by
         self.shuffle_files, self.seed, self.epoch = shuffle_files, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the file order of the next pass (call it on every rank with the same value)."""
-        self.epoch = epoch
+        self.epoch = check_int("epoch", epoch, 0)
 
     def shard(self, index: int, count: int) -> Iterator[Any]:
-        """The samples of shard ``index`` of ``count``."""
-        if not 0 <= index < count:
-            raise ValueError(f"index must be in [0, {count}), got {index}")
+        """The samples of shard ``index`` of ``count`` (``0 <= index < count``).
+
+        Raises:
+            TypeError, ValueError: at the call (not at the first ``next``) for a bad
+                ``index`` or ``count``, or ``by='files'`` with files not divisible by ``count``.
+        """
+        check_int("count", count, 1)
+        check_int("index", index, 0, count - 1)
         files = list(self.files)
         if self.shuffle_files:
             random.Random(self.seed + self.epoch).shuffle(files)
@@ -321,8 +350,11 @@ class ShardedStream(IterableDataset):
         if self.by == "files" and len(files) % count:
             raise ValueError(f"by='files' needs len(files) ({len(files)}) divisible by "
                              f"world_size * num_workers ({count})")
+        return self._read(files[index::count] if by_files else files, by_files, index, count)
+
+    def _read(self, files: list[Path], by_files: bool, index: int, count: int) -> Iterator[Any]:
         seen = 0
-        for path in files[index::count] if by_files else files:
+        for path in files:
             with path.open() as f:
                 for line in f:
                     if by_files or seen % count == index:

@@ -18,14 +18,15 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from perfkit.data.prefetch import _END, _check_int
+from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
+from perfkit.data.prefetch import _END
 from perfkit.timing import Timer
 
 __all__ = ["LoaderConfig", "LoaderRecord", "PipelineRecord", "measure_loader", "simulate_pipeline"]
@@ -47,22 +48,29 @@ class LoaderConfig:
     start_method: str | None = None
 
     def __post_init__(self) -> None:
-        _check_int("batch_size", self.batch_size, 1)
-        _check_int("num_workers", self.num_workers, 0)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("num_workers", self.num_workers, 0)
+        if self.prefetch_factor is not None:
+            check_int("prefetch_factor", self.prefetch_factor, 1)
         if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor):
             raise ValueError("persistent_workers and prefetch_factor need num_workers >= 1")
-        if self.prefetch_factor is not None:
-            _check_int("prefetch_factor", self.prefetch_factor, 1)
         if self.pin_memory and not torch.cuda.is_available():
             raise ValueError("pin_memory=True needs CUDA (pinned memory is for DMA to a GPU)")
-        if self.start_method not in (None, "fork", "spawn", "forkserver"):
-            raise ValueError(f"start_method must be None, 'fork', 'spawn' or 'forkserver', "
-                             f"got {self.start_method!r}")
+        check_choice("start_method", self.start_method, (None, "fork", "spawn", "forkserver"))
         if self.start_method is not None and self.num_workers == 0:
             raise ValueError("start_method needs num_workers >= 1")
 
     def loader(self, dataset: Dataset, collate_fn: Callable | None = None) -> DataLoader:
-        """A ``DataLoader`` over ``dataset`` with these settings (no shuffling)."""
+        """A ``DataLoader`` over ``dataset`` with these settings (no shuffling).
+
+        Raises:
+            TypeError: if ``dataset`` is neither indexable nor iterable, or ``collate_fn``
+                is not callable.
+        """
+        if not hasattr(dataset, "__getitem__") and not isinstance(dataset, Iterable):
+            raise TypeError(f"dataset must be a map-style or iterable dataset, got "
+                            f"{type(dataset).__name__}")
+        check_callable("collate_fn", collate_fn, optional=True)
         return DataLoader(dataset, batch_size=self.batch_size, num_workers=self.num_workers,
                           pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
                           prefetch_factor=self.prefetch_factor, collate_fn=collate_fn,
@@ -135,12 +143,18 @@ def measure_loader(dataset: Dataset, config: LoaderConfig,
 
     Returns:
         A :class:`LoaderRecord` (host wall-clock seconds, through :class:`perfkit.timing.Timer`).
+
+    Raises:
+        TypeError, ValueError: for a ``config`` that is not a :class:`LoaderConfig`, bad
+            counts, a ``compute`` that is neither a callable nor a finite number of seconds
+            >= 0, or a dataset that yields no batch.
     """
-    _check_int("epochs", epochs, 1)
+    check_type("config", config, LoaderConfig)
+    check_int("epochs", epochs, 1)
     if max_steps is not None:
-        _check_int("max_steps", max_steps, 1)
-    if not callable(compute) and not (isinstance(compute, int | float) and compute >= 0):
-        raise TypeError(f"compute must be seconds >= 0 or a callable, got {compute!r}")
+        check_int("max_steps", max_steps, 1)
+    if not callable(compute):
+        check_real("compute", compute, 0)
     step = compute if callable(compute) else (lambda _: time.sleep(compute))
     loader = config.loader(dataset, collate_fn)
     waits, computes, samples = [], [], 0
@@ -165,6 +179,8 @@ def measure_loader(dataset: Dataset, config: LoaderConfig,
         del it  # shuts non-persistent workers down before the next epoch starts
         waits.append(tuple(w))
         computes.append(tuple(c))
+    if not samples:  # an empty record: its rates would divide by zero
+        raise ValueError("dataset must yield at least one sample, got none")
     return LoaderRecord(config, tuple(waits), tuple(computes), samples)
 
 
@@ -182,7 +198,7 @@ class PipelineRecord:
     @property
     def wait_share(self) -> float:
         """Share of the loop spent waiting for data, the first batch included."""
-        return sum(self.wait_s) / (self.step_s * len(self.wait_s))
+        return sum(self.wait_s) / (self.step_s * len(self.wait_s)) if self.step_s else 0.0
 
     @property
     def steady_wait_share(self) -> float:
@@ -200,7 +216,7 @@ class PipelineRecord:
 
     @property
     def batches_per_s(self) -> float:
-        return 1.0 / self.step_s
+        return 1.0 / self.step_s if self.step_s else math.inf  # free loads, no compute
 
 
 def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: int = 2,
@@ -232,13 +248,13 @@ def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: 
     """
     for name, v in (("load_s", load_s), ("compute_s", compute_s), ("jitter", jitter),
                     ("handoff_s", handoff_s)):
-        if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    _check_int("workers", workers, 0)
-    _check_int("depth", depth, 1)
-    _check_int("steps", steps, 1)
+        check_real(name, v, 0)
+    check_int("workers", workers, 0)
+    check_int("depth", depth, 1)
+    check_int("steps", steps, 1)
     if cores is not None:
-        _check_int("cores", cores, 1)
+        check_int("cores", cores, 1)
+    check_int("seed", seed, 0)
     rng = random.Random(seed)
     sigma = math.sqrt(math.log1p(jitter ** 2))  # log-normal with mean 1 and CV = jitter
     slow = max(1.0, workers / cores) if cores else 1.0

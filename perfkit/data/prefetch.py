@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from perfkit._checks import check_callable, check_int
 from perfkit.timing import resolve_device
 
 __all__ = ["Prefetcher", "map_tensors"]
@@ -36,16 +37,15 @@ _POLL_S = 0.05  # s: how often a blocked queue operation re-checks the stop flag
 _END = object()
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
-
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     """Apply ``fn`` to every tensor in a batch of nested tuples, lists and dicts.
 
     Namedtuples and dict subclasses keep their type; non-tensor leaves pass unchanged.
+
+    Raises:
+        TypeError: if ``fn`` is not callable.
     """
+    check_callable("fn", fn)
     if isinstance(batch, torch.Tensor):
         return fn(batch)
     if isinstance(batch, Mapping):
@@ -210,7 +210,7 @@ class Prefetcher:
         if not isinstance(source, Iterable) and not hasattr(source, "__getitem__"):
             raise TypeError(f"source must be iterable (a DataLoader, list or generator), "
                             f"got {type(source).__name__}")
-        _check_int("depth", depth, 1)
+        check_int("depth", depth, 1)
         self.source, self.depth = source, depth
         self.device = resolve_device(device)
         cuda = self.device.type == "cuda"

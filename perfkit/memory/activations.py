@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import nn
 
+from perfkit._checks import check_choice, check_int, check_type
 from perfkit.memory.model_states import zero_model_states
 
 __all__ = [
@@ -97,12 +98,9 @@ def gpt2_saved_activation_bytes(
     dims = dict(batch=batch, seq_len=seq_len, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
                 vocab_size=vocab_size)
     for k, v in dims.items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be a positive int, got {v!r}")
-    if attention not in ("eager", "sdpa"):
-        raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
-    if dtype_bytes not in (1, 2, 4, 8):
-        raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
+        check_int(k, v, 1)
+    check_choice("attention", attention, ("eager", "sdpa"))
+    check_choice("dtype_bytes", check_int("dtype_bytes", dtype_bytes, 1), (1, 2, 4, 8))
     b, t, c, h, v = batch, seq_len, n_embd, n_head, vocab_size
     btc, bt = b * t * c, b * t
     if attention == "eager":
@@ -130,8 +128,7 @@ def gpt2_num_params(n_embd: int, n_layer: int, vocab_size: int, n_positions: int
     """
     for k, v in dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size,
                      n_positions=n_positions).items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} must be a positive int, got {v!r}")
+        check_int(k, v, 1)
     c = n_embd
     return n_layer * (12 * c * c + 13 * c) + (vocab_size + n_positions) * c + 2 * c
 
@@ -157,13 +154,13 @@ def gpt2_step_memory(
         ValueError: for an unknown ``precision`` or a bad size (see
             :func:`gpt2_saved_activation_bytes`).
     """
-    if precision not in ("fp32", "mixed"):
-        raise ValueError(f"precision must be 'fp32' or 'mixed', got {precision!r}")
-    psi = gpt2_num_params(n_embd, n_layer, vocab_size, seq_len)
-    states = zero_model_states(psi, 1, 0, "fp32_adam" if precision == "fp32" else "mixed_adam")
+    check_choice("precision", precision, ("fp32", "mixed"))
+    # the activations first: their checks name seq_len, which the parameters call n_positions
     act = gpt2_saved_activation_bytes(batch, seq_len, n_embd, n_layer, n_head, vocab_size,
                                       attention, 4 if precision == "fp32" else 2,
                                       checkpointing)
+    psi = gpt2_num_params(n_embd, n_layer, vocab_size, seq_len)
+    states = zero_model_states(psi, 1, 0, "fp32_adam" if precision == "fp32" else "mixed_adam")
     return {"parameters": states.params, "gradients": states.grads,
             "optimizer state": states.optimizer, "activations": float(act.total),
             "recompute": float(act.recompute_peak)}
@@ -181,7 +178,7 @@ class CheckpointedBlock(nn.Module):
 
     def __init__(self, block: nn.Module, use_reentrant: bool = False) -> None:
         super().__init__()
-        self.block = block
+        self.block = check_type("block", block, nn.Module)
         self.use_reentrant = use_reentrant
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from perfkit._checks import check_callable, check_type
 from perfkit.memory.model_states import (
     _nbytes,
     _storage_key,
@@ -152,12 +154,15 @@ def measure_step_anatomy(
         A :class:`StepAnatomy`.
 
     Raises:
-        TypeError: if ``model`` is not a module or ``compute_loss`` is not callable.
+        TypeError: if ``model`` is not a module, ``compute_loss`` is not callable or does not
+            return a tensor, ``optimizer`` has no ``zero_grad`` and ``step``, or
+            ``snapshot_path`` is not a path.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not callable(compute_loss):
-        raise TypeError(f"compute_loss must be callable, got {type(compute_loss).__name__}")
+    check_type("model", model, nn.Module)
+    check_callable("compute_loss", compute_loss)
+    if not all(callable(getattr(optimizer, a, None)) for a in ("zero_grad", "step")):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    check_type("snapshot_path", snapshot_path, (str, os.PathLike), optional=True)
     cuda = any(p.is_cuda for p in model.parameters())
     optimizer.zero_grad(set_to_none=True)
     if cuda:
@@ -175,6 +180,8 @@ def measure_step_anatomy(
         reset_peak_rss()
     with SavedTensorMeter(model) as meter:
         loss = compute_loss()
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"compute_loss must return the loss tensor, got {type(loss).__name__}")
     loss.backward()
     optimizer.step()
     if cuda:

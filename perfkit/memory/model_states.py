@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from perfkit._checks import check_int, check_real
+
 __all__ = [
     "RECIPES",
     "ModelStateBytes",
@@ -50,9 +52,10 @@ class StateRecipe:
     optimizer_bytes: float
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {self.name!r}")
         for k in ("param_bytes", "grad_bytes", "optimizer_bytes"):
-            if getattr(self, k) < 0:
-                raise ValueError(f"{k} must be >= 0, got {getattr(self, k)}")
+            check_real(k, getattr(self, k), 0)
 
 
 RECIPES: dict[str, StateRecipe] = {
@@ -70,7 +73,7 @@ RECIPES: dict[str, StateRecipe] = {
 def _recipe(recipe: str | StateRecipe) -> StateRecipe:
     if isinstance(recipe, StateRecipe):
         return recipe
-    if recipe not in RECIPES:
+    if not isinstance(recipe, str) or recipe not in RECIPES:  # a list is not even hashable
         raise ValueError(
             f"recipe must be a StateRecipe or one of {sorted(RECIPES)}, got {recipe!r}")
     return RECIPES[recipe]
@@ -123,15 +126,13 @@ def zero_model_states(
         A :class:`ModelStateBytes` for one rank.
 
     Raises:
-        ValueError: for ``num_params <= 0``, ``world_size < 1``, a stage outside 0-3 or an
-            unknown recipe name.
+        TypeError, ValueError: for a ``num_params`` that is not a finite number > 0, a
+            ``world_size`` not an int >= 1, a ``stage`` not an int in 0-3 or an unknown
+            recipe.
     """
-    if not num_params > 0:
-        raise ValueError(f"num_params must be > 0, got {num_params}")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    check_real("num_params", num_params, 0, lo_open=True)
+    check_int("world_size", world_size, 1)
+    check_int("stage", stage, 0, 3)
     r = _recipe(recipe)
     n = float(world_size)
     psi = float(num_params)

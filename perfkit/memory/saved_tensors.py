@@ -82,9 +82,10 @@ class SavedTensorMeter:
         if isinstance(params, nn.Module):
             tensors = [*params.parameters(), *params.buffers()]
         else:
-            tensors = list(params or [])
+            tensors = _tensors(params, "params")
         self._param_keys = {_storage_key(_tensor(t, "params")) for t in tensors}
-        self._input_keys = {_storage_key(_tensor(t, "inputs")) for t in inputs}
+        self._input_keys = {_storage_key(_tensor(t, "inputs")) for t in _tensors(inputs, "inputs")}
+        self._report: SavedTensorReport | None = None
         self._saved: dict[tuple[str, int], tuple[torch.UntypedStorage, str]] = {}
         self._n_packed = 0
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
@@ -125,8 +126,24 @@ class SavedTensorMeter:
         return SavedTensorReport(act, par, inp, self._n_packed, len(self._saved), by_dtype)
 
     def report(self) -> SavedTensorReport:
-        """The counts so far (inside the context) or of the whole context (after it)."""
+        """The counts so far (inside the context) or of the whole context (after it).
+
+        Raises:
+            RuntimeError: before the meter was entered.
+        """
+        if self._hooks is None and self._report is None:
+            raise RuntimeError("SavedTensorMeter.report() before `with SavedTensorMeter(...)`")
         return self._make_report() if self._hooks is not None else self._report
+
+
+def _tensors(ts: object, name: str) -> list:
+    """``ts`` as a list: ``None`` is none, a lone tensor is one (not its rows)."""
+    if ts is None or isinstance(ts, torch.Tensor):
+        return [] if ts is None else [ts]
+    if not isinstance(ts, Iterable):
+        raise TypeError(f"{name} must be None, a tensor or an iterable of tensors, got "
+                        f"{type(ts).__name__}")
+    return list(ts)
 
 
 def _tensor(t: object, name: str) -> torch.Tensor:

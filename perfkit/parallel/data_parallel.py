@@ -25,7 +25,9 @@ Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Integral, Real
 
 import torch
 import torch.distributed as dist
@@ -45,13 +47,23 @@ def assign_buckets(params: Sequence[nn.Parameter], bucket_cap_bytes: int,
     its default) caps the first bucket, so that the first all-reduce starts early.
 
     Raises:
-        ValueError: for an empty ``params`` or a cap < 1 byte.
+        TypeError: for ``params`` that is not a sequence of tensors, or a cap that is not
+            a number.
+        ValueError: for an empty ``params``, or a cap that is not an int >= 1 (a float,
+            NaN, inf or bool included).
     """
+    if not (isinstance(params, Sequence) and not isinstance(params, str)
+            and all(isinstance(p, torch.Tensor) for p in params)):
+        raise TypeError(f"params must be a sequence (list, tuple) of tensors, got {_describe(params)}")
     if len(params) == 0:
         raise ValueError("params is empty: the model has no trainable parameters")
-    if bucket_cap_bytes < 1 or (first_bucket_bytes is not None and first_bucket_bytes < 1):
-        raise ValueError(f"bucket_cap_bytes and first_bucket_bytes must be >= 1, got "
-                         f"{bucket_cap_bytes} and {first_bucket_bytes}")
+    caps = {"bucket_cap_bytes": bucket_cap_bytes}
+    if first_bucket_bytes is not None:
+        caps["first_bucket_bytes"] = first_bucket_bytes
+    for name, cap in caps.items():
+        if isinstance(cap, bool) or not isinstance(cap, Integral) or cap < 1:
+            exc = ValueError if isinstance(cap, Real) else TypeError  # a number, but not a count
+            raise exc(f"{name} must be an int number of bytes >= 1, got {cap!r}")
     buckets: list[list[int]] = [[]]
     size = 0
     for i in reversed(range(len(params))):
@@ -73,9 +85,11 @@ class _DataParallel:
         Collective: construct it on every rank (it broadcasts rank 0's parameters).
     """
 
-    def __init__(self, module: nn.Module, group=None) -> None:
+    def __init__(self, module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
+        if group is not None and not isinstance(group, dist.ProcessGroup):
+            raise TypeError(f"group must be None (WORLD) or a ProcessGroup, got {_describe(group)}")
         self.module = module
         self.group = group
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -106,6 +120,15 @@ class _DataParallel:
 class NaiveDP(_DataParallel):
     """One blocking all-reduce per parameter after backward.
 
+    Args:
+        module: the model; its parameters with ``requires_grad`` are synchronised.
+        group: the data-parallel process group (``None``: WORLD).
+
+    Raises:
+        TypeError: for a ``module`` that is not an ``nn.Module``, a ``group`` that is not a
+            ``ProcessGroup``, or a trainable parameter that is not floating point.
+        ValueError: for a module without trainable parameters.
+
     Warning:
         Collective: :meth:`finish` must run on every rank after every backward.
     """
@@ -119,13 +142,25 @@ class NaiveDP(_DataParallel):
 class BucketedDP(_DataParallel):
     """One blocking all-reduce per flat bucket of about ``bucket_cap_mb`` after backward.
 
+    Args:
+        module, group: as for :class:`NaiveDP`.
+        bucket_cap_mb: bucket size in MiB (DDP's default 25), at least one byte.
+
+    Raises:
+        TypeError, ValueError: as for :class:`NaiveDP`; also for a ``bucket_cap_mb`` that is
+            not a number (TypeError), or not finite, a bool or below one byte (ValueError).
+
     Warning:
         Collective: :meth:`finish` must run on every rank after every backward.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, group=None) -> None:
-        if not bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb must be > 0, got {bucket_cap_mb!r}")
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+                 group: dist.ProcessGroup | None = None) -> None:
+        if (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, Real)
+                or not (math.isfinite(bucket_cap_mb) and bucket_cap_mb * 2**20 >= 1)):
+            exc = ValueError if isinstance(bucket_cap_mb, Real) else TypeError
+            raise exc("bucket_cap_mb must be a finite number of MiB >= 2**-20 (one byte), got "
+                      f"{_describe(bucket_cap_mb)}")
         super().__init__(module, group)
         self.buckets = assign_buckets(self.params, int(bucket_cap_mb * 2**20))
         # one flat fp32 buffer per bucket, allocated once: (sum of bucket numels,)
@@ -163,11 +198,14 @@ class OverlappedDP(BucketedDP):
     all-reduce is launched with ``async_op=True``. :meth:`finish` launches what is left
     (parameters unused in this step), waits for every handle and unpacks.
 
+    Args and Raises: as for :class:`BucketedDP`.
+
     Warning:
         Collective: every rank must run backward and :meth:`finish` each step.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, group=None) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+                 group: dist.ProcessGroup | None = None) -> None:
         super().__init__(module, bucket_cap_mb, group)
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i))
@@ -208,3 +246,10 @@ class OverlappedDP(BucketedDP):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+
+def _describe(x: object) -> str:
+    """What ``x`` is, for an error message: never a tensor's values or a long repr."""
+    if isinstance(x, (list, tuple)):
+        return f"a {type(x).__name__} of {sorted({type(v).__name__ for v in x})}"
+    return repr(x) if isinstance(x, (Real, str)) else type(x).__name__

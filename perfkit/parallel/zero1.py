@@ -18,6 +18,8 @@ Usage::
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,12 +43,13 @@ class _FlatGroup:
         self.all_params = params
         # Frozen at construction: never sharded, never communicated, never updated.
         self.params = [p for p in params if p.requires_grad]
+        self.frozen = [p for p in params if not p.requires_grad]
         self.numels = [p.numel() for p in self.params]
-        self.offsets = [0]
-        for n in self.numels[:-1]:
-            self.offsets.append(self.offsets[-1] + n)
+        self.offsets = [0, *itertools.accumulate(self.numels)][:-1]  # of each in ``flat``
         self.numel = sum(self.numels)
-        self.start, self.end, size = shard_range(max(self.numel, 1), world_size, rank)
+        # a group with nothing to train gets empty buffers and no collectives
+        self.start, self.end, size = shard_range(self.numel, world_size, rank) if self.numel \
+            else (0, 0, 0)
         p0 = params[0]
         self.flat = torch.zeros(size * world_size, dtype=p0.dtype, device=p0.device)
         with torch.no_grad():
@@ -70,37 +73,35 @@ class _FlatGroup:
 class ZeroOneOptimizer(torch.optim.Optimizer):
     """Wrap ``optimizer_class`` so that each rank keeps optimizer state for 1/N of the parameters.
 
-    How it partitions: the parameters of each parameter group are copied, in order, into
-    one flat buffer padded to a multiple of the world size ``N``, and become views into
-    it. Rank ``r`` owns the contiguous slice ``r`` of every group's buffer (parameters
-    may be split across ranks), and an instance of ``optimizer_class`` updates only
-    that slice, so Adam's state is ``ceil(numel / N)`` elements per group and rank.
-    This is DeepSpeed's layout; PyTorch's ``ZeroRedundancyOptimizer`` instead assigns
-    whole parameters to ranks, which balances less evenly.
+    How it partitions: the trainable parameters of each group are copied, in order, into
+    one flat buffer padded to a multiple of the world size ``N``, and become views into it.
+    Rank ``r`` owns slice ``r`` of every group's buffer (parameters may be split across
+    ranks); an ``optimizer_class`` instance updates only that slice, so Adam's state is
+    ``ceil(numel / N)`` elements per group and rank. This is DeepSpeed's layout; PyTorch's
+    ``ZeroRedundancyOptimizer`` assigns whole parameters to ranks, less evenly balanced.
 
     What :meth:`step` does, per group: copy the gradients into a flat buffer,
     reduce-scatter it and divide by ``N`` (each rank gets the averaged gradient of its
-    slice), run the wrapped optimizer on the slice, and all-gather the updated slices
-    into the parameters. With ``reduce_grads=False`` the reduce-scatter is skipped: use it
-    when the gradients are already averaged (``DistributedDataParallel``); leaving it on
-    under DDP is still correct (averaging equal gradients), only slower.
+    slice), run the wrapped optimizer on the slice, and all-gather the updated slices into
+    the parameters. ``reduce_grads=False`` skips the reduce-scatter, for gradients already
+    averaged (DDP; leaving it on there is correct, only slower).
 
-    Parameters without gradients follow ``torch.optim``: a parameter whose ``grad`` is
-    ``None`` is not updated and its state (Adam's moments and step count) does not advance.
-    The wrapped optimizer sees one tensor per parameter piece on this rank, so each
-    parameter keeps its own state. With ``reduce_grads=True`` a parameter counts as having
-    a gradient when any rank has one (the others contribute zeros, as DDP treats a
-    parameter unused on some ranks); deciding that costs one small all-reduce of one flag
-    per parameter each step. A parameter with ``requires_grad=False`` at construction is
-    frozen: it is not sharded, not communicated and never updated.
+    Parameters without gradients follow ``torch.optim``, in every step and on every world
+    size: a parameter whose ``grad`` is ``None`` is not updated and its state (Adam's
+    moments and step count) does not advance; the wrapped optimizer sees one tensor per
+    parameter piece, so each keeps its own state. With ``reduce_grads=True`` a gradient
+    ``None`` on some ranks only counts as zeros there (the global batch used the parameter,
+    as DDP with ``find_unused_parameters`` has it); a parameter is skipped only when its
+    grad is ``None`` on every rank, agreed by one all-reduce of a flag per parameter each
+    step. With ``reduce_grads=False`` the flags are read locally: they must be the same on
+    every rank, as DDP makes them. A parameter with ``requires_grad=False`` at construction
+    is frozen: not sharded, not communicated, never updated (a group of frozen ones
+    communicates nothing); turning its ``requires_grad`` on later makes :meth:`step` raise.
 
-    Side effects and memory: after construction the parameters of a group share one
-    storage (the flat buffer); copying into them (``model.load_state_dict``) is fine, but
-    replacing a parameter's ``.data`` or loading with ``assign=True`` detaches it from the
-    buffer and from the all-gather. Besides the optimizer state of its slice, each rank
-    keeps a send buffer of one slice and, when it reduces gradients, a flat gradient
-    buffer of the group's size. With one process (``torch.distributed`` not initialised,
-    or a group of one) nothing is communicated and the result equals ``optimizer_class``.
+    Side effects and memory: copying into the parameters (``model.load_state_dict``) is
+    fine, replacing ``.data`` or ``assign=True`` detaches them from the flat buffer. Each
+    rank keeps its slice's state, a send buffer of one slice and, when it reduces
+    gradients, a flat gradient buffer. One process communicates nothing.
 
     Args:
         params: tensors or parameter-group dicts, as for any ``torch.optim`` optimizer.
@@ -108,14 +109,17 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         optimizer_class: the ``torch.optim.Optimizer`` subclass to wrap (e.g. ``AdamW``).
         process_group: the data-parallel group; ``None`` means WORLD, or a single process
             when ``torch.distributed`` is not initialised (then nothing is communicated).
-        reduce_grads: average gradients across ranks in :meth:`step` (reduce-scatter).
+        reduce_grads: average gradients across ranks in :meth:`step` (reduce-scatter);
+            ``False`` when they are already averaged (``DistributedDataParallel``).
         **defaults: keyword arguments for ``optimizer_class`` (``lr``, ``weight_decay``...).
 
     Raises:
         ValueError: for no parameters, an empty group, a parameter listed twice, or a
             group mixing dtypes or devices.
-        TypeError: for a non-floating-point parameter or an ``optimizer_class`` that is
-            not an optimizer class.
+        TypeError: for ``params`` that is a tensor, a set (its order differs between
+            processes) or not iterable, a group without ``"params"``, a non-floating-point
+            parameter, a non-optimizer ``optimizer_class``, a ``process_group`` that is not
+            one, or a non-bool ``reduce_grads``.
 
     Example::
 
@@ -138,15 +142,23 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                 and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError("optimizer_class must be a torch.optim.Optimizer subclass, got "
                             f"{optimizer_class!r}")
-        groups = list(params)
+        if not isinstance(reduce_grads, bool):
+            raise TypeError(f"reduce_grads must be a bool, got {reduce_grads!r}")
+        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+            raise TypeError(f"process_group must be None (WORLD) or a ProcessGroup, got "
+                            f"{type(process_group).__name__}")
+        groups = list(_ordered("params", params))
         if not groups:
             raise ValueError("params is empty: ZeroOneOptimizer needs at least one parameter")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
         seen: set[int] = set()
         for i, g in enumerate(groups):
-            g["params"] = list(g["params"]) if not isinstance(g["params"], torch.Tensor) \
-                else [g["params"]]
+            if not isinstance(g, dict) or "params" not in g:
+                raise TypeError(f"params: group {i} must be a dict with a 'params' key when "
+                                f"group 0 is one, got {type(g).__name__}")
+            g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) \
+                else list(_ordered(f"params of group {i}", g["params"]))
             _check_group(i, g["params"], seen)
         super().__init__(groups, defaults)
         self.optimizer_class = optimizer_class
@@ -157,8 +169,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         self.rank = dist.get_rank(process_group) if distributed else 0
         self._flat = [_FlatGroup(g["params"], self.world_size, self.rank)
                       for g in self.param_groups]
-        # A placeholder keeps a group that has no piece on this rank (a small group, many
-        # ranks) a valid optimizer group; it never gets a gradient, so it is never stepped.
+        # keeps a group without a piece on this rank a valid optimizer group; never stepped
         self._idle = [torch.nn.Parameter(f.flat.new_zeros(0)) for f in self._flat]
         self.optim = optimizer_class(
             [{**_hyper(g), "params": f.segments or [idle]} for g, f, idle in
@@ -170,11 +181,10 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         self.state = self.optim.state  # this rank's pieces only: what memory accounting sees
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a group before the optimizer is built (the constructor's use).
+        """Only the constructor adds groups: the flat buffers are fixed after it.
 
         Raises:
-            NotImplementedError: after construction; the flat buffers are fixed then,
-                so build a new ``ZeroOneOptimizer`` instead.
+            NotImplementedError: after construction (build a new ``ZeroOneOptimizer``).
         """
         if hasattr(self, "_flat"):
             raise NotImplementedError("ZeroOneOptimizer cannot add a param group after "
@@ -195,14 +205,22 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
 
         Returns:
             The closure's loss, or ``None``.
+
+        Raises:
+            RuntimeError: if a parameter frozen at construction now requires a gradient.
         """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if any(p.requires_grad for f in self._flat for p in f.frozen):  # before any collective
+            raise RuntimeError("a parameter frozen when this ZeroOneOptimizer was built now "
+                               "requires grad; build a new one (it loads state_dict())")
         n = self.world_size
         has_grad = self._has_grad()
         for f, flags in zip(self._flat, has_grad, strict=True):
+            if not f.params:
+                continue  # nothing to train in this group: nothing to communicate
             if self.reduce_grads and n > 1:
                 if f.flat_grad is None:
                     f.flat_grad = torch.zeros_like(f.flat)
@@ -225,22 +243,23 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         for f in self._flat:
             for seg in f.segments:
                 seg.grad = None
-            if n > 1:
+            if n > 1 and f.params:
                 f.send.copy_(f.flat[f.start:f.end])  # an own send buffer: gloo gets no aliased input
                 all_gather_flat(f.flat, f.send, self.process_group)
         return loss
 
     def _has_grad(self) -> list[list[bool]]:
-        """Per group, per trainable parameter: does it have a gradient on any rank?
+        """Per group and trainable parameter: has it a gradient on any rank?
 
         Warning:
-            Collective when gradients are reduced here on several ranks (one all-reduce of
-            one flag per parameter); local otherwise (under DDP every rank has the same).
+            Collective (one all-reduce of a flag per parameter) when this optimizer reduces
+            gradients on several ranks; local otherwise (DDP gives every rank the same).
         """
         local = [[p.grad is not None for p in f.params] for f in self._flat]
         if not (self.reduce_grads and self.world_size > 1):
             return local
-        flags = torch.tensor([float(x) for g in local for x in g] or [0.0])
+        flags = torch.tensor([float(x) for g in local for x in g] or [0.0],
+                             device=self._flat[0].flat.device)  # NCCL reduces device tensors only
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.process_group)
         it = iter(flags.tolist())
         return [[next(it) > 0 for _ in g] for g in local]
@@ -249,21 +268,16 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
 
     def _inner_index(self) -> list[int]:
         """Index of each group's first tensor in the wrapped optimizer's numbering."""
-        firsts, n = [], 0
-        for g in self.optim.param_groups:
-            firsts.append(n)
-            n += len(g["params"])
-        return firsts
+        return [0, *itertools.accumulate(len(g["params"]) for g in self.optim.param_groups)][:-1]
 
     def state_dict(self) -> dict[str, Any]:
         """The whole optimizer state in ``optimizer_class``'s own format, on every rank.
 
-        Per-parameter states (Adam's ``exp_avg``, ``exp_avg_sq``) are all-gathered from the
-        ranks' pieces into one tensor per parameter, and per-parameter scalars (``step``)
-        are taken from a rank that holds the parameter, keyed by parameter index as
-        ``torch.optim`` does (frozen parameters and parameters never stepped have no
-        state); so the result loads into a plain ``optimizer_class`` over the same
-        parameters, or into a ``ZeroOneOptimizer`` of any world size.
+        Element-wise states (Adam's ``exp_avg``, ``exp_avg_sq``) are all-gathered from the
+        ranks' pieces, scalars (``step``) taken from a rank holding the parameter, keyed by
+        parameter index as ``torch.optim`` does (a frozen or never stepped parameter has no
+        state): it loads into a plain ``optimizer_class`` or a ``ZeroOneOptimizer`` of any
+        world size.
 
         Warning:
             Collective: every rank must call it (it all-gathers); on a subset it hangs.
@@ -278,7 +292,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
             for j, (i, _lo, _hi, _at) in enumerate(f.pieces):
                 st = inner.get(first + j)
                 if st:
-                    held[i] = {k: _copy(v) for k, v in st.items()
+                    held[i] = {k: copy.deepcopy(v) for k, v in st.items()
                                if not _elementwise(v, f.segments[j])}
                     keys |= {k for k, v in st.items() if _elementwise(v, f.segments[j])}
             mine.append(held)
@@ -301,12 +315,11 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                     v = inner.get(first + j, {}).get(key)
                     if v is not None:
                         local[at:at + hi - lo].copy_(v)
-                buf = torch.empty_like(f.flat)
-                if self.world_size > 1:
-                    all_gather_flat(buf, local, self.process_group)
+                if self.world_size > 1 and f.params:  # one process: the slice is the buffer
+                    full[key] = torch.empty_like(f.flat)
+                    all_gather_flat(full[key], local, self.process_group)
                 else:
-                    buf.copy_(local)
-                full[key] = buf
+                    full[key] = local
             trainable = {id(p): i for i, p in enumerate(f.params)}
             for p in f.all_params:
                 i = trainable.get(id(p))
@@ -344,7 +357,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
                     continue  # never stepped (or saved before the first step): no state
                 inner_state[first + j] = {
                     k: (v.reshape(-1)[lo:hi].clone() if k != "step" and isinstance(v, torch.Tensor)
-                        and v.shape == p.shape else _copy(v)) for k, v in st.items()}
+                        and v.shape == p.shape else copy.deepcopy(v)) for k, v in st.items()}
         for group, sg in zip(self.param_groups, groups, strict=True):
             group.update({k: v for k, v in sg.items() if k != "params"})
         self.optim.load_state_dict({
@@ -374,8 +387,12 @@ def _elementwise(v: Any, like: torch.Tensor) -> bool:
     return isinstance(v, torch.Tensor) and v.shape == like.shape and v.dim() > 0
 
 
-def _copy(v: Any) -> Any:
-    return v.clone() if isinstance(v, torch.Tensor) else v
+def _ordered(name: str, params: Any) -> Iterable[Any]:
+    """``params`` if it is an ordered iterable: a set's order differs between processes."""
+    if isinstance(params, (torch.Tensor, dict, set, frozenset)) or not isinstance(params, Iterable):
+        raise TypeError(f"{name} must be an ordered iterable (list, tuple, generator) of tensors "
+                        f"or of param-group dicts, got {type(params).__name__}")
+    return params
 
 
 def _check_group(i: int, params: list[Any], seen: set[int]) -> None:

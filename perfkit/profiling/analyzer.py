@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.profiling.monitor import StepSummary
 from perfkit.profiling.profiler import TraceBreakdown
 
@@ -56,11 +57,9 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         for k in ("data", "communication", "optimizer", "other", "compute"):
-            if not 0.0 < getattr(self, k) < 1.0:
-                raise ValueError(f"threshold {k} must be a share in (0, 1), got "
-                                 f"{getattr(self, k)!r}")
-        if self.jitter <= 1.0:
-            raise ValueError(f"jitter is a p99/p50 ratio and must be > 1, got {self.jitter}")
+            check_real(k, getattr(self, k), 0, 1, lo_open=True, hi_open=True)  # a share
+        check_real("jitter", self.jitter, 1, lo_open=True)  # a p99/p50 ratio
+        check_int("min_steps", self.min_steps, 0)
 
 
 @dataclass(frozen=True)
@@ -134,16 +133,18 @@ def diagnose(record: StepSummary | TraceBreakdown | Mapping[str, float],
         A list of :class:`Finding`, empty when nothing crosses a threshold.
 
     Raises:
+        TypeError: for a ``record``, ``thresholds`` or ``aliases`` of another type.
         ValueError: if an alias targets an unknown kind, or the shares are not in [0, 1].
     """
-    th = thresholds or Thresholds()
+    check_type("record", record, (StepSummary, TraceBreakdown, Mapping))
+    th = check_type("thresholds", thresholds, Thresholds, optional=True) or Thresholds()
     shares = dict(record.shares() if not isinstance(record, Mapping) else record)
-    for name, kind in (aliases or {}).items():
+    for name, kind in (check_type("aliases", aliases, Mapping, optional=True) or {}).items():
         if kind not in _KINDS:
             raise ValueError(f"alias {name!r} -> {kind!r}: kind must be one of {_KINDS}")
         shares[kind] = shares.get(kind, 0.0) + shares.pop(name, 0.0)
     for name, v in shares.items():
-        if not 0.0 <= v <= 1.0 + 1e-9:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0 + 1e-9:
             raise ValueError(f"share of phase {name!r} must be in [0, 1], got {v}")
     found = []
 
@@ -201,8 +202,8 @@ def measure_workload(workload: str = "digits", batch_size: int = 64, num_workers
     builders = {"digits": models.digits_workload, "gpt2": models.gpt2_workload}
     if workload not in builders:
         raise ValueError(f"workload must be one of {sorted(builders)}, got {workload!r}")
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    check_int("steps", steps, 1)
+    check_int("warmup", warmup, 0)  # before the workload is built (a tokenizer is trained)
     wl = builders[workload](batch_size=batch_size, num_workers=num_workers, cost_ms=cost_ms,
                             device=device, **kwargs)
     mon = StepMonitor(wl.device, warmup=warmup)

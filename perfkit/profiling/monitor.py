@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from perfkit._checks import check_int, check_items, check_real
 from perfkit.timing import Measurement, resolve_device, synchronize
 
 __all__ = ["PHASES", "MemoryMonitor", "MemoryRecord", "PhaseStats", "StepMonitor",
@@ -64,6 +65,7 @@ class PhaseStats:
     @classmethod
     def of(cls, name: str, times: list[float], step_mean_s: float,
            parent: str | None = None) -> PhaseStats:
+        check_real("step_mean_s", step_mean_s, 0)
         m = Measurement(times_s=tuple(times), warmup=0)
         share = m.mean_s / step_mean_s if step_mean_s > 0 else 0.0
         return cls(name, m.mean_s, m.std_s, m.median_s, m.quantile(0.95), m.quantile(0.99),
@@ -170,11 +172,10 @@ class StepMonitor:
 
     def __init__(self, device: torch.device | str | None = None, warmup: int = 0,
                  phases: tuple[str, ...] | None = None, annotate: bool = False) -> None:
-        if not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        self.warmup = check_int("warmup", warmup, 0)
         self.device = resolve_device(device)
-        self.warmup = warmup
-        self._allowed = None if phases is None else tuple(self._check_name(p) for p in phases)
+        self._allowed = None if phases is None else tuple(  # a str would allow its letters
+            self._check_name(p) for p in check_items("phases", phases))
         self._annotate = annotate
         self._cuda = self.device.type == "cuda"
         self._mark: Callable[[], Any] = self._cuda_mark if self._cuda else time.perf_counter
@@ -217,7 +218,7 @@ class StepMonitor:
             ValueError: for a reserved name (``step``, ``other``), a name outside
                 ``phases`` when they were given, or (on entry) a phase nested in itself.
         """
-        ctx = self._ctx.get(name)
+        ctx = self._ctx.get(name) if isinstance(name, str) else None  # a list is unhashable
         if ctx is None:  # first use of this name: validate once, then reuse the object
             self._check_name(name)
             if self._allowed is not None and name not in self._allowed:
@@ -230,7 +231,10 @@ class StepMonitor:
 
         Raises:
             RuntimeError: if a phase is still open.
+            TypeError, ValueError: if ``samples`` or ``tokens`` is not an int >= 0.
         """
+        check_int("samples", samples, 0)
+        check_int("tokens", tokens, 0)
         if self._open:
             raise RuntimeError(f"step() called while phase {self._open[-1].name!r} is open")
         end = self._mark()
@@ -332,15 +336,15 @@ class MemoryMonitor:
 
     Args:
         device: CUDA device (allocator stats) or CPU (RSS). ``None``: CUDA if present.
-        interval_s: RSS sampling period on the CPU (a background thread).
+        interval_s: RSS sampling period on the CPU (a background thread), in seconds:
+            finite, > 0 and at most ``threading.TIMEOUT_MAX``.
     """
 
     def __init__(self, device: torch.device | str | None = None,
                  interval_s: float = 0.005) -> None:
-        if interval_s <= 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.interval_s = check_real("interval_s", interval_s, 0, threading.TIMEOUT_MAX,
+                                     lo_open=True)
         self.device = resolve_device(device)
-        self.interval_s = interval_s
         self._baseline: int | None = None
         self._peak = 0
         self._stop = threading.Event()

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, record_function, schedule
 
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.timing import resolve_device
 
 __all__ = ["OpStat", "ProfileConfig", "ProfileResult", "Profiler", "TraceBreakdown", "trace_breakdown"]
@@ -52,9 +53,8 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         for k in ("wait", "warmup", "active"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or v < (1 if k == "active" else 0):
-                raise ValueError(f"{k} must be an int >= {1 if k == 'active' else 0}, got {v!r}")
+            check_int(k, getattr(self, k), 1 if k == "active" else 0)
+        check_type("trace_dir", self.trace_dir, (str, os.PathLike))
 
     @property
     def total_steps(self) -> int:
@@ -82,6 +82,11 @@ class TraceBreakdown:
     step_mean_s: float
     phase_mean_s: dict[str, float]
     parents: dict[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_int("steps", self.steps, 1)
+        check_real("step_mean_s", self.step_mean_s, 0, lo_open=True)  # shares divide by it
+        check_type("phase_mean_s", self.phase_mean_s, dict)
 
     def shares(self, top_level: bool = True) -> dict[str, float]:
         """Phase -> share of the mean step, with ``other`` (time outside top-level phases)."""
@@ -112,13 +117,22 @@ def trace_breakdown(trace: str | os.PathLike | Mapping[str, Any]) -> TraceBreakd
         trace: a path to a ``.json`` trace, or the parsed trace dict.
 
     Raises:
-        ValueError: if the trace holds no ``ProfilerStep#`` events (profile with a schedule
-            and call ``step()``) or no ``phase:`` markers (``StepMonitor(annotate=True)``
-            or :meth:`Profiler.phase`).
+        TypeError: if ``trace`` is neither a path nor a mapping.
+        ValueError: if the trace is not a Chrome trace, holds no ``ProfilerStep#`` events
+            (profile with a schedule and call ``step()``) or no ``phase:`` markers
+            (``StepMonitor(annotate=True)`` or :meth:`Profiler.phase`).
     """
-    data = trace if isinstance(trace, Mapping) else json.loads(Path(trace).read_text())
-    events = [e for e in data.get("traceEvents", [])
-              if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    check_type("trace", trace, (str, os.PathLike, Mapping))
+    try:
+        data = trace if isinstance(trace, Mapping) else json.loads(Path(trace).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"trace {str(trace)!r} is not a JSON file: {e}") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("traceEvents", []), list):
+        raise ValueError("trace must be a Chrome trace: a JSON object with a traceEvents list")
+    events = [e for e in data.get("traceEvents", []) if isinstance(e, Mapping)
+              and e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    if any(not {"name", "ts", "dur", "tid"} <= e.keys() for e in events):
+        raise ValueError("trace has user_annotation events without a name, ts, dur or tid")
     steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#")),
                    key=lambda e: e["ts"])
     phases = [e for e in events if e["name"].startswith(PHASE_PREFIX)]
@@ -159,7 +173,7 @@ class Profiler:
                  device: torch.device | str | None = None) -> None:
         if not isinstance(name, str) or not name or "/" in name:
             raise ValueError(f"name must be a non-empty file stem without '/', got {name!r}")
-        self.config = config or ProfileConfig()
+        self.config = check_type("config", config, ProfileConfig, optional=True) or ProfileConfig()
         self.name = name
         self.device = resolve_device(device)
         self.trace_path = Path(self.config.trace_dir) / f"{name}.pt.trace.json"
@@ -192,6 +206,8 @@ class Profiler:
     @staticmethod
     def phase(name: str) -> record_function:
         """A ``phase:NAME`` marker for code not timed by a ``StepMonitor(annotate=True)``."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
         return record_function(PHASE_PREFIX + name)
 
     def _ready(self, prof: torch.profiler.profile) -> None:

@@ -12,9 +12,12 @@ in one process. Rank 0's result holds the largest relative parameter difference
 (``max |p - p_ref| / max |p_ref|`` over each tensor, the worst tensor) and the same for
 the consolidated optimizer state.
 
-Config keys: ``model`` (``"mlp"``, or ``"partial"``: :class:`PartialMLP`, whose frozen
+Config keys: ``model`` (``"mlp"``; ``"partial"``: :class:`PartialMLP`, whose frozen
 tensor must never move and whose extra layer has no gradient on some ranks or on all of them
-in some steps, as ``torch.optim`` treats a ``None`` grad), ``steps`` (50), ``optimizer``
+in some steps, as ``torch.optim`` treats a ``None`` grad; ``"uneven"``: :class:`UnevenModel`,
+trainable tensors of 13, 7 and 1 values around a frozen one, the last without a gradient on
+odd steps; both train from step 0 without groups, in mode ``"alone"`` or ``"ddp"``, then with
+``find_unused_parameters``), ``steps`` (50), ``optimizer``
 (``"adamw"``, or ``"sgd"`` with momentum:
 Adam hardly notices a gradient summed instead of averaged, SGD does), ``mode``
 (``"alone"``: reduce-scatter inside the optimizer; ``"ddp"``: DistributedDataParallel
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -90,6 +94,41 @@ def extra_rows(step: int, world: int) -> torch.Tensor:
     return rows
 
 
+class UnevenModel(nn.Module):
+    """Trainable tensors of 13, 7 and 1 values registered around a frozen one of 5: the 21
+    trainable values split unevenly over ranks (2 ranks: 11 + 10 and one of padding, cut
+    inside ``w``; 3 ranks: 7 + 7 + 7, cut inside ``w`` and ``b``). ``c`` is added to the
+    rows in ``mask`` only."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = nn.Parameter(torch.randn(13, generator=g))
+        self.frozen = nn.Parameter(torch.full((5,), 2.0), requires_grad=False)
+        self.b = nn.Parameter(torch.randn(7, generator=g))
+        self.c = nn.Parameter(torch.ones(1))
+        self.mask: torch.Tensor | None = None  # (B,) rows that get `c`
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x * self.w)  # (B, 13)
+        y = h[:, :3] * self.b[:3] + h[:, 3:6] * self.b[3:6] + self.b[6] + self.frozen[:3]  # (B, 3)
+        if self.mask is not None and bool(self.mask.any()):  # else `c` gets no gradient
+            y = torch.where(self.mask[:, None], y + self.c, y)
+        return y
+
+
+def uneven_rows(step: int, world: int) -> torch.Tensor:
+    """Global-batch rows that get ``c``: none on odd steps (its grad is ``None`` on every
+    rank), all when ``step % 4 == 0``, rank 0's only when ``step % 4 == 2``."""
+    chunk, rows = GLOBAL_BATCH // world, torch.zeros(GLOBAL_BATCH, dtype=torch.bool)
+    rows[: 0 if step % 2 else GLOBAL_BATCH if step % 4 == 0 else chunk] = True
+    return rows
+
+
+MODELS = {"mlp": (make_mlp, None), "partial": (PartialMLP, extra_rows),
+          "uneven": (UnevenModel, uneven_rows)}  # (constructor, rows of the gradless branch)
+
+
 def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step`` (seeded by the step, so a resumed run sees the same)."""
     g = torch.Generator().manual_seed(1000 + step)
@@ -122,16 +161,21 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     if cfg.get("optimizer", "adamw") not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {cfg['optimizer']!r}")
     opt_class, opt_kw = OPTIMIZERS[cfg.get("optimizer", "adamw")]
-    partial = cfg.get("model", "mlp") == "partial"
-    if partial and (mode != "alone" or cfg.get("groups") or cfg.get("start")):
-        raise ValueError("model 'partial' runs with mode 'alone', no groups, from step 0")
-    model, ref = (PartialMLP(), PartialMLP()) if partial else (make_mlp(), make_mlp())
+    if cfg.get("model", "mlp") not in MODELS:
+        raise ValueError(f"model must be one of {sorted(MODELS)}, got {cfg['model']!r}")
+    make, rows = MODELS[cfg.get("model", "mlp")]
+    partial = rows is not None
+    if partial and (mode == "ddp_reduce" or cfg.get("groups") or cfg.get("start")):
+        raise ValueError(f"model {cfg['model']!r} runs with mode 'alone' or 'ddp', no groups, "
+                         "from step 0")
+    model, ref = make(), make()
     ref_opt = opt_class(param_groups(ref, cfg.get("groups", False)), **opt_kw)
     for s in range(start):  # the reference always starts from step 0
         _train_step(ref, ref_opt, *global_batch(s))
     net: nn.Module = model
     if mode != "alone" and world > 1:
-        net = nn.parallel.DistributedDataParallel(model)
+        # a branch unused on every rank keeps grad None under DDP only with this flag
+        net = nn.parallel.DistributedDataParallel(model, find_unused_parameters=partial)
     if cfg.get("impl"):  # a student's class: one list of parameters, it averages gradients
         import cloudpickle
 
@@ -148,7 +192,7 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         model.load_state_dict(saved["model"])  # copies into the flat buffer's views
         opt.load_state_dict(saved["optim"])
     with record_collectives() as calls:  # which collectives ran, and how much they moved
-        _train_loop(model, ref, net, opt, ref_opt, partial, rank, world, start, steps)
+        _train_loop(model, ref, net, opt, ref_opt, rows, rank, world, start, steps)
     out_calls = sorted({name for name, _ in calls})
     elems_per_step = sum(k for _, k in calls) / max(steps, 1)
     out: dict[str, Any] = {
@@ -173,10 +217,15 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         out["steps_equal"] = all(float(sd["state"][i].get("step", 0)) == float(st.get("step", 0))
                                  for i, st in rsd["state"].items())
         out["state_keys_equal"] = sorted(sd["state"]) == sorted(rsd["state"])
+        out["steps"], out["ref_steps"] = ({i: float(st.get("step", -1))
+                                           for i, st in d["state"].items()} for d in (sd, rsd))
         if cfg.get("save") and rank == 0:
             torch.save({"model": model.state_dict(), "optim": sd}, cfg["save"])
     if partial:
         out["frozen_unchanged"] = bool(torch.equal(model.frozen, torch.full((5,), 2.0)))
+        out["frozen_max_abs_change"] = float((model.frozen - 2.0).abs().max())
+        out["param_rel_diffs"] = {n: rel_diff(p.detach(), q.detach()) for (n, p), q in
+                                  zip(model.named_parameters(), ref.parameters(), strict=True)}
     return out
 
 
@@ -198,14 +247,15 @@ def check_collectives(rank: int, world: int) -> dict[str, Any]:
 
 
 def _train_loop(model: nn.Module, ref: nn.Module, net: nn.Module,
-                opt: Any, ref_opt: torch.optim.Optimizer, partial: bool, rank: int, world: int,
+                opt: Any, ref_opt: torch.optim.Optimizer,
+                rows: Callable[[int, int], torch.Tensor] | None, rank: int, world: int,
                 start: int, steps: int) -> None:
     chunk = GLOBAL_BATCH // world
     for s in range(start, start + steps):
         x, y = global_batch(s)
         mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
-        if partial:
-            model.mask, ref.mask = extra_rows(s, world)[mine], extra_rows(s, world)
+        if rows is not None:
+            model.mask, ref.mask = rows(s, world)[mine], rows(s, world)
         _train_step(net, opt, x[mine], y[mine])
         _train_step(ref, ref_opt, x, y)
 

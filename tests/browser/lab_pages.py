@@ -24,8 +24,9 @@ from typing import Any
 from browser_harness import LabServer, free_port, wait_until
 
 NOTEBOOK_OPEN_TIMEOUT_S = 90.0
-# The QUICK budget per notebook is 90 s on 2 cores (CONTRIBUTING.md); slack for a busy machine.
-RUN_ALL_TIMEOUT_S = 150.0
+# A hang guard, not the QUICK budget (90 s on an idle 2-core machine, CONTRIBUTING.md; checked
+# by benchmarks/notebooks_quick.py): a notebook's time scales with the load of other jobs.
+RUN_ALL_TIMEOUT_S = 360.0
 WIDGET_UPDATE_TIMEOUT_S = 60.0
 SLIDER = ".jp-Notebook .widget-slider [role=slider]"
 DROPDOWN = ".jp-Notebook .widget-dropdown select"

@@ -43,7 +43,7 @@ def widget_notebooks() -> list[Path]:
 
 
 @pytest.mark.browser
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # above open (90 s) + run all (360 s) + widget (60 s): the guards report first
 @pytest.mark.parametrize("path", widget_notebooks(), ids=lambda p: p.stem)
 def test_widget_responds_in_jupyterlab(lab_server: LabServer, page: Any, screenshots: Path,
                                        path: Path) -> None:

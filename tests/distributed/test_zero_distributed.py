@@ -4,7 +4,8 @@ One job per world size runs every check (torchrun start-up dominates on 2 cores)
 2-process job saves a consolidated state after 25 steps; the 3-process job resumes from
 it, so load_state_dict into a different world size is checked against 50 AdamW steps.
 Tolerance: fp32, relative difference <= 1e-6 (max |p - p_ref| / max |p_ref| per tensor);
-what differs is only the order of the gradient sums (per-rank chunks vs one batch).
+what differs is only the order of the gradient sums (per-rank chunks vs one batch). The
+frozen tensors must stay bit-identical, and the step counts equal torch.optim's exactly.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def jobs(tmp_path_factory):
         {"collectives": True},
         {"steps": 12, "mode": "alone", "model": "partial"},
         {"steps": 12, "mode": "alone", "model": "partial", "optimizer": "sgd"},
+        {"steps": 10, "mode": "alone", "model": "uneven"},
+        {"steps": 10, "mode": "ddp", "model": "uneven"},
     ])], timeout_s=240)
     three = dist.launch("perfkit.workers.zero_check", 3, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
@@ -39,6 +42,8 @@ def jobs(tmp_path_factory):
         {"steps": 50, "mode": "ddp", "optimizer": "sgd"},
         {"collectives": True},
         {"steps": 12, "mode": "alone", "model": "partial"},
+        {"steps": 10, "mode": "alone", "model": "uneven"},
+        {"steps": 10, "mode": "ddp", "model": "uneven"},
     ])], timeout_s=240)
     return {2: two, 3: three}
 
@@ -95,3 +100,21 @@ def test_frozen_and_gradless_parameters_follow_torch_optim(jobs, world, run):
         # wrong step, or a step not taken, differs by orders of magnitude more)
         assert r["max_rel_diff"] <= 1e-5 and r["state_rel_diff"] <= 1e-5, r
         assert r["steps_equal"] and r["state_keys_equal"], r
+
+
+@pytest.mark.parametrize("world,run,mode", [(2, 8, "alone"), (2, 9, "ddp"), (3, 6, "alone"),
+                                            (3, 7, "ddp")])
+def test_frozen_gradless_and_uneven_parameters_equal_adamw(jobs, world, run, mode):
+    # UnevenModel: w (13), frozen (5, requires_grad=False), b (7), c (1); c has no gradient on
+    # any rank on odd steps (and only on rank 0's rows when step % 4 == 2). AdamW with weight
+    # decay 0.1 over 10 steps: a frozen or gradless tensor stepped with a zero gradient moves.
+    for r in (per_rank[run] for per_rank in jobs[world]):
+        assert r["mode"] == mode
+        assert r["frozen_max_abs_change"] == 0.0 and r["frozen_unchanged"], r  # bit-identical
+        # torch.optim's step counts: c stepped on the 5 even steps only, the frozen tensor never
+        assert r["ref_steps"] == {"0": 10.0, "2": 10.0, "3": 5.0}, r
+        assert r["steps"] == r["ref_steps"] and r["state_keys_equal"], r
+        for name, diff in r["param_rel_diffs"].items():
+            assert diff <= TOL, (name, r)
+        assert r["state_rel_diff"] <= TOL, r
+        assert r["shard_numel"] == -(-21 // world), r  # the frozen tensor is not sharded

@@ -49,6 +49,25 @@ def check_order(ns: dict) -> None:
     assert list(pf) == list(pf) == [1, 2, 3], (
         "iterating the same ThreadPrefetcher twice must give the items twice: each iter() "
         "starts a new pass with its own thread and queue")
+    # the bound the queue promises: with a consumer that stops after one item, the thread
+    # runs at most `depth` items ahead (plus the one it holds while the queue is full)
+    for depth in (1, 3):
+        produced = []
+
+        def counted(produced=produced):
+            for i in range(1000):
+                produced.append(i)
+                yield i
+
+        it = iter(TP(counted(), depth=depth))
+        next(it)
+        time.sleep(0.3)  # the thread fills the queue meanwhile
+        ahead = len(produced) - 1
+        it.close()
+        assert ahead <= depth + 1, (
+            f"with depth={depth}, the thread produced {ahead} items ahead of a consumer that took "
+            f"one; a queue of maxsize depth keeps it at most {depth} (+1 it holds) ahead. Is the "
+            "queue bounded (queue.Queue(maxsize=depth))?")
     for bad in (0, -1):
         try:
             TP([1], depth=bad)

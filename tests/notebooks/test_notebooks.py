@@ -1,7 +1,10 @@
-"""Every notebook runs headless in QUICK mode within budget, and is committed clean.
+"""Every notebook runs headless in QUICK mode, and is committed clean.
 
 The papermill run here is the same code path as `make course QUICK=1`; nbval's output
 comparison runs separately in `make test` (pytest --nbval-lax on notebooks/ and solutions/).
+The 90 s QUICK budget is a wall-clock target, so benchmarks/notebooks_quick.py checks it;
+here a notebook only has to finish within a hang guard of several budgets, since on a
+shared machine its time scales with the load of other jobs.
 """
 
 import shutil
@@ -17,7 +20,8 @@ from tools.strip_notebooks import keeps_output
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
-QUICK_BUDGET_S = 90.0
+QUICK_BUDGET_S = 90.0  # the target, on an idle 2-core machine: benchmarks/notebooks_quick.py
+HANG_GUARD_S = 4 * QUICK_BUDGET_S  # the slowest notebook took 49 s idle, about 2x that loaded
 ids = [f"{p.parent.name}/{p.stem}" for p in NOTEBOOKS]
 
 
@@ -25,8 +29,9 @@ def code_cells(path):
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
 
 
+@pytest.mark.timeout(HANG_GUARD_S + 240)  # the guard, then HTML; a hung cell stops here
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-def test_runs_in_quick_mode_within_budget(path, tmp_path, monkeypatch):
+def test_runs_in_quick_mode(path, tmp_path, monkeypatch):
     # Lectures render into build/notebooks/, as `make course QUICK=1` does, so the site and
     # browser tests that follow reuse them instead of running the course again.
     out = ROOT / "build" / "notebooks" if path.parent.name == "notebooks" else tmp_path
@@ -38,8 +43,9 @@ def test_runs_in_quick_mode_within_budget(path, tmp_path, monkeypatch):
     log = tmp_path / "overlaps.jsonl"
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("PERFKIT_OVERLAP_LOG", str(log))
-    run = run_notebook(path, out, quick=True, time_limit_s=QUICK_BUDGET_S,
+    run = run_notebook(path, out, quick=True, time_limit_s=HANG_GUARD_S,
                        html=path.parent.name == "notebooks")
+    print(f"{path.name}: {run.seconds:.0f} s (QUICK budget {QUICK_BUDGET_S:.0f} s, idle machine)")
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
     found = log.read_text().splitlines() if log.exists() else []
     assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"

@@ -1,6 +1,8 @@
-"""perfkit.monitor: exact arithmetic on a fake clock, real timing with stated tolerances."""
+"""perfkit.monitor: exact arithmetic on a fake clock; on the real clock, only bounds load cannot
+flip (a sleep never ends early)."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -190,7 +192,10 @@ def test_reset_forgets_steps():
         mon.summary()
 
 
-def test_real_sleeps_are_measured_within_tolerance():
+def test_real_clock_counts_seconds_and_never_less_than_a_sleep():
+    # Exact shares are tested on the fake clock above. On the real clock only what load
+    # cannot flip: a sleep never ends early (lower bounds), and the step holds its phases.
+    # The upper bound is a units check (milliseconds would read 20, nanoseconds 2e7).
     mon = StepMonitor(device="cpu")
     for _ in range(5):
         with mon.phase("data"):
@@ -199,10 +204,9 @@ def test_real_sleeps_are_measured_within_tolerance():
             time.sleep(0.020)
         mon.step()
     s = mon.summary()
-    # sleep never returns early; a busy shared machine may return late, hence the wide top
-    assert 0.010 <= s["data"].p50_s < 0.030
-    assert 0.020 <= s["forward"].p50_s < 0.045
-    assert s.share("forward") > s.share("data")
+    assert s["data"].p50_s >= 0.0099 and s["forward"].p50_s >= 0.0199
+    assert s.step.mean_s >= s["data"].mean_s + s["forward"].mean_s
+    assert s.step.p50_s < 5.0
 
 
 def test_annotate_puts_phases_into_a_profiler_trace():
@@ -215,10 +219,21 @@ def test_annotate_puts_phases_into_a_profiler_trace():
 
 
 def test_memory_monitor_sees_a_large_cpu_allocation():
-    with MemoryMonitor(device="cpu", interval_s=0.001) as mm:
+    # The sampler thread, not this one, must see the tensor: x stays alive until the thread
+    # has taken two samples after the allocation (a fixed sleep would race a loaded machine).
+    mm = MemoryMonitor(device="cpu", interval_s=0.001)
+    real_rss, samples = mm._rss, []
+    mm._rss = lambda: samples.append(threading.current_thread()) or real_rss()
+    with mm:
         x = torch.ones(50_000_000)  # 200 MB, touched so it is resident
-        time.sleep(0.02)
+        seen = len(samples)
+        deadline = time.monotonic() + 30.0  # a hang guard, not a speed bound
+        while len(samples) < seen + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        sampled = samples[seen:]
         del x
+    assert len(sampled) >= 2 and threading.main_thread() not in sampled, (
+        "no background sample while the tensor was alive")
     r = mm.record()
     assert r.kind == "process_rss" and r.peak_increase_bytes > 150e6
 
@@ -244,7 +259,7 @@ def test_cuda_phases_time_the_gpu_and_never_synchronise_in_the_loop(monkeypatch)
     torch.cuda._sleep(1_000_000)
     end.record()
     end.synchronize()
-    cycles = int(1_000_000 * 20 / start.elapsed_time(end))  # ~20 ms of GPU spinning
+    cycles = int(1_000_000 * 200 / start.elapsed_time(end))  # ~200 ms of GPU spinning
     t = time.perf_counter()
     for _ in range(3):
         with mon.phase("forward"):
@@ -252,10 +267,14 @@ def test_cuda_phases_time_the_gpu_and_never_synchronise_in_the_loop(monkeypatch)
         mon.step()
     enqueue_s = time.perf_counter() - t
     assert calls == [], "the loop must not synchronise"
-    assert enqueue_s < 0.03, "enqueueing 3 x 20 ms of GPU work should return at once"
     s = mon.summary()  # resolves the events, synchronising once
-    assert 0.01 < s["forward"].p50_s < 0.1
+    assert 0.1 < s["forward"].p50_s < 1.0
     assert s.share("forward") > 0.9
+    # A loop that waits for the GPU takes at least the 3 phases' GPU time to enqueue them; a
+    # loop that does not takes microseconds. Half the GPU time leaves a loaded host 0.3 s.
+    gpu_s = 3 * s["forward"].mean_s
+    assert enqueue_s < 0.5 * gpu_s, (
+        f"enqueueing {gpu_s:.2f} s of GPU work took {enqueue_s:.2f} s: the loop waited for it")
 
 
 @pytest.mark.gpu

@@ -1,11 +1,41 @@
-"""perfkit.timing: the numbers come out of known sleeps, and bad input is refused."""
+"""perfkit.timing: exact numbers on a fake clock, real clocks only for units and direction.
+
+The arithmetic (median, warm-ups left out, time per call, min_time_s, calibrate_number's
+doubling) is checked on a clock that moves only when the timed function says so, so a
+loaded machine cannot move it. The real clock is checked only in the direction load
+cannot flip: a sleep never ends early.
+"""
 
 import time
+import types
 
 import pytest
 import torch
 
 from perfkit import timing
+
+U = 2.0**-10  # ~1 ms, a binary fraction: sums of fake times are exact, so counts are too
+
+
+class FakeClock:
+    """Stands in for perf_counter: time moves only when the timed function advances it."""
+
+    def __init__(self):
+        self.t = 1024.0
+
+    def __call__(self):
+        return self.t
+
+    def advance(self, s):
+        self.t += s
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """perfkit.timing reads this clock instead of time.perf_counter (CPU path only)."""
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=fake))
+    return fake
 
 
 def test_benchmark_counts_warmup_and_repeats_separately():
@@ -14,24 +44,30 @@ def test_benchmark_counts_warmup_and_repeats_separately():
     assert len(calls) == 10 and m.n == 7 and m.warmup == 3
 
 
-def test_median_ignores_a_slow_warmup_and_one_outlier():
-    # Durations in call order: 2 warm-up calls, then 5 timed ones. Sleep only overshoots,
-    # so the median must be >= 20 ms and well below the 150 ms outlier and warm-ups.
-    durations = iter([0.15, 0.15, 0.01, 0.02, 0.15, 0.02, 0.03])
-    m = timing.benchmark(lambda: time.sleep(next(durations)), warmup=2, repeat=5)
-    assert 0.019 <= m.median_s < 0.06
-    assert m.quantile(1.0) >= 0.15 and m.quantile(0.0) >= 0.0099
+def test_median_ignores_a_slow_warmup_and_one_outlier(clock):
+    # durations in call order: 2 warm-up calls, then 5 timed ones
+    durations = iter([150 * U, 150 * U, 10 * U, 20 * U, 150 * U, 20 * U, 30 * U])
+    m = timing.benchmark(lambda: clock.advance(next(durations)), warmup=2, repeat=5)
+    assert m.times_s == (10 * U, 20 * U, 150 * U, 20 * U, 30 * U)  # in call order, no warm-up
+    assert m.median_s == 20 * U  # the mean would be 46 U, a median with the warm-ups 30 U
+    assert m.quantile(1.0) == 150 * U and m.quantile(0.0) == 10 * U
 
 
-def test_number_reports_time_per_call():
-    m = timing.benchmark(lambda: time.sleep(0.002), warmup=0, repeat=3, number=5)
-    assert all(t >= 0.0019 for t in m.times_s)
-    assert m.median_s < 0.05  # per call, not per batch of 5 (which would be >= 10 ms)
+def test_number_reports_time_per_call(clock):
+    calls = []
+    m = timing.benchmark(lambda: (calls.append(1), clock.advance(2 * U)), warmup=0, repeat=3,
+                         number=5)
+    assert len(calls) == 15
+    assert m.times_s == (2 * U,) * 3  # per call, not per batch of 5 (10 U)
 
 
-def test_min_time_extends_repetitions():
-    m = timing.benchmark(lambda: time.sleep(0.001), warmup=0, repeat=1, min_time_s=0.02)
-    assert m.n >= 10
+def test_min_time_extends_repetitions(clock):
+    m = timing.benchmark(lambda: clock.advance(U), warmup=0, repeat=1, min_time_s=19.5 * U)
+    assert m.n == 20  # the first repetition whose running total reaches 19.5 U
+    # min_time_s counts measured time, which is number x the per-call time of a repetition
+    m = timing.benchmark(lambda: clock.advance(U), warmup=0, repeat=1, min_time_s=19.5 * U,
+                         number=4)
+    assert m.n == 5 and m.times_s == (U,) * 5
 
 
 def test_quantiles_and_rate_by_hand():
@@ -42,13 +78,23 @@ def test_quantiles_and_rate_by_hand():
         m.quantile(1.5)
 
 
-def test_timer_measures_a_sleep_and_refuses_early_reads():
+def test_timer_reads_the_clock_at_entry_and_exit(clock):
     t = timing.Timer("cpu")
     with pytest.raises(RuntimeError, match="before the timed block"):
         _ = t.elapsed_s
+    clock.advance(5 * U)  # before the block: not counted
     with t:
+        clock.advance(3 * U)
+    clock.advance(7 * U)  # after the block: not counted
+    assert t.elapsed_s == 3 * U
+
+
+def test_timer_on_the_real_clock_counts_seconds():
+    # A sleep never ends early, so the lower bound holds on any machine; the upper bound is
+    # only a units check (milliseconds would read 10, nanoseconds 1e7), 500x above the sleep.
+    with timing.Timer("cpu") as t:
         time.sleep(0.01)
-    assert 0.0095 <= t.elapsed_s < 0.2
+    assert 0.0095 <= t.elapsed_s < 5.0
 
 
 def test_interleaved_alternates_calls():
@@ -58,9 +104,24 @@ def test_interleaved_alternates_calls():
     assert order == ["a", "b"] * 4 and [m.n for m in ms] == [3, 3]
 
 
-def test_calibrate_number_reaches_target():
-    n = timing.calibrate_number(lambda: time.sleep(0.001), target_s=0.004)
-    assert 2 <= n <= 8
+def test_interleaved_gives_each_callable_its_own_times(clock):
+    slow = iter([3 * U, 4 * U, 5 * U, 6 * U])  # the first is the warm-up
+    ms = timing.interleaved([lambda: clock.advance(next(slow)), lambda: clock.advance(U)],
+                            warmup=1, repeat=3)
+    assert ms[0].times_s == (4 * U, 5 * U, 6 * U) and ms[1].times_s == (U, U, U)
+    assert ms[0].median_s / ms[1].median_s == 5.0
+
+
+@pytest.mark.parametrize("per_call, target, want", [
+    (U, 3.5 * U, 4), (U, 4 * U, 4), (U, 0.5 * U, 1), (3 * U, 100 * U, 64), (U, 1000 * U, 1024),
+])
+def test_calibrate_number_is_the_smallest_power_of_two_reaching_the_target(clock, per_call,
+                                                                          target, want):
+    calls = []
+    n = timing.calibrate_number(lambda: (calls.append(1), clock.advance(per_call)), target_s=target)
+    assert n == want
+    assert n * per_call >= target and (n == 1 or n // 2 * per_call < target)
+    assert len(calls) == 2 * want - 1  # 1 + 2 + ... + n calls: each trial is timed afresh
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -11,7 +11,13 @@ from torch import nn
 
 from perfkit.memory import optimizer_state_bytes
 from perfkit.parallel import ZeroOneOptimizer, shard_range
-from perfkit.workers.zero_check import global_batch, make_mlp, param_groups
+from perfkit.workers.zero_check import (
+    UnevenModel,
+    global_batch,
+    make_mlp,
+    param_groups,
+    uneven_rows,
+)
 
 
 def test_shard_range_pads_to_equal_shards():
@@ -149,6 +155,49 @@ def test_frozen_and_gradless_parameters_follow_torch_optim(opt_class, kw):
     for i, st in sb["state"].items():
         for k, v in st.items():
             assert torch.equal(sa["state"][i][k], v), (i, k)  # step counts included
+
+
+def test_uneven_sizes_frozen_and_alternating_grads_equal_adamw():
+    # tensors of 13, 5 (frozen), 7 and 1 values; c has grad None on odd steps. AdamW with
+    # weight decay: a step with a zero gradient would move c and advance its step count.
+    a, b = UnevenModel(), UnevenModel()
+    za = ZeroOneOptimizer(a.parameters(), torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    for s in range(10):
+        for model, opt in ((a, za), (b, ob)):
+            model.mask = uneven_rows(s, 1)
+            x, y = global_batch(s)
+            opt.zero_grad()  # set_to_none=True: c's grad is None on odd steps
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    assert torch.equal(a.frozen, torch.full((5,), 2.0))
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), name
+    sa, sb = za.state_dict(), ob.state_dict()
+    assert {i: float(st["step"]) for i, st in sb["state"].items()} == {0: 10.0, 2: 10.0, 3: 5.0}
+    assert sa["state"].keys() == sb["state"].keys()
+    for i, st in sb["state"].items():
+        for k, v in st.items():
+            assert torch.equal(sa["state"][i][k], v), (i, k)
+    assert za.shard_numel() == 21  # the frozen tensor is not in the flat buffer
+
+
+def test_frozen_parameters_stay_out_of_the_buffers_and_unfreezing_raises():
+    m = UnevenModel()
+    head = nn.Parameter(torch.full((4,), 3.0), requires_grad=False)  # a group of frozen only
+    opt = ZeroOneOptimizer([{"params": list(m.parameters())}, {"params": [head], "lr": 1.0}],
+                           torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    assert opt.shard_numel() == 21  # w, b, c; the frozen group has no buffer at all
+    flat = m.w.untyped_storage().data_ptr()
+    assert m.b.untyped_storage().data_ptr() == flat != m.frozen.untyped_storage().data_ptr()
+    m.mask = None
+    nn.functional.mse_loss(m(global_batch(0)[0]), global_batch(0)[1]).backward()
+    opt.step()
+    assert torch.equal(head, torch.full((4,), 3.0)) and torch.equal(m.frozen, torch.full((5,), 2.0))
+    assert sorted(opt.state_dict()["state"]) == [0, 2]  # w and b; not frozen, c (no grad), head
+    m.frozen.requires_grad_(True)  # the buffers were laid out without it: refuse, not ignore
+    with pytest.raises(RuntimeError, match="frozen"):
+        opt.step()
 
 
 def test_a_parameter_without_grad_keeps_its_value_and_state():

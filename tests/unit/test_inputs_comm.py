@@ -1,0 +1,191 @@
+"""perfkit.comm refuses bad arguments: each public function and class raises ``TypeError``
+(wrong type) or ``ValueError`` (wrong value) with a message naming the argument and what is
+allowed, before any collective runs (a rank that fails later would leave the others waiting).
+
+Each case is (id, call, exception, regex on the message); the regex names the argument.
+Cases that need a process group run in a one-rank gloo group.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from perfkit import comm
+from perfkit.comm import (
+    AlphaBeta,
+    all_gather_single,
+    benchmark_collective,
+    bus_factor,
+    fit_alpha_beta,
+    reduce_scatter_single,
+    ring_all_reduce,
+    ring_allreduce_time,
+    sweep,
+)
+
+NAN, INF = math.nan, math.inf
+LINK = AlphaBeta(1e-5, 1e9)
+T = torch.ones(4)
+
+CASES = [  # (id, call, exception, regex on the message)
+    # bus_factor
+    ("bus_factor.op", lambda: bus_factor("alltoall", 2), ValueError,
+     "op must be one of 'all_reduce'"),
+    ("bus_factor.op int", lambda: bus_factor(3, 2), ValueError, "op must be one of"),
+    ("bus_factor.op list", lambda: bus_factor(["all_reduce"], 2), ValueError, "op"),
+    ("bus_factor.world_size zero", lambda: bus_factor("all_reduce", 0), ValueError,
+     "world_size must be an int >= 1"),
+    ("bus_factor.world_size bool", lambda: bus_factor("all_reduce", True), ValueError,
+     "world_size"),
+    ("bus_factor.world_size float", lambda: bus_factor("all_reduce", 2.0), ValueError,
+     "world_size"),
+    ("bus_factor.world_size str", lambda: bus_factor("all_reduce", "2"), TypeError,
+     "world_size"),
+    # AlphaBeta
+    ("AlphaBeta.alpha_s negative", lambda: AlphaBeta(-1e-6, 1e9), ValueError,
+     "alpha_s must be a finite number >= 0"),
+    ("AlphaBeta.alpha_s nan", lambda: AlphaBeta(NAN, 1e9), ValueError, "alpha_s"),
+    ("AlphaBeta.alpha_s str", lambda: AlphaBeta("0", 1e9), TypeError, "alpha_s"),
+    ("AlphaBeta.bandwidth zero", lambda: AlphaBeta(0.0, 0.0), ValueError,
+     "bandwidth must be a finite number > 0"),
+    ("AlphaBeta.bandwidth negative", lambda: AlphaBeta(0.0, -1.0), ValueError, "bandwidth"),
+    ("AlphaBeta.bandwidth inf", lambda: AlphaBeta(0.0, INF), ValueError, "bandwidth"),
+    ("AlphaBeta.predict negative", lambda: LINK.predict(-5), ValueError,
+     "nbytes must be a finite number >= 0"),
+    ("AlphaBeta.predict nan", lambda: LINK.predict(NAN), ValueError, "nbytes"),
+    ("AlphaBeta.predict str", lambda: LINK.predict("1k"), TypeError, "nbytes"),
+    # fit_alpha_beta
+    ("fit_alpha_beta.nbytes empty", lambda: fit_alpha_beta([], []), ValueError,
+     "nbytes must hold at least one"),
+    ("fit_alpha_beta.nbytes int", lambda: fit_alpha_beta(3, [1.0]), TypeError,
+     "nbytes must be a list"),
+    ("fit_alpha_beta.nbytes nan", lambda: fit_alpha_beta([1, NAN], [1.0, 2.0]), ValueError,
+     r"nbytes\[1\] must be a finite number >= 0"),
+    ("fit_alpha_beta.nbytes inf", lambda: fit_alpha_beta([1, INF], [1.0, 2.0]), ValueError,
+     r"nbytes\[1\]"),
+    ("fit_alpha_beta.nbytes negative", lambda: fit_alpha_beta([-1, 2], [1.0, 2.0]), ValueError,
+     r"nbytes\[0\]"),
+    ("fit_alpha_beta.nbytes str", lambda: fit_alpha_beta(["a", "b"], [1.0, 2.0]), TypeError,
+     r"nbytes\[0\]"),
+    ("fit_alpha_beta.nbytes bool", lambda: fit_alpha_beta([True, False], [1.0, 2.0]),
+     ValueError, r"nbytes\[0\]"),
+    ("fit_alpha_beta.nbytes one size", lambda: fit_alpha_beta([8, 8], [1.0, 2.0]), ValueError,
+     "nbytes needs at least two distinct sizes"),
+    ("fit_alpha_beta.times_s length", lambda: fit_alpha_beta([1, 2], [1.0]), ValueError,
+     "nbytes and times_s differ in length"),
+    ("fit_alpha_beta.times_s zero", lambda: fit_alpha_beta([1, 2], [0.0, 1.0]), ValueError,
+     "times_s must all be finite and > 0"),
+    ("fit_alpha_beta.times_s nan", lambda: fit_alpha_beta([1, 2], [NAN, 1.0]), ValueError,
+     "times_s"),
+    ("fit_alpha_beta.times_s str", lambda: fit_alpha_beta([1, 2], ["1", "2"]), TypeError,
+     "times_s must hold numbers"),
+    ("fit_alpha_beta.times_s dict", lambda: fit_alpha_beta([1, 2], {1: 1.0}), TypeError,
+     "times_s must be a list"),
+    # ring_allreduce_time
+    ("ring_allreduce_time.nbytes negative", lambda: ring_allreduce_time(-10, 2, LINK),
+     ValueError, "nbytes must be a finite number >= 0"),
+    ("ring_allreduce_time.nbytes nan", lambda: ring_allreduce_time(NAN, 2, LINK), ValueError,
+     "nbytes"),
+    ("ring_allreduce_time.world_size zero", lambda: ring_allreduce_time(10, 0, LINK),
+     ValueError, "world_size must be an int >= 1"),
+    ("ring_allreduce_time.world_size float", lambda: ring_allreduce_time(10, 2.5, LINK),
+     ValueError, "world_size"),
+    ("ring_allreduce_time.world_size bool", lambda: ring_allreduce_time(10, True, LINK),
+     ValueError, "world_size"),
+    ("ring_allreduce_time.world_size str", lambda: ring_allreduce_time(10, "2", LINK),
+     TypeError, "world_size"),
+    ("ring_allreduce_time.link", lambda: ring_allreduce_time(10, 2, None), TypeError,
+     "link must be an AlphaBeta"),
+    # benchmark_collective and sweep: refused before the first collective (no group needed)
+    ("benchmark_collective.op", lambda: benchmark_collective("gather", 1024), ValueError,
+     "op must be one of"),
+    ("benchmark_collective.nbytes zero", lambda: benchmark_collective("all_reduce", 0),
+     ValueError, "nbytes must be an int >= 1"),
+    ("benchmark_collective.nbytes bool", lambda: benchmark_collective("all_reduce", True),
+     ValueError, "nbytes"),
+    ("benchmark_collective.nbytes float", lambda: benchmark_collective("all_reduce", 1e3),
+     ValueError, "nbytes"),
+    ("benchmark_collective.warmup", lambda: benchmark_collective("all_reduce", 64, warmup=-1),
+     ValueError, "warmup must be an int >= 0"),
+    ("benchmark_collective.repeat", lambda: benchmark_collective("all_reduce", 64, repeat=0),
+     ValueError, "repeat must be an int >= 1"),
+    ("benchmark_collective.device", lambda: benchmark_collective("all_reduce", 64,
+                                                                 device="bogus"),
+     ValueError, "device"),
+    ("sweep.ops str", lambda: sweep("all_reduce", [64]), TypeError,
+     "ops must be a list or tuple"),
+    ("sweep.ops empty", lambda: sweep([], [64]), ValueError, "ops must hold at least one"),
+    ("sweep.ops unknown", lambda: sweep(["all_reduce", "gather"], [64]), ValueError,
+     r"ops\[1\] must be one of"),
+    ("sweep.sizes int", lambda: sweep(["all_reduce"], 64), TypeError, "sizes must be a list"),
+    ("sweep.sizes empty", lambda: sweep(["all_reduce"], []), ValueError,
+     "sizes must hold at least one"),
+    ("sweep.sizes zero", lambda: sweep(["all_reduce"], [64, 0]), ValueError,
+     r"sizes\[1\] must be an int >= 1"),
+    ("sweep.warmup", lambda: sweep(["all_reduce"], [64], warmup=-1), ValueError, "warmup"),
+    ("sweep.repeat", lambda: sweep(["all_reduce"], [64], repeat=0), ValueError, "repeat"),
+    # collectives on tensors: the types are checked before the group is asked its size
+    ("reduce_scatter_single.output", lambda: reduce_scatter_single([1.0], T), TypeError,
+     "output must be a torch.Tensor"),
+    ("reduce_scatter_single.input", lambda: reduce_scatter_single(T, "x"), TypeError,
+     "input must be a torch.Tensor"),
+    ("all_gather_single.output", lambda: all_gather_single(None, T), TypeError,
+     "output must be a torch.Tensor"),
+    ("ring_all_reduce.tensor", lambda: ring_all_reduce([1.0, 2.0]), TypeError,
+     "tensor must be a torch.Tensor"),
+]
+
+CASES_IN_A_GROUP = [  # (id, call, exception, regex), run in a one-rank gloo group
+    ("reduce_scatter_single.sizes", lambda: reduce_scatter_single(torch.ones(3), torch.ones(2)),
+     ValueError, r"input must hold world_size \(1\) times as many elements"),
+    ("reduce_scatter_single.dtype",
+     lambda: reduce_scatter_single(torch.ones(2), torch.ones(2, dtype=torch.float64)),
+     ValueError, "same dtype"),
+    ("all_gather_single.sizes", lambda: all_gather_single(torch.ones(3), torch.ones(2)),
+     ValueError, r"output must hold world_size \(1\) times as many elements"),
+    ("ring_all_reduce.contiguous", lambda: ring_all_reduce(torch.ones(4, 4).t()), ValueError,
+     "tensor must be contiguous"),
+    ("benchmark_collective.op in a group", lambda: benchmark_collective("alltoall", 64),
+     ValueError, "op must be one of"),
+]
+
+# Records perfkit returns; OPS is a constant.
+RECORDS = {"CollectivePoint"}
+
+
+@pytest.fixture
+def single_process_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(10)  # a collective that starts with a bad argument could hang
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES_IN_A_GROUP],
+                         ids=[c[0] for c in CASES_IN_A_GROUP])
+def test_bad_argument_in_a_group_is_refused_naming_it(single_process_group, call, exc,
+                                                       pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_case_ids_are_unique():
+    ids = [c[0] for c in CASES + CASES_IN_A_GROUP]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_public_callable_has_a_case():
+    callables = {n for n in comm.__all__ if callable(getattr(comm, n))}
+    covered = {c[0].split(".")[0].split(" ")[0] for c in CASES + CASES_IN_A_GROUP}
+    missing = callables - covered - RECORDS
+    assert not missing, f"no bad-input case for {sorted(missing)}"

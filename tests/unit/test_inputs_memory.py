@@ -1,0 +1,190 @@
+"""perfkit.memory refuses bad arguments: each public function and class raises ``TypeError``
+(wrong type) or ``ValueError`` (wrong value) with a message naming the argument and what is
+allowed, instead of returning a byte count for a model that cannot exist.
+
+Each case is (id, call, exception, regex on the message); the regex names the argument.
+"""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from perfkit import memory
+from perfkit.memory import (
+    CheckpointedBlock,
+    SavedTensorMeter,
+    StateRecipe,
+    checkpoint_blocks,
+    count_parameters,
+    gpt2_num_params,
+    gpt2_saved_activation_bytes,
+    gpt2_step_memory,
+    measure_step_anatomy,
+    optimizer_state_bytes,
+    zero_model_states,
+    zero_table,
+)
+
+NAN, INF = math.nan, math.inf
+GPT = dict(batch=2, seq_len=8, n_embd=8, n_layer=1, n_head=2, vocab_size=16)
+STEP = dict(n_embd=8, n_layer=1, n_head=2, vocab_size=16, batch=2, seq_len=8)
+LIN = nn.Linear(2, 2)
+
+
+class Optimizer:
+    """Enough of an optimizer for cases that fail before it is used."""
+
+    state: dict = {}
+
+    def zero_grad(self, set_to_none=True):
+        pass
+
+    def step(self):
+        pass
+
+
+CASES = [  # (id, call, exception, regex on the message)
+    # StateRecipe, zero_model_states, zero_table
+    ("StateRecipe.name", lambda: StateRecipe(3, 2, 2, 12), TypeError, "name must be a str"),
+    ("StateRecipe.param_bytes negative", lambda: StateRecipe("x", -1, 2, 12), ValueError,
+     "param_bytes must be a finite number >= 0"),
+    ("StateRecipe.grad_bytes nan", lambda: StateRecipe("x", 2, NAN, 12), ValueError,
+     "grad_bytes"),
+    ("StateRecipe.optimizer_bytes inf", lambda: StateRecipe("x", 2, 2, INF), ValueError,
+     "optimizer_bytes"),
+    ("StateRecipe.optimizer_bytes str", lambda: StateRecipe("x", 2, 2, "12"), TypeError,
+     "optimizer_bytes"),
+    ("zero_model_states.num_params zero", lambda: zero_model_states(0), ValueError,
+     "num_params must be a finite number > 0"),
+    ("zero_model_states.num_params nan", lambda: zero_model_states(NAN), ValueError,
+     "num_params"),
+    ("zero_model_states.num_params inf", lambda: zero_model_states(INF), ValueError,
+     "num_params"),
+    ("zero_model_states.num_params bool", lambda: zero_model_states(True), ValueError,
+     "num_params"),
+    ("zero_model_states.num_params str", lambda: zero_model_states("7.5e9"), TypeError,
+     "num_params"),
+    ("zero_model_states.world_size zero", lambda: zero_model_states(1e9, 0), ValueError,
+     "world_size must be an int >= 1"),
+    ("zero_model_states.world_size bool", lambda: zero_model_states(1e9, True), ValueError,
+     "world_size"),
+    ("zero_model_states.world_size float", lambda: zero_model_states(1e9, 64.0), ValueError,
+     "world_size"),
+    ("zero_model_states.stage four", lambda: zero_model_states(1e9, 8, 4), ValueError,
+     r"stage must be an int in \[0, 3\]"),
+    ("zero_model_states.stage negative", lambda: zero_model_states(1e9, 8, -1), ValueError,
+     "stage"),
+    ("zero_model_states.stage bool", lambda: zero_model_states(1e9, 8, True), ValueError,
+     "stage"),
+    ("zero_model_states.stage float", lambda: zero_model_states(1e9, 8, 1.0), ValueError,
+     "stage"),
+    ("zero_model_states.stage str", lambda: zero_model_states(1e9, 8, "1"), TypeError, "stage"),
+    ("zero_model_states.recipe", lambda: zero_model_states(1e9, recipe="adam"), ValueError,
+     "recipe must be a StateRecipe or one of"),
+    ("zero_model_states.recipe list", lambda: zero_model_states(1e9, recipe=["mixed_adam"]),
+     ValueError, "recipe"),
+    ("zero_table.num_params", lambda: zero_table(-1, 8), ValueError, "num_params"),
+    ("zero_table.world_size", lambda: zero_table(1e9, 0), ValueError, "world_size"),
+    ("zero_table.recipe", lambda: zero_table(1e9, 8, 3), ValueError, "recipe"),
+    # counting live objects
+    ("count_parameters.module", lambda: count_parameters([LIN]), TypeError,
+     "module must be a torch.nn.Module"),
+    ("optimizer_state_bytes.optimizer", lambda: optimizer_state_bytes(3), TypeError,
+     "optimizer must be a torch.optim.Optimizer"),
+    ("SavedTensorMeter.params int", lambda: SavedTensorMeter(3), TypeError,
+     "params must be None, a tensor or an iterable of tensors"),
+    ("SavedTensorMeter.params item", lambda: SavedTensorMeter([torch.ones(1), 3]), TypeError,
+     "params must hold tensors"),
+    ("SavedTensorMeter.inputs int", lambda: SavedTensorMeter(None, 3), TypeError,
+     "inputs must be None, a tensor"),
+    ("SavedTensorMeter.inputs item", lambda: SavedTensorMeter(None, [1.0]), TypeError,
+     "inputs must hold tensors"),
+    ("SavedTensorMeter.report before entering", lambda: SavedTensorMeter().report(),
+     RuntimeError, r"report\(\) before `with SavedTensorMeter"),
+    # the GPT-2 model
+    ("gpt2_saved_activation_bytes.batch bool",
+     lambda: gpt2_saved_activation_bytes(**GPT | {"batch": True}), ValueError,
+     "batch must be an int >= 1"),
+    ("gpt2_saved_activation_bytes.seq_len zero",
+     lambda: gpt2_saved_activation_bytes(**GPT | {"seq_len": 0}), ValueError, "seq_len"),
+    ("gpt2_saved_activation_bytes.n_embd float",
+     lambda: gpt2_saved_activation_bytes(**GPT | {"n_embd": 8.0}), ValueError, "n_embd"),
+    ("gpt2_saved_activation_bytes.vocab_size str",
+     lambda: gpt2_saved_activation_bytes(**GPT | {"vocab_size": "16"}), TypeError,
+     "vocab_size"),
+    ("gpt2_saved_activation_bytes.attention",
+     lambda: gpt2_saved_activation_bytes(**GPT, attention="flash"), ValueError,
+     "attention must be one of 'eager', 'sdpa'"),
+    ("gpt2_saved_activation_bytes.attention list",
+     lambda: gpt2_saved_activation_bytes(**GPT, attention=["sdpa"]), ValueError, "attention"),
+    ("gpt2_saved_activation_bytes.dtype_bytes",
+     lambda: gpt2_saved_activation_bytes(**GPT, dtype_bytes=3), ValueError,
+     "dtype_bytes must be one of 1, 2, 4, 8"),
+    ("gpt2_saved_activation_bytes.dtype_bytes float",
+     lambda: gpt2_saved_activation_bytes(**GPT, dtype_bytes=4.0), ValueError,
+     "dtype_bytes must be an int"),
+    ("gpt2_saved_activation_bytes.dtype_bytes bool",
+     lambda: gpt2_saved_activation_bytes(**GPT, dtype_bytes=True), ValueError, "dtype_bytes"),
+    ("gpt2_num_params.n_embd", lambda: gpt2_num_params(0, 1, 16, 8), ValueError,
+     "n_embd must be an int >= 1"),
+    ("gpt2_num_params.n_layer bool", lambda: gpt2_num_params(8, True, 16, 8), ValueError,
+     "n_layer"),
+    ("gpt2_num_params.n_positions", lambda: gpt2_num_params(8, 1, 16, -1), ValueError,
+     "n_positions"),
+    ("gpt2_step_memory.precision", lambda: gpt2_step_memory(**STEP, precision="bf16"),
+     ValueError, "precision must be one of 'fp32', 'mixed'"),
+    ("gpt2_step_memory.precision list", lambda: gpt2_step_memory(**STEP, precision=["fp32"]),
+     ValueError, "precision"),
+    ("gpt2_step_memory.seq_len", lambda: gpt2_step_memory(**STEP | {"seq_len": 0}), ValueError,
+     "seq_len must be an int >= 1"),
+    ("gpt2_step_memory.attention", lambda: gpt2_step_memory(**STEP, attention="flash"),
+     ValueError, "attention"),
+    # checkpointing
+    ("CheckpointedBlock.block int", lambda: CheckpointedBlock(3), TypeError,
+     "block must be a Module"),
+    ("CheckpointedBlock.block function", lambda: CheckpointedBlock(lambda x: x), TypeError,
+     "block must be a Module"),
+    ("checkpoint_blocks.blocks", lambda: checkpoint_blocks([LIN]), TypeError,
+     "blocks must be an nn.ModuleList"),
+    # one step, measured: every case fails before the step runs
+    ("measure_step_anatomy.model", lambda: measure_step_anatomy(3, lambda: None, Optimizer()),
+     TypeError, "model must be a Module"),
+    ("measure_step_anatomy.compute_loss", lambda: measure_step_anatomy(LIN, None, Optimizer()),
+     TypeError, "compute_loss must be a callable"),
+    ("measure_step_anatomy.optimizer", lambda: measure_step_anatomy(LIN, lambda: None, None),
+     TypeError, "optimizer must be a torch.optim.Optimizer"),
+    ("measure_step_anatomy.snapshot_path",
+     lambda: measure_step_anatomy(LIN, lambda: None, Optimizer(), snapshot_path=3), TypeError,
+     "snapshot_path must be a str or PathLike or None"),
+    ("measure_step_anatomy.compute_loss result",
+     lambda: measure_step_anatomy(LIN, lambda: 1.0, Optimizer()), TypeError,
+     "compute_loss must return the loss tensor"),
+]
+
+# Public names without a case: the RSS helpers take no arguments; the rest are records
+# perfkit returns. RECIPES is a constant.
+NO_ARGUMENTS = {"peak_rss_bytes", "reset_peak_rss", "rss_bytes", "trim_heap"}
+RECORDS = {"ActivationEstimate", "ModelStateBytes", "ParamCount", "SavedTensorReport",
+           "StepAnatomy"}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_case_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_public_callable_has_a_case():
+    callables = {n for n in memory.__all__ if callable(getattr(memory, n))}
+    covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
+    missing = callables - covered - NO_ARGUMENTS - RECORDS
+    assert not missing, f"no bad-input case for {sorted(missing)}"

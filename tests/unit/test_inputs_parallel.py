@@ -1,0 +1,224 @@
+"""perfkit.parallel refuses bad arguments: each public function and class raises
+``TypeError`` (wrong type) or ``ValueError`` (wrong value) with a message naming the
+argument and what is allowed, at the call, not later inside a collective.
+
+Every case runs inside a one-process gloo group (the data-parallel wrappers broadcast at
+construction, the flat collectives need a group); nothing here needs a second process."""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from perfkit import parallel
+from perfkit.parallel import (
+    BucketedDP,
+    NaiveDP,
+    OverlappedDP,
+    ZeroOneOptimizer,
+    all_gather_flat,
+    assign_buckets,
+    reduce_scatter_flat,
+    shard_range,
+)
+
+NAN, INF = math.nan, math.inf
+ADAMW = torch.optim.AdamW
+
+
+def _p(n: int = 3, dtype: torch.dtype = torch.float32) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(n, dtype=dtype))
+
+
+P, Q = _p(), _p()
+PARAMS = [_p(10), _p(20)]
+# perfkit/parallel/flat.py checks only numel >= 1 and the rank's range: a float, NaN or inf
+# slips through (or fails inside math.ceil or gloo with a message naming no argument). That
+# module is outside this change; these cases document what it should raise (strict: once it
+# does, they fail as XPASS, and the marks go).
+FLAT = pytest.mark.xfail(strict=True, reason="perfkit/parallel/flat.py does not check it yet")
+
+CASES = [  # (name, call, exception, regex on the message)
+    # ZeroOneOptimizer: params
+    ("ZeroOneOptimizer.params tensor", lambda: ZeroOneOptimizer(P, ADAMW), TypeError,
+     "params must be an ordered iterable"),
+    ("ZeroOneOptimizer.params set", lambda: ZeroOneOptimizer({P, Q}, ADAMW), TypeError,
+     "params must be an ordered iterable.*set"),
+    ("ZeroOneOptimizer.params int", lambda: ZeroOneOptimizer(3, ADAMW), TypeError,
+     "params must be an ordered iterable.*int"),
+    ("ZeroOneOptimizer.params empty", lambda: ZeroOneOptimizer([], ADAMW), ValueError,
+     "params is empty"),
+    ("ZeroOneOptimizer.params item", lambda: ZeroOneOptimizer([P, "w"], ADAMW), TypeError,
+     "params of group 0 must be tensors, got str"),
+    ("ZeroOneOptimizer.params int dtype",
+     lambda: ZeroOneOptimizer([torch.zeros(3, dtype=torch.int64)], ADAMW), TypeError,
+     "params of group 0: .*floating-point"),
+    ("ZeroOneOptimizer.params twice", lambda: ZeroOneOptimizer([P, P], ADAMW), ValueError,
+     "appears twice"),
+    ("ZeroOneOptimizer.params dtypes", lambda: ZeroOneOptimizer([P, _p(3, torch.float64)], ADAMW),
+     ValueError, "param group 0 mixes dtypes"),
+    ("ZeroOneOptimizer.params non-leaf", lambda: ZeroOneOptimizer([P * 2], ADAMW), ValueError,
+     "non-leaf"),
+    ("ZeroOneOptimizer.params group key", lambda: ZeroOneOptimizer([{"lr": 0.1}], ADAMW),
+     TypeError, "group 0 must be a dict with a 'params' key"),
+    ("ZeroOneOptimizer.params mixed", lambda: ZeroOneOptimizer([{"params": [P]}, Q], ADAMW),
+     TypeError, "group 1 must be a dict with a 'params' key"),
+    ("ZeroOneOptimizer.params group set", lambda: ZeroOneOptimizer([{"params": {P}}], ADAMW),
+     TypeError, "params of group 0 must be an ordered iterable"),
+    ("ZeroOneOptimizer.params group empty", lambda: ZeroOneOptimizer([{"params": []}], ADAMW),
+     ValueError, "param group 0 has no parameters"),
+    # ZeroOneOptimizer: the other arguments
+    ("ZeroOneOptimizer.optimizer_class str", lambda: ZeroOneOptimizer([P], "AdamW"), TypeError,
+     "optimizer_class must be a torch.optim.Optimizer subclass"),
+    ("ZeroOneOptimizer.optimizer_class instance",
+     lambda: ZeroOneOptimizer([P], torch.optim.SGD([Q], lr=0.1)), TypeError, "optimizer_class"),
+    ("ZeroOneOptimizer.reduce_grads", lambda: ZeroOneOptimizer([P], ADAMW, reduce_grads="yes"),
+     TypeError, "reduce_grads must be a bool"),
+    ("ZeroOneOptimizer.process_group", lambda: ZeroOneOptimizer([P], ADAMW, process_group="dp"),
+     TypeError, "process_group must be None .*or a ProcessGroup, got str"),
+    # hyperparameters are the wrapped optimizer's to check, with its own messages
+    ("ZeroOneOptimizer.lr nan", lambda: ZeroOneOptimizer([P], ADAMW, lr=NAN), ValueError,
+     "learning rate: nan"),
+    ("ZeroOneOptimizer.lr negative", lambda: ZeroOneOptimizer([P], ADAMW, lr=-1.0), ValueError,
+     "learning rate: -1"),
+    ("ZeroOneOptimizer.weight_decay", lambda: ZeroOneOptimizer([P], ADAMW, weight_decay=-0.1),
+     ValueError, "weight_decay"),
+    ("ZeroOneOptimizer.defaults unknown", lambda: ZeroOneOptimizer([P], ADAMW, momentun=0.9),
+     TypeError, "momentun"),
+    ("ZeroOneOptimizer.load_state_dict groups",
+     lambda: ZeroOneOptimizer([P], ADAMW).load_state_dict({"state": {}, "param_groups": []}),
+     ValueError, "state_dict has 0 param groups, this optimizer has 1"),
+    ("ZeroOneOptimizer.load_state_dict params",
+     lambda: ZeroOneOptimizer([P], ADAMW).load_state_dict(
+         {"state": {}, "param_groups": [{"params": [0, 1]}]}), ValueError,
+     "param group 0: state_dict has 2 parameters, this optimizer has 1"),
+    # assign_buckets
+    ("assign_buckets.params empty", lambda: assign_buckets([], 10), ValueError, "params is empty"),
+    ("assign_buckets.params str", lambda: assign_buckets("wb", 10), TypeError,
+     "params must be a sequence"),
+    ("assign_buckets.params generator", lambda: assign_buckets(iter(PARAMS), 10), TypeError,
+     "params must be a sequence"),
+    ("assign_buckets.params item", lambda: assign_buckets([1.0, 2.0], 10), TypeError,
+     r"params must be a sequence \(list, tuple\) of tensors, got a list of \['float'\]"),
+    ("assign_buckets.bucket_cap_bytes 0", lambda: assign_buckets(PARAMS, 0), ValueError,
+     "bucket_cap_bytes must be an int number of bytes >= 1, got 0"),
+    ("assign_buckets.bucket_cap_bytes negative", lambda: assign_buckets(PARAMS, -8), ValueError,
+     "bucket_cap_bytes must be .* >= 1"),
+    ("assign_buckets.bucket_cap_bytes nan", lambda: assign_buckets(PARAMS, NAN), ValueError,
+     "bucket_cap_bytes must be an int"),
+    ("assign_buckets.bucket_cap_bytes inf", lambda: assign_buckets(PARAMS, INF), ValueError,
+     "bucket_cap_bytes must be an int"),
+    ("assign_buckets.bucket_cap_bytes float", lambda: assign_buckets(PARAMS, 100.5), ValueError,
+     "bucket_cap_bytes must be an int"),
+    ("assign_buckets.bucket_cap_bytes bool", lambda: assign_buckets(PARAMS, True), ValueError,
+     "bucket_cap_bytes must be an int"),
+    ("assign_buckets.bucket_cap_bytes str", lambda: assign_buckets(PARAMS, "1MB"), TypeError,
+     "bucket_cap_bytes must be an int number of bytes >= 1, got '1MB'"),
+    ("assign_buckets.first_bucket_bytes 0", lambda: assign_buckets(PARAMS, 10, 0), ValueError,
+     "first_bucket_bytes must be .* >= 1"),
+    ("assign_buckets.first_bucket_bytes nan", lambda: assign_buckets(PARAMS, 10, NAN), ValueError,
+     "first_bucket_bytes must be an int"),
+    # NaiveDP, BucketedDP, OverlappedDP
+    ("NaiveDP.module", lambda: NaiveDP("model"), TypeError, "module must be an nn.Module, got str"),
+    ("NaiveDP.module frozen", lambda: NaiveDP(nn.ReLU()), ValueError,
+     "module has no parameters with requires_grad=True"),
+    ("NaiveDP.group", lambda: NaiveDP(nn.Linear(2, 2), group="world"), TypeError,
+     "group must be None .*or a ProcessGroup, got 'world'"),
+    ("BucketedDP.module", lambda: BucketedDP(None), TypeError, "module must be an nn.Module"),
+    ("BucketedDP.bucket_cap_mb 0", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=0),
+     ValueError, r"bucket_cap_mb must be a finite number of MiB >= 2\*\*-20 \(one byte\), got 0"),
+    ("BucketedDP.bucket_cap_mb negative", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=-1.0),
+     ValueError, "bucket_cap_mb must be a finite number .* got -1.0"),
+    ("BucketedDP.bucket_cap_mb nan", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=NAN),
+     ValueError, "bucket_cap_mb must be a finite number .* got nan"),
+    ("BucketedDP.bucket_cap_mb inf", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=INF),
+     ValueError, "bucket_cap_mb must be a finite number .* got inf"),
+    ("BucketedDP.bucket_cap_mb below a byte",
+     lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=1e-9), ValueError, r"one byte\), got 1e-09"),
+    ("BucketedDP.bucket_cap_mb str", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb="25"),
+     TypeError, "bucket_cap_mb must be a finite number of MiB .* got '25'"),
+    ("BucketedDP.bucket_cap_mb bool", lambda: BucketedDP(nn.Linear(2, 2), bucket_cap_mb=True),
+     ValueError, "bucket_cap_mb must be a finite number .* got True"),
+    ("BucketedDP.group", lambda: BucketedDP(nn.Linear(2, 2), group=0), TypeError,
+     "group must be None"),
+    ("OverlappedDP.module", lambda: OverlappedDP([nn.Linear(2, 2)]), TypeError,
+     "module must be an nn.Module, got list"),
+    ("OverlappedDP.bucket_cap_mb nan", lambda: OverlappedDP(nn.Linear(2, 2), bucket_cap_mb=NAN),
+     ValueError, "bucket_cap_mb must be a finite number"),
+    ("OverlappedDP.bucket_cap_mb tensor",
+     lambda: OverlappedDP(nn.Linear(2, 2), bucket_cap_mb=torch.tensor(1.0)), TypeError,
+     "bucket_cap_mb must be a finite number of MiB .* got Tensor"),
+    # shard_range (what it checks today, then what it should)
+    ("shard_range.numel 0", lambda: shard_range(0, 2, 0), ValueError, "numel must be >= 1"),
+    ("shard_range.numel negative", lambda: shard_range(-3, 2, 0), ValueError, "numel must be >= 1"),
+    ("shard_range.world_size 0", lambda: shard_range(3, 0, 0), ValueError, "world_size=0"),
+    ("shard_range.rank too large", lambda: shard_range(3, 2, 2), ValueError, "rank=2"),
+    ("shard_range.rank negative", lambda: shard_range(3, 2, -1), ValueError, "rank=-1"),
+    pytest.param("shard_range.numel float", lambda: shard_range(2.5, 2, 0), ValueError,
+                 "numel must be an int",
+                 marks=FLAT),
+    pytest.param("shard_range.numel nan", lambda: shard_range(NAN, 2, 0), ValueError,
+                 "numel must be an int",
+                 marks=FLAT),
+    pytest.param("shard_range.numel inf", lambda: shard_range(INF, 2, 0), ValueError,
+                 "numel must be an int",
+                 marks=FLAT),
+    pytest.param("shard_range.numel str", lambda: shard_range("3", 2, 0), TypeError,
+                 "numel must be an int",
+                 marks=FLAT),
+    pytest.param("shard_range.world_size bool", lambda: shard_range(3, True, 0), ValueError,
+                 "world_size must be an int", marks=FLAT),
+    pytest.param("shard_range.rank float", lambda: shard_range(3, 2, 0.5), ValueError,
+                 "rank must be an int",
+                 marks=FLAT),
+    # the flat collectives (one process: the checks must come before gloo sees the tensors)
+    pytest.param("reduce_scatter_flat.out", lambda: reduce_scatter_flat([0.0], torch.zeros(1)),
+                 TypeError, "out must be a torch.Tensor", marks=FLAT),
+    pytest.param("reduce_scatter_flat.flat", lambda: reduce_scatter_flat(torch.zeros(1), [0.0]),
+                 TypeError, "flat must be a torch.Tensor", marks=FLAT),
+    pytest.param("reduce_scatter_flat.flat size",
+                 lambda: reduce_scatter_flat(torch.zeros(2), torch.zeros(3)), ValueError,
+                 "flat must hold", marks=FLAT),
+    pytest.param("reduce_scatter_flat.flat dtype",
+                 lambda: reduce_scatter_flat(torch.zeros(2), torch.zeros(2, dtype=torch.float64)),
+                 TypeError, "must share dtype and device", marks=FLAT),
+    pytest.param("all_gather_flat.shard", lambda: all_gather_flat(torch.zeros(2), [0.0, 1.0]),
+                 TypeError, "shard must be a torch.Tensor", marks=FLAT),
+    pytest.param("all_gather_flat.flat size",
+                 lambda: all_gather_flat(torch.zeros(3), torch.zeros(2)), ValueError,
+                 "flat must hold", marks=FLAT),
+    pytest.param("all_gather_flat.shard dtype",
+                 lambda: all_gather_flat(torch.zeros(2), torch.zeros(2, dtype=torch.float64)),
+                 TypeError, "must share dtype and device", marks=FLAT),
+]
+
+
+def _name(case) -> str:
+    return (case.values if hasattr(case, "values") else case)[0]
+
+
+def _args(case):
+    if hasattr(case, "values"):  # a pytest.param: keep its marks
+        return pytest.param(*case.values[1:], marks=case.marks, id=case.values[0])
+    return pytest.param(*case[1:], id=case[0])
+
+
+@pytest.fixture
+def one_process_group():
+    """A gloo group of one process: what the wrappers' broadcast and the collectives need."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(("call", "exc", "pattern"), [_args(c) for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(one_process_group, call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_every_public_callable_has_a_case():
+    covered = {_name(c).split(".")[0] for c in CASES}
+    assert set(parallel.__all__) <= covered, f"no bad-input case for {set(parallel.__all__) - covered}"

@@ -1,0 +1,214 @@
+"""perfkit.profiling refuses bad arguments: each public function and class raises
+``TypeError`` (wrong type) or ``ValueError`` (wrong value) with a message naming the
+argument and what is allowed, at the call, not steps later inside the loop or a thread.
+
+Each case is (id, call, exception, regex on the message); the regex names the argument.
+"""
+
+import math
+
+import pytest
+
+from perfkit import profiling
+from perfkit.profiling import (
+    MemoryMonitor,
+    PhaseStats,
+    ProfileConfig,
+    Profiler,
+    StepMonitor,
+    Thresholds,
+    TraceBreakdown,
+    diagnose,
+    measure_workload,
+    trace_breakdown,
+)
+
+NAN, INF = math.nan, math.inf
+SHARES = {"data": 0.5, "forward": 0.2}
+EV = dict(ph="X", cat="user_annotation", tid=1)  # a Chrome trace's complete event
+
+
+def summary():
+    """A one-step summary of a monitor on a fake clock (no real timing)."""
+    mon, t = StepMonitor(device="cpu"), [0.0]
+    mon._mark = lambda: t[0]
+    with mon.phase("forward"):
+        t[0] += 0.01
+    mon.step()
+    return mon.summary()
+
+
+CASES = [  # (id, call, exception, regex on the message)
+    # StepMonitor
+    ("StepMonitor.warmup negative", lambda: StepMonitor("cpu", warmup=-1), ValueError,
+     "warmup must be an int >= 0"),
+    ("StepMonitor.warmup bool", lambda: StepMonitor("cpu", warmup=True), ValueError, "warmup"),
+    ("StepMonitor.warmup float", lambda: StepMonitor("cpu", warmup=1.5), ValueError, "warmup"),
+    ("StepMonitor.warmup str", lambda: StepMonitor("cpu", warmup="2"), TypeError, "warmup"),
+    ("StepMonitor.phases str", lambda: StepMonitor("cpu", phases="forward"), TypeError,
+     "phases must be a list or tuple"),
+    ("StepMonitor.phases empty", lambda: StepMonitor("cpu", phases=()), ValueError,
+     "phases must hold at least one"),
+    ("StepMonitor.phases int", lambda: StepMonitor("cpu", phases=3), TypeError, "phases"),
+    ("StepMonitor.phases item", lambda: StepMonitor("cpu", phases=("forward", "")), TypeError,
+     "phase name must be a non-empty str"),
+    ("StepMonitor.phases reserved", lambda: StepMonitor("cpu", phases=("step",)), ValueError,
+     "phase name 'step' is reserved"),
+    ("StepMonitor.device", lambda: StepMonitor("bogus"), ValueError, "device"),
+    ("StepMonitor.phase int", lambda: StepMonitor("cpu").phase(3), TypeError,
+     "phase name must be a non-empty str"),
+    ("StepMonitor.phase list", lambda: StepMonitor("cpu").phase(["forward"]), TypeError,
+     "phase name"),
+    ("StepMonitor.phase reserved", lambda: StepMonitor("cpu").phase("other"), ValueError,
+     "phase name 'other' is reserved"),
+    ("StepMonitor.phase unknown", lambda: StepMonitor("cpu", phases=("forward",)).phase("fwd"),
+     ValueError, "unknown phase 'fwd'"),
+    ("StepMonitor.step samples negative", lambda: StepMonitor("cpu").step(samples=-1),
+     ValueError, "samples must be an int >= 0"),
+    ("StepMonitor.step samples float", lambda: StepMonitor("cpu").step(samples=1.5), ValueError,
+     "samples"),
+    ("StepMonitor.step samples nan", lambda: StepMonitor("cpu").step(samples=NAN), ValueError,
+     "samples"),
+    ("StepMonitor.step samples str", lambda: StepMonitor("cpu").step(samples="8"), TypeError,
+     "samples"),
+    ("StepMonitor.step tokens bool", lambda: StepMonitor("cpu").step(tokens=True), ValueError,
+     "tokens"),
+    # MemoryMonitor
+    ("MemoryMonitor.interval_s zero", lambda: MemoryMonitor("cpu", interval_s=0), ValueError,
+     r"interval_s must be a finite number in \(0, "),
+    ("MemoryMonitor.interval_s negative", lambda: MemoryMonitor("cpu", interval_s=-1),
+     ValueError, "interval_s"),
+    ("MemoryMonitor.interval_s nan", lambda: MemoryMonitor("cpu", interval_s=NAN), ValueError,
+     "interval_s"),
+    ("MemoryMonitor.interval_s inf", lambda: MemoryMonitor("cpu", interval_s=INF), ValueError,
+     "interval_s"),
+    ("MemoryMonitor.interval_s huge", lambda: MemoryMonitor("cpu", interval_s=1e300), ValueError,
+     "interval_s"),
+    ("MemoryMonitor.interval_s str", lambda: MemoryMonitor("cpu", interval_s="1"), TypeError,
+     "interval_s"),
+    ("MemoryMonitor.interval_s bool", lambda: MemoryMonitor("cpu", interval_s=True), ValueError,
+     "interval_s"),
+    ("MemoryMonitor.device", lambda: MemoryMonitor("bogus"), ValueError, "device"),
+    # PhaseStats, StepSummary
+    ("PhaseStats.of times empty", lambda: PhaseStats.of("x", [], 1.0), ValueError,
+     "times_s must hold at least one"),
+    ("PhaseStats.of times nan", lambda: PhaseStats.of("x", [NAN], 1.0), ValueError, "times_s"),
+    ("PhaseStats.of step_mean_s nan", lambda: PhaseStats.of("x", [1.0], NAN), ValueError,
+     "step_mean_s must be a finite number >= 0"),
+    ("StepSummary.share unknown", lambda: summary().share("fwd"), KeyError,
+     "unknown phase 'fwd'"),
+    # Thresholds
+    ("Thresholds.data zero", lambda: Thresholds(data=0.0), ValueError,
+     r"data must be a finite number in \(0, 1\)"),
+    ("Thresholds.data one", lambda: Thresholds(data=1.0), ValueError, "data"),
+    ("Thresholds.data nan", lambda: Thresholds(data=NAN), ValueError, "data"),
+    ("Thresholds.data str", lambda: Thresholds(data="0.1"), TypeError, "data"),
+    ("Thresholds.compute bool", lambda: Thresholds(compute=True), ValueError, "compute"),
+    ("Thresholds.jitter one", lambda: Thresholds(jitter=1.0), ValueError,
+     "jitter must be a finite number > 1"),
+    ("Thresholds.jitter nan", lambda: Thresholds(jitter=NAN), ValueError, "jitter"),
+    ("Thresholds.jitter inf", lambda: Thresholds(jitter=INF), ValueError, "jitter"),
+    ("Thresholds.jitter str", lambda: Thresholds(jitter="2"), TypeError, "jitter"),
+    ("Thresholds.min_steps negative", lambda: Thresholds(min_steps=-1), ValueError,
+     "min_steps must be an int >= 0"),
+    ("Thresholds.min_steps float", lambda: Thresholds(min_steps=1.5), ValueError, "min_steps"),
+    ("Thresholds.min_steps str", lambda: Thresholds(min_steps="20"), TypeError, "min_steps"),
+    # diagnose
+    ("diagnose.record int", lambda: diagnose(3), TypeError, "record must be a StepSummary"),
+    ("diagnose.record None", lambda: diagnose(None), TypeError, "record"),
+    ("diagnose.record list", lambda: diagnose([("data", 0.5)]), TypeError, "record"),
+    ("diagnose.share nan", lambda: diagnose({"data": NAN}), ValueError,
+     r"share of phase 'data' must be in \[0, 1\]"),
+    ("diagnose.share above 1", lambda: diagnose({"data": 1.5}), ValueError, "'data'"),
+    ("diagnose.share negative", lambda: diagnose({"data": -0.1}), ValueError, "'data'"),
+    ("diagnose.share str", lambda: diagnose({"data": "0.5"}), ValueError, "'data'"),
+    ("diagnose.thresholds", lambda: diagnose(SHARES, thresholds={"data": 0.1}), TypeError,
+     "thresholds must be a Thresholds"),
+    ("diagnose.aliases list", lambda: diagnose(SHARES, aliases=["x"]), TypeError,
+     "aliases must be a Mapping"),
+    ("diagnose.aliases kind", lambda: diagnose(SHARES, aliases={"x": "gpu"}), ValueError,
+     "alias 'x' -> 'gpu': kind must be one of"),
+    # measure_workload: every case fails before a workload is built or a step runs
+    ("measure_workload.workload", lambda: measure_workload("resnet"), ValueError,
+     "workload must be one of"),
+    ("measure_workload.steps zero", lambda: measure_workload(steps=0), ValueError,
+     "steps must be an int >= 1"),
+    ("measure_workload.steps bool", lambda: measure_workload(steps=True), ValueError, "steps"),
+    ("measure_workload.warmup", lambda: measure_workload(warmup=-1), ValueError,
+     "warmup must be an int >= 0"),
+    ("measure_workload.batch_size", lambda: measure_workload(batch_size=0), ValueError,
+     "batch_size"),
+    ("measure_workload.num_workers", lambda: measure_workload(num_workers=1.5), ValueError,
+     "num_workers"),
+    ("measure_workload.cost_ms", lambda: measure_workload(cost_ms=NAN), ValueError, "cost_ms"),
+    ("measure_workload.device", lambda: measure_workload(device="bogus"), ValueError, "device"),
+    ("measure_workload.kwargs", lambda: measure_workload("gpt2", n_embd=64, n_head=3),
+     ValueError, "n_embd must be a multiple of n_head"),
+    # ProfileConfig, Profiler
+    ("ProfileConfig.wait negative", lambda: ProfileConfig(wait=-1), ValueError,
+     "wait must be an int >= 0"),
+    ("ProfileConfig.wait bool", lambda: ProfileConfig(wait=True), ValueError, "wait"),
+    ("ProfileConfig.warmup float", lambda: ProfileConfig(warmup=1.5), ValueError, "warmup"),
+    ("ProfileConfig.active zero", lambda: ProfileConfig(active=0), ValueError,
+     "active must be an int >= 1"),
+    ("ProfileConfig.trace_dir", lambda: ProfileConfig(trace_dir=3), TypeError,
+     "trace_dir must be a str or PathLike"),
+    ("Profiler.config", lambda: Profiler(config={"wait": 1}), TypeError,
+     "config must be a ProfileConfig or None"),
+    ("Profiler.name empty", lambda: Profiler(name=""), ValueError,
+     "name must be a non-empty file stem"),
+    ("Profiler.name slash", lambda: Profiler(name="a/b"), ValueError, "name"),
+    ("Profiler.name int", lambda: Profiler(name=3), ValueError, "name"),
+    ("Profiler.device", lambda: Profiler(device="bogus"), ValueError, "device"),
+    ("Profiler.phase int", lambda: Profiler.phase(3), TypeError, "name must be a non-empty str"),
+    ("Profiler.phase empty", lambda: Profiler.phase(""), TypeError, "name"),
+    # trace_breakdown, TraceBreakdown
+    ("trace_breakdown.trace int", lambda: trace_breakdown(3), TypeError,
+     "trace must be a str or PathLike or Mapping"),
+    ("trace_breakdown.trace list", lambda: trace_breakdown([{}]), TypeError, "trace"),
+    ("trace_breakdown.trace not json", lambda: trace_breakdown(__file__), ValueError,
+     "trace '.*' is not a JSON file"),
+    ("trace_breakdown.trace events", lambda: trace_breakdown({"traceEvents": 3}), ValueError,
+     "trace must be a Chrome trace"),
+    ("trace_breakdown.trace event keys", lambda: trace_breakdown({"traceEvents": [dict(EV)]}),
+     ValueError, "trace has user_annotation events without a name"),
+    ("trace_breakdown.trace no steps",
+     lambda: trace_breakdown({"traceEvents": [dict(EV, name="phase:data", ts=0, dur=5)]}),
+     ValueError, "trace has no ProfilerStep# events"),
+    ("trace_breakdown.trace no phases",
+     lambda: trace_breakdown({"traceEvents": [dict(EV, name="ProfilerStep#1", ts=0, dur=5)]}),
+     ValueError, "trace has no 'phase:' markers"),
+    ("TraceBreakdown.steps zero", lambda: TraceBreakdown(0, 1.0, SHARES), ValueError,
+     "steps must be an int >= 1"),
+    ("TraceBreakdown.steps bool", lambda: TraceBreakdown(True, 1.0, SHARES), ValueError,
+     "steps"),
+    ("TraceBreakdown.step_mean_s zero", lambda: TraceBreakdown(1, 0.0, SHARES), ValueError,
+     "step_mean_s must be a finite number > 0"),
+    ("TraceBreakdown.step_mean_s nan", lambda: TraceBreakdown(1, NAN, SHARES), ValueError,
+     "step_mean_s"),
+    ("TraceBreakdown.phase_mean_s", lambda: TraceBreakdown(1, 1.0, [0.5]), TypeError,
+     "phase_mean_s must be a dict"),
+]
+
+# Records perfkit returns (plain data built from checked input); PHASES is a constant.
+RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult"}
+
+
+@pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_case_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_public_callable_has_a_case():
+    callables = {n for n in profiling.__all__ if callable(getattr(profiling, n))}
+    covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
+    missing = callables - covered - RECORDS
+    assert not missing, f"no bad-input case for {sorted(missing)}"
