@@ -191,7 +191,7 @@ CASES = [  # (id, call, exception, regex on the message)
 ]
 
 # Records perfkit returns (plain data built from checked input); PHASES is a constant.
-RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult"}
+RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "StepWindow"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
