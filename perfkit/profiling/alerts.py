@@ -24,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = ["ALERTS", "alert_rules", "prometheus_config"]
 ALERTS = {"data": "PerfkitDataBound", "communication": "PerfkitCommunicationBound",
           "optimizer": "PerfkitOptimizerBound", "other": "PerfkitUntimedWork",
           "regression": "PerfkitStepTimeRegression", "jitter": "PerfkitStragglingRank"}
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 BUSY = "perfkit:busy_p50_seconds"  # recording rule: a rank's step time outside communication
 
 
@@ -46,15 +48,21 @@ def _duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
+def _key(key: str) -> str:
+    """A mapping key, quoted unless plain (YAML 1.1 reads a bare ``on`` or ``yes`` as true)."""
+    plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) and key.lower() not in _YAML_WORDS
+    return key if plain else json.dumps(key)
+
+
 def _yaml(value: Any, indent: int = 0) -> list[str]:
     """Lines of block-style YAML for nested dicts and lists of str, int and float."""
     pad, out = " " * indent, []
     if isinstance(value, dict):
         for k, v in value.items():
             if isinstance(v, dict | list) and v:
-                out += [f"{pad}{k}:", *_yaml(v, indent + 2)]
+                out += [f"{pad}{_key(k)}:", *_yaml(v, indent + 2)]
             else:
-                out.append(f"{pad}{k}: {json.dumps(v)}")
+                out.append(f"{pad}{_key(k)}: {json.dumps(v)}")
     else:
         for item in value:
             lines = _yaml(item, indent + 2) if isinstance(item, dict | list) else [
