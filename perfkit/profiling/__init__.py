@@ -41,6 +41,7 @@ from perfkit.profiling.sinks import (
     PrometheusSink,
     TensorBoardSink,
     process_rank,
+    read_scalars,
     window_scalars,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "METRICS",
     "PrometheusSink",
     "process_rank",
+    "read_scalars",
     "TensorBoardSink",
     "window_scalars",
     "diagnose",

@@ -88,7 +88,8 @@ def _annotations(description: str, f: Finding) -> dict[str, str]:
 
 def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | None = None,
                 regression: float = 0.2, for_s: float = 300.0,
-                interval_s: float | None = None, lookback_s: float = 3600.0) -> str:
+                interval_s: float | None = None, lookback_s: float = 3600.0,
+                kinds: Sequence[str] | None = None) -> str:
     """A Prometheus rule file (YAML text) raising the analyzer's findings as alerts.
 
     Args:
@@ -102,9 +103,11 @@ def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | N
             on the first evaluation that sees it.
         interval_s: the rule group's evaluation interval, s (``None``: the server's).
         lookback_s: the window of the self-baseline, s.
+        kinds: which alerts (keys of :data:`ALERTS`); ``None``: all six.
 
     Returns:
-        The rule file's text: one group ``perfkit`` with a recording rule and six alerts.
+        The rule file's text: one group ``perfkit`` with the alerts (and, for the straggler
+        alert, the recording rule it reads).
 
     Raises:
         TypeError, ValueError: naming the argument that is out of range.
@@ -117,14 +120,19 @@ def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | N
     if interval_s is not None:
         check_real("interval_s", interval_s, 0.001)
     lookback = _duration(check_real("lookback_s", lookback_s, 1))
+    wanted = set(ALERTS) if kinds is None else set(check_items("kinds", kinds))
+    if wanted - set(ALERTS):
+        raise ValueError(f"kinds must be among {sorted(ALERTS)}, got {sorted(wanted - set(ALERTS))}")
     rules: list[dict[str, Any]] = [{"record": BUSY, "expr": (
         "perfkit_step_p50_seconds - (sum without (phase) "
-        "(perfkit_phase_p50_seconds{phase=\"communication\"}) or perfkit_step_p50_seconds * 0)")}]
+        "(perfkit_phase_p50_seconds{phase=\"communication\"}) or perfkit_step_p50_seconds * 0)")}
+        ] if "jitter" in wanted else []
 
     def alert(kind: str, expr: str, annotations: dict[str, str]) -> None:
-        rules.append({"alert": ALERTS[kind], "expr": expr, "for": _duration(for_s),
-                      "labels": {"severity": "warning", "perfkit_kind": kind},
-                      "annotations": annotations})
+        if kind in wanted:
+            rules.append({"alert": ALERTS[kind], "expr": expr, "for": _duration(for_s),
+                          "labels": {"severity": "warning", "perfkit_kind": kind},
+                          "annotations": annotations})
 
     for kind in ("data", "communication", "optimizer", "other"):
         limit = getattr(th, kind)

@@ -34,7 +34,7 @@ from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.profiling.monitor import StepWindow
 
 __all__ = ["METRICS", "JsonLinesSink", "PrometheusSink", "TensorBoardSink", "process_rank",
-           "window_scalars"]
+           "read_scalars", "window_scalars"]
 
 # Prometheus metric name -> (type, help). Gauges hold the latest window's values.
 METRICS = {
@@ -148,6 +148,26 @@ class TensorBoardSink(_Sink):
         if not self.closed:
             self._writer.close()
         super().close()
+
+
+def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a TensorBoard run, read back with tensorboard's own reader.
+
+    Returns:
+        Tag -> ``[(step, value), ...]`` in step order (values as stored: float32).
+
+    Raises:
+        TypeError: if ``log_dir`` is not a path.
+        FileNotFoundError: if ``log_dir`` holds no event file.
+    """
+    check_type("log_dir", log_dir, (str, os.PathLike))
+    if not any(Path(log_dir).glob("events.out.tfevents.*")):
+        raise FileNotFoundError(f"log_dir {str(log_dir)!r} holds no TensorBoard event file")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 class JsonLinesSink(_Sink):

@@ -54,6 +54,13 @@ def test_straggler_alert_compares_work_outside_communication_with_the_fastest_ra
     assert "stragglers" in rules[ALERTS["jitter"]]["annotations"]["summary"]
 
 
+def test_kinds_selects_alerts_and_the_recording_rule_goes_with_the_straggler_alert():
+    _, rules = rules_of(alert_rules(kinds=["data"]))
+    assert list(rules) == [ALERTS["data"]]
+    _, rules = rules_of(alert_rules(kinds=("jitter", "regression")))
+    assert list(rules) == ["perfkit:busy_p50_seconds", ALERTS["regression"], ALERTS["jitter"]]
+
+
 def test_durations_and_group_interval():
     group, rules = rules_of(alert_rules(for_s=1.5, interval_s=2))
     assert group["interval"] == "2s"

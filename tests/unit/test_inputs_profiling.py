@@ -26,6 +26,7 @@ from perfkit.profiling import (
     measure_workload,
     process_rank,
     prometheus_config,
+    read_scalars,
     trace_breakdown,
     window_scalars,
 )
@@ -126,6 +127,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("window_scalars.window", lambda: window_scalars(summary()), TypeError,
      "window must be a StepWindow"),
     ("process_rank.RANK", bad_rank, ValueError, "RANK must be an int >= 0"),
+    ("read_scalars.log_dir", lambda: read_scalars(3), TypeError,
+     "log_dir must be a str or PathLike"),
     # alerts
     ("alert_rules.thresholds", lambda: alert_rules({"data": 0.1}), TypeError,
      "thresholds must be a Thresholds or None"),
@@ -137,6 +140,10 @@ CASES = [  # (id, call, exception, regex on the message)
      "for_s must be a finite number >= 0"),
     ("alert_rules.interval_s zero", lambda: alert_rules(interval_s=0), ValueError,
      "interval_s"),
+    ("alert_rules.kinds unknown", lambda: alert_rules(kinds=["data", "slow"]), ValueError,
+     r"kinds must be among .*got \['slow'\]"),
+    ("alert_rules.kinds str", lambda: alert_rules(kinds="data"), TypeError,
+     "kinds must be a list or tuple"),
     ("alert_rules.lookback_s inf", lambda: alert_rules(lookback_s=INF), ValueError,
      "lookback_s"),
     ("prometheus_config.targets str", lambda: prometheus_config("127.0.0.1:9400"), TypeError,

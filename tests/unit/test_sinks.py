@@ -18,8 +18,10 @@ from perfkit.profiling import (
     StepMonitor,
     StepWindow,
     TensorBoardSink,
+    read_scalars,
     window_scalars,
 )
+from perfkit.viz import plot_scalars
 
 
 class FakeClock:
@@ -135,6 +137,20 @@ def test_tensorboard_event_file_holds_the_windows_values(tmp_path, one_thread):
         assert [e.step for e in events] == [5, 9, 13], tag
         assert [e.value for e in events] == pytest.approx([e[tag] for e in expected],
                                                          rel=1e-6), tag  # float32 on disk
+    back = read_scalars(sink.log_dir)  # perfkit's reader gives the same points
+    assert back == {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in expected[0]}
+    fig = plot_scalars(back, ["phase/data/share", "phase/forward/share"], threshold=0.1)
+    lines = fig.axes[0].get_lines()
+    assert [list(ln.get_ydata()) for ln in lines[:2]] == [
+        [v for _, v in back["phase/data/share"]], [v for _, v in back["phase/forward/share"]]]
+    assert list(lines[0].get_xdata()) == [5, 9, 13] and list(lines[2].get_ydata()) == [0.1, 0.1]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    with pytest.raises(ValueError, match="not in scalars"):
+        plot_scalars(back, ["phase/dta/share"])
+    with pytest.raises(FileNotFoundError, match="no TensorBoard event file"):
+        read_scalars(tmp_path)
 
 
 def test_tensorboard_writes_under_rank_directory_in_a_multi_rank_job(tmp_path, monkeypatch):
