@@ -87,8 +87,9 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
 
 
 def plot_scalars(scalars: Mapping[str, Sequence[tuple[int, float]]], tags: Sequence[str],
-                 threshold: float | None = None, ax: Any = None,
-                 title: str = "Read back from TensorBoard", ylabel: str = "") -> Figure:
+                 threshold: float | None = None, events: Mapping[str, float] | None = None,
+                 ax: Any = None, title: str = "Read back from TensorBoard",
+                 ylabel: str = "") -> Figure:
     """Scalars of a TensorBoard run against the training step, one line per tag.
 
     Args:
@@ -96,6 +97,7 @@ def plot_scalars(scalars: Mapping[str, Sequence[tuple[int, float]]], tags: Seque
             :func:`perfkit.profiling.read_scalars` returns them.
         tags: which tags to draw (``phase/NAME/share`` tags take their phase's colour).
         threshold: a dashed horizontal line there (an alert threshold), or ``None``.
+        events: label -> step, each drawn as a dotted vertical line (a change in the run).
         ax: draw into this axes instead of a new figure.
         title, ylabel: the axes' title and y label.
 
@@ -115,10 +117,12 @@ def plot_scalars(scalars: Mapping[str, Sequence[tuple[int, float]]], tags: Seque
     if threshold is not None:
         ax.axhline(threshold, color="black", linestyle="--", linewidth=1,
                    label=f"threshold {threshold:g}")
+    for label, step in (events or {}).items():
+        ax.axvline(step, color="gray", linestyle=":", linewidth=1.5, label=label)
     ax.set_xlabel("training step (end of the window)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return tidy(fig)

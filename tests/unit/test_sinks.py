@@ -139,11 +139,13 @@ def test_tensorboard_event_file_holds_the_windows_values(tmp_path, one_thread):
                                                          rel=1e-6), tag  # float32 on disk
     back = read_scalars(sink.log_dir)  # perfkit's reader gives the same points
     assert back == {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in expected[0]}
-    fig = plot_scalars(back, ["phase/data/share", "phase/forward/share"], threshold=0.1)
+    fig = plot_scalars(back, ["phase/data/share", "phase/forward/share"], threshold=0.1,
+                       events={"switch": 7})
     lines = fig.axes[0].get_lines()
     assert [list(ln.get_ydata()) for ln in lines[:2]] == [
         [v for _, v in back["phase/data/share"]], [v for _, v in back["phase/forward/share"]]]
     assert list(lines[0].get_xdata()) == [5, 9, 13] and list(lines[2].get_ydata()) == [0.1, 0.1]
+    assert list(lines[3].get_xdata()) == [7, 7]
     import matplotlib.pyplot as plt
 
     plt.close(fig)
