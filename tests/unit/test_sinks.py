@@ -2,6 +2,7 @@
 event file read back with tensorboard's own reader, JSON lines parsed back, the Prometheus
 endpoint scraped over loopback while a real model trains, NVTX calls on the CPU path."""
 
+import dataclasses
 import json
 import socket
 import threading
@@ -85,16 +86,19 @@ def test_close_without_a_partial_window_writes_nothing_more():
     assert [w.step for w in rec.windows] == [4, 8]
 
 
-def test_memory_monitor_record_goes_with_each_window():
-    rec = Recorder()
+def test_memory_monitor_record_goes_with_each_window(tmp_path):
+    rec, lines = Recorder(), JsonLinesSink(tmp_path / "m.jsonl")
     with MemoryMonitor(device="cpu", interval_s=0.001) as mm:
-        mon, clock = fake_monitor(every=2, sinks=[rec], memory=mm)
+        mon, clock = fake_monitor(every=2, sinks=[rec, lines], memory=mm)
         fake_loop(mon, clock, 4)
+        mon.close()
     assert len(rec.windows) == 2
-    for w in rec.windows:
+    for w, line in zip(rec.windows, (tmp_path / "m.jsonl").read_text().splitlines()):
         assert w.memory.kind == "process_rss" and w.memory.peak_bytes > 0
+        assert json.loads(line)["memory"] == dataclasses.asdict(w.memory)
     scalars = window_scalars(rec.windows[0])
     assert scalars["memory/peak_bytes"] == rec.windows[0].memory.peak_bytes
+    assert scalars["memory/current_bytes"] == rec.windows[0].memory.current_bytes
 
 
 def test_window_scalars_names_and_values():
