@@ -1,4 +1,4 @@
-"""Per-phase step timing and memory peaks for a training loop; monitors return records.
+"""Per-phase step timing for a training loop; the monitor returns records, sinks get windows.
 
 ``StepMonitor`` times named phases (data, forward, backward, optimizer, communication, or
 any name you choose) inside every step and summarises them as mean/std/p50/p95/p99 and
