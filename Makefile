@@ -17,13 +17,14 @@ QUICK ?=
 LAB ?=
 QUICK_FLAG := $(if $(filter 1 true yes,$(QUICK)),--quick,)
 CHROMIUM ?= /usr/bin/chromium
+PROMETHEUS ?= /usr/bin/prometheus
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.html >/dev/null 2>&1
 # `make test` drives notebook 00's widget in the browser (the 3-minute budget);
 # `make browser-test` drives one widget of every notebook.
 TEST_BROWSER_NOTEBOOKS ?= 00
 
-.PHONY: help setup course lab test notebooks labs check-labs grade strip lint clean browser-deps browser-test site limits
+.PHONY: help setup course lab test notebooks labs check-labs grade strip lint clean browser-deps browser-test prometheus-deps prometheus-test site limits
 
 help:
 	@echo "make course [QUICK=1]   run every lecture notebook, render HTML, print measured figures"
@@ -35,6 +36,7 @@ help:
 	@echo "make limits             this machine's ceilings (python -m perfkit limits)"
 	@echo "make site               the executed notebooks as a static HTML site (build/site/)"
 	@echo "make browser-test       JupyterLab in a real Chromium: every notebook's widget, and the site"
+	@echo "make prometheus-test    the generated alert rules in a real Prometheus server and promtool"
 
 setup: $(STAMP)
 
@@ -70,8 +72,9 @@ grade: $(STAMP)
 
 # Unit, distributed, lab and notebook tests (every notebook executed with papermill in
 # QUICK mode, rendered into build/notebooks/), then nbval on every notebook (kept outputs of
-# `# NBVAL_CHECK_OUTPUT` cells must match a fresh run), then the real-browser tests.
-test: $(STAMP) check-labs lint browser-deps
+# `# NBVAL_CHECK_OUTPUT` cells must match a fresh run), then the real-browser tests. The
+# Prometheus server tests (about 15 s) run in the first pytest call.
+test: $(STAMP) check-labs lint browser-deps prometheus-deps
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
 	PERFKIT_QUICK=1 $(BIN)/python -m pytest -q -p no:randomly --nbval-lax --nbval-current-env \
 		--nbval-cell-timeout=120 notebooks solutions
@@ -88,6 +91,16 @@ browser-deps: $(STAMP)
 browser-test: browser-deps
 	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
 	$(BIN)/python -m pytest -q -ra --durations=15 -m browser tests/browser
+
+# Debian's Prometheus server and promtool for tests/prometheus (the tests skip without them);
+# no node exporter. The tests start their own server on a free loopback port.
+prometheus-deps:
+	@test -x $(PROMETHEUS) || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+		prometheus; }
+
+prometheus-test: $(STAMP) prometheus-deps
+	$(BIN)/python -m pytest -q -ra -s -m prometheus tests/prometheus
 
 # The executed notebooks as a static site (runs the course first when nothing is rendered;
 # a notebook that fails is marked on the index, so the site is built anyway).

@@ -19,7 +19,8 @@
 # 3. **the PyTorch profiler**: top operators, a trace you can open in Perfetto, and a phase
 #    breakdown derived from the trace that must agree with the monitor;
 # 4. **the bottleneck analyzer** `perfkit.profiling.diagnose`: its thresholds, a planted data
-#    bottleneck, its diagnosis before and after the fix, and the measured speedup;
+#    bottleneck, its diagnosis before and after the fix, and the measured speedup; the same loop
+#    watched through TensorBoard, and the Prometheus alert rule that would catch it;
 # 5. a **widget** to move batch size, DataLoader workers and per-sample data cost yourself.
 #
 # Every number below is measured on the machine running the notebook. `QUICK = True` (what CI
@@ -441,6 +442,64 @@ once = timing.benchmark(lambda: models.encode_corpus(tok, text), warmup=0, repea
 saved = fix.baseline.median_s - fix.candidate.median_s
 print(f"tokenizing the corpus once: {once.median_s:.2f} s; saves {saved * 1e3:.1f} ms per step "
       f"-> pays for itself after {once.median_s / saved:.0f} steps")
+
+# %% [markdown]
+# ### Watching a long job: TensorBoard and an alert rule
+#
+# A notebook run ends; a training job runs for days, and is watched while it runs. The same
+# monitor hands each window of `every` steps to **sinks**, one argument:
+# `StepMonitor(sinks=[TensorBoardSink(dir)], every=...)` writes the window's per-phase p50 and
+# share, step time and throughput as TensorBoard scalars (`JsonLinesSink` and `PrometheusSink`
+# take the same place). Below, the loop trains on the fixed pipeline for a few windows; then the
+# slow pipeline comes back mid-run, as when a change to the data format lands in a long job.
+# The event file is read back with TensorBoard's own reader and plotted.
+#
+# **Prediction.** Every window after the switch carries the planted per-sample cost of the
+# slow run above, so its data share should be above the analyzer's data threshold: the alert
+# rule generated from that threshold would fire on it.
+
+# %%
+import tempfile
+
+from perfkit.profiling import TensorBoardSink, alert_rules, read_scalars
+
+EVERY, WINDOWS = (3, 2) if QUICK else (5, 3)   # steps per window; windows before and after
+run_dir = tempfile.mkdtemp(prefix="perfkit_01_tb_")
+watch = StepMonitor(DEVICE, every=EVERY, sinks=[TensorBoardSink(run_dir)])
+models.train_steps(fixed_wl, EVERY * WINDOWS, monitor=watch)
+switch_step = watch.steps                        # the slow pipeline starts after this step
+models.train_steps(slow_wl, EVERY * WINDOWS, monitor=watch)
+watch.close()                                    # flushes the event file
+scalars = read_scalars(run_dir)
+print(f"TensorBoard run: {run_dir} (tensorboard --logdir {run_dir}); {len(scalars)} tags")
+vprof.plot_scalars(scalars, ["phase/data/share", "phase/forward/share", "phase/backward/share"],
+                   threshold=th.data, events={"slow pipeline from here": switch_step + 0.5},
+                   ylabel="share of the step", title="Phase shares per window, read back from TensorBoard")
+plt.show()
+
+# %%
+shares = scalars["phase/data/share"]
+before = [v for step, v in shares if step <= switch_step]
+after = [v for step, v in shares if step > switch_step]
+p_watch = Prediction("lowest data share of the windows after the switch",
+                     "the planted per-sample cost", low=th.data, physical=(0, 1))
+viz.show_verdict(judge(p_watch, min(after), explain={
+    "held": f"Before the switch the windows' data shares were {', '.join(f'{v:.1%}' for v in before)}"
+            + (f": on this machine the healthy loader crosses {th.data:.0%} too (see 'Why 10 %' above)."
+               if max(before) > th.data else f", under {th.data:.0%}: only the bottleneck crosses it."),
+    "below": "Some window after the switch stayed under the threshold: the machine's load stretched "
+             "the model's phases in it, which lowers every other phase's share."}))
+
+# %% [markdown]
+# The alert rule that watches for this in Prometheus, generated from the same `Thresholds` that
+# `diagnose` uses, with the fix in its annotations (`alert_rules()` writes all six: data- and
+# communication-bound, optimizer, untimed work, step-time regression, a straggling rank):
+
+# %%
+print(alert_rules(th, for_s=0, kinds=["data"]))
+fires = [step for step, v in shares if v > th.data]
+print(f"On the windows read back above it is true at steps {fires}; the slow pipeline started "
+      f"after step {switch_step}.")
 
 # %% [markdown]
 # ## 5. Try it: batch size, workers and per-sample cost

@@ -1,7 +1,9 @@
 """Profiling (module 01): where a training step's time goes.
 
-StepMonitor and MemoryMonitor time your own loop's phases, the Profiler wraps torch.profiler
-and reads phase shares back from its trace, and diagnose turns shares into findings.
+StepMonitor and MemoryMonitor time your own loop's phases and write them to sinks
+(TensorBoard, JSON lines, Prometheus), the Profiler wraps torch.profiler and reads phase shares
+back from its trace, diagnose turns shares into findings, and alert_rules turns the same
+thresholds into Prometheus alerts.
 
 Usage::
 
@@ -10,19 +12,20 @@ Usage::
     print(mon.summary(), diagnose(mon.summary()))
 """
 
+from perfkit.profiling.alerts import ALERTS, alert_rules, prometheus_config
 from perfkit.profiling.analyzer import (
     Finding,
     Thresholds,
     diagnose,
     measure_workload,
 )
+from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.profiling.monitor import (
     PHASES,
-    MemoryMonitor,
-    MemoryRecord,
     PhaseStats,
     StepMonitor,
     StepSummary,
+    StepWindow,
 )
 from perfkit.profiling.profiler import (
     OpStat,
@@ -32,8 +35,27 @@ from perfkit.profiling.profiler import (
     TraceBreakdown,
     trace_breakdown,
 )
+from perfkit.profiling.sinks import (
+    METRICS,
+    JsonLinesSink,
+    PrometheusSink,
+    TensorBoardSink,
+    process_rank,
+    read_scalars,
+    window_scalars,
+)
 
 __all__ = [
+    "ALERTS",
+    "alert_rules",
+    "prometheus_config",
+    "JsonLinesSink",
+    "METRICS",
+    "PrometheusSink",
+    "process_rank",
+    "read_scalars",
+    "TensorBoardSink",
+    "window_scalars",
     "diagnose",
     "Finding",
     "measure_workload",
@@ -47,6 +69,7 @@ __all__ = [
     "ProfileResult",
     "StepMonitor",
     "StepSummary",
+    "StepWindow",
     "Thresholds",
     "trace_breakdown",
     "TraceBreakdown",

@@ -1,4 +1,4 @@
-"""Per-phase step timing and memory peaks for a training loop; monitors return records.
+"""Per-phase step timing for a training loop; the monitor returns records, sinks get windows.
 
 ``StepMonitor`` times named phases (data, forward, backward, optimizer, communication, or
 any name you choose) inside every step and summarises them as mean/std/p50/p95/p99 and
@@ -12,6 +12,10 @@ synchronises, events are read once they have completed (``Event.query``) or when
 :meth:`StepMonitor.summary` is called. CUDA phase times are therefore intervals of the
 *GPU stream's* timeline; a phase with no GPU work (waiting for the DataLoader) shows up as
 the time the stream sat between its two events, which is the GPU idle time it caused.
+On CUDA each phase is also an NVTX range named after it, so Nsight Systems shows the phases.
+
+Sinks (:mod:`perfkit.profiling.sinks`: TensorBoard, JSON lines, Prometheus) receive the
+summary of every ``every`` steps, computed once per window, never per phase.
 
 Usage::
 
@@ -26,20 +30,21 @@ Usage::
 
 from __future__ import annotations
 
-import threading
+import math
+import statistics
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from perfkit._checks import check_int, check_items, check_real
-from perfkit.timing import Measurement, resolve_device, synchronize
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
+from perfkit.timing import resolve_device
 
-__all__ = ["PHASES", "MemoryMonitor", "MemoryRecord", "PhaseStats", "StepMonitor",
-           "StepSummary"]
+__all__ = ["PHASES", "PhaseStats", "StepMonitor", "StepSummary", "StepWindow"]
 
 PHASES = ("data", "forward", "backward", "optimizer", "communication")
 _RESERVED = ("step", "other")  # names the summary uses for the whole step and the rest
@@ -66,9 +71,18 @@ class PhaseStats:
     def of(cls, name: str, times: list[float], step_mean_s: float,
            parent: str | None = None) -> PhaseStats:
         check_real("step_mean_s", step_mean_s, 0)
-        m = Measurement(times_s=tuple(times), warmup=0)
-        share = m.mean_s / step_mean_s if step_mean_s > 0 else 0.0
-        return cls(name, m.mean_s, m.std_s, m.median_s, m.quantile(0.95), m.quantile(0.99),
+        # Measurement's statistics with one sort and float sums: statistics.stdev's exact
+        # fractions cost ~1 ms per 50 times, paid per phase in every window a sink receives.
+        xs = sorted(check_real("times_s entries", t, 0) for t in check_items("times_s", times))
+        n, mean = len(xs), math.fsum(xs) / len(xs)
+        std = math.sqrt(math.fsum((t - mean) ** 2 for t in xs) / (n - 1)) if n > 1 else 0.0
+
+        def quantile(q: float) -> float:  # linear interpolation, as Measurement.quantile
+            lo, hi = math.floor(q * (n - 1)), math.ceil(q * (n - 1))
+            return xs[lo] + (xs[hi] - xs[lo]) * (q * (n - 1) - lo)
+
+        share = mean / step_mean_s if step_mean_s > 0 else 0.0
+        return cls(name, mean, std, statistics.median(xs), quantile(0.95), quantile(0.99),
                    share, parent)
 
 
@@ -112,10 +126,24 @@ class StepSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of everything in the record."""
-        return {"steps": self.steps, "device": self.device, "step": asdict(self.step),
-                "phases": {k: asdict(v) for k, v in self.phases.items()},
+        return {"steps": self.steps, "device": self.device, "step": dict(vars(self.step)),
+                "phases": {k: dict(vars(v)) for k, v in self.phases.items()},
                 "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
                 **self.extra}
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """What a sink receives: the summary of ``every`` consecutive steps, once per window.
+
+    ``step`` counts the steps recorded when the window closed, warm-up included (the
+    training step to plot against); ``step_times_s`` are the window's steps, in order.
+    """
+
+    step: int
+    summary: StepSummary
+    step_times_s: tuple[float, ...]
+    memory: MemoryRecord | None = None
 
 
 class _Phase:
@@ -134,6 +162,8 @@ class _Phase:
                              "distinct names")
         self.parent = mon._open[-1].name if mon._open else None
         mon._open.append(self)
+        if mon._nvtx:  # a range per phase for Nsight Systems; host-side, no synchronisation
+            torch.cuda.nvtx.range_push(self.name)
         if mon._annotate:
             self._rf = torch.profiler.record_function(f"phase:{self.name}")
             self._rf.__enter__()
@@ -147,6 +177,8 @@ class _Phase:
         mon._current.append((self.name, self.parent, self.start, mon._mark()))
         if mon._annotate:
             self._rf.__exit__(*exc)
+        if mon._nvtx:
+            torch.cuda.nvtx.range_pop()
         mon._open.pop()
         self.start = None
 
@@ -164,6 +196,12 @@ class StepMonitor:
         annotate: also open ``torch.profiler.record_function("phase:NAME")`` around each
             phase, so a profiler trace of the same run carries the phases
             (:func:`perfkit.profiling.trace_breakdown` reads them). Costs a few µs a phase.
+        sinks: objects with ``write(window)`` and ``close()`` (see
+            :mod:`perfkit.profiling.sinks`); each gets a :class:`StepWindow` for every
+            ``every`` steps after the warm-up; :meth:`close` writes the rest and closes them.
+        every: steps per window written to the sinks.
+        memory: a :class:`~perfkit.profiling.MemoryMonitor` (entered by you) whose record
+            goes with each window (on CUDA reading it synchronises, once per window).
 
     Behaviour worth knowing: a phase run several times in one step is summed; a step's
     time runs from the previous :meth:`step` call (the first phase for the first step)
@@ -171,13 +209,23 @@ class StepMonitor:
     """
 
     def __init__(self, device: torch.device | str | None = None, warmup: int = 0,
-                 phases: tuple[str, ...] | None = None, annotate: bool = False) -> None:
+                 phases: tuple[str, ...] | None = None, annotate: bool = False,
+                 sinks: Sequence[Any] | None = None, every: int = 50,
+                 memory: MemoryMonitor | None = None) -> None:
         self.warmup = check_int("warmup", warmup, 0)
+        self.every = check_int("every", every, 1)
+        self._sinks = [] if sinks is None else check_items("sinks", sinks, nonempty=False)
+        for i, sink in enumerate(self._sinks):
+            if not callable(getattr(sink, "write", None)):
+                raise TypeError(f"sinks[{i}] must have a write(window) method, "
+                                f"got {type(sink).__name__}")
+        self._memory = check_type("memory", memory, MemoryMonitor, optional=True)
         self.device = resolve_device(device)
         self._allowed = None if phases is None else tuple(  # a str would allow its letters
             self._check_name(p) for p in check_items("phases", phases))
         self._annotate = annotate
         self._cuda = self.device.type == "cuda"
+        self._nvtx = self._cuda
         self._mark: Callable[[], Any] = self._cuda_mark if self._cuda else time.perf_counter
         self._ctx: dict[str, _Phase] = {}
         self.reset()
@@ -209,6 +257,7 @@ class StepMonitor:
         # (start mark, end mark, [(name, parent, start, end)], samples, tokens)
         self._pending: deque[tuple[Any, Any, list, int, int]] = deque()
         self._done: list[tuple[float, dict[str, float], dict[str, str | None], int, int]] = []
+        self._written = self.warmup  # steps in _done already written to the sinks
 
     def phase(self, name: str) -> _Phase:
         """Context manager timing ``name`` inside the current step.
@@ -241,8 +290,10 @@ class StepMonitor:
         start = self._step_start if self._step_start is not None else end
         self._pending.append((start, end, self._current, samples, tokens))
         self._current, self._step_start = [], end
-        if self._cuda:  # read finished steps now so that pending events stay few
+        if self._cuda or self._sinks:  # read finished steps now so that pending events stay few
             self._resolve(block=False)
+        if self._sinks:
+            self._write()
 
     def _elapsed(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) / 1e3 if self._cuda else b - a
@@ -251,7 +302,7 @@ class StepMonitor:
         """Turn pending marks into seconds; without ``block`` only steps already finished."""
         while self._pending:
             start, end, marks, samples, tokens = self._pending[0]
-            if not block and not end.query():
+            if not block and self._cuda and not end.query():
                 return  # the GPU has not reached this step's end yet; read it later
             if block and self._cuda:
                 end.synchronize()
@@ -280,6 +331,33 @@ class StepMonitor:
             raise RuntimeError(f"summary() needs at least one completed step after "
                                f"warmup={self.warmup}; {len(self._done)} recorded. Call "
                                "step() at the end of every training step.")
+        return self._summarize(done)
+
+    def _write(self, partial: bool = False) -> None:
+        """Write each full window of resolved steps to the sinks (with ``partial``, the rest).
+
+        The window's summary is computed here, once per ``every`` steps: the phases
+        themselves only append marks.
+        """
+        while len(self._done) - self._written >= (1 if partial else self.every):
+            end = min(self._written + self.every, len(self._done))
+            done = self._done[self._written:end]
+            self._written = end
+            window = StepWindow(end, self._summarize(done), tuple(d[0] for d in done),
+                                None if self._memory is None else self._memory.record())
+            for sink in self._sinks:
+                sink.write(window)
+
+    def close(self) -> None:
+        """Write the steps of the last, partial window to the sinks, then close them."""
+        self._resolve(block=True)
+        try:
+            self._write(partial=True)
+        finally:
+            for sink in self._sinks:
+                sink.close()
+
+    def _summarize(self, done: list) -> StepSummary:
         step_times = [d[0] for d in done]
         step_mean = sum(step_times) / len(step_times)
         names: dict[str, str | None] = {}
@@ -299,99 +377,3 @@ class StepMonitor:
             phases=phases, samples_per_s=samples / total_s if samples and total_s else None,
             tokens_per_s=tokens / total_s if tokens and total_s else None,
             device=str(self.device))
-
-
-# --- memory -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """Memory over a monitored region, in bytes.
-
-    ``kind`` is ``"cuda_allocator"`` (tensors allocated by PyTorch's caching allocator;
-    ``reserved`` is what it holds from the driver) or ``"process_rss"`` (resident set size
-    of the whole process, sampled every ``interval_s``: short spikes can be missed).
-    """
-
-    kind: str
-    baseline_bytes: int
-    peak_bytes: int
-    current_bytes: int
-    reserved_peak_bytes: int | None = None
-
-    @property
-    def peak_increase_bytes(self) -> int:
-        """Peak above the level at the start of the region."""
-        return self.peak_bytes - self.baseline_bytes
-
-
-class MemoryMonitor:
-    """Peak memory of a region: CUDA allocator statistics, or the process RSS on CPU.
-
-    Usage::
-
-        with MemoryMonitor() as mm:
-            train_steps(wl, 10)
-        print(mm.record().peak_bytes)
-
-    Args:
-        device: CUDA device (allocator stats) or CPU (RSS). ``None``: CUDA if present.
-        interval_s: RSS sampling period on the CPU (a background thread), in seconds:
-            finite, > 0 and at most ``threading.TIMEOUT_MAX``.
-    """
-
-    def __init__(self, device: torch.device | str | None = None,
-                 interval_s: float = 0.005) -> None:
-        self.interval_s = check_real("interval_s", interval_s, 0, threading.TIMEOUT_MAX,
-                                     lo_open=True)
-        self.device = resolve_device(device)
-        self._baseline: int | None = None
-        self._peak = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _rss(self) -> int:
-        import psutil
-
-        return psutil.Process().memory_info().rss
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._peak = max(self._peak, self._rss())
-
-    def __enter__(self) -> MemoryMonitor:
-        if self.device.type == "cuda":
-            synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._baseline = torch.cuda.memory_allocated(self.device)
-        else:
-            self._baseline = self._peak = self._rss()
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-            self._peak = max(self._peak, self._rss())
-
-    def record(self) -> MemoryRecord:
-        """The region's memory so far (callable inside or after the ``with`` block).
-
-        Raises:
-            RuntimeError: if the monitor was never entered.
-        """
-        if self._baseline is None:
-            raise RuntimeError("MemoryMonitor.record() before entering `with MemoryMonitor()`")
-        if self.device.type == "cuda":
-            synchronize(self.device)
-            return MemoryRecord("cuda_allocator", self._baseline,
-                                torch.cuda.max_memory_allocated(self.device),
-                                torch.cuda.memory_allocated(self.device),
-                                torch.cuda.max_memory_reserved(self.device))
-        current = self._rss()
-        self._peak = max(self._peak, current)
-        return MemoryRecord("process_rss", self._baseline, self._peak, current)

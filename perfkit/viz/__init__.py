@@ -56,6 +56,7 @@ from perfkit.viz.profiling import (
     findings_markdown,
     plot_diagnosis,
     plot_phase_bars,
+    plot_scalars,
     summary_markdown,
     top_ops_markdown,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "findings_markdown",
     "plot_diagnosis",
     "plot_phase_bars",
+    "plot_scalars",
     "summary_markdown",
     "top_ops_markdown",
     "HEADLINE_MIME",

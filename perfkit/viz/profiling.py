@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
 
 __all__ = ["PHASE_COLORS", "breakdown_widget", "findings_markdown", "plot_diagnosis",
-           "plot_phase_bars", "summary_markdown", "top_ops_markdown"]
+           "plot_phase_bars", "plot_scalars", "summary_markdown", "top_ops_markdown"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
@@ -82,6 +82,48 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
     ax.legend(ncol=min(len(names), 6), fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.25 if len(labels) < 3 else -0.12), frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def plot_scalars(scalars: Mapping[str, Sequence[tuple[int, float]]], tags: Sequence[str],
+                 threshold: float | None = None, events: Mapping[str, float] | None = None,
+                 ax: Any = None, title: str = "Read back from TensorBoard",
+                 ylabel: str = "") -> Figure:
+    """Scalars of a TensorBoard run against the training step, one line per tag.
+
+    Args:
+        scalars: tag -> ``[(step, value), ...]``, as
+            :func:`perfkit.profiling.read_scalars` returns them.
+        tags: which tags to draw (``phase/NAME/share`` tags take their phase's colour).
+        threshold: a dashed horizontal line there (an alert threshold), or ``None``.
+        events: label -> step, each drawn as a dotted vertical line (a change in the run).
+        ax: draw into this axes instead of a new figure.
+        title, ylabel: the axes' title and y label.
+
+    Raises:
+        ValueError: for no tags, or a tag ``scalars`` does not hold.
+    """
+    if not tags:
+        raise ValueError("tags must name at least one scalar")
+    missing = [t for t in tags if t not in scalars]
+    if missing:
+        raise ValueError(f"tags {missing} are not in scalars; it holds {sorted(scalars)}")
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(8, 3))
+    for tag in tags:
+        steps, values = zip(*scalars[tag])
+        phase = tag.split("/")[1] if tag.startswith("phase/") else None
+        ax.plot(steps, values, marker="o", label=tag, color=PHASE_COLORS.get(phase))
+    if threshold is not None:
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1,
+                   label=f"threshold {threshold:g}")
+    for label, step in (events or {}).items():
+        ax.axvline(step, color="gray", linestyle=":", linewidth=1.5, label=label)
+    ax.set_xlabel("training step (end of the window)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return tidy(fig)
 

@@ -11,21 +11,44 @@ import pytest
 
 from perfkit import profiling
 from perfkit.profiling import (
+    JsonLinesSink,
     MemoryMonitor,
     PhaseStats,
     ProfileConfig,
     Profiler,
+    PrometheusSink,
     StepMonitor,
+    TensorBoardSink,
     Thresholds,
     TraceBreakdown,
+    alert_rules,
     diagnose,
     measure_workload,
+    process_rank,
+    prometheus_config,
+    read_scalars,
     trace_breakdown,
+    window_scalars,
 )
 
 NAN, INF = math.nan, math.inf
 SHARES = {"data": 0.5, "forward": 0.2}
 EV = dict(ph="X", cat="user_annotation", tid=1)  # a Chrome trace's complete event
+
+
+def bad_rank():
+    """process_rank() with RANK set to something torchrun never sets."""
+    import os
+
+    old = os.environ.get("RANK")
+    os.environ["RANK"] = "-1"
+    try:
+        return process_rank()
+    finally:
+        if old is None:
+            del os.environ["RANK"]
+        else:
+            os.environ["RANK"] = old
 
 
 def summary():
@@ -73,6 +96,68 @@ CASES = [  # (id, call, exception, regex on the message)
      "samples"),
     ("StepMonitor.step tokens bool", lambda: StepMonitor("cpu").step(tokens=True), ValueError,
      "tokens"),
+    ("StepMonitor.every zero", lambda: StepMonitor("cpu", every=0), ValueError,
+     "every must be an int >= 1"),
+    ("StepMonitor.every float", lambda: StepMonitor("cpu", every=2.5), ValueError, "every"),
+    ("StepMonitor.sinks str", lambda: StepMonitor("cpu", sinks="tb"), TypeError,
+     "sinks must be a list or tuple"),
+    ("StepMonitor.sinks item", lambda: StepMonitor("cpu", sinks=[print]), TypeError,
+     r"sinks\[0\] must have a write\(window\) method"),
+    ("StepMonitor.memory", lambda: StepMonitor("cpu", memory="rss"), TypeError,
+     "memory must be a MemoryMonitor or None"),
+    # sinks
+    ("TensorBoardSink.log_dir", lambda: TensorBoardSink(3), TypeError,
+     "log_dir must be a str or PathLike"),
+    ("TensorBoardSink.flush_secs", lambda: TensorBoardSink("x", flush_secs=0), ValueError,
+     "flush_secs must be a finite number > 0"),
+    ("JsonLinesSink.path", lambda: JsonLinesSink(None), TypeError,
+     "path must be a str or PathLike"),
+    ("PrometheusSink.port negative", lambda: PrometheusSink(port=-1), ValueError,
+     r"port must be an int in \[0, 65535\]"),
+    ("PrometheusSink.port str", lambda: PrometheusSink(port="9400"), TypeError, "port"),
+    ("PrometheusSink.addr", lambda: PrometheusSink(addr=127), TypeError, "addr must be a str"),
+    ("PrometheusSink.rank", lambda: PrometheusSink(rank=-1), ValueError,
+     "rank must be an int >= 0"),
+    ("PrometheusSink.buckets empty", lambda: PrometheusSink(buckets=()), ValueError,
+     "buckets must hold at least one"),
+    ("PrometheusSink.buckets order", lambda: PrometheusSink(buckets=(1.0, 0.5)), ValueError,
+     "buckets must be increasing"),
+    ("PrometheusSink.buckets nan", lambda: PrometheusSink(buckets=(NAN,)), ValueError,
+     "buckets must be a finite number > 0"),
+    ("window_scalars.window", lambda: window_scalars(summary()), TypeError,
+     "window must be a StepWindow"),
+    ("process_rank.RANK", bad_rank, ValueError, "RANK must be an int >= 0"),
+    ("read_scalars.log_dir", lambda: read_scalars(3), TypeError,
+     "log_dir must be a str or PathLike"),
+    # alerts
+    ("alert_rules.thresholds", lambda: alert_rules({"data": 0.1}), TypeError,
+     "thresholds must be a Thresholds or None"),
+    ("alert_rules.baseline_step_s zero", lambda: alert_rules(baseline_step_s=0), ValueError,
+     "baseline_step_s must be a finite number > 0"),
+    ("alert_rules.regression nan", lambda: alert_rules(regression=NAN), ValueError,
+     "regression"),
+    ("alert_rules.for_s negative", lambda: alert_rules(for_s=-1), ValueError,
+     "for_s must be a finite number >= 0"),
+    ("alert_rules.interval_s zero", lambda: alert_rules(interval_s=0), ValueError,
+     "interval_s"),
+    ("alert_rules.kinds unknown", lambda: alert_rules(kinds=["data", "slow"]), ValueError,
+     r"kinds must be among .*got \['slow'\]"),
+    ("alert_rules.kinds str", lambda: alert_rules(kinds="data"), TypeError,
+     "kinds must be a list or tuple"),
+    ("alert_rules.lookback_s inf", lambda: alert_rules(lookback_s=INF), ValueError,
+     "lookback_s"),
+    ("prometheus_config.targets str", lambda: prometheus_config("127.0.0.1:9400"), TypeError,
+     "targets must be a list or tuple"),
+    ("prometheus_config.targets empty", lambda: prometheus_config([]), ValueError,
+     "targets must hold at least one"),
+    ("prometheus_config.targets item", lambda: prometheus_config([9400]), TypeError,
+     "targets must be a str"),
+    ("prometheus_config.rule_files", lambda: prometheus_config(["h:1"], "r.yml"), TypeError,
+     "rule_files must be a list or tuple"),
+    ("prometheus_config.interval_s", lambda: prometheus_config(["h:1"], interval_s=0),
+     ValueError, "interval_s"),
+    ("prometheus_config.job", lambda: prometheus_config(["h:1"], job=None), TypeError,
+     "job must be a str"),
     # MemoryMonitor
     ("MemoryMonitor.interval_s zero", lambda: MemoryMonitor("cpu", interval_s=0), ValueError,
      r"interval_s must be a finite number in \(0, "),
@@ -191,7 +276,7 @@ CASES = [  # (id, call, exception, regex on the message)
 ]
 
 # Records perfkit returns (plain data built from checked input); PHASES is a constant.
-RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult"}
+RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "StepWindow"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
