@@ -78,7 +78,7 @@ class ThreadPrefetcher:
             if kind == "end":
                 return
             yield value
-""", expect="each iter\\\\(\\\\) starts a new pass|hand over each batch|once each"),
+""", expect="starts a new pass|hand over each batch|once each"),
     Mutant("q1_exceptions", "the source's exception swallowed", _tp("""            except BaseException as exc:
                 put(("error", exc))""", """            except BaseException:
                 put(("end", None))"""), expect="ended without an error"),
