@@ -1,7 +1,8 @@
 """Parallelism (modules 02 and 05): data parallelism from scratch and ZeRO around torch.optim.
 
 NaiveDP, BucketedDP and OverlappedDP build DDP's gradient all-reduce step by step;
-ZeroOneOptimizer shards any torch.optim optimizer's state across ranks (ZeRO stage 1).
+ZeroOneOptimizer shards any torch.optim optimizer's state across ranks (ZeRO stage 1);
+ZeroOptimizer does stage 1 or 2 with the reduce-scatter overlapped with backward.
 
 Usage::
 
@@ -10,6 +11,12 @@ Usage::
     full = opt.consolidated_state_dict()   # collective
 """
 
+from perfkit.parallel.buckets import (
+    ShardedBucket,
+    build_buckets,
+    consolidated_state,
+    shard_state,
+)
 from perfkit.parallel.data_parallel import (
     BucketedDP,
     NaiveDP,
@@ -24,14 +31,22 @@ from perfkit.parallel.flat import (
 from perfkit.parallel.zero1 import (
     ZeroOneOptimizer,
 )
+from perfkit.parallel.zero2 import (
+    ZeroOptimizer,
+)
 
 __all__ = [
     "all_gather_flat",
     "assign_buckets",
     "BucketedDP",
+    "build_buckets",
+    "consolidated_state",
     "NaiveDP",
     "OverlappedDP",
     "reduce_scatter_flat",
     "shard_range",
+    "shard_state",
+    "ShardedBucket",
     "ZeroOneOptimizer",
+    "ZeroOptimizer",
 ]

@@ -18,11 +18,14 @@ from perfkit import dist
 
 pytestmark = pytest.mark.distributed
 TOL = 1e-6
+CAP = 100 / 2**20  # MiB: 100-byte buckets, so the MLP's groups split into several
+TINY = 10 / 2**20  # UnevenModel: buckets (c, b) and (w)
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     ckpt = str(tmp_path_factory.mktemp("zero") / "zero2.pt")
+    ckpt_stage2 = str(tmp_path_factory.mktemp("zero") / "stage2.pt")
     two = dist.launch("perfkit.workers.zero_check", 2, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
         {"steps": 50, "mode": "ddp"},
@@ -34,6 +37,15 @@ def jobs(tmp_path_factory):
         {"steps": 12, "mode": "alone", "model": "partial", "optimizer": "sgd"},
         {"steps": 10, "mode": "alone", "model": "uneven"},
         {"steps": 10, "mode": "ddp", "model": "uneven"},
+        # ZeroOptimizer, from index 10: buckets of 100 bytes (98, 143 and 21 elements)
+        {"steps": 30, "groups": True, "stage": 2, "bucket_cap_mb": CAP},
+        {"steps": 30, "groups": True, "stage": 1, "bucket_cap_mb": CAP},
+        {"steps": 30, "groups": True, "stage": 2, "bucket_cap_mb": CAP, "optimizer": "sgd"},
+        {"steps": 12, "model": "partial", "stage": 2, "bucket_cap_mb": CAP},
+        {"steps": 12, "model": "partial", "stage": 1, "bucket_cap_mb": CAP},
+        {"steps": 10, "model": "uneven", "stage": 2, "bucket_cap_mb": TINY},
+        {"steps": 10, "model": "uneven", "stage": 1, "bucket_cap_mb": TINY},
+        {"steps": 25, "groups": True, "stage": 2, "bucket_cap_mb": CAP, "save": ckpt_stage2},
     ])], timeout_s=240)
     three = dist.launch("perfkit.workers.zero_check", 3, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
@@ -44,6 +56,16 @@ def jobs(tmp_path_factory):
         {"steps": 12, "mode": "alone", "model": "partial"},
         {"steps": 10, "mode": "alone", "model": "uneven"},
         {"steps": 10, "mode": "ddp", "model": "uneven"},
+        # ZeroOptimizer, from index 8
+        {"steps": 30, "groups": True, "stage": 2, "bucket_cap_mb": CAP},
+        {"steps": 30, "groups": True, "stage": 1, "bucket_cap_mb": CAP, "optimizer": "sgd"},
+        {"steps": 12, "model": "partial", "stage": 2, "bucket_cap_mb": CAP},
+        {"steps": 10, "model": "uneven", "stage": 2, "bucket_cap_mb": TINY},
+        {"steps": 10, "model": "uneven", "stage": 1, "bucket_cap_mb": TINY},
+        # resumed across world sizes and implementations: ZeRO-1 -> stage 2, stage 2 -> stage 1
+        {"start": 25, "steps": 25, "groups": True, "load": ckpt, "stage": 2, "bucket_cap_mb": CAP},
+        {"start": 25, "steps": 25, "groups": True, "load": ckpt_stage2, "stage": 1,
+         "bucket_cap_mb": CAP},
     ])], timeout_s=240)
     return {2: two, 3: three}
 
@@ -118,3 +140,50 @@ def test_frozen_gradless_and_uneven_parameters_equal_adamw(jobs, world, run, mod
             assert diff <= TOL, (name, r)
         assert r["state_rel_diff"] <= TOL, r
         assert r["shard_numel"] == -(-21 // world), r  # the frozen tensor is not sharded
+
+
+# --- ZeroOptimizer (stages 1 and 2, reduce-scatter during backward) ----------------------
+
+MLP_BUCKETS = [98, 143, 21]  # weights W3 + W2, W1; biases b3 + b2 + b1 (backward order)
+
+
+@pytest.mark.parametrize("world,run,stage,optimizer", [
+    (2, 10, 2, "adamw"), (2, 11, 1, "adamw"), (2, 12, 2, "sgd"),
+    (3, 8, 2, "adamw"), (3, 9, 1, "sgd")])
+def test_zero_optimizer_equals_the_single_process_optimizer(jobs, world, run, stage, optimizer):
+    results = [r[run] for r in jobs[world]]
+    for r in results:
+        assert r["optimizer"] == optimizer and r["buckets"] == MLP_BUCKETS, r
+        assert r["max_rel_diff"] <= TOL and r["state_rel_diff"] <= TOL, r
+        assert r["steps_equal"] and r["state_keys_equal"], r
+        # every bucket's reduce-scatter started during backward, in every step: a version
+        # that reduces in step() (no overlap) launches none before it
+        assert r["launched_in_backward"] == [len(MLP_BUCKETS)] * 30, r
+        # each rank's state and gradient slice: ceil(numel / N) per bucket
+        assert r["shard_numel"] == sum(-(-n // world) for n in MLP_BUCKETS), r
+    assert len({r["max_rel_diff"] for r in results}) == 1
+
+
+@pytest.mark.parametrize("world,run,model", [
+    (2, 13, "partial"), (2, 14, "partial"), (2, 15, "uneven"), (2, 16, "uneven"),
+    (3, 10, "partial"), (3, 11, "uneven"), (3, 12, "uneven")])
+def test_zero_optimizer_frozen_and_gradless_parameters_follow_torch_optim(jobs, world, run,
+                                                                          model):
+    for r in (per_rank[run] for per_rank in jobs[world]):
+        assert r["frozen_max_abs_change"] == 0.0 and r["frozen_unchanged"], r
+        assert r["steps"] == r["ref_steps"] and r["state_keys_equal"], r
+        if model == "uneven":  # c is stepped on the even steps only, the frozen tensor never
+            assert r["ref_steps"] == {"0": 10.0, "2": 10.0, "3": 5.0}, r
+            assert r["buckets"] == [8, 13], r  # (c, b) and (w); the frozen tensor in none
+            assert max(r["param_rel_diffs"].values()) <= TOL, r
+            # odd steps: c has no gradient anywhere, so its bucket completes only in step()
+            assert r["launched_in_backward"][1::2] == [0] * 5, r
+        else:  # the extra layer's tiny gradients: 1e-5, as for ZeroOneOptimizer above
+            assert r["max_rel_diff"] <= 1e-5 and r["state_rel_diff"] <= 1e-5, r
+
+
+@pytest.mark.parametrize("run", [13, 14])
+def test_zero_optimizer_resumes_across_world_sizes_and_stages(jobs, run):
+    for r in (per_rank[run] for per_rank in jobs[3]):
+        assert r["max_rel_diff"] <= TOL and r["state_rel_diff"] <= TOL, r
+        assert r["steps_equal"], r
