@@ -2,7 +2,8 @@
 
 NaiveDP, BucketedDP and OverlappedDP build DDP's gradient all-reduce step by step;
 ZeroOneOptimizer shards any torch.optim optimizer's state across ranks (ZeRO stage 1);
-ZeroOptimizer does stage 1 or 2 with the reduce-scatter overlapped with backward.
+ZeroOptimizer does stage 1 or 2 with the reduce-scatter overlapped with backward;
+ShardedModule and ZeroThreeOptimizer do stage 3 (FSDP): parameters gathered block by block.
 
 Usage::
 
@@ -34,6 +35,10 @@ from perfkit.parallel.zero1 import (
 from perfkit.parallel.zero2 import (
     ZeroOptimizer,
 )
+from perfkit.parallel.zero3 import (
+    ShardedModule,
+    ZeroThreeOptimizer,
+)
 
 __all__ = [
     "all_gather_flat",
@@ -47,6 +52,8 @@ __all__ = [
     "shard_range",
     "shard_state",
     "ShardedBucket",
+    "ShardedModule",
     "ZeroOneOptimizer",
     "ZeroOptimizer",
+    "ZeroThreeOptimizer",
 ]

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from perfkit._checks import check_choice, check_real
-from perfkit.parallel.buckets import build_buckets, consolidated_state, shard_state
+from perfkit.parallel.buckets import ShardedBucket, build_buckets, consolidated_state, shard_state
 from perfkit.parallel.flat import all_gather_flat, reduce_scatter_flat
 from perfkit.parallel.zero1 import _check_group, _hyper, _ordered
 
@@ -108,16 +108,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.world_size = dist.get_world_size(process_group) if distributed else 1
         self.rank = dist.get_rank(process_group) if distributed else 0
         self._frozen = [p for g in self.param_groups for p in g["params"] if not p.requires_grad]
-        self.buckets = build_buckets([g["params"] for g in self.param_groups],
-                                     int(bucket_cap_mb * 2**20), self.world_size, self.rank)
+        self.buckets = self._build_buckets(int(bucket_cap_mb * 2**20))
         for b in self.buckets:
-            b.flat = b.flatten()  # (padded,): the parameters become views into it
-            for p, off, n in zip(b.params, b.offsets, b.numels, strict=True):
-                p.data = b.flat[off:off + n].view_as(p)  # the all-gather writes the parameters
-            b.segments = [torch.nn.Parameter(b.flat[b.start + at:b.start + at + hi - lo])
-                          for _k, lo, hi, at in b.pieces]
-            b.grads = None  # (padded,) full gradients: stage 1 keeps it, stage 2 frees it
-            b.shard_grad = b.flat.new_zeros(b.shard_size) if stage == 2 else None
+            b.grads = None  # (padded,) full gradients: stage 1 keeps it, stages 2-3 free it
+            b.shard_grad = torch.zeros(b.shard_size, dtype=b.dtype, device=b.device) \
+                if self.stage >= 2 else None
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(bi, k))
                        for bi, b in enumerate(self.buckets) for k, p in enumerate(b.params)]
         mine = [[s for b in self.buckets if b.group == gi for s in b.segments]
@@ -134,6 +129,19 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.state = self.optim.state  # this rank's pieces only: what memory accounting sees
         self.buffer_peak_bytes = 0  # largest transient bucket/output bytes alive at once
         self._reset()
+
+    def _build_buckets(self, cap_bytes: int) -> list[ShardedBucket]:
+        """Bucket the groups' trainable parameters; they become views into each bucket's
+        ``flat`` buffer ``(padded,)``, and this rank's pieces of it the optimizer's leaves."""
+        buckets = build_buckets([g["params"] for g in self.param_groups], cap_bytes,
+                                self.world_size, self.rank)
+        for b in buckets:
+            b.flat = b.flatten()
+            for p, off, n in zip(b.params, b.offsets, b.numels, strict=True):
+                p.data = b.flat[off:off + n].view_as(p)  # the all-gather writes the parameters
+            b.segments = [torch.nn.Parameter(b.flat[b.start + at:b.start + at + hi - lo])
+                          for _k, lo, hi, at in b.pieces]
+        return buckets
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Only the constructor adds groups: the buckets are fixed after it.
@@ -163,17 +171,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
                                    "step: ZeroOptimizer takes one backward per step()")
             self._take(bi, k, p)
             self._count[bi] += 1
+            if self._count[bi] == len(self.buckets[bi].params):
+                self._complete(bi)
             while self._launched < len(self.buckets) and \
                     self._count[self._launched] == len(self.buckets[self._launched].params):
                 self._launch(self._launched)  # in bucket order: every rank issues the same
         return hook
 
+    def _complete(self, bi: int) -> None:
+        """Every gradient of bucket ``bi`` has arrived (stage 3 frees its parameters)."""
+
     def _grads(self, bi: int) -> torch.Tensor:
         b = self.buckets[bi]
         if b.grads is None:
             b.grads = torch.zeros(b.padded, dtype=b.dtype, device=b.device)  # padding stays 0
-            if self.stage == 2:
-                self._transient += b.padded * b.flat.element_size()
+            if self.stage >= 2:
+                self._transient += b.padded * b.grads.element_size()
                 self.buffer_peak_bytes = max(self.buffer_peak_bytes, self._transient)
         return b.grads
 
@@ -183,7 +196,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         view = self._grads(bi)[b.offsets[k]:b.offsets[k] + b.numels[k]]
         if p.grad.data_ptr() != view.data_ptr():  # stage 1 after zero_grad(set_to_none=False)
             view.copy_(p.grad.reshape(-1))
-        p.grad = None if self.stage == 2 else view.view_as(p)
+        p.grad = None if self.stage >= 2 else view.view_as(p)
         self._arrived[bi][k] = True
 
     def _launch(self, bi: int) -> None:
@@ -196,8 +209,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
                     self._take(bi, k, p)
                 else:
                     grads[b.offsets[k]:b.offsets[k] + b.numels[k]].zero_()
-        out = b.shard_grad if self.stage == 2 else torch.empty_like(grads[:b.shard_size])
-        self._transient += 0 if self.stage == 2 else out.numel() * out.element_size()
+        out = b.shard_grad if self.stage >= 2 else torch.empty_like(grads[:b.shard_size])
+        self._transient += 0 if self.stage >= 2 else out.numel() * out.element_size()
         self.buffer_peak_bytes = max(self.buffer_peak_bytes, self._transient)
         work = None
         if self.world_size > 1:
@@ -268,17 +281,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
         for group, inner in zip(self.param_groups, self.optim.param_groups, strict=True):
             inner.update(_hyper(group))  # hyperparameters set on this wrapper (LR schedulers)
         self.optim.step()
-        works = []
         for b in self.buckets:
             for seg in b.segments:
                 seg.grad = None
-            if self.world_size > 1:  # in place: this rank's slice is the input
+        self._share_updated()
+        self._reset()
+        return loss
+
+    def _share_updated(self) -> None:
+        """All-gather every bucket's updated slices into the parameters. Collective."""
+        works = []
+        if self.world_size > 1:
+            for b in self.buckets:  # in place: this rank's slice is the input
                 works.append(all_gather_flat(b.flat, b.flat[b.start:b.end], self.process_group,
                                              async_op=True))
         for w in works:
             w.wait()
-        self._reset()
-        return loss
 
     # --- state and memory -----------------------------------------------------------------
 

@@ -27,8 +27,9 @@ biases in two groups with different ``lr``/``weight_decay``), ``start`` (first s
 ``save``/``load`` (a file for the consolidated optimizer state and the parameters),
 ``stage`` (1 or 2: :class:`perfkit.parallel.ZeroOptimizer` with ``bucket_cap_mb``, whose
 result adds the bucket sizes and ``launched_in_backward``, per step how many buckets'
-reduce-scatters backward had started), ``impl`` (a cloudpickle file holding a class
-``(params, optimizer_class, **defaults)`` used instead of
+reduce-scatters backward had started; 3: :class:`perfkit.parallel.ShardedModule` over
+:func:`blocks_of` and its :class:`perfkit.parallel.ZeroThreeOptimizer`, one group), ``impl``
+(a cloudpickle file holding a class ``(params, optimizer_class, **defaults)`` used instead of
 :class:`perfkit.parallel.ZeroOneOptimizer`, given one list of parameters; with
 ``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
 optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
@@ -52,7 +53,7 @@ from torch import nn
 
 from perfkit import dist as pdist
 from perfkit.memory import optimizer_state_bytes
-from perfkit.parallel import ZeroOneOptimizer, ZeroOptimizer
+from perfkit.parallel import ShardedModule, ZeroOneOptimizer, ZeroOptimizer, ZeroThreeOptimizer
 from perfkit.workers.collectives import record_collectives
 
 GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
@@ -132,6 +133,14 @@ MODELS = {"mlp": (make_mlp, None), "partial": (PartialMLP, extra_rows),
           "uneven": (UnevenModel, uneven_rows)}  # (constructor, rows of the gradless branch)
 
 
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """Stage 3's blocks: the MLP's linear layers; the rest (``extra``, or every tensor of
+    :class:`UnevenModel`) is the root unit."""
+    mlp = getattr(model, "mlp", model)
+    return [m for m in mlp.modules() if isinstance(m, nn.Linear)] if mlp is not model or \
+        isinstance(model, nn.Sequential) else []
+
+
 def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step`` (seeded by the step, so a resumed run sees the same)."""
     g = torch.Generator().manual_seed(1000 + step)
@@ -187,6 +196,11 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         with open(cfg["impl"], "rb") as f:
             factory = cloudpickle.load(f)
         opt = factory(list(model.parameters()), opt_class, **opt_kw)
+    elif cfg.get("stage") == 3:  # ShardedModule: parameters gathered block by block
+        if mode != "alone" or cfg.get("groups"):
+            raise ValueError("stage 3 runs with mode 'alone' and one group")
+        net = ShardedModule(model, blocks=blocks_of(model))
+        opt = ZeroThreeOptimizer(net, opt_class, **opt_kw)
     elif cfg.get("stage"):  # ZeroOptimizer: stage 1 or 2, reduce-scatter during backward
         if mode != "alone":
             raise ValueError("stage runs with mode 'alone'")
@@ -203,18 +217,24 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     with record_collectives() as calls:  # which collectives ran, and how much they moved
         launched = _train_loop(model, ref, net, opt, ref_opt, rows, rank, world, start, steps)
     out_calls = sorted({name for name, _ in calls})
+    final = net.full_parameters() if isinstance(net, ShardedModule) else \
+        [p.detach() for p in model.parameters()]  # stage 3: gathered (collective)
     elems_per_step = sum(k for _, k in calls) / max(steps, 1)
     out: dict[str, Any] = {
         "rank": rank, "world_size": world, "mode": mode,
         "collectives": out_calls, "collective_elems_per_step": elems_per_step,
         "optimizer": cfg.get("optimizer", "adamw"),
-        "max_rel_diff": max(rel_diff(p.detach(), q.detach())
-                            for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
+        "max_rel_diff": max(rel_diff(p, q.detach())
+                            for p, q in zip(final, ref.parameters(), strict=True)),
         "numel": sum(p.numel() for p in model.parameters()),
         "groups": len(getattr(opt, "param_groups", [None])),
     }
     if hasattr(opt, "shard_numel"):
         out["shard_numel"] = opt.shard_numel()
+    out["collective_elems"] = {n: sum(k for m, k in calls if m == n) / max(steps, 1)
+                               for n in out_calls}  # per step, by collective
+    if isinstance(net, ShardedModule):  # the largest whole parameters alive at once
+        out["gathered_peak_bytes"] = net.gathered_peak_bytes
     if hasattr(opt, "buckets"):  # ZeroOptimizer: buckets reduce-scattered during backward
         out["buckets"] = [b.numel for b in opt.buckets]
         out["launched_in_backward"] = launched
@@ -236,8 +256,9 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     if partial:
         out["frozen_unchanged"] = bool(torch.equal(model.frozen, torch.full((5,), 2.0)))
         out["frozen_max_abs_change"] = float((model.frozen - 2.0).abs().max())
-        out["param_rel_diffs"] = {n: rel_diff(p.detach(), q.detach()) for (n, p), q in
-                                  zip(model.named_parameters(), ref.parameters(), strict=True)}
+        out["param_rel_diffs"] = {n: rel_diff(p, q.detach()) for (n, _), p, q in
+                                  zip(model.named_parameters(), final, ref.parameters(),
+                                      strict=True)}
     return out
 
 

@@ -46,6 +46,11 @@ def jobs(tmp_path_factory):
         {"steps": 10, "model": "uneven", "stage": 2, "bucket_cap_mb": TINY},
         {"steps": 10, "model": "uneven", "stage": 1, "bucket_cap_mb": TINY},
         {"steps": 25, "groups": True, "stage": 2, "bucket_cap_mb": CAP, "save": ckpt_stage2},
+        # ShardedModule + ZeroThreeOptimizer, from index 18
+        {"steps": 30, "stage": 3},
+        {"steps": 30, "stage": 3, "optimizer": "sgd"},
+        {"steps": 12, "model": "partial", "stage": 3},
+        {"steps": 10, "model": "uneven", "stage": 3},
     ])], timeout_s=240)
     three = dist.launch("perfkit.workers.zero_check", 3, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
@@ -66,6 +71,10 @@ def jobs(tmp_path_factory):
         {"start": 25, "steps": 25, "groups": True, "load": ckpt, "stage": 2, "bucket_cap_mb": CAP},
         {"start": 25, "steps": 25, "groups": True, "load": ckpt_stage2, "stage": 1,
          "bucket_cap_mb": CAP},
+        # ShardedModule + ZeroThreeOptimizer, from index 15
+        {"steps": 30, "stage": 3},
+        {"steps": 12, "model": "partial", "stage": 3},
+        {"steps": 10, "model": "uneven", "stage": 3},
     ])], timeout_s=240)
     return {2: two, 3: three}
 
@@ -187,3 +196,43 @@ def test_zero_optimizer_resumes_across_world_sizes_and_stages(jobs, run):
     for r in (per_rank[run] for per_rank in jobs[3]):
         assert r["max_rel_diff"] <= TOL and r["state_rel_diff"] <= TOL, r
         assert r["steps_equal"], r
+
+
+# --- ZeRO-3: ShardedModule + ZeroThreeOptimizer --------------------------------------------
+
+MLP_UNITS = [24, 84, 154]  # Linear(7, 3), Linear(11, 7), Linear(13, 11): weights + biases
+
+
+@pytest.mark.parametrize("world,run,optimizer", [(2, 18, "adamw"), (2, 19, "sgd"),
+                                                 (3, 15, "adamw")])
+def test_zero3_equals_the_single_process_optimizer(jobs, world, run, optimizer):
+    for r in (per_rank[run] for per_rank in jobs[world]):
+        assert r["optimizer"] == optimizer and r["buckets"] == MLP_UNITS, r
+        assert r["max_rel_diff"] <= TOL and r["state_rel_diff"] <= TOL, r
+        assert r["steps_equal"] and r["state_keys_equal"], r
+        assert r["launched_in_backward"] == [3] * 30, r  # reduce-scatters during backward
+        padded = sum(-(-n // world) * world for n in MLP_UNITS)
+        # every block gathered before its forward and again before its backward; one
+        # reduce-scatter of the gradients; a flag per parameter: 3x the elements of DP's
+        # all-reduce, hence 1.5x its bytes on the wire
+        assert r["collective_elems"]["all_gather_single"] == 2 * padded, r
+        assert r["collective_elems"]["reduce_scatter"] == padded, r
+        assert r["collective_elems"]["all_reduce"] == 6, r
+        # a block is freed after use: at most two blocks whole at once (the one running
+        # and the next, prefetched); keeping every block gathered would hold all three
+        assert r["gathered_peak_bytes"] == 4 * (-(-154 // world) + -(-84 // world)) * world, r
+        assert r["shard_numel"] == sum(-(-n // world) for n in MLP_UNITS), r
+
+
+@pytest.mark.parametrize("world,run,model", [(2, 20, "partial"), (2, 21, "uneven"),
+                                             (3, 16, "partial"), (3, 17, "uneven")])
+def test_zero3_frozen_and_gradless_parameters_follow_torch_optim(jobs, world, run, model):
+    for r in (per_rank[run] for per_rank in jobs[world]):
+        assert r["frozen_max_abs_change"] == 0.0 and r["frozen_unchanged"], r
+        assert r["steps"] == r["ref_steps"] and r["state_keys_equal"], r
+        if model == "uneven":  # one root unit: w, b, c (the frozen tensor stays whole)
+            assert r["buckets"] == [21] and r["ref_steps"] == {"0": 10.0, "2": 10.0, "3": 5.0}
+            assert max(r["param_rel_diffs"].values()) <= TOL, r
+        else:  # `extra` in the root unit, unused on some ranks in some steps
+            assert r["buckets"] == [*MLP_UNITS, 12], r
+            assert r["max_rel_diff"] <= 1e-5 and r["state_rel_diff"] <= 1e-5, r

@@ -316,3 +316,24 @@ def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backw
     buffers = {t.untyped_storage().data_ptr() for t in one.gradient_tensors()}
     assert {p.grad.untyped_storage().data_ptr() for p in model.parameters()} == buffers
     assert len(buffers) == len(one.buckets)
+
+
+def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks():
+    from perfkit.parallel import ShardedModule, ZeroThreeOptimizer
+
+    a, b = make_mlp(), make_mlp()
+    sharded = ShardedModule(a, blocks=[a[0], a[2], a[4]])
+    za = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    _train(sharded, za)
+    _train(b, ob)
+    for p, q in zip(sharded.full_parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    assert all(p.numel() == 0 for p in a.parameters())  # outside forward/backward: no data
+    assert sharded.gathered_bytes == 0
+    assert sharded.gathered_peak_bytes == 4 * (154 + 84)  # a block and the prefetched next
+    plain = torch.optim.AdamW(make_mlp().parameters(), lr=1e-2)
+    plain.load_state_dict(za.state_dict())
+    want = ob.state_dict()["state"]
+    for i, st in plain.state_dict()["state"].items():
+        assert torch.equal(st["exp_avg_sq"], want[i]["exp_avg_sq"])
