@@ -22,14 +22,14 @@ Usage (inside a worker)::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from perfkit._checks import check_int
+from perfkit._checks import check_int, check_items
 
 __all__ = ["COUNTED", "Traffic", "count_traffic", "ring_factor"]
 
@@ -79,13 +79,28 @@ class Traffic:
 
 
 @contextlib.contextmanager
-def count_traffic() -> Iterator[Traffic]:
+def count_traffic(extra: Sequence[tuple[Any, str, str]] = ()) -> Iterator[Traffic]:
     """Count every collective called through ``torch.distributed`` inside the block.
 
+    Args:
+        extra: more patch points ``(object, attribute, collective name)`` for code that
+            bound a collective before the block (DeepSpeed's backend keeps
+            ``all_gather_function`` and ``reduce_scatter_function``).
+
     Not thread-safe across concurrent ``with`` blocks (it patches the module).
+
+    Raises:
+        TypeError: for an ``extra`` entry that is not ``(object, attribute, name)``.
     """
     t = Traffic()
-    saved = {n: getattr(dist, n) for n in COUNTED if hasattr(dist, n)}
+    targets = [(dist, n, n) for n in COUNTED if hasattr(dist, n)]
+    for e in check_items("extra", extra, nonempty=False):
+        if not (isinstance(e, tuple) and len(e) == 3 and isinstance(e[1], str)
+                and isinstance(e[2], str) and callable(getattr(e[0], e[1], None))):
+            raise TypeError(f"extra must hold (object, attribute, name) tuples naming a "
+                            f"callable attribute, got {e!r}")
+        targets.append(e)
+    saved = [(obj, attr, name, getattr(obj, attr)) for obj, attr, name in targets]
 
     def wrap(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kw: Any) -> Any:
@@ -95,10 +110,10 @@ def count_traffic() -> Iterator[Traffic]:
             return f(*args, **kw)
         return counted
 
-    for name, f in saved.items():
-        setattr(dist, name, wrap(name, f))
+    for obj, attr, name, f in saved:
+        setattr(obj, attr, wrap(name, f))
     try:
         yield t
     finally:
-        for name, f in saved.items():
-            setattr(dist, name, f)
+        for obj, attr, _name, f in saved:
+            setattr(obj, attr, f)

@@ -42,7 +42,9 @@ class ShardedModule(nn.Module):
     the optimizer state) but hold no data outside a unit's forward and backward: a
     trainable ``p`` is an empty tensor then; :meth:`full_parameters` gathers them.
     Frozen parameters (``requires_grad=False``) are kept whole and never communicated.
-    The root unit stays gathered from the start of forward until its gradients arrive.
+    The root unit stays gathered from the start of forward until its gradients arrive,
+    unless ``reshard_root`` (then it is freed after forward and gathered again in backward,
+    like every block: stage 3's full 1.5x traffic, for less memory).
 
     Args:
         module: the model.
@@ -51,6 +53,9 @@ class ShardedModule(nn.Module):
         process_group: the data-parallel group (``None``: WORLD, or one process when
             ``torch.distributed`` is not initialised).
         prefetch: start the all-gather of block ``i + 1`` when block ``i`` starts.
+        reshard_root: free the root unit after forward too. Then the root's tensors must
+            be used in the same backward order on every rank (no branch taken on some ranks
+            only), since the gather they trigger is collective.
 
     Raises:
         TypeError: for a ``module`` or a block that is not an ``nn.Module``, or a
@@ -64,15 +69,17 @@ class ShardedModule(nn.Module):
     """
 
     def __init__(self, module: nn.Module, blocks: Sequence[nn.Module] = (),
-                 process_group: Any = None, prefetch: bool = True) -> None:
+                 process_group: Any = None, prefetch: bool = True,
+                 reshard_root: bool = False) -> None:
         check_type("module", module, nn.Module)
         blocks = check_items("blocks", blocks, nonempty=False)
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
             raise TypeError(f"process_group must be None (WORLD) or a ProcessGroup, got "
                             f"{type(process_group).__name__}")
         check_type("prefetch", prefetch, bool)
+        check_type("reshard_root", reshard_root, bool)
         super().__init__()
-        self.module, self.prefetch = module, prefetch
+        self.module, self.prefetch, self.reshard_root = module, prefetch, reshard_root
         distributed = dist.is_available() and dist.is_initialized()
         self.process_group = process_group if distributed else None
         self.world_size = dist.get_world_size(process_group) if distributed else 1
@@ -205,7 +212,10 @@ class ShardedModule(nn.Module):
         if self._root is not None:
             self._gather(self._root)
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-            return self.module(*args, **kwargs)
+            out = self.module(*args, **kwargs)
+        if self.reshard_root and self._root is not None:
+            self._free(self._root)
+        return out
 
     @torch.no_grad()
     def full_parameters(self) -> list[torch.Tensor]:

@@ -30,6 +30,9 @@ LINK = AlphaBeta(1e-5, 1e9)
 T = torch.ones(4)
 
 CASES = [  # (id, call, exception, regex on the message)
+    # count_traffic
+    ("count_traffic.extra", lambda: comm.count_traffic([("obj", "x")]).__enter__(), TypeError,
+     r"extra must hold \(object, attribute, name\) tuples"),
     # ring_factor
     ("ring_factor.world_size", lambda: comm.ring_factor("all_reduce", 0), ValueError,
      "world_size must be an int >= 1, got 0"),
@@ -156,7 +159,7 @@ CASES_IN_A_GROUP = [  # (id, call, exception, regex), run in a one-rank gloo gro
 
 # Records perfkit returns; OPS is a constant.
 RECORDS = {"CollectivePoint", "Traffic"}
-NO_ARGUMENTS = {"count_traffic"}
+NO_ARGUMENTS = set()
 
 
 @pytest.fixture

@@ -143,6 +143,8 @@ CASES = [  # (name, call, exception, regex on the message)
      TypeError, "process_group must be None"),
     ("ShardedModule.prefetch", lambda: ShardedModule(nn.Linear(2, 2), prefetch=1), TypeError,
      "prefetch must be a bool, got int"),
+    ("ShardedModule.reshard_root", lambda: ShardedModule(nn.Linear(2, 2), reshard_root="no"),
+     TypeError, "reshard_root must be a bool, got str"),
     ("ZeroThreeOptimizer.sharded", lambda: ZeroThreeOptimizer(nn.Linear(2, 2), ADAMW), TypeError,
      "sharded must be a ShardedModule, got Linear"),
     ("ZeroThreeOptimizer.optimizer_class",

@@ -318,11 +318,13 @@ def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backw
     assert len(buffers) == len(one.buckets)
 
 
-def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks():
+@pytest.mark.parametrize("reshard_root", [False, True])
+def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks(reshard_root):
     from perfkit.parallel import ShardedModule, ZeroThreeOptimizer
 
     a, b = make_mlp(), make_mlp()
-    sharded = ShardedModule(a, blocks=[a[0], a[2], a[4]])
+    # blocks 0 and 4; Linear(11, 7) (84 values) is the root unit
+    sharded = ShardedModule(a, blocks=[a[0], a[4]], reshard_root=reshard_root)
     za = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
     ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
     _train(sharded, za)
@@ -331,7 +333,8 @@ def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks():
         assert torch.equal(p, q)
     assert all(p.numel() == 0 for p in a.parameters())  # outside forward/backward: no data
     assert sharded.gathered_bytes == 0
-    assert sharded.gathered_peak_bytes == 4 * (154 + 84)  # a block and the prefetched next
+    # in forward: the root, block 0 running and block 4 prefetched (all of it, here)
+    assert sharded.gathered_peak_bytes == 4 * (84 + 154 + 24)
     plain = torch.optim.AdamW(make_mlp().parameters(), lr=1e-2)
     plain.load_state_dict(za.state_dict())
     want = ob.state_dict()["state"]
