@@ -236,3 +236,41 @@ def test_zero3_frozen_and_gradless_parameters_follow_torch_optim(jobs, world, ru
         else:  # `extra` in the root unit, unused on some ranks in some steps
             assert r["buckets"] == [*MLP_UNITS, 12], r
             assert r["max_rel_diff"] <= 1e-5 and r["state_rel_diff"] <= 1e-5, r
+
+
+# --- the benchmark's accounting on the tiny GPT-2 (one job, 2 ranks) ----------------------
+
+@pytest.fixture(scope="module")
+def side_by_side():
+    from perfkit.workers.zero_bench import compare
+
+    return compare(["ddp_adamw", "zero1", "zero2", "zero3", "fsdp2"], nproc=2, batch=2,
+                   steps=2, warmup=1, rss=False, corpus_bytes=20_000, timeout_s=240)
+
+
+def test_side_by_side_memory_bytes_and_results(side_by_side):
+    from perfkit.memory import zero_model_states
+
+    c = side_by_side
+    v = c.variants
+    for name, stage in (("ddp_adamw", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3),
+                        ("fsdp2", 3)):
+        # model states after backward, from storages: within 1% of ZeRO's formula (fp32
+        # Adam; padding and step counters are the difference). Counting the gathered
+        # blocks, the full gradients of stage 2 or a second copy of stage 1's would not be.
+        want = zero_model_states(c.numel, 2, stage, "fp32_adam")
+        got = v[name].model_states
+        assert got["params"] == pytest.approx(want.params, rel=0.01), (name, got)
+        assert got["grads"] == pytest.approx(want.grads, rel=0.01), (name, got)
+        assert got["optimizer"] == pytest.approx(want.optimizer, rel=0.01), (name, got)
+        # the same training as DDP + AdamW, which steps with the same averaged gradient
+        if name != "ddp_adamw":
+            assert v[name].max_rel_diff_vs_ddp_adamw <= TOL, name
+    sent = {k: sum(r.sent_bytes.values()) for k, r in v.items()}
+    assert sent["ddp_adamw"] == 4 * c.numel  # ring all-reduce on 2 ranks: 2 (N-1)/N = 1
+    for name in ("zero1", "zero2"):  # a reduce-scatter and an all-gather: DP's bytes
+        assert sent[name] / sent["ddp_adamw"] == pytest.approx(1.0, rel=1e-3), v[name].sent_bytes
+        assert v[name].calls["reduce_scatter"] == v[name].calls["all_gather_single"]
+    # every unit gathered before forward and again before backward, one reduce-scatter
+    assert sent["zero3"] / sent["ddp_adamw"] == pytest.approx(1.5, rel=1e-3), v["zero3"].sent_bytes
+    assert v["zero3"].calls["all_gather_single"] == 2 * v["zero3"].calls["reduce_scatter"]
