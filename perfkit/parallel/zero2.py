@@ -235,6 +235,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
             return
         for bi in range(self._launched, len(self.buckets)):
             self._launch(bi)
+        # every arrival is known now: agree on them while the reduce-scatters finish
+        flags = torch.tensor([float(a) for arrived in self._arrived for a in arrived],
+                             device=self.buckets[0].device if self.buckets else None)
+        flag_work = None
+        if self.world_size > 1 and self.buckets:
+            flag_work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.process_group,
+                                        async_op=True)
         for bi, work, out in self._work:
             b = self.buckets[bi]
             if work is not None:
@@ -245,10 +252,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
             else:
                 b.grads = None  # the full bucket is no longer needed
         self._work, self._transient = [], 0  # stage 1's outputs are freed here
-        flags = torch.tensor([float(a) for arrived in self._arrived for a in arrived],
-                             device=self.buckets[0].device if self.buckets else None)
-        if self.world_size > 1 and self.buckets:
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.process_group)
+        if flag_work is not None:
+            flag_work.wait()
         it = iter(flags.tolist())
         for b in self.buckets:
             has = [next(it) > 0 for _ in b.params]
