@@ -7,9 +7,11 @@ ShardedModule and ZeroThreeOptimizer do stage 3 (FSDP): parameters gathered bloc
 
 Usage::
 
-    opt = ZeroOneOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)
-    loss.backward(); opt.step(); opt.zero_grad()
-    full = opt.consolidated_state_dict()   # collective
+    opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, lr=1e-3)
+    loss.backward(); opt.step(); opt.zero_grad()   # step() is collective
+    full = opt.state_dict()                        # collective; AdamW's own format
+    sharded = ShardedModule(model, blocks=list(model.transformer.h))   # stage 3
+    opt3 = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-3)
 """
 
 from perfkit.parallel.buckets import (
