@@ -27,6 +27,12 @@ from perfkit.comm.collectives import (
 from perfkit.comm.ring import (
     ring_all_reduce,
 )
+from perfkit.comm.traffic import (
+    COUNTED,
+    Traffic,
+    count_traffic,
+    ring_factor,
+)
 
 __all__ = [
     "all_gather_single",
@@ -34,10 +40,14 @@ __all__ = [
     "benchmark_collective",
     "bus_factor",
     "CollectivePoint",
+    "count_traffic",
+    "COUNTED",
     "fit_alpha_beta",
     "OPS",
     "reduce_scatter_single",
     "ring_all_reduce",
     "ring_allreduce_time",
+    "ring_factor",
     "sweep",
+    "Traffic",
 ]

@@ -28,11 +28,14 @@ from perfkit.memory.anatomy import (
 )
 from perfkit.memory.model_states import (
     RECIPES,
+    LiveModelStates,
     ModelStateBytes,
     ParamCount,
     StateRecipe,
     count_parameters,
+    live_model_states,
     optimizer_state_bytes,
+    storage_bytes,
     zero_model_states,
     zero_table,
 )
@@ -46,6 +49,9 @@ __all__ = [
     "checkpoint_blocks",
     "CheckpointedBlock",
     "count_parameters",
+    "live_model_states",
+    "LiveModelStates",
+    "storage_bytes",
     "gpt2_num_params",
     "gpt2_saved_activation_bytes",
     "gpt2_step_memory",

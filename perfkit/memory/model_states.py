@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +31,11 @@ __all__ = [
     "ModelStateBytes",
     "ParamCount",
     "StateRecipe",
+    "LiveModelStates",
     "count_parameters",
+    "live_model_states",
     "optimizer_state_bytes",
+    "storage_bytes",
     "zero_model_states",
     "zero_table",
 ]
@@ -213,3 +217,57 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
             if isinstance(v, torch.Tensor):
                 seen.setdefault(_storage_key(v), _nbytes(v))
     return sum(seen.values())
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor | None],
+                  seen: set[tuple[str, int]] | None = None) -> int:
+    """Bytes of the distinct storages under ``tensors`` (views of one buffer count once,
+    the whole buffer, padding included); storages already in ``seen`` are skipped and
+    the new ones added to it. ``None`` entries are skipped.
+
+    Raises:
+        TypeError: for an item that is neither a tensor nor ``None``.
+    """
+    seen = set() if seen is None else seen
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors must hold tensors or None, got {type(t).__name__}")
+        key = _storage_key(t)
+        if key not in seen and t.numel():
+            seen.add(key)
+            total += _nbytes(t)
+    return total
+
+
+@dataclass(frozen=True)
+class LiveModelStates:
+    """Model-state bytes alive on one rank, counted from storages (compare with
+    :func:`zero_model_states`)."""
+
+    params: int
+    grads: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        """Bytes."""
+        return self.params + self.grads + self.optimizer
+
+
+def live_model_states(params: Iterable[torch.Tensor | None], grads: Iterable[torch.Tensor | None],
+                      optimizer_state: Iterable[torch.Tensor | None]) -> LiveModelStates:
+    """Bytes of distinct storages holding parameters, gradients and optimizer state.
+
+    A storage is counted once, in the first category that holds it (parameters first).
+    Call it where all three are alive: after backward, before the step, from the second
+    step on (optimizers allocate their state at the first step).
+
+    Raises:
+        TypeError: for an item that is neither a tensor nor ``None``.
+    """
+    seen: set[tuple[str, int]] = set()
+    return LiveModelStates(storage_bytes(params, seen), storage_bytes(grads, seen),
+                           storage_bytes(optimizer_state, seen))

@@ -24,13 +24,31 @@ __all__ = ["all_gather_flat", "reduce_scatter_flat", "shard_range"]
 
 
 # torch 2.13 deprecates reduce_scatter_tensor / all_gather_into_tensor in favour of the
-# *_single names; older releases only have the former. Detect once, use whichever exists.
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# *_single names; older releases only have the former. Looked up at each call, so that a
+# recorder patching ``torch.distributed`` (perfkit.workers.collectives) sees the call.
+def _reduce_scatter_fn() -> Any:
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None) -> None:
+def _all_gather_fn() -> Any:
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _REDUCE_SCATTER(*args: Any, **kw: Any) -> Any:
+    return _reduce_scatter_fn()(*args, **kw)
+
+
+def _ALL_GATHER(*args: Any, **kw: Any) -> Any:
+    return _all_gather_fn()(*args, **kw)
+
+
+def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None,
+                        async_op: bool = False) -> Any:
     """Sum ``flat`` (N equal slices) over ranks; rank r receives slice r in ``out``.
+
+    ``out`` must not alias ``flat``: gloo measured wrong sums on ranks > 0 for an ``out``
+    that is ``flat``'s own slice. With ``async_op`` the work handle is returned (call its
+    ``wait()`` before reading ``out``); otherwise ``None``.
 
     On gloo the list form ``dist.reduce_scatter`` is used: gloo's single-tensor
     reduce-scatter measured 2 to 4x slower than the list form (and slower than a whole
@@ -41,18 +59,22 @@ def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None
     """
     if dist.get_backend(group) == "gloo":
         n = dist.get_world_size(group)
-        dist.reduce_scatter(out, list(flat.chunk(n)), op=dist.ReduceOp.SUM, group=group)
-    else:
-        _REDUCE_SCATTER(out, flat, op=dist.ReduceOp.SUM, group=group)
+        return dist.reduce_scatter(out, list(flat.chunk(n)), op=dist.ReduceOp.SUM, group=group,
+                                   async_op=async_op)
+    return _REDUCE_SCATTER(out, flat, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
 
 
-def all_gather_flat(flat: torch.Tensor, shard: torch.Tensor, group: Any = None) -> None:
+def all_gather_flat(flat: torch.Tensor, shard: torch.Tensor, group: Any = None,
+                    async_op: bool = False) -> Any:
     """Concatenate every rank's ``shard`` into ``flat`` (rank r's shard at slice r).
+
+    ``shard`` may be ``flat``'s own slice r (in place; checked on gloo with 2 and 3 ranks).
+    With ``async_op`` the work handle is returned, otherwise ``None``.
 
     Warning:
         Collective: every rank of ``group`` must call it, or the others hang.
     """
-    _ALL_GATHER(flat, shard, group=group)
+    return _ALL_GATHER(flat, shard, group=group, async_op=async_op)
 
 
 def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:

@@ -6,8 +6,9 @@ Variants (names used in results):
 * ``perfkit``: :class:`perfkit.parallel.ZeroOneOptimizer` alone (reduce-scatter + all-gather);
 * ``perfkit_ddp``: DDP all-reduces, then ``ZeroOneOptimizer(reduce_grads=False)``;
 * ``torch_zero``: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)``;
-* ``deepspeed_0``, ``deepspeed_1``, ``deepspeed_2``: ``deepspeed.initialize`` with a client
-  ``torch.optim.AdamW`` at ZeRO stage 0, 1, 2 (no compiled op is needed for any of them).
+* ``zero1``, ``zero2``, ``zero3``, ``fsdp2``, ``deepspeed_0`` to ``deepspeed_3``: see
+  :mod:`perfkit.workers.zero_variants` (perfkit's overlapped ZeRO stages, PyTorch's
+  ``fully_shard``, DeepSpeed with a client ``torch.optim.AdamW``).
 
 Two phases, run in the order given by ``phases`` in the config (one job, one start-up):
 
@@ -16,7 +17,10 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   the same load. Returns per variant: median step seconds, optimizer-state bytes on this
   rank, the loss curve (global mean), and the largest relative parameter difference
   (``max |p - p_ref| / max |p_ref|``, worst tensor) to single-process ``torch.optim.AdamW``
-  trained afterwards on the whole global batch of every step.
+  trained afterwards on the whole global batch of every step. One more, untimed step per
+  variant measures the model states alive after backward
+  (:func:`perfkit.workers.zero_variants.model_states`) and the bytes of each collective
+  (:func:`perfkit.comm.count_traffic`; DDP runs its Python all-reduce hook so it is seen).
 * ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
   process's peak RSS above what it held before building it. Freed heap memory is handed
   back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -43,15 +46,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from perfkit import dist as pdist
+from perfkit.comm.traffic import count_traffic
 from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
-from perfkit.parallel import ZeroOneOptimizer
+from perfkit.parallel import ZeroOneOptimizer, ZeroOptimizer
 from perfkit.timing import interleaved
+from perfkit.workers import zero_variants as zv
 
-VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "deepspeed_0",
-            "deepspeed_1", "deepspeed_2")
+VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "zero1", "zero2", "zero3",
+            "fsdp2", "deepspeed_0", "deepspeed_1", "deepspeed_2", "deepspeed_3")
+SHARDED = ("zero1", "zero2", "zero3", "fsdp2", "deepspeed_0", "deepspeed_1", "deepspeed_2",
+           "deepspeed_3")  # built by perfkit.workers.zero_variants
+STAGE = {"ddp_adamw": 0, "perfkit": 1, "perfkit_ddp": 1, "torch_zero": 1, "zero1": 1,
+         "zero2": 2, "zero3": 3, "fsdp2": 3, "deepspeed_0": 0, "deepspeed_1": 1,
+         "deepspeed_2": 2, "deepspeed_3": 3}  # the ZeRO stage each one implements
 MODEL_KEYS = ("vocab_size", "block_size", "n_embd", "n_layer", "n_head")
 
 
@@ -66,10 +77,8 @@ class Variant:
         self.model = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
         lr = cfg.get("lr", 3e-3)
         self.engine = None
-        if name.startswith("deepspeed"):
-            self.engine = _deepspeed_engine(self.model, int(name[-1]), cfg["batch"], lr)
-            self.net = self.engine
-            self.opt = _innermost_optimizer(self.engine.optimizer)
+        if name in SHARDED:
+            self.net, self.opt, self.engine = zv.build(name, self.model, lr, cfg["batch"])
             return
         params = list(self.model.parameters())
         if name == "perfkit":
@@ -77,6 +86,8 @@ class Variant:
             self.opt = ZeroOneOptimizer(params, torch.optim.AdamW, lr=lr)
             return
         self.net = nn.parallel.DistributedDataParallel(self.model)
+        # the Python all-reduce hook (what DDP's C++ default does): seen by count_traffic
+        self.net.register_comm_hook(None, default_hooks.allreduce_hook)
         if name == "ddp_adamw":
             self.opt = torch.optim.AdamW(params, lr=lr)
         elif name == "perfkit_ddp":
@@ -86,48 +97,35 @@ class Variant:
 
             self.opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=lr)
 
-    def step(self, x: torch.Tensor) -> None:
-        """Forward, backward, optimizer step on ``x`` ``(B, T)``. Collective."""
-        loss = self.net(input_ids=x, labels=x).loss
-        if self.engine is not None:
-            self.engine.backward(loss)
-            self.engine.step()
-        else:
-            loss.backward()
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
+    def step(self, x: torch.Tensor, measure: bool = False) -> Any:
+        """Forward, backward, optimizer step on ``x`` ``(B, T)``. Collective.
+
+        With ``measure``: returns ``(LiveModelStates after backward, Traffic of the step)``.
+        """
+        with count_traffic(zv.traffic_targets(self.engine) if measure else ()) as traffic:
+            loss = zv.step_fn(self.net, self.opt, self.engine)(x)
+            if measure and isinstance(self.opt, ZeroOptimizer):
+                self.opt.sync_grads()  # the reduce-scatters done: only the slices remain
+            states = zv.model_states(self.name, self.model, self.net, self.opt,
+                                     self.engine) if measure else None
+            if self.engine is not None:
+                self.engine.step()
+            else:
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=True)
         self.losses.append(loss.detach())
+        return (states, traffic) if measure else None
 
     def state_bytes(self) -> int:
         """Optimizer-state bytes held by this rank."""
         inner = getattr(self.opt, "optim", self.opt)  # the ZeRO wrappers' local optimizer
-        return optimizer_state_bytes(inner)
+        return optimizer_state_bytes(inner) if self.name != "fsdp2" else \
+            sum(t.numel() * t.element_size() for s in inner.state.values()
+                for t in s.values() if isinstance(t, torch.Tensor) and t.dim())
 
     def params(self) -> list[torch.Tensor]:
-        return [p.detach() for p in self.model.parameters()]
-
-
-def _deepspeed_engine(model: nn.Module, stage: int, batch: int, lr: float) -> Any:
-    import deepspeed
-
-    # DeepSpeed compiles a shared-memory comm op with g++ at start-up (~30 s, cached in
-    # ~/.cache/torch_extensions); without it, it falls back to torch.distributed (gloo).
-    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
-    config = {"train_micro_batch_size_per_gpu": batch, "gradient_accumulation_steps": 1,
-              "zero_optimization": {"stage": stage}, "steps_per_print": 1 << 30,
-              "wall_clock_breakdown": False,
-              "gradient_clipping": 0.0}  # DeepSpeed 0.19 clips at norm 1.0 unless told
-    # A client torch optimizer: the config's {"type": "AdamW"} would build FusedAdam (~40 s).
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config)
-    return engine
-
-
-def _innermost_optimizer(opt: Any) -> torch.optim.Optimizer:
-    """DeepSpeed wraps the client optimizer (ZeRO stages keep it as ``.optimizer``)."""
-    while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
-        opt = opt.optimizer
-    return opt
+        """Whole parameters (collective for the sharded variants)."""
+        return zv.full_parameters(self.name, self.model, self.net)
 
 
 def batches(tokens: torch.Tensor | None, cfg: dict[str, Any], rank: int | None, world: int,
@@ -157,7 +155,7 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     names = cfg.get("variants", list(VARIANTS))
     tokens = torch.load(cfg["tokens"]) if cfg.get("tokens") else None
     warmup, steps = int(cfg.get("warmup", 2)), int(cfg.get("steps", 10))
-    data = batches(tokens, cfg, rank, world, warmup + steps)
+    data = batches(tokens, cfg, rank, world, warmup + steps + 1)  # + 1: the measured step
     variants = [Variant(n, cfg) for n in names]
     counters = {v.name: 0 for v in variants}
 
@@ -168,13 +166,15 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         return fn
 
     times = interleaved([stepper(v) for v in variants], warmup=warmup, repeat=steps)
-    ref = reference_adamw(cfg, batches(tokens, cfg, None, world, warmup + steps))
+    # one more step each, untimed: model states after backward, bytes of every collective
+    measured = [v.step(data[-1], measure=True) for v in variants]
+    ref = reference_adamw(cfg, batches(tokens, cfg, None, world, warmup + steps + 1))
     out: dict[str, Any] = {"rank": rank, "world_size": world, "variants": {},
                            "total_state_bytes": optimizer_state_bytes(ref.opt),
                            "numel": sum(p.numel() for p in ref.params()),
                            "n_tensors": len(ref.params())}
     ddp = next((v for v in variants if v.name == "ddp_adamw"), None)
-    for v, m in zip(variants, times, strict=True):
+    for v, m, (states, traffic) in zip(variants, times, measured, strict=True):
         losses = torch.stack(v.losses)
         dist.all_reduce(losses)  # every rank's loss on its chunk -> the global mean
         out["variants"][v.name] = {
@@ -182,6 +182,11 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
             "state_bytes": v.state_bytes(), "losses": (losses / world).tolist(),
             "max_rel_diff_vs_adamw": _rel_diff(v.params(), ref.params()),
             "max_rel_diff_vs_ddp_adamw": _rel_diff(v.params(), ddp.params()) if ddp else None,
+            "model_states": {"params": states.params, "grads": states.grads,
+                             "optimizer": states.optimizer},
+            "calls": traffic.calls, "sent_bytes": traffic.sent_bytes(world),
+            "transient_peak_bytes": getattr(v.opt, "buffer_peak_bytes", 0)
+            + getattr(v.net, "gathered_peak_bytes", 0),
         }
     return out
 
@@ -236,6 +241,12 @@ class VariantResult:
     losses: list[float]  # global mean loss per step (warm-up steps included)
     max_rel_diff_vs_adamw: float  # vs single-process AdamW on the global batch
     max_rel_diff_vs_ddp_adamw: float | None  # vs DDP + AdamW (the same averaged gradients)
+    model_states: dict[str, int] | None = None  # bytes after backward, largest rank
+    calls: dict[str, int] | None = None  # collectives of one step, rank 0
+    sent_bytes: dict[str, float] | None = None  # per collective, one rank, ring model
+    transient_peak_bytes: int = 0  # perfkit's bucket buffers and gathered blocks, largest rank
+    step_p10_s: float = 0.0  # s, 10th and 90th percentiles of the slowest rank's steps
+    step_p90_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -303,6 +314,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
     out = {}
     for name in variants:
         per_rank = [r["variants"][name] for r in timed]
+        slowest = max(per_rank, key=lambda r: r["step_s"])
         out[name] = VariantResult(
             name=name, step_s=max(r["step_s"] for r in per_rank),
             state_bytes=max(r["state_bytes"] for r in per_rank),
@@ -310,7 +322,12 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             losses=per_rank[0]["losses"],
             max_rel_diff_vs_adamw=max(r["max_rel_diff_vs_adamw"] for r in per_rank),
             max_rel_diff_vs_ddp_adamw=None if per_rank[0]["max_rel_diff_vs_ddp_adamw"] is None
-            else max(r["max_rel_diff_vs_ddp_adamw"] for r in per_rank))
+            else max(r["max_rel_diff_vs_ddp_adamw"] for r in per_rank),
+            model_states=max((r["model_states"] for r in per_rank),
+                             key=lambda st: sum(st.values())),
+            calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
+            transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
+            step_p10_s=slowest["step_s_p10"], step_p90_s=slowest["step_s_p90"])
     r0 = timed[0]
     return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
                       {k: v for k, v in cfg.items() if k != "tokens"})

@@ -25,8 +25,12 @@ all-reduces and ``reduce_grads=False``;
 ``"ddp_reduce"``: DDP and the optimizer's own reduce-scatter too), ``groups`` (weights and
 biases in two groups with different ``lr``/``weight_decay``), ``start`` (first step index),
 ``save``/``load`` (a file for the consolidated optimizer state and the parameters),
-``impl`` (a cloudpickle file holding a class ``(params, optimizer_class, **defaults)``
-used instead of :class:`perfkit.parallel.ZeroOneOptimizer`, given one list of parameters; with
+``stage`` (1 or 2: :class:`perfkit.parallel.ZeroOptimizer` with ``bucket_cap_mb``, whose
+result adds the bucket sizes and ``launched_in_backward``, per step how many buckets'
+reduce-scatters backward had started; 3: :class:`perfkit.parallel.ShardedModule` over
+:func:`blocks_of` and its :class:`perfkit.parallel.ZeroThreeOptimizer`, one group), ``impl``
+(a cloudpickle file holding a class ``(params, optimizer_class, **defaults)`` used instead of
+:class:`perfkit.parallel.ZeroOneOptimizer`, given one list of parameters; with
 ``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
 optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
 also holds ``state_bytes``, that optimizer's state on this rank.
@@ -49,7 +53,7 @@ from torch import nn
 
 from perfkit import dist as pdist
 from perfkit.memory import optimizer_state_bytes
-from perfkit.parallel import ZeroOneOptimizer
+from perfkit.parallel import ShardedModule, ZeroOneOptimizer, ZeroOptimizer, ZeroThreeOptimizer
 from perfkit.workers.collectives import record_collectives
 
 GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
@@ -129,6 +133,14 @@ MODELS = {"mlp": (make_mlp, None), "partial": (PartialMLP, extra_rows),
           "uneven": (UnevenModel, uneven_rows)}  # (constructor, rows of the gradless branch)
 
 
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """Stage 3's blocks: the MLP's linear layers; the rest (``extra``, or every tensor of
+    :class:`UnevenModel`) is the root unit."""
+    mlp = getattr(model, "mlp", model)
+    return [m for m in mlp.modules() if isinstance(m, nn.Linear)] if mlp is not model or \
+        isinstance(model, nn.Sequential) else []
+
+
 def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch of ``step`` (seeded by the step, so a resumed run sees the same)."""
     g = torch.Generator().manual_seed(1000 + step)
@@ -184,6 +196,17 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         with open(cfg["impl"], "rb") as f:
             factory = cloudpickle.load(f)
         opt = factory(list(model.parameters()), opt_class, **opt_kw)
+    elif cfg.get("stage") == 3:  # ShardedModule: parameters gathered block by block
+        if mode != "alone" or cfg.get("groups"):
+            raise ValueError("stage 3 runs with mode 'alone' and one group")
+        net = ShardedModule(model, blocks=blocks_of(model))
+        opt = ZeroThreeOptimizer(net, opt_class, **opt_kw)
+    elif cfg.get("stage"):  # ZeroOptimizer: stage 1 or 2, reduce-scatter during backward
+        if mode != "alone":
+            raise ValueError("stage runs with mode 'alone'")
+        opt = ZeroOptimizer(param_groups(model, cfg.get("groups", False)), opt_class,
+                            stage=cfg["stage"], bucket_cap_mb=cfg.get("bucket_cap_mb", 25.0),
+                            **opt_kw)
     else:
         opt = ZeroOneOptimizer(param_groups(model, cfg.get("groups", False)), opt_class,
                                reduce_grads=(mode != "ddp"), **opt_kw)
@@ -192,20 +215,29 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         model.load_state_dict(saved["model"])  # copies into the flat buffer's views
         opt.load_state_dict(saved["optim"])
     with record_collectives() as calls:  # which collectives ran, and how much they moved
-        _train_loop(model, ref, net, opt, ref_opt, rows, rank, world, start, steps)
+        launched = _train_loop(model, ref, net, opt, ref_opt, rows, rank, world, start, steps)
     out_calls = sorted({name for name, _ in calls})
+    final = net.full_parameters() if isinstance(net, ShardedModule) else \
+        [p.detach() for p in model.parameters()]  # stage 3: gathered (collective)
     elems_per_step = sum(k for _, k in calls) / max(steps, 1)
     out: dict[str, Any] = {
         "rank": rank, "world_size": world, "mode": mode,
         "collectives": out_calls, "collective_elems_per_step": elems_per_step,
         "optimizer": cfg.get("optimizer", "adamw"),
-        "max_rel_diff": max(rel_diff(p.detach(), q.detach())
-                            for p, q in zip(model.parameters(), ref.parameters(), strict=True)),
+        "max_rel_diff": max(rel_diff(p, q.detach())
+                            for p, q in zip(final, ref.parameters(), strict=True)),
         "numel": sum(p.numel() for p in model.parameters()),
         "groups": len(getattr(opt, "param_groups", [None])),
     }
     if hasattr(opt, "shard_numel"):
         out["shard_numel"] = opt.shard_numel()
+    out["collective_elems"] = {n: sum(k for m, k in calls if m == n) / max(steps, 1)
+                               for n in out_calls}  # per step, by collective
+    if isinstance(net, ShardedModule):  # the largest whole parameters alive at once
+        out["gathered_peak_bytes"] = net.gathered_peak_bytes
+    if hasattr(opt, "buckets"):  # ZeroOptimizer: buckets reduce-scattered during backward
+        out["buckets"] = [b.numel for b in opt.buckets]
+        out["launched_in_backward"] = launched
     inner = getattr(opt, "optim", None)  # the wrapped optimizer over this rank's slice
     if isinstance(inner, torch.optim.Optimizer):
         out["state_bytes"] = optimizer_state_bytes(inner)
@@ -224,8 +256,9 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
     if partial:
         out["frozen_unchanged"] = bool(torch.equal(model.frozen, torch.full((5,), 2.0)))
         out["frozen_max_abs_change"] = float((model.frozen - 2.0).abs().max())
-        out["param_rel_diffs"] = {n: rel_diff(p.detach(), q.detach()) for (n, p), q in
-                                  zip(model.named_parameters(), ref.parameters(), strict=True)}
+        out["param_rel_diffs"] = {n: rel_diff(p, q.detach()) for (n, _), p, q in
+                                  zip(model.named_parameters(), final, ref.parameters(),
+                                      strict=True)}
     return out
 
 
@@ -249,22 +282,26 @@ def check_collectives(rank: int, world: int) -> dict[str, Any]:
 def _train_loop(model: nn.Module, ref: nn.Module, net: nn.Module,
                 opt: Any, ref_opt: torch.optim.Optimizer,
                 rows: Callable[[int, int], torch.Tensor] | None, rank: int, world: int,
-                start: int, steps: int) -> None:
-    chunk = GLOBAL_BATCH // world
+                start: int, steps: int) -> list[int | None]:
+    chunk, launched = GLOBAL_BATCH // world, []
     for s in range(start, start + steps):
         x, y = global_batch(s)
         mine = slice(rank * chunk, (rank + 1) * chunk)  # this rank's part of the global batch
         if rows is not None:
             model.mask, ref.mask = rows(s, world)[mine], rows(s, world)
-        _train_step(net, opt, x[mine], y[mine])
+        launched.append(_train_step(net, opt, x[mine], y[mine]))
         _train_step(ref, ref_opt, x, y)
+    return launched
 
 
 def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-                y: torch.Tensor) -> None:
+                y: torch.Tensor) -> int | None:
+    """One step; returns how many buckets backward had launched (``None``: no buckets)."""
     opt.zero_grad(set_to_none=True)
     nn.functional.mse_loss(model(x), y).backward()
+    launched = getattr(opt, "launched_buckets", None)
     opt.step()
+    return launched
 
 
 def main() -> None:

@@ -46,6 +46,11 @@ class Optimizer:
 
 
 CASES = [  # (id, call, exception, regex on the message)
+    # storage_bytes, live_model_states
+    ("storage_bytes.tensors item", lambda: memory.storage_bytes([torch.zeros(2), 3]), TypeError,
+     "tensors must hold tensors or None, got int"),
+    ("live_model_states.grads item", lambda: memory.live_model_states([], ["g"], []), TypeError,
+     "tensors must hold tensors or None, got str"),
     # StateRecipe, zero_model_states, zero_table
     ("StateRecipe.name", lambda: StateRecipe(3, 2, 2, 12), TypeError, "name must be a str"),
     ("StateRecipe.param_bytes negative", lambda: StateRecipe("x", -1, 2, 12), ValueError,
@@ -166,7 +171,7 @@ CASES = [  # (id, call, exception, regex on the message)
 # Public names without a case: the RSS helpers take no arguments; the rest are records
 # perfkit returns. RECIPES is a constant.
 NO_ARGUMENTS = {"peak_rss_bytes", "reset_peak_rss", "rss_bytes", "trim_heap"}
-RECORDS = {"ActivationEstimate", "ModelStateBytes", "ParamCount", "SavedTensorReport",
+RECORDS = {"ActivationEstimate", "LiveModelStates", "ModelStateBytes", "ParamCount", "SavedTensorReport",
            "StepAnatomy"}
 
 

@@ -210,3 +210,26 @@ def test_plot_memory_stack_errors():
         plot_memory_stack({"x": {"parameters": -1}})
     with pytest.raises(ValueError, match="curves"):
         plot_loss_curves({})
+
+
+def test_live_model_states_count_each_storage_once_in_its_first_category():
+    from perfkit.memory import live_model_states, storage_bytes
+
+    flat = torch.zeros(10)  # 40 bytes; two parameters are views of it
+    a, b = flat[:4], flat[4:9]
+    g = torch.zeros(9)
+    st = live_model_states([a, b], [g, None, flat[2:3]], [torch.zeros(3), g])
+    assert (st.params, st.grads, st.optimizer, st.total) == (40, 36, 12, 88)
+    assert storage_bytes([]) == 0 and storage_bytes([torch.zeros(0)]) == 0
+
+
+def test_ring_factors_make_zero3_move_one_and_a_half_times_dp():
+    from perfkit.comm import ring_factor
+
+    for n in (2, 3, 8):
+        dp = ring_factor("all_reduce", n)
+        zero3 = 2 * ring_factor("all_gather_single", n) + ring_factor("reduce_scatter", n)
+        assert zero3 / dp == pytest.approx(1.5)
+        assert ring_factor("reduce_scatter_tensor", n) + ring_factor("all_gather", n) == \
+            pytest.approx(dp)
+    assert ring_factor("all_reduce", 1) == 0.0
