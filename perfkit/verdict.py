@@ -264,7 +264,8 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
 
     The status is ``inconclusive`` when the measurement is not finite or its spread reaches
     across the no-effect value (``claim.partly``; the promised range's edges when there is
-    none): the noise is larger than the effect. ``gpu_only=True`` (the advice is about a GPU
+    none): the noise is larger than the effect. A median inside the promise whose spread
+    reaches outside it only ``holds partly``. ``gpu_only=True`` (the advice is about a GPU
     and this is a CPU analogue) makes the status ``"GPU only"`` and names the analogue's zone.
 
     Args:
@@ -307,6 +308,9 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
                                        + ": the noise is larger than the effect")
     else:
         status, why = claim.zone(measured), ""
+        lo, hi = claim.bounds()
+        if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
+            status, why = "holds partly", "the median is inside the promise, the spread reaches outside it"
     label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
