@@ -159,7 +159,7 @@ act_ratio = {}
 for b in ACT_BATCHES:
     x_b = torch.randint(0, 1024, (b, SEQ))
     act_ratio[b] = compute.activation_bytes(lambda x_b=x_b: gpt(input_ids=x_b, labels=x_b).loss, gpt) / weights
-print("activations saved for backward / weights at sequence length", SEQ, ": "
+print(f"activations saved for backward / weights at sequence length {SEQ}: "
       + ", ".join(f"batch {b}: {r:.2f}x" for b, r in act_ratio.items()))
 
 # %%
@@ -466,8 +466,10 @@ viz.show_verdict(judge(Prediction("bf16 saved activations over fp32's", "only au
 claim_verdict("mixed precision: 40-60 % faster", Claim(
     "mixed precision gives a 40-60 % speedup (2x on modern GPUs)", "bf16 autocast step speedup over fp32",
     low=1.4, partly=1.0, unit="x"), amp.ratio, (amp.low, amp.high), gpu_only=not CUDA, reasons={
-        "does not hold here": f"This CPU's bf16 matmul ceiling is {r:.2f}x its fp32 one: there is nothing "
-                              "for autocast to gain.",
+        "does not hold here": (f"This CPU's bf16 matmul ceiling is {r:.2f}x its fp32 one: there is nothing "
+                               "for autocast to gain." if r < 1 else
+                               f"The bf16 ceiling is {r:.2f}x fp32's, but the matmuls are only {f_mm:.0%} of "
+                               "this small model's step, and the casts cost extra."),
         "holds partly": "Faster, but the non-matmul part of a small model's step does not speed up."})
 claim_verdict("mixed precision: half the memory", Claim(
     "mixed precision halves memory", "bf16 saved activations / fp32", low=0.45, high=0.55, partly=1.0,
@@ -523,8 +525,9 @@ f_raw = mm_flops / limits.peak_flops("float32") / rec.eager.median_s
 f_c = min(1.0, f_raw)
 print(f"{'forward + backward' if COMPILE_TRAIN else 'forward'}: compiled against eager {comp}; compile "
       f"{rec.compile_s:.1f} s (inductor cache hits {rec.fx_cache_hits}); matmul share f = {f_c:.0%}"
-      + (f" (capped: the matmul time at the ceiling came out as {f_raw:.0%} of the step, so this run's "
-         "ceiling from notebook 00 is too low)" if f_raw > 1 else ""))
+      + (f" (capped: the matmul time at the ceiling came out as {f_raw:.0%} of the step, so the ceiling "
+         "notebook 00 cached is too low; it was measured on a busier machine or at QUICK sizes)"
+         if f_raw > 1 else ""))
 print("break-even after " + (f"{rec.break_even_calls:,.0f} calls" if rec.break_even_calls != float("inf")
                              else "never: compiled is not faster"))
 
@@ -828,7 +831,12 @@ pred_w = max(model_rate[w] for w in advised) / max(model_rate[w] for w in rest)
 
 # %%
 viz.show_verdict(judge(Prediction(f"best of workers {advised} over best of {rest}", "simulate_pipeline with "
-                                  f"{CORES} cores", value=pred_w, rel_tol=0.2, unit="x"), ratio_w, spread=spread_w))
+                                  f"{CORES} cores", value=pred_w, rel_tol=0.2, unit="x"), ratio_w, spread=spread_w,
+                       explain={"above": "More workers beat the model, which gives the loader at most this "
+                                         "machine's cores: on a shared machine more processes also win a "
+                                         "larger share of CPU time from the other jobs.",
+                                "below": "The extra workers cost more than the model allows: each is a "
+                                         "process that takes memory and CPU time from the training loop."}))
 claim_verdict("DataLoader workers: 4-8", Claim(
     "the best number of DataLoader workers is 4-8", f"samples/s of the best advised count over the best "
     f"other (num_workers={best_rest})", low=1.05, partly=1.0, unit="x"), ratio_w, spread_w, reasons={
