@@ -87,6 +87,9 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
 
 def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     runs = {r["method"]: r for r in suite2[0]["compression"]["runs"]}
+    for r in runs.values():  # every step's time, the median among them
+        assert len(r["step_times_s"]) == TRAIN["steps"]
+        assert min(r["step_times_s"]) <= r["step_s"] <= max(r["step_times_s"])
     # the losses are all-reduced: every rank reports the same curve
     assert suite2[1]["compression"]["runs"][0]["losses"] == runs["none"]["losses"]
     # the identity through perfkit's hook (all-reduce, divide after) == DDP's all-reduce
