@@ -228,7 +228,9 @@ class Claim:
         return (-math.inf if self.low is None else self.low, math.inf if self.high is None else self.high)
 
     def describe(self) -> str:
-        """The promise as a phrase, e.g. ``"between 1.4x and 1.6x"``."""
+        """The promise as a phrase, e.g. ``"between 1.4x and 1.6x"`` or ``"exactly 0"``."""
+        if self.low is not None and self.low == self.high:
+            return f"exactly {_fmt(self.low, self.unit)}"
         return Prediction(self.figure, self.statement, low=self.low, high=self.high,
                           unit=self.unit).describe()
 

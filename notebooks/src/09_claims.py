@@ -43,14 +43,15 @@ MLP_WIDTH = 1024                               # hidden width of the GELU/ReLU a
 CONV = dict(channels=64, size=32, batch=4 if QUICK else 8, groups=8)
 COMPILE_TRAIN = not QUICK  # compiling backward too costs tens of seconds on a cold CPU cache
 WORKERS = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
-LOAD_BATCHES = 24 if QUICK else 40             # batches per loader run (well past the prefetched ones)
+LOAD_BATCHES = 20 if QUICK else 40             # batches per loader run (well past the prefetched ones)
 LOAD_ROUNDS = 2 if QUICK else 3                # rounds over the worker counts (for a spread)
 MICRO = 4                                      # micro-batches per step (empty_cache, accumulation)
 DDP_MLP = dict(width=256, depth=6) if QUICK else dict(width=512, depth=8)
 DDP_CAPS = [0.05, 25, 500]                     # MB: tiny, DDP's default, the advice's 500 MB
+TOPK_STEPS = 20 if QUICK else 60               # training steps per method (claim 16)
 
 # %% [markdown]
-# The 2-process DDP experiments (claims 13 and 14) start first, in a background thread: each
+# The 2-process DDP experiments (claims 14-16) start first, in a background thread: each
 # process spends seconds importing torch, and the claims before the first timing need only
 # counting, not the cores. The notebook waits for the job before it times anything.
 
@@ -64,9 +65,11 @@ DDP_CFG = {"model": DDP_MLP, "batch": 32,
            "buckets": {"caps_mb": DDP_CAPS, "repeat": REPEAT},
            "accumulate": {"ks": [1, MICRO], "repeat": 3},
            "accumulate_synced": {"ks": [MICRO], "repeat": 3}}
+TOPK_CFG = {"workload": "digits", "steps": TOPK_STEPS, "batch": 32, "methods": ["none", "topk_1pct_ef"]}
 pool = ThreadPoolExecutor(max_workers=1)
-ddp_job = pool.submit(dist.launch, "perfkit.workers.data_parallel", 2,
-                      ["--config", json.dumps(DDP_CFG)], timeout_s=600)
+ddp_job = pool.submit(dist.launch, "perfkit.workers.suite", 2,
+                      ["--config", json.dumps({"data_parallel": DDP_CFG, "compression": TOPK_CFG})],
+                      timeout_s=600)
 
 # %%
 import gzip
@@ -123,7 +126,7 @@ def claim_verdict(name, claim, measured, spread=None, reasons=None, gpu_only=Fal
 # %% [markdown]
 # **Why one compute thread.** On a 2-core machine shared with other jobs, two OpenMP threads
 # stall at every barrier whenever the OS deschedules one, and step times swing severalfold;
-# ratios of single-threaded steps are far steadier. Claim 12 measures the thread count itself.
+# ratios of single-threaded steps are far steadier. Claim 13 measures the thread count itself.
 
 # %% [markdown]
 # ## 1. "Adam needs 2x the model's memory, activations 4x" (a sizing rule)
@@ -269,9 +272,11 @@ claim_verdict("memory efficiency metric", Claim(
 # so that its processes do not compete with the timings for the cores.
 
 # %%
-ddp = ddp_job.result()[0]  # rank 0's result (each time is the slower rank's)
+job = ddp_job.result()[0]  # rank 0's result (each time is the slower rank's)
+ddp, topk = job["data_parallel"], job["compression"]
 pool.shutdown()
-print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and without no_sync()")
+print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and without no_sync(), "
+      f"{len(topk['runs'])} compression methods")
 
 # %% [markdown]
 # ## 4. "GELU is more efficient than ReLU"
@@ -419,7 +424,56 @@ claim_verdict("checkpointing: up to 80 % less memory", Claim(
         "holds": "Here activations dominate the step's memory, so saving most of them saves most of it."})
 
 # %% [markdown]
-# ## 7. "Mixed precision gives a 40-60 % speedup and halves memory"
+# ## 7. `checkpoint_sequential(custom_forward, chunks=2, module=..., inputs=...)`, as guides write it
+#
+# **The advice.** Checkpoint a sequential model with
+# `checkpoint_sequential(custom_forward, chunks=2, module=model, inputs=x)`.
+#
+# **The model.** PyTorch's signature is `checkpoint_sequential(functions, segments, input,
+# use_reentrant=...)`: `functions` is an `nn.Sequential` (or a list of modules) run in order,
+# split into `segments` pieces whose inputs are kept and whose insides are recomputed in
+# backward. There are no `chunks`, `module` or `inputs` arguments, so the call as written
+# cannot run. **Predictions:** the correct call gives the plain model's gradients (up to fp32
+# rounding, 1e-6) and keeps fewer bytes for backward than the plain forward.
+
+# %%
+from torch.utils.checkpoint import checkpoint_sequential
+
+torch.manual_seed(0)
+seq_model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.GELU()) for _ in range(8)])
+xs = torch.randn(BATCH * SEQ, 256, requires_grad=True)
+try:
+    checkpoint_sequential(lambda *a: seq_model(*a), chunks=2, module=seq_model, inputs=xs)
+    as_written = 1.0
+except TypeError as e:
+    as_written = 0.0
+    print(f"as written: TypeError: {e}")
+grads, kept = {}, {}
+for name in ("plain", "checkpoint_sequential"):
+    seq_model.zero_grad()
+    with SavedTensorMeter(seq_model, inputs=[xs]) as meter:
+        out = seq_model(xs) if name == "plain" else checkpoint_sequential(seq_model, 2, xs, use_reentrant=False)
+    out.square().mean().backward()
+    kept[name] = meter.report().activation_bytes
+    grads[name] = torch.cat([p.grad.flatten() for p in seq_model.parameters()])
+diff = float((grads["plain"] - grads["checkpoint_sequential"]).abs().max())
+print(f"checkpoint_sequential(seq_model, 2, x, use_reentrant=False): max |grad difference| {diff:.1e}; "
+      f"kept for backward {kept['plain'] / 2**20:.2f} -> {kept['checkpoint_sequential'] / 2**20:.2f} MiB")
+
+# %%
+viz.show_verdict(judge(Prediction("max gradient difference, checkpointed against plain", "recomputation "
+                                  "repeats the same ops", high=1e-6), diff))
+viz.show_verdict(judge(Prediction("bytes kept for backward, checkpointed over plain", "only segment inputs "
+                                  "and the last segment are kept", high=1.0, unit="x"),
+                       kept["checkpoint_sequential"] / kept["plain"]))
+claim_verdict("checkpoint_sequential as guides write it", Claim(
+    "checkpoint_sequential(custom_forward, chunks=2, module=..., inputs=...)", "the call runs (1) or raises (0)",
+    low=1.0, high=1.0), as_written, reasons={
+        "does not hold here": "The call raises TypeError; the working call is "
+                              "checkpoint_sequential(model, segments, x, use_reentrant=False), checked above."})
+
+# %% [markdown]
+# ## 8. "Mixed precision gives a 40-60 % speedup and halves memory"
 #
 # **The advice.** Turn on mixed precision: 40-60 % faster ("2x on modern GPUs"), half the memory.
 #
@@ -491,7 +545,7 @@ else:
             low=1.4, partly=1.0, unit="x"), gpu_amp.ratio, (gpu_amp.low, gpu_amp.high))
 
 # %% [markdown]
-# ## 8. "`torch.compile` gives a 10-30 % speedup"
+# ## 9. "`torch.compile` gives a 10-30 % speedup"
 #
 # **The advice.** Wrap the model in `torch.compile` for 10-20 % (or 20-30 %) more speed.
 #
@@ -543,7 +597,7 @@ claim_verdict("torch.compile: 10-30 %", Claim(
         "holds partly": "Faster, by less than promised: the matmuls, most of this step, do not change."})
 
 # %% [markdown]
-# ## 9. "`channels_last` speeds up a transformer's inference"
+# ## 10. "`channels_last` speeds up a transformer's inference"
 #
 # **The advice.** Convert the model with `model.to(memory_format=torch.channels_last)`.
 #
@@ -581,7 +635,7 @@ claim_verdict("channels_last for a transformer", Claim(
                               "for convolutions."})
 
 # %% [markdown]
-# ## 10. "Call `torch.cuda.empty_cache()` before each accumulation step"
+# ## 11. "Call `torch.cuda.empty_cache()` before each accumulation step"
 #
 # **The advice.** Free the allocator's cache before every micro-batch to save memory.
 #
@@ -621,7 +675,7 @@ claim_verdict("empty_cache before each micro-batch", Claim(
         "inconclusive": "The extra work is small next to a step's compute at this size."})
 
 # %% [markdown]
-# ## 11. "`pin_memory=True` always helps"
+# ## 12. "`pin_memory=True` always helps"
 #
 # **The advice.** Always set `DataLoader(pin_memory=True)`.
 #
@@ -660,7 +714,7 @@ claim_verdict("pin_memory always helps", Claim(
         "inconclusive": "Without a GPU there is nothing to pin for: the flag is ignored."})
 
 # %% [markdown]
-# ## 12. "`torch.set_num_threads(min(8, cores))` is best"
+# ## 13. "`torch.set_num_threads(min(8, cores))` is best"
 #
 # **The advice.** Set intra-op threads to `min(8, cores)` (and inter-op threads to 1).
 #
@@ -701,7 +755,7 @@ claim_verdict("set_num_threads(min(8, cores))", Claim(
         "holds": "On an otherwise idle machine the cores are the resource; on a busy one, measure again."})
 
 # %% [markdown]
-# ## 13. "Larger DDP buckets (500 MB to 1 GB) reduce communication overhead"
+# ## 14. "Larger DDP buckets (500 MB to 1 GB) reduce communication overhead"
 #
 # **The advice.** Raise `DistributedDataParallel(bucket_cap_mb=...)` to 500-1000 MB.
 #
@@ -744,7 +798,7 @@ claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
         "holds": layout})
 
 # %% [markdown]
-# ## 14. "Gradient accumulation reduces communication N times"
+# ## 15. "Gradient accumulation reduces communication N times"
 #
 # **The advice.** Accumulate gradients over `N` micro-batches: communication falls `N` times.
 #
@@ -780,7 +834,49 @@ for name, key in (("accumulation with no_sync()", "no_sync"), ("accumulation wit
                                   "the full communication."})
 
 # %% [markdown]
-# ## 15. "The best number of DataLoader workers is 4-8"
+# ## 16. "Top-k gradient compression speeds up the all-reduce"
+#
+# **The advice.** Send only the largest 1 % of the gradient's entries (top-k) to speed up
+# communication.
+#
+# **The model** (modules 02 and 03). Top-k sends values and int32 indices: 8 bytes per kept
+# entry against 4 per dense entry, so `2k` of the dense bytes, 2 % at `k` = 1 %. But the ranks
+# keep different entries, which an all-reduce cannot sum in place: they are all-gathered and
+# every rank decodes them all, and choosing the top `k` costs a pass over the gradient. A
+# collective costs `alpha + bytes / bandwidth`: for a small gradient `alpha` dominates and fewer
+# bytes save little, while the selection stays. The run: the small CNN on digits (module 01),
+# 2 processes, DDP's all-reduce against top-k 1 % with error feedback, each step timed.
+# **Prediction:** the payload is 2 % of the dense bytes, within 5 %.
+
+# %%
+runs_c = {r["method"]: r for r in topk["runs"]}
+dense_r, topk_r = runs_c["none"], runs_c["topk_1pct_ef"]
+wire = topk_r["wire_bytes_per_step"] / topk_r["dense_bytes_per_step"]
+skip = 3  # the first steps build DDP's buckets and warm up the kernels
+tk = Speedup(timing.Measurement(tuple(dense_r["step_times_s"][skip:]), skip),
+             timing.Measurement(tuple(topk_r["step_times_s"][skip:]), skip))  # ratio = dense / top-k time
+print(f"gradient {dense_r['n_params']:,} parameters = {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB per step; "
+      f"top-k 1 % sends {topk_r['wire_bytes_per_step'] / 1e3:.1f} kB ({wire:.2%})")
+print(f"step time: all-reduce {dense_r['step_s'] * 1e3:.2f} ms, top-k {topk_r['step_s'] * 1e3:.2f} ms; "
+      f"speedup {tk.ratio:.2f}x (step-by-step pairs p10-p90 {tk.low:.2f}-{tk.high:.2f}x)")
+print(f"after {TOPK_STEPS} steps: eval accuracy {dense_r['eval_accuracy']:.1%} (all-reduce), "
+      f"{topk_r['eval_accuracy']:.1%} (top-k with error feedback)")
+
+# %%
+viz.show_verdict(judge(Prediction("top-k 1 % payload over dense bytes", "values + int32 indices: 2k",
+                                  value=0.02, rel_tol=0.05), wire))
+claim_verdict("top-k compression", Claim(
+    "top-k gradient compression speeds up the all-reduce", "step speedup of top-k 1 % over DDP's all-reduce",
+    low=1.05, partly=1.0, unit="x"), tk.ratio, (tk.low, tk.high), reasons={
+        "does not hold here": f"{wire:.1%} of the bytes, but a slower step: a {dense_r['dense_bytes_per_step'] / 1e3:.0f} "
+                              "kB all-reduce is start-up bound, so the bytes saved were worth less than "
+                              "the selection and the all-gather cost.",
+        "inconclusive": "The bytes saved and the selection's cost are both small next to this step's noise.",
+        "holds partly": "Faster, but far less than the bytes fell: start-up costs and the selection stay.",
+        "holds": "The gradient is large enough that its bytes, not start-ups, set the communication time."})
+
+# %% [markdown]
+# ## 17. "The best number of DataLoader workers is 4-8"
 #
 # **The advice.** `num_workers=4` to `8` (or 4 per GPU, or 2 per core up to 16).
 #
@@ -795,7 +891,7 @@ for name, key in (("accumulation with no_sync()", "no_sync"), ("accumulation wit
 # machine's cores predicts, within 20 %.
 
 # %%
-COST_MS, COMPUTE_MS = 2.0, 2.0  # per-sample CPU work, per-step compute (a GPU step: the host idles)
+COST_MS, COMPUTE_MS = (1.0 if QUICK else 2.0), 2.0  # per-sample CPU work, per-step compute (a GPU step)
 ds = SlowDataset(BATCH * LOAD_BATCHES, COST_MS / 1e3, kind="spin")
 cost_s = timing.benchmark(lambda: [ds[i] for i in range(BATCH)], warmup=1, repeat=3).median_s / BATCH
 rates = {w: [] for w in WORKERS}  # samples/s per round, the counts taking turns
@@ -850,6 +946,64 @@ claim_verdict("DataLoader workers: 4-8", Claim(
         "inconclusive": f"The worker counts from {best_rest} up deliver about the same: with {CORES} cores, "
                         "CPU-bound workers saturate at the core count, and the rounds differ more than "
                         "the counts do."})
+
+# %% [markdown]
+# ## 18. "ZeRO stage 1 below 1 B parameters, stage 2 for 1-10 B, stage 3 above"
+#
+# **The advice.** Pick the ZeRO stage by model size.
+#
+# **The model** (module 05, the ZeRO paper's formulas). Mixed-precision Adam keeps 16 bytes
+# per parameter: 2 (bf16 weights) + 2 (gradients) + 12 (fp32 master copy and moments). With `N`
+# ranks, stage 1 shards the 12, stage 2 also the gradients, stage 3 everything:
+# `(4 + 12/N) Ψ`, `(2 + 14/N) Ψ`, `16 Ψ / N` bytes per rank. Which stage a model needs is set by
+# these bytes against the GPU's memory, so it depends on `N` and the memory, not on `Ψ` alone.
+# Stages 1 and 2 communicate as much as plain data parallelism (a reduce-scatter and an
+# all-gather make one all-reduce); stage 3 about 1.5x as much (it gathers the weights in the
+# forward and again in the backward pass). So the rule is wrong for a size where its stage does
+# not fit, or where it asks for stage 3 although stage 1 or 2 fits. **Prediction:** the largest
+# model stage 1 fits on 8 GPUs of 80 GB, found by searching with `zero_model_states`, is
+# `80 GB / (4 + 12/8)` parameters, and the rule is wrong for at least one of the sizes below.
+# (Model states only: activations need room too.)
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+GPU_GB, N_GPUS = 80, 8
+SIZES_B = [0.5, 1, 3, 7, 13, 30, 70]                 # billions of parameters
+rule = lambda b: 1 if b < 1 else 2 if b <= 10 else 3  # noqa: E731 (the advice, as a function)
+def lowest_fitting(b, n=N_GPUS):
+    """The lowest ZeRO stage whose model states fit, or "none" (more GPUs needed)."""
+    fits = [st for st in range(4) if zero_model_states(b * 1e9, n, st).total_gb <= GPU_GB]
+    return fits[0] if fits else "none"
+lo_b, hi_b = 0.0, 1000.0  # bisection for the largest model stage 1 fits
+for _ in range(60):
+    mid = (lo_b + hi_b) / 2
+    lo_b, hi_b = (mid, hi_b) if zero_model_states(mid * 1e9, N_GPUS, 1).total_gb <= GPU_GB else (lo_b, mid)
+def rule_wrong(b, n=N_GPUS):
+    """The rule's stage does not fit, or it is stage 3 (1.5x communication) where 1 or 2 fits."""
+    low = lowest_fitting(b, n)
+    return low == "none" or rule(b) < low or (rule(b) == 3 and low < 3)
+for b in SIZES_B:
+    print(f"{b:>4g} B parameters: the rule says stage {rule(b)}; lowest stage that fits {N_GPUS} x {GPU_GB} GB: "
+          f"{lowest_fitting(b)} ({'rule wrong' if rule_wrong(b) else 'rule fine'}); "
+          f"on 64 GPUs: {lowest_fitting(b, 64)} ({'rule wrong' if rule_wrong(b, 64) else 'rule fine'})")
+mismatch = sum(rule_wrong(b) for b in SIZES_B)
+print(f"largest model stage 1 fits: {lo_b:.2f} B parameters; sizes where the rule is wrong on {N_GPUS} GPUs: "
+      f"{mismatch} of {len(SIZES_B)}")
+
+# %%
+viz.show_verdict(judge(Prediction("largest model (B parameters) stage 1 fits on 8 x 80 GB",
+                                  "(4 + 12/N) bytes per parameter", value=GPU_GB / (4 + 12 / N_GPUS),
+                                  rel_tol=1e-6), lo_b))
+viz.show_verdict(judge(Prediction("sizes where the rule's stage is wrong",
+                                  "bytes per rank against memory, not size alone", low=1), mismatch))
+claim_verdict("ZeRO stage by model size", Claim(
+    "ZeRO stage 1 below 1 B parameters, stage 2 for 1-10 B, stage 3 above",
+    f"sizes (of {len(SIZES_B)}) where the rule's stage does not fit {N_GPUS} x {GPU_GB} GB or needlessly is 3",
+    low=0, high=0), mismatch, reasons={
+        "does not hold here": "The rule asks for stage 3 (1.5x the communication) where stage 1 or 2 fits, or "
+                              "for a stage that does not fit; compute the bytes per rank for your "
+                              "GPU count and memory (perfkit.memory.zero_model_states, module 05).",
+        "holds": "For this GPU count and memory the rule happens to match; it would not for others."})
 
 # %% [markdown]
 # ## Summary

@@ -136,6 +136,7 @@ def test_a_spread_across_the_no_effect_value_is_inconclusive():
     exact = Claim("Adam needs 2x the model", "state over weights", low=1.9, high=2.1)
     assert assess(exact, 2.0, spread=(1.8, 2.05)).status == "inconclusive"
     assert assess(exact, 2.0).status == "holds"
+    assert "promises exactly 0;" in assess(Claim("a rule", "sizes it gets wrong", low=0, high=0), 2).text
 
 
 def test_a_gpu_only_claim_names_its_cpu_analogue():
