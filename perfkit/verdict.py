@@ -310,14 +310,15 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
                                        + ": the noise is larger than the effect")
     else:
         status, why = claim.zone(measured), ""
-        lo, hi = claim.bounds()
-        if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
-            status, why = "holds partly", "the median is inside the promise, the spread reaches outside it"
+    said = status  # the reason appended: the median's zone, even where the spread downgrades it
+    lo, hi = claim.bounds()
+    if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
+        status, why = "holds partly", "the median is inside the promise, the spread reaches outside it"
     label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
-    if reasons.get(status):
-        text += " " + reasons[status].strip()
+    if reasons.get(said):
+        text += " " + reasons[said].strip()
     if gpu_only:
         verb = "is " if status == "inconclusive" else ""
         text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"

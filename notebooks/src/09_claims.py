@@ -117,6 +117,12 @@ def speedup_of(baseline, candidate, repeat=REPEAT):
     return compute.compare(baseline, candidate, warmup=1, repeat=repeat)
 
 
+def pairs(sp):
+    """A Speedup as printed here: the median of back-to-back pair ratios (what the verdicts use)."""
+    return (f"{sp.pair_median:.2f}x (median of {len(sp.pair_ratios)} back-to-back pairs, p10-p90 "
+            f"{sp.low:.2f}-{sp.high:.2f}x; {sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
+
+
 def claim_verdict(name, claim, measured, spread=None, reasons=None, gpu_only=False):
     """Assess the advice from the measurement, show the verdict, keep it for the table."""
     VERDICTS[name] = v = assess(claim, measured, spread, reasons, gpu_only)
@@ -313,15 +319,15 @@ def mlp_step(act):
 act = speedup_of(mlp_step(nn.GELU()), mlp_step(nn.ReLU()))  # ratio = GELU step / ReLU step
 print(f"op alone on ({BATCH * SEQ}, {MLP_WIDTH}), {n_call} calls per timing: GELU "
       f"{ops[1].median_s / n_call * 1e6:.0f} µs, ReLU {ops[0].median_s / n_call * 1e6:.0f} µs per call; "
-      f"GELU / ReLU {op.ratio:.2f}x (pairs p10-p90 {op.low:.2f}-{op.high:.2f}x)")
-print(f"MLP training step: GELU / ReLU time {act}")
+      f"GELU / ReLU {op.pair_median:.2f}x (pairs p10-p90 {op.low:.2f}-{op.high:.2f}x)")
+print(f"MLP training step: GELU / ReLU time {pairs(act)}")
 
 # %%
 viz.show_verdict(judge(Prediction("GELU op time over ReLU op time", "erf per element against a comparison",
-                                  low=1.0, unit="x"), op.ratio, spread=(op.low, op.high)))
+                                  low=1.0, unit="x"), op.pair_median, spread=(op.low, op.high)))
 claim_verdict("GELU more efficient than ReLU", Claim(
     "GELU is more efficient than ReLU", "ReLU step time / GELU step time (> 1: GELU faster)",
-    low=1.0, unit="x"), 1 / act.ratio, (1 / act.high, 1 / act.low), reasons={
+    low=1.0, unit="x"), 1 / act.pair_median, (1 / act.high, 1 / act.low), reasons={
         "does not hold here": "GELU costs more per element and the step pays it. Its reason to exist is "
                               "model quality (smoother gradients), not speed.",
         "inconclusive": "The activation is a small part of a step dominated by matmuls."})
@@ -363,17 +369,17 @@ io_bytes = 2 * xc.numel() * 4  # read the input, write the output (fp32)
 bound = {g: max(conv_flops[g] * B / limits.peak_flops("float32"),
                 (io_bytes + 9 * C * C // g * 4) / limits.copy_bytes_per_s) for g in (1, G)}
 roof = bound[1] / bound[G]
-print(f"batch {B}: groups={G} against groups=1 {grp}; roofline bound on the speedup {roof:.2f}x "
+print(f"batch {B}: groups={G} against groups=1 {pairs(grp)}; roofline bound on the speedup {roof:.2f}x "
       f"(groups=1 compute-bound at {si(bound[1], 's')}, groups={G} at {si(bound[G], 's')})")
 
 # %%
 viz.show_verdict(judge(Prediction(f"groups={G} speedup", "roofline: max(FLOPs / peak, bytes / bandwidth)",
-                                  high=roof, unit="x"), grp.ratio, spread=(grp.low, grp.high), explain={
+                                  high=roof, unit="x"), grp.pair_median, spread=(grp.low, grp.high), explain={
     "above": "Faster than the roofline allows: the dense convolution ran far below the measured peak, so "
              "its bound is not what limited it."}))
 claim_verdict("grouped convolutions", Claim(
     f"grouped convolutions reduce computation (FLOPs fall {G}x: does time?)",
-    f"groups={G} speedup over groups=1", low=0.75 * G, partly=1.0, unit="x"), grp.ratio, (grp.low, grp.high),
+    f"groups={G} speedup over groups=1", low=0.75 * G, partly=1.0, unit="x"), grp.pair_median, (grp.low, grp.high),
     reasons={"holds partly": f"FLOPs fall {G}x, time not reliably as much: the input and output bytes "
                              "stay, and grouped kernels run further below the peak than dense ones.",
              "holds": "Time fell nearly as much as the FLOPs: the dense convolution was compute-bound.",
@@ -504,13 +510,13 @@ amdahl = 1 / ((1 - f_mm) + f_mm / r)
 with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
     mem_bf16 = compute.activation_bytes(lambda: gpt(input_ids=ids, labels=ids).loss, gpt)
 mem_ratio = mem_bf16 / saved_b
-print(f"bf16 autocast against fp32: {amp}; matmul share f = {f_mm:.1%}, ceilings r = {r:.2f} "
+print(f"bf16 autocast against fp32: {pairs(amp)}; matmul share f = {f_mm:.1%}, ceilings r = {r:.2f} "
       f"-> Amdahl {amdahl:.2f}x")
 print(f"saved for backward: fp32 {saved_b / 2**20:.2f} MiB, bf16 {mem_bf16 / 2**20:.2f} MiB ({mem_ratio:.0%})")
 
 # %%
 viz.show_verdict(judge(Prediction("bf16 step speedup (CPU)", "Amdahl: only the matmuls change speed",
-                                  value=amdahl, rel_tol=0.25, unit="x"), amp.ratio, spread=(amp.low, amp.high),
+                                  value=amdahl, rel_tol=0.25, unit="x"), amp.pair_median, spread=(amp.low, amp.high),
                        explain={"below": "Slower than Amdahl allows: besides the slower matmuls, the casts "
                                          "autocast inserts and its bf16 weight copies cost time.",
                                 "above": "Faster than the matmuls alone allow: elementwise work in bf16 moved "
@@ -519,7 +525,7 @@ viz.show_verdict(judge(Prediction("bf16 saved activations over fp32's", "only au
                                   low=0.5, high=1.0, unit="x"), mem_ratio))
 claim_verdict("mixed precision: 40-60 % faster", Claim(
     "mixed precision gives a 40-60 % speedup (2x on modern GPUs)", "bf16 autocast step speedup over fp32",
-    low=1.4, partly=1.0, unit="x"), amp.ratio, (amp.low, amp.high), gpu_only=not CUDA, reasons={
+    low=1.4, partly=1.0, unit="x"), amp.pair_median, (amp.low, amp.high), gpu_only=not CUDA, reasons={
         "does not hold here": (f"This CPU's bf16 matmul ceiling is {r:.2f}x its fp32 one: there is nothing "
                                "for autocast to gain." if r < 1 else
                                f"The bf16 ceiling is {r:.2f}x fp32's, but the matmuls are only {f_mm:.0%} of "
@@ -539,10 +545,10 @@ else:
     big = dict(n_embd=768, n_layer=4, n_head=12)
     for p in ("bf16", "fp16"):
         gpu_amp = speedup_of(gpt_step("fp32", big, 16, 512), gpt_step(p, big, 16, 512))
-        print(f"GPU, GPT-2 768 x 4 layers, batch 16 x 512: {p} against fp32 {gpu_amp}")
+        print(f"GPU, GPT-2 768 x 4 layers, batch 16 x 512: {p} against fp32 {pairs(gpu_amp)}")
         claim_verdict(f"mixed precision on the GPU ({p})", Claim(
             "mixed precision gives a 40-60 % speedup (2x on modern GPUs)", f"{p} step speedup over fp32",
-            low=1.4, partly=1.0, unit="x"), gpu_amp.ratio, (gpu_amp.low, gpu_amp.high))
+            low=1.4, partly=1.0, unit="x"), gpu_amp.pair_median, (gpu_amp.low, gpu_amp.high))
 
 # %% [markdown]
 # ## 9. "`torch.compile` gives a 10-30 % speedup"
@@ -577,7 +583,7 @@ comp = Speedup(rec.eager, rec.compiled)
 mm_flops = 2 * 2 * BATCH * SEQ * 256 * MLP_WIDTH * (3 if COMPILE_TRAIN else 1)  # two matmuls, x3 with backward
 f_raw = mm_flops / limits.peak_flops("float32") / rec.eager.median_s
 f_c = min(1.0, f_raw)
-print(f"{'forward + backward' if COMPILE_TRAIN else 'forward'}: compiled against eager {comp}; compile "
+print(f"{'forward + backward' if COMPILE_TRAIN else 'forward'}: compiled against eager {pairs(comp)}; compile "
       f"{rec.compile_s:.1f} s (inductor cache hits {rec.fx_cache_hits}); matmul share f = {f_c:.0%}"
       + (f" (capped: the matmul time at the ceiling came out as {f_raw:.0%} of the step, so the ceiling "
          "notebook 00 cached is too low; it was measured on a busier machine or at QUICK sizes)"
@@ -587,10 +593,10 @@ print("break-even after " + (f"{rec.break_even_calls:,.0f} calls" if rec.break_e
 
 # %%
 viz.show_verdict(judge(Prediction("compiled speedup", "only the non-matmul share can shrink", high=1 / f_c,
-                                  unit="x"), comp.ratio, spread=(comp.low, comp.high)))
+                                  unit="x"), comp.pair_median, spread=(comp.low, comp.high)))
 claim_verdict("torch.compile: 10-30 %", Claim(
     "torch.compile gives a 10-20 % (or 20-30 %) speedup", "compiled speedup over eager",
-    low=1.1, partly=1.0, unit="x"), comp.ratio, (comp.low, comp.high), reasons={
+    low=1.1, partly=1.0, unit="x"), comp.pair_median, (comp.low, comp.high), reasons={
         "does not hold here": "For a small model on a CPU the generated code is no faster than PyTorch's own "
                               "kernels, and the compile costs seconds; module 06 shows where fusion pays "
                               "(long memory-bound chains).",
@@ -620,15 +626,15 @@ cl = speedup_of(infer(tr_plain, ids), infer(tr_cl, ids))
 cnn, cnn_cl = SmallCNN().eval(), SmallCNN().eval().to(memory_format=torch.channels_last)
 img = torch.randn(256, 1, 8, 8)  # (N, C, H, W) digits
 cl_cnn = speedup_of(infer(cnn, img), infer(cnn_cl, img.to(memory_format=torch.channels_last)))
-print(f"4-D parameters in the transformer: {n4d}; channels_last against default {cl}")
-print(f"for contrast, a small CNN (4-D weights, batch 256 of 8x8 digits): {cl_cnn}")
+print(f"4-D parameters in the transformer: {n4d}; channels_last against default {pairs(cl)}")
+print(f"for contrast, a small CNN (4-D weights, batch 256 of 8x8 digits): {pairs(cl_cnn)}")
 
 # %%
 viz.show_verdict(judge(Prediction("transformer inference speedup with channels_last", "no 4-D tensors to "
-                                  "re-lay", value=1.0, rel_tol=0.1, unit="x"), cl.ratio, spread=(cl.low, cl.high)))
+                                  "re-lay", value=1.0, rel_tol=0.1, unit="x"), cl.pair_median, spread=(cl.low, cl.high)))
 claim_verdict("channels_last for a transformer", Claim(
     "channels_last speeds up a transformer's inference", "speedup with channels_last", low=1.05,
-    partly=1.0, unit="x"), cl.ratio, (cl.low, cl.high), reasons={
+    partly=1.0, unit="x"), cl.pair_median, (cl.low, cl.high), reasons={
         "inconclusive": f"Nothing changed: the model has {n4d} 4-D parameters, so the call is a no-op; any "
                         "difference is noise.",
         "does not hold here": f"The model has {n4d} 4-D parameters: the call is a no-op. channels_last is "
@@ -661,15 +667,15 @@ def accumulation_step(empty):
         acc_opt.zero_grad(set_to_none=True)
     return step
 ec = speedup_of(accumulation_step(False), accumulation_step(True))  # ratio = plain / emptied time
-print(f"{MICRO} micro-batches per step, {'empty_cache()' if CUDA else 'malloc_trim(0)'} before each: {ec} "
+print(f"{MICRO} micro-batches per step, {'empty_cache()' if CUDA else 'malloc_trim(0)'} before each: {pairs(ec)} "
       "(> 1x: emptying is faster)")
 
 # %%
 viz.show_verdict(judge(Prediction("step speedup from emptying the cache", "freed memory is reused, not "
-                                  "needed back", high=1.0, unit="x"), ec.ratio, spread=(ec.low, ec.high)))
+                                  "needed back", high=1.0, unit="x"), ec.pair_median, spread=(ec.low, ec.high)))
 claim_verdict("empty_cache before each micro-batch", Claim(
     "torch.cuda.empty_cache() before each accumulation step helps", "step speedup with the cache emptied",
-    low=1.02, partly=1.0, unit="x"), ec.ratio, (ec.low, ec.high), gpu_only=not CUDA, reasons={
+    low=1.02, partly=1.0, unit="x"), ec.pair_median, (ec.low, ec.high), gpu_only=not CUDA, reasons={
         "does not hold here": "Memory handed back is asked for again a moment later; the cost is the "
                               "re-allocation (page faults here, cudaMalloc on a GPU).",
         "inconclusive": "The extra work is small next to a step's compute at this size."})
@@ -699,16 +705,16 @@ def loop(pin):
         timing.synchronize(DEVICE)
     return run
 pin = speedup_of(loop(False), loop(True))
-print(f"a loop over {LOAD_BATCHES} batches of {BATCH} images, copied to {DEVICE}: pin_memory=True against False {pin}")
+print(f"a loop over {LOAD_BATCHES} batches of {BATCH} images, copied to {DEVICE}: pin_memory=True against False {pairs(pin)}")
 
 # %%
 viz.show_verdict(judge(Prediction("loop speedup with pin_memory=True" + ("" if CUDA else " (CPU)"),
                                   "pinned memory is for DMA to a GPU" if not CUDA else "DMA from pinned memory",
                                   **(dict(low=1.0) if CUDA else dict(value=1.0, rel_tol=0.15)), unit="x"),
-                       pin.ratio, spread=(pin.low, pin.high)))
+                       pin.pair_median, spread=(pin.low, pin.high)))
 claim_verdict("pin_memory always helps", Claim(
     "pin_memory=True always helps", "loop speedup with pin_memory=True", low=1.02, partly=1.0, unit="x"),
-    pin.ratio, (pin.low, pin.high), gpu_only=not CUDA, reasons={
+    pin.pair_median, (pin.low, pin.high), gpu_only=not CUDA, reasons={
         "does not hold here": "Pinning is a host copy; it pays only when the copy to the GPU is on the "
                               "critical path and overlaps with compute.",
         "inconclusive": "Without a GPU there is nothing to pin for: the flag is ignored."})
@@ -745,12 +751,12 @@ vs1 = Speedup(runs_t[1], runs_t[rec_threads])
 
 # %%
 viz.show_verdict(judge(Prediction(f"{rec_threads} threads over 1", "work split over idle cores",
-                                  low=1.0, high=float(CORES), unit="x"), vs1.ratio, spread=(vs1.low, vs1.high),
+                                  low=1.0, high=float(CORES), unit="x"), vs1.pair_median, spread=(vs1.low, vs1.high),
                        explain={"below": f"More threads were slower: the machine's load ({os.getloadavg()[0]:.1f} "
                                          f"for {CORES} cores) leaves no idle core, and threads wait at barriers."}))
 claim_verdict("set_num_threads(min(8, cores))", Claim(
     "torch.set_num_threads(min(8, cores)) is best", f"best other count ({other}) time / "
-    f"{rec_threads} threads' time", low=1.0, unit="x"), thr.ratio, (thr.low, thr.high), reasons={
+    f"{rec_threads} threads' time", low=1.0, unit="x"), thr.pair_median, (thr.low, thr.high), reasons={
         "does not hold here": f"{other} thread(s) ran faster: on a shared machine the cores are not all yours.",
         "holds": "On an otherwise idle machine the cores are the resource; on a busy one, measure again."})
 
@@ -790,7 +796,7 @@ layout = (f"With a {grad_mb:.1f} MB gradient both caps give {bk[500]['calls_per_
           "all-reduces per step.")
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
     "larger DDP buckets (500 MB-1 GB) reduce communication overhead", "step speedup of 500 MB over 25 MB buckets",
-    low=1.05, partly=1.0, unit="x"), buckets.ratio, (buckets.low, buckets.high), reasons={
+    low=1.05, partly=1.0, unit="x"), buckets.pair_median, (buckets.low, buckets.high), reasons={
         "inconclusive": layout + " Too small a cap is what costs (the 0.05 MB row).",
         "does not hold here": layout + " For a gradient larger than the cap, one giant bucket would wait for the "
                                        "whole backward pass instead of overlapping with it.",
@@ -858,7 +864,7 @@ tk = Speedup(timing.Measurement(tuple(dense_r["step_times_s"][skip:]), skip),
 print(f"gradient {dense_r['n_params']:,} parameters = {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB per step; "
       f"top-k 1 % sends {topk_r['wire_bytes_per_step'] / 1e3:.1f} kB ({wire:.2%})")
 print(f"step time: all-reduce {dense_r['step_s'] * 1e3:.2f} ms, top-k {topk_r['step_s'] * 1e3:.2f} ms; "
-      f"speedup {tk.ratio:.2f}x (step-by-step pairs p10-p90 {tk.low:.2f}-{tk.high:.2f}x)")
+      f"speedup {tk.pair_median:.2f}x (step-by-step pairs p10-p90 {tk.low:.2f}-{tk.high:.2f}x)")
 print(f"after {TOPK_STEPS} steps: eval accuracy {dense_r['eval_accuracy']:.1%} (all-reduce), "
       f"{topk_r['eval_accuracy']:.1%} (top-k with error feedback)")
 
@@ -867,7 +873,7 @@ viz.show_verdict(judge(Prediction("top-k 1 % payload over dense bytes", "values 
                                   value=0.02, rel_tol=0.05), wire))
 claim_verdict("top-k compression", Claim(
     "top-k gradient compression speeds up the all-reduce", "step speedup of top-k 1 % over DDP's all-reduce",
-    low=1.05, partly=1.0, unit="x"), tk.ratio, (tk.low, tk.high), reasons={
+    low=1.05, partly=1.0, unit="x"), tk.pair_median, (tk.low, tk.high), reasons={
         "does not hold here": f"{wire:.1%} of the bytes, but a slower step: a {dense_r['dense_bytes_per_step'] / 1e3:.0f} "
                               "kB all-reduce is start-up bound, so the bytes saved were worth less than "
                               "the selection and the all-gather cost.",
