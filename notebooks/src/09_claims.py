@@ -371,6 +371,10 @@ bound = {g: max(conv_flops[g] * B / limits.peak_flops("float32"),
 roof = bound[1] / bound[G]
 print(f"batch {B}: groups={G} against groups=1 {pairs(grp)}; roofline bound on the speedup {roof:.2f}x "
       f"(groups=1 compute-bound at {si(bound[1], 's')}, groups={G} at {si(bound[G], 's')})")
+if grp.baseline.median_s < bound[1]:
+    print(f"groups=1 ran in {si(grp.baseline.median_s, 's')}, faster than its roofline bound: the fp32 ceiling "
+          f"notebook 00 cached ({si(limits.peak_flops('float32'), 'FLOP/s')}) is too low (measured on a busy "
+          "machine or at QUICK sizes); rerun notebook 00 on a quiet machine")
 
 # %%
 viz.show_verdict(judge(Prediction(f"groups={G} speedup", "roofline: max(FLOPs / peak, bytes / bandwidth)",
@@ -781,6 +785,10 @@ for cap, b in bk.items():
           f"(p10-p90 {si(spans[cap].p10_s, 's')}-{si(spans[cap].p90_s, 's')})")
 print(f"gradient: {grad_mb:.2f} MB per step")
 buckets = Speedup(spans[25], spans[500])  # ratio = 25 MB time / 500 MB time
+tiny = Speedup(spans[DDP_CAPS[0]], spans[25])  # ratio = tiny-cap time / 25 MB time
+tiny_text = (f"the {DDP_CAPS[0]} MB cap's {bk[DDP_CAPS[0]]['calls_per_step']} all-reduces per step took "
+             f"{tiny.pair_median:.2f}x the 25 MB step (pairs p10-p90 {tiny.low:.2f}-{tiny.high:.2f}x)")
+print(tiny_text)
 
 # %%
 viz.show_verdict(judge(Prediction("all-reduces per step at 500 MB minus at 25 MB", "one bucket once the cap "
@@ -797,7 +805,7 @@ layout = (f"With a {grad_mb:.1f} MB gradient both caps give {bk[500]['calls_per_
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
     "larger DDP buckets (500 MB-1 GB) reduce communication overhead", "step speedup of 500 MB over 25 MB buckets",
     low=1.05, partly=1.0, unit="x"), buckets.pair_median, (buckets.low, buckets.high), reasons={
-        "inconclusive": layout + " Too small a cap is what costs (the 0.05 MB row).",
+        "inconclusive": layout + f" Against the tiny cap: {tiny_text}.",
         "does not hold here": layout + " For a gradient larger than the cap, one giant bucket would wait for the "
                                        "whole backward pass instead of overlapping with it.",
         "holds partly": layout,
@@ -810,7 +818,8 @@ claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
 #
 # **The model** (module 02). DDP all-reduces after *every* `backward()` unless it runs inside
 # `model.no_sync()`. Accumulation code that forgets `no_sync()` computes the same gradient and
-# communicates after every micro-batch. **Prediction:** with `no_sync()` the bytes all-reduced
+# communicates after every micro-batch. (DDP runs at its default settings here: its small first
+# bucket makes two all-reduces per step.) **Prediction:** with `no_sync()` the bytes all-reduced
 # per sample fall to exactly `1/N` (counted by a communication hook); without it, they do not
 # fall at all (ratio 1).
 
