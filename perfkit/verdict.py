@@ -6,6 +6,10 @@ a bound), measures, and ends with a verdict that is *computed*: held, missed by 
 figure leaves its physical range (a negative hidden fraction, a share above 1). The
 sentence explaining the outcome is chosen by the outcome, never written in advance.
 
+A piece of common advice is judged the same way (:class:`Claim`, :func:`assess`): the
+range the advice promises for one figure, and the no-effect value that separates "holds
+partly" (the right direction, not as far) from "does not hold here".
+
 Usage::
 
     p = Prediction("checkpointing's time cost", "one extra forward: (F + F + B) / (F + B)",
@@ -21,9 +25,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["OUTCOMES", "Prediction", "Verdict", "judge"]
+__all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
+           "judge"]
 
 OUTCOMES = ("held", "missed", "inconclusive")
+CLAIM_STATUSES = ("holds", "holds partly", "does not hold here", "inconclusive", "GPU only")
 
 
 def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
@@ -179,3 +185,141 @@ def judge(prediction: Prediction, measured: float, spread: tuple[float, float] |
     if extra:
         text += " " + extra.strip()
     return Verdict(p, float(measured), spread, outcome, direction, text)
+
+
+# --- advice under the microscope: claims ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A piece of advice as usually stated, and the range it promises for one measured figure.
+
+    ``low``/``high`` is what the advice promises (an open side is ``None``): a 40-60 %
+    speedup is ``low=1.4, high=1.6``. ``partly`` is the no-effect value (1 for a speedup or a
+    memory ratio): a measurement between it and the promised range goes the advice's way
+    but less far ("holds partly"); past it, the advice "does not hold here". ``None`` gives
+    no partial credit.
+    """
+
+    statement: str
+    figure: str
+    low: float | None = None
+    high: float | None = None
+    partly: float | None = None
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.statement or not self.figure:
+            raise ValueError("statement and figure must be non-empty: say what the advice is and "
+                             "what is measured")
+        for name in ("low", "high", "partly"):
+            _num(name, getattr(self, name))
+        if self.low is None and self.high is None:
+            raise ValueError("give the promised range: low and/or high")
+        lo, hi = self.bounds()
+        if lo > hi:
+            raise ValueError(f"low ({lo}) must not exceed high ({hi})")
+        if self.partly is not None and lo <= self.partly <= hi:
+            raise ValueError(f"partly ({self.partly}) must lie outside the promised range: it is the "
+                             "no-effect value")
+
+    def bounds(self) -> tuple[float, float]:
+        """The promised interval, ``(-inf, inf)`` on an open side."""
+        return (-math.inf if self.low is None else self.low, math.inf if self.high is None else self.high)
+
+    def describe(self) -> str:
+        """The promise as a phrase, e.g. ``"between 1.4x and 1.6x"`` or ``"exactly 0"``."""
+        if self.low is not None and self.low == self.high:
+            return f"exactly {_fmt(self.low, self.unit)}"
+        return Prediction(self.figure, self.statement, low=self.low, high=self.high,
+                          unit=self.unit).describe()
+
+    def zone(self, x: float) -> str:
+        """``"holds"``, ``"holds partly"`` or ``"does not hold here"`` for a measured ``x``."""
+        lo, hi = self.bounds()
+        if lo <= x <= hi:
+            return "holds"
+        if self.partly is not None and (self.partly < x < lo or hi < x < self.partly):
+            return "holds partly"
+        return "does not hold here"
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """The computed verdict on a :class:`Claim`: one of :data:`CLAIM_STATUSES`, with its text."""
+
+    claim: Claim
+    measured: float
+    spread: tuple[float, float] | None
+    status: str
+    text: str
+    measured_text: str  # the figure as measured, for a summary table
+
+    def record(self) -> dict:
+        """A JSON-able record."""
+        return {**asdict(self), "claim": asdict(self.claim)}
+
+
+def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = None,
+           reasons: Mapping[str, str] | None = None, gpu_only: bool = False) -> ClaimVerdict:
+    """Judge ``claim`` by ``measured`` (and its ``spread``, e.g. 10th-90th percentiles).
+
+    The status is ``inconclusive`` when the measurement is not finite or its spread reaches
+    across the no-effect value (``claim.partly``; the promised range's edges when there is
+    none): the noise is larger than the effect. A median inside the promise whose spread
+    reaches outside it only ``holds partly``. ``gpu_only=True`` (the advice is about a GPU
+    and this is a CPU analogue) makes the status ``"GPU only"`` and names the analogue's zone.
+
+    Args:
+        claim: the advice and its promised range.
+        measured: the measured figure.
+        spread: ``(low, high)`` of the measurement across repeats, or ``None`` (exact counts).
+        reasons: sentences by status (``"holds"``, ``"holds partly"``, ``"does not hold here"``,
+            ``"inconclusive"``); the one matching what was measured is appended.
+        gpu_only: the measurement is a CPU analogue of a GPU-only claim.
+
+    Returns:
+        A :class:`ClaimVerdict`.
+
+    Raises:
+        TypeError: if ``claim`` is not a :class:`Claim` or ``measured`` is not a number.
+        ValueError: for a bad ``spread`` or unknown ``reasons`` keys.
+    """
+    if not isinstance(claim, Claim):
+        raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
+        raise TypeError(f"measured must be a number, got {measured!r}")
+    if spread is not None:
+        if len(spread) != 2 or spread[0] > spread[1]:
+            raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
+        spread = (float(spread[0]), float(spread[1]))
+    reasons = dict(reasons or {})
+    unknown = set(reasons) - set(CLAIM_STATUSES[:4])
+    if unknown:
+        raise ValueError(f"reasons keys must be among {CLAIM_STATUSES[:4]}; got {sorted(unknown)}")
+    u = claim.unit
+    edges = ([claim.partly] if claim.partly is not None
+             else [e for e in (claim.low, claim.high) if e is not None])
+    shown = _fmt(measured, u) + (f" (spread {_fmt(spread[0], u)} to {_fmt(spread[1], u)})" if spread else "")
+    if not math.isfinite(measured):
+        status, why = "inconclusive", "the measurement is not a finite number"
+    elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
+        status, why = "inconclusive", ("the spread reaches across "
+                                       + ("the no-effect value" if claim.partly is not None else
+                                          "the edge of the promised range")
+                                       + ": the noise is larger than the effect")
+    else:
+        status, why = claim.zone(measured), ""
+    said = status  # the reason appended: the median's zone, even where the spread downgrades it
+    lo, hi = claim.bounds()
+    if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
+        status, why = "holds partly", "the median is inside the promise, the spread reaches outside it"
+    label = "GPU only" if gpu_only else status
+    text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
+            f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
+    if reasons.get(said):
+        text += " " + reasons[said].strip()
+    if gpu_only:
+        verb = "is " if status == "inconclusive" else ""
+        text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"
+    return ClaimVerdict(claim, float(measured), spread, label, text, shown)

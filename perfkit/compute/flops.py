@@ -235,6 +235,12 @@ class Speedup:
         return tuple(b / c for b, c in zip(self.baseline.times_s, self.candidate.times_s, strict=True))
 
     @property
+    def pair_median(self) -> float:
+        """Median of the back-to-back pair ratios: robust to load that drifts during the run,
+        and always inside the ``low``-``high`` spread (``ratio`` of the medians need not be)."""
+        return Measurement(self.pair_ratios, 0).median_s
+
+    @property
     def low(self) -> float:
         return Measurement(self.pair_ratios, 0).p10_s
 

@@ -5,6 +5,13 @@ headline figures and the roofline plot; topic plots live beside it. Nothing here
 plots consume the records other perfkit modules return.
 """
 
+from perfkit.viz.claims import (
+    CLAIM_MIME,
+    claims_headlines,
+    claims_table_rows,
+    show_claim,
+    show_claims_table,
+)
 from perfkit.viz.comm import (
     collectives_widget,
     compression_widget,
@@ -62,6 +69,11 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "CLAIM_MIME",
+    "claims_headlines",
+    "claims_table_rows",
+    "show_claim",
+    "show_claims_table",
     "VERDICT_MIME",
     "show_verdict",
     "text_overlaps",

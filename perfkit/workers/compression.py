@@ -21,7 +21,7 @@ optimizer is SGD with momentum, the setting Deep Gradient Compression studies.
 
 Rank 0's result, per method: per-step losses (mean over ranks), ``final_loss`` (the whole
 training split, after the last step), ``eval_accuracy`` (digits only), payload bytes per
-step against dense fp32 bytes, and the median step time.
+step against dense fp32 bytes, the median step time and every step's time (the slower rank's).
 """
 
 from __future__ import annotations
@@ -192,10 +192,13 @@ def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: i
     calls = max(1, steps)
     times_t = torch.tensor(sorted(times)[len(times) // 2], dtype=torch.float64)
     dist.all_reduce(times_t, op=dist.ReduceOp.MAX)
+    per_step = torch.tensor(times, dtype=torch.float64)  # the slower rank's time of each step
+    dist.all_reduce(per_step, op=dist.ReduceOp.MAX)
     return {"method": method, "losses": (losses / world).tolist(), "final_loss": final,
             "eval_accuracy": acc, "wire_bytes_per_step": state.wire_bytes / calls,
             "dense_bytes_per_step": state.dense_bytes / calls,
-            "step_s": float(times_t), "n_params": sum(p.numel() for p in model.parameters())}
+            "step_s": float(times_t), "step_times_s": per_step.tolist(),
+            "n_params": sum(p.numel() for p in model.parameters())}
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -11,10 +11,12 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
   :class:`~perfkit.parallel.OverlappedDP` and DDP on the same model and data: gradients
   against DDP's (max abs difference), step time, and the measured share of
   communication hidden behind backward.
-* ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``,
-  and the calls :func:`perfkit.parallel.assign_buckets` predicts.
+* ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
+  (the caps timed interleaved), and the calls :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
   all-reduced per sample, and the gradient against one big batch.
+* ``accumulate_synced``: the same without ``no_sync()``: DDP all-reduces after every
+  micro-batch (what accumulation code that forgets ``no_sync()`` does).
 
 Each rank draws its own micro-batches from a seeded generator (rank-dependent), so the
 gradient average really mixes different data. Times are the slowest rank's median.
@@ -22,6 +24,7 @@ gradient average really mixes different data. Times are the slowest rank's media
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -135,9 +138,13 @@ def _counting_hook(state, bucket):  # no annotations: DDP checks them against re
 
 def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float], repeat: int
             ) -> list[dict[str, Any]]:
-    """DDP step time and all-reduce calls per step for each ``bucket_cap_mb``."""
+    """DDP step time and all-reduce calls per step for each ``bucket_cap_mb``.
+
+    The caps are timed interleaved (one step of each in turn); ``times_s`` holds every
+    repetition's time (the slowest rank's), so ratios between caps come with a spread.
+    """
     x, y = _batch(batch, 0)
-    out = []
+    fns, calls, predicted = [], [], []
     for cap in caps_mb:
         model = DDP(_mlp(model_kw), bucket_cap_mb=cap)
         counter = _Counter()
@@ -150,17 +157,25 @@ def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float], repe
         fn()  # DDP rebuilds its buckets in the order gradients arrived after step 1
         counter.calls = counter.bytes = 0
         fn()
-        calls = counter.calls
-        (t,) = _slowest([benchmark(fn, warmup=1, repeat=repeat).median_s])
-        predicted = len(assign_buckets(list(model.module.parameters()), int(cap * 2**20)))
-        out.append({"bucket_cap_mb": cap, "calls_per_step": calls, "step_s": t,
-                    "predicted_calls": predicted})
+        fns.append(fn)
+        calls.append(counter.calls)
+        predicted.append(len(assign_buckets(list(model.module.parameters()), int(cap * 2**20))))
+    runs = interleaved(fns, warmup=1, repeat=repeat)
+    out = []
+    for cap, m, c, p in zip(caps_mb, runs, calls, predicted, strict=True):
+        times = _slowest(m.times_s)
+        out.append({"bucket_cap_mb": cap, "calls_per_step": c, "step_s": statistics.median(times),
+                    "times_s": times, "predicted_calls": p})
     return out
 
 
-def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: int
-               ) -> list[dict[str, Any]]:
-    """DDP with ``no_sync()`` over ``k`` micro-batches of ``batch`` samples per rank."""
+def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: int,
+               no_sync: bool = True) -> list[dict[str, Any]]:
+    """DDP over ``k`` micro-batches of ``batch`` samples per rank, one optimizer step's worth.
+
+    With ``no_sync`` the first ``k - 1`` backward passes run under ``model.no_sync()`` and
+    only the last all-reduces; without it every micro-batch's backward all-reduces.
+    """
     out = []
     for k in ks:
         model = DDP(_mlp(model_kw))
@@ -171,7 +186,7 @@ def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: 
         def fn(model: DDP = model, micro: list = micro) -> None:
             model.zero_grad(set_to_none=False)
             for j, (x, y) in enumerate(micro):
-                if j < len(micro) - 1:
+                if j < len(micro) - 1 and no_sync:
                     with model.no_sync():  # gradients accumulate locally, no all-reduce
                         (nn.functional.cross_entropy(model(x), y) / len(micro)).backward()
                 else:
@@ -215,6 +230,10 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     if "accumulate" in cfg:
         a = cfg["accumulate"]
         result["accumulate"] = accumulate(model_kw, batch, a["ks"], a.get("repeat", 3))
+    if "accumulate_synced" in cfg:
+        a = cfg["accumulate_synced"]
+        result["accumulate_synced"] = accumulate(model_kw, batch, a["ks"], a.get("repeat", 3),
+                                                 no_sync=False)
     return result
 
 

@@ -17,7 +17,8 @@ SWEEP = {"ops": list(comm.OPS), "sizes": [1024, 65536], "repeat": 2}
 DP = {"model": {"width": 64, "depth": 4}, "batch": 8,
       "compare": {"repeat": 1, "bucket_cap_mb": 0.01},
       "buckets": {"caps_mb": [0.001, 0.01, 25], "repeat": 1},
-      "accumulate": {"ks": [1, 3], "repeat": 1}}
+      "accumulate": {"ks": [1, 3], "repeat": 1},
+      "accumulate_synced": {"ks": [3], "repeat": 1}}
 METHODS = ["none", "dense", "dense_ef", "topk_10pct_ef", "randomk_50pct", "qsgd", "sign_ef",
            "qsgd_fused", "sign_fused_ef"]
 TRAIN = {"workload": "digits", "steps": 30, "batch": 16, "lr": 0.05, "methods": METHODS}
@@ -73,14 +74,22 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
         acc[0]["allreduce_bytes_per_sample"] / 3)
     for a in acc:
         assert a["max_abs_diff_vs_big_batch"] < 1e-6
+    # without no_sync() every micro-batch all-reduces: k times the calls, the same gradient
+    (synced,) = r0["accumulate_synced"]
+    assert synced["allreduce_calls"] == 3 * acc[1]["allreduce_calls"]
+    assert synced["max_abs_diff_vs_big_batch"] < 1e-6
     calls = [b["calls_per_step"] for b in r0["buckets"]]
     assert calls[0] > calls[-1] == 1
     for b in r0["buckets"]:  # perfkit.parallel.assign_buckets models DDP's reducer exactly
         assert b["calls_per_step"] == b["predicted_calls"], b
+        assert len(b["times_s"]) == 1 and b["step_s"] == b["times_s"][0]
 
 
 def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     runs = {r["method"]: r for r in suite2[0]["compression"]["runs"]}
+    for r in runs.values():  # every step's time, the median among them
+        assert len(r["step_times_s"]) == TRAIN["steps"]
+        assert min(r["step_times_s"]) <= r["step_s"] <= max(r["step_times_s"])
     # the losses are all-reduced: every rank reports the same curve
     assert suite2[1]["compression"]["runs"][0]["losses"] == runs["none"]["losses"]
     # the identity through perfkit's hook (all-reduce, divide after) == DDP's all-reduce

@@ -35,6 +35,10 @@ def unverdicted(py) -> list[str]:
         stated = len(re.findall(r"\*\*Prediction", md))
         if stated > min(code.count("Prediction("), code.count("show_verdict(")):
             bad.append(heading)
+        # a section that states a piece of advice (notebook 09) ends in a verdict on it computed by
+        # perfkit.verdict.assess (called directly or through the notebook's claim_verdict helper)
+        elif "**The advice." in md and not ("assess(" in code or "claim_verdict(" in code):
+            bad.append(heading)
     return bad
 
 
@@ -54,3 +58,8 @@ def test_the_structure_check_catches_a_prose_prediction(tmp_path):
                    "# %%\nprint('fast')\n\n# %% [markdown]\n# ## 2. B\n#\n# **Prediction.** x\n\n"
                    "# %%\np = Prediction('x', 'm', low=1)\nshow_verdict(judge(p, 2))\n")
     assert unverdicted(src) == ["## 1. A"]
+    advice = tmp_path / "99_y.py"
+    advice.write_text("# %% [markdown]\n# ## 1. A\n#\n# **The advice.** Always do it.\n\n"
+                      "# %%\nprint('it helps')\n\n# %% [markdown]\n# ## 2. B\n#\n# **The advice.** x\n\n"
+                      "# %%\nshow_claim(assess(Claim('x', 'y', low=1), 2))\n")
+    assert unverdicted(advice) == ["## 1. A"]

@@ -109,6 +109,7 @@ def test_speedup_from_measurements_by_hand():
     s = compute.Speedup(Measurement((4.0, 6.0, 8.0), 0), Measurement((2.0, 2.0, 4.0), 0))
     assert s.ratio == pytest.approx(3.0)
     assert s.pair_ratios == (2.0, 3.0, 2.0)
+    assert s.pair_median == 2.0
     assert s.low == pytest.approx(2.0) and s.high == pytest.approx(2.8)
 
 

@@ -107,3 +107,78 @@ def test_large_numbers_read_with_si_prefixes():
     p = Prediction("bytes", "count", value=12_976_644, rel_tol=0.01, unit=" B")
     assert p.describe() == "12.98 MB ± 1%"
     assert "Measured:** 12.98 MB" in judge(p, 12_976_756).text
+
+
+# --- claims: the advice's promise, judged by the measurement --------------------------------
+
+from perfkit.verdict import Claim, ClaimVerdict, assess  # noqa: E402
+
+SPEEDUP = Claim("mixed precision gives a 40-60% speedup", "bf16 step speedup", low=1.4, high=1.6,
+                partly=1.0, unit="x")
+
+
+@pytest.mark.parametrize("measured,status", [(1.5, "holds"), (1.2, "holds partly"),
+                                             (0.8, "does not hold here"), (1.7, "does not hold here")])
+def test_a_claim_is_judged_by_the_zone_of_the_measurement(measured, status):
+    reasons = {s: f"REASON-{s}" for s in ("holds", "holds partly", "does not hold here")}
+    v = assess(SPEEDUP, measured, reasons=reasons)
+    assert isinstance(v, ClaimVerdict) and v.status == status
+    assert f"REASON-{status}" in v.text and sum("REASON-" in p for p in v.text.split()) == 1
+
+
+def test_a_spread_across_the_no_effect_value_is_inconclusive():
+    assert assess(SPEEDUP, 1.05, spread=(0.95, 1.15)).status == "inconclusive"
+    assert assess(SPEEDUP, 1.05, spread=(1.01, 1.10)).status == "holds partly"
+    # a median inside the promise holds only if the spread stays inside it too
+    assert assess(SPEEDUP, 1.5, spread=(1.45, 1.55)).status == "holds"
+    wide = assess(SPEEDUP, 1.5, spread=(1.2, 1.55),
+                  reasons={"holds": "WHY-HOLDS", "holds partly": "WHY-PARTLY"})
+    assert wide.status == "holds partly" and "WHY-HOLDS" in wide.text and "WHY-PARTLY" not in wide.text
+    # without a no-effect value, the promised range's edges decide
+    exact = Claim("Adam needs 2x the model", "state over weights", low=1.9, high=2.1)
+    assert assess(exact, 2.0, spread=(1.8, 2.05)).status == "inconclusive"
+    assert assess(exact, 2.0).status == "holds"
+    assert "promises exactly 0;" in assess(Claim("a rule", "sizes it gets wrong", low=0, high=0), 2).text
+
+
+def test_a_gpu_only_claim_names_its_cpu_analogue():
+    v = assess(SPEEDUP, 0.8, spread=(0.7, 0.9), gpu_only=True)
+    assert v.status == "GPU only" and "analogue" in v.text and "does not hold here" in v.text
+
+
+def test_claims_reject_bad_arguments():
+    with pytest.raises(ValueError, match="promised range"):
+        Claim("advice", "figure")
+    with pytest.raises(ValueError, match="partly"):
+        Claim("advice", "figure", low=1, high=2, partly=1.5)
+    with pytest.raises(ValueError, match="statement"):
+        Claim("", "figure", low=1)
+    with pytest.raises(TypeError, match="claim"):
+        assess("advice", 1.0)
+    with pytest.raises(TypeError, match="measured"):
+        assess(SPEEDUP, "1.0")
+    with pytest.raises(ValueError, match="spread"):
+        assess(SPEEDUP, 1.0, spread=(2, 1))
+    with pytest.raises(ValueError, match="reasons"):
+        assess(SPEEDUP, 1.0, reasons={"held": "x"})
+    assert assess(SPEEDUP, math.nan).status == "inconclusive"
+
+
+def test_the_claims_table_and_headlines_come_from_the_verdicts(monkeypatch):
+    from perfkit import viz
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, raw=False: shown.append(obj))
+    v = assess(SPEEDUP, 1.2, spread=(1.1, 1.3))
+    assert viz.show_claim(v) is None and viz.CLAIM_MIME in shown[-1]
+    viz.show_claims_table({"mixed precision": v})
+    assert "holds partly" in shown[-1]["text/html"] and "<th>typical statement</th>" in shown[-1]["text/html"]
+    assert viz.claims_table_rows({"mp": v}) == [
+        ("mp", SPEEDUP.statement, "bf16 step speedup: 1.2x (spread 1.1x to 1.3x)", "holds partly")]
+    assert viz.claims_headlines({"mp": v}) == {"mp": "holds partly (1.2x (spread 1.1x to 1.3x))"}
+    with pytest.raises(ValueError, match="non-empty"):
+        viz.show_claims_table({})
+    with pytest.raises(TypeError, match="ClaimVerdict"):
+        viz.claims_headlines({"mp": "holds"})
+    with pytest.raises(TypeError, match="ClaimVerdict"):
+        viz.show_claim("holds")

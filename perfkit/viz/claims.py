@@ -1,0 +1,85 @@
+"""Verdicts on common advice: one line per claim, and the summary table of module 09.
+
+Consumes :class:`perfkit.verdict.ClaimVerdict` records (:func:`perfkit.verdict.assess`);
+nothing here measures.
+
+Usage::
+
+    show_claim(assess(claim, measured, spread))
+    show_claims_table({"mixed precision": v1, "torch.compile": v2})
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping
+
+from perfkit.verdict import ClaimVerdict
+
+__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "show_claim", "show_claims_table"]
+
+CLAIM_MIME = "application/vnd.perfkit.claim+json"
+_MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
+         "GPU only": "🖥"}
+
+
+def _check(verdicts: Mapping[str, ClaimVerdict]) -> None:
+    if not isinstance(verdicts, Mapping) or not verdicts:
+        raise ValueError("verdicts must be a non-empty mapping of claim name -> ClaimVerdict")
+    for k, v in verdicts.items():
+        if not isinstance(k, str) or not isinstance(v, ClaimVerdict):
+            raise TypeError(f"verdicts[{k!r}] must be a ClaimVerdict under a str name, got "
+                            f"{type(v).__name__}")
+
+
+def show_claim(verdict: ClaimVerdict) -> None:
+    """Display one computed verdict on a claim as Markdown, and record it (:data:`CLAIM_MIME`).
+
+    Raises:
+        TypeError: if ``verdict`` is not a :class:`~perfkit.verdict.ClaimVerdict`.
+    """
+    from IPython.display import display
+
+    if not isinstance(verdict, ClaimVerdict):
+        raise TypeError(f"verdict must be a perfkit.verdict.ClaimVerdict, got {type(verdict).__name__}")
+    display({CLAIM_MIME: json.loads(json.dumps(verdict.record())),
+             "text/markdown": f"{_MARK[verdict.status]} {verdict.text}",
+             "text/plain": f"[{verdict.status}] {verdict.text}".replace("**", "")}, raw=True)
+
+
+def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, str, str, str]]:
+    """(claim, typical statement, measured here, verdict) per claim, in the order given.
+
+    Raises:
+        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
+    """
+    _check(verdicts)
+    return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}", v.status)
+            for name, v in verdicts.items()]
+
+
+def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
+    """Display the summary table: claim, typical statement, measured here, verdict.
+
+    Raises:
+        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
+    """
+    from IPython.display import display
+
+    rows = claims_table_rows(verdicts)
+    head = "".join(f"<th>{h}</th>" for h in ("claim", "typical statement", "measured here", "verdict"))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r[:3])
+                   + f"<td><b>{_MARK[r[3]]} {html.escape(r[3])}</b></td></tr>" for r in rows)
+    text = "\n".join(" | ".join(r) for r in rows)
+    display({"text/html": f"<table><tr>{head}</tr>{body}</table>", "text/plain": text}, raw=True)
+
+
+def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
+    """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`.
+
+    Raises:
+        TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
+    """
+    _check(verdicts)
+    return {name: f"{v.status} ({v.measured_text})" for name, v in verdicts.items()}
