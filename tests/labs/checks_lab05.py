@@ -33,8 +33,17 @@ def new_threads_alive(before: set, grace_s: float = THREAD_GRACE_S) -> list:
         time.sleep(0.02)
 
 
+def _probe(TP) -> None:
+    """One tiny loop under a short limit: an answer that never returns fails in seconds,
+    not after the question's whole timeout."""
+    with time_limit(10, "list(ThreadPrefetcher([1, 2, 3])) did not return within 10 s: does "
+                    "the consumer stop at the end marker, and does the thread put one?"):
+        list(TP([1, 2, 3]))
+
+
 def check_order(ns: dict) -> None:
     TP = require(ns, "ThreadPrefetcher")
+    _probe(TP)
     got = list(TP(range(300), depth=3))
     assert got == list(range(300)), (
         f"list(ThreadPrefetcher(range(300), depth=3)) gave {got[:10]}... ({len(got)} items): "
@@ -85,6 +94,7 @@ def _flaky_source(n_good: int, error: BaseException):
 
 def check_exceptions(ns: dict) -> None:
     TP = require(ns, "ThreadPrefetcher")
+    _probe(TP)
     before = set(threading.enumerate())
     for n_good in (0, 3):
         got, caught, error = [], None, KeyError("record is corrupt")
@@ -119,6 +129,7 @@ def check_exceptions(ns: dict) -> None:
 
 def check_no_leaked_threads(ns: dict) -> None:
     TP = require(ns, "ThreadPrefetcher")
+    _probe(TP)
 
     def consume(depth: int, stop_at: int) -> None:
         it = iter(TP(iter(int, 1), depth=depth))  # endless zeros
@@ -155,6 +166,7 @@ def check_no_leaked_threads(ns: dict) -> None:
 
 def check_overlap(ns: dict) -> None:
     TP = require(ns, "ThreadPrefetcher")
+    _probe(TP)
 
     def source():
         for i in range(STEPS):
