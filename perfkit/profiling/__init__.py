@@ -2,6 +2,9 @@
 
 StepMonitor and MemoryMonitor time your own loop's phases, the Profiler wraps torch.profiler
 and reads phase shares back from its trace, and diagnose turns shares into findings.
+run_diagnosis (``python -m perfkit diagnose train.py``) does all of it for an unchanged
+script: StepRecorder finds its steps, attribute_trace splits them, build_report ranks the
+findings.
 
 Usage::
 
@@ -16,6 +19,7 @@ from perfkit.profiling.analyzer import (
     diagnose,
     measure_workload,
 )
+from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribute_trace
 from perfkit.profiling.monitor import (
     PHASES,
     MemoryMonitor,
@@ -32,8 +36,22 @@ from perfkit.profiling.profiler import (
     TraceBreakdown,
     trace_breakdown,
 )
+from perfkit.profiling.recorder import StepRecorder, WindowDone
+from perfkit.profiling.report import (
+    DiagnoseThresholds,
+    build_report,
+    rank_record,
+    render_markdown,
+    render_text,
+)
+from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
 
 __all__ = [
+    "attribute_trace",
+    "build_report",
+    "CATEGORIES",
+    "DiagnoseConfig",
+    "DiagnoseThresholds",
     "diagnose",
     "Finding",
     "measure_workload",
@@ -42,6 +60,13 @@ __all__ = [
     "OpStat",
     "PHASES",
     "PhaseStats",
+    "rank_record",
+    "render_markdown",
+    "render_text",
+    "run_diagnosis",
+    "StepRecorder",
+    "TraceAttribution",
+    "WindowDone",
     "ProfileConfig",
     "Profiler",
     "ProfileResult",

@@ -1,0 +1,297 @@
+"""The diagnosis report: per-rank records in, ranked findings and text/Markdown/JSON out.
+
+:func:`rank_record` turns one rank's :class:`~perfkit.profiling.recorder.StepRecorder`
+into a JSON-able dict; :func:`build_report` merges the ranks' records, judges them against
+:class:`DiagnoseThresholds` and ranks the findings by the most the fix can gain (Amdahl's
+law: removing a share ``s`` of the step speeds it up at most ``1 / (1 - s)``).
+:func:`render_text` and :func:`render_markdown` print it.
+
+Usage::
+
+    report = build_report([rank_record(rec)])
+    print(render_text(report))
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from perfkit._checks import check_items, check_real, check_type
+from perfkit.profiling.analyzer import Thresholds, diagnose
+from perfkit.profiling.attribution import CATEGORIES, attribute_trace
+from perfkit.profiling.recorder import StepRecorder
+
+__all__ = ["DiagnoseThresholds", "build_report", "rank_record", "render_markdown", "render_text"]
+
+
+@dataclass(frozen=True)
+class DiagnoseThresholds:
+    """When ``perfkit diagnose`` reports a cause, calibrated on ``examples/diagnose``.
+
+    Shares are of the mean recorded step on this course's 2-core CPU machine; the
+    numbers in brackets are what ``benchmarks/diagnose.py`` measured for the planted
+    script (planted) and the largest value among the healthy scripts (healthy), so each
+    threshold sits between the two with a margin on both sides:
+
+    * ``data`` 0.20: data wait share (planted 0.75-0.85, healthy <= 0.06).
+    * ``sync`` 0.15: host-device sync share (planted 0.30-0.45, healthy <= 0.01); with
+      ``syncs_per_step`` 8 (planted 256, healthy 1: the usual ``loss.item()``).
+    * ``communication`` 0.20: exposed collective share (planted 0.55-0.70, healthy
+      DDP 0.05-0.15 on 2 gloo ranks on 2 cores).
+    * ``optimizer`` 0.30: optimizer share (planted 0.55-0.65, healthy <= 0.12).
+    * ``overhead`` 0.50: main-thread time inside no operator, with fewer than
+      ``overhead_ms`` 2.0 ms of work per step (planted 0.55-0.65 at ~1 ms, healthy
+      <= 0.30).
+    * ``straggler`` 1.25: the slowest rank's busy time over the median rank's (planted
+      1.8-2.5x, healthy 1.0-1.1x).
+    * ``compute`` 0.60: forward + backward above it is reported as information.
+    """
+
+    data: float = 0.20
+    sync: float = 0.15
+    syncs_per_step: float = 8.0
+    communication: float = 0.20
+    optimizer: float = 0.30
+    overhead: float = 0.45
+    straggler: float = 2.0
+    compute: float = 0.60
+
+    def __post_init__(self) -> None:
+        for k in ("data", "sync", "communication", "optimizer", "overhead", "compute"):
+            check_real(k, getattr(self, k), 0, 1, lo_open=True, hi_open=True)
+        check_real("syncs_per_step", self.syncs_per_step, 0, lo_open=True)
+        check_real("straggler", self.straggler, 1, lo_open=True)
+
+
+_NB = {
+    "data": "notebooks/07_data_loading.ipynb, section 2 (the knobs of DataLoader)",
+    "sync": "notebooks/01_profiling.ipynb, section 1 (why naive timing lies: syncs)",
+    "communication": "notebooks/02_collectives.ipynb, sections 4-5 (overlap, DDP buckets)",
+    "optimizer": "notebooks/06_compute.ipynb, section 2 (fusion: one kernel beats nine)",
+    "overhead": "notebooks/06_compute.ipynb, sections 3 and 7 (torch.compile, batch size)",
+    "straggler": "notebooks/02_collectives.ipynb, section 2 (a collective waits for the "
+                 "slowest rank)",
+    "compute": "notebooks/06_compute.ipynb, section 6 (MFU)",
+}
+_FIX = {
+    "sync": ("keep metrics on the device and call .item()/.cpu()/print once every N steps",
+             "accumulate per-sample values in a tensor instead of a Python loop over .item()"),
+    "optimizer": ("use the foreach or fused implementation (drop foreach=False; "
+                  "fused=True on GPU)",
+                  "fewer, larger parameter tensors (fuse small layers)"),
+    "overhead": ("give each step more work: a larger batch (or gradient accumulation)",
+                 "torch.compile or CUDA graphs to cut the per-operator launch cost"),
+    "straggler": ("find what differs on that rank: data, its core/GPU, other processes",
+                  "balance the work per rank (equal batch sizes and sequence lengths)"),
+}
+
+
+def _peak_memory() -> dict[str, Any]:
+    if torch.cuda.is_available():
+        return {"kind": "CUDA allocator peak", "bytes": int(torch.cuda.max_memory_allocated())}
+    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark
+    return {"kind": "peak RSS", "bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) << 10}
+
+
+def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> dict[str, Any]:
+    """One rank's measurements as a JSON-able dict (what ranks exchange to merge)."""
+    check_type("rec", rec, StepRecorder)
+    times = rec.step_times_s[rec.window()]
+    win = rec.window()
+    rec_data = rec.data_s[: len(rec.step_ends_s)][win]
+    out: dict[str, Any] = {
+        "rank": rank, "status": status, "steps_seen": len(rec.step_ends_s),
+        "window_steps": len(times), "step_times_s": times, "batch_size": rec.batch_size,
+        "flops_per_step": rec.flops_per_step, "memory": _peak_memory(),
+        "trace": str(rec.trace_path) if rec.trace_ok or rec.window_done else None,
+        "attribution": None, "data_wait_s": sum(rec_data) / len(rec_data) if rec_data else None,
+        "note": rec.error,
+    }
+    if rec.window_done and rec.trace_path.exists():
+        try:
+            out["attribution"] = asdict(attribute_trace(rec.trace_path))
+        except ValueError as e:
+            out["note"] = f"trace not attributed: {e}"
+    return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _finding(kind: str, severity: str, share: float, threshold: float, evidence: str,
+             fix: tuple[str, ...]) -> dict[str, Any]:
+    gain = 1 / (1 - share) if 0 <= share < 1 else None
+    return {"kind": kind, "severity": severity, "share": share, "threshold": threshold,
+            "evidence": evidence, "max_speedup": gain, "fix": list(fix), "notebook": _NB[kind]}
+
+
+def _findings(base: dict[str, Any], ranks: list[dict[str, Any]], th: DiagnoseThresholds
+              ) -> list[dict[str, Any]]:
+    att = base["attribution"]
+    shares = {k: v / att["step_mean_s"] for k, v in att["category_s"].items()}
+    out = []
+    old = Thresholds(data=th.data, communication=th.communication, optimizer=th.optimizer,
+                     compute=th.compute)
+    judged = {k: shares[k] for k in ("data", "communication", "optimizer", "forward",
+                                     "backward")}
+    for f in diagnose(judged, old):  # the course's analyzer: its rules, fixes and wording
+        fix = _FIX.get(f.kind, f.recommendations)
+        out.append(_finding(f.kind, f.severity, f.value, f.threshold, f.evidence, fix))
+    step_ms = att["step_mean_s"] * 1e3
+    if shares["sync"] > th.sync or att["syncs_per_step"] > th.syncs_per_step:
+        sev = "high" if shares["sync"] > 2 * th.sync else "medium"
+        out.append(_finding("sync", sev, shares["sync"], th.sync,
+                            f"{att['syncs_per_step']:.0f} host-device syncs per step "
+                            f"(.item(), .cpu(), print of a tensor) take {shares['sync']:.1%} "
+                            f"of the step (threshold {th.sync:.0%} or {th.syncs_per_step:.0f} "
+                            "syncs)", _FIX["sync"]))
+    gap = att["host_gap_s"] / att["step_mean_s"]
+    if gap > th.overhead:
+        work_ms = (att["step_mean_s"] - att["host_gap_s"]) * 1e3
+        out.append(_finding("overhead", "high" if gap > 2 * th.overhead else "medium", gap,
+                            th.overhead, f"the main thread runs no operator for {gap:.1%} of "
+                            f"a {step_ms:.2f} ms step (threshold {th.overhead:.0%}; "
+                            f"{att['ops_per_step']:.0f} operators do the other {work_ms:.2f} "
+                            "ms): per-step Python and launch overhead", _FIX["overhead"]))
+    busy = {r["rank"]: r["attribution"]["step_mean_s"] * (1 - r["attribution"]["category_s"][
+        "communication"] / r["attribution"]["step_mean_s"]) for r in ranks if r["attribution"]}
+    if len(busy) > 1:
+        slow = max(busy, key=busy.get)
+        med = statistics.median(v for k, v in busy.items() if k != slow)
+        ratio = busy[slow] / med if med > 0 else 1.0
+        if ratio > th.straggler:
+            out.append(_finding("straggler", "high" if ratio > 2 * th.straggler else "medium",
+                                1 - med / busy[slow], th.straggler,
+                                f"rank {slow} is the straggler: {busy[slow] * 1e3:.1f} ms of "
+                                f"work per step against {med * 1e3:.1f} ms on the other ranks "
+                                f"(median; {ratio:.2f}x, threshold {th.straggler}x): they wait "
+                                "for it in their collectives", _FIX["straggler"]))
+    out.sort(key=lambda f: (f["severity"] == "info", -f["share"]))
+    return out
+
+
+def build_report(records: list[dict[str, Any]],
+                 thresholds: DiagnoseThresholds | None = None,
+                 peak_flops: float | None = None, command: str = "") -> dict[str, Any]:
+    """Merge the ranks' :func:`rank_record` dicts into the report (a JSON-able dict).
+
+    Args:
+        records: one per rank, rank 0 first; rank 0's trace is the one attributed.
+        thresholds: when a cause is reported; see :class:`DiagnoseThresholds`.
+        peak_flops: this machine's measured FLOP/s ceiling (``perfkit.hw``), or ``None``
+            when it was never measured (MFU is then "unknown", not a guess).
+        command: the command line, recorded in the report.
+
+    Raises:
+        TypeError, ValueError: for an empty ``records`` or bad ``thresholds``/``peak_flops``.
+    """
+    records = check_items("records", records)
+    th = check_type("thresholds", thresholds, DiagnoseThresholds, optional=True) \
+        or DiagnoseThresholds()
+    if peak_flops is not None:
+        check_real("peak_flops", peak_flops, 0, lo_open=True)
+    base = records[0]
+    times = base["step_times_s"]
+    rep: dict[str, Any] = {
+        "command": command, "status": base["status"], "world_size": len(records),
+        "steps_seen": base["steps_seen"], "window_steps": len(times),
+        "step_p50_s": _pct(times, 0.5) if times else None,
+        "step_p95_s": _pct(times, 0.95) if times else None,
+        "shares": None, "comm_overlapped_share": None, "syncs_per_step": None,
+        "throughput": None, "mfu": "unknown", "memory": base["memory"], "ranks": [],
+        "findings": [], "trace": base["trace"], "notes": [n for n in
+                                                          (base.get("note"),) if n],
+    }
+    for r in records:
+        rt = r["step_times_s"]
+        rep["ranks"].append({"rank": r["rank"], "status": r["status"],
+                             "step_p50_s": _pct(rt, 0.5) if rt else None,
+                             "work_s": (r["attribution"]["step_mean_s"]
+                                        - r["attribution"]["category_s"]["communication"])
+                             if r["attribution"] else None})
+    att = base["attribution"]
+    if times and base["batch_size"]:
+        rep["throughput"] = {"samples_per_s": base["batch_size"] / rep["step_p50_s"],
+                             "batch_size": base["batch_size"]}
+    if att is None:
+        rep["notes"].append("no complete profiled window: shares, syncs and findings need "
+                            f"--skip + --steps = {base.get('needed', '?')} optimizer steps")
+        return rep
+    rep["shares"] = {k: att["category_s"][k] / att["step_mean_s"] for k in CATEGORIES}
+    rep["comm_overlapped_share"] = att["comm_overlapped_s"] / att["step_mean_s"]
+    rep["syncs_per_step"] = att["syncs_per_step"]
+    rep["device_idle_share"] = att["device_idle_share"]
+    if base["flops_per_step"] and peak_flops:
+        rep["mfu"] = base["flops_per_step"] / rep["step_p50_s"] / peak_flops
+    elif base["flops_per_step"]:
+        rep["mfu"] = "unknown (no measured peak: run `python -m perfkit limits`)"
+    rep["findings"] = _findings(base, records, th)
+    return rep
+
+
+def render_text(rep: dict[str, Any]) -> str:
+    """The report as terminal text: numbers first, then the findings, worst first."""
+    return _render(rep, md=False)
+
+
+def render_markdown(rep: dict[str, Any]) -> str:
+    """The report as Markdown (report.md)."""
+    return _render(rep, md=True)
+
+
+def _ms(s: float | None) -> str:
+    return "?" if s is None else f"{s * 1e3:.2f} ms"
+
+
+def _render(rep: dict[str, Any], md: bool) -> str:
+    h = "## " if md else ""
+    li = "- " if md else "  "
+    lines = [f"{'# ' if md else ''}perfkit diagnose: {rep['command']}".rstrip(),
+             f"{li}status: {rep['status']}, {rep['steps_seen']} steps seen, "
+             f"{rep['window_steps']} recorded, {rep['world_size']} rank(s)",
+             f"{li}step time: p50 {_ms(rep['step_p50_s'])}, p95 {_ms(rep['step_p95_s'])}"]
+    if rep["throughput"]:
+        t = rep["throughput"]
+        lines.append(f"{li}throughput: {t['samples_per_s']:.1f} samples/s "
+                     f"(batch {t['batch_size']} from the DataLoader)")
+    else:
+        lines.append(f"{li}throughput: unknown (no DataLoader batch to count)")
+    mfu = rep["mfu"]
+    lines.append(f"{li}MFU: " + (f"{mfu:.2%} of this machine's measured peak"
+                                  if isinstance(mfu, float) else mfu))
+    mem = rep["memory"]
+    lines.append(f"{li}memory: {mem['kind']} {mem['bytes'] / 2**20:.0f} MiB")
+    if rep["shares"]:
+        lines += ["", f"{h}Where the step goes"]
+        for k, v in rep["shares"].items():
+            extra = ""
+            if k == "communication":
+                extra = f"  (exposed; {rep['comm_overlapped_share']:.1%} more overlapped)"
+            lines.append(f"{li}{k:<14}{v:7.1%}{extra}")
+        lines.append(f"{li}{'syncs/step':<14}{rep['syncs_per_step']:7.1f}")
+    if len(rep["ranks"]) > 1:
+        lines += ["", f"{h}Ranks"]
+        for r in rep["ranks"]:
+            lines.append(f"{li}rank {r['rank']}: step p50 {_ms(r['step_p50_s'])}, "
+                         f"work outside collectives {_ms(r['work_s'])} ({r['status']})")
+    lines += ["", f"{h}Findings"]
+    if not rep["findings"]:
+        lines.append(f"{li}none: no cause crosses its threshold")
+    for i, f in enumerate(rep["findings"], 1):
+        gain = f"; fixing it can speed the step up at most {f['max_speedup']:.2f}x" \
+            if f["max_speedup"] and f["severity"] != "info" else ""
+        lines.append(f"{i}. [{f['severity']}] {f['kind']}: {f['evidence']}{gain}")
+        lines += [f"   {'-' if md else '*'} fix: {x}" for x in f["fix"]]
+        lines.append(f"   {'-' if md else '*'} learn: {f['notebook']}")
+    for n in rep["notes"]:
+        lines.append(f"note: {n}")
+    if rep["trace"]:
+        lines.append(f"trace (open in https://ui.perfetto.dev): {rep['trace']}")
+    return "\n".join(lines)
