@@ -116,12 +116,15 @@ class StepRecorder:
         self.trace_path = self.out_dir / f"trace.rank{rank}.json"
         self.start_s = time.perf_counter()
         self.step_ends_s: list[float] = []  # perf_counter at the end of every step
+        # profiler start and trace export are not the script's time: the first window
+        # step starts once the profiler runs, the step after it once the trace is written
+        self._restart_s: dict[int, float] = {}
         self.data_s: list[float] = [0.0]  # data wait per step (the last entry is open)
         self.optimizer_s: list[float] = [0.0]
         self.batch_size: int | None = None
         self.flops_per_step: float | None = None
-        self.window_done = False
-        self.trace_ok = False
+        self.window_done = False  # the whole window was recorded
+        self.trace_ok = False  # a trace was written (of a window perhaps cut short)
         self.error: str | None = None
         self._lock = threading.Lock()
         self._opt_depth = 0
@@ -250,6 +253,7 @@ class StepRecorder:
         torch.autograd.backward = backward
         self._window_undo = [pre.remove, post.remove,
                              lambda: setattr(torch.autograd, "backward", orig_backward)]
+        self._restart_s[len(self.step_ends_s)] = time.perf_counter()
         self._step_span.open(f"ProfilerStep#{len(self.step_ends_s) + 1}")
 
     def _fwd_pre(self, module: Any, args: Any) -> None:
@@ -279,10 +283,11 @@ class StepRecorder:
             flops = sum(k.flops for k in prof.key_averages())
             n = max(1, min(self.steps, len(self.step_ends_s) - self.skip))
             self.flops_per_step = flops / n if flops > 0 else None
-            self.trace_ok = complete
+            self.trace_ok = True
         except Exception as e:  # a broken trace must not hide the step times
             self.error = f"the profiler trace could not be written: {e}"
-        self.window_done = True
+        self.window_done = complete
+        self._restart_s[len(self.step_ends_s)] = time.perf_counter()
         if complete and self.on_window_end is not None:
             self.on_window_end(self)
 
@@ -290,9 +295,11 @@ class StepRecorder:
 
     @property
     def step_times_s(self) -> list[float]:
-        """Seconds of every finished step, the first measured from the recorder's start."""
+        """Seconds of every finished step, the first measured from the recorder's start
+        (profiler start-up and trace export left out)."""
         ends = [self.start_s, *self.step_ends_s]
-        return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        return [b - self._restart_s.get(i, a) for i, (a, b) in enumerate(zip(ends, ends[1:],
+                                                                             strict=False))]
 
     def window(self) -> slice:
         """The steps recorded by the profiler (indices into :attr:`step_times_s`)."""

@@ -101,18 +101,18 @@ def _peak_memory() -> dict[str, Any]:
 def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> dict[str, Any]:
     """One rank's measurements as a JSON-able dict (what ranks exchange to merge)."""
     check_type("rec", rec, StepRecorder)
-    times = rec.step_times_s[rec.window()]
-    win = rec.window()
+    win = rec.window() if len(rec.step_ends_s) > rec.skip else slice(None)  # or what ran
+    times = rec.step_times_s[win]
     rec_data = rec.data_s[: len(rec.step_ends_s)][win]
     out: dict[str, Any] = {
         "rank": rank, "status": status, "steps_seen": len(rec.step_ends_s),
         "window_steps": len(times), "step_times_s": times, "batch_size": rec.batch_size,
         "flops_per_step": rec.flops_per_step, "memory": _peak_memory(),
-        "trace": str(rec.trace_path) if rec.trace_ok or rec.window_done else None,
+        "trace": str(rec.trace_path) if rec.trace_ok else None,
         "attribution": None, "data_wait_s": sum(rec_data) / len(rec_data) if rec_data else None,
         "note": rec.error,
     }
-    if rec.window_done and rec.trace_path.exists():
+    if rec.trace_ok:
         try:
             out["attribution"] = asdict(attribute_trace(rec.trace_path))
         except ValueError as e:
@@ -264,7 +264,7 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     else:
         lines.append(f"{li}throughput: unknown (no DataLoader batch to count)")
     mfu = rep["mfu"]
-    lines.append(f"{li}MFU: " + (f"{mfu:.2%} of this machine's measured peak"
+    lines.append(f"{li}MFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak"
                                   if isinstance(mfu, float) else mfu))
     mem = rep["memory"]
     lines.append(f"{li}memory: {mem['kind']} {mem['bytes'] / 2**20:.0f} MiB")

@@ -92,6 +92,17 @@ def _kill_children() -> None:
     psutil.wait_procs(kids, timeout=3.0)
 
 
+def _print_script_traceback(e: BaseException) -> None:
+    """The traceback as ``python script.py`` shows it: without runpy's and perfkit's frames."""
+    tb = e.__traceback__
+    here = str(Path(__file__).parent)
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
+                              or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb, file=sys.stderr)
+    sys.stderr.flush()
+
+
 class _Session:
     def __init__(self, target: str, module: bool, args: list[str], cfg: DiagnoseConfig) -> None:
         self.target, self.module, self.args, self.cfg = target, module, args, cfg
@@ -161,20 +172,31 @@ class _Session:
         argv0 = self.target if not self.module else importlib.util.find_spec(self.target).origin
         old_argv, old_path0 = sys.argv, sys.path[0]
         sys.argv = [str(argv0), *self.args]
+        if not self.module:  # as `python script.py`: its folder first on sys.path
+            sys.path[0] = str(Path(self.target).resolve().parent)
         code = 0
         try:
-            with self.rec:
+            self.rec.__enter__()
+        except (ImportError, ValueError) as e:  # a --step-marker that cannot be found
+            print(f"perfkit diagnose: --step-marker {self.cfg.step_marker}: {e}",
+                  file=sys.stderr)
+            done.set()
+            sys.argv, sys.path[0] = old_argv, old_path0
+            return 2
+        try:
+            try:
                 if self.module:
                     runpy.run_module(self.target, run_name="__main__", alter_sys=True)
                 else:
-                    sys.path[0] = str(Path(self.target).resolve().parent)
                     runpy.run_path(self.target, run_name="__main__")
+            finally:
+                self.rec.finish()
         except WindowDone:
             pass
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        except BaseException:  # the script's error (KeyboardInterrupt included)
-            traceback.print_exc()
+        except BaseException as e:  # the script's error (KeyboardInterrupt included)
+            _print_script_traceback(e)
             code = 1
         finally:
             done.set()
