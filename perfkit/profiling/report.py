@@ -58,7 +58,8 @@ class DiagnoseThresholds:
     communication: float = 0.20
     optimizer: float = 0.30
     overhead: float = 0.45
-    straggler: float = 2.0
+    straggler: float = 1.5
+    straggler_wait: float = 0.20
     compute: float = 0.60
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class DiagnoseThresholds:
             check_real(k, getattr(self, k), 0, 1, lo_open=True, hi_open=True)
         check_real("syncs_per_step", self.syncs_per_step, 0, lo_open=True)
         check_real("straggler", self.straggler, 1, lo_open=True)
+        check_real("straggler_wait", self.straggler_wait, 0, 1, lo_open=True, hi_open=True)
 
 
 _NB = {
@@ -141,9 +143,17 @@ def _findings(base: dict[str, Any], ranks: list[dict[str, Any]], th: DiagnoseThr
                      compute=th.compute)
     judged = {k: shares[k] for k in ("data", "communication", "optimizer", "forward",
                                      "backward")}
+    atts = [r["attribution"] for r in ranks if r["attribution"]]
+    # a fast rank's exposed collective time includes waiting for the slowest rank; the
+    # least exposed rank's share is what the collectives themselves cost (the straggler
+    # rule below reports the waiting)
+    judged["communication"] = min(a["category_s"]["communication"] / a["step_mean_s"]
+                                  for a in atts)
     for f in diagnose(judged, old):  # the course's analyzer: its rules, fixes and wording
         fix = _FIX.get(f.kind, f.recommendations)
-        out.append(_finding(f.kind, f.severity, f.value, f.threshold, f.evidence, fix))
+        ev = f.evidence + (f" on the least exposed of {len(atts)} ranks"
+                           if f.kind == "communication" and len(atts) > 1 else "")
+        out.append(_finding(f.kind, f.severity, f.value, f.threshold, ev, fix))
     step_ms = att["step_mean_s"] * 1e3
     if shares["sync"] > th.sync or att["syncs_per_step"] > th.syncs_per_step:
         sev = "high" if shares["sync"] > 2 * th.sync else "medium"
@@ -166,13 +176,15 @@ def _findings(base: dict[str, Any], ranks: list[dict[str, Any]], th: DiagnoseThr
         slow = max(busy, key=busy.get)
         med = statistics.median(v for k, v in busy.items() if k != slow)
         ratio = busy[slow] / med if med > 0 else 1.0
-        if ratio > th.straggler:
-            out.append(_finding("straggler", "high" if ratio > 2 * th.straggler else "medium",
-                                1 - med / busy[slow], th.straggler,
+        wait = (busy[slow] - med) / max(a["step_mean_s"] for a in atts)  # others' wait
+        if ratio > th.straggler and wait > th.straggler_wait:
+            out.append(_finding("straggler", "high" if wait > 2 * th.straggler_wait else
+                                "medium", wait, th.straggler_wait,
                                 f"rank {slow} is the straggler: {busy[slow] * 1e3:.1f} ms of "
                                 f"work per step against {med * 1e3:.1f} ms on the other ranks "
-                                f"(median; {ratio:.2f}x, threshold {th.straggler}x): they wait "
-                                "for it in their collectives", _FIX["straggler"]))
+                                f"(median; {ratio:.2f}x, threshold {th.straggler}x), so they "
+                                f"wait {wait:.1%} of the step for it in their collectives "
+                                f"(threshold {th.straggler_wait:.0%})", _FIX["straggler"]))
     out.sort(key=lambda f: (f["severity"] == "info", -f["share"]))
     return out
 
