@@ -240,6 +240,7 @@ def build_report(records: list[dict[str, Any]],
     rep["comm_overlapped_share"] = att["comm_overlapped_s"] / att["step_mean_s"]
     rep["syncs_per_step"] = att["syncs_per_step"]
     rep["device_idle_share"] = att["device_idle_share"]
+    rep["host_gap_share"] = att["host_gap_s"] / att["step_mean_s"]
     if base["flops_per_step"] and peak_flops:
         rep["mfu"] = base["flops_per_step"] / rep["step_p50_s"] / peak_flops
     elif base["flops_per_step"]:
