@@ -116,7 +116,8 @@ def main() -> None:
     for name in (*PLANTED, *HEALTHY):
         rep = diagnose(name)
         att = rep["shares"] | {"syncs_per_step": rep["syncs_per_step"],
-                               "host_gap": rep["host_gap_share"]}
+                               "host_gap": rep["host_gap_share"],
+                               "flops_per_op": rep["flops_per_op"] or 0.0}
         measured[name] = {k: round(v, 3) for k, v in att.items()} | {
             f["kind"]: round(f["share"], 3) for f in rep["findings"]}  # what calibrates
         if name in PLANTED:

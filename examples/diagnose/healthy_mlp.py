@@ -13,11 +13,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def main(steps: int = 40) -> None:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(),
-                          nn.Linear(512, 10))
+    model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
+                          nn.Linear(1024, 10))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = TensorDataset(torch.randn(8192, 256), torch.randint(0, 10, (8192,)))
-    loader = DataLoader(data, batch_size=128, shuffle=True)
+    loader = DataLoader(data, batch_size=256, shuffle=True)
     for step, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()

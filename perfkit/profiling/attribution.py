@@ -102,7 +102,8 @@ class TraceAttribution:
 
     ``category_s`` holds every name of :data:`CATEGORIES`; ``comm_overlapped_s`` is
     collective time hidden under the main thread's operators; ``host_gap_s`` is main-thread
-    time inside no operator; ``ops_per_step`` counts top-level operators.
+    time inside no operator; ``ops_per_step`` counts top-level operators outside data
+    loading, syncs and the optimizer (the model's forward, backward and the script's own).
     """
 
     steps: int
@@ -187,7 +188,10 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
         left = _minus(left, covered)
     cat["other"] = _length(left)
     n, total = len(steps), _length(windows)
-    top_ops = _count_top_level(ops)
+    # operators of the model's own work: not inside data loading, syncs or the optimizer
+    aside = _union(phase["data"] + sync + phase["optimizer"])
+    top_ops = _count_top_level([e for e in ops if any(a <= e["ts"] < b for a, b in windows)
+                                and not _busy_between(aside, e["ts"], e["ts"] + 1e-3)])
     idle = None
     if kernels:
         idle = 1.0 - _length(_intersect(compute_kernels, windows)) / total

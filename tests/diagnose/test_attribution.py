@@ -176,3 +176,15 @@ def test_recorder_finds_steps_and_data_then_stops_and_unhooks(tmp_path, one_thre
     opt.step()  # unhooked: no more steps, the DataLoader no longer timed
     next(iter(loader))
     assert len(rec.step_ends_s) == 3 and rec.data_s[3] == 0.0
+
+
+def test_overhead_is_operators_too_small_for_their_dispatch():
+    # 50 operators per step; the machine does 1e10 FLOP/s, so 1 us of it is 10 kFLOP
+    tiny = build_report([record(0, 0.1, flops=50 * 1e3)], peak_flops=1e10)  # 1 kFLOP/op
+    assert tiny["findings"][0]["kind"] == "overhead"
+    assert tiny["findings"][0]["share"] == pytest.approx(0.9)  # forward + backward
+    assert tiny["flops_per_op"] == pytest.approx(1e3)
+    big = build_report([record(0, 0.1, flops=50 * 1e6)], peak_flops=1e10)  # 1 MFLOP/op
+    assert "overhead" not in [f["kind"] for f in big["findings"]]
+    unknown = build_report([record(0, 0.1, flops=None)], peak_flops=1e10)  # not counted
+    assert "overhead" not in [f["kind"] for f in unknown["findings"]]

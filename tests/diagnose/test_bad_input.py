@@ -65,3 +65,13 @@ def test_hang_is_killed_at_the_timeout_with_what_was_recorded(tmp_path, diagnose
     alive = [p for p in pids if psutil.pid_exists(p)
              and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {alive}"
+
+
+def test_help_lists_the_options(capsys):
+    try:
+        main(["diagnose", "--help"])
+    except SystemExit as e:
+        assert e.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--skip", "--steps", "--then", "--out", "--timeout", "--step-marker", "-m"):
+        assert opt in out, opt

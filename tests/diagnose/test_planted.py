@@ -52,8 +52,8 @@ def test_report_numbers_are_consistent(runs):
     assert rep["status"] == "complete" and rep["window_steps"] == 8 and rep["steps_seen"] == 10
     assert sum(rep["shares"].values()) == pytest.approx(1.0, abs=1e-6)
     assert 0 < rep["step_p50_s"] <= rep["step_p95_s"]
-    assert rep["throughput"]["batch_size"] == 128  # inferred from the DataLoader's batch
-    assert rep["throughput"]["samples_per_s"] == pytest.approx(128 / rep["step_p50_s"])
+    assert rep["throughput"]["batch_size"] == 256  # inferred from the DataLoader's batch
+    assert rep["throughput"]["samples_per_s"] == pytest.approx(256 / rep["step_p50_s"])
     assert rep["memory"]["bytes"] > 50 * 2**20
     assert runs["healthy_mlp"].out.joinpath("report.md").read_text().startswith("# perfkit")
     assert runs["healthy_mlp"].out.joinpath("trace.rank0.json").stat().st_size > 1000
