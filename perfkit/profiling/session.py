@@ -8,9 +8,10 @@ writes ``rank<R>.json``; rank 0 waits for the other ranks' files and writes the 
 merged report (files, not a collective: the script's own process group is left alone).
 
 Exit codes: 0 when the window was recorded; the script's own non-zero code, or 1 when
-it raised (its traceback is printed, and a partial report is written when steps were
-recorded); 2 for a script or module that does not exist; 124 at the timeout (the
-script is stopped, its child processes killed, and what was recorded is reported).
+it raised or ended before the window was complete (its traceback is printed, and a
+partial report is written with what was recorded); 2 for a script, module or
+``--step-marker`` that does not exist; 124 at the timeout (the script is stopped, its
+child processes killed, and what was recorded is reported).
 
 Usage::
 
@@ -39,6 +40,9 @@ from perfkit.profiling.report import build_report, rank_record, render_markdown,
 __all__ = ["DiagnoseConfig", "run_diagnosis"]
 
 TIMEOUT_EXIT = 124  # as coreutils' timeout(1)
+# ranks of one job start within this many seconds of each other; a rank record older
+# than that (plain torchrun's rendezvous id is "none" for every job) is from another job
+_START_SKEW_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,10 @@ class _Session:
         self.command = " ".join(["perfkit diagnose", *(["-m"] if module else []), target,
                                  *args])
         self.reported = threading.Lock()
+        self.started_at = time.time()  # wall clock: compared across processes
+        # torchrun's rendezvous id (and restart count) names this job
+        self.run_id = (f"{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}/"
+                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{self.world}")
         self.rec = StepRecorder(cfg.skip, cfg.steps, self.out, cfg.then, cfg.step_marker,
                                 self.rank, on_window_end=lambda r: self.report("complete"))
 
@@ -122,6 +130,7 @@ class _Session:
         self.out.mkdir(parents=True, exist_ok=True)
         record = rank_record(self.rec, self.rank, status)
         record["needed"] = self.cfg.skip + self.cfg.steps
+        record["run_id"], record["started_at"] = self.run_id, self.started_at
         tmp = self.out / f"rank{self.rank}.json.tmp"
         tmp.write_text(json.dumps(record))
         os.replace(tmp, self.out / f"rank{self.rank}.json")
@@ -131,10 +140,10 @@ class _Session:
         deadline = time.monotonic() + self.cfg.merge_wait_s
         for r in range(1, self.world):
             f = self.out / f"rank{r}.json"
-            while not f.exists() and time.monotonic() < deadline:
+            while not (got := self._read(f)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if f.exists():
-                records.append(json.loads(f.read_text()))
+            if got:
+                records.append(got)
         rep = build_report(records, peak_flops=_peak_flops(), command=self.command)
         if len(records) < self.world:
             rep["notes"].append(f"only {len(records)} of {self.world} ranks reported within "
@@ -143,6 +152,16 @@ class _Session:
         (self.out / "report.md").write_text(render_markdown(rep) + "\n")
         print(render_text(rep), file=sys.stderr if self.cfg.then == "continue" else sys.stdout,
               flush=True)
+
+    def _read(self, f: Path) -> dict | None:
+        """A rank's record if it is this job's (an --out reused by an earlier job holds
+        stale ones)."""
+        try:
+            record = json.loads(f.read_text())
+        except (OSError, ValueError):
+            return None
+        fresh = record.get("started_at", 0.0) > self.started_at - _START_SKEW_S
+        return record if record.get("run_id") == self.run_id and fresh else None
 
     def watchdog(self, done: threading.Event) -> None:
         if done.wait(self.cfg.timeout_s) or self.rec.window_done:
