@@ -41,6 +41,7 @@ from perfkit.profiling.report import (
     DiagnoseThresholds,
     build_report,
     rank_record,
+    render_html,
     render_markdown,
     render_text,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "PHASES",
     "PhaseStats",
     "rank_record",
+    "render_html",
     "render_markdown",
     "render_text",
     "run_diagnosis",

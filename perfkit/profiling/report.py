@@ -26,7 +26,8 @@ from perfkit.profiling.analyzer import Thresholds, diagnose
 from perfkit.profiling.attribution import CATEGORIES, attribute_trace
 from perfkit.profiling.recorder import StepRecorder
 
-__all__ = ["DiagnoseThresholds", "build_report", "rank_record", "render_markdown", "render_text"]
+__all__ = ["DiagnoseThresholds", "build_report", "rank_record", "render_html", "render_markdown",
+           "render_text"]
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,33 @@ def render_text(rep: dict[str, Any]) -> str:
 def render_markdown(rep: dict[str, Any]) -> str:
     """The report as Markdown (report.md)."""
     return _render(rep, md=True)
+
+
+_COLORS = {"data": "#e6550d", "sync": "#d62728", "communication": "#9467bd",
+           "optimizer": "#8c564b", "backward": "#1f77b4", "forward": "#6baed6",
+           "other": "#bdbdbd"}
+
+
+def render_html(rep: dict[str, Any]) -> str:
+    """The report as one self-contained HTML page (report.html): the Markdown text and an
+    SVG bar of where the step goes (no plotting library, nothing fetched)."""
+    import html
+
+    bar, x = [], 0.0
+    for k, v in (rep["shares"] or {}).items():
+        w = 600 * v
+        bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="28" fill="{_COLORS[k]}">'
+                   f"<title>{k} {v:.1%}</title></rect>")
+        if v >= 0.06:
+            bar.append(f'<text x="{x + 3:.1f}" y="18" font-size="11" fill="white">{k} '
+                       f"{v:.0%}</text>")
+        x += w
+    svg = (f'<svg width="600" height="28" role="img" aria-label="shares of the step">'
+           f'{"".join(bar)}</svg>') if bar else ""
+    return ("<!doctype html><meta charset=utf-8><title>perfkit diagnose</title>"
+            "<body style='font-family:sans-serif;max-width:60em'>"
+            f"<h1>Where the step goes</h1>{svg}"
+            f"<pre>{html.escape(render_markdown(rep))}</pre></body>")
 
 
 def _ms(s: float | None) -> str:

@@ -2,8 +2,9 @@
 
 :func:`run_diagnosis` is ``python -m perfkit diagnose``: it runs the script in this
 process (``runpy``, as ``python script.py`` would, with its own ``sys.argv``), records
-``skip`` + ``steps`` optimizer steps, writes ``report.json``, ``report.md`` and the Chrome
-trace to ``out_dir`` and prints the report. Under ``torchrun`` every rank records and
+``skip`` + ``steps`` optimizer steps, writes ``report.json``, ``report.md``,
+``report.html`` (with an SVG bar of the shares) and the Chrome trace to ``out_dir`` and
+prints the report. Under ``torchrun`` every rank records and
 writes ``rank<R>.json``; rank 0 waits for the other ranks' files and writes the one
 merged report (files, not a collective: the script's own process group is left alone).
 
@@ -35,7 +36,13 @@ import psutil
 
 from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.profiling.recorder import StepRecorder, WindowDone
-from perfkit.profiling.report import build_report, rank_record, render_markdown, render_text
+from perfkit.profiling.report import (
+    build_report,
+    rank_record,
+    render_html,
+    render_markdown,
+    render_text,
+)
 
 __all__ = ["DiagnoseConfig", "run_diagnosis"]
 
@@ -150,6 +157,7 @@ class _Session:
                                 f"{self.cfg.merge_wait_s:.0f} s")
         (self.out / "report.json").write_text(json.dumps(rep, indent=1))
         (self.out / "report.md").write_text(render_markdown(rep) + "\n")
+        (self.out / "report.html").write_text(render_html(rep))
         print(render_text(rep), file=sys.stderr if self.cfg.then == "continue" else sys.stdout,
               flush=True)
 

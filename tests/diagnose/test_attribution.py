@@ -14,6 +14,7 @@ from perfkit.profiling import (
     WindowDone,
     attribute_trace,
     build_report,
+    render_html,
 )
 
 MAIN, GLOO = 1, 7
@@ -188,3 +189,11 @@ def test_overhead_is_operators_too_small_for_their_dispatch():
     assert "overhead" not in [f["kind"] for f in big["findings"]]
     unknown = build_report([record(0, 0.1, flops=None)], peak_flops=1e10)  # not counted
     assert "overhead" not in [f["kind"] for f in unknown["findings"]]
+
+
+def test_html_report_draws_each_share_once():
+    rep = build_report([record(0, 0.1, shares={"data": 0.3, "forward": 0.2, "backward": 0.5})])
+    page = render_html(rep)
+    assert page.count("<rect") == 7 and "<title>data 30.0%</title>" in page
+    assert 'width="180.0"' in page  # 30 % of the 600-pixel bar
+    assert "[medium] data" in page  # the findings, escaped text

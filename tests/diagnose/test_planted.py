@@ -57,6 +57,7 @@ def test_report_numbers_are_consistent(runs):
     assert rep["memory"]["bytes"] > 50 * 2**20
     assert runs["healthy_mlp"].out.joinpath("report.md").read_text().startswith("# perfkit")
     assert runs["healthy_mlp"].out.joinpath("trace.rank0.json").stat().st_size > 1000
+    assert "<svg" in runs["healthy_mlp"].out.joinpath("report.html").read_text()
     # the sync-bound script reads 2 values per sample of its 256-sample batch
     assert runs["sync_bound"].report["syncs_per_step"] == pytest.approx(512, abs=2)
     assert runs["healthy_cnn"].report["syncs_per_step"] == pytest.approx(1)
