@@ -127,17 +127,20 @@ def test_a_healthy_record_has_no_finding_above_info_and_mfu_needs_a_peak():
 
 
 def test_the_straggler_is_the_rank_the_others_wait_for():
-    # every rank's step is 100 ms; rank 2 works 90 ms, ranks 0, 1 and 3 work 30 ms and
-    # wait 70 ms in their all-reduce
-    recs = [record(r, 0.1, comm_s=0.01 if r == 2 else 0.07) for r in range(4)]
+    # every rank's step is 100 ms; rank 2 works 90 ms, ranks 0, 1 and 3 work 20 ms and
+    # wait 80 ms in their all-reduce
+    recs = [record(r, 0.1, comm_s=0.01 if r == 2 else 0.08) for r in range(4)]
     rep = build_report(recs)
     top = rep["findings"][0]
     assert top["kind"] == "straggler" and "rank 2 is the straggler" in top["evidence"]
-    assert top["share"] == pytest.approx(0.6)  # (90 - 30) ms of a 100 ms step
-    # the collectives themselves cost what the least exposed rank waits: 10 %, not 70 %
+    assert top["share"] == pytest.approx(0.7)  # (90 - 20) ms of a 100 ms step
+    # the collectives themselves cost what the least exposed rank waits: 10 %, not 80 %
     assert "communication" not in [f["kind"] for f in rep["findings"]]
     even = build_report([record(r, 0.1, comm_s=0.07) for r in range(4)])
     assert [f["kind"] for f in even["findings"]][0] == "communication"
+    # 3x the others' work is below the 4x bar: noise between ranks on shared cores
+    mild = build_report([record(r, 0.1, comm_s=0.04 if r == 2 else 0.08) for r in range(4)])
+    assert "straggler" not in [f["kind"] for f in mild["findings"]]
 
 
 def test_arguments_are_checked_by_name():
