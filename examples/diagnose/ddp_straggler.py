@@ -1,4 +1,4 @@
-"""A real DDP client with a straggler: rank 1 trains on a 32x larger shard per step (an
+"""A real DDP client with a straggler: rank 1 trains on a 64x larger shard per step (an
 uneven split), so every all-reduce waits for it. Run under torchrun with 2 processes:
 ``perfkit diagnose`` should name the straggler, rank 1.
 
@@ -19,7 +19,7 @@ def main(steps: int = 40) -> None:
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x = torch.randn(32 if rank == 0 else 1024, 256)  # the plant: rank 1 gets 32x the rows
+    x = torch.randn(32 if rank == 0 else 2048, 256)  # the plant: rank 1 gets 64x the rows
     for _ in range(steps):
         loss = ddp(x).square().mean()
         opt.zero_grad()

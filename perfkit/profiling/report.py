@@ -59,11 +59,11 @@ class DiagnoseThresholds:
       plant (315 FLOP/op at share 0.25: its small backward really is overhead-bound).
     * ``straggler`` 4.0 and ``straggler_wait`` 0.30: the slowest rank's work outside
       collectives over the other ranks' median, and the share of the step the others
-      wait. Planted (rank 1 trains on a 16x larger shard) 1.75-5.8x; DDP with equal
-      shards (the communication plant) up to 2.9x and 0.50: 2 ranks and their gloo
-      threads on 2 loaded cores steal time from each other, and the victim looks like a
-      straggler. The plant was made 32x and the bar raised above that noise; on a
-      machine with a core per rank, 1.5x would do.
+      wait. DDP with equal shards (the communication plant) reached 2.9x and 0.50: 2
+      ranks and their gloo threads on 2 loaded cores steal time from each other, and the
+      victim looks like a straggler. Rank 1 on a 16x larger shard gave 1.75-5.8x, on a
+      32x one 6.1-6.2x (wait 0.78); the plant is 64x: 13x. With a core per rank, 1.5x
+      would do.
     * ``compute`` 0.60: forward + backward above it is reported as information.
     """
 
