@@ -1,4 +1,4 @@
-"""Planted bottleneck: communication-bound. DDP with 16 small layers and 1 KB buckets (one
+"""Planted bottleneck: communication-bound. DDP with 32 small layers and 1 KB buckets (one
 all-reduce per gradient, each paying the full latency) on a batch whose compute is small.
 Run it under torchrun: ``perfkit diagnose`` should name: communication.
 
@@ -15,7 +15,7 @@ from torch import nn
 def main(steps: int = 40) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(128, 128) for _ in range(16)])
+    model = nn.Sequential(*[nn.Linear(128, 128) for _ in range(32)])
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)  # the plant
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(16, 128)

@@ -47,8 +47,8 @@ class DiagnoseThresholds:
       (planted 512; others <= 1, the usual ``loss.item()``; syncs inside
       ``optimizer.step``, such as Adam's per-tensor ``step.item()``, are not counted).
     * ``communication`` 0.20, exposed collective share of the least exposed rank:
-      planted 0.49-0.71 (DDP, 1 KB buckets); a ZeRO-1 DeepSpeed engine with 2 ranks
-      about 0.10.
+      planted (DDP, 1 KB buckets) 0.24-0.72 with 16 layers, 0.39-0.65 with the 32 it
+      has now; a ZeRO-1 DeepSpeed engine with 2 ranks about 0.10.
     * ``optimizer`` 0.40: planted 0.75-0.79 (Adam, ``foreach=False``, 200 tensors);
       others <= 0.34 (AdamW on the healthy MLP: 0.25-0.34 at batch 128, 0.26 at 256).
     * ``overhead`` 0.45 with ``op_overhead_us`` 1.0: reported when the model's counted
