@@ -5,11 +5,15 @@ Subcommands:
 * ``limits``: this machine's measured ceilings (matmul FLOP/s per dtype, copy bandwidth,
   host-to-device bandwidth on a GPU), the numbers notebook 00 measures and every later
   result is a share of. Shows the cached ones (``~/.cache/perfkit``) or measures them.
+* ``diagnose``: runs a training script unchanged and explains where its step time goes
+  (:mod:`perfkit.profiling.session`).
 
 Usage::
 
     python -m perfkit limits             # cached ceilings, measured first if there are none
     python -m perfkit limits --measure --quick --json
+    python -m perfkit diagnose --skip 3 --steps 10 train.py --lr 1e-3
+    torchrun --nproc_per_node 2 -m perfkit diagnose train.py
 """
 
 from __future__ import annotations
@@ -63,6 +67,24 @@ def _cmd_limits(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
+
+    if args.module is None and not args.script:
+        print("perfkit diagnose: name a script (train.py) or a module (-m pkg.train)",
+              file=sys.stderr)
+        return 2
+    target, rest = (args.module, args.script) if args.module else (args.script[0], args.script[1:])
+    try:
+        cfg = DiagnoseConfig(skip=args.skip, steps=args.steps, then=args.then,
+                             out_dir=args.out, timeout_s=args.timeout,
+                             step_marker=args.step_marker)
+    except (TypeError, ValueError) as e:
+        print(f"perfkit diagnose: {e}", file=sys.stderr)
+        return 2
+    return run_diagnosis(target, rest, cfg, module=args.module is not None, exit_process=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m perfkit`` (one subparser per command)."""
     ap = argparse.ArgumentParser(
@@ -79,6 +101,27 @@ def build_parser() -> argparse.ArgumentParser:
     lim.add_argument("--points", action="store_true", help="with --json: include every sweep point")
     lim.add_argument("--path", help="the cache file (default: $PERFKIT_CACHE or ~/.cache/perfkit)")
     lim.set_defaults(func=_cmd_limits)
+    dg = sub.add_parser(
+        "diagnose", help="explain where a training script's step time goes (no code change)",
+        usage="perfkit diagnose [options] (script.py | -m module) [script args...]",
+        description="Run a training script unchanged, record --steps optimizer steps after "
+        "--skip warm-up steps with torch.profiler, and report the step time, the share of "
+        "data wait, forward, backward, optimizer, communication, synchronisation and other, "
+        "and the ranked findings. Under torchrun every rank records; rank 0 reports.")
+    dg.add_argument("--skip", type=int, default=3, help="warm-up steps left out (default 3)")
+    dg.add_argument("--steps", type=int, default=10, help="steps recorded (default 10)")
+    dg.add_argument("--then", choices=("stop", "continue"), default="stop",
+                    help="after the recorded steps: end the script (default) or let it run on")
+    dg.add_argument("--out", default="build/diagnose",
+                    help="folder for report.json, report.md and the trace (default build/diagnose)")
+    dg.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds until the recorded window must be complete (default 300)")
+    dg.add_argument("--step-marker", metavar="MODULE:FUNCTION",
+                    help="the function whose return ends a step, for scripts without a "
+                    "torch.optim optimizer step")
+    dg.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
+    dg.add_argument("script", nargs=argparse.REMAINDER, help="script.py and its arguments")
+    dg.set_defaults(func=_cmd_diagnose)
     return ap
 
 

@@ -3,7 +3,9 @@
 StepMonitor and MemoryMonitor time your own loop's phases and write them to sinks
 (TensorBoard, JSON lines, Prometheus), the Profiler wraps torch.profiler and reads phase shares
 back from its trace, diagnose turns shares into findings, and alert_rules turns the same
-thresholds into Prometheus alerts.
+thresholds into Prometheus alerts. run_diagnosis (``python -m perfkit diagnose train.py``)
+does all of it for an unchanged script: StepRecorder finds its steps, attribute_trace splits
+them, build_report ranks the findings.
 
 Usage::
 
@@ -19,6 +21,7 @@ from perfkit.profiling.analyzer import (
     diagnose,
     measure_workload,
 )
+from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribute_trace
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.profiling.monitor import (
     PHASES,
@@ -35,6 +38,16 @@ from perfkit.profiling.profiler import (
     TraceBreakdown,
     trace_breakdown,
 )
+from perfkit.profiling.recorder import StepRecorder, WindowDone
+from perfkit.profiling.report import (
+    DiagnoseThresholds,
+    build_report,
+    rank_record,
+    render_html,
+    render_markdown,
+    render_text,
+)
+from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
 from perfkit.profiling.sinks import (
     METRICS,
     JsonLinesSink,
@@ -56,6 +69,11 @@ __all__ = [
     "read_scalars",
     "TensorBoardSink",
     "window_scalars",
+    "attribute_trace",
+    "build_report",
+    "CATEGORIES",
+    "DiagnoseConfig",
+    "DiagnoseThresholds",
     "diagnose",
     "Finding",
     "measure_workload",
@@ -64,6 +82,14 @@ __all__ = [
     "OpStat",
     "PHASES",
     "PhaseStats",
+    "rank_record",
+    "render_html",
+    "render_markdown",
+    "render_text",
+    "run_diagnosis",
+    "StepRecorder",
+    "TraceAttribution",
+    "WindowDone",
     "ProfileConfig",
     "Profiler",
     "ProfileResult",

@@ -1,0 +1,202 @@
+"""The exclusive attribution of a trace, the report's rules and the recorder's hooks, on
+synthetic traces and tiny in-process loops (fast; no subprocess)."""
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from perfkit.profiling import (
+    DiagnoseConfig,
+    DiagnoseThresholds,
+    StepRecorder,
+    WindowDone,
+    attribute_trace,
+    build_report,
+    render_html,
+)
+
+MAIN, GLOO = 1, 7
+
+
+def ev(name, ts, dur, tid=MAIN, cat="cpu_op"):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "cat": cat}
+
+
+def ann(name, ts, dur, tid=MAIN):
+    return ev(name, ts, dur, tid, "user_annotation")
+
+
+def trace(*events):
+    return {"traceEvents": list(events)}
+
+
+def step(n, ts, dur):
+    return ann(f"ProfilerStep#{n}", ts, dur)
+
+
+def test_categories_are_exclusive_and_follow_the_priority():
+    # one 100 us step: forward 0-30, backward 30-80 with a sync 40-45 inside,
+    # optimizer 80-95, 95-100 nothing
+    t = trace(step(1, 0, 100), ann("phase:forward", 0, 30), ev("aten::mm", 0, 30),
+              ann("phase:backward", 30, 50), ev("aten::mm", 30, 50),
+              ev("aten::_local_scalar_dense", 40, 5), ann("phase:optimizer", 80, 15),
+              ev("aten::add_", 80, 15))
+    a = attribute_trace(t)
+    got = {k: round(v * 1e6, 6) for k, v in a.category_s.items()}
+    assert got == {"data": 0, "sync": 5, "communication": 0, "optimizer": 15,
+                   "backward": 45, "forward": 30, "other": 5}
+    assert sum(a.shares().values()) == pytest.approx(1.0)
+    assert a.syncs_per_step == 1 and a.steps == 1
+
+
+def test_collectives_split_into_exposed_and_overlapped():
+    # gloo all-reduce 50-90 on its thread; the main thread computes until 70, then waits
+    t = trace(step(1, 0, 100), ann("phase:backward", 0, 95), ev("aten::mm", 0, 70),
+              ann("gloo:all_reduce", 50, 40, tid=GLOO), ev("c10d::allreduce_", 50, 1))
+    a = attribute_trace(t)
+    assert a.category_s["communication"] * 1e6 == pytest.approx(20)  # 70-90 exposed
+    assert a.comm_overlapped_s * 1e6 == pytest.approx(20)  # 50-70 hidden under the mm
+    assert a.category_s["backward"] * 1e6 == pytest.approx(75)  # 95 less the exposed 20
+
+
+def test_a_loop_of_syncs_counts_as_sync_but_separate_syncs_do_not_merge():
+    loop = [ev("aten::_local_scalar_dense", 10 + 10 * i, 1) for i in range(5)]  # 10..51
+    apart = [ev("aten::_local_scalar_dense", 60, 1), ev("aten::mm", 62, 300),
+             ev("aten::_local_scalar_dense", 400, 1)]
+    a = attribute_trace(trace(step(1, 0, 500), *loop, *apart))
+    # 10-61: the loop and the sync 9 us after it (nothing ran between); then the 300 us
+    # mm separates the last sync: 51 + 1, the mm is not sync
+    assert a.category_s["sync"] * 1e6 == pytest.approx(51 + 1)
+    assert a.syncs_per_step == 7
+
+
+def test_syncs_inside_the_optimizer_belong_to_it_and_outside_steps_are_ignored():
+    t = trace(step(1, 0, 100), ann("phase:optimizer", 0, 50),
+              ev("aten::_local_scalar_dense", 10, 5), ev("aten::_local_scalar_dense", 20, 5),
+              ev("aten::_local_scalar_dense", 150, 5),  # outside every step
+              ann("phase:data", 200, 50), step(2, 300, 100), ann("phase:data", 300, 60))
+    a = attribute_trace(t)
+    assert a.syncs_per_step == 0 and a.category_s["sync"] == 0
+    assert a.category_s["optimizer"] * 1e6 == pytest.approx(25)  # 50 us over 2 steps
+    assert a.category_s["data"] * 1e6 == pytest.approx(30)
+    # step 1: 100 us less the two 5 us sync ops; step 2: 100 us less 60 us of data
+    assert a.host_gap_s * 1e6 == pytest.approx((90 + 40) / 2)
+
+
+def test_a_trace_without_steps_is_refused():
+    with pytest.raises(ValueError, match="ProfilerStep"):
+        attribute_trace(trace(ev("aten::mm", 0, 5)))
+    with pytest.raises(TypeError, match="trace"):
+        attribute_trace(3)
+
+
+def record(rank, step_s, comm_s=0.0, batch=None, shares=None, flops=None):
+    shares = shares or {"forward": 0.4, "backward": 0.5}
+    cat = {k: 0.0 for k in ("data", "sync", "communication", "optimizer", "backward",
+                            "forward", "other")}
+    cat.update({k: v * step_s for k, v in shares.items()})
+    cat["communication"] = comm_s
+    return {"rank": rank, "status": "complete", "steps_seen": 13, "window_steps": 10,
+            "step_times_s": [step_s] * 10, "batch_size": batch, "flops_per_step": flops,
+            "memory": {"kind": "peak RSS", "bytes": 2**30}, "trace": "t.json", "note": None,
+            "attribution": {"steps": 10, "step_mean_s": step_s, "category_s": cat,
+                            "comm_overlapped_s": 0.0, "syncs_per_step": 1.0,
+                            "host_gap_s": 0.1 * step_s, "ops_per_step": 50.0,
+                            "device_idle_share": None}}
+
+
+def test_findings_are_ranked_by_what_the_fix_can_gain():
+    rep = build_report([record(0, 0.1, shares={"data": 0.3, "optimizer": 0.5,
+                                               "forward": 0.1})])
+    kinds = [f["kind"] for f in rep["findings"]]
+    assert kinds == ["optimizer", "data"]
+    assert rep["findings"][0]["max_speedup"] == pytest.approx(2.0)  # 1 / (1 - 0.5)
+    assert rep["findings"][1]["max_speedup"] == pytest.approx(1 / 0.7)
+
+
+def test_a_healthy_record_has_no_finding_above_info_and_mfu_needs_a_peak():
+    rep = build_report([record(0, 0.1, batch=32, flops=1e9)])
+    assert all(f["severity"] == "info" for f in rep["findings"])
+    assert rep["mfu"].startswith("unknown")  # never guessed
+    assert rep["throughput"]["samples_per_s"] == pytest.approx(320)
+    rep = build_report([record(0, 0.1, flops=1e9)], peak_flops=1e11)
+    assert rep["mfu"] == pytest.approx(0.1)  # 1e9 FLOP / 0.1 s / 1e11 FLOP/s
+    assert rep["throughput"] is None
+
+
+def test_the_straggler_is_the_rank_the_others_wait_for():
+    # every rank's step is 100 ms; rank 2 works 90 ms, ranks 0, 1 and 3 work 20 ms and
+    # wait 80 ms in their all-reduce
+    recs = [record(r, 0.1, comm_s=0.01 if r == 2 else 0.08) for r in range(4)]
+    rep = build_report(recs)
+    top = rep["findings"][0]
+    assert top["kind"] == "straggler" and "rank 2 is the straggler" in top["evidence"]
+    assert top["share"] == pytest.approx(0.7)  # (90 - 20) ms of a 100 ms step
+    # the collectives themselves cost what the least exposed rank waits: 10 %, not 80 %
+    assert "communication" not in [f["kind"] for f in rep["findings"]]
+    even = build_report([record(r, 0.1, comm_s=0.07) for r in range(4)])
+    assert [f["kind"] for f in even["findings"]][0] == "communication"
+    # 3x the others' work is below the 4x bar: noise between ranks on shared cores
+    mild = build_report([record(r, 0.1, comm_s=0.04 if r == 2 else 0.08) for r in range(4)])
+    assert "straggler" not in [f["kind"] for f in mild["findings"]]
+
+
+def test_arguments_are_checked_by_name():
+    with pytest.raises(ValueError, match="data"):
+        DiagnoseThresholds(data=1.5)
+    with pytest.raises(ValueError, match="straggler"):
+        DiagnoseThresholds(straggler=0.5)
+    with pytest.raises(ValueError, match="then"):
+        DiagnoseConfig(then="later")
+    with pytest.raises(ValueError, match="timeout_s"):
+        DiagnoseConfig(timeout_s=math.inf)
+    with pytest.raises(ValueError, match="step_marker"):
+        StepRecorder(step_marker="no_colon")
+    with pytest.raises(ValueError, match="skip"):
+        StepRecorder(skip=-1)
+    with pytest.raises(ValueError, match="records"):
+        build_report([])
+
+
+def test_recorder_finds_steps_and_data_then_stops_and_unhooks(tmp_path, one_thread):
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(40, 4)), batch_size=5)
+    rec = StepRecorder(skip=1, steps=2, out_dir=tmp_path)
+    seen = 0
+    with pytest.raises(WindowDone), rec:
+        for (x,) in loader:
+            model(x).sum().backward()
+            opt.step()
+            seen += 1
+    assert seen == 2 and len(rec.step_ends_s) == 3  # stopped inside the 3rd step
+    assert rec.window_done and rec.trace_ok and rec.batch_size == 5
+    assert len(rec.step_times_s) == 3 and all(t > 0 for t in rec.step_times_s)
+    assert all(d > 0 for d in rec.data_s[:3])
+    a = attribute_trace(rec.trace_path)
+    assert a.steps == 2 and a.category_s["forward"] > 0 and a.category_s["optimizer"] > 0
+    opt.step()  # unhooked: no more steps, the DataLoader no longer timed
+    next(iter(loader))
+    assert len(rec.step_ends_s) == 3 and rec.data_s[3] == 0.0
+
+
+def test_overhead_is_operators_too_small_for_their_dispatch():
+    # 50 operators per step; the machine does 1e10 FLOP/s, so 1 us of it is 10 kFLOP
+    tiny = build_report([record(0, 0.1, flops=50 * 1e3)], peak_flops=1e10)  # 1 kFLOP/op
+    assert tiny["findings"][0]["kind"] == "overhead"
+    assert tiny["findings"][0]["share"] == pytest.approx(0.9)  # forward + backward
+    assert tiny["flops_per_op"] == pytest.approx(1e3)
+    big = build_report([record(0, 0.1, flops=50 * 1e6)], peak_flops=1e10)  # 1 MFLOP/op
+    assert "overhead" not in [f["kind"] for f in big["findings"]]
+    unknown = build_report([record(0, 0.1, flops=None)], peak_flops=1e10)  # not counted
+    assert "overhead" not in [f["kind"] for f in unknown["findings"]]
+
+
+def test_html_report_draws_each_share_once():
+    rep = build_report([record(0, 0.1, shares={"data": 0.3, "forward": 0.2, "backward": 0.5})])
+    page = render_html(rep)
+    assert page.count("<rect") == 7 and "<title>data 30.0%</title>" in page
+    assert 'width="180.0"' in page  # 30 % of the 600-pixel bar
+    assert "[medium] data" in page  # the findings, escaped text
