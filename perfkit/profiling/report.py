@@ -297,6 +297,7 @@ _COLORS = {"data": "#e6550d", "sync": "#d62728", "communication": "#9467bd",
 def render_html(rep: dict[str, Any]) -> str:
     """The report as one self-contained HTML page (report.html): the Markdown text and an
     SVG bar of where the step goes (no plotting library, nothing fetched)."""
+    _check_report(rep)
     import html
 
     bar, x = [], 0.0
@@ -320,7 +321,21 @@ def _ms(s: float | None) -> str:
     return "?" if s is None else f"{s * 1e3:.2f} ms"
 
 
+_REPORT_KEYS = ("command", "status", "steps_seen", "window_steps", "world_size", "step_p50_s",
+                "step_p95_s", "throughput", "findings")
+
+
+def _check_report(rep: Any) -> dict[str, Any]:
+    """``rep`` if it is a report as :func:`build_report` returns it (or its JSON read back)."""
+    check_type("rep", rep, dict)
+    missing = [k for k in _REPORT_KEYS if k not in rep]
+    if missing:
+        raise ValueError(f"rep must be a report from build_report(); it lacks {missing}")
+    return rep
+
+
 def _render(rep: dict[str, Any], md: bool) -> str:
+    _check_report(rep)
     h = "## " if md else ""
     li = "- " if md else "  "
     lines = [f"{'# ' if md else ''}perfkit diagnose: {rep['command']}".rstrip(),

@@ -11,6 +11,8 @@ import pytest
 
 from perfkit import profiling
 from perfkit.profiling import (
+    DiagnoseConfig,
+    DiagnoseThresholds,
     JsonLinesSink,
     MemoryMonitor,
     PhaseStats,
@@ -18,15 +20,23 @@ from perfkit.profiling import (
     Profiler,
     PrometheusSink,
     StepMonitor,
+    StepRecorder,
     TensorBoardSink,
     Thresholds,
     TraceBreakdown,
     alert_rules,
+    attribute_trace,
+    build_report,
     diagnose,
     measure_workload,
     process_rank,
     prometheus_config,
+    rank_record,
     read_scalars,
+    render_html,
+    render_markdown,
+    render_text,
+    run_diagnosis,
     trace_breakdown,
     window_scalars,
 )
@@ -275,8 +285,40 @@ CASES = [  # (id, call, exception, regex on the message)
      "phase_mean_s must be a dict"),
 ]
 
-# Records perfkit returns (plain data built from checked input); PHASES is a constant.
-RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "StepWindow"}
+CASES += [
+    ("DiagnoseThresholds.data above 1", lambda: DiagnoseThresholds(data=1.5), ValueError,
+     "data must be a finite number in"),
+    ("DiagnoseThresholds.data str", lambda: DiagnoseThresholds(data="x"), TypeError, "data"),
+    ("DiagnoseConfig.steps zero", lambda: DiagnoseConfig(steps=0), ValueError,
+     "steps must be an int >= 1"),
+    ("DiagnoseConfig.then", lambda: DiagnoseConfig(then="later"), ValueError,
+     "then must be one of"),
+    ("DiagnoseConfig.timeout_s inf", lambda: DiagnoseConfig(timeout_s=INF), ValueError,
+     "timeout_s"),
+    ("StepRecorder.then", lambda: StepRecorder(then="later"), ValueError,
+     "then must be 'stop' or 'continue'"),
+    ("StepRecorder.step_marker", lambda: StepRecorder(step_marker="no_colon"), ValueError,
+     "step_marker must be 'module:function'"),
+    ("StepRecorder.skip negative", lambda: StepRecorder(skip=-1), ValueError, "skip"),
+    ("attribute_trace int", lambda: attribute_trace(3), TypeError, "trace must be"),
+    ("attribute_trace no steps", lambda: attribute_trace({"traceEvents": []}), ValueError,
+     "ProfilerStep"),
+    ("build_report empty", lambda: build_report([]), ValueError, "records must hold"),
+    ("build_report str", lambda: build_report("x"), TypeError, "records must be a list"),
+    ("rank_record str", lambda: rank_record("x"), TypeError, "rec must be a StepRecorder"),
+    ("render_text str", lambda: render_text("x"), TypeError, "rep must be a dict"),
+    ("render_markdown partial", lambda: render_markdown({"command": "x"}), ValueError,
+     "rep must be a report"),
+    ("render_html None", lambda: render_html(None), TypeError, "rep must be a dict"),
+    ("run_diagnosis int", lambda: run_diagnosis(3), TypeError, "target must be a str"),
+    ("run_diagnosis config", lambda: run_diagnosis("x.py", config="bad"), TypeError,
+     "config must be a DiagnoseConfig"),
+]
+
+# Records perfkit returns (plain data built from checked input) and the exception that ends
+# a diagnosed script's window; PHASES is a constant.
+RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "StepWindow",
+           "TraceAttribution", "WindowDone"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
