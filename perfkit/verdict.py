@@ -176,9 +176,15 @@ def judge(prediction: Prediction, measured: float, spread: tuple[float, float] |
         outcome = "missed"
         direction = "above" if measured > hi else "below"
         edge = hi if direction == "above" else lo
-        by = (f"{abs(measured / edge - 1):.0%} {direction} {_fmt(edge, u)}" if edge
-              else f"{abs(measured - edge):.3g}{u} {direction} {_fmt(edge, u)}")
-        why = f"missed: {_fmt(measured, u)} is {by}"
+        gap = abs(measured / edge - 1) if edge else 0.0
+        # a miss never reads "0% above": small gaps get the digits that show them
+        pct = f"{gap:.0%}" if gap >= 0.005 else f"{gap * 100:.2g}%"
+        shown, edge_shown = _fmt(measured, u), _fmt(edge, u)
+        if shown == edge_shown:  # 3 digits hide the gap: show the digits that differ
+            shown, edge_shown = f"{measured:.6g}{u}", f"{edge:.6g}{u}"
+        by = (f"{pct} {direction} {edge_shown}" if edge
+              else f"{abs(measured - edge):.3g}{u} {direction} {edge_shown}")
+        why = f"missed: {shown} is {by}"
     text = f"{head}: {why}."
     extra = explain.get("inconclusive" if outcome == "inconclusive" else
                         ("held" if outcome == "held" else direction))

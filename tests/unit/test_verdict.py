@@ -182,3 +182,12 @@ def test_the_claims_table_and_headlines_come_from_the_verdicts(monkeypatch):
         viz.claims_headlines({"mp": "holds"})
     with pytest.raises(TypeError, match="ClaimVerdict"):
         viz.show_claim("holds")
+
+
+def test_a_small_miss_is_shown_with_the_digits_that_differ():
+    # 11.8 +- 50 % ends at 17.7; 17.72 rounds to "17.7" and "0%": the text must show the gap
+    p = Prediction(what="eager chain time", model="bytes", value=11.8, rel_tol=0.5, unit=" ms")
+    v = judge(p, 17.72)
+    assert v.outcome == "missed" and v.direction == "above"
+    assert "17.72 ms is 0.11% above 17.7 ms" in v.text, v.text
+    assert "0% above" not in v.text
