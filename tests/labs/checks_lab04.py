@@ -4,10 +4,10 @@ Each check takes the namespace left by the student's notebook and raises Asserti
 with a hint. Used by `make grade` and by tests/labs/test_labs.py.
 
 The speed check is the one place in the course where a test asserts on wall-clock time, as
-the lab asks: the reference and the student's step alternate in one process
-(:func:`perfkit.compute.compare`, built on :func:`perfkit.timing.interleaved`) with one
-intra-op thread, and the medians are compared. The solution is about 3x faster on the
-course's 2-core CPU, twice the 1.5x threshold, so load on a shared machine does not flip it.
+the lab asks: the slow step, the student's step and the reference solution (fp32 and bf16
+autocast) alternate in one process (:func:`perfkit.timing.interleaved`) with one intra-op
+thread, and each one's fastest round is compared (load only ever slows a round down). The
+bar is 80 % of the reference's gain in that same run, so it follows the machine.
 """
 
 from __future__ import annotations
@@ -203,14 +203,17 @@ def check_speedup(ns: dict) -> None:
     fns += [lambda r=r: _reference_step(r[0])(r[1], r[2], x, y) for r in refs]
     with _one_thread():
         t_slow, t_fast, *t_refs = interleaved(fns, warmup=1, repeat=SPEED_ROUNDS)
-    mine = t_slow.median_s / t_fast.median_s
-    best = max(t_slow.median_s / t.median_s for t in t_refs)
-    bf16_won = t_refs[1].median_s < t_refs[0].median_s
+    # Fastest round of each: other jobs only ever slow a round down, so the minimum is the
+    # least disturbed time (medians let a loaded host fail the reference against itself).
+    mine = t_slow.min_s / t_fast.min_s
+    best = max(t_slow.min_s / t.min_s for t in t_refs)
+    bf16_won = t_refs[1].min_s < t_refs[0].min_s
     # 80 % of the reference's *gain*: an unchanged step (1.0x) never passes, whatever the machine
     bar = 1 + REL_BAR * (best - 1)
     assert mine >= bar, (
         f"your step is {mine:.2f}x the slow step's speed; the reference solution reaches {best:.2f}x "
-        f"on this machine in the same run (one thread, interleaved), and at least {REL_BAR:.0%} of "
+        f"on this machine in the same run (one thread, interleaved, fastest of {SPEED_ROUNDS} "
+        f"rounds), and at least {REL_BAR:.0%} of "
         f"its gain ({bar:.2f}x) is required. Where does the time go? All heads in one fused "
         "attention call, one GELU kernel, and bf16 autocast for the matmuls "
         + ("(which helps on this machine)." if bf16_won else
