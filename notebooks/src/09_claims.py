@@ -1034,4 +1034,7 @@ claim_verdict("ZeRO stage by model size", Claim(
 viz.show_claims_table(VERDICTS)
 
 # %%
+fig = viz.plot_claims(VERDICTS)
+
+# %%
 viz.show_headlines(viz.claims_headlines(VERDICTS))

@@ -9,6 +9,7 @@ from perfkit.viz.claims import (
     CLAIM_MIME,
     claims_headlines,
     claims_table_rows,
+    plot_claims,
     show_claim,
     show_claims_table,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "CLAIM_MIME",
     "claims_headlines",
     "claims_table_rows",
+    "plot_claims",
     "show_claim",
     "show_claims_table",
     "VERDICT_MIME",

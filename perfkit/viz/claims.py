@@ -15,9 +15,14 @@ import html
 import json
 from collections.abc import Mapping
 
-from perfkit.verdict import ClaimVerdict
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
-__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "show_claim", "show_claims_table"]
+from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict
+from perfkit.viz.core import tidy
+
+__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "plot_claims", "show_claim",
+           "show_claims_table"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
 _MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
@@ -83,3 +88,30 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
     """
     _check(verdicts)
     return {name: f"{v.status} ({v.measured_text})" for name, v in verdicts.items()}
+
+
+_COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",
+          "inconclusive": "#7f7f7f", "GPU only": "#1f77b4"}
+
+
+def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
+    """How the advice fared on this machine: one bar per verdict status, as long as the number
+    of claims that got it (counted from the verdicts).
+
+    Raises:
+        TypeError, ValueError: if ``verdicts`` is not a non-empty mapping of ClaimVerdicts.
+    """
+    _check(verdicts)
+    by_status = {s: [k for k, v in verdicts.items() if v.status == s] for s in CLAIM_STATUSES}
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(CLAIM_STATUSES) + 1.2))
+    ys = range(len(CLAIM_STATUSES))
+    counts = [len(by_status[s]) for s in CLAIM_STATUSES]
+    ax.barh(ys, counts, color=[_COLOR[s] for s in CLAIM_STATUSES])
+    ax.set_yticks(list(ys), CLAIM_STATUSES)
+    ax.invert_yaxis()
+    ax.set_xlabel("claims")
+    ax.set_xlim(0, max(counts + [1]) * 1.1)
+    ax.xaxis.get_major_locator().set_params(integer=True)  # counts are whole claims
+    ax.set_title(f"{len(verdicts)} pieces of advice, measured on this machine")
+    fig.tight_layout()  # room for the longest status label
+    return tidy(fig)

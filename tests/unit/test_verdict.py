@@ -191,3 +191,18 @@ def test_a_small_miss_is_shown_with_the_digits_that_differ():
     assert v.outcome == "missed" and v.direction == "above"
     assert "17.72 ms is 0.11% above 17.7 ms" in v.text, v.text
     assert "0% above" not in v.text
+
+
+def test_plot_claims_draws_one_bar_per_status_as_long_as_its_count():
+    from perfkit import viz
+
+    c = Claim(statement="s", figure="speedup", low=1.4, partly=1.0, unit="x")
+    verdicts = {"a": assess(c, 1.5, (1.45, 1.55)), "b": assess(c, 1.6, (1.5, 1.7)),
+                "c": assess(c, 0.5, (0.4, 0.6))}
+    fig = viz.plot_claims(verdicts)
+    widths = {t.get_text(): b.get_width()
+              for t, b in zip(fig.axes[0].get_yticklabels(), fig.axes[0].patches)}
+    assert widths == {"holds": 2, "holds partly": 0, "does not hold here": 1,
+                      "inconclusive": 0, "GPU only": 0}
+    with pytest.raises((TypeError, ValueError)):
+        viz.plot_claims({})
