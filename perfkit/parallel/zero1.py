@@ -147,19 +147,7 @@ class ZeroOneOptimizer(torch.optim.Optimizer):
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
             raise TypeError(f"process_group must be None (WORLD) or a ProcessGroup, got "
                             f"{type(process_group).__name__}")
-        groups = list(_ordered("params", params))
-        if not groups:
-            raise ValueError("params is empty: ZeroOneOptimizer needs at least one parameter")
-        if not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
-        seen: set[int] = set()
-        for i, g in enumerate(groups):
-            if not isinstance(g, dict) or "params" not in g:
-                raise TypeError(f"params: group {i} must be a dict with a 'params' key when "
-                                f"group 0 is one, got {type(g).__name__}")
-            g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) \
-                else list(_ordered(f"params of group {i}", g["params"]))
-            _check_group(i, g["params"], seen)
+        groups = _param_groups(params, "ZeroOneOptimizer")
         super().__init__(groups, defaults)
         self.optimizer_class = optimizer_class
         self.reduce_grads = reduce_grads
@@ -385,6 +373,25 @@ def _hyper(group: dict[str, Any]) -> dict[str, Any]:
 def _elementwise(v: Any, like: torch.Tensor) -> bool:
     """An element-wise state (Adam's moments): a tensor of its parameter piece's shape."""
     return isinstance(v, torch.Tensor) and v.shape == like.shape and v.dim() > 0
+
+
+def _param_groups(params: Any, owner: str) -> list[dict[str, Any]]:
+    """``params`` as torch.optim's param groups (a list of dicts with a ``'params'`` list),
+    checked: not empty, ordered, no parameter twice. Shared by every ZeRO stage."""
+    groups = list(_ordered("params", params))
+    if not groups:
+        raise ValueError(f"params is empty: {owner} needs at least one parameter")
+    if not isinstance(groups[0], dict):
+        groups = [{"params": groups}]
+    seen: set[int] = set()
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or "params" not in g:
+            raise TypeError(f"params: group {i} must be a dict with a 'params' key when "
+                            f"group 0 is one, got {type(g).__name__}")
+        g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) \
+            else list(_ordered(f"params of group {i}", g["params"]))
+        _check_group(i, g["params"], seen)
+    return groups
 
 
 def _ordered(name: str, params: Any) -> Iterable[Any]:

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from perfkit._checks import check_choice, check_real
 from perfkit.parallel.buckets import ShardedBucket, build_buckets, consolidated_state, shard_state
 from perfkit.parallel.flat import all_gather_flat, reduce_scatter_flat
-from perfkit.parallel.zero1 import _check_group, _hyper, _ordered
+from perfkit.parallel.zero1 import _hyper, _param_groups
 
 __all__ = ["ZeroOptimizer"]
 
@@ -88,19 +88,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
             raise TypeError(f"process_group must be None (WORLD) or a ProcessGroup, got "
                             f"{type(process_group).__name__}")
-        groups = list(_ordered("params", params))
-        if not groups:
-            raise ValueError("params is empty: ZeroOptimizer needs at least one parameter")
-        if not isinstance(groups[0], dict):
-            groups = [{"params": groups}]
-        seen: set[int] = set()
-        for i, g in enumerate(groups):
-            if not isinstance(g, dict) or "params" not in g:
-                raise TypeError(f"params: group {i} must be a dict with a 'params' key when "
-                                f"group 0 is one, got {type(g).__name__}")
-            g["params"] = [g["params"]] if isinstance(g["params"], torch.Tensor) \
-                else list(_ordered(f"params of group {i}", g["params"]))
-            _check_group(i, g["params"], seen)
+        groups = _param_groups(params, "ZeroOptimizer")
         super().__init__(groups, defaults)
         self.optimizer_class, self.stage = optimizer_class, stage
         distributed = dist.is_available() and dist.is_initialized()

@@ -8,6 +8,7 @@ Each case is (id, call, exception, regex on the message); the regex names the ar
 import math
 
 import pytest
+from inputs_cases import duplicate_ids, uncovered
 
 from perfkit import profiling
 from perfkit.profiling import (
@@ -330,12 +331,9 @@ def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
 
 
 def test_case_ids_are_unique():
-    ids = [c[0] for c in CASES]
-    assert len(ids) == len(set(ids))
+    assert not duplicate_ids(CASES)
 
 
 def test_every_public_callable_has_a_case():
-    callables = {n for n in profiling.__all__ if callable(getattr(profiling, n))}
-    covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
-    missing = callables - covered - RECORDS
-    assert not missing, f"no bad-input case for {sorted(missing)}"
+    missing = uncovered(profiling, CASES, RECORDS)
+    assert not missing, f"no bad-input case for {missing}"
