@@ -23,13 +23,13 @@
 # 2. `causal_attention`: attention that never stores a `T x T` matrix for backward;
 # 3. `FastGPT` and `fast_train_step`: the same model and the same training, with the loss of
 #    each of the first steps within **0.02** of the reference's, and a speedup over
-#    `slow_train_step` of at least **80 % of what the reference solution reaches on the same
+#    `slow_train_step` of at least **60 % of the gain the reference solution reaches on the same
 #    machine in the same run** (the grader times both; the bar adapts to your CPU or GPU).
 #
 # The speedup is measured the way the module did it: both steps interleaved (slow, fast, slow,
-# fast, ...) in one process, median against median. This lab runs PyTorch with **one intra-op
-# thread**, as the grader does: on a shared machine a descheduled OpenMP thread stalls its
-# siblings at every barrier, and multi-threaded timings swing by integer factors; with one
+# fast, ...) in one process; the grader compares each one's fastest round. This lab runs
+# PyTorch with **one intra-op thread**, as the grader does: on a shared machine a descheduled
+# OpenMP thread stalls its siblings at every barrier, and multi-threaded timings swing by integer factors; with one
 # thread, the ratio of two steps is reliable.
 #
 # Replace each `raise NotImplementedError()` with your code, run the notebook, then grade it:
@@ -251,7 +251,7 @@ for i, (a, b) in enumerate(zip(slow_losses, fast_losses)):
 
 # %% [markdown]
 # Faster? Interleaved, one thread, median against median (the grader repeats this with more
-# rounds):
+# rounds and compares each one's fastest round):
 
 # %%
 speed = compute.compare(lambda: slow_train_step(slow, slow_opt, x, y),

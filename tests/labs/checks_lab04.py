@@ -7,7 +7,9 @@ The speed check is the one place in the course where a test asserts on wall-cloc
 the lab asks: the slow step, the student's step and the reference solution (fp32 and bf16
 autocast) alternate in one process (:func:`perfkit.timing.interleaved`) with one intra-op
 thread, and each one's fastest round is compared (load only ever slows a round down). The
-bar is 80 % of the reference's gain in that same run, so it follows the machine.
+bar is 60 % of the reference's gain in that same run, so it follows the machine; a miss is
+measured once more before it counts (a solution equal to the reference measured 1.29x
+against the reference's 1.38x once on a loaded CI host).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from tools.grade import require, time_limit
 
 STEPS = 4  # training steps compared in q3
 LOSS_TOL = 0.02  # nats per step: bf16 autocast stays within ~1e-3 of fp32 over 4 steps
-REL_BAR = 0.8  # the student's speedup must reach 80 % of the reference's, same run
+REL_BAR = 0.6  # the student's speedup must reach 60 % of the reference's gain, same run
+ATTEMPTS = 2  # a miss is measured once more: a loaded host can cost one run ~10 %
 SPEED_ROUNDS = 7  # interleaved rounds in q4
 
 
@@ -201,19 +204,23 @@ def check_speedup(ns: dict) -> None:
         refs.append((bf16, m, torch.optim.AdamW(m.parameters(), lr=1e-3)))
     fns = [lambda: slow_step(slow, slow_opt, x, y), lambda: fast_step(fast, fast_opt, x, y)]
     fns += [lambda r=r: _reference_step(r[0])(r[1], r[2], x, y) for r in refs]
-    with _one_thread():
-        t_slow, t_fast, *t_refs = interleaved(fns, warmup=1, repeat=SPEED_ROUNDS)
-    # Fastest round of each: other jobs only ever slow a round down, so the minimum is the
-    # least disturbed time (medians let a loaded host fail the reference against itself).
-    mine = t_slow.min_s / t_fast.min_s
-    best = max(t_slow.min_s / t.min_s for t in t_refs)
-    bf16_won = t_refs[1].min_s < t_refs[0].min_s
-    # 80 % of the reference's *gain*: an unchanged step (1.0x) never passes, whatever the machine
-    bar = 1 + REL_BAR * (best - 1)
-    assert mine >= bar, (
+    for _ in range(ATTEMPTS):
+        with _one_thread():
+            t_slow, t_fast, *t_refs = interleaved(fns, warmup=1, repeat=SPEED_ROUNDS)
+        # Fastest round of each: other jobs only ever slow a round down, so the minimum is the
+        # least disturbed time (medians let a loaded host fail the reference against itself).
+        mine = t_slow.min_s / t_fast.min_s
+        best = max(t_slow.min_s / t.min_s for t in t_refs)
+        bf16_won = t_refs[1].min_s < t_refs[0].min_s
+        # a share of the reference's *gain*: an unchanged step (1.0x) never passes, whatever
+        # the machine; the reference solution measured against itself must pass on a busy one
+        bar = 1 + REL_BAR * (best - 1)
+        if mine >= bar:
+            return
+    raise AssertionError(
         f"your step is {mine:.2f}x the slow step's speed; the reference solution reaches {best:.2f}x "
         f"on this machine in the same run (one thread, interleaved, fastest of {SPEED_ROUNDS} "
-        f"rounds), and at least {REL_BAR:.0%} of "
+        f"rounds, {ATTEMPTS} runs), and at least {REL_BAR:.0%} of "
         f"its gain ({bar:.2f}x) is required. Where does the time go? All heads in one fused "
         "attention call, one GELU kernel, and bf16 autocast for the matmuls "
         + ("(which helps on this machine)." if bf16_won else
@@ -228,4 +235,5 @@ QUESTIONS = {
     "q4_speedup": check_speedup,
 }
 TIMEOUT_S = {"q1_train_flops": 10, "q2_causal_attention": 10, "q3_same_training": 40,
-             "q4_speedup": 240}  # 4 steps x 8 interleaved rounds: ~40 s idle, 3-4x that on a busy host
+             "q4_speedup": 360}  # 4 steps x 8 interleaved rounds: ~40 s idle, 3-4x that on a busy
+                                # host, twice when the first run misses
