@@ -270,6 +270,7 @@ def measure_limits(
     dtypes: Iterable[str] = ("float32", "bfloat16"),
     matmul_sizes: Iterable[int] | None = None,
     copy_sizes: Iterable[int] | None = None,
+    max_call_s: float = 1.0,
 ) -> MachineLimits:
     """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep.
 
@@ -281,6 +282,8 @@ def measure_limits(
         device: ``None`` means CUDA if present, else CPU.
         dtypes: matmul dtypes to measure.
         matmul_sizes, copy_sizes: override the sweeps (square sizes; bytes per buffer).
+        max_call_s: sizes whose one call would exceed this (n^3 from the previous size) are
+            skipped, absent from ``matmul_points``: bf16 without fast units would take minutes.
 
     Raises:
         TypeError, ValueError: for an unknown dtype, an empty list, or a size that is not
@@ -297,11 +300,16 @@ def measure_limits(
     if copy_sizes is None:
         top = max(1 << 30 if gpu else 1 << 28, dram_min)
         copy_sizes = [1 << p for p in range(16, top.bit_length(), 2)]
-    matmul_sizes = _entries("matmul_sizes", matmul_sizes, dims=True)
+    matmul_sizes = sorted(set(_entries("matmul_sizes", matmul_sizes, dims=True)))
     copy_sizes = sorted(set(_entries("copy_sizes", copy_sizes, dims=True)))
+    _positive("max_call_s", max_call_s)
     if copy_sizes[-1] < dram_min:  # the DRAM ceiling needs one buffer no cache holds
         copy_sizes.append(1 << (dram_min - 1).bit_length())
-    mm = [measure_matmul(n, dt, dev) for dt in dtypes for n in matmul_sizes]
+    mm: list[MatmulPoint] = []
+    for dt, n in ((dt, n) for dt in dtypes for n in matmul_sizes):
+        last = mm[-1] if mm and mm[-1].dtype == _dtype_name(dt) else None
+        if last is None or last.seconds * (n / last.n) ** 3 <= max_call_s:
+            mm.append(measure_matmul(n, dt, dev))
     cp = [measure_copy(s, dev) for s in copy_sizes]
     in_cache = [p.best_bytes_per_s for p in cp if llc and p.nbytes <= llc // 2]
     h2d = measure_h2d(1 << 28, dev) if gpu else None
@@ -357,8 +365,7 @@ def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
 def default_limits_path() -> Path:
     """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``.
 
-    The limits belong to the machine, not to a project folder, so every notebook and
-    script on this machine shares one file.
+    The limits belong to the machine: every notebook and script on it shares one file.
     """
     root = os.environ.get("PERFKIT_CACHE") or Path.home() / ".cache" / "perfkit"
     return Path(root) / "machine_limits.json"
@@ -367,13 +374,10 @@ def default_limits_path() -> Path:
 def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:
     """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path.
 
-    A ceiling is what the machine *can* do, and load from other programs only ever makes a
-    measurement slower. So when the file already holds limits of the same device measured
-    the same way (:data:`METHOD`), each ceiling keeps the higher of the old and new values
-    (the sweeps are the new ones): one measurement taken while the machine was busy cannot
-    lower the ceilings for good. Limits measured another way (an older perfkit, which took
-    a buffer only twice the cache for DRAM) are replaced: keeping their maximum would keep
-    their error for good.
+    A ceiling is what the machine *can* do, and load only ever makes a measurement slower:
+    limits of the same device measured the same way (:data:`METHOD`) keep the higher of the
+    old and new ceilings (the sweeps are the new ones). Limits measured another way are
+    replaced: keeping their maximum would keep their error for good.
     """
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
@@ -403,9 +407,8 @@ def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
                   refresh: bool = False) -> MachineLimits:
     """Load limits measured earlier on this machine from ``path``, or measure and save.
 
-    Later notebooks call this so that the ceilings are measured once (by notebook 00)
-    and every result is a share of the same numbers. A file from another device, or one
-    measured another way (:data:`METHOD`), is ignored and measured again.
+    Later notebooks call this so that every result is a share of the same ceilings. A file
+    from another device, or measured another way (:data:`METHOD`), is measured again.
     """
     p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)

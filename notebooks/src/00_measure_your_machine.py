@@ -76,7 +76,9 @@ for n in (128, 1024, 8192):
 # warm-up calls first, then repeated timed batches, the median reported (a shared machine has
 # stalls of milliseconds; the median ignores them). The **ceiling** is the best size's rate
 # over its fastest tenth of repetitions: what this machine does when nothing else competes for
-# it, which a shared laptop or CI runner rarely grants for a whole sweep.
+# it, which a shared laptop or CI runner rarely grants for a whole sweep. A size whose one call
+# would take over a second (extrapolated as `n^3` from the size before) is skipped: the rate has
+# flattened long before, and emulated bf16 would spend minutes there.
 
 # %%
 limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES,
@@ -84,6 +86,10 @@ limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES
 for p in limits.matmul_points:
     print(f"{p.dtype:>9} n={p.n:5d}: {si(p.flops_per_s, 'FLOP/s'):>14}  "
           f"({p.flops_per_s / limits.peak_flops(p.dtype):4.0%} of that dtype's best)")
+for dtype in limits.matmul_flops:
+    skipped = [n for n in MATMUL_SIZES if n not in {p.n for p in limits.matmul_points if p.dtype == dtype}]
+    if skipped:
+        print(f"{dtype:>9} n={', '.join(map(str, skipped))}: skipped, one call would take over 1 s at this rate")
 
 # %%
 import matplotlib.pyplot as plt

@@ -451,7 +451,8 @@ viz.show_verdict(judge(Prediction("reads per sample with the naive stream and 2 
 # t_compute))` is at most `(n - 1) / n`.
 #
 # **Prediction.** For the I/O-like load (a sleep), close to that bound: at least 70 % of it.
-# For the load that holds the GIL, little or nothing.
+# For the load that holds the GIL, at most 30 %, and possibly below zero: the thread can only
+# take turns with the step, and each turn can cost the step more than it hides.
 # The load here is the digits CNN's `DataLoader` plus a known delay per batch; the compute is
 # a real training step of the CNN.
 
@@ -524,9 +525,13 @@ viz.show_verdict(judge(Prediction("hidden fraction, I/O-like load", "(n - 1) / n
              f"{CORES} cores, it waited for the OS to schedule the other thread.",
     "inconclusive": "A negative fraction means the prefetched loop was slower than the serial one: the "
                     "machine's load changed during the run."}))
-viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load", "a thread cannot compute beside Python",
+gil_held = ("The prefetched loop was slower than the serial one: the loader thread took the GIL from "
+            "the step at every return to Python, which cost more than it hid." if hidden["spin"] < 0 else
+            "The loader thread runs only while the step is inside a kernel that released the GIL.")
+viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load",
+                                  "a thread cannot compute beside Python; it can slow the step (below 0)",
                                   high=0.3, physical=(-1, 1.2)), hidden["spin"], explain={
-    "held": "The loader thread runs only while the step is inside a kernel that released the GIL.",
+    "held": gil_held,
     "above": "Much of this step runs inside PyTorch kernels that release the GIL, so the loader thread found "
              "room to run beside it."}))
 

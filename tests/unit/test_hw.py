@@ -114,3 +114,24 @@ def test_a_copy_sweep_without_a_dram_sized_buffer_gets_one(monkeypatch):
     assert [p.nbytes for p in lim.copy_points] == [1 << 16, 1 << 22]
     assert lim.copy_bytes_per_s == lim.copy_points[1].best_bytes_per_s
     assert lim.cache_bytes_per_s == lim.copy_points[0].best_bytes_per_s  # 64 KiB <= half the cache
+
+
+def test_matmul_sizes_whose_one_call_would_exceed_max_call_s_are_skipped(monkeypatch):
+    # bf16 without fast units: 0.5 s at n=256 means ~4 s at 512, so 512 and 1024 are skipped;
+    # fp32 at 0.01 s per call (0.08 s at 512, 0.64 s at 1024) keeps every size
+    per_call = {"float32": 0.01, "bfloat16": 0.5}
+    calls = []
+
+    def fake(n, dtype, device=None, repeat=7):
+        calls.append((n, dtype))
+        s = per_call[dtype] * (n / 256) ** 3
+        return hw.MatmulPoint(n, dtype, s, 2 * n**3 / s, 2 * n**3 / s)
+
+    monkeypatch.setattr(hw, "measure_matmul", fake)
+    lim = hw.measure_limits(matmul_sizes=[1024, 256, 512], copy_sizes=[1 << 16], max_call_s=1.0)
+    assert calls == [(256, "float32"), (512, "float32"), (1024, "float32"), (256, "bfloat16")]
+    assert [(p.n, p.dtype) for p in lim.matmul_points] == calls
+    calls.clear()
+    hw.measure_limits(dtypes=("bfloat16",), matmul_sizes=[256, 512], copy_sizes=[1 << 16],
+                      max_call_s=5.0)
+    assert calls == [(256, "bfloat16"), (512, "bfloat16")]  # 4 s <= 5 s: measured
