@@ -296,7 +296,7 @@ plt.show()
 # %% [markdown]
 # ## 4. Data parallelism from scratch: naive, bucketed, overlapped
 #
-# Three gradient synchronisers from `perfkit.dp`, each a step towards DDP, on the same MLP and
+# Three gradient synchronisers from `perfkit.parallel`, each a step towards DDP, on the same MLP and
 # data (every process its own batch):
 #
 # * **naive**: after `backward()`, one all-reduce per parameter tensor;

@@ -234,17 +234,18 @@ for m in ("topk_1pct", "sign", "randomk_1pct"):
                                       "nothing is lost, only delayed", high=1.0, unit="x"),
                            runs[m + "_ef"]["final_loss"] / runs[m]["final_loss"], explain={
         "held": "Error feedback recovered part of what the compressor dropped.",
-        "above": "Error feedback made it worse here: see the measurement of the residual below."}))
+        "above": "Error feedback made it worse here: the next cell measures what its residual carries."}))
 
 # %% [markdown]
 # **What error feedback carries.** A residual holds everything not yet sent. With top-k the
 # large coordinates leave every step; with random-k each coordinate waits about `1 / ratio`
 # steps for its turn, whatever its size, so the residual grows to many gradients' worth and
-# leaves in bursts, which momentum then amplifies. Measured on the real gradient, fed 200 times:
+# leaves in bursts, which momentum then amplifies. Measured on the real gradient, fed 200 times
+# (sign included):
 
 # %%
 age = {}
-for name, comp in (("top-k 1%", TopK(0.01)), ("random-k 1%", RandomK(0.01, seed=0))):
+for name, comp in (("top-k 1%", TopK(0.01)), ("random-k 1%", RandomK(0.01, seed=0)), ("sign", Sign())):
     e = ErrorFeedback(comp)
     for _ in range(200):
         e.decompress(e.compress(grad, key="g"))
@@ -252,6 +253,14 @@ for name, comp in (("top-k 1%", TopK(0.01)), ("random-k 1%", RandomK(0.01, seed=
     print(f"{name:>12} + EF: residual = {age[name]:5.1f} gradients' worth after 200 steps")
 print(f"random-k's residual is {age['random-k 1%'] / age['top-k 1%']:.1f}x top-k's: its bursts are "
       "correspondingly larger, which is why it can lag even with error feedback.")
+for m, name in (("topk_1pct", "top-k 1%"), ("randomk_1pct", "random-k 1%"), ("sign", "sign")):
+    worse = runs[m + "_ef"]["final_loss"] / runs[m]["final_loss"] - 1
+    if worse > 0:
+        print(f"{name}: error feedback raised the final loss by {worse:.0%} in the 2-process run. The "
+              f"residual, {age[name]:.1f} gradients' worth here, is the only difference between the two "
+              f"runs: it is sent late, on top of what momentum already carries"
+              + (", and sign without it already ended within "
+                 f"{gap[m]:.0%} of uncompressed." if m == "sign" else "."))
 # %% [markdown]
 # Casting to fp16 or bf16, and QSGD's unbiased 8-bit codes, change each step's gradient by a
 # small, zero-mean amount. Error feedback *delays* coordinates, so a short run (QUICK mode
@@ -280,7 +289,7 @@ print(f"step times: none {si(runs['none']['step_s'], 's')}; fastest {fastest} "
 # QSGD and sign are timed twice too. Their **eager** path runs one PyTorch operator per step
 # (the maximum, the dithered scaling into a float scratch tensor, the cast to bytes, ...), and
 # each operator streams the whole tensor through memory. Their **fused** path
-# (`perfkit.fused`, the default for tensors of at least 2^20 values) writes each encode
+# (`perfkit.compress.fused`, the default for tensors of at least 2^20 values) writes each encode
 # and decode as one expression and lets `torch.compile` turn it into one loop. Counting the
 # bytes every pass reads and writes gives the prediction: a copy moves 8 bytes per value, so a
 # path that moves `b` bytes per value should run at `8 / b` of the copy's speed.
@@ -320,10 +329,14 @@ for name, m in ms.items():
     print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(gbps, 'B/s'):>10} of fp32 input, "
           f"{ms['memcpy'].median_s / m.median_s:6.1%} of memcpy")
 copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
-print(f"memcpy here: {si(copy_rw, 'B/s')} read + written, against this machine's DRAM ceiling "
-      f"{si(limits.copy_bytes_per_s, 'B/s')} (notebook 00): the tensor is "
-      f"{4 * ENC_NUMEL / (limits.llc_bytes or 1):.1f}x the last-level cache"
-      + (", so part of it copies from cache" if 4 * ENC_NUMEL < 4 * (limits.llc_bytes or 0) else ""))
+share = copy_rw / limits.copy_bytes_per_s
+print(f"memcpy here: {si(copy_rw, 'B/s')} read + written, {share:.0%} of this machine's DRAM ceiling "
+      f"{si(limits.copy_bytes_per_s, 'B/s')} (notebook 00); the tensor is "
+      f"{4 * ENC_NUMEL / (limits.llc_bytes or 1):.1f}x the last-level cache. "
+      + ("Above the ceiling: part of it copies from cache." if share > 1.05 else
+         "Below the ceiling, which is the fastest tenth of an undisturbed sweep: this run shared the "
+         f"machine (load average {os.getloadavg()[0]:.1f} for {os.cpu_count()} cores)." if share < 0.8 else
+         "Close to the ceiling."))
 mass = float(sa.compress(big).tensors[0].abs().sum() / ex.compress(big).tensors[0].abs().sum())
 print(f"sampled top-k: {ms['topk exact'].median_s / ms['topk sampled'].median_s:.1f}x faster "
       f"than exact, keeping {mass:.1%} of its mass")

@@ -127,7 +127,7 @@ def _dispatch(fused: bool | None, t: torch.Tensor, compiled: Callable[[], object
                 raise RuntimeError(f"fused=True, but torch.compile failed on {t.device.type}: "
                                    f"{e}") from e
             _broken[t.device.type] = f"{type(e).__name__}: {str(e)[:200]}"
-            warnings.warn(f"perfkit.fused: torch.compile failed on {t.device.type} "
+            warnings.warn(f"perfkit.compress.fused: torch.compile failed on {t.device.type} "
                           f"({_broken[t.device.type]}); using the eager kernels", stacklevel=3)
     return eager()
 

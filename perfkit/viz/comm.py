@@ -1,7 +1,7 @@
 """Plots and widgets for communication: collectives, data parallelism, compression.
 
 Every function consumes records that ``perfkit.comm``, the ``perfkit.workers`` modules,
-``perfkit.compress`` and ``perfkit.compress_sim`` return; the widgets are
+``perfkit.compress`` and ``perfkit.compress.simulate`` return; the widgets are
 :class:`~perfkit.viz.core.WidgetSpec` over pure functions that tests call at every
 control's extremes.
 

@@ -162,7 +162,7 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         "seq_len": LogControl(4, 12, 64, base=2, step=1, description="sequence T"),
         "precision": Choice(["fp32", "mixed"], "fp32", "precision"),
         "checkpointing": Choice(["off", "per block"], "off", "checkpointing"),
-    }, title="Memory of one GPT-2 training step (the model of perfkit.activations)")
+    }, title="Memory of one GPT-2 training step (the model of perfkit.memory)")
 
 
 def zero_widget() -> WidgetSpec:

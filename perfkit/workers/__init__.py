@@ -5,8 +5,8 @@ Each module here parses its command line (``--config`` JSON), joins the process 
 :func:`perfkit.dist.worker_result` and ends with :func:`perfkit.dist.shutdown`. The
 modules hold experiment *drivers* (which model, which sizes, what to time); the components
 they drive (collectives, data-parallel synchronisers, compressors and their DDP hook)
-live in ``perfkit.comm``, ``perfkit.dp``, ``perfkit.compress`` and
-``perfkit.compress_hook``, where they are tested on their own. ``perfkit.workers.suite``
+live in ``perfkit.comm``, ``perfkit.parallel`` and ``perfkit.compress`` (its DDP hook in
+``perfkit.compress.hook``), where they are tested on their own. ``perfkit.workers.suite``
 runs several drivers in one job, since starting a job (every process imports torch) costs
 seconds.
 """

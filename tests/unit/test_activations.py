@@ -1,4 +1,4 @@
-"""perfkit.activations: the GPT-2 activation and step-memory model, activation checkpointing."""
+"""perfkit.memory.activations: the GPT-2 activation and step-memory model, activation checkpointing."""
 
 from __future__ import annotations
 

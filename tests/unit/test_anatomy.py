@@ -1,4 +1,4 @@
-"""perfkit.anatomy: process RSS helpers and one training step's measured memory."""
+"""perfkit.memory.anatomy: process RSS helpers and one training step's measured memory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""perfkit.budget: the batch search's trials by hand, the CPU budget probe, the GPU OOM probe."""
+"""perfkit.compute.budget: the batch search's trials by hand, the CPU budget probe, the GPU OOM probe."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""perfkit.comm and perfkit.dp pieces that need no second process."""
+"""perfkit.comm and perfkit.parallel pieces that need no second process."""
 
 import math
 

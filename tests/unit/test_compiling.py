@@ -1,4 +1,4 @@
-"""perfkit.compiling: break-even by hand, compile timing with the tracing backend, graph breaks.
+"""perfkit.compute.compiling: break-even by hand, compile timing with the tracing backend, graph breaks.
 
 No test asserts on wall-clock speed (the machine is shared); timings are only checked for
 being consistent with the work they report.

@@ -1,4 +1,4 @@
-"""perfkit.compress_sim: the Gaussian error model against real compressors, and simulated
+"""perfkit.compress.simulate: the Gaussian error model against real compressors, and simulated
 data-parallel training where error feedback recovers what top-k loses."""
 
 import math

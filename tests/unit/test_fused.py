@@ -1,4 +1,4 @@
-"""perfkit.fused: the compiled one-pass kernels agree with the eager ones; paths and
+"""perfkit.compress.fused: the compiled one-pass kernels agree with the eager ones; paths and
 fallbacks are chosen as documented. (Speed is measured in benchmarks/compression.py.)"""
 
 import math

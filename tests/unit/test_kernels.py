@@ -1,4 +1,4 @@
-"""perfkit.kernels: fusion bytes and attention's saved bytes by hand, matmul shape sweeps.
+"""perfkit.compute.kernels: fusion bytes and attention's saved bytes by hand, matmul shape sweeps.
 
 No test asserts on wall-clock speed (the machine is shared); timings are only checked for
 being consistent with the work they report.

@@ -1,4 +1,4 @@
-"""perfkit.throughput: the step bench measures, caches and feeds the widget.
+"""perfkit.compute.throughput: the step bench measures, caches and feeds the widget.
 
 No test asserts on wall-clock speed (the machine is shared); timings are only checked for
 being consistent with the work they report.

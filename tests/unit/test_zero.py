@@ -1,4 +1,4 @@
-"""perfkit.zero on one process: sharding arithmetic, equality with the wrapped optimizer,
+"""perfkit.parallel.zero1 on one process: sharding arithmetic, equality with the wrapped optimizer,
 state_dict round trips, errors. The multi-process checks are in tests/distributed."""
 
 from __future__ import annotations
