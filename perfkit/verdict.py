@@ -123,6 +123,19 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:.3g}{unit}"
 
 
+def _spread(spread, measured) -> tuple[float, float] | None:
+    """``spread`` checked, as floats, widened to hold ``measured`` (a ratio of medians can fall
+    just outside the quantiles of the paired ratios; a figure outside its own spread reads wrong)."""
+    if spread is None:
+        return None
+    if len(spread) != 2 or spread[0] > spread[1]:
+        raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
+    lo, hi = float(spread[0]), float(spread[1])
+    if math.isfinite(measured):
+        lo, hi = min(lo, measured), max(hi, measured)
+    return lo, hi
+
+
 def judge(prediction: Prediction, measured: float, spread: tuple[float, float] | None = None,
           explain: Mapping[str, str] | None = None) -> Verdict:
     """Compare ``measured`` (and its ``spread``, e.g. the 10th-90th percentiles) with ``prediction``.
@@ -146,10 +159,7 @@ def judge(prediction: Prediction, measured: float, spread: tuple[float, float] |
         raise TypeError(f"prediction must be a Prediction, got {type(prediction).__name__}")
     if isinstance(measured, bool) or not isinstance(measured, (int, float)):
         raise TypeError(f"measured must be a number, got {measured!r}")
-    if spread is not None:
-        if len(spread) != 2 or spread[0] > spread[1]:
-            raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
-        spread = (float(spread[0]), float(spread[1]))
+    spread = _spread(spread, measured)
     explain = dict(explain or {})
     unknown = set(explain) - {"held", "above", "below", "inconclusive"}
     if unknown:
@@ -295,10 +305,7 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
         raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
     if isinstance(measured, bool) or not isinstance(measured, (int, float)):
         raise TypeError(f"measured must be a number, got {measured!r}")
-    if spread is not None:
-        if len(spread) != 2 or spread[0] > spread[1]:
-            raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
-        spread = (float(spread[0]), float(spread[1]))
+    spread = _spread(spread, measured)
     reasons = dict(reasons or {})
     unknown = set(reasons) - set(CLAIM_STATUSES[:4])
     if unknown:

@@ -451,12 +451,17 @@ viz.show_verdict(judge(Prediction("largest relative gap, naive's saved bytes aga
                                   "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
                        explain={"held": "The rest is the small boolean mask: memory is where the model is exact."}))
 r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
+# more work in less time: a length that ran slower than the next, longer one was disturbed
+disturbed = [a for a, b in zip(ATTN_T, ATTN_T[1:]) if by["naive", a].seconds > by["naive", b].seconds]
 viz.show_verdict(judge(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
                                   "naive writes and rereads T x T matrices", low=1.0, unit="x"),
                        r_long / r_short, explain={
     "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
-    "below": "At these lengths per-call costs still dominate both, and on a shared machine the ratios carry "
-             "the noise shown in the plot; the memory difference above is the part that scales."}))
+    "below": (f"This run cannot tell: naive attention took longer at T={disturbed[0]} than at twice that length, "
+              "with a quarter of the work, so the machine was busy during the sweep (run it again). The memory "
+              "difference above is exact." if disturbed else
+              "At these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
+              "ratio does not grow with T here; the memory difference above is the part that scales.")}))
 
 # %% [markdown]
 # Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16

@@ -206,3 +206,12 @@ def test_plot_claims_draws_one_bar_per_status_as_long_as_its_count():
                       "inconclusive": 0, "GPU only": 0}
     with pytest.raises((TypeError, ValueError)):
         viz.plot_claims({})
+
+
+def test_a_measurement_outside_its_own_spread_widens_the_spread():
+    # a ratio of medians (1.62) can fall outside the paired ratios' quantiles (1.63-1.87); the
+    # text must never print a figure outside its own spread
+    v = judge(BOUND, 1.62, spread=(1.63, 1.87))
+    assert v.spread == (1.62, 1.87) and "spread 1.62x to 1.87x" in v.text
+    c = assess(SPEEDUP, 0.9, spread=(0.95, 1.2))
+    assert c.spread == (0.9, 1.2)
