@@ -38,6 +38,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity
 
 from perfkit._checks import check_int, check_type
+from perfkit.profiling.footprint import memory_in_use, memory_split
 from perfkit.profiling.profiler import PHASE_PREFIX
 
 __all__ = ["StepRecorder", "WindowDone"]
@@ -136,6 +137,11 @@ class StepRecorder:
         self.window_done = False  # the whole window was recorded
         self.trace_ok = False  # a trace was written (of a window perhaps cut short)
         self.error: str | None = None
+        self.start_memory: int | None = None  # bytes in use when the script started
+        # peak memory and the model states of the optimizers stepped in the window
+        # (footprint.memory_split), taken when the window ends, before the trace export
+        self.memory: dict[str, Any] | None = None
+        self._optimizers: dict[int, Any] = {}  # id -> optimizer, inside the window only
         self._lock = threading.Lock()
         self._opt_depth = 0
         self._opt_t0 = 0.0
@@ -147,6 +153,7 @@ class StepRecorder:
     # --- installing and removing the hooks ----------------------------------------------
 
     def __enter__(self) -> StepRecorder:
+        self.start_memory = memory_in_use()
         self.start_s = time.perf_counter()
         if self.step_marker is None:
             pre = optim_hooks.register_optimizer_step_pre_hook(self._opt_pre)
@@ -214,6 +221,8 @@ class StepRecorder:
 
     def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._opt_depth += 1  # optimizers that wrap another one (accelerate) nest
+        if self._prof is not None:  # every depth: the inner optimizer holds the tensors
+            self._optimizers[id(opt)] = opt
         if self._opt_depth == 1:
             self._opt_t0 = time.perf_counter()
             if self._prof is not None:
@@ -284,6 +293,11 @@ class StepRecorder:
         self._opt_span.close()
         self._step_span.close()
         assert prof is not None
+        try:  # the optimizer has just stepped: gradients and its state are alive
+            self.memory = memory_split(list(self._optimizers.values()), self.start_memory)
+        except Exception as e:  # an exotic optimizer must not cost the report
+            self.error = f"the model states could not be counted: {e}"
+        self._optimizers.clear()
         try:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()

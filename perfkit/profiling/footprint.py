@@ -1,0 +1,86 @@
+"""Peak memory of a diagnosed script, and the part of it the model states take.
+
+``perfkit diagnose`` cannot see the script's variables, but every ``torch.optim``
+optimizer that steps passes through the global step hooks, and an optimizer holds the
+parameters (``param_groups``), reaches their gradients (``p.grad``) and keeps its own state
+(``state``: Adam's two moments, SGD's momentum). :func:`memory_split` counts those tensors'
+storages with :func:`perfkit.memory.live_model_states` (a storage once, in the first
+category that holds it) and puts them beside the peak: the CUDA allocator's peak on a GPU,
+the process's resident-set high-water mark on a CPU (which also holds Python, torch's
+libraries and everything the script allocated, hence ``start_bytes``: what was resident
+before the script ran).
+
+Usage::
+
+    start = memory_in_use()
+    ...                                   # training steps
+    record = memory_split([optimizer], start_bytes=start)
+    record["params_bytes"], record["bytes"]
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Sequence
+from typing import Any
+
+import psutil
+import torch
+
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.memory import live_model_states
+
+__all__ = ["memory_split"]
+
+
+def memory_in_use() -> int:
+    """Bytes in use now: the CUDA allocator's on a GPU, else this process's resident set."""
+    if torch.cuda.is_available():
+        return int(torch.cuda.memory_allocated())
+    return int(psutil.Process().memory_info().rss)
+
+
+def _peak() -> dict[str, Any]:
+    if torch.cuda.is_available():
+        return {"kind": "CUDA allocator peak", "bytes": int(torch.cuda.max_memory_allocated())}
+    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark
+    return {"kind": "peak RSS",
+            "bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) << 10}
+
+
+def memory_split(optimizers: Sequence[torch.optim.Optimizer] = (),
+                 start_bytes: int | None = None) -> dict[str, Any]:
+    """The peak so far and the model-state bytes the ``optimizers`` hold (a JSON-able dict).
+
+    Call it where all three states are alive: after backward, before ``zero_grad``, from
+    the second step on (optimizers allocate their state at their first step).
+
+    Args:
+        optimizers: the optimizers whose parameters, gradients and state are counted
+            (an optimizer wrapping another one may be given with it: storages count once).
+        start_bytes: :func:`memory_in_use` before the script ran, or ``None``.
+
+    Returns:
+        ``kind`` and ``bytes`` of the peak, ``start_bytes``, and ``params_bytes``,
+        ``grads_bytes``, ``optimizer_bytes`` and ``optimizers`` (class names), which are
+        ``None`` when no optimizer was given.
+
+    Raises:
+        TypeError, ValueError: for an item that is not a ``torch.optim.Optimizer``, or a
+            negative ``start_bytes``.
+    """
+    opts = [check_type("optimizers item", o, torch.optim.Optimizer)
+            for o in check_items("optimizers", optimizers, nonempty=False)]
+    if start_bytes is not None:
+        check_int("start_bytes", start_bytes, 0)
+    out: dict[str, Any] = {**_peak(), "start_bytes": start_bytes, "params_bytes": None,
+                           "grads_bytes": None, "optimizer_bytes": None, "optimizers": None}
+    if not opts:
+        return out
+    params = [p for o in opts for g in o.param_groups for p in g["params"]]
+    state = [t for o in opts for s in o.state.values() if isinstance(s, dict)
+             for t in s.values() if isinstance(t, torch.Tensor)]
+    live = live_model_states(params, [p.grad for p in params], state)
+    out.update(params_bytes=live.params, grads_bytes=live.grads, optimizer_bytes=live.optimizer,
+               optimizers=sorted({type(o).__name__ for o in opts}))
+    return out
