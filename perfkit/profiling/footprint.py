@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import resource
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,12 +41,27 @@ def memory_in_use() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def _peak_rss() -> int:
+    """This process's resident-set high-water mark, bytes.
+
+    Linux's ``VmHWM`` first: ``ru_maxrss`` survives ``exec``, so a process started from a
+    large one (a notebook kernel running the command) would report its parent's peak.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) << 10  # kB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) << 10  # bytes there, KiB here
+
+
 def _peak() -> dict[str, Any]:
     if torch.cuda.is_available():
         return {"kind": "CUDA allocator peak", "bytes": int(torch.cuda.max_memory_allocated())}
-    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark
-    return {"kind": "peak RSS",
-            "bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) << 10}
+    return {"kind": "peak RSS", "bytes": _peak_rss()}
 
 
 def memory_split(optimizers: Sequence[torch.optim.Optimizer] = (),

@@ -2,7 +2,10 @@
 perfkit.viz without pyplot, embedded in report.html as PNGs, with no overlapping text."""
 
 import base64
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -48,6 +51,16 @@ def test_memory_split_counts_parameters_gradients_and_adam_state():
     assert mem["optimizers"] == ["AdamW"] and mem["start_bytes"] == 123
     assert mem["bytes"] > mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
     assert memory_split()["params_bytes"] is None  # no optimizer: the peak alone
+
+
+def test_peak_rss_is_this_process_not_the_one_that_started_it():
+    # Linux keeps ru_maxrss across exec: a child of an 800 MiB parent would report 800 MiB
+    child = ("from perfkit.profiling import memory_split; print(memory_split()['bytes'])")
+    parent = ("import subprocess, sys; big = b'x' * (800 * 2**20); "
+              f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                         check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}).stdout
+    assert 50 * 2**20 < int(out) < 600 * 2**20, int(out) / 2**20  # torch imported: ~300 MiB
 
 
 def test_report_prints_the_split():
