@@ -597,8 +597,8 @@ for name, rep in reports.items():
     if planted[name]:
         measured = kinds.index(planted[name]) + 1 if planted[name] in kinds else len(kinds) + 1
         viz.show_verdict(judge(predicted[name], measured, explain={
-            "held": f"Removing it can speed the {rep['step_p50_s'] * 1e3:.1f} ms step up at most "
-                    f"{rep['findings'][0]['max_speedup']:.2f}x (Amdahl's bound on its share).",
+            "held": f"Removing it can speed the step up at most {rep['findings'][0]['max_speedup']:.2f}x "
+                    f"(Amdahl's bound on its {rep['findings'][0]['share']:.1%} of the step).",
             "above": f"The findings were {kinds or 'none'}: the planted cause "
                      + ("ranked below another one" if planted[name] in kinds else "did not cross its threshold")
                      + " on this run, so the thresholds do not fit this machine's load; see "
@@ -647,8 +647,9 @@ p_states = Prediction("model-state bytes over parameter bytes (healthy_cnn.py)",
 viz.show_verdict(judge(p_states, states / mem["params_bytes"], explain={
     "held": f"Yet the model states are {states / mem['bytes']:.2%} of the peak: for a model this small the "
             f"memory is the {mem['start_bytes'] / 2**20:.0f} MiB resident before the script ran (Python and "
-            f"torch's libraries) and the {(mem['bytes'] - mem['start_bytes'] - states) / 2**20:.0f} MiB the "
-            "script and the profiler allocated around them (the batch, activations, recorded events).",
+            f"torch's libraries) and the {(mem['bytes'] - mem['start_bytes'] - states) / 2**20:.0f} MiB "
+            "the run added (torch modules the script imported, its batch and activations, the "
+            "profiler's recorded events).",
     "above": "The optimizer holds more than one buffer per parameter: another optimizer than the "
              "script's SGD, or state the formula leaves out."}))
 fig = viz.plot_memory_split(reports["healthy_cnn"])
