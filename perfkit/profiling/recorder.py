@@ -8,7 +8,8 @@ a named ``--step-marker`` function returns. Data wait is the time spent in DataL
 iterators' ``__next__``. After ``skip`` steps it starts ``torch.profiler`` for ``steps``
 steps and writes ``phase:`` and ``ProfilerStep#`` markers into the trace, so that
 :func:`perfkit.profiling.trace_breakdown` reads data / forward / backward / optimizer
-shares back from it.
+shares back from it. When the window ends it takes the peak memory and counts the model
+states held by the optimizers that stepped in it (:func:`perfkit.profiling.memory_split`).
 
 Outside the window each step costs two ``perf_counter`` calls and a list append (the
 overhead ``benchmarks/diagnose.py`` measures); the forward hooks, the backward wrapper
