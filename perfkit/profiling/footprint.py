@@ -14,7 +14,7 @@ Usage::
 
     start = memory_in_use()
     ...                                   # training steps
-    record = memory_split([optimizer], start_bytes=start)
+    record = memory_split([optimizer], start=start)
     record["params_bytes"], record["bytes"]
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -34,11 +34,17 @@ from perfkit.memory import live_model_states
 __all__ = ["memory_split"]
 
 
-def memory_in_use() -> int:
-    """Bytes in use now: the CUDA allocator's on a GPU, else this process's resident set."""
-    if torch.cuda.is_available():
-        return int(torch.cuda.memory_allocated())
-    return int(psutil.Process().memory_info().rss)
+def _on_cuda() -> bool:
+    """Whether this process uses CUDA: a CPU script on a GPU machine is judged by its RSS,
+    and asking the allocator before the script chose its device would create a context."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def memory_in_use() -> dict[str, int]:
+    """Bytes in use now: ``rss``, this process's resident set, and ``cuda``, the CUDA
+    allocator's on the current device (0 while the process has not used CUDA)."""
+    return {"rss": int(psutil.Process().memory_info().rss),
+            "cuda": int(torch.cuda.memory_allocated()) if _on_cuda() else 0}
 
 
 def _peak_rss() -> int:
@@ -59,13 +65,13 @@ def _peak_rss() -> int:
 
 
 def _peak() -> dict[str, Any]:
-    if torch.cuda.is_available():
+    if _on_cuda():
         return {"kind": "CUDA allocator peak", "bytes": int(torch.cuda.max_memory_allocated())}
     return {"kind": "peak RSS", "bytes": _peak_rss()}
 
 
 def memory_split(optimizers: Sequence[torch.optim.Optimizer] = (),
-                 start_bytes: int | None = None) -> dict[str, Any]:
+                 start: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The peak so far and the model-state bytes the ``optimizers`` hold (a JSON-able dict).
 
     Call it where all three states are alive: after backward, before ``zero_grad``, from
@@ -74,22 +80,29 @@ def memory_split(optimizers: Sequence[torch.optim.Optimizer] = (),
     Args:
         optimizers: the optimizers whose parameters, gradients and state are counted
             (an optimizer wrapping another one may be given with it: storages count once).
-        start_bytes: :func:`memory_in_use` before the script ran, or ``None``.
+        start: :func:`memory_in_use` before the script ran, or ``None``.
 
     Returns:
-        ``kind`` and ``bytes`` of the peak, ``start_bytes``, and ``params_bytes``,
+        ``kind`` and ``bytes`` of the peak (the CUDA allocator's once the process uses
+        CUDA, else the resident set's), ``start_bytes`` (of the same kind), and ``params_bytes``,
         ``grads_bytes``, ``optimizer_bytes`` and ``optimizers`` (class names), which are
         ``None`` when no optimizer was given.
 
     Raises:
         TypeError, ValueError: for an item that is not a ``torch.optim.Optimizer``, or a
-            negative ``start_bytes``.
+            ``start`` that is not a :func:`memory_in_use` record.
     """
     opts = [check_type("optimizers item", o, torch.optim.Optimizer)
             for o in check_items("optimizers", optimizers, nonempty=False)]
-    if start_bytes is not None:
-        check_int("start_bytes", start_bytes, 0)
-    out: dict[str, Any] = {**_peak(), "start_bytes": start_bytes, "params_bytes": None,
+    peak, start_bytes = _peak(), None
+    if start is not None:
+        check_type("start", start, Mapping)
+        key = "cuda" if peak["kind"].startswith("CUDA") else "rss"
+        if key not in start:
+            raise ValueError(f"start must be a memory_in_use() record with 'rss' and 'cuda', "
+                             f"got keys {sorted(start)}")
+        start_bytes = check_int(f"start[{key!r}]", start[key], 0)
+    out: dict[str, Any] = {**peak, "start_bytes": start_bytes, "params_bytes": None,
                            "grads_bytes": None, "optimizer_bytes": None, "optimizers": None}
     if not opts:
         return out

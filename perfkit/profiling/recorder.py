@@ -138,7 +138,7 @@ class StepRecorder:
         self.window_done = False  # the whole window was recorded
         self.trace_ok = False  # a trace was written (of a window perhaps cut short)
         self.error: str | None = None
-        self.start_memory: int | None = None  # bytes in use when the script started
+        self.start_memory: dict[str, int] | None = None  # in use when the script started
         # peak memory and the model states of the optimizers stepped in the window
         # (footprint.memory_split), taken when the window ends, before the trace export
         self.memory: dict[str, Any] | None = None

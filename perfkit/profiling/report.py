@@ -120,7 +120,7 @@ def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> d
         "window_steps": len(times), "step_times_s": times, "step_data_s": rec_data,
         "batch_size": rec.batch_size, "flops_per_step": rec.flops_per_step,
         # the window's end saw the model states; a script that never reached it, the peak
-        "memory": rec.memory or memory_split(start_bytes=rec.start_memory),
+        "memory": rec.memory or memory_split(start=rec.start_memory),
         "trace": str(rec.trace_path) if rec.trace_ok else None,
         "attribution": None, "data_wait_s": sum(rec_data) / len(rec_data) if rec_data else None,
         "note": rec.error,

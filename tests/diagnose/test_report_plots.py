@@ -39,13 +39,13 @@ def test_memory_split_counts_parameters_gradients_and_adam_state():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
     opt = torch.optim.AdamW(model.parameters())
     n = 8 * 16 + 16 + 16 * 4 + 4  # 212 parameters
-    before = memory_split([opt], start_bytes=0)
+    before = memory_split([opt], start={"rss": 0, "cuda": 0})
     assert before["params_bytes"] == 4 * n and before["grads_bytes"] == 0  # no backward yet
     assert before["optimizer_bytes"] == 0  # Adam allocates its state at the first step
     for _ in range(2):
         model(torch.randn(3, 8)).sum().backward()
         opt.step()
-    mem = memory_split([opt, opt], start_bytes=123)  # given twice: each storage counts once
+    mem = memory_split([opt, opt], start={"rss": 123, "cuda": 0})  # given twice: each storage counts once
     assert mem["params_bytes"] == 4 * n and mem["grads_bytes"] == 4 * n
     assert mem["optimizer_bytes"] == 2 * 4 * n + 4 * 4  # two moments + 4 float32 step counts
     assert mem["optimizers"] == ["AdamW"] and mem["start_bytes"] == 123
