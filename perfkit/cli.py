@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 from perfkit import __version__, hw
@@ -82,7 +82,20 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as e:
         print(f"perfkit diagnose: {e}", file=sys.stderr)
         return 2
-    return run_diagnosis(target, rest, cfg, module=args.module is not None, exit_process=True)
+    return run_diagnosis(target, rest, cfg, module=args.module is not None, exit_process=True,
+                         plots=_report_plots())
+
+
+def _report_plots() -> Callable[[dict], Mapping[str, bytes]] | None:
+    """perfkit.viz's report plots, or ``None`` where matplotlib is not installed (the report
+    is then written without them)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    from perfkit.viz.diagnose import report_pngs
+
+    return report_pngs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,8 @@ StepMonitor and MemoryMonitor time your own loop's phases and write them to sink
 back from its trace, diagnose turns shares into findings, and alert_rules turns the same
 thresholds into Prometheus alerts. run_diagnosis (``python -m perfkit diagnose train.py``)
 does all of it for an unchanged script: StepRecorder finds its steps, attribute_trace splits
-them, build_report ranks the findings.
+them, build_report ranks the findings and measures the memory split (footprint), and
+render writes the report.
 
 Usage::
 
@@ -22,6 +23,7 @@ from perfkit.profiling.analyzer import (
     measure_workload,
 )
 from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribute_trace
+from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.profiling.monitor import (
     PHASES,
@@ -39,14 +41,8 @@ from perfkit.profiling.profiler import (
     trace_breakdown,
 )
 from perfkit.profiling.recorder import StepRecorder, WindowDone
-from perfkit.profiling.report import (
-    DiagnoseThresholds,
-    build_report,
-    rank_record,
-    render_html,
-    render_markdown,
-    render_text,
-)
+from perfkit.profiling.render import render_html, render_markdown, render_text
+from perfkit.profiling.report import DiagnoseThresholds, build_report, rank_record
 from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
 from perfkit.profiling.sinks import (
     METRICS,
@@ -77,6 +73,7 @@ __all__ = [
     "diagnose",
     "Finding",
     "measure_workload",
+    "memory_split",
     "MemoryMonitor",
     "MemoryRecord",
     "OpStat",

@@ -8,7 +8,8 @@ a named ``--step-marker`` function returns. Data wait is the time spent in DataL
 iterators' ``__next__``. After ``skip`` steps it starts ``torch.profiler`` for ``steps``
 steps and writes ``phase:`` and ``ProfilerStep#`` markers into the trace, so that
 :func:`perfkit.profiling.trace_breakdown` reads data / forward / backward / optimizer
-shares back from it.
+shares back from it. When the window ends it takes the peak memory and counts the model
+states held by the optimizers that stepped in it (:func:`perfkit.profiling.memory_split`).
 
 Outside the window each step costs two ``perf_counter`` calls and a list append (the
 overhead ``benchmarks/diagnose.py`` measures); the forward hooks, the backward wrapper
@@ -38,6 +39,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity
 
 from perfkit._checks import check_int, check_type
+from perfkit.profiling.footprint import memory_in_use, memory_split
 from perfkit.profiling.profiler import PHASE_PREFIX
 
 __all__ = ["StepRecorder", "WindowDone"]
@@ -61,6 +63,16 @@ def _batch_size(batch: Any) -> int | None:
             if n is not None:
                 return n
     return None
+
+
+def _window_flops(prof: torch.profiler.profile) -> float:
+    """FLOPs the profiler counted from the operators' shapes (``with_flops``), summed over
+    its raw events: ``key_averages()`` gives the same sum but first builds a Python event
+    tree, seconds for a window with thousands of small operators."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:  # not the Kineto profiler: the slow, public way
+        return float(sum(k.flops for k in prof.key_averages()))
+    return float(sum(e.flops() for e in results.events()))
 
 
 class _Span:
@@ -126,6 +138,11 @@ class StepRecorder:
         self.window_done = False  # the whole window was recorded
         self.trace_ok = False  # a trace was written (of a window perhaps cut short)
         self.error: str | None = None
+        self.start_memory: dict[str, int] | None = None  # in use when the script started
+        # peak memory and the model states of the optimizers stepped in the window
+        # (footprint.memory_split), taken when the window ends, before the trace export
+        self.memory: dict[str, Any] | None = None
+        self._optimizers: dict[int, Any] = {}  # id -> optimizer, inside the window only
         self._lock = threading.Lock()
         self._opt_depth = 0
         self._opt_t0 = 0.0
@@ -137,6 +154,7 @@ class StepRecorder:
     # --- installing and removing the hooks ----------------------------------------------
 
     def __enter__(self) -> StepRecorder:
+        self.start_memory = memory_in_use()
         self.start_s = time.perf_counter()
         if self.step_marker is None:
             pre = optim_hooks.register_optimizer_step_pre_hook(self._opt_pre)
@@ -204,6 +222,8 @@ class StepRecorder:
 
     def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._opt_depth += 1  # optimizers that wrap another one (accelerate) nest
+        if self._prof is not None:  # every depth: the inner optimizer holds the tensors
+            self._optimizers[id(opt)] = opt
         if self._opt_depth == 1:
             self._opt_t0 = time.perf_counter()
             if self._prof is not None:
@@ -274,13 +294,18 @@ class StepRecorder:
         self._opt_span.close()
         self._step_span.close()
         assert prof is not None
+        try:  # the optimizer has just stepped: gradients and its state are alive
+            self.memory = memory_split(list(self._optimizers.values()), self.start_memory)
+        except Exception as e:  # an exotic optimizer must not cost the report
+            self.error = f"the model states could not be counted: {e}"
+        self._optimizers.clear()
         try:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             prof.__exit__(None, None, None)
             self.trace_path.parent.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(self.trace_path))
-            flops = sum(k.flops for k in prof.key_averages())
+            flops = _window_flops(prof)
             n = max(1, min(self.steps, len(self.step_ends_s) - self.skip))
             self.flops_per_step = flops / n if flops > 0 else None
             self.trace_ok = True

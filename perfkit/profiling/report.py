@@ -4,30 +4,27 @@
 into a JSON-able dict; :func:`build_report` merges the ranks' records, judges them against
 :class:`DiagnoseThresholds` and ranks the findings by the most the fix can gain (Amdahl's
 law: removing a share ``s`` of the step speeds it up at most ``1 / (1 - s)``).
-:func:`render_text` and :func:`render_markdown` print it.
+:mod:`perfkit.profiling.render` prints it.
 
 Usage::
 
     report = build_report([rank_record(rec)])
-    print(render_text(report))
+    report["findings"][0]["kind"], report["memory"]["params_bytes"]
 """
 
 from __future__ import annotations
 
-import resource
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import torch
-
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.analyzer import Thresholds, diagnose
 from perfkit.profiling.attribution import CATEGORIES, attribute_trace
+from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.recorder import StepRecorder
 
-__all__ = ["DiagnoseThresholds", "build_report", "rank_record", "render_html", "render_markdown",
-           "render_text"]
+__all__ = ["DiagnoseThresholds", "build_report", "rank_record"]
 
 
 @dataclass(frozen=True)
@@ -112,13 +109,6 @@ _FIX = {
 }
 
 
-def _peak_memory() -> dict[str, Any]:
-    if torch.cuda.is_available():
-        return {"kind": "CUDA allocator peak", "bytes": int(torch.cuda.max_memory_allocated())}
-    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark
-    return {"kind": "peak RSS", "bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) << 10}
-
-
 def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> dict[str, Any]:
     """One rank's measurements as a JSON-able dict (what ranks exchange to merge)."""
     check_type("rec", rec, StepRecorder)
@@ -127,8 +117,10 @@ def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> d
     rec_data = rec.data_s[: len(rec.step_ends_s)][win]
     out: dict[str, Any] = {
         "rank": rank, "status": status, "steps_seen": len(rec.step_ends_s),
-        "window_steps": len(times), "step_times_s": times, "batch_size": rec.batch_size,
-        "flops_per_step": rec.flops_per_step, "memory": _peak_memory(),
+        "window_steps": len(times), "step_times_s": times, "step_data_s": rec_data,
+        "batch_size": rec.batch_size, "flops_per_step": rec.flops_per_step,
+        # the window's end saw the model states; a script that never reached it, the peak
+        "memory": rec.memory or memory_split(start=rec.start_memory),
         "trace": str(rec.trace_path) if rec.trace_ok else None,
         "attribution": None, "data_wait_s": sum(rec_data) / len(rec_data) if rec_data else None,
         "note": rec.error,
@@ -213,6 +205,7 @@ def _findings(base: dict[str, Any], ranks: list[dict[str, Any]], th: DiagnoseThr
                                 f"(median; {ratio:.2f}x, threshold {th.straggler}x), so they "
                                 f"wait {wait:.1%} of the step for it in their collectives "
                                 f"(threshold {th.straggler_wait:.0%})", _FIX["straggler"]))
+            out[-1]["rank"] = slow
     out.sort(key=lambda f: (f["severity"] == "info", -f["share"]))
     return out
 
@@ -245,6 +238,7 @@ def build_report(records: list[dict[str, Any]],
         "step_p50_s": _pct(times, 0.5) if times else None,
         "step_p95_s": _pct(times, 0.95) if times else None,
         "shares": None, "comm_overlapped_share": None, "syncs_per_step": None,
+        "step_times_s": times, "step_data_s": base.get("step_data_s"),
         "throughput": None, "mfu": "unknown", "memory": base["memory"], "ranks": [],
         "findings": [], "trace": base["trace"], "notes": [n for n in
                                                           (base.get("note"),) if n],
@@ -253,6 +247,8 @@ def build_report(records: list[dict[str, Any]],
         rt = r["step_times_s"]
         rep["ranks"].append({"rank": r["rank"], "status": r["status"],
                              "step_p50_s": _pct(rt, 0.5) if rt else None,
+                             "step_p95_s": _pct(rt, 0.95) if rt else None,
+                             "peak_bytes": r["memory"]["bytes"],
                              "work_s": (r["attribution"]["step_mean_s"]
                                         - r["attribution"]["category_s"]["communication"])
                              if r["attribution"] else None})
@@ -277,108 +273,3 @@ def build_report(records: list[dict[str, Any]],
         rep["mfu"] = "unknown (no measured peak: run `python -m perfkit limits`)"
     rep["findings"] = _findings(base, records, th, peak_flops)
     return rep
-
-
-def render_text(rep: dict[str, Any]) -> str:
-    """The report as terminal text: numbers first, then the findings, worst first."""
-    return _render(rep, md=False)
-
-
-def render_markdown(rep: dict[str, Any]) -> str:
-    """The report as Markdown (report.md)."""
-    return _render(rep, md=True)
-
-
-_COLORS = {"data": "#e6550d", "sync": "#d62728", "communication": "#9467bd",
-           "optimizer": "#8c564b", "backward": "#1f77b4", "forward": "#6baed6",
-           "other": "#bdbdbd"}
-
-
-def render_html(rep: dict[str, Any]) -> str:
-    """The report as one self-contained HTML page (report.html): the Markdown text and an
-    SVG bar of where the step goes (no plotting library, nothing fetched)."""
-    _check_report(rep)
-    import html
-
-    bar, x = [], 0.0
-    for k, v in (rep["shares"] or {}).items():
-        w = 600 * v
-        bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="28" fill="{_COLORS[k]}">'
-                   f"<title>{k} {v:.1%}</title></rect>")
-        if v >= 0.06:
-            bar.append(f'<text x="{x + 3:.1f}" y="18" font-size="11" fill="white">{k} '
-                       f"{v:.0%}</text>")
-        x += w
-    svg = (f'<svg width="600" height="28" role="img" aria-label="shares of the step">'
-           f'{"".join(bar)}</svg>') if bar else ""
-    return ("<!doctype html><meta charset=utf-8><title>perfkit diagnose</title>"
-            "<body style='font-family:sans-serif;max-width:60em'>"
-            f"<h1>Where the step goes</h1>{svg}"
-            f"<pre>{html.escape(render_markdown(rep))}</pre></body>")
-
-
-def _ms(s: float | None) -> str:
-    return "?" if s is None else f"{s * 1e3:.2f} ms"
-
-
-_REPORT_KEYS = ("command", "status", "steps_seen", "window_steps", "world_size", "step_p50_s",
-                "step_p95_s", "throughput", "findings")
-
-
-def _check_report(rep: Any) -> dict[str, Any]:
-    """``rep`` if it is a report as :func:`build_report` returns it (or its JSON read back)."""
-    check_type("rep", rep, dict)
-    missing = [k for k in _REPORT_KEYS if k not in rep]
-    if missing:
-        raise ValueError(f"rep must be a report from build_report(); it lacks {missing}")
-    return rep
-
-
-def _render(rep: dict[str, Any], md: bool) -> str:
-    _check_report(rep)
-    h = "## " if md else ""
-    li = "- " if md else "  "
-    lines = [f"{'# ' if md else ''}perfkit diagnose: {rep['command']}".rstrip(),
-             f"{li}status: {rep['status']}, {rep['steps_seen']} steps seen, "
-             f"{rep['window_steps']} recorded, {rep['world_size']} rank(s)",
-             f"{li}step time: p50 {_ms(rep['step_p50_s'])}, p95 {_ms(rep['step_p95_s'])}"]
-    if rep["throughput"]:
-        t = rep["throughput"]
-        lines.append(f"{li}throughput: {t['samples_per_s']:.1f} samples/s "
-                     f"(batch {t['batch_size']} from the DataLoader)")
-    else:
-        lines.append(f"{li}throughput: unknown (no DataLoader batch to count)")
-    mfu = rep["mfu"]
-    lines.append(f"{li}MFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak"
-                                  if isinstance(mfu, float) else mfu))
-    mem = rep["memory"]
-    lines.append(f"{li}memory: {mem['kind']} {mem['bytes'] / 2**20:.0f} MiB")
-    if rep["shares"]:
-        lines += ["", f"{h}Where the step goes"]
-        for k, v in rep["shares"].items():
-            extra = ""
-            if k == "communication":
-                extra = f"  (exposed; {rep['comm_overlapped_share']:.1%} more overlapped)"
-            lines.append(f"{li}{k:<14}{v:7.1%}{extra}")
-        lines.append(f"{li}{'syncs/step':<14}{rep['syncs_per_step']:7.1f}")
-        if rep.get("device_idle_share") is not None:
-            lines.append(f"{li}{'device idle':<14}{rep['device_idle_share']:7.1%}")
-    if len(rep["ranks"]) > 1:
-        lines += ["", f"{h}Ranks"]
-        for r in rep["ranks"]:
-            lines.append(f"{li}rank {r['rank']}: step p50 {_ms(r['step_p50_s'])}, "
-                         f"work outside collectives {_ms(r['work_s'])} ({r['status']})")
-    lines += ["", f"{h}Findings"]
-    if not rep["findings"]:
-        lines.append(f"{li}none: no cause crosses its threshold")
-    for i, f in enumerate(rep["findings"], 1):
-        gain = f"; fixing it can speed the step up at most {f['max_speedup']:.2f}x" \
-            if f["max_speedup"] and f["severity"] != "info" else ""
-        lines.append(f"{i}. [{f['severity']}] {f['kind']}: {f['evidence']}{gain}")
-        lines += [f"   {'-' if md else '*'} fix: {x}" for x in f["fix"]]
-        lines.append(f"   {'-' if md else '*'} learn: {f['notebook']}")
-    for n in rep["notes"]:
-        lines.append(f"note: {n}")
-    if rep["trace"]:
-        lines.append(f"trace (open in https://ui.perfetto.dev): {rep['trace']}")
-    return "\n".join(lines)

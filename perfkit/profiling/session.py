@@ -3,7 +3,8 @@
 :func:`run_diagnosis` is ``python -m perfkit diagnose``: it runs the script in this
 process (``runpy``, as ``python script.py`` would, with its own ``sys.argv``), records
 ``skip`` + ``steps`` optimizer steps, writes ``report.json``, ``report.md``,
-``report.html`` (with an SVG bar of the shares) and the Chrome trace to ``out_dir`` and
+``report.html`` (with the plots that ``plots`` draws, embedded; an SVG bar of the shares
+without them), the plots as ``report.<name>.png`` and the Chrome trace to ``out_dir`` and
 prints the report. Under ``torchrun`` every rank records and
 writes ``rank<R>.json``; rank 0 waits for the other ranks' files and writes the one
 merged report (files, not a collective: the script's own process group is left alone).
@@ -29,20 +30,19 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from perfkit._checks import check_choice, check_int, check_real, check_type
+from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
 from perfkit.profiling.recorder import StepRecorder, WindowDone
-from perfkit.profiling.report import (
-    build_report,
-    rank_record,
-    render_html,
-    render_markdown,
-    render_text,
-)
+from perfkit.profiling.render import render_html, render_markdown, render_text
+from perfkit.profiling.report import build_report, rank_record
+
+Plots = Callable[[dict[str, Any]], Mapping[str, bytes]]  # report -> name -> PNG bytes
 
 __all__ = ["DiagnoseConfig", "run_diagnosis"]
 
@@ -115,8 +115,10 @@ def _print_script_traceback(e: BaseException) -> None:
 
 
 class _Session:
-    def __init__(self, target: str, module: bool, args: list[str], cfg: DiagnoseConfig) -> None:
+    def __init__(self, target: str, module: bool, args: list[str], cfg: DiagnoseConfig,
+                 plots: Plots | None = None) -> None:
         self.target, self.module, self.args, self.cfg = target, module, args, cfg
+        self.plots = plots
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.out = Path(cfg.out_dir)
@@ -155,9 +157,17 @@ class _Session:
         if len(records) < self.world:
             rep["notes"].append(f"only {len(records)} of {self.world} ranks reported within "
                                 f"{self.cfg.merge_wait_s:.0f} s")
+        images: dict[str, bytes] = {}
+        try:
+            images = dict(self.plots(rep)) if self.plots else {}
+        except Exception as e:  # a plot must not cost the report
+            rep["notes"].append(f"the plots could not be drawn: {e!r}")
+        for name, png in images.items():
+            (self.out / f"report.{name}.png").write_bytes(png)
         (self.out / "report.json").write_text(json.dumps(rep, indent=1))
-        (self.out / "report.md").write_text(render_markdown(rep) + "\n")
-        (self.out / "report.html").write_text(render_html(rep))
+        (self.out / "report.md").write_text(
+            render_markdown(rep, [f"report.{name}.png" for name in images]) + "\n")
+        (self.out / "report.html").write_text(render_html(rep, images))
         print(render_text(rep), file=sys.stderr if self.cfg.then == "continue" else sys.stdout,
               flush=True)
 
@@ -245,18 +255,21 @@ class _Session:
 
 def run_diagnosis(target: str, args: list[str] | tuple[str, ...] = (),
                   config: DiagnoseConfig | None = None, module: bool = False,
-                  exit_process: bool = False) -> int:
+                  exit_process: bool = False, plots: Plots | None = None) -> int:
     """Run ``target`` (a script path, or a module with ``module=True``) and diagnose it.
 
     Returns the exit code (see the module docstring); prints the report on rank 0. With
     ``exit_process`` (the command line) the process ends with ``os._exit`` instead when a
-    process group is still up or the script was stopped (see below).
+    process group is still up or the script was stopped (see below). ``plots`` draws the
+    report's figures (the command passes :func:`perfkit.viz.report_pngs` when matplotlib
+    is installed); ``None`` writes the report without them.
 
     Raises:
-        TypeError, ValueError: for a bad ``target``, ``args`` or ``config``.
+        TypeError, ValueError: for a bad ``target``, ``args``, ``config`` or ``plots``.
     """
     check_type("target", target, str)
     cfg = check_type("config", config, DiagnoseConfig, optional=True) or DiagnoseConfig()
+    check_callable("plots", plots, optional=True)
     args = [check_type("args item", a, str) for a in args]
     if module:
         try:
@@ -269,7 +282,7 @@ def run_diagnosis(target: str, args: list[str] | tuple[str, ...] = (),
     elif not Path(target).is_file():
         print(f"perfkit diagnose: no such script: {target!r}", file=sys.stderr)
         return 2
-    session = _Session(target, module, list(args), cfg)
+    session = _Session(target, module, list(args), cfg, plots)
     code = session.run()
     import torch.distributed as dist
 

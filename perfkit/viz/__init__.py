@@ -49,6 +49,14 @@ from perfkit.viz.core import (
     tidy,
 )
 from perfkit.viz.data import loader_widget, plot_loader_sweep, plot_overlap
+from perfkit.viz.diagnose import (
+    plot_memory_split,
+    plot_rank_spread,
+    plot_report_shares,
+    plot_step_times,
+    report_figures,
+    report_pngs,
+)
 from perfkit.viz.memory import (
     MEMORY_COLORS,
     memory_widget,
@@ -94,6 +102,12 @@ __all__ = [
     "plot_convergence",
     "plot_data_parallel",
     "plot_method_comparison",
+    "plot_memory_split",
+    "plot_rank_spread",
+    "plot_report_shares",
+    "plot_step_times",
+    "report_figures",
+    "report_pngs",
     "loader_widget",
     "plot_loader_sweep",
     "plot_overlap",

@@ -57,11 +57,31 @@ def test_report_numbers_are_consistent(runs):
     assert rep["memory"]["bytes"] > 50 * 2**20
     assert runs["healthy_mlp"].out.joinpath("report.md").read_text().startswith("# perfkit")
     assert runs["healthy_mlp"].out.joinpath("trace.rank0.json").stat().st_size > 1000
-    assert "<svg" in runs["healthy_mlp"].out.joinpath("report.html").read_text()
+    page = runs["healthy_mlp"].out.joinpath("report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3  # where the step goes, steps, memory
+    for name in ("shares", "steps", "memory"):
+        png = runs["healthy_mlp"].out / f"report.{name}.png"
+        assert png.read_bytes().startswith(b"\x89PNG")
+        assert f"]({png.name})" in runs["healthy_mlp"].out.joinpath("report.md").read_text()
     # the sync-bound script reads 2 values per sample of its 256-sample batch
     assert runs["sync_bound"].report["syncs_per_step"] == pytest.approx(512, abs=2)
     assert runs["healthy_cnn"].report["syncs_per_step"] == pytest.approx(1)
     assert runs["sync_bound"].report["throughput"] is None  # no DataLoader: not guessed
+
+
+def test_memory_split_is_counted_from_the_optimizers_tensors(runs):
+    # healthy_mlp: Linear(256, 1024), Linear(1024, 1024), Linear(1024, 10) under AdamW
+    n = 256 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10  # 1,323,018 parameters
+    mem = runs["healthy_mlp"].report["memory"]
+    assert (mem["params_bytes"], mem["grads_bytes"]) == (4 * n, 4 * n)  # fp32
+    assert mem["optimizer_bytes"] == 2 * 4 * n + 6 * 4  # two moments, 6 float32 step counts
+    assert mem["optimizers"] == ["AdamW"]
+    assert 0 < mem["start_bytes"] < mem["bytes"]
+    assert "optimizer state 10.1 MiB" in runs["healthy_mlp"].stdout
+    # sync_bound: Linear(64, 128), Linear(128, 10) under plain SGD, which keeps no state
+    mem = runs["sync_bound"].report["memory"]
+    n = 64 * 128 + 128 + 128 * 10 + 10
+    assert (mem["params_bytes"], mem["grads_bytes"], mem["optimizer_bytes"]) == (4 * n, 4 * n, 0)
 
 
 def test_comm_bound_under_torchrun(tmp_path):
@@ -74,3 +94,4 @@ def test_comm_bound_under_torchrun(tmp_path):
     assert rep["world_size"] == 2 and [r["rank"] for r in rep["ranks"]] == [0, 1]
     assert rep["findings"][0]["kind"] == "communication", rep["shares"]
     assert rep["shares"]["communication"] > 0.2
+    assert (tmp_path / "report.ranks.png").read_bytes().startswith(b"\x89PNG")  # the spread

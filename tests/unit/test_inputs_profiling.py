@@ -8,6 +8,7 @@ Each case is (id, call, exception, regex on the message); the regex names the ar
 import math
 
 import pytest
+import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit import profiling
@@ -30,6 +31,7 @@ from perfkit.profiling import (
     build_report,
     diagnose,
     measure_workload,
+    memory_split,
     process_rank,
     prometheus_config,
     rank_record,
@@ -43,6 +45,10 @@ from perfkit.profiling import (
 )
 
 NAN, INF = math.nan, math.inf
+REPORT = build_report([{"rank": 0, "status": "partial", "steps_seen": 0, "window_steps": 0,
+                        "step_times_s": [], "batch_size": None, "flops_per_step": None,
+                        "memory": {"kind": "peak RSS", "bytes": 1}, "trace": None,
+                        "attribution": None}])
 SHARES = {"data": 0.5, "forward": 0.2}
 EV = dict(ph="X", cat="user_annotation", tid=1)  # a Chrome trace's complete event
 
@@ -311,7 +317,23 @@ CASES += [
     ("render_markdown partial", lambda: render_markdown({"command": "x"}), ValueError,
      "rep must be a report"),
     ("render_html None", lambda: render_html(None), TypeError, "rep must be a dict"),
+    ("render_html images list", lambda: render_html(REPORT, images=[b"x"]), TypeError,
+     "images must be a Mapping"),
+    ("render_html images not png", lambda: render_html(REPORT, images={"shares": b"GIF89a"}),
+     ValueError, r"images\['shares'\] must be the bytes of a PNG"),
+    ("render_markdown images str", lambda: render_markdown(REPORT, images="a.png"), TypeError,
+     "images must be a list"),
+    ("memory_split item", lambda: memory_split([torch.nn.Linear(2, 2)]), TypeError,
+     "optimizers item must be an Optimizer"),
+    ("memory_split start negative", lambda: memory_split(start={"rss": -1, "cuda": 0}),
+     ValueError, r"start\['rss'\] must be an int >= 0"),
+    ("memory_split start int", lambda: memory_split(start=5), TypeError,
+     "start must be a Mapping"),
+    ("memory_split start keys", lambda: memory_split(start={"gpu": 0}), ValueError,
+     "start must be a memory_in_use"),
     ("run_diagnosis int", lambda: run_diagnosis(3), TypeError, "target must be a str"),
+    ("run_diagnosis plots", lambda: run_diagnosis("x.py", plots="png"), TypeError,
+     "plots must be None or a callable"),
     ("run_diagnosis config", lambda: run_diagnosis("x.py", config="bad"), TypeError,
      "config must be a DiagnoseConfig"),
 ]
