@@ -48,12 +48,15 @@ class DiagnoseThresholds:
       has now; a ZeRO-1 DeepSpeed engine with 2 ranks about 0.10.
     * ``optimizer`` 0.40: planted 0.75-0.79 (Adam, ``foreach=False``, 200 tensors);
       others <= 0.34 (AdamW on the healthy MLP: 0.25-0.34 at batch 128, 0.26 at 256).
-    * ``overhead`` 0.45 with ``op_overhead_us`` 1.0: reported when the model's counted
-      FLOPs per operator are below what the machine computes in 1 us (16.9 kFLOP at this
-      machine's measured 16.9 GFLOP/s; ``peak_fallback`` 20 GFLOP/s when never measured)
-      and forward + backward + other exceed 45 % of the step: planted 417 FLOP per
-      operator, share 0.86-0.98; others >= 167 kFLOP per operator, except the optimizer
-      plant (315 FLOP/op at share 0.25: its small backward really is overhead-bound).
+    * ``overhead`` 0.45 with ``op_overhead_us`` 0.1: reported when the model's counted
+      FLOPs per operator are below what the machine computes in 0.1 us at its measured peak
+      (``peak_fallback`` 20 GFLOP/s when never measured) and forward + backward + other
+      exceed 45 % of the step: planted 417 FLOP per operator, share 0.86-0.98; others
+      >= 167 kFLOP per operator, except the optimizer plant (315 FLOP/op at share 0.25: its
+      small backward really is overhead-bound). This machine's fp32 peak read 16.9 GFLOP/s
+      under load and 165 GFLOP/s idle: the bar is then 1.7 or 16.5 kFLOP, at least 4x
+      above the plant and 10x below the healthy scripts (at 1 us it was 165 kFLOP idle,
+      level with them).
     * ``straggler`` 4.0 and ``straggler_wait`` 0.30: the slowest rank's work outside
       collectives over the other ranks' median, and the share of the step the others
       wait. DDP with equal shards (the communication plant) reached 2.9x and 0.50: 2
@@ -70,7 +73,7 @@ class DiagnoseThresholds:
     communication: float = 0.20
     optimizer: float = 0.40
     overhead: float = 0.45
-    op_overhead_us: float = 1.0
+    op_overhead_us: float = 0.1
     peak_fallback: float = 2e10
     straggler: float = 4.0
     straggler_wait: float = 0.30

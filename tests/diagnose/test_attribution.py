@@ -183,11 +183,13 @@ def test_recorder_finds_steps_and_data_then_stops_and_unhooks(tmp_path, one_thre
 
 
 def test_overhead_is_operators_too_small_for_their_dispatch():
-    # 50 operators per step; the machine does 1e10 FLOP/s, so 1 us of it is 10 kFLOP
-    tiny = build_report([record(0, 0.1, flops=50 * 1e3)], peak_flops=1e10)  # 1 kFLOP/op
+    # 50 operators per step; the machine does 1e10 FLOP/s, so 0.1 us of it is 1 kFLOP
+    tiny = build_report([record(0, 0.1, flops=50 * 1e2)], peak_flops=1e10)  # 100 FLOP/op
     assert tiny["findings"][0]["kind"] == "overhead"
     assert tiny["findings"][0]["share"] == pytest.approx(0.9)  # forward + backward
-    assert tiny["flops_per_op"] == pytest.approx(1e3)
+    assert tiny["flops_per_op"] == pytest.approx(1e2)
+    edge = build_report([record(0, 0.1, flops=50 * 2e3)], peak_flops=1e10)  # 2 kFLOP/op
+    assert "overhead" not in [f["kind"] for f in edge["findings"]]
     big = build_report([record(0, 0.1, flops=50 * 1e6)], peak_flops=1e10)  # 1 MFLOP/op
     assert "overhead" not in [f["kind"] for f in big["findings"]]
     unknown = build_report([record(0, 0.1, flops=None)], peak_flops=1e10)  # not counted
