@@ -247,10 +247,10 @@ viz.show_verdict(judge(Prediction(f"samples/s with {WORKERS[-1]} busy workers ov
     "above": "More workers still helped: some of the per-sample cost waits rather than computes (the busy "
              "loop is calibrated on an idle core), or the cores were less busy than the model assumes."}))
 short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if BATCH / r.steady_step_s < 0.9 * BATCH / p.steady_step_s]
-print("measured below 90 % of the model's throughput at workers = "
-      + (", ".join(map(str, short)) if short else "none")
-      + ": the model assumes the cores are ours alone; the training process, the DataLoader's own "
-        "threads and other jobs take a share.")
+print(("measured below 90 % of the model's throughput at workers = " + ", ".join(map(str, short))
+       + ": the model assumes the cores are ours alone; the training process, the DataLoader's own "
+         "threads and other jobs take a share.") if short else
+      "every worker count reached at least 90 % of the model's throughput.")
 #
 # ### 2c. `persistent_workers`: paying the startup once
 #
@@ -526,8 +526,9 @@ viz.show_verdict(judge(Prediction("hidden fraction, I/O-like load", "(n - 1) / n
     "inconclusive": "A negative fraction means the prefetched loop was slower than the serial one: the "
                     "machine's load changed during the run."}))
 gil_held = ("The prefetched loop was slower than the serial one: the loader thread took the GIL from "
-            "the step at every return to Python, which cost more than it hid." if hidden["spin"] < 0 else
-            "The loader thread runs only while the step is inside a kernel that released the GIL.")
+            "the step at every return to Python, which cost more than it hid." if hidden["spin"] < -0.05 else
+            "The loader thread runs only while the step is inside a kernel that released the GIL, so it hid "
+            "little or nothing.")
 viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load",
                                   "a thread cannot compute beside Python; it can slow the step (below 0)",
                                   high=0.3, physical=(-1, 1.2)), hidden["spin"], explain={
