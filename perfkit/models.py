@@ -340,7 +340,9 @@ def gpt2_workload(batch_size: int = 16, block_size: int = 64, num_workers: int =
     model = tiny_gpt2(vocab_size, block_size, n_embd, n_layer, n_head).to(dev)
     return Workload("tiny_gpt2", model, _loader(ds, batch_size, num_workers, seed),
                     torch.optim.AdamW(model.parameters(), lr=lr),
-                    lambda m, b: m(input_ids=b[0], labels=b[1]).loss, dev,
+                    # transformers shifts labels itself: pass the unshifted ids (``b[1]`` as
+                    # labels would train on the token two ahead)
+                    lambda m, b: m(input_ids=b[0], labels=b[0]).loss, dev,
                     block_size, batch_size)
 
 

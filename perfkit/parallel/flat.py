@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from perfkit._checks import check_int, check_type
+
 __all__ = ["all_gather_flat", "reduce_scatter_flat", "shard_range"]
 
 
@@ -42,6 +44,19 @@ def _ALL_GATHER(*args: Any, **kw: Any) -> Any:
     return _all_gather_fn()(*args, **kw)
 
 
+def _check_flat(flat: Any, part: Any, name: str, group: Any) -> None:
+    """Refuse, before any collective starts, what gloo or NCCL would fail on without a name."""
+    check_type(name, part, torch.Tensor)
+    check_type("flat", flat, torch.Tensor)
+    if (flat.dtype, flat.device) != (part.dtype, part.device):
+        raise TypeError(f"flat and {name} must share dtype and device, got {flat.dtype} on "
+                        f"{flat.device} and {part.dtype} on {part.device}")
+    n = dist.get_world_size(group) if dist.is_initialized() else None
+    if part.numel() < 1 or flat.numel() % part.numel() or (n and flat.numel() != n * part.numel()):
+        raise ValueError(f"flat must hold {'world_size' if n is None else n} x {name}'s "
+                         f"{part.numel()} elements, got {flat.numel()}")
+
+
 def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None,
                         async_op: bool = False) -> Any:
     """Sum ``flat`` (N equal slices) over ranks; rank r receives slice r in ``out``.
@@ -57,6 +72,7 @@ def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, group: Any = None
     Warning:
         Collective: every rank of ``group`` must call it, or the others hang.
     """
+    _check_flat(flat, out, "out", group)
     if dist.get_backend(group) == "gloo":
         n = dist.get_world_size(group)
         return dist.reduce_scatter(out, list(flat.chunk(n)), op=dist.ReduceOp.SUM, group=group,
@@ -74,6 +90,7 @@ def all_gather_flat(flat: torch.Tensor, shard: torch.Tensor, group: Any = None,
     Warning:
         Collective: every rank of ``group`` must call it, or the others hang.
     """
+    _check_flat(flat, shard, "shard", group)
     return _ALL_GATHER(flat, shard, group=group, async_op=async_op)
 
 
@@ -87,13 +104,11 @@ def shard_range(numel: int, world_size: int, rank: int) -> tuple[int, int, int]:
         ``(start, end, shard_size)``; ``end - start == shard_size``.
 
     Raises:
-        ValueError: for ``numel < 1``, ``world_size < 1`` or a rank outside
-            ``[0, world_size)``.
+        ValueError, TypeError: unless ``numel >= 1`` and ``world_size >= 1`` are ints and
+            ``rank`` an int in ``[0, world_size)``, each named in the message.
     """
-    if numel < 1:
-        raise ValueError(f"numel must be >= 1, got {numel}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got "
-                         f"world_size={world_size}, rank={rank}")
+    check_int("numel", numel, 1)
+    check_int("world_size", world_size, 1)
+    check_int("rank", rank, 0, world_size - 1)
     size = math.ceil(numel / world_size)
     return rank * size, (rank + 1) * size, size

@@ -136,6 +136,14 @@ def test_gpt2_workload_trains(monkeypatch, tmp_path):
     wl = gpt2_workload(batch_size=8, block_size=32, vocab_size=400, max_bytes=SMALL_TEXT)
     losses = train_steps(wl, steps=40)
     assert sum(losses[-5:]) / 5 < losses[0] - 0.5, losses  # ~6.0 -> ~5.1 measured
+    # the loss is next-token cross-entropy: x[t] predicts y[t] = x[t + 1] (the dataset's shift);
+    # passing the shifted y as transformers' labels (it shifts again) scores x[t + 2]
+    x, y = next(iter(wl.loader))
+    logits = wl.model(input_ids=x).logits  # (B, T, V)
+    want = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), y[:, :-1].flatten())
+    skip = torch.nn.functional.cross_entropy(logits[:, :-2].flatten(0, 1), y[:, 1:-1].flatten())
+    got = wl.loss_fn(wl.model, (x, y))
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, skip, atol=1e-3)
 
 
 def test_train_steps_calls_monitor_phases_in_order():
