@@ -15,7 +15,8 @@ sync       an all-reduce and ``.item()`` of the loss, and  losses and norms stay
            ``.item()``, every step (module 01)             every ``--check-every`` steps
 ddp        DDP with 1 KB buckets (one all-reduce per       DDP's defaults: 25 MB buckets that
            tensor) and ``find_unused_parameters=True``     overlap with backward, gradients
-           (module 02)                                     as bucket views
+           (a host read per parameter in every backward;   as bucket views
+           module 02)
 optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` (``fused=True`` on
            small kernels per tensor (module 06)            CUDA)
 attention  eager attention: matmul, mask, softmax,         ``scaled_dot_product_attention``
@@ -64,9 +65,11 @@ FIXES = {
     "compile": "torch.compile the model (CUDA; on a short CPU run compiling is not paid back)",
 }
 CUDA_ONLY_IN_ALL = ("bf16", "compile")
-# the fix that removes what each `perfkit diagnose` finding names ("compute" is the
-# information-level finding left once nothing else is: the compute-side fixes, in order)
-FIX_FOR_FINDING = {"data": ("data",), "sync": ("sync",), "communication": ("ddp",),
+# the fixes that remove what each `perfkit diagnose` finding names, in order ("compute" is
+# the information-level finding left once nothing else is: the compute-side fixes). A sync
+# finding can also come from DDP: find_unused_parameters=True reads one value per parameter
+# to the host in every backward.
+FIX_FOR_FINDING = {"data": ("data",), "sync": ("sync", "ddp"), "communication": ("ddp",),
                    "optimizer": ("optimizer",), "overhead": ("batch", "compile"),
                    "compute": ("attention", "batch", "bf16", "compile")}
 SLOW_BATCH, FAST_BATCH = 2, 8  # samples per rank
@@ -126,6 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=300, help="most optimizer steps (default 300)")
     p.add_argument("--target-loss", type=float, default=None,
                    help="stop once the mean loss over --window-tokens reaches it")
+    p.add_argument("--min-steps", type=int, default=0,
+                   help="steps run before the target loss may stop the job (default 0)")
     p.add_argument("--window-tokens", type=int, default=4096,
                    help="tokens (all ranks) the target loss is averaged over (default 4096)")
     p.add_argument("--check-every", type=int, default=10,
@@ -141,6 +146,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("steps", "window_tokens", "check_every", "max_bytes"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.min_steps < 0:
+        p.error(f"--min-steps must be >= 0, got {a.min_steps}")
     if a.target_loss is not None and not (math.isfinite(a.target_loss) and a.target_loss > 0):
         p.error(f"--target-loss must be a finite number > 0, got {a.target_loss}")
     return a
@@ -250,8 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     sampler = DistributedSampler(ds, ctx.world_size, ctx.rank, shuffle=True, seed=args.seed,
                                  drop_last=True)
     B = s["batch_per_rank"]
-    loader = DataLoader(ds, batch_size=B, sampler=sampler, drop_last=True, num_workers=0,
-                        pin_memory=s["prefetch"])
+    loader = DataLoader(ds, batch_size=B, sampler=sampler, drop_last=True, num_workers=0)
+    source = loader
+    if s["prefetch"]:  # pinned copies on a side stream while the model runs (module 07)
+        from perfkit.data import Prefetcher
+
+        source = Prefetcher(loader, device=ctx.device)
 
     torch.manual_seed(args.seed)
     cfg = GPT2Config(vocab_size=1024, n_positions=SEQ_LEN, n_embd=64, n_layer=2, n_head=2,
@@ -267,12 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         epoch = 0
         while True:  # epochs until --steps
             sampler.set_epoch(epoch)
-            it = iter(loader)
-            if s["prefetch"]:
-                from perfkit.data import Prefetcher
-
-                it = iter(Prefetcher(it, device=ctx.device))
-            yield from it
+            yield from source
             epoch += 1
 
     tokens_per_step = B * SEQ_LEN * ctx.world_size
@@ -307,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             grad_norms = dict(zip((n for n, _ in model.named_parameters()),
                                   grad_norms.tolist(), strict=True))
         clock.tick()
-        if args.target_loss is not None and len(losses) >= window and \
+        if args.target_loss is not None and step + 1 >= args.min_steps and len(losses) >= window and \
                 statistics.fmean(losses[-window:]) <= args.target_loss:
             done = True
         if done:
