@@ -145,6 +145,10 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # within the runs: a load that changes between two rounds (they run one after the other)
 # is not in it. A spread across a bound makes the verdict inconclusive.
 #
+# Two things to know when reading the sync rounds: on a CPU an `.item()` waits for no device
+# queue, so the sync share is mostly the Python work around the reads; and half of the
+# slow job's reads come from DDP, which the sync fix does not touch.
+#
 # Once no finding above information level is left, what remains is the arithmetic itself:
 # forward and backward. The compute fixes of module 06 are predicted from their own models:
 # **attention** (fused `scaled_dot_product_attention`) changes only forward and backward, so
@@ -187,7 +191,14 @@ def mfu_of(result):
 
 # %%
 applied, waterfall = [], []
-while (pick := next_fix(rounds[-1]["report"], rounds[-1]["result"], applied)) is not None:
+
+
+def play_round():
+    """Apply the next fix, run the job, judge its gain; False when nothing is left to fix."""
+    pick = next_fix(rounds[-1]["report"], rounds[-1]["result"], applied)
+    if pick is None:
+        print(f"Nothing left worth fixing after {len(applied)} rounds.")
+        return False
     kind, share, bound, model, fix = pick
     report, result = run_round((*applied, fix))
     gain, spread = speedup(rounds[-1]["result"], result)
@@ -207,11 +218,46 @@ while (pick := next_fix(rounds[-1]["report"], rounds[-1]["result"], applied)) is
                  "Python; the 2 ranks share 2 cores, so work removed from one also frees the "
                  "other; and the machine's load may have changed between the two rounds.",
         "below": "The step got slower: on this machine the fix costs more than it saves."}))
+    return True
+
+
+more = True
+
+# %% [markdown]
+# One round per cell (each is a 2-process job of seconds to a minute). A cell after the
+# last round has nothing left to do.
+
+# %%
+more = more and play_round()
+
+# %%
+more = more and play_round()
+
+# %%
+more = more and play_round()
+
+# %%
+more = more and play_round()
+
+# %%
+more = more and play_round()
+
+# %%
+more = more and play_round()
+
+# %% [markdown]
+# On CUDA two more fixes are available (bf16 and compile): the rounds go on until none is left.
+
+# %%
+while more:
+    more = play_round()
 
 # %% [markdown]
 # The last diagnosis, after every fix the loop chose; then the planted problems it left
 # alone, with the share of the step each still takes: below its finding's threshold, the
-# diagnosis did not call them worth fixing.
+# diagnosis did not call them worth fixing. The shares are rank 0's; communication is
+# judged on the least exposed rank, since a rank's exposed collective time includes waiting
+# for the slower rank (compare the two ranks' work outside collectives).
 
 # %%
 final = rounds[-1]["report"]
