@@ -52,12 +52,13 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
+import perfkit
 from perfkit import dist, hw, viz
 from perfkit.compute import gpt_train_flops
 from perfkit.profiling import render_text
 from perfkit.verdict import Prediction, judge
 
-ROOT = Path.cwd()
+ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import slow_train  # noqa: E402  (the job itself: its fixes and the finding each one answers)
