@@ -5,6 +5,7 @@ headline figures and the roofline plot; topic plots live beside it. Nothing here
 plots consume the records other perfkit modules return.
 """
 
+from perfkit.viz.capstone import cumulative_speedups, plot_time_to_target, plot_waterfall
 from perfkit.viz.claims import (
     CLAIM_MIME,
     claims_headlines,
@@ -78,6 +79,9 @@ from perfkit.viz.profiling import (
 )
 
 __all__ = [
+    "cumulative_speedups",
+    "plot_time_to_target",
+    "plot_waterfall",
     "CLAIM_MIME",
     "claims_headlines",
     "claims_table_rows",

@@ -1,0 +1,126 @@
+"""The capstone's plots: a waterfall of measured speedups, and loss against time.
+
+Consumes numbers the capstone notebook measured (``examples/slow_train.py`` runs); nothing
+here measures.
+
+Usage::
+
+    fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)])
+    fig = plot_time_to_target({"slow": (seconds, losses), "fast": (seconds2, losses2)}, 5.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from perfkit._checks import check_items, check_real, check_type
+from perfkit.viz.core import tidy
+
+__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall"]
+
+_UP, _DOWN, _TOTAL = "#2ca02c", "#d62728", "#1f77b4"
+
+
+def cumulative_speedups(steps: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    """``(name, before, after)`` per fix: the running product of the measured speedups.
+
+    Args:
+        steps: ``(fix name, measured speedup)`` in the order the fixes were applied; a
+            speedup below 1 is a fix that made the step slower.
+
+    Raises:
+        TypeError, ValueError: for an empty ``steps``, a name that is not a non-empty str or
+            a speedup that is not a finite number > 0.
+    """
+    out, total = [], 1.0
+    for i, item in enumerate(check_items("steps", steps)):
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TypeError(f"steps[{i}] must be a (name, speedup) pair, got {item!r}")
+        name, gain = item
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"steps[{i}] name must be a non-empty str, got {name!r}")
+        check_real(f"steps[{i}] speedup", gain, 0, lo_open=True)
+        out.append((name, total, total * gain))
+        total *= gain
+    return out
+
+
+def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
+                   unit: str = "tokens/s") -> Figure:
+    """Each fix's measured speedup as a bar from the running total before it to after it
+    (log scale, so equal factors get equal heights), and the total as the last bar.
+
+    Args:
+        steps: ``(fix name, measured speedup)`` in the order applied.
+        title: the figure's title.
+        unit: what the speedup is of (the y label).
+
+    Raises:
+        TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`) or a
+            ``title``/``unit`` that is not a str.
+    """
+    bars = cumulative_speedups(steps)
+    check_type("title", title, str)
+    check_type("unit", unit, str)
+    total = bars[-1][2]
+    fig, ax = plt.subplots(figsize=(1.2 * len(bars) + 2.6, 3.8))
+    names = [b[0] for b in bars] + ["total"]
+    for i, (_, lo, hi) in enumerate(bars):
+        color = _UP if hi >= lo else _DOWN
+        ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
+        if i:  # the connector from the previous bar's top
+            ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
+        ax.annotate(f"{hi / lo:.2f}x", (i, math.log2(max(lo, hi))), ha="center", va="bottom",
+                    xytext=(0, 2), textcoords="offset points", fontsize=9)
+    n = len(bars)
+    ax.bar(n, math.log2(total), color=_TOTAL, width=0.6)
+    ax.annotate(f"{total:.2f}x", (n, max(0.0, math.log2(total))), ha="center", va="bottom",
+                xytext=(0, 2), textcoords="offset points", fontsize=9, fontweight="bold")
+    ax.axhline(0, color="0.3", lw=0.8)
+    top = max(max(math.log2(b[2]) for b in bars), math.log2(total), 0.0)
+    bottom = min(min(math.log2(b[2]) for b in bars), 0.0)
+    ax.set_ylim(bottom - 0.2, top + 0.6)
+    ticks = range(math.floor(bottom), math.ceil(top + 0.6) + 1)
+    ax.set_yticks(list(ticks), [f"{2.0 ** t:g}x" for t in ticks])
+    ax.set_xticks(range(n + 1), names, rotation=20, ha="right")
+    ax.set_ylabel(f"speedup of {unit} (log scale)")
+    ax.set_title(title or "Measured speedup of each fix, cumulative")
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                        target: float, title: str = "") -> Figure:
+    """Loss against wall-clock seconds for each run, with the target loss as a line.
+
+    Args:
+        curves: run name -> ``(seconds at each step's end, loss at that step)``.
+        target: the target loss.
+        title: the figure's title.
+
+    Raises:
+        TypeError, ValueError: for an empty ``curves``, curves of unequal or zero length,
+            or a ``target`` that is not a finite number.
+    """
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError("curves must be a non-empty mapping of run name -> (seconds, losses)")
+    for k, v in curves.items():
+        if not isinstance(v, tuple | list) or len(v) != 2 or len(v[0]) != len(v[1]) or not v[0]:
+            raise ValueError(f"curves[{k!r}] must be (seconds, losses) of equal, non-zero length")
+    check_real("target", target)
+    check_type("title", title, str)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for name, (t, loss) in curves.items():
+        ax.plot(t, loss, label=name, lw=1.2)
+    ax.axhline(target, color="0.3", ls="--", lw=0.8, label=f"target {target:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds of training (log scale)")
+    ax.set_ylabel("training loss")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title or "Time to the target loss")
+    fig.tight_layout()
+    return tidy(fig)
