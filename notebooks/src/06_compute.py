@@ -631,11 +631,17 @@ viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} 
                                   "throughput flattens, it does not fall", low=0.9, unit="x"),
                        fp32_pts[-1].tokens_per_s / best.tokens_per_s, explain={
     "held": f"The best batch was {best.batch}; past it the gain per doubling is small.",
-    "below": f"Throughput peaked at batch {best.batch} and fell after it: larger batches' activations "
-             "outgrow the caches (section 1 measured the saved bytes per step), so each op waits on "
-             "memory, and on a shared machine a longer step also catches more interruptions."}))
-print(f"largest MFU measured: {max(p.mfu for p in bench.points):.1%}. For scale: PaLM (540B parameters, "
-      "matmuls 18,432 wide) reported 46 % MFU on TPUs, against the vendor's peak.")
+    "below": f"Throughput peaked at batch {best.batch} and fell after it. Two causes fit and this run does not "
+             "separate them: larger batches' activations outgrow the caches (section 1 measured the saved bytes "
+             "per step), and on a shared machine a longer step catches more interruptions (compare the "
+             "smaller batches: a step time that does not grow with the batch is a disturbed one)."}))
+top = max(bench.points, key=lambda p: p.mfu)
+print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}). "
+      + ("Above 100 %: impossible against a true ceiling, so the measured "
+         f"{compute.precision_dtype(top.precision)} ceiling (square matmuls of notebook 00's sizes) is below "
+         "what this step's matmul shapes reach: an MFU is only as good as its peak." if top.mfu > 1 else
+         "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, against the "
+         "vendor's peak."))
 #
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
 # GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
