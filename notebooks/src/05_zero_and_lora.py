@@ -132,8 +132,10 @@ for s, m in pred.items():
 # reduce-scatters the gradients and all-gathers the updated parameters: together the bytes
 # of DDP's all-reduce (within 1 %), so it should be no slower than DDP + AdamW (within
 # 10 %), and each process updates 1/N of the parameters. An implementation that
-# all-reduces the full gradient first and then shares the updated parameters (by
-# all-gather or by broadcast) moves 1.5x DDP's bytes; each one's count is printed below.
+# all-reduces the full gradient first and then shares the updated parameters moves more:
+# 1.5x DDP's bytes with an all-gather, 2x with a broadcast of each tensor from its owner
+# (a ring broadcast has every process pass the whole tensor on). Each one's count is
+# printed below.
 #
 # **How the three partition.** perfkit and DeepSpeed flatten the parameters into one buffer
 # and cut it into N equal slices (a parameter may straddle two processes). PyTorch assigns
@@ -288,12 +290,12 @@ for n, s in STAGES.items():
 
 # %%
 base = sum(ms["ddp_adamw"].model_states.values())
+print(f"ddp_adamw: model states {viz.si(base, 'B')} (its own gradient buckets, inside C++, not counted)")
 for n in ("zero1", "zero2", "zero3"):
-    saved, extra = base - sum(ms[n].model_states.values()), ms[n].transient_peak_bytes
-    print(f"{n}: saves {viz.si(saved, 'B')} of model states per process; transient buffers peak at "
-          f"{viz.si(extra, 'B')} = {extra / saved:.0%} of that saving"
-          + (", so at its peak this stage holds no less than plain data parallelism"
-             if extra >= saved else ""))
+    states, extra = sum(ms[n].model_states.values()), ms[n].transient_peak_bytes
+    print(f"{n}: model states {viz.si(states, 'B')} + transient buffers up to {viz.si(extra, 'B')} = "
+          f"at most {(states + extra) / base:.0%} of DDP + AdamW's model states at once "
+          f"(after backward: {states / base:.0%})")
 grad_bytes = 4 * cmp_all.numel
 if ms["zero2"].transient_peak_bytes >= 0.99 * grad_bytes:
     print(f"zero2's buckets reach the whole gradient ({viz.si(grad_bytes, 'B')}): its gradient saving "

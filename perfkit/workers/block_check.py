@@ -12,10 +12,12 @@ padding). :func:`run_impl` then records, in order, what a check needs to name a 
 3. ``max_rel_diff``: after ``steps`` steps of ``torch.optim.AdamW`` over the shards, the
    gathered parameters against single-process AdamW on the whole global batch;
 4. ``peak_param_bytes``: the largest bytes of parameter storage alive at once, probed
-   inside every block's forward (in forward and in backward's recomputation): the storages
-   of the blocks' parameters, of the shards, and of every all-gather output still alive
-   (weak references, so a gathered buffer kept anywhere is seen);
-   ``shard_bytes`` and ``block_bytes`` (one gathered block, padded) bound it.
+   inside every block's forward (in forward and in backward's recomputation): the distinct
+   storages of the blocks' parameters and of every tensor a wrapper holds in its attributes
+   (its shard, and any gathered buffer kept there, in lists and dicts too); ``shard_bytes``
+   and ``block_bytes`` (one gathered block, padded) bound it. Attributes, not weak
+   references to the all-gather outputs: gloo's work objects release their output a moment
+   after the call returns, which made such a probe see a freed buffer now and then.
 
 An exception stops the run; ``error`` holds the stage and the traceback's end.
 
@@ -27,7 +29,6 @@ Run by :func:`perfkit.dist.launch`::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import traceback
@@ -37,7 +38,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from perfkit import dist as pdist
 
@@ -45,7 +45,6 @@ __all__ = ["BLOCKS", "Residual", "make_blocks", "run_impl"]
 
 BLOCKS, WIDTH, HIDDEN, GLOBAL_BATCH = 3, 12, 7, 12  # 187 parameters per block
 LR, WD = 1e-2, 0.1
-GATHERS = ("all_gather", "all_gather_into_tensor", "all_gather_single")
 
 
 class Residual(nn.Module):
@@ -77,43 +76,29 @@ def _forward(blocks: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-@contextlib.contextmanager
-def _gathered_outputs() -> Iterator[list[tuple[StorageWeakRef, int, int]]]:
-    """(weak reference, address, bytes) of the storage of every all-gather output made
-    inside the block."""
-    seen: list[tuple[StorageWeakRef, int, int]] = []
-    saved = {n: getattr(dist, n) for n in GATHERS if hasattr(dist, n)}
-
-    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
-        def recorded(out: Any, *args: Any, **kw: Any) -> Any:
-            for t in out if isinstance(out, (list, tuple)) else [out]:
-                if isinstance(t, torch.Tensor):
-                    s = t.untyped_storage()
-                    seen.append((StorageWeakRef(s), s.data_ptr(), s.nbytes()))
-            return f(out, *args, **kw)
-        return recorded
-
-    for n, f in saved.items():
-        setattr(dist, n, wrap(f))
-    try:
-        yield seen
-    finally:
-        for n, f in saved.items():
-            setattr(dist, n, f)
+def _tensors(obj: Any, depth: int = 3) -> Iterator[torch.Tensor]:
+    """Tensors held by ``obj``: itself, or in its attributes, lists, tuples and dicts."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth and isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v, depth - 1)
+    elif depth and isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v, depth - 1)
+    elif depth and isinstance(obj, nn.Module):
+        yield from _tensors(vars(obj), depth - 1)
 
 
-def _live_bytes(wrapped: list[nn.Module], inner: list[nn.Module],
-                gathered: list[tuple[StorageWeakRef, int, int]]) -> int:
+def _live_bytes(wrapped: list[nn.Module], inner: list[nn.Module]) -> int:
     """Bytes of distinct parameter storages alive now (see the module docstring)."""
     storages: dict[int, int] = {}
-    tensors = [p for b in inner for p in b.parameters()] + [w.shard for w in wrapped]
+    tensors = [p for b in inner for p in b.parameters()]
+    tensors += [t for w in wrapped for t in _tensors(w)]
     for t in tensors:
         s = t.untyped_storage()
         if s.nbytes():
             storages[s.data_ptr()] = s.nbytes()
-    for ref, ptr, n in gathered:
-        if not ref.expired():
-            storages[ptr] = n
     return sum(storages.values())
 
 
@@ -157,19 +142,18 @@ def run_impl(factory: Callable[[nn.Module], nn.Module], rank: int, world: int,
         ref_opt = torch.optim.AdamW([p for b in ref for p in b.parameters()], lr=LR,
                                     weight_decay=WD)
         chunk, peak = GLOBAL_BATCH // world, [0]
-        with _gathered_outputs() as gathered:
-            for b in inner:  # inside a block's forward its parameters are in use
-                b.register_forward_hook(lambda *_: peak.__setitem__(
-                    0, max(peak[0], _live_bytes(wrapped, inner, gathered))))
-            for s in range(steps):
-                x, y = _batch(s)
-                mine = slice(rank * chunk, (rank + 1) * chunk)
-                opt.zero_grad(set_to_none=True)
-                nn.functional.mse_loss(_forward(wrapped, x[mine]), y[mine]).backward()
-                opt.step()
-                ref_opt.zero_grad(set_to_none=True)
-                nn.functional.mse_loss(_forward(ref, x), y).backward()
-                ref_opt.step()
+        for b in inner:  # inside a block's forward its parameters are in use
+            b.register_forward_hook(lambda *_: peak.__setitem__(
+                0, max(peak[0], _live_bytes(wrapped, inner))))
+        for s in range(steps):
+            x, y = _batch(s)
+            mine = slice(rank * chunk, (rank + 1) * chunk)
+            opt.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(_forward(wrapped, x[mine]), y[mine]).backward()
+            opt.step()
+            ref_opt.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(_forward(ref, x), y).backward()
+            ref_opt.step()
         out["peak_param_bytes"] = peak[0]
         out["shard_bytes"] = sum(w.shard.numel() * w.shard.element_size() for w in wrapped)
         out["block_bytes"] = world * math.ceil(max(numels) / world) * 4  # fp32, padded
