@@ -26,11 +26,12 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
   leftovers, reused without new pages, do not hide the next one's allocations.
 
-Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`::
+Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`;
+:func:`step_ratio` divides two variants' step times with the spread of their rounds::
 
-    from perfkit.workers.zero_bench import compare
+    from perfkit.workers.zero_bench import compare, step_ratio
     c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
-    print({n: v.step_s for n, v in c.variants.items()})
+    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.95, 1.1))
 """
 
 from __future__ import annotations
