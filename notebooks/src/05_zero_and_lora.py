@@ -285,8 +285,9 @@ for n, s in STAGES.items():
 # The formula counts model states that live for the whole step. While a step runs, the
 # stages also hold *transient* buffers: gradient buckets between backward and the
 # reduce-scatter's end (perfkit waits for them after backward), and, at stage 3, the
-# gathered parameters of the blocks in use. Their measured peak, against what each stage
-# saves over plain data parallelism:
+# gathered parameters of the blocks in use. Their measured peak (bucket buffers and gathered
+# blocks peak at different moments, so their sum is an upper bound), against plain data
+# parallelism's model states:
 
 # %%
 base = sum(ms["ddp_adamw"].model_states.values())

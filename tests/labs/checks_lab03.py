@@ -147,41 +147,47 @@ def check_zero_one(ns: dict) -> None:
                     "Does self.optim see only self.shard?")
 
 
-def _check_block_run(r: dict, n: int) -> None:
-    """One rank's result of perfkit.workers.block_check.run_impl, judged in its order."""
-    numel, rank = r["numel"], r["rank"]
-    if "shard_numel" in r:
-        want = math.ceil(numel / n)
-        assert r["shard_numel"] == [want] * len(r["shard_numel"]), (
+def _check_block_runs(results: list, n: int) -> None:
+    """Every rank's result of perfkit.workers.block_check.run_impl, judged stage by stage
+    (a stage on every rank before the next: a mistake on one rank shows at its cause)."""
+    for r in results:
+        numel, rank, want = r["numel"], r["rank"], math.ceil(r["numel"] / n)
+        assert "shard_numel" not in r or r["shard_numel"] == [want] * len(r["shard_numel"]), (
             f"on {n} processes rank {rank}'s shards hold {r['shard_numel']} values for blocks of "
             f"{numel} parameters; pad the flat buffer with zeros to N * ceil(numel / N) = "
             f"{n * want} so that every process holds ceil({numel} / {n}) = {want} (the padding of "
             "uneven sizes: collectives need equal shards)")
-        assert r["param_numel_after_init"] == 0, (
+    for r in results:
+        assert r.get("param_numel_after_init", 0) == 0, (
             f"on {n} processes, after ShardedBlock(block) the block's parameters still hold "
             f"{r['param_numel_after_init']} values; the constructor must end with self.free(), "
             "which points every parameter at an empty tensor")
-    assert "error" not in r, f"on {n} processes rank {rank} raised in {r['error']}"
-    assert r["gather_max_abs_diff"] <= 1e-6, (
-        f"on {n} processes, after gather() rank {rank}'s block parameters differ from the "
-        f"unsharded block's by up to {r['gather_max_abs_diff']:.3g}: rank r's shard must land at "
-        "slice r of the gathered buffer (the rank order all_gather_single keeps), and each "
-        "parameter view at its offset")
-    assert r["param_numel_after_free"] == 0, (
-        f"on {n} processes, after free() the blocks' parameters still hold "
-        f"{r['param_numel_after_free']} values: free() must point every parameter at an empty "
-        "tensor (p.data = torch.empty(0)), or the gathered buffer is never freed")
-    assert r["max_rel_diff"] <= TOL, (
-        f"on {n} processes with AdamW, rank {rank}'s parameters after training differ from "
-        f"single-process AdamW by {r['max_rel_diff']:.2e} (relative); expected <= 1e-6")
-    bound = r["shard_bytes"] + r["block_bytes"]
-    assert r["peak_param_bytes"] <= bound, (
-        f"on {n} processes rank {rank} held up to {r['peak_param_bytes']} bytes of parameters at "
-        f"once while the blocks ran; stage 3 holds its shards ({r['shard_bytes']} bytes: "
-        f"P Ψ / N with padding) plus one gathered block ({r['block_bytes']} bytes), "
-        f"{bound} in all. A gathered buffer is kept alive after use (an attribute such as "
-        "self.full, or a shard that is a view of the whole flat buffer): the peak parameter "
-        "bytes must not grow with the number of blocks")
+    for r in results:
+        assert "error" not in r, f"on {n} processes rank {r['rank']} raised in {r['error']}"
+    for r in results:
+        assert r["gather_max_abs_diff"] <= 1e-6, (
+            f"on {n} processes, after gather() rank {r['rank']}'s block parameters differ from the "
+            f"unsharded block's by up to {r['gather_max_abs_diff']:.3g}: rank r's shard must land "
+            "at slice r of the gathered buffer (the rank order all_gather_single keeps), and "
+            "each parameter view at its offset")
+    for r in results:
+        assert r["param_numel_after_free"] == 0, (
+            f"on {n} processes, after free() the blocks' parameters still hold "
+            f"{r['param_numel_after_free']} values: free() must point every parameter at an empty "
+            "tensor (p.data = torch.empty(0)), or the gathered buffer is never freed")
+    for r in results:
+        assert r["max_rel_diff"] <= TOL, (
+            f"on {n} processes with AdamW, rank {r['rank']}'s parameters after training differ "
+            f"from single-process AdamW by {r['max_rel_diff']:.2e} (relative); expected <= 1e-6")
+    for r in results:
+        bound = r["shard_bytes"] + r["block_bytes"]
+        assert r["peak_param_bytes"] <= bound, (
+            f"on {n} processes rank {r['rank']} held up to {r['peak_param_bytes']} bytes of "
+            f"parameters at once while the blocks ran; stage 3 holds its shards "
+            f"({r['shard_bytes']} bytes: P Ψ / N with padding) plus one gathered block "
+            f"({r['block_bytes']} bytes), {bound} in all. A gathered buffer is kept alive after "
+            "use (an attribute such as self.full, or a shard that is a view of the whole flat "
+            "buffer): the peak parameter bytes must not grow with the number of blocks")
 
 
 def check_sharded_block(ns: dict) -> None:
@@ -194,7 +200,7 @@ def check_sharded_block(ns: dict) -> None:
         r = run_impl(cls, 0, 1)
     if "error" in r and "NotImplementedError" in r["error"]:
         raise NotImplementedError("ShardedBlock is not implemented")
-    _check_block_run(r, 1)
+    _check_block_runs([r], 1)
     with pickled(cls, "sharded_block.pkl") as path:
         for n in (2, 3):
             jobs = launch_checked(
@@ -202,8 +208,7 @@ def check_sharded_block(ns: dict) -> None:
                 "a process is waiting in a collective the others never called. Every rank "
                 "must call the all-gather in every gather(), for the same block, in the same "
                 "order", impl_name="ShardedBlock")
-            for r in sorted(jobs, key=lambda r: r["rank"]):
-                _check_block_run(r, n)
+            _check_block_runs(sorted(jobs, key=lambda r: r["rank"]), n)
 
 
 QUESTIONS = {"zero_bytes_per_rank": check_zero_bytes, "shard_range": check_shard_range,
