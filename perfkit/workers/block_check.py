@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfkit import dist as pdist
+from perfkit._checks import check_callable, check_int
 
 __all__ = ["BLOCKS", "Residual", "make_blocks", "run_impl"]
 
@@ -114,7 +115,17 @@ def _agree(ok: bool, world: int) -> bool:
 def run_impl(factory: Callable[[nn.Module], nn.Module], rank: int, world: int,
              steps: int = 20) -> dict[str, Any]:
     """Check ``factory`` on this rank (see the module docstring); not collective itself,
-    but the factory's collectives are: every rank runs it with the same ``steps``."""
+    but the factory's collectives are: every rank runs it with the same ``steps``.
+
+    Raises:
+        TypeError, ValueError: for a ``factory`` that is not callable, a ``world`` below 1, a
+            ``rank`` outside ``[0, world)`` or ``steps`` below 1 (the answer's own errors
+            are caught and reported under ``error``).
+    """
+    check_callable("factory", factory)
+    check_int("world", world, 1)
+    check_int("rank", rank, 0, world - 1)
+    check_int("steps", steps, 1)
     out: dict[str, Any] = {"rank": rank, "world_size": world, "numel": 0}
     stage = "building ShardedBlock"
     try:

@@ -317,3 +317,12 @@ def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
                             ({"memory_gb": float("nan")}, ValueError, "memory_gb")):
         with pytest.raises(exc, match=match):
             zero_scaling_widget(**bad)
+
+
+def test_block_check_refuses_bad_arguments():
+    from perfkit.workers.block_check import run_impl
+
+    for args, exc, match in (((None, 0, 1), TypeError, "factory"), ((len, 0, 0), ValueError, "world"),
+                             ((len, 2, 2), ValueError, "rank"), ((len, 0, 1, 0), ValueError, "steps")):
+        with pytest.raises(exc, match=match):
+            run_impl(*args)
