@@ -188,7 +188,7 @@ viz.show_verdict(judge(Prediction("largest relative loss difference from DDP + A
                                   "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap))
 viz.show_verdict(judge(Prediction("perfkit's step time over DDP + AdamW's", "reduce-scatter + all-gather = "
                                   "DDP's all-reduce bytes; 1/N of the update", high=1.10, unit="x"),
-                       v["perfkit"].step_s / ddp.step_s, explain={
+                       *step_ratio(v["perfkit"], ddp), explain={
     "held": "Sharding's time win, 1/N of the optimizer step, grows with the share of the step the "
             "optimizer takes.",
     "above": f"At this size a step is mostly forward and backward plus fixed overheads, and with "
