@@ -18,11 +18,13 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.memory import gpt2_step_memory, zero_table
+from perfkit._checks import check_choice, check_int, check_real, check_type
+from perfkit.memory import gpt2_step_memory, zero_model_states, zero_table
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",
-           "plot_zero_stages", "plot_zero_comparison", "zero_widget"]
+           "plot_zero_memory", "plot_zero_stages", "plot_zero_comparison", "plot_zero_traffic",
+           "zero_scaling_widget", "zero_widget"]
 
 MEMORY_COLORS = {"parameters": "tab:blue", "gradients": "tab:orange",
                  "optimizer state": "tab:green", "activations": "tab:red",
@@ -178,3 +180,171 @@ def zero_widget() -> WidgetSpec:
         "recipe": Choice(["mixed_adam", "fp32_adam", "fp32_sgd_momentum"], "mixed_adam",
                          "precision / optimizer"),
     }, title="ZeRO: model states per rank (paper's formulas)")
+
+
+def _stages(comparison: Any, stages: Mapping[str, int]) -> dict[str, int]:
+    check_type("stages", stages, Mapping)
+    if not stages:
+        raise ValueError("stages must name at least one variant -> ZeRO stage")
+    for name, stage in stages.items():
+        check_choice("stages key", name, list(comparison.variants))
+        check_int(f"stages[{name!r}]", stage, 0, 3)
+    return dict(stages)
+
+
+def plot_zero_memory(comparison: Any, stages: Mapping[str, int], recipe: str = "fp32_adam",
+                     ax: Any = None) -> Figure:
+    """Model states per rank, measured beside the formula, one pair of bars per stage.
+
+    Args:
+        comparison: a :class:`perfkit.workers.zero_bench.Comparison` whose variants carry
+            ``model_states`` (bytes counted from storages after backward, largest rank).
+        stages: variant name -> the ZeRO stage it implements (0 for plain data parallelism).
+        recipe: the :data:`perfkit.memory.RECIPES` entry of the formula.
+        ax: draw into this axes instead of a new figure.
+
+    Raises:
+        TypeError, ValueError: for ``stages`` that is not a mapping of the comparison's
+            variant names to stages 0-3.
+    """
+    bars = {}
+    for name, stage in _stages(comparison, stages).items():
+        f = zero_model_states(comparison.numel, comparison.world_size, stage, recipe)
+        m = comparison.variants[name].model_states
+        bars[f"stage {stage}: formula"] = {"parameters": f.params, "gradients": f.grads,
+                                           "optimizer state": f.optimizer}
+        bars[f"stage {stage}: {name}"] = {"parameters": m["params"], "gradients": m["grads"],
+                                          "optimizer state": m["optimizer"]}
+    return plot_memory_stack(bars, ax=ax, title=(
+        f"Model states per rank, measured vs formula ({recipe}, N = {comparison.world_size}, "
+        f"Ψ = {si(comparison.numel)})"))
+
+
+def plot_zero_traffic(comparison: Any, stages: Mapping[str, int], baseline: str = "ddp_adamw",
+                      ax: Any = None) -> Figure:
+    """Bytes one rank sends per step (by collective) and step time, per variant.
+
+    Args:
+        comparison: a :class:`perfkit.workers.zero_bench.Comparison` whose variants carry
+            ``sent_bytes`` (per collective, ring model).
+        stages: variant name -> ZeRO stage, in the order to draw.
+        baseline: the data-parallel variant: its bytes are the 1x line, 1.5x beside it,
+            and its median step time a line on the time panel.
+        ax: two axes (bytes, time); a new figure if ``None``.
+
+    Raises:
+        TypeError, ValueError: for bad ``stages``, or a ``baseline`` not among them.
+    """
+    names = list(_stages(comparison, stages))
+    check_choice("baseline", baseline, names)
+    v = comparison.variants
+    fig, axes = (ax[0].figure, ax) if ax is not None else plt.subplots(
+        1, 2, figsize=(10, 1.4 + 0.5 * len(names)))
+    labels = [f"{n} (stage {stages[n]})" for n in names]
+    kinds = sorted({k for n in names for k in v[n].sent_bytes})
+    left = [0.0] * len(names)
+    for kind in kinds:
+        widths = [v[n].sent_bytes.get(kind, 0.0) / 1e6 for n in names]
+        axes[0].barh(labels, widths, left=left, label=kind, edgecolor="white")
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    dp = sum(v[baseline].sent_bytes.values()) / 1e6
+    for k, ls in ((1.0, "--"), (1.5, ":")):
+        axes[0].axvline(k * dp, color="black", ls=ls, lw=1, label=f"{k:g}x data parallel")
+    axes[0].set_xlim(0, 2.6 * dp)  # room for the legend right of the 1.5x line
+    axes[0].set_xlabel("MB one rank sends per step (ring model)")
+    axes[0].legend(fontsize=7, loc="lower right")
+    med = [v[n].step_s * 1e3 for n in names]
+    err = [[m - v[n].step_p10_s * 1e3 for m, n in zip(med, names, strict=True)],
+           [v[n].step_p90_s * 1e3 - m for m, n in zip(med, names, strict=True)]]
+    axes[1].barh(labels, med, xerr=[[max(e, 0) for e in row] for row in err], color="tab:blue",
+                 capsize=3)
+    axes[1].axvline(v[baseline].step_s * 1e3, color="black", ls="--", lw=1)
+    axes[1].set_xlabel("ms per step (median; bars: 10th-90th percentile)")
+    axes[1].set_yticks(range(len(names)), [""] * len(names))
+    for a in axes:
+        a.invert_yaxis()
+    fig.suptitle(f"Bytes and time per step, {comparison.world_size} processes")
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def zero_scaling_widget(measured: Mapping[int, float] | None = None, numel: float | None = None,
+                        world_size: int = 2, recipe: str = "fp32_adam",
+                        memory_gb: float = 80.0) -> WidgetSpec:
+    """Model size, ranks and stage -> model-state bytes per rank (the formula, log axes).
+
+    Left: bytes per rank against Ψ for every stage at the chosen N, with a rank's memory as
+    a line: where a stage's line crosses it is the largest model that stage fits. Right:
+    bytes per *parameter* per rank against N, which does not depend on Ψ, so the measured
+    points (``measured``: stage -> bytes per rank at ``numel`` parameters on ``world_size``
+    ranks) always sit on it; on the left they are drawn at their N and precision.
+
+    Args:
+        measured: stage -> measured model-state bytes per rank, or ``None``.
+        numel: Ψ of the measurement (also the slider's start); needed with ``measured``.
+        world_size: N of the measurement (also the slider's start).
+        recipe: the measurement's :data:`perfkit.memory.RECIPES` entry (the start too).
+        memory_gb: one rank's memory in GB (10^9 bytes), the slider's start.
+
+    Raises:
+        TypeError, ValueError: for a ``measured`` that is not stage (0-3) -> bytes > 0, a
+            missing or non-positive ``numel``, or a bad ``world_size``, ``recipe`` or
+            ``memory_gb``.
+    """
+    measured = dict(check_type("measured", measured, Mapping, optional=True) or {})
+    for stage, b in measured.items():
+        check_int("measured key", stage, 0, 3)
+        check_real(f"measured[{stage}]", b, 0, lo_open=True)
+    if measured or numel is not None:
+        check_real("numel", numel, 0, lo_open=True)
+    check_int("world_size", world_size, 1)
+    check_choice("recipe", recipe, ["mixed_adam", "fp32_adam", "fp32_sgd_momentum"])
+    check_real("memory_gb", memory_gb, 0, lo_open=True)
+    m_world, m_recipe = world_size, recipe
+    psis = [10 ** (4 + 9 * i / 100) for i in range(101)]  # 10 k to 10 T parameters
+    ranks = sorted({round(2 ** (i / 8)) for i in range(81)})  # 1 to 1024
+
+    def show(num_params: float, world_size: int, stage: int, recipe: str,
+             memory_gb: float) -> Figure:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+        limit = memory_gb * 1e9
+        for s in range(4):
+            per = zero_model_states(1.0, world_size, s, recipe).total  # bytes per parameter
+            style = dict(lw=2.5 if s == stage else 1, alpha=1.0 if s == stage else 0.6)
+            a.plot(psis, [per * p for p in psis], label=f"stage {s}: fits Ψ ≤ {si(limit / per)}",
+                   color=f"C{s}", **style)
+            b.plot(ranks, [zero_model_states(1.0, n, s, recipe).total
+                           for n in ranks], color=f"C{s}", label=f"stage {s}", **style)
+        here = zero_model_states(num_params, world_size, stage, recipe).total
+        a.scatter([num_params], [here], color=f"C{stage}", marker="o", s=40, zorder=4,
+                  edgecolor="black")
+        a.axhline(limit, color="black", ls="--", lw=1)
+        b.axvline(world_size, color="gray", ls=":", lw=1)  # the N of the left panel
+        if measured and recipe == m_recipe:
+            b.scatter([m_world] * len(measured), [m / numel for m in measured.values()],
+                      marker="x", s=60, color="black", zorder=5, label=f"measured (N={m_world})")
+            if world_size == m_world:
+                a.scatter([numel] * len(measured), list(measured.values()), marker="x", s=60,
+                          color="black", zorder=5)
+        a.set(xscale="log", yscale="log", xlabel="parameters Ψ", ylabel="bytes per rank",
+              title=f"N = {world_size}: stage {stage} needs {si(here, 'B')} per rank\n"
+                    f"(dashed: {si(limit, 'B')} per rank)")
+        b.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="bytes per parameter per rank",
+              title=f"{recipe}: bytes per parameter per rank")
+        b.set_xscale("log", base=2)
+        a.legend(fontsize=7, loc="upper left")
+        b.legend(fontsize=7, loc="lower left")
+        for ax_ in (a, b):
+            ax_.grid(True, which="major", alpha=0.3)
+        fig.tight_layout()
+        return tidy(fig)
+
+    start = float(numel) if numel is not None else 7.5e9
+    return WidgetSpec(show, {
+        "num_params": LogControl(4, 13, start, step=0.25, description="parameters Ψ"),
+        "world_size": IntControl(1, 1024, world_size, 1, "ranks N"),
+        "stage": Choice([0, 1, 2, 3], 3, "ZeRO stage"),
+        "recipe": Choice(["mixed_adam", "fp32_adam", "fp32_sgd_momentum"], recipe,
+                         "precision / optimizer"),
+        "memory_gb": LogControl(0, 3, memory_gb, step=0.1, description="memory per rank (GB)"),
+    }, title="ZeRO: model states per rank against model size and ranks (formula; x: measured)")

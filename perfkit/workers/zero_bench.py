@@ -26,11 +26,12 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   back to the OS first (:func:`perfkit.memory.trim_heap`), so that one variant's
   leftovers, reused without new pages, do not hide the next one's allocations.
 
-Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`::
+Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`;
+:func:`step_ratio` divides two variants' step times with the spread of their rounds::
 
-    from perfkit.workers.zero_bench import compare
+    from perfkit.workers.zero_bench import compare, step_ratio
     c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
-    print({n: v.step_s for n, v in c.variants.items()})
+    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.95, 1.1))
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from perfkit import dist as pdist
+from perfkit._checks import check_type
 from perfkit.comm.traffic import count_traffic
 from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
@@ -179,6 +181,7 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         dist.all_reduce(losses)  # every rank's loss on its chunk -> the global mean
         out["variants"][v.name] = {
             "step_s": m.median_s, "step_s_p10": m.p10_s, "step_s_p90": m.p90_s,
+            "step_times_s": list(m.times_s),
             "state_bytes": v.state_bytes(), "losses": (losses / world).tolist(),
             "max_rel_diff_vs_adamw": _rel_diff(v.params(), ref.params()),
             "max_rel_diff_vs_ddp_adamw": _rel_diff(v.params(), ddp.params()) if ddp else None,
@@ -247,6 +250,26 @@ class VariantResult:
     transient_peak_bytes: int = 0  # perfkit's bucket buffers and gathered blocks, largest rank
     step_p10_s: float = 0.0  # s, 10th and 90th percentiles of the slowest rank's steps
     step_p90_s: float = 0.0
+    step_times_s: tuple[float, ...] = ()  # s, the slowest rank's timed steps, in round order
+
+
+def step_ratio(a: VariantResult, b: VariantResult) -> tuple[float, tuple[float, float]]:
+    """``a``'s step time over ``b``'s: the ratio of medians, and the 10th and 90th percentiles
+    of the ratios of the steps timed in the same round (interleaved, so each pair shared the
+    machine's load; with fewer than 10 rounds, the smallest and largest ratio).
+
+    Raises:
+        TypeError: for an ``a`` or ``b`` that is not a :class:`VariantResult`.
+        ValueError: when they hold no step times or not the same number.
+    """
+    check_type("a", a, VariantResult)
+    check_type("b", b, VariantResult)
+    if not a.step_times_s or len(a.step_times_s) != len(b.step_times_s):
+        raise ValueError(f"a and b must hold the same number (>= 1) of step times, got "
+                         f"{len(a.step_times_s)} and {len(b.step_times_s)}")
+    pairs = sorted(x / y for x, y in zip(a.step_times_s, b.step_times_s, strict=True))
+    k = len(pairs) // 10
+    return a.step_s / b.step_s, (pairs[k], pairs[-1 - k])
 
 
 @dataclass(frozen=True)
@@ -327,7 +350,8 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
                              key=lambda st: sum(st.values())),
             calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
             transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
-            step_p10_s=slowest["step_s_p10"], step_p90_s=slowest["step_s_p90"])
+            step_p10_s=slowest["step_s_p10"], step_p90_s=slowest["step_s_p90"],
+            step_times_s=tuple(slowest["step_times_s"]))
     r0 = timed[0]
     return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
                       {k: v for k, v in cfg.items() if k != "tokens"})

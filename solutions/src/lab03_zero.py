@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lab 03 · ZeRO: the memory formula and a ZeRO-1 optimizer
+# # Lab 03 · ZeRO: the memory formula, a ZeRO-1 optimizer and a ZeRO-3 block
 #
 # Graded lab for modules 04-05. You will write
 #
@@ -15,7 +15,9 @@
 # 2. `shard_range`: which slice of a flat parameter buffer each process owns;
 # 3. `ZeroOne`: a ZeRO stage 1 optimizer: each process keeps optimizer state only for its
 #    slice, averages gradients with a reduce-scatter, updates its slice, and all-gathers the
-#    updated slices.
+#    updated slices;
+# 4. `ShardedBlock`: ZeRO-3 for one block: each process keeps 1/N of the block's
+#    parameters; they are all-gathered when the block runs and freed right after.
 #
 # Replace each `raise NotImplementedError()` with your code, run the notebook, then grade it:
 #
@@ -26,8 +28,9 @@
 # The grader checks Q1 against the paper's figures, Q2 against every small case, and Q3
 # **on 2 and 3 real processes** (torchrun, gloo): after 50 steps your parameters must equal
 # single-process `torch.optim.AdamW` on the same global batch (relative difference at most
-# 1e-6) and each process must hold about 1/N of Adam's state. Do not rename the functions or
-# change their arguments.
+# 1e-6) and each process must hold about 1/N of Adam's state; Q4 the same way, and the
+# parameter bytes a process holds at once must stay within stage 3's formula plus one
+# gathered block. Do not rename the functions or change their arguments.
 
 # %% tags=["parameters"]
 import os
@@ -218,3 +221,151 @@ with torch.no_grad():
     diff = max(float((p - q).abs().max()) for p, q in zip(mine.parameters(), ref.parameters()))
 print(f"largest difference to AdamW after {STEPS} steps: {diff:.2e}; "
       f"optimizer state {optimizer_state_bytes(zo.optim)} bytes for {zo.numel} parameters")
+
+
+# %% [markdown]
+# ## Q4 · `ShardedBlock(block)`: ZeRO-3 for one block, gather, use, free
+#
+# ZeRO stage 3 (FSDP) shards the parameters too: outside the moments a block runs, each
+# process holds only its slice of the block's parameters, 1/N of them. Before the block's
+# forward the slices are **all-gathered** into a whole flat buffer, the block **runs**, and
+# the buffer is **freed**; backward gathers it again (it needs the weights), recomputes the
+# block, reduce-scatters the gradient to the slices and frees it once more. So one block's
+# parameters are whole at a time, and a process holds P Ψ / N bytes of parameters plus one
+# gathered block.
+#
+# The autograd plumbing is given (`GatherUseFree` below: forward and backward call your
+# methods). You write the sharding and the two methods:
+#
+# **Constructor** (after the given lines): copy the block's parameters, in order, into one
+# flat buffer padded with zeros to `N * ceil(numel / N)` elements (your `shard_range`);
+# keep this process's slice as `self.shard = torch.nn.Parameter(...)`, a **copy** (a view
+# would keep the whole buffer alive); then `self.free()`.
+#
+# **`gather()`**: all-gather every process's `self.shard` into a new flat buffer of the
+# padded size, rank r's slice at slice r (`dist.all_gather_single(full, send)`, called
+# `dist.all_gather_into_tensor` before PyTorch 2.13, with `send` a detached copy of the
+# shard; with N = 1 copy the shard); make each parameter of `self.block` a view of its part
+# (`p.data = full[off:off + n].view(shape)`, with `self.numels` and `self.shapes`); return
+# the buffer.
+#
+# **`free()`**: point every parameter of `self.block` at an empty tensor
+# (`p.data = torch.empty(0)`), so that nothing keeps the gathered buffer alive.
+#
+# `gather()` is **collective**: every process calls it, for the same block, in the same
+# order.
+
+# %%
+class GatherUseFree(torch.autograd.Function):
+    """Forward: gather the block's parameters, run it, free them. Backward: gather them
+    again, recompute the block, reduce-scatter the parameter gradient to the shards (the
+    mean over processes), free them."""
+
+    @staticmethod
+    def forward(ctx, sb, shard, x):
+        ctx.sb = sb
+        ctx.save_for_backward(x)          # the input, not the weights: they are freed
+        sb.gather()
+        y = sb.block(x)                   # autograd is off inside forward: nothing saved
+        sb.free()
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (x,) = ctx.saved_tensors
+        sb, n = ctx.sb, ctx.sb.world_size
+        full = sb.gather()
+        params = list(sb.block.parameters())
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(ctx.needs_input_grad[2])
+            y = sb.block(x)               # recompute with the gathered weights
+            inputs = params + ([x] if x.requires_grad else [])
+            grads = torch.autograd.grad(y, inputs, grad_y)
+        flat_grad = torch.zeros_like(full)  # padding stays zero
+        off = 0
+        for p, g in zip(params, grads):
+            flat_grad[off:off + p.numel()] = g.reshape(-1)
+            off += p.numel()
+        sb.free()
+        del full
+        grad_shard = torch.empty_like(sb.shard)
+        if n > 1:
+            dist.reduce_scatter(grad_shard, list(flat_grad.chunk(n)))
+            grad_shard /= n
+        else:
+            grad_shard.copy_(flat_grad)
+        return None, grad_shard, grads[-1] if x.requires_grad else None
+
+
+class ShardedBlock(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+        ready = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if ready else 1
+        self.rank = dist.get_rank() if ready else 0
+        params = list(block.parameters())
+        self.shapes = [p.shape for p in params]
+        self.numels = [p.numel() for p in params]
+        ### BEGIN SOLUTION
+        numel = sum(self.numels)
+        start, end = shard_range(numel, self.world_size, self.rank)
+        flat = torch.zeros(self.world_size * (end - start), dtype=params[0].dtype)
+        flat[:numel] = torch.cat([p.detach().reshape(-1) for p in params])
+        self.shard = torch.nn.Parameter(flat[start:end].clone())
+        self.free()
+        ### END SOLUTION
+
+    def gather(self):
+        ### BEGIN SOLUTION
+        full = torch.empty(self.world_size * self.shard.numel(), dtype=self.shard.dtype)
+        if self.world_size > 1:
+            all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+            all_gather(full, self.shard.detach().clone())
+        else:
+            full.copy_(self.shard.detach())
+        off = 0
+        for p, n, shape in zip(self.block.parameters(), self.numels, self.shapes):
+            p.data = full[off:off + n].view(shape)
+            off += n
+        return full
+        ### END SOLUTION
+
+    def free(self):
+        ### BEGIN SOLUTION
+        for p in self.block.parameters():
+            p.data = torch.empty(0, dtype=p.dtype)
+        ### END SOLUTION
+
+    def forward(self, x):
+        return GatherUseFree.apply(self, self.shard, x)
+
+
+# %% [markdown]
+# With one process, three sharded blocks must train exactly like the plain blocks under
+# AdamW. The grader runs the same comparison on 2 and 3 processes and probes the parameter
+# bytes alive while each block runs.
+
+# %%
+torch.manual_seed(0)
+plain = nn.Sequential(*[nn.Sequential(nn.Linear(12, 7), nn.Tanh(), nn.Linear(7, 12)) for _ in range(3)])
+torch.manual_seed(0)
+sharded = nn.Sequential(*[ShardedBlock(nn.Sequential(nn.Linear(12, 7), nn.Tanh(), nn.Linear(7, 12)))
+                          for _ in range(3)])
+opt_plain = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+opt_sharded = torch.optim.AdamW([b.shard for b in sharded], lr=1e-2)
+for _ in range(STEPS):
+    x, y = torch.randn(8, 12), torch.randn(8, 12)
+    for model, opt in ((plain, opt_plain), (sharded, opt_sharded)):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+with torch.no_grad():
+    diffs = []
+    for b, q in zip(sharded, plain):
+        full = b.gather()
+        diffs.append(float((full - torch.cat([p.reshape(-1) for p in q.parameters()])).abs().max()))
+        b.free()
+print(f"largest difference to the plain blocks after {STEPS} steps: {max(diffs):.2e}; values held "
+      f"between steps: {sum(p.numel() for p in sharded.parameters())} (the shards), "
+      f"{sum(p.numel() for p in plain.parameters())} unsharded")

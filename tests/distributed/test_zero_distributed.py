@@ -274,3 +274,9 @@ def test_side_by_side_memory_bytes_and_results(side_by_side):
     # every unit gathered before forward and again before backward, one reduce-scatter
     assert sent["zero3"] / sent["ddp_adamw"] == pytest.approx(1.5, rel=1e-3), v["zero3"].sent_bytes
     assert v["zero3"].calls["all_gather_single"] == 2 * v["zero3"].calls["reduce_scatter"]
+    # every timed round is kept, so that ratios carry the spread of their pairs (notebook 05)
+    from perfkit.workers.zero_bench import step_ratio
+
+    assert {len(r.step_times_s) for r in v.values()} == {2}
+    ratio, (lo, hi) = step_ratio(v["zero3"], v["ddp_adamw"])
+    assert 0 < lo <= hi and ratio > 0

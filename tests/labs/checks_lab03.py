@@ -1,4 +1,5 @@
-"""Checks for lab 03 (the ZeRO memory formula, shard bookkeeping, a ZeRO-1 optimizer).
+"""Checks for lab 03 (the ZeRO memory formula, shard bookkeeping, a ZeRO-1 optimizer, a
+ZeRO-3 block).
 
 Q1 is checked against the ZeRO paper's figures (7.5 B parameters, K = 12, N = 64) and
 against perfkit.memory; Q2 against perfkit.parallel.shard_range for every small case; Q3 first
@@ -6,7 +7,12 @@ on one process, then on 2 and 3 real torchrun processes (perfkit.workers.zero_ch
 after 50 steps of an MLP whose 262 parameters divide by neither 2 nor 3, the parameters
 must be within 1e-6 (relative, fp32) of single-process torch.optim.AdamW, and of SGD with
 momentum (which, unlike Adam, notices a gradient summed instead of averaged), on the same
-global batch; each process's optimizer state at most one slice of Adam's moments.
+global batch; each process's optimizer state at most one slice of Adam's moments. Q4 on one
+process, then on 2 and 3 (perfkit.workers.block_check): three blocks of 187 parameters
+(padding needed for 2 and 3) must hold a shard of ceil(187 / N) values and no whole
+parameter between uses, gather the unsharded parameters in rank order, train like AdamW
+within 1e-6, and hold at most the shards (stage 3's P Ψ / N, padding included) plus one
+gathered block of parameter bytes at once while the blocks run.
 Used by `make grade` and tests/labs/.
 """
 
@@ -141,7 +147,71 @@ def check_zero_one(ns: dict) -> None:
                     "Does self.optim see only self.shard?")
 
 
+def _check_block_runs(results: list, n: int) -> None:
+    """Every rank's result of perfkit.workers.block_check.run_impl, judged stage by stage
+    (a stage on every rank before the next: a mistake on one rank shows at its cause)."""
+    for r in results:
+        numel, rank, want = r["numel"], r["rank"], math.ceil(r["numel"] / n)
+        assert "shard_numel" not in r or r["shard_numel"] == [want] * len(r["shard_numel"]), (
+            f"on {n} processes rank {rank}'s shards hold {r['shard_numel']} values for blocks of "
+            f"{numel} parameters; pad the flat buffer with zeros to N * ceil(numel / N) = "
+            f"{n * want} so that every process holds ceil({numel} / {n}) = {want} (the padding of "
+            "uneven sizes: collectives need equal shards)")
+    for r in results:
+        assert r.get("param_numel_after_init", 0) == 0, (
+            f"on {n} processes, after ShardedBlock(block) the block's parameters still hold "
+            f"{r['param_numel_after_init']} values; the constructor must end with self.free(), "
+            "which points every parameter at an empty tensor")
+    for r in results:
+        assert "error" not in r, f"on {n} processes rank {r['rank']} raised in {r['error']}"
+    for r in results:
+        assert r["gather_max_abs_diff"] <= 1e-6, (
+            f"on {n} processes, after gather() rank {r['rank']}'s block parameters differ from the "
+            f"unsharded block's by up to {r['gather_max_abs_diff']:.3g}: rank r's shard must land "
+            "at slice r of the gathered buffer (the rank order all_gather_single keeps), and "
+            "each parameter view at its offset")
+    for r in results:
+        assert r["param_numel_after_free"] == 0, (
+            f"on {n} processes, after free() the blocks' parameters still hold "
+            f"{r['param_numel_after_free']} values: free() must point every parameter at an empty "
+            "tensor (p.data = torch.empty(0)), or the gathered buffer is never freed")
+    for r in results:
+        assert r["max_rel_diff"] <= TOL, (
+            f"on {n} processes with AdamW, rank {r['rank']}'s parameters after training differ "
+            f"from single-process AdamW by {r['max_rel_diff']:.2e} (relative); expected <= 1e-6")
+    for r in results:
+        bound = r["shard_bytes"] + r["block_bytes"]
+        assert r["peak_param_bytes"] <= bound, (
+            f"on {n} processes rank {r['rank']} held up to {r['peak_param_bytes']} bytes of "
+            f"parameters at once while the blocks ran; stage 3 holds its shards "
+            f"({r['shard_bytes']} bytes: P Ψ / N with padding) plus one gathered block "
+            f"({r['block_bytes']} bytes), {bound} in all. A gathered buffer is kept alive after "
+            "use (an attribute such as self.full, or a shard that is a view of the whole flat "
+            "buffer): the peak parameter bytes must not grow with the number of blocks")
+
+
+def check_sharded_block(ns: dict) -> None:
+    from perfkit.workers.block_check import run_impl
+
+    cls = require(ns, "ShardedBlock")
+    with time_limit(30, "ShardedBlock on one process: three blocks of 187 parameters and 20 "
+                    "steps did not finish within 30 s (the unsharded blocks take well under a "
+                    "second). Does gather() or free() loop?"):
+        r = run_impl(cls, 0, 1)
+    if "error" in r and "NotImplementedError" in r["error"]:
+        raise NotImplementedError("ShardedBlock is not implemented")
+    _check_block_runs([r], 1)
+    with pickled(cls, "sharded_block.pkl") as path:
+        for n in (2, 3):
+            jobs = launch_checked(
+                "perfkit.workers.block_check", n, {"impl": path}, 120, "the job",
+                "a process is waiting in a collective the others never called. Every rank "
+                "must call the all-gather in every gather(), for the same block, in the same "
+                "order", impl_name="ShardedBlock")
+            _check_block_runs(sorted(jobs, key=lambda r: r["rank"]), n)
+
+
 QUESTIONS = {"zero_bytes_per_rank": check_zero_bytes, "shard_range": check_shard_range,
-             "ZeroOne": check_zero_one}
+             "ZeroOne": check_zero_one, "ShardedBlock": check_sharded_block}
 # the formulas and the shard ranges are arithmetic: an answer that loops fails fast
-TIMEOUT_S = {"zero_bytes_per_rank": 10, "shard_range": 10, "ZeroOne": 150}
+TIMEOUT_S = {"zero_bytes_per_rank": 10, "shard_range": 10, "ZeroOne": 150, "ShardedBlock": 150}

@@ -100,3 +100,70 @@ def shard_range(numel, world_size, rank):
     Mutant("ZeroOne", "no all-gather of the updated slices", _ZERO.replace("REDUCE", _RS).replace(
         "GATHER", "pass"), expect="all-gather|ZeRO-1 reduce-scatters"),
 ]
+
+_BLOCK = """
+import torch, torch.distributed as dist
+from torch import nn
+class ShardedBlock(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+        ready = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if ready else 1
+        self.rank = dist.get_rank() if ready else 0
+        params = list(block.parameters())
+        self.shapes = [p.shape for p in params]
+        self.numels = [p.numel() for p in params]
+        numel = sum(self.numels)
+        INIT
+        self.free()
+
+    def gather(self):
+        full = torch.empty(self.world_size * self.shard.numel())
+        GATHER
+        off = 0
+        for p, n, shape in zip(self.block.parameters(), self.numels, self.shapes):
+            p.data = full[off:off + n].view(shape)
+            off += n
+        return full
+
+    def free(self):
+        FREE
+
+    def forward(self, x):
+        return GatherUseFree.apply(self, self.shard, x)
+"""
+_INIT = """start, end = shard_range(numel, self.world_size, self.rank)
+        flat = torch.zeros(self.world_size * (end - start))
+        flat[:numel] = torch.cat([p.detach().reshape(-1) for p in params])
+        self.shard = torch.nn.Parameter(flat[start:end].clone())"""
+_GATHER = """if self.world_size > 1:
+            dist.all_gather_into_tensor(full, self.shard.detach().clone())
+        else:
+            full.copy_(self.shard.detach())"""
+_FREE = """for p in self.block.parameters():
+            p.data = torch.empty(0)"""
+
+
+def _block(init=_INIT, gather=_GATHER, free=_FREE):
+    return _BLOCK.replace("INIT", init).replace("GATHER", gather).replace("FREE", free)
+
+
+MUTANTS += [
+    Mutant("ShardedBlock", "free() never frees: the gathered parameters stay", _block(free="pass"),
+           expect="empty tensor"),
+    Mutant("ShardedBlock", "gathered in the wrong rank order: its own shard first", _block(gather="""chunks = [torch.empty_like(self.shard) for _ in range(self.world_size)]
+        if self.world_size > 1:
+            dist.all_gather(chunks, self.shard.detach().clone())
+        else:
+            chunks[0] = self.shard.detach()
+        full = torch.cat(chunks[self.rank:] + chunks[:self.rank])"""), expect="rank order"),
+    Mutant("ShardedBlock", "no padding: shards of floor(numel / N) values", _block(init="""size = numel // self.world_size
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self.shard = torch.nn.Parameter(flat[self.rank * size:(self.rank + 1) * size].clone())"""),
+           expect="padding"),
+    Mutant("ShardedBlock", "the gathered buffer kept as self.full", _block(gather=_GATHER + """
+        self.full = full"""), expect="peak parameter bytes|kept alive"),
+    Mutant("ShardedBlock", "the shard a view of the whole flat buffer", _block(
+        init=_INIT.replace("flat[start:end].clone()", "flat[start:end]")), expect="kept alive"),
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -233,3 +235,94 @@ def test_ring_factors_make_zero3_move_one_and_a_half_times_dp():
         assert ring_factor("reduce_scatter_tensor", n) + ring_factor("all_gather", n) == \
             pytest.approx(dp)
     assert ring_factor("all_reduce", 1) == 0.0
+
+
+# --- notebook 05's measured stages: memory and traffic plots, the scaling widget -------------
+
+
+def _comparison():
+    """A 2-rank comparison with numbers a reader can check: Ψ = 1000, fp32 Adam."""
+    from perfkit.workers.zero_bench import Comparison, VariantResult
+
+    def result(name, params, grads, opt, sent, times):
+        return VariantResult(name, sorted(times)[1], 0, None, [1.0], 0.0, 0.0,
+                             model_states={"params": params, "grads": grads, "optimizer": opt},
+                             calls={}, sent_bytes=sent, step_p10_s=min(times),
+                             step_p90_s=max(times), step_times_s=tuple(times))
+
+    v = {"ddp_adamw": result("ddp_adamw", 4000, 4000, 8000, {"all_reduce": 4000}, [1.0, 1.2, 1.1]),
+         "zero3": result("zero3", 2000, 2000, 4000, {"all_gather": 4000, "reduce_scatter": 2000},
+                         [1.5, 1.2, 1.4])}
+    return Comparison(2, 1000, 4, 8000, v)
+
+
+def test_zero_memory_and_traffic_plots_draw_measured_beside_the_model():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import plot_zero_memory, plot_zero_traffic
+
+    c = _comparison()
+    fig = plot_zero_memory(c, {"ddp_adamw": 0, "zero3": 3})
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["stage 0: formula", "stage 0: ddp_adamw", "stage 3: formula", "stage 3: zero3"]
+    plt.close(fig)
+    fig = plot_zero_traffic(c, {"ddp_adamw": 0, "zero3": 3})
+    lines = sorted(ln.get_xdata()[0] for ln in fig.axes[0].get_lines())
+    assert lines == pytest.approx([0.004, 0.006])  # 1x and 1.5x DP's 4000 B, in MB
+    plt.close(fig)
+    with pytest.raises(ValueError, match="stages key"):
+        plot_zero_memory(c, {"fsdp2": 3})
+    with pytest.raises(ValueError, match=r"stages\['zero3'\]"):
+        plot_zero_memory(c, {"zero3": 4})
+    with pytest.raises(TypeError, match="stages must be a Mapping"):
+        plot_zero_memory(c, ["zero3"])
+    with pytest.raises(ValueError, match="baseline"):
+        plot_zero_traffic(c, {"zero3": 3})
+
+
+def test_step_ratio_pairs_the_rounds():
+    from perfkit.workers.zero_bench import step_ratio
+
+    c = _comparison()
+    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"])
+    assert ratio == pytest.approx(1.4 / 1.1)
+    assert (lo, hi) == pytest.approx((1.0, 1.5))  # per round: 1.5, 1.0, 1.27
+    with pytest.raises(TypeError, match="a must be a VariantResult"):
+        step_ratio(1.4, c.variants["ddp_adamw"])
+    short = dataclasses.replace(c.variants["zero3"], step_times_s=(1.0,))
+    with pytest.raises(ValueError, match="same number"):
+        step_ratio(short, c.variants["ddp_adamw"])
+
+
+def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import zero_scaling_widget
+
+    measured = {0: 16_000.0, 3: 8_000.0}
+    spec = zero_scaling_widget(measured, numel=1000, world_size=2)
+    fig = spec.fn(**spec.defaults())
+    left, right = fig.axes
+    assert left.get_xscale() == right.get_yscale() == "log"  # values span decades
+    crosses = [c for c in right.collections if c.get_offsets().shape[0] == 2]
+    assert crosses and sorted(crosses[0].get_offsets()[:, 1]) == [8.0, 16.0]  # bytes / Ψ
+    plt.close(fig)
+    for kw in spec.extremes():
+        plt.close(spec.fn(**kw))
+    for bad, exc, match in (({"measured": {4: 1.0}, "numel": 10}, ValueError, "measured key"),
+                            ({"measured": {0: -1.0}, "numel": 10}, ValueError, r"measured\[0\]"),
+                            ({"measured": {0: 1.0}}, TypeError, "numel"),
+                            ({"world_size": 0}, ValueError, "world_size"),
+                            ({"recipe": "adam"}, ValueError, "recipe"),
+                            ({"memory_gb": float("nan")}, ValueError, "memory_gb")):
+        with pytest.raises(exc, match=match):
+            zero_scaling_widget(**bad)
+
+
+def test_block_check_refuses_bad_arguments():
+    from perfkit.workers.block_check import run_impl
+
+    for args, exc, match in (((None, 0, 1), TypeError, "factory"), ((len, 0, 0), ValueError, "world"),
+                             ((len, 2, 2), ValueError, "rank"), ((len, 0, 1, 0), ValueError, "steps")):
+        with pytest.raises(exc, match=match):
+            run_impl(*args)
