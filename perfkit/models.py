@@ -246,20 +246,36 @@ class TokenBlockDataset(Dataset):
         return block[:-1], block[1:]
 
 
+ATTENTIONS = ("sdpa", "eager")  # transformers' names: fused scaled_dot_product_attention, or op by op
+ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # GPT-2's tanh GELU: five elementwise ops, or one kernel
+
+
 def tiny_gpt2(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
-              n_layer: int = 2, n_head: int = 2) -> nn.Module:
+              n_layer: int = 2, n_head: int = 2, attention: str = "sdpa",
+              activation: str = "gelu_new") -> nn.Module:
     """A randomly initialised ``GPT2LMHeadModel`` from a config (no download, no dropout).
 
+    Args:
+        vocab_size, block_size, n_embd, n_layer, n_head: the model's sizes.
+        attention: ``"sdpa"`` (``scaled_dot_product_attention``: fused, keeps no ``(B, H, T, T)``
+            matrix for backward) or ``"eager"`` (matmul, softmax, matmul: keeps it).
+        activation: ``"gelu_new"`` (GPT-2's tanh GELU written as elementwise ops) or
+            ``"gelu_pytorch_tanh"`` (the same function as one fused kernel).
+
     Raises:
-        ValueError: for a size that is not a positive int, or ``n_embd`` not a multiple
-            of ``n_head``.
+        ValueError: for a size that is not a positive int, ``n_embd`` not a multiple
+            of ``n_head``, or an unknown ``attention``/``activation``.
     """
     _check_gpt2(vocab_size, block_size, n_embd, n_layer, n_head)
+    for name, v, allowed in (("attention", attention, ATTENTIONS), ("activation", activation, ACTIVATIONS)):
+        if v not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {v!r}")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(vocab_size=vocab_size, n_positions=block_size, n_embd=n_embd,
                      n_layer=n_layer, n_head=n_head, bos_token_id=0, eos_token_id=0,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     activation_function=activation, attn_implementation=attention)
     model = GPT2LMHeadModel(cfg)
     model.loss_type = "ForCausalLM"  # transformers cannot infer it from the class name and warns
     return model

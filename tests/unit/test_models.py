@@ -129,6 +129,32 @@ def test_tiny_gpt2_has_eos_in_vocab_and_gives_a_loss():
     assert abs(loss.item() - torch.log(torch.tensor(400.0)).item()) < 1.0  # ~uniform at init
 
 
+def test_tiny_gpt2_attention_and_activation_change_the_kernels_not_the_function():
+    B, T, H = 2, 48, 2  # T differs from head_dim (32), so (B, H, T, T) is not q's shape
+    x = torch.randint(0, 400, (B, T))
+    loss, shapes = {}, {}
+    for attn, act in (("sdpa", "gelu_new"), ("eager", "gelu_new"), ("sdpa", "gelu_pytorch_tanh")):
+        torch.manual_seed(0)
+        m = tiny_gpt2(vocab_size=400, block_size=T, n_embd=64, n_layer=2, n_head=H,
+                      attention=attn, activation=act)
+        saved = shapes[attn, act] = []
+
+        def pack(t, saved=saved):
+            saved.append(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss[attn, act] = m(input_ids=x, labels=x).loss.item()
+    # the same function (same seed, same weights), within fp32 rounding
+    assert loss["eager", "gelu_new"] == pytest.approx(loss["sdpa", "gelu_new"], abs=1e-5)
+    assert loss["sdpa", "gelu_pytorch_tanh"] == pytest.approx(loss["sdpa", "gelu_new"], abs=1e-5)
+    # eager attention keeps the softmax's (B, H, T, T) output for backward; fused attention does not
+    assert (B, H, T, T) in shapes["eager", "gelu_new"]
+    assert (B, H, T, T) not in shapes["sdpa", "gelu_new"]
+    # gelu_new saves the intermediates of its elementwise ops, the fused GELU only its input
+    assert len(shapes["sdpa", "gelu_pytorch_tanh"]) < len(shapes["sdpa", "gelu_new"])
+
+
 def test_gpt2_workload_trains(monkeypatch, tmp_path):
     # keep the tokenizer cache of this test out of build/
     monkeypatch.setattr(models, "train_bpe_tokenizer",
