@@ -112,6 +112,6 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
     ax.set_xlabel("claims")
     ax.set_xlim(0, max(counts + [1]) * 1.1)
     ax.xaxis.get_major_locator().set_params(integer=True)  # counts are whole claims
-    ax.set_title(f"{len(verdicts)} pieces of advice, measured on this machine")
+    ax.set_title(f"{len(verdicts)} verdicts on the advice, measured on this machine")
     fig.tight_layout()  # room for the longest status label
     return tidy(fig)

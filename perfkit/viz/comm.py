@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
-from matplotlib import ticker
 import torch
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from perfkit import compress
