@@ -127,10 +127,11 @@ _REPORT_KEYS = ("command", "status", "steps_seen", "window_steps", "world_size",
                 "step_p95_s", "throughput", "findings")
 
 
-def _check_report(rep: Any) -> dict[str, Any]:
-    """``rep`` if it is a report as :func:`build_report` returns it (or its JSON read back)."""
+def _check_report(rep: Any, keys: tuple[str, ...] = _REPORT_KEYS) -> dict[str, Any]:
+    """``rep`` if it is a report as :func:`build_report` returns it (or its JSON read back),
+    holding ``keys``."""
     check_type("rep", rep, dict)
-    missing = [k for k in _REPORT_KEYS if k not in rep]
+    missing = [k for k in keys if k not in rep]
     if missing:
         raise ValueError(f"rep must be a report from build_report(); it lacks {missing}")
     return rep

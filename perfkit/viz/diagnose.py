@@ -21,7 +21,8 @@ import matplotlib.pyplot as plt
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from perfkit._checks import check_int, check_type
+from perfkit._checks import check_int
+from perfkit.profiling.render import _check_report
 from perfkit.viz.core import tidy
 from perfkit.viz.profiling import PHASE_COLORS
 
@@ -36,11 +37,7 @@ _MEMORY_COLORS = {"before the script": "tab:gray", "parameters": "tab:blue",
 
 
 def _report(rep: Any) -> dict[str, Any]:
-    check_type("rep", rep, dict)
-    missing = [k for k in _KEYS if k not in rep]
-    if missing:
-        raise ValueError(f"rep must be a report from build_report(); it lacks {missing}")
-    return rep
+    return _check_report(rep, _KEYS)
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> tuple[Figure, Any]:
