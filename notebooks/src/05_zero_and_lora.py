@@ -283,8 +283,9 @@ for n, s in STAGES.items():
 
 # %% [markdown]
 # The formula counts model states that live for the whole step. While a step runs, the
-# stages also hold *transient* buffers: gradient buckets between backward and the
-# reduce-scatter's end (perfkit waits for them after backward), and, at stage 3, the
+# stages also hold *transient* buffers: gradient buckets until their reduce-scatter ends
+# (stage 1 waits for them after backward; stage 2 waits for the oldest bucket once
+# `ZeroOptimizer.IN_FLIGHT` are in flight, and frees it), and, at stage 3, the
 # gathered parameters of the blocks in use. Their measured peak (bucket buffers and gathered
 # blocks peak at different moments, so their sum is an upper bound), against plain data
 # parallelism's model states:
@@ -301,6 +302,10 @@ grad_bytes = 4 * cmp_all.numel
 if ms["zero2"].transient_peak_bytes >= 0.99 * grad_bytes:
     print(f"zero2's buckets reach the whole gradient ({viz.si(grad_bytes, 'B')}): its gradient saving "
           "holds after backward, not at backward's peak")
+else:
+    print(f"zero2's bucket buffers peak at {ms['zero2'].transient_peak_bytes / grad_bytes:.0%} of "
+          f"the whole gradient ({viz.si(grad_bytes, 'B')}): during backward it holds a few "
+          "buckets at a time, never all of them")
 
 # %%
 sent_all = {n: sum(ms[n].sent_bytes.values()) for n in STAGES}

@@ -11,7 +11,10 @@ handles, updates this rank's slices with the wrapped optimizer and all-gathers t
 * Stage 1 keeps every full gradient: ``p.grad`` becomes a view into a persistent bucket
   buffer (DDP's ``gradient_as_bucket_view``), so the gradients cost ``G Ψ`` bytes, once.
 * Stage 2 keeps only the reduced slice (``G Ψ / N``): the hook frees ``p.grad`` as soon as
-  it is copied, and a bucket's full buffer lives only until its reduce-scatter is done.
+  it is copied, and a bucket's full buffer lives only until its reduce-scatter is done:
+  once more than ``IN_FLIGHT`` buckets are in flight, backward waits for the oldest and
+  frees it, so the full gradient is never alive at once (DeepSpeed bounds the same
+  buffers with ``reduce_bucket_size``).
 
 Usage::
 
@@ -75,6 +78,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         Collective: every rank must run backward and :meth:`step` each step, with the
         same parameters; on a subset of ranks it hangs.
     """
+
+    IN_FLIGHT = 2  # stage 2: full bucket buffers alive at once during backward
 
     def __init__(self, params: Iterable[Any], optimizer_class: type[torch.optim.Optimizer],
                  stage: int = 2, bucket_cap_mb: float = 25.0, process_group: Any = None,
@@ -207,6 +212,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
             out.copy_(grads)
         self._work.append((bi, work, out))
         self._launched += 1
+        # stage 2 keeps at most IN_FLIGHT full buckets: older ones are waited for and freed
+        # while backward goes on (stage 1 keeps its buffers anyway)
+        while self.stage >= 2 and len(self._work) > self.IN_FLIGHT:
+            self._finish(*self._work.pop(0))
+
+    def _finish(self, bi: int, work: Any, out: torch.Tensor) -> None:
+        """Wait for bucket ``bi``'s reduce-scatter, average it; stage 2 frees the full bucket."""
+        b = self.buckets[bi]
+        if work is not None:
+            work.wait()
+        out.div_(self.world_size)  # gloo has no AVG: sum, then divide
+        if self.stage == 1:
+            b.grads[b.start:b.end].copy_(out)
+        else:
+            self._transient -= b.padded * b.grads.element_size()
+            b.grads = None  # the full bucket is no longer needed
 
     # --- the step -------------------------------------------------------------------------
 
@@ -231,14 +252,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             flag_work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.process_group,
                                         async_op=True)
         for bi, work, out in self._work:
-            b = self.buckets[bi]
-            if work is not None:
-                work.wait()
-            out.div_(self.world_size)  # gloo has no AVG: sum, then divide
-            if self.stage == 1:
-                b.grads[b.start:b.end].copy_(out)
-            else:
-                b.grads = None  # the full bucket is no longer needed
+            self._finish(bi, work, out)
         self._work, self._transient = [], 0  # stage 1's outputs are freed here
         if flag_work is not None:
             flag_work.wait()

@@ -318,6 +318,22 @@ def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backw
     assert len(buffers) == len(one.buckets)
 
 
+def test_zero_optimizer_stage2_frees_full_buckets_during_backward():
+    from perfkit.parallel import ZeroOptimizer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(6)])
+    opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, bucket_cap_mb=1e-4)
+    assert len(opt.buckets) > opt.IN_FLIGHT + 1
+    model(torch.randn(4, 8)).square().mean().backward()
+    # the full buffers of all but the last IN_FLIGHT buckets were freed during backward
+    assert sum(b.grads is not None for b in opt.buckets) <= opt.IN_FLIGHT
+    sizes = sorted(4 * b.padded for b in opt.buckets)
+    assert opt.buffer_peak_bytes <= sum(sizes[-(opt.IN_FLIGHT + 1):]) < sum(sizes)
+    opt.step()
+    assert all(b.grads is None for b in opt.buckets)
+
+
 @pytest.mark.parametrize("reshard_root", [False, True])
 def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks(reshard_root):
     from perfkit.parallel import ShardedModule, ZeroThreeOptimizer
