@@ -71,13 +71,14 @@ grade: $(STAMP)
 	$(BIN)/python -m tools.grade "$(LAB)" --json build/grades/$(notdir $(basename $(LAB))).json
 
 # Unit, distributed, lab and notebook tests (every notebook executed with papermill in
-# QUICK mode, rendered into build/notebooks/), then nbval on every notebook (kept outputs of
-# `# NBVAL_CHECK_OUTPUT` cells must match a fresh run), then the real-browser tests. The
+# QUICK mode, rendered into build/notebooks/), then nbval on every lecture notebook (kept
+# outputs of `# NBVAL_CHECK_OUTPUT` cells must match a fresh run; the lab solutions keep none),
+# then the real-browser tests. The
 # Prometheus server tests (about 15 s) run in the first pytest call.
 test: $(STAMP) check-labs lint browser-deps prometheus-deps
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
 	PERFKIT_QUICK=1 $(BIN)/python -m pytest -q -p no:randomly --nbval-lax --nbval-current-env \
-		--nbval-cell-timeout=120 notebooks solutions
+		--nbval-cell-timeout=120 notebooks
 	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
 	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
 		--durations=15 -m browser tests/browser

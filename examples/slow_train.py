@@ -231,6 +231,76 @@ def smoothed(losses: list[float], tokens_per_step: int, window_tokens: int) -> l
     return out
 
 
+def corpus_and_tokenizer(ctx, max_bytes: int):
+    """(the first ``max_bytes`` of the standard library's source, the job's BPE tokenizer).
+
+    Rank 0 trains (or loads) the cached tokenizer first, then the others load it.
+    Collective: every rank must call it.
+    """
+    import torch.distributed as tdist
+
+    from perfkit import models
+
+    if ctx.rank == 0:
+        tok = models.train_bpe_tokenizer(1024, max_bytes)
+    tdist.barrier()
+    if ctx.rank != 0:
+        tok = models.train_bpe_tokenizer(1024, max_bytes)
+    return models.text_corpus(max_bytes), tok
+
+
+def make_model(seed: int, attn_implementation: str = "eager"):
+    """The job's tiny GPT-2 (vocabulary 1024, 2 layers of width 64), seeded: every rank
+    and every variant of the job starts from the same weights."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=1024, n_positions=SEQ_LEN, n_embd=64, n_layer=2, n_head=2,
+                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
+                     attn_pdrop=0.0, attn_implementation=attn_implementation)
+    return GPT2LMHeadModel(cfg)
+
+
+def summarize(ctx, args, model, ends: list[float], losses: list[float], tokens_per_step: int,
+              setup_s: float) -> dict:
+    """The job's result: step times, tokens/s, the loss curve, the time to the target.
+
+    Args:
+        ends: seconds from the first step's start to each step's end (``StepClock``).
+        losses: the global mean loss of each step (all ranks).
+
+    ``ranks_agree`` is whether every rank ends with bitwise the same parameters (as data
+    parallelism keeps them). Collective: every rank must call it.
+    """
+    import torch
+    import torch.distributed as tdist
+
+    times = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
+    window = max(1, math.ceil(args.window_tokens / tokens_per_step))
+    smooth = smoothed(losses, tokens_per_step, args.window_tokens)
+    hit = next((i for i, v in enumerate(smooth) if args.target_loss is not None and
+                v is not None and v <= args.target_loss), None)
+    steady = times[min(3, len(times) - 1):]  # after warm-up (and compilation)
+    with torch.no_grad():  # a fingerprint of the weights, compared across ranks
+        mine = torch.stack([p.detach().double().sum() for p in model.parameters()])
+    every = [torch.zeros_like(mine) for _ in range(ctx.world_size)]
+    tdist.all_gather(every, mine)
+    return {
+        "device": str(ctx.device), "backend": ctx.backend, "world_size": ctx.world_size,
+        "seq_len": SEQ_LEN, "n_params": sum(p.numel() for p in model.parameters()),
+        "tokens_per_step": tokens_per_step, "steps": len(times),
+        "setup_s": setup_s, "train_s": ends[-1], "step_times_s": times,
+        "step_p50_s": statistics.median(steady),
+        "tokens_per_s": tokens_per_step / statistics.median(steady),
+        "losses": [round(v, 5) for v in losses], "window_tokens": args.window_tokens,
+        "target_loss": args.target_loss, "steps_to_target": None if hit is None else hit + 1,
+        "time_to_target_s": None if hit is None else ends[hit],
+        "final_loss": statistics.fmean(losses[-window:]),
+        "ranks_agree": all(torch.equal(every[0], e) for e in every[1:]),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
@@ -238,22 +308,16 @@ def main(argv: list[str] | None = None) -> None:
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    from perfkit import dist, models
+    from perfkit import dist
 
     t_setup = time.perf_counter()
     ctx = dist.init_worker()
     cuda = ctx.device.type == "cuda"
     fixes = parse_fixes(args.fix, cuda)
     s = settings(fixes, cuda)
-    if ctx.rank == 0:  # rank 0 trains (or loads) the cached tokenizer first
-        tok = models.train_bpe_tokenizer(1024, args.max_bytes)
-    tdist.barrier()
-    if ctx.rank != 0:
-        tok = models.train_bpe_tokenizer(1024, args.max_bytes)
-    ds = make_dataset(models.text_corpus(args.max_bytes), tok, SEQ_LEN,
-                      s["tokenize_in_getitem"], args.seed)
+    text, tok = corpus_and_tokenizer(ctx, args.max_bytes)
+    ds = make_dataset(text, tok, SEQ_LEN, s["tokenize_in_getitem"], args.seed)
     sampler = DistributedSampler(ds, ctx.world_size, ctx.rank, shuffle=True, seed=args.seed,
                                  drop_last=True)
     B = s["batch_per_rank"]
@@ -264,12 +328,7 @@ def main(argv: list[str] | None = None) -> None:
 
         source = Prefetcher(loader, device=ctx.device)
 
-    torch.manual_seed(args.seed)
-    cfg = GPT2Config(vocab_size=1024, n_positions=SEQ_LEN, n_embd=64, n_layer=2, n_head=2,
-                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
-                     attn_pdrop=0.0, attn_implementation=s["attn_implementation"])
-    model = GPT2LMHeadModel(cfg).to(ctx.device)
-    n_params = sum(p.numel() for p in model.parameters())
+    model = make_model(args.seed, s["attn_implementation"]).to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None, **s["ddp"])
     net = torch.compile(ddp) if s["compile"] else ddp
     opt = torch.optim.AdamW(model.parameters(), lr=LR, **s["optimizer"])
@@ -318,23 +377,9 @@ def main(argv: list[str] | None = None) -> None:
             done = True
         if done:
             break
-    ends = clock.seconds()
-    times = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
-    smooth = smoothed(losses, tokens_per_step, args.window_tokens)
-    hit = next((i for i, v in enumerate(smooth) if args.target_loss is not None and
-                v is not None and v <= args.target_loss), None)
-    steady = times[min(3, len(times) - 1):]  # after warm-up (and compilation)
-    result = {
-        "fixes": list(fixes), "settings": s, "device": str(ctx.device),
-        "backend": ctx.backend, "world_size": ctx.world_size, "seq_len": SEQ_LEN,
-        "n_params": n_params, "tokens_per_step": tokens_per_step, "steps": len(times),
-        "setup_s": setup_s, "train_s": ends[-1], "step_times_s": times,
-        "step_p50_s": statistics.median(steady),
-        "tokens_per_s": tokens_per_step / statistics.median(steady),
-        "losses": [round(v, 5) for v in losses], "window_tokens": args.window_tokens,
-        "target_loss": args.target_loss, "steps_to_target": None if hit is None else hit + 1,
-        "time_to_target_s": None if hit is None else ends[hit],
-        "final_loss": statistics.fmean(losses[-window:]),
+    result = summarize(ctx, args, model, clock.seconds(), losses, tokens_per_step, setup_s)
+    result.update({
+        "fixes": list(fixes), "settings": s,
         "built": {  # read back from the objects, not from the settings
             "tokenize_in_getitem": ds.ids is None,
             "bucket_cap_bytes": ddp.bucket_bytes_cap,
@@ -344,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
             "batch_per_rank": loader.batch_size, "compiled": net is not ddp,
         },
         "largest_grad_norm": max(grad_norms.values()),
-    }
+    })
     if ctx.rank == 0:
         dist.worker_result(result)
     dist.shutdown()  # barrier, destroy the group, os._exit(0): no gloo abort at exit

@@ -105,6 +105,7 @@ def test_slow_script_runs_and_reports(jobs):
     assert res["world_size"] == 2 and res["backend"] in ("gloo", "nccl")
     assert res["steps"] == STEPS == len(res["losses"]) == len(res["step_times_s"])
     assert abs(res["losses"][0] - math.log(1024)) < 0.3  # an untrained model: ~ln(vocab)
+    assert res["ranks_agree"] is True  # DDP keeps the replicas bitwise equal
     assert res["tokens_per_s"] == pytest.approx(res["tokens_per_step"] / res["step_p50_s"])
     assert res["built"] == {"tokenize_in_getitem": True, "bucket_cap_bytes": 1048,
                             "find_unused_parameters": True, "foreach": False, "fused": False,
