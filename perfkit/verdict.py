@@ -22,11 +22,12 @@ Usage::
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 __all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
-           "judge"]
+           "busy", "judge"]
 
 OUTCOMES = ("held", "missed", "inconclusive")
 CLAIM_STATUSES = ("holds", "holds partly", "does not hold here", "inconclusive", "GPU only")
@@ -109,6 +110,21 @@ class Verdict:
     def record(self) -> dict:
         """A JSON-able record (for the course's scorecard)."""
         return {**asdict(self), "prediction": asdict(self.prediction)}
+
+
+def busy() -> str:
+    """A phrase for a verdict's explanation when the machine is busy, else ``""``.
+
+    Busy: the 1-minute load average exceeds the number of cores. Then timings taken one
+    after the other can differ by load alone, and an explanation that names a cause in the
+    code should say so. Returns e.g. ``"the machine was busy (load average 5.2 on 2 cores)"``.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return ""
+    cores = os.cpu_count() or 1
+    return f"the machine was busy (load average {load:.1f} on {cores} cores)" if load > cores else ""
 
 
 def _fmt(x: float, unit: str) -> str:

@@ -66,7 +66,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from perfkit import hw, viz
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction, busy, judge
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
 
@@ -345,10 +345,12 @@ viz.show_verdict(judge(Prediction("naive step time over bucketed", "alpha per te
 viz.show_verdict(judge(Prediction("share of the communication the overlap hid",
                                   "at best max(compute, communication)", low=0.0, high=1.0, physical=(None, 1)),
                        cmp["hidden_share"], explain={
-    "held": "On a GPU NCCL runs on its own stream and hides most of it; here the 'network' is the same two "
-            "cores that compute the backward pass.",
+    "held": "On a GPU NCCL runs on its own stream and hides most of it; here the 'network' is the same "
+            f"{os.cpu_count()} cores that compute the backward pass.",
     "below": "Overlapping cost more than it saved: gloo's send and receive threads compete with the "
-             "backward pass for the same two cores, so nothing can run beside it."}))
+             f"backward pass for the same {os.cpu_count()} cores"
+             + (f"; and {busy()}, so the three timings, taken one after the other, may also "
+                "differ by load." if busy() else ", so nothing can run beside it.")}))
 fastest = min(("ddp", "naive", "bucketed", "overlapped"), key=lambda k: t[k])
 print(f"fastest synchroniser in this run: {fastest}")
 

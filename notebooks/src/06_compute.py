@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from perfkit import compute, hw, timing, viz
 from perfkit.compute import budget, compiling, kernels, throughput
 from perfkit.models import gpt2_workload, tiny_gpt2
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction, busy, judge
 from perfkit.viz import compute as vc
 from perfkit.viz import si
 
@@ -285,7 +285,8 @@ viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth +
             "the fresh tensors' page faults are a large part of why eager elementwise chains run far below "
             "copy bandwidth.",
     "above": "Slower still: tanh and pow cost tens of instructions per element, so some ops are "
-             "compute-bound on few cores.",
+             "compute-bound on few cores" + (f"; and {busy()}, which slows every timing here."
+                                             if busy() else "."),
     "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}))
 viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
                                   high=chain.ratio, low=1.0, unit="x"), rec.speedup, explain={

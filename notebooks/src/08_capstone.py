@@ -56,7 +56,7 @@ import perfkit
 from perfkit import dist, hw, viz
 from perfkit.compute import gpt_train_flops
 from perfkit.profiling import render_text
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction, busy, judge
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
@@ -218,7 +218,11 @@ def play_round():
                  "the profiler on, which slows PyTorch's operators but not the tokenizer or "
                  "Python; the 2 ranks share 2 cores, so work removed from one also frees the "
                  "other; and the machine's load may have changed between the two rounds.",
-        "below": "The step got slower: on this machine the fix costs more than it saves."}))
+        "below": "The step got slower. " + (
+            f"The two rounds ran one after the other, not interleaved, and {busy()}: a busy "
+            "machine can slow a later round for reasons of its own, so this round cannot tell "
+            "what the fix did; run it again on a quieter machine." if busy() else
+            "On this machine the fix costs more than it saves.")}))
     return True
 
 

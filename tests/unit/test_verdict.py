@@ -215,3 +215,21 @@ def test_a_measurement_outside_its_own_spread_widens_the_spread():
     assert v.spread == (1.62, 1.87) and "spread 1.62x to 1.87x" in v.text
     c = assess(SPEEDUP, 0.9, spread=(0.95, 1.2))
     assert c.spread == (0.9, 1.2)
+
+
+def test_busy_names_the_load_only_above_the_core_count(monkeypatch):
+    import os
+
+    from perfkit.verdict import busy
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.25, 1.0, 1.0))
+    assert busy() == "the machine was busy (load average 5.2 on 2 cores)"
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0, 9.0, 9.0))  # at the core count: not busy
+    assert busy() == ""
+
+    def unavailable():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "getloadavg", unavailable)
+    assert busy() == ""
