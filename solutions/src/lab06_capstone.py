@@ -256,8 +256,8 @@ def fast_main(argv=None):
 
 # %% [markdown]
 # Your job once, to the target loss, against the slow run above (the grader interleaves
-# both with the reference, in rounds, so its figures are steadier than this first look), and
-# what dominates its step now:
+# both with the reference, in rounds, so its figures are steadier than this first look), and,
+# at the default size, what dominates its step now:
 
 # %%
 if RUN_JOBS:
@@ -265,8 +265,8 @@ if RUN_JOBS:
 
     with pickled(fast_main, "fast_main.pkl") as pkl:
         fast = run(ROOT / "tools" / "run_main.py", pkl, *COMMON)
-        fast_report = diagnose(ROOT / "tools" / "run_main.py", pkl, "--max-bytes", 300_000,
-                               name="fast")
+        fast_report = None if QUICK else diagnose(  # QUICK (CI): the grader's mutants run it
+            ROOT / "tools" / "run_main.py", pkl, "--max-bytes", 300_000, name="fast")
     if fast["time_to_target_s"] is None:
         print(f"your job did not reach loss {TARGET_LOSS} in 1500 steps")
     else:
@@ -275,4 +275,5 @@ if RUN_JOBS:
               f"{fast['time_to_target_s']:.2f} s ({gain:.2f}x); tokens/s "
               f"{slow['tokens_per_s']:,.0f} -> {fast['tokens_per_s']:,.0f}; the ranks' weights "
               + ("agree" if fast["ranks_agree"] else "DIFFER: the gradients are not averaged"))
-    show(fast_report)
+    if fast_report is not None:
+        show(fast_report)
