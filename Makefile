@@ -24,7 +24,7 @@ HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.html >/dev/null 2>&1
 # `make browser-test` drives one widget of every notebook.
 TEST_BROWSER_NOTEBOOKS ?= 00
 
-.PHONY: help setup course lab test notebooks labs check-labs grade strip lint clean browser-deps browser-test prometheus-deps prometheus-test site limits
+.PHONY: help setup course lab test nbval notebooks labs check-labs grade strip lint clean browser-deps browser-test prometheus-deps prometheus-test site limits
 
 help:
 	@echo "make course [QUICK=1]   run every lecture notebook, render HTML, print measured figures"
@@ -70,18 +70,20 @@ grade: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make grade LAB=labs/lab00_measure_your_machine.ipynb" >&2; exit 2)
 	$(BIN)/python -m tools.grade "$(LAB)" --json build/grades/$(notdir $(basename $(LAB))).json
 
-# Unit, distributed, lab and notebook tests (every notebook executed with papermill in
-# QUICK mode, rendered into build/notebooks/), then nbval on every lecture notebook (kept
-# outputs of `# NBVAL_CHECK_OUTPUT` cells must match a fresh run; the lab solutions keep none),
-# then the real-browser tests. The
-# Prometheus server tests (about 15 s) run in the first pytest call.
+# Unit, distributed, lab and notebook tests: every notebook executed once with papermill in
+# QUICK mode, rendered into build/notebooks/, its `# NBVAL_CHECK_OUTPUT` cells compared with
+# their committed outputs as `pytest --nbval-lax` does (`make nbval` runs nbval itself, a
+# second execution); then the real-browser tests. The Prometheus server tests (about 15 s)
+# run in the pytest call.
 test: $(STAMP) check-labs lint browser-deps prometheus-deps
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
-	PERFKIT_QUICK=1 $(BIN)/python -m pytest -q -p no:randomly --nbval-lax --nbval-current-env \
-		--nbval-cell-timeout=120 notebooks
 	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
 	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
 		--durations=15 -m browser tests/browser
+
+nbval: $(STAMP)
+	PERFKIT_QUICK=1 $(BIN)/python -m pytest -q -p no:randomly --nbval-lax --nbval-current-env \
+		--nbval-cell-timeout=120 notebooks
 
 # Debian's Chromium (Playwright's own browser download cannot work on a closed network);
 # Playwright for Python comes with the dev extra.

@@ -117,3 +117,23 @@ def test_each_wing_reexports_its_modules_public_names(wing):
         for name in mod.__all__:
             assert getattr(pkg, name) is getattr(mod, name), f"perfkit.{wing} lacks {name}"
             assert name in pkg.__all__
+
+
+def readme_gaps(readme: str) -> list[str]:
+    """Library modules (not viz/workers, not private) that README's module table does not name."""
+    gaps = []
+    for p in modules():
+        rel = p.relative_to(ROOT).with_suffix("")
+        if rel.name.startswith("_") or rel.parts[0] in ("viz", "workers", "__main__"):
+            continue
+        name = ".".join(("perfkit", *rel.parts))
+        if f"| `{name}`" not in readme and f"`{name}`:" not in readme:
+            gaps.append(name)
+    return gaps
+
+
+def test_readme_names_every_module():
+    # a newcomer finds each concept from README's table, under its wing
+    readme = (ROOT.parent / "README.md").read_text()
+    assert readme_gaps(readme) == [], "add these modules to README's module table"
+    assert readme_gaps(readme.replace("| `perfkit.parallel.zero3`", "| zero3")) == ["perfkit.parallel.zero3"]

@@ -47,6 +47,49 @@ def strip(nb) -> bool:
     return changed
 
 
+def _comparable(outputs) -> list[tuple[str, str]]:
+    """What nbval compares of a cell's outputs: streams and the text of results and errors."""
+    seen = []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            seen.append((o.get("name", ""), o.get("text", "")))
+        elif o.get("output_type") in ("execute_result", "display_data"):
+            seen.append(("text/plain", o.get("data", {}).get("text/plain", "")))
+        elif o.get("output_type") == "error":
+            seen.append(("error", f"{o.get('ename')}: {o.get('evalue')}"))
+    # consecutive writes to one stream are one text, however the kernel split them
+    merged: list[tuple[str, str]] = []
+    for kind, text in seen:
+        text = "".join(text) if isinstance(text, list) else text
+        if merged and merged[-1][0] == kind and kind in ("stdout", "stderr"):
+            merged[-1] = (kind, merged[-1][1] + text)
+        else:
+            merged.append((kind, text))
+    return merged
+
+
+def kept_output_differences(committed, executed) -> list[str]:
+    """The ``# NBVAL_CHECK_OUTPUT`` cells of ``committed`` whose output a fresh run changed.
+
+    ``executed`` is the same notebook run top to bottom (papermill keeps cell ids and adds
+    its parameters cell). Compared as ``pytest --nbval-lax`` compares them: stdout/stderr
+    text and the plain-text form of results, exactly. Returns one line per difference.
+    """
+    fresh = {c.get("id"): c for c in executed.cells}
+    found = []
+    for i, cell in enumerate(committed.cells):
+        if not keeps_output(cell):
+            continue
+        run = fresh.get(cell.get("id"))
+        if run is None:
+            found.append(f"cell {i} ({cell.get('id')}) is missing from the executed notebook")
+            continue
+        want, got = _comparable(cell.outputs), _comparable(run.get("outputs", []))
+        if want != got:
+            found.append(f"cell {i} ({cell.get('id')}): committed {want!r}, fresh run {got!r}")
+    return found
+
+
 def notebooks() -> list[Path]:
     return sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
 

@@ -333,10 +333,12 @@ def plot_roofline(
     for dtype, peak in sorted(peak_flops.items(), key=lambda kv: kv[1]):
         ax.plot(xs, [min(peak, x * bandwidth) for x in xs],
                 label=f"{dtype}: {si(peak, 'FLOP/s')}, ridge {peak / bandwidth:.3g} FLOP/B")
-    for label, intensity, achieved in points:
-        ax.scatter([intensity], [achieved], zorder=3)
-        ax.annotate(label, (intensity, achieved), textcoords="offset points", xytext=(5, -12),
-                    fontsize=8)
+    # Points are named in the legend, not beside the dot: two operations of similar
+    # intensity would put their labels on top of each other, and a hidden label leaves an
+    # unnamed dot.
+    for (label, intensity, achieved), marker in zip(points, "osD^vP*X" * (len(points) // 8 + 1)):
+        ax.scatter([intensity], [achieved], zorder=3, marker=marker, s=36, edgecolors="black",
+                   linewidths=0.5, label=f"{label}: {si(achieved, 'FLOP/s')}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")

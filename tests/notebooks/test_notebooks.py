@@ -1,7 +1,8 @@
 """Every notebook runs headless in QUICK mode, and is committed clean.
 
-The papermill run here is the same code path as `make course QUICK=1`; nbval's output
-comparison runs separately in `make test` (pytest --nbval-lax on notebooks/ and solutions/).
+The papermill run here is the same code path as `make course QUICK=1`, and it also does
+what `pytest --nbval-lax` would do in a second execution: the committed outputs of the
+`# NBVAL_CHECK_OUTPUT` cells must equal the fresh run's (tools.strip_notebooks).
 The 90 s QUICK budget is a wall-clock target, so benchmarks/notebooks_quick.py checks it;
 here a notebook only has to finish within a hang guard of several budgets, since on a
 shared machine its time scales with the load of other jobs.
@@ -16,7 +17,7 @@ import nbformat
 import pytest
 
 from tools.run_course import run_notebook
-from tools.strip_notebooks import keeps_output
+from tools.strip_notebooks import kept_output_differences, keeps_output
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
@@ -50,6 +51,9 @@ def test_runs_in_quick_mode(path, tmp_path, monkeypatch):
     found = log.read_text().splitlines() if log.exists() else []
     assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"
     done = nbformat.read(out / path.name, as_version=4)
+    changed = kept_output_differences(nbformat.read(path, as_version=4), done)
+    assert not changed, (f"{path.name}: a # NBVAL_CHECK_OUTPUT cell printed something else than its "
+                         f"committed output (run `make notebooks` if the change is meant): {changed}")
     for i, cell in enumerate(c for c in done.cells if c.cell_type == "code"):
         pngs = [o["data"]["image/png"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert len(set(pngs)) == len(pngs), (
@@ -74,6 +78,27 @@ def test_outputs_stripped_except_checked_cells(path):
         else:
             assert not cell.outputs and cell.execution_count is None, (
                 f"{path.name} code cell {i + 1} has committed output: run `make strip`")
+
+
+def test_a_changed_kept_output_is_caught():
+    def book(*outputs, cell_id="c001"):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(6 * 7)", execution_count=1)
+        cell.id, cell.outputs = cell_id, list(outputs)
+        plain = nbformat.v4.new_code_cell("print(time.time())")
+        plain.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.0\n")]
+        nb.cells = [nbformat.v4.new_code_cell("QUICK = True"), cell, plain]
+        return nb
+
+    out = lambda text: nbformat.v4.new_output("stream", name="stdout", text=text)  # noqa: E731
+    committed = book(out("42\n"))
+    assert kept_output_differences(committed, book(out("4"), out("2\n"))) == []  # one stream, split
+    assert kept_output_differences(committed, book(out("43\n")))  # another number
+    assert kept_output_differences(committed, book())  # printed nothing
+    assert kept_output_differences(committed, book(out("42\n"), out("more\n")))  # printed more
+    assert kept_output_differences(committed, book(out("42\n"), cell_id="c999"))  # cell gone
+    err = nbformat.v4.new_output("stream", name="stderr", text="42\n")
+    assert kept_output_differences(committed, book(err))  # same text, other stream
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)

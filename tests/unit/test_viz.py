@@ -46,6 +46,16 @@ def test_plot_roofline_rejects_bad_input():
         viz.plot_roofline({"float32": 1.0}, 1.0, intensity_range=(2.0, 1.0))
 
 
+def test_plot_roofline_names_every_point_even_when_close():
+    # two operations of nearly the same intensity and rate: both must stay named
+    pts = [("x + y", 0.083, 6.9e9), ("linear", 62.0, 2.06e11), ("matmul n=1024", 170.7, 2.15e11)]
+    fig = viz.plot_roofline({"float32": 2.15e11, "bfloat16": 8.7e11}, 7.9e10, pts)
+    shown = [t.get_text() for t in fig.axes[0].get_legend().get_texts() if t.get_visible()]
+    plt.close(fig)
+    for label, _, _ in pts:
+        assert any(s.startswith(label + ":") for s in shown), (label, shown)
+
+
 def test_si_prefixes():
     assert viz.si(1.72e11, "FLOP/s") == "172 GFLOP/s"
     assert viz.si(0.0025, "s") == "2.5 ms"
