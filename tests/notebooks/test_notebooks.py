@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from tools.run_course import run_notebook
-from tools.strip_notebooks import kept_output_differences, keeps_output
+from tools.strip_notebooks import keeps_output, kept_output_differences
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
