@@ -50,7 +50,7 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
     if not bars:
         raise ValueError("bars must hold at least one label -> {kind: bytes}")
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(
-        figsize=(8, 0.8 + 0.6 * len(bars)))
+        figsize=(8, max(2.2, 0.8 + 0.6 * len(bars))))  # tall enough for a legend of six kinds
     labels = list(bars)
     seen: set[str] = set()
     for y, label in enumerate(labels):
@@ -58,23 +58,28 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
         for kind, value in bars[label].items():
             if value < 0:
                 raise ValueError(f"bars[{label!r}][{kind!r}] is negative: {value}")
+            shown = value > 0 and kind not in seen  # a zero-sized kind gets no legend entry
             ax.barh(y, value / 1e6, left=left / 1e6, color=MEMORY_COLORS.get(kind, None),
-                    label=kind if kind not in seen else None, edgecolor="white")
-            seen.add(kind)
+                    label=kind if shown else None, edgecolor="white")
+            seen.update([kind] if shown else [])
             left += value
         ax.annotate(si(left, "B"), (left / 1e6, y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
     largest = max(sum(v.values()) for v in bars.values())
+    right = largest
     if limit_bytes and limit_bytes <= 4 * largest:
         ax.axvline(limit_bytes / 1e6, color="black", ls="--", lw=1,
                    label=f"limit {si(limit_bytes, 'B')}")
+        right = max(right, limit_bytes)
     elif limit_bytes:
         title += f"\n(largest bar = {largest / limit_bytes:.2%} of this device's {si(limit_bytes, 'B')})"
+    ax.set_xlim(0, 1.18 * right / 1e6 or 1)  # room for the total written after the longest bar
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("MB (10^6 bytes)")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    # outside the axes: inside, it would cover the end of a bar and its total
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return tidy(fig)
 

@@ -284,14 +284,50 @@ def test_step_ratio_pairs_the_rounds():
     from perfkit.workers.zero_bench import step_ratio
 
     c = _comparison()
-    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"])
+    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"], spread="rounds")
     assert ratio == pytest.approx(1.4 / 1.1)
     assert (lo, hi) == pytest.approx((1.0, 1.5))  # per round: 1.5, 1.0, 1.27
+    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"])
+    assert lo <= ratio <= hi and 1.0 <= lo and hi <= 1.5  # the median's uncertainty
+    with pytest.raises(ValueError, match="spread must be"):
+        step_ratio(c.variants["zero3"], c.variants["ddp_adamw"], spread="p90")
     with pytest.raises(TypeError, match="a must be a VariantResult"):
         step_ratio(1.4, c.variants["ddp_adamw"])
     short = dataclasses.replace(c.variants["zero3"], step_times_s=(1.0,))
     with pytest.raises(ValueError, match="same number"):
         step_ratio(short, c.variants["ddp_adamw"])
+
+
+def test_median_ratio_spread_narrows_with_rounds_where_the_rounds_range_does_not():
+    """The uncertainty of a median ratio shrinks as rounds are added; the range of single
+    rounds' ratios does not (it is the noise of one round), so it can never decide a bound
+    closer to the median than the noise."""
+    import random
+    import statistics
+
+    from perfkit.workers.zero_bench import median_ratio_spread
+
+    rng = random.Random(1)
+
+    def rounds(n):  # b's steps are 1.15x a's, each round's ratio noisy by about +-10 %
+        a = [1.0 + 0.2 * rng.random() for _ in range(n)]
+        return a, [x * 1.15 * (1 + 0.2 * (rng.random() - 0.5)) for x in a]
+
+    widths, single = [], []
+    for n in (10, 160):
+        a, b = rounds(n)
+        lo, hi = median_ratio_spread(b, a)
+        assert lo <= statistics.median(b) / statistics.median(a) <= hi
+        widths.append(hi - lo)
+        r = sorted(y / x for x, y in zip(a, b, strict=True))
+        single.append(r[-1 - n // 10] - r[n // 10])
+    assert widths[1] < widths[0] / 2  # 16x the rounds: about a quarter of the width
+    assert single[1] > single[0] / 2  # the single rounds' range stays as wide
+    assert median_ratio_spread([2.0] * 5, [1.0] * 5) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="same number"):
+        median_ratio_spread([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="resamples"):
+        median_ratio_spread([1.0], [1.0], resamples=3)
 
 
 def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
@@ -326,3 +362,24 @@ def test_block_check_refuses_bad_arguments():
                              ((len, 2, 2), ValueError, "rank"), ((len, 0, 1, 0), ValueError, "steps")):
         with pytest.raises(exc, match=match):
             run_impl(*args)
+
+
+def test_plot_memory_stack_keeps_totals_and_bars_clear_of_the_legend():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import plot_memory_stack
+
+    bars = {"predicted": {"parameters": 0.7e6, "activations": 10e6, "recompute": 0.0},
+            "measured peak": {"other": 20.7e6}}
+    for limit in (None, 40e6, 1e12):  # no limit, a limit line, a share in the title
+        fig = plot_memory_stack(bars, limit_bytes=limit)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        frame = ax.get_window_extent()
+        totals = [t for t in ax.texts if t.get_text().endswith("B")]
+        assert len(totals) == 2 and all(t.get_visible() for t in totals)  # tidy() hid none
+        assert all(t.get_window_extent().x1 <= frame.x1 for t in totals)  # inside the axes
+        legend = ax.get_legend()
+        assert legend.get_window_extent().x0 >= frame.x1  # beside the bars, not over them
+        assert "recompute" not in [t.get_text() for t in legend.get_texts()]  # a zero-sized kind
+        plt.close(fig)
