@@ -376,8 +376,10 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
 
     A ceiling is what the machine *can* do, and load only ever makes a measurement slower:
     limits of the same device measured the same way (:data:`METHOD`) keep the higher of the
-    old and new ceilings (the sweeps are the new ones). Limits measured another way are
-    replaced: keeping their maximum would keep their error for good.
+    old and new ceilings, each with the sweep that reached it (a dtype's matmul points, the
+    copy points with the copy ceilings), so a plot of the kept sweep shows its ceiling.
+    Limits measured another way are replaced: keeping their maximum would keep their error
+    for good.
     """
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
@@ -389,12 +391,17 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
             old = None  # unreadable or from an older perfkit: replace it
         if old is not None and (old.device, old.name, old.method) == (
                 limits.device, limits.name, limits.method):
+            older = {k for k, v in limits.matmul_flops.items() if old.matmul_flops.get(k, 0.0) > v}
+            copy_from = old if old.copy_bytes_per_s > limits.copy_bytes_per_s else limits
             limits = replace(
                 limits,
-                matmul_flops={k: max(v, old.matmul_flops.get(k, 0.0))
+                matmul_flops={k: old.matmul_flops[k] if k in older else v
                               for k, v in limits.matmul_flops.items()},
-                copy_bytes_per_s=max(limits.copy_bytes_per_s, old.copy_bytes_per_s),
-                cache_bytes_per_s=max(limits.cache_bytes_per_s or 0.0, old.cache_bytes_per_s or 0.0) or None,
+                matmul_points=[p for p in limits.matmul_points if p.dtype not in older]
+                + [p for p in old.matmul_points if p.dtype in older],
+                copy_bytes_per_s=copy_from.copy_bytes_per_s,
+                cache_bytes_per_s=copy_from.cache_bytes_per_s,
+                copy_points=copy_from.copy_points,
                 h2d_bytes_per_s=(max(limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0)
                                  if limits.h2d_bytes_per_s else None),
             )

@@ -94,6 +94,27 @@ def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
     assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
 
 
+def test_a_kept_ceiling_keeps_the_sweep_that_reached_it(limits, tmp_path):
+    from dataclasses import replace
+
+    def sweep(scale):
+        return replace(
+            limits, matmul_flops={"float32": 1e11 * scale, "bfloat16": 4e11 / scale},
+            matmul_points=[hw.MatmulPoint(256, "float32", 1.0, 1e11 * scale, 1e11 * scale),
+                           hw.MatmulPoint(256, "bfloat16", 1.0, 4e11 / scale, 4e11 / scale)],
+            copy_bytes_per_s=2e10 * scale, cache_bytes_per_s=5e10 * scale,
+            copy_points=[hw.CopyPoint(2**28, 1.0, 2e10 * scale, 2e10 * scale)])
+
+    path = hw.save_limits(sweep(1.0), tmp_path / "l.json")
+    hw.save_limits(sweep(0.5), path)  # fp32 and copy slower (busy), bf16 faster
+    kept = hw.MachineLimits.from_json(path.read_text())
+    for dtype, peak in kept.matmul_flops.items():  # each ceiling is its own sweep's best point
+        assert max(p.best_flops_per_s for p in kept.matmul_points if p.dtype == dtype) == peak
+    assert kept.matmul_flops == {"float32": 1e11, "bfloat16": 8e11}
+    assert kept.copy_points[0].best_bytes_per_s == kept.copy_bytes_per_s == 2e10
+    assert kept.cache_bytes_per_s == 5e10
+
+
 def test_cached_limits_measured_another_way_are_measured_again(limits, tmp_path, monkeypatch):
     from dataclasses import replace
 
