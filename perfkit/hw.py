@@ -7,9 +7,8 @@ the reader's laptop is what *this* machine does under PyTorch. This module measu
 * memory copy bandwidth (bytes read + written per second) over a sweep of sizes,
 * host-to-device bandwidth from pinned memory, when CUDA is present,
 
-and keeps the best of each sweep in a :class:`MachineLimits` record. The roofline model
-(Williams, Waterman and Patterson, 2009) combines the two ceilings: an operation that
-does ``I`` FLOPs per byte moved can reach at most ``min(peak_flops, I * bandwidth)``.
+and keeps the best of each sweep in a :class:`MachineLimits` record, whose ceilings the
+roofline model (:mod:`perfkit.roofline`) combines.
 
 Usage::
 
@@ -376,10 +375,8 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
 
     A ceiling is what the machine *can* do, and load only ever makes a measurement slower:
     limits of the same device measured the same way (:data:`METHOD`) keep the higher of the
-    old and new ceilings, each with the sweep that reached it (a dtype's matmul points, the
-    copy points with the copy ceilings), so a plot of the kept sweep shows its ceiling.
-    Limits measured another way are replaced: keeping their maximum would keep their error
-    for good.
+    old and new ceilings, each with the sweep that reached it. Limits measured another way
+    are replaced: keeping their maximum would keep their error for good.
     """
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
@@ -394,17 +391,14 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
             older = {k for k, v in limits.matmul_flops.items() if old.matmul_flops.get(k, 0.0) > v}
             copy_from = old if old.copy_bytes_per_s > limits.copy_bytes_per_s else limits
             limits = replace(
-                limits,
-                matmul_flops={k: old.matmul_flops[k] if k in older else v
-                              for k, v in limits.matmul_flops.items()},
+                limits, matmul_flops={k: old.matmul_flops[k] if k in older else v
+                                      for k, v in limits.matmul_flops.items()},
                 matmul_points=[p for p in limits.matmul_points if p.dtype not in older]
                 + [p for p in old.matmul_points if p.dtype in older],
-                copy_bytes_per_s=copy_from.copy_bytes_per_s,
-                cache_bytes_per_s=copy_from.cache_bytes_per_s,
+                copy_bytes_per_s=copy_from.copy_bytes_per_s, cache_bytes_per_s=copy_from.cache_bytes_per_s,
                 copy_points=copy_from.copy_points,
                 h2d_bytes_per_s=(max(limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0)
-                                 if limits.h2d_bytes_per_s else None),
-            )
+                                 if limits.h2d_bytes_per_s else None))
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(limits.to_json())
     return p
