@@ -395,10 +395,9 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
                                       for k, v in limits.matmul_flops.items()},
                 matmul_points=[p for p in limits.matmul_points if p.dtype not in older]
                 + [p for p in old.matmul_points if p.dtype in older],
-                copy_bytes_per_s=copy_from.copy_bytes_per_s, cache_bytes_per_s=copy_from.cache_bytes_per_s,
-                copy_points=copy_from.copy_points,
-                h2d_bytes_per_s=(max(limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0)
-                                 if limits.h2d_bytes_per_s else None))
+                copy_bytes_per_s=copy_from.copy_bytes_per_s, copy_points=copy_from.copy_points,
+                cache_bytes_per_s=copy_from.cache_bytes_per_s, h2d_bytes_per_s=(max(
+                    limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0) if limits.h2d_bytes_per_s else None))
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(limits.to_json())
     return p
