@@ -79,7 +79,9 @@ def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, Alpha
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
+    # both span decades: latency-bound sizes reach kB/s, large ones GB/s
     ax_t.set_yscale("log")
+    ax_b.set_yscale("log")
     ax_t.set_title(f"{world} ranks: time (dashed: alpha-beta fit)")
     ax_b.set_title("bus bandwidth (nccl-tests definition)")
     fig.tight_layout()
@@ -186,8 +188,13 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
     tw2.plot(ks, [a["s_per_sample"] * 1e6 for a in accumulate], "s--", color="C1")
     tw2.set_ylabel("µs per sample", color="C1")
     ax2.set_title("gradient accumulation with no_sync()")
+    ax1.set_xticks(caps, [f"{c:g}" for c in caps])
+    ax1.xaxis.set_minor_locator(ticker.NullLocator())
+    ax2.set_xticks(ks, [str(k) for k in ks])
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
+    for t in (tw, tw2):  # a twin's hidden x tick labels would count as overlapping the real ones
+        t.tick_params(axis="x", which="both", labelbottom=False, labeltop=False)
     fig.tight_layout()
     return tidy(fig)
 

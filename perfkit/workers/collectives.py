@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from perfkit import comm
 from perfkit import dist as pdist
-from perfkit.timing import benchmark
+from perfkit.timing import interleaved
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
                "all_gather", "all_gather_into_tensor", "all_gather_single", "broadcast", "reduce")
@@ -93,7 +93,8 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
     ``True``; random normal data checks the float path with a tolerance. The integer run's
     point-to-point calls are recorded: ``sent_to``, ``recv_from`` (peer ranks) and
     ``sent_elems``. With
-    ``repeat > 0`` both are also timed (median seconds, slowest rank).
+    ``repeat > 0`` both are also timed, in alternation (median seconds of the slowest rank,
+    and ``ratios``: every repetition's ``fn`` time over ``dist.all_reduce``'s).
 
     Warning:
         Collective: every rank must call it with the same arguments.
@@ -124,13 +125,36 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
             "sent_elems": sum(k for op, _, k in calls if op in ("isend", "send")),
         }
         if repeat:
-            t_fn = benchmark(lambda g=got: fn(g), warmup=1, repeat=repeat).median_s
-            t_ref = benchmark(lambda w=want: dist.all_reduce(w), warmup=1, repeat=repeat).median_s
-            ts = torch.tensor([t_fn, t_ref], dtype=torch.float64)
-            dist.all_reduce(ts, op=dist.ReduceOp.MAX)
-            rec["time_s"], rec["ref_time_s"] = ts.tolist()
+            rec.update(_time_against_all_reduce(fn, got, want, repeat))
         out.append(rec)
     return out
+
+
+def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tensor,
+                             want: torch.Tensor, repeat: int) -> dict[str, Any]:
+    """``fn`` and ``dist.all_reduce`` timed in alternation (fn, ref, fn, ref, ...).
+
+    Timed one after the other, a load change on a shared machine between the two runs
+    would decide their ratio; alternating gives every repetition a (fn, ref) pair taken
+    under the same load. Calls shorter than about a millisecond are batched (the same
+    count on every rank). Returns the slowest rank's medians ``time_s`` and ``ref_time_s``
+    and every repetition's ``ratios`` (fn over ref, from the slowest rank's times).
+    """
+    number = max(1, min(16, (1 << 18) // max(4 * got.numel(), 1)))  # up to 16 calls below 256 kB
+
+    def batch(f: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(number):
+                f()
+        return run
+
+    ms = interleaved([batch(lambda: fn(got)), batch(lambda: dist.all_reduce(want))],
+                     warmup=1, repeat=repeat)
+    ts = torch.tensor([m.times_s for m in ms], dtype=torch.float64) / number  # (2, repeat) s
+    dist.all_reduce(ts, op=dist.ReduceOp.MAX)  # the slower rank decides each repetition
+    ratios = (ts[0] / ts[1]).tolist()
+    return {"time_s": float(ts[0].median()), "ref_time_s": float(ts[1].median()),
+            "ratios": ratios, "calls_per_repetition": number}
 
 
 def _load_pickled(path: str) -> Callable[..., Any]:

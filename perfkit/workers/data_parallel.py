@@ -9,8 +9,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
 
 * ``compare``: :class:`~perfkit.parallel.NaiveDP`, :class:`~perfkit.parallel.BucketedDP`,
   :class:`~perfkit.parallel.OverlappedDP` and DDP on the same model and data: gradients
-  against DDP's (max abs difference), step time, and the measured share of
-  communication hidden behind backward.
+  against DDP's (max abs difference), step time (``times_s``: every repetition, timed in
+  alternation), and the measured share of communication hidden behind backward.
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
   (the caps timed interleaved), and the calls :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import dist as pdist
 from perfkit.parallel import BucketedDP, NaiveDP, OverlappedDP, assign_buckets
-from perfkit.timing import benchmark, interleaved
+from perfkit.timing import interleaved
 
 
 def make_mlp(width: int = 512, depth: int = 6, d_in: int = 64, classes: int = 10,
@@ -67,6 +67,13 @@ def _batch(batch: int, step: int, d_in: int = 64) -> tuple[torch.Tensor, torch.T
 
 def _slowest(values: Sequence[float]) -> list[float]:
     t = torch.tensor(list(values), dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def _slowest_each(rows: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Element-wise maximum over ranks of equally long rows of times."""
+    t = torch.tensor([list(r) for r in rows], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
@@ -113,13 +120,16 @@ def compare(model_kw: dict[str, Any], batch: int, bucket_cap_mb: float, repeat: 
     names = list(runners)
     fns = [step(n) for n in names] + [compute, bucketed.finish]
     # interleaved (A, B, C, ... A, B, C): load drifts on a shared machine; ratios stay fair
-    times = _slowest([m.median_s for m in interleaved(fns, warmup=2, repeat=repeat)])
-    t = dict(zip(names + ["compute_only", "comm_only"], times, strict=True))
+    keys = names + ["compute_only", "comm_only"]
+    runs = interleaved(fns, warmup=2, repeat=repeat)
+    # every repetition's time, the slower rank's: repetition i of each is taken back to back
+    reps = dict(zip(keys, _slowest_each([m.times_s for m in runs]), strict=True))
+    t = {k: statistics.median(v) for k, v in reps.items()}
     hidden = (t["compute_only"] + t["comm_only"] - t["overlapped"]) / t["comm_only"]
     n_params = sum(p.numel() for p in plain.parameters())
     return {"max_abs_diff_vs_ddp": max_diff, "grad_scale": scale, "time_s": t,
-            "hidden_share": hidden, "n_params": n_params, "grad_bytes": 4 * n_params,
-            "buckets": len(bucketed.buckets), "batch": batch}
+            "times_s": reps, "hidden_share": hidden, "n_params": n_params,
+            "grad_bytes": 4 * n_params, "buckets": len(bucketed.buckets), "batch": batch}
 
 
 class _Counter:
@@ -174,9 +184,10 @@ def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: 
     """DDP over ``k`` micro-batches of ``batch`` samples per rank, one optimizer step's worth.
 
     With ``no_sync`` the first ``k - 1`` backward passes run under ``model.no_sync()`` and
-    only the last all-reduces; without it every micro-batch's backward all-reduces.
+    only the last all-reduces; without it every micro-batch's backward all-reduces. The
+    ks are timed in alternation; ``times_s`` holds every repetition's time (slowest rank).
     """
-    out = []
+    out, fns = [], []
     for k in ks:
         model = DDP(_mlp(model_kw))
         counter = _Counter()
@@ -201,12 +212,16 @@ def accumulate(model_kw: dict[str, Any], batch: int, ks: Sequence[int], repeat: 
         xs, ys = torch.cat([m[0] for m in micro]), torch.cat([m[1] for m in micro])
         nn.functional.cross_entropy(big(xs), ys).backward()
         diff = float((acc - _flat_grad(big.module)).abs().max())
-        (t,) = _slowest([benchmark(fn, warmup=1, repeat=repeat).median_s])
         samples = k * batch * dist.get_world_size()
-        out.append({"k": k, "samples_per_step": samples, "step_s": t,
-                    "s_per_sample": t / samples, "allreduce_calls": calls,
+        fns.append(fn)
+        out.append({"k": k, "samples_per_step": samples, "allreduce_calls": calls,
                     "allreduce_bytes_per_sample": nbytes / samples,
                     "max_abs_diff_vs_big_batch": diff})
+    # the ks timed in alternation: a load change on a shared machine hits every k alike
+    runs = interleaved(fns, warmup=1, repeat=repeat)
+    for rec, times in zip(out, _slowest_each([m.times_s for m in runs]), strict=True):
+        t = statistics.median(times)
+        rec.update(step_s=t, s_per_sample=t / rec["samples_per_step"], times_s=times)
     return out
 
 

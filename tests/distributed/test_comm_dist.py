@@ -26,7 +26,7 @@ TRAIN = {"workload": "digits", "steps": 30, "batch": 16, "lr": 0.05, "methods": 
 
 @pytest.fixture(scope="module")
 def suite2():
-    cfg = {"collectives": {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP},
+    cfg = {"collectives": {"ring": {"sizes": RING_SIZES, "repeat": 2}, "sweep": SWEEP},
            "data_parallel": DP, "compression": TRAIN}
     return dist.launch("perfkit.workers.suite", 2, ["--config", json.dumps(cfg)],
                        timeout_s=300)
@@ -39,6 +39,8 @@ def _check_ring_and_sweep(res, nproc):
             assert rec["int_exact"], f"rank {rank}, numel {rec['numel']}: ring sum differs"
             assert rec["float_max_abs_err"] < 1e-5 * nproc, rec  # summation order only
             assert rec["in_place"]
+            if "ratios" in rec:  # timed in alternation with dist.all_reduce, per repetition
+                assert len(rec["ratios"]) == 2 and rec["time_s"] > 0 and rec["ref_time_s"] > 0
     pts = [comm.CollectivePoint(**p) for p in res[0]["sweep"]]
     assert {p.op for p in pts} == set(comm.OPS)
     for p in pts:
@@ -67,6 +69,8 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
             assert diff <= 1e-6 * c["grad_scale"], f"{name} gradients differ from DDP: {diff}"
         assert c["buckets"] > 1  # a 0.01 MB cap really splits this model
         assert set(c["time_s"]) >= {"ddp", "naive", "bucketed", "overlapped"}
+        # every repetition's time, timed in alternation, so ratios come with a spread
+        assert {k: len(v) for k, v in c["times_s"].items()} == {k: 1 for k in c["time_s"]}
     r0 = suite2[0]["data_parallel"]
     acc = r0["accumulate"]
     assert acc[0]["allreduce_calls"] == acc[1]["allreduce_calls"]  # once per k micro-batches
@@ -74,6 +78,7 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
         acc[0]["allreduce_bytes_per_sample"] / 3)
     for a in acc:
         assert a["max_abs_diff_vs_big_batch"] < 1e-6
+        assert a["times_s"] == [a["step_s"]]  # repeat 1: the one repetition is the median
     # without no_sync() every micro-batch all-reduces: k times the calls, the same gradient
     (synced,) = r0["accumulate_synced"]
     assert synced["allreduce_calls"] == 3 * acc[1]["allreduce_calls"]

@@ -142,6 +142,8 @@ def test_collective_plots_and_widget_extremes():
                                               [p.time_s for p in pts[:3]])}
     fig = vcomm.plot_collectives(pts, fits, copy_bytes_per_s=8e9)
     assert len(fig.axes) == 2
+    # time and busbw both span decades (kB/s to GB/s): both on log axes
+    assert [ax.get_yscale() for ax in fig.axes] == ["log", "log"]
     plt.close(fig)
     spec = vcomm.collectives_widget({2: pts, 3: _fake_points(3)}, fits["all_reduce"])
     for kw in spec.extremes():
@@ -167,6 +169,12 @@ def test_data_parallel_plots():
     plt.close(fig)
     b = [{"bucket_cap_mb": c, "step_s": 0.01, "calls_per_step": n} for c, n in ((0.1, 5), (25, 1))]
     a = [{"k": k, "allreduce_bytes_per_sample": 100 / k, "s_per_sample": 1e-4} for k in (1, 4)]
-    plt.close(vcomm.plot_buckets_accumulation(b, a))
+    fig = vcomm.plot_buckets_accumulation(b, a)
+    # every cap and every k is labelled on its x axis (tidy used to hide them all, taking the
+    # twin axes' hidden tick labels for overlaps)
+    shown = [[t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+             for ax in fig.axes[:2]]
+    assert shown == [["0.1", "25"], ["1", "4"]]
+    plt.close(fig)
     with pytest.raises(ValueError, match="non-empty"):
         vcomm.plot_buckets_accumulation([], a)
