@@ -21,8 +21,8 @@
 # 5. computes a **verdict on the advice** (`perfkit.verdict.assess`): *holds*, *holds partly*
 #    (the right direction, not as far), *does not hold here*, *inconclusive* (the spread
 #    reaches across the no-effect value: the noise is larger than the effect), or *GPU only*
-#    (the advice is about a GPU; on a CPU its analogue is measured, and the claim itself when
-#    CUDA is present).
+#    (the advice is about a GPU; on a CPU its analogue is measured where one exists, and the
+#    claim itself when CUDA is present).
 #
 # "Here" matters: a verdict is about this machine, this model size and this load. The summary
 # table at the end collects them.
@@ -104,7 +104,7 @@ from perfkit.memory import (
 )
 from perfkit.memory.anatomy import trim_heap
 from perfkit.models import SmallCNN, tiny_gpt2
-from perfkit.verdict import Claim, Prediction, assess, judge
+from perfkit.verdict import Claim, ClaimVerdict, Prediction, assess, busy, judge
 from perfkit.viz import si
 from perfkit.workers.data_parallel import make_mlp
 
@@ -337,7 +337,12 @@ claim_verdict("GELU more efficient than ReLU", Claim(
     low=1.0, unit="x"), 1 / act.pair_median, (1 / act.high, 1 / act.low), reasons={
         "does not hold here": "GELU costs more per element and the step pays it. Its reason to exist is "
                               "model quality (smoother gradients), not speed.",
-        "inconclusive": "The activation is a small part of a step dominated by matmuls."})
+        "inconclusive": f"GELU's extra forward time ({(ops[1].median_s - ops[0].median_s) / n_call * 1e6:.0f} µs a "
+                        f"call, measured above) is {(ops[1].median_s - ops[0].median_s) / n_call / act.baseline.median_s:.1%}"
+                        f" of a {act.baseline.median_s * 1e3:.1f} ms step, and the pairs differ by more"
+                        + (f"; {busy()}." if busy() else "."),
+        "holds": f"The GELU step was faster here although the op alone cost {op.pair_median:.2f}x ReLU's: "
+                 "the step's difference is the run's noise, not the activation."})
 
 # %% [markdown]
 # ## 5. "Grouped convolutions reduce computation"
@@ -364,38 +369,47 @@ print(f"3x3 conv, {C} -> {C} channels, {HW}x{HW}, batch {B}: groups=1 {conv_flop
 
 # %%
 B = CONV["batch"]
-xc = torch.randn(B, C, HW, HW)
-convs = {g: nn.Conv2d(C, C, 3, padding=1, groups=g).eval() for g in (1, G)}
+xc = torch.randn(B, C, HW, HW, device=DEVICE)  # on the device whose ceilings the roofline uses
+convs = {g: nn.Conv2d(C, C, 3, padding=1, groups=g).to(DEVICE).eval() for g in (1, G)}
 def conv_call(g):
-    def run():
-        with torch.no_grad():
+    def run():  # cuDNN's TF32 off: fp32 arithmetic, as the fp32 ceiling assumes
+        with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
             convs[g](xc)
     return run
 grp = speedup_of(conv_call(1), conv_call(G), FAST_REPEAT)
 io_bytes = 2 * xc.numel() * 4  # read the input, write the output (fp32)
-bound = {g: max(conv_flops[g] * B / limits.peak_flops("float32"),
-                (io_bytes + 9 * C * C // g * 4) / limits.copy_bytes_per_s) for g in (1, G)}
+terms = {g: (conv_flops[g] * B / limits.peak_flops("float32"),  # s: compute, then bytes, at the ceilings
+             (io_bytes + 9 * C * C // g * 4) / limits.copy_bytes_per_s) for g in (1, G)}
+bound = {g: max(t) for g, t in terms.items()}
 roof = bound[1] / bound[G]
+kind = {g: "compute-bound" if t[0] >= t[1] else "memory-bound" for g, t in terms.items()}
 print(f"batch {B}: groups={G} against groups=1 {pairs(grp)}; roofline bound on the speedup {roof:.2f}x "
-      f"(groups=1 compute-bound at {si(bound[1], 's')}, groups={G} at {si(bound[G], 's')})")
+      f"(groups=1 {kind[1]} at {si(bound[1], 's')}, groups={G} {kind[G]} at {si(bound[G], 's')})")
 if grp.baseline.median_s < bound[1]:
     print(f"groups=1 ran in {si(grp.baseline.median_s, 's')}, faster than its roofline bound: the fp32 ceiling "
-          f"notebook 00 cached ({si(limits.peak_flops('float32'), 'FLOP/s')}) is too low (measured on a busy "
-          "machine or at QUICK sizes); rerun notebook 00 on a quiet machine")
+          f"notebook 00 cached ({si(limits.peak_flops('float32'), 'FLOP/s')}) is too low (probably measured on a "
+          "busy machine or at QUICK sizes); rerun notebook 00 on a quiet machine")
 
 # %%
+rate = {g: conv_flops[g] * B / m.median_s for g, m in ((1, grp.baseline), (G, grp.candidate))}  # FLOP/s
+bound_io = terms[G][1]  # s: the grouped call's bytes alone
+rates_conv = (f"the dense kernel ran at {si(rate[1], 'FLOP/s')} ({rate[1] / limits.peak_flops('float32'):.0%} of the "
+              f"fp32 ceiling), the grouped one at {si(rate[G], 'FLOP/s')}")
+noisy = (f"Time fell more than the FLOPs ({G}x): the pairs spread {grp.low:.2f}-{grp.high:.2f}x, too widely "
+         "to tell" + (f"; {busy()}" if busy() else "") + ".")
 viz.show_verdict(judge(Prediction(f"groups={G} speedup", "roofline: max(FLOPs / peak, bytes / bandwidth)",
                                   high=roof, unit="x"), grp.pair_median, spread=(grp.low, grp.high), explain={
-    "above": "Faster than the roofline allows: the dense convolution ran far below the measured peak, so "
-             "its bound is not what limited it."}))
+    "above": f"Faster than the roofline allows: {rates_conv}. " + (noisy if grp.pair_median > G else
+             "The dense convolution ran below the ceiling, so its bound is not what limited it.")}))
 claim_verdict("grouped convolutions", Claim(
     f"grouped convolutions reduce computation (FLOPs fall {G}x: does time?)",
     f"groups={G} speedup over groups=1", low=0.75 * G, partly=1.0, unit="x"), grp.pair_median, (grp.low, grp.high),
-    reasons={"holds partly": f"FLOPs fall {G}x, time not reliably as much: the input and output bytes "
-                             "stay, and grouped kernels run further below the peak than dense ones.",
-             "holds": "Time fell nearly as much as the FLOPs: the dense convolution was compute-bound.",
-             "does not hold here": "Fewer FLOPs, no faster: on this CPU the grouped kernel is slower per FLOP "
-                                   "by more than the FLOPs saved."})
+    reasons={"holds partly": f"FLOPs fall {G}x, time less: {rates_conv}. Moving the input and output (which "
+                             f"stay) takes {si(bound_io, 's')} at the copy bandwidth, "
+                             f"{bound_io / grp.candidate.median_s:.0%} of the grouped call.",
+             "holds": noisy if grp.pair_median > G else f"Time fell nearly as much as the FLOPs: {rates_conv}.",
+             "does not hold here": f"Fewer FLOPs, no faster: {rates_conv}, slower per FLOP by more than the "
+                                   "FLOPs saved."})
 
 # %% [markdown]
 # ## 6. "Gradient checkpointing reduces memory by up to 80 %"
@@ -497,8 +511,10 @@ claim_verdict("checkpoint_sequential as guides write it", Claim(
 # **The model** (module 06). Autocast runs matmuls in bf16 and keeps reductions, weights and
 # the optimizer in fp32. The speedup is Amdahl's: only the matmul share `f` of the step speeds
 # up, by the ratio `r` of the bf16 and fp32 ceilings notebook 00 measured; on a CPU without
-# bf16 units `r < 1`. The speed claim is about GPUs: here its CPU analogue is measured, and the
-# claim itself when CUDA is present. Memory: only what autocast saves in bf16 halves; fp32
+# bf16 units `r < 1`. The speed claim comes from GPUs (tensor cores); a CPU whose bf16 ceiling is
+# above its fp32 one (`r > 1`) runs the same autocast on fast bf16 instructions, so there the claim
+# is judged on the CPU, while on a CPU without them it is GPU only (its CPU analogue measured). The
+# GPU claim itself runs when CUDA is present. Memory: only what autocast saves in bf16 halves; fp32
 # tensors (layer norms, the loss) stay. **Predictions:** the step speedup is Amdahl's within 25 %;
 # saved activations fall to between 50 % and 100 % of fp32's.
 
@@ -539,12 +555,17 @@ viz.show_verdict(judge(Prediction("bf16 saved activations over fp32's", "only au
                                   low=0.5, high=1.0, unit="x"), mem_ratio))
 claim_verdict("mixed precision: 40-60 % faster", Claim(
     "mixed precision gives a 40-60 % speedup (2x on modern GPUs)", "bf16 autocast step speedup over fp32",
-    low=1.4, partly=1.0, unit="x"), amp.pair_median, (amp.low, amp.high), gpu_only=not CUDA, reasons={
+    low=1.4, partly=1.0, unit="x"), amp.pair_median, (amp.low, amp.high), gpu_only=not CUDA and r <= 1, reasons={
         "does not hold here": (f"This CPU's bf16 matmul ceiling is {r:.2f}x its fp32 one: there is nothing "
                                "for autocast to gain." if r < 1 else
                                f"The bf16 ceiling is {r:.2f}x fp32's, but the matmuls are only {f_mm:.0%} of "
                                "this small model's step, and the casts cost extra."),
-        "holds partly": "Faster, but the non-matmul part of a small model's step does not speed up."})
+        "holds partly": f"Faster, but the matmuls are only {f_mm:.0%} of this small model's step, and only they "
+                        f"run on the {r:.2f}x faster bf16 units (Amdahl: {amdahl:.2f}x).",
+        "holds": f"The bf16 ceiling is {r:.2f}x fp32's; with the matmuls at {f_mm:.0%} of the step Amdahl "
+                 f"allows {amdahl:.2f}x" + (": more than that is elementwise work in bf16 or the run's noise "
+                                            "(see the prediction above)." if amp.pair_median > 1.25 * amdahl else "."),
+        "inconclusive": "The pairs differ by more than autocast changed" + (f"; {busy()}." if busy() else ".")})
 claim_verdict("mixed precision: half the memory", Claim(
     "mixed precision halves memory", "bf16 saved activations / fp32", low=0.45, high=0.55, partly=1.0,
     unit="x"), mem_ratio, reasons={
@@ -554,7 +575,9 @@ claim_verdict("mixed precision: half the memory", Claim(
 
 # %%
 if not CUDA:
-    print("No CUDA: the GPU claim (bf16 and fp16 autocast on tensor cores) is skipped; the CPU analogue is above.")
+    print("No CUDA: the GPU claim (bf16 and fp16 autocast on tensor cores) is skipped; "
+          + (f"the claim was judged on this CPU above (bf16 ceiling {r:.2f}x fp32's)" if r > 1
+             else "its CPU analogue is above"))
 else:
     big = dict(n_embd=768, n_layer=4, n_head=12)
     for p in ("bf16", "fp16"):
@@ -600,7 +623,7 @@ f_c = min(1.0, f_raw)
 print(f"{'forward + backward' if COMPILE_TRAIN else 'forward'}: compiled against eager {pairs(comp)}; compile "
       f"{rec.compile_s:.1f} s (inductor cache hits {rec.fx_cache_hits}); matmul share f = {f_c:.0%}"
       + (f" (capped: the matmul time at the ceiling came out as {f_raw:.0%} of the step, so the ceiling "
-         "notebook 00 cached is too low; it was measured on a busier machine or at QUICK sizes)"
+         "notebook 00 cached is too low, probably measured on a busier machine or at QUICK sizes)"
          if f_raw > 1 else ""))
 print("break-even after " + (f"{rec.break_even_calls:,.0f} calls" if rec.break_even_calls != float("inf")
                              else "never: compiled is not faster"))
@@ -614,7 +637,8 @@ claim_verdict("torch.compile: 10-30 %", Claim(
         "does not hold here": "For a small model on a CPU the generated code is no faster than PyTorch's own "
                               "kernels, and the compile costs seconds; module 06 shows where fusion pays "
                               "(long memory-bound chains).",
-        "holds partly": "Faster, by less than promised: the matmuls, most of this step, do not change."})
+        "holds partly": f"Faster, by less than promised: the matmuls, {f_c:.0%} of this step at the fp32 ceiling, "
+                        "do not change."})
 
 # %% [markdown]
 # ## 10. "`channels_last` speeds up a transformer's inference"
@@ -624,12 +648,16 @@ claim_verdict("torch.compile: 10-30 %", Claim(
 # **The model.** `channels_last` is a layout for 4-D tensors `(N, C, H, W)`: it stores the
 # channels of one pixel together, which convolution kernels like. `Module.to(memory_format=...)`
 # changes only 4-D parameters; a transformer has none (its weights are 2-D), so the call changes
-# nothing. **Prediction:** the transformer has no 4-D parameter, and inference time is unchanged
-# (ratio 1 within 10 %).
+# nothing. **Predictions:** the call re-lays no parameter (counted: the parameters whose storage
+# it replaced), and inference time is unchanged (ratio 1 within 10 %). Where nothing is re-laid
+# the two timings differ by noise alone, so the advice is judged on the count.
 
 # %%
 tr_plain = tiny_gpt2(block_size=SEQ, **GPT).eval()
-tr_cl = tiny_gpt2(block_size=SEQ, **GPT).eval().to(memory_format=torch.channels_last)
+tr_cl = tiny_gpt2(block_size=SEQ, **GPT).eval()
+before = [p.data_ptr() for p in tr_cl.parameters()]
+tr_cl = tr_cl.to(memory_format=torch.channels_last)
+relaid = sum(p.data_ptr() != b for p, b in zip(tr_cl.parameters(), before))  # parameters the call replaced
 n4d = sum(p.dim() == 4 for p in tr_plain.parameters())
 def infer(model, x):
     def run():
@@ -640,19 +668,30 @@ cl = speedup_of(infer(tr_plain, ids), infer(tr_cl, ids))
 cnn, cnn_cl = SmallCNN().eval(), SmallCNN().eval().to(memory_format=torch.channels_last)
 img = torch.randn(256, 1, 8, 8)  # (N, C, H, W) digits
 cl_cnn = speedup_of(infer(cnn, img), infer(cnn_cl, img.to(memory_format=torch.channels_last)))
-print(f"4-D parameters in the transformer: {n4d}; channels_last against default {pairs(cl)}")
+print(f"4-D parameters in the transformer: {n4d}; parameters the call re-laid: {relaid}; "
+      f"channels_last against default {pairs(cl)}")
 print(f"for contrast, a small CNN (4-D weights, batch 256 of 8x8 digits): {pairs(cl_cnn)}")
 
 # %%
+loaded = busy()
+noop = f"the model has {n4d} 4-D parameters, so the call re-laid {relaid} tensors and both models run the same kernels"
+machine = f"this difference is the machine's, not the layout's{'; ' + loaded if loaded else ''}"
+viz.show_verdict(judge(Prediction("parameters channels_last re-lays", "only 4-D tensors have that layout", value=0,
+                                  rel_tol=0), relaid))
 viz.show_verdict(judge(Prediction("transformer inference speedup with channels_last", "no 4-D tensors to "
-                                  "re-lay", value=1.0, rel_tol=0.1, unit="x"), cl.pair_median, spread=(cl.low, cl.high)))
-claim_verdict("channels_last for a transformer", Claim(
-    "channels_last speeds up a transformer's inference", "speedup with channels_last", low=1.05,
-    partly=1.0, unit="x"), cl.pair_median, (cl.low, cl.high), reasons={
-        "inconclusive": f"Nothing changed: the model has {n4d} 4-D parameters, so the call is a no-op; any "
-                        "difference is noise.",
-        "does not hold here": f"The model has {n4d} 4-D parameters: the call is a no-op. channels_last is "
-                              "for convolutions."})
+                                  "re-lay", value=1.0, rel_tol=0.1, unit="x"), cl.pair_median, spread=(cl.low, cl.high),
+                       explain={side: f"Yet {noop}: {machine}." for side in ("above", "below")} if relaid == 0 else {}))
+timed = f"Timed against each other, the two models gave {pairs(cl)}: with nothing re-laid, that is noise."
+if relaid == 0:  # nothing changed: the timing is an A/A comparison, and the advice is judged on what the call did
+    claim_verdict("channels_last for a transformer", Claim(
+        "channels_last speeds up a transformer's inference", "parameters the call re-lays (a speedup needs at "
+        "least one)", low=1), relaid, reasons={
+            "does not hold here": f"{noop[0].upper()}{noop[1:]}. {timed} channels_last is for convolutions."})
+else:
+    claim_verdict("channels_last for a transformer", Claim(
+        "channels_last speeds up a transformer's inference", "speedup with channels_last", low=1.05,
+        partly=1.0, unit="x"), cl.pair_median, (cl.low, cl.high), reasons={
+            "does not hold here": f"{relaid} parameters were re-laid, and inference got no faster."})
 
 # %% [markdown]
 # ## 11. "Call `torch.cuda.empty_cache()` before each accumulation step"
@@ -703,8 +742,10 @@ claim_verdict("empty_cache before each micro-batch", Claim(
 # asynchronously; a pageable tensor is first staged into a pinned buffer by the driver. Pinning
 # is itself a host copy, done by the loader's pin thread. So it helps when the copy to the GPU
 # is on the critical path, and it is meaningless without a GPU: on a CPU-only machine PyTorch
-# warns and ignores it. **Prediction (CPU):** the loop runs at the same speed with and without
-# it (ratio 1 within 15 %); on a GPU, a pinned copy is faster than a pageable one.
+# warns and ignores it, so the two loops below run the same code: there is no CPU analogue to
+# judge the advice by, and without CUDA it is recorded as GPU only. **Prediction (CPU):** the
+# loop runs at the same speed with and without it (ratio 1 within 15 %); on a GPU, a pinned copy
+# is faster than a pageable one.
 
 # %%
 from torch.utils.data import DataLoader, TensorDataset
@@ -718,20 +759,29 @@ def loop(pin):
                 xb.to(DEVICE, non_blocking=pin)
         timing.synchronize(DEVICE)
     return run
-pin = speedup_of(loop(False), loop(True))
+pin = speedup_of(loop(False), loop(True), FAST_REPEAT)
 print(f"a loop over {LOAD_BATCHES} batches of {BATCH} images, copied to {DEVICE}: pin_memory=True against False {pairs(pin)}")
 
 # %%
+same_code = f"the flag is ignored without a GPU, so both loops ran the same code{'; ' + busy() if busy() else ''}"
 viz.show_verdict(judge(Prediction("loop speedup with pin_memory=True" + ("" if CUDA else " (CPU)"),
                                   "pinned memory is for DMA to a GPU" if not CUDA else "DMA from pinned memory",
                                   **(dict(low=1.0) if CUDA else dict(value=1.0, rel_tol=0.15)), unit="x"),
-                       pin.pair_median, spread=(pin.low, pin.high)))
-claim_verdict("pin_memory always helps", Claim(
-    "pin_memory=True always helps", "loop speedup with pin_memory=True", low=1.02, partly=1.0, unit="x"),
-    pin.pair_median, (pin.low, pin.high), gpu_only=not CUDA, reasons={
+                       pin.pair_median, spread=(pin.low, pin.high), explain={} if CUDA else {
+    side: f"A difference between two runs of one loop, not pinning: {same_code}." for side in ("above", "below")}))
+pin_claim = Claim("pin_memory=True always helps", "loop speedup with pin_memory=True", low=1.02, partly=1.0, unit="x")
+if CUDA:
+    claim_verdict("pin_memory always helps", pin_claim, pin.pair_median, (pin.low, pin.high), reasons={
         "does not hold here": "Pinning is a host copy; it pays only when the copy to the GPU is on the "
                               "critical path and overlaps with compute.",
-        "inconclusive": "Without a GPU there is nothing to pin for: the flag is ignored."})
+        "inconclusive": "The copies are small next to this loop's noise."})
+else:  # no CPU analogue: assess would name the zone of a timing of one loop against itself
+    shown = f"{pin.pair_median:.3g}x (spread {pin.low:.3g}x to {pin.high:.3g}x), the same loop twice"
+    VERDICTS["pin_memory always helps"] = ClaimVerdict(pin_claim, pin.pair_median, (pin.low, pin.high), "GPU only", (
+        f"**Verdict on the advice: GPU only.** {pin_claim.figure}: the advice promises {pin_claim.describe()}; "
+        f"measured {shown}. Not judged: {same_code}, so this figure is the run's noise, not pinning. "
+        "Run the notebook on a GPU machine to judge the advice."), shown)
+    viz.show_claim(VERDICTS["pin_memory always helps"])
 
 # %% [markdown]
 # ## 13. "`torch.set_num_threads(min(8, cores))` is best"
@@ -764,15 +814,22 @@ thr = Speedup(runs_t[other], runs_t[rec_threads])  # ratio = best other / recomm
 vs1 = Speedup(runs_t[1], runs_t[rec_threads])
 
 # %%
+loaded = busy()
+stall = ("each barrier waits for the slowest thread, and a core that another job takes even for a moment stalls "
+         "them all" + (f"; {loaded}" if loaded else ""))
+rec_m, one_m = runs_t[rec_threads], runs_t[1]
+bimodal = (f"{rec_threads}-thread steps took {rec_m.median_s * 1e3:.1f} ms at the median but {rec_m.p90_s * 1e3:.1f} ms "
+           f"at p90, slower than one thread's {one_m.median_s * 1e3:.1f} ms: " if rec_m.p90_s > one_m.median_s else "")
 viz.show_verdict(judge(Prediction(f"{rec_threads} threads over 1", "work split over idle cores",
                                   low=1.0, high=float(CORES), unit="x"), vs1.pair_median, spread=(vs1.low, vs1.high),
-                       explain={"below": f"More threads were slower: the machine's load ({os.getloadavg()[0]:.1f} "
-                                         f"for {CORES} cores) leaves no idle core, and threads wait at barriers."}))
+                       explain={"below": f"More threads were slower: {stall}."}))
 claim_verdict("set_num_threads(min(8, cores))", Claim(
     "torch.set_num_threads(min(8, cores)) is best", f"best other count ({other}) time / "
     f"{rec_threads} threads' time", low=1.0, unit="x"), thr.pair_median, (thr.low, thr.high), reasons={
-        "does not hold here": f"{other} thread(s) ran faster: on a shared machine the cores are not all yours.",
-        "holds": "On an otherwise idle machine the cores are the resource; on a busy one, measure again."})
+        "does not hold here": f"{other} thread(s) ran faster: {stall}.",
+        "holds": f"{rec_threads} threads were the fastest count here"
+                 + (f", although {loaded}; on a busy machine, measure again." if loaded else "."),
+        "inconclusive": (bimodal or "the counts differ by less than the pairs do: ") + stall + "."})
 
 # %% [markdown]
 # ## 14. "Larger DDP buckets (500 MB to 1 GB) reduce communication overhead"
@@ -785,6 +842,8 @@ claim_verdict("set_num_threads(min(8, cores))", Claim(
 # that size the cap changes nothing; and one huge bucket cannot start before backward ends.
 # **Prediction:** 500 MB gives as many all-reduces per step as DDP's default 25 MB whenever the
 # gradient is smaller than 25 MB (counted by a communication hook); a tiny cap gives many more.
+# Where the two caps give the same buckets, their communication is the same, so the advice is
+# judged on the all-reduces per step, and the two step times only show the run's noise.
 
 # %%
 bk = {b["bucket_cap_mb"]: b for b in ddp["buckets"]}
@@ -812,14 +871,24 @@ layout = (f"With a {grad_mb:.1f} MB gradient both caps give {bk[500]['calls_per_
           "the larger cap has nothing to change, so the time difference between them does not come from the "
           "buckets." if same else f"The caps gave {bk[25]['calls_per_step']} and {bk[500]['calls_per_step']} "
           "all-reduces per step.")
-claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
-    "larger DDP buckets (500 MB-1 GB) reduce communication overhead", "step speedup of 500 MB over 25 MB buckets",
-    low=1.05, partly=1.0, unit="x"), buckets.pair_median, (buckets.low, buckets.high), reasons={
-        "inconclusive": layout + f" Against the tiny cap: {tiny_text}.",
-        "does not hold here": layout + " For a gradient larger than the cap, one giant bucket would wait for the "
-                                       "whole backward pass instead of overlapping with it.",
-        "holds partly": layout,
-        "holds": layout})
+if same:  # the same buckets: the same communication, and the two step times an A/A comparison
+    claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
+        "larger DDP buckets (500 MB-1 GB) reduce communication overhead", "all-reduces per step (of the same "
+        "bytes) with 25 MB buckets over 500 MB", low=1.05, partly=1.0, unit="x"),
+        bk[25]["calls_per_step"] / bk[500]["calls_per_step"], reasons={
+            "does not hold here": layout + f" The steps took {buckets.pair_median:.2f}x as long at 25 MB as at 500 MB "
+                                  f"(pairs p10-p90 {buckets.low:.2f}-{buckets.high:.2f}x): the noise of two runs of "
+                                  f"the same communication. Against the tiny cap: {tiny_text}."})
+else:
+    claim_verdict("DDP buckets of 500 MB-1 GB", Claim(
+        "larger DDP buckets (500 MB-1 GB) reduce communication overhead",
+        "step speedup of 500 MB over 25 MB buckets", low=1.05, partly=1.0, unit="x"),
+        buckets.pair_median, (buckets.low, buckets.high), reasons={
+            "inconclusive": layout + f" Against the tiny cap: {tiny_text}.",
+            "does not hold here": layout + " One giant bucket waits for the whole backward pass instead of "
+                                           "overlapping with it.",
+            "holds partly": layout,
+            "holds": layout})
 
 # %% [markdown]
 # ## 15. "Gradient accumulation reduces communication N times"
@@ -896,7 +965,9 @@ claim_verdict("top-k compression", Claim(
         "does not hold here": f"{wire:.1%} of the bytes, but a slower step: a {dense_r['dense_bytes_per_step'] / 1e3:.0f} "
                               "kB all-reduce is start-up bound, so the bytes saved were worth less than "
                               "the selection and the all-gather cost.",
-        "inconclusive": "The bytes saved and the selection's cost are both small next to this step's noise.",
+        "inconclusive": f"The medians differ ({dense_r['step_s'] * 1e3:.2f} ms against {topk_r['step_s'] * 1e3:.2f} ms), "
+                        f"but step by step the pairs spread {tk.low:.2f}-{tk.high:.2f}x, across 1"
+                        + (f"; {busy()}." if busy() else "."),
         "holds partly": "Faster, but far less than the bytes fell: start-up costs and the selection stay.",
         "holds": "The gradient is large enough that its bytes, not start-ups, set the communication time."})
 
@@ -908,12 +979,15 @@ claim_verdict("top-k compression", Claim(
 # **The model** (module 07, `simulate_pipeline`). A worker prepares whole batches; `W` workers
 # deliver up to `W` times faster until they saturate the cores (CPU-bound decoding) or the
 # training step becomes the limit. Past `min(cores, load / compute)` workers nothing improves,
-# and each extra worker costs a process and its memory. Throughput is counted after the first
-# `2W + 1` batches, which `W` workers (2 batches ahead each) prepared while the loop waited for
-# the first one. Each sample costs `COST_MS` of CPU work (measured again here, under this
-# machine's load); each step `COMPUTE_MS` of sleep (a GPU step: the host is free). **Prediction:** the best throughput of
-# the advised counts (4, 8) over the best of the rest is what the pipeline model with this
-# machine's cores predicts, within 20 %.
+# and each extra worker costs a process and its memory. Each sample costs `COST_MS` of CPU work
+# (measured again here, under this machine's load); each step `COMPUTE_MS` of sleep (a GPU step:
+# the host is free). Throughput is a whole pass over the data, timed on the second pass
+# (`persistent_workers=True`: the workers' start-up is left out, the pipeline's fill is not), and
+# the model simulates the same number of steps. (Counting only the steps after the first few
+# would credit the many-worker runs with batches their workers prepared before the count began:
+# `2W` batches are in flight, a large share of a short run.) **Prediction:** the best
+# throughput of the advised counts (4, 8) over the best of the rest is what the pipeline model
+# with this machine's cores predicts, within 20 %.
 
 # %%
 COST_MS, COMPUTE_MS = (1.0 if QUICK else 2.0), 2.0  # per-sample CPU work, per-step compute (a GPU step)
@@ -922,21 +996,22 @@ cost_s = timing.benchmark(lambda: [ds[i] for i in range(BATCH)], warmup=1, repea
 rates = {w: [] for w in WORKERS}  # samples/s per round, the counts taking turns
 
 
-def steady_rate(rec, w):
-    """Samples/s after the first 2w + 1 steps: those were prepared during the workers' start-up."""
-    steps = [a + b for a, b in zip(rec.wait_s[0], rec.compute_s[0])][2 * w + 1:]
-    return BATCH * len(steps) / sum(steps)
+def pass_rate(rec):
+    """Samples/s of the last pass over the data: fill included, the workers' start-up not."""
+    waits, computes = rec.wait_s[-1], rec.compute_s[-1]
+    return BATCH * len(waits) / (sum(waits) + sum(computes))
 
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # more workers than cores, on purpose
     for _ in range(LOAD_ROUNDS):
-        for w in WORKERS:
-            rec_w = measure_loader(ds, LoaderConfig(BATCH, w), compute=COMPUTE_MS / 1e3)
-            rates[w].append(steady_rate(rec_w, w))
+        for w in WORKERS:  # the first pass starts the workers; the second is timed
+            rec_w = measure_loader(ds, LoaderConfig(BATCH, w, persistent_workers=w > 0),
+                                   compute=COMPUTE_MS / 1e3, epochs=2 if w else 1)
+            rates[w].append(pass_rate(rec_w))
 load = {w: statistics.median(r) for w, r in rates.items()}
-model_rate = {w: BATCH / simulate_pipeline(BATCH * cost_s, COMPUTE_MS / 1e3, w, 2, steps=200,
-                                           cores=CORES).steady_step_s for w in WORKERS}
+model_rate = {w: BATCH / simulate_pipeline(BATCH * cost_s, COMPUTE_MS / 1e3, w, 2, steps=LOAD_BATCHES,
+                                           cores=CORES).step_s for w in WORKERS}  # the same pass, simulated
 print(f"one sample costs {cost_s * 1e3:.1f} ms here ({COST_MS} ms on an idle core)")
 for w in WORKERS:
     print(f"num_workers={w}: {load[w]:6.0f} samples/s measured (median of {LOAD_ROUNDS} rounds), "
@@ -951,26 +1026,32 @@ spread_w = (per_round.p10_s, per_round.p90_s)
 pred_w = max(model_rate[w] for w in advised) / max(model_rate[w] for w in rest)
 
 # %%
+loaded = busy()  # a phrase when the load average exceeds the cores, else ""
+share_text = (f"{loaded}: more processes win a larger share of the CPU time from the other jobs than the "
+              f"model's {CORES} cores" if loaded else
+              "the cost per sample was timed once, in one process, and a burst of load then inflates it")
 viz.show_verdict(judge(Prediction(f"best of workers {advised} over best of {rest}", "simulate_pipeline with "
                                   f"{CORES} cores", value=pred_w, rel_tol=0.2, unit="x"), ratio_w, spread=spread_w,
-                       explain={"above": "More workers beat the model, which gives the loader at most this "
-                                         "machine's cores: on a shared machine more processes also win a "
-                                         "larger share of CPU time from the other jobs.",
+                       explain={"above": f"More workers beat the model, which gives the loader {CORES} cores at "
+                                         f"the measured cost per sample: {share_text}.",
                                 "below": "The extra workers cost more than the model allows: each is a "
-                                         "process that takes memory and CPU time from the training loop."}))
+                                         "process that takes memory and CPU time from the training loop"
+                                         + (f"; {loaded}." if loaded else ".")}))
+rates_text = ", ".join(f"{w}: {load[w]:.0f}" for w in WORKERS)
 claim_verdict("DataLoader workers: 4-8", Claim(
     "the best number of DataLoader workers is 4-8", f"samples/s of the best advised count over the best "
     f"other (num_workers={best_rest})", low=1.05, partly=1.0, unit="x"), ratio_w, spread_w, reasons={
-        "holds partly": f"No worse, but no better than {best_rest} worker(s) either: with {CORES} cores "
-                        "CPU-bound workers saturate at the core count.",
-        "does not hold here": f"{best_rest} worker(s) did better: with {CORES} cores, extra workers only "
-                              "compete with each other and the training process.",
-        "holds": "More workers than this machine's cores still helped. On a machine shared with other jobs, "
-                 "more processes win a larger share of the cores from the OS scheduler; on a machine of "
-                 "your own, past the core count they only compete with each other.",
-        "inconclusive": f"The worker counts from {best_rest} up deliver about the same: with {CORES} cores, "
-                        "CPU-bound workers saturate at the core count, and the rounds differ more than "
-                        "the counts do."})
+        "holds partly": f"Faster than {best_rest} worker(s) by less than 5 % ({rates_text} samples/s): with "
+                        f"{CORES} cores CPU-bound workers saturate at the core count.",
+        "does not hold here": f"{best_rest} worker(s) did better ({rates_text} samples/s): with {CORES} cores, "
+                              "extra workers only compete with each other and the training process"
+                              + (f"; {loaded}." if loaded else "."),
+        "holds": f"More workers than this machine's {CORES} cores helped ({rates_text} samples/s)"
+                 + (f": {loaded}, and more processes win a larger share of it from the other jobs; on a "
+                    "machine of your own, past the core count they only compete with each other." if loaded
+                    else "; the model above says by how much the cores allow."),
+        "inconclusive": f"The rounds differ more than the counts do ({rates_text} samples/s, medians)"
+                        + (f"; {loaded}." if loaded else ".")})
 
 # %% [markdown]
 # ## 18. "ZeRO stage 1 below 1 B parameters, stage 2 for 1-10 B, stage 3 above"
@@ -1278,7 +1359,8 @@ claim_verdict("MultiheadAttention(kdim=head_dim)", Claim(
 # QUICK mode leaves compile out. **Prediction:** the switches' costs add up: everything-on's step
 # takes the tuned subset's time plus the time each switch it adds cost alone over the plain
 # step (as a share of the plain step, which is timed again beside the two; compile: claim 9's
-# speedup, applied to the whole step), within 30 %.
+# speedup, applied to the whole step), within 30 %. The tuned subset with accumulation added is
+# timed beside them too: it shows whether accumulation's cost depends on the setting it joins.
 
 # %%
 warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)  # more workers than cores: the advice
@@ -1324,10 +1406,13 @@ print(f"tuned subset: {', '.join(keep + (['compile'] if compile_kept else [])) o
       f"adds {', '.join(added) or 'nothing'}")
 
 # %%
+ACC = f"accumulation {ULTRA['accumulate']}"
 plain_step, tuned_step, ultra_step = (setting_step(**cfg) for cfg in (PLAIN, tuned_cfg, ultra_cfg))
+extra = [setting_step(**{**tuned_cfg, **SWITCHES[ACC]})] if ACC in added else []  # to explain a miss
 with timing.Timer(DEVICE) as first:
     ultra_step()  # starts the workers, and compiles when compile is on
-plain_b, *both = timing.interleaved([plain_step, tuned_step, ultra_step], warmup=1, repeat=ULTRA_ROUNDS)
+plain_b, *both, tuned_acc = timing.interleaved([plain_step, tuned_step, ultra_step] + extra, warmup=1,
+                                               repeat=ULTRA_ROUNDS) + ([] if extra else [None])
 ultra = Speedup(*both)  # ratio = tuned time / everything-on time: everything-on's relative speed
 added_share = {name: 1 / speed[name].pair_median - 1 for name in added if name != "compile"}  # of a plain step
 predicted_s = ((both[0].median_s + plain_b.median_s * sum(added_share.values()))
@@ -1340,15 +1425,24 @@ print(f"everything-on's first step: {first.elapsed_s:.1f} s (" + ("compile and "
       + ("" if COMPILE_ULTRA else "; QUICK mode leaves compile out"))
 
 # %%
+acc_ms = None if tuned_acc is None else (speed[ACC].candidate.median_s - speed[ACC].baseline.median_s,
+                                         tuned_acc.median_s - both[0].median_s)  # s added (medians): plain, tuned
+acc_text = "" if acc_ms is None else (
+    f" {ACC} added {acc_ms[0] * 1e3:.1f} ms to the plain step and {acc_ms[1] * 1e3:.1f} ms to the tuned one (timed "
+    "beside the two)" + ((": more to the tuned step, whose every micro-batch casts each weight to bf16 again "
+                          "(autocast's cast cache ends with each micro-batch's autocast region)."
+                          if tuned_cfg["precision"] == "bf16" else ": more to the tuned step.")
+                         if acc_ms[1] > 1.3 * acc_ms[0] else
+                         ": about as the model assumes; the gap lies with the other switches together."))
+caveat = ((" Compile's factor was measured on claim 9's MLP, not on this model." if "compile" in added else "")
+          + (f" And {busy()}." if busy() else ""))
 viz.show_verdict(judge(Prediction("everything-on speed over the tuned subset's", "the time each added switch "
                                   "costs alone adds up", value=predicted_ultra, rel_tol=0.3, unit="x"),
                        ultra.pair_median, spread=(ultra.low, ultra.high), explain={
-    "above": "Together the added switches cost less than their costs alone add up to: they are not independent"
-             + (" (and compile's factor was measured on claim 9's MLP, not on this model)." if "compile" in added
-                else "."),
-    "below": "Together the added switches cost more than their costs alone add up to: they are not independent"
-             + (" (and compile's factor was measured on claim 9's MLP, not on this model)." if "compile" in added
-                else ".")}))
+    "above": "Together the added switches cost less than their costs alone add up to: they are not "
+             "independent." + acc_text + caveat,
+    "below": "Together the added switches cost more than their costs alone add up to: they are not "
+             "independent." + acc_text + caveat}))
 alone_text = ", ".join([f"{name} {speed[name].pair_median:.2f}x" for name in added_share]
                        + ([f"compile {comp.pair_median:.2f}x (claim 9)"] if "compile" in added else []))
 same = "The tuned subset kept every switch: the two settings are the same, so any difference is noise."
@@ -1369,8 +1463,9 @@ claim_verdict("'ultra': everything on", Claim(
 # ## Summary
 #
 # Each row is computed from the measurement above it: the advice, what was measured on this
-# machine, and the verdict. A "GPU only" row measured a CPU analogue; run the notebook on a
-# GPU machine to judge the claim itself.
+# machine, and the verdict. A "GPU only" row is advice about a GPU: its CPU analogue was measured
+# where one exists (pin_memory has none: a CPU ignores it); run the notebook on a GPU machine to
+# judge the claim itself.
 
 # %%
 viz.show_claims_table(VERDICTS)
