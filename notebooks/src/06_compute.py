@@ -123,11 +123,15 @@ viz.show_verdict(judge(Prediction("bf16's final loss (mean of the last steps) re
     "above": "bf16 ended worse: at this learning rate the coarser rounding changed the trajectory.",
     "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."}))
 jumps = {p: max(range(1, len(c)), key=lambda i: c[i] - c[i - 1]) for p, c in curves.items()}
-j = jumps["fp32"]
-print(f"largest rise of the loss: fp32 at step {j} ({curves['fp32'][j - 1]:.3f} -> {curves['fp32'][j]:.3f}), "
-      f"bf16 at step {jumps['bf16']}: "
-      + ("the same step in both precisions, on the same batch: that batch's text is harder, not the "
-         "arithmetic" if jumps["bf16"] == j else "different steps: the rise is not only the data"))
+j, c = jumps["fp32"], curves["fp32"]
+# back at the next step: the update did not damage the weights, so the batch itself is hard
+recovered = j + 1 < len(c) and c[j + 1] - c[j - 1] < (c[j] - c[j - 1]) / 4
+print("the loss never rose" if c[j] <= c[j - 1] else
+      f"largest rise of the loss: fp32 at step {j} ({c[j - 1]:.3f} -> {c[j]:.3f}), bf16 at step {jumps['bf16']}: "
+      + ("the same step in both precisions: the rise comes from what both runs share, not from bf16's "
+         "rounding" if jumps["bf16"] == j else "different steps: bf16's rounding changed where the loss rose")
+      + (f"; the next step is back at {c[j + 1]:.3f}, so the weights were not damaged: that batch is what is "
+         "hard to predict" if recovered else ""))
 
 # %% [markdown]
 # Now (b), the speed: the two steps alternate on the same random tokens.
@@ -158,10 +162,12 @@ for name, m, dt in (("fp32", amp.baseline, "float32"), ("bf16", amp.candidate, "
           f"= MFU {mfu_text(compute.mfu(flops, m.median_s, limits, dt))} of the {dt} ceiling")
 
 # %% [markdown]
-# **Amdahl's bound.** The fp32 MFU `f` is the share of the fp32 step its matmuls would take at
+# **Amdahl's estimate.** The fp32 MFU `f` is the share of the fp32 step its matmuls would take at
 # the fp32 ceiling. If only they speed up, by the ratio `r` of the ceilings, the step becomes
 # `(1 - f) + f / r` of what it was: a speedup of `1 / ((1 - f) + f / r)`. On a CPU without fast
-# bf16 units `r` is below 1 and the "speedup" is a slowdown.
+# bf16 units `r` is below 1 and the "speedup" is a slowdown. It is an estimate, not a bound:
+# the real matmuls run below the ceiling, so they take more than `f` of the step (more to gain),
+# and small bf16 matmuls may reach less of their ceiling than fp32 ones (less to gain).
 
 # %%
 f_mm = min(1.0, compute.mfu(flops, amp.baseline.median_s, limits, "float32"))
@@ -177,8 +183,10 @@ viz.show_verdict(judge(Prediction("bf16 step speedup over fp32", "Amdahl: only t
     "above": "Faster than matmuls alone allow: the non-matmul work also got cheaper in bf16 (half the "
              "bytes for the elementwise ops autocast runs in bf16).",
     "below": "Slower than matmuls alone allow: the casts autocast inserts before every matmul, and the "
-             "bf16 weight copies it makes, cost more than the matmuls saved."}))
-#
+             "bf16 weight copies it makes, cost more than the matmuls saved"
+             + (f"; or load: {busy()}." if busy() else ".")}))
+
+# %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
 # everything: tensors that stay fp32 (layer-norm inputs, the logits upcast for the loss) do
 # not shrink, and autocast also saves the bf16 *copies of the weights* it made for the
@@ -263,38 +271,54 @@ print(f"compiled / eager: {rec.speedup:.2f}x (predicted {chain.ratio:.1f}x if me
       f"first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
 
 # %% [markdown]
-# **What else a new tensor costs.** Each eager op returns a *new* tensor. On a CPU a tensor this
-# large is fresh memory from the operating system (the allocator returns big blocks when they are
-# freed), so its pages fault in one by one on first write: a cost per new tensor that the
-# bytes model leaves out. Measured: filling a new tensor against filling one that already exists.
+# **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
+# allocator serves blocks above its mmap threshold (128 KiB at first, raised up to 32 MiB as
+# large blocks are freed) straight from the operating system and gives them back when they are
+# freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
+# the bytes model leaves out. Blocks below it are reused from the heap at no extra cost, as a
+# GPU's caching allocator reuses its blocks. Which case applies depends on the size and on what
+# the program freed before, so it is measured: filling a new tensor against an existing one.
 
 # %%
 buf = torch.empty_like(xc)
 fresh = timing.benchmark(lambda: torch.empty_like(xc).fill_(1.0), warmup=2, repeat=REPEAT)
 reuse = timing.benchmark(lambda: buf.fill_(1.0), warmup=2, repeat=REPEAT)
 fault_s = max(0.0, fresh.median_s - reuse.median_s)
-eager_model_s = chain.eager / limits.copy_bytes_per_s + chain.kernels * fault_s
-print(f"a new {xc.numel() * 4 / 2**20:.0f} MiB tensor costs {fault_s * 1e3:.2f} ms more than reusing one "
-      f"({fresh.median_s * 1e3:.2f} vs {reuse.median_s * 1e3:.2f} ms to fill)")
-print(f"eager model: {chain.eager / limits.copy_bytes_per_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
+bytes_s = chain.eager / limits.copy_bytes_per_s  # the bytes model alone
+eager_model_s = bytes_s + chain.kernels * fault_s
+mib = xc.numel() * 4 / 2**20
+print(f"filling a new {mib:.0f} MiB tensor: {fresh.median_s * 1e3:.2f} ms, an existing one: "
+      f"{reuse.median_s * 1e3:.2f} ms: "
+      + (f"a new tensor costs {fault_s * 1e3:.2f} ms more (its pages fault in"
+         + (f"; {busy()}, which may inflate it)" if busy() else ")") if fault_s > reuse.median_s else
+         f"a new tensor costs {fault_s * 1e3:.2f} ms more, less than the fill itself: no page faults to "
+         "speak of at this size (the allocator reused the memory)" if fresh.median_s >= reuse.median_s else
+         "the new one filled faster, which only noise explains: counted as no extra cost"))
+print(f"eager model: {bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
       f"= {eager_model_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
 viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
                                   value=eager_model_s * 1e3, rel_tol=0.5, unit=" ms"),
                        rec.eager.median_s * 1e3, explain={
-    "held": f"Bytes alone would predict {chain.eager / limits.copy_bytes_per_s * 1e3:.2f} ms: on this CPU "
-            "the fresh tensors' page faults are a large part of why eager elementwise chains run far below "
-            "copy bandwidth.",
+    "held": f"Bytes alone would predict {bytes_s * 1e3:.2f} ms; the new tensors are "
+            f"{1 - bytes_s / eager_model_s:.0%} of the model"
+            + (": on this machine, at this size, page faults are most of why the eager chain runs far below "
+               "copy bandwidth." if bytes_s < eager_model_s / 2 else "."),
     "above": "Slower still: tanh and pow cost tens of instructions per element, so some ops are "
              "compute-bound on few cores" + (f"; and {busy()}, which slows every timing here."
                                              if busy() else "."),
-    "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}))
+    "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks"
+             + (f"; or load: {busy()}, which disturbs the fills measured above." if busy() else ".")}))
 viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
                                   high=chain.ratio, low=1.0, unit="x"), rec.speedup, explain={
     "held": "Fusion removes the intermediate tensors and their bytes.",
-    "above": "More than the byte ratio: fusion also removed the new tensors' page faults, which the "
-             "bytes model does not count.",
+    "above": "More than the byte ratio: "
+             + ("fusion also removed the new tensors' page faults, which the bytes model does not count."
+                if chain.kernels * fault_s > bytes_s else "with no page faults measured at this size, the eager "
+                "chain lost more than its extra bytes: it is not memory-bound here (tanh and pow on few cores)"
+                + (f"; and {busy()}." if busy() else ".")),
     "below": "The fused loop is not purely memory-bound: tanh costs tens of instructions per element, "
-             "so on few cores it becomes compute-bound."}))
+             "so on few cores it becomes compute-bound."
+             + (f" And {busy()}." if busy() else "")}))
 
 # %% [markdown]
 # On the roofline of notebook 00 (FLOPs counted as about 10 per element):
@@ -452,15 +476,18 @@ viz.show_verdict(judge(Prediction("largest relative gap, naive's saved bytes aga
                                   "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
                        explain={"held": "The rest is the small boolean mask: memory is where the model is exact."}))
 r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
-# more work in less time: a length that ran slower than the next, longer one was disturbed
-disturbed = [a for a, b in zip(ATTN_T, ATTN_T[1:]) if by["naive", a].seconds > by["naive", b].seconds]
+# more work in less time, or over 16x the time for 4x the work: a disturbed length
+disturbed = [(i, a) for i in ("naive", "sdpa") for a, b in zip(ATTN_T, ATTN_T[1:])
+             if not 1 <= by[i, b].seconds / by[i, a].seconds <= 4 * (b / a) ** 2]
 viz.show_verdict(judge(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
                                   "naive writes and rereads T x T matrices", low=1.0, unit="x"),
                        r_long / r_short, explain={
     "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
-    "below": (f"This run cannot tell: naive attention took longer at T={disturbed[0]} than at twice that length, "
-              "with a quarter of the work, so the machine was busy during the sweep (run it again). The memory "
-              "difference above is exact." if disturbed else
+    "below": (f"This run cannot tell: {disturbed[0][0]} attention's time from T={disturbed[0][1]} to twice that "
+              "length (four times the work) fell or grew more than 16-fold, so the machine was disturbed during "
+              f"the sweep{'; ' + busy() if busy() else ''}. Run it again. The memory difference above is exact."
+              if disturbed else f"{busy().capitalize()}: this run cannot tell. The memory difference above is exact."
+              if busy() else
               "At these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
               "ratio does not grow with T here; the memory difference above is the part that scales.")}))
 
@@ -532,16 +559,17 @@ viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (
                                   "a tile's remainder per row: a few percent at n near 1024", low=0.94, unit=""),
                        statistics.median(odd32) / ref32, spread=(min(odd32) / ref32, max(odd32) / ref32),
                        explain={
-    "held": "This CPU's kernels pack odd edges cheaply; on GPUs the odd sizes drop far more.",
+    "held": f"This {DEVICE.type.upper()}'s kernels handle odd edges cheaply at these sizes.",
     "below": f"Odd sizes lose more than a tile's remainder here, beyond the aligned sizes' own spread "
              f"({min(aligned32) / ref32:.0%}-{max(aligned32) / ref32:.0%}): the kernel takes a slower path for them.",
     "inconclusive": f"Some odd sizes ran at full rate and some did not; the aligned sizes alone spread "
                     f"{min(aligned32) / ref32:.0%}-{max(aligned32) / ref32:.0%}."}))
-#
+
+# %% [markdown]
 # **Padding the vocabulary.** GPT-2's vocabulary is 50,257 tokens (50,256 plus the end-of-text
 # token); nanoGPT pads it to 50,304, a multiple of 64, and reported a large speedup on GPUs. Our
 # tiny model's analogue: 1,024 tokens plus one special token, 1,025, padded to 1,088. Padding adds
-# 6 % more logits (FLOPs) that are never targets; it can only win if the aligned shapes run more
+# 6 % more logits (LM-head FLOPs) that are never targets; it can only win if the aligned shapes run more
 # than that much faster. Measured on the bf16 training step:
 
 # %%
@@ -625,17 +653,30 @@ plt.show()
 # %%
 fp32_pts = sorted((p for p in bench.points if p.precision == "fp32" and not p.compiled), key=lambda p: p.batch)
 best = max(fp32_pts, key=lambda p: p.tokens_per_s)
+
+
+def rounds(a, b):
+    """p10-p90 of a's tokens/s over b's, round by round (the settings took turns in each round)."""
+    r = [a.batch * tb / (b.batch * ta) for ta, tb in zip(a.step.times_s, b.step.times_s)]
+    q = statistics.quantiles(r, n=10, method="inclusive")
+    return q[0], q[-1]
+
+
+noisy = f" Or load: {busy()}." if busy() else ""
 viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over batch {fp32_pts[0].batch}",
                                   "per-step costs spread over more tokens", low=1.0, unit="x"),
-                       fp32_pts[-1].tokens_per_s / fp32_pts[0].tokens_per_s))
+                       fp32_pts[-1].tokens_per_s / fp32_pts[0].tokens_per_s,
+                       spread=rounds(fp32_pts[-1], fp32_pts[0]), explain={
+    "below": "Larger batches ran slower per token: their activations outgrow the caches (section 1 measured "
+             "the saved bytes per step), which outweighed the per-step costs." + noisy}))
 viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over the best batch",
                                   "throughput flattens, it does not fall", low=0.9, unit="x"),
-                       fp32_pts[-1].tokens_per_s / best.tokens_per_s, explain={
+                       fp32_pts[-1].tokens_per_s / best.tokens_per_s, spread=rounds(fp32_pts[-1], best), explain={
     "held": f"The best batch was {best.batch}; past it the gain per doubling is small.",
-    "below": f"Throughput peaked at batch {best.batch} and fell after it. Two causes fit and this run does not "
-             "separate them: larger batches' activations outgrow the caches (section 1 measured the saved bytes "
-             "per step), and on a shared machine a longer step catches more interruptions (compare the "
-             "smaller batches: a step time that does not grow with the batch is a disturbed one)."}))
+    "below": f"Throughput peaked at batch {best.batch} and fell after it, in every round of the measurement "
+             "(the spread). Two causes fit and this run does not separate them: larger batches' activations "
+             "outgrow the caches (section 1 measured the saved bytes per step), and on a shared machine a longer "
+             "step catches more interruptions." + noisy}))
 top = max(bench.points, key=lambda p: p.mfu)
 print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}). "
       + ("Above 100 %: impossible against a true ceiling, so the measured "
@@ -643,7 +684,8 @@ print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch})
          "what this step's matmul shapes reach: an MFU is only as good as its peak." if top.mfu > 1 else
          "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, against the "
          "vendor's peak."))
-#
+
+# %% [markdown]
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
 # GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
 # bisect (`budget.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
@@ -707,7 +749,8 @@ plt.show()
 # * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law with the
 #   measured matmul share predicts the speed (section 1's verdicts say what held on this machine).
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
-#   tensor; `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
+#   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
+#   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
 # * **Fused attention** never stores the `T x T` matrices (quadratic memory); its time advantage
 #   grows with `T` where their traffic dominates.
 # * **Shapes** matter on tensor cores; measure them on a CPU before padding.
@@ -719,8 +762,10 @@ headlines = {
     "bf16 step speedup": f"{amp.ratio:.2f}x ({amp.low:.2f}-{amp.high:.2f})",
     "GELU chain compiled": f"{rec.speedup:.2f}x, compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={largest_t}": f"{by['naive', largest_t].seconds / by['sdpa', largest_t].seconds:.2f}x",
-    f"MFU fp32 / bf16 (batch {BATCH})": f"{mfu_text(compute.mfu(flops, amp.baseline.median_s, limits))} / "
-        f"{mfu_text(compute.mfu(flops, amp.candidate.median_s, limits, 'bfloat16'))}",
+    f"MFU at batch {BATCH}, each of its own ceiling": f"fp32 {mfu_text(compute.mfu(flops, amp.baseline.median_s, limits))} "
+        f"of {si(limits.peak_flops('float32'), 'FLOP/s')}, bf16 "
+        f"{mfu_text(compute.mfu(flops, amp.candidate.median_s, limits, 'bfloat16'))} of "
+        f"{si(limits.peak_flops('bfloat16'), 'FLOP/s')}",
     f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
 }
 if step_rec is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,7 +221,8 @@ class PipelineRecord:
 
 def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: int = 2,
                       steps: int = 200, jitter: float = 0.0, cores: int | None = None,
-                      handoff_s: float = 0.0, seed: int = 0) -> PipelineRecord:
+                      handoff_s: float = 0.0, seed: int = 0,
+                      loads: Sequence[float] | None = None) -> PipelineRecord:
     """Predict a ``DataLoader`` loop: ``workers`` loaders, in-order delivery, a step each.
 
     The model follows ``torch.utils.data``: batch ``i`` goes to worker ``i % workers``; at
@@ -242,9 +243,19 @@ def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: 
         handoff_s: seconds the loop spends receiving each batch from a worker (unpickling
             it, mapping its shared memory), counted as waiting; measure it with a free
             dataset and no compute. Ignored without workers.
+        seed: seeds the jitter's draws.
+        loads: the seconds of each batch's load, when they are known (a seeded dataset's
+            costs summed per batch): the simulation replays exactly that run, so a short
+            measured run is compared with the same batches, not with the long-run average
+            of random draws. Replaces ``load_s`` (kept in the record) and ``jitter``;
+            ``steps`` becomes ``len(loads)``.
 
     Returns:
         A :class:`PipelineRecord` of per-step waits and the mean step time.
+
+    Raises:
+        ValueError: for a negative or non-finite time, bad counts, or ``loads`` that is
+            empty or given with ``jitter``.
     """
     for name, v in (("load_s", load_s), ("compute_s", compute_s), ("jitter", jitter),
                     ("handoff_s", handoff_s)):
@@ -255,11 +266,20 @@ def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: 
     if cores is not None:
         check_int("cores", cores, 1)
     check_int("seed", seed, 0)
-    rng = random.Random(seed)
-    sigma = math.sqrt(math.log1p(jitter ** 2))  # log-normal with mean 1 and CV = jitter
     slow = max(1.0, workers / cores) if cores else 1.0
-    loads = [load_s * slow * (rng.lognormvariate(-sigma ** 2 / 2, sigma) if jitter else 1.0)
-             for _ in range(steps)]
+    if loads is not None:
+        if isinstance(loads, str) or not isinstance(loads, Sequence) or not loads:
+            raise ValueError(f"loads must be a non-empty sequence of seconds, got {loads!r}")
+        if jitter:
+            raise ValueError("give loads or jitter, not both: loads are the batches' exact costs")
+        for x in loads:
+            check_real("loads entries", x, 0)
+        loads, steps = [x * slow for x in loads], len(loads)
+    else:
+        rng = random.Random(seed)
+        sigma = math.sqrt(math.log1p(jitter ** 2))  # log-normal with mean 1 and CV = jitter
+        loads = [load_s * slow * (rng.lognormvariate(-sigma ** 2 / 2, sigma) if jitter else 1.0)
+                 for _ in range(steps)]
     if workers == 0:
         return PipelineRecord(load_s, compute_s, 0, depth, tuple(loads),
                               (sum(loads) + steps * compute_s) / steps)

@@ -76,12 +76,34 @@ def test_deeper_prefetch_absorbs_jitter():
     assert shares[0] > shares[1] > shares[2]
 
 
+def test_known_batch_costs_replay_one_run_by_hand():
+    # one worker, depth 1, compute 0.01 s; loads 0.03, 0.005, 0.005 s. Batch 1 is requested
+    # only when batch 0 arrives (t=0.03), ready at 0.035 while the loop asks at 0.04; batch 2
+    # is requested at 0.035, ready at 0.04 + 0.005 = 0.045, asked for at 0.05: no wait.
+    r = simulate_pipeline(0.5, 0.01, workers=1, depth=1, loads=[0.03, 0.005, 0.005])
+    assert r.wait_s == pytest.approx((0.03, 0.0, 0.0))
+    assert r.step_s == pytest.approx(0.06 / 3)
+    # the same batch costs as a dataset's seeded jitter: a slow batch late in a short run
+    # stalls the loop even with a deep queue, which the long-run average does not show
+    slow_late = [0.01] * 9 + [0.2]
+    deep = simulate_pipeline(0.01, 0.01, workers=2, depth=8, loads=slow_late)
+    assert deep.wait_s[-1] > 0.05 and len(deep.wait_s) == 10
+    cpu = simulate_pipeline(0.0, 0.01, workers=4, depth=1, cores=2, loads=[0.02] * 4)
+    assert cpu.wait_s[0] == pytest.approx(0.04)  # 4 busy workers on 2 cores: twice as long
+
+
 def test_simulation_bad_input():
     for kw in ({"load_s": -1.0}, {"compute_s": float("nan")}, {"workers": -1}, {"depth": 0},
                {"steps": 0}, {"cores": 0}, {"handoff_s": -0.001}):
         args = {"load_s": 0.01, "compute_s": 0.01, **kw}
         with pytest.raises(ValueError, match=next(iter(kw))):
             simulate_pipeline(**args)
+    for loads, match in (([], "loads"), ([0.01, -0.01], "loads"), ("0.01", "loads"),
+                         ([0.01, float("nan")], "loads")):
+        with pytest.raises(ValueError, match=match):
+            simulate_pipeline(0.01, 0.01, workers=1, loads=loads)
+    with pytest.raises(ValueError, match="jitter"):
+        simulate_pipeline(0.01, 0.01, workers=1, jitter=0.5, loads=[0.01])
 
 
 # --- widgets and plots ------------------------------------------------------------------------
