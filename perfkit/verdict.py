@@ -293,7 +293,8 @@ class ClaimVerdict:
 
 
 def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = None,
-           reasons: Mapping[str, str] | None = None, gpu_only: bool = False) -> ClaimVerdict:
+           reasons: Mapping[str, str] | None = None, gpu_only: bool = False,
+           not_judged: str | None = None) -> ClaimVerdict:
     """Judge ``claim`` by ``measured`` (and its ``spread``, e.g. 10th-90th percentiles).
 
     The status is ``inconclusive`` when the measurement is not finite or its spread reaches
@@ -309,14 +310,20 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
         reasons: sentences by status (``"holds"``, ``"holds partly"``, ``"does not hold here"``,
             ``"inconclusive"``); the one matching what was measured is appended.
         gpu_only: the measurement is a CPU analogue of a GPU-only claim.
+        not_judged: with ``gpu_only``, why the measurement has *no* bearing on the advice here
+            (e.g. a flag a CPU ignores, so one loop was timed twice): the figure is shown,
+            no zone is named and no reason appended.
 
     Returns:
         A :class:`ClaimVerdict`.
 
     Raises:
         TypeError: if ``claim`` is not a :class:`Claim` or ``measured`` is not a number.
-        ValueError: for a bad ``spread`` or unknown ``reasons`` keys.
+        ValueError: for a bad ``spread``, unknown ``reasons`` keys, or ``not_judged``
+            without ``gpu_only``.
     """
+    if not_judged is not None and (not gpu_only or not isinstance(not_judged, str) or not not_judged.strip()):
+        raise ValueError("not_judged must be a non-empty sentence, and only with gpu_only=True")
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
     if isinstance(measured, bool) or not isinstance(measured, (int, float)):
@@ -346,6 +353,11 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
     label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
+    if not_judged is not None:
+        text = (f"**Verdict on the advice: GPU only.** {claim.figure}: the advice promises "
+                f"{claim.describe()}; measured {shown}. Not judged: {not_judged.strip().rstrip('.')}, "
+                "so this figure says nothing about the advice. Run it on a GPU machine to judge it.")
+        return ClaimVerdict(claim, float(measured), spread, "GPU only", text, shown)
     if reasons.get(said):
         text += " " + reasons[said].strip()
     if gpu_only:

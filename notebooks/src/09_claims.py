@@ -104,7 +104,7 @@ from perfkit.memory import (
 )
 from perfkit.memory.anatomy import trim_heap
 from perfkit.models import SmallCNN, tiny_gpt2
-from perfkit.verdict import Claim, ClaimVerdict, Prediction, assess, busy, judge
+from perfkit.verdict import Claim, Prediction, assess, busy, judge
 from perfkit.viz import si
 from perfkit.workers.data_parallel import make_mlp
 
@@ -114,7 +114,7 @@ CORES = os.cpu_count()
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
 THREADS = 1 if not CUDA else torch.get_num_threads()
 torch.set_num_threads(THREADS)  # one compute thread: ratios on a shared CPU stay readable
-VERDICTS = {}  # claim -> ClaimVerdict, for the summary table
+VERDICTS = {}  # claim -> perfkit.verdict.ClaimVerdict, for the summary table
 print(f"torch {torch.__version__} on {limits.name}; {CORES} CPU cores, {THREADS} compute thread(s), "
       f"load average {os.getloadavg()[0]:.1f}")
 
@@ -130,9 +130,9 @@ def pairs(sp):
             f"{sp.low:.2f}-{sp.high:.2f}x; {sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
 
 
-def claim_verdict(name, claim, measured, spread=None, reasons=None, gpu_only=False):
+def claim_verdict(name, claim, measured, spread=None, reasons=None, gpu_only=False, not_judged=None):
     """Assess the advice from the measurement, show the verdict, keep it for the table."""
-    VERDICTS[name] = v = assess(claim, measured, spread, reasons, gpu_only)
+    VERDICTS[name] = v = assess(claim, measured, spread, reasons, gpu_only, not_judged)
     viz.show_claim(v)
 
 
@@ -775,13 +775,9 @@ if CUDA:
         "does not hold here": "Pinning is a host copy; it pays only when the copy to the GPU is on the "
                               "critical path and overlaps with compute.",
         "inconclusive": "The copies are small next to this loop's noise."})
-else:  # no CPU analogue: assess would name the zone of a timing of one loop against itself
-    shown = f"{pin.pair_median:.3g}x (spread {pin.low:.3g}x to {pin.high:.3g}x), the same loop twice"
-    VERDICTS["pin_memory always helps"] = ClaimVerdict(pin_claim, pin.pair_median, (pin.low, pin.high), "GPU only", (
-        f"**Verdict on the advice: GPU only.** {pin_claim.figure}: the advice promises {pin_claim.describe()}; "
-        f"measured {shown}. Not judged: {same_code}, so this figure is the run's noise, not pinning. "
-        "Run the notebook on a GPU machine to judge the advice."), shown)
-    viz.show_claim(VERDICTS["pin_memory always helps"])
+else:  # no CPU analogue: the timing is one loop against itself, so no zone is named
+    claim_verdict("pin_memory always helps", pin_claim, pin.pair_median, (pin.low, pin.high), gpu_only=True,
+                  not_judged=same_code)
 
 # %% [markdown]
 # ## 13. "`torch.set_num_threads(min(8, cores))` is best"

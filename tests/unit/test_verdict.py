@@ -146,6 +146,19 @@ def test_a_gpu_only_claim_names_its_cpu_analogue():
     assert v.status == "GPU only" and "analogue" in v.text and "does not hold here" in v.text
 
 
+def test_a_gpu_only_claim_without_analogue_names_no_zone():
+    # a flag the CPU ignores: the same loop timed twice, 1.12x by noise, must not read "holds"
+    v = assess(SPEEDUP, 1.12, spread=(1.04, 1.3), gpu_only=True, reasons={"holds": "faster"},
+               not_judged="the flag is ignored without a GPU")
+    assert v.status == "GPU only" and "Not judged: the flag is ignored without a GPU" in v.text
+    for word in ("holds", "does not hold", "inconclusive", "analogue", "faster"):
+        assert word not in v.text, word
+    with pytest.raises(ValueError, match="not_judged"):
+        assess(SPEEDUP, 1.0, not_judged="ignored")  # only for GPU-only advice
+    with pytest.raises(ValueError, match="not_judged"):
+        assess(SPEEDUP, 1.0, gpu_only=True, not_judged=" ")
+
+
 def test_claims_reject_bad_arguments():
     with pytest.raises(ValueError, match="promised range"):
         Claim("advice", "figure")
