@@ -64,6 +64,12 @@ def _one_process(fn) -> None:
     assert torch.equal(t, torch.arange(5.0)), "with one process the tensor must not change"
 
 
+# A correct ring on 2-3 processes finishes in about 5 s idle and 10-20 s under load (torch
+# import included); a deadlocked one (chunk indices that wait for a message nobody sends) is
+# only stopped by this limit, so it is a few times the loaded time, not the launch default.
+RING_LAUNCH_S = 60
+
+
 def check_ring(ns: dict) -> None:
     fn = require(ns, "ring_all_reduce")
     _one_process(fn)
@@ -74,7 +80,7 @@ def check_ring(ns: dict) -> None:
         cfg = {"impl": {"path": path, "sizes": RING_SIZES}}
         for n in (2, 3):
             res = launch_checked(
-                "perfkit.workers.collectives", n, cfg, 120, "the ring",
+                "perfkit.workers.collectives", n, cfg, RING_LAUNCH_S, "the ring",
                 "a process waits for a message nobody sends. Does every rank do n-1 steps of "
                 "each phase, send to (r+1) % n and receive from (r-1) % n, and post isend and "
                 "irecv before waiting?", impl_name="ring_all_reduce")
