@@ -38,10 +38,10 @@ ZERO1 = (["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"] if QUICK else   #
          ["ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "deepspeed_0", "deepspeed_1", "deepspeed_2"])
 STAGES = {"ddp_adamw": 0, "zero1": 1, "zero2": 2, "zero3": 3}  # section 3: perfkit's stages
 VARIANTS = ZERO1 + [n for n in STAGES if n not in ZERO1]
-STEPS, WARMUP = (3, 1) if QUICK else (10, 2)        # timed / untimed steps per variant
+STEPS, WARMUP = (10, 1) if QUICK else (30, 2)       # timed (interleaved rounds) / untimed steps per variant
 BATCH = 8                                           # sequences per process and step
 CORPUS_BYTES = 300_000 if QUICK else 1_000_000      # stdlib source (the tokenizer of notebook 01)
-LORA_REPEAT = 8 if QUICK else 30                    # interleaved timed steps, LoRA vs full
+LORA_REPEAT = 10 if QUICK else 30                   # interleaved timed steps, LoRA vs full
 
 # %% [markdown]
 # The 2-process comparison takes a while to start (each process imports torch, transformers
@@ -73,11 +73,32 @@ from perfkit.memory import (
     zero_table,
 )
 from perfkit.models import tiny_gpt2
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction, busy, judge
 from perfkit.viz import memory as vmem
-from perfkit.workers.zero_bench import step_ratio
+from perfkit.workers.zero_bench import median_ratio_spread, step_ratio
 
 DEVICE = timing.resolve_device()   # LoRA runs here; the 2-process comparison runs on CPUs
+
+# %%
+CORES = os.cpu_count() or 1
+
+
+def calls_per_step(r):
+    """Collective calls of one step (rank 0): each one is a rendezvous of every process."""
+    return sum(r.calls.values())
+
+
+def rendezvous_cost(r, base):
+    """Why a variant takes longer than ``base`` beyond its bytes, in words built from what was measured."""
+    cores = (f"; with {CORES} cores for {NPROC} processes no core is left to overlap "
+             "communication with compute" if CORES <= NPROC else "")
+    load = f"; {busy()}, and a process descheduled at a rendezvous stalls the other" if busy() else ""
+    n, nb = calls_per_step(r), calls_per_step(base)
+    calls = (f"It makes {n} collective calls per step where DDP + AdamW makes {nb}: each is a "
+             "separate gloo call that waits for every process, plus a copy into or out of a flat buffer"
+             if n > nb else f"It makes no more collective calls than DDP + AdamW ({n}, against {nb}): "
+             "the difference is in its copies into and out of flat buffers and its Python hooks")
+    return f"{calls}{cores}{load}."
 
 # %% [markdown]
 # ## 1. The ZeRO stages, from formulas
@@ -145,7 +166,10 @@ for s, m in pred.items():
 #
 # **Measurement.** The job launched at the top: every variant trains the same batches from
 # the same initial weights; steps are timed interleaved (one step of each variant in turn);
-# then each variant is built alone and its peak resident memory measured.
+# then each variant is built alone and its peak resident memory measured. The spread
+# beside a step-time ratio is the uncertainty of that ratio: its 10th-90th percentile over
+# bootstrap resamples of the interleaved rounds (`perfkit.workers.zero_bench.step_ratio`).
+# It narrows as rounds are added; the range of single rounds' ratios would not.
 
 # %%
 cmp_all = job.result()
@@ -191,9 +215,8 @@ viz.show_verdict(judge(Prediction("perfkit's step time over DDP + AdamW's", "red
                        *step_ratio(v["perfkit"], ddp), explain={
     "held": "Sharding's time win, 1/N of the optimizer step, grows with the share of the step the "
             "optimizer takes.",
-    "above": f"At this size a step is mostly forward and backward plus fixed overheads, and with "
-             f"{STEPS} timed steps one slow step moves the median: perfkit's separate reduce-scatter and "
-             "all-gather wait for the whole backward, where DDP overlaps its all-reduce with it."}))
+    "above": "perfkit used alone reduce-scatters after the whole backward, where DDP overlaps its "
+             "all-reduce with it. " + rendezvous_cost(v["perfkit"], ddp)}))
 sent = {n: sum(r.sent_bytes.values()) for n, r in v.items()}   # bytes one process sends per step
 for name in v:
     if name != "ddp_adamw":
@@ -323,8 +346,10 @@ for n, want in (("zero1", 1.0), ("zero2", 1.0), ("zero3", 1.5)):
 fig = vmem.plot_zero_traffic(cmp_all, STAGES)
 ratios = {n: step_ratio(ms[n], ms["ddp_adamw"]) for n in ("zero1", "zero2", "zero3")}
 for n, (r, (lo, hi)) in ratios.items():
-    print(f"{n}: {r:.2f}x DDP + AdamW's step time (per-round ratios {lo:.2f}x to {hi:.2f}x, "
-          f"{len(ms[n].step_times_s)} interleaved rounds)")
+    _, (rlo, rhi) = step_ratio(ms[n], ms["ddp_adamw"], spread="rounds")
+    print(f"{n}: {r:.2f}x DDP + AdamW's step time (uncertainty {lo:.2f}x to {hi:.2f}x; single rounds "
+          f"{rlo:.2f}x to {rhi:.2f}x, {len(ms[n].step_times_s)} interleaved rounds), "
+          f"{calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {calls_per_step(ms['ddp_adamw'])})")
 
 # %%
 time_verdicts = {}
@@ -332,14 +357,12 @@ for n in ("zero1", "zero2"):
     time_verdicts[n] = judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped "
                                         "with backward; 1/N of the update", high=1.10, unit="x"),
                              ratios[n][0], spread=ratios[n][1], explain={
-        "above": "Every bucket's reduce-scatter is a separate gloo call and a copy into the bucket, "
-                 "where DDP's C++ reducer does both for the whole model; on 2 CPU cores the "
-                 "processes also share the cores that would overlap communication with compute."})
+        "above": rendezvous_cost(ms[n], ms["ddp_adamw"])})
 time_verdicts["zero3"] = judge(Prediction("zero3's step time over DDP + AdamW's", "the same compute, 1.5x "
                                           "the bytes", low=1.0, high=1.5, unit="x"),
                                ratios["zero3"][0], spread=ratios["zero3"][1], explain={
     "above": "Beyond the bytes, stage 3 pays per block: gathers it waits for, copies into the flat "
-             "buffers and Python hooks, which a small model cannot hide.",
+             "buffers and Python hooks. " + rendezvous_cost(ms["zero3"], ms["ddp_adamw"]),
     "held": "The extra all-gather is the price of holding 1/N of the parameters."})
 for verdict in time_verdicts.values():
     viz.show_verdict(verdict)
@@ -348,9 +371,9 @@ for verdict in time_verdicts.values():
 # **When each stage pays off.** The saving per process grows with Ψ and with N: stage 1
 # saves K Ψ (N - 1)/N, stage 2 adds G Ψ (N - 1)/N, stage 3 adds P Ψ (N - 1)/N, and only
 # stage 3 keeps falling as N grows (16Ψ/N). Stages 1 and 2 cost no extra bytes; stage 3
-# costs half an all-reduce more per step. So stages 1 and 2 are worth taking whenever
-# there is more than one process; stage 3 when the model does not fit otherwise, or when
-# the memory it frees buys a larger batch. Measured here, per process:
+# costs half an all-reduce more per step. What they cost in time depends on the machine
+# (section 3's verdicts): stage 3 is for a model that does not fit otherwise, or when the
+# memory it frees buys a larger batch. Measured here, per process:
 
 # %%
 for n, s in STAGES.items():
@@ -377,8 +400,15 @@ print("formula, mixed-precision Adam, 8 processes of 80 GB: model states fit up 
 # **Prediction.** A rank-r adapter on a (in -> out) weight has r (in + out) parameters:
 # for `c_attn`, r (C + 3C) = 4rC per block. The optimizer state is 8 bytes per trainable
 # parameter. A step still runs the whole forward and the backward through every layer (the
-# input gradients), but skips the frozen weights' gradients, about half of the backward's
-# matmuls: roughly (1 + 1) / (1 + 2) = 2/3 of a full step.
+# input gradients), but skips the frozen weights' gradients and updates only the adapters.
+# If the step were all weight matmuls, that would leave (1 + 1) / (1 + 2) = 2/3 of it. It
+# is not: embeddings, attention, layer norms, the loss and the optimizer are not such
+# matmuls. So the prediction is Amdahl's, from measured parts of the full step: LoRA removes
+# the weight gradients (the full model's forward + backward, less the same on a frozen copy
+# with only the `c_attn` biases trainable, whose backward runs through the same layers
+# without computing any weight's gradient) and the frozen part of the optimizer step. Its
+# adapters only add (small matmuls and wrapper operations), so that is a lower bound; and
+# as they are far fewer FLOPs than the weight gradients removed, LoRA's step should be faster.
 
 # %%
 import warnings
@@ -402,6 +432,9 @@ print(f"LoRA r={RANK} on c_attn: {n_lora.trainable:,} trainable (predicted {pred
       f"{n_lora.trainable_fraction:.2%} of {n_lora.total:,}")
 
 # %%
+import copy
+import statistics
+
 x = torch.randint(0, V, (BATCH, T), device=DEVICE)   # (B, T) token ids
 def trainer(m):
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
@@ -411,26 +444,61 @@ def trainer(m):
         opt.step()
     return step, opt
 
+def fwd_bwd(m):
+    def run():
+        m.zero_grad(set_to_none=True)
+        m(input_ids=x, labels=x).loss.backward()
+    return run
+
+frozen = copy.deepcopy(full).requires_grad_(False)
+for block in frozen.transformer.h:
+    block.attn.c_attn.bias.requires_grad_(True)   # backward reaches every block; no weight gradient
 (step_full, opt_full), (step_lora, opt_lora) = trainer(full), trainer(lora)
+threads = torch.get_num_threads()
+if DEVICE.type == "cpu":   # one thread: a descheduled OpenMP thread on a busy machine stalls its siblings
+    torch.set_num_threads(1)
+t_step, t_fb, t_in = timing.interleaved([step_full, fwd_bwd(full), fwd_bwd(frozen)], warmup=2,
+                                        repeat=LORA_REPEAT, device=DEVICE)
+def paired(a, b):   # median of the per-round differences: robust to load that drifts between rounds
+    return statistics.median(x - y for x, y in zip(a.times_s, b.times_s, strict=True))
+
+part = {"forward + input-gradient backward": t_in.median_s, "weight gradients": paired(t_fb, t_in),
+        "optimizer step": paired(t_step, t_fb)}
+nthreads = f"{torch.get_num_threads()} thread" + ("s" if torch.get_num_threads() > 1 else "")
+print(f"full step {t_step.median_s * 1e3:.1f} ms ({nthreads}): " + ", ".join(
+    f"{k} {t * 1e3:.1f} ms ({t / t_step.median_s:.0%})" for k, t in part.items()))
+if negative := [k for k, t in part.items() if t < 0]:
+    print(f"{' and '.join(negative)} below zero: smaller than the noise of this run"
+          + (f" ({busy()})" if busy() else "") + "; counted as 0 below")
+removed = (max(part["weight gradients"], 0)
+           + max(part["optimizer step"], 0) * (1 - n_lora.trainable / n_full.trainable))
+kept = max(1 - removed / t_step.median_s, 0.0)
+p_lora_time = Prediction("LoRA step time over the full step", "Amdahl: the full step less its weight "
+                         "gradients and the frozen part of its optimizer step (measured above); the "
+                         "adapters only add", low=kept, high=1.0, unit="x")
+
+# %%
 t_full, t_lora = timing.interleaved([step_full, step_lora], warmup=2, repeat=LORA_REPEAT, device=DEVICE)
+torch.set_num_threads(threads)
 s_full, s_lora = optimizer_state_bytes(opt_full), optimizer_state_bytes(opt_lora)
 print(f"optimizer state: full {s_full:,} B, LoRA {s_lora:,} B (predicted 8 x {n_lora.trainable:,} "
       f"+ 4 per tensor = {8 * n_lora.trainable + 4 * sum(p.requires_grad for p in lora.parameters()):,} B)")
+ratio_lora = t_lora.median_s / t_full.median_s
 print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms "
-      f"= {t_lora.median_s / t_full.median_s:.2f}x (p10 ratio {t_lora.p10_s / t_full.p10_s:.2f}x)")
+      f"= {ratio_lora:.2f}x ({LORA_REPEAT} interleaved rounds, {nthreads})")
 viz.show_verdict(judge(Prediction("LoRA's trainable parameters", "r (C + 3C) per block on c_attn",
                                   value=pred_lora, rel_tol=0), n_lora.trainable))
-pairs = sorted(b / a for a, b in zip(t_full.times_s, t_lora.times_s))
-viz.show_verdict(judge(Prediction("LoRA step time over the full step", "half of the backward's matmuls skipped: "
-                                  "(1 + 1) / (1 + 2)", value=2 / 3, rel_tol=0.15, unit="x"),
-                       t_lora.median_s / t_full.median_s,
-                       spread=(pairs[len(pairs) // 10], pairs[-1 - len(pairs) // 10]), explain={
-    "above": "LoRA adds its own small matmuls (x A, then B) to every adapted layer, forward and backward, "
-             "and at this width many operations are launch-bound, so skipping a weight-gradient matmul "
-             "saves less than its FLOP share.",
-    "below": "The frozen weights include the tied token embedding, whose V x C gradient (the LM head's) is "
-             "a large share of this small model's backward, and the optimizer step over so few parameters "
-             "is almost free."}))
+viz.show_verdict(judge(p_lora_time, ratio_lora, spread=median_ratio_spread(t_lora.times_s, t_full.times_s),
+                       explain={
+    "held": f"LoRA's step is {ratio_lora - kept:.2f} of a full step above the bound: its adapters (x A, "
+            "then B, in every c_attn, forward and backward) and peft's wrappers, plus the noise between "
+            "the two timed runs.",
+    "above": "LoRA's step was slower than the full one: at this width its adapters' extra operations "
+             "cost more than the weight gradients and the optimizer work it removes"
+             + (f", or the load changed between the two timed runs ({busy()})." if busy() else "."),
+    "below": "LoRA's step took less than the parts of the full step it keeps: the two were timed one "
+             "after the other, not interleaved, so a load change between them moves the bound"
+             + (f" ({busy()})" if busy() else "") + "."}))
 
 # %% [markdown]
 # Where LoRA shines is memory: gradients and Adam state only for the trainable fraction
@@ -467,13 +535,13 @@ viz.show_headlines({
 })
 
 # %% [markdown]
-# **Takeaways.** Model states, not weights, fill memory in training; ZeRO removes their
-# redundancy across data-parallel processes at no cost in maths (identical losses), and
-# stages 1 and 2 without moving more bytes than data parallelism; stage 3 moves 1.5x. What
-# that cost in time on this machine:
+# **Takeaways.** Training holds model states (16 bytes per parameter with fp32 Adam), not
+# just the weights (4), and data parallelism replicates them; ZeRO removes that redundancy
+# at no cost in maths (identical losses), and stages 1 and 2 without moving more bytes than
+# data parallelism; stage 3 moves 1.5x. What that did to the step time on this machine:
 
 # %%
-cost = [f"stage {STAGES[n]} {r:.2f}x (rounds {lo:.2f}x to {hi:.2f}x)" for n, (r, (lo, hi)) in ratios.items()]
+cost = [f"stage {STAGES[n]} {r:.2f}x (uncertainty {lo:.2f}x to {hi:.2f}x)" for n, (r, (lo, hi)) in ratios.items()]
 print("step time over DDP + AdamW, measured here: " + ", ".join(cost) + ".")
 print("The time predictions of section 3: " + "; ".join(
     f"stage {STAGES[n]} {v_.outcome}" + (f" ({v_.direction})" if v_.outcome == "missed" else "")

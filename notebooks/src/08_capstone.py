@@ -139,8 +139,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # the job again, and judges (a fix that answers two kinds, like `ddp`, is bounded by their
 # shares added):
 #
-# **Prediction.** The fix removes at most the share of the step its finding measured, so the
-# step gets at most `1 / (1 - share)` faster (Amdahl's law), and it should not get slower.
+# **Prediction.** The fix removes at most the time its finding measured, so the step gets
+# at most `1 / (1 - share)` faster (Amdahl's law), and it should not get slower. The shares
+# are measured in the profiled window, and the profiler slows PyTorch's operators (syncs and
+# collectives are such operators), not the tokenizer: so the data share is the data time
+# over the *unprofiled* step (the profiled one where the profiler did not slow the step), no
+# less than its true share, and `1 / (1 - share)` stays an upper bound.
 # The measured figure is tokens/s after over before; its spread is the 10th-90th percentile
 # of the same ratio over bootstrap resamples of the two runs' steps. That is the noise
 # within the runs: a load that changes between two rounds (they run one after the other)
@@ -170,8 +174,15 @@ def next_fix(report, result, applied):
                         and k != f["kind"] and k in report["shares"]]
                 share = f["share"] + sum(report["shares"][k] for k in also)
                 names = " + ".join([f["kind"], *also])
+                if f["kind"] != "data":
+                    return (f["kind"], share, 1 / (1 - share), f"Amdahl: the {names} share {share:.1%} "
+                            "removed", fix)
+                # the profiler slows PyTorch's operators, not the tokenizer: the same data time
+                # counted against an unprofiled step
+                slowdown = statistics.mean(report["step_times_s"]) / statistics.median(after_window(result))
+                share = min(share * max(1.0, slowdown), 0.99)
                 return (f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {share:.1%} removed", fix)
+                        f"Amdahl: the data time, {share:.1%} of an unprofiled step, removed", fix)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in slow_train.FIX_FOR_FINDING["compute"]:
         if fix in applied or fix not in AVAILABLE:
@@ -185,13 +196,54 @@ def next_fix(report, result, applied):
 
 
 def mfu_of(result):
-    """Model FLOPs per second (6N per token + attention) over this machine's fp32 peak."""
+    """Model FLOPs per second (6N per token + attention) over this machine's measured peak
+    for the precision the job ran in (bf16 with --fix bf16, else fp32)."""
     n = result["n_params"] - result["seq_len"] * 64  # position embeddings: a lookup
     flops = gpt_train_flops(n, 2, 64, result["seq_len"], result["tokens_per_step"])
-    return flops * tokens_per_s(result) / result["tokens_per_step"] / PEAK
+    return flops * tokens_per_s(result) / result["tokens_per_step"] / peak_of(result)
+
+
+def peak_of(result):
+    """The measured matmul ceiling for the job's precision, in FLOP/s."""
+    bf16 = "bf16" in result["fixes"] and "bfloat16" in limits.matmul_flops
+    return limits.peak_flops("bfloat16") if bf16 else PEAK
 
 # %%
 applied, waterfall = [], []
+
+
+def explain_round(kind, fix, gain, spread, bound, before):
+    """The verdict's sentence for each outcome, chosen by what this round measured (``before``:
+    the round the fix was chosen from)."""
+    cause = {"batch": "the bound is the machine's peak",
+             "compute": "the bound uses the whole forward + backward share, of which this fix "
+                        "changes a part"}.get("batch" if fix == "batch" else kind)
+    noise = ("the change was smaller than the noise within the rounds" if spread[0] < 1.0 <= spread[1]
+             else "the speedup reaches the bound within the noise of the rounds")
+    inconclusive = f"{cause}; {noise}." if cause else f"{noise}."
+    load = f"; {busy()}" if busy() else ""
+    slowdown = (statistics.mean(before["report"]["step_times_s"])
+                / statistics.median(after_window(before["result"])))
+    held = f"It bought {(gain - 1) / (bound - 1):.0%} of what the bound allowed." if bound > 1 else ""
+    if kind == "data" and bound >= 99:  # the share was capped at 99 %
+        held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
+                f"profiled steps took {slowdown:.1f}x as long: the profiler"
+                + (" and the machine's load" if busy() else "") + "), so this bound says little.")
+    return {
+        "held": held,
+        "above": "More than the bound allows. " + (
+            "A rank's data time also holds the other rank up at the next collective, where it counts as "
+            f"communication ({before['report']['shares']['communication']:.1%} of the step before the "
+            "fix), not as data; and the" if kind == "data" else "The")
+        + " two rounds ran one after the other, so a load change between them is in the ratio"
+        + f"{load}.",
+        "inconclusive": inconclusive[0].upper() + inconclusive[1:],
+        "below": "The step got slower. " + (
+            f"The two rounds ran one after the other, not interleaved, and {busy()}: a busy "
+            "machine can slow a later round for reasons of its own, so this round cannot tell "
+            "what the fix did; run it again on a quieter machine." if busy() else
+            "In this run the fix cost more than it saved; the rounds are not interleaved, so run "
+            "it again before concluding the fix is slower on this machine.")}
 
 
 def play_round():
@@ -211,18 +263,7 @@ def play_round():
                      f"{tokens_per_s(rounds[-2]['result']):,.0f} -> "
                      f"{tokens_per_s(result):,.0f}."))
     p = Prediction(f"tokens/s speedup of --fix {fix}", model, low=1.0, high=bound, unit="x")
-    viz.show_verdict(judge(p, gain, spread, explain={
-        "held": f"It bought {(gain - 1) / (bound - 1):.0%} of what the bound allowed."
-                if bound > 1 else "",
-        "above": "More than removing the whole share can give. The share was measured with "
-                 "the profiler on, which slows PyTorch's operators but not the tokenizer or "
-                 "Python; the 2 ranks share 2 cores, so work removed from one also frees the "
-                 "other; and the machine's load may have changed between the two rounds.",
-        "below": "The step got slower. " + (
-            f"The two rounds ran one after the other, not interleaved, and {busy()}: a busy "
-            "machine can slow a later round for reasons of its own, so this round cannot tell "
-            "what the fix did; run it again on a quieter machine." if busy() else
-            "On this machine the fix costs more than it saves.")}))
+    viz.show_verdict(judge(p, gain, spread, explain=explain_round(kind, fix, gain, spread, bound, rounds[-2])))
     return True
 
 
@@ -278,7 +319,8 @@ for fix in (f for f in AVAILABLE if f not in applied):  # the compute fixes alwa
 # Each bar is one fix's measured tokens/s speedup over the round before it, from the total
 # before to the total after (log scale: equal factors, equal heights); the last bar is the
 # product. MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06)
-# of both ranks per second over this machine's measured fp32 peak, on the unprofiled steps
+# of both ranks per second over this machine's measured peak for the job's precision (fp32;
+# bf16 once `--fix bf16` runs), on the unprofiled steps
 # (the diagnosis' MFU counts one rank's matmul FLOPs over the profiled, slower, window).
 
 # %%
@@ -346,7 +388,7 @@ if None not in reach.values():
 # ## 5. On a GPU
 #
 # The same script runs unchanged with CUDA: the process group is NCCL, and `--fix all` adds
-# two fixes that do not pay on this CPU: **bf16 autocast** (tensor cores; on most CPUs bf16
+# two fixes that do not pay on a CPU: **bf16 autocast** (tensor cores; on most CPUs bf16
 # matmuls are slower than fp32, notebook 00 measured it) and **torch.compile** (kernel fusion;
 # on a short CPU run the compile time is not paid back, module 06). The data fix also pins
 # memory and overlaps the host-to-device copy with `perfkit.data.Prefetcher`, and the
@@ -368,7 +410,8 @@ viz.show_headlines({
     "fixes applied": ", ".join(applied),
     "tokens/s": f"{tokens_per_s(first):,.0f} -> {tokens_per_s(last):,.0f} "
                 f"({throughput_gain:.2f}x)",
-    "MFU": f"{mfu_of(first):.2%} -> {mfu_of(last):.2%}",
+    "MFU": f"{mfu_of(first):.2%} -> {mfu_of(last):.2%} (6N + attention FLOPs over the measured "
+           f"{'bf16' if peak_of(last) != PEAK else 'fp32'} peak)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "
                             f"({reach['slow'][0] / reach['fixed'][0]:.2f}x)"
                             if None not in reach.values() else "not reached"),

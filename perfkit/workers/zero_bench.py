@@ -27,11 +27,11 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   leftovers, reused without new pages, do not hide the next one's allocations.
 
 Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`;
-:func:`step_ratio` divides two variants' step times with the spread of their rounds::
+:func:`step_ratio` divides two variants' step times, with the uncertainty of that ratio::
 
     from perfkit.workers.zero_bench import compare, step_ratio
     c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
-    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.95, 1.1))
+    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.99, 1.05))
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
+import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -253,20 +255,54 @@ class VariantResult:
     step_times_s: tuple[float, ...] = ()  # s, the slowest rank's timed steps, in round order
 
 
-def step_ratio(a: VariantResult, b: VariantResult) -> tuple[float, tuple[float, float]]:
-    """``a``'s step time over ``b``'s: the ratio of medians, and the 10th and 90th percentiles
-    of the ratios of the steps timed in the same round (interleaved, so each pair shared the
-    machine's load; with fewer than 10 rounds, the smallest and largest ratio).
+def median_ratio_spread(a: Sequence[float], b: Sequence[float], resamples: int = 400,
+                        seed: int = 0) -> tuple[float, float]:
+    """10th and 90th percentiles of ``median(a) / median(b)`` over bootstrap resamples of the
+    rounds, each round's pair ``(a[i], b[i])`` kept together.
+
+    This is the uncertainty of the *median* ratio: it narrows about as ``1/sqrt(rounds)``,
+    where the range of the single rounds' ratios stays as wide however many rounds are run.
+
+    Raises:
+        ValueError: for empty or unequal sequences, or ``resamples`` below 10.
+    """
+    if not a or len(a) != len(b):
+        raise ValueError(f"a and b must hold the same number (>= 1) of times, got {len(a)} and {len(b)}")
+    if not isinstance(resamples, int) or resamples < 10:
+        raise ValueError(f"resamples must be an int >= 10, got {resamples!r}")
+    rng, n = random.Random(seed), len(a)
+    stats = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        stats.append(statistics.median(a[i] for i in idx) / statistics.median(b[i] for i in idx))
+    stats.sort()
+    k = resamples // 10
+    return stats[k], stats[-1 - k]
+
+
+def step_ratio(a: VariantResult, b: VariantResult,
+               spread: str = "median") -> tuple[float, tuple[float, float]]:
+    """``a``'s step time over ``b``'s (the ratio of medians) with a spread.
+
+    ``spread="median"``: the uncertainty of that ratio (:func:`median_ratio_spread` of the
+    rounds, timed interleaved, so each pair shared the machine's load); ``"rounds"``: the 10th
+    and 90th percentiles of the single rounds' ratios (with fewer than 10 rounds, the smallest
+    and largest), which do not narrow with more rounds.
 
     Raises:
         TypeError: for an ``a`` or ``b`` that is not a :class:`VariantResult`.
-        ValueError: when they hold no step times or not the same number.
+        ValueError: when they hold no step times or not the same number, or for another
+            ``spread``.
     """
     check_type("a", a, VariantResult)
     check_type("b", b, VariantResult)
+    if spread not in ("median", "rounds"):
+        raise ValueError(f"spread must be 'median' or 'rounds', got {spread!r}")
     if not a.step_times_s or len(a.step_times_s) != len(b.step_times_s):
         raise ValueError(f"a and b must hold the same number (>= 1) of step times, got "
                          f"{len(a.step_times_s)} and {len(b.step_times_s)}")
+    if spread == "median":
+        return a.step_s / b.step_s, median_ratio_spread(a.step_times_s, b.step_times_s)
     pairs = sorted(x / y for x, y in zip(a.step_times_s, b.step_times_s, strict=True))
     k = len(pairs) // 10
     return a.step_s / b.step_s, (pairs[k], pairs[-1 - k])
