@@ -154,14 +154,28 @@ ar_pts = sorted((p for p in points2 if p.op == "all_reduce"), key=lambda p: p.nb
 # a larger message that took clearly less time: no model where time grows with size fits it
 inv = [(a, b) for a, b in zip(ar_pts, ar_pts[1:]) if b.time_s < 0.8 * a.time_s]
 worst = max(ar_pts, key=lambda p: abs(fits["all_reduce"].predict(p.nbytes) / p.time_s - 1))
-why_fit = (f"The time is not monotone in size here: {si(inv[0][1].nbytes, 'B')} took "
-           f"{si(inv[0][1].time_s, 's')}, less than {si(inv[0][0].nbytes, 'B')}'s {si(inv[0][0].time_s, 's')}. "
-           "No model in which time grows with size fits that: the points carry the noise of this run"
-           + (f" ({busy()})." if busy() else ", whose repetitions vary more than the model's terms.")
-           if inv else
-           f"Time grows with size, but not along one line: the fit is furthest off at "
-           f"{si(worst.nbytes, 'B')} (measured {si(worst.time_s, 's')}, fit "
-           f"{si(fits['all_reduce'].predict(worst.nbytes), 's')}); read the plot for where it departs.")
+def spread_of(p):  # the slowest rank's p10-p90 of the repetitions
+    return f"{si(p.p10_s, 's')}-{si(p.p90_s, 's')}"
+
+
+if inv:
+    small, large = inv[0]
+    spreads = f"({spread_of(large)} against {spread_of(small)}, p10-p90)"
+    why_fit = (f"The time is not monotone in size here: {si(large.nbytes, 'B')} took {si(large.time_s, 's')}, "
+               f"less than {si(small.nbytes, 'B')}'s {si(small.time_s, 's')}, and no model in which time grows "
+               "with size fits that. ")
+    if large.p90_s >= small.p10_s:  # the two sizes' repetitions overlap
+        why_fit += (f"Their repetitions overlap {spreads}: the inversion is within this run's noise"
+                    + (f" ({busy()})." if busy() else "."))
+    else:
+        why_fit += (f"Their repetitions do not overlap {spreads}: the smaller message was slower every time, so "
+                    "something other than its size set its time (gloo picks its algorithm and buffers by size, "
+                    "and a process that sleeps while it waits pays to be woken up)."
+                    + (f" Also, {busy()}." if busy() else ""))
+else:
+    why_fit = (f"Time grows with size, but not along one line: the fit is furthest off at "
+               f"{si(worst.nbytes, 'B')} (measured {si(worst.time_s, 's')}, fit "
+               f"{si(fits['all_reduce'].predict(worst.nbytes), 's')}); read the plot for where it departs.")
 viz.show_verdict(judge(p_fit, rel_err["all_reduce"], explain={
     "held": ("Both ends of the curve follow the model: a flat floor of alpha, then time proportional to size."
              if fits["all_reduce"].bandwidth < 1e15 else

@@ -107,7 +107,9 @@ def all_gather_single(output: torch.Tensor, input: torch.Tensor, group=None,
 
 @dataclass(frozen=True)
 class CollectivePoint:
-    """One measured collective: ``time_s`` is the slowest rank's median, in seconds."""
+    """One measured collective: ``time_s`` is the slowest rank's median, in seconds;
+    ``p10_s`` and ``p90_s`` the slowest rank's 10th and 90th percentiles (the spread of
+    the repetitions; ``None`` where unknown)."""
 
     op: str
     nbytes: int
@@ -115,6 +117,8 @@ class CollectivePoint:
     time_s: float
     algbw: float  # bytes/s
     busbw: float  # bytes/s
+    p10_s: float | None = None
+    p90_s: float | None = None
 
 
 def _collective_fn(op: str, nbytes: int, group, device: torch.device) -> Callable[[], object]:
@@ -153,7 +157,7 @@ def benchmark_collective(op: str, nbytes: int, group=None, warmup: int = 2, repe
         device: where the buffer lives; ``None`` means CUDA with nccl, else CPU.
 
     Returns:
-        A :class:`CollectivePoint`.
+        A :class:`CollectivePoint` (median, p10 and p90 of the slowest rank).
 
     Raises:
         TypeError, ValueError: for an unknown ``op``, ``nbytes < 1``, a negative ``warmup``,
@@ -173,11 +177,11 @@ def benchmark_collective(op: str, nbytes: int, group=None, warmup: int = 2, repe
     number = max(1, min(64, (1 << 20) // actual))  # ~1 MiB per timed repetition
     dist.barrier(group=group)
     m = benchmark(fn, warmup=warmup, repeat=repeat, device=device, number=number)
-    t = torch.tensor([m.median_s], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    time_s = float(t.item())
+    t = torch.tensor([m.median_s, m.p10_s, m.p90_s], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the slowest rank decides
+    time_s, p10_s, p90_s = t.tolist()
     algbw = actual / time_s
-    return CollectivePoint(op, actual, n, time_s, algbw, algbw * bus_factor(op, n))
+    return CollectivePoint(op, actual, n, time_s, algbw, algbw * bus_factor(op, n), p10_s, p90_s)
 
 
 def sweep(ops: Sequence[str], sizes: Sequence[int], group=None, warmup: int = 2,

@@ -47,6 +47,8 @@ def _check_ring_and_sweep(res, nproc):
         assert p.time_s > 0 and p.nbytes % (4 * nproc) == 0
         assert p.algbw == pytest.approx(p.nbytes / p.time_s)
         assert p.busbw == pytest.approx(p.algbw * comm.bus_factor(p.op, nproc))
+        # the slowest rank's quantiles: maxima over ranks keep p10 <= median <= p90
+        assert 0 < p.p10_s <= p.p90_s and p.p10_s <= p.time_s <= p.p90_s, p
     assert res[1]["sweep"] == res[0]["sweep"]  # the slowest rank's time, agreed by all
 
 
