@@ -285,6 +285,7 @@ fresh = timing.benchmark(lambda: torch.empty_like(xc).fill_(1.0), warmup=2, repe
 reuse = timing.benchmark(lambda: buf.fill_(1.0), warmup=2, repeat=REPEAT)
 fault_s = max(0.0, fresh.median_s - reuse.median_s)
 bytes_s = chain.eager / limits.copy_bytes_per_s  # the bytes model alone
+fused_bytes_s = chain.fused / limits.copy_bytes_per_s  # s: the compiled chain's bytes
 eager_model_s = bytes_s + chain.kernels * fault_s
 mib = xc.numel() * 4 / 2**20
 print(f"filling a new {mib:.0f} MiB tensor: {fresh.median_s * 1e3:.2f} ms, an existing one: "
@@ -303,9 +304,16 @@ viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth +
             f"{1 - bytes_s / eager_model_s:.0%} of the model"
             + (": on this machine, at this size, page faults are most of why the eager chain runs far below "
                "copy bandwidth." if bytes_s < eager_model_s / 2 else "."),
-    "above": "Slower still: tanh and pow cost tens of instructions per element, so some ops are "
-             "compute-bound on few cores" + (f"; and {busy()}, which slows every timing here."
-                                             if busy() else "."),
+    "above": "Slower still. "
+             + (f"The compiled chain, which does the same arithmetic in one pass, took "
+                f"{rec.compiled.median_s * 1e3:.2f} ms, {rec.compiled.median_s / fused_bytes_s:.1f}x its own "
+                "bytes' time: the arithmetic (tanh and pow, tens of instructions per element) costs more than "
+                "the bytes on this machine's cores, and the eager ops pay it too"
+                if rec.compiled.median_s > 1.5 * fused_bytes_s else
+                f"Not from arithmetic: the compiled chain, doing the same arithmetic, ran near its bytes' time "
+                f"({rec.compiled.median_s * 1e3:.2f} ms against {fused_bytes_s * 1e3:.2f} ms); the eager ops lose "
+                "time the model does not count (per-op dispatch, intermediates that miss the cache)")
+             + (f"; and {busy()}, which slows every timing here." if busy() else "."),
     "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks"
              + (f"; or load: {busy()}, which disturbs the fills measured above." if busy() else ".")}))
 viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",

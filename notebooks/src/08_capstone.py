@@ -234,7 +234,10 @@ def explain_round(kind, fix, gain, spread, bound, before):
         "above": "More than the bound allows. " + (
             "A rank's data time also holds the other rank up at the next collective, where it counts as "
             f"communication ({before['report']['shares']['communication']:.1%} of the step before the "
-            "fix), not as data; and the" if kind == "data" else "The")
+            "fix), not as data; and the" if kind == "data" else
+            f"The bound's share was measured under the profiler, where a step took {slowdown:.1f}x as "
+            "long as without it, and a fix that removes many small calls also removes per-call costs the "
+            "attribution counts in other phases; and the")
         + " two rounds ran one after the other, so a load change between them is in the ratio"
         + f"{load}.",
         "inconclusive": inconclusive[0].upper() + inconclusive[1:],
