@@ -391,9 +391,10 @@ if None not in reach.values():
 # ## 5. On a GPU
 #
 # The same script runs unchanged with CUDA: the process group is NCCL, and `--fix all` adds
-# two fixes that do not pay on a CPU: **bf16 autocast** (tensor cores; on most CPUs bf16
-# matmuls are slower than fp32, notebook 00 measured it) and **torch.compile** (kernel fusion;
-# on a short CPU run the compile time is not paid back, module 06). The data fix also pins
+# two fixes that the loop applies only on a GPU: **bf16 autocast** (tensor cores; on a CPU it
+# pays only with native bf16 units, which notebook 00's bf16/fp32 ratio shows, and module 06
+# measures what it gives a training step) and **torch.compile** (kernel fusion; whether a short
+# run pays back its compile time is module 06's break-even count). The data fix also pins
 # memory and overlaps the host-to-device copy with `perfkit.data.Prefetcher`, and the
 # optimizer fix uses `AdamW(fused=True)`. The sync fix matters far more there: every
 # `.item()` waits for the whole GPU queue, so the per-step reads above stall the device.
