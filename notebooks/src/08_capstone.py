@@ -81,17 +81,20 @@ for name, what in slow_train.FIXES.items():
 # its report, and lets the script run on. The script's own result (its JSON line: step
 # times, losses) comes back through `perfkit.dist.launch`. Its speed is measured on the
 # steps after the window (at least `MEASURE`), without the profiler: tokens/s from the
-# median step. Every round runs until the target loss of section 4.
+# median step. Every round runs until the target loss of section 4; after it, the round before
+# runs once more, for the measured steps only, so each fix is timed between two runs without it.
 
 # %%
-def run_round(fixes):
+def run_round(fixes, to_target=True):
     """(diagnosis report, the script's result) of the job with these fixes, run until the
-    target loss (and at least through the measured steps)."""
-    out = OUT / ("-".join(fixes) or "none")
+    target loss (and at least through the measured steps); or, with ``to_target=False``,
+    for the measured steps only (a repeat run, whose speed, not loss, is compared)."""
+    out = OUT / (("-".join(fixes) or "none") + ("" if to_target else "-again"))
+    steps = (["--steps", MAX_STEPS, "--target-loss", TARGET_LOSS, "--min-steps", SKIP + WINDOW + 1 + MEASURE]
+             if to_target else ["--steps", SKIP + WINDOW + 1 + MEASURE])
     args = ["diagnose", "--out", str(out), "--then", "continue", "--skip", SKIP,
             "--steps", WINDOW, str(SCRIPT), "--fix", ",".join(fixes) or "none",
-            "--steps", MAX_STEPS, "--target-loss", TARGET_LOSS,
-            "--min-steps", SKIP + WINDOW + 1 + MEASURE, "--max-bytes", MAX_BYTES]
+            *steps, "--max-bytes", MAX_BYTES]
     result = dist.launch("perfkit", nproc=2, args=args, timeout_s=900)[0]
     return json.loads((out / "report.json").read_text()), result
 
@@ -106,14 +109,22 @@ def tokens_per_s(result, steps=None):
     return result["tokens_per_step"] / statistics.median(steps or after_window(result))
 
 
-def speedup(before, after, resamples=400):
-    """tokens/s after over before, and the 10th-90th percentile of that ratio over
-    bootstrap resamples of both runs' steps (the noise within the runs)."""
-    a, b, rng = after_window(before), after_window(after), random.Random(0)
-    ratios = sorted(tokens_per_s(after, rng.choices(b, k=len(b)))
-                    / tokens_per_s(before, rng.choices(a, k=len(a))) for _ in range(resamples))
-    return tokens_per_s(after) / tokens_per_s(before), (ratios[resamples // 10],
-                                                        ratios[-resamples // 10 - 1])
+def speedup(befores, after, resamples=400):
+    """tokens/s after over the mean of ``befores`` (the previous configuration, run before and
+    after the new one), and the 10th-90th percentile of that ratio over bootstrap resamples of
+    every run's steps, widened to the ratio against each before alone: a load that drifted
+    across the three runs shows as a gap between those two."""
+    rng, b = random.Random(0), after_window(after)
+
+    def ratio(steps_after, steps_before):
+        return tokens_per_s(after, steps_after) / statistics.mean(
+            tokens_per_s(r, s) for r, s in zip(befores, steps_before))
+
+    boot = sorted(ratio(rng.choices(b, k=len(b)), [rng.choices(a, k=len(a)) for a in map(after_window, befores)])
+                  for _ in range(resamples))
+    each = [tokens_per_s(after) / tokens_per_s(r) for r in befores]
+    return ratio(b, [after_window(r) for r in befores]), (min(boot[resamples // 10], *each),
+                                                         max(boot[-resamples // 10 - 1], *each))
 
 
 report, result = run_round(())
@@ -145,10 +156,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # collectives are such operators), not the tokenizer: so the data share is the data time
 # over the *unprofiled* step (the profiled one where the profiler did not slow the step), no
 # less than its true share, and `1 / (1 - share)` stays an upper bound.
-# The measured figure is tokens/s after over before; its spread is the 10th-90th percentile
-# of the same ratio over bootstrap resamples of the two runs' steps. That is the noise
-# within the runs: a load that changes between two rounds (they run one after the other)
-# is not in it. A spread across a bound makes the verdict inconclusive.
+# The measured figure is tokens/s after over before, with the configuration before run twice,
+# before and after the new one, against the mean of the two: a load that drifts steadily
+# cancels. Its spread is the 10th-90th percentile of the same ratio over bootstrap resamples
+# of the three runs' steps (the noise within the runs), widened to the ratio against each
+# "before" alone (the drift between runs). A spread across a bound makes the verdict
+# inconclusive.
 #
 # Two things to know when reading the sync rounds: on a CPU an `.item()` waits for no device
 # queue, so the sync share is mostly the Python work around the reads; and half of the
@@ -229,24 +242,24 @@ def explain_round(kind, fix, gain, spread, bound, before):
         held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
                 f"profiled steps took {slowdown:.1f}x as long: the profiler"
                 + (" and the machine's load" if busy() else "") + "), so this bound says little.")
+    above = ("a rank's data time also holds the other rank up at the next collective, where it counts as "
+             f"communication ({before['report']['shares']['communication']:.1%} of the step before the "
+             "fix), not as data; and the" if kind == "data" else
+             (f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x as "
+              "long as without it; " if slowdown > 1.1 else "")
+             + "a fix that removes many small calls also removes per-call costs the attribution counts in "
+             "other phases; and the")
     return {
         "held": held,
-        "above": "More than the bound allows. " + (
-            "A rank's data time also holds the other rank up at the next collective, where it counts as "
-            f"communication ({before['report']['shares']['communication']:.1%} of the step before the "
-            "fix), not as data; and the" if kind == "data" else
-            f"The bound's share was measured under the profiler, where a step took {slowdown:.1f}x as "
-            "long as without it, and a fix that removes many small calls also removes per-call costs the "
-            "attribution counts in other phases; and the")
-        + " two rounds ran one after the other, so a load change between them is in the ratio"
+        "above": "More than the bound allows. " + above[0].upper() + above[1:]
+        + " load may have changed faster than the three runs (before, after, before again) can cancel"
         + f"{load}.",
         "inconclusive": inconclusive[0].upper() + inconclusive[1:],
         "below": "The step got slower. " + (
-            f"The two rounds ran one after the other, not interleaved, and {busy()}: a busy "
-            "machine can slow a later round for reasons of its own, so this round cannot tell "
-            "what the fix did; run it again on a quieter machine." if busy() else
-            "In this run the fix cost more than it saved; the rounds are not interleaved, so run "
-            "it again before concluding the fix is slower on this machine.")}
+            f"And {busy()}: a busy machine can slow one run for reasons of its own, so this round "
+            "cannot tell what the fix did; run it again on a quieter machine." if busy() else
+            "Against the previous configuration run before and after it, the fix cost more than it "
+            "saved on this machine.")}
 
 
 def play_round():
@@ -257,7 +270,8 @@ def play_round():
         return False
     kind, share, bound, model, fix = pick
     report, result = run_round((*applied, fix))
-    gain, spread = speedup(rounds[-1]["result"], result)
+    again = run_round(tuple(applied), to_target=False)[1]  # the previous one again: before, after, before
+    gain, spread = speedup([rounds[-1]["result"], again], result)
     applied.append(fix)
     rounds.append({"fixes": tuple(applied), "report": report, "result": result})
     waterfall.append((fix, gain))
