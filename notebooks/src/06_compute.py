@@ -664,10 +664,10 @@ best = max(fp32_pts, key=lambda p: p.tokens_per_s)
 
 
 def rounds(a, b):
-    """p10-p90 of a's tokens/s over b's, round by round (the settings took turns in each round)."""
-    r = [a.batch * tb / (b.batch * ta) for ta, tb in zip(a.step.times_s, b.step.times_s)]
-    q = statistics.quantiles(r, n=10, method="inclusive")
-    return q[0], q[-1]
+    """p10-p90 of a's tokens/s over b's, round by round (the settings took turns in each round):
+    the step-time pairs of compute.Speedup, scaled by the batch ratio."""
+    pairs = compute.Speedup(baseline=b.step, candidate=a.step)  # b's step time over a's, per round
+    return a.batch / b.batch * pairs.low, a.batch / b.batch * pairs.high
 
 
 noisy = f" Or load: {busy()}." if busy() else ""

@@ -52,7 +52,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from perfkit import dist as pdist
-from perfkit._checks import check_type
+from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
 from perfkit.comm.traffic import count_traffic
 from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
@@ -264,12 +264,17 @@ def median_ratio_spread(a: Sequence[float], b: Sequence[float], resamples: int =
     where the range of the single rounds' ratios stays as wide however many rounds are run.
 
     Raises:
-        ValueError: for empty or unequal sequences, or ``resamples`` below 10.
+        TypeError, ValueError: for empty or unequal sequences, a time that is not a finite
+            number above 0, ``resamples`` below 10 or a negative ``seed``.
     """
-    if not a or len(a) != len(b):
+    a, b = check_items("a", a), check_items("b", b)
+    if len(a) != len(b):
         raise ValueError(f"a and b must hold the same number (>= 1) of times, got {len(a)} and {len(b)}")
-    if not isinstance(resamples, int) or resamples < 10:
-        raise ValueError(f"resamples must be an int >= 10, got {resamples!r}")
+    for name, xs in (("a", a), ("b", b)):
+        for x in xs:
+            check_real(f"{name} entries", x, 0, lo_open=True)  # seconds; a zero would divide by zero
+    check_int("resamples", resamples, 10)
+    check_int("seed", seed, 0)
     rng, n = random.Random(seed), len(a)
     stats = []
     for _ in range(resamples):
@@ -296,8 +301,7 @@ def step_ratio(a: VariantResult, b: VariantResult,
     """
     check_type("a", a, VariantResult)
     check_type("b", b, VariantResult)
-    if spread not in ("median", "rounds"):
-        raise ValueError(f"spread must be 'median' or 'rounds', got {spread!r}")
+    check_choice("spread", spread, ("median", "rounds"))
     if not a.step_times_s or len(a.step_times_s) != len(b.step_times_s):
         raise ValueError(f"a and b must hold the same number (>= 1) of step times, got "
                          f"{len(a.step_times_s)} and {len(b.step_times_s)}")

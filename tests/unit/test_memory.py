@@ -328,6 +328,12 @@ def test_median_ratio_spread_narrows_with_rounds_where_the_rounds_range_does_not
         median_ratio_spread([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="resamples"):
         median_ratio_spread([1.0], [1.0], resamples=3)
+    with pytest.raises(ValueError, match="b entries"):
+        median_ratio_spread([1.0, 2.0], [1.0, 0.0])  # a zero time would divide by zero
+    with pytest.raises(ValueError, match="a entries"):
+        median_ratio_spread([float("nan")], [1.0])
+    with pytest.raises(ValueError, match="at least one"):
+        median_ratio_spread([], [])
 
 
 def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
