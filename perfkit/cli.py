@@ -25,27 +25,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 from perfkit import __version__, hw
-
-
-def _si(value: float, unit: str) -> str:
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+from perfkit.units import si
 
 
 def _limits_text(limits: hw.MachineLimits, path: str) -> str:
     lines = [f"{limits.name} ({limits.device}), measured {limits.measured_at or 'at an unknown time'}"]
     for dtype, flops in sorted(limits.matmul_flops.items()):
-        lines.append(f"  matmul {dtype:<9} {_si(flops, 'FLOP/s'):>14}   "
+        lines.append(f"  matmul {dtype:<9} {si(flops, 'FLOP/s'):>14}   "
                      f"ridge point {limits.ridge_point(dtype):7.1f} FLOP/byte")
-    lines.append(f"  copy, DRAM       {_si(limits.copy_bytes_per_s, 'B/s'):>14}   "
+    lines.append(f"  copy, DRAM       {si(limits.copy_bytes_per_s, 'B/s'):>14}   "
                  "(bytes read + written per second, buffers >= 4x the last-level cache)")
     if limits.cache_bytes_per_s:
-        lines.append(f"  copy, in cache   {_si(limits.cache_bytes_per_s, 'B/s'):>14}   "
-                     f"(buffers <= half the {_si(limits.llc_bytes or 0, 'B')} last-level cache)")
+        lines.append(f"  copy, in cache   {si(limits.cache_bytes_per_s, 'B/s'):>14}   "
+                     f"(buffers <= half the {si(limits.llc_bytes or 0, 'B')} last-level cache)")
     if limits.h2d_bytes_per_s:
-        lines.append(f"  host to device   {_si(limits.h2d_bytes_per_s, 'B/s'):>14}   (pinned memory)")
+        lines.append(f"  host to device   {si(limits.h2d_bytes_per_s, 'B/s'):>14}   (pinned memory)")
     lines.append(f"cached in {path}")
     return "\n".join(lines)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from perfkit import stats
+
 __all__ = [
     "Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device",
     "synchronize",
@@ -175,15 +177,8 @@ class Measurement:
         return (self.quantile(0.75) - self.quantile(0.25)) / self.median_s
 
     def quantile(self, q: float) -> float:
-        """Linear-interpolated quantile ``q`` in [0, 1] of the timings, in seconds."""
-        if isinstance(q, bool) or not isinstance(q, int | float):
-            raise TypeError(f"q must be a number in [0, 1], got {q!r}")
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"q must be in [0, 1], got {q}")
-        xs = sorted(self.times_s)
-        pos = q * (len(xs) - 1)
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+        """Quantile ``q`` in [0, 1] of the timings, in seconds (:func:`perfkit.stats.quantile`)."""
+        return stats.quantile(self.times_s, q)
 
     def rate(self, work: float) -> float:
         """``work`` units (FLOPs, bytes, samples) per second at the median time."""

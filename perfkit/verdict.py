@@ -1,10 +1,20 @@
-"""Predictions recorded before a measurement, and verdicts computed from it.
+"""Predictions recorded before a measurement, and verdicts computed from it by one rule.
 
 A course section states a model, records what it predicts (a value with a tolerance, or
-a bound), measures, and ends with a verdict that is *computed*: held, missed by how much
-(above or below), or inconclusive, when the measurement's spread straddles the bound or a
-figure leaves its physical range (a negative hidden fraction, a share above 1). The
-sentence explaining the outcome is chosen by the outcome, never written in advance.
+a bound), measures, and ends with a verdict that is *computed* from the measurement and its
+uncertainty (a :class:`perfkit.stats.Estimate`: a confidence interval at
+:data:`perfkit.stats.LEVEL`). The one rule:
+
+- **disturbed**: the figure lies outside the range it can physically take (a share above 1, a
+  negative hidden fraction), or is not a finite number: the run was disturbed, not the model
+  wrong; the text names what was measured of the machine then (load, cores, threads);
+- **held**: the whole interval lies inside the prediction;
+- **missed** (above or below, by how much): the whole interval lies outside it;
+- **inconclusive**: the interval straddles an edge; the text gives the effect against the
+  interval's half-width, measured, not a stock phrase.
+
+A figure given without an interval (an exact count, a formula) is judged on its value alone.
+When the machine was busy (load above its cores), a verdict that did not hold says so itself.
 
 A piece of common advice is judged the same way (:class:`Claim`, :func:`assess`): the
 range the advice promises for one figure, and the no-effect value that separates "holds
@@ -14,7 +24,7 @@ Usage::
 
     p = Prediction("checkpointing's time cost", "one extra forward: (F + F + B) / (F + B)",
                    high=1.34, low=1.0, unit="x")
-    v = judge(p, measured=1.41, spread=(1.36, 1.47),
+    v = judge(p, stats.median_ratio(t_ckpt, t_plain),
               explain={"above": "recomputation also re-runs the dropout and layer norms"})
     print(v.text)   # ... missed: 1.41x is 5% above the bound 1.34x ...
 """
@@ -26,11 +36,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
-           "busy", "judge"]
+from perfkit.stats import Estimate
+from perfkit.units import si
 
-OUTCOMES = ("held", "missed", "inconclusive")
+__all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
+           "busy", "judge", "machine_state"]
+
+OUTCOMES = ("held", "missed", "inconclusive", "disturbed")
 CLAIM_STATUSES = ("holds", "holds partly", "does not hold here", "inconclusive", "GPU only")
+EXPLAIN_KEYS = ("held", "above", "below", "inconclusive", "disturbed")
 
 
 def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
@@ -39,6 +53,10 @@ def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
         raise TypeError(f"{name} must be a number, got {v!r}")
     return float(v)
+
+
+def _fmt(x: float, unit: str) -> str:
+    return si(x, unit)
 
 
 @dataclass(frozen=True)
@@ -94,14 +112,19 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one prediction: ``held``, ``missed`` or ``inconclusive``, with its text."""
+    """The outcome of one prediction (one of :data:`OUTCOMES`), with its text.
+
+    ``level`` is the confidence of the interval it was judged on (``None``: judged on the
+    value alone, or on a range that is not a confidence interval).
+    """
 
     prediction: Prediction
     measured: float
     spread: tuple[float, float] | None
     outcome: str
-    direction: str  # "inside", "above", "below", or "" when inconclusive
+    direction: str  # "inside", "above", "below", or "" when inconclusive or disturbed
     text: str
+    level: float | None = None
 
     @property
     def held(self) -> bool:
@@ -112,111 +135,149 @@ class Verdict:
         return {**asdict(self), "prediction": asdict(self.prediction)}
 
 
+def machine_state() -> dict[str, float]:
+    """What a verdict may cite about the machine now: the 1-minute ``load``, ``cores`` and
+    torch's intra-op ``threads`` (when torch is imported). Missing readings are left out."""
+    import sys
+
+    out: dict[str, float] = {"cores": float(os.cpu_count() or 1)}
+    try:
+        out["load"] = os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["threads"] = float(torch.get_num_threads())
+    return out
+
+
 def busy() -> str:
     """A phrase for a verdict's explanation when the machine is busy, else ``""``.
 
     Busy: the 1-minute load average exceeds the number of cores. Then timings taken one
-    after the other can differ by load alone, and an explanation that names a cause in the
-    code should say so. Returns e.g. ``"the machine was busy (load average 5.2 on 2 cores)"``.
+    after the other can differ by load alone. Returns e.g.
+    ``"the machine was busy (load average 5.2 on 2 cores)"``.
     """
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # not available on this platform
+    m = machine_state()
+    if "load" not in m or m["load"] <= m["cores"]:
         return ""
-    cores = os.cpu_count() or 1
-    return f"the machine was busy (load average {load:.1f} on {cores} cores)" if load > cores else ""
+    return f"the machine was busy (load average {m['load']:.1f} on {m['cores']:.0f} cores)"
 
 
-def _fmt(x: float, unit: str) -> str:
-    """``x`` with ``unit``: SI prefixes from 10^4 on (``12.98 MB``), whole numbers in full, else
-    3 significant digits."""
-    if math.isfinite(x) and abs(x) >= 1e4:
-        for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-            if abs(x) >= scale:
-                return f"{x / scale:.4g} {prefix}{unit.strip()}"
-    if math.isfinite(x) and float(x).is_integer():
-        return f"{int(x):,}{unit}"
-    return f"{x:.3g}{unit}"
+def _machine_text() -> str:
+    m = machine_state()
+    parts = [f"load average {m['load']:.1f} on {m['cores']:.0f} cores" if "load" in m
+             else f"{m['cores']:.0f} cores"]
+    if "threads" in m:
+        parts.append(f"{m['threads']:.0f} torch threads")
+    return ", ".join(parts)
 
 
-def _spread(spread, measured) -> tuple[float, float] | None:
-    """``spread`` checked, as floats, widened to hold ``measured`` (a ratio of medians can fall
-    just outside the quantiles of the paired ratios; a figure outside its own spread reads wrong)."""
+def _measurement(measured: float | Estimate, spread) -> tuple[float, tuple[float, float] | None,
+                                                            float | None, str]:
+    """``(value, interval, level, how)`` from a number (with an optional ``(low, high)``) or
+    an :class:`Estimate`. An interval is widened to hold its value: a figure outside its own
+    spread reads wrong."""
+    if isinstance(measured, Estimate):
+        if spread is not None:
+            raise ValueError("give spread only with a plain number: an Estimate carries its interval")
+        if measured.low == measured.high:
+            return measured.value, None, measured.level, measured.method
+        return measured.value, measured.spread, measured.level, measured.method
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
+        raise TypeError(f"measured must be a number or a perfkit.stats.Estimate, got {measured!r}")
     if spread is None:
-        return None
-    if len(spread) != 2 or spread[0] > spread[1]:
+        return float(measured), None, None, ""
+    if len(spread) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spread) \
+            or spread[0] > spread[1]:
         raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
     lo, hi = float(spread[0]), float(spread[1])
     if math.isfinite(measured):
         lo, hi = min(lo, measured), max(hi, measured)
-    return lo, hi
+    return float(measured), (lo, hi), None, "spread"
 
 
-def judge(prediction: Prediction, measured: float, spread: tuple[float, float] | None = None,
+def _interval_words(level: float | None, how: str) -> str:
+    if level is not None:
+        return f"{level:.0%} interval"
+    return "spread" if how in ("", "spread") else how
+
+
+def _gap(measured: float, edge: float, u: str, direction: str) -> str:
+    """``"14% above 1.34x"``: how far ``measured`` lies past ``edge``."""
+    gap = abs(measured / edge - 1) if edge else 0.0
+    pct = f"{gap:.0%}" if gap >= 0.005 else f"{gap * 100:.2g}%"  # a miss never reads "0% above"
+    shown, edge_shown = _fmt(measured, u), _fmt(edge, u)
+    if shown == edge_shown:  # 3 digits hide the gap: show the digits that differ
+        shown, edge_shown = f"{measured:.6g}{u}", f"{edge:.6g}{u}"
+    return (f"{shown} is {pct} {direction} {edge_shown}" if edge
+            else f"{shown} is {_fmt(abs(measured - edge), u)} {direction} {edge_shown}")
+
+
+def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[float, float] | None = None,
           explain: Mapping[str, str] | None = None) -> Verdict:
-    """Compare ``measured`` (and its ``spread``, e.g. the 10th-90th percentiles) with ``prediction``.
+    """Compare a measurement and its interval with ``prediction`` by the module's one rule.
 
     Args:
         prediction: recorded before the measurement.
-        measured: the measured figure (a median, a ratio of medians).
-        spread: ``(low, high)`` range of the measurement across repeats, or ``None``.
+        measured: a :class:`perfkit.stats.Estimate` (the figure and its confidence interval;
+            the usual case), or a plain number: exact (a count), or with ``spread``.
+        spread: ``(low, high)`` around a plain number, e.g. a range of repeats; ``None`` for an
+            exact figure. Not allowed with an Estimate.
         explain: optional sentences by outcome: keys ``"held"``, ``"above"``, ``"below"``,
-            ``"inconclusive"``; the one matching what was measured is appended.
+            ``"inconclusive"``, ``"disturbed"``; the one matching what was measured is appended
+            after the computed reason.
 
     Returns:
-        A :class:`Verdict`: ``inconclusive`` when the measurement is not finite, leaves the
-        physical range, or its spread reaches both inside and outside the prediction.
+        A :class:`Verdict`, outcome one of :data:`OUTCOMES`.
 
     Raises:
-        TypeError: if ``prediction`` is not a :class:`Prediction` or a number is not one.
-        ValueError: if ``spread`` is not ``(low, high)`` with ``low <= high``.
+        TypeError: if ``prediction`` is not a :class:`Prediction` or ``measured`` not a number
+            or Estimate.
+        ValueError: for a bad ``spread``, a spread with an Estimate, or unknown ``explain`` keys.
     """
     if not isinstance(prediction, Prediction):
         raise TypeError(f"prediction must be a Prediction, got {type(prediction).__name__}")
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
-        raise TypeError(f"measured must be a number, got {measured!r}")
-    spread = _spread(spread, measured)
+    value, interval, level, how = _measurement(measured, spread)
     explain = dict(explain or {})
-    unknown = set(explain) - {"held", "above", "below", "inconclusive"}
+    unknown = set(explain) - set(EXPLAIN_KEYS)
     if unknown:
-        raise ValueError(f"explain keys must be held, above, below or inconclusive; got {sorted(unknown)}")
+        raise ValueError(f"explain keys must be among {EXPLAIN_KEYS}; got {sorted(unknown)}")
     p, u = prediction, prediction.unit
     lo, hi = p.bounds()
     plo, phi = (-math.inf if p.physical[0] is None else p.physical[0],
                 math.inf if p.physical[1] is None else p.physical[1])
-    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {_fmt(measured, u)}"
-    if spread is not None:
-        head += f" (spread {_fmt(spread[0], u)} to {_fmt(spread[1], u)})"
-    if not math.isfinite(measured) or not plo <= measured <= phi:
-        outcome, direction = "inconclusive", ""
-        why = (f"inconclusive: {_fmt(measured, u)} is outside the range this figure can take "
-               f"({_fmt(plo, u)} to {_fmt(phi, u)}): the run was disturbed (other programs on the "
-               "machine, too few repeats); run it again on a quieter machine")
-    elif spread is not None and (spread[0] < lo <= spread[1] or spread[0] <= hi < spread[1]):
-        outcome, direction = "inconclusive", ""
-        why = ("inconclusive: the spread reaches both inside and outside the prediction, so the run "
-               "was too noisy to tell; repeat it with more repeats or on a quieter machine")
-    elif lo <= measured <= hi:
+    words = _interval_words(level, how)
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {_fmt(value, u)}"
+    if interval is not None:
+        head += f" ({words} {_fmt(interval[0], u)} to {_fmt(interval[1], u)})"
+    direction = ""
+    if not math.isfinite(value) or not plo <= value <= phi:
+        outcome = "disturbed"
+        what = ("is not a finite number" if not math.isfinite(value) else
+                f"lies outside the range this figure can take ({_fmt(plo, u)} to {_fmt(phi, u)})")
+        why = (f"disturbed: {_fmt(value, u)} {what}, so the run was disturbed, not the model wrong "
+               f"(machine now: {_machine_text()})")
+    elif interval is not None and (interval[0] < lo <= interval[1] or interval[0] <= hi < interval[1]):
+        outcome = "inconclusive"
+        edge = lo if interval[0] < lo <= interval[1] else hi
+        half = (interval[1] - interval[0]) / 2
+        why = (f"inconclusive: the {words} reaches across the edge {_fmt(edge, u)}; the measured "
+               f"distance from it, {_fmt(abs(value - edge), u)}, is within the interval's half-width "
+               f"{_fmt(half, u)}")
+    elif lo <= value <= hi:
         outcome, direction, why = "held", "inside", "held"
     else:
         outcome = "missed"
-        direction = "above" if measured > hi else "below"
-        edge = hi if direction == "above" else lo
-        gap = abs(measured / edge - 1) if edge else 0.0
-        # a miss never reads "0% above": small gaps get the digits that show them
-        pct = f"{gap:.0%}" if gap >= 0.005 else f"{gap * 100:.2g}%"
-        shown, edge_shown = _fmt(measured, u), _fmt(edge, u)
-        if shown == edge_shown:  # 3 digits hide the gap: show the digits that differ
-            shown, edge_shown = f"{measured:.6g}{u}", f"{edge:.6g}{u}"
-        by = (f"{pct} {direction} {edge_shown}" if edge
-              else f"{abs(measured - edge):.3g}{u} {direction} {edge_shown}")
-        why = f"missed: {shown} is {by}"
+        direction = "above" if value > hi else "below"
+        why = "missed: " + _gap(value, hi if direction == "above" else lo, u, direction)
     text = f"{head}: {why}."
-    extra = explain.get("inconclusive" if outcome == "inconclusive" else
-                        ("held" if outcome == "held" else direction))
+    extra = explain.get(direction if outcome == "missed" else outcome)
     if extra:
         text += " " + extra.strip()
-    return Verdict(p, float(measured), spread, outcome, direction, text)
+    if outcome in ("missed", "inconclusive") and busy() and "busy" not in (extra or ""):
+        text += f" ({busy()[0].upper()}{busy()[1:]}.)"
+    return Verdict(p, float(value), interval, outcome, direction, text, level)
 
 
 # --- advice under the microscope: claims ---------------------------------------------------
@@ -292,7 +353,7 @@ class ClaimVerdict:
         return {**asdict(self), "claim": asdict(self.claim)}
 
 
-def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = None,
+def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float] | None = None,
            reasons: Mapping[str, str] | None = None, gpu_only: bool = False,
            not_judged: str | None = None) -> ClaimVerdict:
     """Judge ``claim`` by ``measured`` (and its ``spread``, e.g. 10th-90th percentiles).
@@ -326,9 +387,8 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
         raise ValueError("not_judged must be a non-empty sentence, and only with gpu_only=True")
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
-        raise TypeError(f"measured must be a number, got {measured!r}")
-    spread = _spread(spread, measured)
+    measured, spread, level, how = _measurement(measured, spread)
+    words = _interval_words(level, how)
     reasons = dict(reasons or {})
     unknown = set(reasons) - set(CLAIM_STATUSES[:4])
     if unknown:
@@ -336,20 +396,23 @@ def assess(claim: Claim, measured: float, spread: tuple[float, float] | None = N
     u = claim.unit
     edges = ([claim.partly] if claim.partly is not None
              else [e for e in (claim.low, claim.high) if e is not None])
-    shown = _fmt(measured, u) + (f" (spread {_fmt(spread[0], u)} to {_fmt(spread[1], u)})" if spread else "")
+    shown = _fmt(measured, u) + (f" ({words} {_fmt(spread[0], u)} to {_fmt(spread[1], u)})" if spread else "")
     if not math.isfinite(measured):
         status, why = "inconclusive", "the measurement is not a finite number"
     elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
-        status, why = "inconclusive", ("the spread reaches across "
+        edge = next(e for e in edges if spread[0] < e < spread[1])
+        status, why = "inconclusive", (f"the {words} reaches across "
                                        + ("the no-effect value" if claim.partly is not None else
                                           "the edge of the promised range")
-                                       + ": the noise is larger than the effect")
+                                       + f" {_fmt(edge, u)}: the measured distance from it, "
+                                       f"{_fmt(abs(measured - edge), u)}, is within the interval's "
+                                       f"half-width {_fmt((spread[1] - spread[0]) / 2, u)}")
     else:
         status, why = claim.zone(measured), ""
     said = status  # the reason appended: the median's zone, even where the spread downgrades it
     lo, hi = claim.bounds()
     if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
-        status, why = "holds partly", "the median is inside the promise, the spread reaches outside it"
+        status, why = "holds partly", f"the figure is inside the promise, its {words} reaches outside it"
     label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))

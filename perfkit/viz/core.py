@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.verdict import Verdict
+from perfkit.stats import Estimate
+from perfkit.units import si
+from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = [
     "Choice",
@@ -39,22 +41,11 @@ __all__ = [
     "plot_roofline",
     "roofline_widget",
     "si",
+    "verdict",
 ]
 
 HEADLINE_MIME = "application/vnd.perfkit.headline+json"
 VERDICT_MIME = "application/vnd.perfkit.verdict+json"
-
-
-def si(value: float, unit: str = "", digits: int = 3) -> str:
-    """Format ``value`` with an SI prefix: ``si(1.7e11, "FLOP/s") == "170 GFLOP/s"``."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {unit}".strip()
-    prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
-                (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
-    for scale, p in prefixes:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g} {p}{unit}".strip()
-    return f"{value:.{digits}g} {unit}".strip()
 
 
 # --- headline figures -------------------------------------------------------------------
@@ -159,10 +150,21 @@ def show_verdict(verdict: Verdict) -> None:
 
     if not isinstance(verdict, Verdict):
         raise TypeError(f"verdict must be a perfkit.verdict.Verdict, got {type(verdict).__name__}")
-    mark = {"held": "✅", "missed": "❌", "inconclusive": "❔"}[verdict.outcome]
+    mark = {"held": "✅", "missed": "❌", "inconclusive": "❔", "disturbed": "⚠️"}[verdict.outcome]
     display({VERDICT_MIME: json.loads(json.dumps(verdict.record())),
              "text/markdown": f"{mark} {verdict.text}",
              "text/plain": f"[{verdict.outcome}] {verdict.text}".replace("**", "")}, raw=True)
+
+
+def verdict(prediction: Prediction, measured: float | Estimate, spread: tuple[float, float] | None = None,
+            explain: Mapping[str, str] | None = None) -> None:
+    """The one-call form of a course section's ending: judge ``measured`` against
+    ``prediction`` by :func:`perfkit.verdict.judge`'s one rule, show the verdict and record it
+    (:func:`show_verdict`). The machine's load is added to the explanation by the rule itself
+    when it was busy. Returns nothing, so a cell ending with it shows the verdict once; code
+    that reads the outcome calls ``judge`` and ``show_verdict`` itself.
+    """
+    show_verdict(judge(prediction, measured, spread=spread, explain=explain))
 
 
 # --- widget specs -----------------------------------------------------------------------

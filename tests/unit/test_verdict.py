@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from perfkit import stats
 from perfkit.verdict import Prediction, judge
 
 BOUND = Prediction("checkpointing's step time over the plain step", "one extra forward",
@@ -30,7 +31,9 @@ def test_a_miss_says_which_side_and_by_how_much(measured, direction, by):
 
 def test_a_spread_across_the_bound_is_inconclusive_not_a_verdict():
     v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY"})
-    assert v.outcome == "inconclusive" and "too noisy" in v.text and "NOISY" in v.text
+    assert v.outcome == "inconclusive" and "NOISY" in v.text
+    # the reason is measured: the edge crossed, the distance from it, the interval's half-width
+    assert "across the edge 1.34x" in v.text and "0.04x" in v.text and "0.125x" in v.text
     assert "HELD-REASON" not in v.text
     # the same median with a tight spread is a verdict
     assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
@@ -38,10 +41,11 @@ def test_a_spread_across_the_bound_is_inconclusive_not_a_verdict():
 
 
 @pytest.mark.parametrize("measured", [-1.56, 1.7, math.nan, math.inf])
-def test_a_figure_outside_its_physical_range_is_inconclusive(measured):
-    v = judge(POINT, measured)
-    assert v.outcome == "inconclusive" and v.direction == ""
-    assert "inconclusive" in v.text
+def test_a_figure_outside_its_physical_range_is_disturbed_never_inconclusive(measured):
+    v = judge(POINT, measured, explain={"disturbed": "DISTURBED-REASON", "inconclusive": "NO"})
+    assert v.outcome == "disturbed" and v.direction == ""
+    assert "disturbed" in v.text and "DISTURBED-REASON" in v.text and "NO" not in v.text.split()
+    assert "cores" in v.text  # what was measured of the machine is named
 
 
 def test_point_prediction_uses_its_tolerance():
@@ -105,8 +109,8 @@ def test_show_verdict_displays_markdown_and_records_the_outcome(monkeypatch):
 
 def test_large_numbers_read_with_si_prefixes():
     p = Prediction("bytes", "count", value=12_976_644, rel_tol=0.01, unit=" B")
-    assert p.describe() == "12.98 MB ± 1%"
-    assert "Measured:** 12.98 MB" in judge(p, 12_976_756).text
+    assert p.describe() == "13 MB ± 1%"
+    assert "Measured:** 13 MB" in judge(p, 12_976_756).text
 
 
 # --- claims: the advice's promise, judged by the measurement --------------------------------
@@ -175,6 +179,8 @@ def test_claims_reject_bad_arguments():
     with pytest.raises(ValueError, match="reasons"):
         assess(SPEEDUP, 1.0, reasons={"held": "x"})
     assert assess(SPEEDUP, math.nan).status == "inconclusive"
+    with pytest.raises(ValueError, match="Estimate"):
+        assess(SPEEDUP, stats.median_ratio([2, 2.1, 2.2], [1, 1, 1]), spread=(1, 2))
 
 
 def test_the_claims_table_and_headlines_come_from_the_verdicts(monkeypatch):
@@ -246,3 +252,60 @@ def test_busy_names_the_load_only_above_the_core_count(monkeypatch):
 
     monkeypatch.setattr(os, "getloadavg", unavailable)
     assert busy() == ""
+
+
+# --- the one rule, on constructed Estimates -------------------------------------------------
+
+
+def est(value, low, high, level=0.9):
+    return stats.Estimate(value, low, high, level, 30, "constructed")
+
+
+@pytest.mark.parametrize("e,outcome,direction", [
+    (est(1.2, 1.1, 1.3), "held", "inside"),           # the whole interval inside
+    (est(1.5, 1.4, 1.6), "missed", "above"),          # the whole interval above
+    (est(0.9, 0.85, 0.95), "missed", "below"),        # the whole interval below
+    (est(1.3, 1.2, 1.4), "inconclusive", ""),         # straddles the upper edge
+    (est(1.02, 0.98, 1.1), "inconclusive", ""),       # straddles the lower edge
+    (est(1.34, 1.34, 1.34), "held", "inside"),        # no interval: the value alone, on the edge
+])
+def test_the_one_rule_on_each_outcome(e, outcome, direction):
+    v = judge(BOUND, e)
+    assert (v.outcome, v.direction) == (outcome, direction), v.text
+    assert v.spread is None if e.low == e.high else v.spread == (e.low, e.high)
+    if e.low < e.high:
+        assert "90% interval" in v.text and v.level == 0.9
+
+
+def test_an_estimate_outside_the_physical_range_is_disturbed():
+    v = judge(POINT, est(1.2, 1.1, 1.3))
+    assert v.outcome == "disturbed" and "load average" in v.text or "cores" in v.text
+
+
+def test_an_estimate_carries_its_interval_so_a_second_spread_is_refused():
+    with pytest.raises(ValueError, match="Estimate"):
+        judge(BOUND, est(1.2, 1.1, 1.3), spread=(1.0, 1.4))
+
+
+def test_a_verdict_that_did_not_hold_names_a_busy_machine_itself(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 1.0, 1.0))
+    assert "load average 6.0 on 2 cores" in judge(BOUND, 1.5).text
+    assert "load average" not in judge(BOUND, 1.2).text  # a held verdict needs no excuse
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert "load average" not in judge(BOUND, 1.5).text
+
+
+def test_the_printed_point_always_lies_inside_the_printed_interval():
+    # a bootstrap of a discrete statistic can leave the point out; the Estimate is widened
+    rng = __import__("random").Random(3)
+    for _ in range(50):
+        n = rng.randint(2, 7)
+        a = [rng.uniform(0.5, 2) for _ in range(n)]
+        b = [rng.uniform(0.5, 2) for _ in range(n)]
+        e = stats.median_ratio(a, b)
+        assert e.low <= e.value <= e.high
+        v = judge(BOUND, e)
+        assert v.spread is None or v.spread[0] <= v.measured <= v.spread[1]
