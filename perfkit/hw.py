@@ -8,7 +8,8 @@ the reader's laptop is what *this* machine does under PyTorch. This module measu
 * host-to-device bandwidth from pinned memory, when CUDA is present,
 
 and keeps the best of each sweep in a :class:`MachineLimits` record, whose ceilings the
-roofline model (:mod:`perfkit.roofline`) combines.
+roofline model (:mod:`perfkit.roofline`) combines. ``$PERFKIT_IMITATE=no-bf16`` makes this
+process imitate a CPU without native bf16 (see :data:`IMITATIONS`), if set before any op runs.
 
 Usage::
 
@@ -22,23 +23,45 @@ from __future__ import annotations
 import json
 import os
 import platform
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
+# A CPU without avx512_bf16 (an AMD EPYC before Zen 4) is imitated by capping the kernels at
+# AVX2: oneDNN runs bf16 matmuls on its emulated path (about 100x slower than fp32, as there),
+# ATen and inductor generate AVX2 code. Both read the cap at their first op: set before torch.
+IMITATIONS = {"no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
+if (_IMITATE := os.environ.get("PERFKIT_IMITATE") or None) not in (None, *IMITATIONS):
+    raise ValueError(f"PERFKIT_IMITATE must be one of {sorted(IMITATIONS)} or unset, got {_IMITATE!r}")
+if _IMITATE:
+    os.environ.update(IMITATIONS[_IMITATE])  # inherited by every process started from here
+import torch  # noqa: E402  (after the cap above)
 
-from perfkit.roofline import _check_dims, _positive, attainable_flops, bound, matmul_bytes, matmul_flops
-from perfkit.timing import _check_number, benchmark, calibrate_number, resolve_device
+if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":
+    warnings.warn(f"PERFKIT_IMITATE={_IMITATE} came after torch's first op: its kernels are native. "
+                  "Set it before Python starts.", stacklevel=2)
 
-__all__ = ["METHOD", "CopyPoint", "MachineLimits", "MatmulPoint", "RooflinePoint", "cached_limits",
-           "default_limits_path", "device_name", "last_level_cache_bytes", "matmul_roofline",
-           "measure_copy", "measure_h2d", "measure_limits", "measure_matmul", "save_limits"]
+from perfkit.roofline import _check_dims, _positive, attainable_flops, bound, matmul_bytes, matmul_flops  # noqa: E402
+from perfkit.timing import _check_number, benchmark, calibrate_number, resolve_device  # noqa: E402
+
+__all__ = ["EMULATED_BELOW", "IMITATIONS", "METHOD", "CopyPoint", "MachineLimits", "MatmulPoint",
+           "RooflinePoint", "cached_limits", "default_limits_path", "device_name", "imitation",
+           "last_level_cache_bytes", "matmul_roofline", "measure_copy", "measure_h2d",
+           "measure_limits", "measure_matmul", "save_limits"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # How measure_limits measures: cached limits from another method are replaced, not merged.
 METHOD = "2: best-of-sweep matmul; DRAM copy from buffers >= 4x the last-level cache"
+# Below this share of fp32's ceiling a dtype is emulated (bf16 without avx512_bf16: ~0.01);
+# converting to fp32 and back (AVX-512 without bf16 units) keeps ~0.5; native units double it.
+EMULATED_BELOW = 0.25
+
+
+def imitation() -> str | None:
+    """The machine this process imitates (``$PERFKIT_IMITATE`` when perfkit was imported)."""
+    return _IMITATE
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -70,12 +93,9 @@ def _entries(name: str, v: Iterable, dims: bool = False) -> list:
 
 @dataclass(frozen=True)
 class MatmulPoint:
-    """One measured square matmul: size, dtype, median seconds and FLOP/s.
-
-    ``best_flops_per_s`` uses the fastest tenth of the repetitions (their 10th
-    percentile time): what the machine does when nothing else competes for it, which is
-    what a *ceiling* should be on a shared, noisy machine.
-    """
+    """One measured square matmul: size, dtype, median seconds and FLOP/s. ``best_flops_per_s``
+    uses the fastest tenth of the repetitions (their 10th percentile time): what the machine
+    does when nothing else competes for it, what a *ceiling* should be on a shared machine."""
 
     n: int
     dtype: str
@@ -106,19 +126,14 @@ def measure_matmul(
     a = torch.randn(n, n, device=dev).to(dt)  # (n, n)
     b = torch.randn(n, n, device=dev).to(dt)  # (n, n)
     out = torch.empty(n, n, device=dev, dtype=dt)
-    def fn() -> None:
-        torch.mm(a, b, out=out)
-
+    fn = lambda: torch.mm(a, b, out=out)  # noqa: E731
     fn()  # oneDNN builds its kernel for this shape and dtype on the first call
-    m = benchmark(fn, warmup=1, repeat=repeat, device=dev,
-                  number=calibrate_number(fn, 0.01, dev))
+    m = benchmark(fn, warmup=1, repeat=repeat, device=dev, number=calibrate_number(fn, 0.01, dev))
     flops = matmul_flops(n, n, n)
     return MatmulPoint(n, _dtype_name(dt), m.median_s, m.rate(flops), flops / m.p10_s)
 
 
-def measure_copy(
-    nbytes: int, device: torch.device | str | None = None, repeat: int = 7
-) -> CopyPoint:
+def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: int = 7) -> CopyPoint:
     """Copy bandwidth for one ``nbytes`` buffer, counting bytes read plus bytes written.
 
     STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
@@ -129,36 +144,28 @@ def measure_copy(
     numel = max(1, nbytes // 4)
     src = torch.rand(numel, device=dev)  # fp32, nbytes
     dst = torch.empty_like(src)
-    def fn() -> None:
-        dst.copy_(src)
-
-    m = benchmark(fn, warmup=1, repeat=repeat, device=dev,
-                  number=calibrate_number(fn, 0.01, dev))
+    fn = lambda: dst.copy_(src)  # noqa: E731
+    m = benchmark(fn, warmup=1, repeat=repeat, device=dev, number=calibrate_number(fn, 0.01, dev))
     moved = 2 * numel * 4  # bytes: read src + write dst
     return CopyPoint(numel * 4, m.median_s, m.rate(moved), moved / m.p10_s)
 
 
-def measure_h2d(nbytes: int, device: torch.device | str | None = None,
-                repeat: int = 5) -> CopyPoint | None:
+def measure_h2d(nbytes: int, device: torch.device | str | None = None, repeat: int = 5) -> CopyPoint | None:
     """Host-to-device bandwidth from pinned memory; ``None`` when CUDA is absent."""
     _check_dims(nbytes=nbytes, repeat=repeat)
     if not torch.cuda.is_available():
         return None
-    dev = resolve_device(device or "cuda")
-    numel = max(1, nbytes // 4)
+    dev, numel = resolve_device(device or "cuda"), max(1, nbytes // 4)
     host = torch.rand(numel).pin_memory()  # pinned: DMA straight from host memory
     dst = torch.empty(numel, device=dev)
-    m = benchmark(lambda: dst.copy_(host, non_blocking=True), warmup=2, repeat=repeat,
-                  device=dev)
+    m = benchmark(lambda: dst.copy_(host, non_blocking=True), warmup=2, repeat=repeat, device=dev)
     return CopyPoint(numel * 4, m.median_s, m.rate(numel * 4), numel * 4 / m.p10_s)
 
 
 def last_level_cache_bytes(device: torch.device | str | None = None) -> int | None:
     """Size of the last cache level the device's cores share (a GPU's L2), ``None`` if unknown.
-
-    On Linux, from ``/sys/devices/system/cpu/cpu0/cache`` (the cache this CPU's cores can
-    use, which can be smaller than the whole package's that ``getconf`` reports).
-    """
+    On Linux, from ``/sys/devices/system/cpu/cpu0/cache`` (the cache this CPU's cores can use,
+    which can be smaller than the whole package's that ``getconf`` reports)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", None) or None
@@ -168,14 +175,14 @@ def last_level_cache_bytes(device: torch.device | str | None = None) -> int | No
             level, text = int((d / "level").read_text()), (d / "size").read_text().strip()
         except (OSError, ValueError):
             continue
-        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
-        size = int(text.rstrip("KMGkmg")) * scale
+        size = int(text.rstrip("KMGkmg")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
         best = max(best or (level, size), (level, size))
     return best[1] if best else None
 
 
 def device_name(device: torch.device | str | None = None) -> str:
-    """A human-readable name: the GPU's name, or the CPU's model and logical core count."""
+    """A human-readable name: the GPU's name, or the CPU's model, logical core count and the
+    machine it imitates (limits are cached per name, so an imitation has its own)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
@@ -186,9 +193,9 @@ def device_name(device: torch.device | str | None = None) -> str:
                 if line.startswith("model name"):
                     cpu = line.split(":", 1)[1].strip()
                     break
-    except OSError:
+    except OSError:  # no /proc: keep platform's name
         pass
-    return f"{cpu} ({os.cpu_count()} logical cores)"
+    return f"{cpu} ({os.cpu_count()} logical cores{f', imitating {_IMITATE}' if _IMITATE else ''})"
 
 
 @dataclass(frozen=True)
@@ -199,9 +206,8 @@ class MachineLimits:
         device: ``"cpu"`` or ``"cuda:0"``.
         name: what the device is (see :func:`device_name`).
         matmul_flops: dtype name -> best measured matmul FLOP/s.
-        copy_bytes_per_s: DRAM copy bandwidth, bytes read + written per second, from
-            buffers at least 4x the last-level cache (STREAM's rule), so no level of cache
-            holds them.
+        copy_bytes_per_s: DRAM copy bandwidth, bytes read + written per second, from buffers
+            at least 4x the last-level cache (STREAM's rule): no cache level holds them.
         h2d_bytes_per_s: pinned host-to-device bandwidth, ``None`` without CUDA.
         matmul_points, copy_points: the whole sweeps, for plots.
         cache_bytes_per_s: the best copy of buffers that fit in half the last-level cache.
@@ -235,6 +241,13 @@ class MachineLimits:
             raise ValueError(f"dtype {name!r} was not measured; have {sorted(self.matmul_flops)}")
         return self.matmul_flops[name]
 
+    def support(self, dtype: str | torch.dtype) -> str:
+        """``"native"``, ``"converted"`` or ``"emulated"``: ``dtype``'s arithmetic here, from
+        its measured ceiling over fp32's (emulated below :data:`EMULATED_BELOW`; native at
+        or above fp32's; converted between: computed in fp32, stored in ``dtype``)."""
+        ratio = self.peak_flops(dtype) / self.peak_flops("float32")
+        return "native" if ratio >= 1.0 else "converted" if ratio >= EMULATED_BELOW else "emulated"
+
     def ridge_point(self, dtype: str | torch.dtype = "float32") -> float:
         """FLOP/byte where the roofline turns from memory- to compute-bound."""
         return self.peak_flops(dtype) / self.copy_bytes_per_s
@@ -263,14 +276,9 @@ class MachineLimits:
         return cls(**d)
 
 
-def measure_limits(
-    quick: bool = False,
-    device: torch.device | str | None = None,
-    dtypes: Iterable[str] = ("float32", "bfloat16"),
-    matmul_sizes: Iterable[int] | None = None,
-    copy_sizes: Iterable[int] | None = None,
-    max_call_s: float = 1.0,
-) -> MachineLimits:
+def measure_limits(quick: bool = False, device: torch.device | str | None = None,
+                   dtypes: Iterable[str] = ("float32", "bfloat16"), matmul_sizes: Iterable[int] | None = None,
+                   copy_sizes: Iterable[int] | None = None, max_call_s: float = 1.0) -> MachineLimits:
     """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep.
 
     Each point is timed with :func:`perfkit.timing.benchmark` (warm-up, batched calls,
@@ -312,23 +320,15 @@ def measure_limits(
     cp = [measure_copy(s, dev) for s in copy_sizes]
     in_cache = [p.best_bytes_per_s for p in cp if llc and p.nbytes <= llc // 2]
     h2d = measure_h2d(1 << 28, dev) if gpu else None
-    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == _dtype_name(dt))
-            for dt in dtypes}
+    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == _dtype_name(dt)) for dt in dtypes}
     return MachineLimits(
-        device=str(dev),
-        name=device_name(dev),
-        matmul_flops=best,
+        device=str(dev), name=device_name(dev), matmul_flops=best,
         # Buffers no cache holds give the DRAM bandwidth a large tensor sees; a buffer only
         # twice the cache still partly hits in it and reads as much faster than DRAM.
         copy_bytes_per_s=max(p.best_bytes_per_s for p in cp if p.nbytes >= dram_min),
-        h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None,
-        matmul_points=mm,
-        copy_points=cp,
+        h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None, matmul_points=mm, copy_points=cp,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        cache_bytes_per_s=max(in_cache) if in_cache else None,
-        llc_bytes=llc,
-        method=METHOD,
-    )
+        cache_bytes_per_s=max(in_cache) if in_cache else None, llc_bytes=llc, method=METHOD)
 
 
 @dataclass(frozen=True)
@@ -362,12 +362,11 @@ def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
 
 
 def default_limits_path() -> Path:
-    """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``.
-
-    The limits belong to the machine: every notebook and script on it shares one file.
-    """
+    """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``. The limits
+    belong to the machine: every notebook and script on it shares one file (an imitation has
+    its own, so that the real machine's higher ceilings do not leak into it)."""
     root = os.environ.get("PERFKIT_CACHE") or Path.home() / ".cache" / "perfkit"
-    return Path(root) / "machine_limits.json"
+    return Path(root) / f"machine_limits{'.' + imitation() if imitation() else ''}.json"
 
 
 def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:

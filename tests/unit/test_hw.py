@@ -156,3 +156,37 @@ def test_matmul_sizes_whose_one_call_would_exceed_max_call_s_are_skipped(monkeyp
     hw.measure_limits(dtypes=("bfloat16",), matmul_sizes=[256, 512], copy_sizes=[1 << 16],
                       max_call_s=5.0)
     assert calls == [(256, "bfloat16"), (512, "bfloat16")]  # 4 s <= 5 s: measured
+
+
+@pytest.mark.parametrize("bf16, support", [(4e11, "native"), (1e11, "native"), (5e10, "converted"),
+                                           (2.5e10, "converted"), (2.4e10, "emulated"), (1.2e9, "emulated")])
+def test_support_is_read_from_the_ceilings_ratio(bf16, support):
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11, "bfloat16": bf16}, 2e10)
+    assert lim.support("bfloat16") == support and lim.support("float32") == "native"
+    with pytest.raises(ValueError, match="was not measured"):
+        lim.support("float16")
+
+
+def _in_fresh_python(env_value, code):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")}
+    env["PERFKIT_IMITATE"] = env_value
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_no_bf16_imitation_caps_the_kernels_and_has_its_own_name_and_cache():
+    out = _in_fresh_python("no-bf16", "import torch, os\nfrom perfkit import hw\nprint(hw.imitation(), "
+                           "torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'], "
+                           "hw.default_limits_path().name,\n"
+                           "hw.device_name('cpu').endswith('imitating no-bf16)'))")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True"]
+    assert hw.imitation() is None and hw.default_limits_path().name == "machine_limits.json"
+
+
+def test_an_unknown_imitation_is_refused_by_name():
+    out = _in_fresh_python("no-avx", "from perfkit import hw")
+    assert out.returncode != 0 and "PERFKIT_IMITATE must be one of ['no-bf16']" in out.stderr
