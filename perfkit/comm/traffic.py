@@ -6,11 +6,14 @@ FSDP2, DeepSpeed's torch backend, DDP with a Python communication hook) and reco
 collective, the calls and the bytes of the largest tensor argument (a list counts as its
 sum): the whole buffer of an all-reduce, the input of a reduce-scatter, the output of an
 all-gather. :meth:`Traffic.sent_bytes` turns them into the bytes one rank sends with the
-bandwidth-optimal (ring) algorithms, as nccl-tests' bus bandwidth assumes: ``2 (N - 1) / N``
-of the buffer for an all-reduce, ``(N - 1) / N`` for a reduce-scatter or an all-gather; a
-rank receives as much. So data parallelism's all-reduce of ``G`` bytes and ZeRO's
-reduce-scatter plus all-gather move the same bytes, and ZeRO-3's two all-gathers and one
-reduce-scatter move 1.5 times as much.
+bandwidth-optimal (ring) algorithms, averaged over the ranks: ``2 (N - 1) / N`` of the buffer
+for an all-reduce, ``(N - 1) / N`` for a reduce-scatter, an all-gather, a broadcast or a
+reduce (a pipelined chain: every rank but the last passes the buffer on once); a rank
+receives as much. So data parallelism's all-reduce of ``G`` bytes and ZeRO's
+reduce-scatter plus all-gather move the same bytes, ZeRO-3's two all-gathers and one
+reduce-scatter move 1.5 times as much, and so does an all-reduce followed by one broadcast
+of each shard from its owner (PyTorch's ``ZeroRedundancyOptimizer``): the N shards'
+broadcasts, whose roots rotate, move what one all-gather of them moves.
 
 Usage (inside a worker)::
 
@@ -40,7 +43,10 @@ COUNTED = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scat
 
 
 def ring_factor(name: str, world_size: int) -> float:
-    """Bytes one rank sends per byte of the collective's buffer (ring algorithms).
+    """Bytes a rank sends per byte of the collective's buffer (ring algorithms), averaged
+    over the ranks. A broadcast or reduce of ``S`` bytes is a chain in which each rank but the
+    last sends ``S``: ``(N - 1) / N`` on average. (nccl-tests' bus factor for a broadcast is
+    1: the time of one broadcast is set by a link that carries all of ``S``.)
 
     Raises:
         ValueError: for a ``world_size`` below 1.
@@ -51,7 +57,7 @@ def ring_factor(name: str, world_size: int) -> float:
         return 2 * (n - 1) / n
     if name.startswith(("reduce_scatter", "all_gather", "all_to_all")):
         return (n - 1) / n
-    return 1.0 if n > 1 else 0.0  # broadcast, reduce: the pipelined ring sends it once
+    return (n - 1) / n  # broadcast, reduce: every rank but the chain's last sends it once
 
 
 def _nbytes(x: Any) -> int:
