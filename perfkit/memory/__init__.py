@@ -26,6 +26,22 @@ from perfkit.memory.anatomy import (
     rss_bytes,
     trim_heap,
 )
+from perfkit.memory.claims import (
+    CheckpointFiles,
+    CheckpointSavings,
+    EmptyCacheTiming,
+    SequentialCheck,
+    SizingRatios,
+    ZeroRuleRow,
+    advised_zero_stage,
+    checkpoint_file_sizes,
+    checkpoint_sequential_check,
+    checkpointing_savings,
+    largest_model_for_stage,
+    sizing_ratios,
+    time_emptied_cache,
+    zero_rule_rows,
+)
 from perfkit.memory.model_states import (
     RECIPES,
     LiveModelStates,
@@ -45,6 +61,20 @@ from perfkit.memory.saved_tensors import (
 )
 
 __all__ = [
+    "CheckpointFiles",
+    "CheckpointSavings",
+    "EmptyCacheTiming",
+    "SequentialCheck",
+    "SizingRatios",
+    "ZeroRuleRow",
+    "advised_zero_stage",
+    "checkpoint_file_sizes",
+    "checkpoint_sequential_check",
+    "checkpointing_savings",
+    "largest_model_for_stage",
+    "sizing_ratios",
+    "time_emptied_cache",
+    "zero_rule_rows",
     "ActivationEstimate",
     "checkpoint_blocks",
     "CheckpointedBlock",
