@@ -1,6 +1,6 @@
 """Collectives on this machine: time, algbw and busbw against message size, per operation.
 
-Launches ``perfkit.workers.collectives`` under real torchrun (gloo on CPU, NCCL on GPUs)
+Launches ``perfkit.jobs.collectives`` under real torchrun (gloo on CPU, NCCL on GPUs)
 and prints one JSON object:
 
 * ``ops``: for each of all-reduce, reduce-scatter, all-gather and broadcast, the points
@@ -41,7 +41,7 @@ def main() -> None:
         ap.error(f"--nproc must be >= 2 for a collective, got {args.nproc}")
     cfg = {"sweep": {"ops": list(comm.OPS), "sizes": SIZES, "repeat": args.repeat},
            "ring": {"sizes": [s // 4 for s in SIZES], "repeat": args.repeat}}
-    res = dist.launch("perfkit.workers.collectives", args.nproc, ["--config", json.dumps(cfg)],
+    res = dist.launch("perfkit.jobs.collectives", args.nproc, ["--config", json.dumps(cfg)],
                       timeout_s=900)[0]
     copy_bw = hw.cached_limits(quick=QUICK).copy_bytes_per_s
     ops: dict[str, dict] = {}

@@ -116,7 +116,7 @@ def sampled_topk() -> dict[str, float]:
 
 def training() -> dict[str, dict]:
     cfg = {"workload": "digits", "steps": STEPS, "batch": 32, "lr": 0.02, "methods": METHODS}
-    res = dist.launch("perfkit.workers.compression", 2, ["--config", json.dumps(cfg)],
+    res = dist.launch("perfkit.jobs.compression", 2, ["--config", json.dumps(cfg)],
                       timeout_s=900)
     return {r["method"]: r for r in res[0]["runs"]}
 

@@ -1,6 +1,6 @@
 """ZeRO stages 1, 2 and 3 side by side: perfkit from scratch, PyTorch FSDP2, DeepSpeed (2 gloo ranks).
 
-Variants (see :mod:`perfkit.workers.zero_bench` and :mod:`perfkit.workers.zero_variants`):
+Variants (see :mod:`perfkit.jobs.zero_bench` and :mod:`perfkit.jobs.zero_variants`):
 DDP + AdamW (no sharding), perfkit's ``ZeroOneOptimizer`` (reduce-scatter after backward,
 ``perfkit``), perfkit's ``ZeroOptimizer`` at stage 1 and 2 (bucketed reduce-scatter
 during backward, ``zero1``/``zero2``), perfkit's ``ShardedModule`` (stage 3, ``zero3``),
@@ -38,8 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from perfkit.jobs.zero_bench import STAGE, compare
 from perfkit.memory.model_states import zero_model_states
-from perfkit.workers.zero_bench import STAGE, compare
 
 VARIANTS = ("ddp_adamw", "perfkit", "zero1", "zero2", "zero3", "fsdp2", "deepspeed_2",
             "deepspeed_3")

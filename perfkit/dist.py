@@ -8,7 +8,7 @@ waits under a timeout, and returns what each rank passed to :func:`worker_result
 Launcher side::
 
     from perfkit import dist
-    results = dist.launch("perfkit.workers.hello", nproc=2, args=["--size", "1024"])
+    results = dist.launch("perfkit.jobs.hello", nproc=2, args=["--size", "1024"])
     print(results[1])                     # what rank 1 passed to worker_result
 
 Worker side (a module or script, run by torchrun)::
@@ -182,7 +182,7 @@ def launch(
     """Run ``target`` on ``nproc`` local processes under torchrun; return their results.
 
     Args:
-        target: a module name (``"perfkit.workers.collectives"``, run as ``python -m``)
+        target: a module name (``"perfkit.jobs.collectives"``, run as ``python -m``)
             or the path of a ``.py`` script.
         nproc: number of worker processes (ranks), at least 1.
         args: command-line arguments for every worker (converted with ``str``).

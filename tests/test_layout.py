@@ -3,8 +3,8 @@
 The base (``timing``, ``roofline``, ``hw``, ``dist``, ``models``, ``verdict``) is used by
 every wing; the topic wings (``profiling``, ``comm``, ``parallel``, ``compress``,
 ``memory``, ``compute``, ``data``) may use the base and each other without cycles;
-``viz``, ``workers`` and ``cli`` sit on top and nothing below imports them. Only ``viz``
-imports matplotlib or ipywidgets.
+``viz``, ``jobs`` (the experiment drivers torchrun starts) and ``cli`` sit on top and
+nothing below imports them. Only ``viz`` imports matplotlib or ipywidgets.
 """
 
 import ast
@@ -15,8 +15,8 @@ import pytest
 import perfkit
 
 ROOT = Path(perfkit.__file__).parent
-BASE = {"timing", "roofline", "hw", "dist", "models", "verdict"}
-TOP = {"viz", "workers", "cli", "__main__"}
+BASE = {"timing", "roofline", "hw", "dist", "models", "verdict", "stats", "units"}
+TOP = {"viz", "jobs", "cli", "__main__"}
 MAX_LINES = 420  # "no module grows past ~400 lines"
 
 
@@ -73,7 +73,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_wings_are_the_syllabus_topics():
     wings = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
     assert wings == {"profiling", "comm", "parallel", "compress", "memory", "compute", "data",
-                     "viz", "workers"}
+                     "viz", "jobs"}
+
+
+def test_no_grab_bag_of_workers():
+    # experiment drivers live in perfkit.jobs, the labs' graders in tools.labs; "workers"
+    # would also be mistaken for DataLoader workers (module 07)
+    assert not (ROOT / "workers").exists(), "perfkit/workers is gone: use perfkit/jobs or tools/labs"
 
 
 def test_wing_dependencies_have_no_cycle():
@@ -120,11 +126,11 @@ def test_each_wing_reexports_its_modules_public_names(wing):
 
 
 def readme_gaps(readme: str) -> list[str]:
-    """Library modules (not viz/workers, not private) that README's module table does not name."""
+    """Library modules (not viz/jobs, not private) that README's module table does not name."""
     gaps = []
     for p in modules():
         rel = p.relative_to(ROOT).with_suffix("")
-        if rel.name.startswith("_") or rel.parts[0] in ("viz", "workers", "__main__"):
+        if rel.name.startswith("_") or rel.parts[0] in ("viz", "jobs", "__main__"):
             continue
         name = ".".join(("perfkit", *rel.parts))
         if f"| `{name}`" not in readme and f"`{name}`:" not in readme:
@@ -137,3 +143,54 @@ def test_readme_names_every_module():
     readme = (ROOT.parent / "README.md").read_text()
     assert readme_gaps(readme) == [], "add these modules to README's module table"
     assert readme_gaps(readme.replace("| `perfkit.parallel.zero3`", "| zero3")) == ["perfkit.parallel.zero3"]
+
+
+# --- the repository: library <- course tooling <- tests, never the reverse ----------------
+
+REPO = ROOT.parent
+# what each folder's Python code must not import (top-level names): perfkit knows nothing of
+# the course; the course tooling (tools/, with the labs' graders) nothing of the tests, so
+# that `make grade` works from a student's copy and the tests only ever import downwards
+FORBIDDEN = {"perfkit": {"tools", "tests", "benchmarks", "examples", "solutions", "notebooks"},
+             "tools": {"tests", "benchmarks", "solutions", "notebooks"},
+             "benchmarks": {"tests"}, "solutions": {"tests"}, "notebooks": {"tests"},
+             "examples": {"tools", "tests"}}
+
+
+def top_level_imports(text: str) -> set[str]:
+    """The first component of every absolute import in ``text``, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+    return found
+
+
+def reverse_imports(files: dict[str, str]) -> list[str]:
+    """``folder/file: imports name`` for every import of ``files`` (path -> source) that
+    :data:`FORBIDDEN` rules out."""
+    bad = []
+    for rel, text in sorted(files.items()):
+        banned = FORBIDDEN.get(rel.split("/")[0], set())
+        bad += [f"{rel}: imports {name}" for name in sorted(top_level_imports(text) & banned)]
+    return bad
+
+
+def test_imports_point_from_tests_to_tools_to_perfkit():
+    files = {str(p.relative_to(REPO)): p.read_text() for folder in FORBIDDEN
+             for p in (REPO / folder).rglob("*.py") if ".ipynb_checkpoints" not in p.parts}
+    assert files, "no sources found"
+    assert reverse_imports(files) == []
+
+
+def test_reverse_import_finder_finds_planted_ones():
+    planted = {"tools/grade.py": "def f():\n    from tests.labs import checks_lab02\n",
+               "perfkit/dist.py": "import tools.grade\n",
+               "perfkit/x.py": "from tools import grade\n",
+               "perfkit/y.py": "from . import tools\n",  # relative: perfkit's own module
+               "tests/t.py": "import tools.grade\nimport perfkit\n"}
+    assert reverse_imports(planted) == ["perfkit/dist.py: imports tools",
+                                        "perfkit/x.py: imports tools",
+                                        "tools/grade.py: imports tests"]

@@ -5,7 +5,7 @@
 The notebook's code cells run in a separate worker process with ``PERFKIT_QUICK=1``
 (a cell that raises is recorded and the following cells still run, so one unfinished
 question does not hide the others). Then each question's check from
-``tests/labs/checks_labNN.py`` runs against the namespace the cells left, under its own
+``tools/labs/checks_labNN.py`` runs against the namespace the cells left, under its own
 timeout. The parent process enforces an overall deadline and kills the worker's whole
 process group when it passes, so a student's infinite loop or a deadlocked collective
 costs at most the time limit and never hangs the grader.
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKS_DIR = ROOT / "tests" / "labs"
+CHECKS_DIR = ROOT / "tools" / "labs"
 DEFAULT_QUESTION_TIMEOUT_S = 60.0
 # The notebook's cells share one budget: the labs' solution cells take 6-8 s in all (one cell
 # at most 3.5 s) on an idle 2-core machine, so 40 s leaves a 5x margin for a loaded one. One
@@ -88,7 +88,7 @@ class GradeReport:
 
 @dataclass(frozen=True)
 class Mutant:
-    """A plausible wrong answer to one question, kept in ``tests/labs/mutants_labNN.py``.
+    """A plausible wrong answer to one question, kept in ``tools/labs/mutants_labNN.py``.
 
     ``code`` runs in the solution's namespace after its cells (redefining the answer,
     or a helper it calls); then ``question``'s check must fail with a message matching the
@@ -158,7 +158,9 @@ def launch_checked(module: str, nproc: int, cfg: object, timeout_s: float, what:
     from perfkit import dist
 
     try:
-        return dist.launch(module, nproc, ["--config", json.dumps(cfg)], timeout_s=timeout_s)
+        # ROOT on the path: the graded jobs (tools.labs.*) run from any working directory
+        return dist.launch(module, nproc, ["--config", json.dumps(cfg)], timeout_s=timeout_s,
+                           pythonpath=[ROOT])
     except dist.LaunchTimeout as e:
         raise AssertionError(f"on {nproc} processes {what} did not finish in "
                              f"{timeout_s:g} s: {hang_hint}") from e
@@ -239,7 +241,7 @@ def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
 
     Args:
         notebook: path of the lab notebook.
-        checks: checks module path; by default ``tests/labs/checks_labNN.py``.
+        checks: checks module path; by default ``tools/labs/checks_labNN.py``.
         load_timeout_s: time allowed for running the notebook's cells before the whole
             worker is killed; by default what the cells' own timeouts allow at most
             (:data:`CELLS_BUDGET_S` and :data:`CELL_MIN_S` per cell) plus 30 s.
@@ -486,7 +488,7 @@ def worker(nb_path: Path, checks_path: Path, out_path: Path,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Grade a lab notebook and print a score per question.")
     ap.add_argument("notebook", help="path of the lab notebook, e.g. labs/lab00_....ipynb")
-    ap.add_argument("--checks", help="checks module (default: tests/labs/checks_labNN.py)")
+    ap.add_argument("--checks", help="checks module (default: tools/labs/checks_labNN.py)")
     ap.add_argument("--json", help="also write the report as JSON to this path")
     ap.add_argument("--worker", nargs=2, metavar=("CHECKS", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--mutants", help=argparse.SUPPRESS)

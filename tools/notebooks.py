@@ -26,7 +26,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from tools.run_course import stderr_to
+from tools.logs import stderr_to
 from tools.strip_notebooks import keeps_output, strip
 
 ROOT = Path(__file__).resolve().parent.parent

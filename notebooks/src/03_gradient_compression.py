@@ -35,7 +35,7 @@ ENC_NUMEL = 2**22 if QUICK else 2**24      # elements in the encode/decode timin
 SIM_STEPS = 60 if QUICK else 200           # simulated training steps (section 2)
 
 # %% [markdown]
-# The real 2-process training of section 3 runs every method (`perfkit.workers.compression`)
+# The real 2-process training of section 3 runs every method (`perfkit.jobs.compression`)
 # and takes the longest, so it starts now, in a background thread.
 
 # %%
@@ -44,11 +44,11 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import dist
-from perfkit.workers.compression import METHODS
+from perfkit.jobs.compression import METHODS
 
 CFG = {"workload": "digits", "steps": STEPS, "lr": LR, "batch": BATCH, "methods": list(METHODS)}
 pool = ThreadPoolExecutor(max_workers=1)
-job = pool.submit(dist.launch, "perfkit.workers.compression", 2, ["--config", json.dumps(CFG)],
+job = pool.submit(dist.launch, "perfkit.jobs.compression", 2, ["--config", json.dumps(CFG)],
                   timeout_s=900)
 
 # %%
@@ -384,7 +384,7 @@ wire = {"qsgd fused": 1 / 4, "sign fused": 1 / 32, "topk sampled": 2 / 100}  # p
 n_cnn = grad.numel()
 sizes = {"dense": 4 * ENC_NUMEL, **{k: int(4 * ENC_NUMEL * w) for k, w in wire.items()},
          "cnn dense": 4 * n_cnn, "cnn random-k 1%": 4 * -(-n_cnn // 100) + 8}  # bytes
-ar = dist.launch("perfkit.workers.collectives", 2, ["--config", json.dumps(
+ar = dist.launch("perfkit.jobs.collectives", 2, ["--config", json.dumps(
     {"sweep": {"ops": ["all_reduce"], "sizes": list(sizes.values()), "repeat": 5}})], timeout_s=300)[0]
 t_ar = dict(zip(sizes, (p["time_s"] for p in ar["sweep"]), strict=True))  # s, slowest rank's median
 copy_after = timing.benchmark(lambda: dst.copy_(big), warmup=1, repeat=5).median_s

@@ -46,13 +46,13 @@ LORA_REPEAT = 10 if QUICK else 30                   # interleaved timed steps, L
 # %% [markdown]
 # The 2-process comparison takes a while to start (each process imports torch, transformers
 # and DeepSpeed), so it is launched first, in a background thread, and collected in
-# sections 2 and 3 (one job: every variant trains the same batches, steps interleaved). `perfkit.workers.zero_bench.compare` runs `perfkit.dist.launch`, which starts
+# sections 2 and 3 (one job: every variant trains the same batches, steps interleaved). `perfkit.jobs.zero_bench.compare` runs `perfkit.dist.launch`, which starts
 # real `torchrun` on a free port.
 
 # %%
 from concurrent.futures import ThreadPoolExecutor
 
-from perfkit.workers.zero_bench import compare
+from perfkit.jobs.zero_bench import compare
 
 pool = ThreadPoolExecutor(max_workers=1)
 job = pool.submit(compare, VARIANTS, nproc=NPROC, batch=BATCH, steps=STEPS, warmup=WARMUP,
@@ -75,7 +75,7 @@ from perfkit.memory import (
 from perfkit.models import tiny_gpt2
 from perfkit.verdict import Prediction, busy, judge
 from perfkit.viz import memory as vmem
-from perfkit.workers.zero_bench import median_ratio_spread, step_ratio
+from perfkit.jobs.zero_bench import median_ratio_spread, step_ratio
 
 DEVICE = timing.resolve_device()   # LoRA runs here; the 2-process comparison runs on CPUs
 
@@ -168,7 +168,7 @@ for s, m in pred.items():
 # the same initial weights; steps are timed interleaved (one step of each variant in turn);
 # then each variant is built alone and its peak resident memory measured. The spread
 # beside a step-time ratio is the uncertainty of that ratio: its 10th-90th percentile over
-# bootstrap resamples of the interleaved rounds (`perfkit.workers.zero_bench.step_ratio`).
+# bootstrap resamples of the interleaved rounds (`perfkit.jobs.zero_bench.step_ratio`).
 # It narrows as rounds are added; the range of single rounds' ratios would not.
 
 # %%

@@ -72,7 +72,7 @@ DDP_CFG = {"model": DDP_MLP, "batch": 32,
            "accumulate_synced": {"ks": [MICRO], "repeat": 3}}
 TOPK_CFG = {"workload": "digits", "steps": TOPK_STEPS, "batch": 32, "methods": ["none", "topk_1pct_ef"]}
 pool = ThreadPoolExecutor(max_workers=1)
-ddp_job = pool.submit(dist.launch, "perfkit.workers.suite", 2,
+ddp_job = pool.submit(dist.launch, "perfkit.jobs.suite", 2,
                       ["--config", json.dumps({"data_parallel": DDP_CFG, "compression": TOPK_CFG})],
                       timeout_s=600)
 
@@ -106,7 +106,7 @@ from perfkit.memory.anatomy import trim_heap
 from perfkit.models import SmallCNN, tiny_gpt2
 from perfkit.verdict import Claim, Prediction, assess, busy, judge
 from perfkit.viz import si
-from perfkit.workers.data_parallel import make_mlp
+from perfkit.jobs.data_parallel import make_mlp
 
 DEVICE = timing.resolve_device()
 CUDA = DEVICE.type == "cuda"

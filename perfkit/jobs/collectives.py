@@ -1,23 +1,23 @@
-"""Worker: collective sweeps and all-reduce correctness checks, configured by JSON.
+"""Job: collective sweeps and perfkit's ring all-reduce against gloo's, configured by JSON.
 
 Run by :func:`perfkit.dist.launch`::
 
-    launch("perfkit.workers.collectives", 2, ["--config", json.dumps(
+    launch("perfkit.jobs.collectives", 2, ["--config", json.dumps(
         {"sweep": {"ops": ["all_reduce"], "sizes": [1024, 1 << 20]},
          "ring": {"sizes": [7, 1000]}})])
 
 Tasks (keys of the config; rank 0's result holds every task's output):
 
 * ``sweep``: :func:`perfkit.comm.sweep` -> list of :class:`CollectivePoint` dicts.
-* ``ring``: :func:`perfkit.comm.ring_all_reduce` against ``dist.all_reduce``.
-* ``impl``: the same check for a user's function, shipped as a cloudpickle file
-  (``{"impl": {"path": ".../fn.pkl", "sizes": [...]}}``); see :func:`check_allreduce`.
+* ``ring``: :func:`perfkit.comm.ring_all_reduce` against ``dist.all_reduce``
+  (:func:`against_all_reduce`).
+
+Lab 02's grader runs a student's all-reduce through ``tools.labs.ring_check`` instead.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -28,73 +28,25 @@ from perfkit import comm
 from perfkit import dist as pdist
 from perfkit.timing import interleaved
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
-               "all_gather", "all_gather_into_tensor", "all_gather_single", "broadcast", "reduce")
 
-
-def _elems(x: Any) -> int:
-    return x.numel() if isinstance(x, torch.Tensor) else sum(_elems(t) for t in x) if isinstance(
-        x, (list, tuple)) else 0
-
-
-@contextlib.contextmanager
-def record_collectives() -> Iterator[list[tuple[str, int]]]:
-    """Record every collective called through ``torch.distributed``'s module: (name, elements of
-    its largest tensor argument). How a check sees *which* collectives an implementation ran
-    and how much data they moved, whatever it returns."""
-    calls: list[tuple[str, int]] = []
-    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
-
-    def wrap(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
-        def recorded(*args: Any, **kw: Any) -> Any:
-            calls.append((name, max([_elems(a) for a in (*args, *kw.values())] or [0])))
-            return f(*args, **kw)
-        return recorded
-
-    for name, f in saved.items():
-        setattr(dist, name, wrap(name, f))
-    try:
-        yield calls
-    finally:
-        for name, f in saved.items():
-            setattr(dist, name, f)
-
-
-@contextlib.contextmanager
-def _traffic() -> Iterator[list[tuple[str, int, int]]]:
-    """Record every ``dist.isend/irecv/send/recv`` call made through the module: (op, peer,
-    elements). How a check sees *who* an all-reduce implementation talks to."""
-    calls: list[tuple[str, int, int]] = []
-    saved = {name: getattr(dist, name) for name in ("isend", "irecv", "send", "recv")}
-
-    def wrap(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
-        key = "dst" if name in ("isend", "send") else "src"
-
-        def recorded(tensor: torch.Tensor, *args: Any, **kw: Any) -> Any:
-            peer = kw.get(key, args[0] if args else None)
-            calls.append((name, -1 if peer is None else int(peer), tensor.numel()))
-            return f(tensor, *args, **kw)
-        return recorded
-
-    for name, f in saved.items():
-        setattr(dist, name, wrap(name, f))
-    try:
-        yield calls
-    finally:
-        for name, f in saved.items():
-            setattr(dist, name, f)
-
-
-def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
-                    repeat: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+def against_all_reduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
+                       repeat: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Compare ``fn(t)`` (an in-place sum over ranks) with ``dist.all_reduce`` per size.
 
     Integer-valued fp32 data makes every summation order exact, so ``int_exact`` must be
-    ``True``; random normal data checks the float path with a tolerance. The integer run's
-    point-to-point calls are recorded: ``sent_to``, ``recv_from`` (peer ranks) and
-    ``sent_elems``. With
+    ``True``; random normal data checks the float path with a tolerance. With
     ``repeat > 0`` both are also timed, in alternation (median seconds of the slowest rank,
     and ``ratios``: every repetition's ``fn`` time over ``dist.all_reduce``'s).
+
+    Args:
+        fn: an all-reduce that sums its tensor argument in place over the default group.
+        sizes: element counts to compare at.
+        repeat: timed (fn, all_reduce) pairs per size; 0 skips timing.
+        seed: seeds the data (each rank and size draws its own).
+
+    Returns:
+        One record per size: ``numel``, ``int_exact``, ``float_max_abs_err``, ``in_place``
+        and, when timed, ``time_s``, ``ref_time_s``, ``ratios``, ``calls_per_repetition``.
 
     Warning:
         Collective: every rank must call it with the same arguments.
@@ -107,8 +59,7 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
         want = x.clone()
         dist.all_reduce(want)
         got = x.clone()
-        with _traffic() as calls:
-            ret = fn(got)
+        ret = fn(got)
         xf = torch.randn(numel, generator=g)
         wantf = xf.clone()
         dist.all_reduce(wantf)
@@ -119,10 +70,6 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
             "int_exact": bool(torch.equal(got, want)),
             "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
             "in_place": ret is None or ret is got,
-            # who this rank sent to and received from, and how many elements it sent
-            "sent_to": sorted({p for op, p, _ in calls if op in ("isend", "send")}),
-            "recv_from": sorted({p for op, p, _ in calls if op in ("irecv", "recv")}),
-            "sent_elems": sum(k for op, _, k in calls if op in ("isend", "send")),
         }
         if repeat:
             rec.update(_time_against_all_reduce(fn, got, want, repeat))
@@ -157,12 +104,6 @@ def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tenso
             "ratios": ratios, "calls_per_repetition": number}
 
 
-def _load_pickled(path: str) -> Callable[..., Any]:
-    import cloudpickle
-
-    with open(path, "rb") as f:
-        return cloudpickle.load(f)
-
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
     """Run the tasks in ``cfg`` (see the module docstring); return this rank's results.
@@ -178,11 +119,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["sweep"] = [asdict(pt) for pt in pts]
     if "ring" in cfg:
         r = cfg["ring"]
-        result["ring"] = check_allreduce(comm.ring_all_reduce, r["sizes"], r.get("repeat", 0))
-    if "impl" in cfg:
-        i = cfg["impl"]
-        result["impl"] = check_allreduce(_load_pickled(i["path"]), i["sizes"],
-                                         i.get("repeat", 0))
+        result["ring"] = against_all_reduce(comm.ring_all_reduce, r["sizes"], r.get("repeat", 0))
     return result
 
 

@@ -1,8 +1,8 @@
-"""Worker: 2-process DDP training with each gradient-compression method, side by side.
+"""Job: 2-process DDP training with each gradient-compression method, side by side.
 
 Run by :func:`perfkit.dist.launch`; configured by JSON::
 
-    launch("perfkit.workers.compression", 2, ["--config", json.dumps(
+    launch("perfkit.jobs.compression", 2, ["--config", json.dumps(
         {"workload": "digits", "steps": 150, "methods": ["none", "topk_1pct_ef"]})])
 
 Methods (``METHODS``): ``none`` (DDP's all-reduce), torch's ``fp16_hook``, ``bf16_hook``

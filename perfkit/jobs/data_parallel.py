@@ -1,8 +1,8 @@
-"""Worker: data parallelism experiments (from scratch vs DDP, bucket size, accumulation).
+"""Job: data parallelism experiments (from scratch vs DDP, bucket size, accumulation).
 
 Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
 
-    launch("perfkit.workers.data_parallel", 2, ["--config", json.dumps(
+    launch("perfkit.jobs.data_parallel", 2, ["--config", json.dumps(
         {"model": {"width": 512, "depth": 6}, "batch": 32,
          "compare": {"repeat": 5}, "buckets": {"caps_mb": [0.25, 25]},
          "accumulate": {"ks": [1, 4]}})])

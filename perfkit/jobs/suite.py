@@ -1,13 +1,13 @@
-"""Worker: several experiment workers in one torchrun job (one start-up, not three).
+"""Job: several experiment jobs in one torchrun run (one start-up, not three).
 
 Starting a job costs seconds (every process imports torch), so notebooks batch their
 experiments::
 
-    launch("perfkit.workers.suite", 2, ["--config", json.dumps(
+    launch("perfkit.jobs.suite", 2, ["--config", json.dumps(
         {"collectives": {"ring": {"sizes": [7]}},
          "data_parallel": {"compare": {"repeat": 3}}})])
 
-Each key names a module of :mod:`perfkit.workers` with a ``run(cfg)`` function; rank 0's
+Each key names a module of :mod:`perfkit.jobs` with a ``run(cfg)`` function; rank 0's
 result maps each key to that module's result, in the order given.
 """
 
@@ -19,22 +19,22 @@ from typing import Any
 
 from perfkit import dist as pdist
 
-WORKERS = ("collectives", "data_parallel", "compression")
+JOBS = ("collectives", "data_parallel", "compression")
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run each named worker's ``run`` with its own config.
+    """Run each named job's ``run`` with its own config.
 
     Warning:
         Collective: every rank must call it with the same ``cfg``.
 
     Raises:
-        ValueError: for a key that is not in :data:`WORKERS`.
+        ValueError: for a key that is not in :data:`JOBS`.
     """
-    unknown = set(cfg) - set(WORKERS)
+    unknown = set(cfg) - set(JOBS)
     if unknown:
-        raise ValueError(f"unknown workers {sorted(unknown)}; known: {WORKERS}")
-    return {name: importlib.import_module(f"perfkit.workers.{name}").run(sub)
+        raise ValueError(f"unknown jobs {sorted(unknown)}; known: {JOBS}")
+    return {name: importlib.import_module(f"perfkit.jobs.{name}").run(sub)
             for name, sub in cfg.items()}
 
 

@@ -1,13 +1,14 @@
-"""Worker: data-parallel optimizers side by side on the tiny GPT-2 (gloo, any world size).
+"""Job: data-parallel optimizers side by side on the tiny GPT-2 (gloo, any world size).
 
 Variants (names used in results):
 
 * ``ddp_adamw``: ``DistributedDataParallel`` + ``torch.optim.AdamW`` (no sharding);
-* ``perfkit``: :class:`perfkit.parallel.ZeroOneOptimizer` alone (reduce-scatter + all-gather);
-* ``perfkit_ddp``: DDP all-reduces, then ``ZeroOneOptimizer(reduce_grads=False)``;
+* ``perfkit``: ``perfkit.parallel.ZeroOptimizer(stage=1, overlap=False)``: reduce-scatter
+  after backward and all-gather, both blocking in ``step()``;
+* ``perfkit_ddp``: DDP all-reduces, then ``ZeroOptimizer(stage=1, reduce_grads=False)``;
 * ``torch_zero``: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)``;
 * ``zero1``, ``zero2``, ``zero3``, ``fsdp2``, ``deepspeed_0`` to ``deepspeed_3``: see
-  :mod:`perfkit.workers.zero_variants` (perfkit's overlapped ZeRO stages, PyTorch's
+  :mod:`perfkit.jobs.zero_variants` (perfkit's overlapped ZeRO stages, PyTorch's
   ``fully_shard``, DeepSpeed with a client ``torch.optim.AdamW``).
 
 Two phases, run in the order given by ``phases`` in the config (one job, one start-up):
@@ -19,7 +20,7 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
   (``max |p - p_ref| / max |p_ref|``, worst tensor) to single-process ``torch.optim.AdamW``
   trained afterwards on the whole global batch of every step. One more, untimed step per
   variant measures the model states alive after backward
-  (:func:`perfkit.workers.zero_variants.model_states`) and the bytes of each collective
+  (:func:`perfkit.jobs.zero_variants.model_states`) and the bytes of each collective
   (:func:`perfkit.comm.count_traffic`; DDP runs its Python all-reduce hook so it is seen).
 * ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
   process's peak RSS above what it held before building it. Freed heap memory is handed
@@ -29,7 +30,7 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
 Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison`;
 :func:`step_ratio` divides two variants' step times, with the uncertainty of that ratio::
 
-    from perfkit.workers.zero_bench import compare, step_ratio
+    from perfkit.jobs.zero_bench import compare, step_ratio
     c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
     print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.99, 1.05))
 """
@@ -54,16 +55,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from perfkit import dist as pdist
 from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
 from perfkit.comm.traffic import count_traffic
+from perfkit.jobs import zero_variants as zv
 from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
-from perfkit.parallel import ZeroOneOptimizer, ZeroOptimizer
+from perfkit.parallel import ZeroOptimizer
 from perfkit.timing import interleaved
-from perfkit.workers import zero_variants as zv
 
 VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "zero1", "zero2", "zero3",
             "fsdp2", "deepspeed_0", "deepspeed_1", "deepspeed_2", "deepspeed_3")
 SHARDED = ("zero1", "zero2", "zero3", "fsdp2", "deepspeed_0", "deepspeed_1", "deepspeed_2",
-           "deepspeed_3")  # built by perfkit.workers.zero_variants
+           "deepspeed_3")  # built by perfkit.jobs.zero_variants
 STAGE = {"ddp_adamw": 0, "perfkit": 1, "perfkit_ddp": 1, "torch_zero": 1, "zero1": 1,
          "zero2": 2, "zero3": 3, "fsdp2": 3, "deepspeed_0": 0, "deepspeed_1": 1,
          "deepspeed_2": 2, "deepspeed_3": 3}  # the ZeRO stage each one implements
@@ -87,7 +88,7 @@ class Variant:
         params = list(self.model.parameters())
         if name == "perfkit":
             self.net = self.model
-            self.opt = ZeroOneOptimizer(params, torch.optim.AdamW, lr=lr)
+            self.opt = ZeroOptimizer(params, torch.optim.AdamW, stage=1, overlap=False, lr=lr)
             return
         self.net = nn.parallel.DistributedDataParallel(self.model)
         # the Python all-reduce hook (what DDP's C++ default does): seen by count_traffic
@@ -95,7 +96,7 @@ class Variant:
         if name == "ddp_adamw":
             self.opt = torch.optim.AdamW(params, lr=lr)
         elif name == "perfkit_ddp":
-            self.opt = ZeroOneOptimizer(params, torch.optim.AdamW, reduce_grads=False, lr=lr)
+            self.opt = ZeroOptimizer(params, torch.optim.AdamW, stage=1, reduce_grads=False, lr=lr)
         else:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -129,7 +130,7 @@ class Variant:
 
     def params(self) -> list[torch.Tensor]:
         """Whole parameters (collective for the sharded variants)."""
-        return zv.full_parameters(self.name, self.model, self.net)
+        return zv.full_parameters(self.name, self.model, self.net, self.opt)
 
 
 def batches(tokens: torch.Tensor | None, cfg: dict[str, Any], rank: int | None, world: int,
@@ -368,7 +369,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
                "phases": ["time", "rss"] if rss else ["time"]}
         # CPU processes on gloo everywhere (several processes cannot share one GPU under
         # NCCL); hiding CUDA also makes DeepSpeed pick its CPU accelerator.
-        results = pdist.launch("perfkit.workers.zero_bench", nproc,
+        results = pdist.launch("perfkit.jobs.zero_bench", nproc,
                                ["--config", json.dumps(cfg)], timeout_s=timeout_s,
                                backend="gloo",
                                env={"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"})

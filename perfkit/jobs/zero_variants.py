@@ -1,10 +1,10 @@
-"""The sharded variants of :mod:`perfkit.workers.zero_bench`: how each is built, how its
+"""The sharded variants of :mod:`perfkit.jobs.zero_bench`: how each is built, how its
 model states are counted, how its whole parameters are read back, where its collectives are.
 
-* ``zero1``, ``zero2``: :class:`perfkit.parallel.ZeroOptimizer` (reduce-scatter during
-  backward) at stage 1 or 2;
+* ``zero1``, ``zero2``: :class:`perfkit.parallel.ZeroOptimizer` at stage 1 or 2
+  (reduce-scatter during backward, all-gather waited for in the next forward);
 * ``zero3``: :class:`perfkit.parallel.ShardedModule` over the GPT-2 blocks and
-  :class:`perfkit.parallel.ZeroThreeOptimizer`;
+  ``ZeroOptimizer(stage=3)``;
 * ``fsdp2``: PyTorch's ``fully_shard`` on each block and on the root, over an explicit
   CPU device mesh, with ``torch.optim.AdamW`` on the sharded (DTensor) parameters;
 * ``deepspeed_N``: ``deepspeed.initialize`` at ZeRO stage N with a client
@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from perfkit.memory.model_states import LiveModelStates, live_model_states
-from perfkit.parallel.zero2 import ZeroOptimizer
-from perfkit.parallel.zero3 import ShardedModule, ZeroThreeOptimizer
+from perfkit.parallel.zero import ZeroOptimizer
+from perfkit.parallel.zero3 import ShardedModule
 
 __all__ = ["BUCKET_CAP_MB", "build", "full_parameters", "model_states", "traffic_targets"]
 
@@ -52,12 +52,13 @@ def build(name: str, model: nn.Module, lr: float, batch: int) -> tuple[Any, Any,
     """
     if name in ("zero1", "zero2"):
         return model, ZeroOptimizer(list(model.parameters()), torch.optim.AdamW,
-                                    stage=int(name[-1]), bucket_cap_mb=BUCKET_CAP_MB, lr=lr), None
+                                    stage=int(name[-1]), bucket_cap_mb=BUCKET_CAP_MB,
+                                    module=model, lr=lr), None
     if name == "zero3":
         # the root (embeddings, tied head, final norm) freed after forward too: GPT-2's
         # backward uses it in the same order on every rank, and stage 3 then moves 1.5x DP
         net = ShardedModule(model, blocks=_blocks(model), reshard_root=True)
-        return net, ZeroThreeOptimizer(net, torch.optim.AdamW, lr=lr), None
+        return net, ZeroOptimizer(net, torch.optim.AdamW, stage=3, lr=lr), None
     if name == "fsdp2":
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
@@ -138,12 +139,15 @@ def model_states(name: str, model: nn.Module, net: Any, opt: Any, engine: Any) -
 
 
 @torch.no_grad()
-def full_parameters(name: str, model: nn.Module, net: Any) -> list[torch.Tensor]:
-    """Every parameter whole, in ``model.parameters()`` order.
+def full_parameters(name: str, model: nn.Module, net: Any, opt: Any = None) -> list[torch.Tensor]:
+    """Every parameter whole, in ``model.parameters()`` order (perfkit's ZeRO-1/2: after
+    waiting for ``opt``'s all-gather of the last step, which the next forward would wait for).
 
     Warning:
         Collective for the sharded variants: every rank calls it.
     """
+    if isinstance(opt, ZeroOptimizer):
+        opt.wait_params()
     if isinstance(net, ShardedModule):
         return net.full_parameters()
     params = list(model.parameters())

@@ -27,7 +27,7 @@ __all__ = ["all_gather_flat", "reduce_scatter_flat", "shard_range"]
 
 # torch 2.13 deprecates reduce_scatter_tensor / all_gather_into_tensor in favour of the
 # *_single names; older releases only have the former. Looked up at each call, so that a
-# recorder patching ``torch.distributed`` (perfkit.workers.collectives) sees the call.
+# recorder patching ``torch.distributed`` (tools.labs.record) sees the call.
 def _reduce_scatter_fn() -> Any:
     return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 

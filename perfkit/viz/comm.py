@@ -1,6 +1,6 @@
 """Plots and widgets for communication: collectives, data parallelism, compression.
 
-Every function consumes records that ``perfkit.comm``, the ``perfkit.workers`` modules,
+Every function consumes records that ``perfkit.comm``, the ``perfkit.jobs`` modules,
 ``perfkit.compress`` and ``perfkit.compress.simulate`` return; the widgets are
 :class:`~perfkit.viz.core.WidgetSpec` over pure functions that tests call at every
 control's extremes.
@@ -146,7 +146,7 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     """Step time of each synchroniser, with compute-only and communication-only bars.
 
     Args:
-        compare: the ``compare`` result of ``perfkit.workers.data_parallel``.
+        compare: the ``compare`` result of ``perfkit.jobs.data_parallel``.
     """
     t = compare["time_s"]
     names = ["compute_only", "comm_only", "naive", "bucketed", "overlapped", "ddp"]

@@ -1,7 +1,7 @@
 """Plots and widgets of notebooks 04 (memory anatomy) and 05 (ZeRO and LoRA).
 
 They consume :mod:`perfkit.memory.model_states` and :mod:`perfkit.memory.activations` records and
-:mod:`perfkit.workers.zero_bench` results; nothing here measures.
+:mod:`perfkit.jobs.zero_bench` results; nothing here measures.
 
 Usage::
 
@@ -100,7 +100,7 @@ def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
     """Step time and optimizer-state bytes per rank of each variant of a comparison.
 
     Args:
-        comparison: a :class:`perfkit.workers.zero_bench.Comparison`.
+        comparison: a :class:`perfkit.jobs.zero_bench.Comparison`.
         ax: two axes (time, bytes) to draw into; new figure if ``None``.
     """
     names = list(comparison.variants)
@@ -202,7 +202,7 @@ def plot_zero_memory(comparison: Any, stages: Mapping[str, int], recipe: str = "
     """Model states per rank, measured beside the formula, one pair of bars per stage.
 
     Args:
-        comparison: a :class:`perfkit.workers.zero_bench.Comparison` whose variants carry
+        comparison: a :class:`perfkit.jobs.zero_bench.Comparison` whose variants carry
             ``model_states`` (bytes counted from storages after backward, largest rank).
         stages: variant name -> the ZeRO stage it implements (0 for plain data parallelism).
         recipe: the :data:`perfkit.memory.RECIPES` entry of the formula.
@@ -230,7 +230,7 @@ def plot_zero_traffic(comparison: Any, stages: Mapping[str, int], baseline: str 
     """Bytes one rank sends per step (by collective) and step time, per variant.
 
     Args:
-        comparison: a :class:`perfkit.workers.zero_bench.Comparison` whose variants carry
+        comparison: a :class:`perfkit.jobs.zero_bench.Comparison` whose variants carry
             ``sent_bytes`` (per collective, ring model).
         stages: variant name -> ZeRO stage, in the order to draw.
         baseline: the data-parallel variant: its bytes are the 1x line, 1.5x beside it,

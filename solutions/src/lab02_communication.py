@@ -29,7 +29,7 @@
 #
 # How your function reaches the worker processes: the grader pickles it with `cloudpickle`
 # (which copies a notebook function *by value*, with the modules it uses by reference) into a
-# temporary file, and `perfkit.workers.collectives` loads it in every process. So your
+# temporary file, and `tools.labs.ring_check` loads it in every process. So your
 # function may use anything imported in the notebook, but not variables that only exist in
 # this notebook's process (a process group, an open file).
 
@@ -43,14 +43,18 @@ import json
 import math
 import os
 import tempfile
+from pathlib import Path
 
 import cloudpickle
 import torch
 import torch.distributed as dist
 
+import perfkit
 from perfkit import compress
 from perfkit import dist as pdist
 from perfkit.compress import simulate_dp_training
+
+ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder: tools/ grades the labs
 
 # %% [markdown]
 # ## Q1 · `ring_all_reduce(tensor, group=None) -> tensor`
@@ -107,7 +111,7 @@ def ring_all_reduce(tensor, group=None):
 
 # %% [markdown]
 # Try it on 2 processes. The cell ships your function to the workers exactly as the grader
-# does; `perfkit.workers.collectives` compares it with `dist.all_reduce` (integer-valued data:
+# does; `tools.labs.ring_check` compares it with `dist.all_reduce` (integer-valued data:
 # the sums must be *equal*; random data: equal up to rounding).
 
 # %%
@@ -116,8 +120,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(path, "wb") as f:
         cloudpickle.dump(ring_all_reduce, f)
     cfg = {"impl": {"path": path, "sizes": [1, 7, 1001]}}
-    res = pdist.launch("perfkit.workers.collectives", 2, ["--config", json.dumps(cfg)],
-                       timeout_s=120)
+    res = pdist.launch("tools.labs.ring_check", 2, ["--config", json.dumps(cfg)],
+                       timeout_s=120, pythonpath=[ROOT])
 for rec in res[0]["impl"]:
     print(rec)
 

@@ -63,6 +63,7 @@ from perfkit.profiling.render import render_text
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SLOW = ROOT / "examples" / "slow_train.py"
 sys.path.insert(0, str(SLOW.parent))
+sys.path.insert(0, str(ROOT))  # tools.grade.pickled, from any working directory
 import slow_train as job  # noqa: E402  (the slow job and the helpers fast_main may use)
 
 RUN_JOBS = __name__ != "__lab__"  # the grader sets __name__ = "__lab__" and skips the demos

@@ -1,5 +1,5 @@
 """Collectives, ring all-reduce, data parallelism and compression hooks on real torchrun
-processes. One 2-process job (perfkit.workers.suite) serves several tests: starting a job
+processes. One 2-process job (perfkit.jobs.suite) serves several tests: starting a job
 costs seconds, so the experiments share it."""
 
 import json
@@ -28,7 +28,7 @@ TRAIN = {"workload": "digits", "steps": 30, "batch": 16, "lr": 0.05, "methods": 
 def suite2():
     cfg = {"collectives": {"ring": {"sizes": RING_SIZES, "repeat": 2}, "sweep": SWEEP},
            "data_parallel": DP, "compression": TRAIN}
-    return dist.launch("perfkit.workers.suite", 2, ["--config", json.dumps(cfg)],
+    return dist.launch("perfkit.jobs.suite", 2, ["--config", json.dumps(cfg)],
                        timeout_s=300)
 
 
@@ -58,7 +58,7 @@ def test_ring_matches_all_reduce_on_2_processes(suite2):
 
 def test_ring_matches_all_reduce_on_3_processes():
     cfg = {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP}
-    res = dist.launch("perfkit.workers.collectives", 3, ["--config", json.dumps(cfg)],
+    res = dist.launch("perfkit.jobs.collectives", 3, ["--config", json.dumps(cfg)],
                       timeout_s=180)
     _check_ring_and_sweep(res, 3)
 

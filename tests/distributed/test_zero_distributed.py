@@ -26,7 +26,7 @@ TINY = 10 / 2**20  # UnevenModel: buckets (c, b) and (w)
 def jobs(tmp_path_factory):
     ckpt = str(tmp_path_factory.mktemp("zero") / "zero2.pt")
     ckpt_stage2 = str(tmp_path_factory.mktemp("zero") / "stage2.pt")
-    two = dist.launch("perfkit.workers.zero_check", 2, ["--config", json.dumps([
+    two = dist.launch("tools.labs.zero_check", 2, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
         {"steps": 50, "mode": "ddp"},
         {"steps": 50, "mode": "ddp_reduce", "groups": True},
@@ -52,7 +52,7 @@ def jobs(tmp_path_factory):
         {"steps": 12, "model": "partial", "stage": 3},
         {"steps": 10, "model": "uneven", "stage": 3},
     ])], timeout_s=240)
-    three = dist.launch("perfkit.workers.zero_check", 3, ["--config", json.dumps([
+    three = dist.launch("tools.labs.zero_check", 3, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
         {"steps": 50, "mode": "ddp", "groups": True},
         {"start": 25, "steps": 25, "mode": "alone", "groups": True, "load": ckpt},
@@ -242,7 +242,7 @@ def test_zero3_frozen_and_gradless_parameters_follow_torch_optim(jobs, world, ru
 
 @pytest.fixture(scope="module")
 def side_by_side():
-    from perfkit.workers.zero_bench import compare
+    from perfkit.jobs.zero_bench import compare
 
     return compare(["ddp_adamw", "zero1", "zero2", "zero3", "fsdp2"], nproc=2, batch=2,
                    steps=2, warmup=1, rss=False, corpus_bytes=20_000, timeout_s=240)
@@ -275,7 +275,7 @@ def test_side_by_side_memory_bytes_and_results(side_by_side):
     assert sent["zero3"] / sent["ddp_adamw"] == pytest.approx(1.5, rel=1e-3), v["zero3"].sent_bytes
     assert v["zero3"].calls["all_gather_single"] == 2 * v["zero3"].calls["reduce_scatter"]
     # every timed round is kept, so that ratios carry the spread of their pairs (notebook 05)
-    from perfkit.workers.zero_bench import step_ratio
+    from perfkit.jobs.zero_bench import step_ratio
 
     assert {len(r.step_times_s) for r in v.values()} == {2}
     ratio, (lo, hi) = step_ratio(v["zero3"], v["ddp_adamw"])

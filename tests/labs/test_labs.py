@@ -19,7 +19,7 @@ def test_every_lab_has_checks_and_a_blank():
     assert SOLUTIONS, "no labs in solutions/"
     for sol in SOLUTIONS:
         prefix = sol.name.split("_", 1)[0]
-        assert (ROOT / "tests" / "labs" / f"checks_{prefix}.py").exists(), f"no checks for {sol.name}"
+        assert (ROOT / "tools" / "labs" / f"checks_{prefix}.py").exists(), f"no checks for {sol.name}"
         assert (ROOT / "labs" / sol.name).exists(), f"labs/{sol.name} missing: run `make labs`"
 
 

@@ -1,6 +1,6 @@
 """Every lab question rejects plausible wrong answers, with a message that names the mistake.
 
-``tests/labs/mutants_labNN.py`` lists, for every graded question, at least three wrong
+``tools/labs/mutants_labNN.py`` lists, for every graded question, at least three wrong
 answers a student could hand in (``tools.grade.Mutant``). One grading run per lab executes
 the solution's cells, then each mutant against its question's check: the check must fail
 (an AssertionError, or a timeout for an answer that never returns) with a message matching
@@ -14,20 +14,20 @@ import pytest
 from tools.grade import grade_mutants, load_checks, load_mutants
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
+LABS = ROOT / "tools" / "labs"  # checks and mutants
 SOLUTIONS = sorted((ROOT / "solutions").glob("lab*.ipynb"))
 MIN_MUTANTS = 3
 
 
 def mutants_file(solution: Path) -> Path:
-    return HERE / f"mutants_{solution.name.split('_', 1)[0]}.py"
+    return LABS / f"mutants_{solution.name.split('_', 1)[0]}.py"
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
 def test_every_question_has_mutants(solution):
     path = mutants_file(solution)
     assert path.exists(), f"no {path.name}: write wrong answers for every question"
-    questions = load_checks(HERE / f"checks_{solution.name.split('_', 1)[0]}.py").QUESTIONS
+    questions = load_checks(LABS / f"checks_{solution.name.split('_', 1)[0]}.py").QUESTIONS
     counts = {q: 0 for q in questions}
     for m in load_mutants(path):
         counts[m.question] += 1

@@ -119,7 +119,7 @@ def test_launch_checked_turns_launch_failures_into_hints(monkeypatch):
     for exc, kind, message in cases:
         monkeypatch.setattr(dist, "launch", raising(exc))
         with pytest.raises(kind) as info:
-            launch_checked("perfkit.workers.collectives", 2, {}, 120, "the ring",
+            launch_checked("tools.labs.ring_check", 2, {}, 120, "the ring",
                            "look at the sends", impl_name="ring_all_reduce")
         assert message in str(info.value)
     with pickled(len) as path:  # a picklable object round-trips through the file

@@ -242,7 +242,7 @@ def test_ring_factors_make_zero3_move_one_and_a_half_times_dp():
 
 def _comparison():
     """A 2-rank comparison with numbers a reader can check: Ψ = 1000, fp32 Adam."""
-    from perfkit.workers.zero_bench import Comparison, VariantResult
+    from perfkit.jobs.zero_bench import Comparison, VariantResult
 
     def result(name, params, grads, opt, sent, times):
         return VariantResult(name, sorted(times)[1], 0, None, [1.0], 0.0, 0.0,
@@ -281,7 +281,7 @@ def test_zero_memory_and_traffic_plots_draw_measured_beside_the_model():
 
 
 def test_step_ratio_pairs_the_rounds():
-    from perfkit.workers.zero_bench import step_ratio
+    from perfkit.jobs.zero_bench import step_ratio
 
     c = _comparison()
     ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"], spread="rounds")
@@ -305,7 +305,7 @@ def test_median_ratio_spread_narrows_with_rounds_where_the_rounds_range_does_not
     import random
     import statistics
 
-    from perfkit.workers.zero_bench import median_ratio_spread
+    from perfkit.jobs.zero_bench import median_ratio_spread
 
     rng = random.Random(1)
 
@@ -362,7 +362,7 @@ def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
 
 
 def test_block_check_refuses_bad_arguments():
-    from perfkit.workers.block_check import run_impl
+    from tools.labs.block_check import run_impl
 
     for args, exc, match in (((None, 0, 1), TypeError, "factory"), ((len, 0, 0), ValueError, "world"),
                              ((len, 2, 2), ValueError, "rank"), ((len, 0, 1, 0), ValueError, "steps")):

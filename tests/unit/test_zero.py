@@ -1,5 +1,5 @@
-"""perfkit.parallel.zero1 on one process: sharding arithmetic, equality with the wrapped optimizer,
-state_dict round trips, errors. The multi-process checks are in tests/distributed."""
+"""perfkit.parallel.zero (stages 1-3) on one process: sharding arithmetic, equality with the
+wrapped optimizer, state_dict round trips, errors. The multi-process checks are in tests/distributed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from perfkit.memory import optimizer_state_bytes
-from perfkit.parallel import ZeroOneOptimizer, shard_range
-from perfkit.workers.zero_check import (
+from perfkit.parallel import ShardedModule, ZeroOptimizer, shard_range
+from tools.labs.zero_check import (
     UnevenModel,
     global_batch,
     make_mlp,
@@ -49,7 +49,7 @@ def _train(model, opt, steps=10):
                                           (torch.optim.Adam, dict(lr=1e-3))])
 def test_world_size_one_equals_wrapped_optimizer_bitwise(opt_class, kw):
     a, b = make_mlp(), make_mlp()
-    za = ZeroOneOptimizer(param_groups(a, True), opt_class, **kw)
+    za = ZeroOptimizer(param_groups(a, True), opt_class, **kw)
     ob = opt_class(param_groups(b, True), **kw)
     _train(a, za)
     _train(b, ob)
@@ -61,7 +61,7 @@ def test_world_size_one_equals_wrapped_optimizer_bitwise(opt_class, kw):
 def test_params_become_views_of_the_flat_buffer_and_state_is_one_slice():
     m = make_mlp()
     before = [p.detach().clone() for p in m.parameters()]
-    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW)
+    opt = ZeroOptimizer(m.parameters(), torch.optim.AdamW)
     assert all(torch.equal(p, q) for p, q in zip(m.parameters(), before))  # values kept
     assert len({p.untyped_storage().data_ptr() for p in m.parameters()}) == 1
     _train(m, opt, 1)
@@ -75,7 +75,7 @@ def test_params_become_views_of_the_flat_buffer_and_state_is_one_slice():
 
 def test_lr_scheduler_drives_the_wrapped_optimizer():
     m = make_mlp()
-    opt = ZeroOneOptimizer(m.parameters(), torch.optim.SGD, lr=0.1)
+    opt = ZeroOptimizer(m.parameters(), torch.optim.SGD, lr=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     _train(m, opt, 1)
     sched.step()
@@ -85,7 +85,7 @@ def test_lr_scheduler_drives_the_wrapped_optimizer():
 
 def test_state_dict_is_the_plain_optimizer_format_both_ways():
     a, b = make_mlp(), make_mlp()
-    za = ZeroOneOptimizer(param_groups(a, True), torch.optim.AdamW, lr=1e-2)
+    za = ZeroOptimizer(param_groups(a, True), torch.optim.AdamW, lr=1e-2)
     ob = torch.optim.AdamW(param_groups(b, True), lr=1e-2)
     _train(a, za, 5)
     _train(b, ob, 5)
@@ -97,7 +97,7 @@ def test_state_dict_is_the_plain_optimizer_format_both_ways():
             assert torch.equal(sa["state"][i][k], v), (i, k)
     # plain AdamW state into a ZeRO optimizer, ZeRO state into a plain AdamW: both resume
     c, d = copy.deepcopy(b), copy.deepcopy(a)
-    zc = ZeroOneOptimizer(param_groups(c, True), torch.optim.AdamW, lr=1e-2)
+    zc = ZeroOptimizer(param_groups(c, True), torch.optim.AdamW, lr=1e-2)
     zc.load_state_dict(sb)
     od = torch.optim.AdamW(param_groups(d, True), lr=1e-2)
     od.load_state_dict(copy.deepcopy(sa))
@@ -109,10 +109,10 @@ def test_state_dict_is_the_plain_optimizer_format_both_ways():
 
 def test_state_dict_before_the_first_step_loads():
     m = make_mlp()
-    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW)
+    opt = ZeroOptimizer(m.parameters(), torch.optim.AdamW)
     sd = opt.state_dict()
     assert sd["state"] == {}
-    ZeroOneOptimizer(make_mlp().parameters(), torch.optim.AdamW).load_state_dict(sd)
+    ZeroOptimizer(make_mlp().parameters(), torch.optim.AdamW).load_state_dict(sd)
 
 
 class Partial(nn.Module):
@@ -139,7 +139,7 @@ def test_frozen_and_gradless_parameters_follow_torch_optim(opt_class, kw):
     # torch.optim's contract: a parameter whose grad is None is not updated and its state
     # (Adam's step count, momentum) does not advance; weight decay must not move it either.
     a, b = Partial(), Partial()
-    za, ob = ZeroOneOptimizer(a.parameters(), opt_class, **kw), opt_class(b.parameters(), **kw)
+    za, ob = ZeroOptimizer(a.parameters(), opt_class, **kw), opt_class(b.parameters(), **kw)
     for s in range(10):
         for model, opt in ((a, za), (b, ob)):
             model.use_extra = s % 2 == 0
@@ -161,7 +161,7 @@ def test_uneven_sizes_frozen_and_alternating_grads_equal_adamw():
     # tensors of 13, 5 (frozen), 7 and 1 values; c has grad None on odd steps. AdamW with
     # weight decay: a step with a zero gradient would move c and advance its step count.
     a, b = UnevenModel(), UnevenModel()
-    za = ZeroOneOptimizer(a.parameters(), torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    za = ZeroOptimizer(a.parameters(), torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
     ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
     for s in range(10):
         for model, opt in ((a, za), (b, ob)):
@@ -185,7 +185,7 @@ def test_uneven_sizes_frozen_and_alternating_grads_equal_adamw():
 def test_frozen_parameters_stay_out_of_the_buffers_and_unfreezing_raises():
     m = UnevenModel()
     head = nn.Parameter(torch.full((4,), 3.0), requires_grad=False)  # a group of frozen only
-    opt = ZeroOneOptimizer([{"params": list(m.parameters())}, {"params": [head], "lr": 1.0}],
+    opt = ZeroOptimizer([{"params": list(m.parameters())}, {"params": [head], "lr": 1.0}],
                            torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
     assert opt.shard_numel() == 21  # w, b, c; the frozen group has no buffer at all
     flat = m.w.untyped_storage().data_ptr()
@@ -202,7 +202,7 @@ def test_frozen_parameters_stay_out_of_the_buffers_and_unfreezing_raises():
 
 def test_a_parameter_without_grad_keeps_its_value_and_state():
     m = nn.Linear(3, 2)
-    opt = ZeroOneOptimizer(m.parameters(), torch.optim.AdamW, lr=0.1, weight_decay=0.5)
+    opt = ZeroOptimizer(m.parameters(), torch.optim.AdamW, lr=0.1, weight_decay=0.5)
     m(torch.ones(1, 3)).sum().backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -221,7 +221,7 @@ def _copy(v):
 
 def test_missing_grad_is_not_stepped_and_closure_returns_loss():
     m = nn.Linear(3, 2)
-    opt = ZeroOneOptimizer(m.parameters(), torch.optim.SGD, lr=1.0)
+    opt = ZeroOptimizer(m.parameters(), torch.optim.SGD, lr=1.0)
     x = torch.ones(1, 3)
     loss = opt.step(lambda: m(x).sum().backward() or torch.tensor(5.0))
     assert float(loss) == 5.0
@@ -240,16 +240,16 @@ def test_missing_grad_is_not_stepped_and_closure_returns_loss():
 ])
 def test_bad_params(params, exc, match):
     with pytest.raises(exc, match=match):
-        ZeroOneOptimizer(params, torch.optim.SGD, lr=0.1)
+        ZeroOptimizer(params, torch.optim.SGD, lr=0.1)
 
 
 def test_bad_optimizer_class_duplicates_and_groups():
     p = nn.Parameter(torch.zeros(3))
     with pytest.raises(TypeError, match="optimizer_class"):
-        ZeroOneOptimizer([p], "AdamW")
+        ZeroOptimizer([p], "AdamW")
     with pytest.raises(ValueError, match="twice"):
-        ZeroOneOptimizer([p, p], torch.optim.SGD, lr=0.1)
-    opt = ZeroOneOptimizer([p], torch.optim.SGD, lr=0.1)
+        ZeroOptimizer([p, p], torch.optim.SGD, lr=0.1)
+    opt = ZeroOptimizer([p], torch.optim.SGD, lr=0.1)
     with pytest.raises(NotImplementedError, match="param group"):
         opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
     with pytest.raises(ValueError, match="param groups"):
@@ -271,14 +271,12 @@ def test_collectives_are_feature_detected_at_each_call(monkeypatch):
     assert Z._all_gather_fn() is dist.all_gather_into_tensor
 
 
-# --- ZeroOptimizer (stages 1 and 2) on one process ---------------------------------------
+# --- stages 1 and 2 with small buckets, and stage 3, on one process ---------------------------------------
 
 @pytest.mark.parametrize("stage", [1, 2])
 @pytest.mark.parametrize("opt_class,kw", [(torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1)),
                                           (torch.optim.SGD, dict(lr=1e-2, momentum=0.9))])
 def test_zero_optimizer_one_process_equals_wrapped_optimizer_bitwise(stage, opt_class, kw):
-    from perfkit.parallel import ZeroOptimizer
-
     a, b = make_mlp(), make_mlp()
     za = ZeroOptimizer(param_groups(a, True), opt_class, stage=stage, bucket_cap_mb=1e-4, **kw)
     ob = opt_class(param_groups(b, True), **kw)
@@ -297,8 +295,6 @@ def test_zero_optimizer_one_process_equals_wrapped_optimizer_bitwise(stage, opt_
 
 
 def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backward():
-    from perfkit.parallel import ZeroOptimizer
-
     model = make_mlp()
     opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, bucket_cap_mb=1e-4)
     x, y = global_batch(0)
@@ -319,8 +315,6 @@ def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backw
 
 
 def test_zero_optimizer_stage2_frees_full_buckets_during_backward():
-    from perfkit.parallel import ZeroOptimizer
-
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(6)])
     opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, bucket_cap_mb=1e-4)
@@ -336,12 +330,10 @@ def test_zero_optimizer_stage2_frees_full_buckets_during_backward():
 
 @pytest.mark.parametrize("reshard_root", [False, True])
 def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks(reshard_root):
-    from perfkit.parallel import ShardedModule, ZeroThreeOptimizer
-
     a, b = make_mlp(), make_mlp()
     # blocks 0 and 4; Linear(11, 7) (84 values) is the root unit
     sharded = ShardedModule(a, blocks=[a[0], a[4]], reshard_root=reshard_root)
-    za = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-2, weight_decay=0.1)
+    za = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=1e-2, weight_decay=0.1)
     ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
     _train(sharded, za)
     _train(b, ob)

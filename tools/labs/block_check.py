@@ -1,4 +1,4 @@
-"""Worker: one ZeRO-3 block (gather, use, free) on N ranks against the unsharded blocks.
+"""Job: one ZeRO-3 block (gather, use, free) on N ranks against the unsharded blocks.
 
 How lab 03's ``ShardedBlock`` is graded. A factory ``(block) -> module`` (the student's
 class, handed over as a cloudpickle file) wraps each of three residual MLP blocks of 187
@@ -23,7 +23,8 @@ An exception stops the run; ``error`` holds the stage and the traceback's end.
 
 Run by :func:`perfkit.dist.launch`::
 
-    launch("perfkit.workers.block_check", 2, ["--config", json.dumps({"impl": path})])
+    launch("tools.labs.block_check", 2, ["--config", json.dumps({"impl": path})],
+           pythonpath=[ROOT])
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checks for lab 02 (ring all-reduce, top-k, top-k with error feedback).
 
 Q1 runs the student's ``ring_all_reduce`` on 2 and 3 real torchrun processes through
-``perfkit.dist.launch`` and ``perfkit.workers.collectives`` and compares it with
+``perfkit.dist.launch`` and ``perfkit.jobs.collectives`` and compares it with
 ``dist.all_reduce`` on sizes divisible by neither 2 nor 3. The function reaches the
 workers as a cloudpickle file: cloudpickle copies a function defined in a notebook (a
 module that workers cannot import) *by value*, with the modules it uses (``torch``,
@@ -80,7 +80,7 @@ def check_ring(ns: dict) -> None:
         cfg = {"impl": {"path": path, "sizes": RING_SIZES}}
         for n in (2, 3):
             res = launch_checked(
-                "perfkit.workers.collectives", n, cfg, RING_LAUNCH_S, "the ring",
+                "tools.labs.ring_check", n, cfg, RING_LAUNCH_S, "the ring",
                 "a process waits for a message nobody sends. Does every rank do n-1 steps of "
                 "each phase, send to (r+1) % n and receive from (r-1) % n, and post isend and "
                 "irecv before waiting?", impl_name="ring_all_reduce")

@@ -3,12 +3,12 @@ ZeRO-3 block).
 
 Q1 is checked against the ZeRO paper's figures (7.5 B parameters, K = 12, N = 64) and
 against perfkit.memory; Q2 against perfkit.parallel.shard_range for every small case; Q3 first
-on one process, then on 2 and 3 real torchrun processes (perfkit.workers.zero_check):
+on one process, then on 2 and 3 real torchrun processes (tools.labs.zero_check):
 after 50 steps of an MLP whose 262 parameters divide by neither 2 nor 3, the parameters
 must be within 1e-6 (relative, fp32) of single-process torch.optim.AdamW, and of SGD with
 momentum (which, unlike Adam, notices a gradient summed instead of averaged), on the same
 global batch; each process's optimizer state at most one slice of Adam's moments. Q4 on one
-process, then on 2 and 3 (perfkit.workers.block_check): three blocks of 187 parameters
+process, then on 2 and 3 (tools.labs.block_check): three blocks of 187 parameters
 (padding needed for 2 and 3) must hold a shard of ceil(187 / N) values and no whole
 parameter between uses, gather the unsharded parameters in rank order, train like AdamW
 within 1e-6, and hold at most the shards (stage 3's P Ψ / N, padding included) plus one
@@ -78,7 +78,7 @@ def check_shard_range(ns: dict) -> None:
 
 
 def _train(model, opt, steps):
-    from perfkit.workers.zero_check import global_batch
+    from tools.labs.zero_check import global_batch
 
     for s in range(steps):
         x, y = global_batch(s)
@@ -88,7 +88,7 @@ def _train(model, opt, steps):
 
 
 def check_zero_one(ns: dict) -> None:
-    from perfkit.workers.zero_check import LR, WD, make_mlp
+    from tools.labs.zero_check import LR, WD, make_mlp
 
     cls = require(ns, "ZeroOne")
     # 1. one process: must equal AdamW exactly (same element-wise maths on one slice)
@@ -115,7 +115,7 @@ def check_zero_one(ns: dict) -> None:
                 "optimizer": o} for o in ("adamw", "sgd")]
         for n in (2, 3):
             jobs = launch_checked(
-                "perfkit.workers.zero_check", n, cfg, 150, "the job",
+                "tools.labs.zero_check", n, cfg, 150, "the job",
                 "a process is waiting in a collective the others never called. Every rank "
                 "must call reduce_scatter and the all-gather in every step().")
             results = [r for rank in jobs for r in rank]
@@ -148,7 +148,7 @@ def check_zero_one(ns: dict) -> None:
 
 
 def _check_block_runs(results: list, n: int) -> None:
-    """Every rank's result of perfkit.workers.block_check.run_impl, judged stage by stage
+    """Every rank's result of tools.labs.block_check.run_impl, judged stage by stage
     (a stage on every rank before the next: a mistake on one rank shows at its cause)."""
     for r in results:
         numel, rank, want = r["numel"], r["rank"], math.ceil(r["numel"] / n)
@@ -191,7 +191,7 @@ def _check_block_runs(results: list, n: int) -> None:
 
 
 def check_sharded_block(ns: dict) -> None:
-    from perfkit.workers.block_check import run_impl
+    from tools.labs.block_check import run_impl
 
     cls = require(ns, "ShardedBlock")
     with time_limit(30, "ShardedBlock on one process: three blocks of 187 parameters and 20 "
@@ -204,7 +204,7 @@ def check_sharded_block(ns: dict) -> None:
     with pickled(cls, "sharded_block.pkl") as path:
         for n in (2, 3):
             jobs = launch_checked(
-                "perfkit.workers.block_check", n, {"impl": path}, 120, "the job",
+                "tools.labs.block_check", n, {"impl": path}, 120, "the job",
                 "a process is waiting in a collective the others never called. Every rank "
                 "must call the all-gather in every gather(), for the same block, in the same "
                 "order", impl_name="ShardedBlock")

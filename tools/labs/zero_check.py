@@ -1,8 +1,8 @@
-"""Worker: ZeRO-1 on N ranks against single-process ``torch.optim.AdamW`` on the global batch.
+"""Job: ZeRO-1 on N ranks against single-process ``torch.optim.AdamW`` on the global batch.
 
 Run by :func:`perfkit.dist.launch`::
 
-    launch("perfkit.workers.zero_check", 3, ["--config", json.dumps(
+    launch("tools.labs.zero_check", 3, ["--config", json.dumps(
         {"steps": 50, "mode": "alone", "groups": True})])
 
 Every rank trains a small MLP (13 -> 11 -> 7 -> 3; 241 weights and 21 biases, so the
@@ -28,9 +28,10 @@ biases in two groups with different ``lr``/``weight_decay``), ``start`` (first s
 ``stage`` (1 or 2: :class:`perfkit.parallel.ZeroOptimizer` with ``bucket_cap_mb``, whose
 result adds the bucket sizes and ``launched_in_backward``, per step how many buckets'
 reduce-scatters backward had started; 3: :class:`perfkit.parallel.ShardedModule` over
-:func:`blocks_of` and its :class:`perfkit.parallel.ZeroThreeOptimizer`, one group), ``impl``
+:func:`blocks_of` and ``ZeroOptimizer(stage=3)``, one group; without ``stage``:
+``ZeroOptimizer(stage=1, overlap=False)``, one bucket per group reduced in ``step()``), ``impl``
 (a cloudpickle file holding a class ``(params, optimizer_class, **defaults)`` used instead of
-:class:`perfkit.parallel.ZeroOneOptimizer`, given one list of parameters; with
+the stage-1 ``ZeroOptimizer``, given one list of parameters; with
 ``mode="alone"``, ``groups`` false and ``state`` false: how lab 03 is graded). When the
 optimizer has an ``optim`` attribute (the wrapped optimizer of its slice), the result
 also holds ``state_bytes``, that optimizer's state on this rank.
@@ -53,8 +54,8 @@ from torch import nn
 
 from perfkit import dist as pdist
 from perfkit.memory import optimizer_state_bytes
-from perfkit.parallel import ShardedModule, ZeroOneOptimizer, ZeroOptimizer, ZeroThreeOptimizer
-from perfkit.workers.collectives import record_collectives
+from perfkit.parallel import ShardedModule, ZeroOptimizer
+from tools.labs.record import record_collectives
 
 GLOBAL_BATCH = 12  # divisible by 2 and 3: every rank gets an equal chunk
 LR, WD = 1e-2, 0.1
@@ -200,7 +201,7 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         if mode != "alone" or cfg.get("groups"):
             raise ValueError("stage 3 runs with mode 'alone' and one group")
         net = ShardedModule(model, blocks=blocks_of(model))
-        opt = ZeroThreeOptimizer(net, opt_class, **opt_kw)
+        opt = ZeroOptimizer(net, opt_class, stage=3, **opt_kw)
     elif cfg.get("stage"):  # ZeroOptimizer: stage 1 or 2, reduce-scatter during backward
         if mode != "alone":
             raise ValueError("stage runs with mode 'alone'")
@@ -208,8 +209,8 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                             stage=cfg["stage"], bucket_cap_mb=cfg.get("bucket_cap_mb", 25.0),
                             **opt_kw)
     else:
-        opt = ZeroOneOptimizer(param_groups(model, cfg.get("groups", False)), opt_class,
-                               reduce_grads=(mode != "ddp"), **opt_kw)
+        opt = ZeroOptimizer(param_groups(model, cfg.get("groups", False)), opt_class, stage=1,
+                            reduce_grads=(mode != "ddp"), overlap=False, **opt_kw)
     if cfg.get("load"):
         saved = torch.load(cfg["load"], weights_only=False)
         model.load_state_dict(saved["model"])  # copies into the flat buffer's views
@@ -263,7 +264,7 @@ def run(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
 
 
 def check_collectives(rank: int, world: int) -> dict[str, Any]:
-    """Both reduce-scatter paths of :mod:`perfkit.parallel.zero1` (gloo's list form and the
+    """Both reduce-scatter paths of :mod:`perfkit.parallel.flat` (gloo's list form and the
     feature-detected single-tensor call) and the all-gather, on integer-valued data
     (every summation order is exact). Collective."""
     from perfkit.parallel import flat as zero

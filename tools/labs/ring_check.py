@@ -1,0 +1,99 @@
+"""Job: lab 02's graded all-reduce against ``dist.all_reduce``, with whose code did the work.
+
+How lab 02's ``ring_all_reduce`` is graded (``tools/labs/checks_lab02.py``). The student's
+function arrives as a cloudpickle file; every rank runs it on integer-valued data (every
+summation order is exact, so it must equal ``dist.all_reduce``) and on random data, and
+records, during the integer run, the point-to-point messages it sent and received, the
+collectives it called and any function of ``perfkit.comm`` that ran: the lab grades the
+student's ring, not the library's. Run by :func:`perfkit.dist.launch`::
+
+    launch("tools.labs.ring_check", 2, ["--config", json.dumps(
+        {"impl": {"path": ".../ring.pkl", "sizes": [7, 1001]}})], pythonpath=[ROOT])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from perfkit import dist as pdist
+from tools.labs.record import record_collectives, record_library, record_p2p
+
+LIBRARY = "perfkit.comm"  # perfkit's own ring, sweep and collectives: not the student's work
+
+
+def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
+                    seed: int = 0) -> list[dict[str, Any]]:
+    """Compare ``fn(t)`` (an in-place sum over ranks) with ``dist.all_reduce`` per size.
+
+    Args:
+        fn: the answer, an all-reduce summing its tensor in place over the default group.
+        sizes: element counts to check.
+        seed: seeds the data (each rank and size draws its own).
+
+    Returns:
+        One record per size: ``numel``, ``int_exact``, ``float_max_abs_err``, ``in_place``;
+        from the integer run ``sent_to``, ``recv_from`` (peer ranks), ``sent_elems``,
+        ``collectives`` (names called through ``torch.distributed``) and ``library`` (the
+        ``perfkit.comm`` functions that ran).
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    rank = dist.get_rank()
+    out = []
+    for numel in sizes:
+        g = torch.Generator().manual_seed(seed * 1000 + rank * 7919 + numel)
+        x = torch.randint(-100, 100, (numel,), generator=g).float()
+        want = x.clone()
+        dist.all_reduce(want)
+        got = x.clone()
+        with record_p2p() as msgs, record_collectives() as colls, record_library(LIBRARY) as lib:
+            ret = fn(got)
+        xf = torch.randn(numel, generator=g)
+        wantf = xf.clone()
+        dist.all_reduce(wantf)
+        gotf = xf.clone()
+        fn(gotf)
+        out.append({
+            "numel": numel,
+            "int_exact": bool(torch.equal(got, want)),
+            "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
+            "in_place": ret is None or ret is got,
+            # who this rank sent to and received from, and how many elements it sent
+            "sent_to": sorted({p for op, p, _ in msgs if op in ("isend", "send")}),
+            "recv_from": sorted({p for op, p, _ in msgs if op in ("irecv", "recv")}),
+            "sent_elems": sum(k for op, _, k in msgs if op in ("isend", "send")),
+            "collectives": sorted({name for name, _ in colls}),
+            "library": sorted(lib),
+        })
+    return out
+
+
+def _load_pickled(path: str) -> Callable[..., Any]:
+    import cloudpickle
+
+    with open(path, "rb") as f:
+        return cloudpickle.load(f)
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Check the pickled function of ``cfg["impl"]`` (``path``, ``sizes``); this rank's records.
+
+    Warning:
+        Collective: every rank must call it with the same ``cfg``.
+    """
+    i = cfg["impl"]
+    return {"world_size": dist.get_world_size(),
+            "impl": check_allreduce(_load_pickled(i["path"]), i["sizes"])}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    pdist.worker_main(run, __doc__, argv)
+
+
+if __name__ == "__main__":
+    main()
