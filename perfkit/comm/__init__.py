@@ -24,6 +24,21 @@ from perfkit.comm.collectives import (
     reduce_scatter_single,
     sweep,
 )
+from perfkit.comm.experiments import (
+    FitQuality,
+    RingCheck,
+    backward_share,
+    bucket_count_effect,
+    fit_quality,
+    hidden_share,
+    ring_check,
+)
+from perfkit.comm.networks import (
+    INTERCONNECTS,
+    Interconnect,
+    PaysOn,
+    encoding_pays,
+)
 from perfkit.comm.ring import (
     ring_all_reduce,
 )
@@ -35,6 +50,17 @@ from perfkit.comm.traffic import (
 )
 
 __all__ = [
+    "backward_share",
+    "bucket_count_effect",
+    "encoding_pays",
+    "fit_quality",
+    "FitQuality",
+    "hidden_share",
+    "INTERCONNECTS",
+    "Interconnect",
+    "PaysOn",
+    "ring_check",
+    "RingCheck",
     "all_gather_single",
     "AlphaBeta",
     "benchmark_collective",

@@ -1,0 +1,271 @@
+"""Notebook 02's analyses: the alpha-beta fit's quality, the ring model on more processes, the
+overlap of gradient all-reduces with backward, and what the bucket count changed.
+
+Each takes what a 2- or 3-process job measured (:class:`~perfkit.comm.CollectivePoint`,
+per-round step times) and returns a record or an :class:`~perfkit.stats.Estimate`, so the
+notebook shows the question, the prediction and the verdict, and tests check the arithmetic.
+
+Usage::
+
+    q = fit_quality([p for p in points if p.op == "all_reduce"], fits["all_reduce"])
+    hidden, ceiling = hidden_share(compare["times_s"], backward_share(make_mlp(), x, y).value)
+    print(q.median_rel_error, hidden, ceiling)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from perfkit import stats
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.comm.collectives import CollectivePoint
+from perfkit.timing import interleaved
+from perfkit.units import si
+
+__all__ = ["FitQuality", "RingCheck", "backward_share", "bucket_count_effect", "fit_quality",
+           "hidden_share", "ring_check"]
+
+
+@dataclass(frozen=True)
+class FitQuality:
+    """How well an alpha-beta fit describes its points: the median relative error, the point
+    it misses most, the first pair of sizes whose larger one took clearly less time (no model
+    in which time grows with size fits it; ``None`` if none), and ``why``: a sentence for a
+    miss, built from those measured points."""
+
+    median_rel_error: float
+    worst: CollectivePoint
+    inversion: tuple[CollectivePoint, CollectivePoint] | None
+    why: str
+
+
+def _spread(p: CollectivePoint) -> str:
+    if p.p10_s is None or p.p90_s is None:
+        return "unknown"
+    return f"{si(p.p10_s, 's')}-{si(p.p90_s, 's')}"
+
+
+def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality:
+    """The fit's median relative error over ``points`` (one collective) and why it misses.
+
+    Args:
+        points: the measured points of one collective (>= 1).
+        fit: the alpha-beta fit of those points.
+
+    Returns:
+        A :class:`FitQuality`. An inversion counts when the larger size took under 0.8x the
+        smaller's time; ``why`` then says whether the two sizes' repetitions (p10-p90)
+        overlap (this run's noise) or not (something other than size set the time).
+
+    Raises:
+        TypeError, ValueError: for no points or a ``fit`` that is not an AlphaBeta.
+    """
+    pts = sorted(check_items("points", points), key=lambda p: p.nbytes)
+    check_type("fit", fit, AlphaBeta)
+    errs = [abs(fit.predict(p.nbytes) / p.time_s - 1) for p in pts]
+    worst = pts[int(np.argmax(errs))]
+    inv = next(((a, b) for a, b in zip(pts, pts[1:]) if b.time_s < 0.8 * a.time_s), None)
+    if inv is None:
+        why = (f"Time grows with size, but not along one line: the fit is furthest off at "
+               f"{si(worst.nbytes, 'B')} (measured {si(worst.time_s, 's')}, fit "
+               f"{si(fit.predict(worst.nbytes), 's')}).")
+    else:
+        small, large = inv
+        why = (f"{si(large.nbytes, 'B')} took {si(large.time_s, 's')}, less than {si(small.nbytes, 'B')}'s "
+               f"{si(small.time_s, 's')}; their repetitions (p10-p90: {_spread(large)} against "
+               f"{_spread(small)}) ")
+        overlap = large.p90_s is None or small.p10_s is None or large.p90_s >= small.p10_s
+        why += ("overlap, so the inversion is within this run's noise." if overlap else
+                "do not overlap: something other than size set the time (gloo picks its algorithm "
+                "by size, and a sleeping receiver pays to be woken).")
+    return FitQuality(float(np.median(errs)), worst, inv, why)
+
+
+@dataclass(frozen=True)
+class RingCheck:
+    """Measured all-reduce times against the ring model on ``world_size`` processes:
+    ``ratios`` (measured / model, by size), the processes-over-cores ``stretch`` the model
+    is multiplied by, and the median ratio of the smaller and the larger half of the sizes."""
+
+    world_size: int
+    cores: int
+    stretch: float
+    nbytes: tuple[int, ...]
+    model_s: tuple[float, ...]
+    ratios: tuple[float, ...]
+    median: float
+    small_half: float
+    large_half: float
+
+
+def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | None = None) -> RingCheck:
+    """Hold an all-reduce sweep on ``n`` processes against the ring built from a 2-process fit.
+
+    A 2-process ring makes two steps of ``S/2``, so one step costs ``alpha / 2`` plus the
+    bytes over the same bandwidth; ``P`` processes on ``C`` cores run at ``C / P`` speed once
+    ``P > C``, and the 2-process fit already carries its own share of that, so the model is
+    stretched by ``max(1, n / C) / max(1, 2 / C)``.
+
+    Args:
+        points: one all-reduce sweep, every point on the same ``world_size`` (>= 2).
+        fit2: the 2-process all-reduce fit.
+        cores: cores this process may use (default: its affinity set).
+
+    Returns:
+        A :class:`RingCheck`.
+
+    Raises:
+        TypeError, ValueError: for no points, mixed world sizes, or ``cores`` below 1.
+    """
+    pts = sorted(check_items("points", points), key=lambda p: p.nbytes)
+    check_type("fit2", fit2, AlphaBeta)
+    n = pts[0].world_size
+    if any(p.world_size != n for p in pts) or n < 2:
+        raise ValueError(f"points must share one world_size >= 2, got {sorted({p.world_size for p in pts})}")
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    check_int("cores", cores, 1)
+    stretch = max(1, n / cores) / max(1, 2 / cores)
+    link = AlphaBeta(fit2.alpha_s / 2, fit2.bandwidth)
+    model = [ring_allreduce_time(p.nbytes, n, link) for p in pts]
+    ratios = [p.time_s / m for p, m in zip(pts, model, strict=True)]
+    half = len(ratios) // 2
+    small = float(np.median(ratios[:half])) if half else ratios[0]
+    return RingCheck(n, cores, stretch, tuple(p.nbytes for p in pts), tuple(model), tuple(ratios),
+                     float(np.median(ratios)), small, float(np.median(ratios[half:])))
+
+
+def backward_share(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   loss_fn: Callable[..., torch.Tensor] = nn.functional.cross_entropy,
+                   repeat: int = 10, threads: int = 1) -> stats.Estimate:
+    """The share of a forward + backward step that the backward pass takes, measured.
+
+    Forward alone and forward + backward are timed in alternation on ``threads`` torch
+    threads (a ``torchrun`` worker runs on 1); backward's share is ``1 - median(F) /
+    median(F + B)``, with the bootstrap interval of that ratio over the paired rounds. Only
+    the backward pass can hide a gradient all-reduce: the gradients exist only during it.
+
+    Args:
+        model: the module; its gradients are overwritten.
+        x, y: one batch and its targets.
+        loss_fn: ``loss_fn(model(x), y)`` gives a scalar loss.
+        repeat: paired rounds (>= 2).
+        threads: torch intra-op threads while timing (>= 1); restored afterwards.
+
+    Returns:
+        An :class:`~perfkit.stats.Estimate` of the share, in (0, 1) unless the run was disturbed.
+
+    Raises:
+        TypeError, ValueError: for a ``model`` that is not a module, or counts out of range.
+    """
+    check_type("model", model, nn.Module)
+    check_int("repeat", repeat, 2)
+    check_int("threads", threads, 1)
+
+    def forward() -> None:
+        loss_fn(model(x), y)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=False)
+        loss_fn(model(x), y).backward()
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        f, fb = interleaved([forward, step], warmup=2, repeat=repeat)
+    finally:
+        torch.set_num_threads(before)
+    r = stats.median_ratio(f.times_s, fb.times_s)  # forward's share
+    return stats.Estimate(1 - r.value, 1 - r.high, 1 - r.low, r.level, r.n, r.method)
+
+
+def _times(name: str, xs: Sequence[float]) -> np.ndarray:
+    arr = np.asarray([check_real(name, x, 0, lo_open=True) for x in check_items(name, xs)], dtype=float)
+    return arr  # s, every one > 0 and finite
+
+
+def hidden_share(times_s: Mapping[str, Sequence[float]], backward_fraction: float
+                 ) -> tuple[stats.Estimate, float]:
+    """Share of the communication an overlapped step hid, and the most it could hide.
+
+    ``hidden = (compute + comm - overlapped) / comm`` from the medians of paired rounds
+    (``compute_only``: forward + backward without communication; ``comm_only``: the
+    all-reduces alone; ``overlapped``), with a bootstrap interval over the rounds. Only
+    backward (``backward_fraction`` of compute) can cover communication, so the ceiling is
+    ``min(backward, comm) / comm``.
+
+    Args:
+        times_s: per-round seconds under ``compute_only``, ``comm_only`` and ``overlapped``,
+            round ``i`` of each timed back to back.
+        backward_fraction: backward's share of ``compute_only``, in (0, 1].
+
+    Returns:
+        ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
+
+    Raises:
+        KeyError: for a missing series. ValueError: for unequal or empty series, a time
+            that is not > 0, or ``backward_fraction`` outside (0, 1].
+    """
+    check_real("backward_fraction", backward_fraction, 0, 1, lo_open=True)
+    c, m, o = (_times(f"times_s[{k!r}]", times_s[k]) for k in ("compute_only", "comm_only", "overlapped"))
+    if not len(c) == len(m) == len(o):
+        raise ValueError(f"times_s series must hold the same number of rounds, got "
+                         f"{len(c)}, {len(m)}, {len(o)}")
+
+    def share(idx: np.ndarray | slice) -> np.ndarray:
+        mc, mm, mo = (np.median(a[idx], axis=-1) for a in (c, m, o))
+        return (mc + mm - mo) / mm
+
+    point = float(share(slice(None)))
+    ceiling = min(backward_fraction * float(np.median(c)), float(np.median(m))) / float(np.median(m))
+    n = len(c)
+    if n < 2:
+        return stats.Estimate(point, point, point, stats.LEVEL, 1, "1 round: no interval"), ceiling
+    idx = np.random.default_rng(stats.SEED).integers(0, n, size=(stats.RESAMPLES, n))
+    tail = (1 - stats.LEVEL) / 2
+    lo, hi = (float(v) for v in np.quantile(share(idx), [tail, 1 - tail]))
+    est = stats.Estimate(point, min(lo, point), max(hi, point), stats.LEVEL, n,
+                         f"bootstrap of the medians over {n} paired rounds")
+    return est, ceiling
+
+
+def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) -> str:
+    """A sentence: most against fewest all-reduces per step, measured and by ``alpha``.
+
+    Caps that gave the same call count are this run's noise: the difference between counts
+    is said to stand out of it or to lie within it.
+
+    Args:
+        buckets: records with ``calls_per_step`` and ``step_s`` (one per cap).
+        alpha_s: the fitted all-reduce latency, s (>= 0).
+
+    Raises:
+        TypeError, ValueError: for no records or a negative ``alpha_s``.
+    """
+    recs = check_items("buckets", buckets)
+    check_real("alpha_s", alpha_s, 0)
+    same: dict[int, list[float]] = {}
+    for b in recs:
+        same.setdefault(int(b["calls_per_step"]), []).append(float(b["step_s"]))
+    calls = sorted(same)
+    diff = min(same[calls[-1]]) - min(same[calls[0]])  # s: best cap of each count
+    noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
+    text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {si(abs(diff), 's')} "
+            f"{'slower' if diff >= 0 else 'faster'} measured, {calls[-1] - calls[0]} x alpha = "
+            f"{si((calls[-1] - calls[0]) * alpha_s, 's')} by the fit; ")
+    if noise is None:
+        return text + "no two caps share a count here, so this run does not show its noise."
+    stands = abs(diff) > noise
+    text += (f"caps with the same count differ by up to {si(noise, 's')}, so the difference "
+             f"{'stands out of' if stands else 'is within'} this run's noise")
+    if stands and diff < 0:
+        text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
+                 "(one huge bucket cannot start until backward is over)")
+    return text + "."

@@ -1,0 +1,141 @@
+"""perfkit.comm.experiments and perfkit.comm.networks: numbers checkable by hand."""
+
+import math
+
+import pytest
+import torch
+
+from perfkit import stats
+from perfkit.comm import (INTERCONNECTS, AlphaBeta, CollectivePoint, backward_share, bucket_count_effect,
+                          encoding_pays, fit_quality, hidden_share, ring_allreduce_time, ring_check)
+
+
+def pt(nbytes, t, n=2, p10=None, p90=None):
+    return CollectivePoint("all_reduce", nbytes, n, t, nbytes / t, nbytes / t, p10, p90)
+
+
+def test_fit_quality_on_an_exact_line_has_no_error_and_no_inversion():
+    fit = AlphaBeta(1e-4, 1e9)
+    pts = [pt(s, fit.predict(s)) for s in (1 << 10, 1 << 16, 1 << 22)]
+    q = fit_quality(pts, fit)
+    assert q.median_rel_error == pytest.approx(0, abs=1e-12)
+    assert q.inversion is None and "grows with size" in q.why
+
+
+def test_fit_quality_names_an_inversion_and_whether_repetitions_overlap():
+    fit = AlphaBeta(1e-4, 1e9)
+    apart = [pt(1000, 1e-3, p10=0.9e-3, p90=1.1e-3), pt(2000, 0.5e-3, p10=0.45e-3, p90=0.55e-3)]
+    q = fit_quality(apart, fit)
+    assert q.inversion == (apart[0], apart[1]) and "do not overlap" in q.why
+    overlapping = [pt(1000, 1e-3, p10=0.4e-3, p90=1.1e-3), pt(2000, 0.5e-3, p10=0.45e-3, p90=0.9e-3)]
+    assert "within this run's noise" in fit_quality(overlapping, fit).why
+    # a larger size only slightly faster (0.9x) is not an inversion
+    assert fit_quality([pt(1000, 1e-3), pt(2000, 0.9e-3)], fit).inversion is None
+
+
+def test_fit_quality_median_is_the_median_of_relative_errors():
+    fit = AlphaBeta(1.0, 1e30)  # every prediction 1 s
+    q = fit_quality([pt(1, 0.5), pt(2, 2.0), pt(3, 1.25)], fit)  # errors 1.0, 0.5, 0.2
+    assert q.median_rel_error == pytest.approx(0.5)
+    assert q.worst.nbytes == 1
+
+
+def test_ring_check_divides_by_the_ring_model_and_stretches_by_cores():
+    fit2 = AlphaBeta(2e-4, 1e9)
+    link = AlphaBeta(1e-4, 1e9)
+    sizes = [1 << 10, 1 << 14, 1 << 20, 1 << 24]
+    pts = [pt(s, 2 * ring_allreduce_time(s, 3, link), n=3) for s in sizes]
+    rc = ring_check(pts, fit2, cores=2)
+    assert rc.ratios == pytest.approx((2.0,) * 4)
+    assert rc.stretch == pytest.approx(1.5)  # 3 processes on 2 cores over 2 processes on 2
+    assert ring_check(pts, fit2, cores=4).stretch == 1.0
+    assert rc.median == pytest.approx(2.0)
+
+
+def test_ring_check_rejects_mixed_worlds_and_bad_cores():
+    fit2 = AlphaBeta(2e-4, 1e9)
+    with pytest.raises(ValueError, match="world_size"):
+        ring_check([pt(10, 1e-3, n=3), pt(20, 1e-3, n=2)], fit2)
+    with pytest.raises(ValueError, match="cores"):
+        ring_check([pt(10, 1e-3, n=3)], fit2, cores=0)
+    with pytest.raises(ValueError, match="points"):
+        ring_check([], fit2)
+
+
+def test_hidden_share_point_is_the_formula_on_medians_and_the_ceiling_uses_backward_only():
+    times = {"compute_only": [3.0, 3.0, 3.0], "comm_only": [2.0, 2.0, 2.0], "overlapped": [4.0, 4.0, 4.0]}
+    est, ceiling = hidden_share(times, backward_fraction=2 / 3)
+    assert est.value == pytest.approx(0.5)  # (3 + 2 - 4) / 2
+    assert est.low == est.high == pytest.approx(0.5)
+    assert ceiling == pytest.approx(1.0)  # backward 2 s covers 2 s of communication
+    # forward + backward would cover it all; backward alone (1 s) covers half
+    assert hidden_share(times, backward_fraction=1 / 3)[1] == pytest.approx(0.5)
+
+
+def test_hidden_share_interval_comes_from_the_rounds_and_holds_the_point():
+    times = {"compute_only": [3.0, 3.3, 2.9, 3.1, 3.0], "comm_only": [2.0, 2.2, 1.9, 2.0, 2.1],
+             "overlapped": [4.0, 4.5, 3.8, 4.1, 4.2]}
+    est, _ = hidden_share(times, 0.6)
+    assert est.low < est.value < est.high and est.level == stats.LEVEL and est.n == 5
+
+
+def test_hidden_share_rejects_bad_input():
+    ok = {"compute_only": [1.0], "comm_only": [1.0], "overlapped": [1.0]}
+    with pytest.raises(ValueError, match="backward_fraction"):
+        hidden_share(ok, 0)
+    with pytest.raises(ValueError, match="same number of rounds"):
+        hidden_share({**ok, "overlapped": [1.0, 1.0]}, 0.5)
+    with pytest.raises(ValueError, match="comm_only"):
+        hidden_share({**ok, "comm_only": [0.0]}, 0.5)
+
+
+def test_backward_share_of_an_mlp_is_a_share_and_threads_are_restored():
+    before = torch.get_num_threads()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    est = backward_share(model, torch.randn(16, 32), torch.randint(0, 10, (16,)), repeat=5)
+    assert 0 < est.value < 1 and est.low <= est.value <= est.high
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="repeat"):
+        backward_share(model, torch.randn(16, 32), torch.randint(0, 10, (16,)), repeat=1)
+
+
+def test_bucket_count_effect_compares_against_same_count_noise():
+    bk = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.01},
+          {"calls_per_step": 8, "step_s": 1.20}]
+    text = bucket_count_effect(bk, alpha_s=0.01)
+    assert "8 against 1" in text and "slower" in text and "stands out of" in text
+    assert "7 x alpha = 70" in text
+    quiet = bucket_count_effect([{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}], 0.01)
+    assert "does not show its noise" in quiet and "faster" in quiet
+    with pytest.raises(ValueError, match="alpha_s"):
+        bucket_count_effect(bk, -1.0)
+
+
+def test_interconnects_are_one_direction_with_sources():
+    by = {i.name: i for i in INTERCONNECTS}
+    assert by["10 GbE"].bandwidth == pytest.approx(1.25e9)
+    assert by["InfiniBand NDR"].bandwidth == pytest.approx(50e9)
+    assert by["NVLink 4 (H100 SXM)"].bandwidth == pytest.approx(450e9)  # 900 GB/s both ways
+    assert all("datasheet" in i.source or "IEEE" in i.source for i in INTERCONNECTS)
+
+
+def test_encoding_pays_uses_the_ring_bandwidth_term():
+    rows = encoding_pays(codec_s=0.01, nbytes=10**9, wire_ratio=0.25, loopback_busbw=1e9)
+    here = rows[0]
+    assert here.name == "loopback (measured)"
+    assert here.dense_s == pytest.approx(1.0)  # 2 (n-1)/n = 1 at n = 2
+    assert here.saved_s == pytest.approx(0.75) and here.pays
+    nvlink = rows[-1]
+    assert nvlink.saved_s == pytest.approx(0.75 / 450) and not nvlink.pays
+    assert math.isclose(encoding_pays(0.01, 10**9, 0.25, 1e9, world_size=4)[0].dense_s, 1.5)
+    assert not encoding_pays(1.0, 10**9, 1.0, 1e9)[0].pays  # no bytes saved, nothing pays
+
+
+@pytest.mark.parametrize("kw, name", [({"codec_s": 0}, "codec_s"), ({"wire_ratio": 0}, "wire_ratio"),
+                                      ({"wire_ratio": 1.5}, "wire_ratio"), ({"nbytes": 0}, "nbytes"),
+                                      ({"loopback_busbw": math.nan}, "loopback_busbw"),
+                                      ({"world_size": 1}, "world_size")])
+def test_encoding_pays_names_bad_arguments(kw, name):
+    args = {"codec_s": 0.1, "nbytes": 100, "wire_ratio": 0.5, "loopback_busbw": 1e9, **kw}
+    with pytest.raises(ValueError, match=name):
+        encoding_pays(**args)
