@@ -1,0 +1,216 @@
+"""Size a notebook's work from the machine's measured ceilings, so each section fits its budget.
+
+The course's budgets (90 s per QUICK notebook, 180 s at default sizes) must hold on any CPU,
+not only the one a notebook was written on. Sizes written as constants do not: a CPU without
+bf16 units emulates bf16 about 100x slower than fp32, so a bf16 sweep sized for native units
+takes minutes. Here the work is planned from :func:`perfkit.hw.cached_limits`: each dtype's
+predicted time is its model FLOPs over a share of its measured ceiling, and a dtype the
+machine emulates is timed at the sizes that fit, with a sentence saying so. Timing sections
+pin their intra-op threads (:func:`timing_threads`, :func:`pinned_threads`), since an OpenMP
+thread that loses its core to another process stalls its siblings at every barrier.
+
+Usage::
+
+    plan = plan_dtype(hw.cached_limits(), "bfloat16", flops_per_sample, [1, 4, 8], calls=8, budget_s=20)
+    with pinned_threads(timing_threads()) as n:
+        bench.measure_all([("bf16", False, b) for b in plan.batches])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.hw import MachineLimits, _dtype_name
+from perfkit.units import si
+
+__all__ = ["EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "pinned_threads",
+           "plan_dtype", "timing_threads"]
+
+# The share of a dtype's matmul ceiling a tiny model's training step reaches (notebook 06
+# measured 15-40 % in fp32 on 2 cores): time is planned at this share, so a plan errs long.
+EFFICIENCY = 0.25
+
+
+@dataclass(frozen=True)
+class DtypePlan:
+    """The sizes at which one dtype's work is timed, and why.
+
+    Attributes:
+        dtype: the dtype name (``"bfloat16"``).
+        support: ``"native"``, ``"converted"`` or ``"emulated"`` (:meth:`MachineLimits.support`).
+        batches: the batches to time, a prefix of those asked for (all of them when they fit).
+        calls: calls (steps) per batch: those asked for, fewer only when the smallest batch
+            alone would not fit the budget (at least 1).
+        predicted_s: the planned work's seconds at :data:`EFFICIENCY` of the ceiling.
+        full_s: the same for every batch asked for.
+        budget_s: the share of the notebook's budget this work may take.
+        note: a sentence computed from the ceilings, for the notebook to print.
+    """
+
+    dtype: str
+    support: str
+    batches: tuple[int, ...]
+    calls: int
+    predicted_s: float
+    full_s: float
+    budget_s: float
+    note: str
+
+    @property
+    def reduced(self) -> bool:
+        """Whether the plan times fewer batches than were asked for."""
+        return self.predicted_s < self.full_s
+
+
+def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batches: Sequence[int],
+               calls: int, budget_s: float, efficiency: float = EFFICIENCY) -> DtypePlan:
+    """Which of ``batches`` to time in ``dtype`` so ``calls`` calls of each fit ``budget_s``.
+
+    A batch of ``b`` costs ``calls * b * flops_per_sample / (efficiency * peak(dtype))``
+    seconds; the plan keeps the longest prefix of the batches (sorted) whose summed cost
+    fits the budget, at least the smallest batch (with fewer calls, at least one, when even it
+    does not fit). Native dtypes are planned the same way:
+    on a machine slow in fp32 too, their sweep shrinks as well.
+
+    Args:
+        limits: the machine's measured ceilings.
+        dtype: the dtype the matmuls run in (``"float32"``, ``"bfloat16"``).
+        flops_per_sample: model FLOPs of one call per sample (``GPTShape.train_flops(1)``).
+        batches: the batches the notebook would time, at least one.
+        calls: calls per batch (warm-up and timed).
+        budget_s: seconds this dtype's work may take.
+        efficiency: the share of the ceiling the work is assumed to reach (0 < e <= 1).
+
+    Returns:
+        A :class:`DtypePlan`.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits`, an unmeasured
+            dtype, a batch or ``calls`` below 1, or a non-positive FLOP count, budget or
+            efficiency.
+    """
+    check_type("limits", limits, MachineLimits)
+    name = _dtype_name(dtype)
+    check_real("flops_per_sample", flops_per_sample, 0, lo_open=True)
+    asked = sorted({check_int("batches entries", b, 1) for b in check_items("batches", batches)})
+    check_int("calls", calls, 1)
+    check_real("budget_s", budget_s, 0, lo_open=True)
+    check_real("efficiency", efficiency, 0, 1, lo_open=True)
+    peak, support = limits.peak_flops(name), limits.support(name)
+    per_call = [b * flops_per_sample / (efficiency * peak) for b in asked]  # s
+    full_s = calls * sum(per_call)
+    # the smallest batch always runs; when even it does not fit, with fewer calls (at least 1)
+    n = max(1, min(calls, int(budget_s / per_call[0])))
+    keep = 1
+    while keep < len(asked) and n * sum(per_call[:keep + 1]) <= budget_s:
+        keep += 1
+    fp32 = limits.peak_flops("float32")
+    what = (f"{name} runs at {si(peak, 'FLOP/s')} here, {peak / fp32:.3g}x the fp32 ceiling "
+            f"({si(fp32, 'FLOP/s')}): {support}")
+    planned = n * sum(per_call[:keep])
+    if keep == len(asked) and n == calls:
+        note = f"{what}; every batch ({', '.join(map(str, asked))}) fits its {budget_s:.0f} s share."
+    else:
+        note = (f"{what}, so it is timed at batch {', '.join(map(str, asked[:keep]))} only"
+                + (f", {n} calls instead of {calls}" if n < calls else "")
+                + f": about {planned:.0f} s of its {budget_s:.0f} s share, where every batch would "
+                f"take about {full_s:.0f} s.")
+    return DtypePlan(name, support, tuple(asked[:keep]), n, planned, full_s, float(budget_s), note)
+
+
+def timing_threads(cores: int | None = None, load: float | None = None) -> int:
+    """Intra-op threads for a timing section: the cores other processes leave free, at least 1.
+
+    ``load`` (default: the 1-minute load average) counts runnable processes, this one
+    included: ``load - 1`` of the ``cores`` are taken by others. More threads than free cores
+    make every OpenMP barrier wait for a thread the scheduler has parked, which swung a
+    training step 30x between cells on a loaded 2-core machine; fewer threads are slower but
+    steady.
+
+    Args:
+        cores: cores to share (default :func:`os.cpu_count`).
+        load: runnable processes (default :func:`os.getloadavg`'s first figure, 0 where absent).
+
+    Raises:
+        ValueError: for ``cores`` below 1 or a negative ``load``.
+    """
+    cores = check_int("cores", cores if cores is not None else (os.cpu_count() or 1), 1)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this OS: assume a quiet machine
+            load = 0.0
+    check_real("load", load, 0)
+    return max(1, min(cores, round(cores - max(0.0, load - 1.0))))
+
+
+@contextlib.contextmanager
+def pinned_threads(n: int) -> Iterator[int]:
+    """Run the block with ``n`` intra-op threads (``torch.set_num_threads``), restored after.
+
+    Raises:
+        ValueError: for ``n`` below 1.
+    """
+    check_int("n", n, 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
+
+
+def ceiling_share(threads: int, cores: int | None = None) -> float:
+    """The share of the measured ceilings ``threads`` of the ``cores`` can reach.
+
+    Notebook 00 measured the ceilings with every core; a step pinned to fewer threads is
+    held against that share of them (matmul throughput scales with cores), so its MFU is
+    not understated by the pinning.
+
+    Raises:
+        ValueError: for ``threads`` or ``cores`` below 1.
+    """
+    cores = check_int("cores", cores if cores is not None else (os.cpu_count() or 1), 1)
+    return min(check_int("threads", threads, 1), cores) / cores
+
+
+def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, precision: str,
+                   share: float = 1.0) -> tuple[float, str, str]:
+    """An MFU that means something here: ``(value, ceiling dtype, sentence)``.
+
+    bf16 autocast runs the matmuls (linear layers, attention's batched matmuls) in bf16 and
+    keeps layer norms, softmax and the loss in fp32. Where bf16 is emulated its ceiling is
+    about 100x below fp32's, and a step whose fp32 work alone runs faster than that reads as
+    over 100 % of it: not a share of what the machine can do. Then the MFU is held against the
+    fp32 ceiling (what the same step could reach without bf16), and the sentence says why.
+
+    Args:
+        limits: the measured ceilings.
+        flops_per_step, step_s: model FLOPs of one step and its measured seconds.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        share: the share of the ceilings the step's threads can reach (:func:`ceiling_share`).
+
+    Raises:
+        TypeError, ValueError: for bad limits, a non-positive FLOP count, time or share, or
+            an unknown precision.
+    """
+    from perfkit.compute.flops import mfu, precision_dtype
+
+    check_type("limits", limits, MachineLimits)
+    check_real("share", share, 0, 1, lo_open=True)
+    dtype = precision_dtype(precision)
+    if limits.support(dtype) != "emulated":
+        value = mfu(flops_per_step, step_s, limits.peak_flops(dtype) * share)
+        return value, dtype, f"MFU {value:.1%} of the {dtype} ceiling"
+    value = mfu(flops_per_step, step_s, limits.peak_flops("float32") * share)
+    return value, "float32", (
+        f"MFU {value:.1%} of the float32 ceiling: autocast ran the matmuls in {dtype}, which this "
+        f"CPU emulates at {si(limits.peak_flops(dtype), 'FLOP/s')}, and the rest in float32, so a "
+        f"share of the {dtype} ceiling ({mfu(flops_per_step, step_s, limits.peak_flops(dtype) * share):.0%})"
+        " would not be a share of what the machine can do")

@@ -1,0 +1,104 @@
+"""perfkit.sizing: work planned from constructed ceilings fits its budget, native or emulated."""
+
+import pytest
+import torch
+
+from perfkit import hw, sizing
+
+# the two 2-core AMD EPYCs of the course's machines: native bf16, and bf16 emulated
+NATIVE = hw.MachineLimits("cpu", "native", {"float32": 1.9e11, "bfloat16": 4.3e11}, 2e10)
+EMULATED = hw.MachineLimits("cpu", "emulated", {"float32": 1.54e11, "bfloat16": 1.78e9}, 2e10)
+PER_SAMPLE = 6 * 524_288 * 128  # tiny GPT-2 (N = 0.5 M) at 128 tokens: FLOPs per sample
+BATCHES = [1, 4, 8, 16, 32]
+
+
+def seconds(limits, plan, per_sample=PER_SAMPLE):
+    """The planned work's seconds, recomputed here from the ceiling."""
+    return plan.calls * sum(plan.batches) * per_sample / (sizing.EFFICIENCY * limits.peak_flops(plan.dtype))
+
+
+def test_native_bf16_times_every_batch_within_its_share():
+    plan = sizing.plan_dtype(NATIVE, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=20)
+    assert plan.support == "native" and plan.batches == tuple(BATCHES) and plan.calls == 8
+    assert not plan.reduced and plan.predicted_s <= 20
+    assert plan.predicted_s == pytest.approx(seconds(NATIVE, plan))
+    assert "native; every batch (1, 4, 8, 16, 32) fits its 20 s share" in plan.note
+
+
+def test_emulated_bf16_is_timed_at_small_size_only_and_says_so():
+    plan = sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, [16, 1, 4, 8, 32], calls=8, budget_s=20)
+    assert plan.support == "emulated" and plan.reduced
+    assert plan.batches == (1,)  # 1 fits (7 s), 1 + 4 would not (36 s)
+    assert plan.predicted_s == pytest.approx(seconds(EMULATED, plan)) and plan.predicted_s <= 20
+    assert plan.full_s == pytest.approx(441, rel=0.01)  # the sweep that took notebook 06 past 400 s
+    assert plan.note.startswith("bfloat16 runs at 1.78 GFLOP/s here, 0.0116x the fp32 ceiling (154 GFLOP/s)")
+    assert "emulated, so it is timed at batch 1 only: about 7 s of its 20 s share" in plan.note
+    assert "every batch would take about 442 s" in plan.note
+
+
+def test_fp32_on_the_same_machine_keeps_its_sweep():
+    plan = sizing.plan_dtype(EMULATED, "float32", PER_SAMPLE, BATCHES, calls=8, budget_s=20)
+    assert plan.batches == tuple(BATCHES) and plan.support == "native"
+
+
+@pytest.mark.parametrize("budget_s", [0.5, 2.0, 5.0, 40.0, 100.0, 1000.0])
+@pytest.mark.parametrize("limits", [NATIVE, EMULATED], ids=["native", "emulated"])
+def test_the_plan_fits_any_budget_its_smallest_batch_fits(limits, budget_s):
+    plan = sizing.plan_dtype(limits, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=budget_s)
+    one = PER_SAMPLE / (sizing.EFFICIENCY * limits.peak_flops("bfloat16"))  # s: batch 1, one call
+    assert plan.predicted_s == pytest.approx(seconds(limits, plan))
+    assert plan.predicted_s <= budget_s or plan.calls == 1 and plan.batches == (1,)
+    # greedy: the next batch would not have fit
+    if len(plan.batches) < len(BATCHES):
+        assert plan.calls * (sum(plan.batches) + BATCHES[len(plan.batches)]) * one > budget_s
+
+
+def test_fewer_calls_when_even_the_smallest_batch_does_not_fit():
+    plan = sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=2)
+    assert plan.batches == (1,) and plan.calls == 2 and plan.predicted_s <= 2
+    assert "2 calls instead of 8" in plan.note
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(limits="fast"), TypeError, "limits"), (dict(dtype="float16"), ValueError, "was not measured"),
+    (dict(batches=[]), ValueError, "batches"), (dict(batches=[0, 4]), ValueError, "batches entries"),
+    (dict(calls=0), ValueError, "calls"), (dict(budget_s=0), ValueError, "budget_s"),
+    (dict(flops_per_sample=float("nan")), ValueError, "flops_per_sample"),
+    (dict(efficiency=1.5), ValueError, "efficiency"),
+])
+def test_bad_arguments_are_named(kw, exc, match):
+    args = dict(limits=NATIVE, dtype="bfloat16", flops_per_sample=1e6, batches=[1], calls=1, budget_s=1.0)
+    with pytest.raises(exc, match=match):
+        sizing.plan_dtype(**{**args, **kw})
+
+
+@pytest.mark.parametrize("cores, load, threads", [(2, 0.0, 2), (2, 1.0, 2), (2, 1.6, 1), (2, 3.0, 1),
+                                                  (16, 3.0, 14), (16, 40.0, 1), (1, 0.0, 1)])
+def test_timing_threads_leave_the_cores_others_use(cores, load, threads):
+    assert sizing.timing_threads(cores, load) == threads
+
+
+def test_pinned_threads_restores_the_setting_even_after_an_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), sizing.pinned_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+        raise RuntimeError("a failing section")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="n must"):
+        sizing.pinned_threads(0).__enter__()
+
+
+def test_ceiling_share_scales_with_the_pinned_threads():
+    assert sizing.ceiling_share(1, 2) == 0.5 and sizing.ceiling_share(4, 2) == 1.0
+    with pytest.raises(ValueError, match="threads"):
+        sizing.ceiling_share(0, 2)
+
+
+def test_mfu_is_held_against_a_ceiling_that_means_something():
+    flops, step_s = 3.2e9, 1.0  # 3.2 GFLOP/s: above the emulated bf16 ceiling
+    value, dtype, text = sizing.meaningful_mfu(EMULATED, flops, step_s, "bf16")
+    assert dtype == "float32" and value == pytest.approx(3.2e9 / 1.54e11)
+    assert "emulates at 1.78 GFLOP/s" in text and "(180%)" in text and "matmuls in bfloat16" in text
+    value, dtype, text = sizing.meaningful_mfu(NATIVE, flops, step_s, "bf16", share=0.5)
+    assert dtype == "bfloat16" and value == pytest.approx(3.2e9 / 2.15e11) and text.startswith("MFU 1.5%")
+    assert sizing.meaningful_mfu(EMULATED, flops, step_s, "fp32")[1] == "float32"
