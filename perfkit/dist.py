@@ -41,6 +41,7 @@ interpreter finalisation skips the static destructors that abort.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -66,6 +67,7 @@ __all__ = [
     "WorkerContext",
     "WorkerError",
     "default_backend",
+    "end_process_tree",
     "init_worker",
     "launch",
     "shutdown",
@@ -139,27 +141,39 @@ def _command(target: str, nproc: int, args: Sequence[str]) -> list[str]:
     return cmd + [str(a) for a in args]
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL torchrun and every descendant (workers run in their own
-    sessions, so killing torchrun's process group alone would orphan them)."""
+def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
+    """End process ``pid`` and all its descendants: SIGTERM, ``grace_s`` to exit, SIGKILL.
+
+    The descendants are listed before any signal: torchrun's workers run in their own
+    sessions, so killing a process group alone would orphan them, and a parent that dies
+    first hands its children to init, out of reach. Processes already gone are skipped.
+
+    Args:
+        pid: the root process; ``None``: this process's descendants, not itself.
+        grace_s: seconds to exit after SIGTERM (torchrun forwards it to its workers)
+            before SIGKILL; 0 sends SIGKILL at once.
+
+    Raises:
+        ValueError, TypeError: ``pid`` not an int >= 1 (or ``None``); ``grace_s`` not a
+            finite number >= 0.
+    """
+    if pid is not None:
+        _check_int("pid", pid, 1)
+    _check_number("grace_s", grace_s, positive=False)
     try:
-        procs = [psutil.Process(proc.pid)]
-        procs += procs[0].children(recursive=True)
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + ([root] if pid is not None else [])
     except psutil.NoSuchProcess:
-        procs = []
+        return
+    if grace_s > 0:
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGTERM)
+        _, procs = psutil.wait_procs(procs, timeout=grace_s)
     for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=3.0)
-    for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=3.0)
-    proc.wait()
+    psutil.wait_procs(procs, timeout=3.0)
 
 
 def _first_error(result_dir: Path) -> tuple[int | None, str]:
@@ -225,7 +239,8 @@ def launch(
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_tree(proc)
+                end_process_tree(proc.pid)
+                proc.wait()  # reaps torchrun (a killed child stays a zombie until waited for)
                 out = log_path.read_text(errors="replace")[-_TAIL_CHARS:]
                 raise LaunchTimeout(
                     f"{target} on {nproc} processes ran past timeout_s={timeout_s} s and was "

@@ -200,6 +200,8 @@ def load_checks(path: Path) -> ModuleType:
 def _run_worker(nb: Path, checks_path: Path, extra: list[str], budget: float
                 ) -> tuple[list[dict], str]:
     """Run the worker process on ``nb``; return its records and why it stopped early, if it did."""
+    from perfkit.dist import end_process_tree
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.jsonl"
         cmd = [sys.executable, "-m", "tools.grade", str(nb.resolve()),
@@ -212,7 +214,7 @@ def _run_worker(nb: Path, checks_path: Path, extra: list[str], budget: float
         try:
             log, _ = proc.communicate(timeout=budget)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it launched
+            end_process_tree(proc.pid, grace_s=0)  # the worker and anything it launched
             log, _ = proc.communicate()
             error = f"grading stopped after {budget:.0f} s (the time limit)"
         records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
@@ -331,17 +333,11 @@ def _clear_alarm() -> None:
 def _kill_children() -> None:
     """Kill every process this worker started and left running: after a timeout in a cell or
     a check, ``perfkit.dist.launch``'s workers (in their own sessions, out of reach of the
-    parent's kill of our process group) would otherwise spin on forever."""
-    import psutil
+    parent's kill of our process group) would otherwise spin on forever. SIGKILL at once:
+    the answer already ran out of time."""
+    from perfkit.dist import end_process_tree
 
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for c in children:
-        with contextlib.suppress(psutil.Error):
-            c.kill()
-    psutil.wait_procs(children, timeout=3.0)
+    end_process_tree(grace_s=0)
 
 
 class _LimitExceeded(BaseException):

@@ -1,5 +1,6 @@
 """perfkit.dist through real torchrun: results in rank order, clean exits, errors, timeouts."""
 
+import json
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -83,3 +84,78 @@ def test_worker_result_needs_json(monkeypatch, tmp_path):
     assert (tmp_path / "rank3.json").read_text() == '{"x": [1, 2]}'
     with pytest.raises(TypeError, match="JSON"):
         dist.worker_result({"x": object()})
+
+
+def _tree(ignore_term: bool) -> tuple["psutil.Popen", list[int]]:
+    """A shell whose grandchild sleeps in a session of its own (as torchrun's workers do);
+    with ``ignore_term`` every process ignores SIGTERM, so only SIGKILL ends it."""
+    import subprocess
+    import sys
+
+    trap = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_term else ""
+    leaf = f"{trap}import time; time.sleep(120)"
+    mid = (f"{trap}import subprocess, sys, time; "
+           f"subprocess.Popen([sys.executable, '-c', {leaf!r}], start_new_session=True); "
+           "time.sleep(120)")
+    root = psutil.Popen([sys.executable, "-c", mid], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(root.children(recursive=True)) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [root.pid] + [c.pid for c in root.children(recursive=True)]
+    assert len(pids) == 2, "the tree did not start"
+    return root, pids
+
+
+def _gone(pids: list[int]) -> bool:
+    return all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
+               for p in pids)
+
+
+@pytest.mark.parametrize("ignore_term, grace_s", [(False, 3.0), (True, 0.5), (False, 0.0)])
+def test_end_process_tree_ends_the_root_and_descendants_in_other_sessions(ignore_term, grace_s):
+    root, pids = _tree(ignore_term)
+    t0 = time.monotonic()
+    dist.end_process_tree(root.pid, grace_s=grace_s)
+    root.wait(timeout=10)
+    assert _gone(pids), [psutil.Process(p).status() for p in pids if psutil.pid_exists(p)]
+    # SIGTERM-ignoring processes cost the grace period, then SIGKILL: never a hang
+    assert time.monotonic() - t0 < grace_s + 8
+
+
+def test_end_process_tree_without_pid_ends_only_this_process_children():
+    # in a process of its own: in pytest's, it would also end what other tests started
+    import subprocess
+    import sys
+
+    script = (
+        "import json, subprocess, sys, time, psutil\n"
+        "from perfkit import dist\n"
+        "leaf = 'import time; time.sleep(120)'\n"
+        "mid = ('import subprocess, sys, time; subprocess.Popen([sys.executable, \"-c\", '\n"
+        "       + repr(leaf) + '], start_new_session=True); time.sleep(120)')\n"
+        "kid = subprocess.Popen([sys.executable, '-c', mid])\n"
+        "while len(psutil.Process().children(recursive=True)) < 2: time.sleep(0.05)\n"
+        "pids = [p.pid for p in psutil.Process().children(recursive=True)]\n"
+        "dist.end_process_tree(grace_s=1.0)\n"
+        "kid.wait(timeout=10)\n"
+        "dist.end_process_tree(grace_s=0)\n"  # nothing left to end: a no-op
+        "dist.end_process_tree(2 ** 22 + 12345)\n"  # no such process: nothing to do
+        "print(json.dumps(pids))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr  # it ended its children, not itself
+    pids = json.loads(out.stdout)
+    assert len(pids) == 2 and _gone(pids)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"pid": 0}, ValueError, "pid must be an int >= 1"),
+    ({"pid": "1"}, TypeError, "pid"),
+    ({"pid": True}, ValueError, "pid"),
+    ({"grace_s": -1.0}, ValueError, "grace_s must be a finite number >= 0"),
+    ({"grace_s": float("inf")}, ValueError, "grace_s"),
+    ({"grace_s": None}, TypeError, "grace_s"),
+])
+def test_end_process_tree_rejects_bad_arguments(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        dist.end_process_tree(**kw)
