@@ -88,3 +88,31 @@ def check_type(name: str, v: T, kind: type | tuple[type, ...], optional: bool = 
         article = "an" if names[0] in "AEIOUaeiou" else "a"
         raise TypeError(f"{name} must be {article} {names}, got {type(v).__name__}")
     return v
+
+
+def check_seed(name: str, v: Any) -> int:
+    """A generator seed: an int in ``[0, 2**63)``."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int in [0, 2**63), got {v!r}")
+    if not 0 <= v < 2**63:
+        raise ValueError(f"{name} must be an int in [0, 2**63), got {v!r}")
+    return v
+
+
+def check_tensor(name: str, t: Any, dtype: Any = None, floating: bool = False,
+                 ndim: int | None = None, numel: int | None = None) -> Any:
+    """``t`` if it is a ``torch.Tensor`` of ``dtype`` (or any float dtype if ``floating``) with
+    ``ndim`` dimensions and ``numel`` values (any where ``None``)."""
+    import torch  # here, so that the checks of plain numbers import nothing heavy
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {t.dtype}")
+    if floating and not t.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {t.dtype}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if numel is not None and t.numel() != numel:
+        raise ValueError(f"{name} must hold {numel} value(s), got {t.numel()} (shape {tuple(t.shape)})")
+    return t

@@ -18,6 +18,13 @@ from perfkit.compress.codecs import (
     Sign,
     TopK,
 )
+from perfkit.compress.experiments import (
+    CodecTimes,
+    conservation_error,
+    error_rows,
+    residual_norms,
+    time_codecs,
+)
 from perfkit.compress.feedback import (
     ErrorFeedback,
 )
@@ -46,10 +53,13 @@ from perfkit.compress.simulate import (
 __all__ = [
     "BYTES_PER_VALUE",
     "check_fused",
+    "CodecTimes",
+    "conservation_error",
     "Compressed",
     "compression_hook",
     "Compressor",
     "DITHER_POOL",
+    "error_rows",
     "ErrorFeedback",
     "FUSED_MIN_NUMEL",
     "gaussian_error",
@@ -59,10 +69,12 @@ __all__ = [
     "qsgd_decode",
     "qsgd_encode",
     "RandomK",
+    "residual_norms",
     "Sign",
     "sign_decode",
     "sign_encode",
     "simulate_dp_training",
+    "time_codecs",
     "TopK",
     "unpack_bits",
     "use_fused",

@@ -37,13 +37,24 @@ from typing import Any
 
 import torch
 
+from perfkit._checks import check_int, check_real, check_seed, check_tensor
 from perfkit.compress import fused as fused_kernels
-from perfkit.compress._checks import check_int, check_ratio, check_seed, check_tensor, count
 
 __all__ = ["Compressed", "Compressor", "QSGD", "RandomK", "Sign", "TopK"]
 
 
+
+def _count(ratio: float, numel: int) -> int:
+    """``ceil(ratio * numel)`` clamped to ``[1, numel]`` (0 for ``numel == 0``), in exact
+    arithmetic on the decimal ``ratio`` reads as: ``0.07 * 100`` is 7, where the binary
+    product ``7.000000000000001`` would round up to 8."""
+    if not numel:
+        return 0
+    return min(numel, max(1, math.ceil(Fraction(repr(ratio)) * numel)))
+
+
 @dataclass
+
 class Compressed:
     """Payload tensors (on the wire) plus what the receiver already knows (shape, dtype)."""
 
@@ -195,18 +206,18 @@ class TopK(Compressor):
     def __init__(self, ratio: float, method: str = "exact", sample_ratio: float = 0.01,
                  seed: int = 0) -> None:
         super().__init__()
-        self.ratio = check_ratio(ratio)
+        self.ratio = check_real("ratio", ratio, 0, 1, lo_open=True)
         if method not in ("exact", "sampled"):
             raise ValueError(f"method must be 'exact' or 'sampled', got {method!r}")
         self.method = method
-        self.sample_ratio = check_ratio(sample_ratio, "sample_ratio")
+        self.sample_ratio = check_real("sample_ratio", sample_ratio, 0, 1, lo_open=True)
         self.gen = torch.Generator().manual_seed(check_seed("seed", seed))
         self.name = f"topk_{_pct(self.ratio)}" + ("_sampled" if method == "sampled" else "")
 
     def k(self, numel: int) -> int:
         """Values kept from ``numel``: ``ceil(ratio * numel)`` in exact decimal arithmetic,
         at least 1 (0 for an empty tensor)."""
-        return count(self.ratio, check_int("numel", numel))
+        return _count(self.ratio, check_int("numel", numel))
 
     def _sampled_indices(self, mag: torch.Tensor, k: int) -> torch.Tensor:
         n = mag.numel()
@@ -258,13 +269,13 @@ class RandomK(Compressor):
 
     def __init__(self, ratio: float, seed: int = 0) -> None:
         super().__init__()
-        self.ratio = check_ratio(ratio)
+        self.ratio = check_real("ratio", ratio, 0, 1, lo_open=True)
         self.seeds = torch.Generator().manual_seed(check_seed("seed", seed))
         self.name = f"randomk_{_pct(self.ratio)}"
 
     def k(self, numel: int) -> int:
         """Values kept from ``numel``, as :meth:`TopK.k`."""
-        return count(self.ratio, check_int("numel", numel))
+        return _count(self.ratio, check_int("numel", numel))
 
     def _indices(self, numel: int, seed: int, device: torch.device) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed)

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import torch
 
-from perfkit.compress._checks import check_int
+from perfkit._checks import check_int
 from perfkit.compress.codecs import Compressed, Compressor, _check_input
 
 __all__ = ["ErrorFeedback"]

@@ -45,15 +45,7 @@ from collections.abc import Callable
 
 import torch
 
-from perfkit.compress._checks import (
-    check_callable,
-    check_flat_out,
-    check_int,
-    check_packed,
-    check_positive,
-    check_scalar_tensor,
-    check_tensor,
-)
+from perfkit._checks import check_callable, check_int, check_real, check_tensor
 
 __all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "check_fused", "pack_bits",
            "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
@@ -196,9 +188,9 @@ def qsgd_encode(flat: torch.Tensor, pool: torch.Tensor, s: float,
     """
     check_tensor("flat", flat, floating=True, ndim=1)
     check_tensor("pool", pool, dtype=torch.float32, ndim=1)
-    s = check_positive("s", s)
+    s = float(check_real("s", s, 0, lo_open=True))
     check_fused(fused)
-    scr = check_callable("scratch", scratch) or _fresh
+    scr = check_callable("scratch", scratch, optional=True) or _fresh
     if pool.numel() != min(flat.numel(), DITHER_POOL):
         raise ValueError(f"pool must hold min(len(flat), {DITHER_POOL}) = "
                          f"{min(flat.numel(), DITHER_POOL)} values, got {pool.numel()}")
@@ -228,8 +220,8 @@ def qsgd_decode(codes: torch.Tensor, inv_s: torch.Tensor, out: torch.Tensor,
             not a flat float tensor of ``codes``' length, ``fused`` not None/True/False.
     """
     check_tensor("codes", codes, dtype=torch.uint8, ndim=1)
-    check_scalar_tensor("inv_s", inv_s)
-    check_flat_out(out, codes.numel())
+    check_tensor("inv_s", inv_s, floating=True, numel=1)
+    check_tensor("out", out, floating=True, ndim=1, numel=codes.numel())
     check_fused(fused)
     if codes.numel():
         inv = inv_s.reshape(()).to(torch.float32)
@@ -291,7 +283,8 @@ def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
         TypeError, ValueError: ``n`` is not an int >= 0, ``packed`` not ``ceil(n / 8)``
             uint8 bytes.
     """
-    check_packed(packed, check_int("n", n))
+    nbytes = -(-check_int("n", n) // 8)  # ceil(n / 8) bytes of sign bits
+    check_tensor("packed", packed, dtype=torch.uint8, ndim=1, numel=nbytes)
     return _unpack_into(packed, torch.empty(n, dtype=torch.bool, device=packed.device))
 
 
@@ -337,7 +330,7 @@ def sign_encode(flat: torch.Tensor, fused: bool | None = None,
     """
     check_tensor("flat", flat, floating=True, ndim=1)
     check_fused(fused)
-    scr = check_callable("scratch", scratch) or _fresh
+    scr = check_callable("scratch", scratch, optional=True) or _fresh
     if flat.numel() < 8:  # no whole plane: nothing to fuse
         return _sign_encode_eager(flat, scr)
     return _dispatch(fused, flat, lambda: _sign_encode_split(flat),
@@ -375,8 +368,8 @@ def sign_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
             ``ceil(n / 8)`` uint8 bytes, ``scale`` not one float, ``fused`` not None/True/False.
     """
     check_tensor("out", out, floating=True, ndim=1)
-    check_packed(packed, out.numel())
-    check_scalar_tensor("scale", scale)
+    check_tensor("packed", packed, dtype=torch.uint8, ndim=1, numel=-(-out.numel() // 8))
+    check_tensor("scale", scale, floating=True, numel=1)
     check_fused(fused)
     sc = scale.to(out.dtype).reshape(())
     if out.numel() < 8:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from perfkit.compress._checks import check_int
+from perfkit._checks import check_int
 from perfkit.compress.codecs import Compressed, Compressor
 from perfkit.compress.feedback import ErrorFeedback
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as nn_functional
 
-from perfkit.compress._checks import check_int, check_positive, check_ratio, check_seed
+from perfkit._checks import check_int, check_real, check_seed
 from perfkit.compress.codecs import QSGD, Compressor
 
 __all__ = ["gaussian_error", "simulate_dp_training"]
@@ -49,7 +49,7 @@ def simulate_dp_training(make: Callable[[], Compressor] | None, steps: int = 100
     compresses it with its own compressor (``make()`` is called once per worker, so error
     feedback keeps one residual per worker, as on real ranks), and the decompressed
     gradients are averaged. It shows convergence with and without compression in
-    milliseconds; the real thing runs under torchrun in ``perfkit.workers.compression``.
+    milliseconds; the real thing runs under torchrun in ``perfkit.jobs.compression``.
 
     Args:
         make: factory of one worker's compressor; ``None`` means no compression.
@@ -68,7 +68,7 @@ def simulate_dp_training(make: Callable[[], Compressor] | None, steps: int = 100
         raise TypeError(f"make must be None or a callable returning a Compressor, got {make!r}")
     for name, v in (("steps", steps), ("workers", workers), ("batch", batch)):
         check_int(name, v, 1)
-    check_positive("lr", lr)
+    check_real("lr", lr, 0, lo_open=True)
     x, onehot = _digits_design()
     g = torch.Generator().manual_seed(check_seed("seed", seed))
     w = torch.zeros(65, 10)  # weights and bias: 650 parameters
@@ -110,7 +110,7 @@ def gaussian_error(method: str, ratio: float = 1.0, numel: int = 1 << 20) -> flo
 
     if not isinstance(method, str):
         raise TypeError(f"method must be 'topk', 'randomk', 'sign' or 'qsgd', got {method!r}")
-    check_ratio(ratio)
+    check_real("ratio", ratio, 0, 1, lo_open=True)
     check_int("numel", numel, 2)
     nd = NormalDist()
     if method == "topk":

@@ -220,7 +220,7 @@ def test_large_finite_values_are_not_mistaken_for_inf():
 
 @pytest.mark.parametrize(("ratio", "exc"), [(0, ValueError), (0.0, ValueError),
                                             (-0.1, ValueError), (1.5, ValueError),
-                                            (float("nan"), ValueError), (True, TypeError),
+                                            (float("nan"), ValueError), (True, ValueError),
                                             ("0.1", TypeError)])
 def test_ratio_outside_0_1_is_refused(ratio, exc):
     with pytest.raises(exc, match="ratio"):
