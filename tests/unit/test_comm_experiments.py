@@ -6,8 +6,18 @@ import pytest
 import torch
 
 from perfkit import stats
-from perfkit.comm import (INTERCONNECTS, AlphaBeta, CollectivePoint, backward_share, bucket_count_effect,
-                          encoding_pays, fit_quality, hidden_share, ring_allreduce_time, ring_check)
+from perfkit.comm import (
+    INTERCONNECTS,
+    AlphaBeta,
+    CollectivePoint,
+    backward_share,
+    bucket_count_effect,
+    encoding_pays,
+    fit_quality,
+    hidden_share,
+    ring_allreduce_time,
+    ring_check,
+)
 
 
 def pt(nbytes, t, n=2, p10=None, p90=None):
@@ -105,7 +115,8 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     text = bucket_count_effect(bk, alpha_s=0.01)
     assert "8 against 1" in text and "slower" in text and "stands out of" in text
     assert "7 x alpha = 70" in text
-    quiet = bucket_count_effect([{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}], 0.01)
+    two = [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}]
+    quiet = bucket_count_effect(two, 0.01)
     assert "does not show its noise" in quiet and "faster" in quiet
     with pytest.raises(ValueError, match="alpha_s"):
         bucket_count_effect(bk, -1.0)

@@ -1,0 +1,71 @@
+"""perfkit.compress.experiments: what notebook 03 measures on one gradient."""
+
+import math
+
+import pytest
+import torch
+
+from perfkit.compress import conservation_error, error_rows, gaussian_error, residual_norms, time_codecs
+
+
+def grad(n=20_000, seed=0):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def test_error_rows_cover_every_compressor_with_exact_bytes_and_the_model():
+    g = grad()
+    rows = error_rows(g, [0.01, 0.5])
+    names = ["topk 0.01", "topk 0.5", "randomk 0.01", "randomk 0.5", "qsgd", "sign"]
+    assert [r["name"] for r in rows] == names
+    by = {r["name"]: r for r in rows}
+    assert by["topk 0.01"]["wire_bytes"] == 200 * 8  # value + int32 index per kept value
+    assert by["topk 0.01"]["wire_ratio"] == pytest.approx(0.02)
+    assert by["topk 0.5"]["predicted"] == gaussian_error("topk", 0.5, g.numel())
+    # on Gaussian data the measured errors follow the Gaussian model
+    for r in rows:
+        assert r["rel_error"] == pytest.approx(r["predicted"], rel=0.1), r["name"]
+    # random-k keeping half drops about half the energy: error sqrt(0.5)
+    assert by["randomk 0.5"]["rel_error"] == pytest.approx(math.sqrt(0.5), rel=0.05)
+
+
+def test_error_rows_measure_rather_than_copy_the_model_on_heavy_tails():
+    g = grad()
+    g[:100] *= 100  # a few coordinates carry most of the energy
+    tk = next(r for r in error_rows(g, [0.01]) if r["name"] == "topk 0.01")
+    assert tk["rel_error"] < 0.5 * tk["predicted"]
+
+
+def test_conservation_error_is_rounding_only():
+    assert 0 <= conservation_error(grad(), steps=10) < 1e-6
+
+
+def test_residual_norms_random_k_holds_more_than_top_k():
+    age = residual_norms(grad(5000), steps=50)
+    assert set(age) == {"top-k 1%", "random-k 1%", "sign"}
+    assert age["random-k 1%"] > age["top-k 1%"] > 0
+
+
+@pytest.mark.parametrize("bad, exc", [(torch.zeros(10), ValueError), (torch.ones(2, 3), ValueError),
+                                      ([1.0, 2.0], TypeError), (torch.tensor([1.0, math.nan]), ValueError)])
+def test_gradients_are_checked(bad, exc):
+    with pytest.raises(exc, match="grad"):
+        error_rows(bad, [0.1])
+
+
+def test_bad_counts_and_ratios_are_named():
+    with pytest.raises(ValueError, match="ratios"):
+        error_rows(grad(), [0.0])
+    with pytest.raises(ValueError, match="steps"):
+        conservation_error(grad(), steps=0)
+    with pytest.raises(ValueError, match="numel"):
+        time_codecs(10)
+    with pytest.raises(ValueError, match="repeat"):
+        time_codecs(4096, repeat=0)
+
+
+def test_time_codecs_times_every_path_in_alternation():
+    k = time_codecs(4096, repeat=2)
+    assert set(k.times) == {"memcpy", "fp16 cast", "qsgd eager", "qsgd fused", "sign eager", "sign fused",
+                            "topk exact", "topk sampled"}
+    assert all(len(m.times_s) == 2 for m in k.times.values())
+    assert k.first_fused_s > 0 and 0.99 <= k.sampled_mass <= 1.0 + 1e-6
