@@ -32,7 +32,7 @@ Launcher side, :func:`compare` runs both phases and returns a :class:`Comparison
 
     from perfkit.jobs.zero_bench import compare, step_ratio
     c = compare(["ddp_adamw", "perfkit", "torch_zero", "deepspeed_1"], nproc=2, steps=10)
-    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # (1.02, (0.99, 1.05))
+    print(step_ratio(c.variants["perfkit"], c.variants["ddp_adamw"]))   # 1.02 (90% interval ...)
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
-import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,12 +51,14 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from perfkit import dist as pdist
-from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
+from perfkit import stats
+from perfkit._checks import check_type
 from perfkit.comm.traffic import count_traffic
 from perfkit.jobs import zero_variants as zv
 from perfkit.memory import optimizer_state_bytes, peak_rss_bytes, reset_peak_rss, rss_bytes, trim_heap
 from perfkit.models import tiny_gpt2
 from perfkit.parallel import ZeroOptimizer
+from perfkit.stats import Estimate
 from perfkit.timing import interleaved
 
 VARIANTS = ("ddp_adamw", "perfkit", "perfkit_ddp", "torch_zero", "zero1", "zero2", "zero3",
@@ -256,61 +256,21 @@ class VariantResult:
     step_times_s: tuple[float, ...] = ()  # s, the slowest rank's timed steps, in round order
 
 
-def median_ratio_spread(a: Sequence[float], b: Sequence[float], resamples: int = 400,
-                        seed: int = 0) -> tuple[float, float]:
-    """10th and 90th percentiles of ``median(a) / median(b)`` over bootstrap resamples of the
-    rounds, each round's pair ``(a[i], b[i])`` kept together.
-
-    This is the uncertainty of the *median* ratio: it narrows about as ``1/sqrt(rounds)``,
-    where the range of the single rounds' ratios stays as wide however many rounds are run.
-
-    Raises:
-        TypeError, ValueError: for empty or unequal sequences, a time that is not a finite
-            number above 0, ``resamples`` below 10 or a negative ``seed``.
-    """
-    a, b = check_items("a", a), check_items("b", b)
-    if len(a) != len(b):
-        raise ValueError(f"a and b must hold the same number (>= 1) of times, got {len(a)} and {len(b)}")
-    for name, xs in (("a", a), ("b", b)):
-        for x in xs:
-            check_real(f"{name} entries", x, 0, lo_open=True)  # seconds; a zero would divide by zero
-    check_int("resamples", resamples, 10)
-    check_int("seed", seed, 0)
-    rng, n = random.Random(seed), len(a)
-    stats = []
-    for _ in range(resamples):
-        idx = [rng.randrange(n) for _ in range(n)]
-        stats.append(statistics.median(a[i] for i in idx) / statistics.median(b[i] for i in idx))
-    stats.sort()
-    k = resamples // 10
-    return stats[k], stats[-1 - k]
-
-
-def step_ratio(a: VariantResult, b: VariantResult,
-               spread: str = "median") -> tuple[float, tuple[float, float]]:
-    """``a``'s step time over ``b``'s (the ratio of medians) with a spread.
-
-    ``spread="median"``: the uncertainty of that ratio (:func:`median_ratio_spread` of the
-    rounds, timed interleaved, so each pair shared the machine's load); ``"rounds"``: the 10th
-    and 90th percentiles of the single rounds' ratios (with fewer than 10 rounds, the smallest
-    and largest), which do not narrow with more rounds.
+def step_ratio(a: VariantResult, b: VariantResult) -> Estimate:
+    """``a``'s step time over ``b``'s: the ratio of their medians, with the 90 % bootstrap
+    interval of that ratio over the rounds (:func:`perfkit.stats.median_ratio`; the rounds were
+    timed interleaved, so each pair shared the machine's load).
 
     Raises:
         TypeError: for an ``a`` or ``b`` that is not a :class:`VariantResult`.
-        ValueError: when they hold no step times or not the same number, or for another
-            ``spread``.
+        ValueError: when they hold no step times or not the same number.
     """
     check_type("a", a, VariantResult)
     check_type("b", b, VariantResult)
-    check_choice("spread", spread, ("median", "rounds"))
     if not a.step_times_s or len(a.step_times_s) != len(b.step_times_s):
         raise ValueError(f"a and b must hold the same number (>= 1) of step times, got "
                          f"{len(a.step_times_s)} and {len(b.step_times_s)}")
-    if spread == "median":
-        return a.step_s / b.step_s, median_ratio_spread(a.step_times_s, b.step_times_s)
-    pairs = sorted(x / y for x, y in zip(a.step_times_s, b.step_times_s, strict=True))
-    k = len(pairs) // 10
-    return a.step_s / b.step_s, (pairs[k], pairs[-1 - k])
+    return stats.median_ratio(a.step_times_s, b.step_times_s)
 
 
 @dataclass(frozen=True)

@@ -191,18 +191,6 @@ def test_memory_widget_sweeps_its_controls():
     assert len(totals) >= 7
 
 
-def test_zero_widget_sweeps_its_controls():
-    import matplotlib.pyplot as plt
-
-    from perfkit.viz.memory import zero_widget
-
-    spec = zero_widget()
-    for kw in spec.extremes():
-        fig = spec.fn(**kw)
-        assert len(fig.axes[0].get_yticklabels()) == 4  # stages 0-3
-        plt.close(fig)
-
-
 def test_plot_memory_stack_errors():
     from perfkit.viz.memory import plot_loss_curves, plot_memory_stack
 
@@ -280,60 +268,19 @@ def test_zero_memory_and_traffic_plots_draw_measured_beside_the_model():
         plot_zero_traffic(c, {"zero3": 3})
 
 
-def test_step_ratio_pairs_the_rounds():
+def test_step_ratio_is_the_median_ratio_of_the_paired_rounds():
+    from perfkit import stats
     from perfkit.jobs.zero_bench import step_ratio
 
     c = _comparison()
-    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"], spread="rounds")
-    assert ratio == pytest.approx(1.4 / 1.1)
-    assert (lo, hi) == pytest.approx((1.0, 1.5))  # per round: 1.5, 1.0, 1.27
-    ratio, (lo, hi) = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"])
-    assert lo <= ratio <= hi and 1.0 <= lo and hi <= 1.5  # the median's uncertainty
-    with pytest.raises(ValueError, match="spread must be"):
-        step_ratio(c.variants["zero3"], c.variants["ddp_adamw"], spread="p90")
+    e = step_ratio(c.variants["zero3"], c.variants["ddp_adamw"])
+    assert e == stats.median_ratio(c.variants["zero3"].step_times_s, c.variants["ddp_adamw"].step_times_s)
+    assert e.value == pytest.approx(1.4 / 1.1) and e.low <= e.value <= e.high and e.level == stats.LEVEL
     with pytest.raises(TypeError, match="a must be a VariantResult"):
         step_ratio(1.4, c.variants["ddp_adamw"])
     short = dataclasses.replace(c.variants["zero3"], step_times_s=(1.0,))
     with pytest.raises(ValueError, match="same number"):
         step_ratio(short, c.variants["ddp_adamw"])
-
-
-def test_median_ratio_spread_narrows_with_rounds_where_the_rounds_range_does_not():
-    """The uncertainty of a median ratio shrinks as rounds are added; the range of single
-    rounds' ratios does not (it is the noise of one round), so it can never decide a bound
-    closer to the median than the noise."""
-    import random
-    import statistics
-
-    from perfkit.jobs.zero_bench import median_ratio_spread
-
-    rng = random.Random(1)
-
-    def rounds(n):  # b's steps are 1.15x a's, each round's ratio noisy by about +-10 %
-        a = [1.0 + 0.2 * rng.random() for _ in range(n)]
-        return a, [x * 1.15 * (1 + 0.2 * (rng.random() - 0.5)) for x in a]
-
-    widths, single = [], []
-    for n in (10, 160):
-        a, b = rounds(n)
-        lo, hi = median_ratio_spread(b, a)
-        assert lo <= statistics.median(b) / statistics.median(a) <= hi
-        widths.append(hi - lo)
-        r = sorted(y / x for x, y in zip(a, b, strict=True))
-        single.append(r[-1 - n // 10] - r[n // 10])
-    assert widths[1] < widths[0] / 2  # 16x the rounds: about a quarter of the width
-    assert single[1] > single[0] / 2  # the single rounds' range stays as wide
-    assert median_ratio_spread([2.0] * 5, [1.0] * 5) == (2.0, 2.0)
-    with pytest.raises(ValueError, match="same number"):
-        median_ratio_spread([1.0], [1.0, 2.0])
-    with pytest.raises(ValueError, match="resamples"):
-        median_ratio_spread([1.0], [1.0], resamples=3)
-    with pytest.raises(ValueError, match="b entries"):
-        median_ratio_spread([1.0, 2.0], [1.0, 0.0])  # a zero time would divide by zero
-    with pytest.raises(ValueError, match="a entries"):
-        median_ratio_spread([float("nan")], [1.0])
-    with pytest.raises(ValueError, match="at least one"):
-        median_ratio_spread([], [])
 
 
 def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
