@@ -5,7 +5,7 @@
   (``comm_bound`` runs under torchrun with 2 processes); goal 1.0.
 * ``false_alarms``: healthy scripts with a finding above information level; goal 0.
 * ``measured``: each script's shares, syncs per step and finding shares: the numbers
-  ``perfkit.profiling.DiagnoseThresholds`` is calibrated on.
+  ``perfkit.profiling.Thresholds.for_command()`` is calibrated on.
 * ``overhead_ratio``: a step outside the recorded window (optimizer hooks and DataLoader
   timing installed, no profiler) against the same step undiagnosed, in one process,
   interleaved (A, B, A, B; :func:`perfkit.timing.interleaved`), blocks of ``--block``

@@ -18,7 +18,7 @@
 #    Python source) with `perfkit.profiling.StepMonitor`;
 # 3. **the PyTorch profiler**: top operators, a trace you can open in Perfetto, and a phase
 #    breakdown derived from the trace that must agree with the monitor;
-# 4. **the bottleneck analyzer** `perfkit.profiling.diagnose`: its thresholds, a planted data
+# 4. **the bottleneck analyzer** `perfkit.profiling.diagnose_shares`: its thresholds, a planted data
 #    bottleneck, its diagnosis before and after the fix, and the measured speedup; the same loop
 #    watched through TensorBoard, and the Prometheus alert rule that would catch it;
 # 5. **`perfkit diagnose`** on training scripts it has never seen, each planted with one known
@@ -57,7 +57,7 @@ from perfkit.profiling import (
     Profiler,
     StepMonitor,
     Thresholds,
-    diagnose,
+    diagnose_shares,
     measure_workload,
 )
 from perfkit.verdict import Prediction, busy, judge
@@ -341,7 +341,7 @@ viz.show_verdict(judge(p_agree, worst_pp, explain={
 # %% [markdown]
 # ## 4. The bottleneck analyzer
 #
-# `diagnose(summary)` compares each phase's share with a threshold and returns `Finding`
+# `diagnose_shares(summary)` compares each phase's share with a threshold and returns `Finding`
 # records: what is slow, the evidence, what to try, and the course notebook that teaches the
 # fix. The PyTorch profiler's TensorBoard plugin (`torch_tb_profiler`, in
 # `RunProfileData.analyze`) published two such rules: **data loading above 5 % of the step**
@@ -382,7 +382,7 @@ display(Markdown(
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
 example = {"data": 0.34, "forward": 0.22, "backward": 0.30, "optimizer": 0.04, "other": 0.10}
-for f in diagnose(example):
+for f in diagnose_shares(example):
     print(f)
 
 # %% [markdown]
@@ -406,7 +406,7 @@ viz.show_verdict(judge(p_slow, slow["data"].p50_s * 1e3, explain={
             "per-sample tokenizing and the loader's own cost.",
     "below": "Less than the planted cost itself: the cost is spent in a busy loop, so this means the "
              "monitor's data phase missed part of the loader's work."}))
-display(Markdown(vprof.findings_markdown(diagnose(slow))))
+display(Markdown(vprof.findings_markdown(diagnose_shares(slow))))
 
 # %% [markdown]
 # **The fix** follows the first recommendation: do the per-sample work **once**, before
@@ -434,7 +434,7 @@ viz.show_verdict(judge(p_fix, speedup, spread=(fix.low, fix.high), explain={
                                        f"({busy()})." if busy() else "."),
     "below": "The model's own phases got slower in the fixed run: the machine's load changed while the "
              "breakdown was measured (the interleaved measurement is the one to trust)."}))
-display(Markdown(vprof.findings_markdown(diagnose(fixed))))
+display(Markdown(vprof.findings_markdown(diagnose_shares(fixed))))
 vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
                       title="Before and after the fix (mean ms per step)")
 plt.show()
@@ -512,7 +512,7 @@ viz.show_verdict(judge(p_watch, min(after), explain={
 
 # %% [markdown]
 # The alert rule that watches for this in Prometheus, generated from the same `Thresholds` that
-# `diagnose` uses, with the fix in its annotations (`alert_rules()` writes all six: data- and
+# `diagnose_shares` uses, with the fix in its annotations (`alert_rules()` writes all six: data- and
 # communication-bound, optimizer, untimed work, step-time regression, a straggling rank):
 
 # %%
@@ -537,7 +537,7 @@ print(f"On the windows read back above it is true at steps {fires}; the slow pip
 #   forward, other;
 # * the **findings** are ranked by Amdahl's bound on what removing each cause can gain,
 #   `1 / (1 - share)`, with thresholds calibrated on planted scripts
-#   (`perfkit.profiling.DiagnoseThresholds`; its docstring has the measured ranges).
+#   (`perfkit.profiling.Thresholds.for_command()`; its docstring has the measured ranges).
 #
 # `examples/diagnose/` holds small training scripts, each slow for one known reason that its
 # docstring names ("`perfkit diagnose` should name: data"), and healthy ones. We run the
@@ -620,7 +620,7 @@ for name, rep in reports.items():
             "above": f"The findings were {kinds or 'none'}: the planted cause "
                      + ("ranked below another one" if planted[name] in kinds else "did not cross its threshold")
                      + " on this run, so the thresholds do not fit this machine's load; see "
-                       "`DiagnoseThresholds` and `benchmarks/diagnose.py`."}))
+                       "`Thresholds.for_command` and `benchmarks/diagnose.py`."}))
     else:
         viz.show_verdict(judge(predicted[name], len(loud), explain={
             "held": "Its findings: " + (", ".join(f"{f['kind']} ({f['severity']})" for f in rep["findings"])
@@ -705,7 +705,7 @@ plt.show()
 # * A **phase breakdown** (`StepMonitor`) says which part of the step to work on; the
 #   **profiler** says which operators, and its trace is a second, independent clock on the
 #   phases (section 3's verdict says how closely the two agreed here).
-# * `diagnose` turns shares into findings with thresholds you can defend; section 4 shows what
+# * `diagnose_shares` turns shares into findings with thresholds you can defend; section 4 shows what
 #   it found on the planted bottleneck, and the verdicts there say how closely the breakdown
 #   predicted what the fix would buy on this run.
 # * `python -m perfkit diagnose train.py` does the same for a script nobody changed: steps

@@ -1,27 +1,23 @@
 """Profiling (module 01): where a training step's time goes.
 
-StepMonitor and MemoryMonitor time your own loop's phases and write them to sinks
-(TensorBoard, JSON lines, Prometheus), the Profiler wraps torch.profiler and reads phase shares
-back from its trace, diagnose turns shares into findings, and alert_rules turns the same
-thresholds into Prometheus alerts. run_diagnosis (``python -m perfkit diagnose train.py``)
-does all of it for an unchanged script: StepRecorder finds its steps, attribute_trace splits
-them, build_report ranks the findings and measures the memory split (footprint), and
-render writes the report.
+Two step timers: StepMonitor (and MemoryMonitor) time the phases of a loop you write and send
+them to sinks (TensorBoard, JSON lines, Prometheus); StepRecorder finds the steps of a script
+you cannot change and profiles a window of them. Two trace readers, both through
+trace_events: trace_breakdown sums the nested phases a Profiler run recorded, attribute_trace
+labels each instant of a StepRecorder window once. One diagnosis: diagnose_shares judges any
+of their shares by the one rules table (RULES) at one Thresholds and returns Finding records;
+alert_rules turns the same thresholds into Prometheus alerts. run_diagnosis (``python -m
+perfkit diagnose train.py``) does it all for an unchanged script: build_report merges the
+ranks and ranks the findings, footprint measures the memory split, render writes the report.
 
 Usage::
 
     mon = StepMonitor(warmup=2)
     ...  # your loop, with `with mon.phase("forward"):` around each phase
-    print(mon.summary(), diagnose(mon.summary()))
+    print(mon.summary(), diagnose_shares(mon.summary()))
 """
 
 from perfkit.profiling.alerts import ALERTS, alert_rules, prometheus_config
-from perfkit.profiling.analyzer import (
-    Finding,
-    Thresholds,
-    diagnose,
-    measure_workload,
-)
 from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribute_trace
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
@@ -39,10 +35,12 @@ from perfkit.profiling.profiler import (
     ProfileResult,
     TraceBreakdown,
     trace_breakdown,
+    trace_events,
 )
 from perfkit.profiling.recorder import StepRecorder, WindowDone
 from perfkit.profiling.render import render_html, render_markdown, render_text
-from perfkit.profiling.report import DiagnoseThresholds, build_report, rank_record
+from perfkit.profiling.report import build_report, rank_record
+from perfkit.profiling.rules import KINDS, RULES, Finding, Rule, StepShares, diagnose_shares
 from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
 from perfkit.profiling.sinks import (
     METRICS,
@@ -53,6 +51,8 @@ from perfkit.profiling.sinks import (
     read_scalars,
     window_scalars,
 )
+from perfkit.profiling.thresholds import Thresholds
+from perfkit.profiling.workload import measure_workload
 
 __all__ = [
     "ALERTS",
@@ -69,9 +69,9 @@ __all__ = [
     "build_report",
     "CATEGORIES",
     "DiagnoseConfig",
-    "DiagnoseThresholds",
-    "diagnose",
+    "diagnose_shares",
     "Finding",
+    "KINDS",
     "measure_workload",
     "memory_split",
     "MemoryMonitor",
@@ -80,6 +80,8 @@ __all__ = [
     "PHASES",
     "PhaseStats",
     "rank_record",
+    "Rule",
+    "RULES",
     "render_html",
     "render_markdown",
     "render_text",
@@ -92,8 +94,10 @@ __all__ = [
     "ProfileResult",
     "StepMonitor",
     "StepSummary",
+    "StepShares",
     "StepWindow",
     "Thresholds",
     "trace_breakdown",
     "TraceBreakdown",
+    "trace_events",
 ]

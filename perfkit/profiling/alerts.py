@@ -1,14 +1,16 @@
-"""Prometheus alert rules from the analyzer's thresholds: the diagnosis, while the job runs.
+"""Prometheus alert rules from the diagnosis thresholds: the diagnosis, while the job runs.
 
-:func:`diagnose` judges a finished summary; :func:`alert_rules` writes the same judgement as
+:func:`~perfkit.profiling.diagnose_shares` judges a finished summary; :func:`alert_rules`
+writes the same judgement as
 a Prometheus rule file over the metrics :class:`~perfkit.profiling.PrometheusSink` exports.
 Each share threshold of :class:`~perfkit.profiling.Thresholds` (data, communication,
 optimizer, untimed "other") becomes an alert on ``perfkit_phase_share``; the step time
 against a baseline becomes a regression alert; the jitter ratio becomes a straggler alert
 comparing each rank's time outside communication with the fastest rank's (under synchronous
 data parallelism every rank's *step* takes as long as the slowest one's, so the slow rank
-shows only in the work it does before it waits). Every alert carries the analyzer's fix and
-notebook in its annotations, taken from :func:`diagnose` itself so the two never disagree.
+shows only in the work it does before it waits). Every alert carries its rule's title, fix
+and notebook in its annotations, read from the one rules table
+(:data:`~perfkit.profiling.RULES`), so the alerts and the diagnosis never disagree.
 :func:`prometheus_config` writes a scrape configuration for the sinks' endpoints.
 
 The YAML is written directly (strings JSON-quoted, which YAML reads as double-quoted
@@ -29,12 +31,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.profiling.analyzer import Finding, Thresholds, diagnose
-from perfkit.profiling.monitor import PhaseStats, StepSummary
+from perfkit.profiling.rules import RULES
+from perfkit.profiling.thresholds import Thresholds
 
 __all__ = ["ALERTS", "alert_rules", "prometheus_config"]
 
-# analyzer kind -> alert name, for the share thresholds
+# rule kind -> alert name (and the regression alert, which has no rule of its own)
 ALERTS = {"data": "PerfkitDataBound", "communication": "PerfkitCommunicationBound",
           "optimizer": "PerfkitOptimizerBound", "other": "PerfkitUntimedWork",
           "regression": "PerfkitStepTimeRegression", "jitter": "PerfkitStragglingRank"}
@@ -71,30 +73,22 @@ def _yaml(value: Any, indent: int = 0) -> list[str]:
     return out
 
 
-def _finding(kind: str, th: Thresholds) -> Finding:
-    """The analyzer's own finding for ``kind`` on a record far past its threshold."""
-    if kind == "jitter":  # a summary whose p99 is 10x its p50, long enough to be judged
-        stats = PhaseStats("step", 1.0, 0.0, 1.0, 1.0, 10.0, 1.0)
-        record: Any = StepSummary(steps=max(th.min_steps, 1), step=stats, phases={})
-    else:
-        record = {kind: 1.0}
-    return next(f for f in diagnose(record, th) if f.kind == kind)
-
-
-def _annotations(description: str, f: Finding) -> dict[str, str]:
-    return {"summary": f.evidence.split(": ")[0], "description": description,
-            "fix": "; ".join(f.recommendations), "notebook": f.notebook}
+def _annotations(description: str, kind: str) -> dict[str, str]:
+    rule = RULES[kind]
+    return {"summary": rule.title, "description": description, "fix": "; ".join(rule.fix),
+            "notebook": rule.notebook}
 
 
 def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | None = None,
                 regression: float = 0.2, for_s: float = 300.0,
                 interval_s: float | None = None, lookback_s: float = 3600.0,
                 kinds: Sequence[str] | None = None) -> str:
-    """A Prometheus rule file (YAML text) raising the analyzer's findings as alerts.
+    """A Prometheus rule file (YAML text) raising the diagnosis' findings as alerts.
 
     Args:
         thresholds: the shares and jitter ratio to alert on (default ``Thresholds()``,
-            the values :func:`diagnose` uses).
+            the values :func:`~perfkit.profiling.diagnose_shares` uses); a share threshold
+            of ``None`` (``other`` in :meth:`Thresholds.for_command`) writes no alert.
         baseline_step_s: the step time the job should keep (e.g. a good run's
             ``summary().step.p50_s``), s; ``None`` compares each rank with its own median
             over the ``lookback_s`` before the last ``lookback_s``.
@@ -136,9 +130,11 @@ def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | N
 
     for kind in ("data", "communication", "optimizer", "other"):
         limit = getattr(th, kind)
+        if limit is None:
+            continue
         alert(kind, f'perfkit_phase_share{{phase="{kind}"}} > {limit!r}', _annotations(
               f"rank {{{{ $labels.rank }}}}: {kind} takes {{{{ $value | humanizePercentage }}}}"
-              f" of the step (threshold {limit:.0%})", _finding(kind, th)))
+              f" of the step (threshold {limit:.0%})", kind))
     if baseline_step_s is not None:
         bound, against = baseline_step_s * (1 + regression), f"{baseline_step_s:g} s baseline"
         expr = f"perfkit_step_p50_seconds > {bound!r}"
@@ -151,12 +147,12 @@ def alert_rules(thresholds: Thresholds | None = None, baseline_step_s: float | N
         "description": f"rank {{{{ $labels.rank }}}}: median step {{{{ $value | "
                        f"humanizeDuration }}}}, over {regression:.0%} slower than the {against}",
         "fix": "compare perfkit_phase_share with the baseline run's to find the phase that "
-               "grew and follow that phase's alert; " + _finding("other", th).recommendations[0],
+               "grew and follow that phase's alert; " + RULES["other"].fix[0],
         "notebook": "notebooks/01_profiling.ipynb"})
     alert("jitter", f"{BUSY} > on (job) group_left () ({th.jitter!r} * min by (job) ({BUSY}))",
           _annotations(f"rank {{{{ $labels.rank }}}} works {{{{ $value | humanizeDuration }}}}"
                        f" per step outside communication, over {th.jitter}x the fastest rank",
-                       _finding("jitter", th)))
+                       "jitter"))
     group: dict[str, Any] = {"name": "perfkit"}
     if interval_s is not None:
         group["interval"] = _duration(interval_s)

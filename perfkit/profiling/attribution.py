@@ -13,11 +13,12 @@ covers it in this order:
 4. ``optimizer``, ``backward``, ``forward``: the ``phase:`` markers;
 5. ``other``: the rest (zero_grad, logging, the script's own Python).
 
-:func:`perfkit.profiling.trace_breakdown` sums nested phases; here the categories must not
-overlap (an all-reduce waited for inside ``backward`` is communication, not backward), so
-the shares add up to one. ``host_gap`` is the part of the step during which the main
-thread ran no operator and waited for no data, sync or collective: the per-step Python
-and dispatch overhead, spread over the other categories.
+:func:`perfkit.profiling.trace_breakdown` sums nested, user-named phases (a phase inside
+another counts in both); here the categories must not overlap (an all-reduce waited for
+inside ``backward`` is communication, not backward), so the shares add up to one. Both read
+the file through :func:`perfkit.profiling.trace_events`. ``host_gap`` is the part of the
+step during which the main thread ran no operator and waited for no data, sync or
+collective: the per-step Python and dispatch overhead, spread over the other categories.
 
 Usage::
 
@@ -28,15 +29,12 @@ Usage::
 from __future__ import annotations
 
 import bisect
-import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from perfkit._checks import check_type
-from perfkit.profiling.profiler import PHASE_PREFIX
+from perfkit.profiling.profiler import PHASE_PREFIX, trace_events
 
 __all__ = ["CATEGORIES", "TraceAttribution", "attribute_trace"]
 
@@ -135,13 +133,7 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
         TypeError: if ``trace`` is neither a path nor a mapping.
         ValueError: if it is not a Chrome trace or holds no ``ProfilerStep#`` window.
     """
-    check_type("trace", trace, (str, os.PathLike, Mapping))
-    try:
-        data = trace if isinstance(trace, Mapping) else json.loads(Path(trace).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"trace {str(trace)!r} is not a JSON file: {e}") from None
-    events = [e for e in data.get("traceEvents", []) if isinstance(e, Mapping)
-              and e.get("ph") == "X" and {"name", "ts", "dur"} <= e.keys()]
+    events = [e for e in trace_events(trace) if {"name", "ts", "dur"} <= e.keys()]
     steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
     if not steps:
         raise ValueError("trace has no ProfilerStep# windows: it was not written by "

@@ -31,7 +31,6 @@ Usage::
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from typing import Any
 
 import torch
 
+from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.timing import resolve_device
@@ -70,20 +70,22 @@ class PhaseStats:
     @classmethod
     def of(cls, name: str, times: list[float], step_mean_s: float,
            parent: str | None = None) -> PhaseStats:
+        """The statistics of one phase's per-step ``times`` (s); quantiles are
+        :func:`perfkit.stats.quantile`'s (linear interpolation).
+
+        Raises:
+            TypeError, ValueError: for empty ``times``, a time that is not a finite number
+                >= 0, or a bad ``step_mean_s``.
+        """
         check_real("step_mean_s", step_mean_s, 0)
-        # Measurement's statistics with one sort and float sums: statistics.stdev's exact
-        # fractions cost ~1 ms per 50 times, paid per phase in every window a sink receives.
-        xs = sorted(check_real("times_s entries", t, 0) for t in check_items("times_s", times))
+        xs = [check_real("times_s entries", t, 0) for t in check_items("times_s", times)]
+        # float sums: statistics.stdev's exact fractions cost ~1 ms per 50 times, paid per
+        # phase in every window a sink receives
         n, mean = len(xs), math.fsum(xs) / len(xs)
         std = math.sqrt(math.fsum((t - mean) ** 2 for t in xs) / (n - 1)) if n > 1 else 0.0
-
-        def quantile(q: float) -> float:  # linear interpolation, as Measurement.quantile
-            lo, hi = math.floor(q * (n - 1)), math.ceil(q * (n - 1))
-            return xs[lo] + (xs[hi] - xs[lo]) * (q * (n - 1) - lo)
-
         share = mean / step_mean_s if step_mean_s > 0 else 0.0
-        return cls(name, mean, std, statistics.median(xs), quantile(0.95), quantile(0.99),
-                   share, parent)
+        return cls(name, mean, std, stats.median(xs), stats.quantile(xs, 0.95),
+                   stats.quantile(xs, 0.99), share, parent)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,12 @@ class _Phase:
 
     def __exit__(self, *exc: object) -> None:
         mon = self.mon
+        if self not in mon._open:
+            raise RuntimeError(f"phase {self.name!r} closed but it is not open")
+        if mon._open[-1] is not self:  # recording it would pop (and end) the inner phase
+            raise RuntimeError(f"phase {self.name!r} closed while phase {mon._open[-1].name!r}, "
+                               "opened inside it, is still open: close phases in the reverse "
+                               "order of opening (nested `with` blocks do)")
         mon._current.append((self.name, self.parent, self.start, mon._mark()))
         if mon._annotate:
             self._rf.__exit__(*exc)
@@ -205,7 +213,13 @@ class StepMonitor:
 
     Behaviour worth knowing: a phase run several times in one step is summed; a step's
     time runs from the previous :meth:`step` call (the first phase for the first step)
-    to this one; nested phases must have distinct names.
+    to this one; nested phases must have distinct names and close in the reverse order of
+    opening (closing an outer phase first raises ``RuntimeError`` naming both).
+
+    It times a loop you write (you name the phases; CUDA events, sinks, every step). A script
+    you cannot change is timed by :class:`~perfkit.profiling.StepRecorder` instead, which
+    finds the steps from optimizer hooks and the phases from a profiled window: the two
+    share no code because they share no mechanism.
     """
 
     def __init__(self, device: torch.device | str | None = None, warmup: int = 0,
@@ -266,6 +280,8 @@ class StepMonitor:
             TypeError: if ``name`` is not a non-empty string.
             ValueError: for a reserved name (``step``, ``other``), a name outside
                 ``phases`` when they were given, or (on entry) a phase nested in itself.
+            RuntimeError: (on exit) if a phase opened inside this one is still open, or this
+                one is not open.
         """
         ctx = self._ctx.get(name) if isinstance(name, str) else None  # a list is unhashable
         if ctx is None:  # first use of this name: validate once, then reuse the object

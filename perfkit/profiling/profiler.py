@@ -5,7 +5,9 @@ and writes a Chrome trace to ``build/traces/NAME.pt.trace.json``: open it in
 https://ui.perfetto.dev or ``chrome://tracing``, or point TensorBoard's profiler plugin
 at the folder. :func:`trace_breakdown` reads the ``phase:NAME`` markers that
 ``StepMonitor(annotate=True)`` puts into the trace and derives each phase's share of the
-step from the trace alone. :func:`perfkit.profiling.diagnose` turns the shares into findings.
+step from the trace alone; :func:`perfkit.profiling.diagnose_shares` turns the shares into
+findings. :func:`trace_events` is the one reader of a Chrome trace's file, which
+:func:`trace_breakdown` and :func:`perfkit.profiling.attribute_trace` share.
 
 Usage::
 
@@ -30,7 +32,8 @@ from torch.profiler import ProfilerActivity, record_function, schedule
 from perfkit._checks import check_int, check_real, check_type
 from perfkit.timing import resolve_device
 
-__all__ = ["OpStat", "ProfileConfig", "ProfileResult", "Profiler", "TraceBreakdown", "trace_breakdown"]
+__all__ = ["OpStat", "ProfileConfig", "ProfileResult", "Profiler", "TraceBreakdown", "trace_breakdown",
+           "trace_events"]
 
 PHASE_PREFIX = "phase:"
 
@@ -106,12 +109,36 @@ class ProfileResult:
     breakdown: TraceBreakdown | None
 
 
+def trace_events(trace: str | os.PathLike | Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The complete events (``"ph": "X"``, a start and a duration) of a Chrome trace.
+
+    Args:
+        trace: a path to a ``.json`` trace, or the parsed trace dict.
+
+    Raises:
+        TypeError: if ``trace`` is neither a path nor a mapping.
+        ValueError: if the file is not JSON, or not a JSON object with a ``traceEvents`` list.
+    """
+    check_type("trace", trace, (str, os.PathLike, Mapping))
+    try:
+        data = trace if isinstance(trace, Mapping) else json.loads(Path(trace).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"trace {str(trace)!r} is not a JSON file: {e}") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("traceEvents", []), list):
+        raise ValueError("trace must be a Chrome trace: a JSON object with a traceEvents list")
+    return [e for e in data.get("traceEvents", []) if isinstance(e, Mapping) and e.get("ph") == "X"]
+
+
 def trace_breakdown(trace: str | os.PathLike | Mapping[str, Any]) -> TraceBreakdown:
     """Per-phase time from a Chrome trace's ``ProfilerStep#N`` and ``phase:NAME`` events.
 
     A phase belongs to the step whose window holds its start; repeated phases in a step are
-    summed; a phase inside another phase (same thread) is recorded with that parent. These
-    are host-side (CPU) annotations: on CUDA they measure when work was issued, not run.
+    summed; a phase inside another phase (same thread) is recorded with that parent, and its
+    time counts in both (a nested breakdown). These are host-side (CPU) annotations: on CUDA
+    they measure when work was issued, not run. :func:`perfkit.profiling.attribute_trace`
+    answers another question on the traces ``perfkit diagnose`` writes: it labels each
+    instant once, in fixed categories (syncs and exposed collectives included), so that its
+    shares add up to one.
 
     Args:
         trace: a path to a ``.json`` trace, or the parsed trace dict.
@@ -122,15 +149,7 @@ def trace_breakdown(trace: str | os.PathLike | Mapping[str, Any]) -> TraceBreakd
             (profile with a schedule and call ``step()``) or no ``phase:`` markers
             (``StepMonitor(annotate=True)`` or :meth:`Profiler.phase`).
     """
-    check_type("trace", trace, (str, os.PathLike, Mapping))
-    try:
-        data = trace if isinstance(trace, Mapping) else json.loads(Path(trace).read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"trace {str(trace)!r} is not a JSON file: {e}") from None
-    if not isinstance(data, Mapping) or not isinstance(data.get("traceEvents", []), list):
-        raise ValueError("trace must be a Chrome trace: a JSON object with a traceEvents list")
-    events = [e for e in data.get("traceEvents", []) if isinstance(e, Mapping)
-              and e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    events = [e for e in trace_events(trace) if e.get("cat") == "user_annotation"]
     if any(not {"name", "ts", "dur", "tid"} <= e.keys() for e in events):
         raise ValueError("trace has user_annotation events without a name, ts, dur or tid")
     steps = sorted((e for e in events if e["name"].startswith("ProfilerStep#")),

@@ -7,9 +7,10 @@ optimizer calls, also under Hugging Face ``Trainer``, DeepSpeed engines and DDP)
 a named ``--step-marker`` function returns. Data wait is the time spent in DataLoader
 iterators' ``__next__``. After ``skip`` steps it starts ``torch.profiler`` for ``steps``
 steps and writes ``phase:`` and ``ProfilerStep#`` markers into the trace, so that
-:func:`perfkit.profiling.trace_breakdown` reads data / forward / backward / optimizer
-shares back from it. When the window ends it takes the peak memory and counts the model
-states held by the optimizers that stepped in it (:func:`perfkit.profiling.memory_split`).
+:func:`perfkit.profiling.attribute_trace` splits the window into data / sync /
+communication / optimizer / backward / forward / other. When the window ends it takes the
+peak memory and counts the model states held by the optimizers that stepped in it
+(:func:`perfkit.profiling.memory_split`).
 
 Outside the window each step costs two ``perf_counter`` calls and a list append (the
 overhead ``benchmarks/diagnose.py`` measures); the forward hooks, the backward wrapper
@@ -94,6 +95,11 @@ class _Span:
 
 class StepRecorder:
     """Hooks that find a script's steps and profile ``steps`` of them after ``skip``.
+
+    For a script you cannot change. A loop you write yourself is timed by
+    :class:`~perfkit.profiling.StepMonitor` instead (phases you name, CUDA events, sinks):
+    the two share no code because they share no mechanism (global hooks and a profiler
+    window here, explicit ``with mon.phase(...)`` blocks there).
 
     Args:
         skip: warm-up steps left out of the window (compilation, allocator warm-up).

@@ -4,7 +4,7 @@ Usage::
 
     from perfkit.viz.profiling import plot_phase_bars, findings_markdown
     plot_phase_bars({"slow data": before, "fixed": after})   # StepSummary records
-    findings_markdown(diagnose(after))
+    findings_markdown(diagnose_shares(after))
 """
 
 from __future__ import annotations
@@ -129,12 +129,13 @@ def plot_scalars(scalars: Mapping[str, Sequence[tuple[int, float]]], tags: Seque
 
 
 def findings_markdown(findings: Sequence[Any]) -> str:
-    """The analyzer's findings as Markdown (a line saying so when there are none)."""
+    """:func:`~perfkit.profiling.diagnose_shares`'s findings as Markdown (a line saying so
+    when there are none)."""
     if not findings:
         return "**No bottleneck found**: no phase crosses its threshold."
     out = []
     for f in findings:
-        recs = "".join(f"\n  - {r}" for r in f.recommendations)
+        recs = "".join(f"\n  - {r}" for r in f.fix)
         out.append(f"- **{f.kind}** ({f.severity}): {f.evidence}{recs}\n  - taught in "
                    f"`{f.notebook}`")
     return "\n".join(out)
@@ -170,7 +171,7 @@ def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
 
 
 def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Figure:
-    """A run's stacked phase bar above the analyzer's verdict, in one figure."""
+    """A run's stacked phase bar above its findings, in one figure (the widget's)."""
     fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 3.6), height_ratios=[1, 1.1])
     plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
     tax.axis("off")
@@ -180,7 +181,7 @@ def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Fi
         lines.append("diagnosis: no bottleneck found")
     for f in findings:
         lines.append(f"[{f.severity}] {f.evidence}")
-        lines.append(f"    try: {f.recommendations[0]}"[:110])
+        lines.append(f"    try: {f.fix[0]}"[:110])
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)
     fig.tight_layout()
@@ -192,14 +193,15 @@ def breakdown_widget(workload: str = "digits", steps: int = 6, warmup: int = 2,
     """Sliders for batch size, DataLoader workers and per-sample data cost.
 
     Each change re-runs a short measurement (:func:`perfkit.profiling.measure_workload`)
-    and shows the phase shares with the diagnosis (:func:`perfkit.profiling.diagnose`).
+    and shows the phase shares with the diagnosis (:func:`perfkit.profiling.diagnose_shares`).
     """
-    from perfkit.profiling import diagnose, measure_workload
+    from perfkit.profiling.rules import diagnose_shares
+    from perfkit.profiling.workload import measure_workload
 
     def show(batch_size: int, num_workers: int, cost_ms: float) -> Figure:
         s = measure_workload(workload, batch_size=batch_size, num_workers=num_workers,
                              cost_ms=cost_ms, steps=steps, warmup=warmup)
-        return plot_diagnosis(s, diagnose(s), title=f"{workload}: batch {batch_size}, "
+        return plot_diagnosis(s, diagnose_shares(s), title=f"{workload}: batch {batch_size}, "
                               f"{num_workers} workers, {cost_ms:.1f} ms/sample")
 
     return WidgetSpec(show, {

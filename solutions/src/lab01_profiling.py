@@ -35,7 +35,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 import contextlib
 import time
 
-from perfkit.profiling import StepMonitor, Thresholds, diagnose
+from perfkit.profiling import StepMonitor, Thresholds, diagnose_shares
 
 STEPS = 4 if QUICK else 10
 
@@ -142,7 +142,8 @@ for k in mine:
 # `thresholds` (phase -> largest acceptable share), return the phases whose share is
 # **strictly above** their threshold, **worst first**: ordered by share / threshold, largest
 # first. Phases without a threshold are not judged; thresholds for phases that did not run
-# are ignored.
+# are ignored. (`perfkit.profiling.diagnose_shares` crosses the same thresholds but ranks its
+# findings by share alone: the most removing each phase can gain.)
 
 # %%
 def find_bottlenecks(shares, thresholds):
@@ -155,7 +156,7 @@ def find_bottlenecks(shares, thresholds):
 # %%
 THRESHOLDS = {"data": 0.10, "communication": 0.10, "optimizer": 0.25, "other": 0.15}
 print("measured step above:", find_bottlenecks(mine, THRESHOLDS))
-print("perfkit.diagnose:   ", [f.kind for f in diagnose(mine, Thresholds()) if f.severity != "info"])
+print("diagnose_shares:    ", [f.kind for f in diagnose_shares(mine, Thresholds()) if f.severity != "info"])
 
 
 # %% [markdown]

@@ -9,11 +9,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perfkit.profiling import (
     DiagnoseConfig,
-    DiagnoseThresholds,
+    Finding,
     StepRecorder,
+    Thresholds,
     WindowDone,
     attribute_trace,
     build_report,
+    diagnose_shares,
     render_html,
 )
 
@@ -116,6 +118,39 @@ def test_findings_are_ranked_by_what_the_fix_can_gain():
     assert rep["findings"][1]["max_speedup"] == pytest.approx(1 / 0.7)
 
 
+def test_the_report_and_a_trace_are_judged_by_the_same_rules():
+    # one 100 us step: a 70 us loop of 8 syncs between a short forward and backward
+    syncs = [ev("aten::_local_scalar_dense", 15 + 9 * i, 1) for i in range(8)]
+    t = trace(step(1, 0, 100), ann("phase:forward", 0, 10), ev("aten::mm", 0, 10), *syncs,
+              ann("phase:backward", 90, 10), ev("aten::mm", 90, 10))
+    att = attribute_trace(t)
+    direct = diagnose_shares(att, Thresholds.for_command())
+    assert direct[0].kind == "sync" and "8 host-device syncs per step" in direct[0].evidence
+    rep = build_report([dict(record(0, 1e-4), attribution=vars(att))])
+    assert rep["findings"] == [f.record() for f in direct]  # one pipeline, one wording
+    # the course's thresholds judge "other"; the command leaves it to the overhead rule
+    assert "other" in [f.kind for f in diagnose_shares({"other": 0.3})]
+    assert not diagnose_shares({"other": 0.3}, Thresholds.for_command())
+
+
+def test_step_time_quantiles_interpolate_linearly():
+    rec = dict(record(0, 0.1), step_times_s=[0.004, 0.001, 0.003, 0.002])
+    rep = build_report([rec])
+    # perfkit.stats.quantile, not the nearest rank (which gives 3 ms and 4 ms)
+    assert rep["step_p50_s"] == pytest.approx(0.0025)
+    assert rep["step_p95_s"] == pytest.approx(0.00385)  # 3 + 0.85 * (4 - 3) ms
+    assert rep["ranks"][0]["step_p50_s"] == pytest.approx(0.0025)
+
+
+def test_a_finding_record_is_its_fields_with_amdahls_bound():
+    f = Finding("straggler", "high", 0.75, 0.3, "e", ("a", "b"), "nb", rank=3)
+    assert f.record() == {"kind": "straggler", "severity": "high", "share": 0.75,
+                          "threshold": 0.3, "evidence": "e", "max_speedup": 4.0,
+                          "fix": ["a", "b"], "notebook": "nb", "rank": 3}
+    assert "rank" not in Finding("data", "medium", 0.2, 0.1, "e", (), "nb").record()
+    assert Finding("jitter", "medium", 2.0, 1.5, "e", (), "nb").max_speedup is None
+
+
 def test_a_healthy_record_has_no_finding_above_info_and_mfu_needs_a_peak():
     rep = build_report([record(0, 0.1, batch=32, flops=1e9)])
     assert all(f["severity"] == "info" for f in rep["findings"])
@@ -145,9 +180,9 @@ def test_the_straggler_is_the_rank_the_others_wait_for():
 
 def test_arguments_are_checked_by_name():
     with pytest.raises(ValueError, match="data"):
-        DiagnoseThresholds(data=1.5)
+        Thresholds(data=1.5)
     with pytest.raises(ValueError, match="straggler"):
-        DiagnoseThresholds(straggler=0.5)
+        Thresholds(straggler=0.5)
     with pytest.raises(ValueError, match="then"):
         DiagnoseConfig(then="later")
     with pytest.raises(ValueError, match="timeout_s"):

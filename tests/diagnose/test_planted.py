@@ -1,6 +1,6 @@
 """Each planted script's top finding names its planted cause; healthy scripts get no
 finding above information level (``examples/diagnose``; thresholds in
-``perfkit.profiling.DiagnoseThresholds``). One run per script, shared by its assertions."""
+``perfkit.profiling.Thresholds.for_command``). One run per script, shared by its assertions."""
 
 import pytest
 from conftest import EXAMPLES

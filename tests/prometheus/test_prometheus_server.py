@@ -20,14 +20,15 @@ import pytest
 from perfkit import models
 from perfkit.profiling import (
     ALERTS,
-    Finding,
+    RULES,
     PrometheusSink,
+    Rule,
     StepMonitor,
     Thresholds,
     alert_rules,
     prometheus_config,
 )
-from perfkit.profiling.alerts import _finding, _yaml
+from perfkit.profiling.alerts import _yaml
 
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 pytestmark = [
@@ -53,11 +54,11 @@ def test_promtool_checks_the_generated_rules(tmp_path):
     assert "SUCCESS" in promtool("check", "rules", "self.yml", cwd=tmp_path)
 
 
-REGRESSION = Finding("regression", "medium", 0.0, 0.0, "the step is slower than its baseline",
-                     ("compare perfkit_phase_share with the baseline run's to find the phase that "
-                      "grew and follow that phase's alert",
-                      "look for host-device synchronisation (.item(), print of a tensor) in the "
-                      "loop"), "notebooks/01_profiling.ipynb")
+REGRESSION = Rule("the step is slower than its baseline",
+                  ("compare perfkit_phase_share with the baseline run's to find the phase that "
+                   "grew and follow that phase's alert",
+                   "look for host-device synchronisation (.item(), print of a tensor) in the "
+                   "loop"), "notebooks/01_profiling.ipynb")
 
 
 def series(name, labels, values):
@@ -65,14 +66,14 @@ def series(name, labels, values):
     return {"series": f"{name}{{{inner}}}", "values": values}
 
 
-def alert(kind, labels, description, finding=None):
+def alert(kind, labels, description, rule=None):
     """One expected alert, with its annotations as Prometheus renders their templates; the
-    fix and notebook are the analyzer's own finding for ``kind``."""
-    f = finding or _finding(kind, TH)
+    fix and notebook are the diagnosis rule's for ``kind``."""
+    r = rule or RULES[kind]
     return {"alertname": ALERTS[kind], "exp_alerts": [{
         "exp_labels": {"severity": "warning", "job": "train", "perfkit_kind": kind, **labels},
-        "exp_annotations": {"summary": f.evidence.split(": ")[0], "description": description,
-                            "fix": "; ".join(f.recommendations), "notebook": f.notebook}}]}
+        "exp_annotations": {"summary": r.title, "description": description,
+                            "fix": "; ".join(r.fix), "notebook": r.notebook}}]}
 
 
 def test_promtool_unit_tests_the_rules(tmp_path):

@@ -1,4 +1,4 @@
-"""perfkit.profiling.alerts: the rule file says what the analyzer says, in PromQL.
+"""perfkit.profiling.alerts: the rule file says what the diagnosis says, in PromQL.
 
 The YAML is parsed back with PyYAML (what Prometheus's own loader would read); promtool and
 a real server check the rules in tests/prometheus/.
@@ -6,7 +6,14 @@ a real server check the rules in tests/prometheus/.
 
 import pytest
 
-from perfkit.profiling import ALERTS, Thresholds, alert_rules, diagnose, prometheus_config
+from perfkit.profiling import (
+    ALERTS,
+    RULES,
+    Thresholds,
+    alert_rules,
+    diagnose_shares,
+    prometheus_config,
+)
 from perfkit.profiling.alerts import _yaml
 
 yaml = pytest.importorskip("yaml")
@@ -18,7 +25,7 @@ def rules_of(text):
     return group, {r.get("alert", r.get("record")): r for r in group["rules"]}
 
 
-def test_every_analyzer_condition_becomes_an_alert():
+def test_every_alert_is_written_by_default():
     _, rules = rules_of(alert_rules())
     assert set(ALERTS.values()) | {"perfkit:busy_p50_seconds"} == set(rules)
 
@@ -30,10 +37,17 @@ def test_share_alerts_use_the_thresholds_and_the_analyzers_fix(kind):
     rule = rules[ALERTS[kind]]
     assert rule["expr"] == f'perfkit_phase_share{{phase="{kind}"}} > 0.37'
     assert rule["for"] == "90s" and rule["labels"]["perfkit_kind"] == kind
-    (finding,) = [f for f in diagnose({kind: 0.9}, th) if f.kind == kind]
-    assert rule["annotations"]["fix"] == "; ".join(finding.recommendations)
+    (finding,) = [f for f in diagnose_shares({kind: 0.9}, th) if f.kind == kind]
+    assert rule["annotations"]["fix"] == "; ".join(finding.fix)
     assert rule["annotations"]["notebook"] == finding.notebook
     assert "(threshold 37%)" in rule["annotations"]["description"]
+    assert rule["annotations"]["summary"] == RULES[kind].title == finding.evidence.split(": ")[0]
+
+
+def test_a_share_left_unjudged_writes_no_alert():
+    _, rules = rules_of(alert_rules(Thresholds.for_command()))
+    assert ALERTS["other"] not in rules and ALERTS["data"] in rules
+    assert rules[ALERTS["data"]]["expr"].endswith("> 0.2")  # the command's calibrated value
 
 
 def test_regression_against_a_baseline_or_the_jobs_own_past():

@@ -163,6 +163,23 @@ def test_step_or_reset_with_an_open_phase_is_an_error():
             mon.reset()
 
 
+def test_closing_an_outer_phase_before_the_inner_one_names_both():
+    mon, clock = fake_monitor()
+    outer, inner = mon.phase("a"), mon.phase("b")
+    outer.__enter__()
+    inner.__enter__()
+    clock.advance(1.0)
+    with pytest.raises(RuntimeError, match="phase 'a' closed while phase 'b'.*still open"):
+        outer.__exit__(None, None, None)  # used to pop 'b' and record it as 'a'
+    inner.__exit__(None, None, None)  # the right order still works, and nothing was lost
+    outer.__exit__(None, None, None)
+    mon.step()
+    s = mon.summary()
+    assert s["a"].mean_s == 1.0 and s["b"].mean_s == 1.0 and s["b"].parent == "a"
+    with pytest.raises(RuntimeError, match="phase 'a' closed but it is not open"):
+        outer.__exit__(None, None, None)
+
+
 def test_bad_warmup():
     with pytest.raises(ValueError, match="warmup"):
         StepMonitor(device="cpu", warmup=-1)

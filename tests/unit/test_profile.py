@@ -1,4 +1,4 @@
-"""perfkit.profile and perfkit.viz.profiling: trace parsing, agreement, the analyzer, plots."""
+"""perfkit.profiling and perfkit.viz.profiling: trace parsing, agreement, the rules, plots."""
 
 import json
 
@@ -12,9 +12,10 @@ from perfkit.profiling import (
     ProfileConfig,
     Profiler,
     StepMonitor,
+    StepShares,
     Thresholds,
     TraceBreakdown,
-    diagnose,
+    diagnose_shares,
     measure_workload,
     trace_breakdown,
 )
@@ -132,14 +133,14 @@ def test_profiler_writes_a_chrome_trace_and_top_ops(tmp_path):
     assert "| operator |" in vp.top_ops_markdown(ops, 5)
 
 
-# --- diagnose -----------------------------------------------------------------------------
+# --- diagnose_shares ----------------------------------------------------------------------
 
 
 HEALTHY = {"data": 0.03, "forward": 0.35, "backward": 0.45, "optimizer": 0.12, "other": 0.05}
 
 
 def test_healthy_step_gives_only_the_compute_note():
-    found = diagnose(HEALTHY)
+    found = diagnose_shares(HEALTHY)
     assert [f.kind for f in found] == ["compute"] and found[0].severity == "info"
     assert "06_compute" in found[0].notebook
 
@@ -147,40 +148,46 @@ def test_healthy_step_gives_only_the_compute_note():
 def test_data_bottleneck_is_found_first_with_evidence_and_a_notebook():
     shares = {"data": 0.42, "forward": 0.2, "backward": 0.25, "optimizer": 0.03,
               "other": 0.10}
-    found = diagnose(shares)
+    found = diagnose_shares(shares)
     f = found[0]
     assert isinstance(f, Finding) and f.kind == "data" and f.severity == "high"
-    assert f.value == 0.42 and f.threshold == Thresholds().data
+    assert f.share == 0.42 and f.threshold == Thresholds().data
     assert "42.0%" in f.evidence and "10%" in f.evidence
-    assert any("num_workers" in r for r in f.recommendations)
+    assert any("num_workers" in r for r in f.fix)
     assert f.notebook == "notebooks/07_data_loading.ipynb"
     assert "compute" not in [x.kind for x in found]  # 45 % < 60 %
 
 
-def test_worst_finding_first_relative_to_its_threshold():
+def test_findings_are_ranked_by_what_their_fix_can_gain():
     shares = {"data": 0.12, "communication": 0.35, "forward": 0.2, "backward": 0.2,
               "optimizer": 0.03, "other": 0.10}
-    assert [f.kind for f in diagnose(shares)] == ["communication", "data"]
+    assert [f.kind for f in diagnose_shares(shares)] == ["communication", "data"]
+    # by share, not by how far past its threshold: optimizer 0.30 is 1.2x its 0.25, data
+    # 0.25 is 2.5x its 0.10, but removing the optimizer's time gains more
+    shares = {"data": 0.25, "optimizer": 0.30, "forward": 0.2, "backward": 0.25}
+    found = diagnose_shares(shares)
+    assert [f.kind for f in found] == ["optimizer", "data"]
+    assert found[0].max_speedup == pytest.approx(1 / 0.7)
 
 
 def test_thresholds_are_configurable():
     shares = {**HEALTHY, "data": 0.07, "other": 0.01}
-    assert "data" not in [f.kind for f in diagnose(shares)]
-    found = diagnose(shares, Thresholds(data=0.05))  # the TensorBoard plugin's rule
+    assert "data" not in [f.kind for f in diagnose_shares(shares)]
+    found = diagnose_shares(shares, Thresholds(data=0.05))  # the TensorBoard plugin's rule
     assert found[0].kind == "data" and found[0].severity == "medium"
 
 
 def test_aliases_map_user_phases_and_unknown_targets_are_rejected():
     shares = {"allreduce": 0.3, "forward": 0.35, "backward": 0.35}
-    assert diagnose(shares)[0].kind == "compute"  # unknown names are not judged
-    assert diagnose(shares, aliases={"allreduce": "communication"})[0].kind == "communication"
+    assert diagnose_shares(shares)[0].kind == "compute"  # unknown names are not judged
+    assert diagnose_shares(shares, aliases={"allreduce": "communication"})[0].kind == "communication"
     with pytest.raises(ValueError, match="kind must be one of"):
-        diagnose(shares, aliases={"allreduce": "comms"})
+        diagnose_shares(shares, aliases={"allreduce": "comms"})
 
 
 def test_bad_shares_and_thresholds():
     with pytest.raises(ValueError, match="'data'"):
-        diagnose({"data": 1.5})
+        diagnose_shares({"data": 1.5})
     with pytest.raises(ValueError, match="data"):
         Thresholds(data=0.0)
     with pytest.raises(ValueError, match="jitter"):
@@ -195,16 +202,20 @@ def test_jitter_needs_a_step_summary_with_enough_steps():
         with mon.phase("forward"):
             t[0] += 0.010 if i % 10 else 0.050  # every 10th step is 5x slower
         mon.step()
-    found = diagnose(mon.summary())
+    found = diagnose_shares(mon.summary())
     jit = [f for f in found if f.kind == "jitter"]
-    assert jit and jit[0].value > 1.5 and "p99" in jit[0].evidence
-    assert not [f for f in diagnose(mon.summary(), Thresholds(min_steps=50)) if
+    assert jit and jit[0].share > 1.5 and "p99" in jit[0].evidence
+    assert jit[0].max_speedup is None
+    # a ratio, not a share: ranked after the share findings whatever its size (5x here)
+    ev = StepShares({"data": 0.15}, steps=30, step_p50_s=0.01, step_p99_s=0.05)
+    assert [f.kind for f in diagnose_shares(ev)] == ["data", "jitter"]
+    assert not [f for f in diagnose_shares(mon.summary(), Thresholds(min_steps=50)) if
                 f.kind == "jitter"]
 
 
-def test_diagnose_accepts_a_trace_breakdown():
+def test_diagnose_shares_accepts_a_trace_breakdown():
     b = TraceBreakdown(1, 1.0, {"data": 0.5, "forward": 0.3})
-    assert diagnose(b)[0].kind == "data"
+    assert diagnose_shares(b)[0].kind == "data"
 
 
 # --- measure_workload and the widget ------------------------------------------------------
@@ -216,7 +227,7 @@ def test_measure_workload_reflects_the_planted_data_cost():
     # 32 x 0.3 ms = 9.6 ms of busy-wait per batch, at least, on top of the fast step
     assert slow["data"].p50_s >= 0.0096
     assert slow.share("data") > fast.share("data")
-    assert diagnose(slow)[0].kind == "data"
+    assert diagnose_shares(slow)[0].kind == "data"
     assert slow.extra["settings"]["cost_ms"] == 0.3
     with pytest.raises(ValueError, match="workload"):
         measure_workload("resnet")
@@ -241,12 +252,12 @@ def test_plots_and_tables_consume_every_record_kind():
     s = mon.summary()
     fig = vp.plot_phase_bars({"monitor": s, "trace": trace_breakdown(SYNTHETIC)})
     fig2 = vp.plot_phase_bars({"shares": HEALTHY}, unit="%")
-    fig3 = vp.plot_diagnosis(s, diagnose(s))
+    fig3 = vp.plot_diagnosis(s, diagnose_shares(s))
     for f in (fig, fig2, fig3):
         matplotlib.pyplot.close(f)
     assert "| data |" in vp.summary_markdown(s) and "samples/s" in vp.summary_markdown(s)
     assert "No bottleneck" in vp.findings_markdown([])
-    assert "07_data_loading" in vp.findings_markdown(diagnose({"data": 0.5}))
+    assert "07_data_loading" in vp.findings_markdown(diagnose_shares({"data": 0.5}))
     with pytest.raises(ValueError, match="unit"):
         vp.plot_phase_bars({"a": s}, unit="s")
     with pytest.raises(ValueError, match="needs a StepSummary"):

@@ -1,0 +1,315 @@
+"""The diagnosis rules: a step's shares in, ranked :class:`Finding` records out.
+
+One table (:data:`RULES`: what each cause is called, how to fix it, which notebook teaches
+the fix), one :class:`Thresholds` and one function, :func:`diagnose_shares`, whatever
+measured the step: a :class:`~perfkit.profiling.StepMonitor` summary of your own loop, a
+trace read by :func:`~perfkit.profiling.trace_breakdown` or
+:func:`~perfkit.profiling.attribute_trace`, or the merged ranks of ``perfkit diagnose``
+(:func:`~perfkit.profiling.build_report` builds their :class:`StepShares`). A rule whose
+evidence the source did not measure (syncs, FLOPs per operator, several ranks, enough
+steps for jitter) stays silent. Findings are ranked by the most their fix can gain
+(Amdahl's law: removing a share ``s`` of the step speeds it up at most ``1 / (1 - s)``).
+
+Usage::
+
+    for finding in diagnose_shares(mon.summary()):
+        print(finding)                       # [high] data: the step waits ... see notebooks/07
+    report_findings = [f.record() for f in diagnose_shares(shares, Thresholds.for_command())]
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.profiling.attribution import TraceAttribution
+from perfkit.profiling.monitor import StepSummary
+from perfkit.profiling.profiler import TraceBreakdown
+from perfkit.profiling.thresholds import Thresholds
+
+__all__ = ["KINDS", "RULES", "Finding", "Rule", "StepShares", "diagnose_shares"]
+
+KINDS = ("data", "sync", "communication", "optimizer", "backward", "forward", "other")
+OVERHEAD_HIGH = 0.75  # an overhead share above which dispatch is most of the step: "high"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a cause is called, what to try, and where the course teaches the fix."""
+
+    title: str
+    fix: tuple[str, ...]
+    notebook: str
+
+
+RULES: dict[str, Rule] = {
+    "data": Rule("the step waits for input data", (
+        "move per-sample decoding/tokenizing out of the step: do it once and cache, or in "
+        "DataLoader workers (num_workers > 0, persistent_workers=True)",
+        "prefetch the next batch while the model runs (perfkit.data.Prefetcher; on GPU "
+        "pin_memory=True and non_blocking copies)",
+        "measure the loader alone: if it cannot reach the model's samples/s, no overlap "
+        "will hide it"), "notebooks/07_data_loading.ipynb"),
+    "sync": Rule("the host waits for the device", (
+        "keep metrics on the device and call .item()/.cpu()/print once every N steps",
+        "accumulate per-sample values in a tensor instead of a Python loop over .item()"),
+        "notebooks/01_profiling.ipynb, section 1 (why naive timing lies: syncs)"),
+    "communication": Rule("gradient communication is exposed", (
+        "overlap all-reduce with backward (DDP buckets; tune bucket_cap_mb)",
+        "communicate less often: gradient accumulation with no_sync(), larger batches",
+        "compress gradients (PowerSGD, top-k with error feedback, bf16 hooks)"),
+        "notebooks/02_collectives.ipynb, sections 4-5 (overlap, DDP buckets); "
+        "notebooks/03_gradient_compression.ipynb"),
+    "optimizer": Rule("the optimizer update is a large share of the step", (
+        "use the foreach or fused implementation (drop foreach=False; fused=True on GPU)",
+        "fewer, larger parameter tensors (fuse small layers)",
+        "shard optimizer work and state across ranks (ZeRO-1), or train fewer parameters "
+        "(LoRA)"), "notebooks/06_compute.ipynb, section 2 (fusion: one kernel beats nine); "
+        "notebooks/05_zero_and_lora.ipynb"),
+    "other": Rule("much of the step is outside every timed phase", (
+        "look for host-device synchronisation (.item(), print of a tensor) in the loop",
+        "reduce Python overhead per step: larger batches, torch.compile, fewer small ops",
+        "time the missing work as its own phase to see what it is"),
+        "notebooks/01_profiling.ipynb"),
+    "overhead": Rule("the operators are too small to pay for their dispatch", (
+        "give each step more work: a larger batch (or gradient accumulation)",
+        "torch.compile or CUDA graphs to cut the per-operator launch cost"),
+        "notebooks/06_compute.ipynb, sections 3 and 7 (torch.compile, batch size)"),
+    "straggler": Rule("one rank is slower than the others", (
+        "find what differs on that rank: data, its core/GPU, other processes",
+        "balance the work per rank (equal batch sizes and sequence lengths)"),
+        "notebooks/02_collectives.ipynb, section 2 (a collective waits for the slowest rank)"),
+    "jitter": Rule("step times vary a lot (stragglers)", (
+        "check for periodic stalls: data workers falling behind, garbage collection, "
+        "checkpointing or logging every N steps",
+        "on a shared machine, other processes compete for the cores; pin threads"),
+        "notebooks/07_data_loading.ipynb"),
+    "compute": Rule("the step is compute-bound (forward + backward dominate)", (
+        "use bf16 autocast (and fp16 with GradScaler on older GPUs)",
+        "torch.compile to fuse memory-bound operations",
+        "use shapes that are multiples of 64 and measure MFU against the machine's peak"),
+        "notebooks/06_compute.ipynb, section 6 (MFU)"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: what is slow, the measured evidence, what to do, where it is taught.
+
+    ``share`` is the measured share of the step the rule compared with ``threshold``; the
+    ``jitter`` rule judges a ratio instead (p99 over p50 step time), so its ``share`` is that
+    ratio and it has no :attr:`max_speedup`. ``rank`` names the straggling rank.
+    """
+
+    kind: str
+    severity: str  # "high" (>= 2x the threshold), "medium", or "info"
+    share: float
+    threshold: float
+    evidence: str
+    fix: tuple[str, ...]
+    notebook: str
+    rank: int | None = None
+
+    @property
+    def max_speedup(self) -> float | None:
+        """Amdahl's bound on what removing the cause gains, ``1 / (1 - share)``."""
+        return 1 / (1 - self.share) if self.kind != "jitter" and 0 <= self.share < 1 else None
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-able dict (what ``report.json`` holds), ``max_speedup`` included."""
+        out = {"kind": self.kind, "severity": self.severity, "share": self.share,
+               "threshold": self.threshold, "evidence": self.evidence,
+               "max_speedup": self.max_speedup, "fix": list(self.fix), "notebook": self.notebook}
+        return out if self.rank is None else {**out, "rank": self.rank}
+
+    def __str__(self) -> str:
+        recs = "".join(f"\n  - {r}" for r in self.fix)
+        return f"[{self.severity}] {self.kind}: {self.evidence}{recs}\n  see {self.notebook}"
+
+
+@dataclass(frozen=True)
+class StepShares:
+    """What the rules read: a step's shares and, where the source measured them, the rest.
+
+    Args:
+        shares: phase or category -> share of the mean step, each in [0, 1].
+        steps: steps behind the numbers (the jitter rule needs ``Thresholds.min_steps``).
+        step_p50_s, step_p99_s: step-time quantiles, s (the jitter rule).
+        step_mean_s: the mean step, s (quoted in the overhead rule's evidence).
+        syncs_per_step: host-device syncs counted in the trace (the sync rule).
+        ops_per_step, flops_per_step: top-level operators and counted FLOPs per step (the
+            overhead rule).
+        rank_work_s: rank -> mean s per step outside collectives (the straggler rule).
+        rank_step_s: the longest rank's mean step, s: what the others' wait is a share of.
+        comm_ranks: ranks whose least exposed communication share is ``shares``'s.
+
+    Raises:
+        TypeError, ValueError: naming the field, for a share that is not a number in [0, 1],
+            a negative count or time, or ``comm_ranks`` below 1.
+    """
+
+    shares: dict[str, float]
+    steps: int = 0
+    step_p50_s: float | None = None
+    step_p99_s: float | None = None
+    step_mean_s: float | None = None
+    syncs_per_step: float | None = None
+    ops_per_step: float | None = None
+    flops_per_step: float | None = None
+    rank_work_s: dict[int, float] = field(default_factory=dict)
+    rank_step_s: float | None = None
+    comm_ranks: int = 1
+
+    def __post_init__(self) -> None:
+        check_type("shares", self.shares, Mapping)
+        for name, v in self.shares.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0 + 1e-9:
+                raise ValueError(f"share of phase {name!r} must be in [0, 1], got {v}")
+        check_int("steps", self.steps, 0)
+        check_int("comm_ranks", self.comm_ranks, 1)
+        for k in ("step_p50_s", "step_p99_s", "step_mean_s", "syncs_per_step", "ops_per_step",
+                  "flops_per_step", "rank_step_s"):
+            if getattr(self, k) is not None:
+                check_real(k, getattr(self, k), 0)
+        for r, v in check_type("rank_work_s", self.rank_work_s, Mapping).items():
+            check_real(f"rank_work_s[{r!r}]", v, 0)
+
+    @classmethod
+    def of(cls, record: StepShares | StepSummary | TraceBreakdown | TraceAttribution
+           | Mapping[str, float], aliases: Mapping[str, str] | None = None) -> StepShares:
+        """The evidence a record holds; ``aliases`` add user-named phases to a known kind.
+
+        Raises:
+            TypeError: for a ``record`` or ``aliases`` of another type.
+            ValueError: for an alias onto an unknown kind, or a share outside [0, 1].
+        """
+        check_type("record", record, (StepShares, StepSummary, TraceBreakdown,
+                                      TraceAttribution, Mapping))
+        if isinstance(record, StepShares):
+            ev = record
+        elif isinstance(record, StepSummary):
+            ev = cls(record.shares(), steps=record.steps, step_p50_s=record.step.p50_s,
+                     step_p99_s=record.step.p99_s, step_mean_s=record.step.mean_s)
+        elif isinstance(record, TraceAttribution):
+            ev = cls(record.shares(), steps=record.steps, step_mean_s=record.step_mean_s,
+                     syncs_per_step=record.syncs_per_step, ops_per_step=record.ops_per_step)
+        elif isinstance(record, TraceBreakdown):
+            ev = cls(record.shares(), steps=record.steps, step_mean_s=record.step_mean_s)
+        else:
+            ev = cls(dict(record))
+        shares = dict(ev.shares)
+        for name, kind in (check_type("aliases", aliases, Mapping, optional=True) or {}).items():
+            if kind not in KINDS:
+                raise ValueError(f"alias {name!r} -> {kind!r}: kind must be one of {KINDS}")
+            shares[kind] = shares.get(kind, 0.0) + shares.pop(name, 0.0)
+        return cls(**{**vars(ev), "shares": shares}) if aliases else ev
+
+
+def _finding(kind: str, value: float, limit: float, detail: str, severity: str = "",
+             rank: int | None = None) -> Finding:
+    rule = RULES[kind]
+    severity = severity or ("high" if value >= 2 * limit else "medium")
+    return Finding(kind, severity, value, limit, f"{rule.title}: {detail}", rule.fix,
+                   rule.notebook, rank)
+
+
+def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAttribution
+                    | Mapping[str, float], thresholds: Thresholds | None = None,
+                    aliases: Mapping[str, str] | None = None,
+                    peak_flops: float | None = None) -> list[Finding]:
+    """Judge a step's shares by every rule; the most the fix can gain first, info last.
+
+    Args:
+        record: a :class:`StepShares`, a :class:`~perfkit.profiling.StepSummary` (enables
+            the jitter rule), a :class:`~perfkit.profiling.TraceBreakdown`, a
+            :class:`~perfkit.profiling.TraceAttribution` (enables the sync and overhead
+            rules' counts) or a dict of phase -> share.
+        thresholds: when to report; default ``Thresholds()`` (see :class:`Thresholds`).
+        aliases: map user-named phases onto the known kinds, e.g.
+            ``{"allreduce": "communication"}``; their shares are added to that kind.
+            Phases neither known nor aliased are not judged (their time is still part
+            of the step, so they lower every other share).
+        peak_flops: this machine's measured FLOP/s ceiling for the overhead rule
+            (``None``: ``thresholds.peak_fallback``).
+
+    Returns:
+        A list of :class:`Finding`, empty when nothing crosses a threshold.
+
+    Raises:
+        TypeError: for a ``record``, ``thresholds`` or ``aliases`` of another type.
+        ValueError: if an alias targets an unknown kind, a share is not in [0, 1], or
+            ``peak_flops`` is not a finite number > 0.
+    """
+    ev = StepShares.of(record, aliases)
+    th = check_type("thresholds", thresholds, Thresholds, optional=True) or Thresholds()
+    if peak_flops is not None:
+        check_real("peak_flops", peak_flops, 0, lo_open=True)
+    s, found = ev.shares, []
+    for kind in ("data", "communication", "optimizer", "other"):
+        v, limit = s.get(kind, 0.0), getattr(th, kind)
+        if limit is not None and v > limit:
+            where = (f" on the least exposed of {ev.comm_ranks} ranks"
+                     if kind == "communication" and ev.comm_ranks > 1 else "")
+            found.append(_finding(kind, v, limit, f"{kind} takes {v:.1%} of the step "
+                                                  f"(threshold {limit:.0%}){where}"))
+    sync, n_sync = s.get("sync", 0.0), ev.syncs_per_step
+    if sync > th.sync or (n_sync is not None and n_sync > th.syncs_per_step):
+        count = f"{n_sync:.0f} host-device syncs per step" if n_sync is not None else "syncs"
+        found.append(_finding("sync", sync, th.sync, f"{count} (.item(), .cpu(), print of a "
+                              f"tensor) take {sync:.1%} of the step (threshold {th.sync:.0%} "
+                              f"or {th.syncs_per_step:.0f} syncs)"))
+    # launch/overhead-bound: operators too small to pay for their own dispatch. The FLOPs
+    # per operator against what the machine computes in th.op_overhead_us, the fixed cost of
+    # one eager operator; the share is the step outside data, syncs, collectives and the
+    # optimizer, which that cost dominates.
+    if ev.flops_per_step and ev.ops_per_step:
+        per_op = ev.flops_per_step / ev.ops_per_step
+        bar = (peak_flops or th.peak_fallback) * th.op_overhead_us * 1e-6  # FLOP
+        share = sum(s.get(k, 0.0) for k in ("forward", "backward", "other"))
+        if per_op < bar and share > th.overhead:
+            step = f" {ev.step_mean_s * 1e3:.2f} ms" if ev.step_mean_s else ""
+            found.append(_finding(
+                "overhead", share, th.overhead, f"{ev.ops_per_step:.0f} operators per step do "
+                f"{per_op / 1e3:.1f} kFLOP each, less than this machine computes in "
+                f"{th.op_overhead_us:g} us ({bar / 1e3:.0f} kFLOP): per-operator dispatch and "
+                f"Python overhead fill the {share:.1%} of the{step} step spent in forward, "
+                f"backward and the loop (threshold {th.overhead:.0%})",
+                "high" if share > OVERHEAD_HIGH else "medium"))
+    found += _straggler(ev, th) + _jitter(ev, th)
+    found.sort(key=lambda f: (f.kind == "jitter", -f.share))  # jitter's is a ratio
+    compute = s.get("forward", 0.0) + s.get("backward", 0.0)
+    if compute > th.compute:
+        found.append(_finding("compute", compute, th.compute, f"forward + backward take "
+                              f"{compute:.1%} of the step (threshold {th.compute:.0%})", "info"))
+    return found
+
+
+def _straggler(ev: StepShares, th: Thresholds) -> list[Finding]:
+    """The slowest rank's work outside collectives against the others' median."""
+    busy = ev.rank_work_s
+    if len(busy) < 2 or not ev.rank_step_s:
+        return []
+    slow = max(busy, key=busy.__getitem__)
+    med = statistics.median(v for k, v in busy.items() if k != slow)
+    ratio = busy[slow] / med if med > 0 else 1.0
+    wait = (busy[slow] - med) / ev.rank_step_s  # share of the step the others wait
+    if ratio <= th.straggler or wait <= th.straggler_wait:
+        return []
+    return [_finding("straggler", wait, th.straggler_wait, f"rank {slow} is the straggler: "
+                     f"{busy[slow] * 1e3:.1f} ms of work per step against {med * 1e3:.1f} ms on "
+                     f"the other ranks (median; {ratio:.2f}x, threshold {th.straggler}x), so they "
+                     f"wait {wait:.1%} of the step for it in their collectives (threshold "
+                     f"{th.straggler_wait:.0%})", rank=slow)]
+
+
+def _jitter(ev: StepShares, th: Thresholds) -> list[Finding]:
+    """p99 over p50 step time, judged from ``th.min_steps`` steps on."""
+    p50, p99 = ev.step_p50_s, ev.step_p99_s
+    if not p50 or p99 is None or ev.steps < th.min_steps or p99 / p50 <= th.jitter:
+        return []
+    ratio = p99 / p50
+    return [_finding("jitter", ratio, th.jitter, f"p99 step {p99 * 1e3:.1f} ms is {ratio:.2f}x "
+                     f"the median {p50 * 1e3:.1f} ms (threshold {th.jitter}x, {ev.steps} steps)")]
