@@ -1,22 +1,23 @@
 """Parallelism (modules 02 and 05): data parallelism from scratch and ZeRO around torch.optim.
 
 NaiveDP, BucketedDP and OverlappedDP build DDP's gradient all-reduce step by step;
-ZeroOneOptimizer shards any torch.optim optimizer's state across ranks (ZeRO stage 1);
-ZeroOptimizer does stage 1 or 2 with the reduce-scatter overlapped with backward;
-ShardedModule and ZeroThreeOptimizer do stage 3 (FSDP): parameters gathered block by block.
+ZeroOptimizer shards any torch.optim optimizer across ranks: stage 1 its state, stage 2 the
+gradients too (BucketReducer reduce-scatters them during backward), stage 3 the parameters
+as well, held by a ShardedModule (FSDP: gathered block by block, MixedPrecision optional).
 
 Usage::
 
-    opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, lr=1e-3)
+    opt = ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=2, module=model, lr=1e-3)
     loss.backward(); opt.step(); opt.zero_grad()   # step() is collective
     full = opt.state_dict()                        # collective; AdamW's own format
     sharded = ShardedModule(model, blocks=list(model.transformer.h))   # stage 3
-    opt3 = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-3)
+    opt3 = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=1e-3)
 """
 
 from perfkit.parallel.buckets import (
     ShardedBucket,
     build_buckets,
+    check_param_groups,
     consolidated_state,
     shard_state,
 )
@@ -31,23 +32,26 @@ from perfkit.parallel.flat import (
     reduce_scatter_flat,
     shard_range,
 )
-from perfkit.parallel.zero1 import (
-    ZeroOneOptimizer,
+from perfkit.parallel.reducer import (
+    BucketReducer,
 )
-from perfkit.parallel.zero2 import (
+from perfkit.parallel.zero import (
     ZeroOptimizer,
 )
 from perfkit.parallel.zero3 import (
+    MixedPrecision,
     ShardedModule,
-    ZeroThreeOptimizer,
 )
 
 __all__ = [
     "all_gather_flat",
     "assign_buckets",
     "BucketedDP",
+    "BucketReducer",
     "build_buckets",
+    "check_param_groups",
     "consolidated_state",
+    "MixedPrecision",
     "NaiveDP",
     "OverlappedDP",
     "reduce_scatter_flat",
@@ -55,7 +59,5 @@ __all__ = [
     "shard_state",
     "ShardedBucket",
     "ShardedModule",
-    "ZeroOneOptimizer",
     "ZeroOptimizer",
-    "ZeroThreeOptimizer",
 ]

@@ -11,6 +11,7 @@ The wrapped ``torch.optim`` optimizer sees one leaf per piece of a parameter tha
 this rank's slice (a *segment*), so it keeps state and step counts per parameter, as
 ``torch.optim`` does; :func:`consolidated_state` all-gathers those pieces back into the
 wrapped optimizer's own ``state_dict`` format, :func:`shard_state` cuts one up again.
+:func:`check_param_groups` reads ``params`` as ``torch.optim`` does, checked for sharding.
 
 Usage::
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -33,7 +34,8 @@ from perfkit._checks import check_int, check_items, check_type
 from perfkit.parallel.data_parallel import assign_buckets
 from perfkit.parallel.flat import all_gather_flat, shard_range
 
-__all__ = ["ShardedBucket", "build_buckets", "consolidated_state", "shard_state"]
+__all__ = ["ShardedBucket", "build_buckets", "check_param_groups", "consolidated_state",
+           "shard_state"]
 
 
 class ShardedBucket:
@@ -67,6 +69,7 @@ class ShardedBucket:
         self.start, self.end, self.shard_size = shard_range(self.numel, world_size, rank)
         self.padded = self.shard_size * world_size
         self.dtype, self.device = self.params[0].dtype, self.params[0].device
+        self.grad_dtype = self.dtype  # dtype gradients are reduced in (stage 3 may lower it)
         self.pieces = [(k, lo - off, hi - off, lo - self.start)
                        for k, (off, n) in enumerate(zip(self.offsets, self.numels, strict=True))
                        for lo, hi in [(max(off, self.start), min(off + n, self.end))] if lo < hi]
@@ -106,6 +109,62 @@ def build_buckets(groups: Sequence[Sequence[torch.Tensor]], cap_bytes: int, worl
             buckets.append(ShardedBucket([trainable[j][1] for j in idx],
                                          [trainable[j][0] for j in idx], g, world_size, rank))
     return buckets
+
+
+def check_param_groups(params: Any, stage: int) -> list[dict[str, Any]]:
+    """``params`` as ``torch.optim``'s param groups (dicts with a ``"params"`` list), checked.
+
+    Args:
+        params: tensors, or param-group dicts, in an ordered iterable (not a set: its order
+            differs between processes, and every rank must lay out the same buffers).
+        stage: the ZeRO stage that shards them, named in the messages.
+
+    Returns:
+        New group dicts; each ``"params"`` a list.
+
+    Raises:
+        TypeError: for ``params`` that is a tensor, a set or not iterable, a group without
+            ``"params"``, a non-tensor or non-floating-point parameter.
+        ValueError: for no parameters, an empty group, a parameter listed twice, or a
+            group mixing dtypes or devices.
+    """
+    groups = list(_ordered("params", params))
+    if not groups:
+        raise ValueError(f"params is empty: ZeRO-{stage} needs at least one parameter")
+    if not isinstance(groups[0], dict):
+        groups = [{"params": groups}]
+    seen: set[int] = set()
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or "params" not in g:
+            raise TypeError(f"params: group {i} must be a dict with a 'params' key when "
+                            f"group 0 is one, got {type(g).__name__}")
+        ps = [g["params"]] if isinstance(g["params"], torch.Tensor) \
+            else list(_ordered(f"params of group {i}", g["params"]))
+        groups[i] = {**g, "params": ps}
+        if not ps:
+            raise ValueError(f"param group {i} has no parameters")
+        for p in ps:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"params of group {i} must be tensors, got {type(p).__name__}")
+            if not p.is_floating_point():
+                raise TypeError(f"params of group {i}: ZeRO-{stage} shards floating-point "
+                                f"parameters only, got dtype {p.dtype}")
+            if id(p) in seen:
+                raise ValueError(f"a parameter appears twice (group {i}); list each once")
+            seen.add(id(p))
+        if len({(p.dtype, p.device) for p in ps}) > 1:
+            raise ValueError(f"param group {i} mixes dtypes or devices "
+                             f"{sorted({(str(p.dtype), str(p.device)) for p in ps})}; "
+                             "put each dtype/device in its own group")
+    return groups
+
+
+def _ordered(name: str, params: Any) -> Iterable[Any]:
+    """``params`` if it is an ordered iterable: a set's order differs between processes."""
+    if isinstance(params, (torch.Tensor, dict, set, frozenset)) or not isinstance(params, Iterable):
+        raise TypeError(f"{name} must be an ordered iterable (list, tuple, generator) of tensors "
+                        f"or of param-group dicts, got {type(params).__name__}")
+    return params
 
 
 def _elementwise(v: Any, like: torch.Tensor) -> bool:

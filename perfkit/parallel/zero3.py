@@ -7,20 +7,25 @@ block's forward its parameters are all-gathered (the next block's gather is star
 asynchronously at the same time: prefetch) and freed after it; during backward they are
 gathered again when autograd first unpacks a tensor saved from them (saved-tensor hooks)
 or is about to accumulate one of their gradients, and freed once every gradient of the
-unit has arrived. Gradients are reduce-scattered and sharded as in ZeRO-2
-(:class:`perfkit.parallel.ZeroOptimizer`): 1.5x the bytes of data parallelism per step
-(two all-gathers and a reduce-scatter of the parameters against one all-reduce).
+unit has arrived. Gradients are reduce-scattered and sharded as in ZeRO-2 by
+``ZeroOptimizer(sharded, ..., stage=3)`` (:mod:`perfkit.parallel.zero`): 1.5x the bytes of
+data parallelism per step (two all-gathers and a reduce-scatter against one all-reduce).
+
+Mixed precision follows FSDP2's ``MixedPrecisionPolicy``: the shards (and the optimizer)
+stay fp32; a unit is cast to ``param_dtype`` before its all-gather (half the bytes) and
+computes in it; gradients are reduce-scattered in ``reduce_dtype`` and stepped in fp32.
 
 Usage::
 
-    sharded = ShardedModule(model, blocks=list(model.transformer.h))
-    opt = ZeroThreeOptimizer(sharded, torch.optim.AdamW, lr=1e-3)
-    sharded(x).loss.backward(); opt.step(); opt.zero_grad()      # step() is collective
+    sharded = ShardedModule(model, blocks=list(model.transformer.h),
+                            mixed_precision=MixedPrecision(torch.bfloat16, torch.float32))
+    opt = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=1e-3)   # perfkit.parallel.zero
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,9 +35,44 @@ from torch import nn
 from perfkit._checks import check_items, check_type
 from perfkit.parallel.buckets import ShardedBucket
 from perfkit.parallel.flat import all_gather_flat
-from perfkit.parallel.zero2 import ZeroOptimizer
 
-__all__ = ["ShardedModule", "ZeroThreeOptimizer"]
+__all__ = ["MixedPrecision", "ShardedModule"]
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    """Dtypes of stage 3's gathered parameters and reduced gradients (FSDP2's
+    ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``); the shards stay in their own.
+
+    Attributes:
+        param_dtype: dtype parameters are all-gathered and computed in, and floating-point
+            forward inputs cast to (``None``: the shards' dtype).
+        reduce_dtype: dtype gradients are reduce-scattered in (``None``: ``param_dtype``,
+            as FSDP2 has it); the averaged slice is cast back to the shards' dtype.
+
+    Raises:
+        TypeError: for a dtype that is neither ``None`` nor a floating-point ``torch.dtype``.
+    """
+
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("param_dtype", "reduce_dtype"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, torch.dtype) and v.is_floating_point):
+                raise TypeError(f"{name} must be None or a floating-point torch.dtype, got {v!r}")
+
+
+def _cast(x: Any, dtype: torch.dtype) -> Any:
+    """``x`` with every floating-point tensor in it (tuples, lists, dicts) cast to ``dtype``."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype) if x.is_floating_point() else x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_cast(v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _cast(v, dtype) for k, v in x.items()}
+    return x
 
 
 class ShardedModule(nn.Module):
@@ -56,10 +96,14 @@ class ShardedModule(nn.Module):
         reshard_root: free the root unit after forward too. Then the root's tensors must
             be used in the same backward order on every rank (no branch taken on some ranks
             only), since the gather they trigger is collective.
+        mixed_precision: gathered-parameter and gradient-reduction dtypes (``None``: the
+            parameters' own); then floating-point inputs of the module and of each block
+            are cast to ``param_dtype``, as FSDP2's ``cast_forward_inputs`` does.
 
     Raises:
-        TypeError: for a ``module`` or a block that is not an ``nn.Module``, or a
-            ``process_group`` that is not one.
+        TypeError: for a ``module`` or a block that is not an ``nn.Module``, a
+            ``process_group`` that is not one, or a ``mixed_precision`` that is not a
+            :class:`MixedPrecision`.
         ValueError: for a block that is not a submodule of ``module``, contains another
             block or shares a parameter with one, or no trainable parameter at all.
 
@@ -70,7 +114,8 @@ class ShardedModule(nn.Module):
 
     def __init__(self, module: nn.Module, blocks: Sequence[nn.Module] = (),
                  process_group: Any = None, prefetch: bool = True,
-                 reshard_root: bool = False) -> None:
+                 reshard_root: bool = False, mixed_precision: MixedPrecision | None = None
+                 ) -> None:
         check_type("module", module, nn.Module)
         blocks = check_items("blocks", blocks, nonempty=False)
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
@@ -78,7 +123,9 @@ class ShardedModule(nn.Module):
                             f"{type(process_group).__name__}")
         check_type("prefetch", prefetch, bool)
         check_type("reshard_root", reshard_root, bool)
+        mp = check_type("mixed_precision", mixed_precision, MixedPrecision, optional=True)
         super().__init__()
+        self.mixed_precision = mp
         self.module, self.prefetch, self.reshard_root = module, prefetch, reshard_root
         distributed = dist.is_available() and dist.is_initialized()
         self.process_group = process_group if distributed else None
@@ -113,7 +160,10 @@ class ShardedModule(nn.Module):
             u = ShardedBucket(trainable, [position[id(p)] for p in trainable], 0,
                               self.world_size, self.rank)
             u.shard = u.flatten()[u.start:u.end].clone()  # (shard_size,): this rank's slice
-            u.full, u.work, u.ready, u.root = None, None, False, i == len(blocks)
+            u.param_dtype = (mp and mp.param_dtype) or u.dtype  # gathered in, computed in
+            u.grad_dtype = (mp and (mp.reduce_dtype or mp.param_dtype)) or u.dtype
+            u.full, u.send, u.work, u.ready = None, None, None, False
+            u.root = i == len(blocks)
             if i < len(blocks):
                 self._unit_of_block[i] = len(self.units)
             self.units.append(u)
@@ -121,13 +171,13 @@ class ShardedModule(nn.Module):
         self._by_storage: dict[int, int] = {}  # data_ptr of a gathered buffer -> unit
         self.gathered_bytes = self.gathered_peak_bytes = 0
         for k, u in enumerate(self.units):
-            self._free(k)
+            self.free_unit(k)
             for p in u.params:  # before its gradient is accumulated, p must have its shape
                 p.register_hook(self._before_accumulate(k))
         for i, blk in enumerate(blocks):
             if i in self._unit_of_block:
-                blk.register_forward_pre_hook(lambda _m, _a, i=i: self._enter(i))
-                blk.register_forward_hook(lambda _m, _a, _o, i=i: self._free(
+                blk.register_forward_pre_hook(lambda _m, a, i=i: self._enter(i, a))
+                blk.register_forward_hook(lambda _m, _a, _o, i=i: self.free_unit(
                     self._unit_of_block[i]))
 
     # --- gather and free ------------------------------------------------------------------
@@ -137,12 +187,13 @@ class ShardedModule(nn.Module):
         u = self.units[k]
         if u.full is not None:
             return
-        u.full = torch.empty(u.padded, dtype=u.dtype, device=u.device)
+        u.full = torch.empty(u.padded, dtype=u.param_dtype, device=u.device)
         self.gathered_bytes += u.full.numel() * u.full.element_size()
         self.gathered_peak_bytes = max(self.gathered_peak_bytes, self.gathered_bytes)
         self._by_storage[u.full.untyped_storage().data_ptr()] = k
-        if self.world_size > 1:
-            u.work = all_gather_flat(u.full, u.shard, self.process_group, async_op=True)
+        if self.world_size > 1:  # a cast copy lives until the gather is waited for
+            u.send = u.shard.to(u.param_dtype)
+            u.work = all_gather_flat(u.full, u.send, self.process_group, async_op=True)
         else:
             u.full.copy_(u.shard)
 
@@ -153,18 +204,20 @@ class ShardedModule(nn.Module):
         if not u.ready:
             if u.work is not None:
                 u.work.wait()
-                u.work = None
+                u.work, u.send = None, None
             for p, off, n, shape in zip(u.params, u.offsets, u.numels, u.shapes, strict=True):
                 p.data = u.full[off:off + n].view(shape)
             u.ready = True
         return u.full
 
-    def _free(self, k: int) -> None:
-        """Drop unit ``k``'s whole parameters (waiting for a gather still in flight)."""
+    def free_unit(self, k: int) -> None:
+        """Drop unit ``k``'s whole parameters (waiting for a gather still in flight); the
+        stage-3 optimizer calls it once every gradient of the unit has arrived."""
         u = self.units[k]
         if u.work is not None:
             u.work.wait()
             u.work = None
+        u.send = None
         if u.full is not None:
             self._by_storage.pop(u.full.untyped_storage().data_ptr(), None)
             self.gathered_bytes -= u.full.numel() * u.full.element_size()
@@ -178,15 +231,17 @@ class ShardedModule(nn.Module):
             self._gather(k)
         return hook
 
-    def _enter(self, i: int) -> None:
+    def _enter(self, i: int, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         self._gather(self._unit_of_block[i])
         if self.prefetch and i + 1 in self._unit_of_block:  # overlap the next block's gather
             self._start(self._unit_of_block[i + 1])
+        mp = self.mixed_precision
+        return _cast(args, mp.param_dtype) if mp and mp.param_dtype else None
 
     def free_all(self) -> None:
-        """Free every gathered unit (after backward; :class:`ZeroThreeOptimizer` calls it)."""
+        """Free every gathered unit (after backward; the stage-3 optimizer calls it)."""
         for k in range(len(self.units)):
-            self._free(k)
+            self.free_unit(k)
 
     # --- forward and backward -------------------------------------------------------------
 
@@ -211,10 +266,13 @@ class ShardedModule(nn.Module):
         """Gather the root unit, run the module with saved-tensor hooks. Collective."""
         if self._root is not None:
             self._gather(self._root)
+        mp = self.mixed_precision
+        if mp and mp.param_dtype:
+            args, kwargs = _cast(args, mp.param_dtype), _cast(kwargs, mp.param_dtype)
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             out = self.module(*args, **kwargs)
         if self.reshard_root and self._root is not None:
-            self._free(self._root)
+            self.free_unit(self._root)
         return out
 
     @torch.no_grad()
@@ -235,49 +293,3 @@ class ShardedModule(nn.Module):
                 out[pos] = full[off:off + n].view(shape).clone()
         return [o if o is not None else p.detach().clone()
                 for o, p in zip(out, self.module.parameters(), strict=True)]
-
-
-class ZeroThreeOptimizer(ZeroOptimizer):
-    """The optimizer of a :class:`ShardedModule`: ZeRO-2's gradient path on its units.
-
-    One parameter group (the module's parameters in ``parameters()`` order); the wrapped
-    ``optimizer_class`` steps this rank's pieces of each unit's shard in place, and the
-    next forward gathers them. Gradient hooks, ``None``-gradient semantics and
-    :meth:`state_dict` are :class:`ZeroOptimizer`'s.
-
-    Args:
-        sharded: the :class:`ShardedModule`.
-        optimizer_class: the ``torch.optim.Optimizer`` subclass to wrap.
-        **defaults: keyword arguments for ``optimizer_class``.
-
-    Raises:
-        TypeError: for a ``sharded`` that is not a :class:`ShardedModule`; as
-            :class:`ZeroOptimizer` otherwise.
-
-    Warning:
-        Collective: every rank must run backward and :meth:`step` each step.
-    """
-
-    def __init__(self, sharded: ShardedModule, optimizer_class: type[torch.optim.Optimizer],
-                 **defaults: Any) -> None:
-        check_type("sharded", sharded, ShardedModule)
-        self.sharded = sharded
-        super().__init__(list(sharded.module.parameters()), optimizer_class, stage=2,
-                         process_group=sharded.process_group, **defaults)
-        self.stage = 3
-
-    def _build_buckets(self, cap_bytes: int) -> list[ShardedBucket]:
-        """The module's units; the optimizer's leaves are pieces of their shards."""
-        for u in self.sharded.units:
-            u.segments = [nn.Parameter(u.shard[at:at + hi - lo]) for _k, lo, hi, at in u.pieces]
-        return self.sharded.units
-
-    def _complete(self, bi: int) -> None:
-        self.sharded._free(bi)  # every gradient of the unit is in: its parameters can go
-
-    def sync_grads(self) -> None:  # noqa: D102 (ZeroOptimizer's, plus freeing every unit)
-        super().sync_grads()
-        self.sharded.free_all()
-
-    def _share_updated(self) -> None:
-        """Nothing to share: the next forward gathers the updated shards."""
