@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["attainable_flops", "bound", "matmul_bytes", "matmul_flops", "matmul_intensity",
-           "percent_of_limit"]
+__all__ = ["attainable_flops", "bound", "matmul_bytes", "matmul_flops", "matmul_intensity"]
 
 
 def _check_dims(**dims: int) -> None:
@@ -67,10 +66,3 @@ def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
     """``"memory"`` below the ridge point ``peak_flops / bandwidth``, else ``"compute"``."""
     ridge = _positive("peak_flops", peak_flops) / _positive("bandwidth", bandwidth)
     return "memory" if _positive("intensity", intensity) < ridge else "compute"
-
-
-def percent_of_limit(value: float, limit: float) -> float:
-    """``100 * value / limit``: how much of a measured ceiling a result reaches."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise TypeError(f"value must be a number, got {value!r}")
-    return 100.0 * value / _positive("limit", limit)

@@ -79,11 +79,6 @@ class Traffic:
         """Bytes one rank sends (and receives) per collective, by the ring model."""
         return {k: v * ring_factor(k, world_size) for k, v in self.buffer_bytes.items()}
 
-    def total_sent_bytes(self, world_size: int) -> float:
-        """All collectives together."""
-        return sum(self.sent_bytes(world_size).values())
-
-
 @contextlib.contextmanager
 def count_traffic(extra: Sequence[tuple[Any, str, str]] = ()) -> Iterator[Traffic]:
     """Count every collective called through ``torch.distributed`` inside the block.

@@ -45,10 +45,10 @@ from perfkit.viz.core import (
     roofline_widget,
     show_headlines,
     show_verdict,
-    verdict,
     si,
     text_overlaps,
     tidy,
+    verdict,
 )
 from perfkit.viz.data import loader_widget, plot_loader_sweep, plot_overlap
 from perfkit.viz.diagnose import (
@@ -66,7 +66,6 @@ from perfkit.viz.memory import (
     plot_memory_stack,
     plot_zero_comparison,
     plot_zero_stages,
-    zero_widget,
 )
 from perfkit.viz.profiling import (
     PHASE_COLORS,
@@ -123,7 +122,6 @@ __all__ = [
     "plot_memory_stack",
     "plot_zero_comparison",
     "plot_zero_stages",
-    "zero_widget",
     "PHASE_COLORS",
     "breakdown_widget",
     "findings_markdown",

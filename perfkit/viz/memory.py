@@ -24,7 +24,7 @@ from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tid
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",
            "plot_zero_memory", "plot_zero_stages", "plot_zero_comparison", "plot_zero_traffic",
-           "zero_scaling_widget", "zero_widget"]
+           "zero_scaling_widget"]
 
 MEMORY_COLORS = {"parameters": "tab:blue", "gradients": "tab:orange",
                  "optimizer state": "tab:green", "activations": "tab:red",
@@ -170,21 +170,6 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         "precision": Choice(["fp32", "mixed"], "fp32", "precision"),
         "checkpointing": Choice(["off", "per block"], "off", "checkpointing"),
     }, title="Memory of one GPT-2 training step (the model of perfkit.memory)")
-
-
-def zero_widget() -> WidgetSpec:
-    """Parameters, world size, stage and precision -> per-rank model-state bytes."""
-    def show(num_params: float, world_size: int, stage: int, recipe: str) -> Figure:
-        fig = plot_zero_stages(num_params, world_size, recipe, highlight=stage)
-        return tidy(fig)
-
-    return WidgetSpec(show, {
-        "num_params": LogControl(6, 12, 7.5e9, step=0.25, description="parameters Ψ"),
-        "world_size": IntControl(1, 1024, 64, 1, "ranks N"),
-        "stage": Choice([0, 1, 2, 3], 1, "ZeRO stage"),
-        "recipe": Choice(["mixed_adam", "fp32_adam", "fp32_sgd_momentum"], "mixed_adam",
-                         "precision / optimizer"),
-    }, title="ZeRO: model states per rank (paper's formulas)")
 
 
 def _stages(comparison: Any, stages: Mapping[str, int]) -> dict[str, int]:

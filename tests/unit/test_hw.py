@@ -16,13 +16,11 @@ def test_roofline_and_bound():
     assert roofline.attainable_flops(2.0, 100.0, 10.0) == 20.0
     assert roofline.attainable_flops(50.0, 100.0, 10.0) == 100.0
     assert roofline.bound(9.9, 100.0, 10.0) == "memory" and roofline.bound(10.0, 100.0, 10.0) == "compute"
-    assert roofline.percent_of_limit(25.0, 100.0) == 25.0
 
 
 @pytest.mark.parametrize("call, match", [
     (lambda: roofline.matmul_flops(0, 1, 1), "m must be a positive int"),
     (lambda: roofline.attainable_flops(0.0, 1.0, 1.0), "intensity"),
-    (lambda: roofline.percent_of_limit(1.0, 0.0), "limit"),
     (lambda: hw.measure_matmul(8, "int8"), "dtype must be one of"),
 ])
 def test_bad_input(call, match):
