@@ -29,12 +29,15 @@ from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.hw import MachineLimits, _dtype_name
 from perfkit.units import si
 
-__all__ = ["EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "pinned_threads",
-           "plan_dtype", "timing_threads"]
+__all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "mfu_dtype",
+           "pinned_threads", "plan_dtype", "timing_threads"]
 
 # The share of a dtype's matmul ceiling a tiny model's training step reaches (notebook 06
 # measured 15-40 % in fp32 on 2 cores): time is planned at this share, so a plan errs long.
 EFFICIENCY = 0.25
+# Intra-op threads torch starts with (one per physical core): notebook 00 measured the
+# ceilings with them, so a step pinned to fewer threads can reach that share of the ceilings.
+CORES = torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -134,13 +137,13 @@ def timing_threads(cores: int | None = None, load: float | None = None) -> int:
     steady.
 
     Args:
-        cores: cores to share (default :func:`os.cpu_count`).
+        cores: cores to share (default :data:`CORES`).
         load: runnable processes (default :func:`os.getloadavg`'s first figure, 0 where absent).
 
     Raises:
         ValueError: for ``cores`` below 1 or a negative ``load``.
     """
-    cores = check_int("cores", cores if cores is not None else (os.cpu_count() or 1), 1)
+    cores = check_int("cores", cores if cores is not None else CORES, 1)
     if load is None:
         try:
             load = os.getloadavg()[0]
@@ -167,7 +170,8 @@ def pinned_threads(n: int) -> Iterator[int]:
 
 
 def ceiling_share(threads: int, cores: int | None = None) -> float:
-    """The share of the measured ceilings ``threads`` of the ``cores`` can reach.
+    """The share of the measured ceilings ``threads`` of the ``cores`` (default :data:`CORES`)
+    can reach.
 
     Notebook 00 measured the ceilings with every core; a step pinned to fewer threads is
     held against that share of them (matmul throughput scales with cores), so its MFU is
@@ -176,11 +180,11 @@ def ceiling_share(threads: int, cores: int | None = None) -> float:
     Raises:
         ValueError: for ``threads`` or ``cores`` below 1.
     """
-    cores = check_int("cores", cores if cores is not None else (os.cpu_count() or 1), 1)
+    cores = check_int("cores", cores if cores is not None else CORES, 1)
     return min(check_int("threads", threads, 1), cores) / cores
 
 
-def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, precision: str,
+def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, dtype: str,
                    share: float = 1.0) -> tuple[float, str, str]:
     """An MFU that means something here: ``(value, ceiling dtype, sentence)``.
 
@@ -193,24 +197,37 @@ def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, 
     Args:
         limits: the measured ceilings.
         flops_per_step, step_s: model FLOPs of one step and its measured seconds.
-        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+        dtype: the dtype the step's matmuls ran in (``"float32"``, ``"bfloat16"``).
         share: the share of the ceilings the step's threads can reach (:func:`ceiling_share`).
 
     Raises:
-        TypeError, ValueError: for bad limits, a non-positive FLOP count, time or share, or
-            an unknown precision.
+        TypeError, ValueError: for bad limits, an unmeasured dtype, or a FLOP count, time or
+            share that is not a finite number > 0 (a share at most 1).
     """
-    from perfkit.compute.flops import mfu, precision_dtype
-
     check_type("limits", limits, MachineLimits)
+    check_real("flops_per_step", flops_per_step, 0, lo_open=True)
+    check_real("step_s", step_s, 0, lo_open=True)
     check_real("share", share, 0, 1, lo_open=True)
-    dtype = precision_dtype(precision)
-    if limits.support(dtype) != "emulated":
-        value = mfu(flops_per_step, step_s, limits.peak_flops(dtype) * share)
-        return value, dtype, f"MFU {value:.1%} of the {dtype} ceiling"
-    value = mfu(flops_per_step, step_s, limits.peak_flops("float32") * share)
-    return value, "float32", (
-        f"MFU {value:.1%} of the float32 ceiling: autocast ran the matmuls in {dtype}, which this "
-        f"CPU emulates at {si(limits.peak_flops(dtype), 'FLOP/s')}, and the rest in float32, so a "
-        f"share of the {dtype} ceiling ({mfu(flops_per_step, step_s, limits.peak_flops(dtype) * share):.0%})"
-        " would not be a share of what the machine can do")
+    name = _dtype_name(dtype)
+    rate = flops_per_step / step_s  # FLOP/s
+    ceiling = mfu_dtype(limits, name)
+    value = rate / (limits.peak_flops(ceiling) * share)
+    if ceiling == name:
+        return value, name, f"MFU {value:.1%} of the {name} ceiling"
+    return value, ceiling, (
+        f"MFU {value:.1%} of the {ceiling} ceiling: autocast ran the matmuls in {name}, which this "
+        f"CPU emulates at {si(limits.peak_flops(name), 'FLOP/s')}, and the rest in {ceiling}, so a "
+        f"share of the {name} ceiling ({rate / (limits.peak_flops(name) * share):.0%}) would not be "
+        "a share of what the machine can do")
+
+
+def mfu_dtype(limits: MachineLimits, dtype: str) -> str:
+    """The dtype whose ceiling an MFU of work in ``dtype`` is held against: ``dtype`` itself,
+    or ``"float32"`` where ``dtype`` is emulated (see :func:`meaningful_mfu`).
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits` or an unmeasured dtype.
+    """
+    check_type("limits", limits, MachineLimits)
+    name = _dtype_name(dtype)
+    return "float32" if limits.support(name) == "emulated" else name

@@ -4,7 +4,10 @@ Measures as nanoGPT's ``bench.py`` does (build the step, warm up, then time it, 
 MFU as ``estimate_mfu`` does, against the measured ceiling of the dtype the matmuls run in)
 and returns a record per setting, as torchtitan's metrics do, for notebook 06's widget
 (:func:`perfkit.viz.compute.compute_widget`) to plot. Settings measured together take turns
-(:func:`perfkit.timing.interleaved`), so their ratios survive a noisy machine.
+(:func:`perfkit.timing.interleaved`), so their ratios survive a noisy machine; with ``threads``
+they run pinned to that many intra-op threads (:func:`perfkit.sizing.pinned_threads`), held
+against that share of the ceilings. An emulated dtype's MFU is held against fp32's ceiling
+(:func:`perfkit.sizing.mfu_dtype`): over 100 % of an emulated ceiling measures nothing.
 
 Usage::
 
@@ -25,6 +28,7 @@ from torch import nn
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
 from perfkit.hw import MachineLimits
+from perfkit.sizing import ceiling_share, mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
 __all__ = ["StepBench", "ThroughputPoint"]
@@ -39,7 +43,11 @@ class ThroughputPoint:
         step: timings of the step (after ``warmup`` untimed steps).
         first_call_s: the first step's seconds (includes compiling when ``compiled``).
         tokens_per_step, flops_per_step: work per step.
-        peak_flops: the measured ceiling of the dtype the matmuls run in.
+        peak_flops: the ceiling the MFU is held against: that of the dtype the matmuls run in
+            (fp32's where that dtype is emulated), times the share of the cores the step's
+            threads use.
+        ceiling: the dtype whose ceiling ``peak_flops`` is.
+        threads: intra-op threads the step ran with.
     """
 
     precision: str
@@ -50,6 +58,8 @@ class ThroughputPoint:
     tokens_per_step: int
     flops_per_step: int
     peak_flops: float
+    ceiling: str = "float32"
+    threads: int = 1
 
     @property
     def tokens_per_s(self) -> float:
@@ -80,7 +90,7 @@ class StepBench:
                  flops_per_step: Callable[[int], int], tokens_per_sample: int,
                  limits: MachineLimits, warmup: int = 2, repeat: int = 5,
                  compile_backend: str = "inductor", lr: float = 1e-3,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, threads: int | None = None) -> None:
         """Args:
             make_model: builds the (seeded) model on the target device.
             make_batch: ``make_batch(b)`` returns one batch of ``b`` samples.
@@ -92,11 +102,13 @@ class StepBench:
             compile_backend: ``torch.compile`` backend (``"eager"`` only traces: for tests).
             lr: AdamW learning rate.
             device: where the steps run (for timing); ``None`` means CUDA if present.
+            threads: intra-op threads to time with (:func:`perfkit.sizing.timing_threads`),
+                restored after; ``None`` keeps the current setting.
 
         Raises:
             TypeError: if a ``make_*``/``*_fn`` argument is not callable, or ``limits`` is
                 not a :class:`perfkit.hw.MachineLimits`.
-            ValueError: for a ``tokens_per_sample`` or ``repeat`` below 1, a negative
+            ValueError: for a ``tokens_per_sample``, ``repeat`` or ``threads`` below 1, a negative
                 ``warmup``, an ``lr`` that is not a finite number > 0 or an empty
                 ``compile_backend``.
         """
@@ -109,6 +121,7 @@ class StepBench:
         check_int("warmup", warmup, 0)
         check_int("repeat", repeat, 1)
         check_real("lr", lr, 0, lo_open=True)
+        self.threads = None if threads is None else check_int("threads", threads, 1)
         if not isinstance(compile_backend, str) or not compile_backend:
             raise TypeError(f"compile_backend must be a torch.compile backend name, got "
                             f"{compile_backend!r}")
@@ -175,25 +188,28 @@ class StepBench:
             precision_dtype(precision)
             keys.append((precision, bool(compiled), check_int("batch", batch, 1)))
         todo = list(dict.fromkeys(k for k in keys if k not in self._points))
+        threads = self.threads or torch.get_num_threads()
         calls, firsts = [], []
-        for precision, compiled, batch in todo:
-            if (precision, compiled) not in self._steps:
-                model = self.make_model()
-                opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
-                run = torch.compile(model, backend=self.compile_backend) if compiled else model
-                self._steps[precision, compiled] = make_train_step(
-                    model, opt, lambda _m, b, run=run: self.loss_fn(run, b), precision)
-            if batch not in self._batches:
-                self._batches[batch] = self.make_batch(batch)
-            calls.append(lambda s=self._steps[precision, compiled], x=self._batches[batch]: s(x))
-            with Timer(self.device) as first:  # includes compiling for a compiled setting
-                calls[-1]()
-            firsts.append(first.elapsed_s)
-        if todo:
+        with pinned_threads(threads):  # first calls too: a compile's time depends on its threads
+            for precision, compiled, batch in todo:
+                if (precision, compiled) not in self._steps:
+                    model = self.make_model()
+                    opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
+                    run = torch.compile(model, backend=self.compile_backend) if compiled else model
+                    self._steps[precision, compiled] = make_train_step(
+                        model, opt, lambda _m, b, run=run: self.loss_fn(run, b), precision)
+                if batch not in self._batches:
+                    self._batches[batch] = self.make_batch(batch)
+                calls.append(lambda s=self._steps[precision, compiled], x=self._batches[batch]: s(x))
+                with Timer(self.device) as first:  # includes compiling for a compiled setting
+                    calls[-1]()
+                firsts.append(first.elapsed_s)
             times = interleaved(calls, warmup=max(self.warmup - 1, 0), repeat=self.repeat,
-                                device=self.device)
-            for (precision, compiled, batch), m, first_s in zip(todo, times, firsts, strict=True):
-                self._points[precision, compiled, batch] = ThroughputPoint(
-                    precision, compiled, batch, m, first_s, batch * self.tokens_per_sample,
-                    self.flops_per_step(batch), self.limits.peak_flops(precision_dtype(precision)))
+                                device=self.device) if todo else []
+        share = ceiling_share(threads) if self.device.type == "cpu" else 1.0
+        for (precision, compiled, batch), m, first_s in zip(todo, times, firsts, strict=True):
+            ceiling = mfu_dtype(self.limits, precision_dtype(precision))
+            self._points[precision, compiled, batch] = ThroughputPoint(
+                precision, compiled, batch, m, first_s, batch * self.tokens_per_sample,
+                self.flops_per_step(batch), self.limits.peak_flops(ceiling) * share, ceiling, threads)
         return [self._points[k] for k in keys]

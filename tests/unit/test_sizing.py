@@ -96,9 +96,13 @@ def test_ceiling_share_scales_with_the_pinned_threads():
 
 def test_mfu_is_held_against_a_ceiling_that_means_something():
     flops, step_s = 3.2e9, 1.0  # 3.2 GFLOP/s: above the emulated bf16 ceiling
-    value, dtype, text = sizing.meaningful_mfu(EMULATED, flops, step_s, "bf16")
+    value, dtype, text = sizing.meaningful_mfu(EMULATED, flops, step_s, "bfloat16")
     assert dtype == "float32" and value == pytest.approx(3.2e9 / 1.54e11)
     assert "emulates at 1.78 GFLOP/s" in text and "(180%)" in text and "matmuls in bfloat16" in text
-    value, dtype, text = sizing.meaningful_mfu(NATIVE, flops, step_s, "bf16", share=0.5)
+    value, dtype, text = sizing.meaningful_mfu(NATIVE, flops, step_s, "bfloat16", share=0.5)
     assert dtype == "bfloat16" and value == pytest.approx(3.2e9 / 2.15e11) and text.startswith("MFU 1.5%")
-    assert sizing.meaningful_mfu(EMULATED, flops, step_s, "fp32")[1] == "float32"
+    assert sizing.meaningful_mfu(EMULATED, flops, step_s, "float32")[1] == "float32"
+    assert sizing.mfu_dtype(EMULATED, "bfloat16") == "float32"
+    assert sizing.mfu_dtype(NATIVE, "bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="step_s"):
+        sizing.meaningful_mfu(NATIVE, flops, 0.0, "float32")

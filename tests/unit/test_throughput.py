@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from perfkit import compute
+from perfkit import compute, sizing
 from perfkit.compute import throughput
 from perfkit.viz import compute as vc
 
@@ -51,3 +51,30 @@ def test_compute_widget_sweeps_its_controls(limits):
     assert len(bench.points) == 4  # fp32 eager at batch 2 and 8 (the default), bf16, compiled
     with pytest.raises(ValueError, match="batch"):
         vc.compute_widget(bench, batches=(2, 8), batch=3)
+
+
+def test_an_emulated_dtype_and_pinned_threads_set_the_ceiling_of_the_mfu():
+    from perfkit import hw
+
+    emulated = hw.MachineLimits("cpu", "no-bf16", {"float32": 1.54e11, "bfloat16": 1.78e9}, 2e10)
+    before = torch.get_num_threads()
+    bench = throughput.StepBench.gpt2(emulated, seq_len=8, vocab_size=64, n_embd=16, n_layer=1, n_head=2,
+                                      warmup=0, repeat=1, device="cpu", threads=1)
+    seen = []
+    real = bench.loss_fn
+    bench.loss_fn = lambda m, x: seen.append(torch.get_num_threads()) or real(m, x)
+    fp32, bf16 = bench.measure_all([("fp32", False, 2), ("bf16", False, 2)])
+    assert set(seen) == {1} and torch.get_num_threads() == before  # pinned while timing, restored
+    share = 1 / sizing.CORES
+    assert bf16.ceiling == "float32" and bf16.peak_flops == pytest.approx(1.54e11 * share)
+    assert fp32.ceiling == "float32" and bf16.threads == fp32.threads == 1
+    assert bf16.mfu == pytest.approx(bf16.flops_per_step / bf16.step.median_s / (1.54e11 * share))
+    with pytest.raises(ValueError, match="threads"):
+        throughput.StepBench.gpt2(emulated, seq_len=8, device="cpu", threads=0)
+
+
+def test_a_native_dtype_keeps_its_own_ceiling(limits):
+    bench = throughput.StepBench.gpt2(limits, seq_len=8, vocab_size=64, n_embd=16, n_layer=1, n_head=2,
+                                      warmup=0, repeat=1, device="cpu", threads=sizing.CORES)
+    p = bench.measure("bf16", False, 2)
+    assert p.ceiling == "bfloat16" and p.peak_flops == limits.peak_flops("bfloat16")
