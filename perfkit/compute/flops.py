@@ -28,8 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfkit import stats
 from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
 from perfkit.hw import MachineLimits
+from perfkit.stats import Estimate
 from perfkit.timing import Measurement, interleaved
 
 __all__ = [
@@ -215,8 +217,10 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
 class Speedup:
     """Two callables timed in alternation; ``ratio`` = baseline median / candidate median.
 
-    ``pair_ratios`` are the ratios of back-to-back pairs: their 10th-90th percentile range
-    (``low``, ``high``) is the spread quoted beside the ratio.
+    ``estimate`` is that ratio with its 90 % bootstrap interval over the back-to-back pairs
+    (:func:`perfkit.stats.median_ratio`): the uncertainty a verdict is judged on. ``low`` and
+    ``high`` are its edges. ``pair_ratios`` are the single pairs' ratios, whose spread is how
+    much one pair varies, not how uncertain the median is.
     """
 
     baseline: Measurement
@@ -235,21 +239,25 @@ class Speedup:
         return tuple(b / c for b, c in zip(self.baseline.times_s, self.candidate.times_s, strict=True))
 
     @property
+    def estimate(self) -> Estimate:
+        """``ratio`` with its bootstrap interval over the pairs (a :class:`perfkit.stats.Estimate`)."""
+        return stats.median_ratio(self.baseline.times_s, self.candidate.times_s)
+
+    @property
     def pair_median(self) -> float:
-        """Median of the back-to-back pair ratios: robust to load that drifts during the run,
-        and always inside the ``low``-``high`` spread (``ratio`` of the medians need not be)."""
-        return Measurement(self.pair_ratios, 0).median_s
+        """Median of the back-to-back pair ratios: robust to load that drifts during the run."""
+        return stats.median(self.pair_ratios)
 
     @property
     def low(self) -> float:
-        return Measurement(self.pair_ratios, 0).p10_s
+        return self.estimate.low
 
     @property
     def high(self) -> float:
-        return Measurement(self.pair_ratios, 0).p90_s
+        return self.estimate.high
 
     def __str__(self) -> str:
-        return (f"{self.ratio:.2f}x (pairs p10-p90 {self.low:.2f}-{self.high:.2f}x, "
+        return (f"{self.ratio:.2f}x (90% interval {self.low:.2f}-{self.high:.2f}x, "
                 f"{self.baseline.median_s * 1e3:.1f} -> {self.candidate.median_s * 1e3:.1f} ms, "
                 f"n={self.baseline.n})")
 
