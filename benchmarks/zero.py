@@ -1,9 +1,10 @@
 """ZeRO stages 1, 2 and 3 side by side: perfkit from scratch, PyTorch FSDP2, DeepSpeed (2 gloo ranks).
 
 Variants (see :mod:`perfkit.jobs.zero_bench` and :mod:`perfkit.jobs.zero_variants`):
-DDP + AdamW (no sharding), perfkit's ``ZeroOneOptimizer`` (reduce-scatter after backward,
-``perfkit``), perfkit's ``ZeroOptimizer`` at stage 1 and 2 (bucketed reduce-scatter
-during backward, ``zero1``/``zero2``), perfkit's ``ShardedModule`` (stage 3, ``zero3``),
+DDP + AdamW (no sharding), perfkit's ``ZeroOptimizer(stage=1, overlap=False)`` (reduce-scatter
+after backward and all-gather inside ``step()``, ``perfkit``), perfkit's ``ZeroOptimizer`` at
+stage 1 and 2 (bucketed reduce-scatter during backward, all-gather waited for in the next
+forward, ``zero1``/``zero2``), perfkit's ``ShardedModule`` (stage 3, ``zero3``),
 PyTorch's ``fully_shard`` (``fsdp2``), DeepSpeed stages 2 and 3 with a client
 ``torch.optim.AdamW`` (``deepspeed_2``/``deepspeed_3``; launched by torchrun, no compiled
 op). Every variant trains the same batches of the standard-library corpus on the tiny

@@ -20,7 +20,7 @@
 #    frozen weights need no gradient and no optimizer state.
 #
 # This notebook reproduces the ZeRO paper's memory table from formulas, runs **three ZeRO-1
-# implementations for real** on 2 processes (perfkit's `ZeroOneOptimizer`, PyTorch's
+# implementations for real** on 2 processes (perfkit's `ZeroOptimizer` at stage 1, PyTorch's
 # `ZeroRedundancyOptimizer`, DeepSpeed's stage 1, plus plain DDP + AdamW as the baseline),
 # then **ZeRO stages 1, 2 and 3 built from scratch** (`perfkit.parallel`) with their
 # model-state bytes, bytes moved and step time measured against the formulas, and measures
@@ -142,7 +142,7 @@ for s, m in pred.items():
 # %% [markdown]
 # ## 2. Three ZeRO-1 implementations, run for real
 #
-# **Question.** Do perfkit's `ZeroOneOptimizer`, PyTorch's `ZeroRedundancyOptimizer` and
+# **Question.** Do perfkit's `ZeroOptimizer`, PyTorch's `ZeroRedundancyOptimizer` and
 # DeepSpeed's ZeRO stage 1 hold 1/N of the optimizer state, train the same model as plain
 # AdamW, and cost no time?
 #
@@ -262,7 +262,7 @@ if rss:
 # steps interleaved). `ZeroOptimizer` at stage 1 and 2 reduce-scatters the gradients in
 # buckets from gradient hooks *during* backward, as DDP overlaps its all-reduce; at stage 2
 # each process keeps only its slice of the reduced gradient. `ShardedModule` with
-# `ZeroThreeOptimizer` (stage 3, the design of PyTorch's FSDP) keeps 1/N of the parameters
+# `ZeroOptimizer(stage=3)` (the design of PyTorch's FSDP) keeps 1/N of the parameters
 # too: each GPT-2 block's flat parameters are all-gathered before its forward (the next
 # block's gather started meanwhile), freed after it, gathered again in backward and freed
 # once the block's gradients are reduce-scattered.
