@@ -54,16 +54,15 @@ import shutil
 import statistics
 import tempfile
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from perfkit import hw, models, timing, viz
-from perfkit.data import LoaderConfig, Prefetcher, SlowDataset, datasets, measure_loader, simulate_pipeline
-from perfkit.profiling import StepMonitor
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.data import LoaderConfig, SlowDataset, datasets, measure_loader, simulate_pipeline
+from perfkit.data import experiments as ex
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import data as vdata
 from perfkit.viz import profiling as vprof
 
@@ -109,54 +108,43 @@ print(f"one sample: {per_sample_s * 1e3:.2f} ms (tokenizing + {PLANTED_MS} ms pl
 print(f"one batch of {GPT['batch_size']}: {load_s * 1e3:.1f} ms")
 
 
+# %% [markdown]
+# `perfkit.data.experiments.monitored_steps` trains the model for `STEPS` steps (after 2
+# warm-up steps) under a `StepMonitor` and keeps each step's data wait and total time, so a
+# share comes with the bootstrap interval of its medians.
+
 # %%
-def monitored(dataset, num_workers=0, steps=STEPS):
-    """StepMonitor summary of `steps` GPT-2 training steps on `dataset`, after 2 warm-up steps."""
-    loader = DataLoader(dataset, batch_size=GPT["batch_size"], shuffle=True, drop_last=True,
-                        num_workers=num_workers, persistent_workers=num_workers > 0)
-    mon = StepMonitor(device=gpt.device, warmup=2)
-    models.train_steps(replace(gpt, loader=loader), steps + 2, monitor=mon)
-    return mon.summary()
-
-
-fast = monitored(gpt.loader.dataset)
-compute_s = fast.step.p50_s - fast["data"].p50_s
+fast = ex.monitored_steps(gpt, gpt.loader.dataset, steps=STEPS)
+compute_s = fast.summary.step.p50_s - fast.summary["data"].p50_s
 predicted_share = load_s / (load_s + compute_s)
 print(f"compute (forward + backward + optimizer): {compute_s * 1e3:.1f} ms per step")
 print(f"predicted data share with 0 workers: {predicted_share:.0%}")
 
 # %%
-runs = {f"{w} workers": monitored(ds, num_workers=w) for w in (0, 1, 2)}
+runs = {f"{w} workers": ex.monitored_steps(gpt, ds, num_workers=w, steps=STEPS) for w in (0, 1, 2)}
 runs["pre-tokenized"] = fast
-for name, s in runs.items():
-    print(f"{name:>14}: step p50 {s.step.p50_s * 1e3:6.1f} ms, data share {s.share('data'):5.1%}, "
-          f"{s.samples_per_s:6.0f} samples/s")
-fig = vprof.plot_phase_bars(runs, unit="ms", title="Tiny GPT-2 step, tokenizing per sample")
+for name, r in runs.items():
+    print(f"{name:>14}: step p50 {r.summary.step.p50_s * 1e3:6.1f} ms, data share {r.data_share().value:5.1%}, "
+          f"{r.summary.samples_per_s:6.0f} samples/s")
+fig = vprof.plot_phase_bars({k: r.summary for k, r in runs.items()}, unit="ms",
+                            title="Tiny GPT-2 step, tokenizing per sample")
 
 # %%
-viz.show_verdict(judge(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)",
-                                  value=predicted_share, rel_tol=0.25, physical=(0, 1)),
-                       runs["0 workers"].share("data"), explain={
-    "above": "The model leaves out collating the batch and the DataLoader's Python overhead per step.",
-    "below": "The step's compute ran slower here than when it was measured alone (other jobs on the "
-             "machine hit one measurement more than the other)."}))
-one_pred = max(compute_s, load_s)
-viz.show_verdict(judge(Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
-                                  value=one_pred * 1e3, rel_tol=0.25, unit=" ms"),
-                       runs["1 workers"].step.p50_s * 1e3, explain={
-    "held": "The tokenizing left the training process for another core.",
-    "above": (f"The busy worker took CPU time from the training process: the machine was busy (load "
-              f"average {os.getloadavg()[0]:.1f} for {CORES} cores), so the data bottleneck turned into a "
-              "compute slowdown instead of disappearing." if os.getloadavg()[0] > CORES else
-              f"The cores were free (load average {os.getloadavg()[0]:.1f} for {CORES} cores), yet the step "
-              "slowed: the worker's tokenizing shares caches and memory bandwidth with the model, and each "
-              "batch's handoff from the worker costs the loop time (section 2a measures it)."),
-    "below": "Faster than the step alone: the compute measurement was disturbed."}))
-two_vs_one = runs["2 workers"].step.p50_s / runs["1 workers"].step.p50_s
-print(f"2 workers' step over 1 worker's: {two_vs_one:.2f}x "
-      + ((f"(three busy processes for {CORES} cores: the second worker took time from the model)" if CORES < 3
-          else f"(slower, with cores to spare: {busy() or 'the workers compete with the model for caches'})")
-         if two_vs_one > 1.05 else "(no worse: one worker was not keeping up, or a core was idle)"))
+med = {k: (statistics.median(r.data_s) * 1e3, statistics.median(t - d for t, d in zip(r.step_s, r.data_s)) * 1e3)
+       for k, r in runs.items()}   # ms per step: waiting for data, the rest
+viz.verdict(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)", value=predicted_share,
+                       rel_tol=0.25, physical=(0, 1)), runs["0 workers"].data_share(), explain={
+    "above": f"The loop waited {med['0 workers'][0]:.1f} ms per step for data, against B*c = {load_s * 1e3:.1f} "
+             "ms timed on the dataset alone: the rest is collating and the DataLoader's own work.",
+    "below": f"The rest of the step took {med['0 workers'][1]:.1f} ms here, against t_compute = "
+             f"{compute_s * 1e3:.1f} ms fed from pre-tokenized data."})
+viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
+                       value=max(compute_s, load_s) * 1e3, rel_tol=0.25, unit=" ms"),
+            runs["1 workers"].step_time().scaled(1e3), explain={
+    "above": f"Of the step, {med['1 workers'][0]:.1f} ms waited for the worker's batch and "
+             f"{med['1 workers'][1]:.1f} ms computed, against t_compute = {compute_s * 1e3:.1f} ms alone."})
+two = ex.unpaired_median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, what="steps per run")
+print(f"2 workers' step over 1 worker's: {two.value:.2f}x ({two.describe()})")
 
 # %% [markdown]
 # On a GPU server with 16-64 cores the trade-off between workers and the model's own compute
@@ -193,26 +181,23 @@ io_runs = [measure_loader(io_ds, LoaderConfig(BATCH, w), compute=COMPUTE_MS / 1e
 io_pred = [simulate_pipeline(batch_load_s, COMPUTE_MS / 1e3, w, 2, steps=SWEEP_BATCHES, handoff_s=handoff_s)
            for w in WORKERS]
 print(f"load {batch_load_s * 1e3:.1f} ms per batch, compute {COMPUTE_MS:.0f} ms per step")
-for w, r, p in zip(WORKERS, io_runs, io_pred):
-    print(f"workers={w}: predicted {BATCH / p.steady_step_s:5.0f} samples/s, {p.steady_wait_share:4.0%} waiting | "
-          f"measured {BATCH / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting")
+print(vdata.sweep_lines([f"workers={w}" for w in WORKERS], io_runs, io_pred, BATCH))
 fig = vdata.plot_loader_sweep(io_runs, io_pred,
                               title="I/O-bound load (sleep): workers overlap their waits")
 
 # %%
-gaps = [abs(r.steady_wait_share - p.steady_wait_share) for r, p in zip(io_runs, io_pred)]
-worst_w = WORKERS[gaps.index(max(gaps))]
-viz.show_verdict(judge(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
-                                  "simulate_pipeline with the measured handoff", high=0.10, physical=(0, 1)),
-                       max(gaps), explain={
-    "held": "Sleeping workers do not compete for cores, and the model includes the per-batch handoff: "
-            "without it, it would promise 0 % waiting as soon as W workers outpace the step.",
-    "above": f"The worst gap is at {worst_w} workers: there the workers' wake-ups and handoffs compete with "
-             "the loop for the cores (or other jobs do), which the model does not count."}))
+io_gap = ex.largest_gap(io_runs, [p.steady_wait_share for p in io_pred])
+worst = max(zip(WORKERS, io_runs, io_pred), key=lambda t: abs(t[1].steady_wait_share - t[2].steady_wait_share))
+viz.verdict(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
+                       "simulate_pipeline with the measured handoff", high=0.10, physical=(0, 1)), io_gap, explain={
+    "above": f"The worst gap is at {worst[0]} workers: {worst[1].steady_wait_share:.0%} waiting measured, "
+             f"{worst[2].steady_wait_share:.0%} predicted."})
 
 # %% [markdown]
 # Both the numbers and the plot leave out the first step, which carries the startup of the
-# worker processes (section 2c measures it). In the model, an I/O-bound load scales with
+# worker processes (section 2c measures it). Sleeping workers do not compete for cores, and
+# the model counts the per-batch handoff: without it, it would promise 0 % waiting as soon as
+# W workers outpace the step. In the model, an I/O-bound load scales with
 # workers far past the number of cores, until the storage itself saturates.
 #
 # ### 2b. `num_workers` for a CPU-bound load
@@ -231,32 +216,24 @@ cpu_ds = SlowDataset(BATCH * SWEEP_BATCHES, COST_MS / 1e3, kind="spin")
 cpu_runs = [measure_loader(cpu_ds, LoaderConfig(BATCH, w), compute=COMPUTE_MS / 1e3) for w in WORKERS]
 cpu_pred = [simulate_pipeline(batch_load_s, COMPUTE_MS / 1e3, w, 2, steps=SWEEP_BATCHES, cores=CORES,
                               handoff_s=handoff_s) for w in WORKERS]
-for w, r, p in zip(WORKERS, cpu_runs, cpu_pred):
-    print(f"workers={w}: predicted {BATCH / p.steady_step_s:5.0f} samples/s, {p.steady_wait_share:4.0%} waiting | "
-          f"measured {BATCH / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting")
+print(vdata.sweep_lines([f"workers={w}" for w in WORKERS], cpu_runs, cpu_pred, BATCH))
 fig = vdata.plot_loader_sweep(cpu_runs, cpu_pred,
                               title=f"CPU-bound load (busy loop) on {CORES} cores")
 
 # %%
-rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}
-at_cores = rate.get(CORES, max(rate[w] for w in WORKERS if w <= CORES))
-gain = rate[WORKERS[-1]] / at_cores
-viz.show_verdict(judge(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {CORES}",
-                                  "busy workers share the cores", high=1.10, unit="x"),
-                       gain, explain={
-    "held": f"Workers beyond the cores changed throughput by {gain - 1:+.0%}: for CPU-bound decoding, make the "
-            "per-sample work cheaper instead (decode once and cache, or move augmentation to the GPU).",
-    "above": "More workers still helped: "
-             + (f"{busy()}, and more processes win a larger share of it from the other jobs."
-                if busy() else "some of the per-sample cost waits rather than computes (the busy loop is "
-                "calibrated on an idle core), or the cores were less busy than the model assumes.")}))
-short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if BATCH / r.steady_step_s < 0.9 * BATCH / p.steady_step_s]
-print(("measured below 90 % of the model's throughput at workers = " + ", ".join(map(str, short))
-       + ": the model assumes the cores are ours alone; the training process, the DataLoader's own "
-         "threads and other jobs take a share.") if short else
-      "every worker count reached at least 90 % of the model's throughput.")
+at_cores = max(i for i, w in enumerate(WORKERS) if w <= CORES)   # the run at CORES workers (or fewer)
+viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {WORKERS[at_cores]}",
+                       "busy workers share the cores", high=1.10, unit="x"),
+            ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores]))
+short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if r.steady_step_s > p.steady_step_s / 0.9]
+print("measured below 90 % of the model's throughput at workers = " + (", ".join(map(str, short)) or "none"))
 
 # %% [markdown]
+# Where the gain stops, for CPU-bound decoding make the per-sample work cheaper instead
+# (decode once and cache, or move augmentation to the GPU). Where the measurement falls
+# short of the model, the model has assumed the cores are the workers' alone: the training
+# process, the DataLoader's own threads and other jobs take a share.
+#
 # ### 2c. `persistent_workers`: paying the startup once
 #
 # **Model.** Without it, every epoch's `iter(loader)` starts fresh worker processes, so the
@@ -272,18 +249,20 @@ print(("measured below 90 % of the model's throughput at workers = " + ", ".join
 small = SlowDataset(BATCH * 4, COST_MS / 1e3)
 methods = ["fork", "spawn"] if SPAWN else ["fork"]
 epochs = {(m, p): measure_loader(small, LoaderConfig(BATCH, 2, persistent_workers=p, start_method=m),
-                                 compute=COMPUTE_MS / 1e3, epochs=3 if m == "fork" else 2)
+                                 compute=COMPUTE_MS / 1e3, epochs=6 if m == "fork" else 2)
           for m in methods for p in (False, True)}
 for (m, p), r in epochs.items():
     firsts = ", ".join(f"{w[0] * 1e3:.0f}" for w in r.wait_s)
     print(f"{m:>5}, persistent_workers={p!s:>5}: first-batch wait per epoch [{firsts}] ms")
-print(f"one batch alone costs {batch_load_s * 1e3:.0f} ms; the rest of each first wait is worker startup")
-later = {p: statistics.median(w[0] for w in epochs[("fork", p)].wait_s[1:]) for p in (False, True)}
-viz.show_verdict(judge(Prediction("later epochs' first-batch wait, persistent over fresh workers (fork)",
-                                  "persistent workers skip the startup", high=1.0, unit="x"),
-                       later[True] / later[False], explain={
-    "held": f"Fresh workers cost {(later[False] - later[True]) * 1e3:.0f} ms more at each epoch's start.",
-    "above": "Startup was too cheap to see against the noise of one batch here (fork of a small process)."}))
+print(f"one batch alone costs {batch_load_s * 1e3:.0f} ms: the rest of a fresh worker's first wait is its startup")
+later = {p: [w[0] for w in epochs[("fork", p)].wait_s[1:]] for p in (False, True)}   # s, epochs 2 on
+keep = ex.unpaired_median_ratio(later[True], later[False], what="epochs per side")
+gain_ms = (statistics.median(later[False]) - statistics.median(later[True])) * 1e3
+viz.verdict(Prediction("later epochs' first-batch wait, persistent over fresh workers (fork)",
+                       "persistent workers skip the startup", high=1.0, unit="x"), keep, explain={
+    "held": f"Fresh workers cost {gain_ms:.0f} ms more at each epoch's start.",
+    "above": f"Fresh workers' first wait was {gain_ms:+.0f} ms against persistent ones', next to "
+             f"{batch_load_s * 1e3:.0f} ms for one batch."})
 
 # %% [markdown]
 # The startup grows with the training process (forking copies
@@ -321,21 +300,18 @@ for d, r, p in zip(depths, jit_runs, jit_pred):
           f"({r.steps} steps)")
 
 # %%
-jit_gaps = [abs(r.steady_wait_share - p.steady_wait_share) for r, p in zip(jit_runs, jit_pred)]
-viz.show_verdict(judge(Prediction("largest gap in waiting share, replayed model against measurement (jitter)",
-                                  "simulate_pipeline on this run's batch costs", high=0.10, physical=(0, 1)),
-                       max(jit_gaps), explain={
-    "above": f"The worst gap is at prefetch_factor={depths[jit_gaps.index(max(jit_gaps))]}: four workers on "
-             f"{CORES} cores, and their wake-ups, compete with the loop" + (f"; {busy()}." if busy() else ".")}))
+jit_verdict = judge(Prediction("largest gap in waiting share, replayed model against measurement (jitter)",
+                                "simulate_pipeline on this run's batch costs", high=0.10, physical=(0, 1)),
+                    ex.largest_gap(jit_runs, [p.steady_wait_share for p in jit_pred]))
+viz.show_verdict(jit_verdict)
 saved_pred = jit_pred[0].steady_wait_share - jit_pred[-1].steady_wait_share
 print(f"prefetch_factor {depths[0]} -> {depths[-1]}: waiting {jit_runs[0].steady_wait_share:.0%} -> "
       f"{jit_runs[-1].steady_wait_share:.0%} measured, {jit_pred[0].steady_wait_share:.0%} -> "
       f"{jit_pred[-1].steady_wait_share:.0%} in the replay: "
-      + ("the two disagree (the verdict above), so this run does not say what depth saves." if max(jit_gaps) > 0.10
-         else "deeper prefetching absorbed the slow batches, at the cost of host memory for d * W batches and a "
-         "longer wait before the first step." if saved_pred >= 0.05 else
-         "in so short a run a deeper queue has little time to fill before the slow batches come, so depth "
-         "matters little here."))
+      + ("where the two disagree (the verdict above), this run does not say what depth saves."
+         if jit_verdict.outcome != "held" else "deeper prefetching absorbed the slow batches, at the cost of "
+         "host memory for d * W batches and a longer wait before the first step." if saved_pred >= 0.05 else
+         "in so short a run a deeper queue has little time to fill before the slow batches come."))
 
 # %% [markdown]
 # ### 2e. `pin_memory` (GPU only)
@@ -394,14 +370,10 @@ print(batch["labels"][2].tolist())
 
 # %%
 lengths = [len(text_ds[i]) for i in range(min(len(text_ds), 512 if QUICK else 2048))]
-groups = [lengths[i:i + BATCH] for i in range(0, len(lengths) - BATCH + 1, BATCH)]
-real_tokens = sum(map(sum, groups))
-for name, T in (("longest in batch", lambda g: max(g)),
-                ("longest, rounded up to x8", lambda g: math.ceil(max(g) / 8) * 8),
-                ("fixed 256", lambda g: 256)):
-    padded = sum(T(g) * len(g) for g in groups)
-    print(f"{name:>26}: {1 - real_tokens / padded:5.1%} of the batch is padding")
-print(f"mean sample: {real_tokens / sum(map(len, groups)):.0f} tokens")
+pad = ex.padding_waste(lengths, BATCH, text_ds.max_len)
+for name, waste in pad.waste.items():
+    print(f"{name:>26}: {waste:5.1%} of the batch is padding")
+print(f"mean sample: {pad.mean_len:.0f} tokens")
 
 # %% [markdown]
 # **Prediction.** Rounding to a multiple of 8 adds between 0 and 7 pad tokens per row,
@@ -410,16 +382,14 @@ print(f"mean sample: {real_tokens / sum(map(len, groups)):.0f} tokens")
 # `3.5 * (1 - share of such batches)`.
 
 # %%
-capped = statistics.mean(max(g) == text_ds.max_len for g in groups)  # share of batches cut at max_len
-print(f"{capped:.0%} of the batches have their longest sample cut at {text_ds.max_len} tokens")
-extra = statistics.mean(math.ceil(max(g) / 8) * 8 - max(g) for g in groups)
-viz.show_verdict(judge(Prediction("pad tokens per row added by rounding to a multiple of 8",
-                                  "uniform remainders (0 + ... + 7) / 8, none in a batch cut at max_len",
-                                  value=3.5 * (1 - capped), rel_tol=0.5, physical=(0, 7)), extra, explain={
-    "held": "The rounding is the small part of the padding; most of it comes from the spread of lengths "
-            "within a batch, which sorting samples into buckets of similar length would cut.",
-    "above": "The batches' longest samples cluster just above multiples of 8 in this corpus.",
-    "below": "The batches' longest samples cluster at or just below multiples of 8 in this corpus."}))
+print(f"{pad.capped:.0%} of the batches have their longest sample cut at {text_ds.max_len} tokens")
+viz.verdict(Prediction("pad tokens per row added by rounding to a multiple of 8",
+                       "uniform remainders (0 + ... + 7) / 8, none in a batch cut at max_len",
+                       value=3.5 * (1 - pad.capped), rel_tol=0.5, physical=(0, 7)), pad.extra_per_row)
+
+# %% [markdown]
+# The rounding is the small part of the padding; most of it comes from the spread of lengths
+# within a batch, which sorting samples into buckets of similar length would cut.
 
 # %% [markdown]
 # ## 4. Streaming data: no sample twice, none lost
@@ -454,11 +424,11 @@ print(f"naive, 2 workers: {len(naive)} samples read, {len(set(naive))} distinct\
 shutil.rmtree(root)
 
 # %%
-viz.show_verdict(judge(Prediction("samples read more than once or lost by ShardedStream (2 ranks x 2 workers)",
-                                  "shard rank * workers + worker_id", value=0, rel_tol=0),
-                       (len(seen) - len(set(seen))) + (240 - len(set(seen)))))
-viz.show_verdict(judge(Prediction("reads per sample with the naive stream and 2 workers", "every worker replays it all",
-                                  value=2, rel_tol=0), len(naive) / len(set(naive))))
+viz.verdict(Prediction("samples read more than once or lost by ShardedStream (2 ranks x 2 workers)",
+                       "shard rank * workers + worker_id", value=0, rel_tol=0),
+            (len(seen) - len(set(seen))) + (240 - len(set(seen))))
+viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "every worker replays it all",
+                       value=2, rel_tol=0), len(naive) / len(set(naive)))
 
 # %% [markdown]
 # With 6 files and 4 shards (2 ranks x 2 workers) the files do not divide evenly, so `ShardedStream` strides over
@@ -508,81 +478,36 @@ print(f"CNN step alone: {t_step * 1e3:.1f} ms; planted load: the DataLoader + {t
 
 
 # %%
-def run(source):
-    it = iter(source)
-    for _ in range(N):
-        train_step(*next(it))  # leaving early closes a Prefetcher's thread
-
-
-def load_only(source):
-    it = iter(source)
-    for _ in range(N):
-        next(it)
-
-
-def compute_only():
-    for _ in range(N):
-        train_step(x0, y0)
-
-
-variants = {"load only": lambda: load_only(datasets.Delayed(cnn.loader, t_step)),
-            "compute only": compute_only}
-for kind in ("sleep", "spin"):  # I/O that frees the GIL; Python decoding that holds it
-    src = datasets.Delayed(cnn.loader, t_step, kind=kind)
-    variants[f"serial, {kind} load"] = lambda src=src: run(src)
-    variants[f"Prefetcher, {kind} load"] = lambda src=src: run(Prefetcher(src, device=DEVICE))
-meas = timing.interleaved(list(variants.values()), warmup=1, repeat=3 if QUICK else 7, device=DEVICE)
-ms = {k: m.median_s / N * 1e3 for k, m in zip(variants, meas)}
+loops = ex.prefetch_loops(cnn.loader, train_step, (x0, y0), N, t_step, device=DEVICE)
+meas = timing.interleaved(list(loops.values()), warmup=1, repeat=5 if QUICK else 9, device=DEVICE)
+rounds = {k: m.times_s for k, m in zip(loops, meas)}   # s per loop of N steps, one entry per round
+ms = {k: m.median_s / N * 1e3 for k, m in zip(loops, meas)}
 t_load, t_compute = ms.pop("load only"), ms.pop("compute only")
 bound = 1 - t_load / (N * min(t_load, t_compute))  # the model's hidden fraction
-print(f"measured in the same run: load {t_load:.1f} ms, compute {t_compute:.1f} ms per step")
-print(f"model: serial {t_load + t_compute:.1f} ms/step; overlapped {(t_load + N * max(t_load, t_compute)) / N:.1f} "
-      f"ms/step; hidden fraction {bound:.2f}")
-
-# %%
-def hidden_fraction(t, kind):
-    """(serial - prefetched) / (serial - max(load, compute)), from one set of loop times."""
-    serial = t[f"serial, {kind} load"]
-    return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
-
-
-rounds = [dict(zip(variants, r)) for r in zip(*(m.times_s for m in meas))]  # one dict per round
-hidden, spread = {}, {}
+hidden = {kind: ex.hidden_fraction_estimate(rounds, kind) for kind in ("sleep", "spin")}
 for kind in ("sleep", "spin"):
-    hidden[kind] = hidden_fraction({**ms, "load only": t_load, "compute only": t_compute}, kind)
-    per_round = [hidden_fraction(r, kind) for r in rounds]
-    q = statistics.quantiles(per_round, n=10, method="inclusive")
-    spread[kind] = (min(q[0], hidden[kind]), max(q[-1], hidden[kind]))  # the median-based value inside
-    extra = ms[f"serial, {kind} load"] - t_load - t_compute
-    print(f"serial, {kind} load: {ms[f'serial, {kind} load']:.1f} ms/step, {extra:+.1f} ms against load + "
-          f"compute measured apart; Prefetcher: {ms[f'Prefetcher, {kind} load']:.1f} ms/step")
-print("hidden fraction (spread over the rounds): " + ", ".join(
-    f"{name} {hidden[k]:.2f} ({spread[k][0]:.2f} to {spread[k][1]:.2f})"
-    for name, k in (("I/O-like load", "sleep"), ("GIL-holding load", "spin"))))
-print(f"load average of this machine over the last minute: {os.getloadavg()[0]:.1f} runnable processes "
-      f"for {CORES} cores")
+    print(f"serial, {kind} load: {ms[f'serial, {kind} load']:.1f} ms/step "
+          f"({ms[f'serial, {kind} load'] - t_load - t_compute:+.1f} ms against load + compute measured apart); "
+          f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.1f} ms/step; hidden fraction {hidden[kind]}")
+print(f"model: load {t_load:.1f} ms, compute {t_compute:.1f} ms per step; overlapped "
+      f"{(t_load + N * max(t_load, t_compute)) / N:.1f} ms/step; hidden fraction {bound:.2f}")
 fig = vdata.plot_overlap(ms, t_load, t_compute)
 
 # %%
 io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"1 - t_load / (n min(t_load, t_compute)) = {bound:.2f}",
-                              low=0.7 * bound, high=1.0, physical=(None, 1.0)), hidden["sleep"],
-                   spread=spread["sleep"], explain={
-    "held": "A sleeping thread needs neither a core nor the GIL; what remains is handing each batch through "
-            "a queue and the noise of a shared machine.",
-    "below": ("Each handoff needs the GIL for a moment, and " + (f"{busy()}: it waited for the OS to schedule the "
-              "other thread." if busy() else "the digits DataLoader inside the load runs Python that holds "
-              "it: part of this load is not a sleep."))})
+                              low=0.7 * bound, high=1.0, physical=(None, 1.0)), hidden["sleep"], explain={
+    "below": f"The prefetched loop took {ms['Prefetcher, sleep load']:.1f} ms/step against the model's "
+             f"{(t_load + N * max(t_load, t_compute)) / N:.1f}: each batch's handoff needs the GIL, and the "
+             "digits DataLoader inside the load runs Python that holds it."})
 viz.show_verdict(io_verdict)
-gil_held = ("The prefetched loop was slower than the serial one: the loader thread took the GIL from "
-            "the step at every return to Python, which cost more than it hid." if hidden["spin"] < -0.05 else
-            "The loader thread runs only while the step is inside a kernel that released the GIL, so it hid "
-            "little or nothing.")
-viz.show_verdict(judge(Prediction("hidden fraction, GIL-holding load",
-                                  "a thread cannot compute beside Python; it can slow the step (below 0)",
-                                  high=0.3, physical=(None, 1.0)), hidden["spin"], spread=spread["spin"], explain={
-    "held": gil_held,
-    "above": "Much of this step runs inside PyTorch kernels that release the GIL, so the loader thread found "
-             "room to run beside it" + (f"; and {busy()}." if busy() else ".")}))
+viz.verdict(Prediction("hidden fraction, GIL-holding load", "a thread cannot compute beside Python; it can "
+                       "slow the step (below 0)", high=0.3, physical=(None, 1.0)), hidden["spin"], explain={
+    "held": f"The prefetched loop took {ms['Prefetcher, spin load']:.1f} ms/step against the serial loop's "
+            f"{ms['serial, spin load']:.1f}: " + ("the loader thread's turns with the GIL cost the step more than "
+            "they hid." if ms['Prefetcher, spin load'] > ms['serial, spin load'] else "the thread ran only while "
+            "the step had released the GIL."),
+    "above": f"The prefetched loop took {ms['Prefetcher, spin load']:.1f} ms/step against the serial loop's "
+             f"{ms['serial, spin load']:.1f}: much of this step runs inside kernels that release the GIL."})
 
 # %% [markdown]
 # **The model behind the two predictions.** For the load that **holds the GIL** the thread can
@@ -637,9 +562,10 @@ viz.build_widget(spec)
 
 # %%
 viz.show_headlines({
-    "GPT-2 data share, tokenizing in the loop": f"{runs['0 workers'].share('data'):.0%} (predicted {predicted_share:.0%})",
-    "GPT-2 data share, 1 worker": f"{runs['1 workers'].share('data'):.0%}",
-    "Prefetcher hidden fraction, I/O load": f"{hidden['sleep']:.2f} (model {bound:.2f}; {io_verdict.outcome})",
-    "Prefetcher hidden fraction, GIL-bound load": f"{hidden['spin']:.2f}",
+    "GPT-2 data share, tokenizing in the loop": f"{runs['0 workers'].data_share().value:.0%} "
+                                                f"(predicted {predicted_share:.0%})",
+    "GPT-2 data share, 1 worker": f"{runs['1 workers'].data_share().value:.0%}",
+    "Prefetcher hidden fraction, I/O load": f"{hidden['sleep'].value:.2f} (model {bound:.2f}; {io_verdict.outcome})",
+    "Prefetcher hidden fraction, GIL-bound load": f"{hidden['spin'].value:.2f}",
     "I/O-bound loader, best measured": f"{max(BATCH / r.steady_step_s for r in io_runs):.0f} samples/s",
 })

@@ -10,6 +10,14 @@ Usage::
     print(measure_loader(dataset, LoaderConfig(num_workers=2)).samples_per_s)
 """
 
+from perfkit.data.claims import (
+    ADVISED_WORKERS,
+    PinTiming,
+    WorkerSweep,
+    pass_rate,
+    time_pin_memory,
+    worker_sweep,
+)
 from perfkit.data.datasets import (
     AugmentedDigits,
     Delayed,
@@ -19,6 +27,20 @@ from perfkit.data.datasets import (
     TextChunks,
     spend,
     write_shards,
+)
+from perfkit.data.experiments import (
+    MonitoredRun,
+    PaddingRecord,
+    bootstrap,
+    hidden_fraction,
+    hidden_fraction_estimate,
+    largest_gap,
+    monitored_steps,
+    padding_waste,
+    prefetch_loops,
+    rate_ratio,
+    unpaired_median_ratio,
+    wait_share,
 )
 from perfkit.data.loader import (
     LoaderConfig,
@@ -33,19 +55,37 @@ from perfkit.data.prefetch import (
 )
 
 __all__ = [
+    "ADVISED_WORKERS",
+    "PinTiming",
+    "WorkerSweep",
+    "pass_rate",
+    "time_pin_memory",
+    "worker_sweep",
     "AugmentedDigits",
+    "bootstrap",
     "Delayed",
+    "hidden_fraction",
+    "hidden_fraction_estimate",
+    "largest_gap",
     "LoaderConfig",
     "LoaderRecord",
     "map_tensors",
     "measure_loader",
+    "monitored_steps",
+    "MonitoredRun",
     "PadCollate",
+    "padding_waste",
+    "PaddingRecord",
     "PipelineRecord",
+    "prefetch_loops",
     "Prefetcher",
+    "rate_ratio",
     "ShardedStream",
     "simulate_pipeline",
     "SlowDataset",
     "spend",
     "TextChunks",
+    "unpaired_median_ratio",
+    "wait_share",
     "write_shards",
 ]

@@ -17,7 +17,27 @@ from matplotlib.figure import Figure
 
 from perfkit.viz.core import FloatControl, IntControl, LogControl, WidgetSpec, si, tidy
 
-__all__ = ["loader_widget", "plot_loader_sweep", "plot_overlap"]
+__all__ = ["loader_widget", "plot_loader_sweep", "plot_overlap", "sweep_lines"]
+
+
+def sweep_lines(labels: Sequence[Any], records: Sequence[Any], predicted: Sequence[Any],
+                batch_size: int) -> str:
+    """One line per loader setting: predicted against measured samples/s and waiting share
+    (steady state: each epoch's first step left out), for printing beside a sweep's plot.
+
+    Raises:
+        ValueError: for sequences of different lengths or a ``batch_size`` below 1.
+    """
+    if not len(labels) == len(records) == len(predicted):
+        raise ValueError(f"labels, records and predicted must be equally long, got "
+                         f"{len(labels)}, {len(records)} and {len(predicted)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    return "\n".join(
+        f"{label}: predicted {batch_size / p.steady_step_s:5.0f} samples/s, "
+        f"{p.steady_wait_share:4.0%} waiting | "
+        f"measured {batch_size / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting"
+        for label, r, p in zip(labels, records, predicted))
 
 
 def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = None,

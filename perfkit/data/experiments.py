@@ -1,0 +1,291 @@
+"""Lecture 07's measurements as functions that return records and Estimates: a monitored
+training run's data share, loader sweeps' waiting shares and rates, the prefetcher's hidden
+fraction, padding waste.
+
+Every figure a verdict is judged on comes with its uncertainty as a
+:class:`perfkit.stats.Estimate`: a percentile bootstrap (the level, seed and resample count
+of :mod:`perfkit.stats`) of what the figure is made of, the steps of a loop or the paired
+rounds of :func:`perfkit.timing.interleaved`.
+
+Usage::
+
+    run = monitored_steps(workload, dataset, num_workers=1, steps=8)
+    print(run.data_share())                      # median data wait / median step, 90 % interval
+    print(largest_gap(records, [p.steady_wait_share for p in predictions]))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from perfkit import stats
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.data.datasets import Delayed
+from perfkit.data.loader import LoaderRecord
+from perfkit.data.prefetch import Prefetcher
+from perfkit.stats import Estimate
+
+__all__ = ["MonitoredRun", "PaddingRecord", "bootstrap", "hidden_fraction", "hidden_fraction_estimate",
+           "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops", "rate_ratio",
+           "unpaired_median_ratio", "wait_share"]
+
+
+def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], paired: bool,
+              what: str) -> Estimate:
+    """``stat(*samples)`` with its percentile-bootstrap interval at :data:`perfkit.stats.LEVEL`.
+
+    Args:
+        stat: the figure, computed from numpy arrays, one per sample.
+        samples: the measurements it is made of (each non-empty, finite).
+        paired: resample one set of indices for all samples (rounds timed together, which
+            must then be equally long); else each sample on its own (separate runs).
+        what: the unit resampled, for the method text ("steps", "rounds").
+
+    Returns:
+        An :class:`Estimate` whose interval holds its value (widened where it did not).
+
+    Raises:
+        TypeError, ValueError: for no samples, an empty or non-finite one, or unequal
+            lengths with ``paired``.
+    """
+    arrs = [np.asarray(check_items("samples entries", list(s)), dtype=float) for s in
+            check_items("samples", list(samples))]
+    if any(not np.all(np.isfinite(a)) for a in arrs):
+        raise ValueError("samples must hold finite numbers")
+    if paired and len({len(a) for a in arrs}) > 1:
+        raise ValueError(f"paired samples must be equally long, got lengths {[len(a) for a in arrs]}")
+    point, n = float(stat(*arrs)), min(len(a) for a in arrs)
+    if n < 2:
+        return Estimate(point, point, point, stats.LEVEL, 1, f"1 {what[:-1]}: no interval")
+    rng = np.random.default_rng(stats.SEED)
+    boot = []
+    for _ in range(stats.RESAMPLES):
+        shared = rng.integers(0, n, n) if paired else None
+        boot.append(stat(*(a[shared if paired else rng.integers(0, len(a), len(a))] for a in arrs)))
+    boot_arr = np.asarray(boot, dtype=float)
+    boot_arr = boot_arr[np.isfinite(boot_arr)]
+    tail = (1 - stats.LEVEL) / 2
+    lo, hi = (float(v) for v in np.quantile(boot_arr, [tail, 1 - tail]))
+    how = f"bootstrap over {n} {what}" + ("" if lo <= point <= hi else ", widened to hold the value")
+    return Estimate(point, min(lo, point), max(hi, point), stats.LEVEL, n, how)
+
+
+# --- a training run under StepMonitor ------------------------------------------------------
+
+
+class _PerStep:
+    """A StepMonitor sink with ``every=1``: each window is one step."""
+
+    def __init__(self) -> None:
+        self.data_s: list[float] = []
+        self.step_s: list[float] = []
+
+    def write(self, window: Any) -> None:
+        self.step_s.append(window.step_times_s[0])
+        self.data_s.append(window.summary["data"].mean_s)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class MonitoredRun:
+    """A :class:`perfkit.profiling.StepSummary` and the per-step seconds behind it."""
+
+    summary: Any
+    data_s: tuple[float, ...]   # s waiting in next(loader), per step
+    step_s: tuple[float, ...]   # s per whole step
+
+    def data_share(self) -> Estimate:
+        """Median data wait over median step, with the bootstrap over the (paired) steps."""
+        return stats.median_ratio([max(d, 1e-9) for d in self.data_s], self.step_s)
+
+    def step_time(self) -> Estimate:
+        """Median step seconds, with the bootstrap interval of the median."""
+        return stats.median_interval(self.step_s)
+
+
+def monitored_steps(workload: Any, dataset: Dataset, num_workers: int = 0, steps: int = 8,
+                    warmup: int = 2) -> MonitoredRun:
+    """Train ``workload`` on ``dataset`` for ``warmup + steps`` steps under a StepMonitor.
+
+    Args:
+        workload: a :class:`perfkit.models.Workload` (its loader is replaced).
+        dataset: what the new ``DataLoader`` reads (shuffled, ``workload.batch_size``).
+        num_workers: the loader's worker processes (persistent).
+        steps: steps measured, after ``warmup`` untimed ones.
+
+    Returns:
+        A :class:`MonitoredRun`.
+
+    Raises:
+        TypeError, ValueError: for counts that are not ints (``num_workers``, ``warmup`` >= 0,
+            ``steps`` >= 1).
+    """
+    from perfkit import models
+    from perfkit.profiling.monitor import StepMonitor
+
+    check_int("num_workers", num_workers, 0)
+    check_int("steps", steps, 1)
+    check_int("warmup", warmup, 0)
+    loader = DataLoader(dataset, batch_size=workload.batch_size, shuffle=True, drop_last=True,
+                        num_workers=num_workers, persistent_workers=num_workers > 0)
+    log = _PerStep()
+    mon = StepMonitor(device=workload.device, warmup=warmup, sinks=[log], every=1)
+    models.train_steps(replace(workload, loader=loader), steps + warmup, monitor=mon)
+    mon.close()
+    return MonitoredRun(mon.summary(), tuple(log.data_s), tuple(log.step_s))
+
+
+# --- loader sweeps ---------------------------------------------------------------------------
+
+
+def _steady(r: LoaderRecord) -> tuple[list[float], list[float]]:
+    """Waits and computes without each epoch's first step (worker start-up)."""
+    check_type("record", r, LoaderRecord)
+    w = [x for ws in r.wait_s for x in ws[1:]]
+    c = [x for cs in r.compute_s for x in cs[1:]]
+    if not w:
+        raise ValueError("a record needs at least 2 steps in an epoch to have steady steps")
+    return w, c
+
+
+def _share(w: np.ndarray, c: np.ndarray) -> float:
+    return float(w.sum() / (w.sum() + c.sum()))
+
+
+def wait_share(record: LoaderRecord) -> Estimate:
+    """The steady share of the loop spent waiting for data, bootstrapped over its steps."""
+    w, c = _steady(record)
+    return bootstrap(lambda *a: _share(a[0], a[1]), [w, c], paired=True, what="steps")
+
+
+def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float]) -> Estimate:
+    """``max |measured - predicted|`` steady waiting share over a sweep, bootstrapped over
+    each run's steps (runs resampled independently).
+
+    Raises:
+        ValueError: for unequal lengths or no records.
+    """
+    records, predicted = check_items("records", list(records)), check_items("predicted", list(predicted))
+    if len(records) != len(predicted):
+        raise ValueError(f"records and predicted must be equally long, got {len(records)} and "
+                         f"{len(predicted)}")
+    steady = [np.column_stack(_steady(r)) for r in records]   # (steps, 2): wait, compute
+
+    def gap(*idx: np.ndarray) -> float:
+        return max(abs(_share(s[i.astype(int), 0], s[i.astype(int), 1]) - p)
+                   for s, i, p in zip(steady, idx, predicted, strict=True))
+
+    return bootstrap(gap, [np.arange(len(s)) for s in steady], paired=False, what="steps per run")
+
+
+def rate_ratio(a: LoaderRecord, b: LoaderRecord) -> Estimate:
+    """Steady samples/s of ``a`` over ``b`` (mean step of ``b`` over mean step of ``a``),
+    bootstrapped over each run's steps independently."""
+    sa, sb = ([w + c for w, c in zip(*_steady(r), strict=True)] for r in (a, b))
+    return bootstrap(lambda x, y: float(y.mean() / x.mean()), [sa, sb], paired=False, what="steps per run")
+
+
+def unpaired_median_ratio(a: Sequence[float], b: Sequence[float], what: str = "repeats per side") -> Estimate:
+    """``median(a) / median(b)`` for two separate runs, each resampled on its own."""
+    return bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=False, what=what)
+
+
+# --- the prefetcher -------------------------------------------------------------------------
+
+
+def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
+                   delay_s: float, device: torch.device | str | None = None) -> dict[str, Callable[[], None]]:
+    """The six loops of the prefetcher experiment, each ``n`` steps long.
+
+    ``"load only"`` and ``"compute only"`` (on ``batch``) time the two parts; ``"serial, K
+    load"`` and ``"Prefetcher, K load"`` train on ``loader`` with ``delay_s`` added per batch,
+    spent as K = ``sleep`` (I/O: frees the GIL) or ``spin`` (Python work: holds it).
+
+    Raises:
+        ValueError: for ``n`` < 1 (and, from :class:`Delayed`, a negative ``delay_s``).
+    """
+    check_int("n", n, 1)
+    if not callable(step):
+        raise TypeError(f"step must be a callable taking (x, y), got {type(step).__name__}")
+
+    def run(source: Any) -> None:
+        it = iter(source)
+        for _ in range(n):
+            step(*next(it))   # leaving early closes a Prefetcher's thread
+
+    def load_only() -> None:
+        it = iter(Delayed(loader, delay_s))
+        for _ in range(n):
+            next(it)
+
+    def compute_only() -> None:
+        for _ in range(n):
+            step(*batch)
+
+    loops = {"load only": load_only, "compute only": compute_only}
+    for kind in ("sleep", "spin"):
+        src = Delayed(loader, delay_s, kind=kind)
+        loops[f"serial, {kind} load"] = lambda src=src: run(src)
+        loops[f"Prefetcher, {kind} load"] = lambda src=src: run(Prefetcher(src, device=device))
+    return loops
+
+
+def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
+    """``(serial - prefetched) / (serial - max(load, compute))`` from one set of loop times
+    keyed as :func:`prefetch_loops` names them."""
+    serial = t[f"serial, {kind} load"]
+    return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
+
+
+def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
+    """:func:`hidden_fraction` of each loop's median time, bootstrapped over the paired
+    rounds of :func:`perfkit.timing.interleaved` (``rounds``: loop name -> its times)."""
+    names = list(rounds)
+    def stat(*cols: np.ndarray) -> float:
+        return hidden_fraction({k: float(np.median(c)) for k, c in zip(names, cols, strict=True)}, kind)
+
+    return bootstrap(stat, [rounds[k] for k in names], paired=True, what="rounds")
+
+
+# --- padding --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PaddingRecord:
+    """Padding of consecutive batches of token lengths, per scheme, and rounding's share."""
+
+    waste: dict[str, float]   # scheme -> share of the padded batch that is padding
+    mean_len: float           # tokens per sample
+    extra_per_row: float      # pad tokens per row that rounding up to x8 adds
+    capped: float             # share of batches whose longest sample was cut at max_len
+
+
+def padding_waste(lengths: Sequence[int], batch: int, max_len: int, fixed: int = 256) -> PaddingRecord:
+    """How much of each batch is padding when ``lengths`` are batched ``batch`` at a time.
+
+    Raises:
+        TypeError, ValueError: for fewer lengths than one batch, or bad counts.
+    """
+    check_int("batch", batch, 1)
+    check_int("max_len", max_len, 1)
+    check_int("fixed", fixed, 1)
+    lengths = [check_int("lengths entries", x, 1) for x in check_items("lengths", list(lengths))]
+    groups = [lengths[i:i + batch] for i in range(0, len(lengths) - batch + 1, batch)]
+    if not groups:
+        raise ValueError(f"lengths must fill at least one batch of {batch}, got {len(lengths)}")
+    real = sum(map(sum, groups))
+    schemes = {"longest in batch": max, "longest, rounded up to x8": lambda g: math.ceil(max(g) / 8) * 8,
+               f"fixed {fixed}": lambda g: fixed}
+    waste = {k: 1 - real / sum(t(g) * len(g) for g in groups) for k, t in schemes.items()}
+    extra = sum(math.ceil(max(g) / 8) * 8 - max(g) for g in groups) / len(groups)
+    capped = sum(max(g) == max_len for g in groups) / len(groups)
+    return PaddingRecord(waste, real / sum(map(len, groups)), extra, capped)

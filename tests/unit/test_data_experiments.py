@@ -1,0 +1,136 @@
+"""perfkit.data.experiments: lecture 07's figures and their bootstrap intervals.
+
+The loader records are built by hand, so every expected figure is known exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from perfkit import stats
+from perfkit.data import LoaderConfig, LoaderRecord
+from perfkit.data import experiments as ex
+
+
+def record(waits, computes, epochs=1):
+    """A LoaderRecord of ``epochs`` identical epochs with these per-step seconds."""
+    return LoaderRecord(LoaderConfig(8), (tuple(waits),) * epochs, (tuple(computes),) * epochs,
+                        8 * len(waits) * epochs)
+
+
+def test_bootstrap_holds_its_value_and_pairs_rounds():
+    rng = np.random.default_rng(1)
+    b = list(rng.uniform(1, 3, 40))
+    a = [2 * x for x in b]   # every round exactly twice as long: pairing removes all noise
+    paired = ex.bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=True, what="rounds")
+    apart = ex.bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=False, what="runs")
+    assert paired.spread == pytest.approx((2, 2)) and paired.value == pytest.approx(2)
+    assert apart.low < 2 < apart.high and apart.level == stats.LEVEL and apart.n == 40
+    assert "40 rounds" in paired.method
+
+
+def test_bootstrap_of_one_value_has_no_interval_and_bad_samples_raise():
+    one = ex.bootstrap(lambda x: float(x[0]), [[3.0]], paired=False, what="steps")
+    assert one.low == one.value == one.high == 3.0
+    with pytest.raises(ValueError, match="equally long"):
+        ex.bootstrap(lambda x, y: 1.0, [[1.0, 2.0], [1.0]], paired=True, what="rounds")
+    with pytest.raises(ValueError, match="finite"):
+        ex.bootstrap(lambda x: 1.0, [[1.0, math.nan]], paired=False, what="steps")
+    with pytest.raises(ValueError, match="samples"):
+        ex.bootstrap(lambda: 1.0, [], paired=False, what="steps")
+
+
+def test_wait_share_leaves_out_each_epochs_first_step():
+    r = record([5.0, 1.0, 1.0, 1.0], [9.0, 3.0, 3.0, 3.0], epochs=2)   # first step: worker start-up
+    est = ex.wait_share(r)
+    assert est.value == pytest.approx(0.25) and est.spread == pytest.approx((0.25, 0.25))
+    assert est.value == pytest.approx(r.steady_wait_share)
+    with pytest.raises(ValueError, match="steady"):
+        ex.wait_share(record([1.0], [1.0]))
+
+
+def test_largest_gap_is_the_worst_run_not_the_mean():
+    runs = [record([9, 1, 1, 1], [9, 3, 3, 3]), record([9, 2, 2, 2], [9, 2, 2, 2])]   # 0.25, 0.5
+    est = ex.largest_gap(runs, [0.20, 0.49])
+    assert est.value == pytest.approx(0.05) and est.low <= est.value <= est.high
+    with pytest.raises(ValueError, match="equally long"):
+        ex.largest_gap(runs, [0.2])
+
+
+def test_rate_ratio_is_a_over_b_in_samples_per_second():
+    fast, slow = record([0, 0.002, 0.002], [0, 0.008, 0.008]), record([0, 0.01, 0.01], [0, 0.01, 0.01])
+    assert ex.rate_ratio(fast, slow).value == pytest.approx(2.0)    # 10 ms steps against 20 ms
+    assert ex.rate_ratio(slow, fast).value == pytest.approx(0.5)
+
+
+def test_unpaired_median_ratio():
+    est = ex.unpaired_median_ratio([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
+    assert est.value == pytest.approx(1.0) and est.low <= 1.0 <= est.high and est.low < est.high
+
+
+def test_hidden_fraction_against_the_longer_part():
+    t = {"serial, sleep load": 10.0, "Prefetcher, sleep load": 6.0, "load only": 4.0, "compute only": 5.0}
+    assert ex.hidden_fraction(t, "sleep") == pytest.approx(0.8)   # (10 - 6) / (10 - max(4, 5))
+    rounds = {k: [v, v * 1.0, v] for k, v in t.items()}
+    est = ex.hidden_fraction_estimate(rounds, "sleep")
+    assert est.value == pytest.approx(0.8) and est.spread == pytest.approx((0.8, 0.8))
+
+
+def test_prefetch_loops_run_n_steps_each():
+    batches = [(torch.tensor([i]), torch.tensor([i])) for i in range(5)]
+    seen = []
+    loops = ex.prefetch_loops(batches, lambda x, y: seen.append(int(x)), batches[0], n=3, delay_s=0.0)
+    assert set(loops) == {"load only", "compute only", "serial, sleep load", "Prefetcher, sleep load",
+                          "serial, spin load", "Prefetcher, spin load"}
+    loops["serial, spin load"]()
+    loops["Prefetcher, sleep load"]()
+    loops["compute only"]()
+    loops["load only"]()
+    assert seen == [0, 1, 2, 0, 1, 2, 0, 0, 0]
+    with pytest.raises(ValueError, match="n"):
+        ex.prefetch_loops(batches, lambda x, y: None, batches[0], n=0, delay_s=0.0)
+    with pytest.raises(TypeError, match="step"):
+        ex.prefetch_loops(batches, None, batches[0], n=1, delay_s=0.0)
+
+
+def test_padding_waste_counts_each_scheme():
+    pad = ex.padding_waste([3, 5, 8, 8, 1], batch=2, max_len=8)   # the 5th sample fills no batch
+    assert pad.waste["longest in batch"] == pytest.approx(1 - 24 / 26)
+    assert pad.waste["longest, rounded up to x8"] == pytest.approx(0.25)
+    assert pad.waste["fixed 256"] == pytest.approx(1 - 24 / 1024)
+    assert pad.extra_per_row == pytest.approx(1.5) and pad.capped == pytest.approx(0.5)
+    assert pad.mean_len == pytest.approx(6.0)
+    with pytest.raises(ValueError, match="lengths"):
+        ex.padding_waste([3], batch=2, max_len=8)
+    with pytest.raises(ValueError, match="batch"):
+        ex.padding_waste([3, 4], batch=0, max_len=8)
+
+
+def test_monitored_steps_keeps_each_measured_step():
+    from perfkit import models
+
+    wl = models.digits_workload(batch_size=16)
+    run = ex.monitored_steps(wl, wl.loader.dataset, steps=3, warmup=1)
+    assert len(run.data_s) == len(run.step_s) == run.summary.steps == 3
+    assert all(0 <= d <= s for d, s in zip(run.data_s, run.step_s))
+    assert 0 < run.data_share().value < 1
+    assert run.step_time().value == pytest.approx(float(np.median(run.step_s)))
+    with pytest.raises(ValueError, match="steps"):
+        ex.monitored_steps(wl, wl.loader.dataset, steps=0)
+
+
+def test_sweep_lines_one_line_per_setting():
+    from perfkit.viz.data import sweep_lines
+
+    r = record([0, 0.01, 0.01], [0, 0.01, 0.01])   # 20 ms steps, half waiting
+    text = sweep_lines(["workers=0", "workers=2"], [r, r], [r, r], batch_size=8)
+    assert text.splitlines()[1] == ("workers=2: predicted   400 samples/s,  50% waiting | "
+                                    "measured   400 samples/s,  50% waiting")
+    with pytest.raises(ValueError, match="equally long"):
+        sweep_lines(["a"], [r, r], [r, r], batch_size=8)
+    with pytest.raises(ValueError, match="batch_size"):
+        sweep_lines(["a"], [r], [r], batch_size=0)
