@@ -1,4 +1,4 @@
-"""ZeroOneOptimizer on 2 and 3 torchrun processes against single-process AdamW.
+"""perfkit's ZeroOptimizer (stages 1-3) on 2 and 3 torchrun processes against single-process AdamW.
 
 One job per world size runs every check (torchrun start-up dominates on 2 cores). The
 2-process job saves a consolidated state after 25 steps; the 3-process job resumes from
@@ -26,6 +26,7 @@ TINY = 10 / 2**20  # UnevenModel: buckets (c, b) and (w)
 def jobs(tmp_path_factory):
     ckpt = str(tmp_path_factory.mktemp("zero") / "zero2.pt")
     ckpt_stage2 = str(tmp_path_factory.mktemp("zero") / "stage2.pt")
+    # without "stage": ZeroOptimizer(stage=1, overlap=False), reduced and gathered in step()
     two = dist.launch("tools.labs.zero_check", 2, ["--config", json.dumps([
         {"steps": 50, "mode": "alone", "groups": True},
         {"steps": 50, "mode": "ddp"},
@@ -46,7 +47,7 @@ def jobs(tmp_path_factory):
         {"steps": 10, "model": "uneven", "stage": 2, "bucket_cap_mb": TINY},
         {"steps": 10, "model": "uneven", "stage": 1, "bucket_cap_mb": TINY},
         {"steps": 25, "groups": True, "stage": 2, "bucket_cap_mb": CAP, "save": ckpt_stage2},
-        # ShardedModule + ZeroThreeOptimizer, from index 18
+        # ShardedModule + ZeroOptimizer(stage=3), from index 18
         {"steps": 30, "stage": 3},
         {"steps": 30, "stage": 3, "optimizer": "sgd"},
         {"steps": 12, "model": "partial", "stage": 3},
@@ -71,7 +72,7 @@ def jobs(tmp_path_factory):
         {"start": 25, "steps": 25, "groups": True, "load": ckpt, "stage": 2, "bucket_cap_mb": CAP},
         {"start": 25, "steps": 25, "groups": True, "load": ckpt_stage2, "stage": 1,
          "bucket_cap_mb": CAP},
-        # ShardedModule + ZeroThreeOptimizer, from index 15
+        # ShardedModule + ZeroOptimizer(stage=3), from index 15
         {"steps": 30, "stage": 3},
         {"steps": 12, "model": "partial", "stage": 3},
         {"steps": 10, "model": "uneven", "stage": 3},
@@ -151,7 +152,7 @@ def test_frozen_gradless_and_uneven_parameters_equal_adamw(jobs, world, run, mod
         assert r["shard_numel"] == -(-21 // world), r  # the frozen tensor is not sharded
 
 
-# --- ZeroOptimizer (stages 1 and 2, reduce-scatter during backward) ----------------------
+# --- stages 1 and 2 overlapped (reduce-scatter during backward) ---------------------------
 
 MLP_BUCKETS = [98, 143, 21]  # weights W3 + W2, W1; biases b3 + b2 + b1 (backward order)
 
@@ -187,7 +188,7 @@ def test_zero_optimizer_frozen_and_gradless_parameters_follow_torch_optim(jobs, 
             assert max(r["param_rel_diffs"].values()) <= TOL, r
             # odd steps: c has no gradient anywhere, so its bucket completes only in step()
             assert r["launched_in_backward"][1::2] == [0] * 5, r
-        else:  # the extra layer's tiny gradients: 1e-5, as for ZeroOneOptimizer above
+        else:  # the extra layer's tiny gradients: 1e-5, as for the blocking stage 1 above
             assert r["max_rel_diff"] <= 1e-5 and r["state_rel_diff"] <= 1e-5, r
 
 
@@ -198,7 +199,7 @@ def test_zero_optimizer_resumes_across_world_sizes_and_stages(jobs, run):
         assert r["steps_equal"], r
 
 
-# --- ZeRO-3: ShardedModule + ZeroThreeOptimizer --------------------------------------------
+# --- ZeRO-3: ShardedModule + ZeroOptimizer(stage=3) ---------------------------------------
 
 MLP_UNITS = [24, 84, 154]  # Linear(7, 3), Linear(11, 7), Linear(13, 11): weights + biases
 
