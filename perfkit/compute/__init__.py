@@ -53,6 +53,7 @@ from perfkit.compute.claims_ultra import (
 from perfkit.compute.compiling import (
     CompileRecord,
     GraphReport,
+    cold_compile_cost,
     graph_breaks,
     measure_compile,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "activation_bytes",
     "attention_matrix_bytes",
     "attention_sweep",
+    "cold_compile_cost",
     "AttentionPoint",
     "BatchSearch",
     "BudgetProbe",

@@ -11,22 +11,27 @@ Usage::
     fast = torch.compile(f)                         # compiles on its first call
     rec = measure_compile(lambda: f(x), lambda: fast(x))
     print(rec.speedup, rec.break_even_calls, graph_breaks(f, x).reasons)
+    print(cold_compile_cost("my function", rec)[1])  # what an empty cache costs here
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
+from perfkit.hw import default_limits_path, device_name
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
-__all__ = ["CompileRecord", "GraphReport", "graph_breaks", "measure_compile"]
+__all__ = ["CompileRecord", "GraphReport", "cold_compile_cost", "graph_breaks", "measure_compile"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,52 @@ def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], ob
     eager, compiled = interleaved([eager_fn, compiled_fn], warmup=warmup, repeat=repeat,
                                   device=dev)
     return CompileRecord(first.elapsed_s - one.elapsed_s, eager, compiled, hits)
+
+
+def cold_compile_cost(name: str, record: CompileRecord,
+                      path: str | os.PathLike | None = None) -> tuple[float | None, str]:
+    """What an empty inductor cache costs compiling ``name`` on this machine, as measured here.
+
+    A compile without an FX-graph cache hit is a cold one (a fresh machine, or CI): its
+    seconds are kept in ``path`` under this machine's name and ``name``. A warm compile (a hit)
+    is reported beside the cold one kept earlier, so a reader on a warm machine still learns
+    what a fresh one pays. ``TORCHINDUCTOR_CACHE_DIR=$(mktemp -d)`` forces a cold run.
+
+    Args:
+        name: what was compiled (a key: ``"GELU chain"``).
+        record: the :func:`measure_compile` record of this run.
+        path: the JSON file of cold costs (default ``compile_costs.json`` beside the cached
+            limits, :func:`perfkit.hw.default_limits_path`).
+
+    Returns:
+        ``(cold seconds or None when never measured cold here, sentence)``.
+
+    Raises:
+        TypeError, ValueError: for an empty ``name`` or a record that is not a
+            :class:`CompileRecord`.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    check_type("record", record, CompileRecord)
+    p = Path(path) if path is not None else default_limits_path().with_name("compile_costs.json")
+    try:
+        costs = json.loads(p.read_text())
+    except (OSError, ValueError):  # absent or unreadable: nothing measured cold yet
+        costs = {}
+    key = f"{device_name()} | {name}"
+    if record.fx_cache_hits == 0:
+        costs[key] = max(record.compile_s, 0.0)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(costs, indent=1))
+        return costs[key], (f"cold cache (no inductor cache hit): compiling {name} cost "
+                            f"{costs[key]:.1f} s here, what a fresh machine or CI pays")
+    cold = costs.get(key)
+    warm = (f"warm cache ({record.fx_cache_hits} inductor cache hits): compiling {name} cost "
+            f"{max(record.compile_s, 0.0):.1f} s")
+    if cold is None:
+        return None, (f"{warm}; a cold cache was not measured on this machine yet "
+                      "(run with TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) to measure it)")
+    return cold, f"{warm}; a cold cache cost {cold:.1f} s here (measured in an earlier run)"
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,21 @@ def test_graph_breaks_found_and_fixed():
     assert compiling.graph_breaks(fixed, x) == compiling.GraphReport(1, 0, [])
     with pytest.raises(TypeError, match="fn"):
         compiling.graph_breaks(3)
+
+
+def test_cold_compile_cost_is_kept_from_a_cold_run_and_reported_on_a_warm_one(tmp_path):
+    m = Measurement((0.002, 0.002), 1)
+    path = tmp_path / "costs.json"
+    warm = compiling.CompileRecord(0.8, m, m, fx_cache_hits=3)
+    cold_s, text = compiling.cold_compile_cost("GELU chain", warm, path)
+    assert cold_s is None and "not measured on this machine yet" in text and "0.8 s" in text
+    cold_s, text = compiling.cold_compile_cost("GELU chain", compiling.CompileRecord(21.5, m, m), path)
+    assert cold_s == 21.5
+    assert text.startswith("cold cache (no inductor cache hit): compiling GELU chain cost 21.5 s")
+    cold_s, text = compiling.cold_compile_cost("GELU chain", warm, path)
+    assert cold_s == 21.5 and "3 inductor cache hits" in text and "a cold cache cost 21.5 s here" in text
+    assert compiling.cold_compile_cost("GPT-2 step", warm, path)[0] is None  # kept per name
+    with pytest.raises(TypeError, match="name"):
+        compiling.cold_compile_cost("", warm, path)
+    with pytest.raises(TypeError, match="record"):
+        compiling.cold_compile_cost("x", 21.5, path)
