@@ -1,0 +1,247 @@
+"""Precision and attention advice under the microscope (course module 09).
+
+Mixed precision's speed (timed in alternation against fp32, with Amdahl's model from the
+machine's ceilings) and memory; what fp16 and bf16 flush to zero in a real backward and how
+many steps a dynamic ``GradScaler`` skips from a start scale; what
+``nn.MultiheadAttention(kdim=...)`` keeps for backward. Records only; the verdicts are the
+notebook's.
+
+Usage::
+
+    amp = time_precision_step(batch=8, seq=64, repeat=9)
+    print(amp.speedup(), amp.amdahl(cached_limits()))
+    print(gradient_flush(batch=4, seq=64).lost)      # {"fp16": ..., "bf16": 0}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from perfkit import stats, timing
+from perfkit._checks import check_int, check_real
+from perfkit.compute.flops import gpt2_shape, make_train_step, mfu
+from perfkit.compute.kernels import activation_bytes, attention_matrix_bytes
+from perfkit.hw import MachineLimits
+from perfkit.models import tiny_gpt2
+from perfkit.timing import Measurement
+
+__all__ = ["AttentionKeep", "GradientFlush", "PrecisionTiming", "autocast_activation_ratio",
+           "gradient_flush", "kdim_attention_check", "predicted_skips", "scaler_first_update",
+           "time_precision_step"]
+
+VOCAB = 1024
+FP16 = torch.finfo(torch.float16)
+
+
+def _gpt(seq: int, model_kw: dict | None, device: torch.device | None = None) -> nn.Module:
+    torch.manual_seed(0)
+    return tiny_gpt2(block_size=seq, **(model_kw or {})).to(device or "cpu")
+
+
+# --- 8: mixed precision's speed and memory --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrecisionTiming:
+    """AdamW steps of a tiny GPT-2 in fp32 and in ``precision``, timed in alternation."""
+
+    precision: str
+    fp32: Measurement
+    mixed: Measurement
+    flops: float  # model FLOPs of one training step
+
+    def speedup(self) -> stats.Estimate:
+        """fp32 time over mixed-precision time."""
+        return stats.median_ratio(self.fp32.times_s, self.mixed.times_s)
+
+    def amdahl(self, limits: MachineLimits) -> tuple[float, float, float, float]:
+        """``(f, f_raw, r, predicted)``: the matmul share ``f`` of the fp32 step at the fp32 ceiling
+        (capped at 1; ``f_raw`` above 1 says the cached ceiling is too low), the ratio ``r`` of the
+        bf16 and fp32 ceilings, and Amdahl's speedup ``1 / ((1 - f) + f / r)``."""
+        f_raw = mfu(self.flops, self.fp32.median_s, limits, "float32")
+        f = min(1.0, f_raw)
+        r = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
+        return f, f_raw, r, 1 / ((1 - f) + f / r)
+
+
+def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = None, repeat: int = 9,
+                        precision: str = "bf16", device: torch.device | str | None = None) -> PrecisionTiming:
+    """Time a seeded tiny GPT-2's AdamW step in fp32 and in ``precision`` (``"bf16"``, or
+    ``"fp16"`` on CUDA), interleaved.
+
+    Raises:
+        ValueError: for sizes that are not ints >= 1, or a precision ``make_train_step`` refuses.
+    """
+    for name, v in (("batch", batch), ("seq", seq), ("repeat", repeat)):
+        check_int(name, v, 1)
+    dev = timing.resolve_device(device)
+
+    def step(p: str) -> Callable[[], object]:
+        m = _gpt(seq, model_kw, dev)
+        ids = torch.randint(0, VOCAB, (batch, seq), device=dev)  # (B, T)
+        run = make_train_step(m, torch.optim.AdamW(m.parameters(), lr=1e-3),
+                              lambda mm, b: mm(input_ids=b, labels=b).loss, p)
+        return lambda: run(ids)
+
+    fp32, mixed = timing.interleaved([step("fp32"), step(precision)], warmup=1, repeat=repeat, device=dev)
+    flops = gpt2_shape(_gpt(seq, model_kw), seq).train_flops(batch)
+    return PrecisionTiming(precision, fp32, mixed, flops)
+
+
+def autocast_activation_ratio(batch: int = 8, seq: int = 64, model_kw: dict | None = None) -> float:
+    """Bytes saved for backward under bf16 autocast over those in fp32 (CPU, exact counts)."""
+    check_int("batch", batch, 1)
+    m = _gpt(seq, model_kw)
+    ids = torch.randint(0, VOCAB, (batch, seq))
+    fp32 = activation_bytes(lambda: m(input_ids=ids, labels=ids).loss, m)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = activation_bytes(lambda: m(input_ids=ids, labels=ids).loss, m)
+    return bf16 / fp32
+
+
+# --- 19: loss scaling ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GradientFlush:
+    """One batch's gradients of a tiny GPT-2, fp32 against fp16 and bf16 autocast, value by value."""
+
+    kept: int                 # nonzero values in fp32
+    max_abs: float            # the largest |gradient| in fp32
+    lost: dict[str, int]      # "fp16"/"bf16" -> values fp32 keeps that are 0 there, unscaled
+    subnormal: float          # share of the kept values below fp16's smallest normal
+    flush_at: Callable[[str, float], int]  # (dtype name, loss scale) -> values flushed at that scale
+
+    def kept_by_scale(self, dtype: str, scale: float) -> int:
+        """Values a loss scale keeps from flushing: lost unscaled minus lost at ``scale``."""
+        return self.lost[dtype] - self.flush_at(dtype, scale)
+
+
+def gradient_flush(batch: int = 4, seq: int = 64, model_kw: dict | None = None,
+                   device: torch.device | str | None = None) -> GradientFlush:
+    """Backward one batch in fp32, then under fp16 and bf16 autocast; count what is flushed to zero.
+
+    Raises:
+        ValueError: for sizes that are not ints >= 1.
+    """
+    check_int("batch", batch, 1)
+    dev = timing.resolve_device(device)
+    model = _gpt(seq, model_kw, dev)
+    ids = torch.randint(0, VOCAB, (batch, seq), device=dev)
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+    def grads(dtype: torch.dtype | None, scale: float = 1.0) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = model(input_ids=ids, labels=ids).loss
+        (loss * scale).backward()  # every gradient is `scale` times larger while it is low precision
+        return torch.cat([p.grad.flatten() for p in model.parameters()]).float() / scale
+
+    g32 = grads(None)
+    kept = g32 != 0
+
+    def flush_at(dtype: str, scale: float) -> int:
+        return int(((grads(dtypes[dtype], check_real("scale", scale, 0, lo_open=True)) == 0) & kept).sum())
+
+    n_kept = int(kept.sum())
+    return GradientFlush(n_kept, float(g32.abs().max()), {d: flush_at(d, 1.0) for d in dtypes},
+                         int(((g32.abs() < FP16.smallest_normal) & kept).sum()) / n_kept, flush_at)
+
+
+def predicted_skips(init_scale: float, max_abs_grad: float) -> int:
+    """Steps a dynamic ``GradScaler`` skips before its first update: halvings until
+    ``init_scale x max|g|`` fits fp16's largest value (65,504)."""
+    check_real("init_scale", init_scale, 0, lo_open=True)
+    check_real("max_abs_grad", max_abs_grad, 0, lo_open=True)
+    return max(0, math.ceil(math.log2(init_scale * max_abs_grad / FP16.max)))
+
+
+def scaler_first_update(init_scale: float, batch: int = 4, seq: int = 64, model_kw: dict | None = None,
+                        max_steps: int = 64, device: torch.device | str | None = None) -> tuple[int, float]:
+    """Train with a real ``GradScaler`` under fp16 autocast on one batch until it takes a step:
+    ``(steps skipped before it, the scale of that step)``.
+
+    Raises:
+        ValueError: for ``init_scale`` not > 0 or sizes that are not ints >= 1.
+    """
+    check_real("init_scale", init_scale, 0, lo_open=True)
+    check_int("max_steps", max_steps, 1)
+    dev = timing.resolve_device(device)
+    m = _gpt(seq, model_kw, dev)
+    ids = torch.randint(0, VOCAB, (check_int("batch", batch, 1), seq), device=dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=init_scale)
+    for k in range(max_steps):
+        with torch.autocast(dev.type, dtype=torch.float16):
+            loss = m(input_ids=ids, labels=ids).loss
+        scaler.scale(loss).backward()
+        before = scaler.get_scale()
+        scaler.step(opt)   # skipped when a gradient is inf or NaN
+        scaler.update()    # and then the scale is halved
+        opt.zero_grad(set_to_none=True)
+        if scaler.get_scale() >= before:
+            return k, before
+    return max_steps, scaler.get_scale()
+
+
+# --- 20: MultiheadAttention(kdim=head_dim) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionKeep:
+    """Per attention call: the ``T^2`` part of its saved bytes in ``(B, H, T, T)`` fp32 matrices,
+    and its saved bytes at ``T``; plus the parameter counts and whether ``kdim`` self-attention ran."""
+
+    matrices: dict[str, float]
+    saved: dict[str, int]
+    params: dict[str, int]  # "default", "kdim" -> parameters
+    self_attention_error: str | None
+
+
+def kdim_attention_check(embed: int = 64, heads: int = 4, batch: int = 4, seq: int = 128) -> AttentionKeep:
+    """Count what ``nn.MultiheadAttention`` with and without ``kdim=head_dim`` (and with
+    ``need_weights=False``) and ``F.scaled_dot_product_attention`` keep for backward at ``T`` and
+    ``2T``: with ``s(T) = aT + bT^2``, ``(s(2T) - 2 s(T)) / 2 = bT^2`` is the part that grows as ``T^2``.
+
+    Raises:
+        ValueError: for sizes that are not ints >= 1, or ``embed`` not a multiple of ``heads``.
+    """
+    for name, v in (("embed", embed), ("heads", heads), ("batch", batch), ("seq", seq)):
+        check_int(name, v, 1)
+    if embed % heads:
+        raise ValueError(f"embed ({embed}) must be a multiple of heads ({heads})")
+    hd = embed // heads
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(embed, heads, batch_first=True)
+    mha_kd = nn.MultiheadAttention(embed, heads, batch_first=True, kdim=hd)  # the advice
+    try:
+        x = torch.randn(batch, seq, embed)
+        mha_kd(x, x, x)  # self-attention: the keys have `embed` features, not kdim
+        error = None
+    except (AssertionError, RuntimeError) as e:
+        error = f"{type(e).__name__}: {e}"
+
+    def heads_of(x: torch.Tensor) -> torch.Tensor:  # (B, T, E) -> (B, H, T, hd), a leaf with a gradient
+        return x.view(batch, -1, heads, hd).transpose(1, 2).detach().requires_grad_()
+
+    calls = {"MultiheadAttention": (lambda x, k: mha(x, x, x)[0], mha),
+             "kdim": (lambda x, k: mha_kd(x, k, x)[0], mha_kd),
+             "kdim, need_weights=False": (lambda x, k: mha_kd(x, k, x, need_weights=False)[0], mha_kd),
+             "F.scaled_dot_product_attention": (
+                 lambda x, k: F.scaled_dot_product_attention(heads_of(x), heads_of(x), heads_of(x)), None)}
+    matrices, saved = {}, {}
+    for name, (attend, module) in calls.items():
+        s = {}
+        for t in (seq, 2 * seq):
+            x_t, k_t = torch.randn(batch, t, embed), torch.randn(batch, t, hd)  # keys of kdim features
+            s[t] = activation_bytes(lambda f=attend, x_t=x_t, k_t=k_t: f(x_t, k_t), module, inputs=[x_t, k_t])
+        matrices[name] = (s[2 * seq] - 2 * s[seq]) / 2 / attention_matrix_bytes(batch, heads, seq)
+        saved[name] = s[seq]
+    params = {n: sum(p.numel() for p in mod.parameters()) for n, mod in (("default", mha), ("kdim", mha_kd))}
+    return AttentionKeep(matrices, saved, params, error)

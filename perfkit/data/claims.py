@@ -1,0 +1,151 @@
+"""Data-loading advice under the microscope (course module 09): pin_memory and worker counts.
+
+:func:`time_pin_memory` times a DataLoader loop with and without ``pin_memory=True`` (on a
+machine without CUDA the flag is ignored, so that is one loop timed twice: an A/A comparison).
+:func:`worker_sweep` measures throughput at each ``num_workers`` over a whole second pass
+(workers persist: their start-up is left out, the pipeline's fill is not), the counts taking
+turns round after round, and simulates the same pass with :func:`perfkit.data.simulate_pipeline`.
+
+Usage::
+
+    sweep = worker_sweep([0, 1, 2, 4, 8], batch=8, batches=20, cost_s=1e-3, compute_s=2e-3)
+    print(sweep.advised_over_rest(), sweep.predicted_advised_over_rest())
+    print(time_pin_memory(batch=8, batches=20, repeat=15).speedup())
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from perfkit import stats, timing
+from perfkit._checks import check_int, check_items, check_real
+from perfkit.data.datasets import SlowDataset
+from perfkit.data.loader import LoaderConfig, LoaderRecord, measure_loader, simulate_pipeline
+from perfkit.timing import Measurement
+
+__all__ = ["ADVISED_WORKERS", "PinTiming", "WorkerSweep", "pass_rate", "time_pin_memory", "worker_sweep"]
+
+ADVISED_WORKERS = (4, 8)  # the advice: "4-8 workers"
+
+
+@dataclass(frozen=True)
+class PinTiming:
+    """A loop over a DataLoader, copying each batch to ``device``, with and without pinned memory."""
+
+    pageable: Measurement
+    pinned: Measurement
+    device: str
+
+    def speedup(self) -> stats.Estimate:
+        """Pageable time over pinned time (> 1: pinning is faster)."""
+        return stats.median_ratio(self.pageable.times_s, self.pinned.times_s)
+
+    @property
+    def same_code(self) -> bool:
+        """Without CUDA PyTorch ignores ``pin_memory``: both loops ran the same code."""
+        return self.device != "cuda"
+
+
+def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
+                    device: torch.device | str | None = None) -> PinTiming:
+    """Time a loop over ``batches`` batches of (batch, 3, 64, 64) images copied to ``device``,
+    ``pin_memory=False`` against ``True``, interleaved.
+
+    Raises:
+        ValueError: for counts that are not ints >= 1.
+    """
+    for name, v in (("batch", batch), ("batches", batches), ("repeat", repeat)):
+        check_int(name, v, 1)
+    dev = timing.resolve_device(device)
+    images = TensorDataset(torch.randn(batch * batches, 3, 64, 64))
+
+    def loop(pin: bool):
+        def run() -> None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "pin_memory ... no accelerator": the point here
+                for (x,) in DataLoader(images, batch_size=batch, pin_memory=pin):
+                    x.to(dev, non_blocking=pin)
+            timing.synchronize(dev)
+        return run
+
+    pageable, pinned = timing.interleaved([loop(False), loop(True)], warmup=1, repeat=repeat, device=dev)
+    return PinTiming(pageable, pinned, dev.type)
+
+
+def pass_rate(record: LoaderRecord, batch: int) -> float:
+    """Samples/s of the last pass over the data: the pipeline's fill included, start-up not."""
+    waits, computes = record.wait_s[-1], record.compute_s[-1]
+    return batch * len(waits) / (sum(waits) + sum(computes))
+
+
+@dataclass(frozen=True)
+class WorkerSweep:
+    """Samples/s per ``num_workers``, one value per round, and the pipeline model's prediction."""
+
+    rates: dict[int, list[float]]   # workers -> samples/s, one per round
+    model: dict[int, float]         # workers -> samples/s simulated
+    cost_s: float                   # measured seconds per sample (under this machine's load)
+    cores: int
+
+    def _split(self) -> tuple[list[int], list[int]]:
+        advised = [w for w in self.rates if ADVISED_WORKERS[0] <= w <= ADVISED_WORKERS[1]]
+        rest = [w for w in self.rates if w not in advised]
+        if not advised or not rest:
+            raise ValueError("the sweep must hold advised counts (4-8) and others")
+        return advised, rest
+
+    def median(self, w: int) -> float:
+        return stats.median(self.rates[w])
+
+    def best(self) -> tuple[int, int]:
+        """(best advised count, best other count) by median samples/s."""
+        advised, rest = self._split()
+        return max(advised, key=self.median), max(rest, key=self.median)
+
+    def advised_over_rest(self) -> stats.Estimate:
+        """The best advised count's samples/s over the best other's, over the paired rounds."""
+        a, r = self.best()
+        return stats.median_ratio(self.rates[a], self.rates[r])
+
+    def predicted_advised_over_rest(self) -> float:
+        """The same ratio in the pipeline model (best advised over best other, simulated)."""
+        advised, rest = self._split()
+        return max(self.model[w] for w in advised) / max(self.model[w] for w in rest)
+
+
+def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost_s: float = 1e-3,
+                 compute_s: float = 2e-3, rounds: int = 2, cores: int | None = None) -> WorkerSweep:
+    """Measure samples/s at each worker count (CPU-bound samples of ``cost_s``, a step of
+    ``compute_s`` sleep, as a GPU step leaves the host free), the counts taking turns for
+    ``rounds`` rounds; simulate the same pass with the machine's ``cores``.
+
+    Raises:
+        TypeError, ValueError: for empty ``workers``, negative counts, or costs not > 0.
+    """
+    import os
+
+    workers = [check_int("workers entries", w, 0) for w in check_items("workers", workers)]
+    for name, v in (("batch", batch), ("batches", batches), ("rounds", rounds)):
+        check_int(name, v, 1)
+    check_real("cost_s", cost_s, 0, lo_open=True)
+    check_real("compute_s", compute_s, 0)
+    cores = check_int("cores", cores if cores is not None else os.cpu_count() or 1, 1)
+    ds = SlowDataset(batch * batches, cost_s, kind="spin")
+    per_sample = timing.benchmark(lambda: [ds[i] for i in range(batch)], warmup=1, repeat=3).median_s / batch
+    rates: dict[int, list[float]] = {w: [] for w in workers}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # more workers than cores, on purpose
+        for _ in range(rounds):
+            for w in workers:  # the first pass starts the workers; the second is timed
+                rec = measure_loader(ds, LoaderConfig(batch, w, persistent_workers=w > 0),
+                                     compute=compute_s, epochs=2 if w else 1)
+                rates[w].append(pass_rate(rec, batch))
+    sim = {w: simulate_pipeline(batch * per_sample, compute_s, w, 2, steps=batches, cores=cores)
+           for w in workers}
+    model = {w: batch / r.step_s for w, r in sim.items()}  # samples/s of the same pass, simulated
+    return WorkerSweep(rates, model, per_sample, cores)

@@ -1,0 +1,74 @@
+"""perfkit.compute.claims_precision: mixed precision, loss scaling and kdim attention, on tiny sizes."""
+
+import math
+
+import pytest
+
+from perfkit.compute import claims_precision as cp
+from perfkit.hw import MachineLimits
+from perfkit.timing import Measurement
+
+SMALL = dict(n_embd=16, n_layer=1, n_head=2)
+
+
+def test_amdahl_by_hand():
+    t = cp.PrecisionTiming("bf16", Measurement((0.1, 0.1), 0), Measurement((0.05, 0.05), 0), flops=2e7)
+    # 2e7 FLOPs at 1e9 FLOP/s = 0.02 s of a 0.1 s step: f = 0.2; r = 4 -> 1 / (0.8 + 0.05)
+    f, f_raw, r, pred = t.amdahl(MachineLimits("cpu", "t", {"float32": 1e9, "bfloat16": 4e9}, 1e9))
+    assert (f, f_raw, r) == (pytest.approx(0.2), pytest.approx(0.2), 4.0)
+    assert pred == pytest.approx(1 / 0.85)
+    assert t.speedup().value == pytest.approx(2.0)
+    # a ceiling below what the step reached: f capped at 1, the raw share kept
+    f, f_raw, _, pred = t.amdahl(MachineLimits("cpu", "t", {"float32": 1e8, "bfloat16": 5e7}, 1e9))
+    assert f == 1.0 and f_raw == pytest.approx(2.0) and pred == pytest.approx(0.5)
+
+
+def test_time_precision_step_runs_both():
+    t = cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=2, device="cpu")
+    assert t.fp32.n == t.mixed.n == 2 and t.flops > 0
+    with pytest.raises(ValueError, match="precision"):
+        cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=1, precision="fp8", device="cpu")
+
+
+def test_autocast_ratio_falls_with_batch():
+    # autocast also keeps its bf16 copies of the weights: a fixed cost that a larger batch dilutes
+    small, large = (cp.autocast_activation_ratio(batch=b, seq=16, model_kw=SMALL) for b in (1, 16))
+    assert 0 < large < small
+
+
+def test_gradient_flush_bf16_keeps_what_fp32_keeps():
+    g = cp.gradient_flush(batch=2, seq=8, model_kw=SMALL, device="cpu")
+    assert g.lost["bf16"] == 0 and g.kept > 0 and g.max_abs > 0
+    assert 0 <= g.subnormal <= 1
+    assert g.kept_by_scale("fp16", 1.0) == 0  # scale 1 is the unscaled run
+    assert g.kept_by_scale("fp16", 2.0 ** 16) >= 0
+    with pytest.raises(ValueError, match="scale"):
+        g.flush_at("fp16", 0.0)
+
+
+def test_predicted_skips_by_hand():
+    # 2^16 * 1.0 / 65504 -> log2 just above 0 -> 1 skip; 2^32 * 1.0 -> 17
+    assert cp.predicted_skips(2.0 ** 16, 1.0) == 1
+    assert cp.predicted_skips(2.0 ** 32, 1.0) == 17
+    assert cp.predicted_skips(1.0, 1e-3) == 0  # fits at once: no negative skips
+    with pytest.raises(ValueError, match="init_scale"):
+        cp.predicted_skips(0.0, 1.0)
+
+
+def test_scaler_skips_what_the_formula_predicts():
+    g = cp.gradient_flush(batch=2, seq=8, model_kw=SMALL, device="cpu")
+    k, scale = cp.scaler_first_update(2.0 ** 24, batch=2, seq=8, model_kw=SMALL, device="cpu")
+    assert abs(k - cp.predicted_skips(2.0 ** 24, g.max_abs)) <= 1
+    assert scale == 2.0 ** 24 / 2 ** k
+
+
+def test_kdim_keeps_the_t_squared_matrix_and_need_weights_false_does_not():
+    a = cp.kdim_attention_check(embed=16, heads=2, batch=1, seq=16)
+    assert a.matrices["kdim"] == pytest.approx(1.0, rel=0.01)
+    assert abs(a.matrices["kdim, need_weights=False"]) <= 0.01
+    assert abs(a.matrices["F.scaled_dot_product_attention"]) <= 0.01
+    assert a.params["default"] - a.params["kdim"] == 16 * (16 - 8)  # the key projection (E, E) -> (E, kdim)
+    assert a.self_attention_error is not None
+    with pytest.raises(ValueError, match="multiple of heads"):
+        cp.kdim_attention_check(embed=10, heads=4)
+    assert math.isfinite(a.saved["kdim"])

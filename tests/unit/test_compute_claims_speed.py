@@ -1,0 +1,92 @@
+"""perfkit.compute.claims_speed: notebook 09's timed speed claims, on tiny sizes (correctness only)."""
+
+import pytest
+import torch
+
+from perfkit import stats
+from perfkit.compute import claims_speed as cs
+from perfkit.hw import MachineLimits
+from perfkit.models import tiny_gpt2
+from perfkit.timing import Measurement
+
+LIMITS = MachineLimits("cpu", "test", {"float32": 1e9, "bfloat16": 2e9}, 1e9)
+
+
+def m(*ts):
+    return Measurement(tuple(ts), 0)
+
+
+def test_speedup_estimate_is_baseline_over_candidate_over_paired_rounds():
+    est = cs.speedup_estimate(m(2.0, 2.2, 2.4), m(1.0, 1.1, 1.2))
+    assert isinstance(est, stats.Estimate) and est.value == pytest.approx(2.0) and est.n == 3
+    assert est.low <= est.value <= est.high
+    with pytest.raises(ValueError, match="same number of rounds"):
+        cs.speedup_estimate(m(1.0, 2.0), m(1.0))
+
+
+def test_activation_timing_directions():
+    t = cs.ActivationTiming(relu_op=m(1.0, 1.0), gelu_op=m(3.0, 3.0), calls=10,
+                            relu_step=m(4.0, 4.0), gelu_step=m(5.0, 5.0))
+    assert t.op_cost().value == pytest.approx(3.0)       # GELU op over ReLU op
+    assert t.step_speedup().value == pytest.approx(0.8)  # ReLU step over GELU step: GELU slower
+    assert t.extra_op_s == pytest.approx(0.2)
+
+
+def test_time_activations_runs_and_pairs_rounds():
+    t = cs.time_activations(rows=8, width=16, repeat=2, op_repeat=2, target_s=0.001)
+    assert t.relu_step.n == t.gelu_step.n == 2 and t.calls >= 1
+    assert t.step_speedup().value == pytest.approx(t.relu_step.median_s / t.gelu_step.median_s)
+    with pytest.raises(ValueError, match="width"):
+        cs.time_activations(width=0)
+
+
+def test_grouped_conv_counts_flops_exactly_and_bounds_by_hand():
+    c = cs.time_grouped_conv(channels=8, size=4, batch=2, groups=4, repeat=2, device="cpu")
+    assert c.flops[1] == 4 * c.flops[4]  # FLOPs fall by the group count exactly
+    assert c.flops[1] == 2 * 2 * 8 * 8 * 9 * 16  # 2 * batch * C_out * C_in * 9 * H * W
+    t = c.terms(LIMITS)
+    io = 2 * 2 * 8 * 16 * 4
+    assert t[1] == pytest.approx((c.flops[1] / 1e9, (io + 9 * 64 * 4) / 1e9))
+    assert c.roofline_bound(LIMITS) == pytest.approx(max(t[1]) / max(t[4]))
+    assert c.speedup().value == pytest.approx(c.dense.median_s / c.grouped.median_s)
+    with pytest.raises(ValueError, match="multiple of groups"):
+        cs.time_grouped_conv(channels=6, groups=4)
+
+
+def test_compile_timing_share_is_capped_and_raw_kept():
+    from perfkit.compute.compiling import CompileRecord
+
+    rec = CompileRecord(1.0, m(0.01, 0.01), m(0.005, 0.005))
+    ct = cs.CompileTiming(rec, matmul_flops=int(2e7), train=True)
+    assert ct.speedup().value == pytest.approx(2.0)
+    assert ct.matmul_share(LIMITS) == (1.0, pytest.approx(2.0))  # 0.02 s of matmuls in a 0.01 s call
+    ct2 = cs.CompileTiming(ct.record, matmul_flops=int(2e6), train=True)
+    assert ct2.matmul_share(LIMITS) == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def test_channels_last_relays_nothing_in_a_transformer():
+    ids = torch.randint(0, 1024, (1, 8))
+    c = cs.channels_last_check(lambda: tiny_gpt2(block_size=8, n_embd=16, n_layer=1, n_head=2), ids, repeat=2)
+    assert c.params_4d == 0 and c.relaid == 0
+    assert c.speedup().n == 2 and c.cnn_speedup().n == 2
+    with pytest.raises(TypeError, match="ids"):
+        cs.channels_last_check(lambda: torch.nn.Linear(2, 2), [1, 2])
+
+
+def test_thread_timing_best_other_and_direction():
+    tt = cs.ThreadTiming({1: m(3.0, 3.0), 2: m(1.0, 1.0), 4: m(2.0, 2.0)})
+    assert tt.best_other(2) == 4 and tt.best_other(4) == 2
+    assert tt.speedup(2, 4).value == pytest.approx(2.0)  # other's time over the advised count's
+
+
+def test_time_thread_counts_restores_the_setting():
+    before = torch.get_num_threads()
+    tt = cs.time_thread_counts(cs.mlp_step(torch.nn.ReLU(), rows=4, width=8, features=4), [2, 1, 2], repeat=2)
+    assert sorted(tt.runs) == [1, 2] and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="counts entries"):
+        cs.time_thread_counts(lambda: None, [0])
+
+
+def test_time_compile_checks_sizes_before_compiling():
+    with pytest.raises(ValueError, match="width"):
+        cs.time_compile(width=0)

@@ -1,0 +1,39 @@
+"""perfkit.data.claims: pin_memory's A/A loop and the worker sweep, on tiny sizes."""
+
+import pytest
+
+from perfkit.data import claims as dc
+from perfkit.data.loader import LoaderConfig, LoaderRecord
+
+
+def test_pin_timing_is_pageable_over_pinned_and_same_code_without_cuda():
+    t = dc.time_pin_memory(batch=2, batches=2, repeat=2, device="cpu")
+    assert t.same_code and t.pageable.n == t.pinned.n == 2
+    assert t.speedup().value == pytest.approx(t.pageable.median_s / t.pinned.median_s)
+    with pytest.raises(ValueError, match="batches"):
+        dc.time_pin_memory(batches=0)
+
+
+def test_pass_rate_counts_the_last_pass_only():
+    rec = LoaderRecord(LoaderConfig(4), wait_s=((5.0, 5.0), (0.1, 0.1)), compute_s=((0.1, 0.1), (0.3, 0.3)),
+                       samples=16)
+    # 2 batches of 4 in 0.8 s; the first pass's 10 s of start-up left out
+    assert dc.pass_rate(rec, 4) == pytest.approx(8 / 0.8)
+
+
+def test_sweep_compares_the_best_advised_with_the_best_other():
+    s = dc.WorkerSweep({0: [100, 110], 2: [300, 280], 4: [330, 300], 8: [200, 220]},
+                       {0: 100.0, 2: 300.0, 4: 320.0, 8: 320.0}, cost_s=1e-3, cores=2)
+    assert s.best() == (4, 2)
+    assert s.advised_over_rest().value == pytest.approx(315 / 290)  # medians of the rounds
+    assert s.predicted_advised_over_rest() == pytest.approx(320 / 300)
+    with pytest.raises(ValueError, match="advised"):
+        dc.WorkerSweep({0: [1.0], 2: [1.0]}, {0: 1.0, 2: 1.0}, 1e-3, 2).best()
+
+
+def test_worker_sweep_runs_small():
+    s = dc.worker_sweep([0, 1, 4], batch=2, batches=4, cost_s=1e-4, compute_s=1e-4, rounds=1, cores=2)
+    assert set(s.rates) == {0, 1, 4} and all(len(r) == 1 and r[0] > 0 for r in s.rates.values())
+    assert all(v > 0 for v in s.model.values()) and s.cost_s > 0
+    with pytest.raises(ValueError, match="cost_s"):
+        dc.worker_sweep([0], cost_s=0.0)
