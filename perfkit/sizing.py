@@ -72,7 +72,8 @@ class DtypePlan:
 
 
 def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batches: Sequence[int],
-               calls: int, budget_s: float, efficiency: float = EFFICIENCY) -> DtypePlan:
+               calls: int, budget_s: float, efficiency: float = EFFICIENCY,
+               label: str = "batch") -> DtypePlan:
     """Which of ``batches`` to time in ``dtype`` so ``calls`` calls of each fit ``budget_s``.
 
     A batch of ``b`` costs ``calls * b * flops_per_sample / (efficiency * peak(dtype))``
@@ -89,6 +90,7 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
         calls: calls per batch (warm-up and timed).
         budget_s: seconds this dtype's work may take.
         efficiency: the share of the ceiling the work is assumed to reach (0 < e <= 1).
+        label: what a batch is called in the note (``"n"`` for a matmul's width).
 
     Returns:
         A :class:`DtypePlan`.
@@ -105,6 +107,8 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
     check_int("calls", calls, 1)
     check_real("budget_s", budget_s, 0, lo_open=True)
     check_real("efficiency", efficiency, 0, 1, lo_open=True)
+    if not isinstance(label, str) or not label:
+        raise TypeError(f"label must be a non-empty str, got {label!r}")
     peak, support = limits.peak_flops(name), limits.support(name)
     per_call = [b * flops_per_sample / (efficiency * peak) for b in asked]  # s
     full_s = calls * sum(per_call)
@@ -118,11 +122,11 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
             f"({si(fp32, 'FLOP/s')}): {support}")
     planned = n * sum(per_call[:keep])
     if keep == len(asked) and n == calls:
-        note = f"{what}; every batch ({', '.join(map(str, asked))}) fits its {budget_s:.0f} s share."
+        note = f"{what}; every {label} ({', '.join(map(str, asked))}) fits its {budget_s:.0f} s share."
     else:
-        note = (f"{what}, so it is timed at batch {', '.join(map(str, asked[:keep]))} only"
+        note = (f"{what}, so it is timed at {label} {', '.join(map(str, asked[:keep]))} only"
                 + (f", {n} calls instead of {calls}" if n < calls else "")
-                + f": about {planned:.0f} s of its {budget_s:.0f} s share, where every batch would "
+                + f": about {planned:.0f} s of its {budget_s:.0f} s share, where every {label} would "
                 f"take about {full_s:.0f} s.")
     return DtypePlan(name, support, tuple(asked[:keep]), n, planned, full_s, float(budget_s), note)
 

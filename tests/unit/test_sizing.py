@@ -57,6 +57,10 @@ def test_fewer_calls_when_even_the_smallest_batch_does_not_fit():
     plan = sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=2)
     assert plan.batches == (1,) and plan.calls == 2 and plan.predicted_s <= 2
     assert "2 calls instead of 8" in plan.note
+    widths = sizing.plan_dtype(EMULATED, "bfloat16", 2 * 1024 * 256, [1088, 960, 1021], calls=8, budget_s=1,
+                               label="n")
+    assert widths.batches == (960,) and "timed at n 960 only" in widths.note
+    assert "every n would" in widths.note
 
 
 @pytest.mark.parametrize("kw, exc, match", [
@@ -64,7 +68,7 @@ def test_fewer_calls_when_even_the_smallest_batch_does_not_fit():
     (dict(batches=[]), ValueError, "batches"), (dict(batches=[0, 4]), ValueError, "batches entries"),
     (dict(calls=0), ValueError, "calls"), (dict(budget_s=0), ValueError, "budget_s"),
     (dict(flops_per_sample=float("nan")), ValueError, "flops_per_sample"),
-    (dict(efficiency=1.5), ValueError, "efficiency"),
+    (dict(efficiency=1.5), ValueError, "efficiency"), (dict(label=""), TypeError, "label"),
 ])
 def test_bad_arguments_are_named(kw, exc, match):
     args = dict(limits=NATIVE, dtype="bfloat16", flops_per_sample=1e6, batches=[1], calls=1, budget_s=1.0)
