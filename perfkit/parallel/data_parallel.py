@@ -25,13 +25,14 @@ Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from perfkit._checks import check_int, check_real
 
 __all__ = ["BucketedDP", "NaiveDP", "OverlappedDP", "assign_buckets"]
 
@@ -61,9 +62,7 @@ def assign_buckets(params: Sequence[nn.Parameter], bucket_cap_bytes: int,
     if first_bucket_bytes is not None:
         caps["first_bucket_bytes"] = first_bucket_bytes
     for name, cap in caps.items():
-        if isinstance(cap, bool) or not isinstance(cap, Integral) or cap < 1:
-            exc = ValueError if isinstance(cap, Real) else TypeError  # a number, but not a count
-            raise exc(f"{name} must be an int number of bytes >= 1, got {cap!r}")
+        check_int(name, cap, 1)  # bytes
     buckets: list[list[int]] = [[]]
     size = 0
     for i in reversed(range(len(params))):
@@ -156,11 +155,7 @@ class BucketedDP(_DataParallel):
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
                  group: dist.ProcessGroup | None = None) -> None:
-        if (isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, Real)
-                or not (math.isfinite(bucket_cap_mb) and bucket_cap_mb * 2**20 >= 1)):
-            exc = ValueError if isinstance(bucket_cap_mb, Real) else TypeError
-            raise exc("bucket_cap_mb must be a finite number of MiB >= 2**-20 (one byte), got "
-                      f"{_describe(bucket_cap_mb)}")
+        check_real("bucket_cap_mb", bucket_cap_mb, 2**-20)  # MiB; 2**-20 MiB is one byte
         super().__init__(module, group)
         self.buckets = assign_buckets(self.params, int(bucket_cap_mb * 2**20))
         # one flat fp32 buffer per bucket, allocated once: (sum of bucket numels,)
