@@ -348,3 +348,86 @@ def test_zero3_one_process_equals_adamw_bitwise_and_frees_blocks(reshard_root):
     want = ob.state_dict()["state"]
     for i, st in plain.state_dict()["state"].items():
         assert torch.equal(st["exp_avg_sq"], want[i]["exp_avg_sq"])
+
+
+# --- overlap switch, stage-named errors, stage-3 mixed precision on one process -----------
+
+def test_blocking_version_accumulates_gradients_and_equals_adamw():
+    # overlap=False reads p.grad in step(): two backward passes per step sum their gradients
+    for stage in (1, 2):
+        a, b = make_mlp(), make_mlp()
+        za = ZeroOptimizer(a.parameters(), torch.optim.AdamW, stage=stage, overlap=False,
+                           bucket_cap_mb=1e-4, lr=1e-2)
+        ob = torch.optim.AdamW(b.parameters(), lr=1e-2)
+        for s in range(3):
+            x, y = global_batch(s)
+            for model, opt in ((a, za), (b, ob)):
+                opt.zero_grad()
+                for half in (slice(0, 6), slice(6, 12)):
+                    nn.functional.mse_loss(model(x[half]), y[half]).backward()
+                opt.step()
+        assert za.launched_buckets == 0  # nothing reduced during backward
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p, q), stage
+
+
+def test_a_second_backward_with_overlap_names_the_stage_and_the_switch():
+    model = make_mlp()
+    ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=1, bucket_cap_mb=1e-4)
+    x, y = global_batch(0)
+    nn.functional.mse_loss(model(x), y).backward()
+    with pytest.raises(RuntimeError, match=r"ZeRO-1 with overlap=True .*overlap=False"):
+        nn.functional.mse_loss(model(x), y).backward()
+
+
+def test_one_process_module_hooks_leave_nothing_in_flight_and_equal_adamw():
+    a, b = make_mlp(), make_mlp()
+    za = ZeroOptimizer(a.parameters(), torch.optim.AdamW, stage=2, module=a, bucket_cap_mb=1e-4,
+                       lr=1e-2)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2)
+    _train(a, za, 3)
+    _train(b, ob, 3)
+    assert za.params_in_flight == 0  # one process gathers nothing
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    za.remove_hooks()  # no hooks left: step() reduces from p.grad, as overlap=False does
+    x, y = global_batch(3)
+    za.zero_grad()
+    ob.zero_grad()
+    nn.functional.mse_loss(a(x), y).backward()
+    assert za.launched_buckets == 0 and all(p.grad is not None for p in a.parameters())
+    za.step()
+    nn.functional.mse_loss(b(x), y).backward()
+    ob.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("reduce_dtype", [torch.float32, torch.bfloat16])
+def test_zero3_mixed_precision_equals_a_hand_computed_reference(reduce_dtype):
+    # the reference, by hand: bf16 copies of fp32 master weights compute forward and backward
+    # on a bf16 input; the bf16 gradient is cast to reduce_dtype (the "reduction" of one
+    # process), then to fp32, and AdamW steps the fp32 masters
+    from perfkit.parallel import MixedPrecision
+
+    a, master = make_mlp(), make_mlp()
+    sharded = ShardedModule(a, blocks=[a[0], a[2], a[4]],
+                            mixed_precision=MixedPrecision(torch.bfloat16, reduce_dtype))
+    za = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=1e-2, weight_decay=0.1)
+    ob = torch.optim.AdamW(master.parameters(), lr=1e-2, weight_decay=0.1)
+    for s in range(4):
+        x, y = global_batch(s)
+        za.zero_grad()
+        out = sharded(x)
+        assert out.dtype == torch.bfloat16  # computed in param_dtype
+        nn.functional.mse_loss(out.float(), y).backward()
+        za.step()
+        low = copy.deepcopy(master).to(torch.bfloat16)
+        nn.functional.mse_loss(low(x.to(torch.bfloat16)).float(), y).backward()
+        for p, q in zip(master.parameters(), low.parameters()):
+            p.grad = q.grad.to(reduce_dtype).float()
+        ob.step()
+        ob.zero_grad()
+    for p, q in zip(sharded.full_parameters(), master.parameters()):
+        assert p.dtype == torch.float32 and torch.equal(p, q)
+    assert all(u.shard.dtype == torch.float32 for u in sharded.units)
