@@ -1,13 +1,14 @@
 """Checks for lab 02 (ring all-reduce, top-k, top-k with error feedback).
 
 Q1 runs the student's ``ring_all_reduce`` on 2 and 3 real torchrun processes through
-``perfkit.dist.launch`` and ``perfkit.jobs.collectives`` and compares it with
-``dist.all_reduce`` on sizes divisible by neither 2 nor 3. The function reaches the
-workers as a cloudpickle file: cloudpickle copies a function defined in a notebook (a
-module that workers cannot import) *by value*, with the modules it uses (``torch``,
-``torch.distributed``) by reference, so the workers rebuild exactly the student's code
-without importing the notebook or re-running its cells. A blank answer first fails
-in-process, on a one-process group, with its own NotImplementedError.
+``perfkit.dist.launch`` and ``tools.labs.ring_check`` and compares it with
+``dist.all_reduce`` on sizes divisible by neither 2 nor 3; it also records whose code did
+the work, so an answer that calls perfkit's own ring (``perfkit.comm``) or a collective
+fails. The function reaches the workers as a cloudpickle file: cloudpickle copies a
+function defined in a notebook (a module that workers cannot import) *by value*, with the
+modules it uses (``torch``, ``torch.distributed``) by reference, so the workers rebuild
+exactly the student's code without importing the notebook or re-running its cells. A blank
+answer first fails in-process, on a one-process group, with its own NotImplementedError.
 
 Q2 checks that exactly ``k`` values are sent and that they are the largest magnitudes
 (against ``torch.topk``); Q3 that error feedback conserves the gradient (sent + residual
@@ -23,6 +24,8 @@ import types
 import torch
 
 from tools.grade import launch_checked, pickled, require, time_limit
+from tools.labs.record import record_library
+from tools.labs.ring_check import LIBRARY
 
 RING_SIZES = [1, 2, 5, 7, 1001, 4099]  # fewer elements than processes; not divisible by 2 or 3
 FORBIDDEN = {"all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
@@ -38,9 +41,18 @@ def _names(code: types.CodeType) -> set[str]:
     return out
 
 
+def _not_the_library(ran: list[str] | set[str], where: str) -> None:
+    """Fail when the answer ran ``perfkit.comm`` functions: the lab grades the student's ring."""
+    assert not ran, (
+        f"{where} ring_all_reduce ran perfkit's own {sorted(ran)}: the lab grades your ring, "
+        "not the library's. Write the reduce-scatter and all-gather phases yourself with "
+        "dist.isend/dist.irecv; do not call perfkit.comm")
+
+
 def _one_process(fn) -> None:
     """Call ``fn`` on a one-process gloo group: a blank answer raises NotImplementedError
-    here, before any worker starts; any other error is the student's bug."""
+    here, before any worker starts; any other error is the student's bug; an answer that
+    hands the work to perfkit's ring fails here too."""
     import torch.distributed as tdist
 
     own = not tdist.is_initialized()
@@ -50,7 +62,7 @@ def _one_process(fn) -> None:
         t = torch.arange(5.0)
         with time_limit(10, "ring_all_reduce on one process (5 elements) did not return "
                         "within 10 s: with world_size 1 there is nothing to send; does each "
-                        "phase loop n - 1 = 0 times?"):
+                        "phase loop n - 1 = 0 times?"), record_library(LIBRARY) as ran:
             out = fn(t)
     except NotImplementedError:
         raise
@@ -60,6 +72,7 @@ def _one_process(fn) -> None:
     finally:
         if own:
             tdist.destroy_process_group()
+    _not_the_library(ran, "on one process,")
     assert out is t or out is None, "ring_all_reduce must work in place and return its tensor"
     assert torch.equal(t, torch.arange(5.0)), "with one process the tensor must not change"
 
@@ -86,6 +99,10 @@ def check_ring(ns: dict) -> None:
                 "irecv before waiting?", impl_name="ring_all_reduce")
             for rank, r in enumerate(res):
                 for rec in r["impl"]:
+                    _not_the_library(rec["library"], f"on {n} processes, rank {rank},")
+                    assert not rec["collectives"], (
+                        f"on {n} processes ring_all_reduce called {rec['collectives']}: build "
+                        "the ring from dist.isend/dist.irecv (or send/recv) only")
                     assert rec["in_place"], (
                         "ring_all_reduce must sum in place and return the same tensor")
                     assert rec["int_exact"], (

@@ -38,6 +38,27 @@ def ring_all_reduce(tensor, group=None):
     dist.all_reduce(tensor, group=group)
     return tensor
 """, expect="build the ring"),
+    Mutant("ring_all_reduce", "perfkit's own ring called instead of writing one", """
+from perfkit.comm import ring_all_reduce as library_ring
+def ring_all_reduce(tensor, group=None):
+    return library_ring(tensor, group)
+""", expect="ran perfkit's own .*perfkit.comm.ring.ring_all_reduce"),
+    Mutant("ring_all_reduce", "perfkit's ring called only on several processes", """
+import torch.distributed as dist
+from perfkit import comm
+def ring_all_reduce(tensor, group=None):
+    if dist.get_world_size(group) == 1:
+        return tensor
+    return comm.ring.ring_all_reduce(tensor, group)
+""", expect="on 2 processes, rank 0, ring_all_reduce ran perfkit's own"),
+    Mutant("ring_all_reduce", "dist.all_reduce under another name", """
+import torch.distributed as dist
+reduce_all = getattr(dist, "all_" + "reduce")
+def ring_all_reduce(tensor, group=None):
+    if dist.get_world_size(group) > 1:
+        reduce_all(tensor, group=group)
+    return tensor
+""", expect="not a ring|build the ring"),
     Mutant("ring_all_reduce", "whole buffers passed around the ring", """
 import torch, torch.distributed as dist
 def ring_all_reduce(tensor, group=None):
