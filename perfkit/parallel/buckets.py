@@ -180,13 +180,15 @@ def _inner_ids(optim: torch.optim.Optimizer) -> dict[int, int]:
 
 def consolidated_state(buckets: Sequence[ShardedBucket], optim: torch.optim.Optimizer,
                        groups: Sequence[dict[str, Any]], world_size: int,
-                       process_group: Any = None) -> dict[str, Any]:
+                       process_group: Any = None,
+                       whole: Sequence[tuple[int, int, torch.Tensor]] = ()) -> dict[str, Any]:
     """The whole optimizer state in ``optim``'s class's format, the same on every rank.
 
     Element-wise states are all-gathered bucket by bucket; scalars (``step``) come from
     whichever rank holds a piece of the parameter. Keys are parameter indices over
     ``groups`` (each a dict with ``"params"``, frozen ones included); a parameter never
-    stepped has no entry, as in ``torch.optim``.
+    stepped has no entry, as in ``torch.optim``. ``whole``: ``(group, position, leaf)`` of
+    parameters every rank steps unsharded (the same state everywhere: copied, not gathered).
 
     Warning:
         Collective: every rank must call it (it all-gathers); on a subset it hangs.
@@ -235,6 +237,9 @@ def consolidated_state(buckets: Sequence[ShardedBucket], optim: torch.optim.Opti
                 state[firsts[b.group] + pos] = {
                     **{key: full[key][off:off + n].view(shape).clone() for key in all_keys},
                     **scalars[(bi, k)]}
+    for g, pos, leaf in whole:
+        if inner.get(ids[id(leaf)]):
+            state[firsts[g] + pos] = copy.deepcopy(inner[ids[id(leaf)]])
     params = [list(range(f, f + len(g["params"]))) for f, g in zip(firsts, groups, strict=True)]
     return {"state": dict(sorted(state.items())),
             "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": ps}
@@ -242,10 +247,11 @@ def consolidated_state(buckets: Sequence[ShardedBucket], optim: torch.optim.Opti
 
 
 def shard_state(buckets: Sequence[ShardedBucket], optim: torch.optim.Optimizer,
-                groups: Sequence[dict[str, Any]], state_dict: dict[str, Any]) -> dict[str, Any]:
+                groups: Sequence[dict[str, Any]], state_dict: dict[str, Any],
+                whole: Sequence[tuple[int, int, torch.Tensor]] = ()) -> dict[str, Any]:
     """This rank's pieces of a consolidated ``state_dict``, as a ``state_dict`` for ``optim``.
 
-    Local, not collective. ``groups`` as for :func:`consolidated_state`.
+    Local, not collective. ``groups`` and ``whole`` as for :func:`consolidated_state`.
 
     Raises:
         TypeError: for an ``optim`` that is not an optimizer or a ``state_dict`` not a dict.
@@ -271,6 +277,10 @@ def shard_state(buckets: Sequence[ShardedBucket], optim: torch.optim.Optimizer,
             inner[ids[id(seg)]] = {
                 n: (v.reshape(-1)[lo:hi].clone() if n != "step" and isinstance(v, torch.Tensor)
                     and v.shape == b.shapes[k] else copy.deepcopy(v)) for n, v in st.items()}
+    for g, pos, leaf in whole:
+        st = state_dict["state"].get(saved[g]["params"][pos])
+        if st:
+            inner[ids[id(leaf)]] = copy.deepcopy(st)
     first = 0
     inner_groups = []
     for g, ig in zip(saved, optim.param_groups, strict=True):

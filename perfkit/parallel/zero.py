@@ -56,7 +56,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
     ``bucket_cap_mb``, whole tensors; stage 3: the module's units), one flat buffer per
     bucket padded to a multiple of ``N``; rank ``r`` owns slice ``r``, so its optimizer
     state is ``sum(ceil(bucket_numel / N))`` elements. Stages 1-2 make the parameters
-    views into their bucket's buffer.
+    views into their bucket's buffer. Stage 3 steps the module's ``unsharded`` parameters
+    whole on every rank, after one all-reduce averages their gradients.
 
     Gradients: with ``overlap`` each is read when its ``post_accumulate_grad`` hook fires,
     a bucket reduce-scattered once it and every bucket before it are complete (one
@@ -156,8 +157,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._waits_in_forward = overlap and module is not None
         self._hooks = self._forward_waits(module) if module is not None else []
         self._has: list[list[bool]] | None = None  # per bucket and param, once synced
-        mine = [[s for b in self.buckets if b.group == gi for s in b.segments]
-                for gi in range(len(self.param_groups))]
+        # stage 3's unsharded parameters: (group 0, position, tensor), stepped whole by each rank
+        position = {id(p): i for i, p in enumerate(self.param_groups[0]["params"])}
+        self._whole = [(0, position[id(p)], p) for p in (sharded.unsharded if sharded else [])]
+        mine = [[s for b in self.buckets if b.group == gi for s in b.segments] +
+                [p for g, _, p in self._whole if g == gi] for gi in range(len(self.param_groups))]
         # a group without a piece on this rank stays a valid (never stepped) optimizer group
         self._idle = [torch.nn.Parameter(g["params"][0].new_zeros(0)) for g in self.param_groups]
         self.optim = optimizer_class([{**_hyper(g), "params": segs or [idle]} for g, segs, idle
@@ -232,6 +236,25 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 seg.grad = shard[at:at + hi - lo] if has[k] else None  # None: not stepped
         if self.stage == 3:
             self.sharded.free_all()  # units whose gradients never all arrived
+            self._average_whole()
+
+    def _average_whole(self) -> None:
+        """Average the unsharded parameters' gradients over ranks: one all-reduce of a flag
+        per parameter (``None`` on every rank: not stepped) and the gradients (zeros where
+        ``None``). Collective."""
+        ps = [p for _, _, p in self._whole]
+        if not ps:
+            return
+        flat = torch.cat([torch.tensor([float(p.grad is not None) for p in ps], dtype=ps[0].dtype,
+                                       device=ps[0].device),
+                          *[(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                            for p in ps]])  # (len(ps) + sum numel,)
+        if self.world_size > 1:
+            dist.all_reduce(flat, group=self.process_group)  # gloo has no AVG: sum, divide
+        at = len(ps)
+        for i, p in enumerate(ps):
+            g = flat[at:at + p.numel()].view_as(p).div_(self.world_size)
+            p.grad, at = (g if flat[i] > 0 else None), at + p.numel()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -300,7 +323,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         """
         self.wait_params()
         return consolidated_state(self.buckets, self.optim, self.param_groups, self.world_size,
-                                  self.process_group)
+                                  self.process_group, self._whole)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a consolidated state (any stage or world size, or a plain
@@ -310,7 +333,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             TypeError: for a ``state_dict`` that is not a dict.
             ValueError: if the number of groups or of parameters per group differs.
         """
-        inner = shard_state(self.buckets, self.optim, self.param_groups, state_dict)
+        inner = shard_state(self.buckets, self.optim, self.param_groups, state_dict, self._whole)
         for group, sg in zip(self.param_groups, state_dict["param_groups"], strict=True):
             group.update({k: v for k, v in sg.items() if k != "params"})
         self.optim.load_state_dict(inner)

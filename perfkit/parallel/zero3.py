@@ -99,13 +99,18 @@ class ShardedModule(nn.Module):
         mixed_precision: gathered-parameter and gradient-reduction dtypes (``None``: the
             parameters' own); then floating-point inputs of the module and of each block
             are cast to ``param_dtype``, as FSDP2's ``cast_forward_inputs`` does.
+        unsharded: trainable parameters of ``module`` kept whole on every rank, never
+            gathered nor cast (say small norms); unlike FSDP2's ``ignored_params`` their
+            gradients are averaged (one all-reduce per step) and every rank steps them.
 
     Raises:
         TypeError: for a ``module`` or a block that is not an ``nn.Module``, a
             ``process_group`` that is not one, or a ``mixed_precision`` that is not a
             :class:`MixedPrecision`.
         ValueError: for a block that is not a submodule of ``module``, contains another
-            block or shares a parameter with one, or no trainable parameter at all.
+            block or shares a parameter with one, no trainable parameter at all, or an
+            ``unsharded`` tensor that is not a trainable parameter of ``module``, is
+            listed twice, or has another dtype than the other ``unsharded`` ones.
 
     Warning:
         Collective: every rank must run the same blocks' forward and backward, in the same
@@ -114,8 +119,8 @@ class ShardedModule(nn.Module):
 
     def __init__(self, module: nn.Module, blocks: Sequence[nn.Module] = (),
                  process_group: Any = None, prefetch: bool = True,
-                 reshard_root: bool = False, mixed_precision: MixedPrecision | None = None
-                 ) -> None:
+                 reshard_root: bool = False, mixed_precision: MixedPrecision | None = None,
+                 unsharded: Sequence[torch.Tensor] = ()) -> None:
         check_type("module", module, nn.Module)
         blocks = check_items("blocks", blocks, nonempty=False)
         if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
@@ -144,8 +149,18 @@ class ShardedModule(nn.Module):
                     raise ValueError(f"blocks[{i}] shares a parameter with blocks[{owned[id(p)]}]"
                                      " (nested blocks or tied weights): list disjoint blocks")
                 owned[id(p)] = i
-        members = [[p for p in params if owned.get(id(p)) == i] for i in range(len(blocks))]
-        members.append([p for p in params if id(p) not in owned])  # the root unit
+        listed = check_items("unsharded", unsharded, nonempty=False)
+        for i, p in enumerate(listed):
+            check_type(f"unsharded[{i}]", p, torch.Tensor)
+        whole = {id(p) for p in listed}
+        if not whole <= {id(p) for p in params if p.requires_grad} or len(whole) != len(
+                listed) or len({p.dtype for p in listed}) > 1:
+            raise ValueError("unsharded must list trainable parameters of module, each once, "
+                             "of one dtype (their gradients are averaged in one all-reduce)")
+        self.unsharded = [p for p in params if id(p) in whole]  # in parameters() order
+        members = [[p for p in params if owned.get(id(p)) == i and id(p) not in whole]
+                   for i in range(len(blocks))]
+        members.append([p for p in params if id(p) not in owned and id(p) not in whole])
         if not any(p.requires_grad for p in params):
             raise ValueError("module has no parameter with requires_grad=True")
         self.blocks = blocks

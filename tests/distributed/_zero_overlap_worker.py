@@ -10,7 +10,9 @@ the mistake the test must catch), all against ``torch.optim.AdamW`` on the globa
 
 ``--case mixed``: ``ShardedModule(mixed_precision=MixedPrecision(bf16, reduce))`` with
 ``ZeroOptimizer(stage=3)`` against ``fully_shard(mp_policy=MixedPrecisionPolicy(bf16,
-reduce))`` on the same MLP, and both in fp32, for ``reduce`` fp32 and bf16.
+reduce))`` on the same MLP, and both in fp32, for ``reduce`` fp32 and bf16; then, in fp32,
+an MLP with a LayerNorm whose parameters stay ``unsharded`` against FSDP2 with them as
+``ignored_params``, whose gradients this worker all-reduces itself (FSDP2 does not).
 
 Usage::
 
@@ -110,13 +112,23 @@ def overlap(rank: int, world: int) -> dict[str, Any]:
     return out
 
 
-def _train(net: nn.Module, opt: torch.optim.Optimizer, rank: int, world: int) -> list[float]:
+def normed(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(13, 11), nn.LayerNorm(11), nn.Tanh(), nn.Linear(11, 7),
+                         nn.Tanh(), nn.Linear(7, 3))
+
+
+def _train(net: nn.Module, opt: torch.optim.Optimizer, rank: int, world: int,
+           average: list[torch.Tensor] = ()) -> list[float]:
     chunk, losses = slice(rank * BATCH // world, (rank + 1) * BATCH // world), []
     for s in range(STEPS):
         x, y = batch(s)
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(x[chunk]).float(), y[chunk])
         loss.backward()
+        for p in average:  # FSDP2's ignored_params: averaged here, by hand
+            dist.all_reduce(p.grad)
+            p.grad /= world
         opt.step()
         losses.append(float(loss))
     return losses
@@ -156,6 +168,30 @@ def mixed(rank: int, world: int) -> dict[str, Any]:
                      "param_dtypes": sorted(set(seen)), "shard_dtypes": sorted(
                          {str(u.shard.dtype) for u in sharded.units}),
                      "params": [p.tolist() for p in mine]}
+    ours, theirs = normed(), normed()
+    norm = list(ours[1].parameters())
+    sharded = ShardedModule(ours, blocks=[ours[0], ours[3], ours[5]], unsharded=norm)
+    opt = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=LR, weight_decay=WD)
+    our_losses = _train(sharded, opt, rank, world)
+    mine = sharded.full_parameters()
+    sd = opt.state_dict()  # collective; the norm's state is every rank's own, whole
+    ignored = set(theirs[1].parameters())
+    for i in (0, 3, 5):
+        fully_shard(theirs[i], mesh=mesh)
+    fully_shard(theirs, mesh=mesh, ignored_params=ignored)
+    fsdp_opt = torch.optim.AdamW(theirs.parameters(), lr=LR, weight_decay=WD)
+    fsdp_losses = _train(theirs, fsdp_opt, rank, world, list(theirs[1].parameters()))
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p.detach() for p in
+            theirs.parameters()]
+    out["unsharded"] = {
+        "max_rel_diff": max(rel(a, b) for a, b in zip(mine, full, strict=True)),
+        "losses": our_losses, "fsdp_losses": fsdp_losses,
+        "units": [u.numel for u in sharded.units], "norm_shapes": [list(p.shape) for p in norm],
+        "norm_state_steps": [float(sd["state"][i]["step"]) for i in (2, 3)],
+        "norm_state_diff": max(rel(sd["state"][i]["exp_avg_sq"],
+                                   fsdp_opt.state[p]["exp_avg_sq"])
+                               for i, p in zip((2, 3), theirs[1].parameters(), strict=True)),
+        "norm": [p.tolist() for p in norm]}
     return out
 
 

@@ -1,13 +1,14 @@
-"""ZeRO-1/2's all-gather overlapped with the next forward, and stage 3's mixed precision
-against PyTorch's FSDP2, on 2 torchrun processes (tests/distributed/_zero_overlap_worker.py).
+"""ZeRO-1/2's all-gather overlapped with the next forward, and stage 3's mixed precision and
+unsharded parameters against PyTorch's FSDP2, on 2 torchrun processes
+(tests/distributed/_zero_overlap_worker.py).
 
 Every asynchronous all-gather is made late in the overlap job (its data lands only when its
 handle is waited for), so a forward that reads a parameter before waiting reads the old
 value: the ``no_wait`` variant, ZeRO with its forward pre-hooks removed, shows the test
 catches that. Tolerances: stages 1-2 against AdamW on the global batch, 1e-6 relative (the
 order of the gradient sums); overlapped against blocking, bitwise (the same arithmetic).
-Mixed precision against FSDP2: 1e-6 relative per tensor (measured: bitwise equal), while
-bf16 and fp32 training differ by more than 1e-4.
+Mixed precision, and unsharded parameters, against FSDP2: 1e-6 relative per tensor
+(measured: bitwise equal), while bf16 and fp32 training differ by more than 1e-4.
 """
 
 from __future__ import annotations
@@ -80,3 +81,16 @@ def test_bf16_training_differs_from_fp32_beyond_the_tolerance(mixed):
 
 def _flat(x):
     return [v for row in x for v in _flat(row)] if isinstance(x, list) else [x]
+
+
+def test_unsharded_parameters_are_averaged_and_equal_fsdp2_with_ignored_params(mixed):
+    # the LayerNorm (22 values) stays whole on every rank, in no unit; FSDP2 leaves its
+    # ignored_params' gradients unreduced, so the worker all-reduces them for FSDP2 by hand.
+    # Not averaging (each rank stepping its own gradient) would split the ranks' norms.
+    first, second = (r["unsharded"] for r in mixed)
+    for u in (first, second):
+        assert u["units"] == [24, 84, 154] and u["norm_shapes"] == [[11], [11]], u
+        assert u["max_rel_diff"] <= TOL and u["norm_state_diff"] <= TOL, u
+        assert u["losses"] == pytest.approx(u["fsdp_losses"], rel=TOL)
+        assert u["norm_state_steps"] == [6.0, 6.0]  # in the consolidated state, stepped 6 times
+    assert first["norm"] == second["norm"]  # bitwise the same on both ranks

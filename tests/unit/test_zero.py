@@ -431,3 +431,27 @@ def test_zero3_mixed_precision_equals_a_hand_computed_reference(reduce_dtype):
     for p, q in zip(sharded.full_parameters(), master.parameters()):
         assert p.dtype == torch.float32 and torch.equal(p, q)
     assert all(u.shard.dtype == torch.float32 for u in sharded.units)
+
+
+def test_zero3_unsharded_parameters_are_stepped_whole_and_in_the_state_dict():
+    a, b = make_mlp(), make_mlp()
+    biases = [a[0].bias, a[2].bias, a[4].bias]
+    sharded = ShardedModule(a, blocks=[a[0], a[2], a[4]], unsharded=biases)
+    za = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=1e-2, weight_decay=0.1)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    assert [u.numel for u in sharded.units] == [21, 77, 143]  # weights only
+    _train(sharded, za, 4)
+    _train(b, ob, 4)
+    assert all(p.numel() > 0 for p in biases)  # whole outside forward too
+    for p, q in zip(sharded.full_parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    sd, want = za.state_dict(), ob.state_dict()
+    assert sd["state"].keys() == want["state"].keys()
+    for i, st in want["state"].items():
+        for k, v in st.items():
+            assert torch.equal(torch.as_tensor(sd["state"][i][k]), torch.as_tensor(v)), (i, k)
+    c = make_mlp()
+    again = ZeroOptimizer(ShardedModule(c, blocks=[c[0], c[2], c[4]], unsharded=[c[4].bias]),
+                          torch.optim.AdamW, stage=3, lr=1e-2, weight_decay=0.1)
+    again.load_state_dict(sd)  # another split: the state follows the parameters
+    assert torch.equal(again.state_dict()["state"][5]["exp_avg"], want["state"][5]["exp_avg"])
