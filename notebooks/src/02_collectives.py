@@ -135,8 +135,9 @@ ar_big = max(by_op["all_reduce"], key=lambda p: p.nbytes)
 viz.verdict(Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share of one memcpy",
                        "loopback TCP: each byte copied into the kernel and out again", high=1.0,
                        physical=(0, None)), ar_big.busbw / memcpy, explain={
-    "above": f"The buffer is {ar_big.nbytes / (limits.llc_bytes or 1):.2g}x the last-level cache, "
-             "so part of each copy can run from cache, faster than the DRAM ceiling."})
+    "above": f"The buffer is {ar_big.nbytes / (limits.llc_bytes or 1):.2g}x the last-level cache"
+             + (": its copies can run from cache, above the DRAM ceiling." if ar_big.nbytes < (limits.llc_bytes
+                or 0) else ".")})
 q = quality["all_reduce"]
 viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha + S / bandwidth",
                        high=0.25, physical=(0, None)), q.median_rel_error, explain={
@@ -200,7 +201,7 @@ for rec in ring2:  # each pair (ring, gloo) timed back to back; the median of th
     rec["ratio"] = stats.median_interval(rec["ratios"])
     print(f"numel {rec['numel']:>7,}: exact {rec['int_exact']}, float error "
           f"{rec['float_max_abs_err']:.1e}; ring over gloo {rec['ratio'].value:.2f}x "
-          f"({rec['ratio'].describe()})")
+          f"({rec['ratio'].describe('x')})")
 viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all_reduce's",
                        "the same sums in any order are exact for integers", value=0, rel_tol=0),
             sum(not r["int_exact"] for r in ring2))
@@ -345,7 +346,7 @@ viz.verdict(Prediction("share of the communication the overlap hid",
              f"than compute and communication one after the other, on {os.cpu_count()} cores shared by "
              "backward and gloo's threads."})
 ddp_ov = stats.median_ratio(reps["ddp"], reps["overlapped"])
-print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.value:.2f}x ({ddp_ov.describe()})")
+print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.value:.2f}x ({ddp_ov.describe('x')})")
 
 # %% [markdown]
 # DDP does the same bucketing and overlap in C++, and also handles what the from-scratch
@@ -390,7 +391,7 @@ viz.verdict(Prediction("largest relative deviation of bytes per sample from 1/k"
 k1, kk = acc[0], acc[-1]  # the ks were timed in alternation, round by round
 per = stats.median_ratio(kk["times_s"], k1["times_s"]).scaled(k1["samples_per_step"] / kk["samples_per_step"])
 viz.verdict(Prediction(f"time per sample at k={kk['k']} over k=1", "only the communication part shrinks",
-                       low=1 / kk["k"], high=1.0, physical=(1 / kk["k"], None)), per, explain={
+                       low=1 / kk["k"], high=1.0, unit="x", physical=(1 / kk["k"], None)), per, explain={
     "above": f"Per sample, k={kk['k']} took {si(kk['s_per_sample'] - k1['s_per_sample'], 's')} more than "
              "k=1: accumulating cost more than the all-reduces it saved."})
 
