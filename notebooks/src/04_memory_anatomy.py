@@ -48,17 +48,19 @@ import matplotlib.pyplot as plt
 import psutil
 import torch
 
-from perfkit import timing, viz
-from perfkit.compute import Speedup
+from perfkit import stats, timing, viz
 from perfkit.memory import (
-    SavedTensorMeter,
+    CHECKPOINTING,
     activations,
+    blocks_forward,
     gpt2_saved_activation_bytes,
     gpt2_step_memory,
+    gpt2_variant,
+    measure_saved,
     measure_step_anatomy,
+    train_step,
 )
-from perfkit.models import tiny_gpt2
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.verdict import Prediction
 from perfkit.viz import memory as vmem
 
 DEVICE = timing.resolve_device()
@@ -73,17 +75,18 @@ print(f"torch {torch.__version__} on {DEVICE}; memory limit of this device: {viz
 #
 # **Prediction.** `perfkit.memory.gpt2_step_memory` adds the model states (Ψ parameters x
 # (4 + 4 + 8) bytes in fp32) and the activations from a per-operation count of what a
-# transformers GPT-2 block saves (section 2 checks that count). At this size the logits'
-# log-softmax (batch x sequence x vocabulary floats) is a large share of the activations.
+# transformers GPT-2 block saves (section 2 checks that count): about 30 C floats per token
+# in each block, and outside the blocks the logits' log-softmax, V floats per token.
 
 # %%
 B, T, C, L, H, V = BATCH, SEQ, MODEL["n_embd"], MODEL["n_layer"], MODEL["n_head"], MODEL["vocab_size"]
 predicted = gpt2_step_memory(C, L, H, V, B, T, precision="fp32")
 psi = activations.gpt2_num_params(C, L, V, MODEL["block_size"])
-print(f"Ψ = {psi:,} parameters")
-for kind, b in predicted.items():
-    print(f"{kind:>16}: {b / 1e6:8.2f} MB")
-print(f"{'sum':>16}: {sum(predicted.values()) / 1e6:8.2f} MB")
+logsoftmax = B * T * V * 4  # bytes: one fp32 value per token and vocabulary entry
+print(f"Ψ = {psi:,} parameters; " + ", ".join(f"{k} {b / 1e6:.2f} MB" for k, b in predicted.items() if b)
+      + f"; sum {sum(predicted.values()) / 1e6:.2f} MB")
+print(f"the log-softmax alone: {logsoftmax / 1e6:.2f} MB = {logsoftmax / predicted['activations']:.0%} "
+      f"of the activations")
 p_tensors = Prediction("bytes of live tensors in one step (all four kinds)",
                        "Ψ x (4 + 4 + 8) B + the per-operation activation count",
                        value=sum(predicted.values()), rel_tol=0.01, unit=" B")
@@ -99,23 +102,17 @@ p_tensors = Prediction("bytes of live tensors in one step (all four kinds)",
 # also writes a memory snapshot that opens in https://pytorch.org/memory_viz.
 
 # %%
-torch.manual_seed(0)
-model = tiny_gpt2(**MODEL).to(DEVICE).train()
+model = gpt2_variant(MODEL, device=DEVICE)
 x = torch.randint(0, V, (B, T), device=DEVICE)            # (B, T) token ids
 loss_fn = lambda: model(input_ids=x, labels=x).loss
 measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
-snapshot = None
-if DEVICE.type == "cuda":
-    os.makedirs("build", exist_ok=True)
-    snapshot = "build/04_memory_snapshot.pickle"
-anatomy = measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()),
-                               snapshot_path=snapshot)
+snapshot = "build/04_memory_snapshot.pickle" if DEVICE.type == "cuda" else None
+os.makedirs("build", exist_ok=True)
+anatomy = measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()), snapshot_path=snapshot)
 measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
             "optimizer state": anatomy.optimizer_state, "activations": anatomy.activations}
 for kind, b in measured.items():
     print(f"{kind:>16}: measured {b / 1e6:8.2f} MB, predicted {predicted[kind] / 1e6:8.2f} MB")
-print(f"peak of the step above what was held before it ({anatomy.peak_source}): "
-      f"{anatomy.peak / 1e6:.2f} MB = {anatomy.peak / RAM:.3%} of this device's memory")
 if anatomy.snapshot_path:
     print("memory snapshot:", anatomy.snapshot_path)
 
@@ -128,27 +125,30 @@ fig = vmem.plot_memory_stack({
 
 # %%
 extra = anatomy.optimizer_state - predicted["optimizer state"]
-held = anatomy.grads + anatomy.optimizer_state + anatomy.activations  # new during the step
 n_tensors = len(list(model.parameters()))
 print(f"optimizer state: {extra:,.0f} bytes more than 8 Ψ = {extra / n_tensors:g} B for each of the "
       f"{n_tensors} parameter tensors: AdamW keeps a 'step' counter per tensor")
 off = {k: measured[k] - predicted[k] for k in measured if measured[k] != predicted[k]}
-print(f"gradients + optimizer state + activations = {held / 1e6:.2f} MB; "
-      f"the measured peak is {anatomy.peak / held:.2f}x that sum")
-viz.show_verdict(judge(p_tensors, sum(measured.values()), explain={
-    "held": "The kinds that differ: " + ", ".join(f"{k} by {d:+,.0f} B" for k, d in off.items()) + "."
-            if off else "Every kind matches to the byte.",
-    "above": "Look at the kind that differs in the table above.",
-    "below": "Look at the kind that differs in the table above."}))
-
+differ = ("The kinds that differ: " + ", ".join(f"{k} by {d:+,.0f} B" for k, d in off.items()) + "."
+          if off else "Every kind matches to the byte.")
+viz.verdict(p_tensors, sum(measured.values()), explain=dict.fromkeys(("held", "above", "below"), differ))
 
 # %% [markdown]
-# **The peak.** The four kinds are counts of bytes, not estimates; the *peak* is another
-# matter. It is not the sum of the kinds, because they do not all live at once: activations are freed during `backward()` while gradients are being
-# written, and Adam's state is allocated after the activations are gone. It is also not
-# below the activations alone: `backward()` allocates temporaries (the gradient of the
-# logits is as large as the logits) and, on the CPU, the resident set also counts whole
-# pages and allocator bookkeeping. The printed ratio says which effect wins at this size.
+# **The peak.** The four kinds are counts of bytes; the *peak* is another matter, and two
+# effects pull it in opposite directions. The kinds do not all live at once: activations
+# are freed during `backward()` while gradients are written, and Adam's state is allocated
+# after the activations are gone; that puts the peak *below* their sum. But `backward()`
+# allocates temporaries (the gradient of the logits is as large as the logits) and, on the
+# CPU, the resident set also counts whole pages and allocator bookkeeping; that pushes it
+# *above*. Which one wins at this size:
+
+# %%
+held = anatomy.grads + anatomy.optimizer_state + anatomy.activations  # new during the step, bytes
+print(f"peak of the step above what was held before it ({anatomy.peak_source}): {anatomy.peak / 1e6:.2f} MB "
+      f"= {anatomy.peak / RAM:.3%} of this device's memory; gradients + optimizer state + activations "
+      f"= {held / 1e6:.2f} MB, so the peak is {anatomy.peak / held:.2f}x their sum: "
+      + ("the temporaries and the allocator's pages outweigh what is freed before the peak."
+         if anatomy.peak > held else "what is freed before the peak outweighs the temporaries."))
 
 # %% [markdown]
 # ## 2. What exactly does autograd keep?
@@ -173,173 +173,130 @@ viz.show_verdict(judge(p_tensors, sum(measured.values()), explain={
 
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
-def saved_bytes(attention, seq, model_kw=MODEL, dtype=torch.float32, autocast=False):
-    torch.manual_seed(0)
-    m = tiny_gpt2(**{**model_kw, "block_size": max(seq, model_kw["block_size"])}).to(dtype).train()
-    m.config._attn_implementation = attention
-    ids = torch.randint(0, V, (B, seq))
-    with SavedTensorMeter(m) as meter, torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-        m(input_ids=ids, labels=ids).loss
-    return meter.report()
-
 meter_vs_model = []
 for attention in ("eager", "sdpa"):
     for seq in (SEQ, 256):
-        r = saved_bytes(attention, seq)
+        r = measure_saved(gpt2_variant(MODEL, seq=seq, attention=attention), torch.randint(0, V, (B, seq)))
         model_b = gpt2_saved_activation_bytes(B, seq, C, L, H, V, attention).total
         meter_vs_model.append(abs(r.activation_bytes - model_b))
         print(f"{attention:>5}, T={seq:4d}: meter {r.activation_bytes:>10,} B, model {model_b:>10,} B, "
               f"parameters saved {r.parameter_bytes:,} B")
 
-
 # %%
 p_meter = Prediction("largest difference between meter and model over the four shapes",
                      "the per-operation count of gpt2_saved_activation_bytes", value=0, rel_tol=0, unit=" B")
-viz.show_verdict(judge(p_meter, max(meter_vs_model), explain={
-    "held": "The unit tests check the same identity at more shapes and dtypes.",
+viz.verdict(p_meter, max(meter_vs_model), explain={
     "above": "A transformers or PyTorch version that saves other tensors changes the count: "
-             "compare the meter's per-dtype split with the model's terms."}))
+             "compare the meter's per-dtype split with the model's terms."})
 
 # %% [markdown]
 # In the model, the eager implementation's B·H·T² softmax term grows with the square of the
 # sequence length; the fused kernel never stores it (it recomputes attention scores in the
-# backward pass), so its activation memory is linear in T.
-
-# %% [markdown]
+# backward pass), so its activation memory is linear in T. The unit tests check the same
+# identity at more shapes and dtypes.
+#
 # ## 3. Activation checkpointing: memory for time
 #
 # **Question.** How much activation memory does checkpointing each block save, and what
 # does it cost in step time?
 #
-# **Prediction.** With a checkpoint per block, the forward pass keeps only each block's
-# input (BTC elements per block) and the parts outside the blocks; the backward pass runs
-# each block's forward again. Counted in FLOPs, a block's forward is a third of its forward
-# + backward (the backward does two matmuls per forward matmul), so on a large model, where
-# time follows FLOPs, the step takes at most 4/3 as long. At 64 wide it does not: each
-# operator's fixed cost and memory traffic weigh as much as its matmul. So the time model
-# here uses time, not FLOPs: the recompute costs what the blocks' forward costs, timed alone
-# (autograd recording, as in the recompute) against the plain step, and the checkpointed
-# step should take **at least 1 + that share**. On top of it comes `torch.utils.checkpoint`'s
-# bookkeeping, a Python hook for every tensor a block saves (in the forward, and twice in the
-# backward: the recompute stores it, the backward fetches it); the model does not size it,
-# the verdict measures it.
+# **Prediction, memory.** With a checkpoint per block, the forward pass keeps only each
+# block's input (BTC elements per block) and the parts outside the blocks.
 #
 # **Measurement.** Three models with the same weights: plain; each block wrapped in
 # `torch.utils.checkpoint` by `perfkit.memory.checkpoint_blocks`; and transformers' own
 # switch (`activation_checkpointing_enable()`, called `gradient_checkpointing_enable()`
-# before transformers 5). Saved bytes come from the meter, step times from
-# `perfkit.timing.interleaved` (the three alternate, so machine load hits all alike).
+# before transformers 5). The meter counts what each saves, the backward pass included
+# (where the checkpointed blocks run again).
 
 # %%
-def make(kind):
-    torch.manual_seed(0)
-    m = tiny_gpt2(**MODEL).to(DEVICE).train()
-    if kind == "torch.utils.checkpoint per block":
-        activations.checkpoint_blocks(m.transformer.h)
-    elif kind == "transformers switch":
-        enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
-        enable()
-    return m
-
-kinds = ["none", "torch.utils.checkpoint per block", "transformers switch"]
-models_ck = {k: make(k) for k in kinds}
-saved = {}
-for k, m in models_ck.items():
-    with SavedTensorMeter(m) as meter:
-        m(input_ids=x, labels=x).loss.backward()
-    saved[k] = meter.report().activation_bytes
+models_ck = {k: gpt2_variant(MODEL, checkpointing=k, device=DEVICE) for k in CHECKPOINTING}
+saved = {k: measure_saved(m, x, backward=True).activation_bytes for k, m in models_ck.items()}
 pred_ck = gpt2_saved_activation_bytes(B, T, C, L, H, V, checkpointing=True)
 pred_full = gpt2_saved_activation_bytes(B, T, C, L, H, V)
 print(f"predicted: {pred_full.total / 1e6:.2f} MB without, {pred_ck.total / 1e6:.2f} MB with checkpointing")
 for k, b in saved.items():
-    print(f"{k:>34}: {b / 1e6:.2f} MB saved for backward")
+    print(f"{k:>34}: {b / 1e6:.2f} MB saved for backward ({b / saved['none']:.0%} of none)")
 p_ck_mem = Prediction("bytes saved for backward with a checkpoint per block",
                       "block inputs + what lies outside the blocks", value=pred_ck.total, rel_tol=0.01, unit=" B")
-viz.show_verdict(judge(p_ck_mem, saved["torch.utils.checkpoint per block"], explain={
-    "held": f"That is {pred_ck.total / pred_full.total:.0%} of the {pred_full.total / 1e6:.2f} MB "
-            "without checkpointing: the logits' log-softmax and the ids, outside the blocks, now dominate."}))
+viz.verdict(p_ck_mem, saved[CHECKPOINTING[1]], explain={
+    "held": f"What lies outside the blocks is now {pred_ck.outside_layers / pred_ck.total:.0%} of it, "
+            f"the log-softmax alone {logsoftmax / pred_ck.total:.0%}."})
 
-
-# %%
-def step_fn(m):
-    def fn():
-        m.zero_grad(set_to_none=True)
-        m(input_ids=x, labels=x).loss.backward()
-    return fn
-
-plain = models_ck["none"]
-block_in = {}  # each block's input hidden states (B, T, C), as the plain forward passes them
-grab = [b.register_forward_pre_hook(lambda mod, args, i=i: block_in.__setitem__(i, args[0].detach()))
-        for i, b in enumerate(plain.transformer.h)]
-plain(input_ids=x, labels=x)
-for h in grab:
-    h.remove()
-
-def blocks_forward():  # what the recompute runs: every block's forward, autograd recording
-    for i, b in enumerate(plain.transformer.h):
-        b(block_in[i].requires_grad_())
-
-plain_t, blocks_t = timing.interleaved([step_fn(plain), blocks_forward], warmup=2, repeat=REPEAT, device=DEVICE)
-f_blocks = blocks_t.median_s / plain_t.median_s
-print(f"plain step {plain_t.median_s * 1e3:.2f} ms; the {L} blocks' forward alone {blocks_t.median_s * 1e3:.2f} ms "
-      f"= {f_blocks:.2f} of it (FLOPs would say at most 1/3 = 0.33)" + (f"; {busy()}" if busy() else ""))
-p_ck_time = Prediction("step time with a checkpoint per block over the plain step",
-                       f"one more forward of every block, at its measured time: 1 + {f_blocks:.2f}",
-                       low=1 + f_blocks, unit="x")
+# %% [markdown]
+# **Prediction, time.** The backward pass runs each block's forward again. Counted in FLOPs,
+# a block's forward is a third of its forward + backward (the backward does two matmuls per
+# forward matmul), so where time follows FLOPs the step takes at most 4/3 as long. At 64
+# wide time need not follow FLOPs (each operator's fixed cost and memory traffic weigh as
+# much as its matmul), so the model here uses time: the recompute costs what the blocks'
+# forward costs, timed alone (autograd recording, as in the recompute). The checkpointed
+# step should take **at least the plain step plus the blocks' forward**. On top of it comes
+# `torch.utils.checkpoint`'s bookkeeping, a Python hook for every tensor a block saves (in
+# the forward, and twice in the backward: the recompute stores it, the backward fetches it);
+# the model does not size it, the measurement does. The two checkpointing variants do the
+# same work (transformers calls the same non-reentrant `torch.utils.checkpoint`), so their
+# times should agree within 10 %.
+#
+# **Measurement.** `perfkit.timing.interleaved` times the plain step, the blocks' forward
+# alone and the two checkpointed steps in rounds (one of each per round), so machine load
+# hits all four alike; each ratio is a ratio of medians over paired rounds.
 
 # %%
-times = timing.interleaved([step_fn(m) for m in models_ck.values()], warmup=2, repeat=REPEAT, device=DEVICE)
-base = times[0].median_s
-for k, t in zip(kinds, times):
-    print(f"{k:>34}: {t.median_s * 1e3:7.2f} ms per forward+backward ({t.median_s / base:.2f}x; "
-          f"p10 {t.p10_s / times[0].p10_s:.2f}x), spread p10-p90 {t.p10_s * 1e3:.0f}-{t.p90_s * 1e3:.0f} ms, "
-          f"activations {saved[k] / saved['none']:.0%} of none")
+p_ck_time = Prediction("checkpointed step over (plain step + the blocks' forward)",
+                       "one more forward of every block, at its measured time", low=1.0, unit="x")
+p_same = Prediction("transformers' switch over checkpoint per block (step time)",
+                    "the same recompute through the same torch.utils.checkpoint", value=1.0, rel_tol=0.1, unit="x")
+plain, ckpt, switch = (train_step(models_ck[k], x) for k in CHECKPOINTING)
+t_plain, t_blocks, t_ckpt, t_switch = (m.times_s for m in timing.interleaved(
+    [plain, blocks_forward(models_ck["none"], x), ckpt, switch], warmup=2, repeat=REPEAT, device=DEVICE))
+f_blocks = stats.median_ratio(t_blocks, t_plain)   # the recompute, in plain steps
+slow = stats.median_ratio(t_ckpt, t_plain)         # checkpointed step, in plain steps
+print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rounds)")
+print(f"the {L} blocks' forward alone: {f_blocks.value:.2f} plain steps ({f_blocks.describe()}); "
+      "FLOPs would say at most 1/3")
+print(f"checkpointed step: {slow.value:.2f} plain steps ({slow.describe()})")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
-axes[0].barh(kinds, [saved[k] / 1e6 for k in kinds], color="tab:red")
+axes[0].barh(CHECKPOINTING, [saved[k] / 1e6 for k in CHECKPOINTING], color="tab:red")
 axes[0].set_xlabel("MB saved for backward")
-axes[1].barh(kinds, [t.median_s * 1e3 for t in times], color="tab:blue")
-axes[1].set_xlabel("ms per forward + backward")
+axes[1].barh(CHECKPOINTING, [stats.median(t) * 1e3 for t in (t_plain, t_ckpt, t_switch)], color="tab:blue")
+axes[1].set_xlabel("ms per forward + backward (median)")
 for a in axes:
     a.invert_yaxis()
 fig.tight_layout()
 
 # %%
-slow = Speedup(times[1], times[0])  # ratio = checkpointed / plain, with the spread of paired steps
-extra = slow.ratio - 1 - f_blocks   # beyond the recompute, in plain steps
-load = f"; {busy()}" if busy() else ""
-viz.show_verdict(judge(p_ck_time, slow.ratio, spread=(slow.low, slow.high), explain={
-    "held": f"Of the {slow.ratio - 1:.2f} plain steps added, the recompute accounts for {f_blocks:.2f}; the "
-            f"other {extra:.2f} ({extra * base * 1e3 / L:.2f} ms per block and step) is checkpoint's bookkeeping"
-            + (f", or load: {busy()}" if busy() else "") + ". It is paid per saved tensor, not per FLOP, so it weighs less the wider the model. "
-            + ("The FLOP count's 4/3 would have been exceeded here." if slow.ratio > 4 / 3 else
-               "The step stayed within the FLOP count's 4/3."),
-    "below": "Less than the recompute alone: the blocks' forward and this comparison were timed at "
-             f"different moments, and the machine's speed changed between them{load}.",
-}))
-
-# %% [markdown]
-# Both checkpointing variants do the same work; if their times differ a lot, look at the
-# p10-p90 spread first: on a shared machine a busy neighbour moves single medians. The trade
-# pays when activations, not model states, decide whether a batch fits: large B x T, many
-# layers.
+extra = slow.value - 1 - f_blocks.value   # beyond the recompute, in plain steps
+viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]), explain={
+    "held": f"Of the {slow.value - 1:.2f} plain steps added, the recompute accounts for {f_blocks.value:.2f}; "
+            f"the other {extra:.2f} ({extra * stats.median(t_plain) * 1e3 / L:.2f} ms per block and step) is "
+            "checkpoint's bookkeeping, paid per saved tensor, not per FLOP. The FLOP count's 4/3 was "
+            + ("exceeded." if slow.value > 4 / 3 else "not exceeded."),
+    "below": f"The checkpointed step added {slow.value - 1:.2f} plain steps, less than the {f_blocks.value:.2f} "
+             "the blocks' forward took alone: the recompute inside the backward pass ran faster than "
+             "the same blocks called on their own."})
+viz.verdict(p_same, stats.median_ratio(t_switch, t_ckpt))
 
 # %% [markdown]
 # ## 4. Mixed precision and activation memory
 #
 # **Question.** Does computing in bfloat16 halve the activation memory?
 #
-# **Prediction.** If every saved tensor were 2 bytes instead of 4, yes: the model with
-# `dtype_bytes=2` predicts it, and a model converted to bfloat16 as a whole should match it.
-# `torch.autocast` is different: it runs matmuls in bfloat16 but keeps LayerNorm, softmax
-# and the residual stream in fp32, and it caches bfloat16 copies of the weights.
+# **Prediction.** If every saved tensor were 2 bytes instead of 4, yes. A model converted
+# to bfloat16 as a whole comes close, except where transformers upcasts: it computes the
+# loss's log-softmax in fp32. The count with `dtype_bytes=2` includes that upcast, and the
+# converted model should match it within 2 %. `torch.autocast` is different: it runs
+# matmuls in bfloat16 but keeps LayerNorm, the loss's log-softmax and the residual stream
+# in fp32, and it caches bfloat16 copies of the weights: between half and all of fp32.
 #
 # **Measurement.** The meter, with the saved bytes split by dtype.
 
 # %%
-rows = {"fp32": saved_bytes("sdpa", SEQ), "bf16 model": saved_bytes("sdpa", SEQ, dtype=torch.bfloat16),
-        "fp32 + autocast(bf16)": saved_bytes("sdpa", SEQ, autocast=True)}
+ids = torch.randint(0, V, (B, SEQ))
+rows = {"fp32": measure_saved(gpt2_variant(MODEL), ids),
+        "bf16 model": measure_saved(gpt2_variant(MODEL, dtype=torch.bfloat16), ids),
+        "fp32 + autocast(bf16)": measure_saved(gpt2_variant(MODEL), ids, autocast=True)}
 pred16 = gpt2_saved_activation_bytes(B, T, C, L, H, V, dtype_bytes=2).total
 print(f"model: fp32 {pred_full.total / 1e6:.2f} MB, all-16-bit {pred16 / 1e6:.2f} MB")
 for k, r in rows.items():
@@ -348,23 +305,20 @@ for k, r in rows.items():
           f"{r.activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32")
 
 # %%
-bf16, auto = rows["bf16 model"], rows["fp32 + autocast(bf16)"]
+fp32_in = {k: r.activation_bytes_by_dtype.get("float32", 0) / 1e6 for k, r in rows.items()}
 p_bf16 = Prediction("bytes saved for backward by the bfloat16 model", "the count with dtype_bytes=2",
                     value=pred16, rel_tol=0.02, unit=" B")
-fp32_in_bf16 = bf16.activation_bytes_by_dtype.get("float32", 0)
-viz.show_verdict(judge(p_bf16, bf16.activation_bytes, explain={
-    "held": f"The count knows the {fp32_in_bf16 / 1e6:.2f} MB that stay float32 even in the bfloat16 "
-            "model: transformers upcasts the logits to fp32 for the loss.",
-    "above": f"{fp32_in_bf16 / 1e6:.2f} MB of what the bfloat16 model saves is float32: compare the "
-             "dtype split above with the count's terms.",
-    "below": "Fewer bytes than the 16-bit count: some saved tensor the model counts is not kept in this version."}))
+viz.verdict(p_bf16, rows["bf16 model"].activation_bytes, explain={
+    "held": f"The count knows the {fp32_in['bf16 model']:.2f} MB that stay float32 even in the bfloat16 "
+            f"model: transformers upcasts the logits to fp32 for the loss ({logsoftmax / 1e6:.2f} MB).",
+    "above": f"{fp32_in['bf16 model']:.2f} MB of what the bfloat16 model saves is float32: compare the "
+             "dtype split above with the count's terms."})
 p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in bf16, the rest in fp32",
-                    low=0.5, high=1.0, unit="")
-viz.show_verdict(judge(p_auto, auto.activation_bytes / rows["fp32"].activation_bytes, explain={
-    "held": "Between the two: the fp32 residual stream, LayerNorm inputs and log-softmax stay fp32, "
-            "and the bfloat16 weight copies autocast caches count as new tensors kept for backward.",
-    "above": "More than fp32 itself: the bfloat16 weight copies outweigh what the matmuls save at this size.",
-    "below": "Less than half: autocast kept more in bfloat16 than this PyTorch version is expected to."}))
+                    low=0.5, high=1.0)
+viz.verdict(p_auto, rows["fp32 + autocast(bf16)"].activation_bytes / rows["fp32"].activation_bytes, explain={
+    "held": f"Between the two: autocast keeps {fp32_in['fp32 + autocast(bf16)']:.2f} MB in float32, "
+            f"{fp32_in['fp32 + autocast(bf16)'] - fp32_in['bf16 model']:.2f} MB more than the bfloat16 model.",
+    "above": "More than fp32 itself: the bfloat16 copies autocast makes outweigh what the matmuls save."})
 
 # %% [markdown]
 # **Model states.** Autocast does not shrink them at all: weights, gradients and Adam state
@@ -402,15 +356,15 @@ viz.build_widget(spec)
 viz.show_headlines({
     "measured step peak (tiny GPT-2)": viz.si(anatomy.peak, "B"),
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
-    "checkpointing: activation memory": f"{saved[kinds[1]] / saved['none']:.0%} of none",
-    "checkpointing: step time": f"{times[1].median_s / base:.2f}x",
+    "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none",
+    "checkpointing: step time": f"{slow.value:.2f}x",
     "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
 })
 
 # %% [markdown]
 # **Takeaways.** Count before you optimize: parameters, gradients and Adam state are
-# 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C per block) plus
-# the logits, and the meter tells you exactly. Checkpointing trades one extra forward for
+# 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C values per block)
+# plus the logits, and the meter tells you exactly. Checkpointing trades one extra forward for
 # most of the activation memory. Mixed precision shrinks activations but not model states;
 # notebook 05 shards the model states across data-parallel ranks (ZeRO) and shrinks the
 # trainable set (LoRA).

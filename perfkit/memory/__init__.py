@@ -42,6 +42,13 @@ from perfkit.memory.claims import (
     time_emptied_cache,
     zero_rule_rows,
 )
+from perfkit.memory.experiments import (
+    CHECKPOINTING,
+    blocks_forward,
+    gpt2_variant,
+    measure_saved,
+    train_step,
+)
 from perfkit.memory.model_states import (
     RECIPES,
     LiveModelStates,
@@ -61,6 +68,11 @@ from perfkit.memory.saved_tensors import (
 )
 
 __all__ = [
+    "CHECKPOINTING",
+    "blocks_forward",
+    "gpt2_variant",
+    "measure_saved",
+    "train_step",
     "CheckpointFiles",
     "CheckpointSavings",
     "EmptyCacheTiming",
