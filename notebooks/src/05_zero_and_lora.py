@@ -64,7 +64,7 @@ import dataclasses
 import torch
 from IPython.display import Markdown, display
 
-from perfkit import timing, viz
+from perfkit import stats, timing, viz
 from perfkit.memory import (
     count_parameters,
     gpt2_num_params,
@@ -72,33 +72,12 @@ from perfkit.memory import (
     zero_model_states,
     zero_table,
 )
-from perfkit.models import tiny_gpt2
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.memory import lora as plora
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import memory as vmem
-from perfkit.jobs.zero_bench import median_ratio_spread, step_ratio
+from perfkit.viz import zero as vzero
 
 DEVICE = timing.resolve_device()   # LoRA runs here; the 2-process comparison runs on CPUs
-
-# %%
-CORES = os.cpu_count() or 1
-
-
-def calls_per_step(r):
-    """Collective calls of one step (rank 0): each one is a rendezvous of every process."""
-    return sum(r.calls.values())
-
-
-def rendezvous_cost(r, base):
-    """Why a variant takes longer than ``base`` beyond its bytes, in words built from what was measured."""
-    cores = (f"; with {CORES} cores for {NPROC} processes no core is left to overlap "
-             "communication with compute" if CORES <= NPROC else "")
-    load = f"; {busy()}, and a process descheduled at a rendezvous stalls the other" if busy() else ""
-    n, nb = calls_per_step(r), calls_per_step(base)
-    calls = (f"It makes {n} collective calls per step where DDP + AdamW makes {nb}: each is a "
-             "separate gloo call that waits for every process, plus a copy into or out of a flat buffer"
-             if n > nb else f"It makes no more collective calls than DDP + AdamW ({n}, against {nb}): "
-             "the difference is in its copies into and out of flat buffers and its Python hooks")
-    return f"{calls}{cores}{load}."
 
 # %% [markdown]
 # ## 1. The ZeRO stages, from formulas
@@ -142,21 +121,22 @@ for s, m in pred.items():
 # %% [markdown]
 # ## 2. Three ZeRO-1 implementations, run for real
 #
-# **Question.** Do perfkit's `ZeroOptimizer`, PyTorch's `ZeroRedundancyOptimizer` and
-# DeepSpeed's ZeRO stage 1 hold 1/N of the optimizer state, train the same model as plain
-# AdamW, and cost no time?
+# **Question.** Do perfkit's `ZeroOptimizer` (stage 1, `overlap=False`), PyTorch's
+# `ZeroRedundancyOptimizer` and DeepSpeed's ZeRO stage 1 hold 1/N of the optimizer state,
+# train the same model as plain AdamW, and cost no time?
 #
 # **Prediction.** Optimizer state per process: 8Ψ/N bytes (the line above) for the flat
 # partitions. Loss curves identical to DDP + AdamW's (the same averaged gradient). Bytes
 # moved per step differ by implementation. A ring all-reduce of G bytes sends 2G(N-1)/N
-# per process, a reduce-scatter or an all-gather half that. perfkit used alone
-# reduce-scatters the gradients and all-gathers the updated parameters: together the bytes
-# of DDP's all-reduce (within 1 %), so it should be no slower than DDP + AdamW (within
-# 10 %), and each process updates 1/N of the parameters. An implementation that
-# all-reduces the full gradient first and then shares the updated parameters moves more:
-# 1.5x DDP's bytes with an all-gather, 2x with a broadcast of each tensor from its owner
-# (a ring broadcast has every process pass the whole tensor on). Each one's count is
-# printed below.
+# per process, a reduce-scatter or an all-gather half that. A broadcast of S bytes is a
+# chain in which every process but the last passes S on: (N-1)/N of S per process on
+# average, so broadcasting each of N shards from its owner moves what one all-gather of
+# them moves. perfkit used alone reduce-scatters the gradients and all-gathers the updated
+# parameters: together the bytes of DDP's all-reduce (within 1 %), so it should be no
+# slower than DDP + AdamW (within 10 %), and each process updates 1/N of the parameters.
+# PyTorch's `ZeroRedundancyOptimizer` sits behind DDP: DDP's all-reduce of the gradients
+# (2(N-1)/N of the model's bytes), then each shard broadcast from its owner ((N-1)/N):
+# 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %). Each one's count is printed below.
 #
 # **How the three partition.** perfkit and DeepSpeed flatten the parameters into one buffer
 # and cut it into N equal slices (a parameter may straddle two processes). PyTorch assigns
@@ -166,30 +146,22 @@ for s, m in pred.items():
 #
 # **Measurement.** The job launched at the top: every variant trains the same batches from
 # the same initial weights; steps are timed interleaved (one step of each variant in turn);
-# then each variant is built alone and its peak resident memory measured. The spread
-# beside a step-time ratio is the uncertainty of that ratio: its 10th-90th percentile over
-# bootstrap resamples of the interleaved rounds (`perfkit.jobs.zero_bench.step_ratio`).
-# It narrows as rounds are added; the range of single rounds' ratios would not.
+# then each variant is built alone and its peak resident memory measured. A step-time ratio
+# is the ratio of the medians, with the 90 % bootstrap interval of that ratio over the
+# interleaved rounds (`perfkit.stats.median_ratio`): it narrows as rounds are added; the
+# range of single rounds' ratios, printed beside it in section 3, would not.
 
 # %%
 cmp_all = job.result()
 pool.shutdown()
 cmp = dataclasses.replace(cmp_all, variants={n: cmp_all.variants[n] for n in ZERO1})  # section 2's
-rows = ["| variant | ms / step | optimizer state / process | of unsharded | peak RSS | rel. diff vs AdamW |",
-        "|---|---|---|---|---|---|"]
-for name, v in cmp.variants.items():
-    rows.append(f"| {name} | {v.step_s * 1e3:.1f} | {viz.si(v.state_bytes, 'B')} | "
-                f"{v.state_bytes / cmp.total_state_bytes:.1%} | {viz.si(v.peak_rss_bytes, 'B')} | "
-                f"{v.max_rel_diff_vs_adamw:.1e} |")
-display(Markdown("\n".join(rows)))
+display(Markdown(vzero.optimizer_table(cmp)))
 print(f"Ψ = {cmp.numel:,} (predicted {psi:,}); unsharded AdamW state {cmp.total_state_bytes:,} B "
       f"(8Ψ = {8 * psi:,} B + one 4-byte step counter per tensor)")
-viz.show_verdict(judge(Prediction("perfkit's optimizer state per process", "8Ψ/N: one flat slice of both moments",
-                                  value=8 * cmp.numel / NPROC, rel_tol=0.01, unit=" B"),
-                       cmp.variants["perfkit"].state_bytes, explain={
-    "held": "Plus one step counter per parameter piece: the wrapped AdamW sees each parameter's part of "
-            "the slice as its own tensor, so a parameter without a gradient keeps its state, as in "
-            "torch.optim."}))
+viz.verdict(Prediction("perfkit's optimizer state per process", "8Ψ/N: one flat slice of both moments",
+                       value=8 * cmp.numel / NPROC, rel_tol=0.01, unit=" B"), cmp.variants["perfkit"].state_bytes,
+            explain={"held": f"The other {cmp.variants['perfkit'].state_bytes - 8 * cmp.numel / NPROC:,.0f} B "
+                             "are step counters, one per parameter piece the wrapped AdamW sees."})
 
 # %%
 fig = vmem.plot_zero_comparison(cmp)
@@ -197,42 +169,37 @@ fig2 = vmem.plot_loss_curves({n: v.losses for n, v in cmp.variants.items()},
                              title="Global mean loss per step (same batches)")
 
 # %%
-v = cmp.variants
-ddp = v["ddp_adamw"]
+v, ddp = cmp.variants, cmp.variants["ddp_adamw"]
+ratio = {n: stats.median_ratio(r.step_times_s, ddp.step_times_s) for n, r in cmp_all.variants.items()}
 for name in v:
     if name != "ddp_adamw":
-        print(f"{name:>12}: {v[name].step_s / ddp.step_s:.2f}x DDP + AdamW's step time, "
-              f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state, "
-              f"loss after the last step {v[name].losses[-1]:.4f} (DDP + AdamW {ddp.losses[-1]:.4f})")
+        print(f"{name:>12}: {ratio[name].value:.2f}x DDP + AdamW's step time ({ratio[name].describe()}), "
+              f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state, loss after the last step "
+              f"{v[name].losses[-1]:.4f} (DDP + AdamW {ddp.losses[-1]:.4f})")
 
 # %%
 loss_gap = max(abs(a - b) / abs(b) for n, r in v.items() if n != "ddp_adamw"
                for a, b in zip(r.losses, ddp.losses))
-viz.show_verdict(judge(Prediction("largest relative loss difference from DDP + AdamW, any variant, any step",
-                                  "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap))
-viz.show_verdict(judge(Prediction("perfkit's step time over DDP + AdamW's", "reduce-scatter + all-gather = "
-                                  "DDP's all-reduce bytes; 1/N of the update", high=1.10, unit="x"),
-                       *step_ratio(v["perfkit"], ddp), explain={
-    "held": "Sharding's time win, 1/N of the optimizer step, grows with the share of the step the "
-            "optimizer takes.",
-    "above": "perfkit used alone reduce-scatters after the whole backward, where DDP overlaps its "
-             "all-reduce with it. " + rendezvous_cost(v["perfkit"], ddp)}))
-sent = {n: sum(r.sent_bytes.values()) for n, r in v.items()}   # bytes one process sends per step
-for name in v:
-    if name != "ddp_adamw":
-        parts = ", ".join(f"{k} {viz.si(b, 'B')}" for k, b in v[name].sent_bytes.items())
-        print(f"{name:>12}: {sent[name] / sent['ddp_adamw']:.2f}x DDP's bytes per step ({parts}), "
-              f"{v[name].step_s / ddp.step_s:.2f}x its step time")
-viz.show_verdict(judge(Prediction("perfkit's bytes per step over DDP's", "reduce-scatter + all-gather = "
-                                  "one all-reduce", value=1.0, rel_tol=0.01, unit="x"),
-                       sent["perfkit"] / sent["ddp_adamw"]))
-saving = (8 * cmp.numel) * (NPROC - 1) / NPROC
-rss = v["perfkit"].peak_rss_bytes
+viz.verdict(Prediction("largest relative loss difference from DDP + AdamW, any variant, any step",
+                       "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap)
+viz.verdict(Prediction("perfkit's step time over DDP + AdamW's", "reduce-scatter + all-gather = DDP's "
+                       "all-reduce bytes; 1/N of the update", high=1.10, unit="x"), ratio["perfkit"], explain={
+    "above": "perfkit used alone reduce-scatters after the whole backward, where DDP overlaps its all-reduce "
+             "with it. " + vzero.calls_sentence(v["perfkit"], ddp)})
+
+# %%
+sent = {n: vzero.sent_bytes(r) for n, r in cmp_all.variants.items()}   # bytes one process sends per step
+print(vzero.bytes_lines(v))
+viz.verdict(Prediction("perfkit's bytes per step over DDP's", "reduce-scatter + all-gather = one all-reduce",
+                       value=1.0, rel_tol=0.01, unit="x"), sent["perfkit"] / sent["ddp_adamw"])
+viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP's", "all-reduce 2(N-1)/N + "
+                       "shard broadcasts (N-1)/N = 3(N-1)/N", value=1.5, rel_tol=0.02, unit="x"),
+            sent["torch_zero"] / sent["ddp_adamw"])
+saving, rss = 8 * cmp.numel * (NPROC - 1) / NPROC, v["perfkit"].peak_rss_bytes
 if rss:
     print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of a process's "
-          f"peak RSS ({viz.si(rss, 'B')}): "
-          + ("too small a share for RSS to show; the state column counts it exactly"
-             if saving / rss < 0.05 else "large enough to see in the RSS column"))
+          f"peak RSS ({viz.si(rss, 'B')}): " + ("too small a share for RSS to show; the state column counts it "
+                                                "exactly" if saving / rss < 0.05 else "large enough to see in RSS"))
 
 # %% [markdown]
 # **The gaps.**
@@ -284,27 +251,20 @@ if rss:
 # %%
 ms = {n: cmp_all.variants[n] for n in STAGES}
 formula = {n: zero_model_states(cmp_all.numel, NPROC, s, "fp32_adam") for n, s in STAGES.items()}
-rows = ["| stage | variant | parameters | gradients | optimizer state | total | formula | measured / formula |",
-        "|---|---|---|---|---|---|---|---|"]
-for n, s in STAGES.items():
-    m = ms[n].model_states
-    rows.append(f"| {s} | {n} | {viz.si(m['params'], 'B')} | {viz.si(m['grads'], 'B')} | "
-                f"{viz.si(m['optimizer'], 'B')} | {viz.si(sum(m.values()), 'B')} | "
-                f"{viz.si(formula[n].total, 'B')} | {sum(m.values()) / formula[n].total:.4f} |")
-display(Markdown("\n".join(rows)))
+display(Markdown(vzero.stage_table(cmp_all, STAGES, formula)))
 fig = vmem.plot_zero_memory(cmp_all, STAGES)
 
 # %%
 for n, s in STAGES.items():
     if s:
-        viz.show_verdict(judge(Prediction(f"stage {s} model states per process ({n})",
-                                          f"the ZeRO formula for stage {s}, fp32 Adam",
-                                          value=formula[n].total, rel_tol=0.01, unit=" B"),
-                               sum(ms[n].model_states.values()), explain={
-            "held": "The rest is one 4-byte step counter per optimizer tensor and the padding that "
-                    "makes the flat buffers divide by N."}))
+        viz.verdict(Prediction(f"stage {s} model states per process ({n})", f"the ZeRO formula for stage {s}, "
+                               "fp32 Adam", value=formula[n].total, rel_tol=0.01, unit=" B"),
+                    sum(ms[n].model_states.values()))
 
 # %% [markdown]
+# Beyond the formula, each stage holds one 4-byte step counter per optimizer tensor and the
+# padding that makes the flat buffers divide by N.
+#
 # The formula counts model states that live for the whole step. While a step runs, the
 # stages also hold *transient* buffers: gradient buckets until their reduce-scatter ends
 # (stage 1 waits for them after backward; stage 2 waits for the oldest bucket once
@@ -331,39 +291,30 @@ else:
           "buckets at a time, never all of them")
 
 # %%
-sent_all = {n: sum(ms[n].sent_bytes.values()) for n in STAGES}
 for n, s in STAGES.items():
-    print(f"stage {s} ({n:>9}): {viz.si(sent_all[n], 'B')} sent per process and step = "
-          f"{sent_all[n] / sent_all['ddp_adamw']:.3f}x data parallelism; calls {ms[n].calls}")
+    print(f"stage {s} ({n:>9}): {viz.si(sent[n], 'B')} sent per process and step = "
+          f"{sent[n] / sent['ddp_adamw']:.3f}x data parallelism; calls {ms[n].calls}")
 for n, want in (("zero1", 1.0), ("zero2", 1.0), ("zero3", 1.5)):
-    viz.show_verdict(judge(Prediction(f"{n}'s bytes per step over data parallelism's",
-                                      "ring model: all-reduce = reduce-scatter + all-gather"
-                                      + ("; two all-gathers at stage 3" if want > 1 else ""),
-                                      value=want, rel_tol=0.02, unit="x"),
-                           sent_all[n] / sent_all["ddp_adamw"]))
+    viz.verdict(Prediction(f"{n}'s bytes per step over data parallelism's", "ring model: all-reduce = "
+                           "reduce-scatter + all-gather" + ("; two all-gathers at stage 3" if want > 1 else ""),
+                           value=want, rel_tol=0.02, unit="x"), sent[n] / sent["ddp_adamw"])
 
 # %%
 fig = vmem.plot_zero_traffic(cmp_all, STAGES)
-ratios = {n: step_ratio(ms[n], ms["ddp_adamw"]) for n in ("zero1", "zero2", "zero3")}
-for n, (r, (lo, hi)) in ratios.items():
-    _, (rlo, rhi) = step_ratio(ms[n], ms["ddp_adamw"], spread="rounds")
-    print(f"{n}: {r:.2f}x DDP + AdamW's step time (uncertainty {lo:.2f}x to {hi:.2f}x; single rounds "
-          f"{rlo:.2f}x to {rhi:.2f}x, {len(ms[n].step_times_s)} interleaved rounds), "
-          f"{calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {calls_per_step(ms['ddp_adamw'])})")
+for n in ("zero1", "zero2", "zero3"):
+    rounds = stats.range_of(stats.paired_ratios(ms[n].step_times_s, ms["ddp_adamw"].step_times_s))
+    print(f"{n}: {ratio[n].value:.2f}x DDP + AdamW's step time ({ratio[n].describe()}; single rounds "
+          f"{rounds.low:.2f}x to {rounds.high:.2f}x), {vzero.calls_per_step(ms[n])} collective calls per step "
+          f"(DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
 
 # %%
-time_verdicts = {}
-for n in ("zero1", "zero2"):
-    time_verdicts[n] = judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped "
-                                        "with backward; 1/N of the update", high=1.10, unit="x"),
-                             ratios[n][0], spread=ratios[n][1], explain={
-        "above": rendezvous_cost(ms[n], ms["ddp_adamw"])})
+time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped with "
+                                     "backward; 1/N of the update", high=1.10, unit="x"), ratio[n],
+                          explain={"above": vzero.calls_sentence(ms[n], ms["ddp_adamw"])}) for n in ("zero1", "zero2")}
 time_verdicts["zero3"] = judge(Prediction("zero3's step time over DDP + AdamW's", "the same compute, 1.5x "
-                                          "the bytes", low=1.0, high=1.5, unit="x"),
-                               ratios["zero3"][0], spread=ratios["zero3"][1], explain={
-    "above": "Beyond the bytes, stage 3 pays per block: gathers it waits for, copies into the flat "
-             "buffers and Python hooks. " + rendezvous_cost(ms["zero3"], ms["ddp_adamw"]),
-    "held": "The extra all-gather is the price of holding 1/N of the parameters."})
+                                          "the bytes", low=1.0, high=1.5, unit="x"), ratio["zero3"], explain={
+    "above": "Beyond the bytes, stage 3 pays per block: gathers it waits for, copies into the flat buffers "
+             "and Python hooks. " + vzero.calls_sentence(ms["zero3"], ms["ddp_adamw"])})
 for verdict in time_verdicts.values():
     viz.show_verdict(verdict)
 
@@ -379,8 +330,8 @@ for verdict in time_verdicts.values():
 for n, s in STAGES.items():
     if s:
         print(f"stage {s}: {1 - sum(ms[n].model_states.values()) / base:.0%} less model-state memory "
-              f"than data parallelism, for {sent_all[n] / sent_all['ddp_adamw']:.2f}x its bytes and "
-              f"{ratios[n][0]:.2f}x its step time")
+              f"than data parallelism, for {sent[n] / sent['ddp_adamw']:.2f}x its bytes and "
+              f"{ratio[n].value:.2f}x its step time")
 fits = [viz.si(80e9 / zero_model_states(1, 8, s, "mixed_adam").total) for s in range(4)]
 print("formula, mixed-precision Adam, 8 processes of 80 GB: model states fit up to "
       + ", ".join(f"Ψ = {f} at stage {s}" for s, f in enumerate(fits)))
@@ -411,20 +362,8 @@ print("formula, mixed-precision Adam, 8 processes of 80 GB: model states fit up 
 # as they are far fewer FLOPs than the weight gradients removed, LoRA's step should be faster.
 
 # %%
-import warnings
-
-from peft import LoraConfig, get_peft_model
-
-warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # peft calls a renamed API
-
-RANK = 8
-V, T = 1024, 64
-torch.manual_seed(0)
-full = tiny_gpt2(vocab_size=V, block_size=T, **MODEL).to(DEVICE)
-torch.manual_seed(0)
-lora = get_peft_model(tiny_gpt2(vocab_size=V, block_size=T, **MODEL),
-                      LoraConfig(r=RANK, lora_alpha=2 * RANK, lora_dropout=0.0,
-                                 target_modules=["c_attn"], fan_in_fan_out=True)).to(DEVICE)
+RANK, V, T = 8, 1024, 64
+full, lora = (m.to(DEVICE) for m in plora.gpt2_pair(MODEL, RANK, vocab_size=V, block_size=T))
 n_full, n_lora = count_parameters(full), count_parameters(lora)
 pred_lora = MODEL["n_layer"] * 4 * RANK * MODEL["n_embd"]
 print(f"full fine-tuning: {n_full.trainable:,} trainable parameters")
@@ -432,47 +371,20 @@ print(f"LoRA r={RANK} on c_attn: {n_lora.trainable:,} trainable (predicted {pred
       f"{n_lora.trainable_fraction:.2%} of {n_lora.total:,}")
 
 # %%
-import copy
-import statistics
-
 x = torch.randint(0, V, (BATCH, T), device=DEVICE)   # (B, T) token ids
-def trainer(m):
-    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
-    def step():
-        opt.zero_grad(set_to_none=True)
-        m(input_ids=x, labels=x).loss.backward()
-        opt.step()
-    return step, opt
-
-def fwd_bwd(m):
-    def run():
-        m.zero_grad(set_to_none=True)
-        m(input_ids=x, labels=x).loss.backward()
-    return run
-
-frozen = copy.deepcopy(full).requires_grad_(False)
-for block in frozen.transformer.h:
-    block.attn.c_attn.bias.requires_grad_(True)   # backward reaches every block; no weight gradient
-(step_full, opt_full), (step_lora, opt_lora) = trainer(full), trainer(lora)
+(step_full, opt_full), (step_lora, opt_lora) = plora.adamw_trainer(full, x), plora.adamw_trainer(lora, x)
 threads = torch.get_num_threads()
 if DEVICE.type == "cpu":   # one thread: a descheduled OpenMP thread on a busy machine stalls its siblings
     torch.set_num_threads(1)
-t_step, t_fb, t_in = timing.interleaved([step_full, fwd_bwd(full), fwd_bwd(frozen)], warmup=2,
-                                        repeat=LORA_REPEAT, device=DEVICE)
-def paired(a, b):   # median of the per-round differences: robust to load that drifts between rounds
-    return statistics.median(x - y for x, y in zip(a.times_s, b.times_s, strict=True))
-
-part = {"forward + input-gradient backward": t_in.median_s, "weight gradients": paired(t_fb, t_in),
-        "optimizer step": paired(t_step, t_fb)}
-nthreads = f"{torch.get_num_threads()} thread" + ("s" if torch.get_num_threads() > 1 else "")
-print(f"full step {t_step.median_s * 1e3:.1f} ms ({nthreads}): " + ", ".join(
+t_step, t_fb, t_in = timing.interleaved([step_full, plora.forward_backward(full, x),
+                                         plora.forward_backward(plora.frozen_twin(full), x)],
+                                        warmup=2, repeat=LORA_REPEAT, device=DEVICE)
+part = plora.amdahl_parts(t_step, t_fb, t_in)
+print(f"full step {t_step.median_s * 1e3:.1f} ms ({torch.get_num_threads()} thread(s)): " + ", ".join(
     f"{k} {t * 1e3:.1f} ms ({t / t_step.median_s:.0%})" for k, t in part.items()))
 if negative := [k for k, t in part.items() if t < 0]:
-    print(f"{' and '.join(negative)} below zero: smaller than the noise of this run"
-          + (f" ({busy()})" if busy() else "") + "; counted as 0 below")
-removed = (max(part["weight gradients"], 0)
-           + max(part["optimizer step"], 0) * (1 - n_lora.trainable / n_full.trainable))
-kept = max(1 - removed / t_step.median_s, 0.0)
+    print(f"{' and '.join(negative)} below zero: smaller than this run's noise; counted as 0 below")
+kept = plora.lora_bound(part, t_step.median_s, n_lora.trainable / n_full.trainable)
 p_lora_time = Prediction("LoRA step time over the full step", "Amdahl: the full step less its weight "
                          "gradients and the frozen part of its optimizer step (measured above); the "
                          "adapters only add", low=kept, high=1.0, unit="x")
@@ -483,22 +395,18 @@ torch.set_num_threads(threads)
 s_full, s_lora = optimizer_state_bytes(opt_full), optimizer_state_bytes(opt_lora)
 print(f"optimizer state: full {s_full:,} B, LoRA {s_lora:,} B (predicted 8 x {n_lora.trainable:,} "
       f"+ 4 per tensor = {8 * n_lora.trainable + 4 * sum(p.requires_grad for p in lora.parameters()):,} B)")
-ratio_lora = t_lora.median_s / t_full.median_s
-print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms "
-      f"= {ratio_lora:.2f}x ({LORA_REPEAT} interleaved rounds, {nthreads})")
-viz.show_verdict(judge(Prediction("LoRA's trainable parameters", "r (C + 3C) per block on c_attn",
-                                  value=pred_lora, rel_tol=0), n_lora.trainable))
-viz.show_verdict(judge(p_lora_time, ratio_lora, spread=median_ratio_spread(t_lora.times_s, t_full.times_s),
-                       explain={
-    "held": f"LoRA's step is {ratio_lora - kept:.2f} of a full step above the bound: its adapters (x A, "
-            "then B, in every c_attn, forward and backward) and peft's wrappers, plus the noise between "
-            "the two timed runs.",
-    "above": "LoRA's step was slower than the full one: at this width its adapters' extra operations "
-             "cost more than the weight gradients and the optimizer work it removes"
-             + (f", or the load changed between the two timed runs ({busy()})." if busy() else "."),
-    "below": "LoRA's step took less than the parts of the full step it keeps: the two were timed one "
-             "after the other, not interleaved, so a load change between them moves the bound"
-             + (f" ({busy()})" if busy() else "") + "."}))
+ratio_lora = stats.median_ratio(t_lora.times_s, t_full.times_s)
+print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms = {ratio_lora.value:.2f}x "
+      f"({ratio_lora.describe()})")
+viz.verdict(Prediction("LoRA's trainable parameters", "r (C + 3C) per block on c_attn", value=pred_lora, rel_tol=0),
+            n_lora.trainable)
+viz.verdict(p_lora_time, ratio_lora, explain={
+    "held": f"LoRA's step is {ratio_lora.value - kept:.2f} of a full step above the bound: its adapters (x A, "
+            "then B, in every c_attn, forward and backward) and peft's wrappers.",
+    "above": f"The adapters and peft's wrappers cost more than the {(1 - kept) * t_step.median_s * 1e3:.1f} ms "
+             "of weight gradients and optimizer work they remove.",
+    "below": f"The bound came from a separate run, whose full step took {t_step.median_s * 1e3:.1f} ms against "
+             f"{t_full.median_s * 1e3:.1f} ms here."})
 
 # %% [markdown]
 # Where LoRA shines is memory: gradients and Adam state only for the trainable fraction
@@ -525,13 +433,15 @@ viz.build_widget(spec)
 # %%
 viz.show_headlines({
     "ZeRO-1 optimizer state / process (perfkit)": f"{v['perfkit'].state_bytes / cmp.total_state_bytes:.1%} of AdamW's",
-    "ZeRO-1 step time (perfkit / DDP+AdamW)": f"{v['perfkit'].step_s / ddp.step_s:.2f}x",
-    "ZeRO-1 step time (perfkit / torch ZeRO)": f"{v['perfkit'].step_s / v['torch_zero'].step_s:.2f}x",
+    "ZeRO-1 step time (perfkit / DDP+AdamW)": f"{ratio['perfkit'].value:.2f}x",
+    "ZeRO-1 step time (perfkit / torch ZeRO)":
+        f"{stats.median_ratio(v['perfkit'].step_times_s, v['torch_zero'].step_times_s).value:.2f}x",
     "ZeRO-3 model states / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's",
-    "ZeRO-3 bytes per step / DDP's": f"{sent_all['zero3'] / sent_all['ddp_adamw']:.2f}x",
-    "ZeRO-2 / ZeRO-3 step time / DDP+AdamW": f"{ratios['zero2'][0]:.2f}x / {ratios['zero3'][0]:.2f}x",
+    "ZeRO-3 bytes per step / DDP's": f"{sent['zero3'] / sent['ddp_adamw']:.2f}x",
+    "torch ZeRO bytes per step / DDP's": f"{sent['torch_zero'] / sent['ddp_adamw']:.2f}x",
+    "ZeRO-2 / ZeRO-3 step time / DDP+AdamW": f"{ratio['zero2'].value:.2f}x / {ratio['zero3'].value:.2f}x",
     "LoRA trainable fraction": f"{n_lora.trainable_fraction:.2%}",
-    "LoRA step time / full": f"{t_lora.median_s / t_full.median_s:.2f}x",
+    "LoRA step time / full": f"{ratio_lora.value:.2f}x",
 })
 
 # %% [markdown]
@@ -541,7 +451,7 @@ viz.show_headlines({
 # data parallelism; stage 3 moves 1.5x. What that did to the step time on this machine:
 
 # %%
-cost = [f"stage {STAGES[n]} {r:.2f}x (uncertainty {lo:.2f}x to {hi:.2f}x)" for n, (r, (lo, hi)) in ratios.items()]
+cost = [f"stage {STAGES[n]} {ratio[n].value:.2f}x ({ratio[n].describe()})" for n in ("zero1", "zero2", "zero3")]
 print("step time over DDP + AdamW, measured here: " + ", ".join(cost) + ".")
 print("The time predictions of section 3: " + "; ".join(
     f"stage {STAGES[n]} {v_.outcome}" + (f" ({v_.direction})" if v_.outcome == "missed" else "")

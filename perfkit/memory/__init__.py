@@ -49,6 +49,14 @@ from perfkit.memory.experiments import (
     measure_saved,
     train_step,
 )
+from perfkit.memory.lora import (
+    adamw_trainer,
+    amdahl_parts,
+    forward_backward,
+    frozen_twin,
+    gpt2_pair,
+    lora_bound,
+)
 from perfkit.memory.model_states import (
     RECIPES,
     LiveModelStates,
@@ -68,6 +76,12 @@ from perfkit.memory.saved_tensors import (
 )
 
 __all__ = [
+    "adamw_trainer",
+    "amdahl_parts",
+    "forward_backward",
+    "frozen_twin",
+    "gpt2_pair",
+    "lora_bound",
     "CHECKPOINTING",
     "blocks_forward",
     "gpt2_variant",

@@ -1,0 +1,122 @@
+"""LoRA (Hu et al., 2021) on the tiny GPT-2 with ``peft``: the models, their training steps,
+and the parts of a full step that LoRA removes (an Amdahl bound on its step time).
+
+A step of a LoRA model still runs the whole forward and the backward through every layer
+(the input gradients); it skips the frozen weights' gradients and their optimizer update.
+:func:`frozen_twin` times the first part alone: a copy whose only trainable tensors are the
+``c_attn`` biases, so backward reaches every block without computing a weight gradient.
+
+Usage::
+
+    full, lora = gpt2_pair(dict(n_embd=64, n_layer=2, n_head=2), rank=8)
+    step, opt = adamw_trainer(lora, torch.randint(0, 1024, (8, 64)))   # (B, T) token ids
+    step()
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfkit._checks import check_int, check_items, check_tensor
+
+__all__ = ["amdahl_parts", "forward_backward", "frozen_twin", "gpt2_pair", "lora_bound", "adamw_trainer"]
+
+
+def gpt2_pair(model_kw: Mapping[str, int], rank: int, vocab_size: int = 1024, block_size: int = 64,
+              targets: Sequence[str] = ("c_attn",)) -> tuple[nn.Module, nn.Module]:
+    """The tiny GPT-2 and a LoRA-wrapped copy with the same initial weights (seed 0).
+
+    GPT-2's linear layers are transformers' ``Conv1D`` (weight stored (in, out)), hence
+    ``fan_in_fan_out=True``; ``lora_alpha = 2 r``, no dropout.
+
+    Raises:
+        ValueError: for a ``rank`` below 1 or no ``targets``.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    from perfkit.models import tiny_gpt2
+
+    check_int("rank", rank, 1)
+    targets = check_items("targets", list(targets))
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # peft: a renamed API
+    torch.manual_seed(0)
+    full = tiny_gpt2(vocab_size=vocab_size, block_size=block_size, **model_kw)
+    torch.manual_seed(0)
+    lora = get_peft_model(tiny_gpt2(vocab_size=vocab_size, block_size=block_size, **model_kw),
+                          LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                     target_modules=targets, fan_in_fan_out=True))
+    return full, lora
+
+
+def adamw_trainer(model: nn.Module, ids: torch.Tensor, lr: float = 1e-3
+               ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
+    """A full training step (forward, backward, AdamW over the trainable parameters) on
+    ``ids`` (B, T), and its optimizer."""
+    check_tensor("ids", ids, ndim=2)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+    return step, opt
+
+
+def forward_backward(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    """Forward and backward only (no optimizer step) on ``ids`` (B, T)."""
+    check_tensor("ids", ids, ndim=2)
+
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+    return run
+
+
+def frozen_twin(model: nn.Module) -> nn.Module:
+    """A copy of a GPT-2 whose only trainable tensors are each block's ``c_attn`` bias:
+    backward reaches every block (the input gradients) and computes no weight gradient."""
+    twin = copy.deepcopy(model).requires_grad_(False)
+    for block in twin.transformer.h:
+        block.attn.c_attn.bias.requires_grad_(True)
+    return twin
+
+
+def _paired_median(a: Sequence[float], b: Sequence[float]) -> float:
+    # median of the per-round differences: robust to load that drifts between rounds
+    return statistics.median(x - y for x, y in zip(a, b, strict=True))
+
+
+def amdahl_parts(step: Any, fwd_bwd: Any, frozen: Any) -> dict[str, float]:
+    """Seconds of a full step's parts from three interleaved measurements (``.times_s``,
+    ``.median_s``): the full step, its forward + backward, and :func:`frozen_twin`'s.
+
+    Returns:
+        ``{"forward + input-gradient backward", "weight gradients", "optimizer step"}`` in s;
+        a difference can come out below 0 when it is smaller than the noise.
+    """
+    return {"forward + input-gradient backward": frozen.median_s,
+            "weight gradients": _paired_median(fwd_bwd.times_s, frozen.times_s),
+            "optimizer step": _paired_median(step.times_s, fwd_bwd.times_s)}
+
+
+def lora_bound(parts: Mapping[str, float], step_s: float, trainable_ratio: float) -> float:
+    """The LoRA step over the full step if it removed the weight gradients and the frozen
+    share ``1 - trainable_ratio`` of the optimizer step and added nothing (a lower bound);
+    parts below 0 count as 0.
+
+    Raises:
+        ValueError: for ``step_s`` <= 0 or ``trainable_ratio`` outside [0, 1].
+    """
+    if not step_s > 0:
+        raise ValueError(f"step_s must be > 0, got {step_s!r}")
+    if not 0 <= trainable_ratio <= 1:
+        raise ValueError(f"trainable_ratio must be in [0, 1], got {trainable_ratio!r}")
+    removed = max(parts["weight gradients"], 0) + max(parts["optimizer step"], 0) * (1 - trainable_ratio)
+    return max(1 - removed / step_s, 0.0)
