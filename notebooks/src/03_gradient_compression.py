@@ -375,7 +375,7 @@ step_ratio = stats.median_ratio(runs[fastest]["step_times_s"], runs["none"]["ste
 floor = max(1 - saved_cnn / t_none, 0.0)  # the shortest step the saved bytes allow, over t_none
 print(f"all-reduce of the SmallCNN gradient ({si(sizes['cnn dense'], 'B')}): {si(t_ar['cnn dense'], 's')}; "
       f"of its random-k 1 % payload: {si(t_ar['cnn random-k 1%'], 's')}: fewer bytes save at most "
-      f"{si(saved_cnn, 's')} of a {si(t_none, 's')} step; fastest compressed: {fastest}")
+      f"{si(saved_cnn, 's') if saved_cnn else 'nothing'} of a {si(t_none, 's')} step; fastest: {fastest}")
 viz.verdict(Prediction("fastest compressed step time over uncompressed",
                        "a step shortens by at most the all-reduce time the bytes removed",
                        low=floor, unit="x", physical=(floor, None)), step_ratio, explain={
