@@ -40,7 +40,7 @@ from perfkit.profiling.profiler import (
 from perfkit.profiling.recorder import StepRecorder, WindowDone
 from perfkit.profiling.render import render_html, render_markdown, render_text
 from perfkit.profiling.report import build_report, rank_record
-from perfkit.profiling.rules import KINDS, RULES, Finding, Rule, StepShares, diagnose_shares
+from perfkit.profiling.rules import RULES, Finding, Rule, StepShares, diagnose_shares
 from perfkit.profiling.session import DiagnoseConfig, run_diagnosis
 from perfkit.profiling.sinks import (
     METRICS,
@@ -71,7 +71,6 @@ __all__ = [
     "DiagnoseConfig",
     "diagnose_shares",
     "Finding",
-    "KINDS",
     "measure_workload",
     "memory_split",
     "MemoryMonitor",

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit._checks import check_int, check_real, check_type
-from perfkit.profiling.attribution import TraceAttribution
+from perfkit.profiling.attribution import CATEGORIES, TraceAttribution
 from perfkit.profiling.monitor import StepSummary
 from perfkit.profiling.profiler import TraceBreakdown
 from perfkit.profiling.thresholds import Thresholds
 
-__all__ = ["KINDS", "RULES", "Finding", "Rule", "StepShares", "diagnose_shares"]
+__all__ = ["RULES", "Finding", "Rule", "StepShares", "diagnose_shares"]
 
-KINDS = ("data", "sync", "communication", "optimizer", "backward", "forward", "other")
 OVERHEAD_HIGH = 0.75  # an overhead share above which dispatch is most of the step: "high"
 
 
@@ -202,8 +201,8 @@ class StepShares:
             ev = cls(dict(record))
         shares = dict(ev.shares)
         for name, kind in (check_type("aliases", aliases, Mapping, optional=True) or {}).items():
-            if kind not in KINDS:
-                raise ValueError(f"alias {name!r} -> {kind!r}: kind must be one of {KINDS}")
+            if kind not in CATEGORIES:  # the phases the rules read
+                raise ValueError(f"alias {name!r} -> {kind!r}: kind must be one of {CATEGORIES}")
             shares[kind] = shares.get(kind, 0.0) + shares.pop(name, 0.0)
         return cls(**{**vars(ev), "shares": shares}) if aliases else ev
 

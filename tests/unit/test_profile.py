@@ -213,6 +213,32 @@ def test_jitter_needs_a_step_summary_with_enough_steps():
                 f.kind == "jitter"]
 
 
+def test_every_source_of_shares_gets_the_same_findings():
+    mon = StepMonitor(device="cpu")
+    t = [0.0]
+    mon._mark = lambda: t[0]
+    for _ in range(3):
+        for name, d in (("data", 0.004), ("forward", 0.003), ("backward", 0.002)):
+            with mon.phase(name):
+                t[0] += d
+        t[0] += 0.001  # outside every phase: "other"
+        mon.step()
+    s = mon.summary()
+    from_monitor = diagnose_shares(s)
+    assert [f.kind for f in from_monitor] == ["data"]  # 40 % of a 10 ms step
+    assert from_monitor == diagnose_shares(s.shares())  # the same record, the same words
+    trace = TraceBreakdown(3, 0.010, {"data": 0.004, "forward": 0.003, "backward": 0.002})
+    assert diagnose_shares(trace)[0].evidence == from_monitor[0].evidence
+
+
+def test_a_user_phase_aliased_to_sync_is_judged_by_the_sync_rule():
+    shares = {"log_metrics": 0.3, "forward": 0.3, "backward": 0.3}
+    (f,) = [f for f in diagnose_shares(shares, aliases={"log_metrics": "sync"})
+            if f.severity != "info"]
+    assert f.kind == "sync" and f.share == pytest.approx(0.3) and f.severity == "high"
+    assert "syncs (.item(), .cpu(), print of a tensor) take 30.0%" in f.evidence
+
+
 def test_diagnose_shares_accepts_a_trace_breakdown():
     b = TraceBreakdown(1, 1.0, {"data": 0.5, "forward": 0.3})
     assert diagnose_shares(b)[0].kind == "data"
