@@ -27,12 +27,12 @@ Usage::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["LEVEL", "RESAMPLES", "SEED", "Estimate", "chance_misses", "exact", "median",
+__all__ = ["LEVEL", "RESAMPLES", "SEED", "Estimate", "bootstrap", "chance_misses", "exact", "median",
            "median_interval", "median_ratio", "paired_ratios", "quantile", "range_of"]
 
 LEVEL = 0.90       # confidence of every interval the course prints and judges on
@@ -180,7 +180,8 @@ def range_of(xs: Sequence[float], value: float | None = None, lo: float = 0.1, h
     arr = _values("xs", xs)
     v = float(np.median(arr)) if value is None else float(value)
     a, b = float(np.quantile(arr, lo)), float(np.quantile(arr, hi))
-    return Estimate(v, min(a, v), max(b, v), None, len(arr), f"p{lo * 100:.0f}-p{hi * 100:.0f} of {len(arr)} repeats")
+    how = f"p{lo * 100:.0f}-p{hi * 100:.0f} of {len(arr)} repeats"
+    return Estimate(v, min(a, v), max(b, v), None, len(arr), how)
 
 
 def _interval(boot: np.ndarray, point: float, level: float) -> tuple[float, float, bool]:
@@ -245,6 +246,45 @@ def median_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL,
     how = (f"bootstrap of the median ratio over {n} paired rounds"
            + (", widened to hold the ratio" if widened else ""))
     return Estimate(point, lo, hi, level, n, how)
+
+
+def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], paired: bool,
+              what: str) -> Estimate:
+    """``stat(*samples)`` with its percentile-bootstrap interval at :data:`perfkit.LEVEL`.
+
+    Args:
+        stat: the figure, computed from numpy arrays, one per sample.
+        samples: the measurements it is made of (each non-empty, finite).
+        paired: resample one set of indices for all samples (rounds timed together, which
+            must then be equally long); else each sample on its own (separate runs).
+        what: the unit resampled, for the method text ("steps", "rounds").
+
+    Returns:
+        An :class:`Estimate` whose interval holds its value (widened where it did not).
+
+    Raises:
+        TypeError, ValueError: for no samples, an empty or non-finite one, or unequal
+            lengths with ``paired``.
+    """
+    if not callable(stat):
+        raise TypeError(f"stat must be a callable, got {type(stat).__name__}")
+    if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__") or len(samples) == 0:
+        raise ValueError(f"samples must be a non-empty list of sequences, got {samples!r}")
+    arrs = [_values("samples entries", s) for s in samples]
+    if paired and len({len(a) for a in arrs}) > 1:
+        raise ValueError(f"paired samples must be equally long, got lengths {[len(a) for a in arrs]}")
+    point, n = float(stat(*arrs)), min(len(a) for a in arrs)
+    if n < 2:
+        return Estimate(point, point, point, LEVEL, 1, f"1 {what[:-1]}: no interval")
+    rng = np.random.default_rng(SEED)
+    boot = []
+    for _ in range(RESAMPLES):
+        shared = rng.integers(0, n, n) if paired else None
+        boot.append(stat(*(a[shared if paired else rng.integers(0, len(a), len(a))] for a in arrs)))
+    boot_arr = np.asarray(boot, dtype=float)
+    lo, hi, widened = _interval(boot_arr[np.isfinite(boot_arr)], point, LEVEL)
+    how = f"bootstrap over {n} {what}" + (", widened to hold the value" if widened else "")
+    return Estimate(point, lo, hi, LEVEL, n, how)
 
 
 def chance_misses(n: int, level: float = LEVEL) -> float:

@@ -30,51 +30,11 @@ from perfkit._checks import check_int, check_items, check_type
 from perfkit.data.datasets import Delayed
 from perfkit.data.loader import LoaderRecord
 from perfkit.data.prefetch import Prefetcher
-from perfkit.stats import Estimate
+from perfkit.stats import Estimate, bootstrap
 
-__all__ = ["MonitoredRun", "PaddingRecord", "bootstrap", "hidden_fraction", "hidden_fraction_estimate",
+__all__ = ["MonitoredRun", "PaddingRecord", "hidden_fraction", "hidden_fraction_estimate",
            "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops", "rate_ratio",
            "unpaired_median_ratio", "wait_share"]
-
-
-def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], paired: bool,
-              what: str) -> Estimate:
-    """``stat(*samples)`` with its percentile-bootstrap interval at :data:`perfkit.stats.LEVEL`.
-
-    Args:
-        stat: the figure, computed from numpy arrays, one per sample.
-        samples: the measurements it is made of (each non-empty, finite).
-        paired: resample one set of indices for all samples (rounds timed together, which
-            must then be equally long); else each sample on its own (separate runs).
-        what: the unit resampled, for the method text ("steps", "rounds").
-
-    Returns:
-        An :class:`Estimate` whose interval holds its value (widened where it did not).
-
-    Raises:
-        TypeError, ValueError: for no samples, an empty or non-finite one, or unequal
-            lengths with ``paired``.
-    """
-    arrs = [np.asarray(check_items("samples entries", list(s)), dtype=float) for s in
-            check_items("samples", list(samples))]
-    if any(not np.all(np.isfinite(a)) for a in arrs):
-        raise ValueError("samples must hold finite numbers")
-    if paired and len({len(a) for a in arrs}) > 1:
-        raise ValueError(f"paired samples must be equally long, got lengths {[len(a) for a in arrs]}")
-    point, n = float(stat(*arrs)), min(len(a) for a in arrs)
-    if n < 2:
-        return Estimate(point, point, point, stats.LEVEL, 1, f"1 {what[:-1]}: no interval")
-    rng = np.random.default_rng(stats.SEED)
-    boot = []
-    for _ in range(stats.RESAMPLES):
-        shared = rng.integers(0, n, n) if paired else None
-        boot.append(stat(*(a[shared if paired else rng.integers(0, len(a), len(a))] for a in arrs)))
-    boot_arr = np.asarray(boot, dtype=float)
-    boot_arr = boot_arr[np.isfinite(boot_arr)]
-    tail = (1 - stats.LEVEL) / 2
-    lo, hi = (float(v) for v in np.quantile(boot_arr, [tail, 1 - tail]))
-    how = f"bootstrap over {n} {what}" + ("" if lo <= point <= hi else ", widened to hold the value")
-    return Estimate(point, min(lo, point), max(hi, point), stats.LEVEL, n, how)
 
 
 # --- a training run under StepMonitor ------------------------------------------------------

@@ -5,13 +5,10 @@ The loader records are built by hand, so every expected figure is known exactly.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 
-from perfkit import stats
 from perfkit.data import LoaderConfig, LoaderRecord
 from perfkit.data import experiments as ex
 
@@ -20,28 +17,6 @@ def record(waits, computes, epochs=1):
     """A LoaderRecord of ``epochs`` identical epochs with these per-step seconds."""
     return LoaderRecord(LoaderConfig(8), (tuple(waits),) * epochs, (tuple(computes),) * epochs,
                         8 * len(waits) * epochs)
-
-
-def test_bootstrap_holds_its_value_and_pairs_rounds():
-    rng = np.random.default_rng(1)
-    b = list(rng.uniform(1, 3, 40))
-    a = [2 * x for x in b]   # every round exactly twice as long: pairing removes all noise
-    paired = ex.bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=True, what="rounds")
-    apart = ex.bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=False, what="runs")
-    assert paired.spread == pytest.approx((2, 2)) and paired.value == pytest.approx(2)
-    assert apart.low < 2 < apart.high and apart.level == stats.LEVEL and apart.n == 40
-    assert "40 rounds" in paired.method
-
-
-def test_bootstrap_of_one_value_has_no_interval_and_bad_samples_raise():
-    one = ex.bootstrap(lambda x: float(x[0]), [[3.0]], paired=False, what="steps")
-    assert one.low == one.value == one.high == 3.0
-    with pytest.raises(ValueError, match="equally long"):
-        ex.bootstrap(lambda x, y: 1.0, [[1.0, 2.0], [1.0]], paired=True, what="rounds")
-    with pytest.raises(ValueError, match="finite"):
-        ex.bootstrap(lambda x: 1.0, [[1.0, math.nan]], paired=False, what="steps")
-    with pytest.raises(ValueError, match="samples"):
-        ex.bootstrap(lambda: 1.0, [], paired=False, what="steps")
 
 
 def test_wait_share_leaves_out_each_epochs_first_step():

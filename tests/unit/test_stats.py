@@ -81,6 +81,43 @@ def test_estimate_refuses_a_point_outside_its_interval():
     assert e.scaled(2).spread == (2.0, 8.0)
 
 
+def test_bootstrap_holds_its_value_and_pairs_rounds():
+    rng = np.random.default_rng(1)
+    b = list(rng.uniform(1, 3, 40))
+    a = [2 * x for x in b]   # every round exactly twice as long: pairing removes all noise
+    def ratio(x, y):
+        return float(np.median(x) / np.median(y))
+
+    paired = stats.bootstrap(ratio, [a, b], paired=True, what="rounds")
+    apart = stats.bootstrap(ratio, [a, b], paired=False, what="runs")
+    assert paired.spread == pytest.approx((2, 2)) and paired.value == pytest.approx(2)
+    assert apart.low < 2 < apart.high and apart.level == stats.LEVEL and apart.n == 40
+    assert "40 rounds" in paired.method
+
+
+def test_bootstrap_of_one_value_has_no_interval_and_bad_samples_raise():
+    one = stats.bootstrap(lambda x: float(x[0]), [[3.0]], paired=False, what="steps")
+    assert one.low == one.value == one.high == 3.0
+    with pytest.raises(ValueError, match="equally long"):
+        stats.bootstrap(lambda x, y: 1.0, [[1.0, 2.0], [1.0]], paired=True, what="rounds")
+    with pytest.raises(ValueError, match="finite"):
+        stats.bootstrap(lambda x: 1.0, [[1.0, math.nan]], paired=False, what="steps")
+    with pytest.raises(ValueError, match="samples"):
+        stats.bootstrap(lambda: 1.0, [], paired=False, what="steps")
+
+
+def test_bootstrap_of_a_median_ratio_agrees_with_median_ratio():
+    rng = np.random.default_rng(2)
+    b = list(rng.uniform(1, 2, 30))
+    a = [1.3 * x * rng.uniform(0.9, 1.1) for x in b]
+    general = stats.bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=True,
+                              what="rounds")
+    special = stats.median_ratio(a, b)
+    assert general.value == special.value
+    assert general.low == pytest.approx(special.low, rel=0.02)
+    assert general.high == pytest.approx(special.high, rel=0.02)
+
+
 def test_chance_misses_is_half_the_tails():
     assert stats.chance_misses(100) == pytest.approx(5.0)
     assert stats.chance_misses(130, level=0.95) == pytest.approx(130 * 0.025)
