@@ -2,7 +2,7 @@
 
 Each **Prediction** a lecture section (from one ``## `` heading to the next) states in its
 prose must be recorded in code (``Prediction(...)``) and end in a verdict computed from the
-measurement (``show_verdict(judge(...))``), never a fixed sentence about the outcome.
+measurement (``viz.verdict(...)`` or ``show_verdict(judge(...))``), never a fixed sentence about the outcome.
 """
 
 import re
@@ -33,7 +33,8 @@ def unverdicted(py) -> list[str]:
     bad = []
     for heading, md, code in sections(py):
         stated = len(re.findall(r"\*\*Prediction", md))
-        if stated > min(code.count("Prediction("), code.count("show_verdict(")):
+        # viz.verdict(...) is the one-call form of show_verdict(judge(...))
+        if stated > min(code.count("Prediction("), code.count("show_verdict(") + code.count("viz.verdict(")):
             bad.append(heading)
         # a section that states a piece of advice (notebook 09) ends in a verdict on it computed by
         # perfkit.verdict.assess (called directly or through the notebook's claim_verdict helper)
