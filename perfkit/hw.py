@@ -1,12 +1,9 @@
 """The machine's own limits, measured: the ceilings every later result is a share of.
 
 A vendor's data sheet says what a chip could do; what matters for a course that runs on
-the reader's laptop is what *this* machine does under PyTorch. This module measures
-
-* dense matmul throughput (FLOP/s) per dtype over a sweep of sizes,
-* memory copy bandwidth (bytes read + written per second) over a sweep of sizes,
-* host-to-device bandwidth from pinned memory, when CUDA is present,
-
+the reader's laptop is what *this* machine does under PyTorch. This module measures dense
+matmul throughput (FLOP/s) per dtype and memory copy bandwidth (bytes read + written per
+second) over sweeps of sizes, and host-to-device bandwidth from pinned memory with CUDA,
 and keeps the best of each sweep in a :class:`MachineLimits` record, whose ceilings the
 roofline model (:mod:`perfkit.roofline`) combines. ``$PERFKIT_IMITATE=no-bf16`` makes this
 process imitate a CPU without native bf16 (see :data:`IMITATIONS`), if set before any op runs.
@@ -29,9 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-# A CPU without avx512_bf16 (an AMD EPYC before Zen 4) is imitated by capping the kernels at
-# AVX2: oneDNN runs bf16 matmuls on its emulated path (about 100x slower than fp32, as there),
-# ATen and inductor generate AVX2 code. Both read the cap at their first op: set before torch.
+# A CPU without avx512_bf16 (an EPYC before Zen 4) is imitated by capping kernels at AVX2: oneDNN
+# runs bf16 matmuls on its emulated path (~100x slower than fp32, as there), ATen and inductor
+# emit AVX2 code. Both read the cap at their first op, so it is set before torch is imported.
 IMITATIONS = {"no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
 if (_IMITATE := os.environ.get("PERFKIT_IMITATE") or None) not in (None, *IMITATIONS):
     raise ValueError(f"PERFKIT_IMITATE must be one of {sorted(IMITATIONS)} or unset, got {_IMITATE!r}")
@@ -47,7 +44,7 @@ from perfkit.roofline import _check_dims, _positive, attainable_flops, bound, ma
 from perfkit.timing import _check_number, benchmark, calibrate_number, resolve_device  # noqa: E402
 
 __all__ = ["EMULATED_BELOW", "IMITATIONS", "METHOD", "CopyPoint", "MachineLimits", "MatmulPoint",
-           "RooflinePoint", "cached_limits", "default_limits_path", "device_name", "imitation",
+           "RooflinePoint", "cached_limits", "cpu_bf16", "default_limits_path", "device_name", "imitation",
            "last_level_cache_bytes", "matmul_roofline", "measure_copy", "measure_h2d",
            "measure_limits", "measure_matmul", "save_limits"]
 
@@ -86,9 +83,6 @@ def _entries(name: str, v: Iterable, dims: bool = False) -> list:
         raise ValueError(f"{name} must hold at least one entry, got none")
     _check_dims(**{f"{name}[{i}]": n for i, n in enumerate(items) if dims})
     return items
-
-
-# --- measurements -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -180,22 +174,32 @@ def last_level_cache_bytes(device: torch.device | str | None = None) -> int | No
     return best[1] if best else None
 
 
+def _cpuinfo(key: str) -> str | None:
+    """The first ``key : value`` of ``/proc/cpuinfo``; ``None`` without it (not Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.split(":")[0].strip() == key), None)
+    except OSError:
+        return None
+
+
 def device_name(device: torch.device | str | None = None) -> str:
     """A human-readable name: the GPU's name, or the CPU's model, logical core count and the
     machine it imitates (limits are cached per name, so an imitation has its own)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:  # no /proc: keep platform's name
-        pass
+    cpu = _cpuinfo("model name") or platform.processor() or platform.machine()
     return f"{cpu} ({os.cpu_count()} logical cores{f', imitating {_IMITATE}' if _IMITATE else ''})"
+
+
+def cpu_bf16() -> str | None:
+    """bf16 by this CPU's flags (a load cannot blur them): ``"native"`` (avx512_bf16, amx_bf16),
+    ``"converted"`` (AVX-512), ``"emulated"`` (neither, or imitating no-bf16), ``None`` if unknown."""
+    flags = set((_cpuinfo("flags") or "").split())
+    if _IMITATE == "no-bf16" or (flags and "avx512f" not in flags):
+        return "emulated"
+    return None if not flags else "native" if flags & {"avx512_bf16", "amx_bf16"} else "converted"
 
 
 @dataclass(frozen=True)
@@ -203,17 +207,17 @@ class MachineLimits:
     """The best throughput each sweep reached on this machine: the ceilings.
 
     Attributes:
-        device: ``"cpu"`` or ``"cuda:0"``.
-        name: what the device is (see :func:`device_name`).
+        device, name: ``"cpu"`` or ``"cuda:0"``, and what it is (see :func:`device_name`).
         matmul_flops: dtype name -> best measured matmul FLOP/s.
         copy_bytes_per_s: DRAM copy bandwidth, bytes read + written per second, from buffers
             at least 4x the last-level cache (STREAM's rule): no cache level holds them.
         h2d_bytes_per_s: pinned host-to-device bandwidth, ``None`` without CUDA.
         matmul_points, copy_points: the whole sweeps, for plots.
-        cache_bytes_per_s: the best copy of buffers that fit in half the last-level cache.
-        llc_bytes: the last-level cache's size, ``None`` if unknown.
+        cache_bytes_per_s, llc_bytes: the best copy of buffers that fit in half the last-level
+            cache, and that cache's size (``None`` if unknown).
         method: how the ceilings were measured; limits measured another way are replaced,
             not merged (see :func:`save_limits`).
+        cpu_bf16: :func:`cpu_bf16` where the limits were measured (``None`` on a GPU).
     """
 
     device: str
@@ -227,6 +231,7 @@ class MachineLimits:
     cache_bytes_per_s: float | None = None
     llc_bytes: int | None = None
     method: str = ""
+    cpu_bf16: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.matmul_flops, dict):
@@ -244,9 +249,12 @@ class MachineLimits:
     def support(self, dtype: str | torch.dtype) -> str:
         """``"native"``, ``"converted"`` or ``"emulated"``: ``dtype``'s arithmetic here, from
         its measured ceiling over fp32's (emulated below :data:`EMULATED_BELOW`; native at
-        or above fp32's; converted between: computed in fp32, stored in ``dtype``)."""
+        or above fp32's; converted between: computed in fp32, stored in ``dtype``), and for
+        bf16 no better than the CPU's flags allow (:attr:`cpu_bf16`)."""
+        kinds = ["emulated", "converted", "native"]
         ratio = self.peak_flops(dtype) / self.peak_flops("float32")
-        return "native" if ratio >= 1.0 else "converted" if ratio >= EMULATED_BELOW else "emulated"
+        flags = self.cpu_bf16 if _dtype_name(dtype) == "bfloat16" and self.cpu_bf16 in kinds else "native"
+        return kinds[min((ratio >= EMULATED_BELOW) + (ratio >= 1.0), kinds.index(flags))]
 
     def ridge_point(self, dtype: str | torch.dtype = "float32") -> float:
         """FLOP/byte where the roofline turns from memory- to compute-bound."""
@@ -279,15 +287,12 @@ class MachineLimits:
 def measure_limits(quick: bool = False, device: torch.device | str | None = None,
                    dtypes: Iterable[str] = ("float32", "bfloat16"), matmul_sizes: Iterable[int] | None = None,
                    copy_sizes: Iterable[int] | None = None, max_call_s: float = 1.0) -> MachineLimits:
-    """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep.
-
-    Each point is timed with :func:`perfkit.timing.benchmark` (warm-up, batched calls,
-    repeated); a ceiling is the best point's fastest-tenth rate (see :class:`MatmulPoint`).
+    """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep. Each point is
+    timed with :func:`perfkit.timing.benchmark`; a ceiling is the best point's fastest-tenth rate.
 
     Args:
         quick: smaller sweeps (a few seconds on a 2-core CPU).
-        device: ``None`` means CUDA if present, else CPU.
-        dtypes: matmul dtypes to measure.
+        device, dtypes: ``None`` means CUDA if present, else CPU; matmul dtypes to measure.
         matmul_sizes, copy_sizes: override the sweeps (square sizes; bytes per buffer).
         max_call_s: sizes whose one call would exceed this (n^3 from the previous size) are
             skipped, absent from ``matmul_points``: bf16 without fast units would take minutes.
@@ -328,7 +333,8 @@ def measure_limits(quick: bool = False, device: torch.device | str | None = None
         copy_bytes_per_s=max(p.best_bytes_per_s for p in cp if p.nbytes >= dram_min),
         h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None, matmul_points=mm, copy_points=cp,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        cache_bytes_per_s=max(in_cache) if in_cache else None, llc_bytes=llc, method=METHOD)
+        cache_bytes_per_s=max(in_cache) if in_cache else None, llc_bytes=llc, method=METHOD,
+        cpu_bf16=None if gpu else cpu_bf16())
 
 
 @dataclass(frozen=True)
@@ -344,8 +350,7 @@ class RooflinePoint:
     bound: str  # "memory" or "compute"
 
     @property
-    def predicted_s(self) -> float:
-        """Fastest possible time for one matmul at the roofline, in seconds."""
+    def predicted_s(self) -> float:  # s: the fastest one matmul can run at the roofline
         return self.flops / self.attainable_flops
 
 
@@ -371,12 +376,10 @@ def default_limits_path() -> Path:
 
 def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:
     """Write ``limits`` to ``path`` (default :func:`default_limits_path`); return the path.
-
     A ceiling is what the machine *can* do, and load only ever makes a measurement slower:
     limits of the same device measured the same way (:data:`METHOD`) keep the higher of the
     old and new ceilings, each with the sweep that reached it. Limits measured another way
-    are replaced: keeping their maximum would keep their error for good.
-    """
+    are replaced: keeping their maximum would keep their error for good."""
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
     p = Path(path) if path is not None else default_limits_path()
@@ -404,11 +407,9 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
 
 def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
                   refresh: bool = False) -> MachineLimits:
-    """Load limits measured earlier on this machine from ``path``, or measure and save.
-
-    Later notebooks call this so that every result is a share of the same ceilings. A file
-    from another device, or measured another way (:data:`METHOD`), is measured again.
-    """
+    """Load limits measured earlier on this machine from ``path``, or measure and save. Later
+    notebooks call this so that every result is a share of the same ceilings. A file from
+    another device, or measured another way (:data:`METHOD`), is measured again."""
     p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)
     if p.exists() and not refresh:

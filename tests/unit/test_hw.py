@@ -179,12 +179,35 @@ def test_the_no_bf16_imitation_caps_the_kernels_and_has_its_own_name_and_cache()
     out = _in_fresh_python("no-bf16", "import torch, os\nfrom perfkit import hw\nprint(hw.imitation(), "
                            "torch.backends.cpu.get_cpu_capability(), os.environ['ONEDNN_MAX_CPU_ISA'], "
                            "hw.default_limits_path().name,\n"
-                           "hw.device_name('cpu').endswith('imitating no-bf16)'))")
+                           "hw.device_name('cpu').endswith('imitating no-bf16)'), hw.cpu_bf16())")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True"]
+    assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True", "emulated"]
     assert hw.imitation() is None and hw.default_limits_path().name == "machine_limits.json"
 
 
 def test_an_unknown_imitation_is_refused_by_name():
     out = _in_fresh_python("no-avx", "from perfkit import hw")
     assert out.returncode != 0 and "PERFKIT_IMITATE must be one of ['no-bf16']" in out.stderr
+
+
+@pytest.mark.parametrize("ratio_bf16, flags, support", [
+    (4.3e11, "native", "native"), (4.3e11, "converted", "converted"), (4.3e11, "emulated", "emulated"),
+    (0.95e11, "emulated", "emulated"), (0.95e11, "native", "converted"), (1e9, "native", "emulated"),
+    (0.95e11, None, "converted")])
+def test_bf16_support_is_no_better_than_the_cpu_flags_allow(ratio_bf16, flags, support):
+    # a loaded machine can measure emulated bf16 near fp32's rate: the flags still say emulated
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11, "bfloat16": ratio_bf16}, 2e10, cpu_bf16=flags)
+    assert lim.support("bfloat16") == support
+    assert lim.support("float32") == "native"  # the flags speak of bf16 only
+
+
+def test_cpu_bf16_reads_this_cpus_flags(monkeypatch):
+    flags = {"avx2 fma avx512f avx512_bf16": "native", "avx2 fma avx512f": "converted",
+             "avx2 fma": "emulated", "fma amx_bf16 avx512f": "native"}
+    for text, kind in flags.items():
+        monkeypatch.setattr(hw, "_cpuinfo", lambda key, text=text: text if key == "flags" else "cpu")
+        assert hw.cpu_bf16() == kind
+    monkeypatch.setattr(hw, "_cpuinfo", lambda key: None)
+    assert hw.cpu_bf16() is None
+    monkeypatch.setattr(hw, "_IMITATE", "no-bf16")
+    assert hw.cpu_bf16() == "emulated"
