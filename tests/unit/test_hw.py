@@ -181,7 +181,8 @@ def test_the_no_bf16_imitation_caps_the_kernels_and_has_its_own_name_and_cache()
                            "hw.default_limits_path().name,\n"
                            "hw.device_name('cpu').endswith('imitating no-bf16)'), hw.cpu_bf16())")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True", "emulated"]
+    assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True",
+                                  "emulated"]
     assert hw.imitation() is None and hw.default_limits_path().name == "machine_limits.json"
 
 
