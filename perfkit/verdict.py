@@ -1,20 +1,19 @@
 """Predictions recorded before a measurement, and verdicts computed from it by one rule.
 
-A course section states a model, records what it predicts (a value with a tolerance, or
-a bound), measures, and ends with a verdict that is *computed* from the measurement and its
-uncertainty (a :class:`perfkit.stats.Estimate`: a confidence interval at
-:data:`perfkit.stats.LEVEL`). The one rule:
+A course section states a model, records what it predicts (a value with a tolerance, or a
+bound), measures, and ends with a verdict *computed* from the measurement and its
+uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one rule:
 
-- **disturbed**: the figure lies outside the range it can physically take (a share above 1, a
-  negative hidden fraction), or is not a finite number: the run was disturbed, not the model
-  wrong; the text names what was measured of the machine then (load, cores, threads);
-- **held**: the whole interval lies inside the prediction;
-- **missed** (above or below, by how much): the whole interval lies outside it;
-- **inconclusive**: the interval straddles an edge; the text gives the effect against the
-  interval's half-width, measured, not a stock phrase.
+- **disturbed**: the figure is not finite or lies outside the range it can physically take
+  (a share above 1): the run was disturbed, not the model wrong; the machine's load, cores
+  and threads are named;
+- **held** / **missed** (above or below, by how much): the whole interval lies inside /
+  outside the prediction;
+- **inconclusive**: the interval straddles an edge; the text gives the distance from the
+  edge against the interval's half-width.
 
-A figure given without an interval (an exact count, a formula) is judged on its value alone.
-When the machine was busy (load above its cores), a verdict that did not hold says so itself.
+A figure without an interval (an exact count) is judged on its value alone. When the
+machine was busy (load above its cores), a verdict that did not hold says so itself.
 
 A piece of common advice is judged the same way (:class:`Claim`, :func:`assess`): the
 range the advice promises for one figure, and the no-effect value that separates "holds
@@ -33,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -53,10 +53,6 @@ def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
         raise TypeError(f"{name} must be a number, got {v!r}")
     return float(v)
-
-
-def _fmt(x: float, unit: str) -> str:
-    return si(x, unit)
 
 
 @dataclass(frozen=True)
@@ -103,11 +99,11 @@ class Prediction:
         u = self.unit
         if self.value is not None:
             if self.rel_tol == 0:
-                return f"exactly {_fmt(self.value, u)}"
-            return f"{_fmt(self.value, u)} ± {self.rel_tol:.0%}"
+                return f"exactly {si(self.value, u)}"
+            return f"{si(self.value, u)} ± {self.rel_tol:.0%}"
         if self.low is not None and self.high is not None:
-            return f"between {_fmt(self.low, u)} and {_fmt(self.high, u)}"
-        return f"at most {_fmt(self.high, u)}" if self.low is None else f"at least {_fmt(self.low, u)}"
+            return f"between {si(self.low, u)} and {si(self.high, u)}"
+        return f"at most {si(self.high, u)}" if self.low is None else f"at least {si(self.low, u)}"
 
 
 @dataclass(frozen=True)
@@ -138,26 +134,19 @@ class Verdict:
 def machine_state() -> dict[str, float]:
     """What a verdict may cite about the machine now: the 1-minute ``load``, ``cores`` and
     torch's intra-op ``threads`` (when torch is imported). Missing readings are left out."""
-    import sys
-
     out: dict[str, float] = {"cores": float(os.cpu_count() or 1)}
     try:
         out["load"] = os.getloadavg()[0]
     except OSError:  # not available on this platform
         pass
-    torch = sys.modules.get("torch")
-    if torch is not None:
+    if (torch := sys.modules.get("torch")) is not None:
         out["threads"] = float(torch.get_num_threads())
     return out
 
 
 def busy() -> str:
-    """A phrase for a verdict's explanation when the machine is busy, else ``""``.
-
-    Busy: the 1-minute load average exceeds the number of cores. Then timings taken one
-    after the other can differ by load alone. Returns e.g.
-    ``"the machine was busy (load average 5.2 on 2 cores)"``.
-    """
+    """``"the machine was busy (load average 5.2 on 2 cores)"`` when the 1-minute load average
+    exceeds the cores (timings taken one after the other can then differ by load alone), else ``""``."""
     m = machine_state()
     if "load" not in m or m["load"] <= m["cores"]:
         return ""
@@ -207,11 +196,11 @@ def _gap(measured: float, edge: float, u: str, direction: str) -> str:
     """``"14% above 1.34x"``: how far ``measured`` lies past ``edge``."""
     gap = abs(measured / edge - 1) if edge else 0.0
     pct = f"{gap:.0%}" if gap >= 0.005 else f"{gap * 100:.2g}%"  # a miss never reads "0% above"
-    shown, edge_shown = _fmt(measured, u), _fmt(edge, u)
+    shown, edge_shown = si(measured, u), si(edge, u)
     if shown == edge_shown:  # 3 digits hide the gap: show the digits that differ
         shown, edge_shown = f"{measured:.6g}{u}", f"{edge:.6g}{u}"
     return (f"{shown} is {pct} {direction} {edge_shown}" if edge
-            else f"{shown} is {_fmt(abs(measured - edge), u)} {direction} {edge_shown}")
+            else f"{shown} is {si(abs(measured - edge), u)} {direction} {edge_shown}")
 
 
 def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[float, float] | None = None,
@@ -248,23 +237,24 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     plo, phi = (-math.inf if p.physical[0] is None else p.physical[0],
                 math.inf if p.physical[1] is None else p.physical[1])
     words = _interval_words(level, how)
-    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {_fmt(value, u)}"
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {si(value, u)}"
     if interval is not None:
-        head += f" ({words} {_fmt(interval[0], u)} to {_fmt(interval[1], u)})"
+        head += f" ({words} {si(interval[0], u)} to {si(interval[1], u)})"
     direction = ""
     if not math.isfinite(value) or not plo <= value <= phi:
         outcome = "disturbed"
         what = ("is not a finite number" if not math.isfinite(value) else
-                f"lies outside the range this figure can take ({_fmt(plo, u)} to {_fmt(phi, u)})")
-        why = (f"disturbed: {_fmt(value, u)} {what}, so the run was disturbed, not the model wrong "
+                f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
+        why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong "
                f"(machine now: {_machine_text()})")
     elif interval is not None and (interval[0] < lo <= interval[1] or interval[0] <= hi < interval[1]):
         outcome = "inconclusive"
-        edge = lo if interval[0] < lo <= interval[1] else hi
+        crossed = [e for e in (lo, hi) if interval[0] < e <= interval[1] or interval[0] <= e < interval[1]]
+        edge = min(crossed, key=lambda e: abs(value - e))  # the edge the figure is nearest
         half = (interval[1] - interval[0]) / 2
-        why = (f"inconclusive: the {words} reaches across the edge {_fmt(edge, u)}; the measured "
-               f"distance from it, {_fmt(abs(value - edge), u)}, is within the interval's half-width "
-               f"{_fmt(half, u)}")
+        why = (f"inconclusive: the {words} reaches across the edge {si(edge, u)}; the measured "
+               f"distance from it, {si(abs(value - edge), u)}, is within the interval's half-width "
+               f"{si(half, u)}")
     elif lo <= value <= hi:
         outcome, direction, why = "held", "inside", "held"
     else:
@@ -323,7 +313,7 @@ class Claim:
     def describe(self) -> str:
         """The promise as a phrase, e.g. ``"between 1.4x and 1.6x"`` or ``"exactly 0"``."""
         if self.low is not None and self.low == self.high:
-            return f"exactly {_fmt(self.low, self.unit)}"
+            return f"exactly {si(self.low, self.unit)}"
         return Prediction(self.figure, self.statement, low=self.low, high=self.high,
                           unit=self.unit).describe()
 
@@ -396,7 +386,7 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     u = claim.unit
     edges = ([claim.partly] if claim.partly is not None
              else [e for e in (claim.low, claim.high) if e is not None])
-    shown = _fmt(measured, u) + (f" ({words} {_fmt(spread[0], u)} to {_fmt(spread[1], u)})" if spread else "")
+    shown = si(measured, u) + (f" ({words} {si(spread[0], u)} to {si(spread[1], u)})" if spread else "")
     if not math.isfinite(measured):
         status, why = "inconclusive", "the measurement is not a finite number"
     elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
@@ -404,9 +394,9 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         status, why = "inconclusive", (f"the {words} reaches across "
                                        + ("the no-effect value" if claim.partly is not None else
                                           "the edge of the promised range")
-                                       + f" {_fmt(edge, u)}: the measured distance from it, "
-                                       f"{_fmt(abs(measured - edge), u)}, is within the interval's "
-                                       f"half-width {_fmt((spread[1] - spread[0]) / 2, u)}")
+                                       + f" {si(edge, u)}: the measured distance from it, "
+                                       f"{si(abs(measured - edge), u)}, is within the interval's "
+                                       f"half-width {si((spread[1] - spread[0]) / 2, u)}")
     else:
         status, why = claim.zone(measured), ""
     said = status  # the reason appended: the median's zone, even where the spread downgrades it

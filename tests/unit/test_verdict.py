@@ -309,3 +309,9 @@ def test_the_printed_point_always_lies_inside_the_printed_interval():
         assert e.low <= e.value <= e.high
         v = judge(BOUND, e)
         assert v.spread is None or v.spread[0] <= v.measured <= v.spread[1]
+
+
+def test_an_interval_across_both_edges_names_the_edge_nearest_the_figure():
+    ceiling = Prediction("hidden share", "overlap ceiling", low=0.0, high=0.15, physical=(-1, 1))
+    v = judge(ceiling, est(0.40, -0.31, 0.68))
+    assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "0.25" in v.text
