@@ -3,7 +3,8 @@
 NaiveDP, BucketedDP and OverlappedDP build DDP's gradient all-reduce step by step;
 ZeroOptimizer shards any torch.optim optimizer across ranks: stage 1 its state, stage 2 the
 gradients too (BucketReducer reduce-scatters them during backward), stage 3 the parameters
-as well, held by a ShardedModule (FSDP: gathered block by block, MixedPrecision optional).
+as well, held by a ShardedModule (FSDP: gathered block by block, MixedPrecision optional);
+ShardedLossScaler scales fp16 losses with an overflow check every rank agrees on.
 
 Usage::
 
@@ -35,6 +36,9 @@ from perfkit.parallel.flat import (
 from perfkit.parallel.reducer import (
     BucketReducer,
 )
+from perfkit.parallel.scaler import (
+    ShardedLossScaler,
+)
 from perfkit.parallel.zero import (
     ZeroOptimizer,
 )
@@ -58,6 +62,7 @@ __all__ = [
     "shard_range",
     "shard_state",
     "ShardedBucket",
+    "ShardedLossScaler",
     "ShardedModule",
     "ZeroOptimizer",
 ]

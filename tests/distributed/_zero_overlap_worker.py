@@ -12,7 +12,9 @@ the mistake the test must catch), all against ``torch.optim.AdamW`` on the globa
 ``ZeroOptimizer(stage=3)`` against ``fully_shard(mp_policy=MixedPrecisionPolicy(bf16,
 reduce))`` on the same MLP, and both in fp32, for ``reduce`` fp32 and bf16; then, in fp32,
 an MLP with a LayerNorm whose parameters stay ``unsharded`` against FSDP2 with them as
-``ignored_params``, whose gradients this worker all-reduces itself (FSDP2 does not).
+``ignored_params``, whose gradients this worker all-reduces itself (FSDP2 does not); and
+fp16 with a :class:`ShardedLossScaler` on :class:`Spiky`, whose overflow lands on rank 1's
+slice only, against the same scaler with a local (not all-reduced) overflow check.
 
 Usage::
 
@@ -27,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfkit import dist as pdist
-from perfkit.parallel import MixedPrecision, ShardedModule, ZeroOptimizer
+from perfkit.parallel import MixedPrecision, ShardedLossScaler, ShardedModule, ZeroOptimizer
 
 BATCH, STEPS, LR, WD = 8, 6, 1e-2, 0.1
 
@@ -118,6 +120,43 @@ def normed(seed: int = 0) -> nn.Sequential:
                          nn.Tanh(), nn.Linear(7, 3))
 
 
+class Spiky(nn.Module):
+    """``w`` (13 values) then ``c`` (1): on 2 ranks rank 0's slice is ``w[:7]``, rank 1's
+    ``w[7:]`` and ``c``, whose gradient is about 40x ``w``'s: it overflows fp16 first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(13, generator=g) * 0.1)
+        self.c = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, 13) -> (B, 1)
+        return (x * self.w).sum(-1, keepdim=True) + 10.0 * self.c * x[:, :1]
+
+
+class LocalCheck(ShardedLossScaler):
+    """The mistake: each rank decides from its own slice."""
+
+    def found_inf(self, leaves: list[torch.Tensor]) -> bool:
+        return any(bool((~torch.isfinite(p.grad)).any()) for p in leaves)
+
+
+def scaled(rank: int, world: int, scaler_class: type) -> dict[str, Any]:
+    model = Spiky()
+    sharded = ShardedModule(model, mixed_precision=MixedPrecision(torch.float16, torch.float32))
+    opt = ZeroOptimizer(sharded, torch.optim.AdamW, stage=3, lr=LR)
+    scaler = scaler_class(opt, init_scale=2.0**12, growth_interval=2)
+    chunk, stepped, scales = slice(rank * BATCH // world, (rank + 1) * BATCH // world), [], []
+    for s in range(10):
+        x, y = batch(s)
+        opt.zero_grad()
+        scaler.scale(nn.functional.mse_loss(sharded(x[chunk]).float(), y[chunk, :1])).backward()
+        stepped.append(scaler.step())
+        scales.append(scaler.scale_value)
+    return {"stepped": stepped, "scales": scales,
+            "params": [p.tolist() for p in sharded.full_parameters()]}
+
+
 def _train(net: nn.Module, opt: torch.optim.Optimizer, rank: int, world: int,
            average: list[torch.Tensor] = ()) -> list[float]:
     chunk, losses = slice(rank * BATCH // world, (rank + 1) * BATCH // world), []
@@ -192,6 +231,8 @@ def mixed(rank: int, world: int) -> dict[str, Any]:
                                    fsdp_opt.state[p]["exp_avg_sq"])
                                for i, p in zip((2, 3), theirs[1].parameters(), strict=True)),
         "norm": [p.tolist() for p in norm]}
+    out["scaler"] = scaled(rank, world, ShardedLossScaler)
+    out["local_check"] = scaled(rank, world, LocalCheck)
     return out
 
 

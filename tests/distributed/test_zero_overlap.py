@@ -8,7 +8,8 @@ value: the ``no_wait`` variant, ZeRO with its forward pre-hooks removed, shows t
 catches that. Tolerances: stages 1-2 against AdamW on the global batch, 1e-6 relative (the
 order of the gradient sums); overlapped against blocking, bitwise (the same arithmetic).
 Mixed precision, and unsharded parameters, against FSDP2: 1e-6 relative per tensor
-(measured: bitwise equal), while bf16 and fp32 training differ by more than 1e-4.
+(measured: bitwise equal), while bf16 and fp32 training differ by more than 1e-4. The fp16
+loss scaler: both ranks skip the same steps, which a rank-local overflow check does not.
 """
 
 from __future__ import annotations
@@ -94,3 +95,18 @@ def test_unsharded_parameters_are_averaged_and_equal_fsdp2_with_ignored_params(m
         assert u["losses"] == pytest.approx(u["fsdp_losses"], rel=TOL)
         assert u["norm_state_steps"] == [6.0, 6.0]  # in the consolidated state, stepped 6 times
     assert first["norm"] == second["norm"]  # bitwise the same on both ranks
+
+
+def test_loss_scaler_agrees_on_overflows_across_ranks(mixed):
+    # fp16 (MixedPrecision(float16, float32)) on Spiky: the overflowing gradient lands in
+    # rank 1's slice only. The all-reduced check makes both ranks skip the same steps and
+    # keep the same scale; a local check lets rank 0 step while rank 1 skips.
+    first, second = (r["scaler"] for r in mixed)
+    assert first["stepped"] == second["stepped"] and first["scales"] == second["scales"]
+    assert not all(first["stepped"]) and any(first["stepped"]), first  # skips, then steps
+    for s, (ok, scale) in enumerate(zip(first["stepped"], first["scales"])):
+        before = 2.0**12 if s == 0 else first["scales"][s - 1]
+        assert ok or scale == before / 2, first  # every overflow halves the scale
+    assert all(abs(v) < 1e3 for row in first["params"] for v in _flat(row))
+    bad = [r["local_check"]["stepped"] for r in mixed]
+    assert bad[0] != bad[1], bad

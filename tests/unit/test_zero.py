@@ -455,3 +455,34 @@ def test_zero3_unsharded_parameters_are_stepped_whole_and_in_the_state_dict():
                           torch.optim.AdamW, stage=3, lr=1e-2, weight_decay=0.1)
     again.load_state_dict(sd)  # another split: the state follows the parameters
     assert torch.equal(again.state_dict()["state"][5]["exp_avg"], want["state"][5]["exp_avg"])
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_loss_scaler_equals_torch_grad_scaler_and_skips_overflows(stage):
+    from perfkit.parallel import ShardedLossScaler
+
+    a, b = make_mlp(), make_mlp()
+    za = ZeroOptimizer(a.parameters(), torch.optim.AdamW, stage=stage, bucket_cap_mb=1e-4, lr=1e-2)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2)
+    ours = ShardedLossScaler(za, init_scale=2.0**8, growth_interval=2)
+    theirs = torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+    stepped = []
+    for s in range(6):
+        x, y = global_batch(s)
+        if s == 3:
+            x[0, 0] = float("inf")  # an overflow: both skip the step and halve the scale
+        for model, opt in ((a, za), (b, ob)):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            (ours if opt is za else theirs).scale(loss).backward()
+        stepped.append(ours.step())
+        theirs.step(ob)
+        theirs.update()
+        assert ours.scale_value == theirs.get_scale(), s
+    assert stepped == [True, True, True, False, True, True]
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    assert {float(st["step"]) for st in za.state_dict()["state"].values()} == {5.0}
+    again = ShardedLossScaler(za)
+    again.load_state_dict(ours.state_dict())
+    assert (again.scale_value, again.clean_steps) == (ours.scale_value, ours.clean_steps)
