@@ -8,11 +8,12 @@ slice ``r`` of each; a bucket's reduce-scatter starts *during backward* (Li et a
 asynchronous all-gather per bucket that the next forward waits for in a pre-hook.
 
 Why one class with a ``stage`` and not one per stage: the stages share the layout, the
-hooks, the step, ``torch.optim``'s ``None``-gradient contract and the one consolidated
-``state_dict``; they differ in three decisions, each a visible ``if`` on ``stage`` here:
-keep the full gradient (1) or free it once reduced (2, 3); all-gather the updated slices
-(1, 2) or let the module gather them (3); free a unit's parameters once its gradients
-are in (3). Subclasses would be a few lines each, hiding those decisions in overrides.
+gradient path (:class:`perfkit.parallel.BucketReducer`), the step, ``torch.optim``'s
+``None``-gradient contract and the one consolidated ``state_dict``; they differ in three
+decisions, each a visible ``if`` on ``stage``: keep the full gradient (1) or free it once
+reduced (2, 3; in the reducer); all-gather the updated slices (1, 2) or let the module
+gather them (3); free a unit's parameters once its gradients are in (3). Subclasses
+would be a few lines each, hiding those decisions in overrides.
 
 Usage::
 
