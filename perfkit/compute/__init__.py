@@ -68,6 +68,13 @@ from perfkit.compute.flops import (
     mfu,
     precision_dtype,
 )
+from perfkit.compute.intensity import (
+    NEAR_ROOF,
+    OpCount,
+    StepRoofline,
+    count_ops,
+    step_roofline,
+)
 from perfkit.compute.kernels import (
     AttentionPoint,
     ChainBytes,
@@ -85,6 +92,11 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "NEAR_ROOF",
+    "OpCount",
+    "StepRoofline",
+    "count_ops",
+    "step_roofline",
     "Setting",
     "SwitchTiming",
     "UltraTiming",

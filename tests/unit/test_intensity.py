@@ -1,0 +1,74 @@
+"""perfkit.compute.intensity: a step's counted FLOPs and bytes, and where it sits on the roofline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfkit.compute.intensity import NEAR_ROOF, OpCount, count_ops, step_roofline
+from perfkit.hw import MachineLimits
+from perfkit.stats import exact, median_interval
+
+N = 64
+LIMITS = MachineLimits(device="cpu", name="test", matmul_flops={"float32": 1e11},
+                       copy_bytes_per_s=1e10)  # ridge point 10 FLOP/byte
+
+
+def test_matmul_counts_its_flops_and_minimum_bytes():
+    a, b = torch.randn(N, N), torch.randn(N, N)
+    c = count_ops(lambda: a @ b)
+    assert (c.flops, c.bytes, c.ops) == (2 * N**3, 3 * N * N * 4, 1)
+    assert c.intensity == pytest.approx(N / 6)  # roofline.matmul_intensity's square fp32 value
+
+
+def test_bytes_follow_what_each_operator_reads_and_writes():
+    a = torch.randn(N, N)
+    assert count_ops(lambda: a.add_(1)) == OpCount(0, 2 * N * N * 4, 1)  # in place: read + write
+    assert count_ops(lambda: a @ a).bytes == 2 * N * N * 4  # one tensor passed twice is read once
+    assert count_ops(lambda: a.view(-1).t()) == OpCount(0, 0, 0)  # views move nothing
+    row = torch.randn(N)
+    # a broadcast row is read once (N values), not N times
+    assert count_ops(lambda: a + row.expand(N, N)).bytes == (N * N + N + N * N) * 4
+    # two operators, each reading its input and writing its output: no reuse between them
+    assert count_ops(lambda: (a * 2).relu()) == OpCount(0, 4 * N * N * 4, 2)
+
+
+def test_a_training_step_counts_forward_and_backward():
+    lin = torch.nn.Linear(N, N, bias=False)
+    x = torch.randn(8, N, requires_grad=True)  # so the backward computes both gradients
+    c = count_ops(lambda: lin(x).sum().backward())
+    assert c.flops == 3 * 2 * 8 * N * N  # forward, and two matmuls in the backward
+    assert c.ops >= 4 and c.bytes > 0
+
+
+def test_roofline_names_the_lower_roof_and_how_near_the_step_runs():
+    mem = OpCount(flops=10**9, bytes=10**9, ops=100)   # intensity 1 < ridge 10
+    r = step_roofline(mem, exact(1 / 9e9 * 10**9), LIMITS)  # 9 GFLOP/s of a 10 GFLOP/s memory roof
+    assert (r.roof, r.ridge, r.attainable) == ("memory", 10.0, 1e10)
+    assert r.of_roof.value == pytest.approx(0.9) and r.mfu.value == pytest.approx(0.09)
+    assert r.bound == "memory"
+    slow = step_roofline(mem, exact(1.0), LIMITS)  # 1 GFLOP/s: 10 % of the roof
+    assert slow.bound == "neither" and slow.roof == "memory"
+    comp = step_roofline(OpCount(10**12, 10**10, 5), exact(12.5), LIMITS)  # intensity 100, 80 GFLOP/s
+    assert (comp.roof, comp.bound) == ("compute", "compute") and comp.mfu.value == pytest.approx(0.8)
+
+
+def test_bound_follows_the_whole_interval():
+    count = OpCount(10**9, 10**9, 10)  # attainable 1e10: a 0.1 s step is the roof itself
+    straddle = median_interval([0.1, 0.1, 0.4, 0.4, 0.4, 0.1])
+    r = step_roofline(count, straddle, LIMITS)
+    assert r.of_roof.low < NEAR_ROOF < r.of_roof.high and r.bound == "undecided"
+    assert r.of_roof.low == pytest.approx(1e9 / straddle.high / 1e10)  # slower step, lower rate
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="fn must be"):
+        count_ops(3)
+    with pytest.raises(ValueError, match="count must have FLOPs and bytes"):
+        step_roofline(OpCount(0, 10, 1), exact(1.0), LIMITS)
+    with pytest.raises(TypeError, match="step_s must be"):
+        step_roofline(OpCount(1, 1, 1), 1.0, LIMITS)
+    with pytest.raises(ValueError, match="step_s.low"):
+        step_roofline(OpCount(1, 1, 1), exact(0.0), LIMITS)
+    with pytest.raises(TypeError, match="limits must be"):
+        step_roofline(OpCount(1, 1, 1), exact(1.0), {"float32": 1e11})
