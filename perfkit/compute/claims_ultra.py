@@ -113,7 +113,7 @@ class SwitchTiming:
         return [n for n in self.alone if self.speedup(n).low > 1]
 
 
-def _quiet_step(setting: Setting, t: SwitchTiming) -> Callable[[], None]:
+def _step_of(setting: Setting, t: SwitchTiming) -> Callable[[], None]:
     return setting_step(setting, t.samples, t.seq, t.model_kw)
 
 
@@ -198,10 +198,10 @@ def time_ultra(alone: SwitchTiming, compile_speedup: float | None = None, compil
     added += ["compile"] if compile_on and not compile_kept else []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        steps = [_quiet_step(s, alone) for s in (Setting(), tuned, ultra)]
+        steps = [_step_of(s, alone) for s in (Setting(), tuned, ultra)]
         acc = next((n for n in added if n.startswith("accumulation")), None)
         if acc is not None:
-            steps.append(_quiet_step(replace(tuned, **alone.changes[acc]), alone))
+            steps.append(_step_of(replace(tuned, **alone.changes[acc]), alone))
         with timing.Timer() as first:
             steps[2]()  # everything-on: starts the workers, and compiles when compile is on
         plain, tuned_t, ultra_t, *acc_t = timing.interleaved(steps, warmup=1, repeat=repeat)

@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,8 +128,6 @@ def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost
     Raises:
         TypeError, ValueError: for empty ``workers``, negative counts, or costs not > 0.
     """
-    import os
-
     workers = [check_int("workers entries", w, 0) for w in check_items("workers", workers)]
     for name, v in (("batch", batch), ("batches", batches), ("rounds", rounds)):
         check_int(name, v, 1)

@@ -8,7 +8,7 @@ notebook's: these records only measure.
 Usage::
 
     s = sizing_ratios([1, 4, 16], seq=64)
-    print(s.adam_ratio, s.growth())          # 2.0..., 16x over batch 1 -> 16
+    print(s.adam_ratio, s.growth())          # about 2.0; about 16 (batch 16 over batch 1)
     print(zero_rule_rows([0.5, 70], gpu_gb=80, n_gpus=8)[1].rule_wrong)
 """
 
