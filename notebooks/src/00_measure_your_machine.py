@@ -34,7 +34,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 import torch
 
 from perfkit import hw, roofline, timing, viz
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import si
 
 DEVICE = timing.resolve_device()  # CUDA if present, else CPU
@@ -108,14 +108,19 @@ plt.show()
 # **Reading the plot.** The curve rises while fixed costs are amortised over more work and
 # flattens (or dips, once the matrices outgrow the cache) near the ceiling. The best point is
 # the **compute ceiling** used from here on. The bf16/fp32 ratio printed next tells you whether
-# this machine has native bf16 arithmetic (a ratio near or above 2) or emulates it (below 1).
+# this machine has native bf16 arithmetic (a ratio near or above 2), converts bf16 to fp32 for the
+# arithmetic (about 0.5), or emulates it (about 0.01: `perfkit.hw.MachineLimits.support`).
 
 # %%
 bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
 print(f"fp32 ceiling: {si(limits.peak_flops('float32'), 'FLOP/s')}")
-print(f"bf16 ceiling: {si(limits.peak_flops('bfloat16'), 'FLOP/s')} "
-      f"({bf16_ratio:.2f}x fp32): " + ("native bf16 arithmetic" if bf16_ratio >= 1.5 else
-                                       "no fast bf16 units: bf16 is emulated or converted here"))
+print(f"bf16 ceiling: {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.3g}x fp32): " + {
+    "native": "native bf16 arithmetic",
+    "converted": "no bf16 units: bf16 is converted to fp32 for the arithmetic and back",
+    "emulated": f"emulated (below {hw.EMULATED_BELOW:.0%} of fp32): later notebooks time bf16 at the small "
+                "sizes that fit their budgets, and hold its MFU against the fp32 ceiling"}[limits.support("bfloat16")]
+      + (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={hw.imitation()})"
+         if hw.imitation() else ""))
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
 viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
                                   "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
@@ -239,12 +244,12 @@ viz.show_verdict(judge(Prediction("x + y's FLOP/s over its roof",
 viz.show_verdict(judge(Prediction("the linear layer's FLOP/s over its roof", "minimum bytes, measured ceilings",
                                   high=1.05, physical=(0, None)), share_of_roof["linear 4096x256x256"], explain={
     "held": f"It reaches {share_of_roof['linear 4096x256x256']:.0%} of it: a matrix this thin gives each core "
-            "less reuse than the big square one, so the minimum-bytes model is optimistic about its traffic"
-            + (f"; and {busy()}, so this one timing and the ceiling may have been taken at different loads"
-               if busy() else "") + ". Module 06 returns to these gaps (fusion, shapes, MFU).",
+            "less reuse than the big square one, so the minimum-bytes model is optimistic about its traffic. "
+            "Module 06 returns to these gaps (fusion, shapes, MFU).",
     "above": "Above the roof: the ceiling was measured while the machine was busier, or at sizes where this "
              "machine is slower than at this shape."}))
-#
+
+# %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
 #
 # Move the slider: small matmuls are memory-bound (left of the ridge), large ones
@@ -315,8 +320,7 @@ viz.show_verdict(judge(Prediction("the MLP step's HFU", "a step cannot run faste
     "held": "Below 100 % for the reasons section 4 showed: the elementwise ReLU and the loss are memory-bound "
             "and the step's timing is a median while the ceiling is the fastest tenth of runs"
             + (f"; its {width}-wide matmuls are smaller than the best one (n={best.n})" if width < best.n
-               else "") + (f"; and {busy()}, so the step and the ceiling may have been timed at different "
-                           "loads" if busy() else "") + ". Module 01 breaks a training step into its phases to find where the rest of "
+               else "") + ". Module 01 breaks a training step into its phases to find where the rest of "
             "the time goes.",
     "above": "Above the ceiling: the ceiling was measured while the machine was busier than during this step."}))
 

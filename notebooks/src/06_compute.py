@@ -23,8 +23,8 @@
 #
 # Every section asks a question, predicts the answer from a model, measures, and explains
 # the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
-# a busy machine slows both sides alike; the spread quoted beside each ratio is the 10th to
-# 90th percentile of back-to-back pair ratios.
+# a busy machine slows both sides alike; each ratio is the ratio of the medians, quoted with
+# its bootstrap interval over the same pairs (`perfkit.stats.median_ratio`), which holds it.
 
 # %% tags=["parameters"]
 import os
@@ -38,10 +38,11 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from perfkit import compute, hw, timing, viz
+from perfkit import compute, hw, sizing, stats, timing, viz
 from perfkit.compute import budget, compiling, kernels, throughput
+from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import gpt2_workload, tiny_gpt2
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import compute as vc
 from perfkit.viz import si
 
@@ -64,12 +65,42 @@ if DEVICE.type == "cuda":
     GPT, SEQ, BATCH, CHAIN_ROWS = dict(n_embd=768, n_layer=4, n_head=12), 512, 16, 32768
     BATCHES, BUDGET = [4, 16, 64], 8 * 2**30
 
+BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
+
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
 bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
 print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads")
 print(f"ceilings: fp32 {si(limits.peak_flops('float32'), 'FLOP/s')}, "
-      f"bf16 {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.2f}x fp32), "
-      f"copy {si(limits.copy_bytes_per_s, 'B/s')}")
+      f"bf16 {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.2f}x fp32: "
+      f"{limits.support('bfloat16')}), copy {si(limits.copy_bytes_per_s, 'B/s')}")
+
+# %% [markdown]
+# **Sizes from this machine's ceilings.** The bf16 work below is sized from the ceilings above
+# (`perfkit.sizing.plan_dtype`): a step's time is predicted as its model FLOPs over a quarter of
+# the bf16 ceiling, and each bf16 sweep keeps the sizes that fit its share of this notebook's
+# budget. Where bf16 is emulated (no bf16 units: about 100x slower than fp32) that is fewer
+# sizes; the sentences below say which. Timings run on the threads other processes leave free
+# (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
+# siblings at every barrier, which swung one step 30x between cells; MFU is then held against
+# the same share of the ceilings.
+
+# %%
+per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
+AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}),
+                             calls=LOSS_STEPS + REPEAT + 2, budget_s=0.12 * BUDGET_S)
+AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
+BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES,
+                               calls=(3 if QUICK else REPEAT) + 1, budget_s=0.1 * BUDGET_S)
+SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, calls=REPEAT + 3,
+                               budget_s=0.05 * BUDGET_S, label="n")
+PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
+THREADS = sizing.timing_threads()
+SHARE = sizing.ceiling_share(THREADS) if DEVICE.type == "cpu" else 1.0
+load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+print(f"timing on {THREADS} of {sizing.CORES} threads (load average {load:.1f}: about "
+      f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against {SHARE:.0%} of each ceiling")
+for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("shape sweep", SHAPE_PLAN)):
+    print(f"bf16 {what}: {plan.note}")
 
 # %% [markdown]
 # ## 1. Mixed precision: is bf16 faster, and does the model learn the same?
@@ -85,10 +116,10 @@ print(f"ceilings: fp32 {si(limits.peak_flops('float32'), 'FLOP/s')}, "
 # (elementwise ops, casts, the optimizer) does not speed up.
 #
 # First (a): the same tiny GPT-2, the same initial weights and the same batches of text,
-# trained in each precision.
+# trained in each precision (at batch `AMP_BATCH`, sized above).
 
 # %%
-wl = gpt2_workload(batch_size=BATCH, block_size=SEQ, device=DEVICE, seed=0, lr=3e-3,
+wl = gpt2_workload(batch_size=AMP_BATCH, block_size=SEQ, device=DEVICE, seed=0, lr=3e-3,
                    max_bytes=CORPUS_BYTES, **GPT)
 it = iter(wl.loader)
 batches = [tuple(t.to(DEVICE) for t in next(it)) for _ in range(LOSS_STEPS)]
@@ -150,16 +181,27 @@ def gpt_step(precision="fp32", compiled=False, vocab=1024, batch=x):
 
 shape = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ)
 flops = shape.train_flops(BATCH)  # model FLOPs of one step (section 6 explains the formula)
-amp = compute.compare(gpt_step("fp32"), gpt_step("bf16"), repeat=REPEAT)
-print(f"bf16 autocast against fp32: {amp}")
-def mfu_text(v):
-    """An MFU as a percentage, flagged when it exceeds the ceiling (then the ceiling is wrong)."""
-    return f"{v:.1%}" + (" (above 100 %: the measured ceiling is too low; rerun notebook 00 at "
-                         "default sizes)" if v > 1 else "")
+xa = x[:AMP_BATCH]  # (AMP_BATCH, T): the batch sized for bf16 above
+amp = compute.compare(gpt_step("fp32", batch=xa), gpt_step("bf16", batch=xa), repeat=REPEAT, threads=THREADS)
 
-for name, m, dt in (("fp32", amp.baseline, "float32"), ("bf16", amp.candidate, "bfloat16")):
-    print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(flops / m.median_s, 'FLOP/s')} "
-          f"= MFU {mfu_text(compute.mfu(flops, m.median_s, limits, dt))} of the {dt} ceiling")
+
+def speedup_of(sp):
+    """A compute.Speedup (baseline time over candidate's, paired rounds) as a perfkit.stats
+    Estimate: the ratio of the medians and its bootstrap interval over the same pairs."""
+    return stats.median_ratio(sp.baseline.times_s, sp.candidate.times_s)
+
+
+def ratio_text(sp):
+    """The printed form of speedup_of: the point always lies inside its interval."""
+    est = speedup_of(sp)
+    return (f"{est.value:.2f}x ({est.describe('x')}; "
+            f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
+
+
+print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ratio_text(amp)}")
+for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
+    print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
+          " of model FLOPs (section 6 turns these into MFU, one per setting)")
 
 # %% [markdown]
 # **Amdahl's estimate.** The fp32 MFU `f` is the share of the fp32 step its matmuls would take at
@@ -170,21 +212,20 @@ for name, m, dt in (("fp32", amp.baseline, "float32"), ("bf16", amp.candidate, "
 # and small bf16 matmuls may reach less of their ceiling than fp32 ones (less to gain).
 
 # %%
-f_mm = min(1.0, compute.mfu(flops, amp.baseline.median_s, limits, "float32"))
+f_mm = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
+                            limits.peak_flops("float32") * SHARE))
 amdahl = 1 / ((1 - f_mm) + f_mm / bf16_ratio)
 print(f"f = {f_mm:.1%} of the fp32 step in matmuls (at the ceiling), r = {bf16_ratio:.2f}: "
       f"Amdahl predicts {amdahl:.2f}x")
-viz.show_verdict(judge(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
-                                  value=amdahl, rel_tol=0.25, unit="x"), amp.ratio,
-                       spread=(amp.low, amp.high), explain={
+viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
+                       value=amdahl, rel_tol=0.25, unit="x"), speedup_of(amp), explain={
     "held": "The rest of the step (layer norms, GELU, softmax, the loss, AdamW, Python and dispatch) runs "
             "at the same speed in both precisions, which is why bigger models, with more of their step "
             "in matmuls, get closer to the ratio of the ceilings.",
     "above": "Faster than matmuls alone allow: the non-matmul work also got cheaper in bf16 (half the "
              "bytes for the elementwise ops autocast runs in bf16).",
     "below": "Slower than matmuls alone allow: the casts autocast inserts before every matmul, and the "
-             "bf16 weight copies it makes, cost more than the matmuls saved"
-             + (f"; or load: {busy()}." if busy() else ".")}))
+             "bf16 weight copies it makes, cost more than the matmuls saved."})
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
@@ -216,7 +257,7 @@ if DEVICE.type != "cuda":
     print("fp16 with GradScaler needs a CUDA GPU: skipped on this CPU (bf16 above needs no scaler)")
 else:
     fp16 = compute.compare(gpt_step("fp32"), gpt_step("fp16"), repeat=REPEAT)
-    print(f"fp16 + GradScaler against fp32: {fp16}; loss gap "
+    print(f"fp16 + GradScaler against fp32: {ratio_text(fp16)}; loss gap "
           f"{abs(tail['fp16'] - tail['fp32']) / tail['fp32']:.3%}")
 
 
@@ -269,6 +310,7 @@ for label, sec, nbytes in rows:
           f"= {limits.share_of_bandwidth(nbytes / sec):4.0%} of copy bandwidth")
 print(f"compiled / eager: {rec.speedup:.2f}x (predicted {chain.ratio:.1f}x if memory-bound); "
       f"first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
+print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 
 # %% [markdown]
 # **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
@@ -290,8 +332,7 @@ eager_model_s = bytes_s + chain.kernels * fault_s
 mib = xc.numel() * 4 / 2**20
 print(f"filling a new {mib:.0f} MiB tensor: {fresh.median_s * 1e3:.2f} ms, an existing one: "
       f"{reuse.median_s * 1e3:.2f} ms: "
-      + (f"a new tensor costs {fault_s * 1e3:.2f} ms more (its pages fault in"
-         + (f"; {busy()}, which may inflate it)" if busy() else ")") if fault_s > reuse.median_s else
+      + (f"a new tensor costs {fault_s * 1e3:.2f} ms more (its pages fault in)" if fault_s > reuse.median_s else
          f"a new tensor costs {fault_s * 1e3:.2f} ms more, less than the fill itself: no page faults to "
          "speak of at this size (the allocator reused the memory)" if fresh.median_s >= reuse.median_s else
          "the new one filled faster, which only noise explains: counted as no extra cost"))
@@ -313,9 +354,9 @@ viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth +
                 f"Not from arithmetic: the compiled chain, doing the same arithmetic, ran near its bytes' time "
                 f"({rec.compiled.median_s * 1e3:.2f} ms against {fused_bytes_s * 1e3:.2f} ms); the eager ops lose "
                 "time the model does not count (per-op dispatch, intermediates that miss the cache)")
-             + (f"; and {busy()}, which slows every timing here." if busy() else "."),
+             + ".",
     "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks"
-             + (f"; or load: {busy()}, which disturbs the fills measured above." if busy() else ".")}))
+             + "."}))
 viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
                                   high=chain.ratio, low=1.0, unit="x"), rec.speedup, explain={
     "held": "Fusion removes the intermediate tensors and their bytes.",
@@ -323,10 +364,9 @@ viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes 
              + ("fusion also removed the new tensors' page faults, which the bytes model does not count."
                 if chain.kernels * fault_s > bytes_s else "with no page faults measured at this size, the eager "
                 "chain lost more than its extra bytes: it is not memory-bound here (tanh and pow on few cores)"
-                + (f"; and {busy()}." if busy() else ".")),
+                + "."),
     "below": "The fused loop is not purely memory-bound: tanh costs tens of instructions per element, "
-             "so on few cores it becomes compute-bound."
-             + (f" And {busy()}." if busy() else "")}))
+             "so on few cores it becomes compute-bound."}))
 
 # %% [markdown]
 # On the roofline of notebook 00 (FLOPs counted as about 10 per element):
@@ -347,7 +387,8 @@ plt.show()
 # call, where `e` and `c` are the eager and compiled times per call. It pays off after
 # `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_*`),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
-# printed above say which case you are in.
+# printed above say which case you are in, and what a cold cache (a fresh machine, CI) cost
+# here, as measured by the last run that found the cache empty.
 
 # %%
 vc.plot_break_even(rec, title=f"GELU chain: compiling pays off after {rec.break_even_calls:,.0f} calls")
@@ -361,17 +402,19 @@ plt.show()
 
 # %%
 if COMPILE_STEP:
-    step_rec = compiling.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
-                                         repeat=REPEAT)
+    with sizing.pinned_threads(THREADS):
+        step_rec = compiling.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
+                                             repeat=REPEAT)
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
           f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step, "
           f"{step_rec.speedup:.2f}x; pays off after {step_rec.break_even_calls:,.0f} steps")
+    print(compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)[1])
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
     plt.show()
 else:
     step_rec = None
-    print("QUICK mode: the training-step compile is skipped (tens of seconds on a CPU); "
-          "run with QUICK = False to measure it")
+    print("QUICK mode: the training-step compile is skipped (tens of seconds on a CPU with a cold "
+          "cache); run with QUICK = False to measure it")
 
 # %% [markdown]
 # **Modes.** `torch.compile(model, mode=...)`:
@@ -493,9 +536,8 @@ viz.show_verdict(judge(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} ove
     "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
     "below": (f"This run cannot tell: {disturbed[0][0]} attention's time from T={disturbed[0][1]} to twice that "
               "length (four times the work) fell or grew more than 16-fold, so the machine was disturbed during "
-              f"the sweep{'; ' + busy() if busy() else ''}. Run it again. The memory difference above is exact."
-              if disturbed else f"{busy().capitalize()}: this run cannot tell. The memory difference above is exact."
-              if busy() else
+              "the sweep. Run it again. The memory difference above is exact."
+              if disturbed else
               "At these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
               "ratio does not grow with T here; the memory difference above is the part that scales.")}))
 
@@ -515,8 +557,11 @@ print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds
 # %% [markdown]
 # **In the model.** `transformers` switches the tiny GPT-2 between its attention implementations
 # with `model.set_attn_implementation("eager" | "sdpa")`. The whole forward and backward, and
-# the activations of the whole model (prediction for the difference: one `T x T` matrix per layer,
-# less the output and log-sum-exp the fused kernel saves instead):
+# the activations of the whole model. The prediction for the difference is notebook 04's exact
+# count (`perfkit.memory.activations.gpt2_saved_activation_bytes`), eager minus sdpa: per layer,
+# eager's `B·H·T²` softmax and its q, k, v copies (`3·B·T·C`), against what the fused kernel saves
+# instead: the fused q/k/v projection (`3·B·T·C`), copies of q and of the output (`2·B·T·C`) and
+# one fp32 log-sum-exp per row (`B·H·T`):
 
 # %%
 Bg, Hg, Lg = 4, 4, 2
@@ -529,10 +574,12 @@ for T in GPT_ATTN_T:
         m.set_attn_implementation(impl)
         fns[impl] = lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss.backward()
         act[impl] = kernels.activation_bytes(lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss, m)
-    sp = compute.compare(fns["eager"], fns["sdpa"], repeat=REPEAT)
-    print(f"T={T:4d}: sdpa against eager {sp}; saved eager {act['eager'] / 2**20:5.1f} MiB, "
-          f"sdpa {act['sdpa'] / 2**20:5.1f} MiB, difference {(act['eager'] - act['sdpa']) / 2**20:5.1f} "
-          f"(predicted {Lg * (kernels.attention_matrix_bytes(Bg, Hg, T) - Bg * Hg * T * (64 // Hg + 1) * 4) / 2**20:5.1f})")
+    sp = compute.compare(fns["eager"], fns["sdpa"], repeat=REPEAT, threads=THREADS)
+    count = {impl: gpt2_saved_activation_bytes(Bg, T, 64, Lg, Hg, 1024, attention=impl).total
+             for impl in ("eager", "sdpa")}  # bytes, notebook 04's count
+    print(f"T={T:4d}: sdpa against eager {ratio_text(sp)}; saved eager {act['eager'] / 2**20:5.1f} MiB, "
+          f"sdpa {act['sdpa'] / 2**20:5.1f} MiB, difference {(act['eager'] - act['sdpa']) / 2**20:5.2f} "
+          f"(predicted {(count['eager'] - count['sdpa']) / 2**20:5.2f})")
 
 # %% [markdown]
 # ## 5. Shapes: do odd matrix sizes cost throughput?
@@ -546,10 +593,16 @@ for T in GPT_ATTN_T:
 # Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved:
 
 # %%
-shape_pts = [p for dt in ("float32", "bfloat16")
-             for p in kernels.matmul_shape_sweep([(1024, n, 256) for n in MATMUL_N], dt,
-                                                 device=DEVICE, repeat=REPEAT)]
-for dt in ("float32", "bfloat16"):
+# bf16 at the widths its plan kept (section 0); a sweep needs an aligned and an odd width
+SHAPE_N = {"float32": MATMUL_N, "bfloat16": [n for n in MATMUL_N if n in SHAPE_PLAN.batches]}
+shape_dtypes = [dt for dt, ns in SHAPE_N.items() if any(n % 64 == 0 for n in ns) and any(n % 2 for n in ns)]
+with sizing.pinned_threads(THREADS):
+    shape_pts = [p for dt in shape_dtypes
+                 for p in kernels.matmul_shape_sweep([(1024, n, 256) for n in SHAPE_N[dt]], dt,
+                                                     device=DEVICE, repeat=REPEAT)]
+if "bfloat16" not in shape_dtypes:
+    print(f"bf16: {SHAPE_PLAN.note} That leaves no aligned and odd pair: bf16 is not swept here.")
+for dt in shape_dtypes:
     aligned = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 64 == 0]
     odd = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 2]
     ref = statistics.median(aligned)
@@ -565,8 +618,7 @@ odd32 = [p.flops_per_s for p in shape_pts if p.dtype == "float32" and p.n % 2]
 ref32 = statistics.median(aligned32)
 viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (fp32)",
                                   "a tile's remainder per row: a few percent at n near 1024", low=0.94, unit=""),
-                       statistics.median(odd32) / ref32, spread=(min(odd32) / ref32, max(odd32) / ref32),
-                       explain={
+                       stats.range_of([o / ref32 for o in odd32], lo=0.0, hi=1.0), explain={
     "held": f"This {DEVICE.type.upper()}'s kernels handle odd edges cheaply at these sizes.",
     "below": f"Odd sizes lose more than a tile's remainder here, beyond the aligned sizes' own spread "
              f"({min(aligned32) / ref32:.0%}-{max(aligned32) / ref32:.0%}): the kernel takes a slower path for them.",
@@ -578,16 +630,16 @@ viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (
 # token); nanoGPT pads it to 50,304, a multiple of 64, and reported a large speedup on GPUs. Our
 # tiny model's analogue: 1,024 tokens plus one special token, 1,025, padded to 1,088. Padding adds
 # 6 % more logits (LM-head FLOPs) that are never targets; it can only win if the aligned shapes run more
-# than that much faster. Measured on the bf16 training step:
+# than that much faster. Measured on the bf16 training step (fp32 where bf16 is emulated):
 
 # %%
 V = 1025
 VP = kernels.pad_to_multiple(V, 64)
 xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the padded ids
-pad = compute.compare(gpt_step("bf16", vocab=V, batch=xv), gpt_step("bf16", vocab=VP, batch=xv),
-                      repeat=REPEAT)
-print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits): padded step {pad} "
-      f"(> 1x: padding is faster)")
+pad = compute.compare(gpt_step(PAD_PRECISION, vocab=V, batch=xv), gpt_step(PAD_PRECISION, vocab=VP, batch=xv),
+                      repeat=REPEAT, threads=THREADS)
+print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ratio_text(pad)} "
+      "(> 1x: padding is faster)" + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
 
 # %% [markdown]
 # Whether padding helps here is decided by the printed ratio and its spread: a ratio inside the
@@ -648,13 +700,18 @@ viz.show_verdict(judge(Prediction("FlopCounterMode's count over the 6N + attenti
 # %%
 bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, n_embd=GPT["n_embd"], n_layer=GPT["n_layer"],
                                   n_head=GPT["n_head"], device=DEVICE, warmup=1,
-                                  repeat=3 if QUICK else REPEAT)
-settings = [(precision, False, b) for precision in ("fp32", "bf16") for b in BATCHES]
+                                  repeat=3 if QUICK else REPEAT, threads=THREADS)
+settings = [("fp32", False, b) for b in BATCHES] + [("bf16", False, b) for b in BENCH_PLAN.batches]
 bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
+if BENCH_PLAN.reduced:
+    print(f"bf16: {BENCH_PLAN.note}")
 for p in bench.points:
     print(f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
           f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
-          f"MFU {p.mfu:5.1%} of the {compute.precision_dtype(p.precision)} ceiling")
+          f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling" + (f" x {SHARE:.0%}" if SHARE < 1 else ""))
+bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
+print(sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16", SHARE)[2]
+      + f" (bf16, batch {bf16_top.batch})")
 vc.plot_throughput(bench.points)
 plt.show()
 
@@ -664,34 +721,38 @@ best = max(fp32_pts, key=lambda p: p.tokens_per_s)
 
 
 def rounds(a, b):
-    """p10-p90 of a's tokens/s over b's, round by round (the settings took turns in each round):
-    the step-time pairs of compute.Speedup, scaled by the batch ratio."""
-    pairs = compute.Speedup(baseline=b.step, candidate=a.step)  # b's step time over a's, per round
-    return a.batch / b.batch * pairs.low, a.batch / b.batch * pairs.high
+    """a's tokens/s over b's with its bootstrap interval over the rounds (the settings took
+    turns in each round): b's step time over a's, paired, scaled by the batch ratio."""
+    return stats.median_ratio(b.step.times_s, a.step.times_s).scaled(a.batch / b.batch)
 
 
-noisy = f" Or load: {busy()}." if busy() else ""
 viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over batch {fp32_pts[0].batch}",
                                   "per-step costs spread over more tokens", low=1.0, unit="x"),
-                       fp32_pts[-1].tokens_per_s / fp32_pts[0].tokens_per_s,
-                       spread=rounds(fp32_pts[-1], fp32_pts[0]), explain={
+                       rounds(fp32_pts[-1], fp32_pts[0]), explain={
     "below": "Larger batches ran slower per token: their activations outgrow the caches (section 1 measured "
-             "the saved bytes per step), which outweighed the per-step costs." + noisy}))
+             "the saved bytes per step), which outweighed the per-step costs."}))
 viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over the best batch",
                                   "throughput flattens, it does not fall", low=0.9, unit="x"),
-                       fp32_pts[-1].tokens_per_s / best.tokens_per_s, spread=rounds(fp32_pts[-1], best), explain={
+                       rounds(fp32_pts[-1], best), explain={
     "held": f"The best batch was {best.batch}; past it the gain per doubling is small.",
     "below": f"Throughput peaked at batch {best.batch} and fell after it, in every round of the measurement "
              "(the spread). Two causes fit and this run does not separate them: larger batches' activations "
              "outgrow the caches (section 1 measured the saved bytes per step), and on a shared machine a longer "
-             "step catches more interruptions." + noisy}))
+             "step catches more interruptions."}))
 top = max(bench.points, key=lambda p: p.mfu)
-print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}). "
-      + ("Above 100 %: impossible against a true ceiling, so the measured "
-         f"{compute.precision_dtype(top.precision)} ceiling (square matmuls of notebook 00's sizes) is below "
-         "what this step's matmul shapes reach: an MFU is only as good as its peak." if top.mfu > 1 else
-         "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, against the "
-         "vendor's peak."))
+swept = max(q.n for q in limits.matmul_points if q.dtype == top.ceiling)  # notebook 00's largest size
+print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the {top.ceiling} "
+      "ceiling). " + (f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling "
+                      f"(square matmuls up to n={swept}) is below what this step's matmul shapes reach"
+                      + ("; notebook 00 ran at QUICK sizes here: its default sweep goes further"
+                         if swept < 1024 else "") + ": an MFU is only as good as its peak." if top.mfu > 1 else
+                      "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
+                      "against the vendor's peak."))
+at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 MFU of this setting
+print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%}, the figure the summary reports"
+      + (f"; section 1 timed the same step beside bf16 at {amp.baseline.median_s * 1e3:.1f} ms, here "
+         f"{at_batch.step.median_s * 1e3:.1f} ms: the same setting in other company, and the load between"
+         if AMP_BATCH == BATCH else ""))
 
 # %% [markdown]
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a
@@ -767,13 +828,12 @@ plt.show()
 # %%
 largest_t = ATTN_T[-1]
 headlines = {
-    "bf16 step speedup": f"{amp.ratio:.2f}x ({amp.low:.2f}-{amp.high:.2f})",
+    f"bf16 step speedup (batch {AMP_BATCH})": ratio_text(amp),
     "GELU chain compiled": f"{rec.speedup:.2f}x, compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={largest_t}": f"{by['naive', largest_t].seconds / by['sdpa', largest_t].seconds:.2f}x",
-    f"MFU at batch {BATCH}, each of its own ceiling": f"fp32 {mfu_text(compute.mfu(flops, amp.baseline.median_s, limits))} "
-        f"of {si(limits.peak_flops('float32'), 'FLOP/s')}, bf16 "
-        f"{mfu_text(compute.mfu(flops, amp.candidate.median_s, limits, 'bfloat16'))} of "
-        f"{si(limits.peak_flops('bfloat16'), 'FLOP/s')}",
+    "MFU (section 6)": f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
+                       f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling"
+                       + (f" (x {SHARE:.0%}: {THREADS} threads)" if SHARE < 1 else ""),
     f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
 }
 if step_rec is not None:

@@ -42,6 +42,7 @@ MAX_STEPS = 1500               # a run that never reaches the target stops here
 
 # %%
 import json
+import math
 import random
 import statistics
 import sys
@@ -53,10 +54,10 @@ import torch
 from IPython.display import Markdown, display
 
 import perfkit
-from perfkit import dist, hw, viz
+from perfkit import dist, hw, stats, viz
 from perfkit.compute import gpt_train_flops
 from perfkit.profiling import render_text
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.verdict import Prediction, judge
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
@@ -111,9 +112,9 @@ def tokens_per_s(result, steps=None):
 
 def speedup(befores, after, resamples=400):
     """tokens/s after over the mean of ``befores`` (the previous configuration, run before and
-    after the new one), and the 10th-90th percentile of that ratio over bootstrap resamples of
-    every run's steps, widened to the ratio against each before alone: a load that drifted
-    across the three runs shows as a gap between those two."""
+    after the new one) as a perfkit.stats Estimate: the 10th-90th percentile of that ratio over
+    bootstrap resamples of every run's steps, widened to the ratio against each before alone (a
+    load that drifted across the three runs shows as a gap between those two) and to the point."""
     rng, b = random.Random(0), after_window(after)
 
     def ratio(steps_after, steps_before):
@@ -123,8 +124,9 @@ def speedup(befores, after, resamples=400):
     boot = sorted(ratio(rng.choices(b, k=len(b)), [rng.choices(a, k=len(a)) for a in map(after_window, befores)])
                   for _ in range(resamples))
     each = [tokens_per_s(after) / tokens_per_s(r) for r in befores]
-    return ratio(b, [after_window(r) for r in befores]), (min(boot[resamples // 10], *each),
-                                                         max(boot[-resamples // 10 - 1], *each))
+    point = ratio(b, [after_window(r) for r in befores])
+    return stats.Estimate(point, min(boot[resamples // 10], *each, point), max(boot[-resamples // 10 - 1], *each, point),
+                          None, len(b), "p10-p90 of step resamples, widened to the ratio against each run before")
 
 
 report, result = run_round(())
@@ -176,12 +178,13 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 
 # %%
 def next_fix(report, result, applied):
-    """(kind, share, bound, model, fix) for the next round, or None: nothing worth fixing."""
+    """(kind, share, bound, model, fix) for the next round, or None: nothing worth fixing.
+    A fix already applied, or tried and found slower (``tried``), is not chosen again."""
     for f in report["findings"]:
         if f["severity"] == "info":
             continue
         for fix in slow_train.FIX_FOR_FINDING.get(f["kind"], ()):
-            if fix not in applied and fix in AVAILABLE:
+            if fix not in applied and fix not in tried and fix in AVAILABLE:
                 # the fix may also answer other kinds (ddp: sync and communication)
                 also = [k for k, fixes in slow_train.FIX_FOR_FINDING.items() if fix in fixes
                         and k != f["kind"] and k in report["shares"]]
@@ -198,7 +201,7 @@ def next_fix(report, result, applied):
                         f"Amdahl: the data time, {share:.1%} of an unprofiled step, removed", fix)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in slow_train.FIX_FOR_FINDING["compute"]:
-        if fix in applied or fix not in AVAILABLE:
+        if fix in applied or fix in tried or fix not in AVAILABLE:
             continue
         if fix == "batch":
             mfu = mfu_of(result)
@@ -222,7 +225,7 @@ def peak_of(result):
     return limits.peak_flops("bfloat16") if bf16 else PEAK
 
 # %%
-applied, waterfall = [], []
+applied, waterfall, tried = [], [], {}  # tried: fix -> its gain, for rounds that made the step slower
 
 
 def explain_round(kind, fix, gain, spread, bound, before):
@@ -234,14 +237,13 @@ def explain_round(kind, fix, gain, spread, bound, before):
     noise = ("the change was smaller than the noise within the rounds" if spread[0] < 1.0 <= spread[1]
              else "the speedup reaches the bound within the noise of the rounds")
     inconclusive = f"{cause}; {noise}." if cause else f"{noise}."
-    load = f"; {busy()}" if busy() else ""
     slowdown = (statistics.mean(before["report"]["step_times_s"])
                 / statistics.median(after_window(before["result"])))
     held = f"It bought {(gain - 1) / (bound - 1):.0%} of what the bound allowed." if bound > 1 else ""
     if kind == "data" and bound >= 99:  # the share was capped at 99 %
         held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
-                f"profiled steps took {slowdown:.1f}x as long: the profiler"
-                + (" and the machine's load" if busy() else "") + "), so this bound says little.")
+                f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this bound "
+                "says little.")
     above = ("a rank's data time also holds the other rank up at the next collective, where it counts as "
              f"communication ({before['report']['shares']['communication']:.1%} of the step before the "
              "fix), not as data; and the" if kind == "data" else
@@ -252,14 +254,12 @@ def explain_round(kind, fix, gain, spread, bound, before):
     return {
         "held": held,
         "above": "More than the bound allows. " + above[0].upper() + above[1:]
-        + " load may have changed faster than the three runs (before, after, before again) can cancel"
-        + f"{load}.",
+        + " load may have changed faster than the three runs (before, after, before again) can cancel.",
         "inconclusive": inconclusive[0].upper() + inconclusive[1:],
-        "below": "The step got slower. " + (
-            f"And {busy()}: a busy machine can slow one run for reasons of its own, so this round "
-            "cannot tell what the fix did; run it again on a quieter machine." if busy() else
-            "Against the previous configuration run before and after it, the fix cost more than it "
-            "saved on this machine.")}
+        "below": "The step got slower: against the previous configuration run before and after it, "
+                 "the fix cost more than it saved on this machine (on a busy machine, one run can also be "
+                 "slowed for reasons of its own). It is dropped from the fixes: the next round starts "
+                 "from the configuration before it."}
 
 
 def play_round():
@@ -271,16 +271,23 @@ def play_round():
     kind, share, bound, model, fix = pick
     report, result = run_round((*applied, fix))
     again = run_round(tuple(applied), to_target=False)[1]  # the previous one again: before, after, before
-    gain, spread = speedup([rounds[-1]["result"], again], result)
+    est = speedup([rounds[-1]["result"], again], result)  # the one ratio: printed and judged
+    gain, spread = est.value, est.spread
+    before = statistics.mean(tokens_per_s(r) for r in (rounds[-1]["result"], again))
+    display(Markdown(f"### Round {len(applied) + len(tried) + 1}: {kind} -> `--fix {fix}`\n\n"
+                     f"{slow_train.FIXES[fix]}. Tokens/s {before:,.0f} (the configuration before, mean "
+                     f"of its runs before and after this one) -> {tokens_per_s(result):,.0f}: "
+                     f"**{gain:.2f}x** (p10-p90 {spread[0]:.2f}-{spread[1]:.2f}x)."))
+    p = Prediction(f"tokens/s speedup of --fix {fix}", model, low=1.0, high=bound, unit="x")
+    viz.show_verdict(judge(p, est, explain=explain_round(kind, fix, gain, spread, bound, rounds[-1])))
+    if gain < 1.0:  # slower: the next round starts from the configuration before it
+        tried[fix] = gain
+        print(f"--fix {fix}: tried, slower ({gain:.2f}x); dropped from the fixes, the next round starts "
+              f"from {', '.join(applied) or 'the slow job'}")
+        return True
     applied.append(fix)
     rounds.append({"fixes": tuple(applied), "report": report, "result": result})
     waterfall.append((fix, gain))
-    display(Markdown(f"### Round {len(applied)}: {kind} -> `--fix {fix}`\n\n"
-                     f"{slow_train.FIXES[fix]}. Tokens/s "
-                     f"{tokens_per_s(rounds[-2]['result']):,.0f} -> "
-                     f"{tokens_per_s(result):,.0f}."))
-    p = Prediction(f"tokens/s speedup of --fix {fix}", model, low=1.0, high=bound, unit="x")
-    viz.show_verdict(judge(p, gain, spread, explain=explain_round(kind, fix, gain, spread, bound, rounds[-2])))
     return True
 
 
@@ -326,16 +333,37 @@ while more:
 final = rounds[-1]["report"]
 print(render_text(final).split("\ntrace")[0])
 SHARE = {"data": "data", "sync": "sync", "ddp": "communication", "optimizer": "optimizer"}
-for fix in (f for f in AVAILABLE if f not in applied):  # the compute fixes always run
+for fix in (f for f in AVAILABLE if f not in applied and f not in tried):  # compute fixes always run
     print(f"not applied: --fix {fix} ({SHARE[fix]}: {final['shares'][SHARE[fix]]:.1%} of "
           "the last step)")
+for fix, g in tried.items():
+    print(f"tried, slower: --fix {fix} ({g:.2f}x), not among the fixes")
+
+# %% [markdown]
+# The diagnosis names *phases*: its "compute" finding says forward and backward take most of the
+# step, not that they run at the machine's arithmetic speed. Whether they are **compute-bound** is
+# a roofline question: at the measured fp32 ceiling, the step's model FLOPs would take
+# `FLOPs / peak` seconds; compute-bound means forward + backward take not much longer than that
+# (here: at least half their time would be arithmetic at the ceiling).
+
+# %%
+fb_share = final["shares"]["forward"] + final["shares"]["backward"]
+fb_s = fb_share * statistics.median(after_window(rounds[-1]["result"]))  # s per step, unprofiled
+at_peak_s = mfu_of(rounds[-1]["result"]) * statistics.median(after_window(rounds[-1]["result"]))
+bound_by = "compute-bound" if at_peak_s >= 0.5 * fb_s else "not compute-bound"
+print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; the model's FLOPs at the "
+      f"{viz.si(peak_of(rounds[-1]['result']), 'FLOP/s')} ceiling: {at_peak_s * 1e3:.1f} ms "
+      f"({at_peak_s / fb_s:.0%} of it): {bound_by}"
+      + ("" if bound_by == "compute-bound" else
+         ": the rest of their time is memory traffic and per-operator costs (module 06's fusion, "
+         "shapes and batch size), not arithmetic"))
 
 # %% [markdown]
 # ## 3. What the fixes bought
 #
-# Each bar is one fix's measured tokens/s speedup over the round before it, from the total
-# before to the total after (log scale: equal factors, equal heights); the last bar is the
-# product. MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06)
+# Each bar is one kept fix's measured tokens/s speedup over the round before it (the ratio its
+# verdict judged), from the total before to the total after (log scale: equal factors, equal
+# heights); the last bar is their product. A fix that made the step slower is not among them. MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06)
 # of both ranks per second over this machine's measured peak for the job's precision (fp32;
 # bf16 once `--fix bf16` runs), on the unprofiled steps
 # (the diagnosis' MFU counts one rank's matmul FLOPs over the profiled, slower, window).
@@ -348,6 +376,14 @@ first, last = rounds[0]["result"], rounds[-1]["result"]
 for name, r in (("slow", first), ("fixed", last)):
     print(f"{name:>5}: {tokens_per_s(r):9,.0f} tokens/s, MFU {mfu_of(r):.2%}, "
           f"batch {r['tokens_per_step']:,} tokens/step, fixes: {', '.join(r['fixes']) or 'none'}")
+product = math.prod(g for _, g in waterfall)  # the waterfall's last bar: the headline speedup
+direct = tokens_per_s(last) / tokens_per_s(first)
+print(f"the kept fixes' gains multiply to {product:.2f}x (the last bar, and the summary's figure); the "
+      f"slow and fixed runs compared directly: {direct:.2f}x"
+      + ("." if abs(product / direct - 1) < 0.05 else
+         f", {max(product, direct) / min(product, direct):.2f}x apart: each gain is timed against the "
+         "configuration before it, run just before and after it, while the direct ratio compares runs "
+         "minutes apart, whose load differed."))
 
 # %% [markdown]
 # ## 4. Time to a target loss
@@ -388,7 +424,7 @@ for name, r in (("slow", first), ("fixed", last)):
 fig = viz.plot_time_to_target(curves, TARGET_LOSS,
                               title="Mean loss over the last 4096 tokens against seconds")
 plt.show()
-throughput_gain = tokens_per_s(last) / tokens_per_s(first)
+throughput_gain = direct  # these two runs' own ratio: the bound for their time-to-target ratio
 if None not in reach.values():
     tt_gain = reach["slow"][0] / reach["fixed"][0]
     print(f"time to the target: {tt_gain:.2f}x faster; tokens/s {throughput_gain:.2f}x; "
@@ -426,8 +462,9 @@ if None not in reach.values():
 # %%
 viz.show_headlines({
     "fixes applied": ", ".join(applied),
-    "tokens/s": f"{tokens_per_s(first):,.0f} -> {tokens_per_s(last):,.0f} "
-                f"({throughput_gain:.2f}x)",
+    "tokens/s": f"{tokens_per_s(first):,.0f} -> {tokens_per_s(last):,.0f}; the fixes' product "
+                f"{product:.2f}x (runs compared directly {direct:.2f}x)",
+    "tried, slower": ", ".join(f"{f} ({g:.2f}x)" for f, g in tried.items()) or "none",
     "MFU": f"{mfu_of(first):.2%} -> {mfu_of(last):.2%} (6N + attention FLOPs over the measured "
            f"{'bf16' if peak_of(last) != PEAK else 'fp32'} peak)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "
