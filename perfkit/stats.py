@@ -211,16 +211,18 @@ def median_interval(xs: Sequence[float], level: float = LEVEL, resamples: int = 
     return Estimate(point, lo, hi, level, n, how)
 
 
-def median_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL,
+def median_ratio(a: Sequence[float], b: Sequence[float], paired: bool = True, level: float = LEVEL,
                  resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
-    """``median(a) / median(b)`` with a bootstrap confidence interval over paired rounds.
+    """``median(a) / median(b)`` with a bootstrap confidence interval.
 
-    Each round's pair ``(a[i], b[i])`` is resampled together, so load that drifted during
-    the run (and hit both members of a pair) cancels.
+    ``paired=True`` (rounds timed back to back, the course's usual design): each round's
+    pair ``(a[i], b[i])`` is resampled together, so load that drifted during the run (and hit
+    both members of a pair) cancels. ``paired=False`` (two separate runs, of any lengths):
+    each side is resampled on its own, and drift between the runs stays in the interval.
 
     Args:
-        a, b: times (or rates) of the same rounds, ``a[i]`` and ``b[i]`` measured back to back;
-            every value > 0.
+        a, b: times (or rates); every value > 0; equally long when ``paired``.
+        paired: whether ``a[i]`` and ``b[i]`` were measured together.
         level: the interval's confidence.
         resamples, seed: the bootstrap's; fixed so that a rerun prints the same interval.
 
@@ -228,24 +230,27 @@ def median_ratio(a: Sequence[float], b: Sequence[float], level: float = LEVEL,
         An :class:`Estimate` whose ``value`` is the ratio of the medians.
 
     Raises:
-        TypeError, ValueError: for unequal or empty sequences, a value that is not a finite
-            number > 0, ``level`` outside (0, 1), ``resamples`` below 100 or a negative ``seed``.
+        TypeError, ValueError: for empty sequences (or unequal ones when paired), a value that
+            is not a finite number > 0, ``level`` outside (0, 1), ``resamples`` below 100 or
+            a negative ``seed``.
     """
     x, y = _values("a", a, positive=True), _values("b", b, positive=True)
-    if len(x) != len(y):
+    if paired and len(x) != len(y):
         raise ValueError(f"a and b must hold the same number of rounds, got {len(x)} and {len(y)}")
     level = _level(level)
     _count("resamples", resamples, 100)
     _count("seed", seed, 0)
-    point, n = float(np.median(x) / np.median(y)), len(x)
+    point, n = float(np.median(x) / np.median(y)), min(len(x), len(y))
     if n < 2:
         return Estimate(point, point, point, level, 1, "1 round: no interval")
-    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    boot = np.median(x[idx], axis=1) / np.median(y[idx], axis=1)
+    rng = np.random.default_rng(seed)
+    ix = rng.integers(0, len(x), size=(resamples, len(x)))
+    iy = ix if paired else rng.integers(0, len(y), size=(resamples, len(y)))
+    boot = np.median(x[ix], axis=1) / np.median(y[iy], axis=1)
     lo, hi, widened = _interval(boot, point, level)
-    how = (f"bootstrap of the median ratio over {n} paired rounds"
-           + (", widened to hold the ratio" if widened else ""))
-    return Estimate(point, lo, hi, level, n, how)
+    how = (f"bootstrap of the median ratio over {n} paired rounds" if paired else
+           f"bootstrap of the median ratio of two separate runs ({len(x)} and {len(y)} repeats)")
+    return Estimate(point, lo, hi, level, n, how + (", widened to hold the ratio" if widened else ""))
 
 
 def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], paired: bool,

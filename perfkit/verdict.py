@@ -108,11 +108,8 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one prediction (one of :data:`OUTCOMES`), with its text.
-
-    ``level`` is the confidence of the interval it was judged on (``None``: judged on the
-    value alone, or on a range that is not a confidence interval).
-    """
+    """The outcome of one prediction (one of :data:`OUTCOMES`), with its text; ``level`` is the
+    confidence of the interval it was judged on (``None``: none, or a plain range)."""
 
     prediction: Prediction
     measured: float
@@ -203,6 +200,16 @@ def _gap(measured: float, edge: float, u: str, direction: str) -> str:
             else f"{shown} is {si(abs(measured - edge), u)} {direction} {edge_shown}")
 
 
+def _across(value: float, edge: float, interval: tuple[float, float], words: str, u: str) -> str:
+    """Why an interval across ``edge`` decides nothing: the figure's distance from the edge, and
+    how far the interval reaches past it on the other side."""
+    past = edge - interval[0] if value >= edge else interval[1] - edge
+    side = "below" if value >= edge else "above"
+    return (f"the {words} ({si(interval[0], u)} to {si(interval[1], u)}) reaches across the edge "
+            f"{si(edge, u)}: the figure lies {si(abs(value - edge), u)} from it, the interval "
+            f"reaches {si(past, u)} {side} it")
+
+
 def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[float, float] | None = None,
           explain: Mapping[str, str] | None = None) -> Verdict:
     """Compare a measurement and its interval with ``prediction`` by the module's one rule.
@@ -251,10 +258,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
         outcome = "inconclusive"
         crossed = [e for e in (lo, hi) if interval[0] < e <= interval[1] or interval[0] <= e < interval[1]]
         edge = min(crossed, key=lambda e: abs(value - e))  # the edge the figure is nearest
-        half = (interval[1] - interval[0]) / 2
-        why = (f"inconclusive: the {words} reaches across the edge {si(edge, u)}; the measured "
-               f"distance from it, {si(abs(value - edge), u)}, is within the interval's half-width "
-               f"{si(half, u)}")
+        why = f"inconclusive: {_across(value, edge, interval, words, u)}"
     elif lo <= value <= hi:
         outcome, direction, why = "held", "inside", "held"
     else:
@@ -346,18 +350,17 @@ class ClaimVerdict:
 def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float] | None = None,
            reasons: Mapping[str, str] | None = None, gpu_only: bool = False,
            not_judged: str | None = None) -> ClaimVerdict:
-    """Judge ``claim`` by ``measured`` (and its ``spread``, e.g. 10th-90th percentiles).
+    """Judge ``claim`` by ``measured`` with the module's one rule.
 
-    The status is ``inconclusive`` when the measurement is not finite or its spread reaches
-    across the no-effect value (``claim.partly``; the promised range's edges when there is
-    none): the noise is larger than the effect. A median inside the promise whose spread
-    reaches outside it only ``holds partly``. ``gpu_only=True`` (the advice is about a GPU
-    and this is a CPU analogue) makes the status ``"GPU only"`` and names the analogue's zone.
+    ``inconclusive``: the figure is not finite or its interval reaches across the no-effect
+    value (``claim.partly``; else the promised range's edges). A figure inside the promise
+    whose interval reaches outside it only ``holds partly``. ``gpu_only=True`` (a CPU analogue
+    of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone.
 
     Args:
         claim: the advice and its promised range.
-        measured: the measured figure.
-        spread: ``(low, high)`` of the measurement across repeats, or ``None`` (exact counts).
+        measured: a :class:`perfkit.stats.Estimate`, or a plain number (exact, or with ``spread``).
+        spread: ``(low, high)`` around a plain number, or ``None``.
         reasons: sentences by status (``"holds"``, ``"holds partly"``, ``"does not hold here"``,
             ``"inconclusive"``); the one matching what was measured is appended.
         gpu_only: the measurement is a CPU analogue of a GPU-only claim.
@@ -391,12 +394,7 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         status, why = "inconclusive", "the measurement is not a finite number"
     elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
         edge = next(e for e in edges if spread[0] < e < spread[1])
-        status, why = "inconclusive", (f"the {words} reaches across "
-                                       + ("the no-effect value" if claim.partly is not None else
-                                          "the edge of the promised range")
-                                       + f" {si(edge, u)}: the measured distance from it, "
-                                       f"{si(abs(measured - edge), u)}, is within the interval's "
-                                       f"half-width {si((spread[1] - spread[0]) / 2, u)}")
+        status, why = "inconclusive", _across(measured, edge, spread, words, u)
     else:
         status, why = claim.zone(measured), ""
     said = status  # the reason appended: the median's zone, even where the spread downgrades it
@@ -413,6 +411,8 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         return ClaimVerdict(claim, float(measured), spread, "GPU only", text, shown)
     if reasons.get(said):
         text += " " + reasons[said].strip()
+    if status != "holds" and busy() and "busy" not in reasons.get(said, ""):
+        text += f" ({busy()[0].upper()}{busy()[1:]}.)"
     if gpu_only:
         verb = "is " if status == "inconclusive" else ""
         text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"

@@ -59,7 +59,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from perfkit import hw, models, timing, viz
+from perfkit import hw, models, stats, timing, viz
 from perfkit.data import LoaderConfig, SlowDataset, datasets, measure_loader, simulate_pipeline
 from perfkit.data import experiments as ex
 from perfkit.verdict import Prediction, judge
@@ -143,7 +143,7 @@ viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overl
             runs["1 workers"].step_time().scaled(1e3), explain={
     "above": f"Of the step, {med['1 workers'][0]:.1f} ms waited for the worker's batch and "
              f"{med['1 workers'][1]:.1f} ms computed, against t_compute = {compute_s * 1e3:.1f} ms alone."})
-two = ex.unpaired_median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, what="steps per run")
+two = stats.median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, paired=False)
 print(f"2 workers' step over 1 worker's: {two.value:.2f}x ({two.describe()})")
 
 # %% [markdown]
@@ -256,7 +256,7 @@ for (m, p), r in epochs.items():
     print(f"{m:>5}, persistent_workers={p!s:>5}: first-batch wait per epoch [{firsts}] ms")
 print(f"one batch alone costs {batch_load_s * 1e3:.0f} ms: the rest of a fresh worker's first wait is its startup")
 later = {p: [w[0] for w in epochs[("fork", p)].wait_s[1:]] for p in (False, True)}   # s, epochs 2 on
-keep = ex.unpaired_median_ratio(later[True], later[False], what="epochs per side")
+keep = stats.median_ratio(later[True], later[False], paired=False)
 gain_ms = (statistics.median(later[False]) - statistics.median(later[True])) * 1e3
 viz.verdict(Prediction("later epochs' first-batch wait, persistent over fresh workers (fork)",
                        "persistent workers skip the startup", high=1.0, unit="x"), keep, explain={

@@ -90,7 +90,6 @@ from perfkit.compute import claims_precision as cp
 from perfkit.compute import claims_speed as cs
 from perfkit.compute import claims_ultra as cu
 from perfkit.data import claims as cd
-from perfkit.data.experiments import unpaired_median_ratio
 from perfkit.jobs.data_parallel import make_mlp
 from perfkit.memory import claims as cm
 from perfkit.memory import gpt2_saved_activation_bytes, zero_model_states
@@ -610,7 +609,7 @@ runs_c = {r["method"]: r for r in topk["runs"]}
 dense_r, topk_r = runs_c["none"], runs_c["topk_1pct_ef"]
 wire = topk_r["wire_bytes_per_step"] / topk_r["dense_bytes_per_step"]
 skip = 3  # the first steps build DDP's buckets and warm up the kernels
-tk = unpaired_median_ratio(dense_r["step_times_s"][skip:], topk_r["step_times_s"][skip:], "steps per run")
+tk = stats.median_ratio(dense_r["step_times_s"][skip:], topk_r["step_times_s"][skip:], paired=False)
 print(f"gradient {dense_r['n_params']:,} parameters = {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB per step; "
       f"top-k 1 % sends {topk_r['wire_bytes_per_step'] / 1e3:.1f} kB ({wire:.2%})")
 print(f"top-k's step speedup over the all-reduce {x(tk)}; after {TOPK_STEPS} steps eval accuracy "

@@ -39,7 +39,6 @@ from perfkit.data.experiments import (
     padding_waste,
     prefetch_loops,
     rate_ratio,
-    unpaired_median_ratio,
     wait_share,
 )
 from perfkit.data.loader import (
@@ -55,12 +54,6 @@ from perfkit.data.prefetch import (
 )
 
 __all__ = [
-    "ADVISED_WORKERS",
-    "PinTiming",
-    "WorkerSweep",
-    "pass_rate",
-    "time_pin_memory",
-    "worker_sweep",
     "ADVISED_WORKERS",
     "PinTiming",
     "WorkerSweep",
@@ -91,7 +84,6 @@ __all__ = [
     "SlowDataset",
     "spend",
     "TextChunks",
-    "unpaired_median_ratio",
     "wait_share",
     "write_shards",
 ]

@@ -34,7 +34,7 @@ from perfkit.stats import Estimate, bootstrap
 
 __all__ = ["MonitoredRun", "PaddingRecord", "hidden_fraction", "hidden_fraction_estimate",
            "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops", "rate_ratio",
-           "unpaired_median_ratio", "wait_share"]
+           "wait_share"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -152,11 +152,6 @@ def rate_ratio(a: LoaderRecord, b: LoaderRecord) -> Estimate:
     bootstrapped over each run's steps independently."""
     sa, sb = ([w + c for w, c in zip(*_steady(r), strict=True)] for r in (a, b))
     return bootstrap(lambda x, y: float(y.mean() / x.mean()), [sa, sb], paired=False, what="steps per run")
-
-
-def unpaired_median_ratio(a: Sequence[float], b: Sequence[float], what: str = "repeats per side") -> Estimate:
-    """``median(a) / median(b)`` for two separate runs, each resampled on its own."""
-    return bootstrap(lambda x, y: float(np.median(x) / np.median(y)), [a, b], paired=False, what=what)
 
 
 # --- the prefetcher -------------------------------------------------------------------------

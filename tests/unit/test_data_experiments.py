@@ -42,11 +42,6 @@ def test_rate_ratio_is_a_over_b_in_samples_per_second():
     assert ex.rate_ratio(slow, fast).value == pytest.approx(0.5)
 
 
-def test_unpaired_median_ratio():
-    est = ex.unpaired_median_ratio([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
-    assert est.value == pytest.approx(1.0) and est.low <= 1.0 <= est.high and est.low < est.high
-
-
 def test_hidden_fraction_against_the_longer_part():
     t = {"serial, sleep load": 10.0, "Prefetcher, sleep load": 6.0, "load only": 4.0, "compute only": 5.0}
     assert ex.hidden_fraction(t, "sleep") == pytest.approx(0.8)   # (10 - 6) / (10 - max(4, 5))

@@ -56,6 +56,17 @@ def test_a_ratio_that_is_one_has_an_interval_across_one():
     assert e.low < 1 < e.high
 
 
+def test_unpaired_median_ratio_resamples_each_run_on_its_own():
+    e = stats.median_ratio([1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0], paired=False)
+    assert e.value == pytest.approx(1.0) and e.low <= 1.0 <= e.high and e.low < e.high
+    assert "separate runs" in e.method
+    # rounds that move together: pairing cancels the shared drift, separate runs keep it
+    drift = [1.0 + 0.1 * i for i in range(20)]
+    a = [1.5 * d for d in drift]
+    paired, apart = stats.median_ratio(a, drift), stats.median_ratio(a, drift, paired=False)
+    assert paired.high - paired.low < 1e-9 < apart.high - apart.low
+
+
 def test_median_interval_and_single_rounds():
     e = stats.median_interval([1.0, 1.1, 0.9, 1.05, 0.95])
     assert e.low <= 1.0 <= e.high and e.low < e.high

@@ -33,7 +33,8 @@ def test_a_spread_across_the_bound_is_inconclusive_not_a_verdict():
     v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY"})
     assert v.outcome == "inconclusive" and "NOISY" in v.text
     # the reason is measured: the edge crossed, the distance from it, the interval's half-width
-    assert "across the edge 1.34x" in v.text and "0.04x" in v.text and "0.125x" in v.text
+    assert "across the edge 1.34x" in v.text and "lies 0.04x from it" in v.text
+    assert "reaches 0.11x above it" in v.text
     assert "HELD-REASON" not in v.text
     # the same median with a tight spread is a verdict
     assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
@@ -314,4 +315,14 @@ def test_the_printed_point_always_lies_inside_the_printed_interval():
 def test_an_interval_across_both_edges_names_the_edge_nearest_the_figure():
     ceiling = Prediction("hidden share", "overlap ceiling", low=0.0, high=0.15, physical=(-1, 1))
     v = judge(ceiling, est(0.40, -0.31, 0.68))
-    assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "0.25" in v.text
+    assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "lies 0.25 from it" in v.text
+    assert "reaches 0.46 below it" in v.text  # a lopsided interval: the side past the edge, not a half-width
+
+
+def test_a_claim_that_does_not_hold_names_a_busy_machine(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 1.0, 1.0))
+    assert "load average 6.0" in assess(SPEEDUP, 0.8).text
+    assert "load average" not in assess(SPEEDUP, 1.5).text
