@@ -41,7 +41,6 @@ GPT = dict(batch_size=16, block_size=64, max_bytes=CORPUS_BYTES)
 SLOW_COST_MS = 1.0                    # planted per-sample decode cost, ms
 
 # %%
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -49,8 +48,8 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 
-from perfkit import hw, models, roofline, timing, viz
-from perfkit.compute import compare
+from perfkit import hw, models, roofline, stats, timing, viz
+from perfkit.compute import NEAR_ROOF, compare, count_ops, step_roofline
 from perfkit.profiling import (
     MemoryMonitor,
     ProfileConfig,
@@ -60,7 +59,7 @@ from perfkit.profiling import (
     diagnose_shares,
     measure_workload,
 )
-from perfkit.verdict import Prediction, busy, judge
+from perfkit.verdict import Prediction
 from perfkit.viz import profiling as vprof
 
 DEVICE = timing.resolve_device()
@@ -86,21 +85,17 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 
 # %%
 gpt_wl = models.gpt2_workload(device=DEVICE, **GPT)
-step_times = []
-for _ in range(STEPS + 1):
-    with timing.Timer(DEVICE) as t:
-        models.train_steps(gpt_wl, 1)
-    step_times.append(t.elapsed_s)
-first, steady = step_times[0], statistics.median(step_times[1:])
+step_times = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=0, repeat=STEPS + 1,
+                              device=DEVICE).times_s  # no warm-up: the first call is timed too
+first, steady = step_times[0], stats.median(step_times[1:])
 print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms "
       f"-> the first step is {first / steady:.1f}x a steady one")
 p_first = Prediction("the first step's time over the slowest steady step", "one-time costs in step 1",
                      low=1.0, unit="x")
-viz.show_verdict(judge(p_first, first / max(step_times[1:]), explain={
+viz.verdict(p_first, first / max(step_times[1:]), explain={
     "held": f"A benchmark that included it in a mean of {STEPS + 1} steps would be off by "
             f"{(sum(step_times) / len(step_times)) / steady - 1:+.0%}; warm up first.",
-    "below": "Some later step was slower still: the machine stalled during the run (see section 1c)"
-             + (f"; {busy()}." if busy() else ".")}))
+    "below": f"The slowest later step took {max(step_times[1:]) / steady:.1f}x the median: a stall (section 1c)."})
 
 # %% [markdown]
 # ### 1b. Asynchronous execution
@@ -143,27 +138,24 @@ for label, s in (("naive (no wait)", naive_s), ("waiting for the work", correct_
           f"{share[label]:8.0%} of this machine's fp32 ceiling")
 bench = timing.benchmark(lambda: a @ a, warmup=2, repeat=10, device=DEVICE)
 bench_share = limits.share_of_peak(roofline.matmul_flops(n, n, n) / bench.median_s)
-top = max((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.best_flops_per_s, default=None)
-top = top if top and abs(top.best_flops_per_s / limits.peak_flops("float32") - 1) < 0.01 else None  # the ceiling's size
 p_naive = Prediction("share of the ceiling implied by the naive timing", "the clock is read before the work runs",
                      low=1.0)
-viz.show_verdict(judge(p_naive, share["naive (no wait)"], explain={
+viz.verdict(p_naive, share["naive (no wait)"], explain={
     "held": "No machine beats its own ceiling: a share above 100 % always means the work was not waited for.",
-    "below": "The launch took long enough to look plausible here; on a GPU the gap is orders of magnitude."}))
+    "below": "The launch took long enough to look plausible here; on a GPU the gap is orders of magnitude."})
 p_wait = Prediction("share of the ceiling implied by waiting for the work", "a correct timing cannot beat the ceiling",
                     high=1.0, physical=(0, None))
-viz.show_verdict(judge(p_wait, share["waiting for the work"], explain={
-    "held": f"{n}x{n} matmuls timed properly (benchmark, median of 10) reach {bench_share:.0%} of the ceiling"
-            + (": the single sample above carries the pool's hand-off and whatever the machine did at that "
-               "moment." if bench_share > share["waiting for the work"] else
-               ", no more than the single sample: " + (busy() or "the machine's speed varies from call to call")
-               + ".")
-            + (f" The ceiling is the fastest tenth of the samples at notebook 00's best size, {top.n}x{top.n}"
-               + (", where a matmul's fixed costs weigh less." if top.n > n else ".") if top else ""),
-    "above": "Above the ceiling even when waiting: the ceiling was measured while the machine was busier "
-             "(rerun notebook 00)."}))
+proper = f"The same {n}x{n} matmul timed properly (benchmark, median of 10) reaches {bench_share:.0%}"
+viz.verdict(p_wait, share["waiting for the work"], explain={
+    "held": proper + ".", "above": proper + ": the ceiling was measured while the machine was busier (rerun notebook 00)."})
 
 # %% [markdown]
+# In your own code the bug looks like `t0 = time.time(); y = model(x); print(time.time() - t0)`
+# on a GPU: the forward pass "takes" a few microseconds, and the time reappears in whatever
+# line next waits for the device (`loss.item()`, a copy to the CPU, the next step). A profile
+# then blames that line. Time with `perfkit.timing` (CUDA events, or a synchronize before
+# each clock read), or with the profiler, which records when the kernels actually ran.
+#
 # ### 1c. One sample
 #
 # **Prediction.** A shared machine (a laptop with a browser open, a CI runner, a GPU node
@@ -182,14 +174,13 @@ print(f"digits CNN step: {m}")
 print(f"a single sample could have been anywhere from {m.min_s * 1e3:.2f} to "
       f"{max(m.times_s) * 1e3:.2f} ms: {m.min_s / m.median_s - 1:+.0%} to "
       f"{max(m.times_s) / m.median_s - 1:+.0%} around the median")
-p_median = Prediction("second median over the first", "medians of 30 samples are stable", value=1.0, rel_tol=0.1)
-moved = ("The machine's load changed between the two runs" + (f"; {busy()}" if busy() else "")
-         + ". Even medians move then, which is why every comparison in this course alternates its "
-           "candidates (perfkit.timing.interleaved).")
-viz.show_verdict(judge(p_median, m2.median_s / m.median_s, explain={
-    "held": f"Single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over "
-            f"fastest); the two medians are {abs(m2.median_s / m.median_s - 1):.1%} apart.",
-    "above": moved, "below": moved}))
+p_median = Prediction("second median over the first", "medians of 30 samples are stable", value=1.0, rel_tol=0.1,
+                      unit="x")
+viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s), explain={
+    "held": f"Single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over fastest).",
+    **dict.fromkeys(("above", "below"), "The machine's speed changed between the two runs: even medians move "
+                    "then, which is why every comparison in this course alternates its candidates "
+                    "(perfkit.timing.interleaved).")})
 
 # %% [markdown]
 # **Correct timing, in one place.** `perfkit.timing.benchmark` (whole calls) and
@@ -232,41 +223,64 @@ plt.show()
 
 # %%
 ratio = gpt["backward"].mean_s / gpt["forward"].mean_s
-n_params = sum(p.numel() for p in gpt_wl.model.parameters())
-tokens = GPT["batch_size"] * GPT["block_size"]
-achieved = 6 * n_params * tokens / gpt.step.mean_s  # ~6 FLOPs per parameter per token (fwd + bwd)
-print(f"backward / forward = {ratio:.2f}")
-print(f"GPT-2: {n_params:,} parameters, {gpt.tokens_per_s:,.0f} tokens/s, ~{viz.si(achieved, 'FLOP/s')} "
-      f"= {limits.share_of_peak(achieved):.0%} of the fp32 matmul ceiling")
-for name, s in healthy.items():
-    print(f"{name}: data takes {s.share('data'):.1%} of a {s.step.p50_s * 1e3:.1f} ms step "
-          f"({s['data'].mean_s * 1e3:.2f} ms)")
-load = f". Also, {busy()}: load does not hit the two phases alike" if busy() else ""
+for name, sm in healthy.items():
+    print(f"{name}: data takes {sm.share('data'):.1%} of a {sm.step.p50_s * 1e3:.1f} ms step "
+          f"({sm['data'].mean_s * 1e3:.2f} ms)")
 p_bwd = Prediction("backward time over forward time (tiny GPT-2)", "two matmuls per forward matmul",
                    value=2.0, rel_tol=0.25, unit="x")
-viz.show_verdict(judge(p_bwd, ratio, explain={
-    "below": "The forward includes work whose backward is cheap: the loss over the vocabulary (a "
-             "log_softmax), memory-bound layer norms and attention, and Python overhead per operator, "
-             f"which does not double{load}.",
-    "above": "The backward does more than its matmuls here: memory-bound gradients of layer norms, "
-             f"attention and the loss, and the accumulation of gradients, weigh more than their FLOPs{load}."}))
-top_data = max(healthy, key=lambda k: healthy[k].share("data"))
-td = healthy[top_data]
+viz.verdict(p_bwd, ratio, explain=dict.fromkeys(("above", "below"), (
+    f"Forward {gpt['forward'].mean_s * 1e3:.1f} ms, backward {gpt['backward'].mean_s * 1e3:.1f} ms: at this "
+    "width time does not follow FLOPs (the roofline below measures how far the step is from them).")))
+td = healthy[top_data := max(healthy, key=lambda k: healthy[k].share("data"))]
 p_data = Prediction("largest data share of the two healthy steps", "pre-decoded tensors: the loader only "
                     "samples and collates", high=Thresholds().data, physical=(0, 1))
-viz.show_verdict(judge(p_data, td.share("data"), explain={
-    "held": f"Even the larger one ({top_data}) is below the analyzer's data threshold (section 4): a healthy "
-            "pipeline is not flagged.",
-    "above": f"The {top_data}'s DataLoader costs {td['data'].mean_s * 1e3:.2f} ms per batch (sampling "
-             f"indices, collating its samples one by one) against a {td.step.mean_s * 1e3:.1f} ms step: "
-             "nothing is slow in it, the step is short. Section 4 shows what that means for the "
-             "analyzer's threshold."}))
+viz.verdict(p_data, td.share("data"), explain={
+    "above": f"The {top_data}'s DataLoader costs {td['data'].mean_s * 1e3:.2f} ms per batch against a "
+             f"{td.step.mean_s * 1e3:.1f} ms step: nothing is slow in it, the step is short (section 4)."})
 
 # %% [markdown]
-# The model-FLOPs estimate above is a share of the matmul ceiling; module 06 measures what
-# decides it (at 64 wide, each operator's fixed cost and memory traffic). The data shares are
-# what the DataLoader costs with nothing slow in it; section 4 sets the analyzer's threshold
-# against them.
+# ### Is the step compute-bound?
+#
+# Forward and backward take most of the step; section 4's analyzer reports that as a
+# `compute` finding (above 60 % of the step). That says where the time goes, not what limits
+# it. Whether a step is compute-bound is the roofline's question (notebook 00): the step's
+# **arithmetic intensity** I, FLOPs per byte its operators move, against the machine's
+# **ridge point**, peak FLOP/s over DRAM bandwidth, says which roof is the lower one,
+# `min(peak, I x bandwidth)`; and the step is bound by that roof only if it runs near it
+# (at least half of it, `NEAR_ROOF`). `perfkit.compute.intensity.count_ops` counts one step's
+# FLOPs (torch's flop counter) and the bytes every operator reads and writes (eager: no reuse
+# between operators, the lowest intensity the step can have); `step_roofline` places the
+# measured step times on the roofline.
+#
+# **Prediction.** At 64 wide each operator is small, and its fixed cost (dispatch, Python)
+# weighs as much as its arithmetic: the step should reach less than half of the roof above
+# it, bound by neither roof.
+
+# %%
+count = count_ops(lambda: models.train_steps(gpt_wl, 1))
+steps = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=2, repeat=STEPS, device=DEVICE)
+where = step_roofline(count, stats.median_interval(steps.times_s), limits)
+print(f"one step: {viz.si(count.flops, 'FLOP')} and {viz.si(count.bytes, 'B')} moved by {count.ops} operators: "
+      f"intensity {where.intensity:.1f} FLOP/B against a ridge point of {where.ridge:.1f} FLOP/B, so the "
+      f"{where.roof} roof is the lower one ({viz.si(where.attainable, 'FLOP/s')})")
+print(f"MFU {where.mfu.value:.1%} (90% interval {where.mfu.low:.1%} to {where.mfu.high:.1%}, {steps.n} steps) "
+      f"= {where.of_roof.value:.0%} of the {where.roof} roof")
+p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
+                    "64-wide operators: fixed costs weigh as much as arithmetic", high=NEAR_ROOF, physical=(0, None))
+viz.verdict(p_roof, where.of_roof, explain={
+    "held": f"Bound by neither roof: {count.ops} operators per step, {viz.si(count.flops / count.ops, 'FLOP')} "
+            "each on average; the step is overhead-bound (module 06 measures the operators' fixed costs).",
+    "above": f"The step runs near its {where.roof} roof: it is {where.roof}-bound" + (
+        "; above the DRAM roof, the cache served part of its traffic." if where.of_roof.value > 1 else ".")})
+
+# %% [markdown]
+# Why DRAM's roof, when a step of a few MB mostly fits in the last-level cache? The cache's
+# bandwidth (notebook 00 measures it too) is higher, so its roof lies above the DRAM one: a
+# step below the DRAM roof is below the cache roof as well, and "bound by neither" holds for
+# both. The opposite case, a step above the DRAM roof, is one that the cache serves.
+#
+# The data shares are what the DataLoader costs with nothing slow in it; section 4 sets the
+# analyzer's threshold against them.
 #
 # ## 3. The PyTorch profiler: operators and a trace
 #
@@ -274,6 +288,11 @@ viz.show_verdict(judge(p_data, td.share("data"), explain={
 # unprofiled, `warmup` steps are profiled and thrown away (the profiler's own start-up lands
 # there), `active` steps are recorded. With `StepMonitor(annotate=True)` each phase is also a
 # `record_function("phase:NAME")` range, so the trace carries the phases too.
+#
+# The operator table ranks operators by **self time**: time inside the operator minus the
+# operators it called (`aten::linear` calls `aten::addmm`; its self time is the bookkeeping
+# around that call). Total time includes the children, so the totals of nested operators add
+# up to more than the step; self times do not, and each row's share is of their sum.
 #
 # **Prediction.** Since almost all FLOPs are matmuls, `aten::mm`/`aten::addmm` should top the
 # operator table (rank 1 by self time).
@@ -292,13 +311,10 @@ mm_rank = next((i + 1 for i, o in enumerate(res.top_ops) if o.name in MATMULS), 
 print(f"matmul operators: {mm_share:.0%} of all operator self time; the first is rank {mm_rank}")
 p_top = Prediction("rank of the first matmul operator by self time", "matmuls carry almost all FLOPs",
                    value=1, rel_tol=0)
-viz.show_verdict(judge(p_top, mm_rank, explain={
-    "held": (f"Yet matmuls are only {mm_share:.0%} of operator time: with matrices this small the loss "
-             "(log_softmax over the vocabulary), attention, layer norms and the optimizer's elementwise "
-             "updates take the rest." if mm_share < 0.5 else
-             f"Matmuls are {mm_share:.0%} of operator time."),
-    "above": f"{res.top_ops[0].name} outranks every matmul: at 64 wide, per-operator fixed costs and "
-             "memory-bound work outweigh the FLOPs."}))
+viz.verdict(p_top, mm_rank, explain={
+    "held": f"All matmuls together are {mm_share:.0%} of operator self time.",
+    "above": f"{res.top_ops[0].name} ({res.top_ops[0].share:.0%} of operator self time) outranks every "
+             f"matmul ({mm_share:.0%} together): the roofline of section 2 found the step far from its FLOPs."})
 
 # %% [markdown]
 # Rows named `Optimizer.step#...` or `enumerate(DataLoader)...`, when the table shows them, are
@@ -334,9 +350,10 @@ for k in ours:
 worst_pp = 100 * max(abs(ours[k] - theirs[k]) for k in ours)
 p_agree = Prediction("largest disagreement between monitor and trace", "both time the same ranges",
                      high=10, unit=" pp", physical=(0, 100))
-viz.show_verdict(judge(p_agree, worst_pp, explain={
-    "above": "The profiler's own overhead lands inside some ranges and not others; with only "
-             f"{cfg.active} profiled steps one stalled step moves a share by points."}))
+worst_k = max(ours, key=lambda k: abs(ours[k] - theirs[k]))
+viz.verdict(p_agree, worst_pp, explain={
+    "above": f"The gap is in '{worst_k}', over {cfg.active} profiled steps: the two clocks disagree on "
+             "where that phase's time went, not only by noise."})
 
 # %% [markdown]
 # ## 4. The bottleneck analyzer
@@ -357,23 +374,16 @@ for k in ("data", "communication", "optimizer", "other", "compute"):
 print(f"{'jitter':>14} {th.jitter:>7}x {'-':>10}   (p99/p50 of the step, from {th.min_steps} steps)")
 
 # %%
-data_shares = {k: s.share("data") for k, s in healthy.items()}
-worst = max(data_shares, key=data_shares.get)
-over = {k: v for k, v in data_shares.items() if v > th.data}
-verdict_10 = (
-    f"On this machine even a healthy pipeline exceeds 10 % ({', '.join(over)}): its fixed cost per batch "
-    f"is large against this short step, so the analyzer flags it too. Here, read a data finding together "
-    f"with the data milliseconds, or lengthen the step (a larger batch) before trusting the share."
-    if over else
-    f"Every healthy pipeline here stays under 10 %, so a data finding at 10 % means something "
-    f"per-sample is slow{' (a 5 % rule would already flag ' + worst + ')' if data_shares[worst] > 0.05 else ''}.")
+data_shares = {k: sm.share("data") for k, sm in healthy.items()}
+over = [k for k, v in data_shares.items() if v > th.data]
 display(Markdown(
     f"**Why 10 % for data, not 5 %.** Section 2 measured the healthy pipelines of this course at "
-    f"{', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this "
-    f"machine. Those milliseconds are the DataLoader's fixed cost per batch, which weighs more "
-    f"the shorter the step is. {verdict_10} On a GPU with long steps, use `Thresholds(data=0.05)`. "
-    f"Communication keeps the plugin's 10 %: exposed all-reduce time grows with the number of "
-    f"ranks, so a share that is tolerable on 2 ranks is not on 16."))
+    f"{', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine: the "
+    "DataLoader's fixed cost per batch, which weighs more the shorter the step. "
+    + (f"Here even that exceeds 10 % ({', '.join(over)}): read a data finding with its milliseconds. " if over
+       else "Both stay under 10 %, so a data finding at 10 % means something per-sample is slow. ")
+    + "On a GPU with long steps, use `Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: "
+    "exposed all-reduce time grows with the number of ranks."))
 
 # %% [markdown]
 # The rule itself is simple arithmetic on the shares, so it can be checked on a hand-made record
@@ -401,11 +411,10 @@ slow = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE,
 print(f"data: {slow['data'].p50_s * 1e3:.1f} ms of a {slow.step.p50_s * 1e3:.1f} ms step")
 p_slow = Prediction("data time per step with the planted cost", f"{GPT['batch_size']} samples x "
                     f"{SLOW_COST_MS:g} ms, plus tokenizing", low=GPT["batch_size"] * SLOW_COST_MS, unit=" ms")
-viz.show_verdict(judge(p_slow, slow["data"].p50_s * 1e3, explain={
+viz.verdict(p_slow, slow["data"].p50_s * 1e3, explain={
     "held": f"The rest ({slow['data'].p50_s * 1e3 - GPT['batch_size'] * SLOW_COST_MS:.1f} ms) is the "
             "per-sample tokenizing and the loader's own cost.",
-    "below": "Less than the planted cost itself: the cost is spent in a busy loop, so this means the "
-             "monitor's data phase missed part of the loader's work."}))
+    "below": "Less than the planted busy loop itself: the monitor's data phase missed part of the loader's work."})
 display(Markdown(vprof.findings_markdown(diagnose_shares(slow))))
 
 # %% [markdown]
@@ -425,31 +434,35 @@ slow_wl = models.gpt2_workload(device=DEVICE, tokenize_per_sample=True, cost_ms=
 fixed_wl = models.gpt2_workload(device=DEVICE, **GPT)
 fix = compare(lambda: models.train_steps(slow_wl, 1), lambda: models.train_steps(fixed_wl, 1),
               warmup=WARMUP, repeat=STEPS, device=DEVICE)
-speedup = fix.ratio
+speedup = fix.estimate  # slow over fixed, ratio of medians over the alternating rounds
 print(f"step, alternating: {fix}")
-viz.show_verdict(judge(p_fix, speedup, spread=(fix.low, fix.high), explain={
-    "held": "Removing the data time is all the fix does, as the breakdown said.",
-    "above": "The model's own phases got faster too once the tokenizer stopped competing with them "
-             "for caches and cores" + (f", or the load moved between the runs the prediction came from "
-                                       f"({busy()})." if busy() else "."),
-    "below": "The model's own phases got slower in the fixed run: the machine's load changed while the "
-             "breakdown was measured (the interleaved measurement is the one to trust)."}))
-display(Markdown(vprof.findings_markdown(diagnose_shares(fixed))))
+model_ms = {k: (r.step.mean_s - r["data"].mean_s) * 1e3 for k, r in (("slow", slow), ("fixed", fixed))}
+viz.verdict(p_fix, speedup, explain=dict.fromkeys(("above", "below"), (
+    f"The model's own time per step (step minus data) was {model_ms['slow']:.1f} ms in the slow run and "
+    f"{model_ms['fixed']:.1f} ms in the fixed one: the prediction assumed them equal.")))
+
+# %% [markdown]
+# The diagnosis of the fixed pipeline. A `compute` finding, when there is one, is information,
+# not a bottleneck: it says that forward + backward take most of the step, a share. What
+# bounds that time is the roofline's answer from section 2, quoted beside it.
+
+# %%
+fixed_findings = diagnose_shares(fixed)
+display(Markdown(vprof.findings_markdown(fixed_findings)))
+compute = next((f for f in fixed_findings if f.kind == "compute"), None)
+if compute:
+    print(f"'compute': forward + backward take {compute.share:.0%} of the step; by the roofline of section 2 "
+          "the step is " + {"neither": "bound by neither roof", "undecided": "not placed by that run"}.get(
+              where.bound, f"{where.bound}-bound") + f" (MFU {where.mfu.value:.1%}).")
 vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
                       title="Before and after the fix (mean ms per step)")
 plt.show()
 
 # %%
 drift = fixed.step.p50_s / gpt.step.p50_s
-display(Markdown(
-    f"**The same model, measured twice.** The healthy tiny GPT-2 of section 2 stepped in "
-    f"{gpt.step.p50_s * 1e3:.1f} ms (p50); the fixed pipeline, the same model and data path, in "
-    f"{fixed.step.p50_s * 1e3:.1f} ms now: {drift - 1:+.0%}. "
-    + ("Within the 10 % that section 1c allows two medians." if abs(drift - 1) < 0.1 else
-       "More than the 10 % that section 1c allows two medians: the machine's load (or its clock) "
-       "changed between the two measurements" + (f"; {busy()}" if busy() else "") + ". Numbers taken "
-       "minutes apart are not comparable; that is why every comparison in this course alternates its "
-       "candidates in one run.")))
+print(f"The same model, measured twice: {gpt.step.p50_s * 1e3:.1f} ms per step (p50) in section 2, "
+      f"{fixed.step.p50_s * 1e3:.1f} ms now ({drift - 1:+.0%}), "
+      + ("within" if abs(drift - 1) <= 0.1 else "beyond") + " the 10 % that section 1c allows two medians.")
 
 # %% [markdown]
 # The fix is not free: tokenizing the whole corpus takes time once. Is it worth it?
@@ -503,12 +516,11 @@ before = [v for step, v in shares if step <= switch_step]
 after = [v for step, v in shares if step > switch_step]
 p_watch = Prediction("lowest data share of the windows after the switch",
                      "the planted per-sample cost", low=th.data, physical=(0, 1))
-viz.show_verdict(judge(p_watch, min(after), explain={
+viz.verdict(p_watch, min(after), explain={
     "held": f"Before the switch the windows' data shares were {', '.join(f'{v:.1%}' for v in before)}"
             + (f": on this machine the healthy loader crosses {th.data:.0%} too (see 'Why 10 %' above)."
                if max(before) > th.data else f", under {th.data:.0%}: only the bottleneck crosses it."),
-    "below": "Some window after the switch stayed under the threshold: the machine's load stretched "
-             "the model's phases in it, which lowers every other phase's share."}))
+    "below": f"The windows after the switch: {', '.join(f'{v:.1%}' for v in after)}."})
 
 # %% [markdown]
 # The alert rule that watches for this in Prometheus, generated from the same `Thresholds` that
@@ -521,6 +533,13 @@ fires = [step for step, v in shares if v > th.data]
 print(f"On the windows read back above it is true at steps {fires}; the slow pipeline started "
       f"after step {switch_step}.")
 
+
+# %% [markdown]
+# To use it on a real job: give each rank a `PrometheusSink(port=9400 + LOCAL_RANK)` (it
+# serves the window's gauges at `/metrics`), write `alert_rules(th)` to a rules file, and
+# `prometheus_config(targets, rule_files)` writes the `prometheus.yml` that scrapes the ranks
+# and evaluates the rules. `for_s` is how long the condition must hold before the alert
+# fires: a production rule waits a few minutes, so one slow window does not page anyone.
 # %% [markdown]
 # ## 5. `perfkit diagnose`: a script you did not write, unchanged
 #
@@ -546,7 +565,6 @@ print(f"On the windows read back above it is true at steps {fires}; the slow pip
 # (rank 1 among the findings); a healthy script gets **no finding above information level**.
 
 # %%
-import ast
 import json
 import re
 import subprocess
@@ -559,21 +577,14 @@ ROOT = Path(perfkit.__file__).resolve().parents[1]   # the repository: examples/
 EXAMPLES = ROOT / "examples" / "diagnose"
 SCRIPTS = (["data_bound", "sync_bound", "healthy_cnn"] if QUICK else
            ["data_bound", "sync_bound", "optimizer_bound", "overhead_bound", "healthy_mlp", "healthy_cnn"])
-
-
-def planted_cause(name):
-    """The cause a script's docstring says it plants ('should name: data'), None if healthy."""
-    found = re.search(r"should name: (\w+)", ast.get_docstring(ast.parse((EXAMPLES / f"{name}.py").read_text())))
-    return found.group(1) if found else None
-
-
-planted = {name: planted_cause(name) for name in SCRIPTS}
+# the cause each docstring plants ("should name: data"); None for a healthy script
+planted = {n: (re.search(r"should name: (\w+)", (EXAMPLES / f"{n}.py").read_text()) or [None, None])[1]
+           for n in SCRIPTS}
 predicted = {name: Prediction(f"rank of '{cause}' among the findings for {name}.py", f"{cause} is planted in it",
                               value=1, rel_tol=0) if cause else
              Prediction(f"findings above information level for {name}.py", "a healthy script", value=0, rel_tol=0)
              for name, cause in planted.items()}
-for name, cause in planted.items():
-    print(f"{name:>16}: {'planted ' + cause if cause else 'healthy'}")
+print(", ".join(f"{name}: {cause or 'healthy'}" for name, cause in planted.items()))
 
 # %% [markdown]
 # Each run is the command line itself, `python -m perfkit diagnose --out DIR --skip 2 --steps 8
@@ -610,22 +621,17 @@ display(Markdown("\n".join(rows)))
 
 # %%
 for name, rep in reports.items():
-    kinds = [f["kind"] for f in rep["findings"]]
-    loud = [f"{f['kind']} ({f['severity']})" for f in rep["findings"] if f["severity"] != "info"]
-    if planted[name]:
-        measured = kinds.index(planted[name]) + 1 if planted[name] in kinds else len(kinds) + 1
-        viz.show_verdict(judge(predicted[name], measured, explain={
-            "held": f"Removing it can speed the step up at most {rep['findings'][0]['max_speedup']:.2f}x "
-                    f"(Amdahl's bound on its {rep['findings'][0]['share']:.1%} of the step).",
-            "above": f"The findings were {kinds or 'none'}: the planted cause "
-                     + ("ranked below another one" if planted[name] in kinds else "did not cross its threshold")
-                     + " on this run, so the thresholds do not fit this machine's load; see "
-                       "`Thresholds.for_command` and `benchmarks/diagnose.py`."}))
+    kinds, cause, top = [f["kind"] for f in rep["findings"]], planted[name], (rep["findings"] or [{}])[0]
+    if cause:
+        took = (f"; '{cause}' took {rep['shares'][cause]:.1%} of the step, threshold "
+                f"{getattr(Thresholds.for_command(), cause):.0%}" if cause in rep["shares"] else "")
+        viz.verdict(predicted[name], kinds.index(cause) + 1 if cause in kinds else len(kinds) + 1, explain={
+            "held": f"Removing it can speed the step up at most {top.get('max_speedup') or 1:.2f}x (Amdahl).",
+            "above": f"The findings were {kinds or 'none'}{took}."})
     else:
-        viz.show_verdict(judge(predicted[name], len(loud), explain={
-            "held": "Its findings: " + (", ".join(f"{f['kind']} ({f['severity']})" for f in rep["findings"])
-                                        or "none") + ".",
-            "above": f"A false alarm: {', '.join(loud)}."}))
+        loud = [f"{f['kind']} ({f['severity']})" for f in rep["findings"] if f["severity"] != "info"]
+        viz.verdict(predicted[name], len(loud), explain={"above": f"A false alarm: {', '.join(loud)}.",
+                                                          "held": f"Its findings: {', '.join(kinds) or 'none'}."})
 
 # %% [markdown]
 # The command also writes `report.md` and `report.html`, with plots drawn by
@@ -656,20 +662,16 @@ print(sorted(p.name for p in (DIAG_DIR / "data_bound").iterdir()))
 # %%
 mem = reports["healthy_cnn"]["memory"]
 states = mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
-print(f"{mem['kind']} {mem['bytes'] / 2**20:.0f} MiB, {mem['start_bytes'] / 2**20:.0f} MiB of it in use "
-      f"before the script ran; {', '.join(mem['optimizers'])} holds {mem['params_bytes']:,} B of parameters "
-      f"({mem['params_bytes'] // 4:,} fp32 values), {mem['grads_bytes']:,} B of gradients and "
-      f"{mem['optimizer_bytes']:,} B of state")
+print(f"peak ({mem['kind']}) {mem['bytes'] / 2**20:.0f} MiB; {', '.join(mem['optimizers'])} holds "
+      f"{mem['params_bytes']:,} B of parameters, {mem['grads_bytes']:,} B of gradients, {mem['optimizer_bytes']:,} B of state")
 p_states = Prediction("model-state bytes over parameter bytes (healthy_cnn.py)",
                       "fp32 weights + gradients + one momentum buffer: 1 + 1 + 1", value=3, rel_tol=0, unit="x")
-viz.show_verdict(judge(p_states, states / mem["params_bytes"], explain={
-    "held": f"Yet the model states are {states / mem['bytes']:.2%} of the peak: for a model this small the "
-            f"memory is the {mem['start_bytes'] / 2**20:.0f} MiB resident before the script ran (Python and "
-            f"torch's libraries) and the {(mem['bytes'] - mem['start_bytes'] - states) / 2**20:.0f} MiB "
-            "the run added (torch modules the script imported, its batch and activations, the "
-            "profiler's recorded events).",
-    "above": "The optimizer holds more than one buffer per parameter: another optimizer than the "
-             "script's SGD, or state the formula leaves out."}))
+viz.verdict(p_states, states / mem["params_bytes"], explain={
+    "held": f"Yet they are {states / mem['bytes']:.2%} of the peak: {mem['start_bytes'] / 2**20:.0f} MiB were "
+            f"resident before the script ran, and the run added {(mem['bytes'] - mem['start_bytes'] - states) / 2**20:.0f} "
+            "MiB besides its model states.",
+    "above": f"{', '.join(mem['optimizers'])} holds {mem['optimizer_bytes'] / mem['params_bytes']:.2f} bytes "
+             "of state per parameter byte, more than one momentum buffer."})
 fig = viz.plot_memory_split(reports["healthy_cnn"])
 plt.show()
 
@@ -702,6 +704,9 @@ plt.show()
 #
 # * Time **after a warm-up**, **wait for asynchronous work**, and take the **median of many**
 #   samples: `perfkit.timing` does all three.
+# * A step is **compute-bound** only when its arithmetic intensity is above the machine's
+#   ridge point *and* it runs near the compute roof; a phase share cannot say it, the
+#   roofline and the MFU do (section 2 computes both).
 # * A **phase breakdown** (`StepMonitor`) says which part of the step to work on; the
 #   **profiler** says which operators, and its trace is a second, independent clock on the
 #   phases (section 3's verdict says how closely the two agreed here).
@@ -716,12 +721,12 @@ plt.show()
 # each start from a diagnosis like the ones above.
 
 # %%
-named_ok = {n: bool(r["findings"]) and r["findings"][0]["kind"] == planted[n] for n, r in reports.items() if planted[n]}
-named = sum(named_ok.values())
+named_ok = [bool(r["findings"]) and r["findings"][0]["kind"] == planted[n] for n, r in reports.items() if planted[n]]
 viz.show_headlines({
     "tiny GPT-2 step (p50)": f"{fixed.step.p50_s * 1e3:.1f} ms",
     "planted data bottleneck": f"{slow.share('data'):.0%} of the step",
-    "speedup after the fix": f"{speedup:.2f}x",
+    "speedup after the fix": f"{speedup.value:.2f}x",
+    "tiny GPT-2 step on the roofline": f"MFU {where.mfu.value:.1%}, bound: {where.bound}",
     "trace vs monitor": f"{worst_pp:.1f} pp apart",
-    "perfkit diagnose, planted causes ranked first": f"{named} of {len(named_ok)}",
+    "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",
 })
