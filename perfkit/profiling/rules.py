@@ -86,7 +86,7 @@ RULES: dict[str, Rule] = {
         "checkpointing or logging every N steps",
         "on a shared machine, other processes compete for the cores; pin threads"),
         "notebooks/07_data_loading.ipynb"),
-    "compute": Rule("the step is compute-bound (forward + backward dominate)", (
+    "compute": Rule("forward + backward dominate the step (compute- or memory-bound: the roofline decides)", (
         "use bf16 autocast (and fp16 with GradScaler on older GPUs)",
         "torch.compile to fuse memory-bound operations",
         "use shapes that are multiples of 64 and measure MFU against the machine's peak"),
