@@ -743,9 +743,14 @@ top = max(bench.points, key=lambda p: p.mfu)
 swept = max(q.n for q in limits.matmul_points if q.dtype == top.ceiling)  # notebook 00's largest size
 print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the {top.ceiling} "
       "ceiling). " + (f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling "
-                      f"(square matmuls up to n={swept}) is below what this step's matmul shapes reach"
-                      + ("; notebook 00 ran at QUICK sizes here: its default sweep goes further"
-                         if swept < 1024 else "") + ": an MFU is only as good as its peak." if top.mfu > 1 else
+                      f"(square matmuls up to n={swept}) is below what this step reaches: "
+                      + ("notebook 00 ran at QUICK sizes here, and its default sweep goes further; "
+                         if swept < 1024 else "")
+                      + "a ceiling measured while the machine was busier reads low (notebook 00 keeps the "
+                      "highest it has measured: run it on a quieter machine)"
+                      + (f"; and held against {SHARE:.0%} of it for {THREADS} of {sizing.CORES} threads, one "
+                         "thread can reach more than its share" if SHARE < 1 else "")
+                      + ". An MFU is only as good as its peak." if top.mfu > 1 else
                       "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
                       "against the vendor's peak."))
 at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 MFU of this setting
