@@ -838,7 +838,7 @@ headlines = {
     f"SDPA vs naive at T={largest_t}": f"{by['naive', largest_t].seconds / by['sdpa', largest_t].seconds:.2f}x",
     "MFU (section 6)": f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
                        f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling"
-                       + (f" (x {SHARE:.0%}: {THREADS} threads)" if SHARE < 1 else ""),
+                       + (f" (x {SHARE:.0%}: {THREADS} of {sizing.CORES} threads)" if SHARE < 1 else ""),
     f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
 }
 if step_rec is not None:
