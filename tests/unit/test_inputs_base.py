@@ -312,7 +312,7 @@ CASES = [  # (id, call, exception, regex on the message)
 
 # Public names without a case, and why: they take no arguments, are exceptions perfkit
 # raises, or are records perfkit returns (plain data, built by perfkit from checked input).
-NO_ARGUMENTS = {"default_backend", "default_limits_path", "digits_data"}
+NO_ARGUMENTS = {"cpu_bf16", "default_backend", "default_limits_path", "digits_data", "imitation"}
 EXCEPTIONS = {"LaunchTimeout", "WorkerError"}
 RECORDS = {"CopyPoint", "MatmulPoint", "RooflinePoint", "WorkerContext", "Workload"}
 # Known gap: a path of the wrong type fails in pathlib with a TypeError that does not name

@@ -156,6 +156,8 @@ CASES = [  # (id, call, exception, regex on the message)
      "eager must be a Measurement"),
     ("CompileRecord.fx_cache_hits", lambda: CompileRecord(1.0, M, M, -1), ValueError,
      "fx_cache_hits"),
+    ("cold_compile_cost.name", lambda: compute.cold_compile_cost("", None), TypeError, "name must be"),
+    ("cold_compile_cost.record", lambda: compute.cold_compile_cost("chain", 1.0), TypeError, "record"),
     ("measure_compile.eager_fn", lambda: measure_compile(3, NOOP), TypeError,
      "eager_fn must be a callable"),
     ("measure_compile.compiled_fn", lambda: measure_compile(NOOP, None), TypeError,
