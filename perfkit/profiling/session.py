@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
+from perfkit.dist import end_process_tree
 from perfkit.profiling.recorder import StepRecorder, WindowDone
 from perfkit.profiling.render import render_html, render_markdown, render_text
 from perfkit.profiling.report import build_report, rank_record
@@ -90,17 +89,6 @@ def _peak_flops() -> float | None:
         return limits.peak_flops("float32")
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _kill_children() -> None:
-    """End the processes this one started (DataLoader workers), then wait for them."""
-    kids = psutil.Process().children(recursive=True)
-    for p in kids:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(kids, timeout=3.0)
 
 
 def _print_script_traceback(e: BaseException) -> None:
@@ -198,7 +186,7 @@ class _Session:
         try:
             self.report(f"timed out after {n} steps")
         finally:  # the main thread may be stuck in C code: end the process from here
-            _kill_children()
+            end_process_tree(grace_s=0)  # DataLoader workers this process started
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(TIMEOUT_EXIT)
@@ -290,7 +278,7 @@ def run_diagnosis(target: str, args: list[str] | tuple[str, ...] = (),
         # perfkit.dist's clean exit: a gloo group torn down during interpreter finalisation
         # can abort (SIGABRT) after the work is done, and a stopped script may leave
         # DataLoader workers or non-daemon threads behind
-        _kill_children()
+        end_process_tree(grace_s=0)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
