@@ -36,7 +36,7 @@ def test_every_question_has_mutants(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
-def test_every_mutant_fails_its_question_naming_the_mistake(solution):
+def test_every_mutant_fails_its_question_naming_the_mistake(solution, imitate):
     path = mutants_file(solution)
     if not path.exists():
         pytest.skip(f"no {path.name}")

@@ -32,7 +32,9 @@ def code_cells(path):
 
 @pytest.mark.timeout(HANG_GUARD_S + 240)  # the guard, then HTML; a hung cell stops here
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
-def test_runs_in_quick_mode(path, tmp_path, monkeypatch):
+def test_runs_in_quick_mode(path, tmp_path, monkeypatch, imitate):
+    """Runs as on a CPU without native bf16 (the imitate fixture, tests/conftest.py), so its QUICK sizes are
+    proven on the slower machine too."""
     # Lectures render into build/notebooks/, as `make course QUICK=1` does, so the site and
     # browser tests that follow reuse them instead of running the course again.
     out = ROOT / "build" / "notebooks" if path.parent.name == "notebooks" else tmp_path
@@ -46,7 +48,8 @@ def test_runs_in_quick_mode(path, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFKIT_OVERLAP_LOG", str(log))
     run = run_notebook(path, out, quick=True, time_limit_s=HANG_GUARD_S,
                        html=path.parent.name == "notebooks")
-    print(f"{path.name}: {run.seconds:.0f} s (QUICK budget {QUICK_BUDGET_S:.0f} s, idle machine)")
+    print(f"{path.name}: {run.seconds:.0f} s (QUICK budget {QUICK_BUDGET_S:.0f} s, idle machine"
+          + (f"; imitating {imitate})" if imitate else ")"))
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
     found = log.read_text().splitlines() if log.exists() else []
     assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"
