@@ -19,6 +19,16 @@ Usage::
 
 from perfkit.profiling.alerts import ALERTS, alert_rules, prometheus_config
 from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribute_trace
+from perfkit.profiling.capstone import (
+    CapstoneJob,
+    FixLoop,
+    Pick,
+    Round,
+    explain_round,
+    job_peak,
+    next_fix,
+    round_speedup,
+)
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.profiling.monitor import (
@@ -55,6 +65,14 @@ from perfkit.profiling.thresholds import Thresholds
 from perfkit.profiling.workload import measure_workload
 
 __all__ = [
+    "CapstoneJob",
+    "FixLoop",
+    "Pick",
+    "Round",
+    "explain_round",
+    "job_peak",
+    "next_fix",
+    "round_speedup",
     "ALERTS",
     "alert_rules",
     "prometheus_config",

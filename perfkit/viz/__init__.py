@@ -5,7 +5,13 @@ headline figures and the roofline plot; topic plots live beside it. Nothing here
 plots consume the records other perfkit modules return.
 """
 
-from perfkit.viz.capstone import cumulative_speedups, plot_time_to_target, plot_waterfall
+from perfkit.viz.capstone import (
+    cumulative_speedups,
+    plot_time_to_target,
+    plot_waterfall,
+    round_text,
+    show_round,
+)
 from perfkit.viz.claims import (
     CLAIM_MIME,
     claims_headlines,
@@ -82,6 +88,8 @@ __all__ = [
     "cumulative_speedups",
     "plot_time_to_target",
     "plot_waterfall",
+    "round_text",
+    "show_round",
     "CLAIM_MIME",
     "claims_headlines",
     "claims_table_rows",

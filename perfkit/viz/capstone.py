@@ -1,12 +1,13 @@
 """The capstone's plots: a waterfall of measured speedups, and loss against time.
 
-Consumes numbers the capstone notebook measured (``examples/slow_train.py`` runs); nothing
-here measures.
+Consumes numbers the capstone notebook measured (``examples/slow_train.py`` runs, played by
+``perfkit.profiling.capstone.FixLoop``); nothing here measures.
 
 Usage::
 
     fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)])
     fig = plot_time_to_target({"slow": (seconds, losses), "fast": (seconds2, losses2)}, 5.0)
+    more = show_round(loop.play())  # one round's heading, figures and verdict
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.viz.core import tidy
+from perfkit.profiling.capstone import Round
+from perfkit.viz.core import tidy, verdict
 
-__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall"]
+__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_text", "show_round"]
 
 _UP, _DOWN, _TOTAL = "#2ca02c", "#d62728", "#1f77b4"
 
@@ -124,3 +126,31 @@ def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[flo
     ax.set_title(title or "Time to the target loss")
     fig.tight_layout()
     return tidy(fig)
+
+
+def round_text(r: Round) -> str:
+    """The Markdown heading and figures of one round: the fix, tokens/s before and after,
+    and the measured speedup with its interval (the one the verdict judges)."""
+    check_type("r", r, Round)
+    before = ("the configuration before, mean of its runs before and after this one"
+              if r.speedup.method.startswith("p10") else "the configuration before, its one run")
+    return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
+            + (f"{r.description}. " if r.description else "")
+            + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.value:.2f}x** "
+            f"({r.speedup.describe('x')}).")
+
+
+def show_round(r: Round | None) -> bool:
+    """Show one played round (heading, figures, verdict) and whether the loop goes on:
+    ``False`` for ``None``, the loop's answer when nothing is left to fix."""
+    if r is None:
+        print("Nothing left worth fixing.")
+        return False
+    from IPython.display import Markdown, display
+
+    display(Markdown(round_text(r)))
+    verdict(r.prediction, r.speedup, explain=r.explain)
+    if not r.kept:
+        print(f"--fix {r.pick.fix}: slower ({r.speedup.value:.2f}x); dropped, the next round starts from the "
+              "configuration before it")
+    return True

@@ -1,0 +1,353 @@
+"""The capstone's loop (module 08): diagnose a job, fix its worst finding, measure, repeat.
+
+A round runs the job (``perfkit diagnose --then continue`` around an unchanged script, 2
+processes under real torchrun) with one more fix, predicts the fix's gain from the share
+its finding measured (Amdahl's law ``1 / (1 - share)``; the machine's peak for a larger
+batch) and measures tokens/s after over before on the steps after the profiled window.
+Each configuration is either timed once and compared with the next (``repeat_before=False``:
+consecutive runs, an unpaired bootstrap), or run again after the new one (before, after,
+before again: a load that drifts steadily cancels).
+
+Usage::
+
+    job = CapstoneJob(Path("examples/slow_train.py"), Path("/tmp/cap"), target_loss=5.8)
+    loop = FixLoop(job, ("data", "sync"), slow_train.FIX_FOR_FINDING, limits); loop.start()
+    while (r := loop.play()) is not None: print(r.pick.fix, r.speedup.describe("x"))
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfkit import dist
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.compute.flops import gpt_train_flops
+from perfkit.hw import MachineLimits
+from perfkit.stats import Estimate, median_ratio
+from perfkit.verdict import Prediction
+
+__all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "explain_round", "job_peak", "next_fix",
+           "round_speedup"]
+
+# the share of the step each planted problem's finding reads (the fixes left alone at the end)
+FINDING_OF_FIX = {"data": "data", "sync": "sync", "ddp": "communication", "optimizer": "optimizer"}
+
+
+@dataclass(frozen=True)
+class CapstoneJob:
+    """How one round of the job runs and how its result is read.
+
+    ``skip`` warm-up steps and a profiled ``window`` come first; the step after it writes the
+    trace; then at least ``measure`` steps are timed without the profiler. ``n_layer`` and
+    ``d_model`` are the job's model shape (for its model FLOPs).
+    """
+
+    script: Path
+    out: Path
+    target_loss: float
+    max_bytes: int = 300_000
+    skip: int = 2
+    window: int = 4
+    measure: int = 8
+    max_steps: int = 1500
+    n_layer: int = 2
+    d_model: int = 64
+    timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        check_type("script", self.script, Path)
+        check_type("out", self.out, Path)
+        check_real("target_loss", self.target_loss, 0, lo_open=True)
+        for name in ("max_bytes", "skip", "window", "measure", "max_steps", "n_layer", "d_model"):
+            check_int(name, getattr(self, name), 1 if name != "skip" else 0)
+        check_real("timeout_s", self.timeout_s, 0, lo_open=True)
+
+    @property
+    def first_measured(self) -> int:
+        """Index of the first step after the window and the trace-writing step."""
+        return self.skip + self.window + 1
+
+    def args(self, fixes: Sequence[str], to_target: bool = True) -> list[str]:
+        """``perfkit`` command-line arguments of one round (``to_target=False``: a repeat run
+        of the measured steps only, whose speed, not loss, is compared)."""
+        name = ",".join(fixes) or "none"
+        out = self.out / (("-".join(fixes) or "none") + ("" if to_target else "-again"))
+        steps = (["--steps", self.max_steps, "--target-loss", self.target_loss,
+                  "--min-steps", self.first_measured + self.measure]
+                 if to_target else ["--steps", self.first_measured + self.measure])
+        return [str(a) for a in ("diagnose", "--out", out, "--then", "continue", "--skip", self.skip,
+                                 "--steps", self.window, self.script, "--fix", name, *steps,
+                                 "--max-bytes", self.max_bytes)]
+
+    def run(self, fixes: Sequence[str], to_target: bool = True) -> tuple[dict, dict]:
+        """(diagnosis report, the script's result of rank 0) of one 2-process torchrun job.
+
+        Raises:
+            RuntimeError: from :func:`perfkit.dist.launch` when the job fails or times out.
+        """
+        args = self.args(fixes, to_target)
+        result = dist.launch("perfkit", nproc=2, args=args, timeout_s=self.timeout_s)[0]
+        return json.loads((Path(args[2]) / "report.json").read_text()), result
+
+    def after_window(self, result: Mapping) -> list[float]:
+        """Step times (s) after the profiled window and the step that wrote the trace."""
+        return list(result["step_times_s"][self.first_measured:])
+
+    def tokens_per_s(self, result: Mapping, steps: Sequence[float] | None = None) -> float:
+        """Tokens per second at the median step (of ``steps``, default after the window)."""
+        return result["tokens_per_step"] / statistics.median(steps or self.after_window(result))
+
+    def profiler_slowdown(self, report: Mapping, result: Mapping) -> float:
+        """Mean profiled step over the median unprofiled one: how much the profiler (and any
+        load during the window) stretched the steps the shares were measured on."""
+        return statistics.mean(report["step_times_s"]) / statistics.median(self.after_window(result))
+
+    def mfu(self, result: Mapping, peak: float) -> float:
+        """Model FLOPs (6N per token + attention; position embeddings are a lookup) per
+        second, both ranks, over ``peak`` FLOP/s."""
+        n = result["n_params"] - result["seq_len"] * self.d_model
+        flops = gpt_train_flops(n, self.n_layer, self.d_model, result["seq_len"], result["tokens_per_step"])
+        return flops * self.tokens_per_s(result) / result["tokens_per_step"] / peak
+
+    def clean_seconds(self, result: Mapping) -> list[float]:
+        """Seconds at each step's end, the window steps counted at the median other step
+        (the profiler's cost is not the job's)."""
+        t, med = list(result["step_times_s"]), statistics.median(self.after_window(result))
+        for i in range(self.skip, min(len(t), self.first_measured)):
+            t[i] = med
+        out, total = [], 0.0
+        for x in t:
+            total += x
+            out.append(total)
+        return out
+
+
+    def reached(self, result: Mapping) -> tuple[float, int] | None:
+        """(seconds, tokens) to the target loss, the window counted as in :meth:`clean_seconds`;
+        ``None`` when the run did not reach it."""
+        k = result["steps_to_target"]
+        return None if k is None else (self.clean_seconds(result)[k - 1], k * result["tokens_per_step"])
+
+    def loss_curve(self, result: Mapping, smooth: Callable[[list, int, int], list]) -> tuple[list, list]:
+        """(seconds, smoothed loss) at each step with a smoothed value; ``smooth(losses,
+        tokens_per_step, window_tokens)`` is the job's own (``None`` until its window is full)."""
+        values = smooth(result["losses"], result["tokens_per_step"], result["window_tokens"])
+        pts = [(t, v) for t, v in zip(self.clean_seconds(result), values, strict=True) if v is not None]
+        return [t for t, _ in pts], [v for _, v in pts]
+
+
+def job_peak(limits: MachineLimits, result: Mapping) -> float:
+    """The measured matmul ceiling (FLOP/s) for the job's precision: bf16 with ``--fix bf16``
+    (when the ceilings include bf16), else fp32."""
+    bf16 = "bf16" in result["fixes"] and "bfloat16" in limits.matmul_flops
+    return limits.peak_flops("bfloat16" if bf16 else "float32")
+
+
+def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping,
+                  resamples: int = 400) -> Estimate:
+    """tokens/s of ``after`` over the configuration before it.
+
+    One run before: the ratio of the median steps (scaled by the tokens per step), with
+    :func:`perfkit.stats.median_ratio`'s unpaired bootstrap (two separate runs). Two runs
+    before (one before the new configuration, one after it): the ratio against their mean;
+    the interval is the 10th-90th percentile over bootstrap resamples of every run's steps,
+    widened to the ratio against each run before alone (a load that drifted across the three
+    runs shows as the gap between those two).
+
+    Raises:
+        ValueError: for no run or more than two runs before.
+    """
+    if len(befores) not in (1, 2):
+        raise ValueError(f"befores must hold one or two runs, got {len(befores)}")
+    check_int("resamples", resamples, 100)
+    b = job.after_window(after)
+    if len(befores) == 1:
+        before = befores[0]
+        return median_ratio(job.after_window(before), b, paired=False).scaled(
+            after["tokens_per_step"] / before["tokens_per_step"])
+    rng, runs = random.Random(0), [job.after_window(r) for r in befores]
+
+    def ratio(steps_after: list[float], steps_before: list[list[float]]) -> float:
+        return job.tokens_per_s(after, steps_after) / statistics.mean(
+            job.tokens_per_s(r, s) for r, s in zip(befores, steps_before, strict=True))
+
+    boot = sorted(ratio(rng.choices(b, k=len(b)), [rng.choices(a, k=len(a)) for a in runs])
+                  for _ in range(resamples))
+    each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
+    point = ratio(b, runs)
+    lo, hi = min(boot[resamples // 10], *each, point), max(boot[-resamples // 10 - 1], *each, point)
+    return Estimate(point, lo, hi, None, len(b),
+                    "p10-p90 of step resamples, widened to the ratio against each run before")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The next round's fix: the finding ``kind`` it answers, the ``share`` of the step that
+    finding measured, the most the fix can buy (``bound``, x) and the model it comes from."""
+
+    kind: str
+    share: float
+    bound: float
+    model: str
+    fix: str
+
+
+def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[str],
+             available: Sequence[str], fix_for_finding: Mapping[str, Sequence[str]],
+             peak: float) -> Pick | None:
+    """The worst finding above information level with a fix not in ``skip`` (applied, or
+    tried and found slower); once none is left, the compute fixes; ``None``: nothing left.
+
+    A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
+    added. The data share is counted against an unprofiled step, since the profiler slows
+    PyTorch's operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the
+    peak: tokens/s can rise at most ``1 / MFU``.
+    """
+    usable = [f for f in available if f not in skip]
+    for f in report["findings"]:
+        if f["severity"] == "info":
+            continue
+        for fix in (x for x in fix_for_finding.get(f["kind"], ()) if x in usable):
+            also = [k for k, fixes in fix_for_finding.items() if fix in fixes and k != f["kind"]
+                    and k in report["shares"]]
+            share = f["share"] + sum(report["shares"][k] for k in also)
+            if f["kind"] == "data":
+                share = min(share * max(1.0, job.profiler_slowdown(report, result)), 0.99)
+                return Pick("data", share, 1 / (1 - share),
+                            f"Amdahl: the data time, {share:.1%} of an unprofiled step, removed", fix)
+            names = " + ".join([f["kind"], *also])
+            return Pick(f["kind"], share, 1 / (1 - share),
+                        f"Amdahl: the {names} share {share:.1%} removed", fix)
+    compute = report["shares"]["forward"] + report["shares"]["backward"]
+    for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
+        if fix == "batch":
+            mfu = job.mfu(result, peak)
+            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix)
+        return Pick("compute", compute, 1 / (1 - compute),
+                    f"Amdahl: forward + backward, {compute:.1%} of the step", fix)
+    return None
+
+
+def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
+                  repeated: bool) -> dict[str, str]:
+    """The verdict's sentence for each outcome of one round, from what it measured.
+
+    Args:
+        pick: the round's fix and bound; gain: its measured speedup (x).
+        before_report: the diagnosis of the configuration the fix was chosen from.
+        slowdown: that configuration's profiled over unprofiled step (the profiler's cost).
+        repeated: whether the configuration before was run again after the new one.
+    """
+    held = (f"It bought {(gain - 1) / (pick.bound - 1):.0%} of what the bound allowed."
+            if pick.bound > 1 else "")
+    if pick.kind == "data" and pick.bound >= 99:  # the share was capped at 99 %
+        held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
+                f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
+                "bound says little.")
+    if pick.kind == "data":
+        comm = before_report["shares"]["communication"]
+        above = ("a rank's data time also holds the other rank up at the next collective, where it "
+                 f"counts as communication ({comm:.1%} of the step before the fix), not as data")
+    else:
+        above = ((f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x "
+                  "as long as without it; " if slowdown > 1.1 else "")
+                 + "a fix that removes many small calls also removes per-call costs the attribution "
+                 "counts in other phases")
+    runs = ("the three runs (before, after, before again) can cancel" if repeated else
+            "two runs in turn (before, then after) can cancel")
+    out = {"held": held,
+           "above": f"More than the bound allows: {above}; and the load may have changed faster than {runs}.",
+           "below": "The step got slower: against the configuration before it, the fix cost more than it "
+                    "saved on this machine. It is dropped; the next round starts from the configuration "
+                    "before it."}
+    if pick.fix == "batch":
+        out["inconclusive"] = "The bound is the machine's peak, far above what a larger batch can reach."
+    elif pick.kind == "compute":
+        out["inconclusive"] = ("The bound uses the whole forward + backward share, of which this fix "
+                               "changes a part.")
+    return out
+
+
+@dataclass
+class Round:
+    """One played round: the fix, its prediction, the measured speedup and its verdict text."""
+
+    number: int
+    pick: Pick
+    speedup: Estimate
+    before_tps: float
+    after_tps: float
+    prediction: Prediction
+    explain: dict[str, str]
+    kept: bool
+    description: str = ""
+
+
+@dataclass
+class FixLoop:
+    """The state of the loop: the configurations run, the fixes kept and those dropped.
+
+    ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
+    configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes that
+    made the step slower, with their speedup.
+    """
+
+    job: CapstoneJob
+    available: Sequence[str]
+    fix_for_finding: Mapping[str, Sequence[str]]
+    limits: MachineLimits
+    repeat_before: bool = True
+    describe: Callable[[str], str] = str
+    rounds: list[dict] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    tried: dict[str, float] = field(default_factory=dict)
+    waterfall: list[tuple[str, float]] = field(default_factory=list)
+
+    def start(self) -> dict:
+        """Run and diagnose the slow job (no fix); returns its report."""
+        report, result = self.job.run(())
+        self.rounds = [{"fixes": (), "report": report, "result": result}]
+        return report
+
+    def play(self) -> Round | None:
+        """Apply the next fix, run the job (and the configuration before again when
+        ``repeat_before``), and return the round; ``None`` when nothing is left to fix."""
+        if not self.rounds:
+            raise RuntimeError("call start() before play()")
+        last = self.rounds[-1]
+        pick = next_fix(last["report"], last["result"], self.job, [*self.applied, *self.tried],
+                        self.available, self.fix_for_finding, job_peak(self.limits, last["result"]))
+        if pick is None:
+            return None
+        report, result = self.job.run((*self.applied, pick.fix))
+        befores = [last["result"]]
+        if self.repeat_before:  # the previous configuration again: before, after, before
+            befores.append(self.job.run(tuple(self.applied), to_target=False)[1])
+        est = round_speedup(self.job, befores, result)
+        slowdown = self.job.profiler_slowdown(last["report"], last["result"])
+        r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
+                  statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
+                  Prediction(f"tokens/s speedup of --fix {pick.fix}", pick.model, low=1.0, high=pick.bound,
+                             unit="x"),
+                  explain_round(pick, est.value, last["report"], slowdown, self.repeat_before),
+                  kept=est.value >= 1.0, description=self.describe(pick.fix))
+        if r.kept:
+            self.applied.append(pick.fix)
+            self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})
+            self.waterfall.append((pick.fix, est.value))
+        else:  # slower: the next round starts from the configuration before it
+            self.tried[pick.fix] = est.value
+        return r
+
+    def left_alone(self) -> list[str]:
+        """One line per planted problem the loop neither kept nor tried: the share of the
+        last step its finding still takes."""
+        shares = self.rounds[-1]["report"]["shares"]
+        left = [f for f in self.available if f in FINDING_OF_FIX and f not in (*self.applied, *self.tried)]
+        return [f"not applied: --fix {f} ({FINDING_OF_FIX[f]}: {shares[FINDING_OF_FIX[f]]:.1%} of the "
+                "last step)" for f in left]

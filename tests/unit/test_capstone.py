@@ -1,0 +1,173 @@
+"""perfkit.profiling.capstone (the capstone's fix loop) and viz.capstone's round display,
+on hand-made job results: no torchrun here (tests/notebooks runs the real loop)."""
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from perfkit.hw import MachineLimits
+from perfkit.profiling.capstone import (
+    CapstoneJob,
+    FixLoop,
+    Pick,
+    explain_round,
+    job_peak,
+    next_fix,
+    round_speedup,
+)
+from perfkit.viz.capstone import round_text, show_round
+
+LIMITS = MachineLimits("cpu", "test", {"float32": 1e9, "bfloat16": 4e9}, 1e9)
+FIX_FOR = {"data": ("data",), "sync": ("sync", "ddp"), "communication": ("ddp",),
+           "compute": ("attention", "batch")}
+JOB = CapstoneJob(Path("train.py"), Path("/tmp/out"), 5.0, skip=1, window=2, measure=3)  # measured from 4
+
+
+def result(steps, tokens=100, fixes=(), k=None):
+    return {"step_times_s": list(steps), "tokens_per_step": tokens, "fixes": list(fixes), "n_params": 10_000,
+            "seq_len": 8, "losses": [5.0 - 0.1 * i for i in range(len(steps))], "window_tokens": 200,
+            "steps_to_target": k}
+
+
+def report(findings, shares, steps=(0.2, 0.2)):
+    base = {"data": 0.0, "sync": 0.0, "communication": 0.0, "forward": 0.3, "backward": 0.4}
+    return {"findings": [{"severity": s, "kind": k, "share": v} for s, k, v in findings],
+            "shares": {**base, **shares}, "step_times_s": list(steps)}
+
+
+def test_job_args_and_reading_its_result():
+    full, again = JOB.args(("data", "sync")), JOB.args(("data",), to_target=False)
+    assert full[full.index("--min-steps") + 1] == "7" and "--target-loss" in full  # 1 + 2 + 1 + 3
+    assert full[full.index("--fix") + 1] == "data,sync" and full[2].endswith("data-sync")
+    assert "--target-loss" not in again and again[2].endswith("data-again") and again[-3] == "7"
+    assert JOB.args(())[JOB.args(()).index("--fix") + 1] == "none"
+    r = result([9, 1, 9, 9, 0.5, 0.1, 0.2, 0.3])
+    assert JOB.after_window(r) == [0.5, 0.1, 0.2, 0.3]  # skip, window and the trace step dropped
+    assert JOB.tokens_per_s(r) == pytest.approx(100 / 0.25)
+    # the window (steps 1-3) counted at the median measured step: 0.25 s
+    assert JOB.clean_seconds(r) == pytest.approx([9, 9.25, 9.5, 9.75, 10.25, 10.35, 10.55, 10.85])
+    assert JOB.reached(result(r["step_times_s"], k=5)) == (pytest.approx(10.25), 500)
+    assert JOB.reached(r) is None
+    t, v = JOB.loss_curve(r, lambda losses, tps, w: [None, *losses[1:]])
+    assert t[0] == pytest.approx(9.25) and len(t) == len(v) == 7
+    with pytest.raises(ValueError, match="measure"):
+        CapstoneJob(Path("x"), Path("y"), 5.0, measure=0)
+
+
+def test_job_peak_and_mfu():
+    assert job_peak(LIMITS, result([1], fixes=("bf16",))) == 4e9
+    assert job_peak(LIMITS, result([1], fixes=("data",))) == 1e9
+    r = result([1, 1, 1, 1, 0.1, 0.1])
+    assert JOB.mfu(r, 2e9) == pytest.approx(JOB.mfu(r, 1e9) / 2)
+
+
+def test_one_run_before_is_an_unpaired_median_ratio_scaled_by_tokens():
+    before = result([1] * 4 + [0.40, 0.42, 0.41, 0.39])
+    after = result([1] * 4 + [0.80, 0.82, 0.79, 0.81], tokens=400)  # 4x tokens, 2x the time
+    est = round_speedup(JOB, [before], after)
+    assert est.value == pytest.approx((0.405 / 0.805) * 4)
+    assert est.low <= est.value <= est.high and est.high < 2.2 and "separate runs" in est.method
+
+
+def test_two_runs_before_judge_against_their_mean_and_hold_each():
+    before, again = result([1] * 4 + [0.4] * 4), result([1] * 4 + [0.5] * 4)
+    after = result([1] * 4 + [0.2, 0.21, 0.19, 0.2])
+    est = round_speedup(JOB, [before, again], after)
+    mean_before = statistics.mean([100 / 0.4, 100 / 0.5])
+    assert est.value == pytest.approx((100 / 0.2) / mean_before)
+    assert est.low <= 2.0 and est.high >= 2.5  # widened to each before alone
+    with pytest.raises(ValueError, match="befores"):
+        round_speedup(JOB, [], after)
+
+
+def test_next_fix_takes_the_worst_finding_with_a_fix_left():
+    rep = report([("info", "compute", 0.7), ("high", "sync", 0.2), ("medium", "data", 0.1)],
+                 {"sync": 0.2, "communication": 0.1, "data": 0.1})
+    r = result([0.2] * 8)
+    pick = next_fix(rep, r, JOB, [], ("data", "sync", "ddp"), FIX_FOR, 1e9)
+    assert (pick.kind, pick.fix, pick.share) == ("sync", "sync", 0.2)  # info is skipped
+    assert pick.bound == pytest.approx(1 / 0.8)
+    # with sync applied, ddp answers sync and communication: their shares add
+    pick = next_fix(rep, r, JOB, ["sync"], ("data", "sync", "ddp"), FIX_FOR, 1e9)
+    assert (pick.fix, pick.share) == ("ddp", pytest.approx(0.3)) and "sync + communication" in pick.model
+    assert next_fix(rep, r, JOB, ["sync"], ("data", "sync"), FIX_FOR, 1e9).fix == "data"  # ddp unavailable
+
+
+def test_the_data_share_is_counted_against_an_unprofiled_step():
+    r = result([1] * 4 + [0.1] * 4)  # unprofiled 0.1 s
+    slow = report([("high", "data", 0.3)], {"data": 0.3}, steps=(0.2, 0.2))  # profiled 2x slower
+    assert next_fix(slow, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.6)
+    capped = report([("high", "data", 0.8)], {"data": 0.8}, steps=(0.2, 0.2))
+    assert next_fix(capped, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.99)
+    fast = report([("high", "data", 0.3)], {"data": 0.3}, steps=(0.05, 0.05))  # never scaled down
+    assert next_fix(fast, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.3)
+
+
+def test_compute_fixes_follow_once_no_waste_is_left():
+    rep, r = report([("info", "compute", 0.7)], {}), result([1] * 4 + [0.1] * 4)
+    pick = next_fix(rep, r, JOB, [], ("attention", "batch"), FIX_FOR, 1e9)
+    assert (pick.fix, pick.share) == ("attention", pytest.approx(0.7))  # forward + backward
+    pick = next_fix(rep, r, JOB, ["attention"], ("attention", "batch"), FIX_FOR, 1e9)
+    assert pick.fix == "batch" and pick.bound == pytest.approx(1 / JOB.mfu(r, 1e9))
+    assert next_fix(rep, r, JOB, ["attention", "batch"], ("attention", "batch"), FIX_FOR, 1e9) is None
+
+
+def test_explanations_name_what_was_measured():
+    rep = report([], {"communication": 0.12})
+    held = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 1.5, rep, 1.0, repeated=True)
+    assert held["held"].startswith("It bought 50%") and "three runs" in held["above"]
+    assert "profiler" not in held["above"]  # the profiler did not stretch the steps
+    data = explain_round(Pick("data", 0.5, 2.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
+    assert "12.0%" in data["above"] and "two runs in turn" in data["above"]
+    capped = explain_round(Pick("data", 0.99, 100.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
+    assert "1.6x" in capped["held"]
+    batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
+    assert "peak" in batch["inconclusive"] and "1.3x" in batch["above"]
+    assert "inconclusive" not in held  # the rule's own sentence, no stock one
+
+
+@dataclass(frozen=True)
+class FakeJob(CapstoneJob):
+    """Runs nothing: each configuration's median step is given by ``STEP``."""
+
+    def run(self, fixes, to_target=True):
+        CALLS.append((tuple(fixes), to_target))
+        step = STEP[tuple(fixes)]
+        rep = report([("high", "sync", 0.4)], {"sync": 0.4}, steps=(step, step))
+        return rep, result([step] * 4 + [step * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)], fixes=fixes)
+
+
+CALLS: list = []
+STEP = {(): 0.4, ("sync",): 0.2, ("sync", "ddp"): 0.3}
+
+
+@pytest.mark.parametrize("repeat", [True, False])
+def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
+    CALLS.clear()
+    loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=3), ("sync", "ddp"),
+                   FIX_FOR, LIMITS, repeat_before=repeat, describe=lambda f: f"fix {f}")
+    loop.start()
+    r = loop.play()
+    assert r.kept and r.speedup.value == pytest.approx(2.0) and loop.applied == ["sync"]
+    assert CALLS[1:] == [(("sync",), True)] + ([((), False)] if repeat else [])  # QUICK: one job per fix
+    r = loop.play()
+    assert not r.kept and loop.tried == {"ddp": pytest.approx(2 / 3)} and loop.waterfall == [("sync", 2.0)]
+    assert loop.play() is None and len(loop.rounds) == 2
+    assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.67x**" in round_text(r)
+
+
+def test_the_loop_needs_a_start_and_lists_fixes_left_alone():
+    loop = FixLoop(JOB, ("sync", "ddp", "data"), FIX_FOR, LIMITS)
+    with pytest.raises(RuntimeError, match="start"):
+        loop.play()
+    loop.rounds = [{"fixes": (), "report": report([], {"data": 0.03}), "result": result([0.1] * 8)}]
+    loop.applied = ["sync", "ddp"]
+    assert loop.left_alone() == ["not applied: --fix data (data: 3.0% of the last step)"]
+
+
+def test_show_round_says_when_the_loop_is_done(capsys):
+    assert show_round(None) is False and "Nothing left" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="r must be"):
+        round_text("round")
