@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfkit._checks import check_int, check_items, check_real, check_tensor
+from perfkit._checks import check_int, check_items, check_real, check_seed, check_tensor
 from perfkit.compress.codecs import QSGD, Compressor, RandomK, Sign, TopK
 from perfkit.compress.feedback import ErrorFeedback
 from perfkit.compress.simulate import gaussian_error
@@ -140,11 +140,12 @@ def time_codecs(numel: int, repeat: int = 5, ratio: float = 0.01, seed: int = 0)
         A :class:`CodecTimes`.
 
     Raises:
-        TypeError, ValueError: for counts or ``ratio`` out of range.
+        TypeError, ValueError: for counts, ``ratio`` or ``seed`` out of range.
     """
     check_int("numel", numel, 1024)
     check_int("repeat", repeat, 1)
     check_real("ratio", ratio, 0, 1, lo_open=True)
+    check_seed("seed", seed)
     big = torch.randn(numel, generator=torch.Generator().manual_seed(seed))
     dst, out = torch.empty_like(big), torch.empty_like(big)
     half = torch.empty_like(big, dtype=torch.float16)

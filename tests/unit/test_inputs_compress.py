@@ -19,13 +19,17 @@ from perfkit.compress import (
     TopK,
     check_fused,
     compression_hook,
+    conservation_error,
+    error_rows,
     gaussian_error,
     pack_bits,
     qsgd_decode,
     qsgd_encode,
+    residual_norms,
     sign_decode,
     sign_encode,
     simulate_dp_training,
+    time_codecs,
     unpack_bits,
     use_fused,
 )
@@ -198,6 +202,33 @@ CASES = [  # (name, call, exception, regex on the message)
     ("unpack_bits.n type", lambda: unpack_bits(PACKED, 16.0), ValueError, "n must be an int"),
     ("unpack_bits.packed", lambda: unpack_bits(PACKED, 40), ValueError,
      r"packed must hold 5 value"),
+    # experiments: notebook 03's measurements on one gradient
+    ("error_rows.grad list", lambda: error_rows([1.0, 2.0], [0.1]), TypeError,
+     "grad must be a torch.Tensor"),
+    ("error_rows.grad zero", lambda: error_rows(torch.zeros(16), [0.1]), ValueError,
+     "grad must be a non-empty, finite, non-zero"),
+    ("error_rows.grad 2-D", lambda: error_rows(torch.ones(4, 4), [0.1]), ValueError,
+     "grad must be 1-D"),
+    ("error_rows.grad int", lambda: error_rows(torch.ones(16, dtype=torch.int64), [0.1]),
+     TypeError, "grad must be floating point"),
+    ("error_rows.ratios float", lambda: error_rows(X, 0.1), TypeError, "ratios must be a list"),
+    ("error_rows.ratios zero", lambda: error_rows(X, [0.1, 0.0]), ValueError,
+     r"ratios must be a finite number in \(0, 1\]"),
+    ("conservation_error.grad nan", lambda: conservation_error(torch.full((16,), NAN)),
+     ValueError, "grad must be a non-empty, finite"),
+    ("conservation_error.steps", lambda: conservation_error(X, steps=0), ValueError,
+     "steps must be an int >= 1"),
+    ("conservation_error.ratio", lambda: conservation_error(X, ratio=1.5), ValueError, "ratio"),
+    ("residual_norms.grad", lambda: residual_norms(None), TypeError, "grad must be a torch.Tensor"),
+    ("residual_norms.steps bool", lambda: residual_norms(X, steps=True), ValueError, "steps"),
+    ("residual_norms.ratio nan", lambda: residual_norms(X, ratio=NAN), ValueError, "ratio"),
+    ("time_codecs.numel small", lambda: time_codecs(16), ValueError,
+     "numel must be an int >= 1024"),
+    ("time_codecs.numel float", lambda: time_codecs(4096.0), ValueError, "numel"),
+    ("time_codecs.repeat", lambda: time_codecs(4096, repeat=0), ValueError,
+     "repeat must be an int >= 1"),
+    ("time_codecs.ratio", lambda: time_codecs(4096, ratio=0), ValueError, "ratio"),
+    ("time_codecs.seed", lambda: time_codecs(4096, seed="0"), TypeError, "seed must be an int"),
 ]
 
 
@@ -209,7 +240,8 @@ def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
 
 
 def test_every_public_callable_has_a_case():
-    # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL) take no arguments
-    callables = {n for n in compress.__all__ if callable(getattr(compress, n))}
+    # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL) take no arguments;
+    # CodecTimes is a record time_codecs returns
+    callables = {n for n in compress.__all__ if callable(getattr(compress, n))} - {"CodecTimes"}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
     assert callables <= covered, f"no bad-input case for {sorted(callables - covered)}"
