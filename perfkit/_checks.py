@@ -5,9 +5,8 @@ of the kind asked for (a string where a number is meant, a list where a callable
 ``ValueError`` when it is of that kind but not allowed: a number outside the range, NaN or
 inf, a bool or a fraction where a count is meant (perfkit's counts have always refused those
 with ``ValueError``), an empty collection, an unknown choice. Messages say what is allowed.
-It imports nothing from perfkit. The base modules do not use it (``tests/test_layout.py``
-lets them import only each other): they share ``perfkit.timing``'s ``_check_int`` and
-``_check_number`` and ``perfkit.roofline``'s ``_check_dims`` and ``_positive``.
+It imports nothing from perfkit, so every module uses it, the base modules included: it is
+the one argument-check family.
 
 Usage::
 

@@ -60,7 +60,7 @@ from typing import Any
 import psutil
 import torch
 
-from perfkit.timing import _check_int, _check_number
+from perfkit._checks import check_int, check_real
 
 __all__ = [
     "LaunchTimeout",
@@ -115,8 +115,8 @@ def _check_launch_args(target: str, nproc: int, timeout_s: float, args: Any, env
                        pythonpath: Any) -> None:
     if not isinstance(target, str) or not target:
         raise TypeError(f"target must be a module name or a script path, got {target!r}")
-    _check_int("nproc", nproc, 1)
-    _check_number("timeout_s", timeout_s, positive=True)  # inf: a stuck job would never end
+    check_int("nproc", nproc, 1)
+    check_real("timeout_s", timeout_s, 0, lo_open=True)  # inf: a stuck job would never end
     for name, seq in (("args", args), ("pythonpath", pythonpath)):
         if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):  # "ab" -> "a", "b"
             raise TypeError(f"{name} must be a list or tuple, got {seq!r}")
@@ -158,8 +158,8 @@ def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
             finite number >= 0.
     """
     if pid is not None:
-        _check_int("pid", pid, 1)
-    _check_number("grace_s", grace_s, positive=False)
+        check_int("pid", pid, 1)
+    check_real("grace_s", grace_s, 0)
     try:
         root = psutil.Process(pid)
         procs = root.children(recursive=True) + ([root] if pid is not None else [])
@@ -324,7 +324,7 @@ def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerC
     """
     import torch.distributed as dist
 
-    _check_number("timeout_s", timeout_s, positive=True)
+    check_real("timeout_s", timeout_s, 0, lo_open=True)
     backend = default_backend() if backend is None else backend
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
@@ -382,7 +382,7 @@ def shutdown(exit_code: int = 0) -> None:
     """
     import torch.distributed as dist
 
-    _check_int("exit_code", exit_code, 0, 255)  # os._exit(256) would report success
+    check_int("exit_code", exit_code, 0, 255)  # os._exit(256) would report success
     if dist.is_initialized():
         if torch.cuda.is_available() and dist.get_backend() == "nccl":
             torch.cuda.synchronize()

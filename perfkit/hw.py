@@ -40,8 +40,9 @@ if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":
     warnings.warn(f"PERFKIT_IMITATE={_IMITATE} came after torch's first op: its kernels are native. "
                   "Set it before Python starts.", stacklevel=2)
 
-from perfkit.roofline import _check_dims, _positive, attainable_flops, bound, matmul_bytes, matmul_flops  # noqa: E402
-from perfkit.timing import _check_number, benchmark, calibrate_number, resolve_device  # noqa: E402
+from perfkit._checks import check_int, check_real  # noqa: E402
+from perfkit.roofline import attainable_flops, bound, matmul_bytes, matmul_flops  # noqa: E402
+from perfkit.timing import benchmark, calibrate_number, resolve_device  # noqa: E402
 
 __all__ = ["EMULATED_BELOW", "IMITATIONS", "METHOD", "CopyPoint", "MachineLimits", "MatmulPoint",
            "RooflinePoint", "cached_limits", "cpu_bf16", "default_limits_path", "device_name", "imitation",
@@ -81,7 +82,9 @@ def _entries(name: str, v: Iterable, dims: bool = False) -> list:
         raise TypeError(f"{name} must be a list, got {v!r}")
     if not (items := list(v)):
         raise ValueError(f"{name} must hold at least one entry, got none")
-    _check_dims(**{f"{name}[{i}]": n for i, n in enumerate(items) if dims})
+    if dims:
+        for i, n in enumerate(items):
+            check_int(f"{name}[{i}]", n, 1)
     return items
 
 
@@ -114,7 +117,8 @@ def measure_matmul(
     repeat: int = 7,
 ) -> MatmulPoint:
     """Median FLOP/s of an ``(n, n) @ (n, n)`` matmul in ``dtype`` on ``device``."""
-    _check_dims(n=n, repeat=repeat)
+    check_int('n', n, 1)
+    check_int('repeat', repeat, 1)
     dev = resolve_device(device)
     dt = _dtype(dtype)
     a = torch.randn(n, n, device=dev).to(dt)  # (n, n)
@@ -133,7 +137,8 @@ def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: 
     STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
     counts differently: its algbw is the buffer's size over the time, S / t.)
     """
-    _check_dims(nbytes=nbytes, repeat=repeat)
+    check_int('nbytes', nbytes, 1)
+    check_int('repeat', repeat, 1)
     dev = resolve_device(device)
     numel = max(1, nbytes // 4)
     src = torch.rand(numel, device=dev)  # fp32, nbytes
@@ -146,7 +151,8 @@ def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: 
 
 def measure_h2d(nbytes: int, device: torch.device | str | None = None, repeat: int = 5) -> CopyPoint | None:
     """Host-to-device bandwidth from pinned memory; ``None`` when CUDA is absent."""
-    _check_dims(nbytes=nbytes, repeat=repeat)
+    check_int('nbytes', nbytes, 1)
+    check_int('repeat', repeat, 1)
     if not torch.cuda.is_available():
         return None
     dev, numel = resolve_device(device or "cuda"), max(1, nbytes // 4)
@@ -237,7 +243,7 @@ class MachineLimits:
         if not isinstance(self.matmul_flops, dict):
             raise TypeError(f"matmul_flops must be a dict of dtype name -> FLOP/s, got {self.matmul_flops!r}")
         for k, v in [*self.matmul_flops.items(), ("copy_bytes_per_s", self.copy_bytes_per_s)]:
-            _positive(k if k == "copy_bytes_per_s" else f"matmul_flops[{k!r}]", v)
+            float(check_real(k if k == "copy_bytes_per_s" else f"matmul_flops[{k!r}]", v, 0, lo_open=True))
 
     def peak_flops(self, dtype: str | torch.dtype = "float32") -> float:
         """Measured matmul ceiling for ``dtype`` in FLOP/s."""
@@ -266,11 +272,11 @@ class MachineLimits:
 
     def share_of_peak(self, flops_per_s: float, dtype: str | torch.dtype = "float32") -> float:
         """Achieved FLOP/s over the measured matmul ceiling (a fraction; MFU uses this)."""
-        return _check_number("flops_per_s", flops_per_s, positive=False) / self.peak_flops(dtype)
+        return check_real("flops_per_s", flops_per_s, 0) / self.peak_flops(dtype)
 
     def share_of_bandwidth(self, bytes_per_s: float) -> float:
         """Achieved bytes/s over the measured copy bandwidth (a fraction)."""
-        return _check_number("bytes_per_s", bytes_per_s, positive=False) / self.copy_bytes_per_s
+        return check_real("bytes_per_s", bytes_per_s, 0) / self.copy_bytes_per_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -314,7 +320,7 @@ def measure_limits(quick: bool = False, device: torch.device | str | None = None
         copy_sizes = [1 << p for p in range(16, top.bit_length(), 2)]
     matmul_sizes = sorted(set(_entries("matmul_sizes", matmul_sizes, dims=True)))
     copy_sizes = sorted(set(_entries("copy_sizes", copy_sizes, dims=True)))
-    _positive("max_call_s", max_call_s)
+    float(check_real("max_call_s", max_call_s, 0, lo_open=True))
     if copy_sizes[-1] < dram_min:  # the DRAM ceiling needs one buffer no cache holds
         copy_sizes.append(1 << (dram_min - 1).bit_length())
     mm: list[MatmulPoint] = []
@@ -356,7 +362,7 @@ class RooflinePoint:
 
 def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
     """Predict a square ``n`` matmul in ``dtype`` from the measured ceilings alone."""
-    _check_dims(n=n)  # before matmul_bytes, whose message would name its own m
+    check_int('n', n, 1)  # before matmul_bytes, whose message would name its own m
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
     nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)

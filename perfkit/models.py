@@ -36,7 +36,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from perfkit.timing import _check_int, _check_number, resolve_device
+from perfkit._checks import check_int, check_real
+from perfkit.timing import resolve_device
 
 __all__ = [
     "DigitsDataset", "SmallCNN", "TokenBlockDataset", "Workload", "digits_data",
@@ -55,7 +56,7 @@ def _check_cost(cost_ms: float) -> None:
 def _check_gpt2(vocab_size: int, block_size: int, n_embd: int, n_layer: int, n_head: int) -> None:
     for name, v in (("vocab_size", vocab_size), ("block_size", block_size), ("n_embd", n_embd),
                     ("n_layer", n_layer), ("n_head", n_head)):
-        _check_int(name, v, 1)
+        check_int(name, v, 1)
     if n_embd % n_head:  # each head gets n_embd / n_head channels
         raise ValueError(f"n_embd must be a multiple of n_head, got n_embd={n_embd}, "
                          f"n_head={n_head}")
@@ -108,8 +109,8 @@ class SmallCNN(nn.Module):
     """Two conv layers and a linear head for ``(B, 1, 8, 8)`` digits; ~10k parameters."""
 
     def __init__(self, channels: int = 32, classes: int = 10) -> None:
-        _check_int("channels", channels, 1)
-        _check_int("classes", classes, 1)
+        check_int("channels", channels, 1)
+        check_int("classes", classes, 1)
         super().__init__()
         self.net = nn.Sequential(
             nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(),                   # (B, C, 8, 8)
@@ -135,7 +136,7 @@ def text_corpus(max_bytes: int = 1_000_000) -> str:
         ValueError: if ``max_bytes`` is not a positive int.
     """
     # checked outside the cache, which would take True for 1 and fail on an unhashable value
-    return _stdlib_text(_check_int("max_bytes", max_bytes, 1))
+    return _stdlib_text(check_int("max_bytes", max_bytes, 1))
 
 
 @functools.lru_cache(maxsize=4)  # a str is immutable; re-reading ~700 files costs ~0.3 s
@@ -167,7 +168,7 @@ def train_bpe_tokenizer(vocab_size: int = 1024, max_bytes: int = 1_000_000,
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    _check_int("vocab_size", vocab_size, 300)
+    check_int("vocab_size", vocab_size, 300)
     if not isinstance(cache_dir, str | os.PathLike):
         raise TypeError(f"cache_dir must be a str or os.PathLike, got {cache_dir!r}")
     text = text_corpus(max_bytes)
@@ -214,7 +215,7 @@ class TokenBlockDataset(Dataset):
 
     def __init__(self, text: str, tokenizer: Any, block_size: int = 64,
                  tokenize_per_sample: bool = False, cost_ms: float = 0.0) -> None:
-        _check_int("block_size", block_size, 2)
+        check_int("block_size", block_size, 2)
         _check_cost(cost_ms)
         self.tokenizer, self.block_size, self.cost_ms = tokenizer, block_size, float(cost_ms)
         self.slow = tokenize_per_sample
@@ -300,11 +301,11 @@ class Workload:
 
 def _check_workload(batch_size: int, num_workers: int, cost_ms: float, seed: int,
                     lr: float) -> None:
-    _check_int("batch_size", batch_size, 1)
-    _check_int("num_workers", num_workers, 0)
+    check_int("batch_size", batch_size, 1)
+    check_int("num_workers", num_workers, 0)
     _check_cost(cost_ms)
-    _check_int("seed", seed, -(2**63), 2**64 - 1)  # torch.manual_seed's range
-    _check_number("lr", lr, positive=True)
+    check_int("seed", seed, -(2**63), 2**64 - 1)  # torch.manual_seed's range
+    check_real("lr", lr, 0, lo_open=True)
 
 
 def _loader(ds: Dataset, batch_size: int, num_workers: int, seed: int) -> DataLoader:
@@ -389,7 +390,7 @@ def train_steps(wl: Workload, steps: int, monitor: Any = None,
     """
     if not isinstance(wl, Workload):
         raise TypeError(f"wl must be a perfkit.models.Workload, got {type(wl).__name__}")
-    _check_int("steps", steps, 1)
+    check_int("steps", steps, 1)
     if monitor is not None and not all(callable(getattr(monitor, a, None)) for a in ("phase", "step")):
         raise TypeError(f"monitor must be None or have phase() and step(), got {type(monitor).__name__}")
     if on_step is not None and not callable(on_step):

@@ -14,34 +14,22 @@ Usage::
 
 from __future__ import annotations
 
-import math
+from perfkit._checks import check_int, check_real
 
 __all__ = ["attainable_flops", "bound", "matmul_bytes", "matmul_flops", "matmul_intensity"]
 
 
-def _check_dims(**dims: int) -> None:
-    for name, v in dims.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-
-
-def _positive(name: str, v: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{name} must be a finite number > 0, got {v!r}")
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
-
-
 def matmul_flops(m: int, n: int, k: int) -> int:
     """FLOPs of ``(m, k) @ (k, n)``: one multiply and one add per inner-product term."""
-    _check_dims(m=m, n=n, k=k)
+    for name, v in (('m', m), ('n', n), ('k', k)):
+        check_int(name, v, 1)
     return 2 * m * n * k
 
 
 def matmul_bytes(m: int, n: int, k: int, bytes_per_element: int = 4) -> int:
     """Minimum bytes moved by ``(m, k) @ (k, n)``: read A and B once, write C once."""
-    _check_dims(m=m, n=n, k=k, bytes_per_element=bytes_per_element)
+    for name, v in (('m', m), ('n', n), ('k', k), ('bytes_per_element', bytes_per_element)):
+        check_int(name, v, 1)
     return (m * k + k * n + m * n) * bytes_per_element
 
 
@@ -58,11 +46,13 @@ def attainable_flops(intensity: float, peak_flops: float, bandwidth: float) -> f
         peak_flops: compute ceiling in FLOP/s.
         bandwidth: memory ceiling in bytes/s.
     """
-    intensity, peak_flops = _positive("intensity", intensity), _positive("peak_flops", peak_flops)
-    return min(peak_flops, intensity * _positive("bandwidth", bandwidth))
+    intensity, peak_flops, bandwidth = (float(check_real(name, v, 0, lo_open=True)) for name, v in (
+        ("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)))
+    return min(peak_flops, intensity * bandwidth)
 
 
 def bound(intensity: float, peak_flops: float, bandwidth: float) -> str:
     """``"memory"`` below the ridge point ``peak_flops / bandwidth``, else ``"compute"``."""
-    ridge = _positive("peak_flops", peak_flops) / _positive("bandwidth", bandwidth)
-    return "memory" if _positive("intensity", intensity) < ridge else "compute"
+    intensity, peak_flops, bandwidth = (float(check_real(name, v, 0, lo_open=True)) for name, v in (
+        ("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)))
+    return "memory" if intensity < peak_flops / bandwidth else "compute"

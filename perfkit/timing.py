@@ -16,7 +16,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from perfkit import stats
+from perfkit._checks import check_int, check_real
 
 __all__ = [
     "Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device",
@@ -138,9 +138,9 @@ class Measurement:
         if not self.times_s:
             raise ValueError("times_s must hold at least one time, got none")
         for t in self.times_s:
-            _check_number("times_s entries", t, positive=False)
+            check_real("times_s entries", t, 0)
         object.__setattr__(self, "times_s", tuple(self.times_s))  # frozen: set once here
-        _check_int("warmup", self.warmup, 0)
+        check_int("warmup", self.warmup, 0)
 
     @property
     def n(self) -> int:
@@ -182,7 +182,7 @@ class Measurement:
 
     def rate(self, work: float) -> float:
         """``work`` units (FLOPs, bytes, samples) per second at the median time."""
-        return _check_number("work", work, positive=False) / self.median_s
+        return check_real("work", work, 0) / self.median_s
 
     def __str__(self) -> str:
         return (
@@ -191,28 +191,9 @@ class Measurement:
         )
 
 
-def _check_int(name: str, v: int, lo: int, hi: int | None = None) -> int:
-    """``v`` if it is an int in ``[lo, hi]`` and not a bool (``True`` is not a count)."""
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        exc = ValueError if isinstance(v, int | float) else TypeError
-        raise exc(f"{name} must be an int {f'>= {lo}' if hi is None else f'in [{lo}, {hi}]'}, "
-                  f"got {v!r}")
-    return v
-
-
-def _check_number(name: str, v: float, positive: bool) -> float:
-    """``v`` if it is a finite number > 0 (``positive``) or >= 0: inf would never be reached."""
-    allowed = f"a finite number {'>' if positive else '>='} 0"
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise TypeError(f"{name} must be {allowed}, got {v!r}")
-    if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
-        raise ValueError(f"{name} must be {allowed}, got {v!r}")
-    return v
-
-
 def _check_counts(warmup: int, repeat: int) -> None:
-    _check_int("warmup", warmup, 0)
-    _check_int("repeat", repeat, 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
 
 
 def benchmark(
@@ -252,8 +233,8 @@ def benchmark(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     _check_counts(warmup, repeat)
-    _check_number("min_time_s", min_time_s, positive=False)
-    _check_int("number", number, 1)
+    check_real("min_time_s", min_time_s, 0)
+    check_int("number", number, 1)
     dev = resolve_device(device)
     for _ in range(warmup):
         fn()
@@ -281,7 +262,7 @@ def calibrate_number(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    _check_number("target_s", target_s, positive=True)
+    check_real("target_s", target_s, 0, lo_open=True)
     dev = resolve_device(device)
     number = 1
     while number < 1 << 20:

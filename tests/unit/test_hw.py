@@ -19,7 +19,7 @@ def test_roofline_and_bound():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: roofline.matmul_flops(0, 1, 1), "m must be a positive int"),
+    (lambda: roofline.matmul_flops(0, 1, 1), "m must be an int >= 1"),
     (lambda: roofline.attainable_flops(0.0, 1.0, 1.0), "intensity"),
     (lambda: hw.measure_matmul(8, "int8"), "dtype must be one of"),
 ])
