@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from perfkit._checks import check_callable, check_choice, check_int, check_real, check_type
-from perfkit.data.prefetch import _END
+from perfkit.data.prefetch import END
 from perfkit.timing import Timer
 
 __all__ = ["LoaderConfig", "LoaderRecord", "PipelineRecord", "measure_loader", "simulate_pipeline"]
@@ -166,8 +166,8 @@ def measure_loader(dataset: Dataset, config: LoaderConfig,
         start_s = t.elapsed_s
         while max_steps is None or len(w) < max_steps:
             with Timer("cpu") as t:
-                batch = next(it, _END)
-            if batch is _END:
+                batch = next(it, END)
+            if batch is END:
                 break
             w.append(t.elapsed_s + (start_s if not w else 0.0))
             with Timer("cpu") as t:

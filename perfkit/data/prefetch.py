@@ -34,7 +34,7 @@ from perfkit.timing import resolve_device
 __all__ = ["Prefetcher", "map_tensors"]
 
 _POLL_S = 0.05  # s: how often a blocked queue operation re-checks the stop flag
-_END = object()
+END = object()  # the item a producer thread puts last: the loader is exhausted
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -89,7 +89,7 @@ def _produce(it: Iterator, q: queue.Queue, stop: threading.Event, device: torch.
             try:
                 batch = next(it)
             except StopIteration:
-                _put(q, stop, _END)
+                _put(q, stop, END)
                 return
             if pin:  # page-locked, so the DMA engine can copy it while the GPU computes
                 batch = map_tensors(batch, lambda t: t if t.is_cuda or t.is_pinned()
@@ -139,7 +139,7 @@ class _PrefetchIterator:
         if self._done:
             raise StopIteration
         item = self._get()
-        if item is _END:
+        if item is END:
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):

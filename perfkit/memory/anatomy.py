@@ -25,10 +25,10 @@ from torch import nn
 
 from perfkit._checks import check_callable, check_type
 from perfkit.memory.model_states import (
-    _nbytes,
-    _storage_key,
     count_parameters,
     optimizer_state_bytes,
+    storage_key,
+    tensor_nbytes,
 )
 
 # the step's grads are counted per unique storage, exactly as perfkit.memory counts state
@@ -192,7 +192,7 @@ def measure_step_anatomy(
             torch.cuda.memory._record_memory_history(enabled=None)
     else:
         peak = peak_rss_bytes() - base
-    grads = {_storage_key(p.grad): _nbytes(p.grad) for p in model.parameters()
+    grads = {storage_key(p.grad): tensor_nbytes(p.grad) for p in model.parameters()
              if p.grad is not None}
     return StepAnatomy(
         params=count_parameters(model).total_bytes, grads=sum(grads.values()),

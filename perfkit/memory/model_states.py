@@ -157,11 +157,13 @@ def zero_table(num_params: float, world_size: int,
 # --- parameters and optimizer state, counted from live objects -------------------------
 
 
-def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+def storage_key(t: torch.Tensor) -> tuple[str, int]:
+    """``t``'s storage as ``(device, address)``: views of one storage share it, so bytes are counted once."""
     return (str(t.device), t.untyped_storage().data_ptr())
 
 
-def _nbytes(t: torch.Tensor) -> int:
+def tensor_nbytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s whole storage (a view holds all of it alive), or of its elements when it has none."""
     try:
         return t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):  # tensors without a plain storage
@@ -215,7 +217,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     for s in state.values():
         for v in s.values():
             if isinstance(v, torch.Tensor):
-                seen.setdefault(_storage_key(v), _nbytes(v))
+                seen.setdefault(storage_key(v), tensor_nbytes(v))
     return sum(seen.values())
 
 
@@ -235,10 +237,10 @@ def storage_bytes(tensors: Iterable[torch.Tensor | None],
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tensors must hold tensors or None, got {type(t).__name__}")
-        key = _storage_key(t)
+        key = storage_key(t)
         if key not in seen and t.numel():
             seen.add(key)
-            total += _nbytes(t)
+            total += tensor_nbytes(t)
     return total
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from perfkit.memory.model_states import _storage_key
+from perfkit.memory.model_states import storage_key
 
 __all__ = ["SavedTensorMeter", "SavedTensorReport"]
 
@@ -83,8 +83,8 @@ class SavedTensorMeter:
             tensors = [*params.parameters(), *params.buffers()]
         else:
             tensors = _tensors(params, "params")
-        self._param_keys = {_storage_key(_tensor(t, "params")) for t in tensors}
-        self._input_keys = {_storage_key(_tensor(t, "inputs")) for t in _tensors(inputs, "inputs")}
+        self._param_keys = {storage_key(_tensor(t, "params")) for t in tensors}
+        self._input_keys = {storage_key(_tensor(t, "inputs")) for t in _tensors(inputs, "inputs")}
         self._report: SavedTensorReport | None = None
         self._saved: dict[tuple[str, int], tuple[torch.UntypedStorage, str]] = {}
         self._n_packed = 0
@@ -92,7 +92,7 @@ class SavedTensorMeter:
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         self._n_packed += 1
-        key = _storage_key(t)
+        key = storage_key(t)
         if key not in self._saved:
             self._saved[key] = (t.untyped_storage(), str(t.dtype).removeprefix("torch."))
         return t

@@ -61,7 +61,7 @@ def render_html(rep: dict[str, Any], images: Mapping[str, bytes] | None = None) 
         TypeError, ValueError: for a ``rep`` that is not a report, or ``images`` that are
             not PNG bytes by name.
     """
-    _check_report(rep)
+    check_report(rep)
     pngs = dict(check_type("images", images, Mapping, optional=True) or {})
     for name, png in pngs.items():
         check_type("images key", name, str)
@@ -127,7 +127,7 @@ _REPORT_KEYS = ("command", "status", "steps_seen", "window_steps", "world_size",
                 "step_p95_s", "throughput", "findings")
 
 
-def _check_report(rep: Any, keys: tuple[str, ...] = _REPORT_KEYS) -> dict[str, Any]:
+def check_report(rep: Any, keys: tuple[str, ...] = _REPORT_KEYS) -> dict[str, Any]:
     """``rep`` if it is a report as :func:`build_report` returns it (or its JSON read back),
     holding ``keys``."""
     check_type("rep", rep, dict)
@@ -138,7 +138,7 @@ def _check_report(rep: Any, keys: tuple[str, ...] = _REPORT_KEYS) -> dict[str, A
 
 
 def _render(rep: dict[str, Any], md: bool) -> str:
-    _check_report(rep)
+    check_report(rep)
     h = "## " if md else ""
     li = "- " if md else "  "
     lines = [f"{'# ' if md else ''}perfkit diagnose: {rep['command']}".rstrip(),

@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_int
-from perfkit.profiling.render import _check_report
+from perfkit.profiling.render import check_report
 from perfkit.viz.core import tidy
 from perfkit.viz.profiling import PHASE_COLORS
 
@@ -37,7 +37,7 @@ _MEMORY_COLORS = {"before the script": "tab:gray", "parameters": "tab:blue",
 
 
 def _report(rep: Any) -> dict[str, Any]:
-    return _check_report(rep, _KEYS)
+    return check_report(rep, _KEYS)
 
 
 def _axes(ax: Any, size: tuple[float, float]) -> tuple[Figure, Any]:
