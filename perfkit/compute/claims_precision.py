@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from perfkit import stats, timing
-from perfkit._checks import check_int, check_real
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu
 from perfkit.compute.kernels import activation_bytes, attention_matrix_bytes
 from perfkit.hw import MachineLimits
@@ -40,6 +40,9 @@ FP16 = torch.finfo(torch.float16)
 
 
 def _gpt(seq: int, model_kw: dict | None, device: torch.device | None = None) -> nn.Module:
+    """A seeded tiny GPT-2 of ``block_size=seq``; refuses a bad ``seq`` or ``model_kw`` by name."""
+    check_int("seq", seq, 1)
+    check_type("model_kw", model_kw, dict, optional=True)
     torch.manual_seed(0)
     return tiny_gpt2(block_size=seq, **(model_kw or {})).to(device or "cpu")
 

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from perfkit import stats, timing
-from perfkit._checks import check_callable, check_int, check_items
+from perfkit._checks import check_callable, check_int, check_items, check_type
 from perfkit.compute.compiling import CompileRecord, measure_compile
 from perfkit.hw import MachineLimits
 from perfkit.timing import Measurement
@@ -38,13 +38,23 @@ def speedup_estimate(baseline: Measurement, candidate: Measurement) -> stats.Est
     """``median(baseline) / median(candidate)`` over paired rounds (> 1: the candidate is faster).
 
     Raises:
+        TypeError: for an argument that is not a :class:`~perfkit.timing.Measurement`.
         ValueError: for rounds of unequal count (they must come from one interleaved run).
     """
+    check_type("baseline", baseline, Measurement)
+    check_type("candidate", candidate, Measurement)
     return stats.median_ratio(baseline.times_s, candidate.times_s)
 
 
 def mlp_step(act: nn.Module, rows: int = 512, width: int = 1024, features: int = 256) -> Callable[[], None]:
-    """One SGD step of ``Linear -> act -> Linear`` on a fixed batch (rows, features), seeded."""
+    """One SGD step of ``Linear -> act -> Linear`` on a fixed batch (rows, features), seeded.
+
+    Raises:
+        TypeError, ValueError: for ``act`` that is not a module, or sizes that are not ints >= 1.
+    """
+    check_type("act", act, nn.Module)
+    for name, v in (("rows", rows), ("width", width), ("features", features)):
+        check_int(name, v, 1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(features, width), act, nn.Linear(width, features))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -24,8 +24,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from perfkit import stats, timing
-from perfkit._checks import check_int
-from perfkit.models import tiny_gpt2
+from perfkit._checks import check_choice, check_int, check_type
+from perfkit.models import ACTIVATIONS, ATTENTIONS, tiny_gpt2
 from perfkit.timing import Measurement
 
 __all__ = ["Setting", "SwitchTiming", "UltraTiming", "setting_step", "switches", "time_switches",
@@ -46,9 +46,23 @@ class Setting:
     accumulate: int = 1
     compiled: bool = False
 
+    def __post_init__(self) -> None:
+        check_choice("attention", self.attention, ATTENTIONS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("precision", self.precision, ("fp32", "bf16"))
+        check_int("workers", self.workers, 0)
+        check_int("accumulate", self.accumulate, 1)
+        check_type("compiled", self.compiled, bool)
+
 
 def switches(workers: int = 8, accumulate: int = 8) -> dict[str, dict]:
-    """The advice's switches, each as the fields it changes in a :class:`Setting` (compile apart)."""
+    """The advice's switches, each as the fields it changes in a :class:`Setting` (compile apart).
+
+    Raises:
+        ValueError, TypeError: for ``workers`` or ``accumulate`` not an int >= 1.
+    """
+    check_int("workers", workers, 1)
+    check_int("accumulate", accumulate, 1)
     return {"fused attention": {"attention": "sdpa"}, "fused GELU": {"activation": "gelu_pytorch_tanh"},
             "bf16 autocast": {"precision": "bf16"}, f"{workers} workers": {"workers": workers},
             f"accumulation {accumulate}": {"accumulate": accumulate}}
@@ -63,10 +77,14 @@ def setting_step(setting: Setting, samples: int = 8, seq: int = 64, model_kw: di
     (``block.compile()``: the identical blocks share one graph).
 
     Raises:
+        TypeError: for ``setting`` that is not a :class:`Setting`.
         ValueError: for ``samples`` not a positive multiple of ``setting.accumulate``.
     """
+    check_type("setting", setting, Setting)
     check_int("samples", samples, 1)
-    if samples % check_int("setting.accumulate", setting.accumulate, 1):
+    check_int("seq", seq, 1)
+    check_type("model_kw", model_kw, dict, optional=True)
+    if samples % setting.accumulate:
         raise ValueError(f"samples ({samples}) must be a multiple of accumulate ({setting.accumulate})")
     dev = timing.resolve_device(device)
     torch.manual_seed(0)
@@ -125,7 +143,7 @@ def time_switches(samples: int = 8, accumulate: int = 8, workers: int = 8, seq: 
         ValueError: for counts that are not ints >= 1.
     """
     check_int("repeat", repeat, 1)
-    changes = switches(check_int("workers", workers, 1), check_int("accumulate", accumulate, 1))
+    changes = switches(workers, accumulate)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # more workers than cores: the advice
         steps = [setting_step(Setting(), samples, seq, model_kw)]

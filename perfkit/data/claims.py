@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from perfkit import stats, timing
-from perfkit._checks import check_int, check_items, check_real
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.data.datasets import SlowDataset
 from perfkit.data.loader import LoaderConfig, LoaderRecord, measure_loader, simulate_pipeline
 from perfkit.timing import Measurement
@@ -79,7 +79,14 @@ def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
 
 
 def pass_rate(record: LoaderRecord, batch: int) -> float:
-    """Samples/s of the last pass over the data: the pipeline's fill included, start-up not."""
+    """Samples/s of the last pass over the data: the pipeline's fill included, start-up not.
+
+    Raises:
+        TypeError, ValueError: for a ``record`` that is not a :class:`LoaderRecord` or a
+            ``batch`` that is not an int >= 1.
+    """
+    check_type("record", record, LoaderRecord)
+    check_int("batch", batch, 1)
     waits, computes = record.wait_s[-1], record.compute_s[-1]
     return batch * len(waits) / (sum(waits) + sum(computes))
 

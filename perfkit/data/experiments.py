@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
-from perfkit._checks import check_int, check_items, check_type
+from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
 from perfkit.data.datasets import Delayed
 from perfkit.data.loader import LoaderRecord
 from perfkit.data.prefetch import Prefetcher
@@ -86,12 +86,14 @@ def monitored_steps(workload: Any, dataset: Dataset, num_workers: int = 0, steps
         A :class:`MonitoredRun`.
 
     Raises:
-        TypeError, ValueError: for counts that are not ints (``num_workers``, ``warmup`` >= 0,
-            ``steps`` >= 1).
+        TypeError, ValueError: for a ``workload`` or ``dataset`` of another type, or counts
+            that are not ints (``num_workers``, ``warmup`` >= 0, ``steps`` >= 1).
     """
     from perfkit import models
     from perfkit.profiling.monitor import StepMonitor
 
+    check_type("workload", workload, models.Workload)
+    check_type("dataset", dataset, Dataset)
     check_int("num_workers", num_workers, 0)
     check_int("steps", steps, 1)
     check_int("warmup", warmup, 0)
@@ -132,9 +134,10 @@ def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float]) -> 
     each run's steps (runs resampled independently).
 
     Raises:
-        ValueError: for unequal lengths or no records.
+        TypeError, ValueError: for unequal lengths, no records, or a record that is not a
+            :class:`LoaderRecord`.
     """
-    records, predicted = check_items("records", list(records)), check_items("predicted", list(predicted))
+    records, predicted = check_items("records", records), check_items("predicted", predicted)
     if len(records) != len(predicted):
         raise ValueError(f"records and predicted must be equally long, got {len(records)} and "
                          f"{len(predicted)}")
@@ -166,9 +169,11 @@ def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[A
     spent as K = ``sleep`` (I/O: frees the GIL) or ``spin`` (Python work: holds it).
 
     Raises:
-        ValueError: for ``n`` < 1 (and, from :class:`Delayed`, a negative ``delay_s``).
+        TypeError, ValueError: for ``n`` < 1, ``delay_s`` not a finite number >= 0, or a
+            ``step`` that is not callable.
     """
     check_int("n", n, 1)
+    check_real("delay_s", delay_s, 0)
     if not callable(step):
         raise TypeError(f"step must be a callable taking (x, y), got {type(step).__name__}")
 
@@ -194,9 +199,21 @@ def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[A
     return loops
 
 
+def _loop_names(name: str, loops: Any, kind: str) -> list[str]:
+    """The keys of ``loops`` (a mapping), refused by ``name`` unless they hold the four that
+    the ``kind`` (``"sleep"`` or ``"spin"``) hidden fraction needs."""
+    check_choice("kind", kind, ("sleep", "spin"))
+    check_type(name, loops, Mapping)
+    need = ["load only", "compute only", f"serial, {kind} load", f"Prefetcher, {kind} load"]
+    if missing := [k for k in need if k not in loops]:
+        raise ValueError(f"{name} must hold the loops {need}, missing {missing}")
+    return list(loops)
+
+
 def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
     """``(serial - prefetched) / (serial - max(load, compute))`` from one set of loop times
     keyed as :func:`prefetch_loops` names them."""
+    _loop_names("t", t, kind)
     serial = t[f"serial, {kind} load"]
     return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
 
@@ -204,7 +221,8 @@ def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
 def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
     """:func:`hidden_fraction` of each loop's median time, bootstrapped over the paired
     rounds of :func:`perfkit.timing.interleaved` (``rounds``: loop name -> its times)."""
-    names = list(rounds)
+    names = _loop_names("rounds", rounds, kind)
+
     def stat(*cols: np.ndarray) -> float:
         return hidden_fraction({k: float(np.median(c)) for k, c in zip(names, cols, strict=True)}, kind)
 
@@ -233,7 +251,7 @@ def padding_waste(lengths: Sequence[int], batch: int, max_len: int, fixed: int =
     check_int("batch", batch, 1)
     check_int("max_len", max_len, 1)
     check_int("fixed", fixed, 1)
-    lengths = [check_int("lengths entries", x, 1) for x in check_items("lengths", list(lengths))]
+    lengths = [check_int("lengths entries", x, 1) for x in check_items("lengths", lengths)]
     groups = [lengths[i:i + batch] for i in range(0, len(lengths) - batch + 1, batch)]
     if not groups:
         raise ValueError(f"lengths must fill at least one batch of {batch}, got {len(lengths)}")

@@ -36,7 +36,12 @@ from perfkit.compute import (
     pad_to_multiple,
     precision_dtype,
 )
+from perfkit.compute import claims_precision as cp
+from perfkit.compute import claims_speed as cs
+from perfkit.compute import claims_ultra as cu
+from perfkit.compute.intensity import OpCount, count_ops, step_roofline
 from perfkit.hw import MachineLimits
+from perfkit.stats import Estimate, median_interval
 from perfkit.timing import Measurement
 
 NAN, INF = math.nan, math.inf
@@ -45,6 +50,8 @@ LIN = nn.Linear(2, 2)
 LOSS = lambda m, b: m(b).sum()  # noqa: E731
 LIMITS = MachineLimits("cpu", "test", {"float32": 1e11, "bfloat16": 4e11}, 2e10)
 M = Measurement((1.0, 2.0), 0)
+OPS = OpCount(1000, 4000, 3)
+STEP_S = median_interval([1.0, 1.1, 0.9])
 SDPA = {"sdpa": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v)}
 
 
@@ -281,11 +288,111 @@ CASES = [  # (id, call, exception, regex on the message)
      "settings must hold at least one"),
     ("StepBench.measure_all pair", lambda: bench().measure_all([("fp32", False)]), TypeError,
      r"settings\[0\] must be a \(precision, compiled, batch\) tuple"),
+    # claims_speed (notebook 09's speed claims)
+    ("speedup_estimate.baseline", lambda: cs.speedup_estimate([1.0, 2.0], M), TypeError,
+     "baseline must be a Measurement"),
+    ("speedup_estimate.candidate", lambda: cs.speedup_estimate(M, 1.0), TypeError,
+     "candidate must be a Measurement"),
+    ("speedup_estimate.rounds", lambda: cs.speedup_estimate(M, Measurement((1.0,), 0)), ValueError,
+     "same number"),
+    ("mlp_step.act", lambda: cs.mlp_step(torch.relu), TypeError, "act must be a Module"),
+    ("mlp_step.rows", lambda: cs.mlp_step(nn.ReLU(), rows=0), ValueError, "rows must be an int >= 1"),
+    ("mlp_step.width float", lambda: cs.mlp_step(nn.ReLU(), width=8.0), ValueError, "width"),
+    ("time_activations.rows", lambda: cs.time_activations(rows=0), ValueError,
+     "rows must be an int >= 1"),
+    ("time_activations.op_repeat", lambda: cs.time_activations(8, 8, op_repeat=0), ValueError,
+     "op_repeat"),
+    ("time_activations.target_s", lambda: cs.time_activations(8, 8, target_s=NAN), ValueError,
+     "target_s"),
+    ("time_grouped_conv.groups", lambda: cs.time_grouped_conv(channels=6, groups=4), ValueError,
+     r"channels \(6\) must be a multiple of groups \(4\)"),
+    ("time_grouped_conv.batch", lambda: cs.time_grouped_conv(batch=0), ValueError, "batch"),
+    ("time_compile.features", lambda: cs.time_compile(features=-1), ValueError,
+     "features must be an int >= 1"),
+    ("time_compile.repeat bool", lambda: cs.time_compile(repeat=True), ValueError, "repeat"),
+    ("channels_last_check.ids", lambda: cs.channels_last_check(LIN, [[1]]),
+     TypeError, "ids must be a tensor"),
+    ("channels_last_check.make_transformer str",
+     lambda: cs.channels_last_check("gpt2", torch.ones(1, 2, dtype=torch.long)), TypeError,
+     "make_transformer must be a callable"),
+    ("channels_last_check.repeat",
+     lambda: cs.channels_last_check(NOOP, torch.ones(1, 2, dtype=torch.long), repeat=0),
+     ValueError, "repeat"),
+    ("time_thread_counts.step", lambda: cs.time_thread_counts(3, [1]), TypeError,
+     "step must be a callable"),
+    ("time_thread_counts.counts empty", lambda: cs.time_thread_counts(NOOP, []), ValueError,
+     "counts must hold at least one"),
+    ("time_thread_counts.counts zero", lambda: cs.time_thread_counts(NOOP, [1, 0]), ValueError,
+     "counts entries must be an int >= 1"),
+    # claims_precision
+    ("time_precision_step.batch", lambda: cp.time_precision_step(batch=0), ValueError,
+     "batch must be an int >= 1"),
+    ("time_precision_step.seq", lambda: cp.time_precision_step(seq=1.5), ValueError, "seq"),
+    ("time_precision_step.device", lambda: cp.time_precision_step(device="bogus"), ValueError,
+     "device"),
+    ("autocast_activation_ratio.batch", lambda: cp.autocast_activation_ratio(batch=0), ValueError,
+     "batch must be an int >= 1"),
+    ("autocast_activation_ratio.seq", lambda: cp.autocast_activation_ratio(seq=0), ValueError,
+     "seq must be an int >= 1"),
+    ("autocast_activation_ratio.model_kw", lambda: cp.autocast_activation_ratio(model_kw=[4]),
+     TypeError, "model_kw must be a dict or None"),
+    ("gradient_flush.batch", lambda: cp.gradient_flush(batch=-1), ValueError, "batch"),
+    ("gradient_flush.seq", lambda: cp.gradient_flush(seq="64"), TypeError, "seq"),
+    ("predicted_skips.init_scale", lambda: cp.predicted_skips(0.0, 1.0), ValueError,
+     "init_scale must be a finite number > 0"),
+    ("predicted_skips.max_abs_grad", lambda: cp.predicted_skips(2.0**16, INF), ValueError,
+     "max_abs_grad"),
+    ("scaler_first_update.init_scale", lambda: cp.scaler_first_update(NAN), ValueError,
+     "init_scale"),
+    ("scaler_first_update.max_steps", lambda: cp.scaler_first_update(1.0, max_steps=0), ValueError,
+     "max_steps must be an int >= 1"),
+    ("scaler_first_update.batch", lambda: cp.scaler_first_update(1.0, batch=0), ValueError,
+     "batch"),
+    ("kdim_attention_check.heads", lambda: cp.kdim_attention_check(embed=10, heads=4), ValueError,
+     r"embed \(10\) must be a multiple of heads \(4\)"),
+    ("kdim_attention_check.seq", lambda: cp.kdim_attention_check(seq=0), ValueError, "seq"),
+    # claims_ultra
+    ("Setting.attention", lambda: cu.Setting(attention="flash"), ValueError,
+     "attention must be one of"),
+    ("Setting.activation", lambda: cu.Setting(activation="relu"), ValueError,
+     "activation must be one of"),
+    ("Setting.precision", lambda: cu.Setting(precision="fp16"), ValueError,
+     "precision must be one of 'fp32', 'bf16'"),
+    ("Setting.workers", lambda: cu.Setting(workers=-1), ValueError, "workers must be an int >= 0"),
+    ("Setting.accumulate", lambda: cu.Setting(accumulate=0), ValueError,
+     "accumulate must be an int >= 1"),
+    ("Setting.compiled", lambda: cu.Setting(compiled="yes"), TypeError, "compiled must be a bool"),
+    ("switches.workers", lambda: cu.switches(workers=0), ValueError, "workers must be an int >= 1"),
+    ("switches.accumulate", lambda: cu.switches(accumulate=2.0), ValueError, "accumulate"),
+    ("setting_step.setting", lambda: cu.setting_step({"accumulate": 2}), TypeError,
+     "setting must be a Setting"),
+    ("setting_step.samples", lambda: cu.setting_step(cu.Setting(accumulate=4), samples=6),
+     ValueError, r"samples \(6\) must be a multiple of accumulate \(4\)"),
+    ("setting_step.seq", lambda: cu.setting_step(cu.Setting(), seq=0), ValueError, "seq"),
+    ("time_switches.repeat", lambda: cu.time_switches(repeat=0), ValueError, "repeat"),
+    ("time_switches.workers", lambda: cu.time_switches(workers=0), ValueError, "workers"),
+    ("time_ultra.alone", lambda: cu.time_ultra(None), TypeError, "alone must be a SwitchTiming"),
+    # intensity
+    ("count_ops.fn", lambda: count_ops(3), TypeError, "fn must be a callable"),
+    ("step_roofline.count", lambda: step_roofline((1, 2), STEP_S, LIMITS), TypeError,
+     "count must be an OpCount"),
+    ("step_roofline.count zero", lambda: step_roofline(OpCount(0, 0, 0), STEP_S, LIMITS),
+     ValueError, "count must have FLOPs and bytes > 0"),
+    ("step_roofline.step_s", lambda: step_roofline(OPS, 1.0, LIMITS), TypeError,
+     "step_s must be an Estimate"),
+    ("step_roofline.limits", lambda: step_roofline(OPS, STEP_S, None), TypeError,
+     "limits must be a MachineLimits"),
+    ("step_roofline.step_s zero",
+     lambda: step_roofline(OPS, Estimate(0.0, 0.0, 0.0, None, 1, "x"), LIMITS), ValueError,
+     "step_s"),
+
 ]
 
 # Records perfkit returns; PRECISIONS is a constant.
 RECORDS = {"AttentionPoint", "BatchSearch", "ChainBytes", "GraphReport", "ShapePoint",
-           "ThroughputPoint"}
+           "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
+           "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
+           "SwitchTiming", "ThreadTiming", "UltraTiming"}
 
 
 @pytest.mark.timeout(10)  # a target_s of inf or NaN used to calibrate for ever

@@ -12,25 +12,45 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 from torch.utils.data import TensorDataset
 
-from perfkit import data
+from perfkit import data, models
 from perfkit.data import (
     AugmentedDigits,
     Delayed,
     LoaderConfig,
+    LoaderRecord,
     PadCollate,
     Prefetcher,
     ShardedStream,
     SlowDataset,
     TextChunks,
+    bootstrap,
+    hidden_fraction,
+    hidden_fraction_estimate,
+    largest_gap,
     map_tensors,
     measure_loader,
+    monitored_steps,
+    padding_waste,
+    pass_rate,
+    prefetch_loops,
+    rate_ratio,
     simulate_pipeline,
     spend,
+    time_pin_memory,
+    wait_share,
+    worker_sweep,
     write_shards,
 )
 
 NAN, INF = math.nan, math.inf
 DS = TensorDataset(torch.ones(4, 2))
+REC = LoaderRecord(LoaderConfig(2), ((0.1, 0.1, 0.1),), ((0.2, 0.2, 0.2),), 6)
+ONE_STEP = LoaderRecord(LoaderConfig(2), ((0.1,),), ((0.2,),), 2)
+LOOPS = {"load only": 1.0, "compute only": 1.0, "serial, sleep load": 2.0, "Prefetcher, sleep load": 1.2}
+STEP = lambda x, y: None  # noqa: E731
+# a workload no case trains (each fails first), so its optimizer is a stand-in
+WORKLOAD = models.Workload("toy", torch.nn.Linear(2, 2), None, object(), lambda m, b: m(b[0]).sum(),
+                           torch.device("cpu"))
 TEXT = "a paragraph long enough to be kept as one sample of the corpus\n\nshort"
 
 
@@ -240,10 +260,78 @@ CASES = [  # (id, call, exception, regex on the message)
     ("map_tensors.fn", lambda: map_tensors([torch.ones(1)], 3), TypeError,
      "fn must be a callable"),
     ("map_tensors.fn without tensors", lambda: map_tensors([1], None), TypeError, "fn"),
+    # experiments and claims: notebooks 07 and 09 on a loader's records
+    ("monitored_steps.workload", lambda: monitored_steps(object(), DS), TypeError,
+     "workload must be a Workload"),
+    ("monitored_steps.dataset", lambda: monitored_steps(WORKLOAD, [1, 2]), TypeError,
+     "dataset must be a Dataset"),
+    ("monitored_steps.steps", lambda: monitored_steps(WORKLOAD, DS, steps=0), ValueError,
+     "steps must be an int >= 1"),
+    ("monitored_steps.num_workers", lambda: monitored_steps(WORKLOAD, DS, num_workers=-1),
+     ValueError, "num_workers"),
+    ("wait_share.record", lambda: wait_share({"wait_s": [[0.1]]}), TypeError,
+     "record must be a LoaderRecord"),
+    ("wait_share.record one step", lambda: wait_share(ONE_STEP), ValueError,
+     "at least 2 steps in an epoch"),
+    ("largest_gap.records int", lambda: largest_gap(3, [0.5]), TypeError,
+     "records must be a list or tuple"),
+    ("largest_gap.records empty", lambda: largest_gap([], []), ValueError,
+     "records must hold at least one"),
+    ("largest_gap.predicted length", lambda: largest_gap([REC], [0.5, 0.5]), ValueError,
+     "records and predicted must be equally long"),
+    ("largest_gap.records item", lambda: largest_gap(["rec"], [0.5]), TypeError,
+     "record must be a LoaderRecord"),
+    ("rate_ratio.a", lambda: rate_ratio(None, REC), TypeError, "record must be a LoaderRecord"),
+    ("rate_ratio.b", lambda: rate_ratio(REC, ONE_STEP), ValueError, "at least 2 steps"),
+    ("prefetch_loops.n", lambda: prefetch_loops(DS, STEP, (1, 2), 0, 0.0), ValueError,
+     "n must be an int >= 1"),
+    ("prefetch_loops.step", lambda: prefetch_loops(DS, 3, (1, 2), 1, 0.0), TypeError,
+     "step must be a callable"),
+    ("prefetch_loops.delay_s", lambda: prefetch_loops(DS, STEP, (1, 2), 1, -1.0), ValueError,
+     "delay_s"),
+    ("hidden_fraction.kind", lambda: hidden_fraction(LOOPS, "nap"), ValueError,
+     "kind must be one of 'sleep', 'spin'"),
+    ("hidden_fraction.t", lambda: hidden_fraction([1.0, 2.0], "sleep"), TypeError,
+     "t must be a Mapping"),
+    ("hidden_fraction.t missing", lambda: hidden_fraction(LOOPS, "spin"), ValueError,
+     r"t must hold the loops .* missing \['serial, spin load', 'Prefetcher, spin load'\]"),
+    ("hidden_fraction_estimate.kind", lambda: hidden_fraction_estimate({}, None), ValueError,
+     "kind must be one of"),
+    ("hidden_fraction_estimate.rounds missing",
+     lambda: hidden_fraction_estimate({"load only": [1.0]}, "sleep"), ValueError,
+     "rounds must hold the loops"),
+    ("padding_waste.lengths int", lambda: padding_waste(5, 2, 8), TypeError,
+     "lengths must be a list or tuple"),
+    ("padding_waste.lengths zero", lambda: padding_waste([3, 0], 2, 8), ValueError,
+     "lengths entries must be an int >= 1"),
+    ("padding_waste.batch", lambda: padding_waste([3, 4], 0, 8), ValueError,
+     "batch must be an int >= 1"),
+    ("padding_waste.lengths short", lambda: padding_waste([3], 2, 8), ValueError,
+     "lengths must fill at least one batch"),
+    ("time_pin_memory.batch", lambda: time_pin_memory(batch=0), ValueError,
+     "batch must be an int >= 1"),
+    ("time_pin_memory.device", lambda: time_pin_memory(device="bogus"), ValueError, "device"),
+    ("pass_rate.record", lambda: pass_rate([0.1], 2), TypeError, "record must be a LoaderRecord"),
+    ("pass_rate.batch", lambda: pass_rate(REC, 0), ValueError, "batch must be an int >= 1"),
+    ("worker_sweep.workers empty", lambda: worker_sweep([]), ValueError,
+     "workers must hold at least one"),
+    ("worker_sweep.workers negative", lambda: worker_sweep([0, -1]), ValueError,
+     "workers entries must be an int >= 0"),
+    ("worker_sweep.cost_s", lambda: worker_sweep([0], cost_s=0.0), ValueError,
+     "cost_s must be a finite number > 0"),
+    ("worker_sweep.cores", lambda: worker_sweep([0], cores=0), ValueError, "cores"),
+    ("bootstrap.stat", lambda: bootstrap(3, [[1.0]], True, "rounds"), TypeError,
+     "stat must be a callable"),
+    ("bootstrap.samples", lambda: bootstrap(max, [], True, "rounds"), ValueError,
+     "samples must be a non-empty list"),
+    ("bootstrap.samples paired", lambda: bootstrap(max, [[1.0], [1.0, 2.0]], True, "rounds"),
+     ValueError, "paired samples must be equally long"),
+
 ]
 
 # Records perfkit returns.
-RECORDS = {"LoaderRecord", "PipelineRecord"}
+RECORDS = {"LoaderRecord", "PipelineRecord", "MonitoredRun", "PaddingRecord", "PinTiming",
+           "WorkerSweep"}
 
 
 @pytest.mark.timeout(10)  # spend(inf) or a loop of inf seconds would never end
