@@ -258,13 +258,16 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                   "as long as without it; " if slowdown > 1.1 else "")
                  + "a fix that removes many small calls also removes per-call costs the attribution "
                  "counts in other phases")
-    runs = ("the three runs (before, after, before again) can cancel" if repeated else
-            "two runs in turn (before, then after) can cancel")
+    load = ("and the load may have changed faster than the three runs (before, after, before again) can "
+            "cancel" if repeated else "and with one run of each configuration, a load that changed between "
+            "the two runs moves the ratio as much as the fix does")
     out = {"held": held,
-           "above": f"More than the bound allows: {above}; and the load may have changed faster than {runs}.",
-           "below": "The step got slower: against the configuration before it, the fix cost more than it "
-                    "saved on this machine. It is dropped; the next round starts from the configuration "
-                    "before it."}
+           "above": f"More than the bound allows: {above}; {load}.",
+           "below": "The step got slower: the run with the fix was slower than "
+                    + ("the configuration before it, run before and after it: the fix cost more than it "
+                       "saved on this machine." if repeated else "the one run before it (a load that "
+                       "changed between the two runs reads the same).")
+                    + " It is dropped; the next round starts from the configuration before it."}
     if pick.fix == "batch":
         out["inconclusive"] = "The bound is the machine's peak, far above what a larger batch can reach."
     elif pick.kind == "compute":

@@ -120,7 +120,8 @@ def test_explanations_name_what_was_measured():
     assert held["held"].startswith("It bought 50%") and "three runs" in held["above"]
     assert "profiler" not in held["above"]  # the profiler did not stretch the steps
     data = explain_round(Pick("data", 0.5, 2.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
-    assert "12.0%" in data["above"] and "two runs in turn" in data["above"]
+    assert "12.0%" in data["above"] and "one run of each" in data["above"]
+    assert "run before and after" in held["below"] and "one run before" in data["below"]
     capped = explain_round(Pick("data", 0.99, 100.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
     assert "1.6x" in capped["held"]
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
