@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfkit._checks import check_int, check_items, check_tensor
+from perfkit._checks import check_int, check_items, check_real, check_tensor, check_type
+from perfkit.timing import Measurement
 
 __all__ = ["amdahl_parts", "forward_backward", "frozen_twin", "gpt2_pair", "lora_bound", "adamw_trainer"]
 
@@ -37,12 +38,14 @@ def gpt2_pair(model_kw: Mapping[str, int], rank: int, vocab_size: int = 1024, bl
     ``fan_in_fan_out=True``; ``lora_alpha = 2 r``, no dropout.
 
     Raises:
-        ValueError: for a ``rank`` below 1 or no ``targets``.
+        TypeError, ValueError: for ``model_kw`` that is not a mapping, a ``rank`` below 1 or
+            no ``targets``.
     """
     from peft import LoraConfig, get_peft_model
 
     from perfkit.models import tiny_gpt2
 
+    check_type("model_kw", model_kw, Mapping)
     check_int("rank", rank, 1)
     targets = check_items("targets", list(targets))
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # peft: a renamed API
@@ -58,8 +61,15 @@ def gpt2_pair(model_kw: Mapping[str, int], rank: int, vocab_size: int = 1024, bl
 def adamw_trainer(model: nn.Module, ids: torch.Tensor, lr: float = 1e-3
                ) -> tuple[Callable[[], None], torch.optim.Optimizer]:
     """A full training step (forward, backward, AdamW over the trainable parameters) on
-    ``ids`` (B, T), and its optimizer."""
+    ``ids`` (B, T), and its optimizer.
+
+    Raises:
+        TypeError, ValueError: for a ``model`` that is not a module, ``ids`` not 2-D, or
+            ``lr`` not a finite number > 0.
+    """
+    check_type("model", model, nn.Module)
     check_tensor("ids", ids, ndim=2)
+    check_real("lr", lr, 0, lo_open=True)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
 
     def step() -> None:
@@ -70,7 +80,12 @@ def adamw_trainer(model: nn.Module, ids: torch.Tensor, lr: float = 1e-3
 
 
 def forward_backward(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
-    """Forward and backward only (no optimizer step) on ``ids`` (B, T)."""
+    """Forward and backward only (no optimizer step) on ``ids`` (B, T).
+
+    Raises:
+        TypeError, ValueError: for a ``model`` that is not a module or ``ids`` not 2-D.
+    """
+    check_type("model", model, nn.Module)
     check_tensor("ids", ids, ndim=2)
 
     def run() -> None:
@@ -81,7 +96,13 @@ def forward_backward(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
 
 def frozen_twin(model: nn.Module) -> nn.Module:
     """A copy of a GPT-2 whose only trainable tensors are each block's ``c_attn`` bias:
-    backward reaches every block (the input gradients) and computes no weight gradient."""
+    backward reaches every block (the input gradients) and computes no weight gradient.
+
+    Raises:
+        TypeError: for a ``model`` that is not a GPT-2 module (no ``transformer.h`` blocks).
+    """
+    if not isinstance(model, nn.Module) or not hasattr(getattr(model, "transformer", None), "h"):
+        raise TypeError(f"model must be a GPT-2 module (with transformer.h), got {type(model).__name__}")
     twin = copy.deepcopy(model).requires_grad_(False)
     for block in twin.transformer.h:
         block.attn.c_attn.bias.requires_grad_(True)
@@ -100,7 +121,15 @@ def amdahl_parts(step: Any, fwd_bwd: Any, frozen: Any) -> dict[str, float]:
     Returns:
         ``{"forward + input-gradient backward", "weight gradients", "optimizer step"}`` in s;
         a difference can come out below 0 when it is smaller than the noise.
+
+    Raises:
+        TypeError, ValueError: for an argument that is not a Measurement, or rounds of
+            unequal count (the three must come from one interleaved run).
     """
+    for name, m in (("step", step), ("fwd_bwd", fwd_bwd), ("frozen", frozen)):
+        check_type(name, m, Measurement)
+    if not len(step.times_s) == len(fwd_bwd.times_s) == len(frozen.times_s):
+        raise ValueError("step, fwd_bwd and frozen must hold the same number of rounds")
     return {"forward + input-gradient backward": frozen.median_s,
             "weight gradients": _paired_median(fwd_bwd.times_s, frozen.times_s),
             "optimizer step": _paired_median(step.times_s, fwd_bwd.times_s)}
@@ -112,11 +141,14 @@ def lora_bound(parts: Mapping[str, float], step_s: float, trainable_ratio: float
     parts below 0 count as 0.
 
     Raises:
-        ValueError: for ``step_s`` <= 0 or ``trainable_ratio`` outside [0, 1].
+        TypeError, ValueError: for ``parts`` without :func:`amdahl_parts`' keys, ``step_s``
+            not a finite number > 0, or ``trainable_ratio`` outside [0, 1].
     """
-    if not step_s > 0:
-        raise ValueError(f"step_s must be > 0, got {step_s!r}")
-    if not 0 <= trainable_ratio <= 1:
-        raise ValueError(f"trainable_ratio must be in [0, 1], got {trainable_ratio!r}")
+    check_type("parts", parts, Mapping)
+    for key in ("weight gradients", "optimizer step"):
+        if key not in parts:
+            raise ValueError(f"parts must hold {key!r} (amdahl_parts' keys), got {sorted(parts)}")
+    check_real("step_s", step_s, 0, lo_open=True)
+    check_real("trainable_ratio", trainable_ratio, 0, 1)
     removed = max(parts["weight gradients"], 0) + max(parts["optimizer step"], 0) * (1 - trainable_ratio)
     return max(1 - removed / step_s, 0.0)

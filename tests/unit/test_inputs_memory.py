@@ -22,16 +22,23 @@ from perfkit.memory import (
     gpt2_num_params,
     gpt2_saved_activation_bytes,
     gpt2_step_memory,
+    lora,
     measure_step_anatomy,
     optimizer_state_bytes,
     zero_model_states,
     zero_table,
 )
+from perfkit.memory import claims as mc
+from perfkit.memory import experiments as mx
+from perfkit.timing import Measurement
 
 NAN, INF = math.nan, math.inf
 GPT = dict(batch=2, seq_len=8, n_embd=8, n_layer=1, n_head=2, vocab_size=16)
 STEP = dict(n_embd=8, n_layer=1, n_head=2, vocab_size=16, batch=2, seq_len=8)
 LIN = nn.Linear(2, 2)
+IDS = torch.zeros(2, 8, dtype=torch.long)
+MS = Measurement((1.0, 2.0), 0)
+PARTS = {"weight gradients": 1.0, "optimizer step": 1.0}
 
 
 class Optimizer:
@@ -167,13 +174,93 @@ CASES = [  # (id, call, exception, regex on the message)
     ("measure_step_anatomy.compute_loss result",
      lambda: measure_step_anatomy(LIN, lambda: 1.0, Optimizer()), TypeError,
      "compute_loss must return the loss tensor"),
+    # claims (notebook 09's memory claims)
+    ("sizing_ratios.batches empty", lambda: mc.sizing_ratios([]), ValueError,
+     "batches must hold at least one"),
+    ("sizing_ratios.batches zero", lambda: mc.sizing_ratios([1, 0]), ValueError,
+     "batches entries must be an int >= 1"),
+    ("sizing_ratios.seq", lambda: mc.sizing_ratios([1], seq=0), ValueError, "seq"),
+    ("checkpoint_file_sizes.state", lambda: mc.checkpoint_file_sizes([torch.ones(2)]), TypeError,
+     "state must be a dict of tensors"),
+    ("checkpointing_savings.batch", lambda: mc.checkpointing_savings(0), ValueError,
+     "batch must be an int >= 1"),
+    ("checkpointing_savings.n_layer", lambda: mc.checkpointing_savings(2, n_layer=1.5), ValueError,
+     "n_layer"),
+    ("checkpoint_sequential_check.segments", lambda: mc.checkpoint_sequential_check(segments=0),
+     ValueError, "segments must be an int >= 1"),
+    ("checkpoint_sequential_check.width", lambda: mc.checkpoint_sequential_check(width="8"),
+     TypeError, "width"),
+    ("time_emptied_cache.micro", lambda: mc.time_emptied_cache(micro=0), ValueError,
+     "micro must be an int >= 1"),
+    ("time_emptied_cache.device", lambda: mc.time_emptied_cache(device="bogus"), ValueError,
+     "device"),
+    ("advised_zero_stage.billions", lambda: mc.advised_zero_stage(0), ValueError,
+     "billions must be a finite number > 0"),
+    ("advised_zero_stage.billions nan", lambda: mc.advised_zero_stage(NAN), ValueError, "billions"),
+    ("zero_rule_rows.sizes_b", lambda: mc.zero_rule_rows(7.0), TypeError,
+     "sizes_b must be a list"),
+    ("zero_rule_rows.gpu_gb", lambda: mc.zero_rule_rows([7.0], gpu_gb=0), ValueError, "gpu_gb"),
+    ("zero_rule_rows.n_gpus", lambda: mc.zero_rule_rows([7.0], n_gpus=0), ValueError, "n_gpus"),
+    ("largest_model_for_stage.stage", lambda: mc.largest_model_for_stage(4), ValueError,
+     r"stage must be an int in \[0, 3\]"),
+    ("largest_model_for_stage.gpu_gb", lambda: mc.largest_model_for_stage(1, gpu_gb=INF),
+     ValueError, "gpu_gb"),
+    # experiments (notebook 04's builders)
+    ("gpt2_variant.model_kw", lambda: mx.gpt2_variant([("n_embd", 8)]), TypeError,
+     "model_kw must be a Mapping"),
+    ("gpt2_variant.dtype", lambda: mx.gpt2_variant({}, dtype="bf16"), TypeError,
+     "dtype must be a dtype"),
+    ("gpt2_variant.checkpointing", lambda: mx.gpt2_variant({}, checkpointing="all"), ValueError,
+     "checkpointing must be one of"),
+    ("measure_saved.model", lambda: mx.measure_saved(None, IDS), TypeError,
+     "model must be a Module"),
+    ("measure_saved.ids", lambda: mx.measure_saved(LIN, IDS.float()), TypeError,
+     "ids must hold integer token ids"),
+    ("train_step.model", lambda: mx.train_step("gpt2", IDS), TypeError, "model must be a Module"),
+    ("train_step.ids", lambda: mx.train_step(LIN, torch.zeros(8, dtype=torch.long)), ValueError,
+     "ids must be 2-D"),
+    ("blocks_forward.model", lambda: mx.blocks_forward(3, IDS), TypeError,
+     "model must be a Module"),
+    ("blocks_forward.ids", lambda: mx.blocks_forward(LIN, [[1, 2]]), TypeError,
+     "ids must be a torch.Tensor"),
+    # lora (notebook 05)
+    ("gpt2_pair.model_kw", lambda: lora.gpt2_pair(None, 4), TypeError,
+     "model_kw must be a Mapping"),
+    ("gpt2_pair.rank", lambda: lora.gpt2_pair({}, 0), ValueError, "rank must be an int >= 1"),
+    ("gpt2_pair.targets", lambda: lora.gpt2_pair({}, 4, targets=[]), ValueError,
+     "targets must hold at least one"),
+    ("adamw_trainer.model", lambda: lora.adamw_trainer(None, IDS), TypeError,
+     "model must be a Module"),
+    ("adamw_trainer.ids", lambda: lora.adamw_trainer(LIN, IDS[0]), ValueError, "ids must be 2-D"),
+    ("adamw_trainer.lr", lambda: lora.adamw_trainer(LIN, IDS, lr=0.0), ValueError,
+     "lr must be a finite number > 0"),
+    ("forward_backward.model", lambda: lora.forward_backward("m", IDS), TypeError,
+     "model must be a Module"),
+    ("forward_backward.ids", lambda: lora.forward_backward(LIN, "ids"), TypeError,
+     "ids must be a torch.Tensor"),
+    ("frozen_twin.model", lambda: lora.frozen_twin(LIN), TypeError,
+     r"model must be a GPT-2 module \(with transformer.h\)"),
+    ("amdahl_parts.step", lambda: lora.amdahl_parts([1.0], MS, MS), TypeError,
+     "step must be a Measurement"),
+    ("amdahl_parts.frozen rounds", lambda: lora.amdahl_parts(MS, MS, Measurement((1.0,), 0)),
+     ValueError, "same number of rounds"),
+    ("lora_bound.parts", lambda: lora.lora_bound([1.0, 2.0], 1.0, 0.1), TypeError,
+     "parts must be a Mapping"),
+    ("lora_bound.parts keys", lambda: lora.lora_bound({"optimizer step": 1.0}, 1.0, 0.1),
+     ValueError, "parts must hold 'weight gradients'"),
+    ("lora_bound.step_s nan", lambda: lora.lora_bound(PARTS, NAN, 0.1), ValueError,
+     "step_s must be a finite number > 0"),
+    ("lora_bound.trainable_ratio str", lambda: lora.lora_bound(PARTS, 1.0, "0.1"), TypeError,
+     "trainable_ratio"),
+
 ]
 
 # Public names without a case: the RSS helpers take no arguments; the rest are records
 # perfkit returns. RECIPES is a constant.
 NO_ARGUMENTS = {"peak_rss_bytes", "reset_peak_rss", "rss_bytes", "trim_heap"}
 RECORDS = {"ActivationEstimate", "LiveModelStates", "ModelStateBytes", "ParamCount", "SavedTensorReport",
-           "StepAnatomy"}
+           "StepAnatomy", "CheckpointFiles", "CheckpointSavings", "EmptyCacheTiming", "SequentialCheck",
+           "SizingRatios", "ZeroRuleRow"}
 
 
 @pytest.mark.timeout(10)

@@ -10,6 +10,7 @@ import torch
 
 from perfkit.memory import lora as plora
 from perfkit.memory import zero_model_states
+from perfkit.timing import Measurement
 from perfkit.viz import zero as vzero
 
 MODEL = dict(n_embd=32, n_layer=2, n_head=2)
@@ -49,7 +50,7 @@ def test_adamw_trainer_steps_only_trainable_parameters():
 
 
 def test_amdahl_parts_and_bound():
-    m = lambda ts: SimpleNamespace(times_s=ts, median_s=sorted(ts)[len(ts) // 2])   # noqa: E731
+    m = lambda ts: Measurement(tuple(ts), 0)   # noqa: E731
     parts = plora.amdahl_parts(m([10.0, 10.0, 10.0]), m([8.0, 8.0, 8.0]), m([5.0, 5.0, 5.0]))
     assert parts == {"forward + input-gradient backward": 5.0, "weight gradients": 3.0, "optimizer step": 2.0}
     # removes 3 s of weight gradients and 90 % of the 2 s optimizer step: 1 - 4.8 / 10
