@@ -57,6 +57,12 @@ def _values(name: str, xs: object, positive: bool = False) -> np.ndarray:
     return arr
 
 
+def _number(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    return float(v)
+
+
 def _level(level: object) -> float:
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"level must be a confidence in (0, 1), e.g. 0.9, got {level!r}")
@@ -166,8 +172,15 @@ class Estimate:
 
 
 def exact(value: float, what: str = "exact count") -> Estimate:
-    """A figure with no uncertainty (a count, a formula): ``low == value == high``."""
-    return Estimate(float(value), float(value), float(value), None, 1, what)
+    """A figure with no uncertainty (a count, a formula): ``low == value == high``.
+
+    Raises:
+        TypeError, ValueError: for a ``value`` that is not a number, or an empty ``what``.
+    """
+    v = _number("value", value)
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"what must say what the figure is ('exact count'), got {what!r}")
+    return Estimate(v, v, v, None, 1, what)
 
 
 def range_of(xs: Sequence[float], value: float | None = None, lo: float = 0.1, hi: float = 0.9) -> Estimate:
@@ -176,9 +189,16 @@ def range_of(xs: Sequence[float], value: float | None = None, lo: float = 0.1, h
     This is the spread of *single* repeats, not the uncertainty of their median: use it to
     show how much one repeat varies; judge with :func:`median_interval` or
     :func:`median_ratio`. ``value`` outside the range widens it to hold the value.
+
+    Raises:
+        TypeError, ValueError: for a bad ``xs``, a ``value`` that is not a number, or
+            quantiles outside ``0 <= lo <= hi <= 1``.
     """
     arr = _values("xs", xs)
-    v = float(np.median(arr)) if value is None else float(value)
+    for name, q, low in (("lo", lo, 0.0), ("hi", hi, lo)):
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not low <= q <= 1:
+            raise ValueError(f"{name} must be a finite number in [{low:g}, 1], got {q!r}")
+    v = float(np.median(arr)) if value is None else _number("value", value)
     a, b = float(np.quantile(arr, lo)), float(np.quantile(arr, hi))
     how = f"p{lo * 100:.0f}-p{hi * 100:.0f} of {len(arr)} repeats"
     return Estimate(v, min(a, v), max(b, v), None, len(arr), how)
@@ -268,11 +288,13 @@ def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], pa
         An :class:`Estimate` whose interval holds its value (widened where it did not).
 
     Raises:
-        TypeError, ValueError: for no samples, an empty or non-finite one, or unequal
-            lengths with ``paired``.
+        TypeError, ValueError: for no samples, an empty or non-finite one, unequal
+            lengths with ``paired``, or an empty ``what``.
     """
     if not callable(stat):
         raise TypeError(f"stat must be a callable, got {type(stat).__name__}")
+    if not isinstance(what, str) or not what:
+        raise TypeError(f"what must be a str naming the unit resampled ('rounds'), got {what!r}")
     if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__") or len(samples) == 0:
         raise ValueError(f"samples must be a non-empty list of sequences, got {samples!r}")
     arrs = [_values("samples entries", s) for s in samples]
