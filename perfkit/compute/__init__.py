@@ -57,6 +57,22 @@ from perfkit.compute.compiling import (
     graph_breaks,
     measure_compile,
 )
+from perfkit.compute.experiments import (
+    InModelAttention,
+    RescaledMLP,
+    ShapeSummary,
+    WhereRescaledMLP,
+    attention_in_model,
+    attention_table,
+    batch_gain,
+    disturbed_length,
+    gpt_step,
+    largest_mfu_text,
+    largest_rise,
+    precision_curves,
+    ratio_text,
+    shape_summary,
+)
 from perfkit.compute.flops import (
     PRECISIONS,
     GPTShape,
@@ -67,6 +83,13 @@ from perfkit.compute.flops import (
     make_train_step,
     mfu,
     precision_dtype,
+)
+from perfkit.compute.fusion import (
+    ChainModel,
+    NewTensorCost,
+    chain_explanations,
+    chain_model,
+    new_tensor_cost,
 )
 from perfkit.compute.intensity import (
     NEAR_ROOF,
@@ -92,6 +115,25 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "InModelAttention",
+    "RescaledMLP",
+    "ShapeSummary",
+    "WhereRescaledMLP",
+    "attention_in_model",
+    "attention_table",
+    "batch_gain",
+    "disturbed_length",
+    "gpt_step",
+    "largest_mfu_text",
+    "largest_rise",
+    "precision_curves",
+    "ratio_text",
+    "shape_summary",
+    "ChainModel",
+    "NewTensorCost",
+    "chain_explanations",
+    "chain_model",
+    "new_tensor_cost",
     "NEAR_ROOF",
     "OpCount",
     "StepRoofline",

@@ -1,0 +1,322 @@
+"""The experiments of module 06 (compute): the steps it times and the records it reads.
+
+Notebook 06 asks what precision, fusion, compilation, attention kernels and shapes do to a
+training step. Its measurements are built here, so the notebook shows the question, the
+model, the measurement and the verdict: the tiny GPT-2's training step as a no-argument
+callable (:func:`gpt_step`), the loss curves of one model trained in several precisions
+(:func:`precision_curves`), the graph-break example (:class:`RescaledMLP`), attention inside the model
+(:func:`attention_in_model`) and the shape sweep's summary (:func:`shape_summary`).
+
+Usage::
+
+    step = gpt_step(dict(n_embd=128, n_layer=2, n_head=4), ids, "bf16")   # one AdamW step
+    sp = compare(gpt_step(gpt, ids, "fp32"), step); print(ratio_text(sp))
+    print(largest_rise(precision_curves(workload, batches, ["fp32", "bf16"])))
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perfkit._checks import check_choice, check_int, check_items, check_tensor
+from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
+from perfkit.compute.kernels import ShapePoint, activation_bytes
+from perfkit.memory.activations import gpt2_saved_activation_bytes
+from perfkit.models import tiny_gpt2
+from perfkit.stats import Estimate, median_ratio, range_of
+
+__all__ = ["InModelAttention", "RescaledMLP", "ShapeSummary", "WhereRescaledMLP",
+           "attention_in_model", "attention_table", "batch_gain", "disturbed_length", "gpt_step",
+           "autocast_saved_bytes", "largest_mfu_text", "largest_rise", "loss_lines", "shape_sweep",
+           "throughput_lines",
+           "precision_curves", "ratio_text", "shape_summary"]
+
+
+def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
+             vocab: int = 1024, mode: str | None = None, lr: float = 1e-3) -> Callable[[], torch.Tensor]:
+    """One AdamW training step of a fresh (seeded) tiny GPT-2 on ``ids``, as a callable.
+
+    Args:
+        gpt: ``n_embd``, ``n_layer``, ``n_head`` of :func:`perfkit.models.tiny_gpt2`.
+        ids: ``(B, T)`` token ids, on the device the step runs on; its own targets.
+        precision: ``"fp32"``, ``"bf16"`` (autocast) or ``"fp16"`` (autocast + GradScaler, CUDA).
+        compiled: ``torch.compile`` the model (the optimizer stays eager), with ``mode``.
+        vocab: the vocabulary (a padded one: ids never use the extra tokens).
+
+    Raises:
+        TypeError, ValueError: for ids that are not a 2-d integer tensor, or an unknown precision.
+    """
+    check_tensor("ids", ids, ndim=2)
+    check_choice("precision", precision, PRECISIONS)
+    if ids.is_floating_point():
+        raise TypeError(f"ids must hold integer token ids, got {ids.dtype}")
+    torch.manual_seed(0)  # every variant starts from the same weights
+    model = tiny_gpt2(vocab_size=vocab, block_size=ids.shape[1], **gpt).to(ids.device)
+    run = torch.compile(model, mode=mode) if compiled else model
+    step = make_train_step(model, torch.optim.AdamW(model.parameters(), lr=lr),
+                           lambda _m, b: run(input_ids=b, labels=b).loss, precision)
+    return lambda: step(ids)
+
+
+def precision_curves(model: nn.Module, loss_fn: Callable, batches: Sequence, precisions: Sequence[str],
+                     lr: float = 3e-3) -> dict[str, list[float]]:
+    """The loss at each step of ``model`` trained on ``batches`` in each precision, from the
+    same initial weights (restored before each run) with a fresh AdamW.
+
+    The losses are read once, at the end, so no step waits for a host read.
+    """
+    check_items("batches", batches)
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    curves = {}
+    for p in check_items("precisions", precisions):
+        model.load_state_dict(init)
+        step = make_train_step(model, torch.optim.AdamW(model.parameters(), lr=lr), loss_fn, p)
+        curves[p] = torch.stack([step(b) for b in batches]).tolist()
+    return curves
+
+
+def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", other: str = "bf16") -> str:
+    """Where the loss rose most in ``base`` and in ``other``, and what that says: the same
+    step in both means the batch, not the precision, made it rise; back down at the next
+    step means the update did not damage the weights."""
+    c = list(curves[base])
+    if len(c) < 2:
+        raise ValueError(f"curves[{base!r}] needs at least two steps, got {len(c)}")
+    rise = {p: max(range(1, len(v)), key=lambda i, v=v: v[i] - v[i - 1]) for p, v in curves.items()}
+    j = rise[base]
+    if c[j] <= c[j - 1]:
+        return "the loss never rose"
+    same = rise[other] == j
+    text = (f"largest rise of the loss: {base} at step {j} ({c[j - 1]:.3f} -> {c[j]:.3f}), {other} at step "
+            f"{rise[other]}: " + ("the same step in both precisions: the rise comes from what both runs "
+                                  f"share, not from {other}'s rounding" if same else
+                                  f"different steps: {other}'s rounding changed where the loss rose"))
+    if j + 1 < len(c) and c[j + 1] - c[j - 1] < (c[j] - c[j - 1]) / 4:
+        text += (f"; the next step is back at {c[j + 1]:.3f}, so the weights were not damaged: that batch "
+                 "is what is hard to predict")
+    return text
+
+
+def ratio_text(sp: Speedup) -> str:
+    """``"1.23x (90% interval ...; 10.0 -> 8.1 ms)"``: the speedup a verdict judges
+    (:attr:`Speedup.estimate`), its interval and the two medians."""
+    est = sp.estimate
+    return (f"{est.value:.2f}x ({est.describe('x')}; "
+            f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
+
+
+class RescaledMLP(nn.Module):
+    """An MLP that rescales large activations with a Python ``if`` on a tensor's value:
+    dynamo must leave the graph to read it (one graph break)."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        check_int("width", width, 1)
+        self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x))
+        peak = h.abs().max()
+        if peak.item() > 4.0:  # Python needs the value: a graph break
+            h = h / peak
+        return self.fc2(h)
+
+
+class WhereRescaledMLP(RescaledMLP):
+    """The same function with ``torch.where``: the branch stays in the graph (no break)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc1(x))
+        peak = h.abs().max()
+        return self.fc2(torch.where(peak > 4.0, h / peak, h))
+
+
+@dataclass(frozen=True)
+class InModelAttention:
+    """Eager against sdpa attention in a whole tiny GPT-2 (forward + backward) at one length:
+    the timing, the bytes autograd saved, and notebook 04's count of them (bytes)."""
+
+    seq_len: int
+    speedup: Speedup
+    saved: dict[str, int]
+    counted: dict[str, int]
+
+    def describe(self) -> str:
+        mib = 2**20
+        return (f"T={self.seq_len:4d}: sdpa against eager {ratio_text(self.speedup)}; saved eager "
+                f"{self.saved['eager'] / mib:5.1f} MiB, sdpa {self.saved['sdpa'] / mib:5.1f} MiB, difference "
+                f"{(self.saved['eager'] - self.saved['sdpa']) / mib:5.2f} (predicted "
+                f"{(self.counted['eager'] - self.counted['sdpa']) / mib:5.2f})")
+
+
+def attention_in_model(seq_len: int, batch: int = 4, heads: int = 4, layers: int = 2, width: int = 64,
+                       repeat: int = 7, threads: int | None = None,
+                       device: torch.device | str = "cpu") -> InModelAttention:
+    """Time and meter a tiny GPT-2 with ``"eager"`` and ``"sdpa"`` attention (the same
+    weights), and count the saved bytes with
+    :func:`perfkit.memory.activations.gpt2_saved_activation_bytes`."""
+    check_int("seq_len", seq_len, 1)
+    ids = torch.randint(0, 1024, (batch, seq_len), device=device)
+    fns, saved, counted = {}, {}, {}
+    for impl in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        m = tiny_gpt2(block_size=seq_len, n_embd=width, n_layer=layers, n_head=heads).to(device)
+        m.set_attn_implementation(impl)
+        fns[impl] = lambda m=m: m(input_ids=ids, labels=ids).loss.backward()
+        saved[impl] = activation_bytes(lambda m=m: m(input_ids=ids, labels=ids).loss, m)
+        counted[impl] = gpt2_saved_activation_bytes(batch, seq_len, width, layers, heads, 1024,
+                                                    attention=impl).total
+    sp = compare(fns["eager"], fns["sdpa"], repeat=repeat, threads=threads)
+    return InModelAttention(seq_len, sp, saved, counted)
+
+
+@dataclass(frozen=True)
+class ShapeSummary:
+    """One dtype of a matmul shape sweep: the aligned widths' median rate (``ref``, FLOP/s)
+    and each width's rate as a share of it."""
+
+    dtype: str
+    ref: float
+    aligned: tuple[float, ...]
+    odd: tuple[float, ...]
+
+    @property
+    def odd_range(self) -> Estimate:
+        """The odd widths' median share with the 10th-90th percentile of the single widths."""
+        return range_of(self.odd, lo=0.0, hi=1.0)
+
+    def describe(self) -> str:
+        from perfkit.units import si
+
+        return (f"{self.dtype:>9}: multiples of the tile {si(self.ref, 'FLOP/s')} (median; they spread "
+                f"{min(self.aligned):.0%}-{max(self.aligned):.0%}); odd n: median "
+                f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median")
+
+
+def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) -> ShapeSummary:
+    """Summarise the ``dtype`` points of :func:`perfkit.compute.kernels.matmul_shape_sweep`:
+    widths ``n`` that are multiples of ``multiple`` against odd ones.
+
+    Raises:
+        ValueError: when the sweep holds no aligned or no odd width of that dtype.
+    """
+    pts = [p for p in check_items("points", points) if p.dtype == dtype]
+    aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
+    odd = [p.flops_per_s for p in pts if p.n % 2]
+    if not aligned or not odd:
+        raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
+                         f"{sorted(p.n for p in pts)}")
+    ref = statistics.median(aligned)
+    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd))
+
+
+def batch_gain(a, b) -> Estimate:
+    """Tokens/s of throughput point ``a`` over ``b`` (settings timed in turns in each round):
+    ``b``'s step time over ``a``'s, paired by round, times the batch ratio."""
+    return median_ratio(b.step.times_s, a.step.times_s).scaled(a.batch / b.batch)
+
+
+def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, cores: int = 1) -> str:
+    """The sentence beside the largest MFU measured (a throughput point ``top``): for scale
+    when it is below 100 %; above it, the causes this run can have (a ceiling from square
+    matmuls up to ``swept`` only, a ceiling measured while the machine was busier, and one
+    thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used)."""
+    head = (f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the "
+            f"{top.ceiling} ceiling). ")
+    if top.mfu <= 1:
+        return head + ("For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
+                       "against the vendor's peak.")
+    return (head + f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling (square "
+            f"matmuls up to n={swept}) is below what this step reaches: "
+            + ("notebook 00 ran at QUICK sizes here, and its default sweep goes further; "
+               if swept < 1024 else "")
+            + "a ceiling measured while the machine was busier reads low (notebook 00 keeps the highest it "
+            "has measured: run it on a quieter machine)"
+            + (f"; and held against {share:.0%} of it for {threads} of {cores} threads, one thread can reach "
+               "more than its share" if share < 1 else "")
+            + ". An MFU is only as good as its peak.")
+
+
+def attention_table(points: Sequence, batch: int, heads: int, head_dim: int) -> list[str]:
+    """One line per length of :func:`perfkit.compute.kernels.attention_sweep`'s ``"naive"``
+    and ``"sdpa"`` points: time, saved bytes against the prediction (one ``T x T`` fp32 matrix
+    per head; ``B·H·T·(d_head + 1)`` floats fused) and naive over fused time."""
+    from perfkit.compute.kernels import attention_matrix_bytes
+
+    by, mib = {(p.impl, p.seq_len): p for p in points}, 2**20
+    lines = []
+    for t in sorted({p.seq_len for p in points}):
+        nv, fu = by["naive", t], by["sdpa", t]
+        lines.append(f"T={t:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / mib:6.2f} MiB saved "
+                     f"(predicted {attention_matrix_bytes(batch, heads, t) / mib:6.2f}); sdpa "
+                     f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / mib:5.2f} MiB (predicted "
+                     f"{batch * heads * t * (head_dim + 1) * 4 / mib:5.2f}); {nv.seconds / fu.seconds:.2f}x")
+    return lines
+
+
+def disturbed_length(points: Sequence) -> tuple[str, int] | None:
+    """The first ``(impl, T)`` whose time to the next length of the sweep fell, or grew more
+    than 4x the ``T^2`` work's growth: a sweep the machine's load disturbed (``None``: none)."""
+    by = {(p.impl, p.seq_len): p.seconds for p in points}
+    lens = sorted({p.seq_len for p in points})
+    for impl in sorted({p.impl for p in points}):
+        for a, b in zip(lens, lens[1:]):
+            if not 1 <= by[impl, b] / by[impl, a] <= 4 * (b / a) ** 2:
+                return impl, a
+    return None
+
+
+def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str = "fp32") -> list[str]:
+    """One line per precision: first and last loss, the mean of the last ``tail`` steps and
+    its gap to ``base``'s, and the largest per-step gap to ``base``."""
+    ref = statistics.fmean(curves[base][-tail:])
+    out = []
+    for p, c in curves.items():
+        mean = statistics.fmean(c[-tail:])
+        gap = max(abs(a - b) for a, b in zip(c, curves[base]))
+        out.append(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {tail} {mean:.4f}, "
+                   f"{abs(mean - ref) / ref:.3%} from {base}; largest per-step gap {gap:.4f}")
+    return out
+
+
+def autocast_saved_bytes(model: nn.Module, ids: torch.Tensor) -> dict[str, int]:
+    """Bytes autograd saves for backward in one forward of ``model`` on ``ids`` (its own
+    targets), in fp32 and under bf16 autocast (:func:`perfkit.compute.kernels.activation_bytes`)."""
+    check_tensor("ids", ids, ndim=2)
+
+    def forward(precision: str) -> torch.Tensor:
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            return model(input_ids=ids, labels=ids).loss
+
+    return {p: activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
+
+
+def shape_sweep(widths: Mapping[str, Sequence[int]], m: int = 1024, k: int = 256, multiple: int = 64,
+                repeat: int = 7, device: torch.device | str | None = None,
+                ) -> tuple[list[ShapePoint], dict[str, ShapeSummary]]:
+    """``(m, k) @ (k, n)`` for each dtype's widths ``n`` (:func:`perfkit.compute.kernels.
+    matmul_shape_sweep`), for the dtypes whose widths hold an aligned and an odd one; returns
+    the points and each swept dtype's :class:`ShapeSummary`."""
+    from perfkit.compute.kernels import matmul_shape_sweep
+
+    swept = [dt for dt, ns in widths.items() if any(n % multiple == 0 for n in ns) and any(n % 2 for n in ns)]
+    pts = [p for dt in swept
+           for p in matmul_shape_sweep([(m, n, k) for n in widths[dt]], dt, device=device, repeat=repeat)]
+    return pts, {dt: shape_summary(pts, dt, multiple) for dt in swept}
+
+
+def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
+    """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
+    and MFU against its ceiling (times ``share`` when the threads had part of the machine)."""
+    from perfkit.units import si
+
+    return [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
+            f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
+            f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling"
+            + (f" x {share:.0%}" if share < 1 else "") for p in points]

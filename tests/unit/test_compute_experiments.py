@@ -1,0 +1,166 @@
+"""perfkit.compute.experiments and perfkit.compute.fusion: notebook 06's steps and records."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from perfkit.compute import compiling, fusion, kernels
+from perfkit.compute import experiments as ex
+from perfkit.compute.flops import Speedup
+from perfkit.compute.kernels import ShapePoint
+from perfkit.timing import Measurement
+
+GPT = dict(n_embd=32, n_layer=1, n_head=2)
+
+
+def meas(times):
+    return Measurement(tuple(times), 0)
+
+
+def test_gpt_step_trains_the_same_seeded_model_each_time():
+    ids = torch.randint(0, 64, (2, 16))
+    a, b = ex.gpt_step(GPT, ids), ex.gpt_step(GPT, ids)
+    la, lb = a(), b()
+    assert torch.equal(la, lb)  # same seed, same weights, same batch
+    assert a() < la  # a step updates the weights: the second loss on the same batch is lower
+    with pytest.raises(ValueError, match="precision"):
+        ex.gpt_step(GPT, ids, "fp8")
+    with pytest.raises(TypeError, match="ids"):
+        ex.gpt_step(GPT, ids.float())
+
+
+def test_precision_curves_restart_from_the_same_weights():
+    torch.manual_seed(0)
+    model, batches = torch.nn.Linear(4, 1), [torch.randn(8, 4) for _ in range(3)]
+    loss = lambda m, b: m(b).square().mean()  # noqa: E731
+    first = loss(model, batches[0]).item()
+    curves = ex.precision_curves(model, loss, batches, ["fp32", "bf16"], lr=0.1)
+    assert curves["fp32"][0] == pytest.approx(first)
+    assert curves["bf16"][0] == pytest.approx(first, rel=0.02)  # restored, not after fp32's steps
+    assert loss(model, batches[0]).item() < 0.9 * first  # and each run trained it
+
+
+def test_largest_rise_names_the_step_and_its_cause():
+    same = ex.largest_rise({"fp32": [3.0, 2.5, 2.9, 2.4], "bf16": [3.0, 2.5, 2.95, 2.4]})
+    assert "fp32 at step 2 (2.500 -> 2.900)" in same and "the same step" in same
+    assert "back at 2.400" in same  # recovered below the step before the rise
+    other = ex.largest_rise({"fp32": [3.0, 2.5, 2.9, 2.8], "bf16": [3.0, 3.2, 2.9, 2.8]})
+    assert "different steps" in other and "back at" not in other
+    assert ex.largest_rise({"fp32": [3, 2, 1], "bf16": [3, 2, 1]}) == "the loss never rose"
+    with pytest.raises(ValueError, match="two steps"):
+        ex.largest_rise({"fp32": [1.0], "bf16": [1.0]})
+
+
+def test_ratio_text_prints_the_judged_estimate():
+    sp = Speedup(meas([0.010, 0.011, 0.012]), meas([0.005, 0.0055, 0.006]))
+    text = ex.ratio_text(sp)
+    assert text.startswith(f"{sp.estimate.value:.2f}x") and "11.0 -> 5.5 ms" in text
+
+
+def test_the_graph_break_example_breaks_once_and_its_fix_not_at_all():
+    broken, fixed = ex.RescaledMLP(8), ex.WhereRescaledMLP(8)
+    fixed.load_state_dict(broken.state_dict())
+    x = torch.randn(4, 8) * 3
+    torch.testing.assert_close(broken(x), fixed(x))
+    assert compiling.graph_breaks(broken, x).breaks == 1
+    assert compiling.graph_breaks(fixed, x).breaks == 0
+
+
+def test_attention_in_model_counts_eager_above_sdpa():
+    r = ex.attention_in_model(64, batch=2, heads=4, layers=2, width=64, repeat=2)
+    assert r.saved["eager"] > r.saved["sdpa"] and r.counted["eager"] > r.counted["sdpa"]
+    # the measured difference is the counted one (notebook 04's exact model; at batch 1 it is not)
+    diff = r.counted["eager"] - r.counted["sdpa"]
+    assert (r.saved["eager"] - r.saved["sdpa"]) == pytest.approx(diff, rel=0.02)
+    assert r.describe().startswith("T=  64: sdpa against eager")
+
+
+def points(dtype, rates):
+    return [ShapePoint(1024, n, 256, dtype, 1.0, f) for n, f in rates.items()]
+
+
+def test_shape_summary_holds_odd_widths_against_the_aligned_median():
+    rates = {960: 10.0, 1024: 12.0, 1088: 11.0, 1021: 5.5, 1023: 11.0, 1000: 1.0}
+    s = ex.shape_summary(points("float32", rates), "float32")
+    assert s.ref == 11.0 and s.odd == (0.5, 1.0) and 1000 not in s.aligned  # even, unaligned: neither
+    assert s.odd_range.value == pytest.approx(0.75) and s.odd_range.low == 0.5
+    assert "odd n: median 75%, slowest 50%" in s.describe()
+    with pytest.raises(ValueError, match="aligned and an odd"):
+        ex.shape_summary(points("float32", {1024: 1.0, 1088: 1.0}), "float32")
+
+
+def test_shape_sweep_skips_a_dtype_without_an_odd_width():
+    pts, sums = ex.shape_sweep({"float32": [64, 63], "bfloat16": [64, 128]}, m=16, k=16, repeat=2)
+    assert set(sums) == {"float32"} and {p.dtype for p in pts} == {"float32"}
+
+
+def test_batch_gain_scales_the_paired_time_ratio_by_the_batch():
+    small = SimpleNamespace(batch=2, step=meas([0.10, 0.11, 0.12]))
+    large = SimpleNamespace(batch=8, step=meas([0.20, 0.22, 0.24]))  # 4x the tokens in 2x the time
+    est = ex.batch_gain(large, small)
+    assert est.value == pytest.approx(2.0) and est.low <= 2.0 <= est.high
+
+
+def test_largest_mfu_text_names_the_causes_only_above_100_percent():
+    top = SimpleNamespace(mfu=0.3, precision="fp32", batch=8, ceiling="float32")
+    assert "PaLM" in ex.largest_mfu_text(top, 2048)
+    over = ex.largest_mfu_text(SimpleNamespace(mfu=1.4, precision="fp32", batch=8, ceiling="float32"), 512,
+                               share=0.5, threads=1, cores=2)
+    assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
+    assert "QUICK" not in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "mfu": 1.4}), 2048)
+
+
+def test_attention_table_and_disturbed_lengths():
+    pts = [kernels.AttentionPoint(i, t, s, 4 * t * t) for i, t, s in
+           [("naive", 64, 1.0), ("naive", 128, 3.0), ("sdpa", 64, 0.5), ("sdpa", 128, 1.0)]]
+    lines = ex.attention_table(pts, 1, 1, 16)
+    assert len(lines) == 2 and lines[1].endswith("3.00x")
+    assert ex.disturbed_length(pts) is None
+    pts[1] = kernels.AttentionPoint("naive", 128, 0.9, 0)  # faster at twice the length
+    assert ex.disturbed_length(pts) == ("naive", 64)
+
+
+def test_loss_and_throughput_lines():
+    lines = ex.loss_lines({"fp32": [3.0, 2.0, 1.0], "bf16": [3.0, 2.0, 1.1]}, tail=1)
+    assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]
+    p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
+                        mfu=0.25, ceiling="bfloat16")
+    assert ex.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling x 50%")
+
+
+def test_autocast_saved_bytes_shrink_under_bf16():
+    from perfkit.models import tiny_gpt2
+
+    model = tiny_gpt2(block_size=32, n_embd=64, n_layer=1, n_head=2)
+    saved = ex.autocast_saved_bytes(model, torch.randint(0, 64, (8, 32)))
+    # activations dominate at this size: bf16 saves less, but more than half (fp32 logits, weight copies)
+    assert 0.5 * saved["fp32"] < saved["bf16"] < 0.9 * saved["fp32"]
+
+
+def test_new_tensor_cost_and_its_words():
+    c = fusion.NewTensorCost(meas([0.003]), meas([0.001]))
+    assert c.extra_s == pytest.approx(0.002) and "pages fault in" in c.describe(2**20)
+    small = fusion.NewTensorCost(meas([0.0015]), meas([0.001]))
+    assert "less than the fill itself" in small.describe(2**20)
+    faster = fusion.NewTensorCost(meas([0.0009]), meas([0.001]))
+    assert faster.extra_s == 0.0 and "only noise" in faster.describe(2**20)
+    assert fusion.new_tensor_cost(torch.zeros(1024), repeat=2).reuse.n == 2
+    with pytest.raises(ValueError, match="repeat"):
+        fusion.new_tensor_cost(torch.zeros(4), repeat=0)
+
+
+def test_chain_model_and_which_term_explains_a_miss():
+    chain = kernels.elementwise_chain_bytes([1, 1, 2], numel=1000, inputs=1)
+    model = fusion.chain_model(chain, 0.001, 1e6)  # 1 ms per new tensor
+    assert model.bytes_s == pytest.approx(chain.eager / 1e6) and model.faults_s == pytest.approx(0.003)
+    assert model.eager_s == pytest.approx(model.bytes_s + 0.003)
+    slow_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([10 * model.fused_s]))
+    eager, fused = fusion.chain_explanations(model, slow_fused)
+    assert "10.0x its own bytes' time" in eager["above"] and "10.0x its bytes' time" in fused["below"]
+    quick_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([model.fused_s]))
+    assert "Not from arithmetic" in fusion.chain_explanations(model, quick_fused)[0]["above"]
+    no_faults = fusion.chain_model(chain, 0.0, 1e6)
+    assert "not memory-bound" in fusion.chain_explanations(no_faults, quick_fused)[1]["above"]
+    with pytest.raises(ValueError, match="extra_s"):
+        fusion.chain_model(chain, -1.0, 1e6)
