@@ -35,6 +35,7 @@ import torch
 
 from perfkit import hw, roofline, timing, viz
 from perfkit.verdict import Prediction, judge
+from perfkit.viz import machine as vm
 from perfkit.viz import si
 
 DEVICE = timing.resolve_device()  # CUDA if present, else CPU
@@ -86,22 +87,12 @@ limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES
 for p in limits.matmul_points:
     print(f"{p.dtype:>9} n={p.n:5d}: {si(p.flops_per_s, 'FLOP/s'):>14}  "
           f"({p.flops_per_s / limits.peak_flops(p.dtype):4.0%} of that dtype's best)")
-for dtype in limits.matmul_flops:
-    skipped = [n for n in MATMUL_SIZES if n not in {p.n for p in limits.matmul_points if p.dtype == dtype}]
-    if skipped:
-        print(f"{dtype:>9} n={', '.join(map(str, skipped))}: skipped, one call would take over 1 s at this rate")
+print("\n".join(vm.skipped_sizes(limits, MATMUL_SIZES)))
 
 # %%
 import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for dtype in limits.matmul_flops:
-    pts = [p for p in limits.matmul_points if p.dtype == dtype]
-    ax.plot([p.n for p in pts], [p.flops_per_s for p in pts], "o-", label=dtype)
-ax.set(xscale="log", yscale="log", xlabel="matrix size n (n x n @ n x n)",
-       ylabel="FLOP/s (median)", title=f"Matmul throughput on {hw.device_name(DEVICE)}")
-ax.legend()
-ax.grid(True, which="both", alpha=0.3)
+vm.plot_matmul_sweep(limits)
 plt.show()
 
 # %% [markdown]
@@ -112,15 +103,7 @@ plt.show()
 # arithmetic (about 0.5), or emulates it (about 0.01: `perfkit.hw.MachineLimits.support`).
 
 # %%
-bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
-print(f"fp32 ceiling: {si(limits.peak_flops('float32'), 'FLOP/s')}")
-print(f"bf16 ceiling: {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.3g}x fp32): " + {
-    "native": "native bf16 arithmetic",
-    "converted": "no bf16 units: bf16 is converted to fp32 for the arithmetic and back",
-    "emulated": f"emulated (below {hw.EMULATED_BELOW:.0%} of fp32): later notebooks time bf16 at the small "
-                "sizes that fit their budgets, and hold its MFU against the fp32 ceiling"}[limits.support("bfloat16")]
-      + (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={hw.imitation()})"
-         if hw.imitation() else ""))
+print(vm.bf16_sentence(limits))
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
 viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
                                   "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
@@ -140,19 +123,7 @@ viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_
 # faster than DRAM. `measure_limits` keeps the two ceilings apart.
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 3.5))
-ax.plot([p.nbytes for p in limits.copy_points], [p.bytes_per_s for p in limits.copy_points], "o-")
-ax.axhline(limits.copy_bytes_per_s, ls="--", c="gray",
-           label=f"DRAM ceiling: {si(limits.copy_bytes_per_s, 'B/s')}")
-if limits.cache_bytes_per_s:
-    ax.axhline(limits.cache_bytes_per_s, ls=":", c="tab:green",
-               label=f"cache ceiling: {si(limits.cache_bytes_per_s, 'B/s')}")
-if limits.llc_bytes:
-    ax.axvline(limits.llc_bytes, c="tab:red", lw=1, label=f"last-level cache {si(limits.llc_bytes, 'B')}")
-ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)",
-       ylabel="bytes read + written per s", title="Copy bandwidth against buffer size")
-ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes: no point hidden
-ax.grid(True, which="both", alpha=0.3)
+vm.plot_copy_sweep(limits)
 plt.show()
 if limits.cache_bytes_per_s:
     viz.show_verdict(judge(Prediction("copy rate in cache over the DRAM ceiling",
