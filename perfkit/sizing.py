@@ -30,7 +30,7 @@ from perfkit.hw import MachineLimits, _dtype_name
 from perfkit.units import si
 
 __all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "mfu_dtype",
-           "pinned_threads", "plan_dtype", "timing_threads"]
+           "pinned_threads", "plan_dtype", "threads_note", "timing_threads"]
 
 # The share of a dtype's matmul ceiling a tiny model's training step reaches (notebook 06
 # measured 15-40 % in fp32 on 2 cores): time is planned at this share, so a plan errs long.
@@ -155,6 +155,27 @@ def timing_threads(cores: int | None = None, load: float | None = None) -> int:
             load = 0.0
     check_real("load", load, 0)
     return max(1, min(cores, round(cores - max(0.0, load - 1.0))))
+
+
+def threads_note(threads: int, share: float, cores: int | None = None, load: float | None = None) -> str:
+    """The sentence a notebook prints beside :func:`timing_threads`: the threads it times on,
+    the load that chose them, and the ``share`` of each ceiling MFU is held against.
+
+    Raises:
+        ValueError: for ``threads`` or ``cores`` below 1, a ``share`` outside (0, 1] or a
+            negative ``load``.
+    """
+    cores = check_int("cores", cores if cores is not None else CORES, 1)
+    check_int("threads", threads, 1)
+    check_real("share", share, 0, 1, lo_open=True)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this OS
+            load = 0.0
+    check_real("load", load, 0)
+    return (f"timing on {threads} of {cores} threads (load average {load:.1f}: about "
+            f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against {share:.0%} of each ceiling")
 
 
 @contextlib.contextmanager

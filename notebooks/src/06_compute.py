@@ -39,11 +39,12 @@ import torch
 import torch.nn.functional as F
 
 from perfkit import compute, hw, sizing, stats, timing, viz
-from perfkit.compute import budget, compiling, kernels, throughput
-from perfkit.memory.activations import gpt2_saved_activation_bytes
+from perfkit.compute import budget, compiling, fusion, kernels, throughput
+from perfkit.compute import experiments as ex
 from perfkit.models import gpt2_workload, tiny_gpt2
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction
 from perfkit.viz import compute as vc
+from perfkit.viz import machine as vm
 from perfkit.viz import si
 
 DEVICE = timing.resolve_device()
@@ -64,15 +65,12 @@ COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of second
 if DEVICE.type == "cuda":
     GPT, SEQ, BATCH, CHAIN_ROWS = dict(n_embd=768, n_layer=4, n_head=12), 512, 16, 32768
     BATCHES, BUDGET = [4, 16, 64], 8 * 2**30
-
 BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
 
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
 bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
-print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads")
-print(f"ceilings: fp32 {si(limits.peak_flops('float32'), 'FLOP/s')}, "
-      f"bf16 {si(limits.peak_flops('bfloat16'), 'FLOP/s')} ({bf16_ratio:.2f}x fp32: "
-      f"{limits.support('bfloat16')}), copy {si(limits.copy_bytes_per_s, 'B/s')}")
+print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; copy bandwidth "
+      f"{si(limits.copy_bytes_per_s, 'B/s')}\n{vm.bf16_sentence(limits)}")
 
 # %% [markdown]
 # **Sizes from this machine's ceilings.** The bf16 work below is sized from the ceilings above
@@ -96,9 +94,7 @@ SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, cal
 PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 THREADS = sizing.timing_threads()
 SHARE = sizing.ceiling_share(THREADS) if DEVICE.type == "cpu" else 1.0
-load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-print(f"timing on {THREADS} of {sizing.CORES} threads (load average {load:.1f}: about "
-      f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against {SHARE:.0%} of each ceiling")
+print(sizing.threads_note(THREADS, SHARE))
 for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("shape sweep", SHAPE_PLAN)):
     print(f"bf16 {what}: {plan.note}")
 
@@ -109,96 +105,55 @@ for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("
 # reductions that need range or precision (softmax, layer norm, the loss) stay in fp32, and
 # the weights and optimizer stay fp32 ("mixed" precision). bf16 keeps fp32's 8 exponent bits,
 # so nothing overflows and no loss scaling is needed; it keeps only 8 bits of mantissa, so
-# each matmul is rounded more coarsely. **Predictions:** (a) the loss curve matches fp32's
+# each matmul is rounded more coarsely. (The three formats, sign / exponent / stored mantissa
+# bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is fp32 with its low 16 bits cut off,
+# which is why converting between them is cheap.) **Predictions:** (a) the loss curve matches fp32's
 # within a small tolerance, since rounding errors of about 0.4 % per product average out over
 # long sums; (b) the step gets faster by at most the ratio of the bf16 and fp32 matmul
 # ceilings printed above, and less by Amdahl's law, because everything that is not a matmul
 # (elementwise ops, casts, the optimizer) does not speed up.
 #
 # First (a): the same tiny GPT-2, the same initial weights and the same batches of text,
-# trained in each precision (at batch `AMP_BATCH`, sized above).
+# trained in each precision (at batch `AMP_BATCH`, sized above; `experiments.precision_curves`
+# restores the initial weights and builds a fresh AdamW for each precision).
 
 # %%
 wl = gpt2_workload(batch_size=AMP_BATCH, block_size=SEQ, device=DEVICE, seed=0, lr=3e-3,
                    max_bytes=CORPUS_BYTES, **GPT)
 it = iter(wl.loader)
 batches = [tuple(t.to(DEVICE) for t in next(it)) for _ in range(LOSS_STEPS)]
-init = {k: v.clone() for k, v in wl.model.state_dict().items()}
-
-def train(precision):
-    wl.model.load_state_dict(init)
-    opt = torch.optim.AdamW(wl.model.parameters(), lr=3e-3)
-    step = compute.make_train_step(wl.model, opt, wl.loss_fn, precision)
-    return torch.stack([step(b) for b in batches]).tolist()  # read the losses once, at the end
-
 precisions = ["fp32", "bf16"] + (["fp16"] if DEVICE.type == "cuda" else [])
-curves = {p: train(p) for p in precisions}
+curves = ex.precision_curves(wl.model, wl.loss_fn, batches, precisions)
 
 # %%
 TAIL, TOL = 5, 0.01  # compare the mean loss of the last 5 steps; tolerance 1 % of fp32's
 tail = {p: statistics.fmean(c[-TAIL:]) for p, c in curves.items()}
-for p, c in curves.items():
-    gap = abs(tail[p] - tail["fp32"]) / tail["fp32"]
-    print(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {TAIL} {tail[p]:.4f}, "
-          f"{gap:.3%} from fp32; largest per-step gap {max(abs(a - b) for a, b in zip(c, curves['fp32'])):.4f}")
+print("\n".join(ex.loss_lines(curves, TAIL)))
 vc.plot_loss_curves(curves, tolerance=TOL * tail["fp32"])
 plt.show()
 
 # %%
-viz.show_verdict(judge(Prediction("bf16's final loss (mean of the last steps) relative to fp32's",
-                                  "rounding of about 0.4 % per product averages out", value=1.0, rel_tol=TOL),
-                       tail["bf16"] / tail["fp32"], explain={
-    "held": "Rounding noise of bf16 matmuls is small next to the noise of stochastic gradients; over "
-            "millions of steps production runs keep fp32 master weights and fp32 reductions for exactly "
-            "this reason, as autocast and an fp32 optimizer do here.",
+viz.verdict(Prediction("bf16's final loss (mean of the last steps) relative to fp32's",
+                       "rounding of about 0.4 % per product averages out", value=1.0, rel_tol=TOL),
+            tail["bf16"] / tail["fp32"], explain={
     "above": "bf16 ended worse: at this learning rate the coarser rounding changed the trajectory.",
-    "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."}))
-jumps = {p: max(range(1, len(c)), key=lambda i: c[i] - c[i - 1]) for p, c in curves.items()}
-j, c = jumps["fp32"], curves["fp32"]
-# back at the next step: the update did not damage the weights, so the batch itself is hard
-recovered = j + 1 < len(c) and c[j + 1] - c[j - 1] < (c[j] - c[j - 1]) / 4
-print("the loss never rose" if c[j] <= c[j - 1] else
-      f"largest rise of the loss: fp32 at step {j} ({c[j - 1]:.3f} -> {c[j]:.3f}), bf16 at step {jumps['bf16']}: "
-      + ("the same step in both precisions: the rise comes from what both runs share, not from bf16's "
-         "rounding" if jumps["bf16"] == j else "different steps: bf16's rounding changed where the loss rose")
-      + (f"; the next step is back at {c[j + 1]:.3f}, so the weights were not damaged: that batch is what is "
-         "hard to predict" if recovered else ""))
+    "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."})
+print(ex.largest_rise(curves))
 
 # %% [markdown]
-# Now (b), the speed: the two steps alternate on the same random tokens.
+# Production runs keep fp32 master weights and fp32 reductions for the same reason as autocast
+# and an fp32 optimizer do here: over millions of steps, rounding that averages out in one
+# matmul would accumulate in the weights. Now (b), the speed: the two steps alternate on the
+# same random tokens.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
-
-def gpt_step(precision="fp32", compiled=False, vocab=1024, batch=x):
-    """One AdamW training step of a fresh (seeded) tiny GPT-2, as a no-argument callable."""
-    torch.manual_seed(0)
-    model = tiny_gpt2(vocab_size=vocab, block_size=SEQ, **GPT).to(DEVICE)
-    run = torch.compile(model) if compiled else model
-    step = compute.make_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
-                                   lambda _m, b: run(input_ids=b, labels=b).loss, precision)
-    return lambda: step(batch)
-
 shape = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ)
 flops = shape.train_flops(BATCH)  # model FLOPs of one step (section 6 explains the formula)
 xa = x[:AMP_BATCH]  # (AMP_BATCH, T): the batch sized for bf16 above
-amp = compute.compare(gpt_step("fp32", batch=xa), gpt_step("bf16", batch=xa), repeat=REPEAT, threads=THREADS)
-
-
-def speedup_of(sp):
-    """A compute.Speedup (baseline time over candidate's, paired rounds) as a perfkit.stats
-    Estimate: the ratio of the medians and its bootstrap interval over the same pairs."""
-    return stats.median_ratio(sp.baseline.times_s, sp.candidate.times_s)
-
-
-def ratio_text(sp):
-    """The printed form of speedup_of: the point always lies inside its interval."""
-    est = speedup_of(sp)
-    return (f"{est.value:.2f}x ({est.describe('x')}; "
-            f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
-
-
-print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ratio_text(amp)}")
+amp = compute.compare(ex.gpt_step(GPT, xa, "fp32"), ex.gpt_step(GPT, xa, "bf16"), repeat=REPEAT,
+                      threads=THREADS)
+print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
           " of model FLOPs (section 6 turns these into MFU, one per setting)")
@@ -209,7 +164,10 @@ for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
 # `(1 - f) + f / r` of what it was: a speedup of `1 / ((1 - f) + f / r)`. On a CPU without fast
 # bf16 units `r` is below 1 and the "speedup" is a slowdown. It is an estimate, not a bound:
 # the real matmuls run below the ceiling, so they take more than `f` of the step (more to gain),
-# and small bf16 matmuls may reach less of their ceiling than fp32 ones (less to gain).
+# and small bf16 matmuls may reach less of their ceiling than fp32 ones (less to gain). The rest
+# of the step (layer norms, GELU, softmax, the loss, AdamW, Python and dispatch) runs at the same
+# speed in both precisions, which is why bigger models, with more of their step in matmuls, get
+# closer to the ratio of the ceilings.
 
 # %%
 f_mm = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
@@ -218,14 +176,11 @@ amdahl = 1 / ((1 - f_mm) + f_mm / bf16_ratio)
 print(f"f = {f_mm:.1%} of the fp32 step in matmuls (at the ceiling), r = {bf16_ratio:.2f}: "
       f"Amdahl predicts {amdahl:.2f}x")
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
-                       value=amdahl, rel_tol=0.25, unit="x"), speedup_of(amp), explain={
-    "held": "The rest of the step (layer norms, GELU, softmax, the loss, AdamW, Python and dispatch) runs "
-            "at the same speed in both precisions, which is why bigger models, with more of their step "
-            "in matmuls, get closer to the ratio of the ceilings.",
-    "above": "Faster than matmuls alone allow: the non-matmul work also got cheaper in bf16 (half the "
-             "bytes for the elementwise ops autocast runs in bf16).",
-    "below": "Slower than matmuls alone allow: the casts autocast inserts before every matmul, and the "
-             "bf16 weight copies it makes, cost more than the matmuls saved."})
+                       value=amdahl, rel_tol=0.25, unit="x"), amp.estimate, explain={
+    "above": f"Faster than speeding up {f_mm:.0%} of the step allows: the non-matmul work also got "
+             "cheaper in bf16 (half the bytes for the elementwise ops autocast runs in bf16).",
+    "below": f"Slower than the {f_mm:.0%} of the step in matmuls allows: the casts autocast inserts before "
+             "every matmul, and the bf16 weight copies it makes, cost more than the matmuls saved."})
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
@@ -234,13 +189,7 @@ viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls 
 # matmuls. Counted exactly with `SavedTensorMeter`:
 
 # %%
-model = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
-
-def forward(precision):
-    with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        return model(input_ids=x, labels=x).loss
-
-saved = {p: kernels.activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
+saved = ex.autocast_saved_bytes(tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE), x)  # bytes, fp32 and bf16
 print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20:.2f} MiB, "
       f"bf16 {saved['bf16'] / 2**20:.2f} MiB ({saved['bf16'] / saved['fp32']:.0%} of fp32; "
       f"a pure halving would be 50 %)")
@@ -256,10 +205,9 @@ print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20
 if DEVICE.type != "cuda":
     print("fp16 with GradScaler needs a CUDA GPU: skipped on this CPU (bf16 above needs no scaler)")
 else:
-    fp16 = compute.compare(gpt_step("fp32"), gpt_step("fp16"), repeat=REPEAT)
-    print(f"fp16 + GradScaler against fp32: {ratio_text(fp16)}; loss gap "
+    fp16 = compute.compare(ex.gpt_step(GPT, x, "fp32"), ex.gpt_step(GPT, x, "fp16"), repeat=REPEAT)
+    print(f"fp16 + GradScaler against fp32: {ex.ratio_text(fp16)}; loss gap "
           f"{abs(tail['fp16'] - tail['fp32']) / tail['fp32']:.3%}")
-
 
 # %% [markdown]
 # ## 2. Fusion: why one kernel beats nine on memory-bound work
@@ -272,7 +220,11 @@ else:
 # **The model.** An elementwise op does a few FLOPs per element and moves 8-12 bytes per
 # element: its arithmetic intensity is far left of the ridge point (notebook 00), so its time
 # is bytes / bandwidth. Counting the bytes of the chain below (the comment on each line lists
-# how many full-size tensors each op reads) predicts the speedup of fusing it.
+# how many full-size tensors each op reads) predicts the speedup of fusing it. Even fused, the
+# chain does about 10 FLOPs per element for 8 bytes (read `x`, write the result: 1.25 FLOP/byte),
+# far left of a CPU's ridge point: fusion removes bytes, it cannot make the chain compute-bound
+# on paper. (tanh, counted as one FLOP, costs tens of instructions, which can make it so in
+# practice; section 2's verdicts measure which.)
 
 # %%
 def gelu_chain(x, bias):
@@ -301,15 +253,15 @@ compiled_chain = torch.compile(gelu_chain)  # mode="default"
 rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
                                 repeat=REPEAT)
 builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
-n = xc.numel()
-rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),
-        ("F.gelu, 2 kernels", builtin.median_s, 4 * n * 4),
+rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),  # (label, s, modelled bytes)
+        ("F.gelu, 2 kernels", builtin.median_s, 4 * xc.numel() * 4),
         ("compiled, 1 kernel", rec.compiled.median_s, chain.fused)]
 for label, sec, nbytes in rows:
     print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(nbytes / sec, 'B/s'):>10} "
           f"= {limits.share_of_bandwidth(nbytes / sec):4.0%} of copy bandwidth")
-print(f"compiled / eager: {rec.speedup:.2f}x (predicted {chain.ratio:.1f}x if memory-bound); "
-      f"first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
+fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # compiled over eager, paired
+print(f"compiled / eager: {fused_x.value:.2f}x ({fused_x.describe('x')}; predicted {chain.ratio:.1f}x if "
+      f"memory-bound); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
 print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 
 # %% [markdown]
@@ -319,62 +271,29 @@ print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 # freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
 # the bytes model leaves out. Blocks below it are reused from the heap at no extra cost, as a
 # GPU's caching allocator reuses its blocks. Which case applies depends on the size and on what
-# the program freed before, so it is measured: filling a new tensor against an existing one.
+# the program freed before, so it is measured: filling a new tensor against an existing one
+# (`perfkit.compute.fusion`). The model of the eager chain is then its bytes at the copy
+# bandwidth plus one new tensor per kernel.
 
 # %%
-buf = torch.empty_like(xc)
-fresh = timing.benchmark(lambda: torch.empty_like(xc).fill_(1.0), warmup=2, repeat=REPEAT)
-reuse = timing.benchmark(lambda: buf.fill_(1.0), warmup=2, repeat=REPEAT)
-fault_s = max(0.0, fresh.median_s - reuse.median_s)
-bytes_s = chain.eager / limits.copy_bytes_per_s  # the bytes model alone
-fused_bytes_s = chain.fused / limits.copy_bytes_per_s  # s: the compiled chain's bytes
-eager_model_s = bytes_s + chain.kernels * fault_s
-mib = xc.numel() * 4 / 2**20
-print(f"filling a new {mib:.0f} MiB tensor: {fresh.median_s * 1e3:.2f} ms, an existing one: "
-      f"{reuse.median_s * 1e3:.2f} ms: "
-      + (f"a new tensor costs {fault_s * 1e3:.2f} ms more (its pages fault in)" if fault_s > reuse.median_s else
-         f"a new tensor costs {fault_s * 1e3:.2f} ms more, less than the fill itself: no page faults to "
-         "speak of at this size (the allocator reused the memory)" if fresh.median_s >= reuse.median_s else
-         "the new one filled faster, which only noise explains: counted as no extra cost"))
-print(f"eager model: {bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
-      f"= {eager_model_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
-viz.show_verdict(judge(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
-                                  value=eager_model_s * 1e3, rel_tol=0.5, unit=" ms"),
-                       rec.eager.median_s * 1e3, explain={
-    "held": f"Bytes alone would predict {bytes_s * 1e3:.2f} ms; the new tensors are "
-            f"{1 - bytes_s / eager_model_s:.0%} of the model"
-            + (": on this machine, at this size, page faults are most of why the eager chain runs far below "
-               "copy bandwidth." if bytes_s < eager_model_s / 2 else "."),
-    "above": "Slower still. "
-             + (f"The compiled chain, which does the same arithmetic in one pass, took "
-                f"{rec.compiled.median_s * 1e3:.2f} ms, {rec.compiled.median_s / fused_bytes_s:.1f}x its own "
-                "bytes' time: the arithmetic (tanh and pow, tens of instructions per element) costs more than "
-                "the bytes on this machine's cores, and the eager ops pay it too"
-                if rec.compiled.median_s > 1.5 * fused_bytes_s else
-                f"Not from arithmetic: the compiled chain, doing the same arithmetic, ran near its bytes' time "
-                f"({rec.compiled.median_s * 1e3:.2f} ms against {fused_bytes_s * 1e3:.2f} ms); the eager ops lose "
-                "time the model does not count (per-op dispatch, intermediates that miss the cache)")
-             + ".",
-    "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks"
-             + "."}))
-viz.show_verdict(judge(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
-                                  high=chain.ratio, low=1.0, unit="x"), rec.speedup, explain={
-    "held": "Fusion removes the intermediate tensors and their bytes.",
-    "above": "More than the byte ratio: "
-             + ("fusion also removed the new tensors' page faults, which the bytes model does not count."
-                if chain.kernels * fault_s > bytes_s else "with no page faults measured at this size, the eager "
-                "chain lost more than its extra bytes: it is not memory-bound here (tanh and pow on few cores)"
-                + "."),
-    "below": "The fused loop is not purely memory-bound: tanh costs tens of instructions per element, "
-             "so on few cores it becomes compute-bound."}))
+cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
+model_s = fusion.chain_model(chain, cost.extra_s, limits.copy_bytes_per_s)  # s: bytes + new tensors
+print(cost.describe(xc.numel() * 4))
+print(f"eager model: {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
+      f"= {model_s.eager_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
+why_eager, why_fused = fusion.chain_explanations(model_s, rec)
+viz.verdict(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
+                       value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
+            stats.median_interval(rec.eager.times_s).scaled(1e3), explain=why_eager)
+viz.verdict(Prediction("compiled chain's speedup over eager", "bytes moved, eager over fused",
+                       high=chain.ratio, low=1.0, unit="x"), fused_x, explain=why_fused)
 
 # %% [markdown]
-# On the roofline of notebook 00 (FLOPs counted as about 10 per element):
+# On the roofline of notebook 00 (FLOPs counted as about 10 per element: 7 multiplies and adds,
+# the pow as 2 multiplies, tanh as one):
 
 # %%
-FLOPS_PER_ELEMENT = 10  # 7 multiplies/adds, the pow (2 multiplies) and tanh counted as one
-points = [(label, FLOPS_PER_ELEMENT * n / nbytes, FLOPS_PER_ELEMENT * n / sec)
-          for label, sec, nbytes in rows]
+points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
 viz.plot_roofline({"float32": limits.peak_flops("float32")}, limits.copy_bytes_per_s, points,
                   title="The GELU chain on this machine's roofline")
 plt.show()
@@ -382,8 +301,9 @@ plt.show()
 # %% [markdown]
 # ## 3. `torch.compile`: when does compiling pay for itself?
 #
-# **The model.** Compiling costs a fixed time `C` once (dynamo traces Python into a graph,
-# inductor lowers it and compiles C++ or Triton code) and saves `e - c` seconds on every later
+# **The model.** Compiling costs a fixed time `C` once (dynamo traces Python into an FX graph,
+# AOTAutograd derives the backward graph from it, inductor fuses and lowers both and compiles C++
+# or Triton code) and saves `e - c` seconds on every later
 # call, where `e` and `c` are the eager and compiled times per call. It pays off after
 # `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_*`),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
@@ -401,9 +321,10 @@ plt.show()
 # tiny GPT-2's training step (`torch.compile(model)`, mode `"default"`; the optimizer stays eager).
 
 # %%
+step_rec = None
 if COMPILE_STEP:
     with sizing.pinned_threads(THREADS):
-        step_rec = compiling.measure_compile(gpt_step("fp32"), gpt_step("fp32", compiled=True),
+        step_rec = compiling.measure_compile(ex.gpt_step(GPT, x), ex.gpt_step(GPT, x, compiled=True),
                                              repeat=REPEAT)
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
           f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step, "
@@ -412,7 +333,6 @@ if COMPILE_STEP:
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
     plt.show()
 else:
-    step_rec = None
     print("QUICK mode: the training-step compile is skipped (tens of seconds on a CPU with a cold "
           "cache); run with QUICK = False to measure it")
 
@@ -431,18 +351,11 @@ else:
 
 # %%
 if DEVICE.type == "cuda" and COMPILE_STEP:
-    def ro_step():
-        torch.manual_seed(0)
-        m = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
-        run = torch.compile(m, mode="reduce-overhead")
-        step = compute.make_train_step(m, torch.optim.AdamW(m.parameters(), lr=1e-3),
-                                       lambda _m, b: run(input_ids=b, labels=b).loss, "fp32")
-        return lambda: step(x)
-    ro = compiling.measure_compile(gpt_step("fp32"), ro_step(), repeat=REPEAT)
+    ro = compiling.measure_compile(ex.gpt_step(GPT, x), ex.gpt_step(GPT, x, compiled=True, mode="reduce-overhead"),
+                                   repeat=REPEAT)
     print(f"reduce-overhead: compile {ro.compile_s:.1f} s, {ro.speedup:.2f}x per step")
 else:
     print("mode='reduce-overhead' uses CUDA graphs: measured only on a GPU at default size")
-
 
 # %% [markdown]
 # **Graph breaks.** Dynamo can only compile what it can trace. When Python needs a tensor's
@@ -450,37 +363,28 @@ else:
 # the graph, runs that bit in Python and starts a new graph after it: a **graph break**. Each
 # break costs a round trip to Python and stops fusion across it. `torch._dynamo.explain`
 # (wrapped by `compiling.graph_breaks`) traces without generating code and lists the breaks.
-# Below, an MLP that rescales large activations with a Python `if` breaks once; the same
-# logic written with `torch.where` compiles into one graph.
+# Below, an MLP (`experiments.RescaledMLP`) rescales large activations with a Python `if`:
+#
+# ```python
+# peak = h.abs().max()
+# if peak.item() > 4.0:        # Python needs the value: a graph break
+#     h = h / peak
+# ```
+#
+# **Prediction:** it breaks once; the same logic written as
+# `h = torch.where(peak > 4.0, h / peak, h)` (`experiments.WhereRescaledMLP`) keeps the branch
+# in the graph and compiles into one. (Setting `torch._dynamo.config.capture_scalar_outputs =
+# True` lets dynamo trace `.item()` as a symbolic number instead, which the break's reason
+# below names; the `if` on it still breaks, as Python must choose a branch.)
 
 # %%
-class RescaledMLP(torch.nn.Module):
-    def __init__(self, width=64):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
-
-    def forward(self, x):
-        h = F.gelu(self.fc1(x))
-        peak = h.abs().max()
-        if peak.item() > 4.0:        # Python needs the value: a graph break
-            h = h / peak
-        return self.fc2(h)
-
-class FixedMLP(RescaledMLP):
-    def forward(self, x):
-        h = F.gelu(self.fc1(x))
-        peak = h.abs().max()
-        h = torch.where(peak > 4.0, h / peak, h)  # the branch stays in the graph
-        return self.fc2(h)
-
 xm = torch.randn(32, 64, device=DEVICE) * 3
-broken, fixed = RescaledMLP().to(DEVICE), FixedMLP().to(DEVICE)
+broken, fixed = ex.RescaledMLP().to(DEVICE), ex.WhereRescaledMLP().to(DEVICE)
 fixed.load_state_dict(broken.state_dict())
 torch.testing.assert_close(broken(xm), fixed(xm))  # same function
 for name, m in (("with .item()", broken), ("with torch.where", fixed)):
     r = compiling.graph_breaks(m, xm)
     print(f"{name:>16}: {r.graphs} graph(s), {r.breaks} break(s) {r.reasons}")
-
 
 # %% [markdown]
 # ## 4. Attention: naive against fused
@@ -512,34 +416,25 @@ B, H, D = ATTN_B, 4, 16
 pts = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
                               head_dim=D, repeat=REPEAT, device=DEVICE)
 by = {(p.impl, p.seq_len): p for p in pts}
-for T in ATTN_T:
-    nv, fu = by["naive", T], by["sdpa", T]
-    print(f"T={T:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / 2**20:6.2f} MiB saved "
-          f"(predicted {kernels.attention_matrix_bytes(B, H, T) / 2**20:6.2f}); sdpa "
-          f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / 2**20:5.2f} MiB "
-          f"(predicted {B * H * T * (D + 1) * 4 / 2**20:5.2f}); {nv.seconds / fu.seconds:.2f}x")
+print("\n".join(ex.attention_table(pts, B, H, D)))
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
 plt.show()
 
 # %%
 mem_err = max(abs(by["naive", T].saved_bytes / kernels.attention_matrix_bytes(B, H, T) - 1) for T in ATTN_T)
-viz.show_verdict(judge(Prediction("largest relative gap, naive's saved bytes against one T x T matrix per head",
-                                  "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
-                       explain={"held": "The rest is the small boolean mask: memory is where the model is exact."}))
+viz.verdict(Prediction("largest relative gap, naive's saved bytes against one T x T matrix per head",
+                       "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
+            explain={"held": "The rest is the small boolean mask: memory is where the model is exact."})
 r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
-# more work in less time, or over 16x the time for 4x the work: a disturbed length
-disturbed = [(i, a) for i in ("naive", "sdpa") for a, b in zip(ATTN_T, ATTN_T[1:])
-             if not 1 <= by[i, b].seconds / by[i, a].seconds <= 4 * (b / a) ** 2]
-viz.show_verdict(judge(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
-                                  "naive writes and rereads T x T matrices", low=1.0, unit="x"),
-                       r_long / r_short, explain={
+bad = ex.disturbed_length(pts)  # a length whose time fell, or grew over 16x for 4x the work
+viz.verdict(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
+                       "naive writes and rereads T x T matrices", low=1.0, unit="x"), r_long / r_short, explain={
     "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
-    "below": (f"This run cannot tell: {disturbed[0][0]} attention's time from T={disturbed[0][1]} to twice that "
-              "length (four times the work) fell or grew more than 16-fold, so the machine was disturbed during "
-              "the sweep. Run it again. The memory difference above is exact."
-              if disturbed else
+    "below": (f"This run cannot tell: {bad[0]} attention's time from T={bad[1]} to twice that length (four "
+              "times the work) fell or grew more than 16-fold, so the machine was disturbed during the sweep. "
+              "The memory difference above is exact." if bad else
               "At these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
-              "ratio does not grow with T here; the memory difference above is the part that scales.")}))
+              "ratio does not grow with T here; the memory difference above is the part that scales.")})
 
 # %% [markdown]
 # Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16
@@ -557,29 +452,16 @@ print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds
 # %% [markdown]
 # **In the model.** `transformers` switches the tiny GPT-2 between its attention implementations
 # with `model.set_attn_implementation("eager" | "sdpa")`. The whole forward and backward, and
-# the activations of the whole model. The prediction for the difference is notebook 04's exact
-# count (`perfkit.memory.activations.gpt2_saved_activation_bytes`), eager minus sdpa: per layer,
+# the activations of the whole model (`experiments.attention_in_model`: batch 4, 4 heads, 2
+# layers of width 64). The prediction for the difference is notebook 04's exact count
+# (`perfkit.memory.activations.gpt2_saved_activation_bytes`), eager minus sdpa: per layer,
 # eager's `B·H·T²` softmax and its q, k, v copies (`3·B·T·C`), against what the fused kernel saves
 # instead: the fused q/k/v projection (`3·B·T·C`), copies of q and of the output (`2·B·T·C`) and
 # one fp32 log-sum-exp per row (`B·H·T`):
 
 # %%
-Bg, Hg, Lg = 4, 4, 2
 for T in GPT_ATTN_T:
-    xt = torch.randint(0, 1024, (Bg, T), device=DEVICE)
-    models, fns, act = {}, {}, {}
-    for impl in ("eager", "sdpa"):
-        torch.manual_seed(0)
-        models[impl] = m = tiny_gpt2(block_size=T, n_embd=64, n_layer=Lg, n_head=Hg).to(DEVICE)
-        m.set_attn_implementation(impl)
-        fns[impl] = lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss.backward()
-        act[impl] = kernels.activation_bytes(lambda m=m, xt=xt: m(input_ids=xt, labels=xt).loss, m)
-    sp = compute.compare(fns["eager"], fns["sdpa"], repeat=REPEAT, threads=THREADS)
-    count = {impl: gpt2_saved_activation_bytes(Bg, T, 64, Lg, Hg, 1024, attention=impl).total
-             for impl in ("eager", "sdpa")}  # bytes, notebook 04's count
-    print(f"T={T:4d}: sdpa against eager {ratio_text(sp)}; saved eager {act['eager'] / 2**20:5.1f} MiB, "
-          f"sdpa {act['sdpa'] / 2**20:5.1f} MiB, difference {(act['eager'] - act['sdpa']) / 2**20:5.2f} "
-          f"(predicted {(count['eager'] - count['sdpa']) / 2**20:5.2f})")
+    print(ex.attention_in_model(T, repeat=REPEAT, threads=THREADS, device=DEVICE).describe())
 
 # %% [markdown]
 # ## 5. Shapes: do odd matrix sizes cost throughput?
@@ -590,40 +472,29 @@ for T in GPT_ATTN_T:
 # the kernel. **Prediction.** Sizes that are multiples of 64 run at the full rate; odd sizes lose
 # up to a tile's worth of work per row: on `n` near 1024, at most a few percent. The effect is large on GPUs (tensor cores need
 # multiples of 8 in fp16/bf16) and may be small on a CPU, whose kernels pack odd edges cheaply.
-# Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved:
+# Below, `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved; bf16 at the
+# widths its plan kept (a dtype is swept only with an aligned and an odd width among them).
 
 # %%
-# bf16 at the widths its plan kept (section 0); a sweep needs an aligned and an odd width
 SHAPE_N = {"float32": MATMUL_N, "bfloat16": [n for n in MATMUL_N if n in SHAPE_PLAN.batches]}
-shape_dtypes = [dt for dt, ns in SHAPE_N.items() if any(n % 64 == 0 for n in ns) and any(n % 2 for n in ns)]
 with sizing.pinned_threads(THREADS):
-    shape_pts = [p for dt in shape_dtypes
-                 for p in kernels.matmul_shape_sweep([(1024, n, 256) for n in SHAPE_N[dt]], dt,
-                                                     device=DEVICE, repeat=REPEAT)]
-if "bfloat16" not in shape_dtypes:
+    shape_pts, shapes = ex.shape_sweep(SHAPE_N, repeat=REPEAT, device=DEVICE)  # (1024, 256) @ (256, n)
+if "bfloat16" not in shapes:
     print(f"bf16: {SHAPE_PLAN.note} That leaves no aligned and odd pair: bf16 is not swept here.")
-for dt in shape_dtypes:
-    aligned = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 64 == 0]
-    odd = [p.flops_per_s for p in shape_pts if p.dtype == dt and p.n % 2]
-    ref = statistics.median(aligned)
-    print(f"{dt:>9}: multiples of 64 {si(ref, 'FLOP/s')} (median; they spread "
-          f"{min(aligned) / ref:.0%}-{max(aligned) / ref:.0%}); odd n: median {statistics.median(odd) / ref:.0%}, "
-          f"slowest {min(odd) / ref:.0%} of the aligned median")
+print("\n".join(s.describe() for s in shapes.values()))
 vc.plot_shape_sweep(shape_pts, vary="n", multiple=64)
 plt.show()
 
 # %%
-aligned32 = [p.flops_per_s for p in shape_pts if p.dtype == "float32" and p.n % 64 == 0]
-odd32 = [p.flops_per_s for p in shape_pts if p.dtype == "float32" and p.n % 2]
-ref32 = statistics.median(aligned32)
-viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (fp32)",
-                                  "a tile's remainder per row: a few percent at n near 1024", low=0.94, unit=""),
-                       stats.range_of([o / ref32 for o in odd32], lo=0.0, hi=1.0), explain={
+s32 = shapes["float32"]
+viz.verdict(Prediction("odd n's median rate over the aligned median (fp32)",
+                       "a tile's remainder per row: a few percent at n near 1024", low=0.94, unit=""),
+            s32.odd_share, explain={
     "held": f"This {DEVICE.type.upper()}'s kernels handle odd edges cheaply at these sizes.",
     "below": f"Odd sizes lose more than a tile's remainder here, beyond the aligned sizes' own spread "
-             f"({min(aligned32) / ref32:.0%}-{max(aligned32) / ref32:.0%}): the kernel takes a slower path for them.",
-    "inconclusive": f"Some odd sizes ran at full rate and some did not; the aligned sizes alone spread "
-                    f"{min(aligned32) / ref32:.0%}-{max(aligned32) / ref32:.0%}."}))
+             f"({s32.aligned_spread}): the kernel takes a slower path for them.",
+    "inconclusive": f"Some odd sizes ran near full rate and some did not (slowest {min(s32.odd):.0%}); the "
+                    f"aligned sizes alone spread {s32.aligned_spread}."})
 
 # %% [markdown]
 # **Padding the vocabulary.** GPT-2's vocabulary is 50,257 tokens (50,256 plus the end-of-text
@@ -633,18 +504,17 @@ viz.show_verdict(judge(Prediction("odd n's median rate over the aligned median (
 # than that much faster. Measured on the bf16 training step (fp32 where bf16 is emulated):
 
 # %%
-V = 1025
-VP = kernels.pad_to_multiple(V, 64)
+V, VP = 1025, kernels.pad_to_multiple(1025, 64)
 xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the padded ids
-pad = compute.compare(gpt_step(PAD_PRECISION, vocab=V, batch=xv), gpt_step(PAD_PRECISION, vocab=VP, batch=xv),
+pad = compute.compare(ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=V), ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=VP),
                       repeat=REPEAT, threads=THREADS)
-print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ratio_text(pad)} "
+print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ex.ratio_text(pad)} "
       "(> 1x: padding is faster)" + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
 
 # %% [markdown]
-# Whether padding helps here is decided by the printed ratio and its spread: a ratio inside the
-# spread around 1 means the LM head's shape does not matter on this CPU at this size (the head is
-# one matmul among many); on a GPU, the same change is worth trying first.
+# Whether padding helps here is decided by the printed ratio and its interval: an interval that
+# holds 1 means the LM head's shape does not matter on this CPU at this size (the head is one
+# matmul among many); on a GPU, the same change is worth trying first.
 
 # %% [markdown]
 # ## 6. MFU: how much of the machine does a training step use?
@@ -670,7 +540,10 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 # %% [markdown]
 # A check of the formula against PyTorch's `FlopCounterMode`, which counts the FLOPs of every
 # matmul actually dispatched (with eager attention, so the attention matmuls are visible to it;
-# its CPU flash-attention kernel has no FLOP formula registered and would be missed):
+# its CPU flash-attention kernel has no FLOP formula registered and would be missed). Elementwise
+# work is not counted by either, so the two should agree to within rounding; if not, the
+# counter's per-operator counts (`counter.get_flop_counts()`) name the matmul the formula misses
+# or charges twice.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -680,79 +553,54 @@ m.set_attn_implementation("eager")
 with FlopCounterMode(display=False) as counter:
     m(input_ids=x, labels=x).loss.backward()
 print(f"formula {flops:,} FLOPs, counted {counter.get_total_flops():,} "
-      f"({counter.get_total_flops() / flops:.3f} of the formula: elementwise work is not counted)")
-viz.show_verdict(judge(Prediction("FlopCounterMode's count over the 6N + attention formula",
-                                  "every matmul of forward and backward", value=1.0, rel_tol=0.02),
-                       counter.get_total_flops() / flops, explain={
-    "below": "The formula charges matmuls the counter did not see: compare the counter's per-operator "
-             "counts (counter.get_flop_counts()) with the formula's terms.",
-    "above": "The counter saw matmul FLOPs the formula does not charge: compare the counter's per-operator "
-             "counts (counter.get_flop_counts()) with the formula's terms."}))
+      f"({counter.get_total_flops() / flops:.3f} of the formula)")
+viz.verdict(Prediction("FlopCounterMode's count over the 6N + attention formula",
+                       "every matmul of forward and backward", value=1.0, rel_tol=0.02),
+            counter.get_total_flops() / flops)
 
 # %% [markdown]
 # **MFU against batch size.** **Prediction.** Small batches waste the machine, because some costs
 # are per *step*, not per token (the optimizer touches every parameter once per step; Python and
 # dispatch overhead is per op), and small matmuls run below the ceiling (notebook 00). Throughput
 # should rise with batch size and flatten once the matmuls are large: the largest batch at
-# least as fast per token as the smallest, and within 10 % of the best. `StepBench` measures each
-# setting with a few real steps and caches it (the widget below reuses the cache):
+# least as fast per token as the smallest, and within 10 % of the best. At one precision the MFU
+# is tokens/s times the model FLOPs per token over the ceiling, so its curve has the shape of
+# the tokens/s curve: the two differ only in the scale. `StepBench` measures each
+# setting with a few real steps, all settings in turn in each round, and caches them (the widget
+# below reuses the cache):
 
 # %%
-bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, n_embd=GPT["n_embd"], n_layer=GPT["n_layer"],
-                                  n_head=GPT["n_head"], device=DEVICE, warmup=1,
-                                  repeat=3 if QUICK else REPEAT, threads=THREADS)
+bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, device=DEVICE, warmup=1, repeat=3 if QUICK else REPEAT,
+                                  threads=THREADS, **GPT)
 settings = [("fp32", False, b) for b in BATCHES] + [("bf16", False, b) for b in BENCH_PLAN.batches]
 bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
-if BENCH_PLAN.reduced:
-    print(f"bf16: {BENCH_PLAN.note}")
-for p in bench.points:
-    print(f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
-          f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
-          f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling" + (f" x {SHARE:.0%}" if SHARE < 1 else ""))
+print("\n".join(ex.throughput_lines(bench.points, SHARE)))
 bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
 print(sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16", SHARE)[2]
-      + f" (bf16, batch {bf16_top.batch})")
+      + f" (bf16, batch {bf16_top.batch}" + (f"; {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "") + ")")
 vc.plot_throughput(bench.points)
 plt.show()
 
 # %%
 fp32_pts = sorted((p for p in bench.points if p.precision == "fp32" and not p.compiled), key=lambda p: p.batch)
 best = max(fp32_pts, key=lambda p: p.tokens_per_s)
-
-
-def rounds(a, b):
-    """a's tokens/s over b's with its bootstrap interval over the rounds (the settings took
-    turns in each round): b's step time over a's, paired, scaled by the batch ratio."""
-    return stats.median_ratio(b.step.times_s, a.step.times_s).scaled(a.batch / b.batch)
-
-
-viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over batch {fp32_pts[0].batch}",
-                                  "per-step costs spread over more tokens", low=1.0, unit="x"),
-                       rounds(fp32_pts[-1], fp32_pts[0]), explain={
+viz.verdict(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over batch {fp32_pts[0].batch}",
+                       "per-step costs spread over more tokens", low=1.0, unit="x"),
+            ex.batch_gain(fp32_pts[-1], fp32_pts[0]), explain={
     "below": "Larger batches ran slower per token: their activations outgrow the caches (section 1 measured "
-             "the saved bytes per step), which outweighed the per-step costs."}))
-viz.show_verdict(judge(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over the best batch",
-                                  "throughput flattens, it does not fall", low=0.9, unit="x"),
-                       rounds(fp32_pts[-1], best), explain={
+             "the saved bytes per step), which outweighed the per-step costs."})
+viz.verdict(Prediction(f"fp32 tokens/s at batch {fp32_pts[-1].batch} over the best batch",
+                       "throughput flattens, it does not fall", low=0.9, unit="x"),
+            ex.batch_gain(fp32_pts[-1], best), explain={
     "held": f"The best batch was {best.batch}; past it the gain per doubling is small.",
-    "below": f"Throughput peaked at batch {best.batch} and fell after it, in every round of the measurement "
-             "(the spread). Two causes fit and this run does not separate them: larger batches' activations "
-             "outgrow the caches (section 1 measured the saved bytes per step), and on a shared machine a longer "
-             "step catches more interruptions."}))
+    "below": f"Throughput peaked at batch {best.batch} and fell after it. Two causes fit and this run does not "
+             "separate them: larger batches' activations outgrow the caches, and on a shared machine a longer "
+             "step catches more interruptions."})
+
+# %%
 top = max(bench.points, key=lambda p: p.mfu)
 swept = max(q.n for q in limits.matmul_points if q.dtype == top.ceiling)  # notebook 00's largest size
-print(f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the {top.ceiling} "
-      "ceiling). " + (f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling "
-                      f"(square matmuls up to n={swept}) is below what this step reaches: "
-                      + ("notebook 00 ran at QUICK sizes here, and its default sweep goes further; "
-                         if swept < 1024 else "")
-                      + "a ceiling measured while the machine was busier reads low (notebook 00 keeps the "
-                      "highest it has measured: run it on a quieter machine)"
-                      + (f"; and held against {SHARE:.0%} of it for {THREADS} of {sizing.CORES} threads, one "
-                         "thread can reach more than its share" if SHARE < 1 else "")
-                      + ". An MFU is only as good as its peak." if top.mfu > 1 else
-                      "For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
-                      "against the vendor's peak."))
+print(ex.largest_mfu_text(top, swept, SHARE, THREADS, sizing.CORES))
 at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 MFU of this setting
 print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%}, the figure the summary reports"
       + (f"; section 1 timed the same step beside bf16 at {amp.baseline.median_s * 1e3:.1f} ms, here "
@@ -764,9 +612,12 @@ print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%}, the figure the summary re
 # GPU the search is empirical: try a step, catch the out-of-memory error, free what it allocated,
 # bisect (`budget.OOMProbe`). A CPU process does not fail cleanly at a limit (it swaps or is
 # killed), so here the budget applies to a count: model states (weights, gradients, AdamW's two
-# moments) plus the activations autograd saves, measured exactly per batch (`budget.BudgetProbe`).
+# moments: 4 + 4 + 8 = 16 bytes per fp32 parameter) plus the activations autograd saves, measured
+# exactly per batch (`budget.BudgetProbe`).
 # **Prediction:** bytes grow linearly in the batch, `states + b·per_sample`, so two probes predict
-# the answer; the search (doubling, then bisection) measures it.
+# the answer; the search (doubling, then bisection) measures it. Activations are linear in the
+# batch for a transformer at fixed sequence length, so the two should differ by at most one
+# (rounding).
 
 # %%
 mb = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
@@ -780,13 +631,10 @@ print(f"budget {BUDGET / 2**20:.0f} MiB: model states {probe.state_bytes / 2**20
       f"{per_sample / 2**20:.2f} MiB of activations per sample -> predicted largest batch {predicted}")
 print(f"search: largest batch {search.best} after {len(search.trials)} probes "
       f"{[b for b, _ in search.trials]}; at it {probe.bytes[search.best] / 2**20:.1f} MiB")
-viz.show_verdict(judge(Prediction("largest batch found by the search minus the linear prediction",
-                                  "bytes(b) = states + b x per-sample activations", low=-1, high=1),
-                       search.best - predicted, explain={
-    "held": "Activations are linear in the batch for a transformer at fixed sequence length; a difference "
-            "of one comes from rounding.",
-    "above": "Bytes grow less than linearly: some saved tensor does not scale with the batch.",
-    "below": "Bytes grow more than linearly: some saved tensor grows faster than the batch."}))
+viz.verdict(Prediction("largest batch found by the search minus the linear prediction",
+                       "bytes(b) = states + b x per-sample activations", low=-1, high=1), search.best - predicted,
+            explain={"above": "Bytes grow less than linearly: some saved tensor does not scale with the batch.",
+                     "below": "Bytes grow more than linearly: some saved tensor grows faster than the batch."})
 
 # %%
 if DEVICE.type != "cuda":
@@ -831,16 +679,13 @@ plt.show()
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
 
 # %%
-largest_t = ATTN_T[-1]
-headlines = {
-    f"bf16 step speedup (batch {AMP_BATCH})": ratio_text(amp),
-    "GELU chain compiled": f"{rec.speedup:.2f}x, compile {rec.compile_s:.1f} s",
-    f"SDPA vs naive at T={largest_t}": f"{by['naive', largest_t].seconds / by['sdpa', largest_t].seconds:.2f}x",
+viz.show_headlines({
+    f"bf16 step speedup (batch {AMP_BATCH})": ex.ratio_text(amp),
+    "GELU chain compiled": f"{fused_x.value:.2f}x, compile {rec.compile_s:.1f} s",
+    f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x",
     "MFU (section 6)": f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
                        f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling"
                        + (f" (x {SHARE:.0%}: {THREADS} of {sizing.CORES} threads)" if SHARE < 1 else ""),
     f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
-}
-if step_rec is not None:
-    headlines["GPT-2 step compiled"] = f"{step_rec.speedup:.2f}x, compile {step_rec.compile_s:.1f} s"
-viz.show_headlines(headlines)
+    **({"GPT-2 step compiled": f"{step_rec.speedup:.2f}x, compile {step_rec.compile_s:.1f} s"} if step_rec else {}),
+})

@@ -29,7 +29,7 @@ from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
 from perfkit.compute.kernels import ShapePoint, activation_bytes
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
-from perfkit.stats import Estimate, median_ratio, range_of
+from perfkit.stats import Estimate, median_interval, median_ratio
 
 __all__ = ["InModelAttention", "RescaledMLP", "ShapeSummary", "WhereRescaledMLP",
            "attention_in_model", "attention_table", "batch_gain", "disturbed_length", "gpt_step",
@@ -185,17 +185,23 @@ class ShapeSummary:
     ref: float
     aligned: tuple[float, ...]
     odd: tuple[float, ...]
+    multiple: int = 64
 
     @property
-    def odd_range(self) -> Estimate:
-        """The odd widths' median share with the 10th-90th percentile of the single widths."""
-        return range_of(self.odd, lo=0.0, hi=1.0)
+    def odd_share(self) -> Estimate:
+        """The odd widths' median share of ``ref``, with the bootstrap interval of that median."""
+        return median_interval(self.odd)
+
+    @property
+    def aligned_spread(self) -> str:
+        """``"90%-101%"``: the slowest and fastest aligned width as a share of their median."""
+        return f"{min(self.aligned):.0%}-{max(self.aligned):.0%}"
 
     def describe(self) -> str:
         from perfkit.units import si
 
-        return (f"{self.dtype:>9}: multiples of the tile {si(self.ref, 'FLOP/s')} (median; they spread "
-                f"{min(self.aligned):.0%}-{max(self.aligned):.0%}); odd n: median "
+        return (f"{self.dtype:>9}: multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they "
+                f"spread {self.aligned_spread}); odd n: median "
                 f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median")
 
 
@@ -213,7 +219,7 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
         raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
                          f"{sorted(p.n for p in pts)}")
     ref = statistics.median(aligned)
-    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd))
+    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple)
 
 
 def batch_gain(a, b) -> Estimate:

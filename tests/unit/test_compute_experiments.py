@@ -84,8 +84,10 @@ def test_shape_summary_holds_odd_widths_against_the_aligned_median():
     rates = {960: 10.0, 1024: 12.0, 1088: 11.0, 1021: 5.5, 1023: 11.0, 1000: 1.0}
     s = ex.shape_summary(points("float32", rates), "float32")
     assert s.ref == 11.0 and s.odd == (0.5, 1.0) and 1000 not in s.aligned  # even, unaligned: neither
-    assert s.odd_range.value == pytest.approx(0.75) and s.odd_range.low == 0.5
-    assert "odd n: median 75%, slowest 50%" in s.describe()
+    est = s.odd_share  # the median of the odd widths, with its bootstrap interval
+    assert est.value == pytest.approx(0.75) and 0.5 <= est.low <= 0.75 <= est.high <= 1
+    assert "multiples of 64" in s.describe() and "odd n: median 75%, slowest 50%" in s.describe()
+    assert s.aligned_spread == "91%-109%"
     with pytest.raises(ValueError, match="aligned and an odd"):
         ex.shape_summary(points("float32", {1024: 1.0, 1088: 1.0}), "float32")
 
