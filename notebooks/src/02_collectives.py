@@ -65,7 +65,6 @@ import matplotlib.pyplot as plt
 import torch
 
 from perfkit import hw, stats, viz
-from perfkit.jobs.data_parallel import make_mlp
 from perfkit.verdict import Prediction
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
@@ -197,8 +196,8 @@ print("every rank holds the sum:", all(torch.equal(b, want) for b in out))
 
 # %%
 ring2 = res2["collectives"]["ring"]
-for rec in ring2:  # each pair (ring, gloo) timed back to back; the median of their ratios
-    rec["ratio"] = stats.median_interval(rec["ratios"])
+for rec in ring2:  # repetition i of ring and gloo timed back to back: paired rounds
+    rec["ratio"] = stats.median_ratio(rec["times_s"], rec["ref_times_s"])
     print(f"numel {rec['numel']:>7,}: exact {rec['int_exact']}, float error "
           f"{rec['float_max_abs_err']:.1e}; ring over gloo {rec['ratio'].value:.2f}x "
           f"({rec['ratio'].describe('x')})")
@@ -214,7 +213,8 @@ viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all
 # `ProcessGroupGloo` runs every collective on its own worker thread, so the caller waits for a
 # thread hand-off (`isend`/`irecv` are posted from the calling thread). Both extras are small next
 # to a message's latency here (`alpha` above), so the model predicts the same time: a ratio of
-# 1 within 30 %, judged on the median of the pairs' ratios and its 90 % bootstrap interval.
+# 1 within 30 %, judged on the ratio of the two medians and its 90 % bootstrap interval over the
+# paired repetitions.
 
 # %%
 small = min((r for r in ring2 if r["numel"] >= 2), key=lambda r: r["numel"])  # no empty chunk
@@ -295,16 +295,14 @@ plt.show()
 # and backward without communication), then lies between 0 and the ceiling
 # `min(backward, communication) / communication`: communication longer than the backward pass
 # cannot all hide behind it (provided the all-reduces take as long inside the step as alone).
-# Backward's share of the step is measured below on the same MLP, one thread as in a worker.
+# The job times backward alone too (the same model and batch, in the same rounds), so the
+# ceiling comes from the same run as the overlap.
 #
-# The six timings (DDP, the three, compute alone, the bucketed all-reduces alone) are taken in
-# alternation, `REPEAT` rounds: every ratio below is a ratio of medians, with the 90 % bootstrap
-# interval over the paired rounds (`perfkit.stats.median_ratio`).
+# The eight timings (DDP, the three, compute alone, the bucketed all-reduces alone, forward and
+# backward alone) are taken in alternation, `REPEAT` rounds: every ratio below is a ratio of
+# medians, with the 90 % bootstrap interval over the paired rounds (`perfkit.stats.median_ratio`).
 
 # %%
-bwd = comm.backward_share(make_mlp(**DP_MODEL), torch.randn(DP_BATCH, 64),
-                          torch.randint(0, 10, (DP_BATCH,)), repeat=20)
-print(f"backward's share of forward + backward (1 thread): {bwd.value:.0%} ({bwd.describe()})")
 cmp = res2["data_parallel"]["compare"]
 f_ar, n_tensors = fits["all_reduce"], 2 * DP_MODEL["depth"]  # a weight and a bias per layer
 pred_naive = n_tensors * f_ar.alpha_s + cmp["grad_bytes"] / f_ar.bandwidth  # s
@@ -331,8 +329,8 @@ viz.verdict(Prediction("naive step time over bucketed", "alpha per tensor agains
     "inconclusive": f"The model's saving, {si(saving, 's')}, is {saving / t['bucketed']:.1%} of a step."})
 
 # %%
-hidden, ceiling = comm.hidden_share(reps, bwd.value)
-print(f"compute only {si(t['compute_only'], 's')} (backward {si(bwd.value * t['compute_only'], 's')}), "
+hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward_only, same rounds
+print(f"compute only {si(t['compute_only'], 's')} (backward alone {si(t['backward_only'], 's')}), "
       f"communication only {si(t['comm_only'], 's')} (model {si(pred_bucket, 's')}); overlapped "
       f"{si(t['overlapped'], 's')}")
 viz.verdict(Prediction("share of the communication the overlap hid",

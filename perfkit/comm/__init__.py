@@ -27,7 +27,6 @@ from perfkit.comm.collectives import (
 from perfkit.comm.experiments import (
     FitQuality,
     RingCheck,
-    backward_share,
     bucket_count_effect,
     fit_quality,
     hidden_share,
@@ -50,7 +49,6 @@ from perfkit.comm.traffic import (
 )
 
 __all__ = [
-    "backward_share",
     "bucket_count_effect",
     "encoding_pays",
     "fit_quality",

@@ -8,29 +8,26 @@ notebook shows the question, the prediction and the verdict, and tests check the
 Usage::
 
     q = fit_quality([p for p in points if p.op == "all_reduce"], fits["all_reduce"])
-    hidden, ceiling = hidden_share(compare["times_s"], backward_share(make_mlp(), x, y).value)
+    hidden, ceiling = hidden_share(compare["times_s"])  # a data_parallel job's rounds
     print(q.median_rel_error, hidden, ceiling)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
-from perfkit.timing import interleaved
 from perfkit.units import si
 
-__all__ = ["FitQuality", "RingCheck", "backward_share", "bucket_count_effect", "fit_quality",
-           "hidden_share", "ring_check"]
+__all__ = ["FitQuality", "RingCheck", "bucket_count_effect", "fit_quality", "hidden_share",
+           "ring_check"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +49,12 @@ def _spread(p: CollectivePoint) -> str:
     return f"{si(p.p10_s, 's')}-{si(p.p90_s, 's')}"
 
 
+def _points(points: Sequence[CollectivePoint]) -> list[CollectivePoint]:
+    """The points as a list, each a :class:`CollectivePoint` (a dict from a job's JSON is not)."""
+    items = check_items("points", points)
+    return [check_type(f"points[{i}]", p, CollectivePoint) for i, p in enumerate(items)]
+
+
 def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality:
     """The fit's median relative error over ``points`` (one collective) and why it misses.
 
@@ -65,9 +68,10 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
         overlap (this run's noise) or not (something other than size set the time).
 
     Raises:
-        TypeError, ValueError: for no points or a ``fit`` that is not an AlphaBeta.
+        TypeError, ValueError: for no points, a point that is not a CollectivePoint, or a
+            ``fit`` that is not an AlphaBeta.
     """
-    pts = sorted(check_items("points", points), key=lambda p: p.nbytes)
+    pts = sorted(_points(points), key=lambda p: p.nbytes)
     check_type("fit", fit, AlphaBeta)
     errs = [abs(fit.predict(p.nbytes) / p.time_s - 1) for p in pts]
     worst = pts[int(np.argmax(errs))]
@@ -124,7 +128,7 @@ def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | 
     Raises:
         TypeError, ValueError: for no points, mixed world sizes, or ``cores`` below 1.
     """
-    pts = sorted(check_items("points", points), key=lambda p: p.nbytes)
+    pts = sorted(_points(points), key=lambda p: p.nbytes)
     check_type("fit2", fit2, AlphaBeta)
     n = pts[0].world_size
     if any(p.world_size != n for p in pts) or n < 2:
@@ -142,89 +146,47 @@ def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | 
                      float(np.median(ratios)), small, float(np.median(ratios[half:])))
 
 
-def backward_share(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                   loss_fn: Callable[..., torch.Tensor] = nn.functional.cross_entropy,
-                   repeat: int = 10, threads: int = 1) -> stats.Estimate:
-    """The share of a forward + backward step that the backward pass takes, measured.
-
-    Forward alone and forward + backward are timed in alternation on ``threads`` torch
-    threads (a ``torchrun`` worker runs on 1); backward's share is ``1 - median(F) /
-    median(F + B)``, with the bootstrap interval of that ratio over the paired rounds. Only
-    the backward pass can hide a gradient all-reduce: the gradients exist only during it.
-
-    Args:
-        model: the module; its gradients are overwritten.
-        x, y: one batch and its targets.
-        loss_fn: ``loss_fn(model(x), y)`` gives a scalar loss.
-        repeat: paired rounds (>= 2).
-        threads: torch intra-op threads while timing (>= 1); restored afterwards.
-
-    Returns:
-        An :class:`~perfkit.stats.Estimate` of the share, in (0, 1) unless the run was disturbed.
-
-    Raises:
-        TypeError, ValueError: for a ``model`` that is not a module, or counts out of range.
-    """
-    check_type("model", model, nn.Module)
-    check_int("repeat", repeat, 2)
-    check_int("threads", threads, 1)
-
-    def forward() -> None:
-        loss_fn(model(x), y)
-
-    def step() -> None:
-        model.zero_grad(set_to_none=False)
-        loss_fn(model(x), y).backward()
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        f, fb = interleaved([forward, step], warmup=2, repeat=repeat)
-    finally:
-        torch.set_num_threads(before)
-    r = stats.median_ratio(f.times_s, fb.times_s)  # forward's share
-    return stats.Estimate(1 - r.value, 1 - r.high, 1 - r.low, r.level, r.n, r.method)
-
-
 def _times(name: str, xs: Sequence[float]) -> np.ndarray:
     arr = np.asarray([check_real(name, x, 0, lo_open=True) for x in check_items(name, xs)], dtype=float)
     return arr  # s, every one > 0 and finite
 
 
-def hidden_share(times_s: Mapping[str, Sequence[float]], backward_fraction: float
-                 ) -> tuple[stats.Estimate, float]:
+def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate, float]:
     """Share of the communication an overlapped step hid, and the most it could hide.
 
     ``hidden = (compute + comm - overlapped) / comm`` from the medians of paired rounds
     (``compute_only``: forward + backward without communication; ``comm_only``: the
     all-reduces alone; ``overlapped``), with a bootstrap interval over the rounds. Only
-    backward (``backward_fraction`` of compute) can cover communication, so the ceiling is
-    ``min(backward, comm) / comm``.
+    backward can cover communication (the gradients exist only during it), so the ceiling
+    is ``min(backward, comm) / comm`` with ``backward_only``'s median, timed in the same
+    rounds on the same model and batch.
 
     Args:
-        times_s: per-round seconds under ``compute_only``, ``comm_only`` and ``overlapped``,
-            round ``i`` of each timed back to back.
-        backward_fraction: backward's share of ``compute_only``, in (0, 1].
+        times_s: per-round seconds under ``compute_only``, ``comm_only``, ``overlapped`` and
+            ``backward_only``, round ``i`` of each timed back to back.
 
     Returns:
         ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
 
     Raises:
-        KeyError: for a missing series. ValueError: for unequal or empty series, a time
-            that is not > 0, or ``backward_fraction`` outside (0, 1].
+        TypeError, ValueError: for ``times_s`` that is not a mapping, a missing, empty or
+            unequal series, or a time that is not > 0.
     """
-    check_real("backward_fraction", backward_fraction, 0, 1, lo_open=True)
-    c, m, o = (_times(f"times_s[{k!r}]", times_s[k]) for k in ("compute_only", "comm_only", "overlapped"))
-    if not len(c) == len(m) == len(o):
+    check_type("times_s", times_s, Mapping)
+    keys = ("compute_only", "comm_only", "overlapped", "backward_only")
+    if missing := [k for k in keys if k not in times_s]:
+        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
+    c, m, o, b = (_times(f"times_s[{k!r}]", times_s[k]) for k in keys)
+    if not len(c) == len(m) == len(o) == len(b):
         raise ValueError(f"times_s series must hold the same number of rounds, got "
-                         f"{len(c)}, {len(m)}, {len(o)}")
+                         f"{len(c)}, {len(m)}, {len(o)}, {len(b)}")
 
     def share(idx: np.ndarray | slice) -> np.ndarray:
         mc, mm, mo = (np.median(a[idx], axis=-1) for a in (c, m, o))
         return (mc + mm - mo) / mm
 
     point = float(share(slice(None)))
-    ceiling = min(backward_fraction * float(np.median(c)), float(np.median(m))) / float(np.median(m))
+    ceiling = min(float(np.median(b)), float(np.median(m))) / float(np.median(m))
     n = len(c)
     if n < 2:
         return stats.Estimate(point, point, point, stats.LEVEL, 1, "1 round: no interval"), ceiling
@@ -247,12 +209,15 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
         alpha_s: the fitted all-reduce latency, s (>= 0).
 
     Raises:
-        TypeError, ValueError: for no records or a negative ``alpha_s``.
+        TypeError, ValueError: for no records, a record without those keys, or a negative
+            ``alpha_s``.
     """
     recs = check_items("buckets", buckets)
     check_real("alpha_s", alpha_s, 0)
     same: dict[int, list[float]] = {}
-    for b in recs:
+    for i, b in enumerate(recs):
+        if not isinstance(b, Mapping) or not {"calls_per_step", "step_s"} <= set(b):
+            raise TypeError(f"buckets[{i}] must be a mapping with 'calls_per_step' and 'step_s', got {b!r}")
         same.setdefault(int(b["calls_per_step"]), []).append(float(b["step_s"]))
     calls = sorted(same)
     diff = min(same[calls[-1]]) - min(same[calls[0]])  # s: best cap of each count

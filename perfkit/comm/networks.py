@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfkit._checks import check_int, check_real
+from perfkit._checks import check_int, check_items, check_real, check_type
 
 __all__ = ["INTERCONNECTS", "Interconnect", "PaysOn", "encoding_pays"]
 
@@ -30,6 +30,11 @@ class Interconnect:
     bandwidth: float  # bytes/s, one direction
     quoted: str
     source: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "quoted", "source"):
+            check_type(name, getattr(self, name), str)
+        check_real("bandwidth", self.bandwidth, 0, lo_open=True)
 
 
 # One direction each: a full-duplex link carries this each way at once.
@@ -69,7 +74,7 @@ def encoding_pays(codec_s: float, nbytes: int, wire_ratio: float, loopback_busbw
         wire_ratio: payload bytes over dense bytes, in (0, 1].
         loopback_busbw: this machine's measured all-reduce busbw, bytes/s (> 0); the first row.
         world_size: processes in the all-reduce (>= 2).
-        links: the networks to compare with.
+        links: the networks to compare with (:class:`Interconnect` records).
 
     Returns:
         One :class:`PaysOn` for ``"loopback (measured)"`` and one per link, in that order.
@@ -82,6 +87,8 @@ def encoding_pays(codec_s: float, nbytes: int, wire_ratio: float, loopback_busbw
     check_real("wire_ratio", wire_ratio, 0, 1, lo_open=True)
     check_real("loopback_busbw", loopback_busbw, 0, lo_open=True)
     check_int("world_size", world_size, 2)
+    links = [check_type(f"links[{i}]", x, Interconnect)
+             for i, x in enumerate(check_items("links", links, nonempty=False))]
     here = Interconnect("loopback (measured)", float(loopback_busbw), "measured", "this machine")
     rows = []
     for link in (here, *links):

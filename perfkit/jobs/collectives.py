@@ -17,6 +17,7 @@ Lab 02's grader runs a student's all-reduce through ``tools.labs.ring_check`` in
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -35,8 +36,10 @@ def against_all_reduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
 
     Integer-valued fp32 data makes every summation order exact, so ``int_exact`` must be
     ``True``; random normal data checks the float path with a tolerance. With
-    ``repeat > 0`` both are also timed, in alternation (median seconds of the slowest rank,
-    and ``ratios``: every repetition's ``fn`` time over ``dist.all_reduce``'s).
+    ``repeat > 0`` both are also timed, in alternation: seconds per call of the slowest rank
+    in every repetition (``times_s`` for ``fn``, ``ref_times_s`` for ``dist.all_reduce``;
+    repetition ``i`` of the two is a pair taken back to back), their medians, and ``ratios``
+    (each repetition's ``fn`` time over ``dist.all_reduce``'s).
 
     Args:
         fn: an all-reduce that sums its tensor argument in place over the default group.
@@ -46,7 +49,8 @@ def against_all_reduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
 
     Returns:
         One record per size: ``numel``, ``int_exact``, ``float_max_abs_err``, ``in_place``
-        and, when timed, ``time_s``, ``ref_time_s``, ``ratios``, ``calls_per_repetition``.
+        and, when timed, ``times_s``, ``ref_times_s``, their medians ``time_s`` and
+        ``ref_time_s``, ``ratios`` and ``calls_per_repetition``.
 
     Warning:
         Collective: every rank must call it with the same arguments.
@@ -84,8 +88,9 @@ def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tenso
     Timed one after the other, a load change on a shared machine between the two runs
     would decide their ratio; alternating gives every repetition a (fn, ref) pair taken
     under the same load. Calls shorter than about a millisecond are batched (the same
-    count on every rank). Returns the slowest rank's medians ``time_s`` and ``ref_time_s``
-    and every repetition's ``ratios`` (fn over ref, from the slowest rank's times).
+    count on every rank). Returns the slowest rank's seconds per call in every repetition
+    (``times_s``, ``ref_times_s``), their medians (``time_s``, ``ref_time_s``) and every
+    repetition's ``ratios`` (fn over ref).
     """
     number = max(1, min(16, (1 << 18) // max(4 * got.numel(), 1)))  # up to 16 calls below 256 kB
 
@@ -99,10 +104,12 @@ def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tenso
                      warmup=1, repeat=repeat)
     ts = torch.tensor([m.times_s for m in ms], dtype=torch.float64) / number  # (2, repeat) s
     dist.all_reduce(ts, op=dist.ReduceOp.MAX)  # the slower rank decides each repetition
-    ratios = (ts[0] / ts[1]).tolist()
-    return {"time_s": float(ts[0].median()), "ref_time_s": float(ts[1].median()),
-            "ratios": ratios, "calls_per_repetition": number}
-
+    times, ref_times = ts.tolist()
+    # statistics.median averages the middle two of an even count, as perfkit.stats does
+    # (torch's median takes the lower one)
+    return {"time_s": statistics.median(times), "ref_time_s": statistics.median(ref_times),
+            "times_s": times, "ref_times_s": ref_times,
+            "ratios": (ts[0] / ts[1]).tolist(), "calls_per_repetition": number}
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:

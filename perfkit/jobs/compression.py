@@ -22,12 +22,17 @@ optimizer is SGD with momentum, the setting Deep Gradient Compression studies.
 Rank 0's result, per method: per-step losses (mean over ranks), ``final_loss`` (the whole
 training split, after the last step), ``eval_accuracy`` (digits only), payload bytes per
 step against dense fp32 bytes, the median step time and every step's time (the slower rank's).
+With ``"interleave": true`` the methods train side by side, taking turns every
+``"round_steps"`` steps on the same batches, and each also reports ``round_times_s``: its
+time in every round, paired with the other methods' (a speed comparison one can trust on a
+shared machine, where the load drifts between two runs made one after the other).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -40,6 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import compress
 from perfkit import dist as pdist
+from perfkit._checks import check_int, check_items
 from perfkit.compress import HookState, compression_hook
 from perfkit.timing import Timer
 
@@ -157,13 +163,24 @@ def _gpt2(seed: int):
     return model, (xs[:cut], ys[:cut]), (xs[cut:], ys[cut:]), loss_fn
 
 
-def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: int = 0
-          ) -> dict[str, Any]:
-    """Train ``workload`` for ``steps`` SGD-momentum steps with ``method``'s hook.
+@dataclass
+class _Trainer:
+    """One method's model, DDP wrapper, hook state, optimizer and data, and what its steps gave."""
 
-    Warning:
-        Collective: every rank must call it with the same arguments.
-    """
+    method: str
+    model: nn.Module
+    ddp: DDP
+    state: Any
+    opt: torch.optim.Optimizer
+    loss_fn: Callable[..., torch.Tensor]
+    train: tuple[torch.Tensor, torch.Tensor]
+    held_out: tuple[torch.Tensor, torch.Tensor]
+    losses: list[torch.Tensor] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # s, this rank's, one per step
+
+
+def _trainer(workload: str, method: str, lr: float, seed: int) -> _Trainer:
+    """A fresh model from ``seed`` (the same weights for every method) with ``method``'s hook."""
     model, (xt, yt), (xe, ye), loss_fn = {"digits": _digits, "gpt2": _gpt2}[workload](seed)
     if dist.get_backend() == "nccl":  # init_worker bound this rank's GPU
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -171,38 +188,113 @@ def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: i
     ddp = DDP(model)
     state = attach(ddp, method, seed)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    return _Trainer(method, model, ddp, state, opt, loss_fn, (xt, yt), (xe, ye))
+
+
+def _indices(g: torch.Generator, n: int, batch: int) -> torch.Tensor:
+    """This rank's share of one global batch (``g`` is seeded alike on every rank)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    g = torch.Generator().manual_seed(seed)  # the same on every rank: one global batch
-    losses, times = torch.zeros(steps, device=xt.device), []
-    for step in range(steps):
-        idx = torch.randint(len(xt), (batch * world,), generator=g)[rank::world].to(xt.device)
-        with Timer() as t:
-            loss = loss_fn(ddp(xt[idx]), yt[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        losses[step] = loss.detach()
-        times.append(t.elapsed_s)
+    return torch.randint(n, (batch * world,), generator=g)[rank::world]
+
+
+def _step(tr: _Trainer, idx: torch.Tensor) -> None:
+    """One timed SGD step of ``tr`` on the rows ``idx`` of its training split."""
+    xt, yt = tr.train
+    idx = idx.to(xt.device)
+    with Timer() as t:
+        loss = tr.loss_fn(tr.ddp(xt[idx]), yt[idx])
+        tr.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        tr.opt.step()
+    tr.losses.append(loss.detach())
+    tr.times.append(t.elapsed_s)
+
+
+def _record(tr: _Trainer, workload: str) -> dict[str, Any]:
+    """``tr``'s result (losses averaged over ranks, each step's time the slower rank's).
+
+    Warning:
+        Collective: every rank must call it, for the same trainers in the same order.
+    """
+    world = dist.get_world_size()
+    losses = torch.stack(tr.losses)
     dist.all_reduce(losses)
+    (xt, yt), (xe, ye) = tr.train, tr.held_out
     with torch.no_grad():
-        final = sum(float(loss_fn(model(xt[i: i + 256]), yt[i: i + 256])) * len(xt[i: i + 256])
+        final = sum(float(tr.loss_fn(tr.model(xt[i: i + 256]), yt[i: i + 256])) * len(xt[i: i + 256])
                     for i in range(0, len(xt), 256)) / len(xt)
-        acc = (float((model(xe).argmax(1) == ye).float().mean()) if workload == "digits"
+        acc = (float((tr.model(xe).argmax(1) == ye).float().mean()) if workload == "digits"
                else None)
-    calls = max(1, steps)
-    times_t = torch.tensor(sorted(times)[len(times) // 2], dtype=torch.float64)
+    steps = len(tr.times)
+    times_t = torch.tensor(sorted(tr.times)[steps // 2], dtype=torch.float64)
     dist.all_reduce(times_t, op=dist.ReduceOp.MAX)
-    per_step = torch.tensor(times, dtype=torch.float64)  # the slower rank's time of each step
+    per_step = torch.tensor(tr.times, dtype=torch.float64)  # the slower rank's time of each step
     dist.all_reduce(per_step, op=dist.ReduceOp.MAX)
-    return {"method": method, "losses": (losses / world).tolist(), "final_loss": final,
-            "eval_accuracy": acc, "wire_bytes_per_step": state.wire_bytes / calls,
-            "dense_bytes_per_step": state.dense_bytes / calls,
+    return {"method": tr.method, "losses": (losses / world).tolist(), "final_loss": final,
+            "eval_accuracy": acc, "wire_bytes_per_step": tr.state.wire_bytes / steps,
+            "dense_bytes_per_step": tr.state.dense_bytes / steps,
             "step_s": float(times_t), "step_times_s": per_step.tolist(),
-            "n_params": sum(p.numel() for p in model.parameters())}
+            "n_params": sum(p.numel() for p in tr.model.parameters())}
+
+
+def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: int = 0
+          ) -> dict[str, Any]:
+    """Train ``workload`` for ``steps`` SGD-momentum steps with ``method``'s hook.
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    check_int("steps", steps, 1)
+    tr = _trainer(workload, method, lr, seed)
+    g = torch.Generator().manual_seed(seed)  # the same on every rank: one global batch
+    for _ in range(steps):
+        _step(tr, _indices(g, len(tr.train[0]), batch))
+    return _record(tr, workload)
+
+
+def train_interleaved(workload: str, methods: Sequence[str], steps: int, batch: int, lr: float,
+                      seed: int = 0, round_steps: int = 1) -> list[dict[str, Any]]:
+    """Train every method in ``methods`` side by side, in rounds of ``round_steps`` steps each.
+
+    Each method has its own model (the same initial weights), hook and optimizer; every
+    round draws ``round_steps`` batches and each method takes them in turn, the order
+    reversed every other round (none always runs right after another's warm caches). Trained
+    one after the other, a change of load between the runs would decide their ratio; here
+    round ``i`` of every method runs under the same load, so per-round times are paired.
+
+    Returns:
+        One record per method as :func:`train` gives (the same losses as a run of its own),
+        plus ``round_times_s``: each round's seconds (its steps' times, the slower rank's).
+
+    Raises:
+        TypeError, ValueError: for no ``methods`` or ``steps``/``round_steps`` below 1.
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    check_int("steps", steps, 1)
+    check_int("round_steps", round_steps, 1)
+    trainers = [_trainer(workload, m, lr, seed) for m in check_items("methods", methods)]
+    g = torch.Generator().manual_seed(seed)  # the same on every rank: one global batch
+    n = len(trainers[0].train[0])
+    for r, start in enumerate(range(0, steps, round_steps)):
+        idxs = [_indices(g, n, batch) for _ in range(min(round_steps, steps - start))]
+        for tr in trainers if r % 2 == 0 else trainers[::-1]:
+            for idx in idxs:
+                _step(tr, idx)
+    out = []
+    for tr in trainers:
+        rec = _record(tr, workload)
+        t = rec["step_times_s"]
+        rec["round_times_s"] = [sum(t[i: i + round_steps]) for i in range(0, steps, round_steps)]
+        out.append(rec)
+    return out
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Train every method in ``cfg["methods"]``; return this rank's results.
+    """Train every method in ``cfg["methods"]``, one after the other, or side by side with
+    ``"interleave": true`` (:func:`train_interleaved`, rounds of ``"round_steps"``); return
+    this rank's results.
 
     Warning:
         Collective: every rank must call it with the same ``cfg``.
@@ -211,11 +303,15 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     workload = cfg.get("workload", "digits")
     if workload not in ("digits", "gpt2"):
         raise ValueError(f"workload must be 'digits' or 'gpt2', got {workload!r}")
-    default_lr = {"digits": 0.05, "gpt2": 0.3}[workload]
-    runs = [train(workload, m, cfg.get("steps", 150), cfg.get("batch", 32),
-                  cfg.get("lr", default_lr), cfg.get("seed", 0))
-            for m in cfg.get("methods", list(METHODS))]
-    return {"world_size": dist.get_world_size(), "workload": workload, "runs": runs}
+    args = (cfg.get("steps", 150), cfg.get("batch", 32),
+            cfg.get("lr", {"digits": 0.05, "gpt2": 0.3}[workload]), cfg.get("seed", 0))
+    methods = cfg.get("methods", list(METHODS))
+    if cfg.get("interleave", False):
+        runs = train_interleaved(workload, methods, *args, round_steps=cfg.get("round_steps", 1))
+    else:
+        runs = [train(workload, m, *args) for m in methods]
+    return {"world_size": dist.get_world_size(), "workload": workload,
+            "interleaved": bool(cfg.get("interleave", False)), "runs": runs}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

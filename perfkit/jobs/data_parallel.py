@@ -10,7 +10,10 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
 * ``compare``: :class:`~perfkit.parallel.NaiveDP`, :class:`~perfkit.parallel.BucketedDP`,
   :class:`~perfkit.parallel.OverlappedDP` and DDP on the same model and data: gradients
   against DDP's (max abs difference), step time (``times_s``: every repetition, timed in
-  alternation), and the measured share of communication hidden behind backward.
+  alternation), and the measured share of communication hidden behind backward; in the same
+  rounds, on the same model and batch without communication, ``compute_only`` (forward +
+  backward), ``forward_only`` and ``backward_only`` (the backward of the graph the forward
+  just built), and ``comm_only`` (the bucketed all-reduces alone).
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
   (the caps timed interleaved), and the calls :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
@@ -116,11 +119,20 @@ def compare(model_kw: dict[str, Any], batch: int, bucket_cap_mb: float, repeat: 
         plain.zero_grad(set_to_none=False)
         loss_fn(plain(x), y).backward()
 
+    graph: dict[str, torch.Tensor] = {}
+
+    def forward() -> None:  # builds the graph that backward_only runs next in the round
+        plain.zero_grad(set_to_none=False)
+        graph["loss"] = loss_fn(plain(x), y)
+
+    def backward() -> None:  # backward alone: the most the all-reduces can hide behind
+        graph.pop("loss").backward()
+
     loss_fn(bucketed.module(x), y).backward()
     names = list(runners)
-    fns = [step(n) for n in names] + [compute, bucketed.finish]
+    fns = [step(n) for n in names] + [compute, bucketed.finish, forward, backward]
     # interleaved (A, B, C, ... A, B, C): load drifts on a shared machine; ratios stay fair
-    keys = names + ["compute_only", "comm_only"]
+    keys = names + ["compute_only", "comm_only", "forward_only", "backward_only"]
     runs = interleaved(fns, warmup=2, repeat=repeat)
     # every repetition's time, the slower rank's: repetition i of each is taken back to back
     reps = dict(zip(keys, _slowest_each([m.times_s for m in runs]), strict=True))

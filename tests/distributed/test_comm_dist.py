@@ -40,7 +40,13 @@ def _check_ring_and_sweep(res, nproc):
             assert rec["float_max_abs_err"] < 1e-5 * nproc, rec  # summation order only
             assert rec["in_place"]
             if "ratios" in rec:  # timed in alternation with dist.all_reduce, per repetition
-                assert len(rec["ratios"]) == 2 and rec["time_s"] > 0 and rec["ref_time_s"] > 0
+                assert len(rec["ratios"]) == len(rec["times_s"]) == len(rec["ref_times_s"]) == 2
+                assert rec["time_s"] > 0 and rec["ref_time_s"] > 0
+                # the two series are seconds per call, pair by pair, and their medians
+                assert rec["ratios"] == pytest.approx([a / b for a, b in zip(rec["times_s"],
+                                                                              rec["ref_times_s"])])
+                assert rec["time_s"] == pytest.approx(sum(rec["times_s"]) / 2)
+                assert rec["ref_time_s"] == pytest.approx(sum(rec["ref_times_s"]) / 2)
     pts = [comm.CollectivePoint(**p) for p in res[0]["sweep"]]
     assert {p.op for p in pts} == set(comm.OPS)
     for p in pts:
@@ -73,6 +79,9 @@ def test_data_parallel_from_scratch_equals_ddp(suite2):
         assert set(c["time_s"]) >= {"ddp", "naive", "bucketed", "overlapped"}
         # every repetition's time, timed in alternation, so ratios come with a spread
         assert {k: len(v) for k, v in c["times_s"].items()} == {k: 1 for k in c["time_s"]}
+        # backward alone, in the same rounds: what the overlap ceiling needs from this run
+        assert {"compute_only", "comm_only", "forward_only", "backward_only"} <= set(c["times_s"])
+        assert 0 < c["time_s"]["backward_only"] and 0 < c["time_s"]["forward_only"]
     r0 = suite2[0]["data_parallel"]
     acc = r0["accumulate"]
     assert acc[0]["allreduce_calls"] == acc[1]["allreduce_calls"]  # once per k micro-batches
@@ -119,3 +128,18 @@ def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     for m, r in runs.items():
         first, last = sum(r["losses"][:5]) / 5, sum(r["losses"][-5:]) / 5
         assert last < 0.9 * first, f"{m} did not train: {first:.3f} -> {last:.3f}"
+
+
+def test_interleaved_compression_pairs_rounds_and_trains_as_alone(suite2):
+    cfg = {**TRAIN, "steps": 7, "methods": ["none", "topk_10pct_ef"], "interleave": True,
+           "round_steps": 3}
+    res = dist.launch("perfkit.jobs.compression", 2, ["--config", json.dumps(cfg)], timeout_s=180)
+    assert res[0]["interleaved"] and res[0]["runs"][0]["losses"] == res[1]["runs"][0]["losses"]
+    runs = {r["method"]: r for r in res[0]["runs"]}
+    alone = {r["method"]: r for r in suite2[0]["compression"]["runs"]}
+    # each method has its own model and optimizer on the same batches: the all-reduce trains
+    # exactly as in a run of its own (the first 7 of its 30 steps)
+    assert runs["none"]["losses"] == pytest.approx(alone["none"]["losses"][:7], rel=1e-6)
+    for r in runs.values():  # rounds of 3, 3 and 1 steps: each the sum of its steps' times
+        t = r["step_times_s"]
+        assert len(t) == 7 and r["round_times_s"] == pytest.approx([sum(t[:3]), sum(t[3:6]), t[6]])

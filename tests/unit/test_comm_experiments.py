@@ -3,14 +3,12 @@
 import math
 
 import pytest
-import torch
 
 from perfkit import stats
 from perfkit.comm import (
     INTERCONNECTS,
     AlphaBeta,
     CollectivePoint,
-    backward_share,
     bucket_count_effect,
     encoding_pays,
     fit_quality,
@@ -73,40 +71,34 @@ def test_ring_check_rejects_mixed_worlds_and_bad_cores():
 
 
 def test_hidden_share_point_is_the_formula_on_medians_and_the_ceiling_uses_backward_only():
-    times = {"compute_only": [3.0, 3.0, 3.0], "comm_only": [2.0, 2.0, 2.0], "overlapped": [4.0, 4.0, 4.0]}
-    est, ceiling = hidden_share(times, backward_fraction=2 / 3)
+    times = {"compute_only": [3.0, 3.0, 3.0], "comm_only": [2.0, 2.0, 2.0], "overlapped": [4.0, 4.0, 4.0],
+             "backward_only": [2.0, 2.0, 2.0]}
+    est, ceiling = hidden_share(times)
     assert est.value == pytest.approx(0.5)  # (3 + 2 - 4) / 2
     assert est.low == est.high == pytest.approx(0.5)
     assert ceiling == pytest.approx(1.0)  # backward 2 s covers 2 s of communication
-    # forward + backward would cover it all; backward alone (1 s) covers half
-    assert hidden_share(times, backward_fraction=1 / 3)[1] == pytest.approx(0.5)
+    # forward + backward (3 s) would cover it all; backward alone (1 s) covers half
+    assert hidden_share({**times, "backward_only": [1.0, 1.0, 1.0]})[1] == pytest.approx(0.5)
+    # the ceiling is the median backward's, not its mean or its first round's
+    assert hidden_share({**times, "backward_only": [0.5, 1.0, 9.0]})[1] == pytest.approx(0.5)
 
 
 def test_hidden_share_interval_comes_from_the_rounds_and_holds_the_point():
     times = {"compute_only": [3.0, 3.3, 2.9, 3.1, 3.0], "comm_only": [2.0, 2.2, 1.9, 2.0, 2.1],
-             "overlapped": [4.0, 4.5, 3.8, 4.1, 4.2]}
-    est, _ = hidden_share(times, 0.6)
+             "overlapped": [4.0, 4.5, 3.8, 4.1, 4.2], "backward_only": [1.8, 2.0, 1.7, 1.9, 1.8]}
+    est, ceiling = hidden_share(times)
     assert est.low < est.value < est.high and est.level == stats.LEVEL and est.n == 5
+    assert ceiling == pytest.approx(1.8 / 2.0)
 
 
 def test_hidden_share_rejects_bad_input():
-    ok = {"compute_only": [1.0], "comm_only": [1.0], "overlapped": [1.0]}
-    with pytest.raises(ValueError, match="backward_fraction"):
-        hidden_share(ok, 0)
+    ok = {"compute_only": [1.0], "comm_only": [1.0], "overlapped": [1.0], "backward_only": [0.5]}
+    with pytest.raises(ValueError, match="backward_only"):
+        hidden_share({k: v for k, v in ok.items() if k != "backward_only"})
     with pytest.raises(ValueError, match="same number of rounds"):
-        hidden_share({**ok, "overlapped": [1.0, 1.0]}, 0.5)
+        hidden_share({**ok, "backward_only": [1.0, 1.0]})
     with pytest.raises(ValueError, match="comm_only"):
-        hidden_share({**ok, "comm_only": [0.0]}, 0.5)
-
-
-def test_backward_share_of_an_mlp_is_a_share_and_threads_are_restored():
-    before = torch.get_num_threads()
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    est = backward_share(model, torch.randn(16, 32), torch.randint(0, 10, (16,)), repeat=5)
-    assert 0 < est.value < 1 and est.low <= est.value <= est.high
-    assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="repeat"):
-        backward_share(model, torch.randn(16, 32), torch.randint(0, 10, (16,)), repeat=1)
+        hidden_share({**ok, "comm_only": [0.0]})
 
 
 def test_bucket_count_effect_compares_against_same_count_noise():

@@ -15,19 +15,30 @@ import torch.distributed as dist
 from perfkit import comm
 from perfkit.comm import (
     AlphaBeta,
+    CollectivePoint,
+    Interconnect,
     all_gather_single,
     benchmark_collective,
+    bucket_count_effect,
     bus_factor,
+    encoding_pays,
     fit_alpha_beta,
+    fit_quality,
+    hidden_share,
     reduce_scatter_single,
     ring_all_reduce,
     ring_allreduce_time,
+    ring_check,
     sweep,
 )
 
 NAN, INF = math.nan, math.inf
 LINK = AlphaBeta(1e-5, 1e9)
 T = torch.ones(4)
+PT2 = CollectivePoint("all_reduce", 1024, 2, 1e-4, 1e7, 1e7)
+PT3 = CollectivePoint("all_reduce", 1024, 3, 1e-4, 1e7, 1e7)
+ROUNDS = {k: [1.0, 1.0] for k in ("compute_only", "comm_only", "overlapped", "backward_only")}
+PAYS = dict(codec_s=1e-3, nbytes=1 << 20, wire_ratio=0.02, loopback_busbw=1e9)
 
 CASES = [  # (id, call, exception, regex on the message)
     # count_traffic
@@ -132,6 +143,55 @@ CASES = [  # (id, call, exception, regex on the message)
      r"sizes\[1\] must be an int >= 1"),
     ("sweep.warmup", lambda: sweep(["all_reduce"], [64], warmup=-1), ValueError, "warmup"),
     ("sweep.repeat", lambda: sweep(["all_reduce"], [64], repeat=0), ValueError, "repeat"),
+    # experiments: what notebook 02 computes from a job's records
+    ("fit_quality.points empty", lambda: fit_quality([], LINK), ValueError,
+     "points must hold at least one"),
+    ("fit_quality.points dict", lambda: fit_quality([{"nbytes": 8}], LINK), TypeError,
+     r"points\[0\] must be a CollectivePoint"),
+    ("fit_quality.fit", lambda: fit_quality([PT2], (1e-5, 1e9)), TypeError,
+     "fit must be an AlphaBeta"),
+    ("ring_check.points str", lambda: ring_check("points", LINK), TypeError,
+     "points must be a list"),
+    ("ring_check.points world_size", lambda: ring_check([PT2, PT3], LINK), ValueError,
+     "points must share one world_size"),
+    ("ring_check.fit2", lambda: ring_check([PT3], None), TypeError, "fit2 must be an AlphaBeta"),
+    ("ring_check.cores zero", lambda: ring_check([PT3], LINK, cores=0), ValueError,
+     "cores must be an int >= 1"),
+    ("hidden_share.times_s list", lambda: hidden_share([[1.0]] * 4), TypeError,
+     "times_s must be a Mapping"),
+    ("hidden_share.times_s missing", lambda: hidden_share({"compute_only": [1.0]}), ValueError,
+     r"times_s must hold the series .* missing \['comm_only', 'overlapped', 'backward_only'\]"),
+    ("hidden_share.times_s zero", lambda: hidden_share({**ROUNDS, "backward_only": [1.0, 0.0]}),
+     ValueError, r"times_s\['backward_only'\] must be a finite number > 0"),
+    ("hidden_share.times_s unequal", lambda: hidden_share({**ROUNDS, "overlapped": [1.0]}),
+     ValueError, "times_s series must hold the same number of rounds"),
+    ("bucket_count_effect.buckets empty", lambda: bucket_count_effect([], 1e-5), ValueError,
+     "buckets must hold at least one"),
+    ("bucket_count_effect.buckets item", lambda: bucket_count_effect([{"step_s": 1.0}], 1e-5),
+     TypeError, r"buckets\[0\] must be a mapping with 'calls_per_step'"),
+    ("bucket_count_effect.alpha_s", lambda: bucket_count_effect(
+        [{"calls_per_step": 1, "step_s": 1.0}], -1.0), ValueError, "alpha_s must be a finite number >= 0"),
+    # networks
+    ("Interconnect.bandwidth zero", lambda: Interconnect("x", 0.0, "q", "s"), ValueError,
+     "bandwidth must be a finite number > 0"),
+    ("Interconnect.bandwidth str", lambda: Interconnect("x", "10 Gb/s", "q", "s"), TypeError,
+     "bandwidth"),
+    ("Interconnect.name", lambda: Interconnect(None, 1e9, "q", "s"), TypeError,
+     "name must be a str"),
+    ("encoding_pays.codec_s zero", lambda: encoding_pays(**PAYS | {"codec_s": 0.0}), ValueError,
+     "codec_s must be a finite number > 0"),
+    ("encoding_pays.nbytes float", lambda: encoding_pays(**PAYS | {"nbytes": 1e6}), ValueError,
+     "nbytes must be an int >= 1"),
+    ("encoding_pays.wire_ratio above 1", lambda: encoding_pays(**PAYS | {"wire_ratio": 2.0}),
+     ValueError, r"wire_ratio must be a finite number in \(0, 1\]"),
+    ("encoding_pays.loopback_busbw nan", lambda: encoding_pays(**PAYS | {"loopback_busbw": NAN}),
+     ValueError, "loopback_busbw"),
+    ("encoding_pays.world_size one", lambda: encoding_pays(**PAYS, world_size=1), ValueError,
+     "world_size must be an int >= 2"),
+    ("encoding_pays.links int", lambda: encoding_pays(**PAYS, links=3), TypeError,
+     "links must be a list or tuple"),
+    ("encoding_pays.links item", lambda: encoding_pays(**PAYS, links=("10 GbE",)), TypeError,
+     r"links\[0\] must be an Interconnect"),
     # collectives on tensors: the types are checked before the group is asked its size
     ("reduce_scatter_single.output", lambda: reduce_scatter_single([1.0], T), TypeError,
      "output must be a torch.Tensor"),
@@ -157,8 +217,8 @@ CASES_IN_A_GROUP = [  # (id, call, exception, regex), run in a one-rank gloo gro
      ValueError, "op must be one of"),
 ]
 
-# Records perfkit returns; OPS is a constant.
-RECORDS = {"CollectivePoint", "Traffic"}
+# Records perfkit returns; OPS and INTERCONNECTS are constants.
+RECORDS = {"CollectivePoint", "FitQuality", "PaysOn", "RingCheck", "Traffic"}
 NO_ARGUMENTS = set()
 
 
