@@ -1,11 +1,9 @@
 """The machine's own limits, measured: the ceilings every later result is a share of.
 
-A vendor's data sheet says what a chip could do; what matters for a course that runs on
-the reader's laptop is what *this* machine does under PyTorch. This module measures dense
-matmul throughput (FLOP/s) per dtype and memory copy bandwidth (bytes read + written per
-second) over sweeps of sizes, and host-to-device bandwidth from pinned memory with CUDA,
-and keeps the best of each sweep in a :class:`MachineLimits` record, whose ceilings the
-roofline model (:mod:`perfkit.roofline`) combines. ``$PERFKIT_IMITATE=no-bf16`` makes this
+What matters is what *this* machine does under PyTorch, not a data sheet: dense matmul
+FLOP/s per dtype, copy bandwidth (bytes read + written per second) and, with CUDA, pinned
+host-to-device bandwidth, each the best of a sweep, kept in a :class:`MachineLimits` record
+whose ceilings the roofline model (:mod:`perfkit.roofline`) combines. ``$PERFKIT_IMITATE=no-bf16`` makes this
 process imitate a CPU without native bf16 (see :data:`IMITATIONS`), if set before any op runs.
 
 Usage::
@@ -82,9 +80,8 @@ def _entries(name: str, v: Iterable, dims: bool = False) -> list:
         raise TypeError(f"{name} must be a list, got {v!r}")
     if not (items := list(v)):
         raise ValueError(f"{name} must hold at least one entry, got none")
-    if dims:
-        for i, n in enumerate(items):
-            check_int(f"{name}[{i}]", n, 1)
+    for i, n in enumerate(items if dims else ()):
+        check_int(f"{name}[{i}]", n, 1)
     return items
 
 
@@ -117,8 +114,7 @@ def measure_matmul(
     repeat: int = 7,
 ) -> MatmulPoint:
     """Median FLOP/s of an ``(n, n) @ (n, n)`` matmul in ``dtype`` on ``device``."""
-    check_int('n', n, 1)
-    check_int('repeat', repeat, 1)
+    check_int("n", n, 1), check_int("repeat", repeat, 1)
     dev = resolve_device(device)
     dt = _dtype(dtype)
     a = torch.randn(n, n, device=dev).to(dt)  # (n, n)
@@ -137,8 +133,7 @@ def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: 
     STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
     counts differently: its algbw is the buffer's size over the time, S / t.)
     """
-    check_int('nbytes', nbytes, 1)
-    check_int('repeat', repeat, 1)
+    check_int("nbytes", nbytes, 1), check_int("repeat", repeat, 1)
     dev = resolve_device(device)
     numel = max(1, nbytes // 4)
     src = torch.rand(numel, device=dev)  # fp32, nbytes
@@ -151,8 +146,7 @@ def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: 
 
 def measure_h2d(nbytes: int, device: torch.device | str | None = None, repeat: int = 5) -> CopyPoint | None:
     """Host-to-device bandwidth from pinned memory; ``None`` when CUDA is absent."""
-    check_int('nbytes', nbytes, 1)
-    check_int('repeat', repeat, 1)
+    check_int("nbytes", nbytes, 1), check_int("repeat", repeat, 1)
     if not torch.cuda.is_available():
         return None
     dev, numel = resolve_device(device or "cuda"), max(1, nbytes // 4)
@@ -362,7 +356,7 @@ class RooflinePoint:
 
 def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
     """Predict a square ``n`` matmul in ``dtype`` from the measured ceilings alone."""
-    check_int('n', n, 1)  # before matmul_bytes, whose message would name its own m
+    check_int("n", n, 1)  # before matmul_bytes, whose message would name its own m
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
     nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)
