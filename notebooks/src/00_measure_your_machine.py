@@ -283,7 +283,7 @@ hfu, mfu = limits.share_of_peak(achieved), limits.share_of_peak(rule / m.median_
 print(f"MLP step: {m}; {si(achieved, 'FLOP/s')} run = HFU {hfu:.0%}, MFU {mfu:.0%} (of the measured fp32 ceiling)")
 print(f"MFU is HFU x rule / counted = HFU x {rule / counted:.2f}: it credits the step with the first layer's "
       "input gradient, which never runs" + (", which is how it reads above 100 % while the step itself ran "
-                                            f"at {hfu:.0%} of the ceiling." if mfu > 1 else "."))
+                                            f"at {hfu:.0%} of the ceiling." if mfu > 1 >= hfu else "."))
 viz.show_verdict(judge(Prediction("counted FLOPs over the 6N rule", "autograd skips the first layer's input gradient",
                                   value=5 / 6, rel_tol=0.01), counted / rule))
 viz.show_verdict(judge(Prediction("the MLP step's HFU", "a step cannot run faster than the matmul ceiling",

@@ -413,10 +413,10 @@ def sdpa(q, k, v):
 q, k, v = (torch.randn(2, 4, 64, 16, device=DEVICE) for _ in range(3))
 torch.testing.assert_close(naive_attention(q, k, v), sdpa(q, k, v), atol=1e-5, rtol=1e-4)
 B, H, D = ATTN_B, 4, 16
-pts = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
-                              head_dim=D, repeat=REPEAT, device=DEVICE)
+pts, note = ex.attention_sweep_checked({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
+                                      head_dim=D, repeat=REPEAT, device=DEVICE)  # again if disturbed
 by = {(p.impl, p.seq_len): p for p in pts}
-print("\n".join(ex.attention_table(pts, B, H, D)))
+print("\n".join([*ex.attention_table(pts, B, H, D), note]))
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
 plt.show()
 

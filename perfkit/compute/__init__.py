@@ -63,15 +63,20 @@ from perfkit.compute.experiments import (
     ShapeSummary,
     WhereRescaledMLP,
     attention_in_model,
+    attention_sweep_checked,
     attention_table,
+    autocast_saved_bytes,
     batch_gain,
     disturbed_length,
     gpt_step,
     largest_mfu_text,
     largest_rise,
+    loss_lines,
     precision_curves,
     ratio_text,
     shape_summary,
+    shape_sweep,
+    throughput_lines,
 )
 from perfkit.compute.flops import (
     PRECISIONS,
@@ -115,6 +120,11 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "throughput_lines",
+    "shape_sweep",
+    "loss_lines",
+    "autocast_saved_bytes",
+    "attention_sweep_checked",
     "InModelAttention",
     "RescaledMLP",
     "ShapeSummary",

@@ -31,11 +31,10 @@ from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
 
-__all__ = ["InModelAttention", "RescaledMLP", "ShapeSummary", "WhereRescaledMLP",
-           "attention_in_model", "attention_table", "batch_gain", "disturbed_length", "gpt_step",
-           "autocast_saved_bytes", "largest_mfu_text", "largest_rise", "loss_lines", "shape_sweep",
-           "throughput_lines",
-           "precision_curves", "ratio_text", "shape_summary"]
+__all__ = ["attention_in_model", "attention_sweep_checked", "attention_table", "autocast_saved_bytes",
+           "batch_gain", "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
+           "largest_rise", "loss_lines", "precision_curves", "ratio_text", "RescaledMLP",
+           "shape_summary", "shape_sweep", "ShapeSummary", "throughput_lines", "WhereRescaledMLP"]
 
 
 def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
@@ -326,3 +325,26 @@ def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
             f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
             f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling"
             + (f" x {share:.0%}" if share < 1 else "") for p in points]
+
+
+def attention_sweep_checked(impls: Mapping[str, Callable], seq_lens: Sequence[int], retries: int = 1,
+                            **kwargs) -> tuple[list, str]:
+    """:func:`perfkit.compute.kernels.attention_sweep`, measured again (up to ``retries``
+    times) while :func:`disturbed_length` finds a length the machine's load disturbed.
+
+    Returns:
+        ``(points, note)``: the last sweep, and a sentence naming each disturbed sweep
+        (empty when the first was clean).
+    """
+    from perfkit.compute.kernels import attention_sweep
+
+    check_int("retries", retries, 0)
+    notes = []
+    for _ in range(retries + 1):
+        pts = attention_sweep(dict(impls), seq_lens, **kwargs)
+        bad = disturbed_length(pts)
+        if bad is None:
+            break
+        notes.append(f"{bad[0]} attention's time from T={bad[1]} to the next length fell or grew over "
+                     "16-fold (4x the work): a disturbed sweep")
+    return pts, "; ".join(notes) + ("; measured again." if notes and len(notes) <= retries else "")

@@ -166,3 +166,17 @@ def test_chain_model_and_which_term_explains_a_miss():
     assert "not memory-bound" in fusion.chain_explanations(no_faults, quick_fused)[1]["above"]
     with pytest.raises(ValueError, match="extra_s"):
         fusion.chain_model(chain, -1.0, 1e6)
+
+
+def test_a_disturbed_attention_sweep_is_measured_again(monkeypatch):
+    import perfkit.compute.kernels as k
+
+    def sweep(t128):
+        return [kernels.AttentionPoint("naive", 64, 1.0, 0), kernels.AttentionPoint("naive", 128, t128, 0)]
+
+    sweeps = iter([sweep(0.5), sweep(3.0)])  # faster at twice the length: disturbed; then clean
+    monkeypatch.setattr(k, "attention_sweep", lambda *a, **kw: next(sweeps))
+    pts, note = ex.attention_sweep_checked({"naive": None}, [64, 128])
+    assert pts[1].seconds == 3.0 and note.startswith("naive attention's time from T=64") and "again" in note
+    monkeypatch.setattr(k, "attention_sweep", lambda *a, **kw: pts)
+    assert ex.attention_sweep_checked({"naive": None}, [64, 128]) == (pts, "")
