@@ -3,8 +3,8 @@
 What matters is what *this* machine does under PyTorch, not a data sheet: dense matmul
 FLOP/s per dtype, copy bandwidth (bytes read + written per second) and, with CUDA, pinned
 host-to-device bandwidth, each the best of a sweep, kept in a :class:`MachineLimits` record
-whose ceilings the roofline model (:mod:`perfkit.roofline`) combines. ``$PERFKIT_IMITATE=no-bf16`` makes this
-process imitate a CPU without native bf16 (see :data:`IMITATIONS`), if set before any op runs.
+whose ceilings :mod:`perfkit.roofline` combines. ``$PERFKIT_IMITATE=no-bf16``, set before
+any op runs, imitates a CPU without native bf16 (:data:`IMITATIONS`).
 
 Usage::
 
@@ -24,9 +24,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-# A CPU without avx512_bf16 (an EPYC before Zen 4) is imitated by capping kernels at AVX2: oneDNN
-# runs bf16 matmuls on its emulated path (~100x slower than fp32, as there), ATen and inductor
-# emit AVX2 code. Both read the cap at their first op, so it is set before torch is imported.
+# No avx512_bf16 (an EPYC before Zen 4), imitated by capping kernels at AVX2 before torch's first
+# op: oneDNN's bf16 matmuls take the emulated path, ~100x slower than fp32 as there.
 IMITATIONS = {"no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
 if (_IMITATE := os.environ.get("PERFKIT_IMITATE") or None) not in (None, *IMITATIONS):
     raise ValueError(f"PERFKIT_IMITATE must be one of {sorted(IMITATIONS)} or unset, got {_IMITATE!r}")
@@ -70,7 +69,8 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def _dtype_name(dtype: str | torch.dtype) -> str:
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """``"bfloat16"`` for ``torch.bfloat16`` or ``"bfloat16"``; other dtypes are refused."""
     return str(_dtype(dtype)).removeprefix("torch.")
 
 
@@ -124,7 +124,7 @@ def measure_matmul(
     fn()  # oneDNN builds its kernel for this shape and dtype on the first call
     m = benchmark(fn, warmup=1, repeat=repeat, device=dev, number=calibrate_number(fn, 0.01, dev))
     flops = matmul_flops(n, n, n)
-    return MatmulPoint(n, _dtype_name(dt), m.median_s, m.rate(flops), flops / m.p10_s)
+    return MatmulPoint(n, dtype_name(dt), m.median_s, m.rate(flops), flops / m.p10_s)
 
 
 def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: int = 7) -> CopyPoint:
@@ -241,7 +241,7 @@ class MachineLimits:
 
     def peak_flops(self, dtype: str | torch.dtype = "float32") -> float:
         """Measured matmul ceiling for ``dtype`` in FLOP/s."""
-        name = _dtype_name(dtype)
+        name = dtype_name(dtype)
         if name not in self.matmul_flops:
             raise ValueError(f"dtype {name!r} was not measured; have {sorted(self.matmul_flops)}")
         return self.matmul_flops[name]
@@ -253,7 +253,7 @@ class MachineLimits:
         bf16 no better than the CPU's flags allow (:attr:`cpu_bf16`)."""
         kinds = ["emulated", "converted", "native"]
         ratio = self.peak_flops(dtype) / self.peak_flops("float32")
-        flags = self.cpu_bf16 if _dtype_name(dtype) == "bfloat16" and self.cpu_bf16 in kinds else "native"
+        flags = self.cpu_bf16 if dtype_name(dtype) == "bfloat16" and self.cpu_bf16 in kinds else "native"
         return kinds[min((ratio >= EMULATED_BELOW) + (ratio >= 1.0), kinds.index(flags))]
 
     def ridge_point(self, dtype: str | torch.dtype = "float32") -> float:
@@ -301,7 +301,7 @@ def measure_limits(quick: bool = False, device: torch.device | str | None = None
         TypeError, ValueError: for an unknown dtype, an empty list, or a size that is not
             a positive int; all checked before anything is measured.
     """
-    dtypes = [_dtype_name(dt) for dt in _entries("dtypes", dtypes)]
+    dtypes = [dtype_name(dt) for dt in _entries("dtypes", dtypes)]
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     if matmul_sizes is None:
@@ -319,13 +319,13 @@ def measure_limits(quick: bool = False, device: torch.device | str | None = None
         copy_sizes.append(1 << (dram_min - 1).bit_length())
     mm: list[MatmulPoint] = []
     for dt, n in ((dt, n) for dt in dtypes for n in matmul_sizes):
-        last = mm[-1] if mm and mm[-1].dtype == _dtype_name(dt) else None
+        last = mm[-1] if mm and mm[-1].dtype == dtype_name(dt) else None
         if last is None or last.seconds * (n / last.n) ** 3 <= max_call_s:
             mm.append(measure_matmul(n, dt, dev))
     cp = [measure_copy(s, dev) for s in copy_sizes]
     in_cache = [p.best_bytes_per_s for p in cp if llc and p.nbytes <= llc // 2]
     h2d = measure_h2d(1 << 28, dev) if gpu else None
-    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == _dtype_name(dt)) for dt in dtypes}
+    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == dtype_name(dt)) for dt in dtypes}
     return MachineLimits(
         device=str(dev), name=device_name(dev), matmul_flops=best,
         # Buffers no cache holds give the DRAM bandwidth a large tensor sees; a buffer only
@@ -362,7 +362,7 @@ def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
     nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)
     flops = matmul_flops(n, n, n)
     peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
-    return RooflinePoint(n, _dtype_name(dtype), flops, nbytes, flops / nbytes,
+    return RooflinePoint(n, dtype_name(dtype), flops, nbytes, flops / nbytes,
                          attainable_flops(flops / nbytes, peak, bw), bound(flops / nbytes, peak, bw))
 
 

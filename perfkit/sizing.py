@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.hw import MachineLimits, _dtype_name
+from perfkit.hw import MachineLimits, dtype_name
 from perfkit.units import si
 
 __all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "mfu_dtype",
@@ -101,7 +101,7 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
             efficiency.
     """
     check_type("limits", limits, MachineLimits)
-    name = _dtype_name(dtype)
+    name = dtype_name(dtype)
     check_real("flops_per_sample", flops_per_sample, 0, lo_open=True)
     asked = sorted({check_int("batches entries", b, 1) for b in check_items("batches", batches)})
     check_int("calls", calls, 1)
@@ -233,7 +233,7 @@ def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, 
     check_real("flops_per_step", flops_per_step, 0, lo_open=True)
     check_real("step_s", step_s, 0, lo_open=True)
     check_real("share", share, 0, 1, lo_open=True)
-    name = _dtype_name(dtype)
+    name = dtype_name(dtype)
     rate = flops_per_step / step_s  # FLOP/s
     ceiling = mfu_dtype(limits, name)
     value = rate / (limits.peak_flops(ceiling) * share)
@@ -254,5 +254,5 @@ def mfu_dtype(limits: MachineLimits, dtype: str) -> str:
         TypeError, ValueError: for limits that are not :class:`MachineLimits` or an unmeasured dtype.
     """
     check_type("limits", limits, MachineLimits)
-    name = _dtype_name(dtype)
+    name = dtype_name(dtype)
     return "float32" if limits.support(name) == "emulated" else name

@@ -197,3 +197,22 @@ def test_reverse_import_finder_finds_planted_ones():
     assert reverse_imports(planted) == ["perfkit/dist.py: imports tools",
                                         "perfkit/x.py: imports tools",
                                         "tools/grade.py: imports tests"]
+
+
+def private_imports(path: Path) -> list[str]:
+    """``module: name`` for each private name ``path`` imports from another perfkit module."""
+    return [f"{node.module}: {a.name}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perfkit")
+            for a in node.names if a.name.startswith("_") and a.name != "__version__"]
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_name_is_imported_across_modules(path):
+    found = private_imports(path)
+    assert not found, f"{path.name} imports private names of other modules {found}: make them public"
+
+
+def test_private_import_check_finds_a_planted_one(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("from perfkit.hw import _dtype\nfrom perfkit import __version__\n")
+    assert private_imports(planted) == ["perfkit.hw: _dtype"]

@@ -109,7 +109,8 @@ def _check_finite(flat: torch.Tensor, reduced: torch.Tensor | None = None) -> No
             raise ValueError(_NONFINITE)
 
 
-def _check_input(t: torch.Tensor) -> torch.Tensor:
+def flat_finite(t: torch.Tensor) -> torch.Tensor:
+    """``t`` flattened to 1-D, if it is a floating tensor holding no NaN or inf."""
     flat = _flat(t)
     _check_finite(flat)
     return flat
@@ -142,7 +143,7 @@ class Compressor:
 
     def compress(self, t: torch.Tensor) -> Compressed:
         """Identity: the dense tensor is its own payload."""
-        flat = _check_input(t)
+        flat = flat_finite(t)
         return Compressed((flat,), t.shape, t.dtype)
 
     def decompress(self, c: Compressed, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -234,7 +235,7 @@ class TopK(Compressor):
         return torch.index_select(cand, 0, best)
 
     def compress(self, t: torch.Tensor) -> Compressed:
-        flat = _check_input(t)
+        flat = flat_finite(t)
         k = self.k(flat.numel())
         mag = torch.abs(flat, out=self._scratch("mag", flat.numel(), flat.dtype, flat.device))
         if self.method == "exact" or k == flat.numel():
@@ -282,7 +283,7 @@ class RandomK(Compressor):
         return torch.randperm(numel, generator=g)[: self.k(numel)].to(device)
 
     def compress(self, t: torch.Tensor) -> Compressed:
-        flat = _check_input(t)
+        flat = flat_finite(t)
         seed = int(torch.randint(2**62, (1,), generator=self.seeds))
         idx = self._indices(flat.numel(), seed, flat.device)
         return Compressed((torch.index_select(flat, 0, idx).float(),), t.shape, t.dtype,

@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 
 from perfkit._checks import check_int
-from perfkit.compress.codecs import Compressed, Compressor, _check_input
+from perfkit.compress.codecs import Compressed, Compressor, flat_finite
 
 __all__ = ["ErrorFeedback"]
 
@@ -75,7 +75,7 @@ class ErrorFeedback(Compressor):
             TypeError: ``t`` is not a floating-point tensor, ``key`` is not hashable.
             ValueError: ``t`` holds NaN or inf.
         """
-        flat = _check_input(t)
+        flat = flat_finite(t)
         return self._compress(flat, t.shape, (_hashable(key, "key"),), (flat.numel(),))
 
     def compress_parts(self, t: torch.Tensor, keys: Sequence[Hashable],
@@ -95,7 +95,7 @@ class ErrorFeedback(Compressor):
             ValueError: ``keys`` and ``numels`` of different lengths, repeated keys, a
                 negative numel, or numels that do not sum to ``t.numel()``.
         """
-        flat = _check_input(t)
+        flat = flat_finite(t)
         if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
             raise TypeError(f"keys must be a sequence of hashable keys, got {keys!r}")
         if not isinstance(numels, Sequence):
