@@ -176,11 +176,8 @@ amdahl = 1 / ((1 - f_mm) + f_mm / bf16_ratio)
 print(f"f = {f_mm:.1%} of the fp32 step in matmuls (at the ceiling), r = {bf16_ratio:.2f}: "
       f"Amdahl predicts {amdahl:.2f}x")
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
-                       value=amdahl, rel_tol=0.25, unit="x"), amp.estimate, explain={
-    "above": f"Faster than speeding up {f_mm:.0%} of the step allows: the non-matmul work also got "
-             "cheaper in bf16 (half the bytes for the elementwise ops autocast runs in bf16).",
-    "below": f"Slower than the {f_mm:.0%} of the step in matmuls allows: the casts autocast inserts before "
-             "every matmul, and the bf16 weight copies it makes, cost more than the matmuls saved."})
+                       value=amdahl, rel_tol=0.25, unit="x"), amp.estimate,
+            explain=ex.amdahl_explain(f_mm, bf16_ratio, amp.baseline.median_s, amp.candidate.median_s))
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of

@@ -138,8 +138,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # **attention** (fused `scaled_dot_product_attention`) changes only forward and backward, so
 # Amdahl's bound uses their share; a **larger batch** (more work per operator) is bounded by
 # the machine's peak: tokens/s can rise at most `1 / MFU`. On CUDA, bf16 autocast and
-# `torch.compile` follow, with the same bound as attention. A fix that made the step slower
-# is dropped, and the next round starts from the configuration before it.
+# `torch.compile` follow, with the same bound as attention. A fix whose measured speedup is
+# below 1x is dropped (its interval may still hold 1: then it bought nothing measurable), and
+# the next round starts from the configuration before it.
 
 # %% [markdown]
 # One round per cell (each is one or two 2-process jobs of seconds to a minute). A cell after
@@ -182,7 +183,7 @@ final, first, last = loop.rounds[-1]["report"], loop.rounds[0]["result"], loop.r
 print(render_text(final).split("\ntrace")[0])
 print("\n".join(loop.left_alone()))
 for fix, g in loop.tried.items():
-    print(f"tried, slower: --fix {fix} ({g:.2f}x), not among the fixes")
+    print(f"tried, not faster: --fix {fix} ({g:.2f}x), not among the fixes")
 
 # %% [markdown]
 # The diagnosis names *phases*: its "compute" finding says forward and backward take most of the
@@ -206,7 +207,7 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; the
 #
 # Each bar is one kept fix's measured tokens/s speedup over the round before it (the ratio its
 # verdict judged), from the total before to the total after (log scale: equal factors, equal
-# heights); the last bar is their product. A fix that made the step slower is not among them.
+# heights); the last bar is their product. A fix measured below 1x is not among them.
 # MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06) of both
 # ranks per second over this machine's measured peak for the job's precision (fp32; bf16 once
 # `--fix bf16` runs), on the unprofiled steps (the diagnosis' MFU counts one rank's matmul
@@ -290,7 +291,7 @@ viz.show_headlines({
     "fixes applied": ", ".join(loop.applied),
     "tokens/s": f"{job.tokens_per_s(first):,.0f} -> {job.tokens_per_s(last):,.0f}; the fixes' product "
                 f"{product:.2f}x (runs compared directly {direct:.2f}x)",
-    "tried, slower": ", ".join(f"{f} ({g:.2f}x)" for f, g in loop.tried.items()) or "none",
+    "tried, not faster": ", ".join(f"{f} ({g:.2f}x)" for f, g in loop.tried.items()) or "none",
     "MFU": f"{job.mfu(first, job_peak(limits, first)):.2%} -> {job.mfu(last, job_peak(limits, last)):.2%} "
            "(6N + attention FLOPs over the measured peak of the job's precision)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "

@@ -62,6 +62,7 @@ from perfkit.compute.experiments import (
     RescaledMLP,
     ShapeSummary,
     WhereRescaledMLP,
+    amdahl_explain,
     attention_in_model,
     attention_sweep_checked,
     attention_table,
@@ -120,6 +121,7 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "amdahl_explain",
     "throughput_lines",
     "shape_sweep",
     "loss_lines",

@@ -24,17 +24,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit._checks import check_choice, check_int, check_items, check_tensor
+from perfkit._checks import check_choice, check_int, check_items, check_real, check_tensor
 from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
 from perfkit.compute.kernels import ShapePoint, activation_bytes
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
 
-__all__ = ["attention_in_model", "attention_sweep_checked", "attention_table", "autocast_saved_bytes",
-           "batch_gain", "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
-           "largest_rise", "loss_lines", "precision_curves", "ratio_text", "RescaledMLP",
-           "shape_summary", "shape_sweep", "ShapeSummary", "throughput_lines", "WhereRescaledMLP"]
+__all__ = ["amdahl_explain", "attention_in_model", "attention_sweep_checked", "attention_table",
+           "autocast_saved_bytes", "batch_gain", "disturbed_length", "gpt_step", "InModelAttention",
+           "largest_mfu_text", "largest_rise", "loss_lines", "precision_curves", "ratio_text",
+           "RescaledMLP", "shape_summary", "shape_sweep", "ShapeSummary", "throughput_lines",
+           "WhereRescaledMLP"]
 
 
 def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
@@ -346,5 +347,36 @@ def attention_sweep_checked(impls: Mapping[str, Callable], seq_lens: Sequence[in
         if bad is None:
             break
         notes.append(f"{bad[0]} attention's time from T={bad[1]} to the next length fell or grew over "
-                     "16-fold (4x the work): a disturbed sweep")
-    return pts, "; ".join(notes) + ("; measured again." if notes and len(notes) <= retries else "")
+                     "16-fold (4x the work)")
+    if not notes:
+        return pts, ""
+    again = len(notes) <= retries  # the last sweep was clean
+    return pts, ("a disturbed sweep (" + "; then ".join(notes) + ")"
+                 + (": the times above are from the next sweep" if again else ", every time: the times above "
+                    "are the last sweep's"))
+
+
+def amdahl_explain(f: float, r: float, fp32_s: float, bf16_s: float) -> dict[str, str]:
+    """The sentences of the bf16-speedup verdict (Amdahl: only the matmuls, a share ``f`` of
+    the fp32 step at the ceiling, change speed, by the ceilings' ratio ``r``), naming the
+    matmul speed ratio the two measured step times (s) imply if the rest stayed the same."""
+    check_real("f", f, 0, 1)
+    check_real("r", r, 0, lo_open=True)
+    rest = (1 - f) * check_real("fp32_s", fp32_s, 0, lo_open=True)  # s: the part that keeps its speed
+    if check_real("bf16_s", bf16_s, 0, lo_open=True) <= rest:
+        text = (f"The bf16 step ({bf16_s * 1e3:.1f} ms) took less than the fp32 step's non-matmul part alone "
+                f"({rest * 1e3:.1f} ms): the rest of the step got faster in bf16 too")
+        return {"above": text + ".", "below": text + "."}
+    implied = f * fp32_s / (bf16_s - rest)
+    text = (f"The two step times fit the model only if the matmuls ran {implied:.2g}x as fast in bf16 as in "
+            f"fp32, where the ceilings' ratio is {r:.2g}")
+    if r >= 1:
+        above = ("the matmuls take more than f of the fp32 step (they run below its ceiling), or bf16 "
+                 "reaches more of its ceiling at these shapes than fp32 does")
+    else:
+        above = "at these shapes bf16 reaches more of its ceiling than fp32 does of its own"
+    below = ("the casts autocast inserts and its bf16 weight copies cost time the model does not count, or "
+             "bf16 reaches less of its ceiling at these small shapes"
+             + ("" if r >= 1 else ", or the matmuls take more than f of the fp32 step, which a slower "
+                "precision makes slower still"))
+    return {"above": f"{text}: {above}.", "below": f"{text}: {below}."}

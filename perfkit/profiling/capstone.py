@@ -201,7 +201,7 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
              available: Sequence[str], fix_for_finding: Mapping[str, Sequence[str]],
              peak: float) -> Pick | None:
     """The worst finding above information level with a fix not in ``skip`` (applied, or
-    tried and found slower); once none is left, the compute fixes; ``None``: nothing left.
+    tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
 
     A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added. The data share is counted against an unprofiled step, since the profiler slows
@@ -297,7 +297,7 @@ class FixLoop:
 
     ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
     configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes that
-    made the step slower, with their speedup.
+    measured below 1x (their median ratio; its interval may still hold 1), with their speedup.
     """
 
     job: CapstoneJob
@@ -343,7 +343,7 @@ class FixLoop:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})
             self.waterfall.append((pick.fix, est.value))
-        else:  # slower: the next round starts from the configuration before it
+        else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est.value
         return r
 

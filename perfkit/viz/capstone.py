@@ -151,6 +151,7 @@ def show_round(r: Round | None) -> bool:
     display(Markdown(round_text(r)))
     verdict(r.prediction, r.speedup, explain=r.explain)
     if not r.kept:
-        print(f"--fix {r.pick.fix}: slower ({r.speedup.value:.2f}x); dropped, the next round starts from the "
+        print(f"--fix {r.pick.fix}: not faster ({r.speedup.value:.2f}x, {r.speedup.describe('x')}); dropped, "
+              "the next round starts from the "
               "configuration before it")
     return True
