@@ -147,29 +147,39 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # the last round has nothing left to do.
 
 # %%
-more = viz.show_round(loop.play())
+def play_round():
+    """Play the next round; show its figures and judge its speedup against the bound its
+    finding predicts. False when nothing is left to fix."""
+    r = loop.play()
+    if viz.show_round(r):
+        viz.verdict(Prediction(f"tokens/s speedup of --fix {r.pick.fix}", r.pick.model, low=1.0,
+                               high=r.pick.bound, unit="x"), r.speedup, explain=r.explain)
+    return r is not None
+
+
+more = play_round()
 
 # %%
-more = more and viz.show_round(loop.play())
+more = more and play_round()
 
 # %%
-more = more and viz.show_round(loop.play())
+more = more and play_round()
 
 # %%
-more = more and viz.show_round(loop.play())
+more = more and play_round()
 
 # %%
-more = more and viz.show_round(loop.play())
+more = more and play_round()
 
 # %%
-more = more and viz.show_round(loop.play())
+more = more and play_round()
 
 # %% [markdown]
 # On CUDA two more fixes are available (bf16 and compile): the rounds go on until none is left.
 
 # %%
 while more:
-    more = viz.show_round(loop.play())
+    more = play_round()
 
 # %% [markdown]
 # The last diagnosis, after every fix the loop chose; then the planted problems it left

@@ -29,7 +29,6 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_ratio
-from perfkit.verdict import Prediction
 
 __all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "explain_round", "job_peak", "next_fix",
            "round_speedup"]
@@ -278,14 +277,14 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
 
 @dataclass
 class Round:
-    """One played round: the fix, its prediction, the measured speedup and its verdict text."""
+    """One played round: the fix and its bound (``pick``), the measured speedup, tokens/s
+    before and after, and the verdict's sentences (:func:`explain_round`)."""
 
     number: int
     pick: Pick
     speedup: Estimate
     before_tps: float
     after_tps: float
-    prediction: Prediction
     explain: dict[str, str]
     kept: bool
     description: str = ""
@@ -335,8 +334,6 @@ class FixLoop:
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
                   statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
-                  Prediction(f"tokens/s speedup of --fix {pick.fix}", pick.model, low=1.0, high=pick.bound,
-                             unit="x"),
                   explain_round(pick, est.value, last["report"], slowdown, self.repeat_before),
                   kept=est.value >= 1.0, description=self.describe(pick.fix))
         if r.kept:

@@ -7,7 +7,7 @@ Usage::
 
     fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)])
     fig = plot_time_to_target({"slow": (seconds, losses), "fast": (seconds2, losses2)}, 5.0)
-    more = show_round(loop.play())  # one round's heading, figures and verdict
+    more = show_round(loop.play())  # one round's heading and figures (the notebook judges them)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round
-from perfkit.viz.core import tidy, verdict
+from perfkit.viz.core import tidy
 
 __all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_text", "show_round"]
 
@@ -137,21 +137,18 @@ def round_text(r: Round) -> str:
     return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.value:.2f}x** "
-            f"({r.speedup.describe('x')}).")
+            f"({r.speedup.describe('x')})."
+            + ("" if r.kept else " Below 1x: not faster, so dropped; the next round starts from the "
+                                 "configuration before it."))
 
 
 def show_round(r: Round | None) -> bool:
-    """Show one played round (heading, figures, verdict) and whether the loop goes on:
-    ``False`` for ``None``, the loop's answer when nothing is left to fix."""
+    """Show one played round's heading and figures (:func:`round_text`); ``False`` for
+    ``None``, the loop's answer when nothing is left to fix."""
     if r is None:
         print("Nothing left worth fixing.")
         return False
     from IPython.display import Markdown, display
 
     display(Markdown(round_text(r)))
-    verdict(r.prediction, r.speedup, explain=r.explain)
-    if not r.kept:
-        print(f"--fix {r.pick.fix}: not faster ({r.speedup.value:.2f}x, {r.speedup.describe('x')}); dropped, "
-              "the next round starts from the "
-              "configuration before it")
     return True

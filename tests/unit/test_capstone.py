@@ -150,13 +150,14 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=3), ("sync", "ddp"),
                    FIX_FOR, LIMITS, repeat_before=repeat, describe=lambda f: f"fix {f}")
     loop.start()
-    r = loop.play()
+    r = first = loop.play()
     assert r.kept and r.speedup.value == pytest.approx(2.0) and loop.applied == ["sync"]
     assert CALLS[1:] == [(("sync",), True)] + ([((), False)] if repeat else [])  # QUICK: one job per fix
     r = loop.play()
     assert not r.kept and loop.tried == {"ddp": pytest.approx(2 / 3)} and loop.waterfall == [("sync", 2.0)]
     assert loop.play() is None and len(loop.rounds) == 2
     assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.67x**" in round_text(r)
+    assert "dropped" in round_text(r) and "dropped" not in round_text(first)
 
 
 def test_the_loop_needs_a_start_and_lists_fixes_left_alone():
