@@ -33,7 +33,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 import torch
 
-from perfkit import hw, roofline, stats, timing, viz
+from perfkit import hw, roofline, sizing, stats, timing, viz
 from perfkit.verdict import Prediction, judge
 from perfkit.viz import machine as vm
 from perfkit.viz import si
@@ -258,7 +258,10 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 #
 # Autograd skips what nobody needs: the first layer's input is data, so its gradient is never
 # computed. **Prediction:** for this two-layer MLP, the counted FLOPs are 5/6 of the rule (one of
-# the six matmuls never runs), so its HFU is 5/6 of its MFU.
+# the six matmuls never runs), so its HFU is 5/6 of its MFU. The step is timed on the cores other
+# processes leave free (`perfkit.sizing.timing_threads`) and held against that share of the
+# ceiling: on a busy machine an OpenMP thread that loses its core stalls the others at every
+# barrier, which can slow a step tens of times.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -271,27 +274,32 @@ mlp = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
 xb = torch.randn(batch, width, device=DEVICE)
 def step():
     mlp(xb).square().mean().backward()
-m = timing.benchmark(step, warmup=2, repeat=10, device=DEVICE)
-params = sum(p.numel() for p in mlp.parameters())
+threads = sizing.timing_threads()
+with sizing.pinned_threads(threads):
+    m = timing.benchmark(step, warmup=2, repeat=10, device=DEVICE)
+peak = limits.peak_flops() * (sizing.ceiling_share(threads) if DEVICE.type == "cpu" else 1.0)  # FLOP/s
+
+# %%
 with FlopCounterMode(display=False) as counter:
     step()
-rule, counted = 6 * params * batch, counter.get_total_flops()
+rule, counted = 6 * sum(p.numel() for p in mlp.parameters()) * batch, counter.get_total_flops()
 print(f"FLOPs per step: rule 6 x params x batch = {si(rule, 'FLOP')}, counted {si(counted, 'FLOP')} "
       f"({counted / rule:.0%} of the rule)")
 achieved = counted / m.median_s
-hfu, mfu = limits.share_of_peak(achieved), limits.share_of_peak(rule / m.median_s)
-print(f"MLP step: {m}; {si(achieved, 'FLOP/s')} run = HFU {hfu:.0%}, MFU {mfu:.0%} (of the measured fp32 ceiling)")
+hfu, mfu = achieved / peak, rule / m.median_s / peak
+print(f"MLP step on {threads} thread(s): {m}; {si(achieved, 'FLOP/s')} run = HFU {hfu:.0%}, MFU {mfu:.0%} (of "
+      f"the measured fp32 ceiling{f' x {peak / limits.peak_flops():.0%} for these threads' if peak < limits.peak_flops() else ''})")
 print(f"MFU is HFU x rule / counted = HFU x {rule / counted:.2f}: it credits the step with the first layer's "
       "input gradient, which never runs" + (", which is how it reads above 100 % while the step itself ran "
                                             f"at {hfu:.0%} of the ceiling." if mfu > 1 >= hfu else "."))
 viz.verdict(Prediction("counted FLOPs over the 6N rule", "autograd skips the first layer's input gradient",
                        value=5 / 6, rel_tol=0.01), counted / rule)
-hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted / limits.peak_flops())  # of the median step
+hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted / peak)  # of the median step
 viz.verdict(Prediction("the MLP step's HFU", "a step cannot run faster than the matmul ceiling",
                        low=0.0, high=1.0, physical=(0, 1.2)), hfu_est, explain={
-    "held": (f"The step's repeats spread {m.p10_s * 1e3:.1f}-{m.p90_s * 1e3:.1f} ms (p10-p90): the machine's "
-             "load, more than the step, set this figure. " if m.p90_s > 2 * m.p10_s else "")
-            + "Below 100 % for the reasons section 4 showed: the elementwise ReLU and the loss are memory-bound "
+    "held": (f"The step's repeats spread {m.p10_s * 1e3:.1f}-{m.p90_s * 1e3:.1f} ms (p10-p90), so the load "
+             "moved this figure; apart from that, it is b" if m.p90_s > 2 * m.p10_s else "B")
+            + "elow 100 % for the reasons section 4 showed: the elementwise ReLU and the loss are memory-bound "
             "and the step's timing is a median while the ceiling is the fastest tenth of runs"
             + (f"; its {width}-wide matmuls are smaller than the best one (n={best.n})" if width < best.n
                else "") + ". Module 01 breaks a training step into its phases to find where the rest of "
