@@ -193,7 +193,7 @@ final, first, last = loop.rounds[-1]["report"], loop.rounds[0]["result"], loop.r
 print(render_text(final).split("\ntrace")[0])
 print("\n".join(loop.left_alone()))
 for fix, g in loop.tried.items():
-    print(f"tried, not faster: --fix {fix} ({g:.2f}x), not among the fixes")
+    print(f"tried, not faster: --fix {fix} ({g:.3f}x), not among the fixes")
 
 # %% [markdown]
 # The diagnosis names *phases*: its "compute" finding says forward and backward take most of the
@@ -301,7 +301,7 @@ viz.show_headlines({
     "fixes applied": ", ".join(loop.applied),
     "tokens/s": f"{job.tokens_per_s(first):,.0f} -> {job.tokens_per_s(last):,.0f}; the fixes' product "
                 f"{product:.2f}x (runs compared directly {direct:.2f}x)",
-    "tried, not faster": ", ".join(f"{f} ({g:.2f}x)" for f, g in loop.tried.items()) or "none",
+    "tried, not faster": ", ".join(f"{f} ({g:.3f}x)" for f, g in loop.tried.items()) or "none",
     "MFU": f"{job.mfu(first, job_peak(limits, first)):.2%} -> {job.mfu(last, job_peak(limits, last)):.2%} "
            "(6N + attention FLOPs over the measured peak of the job's precision)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "

@@ -138,8 +138,8 @@ def round_text(r: Round) -> str:
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.value:.2f}x** "
             f"({r.speedup.describe('x')})."
-            + ("" if r.kept else " Below 1x: not faster, so dropped; the next round starts from the "
-                                 "configuration before it."))
+            + ("" if r.kept else f" Below 1x ({r.speedup.value:.3f}x): not faster, so dropped; the next "
+                                 "round starts from the configuration before it."))
 
 
 def show_round(r: Round | None) -> bool:
