@@ -128,7 +128,7 @@ curves = ex.precision_curves(wl.model, wl.loss_fn, batches, precisions)
 # %%
 TAIL, TOL = 5, 0.01  # compare the mean loss of the last 5 steps; tolerance 1 % of fp32's
 tail = {p: statistics.fmean(c[-TAIL:]) for p, c in curves.items()}
-print("\n".join(ex.loss_lines(curves, TAIL)))
+print("\n".join(vc.loss_lines(curves, TAIL)))
 vc.plot_loss_curves(curves, tolerance=TOL * tail["fp32"])
 plt.show()
 
@@ -415,7 +415,7 @@ B, H, D = ATTN_B, 4, 16
 pts, note = ex.attention_sweep_checked({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
                                       head_dim=D, repeat=REPEAT, device=DEVICE)  # again if disturbed
 by = {(p.impl, p.seq_len): p for p in pts}
-print("\n".join([*ex.attention_table(pts, B, H, D), note]))
+print("\n".join([*vc.attention_table(pts, B, H, D), note]))
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
 plt.show()
 
@@ -573,7 +573,7 @@ bench = throughput.StepBench.gpt2(limits, seq_len=SEQ, device=DEVICE, warmup=1, 
                                   threads=THREADS, **GPT)
 settings = [("fp32", False, b) for b in BATCHES] + [("bf16", False, b) for b in BENCH_PLAN.batches]
 bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
-print("\n".join(ex.throughput_lines(bench.points, SHARE)))
+print("\n".join(vc.throughput_lines(bench.points, SHARE)))
 bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
 print(sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16", SHARE)[2]
       + f" (bf16, batch {bf16_top.batch}" + (f"; {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "") + ")")

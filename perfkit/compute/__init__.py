@@ -65,19 +65,16 @@ from perfkit.compute.experiments import (
     amdahl_explain,
     attention_in_model,
     attention_sweep_checked,
-    attention_table,
     autocast_saved_bytes,
     batch_gain,
     disturbed_length,
     gpt_step,
     largest_mfu_text,
     largest_rise,
-    loss_lines,
     precision_curves,
     ratio_text,
     shape_summary,
     shape_sweep,
-    throughput_lines,
 )
 from perfkit.compute.flops import (
     PRECISIONS,
@@ -122,9 +119,7 @@ from perfkit.compute.throughput import (
 
 __all__ = [
     "amdahl_explain",
-    "throughput_lines",
     "shape_sweep",
-    "loss_lines",
     "autocast_saved_bytes",
     "attention_sweep_checked",
     "InModelAttention",
@@ -132,7 +127,6 @@ __all__ = [
     "ShapeSummary",
     "WhereRescaledMLP",
     "attention_in_model",
-    "attention_table",
     "batch_gain",
     "disturbed_length",
     "gpt_step",

@@ -24,18 +24,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit._checks import check_choice, check_int, check_items, check_real, check_tensor
+from perfkit._checks import (
+    check_callable,
+    check_choice,
+    check_int,
+    check_items,
+    check_real,
+    check_tensor,
+    check_type,
+)
 from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
 from perfkit.compute.kernels import ShapePoint, activation_bytes
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
 
-__all__ = ["amdahl_explain", "attention_in_model", "attention_sweep_checked", "attention_table",
-           "autocast_saved_bytes", "batch_gain", "disturbed_length", "gpt_step", "InModelAttention",
-           "largest_mfu_text", "largest_rise", "loss_lines", "precision_curves", "ratio_text",
-           "RescaledMLP", "shape_summary", "shape_sweep", "ShapeSummary", "throughput_lines",
-           "WhereRescaledMLP"]
+__all__ = ["amdahl_explain", "attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
+           "batch_gain", "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
+           "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
+           "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
 
 
 def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
@@ -70,7 +77,13 @@ def precision_curves(model: nn.Module, loss_fn: Callable, batches: Sequence, pre
     same initial weights (restored before each run) with a fresh AdamW.
 
     The losses are read once, at the end, so no step waits for a host read.
+
+    Raises:
+        TypeError, ValueError: for a model that is not a module, a loss_fn that is not
+            callable, or no batches or precisions.
     """
+    check_type("model", model, nn.Module)
+    check_callable("loss_fn", loss_fn)
     check_items("batches", batches)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     curves = {}
@@ -84,7 +97,14 @@ def precision_curves(model: nn.Module, loss_fn: Callable, batches: Sequence, pre
 def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", other: str = "bf16") -> str:
     """Where the loss rose most in ``base`` and in ``other``, and what that says: the same
     step in both means the batch, not the precision, made it rise; back down at the next
-    step means the update did not damage the weights."""
+    step means the update did not damage the weights.
+
+    Raises:
+        TypeError, ValueError: for curves that are not a mapping holding ``base`` and ``other``,
+            or a ``base`` curve of fewer than two steps.
+    """
+    if not isinstance(curves, Mapping) or base not in curves or other not in curves:
+        raise TypeError(f"curves must be a mapping holding {base!r} and {other!r}, got {curves!r}")
     c = list(curves[base])
     if len(c) < 2:
         raise ValueError(f"curves[{base!r}] needs at least two steps, got {len(c)}")
@@ -106,7 +126,7 @@ def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", othe
 def ratio_text(sp: Speedup) -> str:
     """``"1.23x (90% interval ...; 10.0 -> 8.1 ms)"``: the speedup a verdict judges
     (:attr:`Speedup.estimate`), its interval and the two medians."""
-    est = sp.estimate
+    est = check_type("sp", sp, Speedup).estimate
     return (f"{est.value:.2f}x ({est.describe('x')}; "
             f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
 
@@ -212,7 +232,8 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
     Raises:
         ValueError: when the sweep holds no aligned or no odd width of that dtype.
     """
-    pts = [p for p in check_items("points", points) if p.dtype == dtype]
+    check_int("multiple", multiple, 1)
+    pts = [p for p in check_items("points", points) if check_type("points[i]", p, ShapePoint).dtype == dtype]
     aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
     odd = [p.flops_per_s for p in pts if p.n % 2]
     if not aligned or not odd:
@@ -225,6 +246,9 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
 def batch_gain(a, b) -> Estimate:
     """Tokens/s of throughput point ``a`` over ``b`` (settings timed in turns in each round):
     ``b``'s step time over ``a``'s, paired by round, times the batch ratio."""
+    for name, p in (("a", a), ("b", b)):
+        if not hasattr(p, "step") or not hasattr(p, "batch"):
+            raise TypeError(f"{name} must be a ThroughputPoint (with step and batch), got {p!r}")
     return median_ratio(b.step.times_s, a.step.times_s).scaled(a.batch / b.batch)
 
 
@@ -233,6 +257,8 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     when it is below 100 %; above it, the causes this run can have (a ceiling from square
     matmuls up to ``swept`` only, a ceiling measured while the machine was busier, and one
     thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used)."""
+    check_int("swept", swept, 1)
+    check_real("share", share, 0, 1, lo_open=True)
     head = (f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the "
             f"{top.ceiling} ceiling). ")
     if top.mfu <= 1:
@@ -249,27 +275,12 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
             + ". An MFU is only as good as its peak.")
 
 
-def attention_table(points: Sequence, batch: int, heads: int, head_dim: int) -> list[str]:
-    """One line per length of :func:`perfkit.compute.kernels.attention_sweep`'s ``"naive"``
-    and ``"sdpa"`` points: time, saved bytes against the prediction (one ``T x T`` fp32 matrix
-    per head; ``B·H·T·(d_head + 1)`` floats fused) and naive over fused time."""
-    from perfkit.compute.kernels import attention_matrix_bytes
-
-    by, mib = {(p.impl, p.seq_len): p for p in points}, 2**20
-    lines = []
-    for t in sorted({p.seq_len for p in points}):
-        nv, fu = by["naive", t], by["sdpa", t]
-        lines.append(f"T={t:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / mib:6.2f} MiB saved "
-                     f"(predicted {attention_matrix_bytes(batch, heads, t) / mib:6.2f}); sdpa "
-                     f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / mib:5.2f} MiB (predicted "
-                     f"{batch * heads * t * (head_dim + 1) * 4 / mib:5.2f}); {nv.seconds / fu.seconds:.2f}x")
-    return lines
 
 
 def disturbed_length(points: Sequence) -> tuple[str, int] | None:
     """The first ``(impl, T)`` whose time to the next length of the sweep fell, or grew more
     than 4x the ``T^2`` work's growth: a sweep the machine's load disturbed (``None``: none)."""
-    by = {(p.impl, p.seq_len): p.seconds for p in points}
+    by = {(p.impl, p.seq_len): p.seconds for p in check_items("points", points)}
     lens = sorted({p.seq_len for p in points})
     for impl in sorted({p.impl for p in points}):
         for a, b in zip(lens, lens[1:]):
@@ -278,17 +289,6 @@ def disturbed_length(points: Sequence) -> tuple[str, int] | None:
     return None
 
 
-def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str = "fp32") -> list[str]:
-    """One line per precision: first and last loss, the mean of the last ``tail`` steps and
-    its gap to ``base``'s, and the largest per-step gap to ``base``."""
-    ref = statistics.fmean(curves[base][-tail:])
-    out = []
-    for p, c in curves.items():
-        mean = statistics.fmean(c[-tail:])
-        gap = max(abs(a - b) for a, b in zip(c, curves[base]))
-        out.append(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {tail} {mean:.4f}, "
-                   f"{abs(mean - ref) / ref:.3%} from {base}; largest per-step gap {gap:.4f}")
-    return out
 
 
 def autocast_saved_bytes(model: nn.Module, ids: torch.Tensor) -> dict[str, int]:
@@ -311,21 +311,15 @@ def shape_sweep(widths: Mapping[str, Sequence[int]], m: int = 1024, k: int = 256
     the points and each swept dtype's :class:`ShapeSummary`."""
     from perfkit.compute.kernels import matmul_shape_sweep
 
+    if not isinstance(widths, Mapping) or not widths:
+        raise TypeError(f"widths must be a non-empty mapping of dtype -> widths, got {widths!r}")
+    check_int("multiple", multiple, 1)
     swept = [dt for dt, ns in widths.items() if any(n % multiple == 0 for n in ns) and any(n % 2 for n in ns)]
     pts = [p for dt in swept
            for p in matmul_shape_sweep([(m, n, k) for n in widths[dt]], dt, device=device, repeat=repeat)]
     return pts, {dt: shape_summary(pts, dt, multiple) for dt in swept}
 
 
-def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
-    """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
-    and MFU against its ceiling (times ``share`` when the threads had part of the machine)."""
-    from perfkit.units import si
-
-    return [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
-            f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
-            f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling"
-            + (f" x {share:.0%}" if share < 1 else "") for p in points]
 
 
 def attention_sweep_checked(impls: Mapping[str, Callable], seq_lens: Sequence[int], retries: int = 1,

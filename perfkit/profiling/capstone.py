@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfkit import dist
-from perfkit._checks import check_int, check_real, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_ratio
@@ -143,6 +143,7 @@ class CapstoneJob:
 def job_peak(limits: MachineLimits, result: Mapping) -> float:
     """The measured matmul ceiling (FLOP/s) for the job's precision: bf16 with ``--fix bf16``
     (when the ceilings include bf16), else fp32."""
+    check_type("limits", limits, MachineLimits)
     bf16 = "bf16" in result["fixes"] and "bfloat16" in limits.matmul_flops
     return limits.peak_flops("bfloat16" if bf16 else "float32")
 
@@ -161,6 +162,7 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping,
     Raises:
         ValueError: for no run or more than two runs before.
     """
+    check_type("job", job, CapstoneJob)
     if len(befores) not in (1, 2):
         raise ValueError(f"befores must hold one or two runs, got {len(befores)}")
     check_int("resamples", resamples, 100)
@@ -207,6 +209,10 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     PyTorch's operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the
     peak: tokens/s can rise at most ``1 / MFU``.
     """
+    check_type("job", job, CapstoneJob)
+    check_real("peak", peak, 0, lo_open=True)
+    if not isinstance(fix_for_finding, Mapping):
+        raise TypeError(f"fix_for_finding must map finding kinds to fixes, got {fix_for_finding!r}")
     usable = [f for f in available if f not in skip]
     for f in report["findings"]:
         if f["severity"] == "info":
@@ -241,7 +247,14 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         before_report: the diagnosis of the configuration the fix was chosen from.
         slowdown: that configuration's profiled over unprofiled step (the profiler's cost).
         repeated: whether the configuration before was run again after the new one.
+
+    Raises:
+        TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, or a gain or
+            slowdown that is not a finite number > 0.
     """
+    check_type("pick", pick, Pick)
+    check_real("gain", gain, 0, lo_open=True)
+    check_real("slowdown", slowdown, 0, lo_open=True)
     held = (f"It bought {(gain - 1) / (pick.bound - 1):.0%} of what the bound allowed."
             if pick.bound > 1 else "")
     if pick.kind == "data" and pick.bound >= 99:  # the share was capped at 99 %
@@ -309,6 +322,13 @@ class FixLoop:
     applied: list[str] = field(default_factory=list)
     tried: dict[str, float] = field(default_factory=dict)
     waterfall: list[tuple[str, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_type("job", self.job, CapstoneJob)
+        check_type("limits", self.limits, MachineLimits)
+        if not isinstance(self.fix_for_finding, Mapping):
+            raise TypeError(f"fix_for_finding must map finding kinds to fixes, got {self.fix_for_finding!r}")
+        self.available = tuple(check_items("available", self.available))
 
     def start(self) -> dict:
         """Run and diagnose the slow job (no fix); returns its report."""

@@ -1,7 +1,8 @@
 """Plots and the widget of notebook 06 (compute).
 
 They consume the records of :mod:`perfkit.compute.compiling`, :mod:`perfkit.compute.kernels` and
-:mod:`perfkit.compute.throughput`; the loss-curve plot takes plain lists.
+:mod:`perfkit.compute.throughput`; the loss-curve plot and table take plain lists. The tables
+(:func:`loss_lines`, :func:`attention_table`, :func:`throughput_lines`) are lines of text.
 
 Usage::
 
@@ -13,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,10 +22,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.compute.kernels import AttentionPoint, attention_matrix_bytes
 from perfkit.viz.core import Choice, WidgetSpec, si, tidy
 
-__all__ = ["compute_widget", "plot_attention_sweep", "plot_break_even", "plot_loss_curves",
-           "plot_shape_sweep", "plot_throughput"]
+__all__ = ["attention_table", "compute_widget", "loss_lines", "plot_attention_sweep", "plot_break_even",
+           "plot_loss_curves", "plot_shape_sweep", "plot_throughput", "throughput_lines"]
 
 
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | None = None,
@@ -234,3 +238,48 @@ def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
         "compiled": Choice([False, True], False, description="torch.compile"),
         "batch": Choice(list(batches), batch, description="batch size"),
     }, title="Training-step throughput and MFU, measured on this machine")
+
+
+def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str = "fp32") -> list[str]:
+    """One line per precision: first and last loss, the mean of the last ``tail`` steps and
+    its gap to ``base``'s, and the largest per-step gap to ``base``."""
+    check_int("tail", tail, 1)
+    if not isinstance(curves, Mapping) or base not in curves:
+        raise TypeError(f"curves must be a mapping holding {base!r}, got {curves!r}")
+    ref = statistics.fmean(curves[base][-tail:])
+    out = []
+    for p, c in curves.items():
+        mean = statistics.fmean(c[-tail:])
+        gap = max(abs(a - b) for a, b in zip(c, curves[base]))
+        out.append(f"{p}: loss {c[0]:.3f} -> {c[-1]:.3f}; mean of last {tail} {mean:.4f}, "
+                   f"{abs(mean - ref) / ref:.3%} from {base}; largest per-step gap {gap:.4f}")
+    return out
+
+
+def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
+    """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
+    and MFU against its ceiling (times ``share`` when the threads had part of the machine)."""
+    check_real("share", share, 0, 1, lo_open=True)
+    return [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
+            f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
+            f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling"
+            + (f" x {share:.0%}" if share < 1 else "") for p in points]
+
+
+def attention_table(points: Sequence, batch: int, heads: int, head_dim: int) -> list[str]:
+    """One line per length of :func:`perfkit.compute.kernels.attention_sweep`'s ``"naive"``
+    and ``"sdpa"`` points: time, saved bytes against the prediction (one ``T x T`` fp32 matrix
+    per head; ``B·H·T·(d_head + 1)`` floats fused) and naive over fused time."""
+    for p in check_items("points", points):
+        check_type("points[i]", p, AttentionPoint)
+    for name, v in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, v, 1)
+    by, mib = {(p.impl, p.seq_len): p for p in points}, 2**20
+    lines = []
+    for t in sorted({p.seq_len for p in points}):
+        nv, fu = by["naive", t], by["sdpa", t]
+        lines.append(f"T={t:5d}: naive {nv.seconds * 1e3:7.2f} ms, {nv.saved_bytes / mib:6.2f} MiB saved "
+                     f"(predicted {attention_matrix_bytes(batch, heads, t) / mib:6.2f}); sdpa "
+                     f"{fu.seconds * 1e3:7.2f} ms, {fu.saved_bytes / mib:5.2f} MiB (predicted "
+                     f"{batch * heads * t * (head_dim + 1) * 4 / mib:5.2f}); {nv.seconds / fu.seconds:.2f}x")
+    return lines

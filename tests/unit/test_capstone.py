@@ -173,3 +173,19 @@ def test_show_round_says_when_the_loop_is_done(capsys):
     assert show_round(None) is False and "Nothing left" in capsys.readouterr().out
     with pytest.raises(TypeError, match="r must be"):
         round_text("round")
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: round_speedup("job", [result([1.0] * 8)], result([1.0] * 8)), TypeError, "job must be"),
+    (lambda: next_fix(report([], {}), result([1.0] * 8), JOB, [], (), FIX_FOR, 0.0), ValueError, "peak"),
+    (lambda: next_fix(report([], {}), result([1.0] * 8), JOB, [], (), [], 1e9), TypeError, "fix_for_finding"),
+    (lambda: explain_round("data", 1.5, report([], {}), 1.0, True), TypeError, "pick must be"),
+    (lambda: explain_round(Pick("data", 0.5, 2.0, "m", "data"), -1.0, report([], {}), 1.0, True), ValueError,
+     "gain"),
+    (lambda: job_peak({"float32": 1e9}, result([1.0])), TypeError, "limits must be"),
+    (lambda: FixLoop("job", ("data",), FIX_FOR, LIMITS), TypeError, "job must be"),
+    (lambda: FixLoop(JOB, "data", FIX_FOR, LIMITS), TypeError, "available"),
+])
+def test_bad_arguments_are_refused_by_name(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

@@ -1,4 +1,5 @@
-"""perfkit.compute.experiments and perfkit.compute.fusion: notebook 06's steps and records."""
+"""perfkit.compute.experiments and perfkit.compute.fusion: notebook 06's steps and records (and
+the text tables perfkit.viz.compute makes of them)."""
 
 from types import SimpleNamespace
 
@@ -10,6 +11,7 @@ from perfkit.compute import experiments as ex
 from perfkit.compute.flops import Speedup
 from perfkit.compute.kernels import ShapePoint
 from perfkit.timing import Measurement
+from perfkit.viz import compute as vc
 
 GPT = dict(n_embd=32, n_layer=1, n_head=2)
 
@@ -116,7 +118,7 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
 def test_attention_table_and_disturbed_lengths():
     pts = [kernels.AttentionPoint(i, t, s, 4 * t * t) for i, t, s in
            [("naive", 64, 1.0), ("naive", 128, 3.0), ("sdpa", 64, 0.5), ("sdpa", 128, 1.0)]]
-    lines = ex.attention_table(pts, 1, 1, 16)
+    lines = vc.attention_table(pts, 1, 1, 16)
     assert len(lines) == 2 and lines[1].endswith("3.00x")
     assert ex.disturbed_length(pts) is None
     pts[1] = kernels.AttentionPoint("naive", 128, 0.9, 0)  # faster at twice the length
@@ -124,11 +126,11 @@ def test_attention_table_and_disturbed_lengths():
 
 
 def test_loss_and_throughput_lines():
-    lines = ex.loss_lines({"fp32": [3.0, 2.0, 1.0], "bf16": [3.0, 2.0, 1.1]}, tail=1)
+    lines = vc.loss_lines({"fp32": [3.0, 2.0, 1.0], "bf16": [3.0, 2.0, 1.1]}, tail=1)
     assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]
     p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
                         mfu=0.25, ceiling="bfloat16")
-    assert ex.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling x 50%")
+    assert vc.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling x 50%")
 
 
 def test_autocast_saved_bytes_shrink_under_bf16():
@@ -193,3 +195,20 @@ def test_amdahl_explain_names_the_implied_matmul_speed_ratio():
     assert "less than the fp32 step's non-matmul part alone (5.0 ms)" in faster["above"]
     with pytest.raises(ValueError, match="f must"):
         ex.amdahl_explain(1.5, 2.0, 0.01, 0.01)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: ex.ratio_text("1.2x"), TypeError, "sp must be"),
+    (lambda: ex.precision_curves("model", lambda m, b: b, [1], ["fp32"]), TypeError, "model must be"),
+    (lambda: ex.largest_rise({"fp32": [1.0, 2.0]}), TypeError, "curves must be"),
+    (lambda: ex.batch_gain(1, 2), TypeError, "a must be"),
+    (lambda: ex.largest_mfu_text(SimpleNamespace(mfu=1.2), 0), ValueError, "swept"),
+    (lambda: ex.shape_summary([("float32", 1024)], "float32"), TypeError, r"points\[i\]"),
+    (lambda: ex.shape_sweep([], repeat=2), TypeError, "widths must be"),
+    (lambda: vc.loss_lines({"bf16": [1.0]}), TypeError, "curves must be"),
+    (lambda: vc.throughput_lines([], share=0.0), ValueError, "share"),
+    (lambda: vc.attention_table([1], 1, 1, 1), TypeError, r"points\[i\]"),
+])
+def test_bad_arguments_are_refused_by_name(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
