@@ -47,6 +47,7 @@ from perfkit.viz import compute as vc
 from perfkit.viz import machine as vm
 from perfkit.viz import si
 
+# %%
 DEVICE = timing.resolve_device()
 GPT = dict(n_embd=128, n_layer=2, n_head=4)   # the tiny GPT-2 of sections 1, 5 and 6
 SEQ, BATCH = (64, 8) if QUICK else (128, 8)
@@ -62,7 +63,9 @@ MATMUL_N = ([960, 1021, 1023, 1024, 1025, 1031, 1088, 1089] if QUICK
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
 COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of seconds on a CPU
-if DEVICE.type == "cuda":
+
+# %%
+if DEVICE.type == "cuda":  # a model big enough to keep a GPU busy
     GPT, SEQ, BATCH, CHAIN_ROWS = dict(n_embd=768, n_layer=4, n_head=12), 512, 16, 32768
     BATCHES, BUDGET = [4, 16, 64], 8 * 2**30
 BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
