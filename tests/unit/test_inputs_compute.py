@@ -25,9 +25,11 @@ from perfkit.compute import (
     attention_sweep,
     compare,
     elementwise_chain_bytes,
+    fusion,
     gpt2_shape,
     gpt_train_flops,
     graph_breaks,
+    kernels,
     largest_batch,
     make_train_step,
     matmul_shape_sweep,
@@ -39,6 +41,7 @@ from perfkit.compute import (
 from perfkit.compute import claims_precision as cp
 from perfkit.compute import claims_speed as cs
 from perfkit.compute import claims_ultra as cu
+from perfkit.compute import experiments as cx
 from perfkit.compute.intensity import OpCount, count_ops, step_roofline
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_interval
@@ -385,14 +388,40 @@ CASES = [  # (id, call, exception, regex on the message)
     ("step_roofline.step_s zero",
      lambda: step_roofline(OPS, Estimate(0.0, 0.0, 0.0, None, 1, "x"), LIMITS), ValueError,
      "step_s"),
-
+    # --- experiments and fusion: notebook 06's measurements --------------------------------
+    ("RescaledMLP width", lambda: cx.RescaledMLP(0), ValueError, "width"),
+    ("WhereRescaledMLP width", lambda: cx.WhereRescaledMLP(-1), ValueError, "width"),
+    ("amdahl_explain f", lambda: cx.amdahl_explain(1.5, 2.0, 0.01, 0.01), ValueError, "f must"),
+    ("attention_in_model seq_len", lambda: cx.attention_in_model(0), ValueError, "seq_len"),
+    ("attention_sweep_checked retries", lambda: cx.attention_sweep_checked({}, [64], retries=-1),
+     ValueError, "retries"),
+    ("autocast_saved_bytes ids", lambda: cx.autocast_saved_bytes(torch.nn.Linear(2, 2), torch.zeros(3)),
+     ValueError, "ids"),
+    ("batch_gain a", lambda: cx.batch_gain(1, 2), TypeError, "a must be"),
+    ("chain_explanations model", lambda: fusion.chain_explanations("m", None), TypeError, "model must be"),
+    ("chain_model extra_s", lambda: fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), -1.0, 1e9),
+     ValueError, "extra_s"),
+    ("disturbed_length points", lambda: cx.disturbed_length("pts"), TypeError, "points"),
+    ("gpt_step precision", lambda: cx.gpt_step({}, torch.zeros(1, 4, dtype=torch.long), "fp8"),
+     ValueError, "precision"),
+    ("largest_mfu_text swept", lambda: cx.largest_mfu_text(None, 0), ValueError, "swept"),
+    ("largest_rise curves", lambda: cx.largest_rise({"fp32": [1.0, 2.0]}), TypeError, "curves must be"),
+    ("new_tensor_cost repeat", lambda: fusion.new_tensor_cost(torch.zeros(4), repeat=0),
+     ValueError, "repeat"),
+    ("precision_curves model", lambda: cx.precision_curves("m", lambda m, b: b, [1], ["fp32"]),
+     TypeError, "model must be"),
+    ("ratio_text sp", lambda: cx.ratio_text("1.2x"), TypeError, "sp must be"),
+    ("shape_summary points", lambda: cx.shape_summary([("float32", 1024)], "float32"),
+     TypeError, r"points\[i\]"),
+    ("shape_sweep widths", lambda: cx.shape_sweep([]), TypeError, "widths must be"),
 ]
 
 # Records perfkit returns; PRECISIONS is a constant.
 RECORDS = {"AttentionPoint", "BatchSearch", "ChainBytes", "GraphReport", "ShapePoint",
            "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
            "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
-           "SwitchTiming", "ThreadTiming", "UltraTiming"}
+           "SwitchTiming", "ThreadTiming", "UltraTiming", "ChainModel", "InModelAttention",
+           "NewTensorCost", "ShapeSummary"}
 
 
 @pytest.mark.timeout(10)  # a target_s of inf or NaN used to calibrate for ever

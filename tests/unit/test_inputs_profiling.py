@@ -6,12 +6,14 @@ Each case is (id, call, exception, regex on the message); the regex names the ar
 """
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit import profiling
+from perfkit.hw import MachineLimits
 from perfkit.profiling import (
     DiagnoseConfig,
     JsonLinesSink,
@@ -44,6 +46,7 @@ from perfkit.profiling import (
     trace_events,
     window_scalars,
 )
+from perfkit.profiling import capstone as cap
 
 NAN, INF = math.nan, math.inf
 REPORT = build_report([{"rank": 0, "status": "partial", "steps_seen": 0, "window_steps": 0,
@@ -78,6 +81,9 @@ def summary():
     mon.step()
     return mon.summary()
 
+
+JOB = cap.CapstoneJob(Path("t.py"), Path("/tmp/o"), 5.0)
+CAP_LIMITS = MachineLimits("cpu", "t", {"float32": 1e9}, 1e9)
 
 CASES = [  # (id, call, exception, regex on the message)
     # StepMonitor
@@ -378,12 +384,20 @@ CASES += [
      "plots must be None or a callable"),
     ("run_diagnosis config", lambda: run_diagnosis("x.py", config="bad"), TypeError,
      "config must be a DiagnoseConfig"),
+    # --- capstone: notebook 08's fix loop -----------------------------------------------
+    ("CapstoneJob measure", lambda: cap.CapstoneJob(Path("x"), Path("y"), 5.0, measure=0),
+     ValueError, "measure"),
+    ("FixLoop job", lambda: cap.FixLoop("job", ("data",), {}, CAP_LIMITS), TypeError, "job must be"),
+    ("explain_round pick", lambda: cap.explain_round("data", 1.5, {}, 1.0, True), TypeError, "pick must be"),
+    ("job_peak limits", lambda: cap.job_peak({"float32": 1e9}, {"fixes": []}), TypeError, "limits must be"),
+    ("next_fix peak", lambda: cap.next_fix({}, {}, JOB, [], (), {}, 0.0), ValueError, "peak"),
+    ("round_speedup befores", lambda: cap.round_speedup(JOB, [], {}), ValueError, "befores"),
 ]
 
 # Records perfkit returns (plain data built from checked input) and the exception that ends
 # a diagnosed script's window; PHASES is a constant.
 RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "Rule", "StepWindow",
-           "TraceAttribution", "WindowDone"}
+           "TraceAttribution", "WindowDone", "Pick", "Round"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
