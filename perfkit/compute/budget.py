@@ -130,7 +130,8 @@ class OOMProbe:
     ``budget_bytes`` a batch that ran but peaked above the budget counts as not fitting.
 
     Attributes:
-        bytes: batch -> peak allocated bytes of the step (absent for batches that OOMed).
+        bytes: batch -> peak bytes the step allocated above what was alive before it (absent
+            for batches that OOMed).
     """
 
     def __init__(self, step: Callable[[int], object], budget_bytes: int | None = None,
@@ -157,6 +158,7 @@ class OOMProbe:
     def __call__(self, batch: int) -> bool:
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
+        before = torch.cuda.memory_allocated(self.device)  # tensors alive before: not the step's
         oom = False
         try:
             self.step(batch)
@@ -167,5 +169,5 @@ class OOMProbe:
         torch.cuda.empty_cache()
         if oom:
             return False
-        self.bytes[batch] = torch.cuda.max_memory_allocated(self.device)
+        self.bytes[batch] = torch.cuda.max_memory_allocated(self.device) - before
         return self.budget_bytes is None or self.bytes[batch] <= self.budget_bytes
