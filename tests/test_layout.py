@@ -216,3 +216,26 @@ def test_private_import_check_finds_a_planted_one(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text("from perfkit.hw import _dtype\nfrom perfkit import __version__\n")
     assert private_imports(planted) == ["perfkit.hw: _dtype"]
+
+
+def quantile_calls(path: Path) -> list[str]:
+    """Calls that compute quantiles outside perfkit.stats (``np.quantile``, ``torch.quantile``,
+    ``statistics.quantiles``, ``np.percentile``, ...)."""
+    names = {"quantile", "quantiles", "percentile", "nanquantile", "nanpercentile"}
+    libs = {"np", "numpy", "torch", "statistics"}
+    return [f"line {n.lineno}: {n.func.value.id}.{n.func.attr}" for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in names
+            and isinstance(n.func.value, ast.Name) and n.func.value.id in libs]
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if p.name != "stats.py"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_quantiles_and_intervals_come_from_perfkit_stats(path):
+    found = quantile_calls(path)
+    assert not found, f"{path.name} computes its own quantiles {found}: use perfkit.stats"
+
+
+def test_quantile_check_finds_a_planted_one(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("import numpy as np\nlo = np.quantile(xs, 0.05)\nm.quantile(0.5)\n")
+    assert quantile_calls(planted) == ["line 2: np.quantile"]

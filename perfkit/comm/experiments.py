@@ -181,20 +181,12 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
         raise ValueError(f"times_s series must hold the same number of rounds, got "
                          f"{len(c)}, {len(m)}, {len(o)}, {len(b)}")
 
-    def share(idx: np.ndarray | slice) -> np.ndarray:
-        mc, mm, mo = (np.median(a[idx], axis=-1) for a in (c, m, o))
-        return (mc + mm - mo) / mm
+    def share(cs: np.ndarray, ms: np.ndarray, os_: np.ndarray) -> float:
+        mm = float(np.median(ms))
+        return (float(np.median(cs)) + mm - float(np.median(os_))) / mm
 
-    point = float(share(slice(None)))
     ceiling = min(float(np.median(b)), float(np.median(m))) / float(np.median(m))
-    n = len(c)
-    if n < 2:
-        return stats.Estimate(point, point, point, stats.LEVEL, 1, "1 round: no interval"), ceiling
-    idx = np.random.default_rng(stats.SEED).integers(0, n, size=(stats.RESAMPLES, n))
-    tail = (1 - stats.LEVEL) / 2
-    lo, hi = (float(v) for v in np.quantile(share(idx), [tail, 1 - tail]))
-    est = stats.Estimate(point, min(lo, point), max(hi, point), stats.LEVEL, n,
-                         f"bootstrap of the medians over {n} paired rounds")
+    est = stats.bootstrap(share, [c, m, o], paired=True, what="paired rounds")
     return est, ceiling
 
 
