@@ -119,9 +119,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # * default: the configuration before runs **twice**, before and after the new one, and the
 #   ratio is against the mean of the two, so a load that drifts steadily across the three
-#   runs cancels. Its interval is the 10th-90th percentile of the ratio over bootstrap
-#   resamples of the three runs' steps, widened to the ratio against each "before" alone
-#   (the drift between the runs);
+#   runs cancels. Its interval is the 90 % bootstrap interval of the ratio, each run's steps
+#   resampled on their own (`perfkit.stats.bootstrap`), widened to the ratio against each
+#   "before" alone (the drift between the runs);
 # * QUICK (CI, 90 s on 2 cores): each configuration runs **once**, and the run that was the
 #   "after" of one fix is the "before" of the next: one job per fix instead of two. The
 #   ratio of the two runs' median steps gets the bootstrap interval of two separate runs

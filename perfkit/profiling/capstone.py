@@ -18,17 +18,18 @@ Usage::
 from __future__ import annotations
 
 import json
-import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.stats import Estimate, median_ratio
+from perfkit.stats import Estimate, bootstrap, median_ratio
 
 __all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "explain_round", "job_peak", "next_fix",
            "round_speedup"]
@@ -148,16 +149,15 @@ def job_peak(limits: MachineLimits, result: Mapping) -> float:
     return limits.peak_flops("bfloat16" if bf16 else "float32")
 
 
-def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping,
-                  resamples: int = 400) -> Estimate:
+def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) -> Estimate:
     """tokens/s of ``after`` over the configuration before it.
 
     One run before: the ratio of the median steps (scaled by the tokens per step), with
     :func:`perfkit.stats.median_ratio`'s unpaired bootstrap (two separate runs). Two runs
     before (one before the new configuration, one after it): the ratio against their mean;
-    the interval is the 10th-90th percentile over bootstrap resamples of every run's steps,
-    widened to the ratio against each run before alone (a load that drifted across the three
-    runs shows as the gap between those two).
+    the interval is :func:`perfkit.stats.bootstrap`'s (every run's steps resampled on their
+    own), widened to the ratio against each run before alone (a load that drifted across the
+    three runs shows as the gap between those two).
 
     Raises:
         ValueError: for no run or more than two runs before.
@@ -165,25 +165,21 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping,
     check_type("job", job, CapstoneJob)
     if len(befores) not in (1, 2):
         raise ValueError(f"befores must hold one or two runs, got {len(befores)}")
-    check_int("resamples", resamples, 100)
     b = job.after_window(after)
     if len(befores) == 1:
         before = befores[0]
         return median_ratio(job.after_window(before), b, paired=False).scaled(
             after["tokens_per_step"] / before["tokens_per_step"])
-    rng, runs = random.Random(0), [job.after_window(r) for r in befores]
+    runs = [job.after_window(r) for r in befores]
 
-    def ratio(steps_after: list[float], steps_before: list[list[float]]) -> float:
-        return job.tokens_per_s(after, steps_after) / statistics.mean(
-            job.tokens_per_s(r, s) for r, s in zip(befores, steps_before, strict=True))
+    def ratio(steps_after: np.ndarray, *steps_before: np.ndarray) -> float:
+        return job.tokens_per_s(after, list(steps_after)) / statistics.mean(
+            job.tokens_per_s(r, list(s)) for r, s in zip(befores, steps_before, strict=True))
 
-    boot = sorted(ratio(rng.choices(b, k=len(b)), [rng.choices(a, k=len(a)) for a in runs])
-                  for _ in range(resamples))
+    est = bootstrap(ratio, [b, *runs], paired=False, what="steps of each run")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
-    point = ratio(b, runs)
-    lo, hi = min(boot[resamples // 10], *each, point), max(boot[-resamples // 10 - 1], *each, point)
-    return Estimate(point, lo, hi, None, len(b),
-                    "p10-p90 of step resamples, widened to the ratio against each run before")
+    return Estimate(est.value, min(est.low, *each), max(est.high, *each), est.level, est.n,
+                    est.method + ", widened to the ratio against each run before")
 
 
 @dataclass(frozen=True)
