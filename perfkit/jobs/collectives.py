@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from typing import Any
 
@@ -55,30 +56,48 @@ def against_all_reduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
     Warning:
         Collective: every rank must call it with the same arguments.
     """
-    rank = dist.get_rank()
     out = []
     for numel in sizes:
-        g = torch.Generator().manual_seed(seed * 1000 + rank * 7919 + numel)
-        x = torch.randint(-100, 100, (numel,), generator=g).float()
-        want = x.clone()
-        dist.all_reduce(want)
-        got = x.clone()
-        ret = fn(got)
-        xf = torch.randn(numel, generator=g)
-        wantf = xf.clone()
-        dist.all_reduce(wantf)
-        gotf = xf.clone()
-        fn(gotf)
-        rec: dict[str, Any] = {
-            "numel": numel,
-            "int_exact": bool(torch.equal(got, want)),
-            "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
-            "in_place": ret is None or ret is got,
-        }
+        rec, got, want, _ = compare_case(fn, numel, seed)
         if repeat:
             rec.update(_time_against_all_reduce(fn, got, want, repeat))
         out.append(rec)
     return out
+
+
+def compare_case(fn: Callable[[torch.Tensor], Any], numel: int, seed: int = 0,
+                 watch: Callable[[], AbstractContextManager[Any]] = nullcontext,
+                 ) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, Any]:
+    """One size of the comparison of ``fn`` with ``dist.all_reduce``, on integers (exact in
+    any order of summation) and on floats.
+
+    Args:
+        fn, seed: as for :func:`against_all_reduce`.
+        numel: the element count.
+        watch: a context manager factory entered around ``fn``'s integer call only (a lab's
+            grader records what that call sent and called).
+
+    Returns:
+        ``(record, got, want, seen)``: ``numel``, ``int_exact``, ``float_max_abs_err``,
+        ``in_place``; the integer result and reference; what ``watch`` yielded.
+
+    Warning:
+        Collective: every rank must call it with the same arguments.
+    """
+    g = torch.Generator().manual_seed(seed * 1000 + dist.get_rank() * 7919 + numel)
+    x = torch.randint(-100, 100, (numel,), generator=g).float()
+    want, got = x.clone(), x.clone()
+    dist.all_reduce(want)
+    with watch() as seen:
+        ret = fn(got)
+    xf = torch.randn(numel, generator=g)
+    wantf, gotf = xf.clone(), xf.clone()
+    dist.all_reduce(wantf)
+    fn(gotf)
+    rec = {"numel": numel, "int_exact": bool(torch.equal(got, want)),
+           "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
+           "in_place": ret is None or ret is got}
+    return rec, got, want, seen
 
 
 def _time_against_all_reduce(fn: Callable[[torch.Tensor], Any], got: torch.Tensor,

@@ -13,13 +13,15 @@ student's ring, not the library's. Run by :func:`perfkit.dist.launch`::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from perfkit import dist as pdist
+from perfkit.jobs.collectives import compare_case
 from tools.labs.record import record_collectives, record_library, record_p2p
 
 LIBRARY = "perfkit.comm"  # perfkit's own ring, sweep and collectives: not the student's work
@@ -43,26 +45,11 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
     Warning:
         Collective: every rank must call it with the same arguments.
     """
-    rank = dist.get_rank()
     out = []
     for numel in sizes:
-        g = torch.Generator().manual_seed(seed * 1000 + rank * 7919 + numel)
-        x = torch.randint(-100, 100, (numel,), generator=g).float()
-        want = x.clone()
-        dist.all_reduce(want)
-        got = x.clone()
-        with record_p2p() as msgs, record_collectives() as colls, record_library(LIBRARY) as lib:
-            ret = fn(got)
-        xf = torch.randn(numel, generator=g)
-        wantf = xf.clone()
-        dist.all_reduce(wantf)
-        gotf = xf.clone()
-        fn(gotf)
+        rec, _, _, (msgs, colls, lib) = compare_case(fn, numel, seed, watch=_watched)
         out.append({
-            "numel": numel,
-            "int_exact": bool(torch.equal(got, want)),
-            "float_max_abs_err": float((gotf - wantf).abs().max()) if numel else 0.0,
-            "in_place": ret is None or ret is got,
+            **rec,
             # who this rank sent to and received from, and how many elements it sent
             "sent_to": sorted({p for op, p, _ in msgs if op in ("isend", "send")}),
             "recv_from": sorted({p for op, p, _ in msgs if op in ("irecv", "recv")}),
@@ -71,6 +58,13 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
             "library": sorted(lib),
         })
     return out
+
+
+@contextmanager
+def _watched() -> Iterator[tuple[list, list, set]]:
+    """What the student's call sends and receives, the collectives and perfkit.comm functions it runs."""
+    with record_p2p() as msgs, record_collectives() as colls, record_library(LIBRARY) as lib:
+        yield msgs, colls, lib
 
 
 def _load_pickled(path: str) -> Callable[..., Any]:
