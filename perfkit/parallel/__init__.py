@@ -33,6 +33,17 @@ from perfkit.parallel.flat import (
     reduce_scatter_flat,
     shard_range,
 )
+from perfkit.parallel.gpt import (
+    GPT,
+    MLP,
+    Attention,
+    Block,
+    Embed,
+    GPTConfig,
+    Head,
+    gpt_loss,
+    split_layers,
+)
 from perfkit.parallel.reducer import (
     BucketReducer,
 )
@@ -48,6 +59,15 @@ from perfkit.parallel.zero3 import (
 )
 
 __all__ = [
+    "Attention",
+    "Block",
+    "Embed",
+    "GPT",
+    "GPTConfig",
+    "gpt_loss",
+    "Head",
+    "MLP",
+    "split_layers",
     "all_gather_flat",
     "assign_buckets",
     "BucketedDP",
