@@ -1,0 +1,365 @@
+"""FlashAttention-2 from scratch in PyTorch: query and key tiles, an online softmax, recompute.
+
+Attention's forward never holds the ``(T, T)`` score matrix: for each query tile it walks the
+key tiles keeping a running row maximum ``m``, a running sum ``l`` and an unnormalised output,
+rescaling them by ``exp(m_old - m_new)`` whenever the maximum grows (Milakov and Gimelshein's
+online softmax; FlashAttention, Dao et al. 2022; FlashAttention-2, Dao 2023). Only the output
+``O`` and the log-sum-exp ``L = m + log l`` are saved; backward recomputes each tile's scores
+from ``Q``, ``K`` and ``L``. Causal masking skips every tile above the diagonal. Positions are
+absolute (``q_start``, ``k_start``), so the same tiles serve ring attention's blocks
+(:mod:`perfkit.parallel.context`), whose partial results :func:`merge_partials` combines.
+
+Usage::
+
+    out = flash_attention(q, k, v, causal=True, tile=64)     # q, k, v: (B, H, T, D)
+    out.sum().backward()
+    print(flash_flops(1, 1, 1024, 64, causal=True, tile=64).backward)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfkit._checks import check_int, check_type
+
+__all__ = [
+    "AttentionFlops", "FlashAttention", "attention_backward_tiles", "attention_forward_tiles",
+    "check_qkv", "check_tile", "eager_attention", "eager_saved_bytes", "flash_attention",
+    "flash_flops", "flash_saved_bytes", "length_terms", "merge_partials",
+    "reference_attention", "tile_kind", "tile_pairs",
+]
+
+NEG_INF = float("-inf")
+
+
+def check_tile(tile: Any) -> int:
+    """``tile`` if it is a positive power of two (an int), else ``ValueError``/``TypeError``."""
+    check_int("tile", tile, 1)
+    if tile & (tile - 1):
+        raise ValueError(f"tile must be a positive power of two (1, 2, 4, ... 128), got {tile}")
+    return tile
+
+
+def check_qkv(q: Any, k: Any, v: Any) -> None:
+    """Refuse ``q``, ``k``, ``v`` that are not float tensors of shapes ``(..., Tq, D)``,
+    ``(..., Tk, D)``, ``(..., Tk, D)`` with the same leading dims, dtype and device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_type(name, t, torch.Tensor)
+        if not t.is_floating_point() or t.dim() < 2:
+            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got "
+                            f"{t.dtype} of shape {tuple(t.shape)}")
+    if k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q, k, v must be (..., Tq, D), (..., Tk, D), (..., Tk, D) with the "
+                         f"same leading dims and D; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+                         f", v {tuple(v.shape)}")
+    if len({q.dtype, k.dtype, v.dtype}) > 1 or len({q.device, k.device, v.device}) > 1:
+        raise ValueError(f"q, k, v must share dtype and device, got {q.dtype}/{q.device}, "
+                         f"{k.dtype}/{k.device}, {v.dtype}/{v.device}")
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """Accumulate in fp64 for fp64 inputs, else fp32 (bf16/fp16 tiles round only at the end)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def tile_kind(q0: int, q1: int, k0: int, k1: int, causal: bool) -> str:
+    """How a tile of queries at positions ``[q0, q1)`` and keys ``[k0, k1)`` is computed.
+
+    Returns:
+        ``"skip"`` (causal, every key after every query: the tile is all masked),
+        ``"full"`` (no key after any query) or ``"masked"`` (it straddles the diagonal).
+    """
+    if not causal or k1 - 1 <= q0:
+        return "full"
+    return "skip" if k0 > q1 - 1 else "masked"
+
+
+def tile_pairs(tq: int, tk: int, tile: int, causal: bool, q_start: int = 0,
+               k_start: int = 0) -> list[tuple[int, int, int, int, str]]:
+    """The ``(i0, i1, j0, j1, kind)`` tiles a pass computes (skipped ones left out);
+    ``i``/``j`` index the local query/key rows, the last tiles shorter when ``tile`` does
+    not divide the length."""
+    out = []
+    for i0 in range(0, tq, tile):
+        i1 = min(i0 + tile, tq)
+        for j0 in range(0, tk, tile):
+            j1 = min(j0 + tile, tk)
+            kind = tile_kind(q_start + i0, q_start + i1, k_start + j0, k_start + j1, causal)
+            if kind != "skip":
+                out.append((i0, i1, j0, j1, kind))
+    return out
+
+
+def _scores(qi: torch.Tensor, kj: torch.Tensor, scale: float, kind: str, qpos: int,
+            kpos: int) -> torch.Tensor:
+    s = (qi @ kj.transpose(-1, -2)) * scale  # (..., bq, bk)
+    if kind == "masked":
+        rows = torch.arange(qpos, qpos + s.shape[-2]).unsqueeze(1)
+        cols = torch.arange(kpos, kpos + s.shape[-1]).unsqueeze(0)
+        s = s.masked_fill((cols > rows).to(s.device), NEG_INF)
+    return s
+
+
+def attention_forward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                            causal: bool = False, tile: int = 64, q_start: int = 0,
+                            k_start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's forward over tiles, without autograd: ``(O, L)``.
+
+    Args:
+        q, k, v: ``(..., Tq, D)``, ``(..., Tk, D)``, ``(..., Tk, D)``.
+        scale: multiplies the scores (usually ``D ** -0.5``).
+        causal: query at position ``p`` sees keys at positions ``<= p``.
+        tile: query and key tile size.
+        q_start, k_start: absolute position of the first query and key row.
+
+    Returns:
+        ``O`` ``(..., Tq, D)`` and the log-sum-exp ``L`` ``(..., Tq)``, both in the
+        accumulation dtype (fp64 for fp64 inputs, else fp32). A row with every key masked
+        gets ``O = 0`` and ``L = -inf``.
+    """
+    acc = _acc(q.dtype)
+    o = torch.zeros(q.shape, dtype=acc, device=q.device)
+    m = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)  # running max (..., Tq)
+    total = torch.zeros(q.shape[:-1], dtype=acc, device=q.device)  # running sum of exp
+    for i0, i1, j0, j1, kind in tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start,
+                                           k_start):
+        s = _scores(q[..., i0:i1, :].to(acc), k[..., j0:j1, :].to(acc), scale, kind,
+                    q_start + i0, k_start + j0)
+        m_old = m[..., i0:i1]
+        m_new = torch.maximum(m_old, s.amax(-1))
+        # a row masked so far has max -inf: shift by 0 instead, so exp(-inf - -inf) is no NaN
+        shift = torch.where(m_new == NEG_INF, 0.0, m_new)
+        p = torch.exp(s - shift.unsqueeze(-1))  # (..., bq, bk)
+        alpha = torch.exp(m_old - shift)  # rescales what was summed under the stale max
+        total[..., i0:i1] = alpha * total[..., i0:i1] + p.sum(-1)
+        o[..., i0:i1, :] = alpha.unsqueeze(-1) * o[..., i0:i1, :] + p @ v[..., j0:j1, :].to(acc)
+        m[..., i0:i1] = m_new
+    seen = total > 0
+    total = torch.where(seen, total, 1.0)
+    o = torch.where(seen.unsqueeze(-1), o / total.unsqueeze(-1), 0.0)
+    lse = torch.where(seen, m + torch.log(total), NEG_INF)
+    return o, lse
+
+
+def attention_backward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             do: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor,
+                             scale: float, causal: bool = False, tile: int = 64,
+                             q_start: int = 0, k_start: int = 0
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's backward: ``(dQ, dK, dV)`` recomputed tile by tile from ``L``.
+
+    ``P = exp(S - L)`` is rebuilt per tile, so nothing ``T x T`` was kept. ``lse`` and
+    ``delta = rowsum(dO * O)`` are those of the *whole* attention (all key blocks), which
+    lets ring attention call this once per key block and add the results.
+
+    Returns:
+        ``dQ``, ``dK``, ``dV`` in the accumulation dtype, shaped as ``q``, ``k``, ``v``.
+    """
+    acc = _acc(q.dtype)
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    dk = torch.zeros(k.shape, dtype=acc, device=q.device)
+    dv = torch.zeros(v.shape, dtype=acc, device=q.device)
+    lse = torch.where(lse == NEG_INF, 0.0, lse.to(acc))  # all-masked rows: every p is 0 anyway
+    do, delta = do.to(acc), delta.to(acc)
+    for i0, i1, j0, j1, kind in tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start,
+                                           k_start):
+        qi, kj, vj = q[..., i0:i1, :].to(acc), k[..., j0:j1, :].to(acc), v[..., j0:j1, :].to(acc)
+        s = _scores(qi, kj, scale, kind, q_start + i0, k_start + j0)
+        p = torch.exp(s - lse[..., i0:i1].unsqueeze(-1))  # (..., bq, bk), recomputed
+        doi = do[..., i0:i1, :]
+        dv[..., j0:j1, :] += p.transpose(-1, -2) @ doi
+        ds = p * (doi @ vj.transpose(-1, -2) - delta[..., i0:i1].unsqueeze(-1))
+        dq[..., i0:i1, :] += (ds @ kj) * scale
+        dk[..., j0:j1, :] += (ds.transpose(-1, -2) @ qi) * scale
+    return dq, dk, dv
+
+
+class FlashAttention(torch.autograd.Function):
+    """``torch.autograd.Function`` whose forward saves ``Q, K, V, O, L`` and nothing ``T x T``."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                tile: int, scale: float) -> torch.Tensor:
+        o, lse = attention_forward_tiles(q, k, v, scale, causal, tile)
+        o = o.to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.tile, ctx.scale = causal, tile, scale
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, do: torch.Tensor) -> tuple:
+        q, k, v, o, lse = ctx.saved_tensors
+        delta = (do.to(lse.dtype) * o.to(lse.dtype)).sum(-1)  # (..., Tq): rowsum(dO * O)
+        dq, dk, dv = attention_backward_tiles(q, k, v, do, lse, delta, ctx.scale, ctx.causal,
+                                              ctx.tile)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    tile: int = 64, scale: float | None = None) -> torch.Tensor:
+    """Attention ``softmax(Q K^T * scale) V`` by FlashAttention-2's tiles, with autograd.
+
+    Args:
+        q, k, v: ``(..., Tq, D)``, ``(..., Tk, D)``, ``(..., Tk, D)``, one float dtype.
+        causal: query ``i`` sees keys ``j <= i`` (top-left aligned, as SDPA's ``is_causal``).
+        tile: tile size, a positive power of two; lengths need not be multiples of it.
+        scale: score scale, default ``D ** -0.5``.
+
+    Returns:
+        ``(..., Tq, D)`` in the inputs' dtype.
+
+    Raises:
+        TypeError, ValueError: for non-tensors, mismatched shapes, dtypes or devices, or a
+            ``tile`` that is not a positive power of two.
+    """
+    check_qkv(q, k, v)
+    check_tile(tile)
+    check_type("causal", causal, bool)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return FlashAttention.apply(q, k, v, causal, tile, scale)
+
+
+def merge_partials(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
+                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Combine attention over two disjoint key sets from their ``(O, L)`` partials.
+
+    ``L = log(e^La + e^Lb)`` is computed shifted by the larger one (no overflow for large
+    logits); each ``O`` is weighted by ``e^(L_x - L)``. A row that saw no key on either
+    side (``La = Lb = -inf``) stays ``O = 0``, ``L = -inf``, with no NaN.
+
+    Returns:
+        The merged ``(O, L)``.
+    """
+    m = torch.maximum(lse_a, lse_b)
+    shift = torch.where(m == NEG_INF, 0.0, m)
+    total = torch.exp(lse_a - shift) + torch.exp(lse_b - shift)
+    lse = torch.where(total > 0, shift + torch.log(torch.where(total > 0, total, 1.0)), NEG_INF)
+    safe = torch.where(lse == NEG_INF, 0.0, lse)
+    w_a = torch.where(lse_a == NEG_INF, 0.0, torch.exp(lse_a - safe)).unsqueeze(-1)
+    w_b = torch.where(lse_b == NEG_INF, 0.0, torch.exp(lse_b - safe)).unsqueeze(-1)
+    return w_a * o_a + w_b * o_b, lse
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    scale: float | None = None) -> torch.Tensor:
+    """Attention op by op, as a model written plainly does it: keeps ``softmax(S)`` (T x T)."""
+    check_qkv(q, k, v)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    s = (q @ k.transpose(-1, -2)) * scale  # (..., Tq, Tk)
+    if causal:
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(mask, NEG_INF)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        scale: float | None = None, q_start: int = 0, k_start: int = 0
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(O, L)`` in float64 from the full score matrix, positions absolute; all-masked rows
+    give ``O = 0``, ``L = -inf``. The yardstick the tiles are tested against."""
+    check_qkv(q, k, v)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    q, k, v = q.double(), k.double(), v.double()
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        rows = torch.arange(q_start, q_start + q.shape[-2]).unsqueeze(1)
+        cols = torch.arange(k_start, k_start + k.shape[-2]).unsqueeze(0)
+        s = s.masked_fill((cols > rows).to(s.device), NEG_INF)
+    lse = torch.logsumexp(s, -1)
+    p = torch.where(lse.unsqueeze(-1) == NEG_INF, 0.0, torch.exp(s - lse.unsqueeze(-1)))
+    return p @ v, lse
+
+
+@dataclass(frozen=True)
+class AttentionFlops:
+    """Matmul FLOPs of one attention (softmax's exps not counted), per pass.
+
+    Attributes:
+        forward: ``QK^T`` and ``PV`` on every computed tile: ``4 bq bk D`` each.
+        backward: with recomputation, ``QK^T`` again plus ``dV``, ``dP``, ``dQ``, ``dK``.
+        eager_forward, eager_backward: op by op on the full ``T x T`` matrix (no skipping,
+            nothing recomputed: 4 matmuls in backward).
+        tiles: how many tiles the tiled passes compute.
+    """
+
+    forward: int
+    backward: int
+    eager_forward: int
+    eager_backward: int
+    tiles: int
+
+    @property
+    def recompute_ratio(self) -> float:
+        """Tiled backward over eager backward: ``10/8`` without causal skipping."""
+        return self.backward / self.eager_backward
+
+
+def flash_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool = False,
+                tile: int = 64) -> AttentionFlops:
+    """Exact matmul FLOPs of :func:`flash_attention` and :func:`eager_attention` (self-attention).
+
+    Raises:
+        ValueError, TypeError: for a non-positive size or a ``tile`` that is not a positive
+            power of two.
+    """
+    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
+                    ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    check_tile(tile)
+    bh = batch * heads
+    cells = sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1, _ in
+                tile_pairs(seq_len, seq_len, tile, causal))
+    tiles = len(tile_pairs(seq_len, seq_len, tile, causal))
+    full = seq_len * seq_len
+    return AttentionFlops(4 * bh * cells * head_dim, 10 * bh * cells * head_dim,
+                          4 * bh * full * head_dim, 8 * bh * full * head_dim, tiles)
+
+
+def _itemsize(dtype: Any) -> int:
+    check_type("dtype", dtype, torch.dtype)
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def flash_saved_bytes(batch: int, heads: int, seq_len: int, head_dim: int,
+                      dtype: torch.dtype = torch.float32) -> int:
+    """Bytes :func:`flash_attention` saves besides its inputs: ``O`` and the fp32 (fp64 for
+    fp64) log-sum-exp. Linear in ``seq_len``: no ``T^2`` term."""
+    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
+                    ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    rows = batch * heads * seq_len
+    return rows * head_dim * _itemsize(dtype) + rows * _itemsize(_acc(dtype))
+
+
+def eager_saved_bytes(batch: int, heads: int, seq_len: int, dtype: torch.dtype = torch.float32,
+                      causal: bool = False) -> int:
+    """Bytes :func:`eager_attention` saves besides its inputs: ``softmax(S)``, ``B H T^2``
+    values, plus the causal mask's ``T^2`` bools."""
+    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len)):
+        check_int(name, n, 1)
+    check_type("causal", causal, bool)
+    return batch * heads * seq_len**2 * _itemsize(dtype) + (seq_len**2 if causal else 0)
+
+
+
+def length_terms(seq_lens: list[int], values: list[float]) -> tuple[float, float, float]:
+    """Least-squares ``(a, b, c)`` of ``values = a T^2 + b T + c`` over ``seq_lens``.
+
+    Exact counts at 3 or more lengths give the exact terms: eager attention's ``a`` is
+    ``B H`` times the element size, FlashAttention's is 0.
+
+    Raises:
+        ValueError: for fewer than 3 distinct lengths or lists of different lengths.
+    """
+    import numpy as np
+
+    if len(seq_lens) != len(values) or len(set(seq_lens)) < 3:
+        raise ValueError(f"seq_lens must hold at least 3 distinct lengths, one per value; got "
+                         f"{len(set(seq_lens))} distinct for {len(values)} values")
+    t = np.asarray(seq_lens, dtype=np.float64)
+    coef, *_ = np.linalg.lstsq(np.stack([t * t, t, np.ones_like(t)], 1),
+                               np.asarray(values, dtype=np.float64), rcond=None)
+    return float(coef[0]), float(coef[1]), float(coef[2])
