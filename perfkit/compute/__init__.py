@@ -76,6 +76,24 @@ from perfkit.compute.experiments import (
     shape_summary,
     shape_sweep,
 )
+from perfkit.compute.flash import (
+    AttentionFlops,
+    FlashAttention,
+    attention_backward_tiles,
+    attention_forward_tiles,
+    check_qkv,
+    check_tile,
+    eager_attention,
+    eager_saved_bytes,
+    flash_attention,
+    flash_flops,
+    flash_saved_bytes,
+    length_terms,
+    merge_partials,
+    reference_attention,
+    tile_kind,
+    tile_pairs,
+)
 from perfkit.compute.flops import (
     PRECISIONS,
     GPTShape,
@@ -118,6 +136,22 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "AttentionFlops",
+    "FlashAttention",
+    "attention_backward_tiles",
+    "attention_forward_tiles",
+    "check_qkv",
+    "check_tile",
+    "eager_attention",
+    "eager_saved_bytes",
+    "flash_attention",
+    "flash_flops",
+    "flash_saved_bytes",
+    "length_terms",
+    "merge_partials",
+    "reference_attention",
+    "tile_kind",
+    "tile_pairs",
     "amdahl_explain",
     "shape_sweep",
     "autocast_saved_bytes",
