@@ -1,0 +1,218 @@
+"""Simulate a pipeline schedule with given per-action costs: the grid, the bubble, the memory.
+
+Each rank runs its actions in order; an action starts when the rank is free and its
+dependencies (:func:`perfkit.parallel.schedules.dependencies`) have finished, plus a
+point-to-point latency when a dependency ran on another rank. The result is a
+:class:`Timeline`: every action's start and end per rank, where the gaps are the bubble;
+the bubble's share of ``ranks x step time``; and the peak number of micro-batches whose
+activations a rank holds at once (a forward adds one, the matching ``B`` or ``W`` frees it).
+A measured run (:mod:`perfkit.parallel.pipeline`) gives a :class:`Timeline` of the same form,
+so the model and the measurement are drawn and compared alike. An order that would hang
+raises :class:`perfkit.parallel.schedules.DeadlockError` naming the ranks that wait on each other.
+
+Usage::
+
+    tl = simulate(one_f_one_b(4, 8), costs={"F": 1, "B": 1})
+    print(tl.bubble_share, bubble_formula("1f1b", 4, 8))   # 3/11 both
+    print(tl.text())                                       # the grid; '.' is the bubble
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from perfkit._checks import check_choice, check_int, check_real
+from perfkit.parallel.schedules import (
+    KINDS,
+    SCHEDULES,
+    Action,
+    Schedule,
+    dependencies,
+    execution_order,
+)
+
+__all__ = ["DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
+           "timeline_from"]
+
+# backward about twice the forward (two matmuls per weight against one); I and W half each
+DEFAULT_COSTS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One action on one rank, from ``start`` to ``end`` (simulated units or seconds)."""
+
+    action: Action
+    start: float
+    end: float
+
+
+def peak_in_flight(row: Sequence[Action]) -> int:
+    """The most (stage, micro-batch) activations one rank holds at once, running ``row`` in order.
+
+    A forward saves a micro-batch's activations; its ``B`` (or, split, its ``W``: the weight
+    gradient still needs the layer inputs) frees them.
+    """
+    held = peak = 0
+    for a in row:
+        held += 1 if a.kind == "F" else -1 if a.kind in ("B", "W") else 0
+        peak = max(peak, held)
+    return peak
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per-rank slots of a schedule, simulated or measured.
+
+    Attributes:
+        schedule: what ran.
+        slots: ``slots[r]`` is rank ``r``'s :class:`Slot` s in the order they ran.
+    """
+
+    schedule: Schedule
+    slots: tuple[tuple[Slot, ...], ...]
+
+    @property
+    def start(self) -> float:
+        """The first action's start."""
+        return min(row[0].start for row in self.slots if row)
+
+    @property
+    def makespan(self) -> float:
+        """From the first action's start to the last one's end."""
+        return max(row[-1].end for row in self.slots if row) - self.start
+
+    def busy(self, rank: int) -> float:
+        """Time rank ``rank`` spent in actions."""
+        return sum(s.end - s.start for s in self.slots[rank])
+
+    @property
+    def bubble_share(self) -> float:
+        """Idle share of ``n_ranks x makespan``: ``1 - busy / (p * makespan)``."""
+        total = self.makespan * len(self.slots)
+        return 1.0 - sum(self.busy(r) for r in range(len(self.slots))) / total if total else 0.0
+
+    @property
+    def peak_in_flight(self) -> tuple[int, ...]:
+        """Per rank, the most micro-batch activations held at once (:func:`peak_in_flight`)."""
+        return tuple(peak_in_flight([s.action for s in row]) for row in self.slots)
+
+    def text(self, dt: float | None = None) -> str:
+        """The grid as text: a cell per ``dt`` (default: the shortest action), the action
+        running at its middle (``F3`` = forward of micro-batch 3; ``F3:1`` on stage 1 with
+        virtual stages), ``.`` where the rank idles: the bubble.
+
+        Raises:
+            ValueError: for a ``dt`` that is not a finite number > 0, or one that would draw
+                more than 2,000 cells per rank.
+        """
+        durations = [s.end - s.start for row in self.slots for s in row if s.end > s.start]
+        dt = check_real("dt", dt if dt is not None else min(durations, default=1.0), 0, lo_open=True)
+        n = math.ceil(self.makespan / dt - 1e-9)
+        if n > 2000:
+            raise ValueError(f"dt={dt} draws {n} cells per rank; at most 2000 are allowed")
+        v = self.schedule.n_virtual
+
+        def label(a: Action) -> str:
+            return f"{a.kind}{a.mb}" + (f":{a.stage}" if v > 1 else "")
+
+        width = max((len(label(s.action)) for row in self.slots for s in row), default=2)
+        lines = []
+        for r, row in enumerate(self.slots):
+            cells = []
+            for i in range(n):
+                t = self.start + (i + 0.5) * dt
+                hit = next((s for s in row if s.start <= t < s.end), None)
+                cells.append((label(hit.action) if hit else ".").ljust(width))
+            lines.append(f"rank {r}: " + " ".join(cells))
+        return "\n".join(lines)
+
+
+def _cost_fn(costs: Mapping[str, float] | Callable[[Action], float]) -> Callable[[Action], float]:
+    if callable(costs):
+        return costs
+    if not isinstance(costs, Mapping):
+        raise TypeError(f"costs must be a mapping of kind to cost or a callable, got "
+                        f"{type(costs).__name__}")
+    for k, c in costs.items():
+        check_choice("costs key", k, KINDS)
+        check_real(f"costs[{k!r}]", c, 0)
+    table = {**DEFAULT_COSTS, **costs}
+    return lambda a: table[a.kind]
+
+
+def simulate(schedule: Schedule, costs: Mapping[str, float] | Callable[[Action], float] | None = None,
+             latency: float = 0.0) -> Timeline:
+    """Run ``schedule`` on paper with per-action ``costs`` and a point-to-point ``latency``.
+
+    Args:
+        schedule: a :class:`Schedule` (checked with
+            :func:`perfkit.parallel.schedules.execution_order`).
+        costs: ``{"F": tf, "B": tb, "I": ti, "W": tw}`` (missing kinds from
+            :data:`DEFAULT_COSTS`), or a callable ``action -> cost`` (per-stage costs, say).
+        latency: added between an action and a dependent one on another rank.
+
+    Returns:
+        The :class:`Timeline`.
+
+    Raises:
+        TypeError, ValueError: for bad ``costs`` (negative, NaN, unknown kind) or ``latency``.
+        DeadlockError: if the order would hang.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    cost = _cost_fn(DEFAULT_COSTS if costs is None else costs)
+    check_real("latency", latency, 0)
+    end: dict[Action, float] = {}
+    free = [0.0] * schedule.n_ranks
+    slots: list[list[Slot]] = [[] for _ in range(schedule.n_ranks)]
+    for r, a in execution_order(schedule):
+        ready = max((end[d] + (latency if schedule.rank_of(d.stage) != r else 0.0)
+                     for d in dependencies(schedule, a)), default=0.0)
+        c = check_real(f"cost of {a}", cost(a), 0)
+        start = max(free[r], ready)
+        end[a] = free[r] = start + c
+        slots[r].append(Slot(a, start, start + c))
+    return Timeline(schedule, tuple(map(tuple, slots)))
+
+
+def timeline_from(schedule: Schedule, measured: Sequence[Sequence[Sequence]]) -> Timeline:
+    """A :class:`Timeline` from measured ``(kind, stage, mb, start_s, end_s)`` rows, one list per rank
+    (what :func:`perfkit.parallel.pipeline.run_schedule` records, gathered from every rank).
+
+    Raises:
+        ValueError: if the rows do not match the schedule's actions rank by rank, or an end
+            precedes its start.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    if len(measured) != schedule.n_ranks:
+        raise ValueError(f"measured must hold one list per rank ({schedule.n_ranks}), got {len(measured)}")
+    slots = []
+    for r, rows in enumerate(measured):
+        got = [Slot(Action(k, s, j), float(t0), float(t1)) for k, s, j, t0, t1 in rows]
+        if [x.action for x in got] != list(schedule.ranks[r]):
+            raise ValueError(f"rank {r}: the measured actions differ from the schedule's")
+        if any(x.end < x.start for x in got):
+            raise ValueError(f"rank {r}: an action ends before it starts")
+        slots.append(tuple(got))
+    return Timeline(schedule, tuple(slots))
+
+
+def bubble_formula(name: str, n_ranks: int, n_micro: int, n_virtual: int = 1) -> float:
+    """The textbook bubble share of a step with unit costs.
+
+    ``(p - 1) / (m + p - 1)`` for GPipe and 1F1B (Huang et al. 2019; Narayanan et al. 2021),
+    ``(p - 1) / (v m + p - 1)`` for interleaved 1F1B (each stage is ``1/v`` of a rank's
+    layers), ``(p - 1) / (3 m + p - 1)`` for ZB-H1 with equal ``F``, ``I`` and ``W``.
+
+    Raises:
+        ValueError: for an unknown ``name`` or counts that are not ints >= 1.
+    """
+    check_choice("name", name, SCHEDULES)
+    p, m, v = (check_int(k, x, 1) for k, x in (("n_ranks", n_ranks), ("n_micro", n_micro),
+                                              ("n_virtual", n_virtual)))
+    per_mb = {"gpipe": 1, "1f1b": 1, "interleaved": v, "zb_h1": 3}[name]
+    return (p - 1) / (per_mb * m + p - 1)

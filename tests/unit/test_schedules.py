@@ -1,0 +1,165 @@
+"""Pipeline schedules as data and their simulator: exact bubbles, peak activations, deadlocks, errors.
+
+With unit costs the simulated bubble must equal the textbook share exactly:
+(p - 1)/(m + p - 1) for GPipe and 1F1B, (p - 1)/(v m + p - 1) for interleaved 1F1B (each
+chunk costs 1/v), (p - 1)/(3 m + p - 1) for ZB-H1 with F = I = W.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfkit.parallel.schedules import (
+    Action,
+    DeadlockError,
+    Schedule,
+    execution_order,
+    gpipe,
+    interleaved_1f1b,
+    make_schedule,
+    one_f_one_b,
+    parse_actions,
+    validate,
+    zb_h1,
+)
+from perfkit.parallel.simulate import bubble_formula, peak_in_flight, simulate, timeline_from
+
+SIZES = [(p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 4, 8, 13)]
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+def test_gpipe_and_1f1b_bubble_exact(p, m):
+    f = bubble_formula("gpipe", p, m)
+    for costs in ({"F": 1, "B": 1}, {"F": 1, "B": 2}):
+        tl = simulate(gpipe(p, m), costs)
+        assert tl.bubble_share == pytest.approx(f, abs=1e-12)
+        assert tl.peak_in_flight == (m,) * p          # GPipe holds every micro-batch
+        if m >= p:
+            tl = simulate(one_f_one_b(p, m), costs)
+            assert tl.bubble_share == pytest.approx(f, abs=1e-12)
+            assert tl.peak_in_flight == tuple(p - r for r in range(p))   # at most p
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 2, 2), (2, 4, 3), (2, 8, 2), (4, 4, 2), (4, 8, 2),
+                                   (4, 8, 3), (3, 6, 4)])
+def test_interleaved_bubble_exact(p, m, v):
+    s = interleaved_1f1b(p, m, v)
+    validate(s)
+    assert s.n_stages == p * v and all(len(row) == 2 * m * v for row in s.ranks)
+    for tb in (1, 2):
+        tl = simulate(s, {"F": 1 / v, "B": tb / v})
+        assert tl.bubble_share == pytest.approx(bubble_formula("interleaved", p, m, v), abs=1e-12)
+    # a smaller bubble than 1F1B for the same work, for more activations held on rank 0
+    assert bubble_formula("interleaved", p, m, v) < bubble_formula("1f1b", p, m)
+    assert simulate(s).peak_in_flight[0] > p
+
+
+def test_interleaved_with_v1_is_1f1b():
+    assert interleaved_1f1b(3, 6, 1).ranks == one_f_one_b(3, 6).ranks
+
+
+@pytest.mark.parametrize("p,m", [(p, m) for p, m in SIZES if m >= p])
+def test_zb_h1_exact(p, m):
+    s = zb_h1(p, m)
+    validate(s)
+    tl = simulate(s, {"F": 1, "I": 1, "W": 1})
+    assert tl.bubble_share == pytest.approx(bubble_formula("zb_h1", p, m), abs=1e-12)
+    assert tl.peak_in_flight == (p,) * p               # 1F1B's peak, on every rank
+    # a third of 1F1B's idle slots: (p-1) against 3(p-1) with B = I + W
+    one = simulate(one_f_one_b(p, m), {"F": 1, "B": 2})
+    assert one.makespan - tl.makespan == pytest.approx(2 * (p - 1))
+
+
+def test_latency_delays_cross_rank_only():
+    base = simulate(gpipe(2, 2), {"F": 1, "B": 1})
+    late = simulate(gpipe(2, 2), {"F": 1, "B": 1}, latency=0.5)
+    assert late.makespan == pytest.approx(base.makespan + 2 * 0.5)   # one hop each way
+    assert simulate(gpipe(1, 3), latency=5).makespan == pytest.approx(9)   # no hop at p=1
+
+
+def test_costs_callable_and_text_grid():
+    tl = simulate(one_f_one_b(2, 2), lambda a: 1.0 if a.kind == "F" else 2.0)
+    assert tl.text().splitlines()[1].startswith("rank 1: .  F0 B0 B0 F1 B1 B1")
+    assert "F0:2" in simulate(interleaved_1f1b(2, 2, 2)).text()
+    assert str(one_f_one_b(2, 2)).splitlines()[1] == "rank 0: F0.0 F0.1 B0.0 B0.1"
+
+
+def test_peak_in_flight_counts_w_not_i():
+    row = parse_actions(["F0.0", "F0.1", "I0.0", "I0.1", "W0.0", "W0.1"])
+    assert peak_in_flight(row) == 2
+    assert peak_in_flight(parse_actions(["F0.0", "B0.0", "F0.1", "B0.1"])) == 1
+
+
+def test_planted_deadlock_named():
+    # rank 1 runs micro-batch 1 first; rank 0 waits at B0.0 for rank 1's B1.0 before it sends F0.1
+    bad = Schedule("bad", 2, 2, 2, (
+        parse_actions(["F0.0", "B0.0", "F0.1", "B0.1"]),
+        parse_actions(["F1.1", "F1.0", "B1.0", "B1.1"])))
+    with pytest.raises(DeadlockError) as e:
+        validate(bad)
+    assert e.value.waits == {0: (Action("B", 0, 0), Action("B", 1, 0), 1),
+                             1: (Action("F", 1, 1), Action("F", 0, 1), 0)}
+    assert "rank 0 waits at B0.0 for B1.0 (rank 1)" in str(e.value)
+    with pytest.raises(DeadlockError):
+        simulate(bad)
+
+
+def test_valid_orders_not_flagged():
+    for s in (gpipe(3, 5), one_f_one_b(3, 5), interleaved_1f1b(2, 4, 2), zb_h1(3, 3)):
+        assert len(execution_order(s)) == sum(map(len, s.ranks))
+
+
+@pytest.mark.parametrize("rows,match", [
+    ((["F0.0", "B0.0"], ["F1.0"]), "stage 1, micro-batch 0: has F"),
+    ((["F0.0", "B0.0", "B0.0"], ["F1.0", "B1.0"]), "appears twice"),
+    ((["B0.0", "F0.0"], ["F1.0", "B1.0"]), "comes before F0.0"),
+    ((["F0.0", "B0.0"], ["F1.0", "B1.0", "F0.0"]), "belongs to rank 0"),
+    ((["F0.0", "B0.0", "F0.5"], ["F1.0", "B1.0"]), "out of range"),
+    ((["F0.0", "I0.0", "B0.0"], ["F1.0", "B1.0"]), "mixed"),
+    ((["F0.0", "I0.0", "W0.0"], ["F1.0", "I1.0"]), "stage 1, micro-batch 0"),
+])
+def test_validate_structure(rows, match):
+    s = Schedule("x", 2, 2, 1, tuple(parse_actions(r) for r in rows))
+    with pytest.raises(ValueError, match=match):
+        validate(s)
+
+
+def test_measured_timeline():
+    s = one_f_one_b(2, 2)
+    rows = [[(a.kind, a.stage, a.mb, 10.0 + i, 10.5 + i) for i, a in enumerate(r)] for r in s.ranks]
+    tl = timeline_from(s, rows)
+    assert tl.makespan == pytest.approx(3.5) and tl.busy(0) == pytest.approx(2.0)
+    assert tl.bubble_share == pytest.approx(1 - 4 / 7)
+    with pytest.raises(ValueError, match="differ"):
+        timeline_from(s, [rows[1], rows[0]])
+    with pytest.raises(ValueError, match="one list per rank"):
+        timeline_from(s, rows[:1])
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda: one_f_one_b(4, 3), ValueError, "n_micro >= n_ranks"),
+    (lambda: zb_h1(4, 2), ValueError, "n_micro >= n_ranks"),
+    (lambda: interleaved_1f1b(4, 6, 2), ValueError, "multiple of n_ranks"),
+    (lambda: interleaved_1f1b(2, 4, 0), ValueError, "n_virtual"),
+    (lambda: make_schedule("1f1b", 2, 4, n_virtual=2), ValueError, "n_virtual must be 1"),
+    (lambda: make_schedule("pipedream", 2, 4), ValueError, "name"),
+    (lambda: gpipe(0, 4), ValueError, "n_ranks"),
+    (lambda: gpipe(2, True), ValueError, "n_micro"),
+    (lambda: Action("X", 0, 0), ValueError, "kind"),
+    (lambda: Action("F", -1, 0), ValueError, "stage"),
+    (lambda: Schedule("x", 2, 3, 1, ((), ())), ValueError, "multiple of n_ranks"),
+    (lambda: Schedule("x", 2, 2, 1, ((),)), ValueError, "one list per rank"),
+    (lambda: Schedule("x", 1, 1, 1, (("F0.0",),)), TypeError, "Actions"),
+    (lambda: simulate(gpipe(2, 2), {"F": -1}), ValueError, "costs"),
+    (lambda: simulate(gpipe(2, 2), {"X": 1}), ValueError, "costs key"),
+    (lambda: simulate(gpipe(2, 2), latency=float("nan")), ValueError, "latency"),
+    (lambda: simulate("gpipe"), TypeError, "Schedule"),
+    (lambda: validate(None), TypeError, "Schedule"),
+    (lambda: parse_actions(["F0"]), ValueError, "F0.1"),
+    (lambda: bubble_formula("1f1b", 0, 4), ValueError, "n_ranks"),
+    (lambda: simulate(gpipe(1, 1)).text(dt=0), ValueError, "dt"),
+    (lambda: simulate(gpipe(1, 3000)).text(dt=0.5), ValueError, "2000"),
+])
+def test_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
