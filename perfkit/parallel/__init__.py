@@ -50,6 +50,31 @@ from perfkit.parallel.reducer import (
 from perfkit.parallel.scaler import (
     ShardedLossScaler,
 )
+from perfkit.parallel.schedules import (
+    KINDS,
+    SCHEDULES,
+    Action,
+    DeadlockError,
+    Schedule,
+    dependencies,
+    execution_order,
+    gpipe,
+    interleaved_1f1b,
+    make_schedule,
+    one_f_one_b,
+    parse_actions,
+    validate,
+    zb_h1,
+)
+from perfkit.parallel.simulate import (
+    DEFAULT_COSTS,
+    Slot,
+    Timeline,
+    bubble_formula,
+    peak_in_flight,
+    simulate,
+    timeline_from,
+)
 from perfkit.parallel.zero import (
     ZeroOptimizer,
 )
@@ -85,4 +110,10 @@ __all__ = [
     "ShardedLossScaler",
     "ShardedModule",
     "ZeroOptimizer",
+    # pipeline schedules (module 11)
+    "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
+    "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
+    "parse_actions", "validate", "zb_h1",
+    "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
+    "timeline_from",
 ]
