@@ -99,17 +99,21 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``x + drop(attn(ln1(x)))``, then ``x + drop(mlp(ln2(x)))``."""
+    """Pre-norm transformer block: ``x + drop1(attn(ln1(x)))``, then ``x + drop2(mlp(ln2(x)))``.
+
+    One dropout module per branch, not one called twice: a module called twice in a forward
+    breaks the module tracker of ``torch.distributed.tensor.debug.CommDebugMode`` (torch 2.13).
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(cfg.n_embd), nn.LayerNorm(cfg.n_embd)
         self.attn, self.mlp = Attention(cfg), MLP(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop1, self.drop2 = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln1(x)))
-        return x + self.drop(self.mlp(self.ln2(x)))
+        x = x + self.drop1(self.attn(self.ln1(x)))
+        return x + self.drop2(self.mlp(self.ln2(x)))
 
 
 class Head(nn.Module):
