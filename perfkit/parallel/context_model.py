@@ -1,0 +1,147 @@
+"""Ring attention's counts: per-rank work (tile FLOPs), bytes sent, memory, longest sequence.
+
+A causal split into ``P`` contiguous pieces gives rank ``r`` ``r`` full key blocks and one
+diagonal block: with the diagonal's upper half skipped the busiest rank does ``(2P-1)/P``
+times the mean work, ``2P/(P+1)`` when the diagonal block is computed whole. The zig-zag
+split (rank ``i`` holds chunks ``i`` and ``2P-1-i``) pairs a short row with a long one, so
+every rank does the same work. Bytes: each forward sends ``(P-1)/P`` of the full K and V;
+backward sends them again plus the dK/dV accumulators ``P`` times.
+
+Usage::
+
+    work = ring_work(4096, 4, "zigzag", tile=64)       # tile FLOPs per rank (per head, D=1)
+    print(imbalance(work), ring_bytes(1, 8, 4096, 64, 4).forward)
+    print(longest_sequence(2**30, 4, batch=1, heads=8, head_dim=64))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from perfkit._checks import check_choice, check_int, check_items, check_type
+from perfkit.compute.flash import check_tile, tile_pairs
+from perfkit.parallel.context import segments
+
+__all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "longest_sequence",
+           "ring_bytes", "ring_memory_bytes", "ring_work"]
+
+DIAGONALS = ("tiles", "half", "full")
+
+
+def ring_work(seq_len: int, world: int, split: str, tile: int = 64, head_dim: int = 1,
+              causal: bool = True, diagonal: str = "tiles") -> list[int]:
+    """Forward matmul FLOPs (``4 D`` per score computed, one batch-head) each rank does.
+
+    Args:
+        seq_len, world, split: the sequence, the ranks and how it is split.
+        tile: FlashAttention tile size.
+        head_dim: ``D``.
+        causal: causal attention (else every rank does ``T^2/P`` scores).
+        diagonal: how a (query piece, key piece) block that straddles the diagonal counts:
+            ``"tiles"``: the tiles the kernel computes (tiles above the diagonal skipped,
+            diagonal tiles whole); ``"half"``: half the block; ``"full"``: the whole block.
+
+    Returns:
+        FLOPs per rank, rank order.
+
+    Raises:
+        ValueError, TypeError: for bad sizes, an unknown ``split`` or ``diagonal``, a
+            sequence not divisible as the split needs.
+    """
+    check_tile(tile)
+    check_int("head_dim", head_dim, 1)
+    check_type("causal", causal, bool)
+    check_choice("diagonal", diagonal, DIAGONALS)
+    segs = [segments(seq_len, r, world, split) for r in range(world)]
+    out = []
+    for r in range(world):
+        cells = 0
+        for qs, qn in segs[r]:
+            for ks, kn in (piece for src in segs for piece in src):
+                if not causal or ks + kn - 1 <= qs:
+                    cells += qn * kn  # wholly below the diagonal (or not causal)
+                elif ks > qs + qn - 1:
+                    continue  # wholly above: skipped
+                elif diagonal == "tiles":
+                    cells += sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1, _ in
+                                 tile_pairs(qn, kn, tile, True, qs, ks))
+                else:
+                    cells += qn * kn // (2 if diagonal == "half" else 1)
+        out.append(4 * head_dim * cells)
+    return out
+
+
+def imbalance(work: list[int] | list[float]) -> float:
+    """The busiest rank's work over the mean: what the slowest rank costs the step."""
+    items = check_items("work", work)
+    if min(items) < 0 or sum(items) == 0:
+        raise ValueError(f"work must be non-negative with a positive sum, got {items}")
+    return max(items) * len(items) / sum(items)
+
+
+def contiguous_imbalance(world: int, diagonal: str = "half") -> float:
+    """The formula: ``(2P-1)/P`` with the diagonal's upper half skipped, ``2P/(P+1)`` without."""
+    check_int("world", world, 1)
+    check_choice("diagonal", diagonal, ("half", "full"))
+    return (2 * world - 1) / world if diagonal == "half" else 2 * world / (world + 1)
+
+
+@dataclass(frozen=True)
+class RingBytes:
+    """Bytes one rank sends per ring attention call: ``forward`` (K/V blocks) and
+    ``backward`` (K/V blocks again, plus the dK/dV accumulators in the accumulation dtype)."""
+
+    forward: int
+    backward: int
+
+
+def _size(dtype: torch.dtype) -> int:
+    check_type("dtype", dtype, torch.dtype)
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
+               dtype: torch.dtype = torch.float32) -> RingBytes:
+    """Bytes :func:`perfkit.parallel.context.ring_attention` sends per rank (exact).
+
+    Raises:
+        ValueError: for a non-positive size or ``seq_len`` not divisible by ``world``.
+    """
+    for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    segments(seq_len, 0, world, "contiguous")
+    block = 2 * batch * heads * (seq_len // world) * head_dim  # K and V values per rank
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    kv = (world - 1) * block * _size(dtype)
+    return RingBytes(kv, kv + world * block * _size(acc))
+
+
+def ring_memory_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
+                      dtype: torch.dtype = torch.float32) -> int:
+    """A rank's attention memory in the ring: its Q, K, V and O, the K/V block in hand and
+    the one arriving (``8 D`` values per local row), and the fp32 log-sum-exp.
+    ``world=1`` is plain FlashAttention on one process (no blocks in flight)."""
+    for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    segments(seq_len, 0, world, "contiguous")
+    rows = batch * heads * (seq_len // world)
+    per_row = (8 if world > 1 else 4) * head_dim
+    return rows * (per_row * _size(dtype) + 4)
+
+
+def longest_sequence(budget_bytes: int, world: int, batch: int = 1, heads: int = 8,
+                     head_dim: int = 64, dtype: torch.dtype = torch.float32,
+                     multiple: int | None = None) -> int:
+    """The longest sequence (a multiple of ``multiple``, default ``2P``) whose
+    :func:`ring_memory_bytes` fits ``budget_bytes`` per rank; 0 if none does.
+
+    Raises:
+        ValueError: for a non-positive budget or size.
+    """
+    check_int("budget_bytes", budget_bytes, 1)
+    check_int("world", world, 1)
+    step = check_int("multiple", multiple, 1) if multiple is not None else 2 * world
+    one = ring_memory_bytes(batch, heads, step, head_dim, world, dtype)  # linear in T
+    return (budget_bytes // one) * step

@@ -1,0 +1,100 @@
+"""Ring attention's bookkeeping without processes: how the sequence is split (contiguous,
+zig-zag), the per-rank work counted in tile FLOPs against the imbalance formulas, bytes
+sent, memory and the longest sequence; bad arguments. The ring itself runs in
+tests/distributed/test_context_parallel.py."""
+
+import pytest
+import torch
+
+from perfkit.parallel import context as cp
+from perfkit.parallel import context_model as cm
+
+
+def test_segments_contiguous_and_zigzag():
+    assert cp.segments(12, 1, 3, "contiguous") == [(4, 4)]
+    assert cp.segments(16, 0, 4, "zigzag") == [(0, 2), (14, 2)]
+    assert cp.segments(16, 3, 4, "zigzag") == [(6, 2), (8, 2)]
+    covered = sorted(s for r in range(4) for s in cp.segments(24, r, 4, "zigzag"))
+    assert covered == [(3 * i, 3) for i in range(8)]  # every chunk once
+
+
+def test_shard_then_unshard_is_identity():
+    x = torch.arange(2 * 24 * 3).reshape(2, 24, 3)
+    for split in cp.SPLITS:
+        parts = [cp.shard_sequence(x, r, 3, split) for r in range(3)]
+        assert all(p.shape == (2, 8, 3) for p in parts)
+        assert torch.equal(cp.unshard_sequence(parts, split), x)
+    zig = cp.shard_sequence(x, 0, 3, "zigzag")
+    assert torch.equal(zig[:, 4:], x[:, 20:])  # rank 0's second chunk is the last one
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_imbalance_formulas(world):
+    t = 2 * world * 64
+    half = cm.ring_work(t, world, "contiguous", tile=16, diagonal="half")
+    full = cm.ring_work(t, world, "contiguous", tile=16, diagonal="full")
+    assert cm.imbalance(half) == pytest.approx((2 * world - 1) / world)
+    assert cm.imbalance(full) == pytest.approx(2 * world / (world + 1))
+    assert cm.contiguous_imbalance(world, "half") == pytest.approx(cm.imbalance(half))
+    tiles = cm.ring_work(t, world, "contiguous", tile=16)
+    assert cm.imbalance(full) < cm.imbalance(tiles) < cm.imbalance(half)
+    for d in cm.DIAGONALS:
+        assert cm.imbalance(cm.ring_work(t, world, "zigzag", tile=16, diagonal=d)) == 1.0
+    # every scheme does the whole causal attention between them (tile skipping aside)
+    assert sum(half) == 4 * t * t // 2
+    nc = cm.ring_work(t, world, "zigzag", causal=False)
+    assert nc == [4 * t * t // world] * world
+
+
+def test_ring_work_counts_the_kernel_tiles():
+    # P=1 contiguous is plain causal FlashAttention: the same tiles flash_flops counts
+    from perfkit.compute.flash import flash_flops
+
+    assert cm.ring_work(100, 1, "contiguous", tile=16, head_dim=8) == [
+        flash_flops(1, 1, 100, 8, True, 16).forward]
+
+
+def test_bytes_memory_and_longest_sequence():
+    b = cm.ring_bytes(1, 2, 64, 8, 4)
+    block = 2 * 2 * 16 * 8  # K and V values a rank holds
+    assert b.forward == 3 * block * 4 and b.backward == 3 * block * 4 + 4 * block * 4
+    assert cm.ring_bytes(1, 2, 64, 8, 4, torch.bfloat16).backward == 3 * block * 2 + 4 * block * 4
+    assert cm.ring_bytes(1, 2, 64, 8, 1).forward == 0
+    one = cm.ring_memory_bytes(1, 8, 4096, 64, 4)
+    assert one == 8 * 1024 * (8 * 64 * 4 + 4)
+    longest = [cm.longest_sequence(2**26, p, heads=8, head_dim=64) for p in (2, 4, 8)]
+    assert longest[1] == pytest.approx(2 * longest[0], rel=0.01)  # linear in P
+    assert longest[2] == pytest.approx(2 * longest[1], rel=0.01)
+    for p, t in zip((2, 4, 8), longest):
+        assert t % (2 * p) == 0
+        assert cm.ring_memory_bytes(1, 8, t, 64, p) <= 2**26
+        assert cm.ring_memory_bytes(1, 8, t + 2 * p, 64, p) > 2**26
+    assert cm.longest_sequence(10, 2) == 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="divisible by 8"):
+        cp.segments(20, 0, 4, "zigzag")
+    with pytest.raises(ValueError, match="divisible by 3"):
+        cp.segments(20, 0, 3, "contiguous")
+    with pytest.raises(ValueError, match="split"):
+        cp.segments(24, 0, 3, "striped")
+    with pytest.raises(ValueError, match="rank"):
+        cp.segments(24, 3, 3, "contiguous")
+    with pytest.raises(ValueError, match="tile"):
+        cm.ring_work(64, 2, "zigzag", tile=6)
+    with pytest.raises(ValueError, match="diagonal"):
+        cm.ring_work(64, 2, "zigzag", diagonal="quarter")
+    with pytest.raises(ValueError, match="work"):
+        cm.imbalance([0, 0])
+    q = torch.zeros(1, 1, 8, 4)
+    with pytest.raises(ValueError, match="tile"):
+        cp.ring_attention(q, q, q, tile=3)
+    with pytest.raises(ValueError, match="q, k, v"):
+        cp.ring_attention(q, q[..., :2], q)
+    with pytest.raises(ValueError, match="split"):
+        cp.ring_attention(q, q, q, split="random")
+    with pytest.raises(ValueError, match="timeout_s"):
+        cp.ring_attention(q, q, q, timeout_s=0)
+    with pytest.raises(TypeError, match="stats"):
+        cp.ring_attention(q, q, q, stats={})
