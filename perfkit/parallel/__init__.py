@@ -22,6 +22,24 @@ from perfkit.parallel.buckets import (
     consolidated_state,
     shard_state,
 )
+from perfkit.parallel.context import (
+    SPLITS,
+    RingStats,
+    ring_attention,
+    segments,
+    shard_sequence,
+    unshard_sequence,
+)
+from perfkit.parallel.context_model import (
+    DIAGONALS,
+    RingBytes,
+    contiguous_imbalance,
+    imbalance,
+    longest_sequence,
+    ring_bytes,
+    ring_memory_bytes,
+    ring_work,
+)
 from perfkit.parallel.data_parallel import (
     BucketedDP,
     NaiveDP,
@@ -84,6 +102,20 @@ from perfkit.parallel.zero3 import (
 )
 
 __all__ = [
+    "SPLITS",
+    "RingStats",
+    "ring_attention",
+    "segments",
+    "shard_sequence",
+    "unshard_sequence",
+    "DIAGONALS",
+    "RingBytes",
+    "contiguous_imbalance",
+    "imbalance",
+    "longest_sequence",
+    "ring_bytes",
+    "ring_memory_bytes",
+    "ring_work",
     "Attention",
     "Block",
     "Embed",
