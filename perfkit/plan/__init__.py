@@ -1,0 +1,136 @@
+"""Planning at scale (module 13): choose the layout of a run on a cluster you cannot try.
+
+A model (:mod:`perfkit.plan.model`), a cluster (:mod:`perfkit.plan.cluster`), a layout
+(:mod:`perfkit.plan.layout`); memory per GPU (:mod:`perfkit.plan.memory_model`) and step time
+(:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`); published runs
+to hold it against (:mod:`perfkit.plan.published`); this machine (:mod:`perfkit.plan.local`);
+the ``perfkit plan`` command (:mod:`perfkit.plan.command`).
+
+Usage::
+
+    p = plan(model_from_config("config.json"), named_cluster("h100-sxm"), gpus=64, global_batch=512)
+    print(report_text(p))
+    print(compare(megatron_runs()).median_error)
+"""
+
+from perfkit.plan.cluster import (
+    ASSUMED_LATENCY_S,
+    GPU,
+    GPUS,
+    Cluster,
+    local_cluster,
+    named_cluster,
+)
+from perfkit.plan.command import (
+    add_parser,
+    parse_tokens,
+    report_json,
+    report_text,
+    run,
+)
+from perfkit.plan.layout import (
+    SCHEDULES,
+    Layout,
+    check_layout,
+    layout_problems,
+)
+from perfkit.plan.local import (
+    COURSE_LAYOUTS,
+    LINK_SIZES,
+    link_cache_path,
+    local_link,
+    tiny_gpt2_spec,
+)
+from perfkit.plan.memory_model import (
+    BUCKET_BYTES,
+    MemoryBreakdown,
+    memory_per_gpu,
+    stage_params,
+)
+from perfkit.plan.model import (
+    RECOMPUTE,
+    ModelSpec,
+    model_from_config,
+)
+from perfkit.plan.published import (
+    Comparison,
+    PublishedRun,
+    RowResult,
+    compare,
+    fit_efficiency,
+    fit_rows,
+    foundry_runs,
+    megatron_runs,
+    predict,
+)
+from perfkit.plan.runs_data import (
+    FOUNDRY_COMMIT,
+    FOUNDRY_ROWS,
+    FOUNDRY_TABLES,
+    MEGATRON_ROWS,
+    MPT_SHAPES,
+)
+from perfkit.plan.search import (
+    Candidate,
+    Plan,
+    enumerate_layouts,
+    plan,
+)
+from perfkit.plan.step_time import (
+    MEM_PASSES,
+    StepTime,
+    group_allreduce_time,
+    step_time,
+)
+
+__all__ = [
+    "add_parser",
+    "ASSUMED_LATENCY_S",
+    "BUCKET_BYTES",
+    "Candidate",
+    "check_layout",
+    "Cluster",
+    "compare",
+    "Comparison",
+    "COURSE_LAYOUTS",
+    "enumerate_layouts",
+    "fit_efficiency",
+    "fit_rows",
+    "FOUNDRY_COMMIT",
+    "FOUNDRY_ROWS",
+    "foundry_runs",
+    "FOUNDRY_TABLES",
+    "GPU",
+    "GPUS",
+    "group_allreduce_time",
+    "Layout",
+    "layout_problems",
+    "link_cache_path",
+    "LINK_SIZES",
+    "local_cluster",
+    "local_link",
+    "MEGATRON_ROWS",
+    "megatron_runs",
+    "MEM_PASSES",
+    "memory_per_gpu",
+    "MemoryBreakdown",
+    "model_from_config",
+    "ModelSpec",
+    "MPT_SHAPES",
+    "named_cluster",
+    "parse_tokens",
+    "Plan",
+    "plan",
+    "predict",
+    "PublishedRun",
+    "RECOMPUTE",
+    "report_json",
+    "report_text",
+    "RowResult",
+    "run",
+    "SCHEDULES",
+    "stage_params",
+    "step_time",
+    "StepTime",
+    "tiny_gpt2_spec",
+]

@@ -1,0 +1,176 @@
+"""Clusters for the planner: GPUs from their datasheets, links as alpha-beta models, this machine.
+
+A :class:`Cluster` is GPUs of one kind (:class:`GPU`: dense 16-bit matmul peak, memory, memory
+bandwidth, each quoted with its datasheet), ``gpus_per_node`` of them joined by one link
+(NVLink: :class:`perfkit.comm.alpha_beta.AlphaBeta`), the nodes by another (the network,
+per GPU), and the share of the matmul peak that kernels achieve (``efficiency``: the one
+figure the planner lets a user fit per GPU type). :func:`local_cluster` builds "this machine"
+from the ceilings notebook 00 measures (:func:`perfkit.hw.cached_limits`) and the alpha-beta
+fit of notebook 02.
+
+Usage::
+
+    c = named_cluster("h100-sxm", inter_gbps=400)           # 8 GPUs per node, NDR per GPU
+    print(c.gpu.peak_flops, c.intra.bandwidth, c.inter.bandwidth)
+    here = local_cluster(hw.cached_limits(), comm.AlphaBeta(20e-6, 1e9), processes=2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from perfkit._checks import check_choice, check_int, check_real, check_type
+from perfkit.comm.alpha_beta import AlphaBeta
+from perfkit.hw import MachineLimits
+
+__all__ = ["ASSUMED_LATENCY_S", "GPU", "GPUS", "Cluster", "local_cluster", "named_cluster"]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator as its datasheet sells it (dense 16-bit Tensor Core FLOP/s, no sparsity)."""
+
+    name: str
+    peak_flops: float  # FLOP/s, bf16/fp16 dense
+    memory_bytes: float  # bytes
+    hbm_bytes_per_s: float  # bytes/s
+    nvlink_bytes_per_s: float  # bytes/s, one direction (half the datasheet's both-ways figure)
+    source: str
+
+    def __post_init__(self) -> None:
+        check_type("name", self.name, str)
+        check_type("source", self.source, str)
+        for k in ("peak_flops", "memory_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s"):
+            check_real(k, getattr(self, k), 0, lo_open=True)
+
+
+_A100 = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): "
+         "BF16 Tensor Core 312 TFLOPS (624 with sparsity), NVLink 600 GB/s")
+_H100 = ("NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with "
+         "sparsity (989 dense), 80 GB, 3.35 TB/s, NVLink 900 GB/s")
+GPUS: dict[str, GPU] = {
+    "a100-40gb": GPU("A100 SXM4 40GB", 312e12, 40e9, 1.555e12, 300e9, _A100 + ", 40GB HBM2 1,555 GB/s"),
+    "a100-80gb": GPU("A100 SXM4 80GB", 312e12, 80e9, 2.039e12, 300e9, _A100 + ", 80GB HBM2e 2,039 GB/s"),
+    "h100-sxm": GPU("H100 SXM5 80GB", 989e12, 80e9, 3.35e12, 450e9, _H100),
+    "h200": GPU("H200 SXM 141GB", 989e12, 141e9, 4.8e12, 450e9,
+                "NVIDIA H200 Tensor Core GPU datasheet: the H100's Tensor Cores (BF16 1,979 "
+                "TFLOPS with sparsity), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"),
+}
+
+# Start-up latencies are not on datasheets: NCCL's small-message times on NVLink and on
+# InfiniBand are a few and about ten microseconds. Assumed, and named as such in reports.
+ASSUMED_LATENCY_S = {"nvlink": 5e-6, "network": 10e-6}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """GPUs, their two links and the share of the matmul peak kernels reach.
+
+    Attributes:
+        name: a label.
+        gpu: the :class:`GPU`.
+        gpus_per_node: GPUs joined by ``intra``.
+        intra: the link inside a node, one direction, per GPU.
+        inter: the network between nodes, one direction, per GPU (a node's NICs / its GPUs).
+        efficiency: achieved over peak matmul FLOP/s, in (0, 1].
+        memory_share: the share of ``gpu.memory_bytes`` a layout may plan to use (the rest:
+            the CUDA context, the allocator's fragmentation).
+        note: where the link figures come from.
+    """
+
+    name: str
+    gpu: GPU
+    gpus_per_node: int
+    intra: AlphaBeta
+    inter: AlphaBeta
+    efficiency: float = 0.5
+    memory_share: float = 0.9
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        check_type("gpu", self.gpu, GPU)
+        check_int("gpus_per_node", self.gpus_per_node, 1)
+        check_type("intra", self.intra, AlphaBeta)
+        check_type("inter", self.inter, AlphaBeta)
+        check_real("efficiency", self.efficiency, 0, 1, lo_open=True)
+        check_real("memory_share", self.memory_share, 0, 1, lo_open=True)
+
+    @property
+    def usable_memory(self) -> float:
+        """Bytes a layout may plan to use per GPU."""
+        return self.gpu.memory_bytes * self.memory_share
+
+    @property
+    def achievable_flops(self) -> float:
+        """FLOP/s per GPU at the cluster's efficiency."""
+        return self.gpu.peak_flops * self.efficiency
+
+    def with_efficiency(self, efficiency: float) -> Cluster:
+        """The same cluster with another achievable share of the peak."""
+        return replace(self, efficiency=check_real("efficiency", efficiency, 0, 1, lo_open=True))
+
+
+def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = None,
+                  efficiency: float = 0.5) -> Cluster:
+    """A cluster of a datasheet GPU (:data:`GPUS`): NVLink inside each node, a network between.
+
+    Args:
+        gpu: a :data:`GPUS` key (``"a100-40gb"``, ``"a100-80gb"``, ``"h100-sxm"``, ``"h200"``).
+        gpus_per_node: GPUs per NVLink domain (>= 1; 8 on HGX boards).
+        inter_gbps: network Gb/s per GPU (one NIC per GPU); default 200 (HDR InfiniBand)
+            for A100s and 400 (NDR) for H100/H200.
+        efficiency: the achievable share of the matmul peak, in (0, 1].
+
+    Returns:
+        A :class:`Cluster`.
+
+    Raises:
+        ValueError: for an unknown ``gpu`` or a value out of range.
+    """
+    check_choice("gpu", gpu, tuple(GPUS))
+    g = GPUS[gpu]
+    gbps = (200.0 if gpu.startswith("a100") else 400.0) if inter_gbps is None else inter_gbps
+    check_real("inter_gbps", gbps, 0, lo_open=True)
+    return Cluster(
+        name=f"{check_int('gpus_per_node', gpus_per_node, 1)}x {g.name} per node, {gbps:g} Gb/s per GPU",
+        gpu=g, gpus_per_node=gpus_per_node,
+        intra=AlphaBeta(ASSUMED_LATENCY_S["nvlink"], g.nvlink_bytes_per_s),
+        inter=AlphaBeta(ASSUMED_LATENCY_S["network"], gbps * 1e9 / 8),
+        efficiency=efficiency,
+        note="bandwidths from the datasheets; latencies assumed (ASSUMED_LATENCY_S)")
+
+
+def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
+                  memory_bytes: float | None = None, dtype: str = "float32",
+                  efficiency: float = 1.0) -> Cluster:
+    """"This machine": ``processes`` CPU processes, each with an equal share of the measured
+    matmul ceiling and copy bandwidth, joined by the measured point-to-point ``link``.
+
+    Args:
+        limits: the measured ceilings (:func:`perfkit.hw.cached_limits`).
+        link: one point-to-point step's alpha-beta fit (notebook 02, gloo over loopback).
+        processes: processes sharing the machine (>= 1); each gets ``1/processes`` of it.
+        memory_bytes: memory per process (default: the host's RAM / processes).
+        dtype: the matmul dtype whose ceiling is the peak.
+        efficiency: share of that peak a training step's matmuls reach, in (0, 1].
+
+    Returns:
+        A one-node :class:`Cluster` with ``intra == inter == link``.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or out of range.
+    """
+    check_type("limits", limits, MachineLimits)
+    check_type("link", link, AlphaBeta)
+    check_int("processes", processes, 1)
+    if memory_bytes is None:
+        import psutil
+
+        memory_bytes = psutil.virtual_memory().total / processes
+    check_real("memory_bytes", memory_bytes, 0, lo_open=True)
+    gpu = GPU(f"{limits.name} / {processes}", limits.peak_flops(dtype) / processes,
+              float(memory_bytes), limits.copy_bytes_per_s / processes, link.bandwidth,
+              f"measured by perfkit.hw ({limits.measured_at or 'cached'}), {dtype} matmul")
+    return Cluster(name=f"this machine ({processes} processes)", gpu=gpu, gpus_per_node=processes,
+                   intra=link, inter=link, efficiency=efficiency, memory_share=1.0,
+                   note="ceilings from perfkit.hw, link from the alpha-beta fit")

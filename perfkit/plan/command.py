@@ -1,0 +1,198 @@
+"""``perfkit plan``: the planner's command line, its text report and its JSON.
+
+:func:`add_parser` adds the subcommand to ``perfkit``'s parser (:mod:`perfkit.cli`);
+:func:`run` builds the model (a transformers ``config.json`` or ``--layers/--hidden/...``),
+the cluster (a datasheet GPU or ``--machine local``) and the constraints, plans, and prints
+:func:`report_text` or :func:`report_json`. Bad input ends with exit code 2 and a sentence.
+
+Usage::
+
+    perfkit plan --gpu h100-sxm --gpus 64 --config llama/config.json --global-batch-tokens 4M
+    perfkit plan --gpu a100-80gb --gpus 512 --layers 48 --hidden 8192 --heads 64 --seq 2048 --tp 8
+    perfkit plan --machine local --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from perfkit.plan.cluster import GPUS, Cluster, local_cluster, named_cluster
+from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
+from perfkit.plan.search import Plan, plan
+
+__all__ = ["add_parser", "parse_tokens", "report_json", "report_text", "run"]
+
+FIXABLE = ("dp", "tp", "pp", "cp", "zero", "micro_batch", "interleave", "recompute")
+
+
+def parse_tokens(text: str) -> int:
+    """``"4M"``, ``"512k"``, ``"1048576"`` -> tokens.
+
+    Raises:
+        ValueError: for anything else, or a count below 1.
+    """
+    t = str(text).strip().lower()
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9}.get(t[-1:], 1)
+    try:
+        n = int(float(t[:-1] if scale > 1 else t) * scale)
+    except ValueError:
+        raise ValueError(f"--global-batch-tokens must be a count such as 4M or 524288, "
+                         f"got {text!r}") from None
+    if n < 1:
+        raise ValueError(f"--global-batch-tokens must be at least 1, got {text!r}")
+    return n
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def report_text(p: Plan, top: int = 5) -> str:
+    """The best ``top`` layouts as a table, why the next ones lose, and the rejections."""
+    m, c = p.model, p.cluster
+    lines = [f"{m.name}: {m.num_params / 1e9:.2f} B parameters, {m.layers} layers, h={m.hidden}, "
+             f"{m.heads} heads ({m.kv} kv), seq {m.seq}, on {p.gpus} x {c.gpu.name} "
+             f"({c.name}), efficiency {c.efficiency:.2f}, batch {p.global_batch} sequences "
+             f"({p.global_batch * m.seq:,} tokens)"]
+    if not p.best:
+        lines.append("no layout fits; the most common reasons:")
+        reasons: dict[str, int] = {}
+        for _lay, why in p.rejected:
+            key = why.split(":")[0] if why.startswith("needs") else why
+            reasons[key] = reasons.get(key, 0) + 1
+        lines += [f"  {n:6d} x {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]]
+        return "\n".join(lines)
+    lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} "
+                 f"{'mem GB':>7} {'states':>7} {'acts':>6}  limiter")
+    for i, cand in enumerate(p.best[:top]):
+        t, mem = cand.time, cand.memory
+        lines.append(f"{i + 1:>2} {cand.layout.label():34} {t.total_s:9.4g} "
+                     f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {_gb(mem.total):>7} "
+                     f"{_gb(mem.model_states):>7} {_gb(mem.activations):>6}  {t.limiter}")
+    best = p.best[0].time
+    lines.append("best layout, seconds per term: " + ", ".join(
+        f"{k} {v:.3g}" for k, v in best.terms.items() if v > 0))
+    lines += ["why the next ones lose:"] + [f"  {p.why_not(r)}" for r in range(1, min(top, len(p.best)))]
+    lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected; e.g.")
+    mem_rej = [(lay, why) for lay, why in p.rejected if why.startswith("needs")]
+    lines += [f"  {lay.label()}: {why}" for lay, why in (mem_rej[:2] + p.rejected[:1])]
+    return "\n".join(lines)
+
+
+def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
+    """The plan as plain data: model, cluster, the best ``top`` layouts with every term."""
+    return {
+        "model": {k: getattr(p.model, k) for k in ("name", "layers", "hidden", "heads", "kv",
+                                                    "ffn", "vocab", "seq", "num_params")},
+        "cluster": {"name": p.cluster.name, "gpu": p.cluster.gpu.name,
+                    "efficiency": p.cluster.efficiency, "source": p.cluster.gpu.source},
+        "gpus": p.gpus, "global_batch": p.global_batch,
+        "best": [{"layout": vars(c.layout), "label": c.layout.label(), "step_s": c.time.total_s,
+                  "terms_s": c.time.terms, "tokens_per_s": c.time.tokens_per_s, "mfu": c.time.mfu,
+                  "limiter": c.time.limiter, "memory_bytes": c.memory.as_dict()}
+                 for c in p.best[:top]],
+        "fit": len(p.best), "rejected": len(p.rejected),
+        "rejected_examples": [{"label": lay.label(), "reason": why} for lay, why in p.rejected[:5]],
+    }
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add ``plan`` to ``perfkit``'s subparsers; return its parser."""
+    ap = sub.add_parser(
+        "plan", help="choose DP x TP x PP x CP, ZeRO, micro-batch and recomputation for a run",
+        description="Predict memory per GPU and step time of every layout of a model on a "
+        "cluster, reject those that do not fit, rank the rest and explain why the runners-up "
+        "lose. The model: a transformers config.json (--config) or its sizes; the cluster: a "
+        "datasheet GPU (--gpu) or this machine (--machine local).")
+    g = ap.add_argument_group("model")
+    g.add_argument("--config", help="a transformers config.json (Llama-style configs get SwiGLU and GQA)")
+    for k in ("layers", "hidden", "heads", "ffn", "vocab", "kv-heads"):
+        g.add_argument(f"--{k}", type=int)
+    g.add_argument("--seq", type=int, help="training sequence length (default: the config's)")
+    g.add_argument("--gated", action="store_true", help="SwiGLU MLP (three matrices)")
+    c = ap.add_argument_group("cluster")
+    c.add_argument("--gpu", choices=sorted(GPUS), default="h100-sxm")
+    c.add_argument("--machine", choices=("local",), help="this machine's measured ceilings and link")
+    c.add_argument("--gpus", type=int, default=8, help="GPUs (processes with --machine local)")
+    c.add_argument("--gpus-per-node", type=int, default=8)
+    c.add_argument("--inter-gbps", type=float, help="network Gb/s per GPU (default by GPU: 200/400)")
+    c.add_argument("--efficiency", type=float, default=0.5, help="achieved share of the matmul peak")
+    r = ap.add_argument_group("run and constraints")
+    r.add_argument("--global-batch-tokens", default="1M", help="tokens per step: 4M, 524288 (default 1M)")
+    for k in FIXABLE:
+        r.add_argument(f"--{k.replace('_', '-')}", type=str if k == "recompute" else int,
+                       choices=RECOMPUTE if k == "recompute" else None, help=f"fix {k}")
+    r.add_argument("--sp", choices=("on", "off"), help="fix sequence parallelism")
+    ap.add_argument("--top", type=int, default=5, help="layouts shown (default 5)")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.set_defaults(func=run)
+    return ap
+
+
+def _model(args: argparse.Namespace) -> ModelSpec:
+    if args.config:
+        return model_from_config(args.config, seq=args.seq)
+    if args.machine == "local" and args.layers is None:
+        from perfkit.plan.local import tiny_gpt2_spec
+
+        return tiny_gpt2_spec()
+    missing = [k for k in ("layers", "hidden", "heads") if getattr(args, k) is None]
+    if missing:
+        raise ValueError(f"name a model: --config config.json, or --layers, --hidden and --heads "
+                         f"(missing {', '.join('--' + k for k in missing)})")
+    h = args.hidden
+    return ModelSpec("model", layers=args.layers, hidden=h, heads=args.heads,
+                     ffn=args.ffn or (int(8 * h / 3) if args.gated else 4 * h),
+                     vocab=args.vocab or 50257, seq=args.seq or 2048, kv_heads=args.kv_heads,
+                     gated=args.gated)
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    if args.machine == "local":
+        from perfkit import hw
+        from perfkit.plan.local import local_link
+
+        return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
+                             efficiency=min(args.efficiency, 1.0))
+    return named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency)
+
+
+def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int) -> None:
+    """Refuse constraints no layout can meet, with the reason (before the search)."""
+    degrees = [fixed.get(k) for k in ("dp", "tp", "pp", "cp")]
+    product = 1
+    for d in degrees:
+        product *= d or 1
+    if all(d is not None for d in degrees[:3]) and product != gpus or gpus % product:
+        named = " x ".join(f"{k}={fixed[k]}" for k in ("dp", "tp", "pp", "cp") if k in fixed)
+        raise ValueError(f"the degrees {named} multiply to {product}, which "
+                         f"{'is not' if all(d is not None for d in degrees[:3]) else 'does not divide'} "
+                         f"the GPU count {gpus}")
+    if "tp" in fixed and model.heads % fixed["tp"]:
+        raise ValueError(f"heads ({model.heads}) are not divisible by --tp ({fixed['tp']})")
+    if "pp" in fixed and fixed["pp"] > 1 and batch < fixed["pp"]:
+        raise ValueError(f"the batch is too small for the pipeline: {batch} sequence(s) per step "
+                         f"for {fixed['pp']} stages (each stage needs a micro-batch in flight)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``perfkit plan`` with parsed ``args``; return the exit code (2 for bad input)."""
+    try:
+        model = _model(args)
+        cluster = _cluster(args)
+        tokens = parse_tokens(args.global_batch_tokens)
+        batch = max(tokens // model.seq, 1)
+        fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k) is not None}
+        if args.sp:
+            fixed["sp"] = args.sp == "on"
+        _check_fixed(model, fixed, args.gpus, batch)
+        result = plan(model, cluster, args.gpus, batch, fixed)
+    except (TypeError, ValueError) as e:
+        print(f"perfkit plan: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report_json(result, args.top), indent=1) if args.json
+          else report_text(result, args.top))
+    return 0 if result.best else 1

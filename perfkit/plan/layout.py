@@ -1,0 +1,161 @@
+"""A layout of a training run: DP x TP x PP x CP, ZeRO stage, micro-batches, recomputation.
+
+:class:`Layout` holds the degrees and choices; :func:`layout_problems` lists every reason a
+layout cannot run a model on a cluster with a global batch (degrees that do not multiply to
+the GPU count, heads not divisible by TP, a batch too small for the pipeline, ...), and
+:func:`check_layout` raises them as one ``ValueError``. Ranks are placed TP innermost (inside
+a node, on NVLink), then CP, then PP, then DP outermost, as Megatron-LM places them.
+
+Usage::
+
+    lay = Layout(dp=16, tp=8, pp=4, micro_batch=1, recompute="selective", sp=True)
+    check_layout(model, lay, gpus=512, global_batch=1024)
+    print(lay.micro_batches(1024), lay.bubble_fraction(1024))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfkit._checks import check_choice, check_int, check_type
+from perfkit.plan.model import RECOMPUTE, ModelSpec
+
+__all__ = ["SCHEDULES", "Layout", "check_layout", "layout_problems"]
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees and choices of one layout.
+
+    Attributes:
+        dp, tp, pp, cp: data-, tensor-, pipeline- and context-parallel degrees (>= 1).
+        zero: ZeRO stage 0-3 over the data-parallel (and context-parallel) ranks.
+        micro_batch: sequences per micro-batch per data-parallel replica.
+        interleave: model chunks per pipeline stage (``v`` of the interleaved schedule).
+        recompute: ``"none"``, ``"selective"`` (attention scores) or ``"full"`` (blocks).
+        sp: sequence parallelism beside tensor parallelism.
+        schedule: ``"1f1b"`` (PipeDream-Flush) or ``"gpipe"`` (all forwards first).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    zero: int = 0
+    micro_batch: int = 1
+    interleave: int = 1
+    recompute: str = "none"
+    sp: bool = False
+    schedule: str = "1f1b"
+
+    def __post_init__(self) -> None:
+        for k in ("dp", "tp", "pp", "cp", "micro_batch", "interleave"):
+            check_int(k, getattr(self, k), 1)
+        check_int("zero", self.zero, 0, 3)
+        check_choice("recompute", self.recompute, RECOMPUTE)
+        check_type("sp", self.sp, bool)
+        check_choice("schedule", self.schedule, SCHEDULES)
+
+    @property
+    def gpus(self) -> int:
+        """``dp * tp * pp * cp``."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    def micro_batches(self, global_batch: int) -> int:
+        """Micro-batches per replica and step, ``m = B / (dp * b)`` (rounded down)."""
+        return global_batch // (self.dp * self.micro_batch)
+
+    def bubble_fraction(self, global_batch: int) -> float:
+        """Idle share of the pipeline over the ideal time: ``(p - 1) / (v m)``
+        (Narayanan et al. 2021, sections 2.2.1 and 2.2.2)."""
+        m = max(self.micro_batches(global_batch), 1)
+        return (self.pp - 1) / (self.interleave * m)
+
+    def in_flight(self, global_batch: int) -> float:
+        """Micro-batches whose activations the first stage holds at once, in units of one
+        micro-batch of all its layers: ``min(p, m)`` for 1F1B, times
+        ``1 + (p - 1) / (p v)`` when interleaved (Korthikanti et al. 2022, section 4.2.3);
+        ``m`` for GPipe."""
+        m = max(self.micro_batches(global_batch), 1)
+        if self.schedule == "gpipe":
+            return float(m)
+        base = float(min(self.pp, m))
+        if self.interleave > 1:
+            base *= 1 + (self.pp - 1) / (self.pp * self.interleave)
+        return base
+
+    def label(self) -> str:
+        """A short name: ``dp16 tp8 pp4 z1 mb1 v2 sel sp``."""
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        parts += [f"cp{self.cp}"] if self.cp > 1 else []
+        parts += [f"z{self.zero}", f"mb{self.micro_batch}"]
+        parts += [f"v{self.interleave}"] if self.interleave > 1 else []
+        parts += [] if self.recompute == "none" else [self.recompute[:4]]
+        parts += ["sp"] if self.sp else []
+        parts += ["gpipe"] if self.schedule == "gpipe" else []
+        return " ".join(parts)
+
+
+def layout_problems(model: ModelSpec, layout: Layout, gpus: int, global_batch: int) -> list[str]:
+    """Every reason ``layout`` cannot train ``model`` on ``gpus`` with ``global_batch`` sequences.
+
+    Args:
+        model: the :class:`ModelSpec`.
+        layout: the :class:`Layout`.
+        gpus: GPUs in the run (>= 1).
+        global_batch: sequences per optimizer step (>= 1).
+
+    Returns:
+        Sentences, empty when the layout is valid.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or below 1.
+    """
+    check_type("model", model, ModelSpec)
+    check_type("layout", layout, Layout)
+    check_int("gpus", gpus, 1)
+    check_int("global_batch", global_batch, 1)
+    lay, out = layout, []
+    if lay.gpus != gpus:
+        out.append(f"dp x tp x pp x cp = {lay.dp} x {lay.tp} x {lay.pp} x {lay.cp} = {lay.gpus} "
+                   f"is not the GPU count {gpus}")
+    if model.heads % lay.tp:
+        out.append(f"heads ({model.heads}) are not divisible by tp ({lay.tp})")
+    elif model.kv % lay.tp and model.kv < lay.tp:
+        out.append(f"key/value heads ({model.kv}) are fewer than tp ({lay.tp}) and would be copied")
+    if model.ffn % lay.tp:
+        out.append(f"the MLP width ({model.ffn}) is not divisible by tp ({lay.tp})")
+    if model.layers % (lay.pp * lay.interleave):
+        out.append(f"layers ({model.layers}) are not divisible by pp x interleave "
+                   f"({lay.pp} x {lay.interleave})")
+    if lay.interleave > 1 and lay.pp == 1:
+        out.append("interleave > 1 needs a pipeline (pp > 1)")
+    if model.seq % (2 * lay.cp if lay.cp > 1 else 1):
+        out.append(f"the sequence ({model.seq}) is not divisible by 2 x cp ({2 * lay.cp}): "
+                   "ring attention balances the causal mask over 2 cp chunks")
+    if lay.sp and lay.tp == 1:
+        out.append("sequence parallelism needs tp > 1")
+    if global_batch % (lay.dp * lay.micro_batch):
+        out.append(f"the global batch ({global_batch}) is not a multiple of dp x micro_batch "
+                   f"({lay.dp} x {lay.micro_batch})")
+    m = global_batch // (lay.dp * lay.micro_batch)
+    if lay.pp > 1 and m < lay.pp:
+        out.append(f"the batch is too small for the pipeline: {m} micro-batch(es) per replica "
+                   f"for {lay.pp} stages (needs at least {lay.pp})")
+    if lay.pp > 1 and lay.interleave > 1 and m % lay.pp:
+        out.append(f"the interleaved schedule needs micro-batches ({m}) divisible by pp ({lay.pp})")
+    return out
+
+
+def check_layout(model: ModelSpec, layout: Layout, gpus: int, global_batch: int) -> Layout:
+    """``layout`` if :func:`layout_problems` finds nothing.
+
+    Raises:
+        ValueError: naming every problem found.
+    """
+    problems = layout_problems(model, layout, gpus, global_batch)
+    if problems:
+        raise ValueError(f"layout {layout.label()}: " + "; ".join(problems))
+    return layout

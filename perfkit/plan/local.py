@@ -1,0 +1,97 @@
+"""The planner on this machine: its measured link, the course's tiny GPT-2, the layouts it runs.
+
+``perfkit plan --machine local`` plans with the ceilings notebook 00 measures
+(:func:`perfkit.hw.cached_limits`) and the alpha-beta fit notebook 02 makes of a 2-process
+all-reduce sweep (gloo over loopback). :func:`local_link` measures that sweep once through
+:func:`perfkit.dist.launch` and caches the fit beside the ceilings; :func:`tiny_gpt2_spec` is
+the model :mod:`perfkit.jobs.zero_bench` trains (fp32, fused attention, no dropout), and
+:data:`COURSE_LAYOUTS` the layouts the course measures at 2 processes, by the job's variant
+names.
+
+Usage::
+
+    link = local_link()                                  # measured once, then cached
+    cluster = local_cluster(hw.cached_limits(), link, processes=2)
+    t = step_time(tiny_gpt2_spec(), COURSE_LAYOUTS["zero2"], cluster, global_batch=16, recipe="fp32_adam")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from perfkit import dist
+from perfkit._checks import check_int
+from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
+from perfkit.hw import default_limits_path
+from perfkit.plan.layout import Layout
+from perfkit.plan.model import ModelSpec
+
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "link_cache_path", "local_link", "tiny_gpt2_spec"]
+
+LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
+
+# zero_bench's variant names -> their layouts at 2 processes (DDP is ZeRO stage 0)
+COURSE_LAYOUTS = {
+    "ddp_adamw": Layout(dp=2, zero=0),
+    "zero1": Layout(dp=2, zero=1),
+    "zero2": Layout(dp=2, zero=2),
+    "zero3": Layout(dp=2, zero=3),
+}
+
+
+def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
+                   n_layer: int = 2, n_head: int = 2) -> ModelSpec:
+    """:func:`perfkit.models.tiny_gpt2` as a :class:`ModelSpec`: GELU MLP of ``4 n_embd``,
+    learned positions, tied head, fp32 activations, fused attention, no dropout.
+
+    Raises:
+        ValueError: for a size below 1 or ``n_embd`` not divisible by ``n_head``.
+    """
+    return ModelSpec("tiny GPT-2", layers=n_layer, hidden=n_embd, heads=n_head, ffn=4 * n_embd,
+                     vocab=vocab_size, seq=block_size, positions=block_size, act_bytes=4)
+
+
+def link_cache_path() -> Path:
+    """Where the fitted link is cached: beside the machine's ceilings."""
+    return default_limits_path().with_name("link_alpha_beta.json")
+
+
+def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
+    """One point-to-point step of this machine's gloo ring, from a 2-process all-reduce sweep.
+
+    A 2-rank ring all-reduce is two steps of half the buffer: the sweep's fit
+    ``t = alpha + n / B`` gives a step of ``alpha / 2`` start-up and bandwidth ``B``
+    (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`). Cached in :func:`link_cache_path`
+    (``$PERFKIT_CACHE`` moves it) and measured again with ``refresh``.
+
+    Args:
+        nproc: processes of the sweep (>= 2).
+        refresh: measure even when a cached fit exists.
+        timeout_s: limit for the job.
+
+    Returns:
+        The per-step :class:`AlphaBeta`.
+
+    Raises:
+        ValueError: for ``nproc`` below 2; :class:`perfkit.dist.WorkerError` if the job fails.
+    """
+    check_int("nproc", nproc, 2)
+    path = link_cache_path()
+    if path.exists() and not refresh:
+        try:
+            d = json.loads(path.read_text())
+            return AlphaBeta(float(d["alpha_s"]), float(d["bandwidth"]))
+        except (ValueError, KeyError, TypeError):
+            pass  # unreadable: measure again
+    cfg = {"sweep": {"ops": ["all_reduce"], "sizes": list(LINK_SIZES), "repeat": 5}}
+    res = dist.launch("perfkit.jobs.collectives", nproc, ["--config", json.dumps(cfg)],
+                      timeout_s=timeout_s)
+    pts = res[0]["sweep"]
+    fit = fit_alpha_beta([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
+    link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
+                                "measured_with": f"{nproc} gloo processes", "pid": os.getpid()}))
+    return link

@@ -1,0 +1,106 @@
+"""Memory per GPU of a layout: model states by ZeRO stage, activations in flight, buffers.
+
+Model states are ZeRO's formulas (:func:`perfkit.memory.model_states.zero_model_states`)
+applied to the parameters of the most loaded pipeline stage, split by tensor parallelism and
+sharded over the data- and context-parallel ranks (Megatron-LM's distributed optimizer shards
+over both). Activations are :meth:`ModelSpec.activation_bytes_per_layer` (Korthikanti et al.
+2022) times the stage's layers times the micro-batches in flight (:meth:`Layout.in_flight`);
+the last stage adds the fp32 logits, and full recomputation adds one block's activations
+while it is rebuilt. Buffers: ZeRO-3 holds two gathered blocks (one computing, one
+prefetched), ZeRO 0-2 two gradient buckets.
+
+Usage::
+
+    mem = memory_per_gpu(model, Layout(dp=8, tp=8, zero=1, recompute="selective", sp=True), 512)
+    print(mem.total / 1e9, mem.as_dict())
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.memory.model_states import StateRecipe, zero_model_states
+from perfkit.plan.layout import Layout
+from perfkit.plan.model import ModelSpec
+
+__all__ = ["BUCKET_BYTES", "MemoryBreakdown", "memory_per_gpu", "stage_params"]
+
+BUCKET_BYTES = 25 * 2**20  # DDP's default bucket (25 MiB); two are in flight
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU by kind (the most loaded GPU)."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+
+    @property
+    def model_states(self) -> float:
+        """Parameters, gradients and optimizer state."""
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        """All of it."""
+        return self.model_states + self.activations + self.buffers
+
+    def as_dict(self) -> dict[str, float]:
+        """``{kind: bytes}`` with the total."""
+        return {**asdict(self), "total": self.total}
+
+
+def stage_params(model: ModelSpec, layout: Layout) -> float:
+    """Parameters one GPU of the most loaded stage holds before ZeRO: the stage's blocks and
+    the embedding (the first stage; the last holds the output layer, or a copy of the tied
+    embedding), all divided by ``tp`` (the norms' few are divided too: ``O(h)``)."""
+    per_stage = model.layers // layout.pp * model.layer_params
+    return (per_stage + model.embedding_params + 2 * model.hidden) / layout.tp
+
+
+def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
+                   recipe: str | StateRecipe = "mixed_adam", weight_bytes: float | None = None
+                   ) -> MemoryBreakdown:
+    """Predicted bytes on the most loaded GPU.
+
+    Args:
+        model: the :class:`ModelSpec`.
+        layout: the :class:`Layout` (checked by the caller, :func:`check_layout`).
+        global_batch: sequences per step (>= 1); sets the micro-batches in flight.
+        recipe: a :data:`perfkit.memory.model_states.RECIPES` name or recipe
+            (``"mixed_adam"``: 2 + 2 + 12 bytes per parameter).
+        weight_bytes: bytes per parameter of the gathered copy ZeRO-3 holds (default: the
+            recipe's ``param_bytes``).
+
+    Returns:
+        A :class:`MemoryBreakdown`.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or out of range.
+    """
+    check_type("model", model, ModelSpec)
+    check_type("layout", layout, Layout)
+    check_int("global_batch", global_batch, 1)
+    lay = layout
+    psi = stage_params(model, lay)
+    states = zero_model_states(psi, lay.dp * lay.cp, lay.zero, recipe)
+    wb = states.recipe.param_bytes if weight_bytes is None else check_real(
+        "weight_bytes", weight_bytes, 0, lo_open=True)
+    layers = model.layers // lay.pp
+    per_layer = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, lay.recompute,
+                                                 lay.cp)
+    first = lay.in_flight(global_batch) * layers * per_layer
+    last = layers * per_layer + model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
+    acts = max(first, last) if lay.pp > 1 else first + model.logits_bytes(
+        lay.micro_batch, lay.tp, lay.cp)
+    if lay.recompute == "full":  # one block rebuilt at a time in backward
+        acts += model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
+    if lay.zero == 3:
+        buffers = 2 * model.layer_params / lay.tp * wb  # gathered: computing + prefetched
+    else:
+        buffers = 2 * BUCKET_BYTES if lay.dp * lay.cp > 1 else 0.0
+    return MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers)

@@ -1,0 +1,239 @@
+"""The planner held against published runs: Megatron-LM's Table 1 and llm-foundry's benchmarks.
+
+Each row of :mod:`perfkit.plan.runs_data` becomes a :class:`PublishedRun`: the model
+(:class:`ModelSpec`), the layout its source reports, the cluster (datasheet GPU; the
+network its source names, else :func:`named_cluster`'s default), the global batch and the
+reported throughput in tokens/s per GPU (Megatron's TFLOP/s are turned into tokens/s with
+their own FLOP count, which includes recomputation: :meth:`ModelSpec.megatron_flops_per_token`).
+:func:`fit_efficiency` fits one achievable matmul efficiency per table and GPU type on at
+most two rows (the two whose reported MFU lies nearest the table's median); every other row
+is a prediction. Beside it, :func:`compare` reports the baseline that predicts the fitted
+rows' mean MFU for every row: a planner that does not beat it explains nothing.
+
+Usage::
+
+    rows = megatron_runs() + foundry_runs()
+    result = compare(rows)
+    print(result.median_error, result.baseline_median_error, result.worst)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from perfkit import stats
+from perfkit._checks import check_items, check_real, check_type
+from perfkit.plan.cluster import Cluster, named_cluster
+from perfkit.plan.layout import Layout
+from perfkit.plan.model import ModelSpec
+from perfkit.plan.runs_data import FOUNDRY_COMMIT, FOUNDRY_ROWS, FOUNDRY_TABLES, MEGATRON_ROWS, MPT_SHAPES
+from perfkit.plan.step_time import step_time
+
+__all__ = ["Comparison", "PublishedRun", "RowResult", "compare", "fit_efficiency", "fit_rows",
+           "foundry_runs", "megatron_runs", "predict"]
+
+MEGATRON_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1, via NVIDIA/Megatron-LM README"
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run: what the planner is given and what the source reported.
+
+    Attributes:
+        table: the source table (one efficiency is fitted per table).
+        label: model and size as the source names them.
+        model, layout, cluster, global_batch: the run.
+        reported_tokens_per_gpu: tokens/s per GPU, as reported or converted.
+        reported_mfu: the source's utilisation, in its own FLOP accounting (a share).
+        flops_per_token: that accounting's FLOPs per token.
+        source: the paper and table, or repository, commit and file.
+    """
+
+    table: str
+    label: str
+    model: ModelSpec
+    layout: Layout
+    cluster: Cluster
+    global_batch: int
+    reported_tokens_per_gpu: float
+    reported_mfu: float
+    flops_per_token: float
+    source: str
+
+
+def megatron_runs() -> list[PublishedRun]:
+    """Table 1's ten runs: GPT with vocabulary 51,200, sequence 2048, learned positions and
+    dropout, full recomputation, fp16; TP = min(MP, 8), PP = MP / TP; A100 80GB, 8 per node.
+    The table gives no head count: heads are ``hidden / 128`` (only TP's divisibility uses
+    them), and no micro-batch size or interleaving: :func:`predict` takes the planner's best."""
+    out = []
+    for name, h, layers, _billions, mp, gpus, batch, tflops, pct, _agg in MEGATRON_ROWS:
+        model = ModelSpec(f"GPT {name}", layers=layers, hidden=h, heads=h // 128, ffn=4 * h,
+                          vocab=51200, seq=2048, dropout=True, flash=False, positions=2048,
+                          source=MEGATRON_SOURCE)
+        tp = min(mp, 8)
+        lay = Layout(dp=gpus // mp, tp=tp, pp=mp // tp, recompute="full")
+        per_token = model.megatron_flops_per_token()
+        out.append(PublishedRun("megatron", f"GPT {name} on {gpus}", model, lay,
+                                named_cluster("a100-80gb"), batch, tflops * 1e12 / per_token,
+                                pct / 100, per_token, MEGATRON_SOURCE))
+    return out
+
+
+def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[PublishedRun]:
+    """llm-foundry's BF16 rows: MPT (GELU MLP of 4h, no dropout, FlashAttention, learned
+    positions: the reported parameter count grows with the sequence), FSDP (``FULL_SHARD``:
+    ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, activation checkpointing as full
+    recomputation. A100 tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU);
+    the H100 tables name none (400 Gb/s per GPU assumed)."""
+    out = []
+    src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
+    for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, shard, ckpt, _n in FOUNDRY_ROWS:
+        if table not in tables:
+            continue
+        layers, d, heads, ratio, vocab = MPT_SHAPES[name]
+        model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
+                          vocab=vocab, seq=seq, positions=seq, source=src)
+        lay = Layout(dp=gpus, zero=3 if shard == "FULL_SHARD" else 2, micro_batch=mb,
+                     recompute="full" if ckpt else "none")
+        gpu = "h100-sxm" if table.startswith("h100") else table
+        out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
+                                named_cluster(gpu), gbs, float(tok_gpu), mfu / 100,
+                                model.model_flops_per_token(), f"{src}, {FOUNDRY_TABLES[table]}"))
+    return out
+
+
+def predict(run: PublishedRun, efficiency: float) -> float:
+    """Predicted tokens/s per GPU at ``efficiency``: the row's layout; where the source left
+    the micro-batch size and interleaving open (Megatron), the fastest of micro-batches
+    1, 2, 4, 8 and interleaving 1, 2, 4 that divide the batch and the layers.
+
+    Raises:
+        TypeError, ValueError: for a ``run`` that is not a :class:`PublishedRun` or an
+            ``efficiency`` outside (0, 1].
+    """
+    check_type("run", run, PublishedRun)
+    cluster = run.cluster.with_efficiency(efficiency)
+    lays = [run.layout]
+    if run.table == "megatron":
+        lay, m = run.layout, run.model
+        lays = [replace(lay, micro_batch=b, interleave=v) for b in (1, 2, 4, 8) for v in (1, 2, 4)
+                if run.global_batch % (lay.dp * b) == 0 and m.layers % (lay.pp * v) == 0
+                and (v == 1 or (lay.pp > 1 and (run.global_batch // (lay.dp * b)) % lay.pp == 0))]
+    best = min(step_time(run.model, lay, cluster, run.global_batch).total_s for lay in lays)
+    return run.global_batch * run.model.seq / best / run.layout.gpus
+
+
+def fit_rows(runs: Sequence[PublishedRun], table: str, count: int = 2) -> list[PublishedRun]:
+    """The ``count`` rows of ``table`` (at most 2) whose reported MFU lies nearest the
+    table's median, first in source order on ties: the rows an efficiency is fitted on.
+
+    Raises:
+        ValueError: for a ``count`` outside 1-2 or a table with no rows.
+    """
+    if count not in (1, 2):
+        raise ValueError(f"count must be 1 or 2 (at most two rows per table are fitted), got {count!r}")
+    rows = [r for r in runs if r.table == table]
+    if not rows:
+        raise ValueError(f"table {table!r} has no rows")
+    mid = stats.median([r.reported_mfu for r in rows])
+    return sorted(rows, key=lambda r: abs(r.reported_mfu - mid))[:count]
+
+
+def fit_efficiency(rows: Sequence[PublishedRun]) -> float:
+    """The efficiency at which the planner's mean log error over ``rows`` is zero (bisection:
+    the prediction grows with the efficiency), clipped to [0.05, 1].
+
+    Raises:
+        TypeError, ValueError: for an empty ``rows`` or items that are not runs.
+    """
+    rows = [check_type(f"rows[{i}]", r, PublishedRun) for i, r in enumerate(check_items("rows", rows))]
+
+    def err(e: float) -> float:
+        return sum(math.log(predict(r, e) / r.reported_tokens_per_gpu) for r in rows)
+
+    lo, hi = 0.05, 1.0
+    if err(hi) < 0:
+        return hi
+    if err(lo) > 0:
+        return lo
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if err(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One row: reported, predicted by the planner and by the constant-MFU baseline."""
+
+    run: PublishedRun
+    fitted: bool
+    predicted: float  # tokens/s per GPU
+    baseline: float  # tokens/s per GPU
+
+    @property
+    def error(self) -> float:
+        """``predicted / reported - 1``."""
+        return self.predicted / self.run.reported_tokens_per_gpu - 1
+
+    @property
+    def baseline_error(self) -> float:
+        """``baseline / reported - 1``."""
+        return self.baseline / self.run.reported_tokens_per_gpu - 1
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every row's result, and the fitted figures per table."""
+
+    rows: list[RowResult]
+    efficiency: dict[str, float]
+    baseline_mfu: dict[str, float]
+
+    def _held_out(self) -> list[RowResult]:
+        return [r for r in self.rows if not r.fitted]
+
+    @property
+    def median_error(self) -> float:
+        """Median of ``|error|`` over the rows not fitted."""
+        return stats.median([abs(r.error) for r in self._held_out()])
+
+    @property
+    def baseline_median_error(self) -> float:
+        """The constant-MFU baseline's median ``|error|`` over the same rows."""
+        return stats.median([abs(r.baseline_error) for r in self._held_out()])
+
+    @property
+    def worst(self) -> RowResult:
+        """The held-out row with the largest ``|error|``."""
+        return max(self._held_out(), key=lambda r: abs(r.error))
+
+    def within(self, tolerance: float) -> float:
+        """Share of held-out rows with ``|error| <= tolerance``."""
+        held = self._held_out()
+        return sum(abs(r.error) <= tolerance for r in held) / len(held)
+
+
+def compare(runs: Sequence[PublishedRun], fit_count: int = 2) -> Comparison:
+    """Fit one efficiency per table on :func:`fit_rows`, predict every row, and the baseline.
+
+    The baseline predicts each row at the fitted rows' mean reported MFU, in the row's own
+    FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU.
+
+    Raises:
+        TypeError, ValueError: for an empty ``runs`` or a bad ``fit_count``.
+    """
+    runs = [check_type(f"runs[{i}]", r, PublishedRun) for i, r in enumerate(check_items("runs", runs))]
+    check_real("fit_count", fit_count, 1, 2)
+    eff, base, rows = {}, {}, []
+    for table in dict.fromkeys(r.table for r in runs):
+        fit = fit_rows(runs, table, fit_count)
+        eff[table] = fit_efficiency(fit)
+        base[table] = sum(r.reported_mfu for r in fit) / len(fit)
+        for r in (r for r in runs if r.table == table):
+            baseline = base[table] * r.cluster.gpu.peak_flops / r.flops_per_token
+            rows.append(RowResult(r, any(r is f for f in fit), predict(r, eff[table]), baseline))
+    return Comparison(rows, eff, base)

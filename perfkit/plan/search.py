@@ -1,0 +1,159 @@
+"""Enumerate layouts, predict each, reject what does not fit, rank the rest.
+
+:func:`plan` walks DP x TP x PP x CP over the GPU count (TP inside a node, powers of two),
+ZeRO stages 0-3, micro-batch sizes, interleaving, recomputation and sequence parallelism;
+fixes any of them a user constrains; drops invalid layouts (:func:`layout_problems`) and
+those whose predicted memory exceeds the GPU's usable memory, with the reason; and ranks the
+rest by predicted step time. :meth:`Plan.why_not` says by how much and through which term
+each runner-up loses to the best.
+
+Usage::
+
+    p = plan(model, named_cluster("h100-sxm"), gpus=64, global_batch=512)
+    for c in p.best[:3]:
+        print(c.layout.label(), c.time.total_s, c.memory.total / 1e9)
+    print(p.why_not(1), p.rejected[:3])
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from perfkit._checks import check_int, check_type
+from perfkit.plan.cluster import Cluster
+from perfkit.plan.layout import Layout, layout_problems
+from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
+from perfkit.plan.model import RECOMPUTE, ModelSpec
+from perfkit.plan.step_time import StepTime, step_time
+
+__all__ = ["Candidate", "Plan", "enumerate_layouts", "plan"]
+
+LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid layout with its predictions; ``reason`` is set when it does not fit memory."""
+
+    layout: Layout
+    memory: MemoryBreakdown
+    time: StepTime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every layout the planner considered: ranked fits, rejections with their reasons."""
+
+    model: ModelSpec
+    cluster: Cluster
+    gpus: int
+    global_batch: int
+    best: list[Candidate]
+    rejected: list[tuple[Layout, str]]
+
+    def why_not(self, rank: int) -> str:
+        """Why the layout at ``rank`` (1 = the runner-up) loses to the best: the step-time
+        difference and the terms that differ most.
+
+        Raises:
+            ValueError: for a rank outside ``1 .. len(best) - 1``.
+        """
+        check_int("rank", rank, 1, max(len(self.best) - 1, 1))
+        if rank >= len(self.best):
+            raise ValueError(f"rank must be below {len(self.best)}: only {len(self.best)} layouts fit")
+        a, b = self.best[0].time, self.best[rank].time
+        diffs = sorted(((b.terms[k] - a.terms[k], k) for k in a.terms), reverse=True)
+        worse = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * a.total_s][:2]
+        return (f"{self.best[rank].layout.label()}: {b.total_s / a.total_s - 1:+.1%} step time "
+                f"({', '.join(worse) or 'many small terms'})")
+
+
+def _pow2(limit: int) -> list[int]:
+    return [1 << i for i in range(limit.bit_length()) if (1 << i) <= limit]
+
+
+def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_node: int = 8,
+                      fixed: Mapping[str, Any] | None = None) -> list[Layout]:
+    """Candidate layouts (before the checks): every combination of the search axes.
+
+    TP runs over powers of two up to ``gpus_per_node``; PP over divisors of the layer count;
+    CP over 1, 2, 4, 8 for sequences of 8192 tokens or more; micro-batches over powers of two
+    up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full;
+    sequence parallelism off and (for tp > 1) on. ``fixed`` pins any :class:`Layout` field.
+
+    Raises:
+        ValueError: for an unknown field in ``fixed``.
+    """
+    fixed = dict(fixed or {})
+    bad = sorted(set(fixed) - set(LAYOUT_FIELDS))
+    if bad:
+        raise ValueError(f"fixed must name Layout fields {LAYOUT_FIELDS}, got {bad}")
+    axes = {
+        "tp": [t for t in _pow2(gpus_per_node) if gpus % t == 0],
+        "pp": [p for p in range(1, model.layers + 1) if model.layers % p == 0 and gpus % p == 0],
+        "cp": [c for c in (1, 2, 4, 8) if gpus % c == 0 and (c == 1 or model.seq >= 8192)],
+        "zero": [0, 1, 2, 3], "micro_batch": _pow2(16), "interleave": [1, 2, 4],
+        "recompute": list(RECOMPUTE), "sp": [False, True], "schedule": ["1f1b"],
+    }
+    for k, v in fixed.items():
+        if k != "dp":
+            axes[k] = [v]
+    out = []
+    for tp, pp, cp in itertools.product(axes["tp"], axes["pp"], axes["cp"]):
+        if gpus % (tp * pp * cp):
+            continue
+        dp = gpus // (tp * pp * cp)
+        if "dp" in fixed and fixed["dp"] != dp:
+            continue
+        for zero, mb, v, rc, sp, sc in itertools.product(
+                axes["zero"], axes["micro_batch"], axes["interleave"], axes["recompute"],
+                axes["sp"], axes["schedule"]):
+            if (sp and tp == 1) or (v > 1 and pp == 1) or (zero == 3 and pp > 1):
+                continue  # nothing to split, nothing to interleave; ZeRO-3 with a pipeline
+            out.append(Layout(dp, tp, pp, cp, zero, mb, v, rc, sp, sc))
+    return out
+
+
+def plan(model: ModelSpec, cluster: Cluster, gpus: int, global_batch: int,
+         fixed: Mapping[str, Any] | None = None, recipe: str = "mixed_adam") -> Plan:
+    """Predict every candidate layout and rank those that fit.
+
+    Args:
+        model: the :class:`ModelSpec`.
+        cluster: the :class:`Cluster`.
+        gpus: GPUs in the run (>= 1).
+        global_batch: sequences per optimizer step (>= 1).
+        fixed: :class:`Layout` fields to hold (``{"tp": 8, "zero": 1}``).
+        recipe: the model-state recipe.
+
+    Returns:
+        A :class:`Plan` (``best`` may be empty: then ``rejected`` says why).
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or out of range.
+    """
+    check_type("model", model, ModelSpec)
+    check_type("cluster", cluster, Cluster)
+    check_int("gpus", gpus, 1)
+    check_int("global_batch", global_batch, 1)
+    best, rejected = [], []
+    for lay in enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node, fixed):
+        problems = layout_problems(model, lay, gpus, global_batch)
+        if problems:
+            rejected.append((lay, "; ".join(problems)))
+            continue
+        mem = memory_per_gpu(model, lay, global_batch, recipe)
+        if mem.total > cluster.usable_memory:
+            big = max(("model states", mem.model_states), ("activations", mem.activations),
+                      key=lambda kv: kv[1])
+            rejected.append((lay, f"needs {mem.total / 1e9:.1f} GB per GPU > "
+                             f"{cluster.usable_memory / 1e9:.1f} GB usable ({big[0]} "
+                             f"{big[1] / 1e9:.1f} GB)"))
+            continue
+        best.append(Candidate(lay, mem, step_time(model, lay, cluster, global_batch, recipe)))
+    best.sort(key=lambda c: (c.time.total_s, c.memory.total))
+    return Plan(model, cluster, gpus, global_batch, best, rejected)

@@ -1,0 +1,170 @@
+"""Step time of a layout on a cluster, term by term, each from the link it crosses.
+
+One micro-batch on one pipeline stage costs its matmul FLOPs at the cluster's achievable
+rate, the memory-bound work around them (each saved activation byte written and read
+forward and back, :data:`MEM_PASSES`, at HBM bandwidth), tensor parallelism's four
+all-reduces per block (six with full recomputation; sequence parallelism's reduce-scatter +
+all-gather pairs move the same bytes) and the part of context parallelism's K/V ring that
+attention's own compute does not hide. The pipeline runs ``m + (p - 1) / v`` such slots (the
+bubble, Narayanan et al. 2021), plus the stage-to-stage sends. Data parallelism's gradient
+all-reduce (ZeRO 1-2: reduce-scatter + all-gather, the same bytes) hides behind the last
+micro-batch's backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
+micro-batch, hidden behind that micro-batch's compute. Collectives are rings
+(:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across nodes
+on the network, hierarchically where a group spans both. The optimizer step streams the
+local shard's states once.
+
+Usage::
+
+    t = step_time(model, layout, named_cluster("a100-80gb", efficiency=0.55), global_batch=512)
+    print(t.total_s, t.mfu, t.limiter, t.terms)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from perfkit._checks import check_int, check_type
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.memory.model_states import RECIPES
+from perfkit.plan.cluster import Cluster
+from perfkit.plan.layout import Layout
+from perfkit.plan.memory_model import stage_params
+from perfkit.plan.model import ModelSpec
+
+__all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "step_time"]
+
+MEM_PASSES = 4  # each saved byte: written forward, read backward, its gradient written and read
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Predicted seconds of one optimizer step by term, and what they give.
+
+    Attributes:
+        terms: seconds on the critical path by name (they add up to ``total_s``).
+        total_s: the step.
+        tokens_per_s: ``global_batch * seq / total_s``.
+        mfu: model FLOPs (PaLM's count, no recomputation) per second over the GPUs' peak.
+        hfu: the FLOPs run (recomputation included) over the peak.
+        limiter: the largest term other than the matmuls, or ``"compute"`` if the matmuls
+            take more than half the step.
+    """
+
+    terms: dict[str, float]
+    total_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    limiter: str
+    detail: dict[str, float] = field(default_factory=dict)
+
+    def tokens_per_s_per_gpu(self, gpus: int) -> float:
+        """Throughput per GPU."""
+        return self.tokens_per_s / check_int("gpus", gpus, 1)
+
+
+def group_allreduce_time(nbytes: float, size: int, stride: int, cluster: Cluster) -> float:
+    """A ring all-reduce of ``nbytes`` over ``size`` ranks spaced ``stride`` apart.
+
+    Ranks ``stride`` apart fill ``k = gpus_per_node // stride`` slots of a node (at least 1):
+    a group inside one node is one NVLink ring; a group across nodes reduces inside each
+    node first and all-reduces ``1/k`` of the buffer across the nodes (NCCL's rings put one
+    network hop per node on each of ``k`` parallel rings).
+
+    Returns:
+        Seconds (0 for ``size == 1``).
+    """
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    k = max(1, min(size, cluster.gpus_per_node // stride))
+    nodes = math.ceil(size / k)
+    inside = ring_allreduce_time(nbytes, k, cluster.intra) if k > 1 else 0.0
+    across = ring_allreduce_time(nbytes / k, nodes, cluster.inter) if nodes > 1 else 0.0
+    return inside + across
+
+
+def _link(span: int, cluster: Cluster) -> AlphaBeta:
+    return cluster.intra if span <= cluster.gpus_per_node else cluster.inter
+
+
+def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
+              recipe: str = "mixed_adam", grad_bytes: float = 2.0) -> StepTime:
+    """Predicted step time of ``layout`` (checked by the caller) on ``cluster``.
+
+    Args:
+        model: the :class:`ModelSpec`.
+        layout: the :class:`Layout`.
+        cluster: the :class:`Cluster` (its ``efficiency`` sets the matmul rate).
+        global_batch: sequences per optimizer step (>= 1).
+        recipe: the model-state recipe (a :data:`perfkit.memory.model_states.RECIPES` name):
+            its bytes set the gathered weights and the optimizer's traffic.
+        grad_bytes: bytes per gradient element in the data-parallel reduction.
+
+    Returns:
+        A :class:`StepTime`.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or out of range.
+    """
+    check_type("model", model, ModelSpec)
+    check_type("layout", layout, Layout)
+    check_type("cluster", cluster, Cluster)
+    check_int("global_batch", global_batch, 1)
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
+    r, lay, gpu = RECIPES[recipe], layout, cluster.gpu
+    m = max(lay.micro_batches(global_batch), 1)
+    tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
+    layers = model.layers / lay.pp
+    # matmuls: the FLOPs of one micro-batch, split over tp x pp x cp GPUs
+    flops_mb = model.hardware_flops_per_token(lay.recompute) * tokens_mb / (lay.tp * lay.pp * lay.cp)
+    matmul = flops_mb / cluster.achievable_flops
+    passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
+    act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
+    membound = passes * layers * act / gpu.hbm_bytes_per_s
+    # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
+    msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
+    n_tp = 4 + (2 if lay.recompute == "full" else 0)
+    tp = layers * n_tp * ring_allreduce_time(msg, lay.tp, _link(lay.tp, cluster)) if lay.tp > 1 else 0.0
+    # context parallelism: K and V pass cp - 1 times forward, twice that backward, hidden
+    # behind attention's own FLOPs (12 h s per token and layer, forward + backward)
+    cp = 0.0
+    if lay.cp > 1:
+        kv = 2 * tokens_mb / lay.cp * model.kv_dim * model.act_bytes / lay.tp
+        ring = 3 * (lay.cp - 1) * _link(lay.tp * lay.cp, cluster).predict(kv)
+        attn = 12 * model.hidden * model.seq * tokens_mb / (lay.cp * lay.tp) / cluster.achievable_flops
+        cp = layers * max(0.0, ring - attn)
+    slot = matmul + membound + tp + cp  # s: one micro-batch on one stage
+    bubble = (lay.pp - 1) / lay.interleave * slot
+    p2p = 0.0
+    if lay.pp > 1:
+        sent = msg / (lay.tp if lay.sp else 1)
+        p2p = 2 * lay.interleave * m * _link(lay.tp * lay.cp * lay.pp, cluster).predict(sent)
+    # data parallelism (and ZeRO): gradients are reduced over the dp x cp ranks that hold
+    # the same weights; tp x pp ranks lie between two of them
+    psi = stage_params(model, lay)
+    n, stride = lay.dp * lay.cp, lay.tp * lay.pp
+    ar = group_allreduce_time(psi * grad_bytes, n, stride, cluster)
+    backward_last = slot * 2 / 3
+    dp = zero3 = 0.0
+    if lay.zero < 3:
+        dp = max(0.0, ar - backward_last)
+    else:  # per micro-batch: all-gather forward, all-gather backward, reduce-scatter
+        # an all-gather (or a reduce-scatter) is half an all-reduce's ring steps
+        per_mb = group_allreduce_time(psi * r.param_bytes, n, stride, cluster) + 0.5 * ar
+        zero3 = m * max(0.0, per_mb - slot)
+    shard = psi / (n if lay.zero >= 1 else 1)
+    optimizer = shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes) / gpu.hbm_bytes_per_s
+    terms = {"matmul": m * matmul, "memory-bound": m * membound, "tensor-parallel": m * tp,
+             "context-parallel": m * cp, "pipeline bubble": bubble, "pipeline sends": p2p,
+             "data-parallel": dp, "zero-3 gathers": zero3, "optimizer": optimizer}
+    total = sum(terms.values())
+    tokens_s = global_batch * model.seq / total
+    peak = lay.gpus * gpu.peak_flops
+    others = {k: v for k, v in terms.items() if k != "matmul"}
+    limiter = "compute" if terms["matmul"] > total / 2 else max(others, key=others.get)
+    return StepTime(terms, total, tokens_s, model.model_flops_per_token() * tokens_s / peak,
+                    model.hardware_flops_per_token(lay.recompute) * tokens_s / peak, limiter,
+                    {"micro_batches": float(m), "slot_s": slot, "dp_allreduce_s": ar})
