@@ -7,6 +7,7 @@ Subcommands:
   result is a share of. Shows the cached ones (``~/.cache/perfkit``) or measures them.
 * ``diagnose``: runs a training script unchanged and explains where its step time goes
   (:mod:`perfkit.profiling.session`).
+* ``plan``: chooses the layout of a run on a cluster (:mod:`perfkit.plan.command`).
 
 Usage::
 
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 from perfkit import __version__, hw
+from perfkit.plan.command import add_parser as add_plan_parser
 from perfkit.units import si
 
 
@@ -129,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m")
     dg.add_argument("script", nargs=argparse.REMAINDER, help="script.py and its arguments")
     dg.set_defaults(func=_cmd_diagnose)
+    add_plan_parser(sub)
     return ap
 
 
