@@ -6,7 +6,8 @@ its finding measured (Amdahl's law ``1 / (1 - share)``; the machine's peak for a
 batch) and measures tokens/s after over before on the steps after the profiled window.
 Each configuration is either timed once and compared with the next (``repeat_before=False``:
 consecutive runs, an unpaired bootstrap), or run again after the new one (before, after,
-before again: a load that drifts steadily cancels).
+before again: a load that drifts steadily cancels). Every run is read on the same steps (the
+``measure`` after the window); :meth:`FixLoop.finish` measures the whole gain directly.
 
 Usage::
 
@@ -18,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +31,9 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.stats import Estimate, bootstrap, median_ratio
+from perfkit.stats import Estimate, bootstrap, exact, median_ratio
 
-__all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "explain_round", "job_peak", "next_fix",
+__all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "Total", "explain_round", "job_peak", "next_fix",
            "round_speedup"]
 
 # the share of the step each planted problem's finding reads (the fixes left alone at the end)
@@ -43,7 +45,9 @@ class CapstoneJob:
     """How one round of the job runs and how its result is read.
 
     ``skip`` warm-up steps and a profiled ``window`` come first; the step after it writes the
-    trace; then at least ``measure`` steps are timed without the profiler. ``n_layer`` and
+    trace; then ``measure`` steps are timed without the profiler: those steps, and no later
+    ones, are every run's speed (a run to the target goes on; a repeat run stops there, and
+    steps later in a run can run at another speed). ``n_layer`` and
     ``d_model`` are the job's model shape (for its model FLOPs).
     """
 
@@ -95,8 +99,9 @@ class CapstoneJob:
         return json.loads((Path(args[2]) / "report.json").read_text()), result
 
     def after_window(self, result: Mapping) -> list[float]:
-        """Step times (s) after the profiled window and the step that wrote the trace."""
-        return list(result["step_times_s"][self.first_measured:])
+        """Step times (s) of the ``measure`` steps after the profiled window and the step that
+        wrote the trace: the same steps of every run, however long it went on."""
+        return list(result["step_times_s"][self.first_measured:self.first_measured + self.measure])
 
     def tokens_per_s(self, result: Mapping, steps: Sequence[float] | None = None) -> float:
         """Tokens per second at the median step (of ``steps``, default after the window)."""
@@ -107,12 +112,12 @@ class CapstoneJob:
         load during the window) stretched the steps the shares were measured on."""
         return statistics.mean(report["step_times_s"]) / statistics.median(self.after_window(result))
 
-    def mfu(self, result: Mapping, peak: float) -> float:
+    def mfu(self, result: Mapping, peak: float, tokens_per_s: float | None = None) -> float:
         """Model FLOPs (6N per token + attention; position embeddings are a lookup) per
-        second, both ranks, over ``peak`` FLOP/s."""
+        second, both ranks, over ``peak`` FLOP/s, at ``tokens_per_s`` (default: the run's)."""
         n = result["n_params"] - result["seq_len"] * self.d_model
         flops = gpt_train_flops(n, self.n_layer, self.d_model, result["seq_len"], result["tokens_per_step"])
-        return flops * self.tokens_per_s(result) / result["tokens_per_step"] / peak
+        return flops * (tokens_per_s or self.tokens_per_s(result)) / result["tokens_per_step"] / peak
 
     def clean_seconds(self, result: Mapping) -> list[float]:
         """Seconds at each step's end, the window steps counted at the median other step
@@ -125,7 +130,6 @@ class CapstoneJob:
             total += x
             out.append(total)
         return out
-
 
     def reached(self, result: Mapping) -> tuple[float, int] | None:
         """(seconds, tokens) to the target loss, the window counted as in :meth:`clean_seconds`;
@@ -297,6 +301,26 @@ class Round:
     explain: dict[str, str]
     kept: bool
     description: str = ""
+    befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
+
+
+@dataclass(frozen=True)
+class Total:
+    """What the kept fixes bought: ``direct``, the fixed job's tokens/s over the slow job's
+    (``slow_tps`` -> ``fixed_tps``, measured as a round is); ``product``, the ``kept`` rounds'
+    speedups multiplied; ``repeated``: the slow job was run again after the fixed one."""
+
+    direct: Estimate
+    product: Estimate
+    kept: int
+    repeated: bool
+    slow_tps: float
+    fixed_tps: float
+
+    @property
+    def drift(self) -> bool:
+        """Whether the product and the direct ratio disagree beyond both their intervals."""
+        return self.product.low > self.direct.high or self.product.high < self.direct.low
 
 
 @dataclass
@@ -305,7 +329,8 @@ class FixLoop:
 
     ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
     configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes that
-    measured below 1x (their median ratio; its interval may still hold 1), with their speedup.
+    measured below 1x (their median ratio; its interval may still hold 1), with their speedup;
+    ``gains`` the kept fixes' speedups with their intervals.
     """
 
     job: CapstoneJob
@@ -318,6 +343,7 @@ class FixLoop:
     applied: list[str] = field(default_factory=list)
     tried: dict[str, float] = field(default_factory=dict)
     waterfall: list[tuple[str, float]] = field(default_factory=list)
+    gains: list[Estimate] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -351,14 +377,39 @@ class FixLoop:
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
                   statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
                   explain_round(pick, est.value, last["report"], slowdown, self.repeat_before),
-                  kept=est.value >= 1.0, description=self.describe(pick.fix))
+                  kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores))
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})
             self.waterfall.append((pick.fix, est.value))
+            self.gains.append(est)
         else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est.value
         return r
+
+    def finish(self) -> Total:
+        """The whole gain measured directly, the last kept configuration against the slow job
+        (run again now when ``repeat_before``, as a round is), beside the rounds' product.
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if not self.rounds:
+            raise RuntimeError("call start() before finish()")
+        first, last = self.rounds[0]["result"], self.rounds[-1]["result"]
+        if len(self.rounds) == 1:  # nothing kept: the slow job is the fixed one
+            one = self.job.tokens_per_s(first)
+            return Total(exact(1.0, "no fix kept"), exact(1.0, "no fix kept"), 0, False, one, one)
+        befores = [first] + ([self.job.run((), to_target=False)[1]] if self.repeat_before else [])
+        direct = round_speedup(self.job, befores, last)
+        mid = sum(math.log(g.value) for g in self.gains)
+        down = math.hypot(*(math.log(g.value / g.low) for g in self.gains))
+        up = math.hypot(*(math.log(g.high / g.value) for g in self.gains))
+        product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), direct.level,
+                           min(g.n for g in self.gains), "the rounds' intervals combined as independent "
+                           "errors (their log half-widths added in quadrature)")
+        return Total(direct, product, len(self.gains), len(befores) > 1,
+                     statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(last))
 
     def left_alone(self) -> list[str]:
         """One line per planted problem the loop neither kept nor tried: the share of the

@@ -11,6 +11,8 @@ from perfkit.viz.capstone import (
     plot_waterfall,
     round_text,
     show_round,
+    total_text,
+    waterfall_shares,
 )
 from perfkit.viz.claims import (
     CLAIM_MIME,
@@ -90,6 +92,8 @@ __all__ = [
     "plot_waterfall",
     "round_text",
     "show_round",
+    "total_text",
+    "waterfall_shares",
     "CLAIM_MIME",
     "claims_headlines",
     "claims_table_rows",

@@ -5,9 +5,10 @@ Consumes numbers the capstone notebook measured (``examples/slow_train.py`` runs
 
 Usage::
 
-    fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)])
+    fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)], total=4.5)  # shares of 4.5x
     fig = plot_time_to_target({"slow": (seconds, losses), "fast": (seconds2, losses2)}, 5.0)
     more = show_round(loop.play())  # one round's heading and figures (the notebook judges them)
+    print(total_text(loop.finish()))  # the direct gain against the rounds' product
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.profiling.capstone import Round
+from perfkit.profiling.capstone import Round, Total
 from perfkit.viz.core import tidy
 
-__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_text", "show_round"]
+__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_text",
+           "show_round", "total_text", "waterfall_shares"]
 
 _UP, _DOWN, _TOTAL = "#2ca02c", "#d62728", "#1f77b4"
 
@@ -51,21 +53,42 @@ def cumulative_speedups(steps: Sequence[tuple[str, float]]) -> list[tuple[str, f
     return out
 
 
+def waterfall_shares(steps: Sequence[tuple[str, float]], total: float) -> list[tuple[str, float]]:
+    """Each fix's share of ``total``: its speedup's logarithm over the sum of all of theirs,
+    as a factor (the factors multiply to ``total``); the speedups unchanged where ``total``
+    cannot be split that way (their product is 1, or on the other side of 1 from ``total``).
+
+    Raises:
+        TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`) or a
+            ``total`` that is not a finite number > 0.
+    """
+    bars = cumulative_speedups(steps)
+    check_real("total", total, 0, lo_open=True)
+    logs = [math.log(hi / lo) for _, lo, hi in bars]
+    k = math.log(total) / sum(logs) if sum(logs) else -1.0
+    if k <= 0:
+        return list(steps)
+    return [(name, math.exp(x * k)) for (name, *_), x in zip(bars, logs, strict=True)]
+
+
 def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
-                   unit: str = "tokens/s") -> Figure:
-    """Each fix's measured speedup as a bar from the running total before it to after it
-    (log scale, so equal factors get equal heights), and the total as the last bar.
+                   unit: str = "tokens/s", total: float | None = None) -> Figure:
+    """Each fix's speedup as a bar from the running total before it to after it (log scale,
+    so equal factors get equal heights), and the total as the last bar.
 
     Args:
         steps: ``(fix name, measured speedup)`` in the order applied.
         title: the figure's title.
         unit: what the speedup is of (the y label).
+        total: the whole gain measured directly: the bars become each fix's share of it
+            (:func:`waterfall_shares`), labelled with the measured speedup beside it.
 
     Raises:
-        TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`) or a
-            ``title``/``unit`` that is not a str.
+        TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`), a
+            ``title``/``unit`` that is not a str or a bad ``total``.
     """
-    bars = cumulative_speedups(steps)
+    measured = [hi / lo for _, lo, hi in cumulative_speedups(steps)] if total is not None else None
+    bars = cumulative_speedups(steps if total is None else waterfall_shares(steps, total))
     check_type("title", title, str)
     check_type("unit", unit, str)
     total = bars[-1][2]
@@ -76,7 +99,8 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
-        ax.annotate(f"{hi / lo:.2f}x", (i, math.log2(max(lo, hi))), ha="center", va="bottom",
+        label = f"{hi / lo:.2f}x" + (f"\n({measured[i]:.2f}x alone)" if measured else "")
+        ax.annotate(label, (i, math.log2(max(lo, hi))), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize=9)
     n = len(bars)
     ax.bar(n, math.log2(total), color=_TOTAL, width=0.6)
@@ -133,13 +157,33 @@ def round_text(r: Round) -> str:
     and the measured speedup with its interval (the one the verdict judges)."""
     check_type("r", r, Round)
     before = ("the configuration before, mean of its runs before and after this one"
-              if r.speedup.method.startswith("p10") else "the configuration before, its one run")
+              if r.befores > 1 else "the configuration before, its one run")
     return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.value:.2f}x** "
             f"({r.speedup.describe('x')})."
             + ("" if r.kept else f" Below 1x ({r.speedup.value:.3f}x): not faster, so dropped; the next "
                                  "round starts from the configuration before it."))
+
+
+def total_text(t: Total) -> str:
+    """The whole gain, measured directly, against the product of the rounds' speedups: whether
+    they agree within their intervals, and when they do not, by how much and why."""
+    check_type("t", t, Total)
+    p, d = t.product, t.direct
+    out = (f"Slow job {t.slow_tps:,.0f} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.value:.2f}x** "
+           f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to {p.value:.2f}x")
+    if not t.repeated:
+        return out + ": each round's run after is the next round's run before, so the two are the same runs."
+    if not t.drift:
+        return out + (f" ({p.low:.2f}x to {p.high:.2f}x): the two agree within their intervals; each bar "
+                      "is its fix's share of the direct gain.")
+    apart = max(p.value / d.value, d.value / p.value)
+    return out + (f" ({p.low:.2f}x to {p.high:.2f}x), {apart:.2f}x {'below' if p.high < d.low else 'above'} "
+                  "the direct gain, beyond both intervals: each round compares runs a minute apart, and what "
+                  "changed between rounds (the load) compounds in the product. The headline is the direct "
+                  "gain; each bar is its fix's share of it (its speedup's logarithm over the sum of theirs), "
+                  "with its own measured speedup below.")
 
 
 def show_round(r: Round | None) -> bool:

@@ -17,7 +17,7 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.viz.capstone import round_text, show_round
+from perfkit.viz.capstone import plot_waterfall, round_text, show_round, total_text, waterfall_shares
 
 LIMITS = MachineLimits("cpu", "test", {"float32": 1e9, "bfloat16": 4e9}, 1e9)
 FIX_FOR = {"data": ("data",), "sync": ("sync", "ddp"), "communication": ("ddp",),
@@ -43,15 +43,17 @@ def test_job_args_and_reading_its_result():
     assert full[full.index("--fix") + 1] == "data,sync" and full[2].endswith("data-sync")
     assert "--target-loss" not in again and again[2].endswith("data-again") and again[-3] == "7"
     assert JOB.args(())[JOB.args(()).index("--fix") + 1] == "none"
-    r = result([9, 1, 9, 9, 0.5, 0.1, 0.2, 0.3])
-    assert JOB.after_window(r) == [0.5, 0.1, 0.2, 0.3]  # skip, window and the trace step dropped
-    assert JOB.tokens_per_s(r) == pytest.approx(100 / 0.25)
-    # the window (steps 1-3) counted at the median measured step: 0.25 s
-    assert JOB.clean_seconds(r) == pytest.approx([9, 9.25, 9.5, 9.75, 10.25, 10.35, 10.55, 10.85])
-    assert JOB.reached(result(r["step_times_s"], k=5)) == (pytest.approx(10.25), 500)
+    r = result([9, 1, 9, 9, 0.5, 0.1, 0.2, 0.01, 0.01])
+    # skip, window and the trace step dropped; later steps too: every run is read on the same steps
+    assert JOB.after_window(r) == [0.5, 0.1, 0.2]
+    assert JOB.tokens_per_s(r) == pytest.approx(100 / 0.2)
+    assert JOB.mfu(r, 1e9, tokens_per_s=250.0) == pytest.approx(JOB.mfu(r, 1e9) / 2)
+    # the window (steps 1-3) counted at the median measured step: 0.2 s
+    assert JOB.clean_seconds(r) == pytest.approx([9, 9.2, 9.4, 9.6, 10.1, 10.2, 10.4, 10.41, 10.42])
+    assert JOB.reached(result(r["step_times_s"], k=5)) == (pytest.approx(10.1), 500)
     assert JOB.reached(r) is None
     t, v = JOB.loss_curve(r, lambda losses, tps, w: [None, *losses[1:]])
-    assert t[0] == pytest.approx(9.25) and len(t) == len(v) == 7
+    assert t[0] == pytest.approx(9.2) and len(t) == len(v) == 8
     with pytest.raises(ValueError, match="measure"):
         CapstoneJob(Path("x"), Path("y"), 5.0, measure=0)
 
@@ -67,7 +69,7 @@ def test_one_run_before_is_an_unpaired_median_ratio_scaled_by_tokens():
     before = result([1] * 4 + [0.40, 0.42, 0.41, 0.39])
     after = result([1] * 4 + [0.80, 0.82, 0.79, 0.81], tokens=400)  # 4x tokens, 2x the time
     est = round_speedup(JOB, [before], after)
-    assert est.value == pytest.approx((0.405 / 0.805) * 4)
+    assert est.value == pytest.approx((0.41 / 0.80) * 4)  # the measure=3 steps after the window
     assert est.low <= est.value <= est.high and est.high < 2.2 and "separate runs" in est.method
 
 
@@ -131,17 +133,21 @@ def test_explanations_name_what_was_measured():
 
 @dataclass(frozen=True)
 class FakeJob(CapstoneJob):
-    """Runs nothing: each configuration's median step is given by ``STEP``."""
+    """Runs nothing: each configuration's median step is given by ``STEP`` (times ``AGAIN``'s
+    factor in a repeat run)."""
 
     def run(self, fixes, to_target=True):
         CALLS.append((tuple(fixes), to_target))
-        step = STEP[tuple(fixes)]
-        rep = report([("high", "sync", 0.4)], {"sync": 0.4}, steps=(step, step))
+        step = STEP[tuple(fixes)] * (1.0 if to_target else AGAIN.get(tuple(fixes), 1.0))
+        kind = KIND.get(tuple(fixes), "sync")
+        rep = report([("high", kind, 0.4)], {kind: 0.4}, steps=(step, step))
         return rep, result([step] * 4 + [step * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)], fixes=fixes)
 
 
 CALLS: list = []
-STEP = {(): 0.4, ("sync",): 0.2, ("sync", "ddp"): 0.3}
+STEP = {(): 0.4, ("sync",): 0.2, ("sync", "ddp"): 0.3, ("sync", "data"): 0.1, ("sync", "data", "ddp"): 0.05}
+AGAIN: dict = {}
+KIND: dict = {}
 
 
 @pytest.mark.parametrize("repeat", [True, False])
@@ -158,12 +164,67 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     assert loop.play() is None and len(loop.rounds) == 2
     assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.67x**" in round_text(r)
     assert "dropped" in round_text(r) and "dropped" not in round_text(first)
+    assert ("mean of its runs before and after" if repeat else "its one run") in round_text(first)
+
+
+def play_all(repeat, again):
+    """Three fixes, each round's finding naming the next (sync, data, ddp); ``again``: the
+    factor on a repeat run's steps, per configuration."""
+    CALLS.clear()
+    AGAIN.clear()
+    AGAIN.update(again)
+    KIND.update({(): "sync", ("sync",): "data", ("sync", "data"): "communication"})
+    fix_for = {"sync": ("sync",), "data": ("data",), "communication": ("ddp",)}
+    loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=3),
+                   ("sync", "data", "ddp"), fix_for, LIMITS, repeat_before=repeat)
+    loop.start()
+    while loop.play() is not None:
+        pass
+    KIND.clear()
+    return loop, loop.finish()
+
+
+def test_the_total_is_measured_directly_and_the_product_compounds_drift():
+    # repeat runs of the fixed configurations read 1.5x slower: each later round's "before" is low
+    loop, total = play_all(True, {("sync",): 1.5, ("sync", "data"): 1.5})
+    assert loop.applied == ["sync", "data", "ddp"] and CALLS[-1] == ((), False)  # the slow job again
+    assert total.direct.value == pytest.approx(8.0) and total.slow_tps == pytest.approx(250)
+    assert total.fixed_tps == pytest.approx(2000) and total.kept == 3 and total.repeated
+    assert total.product.value == pytest.approx(2.0 * 2.4 * 2.4)
+    assert total.product.low <= total.product.value <= total.product.high
+    assert total.drift and "above the direct gain" in total_text(total) and "**8.00x**" in total_text(total)
+    # combined in quadrature: the product of the rounds' lows (2 x 2 x 2 = 8) would hide the drift
+    assert total.product.low > 8.0 * 1.05
+    loop, total = play_all(True, {})
+    assert total.product.value == pytest.approx(total.direct.value) and not total.drift
+    assert "agree within their intervals" in total_text(total)
+
+
+def test_quick_totals_are_the_same_runs_chained():
+    loop, total = play_all(False, {("sync",): 1.5})  # no repeat run: AGAIN never applies
+    assert ((), False) not in CALLS and not total.repeated
+    assert total.product.value == pytest.approx(total.direct.value) == pytest.approx(8.0)
+    assert "the same runs" in total_text(total)
+
+
+def test_each_bar_is_its_fix_share_of_the_direct_gain():
+    bars = waterfall_shares([("a", 2.0), ("b", 8.0)], 4.0)  # log2: 1 and 3 of 4, scaled to 2
+    assert bars == [("a", pytest.approx(2 ** 0.5)), ("b", pytest.approx(2 ** 1.5))]
+    assert waterfall_shares([("a", 2.0)], 0.5) == [("a", 2.0)]  # the other side of 1: not split
+    assert waterfall_shares([("a", 2.0), ("b", 0.5)], 3.0) == [("a", 2.0), ("b", 0.5)]  # product 1
+    fig = plot_waterfall([("a", 2.0), ("b", 8.0)], total=4.0)
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels[-1] == "4.00x" and labels[0] == "1.41x\n(2.00x alone)"
+    with pytest.raises(ValueError, match="total"):
+        waterfall_shares([("a", 2.0)], 0.0)
 
 
 def test_the_loop_needs_a_start_and_lists_fixes_left_alone():
     loop = FixLoop(JOB, ("sync", "ddp", "data"), FIX_FOR, LIMITS)
     with pytest.raises(RuntimeError, match="start"):
         loop.play()
+    with pytest.raises(RuntimeError, match="start"):
+        loop.finish()
     loop.rounds = [{"fixes": (), "report": report([], {"data": 0.03}), "result": result([0.1] * 8)}]
     loop.applied = ["sync", "ddp"]
     assert loop.left_alone() == ["not applied: --fix data (data: 3.0% of the last step)"]

@@ -397,7 +397,7 @@ CASES += [
 # Records perfkit returns (plain data built from checked input) and the exception that ends
 # a diagnosed script's window; PHASES is a constant.
 RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "Rule", "StepWindow",
-           "TraceAttribution", "WindowDone", "Pick", "Round"}
+           "TraceAttribution", "WindowDone", "Pick", "Round", "Total"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
