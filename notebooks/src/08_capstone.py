@@ -80,9 +80,10 @@ for name, what in slow_train.FIXES.items():
 # `perfkit diagnose --then continue` runs the script unchanged, records `SKIP` warm-up steps
 # and a `WINDOW` of profiled steps, writes its report, and lets the script run on. The
 # script's own result (its JSON line: step times, losses) comes back through
-# `perfkit.dist.launch`. Its speed is measured on the steps after the window (at least
-# `MEASURE`), without the profiler: tokens/s from the median step. Every round runs until the
-# target loss of section 4.
+# `perfkit.dist.launch`. Its speed is measured on the `MEASURE` steps after the window, without
+# the profiler: tokens/s from their median. Every round runs on to the target loss of section 4,
+# but only those steps are its speed, so that every run (a repeat run stops after them) is
+# read at the same point of its life.
 
 # %%
 report = loop.start()
@@ -215,30 +216,31 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; the
 # %% [markdown]
 # ## 3. What the fixes bought
 #
-# Each bar is one kept fix's measured tokens/s speedup over the round before it (the ratio its
-# verdict judged), from the total before to the total after (log scale: equal factors, equal
-# heights); the last bar is their product. A fix measured below 1x is not among them.
+# The whole gain is measured **directly**, the way each round was: the fixed job against the
+# slow one (at default size the slow job runs once more now, so the two slow runs bracket every
+# round). The rounds' ratios multiply to the whole gain only if every configuration ran at the
+# same speed in the round where it was the "after" and in the next one, where it was the
+# "before"; load that changed between rounds compounds in their product, so the headline is the
+# direct ratio. Each bar is one kept fix's share of it (its measured speedup's logarithm over
+# the sum of theirs; log scale: equal factors, equal heights), labelled with its own measured
+# speedup; the last bar is the direct ratio. A fix measured below 1x is not among them.
 # MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06) of both
 # ranks per second over this machine's measured peak for the job's precision (fp32; bf16 once
 # `--fix bf16` runs), on the unprofiled steps (the diagnosis' MFU counts one rank's matmul
 # FLOPs over the profiled, slower, window).
 
 # %%
-fig = viz.plot_waterfall(loop.waterfall, title="Measured tokens/s speedup of each fix, in the "
-                                               "order the diagnosis chose")
-plt.show()
-for name, r in (("slow", first), ("fixed", last)):
-    print(f"{name:>5}: {job.tokens_per_s(r):9,.0f} tokens/s, MFU {job.mfu(r, job_peak(limits, r)):.2%}, "
-          f"batch {r['tokens_per_step']:,} tokens/step, fixes: {', '.join(r['fixes']) or 'none'}")
-product = viz.cumulative_speedups(loop.waterfall)[-1][2] if loop.waterfall else 1.0  # the last bar
-direct = job.tokens_per_s(last) / job.tokens_per_s(first)
-print(f"the kept fixes' gains multiply to {product:.2f}x (the last bar, and the summary's figure); the "
-      f"slow and fixed runs compared directly: {direct:.2f}x"
-      + (": the same, by construction, since QUICK times each fix against the one run before it" if QUICK else
-         "." if abs(product / direct - 1) < 0.05 else
-         f", {max(product, direct) / min(product, direct):.2f}x apart: each gain is timed against the "
-         "configuration before it, run next to it, while the direct ratio compares runs minutes apart, "
-         "whose load differed."))
+total = loop.finish()  # the slow job again (default size), and the direct ratio
+display(Markdown(viz.total_text(total)))
+if loop.waterfall:
+    viz.plot_waterfall(loop.waterfall, total=total.direct.value,
+                       title="Each fix's share of the measured tokens/s gain, in the order the diagnosis chose")
+    plt.show()
+mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
+       (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps))}
+for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps)):
+    print(f"{name:>5}: {tps:9,.0f} tokens/s, MFU {mfu[name]:.2%}, batch {r['tokens_per_step']:,} tokens/step, "
+          f"fixes: {', '.join(r['fixes']) or 'none'}")
 
 # %% [markdown]
 # ## 4. Time to a target loss
@@ -248,7 +250,8 @@ print(f"the kept fixes' gains multiply to {product:.2f}x (the last bar, and the 
 # early in training (module 06's batch-size section).
 #
 # **Prediction.** The time to the target loss improves by less than tokens/s: at most the
-# throughput speedup, since the fixed job needs at least as many tokens to get there.
+# throughput speedup (the top of its interval), since the fixed job needs at least as many
+# tokens to get there.
 #
 # Every round ran until the mean loss over the last 4096 tokens reached `TARGET_LOSS`; the
 # first and the last are compared here. Their profiled windows (and the step that wrote the
@@ -265,11 +268,12 @@ fig = viz.plot_time_to_target(curves, TARGET_LOSS, title="Mean loss over the las
 plt.show()
 
 # %%
-if None not in reach.values():  # the bound: these two runs' own tokens/s ratio
+if None not in reach.values():  # the bound: the tokens/s gain of section 3
     tt_gain, tokens_x = reach["slow"][0] / reach["fixed"][0], reach["fixed"][1] / reach["slow"][1]
-    print(f"time to the target: {tt_gain:.2f}x faster; tokens/s {direct:.2f}x; tokens needed {tokens_x:.2f}x")
+    print(f"time to the target: {tt_gain:.2f}x faster; tokens/s {total.direct.value:.2f}x "
+          f"({total.direct.describe('x')}); tokens needed {tokens_x:.2f}x")
     viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job",
-                           high=direct, low=1.0, unit="x"), tt_gain, explain={
+                           high=total.direct.high, low=1.0, unit="x"), tt_gain, explain={
         "held": f"The fixed job needed {tokens_x:.2f}x the tokens: that is the price of the larger batch.",
         "above": "The fixed job needed fewer tokens than the slow one: its larger batch averaged out noise "
                  "that slowed the small-batch job's progress."})
@@ -299,11 +303,11 @@ if None not in reach.values():  # the bound: these two runs' own tokens/s ratio
 # %%
 viz.show_headlines({
     "fixes applied": ", ".join(loop.applied),
-    "tokens/s": f"{job.tokens_per_s(first):,.0f} -> {job.tokens_per_s(last):,.0f}; the fixes' product "
-                f"{product:.2f}x (runs compared directly {direct:.2f}x)",
+    "tokens/s": f"{total.slow_tps:,.0f} -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
+                f"(the rounds' product {total.product.value:.2f}x{', drift between rounds' if total.drift else ''})",
     "tried, not faster": ", ".join(f"{f} ({g:.3f}x)" for f, g in loop.tried.items()) or "none",
-    "MFU": f"{job.mfu(first, job_peak(limits, first)):.2%} -> {job.mfu(last, job_peak(limits, last)):.2%} "
-           "(6N + attention FLOPs over the measured peak of the job's precision)",
+    "MFU": f"{mfu['slow']:.2%} -> {mfu['fixed']:.2%} (6N + attention FLOPs over the measured peak of the "
+           "job's precision)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "
                             f"({reach['slow'][0] / reach['fixed'][0]:.2f}x)"
                             if None not in reach.values() else "not reached"),
