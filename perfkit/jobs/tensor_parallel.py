@@ -1,0 +1,376 @@
+"""Job: tensor and sequence parallelism against the unsplit GPT and against PyTorch's DTensor.
+
+Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task optional)::
+
+    launch("perfkit.jobs.tensor_parallel", 2, ["--config", json.dumps(
+        {"model": {"n_embd": 32, "n_head": 4}, "batch": 4, "steps": 5,
+         "equality": {}, "dropout": {}, "traffic": {}, "dtensor": {}, "dp_tp": {"dp": 2},
+         "timing": {"repeat": 10}})])
+
+* ``equality``: perfkit TP and TP+SP trained 5 steps with SGD (momentum) from the unsplit
+  GPT's weights, on the same global batch as the unsplit GPT: per parameter
+  ``max |p - p_ref| / max |p_ref|`` (``rel``, the worst one); AdamW's loss curves (``loss_diff``).
+* ``dropout``: the random-number contract (:class:`perfkit.parallel.tensor.RNGTracker`).
+* ``traffic``: :func:`perfkit.comm.traffic.count_traffic` around one step and one block,
+  against :func:`perfkit.parallel.tp_gpt.tp_traffic`.
+* ``dtensor``: the same GPT under ``parallelize_module`` (Colwise/Rowwise/SequenceParallel,
+  ``loss_parallel``): parameters against the unsplit GPT, collectives counted by
+  ``CommDebugMode`` for one step of each implementation.
+* ``dp_tp``: a ``(dp, tp)`` device mesh, gradients averaged over ``dp`` by
+  :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
+* ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for ``model``.
+* ``timing``: perfkit's TP step against DTensor's, interleaved; the slowest rank's times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from perfkit import dist as pdist
+from perfkit.comm.traffic import count_traffic
+from perfkit.parallel.data_parallel import BucketedDP
+from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
+from perfkit.parallel.tensor import RNGTracker
+from perfkit.parallel.tp_gpt import parallelize_gpt, tp_traffic
+from perfkit.timing import interleaved
+
+SEED, DATA_SEED = 0, 1
+SGD = {"lr": 0.1, "momentum": 0.9}
+
+
+def _cfg(model: dict[str, Any]) -> GPTConfig:
+    kw = {"vocab_size": 64, "block_size": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
+    return GPTConfig(**{**kw, **model})
+
+
+def _model(cfg: GPTConfig) -> GPT:
+    torch.manual_seed(SEED)   # every rank builds the same unsplit weights
+    return GPT(cfg)
+
+
+def _batch(cfg: GPTConfig, batch: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 + step)   # the same global batch on every rank
+    idx = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size + 1), generator=g)
+    return idx[:, :-1], idx[:, 1:]
+
+
+def _opt(params: Any, name: str) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, **SGD) if name == "sgd" else torch.optim.AdamW(params, lr=1e-2)
+
+
+def _train(loss_fn: Any, params: list[nn.Parameter], cfg: GPTConfig, batch: int, steps: int,
+           opt_name: str, after_backward: Any = None) -> list[float]:
+    """``steps`` steps of ``loss_fn(idx, targets)``; the default stream seeded alike."""
+    opt, losses = _opt(params, opt_name), []
+    torch.manual_seed(DATA_SEED)   # replicated dropout: the same stream as the reference
+    for step in range(steps):
+        loss = loss_fn(*_batch(cfg, batch, step))
+        loss.backward()
+        if after_backward is not None:
+            after_backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _reference(cfg: GPTConfig, batch: int, steps: int, opt_name: str,
+               model: GPT | None = None) -> tuple[GPT, list[float]]:
+    ref = model if model is not None else _model(cfg)
+    losses = _train(lambda i, t: gpt_loss(ref(i), t), list(ref.parameters()), cfg, batch,
+                    steps, opt_name)
+    return ref, losses
+
+
+def _rel(tp: nn.Module, ref: GPT) -> tuple[float, str, float]:
+    """The worst per-parameter ``max |p - p_ref| / max |p_ref|`` over this rank's slices,
+    its name, and the largest absolute difference of the key biases, left out of the ratio:
+    softmax ignores a shift shared by every key, so their gradient is zero in exact
+    arithmetic and their values (about 1e-9 from zero) are rounding noise."""
+    ref_p, worst, noise = dict(ref.named_parameters()), (0.0, ""), 0.0
+    for name, p in tp.named_parameters():
+        r = ref_p[name].detach()
+        s = tp.shard(name) if hasattr(tp, "shard") else None
+        if s is not None:
+            r = r.narrow(s[0], s[1], s[2] - s[1])
+        p = p.full_tensor() if hasattr(p, "full_tensor") else p
+        diff = float((p.detach() - r).abs().max())
+        if name.endswith("attn.k.bias"):
+            noise = max(noise, diff)
+            continue
+        worst = max(worst, (diff / max(float(r.abs().max()), 1e-30), name))
+    return (*worst, noise)
+
+
+def _max_over_ranks(x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def _tp_losses(cfg: GPTConfig, batch: int, steps: int, opt_name: str, sp: bool,
+               group: Any = None, model: GPT | None = None) -> tuple[nn.Module, list[float]]:
+    rng = RNGTracker(SEED, group) if cfg.dropout else None
+    tp = parallelize_gpt(model if model is not None else _model(cfg), group, sp, rng)
+    return tp, _train(tp.loss, list(tp.parameters()), cfg, batch, steps, opt_name, tp.sync_grads)
+
+
+def equality(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
+    """TP and TP+SP against the unsplit GPT (SGD parameters, AdamW loss curves)."""
+    out: dict[str, Any] = {}
+    ref, ref_losses = _reference(cfg, batch, steps, "sgd")
+    _, ref_adam = _reference(cfg, batch, steps, "adamw")
+    for key, sp in (("tp", False), ("sp", True)):
+        tp, losses = _tp_losses(cfg, batch, steps, "sgd", sp)
+        rel, name, noise = _rel(tp, ref)
+        _, adam = _tp_losses(cfg, batch, steps, "adamw", sp)
+        out[key] = {"rel": _max_over_ranks(rel), "worst": name, "losses": losses,
+                    "key_bias_abs": _max_over_ranks(noise),
+                    "ref_losses": ref_losses,
+                    "loss_diff": max(abs(a - b) for a, b in zip(adam, ref_adam, strict=True))}
+    return out
+
+
+def _gathered(x: torch.Tensor) -> list[torch.Tensor]:
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return parts
+
+
+def dropout(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
+    """The RNG contract: replicated regions draw the unsplit model's masks, split regions
+    each rank its own, and the tracker leaves the default stream where it was."""
+    cfg = GPTConfig(**{**cfg.__dict__, "dropout": 0.1})
+    out: dict[str, Any] = {}
+    # TP without SP: every dropout but attention's is replicated; attention's switched off
+    # so that the unsplit model's stream is consumed in the same order
+    ref, tp_model = _model(cfg), _model(cfg)
+    for m in (ref, tp_model):
+        for b in m.blocks:
+            b.attn.dropout = 0.0
+    ref, ref_losses = _reference(cfg, batch, steps, "sgd", ref)
+    tp, losses = _tp_losses(cfg, batch, steps, "sgd", False, model=tp_model)
+    out["replicated_rel"] = _max_over_ranks(_rel(tp, ref)[0])
+    out["dropout_changes_loss"] = losses != _reference(
+        GPTConfig(**{**cfg.__dict__, "dropout": 0.0}), batch, steps, "sgd")[1]
+    rng, ones = RNGTracker(SEED), torch.ones(4096)
+    before = torch.get_rng_state()
+    with rng.fork():
+        split = F.dropout(ones, 0.5)
+    out["fork_keeps_default_stream"] = bool(torch.equal(before, torch.get_rng_state()))
+    with RNGTracker(SEED).fork():
+        out["fork_reproducible"] = bool(torch.equal(split, F.dropout(ones, 0.5)))
+    masks = _gathered(split)
+    out["split_masks_differ"] = all(not torch.equal(masks[0], m) for m in masks[1:])
+    masks = _gathered(F.dropout(ones, 0.5))
+    out["replicated_masks_equal"] = all(torch.equal(masks[0], m) for m in masks[1:])
+    # every dropout on, TP and SP: the replicated parameters stay equal on every rank
+    for key, sp in (("tp", False), ("sp", True)):
+        tp, losses = _tp_losses(cfg, batch, steps, "sgd", sp)
+        drift = max(float(max((q - p).abs().max() for q in _gathered(p.detach())))
+                    for n, p in tp.named_parameters() if tp.shard(n) is None)
+        block = tp.blocks[0]
+        block.train()
+        with torch.no_grad():   # the residual dropout: split region only under SP
+            mask = (block.drop1(torch.ones(1, 8, cfg.n_embd)) != 0).float()
+        ms = _gathered(mask)
+        out[key] = {"replicated_drift": drift, "finite": all(map(torch.isfinite,
+                                                                  map(torch.tensor, losses))),
+                    "residual_masks_differ": all(not torch.equal(ms[0], m) for m in ms[1:])}
+    return out
+
+
+def traffic(cfg: GPTConfig, batch: int) -> dict[str, Any]:
+    """Bytes and calls counted around one step and one block, and the model's counts."""
+    out: dict[str, Any] = {}
+    t = dist.get_world_size()
+    for key, sp in (("tp", False), ("sp", True)):
+        tp = parallelize_gpt(_model(cfg), None, sp)
+        idx, tgt = _batch(cfg, batch, 0)
+        with count_traffic() as step:
+            tp.loss(idx, tgt).backward()
+            tp.sync_grads()
+        x = torch.randn(batch, cfg.block_size // t if sp else cfg.block_size, cfg.n_embd,
+                        requires_grad=True)
+        with count_traffic() as blk:
+            tp.blocks[0](x).sum().backward()
+        model = tp_traffic(cfg, batch, cfg.block_size, t, sp)
+        block_model = tp_traffic(cfg, batch, cfg.block_size, t, sp, blocks_only=True)
+        out[key] = {"step": [step.calls, step.buffer_bytes], "model": [model.calls,
+                                                                      model.buffer_bytes],
+                    "block": [blk.calls, blk.buffer_bytes, blk.sent_bytes(t)],
+                    "block_model": [block_model.calls, block_model.buffer_bytes,
+                                    block_model.sent_bytes(t)]}
+    return out
+
+
+def dtensor_plan(cfg: GPTConfig, sp: bool) -> dict[str, Any]:
+    """PyTorch's plan for the same split (torchtitan's for Llama): Colwise for ``q``, ``k``,
+    ``v``, ``fc``, the head; Rowwise for the projections and the embedding; with ``sp``,
+    SequenceParallel LayerNorms and sequence-sharded activations between blocks."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    between = Shard(1) if sp else Replicate()   # the activation's layout between regions
+    plan: dict[str, Any] = {
+        "embed.wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "head.lm_head": ColwiseParallel(input_layouts=between, output_layouts=Shard(-1),
+                                        use_local_output=False)}
+    if sp:
+        plan["embed"] = PrepareModuleOutput(output_layouts=Replicate(),
+                                            desired_output_layouts=Shard(1))
+        plan["head.ln_f"] = SequenceParallel()
+    for i in range(cfg.n_layer):
+        b = f"blocks.{i}."
+        for region, cols, row in (("attn", "qkv", "proj"), ("mlp", ["fc"], "proj")):
+            # one DTensor input for the region: one all-reduce (or gather) for all its columns
+            plan[b + region] = PrepareModuleInput(input_layouts=(between,),
+                                                  desired_input_layouts=(Replicate(),),
+                                                  use_local_output=False)
+            for c in cols:
+                plan[f"{b}{region}.{c}"] = ColwiseParallel()
+            plan[f"{b}{region}.{row}"] = RowwiseParallel(output_layouts=between)
+        if sp:
+            plan[b + "ln1"], plan[b + "ln2"] = SequenceParallel(), SequenceParallel()
+    return plan
+
+
+def _dtensor_model(cfg: GPTConfig, sp: bool, mesh: Any = None) -> tuple[GPT, Any]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    mesh = mesh or init_device_mesh("cpu", (dist.get_world_size(),))
+    model = parallelize_module(_model(cfg), mesh, dtensor_plan(cfg, sp))
+
+    def loss(idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        # call inside loss_parallel(), backward included (a nested context would end early)
+        return F.cross_entropy(model(idx).flatten(0, 1), tgt.reshape(-1))
+    return model, loss
+
+
+def _backward(loss_fn: Any, cfg: GPTConfig, batch: int, after: Any = None) -> Any:
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    def step() -> None:
+        with loss_parallel():   # DTensor's loss must run backward inside the context too
+            loss_fn(*_batch(cfg, batch, 0)).backward()
+        if after is not None:
+            after()
+    return step
+
+
+def dtensor(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
+    """DTensor's TP/SP against the unsplit GPT, and collectives of one step of each."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    ref, _ = _reference(cfg, batch, steps, "sgd")
+    out: dict[str, Any] = {}
+    for key, sp in (("tp", False), ("sp", True)):
+        model, loss = _dtensor_model(cfg, sp)
+        with loss_parallel():   # backward too runs inside the context
+            losses = _train(loss, list(model.parameters()), cfg, batch, steps, "sgd")
+        counts = {}
+        ours = parallelize_gpt(_model(cfg), None, sp)
+        for name, fn in (("dtensor", _backward(loss, cfg, batch)),
+                         ("perfkit", _backward(ours.loss, cfg, batch, ours.sync_grads))):
+            with CommDebugMode() as cm:
+                fn()
+            counts[name] = {str(k).split(".")[-1]: v for k, v in cm.get_comm_counts().items()}
+        out[key] = {"rel": _max_over_ranks(_rel(model, ref)[0]), "losses": losses,
+                    "counts": counts}
+    return out
+
+
+def dp_tp(cfg: GPTConfig, batch: int, steps: int, dp: int) -> dict[str, Any]:
+    """DP x TP on a ``(dp, tp)`` mesh against the unsplit GPT on the global batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dp, dist.get_world_size() // dp), mesh_dim_names=("dp", "tp"))
+    tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
+    d, local = mesh.get_local_rank("dp"), batch // dp
+    ref, _ = _reference(cfg, batch, steps, "sgd")
+    out: dict[str, Any] = {"tp_group": dist.get_process_group_ranks(tp_group),
+                           "dp_group": dist.get_process_group_ranks(dp_group)}
+    for key, sp in (("tp", False), ("sp", True)):
+        tp = parallelize_gpt(_model(cfg), tp_group, sp)
+        ddp = BucketedDP(tp, group=dp_group)
+
+        def after(tp: Any = tp, ddp: BucketedDP = ddp) -> None:
+            tp.sync_grads()    # over tp: sequence-split parameters
+            ddp.finish()       # over dp: average the data-parallel replicas
+
+        def loss(idx: torch.Tensor, tgt: torch.Tensor, tp: Any = tp) -> torch.Tensor:
+            return tp.loss(idx[d * local:(d + 1) * local], tgt[d * local:(d + 1) * local])
+        _train(loss, list(tp.parameters()), cfg, batch, steps, "sgd", after)
+        out[key] = {"rel": _max_over_ranks(_rel(tp, ref)[0])}
+    return out
+
+
+def errors(cfg: GPTConfig) -> dict[str, Any]:
+    """The error :func:`parallelize_gpt` raises for this model on this world size."""
+    try:
+        parallelize_gpt(_model(cfg))
+    except ValueError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
+def timing(cfg: GPTConfig, batch: int, repeat: int, warmup: int = 2) -> dict[str, Any]:
+    """perfkit's TP step and DTensor's (forward, backward, SGD step), interleaved."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    ours = parallelize_gpt(_model(cfg), None, False)
+    theirs, their_loss = _dtensor_model(cfg, False)
+    fns = []
+    for params, fn in ((list(ours.parameters()), _backward(ours.loss, cfg, batch)),
+                       (list(theirs.parameters()), _backward(their_loss, cfg, batch))):
+        opt = _opt(params, "sgd")
+
+        def step(fn: Any = fn, opt: torch.optim.Optimizer = opt) -> None:
+            fn()
+            with loss_parallel():
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+        fns.append(step)
+    ms = interleaved(fns, warmup=warmup, repeat=repeat)
+    t = torch.tensor([list(m.times_s) for m in ms], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)   # a step ends when its slowest rank does
+    return {"perfkit_s": t[0].tolist(), "dtensor_s": t[1].tolist()}
+
+
+def run(config: dict[str, Any]) -> dict[str, Any]:
+    """Every task named in ``config``; see the module docstring."""
+    cfg = _cfg(config.get("model", {}))
+    batch, steps = int(config.get("batch", 4)), int(config.get("steps", 5))
+    out: dict[str, Any] = {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    if "errors" in config:
+        out["errors"] = errors(cfg)
+    if "equality" in config:
+        out["equality"] = equality(cfg, batch, steps)
+    if "dropout" in config:
+        out["dropout"] = dropout(cfg, batch, steps)
+    if "traffic" in config:
+        out["traffic"] = traffic(cfg, batch)
+    if "dtensor" in config:
+        out["dtensor"] = dtensor(cfg, batch, steps)
+    if "dp_tp" in config:
+        out["dp_tp"] = dp_tp(cfg, batch, steps, int(config["dp_tp"].get("dp", 2)))
+    if "timing" in config:
+        out["timing"] = timing(cfg, batch, int(config["timing"].get("repeat", 10)))
+    return out
+
+
+if __name__ == "__main__":
+    pdist.worker_main(run, __doc__)

@@ -1,0 +1,210 @@
+"""perfkit.parallel.tensor, .sequence and .tp_gpt in one process (a gloo group of one).
+
+With one rank every collective is the identity, so these tests check what does not need a
+second process: the split model computes the unsplit model's loss and gradients under the
+same parameter names, the vocabulary-parallel loss is cross-entropy (values and gradients,
+huge logits included), the traffic model's counts, the RNG tracker's contract, which
+parameters sequence parallelism reduces, and the errors. The 2-, 3- and 4-process checks are
+in tests/distributed/test_tensor_parallel.py.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from perfkit.comm.traffic import count_traffic
+from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
+from perfkit.parallel.sequence import (
+    SEQUENCE_PARALLEL_ATTR,
+    mark_sequence_parallel,
+    sync_sequence_parallel_grads,
+)
+from perfkit.parallel.tensor import (
+    ColumnParallelLinear,
+    RNGTracker,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
+from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
+
+CFG = GPTConfig(vocab_size=48, block_size=8, n_embd=24, n_layer=2, n_head=6)
+
+
+@pytest.fixture
+def group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield None
+    dist.destroy_process_group()
+
+
+def _pair(cfg=CFG, sp=False, rng=None):
+    torch.manual_seed(0)
+    ref = GPT(cfg)
+    torch.manual_seed(0)
+    return ref, parallelize_gpt(GPT(cfg), None, sp, rng)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_one_rank_is_the_unsplit_model(group, sp):
+    ref, tp = _pair(sp=sp)
+    idx, tgt = torch.randint(0, 48, (3, 8)), torch.randint(0, 48, (3, 8))
+    gpt_loss(ref(idx), tgt).backward()
+    loss = tp.loss(idx, tgt)
+    loss.backward()
+    tp.sync_grads()
+    assert loss.item() == pytest.approx(gpt_loss(ref(idx), tgt).item(), rel=1e-6)
+    ref_p = dict(ref.named_parameters())
+    assert set(ref_p) == {n for n, _ in tp.named_parameters()}   # the unsplit names
+    for name, p in tp.named_parameters():
+        assert torch.allclose(p.grad, ref_p[name].grad, atol=1e-6), name
+        assert tp.shard(name) is None or tp.shard(name)[1:] == (0, ref_p[name].shape[
+            tp.shard(name)[0]])
+
+
+def test_vocab_parallel_loss_is_cross_entropy_even_for_huge_logits(group):
+    logits = torch.randn(2, 5, 48) * 3
+    logits[0, 0, 7] = 1e4   # exp() of it overflows unless the maximum is subtracted first
+    logits.requires_grad_(True)
+    tgt = torch.randint(0, 48, (2, 5))
+    want = F.cross_entropy(logits.reshape(-1, 48), tgt.reshape(-1))
+    (g_want,) = torch.autograd.grad(want, logits)
+    got = vocab_parallel_cross_entropy(logits, tgt, 0)
+    (g_got,) = torch.autograd.grad(got, logits)
+    assert math.isfinite(got.item()) and got.item() == pytest.approx(want.item(), rel=1e-6)
+    assert torch.allclose(g_got, g_want, atol=1e-7)
+    with pytest.raises(ValueError, match="must agree on"):
+        vocab_parallel_cross_entropy(logits, tgt[:, :4], 0)
+
+
+def test_vocab_rows_outside_this_rank_are_zero_and_their_logits_ignored(group):
+    # a rank holding ids [10, 20): other ids look up zeros; a target it does not own adds
+    # nothing to the gradient's one-hot
+    emb = VocabParallelEmbedding(torch.ones(10, 3), vocab_start=10)
+    out = emb(torch.tensor([[5, 12, 25]]))
+    assert out[0, 0].abs().sum() == 0 and out[0, 2].abs().sum() == 0 and out[0, 1].sum() == 3
+    logits = torch.zeros(1, 2, 10, requires_grad=True)
+    vocab_parallel_cross_entropy(logits, torch.tensor([[3, 15]]), 10).backward()
+    assert torch.allclose(logits.grad[0, 0], torch.full((10,), 0.05))     # no -1: not owned
+    assert logits.grad[0, 1, 5] == pytest.approx((0.1 - 1) / 2)
+
+
+def test_traffic_model_counts(group):
+    b, s, c, L = 3, 8, 24, 2
+    act = b * s * c * 4
+    tp = tp_traffic(CFG, b, s, 2)
+    assert tp.calls == {"all_reduce": 4 * L + 2 + 3}
+    assert tp.buffer_bytes == {"all_reduce": (4 * L + 2) * act + 3 * b * s * 4}
+    blk = tp_traffic(CFG, b, s, 2, blocks_only=True)
+    assert blk.calls == {"all_reduce": 4} and blk.sent_bytes(2) == {"all_reduce": 4 * act}
+    sp = tp_traffic(CFG, b, s, 3, sequence_parallel=True, blocks_only=True)
+    assert sp.calls == {"all_gather": 4, "reduce_scatter": 4}
+    # an all-gather and a reduce-scatter move what one all-reduce moves
+    assert sum(sp.sent_bytes(3).values()) == pytest.approx(
+        tp_traffic(CFG, b, s, 3, blocks_only=True).sent_bytes(3)["all_reduce"])
+    full = tp_traffic(CFG, b, s, 2, sequence_parallel=True)
+    synced = (6 * L + 2 + CFG.block_size) * c   # norms, row biases, positions
+    assert full.buffer_bytes["all_reduce"] == 3 * b * s * 4 + synced * 4
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_traffic_model_is_what_one_rank_calls(group, sp):
+    _, tp = _pair(sp=sp)
+    with count_traffic() as t:
+        tp.loss(torch.randint(0, 48, (2, 8)), torch.randint(0, 48, (2, 8))).backward()
+        tp.sync_grads()
+    want = tp_traffic(CFG, 2, 8, 1, sp)
+    assert (t.calls, t.buffer_bytes) == (want.calls, want.buffer_bytes)
+
+
+def test_only_replicated_parameters_are_reduced_under_sequence_parallelism(group):
+    _, tp = _pair(sp=True)
+    marked = {n for n, p in tp.named_parameters() if getattr(p, SEQUENCE_PARALLEL_ATTR, False)}
+    assert marked == {n for n, _ in tp.named_parameters() if tp.shard(n) is None}
+    assert not any(".weight" in n and ("proj" in n or ".fc" in n or ".q" in n) for n in marked)
+    tp.loss(torch.randint(0, 48, (2, 8)), torch.randint(0, 48, (2, 8))).backward()
+    n = sum(p.numel() for n, p in tp.named_parameters() if n in marked)
+    assert sync_sequence_parallel_grads(tp) == n
+    assert sync_sequence_parallel_grads(nn.Linear(2, 2)) == 0   # nothing marked: no call
+
+
+def test_rng_tracker_leaves_the_default_stream_and_repeats(group):
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    rng = RNGTracker(3)
+    with rng.fork():
+        a = torch.rand(8)
+    with rng.fork():
+        b = torch.rand(8)
+    assert torch.equal(torch.get_rng_state(), before)   # default stream untouched
+    assert not torch.equal(a, b)                        # the tracker's own stream advanced
+    with RNGTracker(3).fork():
+        assert torch.equal(torch.rand(8), a)
+    with RNGTracker(4).fork():
+        assert not torch.equal(torch.rand(8), a)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_split_region_dropout_draws_from_the_tracker(group, sp):
+    cfg = GPTConfig(**{**CFG.__dict__, "dropout": 0.5})
+    _, tp = _pair(cfg, sp, RNGTracker(1))
+    block, x = tp.blocks[0].train(), torch.randn(2, 8, 24)
+    state = torch.get_rng_state()
+    block.attn(x)     # heads split: attention dropout on the tracker, never the default
+    assert torch.equal(torch.get_rng_state(), state)
+    block.drop1(x)    # residual dropout: split (tracker) only under sequence parallelism
+    assert torch.equal(torch.get_rng_state(), state) == sp
+
+
+def test_row_parallel_adds_its_bias_once_after_the_reduce(group):
+    lin = nn.Linear(6, 4)
+    calls = []
+
+    def reduce(y, group):
+        calls.append(y.clone())
+        return y
+    row = RowParallelLinear.from_linear(lin, reduce=reduce)
+    x = torch.randn(2, 6)
+    assert torch.allclose(row(x), lin(x), atol=1e-6)
+    assert torch.allclose(calls[0], x @ lin.weight.T, atol=1e-6)   # reduced without the bias
+    col = ColumnParallelLinear.from_linear(lin, gather_output=True)
+    assert torch.allclose(col(x), lin(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("cfg,t,pattern", [
+    (CFG, 4, r"n_head \(6\) must be divisible by the tensor-parallel degree 4"),
+    (GPTConfig(vocab_size=48, n_embd=30, n_head=3), 8, r"n_head \(3\)"),
+    (GPTConfig(vocab_size=50, n_embd=24, n_head=6), 3, r"vocab_size \(50\)"),
+    (GPTConfig(vocab_size=48, n_embd=6, n_head=1), 1, None),
+])
+def test_degree_that_does_not_divide_is_refused_by_name(cfg, t, pattern):
+    if pattern is None:
+        check_tp_degree(cfg, t)
+        return
+    with pytest.raises(ValueError, match=pattern):
+        check_tp_degree(cfg, t)
+
+
+def test_bad_arguments(group):
+    with pytest.raises(TypeError, match="model must be a GPT"):
+        parallelize_gpt(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="rng must be an RNGTracker when dropout"):
+        parallelize_gpt(GPT(GPTConfig(dropout=0.1)))
+    with pytest.raises(TypeError, match="rng must be a RNGTracker or None"):
+        parallelize_gpt(GPT(CFG), rng=3)
+    with pytest.raises(TypeError, match="linear must be a Linear"):
+        ColumnParallelLinear.from_linear(nn.Conv1d(2, 2, 1))
+    with pytest.raises(TypeError, match="emb must be an Embedding"):
+        VocabParallelEmbedding.from_embedding(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="seed must be"):
+        RNGTracker(-1)
+    with pytest.raises(TypeError, match="module must be"):
+        mark_sequence_parallel(torch.zeros(2))
+    with pytest.raises(ValueError, match="batch must be"):
+        tp_traffic(CFG, 0, 8, 2)
+    with pytest.raises(TypeError, match="cfg must be a GPTConfig"):
+        check_tp_degree({"n_head": 4}, 2)
