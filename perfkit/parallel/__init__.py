@@ -84,6 +84,14 @@ from perfkit.parallel.schedules import (
     validate,
     zb_h1,
 )
+from perfkit.parallel.sequence import (
+    SEQUENCE_PARALLEL_ATTR,
+    gather_from_sequence,
+    mark_sequence_parallel,
+    reduce_scatter_to_sequence,
+    scatter_to_sequence,
+    sync_sequence_parallel_grads,
+)
 from perfkit.parallel.simulate import (
     DEFAULT_COSTS,
     Slot,
@@ -92,6 +100,24 @@ from perfkit.parallel.simulate import (
     peak_in_flight,
     simulate,
     timeline_from,
+)
+from perfkit.parallel.tensor import (
+    ColumnParallelLinear,
+    RNGTracker,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    copy_to_tp,
+    gather_from_tp,
+    reduce_from_tp,
+    split_to_tp,
+    tp_shard,
+    vocab_parallel_cross_entropy,
+)
+from perfkit.parallel.tp_gpt import (
+    TensorParallelGPT,
+    check_tp_degree,
+    parallelize_gpt,
+    tp_traffic,
 )
 from perfkit.parallel.zero import (
     ZeroOptimizer,
@@ -148,4 +174,10 @@ __all__ = [
     "parse_actions", "validate", "zb_h1",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
     "timeline_from",
+    # tensor and sequence parallelism (module 10)
+    "ColumnParallelLinear", "RNGTracker", "RowParallelLinear", "SEQUENCE_PARALLEL_ATTR",
+    "TensorParallelGPT", "VocabParallelEmbedding", "check_tp_degree", "copy_to_tp",
+    "gather_from_sequence", "gather_from_tp", "mark_sequence_parallel", "parallelize_gpt",
+    "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
+    "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
 ]
