@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -29,13 +30,14 @@ FIXABLE = ("dp", "tp", "pp", "cp", "zero", "micro_batch", "interleave", "recompu
 
 
 def parse_tokens(text: str) -> int:
-    """``"4M"``, ``"512k"``, ``"1048576"`` -> tokens.
+    """``"4M"``, ``"512k"``, ``"1048576"`` -> tokens; k, M, G are powers of two (4M is
+    4,194,304 tokens: 1024 sequences of 4096), as batch sizes are quoted.
 
     Raises:
         ValueError: for anything else, or a count below 1.
     """
     t = str(text).strip().lower()
-    scale = {"k": 10**3, "m": 10**6, "g": 10**9}.get(t[-1:], 1)
+    scale = {"k": 2**10, "m": 2**20, "g": 2**30}.get(t[-1:], 1)
     try:
         n = int(float(t[:-1] if scale > 1 else t) * scale)
     except ValueError:
@@ -76,9 +78,11 @@ def report_text(p: Plan, top: int = 5) -> str:
     lines.append("best layout, seconds per term: " + ", ".join(
         f"{k} {v:.3g}" for k, v in best.terms.items() if v > 0))
     lines += ["why the next ones lose:"] + [f"  {p.why_not(r)}" for r in range(1, min(top, len(p.best)))]
-    lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected; e.g.")
-    mem_rej = [(lay, why) for lay, why in p.rejected if why.startswith("needs")]
-    lines += [f"  {lay.label()}: {why}" for lay, why in (mem_rej[:2] + p.rejected[:1])]
+    lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected; one of each reason:")
+    kinds: dict[str, str] = {}  # a reason without its numbers -> its first example
+    for lay, why in p.rejected:
+        kinds.setdefault(re.sub(r"[0-9.]+", "#", why), f"  {lay.label()}: {why}")
+    lines += list(kinds.values())[:4]
     return "\n".join(lines)
 
 

@@ -92,7 +92,7 @@ class Layout:
         parts += [f"cp{self.cp}"] if self.cp > 1 else []
         parts += [f"z{self.zero}", f"mb{self.micro_batch}"]
         parts += [f"v{self.interleave}"] if self.interleave > 1 else []
-        parts += [] if self.recompute == "none" else [self.recompute[:4]]
+        parts += {"none": [], "selective": ["sel"], "full": ["full"]}[self.recompute]
         parts += ["sp"] if self.sp else []
         parts += ["gpipe"] if self.schedule == "gpipe" else []
         return " ".join(parts)

@@ -59,7 +59,7 @@ def stage_params(model: ModelSpec, layout: Layout) -> float:
     the embedding (the first stage; the last holds the output layer, or a copy of the tied
     embedding), all divided by ``tp`` (the norms' few are divided too: ``O(h)``)."""
     per_stage = model.layers // layout.pp * model.layer_params
-    return (per_stage + model.embedding_params + 2 * model.hidden) / layout.tp
+    return (per_stage + model.embedding_params + model.norm_params) / layout.tp
 
 
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,

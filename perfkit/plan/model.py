@@ -91,11 +91,18 @@ class ModelSpec:
     # --- parameters and FLOPs -------------------------------------------------------------
 
     @property
+    def norm_params(self) -> int:
+        """One norm's parameters: LayerNorm's weight and bias ``2h``; Llama-style (gated)
+        models use RMSNorm, a weight only, ``h``."""
+        return self.hidden if self.gated else 2 * self.hidden
+
+    @property
     def layer_params(self) -> int:
         """Parameters of one block: Q and O ``2h^2``, K and V ``2 h kv_dim``, the MLP
-        ``2 h f`` (``3 h f`` gated), two norms ``4h`` (biases are left out: ``O(h)``)."""
+        ``2 h f`` (``3 h f`` gated), two norms (the linear layers' biases, ``O(h)``, are left
+        out: Llama and MPT have none)."""
         h, f = self.hidden, self.ffn
-        return 2 * h * h + 2 * h * self.kv_dim + (3 if self.gated else 2) * h * f + 4 * h
+        return 2 * h * h + 2 * h * self.kv_dim + (3 if self.gated else 2) * h * f + 2 * self.norm_params
 
     @property
     def embedding_params(self) -> int:
@@ -105,13 +112,13 @@ class ModelSpec:
     @property
     def num_params(self) -> int:
         """All parameters (final norm included)."""
-        return self.layers * self.layer_params + self.embedding_params + 2 * self.hidden
+        return self.layers * self.layer_params + self.embedding_params + self.norm_params
 
     @property
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul per token: blocks and the output layer
         (embedding lookups do no FLOPs)."""
-        return self.layers * (self.layer_params - 4 * self.hidden) + self.vocab * self.hidden
+        return self.layers * (self.layer_params - 2 * self.norm_params) + self.vocab * self.hidden
 
     def model_flops_per_token(self) -> float:
         """Model FLOPs of one trained token, PaLM's count: ``6 N + 12 L h s``

@@ -1,0 +1,262 @@
+"""perfkit.plan: the model's counts, memory per GPU, step-time terms, the search.
+
+Numbers are checked against hand counts (Korthikanti et al.'s formulas, a Llama built by
+transformers), against perfkit's own formulas (zero_model_states, ring_allreduce_time), and
+each check has the wrong implementation it catches named beside it.
+"""
+
+import math
+
+import pytest
+
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.hw import MachineLimits
+from perfkit.memory.model_states import zero_model_states
+from perfkit.plan import (
+    Layout,
+    ModelSpec,
+    check_layout,
+    enumerate_layouts,
+    group_allreduce_time,
+    layout_problems,
+    local_cluster,
+    memory_per_gpu,
+    model_from_config,
+    named_cluster,
+    plan,
+    stage_params,
+    step_time,
+)
+
+GPT = ModelSpec("gpt", layers=4, hidden=64, heads=4, ffn=256, vocab=100, seq=32, dropout=True,
+                flash=False)
+S, H, A = 32, 64, 4
+
+
+# --- the model: Korthikanti et al.'s activations, parameters, FLOPs ------------------------
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_activations_are_korthikantis_formulas(b):
+    sbh = S * b * H
+    act = GPT.activation_bytes_per_layer
+    assert act(b) == 34 * sbh + 5 * A * S * S * b  # Table 2, no parallelism
+    assert act(b, tp=4) == sbh * (10 + 24 / 4 + 5 * A * S / (H * 4))  # tensor parallel
+    assert act(b, tp=4, sp=True) == sbh * (34 / 4 + 5 * A * S / (H * 4))  # + sequence parallel
+    assert act(b, tp=4, sp=True, recompute="selective") == sbh * 34 / 4
+    assert act(b, tp=4, sp=False, recompute="selective") == sbh * (10 + 24 / 4)
+    assert act(b, tp=4, sp=True, recompute="full") == 2 * sbh / 4
+    assert act(b, recompute="full") == 2 * sbh
+    # context parallelism halves what each GPU keeps of the sequence (s^2 term by 4)
+    assert act(b, cp=2) == 34 * sbh / 2 + 5 * A * (S / 2) ** 2 * b
+
+
+def test_activations_of_a_llama_block_by_hand():
+    # SwiGLU, GQA (2 kv heads of 4), fused attention, no dropout, bf16
+    m = ModelSpec("llama", layers=2, hidden=64, heads=4, ffn=176, vocab=100, seq=32, kv_heads=2,
+                  gated=True)
+    b, k, f = 2, 32, 176
+    sbh, sbk, sbf = S * b * H, S * b * k, S * b * f
+    whole = 4 * sbh + 2 * sbh + 2 * sbh  # two norms' inputs, QKV input, MLP input
+    split = 2 * sbh + 2 * sbk + 2 * sbk + 2 * sbh + 2 * sbh  # Q, K, V, proj input, kernel output
+    split += 4 * 2 * sbf  # gate, SiLU(gate), up, their product
+    lse = 4 * A * S * b  # fp32 log-sum-exp
+    assert m.activation_bytes_per_layer(b) == whole + split + lse
+    assert m.activation_bytes_per_layer(b, tp=2) == whole + (split + lse) / 2
+    # a GELU MLP keeps two f-wide tensors, not four; without GQA K and V are h wide
+    gelu = ModelSpec("g", layers=2, hidden=64, heads=4, ffn=176, vocab=100, seq=32)
+    assert m.activation_bytes_per_layer(b) - gelu.activation_bytes_per_layer(b) == (
+        2 * 2 * sbf - 2 * 2 * (sbh - sbk))
+
+
+def test_parameters_match_a_llama_built_by_transformers():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=176, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+                      max_position_embeddings=32, tie_word_embeddings=False)
+    m = model_from_config(cfg)
+    assert (m.gated, m.kv, m.tied, m.seq, m.ffn) == (True, 2, False, 32, 176)
+    assert m.num_params == sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
+
+
+def test_config_from_a_json_file_and_a_gpt2_config(tmp_path):
+    from transformers import GPT2Config
+
+    g = model_from_config(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=32))
+    assert (g.gated, g.ffn, g.positions, g.kv) == (False, 256, 32, 4)
+    p = tmp_path / "config.json"
+    p.write_text('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
+                 '"vocab_size": 100, "intermediate_size": 128, "hidden_act": "silu"}')
+    m = model_from_config(p, seq=16)
+    assert (m.name, m.seq, m.gated, m.ffn) == ("config", 16, True, 128)
+    with pytest.raises(ValueError, match="lacks"):
+        model_from_config({"hidden_size": 64})
+    with pytest.raises(ValueError, match="JSON"):
+        model_from_config(tmp_path / "missing.json")
+    with pytest.raises(TypeError, match="config"):
+        model_from_config(3)
+
+
+def test_flops_per_token():
+    n = GPT.matmul_params
+    assert GPT.model_flops_per_token() == 6 * n + 12 * 4 * H * S
+    assert GPT.hardware_flops_per_token("full") == GPT.model_flops_per_token() + 2 * n + 4 * 4 * H * S
+    assert GPT.hardware_flops_per_token("selective") == GPT.model_flops_per_token() + 4 * 4 * H * S
+    # Megatron's count with recomputation: 4 passes of 24 l h^2 (1 + s/6h + V/16lh)
+    big = ModelSpec("1t", layers=128, hidden=25600, heads=200, ffn=102400, vocab=51200, seq=2048)
+    assert big.megatron_flops_per_token() == pytest.approx(big.hardware_flops_per_token("full"), rel=1e-3)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(heads=3), "divisible by heads"), (dict(kv_heads=3), "kv_heads"),
+    (dict(layers=0), "layers"), (dict(gated="yes"), "gated"), (dict(act_bytes=3), "act_bytes"),
+])
+def test_model_refuses_bad_shapes(kw, match):
+    base = dict(name="m", layers=2, hidden=64, heads=4, ffn=256, vocab=100, seq=32)
+    with pytest.raises((ValueError, TypeError), match=match):
+        ModelSpec(**{**base, **kw})
+
+
+# --- layouts: the checks and the bubble ----------------------------------------------------
+
+
+def test_layout_problems_name_each_mistake():
+    assert layout_problems(GPT, Layout(dp=2, tp=2, pp=2), 8, 16) == []
+    msgs = " | ".join(layout_problems(GPT, Layout(dp=3, tp=2), 8, 16))
+    assert "is not the GPU count 8" in msgs
+    assert "heads (4) are not divisible by tp (8)" in " ".join(layout_problems(GPT, Layout(tp=8), 8, 8))
+    small = layout_problems(GPT, Layout(pp=4, dp=2), 8, 4)  # 2 micro-batches for 4 stages
+    assert any("too small for the pipeline" in m for m in small)
+    assert any("not divisible by pp x interleave" in m
+               for m in layout_problems(GPT, Layout(pp=2, interleave=4), 2, 8))
+    with pytest.raises(ValueError, match="sequence parallelism needs tp > 1"):
+        check_layout(GPT, Layout(dp=2, sp=True), 2, 4)
+    with pytest.raises(ValueError, match="zero"):
+        Layout(zero=4)
+
+
+@pytest.mark.parametrize("pp, v, batch, want", [(4, 1, 16, 3 / 16), (4, 2, 16, 3 / 32), (1, 1, 8, 0.0)])
+def test_bubble_is_p_minus_1_over_v_m(pp, v, batch, want):
+    lay = Layout(pp=pp, interleave=v)
+    assert lay.micro_batches(batch) == batch
+    assert lay.bubble_fraction(batch) == want
+    c = named_cluster("a100-80gb")
+    t = step_time(GPT, lay, c, batch)
+    # the bubble term is (p - 1) / v slots of one micro-batch on one stage
+    assert t.terms["pipeline bubble"] == pytest.approx((pp - 1) / v * t.detail["slot_s"])
+
+
+def test_in_flight_micro_batches_by_schedule():
+    assert Layout(pp=4).in_flight(16) == 4  # 1F1B: p
+    assert Layout(pp=4).in_flight(2) == 2  # fewer micro-batches than stages
+    assert Layout(pp=4, interleave=2).in_flight(16) == 4 * (1 + 3 / 8)
+    assert Layout(pp=4, schedule="gpipe").in_flight(16) == 16  # all forwards first
+
+
+# --- memory per GPU --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_model_states_are_zeros_formula(zero):
+    lay = Layout(dp=4, tp=2, zero=zero)
+    mem = memory_per_gpu(GPT, lay, 8)
+    psi = (GPT.layers * GPT.layer_params + GPT.embedding_params + GPT.norm_params) / 2
+    assert stage_params(GPT, lay) == psi
+    want = zero_model_states(psi, 4, zero, "mixed_adam")
+    assert (mem.params, mem.grads, mem.optimizer) == (want.params, want.grads, want.optimizer)
+    # stage 0 by hand: 2 + 2 + 12 bytes per parameter, nothing sharded
+    if zero == 0:
+        assert mem.model_states == 16 * psi
+
+
+def test_activations_in_flight_and_logits():
+    b, lay = 2, Layout(dp=1, pp=2, micro_batch=2)
+    mem = memory_per_gpu(GPT, lay, 8)  # 4 micro-batches: the first stage holds 2 (= p)
+    per_layer = GPT.activation_bytes_per_layer(b)
+    first = 2 * 2 * per_layer
+    last = 2 * per_layer + 4 * S * b * GPT.vocab
+    assert mem.activations == max(first, last)
+    one = memory_per_gpu(GPT, Layout(micro_batch=2), 2)
+    assert one.activations == 4 * per_layer + 4 * S * b * GPT.vocab
+    full = memory_per_gpu(GPT, Layout(micro_batch=2, recompute="full"), 2)
+    assert full.activations == 4 * 2 * S * b * H + 4 * S * b * GPT.vocab + per_layer
+    z3 = memory_per_gpu(GPT, Layout(dp=2, zero=3), 2)
+    assert z3.buffers == 2 * GPT.layer_params * 2  # two gathered blocks in 16 bits
+
+
+# --- step time ---------------------------------------------------------------------------------
+
+
+def test_tensor_parallel_bytes_per_layer():
+    c = named_cluster("h100-sxm")
+    for rc, n in (("none", 4), ("full", 6)):
+        t = step_time(GPT, Layout(tp=4, recompute=rc, micro_batch=2), c, 2)
+        msg = 2 * S * H * 2  # bytes: (b, s, h) in bf16
+        assert t.terms["tensor-parallel"] == pytest.approx(
+            GPT.layers * n * ring_allreduce_time(msg, 4, c.intra))
+    # beyond a node, TP crosses the network
+    wide = step_time(GPT, Layout(tp=4), named_cluster("h100-sxm", gpus_per_node=2), 1)
+    assert wide.terms["tensor-parallel"] > step_time(GPT, Layout(tp=4), c, 1).terms["tensor-parallel"]
+
+
+def test_group_allreduce_is_hierarchical():
+    c = named_cluster("a100-80gb")
+    n = 1e9
+    assert group_allreduce_time(n, 8, 1, c) == ring_allreduce_time(n, 8, c.intra)
+    assert group_allreduce_time(n, 16, 1, c) == pytest.approx(
+        ring_allreduce_time(n, 8, c.intra) + ring_allreduce_time(n / 8, 2, c.inter))
+    assert group_allreduce_time(n, 4, 8, c) == ring_allreduce_time(n, 4, c.inter)  # 1 per node
+    assert group_allreduce_time(n, 1, 1, c) == 0.0
+
+
+def test_step_time_terms_add_up_and_efficiency_scales_compute():
+    c = named_cluster("a100-80gb", efficiency=0.5)
+    lay = Layout(dp=2, tp=2, pp=2, micro_batch=1)
+    t = step_time(GPT, lay, c, 8)
+    assert t.total_s == pytest.approx(sum(t.terms.values()))
+    assert t.tokens_per_s == pytest.approx(8 * S / t.total_s)
+    t2 = step_time(GPT, lay, c.with_efficiency(0.25), 8)
+    assert t2.terms["matmul"] == pytest.approx(2 * t.terms["matmul"])
+    assert 0 < t.mfu < t.hfu or t.mfu == t.hfu
+
+
+def test_local_cluster_shares_the_machine():
+    lim = MachineLimits("cpu", "test", {"float32": 2e11}, 3e10)
+    c = local_cluster(lim, AlphaBeta(1e-5, 1e9), processes=2, memory_bytes=1e9)
+    assert c.gpu.peak_flops == 1e11 and c.gpu.hbm_bytes_per_s == 1.5e10
+    assert c.intra == c.inter == AlphaBeta(1e-5, 1e9)
+    with pytest.raises(TypeError, match="limits"):
+        local_cluster({}, AlphaBeta(1e-5, 1e9))
+
+
+# --- the search --------------------------------------------------------------------------------
+
+
+def test_search_rejects_what_does_not_fit_and_ranks_the_rest():
+    big = ModelSpec("big", layers=8, hidden=4096, heads=32, ffn=16384, vocab=32000, seq=2048)
+    c = named_cluster("a100-40gb")
+    p = plan(big, c, gpus=8, global_batch=64)
+    assert p.best, "some layout of a 1.6B model fits 8 A100s"
+    times = [x.time.total_s for x in p.best]
+    assert times == sorted(times)
+    assert all(x.memory.total <= c.usable_memory for x in p.best)
+    reasons = [why for _lay, why in p.rejected]
+    assert any(why.startswith("needs") and "GB usable" in why for why in reasons)
+    # stage 0 with one GPU per replica holds 16 bytes per parameter: 26 GB of states alone
+    assert not any(x.layout.zero == 0 and x.layout.tp == x.layout.pp == 1 and
+                   x.layout.micro_batch == 16 and x.layout.recompute == "none" for x in p.best)
+    fixed = plan(big, c, gpus=8, global_batch=64, fixed={"tp": 2, "zero": 1})
+    assert fixed.best and all(x.layout.tp == 2 and x.layout.zero == 1 for x in fixed.best)
+    assert "step time" in p.why_not(1)
+    with pytest.raises(ValueError, match="fixed"):
+        enumerate_layouts(big, 8, 64, fixed={"tensor": 2})
+
+
+def test_search_prefers_no_pipeline_when_the_model_fits():
+    # 1.3B parameters fit one H100 at ZeRO-1: a pipeline only adds a bubble, TP all-reduces
+    m = ModelSpec("1.3b", layers=24, hidden=2048, heads=16, ffn=8192, vocab=50257, seq=2048)
+    p = plan(m, named_cluster("h100-sxm"), gpus=8, global_batch=256)
+    best = p.best[0].layout
+    assert (best.tp, best.pp) == (1, 1) and best.dp == 8
+    assert math.isfinite(p.best[0].time.total_s)

@@ -1,0 +1,78 @@
+"""``perfkit plan`` as a newcomer tries it: --help, a named GPU, a config file, bad input."""
+
+import json
+
+import pytest
+
+from perfkit.cli import main
+from perfkit.plan import parse_tokens
+
+SMALL = ["--layers", "8", "--hidden", "1024", "--heads", "16", "--seq", "1024"]
+
+
+def test_help_names_the_model_cluster_and_constraints(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--config", "--gpu", "--machine", "--global-batch-tokens", "--tp", "--zero", "--json"):
+        assert flag in out
+
+
+def test_a_named_gpu_prints_the_best_layouts_and_why_the_others_lose(capsys):
+    assert main(["plan", "--gpu", "a100-80gb", "--gpus", "8", *SMALL,
+                 "--global-batch-tokens", "256k", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "A100 SXM4 80GB" in out and "why the next ones lose" in out
+    assert out.count("\n 1 ") == 1 and "\n 3 " in out and "\n 4 " not in out
+
+
+def test_json_and_a_transformers_config(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_act": "silu", "hidden_size": 1024,
+                               "intermediate_size": 2816, "num_hidden_layers": 8,
+                               "num_attention_heads": 16, "num_key_value_heads": 4,
+                               "vocab_size": 32000, "max_position_embeddings": 1024}))
+    assert main(["plan", "--config", str(cfg), "--gpus", "16", "--json", "--tp", "2"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["model"]["kv"] == 4 and rec["model"]["seq"] == 1024
+    assert rec["best"] and all(b["layout"]["tp"] == 2 for b in rec["best"])
+    assert rec["best"][0]["step_s"] == pytest.approx(sum(rec["best"][0]["terms_s"].values()))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--dp", "3", "--tp", "2", "--pp", "1"], "multiply to 6, which is not the GPU count 8"),
+    (["--tp", "3"], "does not divide the GPU count 8"),
+    (["--heads", "12", "--hidden", "1020", "--tp", "8"], "heads (12) are not divisible by --tp (8)"),
+    (["--pp", "8", "--global-batch-tokens", "4k"], "too small for the pipeline"),
+    (["--global-batch-tokens", "lots"], "--global-batch-tokens"),
+])
+def test_bad_input_exits_2_with_the_reason(args, says, capsys):
+    argv = ["plan", "--gpus", "8", *SMALL]
+    for i in range(0, len(args), 2):  # the case's flags replace the defaults
+        if args[i] in argv:
+            argv[argv.index(args[i]) + 1] = args[i + 1]
+        else:
+            argv += args[i:i + 2]
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_model_must_be_named(capsys):
+    assert main(["plan", "--gpus", "8"]) == 2
+    assert "--config config.json" in capsys.readouterr().err
+
+
+def test_nothing_fits_says_why(capsys):
+    # 70B parameters on 8 A100 40GB: 16 bytes per parameter do not fit 8 x 36 GB
+    assert main(["plan", "--gpu", "a100-40gb", "--gpus", "8", "--layers", "80", "--hidden", "8192",
+                 "--heads", "64", "--seq", "2048"]) == 1
+    assert "no layout fits" in capsys.readouterr().out
+
+
+def test_token_counts():
+    assert parse_tokens("4M") == 4 * 2**20 and parse_tokens("512k") == 512 * 1024
+    assert parse_tokens("1000") == 1000
+    for bad in ("0", "x", "-3k"):
+        with pytest.raises(ValueError, match="global-batch-tokens"):
+            parse_tokens(bad)
