@@ -7,7 +7,9 @@ takes minutes. Here the work is planned from :func:`perfkit.hw.cached_limits`: e
 predicted time is its model FLOPs over a share of its measured ceiling, and a dtype the
 machine emulates is timed at the sizes that fit, with a sentence saying so. Timing sections
 pin their intra-op threads (:func:`timing_threads`, :func:`pinned_threads`), since an OpenMP
-thread that loses its core to another process stalls its siblings at every barrier.
+thread that loses its core to another process stalls its siblings at every barrier. Two sweep
+points are compared on the same work (:func:`same_work_ratio`): the smaller operation repeated
+to the larger one's FLOPs or bytes, the two timed in alternation, so the ratio has an interval.
 
 Usage::
 
@@ -19,18 +21,23 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit import stats
+from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
 from perfkit.hw import MachineLimits, dtype_name
+from perfkit.roofline import matmul_flops
+from perfkit.timing import interleaved, resolve_device
 from perfkit.units import si
 
-__all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "meaningful_mfu", "mfu_dtype",
-           "pinned_threads", "plan_dtype", "threads_note", "timing_threads"]
+__all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "copy_ratio", "matmul_ratio",
+           "meaningful_mfu", "mfu_dtype", "pinned_threads", "plan_dtype", "same_work_ratio",
+           "threads_note", "timing_threads"]
 
 # The share of a dtype's matmul ceiling a tiny model's training step reaches (notebook 06
 # measured 15-40 % in fp32 on 2 cores): time is planned at this share, so a plan errs long.
@@ -256,3 +263,72 @@ def mfu_dtype(limits: MachineLimits, dtype: str) -> str:
     check_type("limits", limits, MachineLimits)
     name = dtype_name(dtype)
     return "float32" if limits.support(name) == "emulated" else name
+
+
+def same_work_ratio(small: Callable[[], object], large: Callable[[], object], work_small: float,
+                    work_large: float, repeat: int = 7, device: torch.device | str | None = None
+                    ) -> stats.Estimate:
+    """``small``'s rate over ``large``'s (work per second), with a 90 % interval.
+
+    Two sweep points' medians, timed seconds apart, carry no interval: here ``small`` runs
+    ``round(work_large / work_small)`` times per round, so both sides do about the same work
+    and take about the same time, and the two alternate (:func:`perfkit.timing.interleaved`):
+    the ratio is :func:`perfkit.stats.median_ratio` of the paired rounds.
+
+    Args:
+        small, large: one call each (a matmul, a copy); ``work_*``: its FLOPs or bytes.
+        repeat: timed rounds (each runs both, after one untimed round).
+        device: where they run (synchronised around each call); ``None``: CUDA if present.
+
+    Raises:
+        TypeError, ValueError: for a callable that is not one, work that is not > 0, or a
+            ``repeat`` below 2.
+    """
+    check_callable("small", small)
+    check_callable("large", large)
+    ws = check_real("work_small", work_small, 0, lo_open=True)
+    wl = check_real("work_large", work_large, 0, lo_open=True)
+    check_int("repeat", repeat, 2)
+    copies = max(1, round(wl / ws))
+
+    def many() -> None:
+        for _ in range(copies):
+            small()
+
+    t_small, t_large = interleaved([many, large], warmup=1, repeat=repeat, device=device)
+    # rate ratio = (copies * ws / t_small) / (wl / t_large)
+    return stats.median_ratio(t_large.times_s, t_small.times_s).scaled(copies * ws / wl)
+
+
+def matmul_ratio(n_small: int, n_large: int, dtype: torch.dtype = torch.float32, repeat: int = 7,
+                 device: torch.device | str | None = None) -> stats.Estimate:
+    """FLOP/s of an ``(n_small, n_small)`` square matmul over an ``n_large`` one's, on the same
+    FLOPs (:func:`same_work_ratio`).
+
+    Raises:
+        TypeError, ValueError: for sizes that are not ints >= 1, a ``dtype`` that is not a
+            ``torch.dtype``, or a bad ``repeat``.
+    """
+    check_type("dtype", dtype, torch.dtype)
+    dev, ops, work = resolve_device(device), [], []
+    for name, n in (("n_small", n_small), ("n_large", n_large)):
+        a, b = (torch.randn(check_int(name, n, 1), n, device=dev, dtype=dtype) for _ in range(2))  # (n, n)
+        ops.append(functools.partial(torch.mm, a, b, out=torch.empty_like(a)))
+        work.append(matmul_flops(n, n, n))
+    return same_work_ratio(*ops, *work, repeat, dev)
+
+
+def copy_ratio(small_bytes: int, large_bytes: int, repeat: int = 7,
+               device: torch.device | str | None = None) -> stats.Estimate:
+    """Bytes per second copying a ``small_bytes`` buffer over a ``large_bytes`` one's, on the
+    same bytes (:func:`same_work_ratio`): in cache against DRAM when the sizes straddle it.
+
+    Raises:
+        TypeError, ValueError: for sizes that are not ints >= 4, or a bad ``repeat``.
+    """
+    dev, ops, work = resolve_device(device), [], []
+    for name, nbytes in (("small_bytes", small_bytes), ("large_bytes", large_bytes)):
+        src = torch.rand(check_int(name, nbytes, 4) // 4, device=dev)  # fp32
+        ops.append(functools.partial(torch.Tensor.copy_, torch.empty_like(src), src))
+        work.append(src.numel() * 4)  # bytes per buffer (read and written alike on both sides)
+    return same_work_ratio(*ops, *work, repeat, dev)

@@ -119,3 +119,45 @@ def test_threads_note_names_the_threads_the_load_and_the_share():
     assert "about 0.0 cores busy" in sizing.threads_note(2, 1.0, cores=2, load=0.4)
     with pytest.raises(ValueError, match="share"):
         sizing.threads_note(1, 0.0, cores=2, load=1.0)
+
+
+def fake_interleaved(t_small, t_large):
+    """interleaved() that runs each callable once (counting the small one's calls) and returns
+    the given times."""
+    from perfkit.timing import Measurement
+
+    def run(fns, warmup=1, repeat=7, device=None):
+        fns[0](), fns[1]()
+        return [Measurement(tuple(t_small), 1), Measurement(tuple(t_large), 1)]
+
+    return run
+
+
+def test_same_work_ratio_repeats_the_small_operation_to_the_large_ones_work(monkeypatch):
+    calls = []
+    monkeypatch.setattr(sizing, "interleaved", fake_interleaved([0.02, 0.021, 0.019], [0.01, 0.01, 0.011]))
+    est = sizing.same_work_ratio(lambda: calls.append(1), lambda: None, 1.0, 10.0, repeat=3)
+    assert len(calls) == 10  # ten small calls per round do the large one's work
+    # rates: 10 x 1 / 0.02 s against 10 / 0.01 s
+    assert est.value == pytest.approx(0.5) and est.low <= 0.5 <= est.high and "paired" in est.method
+    calls.clear()
+    est = sizing.same_work_ratio(lambda: calls.append(1), lambda: None, 3.0, 10.0, repeat=3)
+    assert len(calls) == 3 and est.value == pytest.approx(0.5 * 9 / 10)  # 3 copies do 9 of the 10
+
+
+def test_matmul_and_copy_ratios_run_on_real_tensors():
+    for est in (sizing.matmul_ratio(16, 64, repeat=3), sizing.copy_ratio(4096, 65536, repeat=3)):
+        assert 0 < est.low <= est.value <= est.high and est.n == 3
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: sizing.same_work_ratio(1, lambda: None, 1.0, 2.0), TypeError, "small"),
+    (lambda: sizing.same_work_ratio(lambda: None, lambda: None, 0.0, 2.0), ValueError, "work_small"),
+    (lambda: sizing.same_work_ratio(lambda: None, lambda: None, 1.0, 2.0, repeat=1), ValueError, "repeat"),
+    (lambda: sizing.matmul_ratio(0, 64), ValueError, "n_small"),
+    (lambda: sizing.matmul_ratio(16, 64, dtype="float32"), TypeError, "dtype"),
+    (lambda: sizing.copy_ratio(4096, 2), ValueError, "large_bytes"),
+])
+def test_same_work_ratios_name_a_bad_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
