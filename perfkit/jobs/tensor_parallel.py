@@ -18,7 +18,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   ``CommDebugMode`` for one step of each implementation.
 * ``dp_tp``: a ``(dp, tp)`` device mesh, gradients averaged over ``dp`` by
   :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
-* ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for ``model``.
+* ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for its own
+  ``model`` (``{"errors": {"model": {"n_head": 4}}}``), or ``None``.
 * ``timing``: perfkit's TP step against DTensor's, interleaved; the slowest rank's times.
 """
 
@@ -356,7 +357,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     batch, steps = int(config.get("batch", 4)), int(config.get("steps", 5))
     out: dict[str, Any] = {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
     if "errors" in config:
-        out["errors"] = errors(cfg)
+        out["errors"] = errors(_cfg(config["errors"].get("model", {})))
     if "equality" in config:
         out["equality"] = equality(cfg, batch, steps)
     if "dropout" in config:
