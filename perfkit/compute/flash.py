@@ -122,25 +122,27 @@ def attention_forward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     """
     acc = _acc(q.dtype)
     o = torch.zeros(q.shape, dtype=acc, device=q.device)
-    m = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)  # running max (..., Tq)
-    total = torch.zeros(q.shape[:-1], dtype=acc, device=q.device)  # running sum of exp
-    for i0, i1, j0, j1, kind in tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start,
-                                           k_start):
-        s = _scores(q[..., i0:i1, :].to(acc), k[..., j0:j1, :].to(acc), scale, kind,
-                    q_start + i0, k_start + j0)
-        m_old = m[..., i0:i1]
-        m_new = torch.maximum(m_old, s.amax(-1))
-        # a row masked so far has max -inf: shift by 0 instead, so exp(-inf - -inf) is no NaN
-        shift = torch.where(m_new == NEG_INF, 0.0, m_new)
-        p = torch.exp(s - shift.unsqueeze(-1))  # (..., bq, bk)
-        alpha = torch.exp(m_old - shift)  # rescales what was summed under the stale max
-        total[..., i0:i1] = alpha * total[..., i0:i1] + p.sum(-1)
-        o[..., i0:i1, :] = alpha.unsqueeze(-1) * o[..., i0:i1, :] + p @ v[..., j0:j1, :].to(acc)
-        m[..., i0:i1] = m_new
-    seen = total > 0
-    total = torch.where(seen, total, 1.0)
-    o = torch.where(seen.unsqueeze(-1), o / total.unsqueeze(-1), 0.0)
-    lse = torch.where(seen, m + torch.log(total), NEG_INF)
+    lse = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)
+    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)
+    for i0, i1 in sorted({(p[0], p[1]) for p in pairs}):  # FA2: one query tile at a time
+        qi = q[..., i0:i1, :].to(acc)
+        m = torch.full(qi.shape[:-1], NEG_INF, dtype=acc, device=q.device)  # running max
+        total = torch.zeros_like(m)  # running sum of exp(s - m)
+        oi = torch.zeros_like(qi)  # unnormalised output (..., bq, D)
+        for _, _, j0, j1, kind in (p for p in pairs if p[0] == i0):
+            s = _scores(qi, k[..., j0:j1, :].to(acc), scale, kind, q_start + i0, k_start + j0)
+            m_new = torch.maximum(m, s.amax(-1))
+            # a row masked so far has max -inf: shift by 0 instead, so exp(-inf - -inf) is no NaN
+            shift = torch.where(m_new == NEG_INF, 0.0, m_new)
+            p = torch.exp(s - shift.unsqueeze(-1))  # (..., bq, bk)
+            alpha = torch.exp(m - shift)  # rescales what was summed under the stale max
+            total = alpha * total + p.sum(-1)
+            oi = alpha.unsqueeze(-1) * oi + p @ v[..., j0:j1, :].to(acc)
+            m = m_new
+        seen = total > 0
+        total = torch.where(seen, total, 1.0)
+        o[..., i0:i1, :] = torch.where(seen.unsqueeze(-1), oi / total.unsqueeze(-1), 0.0)
+        lse[..., i0:i1] = torch.where(seen, m + torch.log(total), NEG_INF)
     return o, lse
 
 
@@ -164,16 +166,21 @@ def attention_backward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     dv = torch.zeros(v.shape, dtype=acc, device=q.device)
     lse = torch.where(lse == NEG_INF, 0.0, lse.to(acc))  # all-masked rows: every p is 0 anyway
     do, delta = do.to(acc), delta.to(acc)
-    for i0, i1, j0, j1, kind in tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start,
-                                           k_start):
-        qi, kj, vj = q[..., i0:i1, :].to(acc), k[..., j0:j1, :].to(acc), v[..., j0:j1, :].to(acc)
-        s = _scores(qi, kj, scale, kind, q_start + i0, k_start + j0)
-        p = torch.exp(s - lse[..., i0:i1].unsqueeze(-1))  # (..., bq, bk), recomputed
-        doi = do[..., i0:i1, :]
-        dv[..., j0:j1, :] += p.transpose(-1, -2) @ doi
-        ds = p * (doi @ vj.transpose(-1, -2) - delta[..., i0:i1].unsqueeze(-1))
-        dq[..., i0:i1, :] += (ds @ kj) * scale
-        dk[..., j0:j1, :] += (ds.transpose(-1, -2) @ qi) * scale
+    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)
+    for j0, j1 in sorted({(p[2], p[3]) for p in pairs}):  # FA2: one key tile at a time
+        kj, vj = k[..., j0:j1, :].to(acc), v[..., j0:j1, :].to(acc)
+        dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)
+        for i0, i1, _, _, kind in (p for p in pairs if p[2] == j0):
+            qi = q[..., i0:i1, :].to(acc)
+            s = _scores(qi, kj, scale, kind, q_start + i0, k_start + j0)
+            p = torch.exp(s - lse[..., i0:i1].unsqueeze(-1))  # (..., bq, bk), recomputed
+            doi = do[..., i0:i1, :]
+            dvj += p.transpose(-1, -2) @ doi
+            ds = p * (doi @ vj.transpose(-1, -2) - delta[..., i0:i1].unsqueeze(-1))
+            dq[..., i0:i1, :] += (ds @ kj) * scale
+            dkj += (ds.transpose(-1, -2) @ qi) * scale
+        dk[..., j0:j1, :] = dkj
+        dv[..., j0:j1, :] = dvj
     return dq, dk, dv
 
 
