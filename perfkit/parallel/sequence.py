@@ -26,13 +26,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perfkit._checks import check_type
+from perfkit._checks import check_tensor, check_type
 
-__all__ = ["SEQUENCE_PARALLEL_ATTR", "gather_from_sequence", "mark_sequence_parallel",
+__all__ = ["gather_from_sequence", "mark_sequence_parallel",
            "reduce_scatter_to_sequence", "scatter_to_sequence", "sync_sequence_parallel_grads"]
 
 SEQUENCE_PARALLEL_ATTR = "sequence_parallel"   # Megatron's flag on such parameters
 SEQ_DIM = 1                                    # activations are (B, T, C)
+
+
+def _check_x(x: Any) -> None:
+    check_tensor("x", x, floating=True)
+    if x.dim() < 2:
+        raise ValueError(f"x must be (B, T, ...) with the sequence on dim 1, got shape "
+                         f"{tuple(x.shape)}")
 
 
 def _chunks(x: torch.Tensor, t: int) -> list[torch.Tensor]:
@@ -95,6 +102,7 @@ def gather_from_sequence(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Warning:
         Collective, forward and backward: every rank of ``group`` must call it.
     """
+    _check_x(x)
     return _Gather.apply(x, group)
 
 
@@ -107,6 +115,7 @@ def reduce_scatter_to_sequence(x: torch.Tensor, group: Any = None) -> torch.Tens
     Raises:
         ValueError: if ``T`` is not divisible by the group's size.
     """
+    _check_x(x)
     return _ReduceScatter.apply(x, group)
 
 
@@ -117,6 +126,7 @@ def scatter_to_sequence(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Raises:
         ValueError: if ``T`` is not divisible by the group's size.
     """
+    _check_x(x)
     return _Scatter.apply(x, group)
 
 

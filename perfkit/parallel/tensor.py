@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit._checks import check_seed, check_type
+from perfkit._checks import check_int, check_seed, check_tensor, check_type
 
 __all__ = ["ColumnParallelLinear", "RNGTracker", "RowParallelLinear", "VocabParallelEmbedding",
            "copy_to_tp", "gather_from_tp", "reduce_from_tp", "split_to_tp", "tp_shard",
@@ -47,6 +47,7 @@ def tp_shard(n: int, group: Any, what: str) -> tuple[int, int]:
     Raises:
         ValueError: if ``n`` is not divisible by the group's size ``t`` (``what`` names it).
     """
+    check_int("n", n, 1)
     rank, t = _rank_size(group)
     if n % t:
         raise ValueError(f"{what} ({n}) must be divisible by the tensor-parallel degree {t}")
@@ -118,6 +119,7 @@ def copy_to_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Warning:
         Collective in backward: every rank of ``group`` must run the backward.
     """
+    check_tensor("x", x, floating=True)
     return _CopyToTP.apply(x, group)
 
 
@@ -127,6 +129,7 @@ def reduce_from_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Warning:
         Collective: every rank of ``group`` must call it.
     """
+    check_tensor("x", x, floating=True)
     return _ReduceFromTP.apply(x, group)
 
 
@@ -136,12 +139,20 @@ def gather_from_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Warning:
         Collective: every rank of ``group`` must call it.
     """
+    check_tensor("x", x, floating=True)
     return _GatherLast.apply(x, group)
 
 
 def split_to_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     """This rank's slice of the last dimension; backward all-gathers (collective)."""
+    check_tensor("x", x, floating=True)
     return _SplitLast.apply(x, group)
+
+
+def _check_weights(weight: Any, bias: Any, bias_len: int | None) -> None:
+    check_tensor("weight", weight, floating=True, ndim=2)
+    if bias is not None:
+        check_tensor("bias", bias, floating=True, ndim=1, numel=bias_len)
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> nn.Parameter:
@@ -162,6 +173,7 @@ class ColumnParallelLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
                  gather_output: bool = False, input_is_parallel: bool = False) -> None:
+        _check_weights(weight, bias, None if bias is None else weight.shape[0])
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -205,6 +217,7 @@ class RowParallelLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
                  input_is_parallel: bool = True, reduce: Any = None) -> None:
+        _check_weights(weight, bias, None if bias is None else weight.shape[0])
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -242,6 +255,8 @@ class VocabParallelEmbedding(nn.Module):
 
     def __init__(self, weight: torch.Tensor, vocab_start: int, group: Any = None,
                  reduce: Any = None) -> None:
+        _check_weights(weight, None, None)
+        check_int("vocab_start", vocab_start, 0)
         super().__init__()
         self.weight = nn.Parameter(weight)   # (V / t, C)
         self.vocab_start, self.group = vocab_start, group
@@ -313,8 +328,13 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
         Collective: every rank of ``group`` must call it.
 
     Raises:
-        ValueError: if ``logits`` and ``targets`` disagree on ``(B, T)``.
+        TypeError: for ``logits`` not floating point or ``targets`` not int64.
+        ValueError: if ``logits`` and ``targets`` disagree on ``(B, T)``, or for a negative
+            ``vocab_start``.
     """
+    check_tensor("logits", logits, floating=True)
+    check_tensor("targets", targets, dtype=torch.int64)
+    check_int("vocab_start", vocab_start, 0)
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
                          "must agree on (B, T)")

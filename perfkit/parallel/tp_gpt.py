@@ -166,6 +166,8 @@ class TensorParallelGPT(nn.Module):
 
     def __init__(self, model: GPT, group: Any, sequence_parallel: bool,
                  rng: RNGTracker | None) -> None:
+        check_type("model", model, GPT)
+        check_type("rng", rng, RNGTracker, optional=True)
         super().__init__()
         self.cfg, self.group, self.sequence_parallel = model.cfg, group, sequence_parallel
         sp = sequence_parallel
