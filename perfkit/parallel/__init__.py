@@ -85,7 +85,6 @@ from perfkit.parallel.schedules import (
     zb_h1,
 )
 from perfkit.parallel.sequence import (
-    SEQUENCE_PARALLEL_ATTR,
     gather_from_sequence,
     mark_sequence_parallel,
     reduce_scatter_to_sequence,
@@ -175,7 +174,7 @@ __all__ = [
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
     "timeline_from",
     # tensor and sequence parallelism (module 10)
-    "ColumnParallelLinear", "RNGTracker", "RowParallelLinear", "SEQUENCE_PARALLEL_ATTR",
+    "ColumnParallelLinear", "RNGTracker", "RowParallelLinear",
     "TensorParallelGPT", "VocabParallelEmbedding", "check_tp_degree", "copy_to_tp",
     "gather_from_sequence", "gather_from_tp", "mark_sequence_parallel", "parallelize_gpt",
     "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
