@@ -20,7 +20,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
 * ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for its own
   ``model`` (``{"errors": {"model": {"n_head": 4}}}``), or ``None``.
-* ``timing``: perfkit's TP step against DTensor's, interleaved; the slowest rank's times.
+* ``timing``: perfkit's TP step against DTensor's, interleaved; the slowest rank's times
+  (``{"timing": {"repeat": 10, "model": {...}, "batch": 8}}``: its own sizes, if given).
 """
 
 from __future__ import annotations
@@ -368,8 +369,10 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         out["dtensor"] = dtensor(cfg, batch, steps)
     if "dp_tp" in config:
         out["dp_tp"] = dp_tp(cfg, batch, steps, int(config["dp_tp"].get("dp", 2)))
-    if "timing" in config:
-        out["timing"] = timing(cfg, batch, int(config["timing"].get("repeat", 10)))
+    if "timing" in config:   # its own model and batch, if given: timing wants a wider one
+        t = config["timing"]
+        out["timing"] = timing(_cfg({**config.get("model", {}), **t.get("model", {})}),
+                               int(t.get("batch", batch)), int(t.get("repeat", 10)))
     return out
 
 

@@ -1,0 +1,81 @@
+"""Model parallelism against the unsplit model and against PyTorch: tensor and sequence
+parallelism (perfkit.parallel.tp_gpt) on 2 gloo ranks, DP x TP on 4.
+
+* equality: per parameter ``max |p - p_ref| / max |p_ref|`` after 5 SGD (momentum) steps in
+  fp32 against the unsplit GPT on the same global batch, for TP, TP+SP, DP x TP and DP x SP;
+  AdamW's loss curves (largest difference);
+* bytes per block: one block's forward and backward counted by perfkit.comm.traffic against
+  ``tp_traffic`` (4 payloads of ``B * T * C``, each sent ``2 (t - 1) / t`` by a ring);
+* step time: perfkit's TP step against DTensor's (ColwiseParallel / RowwiseParallel plan,
+  ``loss_parallel``) on the same model, interleaved in one job, slowest rank per round; the
+  median ratio with its bootstrap interval (perfkit.stats.median_ratio).
+
+Targets (``targets``): every max relative difference <= 1e-5; bytes per block equal to the
+model's count; perfkit's TP step <= 1.0x DTensor's (the interval says how sure).
+
+Prints one JSON object. Run::
+
+    .venv/bin/python benchmarks/model_parallel.py [--repeat 20] [--n-embd 256] [--batch 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from perfkit import dist, stats
+
+TOL = 1e-5
+
+
+def tensor_parallel(repeat: int, n_embd: int, batch: int, seq: int) -> dict:
+    """The ``tensor_parallel`` part of the JSON object (three torchrun jobs)."""
+    two = dist.launch("perfkit.jobs.tensor_parallel", 2, ["--config", json.dumps(
+        {"equality": {}, "traffic": {},
+         "timing": {"repeat": repeat, "batch": batch,
+                    "model": {"n_embd": n_embd, "n_head": 4, "n_layer": 2, "block_size": seq,
+                              "vocab_size": 512}}})], timeout_s=600)[0]
+    four = dist.launch("perfkit.jobs.tensor_parallel", 4, ["--config", json.dumps(
+        {"dp_tp": {"dp": 2}})], timeout_s=300)[0]
+    eq = two["equality"]
+    rel = {"tp": eq["tp"]["rel"], "sp": eq["sp"]["rel"], "dp_x_tp": four["dp_tp"]["tp"]["rel"],
+           "dp_x_sp": four["dp_tp"]["sp"]["rel"]}
+    blocks = {k: {"measured_sent_bytes": sum(t["block"][2].values()),
+                  "model_sent_bytes": sum(t["block_model"][2].values()),
+                  "calls": t["block"][0], "equal": t["block"] == t["block_model"],
+                  "step_equal": t["step"] == t["model"]}
+              for k, t in two["traffic"].items()}
+    tm = two["timing"]
+    ratio = stats.median_ratio(tm["perfkit_s"], tm["dtensor_s"])
+    return {
+        "max_rel_diff": rel,
+        "adamw_loss_diff": {k: eq[k]["loss_diff"] for k in ("tp", "sp")},
+        "bytes_per_block": blocks,
+        "step_ms": {"perfkit": 1e3 * stats.median(tm["perfkit_s"]),
+                    "dtensor": 1e3 * stats.median(tm["dtensor_s"])},
+        "step_time_ratio_vs_dtensor": ratio.record(),
+        "targets": {
+            "max_rel_diff_le_1e-5": {k: v <= TOL for k, v in rel.items()},
+            "adamw_loss_diff_le_1e-5": all(eq[k]["loss_diff"] <= TOL for k in ("tp", "sp")),
+            "bytes_per_block_equal_model": {k: b["equal"] and b["step_equal"]
+                                            for k, b in blocks.items()},
+            "perfkit_tp_step_le_1.0x_dtensor": ratio.value <= 1.0,
+            "perfkit_tp_step_le_1.0x_dtensor_whole_interval": ratio.high <= 1.0,
+        },
+        "config": {"repeat": repeat, "n_embd": n_embd, "batch": batch, "seq": seq, "tp": 2},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=20, help="timed steps per implementation")
+    ap.add_argument("--n-embd", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
+    a = ap.parse_args()
+    out = {"tensor_parallel": tensor_parallel(a.repeat, a.n_embd, a.batch, a.seq)}
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
