@@ -1,0 +1,184 @@
+"""FlashAttention-2's forward as a Triton kernel: natively on CUDA, interpreted on the CPU.
+
+One program per (query tile, batch-head): it loads its ``BLOCK_M`` queries once, walks the key
+tiles keeping the running max, sum and unnormalised output in registers, and writes ``O`` and
+the log-sum-exp ``L`` once (Dao 2023; Triton's fused-attention tutorial). Causal programs
+stop at the diagonal, so tiles above it are never loaded. Without a GPU the same kernel runs
+in Triton's interpreter (what ``TRITON_INTERPRET=1`` selects: numpy executes each program),
+which checks its logic against :func:`perfkit.compute.flash.attention_forward_tiles`, not its
+speed. Triton is imported on first use, so this module imports without it.
+
+Usage::
+
+    ok, why = triton_status(q.device)            # (False, reason) where it cannot run
+    o, lse = triton_flash_forward(q, k, v, causal=True)   # q, k, v: (B, H, T, D)
+    print((o - attention_forward_tiles(q, k, v, q.shape[-1] ** -0.5, True)[0]).abs().max())
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import torch
+
+from perfkit._checks import check_int, check_type
+from perfkit.compute.flash import check_qkv, check_tile
+
+__all__ = ["TRITON_DTYPES", "triton_flash_forward", "triton_status"]
+
+TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+tl: Any = None  # triton.language, set on first use by _kernel (Triton is optional)
+
+
+def _fwd_kernel(Q, K, V, Out, Lse, stride_qb, stride_qm, stride_kb, stride_kn, stride_vb, stride_vn,
+                stride_ob, stride_om, Tq, Tk, scale, q_start, k_start,
+                CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                D: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile of one batch-head (the body ``triton.jit`` compiles; no Python calls)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m[:, None] < Tq
+    q = tl.load(Q + bh * stride_qb + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=row_ok, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    hi = Tk
+    if CAUSAL:  # keys after this tile's last query are never loaded
+        hi = tl.maximum(0, tl.minimum(Tk, q_start + (pid_m + 1) * BLOCK_M - k_start))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n[:, None] < Tk
+        k = tl.load(K + bh * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :],
+                    mask=col_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale
+        valid = offs_n[None, :] < Tk
+        if CAUSAL:
+            valid = valid & (k_start + offs_n[None, :] <= q_start + offs_m[:, None])
+        s = tl.where(valid, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: no NaN
+        p = tl.exp(s - shift[:, None])
+        alpha = tl.exp(m_i - shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + bh * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :],
+                    mask=col_ok, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v,
+                                            input_precision=PRECISION).to(tl.float32)
+        m_i = m_new
+    seen = l_i > 0
+    l_safe = tl.where(seen, l_i, 1.0)
+    o = tl.where(seen[:, None], acc / l_safe[:, None], 0.0)
+    lse = tl.where(seen, m_i + tl.log(l_safe), float("-inf"))
+    tl.store(Out + bh * stride_ob + offs_m[:, None] * stride_om + offs_d[None, :],
+             o.to(Out.dtype.element_ty), mask=row_ok)
+    tl.store(Lse + bh * Tq + offs_m, lse, mask=offs_m < Tq)
+
+
+def _interpreting() -> bool:
+    """Whether the imported Triton runs kernels in its interpreter (fixed at its import:
+    ``tl``'s own helpers are built interpreted or compiled then)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.zeros, InterpretedFunction)
+
+
+def triton_status(device: torch.device | str = "cpu") -> tuple[bool, str]:
+    """Whether the kernel can run for tensors on ``device``, and if not, why.
+
+    CUDA tensors need Triton imported without ``TRITON_INTERPRET``; CPU tensors need its
+    interpreter, which is chosen when Triton is first imported: set ``TRITON_INTERPRET=1``
+    before starting Python (importing ``perfkit.compute`` imports torch's compiler stack,
+    which imports Triton).
+    """
+    device = torch.device(device)
+    if importlib.util.find_spec("triton") is None:
+        return False, ("triton is not installed (pip install 'triton>=3.5', Linux only; it is "
+                       "in perfkit's dev extra)")
+    if device.type not in ("cuda", "cpu"):
+        return False, f"Triton runs on CUDA, or on the CPU through its interpreter, not {device}"
+    interpreting = _interpreting()
+    if device.type == "cuda" and interpreting:
+        return False, ("TRITON_INTERPRET=1 was set when triton was imported: its kernels run in "
+                       "the interpreter; unset it to run compiled on CUDA")
+    if device.type == "cpu" and not interpreting:
+        return False, ("triton was imported without TRITON_INTERPRET=1, so it cannot run on the "
+                       "CPU: set TRITON_INTERPRET=1 before the first import of triton")
+    return True, "compiled for CUDA" if device.type == "cuda" else "Triton's interpreter (CPU)"
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel() -> Any:
+    """The kernel, ``triton.jit``-decorated on first use (so importing this module needs no
+    Triton); the body names ``tl``, which is put in this module's globals here."""
+    import triton
+    import triton.language as tl
+
+    globals()["tl"] = tl
+    return triton.jit(_fwd_kernel)
+
+
+def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                         scale: float | None = None, block_m: int = 32, block_n: int = 32,
+                         q_start: int = 0, k_start: int = 0, allow_tf32: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's forward by the Triton kernel: ``(O, L)``, as
+    :func:`perfkit.compute.flash.attention_forward_tiles` returns them.
+
+    Args:
+        q, k, v: ``(B, H, Tq, D)``, ``(B, H, Tk, D)``, ``(B, H, Tk, D)``; D a power of two
+            >= 16 (``tl.dot``'s smallest); fp32, fp16 or (on CUDA) bf16.
+        causal: query at position ``p`` sees keys at positions ``<= p``.
+        scale: score scale, default ``D ** -0.5``.
+        block_m, block_n: query and key tile sizes (powers of two >= 16).
+        q_start, k_start: absolute positions of the first query and key.
+        allow_tf32: let fp32 dots round their inputs to TF32 on the GPU (Triton's default,
+            about 1e-3 relative; off here, so fp32 matches the PyTorch tiles to 1e-5).
+
+    Returns:
+        ``O`` in the inputs' dtype and ``L`` in fp32.
+
+    Raises:
+        RuntimeError: where the kernel cannot run (:func:`triton_status` says why).
+        TypeError, ValueError: for bad tensors, dtypes, ``D`` or tile sizes.
+    """
+    check_qkv(q, k, v)
+    if q.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-D (B, H, T, D), got q of shape {tuple(q.shape)}")
+    if q.dtype not in TRITON_DTYPES:
+        raise TypeError(f"q, k, v must be one of {TRITON_DTYPES}, got {q.dtype}")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # the interpreter keeps bf16 as uint16 and its tl.dot multiplies the bit patterns
+        # (triton-lang/triton#11584: "we just don't support it yet")
+        raise TypeError("bf16 does not run in Triton's interpreter (its tl.dot multiplies the raw "
+                        "bits, triton-lang/triton#11584): use fp32 or fp16 on the CPU")
+    d = q.shape[-1]
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"head dim D must be a power of two >= 16 for tl.dot, got {d}")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if check_tile(b) < 16:
+            raise ValueError(f"{name} must be a power of two >= 16, got {b}")
+    check_type("causal", causal, bool)
+    check_type("allow_tf32", allow_tf32, bool)
+    check_int("q_start", q_start, 0)
+    check_int("k_start", k_start, 0)
+    ok, why = triton_status(q.device)
+    if not ok:
+        raise RuntimeError(f"the Triton kernel cannot run here: {why}")
+    scale = d ** -0.5 if scale is None else float(scale)
+    b, h, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    q, k, v = (x.reshape(b * h, x.shape[2], d).contiguous() for x in (q, k, v))
+    o = torch.empty_like(q)
+    lse = torch.empty(b * h, tq, dtype=torch.float32, device=q.device)
+    grid = (-(-tq // block_m), b * h)
+    _kernel()[grid](
+        q, k, v, o, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+        v.stride(1), o.stride(0), o.stride(1), tq, tk, scale, q_start, k_start,
+        CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=d,
+        PRECISION="tf32" if allow_tf32 else "ieee")
+    return o.reshape(b, h, tq, d), lse.reshape(b, h, tq)
