@@ -94,6 +94,11 @@ from perfkit.compute.flash import (
     tile_kind,
     tile_pairs,
 )
+from perfkit.compute.flash_triton import (
+    TRITON_DTYPES,
+    triton_flash_forward,
+    triton_status,
+)
 from perfkit.compute.flops import (
     PRECISIONS,
     GPTShape,
@@ -152,6 +157,9 @@ __all__ = [
     "reference_attention",
     "tile_kind",
     "tile_pairs",
+    "TRITON_DTYPES",
+    "triton_flash_forward",
+    "triton_status",
     "amdahl_explain",
     "shape_sweep",
     "autocast_saved_bytes",
