@@ -1,0 +1,303 @@
+"""Pipeline parallelism from scratch: balanced stages, and a schedule executed with send/recv.
+
+A model given as a flat list of layers is cut into consecutive stages, balanced by
+parameter count or by each layer's measured forward + backward time (:func:`balance`,
+:func:`layer_costs`). :func:`run_schedule` then runs one training step's share of a
+:class:`perfkit.parallel.schedules.Schedule` on this process: activations go to the next
+stage and gradients to the previous one with ``isend``/``irecv`` (a send never blocks; every
+receive waits under a timeout, so a wrong order fails instead of hanging), the loss is taken
+on the last stage over ``m`` micro-batches and divided by ``m``, so the gradients accumulated
+in ``.grad`` are those of the unsplit model on the whole batch (Huang et al. 2019). It records
+every action's start and end (one clock, ``CLOCK_MONOTONIC``, shared by the processes of a
+machine) and the bytes autograd saved for backward (:class:`perfkit.memory.SavedTensorMeter`)
+held at once: the activation memory a schedule costs, counted exactly.
+
+Usage (on every pipeline rank, after ``opt.zero_grad()``)::
+
+    stages = {s: mods[s] for s in range(sched.n_stages) if sched.rank_of(s) == pp_rank}
+    rec = run_schedule(sched, stages, xs, ys, gpt_loss, act_shape=(b, t, c))   # collective
+    opt.step()                                                # rec.slots, rec.peak_saved_bytes
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from perfkit._checks import check_callable, check_choice, check_int, check_items, check_real
+from perfkit.memory.saved_tensors import SavedTensorMeter
+from perfkit.parallel.gpt import split_layers
+from perfkit.parallel.schedules import Action, Schedule
+from perfkit.timing import benchmark
+
+__all__ = ["StepRecord", "average_gradients", "balance", "build_stages", "layer_costs",
+           "run_schedule"]
+
+
+def balance(costs: Sequence[float], n_stages: int) -> list[int]:
+    """Cut ``costs`` (one per layer) into ``n_stages`` consecutive groups with the smallest
+    largest sum, exactly (dynamic programming); ties go to earlier cuts.
+
+    Returns:
+        The number of layers in each stage (what :func:`perfkit.parallel.split_layers` takes).
+
+    Raises:
+        ValueError: for no costs, a negative or non-finite cost, or more stages than layers.
+    """
+    cs = [check_real(f"costs[{i}]", c, 0) for i, c in enumerate(check_items("costs", costs))]
+    check_int("n_stages", n_stages, 1)
+    n = len(cs)
+    if n_stages > n:
+        raise ValueError(f"n_stages ({n_stages}) cannot exceed the number of layers ({n}): "
+                         "every stage needs at least one layer")
+    prefix = [0.0]
+    for c in cs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    # best[k][i]: the smallest largest stage sum of the first i layers in k stages
+    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, n_stages + 1):
+        for i in range(k, n + 1):
+            for j in range(k - 1, i):
+                v = max(best[k - 1][j], prefix[i] - prefix[j])
+                if v < best[k][i] - 1e-12 * max(1.0, abs(v)):
+                    best[k][i], cut[k][i] = v, j
+    sizes, i = [], n
+    for k in range(n_stages, 0, -1):
+        sizes.append(i - cut[k][i])
+        i = cut[k][i]
+    return sizes[::-1]
+
+
+def layer_costs(layers: Sequence[nn.Module], by: str = "params",
+                sample: torch.Tensor | None = None, repeat: int = 5) -> list[float]:
+    """A cost per layer: its parameter count, or its measured forward + backward seconds.
+
+    Args:
+        layers: the model as a flat list (``GPT.layers()``).
+        by: ``"params"`` (no run needed) or ``"time"`` (median of ``repeat`` timed runs of
+            each layer on the activation that reaches it from ``sample``).
+        sample: the first layer's input, needed for ``by="time"``.
+        repeat: timed runs per layer for ``by="time"``.
+
+    Raises:
+        ValueError: for an unknown ``by``, no layers, or ``by="time"`` without ``sample``.
+    """
+    layers = check_items("layers", layers)
+    check_choice("by", by, ("params", "time"))
+    if by == "params":
+        return [float(sum(p.numel() for p in m.parameters())) for m in layers]
+    if not isinstance(sample, torch.Tensor):
+        raise ValueError("layer_costs(by='time') needs sample, the first layer's input tensor")
+    check_int("repeat", repeat, 1)
+    out, x = [], sample
+    for m in layers:
+        inp = x.detach().requires_grad_(x.is_floating_point())
+
+        def step(m: nn.Module = m, inp: torch.Tensor = inp) -> None:
+            m(inp).float().sum().backward()
+
+        out.append(benchmark(step, warmup=1, repeat=repeat).median_s)
+        m.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            x = m(x)
+    return out
+
+
+def build_stages(layers: Sequence[nn.Module], n_stages: int, by: str = "params",
+                 sample: torch.Tensor | None = None) -> tuple[list[int], list[nn.Sequential]]:
+    """Balance ``layers`` into ``n_stages`` stages (:func:`layer_costs`, :func:`balance`).
+
+    Returns:
+        ``(sizes, stages)``: layers per stage, and the stages as ``nn.Sequential``.
+
+    Raises:
+        ValueError: for more stages than layers, and the errors of :func:`layer_costs`.
+    """
+    sizes = balance(layer_costs(layers, by, sample), n_stages)
+    return sizes, split_layers(layers, sizes)
+
+
+@dataclass
+class StepRecord:
+    """What one rank did in :func:`run_schedule`.
+
+    Attributes:
+        losses: the last stage's loss per micro-batch (unscaled), in micro-batch order; empty
+            on other ranks.
+        slots: ``(kind, stage, mb, start_s, end_s)`` per action in the order run
+            (``time.perf_counter``: one clock for all processes of a machine on Linux);
+            a receive's wait is before ``start_s``, so it shows as bubble.
+        saved_bytes: bytes autograd saved in each forward, by ``"stage.mb"`` (stage inputs
+            included).
+        peak_saved_bytes: the most of those bytes held at once on this rank.
+    """
+
+    losses: list[float] = field(default_factory=list)
+    slots: list[tuple[str, int, int, float, float]] = field(default_factory=list)
+    saved_bytes: dict[str, int] = field(default_factory=dict)
+    peak_saved_bytes: int = 0
+
+
+def _tag(kind: str, stage: int, mb: int, n_micro: int) -> int:
+    """One tag per message: activations out of ``stage`` (even), gradients into it (odd)."""
+    return 2 * (stage * n_micro + mb) + (kind == "grad")
+
+
+def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
+                 inputs: Sequence[torch.Tensor] | None,
+                 targets: Sequence[torch.Tensor] | None,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+                 act_shape: Sequence[int], act_dtype: torch.dtype = torch.float32,
+                 pp_ranks: Sequence[int] | None = None, timeout_s: float = 60.0,
+                 count_memory: bool = True, group: dist.ProcessGroup | None = None) -> StepRecord:
+    """Run this rank's actions of ``schedule``; gradients accumulate into the stages' ``.grad``.
+
+    Every inter-stage tensor has shape ``act_shape`` and dtype ``act_dtype`` (a GPT's
+    ``(b, T, C)`` hidden state). ``I`` computes the input gradient and keeps the graph;
+    ``W`` then computes the weight gradients from it: the order is Qi et al.'s, but each
+    re-traverses the stage's graph (a per-op split would not), so ``I + W`` costs more than
+    ``B`` here.
+
+    Warning:
+        Collective over ``pp_ranks``: every pipeline rank calls it for the same step.
+
+    Args:
+        schedule: the schedule (checked by the caller with ``validate``).
+        stages: the modules of the stages this rank holds, by global stage index.
+        inputs, targets: the ``m`` micro-batches, needed on the first stage's rank
+            (``inputs``) and on the last stage's (``targets``); ``None`` elsewhere.
+        loss_fn: ``loss_fn(output, target)``, the mean loss of one micro-batch.
+        act_shape, act_dtype: shape and dtype of the tensors sent between stages.
+        pp_ranks: global ranks of pipeline ranks ``0..p-1`` (default: ``range(p)``).
+        timeout_s: how long any receive waits before raising.
+        count_memory: count saved-for-backward bytes (a pack hook per saved tensor).
+        group: the process group the messages travel in (default: WORLD); a receive that
+            timed out leaves gloo's connections of that group closed.
+
+    Returns:
+        This rank's :class:`StepRecord`.
+
+    Raises:
+        ValueError: if ``stages`` are not exactly this rank's, or inputs/targets are
+            missing or not ``m`` long where needed.
+        RuntimeError: if a receive waits past ``timeout_s`` (naming the action).
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    p, m, last = schedule.n_ranks, schedule.n_micro, schedule.n_stages - 1
+    ranks = list(range(p)) if pp_ranks is None else [check_int("pp_ranks", r, 0) for r in pp_ranks]
+    if len(ranks) != p or dist.get_rank() not in ranks:
+        raise ValueError(f"pp_ranks must list {p} global ranks including this one "
+                         f"({dist.get_rank()}), got {ranks}")
+    me = ranks.index(dist.get_rank())
+    mine = {s for s in range(schedule.n_stages) if schedule.rank_of(s) == me}
+    if set(stages) != mine:
+        raise ValueError(f"stages must hold exactly this rank's stages {sorted(mine)}, got "
+                         f"{sorted(stages)}")
+    for name, seq, stage in (("inputs", inputs, 0), ("targets", targets, last)):
+        if stage in mine and (seq is None or len(seq) != m):
+            raise ValueError(f"{name} must hold the {m} micro-batches on the rank of stage {stage}")
+    if last in mine:
+        check_callable("loss_fn", loss_fn)
+    check_real("timeout_s", timeout_s, 0, lo_open=True)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    shape = tuple(check_int("act_shape", int(d), 1) for d in act_shape)
+    local: dict[tuple[str, int, int], torch.Tensor] = {}   # same-rank hand-over, no message
+    sends: list[dist.Work] = []
+    held: dict[tuple[int, int], list] = {}   # (stage, mb) -> [input, output, bytes, grad]
+    rec, now = StepRecord(), 0
+
+    def fetch(kind: str, stage: int, mb: int, peer_stage: int, a: Action) -> torch.Tensor:
+        if schedule.rank_of(peer_stage) == me:
+            return local.pop((kind, stage, mb))
+        buf = torch.empty(shape, dtype=act_dtype)
+        work = dist.irecv(buf, src=ranks[schedule.rank_of(peer_stage)], group=group,
+                          tag=_tag(kind, stage, mb, m))
+        try:
+            work.wait(timeout)
+        except RuntimeError as e:
+            raise RuntimeError(f"pipeline rank {me}: {a} waited past timeout_s={timeout_s} s "
+                               f"for its {kind} from stage {peer_stage}: {e}") from None
+        return buf
+
+    def post(kind: str, stage: int, mb: int, peer_stage: int, t: torch.Tensor) -> None:
+        t = t.detach().contiguous()
+        if schedule.rank_of(peer_stage) == me:
+            local[(kind, stage, mb)] = t
+        else:   # isend: the peer may not have reached its receive yet; never block on it
+            sends.append(dist.isend(t, dst=ranks[schedule.rank_of(peer_stage)], group=group,
+                                    tag=_tag(kind, stage, mb, m)))
+
+    for a in schedule.ranks[me]:
+        s, j = a.stage, a.mb
+        if a.kind == "F":
+            x = inputs[j] if s == 0 else fetch("act", s - 1, j, s - 1, a).requires_grad_()
+            t0 = time.perf_counter()
+            meter = SavedTensorMeter(stages[s], inputs=[x]) if count_memory else None
+            if meter:
+                meter.__enter__()
+            y = stages[s](x)
+            if s == last:
+                loss = loss_fn(y, targets[j])
+                rec.losses.append(float(loss.detach()))
+                y = loss / m   # the mean over micro-batches: the whole batch's mean loss
+            if meter:
+                meter.__exit__(None, None, None)
+                r = meter.report()
+                nbytes = r.activation_bytes + r.input_bytes
+                rec.saved_bytes[f"{s}.{j}"] = nbytes
+                now += nbytes
+                rec.peak_saved_bytes = max(rec.peak_saved_bytes, now)
+            held[(s, j)] = [x, y, rec.saved_bytes.get(f"{s}.{j}", 0), None]
+            if s < last:
+                post("act", s, j, s + 1, y)
+        else:
+            x, y, nbytes, _ = held[(s, j)]
+            if a.kind in ("B", "I"):
+                g = None if s == last else fetch("grad", s, j, s + 1, a)
+                t0 = time.perf_counter()
+                if a.kind == "B":
+                    torch.autograd.backward(y, g)
+                elif s > 0:
+                    (x.grad,) = torch.autograd.grad(y, x, g, retain_graph=True)
+                held[(s, j)][3] = g   # W needs the output gradient again
+                if s > 0:
+                    post("grad", s - 1, j, s - 1, x.grad)
+            else:
+                t0 = time.perf_counter()
+                g = held[(s, j)][3]
+                params = [q for q in stages[s].parameters() if q.requires_grad]
+                for q, gq in zip(params, torch.autograd.grad(y, params, g, allow_unused=True)):
+                    if gq is not None:
+                        q.grad = gq if q.grad is None else q.grad.add_(gq)
+            if a.kind in ("B", "W"):
+                now -= nbytes
+                del held[(s, j)]
+        rec.slots.append((a.kind, s, j, t0, time.perf_counter()))
+    for w in sends:
+        w.wait(timeout)
+    return rec
+
+
+def average_gradients(modules: Sequence[nn.Module], group: dist.ProcessGroup | None = None) -> None:
+    """Average the ``.grad`` of every parameter of ``modules`` over ``group`` (data parallelism
+    across pipeline replicas: each replica of a stage saw its own share of the batch).
+
+    Warning:
+        Collective over ``group``: every member calls it with the same stages' modules.
+    """
+    n = dist.get_world_size(group)
+    for mod in modules:
+        for q in mod.parameters():
+            if q.grad is not None:
+                dist.all_reduce(q.grad, group=group)
+                q.grad.div_(n)

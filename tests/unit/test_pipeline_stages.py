@@ -1,0 +1,71 @@
+"""Stage balancing for pipeline parallelism (perfkit.parallel.pipeline): exact, with clear errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from perfkit.parallel.gpt import GPT, GPTConfig
+from perfkit.parallel.pipeline import balance, build_stages, layer_costs, run_schedule
+from perfkit.parallel.schedules import gpipe
+
+
+def _brute(costs, k):
+    """The smallest largest stage sum over every way to cut ``costs`` into ``k`` groups."""
+    n, best = len(costs), float("inf")
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        b = (0, *cuts, n)
+        best = min(best, max(sum(costs[b[i]:b[i + 1]]) for i in range(k)))
+    return best
+
+
+@pytest.mark.parametrize("costs,k", [([1] * 6, 3), ([5, 1, 1, 1, 1, 5], 3), ([3, 1, 4, 1, 5, 9, 2, 6], 4),
+                                     ([2, 7, 1, 8, 2, 8], 2), ([1, 2, 3], 3), ([7], 1)])
+def test_balance_is_optimal(costs, k):
+    sizes = balance(costs, k)
+    assert len(sizes) == k and sum(sizes) == len(costs) and min(sizes) >= 1
+    starts = [sum(sizes[:i]) for i in range(k)]
+    worst = max(sum(costs[s:s + n]) for s, n in zip(starts, sizes))
+    assert worst == _brute(costs, k)
+
+
+def test_balance_by_params_and_by_time():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=512, block_size=8, n_embd=16, n_layer=4, n_head=2))
+    params = layer_costs(model.layers(), "params")
+    assert params == [float(sum(p.numel() for p in m.parameters())) for m in model.layers()]
+    sizes, stages = build_stages(model.layers(), 3, "params")
+    assert sizes[0] == 1 and sum(sizes) == 6   # the 512-row embedding outweighs two blocks
+    assert [len(s) for s in stages] == sizes
+    times = layer_costs(model.layers(), "time", torch.randint(512, (2, 8)), repeat=1)
+    assert len(times) == 6 and all(t > 0 for t in times)
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda: balance([1, 2], 3), ValueError, "cannot exceed the number of layers"),
+    (lambda: balance([], 1), ValueError, "costs"),
+    (lambda: balance([1, -1], 1), ValueError, "costs"),
+    (lambda: balance([1, float("nan")], 1), ValueError, "costs"),
+    (lambda: balance([1, 2], 0), ValueError, "n_stages"),
+    (lambda: layer_costs([torch.nn.Linear(2, 2)], "flops"), ValueError, "by"),
+    (lambda: layer_costs([torch.nn.Linear(2, 2)], "time"), ValueError, "sample"),
+    (lambda: layer_costs([], "params"), ValueError, "layers"),
+    (lambda: run_schedule("gpipe", {}, None, None, None, (1,)), TypeError, "Schedule"),
+])
+def test_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_run_schedule_checks_stages_before_any_message(monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    with pytest.raises(ValueError, match="exactly this rank's stages"):
+        run_schedule(gpipe(2, 2), {1: torch.nn.Identity()}, None, None, None, (1,))
+    with pytest.raises(ValueError, match="inputs must hold the 2"):
+        run_schedule(gpipe(2, 2), {0: torch.nn.Identity()}, [torch.ones(1)], None, None, (1,))
+    with pytest.raises(ValueError, match="pp_ranks"):
+        run_schedule(gpipe(2, 2), {0: torch.nn.Identity()}, None, None, None, (1,), pp_ranks=[1, 2])
