@@ -266,8 +266,8 @@ def mfu_dtype(limits: MachineLimits, dtype: str) -> str:
 
 
 def same_work_ratio(small: Callable[[], object], large: Callable[[], object], work_small: float,
-                    work_large: float, repeat: int = 7, device: torch.device | str | None = None
-                    ) -> stats.Estimate:
+                    work_large: float, repeat: int = 7, device: torch.device | str | None = None,
+                    threads: int | None = None) -> stats.Estimate:
     """``small``'s rate over ``large``'s (work per second), with a 90 % interval.
 
     Two sweep points' medians, timed seconds apart, carry no interval: here ``small`` runs
@@ -279,10 +279,13 @@ def same_work_ratio(small: Callable[[], object], large: Callable[[], object], wo
         small, large: one call each (a matmul, a copy); ``work_*``: its FLOPs or bytes.
         repeat: timed rounds (each runs both, after one untimed round).
         device: where they run (synchronised around each call); ``None``: CUDA if present.
+        threads: intra-op threads to pin while timing (:func:`pinned_threads`); ``None``
+            keeps the setting. Under load, every call of a multi-threaded operation can wait at
+            its barrier for a descheduled thread, a cost the many small calls pay many times.
 
     Raises:
         TypeError, ValueError: for a callable that is not one, work that is not > 0, or a
-            ``repeat`` below 2.
+            ``repeat`` or ``threads`` below 2 or 1.
     """
     check_callable("small", small)
     check_callable("large", large)
@@ -295,13 +298,14 @@ def same_work_ratio(small: Callable[[], object], large: Callable[[], object], wo
         for _ in range(copies):
             small()
 
-    t_small, t_large = interleaved([many, large], warmup=1, repeat=repeat, device=device)
+    with pinned_threads(torch.get_num_threads() if threads is None else check_int("threads", threads, 1)):
+        t_small, t_large = interleaved([many, large], warmup=1, repeat=repeat, device=device)
     # rate ratio = (copies * ws / t_small) / (wl / t_large)
     return stats.median_ratio(t_large.times_s, t_small.times_s).scaled(copies * ws / wl)
 
 
 def matmul_ratio(n_small: int, n_large: int, dtype: torch.dtype = torch.float32, repeat: int = 7,
-                 device: torch.device | str | None = None) -> stats.Estimate:
+                 device: torch.device | str | None = None, threads: int | None = None) -> stats.Estimate:
     """FLOP/s of an ``(n_small, n_small)`` square matmul over an ``n_large`` one's, on the same
     FLOPs (:func:`same_work_ratio`).
 
@@ -315,11 +319,11 @@ def matmul_ratio(n_small: int, n_large: int, dtype: torch.dtype = torch.float32,
         a, b = (torch.randn(check_int(name, n, 1), n, device=dev, dtype=dtype) for _ in range(2))  # (n, n)
         ops.append(functools.partial(torch.mm, a, b, out=torch.empty_like(a)))
         work.append(matmul_flops(n, n, n))
-    return same_work_ratio(*ops, *work, repeat, dev)
+    return same_work_ratio(*ops, *work, repeat, dev, threads)
 
 
-def copy_ratio(small_bytes: int, large_bytes: int, repeat: int = 7,
-               device: torch.device | str | None = None) -> stats.Estimate:
+def copy_ratio(small_bytes: int, large_bytes: int, repeat: int = 7, device: torch.device | str | None = None,
+               threads: int | None = None) -> stats.Estimate:
     """Bytes per second copying a ``small_bytes`` buffer over a ``large_bytes`` one's, on the
     same bytes (:func:`same_work_ratio`): in cache against DRAM when the sizes straddle it.
 
@@ -331,4 +335,4 @@ def copy_ratio(small_bytes: int, large_bytes: int, repeat: int = 7,
         src = torch.rand(check_int(name, nbytes, 4) // 4, device=dev)  # fp32
         ops.append(functools.partial(torch.Tensor.copy_, torch.empty_like(src), src))
         work.append(src.numel() * 4)  # bytes per buffer (read and written alike on both sides)
-    return same_work_ratio(*ops, *work, repeat, dev)
+    return same_work_ratio(*ops, *work, repeat, dev, threads)

@@ -34,7 +34,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 import torch
 
 from perfkit import hw, roofline, sizing, stats, timing, viz
-from perfkit.verdict import Prediction, judge
+from perfkit.verdict import Prediction
 from perfkit.viz import machine as vm
 from perfkit.viz import si
 
@@ -101,15 +101,24 @@ plt.show()
 # the **compute ceiling** used from here on. The bf16/fp32 ratio printed next tells you whether
 # this machine has native bf16 arithmetic (a ratio near or above 2), converts bf16 to fp32 for the
 # arithmetic (about 0.5), or emulates it (about 0.01: `perfkit.hw.MachineLimits.support`).
+#
+# The sweep's points were timed seconds apart, so the ratio of two of them has no interval. To
+# judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
+# on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
+# `perfkit.sizing.matmul_ratio`), with the threads the sweep used, and the ratio of their rates
+# gets its 90 % bootstrap interval.
 
 # %%
 print(vm.bf16_sentence(limits))
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
-viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
-                                  "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
-                       fp32_pts[0].flops_per_s / fp32_pts[-1].flops_per_s, explain={
-    "above": f"The largest size here ({fp32_pts[-1].n}) already outgrows a cache level or the sweep was "
-             "disturbed; the default sizes go further."}))
+small_large = sizing.matmul_ratio(fp32_pts[0].n, fp32_pts[-1].n, device=DEVICE)
+print(f"fp32 n={fp32_pts[0].n} over n={fp32_pts[-1].n}, the same FLOPs in alternation: {small_large.value:.3g}x "
+      f"({small_large.describe('x')})")
+viz.verdict(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
+                       "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
+            small_large, explain={
+    "above": f"The largest size here ({fp32_pts[-1].n}) already outgrows a cache level"
+             + (": the default sizes go further." if QUICK else ".")})
 
 # %% [markdown]
 # ## 3. How fast does memory move?
@@ -120,15 +129,22 @@ viz.show_verdict(judge(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_
 # stream from DRAM. The DRAM figure is the ceiling that matters for tensors of realistic size,
 # and STREAM's rule measures it with arrays at least 4x the last-level cache, so that no level
 # of cache holds them: a buffer only twice the cache still partly hits in it and reads as much
-# faster than DRAM. `measure_limits` keeps the two ceilings apart.
+# faster than DRAM. `measure_limits` keeps the two ceilings apart; to judge the prediction, the
+# fastest buffer whose source and destination fit in half the cache and the smallest DRAM-sized
+# one are copied again in alternation on the same bytes (`perfkit.sizing.copy_ratio`), on the
+# threads other processes leave free (`perfkit.sizing.timing_threads`): under load, each of the
+# many small copies would otherwise wait at its barrier for a thread that lost its core.
 
 # %%
 vm.plot_copy_sweep(limits)
 plt.show()
 if limits.cache_bytes_per_s:
-    viz.show_verdict(judge(Prediction("copy rate in cache over the DRAM ceiling",
-                                      "the caches are closer to the cores than DRAM", low=1.0, unit="x"),
-                           limits.cache_bytes_per_s / limits.copy_bytes_per_s))
+    cached, dram = vm.cache_and_dram_points(limits)
+    in_cache = sizing.copy_ratio(cached.nbytes, dram.nbytes, device=DEVICE, threads=sizing.timing_threads())
+    print(f"copy of {si(cached.nbytes, 'B')} over {si(dram.nbytes, 'B')}, the same bytes in alternation: "
+          f"{in_cache.value:.3g}x ({in_cache.describe('x')})")
+    viz.verdict(Prediction("copy rate in cache over DRAM", "the caches are closer to the cores than DRAM",
+                           low=1.0, unit="x"), in_cache)
 first = limits.copy_points[0]
 fixed_s = max(0.0, first.seconds - 2 * first.nbytes / (limits.cache_bytes_per_s or limits.copy_bytes_per_s))
 best_cached = max(limits.copy_points[1:], key=lambda p: p.bytes_per_s)
@@ -169,20 +185,19 @@ add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=10, de
 a, w = torch.randn(4096, 256, device=DEVICE), torch.randn(256, 256, device=DEVICE)
 lin = timing.benchmark(lambda: a @ w, warmup=2, repeat=10, device=DEVICE)
 best = max((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.flops_per_s)
-ops = [  # (label, FLOPs, bytes, median seconds)
-    ("x + y", n_vec, 3 * 4 * n_vec, add.median_s),
-    ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256), lin.median_s),
+ops = [  # (label, FLOPs, bytes, seconds of each repeat)
+    ("x + y", n_vec, 3 * 4 * n_vec, add.times_s),
+    ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256), lin.times_s),
     (f"matmul n={best.n}", roofline.matmul_flops(best.n, best.n, best.n),
-     roofline.matmul_bytes(best.n, best.n, best.n), best.seconds),
+     roofline.matmul_bytes(best.n, best.n, best.n), [best.seconds]),
 ]
 rows, share_of_roof = [], {}
-for label, flops, nbytes, sec in ops:
-    intensity, achieved = flops / nbytes, flops / sec
-    roof = limits.attainable(intensity, "float32")
-    rows.append((label, intensity, achieved))
-    share_of_roof[label] = achieved / roof
-    print(f"{label:>22}: {intensity:7.2f} FLOP/B, measured {si(achieved, 'FLOP/s'):>14}, "
-          f"roofline {si(roof, 'FLOP/s'):>14} -> {achieved / roof:5.0%} of attainable "
+for label, flops, nbytes, times in ops:
+    intensity, roof = flops / nbytes, limits.attainable(flops / nbytes, "float32")
+    share_of_roof[label] = stats.median_interval(times).inverse().scaled(flops / roof)  # of the median
+    rows.append((label, intensity, share_of_roof[label].value * roof))
+    print(f"{label:>22}: {intensity:7.2f} FLOP/B, measured {si(rows[-1][2], 'FLOP/s'):>14}, "
+          f"roofline {si(roof, 'FLOP/s'):>14} -> {share_of_roof[label].value:5.0%} of attainable "
           f"({roofline.bound(intensity, limits.peak_flops(), limits.copy_bytes_per_s)}-bound)")
 
 # %%
@@ -202,23 +217,23 @@ plt.show()
 # of the copy ceiling, and no more.
 
 # %%
-viz.show_verdict(judge(Prediction("x + y's FLOP/s over its roof",
-                                  "memory-bound: bytes over the DRAM ceiling, write-allocate traffic",
-                                  low=0.5, high=9 / 8, physical=(0, None)), share_of_roof["x + y"], explain={
+viz.verdict(Prediction("x + y's FLOP/s over its roof", "memory-bound: bytes over the DRAM ceiling, "
+                       "write-allocate traffic", low=0.5, high=9 / 8, physical=(0, None)), share_of_roof["x + y"],
+            explain={
     "held": ("Above the counted roof, and within what write-allocate traffic allows: the copy that set the "
-             "ceiling moved more bytes than it counted." if share_of_roof["x + y"] > 1 else
+             "ceiling moved more bytes than it counted." if share_of_roof["x + y"].value > 1 else
              "Under the roof, as the bytes it must move allow."),
     "above": "Faster than DRAM allows even with write-allocate traffic: part of x, y and the output stayed "
              "in cache between repetitions.",
     "below": "Far below the memory roof: the add's per-call cost and the machine's load weigh more here "
-             "than the bytes."}))
-viz.show_verdict(judge(Prediction("the linear layer's FLOP/s over its roof", "minimum bytes, measured ceilings",
-                                  high=1.05, physical=(0, None)), share_of_roof["linear 4096x256x256"], explain={
-    "held": f"It reaches {share_of_roof['linear 4096x256x256']:.0%} of it: a matrix this thin gives each core "
+             "than the bytes."})
+viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "minimum bytes, measured ceilings",
+                       high=1.05, physical=(0, None)), share_of_roof["linear 4096x256x256"], explain={
+    "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of it: a matrix this thin gives each core "
             "less reuse than the big square one, so the minimum-bytes model is optimistic about its traffic. "
             "Module 06 returns to these gaps (fusion, shapes, MFU).",
     "above": "Above the roof: the ceiling was measured while the machine was busier, or at sizes where this "
-             "machine is slower than at this shape."}))
+             "machine is slower than at this shape."})
 
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?

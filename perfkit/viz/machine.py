@@ -17,10 +17,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_type
-from perfkit.hw import EMULATED_BELOW, MachineLimits, imitation
+from perfkit.hw import EMULATED_BELOW, CopyPoint, MachineLimits, imitation
 from perfkit.viz.core import si, tidy
 
-__all__ = ["bf16_sentence", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes"]
+__all__ = ["bf16_sentence", "cache_and_dram_points", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes"]
 
 
 def plot_matmul_sweep(limits: MachineLimits) -> Figure:
@@ -55,6 +55,25 @@ def plot_copy_sweep(limits: MachineLimits) -> Figure:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes: no point hidden
     ax.grid(True, which="both", alpha=0.3)
     return tidy(fig)
+
+
+def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
+    """The copy sweep's fastest buffer whose source and destination fit in half the last-level
+    cache (the buffer at most a quarter of it), and its smallest buffer at least 4x that cache
+    (STREAM's rule: no cache level holds it).
+
+    Raises:
+        TypeError: for ``limits`` that are not :class:`perfkit.hw.MachineLimits`.
+        ValueError: when the cache size is unknown or the sweep has no buffer on either side.
+    """
+    check_type("limits", limits, MachineLimits)
+    llc = limits.llc_bytes
+    cached = [p for p in limits.copy_points if llc and p.nbytes <= llc // 4]
+    dram = [p for p in limits.copy_points if llc and p.nbytes >= 4 * llc]
+    if not cached or not dram:
+        raise ValueError(f"limits must hold copies in cache and from DRAM (last-level cache {llc!r} bytes; "
+                         f"buffers {[p.nbytes for p in limits.copy_points]})")
+    return max(cached, key=lambda p: p.bytes_per_s), min(dram, key=lambda p: p.nbytes)
 
 
 def skipped_sizes(limits: MachineLimits, sizes: Sequence[int]) -> list[str]:

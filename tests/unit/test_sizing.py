@@ -146,8 +146,10 @@ def test_same_work_ratio_repeats_the_small_operation_to_the_large_ones_work(monk
 
 
 def test_matmul_and_copy_ratios_run_on_real_tensors():
-    for est in (sizing.matmul_ratio(16, 64, repeat=3), sizing.copy_ratio(4096, 65536, repeat=3)):
+    before = torch.get_num_threads()
+    for est in (sizing.matmul_ratio(16, 64, repeat=3), sizing.copy_ratio(4096, 65536, repeat=3, threads=1)):
         assert 0 < est.low <= est.value <= est.high and est.n == 3
+    assert torch.get_num_threads() == before  # the pinned threads are restored
 
 
 @pytest.mark.parametrize("call, exc, match", [
@@ -157,6 +159,7 @@ def test_matmul_and_copy_ratios_run_on_real_tensors():
     (lambda: sizing.matmul_ratio(0, 64), ValueError, "n_small"),
     (lambda: sizing.matmul_ratio(16, 64, dtype="float32"), TypeError, "dtype"),
     (lambda: sizing.copy_ratio(4096, 2), ValueError, "large_bytes"),
+    (lambda: sizing.copy_ratio(4096, 8192, threads=0), ValueError, "threads"),
 ])
 def test_same_work_ratios_name_a_bad_argument(call, exc, match):
     with pytest.raises(exc, match=match):

@@ -49,3 +49,18 @@ def test_plots_draw_one_line_per_dtype_and_each_ceiling():
     assert len(bare.get_lines()) == 2 and len(full.get_lines()) == 4  # + cache ceiling + LLC line
     with pytest.raises(TypeError, match="limits"):
         vm.plot_copy_sweep({"float32": 1e9})
+
+
+def test_cache_and_dram_points_follow_the_last_level_cache():
+    copies = [CopyPoint(n, 1e-3, r, r) for n, r in ((2**14, 5e9), (2**16, 9e9), (2**17, 20e9), (2**20, 2e9),
+                                                     (2**22, 1e9))]
+    lim = MachineLimits("cpu", "t", {"float32": 1e9}, 1e9, copy_points=copies, cache_bytes_per_s=9e9,
+                        llc_bytes=2**18)
+    cached, dram = vm.cache_and_dram_points(lim)
+    # the fastest whose source and destination fit in half the cache (2**17 is faster, but the two
+    # buffers would fill half of it); the smallest >= 4x the cache
+    assert (cached.nbytes, dram.nbytes) == (2**16, 2**20)
+    with pytest.raises(ValueError, match="last-level cache"):
+        vm.cache_and_dram_points(limits())  # no cache size known
+    with pytest.raises(TypeError, match="limits"):
+        vm.cache_and_dram_points({"llc_bytes": 1})
