@@ -62,6 +62,14 @@ from perfkit.parallel.gpt import (
     gpt_loss,
     split_layers,
 )
+from perfkit.parallel.pipeline import (
+    StepRecord,
+    average_gradients,
+    balance,
+    build_stages,
+    layer_costs,
+    run_schedule,
+)
 from perfkit.parallel.reducer import (
     BucketReducer,
 )
@@ -173,6 +181,7 @@ __all__ = [
     "parse_actions", "validate", "zb_h1",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
     "timeline_from",
+    "StepRecord", "average_gradients", "balance", "build_stages", "layer_costs", "run_schedule",
     # tensor and sequence parallelism (module 10)
     "ColumnParallelLinear", "RNGTracker", "RowParallelLinear",
     "TensorParallelGPT", "VocabParallelEmbedding", "check_tp_degree", "copy_to_tp",
