@@ -76,9 +76,9 @@ class BookResult:
 def _status_note(status: NotebookStatus) -> str:
     """The admonition at the top of a lecture page (MyST)."""
     if status.state == "ran":
-        return (f":::{{admonition}} This page is the run on the machine that built the site: "
-                f"{status.label()}\n:class: tip\nEvery figure, number and verdict below was "
-                "measured in that run. Run it yourself with `make course` or in JupyterLab.\n:::")
+        return (f":::{{admonition}} Measured on the machine that built this site: {status.label()}\n"
+                ":class: tip\nEvery figure, number and verdict below comes from that run. Run it "
+                "on your machine with `make course`, or cell by cell in JupyterLab (`make lab`).\n:::")
     if status.state == "failed":
         return (f":::{{admonition}} This notebook failed here: {status.label()}\n:class: error\n"
                 f"The first error: {md_code(status.error)}. The cells after the failing one did "
@@ -190,7 +190,8 @@ def _chance(statuses: dict[str, NotebookStatus]) -> float | None:
 
 def _sphinx_warnings(log: str) -> list[str]:
     """The warning lines of a Sphinx log, less :data:`ACCEPTED_WARNINGS`."""
-    found = [line for line in log.splitlines() if re.search(r"\bWARNING\b|\bERROR\b", line)]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)  # Sphinx colours its log when it thinks it may
+    found = [line for line in plain.splitlines() if re.search(r"\bWARNING\b|\bERROR\b", line)]
     return [w for w in found if not any(a in w for a in ACCEPTED_WARNINGS)]
 
 
@@ -222,12 +223,13 @@ def build_book(out: Path = ROOT / "build" / "site", notebooks_dir: Path = ROOT /
     out, work = Path(out), Path(work)
     result = stage(work / "src", Path(notebooks_dir), Path(sources), Path(labs_dir), Path(syllabus),
                    Path(readme))
-    for stale in (out, work / "doctrees"):  # a fresh build: Sphinx keeps pages of removed sources
+    html = work / "html"  # myst-nb writes its images beside the output folder: keep them in work
+    for stale in (html, work / "doctrees", work / "jupyter_execute"):  # Sphinx keeps removed pages
         shutil.rmtree(stale, ignore_errors=True)
     log = io.StringIO()
     with contextlib.redirect_stderr(log), contextlib.redirect_stdout(io.StringIO()):
         # the options `jupyter-book build --warningiserror --nitpick --keep-going` passes
-        code = build_sphinx(work / "src", out, noconfig=True, path_config=str(CONFIG_DIR / "_config.yml"),
+        code = build_sphinx(work / "src", html, noconfig=True, path_config=str(CONFIG_DIR / "_config.yml"),
                             confoverrides={"external_toc_path": (work / "src" / "_toc.yml").as_posix(),
                                            "latex_individualpages": False, "nitpicky": True},
                             doctreedir=work / "doctrees", warningiserror=True, keep_going=True,
@@ -236,9 +238,12 @@ def build_book(out: Path = ROOT / "build" / "site", notebooks_dir: Path = ROOT /
     if isinstance(code, Exception) or warnings or code:
         raise BookError("the book did not build cleanly:\n" + "\n".join(
             warnings or [str(code), log.getvalue()[-3000:]]))
-    broken = check_site(out)
+    broken = check_site(html)
     if broken:
         raise BookError("broken links in the built site:\n" + "\n".join(broken))
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(html, out)
     result.index, result.seconds = out / "index.html", time.perf_counter() - t0
     return result
 
@@ -259,11 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Build the course book from build/notebooks.")
     ap.add_argument("--notebooks", default=str(ROOT / "build" / "notebooks"),
                     help="folder of executed notebooks (make course writes them)")
+    ap.add_argument("--sources", default=str(ROOT / "notebooks"),
+                    help="the lecture notebooks (pages for those not executed yet)")
     ap.add_argument("--out", default=str(ROOT / "build" / "site"), help="site folder")
     ap.add_argument("--serve", type=int, metavar="PORT", help="then serve the site on this port")
     args = ap.parse_args(argv)
     try:
-        result = build_book(Path(args.out), Path(args.notebooks))
+        result = build_book(Path(args.out), Path(args.notebooks), sources=Path(args.sources))
     except (FileNotFoundError, ValueError, BookError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
