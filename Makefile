@@ -19,7 +19,7 @@ QUICK_FLAG := $(if $(filter 1 true yes,$(QUICK)),--quick,)
 CHROMIUM ?= /usr/bin/chromium
 PROMETHEUS ?= /usr/bin/prometheus
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.html >/dev/null 2>&1
+HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.ipynb >/dev/null 2>&1
 # `make test` drives notebook 00's widget in the browser (the 3-minute budget);
 # `make browser-test` drives one widget of every notebook.
 TEST_BROWSER_NOTEBOOKS ?= 00
@@ -34,7 +34,7 @@ help:
 	@echo "make notebooks          write each .ipynb from its jupytext source (notebooks/src, solutions/src)"
 	@echo "make labs / check-labs  regenerate labs/ from solutions/ / fail if stale"
 	@echo "make limits             this machine's ceilings (python -m perfkit limits)"
-	@echo "make site               the executed notebooks as a static HTML site (build/site/)"
+	@echo "make site               the executed notebooks as a book (build/site/; search needs http.server)"
 	@echo "make browser-test       JupyterLab in a real Chromium: every notebook's widget, and the site"
 	@echo "make prometheus-test    the generated alert rules in a real Prometheus server and promtool"
 
@@ -77,7 +77,7 @@ grade: $(STAMP)
 # run in the pytest call.
 test: $(STAMP) check-labs lint browser-deps prometheus-deps
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
-	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
+	$(MAKE) --no-print-directory site QUICK=1
 	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
 		--durations=15 -m browser tests/browser
 
@@ -92,7 +92,7 @@ browser-deps: $(STAMP)
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver; }
 
 browser-test: browser-deps
-	@$(HAVE_PAGES) || $(MAKE) --no-print-directory site QUICK=1
+	$(MAKE) --no-print-directory site QUICK=1
 	$(BIN)/python -m pytest -q -ra --durations=15 -m browser tests/browser
 
 # Debian's Prometheus server and promtool for tests/prometheus (the tests skip without them);
@@ -105,12 +105,13 @@ prometheus-deps:
 prometheus-test: $(STAMP) prometheus-deps
 	$(BIN)/python -m pytest -q -ra -s -m prometheus tests/prometheus
 
-# The executed notebooks as a static site (runs the course first when nothing is rendered;
-# a notebook that fails is marked on the index, so the site is built anyway).
+# The executed notebooks as a Jupyter Book in build/site (runs the course first when no notebook
+# was executed; a notebook that fails is marked on the index, so the site is built anyway).
+# Serve it with `python -m http.server --directory build/site 8000`: search needs a server.
 site: $(STAMP)
 	@$(HAVE_PAGES) || $(BIN)/python -m tools.run_course $(QUICK_FLAG) || \
 		echo "some notebooks failed: the site marks them"
-	$(BIN)/python -m tools.site
+	$(BIN)/python -m tools.book
 
 limits: $(STAMP)
 	$(BIN)/python -m perfkit limits
