@@ -37,6 +37,7 @@ from perfkit.plan.layout import (
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_SIZES,
+    fit_step_efficiency,
     link_cache_path,
     local_link,
     tiny_gpt2_spec,
@@ -96,6 +97,7 @@ __all__ = [
     "enumerate_layouts",
     "fit_efficiency",
     "fit_rows",
+    "fit_step_efficiency",
     "FOUNDRY_COMMIT",
     "FOUNDRY_ROWS",
     "foundry_runs",

@@ -75,6 +75,8 @@ class Cluster:
         efficiency: achieved over peak matmul FLOP/s, in (0, 1].
         memory_share: the share of ``gpu.memory_bytes`` a layout may plan to use (the rest:
             the CUDA context, the allocator's fragmentation).
+        overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
+            SMs); on a CPU the collectives' threads take the cores the compute needs.
         note: where the link figures come from.
     """
 
@@ -85,6 +87,7 @@ class Cluster:
     inter: AlphaBeta
     efficiency: float = 0.5
     memory_share: float = 0.9
+    overlap: bool = True
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -94,6 +97,7 @@ class Cluster:
         check_type("inter", self.inter, AlphaBeta)
         check_real("efficiency", self.efficiency, 0, 1, lo_open=True)
         check_real("memory_share", self.memory_share, 0, 1, lo_open=True)
+        check_type("overlap", self.overlap, bool)
 
     @property
     def usable_memory(self) -> float:
@@ -155,7 +159,8 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
         efficiency: share of that peak a training step's matmuls reach, in (0, 1].
 
     Returns:
-        A one-node :class:`Cluster` with ``intra == inter == link``.
+        A one-node :class:`Cluster` with ``intra == inter == link`` and no overlap of
+        communication with compute (gloo's threads run on the same cores).
 
     Raises:
         TypeError, ValueError: for arguments of the wrong kind or out of range.
@@ -173,4 +178,4 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
               f"measured by perfkit.hw ({limits.measured_at or 'cached'}), {dtype} matmul")
     return Cluster(name=f"this machine ({processes} processes)", gpu=gpu, gpus_per_node=processes,
                    intra=link, inter=link, efficiency=efficiency, memory_share=1.0,
-                   note="ceilings from perfkit.hw, link from the alpha-beta fit")
+                   overlap=False, note="ceilings from perfkit.hw, link from the alpha-beta fit")

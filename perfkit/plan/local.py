@@ -22,13 +22,16 @@ import os
 from pathlib import Path
 
 from perfkit import dist
-from perfkit._checks import check_int
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
+from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
+from perfkit.plan.step_time import step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "link_cache_path", "local_link", "tiny_gpt2_spec"]
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "fit_step_efficiency", "link_cache_path", "local_link",
+           "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -44,13 +47,14 @@ COURSE_LAYOUTS = {
 def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
                    n_layer: int = 2, n_head: int = 2) -> ModelSpec:
     """:func:`perfkit.models.tiny_gpt2` as a :class:`ModelSpec`: GELU MLP of ``4 n_embd``,
-    learned positions, tied head, fp32 activations, fused attention, no dropout.
+    biases, learned positions, tied head, fp32 activations, fused attention, no dropout.
 
     Raises:
         ValueError: for a size below 1 or ``n_embd`` not divisible by ``n_head``.
     """
     return ModelSpec("tiny GPT-2", layers=n_layer, hidden=n_embd, heads=n_head, ffn=4 * n_embd,
-                     vocab=vocab_size, seq=block_size, positions=block_size, act_bytes=4)
+                     vocab=vocab_size, seq=block_size, positions=block_size, bias=True,
+                     act_bytes=4)
 
 
 def link_cache_path() -> Path:
@@ -95,3 +99,34 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     path.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
                                 "measured_with": f"{nproc} gloo processes", "pid": os.getpid()}))
     return link
+
+
+def fit_step_efficiency(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
+                        measured_s: float, recipe: str = "fp32_adam", grad_bytes: float = 4.0
+                        ) -> float:
+    """The matmul efficiency at which :func:`step_time` predicts ``measured_s`` (bisection on a
+    log scale between 1e-5 and 1: the predicted time falls as the efficiency grows). Fitted on
+    one layout, it is the one figure the other layouts' predictions share.
+
+    Returns:
+        The efficiency, clipped to [1e-5, 1].
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or ``measured_s`` not > 0.
+    """
+    check_type("cluster", cluster, Cluster)
+    check_real("measured_s", measured_s, 0, lo_open=True)
+
+    def predicted(e: float) -> float:
+        return step_time(model, layout, cluster.with_efficiency(e), global_batch, recipe,
+                         grad_bytes).total_s
+
+    lo, hi = 1e-5, 1.0
+    if predicted(hi) >= measured_s:
+        return hi
+    if predicted(lo) <= measured_s:
+        return lo
+    for _ in range(50):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if predicted(mid) > measured_s else (lo, mid)
+    return (lo * hi) ** 0.5

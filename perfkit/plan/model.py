@@ -45,6 +45,7 @@ class ModelSpec:
         flash: a fused attention kernel that keeps no ``a s^2`` scores for backward.
         tied: the output layer shares the token embedding's weights.
         positions: rows of a learned position embedding (0 for rotary or ALiBi).
+        bias: the linear layers have biases (GPT-2; Llama and MPT have none).
         act_bytes: bytes per activation element (2: bf16/fp16).
     """
 
@@ -61,6 +62,7 @@ class ModelSpec:
     flash: bool = True
     tied: bool = True
     positions: int = 0
+    bias: bool = False
     act_bytes: int = 2
     source: str = field(default="", compare=False)
 
@@ -75,7 +77,7 @@ class ModelSpec:
         kv = check_int("kv_heads", self.kv, 1)
         if self.heads % kv:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({kv})")
-        for k in ("gated", "dropout", "flash", "tied"):
+        for k in ("gated", "dropout", "flash", "tied", "bias"):
             check_type(k, getattr(self, k), bool)
 
     @property
@@ -99,10 +101,17 @@ class ModelSpec:
     @property
     def layer_params(self) -> int:
         """Parameters of one block: Q and O ``2h^2``, K and V ``2 h kv_dim``, the MLP
-        ``2 h f`` (``3 h f`` gated), two norms (the linear layers' biases, ``O(h)``, are left
-        out: Llama and MPT have none)."""
+        ``2 h f`` (``3 h f`` gated), two norms and, where the model has them, biases."""
         h, f = self.hidden, self.ffn
-        return 2 * h * h + 2 * h * self.kv_dim + (3 if self.gated else 2) * h * f + 2 * self.norm_params
+        return (2 * h * h + 2 * h * self.kv_dim + (3 if self.gated else 2) * h * f
+                + 2 * self.norm_params + self.bias_params)
+
+    @property
+    def bias_params(self) -> int:
+        """Biases of one block's linear layers: Q, K, V ``h + 2 kv_dim``, the output ``h``,
+        the MLP ``f`` (``2f`` gated) and ``h`` (GPT-2: ``9h``); 0 without biases."""
+        f = self.ffn * (2 if self.gated else 1)
+        return 3 * self.hidden + 2 * self.kv_dim + f if self.bias else 0
 
     @property
     def embedding_params(self) -> int:
@@ -118,7 +127,8 @@ class ModelSpec:
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul per token: blocks and the output layer
         (embedding lookups do no FLOPs)."""
-        return self.layers * (self.layer_params - 2 * self.norm_params) + self.vocab * self.hidden
+        per_layer = self.layer_params - 2 * self.norm_params - self.bias_params
+        return self.layers * per_layer + self.vocab * self.hidden
 
     def model_flops_per_token(self) -> float:
         """Model FLOPs of one trained token, PaLM's count: ``6 N + 12 L h s``
@@ -268,4 +278,4 @@ def model_from_config(config: Any, seq: int | None = None, name: str | None = No
         heads=got["heads"], ffn=ffn, vocab=got["vocab"], seq=seq or got["seq"] or 2048,
         kv_heads=got["kv_heads"], gated=gated, dropout=False, flash=True,
         tied=bool(cfg.get("tie_word_embeddings", True)),
-        positions=int(got["seq"] or 0) if gpt2 else 0, source=source)
+        positions=int(got["seq"] or 0) if gpt2 else 0, bias=gpt2, source=source)

@@ -7,9 +7,11 @@ all-reduces per block (six with full recomputation; sequence parallelism's reduc
 all-gather pairs move the same bytes) and the part of context parallelism's K/V ring that
 attention's own compute does not hide. The pipeline runs ``m + (p - 1) / v`` such slots (the
 bubble, Narayanan et al. 2021), plus the stage-to-stage sends. Data parallelism's gradient
-all-reduce (ZeRO 1-2: reduce-scatter + all-gather, the same bytes) hides behind the last
-micro-batch's backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
-micro-batch, hidden behind that micro-batch's compute. Collectives are rings
+all-reduce (ZeRO 1-2: reduce-scatter + all-gather, the same bytes), in 25 MiB buckets,
+hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
+reduce-scatters gradients for every micro-batch, block by block, hidden behind that
+micro-batch's compute (where the cluster can overlap: not on a CPU, whose cores run the
+collectives). Collectives are rings
 (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across nodes
 on the network, hierarchically where a group spans both. The optimizer step streams the
 local shard's states once.
@@ -30,7 +32,7 @@ from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.memory.model_states import RECIPES
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
-from perfkit.plan.memory_model import stage_params
+from perfkit.plan.memory_model import BUCKET_BYTES, stage_params
 from perfkit.plan.model import ModelSpec
 
 __all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "step_time"]
@@ -135,7 +137,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         kv = 2 * tokens_mb / lay.cp * model.kv_dim * model.act_bytes / lay.tp
         ring = 3 * (lay.cp - 1) * _link(lay.tp * lay.cp, cluster).predict(kv)
         attn = 12 * model.hidden * model.seq * tokens_mb / (lay.cp * lay.tp) / cluster.achievable_flops
-        cp = layers * max(0.0, ring - attn)
+        cp = layers * (max(0.0, ring - attn) if cluster.overlap else ring)
     slot = matmul + membound + tp + cp  # s: one micro-batch on one stage
     bubble = (lay.pp - 1) / lay.interleave * slot
     p2p = 0.0
@@ -146,15 +148,19 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     # the same weights; tp x pp ranks lie between two of them
     psi = stage_params(model, lay)
     n, stride = lay.dp * lay.cp, lay.tp * lay.pp
-    ar = group_allreduce_time(psi * grad_bytes, n, stride, cluster)
-    backward_last = slot * 2 / 3
+    # gradients go in buckets of BUCKET_BYTES, each a collective with its own start-up
+    buckets = max(1, math.ceil(psi * grad_bytes / BUCKET_BYTES))
+    ar = buckets * group_allreduce_time(psi * grad_bytes / buckets, n, stride, cluster)
+    hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
     dp = zero3 = 0.0
     if lay.zero < 3:
-        dp = max(0.0, ar - backward_last)
-    else:  # per micro-batch: all-gather forward, all-gather backward, reduce-scatter
+        dp = max(0.0, ar - hide)
+    else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter;
         # an all-gather (or a reduce-scatter) is half an all-reduce's ring steps
-        per_mb = group_allreduce_time(psi * r.param_bytes, n, stride, cluster) + 0.5 * ar
-        zero3 = m * max(0.0, per_mb - slot)
+        units = int(layers) + 1  # the stage's blocks and its embedding or head
+        per_unit = (group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
+                    + 0.5 * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
+        zero3 = m * max(0.0, units * per_unit - (slot if cluster.overlap else 0.0))
     shard = psi / (n if lay.zero >= 1 else 1)
     optimizer = shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes) / gpu.hbm_bytes_per_s
     terms = {"matmul": m * matmul, "memory-bound": m * membound, "tensor-parallel": m * tp,

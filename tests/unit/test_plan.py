@@ -5,6 +5,7 @@ transformers), against perfkit's own formulas (zero_model_states, ring_allreduce
 each check has the wrong implementation it catches named beside it.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -78,6 +79,16 @@ def test_parameters_match_a_llama_built_by_transformers():
     m = model_from_config(cfg)
     assert (m.gated, m.kv, m.tied, m.seq, m.ffn) == (True, 2, False, 32, 176)
     assert m.num_params == sum(p.numel() for p in LlamaForCausalLM(cfg).parameters())
+
+
+def test_the_tiny_gpt2_is_counted_exactly():
+    from perfkit.memory.activations import gpt2_num_params
+    from perfkit.models import tiny_gpt2
+    from perfkit.plan import tiny_gpt2_spec
+
+    spec = tiny_gpt2_spec()
+    assert spec.num_params == gpt2_num_params(64, 2, 1024, 64)  # biases and positions included
+    assert spec.num_params == sum(p.numel() for p in tiny_gpt2().parameters())
 
 
 def test_config_from_a_json_file_and_a_gpt2_config(tmp_path):
@@ -226,6 +237,12 @@ def test_local_cluster_shares_the_machine():
     c = local_cluster(lim, AlphaBeta(1e-5, 1e9), processes=2, memory_bytes=1e9)
     assert c.gpu.peak_flops == 1e11 and c.gpu.hbm_bytes_per_s == 1.5e10
     assert c.intra == c.inter == AlphaBeta(1e-5, 1e9)
+    # on a CPU the collectives take the cores: DP's all-reduce adds to the step in full
+    t = step_time(GPT, Layout(dp=2), c, 2)
+    gpu_like = step_time(GPT, Layout(dp=2), dataclasses.replace(c, overlap=True), 2)
+    assert t.terms["data-parallel"] == pytest.approx(t.detail["dp_allreduce_s"])
+    assert t.terms["data-parallel"] > 0
+    assert gpu_like.terms["data-parallel"] < t.terms["data-parallel"]
     with pytest.raises(TypeError, match="limits"):
         local_cluster({}, AlphaBeta(1e-5, 1e9))
 
