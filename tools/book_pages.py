@@ -253,13 +253,16 @@ def scorecard_page(statuses: dict[str, NotebookStatus], chance: float | None) ->
     lines = ["# Scorecard of this run", "",
              "Each lecture records predictions before it measures (`perfkit.verdict`); these are "
              "the verdicts of the run that built these pages, on its machine.", "",
-             "| notebook | status | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+             "| lecture | " + " | ".join(kinds) + " | run |", "|---|" + "--:|" * len(kinds) + "---|"]
+    total = [0] * len(kinds)
     for stem, status in statuses.items():
         if status.state not in ("ran", "failed"):
             continue
         counts = [sum(v.get("outcome") == k for v in status.verdicts) for k in kinds]
-        lines.append(f"| [{stem}](notebooks/{stem}.ipynb) | {md_escape(status.label())} | "
-                     + " | ".join(str(c) for c in counts) + " |")
+        total = [a + b for a, b in zip(total, counts)]
+        lines.append(f"| [{stem}](notebooks/{stem}.ipynb) | " + " | ".join(str(c) for c in counts)
+                     + f" | {md_escape(status.label())} |")
+    lines.append("| **all lectures** | " + " | ".join(f"**{c}**" for c in total) + " | |")
     if chance is not None:
         lines += ["", f"If every prediction were true, chance alone would report up to "
                   f"{chance:.1f} of them missed (each is judged on a confidence interval)."]

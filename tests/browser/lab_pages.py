@@ -1,4 +1,4 @@
-"""Drive pages in the browser tests: a notebook in JupyterLab, and the static site.
+"""Drive a notebook in JupyterLab in the browser tests (the course book: ``site_pages``).
 
     open_notebook(page, server, "notebooks/00_measure_your_machine.ipynb")
     state = run_all_cells(page, server, "notebooks/00_measure_your_machine.ipynb")
@@ -12,16 +12,11 @@ the test server) is only read, to list error outputs exactly as the cells hold t
 from __future__ import annotations
 
 import contextlib
-import http.server
-import threading
-import urllib.parse
-from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from browser_harness import LabServer, free_port, wait_until
+from browser_harness import LabServer, wait_until
 
 NOTEBOOK_OPEN_TIMEOUT_S = 90.0
 # A hang guard, not the QUICK budget (90 s on an idle 2-core machine, CONTRIBUTING.md; checked
@@ -221,79 +216,3 @@ def move_first_control(page: Any, shots: tuple[Path, Path] | None = None) -> Mov
     if shots:
         cell.screenshot(path=str(shots[1]))
     return Moved(kind, label, value_before, value_after, before, after)
-
-
-# --- the static site -----------------------------------------------------------------
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def serve(folder: Path) -> Iterator[str]:
-    """Serve ``folder`` over HTTP on 127.0.0.1 for a ``with`` block; yields the base URL."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()),
-                                            partial(_QuietHandler, directory=str(folder)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
-
-
-# Links, element ids and images of a loaded page; waits (10 s at most) for images to load.
-PAGE_JS = """async () => {
-  const imgs = [...document.images];
-  const loaded = Promise.all(imgs.map(i => i.complete ? null :
-    new Promise(r => { i.addEventListener('load', r); i.addEventListener('error', r); })));
-  await Promise.race([loaded, new Promise(r => setTimeout(r, 10000))]);
-  return {
-    links: [...document.querySelectorAll('a[href]')].map(a => a.href),
-    ids: [...document.querySelectorAll('[id], a[name]')].map(e => e.id || e.name),
-    images: imgs.length,
-    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 100)),
-  };
-}"""
-
-
-def crawl(page: Any, start: str) -> tuple[dict[str, dict | None], list[str]]:
-    """Follow every same-origin link from ``start``; check pages, fragments and images.
-
-    Other origins are not followed (and requests to them are refused at once, so pages
-    that load scripts from a CDN do not wait on a closed network).
-
-    Returns:
-        ``(seen, problems)``: each visited URL with its ``PAGE_JS`` result (None when it
-        did not load), and one line per broken link, missing anchor or image.
-    """
-    base = start.rsplit("/", 1)[0] + "/"
-    page.route(lambda url: not url.startswith(base), lambda route: route.abort())
-    todo, seen, problems = [start], {}, []
-    fragments: list[tuple[str, str, str]] = []  # (on page, to page, fragment)
-    while todo:
-        url = todo.pop(0)
-        if url in seen:
-            continue
-        response = page.goto(url, wait_until="load")
-        if response is None or not response.ok:
-            problems.append(f"{url}: HTTP {response.status if response else 'no response'}")
-            seen[url] = None
-            continue
-        info = seen[url] = page.evaluate(PAGE_JS)
-        problems += [f"{url}: image did not load: {src}" for src in info["broken"]]
-        for href in info["links"]:
-            target, _, frag = href.partition("#")
-            if target.startswith(base):
-                todo.append(target)
-                fragments += [(url, target, frag)] if frag else []
-    for on_page, target, frag in fragments:
-        ids = (seen.get(target) or {}).get("ids")
-        # As browsers do: a fragment matches an id as written, or percent-decoded.
-        if ids is not None and frag not in ids and urllib.parse.unquote(frag) not in ids:
-            problems.append(f"{on_page}: link to {target}#{frag}: no element with that id")
-    return seen, sorted(set(problems))

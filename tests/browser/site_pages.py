@@ -9,12 +9,18 @@ lecture uses).
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import re
+import threading
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from browser_harness import free_port
 
 SEARCH_TIMEOUT_MS = 30_000
 # Images of the page's article only (not the theme's logo), and whether each one loaded.
@@ -26,6 +32,27 @@ IMAGES_JS = """async () => {
   return {count: imgs.length,
           broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 100))};
 }"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve(folder: Path) -> Iterator[str]:
+    """Serve ``folder`` over HTTP on 127.0.0.1 for a ``with`` block, as ``python -m
+    http.server`` does for a reader; yields the base URL."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()),
+                                            partial(_QuietHandler, directory=str(folder)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
 
 
 def sidebar_links(page: Any) -> list[str]:

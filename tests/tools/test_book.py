@@ -216,7 +216,10 @@ def test_labs_scorecard_and_readme_section_are_pages(site):
     lab = visible(text(site, "labs/lab00_alpha.html"))
     assert "NotImplementedError" in lab and "make grade LAB=labs/lab00_alpha.ipynb" in lab
     card = text(site, "scorecard.html")
-    assert re.search(r"00_alpha.*?ran here.*?<td[^>]*><p>1</p></td>\s*<td[^>]*><p>1</p></td>", card, re.S)
+    rows = {visible(r).split(" ")[0]: visible(r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", card, re.S)}
+    assert rows["00_alpha"] == "00_alpha 1 1 0 0 ran here in 12 s (QUICK sizes)"
+    assert rows["01_beta"] == "01_beta 0 0 0 0 failed here after 3 s (QUICK sizes)"
+    assert rows["all"] == "all lectures 1 1 0 0" and "02_gamma" not in rows
     assert "2 GB/s: missed" in card and "Prediction</strong> held" not in card
     working = text(site, "working_through_the_course.html")
     assert "<h1>Working through the course" in working and "Complete the functions" in working
