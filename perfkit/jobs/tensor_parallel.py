@@ -20,6 +20,10 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
 * ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for its own
   ``model`` (``{"errors": {"model": {"n_head": 4}}}``), or ``None``.
+* ``memory``: bytes one block saves for backward under TP and SP, and in its LayerNorm and
+  dropout regions (perfkit.memory.saved_tensors).
+* ``allreduce``: all-reduce times over ``{"sizes": [...], "repeat": 5}`` bytes.
+* ``speedup``: one block unsplit and split, interleaved, at each of ``{"widths": [...]}``.
 * ``timing``: perfkit's TP step against DTensor's, interleaved; the slowest rank's times
   (``{"timing": {"repeat": 10, "model": {...}, "batch": 8}}``: its own sizes, if given).
 """
@@ -35,6 +39,7 @@ from torch import nn
 
 from perfkit import dist as pdist
 from perfkit.comm.traffic import count_traffic
+from perfkit.jobs.tp_dtensor import dtensor_gpt
 from perfkit.parallel.data_parallel import BucketedDP
 from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
 from perfkit.parallel.tensor import RNGTracker
@@ -211,54 +216,64 @@ def traffic(cfg: GPTConfig, batch: int) -> dict[str, Any]:
     return out
 
 
-def dtensor_plan(cfg: GPTConfig, sp: bool) -> dict[str, Any]:
-    """PyTorch's plan for the same split (torchtitan's for Llama): Colwise for ``q``, ``k``,
-    ``v``, ``fc``, the head; Rowwise for the projections and the embedding; with ``sp``,
-    SequenceParallel LayerNorms and sequence-sharded activations between blocks."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        PrepareModuleOutput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
+def memory(cfg: GPTConfig, batch: int) -> dict[str, Any]:
+    """Bytes one block saves for backward under TP and SP (dropout on), counted by
+    :class:`perfkit.memory.saved_tensors.SavedTensorMeter`: the whole block, and its
+    LayerNorm and residual-dropout regions alone (a meter around each of those modules)."""
+    from perfkit.memory.saved_tensors import SavedTensorMeter
 
-    between = Shard(1) if sp else Replicate()   # the activation's layout between regions
-    plan: dict[str, Any] = {
-        "embed.wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        "head.lm_head": ColwiseParallel(input_layouts=between, output_layouts=Shard(-1),
-                                        use_local_output=False)}
-    if sp:
-        plan["embed"] = PrepareModuleOutput(output_layouts=Replicate(),
-                                            desired_output_layouts=Shard(1))
-        plan["head.ln_f"] = SequenceParallel()
-    for i in range(cfg.n_layer):
-        b = f"blocks.{i}."
-        for region, cols, row in (("attn", "qkv", "proj"), ("mlp", ["fc"], "proj")):
-            # one DTensor input for the region: one all-reduce (or gather) for all its columns
-            plan[b + region] = PrepareModuleInput(input_layouts=(between,),
-                                                  desired_input_layouts=(Replicate(),),
-                                                  use_local_output=False)
-            for c in cols:
-                plan[f"{b}{region}.{c}"] = ColwiseParallel()
-            plan[f"{b}{region}.{row}"] = RowwiseParallel(output_layouts=between)
-        if sp:
-            plan[b + "ln1"], plan[b + "ln2"] = SequenceParallel(), SequenceParallel()
-    return plan
+    cfg = GPTConfig(**{**cfg.__dict__, "dropout": 0.1})
+    out: dict[str, Any] = {}
+    for key, sp in (("tp", False), ("sp", True)):
+        block = parallelize_gpt(_model(cfg), None, sp, RNGTracker(SEED)).blocks[0].train()
+        meters, hooks = [], []
+        for mod in (block.ln1, block.ln2, block.drop1, block.drop2):
+            m = SavedTensorMeter(block)
+            meters.append(m)
+            # a pre-hook's non-None return would replace the module's input: return None
+            hooks += [mod.register_forward_pre_hook(lambda *_, m=m: m.__enter__() and None),
+                      mod.register_forward_hook(lambda *_, m=m: m.__exit__(None, None, None))]
+        seq = cfg.block_size // dist.get_world_size() if sp else cfg.block_size
+        x = torch.randn(batch, seq, cfg.n_embd, requires_grad=True)
+        with SavedTensorMeter(block) as whole:
+            y = block(x)
+        for h in hooks:
+            h.remove()
+        y.sum().backward()
+        regions = sum(m.report().activation_bytes for m in meters)
+        # the region meters are inner hooks: what they saw, the whole block's did not
+        out[key] = {"block": whole.report().activation_bytes + regions, "regions": regions}
+    return out
 
 
-def _dtensor_model(cfg: GPTConfig, sp: bool, mesh: Any = None) -> tuple[GPT, Any]:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
+def speedup(widths: list[int], batch: int, seq: int, repeat: int) -> dict[str, Any]:
+    """One block's forward and backward, unsplit (every rank alone) and split over the
+    ranks, interleaved, at each width; the slowest rank's times per round."""
+    out: dict[str, Any] = {}
+    for w in widths:
+        cfg = GPTConfig(vocab_size=64, block_size=seq, n_embd=w, n_layer=1, n_head=4)
+        model = _model(cfg)
+        full, split = model.blocks[0], parallelize_gpt(_model(cfg)).blocks[0]
+        x = torch.randn(batch, seq, w, requires_grad=True)
+        ms = interleaved([lambda b=b, x=x: b(x).sum().backward() for b in (full, split)],
+                         warmup=2, repeat=repeat)
+        t = torch.tensor([list(m.times_s) for m in ms], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        out[str(w)] = {"unsplit_s": t[0].tolist(), "split_s": t[1].tolist()}
+    return out
 
-    mesh = mesh or init_device_mesh("cpu", (dist.get_world_size(),))
-    model = parallelize_module(_model(cfg), mesh, dtensor_plan(cfg, sp))
 
-    def loss(idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        # call inside loss_parallel(), backward included (a nested context would end early)
-        return F.cross_entropy(model(idx).flatten(0, 1), tgt.reshape(-1))
-    return model, loss
+def allreduce(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """All-reduce times over message sizes (perfkit.comm.collectives.sweep), for the fit."""
+    from dataclasses import asdict
+
+    from perfkit.comm.collectives import sweep
+
+    return [asdict(p) for p in sweep(["all_reduce"], sizes, repeat=repeat)]
+
+
+def _dtensor_model(cfg: GPTConfig, sp: bool) -> tuple[GPT, Any]:
+    return dtensor_gpt(_model(cfg), sp)
 
 
 def _backward(loss_fn: Any, cfg: GPTConfig, batch: int, after: Any = None) -> Any:
@@ -369,6 +384,15 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
         out["dtensor"] = dtensor(cfg, batch, steps)
     if "dp_tp" in config:
         out["dp_tp"] = dp_tp(cfg, batch, steps, int(config["dp_tp"].get("dp", 2)))
+    if "memory" in config:
+        out["memory"] = memory(cfg, batch)
+    if "allreduce" in config:
+        out["allreduce"] = allreduce(config["allreduce"]["sizes"],
+                                     int(config["allreduce"].get("repeat", 5)))
+    if "speedup" in config:
+        sp = config["speedup"]
+        out["speedup"] = speedup(sp["widths"], int(sp.get("batch", batch)),
+                                 int(sp.get("seq", 64)), int(sp.get("repeat", 5)))
     if "timing" in config:   # its own model and batch, if given: timing wants a wider one
         t = config["timing"]
         out["timing"] = timing(_cfg({**config.get("model", {}), **t.get("model", {})}),

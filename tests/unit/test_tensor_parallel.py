@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.traffic import count_traffic
 from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
 from perfkit.parallel.sequence import (
@@ -30,7 +31,14 @@ from perfkit.parallel.tensor import (
     VocabParallelEmbedding,
     vocab_parallel_cross_entropy,
 )
+from perfkit.parallel.tp_costs import (
+    block_flops,
+    crossover_width,
+    region_activation_bytes,
+    tp_block_cost,
+)
 from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
+from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 CFG = GPTConfig(vocab_size=48, block_size=8, n_embd=24, n_layer=2, n_head=6)
 
@@ -208,3 +216,64 @@ def test_bad_arguments(group):
         tp_traffic(CFG, 0, 8, 2)
     with pytest.raises(TypeError, match="cfg must be a GPTConfig"):
         check_tp_degree({"n_head": 4}, 2)
+
+
+# --- the cost models (perfkit.parallel.tp_costs) and notebook 10's plots -------------------
+
+LINK = AlphaBeta(alpha_s=50e-6, bandwidth=1e9)
+
+
+def test_block_flops_and_costs_split_compute_and_add_four_all_reduces():
+    assert block_flops(64, 100, 10) == 72 * 100 * 64**2 + 12 * 100 * 10 * 64
+    c = tp_block_cost(256, 4, 1000, 100, 1e10, LINK)
+    assert c.split_compute_s == pytest.approx(c.compute_s / 4)
+    # 4 ring all-reduces of N C fp32: 2 (t - 1) steps of N C / t values each
+    assert c.comm_s == pytest.approx(4 * 6 * (50e-6 + 1000 * 256 * 4 / 4 / 1e9))
+    assert c.speedup == pytest.approx(c.compute_s / (c.compute_s / 4 + c.comm_s))
+    one = tp_block_cost(256, 1, 1000, 100, 1e10, LINK)
+    assert one.comm_s == 0 and one.speedup == 1.0
+
+
+def test_crossover_is_where_the_speedup_crosses_one():
+    w = crossover_width(2, 4096, 512, 1e11, LINK)
+    assert tp_block_cost(w * 1.01, 2, 4096, 512, 1e11, LINK).speedup > 1.0
+    assert tp_block_cost(w * 0.99, 2, 4096, 512, 1e11, LINK).speedup < 1.0
+    # a faster network moves the crossover down; faster compute moves it up
+    fast = AlphaBeta(LINK.alpha_s, LINK.bandwidth * 10)
+    assert crossover_width(2, 4096, 512, 1e11, fast) < w < crossover_width(2, 4096, 512, 1e12,
+                                                                           LINK)
+    assert crossover_width(1, 4096, 512, 1e11, LINK) is None
+    assert crossover_width(2, 4096, 512, 1e11, LINK, hi=w / 2) is None
+
+
+def test_region_bytes_are_divided_by_t_under_sequence_parallelism():
+    tp = region_activation_bytes(4, 16, 32, 2)
+    # 2 LayerNorms (input + fp32 mean and rstd per token) + 2 dropout masks (CPU: fp32)
+    assert tp == 2 * (4 * 16 * 32 * 4 + 2 * 4 * 16 * 4) + 2 * 4 * 16 * 32 * 4
+    assert region_activation_bytes(4, 16, 32, 2, sequence_parallel=True) * 2 == tp
+    assert region_activation_bytes(4, 16, 32, 4, sequence_parallel=True) * 4 == tp
+    assert region_activation_bytes(4, 16, 32, dropout=False, mask_bytes=1) < tp
+    with pytest.raises(ValueError, match="seq \\(15\\) must be divisible by t"):
+        region_activation_bytes(4, 15, 32, 2, sequence_parallel=True)
+    with pytest.raises(ValueError, match="width must be"):
+        block_flops(0, 1, 1)
+    with pytest.raises(TypeError, match="link must be an AlphaBeta"):
+        tp_block_cost(8, 2, 8, 8, 1e9, (1e-5, 1e9))
+
+
+def test_widget_draws_at_every_extreme_and_the_table_reads_both_counts():
+    import matplotlib.pyplot as plt
+
+    spec = tp_widget(1e10, LINK, seq=64)
+    for kw in spec.extremes():
+        plt.close(spec.fn(**kw))
+    plt.close(plot_tp_crossover(1e10, LINK, measured=(256.0, 1.2)))
+    with pytest.raises(ValueError, match="bandwidth_scale"):
+        plot_tp_crossover(1e10, LINK, bandwidth_scale=0)
+    with pytest.raises(ValueError, match="flops_per_s"):
+        tp_widget(0, LINK)
+    model = tp_traffic(CFG, 2, 8, 2)
+    text = traffic_table(model, model, 2)
+    assert "| all_reduce | 13 / 13 |" in text
+    with pytest.raises(TypeError, match="measured must be a Traffic"):
+        traffic_table({}, model, 2)

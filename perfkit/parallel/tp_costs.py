@@ -1,0 +1,135 @@
+"""What tensor parallelism costs and saves per transformer block: compute split ``t`` ways
+against the all-reduces it adds, and the activations sequence parallelism divides by ``t``.
+
+A block's matmuls do ``72 N C^2 + 12 N T C`` FLOPs forward and backward (``N = B * T`` tokens,
+width ``C``: 12 C^2 weights at 6 FLOPs per weight and token, plus attention's scores and
+weighted sums), all split ``t`` ways. Tensor parallelism adds 4 all-reduces of ``N * C``
+values per block; by the ring model each costs ``2 (t - 1)`` steps of ``N C / t`` values.
+Compute grows as ``C^2`` and communication as ``C``, so TP pays above a crossover width and
+costs time below it (Megatron-LM keeps TP inside a node for this reason).
+
+Usage::
+
+    link = AlphaBeta(alpha_s=30e-6, bandwidth=2e9)             # one ring step, from a fit
+    cost = tp_block_cost(1024, t=2, tokens=8 * 512, seq=512, flops_per_s=1e11, link=link)
+    width = crossover_width(2, 8 * 512, 512, 1e11, link)        # TP pays above this width
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+
+__all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes",
+           "tp_block_cost"]
+
+
+def block_flops(width: int, tokens: int, seq: int) -> float:
+    """Matmul FLOPs of one block's forward and backward: ``72 N C^2 + 12 N T C``.
+
+    Raises:
+        ValueError: for a width, token count or sequence length below 1.
+    """
+    for name, v in (("width", width), ("tokens", tokens), ("seq", seq)):
+        check_real(name, v, 1)
+    return 72.0 * tokens * width**2 + 12.0 * tokens * seq * width
+
+
+@dataclass(frozen=True)
+class TPBlockCost:
+    """One block's forward and backward, unsplit and split ``t`` ways (seconds)."""
+
+    width: float
+    t: int
+    compute_s: float        # the unsplit block's matmuls
+    comm_s: float           # 4 all-reduces of N * C values
+    split_compute_s: float  # compute_s / t
+
+    @property
+    def tp_s(self) -> float:
+        """The split block's time, communication not overlapped: ``compute / t + comm``."""
+        return self.split_compute_s + self.comm_s
+
+    @property
+    def speedup(self) -> float:
+        """Unsplit time over split time: above 1, tensor parallelism pays."""
+        return self.compute_s / self.tp_s
+
+
+def tp_block_cost(width: float, t: int, tokens: int, seq: int, flops_per_s: float,
+                  link: AlphaBeta, dtype_bytes: int = 4) -> TPBlockCost:
+    """The model's times for one block at ``width`` on ``t`` ranks.
+
+    Args:
+        width: ``C`` (a float, so that the crossover can be searched continuously).
+        t: the tensor-parallel degree.
+        tokens: ``N = B * T`` per step; seq: ``T``, for attention's ``N T C`` term.
+        flops_per_s: the matmul rate one rank reaches (``perfkit.hw`` limits).
+        link: one ring step's alpha and bandwidth (a 2-rank all-reduce fit with half its
+            alpha, see :func:`perfkit.comm.alpha_beta.ring_allreduce_time`).
+        dtype_bytes: bytes per activation value.
+
+    Raises:
+        TypeError, ValueError: for an argument out of its range, named.
+    """
+    check_int("t", t, 1)
+    check_real("flops_per_s", flops_per_s, 0, lo_open=True)
+    check_type("link", link, AlphaBeta)
+    check_int("dtype_bytes", dtype_bytes, 1)
+    compute = block_flops(width, tokens, seq) / flops_per_s
+    comm = 4 * ring_allreduce_time(tokens * width * dtype_bytes, t, link)
+    return TPBlockCost(float(width), t, compute, comm, compute / t)
+
+
+def crossover_width(t: int, tokens: int, seq: int, flops_per_s: float, link: AlphaBeta,
+                    dtype_bytes: int = 4, hi: float = 2.0**20) -> float | None:
+    """The width at which the split block is as fast as the unsplit one (speedup 1): above
+    it tensor parallelism pays. ``None`` for ``t == 1``, or if it does not pay below ``hi``.
+
+    The speedup grows with the width (compute ``C^2``, communication ``C``), so bisection
+    finds the one crossing.
+
+    Raises:
+        TypeError, ValueError: as :func:`tp_block_cost`.
+    """
+    def pays(w: float) -> bool:
+        return tp_block_cost(w, t, tokens, seq, flops_per_s, link, dtype_bytes).speedup >= 1.0
+
+    if t == 1 or not pays(hi):
+        tp_block_cost(1.0, t, tokens, seq, flops_per_s, link, dtype_bytes)   # checks
+        return None
+    lo = 1.0
+    if pays(lo):
+        return lo
+    for _ in range(100):   # relative precision far below a percent
+        mid = (lo * hi) ** 0.5
+        lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+    return hi
+
+
+def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
+                            sequence_parallel: bool = False, dropout: bool = True,
+                            dtype_bytes: int = 4, mask_bytes: int = 4) -> int:
+    """Bytes one block's LayerNorm and residual-dropout regions save for backward, per rank.
+
+    Each LayerNorm saves its ``(B, T, C)`` input and an fp32 mean and inverse deviation per
+    token; each residual dropout its ``(B, T, C)`` mask, ``mask_bytes`` per value (PyTorch's
+    CPU dropout keeps a mask of the input's dtype, its fused CUDA kernel a bool one: 1).
+    Tensor parallelism replicates these regions on every rank; sequence parallelism splits
+    them along ``T``.
+
+    Raises:
+        ValueError: for sizes below 1, or a ``T`` that ``t`` does not divide under sequence
+            parallelism.
+    """
+    for name, v in (("batch", batch), ("seq", seq), ("width", width), ("t", t),
+                    ("dtype_bytes", dtype_bytes), ("mask_bytes", mask_bytes)):
+        check_int(name, v, 1)
+    if sequence_parallel and seq % t:
+        raise ValueError(f"seq ({seq}) must be divisible by t ({t}) under sequence parallelism")
+    tokens = batch * (seq // t if sequence_parallel else seq)
+    norms = 2 * (tokens * width * dtype_bytes + 2 * tokens * 4)   # input, mean and rstd fp32
+    masks = 2 * tokens * width * mask_bytes if dropout else 0
+    return norms + masks

@@ -1,0 +1,109 @@
+"""Plots and the widget of notebook 10 (tensor and sequence parallelism), over the models of
+:mod:`perfkit.parallel.tp_costs` and the counts of :mod:`perfkit.parallel.tp_gpt`.
+
+Usage::
+
+    fig = plot_tp_crossover(flops_per_s=1e11, link=link, t=2, tokens=4096, seq=512)
+    spec = tp_widget(flops_per_s=1e11, link=link)      # build_widget(spec) in a notebook
+    print(traffic_table(measured, model, t=2))          # collectives per step, side by side
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.comm.alpha_beta import AlphaBeta
+from perfkit.comm.traffic import Traffic
+from perfkit.parallel.tp_costs import crossover_width, tp_block_cost
+from perfkit.viz.core import IntControl, LogControl, WidgetSpec, si, tidy
+
+__all__ = ["plot_tp_crossover", "tp_widget", "traffic_table"]
+
+WIDTHS = (16.0, 65536.0)   # the plotted range of model widths C
+
+
+def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: int = 4096,
+                      seq: int = 512, bandwidth_scale: float = 1.0,
+                      measured: tuple[float, float] | None = None) -> Figure:
+    """One block's forward and backward time against the width: unsplit, split ``t`` ways
+    (compute / t + 4 all-reduces), and the all-reduces alone; the crossover marked.
+
+    Args:
+        flops_per_s, link, t, tokens, seq: as :func:`perfkit.parallel.tp_costs.tp_block_cost`.
+        bandwidth_scale: the link's bandwidth times this (a faster or slower network).
+        measured: ``(width, speedup)`` measured here, drawn as a point on the speedup axis.
+
+    Raises:
+        TypeError, ValueError: for arguments out of range, named.
+    """
+    check_real("bandwidth_scale", bandwidth_scale, 0, lo_open=True)
+    check_type("link", link, AlphaBeta)
+    scaled = AlphaBeta(link.alpha_s, link.bandwidth * bandwidth_scale)
+    widths = np.geomspace(*WIDTHS, 60)
+    costs = [tp_block_cost(float(w), t, tokens, seq, flops_per_s, scaled) for w in widths]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax.loglog(widths, [c.compute_s for c in costs], label="unsplit block")
+    ax.loglog(widths, [c.tp_s for c in costs], label=f"split {t} ways: compute / {t} + comm")
+    ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone")
+    ax.set(xlabel="width C", ylabel="s per block (forward + backward)")
+    fig.suptitle(f"{tokens} tokens per step, {si(scaled.bandwidth, 'B/s')} per ring step")
+    ax2.semilogx(widths, [c.speedup for c in costs], label="model")
+    ax2.axhline(1.0, color="grey", lw=0.8)
+    ax2.axhline(t, color="grey", lw=0.8, ls="--", label=f"ideal: {t}x")
+    cross = crossover_width(t, tokens, seq, flops_per_s, scaled)
+    for a in (ax, ax2):
+        if cross is not None and WIDTHS[0] <= cross <= WIDTHS[1]:
+            a.axvline(cross, color="red", lw=0.8, label=f"crossover C = {cross:,.0f}")
+    if measured is not None:
+        ax2.plot(*measured, "ko", label="measured here")
+    ax2.set(xlabel="width C", ylabel="speedup of the split block", ylim=(0, t * 1.1))
+    ax.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec:
+    """Sliders over the degree, the tokens per step and the network's bandwidth (a multiple of
+    the one measured here), drawing :func:`plot_tp_crossover`.
+
+    Raises:
+        TypeError, ValueError: for a bad rate, link or ``seq``.
+    """
+    check_real("flops_per_s", flops_per_s, 0, lo_open=True)
+    check_type("link", link, AlphaBeta)
+    check_int("seq", seq, 1)
+
+    def fn(t: int, tokens: float, bandwidth_scale: float) -> Figure:
+        return plot_tp_crossover(flops_per_s, link, t, max(seq, int(tokens)), seq,
+                                 bandwidth_scale)
+    return WidgetSpec(fn, {
+        "t": IntControl(2, 8, 2, description="tensor-parallel degree t"),
+        "tokens": LogControl(np.log10(seq), 6, 4096, base=10,
+                             description="tokens per step (B x T)"),
+        "bandwidth_scale": LogControl(-1, 3, 1.0, description="bandwidth x measured"),
+    }, title="When does tensor parallelism pay?")
+
+
+def traffic_table(measured: Traffic, model: Traffic, t: int) -> str:
+    """A Markdown table: calls, buffer bytes and bytes sent per rank, counted and modelled.
+
+    Raises:
+        TypeError: unless ``measured`` and ``model`` are Traffic records.
+    """
+    check_type("measured", measured, Traffic)
+    check_type("model", model, Traffic)
+    check_int("t", t, 1)
+    rows = ["| collective | calls (counted / model) | buffer bytes (counted / model) | "
+            "sent per rank (ring) |", "|---|---|---|---|"]
+    sent: Mapping[str, float] = measured.sent_bytes(t)
+    for name in sorted(set(measured.calls) | set(model.calls)):
+        rows.append(f"| {name} | {measured.calls.get(name, 0)} / {model.calls.get(name, 0)} | "
+                    f"{measured.buffer_bytes.get(name, 0):,} / {model.buffer_bytes.get(name, 0):,}"
+                    f" | {si(sent.get(name, 0.0), 'B')} |")
+    return "\n".join(rows)
