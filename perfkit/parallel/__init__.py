@@ -120,6 +120,13 @@ from perfkit.parallel.tensor import (
     tp_shard,
     vocab_parallel_cross_entropy,
 )
+from perfkit.parallel.tp_costs import (
+    TPBlockCost,
+    block_flops,
+    crossover_width,
+    region_activation_bytes,
+    tp_block_cost,
+)
 from perfkit.parallel.tp_gpt import (
     TensorParallelGPT,
     check_tp_degree,
@@ -188,4 +195,5 @@ __all__ = [
     "gather_from_sequence", "gather_from_tp", "mark_sequence_parallel", "parallelize_gpt",
     "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
     "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
+    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
 ]
