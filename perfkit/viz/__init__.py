@@ -85,6 +85,7 @@ from perfkit.viz.profiling import (
     summary_markdown,
     top_ops_markdown,
 )
+from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 __all__ = [
     "cumulative_speedups",
@@ -153,4 +154,7 @@ __all__ = [
     "roofline_widget",
     "show_headlines",
     "si",
+    "plot_tp_crossover",
+    "tp_widget",
+    "traffic_table",
 ]
