@@ -8,12 +8,12 @@ Run by :func:`perfkit.dist.launch` with a list of tasks; every rank returns one 
 
 Tasks (``"task"`` key; sizes of the tiny :class:`perfkit.parallel.GPT` in ``MODEL``, overridable):
 
-* ``equal``: ``steps`` steps of perfkit's ``schedule`` (``n_virtual`` for interleaved,
-  stages balanced by parameter count) against the unsplit model on the same global batch, on
-  every rank; ``optimizer`` ``"sgd"`` (momentum 0.9) or ``"adamw"``. Returns the max relative
-  difference over this rank's parameters, the loss curves (last stage), the peak
-  saved-for-backward bytes; with ``"dp": 2`` the world is a ``(dp, pp)`` device mesh and
-  gradients are averaged over the dp group.
+* ``equal``: ``steps`` steps of perfkit's ``schedule`` (``n_virtual`` for interleaved; stages
+  balanced by parameter count, or by time measured on rank 0 with ``"balance": "time"``)
+  against the unsplit model on the same global batch, on every rank; ``optimizer``
+  ``"sgd"`` (momentum 0.9) or ``"adamw"``. Returns the max relative difference over this
+  rank's parameters, the loss curves (last stage), the peak saved-for-backward bytes; with
+  ``"dp": 2`` the world is a ``(dp, pp)`` device mesh, gradients averaged over the dp group.
 * ``torch``: the same with ``torch.distributed.pipelining`` (``ScheduleGPipe``,
   ``Schedule1F1B``, ``ScheduleInterleaved1F1B``).
 * ``bubble``: stages whose forward sleeps ``t_f`` and backward ``t_b`` seconds (sleeps, not
@@ -90,7 +90,14 @@ def _setup(task: dict) -> dict:
     model = GPT(cfg)
     ref = copy.deepcopy(model)
     layers = model.layers()
-    sizes = balance(layer_costs(layers, "params"), sched.n_stages)
+    b, t = task.get("micro_batch", 2), cfg.block_size
+    if task.get("balance", "params") == "time":   # measured on rank 0, so every rank cuts alike
+        sizes = [balance(layer_costs(layers, "time", torch.randint(cfg.vocab_size, (b, t))),
+                         sched.n_stages) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(sizes, src=0)
+        sizes = sizes[0]
+    else:
+        sizes = balance(layer_costs(layers, "params"), sched.n_stages)
     mods = split_layers(layers, sizes)
     me = pp_ranks.index(dist.get_rank())
     mine = {s: mods[s] for s in range(sched.n_stages) if sched.rank_of(s) == me}
@@ -99,7 +106,6 @@ def _setup(task: dict) -> dict:
     pairs = [(q, r) for s, mod in mine.items()
              for i, layer in enumerate(mod) for q, r in zip(layer.parameters(),
                                                              ref_layers[starts[s] + i].parameters())]
-    b, t = task.get("micro_batch", 2), cfg.block_size
     g = torch.Generator().manual_seed(1)
     n = dp * sched.n_micro * b
     steps = task.get("steps", 5)
@@ -154,7 +160,9 @@ def _equal(task: dict) -> dict:
     for x, y in env["data"]:
         x, y = x[env["part"]], y[env["part"]]
         opt.zero_grad()
-        rec = run_schedule(sched, env["mine"], list(x.split(b)), list(y.split(b)), gpt_loss,
+        # clones: a view would count its whole batch's storage as the stage's saved input
+        rec = run_schedule(sched, env["mine"], [c.clone() for c in x.split(b)],
+                           [c.clone() for c in y.split(b)], gpt_loss,
                            (b, cfg.block_size, cfg.n_embd), pp_ranks=env["pp_ranks"],
                            group=env["pp_group"])
         if env["dp"] > 1:
@@ -243,18 +251,19 @@ def _bubble(task: dict) -> dict:
         env = _setup({**task, "steps": 1})
         mine, shape, b = env["mine"], (env["b"], env["cfg"].block_size, env["cfg"].n_embd), env["b"]
         x, y = env["data"][0]
-        xs, ys = list(x.split(b)), list(y.split(b))
+        xs, ys, loss_fn = list(x.split(b)), list(y.split(b)), gpt_loss
     else:
         mine = {s: Sleep(task["t_f"], task["t_b"]) for s in range(sched.n_stages)
                 if sched.rank_of(s) == me}
         shape = (1, 4)
-        xs = [torch.ones(shape) for _ in range(sched.n_micro)]
-        ys = xs
+        xs = ys = [torch.ones(shape) for _ in range(sched.n_micro)]
+
+        def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return (out - target).pow(2).mean()
     steps = []
     for _ in range(task.get("steps", 3)):
         dist.barrier()
-        rec = run_schedule(sched, mine, xs, ys, lambda out, t: (out - t).pow(2).mean(), shape,
-                           count_memory=False)
+        rec = run_schedule(sched, mine, xs, ys, loss_fn, shape, count_memory=False)
         rows: list = [None] * p
         dist.all_gather_object(rows, rec.slots)
         steps.append(rows)

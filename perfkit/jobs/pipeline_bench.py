@@ -1,0 +1,243 @@
+"""Launcher side of the pipeline measurements: bubbles, activation memory, step time, equality.
+
+Each function starts :mod:`perfkit.jobs.pipeline_parallel` under torchrun and turns what the
+ranks recorded into plain records for the benchmark (``benchmarks/model_parallel.py``, key
+``pipeline``) and notebook 11:
+
+* :func:`bubbles`: stages of controlled cost (sleeps: forward ``t_f``, backward ``t_b``) or
+  real GPT blocks (balanced by measured time), each step's measured bubble share
+  (:class:`perfkit.parallel.Timeline` from the recorded slots) against the formula, and,
+  for real layers, against the simulator fed with the measured per-action costs;
+* :func:`memory`: peak saved-for-backward bytes per rank, GPipe against 1F1B;
+* :func:`step_times`: perfkit 1F1B against ``Schedule1F1B``, alternated, seconds per step;
+* :func:`equality`: every schedule against the unsplit model;
+* :func:`report`: all of them, with the issue's targets.
+
+Usage::
+
+    rows = bubbles(2, [("gpipe", 4), ("1f1b", 8)], t_f=0.02, t_b=0.04)
+    print(rows[0]["shares"], rows[0]["formula"])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from perfkit import dist, stats
+from perfkit._checks import check_int, check_items, check_real
+from perfkit.parallel.schedules import Action, dependencies, make_schedule
+from perfkit.parallel.simulate import bubble_formula, simulate, timeline_from
+
+__all__ = ["JOB", "bubbles", "equality", "hop_latency", "memory", "report", "step_times"]
+
+JOB = "perfkit.jobs.pipeline_parallel"
+
+
+def _launch(n: int, tasks: list[dict], timeout_s: float) -> list[list[dict]]:
+    return dist.launch(JOB, n, ["--config", json.dumps({"tasks": tasks})], timeout_s=timeout_s)
+
+
+def _configs(configs: Sequence) -> list[tuple[str, int]]:
+    out = []
+    for i, c in enumerate(check_items("configs", configs)):
+        if not (isinstance(c, (tuple, list)) and len(c) == 2):
+            raise TypeError(f"configs[{i}] must be a (schedule, n_micro) pair, got {c!r}")
+        out.append((c[0], check_int(f"configs[{i}][1]", c[1], 1)))
+    return out
+
+
+def bubbles(n_ranks: int, configs: Sequence[tuple[str, int]], t_f: float = 0.02,
+            t_b: float = 0.04, steps: int = 3, real: bool = False,
+            model: dict | None = None, micro_batch: int = 2, timeout_s: float = 300.0) -> list[dict]:
+    """Measure each ``(schedule, n_micro)``'s bubble on ``n_ranks`` processes (one job).
+
+    Args:
+        n_ranks: pipeline ranks ``p`` (processes).
+        configs: ``(schedule name, n_micro)`` pairs.
+        t_f, t_b: seconds each sleep stage sleeps in forward / backward (ignored if ``real``).
+        steps: measured steps per configuration (after none: the first is measured too, since
+            a sleep stage has nothing to warm up; with ``real`` one extra untimed step runs).
+        real: GPT blocks (``model`` overrides the job's sizes) balanced by measured time
+            instead of sleeps.
+        micro_batch: rows per micro-batch for ``real``.
+        timeout_s: the job's limit.
+
+    Returns:
+        One record per configuration: ``schedule``, ``n_micro``, ``shares`` (measured bubble
+        share per step), ``formula``, ``simulated`` (the simulator with the measured median
+        cost of each action kind at each stage and the measured :func:`hop_latency`,
+        ``latency_s``), ``slots`` (the last step's rows).
+
+    Raises:
+        ValueError, TypeError: for bad counts, costs or configurations (checked before launching).
+    """
+    check_int("n_ranks", n_ranks, 1)
+    check_int("steps", steps, 1)
+    check_real("t_f", t_f, 0)
+    check_real("t_b", t_b, 0)
+    cfgs = _configs(configs)
+    for name, m in cfgs:
+        make_schedule(name, n_ranks, m)   # the builder's errors, here rather than in the job
+    tasks = [{"task": "bubble", "schedule": name, "n_micro": m, "t_f": t_f, "t_b": t_b,
+              "steps": steps + bool(real), "real": real, "model": model or {},
+              "micro_batch": micro_batch, "balance": "time"} for name, m in cfgs]
+    per_rank = _launch(n_ranks, tasks, timeout_s)
+    out = []
+    for (name, m), res in zip(cfgs, per_rank[0]):
+        sched = make_schedule(name, n_ranks, m)
+        runs = res["slots"][1:] if real else res["slots"]
+        lines = [timeline_from(sched, rows) for rows in runs]
+        out.append({"schedule": name, "n_micro": m, "shares": [tl.bubble_share for tl in lines],
+                    "formula": bubble_formula(name, n_ranks, m),
+                    "simulated": simulate(sched, _measured_costs(runs[-1]),
+                                          hop_latency(runs[-1], sched)).bubble_share,
+                    "latency_s": hop_latency(runs[-1], sched),
+                    "slots": runs[-1]})
+    return out
+
+
+def hop_latency(rows: list, schedule: Any) -> float:
+    """The median delay from an action's end to the start of the action on another rank that
+    waited for it (its rank idle meanwhile): the point-to-point latency the run showed, s."""
+    end = {(k, s, j): t1 for row in rows for k, s, j, _, t1 in row}
+    gaps = []
+    for r, row in enumerate(rows):
+        for i, (k, s, j, t0, _) in enumerate(row):
+            free = row[i - 1][4] if i else float("-inf")
+            for d in dependencies(schedule, Action(k, s, j)):
+                t_dep = end[(d.kind, d.stage, d.mb)]
+                if schedule.rank_of(d.stage) != r and t_dep >= free:
+                    gaps.append(t0 - t_dep)
+    return max(stats.median(gaps), 0.0) if gaps else 0.0
+
+
+def _measured_costs(rows: list) -> Any:
+    """``action -> median measured seconds`` of its kind at its stage (one step's rows)."""
+    by: dict[tuple[str, int], list[float]] = {}
+    for row in rows:
+        for k, s, _, t0, t1 in row:
+            by.setdefault((k, s), []).append(t1 - t0)
+    cost = {key: stats.median(v) for key, v in by.items()}
+    return lambda a: cost[(a.kind, a.stage)]
+
+
+def memory(n_ranks: int, n_micros: Sequence[int], model: dict | None = None,
+           timeout_s: float = 300.0) -> list[dict]:
+    """Peak saved-for-backward bytes per rank, GPipe and 1F1B, for each ``n_micro`` (one step each).
+
+    Returns:
+        Per ``n_micro``: ``gpipe`` and ``1f1b`` (peak bytes per rank), ``per_micro_batch``
+        (bytes one forward saves, per rank) and ``ratio`` (1F1B's peak over GPipe's, the
+        largest over ranks) against ``bound`` ``p / m``.
+    """
+    check_int("n_ranks", n_ranks, 1)
+    ms = [check_int(f"n_micros[{i}]", m, n_ranks) for i, m in enumerate(check_items("n_micros", n_micros))]
+    tasks = [{"task": "equal", "schedule": s, "n_micro": m, "steps": 1, "model": model or {}}
+             for m in ms for s in ("gpipe", "1f1b")]
+    per_rank = _launch(n_ranks, tasks, timeout_s)
+    out = []
+    for i, m in enumerate(ms):
+        gp = [r[2 * i]["peak_saved_bytes"] for r in per_rank]
+        one = [r[2 * i + 1]["peak_saved_bytes"] for r in per_rank]
+        per_mb = [max(r[2 * i]["saved_bytes"].values()) for r in per_rank]
+        out.append({"n_micro": m, "gpipe": gp, "1f1b": one, "per_micro_batch": per_mb,
+                    "ratio": max(o / g for o, g in zip(one, gp)), "bound": n_ranks / m})
+    return out
+
+
+def step_times(repeat: int = 10, model: dict | None = None, n_micro: int = 4,
+               micro_batch: int = 2, timeout_s: float = 300.0) -> dict:
+    """perfkit's 1F1B against ``Schedule1F1B`` on 2 ranks, alternated; seconds per step.
+
+    Returns:
+        ``perfkit_s`` and ``torch_s`` (paired rounds) and their median ratio
+        (:func:`perfkit.stats.median_ratio`) as a record.
+    """
+    check_int("repeat", repeat, 2)
+    res = _launch(2, [{"task": "timing", "n_micro": n_micro, "repeat": repeat,
+                       "micro_batch": micro_batch, "model": model or {}}], timeout_s)[0][0]
+    return {"perfkit_s": res["perfkit"], "torch_s": res["torch"],
+            "ratio": stats.median_ratio(res["perfkit"], res["torch"]).record()}
+
+
+def equality(n_ranks: int = 2, n_micro: int = 4, timeout_s: float = 300.0) -> dict:
+    """Every schedule (and PyTorch's GPipe and 1F1B) against the unsplit model, 5 SGD steps.
+
+    Returns:
+        Per schedule: ``max_rel_diff`` (largest over ranks), ``zero_abs_diff``, and
+        ``adamw_loss_diff`` for 1F1B (largest loss-curve difference).
+    """
+    check_int("n_ranks", n_ranks, 2)
+    scheds = [("gpipe", 1), ("1f1b", 1), ("zb_h1", 1), ("interleaved", 2)]
+    tasks = [{"task": "equal", "schedule": s, "n_micro": n_micro, "n_virtual": v} for s, v in scheds]
+    tasks += [{"task": "torch", "schedule": s, "n_micro": n_micro} for s in ("gpipe", "1f1b")]
+    tasks.append({"task": "equal", "schedule": "1f1b", "n_micro": n_micro, "optimizer": "adamw"})
+    per_rank = _launch(n_ranks, tasks, timeout_s)
+    names = [s for s, _ in scheds] + ["torch_gpipe", "torch_1f1b"]
+    out = {name: {"max_rel_diff": max(r[i]["max_rel_diff"] for r in per_rank),
+                  "zero_abs_diff": max(r[i]["zero_abs_diff"] for r in per_rank)}
+           for i, name in enumerate(names)}
+    last = [r[-1] for r in per_rank if r[-1]["losses"][0] is not None][0]
+    out["adamw_loss_diff"] = max(abs(a - b) for a, b in zip(last["losses"], last["ref_losses"]))
+    return out
+
+
+def _bubble_rows(p: int, rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        est = stats.median_interval(r["shares"]) if len(r["shares"]) > 1 else stats.exact(r["shares"][0])
+        out.append({"p": p, "schedule": r["schedule"], "n_micro": r["n_micro"],
+                    "measured": est.value, "interval": [est.low, est.high],
+                    "formula": r["formula"], "simulated": r["simulated"],
+                    "latency_s": r["latency_s"], "rel_err": abs(est.value / r["formula"] - 1)})
+    return out
+
+
+def report(quick: bool = False, repeat: int = 10, t_f: float = 0.05, t_b: float = 0.1) -> dict:
+    """The ``pipeline`` part of ``benchmarks/model_parallel.py``: equality, bubbles (sleep
+    stages at p = 2 and 4, GPT blocks at p = 2), activation peaks at m = 2p and 4p, step time
+    against ``Schedule1F1B``, and the issue's targets (bubble within 10% of the formula, 15%
+    with real layers; 1F1B's peak <= p/m of GPipe's; relative differences <= 1e-5).
+
+    Args:
+        quick: fewer steps and configurations (for a smoke run).
+        repeat: timed rounds per implementation for the step time.
+        t_f, t_b: the sleep stages' forward and backward seconds.
+    """
+    steps = 2 if quick else 3
+    grid = [("gpipe", 1), ("gpipe", 4), ("gpipe", 8), ("1f1b", 4), ("1f1b", 8)]
+    calibrated = []
+    for p in (2, 4):
+        calibrated += _bubble_rows(p, bubbles(p, grid[1:4:2] if quick else grid, t_f, t_b, steps))
+    gpt = {"n_embd": 128, "block_size": 64, "n_layer": 4, "vocab_size": 256}
+    real = _bubble_rows(2, bubbles(2, [("gpipe", 4), ("1f1b", 4), ("1f1b", 8)], steps=steps,
+                                   real=True, model=gpt, micro_batch=4))
+    mem = {p: memory(p, [2 * p, 4 * p]) for p in (2, 4)}
+    eq = equality()
+    timing = step_times(repeat, gpt, micro_batch=4)
+    rel = {k: v["max_rel_diff"] for k, v in eq.items() if isinstance(v, dict)}
+    return {
+        "max_rel_diff": rel,
+        "zero_abs_diff": {k: v["zero_abs_diff"] for k, v in eq.items() if isinstance(v, dict)},
+        "adamw_loss_diff": eq["adamw_loss_diff"],
+        "bubble_calibrated": calibrated,
+        "bubble_real_layers": real,
+        "peak_activation_bytes": mem,
+        "step_ms": {"perfkit_1f1b": 1e3 * stats.median(timing["perfkit_s"]),
+                    "torch_schedule1f1b": 1e3 * stats.median(timing["torch_s"])},
+        "step_time_ratio_vs_schedule1f1b": timing["ratio"],
+        "targets": {
+            "max_rel_diff_le_1e-5": {k: v <= 1e-5 for k, v in rel.items()},
+            "adamw_loss_diff_le_1e-5": eq["adamw_loss_diff"] <= 1e-5,
+            "bubble_within_10pct_calibrated": all(r["rel_err"] <= 0.10 for r in calibrated),
+            "bubble_within_15pct_real_layers": all(r["rel_err"] <= 0.15 for r in real),
+            "1f1b_peak_le_p_over_m_of_gpipe": all(x["ratio"] <= x["bound"] for v in mem.values()
+                                                   for x in v),
+            "perfkit_1f1b_le_1.0x_schedule1f1b": timing["ratio"]["value"] <= 1.0,
+            "perfkit_1f1b_le_1.0x_schedule1f1b_whole_interval": timing["ratio"]["high"] <= 1.0,
+        },
+        "config": {"t_f_s": t_f, "t_b_s": t_b, "steps": steps, "repeat": repeat,
+                   "stage_cost": "sleeps (time.sleep in forward and backward)", "real_model": gpt},
+    }
