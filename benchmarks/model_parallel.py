@@ -13,6 +13,11 @@ parallelism (perfkit.parallel.tp_gpt) on 2 gloo ranks, DP x TP on 4.
 Targets (``targets``): every max relative difference <= 1e-5; bytes per block equal to the
 model's count; perfkit's TP step <= 1.0x DTensor's (the interval says how sure).
 
+``pipeline`` (perfkit.jobs.pipeline_bench.report): every schedule equal to the unsplit model;
+bubble share within 10% of (p - 1)/(m + p - 1) for sleep stages at p = 2 and 4, m in {1, 4, 8}
+(GPipe) and {4, 8} (1F1B), within 15% with GPT blocks at p = 2; 1F1B's peak saved-for-backward
+bytes <= p/m of GPipe's at m = 2p and 4p (exact); perfkit 1F1B step <= 1.0x ``Schedule1F1B``.
+
 Prints one JSON object. Run::
 
     .venv/bin/python benchmarks/model_parallel.py [--repeat 20] [--n-embd 256] [--batch 8]
@@ -24,6 +29,7 @@ import argparse
 import json
 
 from perfkit import dist, stats
+from perfkit.jobs.pipeline_bench import report as pipeline_report
 
 TOL = 1e-5
 
@@ -73,7 +79,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
     a = ap.parse_args()
-    out = {"tensor_parallel": tensor_parallel(a.repeat, a.n_embd, a.batch, a.seq)}
+    out = {"tensor_parallel": tensor_parallel(a.repeat, a.n_embd, a.batch, a.seq),
+           "pipeline": pipeline_report(repeat=a.repeat)}
     print(json.dumps(out, indent=1))
 
 
