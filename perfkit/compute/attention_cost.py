@@ -1,0 +1,182 @@
+"""What attention costs against sequence length and tile size: saved bytes, time, a model.
+
+Saved-for-backward bytes are counted exactly (:class:`perfkit.memory.SavedTensorMeter`); the
+forward + backward of perfkit's FlashAttention (PyTorch, per tile size), eager attention and
+SDPA are timed interleaved. :class:`TileCostModel` explains the tiled times with two terms:
+matmul FLOPs at a fitted rate, plus a fixed cost per tile (Python and kernel launches, or on a
+GPU the tile's trip through shared memory), so small tiles pay overhead and large ones pay
+nothing more here; eager attention is its FLOPs at its own fitted rate.
+
+Usage::
+
+    pts = time_attention([512, 1024], tiles=[32, 128], repeat=3)
+    model = TileCostModel.fit(pts)
+    print(model.flash_s(4096, 64, batch=1, heads=4, head_dim=32), saved_bytes_sweep([256, 512]))
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.compute.flash import check_tile, eager_attention, flash_attention, flash_flops
+from perfkit.memory.saved_tensors import SavedTensorMeter
+from perfkit.timing import interleaved
+
+__all__ = ["IMPLS", "AttentionTiming", "TileCostModel", "saved_bytes_sweep", "time_attention"]
+
+IMPLS = ("flash", "eager", "sdpa")
+
+
+def _qkv(batch: int, heads: int, seq_len: int, head_dim: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, seq_len, head_dim, generator=g).requires_grad_()
+            for _ in range(3)]
+
+
+def saved_bytes_sweep(seq_lens: Sequence[int], batch: int = 1, heads: int = 4,
+                      head_dim: int = 32, causal: bool = False) -> dict[str, list[int]]:
+    """Exact bytes eager attention and FlashAttention save for backward, per length (fp32;
+    the inputs ``q, k, v`` not counted).
+
+    Raises:
+        ValueError, TypeError: for an empty ``seq_lens`` or a non-positive size.
+    """
+    lens = [check_int("seq_lens[]", t, 1) for t in check_items("seq_lens", seq_lens)]
+    for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    out: dict[str, list[int]] = {"eager": [], "flash": []}
+    for t in lens:
+        q, k, v = _qkv(batch, heads, t, head_dim)
+        for name, fn in (("eager", eager_attention), ("flash", flash_attention)):
+            with SavedTensorMeter(inputs=[q, k, v]) as meter:
+                fn(q, k, v, causal)
+            out[name].append(meter.report().activation_bytes)
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionTiming:
+    """One implementation's forward + backward at one length (``tile`` 0 unless tiled).
+
+    Attributes:
+        impl: ``"flash"``, ``"eager"`` or ``"sdpa"``.
+        seq_len, tile: the shape timed.
+        times_s: each round's seconds, in the interleaved order.
+        flops: matmul FLOPs of forward + backward (recomputation included for ``flash``).
+        tiles: tiles the tiled forward computes (0 for the others).
+    """
+
+    impl: str
+    seq_len: int
+    tile: int
+    times_s: tuple[float, ...]
+    flops: int
+    tiles: int
+
+    @property
+    def median_s(self) -> float:
+        """The median round, seconds."""
+        return statistics.median(self.times_s)
+
+
+def _step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, name: str,
+          tile: int, causal: bool) -> None:
+    """One forward + backward of ``name``."""
+    if name == "flash":
+        o = flash_attention(q, k, v, causal, tile)
+    elif name == "eager":
+        o = eager_attention(q, k, v, causal)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    o.backward(g)
+
+
+def time_attention(seq_lens: Sequence[int], tiles: Sequence[int] = (64,), batch: int = 1,
+                   heads: int = 4, head_dim: int = 32, causal: bool = False, repeat: int = 3,
+                   impls: Sequence[str] = IMPLS) -> list[AttentionTiming]:
+    """Time forward + backward of each implementation (FlashAttention once per tile size),
+    interleaved at each length, after one warm-up round.
+
+    Raises:
+        ValueError, TypeError: for empty lists, bad sizes, tiles that are not powers of two,
+            or an unknown implementation.
+    """
+    lens = [check_int("seq_lens[]", t, 1) for t in check_items("seq_lens", seq_lens)]
+    tile_list = [check_tile(t) for t in check_items("tiles", tiles)]
+    names = check_items("impls", impls)
+    for name in names:
+        if name not in IMPLS:
+            raise ValueError(f"impls must hold names from {IMPLS}, got {name!r}")
+    check_type("causal", causal, bool)
+    check_int("repeat", repeat, 1)
+    out = []
+    for t in lens:
+        q, k, v = _qkv(batch, heads, t, head_dim)
+        g = torch.randn(batch, heads, t, head_dim)
+        runs: list[tuple[str, int]] = [("flash", tile) for tile in tile_list if "flash" in names]
+        runs += [(n, 0) for n in names if n != "flash"]
+
+        ms = interleaved([lambda r=r, x=(q, k, v, g): _step(*x, *r, causal) for r in runs],
+                         warmup=1, repeat=repeat)
+        for (name, tile), m in zip(runs, ms):
+            f = flash_flops(batch, heads, t, head_dim, causal, tile or 64)
+            flops = f.forward + f.backward if name == "flash" else f.eager_forward + f.eager_backward
+            out.append(AttentionTiming(name, t, tile, m.times_s, flops,
+                                       f.tiles if name == "flash" else 0))
+    return out
+
+
+@dataclass(frozen=True)
+class TileCostModel:
+    """``t_flash = FLOPs / flop_rate + tiles x per_tile_s`` (forward + backward: each tile is
+    visited once in each pass, so the count is doubled); ``t_eager = FLOPs / eager_rate``.
+
+    Attributes:
+        flop_rate: matmul FLOP/s inside the tiles.
+        per_tile_s: seconds each tile visit costs beyond its FLOPs.
+        eager_rate: eager attention's FLOP/s (0 where it was not timed).
+    """
+
+    flop_rate: float
+    per_tile_s: float
+    eager_rate: float
+
+    @classmethod
+    def fit(cls, points: Sequence[AttentionTiming]) -> TileCostModel:
+        """Least squares over the ``flash`` points (medians), both terms kept non-negative.
+
+        Raises:
+            ValueError: with fewer than 2 distinct tiled shapes to fit.
+        """
+        pts = check_items("points", points)
+        flash = [p for p in pts if p.impl == "flash"]
+        if len({(p.seq_len, p.tile) for p in flash}) < 2:
+            raise ValueError("points must hold flash timings at 2 or more (seq_len, tile) shapes")
+        import numpy as np
+
+        a = np.array([[p.flops, 2 * p.tiles] for p in flash], dtype=np.float64)
+        y = np.array([p.median_s for p in flash])
+        w = 1 / y  # relative errors: the long runs must not drown the short ones
+        (inv_rate, per_tile), *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+        if inv_rate <= 0 or per_tile < 0:  # one term explains it all: keep the FLOP term
+            inv_rate, per_tile = float(np.median(y / a[:, 0])), 0.0
+        eager = [p.flops / p.median_s for p in pts if p.impl == "eager"]
+        return cls(1 / float(inv_rate), float(per_tile),
+                   statistics.median(eager) if eager else 0.0)
+
+    def flash_s(self, seq_len: int, tile: int, batch: int = 1, heads: int = 4,
+                head_dim: int = 32, causal: bool = False) -> float:
+        """Predicted forward + backward seconds of the tiled attention."""
+        f = flash_flops(batch, heads, seq_len, head_dim, causal, tile)
+        return (f.forward + f.backward) / self.flop_rate + 2 * f.tiles * self.per_tile_s
+
+    def eager_s(self, seq_len: int, batch: int = 1, heads: int = 4, head_dim: int = 32) -> float:
+        """Predicted forward + backward seconds of eager attention (nan if never timed)."""
+        f = flash_flops(batch, heads, seq_len, head_dim)
+        return (f.eager_forward + f.eager_backward) / self.eager_rate if self.eager_rate else float("nan")

@@ -1,0 +1,141 @@
+"""Plots and the widget of notebook 12 (attention): the tiles each rank computes, saved bytes
+against length, and tile size and length against memory and time.
+
+Usage::
+
+    plot_tiles(64, world=4, tile=8)                       # contiguous against zig-zag
+    build_widget(attention_widget(model, points))          # model: compute.TileCostModel
+    plot_saved_bytes([256, 512], {"eager": [...], "flash": [...]})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+
+from perfkit._checks import check_int, check_items
+from perfkit.compute.attention_cost import AttentionTiming, TileCostModel
+from perfkit.compute.flash import check_tile, eager_saved_bytes, flash_saved_bytes, tile_pairs
+from perfkit.parallel.context import SPLITS, segments
+from perfkit.parallel.context_model import imbalance, ring_work
+from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
+
+__all__ = ["attention_widget", "plot_saved_bytes", "plot_tiles", "tile_owner"]
+
+
+def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
+    """``(T/tile, T/tile)`` grid: the rank that computes each (query, key) tile of causal
+    attention under ``split``, -1 where the tile is skipped (above the diagonal)."""
+    check_tile(tile)
+    n = -(-seq_len // tile)
+    grid = -np.ones((n, n), dtype=int)
+    for rank in range(world):
+        for qs, qn in segments(seq_len, rank, world, split):
+            for src in range(world):
+                for ks, kn in segments(seq_len, src, world, split):
+                    for i0, _, j0, _, _ in tile_pairs(qn, kn, tile, True, qs, ks):
+                        grid[(qs + i0) // tile, (ks + j0) // tile] = rank
+    return grid
+
+
+def plot_tiles(seq_len: int = 64, world: int = 4, tile: int = 4) -> Figure:
+    """Which rank computes each tile of causal attention, contiguous against zig-zag, with
+    each split's counted per-rank work imbalance in its title."""
+    check_int("world", world, 1, 16)
+    colours = ListedColormap(["white", *plt.get_cmap("tab10").colors[:world]])
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.8))
+    for ax, split in zip(axes, SPLITS):
+        grid = tile_owner(seq_len, world, tile, split)
+        ax.imshow(grid + 1, cmap=colours, vmin=0, vmax=world, interpolation="nearest")
+        work = ring_work(seq_len, world, split, tile=tile)
+        ax.set_title(f"{split}: busiest rank {imbalance(work):.2f}x the mean", fontsize=10)
+        ax.set_xlabel(f"key tile ({tile} positions each)")
+        ax.set_ylabel("query tile")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(r + 1)) for r in range(world)]
+    # the skipped upper triangle is empty: room for the legend
+    axes[0].legend(handles, [f"rank {r}" for r in range(world)], loc="upper right", fontsize=8)
+    fig.suptitle(f"Causal attention over T = {seq_len} on P = {world} ranks: who computes which "
+                 "tile (white: skipped)", fontsize=10)
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def plot_saved_bytes(seq_lens: Sequence[int], measured: Mapping[str, Sequence[int]],
+                     batch: int = 1, heads: int = 4, head_dim: int = 32) -> Figure:
+    """Measured saved-for-backward bytes (points) on the formulas (lines), log-log."""
+    lens = check_items("seq_lens", seq_lens)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    t = np.geomspace(min(lens), max(lens) * 4, 40)
+    ax.plot(t, [eager_saved_bytes(batch, heads, int(x)) for x in t], "-", color="tab:red",
+            label="eager: B H T² x 4 bytes")
+    ax.plot(t, [flash_saved_bytes(batch, heads, int(x), head_dim) for x in t], "-",
+            color="tab:blue", label="FlashAttention: O and L, linear in T")
+    for name, colour in (("eager", "tab:red"), ("flash", "tab:blue")):
+        ax.plot(lens, measured[name], "o", color=colour, label=f"{name}, counted")
+    ax.set(xscale="log", yscale="log", xlabel="sequence length T",
+           ylabel="bytes saved for backward")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return tidy(fig)
+
+
+def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (),
+                     batch: int = 1, heads: int = 4, head_dim: int = 32,
+                     max_len: int = 65536) -> WidgetSpec:
+    """Sliders for the sequence length and the tile size over the memory and time models.
+
+    Left: bytes saved for backward against T (eager's ``T^2`` and FlashAttention's linear
+    line), the chosen T marked. Right: forward + backward seconds predicted by ``model``
+    against T, for the chosen tile and for eager attention, with the measured ``points``
+    (medians) on them.
+
+    Raises:
+        TypeError, ValueError: for a ``model`` that is not a TileCostModel or bad sizes.
+    """
+    if not isinstance(model, TileCostModel):
+        raise TypeError(f"model must be a TileCostModel, got {type(model).__name__}")
+    pts = list(points)
+    check_int("max_len", max_len, 256)
+
+    def show(seq_len: float, tile: int) -> Figure:
+        t_now = int(seq_len)
+        ts = np.unique(np.geomspace(128, max_len, 24).astype(int))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+        eager_b = [eager_saved_bytes(batch, heads, int(x)) for x in ts]
+        flash_b = [flash_saved_bytes(batch, heads, int(x), head_dim) for x in ts]
+        ax1.plot(ts, eager_b, "-", color="tab:red", label="eager")
+        ax1.plot(ts, flash_b, "-", color="tab:blue", label="FlashAttention")
+        ax1.axvline(t_now, color="gray", ls=":")
+        ax1.set(xscale="log", yscale="log", xlabel="T", ylabel="bytes saved for backward")
+        ax2.plot(ts, [model.flash_s(int(x), tile, batch, heads, head_dim) for x in ts], "-",
+                 color="tab:blue", label=f"tiles of {tile} (model)")
+        if model.eager_rate:
+            ax2.plot(ts, [model.eager_s(int(x), batch, heads, head_dim) for x in ts], "-",
+                     color="tab:red", label="eager (model)")
+        for p in pts:
+            if p.impl == "eager" or (p.impl == "flash" and p.tile == tile):
+                ax2.plot([p.seq_len], [p.median_s], "o",
+                         color="tab:red" if p.impl == "eager" else "tab:blue")
+        ax2.axvline(t_now, color="gray", ls=":")
+        ax2.set(xscale="log", yscale="log", xlabel="T", ylabel="forward + backward, s")
+        for ax in (ax1, ax2):
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        pred = model.flash_s(t_now, tile, batch, heads, head_dim)
+        fig.suptitle(f"T = {t_now}: eager saves {si(eager_saved_bytes(batch, heads, t_now), 'B')}, "
+                     f"FlashAttention {si(flash_saved_bytes(batch, heads, t_now, head_dim), 'B')}; "
+                     f"tiles of {tile}: {si(pred, 's')} predicted", fontsize=10)
+        fig.tight_layout()
+        return tidy(fig)
+
+    return WidgetSpec(show, {
+        "seq_len": LogControl(min_exp=8, max_exp=int(np.log2(max_len)), value=4096, base=2,
+                              step=1, description="sequence length T"),
+        "tile": Choice(options=(16, 32, 64, 128, 256), value=64, description="tile size"),
+    }, title="Attention: memory and time against T and the tile size")
+

@@ -1,0 +1,85 @@
+"""Attention's measured costs (perfkit.compute.attention_cost) and notebook 12's plots and
+widget (perfkit.viz.attention): exact saved bytes, timing records, the tile cost model fitted
+on synthetic times it must recover, the tile-owner picture and the widget at its extremes."""
+
+import matplotlib
+import numpy as np
+import pytest
+
+from perfkit.compute import attention_cost as ac
+from perfkit.compute.flash import eager_saved_bytes, flash_flops, flash_saved_bytes
+from perfkit.viz import attention as va
+
+matplotlib.use("Agg")
+
+
+def test_saved_bytes_sweep_is_exact():
+    got = ac.saved_bytes_sweep([32, 48, 80], batch=2, heads=3, head_dim=8)
+    assert got["eager"] == [eager_saved_bytes(2, 3, t) for t in (32, 48, 80)]
+    assert got["flash"] == [flash_saved_bytes(2, 3, t, 8) for t in (32, 48, 80)]
+
+
+def test_time_attention_records():
+    pts = ac.time_attention([40, 64], tiles=[16, 32], heads=2, head_dim=8, repeat=2)
+    assert [(p.impl, p.seq_len, p.tile) for p in pts] == [
+        (i, t, tile) for t in (40, 64) for i, tile in
+        (("flash", 16), ("flash", 32), ("eager", 0), ("sdpa", 0))]
+    for p in pts:
+        assert len(p.times_s) == 2 and p.median_s > 0
+        f = flash_flops(1, 2, p.seq_len, 8, False, p.tile or 64)
+        want = f.forward + f.backward if p.impl == "flash" else f.eager_forward + f.eager_backward
+        assert p.flops == want and p.tiles == (f.tiles if p.impl == "flash" else 0)
+
+
+def _synthetic(rate, per_tile, eager_rate):
+    pts = []
+    for t in (256, 512, 1024):
+        for tile in (16, 64, 256):
+            f = flash_flops(1, 4, t, 32, False, tile)
+            s = (f.forward + f.backward) / rate + 2 * f.tiles * per_tile
+            pts.append(ac.AttentionTiming("flash", t, tile, (s,), f.forward + f.backward, f.tiles))
+        f = flash_flops(1, 4, t, 32)
+        e = f.eager_forward + f.eager_backward
+        pts.append(ac.AttentionTiming("eager", t, 0, (e / eager_rate,), e, 0))
+    return pts
+
+
+def test_tile_model_recovers_its_terms():
+    model = ac.TileCostModel.fit(_synthetic(2e10, 5e-5, 1e10))
+    assert model.flop_rate == pytest.approx(2e10, rel=1e-6)
+    assert model.per_tile_s == pytest.approx(5e-5, rel=1e-6)
+    assert model.eager_rate == pytest.approx(1e10)
+    f = flash_flops(1, 4, 2048, 32, False, 32)
+    assert model.flash_s(2048, 32) == pytest.approx((f.forward + f.backward) / 2e10
+                                                    + 2 * f.tiles * 5e-5)
+    # no overhead at all: the per-tile term is 0, not negative
+    assert ac.TileCostModel.fit(_synthetic(2e10, 0.0, 1e10)).per_tile_s == pytest.approx(0,
+                                                                                         abs=1e-12)
+
+
+def test_tile_owner_and_plots():
+    grid = va.tile_owner(16, 2, 2, "zigzag")
+    # zig-zag over P=2: chunks 0 and 3 on rank 0, chunks 1 and 2 on rank 1 (4 positions each)
+    assert (grid[:2][np.tril_indices(2)] == 0).all() and (grid[6:, :8][grid[6:, :8] >= 0] == 0).all()
+    assert (grid[2:6][np.tril(np.ones((4, 8), bool), 2)] == 1).all()
+    assert (grid[np.triu_indices(8, 1)] == -1).all()  # above the diagonal: skipped
+    assert (va.tile_owner(16, 2, 2, "contiguous")[4:][np.tril(np.ones((4, 8), bool), 4)] == 1).all()
+    va.plot_tiles(32, 2, 4)
+    va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]})
+
+
+def test_widget_extremes_and_bad_arguments():
+    spec = va.attention_widget(ac.TileCostModel(2e10, 1e-4, 1e10),
+                               _synthetic(2e10, 1e-4, 1e10), max_len=4096)
+    for kw in spec.extremes():
+        spec.fn(**kw)
+    with pytest.raises(TypeError, match="model"):
+        va.attention_widget({"rate": 1})
+    with pytest.raises(ValueError, match="points"):
+        ac.TileCostModel.fit(_synthetic(2e10, 1e-4, 1e10)[:1])
+    with pytest.raises(ValueError, match="impls"):
+        ac.time_attention([16], impls=["cudnn"])
+    with pytest.raises(ValueError, match="tile"):
+        ac.time_attention([16], tiles=[12])
+    with pytest.raises(ValueError, match="seq_lens"):
+        ac.saved_bytes_sweep([])
