@@ -202,6 +202,12 @@ def _judge_linears(rec: dict) -> None:
     assert not bad, (
         f"{at} the gradients of {bad} differ from the unsplit MLP's (the same slice of them). "
         "Are weight and bias nn.Parameters used directly in forward (not copies)?")
+    for name, ok in rec["uneven_raises"].items():
+        assert ok, (
+            f"{at} {name} built from a linear whose split dimension has 7 features did not "
+            f"raise ValueError: 7 does not divide over {t} ranks; refuse it with ValueError "
+            "naming the features and the group's size (an uneven split would break the "
+            "all-reduce, which needs the same shape on every rank)")
 
 
 def check_linears(ns: dict) -> None:

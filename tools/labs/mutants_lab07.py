@@ -134,6 +134,14 @@ from perfkit.parallel import copy_to_tp, reduce_from_tp
         "return F.linear(copy_to_tp(x, self.group), self.weight, self.bias)",
         _COL_INIT + "\n        self.linear = linear"),
         expect="registers 112 parameter values; its slice has 56"),
+    Mutant(Q2, "an uneven split accepted silently (tensor_split, no ValueError)", _ROW.replace(
+        "cols = slice(r * n // t, (r + 1) * n // t)",
+        "cols = torch.arange(n).tensor_split(t)[r]").replace(
+        "import torch.distributed", "import torch, torch.distributed").replace(
+        "FORWARD", "y = reduce_from_tp(F.linear(x, self.weight), self.group)\n"
+        "        return y + self.bias"),
+        expect="RowParallelLinear built from a linear whose split dimension has 7 features did "
+        "not raise ValueError"),
     Mutant(Q2, "perfkit's own ColumnParallelLinear wrapped", """
 from perfkit.parallel import ColumnParallelLinear as Library
 def ColumnParallelLinear(linear, group=None):

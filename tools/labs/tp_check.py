@@ -86,7 +86,7 @@ def _err(a: torch.Tensor | None, b: torch.Tensor) -> float:
     """Largest absolute difference; inf for a missing tensor or a shape mismatch."""
     if a is None or a.shape != b.shape:
         return float("inf")
-    return float((a.detach() - b).abs().max())
+    return float((a.detach() - b.detach()).abs().max())
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
@@ -168,7 +168,9 @@ def run_linears(col_cls: Callable[..., nn.Module], row_cls: Callable[..., nn.Mod
         (``*_ok``), the values each layer registers as parameters (``numel``); once the
         shapes are right on every rank, the ``forward`` and ``backward`` collectives
         (``(name, got_group)``), ``y_ok``, ``bias_counted_world`` (the output is off by
-        ``(t - 1)`` biases), and per gradient whether it equals the unsplit one's slice.
+        ``(t - 1)`` biases), per gradient whether it equals the unsplit one's slice, and
+        ``uneven_raises``: per class, whether a split dimension of 7 features raised
+        ValueError (always true on one process).
 
     Warning:
         Collective (through the answers): every rank of ``group`` must call it.
@@ -207,7 +209,22 @@ def run_linears(col_cls: Callable[..., nn.Module], row_cls: Callable[..., nn.Mod
                       "col.bias": _close(col.bias.grad, ref1.bias.grad[rows]),
                       "row.weight": _close(row.weight.grad, ref2.weight.grad[:, rows]),
                       "row.bias": _close(row.bias.grad, ref2.bias.grad)})
+    # a split dimension of 7 features does not divide over 2 ranks: a clear error, not a
+    # silently uneven split (the all-reduce needs the same shape everywhere)
+    out["uneven_raises"] = {name: t == 1 or _raises_value_error(cls, lin) for name, cls, lin in (
+        ("ColumnParallelLinear", col_cls, nn.Linear(IN, 7)),
+        ("RowParallelLinear", row_cls, nn.Linear(7, OUT)))}
     return out
+
+
+def _raises_value_error(cls: Callable[..., nn.Module], linear: nn.Linear) -> bool:
+    try:
+        cls(linear, None)
+    except ValueError:
+        return True
+    except Exception:  # noqa: BLE001 - any other error is the wrong one
+        return False
+    return False
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:
