@@ -10,6 +10,13 @@ Usage::
     print(measure_compile(fn, x).break_even_calls)
 """
 
+from perfkit.compute.attention_cost import (
+    IMPLS,
+    AttentionTiming,
+    TileCostModel,
+    saved_bytes_sweep,
+    time_attention,
+)
 from perfkit.compute.budget import (
     BatchSearch,
     BudgetProbe,
@@ -141,6 +148,11 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "IMPLS",
+    "AttentionTiming",
+    "TileCostModel",
+    "saved_bytes_sweep",
+    "time_attention",
     "AttentionFlops",
     "FlashAttention",
     "attention_backward_tiles",

@@ -5,6 +5,7 @@ headline figures and the roofline plot; topic plots live beside it. Nothing here
 plots consume the records other perfkit modules return.
 """
 
+from perfkit.viz.attention import attention_widget, plot_saved_bytes, plot_tiles, tile_owner
 from perfkit.viz.capstone import (
     cumulative_speedups,
     plot_time_to_target,
@@ -88,6 +89,10 @@ from perfkit.viz.profiling import (
 from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 __all__ = [
+    "attention_widget",
+    "plot_saved_bytes",
+    "plot_tiles",
+    "tile_owner",
     "cumulative_speedups",
     "plot_time_to_target",
     "plot_waterfall",
