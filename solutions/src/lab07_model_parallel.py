@@ -23,7 +23,8 @@
 # make grade LAB=labs/lab07_model_parallel.ipynb
 # ```
 #
-# The grader runs Q1 and Q2 first here on one process, then **on 2 real processes**
+# The grader runs Q1 and Q2 first in its own process on a one-process group (a quick
+# check of what ran in forward and in backward), then **on 2 real processes**
 # (torchrun, gloo) in float64: values and gradients must equal the unsplit computation, and
 # it counts **which collectives ran in forward and in backward** (one all-reduce each way
 # for a column-then-row MLP) and checks that each got the `group` it was given. Q3 runs in
