@@ -27,8 +27,8 @@ from perfkit._checks import check_int, check_type
 
 __all__ = [
     "AttentionFlops", "FlashAttention", "attention_backward_tiles", "attention_forward_tiles",
-    "check_qkv", "check_tile", "eager_attention", "eager_saved_bytes", "flash_attention",
-    "flash_flops", "flash_saved_bytes", "length_terms", "merge_partials",
+    "check_qkv", "check_tile", "eager_attention", "eager_saved_bytes", "errors_against_float64",
+    "flash_attention", "flash_flops", "flash_saved_bytes", "length_terms", "merge_partials",
     "reference_attention", "tile_kind", "tile_pairs",
 ]
 
@@ -370,3 +370,23 @@ def length_terms(seq_lens: list[int], values: list[float]) -> tuple[float, float
     coef, *_ = np.linalg.lstsq(np.stack([t * t, t, np.ones_like(t)], 1),
                                np.asarray(values, dtype=np.float64), rcond=None)
     return float(coef[0]), float(coef[1]), float(coef[2])
+
+
+def errors_against_float64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           causal: bool = False, tile: int = 64, seed: int = 0
+                           ) -> dict[str, float]:
+    """Max abs differences of :func:`flash_attention`'s ``O, dQ, dK, dV`` (in the inputs'
+    dtype) from float64 attention, for one random output gradient drawn with ``seed``.
+
+    Raises:
+        TypeError, ValueError: as :func:`flash_attention` does.
+    """
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    out = flash_attention(*leaves, causal=causal, tile=tile)
+    ref, _ = reference_attention(*exact, causal=causal)
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    mine = (out, *torch.autograd.grad(out, leaves, do.to(out.dtype)))
+    theirs = (ref, *torch.autograd.grad(ref, exact, do))
+    return {name: (a.double() - b).abs().max().item()
+            for name, a, b in zip(("O", "dQ", "dK", "dV"), mine, theirs)}

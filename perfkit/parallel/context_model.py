@@ -17,15 +17,17 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from perfkit._checks import check_choice, check_int, check_items, check_type
 from perfkit.compute.flash import check_tile, tile_pairs
 from perfkit.parallel.context import segments
+from perfkit.stats import Estimate, bootstrap
 
 __all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "longest_sequence",
-           "ring_bytes", "ring_memory_bytes", "ring_work"]
+           "ring_bytes", "ring_memory_bytes", "ring_work", "timed_imbalance"]
 
 DIAGONALS = ("tiles", "half", "full")
 
@@ -145,3 +147,22 @@ def longest_sequence(budget_bytes: int, world: int, batch: int = 1, heads: int =
     step = check_int("multiple", multiple, 1) if multiple is not None else 2 * world
     one = ring_memory_bytes(batch, heads, step, head_dim, world, dtype)  # linear in T
     return (budget_bytes // one) * step
+
+
+def timed_imbalance(per_rank_s: list[list[float]]) -> Estimate:
+    """The busiest rank's median seconds over the mean of the ranks' medians, with a
+    bootstrap interval over rounds (``per_rank_s[r][i]``: rank ``r``'s seconds in round ``i``,
+    rounds timed together on every rank).
+
+    Raises:
+        ValueError, TypeError: for no ranks, or ranks with different round counts.
+    """
+    import numpy as np
+
+    ranks = check_items("per_rank_s", per_rank_s)
+
+    def stat(*xs: Any) -> float:
+        meds = [float(np.median(x)) for x in xs]
+        return max(meds) * len(meds) / sum(meds)
+
+    return bootstrap(stat, ranks, paired=True, what="rounds")

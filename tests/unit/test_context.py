@@ -98,3 +98,12 @@ def test_bad_arguments():
         cp.ring_attention(q, q, q, timeout_s=0)
     with pytest.raises(TypeError, match="stats"):
         cp.ring_attention(q, q, q, stats={})
+
+
+def test_timed_imbalance():
+    est = cm.timed_imbalance([[1.0, 1.1, 0.9, 1.0], [3.0, 3.2, 2.9, 3.0]])
+    assert est.value == pytest.approx(3.0 * 2 / 4.0)  # medians 1.0 and 3.0
+    assert est.low <= est.value <= est.high and est.n == 4
+    assert cm.timed_imbalance([[2.0, 2.0], [2.0, 2.0]]).value == 1.0
+    with pytest.raises(ValueError):
+        cm.timed_imbalance([[1.0, 2.0], [1.0]])

@@ -156,3 +156,19 @@ def test_bad_arguments():
         fl.flash_flops(1, 1, 0, 4)
     with pytest.raises(ValueError, match="seq_lens"):
         fl.length_terms([1, 2], [3.0, 4.0])
+
+
+def test_errors_against_float64_sees_a_wrong_kernel(monkeypatch):
+    q, k, v = _qkv((1, 2, 37, 8))
+    errs = fl.errors_against_float64(q, k, v, causal=True, tile=16)
+    assert set(errs) == {"O", "dQ", "dK", "dV"} and max(errs.values()) <= 1e-5
+    # a backward that forgets the 1/sqrt(D) scale on dQ must show up in dQ only
+    real = fl.attention_backward_tiles
+
+    def unscaled(*a, **kw):
+        dq, dk, dv = real(*a, **kw)
+        return dq * 2, dk, dv
+
+    monkeypatch.setattr(fl, "attention_backward_tiles", unscaled)
+    bad = fl.errors_against_float64(q, k, v, causal=True, tile=16)
+    assert bad["dQ"] > 1e-2 and bad["dK"] <= 1e-5
