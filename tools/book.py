@@ -23,6 +23,7 @@ import copy
 import datetime as dt
 import io
 import json
+import posixpath
 import re
 import shutil
 import sys
@@ -41,6 +42,7 @@ from tools.book_pages import (
     md_code,
     read_syllabus,
     readme_section,
+    relink,
     scorecard_page,
     status_of,
 )
@@ -137,39 +139,54 @@ def lecture_order(modules: list[Module], stems: set[str]) -> list[Module]:
 
 def stage(src: Path, notebooks_dir: Path, sources: Path, labs_dir: Path, syllabus: Path,
           readme: Path) -> BookResult:
-    """Write the book's sources into ``src`` (emptied first) and return what they hold."""
+    """Write the book's sources into ``src`` (emptied first) and return what they hold.
+
+    The book mirrors the repository (``notebooks/``, ``labs/``, pages at the top, ``syllabus.md``
+    the landing page), so relative links between notebooks keep working
+    (:func:`tools.book_pages.relink`); the repository's top is ``syllabus``'s folder.
+    """
     if src.exists():
         shutil.rmtree(src)
-    (src / "notebooks").mkdir(parents=True)
     shutil.copytree(CONFIG_DIR / "_static", src / "_static")
+    root = Path(syllabus).parent
     executed = {p.stem: p for p in Path(notebooks_dir).glob(NOTEBOOK_GLOB)}
     written = {p.stem: p for p in Path(sources).glob(NOTEBOOK_GLOB)}
     modules = lecture_order(read_syllabus(syllabus), set(executed) | set(written))
-    statuses: dict[str, NotebookStatus] = {}
-    lectures = []
-    for mod in modules:
-        status = statuses[mod.notebook] = status_of(executed.get(mod.notebook),
-                                                    mod.notebook in written)
-        if status.state == "planned":
-            continue
-        nb = nbformat.read(executed.get(mod.notebook) or written[mod.notebook], as_version=4)
-        nbformat.write(stage_notebook(nb, _status_note(status)), src / "notebooks" / f"{mod.notebook}.ipynb")
-        lectures.append(mod.notebook)
+    statuses = {m.notebook: status_of(executed.get(m.notebook), m.notebook in written) for m in modules}
+    lectures = [m.notebook for m in modules if statuses[m.notebook].state != "planned"]
     labs = sorted(p.stem for p in Path(labs_dir).glob(LAB_GLOB))
+    pages = {f"notebooks/{s}.ipynb" for s in lectures} | {f"labs/{s}.ipynb" for s in labs} | {
+        "index.md", "scorecard.md", "working_through_the_course.md"}
+    images: set[str] = set()
+
+    def put(nb: nbformat.NotebookNode, path: str) -> None:
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                cell.source, shown = relink(cell.source, posixpath.dirname(path), pages, root)
+                images.update(shown)
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, src / path)
+
+    for stem in lectures:
+        nb = nbformat.read(executed.get(stem) or written[stem], as_version=4)
+        put(stage_notebook(nb, _status_note(statuses[stem])), f"notebooks/{stem}.ipynb")
     for stem in labs:
-        lab_nb = nbformat.read(Path(labs_dir) / f"{stem}.ipynb", as_version=4)
         note = (":::{note}\nA graded lab, without its solutions. Complete each "
                 "`raise NotImplementedError()` in JupyterLab (`make lab`), then run "
                 f"`make grade LAB=labs/{stem}.ipynb` for a score per question.\n:::")
-        (src / "labs").mkdir(exist_ok=True)
-        nbformat.write(stage_notebook(lab_nb, note), src / "labs" / f"{stem}.ipynb")
+        put(stage_notebook(nbformat.read(Path(labs_dir) / f"{stem}.ipynb", as_version=4), note),
+            f"labs/{stem}.ipynb")
     built = (f"Built on {dt.datetime.now():%Y-%m-%d %H:%M} from `build/notebooks/` by `make site`; "
              "widgets need a live kernel (`make lab`), each page shows the static plot of a "
              "widget's default setting.")
-    by_number = {s[3:5]: f"labs/{s}" for s in labs}
-    _write(src / "index.md", index_page(modules, statuses, by_number,
-                                        Path(syllabus).read_text(encoding="utf-8"), built))
-    _write(src / "working_through_the_course.md", readme_section(readme, "Working through the course"))
+    syllabus_text, shown = relink(Path(syllabus).read_text(encoding="utf-8"), "", pages, root)
+    working, shown_too = relink(readme_section(readme, "Working through the course"), "", pages, root)
+    for path in images | shown | shown_too:
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / path, src / path)
+    _write(src / "index.md", index_page(modules, statuses, {s[3:5]: f"labs/{s}" for s in labs},
+                                        syllabus_text, built))
+    _write(src / "working_through_the_course.md", working)
     _write(src / "scorecard.md", scorecard_page({s: statuses[s] for s in lectures}, _chance(statuses)))
     toc = {"format": "jb-book", "root": "index", "parts": [
         {"caption": "Start here", "chapters": [{"file": "working_through_the_course"}]},

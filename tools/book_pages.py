@@ -13,7 +13,9 @@ Markdown (the Jupyter Book's parser); text that comes from a run is escaped.
 
 from __future__ import annotations
 
+import posixpath
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ _SECTION = re.compile(r"^##\s+(\d\d)\s+·\s+(.+?)\s*$")
 _HEADING = re.compile(r"^(#{1,6})\s")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|$#{}~])")
 _LAB_NUMBER = re.compile(r"\blab\s*(\d\d)\b", re.IGNORECASE)
+_LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")
 STATES = ("ran", "failed", "not built", "planned")
 
 
@@ -80,6 +83,53 @@ def md_code(text: str) -> str:
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def relink(text: str, origin: str, pages: set[str], root: Path) -> tuple[str, set[str]]:
+    """Markdown written at ``origin`` (a folder of the repository: ``notebooks``, or ``""``
+    for the top) with its relative links made to work in the book, which mirrors the
+    repository's layout for its pages.
+
+    A link to a page of the book stays (``syllabus.md`` becomes the landing page); an image
+    that exists in the repository stays and is returned, to be copied beside the page; a link
+    to any other file of the repository (source code, a folder) keeps its text and loses its
+    target, since the site does not hold it. Code spans and fenced code are left alone.
+
+    Args:
+        text: the Markdown.
+        origin: the folder the Markdown is written in, relative to the repository's top.
+        pages: the book's pages, as repository paths (``notebooks/00_x.ipynb``).
+        root: the repository's top folder.
+
+    Returns:
+        ``(text, images)``: the Markdown, and the repository paths of the images it shows.
+    """
+    images: set[str] = set()
+
+    def fix(m: re.Match) -> str:
+        bang, label, target, title = m.groups()
+        parts = urllib.parse.urlsplit(target)
+        if parts.scheme or target.startswith(("#", "/", "//")) or not parts.path:
+            return m.group(0)
+        path = posixpath.normpath(posixpath.join(origin, urllib.parse.unquote(parts.path)))
+        if path == "syllabus.md":
+            path = "index.md"
+            target = posixpath.relpath(path, origin or ".") + (f"#{parts.fragment}" if parts.fragment else "")
+        if path in pages:
+            return f"{bang}[{label}]({target}{title})"
+        if bang and not path.startswith("../") and (Path(root) / path).is_file():
+            images.add(path)
+            return m.group(0)
+        return label  # a file the site does not hold: the words stay, the link goes
+
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        if not fenced:  # odd pieces between backticks are code spans
+            line = "`".join(p if i % 2 else _LINK.sub(fix, p) for i, p in enumerate(line.split("`")))
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else ""), images
 
 
 def read_syllabus(path: Path) -> list[Module]:

@@ -81,11 +81,14 @@ def search(page: Any, start: str, word: str) -> list[str]:
     return page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
 
 
-def image_outputs(path: Path) -> int:
-    """How many image outputs (PNG, JPEG, SVG) an executed notebook holds."""
+def figures(path: Path) -> int:
+    """How many pictures a notebook shows: its image outputs (PNG, JPEG, SVG) and the images
+    of its Markdown cells."""
     nb = nbformat.read(path, as_version=4)
-    return sum(any(k.startswith("image/") for k in out.get("data", {}))
-               for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", []))
+    outputs = sum(any(k.startswith("image/") for k in out.get("data", {}))
+                  for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", []))
+    return outputs + sum(len(re.findall(r"!\[[^\]]*\]\(", cell.source))
+                         for cell in nb.cells if cell.cell_type == "markdown")
 
 
 def unique_word(src: Path) -> tuple[str, str]:

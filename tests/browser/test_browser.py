@@ -25,7 +25,7 @@ import nbformat
 import pytest
 from browser_harness import ROOT, LabServer
 from lab_pages import move_first_control, notebook_state, open_notebook, run_all_cells
-from site_pages import image_outputs, page_images, search, serve, sidebar_links, unique_word
+from site_pages import figures, page_images, search, serve, sidebar_links, unique_word
 
 BUILD_NOTEBOOKS = ROOT / "build" / "notebooks"
 SITE = ROOT / "build" / "site"
@@ -107,7 +107,7 @@ def test_book_in_chromium(page: Any, screenshots: Path) -> None:
             assert not images["broken"], f"{url}: images did not load: {images['broken']}"
             stem = url.rsplit("/", 1)[1].removesuffix(".html")
             if url in lectures and (BUILD_NOTEBOOKS / f"{stem}.ipynb").exists():
-                want = image_outputs(BUILD_NOTEBOOKS / f"{stem}.ipynb")
+                want = figures(BUILD_NOTEBOOKS / f"{stem}.ipynb")
                 assert images["count"] == want, f"{url}: {images['count']} figures, the run made {want}"
         word, stem = unique_word(ROOT / "build" / "book" / "src")
         found = search(page, base + "index.html", word)

@@ -4,6 +4,7 @@ the QUICK run by `make site`, is driven in Chromium by tests/browser/test_browse
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -42,7 +43,7 @@ README = """# perfkit
 
 ## Working through the course
 
-Run `make lab`, then grade with `make grade`.
+Run `make lab`, then grade with `make grade` ([the rules](CONTRIBUTING.md)).
 
 ### Labs
 
@@ -100,18 +101,21 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("course")
     (root / "syllabus.md").write_text(SYLLABUS)
     (root / "README.md").write_text(README)
-    for d in ("src", "run", "labs"):
-        (root / d).mkdir()
+    for d in ("notebooks/img", "run", "labs"):
+        (root / d).mkdir(parents=True)
+    (root / "notebooks" / "img" / "diagram.png").write_bytes(base64.b64decode(PNG))
     for stem in ("00_alpha", "01_beta", "02_gamma"):
         nbformat.write(notebook([new_markdown_cell(f"# {stem}"), new_code_cell("x = 1")]),
-                       root / "src" / f"{stem}.ipynb")
+                       root / "notebooks" / f"{stem}.ipynb")
     nbformat.write(alpha(), root / "run" / "00_alpha.ipynb")
     failed = new_output("error", ename="ValueError", evalue="boom `here`", traceback=["Trace", "ValueError"])
     nbformat.write(executed("01 · Beta", [new_code_cell("x()", outputs=[image(), failed])], 3.0),
                    root / "run" / "01_beta.ipynb")
     # a new notebook the syllabus does not list yet still gets a page, after the others
-    nbformat.write(executed("04 · Extra", [new_markdown_cell("See [alpha](00_alpha.ipynb).")]),
-                   root / "run" / "04_extra.ipynb")
+    nbformat.write(executed("04 · Extra", [new_markdown_cell(
+        "See [alpha](00_alpha.ipynb), [the syllabus](../syllabus.md), [its code](../perfkit/dist.py), "
+        "[delta](03_delta.ipynb) and ![a diagram](img/diagram.png); `[not](a_link.md)`.")]),
+        root / "run" / "04_extra.ipynb")
     nbformat.write(notebook([new_markdown_cell("# Lab 00 · The alpha lab"),
                              new_code_cell("def f():\n    raise NotImplementedError()")]),
                    root / "labs" / "lab00_alpha.ipynb")
@@ -119,7 +123,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build(course: Path, out: str = "site") -> book.BookResult:
-    return book.build_book(course / out, course / "run", course / "work", course / "src",
+    return book.build_book(course / out, course / "run", course / "work", course / "notebooks",
                            course / "labs", course / "syllabus.md", course / "README.md")
 
 
@@ -165,16 +169,22 @@ def test_sidebar_follows_the_syllabus_then_labs_then_the_scorecard(site):
 
 def test_every_internal_link_resolves_and_nothing_comes_from_another_host(site):
     assert check_site(site) == []
-    assert 'href="00_alpha.html"' in text(site, "notebooks/04_extra.html")  # a link between notebooks
+    extra = text(site, "notebooks/04_extra.html")
+    assert 'href="00_alpha.html"' in extra  # a link between notebooks
+    assert 'href="../index.html"' in extra  # the syllabus is the landing page
+    # a file the site does not hold, and a planned notebook: their words, no link
+    assert "its code" in extra and "dist.py" not in extra and "delta" in extra and "03_delta" not in extra
+    assert "[not](a_link.md)" in visible(extra)  # code stays as written
     assert "Syllabus" in text(site, "index.html") and "Why alpha comes first" in text(site, "index.html")
 
 
 def test_every_notebook_page_has_its_figures(site, course):
     for stem, expected in (("00_alpha", 2), ("01_beta", 1), ("02_gamma", 0), ("04_extra", 0)):
         run = course / "run" / f"{stem}.ipynb"
-        nb = nbformat.read(run if run.exists() else course / "src" / f"{stem}.ipynb", as_version=4)
+        nb = nbformat.read(run if run.exists() else course / "notebooks" / f"{stem}.ipynb", as_version=4)
         images = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
         assert images == expected
+        expected += stem == "04_extra"  # its Markdown shows a picture from the repository
         assert page_refs(site / "notebooks" / f"{stem}.html").images == expected, stem
 
 
@@ -223,12 +233,13 @@ def test_labs_scorecard_and_readme_section_are_pages(site):
     assert "2 GB/s: missed" in card and "Prediction</strong> held" not in card
     working = text(site, "working_through_the_course.html")
     assert "<h1>Working through the course" in working and "Complete the functions" in working
+    assert "the rules" in working and "CONTRIBUTING" not in working
     assert "Not on the page" not in working
 
 
 def test_a_sphinx_warning_fails_the_build(course, tmp_path):
     broken = alpha()
-    broken.cells.append(new_markdown_cell("A link to [nowhere](no_such_page.md)."))
+    broken.cells.append(new_markdown_cell("A reference to {doc}`no_such_page`."))
     nbformat.write(broken, course / "run" / "00_alpha.ipynb")
     try:
         with pytest.raises(book.BookError, match="no_such_page"):
