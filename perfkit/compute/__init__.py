@@ -92,6 +92,7 @@ from perfkit.compute.flash import (
     check_tile,
     eager_attention,
     eager_saved_bytes,
+    errors_against_float64,
     flash_attention,
     flash_flops,
     flash_saved_bytes,
@@ -148,6 +149,7 @@ from perfkit.compute.throughput import (
 )
 
 __all__ = [
+    "errors_against_float64",
     "IMPLS",
     "AttentionTiming",
     "TileCostModel",

@@ -39,6 +39,7 @@ from perfkit.parallel.context_model import (
     ring_bytes,
     ring_memory_bytes,
     ring_work,
+    timed_imbalance,
 )
 from perfkit.parallel.data_parallel import (
     BucketedDP,
@@ -142,6 +143,7 @@ from perfkit.parallel.zero3 import (
 )
 
 __all__ = [
+    "timed_imbalance",
     "SPLITS",
     "RingStats",
     "ring_attention",
