@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +81,25 @@ class ModelSpec:
         for k in ("gated", "dropout", "flash", "tied", "bias"):
             check_type(k, getattr(self, k), bool)
 
-    @property
+    @cached_property
     def kv(self) -> int:
         """Key/value heads."""
         return self.heads if self.kv_heads is None else self.kv_heads
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         """Width of the keys (and of the values): ``kv_heads * hidden / heads``."""
         return self.kv * self.hidden // self.heads
 
     # --- parameters and FLOPs -------------------------------------------------------------
 
-    @property
+    @cached_property
     def norm_params(self) -> int:
         """One norm's parameters: LayerNorm's weight and bias ``2h``; Llama-style (gated)
         models use RMSNorm, a weight only, ``h``."""
         return self.hidden if self.gated else 2 * self.hidden
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         """Parameters of one block: Q and O ``2h^2``, K and V ``2 h kv_dim``, the MLP
         ``2 h f`` (``3 h f`` gated), two norms and, where the model has them, biases."""
@@ -106,35 +107,37 @@ class ModelSpec:
         return (2 * h * h + 2 * h * self.kv_dim + (3 if self.gated else 2) * h * f
                 + 2 * self.norm_params + self.bias_params)
 
-    @property
+    @cached_property
     def bias_params(self) -> int:
         """Biases of one block's linear layers: Q, K, V ``h + 2 kv_dim``, the output ``h``,
         the MLP ``f`` (``2f`` gated) and ``h`` (GPT-2: ``9h``); 0 without biases."""
         f = self.ffn * (2 if self.gated else 1)
         return 3 * self.hidden + 2 * self.kv_dim + f if self.bias else 0
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         """Token (and position) embedding, and the output layer when it is not tied."""
         return (self.vocab * (1 if self.tied else 2) + self.positions) * self.hidden
 
-    @property
+    @cached_property
     def num_params(self) -> int:
         """All parameters (final norm included)."""
         return self.layers * self.layer_params + self.embedding_params + self.norm_params
 
-    @property
+    @cached_property
     def matmul_params(self) -> int:
         """Parameters that take part in a matmul per token: blocks and the output layer
         (embedding lookups do no FLOPs)."""
         per_layer = self.layer_params - 2 * self.norm_params - self.bias_params
         return self.layers * per_layer + self.vocab * self.hidden
 
+    @lru_cache(maxsize=1 << 16)  # noqa: B019 -- specs are frozen; a search asks thousands of times
     def model_flops_per_token(self) -> float:
         """Model FLOPs of one trained token, PaLM's count: ``6 N + 12 L h s``
         (:func:`perfkit.compute.flops.gpt_train_flops`; llm-foundry's MFU uses it too)."""
         return float(gpt_train_flops(self.matmul_params, self.layers, self.hidden, self.seq, 1))
 
+    @lru_cache(maxsize=1 << 16)  # noqa: B019
     def hardware_flops_per_token(self, recompute: str = "none") -> float:
         """FLOPs the GPUs run per token: the model's, plus the forward pass again under full
         recomputation (``+ 2 N + 4 L h s``), or the attention scores again under selective
@@ -153,6 +156,7 @@ class ModelSpec:
 
     # --- activations: Korthikanti et al. 2022, section 4 ----------------------------------
 
+    @lru_cache(maxsize=1 << 16)  # noqa: B019
     def activation_bytes_per_layer(self, micro_batch: int, tp: int = 1, sp: bool = False,
                                    recompute: str = "none", cp: int = 1) -> float:
         """Bytes one block keeps for backward, per GPU.

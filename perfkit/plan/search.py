@@ -83,7 +83,9 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
     TP runs over powers of two up to ``gpus_per_node``; PP over divisors of the layer count;
     CP over 1, 2, 4, 8 for sequences of 8192 tokens or more; micro-batches over powers of two
     up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full;
-    sequence parallelism off and (for tp > 1) on. ``fixed`` pins any :class:`Layout` field.
+    sequence parallelism on wherever tp > 1 (it moves the same bytes and keeps fewer, so
+    a layout without it never wins; fix ``sp`` to compare). ``fixed`` pins any
+    :class:`Layout` field.
 
     Raises:
         ValueError: for an unknown field in ``fixed``.
@@ -114,6 +116,8 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
                 axes["sp"], axes["schedule"]):
             if (sp and tp == 1) or (v > 1 and pp == 1) or (zero == 3 and pp > 1):
                 continue  # nothing to split, nothing to interleave; ZeRO-3 with a pipeline
+            if tp > 1 and not sp and "sp" not in fixed:
+                continue  # SP moves TP's bytes in other collectives and keeps less: it dominates
             out.append(Layout(dp, tp, pp, cp, zero, mb, v, rc, sp, sc))
     return out
 

@@ -76,3 +76,24 @@ def test_token_counts():
     for bad in ("0", "x", "-3k"):
         with pytest.raises(ValueError, match="global-batch-tokens"):
             parse_tokens(bad)
+
+
+def test_the_widget_draws_every_extreme_and_the_figures_refuse_bad_input():
+    import matplotlib.pyplot as plt
+
+    from perfkit.plan import compare, megatron_runs
+    from perfkit.viz.plan import plan_view, plan_widget, plot_plan, plot_published
+
+    spec = plan_widget()
+    assert set(spec.controls) == {"size", "gpus", "network_gbps", "batch_mtokens"}
+    for kw in spec.extremes():
+        fig = spec.fn(**kw)
+        assert fig.axes, kw
+        plt.close(fig)
+    plt.close(plot_published(compare(megatron_runs())))
+    with pytest.raises(ValueError, match="size"):
+        plan_view(size="3B")
+    with pytest.raises(TypeError, match="Plan"):
+        plot_plan("plan")
+    with pytest.raises(TypeError, match="Comparison"):
+        plot_published([])

@@ -1,0 +1,155 @@
+"""Figures and the widget of notebook 13 (planning at scale), over :mod:`perfkit.plan`.
+
+:func:`plot_plan` draws the best layouts of a :class:`perfkit.plan.Plan`: step time by term
+and memory per GPU by kind against the usable memory. :func:`plot_published` draws published
+throughput against the planner's and the constant-MFU baseline's predictions, with each
+row's error. :func:`plan_widget` redraws the plan for a model size, a GPU count, a network
+and a batch (:func:`plan_view` is the pure function it drives).
+
+Usage::
+
+    fig = plot_plan(plan(model, named_cluster("h100-sxm"), 64, 512))
+    fig = plot_published(compare(megatron_runs() + foundry_runs()))
+    build_widget(plan_widget())
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from perfkit.plan.cluster import named_cluster
+from perfkit.plan.model import ModelSpec
+from perfkit.plan.published import Comparison
+from perfkit.plan.search import Plan, plan
+from perfkit.viz.core import Choice, WidgetSpec, tidy
+
+__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published"]
+
+# Llama-style shapes by size (SwiGLU, 8 key/value heads, 128-wide heads): illustrations for
+# the widget, not any released model's configuration
+SHAPES = {  # name: (layers, hidden, heads, ffn)
+    "1B": (16, 2048, 16, 8192),
+    "8B": (32, 4096, 32, 14336),
+    "70B": (80, 8192, 64, 28672),
+    "400B": (126, 16384, 128, 53248),
+}
+
+TERM_COLORS = {"matmul": "#4c72b0", "memory-bound": "#8172b2", "tensor-parallel": "#dd8452",
+               "context-parallel": "#937860", "pipeline bubble": "#c44e52",
+               "pipeline sends": "#da8bc3", "data-parallel": "#55a868", "zero-3 gathers": "#64b5cd",
+               "optimizer": "#8c8c8c"}
+
+
+def plot_plan(p: Plan, top: int = 5) -> Figure:
+    """The best ``top`` layouts: seconds per term (left), GB per GPU by kind (right).
+
+    Raises:
+        TypeError: if ``p`` is not a :class:`Plan`.
+    """
+    if not isinstance(p, Plan):
+        raise TypeError(f"p must be a perfkit.plan.Plan, got {type(p).__name__}")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 1.8 + 0.45 * max(min(top, len(p.best)), 1)),
+                               gridspec_kw={"width_ratios": [3, 2]})
+    best = p.best[:top][::-1]  # the best on top
+    labels = [c.layout.label() for c in best]
+    if not best:
+        a.text(0.5, 0.5, f"no layout fits ({len(p.rejected)} rejected)", ha="center", va="center")
+        a.set_axis_off()
+        b.set_axis_off()
+        return tidy(fig)
+    left = [0.0] * len(best)
+    for term, color in TERM_COLORS.items():
+        vals = [c.time.terms.get(term, 0.0) for c in best]
+        if any(vals):
+            a.barh(labels, vals, left=left, color=color, label=term)
+            left = [x + v for x, v in zip(left, vals)]
+    a.set_xlabel("predicted step time (s)")
+    a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=3, frameon=False)
+    a.set_title(f"{p.model.name} on {p.gpus} x {p.cluster.gpu.name}", fontsize=9)
+    left = [0.0] * len(best)
+    for kind, color in (("model_states", "#4c72b0"), ("activations", "#dd8452"), ("buffers", "#8c8c8c")):
+        vals = [getattr(c.memory, kind) / 1e9 for c in best]
+        b.barh(labels, vals, left=left, color=color, label=kind.replace("_", " "))
+        left = [x + v for x, v in zip(left, vals)]
+    b.axvline(p.cluster.usable_memory / 1e9, color="k", ls="--", lw=1, label="usable")
+    b.set_yticks([])
+    b.set_xlabel("memory per GPU (GB)")
+    b.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2, frameon=False)
+    for ax in (a, b):
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+    fig.tight_layout()
+    fig.subplots_adjust(wspace=0.12, bottom=0.3)  # room for the tick labels and legends
+    return tidy(fig)
+
+
+def plot_published(cmp: Comparison) -> Figure:
+    """Reported against predicted tokens/s per GPU (left, log-log; hollow: the fitted rows),
+    and each held-out row's error, planner and baseline (right).
+
+    Raises:
+        TypeError: if ``cmp`` is not a :class:`perfkit.plan.Comparison`.
+    """
+    if not isinstance(cmp, Comparison):
+        raise TypeError(f"cmp must be a perfkit.plan.Comparison, got {type(cmp).__name__}")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    tables = list(dict.fromkeys(r.run.table for r in cmp.rows))
+    for i, t in enumerate(tables):
+        rows = [r for r in cmp.rows if r.run.table == t]
+        color = f"C{i}"
+        for fitted in (False, True):
+            pick = [r for r in rows if r.fitted == fitted]
+            if pick:
+                a.scatter([r.run.reported_tokens_per_gpu for r in pick], [r.predicted for r in pick],
+                          s=14, color=color, facecolors="none" if fitted else color,
+                          label=None if fitted else t)
+        held = [r for r in rows if not r.fitted]
+        xs = range(len(held))
+        offset = sum(len([r for r in cmp.rows if r.run.table == u and not r.fitted])
+                     for u in tables[:i])
+        b.scatter([x + offset for x in xs], [100 * r.error for r in held], s=10, color=color)
+        b.scatter([x + offset for x in xs], [100 * r.baseline_error for r in held], s=10,
+                  color=color, marker="x", alpha=0.5)
+    lo = min(r.run.reported_tokens_per_gpu for r in cmp.rows) / 1.5
+    hi = max(r.run.reported_tokens_per_gpu for r in cmp.rows) * 1.5
+    a.plot([lo, hi], [lo, hi], "k--", lw=1)
+    a.set(xscale="log", yscale="log", xlabel="reported tokens/s per GPU",
+          ylabel="predicted tokens/s per GPU")
+    a.legend(fontsize=7)
+    for y in (-20, 20):
+        b.axhline(y, color="k", ls=":", lw=1)
+    b.axhline(0, color="k", lw=0.5)
+    b.set(xlabel="held-out row (by table)", ylabel="error (%): dot planner, x constant MFU")
+    b.yaxis.set_major_locator(MaxNLocator(6))
+    fig.tight_layout()
+    fig.subplots_adjust(wspace=0.3)
+    return tidy(fig)
+
+
+def plan_view(size: str = "8B", gpus: int = 64, network_gbps: float = 400.0,
+              batch_mtokens: float = 4.0, gpu: str = "h100-sxm", seq: int = 8192,
+              efficiency: float = 0.5) -> Figure:
+    """Plan a Llama-style model of ``size`` (:data:`SHAPES`) on ``gpus`` GPUs and draw the
+    best layouts (:func:`plot_plan`).
+
+    Raises:
+        ValueError: for an unknown ``size`` or ``gpu``, or a value out of range.
+    """
+    if size not in SHAPES:
+        raise ValueError(f"size must be one of {sorted(SHAPES)}, got {size!r}")
+    layers, hidden, heads, ffn = SHAPES[size]
+    model = ModelSpec(f"Llama-style {size}", layers=layers, hidden=hidden, heads=heads, ffn=ffn,
+                      vocab=128256, seq=seq, kv_heads=8, gated=True, tied=False)
+    batch = max(int(batch_mtokens * 2**20) // seq, 1)
+    return plot_plan(plan(model, named_cluster(gpu, 8, network_gbps, efficiency), gpus, batch))
+
+
+def plan_widget() -> WidgetSpec:
+    """Model size, GPUs, network and batch -> the best layouts and their terms."""
+    return WidgetSpec(plan_view, {
+        "size": Choice(list(SHAPES), "8B", "model"),
+        "gpus": Choice([8, 64, 512, 4096], 64, "GPUs"),
+        "network_gbps": Choice([100.0, 200.0, 400.0, 800.0], 400.0, "network Gb/s per GPU"),
+        "batch_mtokens": Choice([0.5, 1.0, 4.0, 16.0], 4.0, "batch (Mi tokens)"),
+    }, title="The planner: best layouts of a Llama-style model on H100s (perfkit.plan)")
