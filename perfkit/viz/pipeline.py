@@ -1,0 +1,122 @@
+"""Plots of notebook 11 (pipeline parallelism): schedule grids, simulated beside measured, and
+the bubble against the number of micro-batches.
+
+Usage::
+
+    fig = plot_grids(simulate(one_f_one_b(2, 4)), measured_timeline)   # model | this run
+    spec = schedule_widget({("1f1b", 2, 4, 1): measured_timeline})     # build_widget(spec)
+    fig = plot_bubbles(rows)                                            # measured vs formula
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from perfkit.parallel.schedules import SCHEDULES, make_schedule
+from perfkit.parallel.simulate import Timeline, bubble_formula, simulate
+from perfkit.viz.core import Choice, IntControl, WidgetSpec
+
+__all__ = ["COLORS", "plot_bubbles", "plot_grids", "plot_timeline", "schedule_widget"]
+
+COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
+UNIT_COSTS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}   # backward = twice forward; I + W = B
+
+
+def plot_timeline(tl: Timeline, ax: Axes | None = None, title: str = "", unit: str = "") -> Axes:
+    """One row per rank, a box per action (colour by kind, micro-batch written inside; with
+    virtual stages, lighter boxes for later chunks); white space is the bubble.
+
+    Raises:
+        TypeError: if ``tl`` is not a :class:`perfkit.parallel.Timeline`.
+    """
+    if not isinstance(tl, Timeline):
+        raise TypeError(f"tl must be a perfkit.parallel.Timeline, got {type(tl).__name__}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(tl.slots)))
+    t0, v = tl.start, tl.schedule.n_virtual
+    for r, row in enumerate(tl.slots):
+        for s in row:
+            a = s.action
+            alpha = 1.0 - 0.45 * (a.stage // tl.schedule.n_ranks) / max(v - 1, 1) if v > 1 else 1.0
+            ax.barh(r, s.end - s.start, left=s.start - t0, color=COLORS[a.kind], alpha=alpha,
+                    edgecolor="white", linewidth=0.5)
+            if len(row) <= 64:   # labels only where they fit
+                ax.text(s.start - t0 + (s.end - s.start) / 2, r, f"{a.mb}", ha="center",
+                        va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(tl.slots)), [f"rank {r}" for r in range(len(tl.slots))])
+    ax.invert_yaxis()
+    ax.set_xlim(0, tl.makespan)
+    ax.set_xlabel(f"time{f' ({unit})' if unit else ''}")
+    ax.set_title(title or f"{tl.schedule.name}: bubble {tl.bubble_share:.1%}", fontsize=9)
+    return ax
+
+
+def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "") -> Figure:
+    """The simulated grid, and beside it the measured one of the same schedule (if given);
+    ``note`` is appended to the model's title."""
+    n = 1 if measured is None else 2
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 0.9 + 0.45 * len(simulated.slots)), squeeze=False)
+    plot_timeline(simulated, axes[0][0], f"model: {simulated.schedule.name}, "
+                  f"bubble {simulated.bubble_share:.1%}{note}", "F = 1")
+    if measured is not None:
+        plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}", "s")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    fig.legend(handles, list(COLORS), loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | None = None) -> WidgetSpec:
+    """Sliders for schedule, ``p``, ``m`` and ``v``: the simulated grid (F = 1, B = 2, I = W = 1),
+    beside the measured grid of this run where one was recorded for the same choice
+    (``measured[(schedule, p, m, v)]``). A choice a builder refuses (``m < p`` for 1F1B)
+    shows the builder's message instead.
+    """
+    measured = dict(measured or {})
+
+    def show(schedule: str, p: int, m: int, v: int) -> Figure | str:
+        try:
+            sched = make_schedule(schedule, p, m, v if schedule == "interleaved" else 1)
+        except ValueError as e:
+            return f"**Not a valid schedule:** {e}"
+        costs = {k: c / sched.n_virtual for k, c in UNIT_COSTS.items()}
+        tl = simulate(sched, costs)
+        return plot_grids(tl, measured.get((schedule, p, m, sched.n_virtual)),
+                          f" (formula {bubble_formula(schedule, p, m, sched.n_virtual):.1%}), "
+                          f"peak {max(tl.peak_in_flight)} micro-batches")
+
+    return WidgetSpec(show, {"schedule": Choice(list(SCHEDULES), "1f1b"),
+                             "p": IntControl(1, 8, 4), "m": IntControl(1, 16, 8),
+                             "v": IntControl(1, 4, 2, description="v (interleaved)")},
+                      title="Pipeline schedule: the grid, its bubble and its memory")
+
+
+def plot_bubbles(rows: Sequence[Mapping], ax: Axes | None = None) -> Axes:
+    """Measured bubble share (points, with their interval) against ``(p-1)/(m+p-1)`` (lines),
+    from :func:`perfkit.jobs.pipeline_bench.report`-style rows (``p``, ``schedule``,
+    ``n_micro``, ``measured``, ``interval``)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    ps = sorted({r["p"] for r in rows})
+    for p in ps:
+        ms = range(1, max(r["n_micro"] for r in rows) + 1)
+        ax.plot(list(ms), [bubble_formula("gpipe", p, m) for m in ms], color="grey", lw=1)
+        ax.text(max(ms), bubble_formula("gpipe", p, max(ms)), f" p={p}", fontsize=8, va="center")
+    for name, marker in (("gpipe", "o"), ("1f1b", "s")):
+        pts = [r for r in rows if r["schedule"] == name]
+        if pts:
+            ax.errorbar([r["n_micro"] for r in pts], [r["measured"] for r in pts],
+                        yerr=[[r["measured"] - r["interval"][0] for r in pts],
+                              [r["interval"][1] - r["measured"] for r in pts]],
+                        fmt=marker, label=f"{name} measured", capsize=2)
+    ax.set_xticks(sorted({r["n_micro"] for r in rows} | {1}))
+    ax.set_xlim(0.5, max(r["n_micro"] for r in rows) + 1.5)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("micro-batches m")
+    ax.set_ylabel("bubble share of the step")
+    ax.legend(fontsize=8)
+    return ax

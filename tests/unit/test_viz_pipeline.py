@@ -1,0 +1,48 @@
+"""perfkit.viz.pipeline: the schedule widget at every extreme, grids and the bubble plot."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from perfkit.parallel.schedules import one_f_one_b  # noqa: E402
+from perfkit.parallel.simulate import simulate  # noqa: E402
+from perfkit.viz.pipeline import plot_bubbles, plot_grids, plot_timeline, schedule_widget  # noqa: E402
+
+
+def test_widget_extremes_and_refused_choice():
+    measured = simulate(one_f_one_b(4, 8), {"F": 0.01, "B": 0.02})
+    spec = schedule_widget({("1f1b", 4, 8, 1): measured})
+    for kw in spec.extremes():
+        out = spec.fn(**kw)
+        if kw["schedule"] == "1f1b" and kw["m"] < kw["p"]:
+            assert isinstance(out, str) and "n_micro >= n_ranks" in out
+        else:
+            assert isinstance(out, Figure)
+            plt.close(out)
+    fig = spec.fn(schedule="1f1b", p=4, m=8, v=1)
+    assert len(fig.axes) == 2 and "measured" in fig.axes[1].get_title()   # the run beside the model
+    plt.close(fig)
+    fig = spec.fn(schedule="gpipe", p=4, m=8, v=1)
+    assert len(fig.axes) == 1                                              # nothing measured for it
+    plt.close(fig)
+
+
+def test_grids_and_bubbles():
+    tl = simulate(one_f_one_b(2, 4), {"F": 1, "B": 1})
+    ax = plot_timeline(tl)
+    assert len(ax.patches) == 16 and "20.0%" in ax.get_title()
+    plt.close("all")
+    assert len(plot_grids(tl).axes) == 1
+    rows = [{"p": 2, "schedule": "gpipe", "n_micro": 4, "measured": 0.21, "interval": [0.2, 0.22]},
+            {"p": 2, "schedule": "1f1b", "n_micro": 8, "measured": 0.12, "interval": [0.11, 0.13]}]
+    ax = plot_bubbles(rows)
+    assert len(ax.get_legend().get_texts()) == 2
+    plt.close("all")
+    with pytest.raises(TypeError, match="Timeline"):
+        plot_timeline("grid")
