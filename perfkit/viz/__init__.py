@@ -76,6 +76,12 @@ from perfkit.viz.memory import (
     plot_zero_comparison,
     plot_zero_stages,
 )
+from perfkit.viz.pipeline import (
+    plot_bubbles,
+    plot_grids,
+    plot_timeline,
+    schedule_widget,
+)
 from perfkit.viz.profiling import (
     PHASE_COLORS,
     breakdown_widget,
@@ -162,4 +168,8 @@ __all__ = [
     "plot_tp_crossover",
     "tp_widget",
     "traffic_table",
+    "plot_bubbles",
+    "plot_grids",
+    "plot_timeline",
+    "schedule_widget",
 ]
