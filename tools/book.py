@@ -53,6 +53,7 @@ NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 LAB_GLOB = "lab[0-9][0-9]_*.ipynb"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 DROPPED_MIME_PREFIX = "application/vnd.perfkit."  # data for the tooling; a rendering sits beside it
+PAPERMILL_ERROR_ID = "papermill-error-cell"  # papermill marks the cell that raised with it
 WIDGET_NOTE = ("*Interactive widget: it needs a live kernel. Open this notebook in JupyterLab "
                "(`make lab`) to move its controls; the static plot of its default setting is on "
                "this page.*")
@@ -83,8 +84,9 @@ def _status_note(status: NotebookStatus) -> str:
                 "on your machine with `make course`, or cell by cell in JupyterLab (`make lab`).\n:::")
     if status.state == "failed":
         return (f":::{{admonition}} This notebook failed here: {status.label()}\n:class: error\n"
-                f"The first error: {md_code(status.error)}. The cells after the failing one did "
-                "not run; their outputs are missing.\n:::")
+                f"The first error: {md_code(status.error)}. The cells after "
+                f'<a href="#{PAPERMILL_ERROR_ID}">the failing one</a> did not run; their outputs '
+                "are missing.\n:::")
     return (":::{admonition} Not built on this machine\n:class: warning\nThis page shows the "
             "notebook's code without its outputs: run `make course`, then `make site`.\n:::")
 
@@ -107,6 +109,9 @@ def stage_notebook(nb: nbformat.NotebookNode, note: str) -> nbformat.NotebookNod
     replaced by :data:`WIDGET_NOTE`, perfkit's own output types dropped, no widget state."""
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
+    # papermill's red banner above the title (the note says it, under the title)
+    nb.cells = [c for c in nb.cells if not (c.cell_type == "markdown" and "An Exception was "
+                                            "encountered" in c.source and "<span" in c.source)]
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue

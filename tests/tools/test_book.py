@@ -53,6 +53,10 @@ Complete the functions.
 
 Not on the page.
 """
+PAPERMILL_BANNER = ('<span style="color:red; font-size:2em;">An Exception was encountered at '
+                    '\'<a href="#papermill-error-cell">In [2]</a>\'.</span>')
+PAPERMILL_MARK = ('<span id="papermill-error-cell" style="color:red;">Execution using papermill '
+                  "encountered an exception here and stopped:</span>")
 VERDICT = {"outcome": "missed", "level": 0.9, "text": "**Prediction** (copy model): 5 GB/s. "
            "**Measured:** 2 GB/s: missed.", "prediction": {"what": "copy speed"}}
 
@@ -109,8 +113,10 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        root / "notebooks" / f"{stem}.ipynb")
     nbformat.write(alpha(), root / "run" / "00_alpha.ipynb")
     failed = new_output("error", ename="ValueError", evalue="boom `here`", traceback=["Trace", "ValueError"])
-    nbformat.write(executed("01 · Beta", [new_code_cell("x()", outputs=[image(), failed])], 3.0),
-                   root / "run" / "01_beta.ipynb")
+    beta = executed("01 · Beta", [new_markdown_cell(PAPERMILL_MARK),
+                                  new_code_cell("x()", outputs=[image(), failed])], 3.0)
+    beta.cells.insert(0, new_markdown_cell(PAPERMILL_BANNER))  # what papermill leaves, above the title
+    nbformat.write(beta, root / "run" / "01_beta.ipynb")
     # a new notebook the syllabus does not list yet still gets a page, after the others
     nbformat.write(executed("04 · Extra", [new_markdown_cell(
         "See [alpha](00_alpha.ipynb), [the syllabus](../syllabus.md), [its code](../perfkit/dist.py), "
@@ -219,6 +225,8 @@ def test_pages_say_how_their_run_went(site):
     assert "ran here in 12 s (QUICK sizes)" in text(site, "notebooks/00_alpha.html")
     beta = visible(text(site, "notebooks/01_beta.html"))
     assert "This notebook failed here" in beta and "ValueError: boom `here`" in beta
+    assert "An Exception was encountered" not in beta  # the note, under the title, says it
+    assert 'href="#papermill-error-cell">the failing one' in text(site, "notebooks/01_beta.html")
     assert "Not built on this machine" in visible(text(site, "notebooks/02_gamma.html"))
 
 
