@@ -35,11 +35,11 @@ from perfkit.plan import (
     compare,
     fit_step_efficiency,
     foundry_runs,
+    layout_ranks,
     local_cluster,
     local_link,
     megatron_runs,
     memory_per_gpu,
-    plan,
     step_time,
     tiny_gpt2_spec,
 )
@@ -100,30 +100,6 @@ def local(steps: int) -> dict:
     return out
 
 
-def megatron_layout_check(cmp) -> list[dict]:
-    """For each Megatron row: the planner's best distinct (TP, PP) at the fitted efficiency,
-    with Megatron 2021's software (full recomputation, no SP, no ZeRO, no CP); a published
-    layout within the planner's median error on Megatron's held-out rows of the best is a tie."""
-    held = [x for x in cmp.rows if x.run.table == "megatron" and not x.fitted]
-    tol = stats.median([abs(x.error) for x in held])  # the planner's own error on these rows
-    rows = []
-    for r in (x.run for x in cmp.rows if x.run.table == "megatron"):
-        p = plan(r.model, r.cluster.with_efficiency(cmp.efficiency["megatron"]), r.layout.gpus,
-                 r.global_batch, fixed={"recompute": "full", "sp": False, "zero": 0, "cp": 1})
-        best: dict[tuple[int, int], float] = {}
-        for c in p.best:
-            best.setdefault((c.layout.tp, c.layout.pp), c.time.total_s)
-        ranked = sorted(best, key=best.get)
-        pub = (r.layout.tp, r.layout.pp)
-        t0 = best[ranked[0]] if ranked else float("nan")
-        tie = pub in best and best[pub] <= t0 * (1 + tol)
-        rows.append({"run": r.label, "published": list(pub), "top3": [list(k) for k in ranked[:3]],
-                     "published_rank": ranked.index(pub) + 1 if pub in ranked else None,
-                     "published_over_best": best[pub] / t0 if pub in best else None,
-                     "ok": pub in ranked[:3] or tie})
-    return rows
-
-
 def published() -> dict:
     """Every published row predicted; the errors and the baseline's."""
     cmp = compare(megatron_runs() + foundry_runs())
@@ -141,7 +117,11 @@ def published() -> dict:
     return {"median_abs_error": cmp.median_error, "baseline_median_abs_error": cmp.baseline_median_error,
             "share_within_20pct": cmp.within(0.2), "max_abs_error": abs(worst.error),
             "worst_row": f"{worst.run.label} ({worst.run.table})", "tables": per_table,
-            "megatron_layouts": megatron_layout_check(cmp),
+            "megatron_layouts": [{"run": r.label, "published": list(r.published),
+                                  "top3": [list(k) for k in r.ranked[:3]], "rank": r.rank,
+                                  "published_over_best": r.published_over_best,
+                                  "tie_tolerance": r.tolerance, "ok": r.ok}
+                                 for r in layout_ranks(cmp)],
             "llm_analysis": "not available: llm-analysis 0.2.2 requires transformers<5 (would install "
                             "4.31.0, huggingface-hub 0.14.1, tokenizers 0.13.3 over the pinned stack)"}
 

@@ -55,12 +55,14 @@ from perfkit.plan.model import (
 )
 from perfkit.plan.published import (
     Comparison,
+    LayoutRank,
     PublishedRun,
     RowResult,
     compare,
     fit_efficiency,
     fit_rows,
     foundry_runs,
+    layout_ranks,
     megatron_runs,
     predict,
 )
@@ -106,7 +108,9 @@ __all__ = [
     "GPUS",
     "group_allreduce_time",
     "Layout",
+    "LayoutRank",
     "layout_problems",
+    "layout_ranks",
     "link_cache_path",
     "LINK_SIZES",
     "local_cluster",

@@ -29,10 +29,11 @@ from perfkit.plan.cluster import Cluster, named_cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.runs_data import FOUNDRY_COMMIT, FOUNDRY_ROWS, FOUNDRY_TABLES, MEGATRON_ROWS, MPT_SHAPES
+from perfkit.plan.search import plan
 from perfkit.plan.step_time import step_time
 
-__all__ = ["Comparison", "PublishedRun", "RowResult", "compare", "fit_efficiency", "fit_rows",
-           "foundry_runs", "megatron_runs", "predict"]
+__all__ = ["Comparison", "LayoutRank", "PublishedRun", "RowResult", "compare", "fit_efficiency",
+           "fit_rows", "foundry_runs", "layout_ranks", "megatron_runs", "predict"]
 
 MEGATRON_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1, via NVIDIA/Megatron-LM README"
 
@@ -239,3 +240,54 @@ def compare(runs: Sequence[PublishedRun], fit_count: int = 2) -> Comparison:
             baseline = base[table] * r.cluster.gpu.peak_flops / r.flops_per_token
             rows.append(RowResult(r, any(r is f for f in fit), predict(r, eff[table]), baseline))
     return Comparison(rows, eff, base)
+
+
+@dataclass(frozen=True)
+class LayoutRank:
+    """Where a published (TP, PP) falls among the planner's layouts of the same run."""
+
+    label: str
+    published: tuple[int, int]
+    ranked: list[tuple[int, int]]  # distinct (TP, PP), fastest first
+    published_over_best: float  # predicted step time of the published (TP, PP) over the best
+    tolerance: float
+
+    @property
+    def rank(self) -> int | None:
+        """1 for the best; ``None`` if the published layout does not fit."""
+        return self.ranked.index(self.published) + 1 if self.published in self.ranked else None
+
+    @property
+    def ok(self) -> bool:
+        """Among the three best, or within ``tolerance`` of the best (a tie)."""
+        r = self.rank
+        return r is not None and (r <= 3 or self.published_over_best <= 1 + self.tolerance)
+
+
+def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
+    """For each row of ``table``: the planner's distinct (TP, PP) ranked by their best layout
+    at the table's fitted efficiency, with the row's software held (Megatron 2021: full
+    recomputation, no SP, ZeRO or CP). The tolerance is the planner's own median error on
+    the table's held-out rows.
+
+    Raises:
+        ValueError: for a table ``cmp`` has no rows of.
+    """
+    check_type("cmp", cmp, Comparison)
+    rows = [r for r in cmp.rows if r.run.table == table]
+    if not rows:
+        raise ValueError(f"table {table!r} has no rows in cmp")
+    tol = stats.median([abs(r.error) for r in rows if not r.fitted] or [0.0])
+    out = []
+    for r in (x.run for x in rows):
+        p = plan(r.model, r.cluster.with_efficiency(cmp.efficiency[table]), r.layout.gpus,
+                 r.global_batch, fixed={"recompute": r.layout.recompute, "sp": r.layout.sp,
+                                        "zero": r.layout.zero, "cp": r.layout.cp})
+        best: dict[tuple[int, int], float] = {}
+        for c in p.best:
+            best.setdefault((c.layout.tp, c.layout.pp), c.time.total_s)
+        ranked = sorted(best, key=best.get)
+        pub = (r.layout.tp, r.layout.pp)
+        over = best[pub] / best[ranked[0]] if pub in best else math.inf
+        out.append(LayoutRank(r.label, pub, ranked, over, tol))
+    return out

@@ -74,3 +74,24 @@ def test_prediction_grows_with_efficiency():
     assert predict(r, 0.3) < predict(r, 0.6)
     with pytest.raises(ValueError, match="efficiency"):
         predict(r, 1.5)
+
+
+def test_layout_rank_counts_ties_within_the_planners_error():
+    from perfkit.plan import LayoutRank
+
+    order = [(2, 1), (1, 2), (2, 2), (4, 1)]
+    assert LayoutRank("r", (1, 2), order, 1.01, 0.05).ok  # second
+    assert not LayoutRank("r", (4, 1), order, 1.07, 0.05).ok  # fourth, 7 % slower
+    assert LayoutRank("r", (4, 1), order, 1.04, 0.05).ok  # fourth, but a tie
+    assert LayoutRank("r", (8, 1), order, float("inf"), 0.05).rank is None
+
+
+def test_layout_ranks_plan_each_megatron_row_with_its_software():
+    from perfkit.plan import layout_ranks
+
+    runs = megatron_runs()
+    ranks = layout_ranks(compare(runs[-3:], fit_count=1))  # the three largest: seconds
+    assert [r.published for r in ranks] == [(8, 16), (8, 35), (8, 64)]
+    assert all(r.ranked and r.rank is not None for r in ranks)
+    with pytest.raises(ValueError, match="no rows"):
+        layout_ranks(compare(runs[-1:], fit_count=1), "h100")
