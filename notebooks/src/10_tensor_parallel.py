@@ -1,0 +1,333 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · Tensor and sequence parallelism: splitting the model itself
+#
+# Every parallelism so far (DDP, ZeRO 1-3) gives each process the whole computation of a
+# layer. When one layer's matmuls are too slow or too big for one device, the layer itself
+# has to be split. **Tensor parallelism** (Megatron-LM, Shoeybi et al. 2019) splits each
+# transformer block over `t` processes:
+#
+# | layer | split | each process holds | communication |
+# |---|---|---|---|
+# | `q`, `k`, `v` (attention) | column-parallel: by heads | `n_head / t` heads | f before it |
+# | attention `proj` | row-parallel: by input features | its heads' columns | g after it |
+# | MLP `fc` (C to 4C) | column-parallel | `4C / t` hidden units | f before it |
+# | MLP `proj` (4C to C) | row-parallel | their columns | g after it |
+# | embedding, LM head, loss | by vocabulary | `V / t` rows | sums of `B x T` numbers |
+#
+# Two conjugate operators carry all the communication. **f** is the identity forward and an
+# all-reduce of the input gradient backward (each process computed only its heads' share of
+# it); **g** is an all-reduce forward (each process holds a partial sum of the output) and the
+# identity backward. A block is `f, column, local work, row, g` twice: **two all-reduces of
+# `B x T x C` values forward and two backward.** The loss is computed without ever
+# gathering the `(B, T, V)` logits: the maximum, the sum of exponentials and the target's
+# logit are all-reduced, `B x T` numbers each.
+#
+# **Sequence parallelism** (Korthikanti et al. 2022) goes after what TP leaves replicated:
+# LayerNorm, dropout and the residual adds run on every process on the whole `(B, T, C)`
+# activation. SP splits those regions along the sequence: f becomes an all-gather along `T`
+# (reduce-scatter backward) and g a reduce-scatter (all-gather backward). An all-reduce is a
+# reduce-scatter followed by an all-gather, so the bytes on the wire stay the same while
+# those regions' activations shrink `t` times.
+#
+# This notebook runs `perfkit.parallel.parallelize_gpt` on 2 processes and checks it
+# against the unsplit model, against PyTorch's own tensor parallelism (DTensor's
+# `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`), counts what it sends and what
+# SP saves, and asks at which width splitting a block starts to pay.
+
+# %% tags=["parameters"]
+import os
+
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+
+# %%
+MODEL = dict(vocab_size=64, block_size=16, n_embd=32, n_layer=2, n_head=4)  # equality, bytes
+BATCH, STEPS, T_DEGREE = 4, 5, 2          # sequences per step, training steps, processes
+TIMED = dict(n_embd=128 if QUICK else 256, n_head=4, n_layer=2, block_size=64, vocab_size=512)
+REPEAT = 6 if QUICK else 20               # timed steps per implementation (interleaved)
+WIDTHS = [128, 512] if QUICK else [128, 256, 512, 1024]   # block widths timed in section 5
+SIZES = [2**p for p in range(10, 21, 2)] if QUICK else [2**p for p in range(10, 25, 2)]  # bytes
+
+# %% [markdown]
+# One torchrun job on 2 processes runs every experiment (`perfkit.jobs.tensor_parallel`);
+# it starts now, in a background thread, and is collected in section 1.
+
+# %%
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from perfkit import dist
+
+CONFIG = {"model": MODEL, "batch": BATCH, "steps": STEPS, "equality": {}, "dropout": {},
+          "traffic": {}, "dtensor": {}, "memory": {},
+          "allreduce": {"sizes": SIZES, "repeat": 3 if QUICK else 5},
+          "speedup": {"widths": WIDTHS, "batch": 4, "seq": 64, "repeat": 3 if QUICK else 7},
+          "timing": {"repeat": REPEAT, "batch": 8, "model": TIMED}}
+job = ThreadPoolExecutor(max_workers=1).submit(
+    dist.launch, "perfkit.jobs.tensor_parallel", T_DEGREE, ["--config", json.dumps(CONFIG)],
+    timeout_s=900)
+
+# %%
+from IPython.display import Markdown, display
+
+from perfkit import hw, stats, viz
+from perfkit.comm import AlphaBeta, Traffic, fit_alpha_beta
+from perfkit.parallel import (
+    GPTConfig,
+    block_flops,
+    crossover_width,
+    region_activation_bytes,
+    tp_block_cost,
+    tp_traffic,
+)
+from perfkit.verdict import Prediction
+
+limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
+cfg = GPTConfig(**MODEL)
+print(f"{limits.name}; the model: {cfg}")
+
+# %% [markdown]
+# ## 1. What tensor parallelism must send
+#
+# **Question.** How many bytes does one training step of the split GPT move, and how much of
+# it comes from the blocks?
+#
+# **Prediction.** Per block, 4 payloads of `B x T x C` values: 2 all-reduces forward (one g
+# after attention, one after the MLP) and 2 backward (the two f). The embedding adds one
+# all-reduce forward, the head's f one backward, the loss three all-reduces of `B x T` fp32
+# numbers (maximum, sum of exponentials, target logit). A ring all-reduce of `S` bytes makes
+# each process send `2 (t - 1) / t x S`. With sequence parallelism each all-reduce becomes an
+# all-gather plus a reduce-scatter of the same buffer, `(t - 1) / t x S` each, and one
+# all-reduce after backward sums the gradients of the parameters used on a slice of the
+# sequence (LayerNorms, row-parallel biases, positions). `perfkit.parallel.tp_traffic` is
+# that count; for this notebook's model it is:
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+for sp in (False, True):
+    step = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, sequence_parallel=sp)
+    block = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, sequence_parallel=sp, blocks_only=True)
+    print(f"{'TP+SP' if sp else 'TP   '}: per step {step.calls}, per block {block.calls}, "
+          f"sent per process per block {sum(block.sent_bytes(T_DEGREE).values()):,.0f} B")
+
+# %%
+block_model = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, blocks_only=True)
+p_bytes = Prediction("bytes one process sends per block, forward and backward",
+                     "4 all-reduces of B x T x C fp32, each 2 (t - 1) / t of its buffer (ring)",
+                     value=sum(block_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B")
+sp_model = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, True, blocks_only=True)
+p_sp_bytes = Prediction("bytes one process sends per block under sequence parallelism",
+                        "4 all-gathers + 4 reduce-scatters of B x T x C, (t - 1) / t each",
+                        value=sum(sp_model.sent_bytes(T_DEGREE).values()), rel_tol=0.0, unit=" B")
+
+# %% [markdown]
+# **Measurement.** `perfkit.comm.count_traffic` wraps every `torch.distributed` collective
+# while one block runs forward and backward on each process, and again around a whole step.
+# The table sets the count beside the model's; the verdicts hold only on the exact byte.
+
+# %%
+res = job.result()
+r0 = res[0]
+t = {k: {part: Traffic(*v[:2]) for part, v in r0["traffic"][k].items()} for k in ("tp", "sp")}
+display(Markdown(viz.traffic_table(t["tp"]["step"], t["tp"]["model"], T_DEGREE)))
+
+# %%
+display(Markdown(viz.traffic_table(t["sp"]["step"], t["sp"]["model"], T_DEGREE)))
+
+# %%
+viz.verdict(p_bytes, sum(t["tp"]["block"].sent_bytes(T_DEGREE).values()))
+viz.verdict(p_sp_bytes, sum(t["sp"]["block"].sent_bytes(T_DEGREE).values()))
+
+# %% [markdown]
+# ## 2. The split model is the unsplit model
+#
+# **Question.** Does training the split model give the unsplit model's parameters?
+#
+# **Prediction.** Each process builds the same GPT from the same seed and keeps its slices
+# (`ColumnParallelLinear.from_linear`, `RowParallelLinear.from_linear`, ...), so the split
+# model computes the same function. What differs is only the order of floating-point sums (a
+# matmul split in two partial sums, then added): after 5 SGD steps with momentum in fp32,
+# per parameter `max |p - p_ref| / max |p_ref| <= 1e-5`, for TP and for TP+SP. AdamW's loss
+# curves agree within 1e-5 (Adam's update divides by the gradient's size, so its parameters
+# are compared by their loss, not element by element). The key biases are left out of the
+# ratio: softmax ignores a shift shared by every key, so their gradient is zero in exact
+# arithmetic and their values are rounding noise near zero.
+
+# %%
+eq = r0["equality"]
+p_equal = Prediction("largest per-parameter relative difference after 5 SGD steps, TP and TP+SP",
+                     "the same function, summed in another order (fp32)", high=1e-5,
+                     physical=(0, None))
+p_adam = Prediction("largest difference of the AdamW loss curves, TP and TP+SP",
+                    "the same function, summed in another order (fp32)", high=1e-5,
+                    physical=(0, None))
+for key in ("tp", "sp"):
+    print(f"{key}: worst parameter {eq[key]['worst']}, relative difference {eq[key]['rel']:.1e}; "
+          f"AdamW losses differ by at most {eq[key]['loss_diff']:.1e}")
+
+# %%
+viz.verdict(p_equal, max(eq["tp"]["rel"], eq["sp"]["rel"]))
+viz.verdict(p_adam, max(eq["tp"]["loss_diff"], eq["sp"]["loss_diff"]))
+
+# %% [markdown]
+# **Dropout.** A replicated region (TP's residual dropouts) must draw the same mask on every
+# process, the mask the unsplit model draws; a split region (attention's heads, SP's sequence
+# slices) must draw independent masks, or the heads on different processes would be dropped
+# together. `perfkit.parallel.RNGTracker` keeps a second random stream per process (seeded
+# `seed + 2718 + rank`, as Megatron's tracker) that split regions fork into, leaving the
+# default stream where it was. **Prediction:** with dropout 0.1 on the replicated regions the
+# split model trains exactly as the unsplit one (relative difference <= 1e-5).
+
+# %%
+dr = r0["dropout"]
+p_dropout = Prediction("relative difference with dropout on in the replicated regions",
+                       "replicated regions draw the unsplit model's masks", high=1e-5,
+                       physical=(0, None))
+print(f"split-region masks differ across processes: {dr['split_masks_differ']}; replicated "
+      f"ones equal: {dr['replicated_masks_equal']}; the fork leaves the default stream: "
+      f"{dr['fork_keeps_default_stream']}; residual masks differ under SP: "
+      f"{dr['sp']['residual_masks_differ']}")
+viz.verdict(p_dropout, dr["replicated_rel"])
+
+# %% [markdown]
+# ## 3. Against PyTorch's tensor parallelism
+#
+# PyTorch's DTensor splits the same GPT with a plan (`perfkit.jobs.tp_dtensor.dtensor_plan`):
+# `ColwiseParallel` for `q`, `k`, `v`, `fc` and the head, `RowwiseParallel` for the
+# projections and the embedding, `SequenceParallel` for the LayerNorms under SP, and
+# `loss_parallel` for the vocabulary-parallel loss. `torch.distributed.tensor.debug.CommDebugMode`
+# counts the collectives of one step of each implementation (DTensor's functional
+# collectives and perfkit's `torch.distributed` calls alike).
+#
+# **Prediction.** The same parameters after 5 steps (<= 1e-5) and, without SP, the same
+# collectives: 4 all-reduces per block, one for the embedding, one for the head, three for
+# the loss. perfkit's step takes at most as long as DTensor's (`<= 1.0x`): the same
+# collectives and matmuls, without DTensor's per-operator dispatch.
+
+# %%
+dt = r0["dtensor"]
+for key in ("tp", "sp"):
+    print(f"{key}: DTensor vs unsplit {dt[key]['rel']:.1e}; collectives of one step: "
+          f"DTensor {dt[key]['counts']['dtensor']}, perfkit {dt[key]['counts']['perfkit']}")
+viz.verdict(Prediction("largest relative difference, DTensor TP and SP against the unsplit model",
+                       "the same function, summed in another order (fp32)", high=1e-5,
+                       physical=(0, None)), max(dt["tp"]["rel"], dt["sp"]["rel"]))
+
+# %% [markdown]
+# Under SP the two differ in two places, both visible in the counts: DTensor all-reduces the
+# embedding's output and then keeps its sequence slice (perfkit reduce-scatters it: one
+# reduce-scatter more, one all-reduce less), and DTensor leaves the LayerNorm gradients as
+# `Partial` sums that its optimizer all-reduces one parameter at a time when it reads them
+# (perfkit sums them in one all-reduce after backward).
+
+# %%
+tm = r0["timing"]
+ratio = stats.median_ratio(tm["perfkit_s"], tm["dtensor_s"])
+print(f"step of the {TIMED['n_embd']}-wide GPT: perfkit {stats.median(tm['perfkit_s']) * 1e3:.1f} ms, "
+      f"DTensor {stats.median(tm['dtensor_s']) * 1e3:.1f} ms; ratio {ratio}")
+viz.verdict(Prediction("perfkit's TP step time over DTensor's", "same collectives and matmuls",
+                       high=1.0, unit="x", physical=(0, None)), ratio)
+
+# %% [markdown]
+# ## 4. Sequence parallelism's activation memory
+#
+# **Question.** How much of a block's saved activations does SP remove?
+#
+# **Prediction.** Each LayerNorm saves its `(B, T, C)` input and an fp32 mean and inverse
+# deviation per token; each residual dropout its mask (PyTorch's CPU dropout keeps a mask of
+# the input's dtype, its fused CUDA kernel a bool one). Under TP every process holds all of
+# it; under SP a `1/t` slice (`perfkit.parallel.region_activation_bytes`). Everything else a
+# block saves (the gathered input of `q`, `k`, `v`, attention, the MLP's hidden layer) is the
+# same under both, so the whole block shrinks by `(1 - 1/t)` of those regions' bytes, exactly.
+# **Measurement:** `perfkit.memory.SavedTensorMeter` counts the bytes autograd keeps, around
+# each LayerNorm and dropout module and around the whole block, dropout 0.1.
+
+# %%
+mem = r0["memory"]
+regions_tp = region_activation_bytes(BATCH, cfg.block_size, cfg.n_embd, T_DEGREE)
+regions_sp = region_activation_bytes(BATCH, cfg.block_size, cfg.n_embd, T_DEGREE,
+                                     sequence_parallel=True)
+print(f"LayerNorm + dropout regions: TP {mem['tp']['regions']:,} B (model {regions_tp:,}), "
+      f"SP {mem['sp']['regions']:,} B (model {regions_sp:,}); whole block: TP "
+      f"{mem['tp']['block']:,} B, SP {mem['sp']['block']:,} B")
+viz.verdict(Prediction("bytes the LayerNorm and dropout regions save under SP, per process",
+                       "TP's regions divided by t", value=regions_sp, rel_tol=0.0, unit=" B"),
+            mem["sp"]["regions"])
+viz.verdict(Prediction("bytes one block saves under SP, per process",
+                       "TP's block less (1 - 1/t) of its regions",
+                       value=mem["tp"]["block"] - regions_tp * (1 - 1 / T_DEGREE), rel_tol=0.0,
+                       unit=" B"), mem["sp"]["block"])
+
+# %% [markdown]
+# ## 5. When does splitting a block pay?
+#
+# A block's matmuls do `72 N C^2 + 12 N T C` FLOPs forward and backward (`N = B x T`
+# tokens), split `t` ways; TP adds 4 all-reduces of `N x C` values, whose ring time follows
+# the alpha-beta model of notebook 02: `2 (t - 1)` steps of `alpha + N C / t / bandwidth`.
+# Compute grows as `C^2` and communication as `C`, so the split block,
+# `compute / t + comm` (nothing overlapped), beats the unsplit one above a crossover width.
+#
+# **Prediction.** From the unsplit block's measured time and the all-reduce fit measured in
+# this job, the split block's speedup at each width is `compute / (compute / t + comm)`;
+# at the widest block it holds within 30% (the fit's own error and the 2 processes sharing
+# the machine's cores set the tolerance).
+
+# %%
+sweep = r0["allreduce"]
+fit = fit_alpha_beta([p["nbytes"] for p in sweep], [p["time_s"] for p in sweep])
+link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)   # one ring step of a 2-process all-reduce
+speed = r0["speedup"]
+predicted = {}
+for w in WIDTHS:
+    compute = stats.median(speed[str(w)]["unsplit_s"])
+    comm = tp_block_cost(w, T_DEGREE, 4 * 64, 64, 1.0, link).comm_s
+    predicted[w] = compute / (compute / T_DEGREE + comm)
+    print(f"C = {w:5d}: predicted speedup {predicted[w]:.2f}x, measured "
+          f"{stats.median_ratio(speed[str(w)]['unsplit_s'], speed[str(w)]['split_s'])}")
+print(f"all-reduce fit: alpha {viz.si(fit.alpha_s, 's')}, bandwidth {viz.si(fit.bandwidth, 'B/s')}")
+
+# %%
+w = WIDTHS[-1]
+measured = stats.median_ratio(speed[str(w)]["unsplit_s"], speed[str(w)]["split_s"])
+viz.verdict(Prediction(f"speedup of the split {w}-wide block on {T_DEGREE} processes",
+                       "measured compute / t + 4 ring all-reduces (alpha-beta fit)",
+                       value=predicted[w], rel_tol=0.3, unit="x", physical=(0, None)), measured)
+
+# %% [markdown]
+# **The crossover.** The widget below uses the fp32 matmul ceiling notebook 00 measured
+# (`perfkit.hw.cached_limits`), shared by this machine's cores (one per process), and the
+# all-reduce fit: move the degree, the tokens per step and the network's bandwidth (a multiple
+# of the loopback measured here; NVLink is about 1000x it, Ethernet between nodes 1-10x). Below
+# the red line splitting a block costs time; above it, it saves time, but never the full `t`
+# while communication is not overlapped with compute.
+
+# %%
+per_core = limits.peak_flops("float32") / (os.cpu_count() or 1)
+achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])
+cross = crossover_width(T_DEGREE, 4 * 64, 64, per_core, link)
+print(f"fp32 ceiling per core {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
+      f"{viz.si(achieved, 'FLOP/s')} ({achieved / per_core:.0%}); crossover at 256 tokens: "
+      + ("none below 1M" if cross is None else f"C = {cross:,.0f}"))
+fig = viz.plot_tp_crossover(per_core, link, T_DEGREE, tokens=4 * 64, seq=64,
+                            measured=(float(w), measured.value))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+viz.build_widget(viz.tp_widget(per_core, link, seq=64))
+
+# %%
+viz.show_headlines({
+    "TP / SP vs unsplit (max rel. diff.)": f"{eq['tp']['rel']:.1e} / {eq['sp']['rel']:.1e}",
+    "TP bytes per block (counted / model)":
+        f"{sum(t['tp']['block'].sent_bytes(T_DEGREE).values()):,.0f} / {p_bytes.value:,.0f} B",
+    "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
+    "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
+    f"split {w}-wide block speedup": f"{measured.value:.2f}x",
+})
