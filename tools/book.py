@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "build" / "site"), help="site folder")
     ap.add_argument("--serve", type=int, metavar="PORT", help="then serve the site on this port")
     args = ap.parse_args(argv)
+    print(f"book: building {args.out} from {args.notebooks} (Sphinx, warnings are errors)", flush=True)
     try:
         result = build_book(Path(args.out), Path(args.notebooks), sources=Path(args.sources))
     except (FileNotFoundError, ValueError, BookError) as e:
