@@ -33,14 +33,12 @@ from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
     compare,
-    fit_step_efficiency,
+    course_predictions,
     foundry_runs,
     layout_ranks,
     local_cluster,
     local_link,
     megatron_runs,
-    memory_per_gpu,
-    step_time,
     tiny_gpt2_spec,
 )
 
@@ -68,29 +66,24 @@ def local(steps: int) -> dict:
     spec = tiny_gpt2_spec(**kw)
     res = zero_compare(list(COURSE_LAYOUTS), nproc=2, batch=BATCH, steps=steps, model=kw, rss=False)
     cluster = local_cluster(hw.cached_limits(), local_link(), processes=2)
-    gb = 2 * BATCH
-    lays = {k: lay.__class__(**{**vars(lay), "micro_batch": BATCH}) for k, lay in COURSE_LAYOUTS.items()}
-    eff = fit_step_efficiency(spec, lays["ddp_adamw"], cluster, gb, res.variants["ddp_adamw"].step_s)
-    fitted = cluster.with_efficiency(eff)
+    pred = course_predictions(cluster, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
     acts = measured_activation_bytes(kw)
     per_op = gpt2_saved_activation_bytes(BATCH, kw["block_size"], kw["n_embd"], kw["n_layer"],
                                          kw["n_head"], kw["vocab_size"], "sdpa", 4).total
-    out: dict = {"efficiency_fitted_on": "ddp_adamw", "efficiency": eff,
+    out: dict = {"efficiency_fitted_on": pred.fitted_on, "efficiency": pred.efficiency,
                  "link": {"alpha_s": cluster.intra.alpha_s, "bandwidth": cluster.intra.bandwidth},
                  "activations": {"measured_bytes": acts, "perfkit_memory_per_op_bytes": per_op,
-                                 "planner_korthikanti_bytes": None}, "layouts": {}}
-    for name, lay in lays.items():
-        v = res.variants[name]
-        pred = step_time(spec, lay, fitted, gb, "fp32_adam", 4.0)
-        mem = memory_per_gpu(spec, lay, gb, "fp32_adam")
+                                 "planner_korthikanti_bytes": pred.memory["ddp_adamw"].activations},
+                 "layouts": {}}
+    for name in COURSE_LAYOUTS:
+        v, t, mem = res.variants[name], pred.times[name], pred.memory[name]
         measured_states = sum(v.model_states.values())
-        out["activations"]["planner_korthikanti_bytes"] = mem.activations
-        ratio = stats.median_interval(list(v.step_times_s)).inverse().scaled(pred.total_s)
+        ratio = stats.median_interval(list(v.step_times_s)).inverse().scaled(t.total_s)
         out["layouts"][name] = {
-            "measured_step_ms": v.step_s * 1e3, "predicted_step_ms": pred.total_s * 1e3,
-            "predicted_over_measured": pred.total_s / v.step_s,
+            "measured_step_ms": v.step_s * 1e3, "predicted_step_ms": t.total_s * 1e3,
+            "predicted_over_measured": t.total_s / v.step_s,
             "predicted_over_measured_90ci": [ratio.low, ratio.high],
-            "terms_ms": {k: t * 1e3 for k, t in pred.terms.items() if t},
+            "terms_ms": {k: x * 1e3 for k, x in t.terms.items() if x},
             "model_states_measured": measured_states, "model_states_predicted": mem.model_states,
             "tensor_memory_predicted_over_measured":
                 (mem.model_states + per_op) / (measured_states + acts),

@@ -37,6 +37,8 @@ from perfkit.plan.layout import (
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_SIZES,
+    CoursePredictions,
+    course_predictions,
     fit_step_efficiency,
     link_cache_path,
     local_link,
@@ -95,6 +97,8 @@ __all__ = [
     "Cluster",
     "compare",
     "Comparison",
+    "course_predictions",
+    "CoursePredictions",
     "COURSE_LAYOUTS",
     "enumerate_layouts",
     "fit_efficiency",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfkit import dist
@@ -27,11 +28,12 @@ from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
+from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
-from perfkit.plan.step_time import step_time
+from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "fit_step_efficiency", "link_cache_path", "local_link",
-           "tiny_gpt2_spec"]
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
+           "fit_step_efficiency", "link_cache_path", "local_link", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -130,3 +132,47 @@ def fit_step_efficiency(model: ModelSpec, layout: Layout, cluster: Cluster, glob
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if predicted(mid) > measured_s else (lo, mid)
     return (lo * hi) ** 0.5
+
+
+@dataclass(frozen=True)
+class CoursePredictions:
+    """The planner's step time and memory of each course layout, one efficiency fitted on one."""
+
+    efficiency: float
+    fitted_on: str
+    layouts: dict[str, Layout]
+    times: dict[str, StepTime]
+    memory: dict[str, MemoryBreakdown]
+
+
+def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "ddp_adamw",
+                       batch: int = 8, model: ModelSpec | None = None,
+                       layouts: dict[str, Layout] | None = None) -> CoursePredictions:
+    """Fit the efficiency on ``fitted_on``'s measured step, then predict every layout.
+
+    Args:
+        cluster: this machine (:func:`perfkit.plan.cluster.local_cluster`).
+        measured_s: the measured step of ``fitted_on``, s (> 0).
+        fitted_on: a key of ``layouts``.
+        batch: sequences per process, one micro-batch per step (zero_bench's ``batch``).
+        model: the model (default :func:`tiny_gpt2_spec`).
+        layouts: name -> layout (default :data:`COURSE_LAYOUTS`).
+
+    Returns:
+        A :class:`CoursePredictions` (fp32 Adam states, fp32 gradients).
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind, an unknown ``fitted_on``.
+    """
+    model = model or tiny_gpt2_spec()
+    lays = {k: replace(v, micro_batch=check_int("batch", batch, 1))
+            for k, v in (layouts or COURSE_LAYOUTS).items()}
+    if fitted_on not in lays:
+        raise ValueError(f"fitted_on must be one of {sorted(lays)}, got {fitted_on!r}")
+    gb = {k: lay.dp * batch for k, lay in lays.items()}
+    eff = fit_step_efficiency(model, lays[fitted_on], cluster, gb[fitted_on], measured_s)
+    c = cluster.with_efficiency(eff)
+    return CoursePredictions(
+        eff, fitted_on, lays,
+        {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()},
+        {k: memory_per_gpu(model, lay, gb[k], "fp32_adam") for k, lay in lays.items()})

@@ -19,13 +19,14 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from perfkit import stats
 from perfkit.plan.cluster import named_cluster
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.published import Comparison
 from perfkit.plan.search import Plan, plan
 from perfkit.viz.core import Choice, WidgetSpec, tidy
 
-__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published"]
+__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "published_table"]
 
 # Llama-style shapes by size (SwiGLU, 8 key/value heads, 128-wide heads): illustrations for
 # the widget, not any released model's configuration
@@ -125,6 +126,27 @@ def plot_published(cmp: Comparison) -> Figure:
     fig.tight_layout()
     fig.subplots_adjust(wspace=0.3)
     return tidy(fig)
+
+
+def published_table(cmp: Comparison) -> str:
+    """A Markdown table: per source table, rows, fitted efficiency, the planner's and the
+    constant-MFU baseline's median and largest |error| over the held-out rows.
+
+    Raises:
+        TypeError: if ``cmp`` is not a :class:`perfkit.plan.Comparison`.
+    """
+    if not isinstance(cmp, Comparison):
+        raise TypeError(f"cmp must be a perfkit.plan.Comparison, got {type(cmp).__name__}")
+    lines = ["| table | rows (fitted) | efficiency | planner median / max | baseline median / max |",
+             "|---|---|---|---|---|"]
+    for t, eff in cmp.efficiency.items():
+        rows = [r for r in cmp.rows if r.run.table == t]
+        held = sorted(abs(r.error) for r in rows if not r.fitted)
+        base = sorted(abs(r.baseline_error) for r in rows if not r.fitted)
+        lines.append(f"| {t} | {len(rows)} ({len(rows) - len(held)}) | {eff:.2f} | "
+                     f"{stats.median(held):.1%} / {held[-1]:.1%} | "
+                     f"{stats.median(base):.1%} / {base[-1]:.1%} |")
+    return "\n".join(lines)
 
 
 def plan_view(size: str = "8B", gpus: int = 64, network_gbps: float = 400.0,

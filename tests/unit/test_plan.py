@@ -277,3 +277,16 @@ def test_search_prefers_no_pipeline_when_the_model_fits():
     best = p.best[0].layout
     assert (best.tp, best.pp) == (1, 1) and best.dp == 8
     assert math.isfinite(p.best[0].time.total_s)
+
+
+def test_course_predictions_fit_one_layout_and_predict_the_rest():
+    from perfkit.plan import course_predictions
+
+    lim = MachineLimits("cpu", "test", {"float32": 2e11}, 3e10)
+    c = local_cluster(lim, AlphaBeta(1e-4, 1e9), processes=2, memory_bytes=1e9)
+    p = course_predictions(c, 0.05)
+    assert p.times["ddp_adamw"].total_s == pytest.approx(0.05, rel=1e-6)  # the fitted one
+    assert p.times["zero3"].total_s > p.times["zero2"].total_s  # per-block gathers
+    assert p.memory["zero3"].model_states < p.memory["zero1"].model_states
+    with pytest.raises(ValueError, match="fitted_on"):
+        course_predictions(c, 0.05, fitted_on="tp2")
