@@ -216,12 +216,31 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
     held: dict[tuple[int, int], list] = {}   # (stage, mb) -> [input, output, bytes, grad]
     rec, now = StepRecord(), 0
 
+    def needs(a: Action) -> tuple[str, int, int, int] | None:
+        """The message ``a`` receives from another rank: (kind, key stage, mb, from stage)."""
+        if a.kind == "F" and a.stage > 0 and schedule.rank_of(a.stage - 1) != me:
+            return ("act", a.stage - 1, a.mb, a.stage - 1)
+        if a.kind in ("B", "I") and a.stage < last and schedule.rank_of(a.stage + 1) != me:
+            return ("grad", a.stage, a.mb, a.stage + 1)
+        return None
+
+    def prepost(i: int) -> None:
+        """Post the receive of the next action that needs one, so that its transfer overlaps
+        this action's compute (one buffer ahead, not m: 1F1B's memory bound still holds)."""
+        for b in actions[i:]:
+            msg = needs(b)
+            if msg is not None:
+                if msg[:3] not in pending:
+                    kind, stage, mb, peer = msg
+                    buf = torch.empty(shape, dtype=act_dtype)
+                    pending[msg[:3]] = (buf, dist.irecv(buf, src=ranks[schedule.rank_of(peer)],
+                                                        group=group, tag=_tag(kind, stage, mb, m)))
+                return
+
     def fetch(kind: str, stage: int, mb: int, peer_stage: int, a: Action) -> torch.Tensor:
         if schedule.rank_of(peer_stage) == me:
             return local.pop((kind, stage, mb))
-        buf = torch.empty(shape, dtype=act_dtype)
-        work = dist.irecv(buf, src=ranks[schedule.rank_of(peer_stage)], group=group,
-                          tag=_tag(kind, stage, mb, m))
+        buf, work = pending.pop((kind, stage, mb))
         try:
             work.wait(timeout)
         except RuntimeError as e:
@@ -237,8 +256,12 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             sends.append(dist.isend(t, dst=ranks[schedule.rank_of(peer_stage)], group=group,
                                     tag=_tag(kind, stage, mb, m)))
 
-    for a in schedule.ranks[me]:
+    actions = schedule.ranks[me]
+    pending: dict[tuple[str, int, int], tuple[torch.Tensor, dist.Work]] = {}
+    for i, a in enumerate(actions):
         s, j = a.stage, a.mb
+        prepost(i)       # this action's receive, if not posted yet
+        prepost(i + 1)   # and the next one's, to arrive while this one computes
         if a.kind == "F":
             x = inputs[j] if s == 0 else fetch("act", s - 1, j, s - 1, a).requires_grad_()
             t0 = time.perf_counter()
