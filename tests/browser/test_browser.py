@@ -120,3 +120,32 @@ def test_book_in_chromium(page: Any, screenshots: Path) -> None:
         page.wait_for_timeout(300)  # the theme's scroll-spy updates the in-page contents
         page.screenshot(path=str(screenshots / "site-page.png"))
     assert not elsewhere, f"the site fetched from another host (it must work offline): {elsewhere[:5]}"
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(180)
+def test_book_renders_math_offline(page: Any, tmp_path: Path) -> None:
+    """A formula in a lecture's prose is typeset by the MathJax the site serves itself (no
+    lecture has one yet, so a one-lecture book is built here)."""
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    from tools.book import build_book
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "syllabus.md").write_text("| # | m | n | l | t | s |\n|---|---|---|---|---|---|\n"
+                                          "| 00 | Math | `00_math` | - | 1 min | ready |\n")
+    (tmp_path / "README.md").write_text("## Working through the course\n\nRead.\n")
+    nb = new_notebook(cells=[new_markdown_cell("# 00 · Math\n\nThe time is $t = \\alpha + n\\beta$.")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nbformat.write(nb, tmp_path / "notebooks" / "00_math.ipynb")
+    build_book(tmp_path / "site", tmp_path / "run", tmp_path / "work", tmp_path / "notebooks",
+               tmp_path / "labs", tmp_path / "syllabus.md", tmp_path / "README.md")
+    with serve(tmp_path / "site") as base:
+        elsewhere: list[str] = []
+        page.route(lambda url: not url.startswith(base),
+                   lambda route: (elsewhere.append(route.request.url), route.abort()))
+        page.goto(base + "notebooks/00_math.html")
+        page.wait_for_selector("mjx-container", timeout=30_000)
+        assert "\\alpha" not in page.inner_text("article"), "the formula is still raw TeX"
+    assert not elsewhere, f"the page fetched from another host: {elsewhere}"
+
