@@ -455,8 +455,12 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # that too.
 #
 # **Prediction.** For the I/O-like load (a sleep), at least 70 % of the model's value. For the
-# load that holds the GIL, at most 30 %, and possibly below zero: the thread can only take
-# turns with the step, and each turn can cost the step more than it hides.
+# load that holds the GIL, the thread runs only while the step is inside code that released the
+# GIL (most PyTorch kernels do) or waits for it at a switch: it hides at most the share of the
+# step a busy Python thread manages to run beside it, measured below
+# (`perfkit.data.experiments.thread_share`; scaled by compute over the shorter part when the
+# load is the shorter one), and possibly below zero: each turn can cost the step more than it
+# hides.
 # The load here is the digits CNN's `DataLoader` plus a known delay per batch; the compute is
 # a real training step of the CNN.
 
@@ -475,6 +479,8 @@ def train_step(x, y):
 N = min(STEPS, len(cnn.loader))  # steps per timed loop: one pass at most
 t_step = timing.benchmark(lambda: train_step(x0, y0), warmup=3, repeat=10, device=DEVICE).median_s
 print(f"CNN step alone: {t_step * 1e3:.1f} ms; planted load: the DataLoader + {t_step * 1e3:.1f} ms per batch")
+beside = ex.thread_share(lambda: train_step(x0, y0), n=5)
+print(f"a busy Python thread ran {beside.value:.0%} of the step's time beside it ({beside.describe()})")
 
 
 # %%
@@ -500,14 +506,17 @@ io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"1 - t_load / (
              f"{(t_load + N * max(t_load, t_compute)) / N:.1f}: each batch's handoff needs the GIL, and the "
              "digits DataLoader inside the load runs Python that holds it."})
 viz.show_verdict(io_verdict)
-viz.verdict(Prediction("hidden fraction, GIL-holding load", "a thread cannot compute beside Python; it can "
-                       "slow the step (below 0)", high=0.3, physical=(None, 1.0)), hidden["spin"], explain={
+gil_bound = min(1.0, beside.high * t_compute / min(t_load, t_compute))  # the top of its interval
+viz.verdict(Prediction("hidden fraction, GIL-holding load", f"at most the share of the step a Python thread runs "
+                       f"beside ({beside.high:.0%} at its interval's top) x compute over the shorter part "
+                       f"({t_compute / min(t_load, t_compute):.2f}); below 0 if it slows the step", high=gil_bound,
+                       physical=(None, 1.0)), hidden["spin"], explain={
     "held": f"The prefetched loop took {ms['Prefetcher, spin load']:.1f} ms/step against the serial loop's "
             f"{ms['serial, spin load']:.1f}: " + ("the loader thread's turns with the GIL cost the step more than "
             "they hid." if ms['Prefetcher, spin load'] > ms['serial, spin load'] else "the thread ran only while "
             "the step had released the GIL."),
-    "above": f"The prefetched loop took {ms['Prefetcher, spin load']:.1f} ms/step against the serial loop's "
-             f"{ms['serial, spin load']:.1f}: much of this step runs inside kernels that release the GIL."})
+    "above": f"It hid more than the {beside.value:.0%} of the step a busy thread ran beside it, measured "
+             "before the loops: how much of the step ran with the GIL released changed between the two."})
 
 # %% [markdown]
 # **The model behind the two predictions.** For the load that **holds the GIL** the thread can

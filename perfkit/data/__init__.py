@@ -39,6 +39,7 @@ from perfkit.data.experiments import (
     padding_waste,
     prefetch_loops,
     rate_ratio,
+    thread_share,
     wait_share,
 )
 from perfkit.data.loader import (
@@ -84,6 +85,7 @@ __all__ = [
     "SlowDataset",
     "spend",
     "TextChunks",
+    "thread_share",
     "wait_share",
     "write_shards",
 ]

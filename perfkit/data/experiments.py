@@ -17,6 +17,8 @@ Usage::
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +36,7 @@ from perfkit.stats import Estimate, bootstrap
 
 __all__ = ["MonitoredRun", "PaddingRecord", "hidden_fraction", "hidden_fraction_estimate",
            "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops", "rate_ratio",
-           "wait_share"]
+           "thread_share", "wait_share"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -227,6 +229,51 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -
         return hidden_fraction({k: float(np.median(c)) for k, c in zip(names, cols, strict=True)}, kind)
 
     return bootstrap(stat, [rounds[k] for k in names], paired=True, what="rounds")
+
+
+def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
+    """The share of ``n`` calls of ``step`` during which a Python thread that never gives up
+    the GIL by itself (a busy loop) makes progress, against its rate with the main thread
+    asleep: the most a GIL-holding load in a prefetch thread can run beside the step.
+
+    The thread runs only while the step is inside code that released the GIL (most PyTorch
+    kernels) or while the step waits for the GIL at a switch, and only on a core the step's
+    own threads leave it; a load that holds the GIL can hide no more of itself than that.
+
+    Returns:
+        The median share over ``repeat`` rounds, with its bootstrap interval.
+
+    Raises:
+        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
+            ``repeat`` below 2.
+    """
+    if not callable(step):
+        raise TypeError(f"step must be a callable taking no argument, got {type(step).__name__}")
+    check_int("n", n, 1)
+    check_int("repeat", repeat, 2)
+    count, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    shares, took = [], 0.05  # s: the first round's idle window
+    try:
+        for _ in range(repeat):
+            c0, t0 = count[0], time.perf_counter()
+            time.sleep(max(took, 0.05))  # the main thread idle: the thread's own rate
+            rate = (count[0] - c0) / (time.perf_counter() - t0)
+            c0, t0 = count[0], time.perf_counter()
+            for _ in range(n):
+                step()
+            took = time.perf_counter() - t0
+            shares.append((count[0] - c0) / (rate * took))
+    finally:
+        stop.set()
+        worker.join()
+    return stats.median_interval(shares)
 
 
 # --- padding --------------------------------------------------------------------------------

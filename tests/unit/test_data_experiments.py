@@ -104,3 +104,21 @@ def test_sweep_lines_one_line_per_setting():
         sweep_lines(["a"], [r, r], [r, r], batch_size=8)
     with pytest.raises(ValueError, match="batch_size"):
         sweep_lines(["a"], [r], [r], batch_size=0)
+
+
+def test_thread_share_tells_a_step_that_releases_the_gil_from_one_that_holds_it():
+    import time
+
+    def python_step():  # pure Python for 3 ms: the thread runs only at the GIL's forced switches
+        end = time.perf_counter() + 3e-3
+        while time.perf_counter() < end:
+            pass
+
+    free = ex.thread_share(lambda: time.sleep(3e-3), n=5, repeat=5)
+    held = ex.thread_share(python_step, n=5, repeat=5)
+    assert free.low <= free.value <= free.high and free.value > 0.75
+    assert held.value < 0.7 and held.value < free.value
+    with pytest.raises(TypeError, match="step"):
+        ex.thread_share(3, n=5)
+    with pytest.raises(ValueError, match="repeat"):
+        ex.thread_share(python_step, n=5, repeat=1)
