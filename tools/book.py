@@ -136,7 +136,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def lecture_order(modules: list[Module], stems: set[str]) -> list[Module]:
-    """The syllabus's modules, then notebooks it does not list (by number), e.g. a new one."""
+    """The syllabus's modules and the notebooks it does not list yet (a new one), by number."""
     listed = {m.notebook for m in modules}
     extra = [Module(s[:2], s[3:].replace("_", " "), s, "-", "-") for s in sorted(stems - listed)]
     return sorted([*modules, *extra], key=lambda m: (m.number, m.notebook not in listed))
