@@ -116,19 +116,19 @@ def attention_forward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
         q_start, k_start: absolute position of the first query and key row.
 
     Returns:
-        ``O`` ``(..., Tq, D)`` and the log-sum-exp ``L`` ``(..., Tq)``, both in the
+        ``O`` ``(..., Tq, Dv)`` (``v``'s last dim) and the log-sum-exp ``L`` ``(..., Tq)``, both in the
         accumulation dtype (fp64 for fp64 inputs, else fp32). A row with every key masked
         gets ``O = 0`` and ``L = -inf``.
     """
     acc = _acc(q.dtype)
-    o = torch.zeros(q.shape, dtype=acc, device=q.device)
+    o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=acc, device=q.device)
     lse = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)
     pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)
     for i0, i1 in sorted({(p[0], p[1]) for p in pairs}):  # FA2: one query tile at a time
         qi = q[..., i0:i1, :].to(acc)
         m = torch.full(qi.shape[:-1], NEG_INF, dtype=acc, device=q.device)  # running max
         total = torch.zeros_like(m)  # running sum of exp(s - m)
-        oi = torch.zeros_like(qi)  # unnormalised output (..., bq, D)
+        oi = qi.new_zeros((*qi.shape[:-1], v.shape[-1]))  # unnormalised output (..., bq, Dv)
         for _, _, j0, j1, kind in (p for p in pairs if p[0] == i0):
             s = _scores(qi, k[..., j0:j1, :].to(acc), scale, kind, q_start + i0, k_start + j0)
             m_new = torch.maximum(m, s.amax(-1))
@@ -317,9 +317,15 @@ def flash_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: boo
         check_int(name, n, 1)
     check_tile(tile)
     bh = batch * heads
-    cells = sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1, _ in
-                tile_pairs(seq_len, seq_len, tile, causal))
-    tiles = len(tile_pairs(seq_len, seq_len, tile, causal))
+    n = -(-seq_len // tile)
+    cells, tiles = seq_len * seq_len, n * n
+    if causal:  # per query tile, the key tiles up to its last query (what tile_pairs keeps)
+        cells = tiles = 0
+        for i0 in range(0, seq_len, tile):
+            i1 = min(i0 + tile, seq_len)
+            kept = (i1 - 1) // tile + 1
+            tiles += kept
+            cells += (i1 - i0) * min(kept * tile, seq_len)
     full = seq_len * seq_len
     return AttentionFlops(4 * bh * cells * head_dim, 10 * bh * cells * head_dim,
                           4 * bh * full * head_dim, 8 * bh * full * head_dim, tiles)

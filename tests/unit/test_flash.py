@@ -117,6 +117,11 @@ def test_flop_counts_are_what_runs(causal):
     assert full.forward == full.eager_forward == 4 * 128 * 128 * 8
     assert full.recompute_ratio == pytest.approx(10 / 8)
     assert fl.flash_flops(1, 1, 128, 8, True, 16).forward == 4 * (8 * 9 // 2) * 16 * 16 * 8
+    for t, tile, c in ((1, 4, True), (37, 8, True), (64, 16, True), (100, 32, False)):
+        pairs = fl.tile_pairs(t, t, tile, c)  # the closed form counts the tiles that run
+        f = fl.flash_flops(1, 1, t, 1, c, tile)
+        assert f.tiles == len(pairs)
+        assert f.forward == 4 * sum((i1 - i0) * (j1 - j0) for i0, i1, j0, j1, _ in pairs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
