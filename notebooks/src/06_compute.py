@@ -510,13 +510,16 @@ V, VP = 1025, kernels.pad_to_multiple(1025, 64)
 xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the padded ids
 pad = compute.compare(ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=V), ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=VP),
                       repeat=REPEAT, threads=THREADS)
-print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ex.ratio_text(pad)} "
-      "(> 1x: padding is faster)" + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
+print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ex.ratio_text(pad)}: "
+      + ("padding is faster" if pad.low > 1 else "padding is slower" if pad.high < 1 else
+         "the interval holds 1x, no difference measured")
+      + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
 
 # %% [markdown]
 # Whether padding helps here is decided by the printed ratio and its interval: an interval that
 # holds 1 means the LM head's shape does not matter on this CPU at this size (the head is one
-# matmul among many); on a GPU, the same change is worth trying first.
+# matmul among many; section 5's sweep measured what an odd width costs one matmul alone); on a
+# GPU, the same change is worth trying first.
 
 # %% [markdown]
 # ## 6. MFU: how much of the machine does a training step use?

@@ -1,0 +1,299 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 13 · Planning at scale: the layout of a thousand-GPU run, chosen on a laptop
+#
+# Everything this course measured happened on one machine with two processes. The question
+# that comes later is asked about hardware nobody can try in advance: for this model, on this
+# many GPUs with this network, which combination of data (DP), tensor (TP), pipeline (PP) and
+# context (CP) parallelism, which ZeRO stage, which micro-batch and which recomputation; how
+# much memory per GPU, and what step time and MFU to expect.
+#
+# The course already owns every piece of the answer. `perfkit.plan` puts them together:
+#
+# * **compute** (module 00 and 06): FLOPs per token, `6 N + 12 L h s`, at an achievable share
+#   of the matmul peak, plus the memory-bound work around the matmuls at memory bandwidth;
+# * **memory** (04, 05): ZeRO's model-state formula per stage, and the activations one block
+#   keeps, term by term after Korthikanti et al. (2022), with tensor and sequence parallelism
+#   and selective or full recomputation, times the micro-batches a pipeline keeps in flight;
+# * **communication** (02): every collective a ring, each from the alpha-beta model of the
+#   link it crosses: NVLink inside a node, the network across nodes;
+# * **the pipeline** (11): the bubble, `(p - 1) / (v m)` of the ideal time.
+#
+# The planner enumerates layouts, rejects those that do not fit memory (saying why), and ranks
+# the rest by predicted step time. A model like this is only worth what its checks are worth:
+# first **here**, where it can be measured, then **against published runs** at scale, where
+# it cannot.
+
+# %% tags=["parameters"]
+import os
+
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+
+# %%
+NPROC, BATCH = 2, 8                       # processes, sequences per process and step
+STEPS, WARMUP = (4, 1) if QUICK else (20, 2)  # timed (interleaved rounds) / untimed steps
+MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)
+
+# %% [markdown]
+# The 2-process run of DDP and perfkit's ZeRO stages 1-3 (notebook 05's job) starts first, in a
+# background thread: each process takes seconds to import torch. It trains the tiny GPT-2 on
+# the same batches, the steps of the four layouts timed in alternation.
+
+# %%
+from concurrent.futures import ThreadPoolExecutor
+
+from perfkit.jobs.zero_bench import compare as zero_compare
+from perfkit.plan import COURSE_LAYOUTS
+
+pool = ThreadPoolExecutor(max_workers=1)
+job = pool.submit(zero_compare, list(COURSE_LAYOUTS), nproc=NPROC, batch=BATCH, steps=STEPS,
+                  warmup=WARMUP, model=MODEL, rss=False)
+
+# %% [markdown]
+# ## 1. What one block keeps, and what one token costs
+#
+# Korthikanti et al. count the bytes a GPT block keeps for backward, in 16-bit, for `b`
+# sequences of `s` tokens, width `h` and `a` heads: `34 s b h + 5 a s² b` without parallelism.
+# The `5 a s² b` are the attention scores (softmax, its dropout mask, its output): selective
+# recomputation drops them, and so does a fused attention kernel that never keeps them.
+# Tensor parallelism over `t` GPUs splits what lies between its collectives, `24 s b h` and
+# the scores; the `10 s b h` around them (the norms' inputs, the first linear inputs, dropout
+# masks) stay whole until sequence parallelism splits them too. The planner counts the same
+# terms one tensor at a time, so that a Llama-style block (SwiGLU keeps four `f`-wide tensors,
+# grouped-query attention narrower keys and values) gets its own count. The cell checks the
+# term-by-term count against the paper's closed forms for GPT-3's 1.7B shape.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from perfkit.plan import ModelSpec
+
+gpt = ModelSpec("GPT 1.7B", layers=24, hidden=2304, heads=18, ffn=4 * 2304, vocab=51200, seq=2048,
+                dropout=True, flash=False)
+s, b, h, a, t = 2048, 1, 2304, 18, 8
+cases = {"no parallelism": (gpt.activation_bytes_per_layer(b), s * b * h * (34 + 5 * a * s / h)),
+         "TP 8": (gpt.activation_bytes_per_layer(b, tp=t), s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+         "TP 8 + SP": (gpt.activation_bytes_per_layer(b, tp=t, sp=True), s * b * h * (34 + 5 * a * s / h) / t),
+         "TP 8 + SP, selective": (gpt.activation_bytes_per_layer(b, t, True, "selective"), s * b * h * 34 / t)}
+for name, (ours, paper) in cases.items():
+    print(f"{name:22s} {ours / 2**20:8.1f} MiB per layer (paper's formula {paper / 2**20:8.1f} MiB)")
+print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 1e9:.1f} GFLOP per token")
+
+# %% [markdown]
+# ## 2. On this machine: predicted against measured
+#
+# `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
+# matmul ceiling and half the copy bandwidth notebook 00 measured (`perfkit.hw.cached_limits`),
+# and the link between them is the alpha-beta fit of a 2-process all-reduce (notebook 02's
+# sweep, measured once and cached). On a CPU the collectives run on the cores the compute
+# needs, so nothing overlaps: every byte sent adds to the step.
+#
+# One figure is fitted: the share of the matmul ceiling a training step reaches, on DDP's
+# measured step. The three ZeRO stages are then predictions: ZeRO 1 and 2 move the same bytes
+# as DDP (a reduce-scatter and an all-gather are one all-reduce), in one bucket; ZeRO-3
+# gathers each block's weights in forward and again in backward and reduce-scatters its
+# gradients, three collectives per block, each paying the link's start-up `alpha`. Model
+# states are ZeRO's formula on the planner's parameter count (fp32 Adam: 4 + 4 + 8 bytes).
+
+# %%
+from perfkit import hw, stats, viz
+from perfkit.plan import course_predictions, local_cluster, local_link, tiny_gpt2_spec
+from perfkit.verdict import Prediction
+
+here = local_cluster(hw.cached_limits(), local_link(), processes=NPROC)
+spec = tiny_gpt2_spec(**MODEL)
+print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_bytes_per_s / 1e9:.1f} GB/s "
+      f"per process; link alpha {here.intra.alpha_s * 1e6:.0f} us, {here.intra.bandwidth / 1e9:.2f} GB/s")
+res = job.result()
+pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
+print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the fp32 matmul ceiling")
+
+# %% [markdown]
+# The predictions are recorded before their measurements are read: each step time within 25 %
+# (the issue's target for layouts at 2 processes), each model-state count within 5 %.
+
+# %%
+time_pred = {n: Prediction(f"{n}'s step time", "planner: DDP's fitted efficiency, alpha-beta link, "
+                           "no overlap on a CPU", value=pred.times[n].total_s * 1e3, rel_tol=0.25, unit="ms")
+             for n in ("zero1", "zero2", "zero3")}
+state_pred = {n: Prediction(f"{n}'s model states per process", "ZeRO's formula, fp32 Adam",
+                            value=pred.memory[n].model_states, rel_tol=0.05, unit="B") for n in COURSE_LAYOUTS}
+for n in time_pred:
+    terms = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in pred.times[n].terms.items() if v)
+    print(f"{n}: {terms}")
+
+# %%
+for n, p in time_pred.items():
+    v = res.variants[n]
+    measured = stats.median_interval([x * 1e3 for x in v.step_times_s])
+    extra = (measured.value - pred.times[n].total_s * 1e3)
+    viz.verdict(p, measured, explain={
+        "above": f"The step took {extra:.1f} ms more than the model's terms add up to. The planner counts "
+                 f"bytes and start-ups; this run also pays {sum((v.calls or {}).values())} collective calls, "
+                 "copies into flat buffers and Python hooks per step, which no term of it holds.",
+        "below": f"The step took {-extra:.1f} ms less than predicted."})
+
+# %%
+for n, p in state_pred.items():
+    viz.verdict(p, float(sum(res.variants[n].model_states.values())))
+
+# %% [markdown]
+# **Activations.** The planner's count is Korthikanti's, made for Megatron's fused kernels:
+# GELU keeps its input and output. transformers' GPT-2 runs GELU as separate elementwise ops
+# (`gelu_new`) and keeps more, and `perfkit.memory.activations` counts those op by op. Both
+# predictions are recorded, then one forward and backward is measured with
+# `SavedTensorMeter` (notebook 04).
+
+# %%
+import torch
+
+from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
+from perfkit.models import tiny_gpt2
+
+per_op = gpt2_saved_activation_bytes(BATCH, MODEL["block_size"], MODEL["n_embd"], MODEL["n_layer"],
+                                     MODEL["n_head"], MODEL["vocab_size"], "sdpa", 4).total
+act_pred = {"planner (Korthikanti's terms)": pred.memory["ddp_adamw"].activations,
+            "perfkit.memory (transformers' ops)": per_op}
+net = tiny_gpt2(**MODEL)
+x = torch.randint(0, MODEL["vocab_size"], (BATCH, MODEL["block_size"]))
+with SavedTensorMeter(net) as meter:
+    net(input_ids=x, labels=x).loss.backward()
+saved = meter.report().activation_bytes
+
+# %%
+for name, value in act_pred.items():
+    viz.verdict(Prediction(f"bytes saved for backward, {name}", name, value=value, rel_tol=0.05, unit="B"),
+                float(saved), explain={"above": f"Autograd saved {saved / value:.2f}x what this count holds: "
+                                       "the kernels it assumes keep fewer intermediate tensors."})
+
+# %% [markdown]
+# TP and PP layouts at two processes (notebooks 10 and 11) are not held against the planner
+# here yet; `perfkit.plan.COURSE_LAYOUTS` is where they join.
+#
+# ## 3. A model you pick, on a cluster you pick
+#
+# A named GPU comes from a small table of datasheet figures, each quoted with its source: the
+# dense 16-bit Tensor Core peak, memory and memory bandwidth, NVLink's bandwidth in one
+# direction. Eight GPUs share NVLink; nodes talk over the network at a chosen rate per GPU.
+# Start-up latencies are not on datasheets: the planner assumes a few microseconds and says so.
+# The efficiency is the one figure a user supplies (or fits, as section 4 does).
+#
+# Here, a Llama-style model of about 70 B parameters (SwiGLU, 8 key/value heads) at 8192
+# tokens, 4 Mi tokens per step, on 512 H100s. The same call works from a transformers
+# `config.json`: `perfkit plan --config config.json --gpu h100-sxm --gpus 512`.
+
+# %%
+from perfkit.plan import model_from_config, named_cluster, plan, report_text
+
+llama = model_from_config({"model_type": "llama", "hidden_act": "silu", "hidden_size": 8192,
+                           "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+                           "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False},
+                          seq=8192, name="Llama-style 70B")
+big = plan(llama, named_cluster("h100-sxm", efficiency=0.5), gpus=512, global_batch=4 * 2**20 // 8192)
+print(report_text(big, top=5))
+
+# %%
+from perfkit.viz.plan import plan_widget, plot_plan, plot_published, published_table
+
+fig = plot_plan(big)
+
+# %% [markdown]
+# Move the widget: the model size, the GPU count, the network per GPU and the batch. Watch
+# which term limits the best layout: with a slow network, data parallelism's bytes and ZeRO-3's
+# gathers stop hiding behind compute and tensor parallelism stays inside a node; with a small
+# batch per GPU, a pipeline's bubble grows, since `m` micro-batches no longer amortise `p - 1`.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+viz.build_widget(plan_widget())
+
+# %% [markdown]
+# ## 4. Held against published runs
+#
+# `perfkit.plan.runs_data` holds published runs copied from their sources by a script:
+# Megatron-LM's weak-scaling table (Narayanan et al. 2021, Table 1: ten GPT models from 1.7 B
+# on 32 A100s to 1 T on 3072) and every BF16 row of MosaicML llm-foundry's benchmark tables
+# (MPT with FSDP on A100 and H100, with and without activation checkpointing, sequences from
+# 512 to 65,536 tokens). Each row is compared in its own accounting: Megatron's TFLOP/s count
+# recomputation, llm-foundry counts every parameter, so both are turned into tokens/s per GPU.
+#
+# One efficiency is fitted per table, on the two rows whose reported MFU lies nearest the
+# table's median; every other row is a prediction from the datasheet and the row's layout.
+# Beside it stands the baseline that predicts the same constant MFU for every row of a table:
+# a planner that does not beat it explains nothing. The issue's targets are recorded first.
+
+# %%
+from IPython.display import Markdown, display
+
+from perfkit.plan import compare, foundry_runs, layout_ranks, megatron_runs
+
+targets = {"median": Prediction("median |error| of the planner over the held-out rows",
+                                "one fitted efficiency per table", high=0.10, physical=(0, None)),
+           "worst": Prediction("largest |error| over the held-out rows", "the same", high=0.20,
+                               physical=(0, None))}
+cmp = compare(megatron_runs() + foundry_runs())
+display(Markdown(published_table(cmp)))
+fig = plot_published(cmp)
+
+# %%
+viz.verdict(targets["median"], cmp.median_error, explain={
+    "above": f"The constant-MFU baseline's median is {cmp.baseline_median_error:.1%}: the planner's terms "
+             "do not explain what moves MFU from row to row better than a constant does."})
+worst = cmp.worst
+viz.verdict(targets["worst"], abs(worst.error), explain={
+    "above": f"Worst: {worst.run.label} ({worst.run.table}), predicted {worst.predicted:,.0f} against "
+             f"{worst.run.reported_tokens_per_gpu:,.0f} reported tokens/s per GPU."})
+viz.verdict(Prediction("planner's median error over the baseline's", "a model that explains more than a "
+                       "constant", high=0.5, unit="x", physical=(0, None)),
+            cmp.median_error / cmp.baseline_median_error)
+
+# %% [markdown]
+# For Megatron-LM's rows the planner also chooses the layout: its distinct (TP, PP) are ranked by
+# their best predicted step with the 2021 software held (full recomputation, no sequence
+# parallelism, no ZeRO). The published choice should be among the three best, or within the
+# planner's own median error of the best (a tie it cannot resolve).
+
+# %%
+ranks = layout_ranks(cmp)
+for r in ranks:
+    print(f"{r.label:18s} published (TP, PP) = {r.published}: rank {r.rank}, "
+          f"{r.published_over_best - 1:+.1%} against the best {r.ranked[0]}")
+viz.verdict(Prediction("Megatron rows whose published (TP, PP) the planner ranks top 3 or ties",
+                       "the planner's ranking", low=len(ranks), unit=" rows"), float(sum(r.ok for r in ranks)))
+
+# %% [markdown]
+# `llm-analysis`, the calculator the issue asked to compare with, is not in this environment:
+# its release on PyPI (0.2.2) requires transformers below 5 and would replace the course's
+# transformers, huggingface-hub and tokenizers.
+#
+# ## 5. What the planner cannot see
+#
+# The planner adds up terms it can count. What it cannot count is not in the prediction, and the
+# errors above are where it shows:
+#
+# * **kernels below their peak**: one efficiency per GPU type stands for every matmul shape,
+#   yet a narrow model's small matrices and a long sequence's attention run at other shares of
+#   the peak than a 70 B model's;
+# * **implementation overheads**: Python hooks, copies into flat buffers, kernel launches, the
+#   allocator; section 2's ZeRO-3 shows them on two processes;
+# * **stragglers and the network's other users**: a ring runs at its slowest link's pace, and
+#   a shared fabric is never the datasheet's;
+# * **failures**: restarts, checkpoints and lost work cost time a step-time model does not
+#   contain.
+#
+# Where the planner's error is larger than the gap between two layouts, it cannot choose
+# between them: measure both, as this course has done all along.
+
+# %%
+viz.show_headlines({
+    "planner vs published, median |error|": f"{cmp.median_error:.1%} (baseline {cmp.baseline_median_error:.1%})",
+    "ZeRO-3 step, predicted / measured": f"{pred.times['zero3'].total_s / res.variants['zero3'].step_s:.2f}x",
+    "efficiency fitted on DDP here": f"{pred.efficiency:.3f}",
+})
+pool.shutdown()
