@@ -11,7 +11,8 @@ ranks recorded into plain records for the benchmark (``benchmarks/model_parallel
 * :func:`memory`: peak saved-for-backward bytes per rank, GPipe against 1F1B;
 * :func:`step_times`: perfkit 1F1B against ``Schedule1F1B``, alternated, seconds per step;
 * :func:`equality`: every schedule against the unsplit model;
-* :func:`report`: all of them, with the issue's targets.
+* :func:`report`: all of them, with the issue's targets;
+* :func:`lecture_run`: notebook 11's share of them, in one 2-process job.
 
 Usage::
 
@@ -30,7 +31,8 @@ from perfkit._checks import check_int, check_items, check_real
 from perfkit.parallel.schedules import Action, dependencies, make_schedule
 from perfkit.parallel.simulate import bubble_formula, simulate, timeline_from
 
-__all__ = ["JOB", "bubbles", "equality", "hop_latency", "memory", "report", "step_times"]
+__all__ = ["JOB", "bubbles", "equality", "hop_latency", "lecture_run", "memory", "report",
+           "step_times"]
 
 JOB = "perfkit.jobs.pipeline_parallel"
 
@@ -241,3 +243,62 @@ def report(quick: bool = False, repeat: int = 10, t_f: float = 0.05, t_b: float 
         "config": {"t_f_s": t_f, "t_b_s": t_b, "steps": steps, "repeat": repeat,
                    "stage_cost": "sleeps (time.sleep in forward and backward)", "real_model": gpt},
     }
+
+
+def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
+                timeout_s: float = 300.0) -> dict:
+    """Notebook 11's measurements on 2 processes in one job (a torchrun start costs seconds).
+
+    Sleep stages (GPipe at m = 1, 4, 8 and 1F1B at m = 4, 8; ``t_f``/``t_b`` seconds), GPT
+    blocks balanced by measured time (1F1B at m = 4), activation peaks of GPipe and 1F1B at
+    m = 4 and 8, and 5 SGD steps of every schedule against the unsplit model.
+
+    Returns:
+        ``bubbles`` and ``real`` (rows as :func:`bubbles` returns, with the measured median
+        ``measured`` as a :class:`perfkit.stats.Estimate` record), ``memory`` (as
+        :func:`memory`), ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
+    """
+    check_real("t_f", t_f, 0)
+    check_real("t_b", t_b, 0)
+    steps = 2 if quick else 4
+    sleeps = [("gpipe", 1), ("gpipe", 4), ("gpipe", 8), ("1f1b", 4), ("1f1b", 8)]
+    gpt = {"n_embd": 128, "block_size": 64, "n_layer": 4, "vocab_size": 256}   # ~10 ms actions
+    real = [("1f1b", 4)]
+    eq = ["gpipe", "1f1b", "zb_h1", "interleaved"]
+    tasks = [{"task": "bubble", "schedule": s, "n_micro": m, "t_f": t_f, "t_b": t_b,
+              "steps": steps} for s, m in sleeps]
+    tasks += [{"task": "bubble", "schedule": s, "n_micro": m, "steps": steps + 1, "real": True,
+               "model": gpt, "micro_batch": 8, "balance": "time"} for s, m in real]
+    tasks += [{"task": "equal", "schedule": s, "n_micro": m, "steps": 1} for m in (4, 8)
+              for s in ("gpipe", "1f1b")]
+    tasks += [{"task": "equal", "schedule": s, "n_micro": 4, "n_virtual": 2 if s == "interleaved"
+               else 1} for s in eq]
+    per_rank = _launch(2, tasks, timeout_s)
+
+    def rows(configs: list, first: int, skip: int) -> list[dict]:
+        out = []
+        for k, (name, m) in enumerate(configs):
+            sched = make_schedule(name, 2, m)
+            runs = per_rank[0][first + k]["slots"][skip:]
+            lines = [timeline_from(sched, r) for r in runs]
+            lat = hop_latency(runs[-1], sched)
+            out.append({"schedule": name, "n_micro": m, "p": 2,
+                        "shares": [tl.bubble_share for tl in lines],
+                        "measured": stats.median_interval([tl.bubble_share for tl in lines]).record(),
+                        "formula": bubble_formula(name, 2, m), "latency_s": lat,
+                        "simulated": simulate(sched, _measured_costs(runs[-1]), lat).bubble_share,
+                        "slots": runs[-1]})
+        return out
+
+    n_sleep, n_real = len(sleeps), len(real)
+    mem, base = [], n_sleep + n_real
+    for i, m in enumerate((4, 8)):
+        gp = [r[base + 2 * i]["peak_saved_bytes"] for r in per_rank]
+        one = [r[base + 2 * i + 1]["peak_saved_bytes"] for r in per_rank]
+        mem.append({"n_micro": m, "gpipe": gp, "1f1b": one,
+                    "per_micro_batch": [max(r[base + 2 * i]["saved_bytes"].values()) for r in per_rank],
+                    "ratio": max(o / g for o, g in zip(one, gp)), "bound": 2 / m})
+    base += 4
+    return {"bubbles": rows(sleeps, 0, 0), "real": rows(real, n_sleep, 1), "memory": mem,
+            "equality": {s: max(r[base + i]["max_rel_diff"] for r in per_rank) for i, s in enumerate(eq)},
+            "config": {"t_f_s": t_f, "t_b_s": t_b, "steps": steps, "real_model": gpt}}
