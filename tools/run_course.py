@@ -1,10 +1,11 @@
-"""Run the course: execute every lecture notebook, render HTML, print a summary.
+"""Run the course: execute every lecture notebook, print a summary.
 
     python -m tools.run_course             # default sizes (`make course`)
     python -m tools.run_course --quick     # small sizes (`make course QUICK=1`, CI)
 
 Each notebook runs with papermill into ``build/notebooks/`` (``QUICK`` injected as a
-parameter), then nbconvert renders an HTML page beside it. One failing notebook is
+parameter); `make site` then builds the course book from them (``tools.book``), and
+``--html`` also renders a standalone nbconvert page beside each. One failing notebook is
 reported with the cell that failed and does not stop the others. A notebook over its time
 budget is reported with its three slowest cells and the machine's load average, and does not
 fail the run: the exit status is non-zero only when a notebook failed. The summary table lists
@@ -110,8 +111,8 @@ def _failure(exc: Exception) -> str:
 
 
 def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
-                 html: bool = True) -> NotebookRun:
-    """Execute one notebook with papermill (and render it to HTML); never raises."""
+                 html: bool = False) -> NotebookRun:
+    """Execute one notebook with papermill (and, with ``html``, render it to HTML); never raises."""
     import nbformat
     import papermill as pm
 
@@ -206,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "build" / "notebooks"))
     ap.add_argument("--limit-s", type=float, help="seconds allowed per notebook "
                     "(default 90 with --quick, else 180)")
-    ap.add_argument("--no-html", action="store_true", help="skip the HTML rendering")
+    ap.add_argument("--html", action="store_true", help="also render each executed notebook "
+                    "as a standalone nbconvert HTML page (`make site` builds the course book)")
+    ap.add_argument("--no-html", action="store_true", help=argparse.SUPPRESS)  # the old default
     args = ap.parse_args(argv)
     from tqdm import tqdm
 
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(sources, desc="course", unit="notebook", file=sys.stdout)
     for src in bar:
         bar.set_postfix_str(src.stem)
-        run = run_notebook(src, out_dir, args.quick, limit, html=not args.no_html)
+        run = run_notebook(src, out_dir, args.quick, limit, html=args.html and not args.no_html)
         tqdm.write(f"{run.name}: {run.status} in {run.seconds:.0f} s"
                    + (f"  ({run.error})" if run.error else ""), file=sys.stdout)
         runs.append(run)
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(scorecard(runs))
     print(f"\n{len(runs)} notebooks in {total:.0f} s ({'QUICK' if args.quick else 'default'} "
-          f"sizes); executed notebooks and HTML in {out_dir}")
+          f"sizes); executed notebooks in {out_dir}; `make site` builds the book from them")
     (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
     slow = [r.name for r in runs if r.status == "too slow"]
     if slow:

@@ -46,8 +46,7 @@ def test_runs_in_quick_mode(path, tmp_path, monkeypatch, imitate):
     log = tmp_path / "overlaps.jsonl"
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("PERFKIT_OVERLAP_LOG", str(log))
-    run = run_notebook(path, out, quick=True, time_limit_s=HANG_GUARD_S,
-                       html=path.parent.name == "notebooks")
+    run = run_notebook(path, out, quick=True, time_limit_s=HANG_GUARD_S)
     print(f"{path.name}: {run.seconds:.0f} s (QUICK budget {QUICK_BUDGET_S:.0f} s, idle machine"
           + (f"; imitating {imitate})" if imitate else ")"))
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
