@@ -55,7 +55,8 @@ def _gb(x: float) -> str:
 def report_text(p: Plan, top: int = 5) -> str:
     """The best ``top`` layouts as a table, why the next ones lose, and the rejections."""
     m, c = p.model, p.cluster
-    lines = [f"{m.name}: {m.num_params / 1e9:.2f} B parameters, {m.layers} layers, h={m.hidden}, "
+    size = (f"{m.num_params / 1e9:.2f} B" if m.num_params >= 1e9 else f"{m.num_params / 1e6:.2f} M")
+    lines = [f"{m.name}: {size} parameters, {m.layers} layers, h={m.hidden}, "
              f"{m.heads} heads ({m.kv} kv), seq {m.seq}, on {p.gpus} x {c.gpu.name} "
              f"({c.name}), efficiency {c.efficiency:.2f}, batch {p.global_batch} sequences "
              f"({p.global_batch * m.seq:,} tokens)"]
@@ -120,12 +121,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c = ap.add_argument_group("cluster")
     c.add_argument("--gpu", choices=sorted(GPUS), default="h100-sxm")
     c.add_argument("--machine", choices=("local",), help="this machine's measured ceilings and link")
-    c.add_argument("--gpus", type=int, default=8, help="GPUs (processes with --machine local)")
+    c.add_argument("--gpus", type=int, help="GPUs (default 8; with --machine local: processes, default 2)")
     c.add_argument("--gpus-per-node", type=int, default=8)
     c.add_argument("--inter-gbps", type=float, help="network Gb/s per GPU (default by GPU: 200/400)")
     c.add_argument("--efficiency", type=float, default=0.5, help="achieved share of the matmul peak")
     r = ap.add_argument_group("run and constraints")
-    r.add_argument("--global-batch-tokens", default="1M", help="tokens per step: 4M, 524288 (default 1M)")
+    r.add_argument("--global-batch-tokens", help="tokens per step: 4M, 524288 (default 1M; with "
+                   "--machine local: 8 sequences per process, as notebook 13 runs)")
     for k in FIXABLE:
         r.add_argument(f"--{k.replace('_', '-')}", type=str if k == "recompute" else int,
                        choices=RECOMPUTE if k == "recompute" else None, help=f"fix {k}")
@@ -184,10 +186,14 @@ def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int)
 
 def run(args: argparse.Namespace) -> int:
     """Run ``perfkit plan`` with parsed ``args``; return the exit code (2 for bad input)."""
+    local = args.machine == "local"
+    if args.gpus is None:
+        args.gpus = 2 if local else 8
     try:
         model = _model(args)
         cluster = _cluster(args)
-        tokens = parse_tokens(args.global_batch_tokens)
+        tokens = (parse_tokens(args.global_batch_tokens) if args.global_batch_tokens
+                  else 8 * args.gpus * model.seq if local else 2**20)
         batch = max(tokens // model.seq, 1)
         fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k) is not None}
         if args.sp:

@@ -97,3 +97,19 @@ def test_the_widget_draws_every_extreme_and_the_figures_refuse_bad_input():
         plot_plan("plan")
     with pytest.raises(TypeError, match="Comparison"):
         plot_published([])
+
+
+def test_machine_local_plans_the_tiny_gpt2_on_two_processes(monkeypatch, capsys):
+    from perfkit import hw
+    from perfkit.comm.alpha_beta import AlphaBeta
+    from perfkit.hw import MachineLimits
+    from perfkit.plan import local
+
+    # the measured ceilings and link, stood in for (measuring them is notebook 00's and 02's job)
+    limits = MachineLimits("cpu", "test", {"float32": 2e11}, 3e10)
+    monkeypatch.setattr(hw, "cached_limits", lambda *a, **k: limits)
+    monkeypatch.setattr(local, "local_link", lambda *a, **k: AlphaBeta(1e-4, 2e9))
+    assert main(["plan", "--machine", "local", "--json", "--efficiency", "0.1"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["model"]["name"] == "tiny GPT-2" and rec["gpus"] == 2
+    assert rec["global_batch"] == 16 and rec["cluster"]["efficiency"] == 0.1
