@@ -121,10 +121,8 @@ def layout_problems(model: ModelSpec, layout: Layout, gpus: int, global_batch: i
     if lay.gpus != gpus:
         out.append(f"dp x tp x pp x cp = {lay.dp} x {lay.tp} x {lay.pp} x {lay.cp} = {lay.gpus} "
                    f"is not the GPU count {gpus}")
-    if model.heads % lay.tp:
+    if model.heads % lay.tp:  # (fewer key/value heads than tp are copied, as Megatron does)
         out.append(f"heads ({model.heads}) are not divisible by tp ({lay.tp})")
-    elif model.kv % lay.tp and model.kv < lay.tp:
-        out.append(f"key/value heads ({model.kv}) are fewer than tp ({lay.tp}) and would be copied")
     if model.ffn % lay.tp:
         out.append(f"the MLP width ({model.ffn}) is not divisible by tp ({lay.tp})")
     if model.layers % (lay.pp * lay.interleave):
