@@ -7,7 +7,9 @@ with one matmul efficiency fitted on DDP's step (the rest is prediction). Tensor
 process: the planner's model states against those counted after backward, and the
 activations against :class:`perfkit.memory.SavedTensorMeter` (the planner's Korthikanti-style
 count, and perfkit.memory.activations' per-op count of transformers' GPT-2, side by side).
-TP and PP layouts at 2 processes are not measured here yet (see ``not_measured``).
+Pipelines (GPipe, 1F1B, interleaved) over 2 stages whose bodies sleep a known time
+(:mod:`perfkit.jobs.pipeline_parallel`'s ``bubble`` task) against the planner's bubble and
+sends. TP layouts at 2 processes are not measured here yet (see ``not_measured``).
 
 Published runs: every row of :mod:`perfkit.plan.runs_data`, one efficiency fitted per table
 on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows whether the
@@ -32,6 +34,7 @@ from perfkit import hw, stats
 from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
+    Layout,
     compare,
     course_predictions,
     foundry_runs,
@@ -39,6 +42,8 @@ from perfkit.plan import (
     local_cluster,
     local_link,
     megatron_runs,
+    pipeline_prediction,
+    step_spans,
     tiny_gpt2_spec,
 )
 
@@ -88,8 +93,31 @@ def local(steps: int) -> dict:
             "tensor_memory_predicted_over_measured":
                 (mem.model_states + per_op) / (measured_states + acts),
         }
-    out["not_measured"] = ("TP, PP and DP x TP at 2 processes: perfkit.parallel's tensor and "
-                           "pipeline jobs are not wired into this benchmark yet")
+    out["pipeline"] = pipeline(cluster.intra)
+    out["not_measured"] = ("TP and DP x TP at 2 processes: perfkit.jobs.tensor_parallel is not "
+                           "wired into this benchmark yet")
+    return out
+
+
+def pipeline(link, n_micro: int = 4, t_f: float = 0.02, t_b: float = 0.04, steps: int = 6) -> dict:
+    """GPipe, 1F1B and interleaved 1F1B over 2 stages that sleep: measured step against the
+    planner's bubble and sends (the first step warms up and is left out)."""
+    import json as _json
+
+    from perfkit import dist
+
+    tasks = [{"task": "bubble", "schedule": n, "n_micro": n_micro, "t_f": t_f, "t_b": t_b,
+              "steps": steps, "n_virtual": v} for n, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2))]
+    res = dist.launch("perfkit.jobs.pipeline_parallel", 2, ["--config", _json.dumps({"tasks": tasks})],
+                      timeout_s=300)
+    out = {}
+    for task, rec in zip(tasks, res[0]):
+        lay = Layout(pp=2, interleave=task["n_virtual"],
+                     schedule="gpipe" if task["schedule"] == "gpipe" else "1f1b")
+        measured = stats.median(step_spans(rec["slots"])[1:])
+        pred = pipeline_prediction(lay, n_micro, t_f, t_b, link)
+        out[task["schedule"]] = {"measured_step_ms": measured * 1e3, "predicted_step_ms": pred * 1e3,
+                                 "predicted_over_measured": pred / measured}
     return out
 
 
@@ -133,7 +161,9 @@ def main() -> None:
     targets = {}
     if "local" in out:
         ls = out["local"]["layouts"].values()
-        targets["local_step_within_25pct"] = all(abs(x["predicted_over_measured"] - 1) <= 0.25 for x in ls)
+        pp = out["local"]["pipeline"].values()
+        targets["local_step_within_25pct"] = all(abs(x["predicted_over_measured"] - 1) <= 0.25
+                                                 for x in (*ls, *pp))
         targets["local_tensor_memory_within_5pct"] = all(
             abs(x["tensor_memory_predicted_over_measured"] - 1) <= 0.05 for x in ls)
     if "published" in out:

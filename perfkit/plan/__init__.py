@@ -42,6 +42,8 @@ from perfkit.plan.local import (
     fit_step_efficiency,
     link_cache_path,
     local_link,
+    pipeline_prediction,
+    step_spans,
     tiny_gpt2_spec,
 )
 from perfkit.plan.memory_model import (
@@ -130,6 +132,7 @@ __all__ = [
     "named_cluster",
     "parse_tokens",
     "Plan",
+    "pipeline_prediction",
     "plan",
     "predict",
     "PublishedRun",
@@ -141,6 +144,7 @@ __all__ = [
     "SCHEDULES",
     "stage_params",
     "step_time",
+    "step_spans",
     "StepTime",
     "tiny_gpt2_spec",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfkit import dist
-from perfkit._checks import check_int, check_real, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
 from perfkit.plan.cluster import Cluster
@@ -33,7 +33,8 @@ from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
 __all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
-           "fit_step_efficiency", "link_cache_path", "local_link", "tiny_gpt2_spec"]
+           "fit_step_efficiency", "link_cache_path", "local_link", "pipeline_prediction",
+           "step_spans", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -176,3 +177,54 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
         eff, fitted_on, lays,
         {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()},
         {k: memory_per_gpu(model, lay, gb[k], "fp32_adam") for k, lay in lays.items()})
+
+
+def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,
+                        nbytes: float = 16.0) -> float:
+    """The planner's step of a pipeline whose every stage chunk takes ``t_f`` forward and
+    ``t_b`` backward per micro-batch (sleeps: :mod:`perfkit.jobs.pipeline_parallel`'s
+    ``bubble`` task): the ideal ``m v (t_f + t_b)`` on each rank, the bubble
+    (:meth:`Layout.bubble_fraction`) and the stage-to-stage sends, as :func:`step_time`
+    counts them.
+
+    Args:
+        layout: ``pp`` ranks, ``interleave`` chunks each, ``schedule``; dp, tp, cp of 1.
+        n_micro: micro-batches per step (>= 1).
+        t_f, t_b: seconds per chunk and micro-batch, forward and backward (>= 0).
+        link: the link between ranks.
+        nbytes: bytes of one activation sent between stages.
+
+    Returns:
+        Seconds per step.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or out of range.
+    """
+    check_type("layout", layout, Layout)
+    check_int("n_micro", n_micro, 1)
+    check_real("t_f", t_f, 0)
+    check_real("t_b", t_b, 0)
+    check_type("link", link, AlphaBeta)
+    if (layout.dp, layout.tp, layout.cp, layout.micro_batch) != (1, 1, 1, 1):
+        raise ValueError(f"layout must be a pipeline alone (dp, tp, cp, micro_batch of 1), got "
+                         f"{layout.label()}")
+    ideal = n_micro * layout.interleave * (t_f + t_b)
+    sends = 2 * layout.interleave * n_micro * link.predict(nbytes) if layout.pp > 1 else 0.0
+    return ideal * (1 + layout.bubble_fraction(n_micro)) + sends
+
+
+def step_spans(steps: list) -> list[float]:
+    """Seconds from the first action's start to the last one's end of each step, over every
+    rank: ``steps[i][rank]`` holds ``(kind, stage, mb, start_s, end_s)`` slots (one clock for
+    the processes of one machine).
+
+    Raises:
+        ValueError: for a step without any slot.
+    """
+    out = []
+    for i, rows in enumerate(check_items("steps", steps)):
+        slots = [sl for row in rows for sl in (row or [])]
+        if not slots:
+            raise ValueError(f"steps[{i}] holds no slot")
+        out.append(max(sl[4] for sl in slots) - min(sl[3] for sl in slots))
+    return out

@@ -290,3 +290,21 @@ def test_course_predictions_fit_one_layout_and_predict_the_rest():
     assert p.memory["zero3"].model_states < p.memory["zero1"].model_states
     with pytest.raises(ValueError, match="fitted_on"):
         course_predictions(c, 0.05, fitted_on="tp2")
+
+
+def test_pipeline_prediction_and_measured_spans():
+    from perfkit.plan import pipeline_prediction, step_spans
+
+    link = AlphaBeta(1e-4, 1e9)
+    # 1F1B on 2 stages, 4 micro-batches of 0.06 s per stage: 4 + 1 slots, 16 sends
+    assert pipeline_prediction(Layout(pp=2), 4, 0.02, 0.04, link, 16) == pytest.approx(
+        5 * 0.06 + 2 * 4 * link.predict(16))
+    # interleaved: v chunks of the same cost per rank, the bubble divided by v
+    assert pipeline_prediction(Layout(pp=2, interleave=2), 4, 0.02, 0.04, link, 0) == pytest.approx(
+        8 * 0.06 * (1 + 1 / 8) + 2 * 2 * 4 * link.alpha_s)
+    with pytest.raises(ValueError, match="pipeline alone"):
+        pipeline_prediction(Layout(pp=2, dp=2), 4, 0.02, 0.04, link)
+    steps = [[[("F", 0, 0, 1.0, 1.5)], [("B", 1, 0, 1.2, 2.0)]], [[("F", 0, 0, 3.0, 3.1)], []]]
+    assert step_spans(steps) == pytest.approx([1.0, 0.1])
+    with pytest.raises(ValueError, match="no slot"):
+        step_spans([[[], []]])
