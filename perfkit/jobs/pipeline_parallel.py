@@ -36,7 +36,8 @@ from torch import nn
 from perfkit import dist as pdist
 from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss, split_layers
 from perfkit.parallel.pipeline import average_gradients, balance, layer_costs, run_schedule
-from perfkit.parallel.schedules import Schedule, make_schedule, parse_actions, validate
+from perfkit.parallel.schedules import Schedule, make_schedule, parse_actions
+from perfkit.parallel.simulate import validate
 
 __all__ = ["MODEL", "ZERO", "Sleep", "run"]
 

@@ -7,21 +7,18 @@ is one piece of work on one micro-batch at one stage: ``F`` (forward), ``B`` (wh
 backward), or, for zero-bubble schedules (Qi et al. 2023), ``I`` (gradient of the stage's
 input, which the previous stage waits for) and ``W`` (gradient of its weights, which nobody
 waits for). A :class:`Schedule` is the order in which each rank runs its actions; the same
-object is printed, simulated (:mod:`perfkit.parallel.simulate`) and executed
-(:mod:`perfkit.parallel.pipeline`).
+object is printed, checked and simulated (:mod:`perfkit.parallel.simulate`: ``validate``,
+``play``, ``simulate``) and executed (:mod:`perfkit.parallel.pipeline`).
 
 Dependencies between actions: ``F(s, j)`` needs ``F(s-1, j)``; ``B(s, j)`` and ``I(s, j)``
 need ``F(s, j)`` and the input gradient of ``(s+1, j)`` (its ``B`` or ``I``); ``W(s, j)``
-needs ``I(s, j)``. Sends never block (the executor posts them with ``isend``); a rank blocks
-on its next action until its inputs have arrived. :func:`execution_order` walks a schedule
-under exactly these rules and raises :class:`DeadlockError`, naming the ranks that wait on
-each other, for an order that would hang.
+needs ``I(s, j)``.
 
 Usage::
 
     sched = one_f_one_b(n_ranks=4, n_micro=8)
-    validate(sched)                       # structure and cross-rank order; raises if wrong
     print(sched.text())                   # one line of actions per rank
+    deps = dependencies(sched, Action("B", 1, 0))   # [F1.0, B2.0]
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ from dataclasses import dataclass
 
 from perfkit._checks import check_choice, check_int, check_items
 
-__all__ = ["KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
-           "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
-           "parse_actions", "validate", "zb_h1"]
+__all__ = ["KINDS", "SCHEDULES", "Action", "Schedule", "dependencies", "gpipe",
+           "interleaved_1f1b", "make_schedule", "one_f_one_b", "parse_actions", "zb_h1"]
 
 KINDS = ("F", "B", "I", "W")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb_h1")
@@ -60,15 +56,6 @@ class Action:
         return f"{self.kind}{self.stage}.{self.mb}"
 
 
-class DeadlockError(RuntimeError):
-    """A schedule whose order would hang: ``waits`` maps each stuck rank to
-    ``(its next action, the action it waits for, the rank that owes it)``."""
-
-    def __init__(self, message: str, waits: dict[int, tuple[Action, Action, int]]) -> None:
-        super().__init__(message)
-        self.waits = waits
-
-
 @dataclass(frozen=True)
 class Schedule:
     """The order of every rank's actions.
@@ -83,7 +70,7 @@ class Schedule:
     Raises:
         ValueError, TypeError: for counts that are not ints >= 1, ``n_stages`` not a
             multiple of ``n_ranks``, or ``ranks`` not ``n_ranks`` lists of :class:`Action`.
-            (:func:`validate` checks the order itself.)
+            (:func:`perfkit.parallel.simulate.validate` checks the order itself.)
     """
 
     name: str
@@ -272,79 +259,6 @@ def dependencies(schedule: Schedule, action: Action) -> list[Action]:
         split = any(a.kind == "I" and a.stage == s + 1 for a in schedule.ranks[schedule.rank_of(s + 1)])
         deps.append(Action("I" if split else "B", s + 1, j))
     return deps
-
-
-def validate(schedule: Schedule) -> None:
-    """Check a schedule's structure and that its order runs to the end without hanging.
-
-    Every ``(stage, mb)`` has one ``F`` and either one ``B`` or one ``I`` and one ``W``, each
-    on the rank that holds the stage, after what it depends on on that rank; then
-    :func:`execution_order` plays it across ranks.
-
-    Raises:
-        TypeError: if ``schedule`` is not a :class:`Schedule`.
-        ValueError: naming the first missing, repeated, misplaced or out-of-range action.
-        DeadlockError: for an order that would hang.
-    """
-    if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
-    seen: dict[Action, int] = {}
-    for r, row in enumerate(schedule.ranks):
-        for a in row:
-            if a.stage >= schedule.n_stages or a.mb >= schedule.n_micro:
-                raise ValueError(f"rank {r}: {a} is out of range (stages < {schedule.n_stages}, "
-                                 f"micro-batches < {schedule.n_micro})")
-            if schedule.rank_of(a.stage) != r:
-                raise ValueError(f"rank {r}: {a} belongs to rank {schedule.rank_of(a.stage)}")
-            if a in seen:
-                raise ValueError(f"rank {r}: {a} appears twice")
-            for d in dependencies(schedule, a):
-                if schedule.rank_of(d.stage) == r and d not in seen:
-                    raise ValueError(f"rank {r}: {a} comes before {d}, which it needs")
-            seen[a] = r
-    for s in range(schedule.n_stages):
-        for j in range(schedule.n_micro):
-            kinds = "".join(k for k in KINDS if Action(k, s, j) in seen)
-            if kinds not in ("FB", "FIW"):
-                missing = "B (or I and W)" if kinds == "F" else ("F" if "F" not in kinds else kinds)
-                raise ValueError(f"stage {s}, micro-batch {j}: has {kinds or 'no action'}, needs "
-                                 f"F and B, or F, I and W (missing or mixed: {missing})")
-    execution_order(schedule)
-
-
-def execution_order(schedule: Schedule) -> list[tuple[int, Action]]:
-    """Play the schedule: each rank runs its next action once its dependencies have finished.
-
-    Returns:
-        ``(rank, action)`` pairs in an order in which they can run (dependencies first).
-
-    Raises:
-        DeadlockError: when every unfinished rank waits for an action that another waiting
-            rank has not reached; the message names each rank, its next action, what it
-            waits for and on which rank.
-    """
-    done: set[Action] = set()
-    heads = [0] * schedule.n_ranks
-    order: list[tuple[int, Action]] = []
-    progressed = True
-    while progressed:
-        progressed = False
-        for r, row in enumerate(schedule.ranks):
-            while heads[r] < len(row) and all(d in done for d in dependencies(schedule, row[heads[r]])):
-                done.add(row[heads[r]])
-                order.append((r, row[heads[r]]))
-                heads[r] += 1
-                progressed = True
-    waits = {}
-    for r, row in enumerate(schedule.ranks):
-        if heads[r] < len(row):
-            a = row[heads[r]]
-            d = next(d for d in dependencies(schedule, a) if d not in done)
-            waits[r] = (a, d, schedule.rank_of(d.stage))
-    if waits:
-        lines = [f"rank {r} waits at {a} for {d} (rank {o})" for r, (a, d, o) in waits.items()]
-        raise DeadlockError("deadlock: " + "; ".join(lines), waits)
-    return order
 
 
 def parse_actions(items: Iterable[str | Sequence]) -> tuple[Action, ...]:

@@ -1,4 +1,4 @@
-"""Simulate a pipeline schedule with given per-action costs: the grid, the bubble, the memory.
+"""Check and simulate a pipeline schedule: deadlocks, the grid, the bubble, the memory.
 
 Each rank runs its actions in order; an action starts when the rank is free and its
 dependencies (:func:`perfkit.parallel.schedules.dependencies`) have finished, plus a
@@ -7,11 +7,15 @@ point-to-point latency when a dependency ran on another rank. The result is a
 the bubble's share of ``ranks x step time``; and the peak number of micro-batches whose
 activations a rank holds at once (a forward adds one, the matching ``B`` or ``W`` frees it).
 A measured run (:mod:`perfkit.parallel.pipeline`) gives a :class:`Timeline` of the same form,
-so the model and the measurement are drawn and compared alike. An order that would hang
-raises :class:`perfkit.parallel.schedules.DeadlockError` naming the ranks that wait on each other.
+so the model and the measurement are drawn and compared alike. Sends never block (the
+executor posts them with ``isend``) unless ``blocking_sends`` asks for a rendezvous per
+message, as blocking ``send``/``recv`` would: :func:`play` walks a schedule under these rules
+and raises :class:`DeadlockError`, naming the ranks that wait on each other, for an order
+that would hang; :func:`validate` checks the structure first.
 
 Usage::
 
+    validate(one_f_one_b(4, 8))                            # raises if it would hang
     tl = simulate(one_f_one_b(4, 8), costs={"F": 1, "B": 1})
     print(tl.bubble_share, bubble_formula("1f1b", 4, 8))   # 3/11 both
     print(tl.text())                                       # the grid; '.' is the bubble
@@ -24,17 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from perfkit._checks import check_choice, check_int, check_real
-from perfkit.parallel.schedules import (
-    KINDS,
-    SCHEDULES,
-    Action,
-    Schedule,
-    dependencies,
-    execution_order,
-)
+from perfkit.parallel.schedules import KINDS, SCHEDULES, Action, Schedule, dependencies
 
-__all__ = ["DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
-           "timeline_from"]
+__all__ = ["DEFAULT_COSTS", "DeadlockError", "Slot", "Timeline", "bubble_formula",
+           "execution_order", "peak_in_flight", "play", "simulate", "timeline_from", "validate"]
 
 # backward about twice the forward (two matmuls per weight against one); I and W half each
 DEFAULT_COSTS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
@@ -130,6 +127,154 @@ class Timeline:
         return "\n".join(lines)
 
 
+class DeadlockError(RuntimeError):
+    """A schedule whose order would hang: ``waits`` maps each stuck rank to
+    ``(its next action, the action it waits for, the rank that owes it)``."""
+
+    def __init__(self, message: str, waits: dict[int, tuple[Action, Action, int]]) -> None:
+        super().__init__(message)
+        self.waits = waits
+
+
+
+
+def validate(schedule: Schedule, blocking_sends: bool = False) -> None:
+    """Check a schedule's structure and that its order runs to the end without hanging.
+
+    Every ``(stage, mb)`` has one ``F`` and either one ``B`` or one ``I`` and one ``W``, each
+    on the rank that holds the stage, after what it depends on on that rank; then
+    :func:`execution_order` plays it across ranks (with ``blocking_sends``, as blocking
+    ``send``/``recv`` pairs would run it: 1F1B then hangs unless sends and receives are paired).
+
+    Raises:
+        TypeError: if ``schedule`` is not a :class:`Schedule`.
+        ValueError: naming the first missing, repeated, misplaced or out-of-range action.
+        DeadlockError: for an order that would hang.
+    """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    seen: dict[Action, int] = {}
+    for r, row in enumerate(schedule.ranks):
+        for a in row:
+            if a.stage >= schedule.n_stages or a.mb >= schedule.n_micro:
+                raise ValueError(f"rank {r}: {a} is out of range (stages < {schedule.n_stages}, "
+                                 f"micro-batches < {schedule.n_micro})")
+            if schedule.rank_of(a.stage) != r:
+                raise ValueError(f"rank {r}: {a} belongs to rank {schedule.rank_of(a.stage)}")
+            if a in seen:
+                raise ValueError(f"rank {r}: {a} appears twice")
+            for d in dependencies(schedule, a):
+                if schedule.rank_of(d.stage) == r and d not in seen:
+                    raise ValueError(f"rank {r}: {a} comes before {d}, which it needs")
+            seen[a] = r
+    for s in range(schedule.n_stages):
+        for j in range(schedule.n_micro):
+            kinds = "".join(k for k in KINDS if Action(k, s, j) in seen)
+            if kinds not in ("FB", "FIW"):
+                missing = "B (or I and W)" if kinds == "F" else ("F" if "F" not in kinds else kinds)
+                raise ValueError(f"stage {s}, micro-batch {j}: has {kinds or 'no action'}, needs "
+                                 f"F and B, or F, I and W (missing or mixed: {missing})")
+    execution_order(schedule, blocking_sends)
+
+
+def _consumer(schedule: Schedule, a: Action) -> Action | None:
+    """The action on another rank that receives ``a``'s output (activation or gradient)."""
+    r = schedule.rank_of(a.stage)
+    if a.kind == "F" and a.stage < schedule.n_stages - 1 and schedule.rank_of(a.stage + 1) != r:
+        return Action("F", a.stage + 1, a.mb)
+    if a.kind in ("B", "I") and a.stage > 0 and schedule.rank_of(a.stage - 1) != r:
+        row = schedule.ranks[schedule.rank_of(a.stage - 1)]
+        split = any(b.kind == "I" and b.stage == a.stage - 1 for b in row)
+        return Action("I" if split else "B", a.stage - 1, a.mb)
+    return None
+
+
+def play(schedule: Schedule, cost: Callable[[Action], float] | None = None, latency: float = 0.0,
+         blocking_sends: bool = False) -> list[tuple[int, Action, float, float]]:
+    """Play the schedule: each rank runs its next action once its inputs have arrived.
+
+    With ``blocking_sends`` a rank that produced a message for another rank waits, before its
+    next action, until that rank has reached the action that receives it (a rendezvous, as a
+    blocking ``send`` does); otherwise sends never block (``isend``, as the executor does).
+
+    Args:
+        schedule: the schedule.
+        cost: seconds (or units) per action; default 1 each.
+        latency: added between an action and a dependent one on another rank.
+        blocking_sends: model sends as blocking rendezvous.
+
+    Returns:
+        ``(rank, action, start, end)`` in an order in which they can run.
+
+    Raises:
+        DeadlockError: when no rank can move and some have not finished; the message names
+            each stuck rank, its next action (or the send it blocks in) and what it waits for.
+    """
+    cost = cost or (lambda a: 1.0)
+    rows, n = schedule.ranks, schedule.n_ranks
+    heads, free = [0] * n, [0.0] * n
+    end: dict[Action, float] = {}
+    arrive: dict[Action, float] = {}             # when an output reached its consumer's rank
+    sending: list[tuple | None] = [None] * n      # (action, consumer, its rank, ready time)
+    out: list[tuple[int, Action, float, float]] = []
+
+    def ready(r: int, d: Action) -> bool:
+        return d in end and (schedule.rank_of(d.stage) == r or d in arrive)
+
+    progressed = True
+    while progressed:
+        progressed = False
+        for r in range(n):
+            while True:
+                if sending[r] is not None:
+                    a, c, q, t = sending[r]
+                    if sending[q] is not None or heads[q] >= len(rows[q]) or rows[q][heads[q]] != c:
+                        break   # the receiver has not posted its receive yet
+                    arrive[a] = free[r] = max(t, free[q])
+                    sending[r], progressed = None, True
+                    continue
+                if heads[r] >= len(rows[r]):
+                    break
+                a = rows[r][heads[r]]
+                deps = dependencies(schedule, a)
+                if not all(ready(r, d) for d in deps):
+                    break
+                t0 = max([free[r]] + [end[d] if schedule.rank_of(d.stage) == r else arrive[d] + latency
+                                      for d in deps])
+                end[a] = free[r] = t0 + cost(a)
+                out.append((r, a, t0, end[a]))
+                heads[r] += 1
+                progressed = True
+                c = _consumer(schedule, a)
+                if c is not None and blocking_sends:
+                    sending[r] = (a, c, schedule.rank_of(c.stage), end[a])
+                elif c is not None:
+                    arrive[a] = end[a]
+    waits, lines = {}, []
+    for r in range(n):
+        if sending[r] is not None:
+            a, c, q, _ = sending[r]
+            waits[r] = (a, c, q)
+            lines.append(f"rank {r} blocks sending {a}'s output until rank {q} reaches {c}")
+        elif heads[r] < len(rows[r]):
+            a = rows[r][heads[r]]
+            d = next(d for d in dependencies(schedule, a) if not ready(r, d))
+            waits[r] = (a, d, schedule.rank_of(d.stage))
+            lines.append(f"rank {r} waits at {a} for {d} (rank {schedule.rank_of(d.stage)})")
+    if waits:
+        raise DeadlockError("deadlock: " + "; ".join(lines), waits)
+    return out
+
+
+def execution_order(schedule: Schedule, blocking_sends: bool = False) -> list[tuple[int, Action]]:
+    """``(rank, action)`` pairs in an order in which they can run (:func:`play` without times).
+
+    Raises:
+        DeadlockError: for an order that would hang (see :func:`play`).
+    """
+    return [(r, a) for r, a, _, _ in play(schedule, blocking_sends=blocking_sends)]
+
+
 def _cost_fn(costs: Mapping[str, float] | Callable[[Action], float]) -> Callable[[Action], float]:
     if callable(costs):
         return costs
@@ -144,15 +289,15 @@ def _cost_fn(costs: Mapping[str, float] | Callable[[Action], float]) -> Callable
 
 
 def simulate(schedule: Schedule, costs: Mapping[str, float] | Callable[[Action], float] | None = None,
-             latency: float = 0.0) -> Timeline:
+             latency: float = 0.0, blocking_sends: bool = False) -> Timeline:
     """Run ``schedule`` on paper with per-action ``costs`` and a point-to-point ``latency``.
 
     Args:
-        schedule: a :class:`Schedule` (checked with
-            :func:`perfkit.parallel.schedules.execution_order`).
+        schedule: a :class:`Schedule`.
         costs: ``{"F": tf, "B": tb, "I": ti, "W": tw}`` (missing kinds from
             :data:`DEFAULT_COSTS`), or a callable ``action -> cost`` (per-stage costs, say).
         latency: added between an action and a dependent one on another rank.
+        blocking_sends: sends as rendezvous (see :func:`play`).
 
     Returns:
         The :class:`Timeline`.
@@ -165,16 +310,10 @@ def simulate(schedule: Schedule, costs: Mapping[str, float] | Callable[[Action],
         raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
     cost = _cost_fn(DEFAULT_COSTS if costs is None else costs)
     check_real("latency", latency, 0)
-    end: dict[Action, float] = {}
-    free = [0.0] * schedule.n_ranks
     slots: list[list[Slot]] = [[] for _ in range(schedule.n_ranks)]
-    for r, a in execution_order(schedule):
-        ready = max((end[d] + (latency if schedule.rank_of(d.stage) != r else 0.0)
-                     for d in dependencies(schedule, a)), default=0.0)
-        c = check_real(f"cost of {a}", cost(a), 0)
-        start = max(free[r], ready)
-        end[a] = free[r] = start + c
-        slots[r].append(Slot(a, start, start + c))
+    for r, a, t0, t1 in play(schedule, lambda a: check_real(f"cost of {a}", cost(a), 0), latency,
+                             blocking_sends):
+        slots[r].append(Slot(a, t0, t1))
     return Timeline(schedule, tuple(map(tuple, slots)))
 
 

@@ -11,18 +11,25 @@ import pytest
 
 from perfkit.parallel.schedules import (
     Action,
-    DeadlockError,
     Schedule,
-    execution_order,
+    dependencies,
     gpipe,
     interleaved_1f1b,
     make_schedule,
     one_f_one_b,
     parse_actions,
-    validate,
     zb_h1,
 )
-from perfkit.parallel.simulate import bubble_formula, peak_in_flight, simulate, timeline_from
+from perfkit.parallel.simulate import (
+    DeadlockError,
+    bubble_formula,
+    execution_order,
+    peak_in_flight,
+    play,
+    simulate,
+    timeline_from,
+    validate,
+)
 
 SIZES = [(p, m) for p in (1, 2, 3, 4, 5) for m in (1, 2, 4, 8, 13)]
 
@@ -102,6 +109,32 @@ def test_planted_deadlock_named():
     assert "rank 0 waits at B0.0 for B1.0 (rank 1)" in str(e.value)
     with pytest.raises(DeadlockError):
         simulate(bad)
+
+
+def test_blocking_sends_hang_plain_1f1b():
+    # rank 0 blocks sending F0.1 until rank 1 reaches F1.1; rank 1 blocks sending B1.0's
+    # gradient until rank 0 reaches B0.0: with blocking send/recv 1F1B needs paired exchanges
+    s = one_f_one_b(2, 2)
+    validate(s)
+    with pytest.raises(DeadlockError) as e:
+        validate(s, blocking_sends=True)
+    assert e.value.waits == {0: (Action("F", 0, 1), Action("F", 1, 1), 1),
+                             1: (Action("B", 1, 0), Action("B", 0, 0), 0)}
+    assert "rank 0 blocks sending F0.1's output until rank 1 reaches F1.1" in str(e.value)
+    # GPipe's order meets every send with its receive, so it runs as with isend; every
+    # schedule that alternates forwards and backwards needs paired exchanges (Megatron's
+    # send_forward_recv_backward), so each hangs with plain blocking sends
+    assert sorted(play(gpipe(3, 4), blocking_sends=True)) == sorted(play(gpipe(3, 4)))
+    for name, v in (("1f1b", 1), ("zb_h1", 1), ("interleaved", 2)):
+        with pytest.raises(DeadlockError):
+            validate(make_schedule(name, 2, 4, v), blocking_sends=True)
+
+
+def test_dependencies():
+    assert dependencies(one_f_one_b(3, 3), Action("B", 1, 0)) == [Action("F", 1, 0), Action("B", 2, 0)]
+    assert dependencies(zb_h1(3, 3), Action("I", 1, 0)) == [Action("F", 1, 0), Action("I", 2, 0)]
+    assert dependencies(zb_h1(3, 3), Action("W", 1, 0)) == [Action("I", 1, 0)]
+    assert dependencies(gpipe(3, 3), Action("F", 0, 2)) == []
 
 
 def test_valid_orders_not_flagged():
