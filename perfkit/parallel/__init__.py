@@ -81,16 +81,13 @@ from perfkit.parallel.schedules import (
     KINDS,
     SCHEDULES,
     Action,
-    DeadlockError,
     Schedule,
     dependencies,
-    execution_order,
     gpipe,
     interleaved_1f1b,
     make_schedule,
     one_f_one_b,
     parse_actions,
-    validate,
     zb_h1,
 )
 from perfkit.parallel.sequence import (
@@ -102,12 +99,16 @@ from perfkit.parallel.sequence import (
 )
 from perfkit.parallel.simulate import (
     DEFAULT_COSTS,
+    DeadlockError,
     Slot,
     Timeline,
     bubble_formula,
+    execution_order,
     peak_in_flight,
+    play,
     simulate,
     timeline_from,
+    validate,
 )
 from perfkit.parallel.tensor import (
     ColumnParallelLinear,
@@ -188,7 +189,7 @@ __all__ = [
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
     "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1",
-    "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "simulate",
+    "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
     "timeline_from",
     "StepRecord", "average_gradients", "balance", "build_stages", "layer_costs", "run_schedule",
     # tensor and sequence parallelism (module 10)
