@@ -40,21 +40,30 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 NPROC, BATCH = 2, 8                       # processes, sequences per process and step
 STEPS, WARMUP = (4, 1) if QUICK else (20, 2)  # timed (interleaved rounds) / untimed steps
 MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)
+N_MICRO, T_F, T_B = 4, 0.02, 0.04        # pipeline: micro-batches, s per stage chunk forward / backward
+PIPE_STEPS = 3 if QUICK else 6           # the first step of each schedule warms up and is left out
 
 # %% [markdown]
-# The 2-process run of DDP and perfkit's ZeRO stages 1-3 (notebook 05's job) starts first, in a
-# background thread: each process takes seconds to import torch. It trains the tiny GPT-2 on
-# the same batches, the steps of the four layouts timed in alternation.
+# The 2-process runs start first, in a background thread: each process takes seconds to import
+# torch. DDP and perfkit's ZeRO stages 1-3 (notebook 05's job) train the tiny GPT-2 on the same
+# batches, the steps of the four layouts timed in alternation; then notebook 11's pipeline job
+# runs GPipe, 1F1B and interleaved 1F1B over two stages whose bodies sleep a known time.
 
 # %%
+import json
 from concurrent.futures import ThreadPoolExecutor
 
+from perfkit import dist
 from perfkit.jobs.zero_bench import compare as zero_compare
 from perfkit.plan import COURSE_LAYOUTS
 
 pool = ThreadPoolExecutor(max_workers=1)
 job = pool.submit(zero_compare, list(COURSE_LAYOUTS), nproc=NPROC, batch=BATCH, steps=STEPS,
                   warmup=WARMUP, model=MODEL, rss=False)
+PIPE = [{"task": "bubble", "schedule": name, "n_micro": N_MICRO, "t_f": T_F, "t_b": T_B, "steps": PIPE_STEPS,
+         "n_virtual": v} for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2))]
+pipe_job = pool.submit(dist.launch, "perfkit.jobs.pipeline_parallel", NPROC,
+                       ["--config", json.dumps({"tasks": PIPE})], timeout_s=300)
 
 # %% [markdown]
 # ## 1. What one block keeps, and what one token costs
@@ -173,8 +182,27 @@ for name, value in act_pred.items():
                                        "the kernels it assumes keep fewer intermediate tensors."})
 
 # %% [markdown]
-# TP and PP layouts at two processes (notebooks 10 and 11) are not held against the planner
-# here yet; `perfkit.plan.COURSE_LAYOUTS` is where they join.
+# **A pipeline.** The planner's pipeline term is `m v` slots of one micro-batch on one stage,
+# plus `(p - 1)` more for the bubble, plus the sends between stages. Timing it with real
+# blocks on two loaded cores would measure the scheduler; stage bodies that sleep `T_F` and
+# `T_B` cost the same under any load, so they test the schedule's structure alone (notebook
+# 11 does the same). Predictions first, within 10 %.
+
+# %%
+from perfkit.plan import Layout, pipeline_prediction, step_spans
+
+pipe_layout = {t["schedule"]: Layout(pp=NPROC, interleave=t["n_virtual"],
+                                     schedule="gpipe" if t["schedule"] == "gpipe" else "1f1b") for t in PIPE}
+pipe_pred = {n: Prediction(f"{n} step, {N_MICRO} micro-batches on {NPROC} stages", "m v slots + bubble "
+                           "(p - 1) slots + sends", value=pipeline_prediction(lay, N_MICRO, T_F, T_B, here.intra) * 1e3,
+                           rel_tol=0.10, unit="ms") for n, lay in pipe_layout.items()}
+pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
+for n, p in pipe_pred.items():
+    viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
+
+# %% [markdown]
+# TP layouts at two processes (notebook 10) are not held against the planner here yet;
+# `perfkit.plan.COURSE_LAYOUTS` is where they join.
 #
 # ## 3. A model you pick, on a cluster you pick
 #
