@@ -48,6 +48,11 @@ from perfkit.timing import interleaved
 
 SEED, DATA_SEED = 0, 1
 SGD = {"lr": 0.1, "momentum": 0.9}
+# the variants every comparison runs: name -> parallelize_gpt's keyword arguments
+VARIANTS = {"tp": {"sequence_parallel": False},
+            "sp": {"sequence_parallel": True},
+            "tp_overlap": {"sequence_parallel": False, "overlap": True},
+            "sp_recompute": {"sequence_parallel": True, "keep_gathered": False}}
 
 
 def _cfg(model: dict[str, Any]) -> GPTConfig:
@@ -120,22 +125,24 @@ def _max_over_ranks(x: float) -> float:
     return float(t)
 
 
-def _tp_losses(cfg: GPTConfig, batch: int, steps: int, opt_name: str, sp: bool,
-               group: Any = None, model: GPT | None = None) -> tuple[nn.Module, list[float]]:
+def _tp_losses(cfg: GPTConfig, batch: int, steps: int, opt_name: str,
+               sequence_parallel: bool, group: Any = None, model: GPT | None = None,
+               **kw: Any) -> tuple[nn.Module, list[float]]:
     rng = RNGTracker(SEED, group) if cfg.dropout else None
-    tp = parallelize_gpt(model if model is not None else _model(cfg), group, sp, rng)
+    tp = parallelize_gpt(model if model is not None else _model(cfg), group, sequence_parallel,
+                         rng, **kw)
     return tp, _train(tp.loss, list(tp.parameters()), cfg, batch, steps, opt_name, tp.sync_grads)
 
 
 def equality(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
-    """TP and TP+SP against the unsplit GPT (SGD parameters, AdamW loss curves)."""
+    """Every variant against the unsplit GPT (SGD parameters, AdamW loss curves)."""
     out: dict[str, Any] = {}
     ref, ref_losses = _reference(cfg, batch, steps, "sgd")
     _, ref_adam = _reference(cfg, batch, steps, "adamw")
-    for key, sp in (("tp", False), ("sp", True)):
-        tp, losses = _tp_losses(cfg, batch, steps, "sgd", sp)
+    for key, kw in VARIANTS.items():
+        tp, losses = _tp_losses(cfg, batch, steps, "sgd", **kw)
         rel, name, noise = _rel(tp, ref)
-        _, adam = _tp_losses(cfg, batch, steps, "adamw", sp)
+        _, adam = _tp_losses(cfg, batch, steps, "adamw", **kw)
         out[key] = {"rel": _max_over_ranks(rel), "worst": name, "losses": losses,
                     "key_bias_abs": _max_over_ranks(noise),
                     "ref_losses": ref_losses,
@@ -196,8 +203,9 @@ def traffic(cfg: GPTConfig, batch: int) -> dict[str, Any]:
     """Bytes and calls counted around one step and one block, and the model's counts."""
     out: dict[str, Any] = {}
     t = dist.get_world_size()
-    for key, sp in (("tp", False), ("sp", True)):
-        tp = parallelize_gpt(_model(cfg), None, sp)
+    for key, kw in VARIANTS.items():
+        sp, keep = kw["sequence_parallel"], kw.get("keep_gathered", True)
+        tp = parallelize_gpt(_model(cfg), **kw)
         idx, tgt = _batch(cfg, batch, 0)
         with count_traffic() as step:
             tp.loss(idx, tgt).backward()
@@ -206,8 +214,9 @@ def traffic(cfg: GPTConfig, batch: int) -> dict[str, Any]:
                         requires_grad=True)
         with count_traffic() as blk:
             tp.blocks[0](x).sum().backward()
-        model = tp_traffic(cfg, batch, cfg.block_size, t, sp)
-        block_model = tp_traffic(cfg, batch, cfg.block_size, t, sp, blocks_only=True)
+        model = tp_traffic(cfg, batch, cfg.block_size, t, sp, keep_gathered=keep)
+        block_model = tp_traffic(cfg, batch, cfg.block_size, t, sp, blocks_only=True,
+                                 keep_gathered=keep)
         out[key] = {"step": [step.calls, step.buffer_bytes], "model": [model.calls,
                                                                       model.buffer_bytes],
                     "block": [blk.calls, blk.buffer_bytes, blk.sent_bytes(t)],
@@ -224,8 +233,9 @@ def memory(cfg: GPTConfig, batch: int) -> dict[str, Any]:
 
     cfg = GPTConfig(**{**cfg.__dict__, "dropout": 0.1})
     out: dict[str, Any] = {}
-    for key, sp in (("tp", False), ("sp", True)):
-        block = parallelize_gpt(_model(cfg), None, sp, RNGTracker(SEED)).blocks[0].train()
+    for key, kw in VARIANTS.items():
+        sp = kw["sequence_parallel"]
+        block = parallelize_gpt(_model(cfg), rng=RNGTracker(SEED), **kw).blocks[0].train()
         meters, hooks = [], []
         for mod in (block.ln1, block.ln2, block.drop1, block.drop2):
             m = SavedTensorMeter(block)

@@ -41,6 +41,7 @@ from perfkit.parallel.tensor import (
     copy_to_tp,
     vocab_parallel_cross_entropy,
 )
+from perfkit.parallel.tp_overlap import column_region
 
 __all__ = ["TensorParallelGPT", "check_tp_degree", "parallelize_gpt", "tp_traffic"]
 
@@ -91,7 +92,25 @@ class _Embed(nn.Module):
         return self.drop(x + self.wpe(torch.arange(lo, lo + x.shape[1], device=idx.device)))
 
 
-class _Attention(nn.Module):
+class _Region:
+    """How a block's column-parallel regions run: module by module (``fused=False``) or as
+    one :func:`~perfkit.parallel.tp_overlap.column_region` (backward overlapped, and under
+    SP the gathered input kept or recomputed)."""
+
+    group: Any
+    sp: bool
+    fused: bool = False
+    keep_gathered: bool = True
+
+    def columns(self, x: torch.Tensor, linears: list[ColumnParallelLinear]) -> list[torch.Tensor]:
+        if self.fused:
+            return list(column_region(x, linears, self.group, self.sp, self.keep_gathered))
+        # one f (or all-gather) for all the region's columns: one collective, not several
+        x = gather_from_sequence(x, self.group) if self.sp else copy_to_tp(x, self.group)
+        return [lin(x) for lin in linears]
+
+
+class _Attention(_Region, nn.Module):
     def __init__(self, a: Attention, group: Any, sp: bool, rng: RNGTracker | None) -> None:
         super().__init__()
         self.group, self.sp, self.head_dim, self.p, self.rng = group, sp, a.head_dim, a.dropout, rng
@@ -104,11 +123,10 @@ class _Attention(nn.Module):
             mark_sequence_parallel(self.proj.bias)   # added on T / t tokens; weight is split
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # one f (or all-gather) for q, k and v together: one collective, not three
-        x = gather_from_sequence(x, self.group) if self.sp else copy_to_tp(x, self.group)
-        b, t, _ = x.shape
-        q, k, v = (lin(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-                   for lin in (self.q, self.k, self.v))   # (B, heads / t, T, D)
+        outs = self.columns(x, [self.q, self.k, self.v])
+        b, t, _ = outs[0].shape
+        q, k, v = (o.view(b, t, -1, self.head_dim).transpose(1, 2)
+                   for o in outs)                      # (B, heads / t, T, D)
         p = self.p if self.training else 0.0
         if p and self.rng is not None:
             with self.rng.fork():   # the heads are split: each rank its own mask
@@ -118,7 +136,7 @@ class _Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
-class _MLP(nn.Module):
+class _MLP(_Region, nn.Module):
     def __init__(self, m: nn.Module, group: Any, sp: bool) -> None:
         super().__init__()
         self.group, self.sp = group, sp
@@ -129,8 +147,8 @@ class _MLP(nn.Module):
             mark_sequence_parallel(self.proj.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = gather_from_sequence(x, self.group) if self.sp else copy_to_tp(x, self.group)
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))   # (B, T, 4C / t) inside
+        (h,) = self.columns(x, [self.fc])                  # (B, T, 4C / t)
+        return self.proj(F.gelu(h, approximate="tanh"))
 
 
 class _Block(nn.Module):
@@ -165,14 +183,20 @@ class TensorParallelGPT(nn.Module):
     ``(B, T, V / t)`` logits; :meth:`loss` is the vocabulary-parallel cross-entropy."""
 
     def __init__(self, model: GPT, group: Any, sequence_parallel: bool,
-                 rng: RNGTracker | None) -> None:
+                 rng: RNGTracker | None, overlap: bool = False,
+                 keep_gathered: bool = True) -> None:
         check_type("model", model, GPT)
         check_type("rng", rng, RNGTracker, optional=True)
+        if not keep_gathered and not sequence_parallel:
+            raise ValueError("keep_gathered=False needs sequence_parallel=True (without it "
+                             "there is no gathered input to recompute)")
         super().__init__()
         self.cfg, self.group, self.sequence_parallel = model.cfg, group, sequence_parallel
         sp = sequence_parallel
         self.embed = _Embed(model.embed, group, sp, rng)
         self.blocks = nn.ModuleList(_Block(b, group, sp, rng) for b in model.blocks)
+        for region in (m for b in self.blocks for m in (b.attn, b.mlp)):
+            region.fused, region.keep_gathered = overlap or not keep_gathered, keep_gathered
         self.head = _Head(model.head, group, sp)
         self.vocab_start = self.head.lm_head.weight.shape[0] * dist.get_rank(group)
 
@@ -211,7 +235,8 @@ class TensorParallelGPT(nn.Module):
 
 
 def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = False,
-                    rng: RNGTracker | None = None) -> TensorParallelGPT:
+                    rng: RNGTracker | None = None, overlap: bool = False,
+                    keep_gathered: bool = True) -> TensorParallelGPT:
     """Split ``model`` (built identically on every rank) over ``tp_group``.
 
     Args:
@@ -219,11 +244,15 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
         tp_group: the tensor-parallel group (``None``: WORLD).
         sequence_parallel: split the LayerNorm and dropout regions along the sequence.
         rng: the tracker for dropout in split regions; needed when ``model.cfg.dropout > 0``.
+        overlap: run each column-parallel region as one autograd function whose backward
+            collective overlaps the weight gradients (:mod:`perfkit.parallel.tp_overlap`).
+        keep_gathered: under SP, keep each region's all-gathered input for backward (the
+            default), or keep only this rank's slice and all-gather it again in backward.
 
     Raises:
         TypeError: if ``model`` is not a GPT or ``rng`` not an RNGTracker.
-        ValueError: if the group's size does not divide the heads or the vocabulary, or if
-            dropout is on without an ``rng``.
+        ValueError: if the group's size does not divide the heads or the vocabulary, if
+            dropout is on without an ``rng``, or for ``keep_gathered=False`` without SP.
     """
     check_type("model", model, GPT)
     check_type("rng", rng, RNGTracker, optional=True)
@@ -231,11 +260,13 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
     if model.cfg.dropout > 0 and rng is None:
         raise ValueError("rng must be an RNGTracker when dropout > 0 (split regions draw "
                          "their masks from it)")
-    return TensorParallelGPT(model, tp_group, bool(sequence_parallel), rng)
+    return TensorParallelGPT(model, tp_group, bool(sequence_parallel), rng, bool(overlap),
+                             bool(keep_gathered))
 
 
 def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: bool = False,
-               blocks_only: bool = False, dtype_bytes: int = 4) -> Traffic:
+               blocks_only: bool = False, dtype_bytes: int = 4,
+               keep_gathered: bool = True) -> Traffic:
     """Calls and buffer bytes per collective of one training step (forward, backward,
     :meth:`TensorParallelGPT.sync_grads`) of :func:`parallelize_gpt`'s model; the counts
     :func:`perfkit.comm.traffic.count_traffic` measures, exactly.
@@ -247,6 +278,8 @@ def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: 
 
     Args:
         blocks_only: count one block's forward and backward only.
+        keep_gathered: ``False``: under SP each block all-gathers its two regions' inputs
+            again in backward (``parallelize_gpt(..., keep_gathered=False)``).
 
     Raises:
         TypeError, ValueError: for a bad ``cfg`` or a ``t`` that does not divide it.
@@ -261,6 +294,10 @@ def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: 
     else:
         calls = {"all_gather": n, "reduce_scatter": n}
         nbytes = {"all_gather": n * payload, "reduce_scatter": n * payload}
+        if not keep_gathered:   # the recomputed inputs: 2 regions per block
+            extra = 2 * (1 if blocks_only else cfg.n_layer)
+            calls["all_gather"] += extra
+            nbytes["all_gather"] += extra * payload
     if not blocks_only:
         # LayerNorms (2C each), row-parallel biases (C each) and the whole position table
         sync = (6 * cfg.n_layer + 2 + cfg.block_size) * cfg.n_embd

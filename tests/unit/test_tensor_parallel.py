@@ -38,6 +38,7 @@ from perfkit.parallel.tp_costs import (
     tp_block_cost,
 )
 from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
+from perfkit.parallel.tp_overlap import column_region
 from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 CFG = GPTConfig(vocab_size=48, block_size=8, n_embd=24, n_layer=2, n_head=6)
@@ -277,3 +278,50 @@ def test_widget_draws_at_every_extreme_and_the_table_reads_both_counts():
     assert "| all_reduce | 13 / 13 |" in text
     with pytest.raises(TypeError, match="measured must be a Traffic"):
         traffic_table({}, model, 2)
+
+
+# --- fused column regions (perfkit.parallel.tp_overlap) -------------------------------------
+
+@pytest.mark.parametrize("kw", [{"overlap": True},
+                                {"sequence_parallel": True, "overlap": True},
+                                {"sequence_parallel": True, "keep_gathered": False}])
+def test_fused_regions_are_the_unsplit_model_and_counted(group, kw):
+    torch.manual_seed(0)
+    ref = GPT(CFG)
+    torch.manual_seed(0)
+    tp = parallelize_gpt(GPT(CFG), **kw)
+    idx, tgt = torch.randint(0, 48, (2, 8)), torch.randint(0, 48, (2, 8))
+    gpt_loss(ref(idx), tgt).backward()
+    with count_traffic() as t:
+        tp.loss(idx, tgt).backward()
+        tp.sync_grads()
+    want = tp_traffic(CFG, 2, 8, 1, kw.get("sequence_parallel", False),
+                      keep_gathered=kw.get("keep_gathered", True))
+    assert (t.calls, t.buffer_bytes) == (want.calls, want.buffer_bytes)
+    ref_p = dict(ref.named_parameters())
+    for name, p in tp.named_parameters():
+        assert torch.allclose(p.grad, ref_p[name].grad, atol=1e-6), name
+
+
+def test_recomputing_the_gathered_input_costs_two_all_gathers_per_block(group):
+    kept = tp_traffic(CFG, 2, 8, 2, True, blocks_only=True)
+    again = tp_traffic(CFG, 2, 8, 2, True, blocks_only=True, keep_gathered=False)
+    assert again.calls["all_gather"] - kept.calls["all_gather"] == 2
+    assert again.buffer_bytes["all_gather"] - kept.buffer_bytes["all_gather"] == 2 * 2 * 8 * 24 * 4
+    step = tp_traffic(CFG, 2, 8, 2, True, keep_gathered=False)
+    assert step.calls["all_gather"] == 4 * CFG.n_layer + 2 + 2 * CFG.n_layer
+    assert tp_traffic(CFG, 2, 8, 2, False, keep_gathered=False) == tp_traffic(CFG, 2, 8, 2)
+    with pytest.raises(ValueError, match="keep_gathered=False needs sequence_parallel"):
+        parallelize_gpt(GPT(CFG), keep_gathered=False)
+
+
+def test_column_region_refuses_bad_arguments(group):
+    lin = ColumnParallelLinear.from_linear(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="linears\\[0\\] must be a ColumnParallelLinear"):
+        column_region(torch.zeros(1, 2, 4), [nn.Linear(4, 4)])
+    with pytest.raises(ValueError, match="linears must hold at least one"):
+        column_region(torch.zeros(1, 2, 4), [])
+    with pytest.raises(ValueError, match="x must be \\(B, T, C\\)"):
+        column_region(torch.zeros(2, 4), [lin])
+    (y,) = column_region(torch.ones(1, 2, 4), [lin])
+    assert torch.allclose(y, lin(torch.ones(1, 2, 4)))
