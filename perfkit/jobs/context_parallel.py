@@ -12,6 +12,8 @@ Tasks (keys of the config):
   runs ring attention on its part, and compares its output and ``dQ, dK, dV`` with float64
   attention on the whole sequence, cut the same way (max abs differences); plus the bytes
   this rank sent against :func:`perfkit.parallel.context_model.ring_bytes` and the ring steps.
+* ``missing_peer``: rank 0 runs ring attention with ``timeout_s`` while the others never
+  call it: rank 0 must fail with the transfer's timeout instead of hanging.
 * ``time``: causal forward + backward per split, timed in alternation (``repeat`` rounds):
   each rank's compute seconds per round (the per-rank work imbalance, measured), its wait
   seconds (transfers not hidden), and the seconds one K/V block's exchange takes alone.
@@ -19,6 +21,7 @@ Tasks (keys of the config):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -130,6 +133,12 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         result["equal"] = equal(**cfg["equal"])
     if "time" in cfg:
         result["time"] = time_splits(**cfg["time"])
+    if "missing_peer" in cfg:
+        if dist.get_rank() == 0:
+            x = torch.zeros(1, 1, 4, 8)
+            ring_attention(x, x, x, timeout_s=cfg["missing_peer"]["timeout_s"])
+        else:
+            time.sleep(cfg["missing_peer"]["sleep_s"])  # never joins the ring
     return result
 
 

@@ -173,8 +173,12 @@ def _block_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_segs: li
     return (torch.cat(o_parts, -2), torch.cat(lse_parts, -1)) if seen else None
 
 
-def _block_backward(q, k, v, do, lse, delta, q_segs, k_segs, scale, causal, tile):
-    """``(dQ, dK, dV)`` contributions of one key block (accumulation dtype)."""
+def _block_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
+                    lse: torch.Tensor, delta: torch.Tensor, q_segs: list, k_segs: list,
+                    scale: float, causal: bool, tile: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dQ, dK, dV)`` contributions of one key block (accumulation dtype); ``lse`` and
+    ``delta`` are those of the whole attention, so the blocks' contributions add up."""
     acc = lse.dtype
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc, device=q.device)
@@ -200,7 +204,9 @@ class RingAttention(torch.autograd.Function):
     """Ring attention's forward and backward on this rank's part of the sequence."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, split, tile, scale, group, timeout_s, stats):
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                split: str, tile: int, scale: float, group: Any, timeout_s: float,
+                stats: RingStats | None) -> torch.Tensor:
         ring = _Ring(group, timeout_s, stats, q.device)
         seq_len = q.shape[-2] * ring.world
         segs = [segments(seq_len, r, ring.world, split) for r in range(ring.world)]

@@ -51,3 +51,10 @@ def test_ring_attention_equals_one_process(nproc):
                 assert all(len(rec[k]) == 2 for k in ("compute_s", "wait_s", "step_s"))
                 for c, w, s in zip(rec["compute_s"], rec["wait_s"], rec["step_s"]):
                     assert 0 < c < s and 0 <= w < s  # compute and waits lie inside the step
+
+
+def test_a_missing_peer_fails_after_the_timeout_instead_of_hanging():
+    # rank 1 never joins the ring; rank 0's transfer must give up after timeout_s = 2
+    with pytest.raises(dist.WorkerError) as err:
+        _launch(2, {"missing_peer": {"timeout_s": 2, "sleep_s": 120}})
+    assert err.value.rank == 0 and "Timed out" in err.value.worker_traceback
