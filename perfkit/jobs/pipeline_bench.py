@@ -215,7 +215,7 @@ def report(quick: bool = False, repeat: int = 10, t_f: float = 0.05, t_b: float 
         calibrated += _bubble_rows(p, bubbles(p, grid[1:4:2] if quick else grid, t_f, t_b, steps))
     gpt = {"n_embd": 128, "block_size": 64, "n_layer": 4, "vocab_size": 256}
     real = _bubble_rows(2, bubbles(2, [("gpipe", 4), ("1f1b", 4), ("1f1b", 8)], steps=steps,
-                                   real=True, model=gpt, micro_batch=4))
+                                   real=True, model=gpt, micro_batch=8))
     mem = {p: memory(p, [2 * p, 4 * p]) for p in (2, 4)}
     eq = equality()
     timing = step_times(repeat, gpt, micro_batch=4)

@@ -171,10 +171,12 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
         Collective over ``pp_ranks``: every pipeline rank calls it for the same step.
 
     Args:
-        schedule: the schedule (checked by the caller with ``validate``).
+        schedule: the schedule (checked by the caller with
+            :func:`perfkit.parallel.simulate.validate`).
         stages: the modules of the stages this rank holds, by global stage index.
         inputs, targets: the ``m`` micro-batches, needed on the first stage's rank
-            (``inputs``) and on the last stage's (``targets``); ``None`` elsewhere.
+            (``inputs``) and on the last stage's (``targets``); ``None`` elsewhere. Pass
+            contiguous copies: a view's whole storage counts as the stage's saved input.
         loss_fn: ``loss_fn(output, target)``, the mean loss of one micro-batch.
         act_shape, act_dtype: shape and dtype of the tensors sent between stages.
         pp_ranks: global ranks of pipeline ranks ``0..p-1`` (default: ``range(p)``).
@@ -262,6 +264,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
         s, j = a.stage, a.mb
         prepost(i)       # this action's receive, if not posted yet
         prepost(i + 1)   # and the next one's, to arrive while this one computes
+        outgoing = None
         if a.kind == "F":
             x = inputs[j] if s == 0 else fetch("act", s - 1, j, s - 1, a).requires_grad_()
             t0 = time.perf_counter()
@@ -282,7 +285,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                 rec.peak_saved_bytes = max(rec.peak_saved_bytes, now)
             held[(s, j)] = [x, y, rec.saved_bytes.get(f"{s}.{j}", 0), None]
             if s < last:
-                post("act", s, j, s + 1, y)
+                outgoing = ("act", s, j, s + 1, y)
         else:
             x, y, nbytes, _ = held[(s, j)]
             if a.kind in ("B", "I"):
@@ -294,7 +297,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                     (x.grad,) = torch.autograd.grad(y, x, g, retain_graph=True)
                 held[(s, j)][3] = g   # W needs the output gradient again
                 if s > 0:
-                    post("grad", s - 1, j, s - 1, x.grad)
+                    outgoing = ("grad", s - 1, j, s - 1, x.grad)
             else:
                 t0 = time.perf_counter()
                 g = held[(s, j)][3]
@@ -305,7 +308,10 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             if a.kind in ("B", "W"):
                 now -= nbytes
                 del held[(s, j)]
+        # the end is read before the send: a peer may start on the message at once
         rec.slots.append((a.kind, s, j, t0, time.perf_counter()))
+        if outgoing is not None:
+            post(*outgoing)
     for w in sends:
         w.wait(timeout)
     return rec
