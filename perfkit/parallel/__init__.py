@@ -135,6 +135,9 @@ from perfkit.parallel.tp_gpt import (
     parallelize_gpt,
     tp_traffic,
 )
+from perfkit.parallel.tp_overlap import (
+    column_region,
+)
 from perfkit.parallel.zero import (
     ZeroOptimizer,
 )
@@ -199,4 +202,5 @@ __all__ = [
     "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
     "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
+    "column_region",
 ]
