@@ -69,3 +69,30 @@ def test_run_schedule_checks_stages_before_any_message(monkeypatch):
         run_schedule(gpipe(2, 2), {0: torch.nn.Identity()}, [torch.ones(1)], None, None, (1,))
     with pytest.raises(ValueError, match="pp_ranks"):
         run_schedule(gpipe(2, 2), {0: torch.nn.Identity()}, None, None, None, (1,), pp_ranks=[1, 2])
+
+
+def test_hop_latency_recovers_the_simulated_latency():
+    from perfkit.jobs.pipeline_bench import hop_latency
+    from perfkit.parallel.schedules import one_f_one_b as ofob
+    from perfkit.parallel.simulate import simulate
+
+    sched = ofob(3, 6)
+    for lat in (0.0, 0.25):
+        tl = simulate(sched, {"F": 1, "B": 2}, latency=lat)
+        rows = [[(x.action.kind, x.action.stage, x.action.mb, x.start, x.end) for x in row]
+                for row in tl.slots]
+        assert hop_latency(rows, sched) == pytest.approx(lat)
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda b: b.bubbles(2, [("1f1b", 1)]), ValueError, "n_micro >= n_ranks"),
+    (lambda b: b.bubbles(2, ["gpipe"]), TypeError, "pair"),
+    (lambda b: b.bubbles(2, [("gpipe", 2)], t_f=-1), ValueError, "t_f"),
+    (lambda b: b.memory(4, [2]), ValueError, "n_micros"),
+    (lambda b: b.step_times(1), ValueError, "repeat"),
+])
+def test_bench_arguments_checked_before_launching(call, exc, match):
+    from perfkit.jobs import pipeline_bench
+
+    with pytest.raises(exc, match=match):
+        call(pipeline_bench)
