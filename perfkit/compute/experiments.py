@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -199,18 +199,36 @@ def attention_in_model(seq_len: int, batch: int = 4, heads: int = 4, layers: int
 @dataclass(frozen=True)
 class ShapeSummary:
     """One dtype of a matmul shape sweep: the aligned widths' median rate (``ref``, FLOP/s)
-    and each width's rate as a share of it."""
+    and each width's rate as a share of it: ``aligned`` (multiples of ``multiple``), ``odd``,
+    and ``even`` widths that are not multiples of 4, so of no vector width."""
 
     dtype: str
     ref: float
     aligned: tuple[float, ...]
     odd: tuple[float, ...]
     multiple: int = 64
+    even: tuple[float, ...] = ()
 
     @property
     def odd_share(self) -> Estimate:
         """The odd widths' median share of ``ref``, with the bootstrap interval of that median."""
-        return median_interval(self.odd)
+        est = median_interval(self.odd)
+        return replace(est, method=est.method.replace("repeats", "odd widths"))
+
+    @property
+    def parity(self) -> Estimate:
+        """The odd widths' median rate over the off-grid even widths' (two sets of widths:
+        :func:`perfkit.stats.median_ratio`, unpaired); what being odd costs beyond being off
+        the vector's grid.
+
+        Raises:
+            ValueError: when the sweep held no off-grid even width.
+        """
+        if not self.even:
+            raise ValueError(f"the {self.dtype} sweep held no even width off the vector grid (n % 4 == 2)")
+        est = median_ratio(self.odd, self.even, paired=False)
+        return replace(est, method=f"bootstrap of the median ratio of {len(self.odd)} odd widths to "
+                                  f"{len(self.even)} even ones")
 
     @property
     def aligned_spread(self) -> str:
@@ -222,7 +240,9 @@ class ShapeSummary:
 
         return (f"{self.dtype:>9}: multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they "
                 f"spread {self.aligned_spread}); odd n: median "
-                f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median")
+                f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median"
+                + (f"; even n off the vector grid: median {statistics.median(self.even):.0%}"
+                   if self.even else ""))
 
 
 def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) -> ShapeSummary:
@@ -236,11 +256,13 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
     pts = [p for p in check_items("points", points) if check_type("points[i]", p, ShapePoint).dtype == dtype]
     aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
     odd = [p.flops_per_s for p in pts if p.n % 2]
+    even = [p.flops_per_s for p in pts if p.n % 4 == 2]  # even, but a multiple of no vector width
     if not aligned or not odd:
         raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
                          f"{sorted(p.n for p in pts)}")
     ref = statistics.median(aligned)
-    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple)
+    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple,
+                        tuple(e / ref for e in even))
 
 
 def batch_gain(a, b) -> Estimate:

@@ -92,6 +92,19 @@ def test_shape_summary_holds_odd_widths_against_the_aligned_median():
     assert s.aligned_spread == "91%-109%"
     with pytest.raises(ValueError, match="aligned and an odd"):
         ex.shape_summary(points("float32", {1024: 1.0, 1088: 1.0}), "float32")
+    with pytest.raises(ValueError, match="no even width off the vector grid"):
+        s.parity  # noqa: B018  (1000 is a multiple of 4 (and of 8): on the grid of an 8-lane vector)
+
+
+def test_parity_compares_odd_widths_with_even_ones_off_the_vector_grid():
+    # even widths that are multiples of 4 (1016, 1020) are not "off the grid": left out
+    rates = {960: 10.0, 1024: 10.0, 1021: 6.0, 1023: 6.2, 1025: 5.8, 1018: 6.0, 1022: 6.1,
+             1016: 9.0, 1020: 2.0}
+    s = ex.shape_summary(points("float32", rates), "float32")
+    assert s.even == (0.6, 0.61) and "even n off the vector grid: median 60%" in s.describe()
+    est = s.parity
+    assert est.value == pytest.approx(0.6 / 0.605) and est.low <= est.value <= est.high
+    assert est.method == "bootstrap of the median ratio of 3 odd widths to 2 even ones"
 
 
 def test_shape_sweep_skips_a_dtype_without_an_odd_width():
