@@ -174,8 +174,8 @@ viz.verdict(p_bubble, stats.Estimate(**head["measured"]), explain={
              f"hop puts the bubble {gap:+.0%} from the formula: the rest is time between actions"})
 
 # %% [markdown]
-# With 4 processes (default size only: 4 sleeping processes share 2 cores well, computing
-# ones would not), the bubble grows with `p` as the formula says:
+# The same measurement with 4 processes (default size only; sleeping processes share 2 cores
+# well, computing ones would not), where the formula's bubble is larger at every `m`:
 
 # %%
 if FOUR:
