@@ -136,6 +136,6 @@ def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (
     return WidgetSpec(show, {
         "seq_len": LogControl(min_exp=8, max_exp=int(np.log2(max_len)), value=4096, base=2,
                               step=1, description="sequence length T"),
-        "tile": Choice(options=(16, 32, 64, 128, 256), value=64, description="tile size"),
+        "tile": Choice(options=(16, 64, 256), value=64, description="tile size"),
     }, title="Attention: memory and time against T and the tile size")
 

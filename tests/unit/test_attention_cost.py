@@ -3,11 +3,13 @@ widget (perfkit.viz.attention): exact saved bytes, timing records, the tile cost
 on synthetic times it must recover, the tile-owner picture and the widget at its extremes."""
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from perfkit.compute import attention_cost as ac
 from perfkit.compute.flash import eager_saved_bytes, flash_flops, flash_saved_bytes
+from perfkit.sizing import pinned_threads
 from perfkit.viz import attention as va
 
 matplotlib.use("Agg")
@@ -20,7 +22,8 @@ def test_saved_bytes_sweep_is_exact():
 
 
 def test_time_attention_records():
-    pts = ac.time_attention([40, 64], tiles=[16, 32], heads=2, head_dim=8, repeat=2)
+    with pinned_threads(1):  # tiny ops on busy OpenMP threads stall at every barrier
+        pts = ac.time_attention([40, 64], tiles=[16, 32], heads=2, head_dim=8, repeat=2)
     assert [(p.impl, p.seq_len, p.tile) for p in pts] == [
         (i, t, tile) for t in (40, 64) for i, tile in
         (("flash", 16), ("flash", 32), ("eager", 0), ("sdpa", 0))]
@@ -64,15 +67,15 @@ def test_tile_owner_and_plots():
     assert (grid[2:6][np.tril(np.ones((4, 8), bool), 2)] == 1).all()
     assert (grid[np.triu_indices(8, 1)] == -1).all()  # above the diagonal: skipped
     assert (va.tile_owner(16, 2, 2, "contiguous")[4:][np.tril(np.ones((4, 8), bool), 4)] == 1).all()
-    va.plot_tiles(32, 2, 4)
-    va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]})
+    plt.close(va.plot_tiles(32, 2, 4))
+    plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
 
 
 def test_widget_extremes_and_bad_arguments():
     spec = va.attention_widget(ac.TileCostModel(2e10, 1e-4, 1e10),
                                _synthetic(2e10, 1e-4, 1e10), max_len=4096)
     for kw in spec.extremes():
-        spec.fn(**kw)
+        plt.close(spec.fn(**kw))
     with pytest.raises(TypeError, match="model"):
         va.attention_widget({"rate": 1})
     with pytest.raises(ValueError, match="points"):
