@@ -355,14 +355,17 @@ def errors(cfg: GPTConfig) -> dict[str, Any]:
 
 
 def timing(cfg: GPTConfig, batch: int, repeat: int, warmup: int = 2) -> dict[str, Any]:
-    """perfkit's TP step and DTensor's (forward, backward, SGD step), interleaved."""
+    """perfkit's TP step (plain, and with its backward overlapped) and DTensor's (forward,
+    backward, SGD step), interleaved."""
     from torch.distributed.tensor.parallel import loss_parallel
 
     ours = parallelize_gpt(_model(cfg), None, False)
+    overlapped = parallelize_gpt(_model(cfg), None, False, overlap=True)
     theirs, their_loss = _dtensor_model(cfg, False)
     fns = []
     for params, fn in ((list(ours.parameters()), _backward(ours.loss, cfg, batch)),
-                       (list(theirs.parameters()), _backward(their_loss, cfg, batch))):
+                       (list(theirs.parameters()), _backward(their_loss, cfg, batch)),
+                       (list(overlapped.parameters()), _backward(overlapped.loss, cfg, batch))):
         opt = _opt(params, "sgd")
 
         def step(fn: Any = fn, opt: torch.optim.Optimizer = opt) -> None:
@@ -374,7 +377,8 @@ def timing(cfg: GPTConfig, batch: int, repeat: int, warmup: int = 2) -> dict[str
     ms = interleaved(fns, warmup=warmup, repeat=repeat)
     t = torch.tensor([list(m.times_s) for m in ms], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)   # a step ends when its slowest rank does
-    return {"perfkit_s": t[0].tolist(), "dtensor_s": t[1].tolist()}
+    return {"perfkit_s": t[0].tolist(), "dtensor_s": t[1].tolist(),
+            "perfkit_overlap_s": t[2].tolist()}
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:

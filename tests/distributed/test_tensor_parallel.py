@@ -27,7 +27,8 @@ THREE = {"vocab_size": 48, "block_size": 12, "n_embd": 24, "n_layer": 2, "n_head
 @pytest.fixture(scope="module")
 def jobs():
     two = dist.launch("perfkit.jobs.tensor_parallel", 2, ["--config", json.dumps(
-        {"equality": {}, "dropout": {}, "traffic": {}, "dtensor": {}})], timeout_s=240)
+        {"equality": {}, "dropout": {}, "traffic": {}, "dtensor": {}, "memory": {}})],
+        timeout_s=240)
     three = dist.launch("perfkit.jobs.tensor_parallel", 3, ["--config", json.dumps(
         {"model": THREE, "equality": {}, "traffic": {}, "errors": {"model": {"n_head": 4}}})],
         timeout_s=240)
@@ -37,7 +38,7 @@ def jobs():
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("key", ["tp", "sp"])
+@pytest.mark.parametrize("key", ["tp", "sp", "tp_overlap", "sp_recompute"])
 def test_equal_to_the_unsplit_model(jobs, world, key):
     for r in jobs[world]:
         e = r["equality"][key]
@@ -50,7 +51,8 @@ def test_equal_to_the_unsplit_model(jobs, world, key):
 @pytest.mark.parametrize("world", [2, 3])
 def test_traffic_is_the_models_count_exactly(jobs, world):
     for r in jobs[world]:
-        for key, names in (("tp", {"all_reduce"}), ("sp", {"all_gather", "reduce_scatter"})):
+        for key, names in (("tp", {"all_reduce"}), ("sp", {"all_gather", "reduce_scatter"}),
+                           ("tp_overlap", {"all_reduce"})):
             t = r["traffic"][key]
             assert t["step"] == t["model"], (key, t)
             assert t["block"] == t["block_model"], (key, t)
@@ -60,6 +62,24 @@ def test_traffic_is_the_models_count_exactly(jobs, world):
             payload = 4 * 16 * 32 * 4 if world == 2 else 4 * 12 * 24 * 4
             assert sum(nbytes.values()) == 4 * payload * len(names)
             assert sum(sent.values()) == pytest.approx(4 * payload * 2 * (world - 1) / world)
+        # SP without the gathered inputs kept: one more all-gather per region in backward
+        t = r["traffic"]["sp_recompute"]
+        assert t["step"] == t["model"] and t["block"] == t["block_model"], t
+        assert t["block"][0] == {"all_gather": 6, "reduce_scatter": 4}
+
+
+def test_sequence_parallel_saves_its_regions_and_recomputing_saves_the_gathered_input(jobs):
+    from perfkit.parallel import region_activation_bytes
+
+    b, s, c = 4, 16, 32
+    for r in jobs[2]:
+        m = r["memory"]
+        assert m["tp"]["regions"] == region_activation_bytes(b, s, c, 2)
+        assert m["sp"]["regions"] == region_activation_bytes(b, s, c, 2, sequence_parallel=True)
+        assert m["tp"]["block"] - m["sp"]["block"] == m["tp"]["regions"] // 2
+        assert m["tp_overlap"] == m["tp"]
+        # the q/k/v and fc inputs kept as (B, T / 2, C) slices instead of (B, T, C)
+        assert m["sp"]["block"] - m["sp_recompute"]["block"] == 2 * b * s * c * 4 // 2
 
 
 def test_dropout_random_number_contract(jobs):
