@@ -9,7 +9,8 @@ activations against :class:`perfkit.memory.SavedTensorMeter` (the planner's Kort
 count, and perfkit.memory.activations' per-op count of transformers' GPT-2, side by side).
 Pipelines (GPipe, 1F1B, interleaved) over 2 stages whose bodies sleep a known time
 (:mod:`perfkit.jobs.pipeline_parallel`'s ``bubble`` task) against the planner's bubble and
-sends. TP layouts at 2 processes are not measured here yet (see ``not_measured``).
+sends. One GPT block split over 2 processes (tensor parallelism): the unsplit block measured
+/ 2 plus the planner's TP term, against the split block measured in alternation.
 
 Published runs: every row of :mod:`perfkit.plan.runs_data`, one efficiency fitted per table
 on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows whether the
@@ -35,6 +36,7 @@ from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
     Layout,
+    ModelSpec,
     compare,
     course_predictions,
     foundry_runs,
@@ -44,6 +46,7 @@ from perfkit.plan import (
     megatron_runs,
     pipeline_prediction,
     step_spans,
+    step_time,
     tiny_gpt2_spec,
 )
 
@@ -70,7 +73,8 @@ def local(steps: int) -> dict:
     kw = {"vocab_size": 1024, "block_size": 64, "n_embd": 64, "n_layer": 2, "n_head": 2}
     spec = tiny_gpt2_spec(**kw)
     res = zero_compare(list(COURSE_LAYOUTS), nproc=2, batch=BATCH, steps=steps, model=kw, rss=False)
-    cluster = local_cluster(hw.cached_limits(), local_link(), processes=2)
+    # the link measured now, under the load the timed jobs run under (the cache is updated)
+    cluster = local_cluster(hw.cached_limits(), local_link(refresh=True), processes=2)
     pred = course_predictions(cluster, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
     acts = measured_activation_bytes(kw)
     per_op = gpt2_saved_activation_bytes(BATCH, kw["block_size"], kw["n_embd"], kw["n_layer"],
@@ -94,8 +98,36 @@ def local(steps: int) -> dict:
                 (mem.model_states + per_op) / (measured_states + acts),
         }
     out["pipeline"] = pipeline(cluster.intra)
-    out["not_measured"] = ("TP and DP x TP at 2 processes: perfkit.jobs.tensor_parallel is not "
-                           "wired into this benchmark yet")
+    out["tensor_parallel_block"] = tensor_block(cluster)
+    out["not_measured"] = ("DP x TP at 2 processes, and a whole TP model's step: only one block "
+                           "(perfkit.jobs.tensor_parallel's speedup task) is held against the planner")
+    return out
+
+
+def tensor_block(cluster, widths=(128, 512, 1024), batch: int = 8, seq: int = 64,
+                 repeat: int = 10) -> dict:
+    """One GPT block's forward and backward, unsplit and split over 2 processes, interleaved
+    (:mod:`perfkit.jobs.tensor_parallel`'s ``speedup`` task): the split step predicted as the
+    unsplit one measured / 2 plus the planner's tensor-parallel term (4 all-reduces of the
+    block's output, no overlap on a CPU)."""
+    import json as _json
+
+    from perfkit import dist
+
+    cfg = {"speedup": {"widths": list(widths), "batch": batch, "seq": seq, "repeat": repeat}}
+    res = dist.launch("perfkit.jobs.tensor_parallel", 2, ["--config", _json.dumps(cfg)], timeout_s=300)
+    out = {}
+    for w in widths:
+        rec = res[0]["speedup"][str(w)]
+        unsplit, split = stats.median(rec["unsplit_s"]), stats.median(rec["split_s"])
+        block = ModelSpec(f"block {w}", layers=1, hidden=w, heads=4, ffn=4 * w, vocab=64, seq=seq,
+                          act_bytes=4)
+        tp_s = step_time(block, Layout(tp=2, micro_batch=batch), cluster, batch,
+                         "fp32_adam", 4.0).terms["tensor-parallel"]
+        pred = unsplit / 2 + tp_s
+        out[str(w)] = {"unsplit_ms": unsplit * 1e3, "split_ms": split * 1e3,
+                       "predicted_split_ms": pred * 1e3, "tp_term_ms": tp_s * 1e3,
+                       "predicted_over_measured": pred / split}
     return out
 
 
@@ -161,7 +193,7 @@ def main() -> None:
     targets = {}
     if "local" in out:
         ls = out["local"]["layouts"].values()
-        pp = out["local"]["pipeline"].values()
+        pp = [*out["local"]["pipeline"].values(), *out["local"]["tensor_parallel_block"].values()]
         targets["local_step_within_25pct"] = all(abs(x["predicted_over_measured"] - 1) <= 0.25
                                                  for x in (*ls, *pp))
         targets["local_tensor_memory_within_5pct"] = all(
