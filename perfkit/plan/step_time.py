@@ -1,11 +1,11 @@
 """Step time of a layout on a cluster, term by term, each from the link it crosses.
 
 One micro-batch on one pipeline stage costs its matmul FLOPs at the cluster's achievable
-rate, the memory-bound work around them (each saved activation byte written and read
-forward and back, :data:`MEM_PASSES`, at HBM bandwidth), tensor parallelism's four
-all-reduces per block (six with full recomputation; sequence parallelism's reduce-scatter +
-all-gather pairs move the same bytes) and the part of context parallelism's K/V ring that
-attention's own compute does not hide. The pipeline runs ``m + (p - 1) / v`` such slots (the
+rate, the memory-bound work around them (each saved activation byte, the last stage's fp32
+logits included, written and read forward and back, :data:`MEM_PASSES`, at HBM bandwidth),
+tensor parallelism's four all-reduces per block (six with full recomputation; sequence
+parallelism's reduce-scatter + all-gather pairs move the same bytes) and the part of
+context parallelism's K/V ring that attention's own compute does not hide. The pipeline runs ``m + (p - 1) / v`` such slots (the
 bubble, Narayanan et al. 2021), plus the stage-to-stage sends. Data parallelism's gradient
 all-reduce (ZeRO 1-2: reduce-scatter + all-gather, the same bytes), in 25 MiB buckets,
 hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
@@ -125,7 +125,9 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     matmul = flops_mb / cluster.achievable_flops
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
-    membound = passes * layers * act / gpu.hbm_bytes_per_s
+    # the last stage's fp32 logits follow the same rule (the slowest stage sets the pace)
+    logits = model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
+    membound = (passes * layers * act + MEM_PASSES * logits) / gpu.hbm_bytes_per_s
     # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
     n_tp = 4 + (2 if lay.recompute == "full" else 0)

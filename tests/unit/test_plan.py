@@ -308,3 +308,13 @@ def test_pipeline_prediction_and_measured_spans():
     assert step_spans(steps) == pytest.approx([1.0, 0.1])
     with pytest.raises(ValueError, match="no slot"):
         step_spans([[[], []]])
+
+
+def test_memory_bound_term_counts_activations_and_logits():
+    from perfkit.plan import MEM_PASSES
+
+    c = named_cluster("a100-40gb")
+    t = step_time(GPT, Layout(micro_batch=2), c, 2)
+    per_layer = GPT.activation_bytes_per_layer(2)
+    want = MEM_PASSES * (GPT.layers * per_layer + GPT.logits_bytes(2)) / c.gpu.hbm_bytes_per_s
+    assert t.terms["memory-bound"] == pytest.approx(want)
