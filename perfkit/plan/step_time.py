@@ -5,16 +5,16 @@ rate, the memory-bound work around them (each saved activation byte, the last st
 logits included, written and read forward and back, :data:`MEM_PASSES`, at HBM bandwidth),
 tensor parallelism's four all-reduces per block (six with full recomputation; sequence
 parallelism's reduce-scatter + all-gather pairs move the same bytes) and the part of
-context parallelism's K/V ring that attention's own compute does not hide. The pipeline runs ``m + (p - 1) / v`` such slots (the
-bubble, Narayanan et al. 2021), plus the stage-to-stage sends. Data parallelism's gradient
-all-reduce (ZeRO 1-2: reduce-scatter + all-gather, the same bytes), in 25 MiB buckets,
-hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
-reduce-scatters gradients for every micro-batch, block by block, hidden behind that
-micro-batch's compute (where the cluster can overlap: not on a CPU, whose cores run the
-collectives). Collectives are rings
-(:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across nodes
-on the network, hierarchically where a group spans both. The optimizer step streams the
-local shard's states once.
+context parallelism's K/V ring that attention's own compute does not hide. The pipeline
+runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus the
+stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
+all-gather, the same bytes), in 25 MiB buckets, hides behind the last micro-batch's
+backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
+micro-batch, block by block, hidden behind that micro-batch's compute (where the cluster
+can overlap: not on a CPU, whose cores run the collectives). Collectives are rings
+(:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across
+nodes on the network, hierarchically where a group spans both. The optimizer step streams
+the local shard's states once.
 
 Usage::
 
