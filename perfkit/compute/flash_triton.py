@@ -1,18 +1,20 @@
-"""FlashAttention-2's forward as a Triton kernel: natively on CUDA, interpreted on the CPU.
+"""FlashAttention-2 as Triton kernels, forward and backward: compiled on CUDA, interpreted on
+the CPU.
 
-One program per (query tile, batch-head): it loads its ``BLOCK_M`` queries once, walks the key
-tiles keeping the running max, sum and unnormalised output in registers, and writes ``O`` and
-the log-sum-exp ``L`` once (Dao 2023; Triton's fused-attention tutorial). Causal programs
-stop at the diagonal, so tiles above it are never loaded. Without a GPU the same kernel runs
-in Triton's interpreter (what ``TRITON_INTERPRET=1`` selects: numpy executes each program),
-which checks its logic against :func:`perfkit.compute.flash.attention_forward_tiles`, not its
-speed. Triton is imported on first use, so this module imports without it.
+Forward: one program per (query tile, batch-head) loads its ``BLOCK_M`` queries once, walks
+the key tiles keeping the running max, sum and unnormalised output in registers, and writes
+``O`` and the log-sum-exp ``L`` once (Dao 2023; Triton's fused-attention tutorial). Backward:
+one program per key tile accumulates ``dK``, ``dV`` and one per query tile ``dQ``, each
+recomputing ``P`` from ``L``. Causal programs skip the tiles above the diagonal. Without a
+GPU the same kernels run in Triton's interpreter (what ``TRITON_INTERPRET=1`` selects: numpy
+executes each program), which checks their logic against :mod:`perfkit.compute.flash`, not
+their speed. Triton is imported on first use, so this module imports without it.
 
 Usage::
 
     ok, why = triton_status(q.device)            # (False, reason) where it cannot run
     o, lse = triton_flash_forward(q, k, v, causal=True)   # q, k, v: (B, H, T, D)
-    print((o - attention_forward_tiles(q, k, v, q.shape[-1] ** -0.5, True)[0]).abs().max())
+    dq, dk, dv = triton_flash_backward(q, k, v, o, lse, do, causal=True)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from perfkit._checks import check_int, check_type
 from perfkit.compute.flash import check_qkv, check_tile
 
-__all__ = ["TRITON_DTYPES", "triton_flash_forward", "triton_status"]
+__all__ = ["TRITON_DTYPES", "triton_flash_backward", "triton_flash_forward", "triton_status"]
 
 TRITON_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 tl: Any = None  # triton.language, set on first use by _kernel (Triton is optional)
@@ -79,6 +81,82 @@ def _fwd_kernel(Q, K, V, Out, Lse, stride_qb, stride_qm, stride_kb, stride_kn, s
     tl.store(Lse + bh * Tq + offs_m, lse, mask=offs_m < Tq)
 
 
+def _bwd_dkdv_kernel(Q, K, V, DO, Lse, Delta, DK, DV, Tq, Tk, scale, q_start, k_start,
+                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     D: tl.constexpr, PRECISION: tl.constexpr):
+    """dK and dV of one key tile of one batch-head: walk the query tiles that see it,
+    recomputing P from L (contiguous ``(BH, T, D)`` tensors)."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    col_ok = offs_n < Tk
+    kv_at = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
+    k = tl.load(K + kv_at, mask=col_ok[:, None], other=0.0)
+    v = tl.load(V + kv_at, mask=col_ok[:, None], other=0.0)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+    lo = 0
+    if CAUSAL:  # queries before this tile's first key see none of it
+        lo = tl.maximum(0, k_start + pid_n * BLOCK_N - q_start) // BLOCK_M * BLOCK_M
+    for start_m in range(lo, Tq, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < Tq
+        q_at = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
+        q = tl.load(Q + q_at, mask=row_ok[:, None], other=0.0)
+        do = tl.load(DO + q_at, mask=row_ok[:, None], other=0.0)
+        lse = tl.load(Lse + bh * Tq + offs_m, mask=row_ok, other=0.0)
+        lse = tl.where(lse == float("-inf"), 0.0, lse)  # all-masked rows: every p is 0 anyway
+        delta = tl.load(Delta + bh * Tq + offs_m, mask=row_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale
+        valid = row_ok[:, None] & col_ok[None, :]
+        if CAUSAL:
+            valid = valid & (k_start + offs_n[None, :] <= q_start + offs_m[:, None])
+        p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)  # (BLOCK_M, BLOCK_N), recomputed
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION).to(tl.float32)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(tl.float32)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION).to(tl.float32) * scale
+    tl.store(DK + kv_at, dk.to(DK.dtype.element_ty), mask=col_ok[:, None])
+    tl.store(DV + kv_at, dv.to(DV.dtype.element_ty), mask=col_ok[:, None])
+
+
+def _bwd_dq_kernel(Q, K, V, DO, Lse, Delta, DQ, Tq, Tk, scale, q_start, k_start,
+                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   D: tl.constexpr, PRECISION: tl.constexpr):
+    """dQ of one query tile of one batch-head (a second pass: no atomic adds across tiles)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < Tq
+    q_at = bh * Tq * D + offs_m[:, None] * D + offs_d[None, :]
+    q = tl.load(Q + q_at, mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + q_at, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(Lse + bh * Tq + offs_m, mask=row_ok, other=0.0)
+    lse = tl.where(lse == float("-inf"), 0.0, lse)
+    delta = tl.load(Delta + bh * Tq + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, D], tl.float32)
+    hi = Tk
+    if CAUSAL:
+        hi = tl.maximum(0, tl.minimum(Tk, q_start + (pid_m + 1) * BLOCK_M - k_start))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < Tk
+        kv_at = bh * Tk * D + offs_n[:, None] * D + offs_d[None, :]
+        k = tl.load(K + kv_at, mask=col_ok[:, None], other=0.0)
+        v = tl.load(V + kv_at, mask=col_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale
+        valid = row_ok[:, None] & col_ok[None, :]
+        if CAUSAL:
+            valid = valid & (k_start + offs_n[None, :] <= q_start + offs_m[:, None])
+        p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION).to(tl.float32)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION).to(tl.float32) * scale
+    tl.store(DQ + q_at, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
 def _interpreting() -> bool:
     """Whether the imported Triton runs kernels in its interpreter (fixed at its import:
     ``tl``'s own helpers are built interpreted or compiled then)."""
@@ -113,14 +191,43 @@ def triton_status(device: torch.device | str = "cpu") -> tuple[bool, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _kernel() -> Any:
-    """The kernel, ``triton.jit``-decorated on first use (so importing this module needs no
-    Triton); the body names ``tl``, which is put in this module's globals here."""
+def _kernels() -> dict[str, Any]:
+    """The kernels, ``triton.jit``-decorated on first use (so importing this module needs no
+    Triton); their bodies name ``tl``, which is put in this module's globals here."""
     import triton
     import triton.language as tl
 
     globals()["tl"] = tl
-    return triton.jit(_fwd_kernel)
+    return {"fwd": triton.jit(_fwd_kernel), "dkdv": triton.jit(_bwd_dkdv_kernel),
+            "dq": triton.jit(_bwd_dq_kernel)}
+
+
+def _check(q: Any, k: Any, v: Any, causal: Any, block_m: Any, block_n: Any, q_start: Any,
+           k_start: Any, allow_tf32: Any) -> None:
+    """The arguments both passes share, refused by name; then whether Triton can run here."""
+    check_qkv(q, k, v)
+    if q.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-D (B, H, T, D), got q of shape {tuple(q.shape)}")
+    if q.dtype not in TRITON_DTYPES:
+        raise TypeError(f"q, k, v must be one of {TRITON_DTYPES}, got {q.dtype}")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # the interpreter keeps bf16 as uint16 and its tl.dot multiplies the bit patterns
+        # (triton-lang/triton#11584: "we just don't support it yet")
+        raise TypeError("bf16 does not run in Triton's interpreter (its tl.dot multiplies the raw "
+                        "bits, triton-lang/triton#11584): use fp32 or fp16 on the CPU")
+    d = q.shape[-1]
+    if d < 16 or d & (d - 1):
+        raise ValueError(f"head dim D must be a power of two >= 16 for tl.dot, got {d}")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if check_tile(b) < 16:
+            raise ValueError(f"{name} must be a power of two >= 16, got {b}")
+    check_type("causal", causal, bool)
+    check_type("allow_tf32", allow_tf32, bool)
+    check_int("q_start", q_start, 0)
+    check_int("k_start", k_start, 0)
+    ok, why = triton_status(q.device)
+    if not ok:
+        raise RuntimeError(f"the Triton kernel cannot run here: {why}")
 
 
 def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -147,38 +254,67 @@ def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         RuntimeError: where the kernel cannot run (:func:`triton_status` says why).
         TypeError, ValueError: for bad tensors, dtypes, ``D`` or tile sizes.
     """
-    check_qkv(q, k, v)
-    if q.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-D (B, H, T, D), got q of shape {tuple(q.shape)}")
-    if q.dtype not in TRITON_DTYPES:
-        raise TypeError(f"q, k, v must be one of {TRITON_DTYPES}, got {q.dtype}")
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-        # the interpreter keeps bf16 as uint16 and its tl.dot multiplies the bit patterns
-        # (triton-lang/triton#11584: "we just don't support it yet")
-        raise TypeError("bf16 does not run in Triton's interpreter (its tl.dot multiplies the raw "
-                        "bits, triton-lang/triton#11584): use fp32 or fp16 on the CPU")
+    _check(q, k, v, causal, block_m, block_n, q_start, k_start, allow_tf32)
     d = q.shape[-1]
-    if d < 16 or d & (d - 1):
-        raise ValueError(f"head dim D must be a power of two >= 16 for tl.dot, got {d}")
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if check_tile(b) < 16:
-            raise ValueError(f"{name} must be a power of two >= 16, got {b}")
-    check_type("causal", causal, bool)
-    check_type("allow_tf32", allow_tf32, bool)
-    check_int("q_start", q_start, 0)
-    check_int("k_start", k_start, 0)
-    ok, why = triton_status(q.device)
-    if not ok:
-        raise RuntimeError(f"the Triton kernel cannot run here: {why}")
     scale = d ** -0.5 if scale is None else float(scale)
     b, h, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     q, k, v = (x.reshape(b * h, x.shape[2], d).contiguous() for x in (q, k, v))
     o = torch.empty_like(q)
     lse = torch.empty(b * h, tq, dtype=torch.float32, device=q.device)
     grid = (-(-tq // block_m), b * h)
-    _kernel()[grid](
+    _kernels()["fwd"][grid](
         q, k, v, o, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
         v.stride(1), o.stride(0), o.stride(1), tq, tk, scale, q_start, k_start,
         CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=d,
         PRECISION="tf32" if allow_tf32 else "ieee")
     return o.reshape(b, h, tq, d), lse.reshape(b, h, tq)
+
+
+def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                          lse: torch.Tensor, do: torch.Tensor, causal: bool = False,
+                          scale: float | None = None, block_m: int = 32, block_n: int = 32,
+                          q_start: int = 0, k_start: int = 0, allow_tf32: bool = False
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention-2's backward by two Triton kernels: ``(dQ, dK, dV)``.
+
+    ``delta = rowsum(dO * O)`` is computed in PyTorch first (FA2's preprocessing step); then
+    one program per key tile accumulates ``dK``, ``dV`` over the query tiles that see it,
+    and one per query tile accumulates ``dQ`` (two passes instead of atomic adds). ``P`` is
+    recomputed from ``L`` in both, as :func:`perfkit.compute.flash.attention_backward_tiles`
+    does.
+
+    Args:
+        q, k, v, causal, scale, block_m, block_n, q_start, k_start, allow_tf32: as
+            :func:`triton_flash_forward`.
+        o, lse: the forward's output ``(B, H, Tq, D)`` and log-sum-exp ``(B, H, Tq)``.
+        do: the output's gradient, shaped as ``o``.
+
+    Returns:
+        ``dQ``, ``dK``, ``dV`` in the inputs' dtype.
+
+    Raises:
+        RuntimeError: where the kernels cannot run (:func:`triton_status` says why).
+        TypeError, ValueError: as :func:`triton_flash_forward`, or for ``o``, ``do``, ``lse``
+            of other shapes.
+    """
+    check_qkv(q, k, v)
+    for name, t, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:-1])):
+        check_type(name, t, torch.Tensor)
+        if t.shape != shape:
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    _check(q, k, v, causal, block_m, block_n, q_start, k_start, allow_tf32)
+    b, h, tq, d = q.shape
+    tk = k.shape[2]
+    scale = d ** -0.5 if scale is None else float(scale)
+    delta = (do.float() * o.float()).sum(-1).reshape(b * h, tq).contiguous()
+    q, k, v, do = (x.reshape(b * h, x.shape[2], d).contiguous() for x in (q, k, v, do))
+    lse = lse.float().reshape(b * h, tq).contiguous()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    meta = dict(CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, D=d,
+                PRECISION="tf32" if allow_tf32 else "ieee")
+    kernels = _kernels()
+    kernels["dkdv"][(-(-tk // block_n), b * h)](q, k, v, do, lse, delta, dk, dv, tq, tk, scale,
+                                                q_start, k_start, **meta)
+    kernels["dq"][(-(-tq // block_m), b * h)](q, k, v, do, lse, delta, dq, tq, tk, scale,
+                                              q_start, k_start, **meta)
+    return dq.reshape(b, h, tq, d), dk.reshape(b, h, tk, d), dv.reshape(b, h, tk, d)

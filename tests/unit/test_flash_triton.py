@@ -1,4 +1,5 @@
-"""The Triton forward kernel (perfkit.compute.flash_triton) against the PyTorch tiles: in
+"""The Triton kernels (perfkit.compute.flash_triton), forward and backward, against the
+PyTorch tiles: in
 Triton's interpreter on the CPU (a subprocess started with TRITON_INTERPRET=1, which must be
 set before Triton's first import), natively on CUDA (gpu mark). Skips, with the reason,
 where Triton is not installed."""
@@ -21,8 +22,8 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
 
 CHECK = r"""
 import json, torch
-from perfkit.compute.flash import attention_forward_tiles
-from perfkit.compute.flash_triton import triton_flash_forward, triton_status
+from perfkit.compute.flash import attention_backward_tiles, attention_forward_tiles
+from perfkit.compute.flash_triton import triton_flash_backward, triton_flash_forward, triton_status
 g = torch.Generator().manual_seed(0)
 out = {"status": triton_status("cpu")}
 cases = [(1, 16, 16, 0, 0, False, torch.float32), (50, 50, 16, 0, 0, False, torch.float32),
@@ -36,7 +37,14 @@ for tq, tk, d, qs, ks, causal, dtype in cases:
     q, k, v = (x.to(dtype).float() for x in (q, k, v))  # the same rounded inputs
     ro, rl = attention_forward_tiles(q, k, v, d ** -0.5, causal, 16, qs, ks)
     seen = torch.isfinite(rl)
-    out[f"{tq},{tk},{d},{qs},{ks},{causal},{dtype}"] = {
+    do = torch.randn(ro.shape, generator=g)
+    want = attention_backward_tiles(q, k, v, do, rl, (do * ro).sum(-1), d ** -0.5, causal, 16, qs, ks)
+    got = triton_flash_backward(q.to(dtype), k.to(dtype), v.to(dtype), ro.to(dtype), rl,
+                                do.to(dtype), causal, block_m=16, block_n=16, q_start=qs, k_start=ks)
+    grad_err = max(((a.float() - b).abs().max() / b.abs().max().clamp(min=1)).item()
+                   for a, b in zip(got, want))
+    out[f"{tq},{tk},{d},{qs},{ks},{causal},{dtype}"] = {"grad_rel_err": grad_err,
+        "grad_nan": any(bool(torch.isnan(x).any()) for x in got),
         "o_err": (o.float() - ro).abs().max().item(), "dtype": str(o.dtype),
         "lse_err": (lse - rl)[seen].abs().max().item() if seen.any() else 0.0,
         "masked_rows_ok": bool((lse[~seen] == rl[~seen]).all() and (o[~seen[..., None]
@@ -64,7 +72,9 @@ def test_interpreter_matches_pytorch_tiles():
         # fp16: P is rounded to fp16 before the PV dot and O on the way out (2^-11 of |O|)
         tol = 4e-3 if "float16" in case else 1e-5
         assert r["o_err"] <= tol and r["lse_err"] <= tol, (case, r)
-        assert r["masked_rows_ok"] and not r["nan"], case
+        assert r["masked_rows_ok"] and not r["nan"] and not r["grad_nan"], case
+        # backward: dQ, dK, dV over the largest reference gradient (fp16: P and dS rounded)
+        assert r["grad_rel_err"] <= (1e-2 if "float16" in case else 1e-5), (case, r)
         assert r["dtype"] == case.split(",")[-1], case
 
 
@@ -86,12 +96,16 @@ def test_status_explains_and_bad_arguments():
         ft.triton_flash_forward(q, q[..., :8], q)
     with pytest.raises(TypeError, match="causal"):
         ft.triton_flash_forward(q, q, q, causal="yes")
+    with pytest.raises(ValueError, match="lse"):
+        ft.triton_flash_backward(q, q, q, q, torch.zeros(1, 1, 8), q)
+    with pytest.raises(ValueError, match="do"):
+        ft.triton_flash_backward(q, q, q, q, torch.zeros(1, 1, 16), q[..., :8, :])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (native Triton)")
 def test_native_cuda_matches_pytorch_tiles():
-    from perfkit.compute.flash import attention_forward_tiles
+    from perfkit.compute.flash import attention_backward_tiles, attention_forward_tiles
 
     ok, why = ft.triton_status("cuda")
     if not ok:
@@ -105,3 +119,10 @@ def test_native_cuda_matches_pytorch_tiles():
             ro, rl = attention_forward_tiles(q.double(), k.double(), v.double(), 0.125, causal)
             assert (o.double().cpu() - ro).abs().max() <= tol, (causal, dtype)
             assert (lse.double().cpu() - rl).abs().max() <= tol, (causal, dtype)
+            do = torch.randn(ro.shape, generator=g)
+            want = attention_backward_tiles(q.double(), k.double(), v.double(), do.double(), rl,
+                                            (do.double() * ro).sum(-1), 0.125, causal)
+            got = ft.triton_flash_backward(*(x.to("cuda", dtype) for x in (q, k, v)), o, lse,
+                                           do.to("cuda", dtype), causal, block_m=64, block_n=32)
+            for a, b in zip(got, want):
+                assert (a.double().cpu() - b).abs().max() <= 10 * tol * b.abs().max(), (causal, dtype)
