@@ -104,6 +104,7 @@ from perfkit.compute.flash import (
 )
 from perfkit.compute.flash_triton import (
     TRITON_DTYPES,
+    triton_flash_backward,
     triton_flash_forward,
     triton_status,
 )
@@ -172,6 +173,7 @@ __all__ = [
     "tile_kind",
     "tile_pairs",
     "TRITON_DTYPES",
+    "triton_flash_backward",
     "triton_flash_forward",
     "triton_status",
     "amdahl_explain",
