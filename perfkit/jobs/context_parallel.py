@@ -21,6 +21,7 @@ Tasks (keys of the config):
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -86,7 +87,7 @@ def _exchange_alone(block: torch.Tensor, repeat: int) -> list[float]:
                 dist.P2POp(dist.isend, block, (rank + 1) % world),
                 dist.P2POp(dist.irecv, recv, (rank - 1) % world)])
             for req in reqs:
-                req.wait()
+                req.wait(datetime.timedelta(seconds=60))  # a missing peer fails, never hangs
         times.append(t.elapsed_s)
     return times
 
