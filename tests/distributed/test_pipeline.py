@@ -5,8 +5,9 @@ One launch per world size runs every check (torchrun start-up dominates on 2 cor
 Tolerances: SGD with momentum, fp32, 5 steps: per parameter max |p - p_ref| / max |p_ref|
 <= 1e-5, and <= 1e-9 absolute for the key biases, whose exact gradient is zero so that they
 hold only rounding noise (see ``perfkit.jobs.pipeline_parallel._diffs``); what differs from
-the unsplit model is only the order of the micro-batch gradient sums. AdamW: the loss curves within 1e-5 (Adam's update
-magnifies rounding near zero gradients, so its parameters are not compared element-wise).
+the unsplit model is only the order of the micro-batch gradient sums. AdamW: the loss curves
+within 1e-5 (Adam's update magnifies rounding near zero gradients, so its parameters are not
+compared element-wise).
 Activation memory is counted exactly (saved-for-backward bytes), so it is compared exactly.
 """
 
