@@ -63,6 +63,8 @@ class Prediction:
     or ``low`` and/or ``high`` (a bound or a range; an open side is ``None``).
     ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
     share); a measurement outside it says the run was disturbed, not that the model failed.
+    ``measured_here=False`` marks a figure that was not measured on this machine (a published
+    run, a datasheet): the machine's load is then never named as a reason.
     """
 
     what: str
@@ -73,10 +75,13 @@ class Prediction:
     high: float | None = None
     unit: str = ""
     physical: tuple[float | None, float | None] = (None, None)
+    measured_here: bool = True
 
     def __post_init__(self) -> None:
         if not self.what or not self.model:
             raise ValueError("what and model must be non-empty: say what is predicted and from which model")
+        if not isinstance(self.measured_here, bool):
+            raise TypeError(f"measured_here must be a bool, got {type(self.measured_here).__name__}")
         for name in ("value", "rel_tol", "low", "high"):
             _num(name, getattr(self, name))
         if (self.value is None) == (self.low is None and self.high is None):
@@ -252,8 +257,8 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
         outcome = "disturbed"
         what = ("is not a finite number" if not math.isfinite(value) else
                 f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
-        why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong "
-               f"(machine now: {_machine_text()})")
+        why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong"
+               + (f" (machine now: {_machine_text()})" if p.measured_here else ""))
     elif interval is not None and (interval[0] < lo <= interval[1] or interval[0] <= hi < interval[1]):
         outcome = "inconclusive"
         crossed = [e for e in (lo, hi) if interval[0] < e <= interval[1] or interval[0] <= e < interval[1]]
@@ -269,7 +274,8 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     extra = explain.get(direction if outcome == "missed" else outcome)
     if extra:
         text += " " + extra.strip()
-    if outcome in ("missed", "inconclusive") and busy() and "busy" not in (extra or ""):
+    if (outcome in ("missed", "inconclusive") and p.measured_here and busy()
+            and "busy" not in (extra or "")):
         text += f" ({busy()[0].upper()}{busy()[1:]}.)"
     return Verdict(p, float(value), interval, outcome, direction, text, level)
 

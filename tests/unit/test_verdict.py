@@ -299,6 +299,23 @@ def test_a_verdict_that_did_not_hold_names_a_busy_machine_itself(monkeypatch):
     assert "load average" not in judge(BOUND, 1.5).text
 
 
+def test_a_figure_measured_elsewhere_never_blames_this_machine(monkeypatch):
+    # a published run's figure missed a prediction: this machine's load has nothing to do with it
+    import dataclasses
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 1.0, 1.0))
+    there = dataclasses.replace(BOUND, measured_here=False)
+    assert judge(there, 1.5).outcome == "missed"
+    assert "load average" not in judge(there, 1.5).text
+    assert "load average" not in judge(there, 1.5, spread=(1.1, 1.6)).text  # inconclusive too
+    physical = dataclasses.replace(there, physical=(0.0, 1.0))
+    assert "machine now" not in judge(physical, 2.0).text
+    with pytest.raises(TypeError, match="measured_here"):
+        dataclasses.replace(BOUND, measured_here="no")
+
+
 def test_the_printed_point_always_lies_inside_the_printed_interval():
     # a bootstrap of a discrete statistic can leave the point out; the Estimate is widened
     rng = __import__("random").Random(3)
