@@ -117,6 +117,19 @@ except DeadlockError as e:
     print(e)
 
 # %% [markdown]
+# `run_schedule` sends with `isend`, which returns at once. With a blocking `send`, which
+# returns only once the receiver has posted its receive, even 1F1B hangs: after its warm-up
+# each rank sends while its neighbour is sending back. Megatron-LM pairs the two directions
+# in one exchange (`send_forward_recv_backward`) for that reason; `blocking_sends=True` shows it:
+
+# %% keep_output=true
+# NBVAL_CHECK_OUTPUT
+try:
+    validate(one_f_one_b(2, 4), blocking_sends=True)
+except DeadlockError as e:
+    print(e)
+
+# %% [markdown]
 # ## 2. The grid, for any schedule
 #
 # The widget draws the simulated grid for the schedule, `p`, `m` and `v` you choose, with the
