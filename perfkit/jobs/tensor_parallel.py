@@ -40,14 +40,23 @@ from torch import nn
 from perfkit import dist as pdist
 from perfkit.comm.traffic import count_traffic
 from perfkit.jobs.tp_dtensor import dtensor_gpt
+from perfkit.jobs.tp_training import (
+    SEED,
+    global_batch,
+    gpt_config,
+    make_optimizer,
+    max_over_ranks,
+    seeded_gpt,
+    train,
+    train_reference,
+    worst_rel_diff,
+)
 from perfkit.parallel.data_parallel import BucketedDP
-from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
+from perfkit.parallel.gpt import GPT, GPTConfig
 from perfkit.parallel.tensor import RNGTracker
 from perfkit.parallel.tp_gpt import parallelize_gpt, tp_traffic
 from perfkit.timing import interleaved
 
-SEED, DATA_SEED = 0, 1
-SGD = {"lr": 0.1, "momentum": 0.9}
 # the variants every comparison runs: name -> parallelize_gpt's keyword arguments
 VARIANTS = {"tp": {"sequence_parallel": False},
             "sp": {"sequence_parallel": True},
@@ -55,96 +64,26 @@ VARIANTS = {"tp": {"sequence_parallel": False},
             "sp_recompute": {"sequence_parallel": True, "keep_gathered": False}}
 
 
-def _cfg(model: dict[str, Any]) -> GPTConfig:
-    kw = {"vocab_size": 64, "block_size": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
-    return GPTConfig(**{**kw, **model})
-
-
-def _model(cfg: GPTConfig) -> GPT:
-    torch.manual_seed(SEED)   # every rank builds the same unsplit weights
-    return GPT(cfg)
-
-
-def _batch(cfg: GPTConfig, batch: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 + step)   # the same global batch on every rank
-    idx = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size + 1), generator=g)
-    return idx[:, :-1], idx[:, 1:]
-
-
-def _opt(params: Any, name: str) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, **SGD) if name == "sgd" else torch.optim.AdamW(params, lr=1e-2)
-
-
-def _train(loss_fn: Any, params: list[nn.Parameter], cfg: GPTConfig, batch: int, steps: int,
-           opt_name: str, after_backward: Any = None) -> list[float]:
-    """``steps`` steps of ``loss_fn(idx, targets)``; the default stream seeded alike."""
-    opt, losses = _opt(params, opt_name), []
-    torch.manual_seed(DATA_SEED)   # replicated dropout: the same stream as the reference
-    for step in range(steps):
-        loss = loss_fn(*_batch(cfg, batch, step))
-        loss.backward()
-        if after_backward is not None:
-            after_backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-    return losses
-
-
-def _reference(cfg: GPTConfig, batch: int, steps: int, opt_name: str,
-               model: GPT | None = None) -> tuple[GPT, list[float]]:
-    ref = model if model is not None else _model(cfg)
-    losses = _train(lambda i, t: gpt_loss(ref(i), t), list(ref.parameters()), cfg, batch,
-                    steps, opt_name)
-    return ref, losses
-
-
-def _rel(tp: nn.Module, ref: GPT) -> tuple[float, str, float]:
-    """The worst per-parameter ``max |p - p_ref| / max |p_ref|`` over this rank's slices,
-    its name, and the largest absolute difference of the key biases, left out of the ratio:
-    softmax ignores a shift shared by every key, so their gradient is zero in exact
-    arithmetic and their values (about 1e-9 from zero) are rounding noise."""
-    ref_p, worst, noise = dict(ref.named_parameters()), (0.0, ""), 0.0
-    for name, p in tp.named_parameters():
-        r = ref_p[name].detach()
-        s = tp.shard(name) if hasattr(tp, "shard") else None
-        if s is not None:
-            r = r.narrow(s[0], s[1], s[2] - s[1])
-        p = p.full_tensor() if hasattr(p, "full_tensor") else p
-        diff = float((p.detach() - r).abs().max())
-        if name.endswith("attn.k.bias"):
-            noise = max(noise, diff)
-            continue
-        worst = max(worst, (diff / max(float(r.abs().max()), 1e-30), name))
-    return (*worst, noise)
-
-
-def _max_over_ranks(x: float) -> float:
-    t = torch.tensor([x], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t)
-
-
 def _tp_losses(cfg: GPTConfig, batch: int, steps: int, opt_name: str,
                sequence_parallel: bool, group: Any = None, model: GPT | None = None,
                **kw: Any) -> tuple[nn.Module, list[float]]:
     rng = RNGTracker(SEED, group) if cfg.dropout else None
-    tp = parallelize_gpt(model if model is not None else _model(cfg), group, sequence_parallel,
+    tp = parallelize_gpt(model if model is not None else seeded_gpt(cfg), group, sequence_parallel,
                          rng, **kw)
-    return tp, _train(tp.loss, list(tp.parameters()), cfg, batch, steps, opt_name, tp.sync_grads)
+    return tp, train(tp.loss, list(tp.parameters()), cfg, batch, steps, opt_name, tp.sync_grads)
 
 
 def equality(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
     """Every variant against the unsplit GPT (SGD parameters, AdamW loss curves)."""
     out: dict[str, Any] = {}
-    ref, ref_losses = _reference(cfg, batch, steps, "sgd")
-    _, ref_adam = _reference(cfg, batch, steps, "adamw")
+    ref, ref_losses = train_reference(cfg, batch, steps, "sgd")
+    _, ref_adam = train_reference(cfg, batch, steps, "adamw")
     for key, kw in VARIANTS.items():
         tp, losses = _tp_losses(cfg, batch, steps, "sgd", **kw)
-        rel, name, noise = _rel(tp, ref)
+        rel, name, noise = worst_rel_diff(tp, ref)
         _, adam = _tp_losses(cfg, batch, steps, "adamw", **kw)
-        out[key] = {"rel": _max_over_ranks(rel), "worst": name, "losses": losses,
-                    "key_bias_abs": _max_over_ranks(noise),
+        out[key] = {"rel": max_over_ranks(rel), "worst": name, "losses": losses,
+                    "key_bias_abs": max_over_ranks(noise),
                     "ref_losses": ref_losses,
                     "loss_diff": max(abs(a - b) for a, b in zip(adam, ref_adam, strict=True))}
     return out
@@ -163,14 +102,14 @@ def dropout(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # TP without SP: every dropout but attention's is replicated; attention's switched off
     # so that the unsplit model's stream is consumed in the same order
-    ref, tp_model = _model(cfg), _model(cfg)
+    ref, tp_model = seeded_gpt(cfg), seeded_gpt(cfg)
     for m in (ref, tp_model):
         for b in m.blocks:
             b.attn.dropout = 0.0
-    ref, ref_losses = _reference(cfg, batch, steps, "sgd", ref)
+    ref, ref_losses = train_reference(cfg, batch, steps, "sgd", ref)
     tp, losses = _tp_losses(cfg, batch, steps, "sgd", False, model=tp_model)
-    out["replicated_rel"] = _max_over_ranks(_rel(tp, ref)[0])
-    out["dropout_changes_loss"] = losses != _reference(
+    out["replicated_rel"] = max_over_ranks(worst_rel_diff(tp, ref)[0])
+    out["dropout_changes_loss"] = losses != train_reference(
         GPTConfig(**{**cfg.__dict__, "dropout": 0.0}), batch, steps, "sgd")[1]
     rng, ones = RNGTracker(SEED), torch.ones(4096)
     before = torch.get_rng_state()
@@ -205,8 +144,8 @@ def traffic(cfg: GPTConfig, batch: int) -> dict[str, Any]:
     t = dist.get_world_size()
     for key, kw in VARIANTS.items():
         sp, keep = kw["sequence_parallel"], kw.get("keep_gathered", True)
-        tp = parallelize_gpt(_model(cfg), **kw)
-        idx, tgt = _batch(cfg, batch, 0)
+        tp = parallelize_gpt(seeded_gpt(cfg), **kw)
+        idx, tgt = global_batch(cfg, batch, 0)
         with count_traffic() as step:
             tp.loss(idx, tgt).backward()
             tp.sync_grads()
@@ -235,7 +174,7 @@ def memory(cfg: GPTConfig, batch: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, kw in VARIANTS.items():
         sp = kw["sequence_parallel"]
-        block = parallelize_gpt(_model(cfg), rng=RNGTracker(SEED), **kw).blocks[0].train()
+        block = parallelize_gpt(seeded_gpt(cfg), rng=RNGTracker(SEED), **kw).blocks[0].train()
         meters, hooks = [], []
         for mod in (block.ln1, block.ln2, block.drop1, block.drop2):
             m = SavedTensorMeter(block)
@@ -262,8 +201,8 @@ def speedup(widths: list[int], batch: int, seq: int, repeat: int) -> dict[str, A
     out: dict[str, Any] = {}
     for w in widths:
         cfg = GPTConfig(vocab_size=64, block_size=seq, n_embd=w, n_layer=1, n_head=4)
-        model = _model(cfg)
-        full, split = model.blocks[0], parallelize_gpt(_model(cfg)).blocks[0]
+        model = seeded_gpt(cfg)
+        full, split = model.blocks[0], parallelize_gpt(seeded_gpt(cfg)).blocks[0]
         x = torch.randn(batch, seq, w, requires_grad=True)
         ms = interleaved([lambda b=b, x=x: b(x).sum().backward() for b in (full, split)],
                          warmup=2, repeat=repeat)
@@ -283,7 +222,7 @@ def allreduce(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
 
 
 def _dtensor_model(cfg: GPTConfig, sp: bool) -> tuple[GPT, Any]:
-    return dtensor_gpt(_model(cfg), sp)
+    return dtensor_gpt(seeded_gpt(cfg), sp)
 
 
 def _backward(loss_fn: Any, cfg: GPTConfig, batch: int, after: Any = None) -> Any:
@@ -291,7 +230,7 @@ def _backward(loss_fn: Any, cfg: GPTConfig, batch: int, after: Any = None) -> An
 
     def step() -> None:
         with loss_parallel():   # DTensor's loss must run backward inside the context too
-            loss_fn(*_batch(cfg, batch, 0)).backward()
+            loss_fn(*global_batch(cfg, batch, 0)).backward()
         if after is not None:
             after()
     return step
@@ -302,20 +241,20 @@ def dtensor(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
     from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import loss_parallel
 
-    ref, _ = _reference(cfg, batch, steps, "sgd")
+    ref, _ = train_reference(cfg, batch, steps, "sgd")
     out: dict[str, Any] = {}
     for key, sp in (("tp", False), ("sp", True)):
         model, loss = _dtensor_model(cfg, sp)
         with loss_parallel():   # backward too runs inside the context
-            losses = _train(loss, list(model.parameters()), cfg, batch, steps, "sgd")
+            losses = train(loss, list(model.parameters()), cfg, batch, steps, "sgd")
         counts = {}
-        ours = parallelize_gpt(_model(cfg), None, sp)
+        ours = parallelize_gpt(seeded_gpt(cfg), None, sp)
         for name, fn in (("dtensor", _backward(loss, cfg, batch)),
                          ("perfkit", _backward(ours.loss, cfg, batch, ours.sync_grads))):
             with CommDebugMode() as cm:
                 fn()
             counts[name] = {str(k).split(".")[-1]: v for k, v in cm.get_comm_counts().items()}
-        out[key] = {"rel": _max_over_ranks(_rel(model, ref)[0]), "losses": losses,
+        out[key] = {"rel": max_over_ranks(worst_rel_diff(model, ref)[0]), "losses": losses,
                     "counts": counts}
     return out
 
@@ -327,11 +266,11 @@ def dp_tp(cfg: GPTConfig, batch: int, steps: int, dp: int) -> dict[str, Any]:
     mesh = init_device_mesh("cpu", (dp, dist.get_world_size() // dp), mesh_dim_names=("dp", "tp"))
     tp_group, dp_group = mesh.get_group("tp"), mesh.get_group("dp")
     d, local = mesh.get_local_rank("dp"), batch // dp
-    ref, _ = _reference(cfg, batch, steps, "sgd")
+    ref, _ = train_reference(cfg, batch, steps, "sgd")
     out: dict[str, Any] = {"tp_group": dist.get_process_group_ranks(tp_group),
                            "dp_group": dist.get_process_group_ranks(dp_group)}
     for key, sp in (("tp", False), ("sp", True)):
-        tp = parallelize_gpt(_model(cfg), tp_group, sp)
+        tp = parallelize_gpt(seeded_gpt(cfg), tp_group, sp)
         ddp = BucketedDP(tp, group=dp_group)
 
         def after(tp: Any = tp, ddp: BucketedDP = ddp) -> None:
@@ -340,15 +279,15 @@ def dp_tp(cfg: GPTConfig, batch: int, steps: int, dp: int) -> dict[str, Any]:
 
         def loss(idx: torch.Tensor, tgt: torch.Tensor, tp: Any = tp) -> torch.Tensor:
             return tp.loss(idx[d * local:(d + 1) * local], tgt[d * local:(d + 1) * local])
-        _train(loss, list(tp.parameters()), cfg, batch, steps, "sgd", after)
-        out[key] = {"rel": _max_over_ranks(_rel(tp, ref)[0])}
+        train(loss, list(tp.parameters()), cfg, batch, steps, "sgd", after)
+        out[key] = {"rel": max_over_ranks(worst_rel_diff(tp, ref)[0])}
     return out
 
 
 def errors(cfg: GPTConfig) -> dict[str, Any]:
     """The error :func:`parallelize_gpt` raises for this model on this world size."""
     try:
-        parallelize_gpt(_model(cfg))
+        parallelize_gpt(seeded_gpt(cfg))
     except ValueError as e:
         return {"error": str(e)}
     return {"error": None}
@@ -359,14 +298,14 @@ def timing(cfg: GPTConfig, batch: int, repeat: int, warmup: int = 2) -> dict[str
     backward, SGD step), interleaved."""
     from torch.distributed.tensor.parallel import loss_parallel
 
-    ours = parallelize_gpt(_model(cfg), None, False)
-    overlapped = parallelize_gpt(_model(cfg), None, False, overlap=True)
+    ours = parallelize_gpt(seeded_gpt(cfg), None, False)
+    overlapped = parallelize_gpt(seeded_gpt(cfg), None, False, overlap=True)
     theirs, their_loss = _dtensor_model(cfg, False)
     fns = []
     for params, fn in ((list(ours.parameters()), _backward(ours.loss, cfg, batch)),
                        (list(theirs.parameters()), _backward(their_loss, cfg, batch)),
                        (list(overlapped.parameters()), _backward(overlapped.loss, cfg, batch))):
-        opt = _opt(params, "sgd")
+        opt = make_optimizer(params, "sgd")
 
         def step(fn: Any = fn, opt: torch.optim.Optimizer = opt) -> None:
             fn()
@@ -382,35 +321,33 @@ def timing(cfg: GPTConfig, batch: int, repeat: int, warmup: int = 2) -> dict[str
 
 
 def run(config: dict[str, Any]) -> dict[str, Any]:
-    """Every task named in ``config``; see the module docstring."""
-    cfg = _cfg(config.get("model", {}))
+    """Every task named in ``config``, in the order below; see the module docstring.
+
+    Raises:
+        ValueError: for a key that names no task (a typo would otherwise run nothing).
+    """
+    cfg = gpt_config(config.get("model", {}))
     batch, steps = int(config.get("batch", 4)), int(config.get("steps", 5))
+    tasks = {
+        "errors": lambda c: errors(gpt_config(c.get("model", {}))),
+        "equality": lambda c: equality(cfg, batch, steps),
+        "dropout": lambda c: dropout(cfg, batch, steps),
+        "traffic": lambda c: traffic(cfg, batch),
+        "dtensor": lambda c: dtensor(cfg, batch, steps),
+        "dp_tp": lambda c: dp_tp(cfg, batch, steps, int(c.get("dp", 2))),
+        "memory": lambda c: memory(cfg, batch),
+        "allreduce": lambda c: allreduce(c["sizes"], int(c.get("repeat", 5))),
+        "speedup": lambda c: speedup(c["widths"], int(c.get("batch", batch)),
+                                     int(c.get("seq", 64)), int(c.get("repeat", 5))),
+        # timing wants a wider model than the equality runs: its own sizes, if given
+        "timing": lambda c: timing(gpt_config({**config.get("model", {}), **c.get("model", {})}),
+                                   int(c.get("batch", batch)), int(c.get("repeat", 10))),
+    }
+    unknown = set(config) - set(tasks) - {"model", "batch", "steps"}
+    if unknown:
+        raise ValueError(f"unknown tasks {sorted(unknown)}; known: {list(tasks)}")
     out: dict[str, Any] = {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
-    if "errors" in config:
-        out["errors"] = errors(_cfg(config["errors"].get("model", {})))
-    if "equality" in config:
-        out["equality"] = equality(cfg, batch, steps)
-    if "dropout" in config:
-        out["dropout"] = dropout(cfg, batch, steps)
-    if "traffic" in config:
-        out["traffic"] = traffic(cfg, batch)
-    if "dtensor" in config:
-        out["dtensor"] = dtensor(cfg, batch, steps)
-    if "dp_tp" in config:
-        out["dp_tp"] = dp_tp(cfg, batch, steps, int(config["dp_tp"].get("dp", 2)))
-    if "memory" in config:
-        out["memory"] = memory(cfg, batch)
-    if "allreduce" in config:
-        out["allreduce"] = allreduce(config["allreduce"]["sizes"],
-                                     int(config["allreduce"].get("repeat", 5)))
-    if "speedup" in config:
-        sp = config["speedup"]
-        out["speedup"] = speedup(sp["widths"], int(sp.get("batch", batch)),
-                                 int(sp.get("seq", 64)), int(sp.get("repeat", 5)))
-    if "timing" in config:   # its own model and batch, if given: timing wants a wider one
-        t = config["timing"]
-        out["timing"] = timing(_cfg({**config.get("model", {}), **t.get("model", {})}),
-                               int(t.get("batch", batch)), int(t.get("repeat", 10)))
+    out.update({name: fn(config[name]) for name, fn in tasks.items() if name in config})
     return out
 
 
