@@ -7,9 +7,10 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
          "equality": {}, "dropout": {}, "traffic": {}, "dtensor": {}, "dp_tp": {"dp": 2},
          "timing": {"repeat": 10}})])
 
-* ``equality``: perfkit TP and TP+SP trained 5 steps with SGD (momentum) from the unsplit
-  GPT's weights, on the same global batch as the unsplit GPT: per parameter
-  ``max |p - p_ref| / max |p_ref|`` (``rel``, the worst one); AdamW's loss curves (``loss_diff``).
+* ``equality``: each of :data:`VARIANTS` (or ``{"variants": [...]}``) trained 5 steps with
+  SGD (momentum) from the unsplit GPT's weights, on the same global batch as the unsplit
+  GPT: per parameter ``max |p - p_ref| / max |p_ref|`` (``rel``, the worst one); AdamW's
+  loss curves (``loss_diff``).
 * ``dropout``: the random-number contract (:class:`perfkit.parallel.tensor.RNGTracker`).
 * ``traffic``: :func:`perfkit.comm.traffic.count_traffic` around one step and one block,
   against :func:`perfkit.parallel.tp_gpt.tp_traffic`.
@@ -73,12 +74,14 @@ def _tp_losses(cfg: GPTConfig, batch: int, steps: int, opt_name: str,
     return tp, train(tp.loss, list(tp.parameters()), cfg, batch, steps, opt_name, tp.sync_grads)
 
 
-def equality(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
-    """Every variant against the unsplit GPT (SGD parameters, AdamW loss curves)."""
+def equality(cfg: GPTConfig, batch: int, steps: int,
+             variants: list[str] | None = None) -> dict[str, Any]:
+    """The named variants (default: all) against the unsplit GPT (SGD parameters, AdamW
+    loss curves)."""
     out: dict[str, Any] = {}
     ref, ref_losses = train_reference(cfg, batch, steps, "sgd")
     _, ref_adam = train_reference(cfg, batch, steps, "adamw")
-    for key, kw in VARIANTS.items():
+    for key, kw in ((k, VARIANTS[k]) for k in (variants or VARIANTS)):
         tp, losses = _tp_losses(cfg, batch, steps, "sgd", **kw)
         rel, name, noise = worst_rel_diff(tp, ref)
         _, adam = _tp_losses(cfg, batch, steps, "adamw", **kw)
@@ -330,7 +333,7 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     batch, steps = int(config.get("batch", 4)), int(config.get("steps", 5))
     tasks = {
         "errors": lambda c: errors(gpt_config(c.get("model", {}))),
-        "equality": lambda c: equality(cfg, batch, steps),
+        "equality": lambda c: equality(cfg, batch, steps, c.get("variants")),
         "dropout": lambda c: dropout(cfg, batch, steps),
         "traffic": lambda c: traffic(cfg, batch),
         "dtensor": lambda c: dtensor(cfg, batch, steps),

@@ -33,12 +33,14 @@ def jobs():
         {"model": THREE, "equality": {}, "traffic": {}, "errors": {"model": {"n_head": 4}}})],
         timeout_s=240)
     four = dist.launch("perfkit.jobs.tensor_parallel", 4, ["--config", json.dumps(
-        {"dp_tp": {"dp": 2}, "errors": {}})], timeout_s=240)
+        {"dp_tp": {"dp": 2}, "errors": {}, "equality": {"variants": ["tp", "sp"]}})],
+        timeout_s=240)
     return {2: two, 3: three, 4: four}
 
 
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("key", ["tp", "sp", "tp_overlap", "sp_recompute"])
+@pytest.mark.parametrize("world,key", [(w, k) for w in (2, 3) for k in ("tp", "sp", "tp_overlap",
+                                                                       "sp_recompute")]
+                         + [(4, "tp"), (4, "sp")])   # 4 heads on 4 ranks: one head each
 def test_equal_to_the_unsplit_model(jobs, world, key):
     for r in jobs[world]:
         e = r["equality"][key]
