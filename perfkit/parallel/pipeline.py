@@ -323,7 +323,16 @@ def average_gradients(modules: Sequence[nn.Module], group: dist.ProcessGroup | N
 
     Warning:
         Collective over ``group``: every member calls it with the same stages' modules.
+
+    Raises:
+        TypeError: for a ``group`` that is not a process group, or ``modules`` not modules.
     """
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be None or a ProcessGroup, got {type(group).__name__}")
+    modules = check_items("modules", modules)
+    for mod in modules:
+        if not isinstance(mod, nn.Module):
+            raise TypeError(f"modules must hold nn.Modules, got {type(mod).__name__}")
     n = dist.get_world_size(group)
     for mod in modules:
         for q in mod.parameters():

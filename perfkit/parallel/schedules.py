@@ -248,7 +248,14 @@ def dependencies(schedule: Schedule, action: Action) -> list[Action]:
     """The actions that must finish before ``action`` can start (see the module docstring).
 
     The input gradient of stage ``s + 1`` is its ``B``, or its ``I`` in a split schedule.
+
+    Raises:
+        TypeError: if ``schedule`` is not a :class:`Schedule` or ``action`` not an :class:`Action`.
     """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    if not isinstance(action, Action):
+        raise TypeError(f"action must be an Action, got {type(action).__name__}")
     s, j, last = action.stage, action.mb, schedule.n_stages - 1
     if action.kind == "F":
         return [Action("F", s - 1, j)] if s > 0 else []

@@ -51,9 +51,14 @@ def peak_in_flight(row: Sequence[Action]) -> int:
 
     A forward saves a micro-batch's activations; its ``B`` (or, split, its ``W``: the weight
     gradient still needs the layer inputs) frees them.
+
+    Raises:
+        TypeError: if ``row`` holds something other than :class:`Action` s.
     """
     held = peak = 0
     for a in row:
+        if not isinstance(a, Action):
+            raise TypeError(f"row must hold Actions, got {type(a).__name__}")
         held += 1 if a.kind == "F" else -1 if a.kind in ("B", "W") else 0
         peak = max(peak, held)
     return peak
@@ -207,9 +212,14 @@ def play(schedule: Schedule, cost: Callable[[Action], float] | None = None, late
         ``(rank, action, start, end)`` in an order in which they can run.
 
     Raises:
+        TypeError, ValueError: for a ``schedule`` that is not a :class:`Schedule`, or a bad
+            ``latency``.
         DeadlockError: when no rank can move and some have not finished; the message names
             each stuck rank, its next action (or the send it blocks in) and what it waits for.
     """
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    check_real("latency", latency, 0)
     cost = cost or (lambda a: 1.0)
     rows, n = schedule.ranks, schedule.n_ranks
     heads, free = [0] * n, [0.0] * n
