@@ -228,8 +228,8 @@ plt.show()
 # %%
 ratio = gpt["backward"].mean_s / gpt["forward"].mean_s
 for name, sm in healthy.items():
-    print(f"{name}: data takes {sm.share('data'):.1%} of a {sm.step.p50_s * 1e3:.1f} ms step "
-          f"({sm['data'].mean_s * 1e3:.2f} ms)")
+    print(f"{name}: data takes {sm.share('data'):.1%} of a {sm.step.mean_s * 1e3:.1f} ms step "
+          f"({sm['data'].mean_s * 1e3:.2f} ms; means)")
 p_bwd = Prediction("backward time over forward time (tiny GPT-2)", "two matmuls per forward matmul",
                    value=2.0, rel_tol=0.25, unit="x")
 viz.verdict(p_bwd, ratio, explain=dict.fromkeys(("above", "below"), (
