@@ -15,6 +15,7 @@ Usage::
 
 from perfkit.plan.cluster import (
     ASSUMED_LATENCY_S,
+    ATTENTION_EFFICIENCY,
     GPU,
     GPUS,
     Cluster,
@@ -93,6 +94,7 @@ from perfkit.plan.step_time import (
 __all__ = [
     "add_parser",
     "ASSUMED_LATENCY_S",
+    "ATTENTION_EFFICIENCY",
     "BUCKET_BYTES",
     "Candidate",
     "check_layout",
