@@ -23,7 +23,8 @@ from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.hw import MachineLimits
 
-__all__ = ["ASSUMED_LATENCY_S", "GPU", "GPUS", "Cluster", "local_cluster", "named_cluster"]
+__all__ = ["ASSUMED_LATENCY_S", "ATTENTION_EFFICIENCY", "GPU", "GPUS", "Cluster", "local_cluster",
+           "named_cluster"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,13 @@ GPUS: dict[str, GPU] = {
                 "TFLOPS with sparsity), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"),
 }
 
+# Fused attention kernels' achieved share of the 16-bit peak, on the FLOPs they run (causal:
+# half the square). Dao 2023, FlashAttention-2, abstract: FlashAttention "reaching only 25-40%
+# of the theoretical maximum FLOPs/s" on A100, FlashAttention-2 "50-73%"; Shah et al. 2024,
+# FlashAttention-3, abstract: FlashAttention-2 "achieves only 35% utilization on H100".
+# The middle of each stated range; which generation a run used is the run's own fact.
+ATTENTION_EFFICIENCY = {"flash1-a100": 0.325, "flash2-a100": 0.615, "flash2-h100": 0.35}
+
 # Start-up latencies are not on datasheets: NCCL's small-message times on NVLink and on
 # InfiniBand are a few and about ten microseconds. Assumed, and named as such in reports.
 ASSUMED_LATENCY_S = {"nvlink": 5e-6, "network": 10e-6}
@@ -73,6 +81,12 @@ class Cluster:
         intra: the link inside a node, one direction, per GPU.
         inter: the network between nodes, one direction, per GPU (a node's NICs / its GPUs).
         efficiency: achieved over peak matmul FLOP/s, in (0, 1].
+        attention_efficiency: the share of the peak a fused attention kernel reaches, on the
+            FLOPs it runs (:meth:`perfkit.plan.model.ModelSpec.attention_flops_per_token`);
+            ``None``: ``efficiency``. Softmax, masking and rescaling run on the CUDA cores and
+            special-function units beside the Tensor Cores, so these kernels stay below a
+            GEMM: FlashAttention-2's paper puts FlashAttention (1) at 25-40 % of the A100's
+            peak and itself at 50-73 % (:data:`ATTENTION_EFFICIENCY`).
         memory_share: the share of ``gpu.memory_bytes`` a layout may plan to use (the rest:
             the CUDA context, the allocator's fragmentation).
         overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
@@ -86,6 +100,7 @@ class Cluster:
     intra: AlphaBeta
     inter: AlphaBeta
     efficiency: float = 0.5
+    attention_efficiency: float | None = None
     memory_share: float = 0.9
     overlap: bool = True
     note: str = ""
@@ -97,6 +112,8 @@ class Cluster:
         check_type("inter", self.inter, AlphaBeta)
         check_real("efficiency", self.efficiency, 0, 1, lo_open=True)
         check_real("memory_share", self.memory_share, 0, 1, lo_open=True)
+        if self.attention_efficiency is not None:
+            check_real("attention_efficiency", self.attention_efficiency, 0, 1, lo_open=True)
         check_type("overlap", self.overlap, bool)
 
     @property
@@ -109,13 +126,19 @@ class Cluster:
         """FLOP/s per GPU at the cluster's efficiency."""
         return self.gpu.peak_flops * self.efficiency
 
+    @property
+    def attention_flops(self) -> float:
+        """FLOP/s per GPU of the fused attention kernel."""
+        share = self.efficiency if self.attention_efficiency is None else self.attention_efficiency
+        return self.gpu.peak_flops * share
+
     def with_efficiency(self, efficiency: float) -> Cluster:
         """The same cluster with another achievable share of the peak."""
         return replace(self, efficiency=check_real("efficiency", efficiency, 0, 1, lo_open=True))
 
 
 def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = None,
-                  efficiency: float = 0.5) -> Cluster:
+                  efficiency: float = 0.5, attention_efficiency: float | None = None) -> Cluster:
     """A cluster of a datasheet GPU (:data:`GPUS`): NVLink inside each node, a network between.
 
     Args:
@@ -124,6 +147,7 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         inter_gbps: network Gb/s per GPU (one NIC per GPU); default 200 (HDR InfiniBand)
             for A100s and 400 (NDR) for H100/H200.
         efficiency: the achievable share of the matmul peak, in (0, 1].
+        attention_efficiency: the fused attention kernel's share (``None``: ``efficiency``).
 
     Returns:
         A :class:`Cluster`.
@@ -140,7 +164,7 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         gpu=g, gpus_per_node=gpus_per_node,
         intra=AlphaBeta(ASSUMED_LATENCY_S["nvlink"], g.nvlink_bytes_per_s),
         inter=AlphaBeta(ASSUMED_LATENCY_S["network"], gbps * 1e9 / 8),
-        efficiency=efficiency,
+        efficiency=efficiency, attention_efficiency=attention_efficiency,
         note="bandwidths from the datasheets; latencies assumed (ASSUMED_LATENCY_S)")
 
 

@@ -138,15 +138,38 @@ class ModelSpec:
         return float(gpt_train_flops(self.matmul_params, self.layers, self.hidden, self.seq, 1))
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019
-    def hardware_flops_per_token(self, recompute: str = "none") -> float:
-        """FLOPs the GPUs run per token: the model's, plus the forward pass again under full
-        recomputation (``+ 2 N + 4 L h s``), or the attention scores again under selective
-        recomputation (``+ 4 L h s``)."""
+    def dense_flops_per_token(self, recompute: str = "none") -> float:
+        """FLOPs of the weight matmuls per trained token: ``6 N`` (forward ``2 N``, backward
+        ``4 N``), ``8 N`` when full recomputation runs the forward again."""
         check_choice("recompute", recompute, RECOMPUTE)
-        attn_fwd = 4 * self.layers * self.hidden * self.seq
-        extra = {"none": 0, "selective": attn_fwd,
-                 "full": 2 * self.matmul_params + attn_fwd}[recompute]
-        return self.model_flops_per_token() + extra
+        return (8.0 if recompute == "full" else 6.0) * self.matmul_params
+
+    @lru_cache(maxsize=1 << 16)  # noqa: B019
+    def attention_flops_per_token(self, recompute: str = "none") -> float:
+        """FLOPs the attention kernels run per token (scores ``Q K^T`` and ``P V``), all layers.
+
+        Unfused attention (Megatron 2021: a batched matmul, a masked softmax, another) computes
+        the whole ``s x s`` square: ``4 h s`` per layer forward, twice that backward, and the
+        forward again under selective or full recomputation. A fused causal kernel
+        (FlashAttention) skips the tiles above the diagonal, so it runs half the square, and its
+        backward recomputes ``Q K^T`` from the saved log-sum-exp: 2.5x the forward's FLOPs
+        (Dao 2023, FlashAttention-2, section 4.1, which counts both the same way). That is
+        ``(2 + 5) h s`` per layer, ``2 h s`` more under full recomputation, and nothing more
+        under selective recomputation (the kernel never kept the scores).
+        """
+        check_choice("recompute", recompute, RECOMPUTE)
+        fwd = 4.0 * self.layers * self.hidden * self.seq  # the whole square, Q K^T and P V
+        if self.flash:
+            half = fwd / 2  # causal: only the tiles on or below the diagonal
+            return half * (1 + 2.5) + (half if recompute == "full" else 0.0)
+        return fwd * 3 + (fwd if recompute != "none" else 0.0)
+
+    def hardware_flops_per_token(self, recompute: str = "none") -> float:
+        """FLOPs the GPUs run per token: :meth:`dense_flops_per_token` +
+        :meth:`attention_flops_per_token`. For an unfused model this is PaLM's count plus
+        what recomputation adds (``2 N + 4 L h s`` full, ``4 L h s`` selective); a fused
+        causal kernel runs ``7 L h s`` of PaLM's ``12 L h s``."""
+        return self.dense_flops_per_token(recompute) + self.attention_flops_per_token(recompute)
 
     def megatron_flops_per_token(self) -> float:
         """Narayanan et al. (2021), eq. 3, per token: ``96 l h^2 (1 + s/6h + V/16lh)``, with

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.plan.cluster import Cluster, named_cluster
+from perfkit.plan.cluster import ATTENTION_EFFICIENCY, Cluster, named_cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.runs_data import FOUNDRY_COMMIT, FOUNDRY_ROWS, FOUNDRY_TABLES, MEGATRON_ROWS, MPT_SHAPES
@@ -88,7 +88,10 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     positions: the reported parameter count grows with the sequence), FSDP (``FULL_SHARD``:
     ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, activation checkpointing as full
     recomputation. A100 tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU);
-    the H100 tables name none (400 Gb/s per GPU assumed)."""
+    the H100 tables name none (400 Gb/s per GPU assumed). The MPT yamls ask for
+    ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23: on A100s at
+    FlashAttention (1)'s stated share of the peak, on H100s at FlashAttention-2's
+    (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`; neither is fitted)."""
     out = []
     src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
     for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, shard, ckpt, n in FOUNDRY_ROWS:
@@ -103,7 +106,9 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
         # the README's own count: 6 x every parameter (embeddings too) + 12 L d s per token
         per_token = 6 * n + 12 * layers * d * seq
         out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
-                                named_cluster(gpu), gbs, float(tok_gpu), mfu / 100, per_token,
+                                named_cluster(gpu, attention_efficiency=ATTENTION_EFFICIENCY[
+                                    "flash2-h100" if gpu == "h100-sxm" else "flash1-a100"]),
+                                gbs, float(tok_gpu), mfu / 100, per_token,
                                 f"{src}, {FOUNDRY_TABLES[table]}"))
     return out
 

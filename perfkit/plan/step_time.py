@@ -120,9 +120,12 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     m = max(lay.micro_batches(global_batch), 1)
     tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
     layers = model.layers / lay.pp
-    # matmuls: the FLOPs of one micro-batch, split over tp x pp x cp GPUs
-    flops_mb = model.hardware_flops_per_token(lay.recompute) * tokens_mb / (lay.tp * lay.pp * lay.cp)
-    matmul = flops_mb / cluster.achievable_flops
+    # matmuls: the FLOPs of one micro-batch, split over tp x pp x cp GPUs; the weight matmuls
+    # at the GEMM rate, the attention kernel's FLOPs at its own (softmax beside the Tensor Cores)
+    share = lay.tp * lay.pp * lay.cp
+    matmul = (model.dense_flops_per_token(lay.recompute) / cluster.achievable_flops
+              + model.attention_flops_per_token(lay.recompute) / cluster.attention_flops
+              ) * tokens_mb / share
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     # the last stage's fp32 logits follow the same rule (the slowest stage sets the pace)

@@ -115,8 +115,38 @@ def test_flops_per_token():
     assert GPT.hardware_flops_per_token("full") == GPT.model_flops_per_token() + 2 * n + 4 * 4 * H * S
     assert GPT.hardware_flops_per_token("selective") == GPT.model_flops_per_token() + 4 * 4 * H * S
     # Megatron's count with recomputation: 4 passes of 24 l h^2 (1 + s/6h + V/16lh)
-    big = ModelSpec("1t", layers=128, hidden=25600, heads=200, ffn=102400, vocab=51200, seq=2048)
+    big = ModelSpec("1t", layers=128, hidden=25600, heads=200, ffn=102400, vocab=51200, seq=2048,
+                    flash=False)  # Megatron 2021: unfused attention, the whole square
     assert big.megatron_flops_per_token() == pytest.approx(big.hardware_flops_per_token("full"), rel=1e-3)
+
+
+def test_a_fused_causal_kernel_runs_half_the_square_and_recomputes_scores():
+    fused = dataclasses.replace(GPT, flash=True)
+    fwd = 4 * 4 * H * S  # Q K^T and P V over the whole square, all 4 layers
+    # causal: half the tiles; backward 2.5x the forward (FlashAttention-2's count)
+    assert fused.attention_flops_per_token() == fwd / 2 * 3.5
+    assert fused.attention_flops_per_token("full") == fwd / 2 * 4.5
+    assert fused.attention_flops_per_token("selective") == fused.attention_flops_per_token()
+    assert GPT.attention_flops_per_token() == 3 * fwd  # unfused: PaLM's 12 L h s
+    for rc in ("none", "selective", "full"):
+        assert fused.dense_flops_per_token(rc) == GPT.dense_flops_per_token(rc)
+        assert fused.hardware_flops_per_token(rc) == (fused.dense_flops_per_token(rc)
+                                                       + fused.attention_flops_per_token(rc))
+    assert fused.dense_flops_per_token("full") == 8 * fused.matmul_params
+
+
+def test_attention_runs_at_its_own_efficiency():
+    long = ModelSpec("long", layers=2, hidden=256, heads=4, ffn=1024, vocab=64, seq=8192)
+    lay = Layout(dp=1)
+    fast = named_cluster("a100-80gb", efficiency=0.6)
+    slow = named_cluster("a100-80gb", efficiency=0.6, attention_efficiency=0.3)
+    t_fast, t_slow = (step_time(long, lay, c, 1).terms["matmul"] for c in (fast, slow))
+    attn = long.attention_flops_per_token() * long.seq / fast.gpu.peak_flops
+    # only the attention kernel's time changes: from its FLOPs at 0.6 of the peak to 0.3
+    assert t_slow - t_fast == pytest.approx(attn / 0.3 - attn / 0.6, rel=1e-9)
+    assert fast.attention_flops == fast.achievable_flops  # None: the GEMM efficiency
+    with pytest.raises(ValueError, match="attention_efficiency"):
+        named_cluster("h100-sxm", attention_efficiency=0.0)
 
 
 @pytest.mark.parametrize("kw, match", [
