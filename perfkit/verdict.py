@@ -12,12 +12,10 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
 - **inconclusive**: the interval straddles an edge; the text gives the distance from the
   edge against the interval's half-width.
 
-A figure without an interval (an exact count) is judged on its value alone. When the
-machine was busy (load above its cores), a verdict that did not hold says so itself.
-
-A piece of common advice is judged the same way (:class:`Claim`, :func:`assess`): the
-range the advice promises for one figure, and the no-effect value that separates "holds
-partly" (the right direction, not as far) from "does not hold here".
+A figure without an interval (an exact count) is judged on its value alone. A verdict that
+did not hold names a busy machine (load above its cores) itself. Advice is judged the same
+way (:class:`Claim`, :func:`assess`): the range it promises, and the no-effect value that
+separates "holds partly" (the right direction, not as far) from "does not hold here".
 
 Usage::
 
@@ -63,8 +61,7 @@ class Prediction:
     or ``low`` and/or ``high`` (a bound or a range; an open side is ``None``).
     ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
     share); a measurement outside it says the run was disturbed, not that the model failed.
-    ``measured_here=False`` marks a figure that was not measured on this machine (a published
-    run, a datasheet): the machine's load is then never named as a reason.
+    ``measured_here=False``: a figure from elsewhere (a published run); load is never named.
     """
 
     what: str
@@ -270,13 +267,10 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
         outcome = "missed"
         direction = "above" if value > hi else "below"
         why = "missed: " + _gap(value, hi if direction == "above" else lo, u, direction)
-    text = f"{head}: {why}."
-    extra = explain.get(direction if outcome == "missed" else outcome)
-    if extra:
-        text += " " + extra.strip()
-    if (outcome in ("missed", "inconclusive") and p.measured_here and busy()
-            and "busy" not in (extra or "")):
-        text += f" ({busy()[0].upper()}{busy()[1:]}.)"
+    extra = explain.get(direction if outcome == "missed" else outcome) or ""
+    text = f"{head}: {why}." + (" " + extra.strip() if extra else "")
+    if outcome in ("missed", "inconclusive") and p.measured_here and (b := busy()) and "busy" not in extra:
+        text += f" ({b[0].upper()}{b[1:]}.)"
     return Verdict(p, float(value), interval, outcome, direction, text, level)
 
 
