@@ -39,7 +39,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
 P = 2                                   # pipeline processes (gloo) for the measurements
-T_F, T_B = (0.02, 0.04) if QUICK else (0.05, 0.10)   # s each sleep stage sleeps, F and B
+T_F, T_B = (0.03, 0.06) if QUICK else (0.05, 0.10)   # s each sleep stage sleeps, F and B
 FOUR = not QUICK                        # also measure the sleep stages on 4 processes
 
 # %% [markdown]
