@@ -44,6 +44,7 @@ from perfkit.plan import (
     local_cluster,
     local_link,
     megatron_runs,
+    memory_per_gpu,
     pipeline_prediction,
     step_spans,
     step_time,
@@ -75,14 +76,19 @@ def local(steps: int) -> dict:
     res = zero_compare(list(COURSE_LAYOUTS), nproc=2, batch=BATCH, steps=steps, model=kw, rss=False)
     # the link measured now, under the load the timed jobs run under (the cache is updated)
     cluster = local_cluster(hw.cached_limits(), local_link(refresh=True), processes=2)
-    pred = course_predictions(cluster, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
     acts = measured_activation_bytes(kw)
     per_op = gpt2_saved_activation_bytes(BATCH, kw["block_size"], kw["n_embd"], kw["n_layer"],
                                          kw["n_head"], kw["vocab_size"], "sdpa", 4).total
+    # the model actually run is transformers' GPT-2: its memory from the op-by-op count
+    pred = course_predictions(cluster, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec,
+                              activation_bytes=per_op)
     out: dict = {"efficiency_fitted_on": pred.fitted_on, "efficiency": pred.efficiency,
                  "link": {"alpha_s": cluster.intra.alpha_s, "bandwidth": cluster.intra.bandwidth},
                  "activations": {"measured_bytes": acts, "perfkit_memory_per_op_bytes": per_op,
-                                 "planner_korthikanti_bytes": pred.memory["ddp_adamw"].activations},
+                                 "planner_korthikanti_bytes":
+                                     memory_per_gpu(spec, pred.layouts["ddp_adamw"], 2 * BATCH,
+                                                    "fp32_adam").activations,
+                                 "planner_bytes": pred.memory["ddp_adamw"].activations},
                  "layouts": {}}
     for name in COURSE_LAYOUTS:
         v, t, mem = res.variants[name], pred.times[name], pred.memory[name]
@@ -95,7 +101,7 @@ def local(steps: int) -> dict:
             "terms_ms": {k: x * 1e3 for k, x in t.terms.items() if x},
             "model_states_measured": measured_states, "model_states_predicted": mem.model_states,
             "tensor_memory_predicted_over_measured":
-                (mem.model_states + per_op) / (measured_states + acts),
+                (mem.model_states + mem.activations) / (measured_states + acts),
         }
     out["pipeline"] = pipeline(cluster.intra)
     out["tensor_parallel_block"] = tensor_block(cluster)

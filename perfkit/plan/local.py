@@ -148,8 +148,15 @@ class CoursePredictions:
 
 def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "ddp_adamw",
                        batch: int = 8, model: ModelSpec | None = None,
-                       layouts: dict[str, Layout] | None = None) -> CoursePredictions:
+                       layouts: dict[str, Layout] | None = None,
+                       activation_bytes: float | None = None) -> CoursePredictions:
     """Fit the efficiency on ``fitted_on``'s measured step, then predict every layout.
+
+    Korthikanti et al.'s activation count describes Megatron's GPT; the course runs
+    transformers' GPT-2, which saves more (LayerNorm outputs, GELU's intermediate terms, the
+    fp32 log-softmax): give its op-by-op count
+    (:func:`perfkit.memory.gpt2_saved_activation_bytes`) as ``activation_bytes`` and the
+    memory predictions use that instead.
 
     Args:
         cluster: this machine (:func:`perfkit.plan.cluster.local_cluster`).
@@ -158,6 +165,8 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
         batch: sequences per process, one micro-batch per step (zero_bench's ``batch``).
         model: the model (default :func:`tiny_gpt2_spec`).
         layouts: name -> layout (default :data:`COURSE_LAYOUTS`).
+        activation_bytes: bytes one process saves for backward in the model actually run
+            (> 0); ``None``: the planner's Korthikanti-style count.
 
     Returns:
         A :class:`CoursePredictions` (fp32 Adam states, fp32 gradients).
@@ -173,10 +182,13 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
     gb = {k: lay.dp * batch for k, lay in lays.items()}
     eff = fit_step_efficiency(model, lays[fitted_on], cluster, gb[fitted_on], measured_s)
     c = cluster.with_efficiency(eff)
+    mem = {k: memory_per_gpu(model, lay, gb[k], "fp32_adam") for k, lay in lays.items()}
+    if activation_bytes is not None:
+        acts = check_real("activation_bytes", activation_bytes, 0, lo_open=True)
+        mem = {k: replace(m, activations=acts) for k, m in mem.items()}
     return CoursePredictions(
         eff, fitted_on, lays,
-        {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()},
-        {k: memory_per_gpu(model, lay, gb[k], "fp32_adam") for k, lay in lays.items()})
+        {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()}, mem)
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

@@ -320,6 +320,16 @@ def test_course_predictions_fit_one_layout_and_predict_the_rest():
     assert p.memory["zero3"].model_states < p.memory["zero1"].model_states
     with pytest.raises(ValueError, match="fitted_on"):
         course_predictions(c, 0.05, fitted_on="tp2")
+    # the op-by-op count of the model actually run replaces Korthikanti's, for every layout
+    from perfkit.memory import gpt2_saved_activation_bytes
+
+    per_op = gpt2_saved_activation_bytes(8, 64, 64, 2, 2, 1024, "sdpa", 4).total
+    q = course_predictions(c, 0.05, activation_bytes=per_op)
+    assert per_op != p.memory["ddp_adamw"].activations
+    for k, m in q.memory.items():
+        assert m.activations == per_op and m.model_states == p.memory[k].model_states
+    with pytest.raises(ValueError, match="activation_bytes"):
+        course_predictions(c, 0.05, activation_bytes=0)
 
 
 def test_pipeline_prediction_and_measured_spans():
