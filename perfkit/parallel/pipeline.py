@@ -147,6 +147,39 @@ class StepRecord:
     peak_saved_bytes: int = 0
 
 
+def _accumulate(q: torch.Tensor, g: torch.Tensor) -> None:
+    q.grad = g if q.grad is None else q.grad.add_(g)
+
+
+def _input_grads(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor | None,
+                 taps: list) -> list:
+    """``I``: the input gradient (into ``x.grad``), the weight gradients of every parameter but
+    the tapped Linears' (accumulated now: LayerNorms, embeddings), and each tapped Linear's
+    output gradient, returned for ``W``. The Linears' weight-gradient matmuls are all that is
+    left for ``W``: the split of Qi et al., the graph traversed once."""
+    tapped = {id(q) for mod, _, _ in taps for q in mod.parameters()}
+    others = [q for q in stage.parameters() if q.requires_grad and id(q) not in tapped]
+    outs = [out for _, _, out in taps]
+    wrt = ([x] if x is not None else []) + outs + others
+    grads = list(torch.autograd.grad(y, wrt, g, allow_unused=True)) if wrt else []
+    if x is not None:
+        x.grad = grads.pop(0)
+    gouts, rest = grads[:len(outs)], grads[len(outs):]
+    for q, gq in zip(others, rest):
+        if gq is not None:
+            _accumulate(q, gq)
+    return [(mod, inp, go) for (mod, inp, _), go in zip(taps, gouts) if go is not None]
+
+
+def _weight_grads(pending: list) -> None:
+    """``W``: each Linear's ``dW = gout^T inp`` and ``db = sum(gout)`` over every position."""
+    for mod, inp, gout in pending:
+        go = gout.reshape(-1, gout.shape[-1])   # (positions, out)
+        _accumulate(mod.weight, go.t() @ inp.detach().reshape(-1, inp.shape[-1]))
+        if mod.bias is not None and mod.bias.requires_grad:
+            _accumulate(mod.bias, go.sum(0))
+
+
 def _tag(kind: str, stage: int, mb: int, n_micro: int) -> int:
     """One tag per message: activations out of ``stage`` (even), gradients into it (odd)."""
     return 2 * (stage * n_micro + mb) + (kind == "grad")
@@ -162,10 +195,10 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
     """Run this rank's actions of ``schedule``; gradients accumulate into the stages' ``.grad``.
 
     Every inter-stage tensor has shape ``act_shape`` and dtype ``act_dtype`` (a GPT's
-    ``(b, T, C)`` hidden state). ``I`` computes the input gradient and keeps the graph;
-    ``W`` then computes the weight gradients from it: the order is Qi et al.'s, but each
-    re-traverses the stage's graph (a per-op split would not), so ``I + W`` costs more than
-    ``B`` here.
+    ``(b, T, C)`` hidden state). In a split schedule ``I`` runs the backward once for the
+    input gradient, the non-Linear weights and every ``nn.Linear``'s output gradient; ``W``
+    is then the Linears' weight-gradient matmuls alone (Qi et al.'s split: ``I + W`` costs what
+    ``B`` costs, and ``W`` holds the Linears' inputs and output gradients until it runs).
 
     Warning:
         Collective over ``pp_ranks``: every pipeline rank calls it for the same step.
@@ -215,7 +248,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
     shape = tuple(check_int("act_shape", int(d), 1) for d in act_shape)
     local: dict[tuple[str, int, int], torch.Tensor] = {}   # same-rank hand-over, no message
     sends: list[dist.Work] = []
-    held: dict[tuple[int, int], list] = {}   # (stage, mb) -> [input, output, bytes, grad]
+    held: dict[tuple[int, int], list] = {}   # (stage, mb) -> [input, output, bytes, taps]
     rec, now = StepRecord(), 0
 
     def needs(a: Action) -> tuple[str, int, int, int] | None:
@@ -259,6 +292,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                                     tag=_tag(kind, stage, mb, m)))
 
     actions = schedule.ranks[me]
+    split = any(a.kind == "I" for a in actions)
     pending: dict[tuple[str, int, int], tuple[torch.Tensor, dist.Work]] = {}
     for i, a in enumerate(actions):
         s, j = a.stage, a.mb
@@ -271,7 +305,14 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             meter = SavedTensorMeter(stages[s], inputs=[x]) if count_memory else None
             if meter:
                 meter.__enter__()
+            taps: list = []   # split backward: each Linear's (module, input, output) for W
+            hooks = [mod.register_forward_hook(
+                lambda mod, args, out, taps=taps: taps.append((mod, args[0], out)))
+                for mod in stages[s].modules() if split and isinstance(mod, nn.Linear)
+                and mod.weight.requires_grad]
             y = stages[s](x)
+            for h in hooks:
+                h.remove()
             if s == last:
                 loss = loss_fn(y, targets[j])
                 rec.losses.append(float(loss.detach()))
@@ -283,7 +324,7 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                 rec.saved_bytes[f"{s}.{j}"] = nbytes
                 now += nbytes
                 rec.peak_saved_bytes = max(rec.peak_saved_bytes, now)
-            held[(s, j)] = [x, y, rec.saved_bytes.get(f"{s}.{j}", 0), None]
+            held[(s, j)] = [x, y, rec.saved_bytes.get(f"{s}.{j}", 0), taps]
             if s < last:
                 outgoing = ("act", s, j, s + 1, y)
         else:
@@ -293,18 +334,14 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                 t0 = time.perf_counter()
                 if a.kind == "B":
                     torch.autograd.backward(y, g)
-                elif s > 0:
-                    (x.grad,) = torch.autograd.grad(y, x, g, retain_graph=True)
-                held[(s, j)][3] = g   # W needs the output gradient again
+                else:
+                    held[(s, j)][3] = _input_grads(stages[s], x if s > 0 else None, y, g,
+                                                   held[(s, j)][3])
                 if s > 0:
                     outgoing = ("grad", s - 1, j, s - 1, x.grad)
             else:
                 t0 = time.perf_counter()
-                g = held[(s, j)][3]
-                params = [q for q in stages[s].parameters() if q.requires_grad]
-                for q, gq in zip(params, torch.autograd.grad(y, params, g, allow_unused=True)):
-                    if gq is not None:
-                        q.grad = gq if q.grad is None else q.grad.add_(gq)
+                _weight_grads(held[(s, j)][3])
             if a.kind in ("B", "W"):
                 now -= nbytes
                 del held[(s, j)]
