@@ -89,9 +89,9 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, activation checkpointing as full
     recomputation. A100 tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU);
     the H100 tables name none (400 Gb/s per GPU assumed). The MPT yamls ask for
-    ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23: on A100s at
-    FlashAttention (1)'s stated share of the peak, on H100s at FlashAttention-2's
-    (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`; neither is fitted)."""
+    ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23, as fast as the first
+    generation (FlashAttention-2's paper compares both): at that generation's stated share of
+    the peak (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
     out = []
     src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
     for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, shard, ckpt, n in FOUNDRY_ROWS:
@@ -107,7 +107,7 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
         per_token = 6 * n + 12 * layers * d * seq
         out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
                                 named_cluster(gpu, attention_efficiency=ATTENTION_EFFICIENCY[
-                                    "flash2-h100" if gpu == "h100-sxm" else "flash1-a100"]),
+                                    "flash1-h100" if gpu == "h100-sxm" else "flash1-a100"]),
                                 gbs, float(tok_gpu), mfu / 100, per_token,
                                 f"{src}, {FOUNDRY_TABLES[table]}"))
     return out
