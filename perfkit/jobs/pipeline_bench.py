@@ -250,7 +250,7 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
     """Notebook 11's measurements on 2 processes in one job (a torchrun start costs seconds).
 
     Sleep stages (GPipe at m = 1, 4, 8 and 1F1B at m = 4, 8; ``t_f``/``t_b`` seconds), GPT
-    blocks balanced by measured time (1F1B at m = 4), activation peaks of GPipe and 1F1B at
+    blocks balanced by measured time (1F1B and ZB-H1 at m = 4), activation peaks of GPipe and 1F1B at
     m = 4 and 8, and 5 SGD steps of every schedule against the unsplit model.
 
     Returns:
@@ -263,7 +263,7 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
     steps = 2 if quick else 4
     sleeps = [("gpipe", 1), ("gpipe", 4), ("gpipe", 8), ("1f1b", 4), ("1f1b", 8)]
     gpt = {"n_embd": 128, "block_size": 64, "n_layer": 4, "vocab_size": 256}   # ~10 ms actions
-    real = [("1f1b", 4)]
+    real = [("1f1b", 4), ("zb_h1", 4)]
     eq = ["gpipe", "1f1b", "zb_h1", "interleaved"]
     tasks = [{"task": "bubble", "schedule": s, "n_micro": m, "t_f": t_f, "t_b": t_b,
               "steps": steps} for s, m in sleeps]
