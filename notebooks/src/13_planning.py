@@ -182,6 +182,19 @@ for name, value in act_pred.items():
                                        "the kernels it assumes keep fewer intermediate tensors."})
 
 # %% [markdown]
+# The planner's memory for the course's own runs therefore takes the count of the model
+# actually run (`course_predictions(..., activation_bytes=per_op)`); Korthikanti's count stays
+# the planner's for Megatron-style models, whose kernels it was made for.
+
+# %%
+mem_pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec,
+                              activation_bytes=per_op).memory
+for n in COURSE_LAYOUTS:
+    measured_mb = (sum(res.variants[n].model_states.values()) + saved) / 2**20
+    print(f"{n}: tensor memory per process predicted {(mem_pred[n].model_states + mem_pred[n].activations) / 2**20:.2f}"
+          f" MiB, measured {measured_mb:.2f} MiB (model states after backward + one forward's saved tensors)")
+
+# %% [markdown]
 # **A pipeline.** The planner's pipeline term is `m v` slots of one micro-batch on one stage,
 # plus `(p - 1)` more for the bubble, plus the sends between stages. Timing it with real
 # blocks on two loaded cores would measure the scheduler; stage bodies that sleep `T_F` and
@@ -253,6 +266,12 @@ viz.build_widget(plan_widget())
 #
 # One efficiency is fitted per table, on the two rows whose reported MFU lies nearest the
 # table's median; every other row is a prediction from the datasheet and the row's layout.
+# That efficiency is the weight matmuls'. Attention is counted apart, as the kernel runs it: a
+# fused causal kernel (FlashAttention) skips the tiles above the diagonal and recomputes the
+# scores in backward, `7 L h s` FLOPs per token where PaLM's MFU counts `12 L h s`, and softmax
+# beside the Tensor Cores holds it below a GEMM. Its share of the peak is not fitted but taken
+# from the FlashAttention papers (`perfkit.plan.ATTENTION_EFFICIENCY`): the MPT runs used a
+# first-generation kernel, stated at 25-40 % of an A100's peak.
 # Beside it stands the baseline that predicts the same constant MFU for every row of a table:
 # a planner that does not beat it explains nothing. The issue's targets are recorded first.
 
@@ -306,9 +325,10 @@ viz.verdict(Prediction("Megatron rows whose published (TP, PP) the planner ranks
 # The planner adds up terms it can count. What it cannot count is not in the prediction, and the
 # errors above are where it shows:
 #
-# * **kernels below their peak**: one efficiency per GPU type stands for every matmul shape,
-#   yet a narrow model's small matrices and a long sequence's attention run at other shares of
-#   the peak than a 70 B model's;
+# * **kernels below their peak**: one efficiency per GPU type stands for every weight matmul,
+#   yet a narrow model's small matrices, its many small kernels and its large vocabulary's fp32
+#   loss run at other shares of the peak than a 70 B model's; attention's share is a paper's
+#   stated range, not the run's own;
 # * **implementation overheads**: Python hooks, copies into flat buffers, kernel launches, the
 #   allocator; section 2's ZeRO-3 shows them on two processes;
 # * **stragglers and the network's other users**: a ring runs at its slowest link's pace, and
