@@ -7,7 +7,10 @@ parameter count or by each layer's measured forward + backward time (:func:`bala
 stage and gradients to the previous one with ``isend``/``irecv`` (a send never blocks; every
 receive waits under a timeout, so a wrong order fails instead of hanging), the loss is taken
 on the last stage over ``m`` micro-batches and divided by ``m``, so the gradients accumulated
-in ``.grad`` are those of the unsplit model on the whole batch (Huang et al. 2019). It records
+in ``.grad`` are those of the unsplit model on the whole batch (Huang et al. 2019). A
+zero-bubble schedule's ``I`` runs the backward once for everything but the ``nn.Linear``
+weight gradients, which its ``W`` computes from the Linears' inputs and output gradients
+(Qi et al. 2023). It records
 every action's start and end (one clock, ``CLOCK_MONOTONIC``, shared by the processes of a
 machine) and the bytes autograd saved for backward (:class:`perfkit.memory.SavedTensorMeter`)
 held at once: the activation memory a schedule costs, counted exactly.
