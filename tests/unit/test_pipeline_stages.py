@@ -96,3 +96,31 @@ def test_bench_arguments_checked_before_launching(call, exc, match):
 
     with pytest.raises(exc, match=match):
         call(pipeline_bench)
+
+
+def test_split_backward_equals_the_whole_one():
+    """ZB's I + W (Linear weight gradients from tapped inputs and output gradients) give the
+    gradients of B, on a one-process group; and GPipe's peak saved bytes are m micro-batches'."""
+    import torch.distributed as dist
+
+    from perfkit.parallel.gpt import gpt_loss, split_layers
+    from perfkit.parallel.schedules import one_f_one_b, zb_h1
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        cfg = GPTConfig(vocab_size=64, block_size=8, n_embd=16, n_layer=2, n_head=2)
+        stage = split_layers(GPT(cfg).layers(), [4])[0]
+        xs = [torch.randint(64, (2, 8)) for _ in range(3)]
+        ys = [torch.randint(64, (2, 8)) for _ in range(3)]
+        grads = {}
+        for sched in (one_f_one_b(1, 3), zb_h1(1, 3), gpipe(1, 3)):
+            stage.zero_grad(set_to_none=True)
+            rec = run_schedule(sched, {0: stage}, xs, ys, gpt_loss, (2, 8, 16))
+            grads[sched.name] = [q.grad.clone() for q in stage.parameters()]
+            assert [k for k, *_ in rec.slots].count("W") == (3 if sched.name == "zb_h1" else 0)
+        for a, b in zip(grads["1f1b"], grads["zb_h1"]):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+        assert rec.peak_saved_bytes == 3 * rec.saved_bytes["0.0"]   # GPipe, the last one run
+    finally:
+        dist.destroy_process_group()
