@@ -6,6 +6,7 @@ import math
 import pytest
 
 from perfkit.plan import (
+    ATTENTION_EFFICIENCY,
     FOUNDRY_ROWS,
     MEGATRON_ROWS,
     compare,
@@ -46,6 +47,10 @@ def test_foundry_rows_agree_with_their_own_columns():
         assert run.flops_per_token * tok_gpu / peak == pytest.approx(mfu / 100, rel=0.01), row
         # PaLM's count leaves the embeddings out: it differs where positions are many
         assert run.model.model_flops_per_token() <= run.flops_per_token
+        # attn_impl: triton, a fused causal kernel at the first generation's stated share
+        gen = "flash1-h100" if table.startswith("h100") else "flash1-a100"
+        assert run.model.flash and run.cluster.attention_efficiency == ATTENTION_EFFICIENCY[gen]
+    assert all(not r.model.flash and r.cluster.attention_efficiency is None for r in megatron_runs())
 
 
 def test_fit_uses_at_most_two_rows_per_table_and_holds_them_out():
