@@ -88,6 +88,7 @@ from perfkit.plan.step_time import (
     MEM_PASSES,
     StepTime,
     group_allreduce_time,
+    loss_passes,
     step_time,
 )
 
@@ -123,6 +124,7 @@ __all__ = [
     "LINK_SIZES",
     "local_cluster",
     "local_link",
+    "loss_passes",
     "MEGATRON_ROWS",
     "megatron_runs",
     "MEM_PASSES",
