@@ -1,8 +1,9 @@
 """Step time of a layout on a cluster, term by term, each from the link it crosses.
 
 One micro-batch on one pipeline stage costs its matmul FLOPs at the cluster's achievable
-rate, the memory-bound work around them (each saved activation byte, the last stage's fp32
-logits included, written and read forward and back, :data:`MEM_PASSES`, at HBM bandwidth),
+rate (attention's at its kernel's own), the memory-bound work around them (each saved
+activation byte written and read forward and back, :data:`MEM_PASSES`, and the last stage's
+cross-entropy kernel by kernel, :func:`loss_passes`, at HBM bandwidth),
 tensor parallelism's four all-reduces per block (six with full recomputation; sequence
 parallelism's reduce-scatter + all-gather pairs move the same bytes) and the part of
 context parallelism's K/V ring that attention's own compute does not hide. The pipeline
@@ -35,9 +36,28 @@ from perfkit.plan.layout import Layout
 from perfkit.plan.memory_model import BUCKET_BYTES, stage_params
 from perfkit.plan.model import ModelSpec
 
-__all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "step_time"]
+__all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "loss_passes", "step_time"]
 
 MEM_PASSES = 4  # each saved byte: written forward, read backward, its gradient written and read
+
+
+def loss_passes(act_bytes: int) -> float:
+    """HBM traffic of the cross-entropy, in passes over its fp32 logits (``4 s b V`` bytes).
+
+    PyTorch's ``cross_entropy`` on fp32 logits, kernel by kernel: log-softmax reads the logits
+    and writes its output (2 passes); in backward, ``nll_loss`` writes the dense gradient (1),
+    log-softmax's backward reads its output and that gradient and writes its own (3): 6
+    passes. A 16-bit model adds the casts, up (read ``act_bytes``, write 4 per logit) and back
+    down for the gradient: ``2 (act_bytes + 4) / 4`` passes, 3 for bf16. The head's matmul
+    reads and writes its 16-bit tensors as every matmul does, at the matmul's rate.
+
+    Args:
+        act_bytes: bytes per activation element of the model (1, 2 or 4).
+
+    Returns:
+        Passes over ``4 s b V`` bytes: 9 for a 16-bit model, 6 for an fp32 one.
+    """
+    return 6.0 + (2 * (act_bytes + 4) / 4 if act_bytes < 4 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -128,9 +148,9 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
               ) * tokens_mb / share
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
-    # the last stage's fp32 logits follow the same rule (the slowest stage sets the pace)
-    logits = model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
-    membound = (passes * layers * act + MEM_PASSES * logits) / gpu.hbm_bytes_per_s
+    # the last stage's loss (the slowest stage sets the pace), op by op: see loss_passes
+    loss = loss_passes(model.act_bytes) * model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
+    membound = (passes * layers * act + loss) / gpu.hbm_bytes_per_s
     # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
     n_tp = 4 + (2 if lay.recompute == "full" else 0)

@@ -21,6 +21,7 @@ from perfkit.plan import (
     group_allreduce_time,
     layout_problems,
     local_cluster,
+    loss_passes,
     memory_per_gpu,
     model_from_config,
     named_cluster,
@@ -356,5 +357,11 @@ def test_memory_bound_term_counts_activations_and_logits():
     c = named_cluster("a100-40gb")
     t = step_time(GPT, Layout(micro_batch=2), c, 2)
     per_layer = GPT.activation_bytes_per_layer(2)
-    want = MEM_PASSES * (GPT.layers * per_layer + GPT.logits_bytes(2)) / c.gpu.hbm_bytes_per_s
+    # a 16-bit model's loss: 6 passes over the fp32 logits and 3 for the casts
+    want = (MEM_PASSES * GPT.layers * per_layer + 9 * GPT.logits_bytes(2)) / c.gpu.hbm_bytes_per_s
     assert t.terms["memory-bound"] == pytest.approx(want)
+    fp32 = dataclasses.replace(GPT, act_bytes=4)  # no casts: log-softmax, nll, their backward
+    want = (MEM_PASSES * GPT.layers * fp32.activation_bytes_per_layer(2) + 6 * fp32.logits_bytes(2)
+            ) / c.gpu.hbm_bytes_per_s
+    assert step_time(fp32, Layout(micro_batch=2), c, 2).terms["memory-bound"] == pytest.approx(want)
+    assert loss_passes(2) == 9 and loss_passes(4) == 6 and loss_passes(1) == 8.5
