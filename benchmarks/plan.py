@@ -171,7 +171,11 @@ def published() -> dict:
             "efficiency": cmp.efficiency[t], "baseline_mfu": cmp.baseline_mfu[t],
             "median_abs_error": stats.median([abs(r.error) for r in held]),
             "max_abs_error": max(abs(r.error) for r in held),
-            "baseline_median_abs_error": stats.median([abs(r.baseline_error) for r in held])}
+            "baseline_median_abs_error": stats.median([abs(r.baseline_error) for r in held]),
+            # the residual the planner has no term for: rows with and without recomputation
+            "median_error_by_recompute": {
+                rc: stats.median([r.error for r in held if r.run.layout.recompute == rc])
+                for rc in sorted({r.run.layout.recompute for r in held})}}
     worst = cmp.worst
     return {"median_abs_error": cmp.median_error, "baseline_median_abs_error": cmp.baseline_median_error,
             "share_within_20pct": cmp.within(0.2), "max_abs_error": abs(worst.error),
