@@ -302,6 +302,18 @@ viz.verdict(Prediction("planner's median error over the baseline's", "a model th
             cmp.median_error / cmp.baseline_median_error)
 
 # %% [markdown]
+# Where the errors sit says which term is missing. A term the planner counts wrongly for one
+# kind of run leaves its rows on one side: here the rows are split by recomputation, whose cost
+# the planner takes from its FLOPs (one more forward pass).
+
+# %%
+for t in cmp.efficiency:
+    by = {rc: [r.error for r in cmp.rows if r.run.table == t and not r.fitted and r.run.layout.recompute == rc]
+          for rc in ("none", "full")}
+    print(f"{t:11s} " + "   ".join(f"{rc} recompute: median error {stats.median(e):+.1%} over {len(e)} rows"
+                                    for rc, e in by.items() if e))
+
+# %% [markdown]
 # For Megatron-LM's rows the planner also chooses the layout: its distinct (TP, PP) are ranked by
 # their best predicted step with the 2021 software held (full recomputation, no sequence
 # parallelism, no ZeRO). The published choice should be among the three best, or within the
