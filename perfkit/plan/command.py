@@ -93,7 +93,9 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
         "model": {k: getattr(p.model, k) for k in ("name", "layers", "hidden", "heads", "kv",
                                                     "ffn", "vocab", "seq", "num_params")},
         "cluster": {"name": p.cluster.name, "gpu": p.cluster.gpu.name,
-                    "efficiency": p.cluster.efficiency, "source": p.cluster.gpu.source},
+                    "efficiency": p.cluster.efficiency,
+                    "attention_efficiency": p.cluster.attention_efficiency,
+                    "source": p.cluster.gpu.source},
         "gpus": p.gpus, "global_batch": p.global_batch,
         "best": [{"layout": vars(c.layout), "label": c.layout.label(), "step_s": c.time.total_s,
                   "terms_s": c.time.terms, "tokens_per_s": c.time.tokens_per_s, "mfu": c.time.mfu,
@@ -125,6 +127,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--gpus-per-node", type=int, default=8)
     c.add_argument("--inter-gbps", type=float, help="network Gb/s per GPU (default by GPU: 200/400)")
     c.add_argument("--efficiency", type=float, default=0.5, help="achieved share of the matmul peak")
+    c.add_argument("--attention-efficiency", type=float,
+                   help="fused attention kernel's share of the peak (default: --efficiency; "
+                        "FlashAttention 1 on A100 about 0.3, FlashAttention 2 about 0.6)")
     r = ap.add_argument_group("run and constraints")
     r.add_argument("--global-batch-tokens", help="tokens per step: 4M, 524288 (default 1M; with "
                    "--machine local: 8 sequences per process, as notebook 13 runs)")
@@ -163,7 +168,8 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
         return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
                              efficiency=min(args.efficiency, 1.0))
-    return named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency)
+    return named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
+                         args.attention_efficiency)
 
 
 def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int) -> None:

@@ -38,6 +38,13 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     assert rec["model"]["kv"] == 4 and rec["model"]["seq"] == 1024
     assert rec["best"] and all(b["layout"]["tp"] == 2 for b in rec["best"])
     assert rec["best"][0]["step_s"] == pytest.approx(sum(rec["best"][0]["terms_s"].values()))
+    # a slower attention kernel: named in the record, and the same best layout takes longer
+    assert main(["plan", "--config", str(cfg), "--gpus", "16", "--json", "--tp", "2",
+                 "--attention-efficiency", "0.1"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert rec["cluster"]["attention_efficiency"] is None
+    assert slow["cluster"]["attention_efficiency"] == 0.1
+    assert min(b["step_s"] for b in slow["best"]) > rec["best"][0]["step_s"]
 
 
 @pytest.mark.parametrize("args, says", [
@@ -46,6 +53,7 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     (["--heads", "12", "--hidden", "1020", "--tp", "8"], "heads (12) are not divisible by --tp (8)"),
     (["--pp", "8", "--global-batch-tokens", "4k"], "too small for the pipeline"),
     (["--global-batch-tokens", "lots"], "--global-batch-tokens"),
+    (["--attention-efficiency", "0"], "attention_efficiency"),
 ])
 def test_bad_input_exits_2_with_the_reason(args, says, capsys):
     argv = ["plan", "--gpus", "8", *SMALL]
