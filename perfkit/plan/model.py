@@ -2,8 +2,10 @@
 
 A :class:`ModelSpec` is what the planner needs to know of a decoder-only transformer: layers,
 width, heads (and key/value heads for grouped-query attention), MLP width (GELU, or SwiGLU's
-three matrices as in Llama), vocabulary and sequence length. FLOPs follow the PaLM count
-(:func:`perfkit.compute.flops.gpt_train_flops`: ``6 N + 12 L h s`` per token); activations
+three matrices as in Llama), vocabulary and sequence length. Model FLOPs follow the PaLM
+count (:func:`perfkit.compute.flops.gpt_train_flops`: ``6 N + 12 L h s`` per token), the FLOPs
+the GPUs run split the weight matmuls from what a fused causal attention kernel runs
+(``7 L h s``, FlashAttention-2's count); activations
 follow Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models*
 (MLSys 2023), section 4, term by term, so that SwiGLU, grouped-query attention, a fused
 attention kernel (no ``s x s`` scores kept) and models without dropout get their own terms.
@@ -11,7 +13,7 @@ attention kernel (no ``s x s`` scores kept) and models without dropout get their
 Usage::
 
     m = ModelSpec("gpt-1.7b", layers=24, hidden=2304, heads=18, ffn=4 * 2304, vocab=51200, seq=2048)
-    print(m.num_params, m.model_flops_per_token())
+    print(m.num_params, m.model_flops_per_token(), m.attention_flops_per_token("full"))
     print(m.activation_bytes_per_layer(micro_batch=1, tp=8, sp=True, recompute="selective"))
 """
 
