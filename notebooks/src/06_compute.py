@@ -475,7 +475,7 @@ for T in GPT_ATTN_T:
 # loads and stores on every row, or a copy into an aligned buffer), not only for the last,
 # partial tile, so the loss is not the remainder's few percent. Oddness itself adds nothing:
 # **Prediction.** odd widths run at the rate of even widths that are multiples of no vector
-# width (`n % 4 == 2`), within the spread the multiples of 64 show among themselves. What
+# width (`n % 4 == 2`), within 10 % (the widths differ by up to 7 % in size). What
 # leaving the grid costs against the multiples of 64 is measured and printed; on GPUs it is
 # large (tensor cores need multiples of 8 in fp16/bf16). Below, `(1024, 256) @ (256, n)` for
 # `n` around 1024, both precisions, interleaved; bf16 at the widths its plan kept (a dtype is
@@ -496,8 +496,8 @@ s32 = shapes["float32"]
 print(f"fp32 off the vector grid: odd n at {s32.odd_share.value:.0%} of the multiples of 64 "
       f"({s32.odd_share.describe()})")
 viz.verdict(Prediction("odd n's median rate over off-grid even n's (fp32)", "parity costs nothing beyond "
-                       "leaving the vector grid; the multiples of 64's own spread", value=1.0,
-                       rel_tol=max(max(s32.aligned) - min(s32.aligned), 0.02)), s32.parity, explain={
+                       "leaving the vector grid (widths within 7 % of each other)", value=1.0, rel_tol=0.1),
+            s32.parity, explain={
     "below": f"Odd widths ran slower than even ones off the grid too: a path for odd strides (rows not "
              f"even 8-byte aligned) costs more here; the multiples of 64 spread {s32.aligned_spread}."})
 
