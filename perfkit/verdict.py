@@ -12,8 +12,8 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
 - **inconclusive**: the interval straddles an edge; the text gives the distance from the
   edge against the interval's half-width.
 
-A figure without an interval (an exact count) is judged on its value alone. A verdict that
-did not hold names a busy machine (load above its cores) itself. Advice is judged the same
+A figure without an interval (an exact count) is judged on its value alone. A verdict on an
+interval that did not hold names a busy machine (load above its cores) itself. Advice is judged the same
 way (:class:`Claim`, :func:`assess`): the range it promises, and the no-effect value that
 separates "holds partly" (the right direction, not as far) from "does not hold here".
 
@@ -269,7 +269,8 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
         why = "missed: " + _gap(value, hi if direction == "above" else lo, u, direction)
     extra = explain.get(direction if outcome == "missed" else outcome) or ""
     text = f"{head}: {why}." + (" " + extra.strip() if extra else "")
-    if outcome in ("missed", "inconclusive") and p.measured_here and (b := busy()) and "busy" not in extra:
+    timed = interval is not None and p.measured_here  # load cannot move an exact count
+    if outcome in ("missed", "inconclusive") and timed and (b := busy()) and "busy" not in extra:
         text += f" ({b[0].upper()}{b[1:]}.)"
     return Verdict(p, float(value), interval, outcome, direction, text, level)
 
