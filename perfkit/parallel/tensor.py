@@ -169,6 +169,10 @@ class ColumnParallelLinear(nn.Module):
     Args:
         weight: ``(out / t, in)`` this rank's rows; bias: ``(out / t,)`` or ``None``.
         group: the tensor-parallel process group (``None``: WORLD).
+
+    Raises:
+        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a bias
+            that is not a 1-D floating tensor of ``out / t`` values.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
@@ -213,6 +217,10 @@ class RowParallelLinear(nn.Module):
     Args:
         weight: ``(out, in / t)`` this rank's columns; bias: ``(out,)`` replicated, or ``None``.
         group: the tensor-parallel process group (``None``: WORLD).
+
+    Raises:
+        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a bias
+            that is not a 1-D floating tensor of ``out`` values.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
@@ -251,6 +259,10 @@ class VocabParallelEmbedding(nn.Module):
     owns, writes zeros for the others, and the g operator sums the ranks' rows.
 
     ``reduce`` replaces the all-reduce (sequence parallelism passes a reduce-scatter).
+
+    Raises:
+        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a
+            ``vocab_start`` that is not an int >= 0.
     """
 
     def __init__(self, weight: torch.Tensor, vocab_start: int, group: Any = None,
@@ -354,6 +366,9 @@ class RNGTracker:
 
     Args:
         seed: the run's seed; group: the tensor-parallel group; device: where dropout runs.
+
+    Raises:
+        TypeError, ValueError: for a ``seed`` that is not an int in ``[0, 2**63)``.
     """
 
     def __init__(self, seed: int, group: Any = None, device: torch.device | str = "cpu") -> None:
