@@ -50,6 +50,7 @@ def saved_bytes_sweep(seq_lens: Sequence[int], batch: int = 1, heads: int = 4,
     lens = [check_int("seq_lens[]", t, 1) for t in check_items("seq_lens", seq_lens)]
     for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
         check_int(name, n, 1)
+    check_type("causal", causal, bool)
     out: dict[str, list[int]] = {"eager": [], "flash": []}
     for t in lens:
         q, k, v = _qkv(batch, heads, t, head_dim)
@@ -113,8 +114,9 @@ def time_attention(seq_lens: Sequence[int], tiles: Sequence[int] = (64,), batch:
     for name in names:
         if name not in IMPLS:
             raise ValueError(f"impls must hold names from {IMPLS}, got {name!r}")
+    for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim), ("repeat", repeat)):
+        check_int(name, n, 1)
     check_type("causal", causal, bool)
-    check_int("repeat", repeat, 1)
     out = []
     for t in lens:
         q, k, v = _qkv(batch, heads, t, head_dim)
@@ -153,8 +155,10 @@ class TileCostModel:
 
         Raises:
             ValueError: with fewer than 2 distinct tiled shapes to fit.
+            TypeError: for points that are not :class:`AttentionTiming`.
         """
-        pts = check_items("points", points)
+        pts = [check_type(f"points[{i}]", p, AttentionTiming)
+               for i, p in enumerate(check_items("points", points))]
         flash = [p for p in pts if p.impl == "flash"]
         if len({(p.seq_len, p.tile) for p in flash}) < 2:
             raise ValueError("points must hold flash timings at 2 or more (seq_len, tile) shapes")

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from perfkit._checks import check_int, check_type
+from perfkit._checks import check_int, check_items, check_seed, check_type
 
 __all__ = [
     "AttentionFlops", "FlashAttention", "attention_backward_tiles", "attention_forward_tiles",
@@ -43,15 +43,16 @@ def check_tile(tile: Any) -> int:
     return tile
 
 
-def check_qkv(q: Any, k: Any, v: Any) -> None:
-    """Refuse ``q``, ``k``, ``v`` that are not float tensors of shapes ``(..., Tq, D)``,
-    ``(..., Tk, D)``, ``(..., Tk, D)`` with the same leading dims, dtype and device."""
+def check_qkv(q: Any, k: Any, v: Any, own_dv: bool = False) -> None:
+    """Refuse ``q``, ``k``, ``v`` that are not float tensors ``(..., Tq, D)``, ``(..., Tk, D)``,
+    ``(..., Tk, D)`` (``Dv`` for ``v`` if ``own_dv``) with the same leading dims, dtype and device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_type(name, t, torch.Tensor)
         if not t.is_floating_point() or t.dim() < 2:
             raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got "
                             f"{t.dtype} of shape {tuple(t.shape)}")
-    if k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+    dv_ok = own_dv or k.shape[-1] == v.shape[-1]
+    if (q.shape[:-2], q.shape[-1], k.shape[:-1]) != (k.shape[:-2], k.shape[-1], v.shape[:-1]) or not dv_ok:
         raise ValueError(f"q, k, v must be (..., Tq, D), (..., Tk, D), (..., Tk, D) with the "
                          f"same leading dims and D; got q {tuple(q.shape)}, k {tuple(k.shape)}"
                          f", v {tuple(v.shape)}")
@@ -66,12 +67,11 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 
 
 def tile_kind(q0: int, q1: int, k0: int, k1: int, causal: bool) -> str:
-    """How a tile of queries at positions ``[q0, q1)`` and keys ``[k0, k1)`` is computed.
-
-    Returns:
-        ``"skip"`` (causal, every key after every query: the tile is all masked),
-        ``"full"`` (no key after any query) or ``"masked"`` (it straddles the diagonal).
-    """
+    """How a tile of queries at positions ``[q0, q1)`` and keys ``[k0, k1)`` is computed:
+    ``"skip"`` (causal, every key after every query: the tile is all masked), ``"full"`` (no key
+    after any query) or ``"masked"`` (it straddles the diagonal). ``TypeError`` for a non-bool
+    ``causal``."""
+    check_type("causal", causal, bool)
     if not causal or k1 - 1 <= q0:
         return "full"
     return "skip" if k0 > q1 - 1 else "masked"
@@ -81,7 +81,11 @@ def tile_pairs(tq: int, tk: int, tile: int, causal: bool, q_start: int = 0,
                k_start: int = 0) -> list[tuple[int, int, int, int, str]]:
     """The ``(i0, i1, j0, j1, kind)`` tiles a pass computes (skipped ones left out);
     ``i``/``j`` index the local query/key rows, the last tiles shorter when ``tile`` does
-    not divide the length."""
+    not divide the length. Raises ``TypeError``/``ValueError`` for a bad argument."""
+    for name, n in (("tq", tq), ("tk", tk), ("q_start", q_start), ("k_start", k_start)):
+        check_int(name, n, 0)
+    check_tile(tile)
+    check_type("causal", causal, bool)
     out = []
     for i0 in range(0, tq, tile):
         i1 = min(i0 + tile, tq)
@@ -109,21 +113,24 @@ def attention_forward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
     """FlashAttention-2's forward over tiles, without autograd: ``(O, L)``.
 
     Args:
-        q, k, v: ``(..., Tq, D)``, ``(..., Tk, D)``, ``(..., Tk, D)``.
+        q, k, v: ``(..., Tq, D)``, ``(..., Tk, D)``, ``(..., Tk, Dv)``.
         scale: multiplies the scores (usually ``D ** -0.5``).
         causal: query at position ``p`` sees keys at positions ``<= p``.
         tile: query and key tile size.
         q_start, k_start: absolute position of the first query and key row.
 
     Returns:
-        ``O`` ``(..., Tq, Dv)`` (``v``'s last dim) and the log-sum-exp ``L`` ``(..., Tq)``, both in the
-        accumulation dtype (fp64 for fp64 inputs, else fp32). A row with every key masked
-        gets ``O = 0`` and ``L = -inf``.
+        ``O`` ``(..., Tq, Dv)`` and the log-sum-exp ``L`` ``(..., Tq)`` in the accumulation dtype
+        (fp64 for fp64 inputs, else fp32); a row with every key masked gets ``O = 0``, ``L = -inf``.
+
+    Raises:
+        TypeError, ValueError: as :func:`flash_attention`, or for a negative start.
     """
+    check_qkv(q, k, v, own_dv=True)
+    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)  # checks the rest
     acc = _acc(q.dtype)
     o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=acc, device=q.device)
     lse = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)
-    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)
     for i0, i1 in sorted({(p[0], p[1]) for p in pairs}):  # FA2: one query tile at a time
         qi = q[..., i0:i1, :].to(acc)
         m = torch.full(qi.shape[:-1], NEG_INF, dtype=acc, device=q.device)  # running max
@@ -159,14 +166,23 @@ def attention_backward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Returns:
         ``dQ``, ``dK``, ``dV`` in the accumulation dtype, shaped as ``q``, ``k``, ``v``.
+
+    Raises:
+        TypeError, ValueError: as :func:`attention_forward_tiles`, or for ``do``, ``lse``,
+            ``delta`` not shaped ``(..., Tq, Dv)``, ``(..., Tq)``, ``(..., Tq)``.
     """
+    check_qkv(q, k, v, own_dv=True)
+    rows = q.shape[:-1]
+    for name, t, shape in (("do", do, (*rows, v.shape[-1])), ("lse", lse, rows), ("delta", delta, rows)):
+        if check_type(name, t, torch.Tensor).shape != shape:
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)  # checks the rest
     acc = _acc(q.dtype)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc, device=q.device)
     dv = torch.zeros(v.shape, dtype=acc, device=q.device)
     lse = torch.where(lse == NEG_INF, 0.0, lse.to(acc))  # all-masked rows: every p is 0 anyway
     do, delta = do.to(acc), delta.to(acc)
-    pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)
     for j0, j1 in sorted({(p[2], p[3]) for p in pairs}):  # FA2: one key tile at a time
         kj, vj = k[..., j0:j1, :].to(acc), v[..., j0:j1, :].to(acc)
         dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)
@@ -200,8 +216,7 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx: Any, do: torch.Tensor) -> tuple:
         q, k, v, o, lse = ctx.saved_tensors
         delta = (do.to(lse.dtype) * o.to(lse.dtype)).sum(-1)  # (..., Tq): rowsum(dO * O)
-        dq, dk, dv = attention_backward_tiles(q, k, v, do, lse, delta, ctx.scale, ctx.causal,
-                                              ctx.tile)
+        dq, dk, dv = attention_backward_tiles(q, k, v, do, lse, delta, ctx.scale, ctx.causal, ctx.tile)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
@@ -219,12 +234,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         ``(..., Tq, D)`` in the inputs' dtype.
 
     Raises:
-        TypeError, ValueError: for non-tensors, mismatched shapes, dtypes or devices, or a
-            ``tile`` that is not a positive power of two.
+        TypeError, ValueError: for non-tensors, mismatched shapes, dtypes or devices, or a bad ``tile``.
     """
-    check_qkv(q, k, v)
-    check_tile(tile)
-    check_type("causal", causal, bool)
+    check_qkv(q, k, v)  # tile and causal: attention_forward_tiles checks them
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     return FlashAttention.apply(q, k, v, causal, tile, scale)
 
@@ -239,7 +251,15 @@ def merge_partials(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
 
     Returns:
         The merged ``(O, L)``.
+
+    Raises:
+        TypeError, ValueError: for non-tensors, or shapes that are not ``(..., T, D)``, ``(..., T)``.
     """
+    for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
+        check_type(name, t, torch.Tensor)
+    if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape or o_a.shape[:-1] != lse_a.shape:
+        raise ValueError(f"o_a, o_b must be (..., T, D) and lse_a, lse_b (..., T) alike, got "
+                         f"{[tuple(t.shape) for t in (o_a, o_b, lse_a, lse_b)]}")
     m = torch.maximum(lse_a, lse_b)
     shift = torch.where(m == NEG_INF, 0.0, m)
     total = torch.exp(lse_a - shift) + torch.exp(lse_b - shift)
@@ -252,8 +272,10 @@ def merge_partials(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> torch.Tensor:
-    """Attention op by op, as a model written plainly does it: keeps ``softmax(S)`` (T x T)."""
+    """Attention op by op, as a model written plainly does it: keeps ``softmax(S)`` (T x T).
+    Raises ``TypeError``/``ValueError`` as :func:`flash_attention`."""
     check_qkv(q, k, v)
+    check_type("causal", causal, bool)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     s = (q @ k.transpose(-1, -2)) * scale  # (..., Tq, Tk)
     if causal:
@@ -266,8 +288,10 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
                         scale: float | None = None, q_start: int = 0, k_start: int = 0
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(O, L)`` in float64 from the full score matrix, positions absolute; all-masked rows
-    give ``O = 0``, ``L = -inf``. The yardstick the tiles are tested against."""
+    give ``O = 0``, ``L = -inf``. The yardstick the tiles are tested against. Raises
+    ``TypeError``/``ValueError`` as :func:`eager_attention`."""
     check_qkv(q, k, v)
+    check_type("causal", causal, bool)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     q, k, v = q.double(), k.double(), v.double()
     s = (q @ k.transpose(-1, -2)) * scale
@@ -309,16 +333,13 @@ def flash_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: boo
     """Exact matmul FLOPs of :func:`flash_attention` and :func:`eager_attention` (self-attention).
 
     Raises:
-        ValueError, TypeError: for a non-positive size or a ``tile`` that is not a positive
-            power of two.
+        ValueError, TypeError: for a non-positive size or a ``tile`` not a positive power of two.
     """
-    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
-                    ("head_dim", head_dim)):
+    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len), ("head_dim", head_dim)):
         check_int(name, n, 1)
     check_tile(tile)
-    bh = batch * heads
-    n = -(-seq_len // tile)
-    cells, tiles = seq_len * seq_len, n * n
+    bh, n, full = batch * heads, -(-seq_len // tile), seq_len * seq_len  # n tiles per side
+    cells, tiles = full, n * n
     if causal:  # per query tile, the key tiles up to its last query (what tile_pairs keeps)
         cells = tiles = 0
         for i0 in range(0, seq_len, tile):
@@ -326,7 +347,6 @@ def flash_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: boo
             kept = (i1 - 1) // tile + 1
             tiles += kept
             cells += (i1 - i0) * min(kept * tile, seq_len)
-    full = seq_len * seq_len
     return AttentionFlops(4 * bh * cells * head_dim, 10 * bh * cells * head_dim,
                           4 * bh * full * head_dim, 8 * bh * full * head_dim, tiles)
 
@@ -340,8 +360,7 @@ def flash_saved_bytes(batch: int, heads: int, seq_len: int, head_dim: int,
                       dtype: torch.dtype = torch.float32) -> int:
     """Bytes :func:`flash_attention` saves besides its inputs: ``O`` and the fp32 (fp64 for
     fp64) log-sum-exp. Linear in ``seq_len``: no ``T^2`` term."""
-    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len),
-                    ("head_dim", head_dim)):
+    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len), ("head_dim", head_dim)):
         check_int(name, n, 1)
     rows = batch * heads * seq_len
     return rows * head_dim * _itemsize(dtype) + rows * _itemsize(_acc(dtype))
@@ -357,7 +376,6 @@ def eager_saved_bytes(batch: int, heads: int, seq_len: int, dtype: torch.dtype =
     return batch * heads * seq_len**2 * _itemsize(dtype) + (seq_len**2 if causal else 0)
 
 
-
 def length_terms(seq_lens: list[int], values: list[float]) -> tuple[float, float, float]:
     """Least-squares ``(a, b, c)`` of ``values = a T^2 + b T + c`` over ``seq_lens``.
 
@@ -365,10 +383,11 @@ def length_terms(seq_lens: list[int], values: list[float]) -> tuple[float, float
     ``B H`` times the element size, FlashAttention's is 0.
 
     Raises:
-        ValueError: for fewer than 3 distinct lengths or lists of different lengths.
+        TypeError, ValueError: for non-lists, fewer than 3 distinct lengths or lists of different lengths.
     """
     import numpy as np
 
+    seq_lens, values = check_items("seq_lens", seq_lens), check_items("values", values)
     if len(seq_lens) != len(values) or len(set(seq_lens)) < 3:
         raise ValueError(f"seq_lens must hold at least 3 distinct lengths, one per value; got "
                          f"{len(set(seq_lens))} distinct for {len(values)} values")
@@ -385,8 +404,10 @@ def errors_against_float64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     dtype) from float64 attention, for one random output gradient drawn with ``seed``.
 
     Raises:
-        TypeError, ValueError: as :func:`flash_attention` does.
+        TypeError, ValueError: as :func:`flash_attention` does, or for a bad ``seed``.
     """
+    check_qkv(q, k, v)
+    check_seed("seed", seed)
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
     out = flash_attention(*leaves, causal=causal, tile=tile)

@@ -173,8 +173,16 @@ def triton_status(device: torch.device | str = "cpu") -> tuple[bool, str]:
     interpreter, which is chosen when Triton is first imported: set ``TRITON_INTERPRET=1``
     before starting Python (importing ``perfkit.compute`` imports torch's compiler stack,
     which imports Triton).
+
+    Raises:
+        TypeError, ValueError: for a ``device`` that is not a torch.device or a device name.
     """
-    device = torch.device(device)
+    check_type("device", device, (torch.device, str))
+    try:
+        device = torch.device(device)
+    except RuntimeError as e:  # torch's own message does not name the argument
+        raise ValueError(f"device must name a torch device such as 'cpu' or 'cuda:0', got "
+                         f"{device!r}") from e
     if importlib.util.find_spec("triton") is None:
         return False, ("triton is not installed (pip install 'triton>=3.5', Linux only; it is "
                        "in perfkit's dev extra)")
