@@ -28,21 +28,21 @@ API contract (stable; other modules build on it):
   other ranks) and the tail of the job's output; a job past ``timeout_s`` raises
   :class:`LaunchTimeout` after the whole process tree was killed.
 
-Clean shutdown. gloo's worker threads can still be alive while the interpreter
-finalises, and a C++ ``std::thread`` destroyed while joinable calls ``std::terminate``:
-the process aborts ("terminate called without an active exception", SIGABRT) after
-all its work is done. A barrier before ``destroy_process_group`` narrows but does not
-close that window. :func:`shutdown` therefore ends the process with ``os._exit`` right
-after the barrier, ``destroy_process_group`` and flushing stdout/stderr: the results
-are already on disk (written atomically by :func:`worker_result`), and skipping
-interpreter finalisation skips the static destructors that abort.
-``tests/distributed/test_dist.py`` launches 20 jobs in a row and requires 20 exits 0.
+A stuck job's ranks print every thread's stack (faulthandler on SIGUSR1, registered by
+:func:`init_worker`) before they are killed, so the timeout's message shows where each waited.
+
+Clean shutdown. gloo's threads can be alive while the interpreter finalises, and a joinable
+C++ ``std::thread`` destroyed then aborts the process (SIGABRT) after its work is done.
+:func:`shutdown` therefore ends it with ``os._exit`` after a barrier,
+``destroy_process_group`` and a flush: the results are already on disk (written atomically
+by :func:`worker_result`). ``tests/distributed/test_dist.py`` requires 20 exits 0 in a row.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import json
 import os
 import shutil
@@ -50,6 +50,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import uuid
 from collections.abc import Mapping, Sequence
@@ -62,22 +63,12 @@ import torch
 
 from perfkit._checks import check_int, check_real
 
-__all__ = [
-    "LaunchTimeout",
-    "WorkerContext",
-    "WorkerError",
-    "default_backend",
-    "end_process_tree",
-    "init_worker",
-    "launch",
-    "shutdown",
-    "worker_main",
-    "worker_result",
-]
+__all__ = ["LaunchTimeout", "WorkerContext", "WorkerError", "default_backend", "end_process_tree",
+           "init_worker", "launch", "shutdown", "worker_main", "worker_result"]
 
 RESULT_DIR_ENV = "PERFKIT_RESULT_DIR"
 BACKEND_ENV = "PERFKIT_BACKEND"
-_TAIL_CHARS = 4000
+_TAIL_CHARS = 8000  # room for every rank's stacks after a timeout
 
 
 class WorkerError(RuntimeError):
@@ -96,7 +87,7 @@ class WorkerError(RuntimeError):
 
 
 class LaunchTimeout(TimeoutError):
-    """A launched job ran past its timeout; its whole process tree was killed."""
+    """A launched job ran past its timeout and was killed; ``output`` ends with each rank's stacks."""
 
     def __init__(self, message: str, output: str) -> None:
         super().__init__(message)
@@ -176,6 +167,15 @@ def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
     psutil.wait_procs(procs, timeout=3.0)
 
 
+def _ask_for_stacks(pid: int, wait_s: float = 2.0) -> None:
+    """SIGUSR1 to the workers under ``pid``: each prints its threads' stacks to the log."""
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(wait_s)
+
+
 def _first_error(result_dir: Path) -> tuple[int | None, str]:
     """The traceback of the rank that failed first (earliest error file)."""
     errs = sorted(result_dir.glob("rank*.err"), key=lambda p: (p.stat().st_mtime_ns, p.name))
@@ -239,12 +239,14 @@ def launch(
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                _ask_for_stacks(proc.pid)
                 end_process_tree(proc.pid)
                 proc.wait()  # reaps torchrun (a killed child stays a zombie until waited for)
                 out = log_path.read_text(errors="replace")[-_TAIL_CHARS:]
                 raise LaunchTimeout(
                     f"{target} on {nproc} processes ran past timeout_s={timeout_s} s and was "
-                    f"killed (a rank stuck in a collective that another rank never called?)."
+                    f"killed (a rank stuck in a collective that another rank never called?); "
+                    f"each rank's stacks at the timeout are in the output."
                     f"\n--- job output (tail) ---\n{out}", out) from None
         output = log_path.read_text(errors="replace")
         rank, tb = _first_error(result_dir)
@@ -332,6 +334,8 @@ def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerC
         raise RuntimeError("init_worker() needs RANK and WORLD_SIZE: start this worker with "
                            "perfkit.dist.launch or torchrun, not plain python")
     sys.excepthook = _excepthook
+    if hasattr(signal, "SIGUSR1"):  # launch() asks a stuck job where it waits before killing it
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu")
     if backend == "nccl":
@@ -369,10 +373,8 @@ def worker_result(obj: Any) -> None:
 def shutdown(exit_code: int = 0) -> None:
     """Leave the job cleanly and end the process; never returns.
 
-    Barrier (every rank has finished its collectives), ``destroy_process_group``, flush
-    stdout/stderr, then ``os._exit(exit_code)``: no interpreter finalisation, hence no
-    gloo thread destroyed during static destruction (the SIGABRT described above).
-    Write results with :func:`worker_result` *before* calling it.
+    Barrier, ``destroy_process_group``, flush, ``os._exit(exit_code)``: no interpreter
+    finalisation (the SIGABRT above). Write results with :func:`worker_result` *before*.
 
     Warning:
         Collective: every rank must call it (it starts with a barrier).
@@ -388,17 +390,15 @@ def shutdown(exit_code: int = 0) -> None:
             torch.cuda.synchronize()
         dist.barrier()
         dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    sys.stdout.flush(), sys.stderr.flush()
     os._exit(exit_code)
 
 
 def worker_main(run: Any, description: str = "", argv: Sequence[str] | None = None) -> None:
     """The whole ``main`` of a worker configured by one JSON ``--config`` argument.
 
-    Parses ``--config``, joins the process group (:func:`init_worker`), hands
-    ``run(config)`` to the launcher (:func:`worker_result`) and leaves cleanly
-    (:func:`shutdown`, which never returns). Use it as a worker module's last line::
+    Parses ``--config``, joins the group (:func:`init_worker`), hands ``run(config)`` to the
+    launcher (:func:`worker_result`), leaves (:func:`shutdown`). A worker module ends with::
 
         if __name__ == "__main__":
             worker_main(run, __doc__)
