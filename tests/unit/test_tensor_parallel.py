@@ -5,7 +5,7 @@ second process: the split model computes the unsplit model's loss and gradients 
 same parameter names, the vocabulary-parallel loss is cross-entropy (values and gradients,
 huge logits included), the traffic model's counts, the RNG tracker's contract, which
 parameters sequence parallelism reduces, and the errors. The 2-, 3- and 4-process checks are
-in tests/distributed/test_tensor_parallel.py.
+in tests/distributed/test_tensor_parallel_dist.py.
 """
 
 import math
