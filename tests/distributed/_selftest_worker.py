@@ -21,6 +21,8 @@ t = torch.full((4,), float(ctx.rank + 1))
 dist.all_reduce(t)
 if a.mode == "fail" and ctx.rank == 1:
     raise ValueError("rank 1 fails on purpose")
+if a.mode == "hang":
+    print(f"rank {ctx.rank} waits", flush=True)  # past init_worker: its stacks can be asked for
 if a.mode == "hang" and ctx.rank == 1:
     time.sleep(3600)  # rank 0 waits in shutdown's barrier for a peer that never comes
 pdist.worker_result({"rank": ctx.rank, "world": ctx.world_size, "sum": t.tolist(),
