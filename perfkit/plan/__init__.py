@@ -35,6 +35,15 @@ from perfkit.plan.layout import (
     check_layout,
     layout_problems,
 )
+from perfkit.plan.llm_analysis import (
+    LLM_ANALYSIS_HBM_EFFICIENCY,
+    LLM_ANALYSIS_INSTALL,
+    LLM_ANALYSIS_VERSION,
+    LlmAnalysisPrediction,
+    compare_llm_analysis,
+    llm_analysis_inputs,
+    predict_llm_analysis,
+)
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_SIZES,
@@ -101,6 +110,7 @@ __all__ = [
     "check_layout",
     "Cluster",
     "compare",
+    "compare_llm_analysis",
     "Comparison",
     "course_predictions",
     "CoursePredictions",
@@ -121,6 +131,11 @@ __all__ = [
     "layout_problems",
     "layout_ranks",
     "link_cache_path",
+    "llm_analysis_inputs",
+    "LLM_ANALYSIS_HBM_EFFICIENCY",
+    "LLM_ANALYSIS_INSTALL",
+    "LLM_ANALYSIS_VERSION",
+    "LlmAnalysisPrediction",
     "LINK_SIZES",
     "local_cluster",
     "local_link",
@@ -139,6 +154,7 @@ __all__ = [
     "pipeline_prediction",
     "plan",
     "predict",
+    "predict_llm_analysis",
     "PublishedRun",
     "RECOMPUTE",
     "report_json",
