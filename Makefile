@@ -48,6 +48,8 @@ $(STAMP): pyproject.toml
 	echo "setup: installing torch==$(TORCH_VERSION) first$${idx:+ from $$idx}"; \
 	$(BIN)/python -m pip install --quiet "torch==$(TORCH_VERSION)" $${idx:+--extra-index-url $$idx}
 	$(BIN)/python -m pip install --quiet -e ".[course,dev]"
+	@# llm-analysis (plan.llm_analysis) without its deps: they pin transformers<5, used only for hub lookups
+	$(BIN)/python -m pip install --quiet "fire==0.7.1" && $(BIN)/python -m pip install --quiet --no-deps "llm-analysis==0.2.2"
 	$(BIN)/python -c "import torch, perfkit; print('torch', torch.__version__, '| perfkit', perfkit.__version__)"
 	@touch $(STAMP)
 
