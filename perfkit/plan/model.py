@@ -142,9 +142,21 @@ class ModelSpec:
     @lru_cache(maxsize=1 << 16)  # noqa: B019
     def dense_flops_per_token(self, recompute: str = "none") -> float:
         """FLOPs of the weight matmuls per trained token: ``6 N`` (forward ``2 N``, backward
-        ``4 N``), ``8 N`` when full recomputation runs the forward again."""
+        ``4 N``); full recomputation runs the blocks' forward again, ``8`` per block parameter,
+        but not the output layer's (checkpointing wraps blocks: Megatron's eq. 3 counts the
+        logits ``6 h V``, and FSDP's checkpoint wrapper wraps each block)."""
         check_choice("recompute", recompute, RECOMPUTE)
-        return (8.0 if recompute == "full" else 6.0) * self.matmul_params
+        return (8.0 if recompute == "full" else 6.0) * self.block_matmul_params + self.head_flops_per_token
+
+    @cached_property
+    def block_matmul_params(self) -> int:
+        """:attr:`matmul_params` of the blocks alone (the output layer's ``h V`` left out)."""
+        return self.matmul_params - self.vocab * self.hidden
+
+    @cached_property
+    def head_flops_per_token(self) -> float:
+        """The output layer's FLOPs per trained token: ``6 h V``, never recomputed."""
+        return 6.0 * self.vocab * self.hidden
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019
     def attention_flops_per_token(self, recompute: str = "none") -> float:

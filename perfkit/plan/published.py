@@ -28,12 +28,21 @@ from perfkit._checks import check_items, check_real, check_type
 from perfkit.plan.cluster import ATTENTION_EFFICIENCY, Cluster, named_cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
-from perfkit.plan.runs_data import FOUNDRY_COMMIT, FOUNDRY_ROWS, FOUNDRY_TABLES, MEGATRON_ROWS, MPT_SHAPES
+from perfkit.plan.runs_data import (
+    FOUNDRY_COMMIT,
+    FOUNDRY_MB_SWEEP,
+    FOUNDRY_MB_SWEEP_SOURCE,
+    FOUNDRY_ROWS,
+    FOUNDRY_TABLES,
+    MEGATRON_ROWS,
+    MPT_SHAPES,
+)
 from perfkit.plan.search import plan
 from perfkit.plan.step_time import step_time
 
 __all__ = ["Comparison", "LayoutRank", "PublishedRun", "RowResult", "compare", "fit_efficiency",
-           "fit_rows", "foundry_runs", "layout_ranks", "megatron_runs", "predict"]
+           "fit_rows", "foundry_runs", "layout_ranks", "megatron_runs", "micro_batch_overhead",
+           "predict"]
 
 MEGATRON_SOURCE = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1, via NVIDIA/Megatron-LM README"
 
@@ -295,4 +304,37 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
         pub = (r.layout.tp, r.layout.pp)
         over = best[pub] / best[ranked[0]] if pub in best else math.inf
         out.append(LayoutRank(r.label, pub, ranked, over, tol))
+    return out
+
+
+def micro_batch_overhead() -> dict[str, dict[str, float]]:
+    """What one micro-batch costs beyond its sequences, from llm-foundry's micro-batch sweep
+    (:data:`perfkit.plan.runs_data.FOUNDRY_MB_SWEEP`), beside the planner's ZeRO-3 collectives.
+
+    Per model, the seconds a GPU spends on one micro-batch (``mb * seq / tokens_per_gpu``) are
+    fitted by least squares as ``fixed + per_sequence * mb``. ``fixed`` is the cost that does
+    not shrink with the micro-batch: FSDP's two all-gathers and reduce-scatter per
+    micro-batch, if nothing hides them. ``planner_collectives_s`` is what
+    :func:`step_time` charges for them per micro-batch with none hidden (the default
+    ``Cluster.zero3_hidden = 0``); a ``fixed`` near 0 would mean FSDP hid them.
+
+    Returns:
+        ``{model: {"fixed_s", "per_sequence_s", "points", "planner_collectives_s"}}``.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r[0] for r in FOUNDRY_MB_SWEEP):
+        rows = [r for r in FOUNDRY_MB_SWEEP if r[0] == name]
+        xs = [float(r[4]) for r in rows]
+        ys = [r[4] * r[1] / r[7] for r in rows]  # seconds per micro-batch per GPU
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+                 / sum((x - mx) ** 2 for x in xs))
+        layers, d, heads, ratio, vocab = MPT_SHAPES[name]
+        seq, gpus = rows[0][1], rows[0][2]
+        model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
+                          vocab=vocab, seq=seq, positions=seq, source=FOUNDRY_MB_SWEEP_SOURCE)
+        lay = Layout(dp=gpus, zero=3, micro_batch=1)
+        t = step_time(model, lay, named_cluster("a100-80gb"), gpus * 2)
+        out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
+                     "planner_collectives_s": t.terms["zero-3 gathers"] / t.detail["micro_batches"]}
     return out

@@ -16,7 +16,8 @@ Usage::
     print(len(MEGATRON_ROWS), len(FOUNDRY_ROWS), FOUNDRY_TABLES["a100-40gb"])
 """
 
-__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_ROWS", "MPT_SHAPES"]
+__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_MB_SWEEP", "FOUNDRY_MB_SWEEP_SOURCE", "FOUNDRY_ROWS",
+           "FOUNDRY_TABLES", "MEGATRON_ROWS", "MPT_SHAPES"]
 
 FOUNDRY_COMMIT = "8c8dd48f72168c5d51e2f7b151595892a8fba43d"
 
@@ -54,6 +55,21 @@ MPT_SHAPES = {
     '30b': (48, 7168, 56, 4, 50368),
     '70b': (80, 8192, 64, 4, 50368),
 }
+
+# llm-foundry's sweep of the micro-batch size with everything else held (8 A100-80GB, sequence
+# 2048, FULL_SHARD, no activation checkpointing, gradient accumulation 2): not one of the
+# tables the planner is held against; it measures what a micro-batch costs beyond its tokens.
+FOUNDRY_MB_SWEEP_SOURCE = ("mosaicml/llm-foundry@beb8dee6 "
+                           "scripts/train/benchmarking/ack_ckpt_limits.md, its a100_80gb rows "
+                           "without checkpointing")
+# (model, seq, GPUs, MFU %, micro-batch, grad accum, global batch, tokens/s per GPU, parameters)
+FOUNDRY_MB_SWEEP = (
+    ('13b', 2048, 8, 58.67, 2, 2, 32, 2228, 12853954560),
+    ('13b', 2048, 8, 49.18, 1, 2, 16, 1867, 12853954560),
+    ('7b', 2048, 8, 62.46, 4, 2, 64, 4513, 6658859008),
+    ('7b', 2048, 8, 55.97, 2, 2, 32, 4044, 6658859008),
+    ('7b', 2048, 8, 46.59, 1, 2, 16, 3366, 6658859008),
+)
 
 # (table, model, seq, GPUs, MFU %, micro-batch, grad accum, global batch (sequences),
 #  tokens/s per GPU, sharding strategy, activation checkpointing, parameters)

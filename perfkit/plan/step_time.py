@@ -11,8 +11,9 @@ runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus th
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
 all-gather, the same bytes), in 25 MiB buckets, hides behind the last micro-batch's
 backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
-micro-batch, block by block, hidden behind that micro-batch's compute (where the cluster
-can overlap: not on a CPU, whose cores run the collectives). Collectives are rings
+micro-batch, block by block, hidden behind the share ``cluster.zero3_hidden`` of that
+micro-batch's compute (0 by default: FSDP as llm-foundry ran it; never on a CPU, whose cores
+run the collectives). Collectives are rings
 (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across
 nodes on the network, hierarchically where a group spans both. The optimizer step streams
 the local shard's states once.
@@ -140,12 +141,15 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     m = max(lay.micro_batches(global_batch), 1)
     tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
     layers = model.layers / lay.pp
-    # matmuls: the FLOPs of one micro-batch, split over tp x pp x cp GPUs; the weight matmuls
-    # at the GEMM rate, the attention kernel's FLOPs at its own (softmax beside the Tensor Cores)
-    share = lay.tp * lay.pp * lay.cp
-    matmul = (model.dense_flops_per_token(lay.recompute) / cluster.achievable_flops
-              + model.attention_flops_per_token(lay.recompute) / cluster.attention_flops
-              ) * tokens_mb / share
+    # matmuls: the FLOPs of one micro-batch on the slowest stage, split over tp x cp GPUs; the
+    # weight matmuls at the GEMM rate, the attention kernel's at its own (softmax beside the
+    # Tensor Cores). Stages hold L / pp blocks each and the last one the output layer as well
+    # (Megatron splits blocks evenly): that stage sets the pipeline's pace.
+    blocks = model.dense_flops_per_token(lay.recompute) - model.head_flops_per_token
+    dense = blocks / lay.pp + model.head_flops_per_token
+    matmul = (dense / cluster.achievable_flops
+              + model.attention_flops_per_token(lay.recompute) / lay.pp / cluster.attention_flops
+              ) * tokens_mb / (lay.tp * lay.cp)
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     # the last stage's loss (the slowest stage sets the pace), op by op: see loss_passes
@@ -185,7 +189,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         units = int(layers) + 1  # the stage's blocks and its embedding or head
         per_unit = (group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
                     + 0.5 * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
-        zero3 = m * max(0.0, units * per_unit - (slot if cluster.overlap else 0.0))
+        hidden = cluster.zero3_hidden * slot if cluster.overlap else 0.0
+        zero3 = m * max(0.0, units * per_unit - hidden)
     shard = psi / (n if lay.zero >= 1 else 1)
     optimizer = shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes) / gpu.hbm_bytes_per_s
     terms = {"matmul": m * matmul, "memory-bound": m * membound, "tensor-parallel": m * tp,

@@ -113,7 +113,10 @@ def test_config_from_a_json_file_and_a_gpt2_config(tmp_path):
 def test_flops_per_token():
     n = GPT.matmul_params
     assert GPT.model_flops_per_token() == 6 * n + 12 * 4 * H * S
-    assert GPT.hardware_flops_per_token("full") == GPT.model_flops_per_token() + 2 * n + 4 * 4 * H * S
+    # full recomputation runs the blocks' forward again, not the output layer's (6 h V once)
+    blocks = n - GPT.vocab * GPT.hidden
+    assert GPT.block_matmul_params == blocks
+    assert GPT.hardware_flops_per_token("full") == GPT.model_flops_per_token() + 2 * blocks + 4 * 4 * H * S
     assert GPT.hardware_flops_per_token("selective") == GPT.model_flops_per_token() + 4 * 4 * H * S
     # Megatron's count with recomputation: 4 passes of 24 l h^2 (1 + s/6h + V/16lh)
     big = ModelSpec("1t", layers=128, hidden=25600, heads=200, ffn=102400, vocab=51200, seq=2048,
@@ -133,7 +136,7 @@ def test_a_fused_causal_kernel_runs_half_the_square_and_recomputes_scores():
         assert fused.dense_flops_per_token(rc) == GPT.dense_flops_per_token(rc)
         assert fused.hardware_flops_per_token(rc) == (fused.dense_flops_per_token(rc)
                                                        + fused.attention_flops_per_token(rc))
-    assert fused.dense_flops_per_token("full") == 8 * fused.matmul_params
+    assert fused.dense_flops_per_token("full") == 8 * fused.block_matmul_params + 6 * GPT.vocab * GPT.hidden
 
 
 def test_attention_runs_at_its_own_efficiency():
@@ -365,3 +368,35 @@ def test_memory_bound_term_counts_activations_and_logits():
             ) / c.gpu.hbm_bytes_per_s
     assert step_time(fp32, Layout(micro_batch=2), c, 2).terms["memory-bound"] == pytest.approx(want)
     assert loss_passes(2) == 9 and loss_passes(4) == 6 and loss_passes(1) == 8.5
+
+
+def test_the_last_stage_holds_the_output_layer_and_sets_the_pace():
+    # GPT's head (6 h V per token) is a large share of its FLOPs: spreading it over the
+    # stages, or leaving it out, would give another matmul term
+    c = named_cluster("a100-80gb", efficiency=0.5, attention_efficiency=0.5)
+    tokens = 2 * S
+    for pp in (1, 2, 4):
+        t = step_time(GPT, Layout(pp=pp, micro_batch=2), c, 2 * pp)
+        per_mb = t.terms["matmul"] / t.detail["micro_batches"]
+        blocks = 6 * GPT.block_matmul_params + GPT.attention_flops_per_token()
+        want = (blocks / pp + 6 * GPT.vocab * GPT.hidden) * tokens / c.achievable_flops
+        assert per_mb == pytest.approx(want)
+    spread = (6 * GPT.matmul_params + GPT.attention_flops_per_token()) / 4 * tokens / c.achievable_flops
+    assert per_mb > spread * 1.05
+
+
+def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
+    c = named_cluster("a100-80gb", efficiency=0.5)
+    lay = Layout(dp=8, zero=3, micro_batch=1)
+    exposed = step_time(GPT, lay, c, 16)  # default: none hidden (llm-foundry's FSDP)
+    hidden = step_time(GPT, lay, dataclasses.replace(c, zero3_hidden=1.0), 16)
+    m = exposed.detail["micro_batches"]
+    assert m == 2
+    psi = stage_params(GPT, lay)
+    per_mb = (GPT.layers + 1) * (group_allreduce_time(psi / (GPT.layers + 1) * 2, 8, 1, c)
+                                 + 0.5 * group_allreduce_time(psi / (GPT.layers + 1) * 2, 8, 1, c))
+    assert exposed.terms["zero-3 gathers"] == pytest.approx(m * per_mb)
+    assert hidden.terms["zero-3 gathers"] == pytest.approx(m * max(0.0, per_mb - hidden.detail["slot_s"]))
+    assert hidden.terms["zero-3 gathers"] < exposed.terms["zero-3 gathers"]
+    with pytest.raises(ValueError, match="zero3_hidden"):
+        dataclasses.replace(c, zero3_hidden=1.5)

@@ -14,6 +14,7 @@ from perfkit.plan import (
     fit_rows,
     foundry_runs,
     megatron_runs,
+    micro_batch_overhead,
     predict,
 )
 
@@ -100,3 +101,19 @@ def test_layout_ranks_plan_each_megatron_row_with_its_software():
     assert all(r.ranked and r.rank is not None for r in ranks)
     with pytest.raises(ValueError, match="no rows"):
         layout_ranks(compare(runs[-1:], fit_count=1), "h100")
+
+
+def test_a_micro_batch_costs_at_least_fsdps_unhidden_collectives():
+    # llm-foundry's sweep of the micro-batch alone: seconds per micro-batch = fixed + b * mb
+    from perfkit.plan.runs_data import FOUNDRY_MB_SWEEP
+
+    got = micro_batch_overhead()
+    assert set(got) == {"7b", "13b"}
+    for name, g in got.items():
+        for r in (r for r in FOUNDRY_MB_SWEEP if r[0] == name):
+            # the fit reproduces each point (7b: 3 points on a line within 2 %; 13b: 2 exactly)
+            assert g["fixed_s"] + g["per_sequence_s"] * r[4] == pytest.approx(r[4] * r[1] / r[7], rel=0.02)
+        # a fixed cost per micro-batch, and at least what the collectives cost unhidden: had
+        # FSDP hidden them behind compute, ``fixed`` would be near 0
+        assert g["fixed_s"] >= g["planner_collectives_s"] > 0
+    assert got["13b"]["fixed_s"] > got["7b"]["fixed_s"]  # it grows with the parameters
