@@ -95,11 +95,13 @@ class Cluster:
             the CUDA context, the allocator's fragmentation).
         overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
             SMs); on a CPU the collectives' threads take the cores the compute needs.
-        zero3_hidden: the share of a micro-batch's compute that ZeRO-3's per-micro-batch
-            gathers and reduce-scatter may hide behind, in [0, 1]. Default 0: FSDP as
-            llm-foundry ran it hid none of them (its micro-batch sweep pays a fixed cost per
-            micro-batch at least as large as the three collectives' transfer time:
-            :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching.
+        sharded_hidden: the share of the compute that sharded data parallelism's collectives
+            (ZeRO-2's reduce-scatter and all-gather, ZeRO-3's per-micro-batch gathers and
+            reduce-scatter) may hide behind, in [0, 1]. Default 0: FSDP as llm-foundry ran it
+            hid none of them (its micro-batch sweep pays a fixed cost per micro-batch at least
+            as large as ZeRO-3's three collectives' transfer time:
+            :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching. DDP's
+            bucketed all-reduce always overlaps the backward where ``overlap`` holds.
         note: where the link figures come from.
     """
 
@@ -112,7 +114,7 @@ class Cluster:
     attention_efficiency: float | None = None
     memory_share: float = 0.9
     overlap: bool = True
-    zero3_hidden: float = 0.0
+    sharded_hidden: float = 0.0
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -125,7 +127,7 @@ class Cluster:
         if self.attention_efficiency is not None:
             check_real("attention_efficiency", self.attention_efficiency, 0, 1, lo_open=True)
         check_type("overlap", self.overlap, bool)
-        check_real("zero3_hidden", self.zero3_hidden, 0, 1)
+        check_real("sharded_hidden", self.sharded_hidden, 0, 1)
 
     @property
     def usable_memory(self) -> float:

@@ -316,7 +316,7 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
     not shrink with the micro-batch: FSDP's two all-gathers and reduce-scatter per
     micro-batch, if nothing hides them. ``planner_collectives_s`` is what
     :func:`step_time` charges for them per micro-batch with none hidden (the default
-    ``Cluster.zero3_hidden = 0``); a ``fixed`` near 0 would mean FSDP hid them.
+    ``Cluster.sharded_hidden = 0``); a ``fixed`` near 0 would mean FSDP hid them.
 
     Returns:
         ``{model: {"fixed_s", "per_sequence_s", "points", "planner_collectives_s"}}``.

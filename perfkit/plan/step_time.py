@@ -11,9 +11,9 @@ runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus th
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
 all-gather, the same bytes), in 25 MiB buckets, hides behind the last micro-batch's
 backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
-micro-batch, block by block, hidden behind the share ``cluster.zero3_hidden`` of that
-micro-batch's compute (0 by default: FSDP as llm-foundry ran it; never on a CPU, whose cores
-run the collectives). Collectives are rings
+micro-batch, block by block. ZeRO-2's and ZeRO-3's collectives hide behind the share
+``cluster.sharded_hidden`` of that compute (0 by default: FSDP as llm-foundry ran it; never
+on a CPU, whose cores run the collectives). Collectives are rings
 (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across
 nodes on the network, hierarchically where a group spans both. The optimizer step streams
 the local shard's states once.
@@ -182,14 +182,16 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     ar = buckets * group_allreduce_time(psi * grad_bytes / buckets, n, stride, cluster)
     hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
     dp = zero3 = 0.0
-    if lay.zero < 3:
+    if lay.zero < 2:  # DDP's bucketed all-reduce runs beside the backward
         dp = max(0.0, ar - hide)
+    elif lay.zero == 2:  # a sharded optimizer's reduce-scatter + all-gather: see sharded_hidden
+        dp = max(0.0, ar - cluster.sharded_hidden * hide)
     else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter;
         # an all-gather (or a reduce-scatter) is half an all-reduce's ring steps
         units = int(layers) + 1  # the stage's blocks and its embedding or head
         per_unit = (group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
                     + 0.5 * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
-        hidden = cluster.zero3_hidden * slot if cluster.overlap else 0.0
+        hidden = cluster.sharded_hidden * slot if cluster.overlap else 0.0
         zero3 = m * max(0.0, units * per_unit - hidden)
     shard = psi / (n if lay.zero >= 1 else 1)
     optimizer = shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes) / gpu.hbm_bytes_per_s

@@ -389,7 +389,7 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
     c = named_cluster("a100-80gb", efficiency=0.5)
     lay = Layout(dp=8, zero=3, micro_batch=1)
     exposed = step_time(GPT, lay, c, 16)  # default: none hidden (llm-foundry's FSDP)
-    hidden = step_time(GPT, lay, dataclasses.replace(c, zero3_hidden=1.0), 16)
+    hidden = step_time(GPT, lay, dataclasses.replace(c, sharded_hidden=1.0), 16)
     m = exposed.detail["micro_batches"]
     assert m == 2
     psi = stage_params(GPT, lay)
@@ -398,5 +398,5 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
     assert exposed.terms["zero-3 gathers"] == pytest.approx(m * per_mb)
     assert hidden.terms["zero-3 gathers"] == pytest.approx(m * max(0.0, per_mb - hidden.detail["slot_s"]))
     assert hidden.terms["zero-3 gathers"] < exposed.terms["zero-3 gathers"]
-    with pytest.raises(ValueError, match="zero3_hidden"):
-        dataclasses.replace(c, zero3_hidden=1.5)
+    with pytest.raises(ValueError, match="sharded_hidden"):
+        dataclasses.replace(c, sharded_hidden=1.5)
