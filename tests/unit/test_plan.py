@@ -400,3 +400,15 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
     assert hidden.terms["zero-3 gathers"] < exposed.terms["zero-3 gathers"]
     with pytest.raises(ValueError, match="sharded_hidden"):
         dataclasses.replace(c, sharded_hidden=1.5)
+
+
+def test_sharded_hidden_moves_zero2_but_never_ddp():
+    c = named_cluster("a100-80gb", efficiency=0.5)
+    ideal = dataclasses.replace(c, sharded_hidden=1.0)
+    z2 = Layout(dp=8, zero=2, micro_batch=1)
+    paid, hid = step_time(GPT, z2, c, 8), step_time(GPT, z2, ideal, 8)
+    assert paid.terms["data-parallel"] == pytest.approx(paid.detail["dp_allreduce_s"])
+    assert hid.terms["data-parallel"] == pytest.approx(
+        max(0.0, hid.detail["dp_allreduce_s"] - 2 / 3 * hid.detail["slot_s"]))
+    ddp = Layout(dp=8, zero=0, micro_batch=1)
+    assert step_time(GPT, ddp, c, 8).terms == step_time(GPT, ddp, ideal, 8).terms
