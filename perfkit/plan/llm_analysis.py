@@ -1,7 +1,7 @@
 """llm-analysis (Cheng Li, PyPI ``llm-analysis==0.2.2``) on the published rows, beside the planner.
 
 llm-analysis estimates a training step from FLOPs alone: per micro-batch, ``3x`` a forward's
-FLOPs (``+1x`` with full recomputation, ``+4 b s^2 h L`` with selective), with attention
+FLOPs (``+1x``, the head included, with full recomputation; ``+4 b s^2 h L`` with selective), with attention
 counted as the full ``4 b s^2 h`` per layer (no causal halving), plus the logits'
 ``2 b s h V``, divided over the ``tp x pp`` GPUs at ``flops_efficiency x peak``; its memory
 model (ZeRO stages, recomputation, FlashAttention, dropout masks) decides whether a
