@@ -5,9 +5,9 @@ Each row of :mod:`perfkit.plan.runs_data` becomes a :class:`PublishedRun`: the m
 network its source names, else :func:`named_cluster`'s default), the global batch and the
 reported throughput in tokens/s per GPU (Megatron's TFLOP/s are turned into tokens/s with
 their own FLOP count, which includes recomputation: :meth:`ModelSpec.megatron_flops_per_token`).
-:func:`fit_efficiency` fits one achievable matmul efficiency per table and GPU type on at
-most two rows (the two whose reported MFU lies nearest the table's median); every other row
-is a prediction. Beside it, :func:`compare` reports the baseline that predicts the fitted
+:func:`fit_efficiency` fits one achievable matmul efficiency per GPU type, on at most two
+rows of each of its tables (the two whose reported MFU lies nearest the table's median);
+every other row is a prediction. Beside it, :func:`compare` reports the baseline that predicts the fitted
 rows' mean MFU for every row: a planner that does not beat it explains nothing.
 
 Usage::
@@ -235,10 +235,14 @@ class Comparison:
 
 
 def compare(runs: Sequence[PublishedRun], fit_count: int = 2) -> Comparison:
-    """Fit one efficiency per table on :func:`fit_rows`, predict every row, and the baseline.
+    """Fit one efficiency per GPU type on :func:`fit_rows` of each of its tables, predict
+    every row, and the baseline.
 
-    The baseline predicts each row at the fitted rows' mean reported MFU, in the row's own
-    FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU.
+    Megatron-LM's table and llm-foundry's A100-80GB table share one figure, as do the two H100
+    tables: the issue allows one per GPU type, fitted on at most two rows of each table. The
+    baseline predicts each row at those fitted rows' mean reported MFU (one constant per GPU
+    type), in the row's own FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU.
+    ``Comparison.efficiency`` and ``baseline_mfu`` are keyed by table (each its GPU's figure).
 
     Raises:
         TypeError, ValueError: for an empty ``runs`` or a bad ``fit_count``.
@@ -246,13 +250,18 @@ def compare(runs: Sequence[PublishedRun], fit_count: int = 2) -> Comparison:
     runs = [check_type(f"runs[{i}]", r, PublishedRun) for i, r in enumerate(check_items("runs", runs))]
     check_real("fit_count", fit_count, 1, 2)
     eff, base, rows = {}, {}, []
-    for table in dict.fromkeys(r.table for r in runs):
-        fit = fit_rows(runs, table, fit_count)
-        eff[table] = fit_efficiency(fit)
-        base[table] = sum(r.reported_mfu for r in fit) / len(fit)
-        for r in (r for r in runs if r.table == table):
-            baseline = base[table] * r.cluster.gpu.peak_flops / r.flops_per_token
-            rows.append(RowResult(r, any(r is f for f in fit), predict(r, eff[table]), baseline))
+    for gpu in dict.fromkeys(r.cluster.gpu.name for r in runs):
+        mine = [r for r in runs if r.cluster.gpu.name == gpu]
+        tables = list(dict.fromkeys(r.table for r in mine))
+        fit = [f for t in tables for f in fit_rows(mine, t, fit_count)]
+        e, b = fit_efficiency(fit), sum(r.reported_mfu for r in fit) / len(fit)
+        eff.update(dict.fromkeys(tables, e))
+        base.update(dict.fromkeys(tables, b))
+        for r in mine:
+            rows.append(RowResult(r, any(r is f for f in fit), predict(r, e),
+                                  b * r.cluster.gpu.peak_flops / r.flops_per_token))
+    order = {t: i for i, t in enumerate(dict.fromkeys(r.table for r in runs))}
+    rows.sort(key=lambda x: order[x.run.table])  # stable: each table in source order
     return Comparison(rows, eff, base)
 
 

@@ -117,3 +117,16 @@ def test_a_micro_batch_costs_at_least_fsdps_unhidden_collectives():
         # FSDP hidden them behind compute, ``fixed`` would be near 0
         assert g["fixed_s"] >= g["planner_collectives_s"] > 0
     assert got["13b"]["fixed_s"] > got["7b"]["fixed_s"]  # it grows with the parameters
+
+
+def test_one_efficiency_per_gpu_type_fitted_on_two_rows_of_each_table():
+    runs = megatron_runs() + foundry_runs(["a100-80gb", "a100-40gb"])
+    c = compare(runs)
+    # Megatron's table and llm-foundry's A100-80GB table run on one GPU type: one figure,
+    # fitted on both tables' two rows together; the 40GB table has its own
+    assert c.efficiency["megatron"] == c.efficiency["a100-80gb"] != c.efficiency["a100-40gb"]
+    fit = fit_rows(runs, "megatron") + fit_rows(runs, "a100-80gb")
+    assert c.efficiency["megatron"] == pytest.approx(fit_efficiency(fit))
+    assert c.baseline_mfu["a100-80gb"] == pytest.approx(sum(r.reported_mfu for r in fit) / 4)
+    assert sum(r.fitted for r in c.rows) == 6
+    assert [r.run.table for r in c.rows] == [r.table for r in runs]  # source order kept
