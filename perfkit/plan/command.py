@@ -18,8 +18,10 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from typing import Any
 
+from perfkit._checks import check_real
 from perfkit.plan.cluster import GPUS, Cluster, local_cluster, named_cluster
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.search import Plan, plan
@@ -95,6 +97,7 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
         "cluster": {"name": p.cluster.name, "gpu": p.cluster.gpu.name,
                     "efficiency": p.cluster.efficiency,
                     "attention_efficiency": p.cluster.attention_efficiency,
+                    "sharded_hidden": p.cluster.sharded_hidden,
                     "source": p.cluster.gpu.source},
         "gpus": p.gpus, "global_batch": p.global_batch,
         "best": [{"layout": vars(c.layout), "label": c.layout.label(), "step_s": c.time.total_s,
@@ -130,6 +133,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--attention-efficiency", type=float,
                    help="fused attention kernel's share of the peak (default: --efficiency; "
                         "FlashAttention 1 on A100 about 0.3, FlashAttention 2 about 0.6)")
+    c.add_argument("--sharded-hidden", type=float, default=0.0,
+                   help="share of the compute ZeRO-2/3's collectives hide behind (default 0: "
+                        "FSDP as llm-foundry ran it hid none; 1: ideal prefetching)")
     r = ap.add_argument_group("run and constraints")
     r.add_argument("--global-batch-tokens", help="tokens per step: 4M, 524288 (default 1M; with "
                    "--machine local: 8 sequences per process, as notebook 13 runs)")
@@ -168,8 +174,9 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
         return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
                              efficiency=min(args.efficiency, 1.0))
-    return named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
-                         args.attention_efficiency)
+    c = named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
+                      args.attention_efficiency)
+    return replace(c, sharded_hidden=check_real("--sharded-hidden", args.sharded_hidden, 0, 1))
 
 
 def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int) -> None:

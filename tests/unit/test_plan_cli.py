@@ -45,6 +45,15 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     assert rec["cluster"]["attention_efficiency"] is None
     assert slow["cluster"]["attention_efficiency"] == 0.1
     assert min(b["step_s"] for b in slow["best"]) > rec["best"][0]["step_s"]
+    assert rec["cluster"]["sharded_hidden"] == 0.0
+    # ZeRO-3 fixed: hiding its collectives can only shorten the step
+    z3 = ["plan", "--config", str(cfg), "--gpus", "16", "--json", "--zero", "3", "--tp", "1", "--pp", "1"]
+    assert main(z3) == 0
+    paid = json.loads(capsys.readouterr().out)
+    assert main([*z3, "--sharded-hidden", "1"]) == 0
+    hid = json.loads(capsys.readouterr().out)
+    assert hid["cluster"]["sharded_hidden"] == 1.0
+    assert hid["best"][0]["step_s"] < paid["best"][0]["step_s"]
 
 
 @pytest.mark.parametrize("args, says", [
@@ -54,6 +63,7 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     (["--pp", "8", "--global-batch-tokens", "4k"], "too small for the pipeline"),
     (["--global-batch-tokens", "lots"], "--global-batch-tokens"),
     (["--attention-efficiency", "0"], "attention_efficiency"),
+    (["--sharded-hidden", "1.5"], "--sharded-hidden"),
 ])
 def test_bad_input_exits_2_with_the_reason(args, says, capsys):
     argv = ["plan", "--gpus", "8", *SMALL]
