@@ -47,14 +47,20 @@ from perfkit.plan.llm_analysis import (
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_SIZES,
+    TP_LAYOUTS,
     CoursePredictions,
     course_predictions,
     fit_step_efficiency,
     link_cache_path,
     local_link,
     pipeline_prediction,
+    plain_gpt_spec,
     step_spans,
     tiny_gpt2_spec,
+    tp_allreduces,
+    tp_memory,
+    tp_rank_params,
+    tp_step_time,
 )
 from perfkit.plan.memory_model import (
     BUCKET_BYTES,
@@ -158,6 +164,7 @@ __all__ = [
     "parse_tokens",
     "Plan",
     "pipeline_prediction",
+    "plain_gpt_spec",
     "plan",
     "predict",
     "predict_llm_analysis",
@@ -173,4 +180,9 @@ __all__ = [
     "step_spans",
     "StepTime",
     "tiny_gpt2_spec",
+    "TP_LAYOUTS",
+    "tp_allreduces",
+    "tp_memory",
+    "tp_rank_params",
+    "tp_step_time",
 ]
