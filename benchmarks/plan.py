@@ -9,8 +9,13 @@ activations against :class:`perfkit.memory.SavedTensorMeter` (the planner's Kort
 count, and perfkit.memory.activations' per-op count of transformers' GPT-2, side by side).
 Pipelines (GPipe, 1F1B, interleaved) over 2 stages whose bodies sleep a known time
 (:mod:`perfkit.jobs.pipeline_parallel`'s ``bubble`` task) against the planner's bubble and
-sends. One GPT block split over 2 processes (tensor parallelism): the unsplit block measured
-/ 2 plus the planner's TP term, against the split block measured in alternation.
+sends. Tensor parallelism (:mod:`perfkit.jobs.tp_plan`, the plain GPT of
+:mod:`perfkit.parallel.gpt`): TP's whole step at 2 processes against the planner, with one
+efficiency fitted on DDP's step of the same model timed in the same rounds and the link
+fitted on those rounds' all-reduces, where the step's time went (its compute alone, its
+all-reduces: ranks arriving apart, both present); TP's and DP x TP's (4 processes, memory
+only) model states and saved activations; one block split over 2 processes at several
+widths, its replicated ops (LayerNorms, residual adds) measured and not halved.
 
 Published runs: every row of :mod:`perfkit.plan.runs_data`, one efficiency fitted per table
 on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows whether the
@@ -30,16 +35,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+from statistics import fmean
 
 from perfkit import hw, stats
+from perfkit.comm import AlphaBeta, fit_alpha_beta
 from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
+    TP_LAYOUTS,
     Layout,
     ModelSpec,
     compare,
     compare_llm_analysis,
     course_predictions,
+    fit_step_efficiency,
     foundry_runs,
     layout_ranks,
     local_cluster,
@@ -48,9 +58,13 @@ from perfkit.plan import (
     memory_per_gpu,
     micro_batch_overhead,
     pipeline_prediction,
+    plain_gpt_spec,
     step_spans,
     step_time,
     tiny_gpt2_spec,
+    tp_allreduces,
+    tp_memory,
+    tp_step_time,
 )
 
 BATCH = 8  # sequences per process and step (zero_bench's default)
@@ -106,36 +120,112 @@ def local(steps: int) -> dict:
                 (mem.model_states + mem.activations) / (measured_states + acts),
         }
     out["pipeline"] = pipeline(cluster.intra)
-    out["tensor_parallel_block"] = tensor_block(cluster)
-    out["not_measured"] = ("DP x TP at 2 processes, and a whole TP model's step: only one block "
-                           "(perfkit.jobs.tensor_parallel's speedup task) is held against the planner")
+    tp = tensor_parallel(cluster, kw, steps)
+    out["tensor_parallel"], out["tensor_parallel_block"] = tp["layouts"], tp["block"]
     return out
 
 
-def tensor_block(cluster, widths=(128, 512, 1024), batch: int = 8, seq: int = 64,
-                 repeat: int = 10) -> dict:
-    """One GPT block's forward and backward, unsplit and split over 2 processes, interleaved
-    (:mod:`perfkit.jobs.tensor_parallel`'s ``speedup`` task): the split step predicted as the
-    unsplit one measured / 2 plus the planner's tensor-parallel term (4 all-reduces of the
-    block's output, no overlap on a CPU)."""
-    import json as _json
+def _link(sizes: list[float], times: list[float]) -> AlphaBeta:
+    """One ring step of the link, fitted on 2-process all-reduces (as ``local_link`` does)."""
+    fit = fit_alpha_beta(sizes, times)
+    return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
 
+
+def _ratio(pred_s: float, times: list[float]) -> dict:
+    measured = stats.median(times)
+    ci = stats.median_interval(list(times)).inverse().scaled(pred_s)
+    return {"measured_step_ms": measured * 1e3, "predicted_step_ms": pred_s * 1e3,
+            "predicted_over_measured": pred_s / measured,
+            "predicted_over_measured_90ci": [ci.low, ci.high]}
+
+
+def tensor_parallel(cluster, kw: dict, steps: int, widths=(128, 512, 1024)) -> dict:
+    """TP (2 processes) and DP x TP (4) of the plain GPT (:mod:`perfkit.jobs.tp_plan`).
+
+    TP's step: the planner with one efficiency fitted on DDP's step of the same model, timed
+    in the same rounds, the link fitted on those rounds' all-reduces (the TP step's two
+    message sizes), and every all-reduce of the run counted (``tp_step_time``). Memory: model
+    states and the planner's activation count against what each rank holds."""
     from perfkit import dist
 
-    cfg = {"speedup": {"widths": list(widths), "batch": batch, "seq": seq, "repeat": repeat}}
-    res = dist.launch("perfkit.jobs.tensor_parallel", 2, ["--config", _json.dumps(cfg)], timeout_s=300)
+    spec = plain_gpt_spec(**kw)
+    cfg = {"model": kw, "batch": BATCH, "step": {"repeat": steps}, "memory": {"dp": 1},
+           "block": {"widths": list(widths), "repeat": max(steps // 2, 4)}}
+    two = dist.launch("perfkit.jobs.tp_plan", 2, ["--config", json.dumps(cfg)], timeout_s=300)
+    four = dist.launch("perfkit.jobs.tp_plan", 4, ["--config", json.dumps(
+        {"model": kw, "batch": BATCH, "memory": {"dp": 2}})], timeout_s=300)
+    st = two[0]["step"]
+    med = {k: stats.median(v) for k, v in st["times_s"].items()}
+    # a step pays every all-reduce it makes, those that waited for a descheduled rank too:
+    # each size's mean over the rounds, not its median, is what a sum of them costs
+    wire = dict(zip(st["link"]["sizes"], map(fmean, st["link"]["times_s"]), strict=True))
+    link = _link(list(wire), list(wire.values()))
+    here = replace(cluster, intra=link, inter=link)
+    gb = st["global_batch"]
+    tp_lay = Layout(tp=2, micro_batch=gb)   # the same global batch as DDP's, whole on each rank
+    eff = fit_step_efficiency(spec, Layout(dp=2, micro_batch=BATCH), here, gb, med["ddp"])
+    here = here.with_efficiency(eff)
+    t = tp_step_time(spec, tp_lay, here, gb)
+    comm, split = t.terms["tensor-parallel"], st["tp_comm"]
+    standalone = sum(n * wire[int(b)] for n, b in tp_allreduces(spec, tp_lay).values())
+    layouts = {"tp": {
+        **_ratio(t.total_s, st["times_s"]["tp"]), "efficiency_fitted_on_ddp": eff,
+        "ddp_measured_step_ms": med["ddp"] * 1e3,
+        "link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth},
+        "terms_ms": {k: x * 1e3 for k, x in t.terms.items() if x},
+        "planner_blocks_only_tp_term_ms": step_time(spec, tp_lay, here, gb, "fp32_adam",
+                                                    4.0).terms["tensor-parallel"] * 1e3,
+        # where the step went: its compute alone (collectives skipped), and its all-reduces
+        "compute_ms": {"predicted": (t.total_s - comm) * 1e3, "measured": med["tp_compute"] * 1e3},
+        "allreduces_ms": {"calls": split["calls"], "predicted": comm * 1e3,
+                          "standalone_same_rounds": standalone * 1e3,
+                          "in_step": stats.median(split["comm_s"]) * 1e3,
+                          "in_step_ranks_arriving_apart": stats.median(split["skew_s"]) * 1e3,
+                          "in_step_both_ranks_present": stats.median(split["transfer_s"]) * 1e3}}}
+    for name, res in (("tp", two), ("dp_tp", four)):
+        lay = replace(TP_LAYOUTS[name], micro_batch=BATCH)
+        mem, got = tp_memory(spec, lay, lay.dp * BATCH), [r["memory"] for r in res]
+        states = max(sum(r["model_states"].values()) for r in got)
+        acts = max(r["saved_activation_bytes"] for r in got)
+        # TP's own, and the data-parallel gradient all-reduce (one bucket) under DP x TP
+        calls = sum(n for n, _ in tp_allreduces(spec, lay).values()) + (lay.dp > 1)
+        layouts.setdefault(name, {}).update({
+            "processes": len(res), "model_states_measured": states,
+            "model_states_predicted": mem.model_states, "activations_measured": acts,
+            "activations_predicted": mem.activations,
+            "tensor_memory_predicted_over_measured": (mem.model_states + mem.activations) / (states + acts),
+            "allreduces_measured": max(r["calls"].get("all_reduce", 0) for r in got),
+            "allreduces_predicted": calls})
+    return {"layouts": layouts, "block": tensor_block(two[0]["block"], cluster, BATCH)}
+
+
+def tensor_block(res: dict, cluster, batch: int, seq: int = 64) -> dict:
+    """One GPT block split over 2 processes, per width: the unsplit block measured, its
+    replicated ops (LayerNorms, residual adds: whole on every rank) measured and not halved,
+    the rest halved, plus the planner's 4 all-reduces on the link fitted over the widths'
+    all-reduces of the same rounds."""
+    widths = sorted(res, key=int)
+    link = _link([res[w]["message_bytes"] for w in widths], [fmean(res[w]["allreduce_s"]) for w in widths])
+    here = replace(cluster, intra=link, inter=link)
     out = {}
     for w in widths:
-        rec = res[0]["speedup"][str(w)]
-        unsplit, split = stats.median(rec["unsplit_s"]), stats.median(rec["split_s"])
-        block = ModelSpec(f"block {w}", layers=1, hidden=w, heads=4, ffn=4 * w, vocab=64, seq=seq,
-                          act_bytes=4)
-        tp_s = step_time(block, Layout(tp=2, micro_batch=batch), cluster, batch,
+        med = {k: stats.median(v) for k, v in res[w]["times_s"].items()}
+        block = ModelSpec(f"block {w}", layers=1, hidden=int(w), heads=4, ffn=4 * int(w), vocab=64,
+                          seq=seq, act_bytes=4)
+        tp_s = step_time(block, Layout(tp=2, micro_batch=batch), here, batch,
                          "fp32_adam", 4.0).terms["tensor-parallel"]
-        pred = unsplit / 2 + tp_s
-        out[str(w)] = {"unsplit_ms": unsplit * 1e3, "split_ms": split * 1e3,
-                       "predicted_split_ms": pred * 1e3, "tp_term_ms": tp_s * 1e3,
-                       "predicted_over_measured": pred / split}
+        compute = (med["unsplit"] - med["replicated"]) / 2 + med["replicated"]
+        comm = res[w]["split_comm"]
+        out[w] = {**_ratio(compute + tp_s, res[w]["times_s"]["split"]),
+                  "unsplit_ms": med["unsplit"] * 1e3, "replicated_ms": med["replicated"] * 1e3,
+                  "compute_ms": {"predicted": compute * 1e3, "measured": med["split_compute"] * 1e3},
+                  "allreduces_ms": {"predicted": tp_s * 1e3,
+                                    "standalone_same_rounds": 4 * fmean(res[w]["allreduce_s"]) * 1e3,
+                                    "in_step": stats.median(comm["comm_s"]) * 1e3,
+                                    "in_step_ranks_arriving_apart": stats.median(comm["skew_s"]) * 1e3,
+                                    "in_step_both_ranks_present": stats.median(comm["transfer_s"]) * 1e3},
+                  "halved_unsplit_plus_tp_over_measured":
+                      (med["unsplit"] / 2 + tp_s) / med["split"]}
     return out
 
 
@@ -219,12 +309,15 @@ def main() -> None:
         out["local"] = local(a.steps)
     targets = {}
     if "local" in out:
-        ls = out["local"]["layouts"].values()
-        pp = [*out["local"]["pipeline"].values(), *out["local"]["tensor_parallel_block"].values()]
+        loc = out["local"]
+        ls, tp = loc["layouts"].values(), loc["tensor_parallel"]
+        timed = [*ls, tp["tp"], *loc["pipeline"].values(), *loc["tensor_parallel_block"].values()]
         targets["local_step_within_25pct"] = all(abs(x["predicted_over_measured"] - 1) <= 0.25
-                                                 for x in (*ls, *pp))
+                                                 for x in timed)
         targets["local_tensor_memory_within_5pct"] = all(
-            abs(x["tensor_memory_predicted_over_measured"] - 1) <= 0.05 for x in ls)
+            abs(x["tensor_memory_predicted_over_measured"] - 1) <= 0.05 for x in (*ls, *tp.values()))
+        targets["local_model_states_exact"] = all(
+            x["model_states_predicted"] == x["model_states_measured"] for x in tp.values())
     if "published" in out:
         p = out["published"]
         targets["published_median_error_le_10pct"] = p["median_abs_error"] <= 0.10

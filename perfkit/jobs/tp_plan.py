@@ -11,18 +11,20 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   per rank) and split by tensor parallelism (:func:`~perfkit.parallel.tp_gpt.parallelize_gpt`,
   the same global batch on every rank), timed in alternation with: the same TP step with its
   collectives skipped (``tp_compute``: the work without the waits), and all-reduces of the
-  TP step's two message sizes (one block's output, the loss's ``B T`` fp32 numbers), which
-  give the link under the same load. Every call starts after an untimed barrier, so one
+  TP step's two message sizes (one block's output, the loss's ``B T`` fp32 numbers) and two
+  more, which give the link under the same load. Every call starts after an untimed barrier, so one
   rank's lag is never charged to the next call, and the slowest rank's time counts. The
-  seconds the TP step spends inside its all-reduces are summed apart (``tp_comm_s``).
+  TP step's all-reduces are clocked on every rank (``tp_comm``: their time, split into ranks
+  arriving apart and every rank present).
 * ``memory``: a ``(dp, world / dp)`` mesh, TP inside it and
   :class:`~perfkit.parallel.BucketedDP` across; after two AdamW steps, one more step measures
   the model states alive after backward, the bytes one forward saves for backward
   (:class:`perfkit.memory.SavedTensorMeter`) and the collectives
   (:func:`perfkit.comm.count_traffic`).
-* ``block``: one block's forward and backward, unsplit and split over the ranks, its
-  replicated ops alone (two LayerNorms and two residual adds, which TP without SP runs whole
-  on every rank) and an all-reduce of its output, at each width, synchronised as ``step``.
+* ``block``: one block's forward and backward, unsplit and split over the ranks (and split
+  with its collectives skipped), its replicated ops alone (two LayerNorms and two residual
+  adds, which TP without SP runs whole on every rank) and an all-reduce of its output, at
+  each width, synchronised as ``step``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,21 @@ class _CommClock:
         dist.all_reduce = self._orig
 
 
+def _clocked(fn: Callable[[], object], clocks: list[_CommClock]) -> Callable[[], None]:
+    def run() -> None:
+        with _CommClock() as c:
+            fn()
+        clocks.append(c)
+    return run
+
+
+def _free(fn: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        with _CommClock(skip=True):
+            fn()
+    return run
+
+
 def _trainer(loss_fn: Callable, params: list[nn.Parameter], batch_fn: Callable,
              after: Callable | None = None) -> Callable[[], None]:
     opt, step = make_optimizer(params, "adamw"), [0]
@@ -101,6 +118,27 @@ def _trainer(loss_fn: Callable, params: list[nn.Parameter], batch_fn: Callable,
     return fn
 
 
+def _link_fns(sizes: list[int]) -> dict[str, Callable[[], object]]:
+    bufs = {n: torch.randn(n // 4) for n in sizes}   # fp32 buffers of n bytes
+    return {f"allreduce_{n}": lambda b=b: dist.all_reduce(b) for n, b in bufs.items()}
+
+
+def _comm_split(clocks: list[_CommClock]) -> dict[str, Any]:
+    """Per call of a clocked callable, over its all-reduces: ``comm_s``, seconds inside them
+    (the slowest rank); ``skew_s``, from the first rank's arrival to the last one's (a rank
+    waiting for another to finish its own compute); ``transfer_s``, from the last arrival to
+    the first departure (the collective itself, every rank present)."""
+    spans = torch.tensor([c.spans for c in clocks], dtype=torch.float64)   # (runs, calls, 2)
+    every = [torch.empty_like(spans) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, spans)
+    s = torch.stack(every)                                          # (ranks, runs, calls, 2)
+    enter, leave = s[..., 0], s[..., 1]
+    return {"comm_s": (leave - enter).sum(-1).max(0).values.tolist(),
+            "skew_s": (enter.max(0).values - enter.min(0).values).sum(-1).tolist(),
+            "transfer_s": (leave.min(0).values - enter.max(0).values).sum(-1).tolist(),
+            "calls": int(spans.shape[1])}
+
+
 def step(cfg: GPTConfig, batch: int, warmup: int, repeat: int) -> dict[str, Any]:
     """DDP and TP steps, TP's compute alone and the link, timed in synchronised rounds."""
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -113,45 +151,18 @@ def step(cfg: GPTConfig, batch: int, warmup: int, repeat: int) -> dict[str, Any]
     ddp = nn.parallel.DistributedDataParallel(seeded_gpt(cfg))
     tp, tp_free = parallelize_gpt(seeded_gpt(cfg)), parallelize_gpt(seeded_gpt(cfg))
     whole = lambda s: global_batch(cfg, gb, s)  # noqa: E731
-    train_tp = _trainer(tp.loss, list(tp.parameters()), whole, tp.sync_grads)
-    train_free = _trainer(tp_free.loss, list(tp_free.parameters()), whole)
     clocks: list[_CommClock] = []
-
-    def tp_step() -> None:
-        with _CommClock() as c:
-            train_tp()
-        clocks.append(c)
-
-    def tp_compute() -> None:
-        with _CommClock(skip=True):
-            train_free()
-
-    msg = torch.randn(gb, cfg.block_size, cfg.n_embd)   # (B, T, C): one block's output
-    small = torch.randn(gb * cfg.block_size)            # (B T,) fp32: one of the loss's
+    block, loss = gb * cfg.block_size * cfg.n_embd * 4, gb * cfg.block_size * 4  # bytes
+    sizes = sorted({loss, block // 8, block, 4 * block})   # the step's two messages and more
     times = synced_rounds({
         "ddp": _trainer(lambda i, t: gpt_loss(ddp(i), t), list(ddp.parameters()), local),
-        "tp": tp_step, "tp_compute": tp_compute,
-        "allreduce_block": lambda: dist.all_reduce(msg), "allreduce_loss": lambda: dist.all_reduce(small),
-    }, warmup, repeat)
-    return {**{f"{k}_s": v for k, v in times.items()}, **_comm_split(clocks[warmup:]),
-            "message_bytes": {"block": msg.numel() * 4, "loss": small.numel() * 4},
-            "global_batch": gb}
-
-
-def _comm_split(clocks: list[_CommClock]) -> dict[str, list[float]]:
-    """Per step, over its all-reduces: ``tp_comm_s``, seconds inside them (the slowest rank);
-    ``tp_skew_s``, from the first rank's arrival to the last one's (a rank waiting for the other
-    to finish its own compute); ``tp_transfer_s``, from the last arrival to the first
-    departure (the collective itself, both ranks present)."""
-    spans = torch.tensor([c.spans for c in clocks], dtype=torch.float64)   # (steps, calls, 2)
-    every = [torch.empty_like(spans) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, spans)
-    s = torch.stack(every)                                          # (ranks, steps, calls, 2)
-    enter, leave = s[..., 0], s[..., 1]
-    return {"tp_comm_s": (leave - enter).sum(-1).max(0).values.tolist(),
-            "tp_skew_s": (enter.max(0).values - enter.min(0).values).sum(-1).tolist(),
-            "tp_transfer_s": (leave.min(0).values - enter.max(0).values).sum(-1).tolist(),
-            "tp_calls": int(spans.shape[1])}
+        "tp": _clocked(_trainer(tp.loss, list(tp.parameters()), whole, tp.sync_grads), clocks),
+        "tp_compute": _free(_trainer(tp_free.loss, list(tp_free.parameters()), whole)),
+        **_link_fns(sizes)}, warmup, repeat)
+    return {"times_s": {k: v for k, v in times.items() if not k.startswith("allreduce_")},
+            "link": {"sizes": sizes, "times_s": [times[f"allreduce_{n}"] for n in sizes]},
+            "tp_comm": _comm_split(clocks[warmup:]),
+            "message_bytes": {"block": block, "loss": loss}, "global_batch": gb}
 
 
 def memory(cfg: GPTConfig, batch: int, dp: int) -> dict[str, Any]:
@@ -208,12 +219,15 @@ def block(widths: list[int], batch: int, seq: int, warmup: int, repeat: int) -> 
             h = x + b.ln1(x)           # the branch's LayerNorm and residual add, run whole
             (h + b.ln2(h)).sum().backward()
 
-        msg = torch.randn(batch, seq, w)
+        clocks: list[_CommClock] = []
+        msg = batch * seq * w * 4   # bytes of the block's (B, T, C) output
         times = synced_rounds({"unsplit": lambda b=full, x=x: b(x).sum().backward(),
-                               "split": lambda b=split, x=x: b(x).sum().backward(),
-                               "replicated": replicated,
-                               "allreduce": lambda m=msg: dist.all_reduce(m)}, warmup, repeat)
-        out[str(w)] = {**{f"{k}_s": v for k, v in times.items()}, "message_bytes": msg.numel() * 4}
+                               "split": _clocked(lambda b=split, x=x: b(x).sum().backward(), clocks),
+                               "split_compute": _free(lambda b=split, x=x: b(x).sum().backward()),
+                               "replicated": replicated, **_link_fns([msg])}, warmup, repeat)
+        out[str(w)] = {"times_s": {k: v for k, v in times.items() if not k.startswith("allreduce_")},
+                       "allreduce_s": times[f"allreduce_{msg}"], "message_bytes": msg,
+                       "split_comm": _comm_split(clocks[warmup:])}
     return out
 
 
