@@ -1,0 +1,142 @@
+"""perfkit.plan.local's tensor-parallel predictions: what a TP rank holds, the all-reduces of a
+TP step, the step and the memory of TP and DP x TP on this machine.
+
+Counts are checked against the plain GPT itself (its parameters, split by hand as
+perfkit.parallel.tp_gpt splits them) and against perfkit.parallel.tp_gpt.tp_traffic, the
+count the distributed tests hold against the collectives a step makes; each check names the
+wrong implementation it catches. No process group is started here.
+"""
+
+import dataclasses
+
+import pytest
+
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.hw import MachineLimits
+from perfkit.memory.model_states import zero_model_states
+from perfkit.parallel.gpt import GPT, GPTConfig
+from perfkit.parallel.tp_gpt import tp_traffic
+from perfkit.plan import (
+    TP_LAYOUTS,
+    Layout,
+    local_cluster,
+    memory_per_gpu,
+    plain_gpt_spec,
+    stage_params,
+    step_time,
+    tiny_gpt2_spec,
+    tp_allreduces,
+    tp_memory,
+    tp_rank_params,
+    tp_step_time,
+)
+
+SIZES = [dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2),
+         dict(vocab_size=96, block_size=16, n_embd=32, n_layer=3, n_head=4)]
+LIM = MachineLimits("cpu", "test", {"float32": 2e11}, 3e10)
+
+
+def _spec(kw: dict):
+    return plain_gpt_spec(**kw)
+
+
+def _split_by_hand(kw: dict, t: int) -> int:
+    """Parameters one rank holds, from the unsplit GPT's own parameters: column-parallel
+    q, k, v, fc and the head split by rows with their biases, row-parallel projections split
+    by columns with their biases whole (added after the all-reduce), the token embedding
+    split by vocabulary, the position table and every LayerNorm whole."""
+    held = 0
+    for name, p in GPT(GPTConfig(**kw)).named_parameters():
+        split = (name.endswith(("q.weight", "k.weight", "v.weight", "fc.weight", "q.bias", "k.bias",
+                                "v.bias", "fc.bias", "proj.weight", "lm_head.weight", "wte.weight")))
+        held += p.numel() // t if split else p.numel()
+    return held
+
+
+@pytest.mark.parametrize("kw", SIZES)
+def test_plain_gpt_spec_counts_the_plain_gpt(kw):
+    # wrong: tiny_gpt2_spec's tied head (the plain GPT's output layer is its own matrix)
+    n = sum(p.numel() for p in GPT(GPTConfig(**kw)).parameters())
+    assert _spec(kw).num_params == n
+    assert tiny_gpt2_spec(**kw).num_params == n - kw["vocab_size"] * kw["n_embd"]
+
+
+@pytest.mark.parametrize("kw", SIZES)
+@pytest.mark.parametrize("t", [1, 2])
+def test_a_tp_rank_holds_the_split_weights_and_the_whole_norms(kw, t):
+    spec = _spec(kw)
+    assert tp_rank_params(spec, t) == _split_by_hand(kw, t)
+    if t > 1:
+        # wrong: the planner's stage_params, which divides the norms and positions too
+        assert tp_rank_params(spec, t) > stage_params(spec, Layout(tp=t))
+
+
+def test_the_default_split_is_what_the_tp_plan_job_counted():
+    # numel on each rank of perfkit.jobs.tp_plan's memory task, 2 and 4 processes
+    assert tp_rank_params(plain_gpt_spec(), 2) == 120128
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_dp_x_tp_model_states_are_zeros_formula_on_a_ranks_parameters(zero):
+    spec = _spec(SIZES[0])
+    lay = dataclasses.replace(TP_LAYOUTS["dp_tp"], zero=zero, micro_batch=8)
+    mem = tp_memory(spec, lay, 16)
+    want = zero_model_states(tp_rank_params(spec, 2), 2, zero, "fp32_adam")
+    assert (mem.params, mem.grads, mem.optimizer) == (want.params, want.grads, want.optimizer)
+    assert mem.model_states == 16 * 120128 if zero == 0 else mem.model_states < 16 * 120128
+    # the activations stay the planner's (Korthikanti et al.'s count, split by TP)
+    assert mem.activations == memory_per_gpu(spec, lay, 16, "fp32_adam").activations
+
+
+@pytest.mark.parametrize("kw", SIZES)
+@pytest.mark.parametrize("t, batch", [(2, 8), (4, 3)])
+def test_tp_allreduces_are_tp_traffics_count(kw, t, batch):
+    if kw["n_head"] % t:
+        pytest.skip("t must divide the heads")
+    spec = _spec(kw)
+    got = tp_allreduces(spec, Layout(tp=t, micro_batch=batch))
+    want = tp_traffic(GPTConfig(**kw), batch, kw["block_size"], t)
+    # wrong: the planner's 4 per block (no embedding, head or loss), or the loss in act_bytes
+    assert sum(n for n, _ in got.values()) == want.calls["all_reduce"]
+    assert sum(n * b for n, b in got.values()) == want.buffer_bytes["all_reduce"]
+    assert tp_allreduces(spec, Layout(dp=2)) == {}
+
+
+def test_tp_step_time_prices_every_allreduce_on_the_link():
+    spec, link = _spec(SIZES[0]), AlphaBeta(2e-4, 3e9)
+    c = local_cluster(LIM, link, processes=2, memory_bytes=1e9, efficiency=0.2)
+    lay = Layout(tp=2, micro_batch=8)
+    for gb, m in ((8, 1), (24, 3)):   # m micro-batches: m times the collectives
+        t, planner = tp_step_time(spec, lay, c, gb), step_time(spec, lay, c, gb, "fp32_adam", 4.0)
+        msg, small = 8 * 64 * 64 * 4, 8 * 64 * 4
+        want = m * (10 * ring_allreduce_time(msg, 2, link) + 3 * ring_allreduce_time(small, 2, link))
+        assert t.terms["tensor-parallel"] == pytest.approx(want)
+        # the planner's blocks alone: 8 of the block's output
+        assert planner.terms["tensor-parallel"] == pytest.approx(m * 8 * ring_allreduce_time(msg, 2, link))
+        assert {k: v for k, v in t.terms.items() if k != "tensor-parallel"} == {
+            k: v for k, v in planner.terms.items() if k != "tensor-parallel"}
+        assert t.total_s == pytest.approx(sum(t.terms.values()))
+        assert t.tokens_per_s == pytest.approx(gb * 64 / t.total_s)
+        assert t.mfu == pytest.approx(planner.mfu * planner.total_s / t.total_s)
+        assert t.limiter in t.terms or t.limiter == "compute"
+    # one process alone: no collective, the planner's step
+    solo = Layout(micro_batch=8)
+    assert tp_step_time(spec, solo, c, 8).total_s == pytest.approx(
+        step_time(spec, solo, c, 8, "fp32_adam", 4.0).total_s)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda s: tp_rank_params(s, 0), ValueError, "tp"),
+    (lambda s: tp_rank_params(s, 3), ValueError, "layout.tp"),
+    (lambda s: tp_rank_params("gpt", 2), TypeError, "model"),
+    (lambda s: tp_allreduces(s, Layout(tp=2, pp=2)), ValueError, "layout"),
+    (lambda s: tp_allreduces(s, Layout(tp=2, sp=True)), ValueError, "layout"),
+    (lambda s: tp_allreduces(s, "tp2"), TypeError, "layout"),
+    (lambda s: tp_memory(s, Layout(tp=4), 8), ValueError, "layout.tp"),
+    (lambda s: tp_memory(s, Layout(tp=2), 0), ValueError, "global_batch"),
+    (lambda s: tp_step_time(s, Layout(tp=2), "cpu", 8), TypeError, "cluster"),
+    (lambda s: plain_gpt_spec(n_embd=63), ValueError, "divisible"),
+])
+def test_bad_input_is_named(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(plain_gpt_spec())
