@@ -39,7 +39,6 @@ from dataclasses import replace
 from statistics import fmean
 
 from perfkit import hw, stats
-from perfkit.comm import AlphaBeta, fit_alpha_beta
 from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
@@ -49,7 +48,6 @@ from perfkit.plan import (
     compare,
     compare_llm_analysis,
     course_predictions,
-    fit_step_efficiency,
     foundry_runs,
     layout_ranks,
     local_cluster,
@@ -59,12 +57,13 @@ from perfkit.plan import (
     micro_batch_overhead,
     pipeline_prediction,
     plain_gpt_spec,
+    rounds_link,
     step_spans,
     step_time,
     tiny_gpt2_spec,
     tp_allreduces,
     tp_memory,
-    tp_step_time,
+    tp_prediction,
 )
 
 BATCH = 8  # sequences per process and step (zero_bench's default)
@@ -125,12 +124,6 @@ def local(steps: int) -> dict:
     return out
 
 
-def _link(sizes: list[float], times: list[float]) -> AlphaBeta:
-    """One ring step of the link, fitted on 2-process all-reduces (as ``local_link`` does)."""
-    fit = fit_alpha_beta(sizes, times)
-    return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
-
-
 def _ratio(pred_s: float, times: list[float]) -> dict:
     measured = stats.median(times)
     ci = stats.median_interval(list(times)).inverse().scaled(pred_s)
@@ -143,9 +136,9 @@ def tensor_parallel(cluster, kw: dict, steps: int, widths=(128, 512, 1024)) -> d
     """TP (2 processes) and DP x TP (4) of the plain GPT (:mod:`perfkit.jobs.tp_plan`).
 
     TP's step: the planner with one efficiency fitted on DDP's step of the same model, timed
-    in the same rounds, the link fitted on those rounds' all-reduces (the TP step's two
-    message sizes), and every all-reduce of the run counted (``tp_step_time``). Memory: model
-    states and the planner's activation count against what each rank holds."""
+    in the same rounds, the link fitted on the mean all-reduce times of those rounds, and every
+    all-reduce of the run counted (``tp_prediction``). Memory: model states and the planner's
+    activation count against what each rank holds."""
     from perfkit import dist
 
     spec = plain_gpt_spec(**kw)
@@ -155,28 +148,25 @@ def tensor_parallel(cluster, kw: dict, steps: int, widths=(128, 512, 1024)) -> d
     four = dist.launch("perfkit.jobs.tp_plan", 4, ["--config", json.dumps(
         {"model": kw, "batch": BATCH, "memory": {"dp": 2}})], timeout_s=300)
     st = two[0]["step"]
-    med = {k: stats.median(v) for k, v in st["times_s"].items()}
-    # a step pays every all-reduce it makes, those that waited for a descheduled rank too:
-    # each size's mean over the rounds, not its median, is what a sum of them costs
-    wire = dict(zip(st["link"]["sizes"], map(fmean, st["link"]["times_s"]), strict=True))
-    link = _link(list(wire), list(wire.values()))
-    here = replace(cluster, intra=link, inter=link)
-    gb = st["global_batch"]
-    tp_lay = Layout(tp=2, micro_batch=gb)   # the same global batch as DDP's, whole on each rank
-    eff = fit_step_efficiency(spec, Layout(dp=2, micro_batch=BATCH), here, gb, med["ddp"])
-    here = here.with_efficiency(eff)
-    t = tp_step_time(spec, tp_lay, here, gb)
+    ddp_s = stats.median(st["times_s"]["ddp"])
+    p = tp_prediction(cluster, ddp_s, rounds_link(st["link"]["sizes"], st["link"]["times_s"]),
+                      spec, BATCH)
+    t, link, tp_lay, gb = p.time, p.link, p.layout, st["global_batch"]
     comm, split = t.terms["tensor-parallel"], st["tp_comm"]
+    # the same all-reduces each at its mean time alone in those rounds
+    wire = dict(zip(st["link"]["sizes"], map(fmean, st["link"]["times_s"]), strict=True))
     standalone = sum(n * wire[int(b)] for n, b in tp_allreduces(spec, tp_lay).values())
     layouts = {"tp": {
-        **_ratio(t.total_s, st["times_s"]["tp"]), "efficiency_fitted_on_ddp": eff,
-        "ddp_measured_step_ms": med["ddp"] * 1e3,
+        **_ratio(t.total_s, st["times_s"]["tp"]), "efficiency_fitted_on_ddp": p.efficiency,
+        "ddp_measured_step_ms": ddp_s * 1e3,
         "link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth},
         "terms_ms": {k: x * 1e3 for k, x in t.terms.items() if x},
-        "planner_blocks_only_tp_term_ms": step_time(spec, tp_lay, here, gb, "fp32_adam",
-                                                    4.0).terms["tensor-parallel"] * 1e3,
+        "planner_blocks_only_tp_term_ms": step_time(
+            spec, tp_lay, replace(cluster, intra=link, inter=link).with_efficiency(p.efficiency),
+            gb, "fp32_adam", 4.0).terms["tensor-parallel"] * 1e3,
         # where the step went: its compute alone (collectives skipped), and its all-reduces
-        "compute_ms": {"predicted": (t.total_s - comm) * 1e3, "measured": med["tp_compute"] * 1e3},
+        "compute_ms": {"predicted": (t.total_s - comm) * 1e3,
+                       "measured": stats.median(st["times_s"]["tp_compute"]) * 1e3},
         "allreduces_ms": {"calls": split["calls"], "predicted": comm * 1e3,
                           "standalone_same_rounds": standalone * 1e3,
                           "in_step": stats.median(split["comm_s"]) * 1e3,
@@ -205,7 +195,7 @@ def tensor_block(res: dict, cluster, batch: int, seq: int = 64) -> dict:
     the rest halved, plus the planner's 4 all-reduces on the link fitted over the widths'
     all-reduces of the same rounds."""
     widths = sorted(res, key=int)
-    link = _link([res[w]["message_bytes"] for w in widths], [fmean(res[w]["allreduce_s"]) for w in widths])
+    link = rounds_link([res[w]["message_bytes"] for w in widths], [res[w]["allreduce_s"] for w in widths])
     here = replace(cluster, intra=link, inter=link)
     out = {}
     for w in widths:

@@ -11,8 +11,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   per rank) and split by tensor parallelism (:func:`~perfkit.parallel.tp_gpt.parallelize_gpt`,
   the same global batch on every rank), timed in alternation with: the same TP step with its
   collectives skipped (``tp_compute``: the work without the waits), and all-reduces of the
-  TP step's two message sizes (one block's output, the loss's ``B T`` fp32 numbers) and two
-  more, which give the link under the same load. Every call starts after an untimed barrier, so one
+  TP step's two message sizes (one block's output, the loss's ``B T`` fp32 numbers), which
+  give the link under the same load. Every call starts after an untimed barrier, so one
   rank's lag is never charged to the next call, and the slowest rank's time counts. The
   TP step's all-reduces are clocked on every rank (``tp_comm``: their time, split into ranks
   arriving apart and every rank present).
@@ -118,9 +118,17 @@ def _trainer(loss_fn: Callable, params: list[nn.Parameter], batch_fn: Callable,
     return fn
 
 
+LINK_CALLS = 4  # all-reduces of each size per round: a few calls in 4 wait a time slice
+
+
 def _link_fns(sizes: list[int]) -> dict[str, Callable[[], object]]:
     bufs = {n: torch.randn(n // 4) for n in sizes}   # fp32 buffers of n bytes
-    return {f"allreduce_{n}": lambda b=b: dist.all_reduce(b) for n, b in bufs.items()}
+    return {f"allreduce_{n}_{k}": lambda b=b: dist.all_reduce(b)
+            for k in range(LINK_CALLS) for n, b in bufs.items()}
+
+
+def _link_times(times: dict[str, list[float]], n: int) -> list[float]:
+    return [t for k in range(LINK_CALLS) for t in times[f"allreduce_{n}_{k}"]]
 
 
 def _comm_split(clocks: list[_CommClock]) -> dict[str, Any]:
@@ -153,14 +161,14 @@ def step(cfg: GPTConfig, batch: int, warmup: int, repeat: int) -> dict[str, Any]
     whole = lambda s: global_batch(cfg, gb, s)  # noqa: E731
     clocks: list[_CommClock] = []
     block, loss = gb * cfg.block_size * cfg.n_embd * 4, gb * cfg.block_size * 4  # bytes
-    sizes = sorted({loss, block // 8, block, 4 * block})   # the step's two messages and more
+    sizes = sorted({loss, block})   # the two messages the TP step all-reduces
     times = synced_rounds({
         "ddp": _trainer(lambda i, t: gpt_loss(ddp(i), t), list(ddp.parameters()), local),
         "tp": _clocked(_trainer(tp.loss, list(tp.parameters()), whole, tp.sync_grads), clocks),
         "tp_compute": _free(_trainer(tp_free.loss, list(tp_free.parameters()), whole)),
         **_link_fns(sizes)}, warmup, repeat)
     return {"times_s": {k: v for k, v in times.items() if not k.startswith("allreduce_")},
-            "link": {"sizes": sizes, "times_s": [times[f"allreduce_{n}"] for n in sizes]},
+            "link": {"sizes": sizes, "times_s": [_link_times(times, n) for n in sizes]},
             "tp_comm": _comm_split(clocks[warmup:]),
             "message_bytes": {"block": block, "loss": loss}, "global_batch": gb}
 
@@ -226,7 +234,7 @@ def block(widths: list[int], batch: int, seq: int, warmup: int, repeat: int) -> 
                                "split_compute": _free(lambda b=split, x=x: b(x).sum().backward()),
                                "replicated": replicated, **_link_fns([msg])}, warmup, repeat)
         out[str(w)] = {"times_s": {k: v for k, v in times.items() if not k.startswith("allreduce_")},
-                       "allreduce_s": times[f"allreduce_{msg}"], "message_bytes": msg,
+                       "allreduce_s": _link_times(times, msg), "message_bytes": msg,
                        "split_comm": _comm_split(clocks[warmup:])}
     return out
 

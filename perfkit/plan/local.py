@@ -6,10 +6,7 @@ all-reduce sweep (gloo over loopback). :func:`local_link` measures that sweep on
 :func:`perfkit.dist.launch` and caches the fit beside the ceilings; :func:`tiny_gpt2_spec` is
 the model :mod:`perfkit.jobs.zero_bench` trains (fp32, fused attention, no dropout), and
 :data:`COURSE_LAYOUTS` the layouts the course measures at 2 processes, by the job's variant
-names. Tensor parallelism runs the plain GPT of :mod:`perfkit.parallel.gpt`
-(:func:`plain_gpt_spec`); :func:`tp_step_time` and :func:`tp_memory` predict its step and
-memory with the collectives and the parameters counted as :mod:`perfkit.parallel.tp_gpt`
-splits them (:data:`TP_LAYOUTS`: TP at 2 processes, DP x TP at 4).
+names. Tensor parallelism on this machine: :mod:`perfkit.plan.local_tp`.
 
 Usage::
 
@@ -27,19 +24,17 @@ from pathlib import Path
 
 from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta, ring_allreduce_time
+from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
-from perfkit.memory.model_states import zero_model_states
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "TP_LAYOUTS", "CoursePredictions", "course_predictions",
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
            "fit_step_efficiency", "link_cache_path", "local_link", "pipeline_prediction",
-           "plain_gpt_spec", "step_spans", "tiny_gpt2_spec", "tp_allreduces", "tp_memory",
-           "tp_rank_params", "tp_step_time"]
+           "step_spans", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -50,10 +45,6 @@ COURSE_LAYOUTS = {
     "zero2": Layout(dp=2, zero=2),
     "zero3": Layout(dp=2, zero=3),
 }
-
-# perfkit.jobs.tp_plan's layouts: TP timed at 2 processes; DP x TP at 4 (2 cores: memory only)
-TP_LAYOUTS = {"tp": Layout(tp=2), "dp_tp": Layout(dp=2, tp=2)}
-
 
 def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
                    n_layer: int = 2, n_head: int = 2) -> ModelSpec:
@@ -66,103 +57,6 @@ def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 6
     return ModelSpec("tiny GPT-2", layers=n_layer, hidden=n_embd, heads=n_head, ffn=4 * n_embd,
                      vocab=vocab_size, seq=block_size, positions=block_size, bias=True,
                      act_bytes=4)
-
-
-def plain_gpt_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
-                   n_layer: int = 2, n_head: int = 2) -> ModelSpec:
-    """:class:`perfkit.parallel.gpt.GPT` as a :class:`ModelSpec`: :func:`tiny_gpt2_spec`'s
-    block (separate q, k, v of the same sizes), with an untied output layer.
-
-    Raises:
-        ValueError: for a size below 1 or ``n_embd`` not divisible by ``n_head``.
-    """
-    return replace(tiny_gpt2_spec(vocab_size, block_size, n_embd, n_layer, n_head),
-                   name="plain GPT", tied=False)
-
-
-def _check_tp_layout(model: ModelSpec, layout: Layout) -> None:
-    check_type("model", model, ModelSpec)
-    check_type("layout", layout, Layout)
-    if (layout.pp, layout.cp, layout.sp, layout.recompute) != (1, 1, False, "none"):
-        raise ValueError(f"layout must be DP x TP alone (pp, cp of 1, no sp, no recompute), got "
-                         f"{layout.label()}")
-    if model.heads % layout.tp or model.vocab % layout.tp:
-        raise ValueError(f"layout.tp ({layout.tp}) must divide the heads ({model.heads}) and the "
-                         f"vocabulary ({model.vocab})")
-
-
-def tp_rank_params(model: ModelSpec, tp: int) -> int:
-    """Parameters one rank holds when :func:`perfkit.parallel.tp_gpt.parallelize_gpt` splits
-    ``model`` ``tp`` ways: the weights, the column-parallel biases and both vocabulary
-    matrices split; the LayerNorms, the position table and the two row-parallel biases per
-    block (added after the all-reduce) whole on every rank. (The planner's
-    :func:`perfkit.plan.memory_model.stage_params` divides those ``O(h)`` too.)
-
-    Raises:
-        TypeError, ValueError: for a ``model`` that is not a ModelSpec, a ``tp`` below 1 or
-            one that does not divide the heads and the vocabulary.
-    """
-    _check_tp_layout(model, Layout(tp=check_int("tp", tp, 1)))
-    whole = (model.layers * (2 * model.norm_params + (2 * model.hidden if model.bias else 0))
-             + model.norm_params + model.positions * model.hidden)
-    return (model.num_params - whole) // tp + whole
-
-
-def tp_allreduces(model: ModelSpec, layout: Layout) -> dict[str, tuple[int, float]]:
-    """The all-reduces of one micro-batch of :func:`~perfkit.parallel.tp_gpt.parallelize_gpt`'s
-    model (no SP), as :func:`perfkit.parallel.tp_gpt.tp_traffic` counts them: ``"activations"``,
-    4 per block of its ``(b, s, h)`` output and 2 more (the embedding's forward, the head's
-    input in backward); ``"loss"``, the vocabulary-parallel cross-entropy's 3 of ``b s`` fp32
-    numbers (max, sum of exponentials, target logit).
-
-    Returns:
-        ``{name: (calls, bytes of each buffer)}``; empty for ``tp == 1``.
-
-    Raises:
-        TypeError, ValueError: for a layout other than DP x TP, or a ``tp`` that does not
-            divide the heads and the vocabulary.
-    """
-    _check_tp_layout(model, layout)
-    if layout.tp == 1:
-        return {}
-    tokens = layout.micro_batch * model.seq
-    return {"activations": (4 * model.layers + 2, float(tokens * model.hidden * model.act_bytes)),
-            "loss": (3, float(tokens * 4))}
-
-
-def tp_step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
-                 recipe: str = "fp32_adam", grad_bytes: float = 4.0) -> StepTime:
-    """:func:`step_time` with its tensor-parallel term counted as the run: every all-reduce of
-    :func:`tp_allreduces` (the planner counts the blocks' 4 per block), a 2-step-per-rank ring
-    on the cluster's link, nothing hidden (a CPU's cores run the collectives).
-
-    Raises:
-        TypeError, ValueError: as :func:`step_time` and :func:`tp_allreduces`.
-    """
-    t = step_time(model, layout, cluster, global_batch, recipe, grad_bytes)
-    per_mb = sum(n * ring_allreduce_time(b, layout.tp, cluster.intra)
-                 for n, b in tp_allreduces(model, layout).values())
-    terms = {**t.terms, "tensor-parallel": max(layout.micro_batches(global_batch), 1) * per_mb}
-    total = sum(terms.values())
-    others = {k: v for k, v in terms.items() if k != "matmul"}
-    limiter = "compute" if terms["matmul"] > total / 2 else max(others, key=others.get)
-    k = t.total_s / total   # throughput and MFU scale with 1 / step
-    return replace(t, terms=terms, total_s=total, tokens_per_s=t.tokens_per_s * k, mfu=t.mfu * k,
-                   hfu=t.hfu * k, limiter=limiter)
-
-
-def tp_memory(model: ModelSpec, layout: Layout, global_batch: int,
-              recipe: str = "fp32_adam") -> MemoryBreakdown:
-    """:func:`memory_per_gpu` with the model states of :func:`tp_rank_params` (ZeRO's formula
-    over ``dp``); the activations are the planner's (Korthikanti et al.'s count).
-
-    Raises:
-        TypeError, ValueError: as :func:`memory_per_gpu` and :func:`tp_rank_params`.
-    """
-    _check_tp_layout(model, layout)
-    mem = memory_per_gpu(model, layout, global_batch, recipe)
-    st = zero_model_states(tp_rank_params(model, layout.tp), layout.dp, layout.zero, recipe)
-    return replace(mem, params=st.params, grads=st.grads, optimizer=st.optimizer)
 
 
 def link_cache_path() -> Path:

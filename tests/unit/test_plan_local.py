@@ -19,14 +19,17 @@ from perfkit.parallel.tp_gpt import tp_traffic
 from perfkit.plan import (
     TP_LAYOUTS,
     Layout,
+    fit_step_efficiency,
     local_cluster,
     memory_per_gpu,
     plain_gpt_spec,
+    rounds_link,
     stage_params,
     step_time,
     tiny_gpt2_spec,
     tp_allreduces,
     tp_memory,
+    tp_prediction,
     tp_rank_params,
     tp_step_time,
 )
@@ -123,6 +126,39 @@ def test_tp_step_time_prices_every_allreduce_on_the_link():
     solo = Layout(micro_batch=8)
     assert tp_step_time(spec, solo, c, 8).total_s == pytest.approx(
         step_time(spec, solo, c, 8, "fp32_adam", 4.0).total_s)
+
+
+def test_the_rounds_link_sums_the_calls_that_waited():
+    # 2 of 5 calls waited a 4 ms time slice for a descheduled rank: a step pays them
+    small, big = [3e-4, 3e-4, 3e-4, 4.3e-3, 4.3e-3], [8e-4, 8e-4, 8e-4, 4.8e-3, 4.8e-3]
+    link = rounds_link([4096, 1 << 20], [small, big])
+    for n, ts in ((4096, small), (1 << 20, big)):
+        # wrong: each size's median (0.3 ms), which no sum of calls pays
+        assert ring_allreduce_time(n, 2, link) == pytest.approx(sum(ts) / len(ts), rel=1e-3)
+    with pytest.raises(ValueError, match="times"):
+        rounds_link([4096, 1 << 20], [small])
+    with pytest.raises(ValueError, match="times"):
+        rounds_link([4096, 1 << 20], [small, []])
+
+
+def test_tp_prediction_fits_on_ddp_and_gives_each_rank_the_global_batch():
+    spec, link = _spec(SIZES[0]), AlphaBeta(3e-4, 2e9)
+    c = local_cluster(LIM, AlphaBeta(1e-5, 1e10), processes=2, memory_bytes=1e9)
+    p = tp_prediction(c, 0.03, link, spec, batch=8)
+    here = dataclasses.replace(c, intra=link, inter=link)
+    assert p.link == link and p.model == spec
+    ddp = Layout(dp=2, micro_batch=8)
+    assert p.efficiency == pytest.approx(fit_step_efficiency(spec, ddp, here, 16, 0.03))
+    assert step_time(spec, ddp, here.with_efficiency(p.efficiency), 16, "fp32_adam",
+                     4.0).total_s == pytest.approx(0.03, rel=1e-6)
+    # wrong: TP on 8 sequences (DDP's per rank): the same global batch, whole on each rank
+    assert p.layout == Layout(tp=2, micro_batch=16)
+    assert p.time.total_s == pytest.approx(
+        tp_step_time(spec, p.layout, here.with_efficiency(p.efficiency), 16).total_s)
+    with pytest.raises(ValueError, match="ddp_step_s"):
+        tp_prediction(c, 0.0, link)
+    with pytest.raises(TypeError, match="link"):
+        tp_prediction(c, 0.03, 3e-4)
 
 
 @pytest.mark.parametrize("call, exc, match", [
