@@ -117,10 +117,21 @@ def local(steps: int) -> dict:
             "model_states_measured": measured_states, "model_states_predicted": mem.model_states,
             "tensor_memory_predicted_over_measured":
                 (mem.model_states + mem.activations) / (measured_states + acts),
+            "collectives_measured": v.calls,
         }
     out["pipeline"] = pipeline(cluster.intra)
     tp = tensor_parallel(cluster, kw, steps)
     out["tensor_parallel"], out["tensor_parallel_block"] = tp["layouts"], tp["block"]
+    # the same DDP and ZeRO predictions on the link of tp_plan's rounds (each all-reduce at its
+    # mean, a minute later): how much of a many-collective step's miss is the waits a median hides
+    link = tp["link"]
+    again = course_predictions(replace(cluster, intra=link, inter=link),
+                               res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
+    out["with_rounds_link"] = {"link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth}, **{
+        n: {"predicted_over_measured": again.times[n].total_s / res.variants[n].step_s,
+            "collective_terms_ms": {k: again.times[n].terms[k] * 1e3
+                                    for k in ("data-parallel", "zero-3 gathers")}}
+        for n in COURSE_LAYOUTS}}
     return out
 
 
@@ -186,7 +197,7 @@ def tensor_parallel(cluster, kw: dict, steps: int, widths=(128, 512, 1024)) -> d
             "tensor_memory_predicted_over_measured": (mem.model_states + mem.activations) / (states + acts),
             "allreduces_measured": max(r["calls"].get("all_reduce", 0) for r in got),
             "allreduces_predicted": calls})
-    return {"layouts": layouts, "block": tensor_block(two[0]["block"], cluster, BATCH)}
+    return {"layouts": layouts, "block": tensor_block(two[0]["block"], cluster, BATCH), "link": link}
 
 
 def tensor_block(res: dict, cluster, batch: int, seq: int = 64) -> dict:
