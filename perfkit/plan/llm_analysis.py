@@ -214,11 +214,13 @@ def _summary(pairs: list[tuple[float, float]]) -> dict[str, float | int | None]:
 
 
 def _own_efficiency(cmp: Comparison, table: str, preds: dict[int, LlmAnalysisPrediction]) -> float | None:
-    """The efficiency at which llm-analysis's mean log error over ``table``'s fitted rows is
-    zero (:func:`perfkit.plan.published.fit_efficiency`'s criterion), clipped to [0.05, 1]:
-    its prediction is proportional to the efficiency (FLOPs over ``efficiency x peak``)."""
+    """The efficiency at which llm-analysis's mean log error over the fitted rows of
+    ``table``'s GPU type is zero (:func:`perfkit.plan.published.compare`'s rule: one figure
+    per GPU type, :func:`~perfkit.plan.published.fit_efficiency`'s criterion), clipped to
+    [0.05, 1]: its prediction is proportional to the efficiency (FLOPs over ``efficiency x peak``)."""
+    gpu = next(r.run.cluster.gpu.name for r in cmp.rows if r.run.table == table)
     logs = [math.log(preds[i].tokens_per_gpu / r.run.reported_tokens_per_gpu)
-            for i, r in enumerate(cmp.rows) if r.fitted and r.run.table == table
+            for i, r in enumerate(cmp.rows) if r.fitted and r.run.cluster.gpu.name == gpu
             and preds[i].tokens_per_gpu is not None]
     if not logs:
         return None
