@@ -47,7 +47,9 @@ PIPE_STEPS = 3 if QUICK else 6           # the first step of each schedule warms
 # The 2-process runs start first, in a background thread: each process takes seconds to import
 # torch. DDP and perfkit's ZeRO stages 1-3 (notebook 05's job) train the tiny GPT-2 on the same
 # batches, the steps of the four layouts timed in alternation; then notebook 11's pipeline job
-# runs GPipe, 1F1B and interleaved 1F1B over two stages whose bodies sleep a known time.
+# runs GPipe, 1F1B and interleaved 1F1B over two stages whose bodies sleep a known time; then
+# notebook 10's GPT is split by tensor parallelism over the two processes, and over four
+# as DP x TP (2 x 2, memory only).
 
 # %%
 import json
@@ -64,6 +66,10 @@ PIPE = [{"task": "bubble", "schedule": name, "n_micro": N_MICRO, "t_f": T_F, "t_
          "n_virtual": v} for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2))]
 pipe_job = pool.submit(dist.launch, "perfkit.jobs.pipeline_parallel", NPROC,
                        ["--config", json.dumps({"tasks": PIPE})], timeout_s=300)
+TP_CFG = {"model": MODEL, "batch": BATCH, "step": {"warmup": WARMUP, "repeat": STEPS}, "memory": {"dp": 1}}
+tp_job = pool.submit(dist.launch, "perfkit.jobs.tp_plan", NPROC, ["--config", json.dumps(TP_CFG)], timeout_s=300)
+dp_tp_job = pool.submit(dist.launch, "perfkit.jobs.tp_plan", 2 * NPROC, ["--config", json.dumps(
+    {"model": MODEL, "batch": BATCH, "memory": {"dp": 2}})], timeout_s=300)
 
 # %% [markdown]
 # ## 1. What one block keeps, and what one token costs
@@ -214,9 +220,61 @@ for n, p in pipe_pred.items():
     viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
 
 # %% [markdown]
-# TP layouts at two processes (notebook 10) are not held against the planner here yet;
-# `perfkit.plan.COURSE_LAYOUTS` is where they join.
-#
+# **Tensor parallelism.** Notebook 10's GPT (`perfkit.parallel.gpt`: the same sizes, separate
+# q, k, v, its own output layer) split over the two processes: each rank runs DDP's whole
+# global batch on half of every weight matrix. The planner predicts the step from two things
+# timed in the same rounds as it, never from TP itself: DDP's step of the same model (the one
+# fitted figure) and all-reduces of TP's two message sizes. Every all-reduce is counted as
+# `perfkit.parallel.tp_gpt` makes it: 4 per block, the embedding's, the head's and the loss's
+# 3. Each is priced at its mean over the rounds, not its median: on a shared machine some
+# calls wait a scheduler time slice for a rank taken off its core, and a step pays those too.
+
+# %%
+from perfkit.plan import plain_gpt_spec, rounds_link, tp_allreduces, tp_prediction
+
+tp_rec = tp_job.result()[0]["step"]
+tp = tp_prediction(here, stats.median(tp_rec["times_s"]["ddp"]), rounds_link(tp_rec["link"]["sizes"],
+                   tp_rec["link"]["times_s"]), plain_gpt_spec(**MODEL), BATCH)
+calls = {k: n for k, (n, _) in tp_allreduces(tp.model, tp.layout).items()}
+print(f"efficiency fitted on DDP's step of this GPT: {tp.efficiency:.3f}; all-reduces per step {calls} "
+      f"(the planner's per-block count: {4 * MODEL['n_layer']})")
+print("TP 2: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in tp.time.terms.items() if v))
+tp_pred = Prediction("TP 2's step time", "planner: DDP's fitted efficiency, every all-reduce on the link of the "
+                     "same rounds", value=tp.time.total_s * 1e3, rel_tol=0.25, unit="ms")
+
+# %%
+comm, comm_pred = tp_rec["tp_comm"], tp.time.terms["tensor-parallel"] * 1e3
+apart, present = (stats.median(comm[k]) * 1e3 for k in ("skew_s", "transfer_s"))
+where = (f"With its all-reduces skipped the step took {stats.median(tp_rec['times_s']['tp_compute']) * 1e3:.1f} ms "
+         f"(predicted {tp_pred.value - comm_pred:.1f}); inside it, its {comm['calls']} all-reduces spent "
+         f"{apart:.1f} ms with one rank waiting for the other to arrive and {present:.1f} ms with both there, "
+         f"against {comm_pred:.1f} ms predicted.")
+viz.verdict(tp_pred, stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]]),
+            explain={"above": where, "below": where})
+
+# %% [markdown]
+# Its memory, and DP x TP's on four processes (four processes on two cores would time the
+# scheduler: memory only, and that the job runs). A rank holds the split weights and, whole,
+# the LayerNorms, the position table and the row-parallel biases (added after the all-reduce):
+# `tp_rank_params`, at 16 bytes each with fp32 AdamW. The activations are the planner's own
+# count, Korthikanti's terms split by TP: this GPT runs fused attention and one GELU kernel.
+
+# %%
+from dataclasses import replace
+
+from perfkit.plan import TP_LAYOUTS, tp_memory
+
+for name, tp_job_ in (("tp", tp_job), ("dp_tp", dp_tp_job)):
+    lay = replace(TP_LAYOUTS[name], micro_batch=BATCH)
+    mem, got = tp_memory(tp.model, lay, lay.dp * BATCH), [r["memory"] for r in tp_job_.result()]
+    viz.verdict(Prediction(f"{lay.label()}: model states per process", "a TP rank's parameters, fp32 AdamW",
+                           value=mem.model_states, rel_tol=0.05, unit="B"),
+                float(max(sum(r["model_states"].values()) for r in got)))
+    viz.verdict(Prediction(f"{lay.label()}: bytes saved for backward", "planner: Korthikanti's terms split by TP",
+                           value=mem.activations, rel_tol=0.05, unit="B"),
+                float(max(r["saved_activation_bytes"] for r in got)))
+
+# %% [markdown]
 # ## 3. A model you pick, on a cluster you pick
 #
 # A named GPU comes from a small table of datasheet figures, each quoted with its source: the
@@ -355,6 +413,7 @@ viz.verdict(Prediction("Megatron rows whose published (TP, PP) the planner ranks
 viz.show_headlines({
     "planner vs published, median |error|": f"{cmp.median_error:.1%} (baseline {cmp.baseline_median_error:.1%})",
     "ZeRO-3 step, predicted / measured": f"{pred.times['zero3'].total_s / res.variants['zero3'].step_s:.2f}x",
+    "TP 2 step, predicted / measured": f"{tp.time.total_s / stats.median(tp_rec['times_s']['tp']):.2f}x",
     "efficiency fitted on DDP here": f"{pred.efficiency:.3f}",
 })
 pool.shutdown()
