@@ -47,6 +47,7 @@ from perfkit.plan.llm_analysis import (
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_SIZES,
+    UNRESOLVED_BANDWIDTH,
     CoursePredictions,
     course_predictions,
     fit_step_efficiency,
@@ -186,6 +187,7 @@ __all__ = [
     "step_spans",
     "StepTime",
     "tiny_gpt2_spec",
+    "UNRESOLVED_BANDWIDTH",
     "TP_LAYOUTS",
     "TPPrediction",
     "tp_allreduces",
