@@ -32,9 +32,12 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
-           "fit_step_efficiency", "link_cache_path", "local_link", "pipeline_prediction",
-           "step_spans", "tiny_gpt2_spec"]
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "UNRESOLVED_BANDWIDTH", "CoursePredictions",
+           "course_predictions", "fit_step_efficiency", "link_cache_path", "local_link",
+           "pipeline_prediction", "step_spans", "tiny_gpt2_spec"]
+
+# fit_alpha_beta's bandwidth when the times show no growth with size (its slope clamped)
+UNRESOLVED_BANDWIDTH = 1e15
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -97,6 +100,8 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     pts = res[0]["sweep"]
     fit = fit_alpha_beta([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
     link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
+    if link.bandwidth >= UNRESOLVED_BANDWIDTH:
+        return link  # the sweep saw no bandwidth term (a loaded machine): measure again next time
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
                                 "measured_with": f"{nproc} gloo processes", "pid": os.getpid()}))

@@ -176,3 +176,26 @@ def test_tp_prediction_fits_on_ddp_and_gives_each_rank_the_global_batch():
 def test_bad_input_is_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call(plain_gpt_spec())
+
+
+def test_local_link_caches_a_fit_only_when_the_sweep_resolves_a_bandwidth(monkeypatch, tmp_path):
+    from perfkit.plan import local as local_mod
+
+    monkeypatch.setenv("PERFKIT_CACHE", str(tmp_path))
+    sizes = list(local_mod.LINK_SIZES)
+
+    def sweep(times):
+        return lambda *a, **k: [{"sweep": [{"nbytes": n, "time_s": t} for n, t in zip(sizes, times)]}]
+
+    # a busy machine: every size took the same time, no bandwidth term
+    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-3] * len(sizes)))
+    flat = local_mod.local_link(refresh=True)
+    assert flat.bandwidth >= local_mod.UNRESOLVED_BANDWIDTH
+    assert not local_mod.link_cache_path().exists()
+    # times that grow with size: 100 us + n / 1 GB/s, cached and read back
+    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-4 + n / 1e9 for n in sizes]))
+    link = local_mod.local_link(refresh=True)
+    assert link.bandwidth == pytest.approx(1e9, rel=1e-6) and link.alpha_s == pytest.approx(5e-5, rel=1e-6)
+    assert local_mod.link_cache_path().exists()
+    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-3] * len(sizes)))
+    assert local_mod.local_link() == link  # from the cache, no new sweep
