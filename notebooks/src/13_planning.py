@@ -239,7 +239,7 @@ tp = tp_prediction(here, stats.median(tp_rec["times_s"]["ddp"]), rounds_link(tp_
                    tp_rec["link"]["times_s"]), plain_gpt_spec(**MODEL), BATCH)
 calls = {k: n for k, (n, _) in tp_allreduces(tp.model, tp.layout).items()}
 print(f"efficiency fitted on DDP's step of this GPT: {tp.efficiency:.3f}; all-reduces per step {calls} "
-      f"(the planner's per-block count: {4 * MODEL['n_layer']})")
+      f"({4 * MODEL['n_layer']} of them the blocks')")
 print("TP 2: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in tp.time.terms.items() if v))
 tp_pred = Prediction("TP 2's step time", "planner: DDP's fitted efficiency, every all-reduce on the link of the "
                      "same rounds", value=tp.time.total_s * 1e3, rel_tol=0.25, unit="ms")

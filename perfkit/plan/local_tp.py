@@ -66,8 +66,8 @@ def tp_rank_params(model: ModelSpec, tp: int) -> int:
     """Parameters one rank holds when :func:`perfkit.parallel.tp_gpt.parallelize_gpt` splits
     ``model`` ``tp`` ways: the weights, the column-parallel biases and both vocabulary
     matrices split; the LayerNorms, the position table and the two row-parallel biases per
-    block (added after the all-reduce) whole on every rank. (The planner's
-    :func:`perfkit.plan.memory_model.stage_params` divides those ``O(h)`` too.)
+    block (added after the all-reduce) whole on every rank: the count of
+    :func:`perfkit.plan.memory_model.stage_params` at ``pp = 1``.
 
     Raises:
         TypeError, ValueError: for a ``model`` that is not a ModelSpec, a ``tp`` below 1 or
@@ -104,8 +104,10 @@ def tp_allreduces(model: ModelSpec, layout: Layout) -> dict[str, tuple[int, floa
 def tp_step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
                  recipe: str = "fp32_adam", grad_bytes: float = 4.0) -> StepTime:
     """:func:`step_time` with its tensor-parallel term counted as the run: every all-reduce of
-    :func:`tp_allreduces` (the planner counts the blocks' 4 per block), a 2-step-per-rank ring
-    on the cluster's link, nothing hidden (a CPU's cores run the collectives).
+    :func:`tp_allreduces`, a 2-step-per-rank ring on the cluster's link, nothing hidden (a
+    CPU's cores run the collectives). The planner's own term now counts the same calls (the
+    blocks', the embedding's, the head's and the loss's): the two agree, and this function
+    checks it call by call.
 
     Raises:
         TypeError, ValueError: as :func:`step_time` and :func:`tp_allreduces`.

@@ -57,9 +57,15 @@ class MemoryBreakdown:
 def stage_params(model: ModelSpec, layout: Layout) -> float:
     """Parameters one GPU of the most loaded stage holds before ZeRO: the stage's blocks and
     the embedding (the first stage; the last holds the output layer, or a copy of the tied
-    embedding), all divided by ``tp`` (the norms' few are divided too: ``O(h)``)."""
-    per_stage = model.layers // layout.pp * model.layer_params
-    return (per_stage + model.embedding_params + model.norm_params) / layout.tp
+    embedding). Tensor parallelism splits the weight matrices, the column-parallel biases and
+    the vocabulary; the norms, the position table and the two row-parallel biases of a block
+    (added after its all-reduce) stay whole on every rank, as Megatron and
+    :mod:`perfkit.parallel.tp_gpt` keep them."""
+    whole = 2 * model.norm_params + (2 * model.hidden if model.bias else 0)  # per block
+    blocks = model.layers // layout.pp
+    vocab = model.embedding_params - model.positions * model.hidden
+    return ((blocks * (model.layer_params - whole) + vocab) / layout.tp
+            + blocks * whole + model.positions * model.hidden + model.norm_params)
 
 
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
@@ -94,9 +100,12 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     per_layer = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, lay.recompute,
                                                  lay.cp)
     first = lay.in_flight(global_batch) * layers * per_layer
-    last = layers * per_layer + model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
-    acts = max(first, last) if lay.pp > 1 else first + model.logits_bytes(
-        lay.micro_batch, lay.tp, lay.cp)
+    # the last stage: the fp32 logits, and the final norm's input (split by SP) and the output
+    # layer's input (whole), one (b, s, h) tensor each
+    bsh = lay.micro_batch * model.seq / lay.cp * model.hidden * model.act_bytes
+    head = model.logits_bytes(lay.micro_batch, lay.tp, lay.cp) + bsh * (1 + (1 / lay.tp if lay.sp else 1))
+    last = layers * per_layer + head
+    acts = max(first, last) if lay.pp > 1 else first + head
     if lay.recompute == "full":  # one block rebuilt at a time in backward
         acts += model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     if lay.zero == 3:

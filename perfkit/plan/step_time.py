@@ -5,7 +5,8 @@ rate (attention's at its kernel's own), the memory-bound work around them (each 
 activation byte written and read forward and back, :data:`MEM_PASSES`, and the last stage's
 cross-entropy kernel by kernel, :func:`loss_passes`, at HBM bandwidth),
 tensor parallelism's four all-reduces per block (six with full recomputation; sequence
-parallelism's reduce-scatter + all-gather pairs move the same bytes) and the part of
+parallelism's reduce-scatter + all-gather pairs move the same bytes), the embedding's and the
+output layer's, and the vocabulary-parallel loss's three small ones and the part of
 context parallelism's K/V ring that attention's own compute does not hide. The pipeline
 runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus the
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
@@ -157,8 +158,16 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     membound = (passes * layers * act + loss) / gpu.hbm_bytes_per_s
     # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
+    # (+2 recomputed), and beside the blocks: the vocabulary-parallel embedding's output (first
+    # stage) and the output layer's input gradient (last stage), one (b, s, h) each, and the
+    # cross-entropy's 3 all-reduces of b s fp32 numbers (max, sum of exponentials, target logit)
     n_tp = 4 + (2 if lay.recompute == "full" else 0)
-    tp = layers * n_tp * ring_allreduce_time(msg, lay.tp, _link(lay.tp, cluster)) if lay.tp > 1 else 0.0
+    tp = 0.0
+    if lay.tp > 1:
+        link = _link(lay.tp, cluster)
+        ends = 2 if lay.pp == 1 else 1  # the slowest stage, the last, has the head alone
+        tp = ((layers * n_tp + ends) * ring_allreduce_time(msg, lay.tp, link)
+              + 3 * ring_allreduce_time(tokens_mb / lay.cp * 4, lay.tp, link))
     # context parallelism: K and V pass cp - 1 times forward, twice that backward, hidden
     # behind attention's own FLOPs (12 h s per token and layer, forward + backward)
     cp = 0.0

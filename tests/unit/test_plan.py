@@ -206,7 +206,9 @@ def test_in_flight_micro_batches_by_schedule():
 def test_model_states_are_zeros_formula(zero):
     lay = Layout(dp=4, tp=2, zero=zero)
     mem = memory_per_gpu(GPT, lay, 8)
-    psi = (GPT.layers * GPT.layer_params + GPT.embedding_params + GPT.norm_params) / 2
+    # tp = 2 splits the matrices and the vocabulary; norms (2 per block + the final one) whole
+    whole = GPT.layers * 2 * GPT.norm_params
+    psi = (GPT.layers * GPT.layer_params + GPT.embedding_params - whole) / 2 + whole + GPT.norm_params
     assert stage_params(GPT, lay) == psi
     want = zero_model_states(psi, 4, zero, "mixed_adam")
     assert (mem.params, mem.grads, mem.optimizer) == (want.params, want.grads, want.optimizer)
@@ -220,12 +222,17 @@ def test_activations_in_flight_and_logits():
     mem = memory_per_gpu(GPT, lay, 8)  # 4 micro-batches: the first stage holds 2 (= p)
     per_layer = GPT.activation_bytes_per_layer(b)
     first = 2 * 2 * per_layer
-    last = 2 * per_layer + 4 * S * b * GPT.vocab
+    head = 4 * S * b * GPT.vocab + 2 * (b * S * H * 2)  # fp32 logits; final norm's and head's inputs
+    last = 2 * per_layer + head
     assert mem.activations == max(first, last)
     one = memory_per_gpu(GPT, Layout(micro_batch=2), 2)
-    assert one.activations == 4 * per_layer + 4 * S * b * GPT.vocab
+    assert one.activations == 4 * per_layer + head
     full = memory_per_gpu(GPT, Layout(micro_batch=2, recompute="full"), 2)
-    assert full.activations == 4 * 2 * S * b * H + 4 * S * b * GPT.vocab + per_layer
+    assert full.activations == 4 * 2 * S * b * H + head + per_layer
+    # SP splits the final norm's input over tp; the head's input is gathered whole
+    sp = memory_per_gpu(GPT, Layout(tp=2, sp=True, micro_batch=2), 2)
+    assert sp.activations == 4 * GPT.activation_bytes_per_layer(b, 2, True) + (
+        4 * S * b * GPT.vocab / 2 + b * S * H * 2 * (1 + 1 / 2))
     z3 = memory_per_gpu(GPT, Layout(dp=2, zero=3), 2)
     assert z3.buffers == 2 * GPT.layer_params * 2  # two gathered blocks in 16 bits
 
@@ -238,8 +245,10 @@ def test_tensor_parallel_bytes_per_layer():
     for rc, n in (("none", 4), ("full", 6)):
         t = step_time(GPT, Layout(tp=4, recompute=rc, micro_batch=2), c, 2)
         msg = 2 * S * H * 2  # bytes: (b, s, h) in bf16
+        # per block, and the embedding's and the head's; the loss's 3 of b s fp32 numbers
         assert t.terms["tensor-parallel"] == pytest.approx(
-            GPT.layers * n * ring_allreduce_time(msg, 4, c.intra))
+            (GPT.layers * n + 2) * ring_allreduce_time(msg, 4, c.intra)
+            + 3 * ring_allreduce_time(2 * S * 4, 4, c.intra))
     # beyond a node, TP crosses the network
     wide = step_time(GPT, Layout(tp=4), named_cluster("h100-sxm", gpus_per_node=2), 1)
     assert wide.terms["tensor-parallel"] > step_time(GPT, Layout(tp=4), c, 1).terms["tensor-parallel"]

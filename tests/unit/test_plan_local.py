@@ -69,9 +69,8 @@ def test_plain_gpt_spec_counts_the_plain_gpt(kw):
 def test_a_tp_rank_holds_the_split_weights_and_the_whole_norms(kw, t):
     spec = _spec(kw)
     assert tp_rank_params(spec, t) == _split_by_hand(kw, t)
-    if t > 1:
-        # wrong: the planner's stage_params, which divides the norms and positions too
-        assert tp_rank_params(spec, t) > stage_params(spec, Layout(tp=t))
+    # the planner's count is the same (it once divided the norms and positions too)
+    assert tp_rank_params(spec, t) == stage_params(spec, Layout(tp=t))
 
 
 def test_the_default_split_is_what_the_tp_plan_job_counted():
@@ -114,10 +113,9 @@ def test_tp_step_time_prices_every_allreduce_on_the_link():
         msg, small = 8 * 64 * 64 * 4, 8 * 64 * 4
         want = m * (10 * ring_allreduce_time(msg, 2, link) + 3 * ring_allreduce_time(small, 2, link))
         assert t.terms["tensor-parallel"] == pytest.approx(want)
-        # the planner's blocks alone: 8 of the block's output
-        assert planner.terms["tensor-parallel"] == pytest.approx(m * 8 * ring_allreduce_time(msg, 2, link))
-        assert {k: v for k, v in t.terms.items() if k != "tensor-parallel"} == {
-            k: v for k, v in planner.terms.items() if k != "tensor-parallel"}
+        # the planner now counts them all too (it once counted the blocks' 8 alone)
+        assert planner.terms["tensor-parallel"] == pytest.approx(want)
+        assert t.terms == pytest.approx(planner.terms)
         assert t.total_s == pytest.approx(sum(t.terms.values()))
         assert t.tokens_per_s == pytest.approx(gb * 64 / t.total_s)
         assert t.mfu == pytest.approx(planner.mfu * planner.total_s / t.total_s)
