@@ -82,7 +82,8 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
 
     TP runs over powers of two up to ``gpus_per_node``; PP over divisors of the layer count;
     CP over 1, 2, 4, 8 for sequences of 8192 tokens or more; micro-batches over powers of two
-    up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full;
+    up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full
+(selective only for unfused attention: with a fused kernel it is the same layout as none);
     sequence parallelism on wherever tp > 1 (it moves the same bytes and keeps fewer, so
     a layout without it never wins; fix ``sp`` to compare). Micro-batches that do not divide
     the batch and interleavings that do not divide the layers are skipped unless fixed (then
@@ -119,6 +120,8 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
                 continue  # nothing to split, nothing to interleave; ZeRO-3 with a pipeline
             if tp > 1 and not sp and "sp" not in fixed:
                 continue  # SP moves TP's bytes in other collectives and keeps less: it dominates
+            if rc == "selective" and model.flash and "recompute" not in fixed:
+                continue  # a fused kernel never keeps the scores selective recomputation drops
             if ("micro_batch" not in fixed and global_batch % (dp * mb)) or (
                     "interleave" not in fixed and model.layers % (pp * v)):
                 continue  # sizes that cannot split the batch or the layers (unless asked for)

@@ -421,3 +421,17 @@ def test_sharded_hidden_moves_zero2_but_never_ddp():
         max(0.0, hid.detail["dp_allreduce_s"] - 2 / 3 * hid.detail["slot_s"]))
     ddp = Layout(dp=8, zero=0, micro_batch=1)
     assert step_time(GPT, ddp, c, 8).terms == step_time(GPT, ddp, ideal, 8).terms
+
+
+def test_selective_recomputation_is_searched_only_where_it_changes_something():
+    fused = dataclasses.replace(GPT, flash=True)
+    c = named_cluster("a100-80gb")
+    lay = Layout(dp=2, micro_batch=2)
+    sel = dataclasses.replace(lay, recompute="selective")
+    # with a fused kernel selective recomputation drops nothing and reruns nothing
+    assert memory_per_gpu(fused, sel, 4) == memory_per_gpu(fused, lay, 4)
+    assert step_time(fused, sel, c, 4).total_s == step_time(fused, lay, c, 4).total_s
+    assert "selective" not in {x.recompute for x in enumerate_layouts(fused, 2, 4, 8)}
+    pinned = enumerate_layouts(fused, 2, 4, 8, fixed={"recompute": "selective"})
+    assert {x.recompute for x in pinned} == {"selective"}
+    assert "selective" in {x.recompute for x in enumerate_layouts(GPT, 2, 4, 8)}  # unfused: the scores
