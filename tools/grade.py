@@ -266,6 +266,11 @@ def grade(notebook: str | os.PathLike, checks: str | os.PathLike | None = None,
         load_timeout_s = _cells_deadline(nb)
     budget = load_timeout_s + sum(timeouts.get(n, DEFAULT_QUESTION_TIMEOUT_S) for n in names)
     records, report.error = _run_worker(nb, checks_path, [], budget)
+    return _fill_report(report, records, names)
+
+
+def _fill_report(report: GradeReport, records: list[dict], names: list[str]) -> GradeReport:
+    """The worker's cell errors and question records, in the checks' order, into ``report``."""
     for rec in records:
         if rec["type"] == "cell_error":
             report.cell_errors.append(rec["message"])
@@ -309,10 +314,38 @@ def grade_mutants(notebook: str | os.PathLike, mutants: str | os.PathLike,
     budget = load_timeout_s + sum(timeouts.get(m.question, DEFAULT_QUESTION_TIMEOUT_S) + 5
                                   for m in listed)
     records, error = _run_worker(nb, checks_path, ["--mutants", str(Path(mutants).resolve())], budget)
+    return _mutant_results(records, listed, error)
+
+
+def _mutant_results(records: list[dict], listed: list[Mutant], error: str) -> list[MutantResult]:
     done = {r["index"]: r for r in records if r["type"] == "mutant"}
     return [MutantResult(m, done[i]["kind"], done[i]["message"], done[i]["seconds"]) if i in done
             else MutantResult(m, "not run", error or "the worker stopped before this mutant")
             for i, m in enumerate(listed)]
+
+
+def grade_with_mutants(notebook: str | os.PathLike, mutants: str | os.PathLike,
+                       checks: str | os.PathLike | None = None
+                       ) -> tuple[GradeReport, list[MutantResult]]:
+    """:func:`grade` and :func:`grade_mutants` in one worker: the solution's cells run once,
+    then every question's check, then (from the namespace the cells left) every mutant.
+
+    The test suite grades each solution both ways; running the cells once saves their
+    time, and the checks and mutants see exactly what they would see apart.
+    """
+    nb = Path(notebook)
+    checks_path = Path(checks) if checks else checks_for(nb)
+    module = load_checks(checks_path)
+    listed = load_mutants(Path(mutants))
+    names = list(module.QUESTIONS)
+    timeouts = getattr(module, "TIMEOUT_S", {})
+    budget = (_cells_deadline(nb) + sum(timeouts.get(n, DEFAULT_QUESTION_TIMEOUT_S) for n in names)
+              + sum(timeouts.get(m.question, DEFAULT_QUESTION_TIMEOUT_S) + 5 for m in listed))
+    records, error = _run_worker(nb, checks_path, ["--mutants", str(Path(mutants).resolve()),
+                                                   "--with-questions"], budget)
+    report = GradeReport(str(notebook))
+    report.error = error
+    return _fill_report(report, records, names), _mutant_results(records, listed, error)
 
 
 # --- worker side ------------------------------------------------------------------------
@@ -443,7 +476,7 @@ def _judge(check, ns: dict, seconds: float) -> tuple[str, str, float]:
 
 
 def worker(nb_path: Path, checks_path: Path, out_path: Path,
-           mutants_path: Path | None = None) -> None:
+           mutants_path: Path | None = None, questions: bool | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -457,11 +490,16 @@ def worker(nb_path: Path, checks_path: Path, out_path: Path,
     timeouts = getattr(module, "TIMEOUT_S", {})
     ns: dict = {"__name__": "__lab__"}
     _run_cells(nb_path, ns, emit)
-    if mutants_path is None:
+    if questions is None:
+        questions = mutants_path is None
+    if questions:
+        after_cells = dict(ns)
         for name, check in module.QUESTIONS.items():
             kind, msg, sec = _judge(check, ns, timeouts.get(name, DEFAULT_QUESTION_TIMEOUT_S))
             emit({"type": "question", "name": name, "kind": kind, "message": msg, "seconds": sec})
-    else:
+        ns.clear()
+        ns.update(after_cells)  # the mutants start from what the cells left, as when graded alone
+    if mutants_path is not None:
         import textwrap
 
         for i, m in enumerate(load_mutants(mutants_path)):
@@ -488,10 +526,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the report as JSON to this path")
     ap.add_argument("--worker", nargs=2, metavar=("CHECKS", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--mutants", help=argparse.SUPPRESS)
+    ap.add_argument("--with-questions", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(Path(args.notebook), Path(args.worker[0]), Path(args.worker[1]),
-               Path(args.mutants) if args.mutants else None)
+               Path(args.mutants) if args.mutants else None,
+               True if args.with_questions else None)
         sys.stdout.flush()
         os._exit(0)  # skip interpreter teardown: threads a student started must not hang us
     report = grade(args.notebook, args.checks)

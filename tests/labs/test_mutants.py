@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.grade import grade_mutants, load_checks, load_mutants
+from tools.grade import load_checks, load_mutants
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "tools" / "labs"  # checks and mutants
@@ -36,11 +36,12 @@ def test_every_question_has_mutants(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.stem)
-def test_every_mutant_fails_its_question_naming_the_mistake(solution, imitate):
+def test_every_mutant_fails_its_question_naming_the_mistake(solution, imitate, graded_solution):
     path = mutants_file(solution)
     if not path.exists():
         pytest.skip(f"no {path.name}")
-    results = grade_mutants(solution, path)
+    report, results = graded_solution(solution)  # one grading run with test_labs
+    assert not report.error, report.format()
     missed = [f"{r.mutant.question} / {r.mutant.mistake}: {r.kind}: {r.message[:300]!r} "
               f"(expected a failure matching {r.mutant.expect!r})"
               for r in results if not r.caught]

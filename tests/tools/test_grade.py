@@ -127,3 +127,28 @@ def test_launch_checked_turns_launch_failures_into_hints(monkeypatch):
         with open(path, "rb") as fh:
             assert cloudpickle.load(fh) is len
     assert not Path(path).exists()
+
+
+def test_one_run_grades_the_solution_and_its_mutants_as_two_runs_would(tmp_path):
+    from tools.grade import grade_mutants, grade_with_mutants
+
+    nb = write_lab(tmp_path, "def add(a, b):\n    return a + b", "def spin():\n    return 1")
+    checks = tmp_path / "checks_lab99.py"
+    # a check that leaves a mark in the namespace: the mutants must not see it
+    checks.write_text(CHECKS.replace('def check_loop(ns):\n    require(ns, "spin")()',
+                                    'def check_loop(ns):\n    require(ns, "spin")()\n'
+                                    '    ns["add"] = lambda a, b: a - b'))  # wrong, after q1
+    mutants = tmp_path / "mutants_lab99.py"
+    mutants.write_text(
+        "from tools.grade import Mutant\n"
+        "MUTANTS = [Mutant('q1_add', 'subtracts', 'def add(a, b):\\n    return a - b', 'should be 5'),\n"
+        "           Mutant('q1_add', 'left as the checks left it', 'pass', 'should be 5')]\n")
+    report, results = grade_with_mutants(nb, mutants, checks)
+    alone = grade(nb, checks)
+    assert [(q.name, q.kind) for q in report.questions] == [(q.name, q.kind) for q in alone.questions]
+    assert all(q.passed for q in report.questions) and not report.error
+    apart = grade_mutants(nb, mutants, checks)
+    assert [(r.kind, r.caught) for r in results] == [(r.kind, r.caught) for r in apart]
+    # the second "mutant" changes nothing: it passes, since it sees the cells' add, not the
+    # wrong one q2's check left behind
+    assert [r.caught for r in results] == [True, False]
