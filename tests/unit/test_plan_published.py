@@ -105,7 +105,13 @@ def test_layout_ranks_plan_each_megatron_row_with_its_software():
 
 def test_a_micro_batch_costs_at_least_fsdps_unhidden_collectives():
     # llm-foundry's sweep of the micro-batch alone: seconds per micro-batch = fixed + b * mb
-    from perfkit.plan.runs_data import FOUNDRY_MB_SWEEP
+    from perfkit.plan.runs_data import FOUNDRY_MB_SWEEP, MPT_SHAPES
+
+    for name, seq, gpus, mfu, mb, acc, gbs, tok_gpu, params in FOUNDRY_MB_SWEEP:
+        # each row agrees with its own MFU column (6 x parameters + 12 L d s, A100 peak)
+        layers, d = MPT_SHAPES[name][:2]
+        assert (6 * params + 12 * layers * d * seq) * tok_gpu / 312e12 == pytest.approx(mfu / 100, rel=0.01)
+        assert gbs == mb * acc * gpus
 
     got = micro_batch_overhead()
     assert set(got) == {"7b", "13b"}
