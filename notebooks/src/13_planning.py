@@ -118,7 +118,8 @@ print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 
 
 # %%
 from perfkit import hw, stats, viz
-from perfkit.plan import UNRESOLVED_BANDWIDTH, course_predictions, local_cluster, local_link, tiny_gpt2_spec
+from perfkit.comm import UNRESOLVED_BANDWIDTH
+from perfkit.plan import course_predictions, local_cluster, local_link, tiny_gpt2_spec
 from perfkit.verdict import Prediction
 
 here = local_cluster(hw.cached_limits(), local_link(), processes=NPROC)

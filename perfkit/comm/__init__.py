@@ -11,6 +11,7 @@ Usage::
 """
 
 from perfkit.comm.alpha_beta import (
+    UNRESOLVED_BANDWIDTH,
     AlphaBeta,
     fit_alpha_beta,
     ring_allreduce_time,
@@ -67,6 +68,7 @@ __all__ = [
     "count_traffic",
     "COUNTED",
     "fit_alpha_beta",
+    "UNRESOLVED_BANDWIDTH",
     "OPS",
     "reduce_scatter_single",
     "ring_all_reduce",

@@ -20,7 +20,11 @@ import torch
 
 from perfkit._checks import check_int, check_items, check_real, check_type
 
-__all__ = ["AlphaBeta", "fit_alpha_beta", "ring_allreduce_time"]
+__all__ = ["UNRESOLVED_BANDWIDTH", "AlphaBeta", "fit_alpha_beta", "ring_allreduce_time"]
+
+# fit_alpha_beta reports 1e18 B/s when the times do not grow with size (its slope clamped):
+# a bandwidth at or above this is no measurement (a loaded machine's flat sweep)
+UNRESOLVED_BANDWIDTH = 1e15
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> AlphaBe
     a = torch.stack([1 / t, n / t], dim=1)  # rows: (1, n) / t
     sol = torch.linalg.lstsq(a, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
     alpha, beta = float(sol[0]), float(sol[1])
-    if beta <= 0:  # latency-only data: no measurable bandwidth term
+    if beta <= 0:  # latency-only data: no measurable bandwidth term (>= UNRESOLVED_BANDWIDTH)
         beta = 1e-18
     if alpha <= 0:  # refit bandwidth alone through the origin
         alpha = 0.0

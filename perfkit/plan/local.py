@@ -24,7 +24,7 @@ from pathlib import Path
 
 from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
+from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
@@ -32,12 +32,9 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "UNRESOLVED_BANDWIDTH", "CoursePredictions",
-           "course_predictions", "fit_step_efficiency", "link_cache_path", "local_link",
-           "pipeline_prediction", "step_spans", "tiny_gpt2_spec"]
-
-# fit_alpha_beta's bandwidth when the times show no growth with size (its slope clamped)
-UNRESOLVED_BANDWIDTH = 1e15
+__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
+           "fit_step_efficiency", "link_cache_path", "local_link",
+           "pipeline_prediction", "ring_step", "step_spans", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
@@ -65,6 +62,18 @@ def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 6
 def link_cache_path() -> Path:
     """Where the fitted link is cached: beside the machine's ceilings."""
     return default_limits_path().with_name("link_alpha_beta.json")
+
+
+def ring_step(nbytes: list[float], times_s: list[float]) -> AlphaBeta:
+    """One step of a 2-rank ring from its all-reduce times: the fit ``t = alpha + n / B``
+    (:func:`perfkit.comm.alpha_beta.fit_alpha_beta`) halved in start-up, since a 2-rank ring
+    all-reduce is two steps of half the buffer (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`).
+
+    Raises:
+        TypeError, ValueError: as :func:`~perfkit.comm.alpha_beta.fit_alpha_beta`.
+    """
+    fit = fit_alpha_beta(nbytes, times_s)
+    return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
 
 
 def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
@@ -98,8 +107,7 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     res = dist.launch("perfkit.jobs.collectives", nproc, ["--config", json.dumps(cfg)],
                       timeout_s=timeout_s)
     pts = res[0]["sweep"]
-    fit = fit_alpha_beta([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
-    link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
+    link = ring_step([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
     if link.bandwidth >= UNRESOLVED_BANDWIDTH:
         return link  # the sweep saw no bandwidth term (a loaded machine): measure again next time
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,14 +1,15 @@
 """Tensor parallelism on this machine: the plain GPT that TP splits, what a rank holds, the
 all-reduces of its step, and the planner's step and memory with those counts.
 
-The planner (:func:`perfkit.plan.step_time`) prices a TP layout's 4 all-reduces per block and
-divides every parameter by ``tp``: right to ``O(h)`` for a large model, but the course's tiny
-GPT makes 13 all-reduces per step where the planner counts 8 (the embedding's, the head's and
-the vocabulary-parallel loss's 3 come on top), and keeps its LayerNorms, position table and
-row-parallel biases whole on every rank. :func:`tp_step_time` and :func:`tp_memory` count
-them as :mod:`perfkit.parallel.tp_gpt` runs them; :func:`tp_prediction` fits the one
-efficiency on DDP's step of the same model (:mod:`perfkit.jobs.tp_plan` times both in the
-same rounds) and prices the all-reduces on the link measured there (:func:`rounds_link`).
+:func:`tp_rank_params` and :func:`tp_allreduces` count what :mod:`perfkit.parallel.tp_gpt`
+builds and runs, independently of the planner (the course's tiny GPT makes 13 all-reduces per
+step: 4 per block, the embedding's, the head's and the vocabulary-parallel loss's 3; its
+LayerNorms, position table and row-parallel biases stay whole on every rank), and
+:func:`tp_step_time` and :func:`tp_memory` price them; the planner's own terms
+(:func:`perfkit.plan.step_time`, :func:`perfkit.plan.memory_model.stage_params`) count the
+same, which the tests check call by call. :func:`tp_prediction` fits the one efficiency on
+DDP's step of the same model (:mod:`perfkit.jobs.tp_plan` times both in the same rounds) and
+prices the all-reduces on the link measured there (:func:`rounds_link`).
 
 Usage::
 
@@ -23,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta, ring_allreduce_time
+from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.memory.model_states import zero_model_states
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
-from perfkit.plan.local import fit_step_efficiency, tiny_gpt2_spec
+from perfkit.plan.local import fit_step_efficiency, ring_step, tiny_gpt2_spec
 from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
@@ -145,8 +146,8 @@ def rounds_link(sizes: Sequence[float], times: Sequence[Sequence[float]]) -> Alp
     Each size counts at its mean, not its median: a step pays every all-reduce it makes, and
     on a shared machine some of them wait for a rank the OS took off its core for a time
     slice (milliseconds against a fraction of one); a median over the rounds hides those
-    calls, a sum of calls does not. The means are fitted ``t = alpha + n / B`` and halved
-    into ring steps, as :func:`local_link` does.
+    calls, a sum of calls does not. The means give the ring step as :func:`local_link`'s
+    sweep does (:func:`perfkit.plan.local.ring_step`).
 
     Raises:
         TypeError, ValueError: for sizes and times that do not pair up, fewer than two
@@ -157,8 +158,7 @@ def rounds_link(sizes: Sequence[float], times: Sequence[Sequence[float]]) -> Alp
     if len(rows) != len(sizes):
         raise ValueError(f"times must hold one list per size ({len(sizes)}), got {len(rows)}")
     means = [sum(check_items(f"times[{i}]", r)) / len(r) for i, r in enumerate(rows)]
-    fit = fit_alpha_beta(list(sizes), means)
-    return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
+    return ring_step(list(sizes), means)
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,7 @@ def test_bad_input_is_named(call, exc, match):
 
 
 def test_local_link_caches_a_fit_only_when_the_sweep_resolves_a_bandwidth(monkeypatch, tmp_path):
+    from perfkit.comm import UNRESOLVED_BANDWIDTH
     from perfkit.plan import local as local_mod
 
     monkeypatch.setenv("PERFKIT_CACHE", str(tmp_path))
@@ -188,7 +189,7 @@ def test_local_link_caches_a_fit_only_when_the_sweep_resolves_a_bandwidth(monkey
     # a busy machine: every size took the same time, no bandwidth term
     monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-3] * len(sizes)))
     flat = local_mod.local_link(refresh=True)
-    assert flat.bandwidth >= local_mod.UNRESOLVED_BANDWIDTH
+    assert flat.bandwidth >= UNRESOLVED_BANDWIDTH
     assert not local_mod.link_cache_path().exists()
     # times that grow with size: 100 us + n / 1 GB/s, cached and read back
     monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-4 + n / 1e9 for n in sizes]))
