@@ -167,13 +167,15 @@ def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
     psutil.wait_procs(procs, timeout=3.0)
 
 
-def _ask_for_stacks(pid: int, wait_s: float = 2.0) -> None:
-    """SIGUSR1 to the workers under ``pid``: each prints its threads' stacks to the log."""
+def _ask_for_stacks(pid: int, wait_s: float = 0.5) -> None:
+    """SIGUSR1 to the workers under ``pid``, one at a time, ``wait_s`` apart: each prints its
+    threads' stacks to the shared log, and ranks asked together wrote into each other's lines
+    (the dumps interleaved character by character, unreadable)."""
     with contextlib.suppress(psutil.Error):
         for p in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGUSR1)
-        time.sleep(wait_s)
+                time.sleep(wait_s)
 
 
 def _first_error(result_dir: Path) -> tuple[int | None, str]:
