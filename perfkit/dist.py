@@ -28,8 +28,7 @@ API contract (stable; other modules build on it):
   other ranks) and the tail of the job's output; a job past ``timeout_s`` raises
   :class:`LaunchTimeout` after the whole process tree was killed.
 
-A stuck job's ranks print every thread's stack (faulthandler on SIGUSR1, registered by
-:func:`init_worker`) before they are killed, so the timeout's message shows where each waited.
+A stuck job's ranks print their stacks (faulthandler on SIGUSR1) before they are killed.
 
 Clean shutdown. gloo's threads can be alive while the interpreter finalises, and a joinable
 C++ ``std::thread`` destroyed then aborts the process (SIGABRT) after its work is done.
@@ -168,9 +167,8 @@ def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
 
 
 def _ask_for_stacks(pid: int, wait_s: float = 0.5) -> None:
-    """SIGUSR1 to the workers under ``pid``, one at a time, ``wait_s`` apart: each prints its
-    threads' stacks to the shared log, and ranks asked together wrote into each other's lines
-    (the dumps interleaved character by character, unreadable)."""
+    """SIGUSR1 to the workers under ``pid``, one at a time, ``wait_s`` apart, so their stack
+    dumps into the shared log do not interleave character by character."""
     with contextlib.suppress(psutil.Error):
         for p in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
