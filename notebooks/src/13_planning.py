@@ -333,12 +333,14 @@ viz.build_widget(plan_widget())
 # diagonal and recomputes the scores in backward, `7 L h s` FLOPs per token where PaLM's MFU
 # counts `12 L h s`, and softmax beside the Tensor Cores holds it below a GEMM. Its share of the
 # peak is not fitted but taken from the FlashAttention papers (`perfkit.plan.ATTENTION_EFFICIENCY`):
-# the MPT runs used a first-generation kernel, stated at 25-40 % of an A100's peak.
+# the MPT runs used a first-generation kernel, stated at 30-50 % of an A100's peak forward and
+# 25-35 % backward. A recomputed forward runs at the forward's share.
 #
 # Two more terms come from how these runs were built. A pipeline's last stage holds the output
 # layer beside its share of the blocks, and the slowest stage sets the pace. FSDP gathers the
-# weights twice and reduce-scatters the gradients for every micro-batch; the planner pays these
-# collectives in full, none hidden behind compute (`Cluster.sharded_hidden = 0`), because
+# weights twice and reduce-scatters the gradients for every micro-batch, block by block, the
+# gradients in the run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in
+# fp32, `PURE` in bf16); the planner pays these collectives in full, none hidden behind compute (`Cluster.sharded_hidden = 0`), because
 # llm-foundry's own sweep of the micro-batch size, everything else held, shows a fixed cost per
 # micro-batch at least that large. If FSDP had hidden them, that fixed cost would be near zero.
 
@@ -404,9 +406,11 @@ print(f"rows without recomputation sit above the rows with it in {above} of the 
 # %% [markdown]
 # Where rows without recomputation sit above the rows with it, the planner expects them faster,
 # relative to the checkpointed rows, than they ran: either the extra forward cost those runs
-# less than its FLOPs, or the runs without it lost time the planner does not count (they are
-# the ones at the largest micro-batch that fits, nearest the memory limit, where the allocator
-# works hardest). No term the planner counts explains it, so it stays in the error.
+# less than the planner charges (its blocks at the GEMM's share, its attention at the forward
+# kernel's, already cheaper than the backward's), or the runs without it lost time the planner
+# does not count (they are the ones at the largest micro-batch that fits, nearest the memory
+# limit, where the allocator works hardest). No term the planner counts explains it, so it
+# stays in the error.
 
 # %% [markdown]
 # For Megatron-LM's rows the planner also chooses the layout: its distinct (TP, PP) are ranked by

@@ -58,16 +58,25 @@ GPUS: dict[str, GPU] = {
                 "TFLOPS with sparsity), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"),
 }
 
-# Fused attention kernels' achieved share of the 16-bit peak, on the FLOPs they run (causal:
-# half the square). Dao 2023, FlashAttention-2, abstract: FlashAttention "reaching only 25-40%
-# of the theoretical maximum FLOPs/s" on A100, FlashAttention-2 "50-73%"; Shah et al. 2024,
-# FlashAttention-3, abstract: FlashAttention-2 "achieves only 35% utilization on H100".
-# The middle of each stated range; which generation a run used is the run's own fact. An
-# Ampere-era kernel of the first generation on H100 is not measured in either paper: FA2's
-# 35 % there, times the first generation's ratio to the second on A100 (0.325 / 0.615, the
-# "around 2x" of FlashAttention-2's abstract), about 0.185.
-ATTENTION_EFFICIENCY = {"flash1-a100": 0.325, "flash2-a100": 0.615, "flash2-h100": 0.35,
-                        "flash1-h100": round(0.35 * 0.325 / 0.615, 3)}
+# Fused attention kernels' achieved share of the 16-bit peak, forward and backward, on the FLOPs
+# each pass runs (causal: half the square; backward 2.5x the forward's). Dao 2023,
+# FlashAttention-2 (arXiv 2307.08691), section 1: FlashAttention's "forward pass only reaches
+# 30-50% of the theoretical maximum FLOPs/s" and "the backward pass ... only 25-35%" on A100;
+# FlashAttention-2 "50-73%" (abstract), "up to 73% ... in the forward pass, and up to 63% ...
+# in the backward pass" (section 1): the middle of its range forward, and backward that times
+# the passes' ratio 63/73. Shah et al. 2024, FlashAttention-3, abstract: FlashAttention-2
+# "achieves only 35% utilization on H100", backward in the same ratio. The middle of each
+# stated range; which generation a run used is the run's own fact. An Ampere-era kernel of
+# the first generation on H100 is measured in neither paper: FA2's H100 share over its A100
+# share (0.35 / 0.615) times the first generation's A100 shares.
+_FA2_BACK = 63 / 73
+_FA2_H100 = 0.35 / 0.615
+ATTENTION_EFFICIENCY: dict[str, tuple[float, float]] = {
+    "flash1-a100": (0.40, 0.30),
+    "flash2-a100": (0.615, round(0.615 * _FA2_BACK, 3)),
+    "flash2-h100": (0.35, round(0.35 * _FA2_BACK, 3)),
+    "flash1-h100": (round(0.40 * _FA2_H100, 3), round(0.30 * _FA2_H100, 3)),
+}
 
 # Start-up latencies are not on datasheets: NCCL's small-message times on NVLink and on
 # InfiniBand are a few and about ten microseconds. Assumed, and named as such in reports.
@@ -85,12 +94,15 @@ class Cluster:
         intra: the link inside a node, one direction, per GPU.
         inter: the network between nodes, one direction, per GPU (a node's NICs / its GPUs).
         efficiency: achieved over peak matmul FLOP/s, in (0, 1].
-        attention_efficiency: the share of the peak a fused attention kernel reaches, on the
-            FLOPs it runs (:meth:`perfkit.plan.model.ModelSpec.attention_flops_per_token`);
+        attention_efficiency: the share of the peak a fused attention kernel's forward pass
+            reaches, on the FLOPs it runs (:meth:`perfkit.plan.model.ModelSpec.attention_flops_split`);
             ``None``: ``efficiency``. Softmax, masking and rescaling run on the CUDA cores and
             special-function units beside the Tensor Cores, so these kernels stay below a
-            GEMM: FlashAttention-2's paper puts FlashAttention (1) at 25-40 % of the A100's
-            peak and itself at 50-73 % (:data:`ATTENTION_EFFICIENCY`).
+            GEMM: FlashAttention-2's paper puts FlashAttention (1) at 30-50 % of the A100's
+            peak forward and 25-35 % backward (:data:`ATTENTION_EFFICIENCY`).
+        attention_backward_efficiency: the same kernel's backward pass (it recomputes the
+            scores and runs five matmuls to the forward's two); ``None``: ``attention_efficiency``.
+            A recomputed forward (full recomputation) runs at the forward's share.
         memory_share: the share of ``gpu.memory_bytes`` a layout may plan to use (the rest:
             the CUDA context, the allocator's fragmentation).
         overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
@@ -112,6 +124,7 @@ class Cluster:
     inter: AlphaBeta
     efficiency: float = 0.5
     attention_efficiency: float | None = None
+    attention_backward_efficiency: float | None = None
     memory_share: float = 0.9
     overlap: bool = True
     sharded_hidden: float = 0.0
@@ -124,8 +137,9 @@ class Cluster:
         check_type("inter", self.inter, AlphaBeta)
         check_real("efficiency", self.efficiency, 0, 1, lo_open=True)
         check_real("memory_share", self.memory_share, 0, 1, lo_open=True)
-        if self.attention_efficiency is not None:
-            check_real("attention_efficiency", self.attention_efficiency, 0, 1, lo_open=True)
+        for k in ("attention_efficiency", "attention_backward_efficiency"):
+            if getattr(self, k) is not None:
+                check_real(k, getattr(self, k), 0, 1, lo_open=True)
         check_type("overlap", self.overlap, bool)
         check_real("sharded_hidden", self.sharded_hidden, 0, 1)
 
@@ -141,9 +155,16 @@ class Cluster:
 
     @property
     def attention_flops(self) -> float:
-        """FLOP/s per GPU of the fused attention kernel."""
+        """FLOP/s per GPU of the fused attention kernel's forward pass."""
         share = self.efficiency if self.attention_efficiency is None else self.attention_efficiency
         return self.gpu.peak_flops * share
+
+    @property
+    def attention_backward_flops(self) -> float:
+        """FLOP/s per GPU of the fused attention kernel's backward pass."""
+        if self.attention_backward_efficiency is None:
+            return self.attention_flops
+        return self.gpu.peak_flops * self.attention_backward_efficiency
 
     def with_efficiency(self, efficiency: float) -> Cluster:
         """The same cluster with another achievable share of the peak."""
@@ -151,7 +172,8 @@ class Cluster:
 
 
 def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = None,
-                  efficiency: float = 0.5, attention_efficiency: float | None = None) -> Cluster:
+                  efficiency: float = 0.5, attention_efficiency: float | None = None,
+                  attention_backward_efficiency: float | None = None) -> Cluster:
     """A cluster of a datasheet GPU (:data:`GPUS`): NVLink inside each node, a network between.
 
     Args:
@@ -160,7 +182,8 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         inter_gbps: network Gb/s per GPU (one NIC per GPU); default 200 (HDR InfiniBand)
             for A100s and 400 (NDR) for H100/H200.
         efficiency: the achievable share of the matmul peak, in (0, 1].
-        attention_efficiency: the fused attention kernel's share (``None``: ``efficiency``).
+        attention_efficiency: the fused attention kernel's share forward (``None``: ``efficiency``).
+        attention_backward_efficiency: its share backward (``None``: ``attention_efficiency``).
 
     Returns:
         A :class:`Cluster`.
@@ -178,6 +201,7 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         intra=AlphaBeta(ASSUMED_LATENCY_S["nvlink"], g.nvlink_bytes_per_s),
         inter=AlphaBeta(ASSUMED_LATENCY_S["network"], gbps * 1e9 / 8),
         efficiency=efficiency, attention_efficiency=attention_efficiency,
+        attention_backward_efficiency=attention_backward_efficiency,
         note="bandwidths from the datasheets; latencies assumed (ASSUMED_LATENCY_S)")
 
 

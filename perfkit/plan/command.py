@@ -97,6 +97,7 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
         "cluster": {"name": p.cluster.name, "gpu": p.cluster.gpu.name,
                     "efficiency": p.cluster.efficiency,
                     "attention_efficiency": p.cluster.attention_efficiency,
+                    "attention_backward_efficiency": p.cluster.attention_backward_efficiency,
                     "sharded_hidden": p.cluster.sharded_hidden,
                     "source": p.cluster.gpu.source},
         "gpus": p.gpus, "global_batch": p.global_batch,
@@ -131,8 +132,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--inter-gbps", type=float, help="network Gb/s per GPU (default by GPU: 200/400)")
     c.add_argument("--efficiency", type=float, default=0.5, help="achieved share of the matmul peak")
     c.add_argument("--attention-efficiency", type=float,
-                   help="fused attention kernel's share of the peak (default: --efficiency; "
-                        "FlashAttention 1 on A100 about 0.3, FlashAttention 2 about 0.6)")
+                   help="fused attention kernel's share of the peak, forward (default: "
+                        "--efficiency; on A100 FlashAttention 1 about 0.4, FlashAttention 2 about 0.6)")
+    c.add_argument("--attention-backward-efficiency", type=float,
+                   help="its share backward (default: --attention-efficiency; on A100 "
+                        "FlashAttention 1 about 0.3, FlashAttention 2 about 0.53)")
     c.add_argument("--sharded-hidden", type=float, default=0.0,
                    help="share of the compute ZeRO-2/3's collectives hide behind (default 0: "
                         "FSDP as llm-foundry ran it hid none; 1: ideal prefetching)")
@@ -175,7 +179,7 @@ def _cluster(args: argparse.Namespace) -> Cluster:
         return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
                              efficiency=min(args.efficiency, 1.0))
     c = named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
-                      args.attention_efficiency)
+                      args.attention_efficiency, args.attention_backward_efficiency)
     return replace(c, sharded_hidden=check_real("--sharded-hidden", args.sharded_hidden, 0, 1))
 
 

@@ -171,12 +171,19 @@ class ModelSpec:
         ``(2 + 5) h s`` per layer, ``2 h s`` more under full recomputation, and nothing more
         under selective recomputation (the kernel never kept the scores).
         """
+        return sum(self.attention_flops_split(recompute))
+
+    def attention_flops_split(self, recompute: str = "none") -> tuple[float, float]:
+        """:meth:`attention_flops_per_token` as (forward passes, backward pass): the forward's
+        FLOPs (twice with recomputation that reruns it) and the backward's. A fused kernel's
+        passes run at different shares of the peak
+        (:attr:`perfkit.plan.cluster.Cluster.attention_backward_efficiency`)."""
         check_choice("recompute", recompute, RECOMPUTE)
         fwd = 4.0 * self.layers * self.hidden * self.seq  # the whole square, Q K^T and P V
         if self.flash:
             half = fwd / 2  # causal: only the tiles on or below the diagonal
-            return half * (1 + 2.5) + (half if recompute == "full" else 0.0)
-        return fwd * 3 + (fwd if recompute != "none" else 0.0)
+            return half * (2 if recompute == "full" else 1), 2.5 * half
+        return fwd * (2 if recompute != "none" else 1), 2 * fwd
 
     def hardware_flops_per_token(self, recompute: str = "none") -> float:
         """FLOPs the GPUs run per token: :meth:`dense_flops_per_token` +

@@ -59,6 +59,8 @@ class PublishedRun:
         reported_mfu: the source's utilisation, in its own FLOP accounting (a share).
         flops_per_token: that accounting's FLOPs per token.
         source: the paper and table, or repository, commit and file.
+        reduce_bytes: bytes per gradient element in the data-parallel reduction (the
+            run's reduce dtype: fp32 under Composer's ``DEFAULT`` mixed precision).
     """
 
     table: str
@@ -71,6 +73,7 @@ class PublishedRun:
     reported_mfu: float
     flops_per_token: float
     source: str
+    reduce_bytes: float = 2.0
 
 
 def megatron_runs() -> list[PublishedRun]:
@@ -95,15 +98,16 @@ def megatron_runs() -> list[PublishedRun]:
 def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[PublishedRun]:
     """llm-foundry's BF16 rows: MPT (GELU MLP of 4h, no dropout, FlashAttention, learned
     positions: the reported parameter count grows with the sequence), FSDP (``FULL_SHARD``:
-    ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, activation checkpointing as full
+    ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, gradients reduced in fp32 under the
+    ``DEFAULT`` mixed precision and in bf16 under ``PURE``, activation checkpointing as full
     recomputation. A100 tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU);
     the H100 tables name none (400 Gb/s per GPU assumed). The MPT yamls ask for
     ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23, as fast as the first
-    generation (FlashAttention-2's paper compares both): at that generation's stated share of
-    the peak (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
+    generation (FlashAttention-2's paper compares both): at that generation's stated shares of
+    the peak, forward and backward (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
     out = []
     src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
-    for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, shard, ckpt, n in FOUNDRY_ROWS:
+    for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, mp, shard, ckpt, n in FOUNDRY_ROWS:
         if table not in tables:
             continue
         layers, d, heads, ratio, vocab = MPT_SHAPES[name]
@@ -115,11 +119,16 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
         # the README's own count: 6 x every parameter (embeddings too) + 12 L d s per token
         per_token = 6 * n + 12 * layers * d * seq
         out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
-                                named_cluster(gpu, attention_efficiency=ATTENTION_EFFICIENCY[
-                                    "flash1-h100" if gpu == "h100-sxm" else "flash1-a100"]),
+                                _flash1_cluster(gpu),
                                 gbs, float(tok_gpu), mfu / 100, per_token,
-                                f"{src}, {FOUNDRY_TABLES[table]}"))
+                                f"{src}, {FOUNDRY_TABLES[table]}", 4.0 if mp == "DEFAULT" else 2.0))
     return out
+
+
+def _flash1_cluster(gpu: str) -> Cluster:
+    """:func:`named_cluster` of ``gpu`` with the first-generation kernel's shares, forward and backward."""
+    fwd, bwd = ATTENTION_EFFICIENCY["flash1-h100" if gpu == "h100-sxm" else "flash1-a100"]
+    return named_cluster(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd)
 
 
 def predict(run: PublishedRun, efficiency: float) -> float:
@@ -139,7 +148,8 @@ def predict(run: PublishedRun, efficiency: float) -> float:
         lays = [replace(lay, micro_batch=b, interleave=v) for b in (1, 2, 4, 8) for v in (1, 2, 4)
                 if run.global_batch % (lay.dp * b) == 0 and m.layers % (lay.pp * v) == 0
                 and (v == 1 or (lay.pp > 1 and (run.global_batch // (lay.dp * b)) % lay.pp == 0))]
-    best = min(step_time(run.model, lay, cluster, run.global_batch).total_s for lay in lays)
+    best = min(step_time(run.model, lay, cluster, run.global_batch, grad_bytes=run.reduce_bytes
+                         ).total_s for lay in lays)
     return run.global_batch * run.model.seq / best / run.layout.gpus
 
 
@@ -325,7 +335,8 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
     not shrink with the micro-batch: FSDP's two all-gathers and reduce-scatter per
     micro-batch, if nothing hides them. ``planner_collectives_s`` is what
     :func:`step_time` charges for them per micro-batch with none hidden (the default
-    ``Cluster.sharded_hidden = 0``); a ``fixed`` near 0 would mean FSDP hid them.
+    ``Cluster.sharded_hidden = 0``; gradients in fp32, the sweep's ``DEFAULT`` mixed
+    precision); a ``fixed`` near 0 would mean FSDP hid them.
 
     Returns:
         ``{model: {"fixed_s", "per_sequence_s", "points", "planner_collectives_s"}}``.
@@ -343,7 +354,7 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
         model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
                           vocab=vocab, seq=seq, positions=seq, source=FOUNDRY_MB_SWEEP_SOURCE)
         lay = Layout(dp=gpus, zero=3, micro_batch=1)
-        t = step_time(model, lay, named_cluster("a100-80gb"), gpus * 2)
+        t = step_time(model, lay, named_cluster("a100-80gb"), gpus * 2, grad_bytes=4.0)  # DEFAULT: fp32
         out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
                      "planner_collectives_s": t.terms["zero-3 gathers"] / t.detail["micro_batches"]}
     return out

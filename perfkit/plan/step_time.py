@@ -1,23 +1,23 @@
 """Step time of a layout on a cluster, term by term, each from the link it crosses.
 
 One micro-batch on one pipeline stage costs its matmul FLOPs at the cluster's achievable
-rate (attention's at its kernel's own), the memory-bound work around them (each saved
-activation byte written and read forward and back, :data:`MEM_PASSES`, and the last stage's
-cross-entropy kernel by kernel, :func:`loss_passes`, at HBM bandwidth),
+rate (attention's at its kernel's own, forward and backward), the memory-bound work around
+them (each saved activation byte written and read forward and back, :data:`MEM_PASSES`, and
+the last stage's cross-entropy kernel by kernel, :func:`loss_passes`, at HBM bandwidth),
 tensor parallelism's four all-reduces per block (six with full recomputation; sequence
 parallelism's reduce-scatter + all-gather pairs move the same bytes), the embedding's and the
 output layer's, and the vocabulary-parallel loss's three small ones and the part of
 context parallelism's K/V ring that attention's own compute does not hide. The pipeline
 runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus the
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
-all-gather, the same bytes), in 25 MiB buckets, hides behind the last micro-batch's
-backward; ZeRO-3 gathers weights twice and reduce-scatters gradients for every
-micro-batch, block by block. ZeRO-2's and ZeRO-3's collectives hide behind the share
-``cluster.sharded_hidden`` of that compute (0 by default: FSDP as llm-foundry ran it; never
-on a CPU, whose cores run the collectives). Collectives are rings
-(:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across
-nodes on the network, hierarchically where a group spans both. The optimizer step streams
-the local shard's states once.
+all-gather, the same bytes), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
+them), hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
+reduce-scatters gradients for every micro-batch, block by block. ZeRO-2's and ZeRO-3's
+collectives hide behind the share ``cluster.sharded_hidden`` of that compute (0 by default:
+FSDP as llm-foundry ran it; never on a CPU, whose cores run the collectives). Collectives
+are rings (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and
+across nodes on the network, hierarchically where a group spans both. The optimizer step
+streams the local shard's states once.
 
 Usage::
 
@@ -114,7 +114,8 @@ def _link(span: int, cluster: Cluster) -> AlphaBeta:
 
 
 def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
-              recipe: str = "mixed_adam", grad_bytes: float = 2.0) -> StepTime:
+              recipe: str = "mixed_adam", grad_bytes: float = 2.0,
+              zero2_per_block: bool = True) -> StepTime:
     """Predicted step time of ``layout`` (checked by the caller) on ``cluster``.
 
     Args:
@@ -125,6 +126,10 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         recipe: the model-state recipe (a :data:`perfkit.memory.model_states.RECIPES` name):
             its bytes set the gathered weights and the optimizer's traffic.
         grad_bytes: bytes per gradient element in the data-parallel reduction.
+        zero2_per_block: ZeRO-2's reduce-scatter and all-gather go block by block (and one
+            for the embedding or head), as FSDP's ``SHARD_GRAD_OP`` wraps them; ``False``: in
+            DDP's :data:`BUCKET_BYTES` buckets, as :mod:`perfkit.parallel.zero`'s flat buffer
+            (one collective while it fits).
 
     Returns:
         A :class:`StepTime`.
@@ -136,6 +141,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     check_type("layout", layout, Layout)
     check_type("cluster", cluster, Cluster)
     check_int("global_batch", global_batch, 1)
+    check_type("zero2_per_block", zero2_per_block, bool)
     if recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
     r, lay, gpu = RECIPES[recipe], layout, cluster.gpu
@@ -143,14 +149,15 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
     layers = model.layers / lay.pp
     # matmuls: the FLOPs of one micro-batch on the slowest stage, split over tp x cp GPUs; the
-    # weight matmuls at the GEMM rate, the attention kernel's at its own (softmax beside the
-    # Tensor Cores). Stages hold L / pp blocks each and the last one the output layer as well
-    # (Megatron splits blocks evenly): that stage sets the pipeline's pace.
+    # weight matmuls at the GEMM rate, the attention kernel's at its own, forward and backward
+    # (softmax beside the Tensor Cores). Stages hold L / pp blocks each and the last one the
+    # output layer as well (Megatron splits blocks evenly): that stage sets the pipeline's pace.
     blocks = model.dense_flops_per_token(lay.recompute) - model.head_flops_per_token
     dense = blocks / lay.pp + model.head_flops_per_token
+    attn_fwd, attn_bwd = model.attention_flops_split(lay.recompute)
     matmul = (dense / cluster.achievable_flops
-              + model.attention_flops_per_token(lay.recompute) / lay.pp / cluster.attention_flops
-              ) * tokens_mb / (lay.tp * lay.cp)
+              + (attn_fwd / cluster.attention_flops + attn_bwd / cluster.attention_backward_flops)
+              / lay.pp) * tokens_mb / (lay.tp * lay.cp)
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     # the last stage's loss (the slowest stage sets the pace), op by op: see loss_passes
@@ -188,6 +195,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     n, stride = lay.dp * lay.cp, lay.tp * lay.pp
     # gradients go in buckets of BUCKET_BYTES, each a collective with its own start-up
     buckets = max(1, math.ceil(psi * grad_bytes / BUCKET_BYTES))
+    if lay.zero == 2 and zero2_per_block:
+        buckets = int(layers) + 1  # FSDP's units: the stage's blocks and its embedding or head
     ar = buckets * group_allreduce_time(psi * grad_bytes / buckets, n, stride, cluster)
     hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
     dp = zero3 = 0.0

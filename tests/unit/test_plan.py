@@ -153,6 +153,51 @@ def test_attention_runs_at_its_own_efficiency():
         named_cluster("h100-sxm", attention_efficiency=0.0)
 
 
+def test_attention_passes_run_at_their_own_shares_and_recomputation_at_the_forwards():
+    long = ModelSpec("long", layers=2, hidden=256, heads=4, ffn=1024, vocab=64, seq=8192)
+    half = 4 * long.layers * long.hidden * long.seq / 2  # causal forward: half the square
+    assert long.attention_flops_split() == (half, 2.5 * half)
+    assert long.attention_flops_split("full") == (2 * half, 2.5 * half)
+    unfused = dataclasses.replace(long, flash=False)
+    assert unfused.attention_flops_split("selective") == (4 * half, 4 * half)
+    for m, rc in ((long, "none"), (long, "full"), (unfused, "none"), (unfused, "selective")):
+        assert sum(m.attention_flops_split(rc)) == m.attention_flops_per_token(rc)
+    lay, full = Layout(dp=1), Layout(dp=1, recompute="full")
+    same = named_cluster("a100-80gb", efficiency=0.6, attention_efficiency=0.4)
+    split = named_cluster("a100-80gb", efficiency=0.6, attention_efficiency=0.4,
+                          attention_backward_efficiency=0.2)
+    assert same.attention_backward_flops == same.attention_flops  # None: the forward's share
+    peak, tok = split.gpu.peak_flops, long.seq
+    # only the backward's time changes, from 0.4 of the peak to 0.2
+    d = step_time(long, lay, split, 1).terms["matmul"] - step_time(long, lay, same, 1).terms["matmul"]
+    assert d == pytest.approx(2.5 * half * tok / peak * (1 / 0.2 - 1 / 0.4), rel=1e-9)
+    # full recomputation reruns the forward, at the forward's share, not the backward's
+    extra = step_time(long, full, split, 1).terms["matmul"] - step_time(long, lay, split, 1).terms["matmul"]
+    dense = (long.dense_flops_per_token("full") - long.dense_flops_per_token()) * tok / split.achievable_flops
+    assert extra == pytest.approx(dense + half * tok / (0.4 * peak), rel=1e-9)
+    with pytest.raises(ValueError, match="attention_backward_efficiency"):
+        named_cluster("h100-sxm", attention_backward_efficiency=1.5)
+
+
+def test_zero2_goes_block_by_block_like_fsdp_or_in_ddp_buckets():
+    c = dataclasses.replace(named_cluster("a100-80gb", efficiency=0.5),
+                            intra=AlphaBeta(1e-3, 300e9))  # a start-up that dominates
+    z2 = Layout(dp=8, zero=2, micro_batch=1)
+    psi = stage_params(GPT, z2)
+    blocks, flat = (step_time(GPT, z2, c, 8, zero2_per_block=b) for b in (True, False))
+    units = GPT.layers + 1
+    assert blocks.detail["dp_allreduce_s"] == pytest.approx(
+        units * group_allreduce_time(psi * 2 / units, 8, 1, c))
+    assert flat.detail["dp_allreduce_s"] == pytest.approx(group_allreduce_time(psi * 2, 8, 1, c))
+    assert blocks.terms["data-parallel"] > 4 * flat.terms["data-parallel"]
+    # DDP and ZeRO-1 keep DDP's buckets either way
+    for zero in (0, 1):
+        lay = Layout(dp=8, zero=zero, micro_batch=1)
+        assert step_time(GPT, lay, c, 8).terms == step_time(GPT, lay, c, 8, zero2_per_block=False).terms
+    with pytest.raises(TypeError, match="zero2_per_block"):
+        step_time(GPT, z2, c, 8, zero2_per_block="yes")
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(heads=3), "divisible by heads"), (dict(kv_heads=3), "kv_heads"),
     (dict(layers=0), "layers"), (dict(gated="yes"), "gated"), (dict(act_bytes=3), "act_bytes"),

@@ -45,6 +45,13 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     assert rec["cluster"]["attention_efficiency"] is None
     assert slow["cluster"]["attention_efficiency"] == 0.1
     assert min(b["step_s"] for b in slow["best"]) > rec["best"][0]["step_s"]
+    # a slower backward alone lengthens the step too, and is named apart
+    assert main(["plan", "--config", str(cfg), "--gpus", "16", "--json", "--tp", "2",
+                 "--attention-backward-efficiency", "0.05"]) == 0
+    back = json.loads(capsys.readouterr().out)
+    assert back["cluster"]["attention_backward_efficiency"] == 0.05
+    assert back["cluster"]["attention_efficiency"] is None
+    assert min(b["step_s"] for b in back["best"]) > rec["best"][0]["step_s"]
     assert rec["cluster"]["sharded_hidden"] == 0.0
     # ZeRO-3 fixed: hiding its collectives can only shorten the step
     z3 = ["plan", "--config", str(cfg), "--gpus", "16", "--json", "--zero", "3", "--tp", "1", "--pp", "1"]
@@ -63,6 +70,7 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     (["--pp", "8", "--global-batch-tokens", "4k"], "too small for the pipeline"),
     (["--global-batch-tokens", "lots"], "--global-batch-tokens"),
     (["--attention-efficiency", "0"], "attention_efficiency"),
+    (["--attention-backward-efficiency", "2"], "attention_backward_efficiency"),
     (["--sharded-hidden", "1.5"], "--sharded-hidden"),
 ])
 def test_bad_input_exits_2_with_the_reason(args, says, capsys):

@@ -86,7 +86,7 @@ def test_inputs_carry_the_rows_layout_and_gpu(lla, rows):
         assert tr["gradient_accumulation_steps"] == row[6] and tr["batch_size_per_gpu"] == row[5]
         assert init["parallelism_config"].dp_size == row[3] and tr["ds_zero"] == lla.DSZeRO.STAGE_3
         assert tr["flash_attn"] is True
-        assert tr["activation_recomputation"].name == ("FULL" if row[10] else "NONE")
+        assert tr["activation_recomputation"].name == ("FULL" if row[11] else "NONE")
 
 
 def test_rows_it_cannot_model_give_none_and_the_reason(lla, rows):

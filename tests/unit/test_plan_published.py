@@ -39,7 +39,7 @@ def test_foundry_rows_agree_with_their_own_columns():
     runs = foundry_runs()
     assert len(runs) == len(FOUNDRY_ROWS) == 209
     for row, run in zip(FOUNDRY_ROWS, runs):
-        table, _m, seq, gpus, mfu, mb, acc, gbs, tok_gpu, _shard, _ckpt, params = row
+        table, _m, seq, gpus, mfu, mb, acc, gbs, tok_gpu, mp, _shard, _ckpt, params = row
         assert run.model.num_params == pytest.approx(params, rel=0.005), row
         assert gbs <= mb * acc * gpus  # micro-batches may not divide the batch (the README says)
         # the MFU column is the README's FLOPs per token (6 x all parameters, position
@@ -50,8 +50,19 @@ def test_foundry_rows_agree_with_their_own_columns():
         assert run.model.model_flops_per_token() <= run.flops_per_token
         # attn_impl: triton, a fused causal kernel at the first generation's stated share
         gen = "flash1-h100" if table.startswith("h100") else "flash1-a100"
-        assert run.model.flash and run.cluster.attention_efficiency == ATTENTION_EFFICIENCY[gen]
-    assert all(not r.model.flash and r.cluster.attention_efficiency is None for r in megatron_runs())
+        assert run.model.flash and (run.cluster.attention_efficiency,
+                                    run.cluster.attention_backward_efficiency) == ATTENTION_EFFICIENCY[gen]
+        # Composer's DEFAULT mixed precision reduces gradients in fp32, PURE in bf16
+        assert run.reduce_bytes == {"DEFAULT": 4.0, "PURE": 2.0}[mp], row
+    assert all(not r.model.flash and r.cluster.attention_efficiency is None
+               and r.cluster.attention_backward_efficiency is None and r.reduce_bytes == 2.0
+               for r in megatron_runs())
+    # the README's MP Mode column: the A100-40GB table and the A100-80GB table's two 70b rows
+    # ran bf16 PURE, every other row amp_bf16 DEFAULT
+    assert sorted({(r[0], r[9]) for r in FOUNDRY_ROWS}) == [
+        ("a100-40gb", "PURE"), ("a100-80gb", "DEFAULT"), ("a100-80gb", "PURE"),
+        ("h100", "DEFAULT"), ("h100-large", "DEFAULT")]
+    assert [r[1] for r in FOUNDRY_ROWS if r[0] == "a100-80gb" and r[9] == "PURE"] == ["70b", "70b"]
 
 
 def test_fit_uses_at_most_two_rows_per_table_and_holds_them_out():
