@@ -336,13 +336,17 @@ viz.build_widget(plan_widget())
 # the MPT runs used a first-generation kernel, stated at 30-50 % of an A100's peak forward and
 # 25-35 % backward. A recomputed forward runs at the forward's share.
 #
-# Two more terms come from how these runs were built. A pipeline's last stage holds the output
-# layer beside its share of the blocks, and the slowest stage sets the pace. FSDP gathers the
-# weights twice and reduce-scatters the gradients for every micro-batch, block by block, the
-# gradients in the run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in
-# fp32, `PURE` in bf16); the planner pays these collectives in full, none hidden behind compute (`Cluster.sharded_hidden = 0`), because
-# llm-foundry's own sweep of the micro-batch size, everything else held, shows a fixed cost per
-# micro-batch at least that large. If FSDP had hidden them, that fixed cost would be near zero.
+# More terms come from how these runs were built. A pipeline's last stage holds the output
+# layer beside its share of the blocks, and the slowest stage sets the pace. The large H100
+# table ran PyTorch 2.1, whose checkpoint stops rerunning a block once the last tensor backward
+# needs is back: the MLP's down-projection is not rerun (`Layout.early_stop`; a test counts
+# PyTorch's own FLOPs against the planner's). FSDP gathers the weights twice and
+# reduce-scatters the gradients for every micro-batch, block by block, the gradients in the
+# run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in fp32, `PURE` in
+# bf16). The planner pays these collectives in full, none hidden behind compute
+# (`Cluster.sharded_hidden = 0`), because llm-foundry's own sweep of the micro-batch size,
+# everything else held, shows a fixed cost per micro-batch at least that large. If FSDP had
+# hidden them, that fixed cost would be near zero.
 
 # %%
 from perfkit.plan import micro_batch_overhead

@@ -95,6 +95,7 @@ from perfkit.plan.published import (
 )
 from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
+    FOUNDRY_EARLY_STOP,
     FOUNDRY_MB_SWEEP,
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
@@ -135,6 +136,7 @@ __all__ = [
     "fit_rows",
     "fit_step_efficiency",
     "FOUNDRY_COMMIT",
+    "FOUNDRY_EARLY_STOP",
     "FOUNDRY_MB_SWEEP",
     "FOUNDRY_MB_SWEEP_SOURCE",
     "FOUNDRY_ROWS",

@@ -147,6 +147,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         r.add_argument(f"--{k.replace('_', '-')}", type=str if k == "recompute" else int,
                        choices=RECOMPUTE if k == "recompute" else None, help=f"fix {k}")
     r.add_argument("--sp", choices=("on", "off"), help="fix sequence parallelism")
+    r.add_argument("--early-stop", action="store_true",
+                   help="full recomputation by PyTorch's non-reentrant checkpoint (2.1+), whose "
+                        "rerun skips each block's last matmul (implies --recompute full)")
     ap.add_argument("--top", type=int, default=5, help="layouts shown (default 5)")
     ap.add_argument("--json", action="store_true", help="print JSON")
     ap.set_defaults(func=run)
@@ -215,6 +218,11 @@ def run(args: argparse.Namespace) -> int:
         fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k) is not None}
         if args.sp:
             fixed["sp"] = args.sp == "on"
+        if args.early_stop:
+            if fixed.setdefault("recompute", "full") != "full":
+                raise ValueError(f"--early-stop is a kind of full recomputation, got --recompute "
+                                 f"{fixed['recompute']}")
+            fixed["early_stop"] = True
         _check_fixed(model, fixed, args.gpus, batch)
         result = plan(model, cluster, args.gpus, batch, fixed)
     except (TypeError, ValueError) as e:

@@ -35,6 +35,11 @@ class Layout:
         micro_batch: sequences per micro-batch per data-parallel replica.
         interleave: model chunks per pipeline stage (``v`` of the interleaved schedule).
         recompute: ``"none"``, ``"selective"`` (attention scores) or ``"full"`` (blocks).
+        early_stop: full recomputation through PyTorch's non-reentrant checkpoint (2.1 and
+            later, on by default), which stops rerunning a block once the last tensor its
+            backward needs is back: the block's last matmul, the MLP's down-projection, is not
+            rerun unless a dropout after it keeps a mask (Megatron's own recomputation reruns
+            it). Only with ``recompute="full"``.
         sp: sequence parallelism beside tensor parallelism.
         schedule: ``"1f1b"`` (PipeDream-Flush) or ``"gpipe"`` (all forwards first).
     """
@@ -49,6 +54,7 @@ class Layout:
     recompute: str = "none"
     sp: bool = False
     schedule: str = "1f1b"
+    early_stop: bool = False
 
     def __post_init__(self) -> None:
         for k in ("dp", "tp", "pp", "cp", "micro_batch", "interleave"):
@@ -57,6 +63,10 @@ class Layout:
         check_choice("recompute", self.recompute, RECOMPUTE)
         check_type("sp", self.sp, bool)
         check_choice("schedule", self.schedule, SCHEDULES)
+        check_type("early_stop", self.early_stop, bool)
+        if self.early_stop and self.recompute != "full":
+            raise ValueError(f"early_stop applies to full recomputation only, got "
+                             f"recompute={self.recompute!r}")
 
     @property
     def gpus(self) -> int:
@@ -87,12 +97,14 @@ class Layout:
         return base
 
     def label(self) -> str:
-        """A short name: ``dp16 tp8 pp4 z1 mb1 v2 sel sp``."""
+        """A short name: ``dp16 tp8 pp4 z1 mb1 v2 sel sp`` (``full es``: full recomputation
+        with early stop)."""
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
         parts += [f"cp{self.cp}"] if self.cp > 1 else []
         parts += [f"z{self.zero}", f"mb{self.micro_batch}"]
         parts += [f"v{self.interleave}"] if self.interleave > 1 else []
         parts += {"none": [], "selective": ["sel"], "full": ["full"]}[self.recompute]
+        parts += ["es"] if self.early_stop else []
         parts += ["sp"] if self.sp else []
         parts += ["gpipe"] if self.schedule == "gpipe" else []
         return " ".join(parts)

@@ -140,13 +140,27 @@ class ModelSpec:
         return float(gpt_train_flops(self.matmul_params, self.layers, self.hidden, self.seq, 1))
 
     @lru_cache(maxsize=1 << 16)  # noqa: B019
-    def dense_flops_per_token(self, recompute: str = "none") -> float:
+    def dense_flops_per_token(self, recompute: str = "none", early_stop: bool = False) -> float:
         """FLOPs of the weight matmuls per trained token: ``6 N`` (forward ``2 N``, backward
         ``4 N``); full recomputation runs the blocks' forward again, ``8`` per block parameter,
         but not the output layer's (checkpointing wraps blocks: Megatron's eq. 3 counts the
-        logits ``6 h V``, and FSDP's checkpoint wrapper wraps each block)."""
+        logits ``6 h V``, and FSDP's checkpoint wrapper wraps each block). With ``early_stop``
+        (PyTorch's non-reentrant checkpoint) the rerun leaves out
+        :attr:`early_stop_skipped_params`."""
         check_choice("recompute", recompute, RECOMPUTE)
-        return (8.0 if recompute == "full" else 6.0) * self.block_matmul_params + self.head_flops_per_token
+        check_type("early_stop", early_stop, bool)
+        if recompute != "full":
+            return 6.0 * self.block_matmul_params + self.head_flops_per_token
+        rerun = self.block_matmul_params - (self.early_stop_skipped_params if early_stop else 0)
+        return 6.0 * self.block_matmul_params + 2.0 * rerun + self.head_flops_per_token
+
+    @property
+    def early_stop_skipped_params(self) -> int:
+        """Weights whose forward matmul an early-stopping recomputation does not rerun, all
+        layers: each block's MLP down-projection (``f h``), its last matmul, whose output
+        backward never needs; none when a dropout after it keeps a mask from that output.
+        ``tests/unit/test_plan.py`` counts PyTorch's recomputed FLOPs against it."""
+        return 0 if self.dropout else self.layers * self.ffn * self.hidden
 
     @cached_property
     def block_matmul_params(self) -> int:
@@ -185,12 +199,12 @@ class ModelSpec:
             return half * (2 if recompute == "full" else 1), 2.5 * half
         return fwd * (2 if recompute != "none" else 1), 2 * fwd
 
-    def hardware_flops_per_token(self, recompute: str = "none") -> float:
+    def hardware_flops_per_token(self, recompute: str = "none", early_stop: bool = False) -> float:
         """FLOPs the GPUs run per token: :meth:`dense_flops_per_token` +
         :meth:`attention_flops_per_token`. For an unfused model this is PaLM's count plus
         what recomputation adds (``2 N + 4 L h s`` full, ``4 L h s`` selective); a fused
         causal kernel runs ``7 L h s`` of PaLM's ``12 L h s``."""
-        return self.dense_flops_per_token(recompute) + self.attention_flops_per_token(recompute)
+        return self.dense_flops_per_token(recompute, early_stop) + self.attention_flops_per_token(recompute)
 
     def megatron_flops_per_token(self) -> float:
         """Narayanan et al. (2021), eq. 3, per token: ``96 l h^2 (1 + s/6h + V/16lh)``, with

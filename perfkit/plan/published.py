@@ -30,6 +30,7 @@ from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
+    FOUNDRY_EARLY_STOP,
     FOUNDRY_MB_SWEEP,
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
@@ -100,11 +101,12 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     positions: the reported parameter count grows with the sequence), FSDP (``FULL_SHARD``:
     ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, gradients reduced in fp32 under the
     ``DEFAULT`` mixed precision and in bf16 under ``PURE``, activation checkpointing as full
-    recomputation. A100 tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU);
-    the H100 tables name none (400 Gb/s per GPU assumed). The MPT yamls ask for
-    ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23, as fast as the first
-    generation (FlashAttention-2's paper compares both): at that generation's stated shares of
-    the peak, forward and backward (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
+    recomputation (with PyTorch 2.1's early stop in :data:`FOUNDRY_EARLY_STOP`'s table). A100
+    tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU); the H100 tables name none
+    (400 Gb/s per GPU assumed). The MPT yamls ask for ``attn_impl: triton``, the Triton port
+    of FlashAttention of 2022-23, as fast as the first generation (FlashAttention-2's paper
+    compares both): at that generation's stated shares of the peak, forward and backward
+    (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
     out = []
     src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
     for table, name, seq, gpus, mfu, mb, _acc, gbs, tok_gpu, mp, shard, ckpt, n in FOUNDRY_ROWS:
@@ -114,7 +116,8 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
         model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
                           vocab=vocab, seq=seq, positions=seq, source=src)
         lay = Layout(dp=gpus, zero=3 if shard == "FULL_SHARD" else 2, micro_batch=mb,
-                     recompute="full" if ckpt else "none")
+                     recompute="full" if ckpt else "none",
+                     early_stop=bool(ckpt and table in FOUNDRY_EARLY_STOP))
         gpu = "h100-sxm" if table.startswith("h100") else table
         # the README's own count: 6 x every parameter (embeddings too) + 12 L d s per token
         per_token = 6 * n + 12 * layers * d * seq

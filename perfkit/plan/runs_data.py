@@ -16,8 +16,8 @@ Usage::
     print(len(MEGATRON_ROWS), len(FOUNDRY_ROWS), FOUNDRY_TABLES["a100-40gb"])
 """
 
-__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_MB_SWEEP", "FOUNDRY_MB_SWEEP_SOURCE", "FOUNDRY_ROWS",
-           "FOUNDRY_TABLES", "MEGATRON_ROWS", "MPT_SHAPES"]
+__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_EARLY_STOP", "FOUNDRY_MB_SWEEP", "FOUNDRY_MB_SWEEP_SOURCE",
+           "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_ROWS", "MPT_SHAPES"]
 
 FOUNDRY_COMMIT = "8c8dd48f72168c5d51e2f7b151595892a8fba43d"
 
@@ -55,6 +55,16 @@ MPT_SHAPES = {
     '30b': (48, 7168, 56, 4, 50368),
     '70b': (80, 8192, 64, 4, 50368),
 }
+
+# Tables whose checkpointed runs recomputed with early stop (PyTorch 2.1's non-reentrant
+# checkpoint): the large-scale H100 table was added by mosaicml/llm-foundry@5e85bd62 ("new
+# benchmarks", Jan 2024), whose runs installed llm-foundry's main (``pip_install:
+# '.[gpu-flash2]'`` in submit_benchmarks.py), whose setup.py pins ``torch>=2.1,<2.1.1``, and
+# whose yamls ask for ``activation_checkpointing_reentrant: false``. The other tables' runs
+# name no PyTorch version (their launcher's default image is PyTorch 1.13.1, before early stop).
+FOUNDRY_EARLY_STOP = {"h100-large": "mosaicml/llm-foundry@5e85bd62 setup.py, "
+                                    "scripts/train/benchmarking/submit_benchmarks.py, "
+                                    "scripts/train/yamls/pretrain/mpt-*.yaml"}
 
 # llm-foundry's sweep of the micro-batch size with everything else held (8 A100-80GB, sequence
 # 2048, FULL_SHARD, amp_bf16 DEFAULT, no activation checkpointing, gradient accumulation 2):

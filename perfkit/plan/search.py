@@ -85,7 +85,9 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
     up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full
 (selective only for unfused attention: with a fused kernel it is the same layout as none);
     sequence parallelism on wherever tp > 1 (it moves the same bytes and keeps fewer, so
-    a layout without it never wins; fix ``sp`` to compare). Micro-batches that do not divide
+    a layout without it never wins; fix ``sp`` to compare); full recomputation without early
+    stop unless ``early_stop`` is fixed (PyTorch's checkpoint, whose rerun ends early, then
+    stands for every full recomputation). Micro-batches that do not divide
     the batch and interleavings that do not divide the layers are skipped unless fixed (then
     :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field.
 
@@ -102,6 +104,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
         "cp": [c for c in (1, 2, 4, 8) if gpus % c == 0 and (c == 1 or model.seq >= 8192)],
         "zero": [0, 1, 2, 3], "micro_batch": _pow2(16), "interleave": [1, 2, 4],
         "recompute": list(RECOMPUTE), "sp": [False, True], "schedule": ["1f1b"],
+        "early_stop": [False],
     }
     for k, v in fixed.items():
         if k != "dp":
@@ -113,9 +116,11 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
         dp = gpus // (tp * pp * cp)
         if "dp" in fixed and fixed["dp"] != dp:
             continue
-        for zero, mb, v, rc, sp, sc in itertools.product(
+        for zero, mb, v, rc, sp, sc, es in itertools.product(
                 axes["zero"], axes["micro_batch"], axes["interleave"], axes["recompute"],
-                axes["sp"], axes["schedule"]):
+                axes["sp"], axes["schedule"], axes["early_stop"]):
+            if es and rc != "full":
+                continue  # early stop is a kind of full recomputation
             if (sp and tp == 1) or (v > 1 and pp == 1) or (zero == 3 and pp > 1):
                 continue  # nothing to split, nothing to interleave; ZeRO-3 with a pipeline
             if tp > 1 and not sp and "sp" not in fixed:
@@ -125,7 +130,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
             if ("micro_batch" not in fixed and global_batch % (dp * mb)) or (
                     "interleave" not in fixed and model.layers % (pp * v)):
                 continue  # sizes that cannot split the batch or the layers (unless asked for)
-            out.append(Layout(dp, tp, pp, cp, zero, mb, v, rc, sp, sc))
+            out.append(Layout(dp, tp, pp, cp, zero, mb, v, rc, sp, sc, es))
     return out
 
 

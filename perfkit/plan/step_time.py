@@ -152,7 +152,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     # weight matmuls at the GEMM rate, the attention kernel's at its own, forward and backward
     # (softmax beside the Tensor Cores). Stages hold L / pp blocks each and the last one the
     # output layer as well (Megatron splits blocks evenly): that stage sets the pipeline's pace.
-    blocks = model.dense_flops_per_token(lay.recompute) - model.head_flops_per_token
+    blocks = model.dense_flops_per_token(lay.recompute, lay.early_stop) - model.head_flops_per_token
     dense = blocks / lay.pp + model.head_flops_per_token
     attn_fwd, attn_bwd = model.attention_flops_split(lay.recompute)
     matmul = (dense / cluster.achievable_flops
@@ -168,7 +168,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     # (+2 recomputed), and beside the blocks: the vocabulary-parallel embedding's output (first
     # stage) and the output layer's input gradient (last stage), one (b, s, h) each, and the
     # cross-entropy's 3 all-reduces of b s fp32 numbers (max, sum of exponentials, target logit)
-    n_tp = 4 + (2 if lay.recompute == "full" else 0)
+    # (an early-stopping rerun ends before the down-projection and its all-reduce)
+    n_tp = 4 + ((1 if lay.early_stop else 2) if lay.recompute == "full" else 0)
     tp = 0.0
     if lay.tp > 1:
         link = _link(lay.tp, cluster)
@@ -222,5 +223,6 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     others = {k: v for k, v in terms.items() if k != "matmul"}
     limiter = "compute" if terms["matmul"] > total / 2 else max(others, key=others.get)
     return StepTime(terms, total, tokens_s, model.model_flops_per_token() * tokens_s / peak,
-                    model.hardware_flops_per_token(lay.recompute) * tokens_s / peak, limiter,
+                    model.hardware_flops_per_token(lay.recompute, lay.early_stop) * tokens_s / peak,
+                    limiter,
                     {"micro_batches": float(m), "slot_s": slot, "dp_allreduce_s": ar})

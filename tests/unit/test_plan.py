@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 import pytest
+import torch
 
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.hw import MachineLimits
@@ -177,6 +178,78 @@ def test_attention_passes_run_at_their_own_shares_and_recomputation_at_the_forwa
     assert extra == pytest.approx(dense + half * tok / (0.4 * peak), rel=1e-9)
     with pytest.raises(ValueError, match="attention_backward_efficiency"):
         named_cluster("h100-sxm", attention_backward_efficiency=1.5)
+
+
+class _Block(torch.nn.Module):
+    """An MPT/GPT block: pre-norm, fused causal attention, GELU MLP, optional dropout after it."""
+
+    def __init__(self, h: int, heads: int, p: float):
+        super().__init__()
+        self.h, self.heads = h, heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+        self.qkv, self.proj = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
+        self.up, self.down = torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
+        return x + self.drop(self.down(torch.nn.functional.gelu(self.up(self.ln2(x)))))
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_early_stop_skips_what_pytorchs_checkpoint_skips(dropout):
+    from torch.utils.checkpoint import checkpoint
+    from torch.utils.flop_counter import FlopCounterMode
+
+    h, heads, b, s, layers = 32, 4, 2, 16, 2
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList(_Block(h, heads, 0.1 if dropout else 0.0) for _ in range(layers))
+
+    def backward_mm_flops(ckpt: bool, early: bool) -> int:
+        x = torch.randn(b, s, h, requires_grad=True)
+        with torch.utils.checkpoint.set_checkpoint_early_stop(early):
+            y = x
+            for blk in blocks:
+                y = checkpoint(blk, y, use_reentrant=False) if ckpt else blk(y)
+            counter = FlopCounterMode(display=False)
+            with counter:
+                y.sum().backward()
+        return sum(n for op, n in counter.get_flop_counts()["Global"].items()
+                   if str(op) in ("aten.mm", "aten.addmm"))  # the weight matmuls
+
+    m = ModelSpec("block", layers=layers, hidden=h, heads=heads, ffn=4 * h, vocab=8, seq=s,
+                  dropout=dropout, bias=True)
+    plain = backward_mm_flops(False, True)
+    for early in (False, True):
+        rerun = backward_mm_flops(True, early) - plain  # the recomputed forward's matmuls
+        planned = (m.dense_flops_per_token("full", early) - m.dense_flops_per_token()) * b * s
+        assert rerun == planned, (early, rerun, planned)
+    # without dropout, early stop leaves the down-projections out; a mask after them keeps them
+    skipped = 0 if dropout else layers * 4 * h * h
+    assert m.early_stop_skipped_params == skipped
+    assert m.dense_flops_per_token("full") - m.dense_flops_per_token("full", True) == 2 * skipped
+
+
+def test_early_stop_is_a_kind_of_full_recomputation():
+    with pytest.raises(ValueError, match="early_stop applies to full recomputation"):
+        Layout(dp=1, recompute="none", early_stop=True)
+    lay = Layout(dp=8, tp=2, recompute="full", early_stop=True, micro_batch=1)
+    assert lay.label().endswith("full es")
+    c = named_cluster("a100-80gb", efficiency=0.5)
+    es, full = (step_time(GPT, dataclasses.replace(lay, early_stop=e), c, 8) for e in (True, False))
+    # GPT keeps dropout masks: nothing is skipped; MPT-like (no dropout) skips the down-projection
+    assert GPT.early_stop_skipped_params == 0
+    nodrop = dataclasses.replace(GPT, dropout=False)
+    es, full = (step_time(nodrop, dataclasses.replace(lay, early_stop=e), c, 16) for e in (True, False))
+    assert es.terms["matmul"] < full.terms["matmul"]
+    assert es.terms["tensor-parallel"] < full.terms["tensor-parallel"]  # one all-reduce fewer a block
+    assert es.hfu / es.mfu < full.hfu / full.mfu
+    pinned = enumerate_layouts(nodrop, 2, 4, 8, fixed={"early_stop": True})
+    assert pinned and all(x.recompute == "full" and x.early_stop for x in pinned)
+    assert not any(x.early_stop for x in enumerate_layouts(nodrop, 2, 4, 8))
 
 
 def test_zero2_goes_block_by_block_like_fsdp_or_in_ddp_buckets():

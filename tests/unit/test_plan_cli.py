@@ -84,6 +84,16 @@ def test_bad_input_exits_2_with_the_reason(args, says, capsys):
     assert says in capsys.readouterr().err
 
 
+def test_early_stop_pins_full_recomputation(capsys):
+    base = ["plan", "--gpus", "8", *SMALL, "--json"]
+    assert main([*base, "--early-stop"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["best"] and all(b["layout"]["early_stop"] and b["layout"]["recompute"] == "full"
+                               for b in rec["best"])
+    assert main([*base, "--early-stop", "--recompute", "none"]) == 2
+    assert "--early-stop is a kind of full recomputation" in capsys.readouterr().err
+
+
 def test_a_model_must_be_named(capsys):
     assert main(["plan", "--gpus", "8"]) == 2
     assert "--config config.json" in capsys.readouterr().err

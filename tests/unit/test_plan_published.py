@@ -39,7 +39,7 @@ def test_foundry_rows_agree_with_their_own_columns():
     runs = foundry_runs()
     assert len(runs) == len(FOUNDRY_ROWS) == 209
     for row, run in zip(FOUNDRY_ROWS, runs):
-        table, _m, seq, gpus, mfu, mb, acc, gbs, tok_gpu, mp, _shard, _ckpt, params = row
+        table, _m, seq, gpus, mfu, mb, acc, gbs, tok_gpu, mp, _shard, ckpt, params = row
         assert run.model.num_params == pytest.approx(params, rel=0.005), row
         assert gbs <= mb * acc * gpus  # micro-batches may not divide the batch (the README says)
         # the MFU column is the README's FLOPs per token (6 x all parameters, position
@@ -54,6 +54,8 @@ def test_foundry_rows_agree_with_their_own_columns():
                                     run.cluster.attention_backward_efficiency) == ATTENTION_EFFICIENCY[gen]
         # Composer's DEFAULT mixed precision reduces gradients in fp32, PURE in bf16
         assert run.reduce_bytes == {"DEFAULT": 4.0, "PURE": 2.0}[mp], row
+        # PyTorch 2.1's early stop: only where the source pins that version (the large H100 table)
+        assert run.layout.early_stop == (ckpt and table == "h100-large"), row
     assert all(not r.model.flash and r.cluster.attention_efficiency is None
                and r.cluster.attention_backward_efficiency is None and r.reduce_bytes == 2.0
                for r in megatron_runs())
