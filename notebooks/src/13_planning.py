@@ -393,7 +393,8 @@ viz.verdict(Prediction("planner's median error over the baseline's", "a model th
 # %% [markdown]
 # Where the errors sit says which term is missing. A term the planner counts wrongly for one
 # kind of run leaves its rows on one side: here the rows are split by recomputation, whose cost
-# the planner takes from its FLOPs (one more forward of the blocks).
+# the planner takes from its FLOPs (one more forward of the blocks, less each block's last matmul
+# where PyTorch's early stop ran).
 
 # %%
 above = both = 0
