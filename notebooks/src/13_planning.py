@@ -110,10 +110,13 @@ print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 
 # needs, so nothing overlaps: every byte sent adds to the step.
 #
 # One figure is fitted: the share of the matmul ceiling a training step reaches, on DDP's
-# measured step. The three ZeRO stages are then predictions: ZeRO 1 and 2 move the same bytes
-# as DDP (a reduce-scatter and an all-gather are one all-reduce), in one bucket; ZeRO-3
-# gathers each block's weights in forward and again in backward and reduce-scatters its
-# gradients, three collectives per block, each paying the link's start-up `alpha`. Model
+# measured step. The three ZeRO stages are then predictions: ZeRO 1 and 2 reduce-scatter the
+# gradients and all-gather the weights in one bucket each, where DDP all-reduces once. On a
+# ring those two are one all-reduce's bytes, but gloo reduce-scatters by all-reducing the whole
+# buffer and keeping its chunk (PyTorch's `ProcessGroupGloo.cpp`), so here they cost one and a
+# half all-reduces. ZeRO-3 gathers each block's weights in forward and again in backward and
+# reduce-scatters its gradients, three collectives per block, each paying the link's start-up
+# `alpha`. Model
 # states are ZeRO's formula on the planner's parameter count (fp32 Adam: 4 + 4 + 8 bytes).
 
 # %%

@@ -114,6 +114,10 @@ class Cluster:
             as large as ZeRO-3's three collectives' transfer time:
             :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching. DDP's
             bucketed all-reduce always overlaps the backward where ``overlap`` holds.
+        full_reduce_scatter: the backend reduce-scatters by all-reducing the whole buffer and
+            keeping its chunk (gloo: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` in
+            pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupGloo.cpp), so a
+            reduce-scatter costs a whole all-reduce instead of half one (NCCL's ring).
         note: where the link figures come from.
     """
 
@@ -128,6 +132,7 @@ class Cluster:
     memory_share: float = 0.9
     overlap: bool = True
     sharded_hidden: float = 0.0
+    full_reduce_scatter: bool = False
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -142,6 +147,7 @@ class Cluster:
                 check_real(k, getattr(self, k), 0, 1, lo_open=True)
         check_type("overlap", self.overlap, bool)
         check_real("sharded_hidden", self.sharded_hidden, 0, 1)
+        check_type("full_reduce_scatter", self.full_reduce_scatter, bool)
 
     @property
     def usable_memory(self) -> float:
@@ -220,8 +226,9 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
         efficiency: share of that peak a training step's matmuls reach, in (0, 1].
 
     Returns:
-        A one-node :class:`Cluster` with ``intra == inter == link`` and no overlap of
-        communication with compute (gloo's threads run on the same cores).
+        A one-node :class:`Cluster` with ``intra == inter == link``, no overlap of
+        communication with compute (gloo's threads run on the same cores), and gloo's
+        reduce-scatter, a whole all-reduce (``full_reduce_scatter``).
 
     Raises:
         TypeError, ValueError: for arguments of the wrong kind or out of range.
@@ -239,4 +246,5 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
               f"measured by perfkit.hw ({limits.measured_at or 'cached'}), {dtype} matmul")
     return Cluster(name=f"this machine ({processes} processes)", gpu=gpu, gpus_per_node=processes,
                    intra=link, inter=link, efficiency=efficiency, memory_share=1.0,
-                   overlap=False, note="ceilings from perfkit.hw, link from the alpha-beta fit")
+                   overlap=False, full_reduce_scatter=True,
+                   note="ceilings from perfkit.hw, link from the alpha-beta fit")

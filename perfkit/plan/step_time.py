@@ -10,7 +10,8 @@ output layer's, and the vocabulary-parallel loss's three small ones and the part
 context parallelism's K/V ring that attention's own compute does not hide. The pipeline
 runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus the
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
-all-gather, the same bytes), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
+all-gather, the same bytes on a ring; on gloo a reduce-scatter is a whole all-reduce,
+``Cluster.full_reduce_scatter``), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
 them), hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
 reduce-scatters gradients for every micro-batch, block by block. ZeRO-2's and ZeRO-3's
 collectives hide behind the share ``cluster.sharded_hidden`` of that compute (0 by default:
@@ -199,17 +200,21 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     if lay.zero == 2 and zero2_per_block:
         buckets = int(layers) + 1  # FSDP's units: the stage's blocks and its embedding or head
     ar = buckets * group_allreduce_time(psi * grad_bytes / buckets, n, stride, cluster)
+    # a reduce-scatter is half an all-reduce's ring steps (an all-gather the other half); a
+    # backend that reduce-scatters by all-reducing the whole buffer (gloo) pays all of it
+    rs_share = 1.0 if cluster.full_reduce_scatter else 0.5
     hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
     dp = zero3 = 0.0
-    if lay.zero < 2:  # DDP's bucketed all-reduce runs beside the backward
+    if lay.zero == 0:  # DDP's bucketed all-reduce runs beside the backward
         dp = max(0.0, ar - hide)
+    elif lay.zero == 1:  # reduce-scatter + all-gather beside the backward
+        dp = max(0.0, (rs_share + 0.5) * ar - hide)
     elif lay.zero == 2:  # a sharded optimizer's reduce-scatter + all-gather: see sharded_hidden
-        dp = max(0.0, ar - cluster.sharded_hidden * hide)
-    else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter;
-        # an all-gather (or a reduce-scatter) is half an all-reduce's ring steps
+        dp = max(0.0, (rs_share + 0.5) * ar - cluster.sharded_hidden * hide)
+    else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter
         units = int(layers) + 1  # the stage's blocks and its embedding or head
         per_unit = (group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
-                    + 0.5 * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
+                    + rs_share * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
         hidden = cluster.sharded_hidden * slot if cluster.overlap else 0.0
         zero3 = m * max(0.0, units * per_unit - hidden)
     shard = psi / (n if lay.zero >= 1 else 1)

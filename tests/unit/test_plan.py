@@ -398,6 +398,7 @@ def test_local_cluster_shares_the_machine():
     c = local_cluster(lim, AlphaBeta(1e-5, 1e9), processes=2, memory_bytes=1e9)
     assert c.gpu.peak_flops == 1e11 and c.gpu.hbm_bytes_per_s == 1.5e10
     assert c.intra == c.inter == AlphaBeta(1e-5, 1e9)
+    assert c.full_reduce_scatter  # gloo's reduce-scatter is an all-reduce of the whole buffer
     # on a CPU the collectives take the cores: DP's all-reduce adds to the step in full
     t = step_time(GPT, Layout(dp=2), c, 2)
     gpu_like = step_time(GPT, Layout(dp=2), dataclasses.replace(c, overlap=True), 2)
@@ -527,6 +528,25 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
     assert hidden.terms["zero-3 gathers"] < exposed.terms["zero-3 gathers"]
     with pytest.raises(ValueError, match="sharded_hidden"):
         dataclasses.replace(c, sharded_hidden=1.5)
+
+
+def test_a_backend_that_reduce_scatters_by_all_reducing_pays_a_whole_all_reduce():
+    ring = named_cluster("a100-80gb", efficiency=0.5)
+    gloo = dataclasses.replace(ring, full_reduce_scatter=True)
+    psi = stage_params(GPT, Layout(dp=8))
+    units = GPT.layers + 1
+    z3 = Layout(dp=8, zero=3, micro_batch=1)
+    a, b = (step_time(GPT, z3, c, 8).terms["zero-3 gathers"] for c in (ring, gloo))
+    g = group_allreduce_time(psi / units * 2, 8, 1, ring)  # one unit's bf16 gradients or weights
+    assert b - a == pytest.approx(units * 0.5 * g)  # each unit's reduce-scatter: half -> whole
+    for zero, k in ((1, 1.5), (2, 1.5)):  # reduce-scatter (whole) + all-gather (half)
+        lay = Layout(dp=8, zero=zero, micro_batch=1)
+        t = step_time(GPT, lay, dataclasses.replace(gloo, overlap=False), 8, zero2_per_block=False)
+        assert t.terms["data-parallel"] == pytest.approx(k * t.detail["dp_allreduce_s"])
+    ddp = Layout(dp=8, micro_batch=1)
+    assert step_time(GPT, ddp, ring, 8).terms == step_time(GPT, ddp, gloo, 8).terms
+    with pytest.raises(TypeError, match="full_reduce_scatter"):
+        dataclasses.replace(ring, full_reduce_scatter=1)
 
 
 def test_sharded_hidden_moves_zero2_but_never_ddp():
