@@ -114,6 +114,11 @@ class Cluster:
             as large as ZeRO-3's three collectives' transfer time:
             :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching. DDP's
             bucketed all-reduce always overlaps the backward where ``overlap`` holds.
+        ddp_after_backward: data parallelism all-reduces the whole gradient buffer once,
+            after the backward, with nothing hidden (Megatron-LM 2021's default
+            ``--DDP-impl local``: ``train_step`` in megatron/training.py calls
+            ``allreduce_gradients()`` once ``forward_backward_func`` returns); ``False``:
+            PyTorch's DDP, 25 MiB buckets beside the backward.
         full_reduce_scatter: the backend reduce-scatters by all-reducing the whole buffer and
             keeping its chunk (gloo: ``ProcessGroupGloo::reduce_scatter_tensor_coalesced`` in
             pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupGloo.cpp), so a
@@ -133,6 +138,7 @@ class Cluster:
     overlap: bool = True
     sharded_hidden: float = 0.0
     full_reduce_scatter: bool = False
+    ddp_after_backward: bool = False
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -148,6 +154,7 @@ class Cluster:
         check_type("overlap", self.overlap, bool)
         check_real("sharded_hidden", self.sharded_hidden, 0, 1)
         check_type("full_reduce_scatter", self.full_reduce_scatter, bool)
+        check_type("ddp_after_backward", self.ddp_after_backward, bool)
 
     @property
     def usable_memory(self) -> float:

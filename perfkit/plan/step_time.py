@@ -199,6 +199,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     buckets = max(1, math.ceil(psi * grad_bytes / BUCKET_BYTES))
     if lay.zero == 2 and zero2_per_block:
         buckets = int(layers) + 1  # FSDP's units: the stage's blocks and its embedding or head
+    if lay.zero == 0 and cluster.ddp_after_backward:
+        buckets = 1  # one contiguous buffer
     ar = buckets * group_allreduce_time(psi * grad_bytes / buckets, n, stride, cluster)
     # a reduce-scatter is half an all-reduce's ring steps (an all-gather the other half); a
     # backend that reduce-scatters by all-reducing the whole buffer (gloo) pays all of it
@@ -206,7 +208,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
     dp = zero3 = 0.0
     if lay.zero == 0:  # DDP's bucketed all-reduce runs beside the backward
-        dp = max(0.0, ar - hide)
+        dp = ar if cluster.ddp_after_backward else max(0.0, ar - hide)
     elif lay.zero == 1:  # reduce-scatter + all-gather beside the backward
         dp = max(0.0, (rs_share + 0.5) * ar - hide)
     elif lay.zero == 2:  # a sharded optimizer's reduce-scatter + all-gather: see sharded_hidden

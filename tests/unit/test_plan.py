@@ -549,6 +549,21 @@ def test_a_backend_that_reduce_scatters_by_all_reducing_pays_a_whole_all_reduce(
         dataclasses.replace(ring, full_reduce_scatter=1)
 
 
+def test_megatron_2021s_ddp_all_reduces_after_the_backward_in_one_buffer():
+    c = named_cluster("a100-80gb", efficiency=0.5)
+    late = dataclasses.replace(c, ddp_after_backward=True)
+    lay = Layout(dp=16, micro_batch=1)
+    psi = stage_params(GPT, lay)
+    hidden, after = step_time(GPT, lay, c, 16), step_time(GPT, lay, late, 16)
+    assert after.detail["dp_allreduce_s"] == pytest.approx(group_allreduce_time(psi * 2, 16, 1, c))
+    assert after.terms["data-parallel"] == after.detail["dp_allreduce_s"]  # nothing hidden
+    assert hidden.terms["data-parallel"] < after.terms["data-parallel"]
+    z1 = Layout(dp=16, zero=1, micro_batch=1)  # only DDP's reducer changes
+    assert step_time(GPT, z1, c, 16).terms == step_time(GPT, z1, late, 16).terms
+    with pytest.raises(TypeError, match="ddp_after_backward"):
+        dataclasses.replace(c, ddp_after_backward="yes")
+
+
 def test_sharded_hidden_moves_zero2_but_never_ddp():
     c = named_cluster("a100-80gb", efficiency=0.5)
     ideal = dataclasses.replace(c, sharded_hidden=1.0)

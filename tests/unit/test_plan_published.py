@@ -56,6 +56,8 @@ def test_foundry_rows_agree_with_their_own_columns():
         assert run.reduce_bytes == {"DEFAULT": 4.0, "PURE": 2.0}[mp], row
         # PyTorch 2.1's early stop: only where the source pins that version (the large H100 table)
         assert run.layout.early_stop == (ckpt and table == "h100-large"), row
+    assert all(r.cluster.ddp_after_backward for r in megatron_runs())  # Megatron-LM 2021's local DDP
+    assert not any(r.cluster.ddp_after_backward for r in runs)
     assert all(not r.model.flash and r.cluster.attention_efficiency is None
                and r.cluster.attention_backward_efficiency is None and r.reduce_bytes == 2.0
                for r in megatron_runs())
