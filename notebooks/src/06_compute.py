@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from perfkit import compute, hw, sizing, stats, timing, viz
-from perfkit.compute import budget, compiling, fusion, kernels, throughput
+from perfkit.compute import autocast_parts, budget, compiling, fusion, kernels, throughput
 from perfkit.compute import experiments as ex
 from perfkit.models import gpt2_workload, tiny_gpt2
 from perfkit.verdict import Prediction
@@ -88,7 +88,7 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # %%
 per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
 AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}),
-                             calls=LOSS_STEPS + REPEAT + 2, budget_s=0.12 * BUDGET_S)
+                             calls=LOSS_STEPS + 2 * REPEAT + 3, budget_s=0.12 * BUDGET_S)
 AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
 BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES,
                                calls=(3 if QUICK else REPEAT) + 1, budget_s=0.1 * BUDGET_S)
@@ -112,9 +112,9 @@ for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("
 # bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is fp32 with its low 16 bits cut off,
 # which is why converting between them is cheap.) **Predictions:** (a) the loss curve matches fp32's
 # within a small tolerance, since rounding errors of about 0.4 % per product average out over
-# long sums; (b) the step gets faster by at most the ratio of the bf16 and fp32 matmul
-# ceilings printed above, and less by Amdahl's law, because everything that is not a matmul
-# (elementwise ops, casts, the optimizer) does not speed up.
+# long sums; (b) the step's speed changes by Amdahl's law: only the ops autocast runs in bf16
+# change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower), and the
+# rest (layer norms, the loss, the optimizer) keeps its speed.
 #
 # First (a): the same tiny GPT-2, the same initial weights and the same batches of text,
 # trained in each precision (at batch `AMP_BATCH`, sized above; `experiments.precision_curves`
@@ -146,41 +146,52 @@ print(ex.largest_rise(curves))
 # %% [markdown]
 # Production runs keep fp32 master weights and fp32 reductions for the same reason as autocast
 # and an fp32 optimizer do here: over millions of steps, rounding that averages out in one
-# matmul would accumulate in the weights. Now (b), the speed: the two steps alternate on the
-# same random tokens.
+# matmul would accumulate in the weights. Now (b), the speed.
+#
+# **Amdahl's law, with measured parts.** If the ops autocast changes take a share `f` of the
+# fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
+# was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
+# the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
+# off notebook 00's ceilings: `f` = the step's model FLOPs at the fp32 ceiling over its time,
+# `r` = the ratio of the bf16 and fp32 ceilings. But those are square matmuls of the best size,
+# while this step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
+# tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
+# So the prediction the verdict uses measures `f` and `r` at the step's own shapes
+# (`compute.autocast_parts`): it records,
+# from one bf16 step, every op that runs on a bf16 tensor (the matmuls and fused attention
+# autocast runs in bf16, and the ops that receive their bf16 outputs: the GELU between two
+# linear layers, the bias gradients) and every cast autocast inserts; it replays them alone, as
+# recorded and upcast to fp32, in the same rounds as the two steps (A, B, A, B, ...). The
+# predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
 shape = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ)
 flops = shape.train_flops(BATCH)  # model FLOPs of one step (section 6 explains the formula)
 xa = x[:AMP_BATCH]  # (AMP_BATCH, T): the batch sized for bf16 above
-amp = compute.compare(ex.gpt_step(GPT, xa, "fp32"), ex.gpt_step(GPT, xa, "bf16"), repeat=REPEAT,
-                      threads=THREADS)
+parts = autocast_parts.time_autocast_parts(ex.gpt_step(GPT, xa, "fp32"), ex.gpt_step(GPT, xa, "bf16"),
+                                           repeat=REPEAT, threads=THREADS)
+amp = parts.steps  # the two steps, timed in the same rounds as the parts
 print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
           " of model FLOPs (section 6 turns these into MFU, one per setting)")
 
-# %% [markdown]
-# **Amdahl's estimate.** The fp32 MFU `f` is the share of the fp32 step its matmuls would take at
-# the fp32 ceiling. If only they speed up, by the ratio `r` of the ceilings, the step becomes
-# `(1 - f) + f / r` of what it was: a speedup of `1 / ((1 - f) + f / r)`. On a CPU without fast
-# bf16 units `r` is below 1 and the "speedup" is a slowdown. It is an estimate, not a bound:
-# the real matmuls run below the ceiling, so they take more than `f` of the step (more to gain),
-# and small bf16 matmuls may reach less of their ceiling than fp32 ones (less to gain). The rest
-# of the step (layer norms, GELU, softmax, the loss, AdamW, Python and dispatch) runs at the same
-# speed in both precisions, which is why bigger models, with more of their step in matmuls, get
-# closer to the ratio of the ceilings.
-
 # %%
-f_mm = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
-                            limits.peak_flops("float32") * SHARE))
-amdahl = 1 / ((1 - f_mm) + f_mm / bf16_ratio)
-print(f"f = {f_mm:.1%} of the fp32 step in matmuls (at the ceiling), r = {bf16_ratio:.2f}: "
-      f"Amdahl predicts {amdahl:.2f}x")
-viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl: only the matmuls change speed",
-                       value=amdahl, rel_tol=0.25, unit="x"), amp.estimate,
-            explain=ex.amdahl_explain(f_mm, bf16_ratio, amp.baseline.median_s, amp.candidate.median_s))
+f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
+                              limits.peak_flops("float32") * SHARE))
+print(f"from the ceilings: f = {f_ceil:.1%}, r = {bf16_ratio:.3g} -> {1 / ((1 - f_ceil) + f_ceil / bf16_ratio):.3g}x")
+print("\n".join(parts.lines()))
+print(f"measured at the step's shapes: f = {parts.share():.0%}, r = {parts.total().ratio:.3g} -> "
+      f"{parts.predicted():.3g}x")
+viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes",
+                       value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
+
+# %% [markdown]
+# The ceilings' `f` counts only the model's FLOPs, at the best square matmul's speed, so it is at
+# most the matmuls' real share; their `r` is the ratio at the best shape, which the step's own
+# shapes need not share (the `matmul` line's ratio against the ceilings' says by how much here).
+# A bigger model, with more of its step in large matmuls, brings both closer to the ceilings'.
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of

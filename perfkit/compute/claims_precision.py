@@ -1,15 +1,16 @@
 """Precision and attention advice under the microscope (course module 09).
 
 Mixed precision's speed (timed in alternation against fp32, with Amdahl's model from the
-machine's ceilings) and memory; what fp16 and bf16 flush to zero in a real backward and how
+machine's ceilings, and from the ops autocast changes timed alone at the step's own shapes:
+:mod:`perfkit.compute.autocast_parts`) and memory; what fp16 and bf16 flush to zero in a real backward and how
 many steps a dynamic ``GradScaler`` skips from a start scale; what
 ``nn.MultiheadAttention(kdim=...)`` keeps for backward. Records only; the verdicts are the
 notebook's.
 
 Usage::
 
-    amp = time_precision_step(batch=8, seq=64, repeat=9)
-    print(amp.speedup(), amp.amdahl(cached_limits()))
+    amp = time_precision_step(batch=8, seq=64, repeat=9, parts=True)
+    print(amp.speedup(), amp.amdahl(cached_limits()), amp.parts.predicted())
     print(gradient_flush(batch=4, seq=64).lost)      # {"fp16": ..., "bf16": 0}
 """
 
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 from perfkit import stats, timing
 from perfkit._checks import check_int, check_real, check_type
+from perfkit.compute.autocast_parts import AutocastParts, time_autocast_parts
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu
 from perfkit.compute.kernels import activation_bytes, attention_matrix_bytes
 from perfkit.hw import MachineLimits
@@ -52,12 +54,14 @@ def _gpt(seq: int, model_kw: dict | None, device: torch.device | None = None) ->
 
 @dataclass(frozen=True)
 class PrecisionTiming:
-    """AdamW steps of a tiny GPT-2 in fp32 and in ``precision``, timed in alternation."""
+    """AdamW steps of a tiny GPT-2 in fp32 and in ``precision``, timed in alternation; with
+    ``parts``, the ops autocast changes, timed alone in the same rounds."""
 
     precision: str
     fp32: Measurement
     mixed: Measurement
     flops: float  # model FLOPs of one training step
+    parts: AutocastParts | None = None
 
     def speedup(self) -> stats.Estimate:
         """fp32 time over mixed-precision time."""
@@ -74,13 +78,18 @@ class PrecisionTiming:
 
 
 def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = None, repeat: int = 9,
-                        precision: str = "bf16", device: torch.device | str | None = None) -> PrecisionTiming:
+                        precision: str = "bf16", device: torch.device | str | None = None,
+                        parts: bool = False) -> PrecisionTiming:
     """Time a seeded tiny GPT-2's AdamW step in fp32 and in ``precision`` (``"bf16"``, or
-    ``"fp16"`` on CUDA), interleaved.
+    ``"fp16"`` on CUDA), interleaved; with ``parts``, also the ops autocast changes, replayed
+    alone in fp32 and in ``precision`` in the same rounds
+    (:func:`perfkit.compute.autocast_parts.time_autocast_parts`).
 
     Raises:
+        TypeError: for ``parts`` that is not a bool.
         ValueError: for sizes that are not ints >= 1, or a precision ``make_train_step`` refuses.
     """
+    check_type("parts", parts, bool)
     for name, v in (("batch", batch), ("seq", seq), ("repeat", repeat)):
         check_int(name, v, 1)
     dev = timing.resolve_device(device)
@@ -92,8 +101,11 @@ def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = N
                               lambda mm, b: mm(input_ids=b, labels=b).loss, p)
         return lambda: run(ids)
 
-    fp32, mixed = timing.interleaved([step("fp32"), step(precision)], warmup=1, repeat=repeat, device=dev)
     flops = gpt2_shape(_gpt(seq, model_kw), seq).train_flops(batch)
+    if parts:
+        ap = time_autocast_parts(step("fp32"), step(precision), warmup=1, repeat=repeat, device=dev)
+        return PrecisionTiming(precision, ap.steps.baseline, ap.steps.candidate, flops, ap)
+    fp32, mixed = timing.interleaved([step("fp32"), step(precision)], warmup=1, repeat=repeat, device=dev)
     return PrecisionTiming(precision, fp32, mixed, flops)
 
 

@@ -39,7 +39,7 @@ from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
 
-__all__ = ["amdahl_explain", "attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
+__all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
            "batch_gain", "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
            "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
            "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
@@ -370,29 +370,3 @@ def attention_sweep_checked(impls: Mapping[str, Callable], seq_lens: Sequence[in
     return pts, ("a disturbed sweep (" + "; then ".join(notes) + ")"
                  + (": the times above are from the next sweep" if again else ", every time: the times above "
                     "are the last sweep's"))
-
-
-def amdahl_explain(f: float, r: float, fp32_s: float, bf16_s: float) -> dict[str, str]:
-    """The sentences of the bf16-speedup verdict (Amdahl: only the matmuls, a share ``f`` of
-    the fp32 step at the ceiling, change speed, by the ceilings' ratio ``r``), naming the
-    matmul speed ratio the two measured step times (s) imply if the rest stayed the same."""
-    check_real("f", f, 0, 1)
-    check_real("r", r, 0, lo_open=True)
-    rest = (1 - f) * check_real("fp32_s", fp32_s, 0, lo_open=True)  # s: the part that keeps its speed
-    if check_real("bf16_s", bf16_s, 0, lo_open=True) <= rest:
-        text = (f"The bf16 step ({bf16_s * 1e3:.1f} ms) took less than the fp32 step's non-matmul part alone "
-                f"({rest * 1e3:.1f} ms): the rest of the step got faster in bf16 too")
-        return {"above": text + ".", "below": text + "."}
-    implied = f * fp32_s / (bf16_s - rest)
-    text = (f"The two step times fit the model only if the matmuls ran {implied:.2g}x as fast in bf16 as in "
-            f"fp32, where the ceilings' ratio is {r:.2g}")
-    if r >= 1:
-        above = ("the matmuls take more than f of the fp32 step (they run below its ceiling), or bf16 "
-                 "reaches more of its ceiling at these shapes than fp32 does")
-    else:
-        above = "at these shapes bf16 reaches more of its ceiling than fp32 does of its own"
-    below = ("the casts autocast inserts and its bf16 weight copies cost time the model does not count, or "
-             "bf16 reaches less of its ceiling at these small shapes"
-             + ("" if r >= 1 else ", or the matmuls take more than f of the fp32 step, which a slower "
-                "precision makes slower still"))
-    return {"above": f"{text}: {above}.", "below": f"{text}: {below}."}

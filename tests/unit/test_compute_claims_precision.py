@@ -25,7 +25,13 @@ def test_amdahl_by_hand():
 
 def test_time_precision_step_runs_both():
     t = cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=2, device="cpu")
-    assert t.fp32.n == t.mixed.n == 2 and t.flops > 0
+    assert t.fp32.n == t.mixed.n == 2 and t.flops > 0 and t.parts is None
+    # with parts: the steps are the ones timed beside the parts, in the same rounds
+    t = cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=2, device="cpu", parts=True)
+    assert t.fp32 is t.parts.steps.baseline and t.mixed is t.parts.steps.candidate
+    assert t.parts.counts["matmul"] == 15 and t.parts.total().baseline.n == 2
+    with pytest.raises(TypeError, match="parts"):
+        cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=1, parts=1)
     with pytest.raises(ValueError, match="precision"):
         cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=1, precision="fp8", device="cpu")
 

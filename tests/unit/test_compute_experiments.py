@@ -197,19 +197,6 @@ def test_a_disturbed_attention_sweep_is_measured_again(monkeypatch):
     assert ex.attention_sweep_checked({"naive": None}, [64, 128]) == (pts, "")
 
 
-def test_amdahl_explain_names_the_implied_matmul_speed_ratio():
-    # f = 0.5 of a 10 ms fp32 step; 5 ms of rest. bf16 took 7.5 ms: matmuls 2.5 ms, i.e. 2x as fast
-    why = ex.amdahl_explain(0.5, 3.0, 0.010, 0.0075)
-    assert "ran 2x as fast in bf16" in why["above"] and "ratio is 3" in why["below"]
-    assert "more than f of the fp32 step" in why["above"] and "slower still" not in why["below"]
-    slow = ex.amdahl_explain(0.3, 0.02, 0.010, 0.050)  # emulated: matmuls 3 ms -> 43 ms
-    assert "0.07x as fast" in slow["above"] and "slower still" in slow["below"]
-    faster = ex.amdahl_explain(0.5, 3.0, 0.010, 0.004)  # below the 5 ms the model keeps
-    assert "less than the fp32 step's non-matmul part alone (5.0 ms)" in faster["above"]
-    with pytest.raises(ValueError, match="f must"):
-        ex.amdahl_explain(1.5, 2.0, 0.01, 0.01)
-
-
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: ex.ratio_text("1.2x"), TypeError, "sp must be"),
     (lambda: ex.precision_curves("model", lambda m, b: b, [1], ["fp32"]), TypeError, "model must be"),

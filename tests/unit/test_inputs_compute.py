@@ -40,6 +40,7 @@ from perfkit.compute import (
     precision_dtype,
 )
 from perfkit.compute import attention_cost as ac
+from perfkit.compute import autocast_parts as cap
 from perfkit.compute import claims_precision as cp
 from perfkit.compute import claims_speed as cs
 from perfkit.compute import claims_ultra as cu
@@ -333,12 +334,24 @@ CASES = [  # (id, call, exception, regex on the message)
      "counts must hold at least one"),
     ("time_thread_counts.counts zero", lambda: cs.time_thread_counts(NOOP, [1, 0]), ValueError,
      "counts entries must be an int >= 1"),
+    # autocast_parts
+    ("time_autocast_parts.fp32_step", lambda: cap.time_autocast_parts(None, NOOP), TypeError,
+     "fp32_step must be a callable"),
+    ("time_autocast_parts.repeat", lambda: cap.time_autocast_parts(NOOP, NOOP, repeat=0), ValueError,
+     "repeat must be an int >= 1"),
+    ("time_autocast_parts.mixed_step no autocast", lambda: cap.time_autocast_parts(NOOP, NOOP), ValueError,
+     "no low-precision matmul"),
+    ("record_parts.step", lambda: cap.record_parts("step"), TypeError, "step must be a callable"),
+    ("replay_parts.calls", lambda: cap.replay_parts((1,)), TypeError, "calls must be a list"),
+    ("AutocastParts.steps", lambda: cap.AutocastParts(1.0, {}, {}), TypeError, "steps must be a Speedup"),
     # claims_precision
     ("time_precision_step.batch", lambda: cp.time_precision_step(batch=0), ValueError,
      "batch must be an int >= 1"),
     ("time_precision_step.seq", lambda: cp.time_precision_step(seq=1.5), ValueError, "seq"),
     ("time_precision_step.device", lambda: cp.time_precision_step(device="bogus"), ValueError,
      "device"),
+    ("time_precision_step.parts", lambda: cp.time_precision_step(parts="yes"), TypeError,
+     "parts must be a bool"),
     ("autocast_activation_ratio.batch", lambda: cp.autocast_activation_ratio(batch=0), ValueError,
      "batch must be an int >= 1"),
     ("autocast_activation_ratio.seq", lambda: cp.autocast_activation_ratio(seq=0), ValueError,
@@ -397,7 +410,6 @@ CASES = [  # (id, call, exception, regex on the message)
     # --- experiments and fusion: notebook 06's measurements --------------------------------
     ("RescaledMLP width", lambda: cx.RescaledMLP(0), ValueError, "width"),
     ("WhereRescaledMLP width", lambda: cx.WhereRescaledMLP(-1), ValueError, "width"),
-    ("amdahl_explain f", lambda: cx.amdahl_explain(1.5, 2.0, 0.01, 0.01), ValueError, "f must"),
     ("attention_in_model seq_len", lambda: cx.attention_in_model(0), ValueError, "seq_len"),
     ("attention_sweep_checked retries", lambda: cx.attention_sweep_checked({}, [64], retries=-1),
      ValueError, "retries"),
@@ -561,7 +573,7 @@ RECORDS = {"AttentionPoint", "BatchSearch", "ChainBytes", "GraphReport", "ShapeP
            "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
            "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
            "SwitchTiming", "ThreadTiming", "UltraTiming", "ChainModel", "InModelAttention",
-           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming"}
+           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming", "OpCall"}
 
 
 @pytest.mark.timeout(10)  # a target_s of inf or NaN used to calibrate for ever

@@ -1,0 +1,283 @@
+"""What autocast changes in a training step, timed alone: Amdahl's law with measured parts.
+
+Mixed precision (``torch.autocast``) runs a step's matmuls and fused attention in bf16 (or
+fp16) and inserts the casts they need; the ops that receive their low-precision outputs (the
+GELU between two linear layers, the bias gradients) then run in bf16 too, and every other op
+(layer norms on the fp32 residual stream, the loss, AdamW) keeps fp32. Amdahl's law with the
+machine's ceilings (:mod:`perfkit.hw`: one square matmul per dtype) predicts the step from the
+ratio of two ceilings, but the step's ops have their own shapes, at which each precision
+reaches its own share of its ceiling (an emulated bf16 least of all). So here the ops autocast
+changes are *recorded* from one mixed-precision step (op, shapes, strides, dtypes and values,
+through a ``TorchDispatchMode``, which sits below autograd and autocast: it sees the backward's
+ops and autocast's casts), *replayed* alone as recorded and upcast to fp32 (the same ops at the
+same shapes, without the casts), and timed in alternation with the fp32 and mixed steps. The
+prediction swaps the one for the other: ``t_mixed = t_fp32 - parts_fp32 + parts_mixed``, which
+is Amdahl's ``1 / ((1 - f) + f / r)`` with the share ``f`` and speed ratio ``r`` of the changed
+ops measured at the step's own shapes instead of read off the ceilings.
+
+Usage::
+
+    ap = time_autocast_parts(gpt_step(gpt, ids, "fp32"), gpt_step(gpt, ids, "bf16"), repeat=7)
+    print(ap.predicted(), ap.steps.estimate)   # predicted and measured step speedup
+    print(ap.share(), ap.total().ratio, ap.explain())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from perfkit._checks import check_callable, check_int, check_type
+from perfkit.compute.flops import Speedup
+from perfkit.timing import Measurement, interleaved
+
+__all__ = ["LOW_DTYPES", "PART_KINDS", "AutocastParts", "OpCall", "record_parts", "replay_parts",
+           "time_autocast_parts"]
+
+PART_KINDS = ("matmul", "attention", "cast", "other")  # "other": any other op on a low-precision tensor
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "convolution", "convolution_backward"}
+
+
+def _low(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype in LOW_DTYPES
+
+
+def _kind(func: Any, args: tuple, kwargs: dict, out: Any) -> str | None:
+    """The part a dispatched op belongs to (one of :data:`PART_KINDS`), or ``None`` when it touches
+    no low-precision tensor (it runs the same in both steps)."""
+    name = func.__name__.split(".")[0]  # "addmm.default" -> "addmm"
+    if name == "_to_copy":
+        src, to = args[0], kwargs.get("dtype")
+        cast = src.is_floating_point() and to is not None and to.is_floating_point and to != src.dtype
+        return "cast" if cast and (to in LOW_DTYPES or src.dtype in LOW_DTYPES) else None
+    if not any(_low(t) for t in tree_flatten((args, kwargs, out))[0]):
+        return None
+    if name in _MATMULS:
+        return "matmul"
+    return "attention" if "scaled_dot_product" in name else "other"
+
+
+def _copy(t: Any, dtype: torch.dtype | None = None) -> Any:
+    """A detached copy of a tensor with its strides (a transposed view stays transposed), in
+    ``dtype`` when it is low precision and ``dtype`` is given; a low-precision dtype argument
+    becomes ``dtype`` too. Anything else is returned as is."""
+    if isinstance(t, torch.dtype):
+        return dtype if dtype is not None and t in LOW_DTYPES else t
+    if not isinstance(t, torch.Tensor):
+        return t
+    to = dtype if dtype is not None and t.dtype in LOW_DTYPES else t.dtype
+    return torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device).copy_(t.detach())
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One recorded op: the aten overload, its arguments as recorded (``args``, ``kwargs``:
+    tensors copied with their values and strides), the same upcast to fp32 (``args32``,
+    ``kwargs32``; ``None`` for a cast, which the fp32 step does not run) and its kind."""
+
+    func: Any
+    args: tuple
+    kwargs: dict
+    args32: tuple | None
+    kwargs32: dict | None
+    kind: str
+
+    def __call__(self, fp32: bool = False) -> Any:
+        if fp32:
+            return None if self.args32 is None else self.func(*self.args32, **self.kwargs32)
+        return self.func(*self.args, **self.kwargs)
+
+
+class _Recorder(TorchDispatchMode):
+    """Keep a copy of every op that touches a low-precision tensor, and of every cast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[OpCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if (kind := _kind(func, args, kwargs, out)) is not None:
+            up = (None, None) if kind == "cast" else (tree_map(lambda t: _copy(t, torch.float32), args),
+                                                      tree_map(lambda t: _copy(t, torch.float32), kwargs))
+            self.calls.append(OpCall(func, tree_map(_copy, args), tree_map(_copy, kwargs), *up, kind))
+        return out
+
+
+def record_parts(step: Callable[[], object]) -> list[OpCall]:
+    """Run ``step()`` once and return, in order, every op it ran (forward and backward) on a
+    low-precision tensor and every cast to or from low precision. A training step updates the
+    weights like any other call.
+
+    Raises:
+        TypeError: if ``step`` is not callable.
+    """
+    check_callable("step", step)
+    rec = _Recorder()
+    with rec:
+        step()
+    return rec.calls
+
+
+def replay_parts(calls: list[OpCall], fp32: bool = False) -> Callable[[], None]:
+    """A callable running ``calls`` again, one after the other, on their recorded inputs (no
+    autograd: the backward's ops were recorded as ops of their own); ``fp32``: upcast, casts
+    skipped.
+
+    Raises:
+        TypeError: for calls that are not a list of :class:`OpCall`.
+    """
+    check_type("calls", calls, list)
+    for i, c in enumerate(calls):
+        check_type(f"calls[{i}]", c, OpCall)
+
+    def run() -> None:
+        with torch.no_grad():
+            for c in calls:
+                c(fp32)
+
+    return run
+
+
+def _summed(ms: list[Measurement]) -> Measurement:
+    """Round by round, the sum of several measurements timed in the same rounds."""
+    return Measurement(tuple(map(sum, zip(*(m.times_s for m in ms), strict=True))), ms[0].warmup)
+
+
+@dataclass(frozen=True)
+class AutocastParts:
+    """The fp32 and mixed steps, and the ops autocast changes, timed in alternation.
+
+    Attributes:
+        steps: the fp32 step (baseline) against the mixed-precision step (candidate).
+        parts: per kind of :data:`PART_KINDS`, the mixed step's recorded ops upcast to fp32
+            (baseline; casts: none) against the same ops as recorded (candidate), replayed alone.
+        counts: per kind, the calls recorded in one mixed step.
+    """
+
+    steps: Speedup
+    parts: dict[str, Speedup]
+    counts: dict[str, int]
+
+    def __post_init__(self) -> None:
+        check_type("steps", self.steps, Speedup)
+        check_type("parts", self.parts, dict)
+        if sorted(self.parts) != sorted(PART_KINDS) or sorted(self.counts) != sorted(PART_KINDS):
+            raise ValueError(f"parts and counts must have the keys {PART_KINDS}, got {sorted(self.parts)} "
+                             f"and {sorted(self.counts)}")
+        for k, sp in self.parts.items():
+            if check_type(f"parts[{k!r}]", sp, Speedup).baseline.n != self.steps.baseline.n:
+                raise ValueError(f"parts[{k!r}] must come from the steps' {self.steps.baseline.n} rounds, "
+                                 f"got {sp.baseline.n}")
+
+    def total(self) -> Speedup:
+        """All the changed ops, in fp32 (baseline) and mixed (candidate), summed round by round."""
+        return Speedup(_summed([sp.baseline for sp in self.parts.values()]),
+                       _summed([sp.candidate for sp in self.parts.values()]))
+
+    def share(self) -> float:
+        """``f``: the changed ops' fp32 time over the fp32 step's (medians; above 1 when they ran
+        slower alone than the whole step took)."""
+        return self.total().baseline.median_s / self.steps.baseline.median_s
+
+    def rest_s(self) -> tuple[float, float]:
+        """Seconds each step spent outside the changed ops (its median minus theirs): fp32 and
+        mixed. The model keeps the two equal."""
+        tot = self.total()
+        return (self.steps.baseline.median_s - tot.baseline.median_s,
+                self.steps.candidate.median_s - tot.candidate.median_s)
+
+    def predicted_s(self) -> float:
+        """The mixed step's predicted seconds: ``t_fp32 - parts_fp32 + parts_mixed`` (medians)."""
+        return self.rest_s()[0] + self.total().candidate.median_s
+
+    def predicted(self) -> float:
+        """The predicted step speedup ``t_fp32 / predicted_s()``, equal to Amdahl's
+        ``1 / ((1 - f) + f / r)`` with ``f`` = :meth:`share` and ``r`` = ``total().ratio``.
+
+        Raises:
+            ValueError: when the changed ops alone took longer than the whole fp32 step, so the
+                rest of it is negative and predicts nothing (a disturbed run).
+        """
+        if self.rest_s()[0] < 0:
+            raise ValueError(f"the changed ops alone in fp32 ({self.total().baseline.median_s * 1e3:.2f} ms) "
+                             f"took longer than the fp32 step ({self.steps.baseline.median_s * 1e3:.2f} ms): "
+                             "no prediction")
+        return self.steps.baseline.median_s / self.predicted_s()
+
+    def lines(self) -> list[str]:
+        """One line per kind: calls, median ms in fp32 and mixed, and the speed ratio."""
+        out = []
+        for k in PART_KINDS:
+            sp = self.parts[k]
+            b, c = sp.baseline.median_s * 1e3, sp.candidate.median_s * 1e3
+            ratio = f"{b / c:6.2f}x as fast" if k != "cast" else "(fp32 has none)"
+            out.append(f"  {k:>9}: {self.counts[k]:3d} calls, fp32 {b:7.2f} ms, mixed {c:7.2f} ms {ratio}")
+        return out
+
+    def explain(self) -> dict[str, str]:
+        """The verdict's sentences: how fast the rest of the mixed step ran against the fp32
+        step's rest, the one term the model keeps fixed (both measured in these rounds)."""
+        r32, r16 = (r * 1e3 for r in self.rest_s())  # ms
+        if r16 <= 0 or r32 <= 0:
+            text = (f"A step took less than its changed ops replayed alone (fp32 {r32:+.1f} ms, mixed "
+                    f"{r16:+.1f} ms left for the rest): inside the step they ran faster than alone, which "
+                    "the model does not count.")
+            return {"above": text, "below": text}
+        text = (f"Outside the changed ops timed alone, the mixed step took {r16:.1f} ms where the fp32 step "
+                f"took {r32:.1f} ms: that rest ran {r32 / r16:.2f}x as fast, where the model keeps it at 1x")
+        return {"above": text + " (the ops ran faster inside the mixed step than alone, or the rest got "
+                                "faster).",
+                "below": text + " (the ops ran slower inside the mixed step than alone, or autocast's extra "
+                                "autograd nodes cost time the replay does not count)."}
+
+
+def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[], object], warmup: int = 1,
+                        repeat: int = 7, threads: int | None = None,
+                        device: torch.device | str | None = None) -> AutocastParts:
+    """Record the ops autocast changes from one mixed step, then time the two steps and each
+    kind's replays (fp32 and mixed) in alternation, all in the same rounds.
+
+    Args:
+        fp32_step, mixed_step: no-argument training steps of the same model and batch, without
+            and with autocast (e.g. :func:`perfkit.compute.experiments.gpt_step`).
+        warmup, repeat: untimed and timed rounds (the recording call is one more, untimed).
+        threads: intra-op threads while timing (restored after), as in
+            :func:`perfkit.compute.flops.compare`; ``None`` keeps the setting.
+        device: where they run; ``None`` means CUDA if present, else CPU.
+
+    Returns:
+        An :class:`AutocastParts`.
+
+    Raises:
+        TypeError: if a step is not callable.
+        ValueError: for ``threads`` below 1, bad ``warmup``/``repeat``, or a mixed step that ran
+            no matmul in low precision (no autocast, or autocast disabled).
+    """
+    check_callable("fp32_step", fp32_step)
+    check_callable("mixed_step", mixed_step)
+    check_int("warmup", warmup, 0)
+    check_int("repeat", repeat, 1)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(check_int("threads", threads, 1))
+    try:
+        calls = record_parts(mixed_step)
+        if not any(c.kind == "matmul" for c in calls):
+            raise ValueError("mixed_step ran no low-precision matmul (mm, addmm, bmm, convolution): is it "
+                             "under torch.autocast?")
+        by_kind = {k: [c for c in calls if c.kind == k] for k in PART_KINDS}
+        fns = [replay_parts(by_kind[k], fp32) for fp32 in (True, False) for k in PART_KINDS]
+        t32, t16, *ms = interleaved([fp32_step, mixed_step, *fns], warmup=warmup, repeat=repeat,
+                                    device=device)
+    finally:
+        torch.set_num_threads(before)
+    parts = {k: Speedup(ms[i], ms[len(PART_KINDS) + i]) for i, k in enumerate(PART_KINDS)}
+    return AutocastParts(Speedup(t32, t16), parts, {k: len(v) for k, v in by_kind.items()})

@@ -1,0 +1,107 @@
+"""perfkit.compute.autocast_parts: the ops autocast changes, recorded, replayed, and Amdahl from them."""
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten
+
+from perfkit.compute import autocast_parts as ap
+from perfkit.compute.experiments import gpt_step
+from perfkit.compute.flops import Speedup
+from perfkit.timing import Measurement
+
+SMALL = dict(n_embd=16, n_layer=1, n_head=2)
+IDS = torch.randint(0, 64, (1, 8))
+
+
+def m(*ms: float) -> Measurement:
+    return Measurement(tuple(x * 1e-3 for x in ms), 0)  # ms -> s
+
+
+def parts(steps=(10.0, 8.0), fp32=(4.0, 1.0, 0.0, 1.0), mixed=(2.0, 1.0, 0.5, 0.5)) -> ap.AutocastParts:
+    """Three identical rounds: steps (fp32, mixed) and per-kind parts in PART_KINDS order (ms)."""
+    kinds = zip(ap.PART_KINDS, fp32, mixed, strict=True)
+    return ap.AutocastParts(Speedup(m(*[steps[0]] * 3), m(*[steps[1]] * 3)),
+                            {k: Speedup(m(*[a] * 3), m(*[b] * 3)) for k, a, b in kinds},
+                            dict.fromkeys(ap.PART_KINDS, 1))
+
+
+def test_prediction_by_hand_is_amdahl_with_the_measured_parts():
+    p = parts()
+    # fp32 step 10 ms, its changed ops 6 ms (f = 0.6); mixed parts 4 ms (r = 1.5): 10 / (4 + 4)
+    assert p.share() == pytest.approx(0.6) and p.total().ratio == pytest.approx(1.5)
+    assert p.predicted_s() == pytest.approx(8e-3) and p.predicted() == pytest.approx(1.25)
+    assert p.predicted() == pytest.approx(1 / ((1 - 0.6) + 0.6 / 1.5))
+    assert p.steps.estimate.value == pytest.approx(1.25)
+    # the parts' own speeds decide it, not a ceiling: an emulated matmul 20x slower moves it
+    slow = parts(mixed=(40.0, 1.0, 0.5, 0.5))
+    assert slow.predicted() == pytest.approx(10 / (4 + 42))
+    # autocast's casts are counted: more cast time, a slower predicted step
+    assert parts(mixed=(2.0, 1.0, 3.0, 0.5)).predicted() == pytest.approx(10 / (4 + 6.5))
+
+
+def test_totals_are_summed_round_by_round():
+    one = Speedup(m(1, 1, 1), m(1, 1, 1))
+    p = ap.AutocastParts(Speedup(m(10, 10, 10), m(9, 9, 9)),
+                         {"matmul": Speedup(m(1, 5, 1), m(1, 1, 1)),
+                          "attention": Speedup(m(5, 1, 1), m(1, 1, 1)), "cast": one, "other": one},
+                         dict.fromkeys(ap.PART_KINDS, 0))
+    # per round: 8, 8, 4 -> median 8 (the sum of the medians would be 1 + 1 + 1 + 1 = 4)
+    assert p.total().baseline.times_s == pytest.approx((8e-3, 8e-3, 4e-3))
+    assert p.total().baseline.median_s == pytest.approx(8e-3)
+
+
+def test_explain_names_the_rest_and_refuses_a_negative_rest():
+    p = parts(steps=(10.0, 8.4))  # rest: fp32 10 - 6 = 4 ms, mixed 8.4 - 4 = 4.4 ms
+    why = p.explain()
+    assert "took 4.4 ms where the fp32 step took 4.0 ms" in why["below"] and "0.91x as fast" in why["below"]
+    assert p.rest_s() == pytest.approx((4e-3, 4.4e-3))
+    assert "less than its changed ops" in parts(steps=(10.0, 3.0)).explain()["above"]
+    with pytest.raises(ValueError, match="took longer than the fp32 step"):
+        parts(steps=(5.0, 8.0)).predicted()
+    assert len(p.lines()) == len(ap.PART_KINDS) and "fp32 has none" in p.lines()[2]
+
+
+def test_record_finds_autocast_s_ops_and_replays_them_in_both_precisions():
+    assert ap.record_parts(gpt_step(SMALL, IDS, "fp32", vocab=64)) == []  # nothing in low precision
+    calls = ap.record_parts(gpt_step(SMALL, IDS, "bf16", vocab=64))
+    kinds = {c.kind for c in calls}
+    assert {"matmul", "cast", "other"} <= kinds and kinds <= set(ap.PART_KINDS)
+    mm = [c for c in calls if c.kind == "matmul"]
+    assert len(mm) == 3 * (4 + 1)  # 4 linear layers and the head: forward, two backward matmuls each
+    for c in calls:
+        out32 = [t for t in tree_flatten(c(fp32=True))[0]
+                 if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if c.kind == "cast":
+            assert c(fp32=True) is None  # the fp32 step has no cast
+        else:
+            assert all(t.dtype == torch.float32 for t in out32), c.func  # upcast: nothing left in bf16
+    first = mm[0]
+    assert first().dtype == torch.bfloat16
+    torch.testing.assert_close(first(fp32=True), first().float(), rtol=0.05, atol=0.05)
+    # a transposed operand (the backward's weight gradient) is replayed transposed
+    strides = [t.stride() for c in mm for t in c.args if isinstance(t, torch.Tensor) and t.dim() == 2]
+    assert any(s[0] == 1 and s[1] > 1 for s in strides)
+    ap.replay_parts(calls)()
+    ap.replay_parts(calls, fp32=True)()
+
+
+def test_time_autocast_parts_runs_the_steps_and_parts_in_the_same_rounds():
+    r = ap.time_autocast_parts(gpt_step(SMALL, IDS, "fp32", vocab=64), gpt_step(SMALL, IDS, "bf16", vocab=64),
+                               warmup=0, repeat=2, threads=1, device="cpu")
+    assert r.steps.baseline.n == r.total().candidate.n == 2 and r.counts["matmul"] == 15
+    assert r.predicted() > 0 and 0 < r.share()
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: ap.time_autocast_parts(1, lambda: None), TypeError, "fp32_step"),
+    (lambda: ap.time_autocast_parts(lambda: None, lambda: None, threads=0), ValueError, "threads"),
+    (lambda: ap.time_autocast_parts(lambda: None, lambda: torch.ones(2, 2) @ torch.ones(2, 2)), ValueError,
+     "autocast"),
+    (lambda: ap.replay_parts([1]), TypeError, r"calls\[0\]"),
+    (lambda: ap.AutocastParts(parts().steps, {"matmul": parts().steps}, {"matmul": 1}), ValueError, "keys"),
+    (lambda: ap.AutocastParts(Speedup(m(1, 1), m(1, 1)), parts().parts, parts().counts), ValueError,
+     "rounds"),
+])
+def test_bad_arguments_are_refused(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
