@@ -17,6 +17,15 @@ from perfkit.compute.attention_cost import (
     saved_bytes_sweep,
     time_attention,
 )
+from perfkit.compute.autocast_parts import (
+    LOW_DTYPES,
+    PART_KINDS,
+    AutocastParts,
+    OpCall,
+    record_parts,
+    replay_parts,
+    time_autocast_parts,
+)
 from perfkit.compute.budget import (
     BatchSearch,
     BudgetProbe,
@@ -69,7 +78,6 @@ from perfkit.compute.experiments import (
     RescaledMLP,
     ShapeSummary,
     WhereRescaledMLP,
-    amdahl_explain,
     attention_in_model,
     attention_sweep_checked,
     autocast_saved_bytes,
@@ -176,7 +184,13 @@ __all__ = [
     "triton_flash_backward",
     "triton_flash_forward",
     "triton_status",
-    "amdahl_explain",
+    "PART_KINDS",
+    "LOW_DTYPES",
+    "AutocastParts",
+    "OpCall",
+    "record_parts",
+    "replay_parts",
+    "time_autocast_parts",
     "shape_sweep",
     "autocast_saved_bytes",
     "attention_sweep_checked",
