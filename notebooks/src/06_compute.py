@@ -157,12 +157,11 @@ print(ex.largest_rise(curves))
 # while this step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
 # tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
 # So the prediction the verdict uses measures `f` and `r` at the step's own shapes
-# (`compute.autocast_parts`): it records,
-# from one bf16 step, every op that runs on a bf16 tensor (the matmuls and fused attention
-# autocast runs in bf16, and the ops that receive their bf16 outputs: the GELU between two
-# linear layers, the bias gradients) and every cast autocast inserts; it replays them alone, as
-# recorded and upcast to fp32, in the same rounds as the two steps (A, B, A, B, ...). The
-# predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
+# (`compute.autocast_parts`): it records, from one bf16 step, every op that runs on a bf16
+# tensor (the matmuls and fused attention autocast runs in bf16, and the ops that receive their
+# bf16 outputs: the GELU between two linear layers, the bias gradients) and every cast autocast
+# inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
+# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -687,8 +686,9 @@ plt.show()
 # %% [markdown]
 # ## Summary
 #
-# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law with the
-#   measured matmul share predicts the speed (section 1's verdicts say what held on this machine).
+# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law with the ops
+#   autocast changes timed alone at the step's own shapes predicts the speed, where the ceilings'
+#   square matmuls need not (section 1's verdicts say what held on this machine).
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.

@@ -343,17 +343,18 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 # **The model** (module 06). Autocast runs matmuls in bf16 and keeps reductions, weights and
 # the optimizer in fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
 # changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off notebook 00's
-# ceilings, `f` is the model FLOPs at the fp32 ceiling and `r` the ratio of the bf16 and fp32
-# ceilings (on a CPU without bf16 units `r < 1`); but a tiny model's matmuls are far from the
-# square shapes of a ceiling, so the prediction judged here measures both at the step's own
-# shapes, as notebook 06 does: the ops that ran on bf16 tensors in one bf16 step, and autocast's
-# casts, replayed alone in bf16 and upcast to fp32, in the same rounds as the two steps
-# (`compute.autocast_parts`). The speed claim comes from GPUs (tensor cores); a CPU whose bf16 ceiling is
-# above its fp32 one (`r > 1`) runs the same autocast on fast bf16 instructions, so there the claim
-# is judged on the CPU, while on a CPU without them it is GPU only (its CPU analogue measured). The
-# GPU claim itself runs when CUDA is present. Memory: only what autocast saves in bf16 halves; fp32
-# tensors (layer norms, the loss) stay. **Predictions:** the step speedup is Amdahl's with the
-# measured parts, within 25 %; saved activations fall to between 50 % and 100 % of fp32's.
+# ceilings, `f` is the step's model FLOPs at the fp32 ceiling over its time and `r` the ratio of
+# the bf16 and fp32 ceilings (below 1 on a CPU without bf16 units); but a tiny model's matmuls
+# are far from a ceiling's square shapes, so the prediction judged here measures both at the
+# step's own shapes, as notebook 06 does: the ops that ran on bf16 tensors in one bf16 step, and
+# autocast's casts, replayed alone in bf16 and upcast to fp32, in the same rounds as the two
+# steps (`compute.autocast_parts`). The speed claim comes from GPUs (tensor cores); a CPU whose
+# bf16 ceiling is above its fp32 one runs autocast on fast bf16 instructions, so there the claim
+# is judged on the CPU, while on a CPU without them it is GPU only (its CPU analogue measured).
+# The GPU claim itself runs when CUDA is present. Memory: only what autocast saves in bf16
+# halves; fp32 tensors (layer norms, the loss) stay. **Predictions:** the step speedup is
+# Amdahl's with the measured parts, within 25 %; saved activations fall to between 50 % and
+# 100 % of fp32's.
 
 # %%
 amp = cp.time_precision_step(BATCH, SEQ, GPT, REPEAT, device=DEVICE, parts=True)
