@@ -181,8 +181,8 @@ f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_
                               limits.peak_flops("float32") * SHARE))
 print(f"from the ceilings: f = {f_ceil:.1%}, r = {bf16_ratio:.3g} -> {1 / ((1 - f_ceil) + f_ceil / bf16_ratio):.3g}x")
 print("\n".join(parts.lines()))
-print(f"measured at the step's shapes: f = {parts.share():.0%}, r = {parts.total().ratio:.3g} -> "
-      f"{parts.predicted():.3g}x")
+print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
+      + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x")
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes",
                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
 

@@ -365,7 +365,8 @@ print(f"bf16 autocast's speedup over fp32: {x(speed)}")
 print(f"from the ceilings: f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
       + (f" (f capped from {f_raw:.0%}: the cached fp32 ceiling is too low)" if f_raw > 1 else ""))
 print("\n".join(ap.lines()))
-print(f"measured at the step's shapes: f = {ap.share():.0%}, r = {ap.total().ratio:.3g} -> {ap.predicted():.3g}x")
+print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)" if ap.share() > 1 else "")
+      + f", r = {ap.total().ratio:.3g} -> {ap.predicted():.3g}x")
 print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}")
 
 # %%

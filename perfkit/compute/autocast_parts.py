@@ -184,7 +184,7 @@ class AutocastParts:
 
     def share(self) -> float:
         """``f``: the changed ops' fp32 time over the fp32 step's (medians; above 1 when they ran
-        slower alone than the whole step took)."""
+        slower alone than the whole step took, a run disturbed while they were replayed)."""
         return self.total().baseline.median_s / self.steps.baseline.median_s
 
     def rest_s(self) -> tuple[float, float]:
@@ -194,23 +194,17 @@ class AutocastParts:
         return (self.steps.baseline.median_s - tot.baseline.median_s,
                 self.steps.candidate.median_s - tot.candidate.median_s)
 
-    def predicted_s(self) -> float:
-        """The mixed step's predicted seconds: ``t_fp32 - parts_fp32 + parts_mixed`` (medians)."""
-        return self.rest_s()[0] + self.total().candidate.median_s
-
     def predicted(self) -> float:
-        """The predicted step speedup ``t_fp32 / predicted_s()``, equal to Amdahl's
-        ``1 / ((1 - f) + f / r)`` with ``f`` = :meth:`share` and ``r`` = ``total().ratio``.
+        """The predicted step speedup, Amdahl's ``1 / ((1 - f) + f / r)`` with ``f`` =
+        :meth:`share` (capped at 1) and ``r`` = ``total().ratio``: up to the cap, the fp32 step
+        with its changed ops swapped for theirs in low precision, ``t_fp32 / (t_fp32 - parts_fp32
+        + parts_mixed)``."""
+        f = min(1.0, self.share())
+        return 1 / ((1 - f) + f / self.total().ratio)
 
-        Raises:
-            ValueError: when the changed ops alone took longer than the whole fp32 step, so the
-                rest of it is negative and predicts nothing (a disturbed run).
-        """
-        if self.rest_s()[0] < 0:
-            raise ValueError(f"the changed ops alone in fp32 ({self.total().baseline.median_s * 1e3:.2f} ms) "
-                             f"took longer than the fp32 step ({self.steps.baseline.median_s * 1e3:.2f} ms): "
-                             "no prediction")
-        return self.steps.baseline.median_s / self.predicted_s()
+    def predicted_s(self) -> float:
+        """The mixed step's predicted seconds: the fp32 step's over :meth:`predicted`."""
+        return self.steps.baseline.median_s / self.predicted()
 
     def lines(self) -> list[str]:
         """One line per kind: calls, median ms in fp32 and mixed, and the speed ratio."""
@@ -226,7 +220,13 @@ class AutocastParts:
         """The verdict's sentences: how fast the rest of the mixed step ran against the fp32
         step's rest, the one term the model keeps fixed (both measured in these rounds)."""
         r32, r16 = (r * 1e3 for r in self.rest_s())  # ms
-        if r16 <= 0 or r32 <= 0:
+        if r32 <= 0:
+            alone, step = self.total().baseline.median_s * 1e3, self.steps.baseline.median_s * 1e3
+            text = (f"The changed ops alone in fp32 ({alone:.1f} ms) took longer than the whole fp32 step "
+                    f"({step:.1f} ms), so f was capped at 1: alone they ran slower than inside the step (the "
+                    "load changed while they were replayed).")
+            return {"above": text, "below": text}
+        if r16 <= 0:
             text = (f"A step took less than its changed ops replayed alone (fp32 {r32:+.1f} ms, mixed "
                     f"{r16:+.1f} ms left for the rest): inside the step they ran faster than alone, which "
                     "the model does not count.")
