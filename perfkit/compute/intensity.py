@@ -24,21 +24,23 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from perfkit import roofline
-from perfkit._checks import check_callable, check_real, check_type
+from perfkit._checks import check_callable, check_items, check_real, check_type
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
-__all__ = ["NEAR_ROOF", "OpCount", "StepRoofline", "count_ops", "step_roofline"]
+__all__ = ["NEAR_ROOF", "OpCount", "OpRecord", "StepRoofline", "count_ops", "count_phases", "roofline_s",
+           "step_roofline"]
 
 NEAR_ROOF = 0.5  # a step runs "at" a roof when it reaches at least half of it
 
@@ -75,36 +77,137 @@ def _distinct_bytes(tree: object) -> int:
     return sum(_touched(t) for t in seen.values())
 
 
-class _ByteCounter(TorchDispatchMode):
-    """Adds up, per operator, the bytes of its distinct tensor inputs and outputs."""
+@dataclass(frozen=True)
+class OpRecord:
+    """One operator call: its name (``"mm.default"``), FLOPs and bytes read plus written."""
+
+    name: str
+    flops: int
+    bytes: int
+
+
+_aten = torch.ops.aten
+# torch's counter has the GPU attention kernels' formulas, not the CPU one's (torch 2.13)
+_CPU_ATTENTION = {
+    _aten._scaled_dot_product_flash_attention_for_cpu.default:
+        lambda q, k, v, *_, **__: sdpa_flop_count(q.shape, k.shape, v.shape),
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+        lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g.shape, q.shape, k.shape, v.shape)}
+
+
+def _flops(func, args: tuple, kwargs: dict, out: object) -> int:  # noqa: ANN001 - an OpOverload
+    if func in _CPU_ATTENTION:
+        return int(_CPU_ATTENTION[func](*args, **kwargs))
+    formula = flop_registry.get(func._overloadpacket)
+    return 0 if formula is None else int(formula(*args, **kwargs, out_val=out))
+
+
+def _aliases(func, args: tuple, out: object) -> bool:  # noqa: ANN001 - an OpOverload
+    """A view in all but name (``_unsafe_view``): no argument written, every output an input's storage."""
+    ins = {t.untyped_storage().data_ptr() for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
+    outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return (not func._schema.is_mutable and bool(outs)
+            and all(t.untyped_storage().data_ptr() in ins for t in outs))
+
+
+class _OpCounter(TorchDispatchMode):
+    """Records every operator that moves data, with its FLOPs and bytes, under the current phase.
+
+    A dispatch mode sits below autograd, so it sees the backward's operators as well.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.bytes = 0
-        self.ops = 0
+        self.phase = "other"
+        self.records: dict[str, list[OpRecord]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view:  # a view shares its input's storage: no bytes move
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not (func.is_view or _aliases(func, args, out)):  # a view moves no bytes
             # reads and writes apart: an in-place op reads its tensor and writes it back
-            self.bytes += _distinct_bytes((args, kwargs)) + _distinct_bytes(out)
-            self.ops += 1
+            moved = _distinct_bytes((args, kwargs)) + _distinct_bytes(out)
+            name = func.__name__  # "mm.default"
+            self.records.setdefault(self.phase, []).append(
+                OpRecord(name, _flops(func, args, kwargs, out), moved))
         return out
+
+
+class _PhaseSwitch:
+    """A stand-in for :class:`perfkit.profiling.StepMonitor`: ``phase(name)`` labels the ops run inside it."""
+
+    def __init__(self, counter: _OpCounter) -> None:
+        self._counter = counter
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        outer, self._counter.phase = self._counter.phase, name
+        try:
+            yield
+        finally:
+            self._counter.phase = outer
+
+    def step(self, samples: int = 0, tokens: int = 0) -> None:
+        """Nothing to do at a step's end (the monitor protocol of :func:`perfkit.models.train_steps`)."""
 
 
 def count_ops(fn: Callable[[], object]) -> OpCount:
     """Run ``fn`` once and count its FLOPs, the bytes its operators move, and the operators.
 
-    Run it after a warm-up: a first call's one-time work (allocations, lazy init) is counted
-    like any other.
+    FLOPs follow ``torch.utils.flop_counter``'s formulas (matmuls, convolutions, attention,
+    the CPU's fused attention included). Run it after a warm-up: a first call's one-time work
+    (allocations, lazy init) is counted like any other.
 
     Raises:
         TypeError: if ``fn`` is not callable.
     """
     check_callable("fn", fn)
-    with FlopCounterMode(display=False) as flops, _ByteCounter() as moved:
+    with _OpCounter() as counter:
         fn()
-    return OpCount(int(flops.get_total_flops()), moved.bytes, moved.ops)
+    ops = [r for rs in counter.records.values() for r in rs]
+    return OpCount(sum(r.flops for r in ops), sum(r.bytes for r in ops), len(ops))
+
+
+def count_phases(run: Callable[[object], object]) -> dict[str, list[OpRecord]]:
+    """Run ``run(monitor)`` once and record each operator under the phase it ran in.
+
+    ``monitor`` has ``phase(name)`` and ``step()``, like a StepMonitor, so a training loop
+    that takes one labels its own ops: ``count_phases(lambda m: train_steps(wl, 1, monitor=m))``.
+    Operators outside every phase are recorded under ``"other"``; a nested phase takes them
+    from its parent.
+
+    Returns:
+        Phase name -> its :class:`OpRecord` list, in the order the ops ran.
+
+    Raises:
+        TypeError: if ``run`` is not callable.
+    """
+    check_callable("run", run)
+    with _OpCounter() as counter:
+        run(_PhaseSwitch(counter))
+    return counter.records
+
+
+def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32") -> float:
+    """Seconds ``ops`` take if each runs at its roof: the sum of ``max(FLOPs / peak, bytes / bandwidth)``.
+
+    Each op on its own roof, not the sum's: a memory-bound op next to a compute-bound one does
+    not hide under it (eager ops run one after the other). The bandwidth is DRAM's
+    (``copy_bytes_per_s``), so an op the cache serves can beat its time.
+
+    Args:
+        ops: :class:`OpRecord` s (e.g. one phase of :func:`count_phases`).
+        limits: the machine's measured ceilings; dtype: whose matmul peak applies.
+
+    Raises:
+        TypeError: for ``ops`` that are not a list of OpRecords, or ``limits`` of another type.
+        ValueError: for a ``dtype`` the limits did not measure.
+    """
+    for i, r in enumerate(check_items("ops", ops, nonempty=False)):
+        check_type(f"ops[{i}]", r, OpRecord)
+    check_type("limits", limits, MachineLimits)
+    peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
+    return math.fsum(max(r.flops / peak, r.bytes / bw) for r in ops)
 
 
 @dataclass(frozen=True)

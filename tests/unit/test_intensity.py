@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from perfkit.compute.intensity import NEAR_ROOF, OpCount, count_ops, step_roofline
+from perfkit.compute.intensity import (
+    NEAR_ROOF,
+    OpCount,
+    OpRecord,
+    count_ops,
+    count_phases,
+    roofline_s,
+    step_roofline,
+)
 from perfkit.hw import MachineLimits
 from perfkit.stats import exact, median_interval
 
@@ -72,3 +82,68 @@ def test_bad_arguments():
         step_roofline(OpCount(1, 1, 1), exact(0.0), LIMITS)
     with pytest.raises(TypeError, match="limits must be"):
         step_roofline(OpCount(1, 1, 1), exact(1.0), {"float32": 1e11})
+
+
+def test_cpu_attention_and_disguised_views_are_counted_right():
+    q = torch.randn(1, 2, 8, 4)  # (B, H, T, D)
+    att = count_ops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert att.flops == 2 * (2 * 1 * 2 * 8 * 8 * 4)  # Q K^T and P V, whichever kernel the CPU picks
+    a = torch.randn(N, N)
+    assert count_ops(lambda: torch.ops.aten._unsafe_view(a, (-1,))) == OpCount(0, 0, 0)  # shares a's storage
+    assert count_ops(lambda: a.clone()) == OpCount(0, 2 * N * N * 4, 1)  # a real copy still counts
+
+
+def test_count_phases_labels_each_op_with_the_phase_it_ran_in():
+    lin = torch.nn.Linear(N, N, bias=False)
+    x = torch.randn(8, N, requires_grad=True)
+
+    def run(mon):
+        with mon.phase("forward"):
+            loss = lin(x).sum()
+        with mon.phase("backward"):
+            loss.backward()
+            with mon.phase("inner"):
+                x.grad.mul_(2)
+            x.grad.add_(1)  # back in "backward" once "inner" closes
+        mon.step(samples=8)
+        return (x * 3).sum()  # outside every phase
+
+    ph = count_phases(run)
+    assert set(ph) == {"forward", "backward", "inner", "other"}
+    flops = {k: sum(r.flops for r in v) for k, v in ph.items()}
+    assert flops == {"forward": 2 * 8 * N * N, "backward": 2 * 2 * 8 * N * N, "inner": 0, "other": 0}
+    assert [r.name for r in ph["inner"]] == ["mul_.Tensor"]
+    assert ph["backward"][-1].name == "add_.Tensor" and len(ph["other"]) == 2
+    assert all(isinstance(r, OpRecord) for v in ph.values() for r in v)
+    x.grad = lin.weight.grad = None  # the same run again, counted whole: the split loses and adds no op
+    total = count_ops(lambda: run(_Unlabelled()))
+    assert (total.ops, total.flops) == (sum(map(len, ph.values())), sum(flops.values()))
+
+
+class _Unlabelled:
+    """A monitor whose phases label nothing."""
+
+    def phase(self, name):
+        return contextlib.nullcontext()
+
+    def step(self, samples=0):
+        pass
+
+
+def test_roofline_s_puts_each_op_on_its_own_roof():
+    mem = OpRecord("add", 10**8, 10**9)     # 1 GFLOP/s-worth: memory-bound, 0.1 s at 10 GB/s
+    comp = OpRecord("mm", 10**10, 10**8)    # compute-bound, 0.1 s at 100 GFLOP/s
+    assert roofline_s([mem], LIMITS) == pytest.approx(0.1)
+    assert roofline_s([comp], LIMITS) == pytest.approx(0.1)
+    # per op, not of the sums: max(0.101 s of FLOPs, 0.11 s of bytes) would give 0.11 s
+    assert roofline_s([mem, comp], LIMITS) == pytest.approx(0.2)
+    assert roofline_s([], LIMITS) == 0.0
+    bf16 = MachineLimits(device="cpu", name="t", matmul_flops={"float32": 1e11, "bfloat16": 1e12},
+                         copy_bytes_per_s=1e10)
+    assert roofline_s([comp], bf16, "bfloat16") == pytest.approx(0.01)
+    with pytest.raises(TypeError, match=r"ops\[0\] must be"):
+        roofline_s([(1, 2)], LIMITS)
+    with pytest.raises(ValueError, match="bfloat16"):
+        roofline_s([comp], LIMITS, "bfloat16")
+    with pytest.raises(TypeError, match="run must be"):
+        count_phases(None)
