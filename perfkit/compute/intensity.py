@@ -188,26 +188,36 @@ def count_phases(run: Callable[[object], object]) -> dict[str, list[OpRecord]]:
     return counter.records
 
 
-def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32") -> float:
+def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32",
+               cache: bool = True) -> float:
     """Seconds ``ops`` take if each runs at its roof: the sum of ``max(FLOPs / peak, bytes / bandwidth)``.
 
     Each op on its own roof, not the sum's: a memory-bound op next to a compute-bound one does
-    not hide under it (eager ops run one after the other). The bandwidth is DRAM's
-    (``copy_bytes_per_s``), so an op the cache serves can beat its time.
+    not hide under it (eager ops run one after the other).
 
     Args:
         ops: :class:`OpRecord` s (e.g. one phase of :func:`count_phases`).
         limits: the machine's measured ceilings; dtype: whose matmul peak applies.
+        cache: an op whose bytes fit in half the last-level cache moves them at the cache's
+            measured bandwidth (``limits.cache_bytes_per_s``: the buffers it was measured on
+            fit the same way), the fastest it can; the others, and every op with ``False`` or
+            limits without a cache figure, at DRAM's (``copy_bytes_per_s``).
 
     Raises:
-        TypeError: for ``ops`` that are not a list of OpRecords, or ``limits`` of another type.
+        TypeError: for ``ops`` that are not a list of OpRecords, ``limits`` of another type,
+            or a ``cache`` that is not a bool.
         ValueError: for a ``dtype`` the limits did not measure.
     """
     for i, r in enumerate(check_items("ops", ops, nonempty=False)):
         check_type(f"ops[{i}]", r, OpRecord)
     check_type("limits", limits, MachineLimits)
-    peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
-    return math.fsum(max(r.flops / peak, r.bytes / bw) for r in ops)
+    check_type("cache", cache, bool)
+    peak, dram = limits.peak_flops(dtype), limits.copy_bytes_per_s
+    fits = (limits.llc_bytes or 0) // 2 if cache and limits.cache_bytes_per_s else -1
+
+    def bw(nbytes: int) -> float:
+        return limits.cache_bytes_per_s if nbytes <= fits else dram
+    return math.fsum(max(r.flops / peak, r.bytes / bw(r.bytes)) for r in ops)
 
 
 @dataclass(frozen=True)

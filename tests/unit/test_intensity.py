@@ -147,3 +147,15 @@ def test_roofline_s_puts_each_op_on_its_own_roof():
         roofline_s([comp], LIMITS, "bfloat16")
     with pytest.raises(TypeError, match="run must be"):
         count_phases(None)
+
+
+def test_roofline_s_serves_from_the_cache_what_fits_in_half_of_it():
+    lim = MachineLimits(device="cpu", name="t", matmul_flops={"float32": 1e11}, copy_bytes_per_s=1e10,
+                        cache_bytes_per_s=1e11, llc_bytes=2 * 10**9)
+    fits, spills = OpRecord("add", 0, 10**9), OpRecord("add", 0, 10**9 + 1)
+    assert roofline_s([fits], lim) == pytest.approx(0.01)          # 1 GB at 100 GB/s
+    assert roofline_s([spills], lim) == pytest.approx(0.1)         # DRAM's 10 GB/s
+    assert roofline_s([fits], lim, cache=False) == pytest.approx(0.1)
+    assert roofline_s([fits], LIMITS) == pytest.approx(0.1)        # no cache figure measured
+    with pytest.raises(TypeError, match="cache must be"):
+        roofline_s([fits], lim, cache="yes")
