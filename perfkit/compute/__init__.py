@@ -137,8 +137,11 @@ from perfkit.compute.fusion import (
 from perfkit.compute.intensity import (
     NEAR_ROOF,
     OpCount,
+    OpRecord,
     StepRoofline,
     count_ops,
+    count_phases,
+    roofline_s,
     step_roofline,
 )
 from perfkit.compute.kernels import (
@@ -152,6 +155,7 @@ from perfkit.compute.kernels import (
     matmul_shape_sweep,
     pad_to_multiple,
 )
+from perfkit.compute.phase_roofline import PhaseModel, backward_over_forward
 from perfkit.compute.throughput import (
     StepBench,
     ThroughputPoint,
@@ -217,6 +221,11 @@ __all__ = [
     "StepRoofline",
     "count_ops",
     "step_roofline",
+    "OpRecord",
+    "count_phases",
+    "roofline_s",
+    "PhaseModel",
+    "backward_over_forward",
     "Setting",
     "SwitchTiming",
     "UltraTiming",
