@@ -12,7 +12,7 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 from torch import nn
 
-from perfkit import compute
+from perfkit import compute, models
 from perfkit.compute import (
     BudgetProbe,
     CompileRecord,
@@ -47,7 +47,8 @@ from perfkit.compute import claims_ultra as cu
 from perfkit.compute import experiments as cx
 from perfkit.compute import flash as fl
 from perfkit.compute import flash_triton as ft
-from perfkit.compute.intensity import OpCount, count_ops, step_roofline
+from perfkit.compute import phase_roofline as pr
+from perfkit.compute.intensity import OpCount, OpRecord, count_ops, count_phases, roofline_s, step_roofline
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_interval
 from perfkit.timing import Measurement
@@ -407,6 +408,18 @@ CASES = [  # (id, call, exception, regex on the message)
     ("step_roofline.step_s zero",
      lambda: step_roofline(OPS, Estimate(0.0, 0.0, 0.0, None, 1, "x"), LIMITS), ValueError,
      "step_s"),
+    ("count_phases.run", lambda: count_phases("step"), TypeError, "run must be a callable"),
+    ("roofline_s.ops", lambda: roofline_s([OPS], LIMITS), TypeError, r"ops\[0\] must be an OpRecord"),
+    ("roofline_s.dtype", lambda: roofline_s([OpRecord("mm", 1, 1)], LIMITS, "float16"), ValueError,
+     "'float16' was not measured"),
+    # phase_roofline
+    ("PhaseModel.rounds", lambda: pr.PhaseModel(1, 2, 1, 1, 1.0, 1.0, (1.0,), (1.0,), (), (1.0,)),
+     ValueError, "fixed_fwd_s must"),
+    ("backward_over_forward.wl", lambda: pr.backward_over_forward(LIN, LIMITS), TypeError,
+     "wl must be a Workload"),
+    ("backward_over_forward.rounds",
+     lambda: pr.backward_over_forward(models.Workload("t", LIN, [], Optimizer(), LOSS, torch.device("cpu")),
+                                      LIMITS, rounds=1), ValueError, "rounds must be"),
     # --- experiments and fusion: notebook 06's measurements --------------------------------
     ("RescaledMLP width", lambda: cx.RescaledMLP(0), ValueError, "width"),
     ("WhereRescaledMLP width", lambda: cx.WhereRescaledMLP(-1), ValueError, "width"),
@@ -573,7 +586,7 @@ RECORDS = {"AttentionPoint", "BatchSearch", "ChainBytes", "GraphReport", "ShapeP
            "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
            "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
            "SwitchTiming", "ThreadTiming", "UltraTiming", "ChainModel", "InModelAttention",
-           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming", "OpCall"}
+           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming", "OpCall", "OpRecord"}
 
 
 @pytest.mark.timeout(10)  # a target_s of inf or NaN used to calibrate for ever
