@@ -72,7 +72,16 @@ def _copy(t: Any, dtype: torch.dtype | None = None) -> Any:
     if not isinstance(t, torch.Tensor):
         return t
     to = dtype if dtype is not None and t.dtype in LOW_DTYPES else t.dtype
-    return torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device).copy_(t.detach())
+    broadcast = [d for d, (n, s) in enumerate(zip(t.shape, t.stride(), strict=True)) if s == 0 and n > 1]
+    if broadcast:  # an expanded view: copy one slice along each broadcast dim, expand it again
+        base = t
+        for d in broadcast:
+            base = base.narrow(d, 0, 1)
+        return _copy(base, dtype).expand(t.shape)
+    try:
+        return torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device).copy_(t.detach())
+    except RuntimeError:  # other self-overlapping layouts (as_strided): a dense copy
+        return t.detach().to(to, copy=True)
 
 
 @dataclass(frozen=True)

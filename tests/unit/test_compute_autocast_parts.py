@@ -94,6 +94,18 @@ def test_time_autocast_parts_runs_the_steps_and_parts_in_the_same_rounds():
     assert r.predicted() > 0 and 0 < r.share()
 
 
+def test_a_broadcast_operand_is_recorded_as_a_broadcast():
+    def step() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.ones(4, 4) @ torch.full((4, 4), 2.0)  # bf16
+        return y * torch.arange(4.0, dtype=torch.bfloat16).view(1, 4).expand(4, 4)  # a stride-0 operand
+
+    calls = ap.record_parts(step)
+    mul = next(c for c in calls if c.func.__name__.startswith("mul"))
+    assert mul.args[1].stride() == (0, 1) and mul.args32[1].dtype == torch.float32
+    torch.testing.assert_close(mul(fp32=True), step().float())
+
+
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: ap.time_autocast_parts(1, lambda: None), TypeError, "fp32_step"),
     (lambda: ap.time_autocast_parts(lambda: None, lambda: None, threads=0), ValueError, "threads"),
