@@ -4,7 +4,8 @@ What matters is what *this* machine does under PyTorch, not a data sheet: dense 
 FLOP/s per dtype, copy bandwidth (bytes read + written per second) and, with CUDA, pinned
 host-to-device bandwidth, each the best of a sweep, kept in a :class:`MachineLimits` record
 whose ceilings :mod:`perfkit.roofline` combines. ``$PERFKIT_IMITATE=no-bf16``, set before
-any op runs, imitates a CPU without native bf16 (:data:`IMITATIONS`).
+any op runs, imitates a CPU without native bf16 (:data:`IMITATIONS`), with its own inductor
+cache (kernels compiled for the native CPU crash the capped one) unless one is named.
 
 Usage::
 
@@ -18,19 +19,22 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-# No avx512_bf16 (an EPYC before Zen 4), imitated by capping kernels at AVX2 before torch's first
-# op: oneDNN's bf16 matmuls take the emulated path, ~100x slower than fp32 as there.
+# No avx512_bf16 (an EPYC before Zen 4), imitated by capping kernels at AVX2 before torch's
+# first op: oneDNN's bf16 matmuls take the emulated path, ~100x slower than fp32 as there.
 IMITATIONS = {"no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
 if (_IMITATE := os.environ.get("PERFKIT_IMITATE") or None) not in (None, *IMITATIONS):
     raise ValueError(f"PERFKIT_IMITATE must be one of {sorted(IMITATIONS)} or unset, got {_IMITATE!r}")
 if _IMITATE:
     os.environ.update(IMITATIONS[_IMITATE])  # inherited by every process started from here
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{os.environ.get('USER') or os.getuid()}.{_IMITATE}"))
 import torch  # noqa: E402  (after the cap above)
 
 if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":
@@ -157,9 +161,8 @@ def measure_h2d(nbytes: int, device: torch.device | str | None = None, repeat: i
 
 
 def last_level_cache_bytes(device: torch.device | str | None = None) -> int | None:
-    """Size of the last cache level the device's cores share (a GPU's L2), ``None`` if unknown.
-    On Linux, from ``/sys/devices/system/cpu/cpu0/cache`` (the cache this CPU's cores can use,
-    which can be smaller than the whole package's that ``getconf`` reports)."""
+    """Size of the last cache level the device's cores share (a GPU's L2), ``None`` if unknown;
+    on Linux from ``/sys/devices/system/cpu/cpu0/cache`` (``getconf``'s may be the package's)."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", None) or None
@@ -184,8 +187,7 @@ def _cpuinfo(key: str) -> str | None:
 
 
 def device_name(device: torch.device | str | None = None) -> str:
-    """A human-readable name: the GPU's name, or the CPU's model, logical core count and the
-    machine it imitates (limits are cached per name, so an imitation has its own)."""
+    """The GPU's name, or the CPU's model, logical cores and the machine it imitates."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
@@ -367,9 +369,8 @@ def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
 
 
 def default_limits_path() -> Path:
-    """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``. The limits
-    belong to the machine: every notebook and script on it shares one file (an imitation has
-    its own, so that the real machine's higher ceilings do not leak into it)."""
+    """Where measured limits are cached: ``$PERFKIT_CACHE`` or ``~/.cache/perfkit``, one file
+    per machine (an imitation has its own: the real machine's ceilings must not leak in)."""
     root = os.environ.get("PERFKIT_CACHE") or Path.home() / ".cache" / "perfkit"
     return Path(root) / f"machine_limits{'.' + imitation() if imitation() else ''}.json"
 
@@ -407,9 +408,8 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
 
 def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
                   refresh: bool = False) -> MachineLimits:
-    """Load limits measured earlier on this machine from ``path``, or measure and save. Later
-    notebooks call this so that every result is a share of the same ceilings. A file from
-    another device, or measured another way (:data:`METHOD`), is measured again."""
+    """Load limits measured earlier on this machine from ``path``, or measure and save (again
+    for a file from another device or method, :data:`METHOD`): every result shares them."""
     p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)
     if p.exists() and not refresh:

@@ -165,12 +165,14 @@ def test_support_is_read_from_the_ceilings_ratio(bf16, support):
         lim.support("float16")
 
 
-def _in_fresh_python(env_value, code):
+def _in_fresh_python(env_value, code, drop=(), extra=None):
     import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", *drop)}
+    env.update(extra or {})
     env["PERFKIT_IMITATE"] = env_value
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
@@ -184,6 +186,12 @@ def test_the_no_bf16_imitation_caps_the_kernels_and_has_its_own_name_and_cache()
     assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True",
                                   "emulated"]
     assert hw.imitation() is None and hw.default_limits_path().name == "machine_limits.json"
+    # its own inductor cache (natively compiled kernels crash the capped CPU), unless one is named
+    code = "import os\nfrom perfkit import hw\nprint(os.environ['TORCHINDUCTOR_CACHE_DIR'])"
+    out = _in_fresh_python("no-bf16", code, drop=("TORCHINDUCTOR_CACHE_DIR",))
+    assert out.returncode == 0 and out.stdout.strip().endswith(".no-bf16"), out.stderr
+    out = _in_fresh_python("no-bf16", code, extra={"TORCHINDUCTOR_CACHE_DIR": "/tmp/mine"})
+    assert out.stdout.strip() == "/tmp/mine", out.stderr
 
 
 def test_an_unknown_imitation_is_refused_by_name():
