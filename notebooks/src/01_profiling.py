@@ -206,7 +206,7 @@ viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s), explain={
 # Only the digits CNN is judged: its step is the short one, where this fixed cost shows.
 # In the GPT-2, almost all FLOPs are matmuls, and the backward pass computes two matmuls (the
 # gradient for the input and for the weight) for each forward one: the backward has **twice**
-# the forward's FLOPs (whether it takes twice the time is the next cell's question). The
+# the forward's FLOPs (whether it takes twice the time is asked after the data share). The
 # optimizer touches each parameter a few times, with no matmul: a small share.
 
 # %%
@@ -295,9 +295,9 @@ viz.verdict(p_bwd, pm.measured, explain=pm.explain())
 # **ridge point**, peak FLOP/s over DRAM bandwidth, says which roof is the lower one,
 # `min(peak, I x bandwidth)`; and the step is bound by that roof only if it runs near it
 # (at least half of it, `NEAR_ROOF`). `perfkit.compute.intensity.count_ops` counts one step's
-# FLOPs (torch's flop counter) and the bytes every operator reads and writes (eager: no reuse
-# between operators, the lowest intensity the step can have); `step_roofline` places the
-# measured step times on the roofline.
+# FLOPs (torch's flop counter's formulas) and the bytes every operator reads and writes
+# (eager: no reuse between operators, the lowest intensity the step can have);
+# `step_roofline` places the measured step times on the roofline.
 #
 # **Prediction.** At 64 wide each operator is small, and its fixed cost (dispatch, Python)
 # weighs as much as its arithmetic: the step should reach less than half of the roof above

@@ -134,7 +134,7 @@ class PhaseModel:
         into its fixed cost and its roofline seconds over ``eta``, and which assumption failed."""
         f, b = self.reach()
         parts = (f"forward {stats.median(self.fwd_s) * 1e3:.2f} ms = {self.fixed_fwd.value * 1e3:.2f} ms "
-                 f"fixed + {self.roof_fwd_s * 1e3:.2f} ms of roofline at {f:.0%}; backward "
+                 f"fixed + {self.roof_fwd_s * 1e3:.2f} ms of roofline at {f:.0%} of its speed; backward "
                  f"{stats.median(self.bwd_s) * 1e3:.2f} ms = {self.fixed_bwd.value * 1e3:.2f} ms + "
                  f"{self.roof_bwd_s * 1e3:.2f} ms at {b:.0%}")
         smaller = "The {} ops reached a smaller share of their roofs than the {}: {}."

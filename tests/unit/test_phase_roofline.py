@@ -55,7 +55,7 @@ def test_fixed_costs_lose_their_own_roofline_time_and_widen_the_low_end():
 
 def test_explanations_name_each_phase_split_and_a_beaten_roof():
     held = model().explain()["held"]
-    assert held.startswith("Forward 6.00 ms = 2.00 ms fixed + 2.00 ms of roofline at 50%")
+    assert held.startswith("Forward 6.00 ms = 2.00 ms fixed + 2.00 ms of roofline at 50% of its speed")
     assert "backward 9.00 ms = 1.00 ms + 4.00 ms at 50%" in held
     assert "faster than their roofs" in model(eta=(0.5, 2.0)).explain()["below"]
     assert "forward's ops reached a smaller" in model(eta=(0.2, 0.9)).explain()["below"]
