@@ -5,11 +5,12 @@ MLP's down-projection under PyTorch's early stop, ``Layout.early_stop``), and a 
 attention kernel's backward at its own share of the peak (``Cluster.attention_backward_efficiency``).
 llm-foundry's published runs cost less with checkpointing than that count says (notebook 13,
 section 4). This script measures both on the machine it runs on: a stack of MPT-like blocks
-(pre-norm, causal ``scaled_dot_product_attention``, GELU MLP of ``4h``, no bias, no dropout)
-trained forward + backward plain, checkpointed block by block with early stop and without,
-timed in alternation (:func:`perfkit.timing.interleaved`, CUDA events on a GPU); and the
-attention kernel alone, forward and forward + backward, which gives its backward's speed
-over its forward's on the FLOPs each runs (``2.5x`` the forward's in backward).
+(:class:`perfkit.parallel.gpt.Block`: pre-norm, causal ``scaled_dot_product_attention``, GELU
+MLP of ``4h``, no dropout) trained forward + backward plain, checkpointed block by block
+with early stop and without, timed in alternation (:func:`perfkit.timing.interleaved`, CUDA
+events on a GPU); and the attention kernel alone, forward and forward + backward, which gives
+its backward's speed over its forward's on the FLOPs each runs (``2.5x`` the forward's in
+backward).
 
 Prints one JSON object: the measured time ratios with their 90 % intervals beside the
 planner's FLOP ratios (every matmul at one rate), and the attention kernel's measured
@@ -30,26 +31,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from perfkit import stats
+from perfkit.parallel.gpt import Block, GPTConfig
 from perfkit.plan import ATTENTION_EFFICIENCY, ModelSpec
 from perfkit.timing import interleaved
-
-
-class Block(nn.Module):
-    """MPT's block: pre-norm, fused causal attention, GELU MLP of ``4 h``, no bias or dropout."""
-
-    def __init__(self, h: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
-        self.qkv, self.proj = nn.Linear(h, 3 * h, bias=False), nn.Linear(h, h, bias=False)
-        self.up, self.down = nn.Linear(h, 4 * h, bias=False), nn.Linear(4 * h, h, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, S, h / heads)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
-        return x + self.down(F.gelu(self.up(self.ln2(x))))
 
 
 def _step(blocks: nn.ModuleList, x: torch.Tensor, mode: str):
@@ -81,7 +65,8 @@ def main() -> None:
     dev = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     torch.manual_seed(0)
-    blocks = nn.ModuleList(Block(a.hidden, a.heads) for _ in range(a.layers)).to(dev, dtype)
+    cfg = GPTConfig(n_embd=a.hidden, n_head=a.heads)
+    blocks = nn.ModuleList(Block(cfg) for _ in range(a.layers)).to(dev, dtype)
     x = torch.randn(a.batch, a.seq, a.hidden, device=dev, dtype=dtype, requires_grad=True)
     plain, early, full = interleaved([_step(blocks, x, m) for m in ("plain", "early", "full")],
                                      warmup=2, repeat=a.repeat, device=dev)
@@ -94,7 +79,7 @@ def main() -> None:
         warmup=2, repeat=a.repeat, device=dev)
     bwd_s = max(both.median_s - fwd.median_s, 1e-12)
     m = ModelSpec("MPT-like stack", layers=a.layers, hidden=a.hidden, heads=a.heads,
-                  ffn=4 * a.hidden, vocab=8, seq=a.seq)
+                  ffn=4 * a.hidden, vocab=8, seq=a.seq, bias=True)
     def flops(rc: str, es: bool = False) -> float:  # the stack has no head: leave it out
         return m.hardware_flops_per_token(rc, es) - m.head_flops_per_token
 

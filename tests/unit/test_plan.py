@@ -180,33 +180,17 @@ def test_attention_passes_run_at_their_own_shares_and_recomputation_at_the_forwa
         named_cluster("h100-sxm", attention_backward_efficiency=1.5)
 
 
-class _Block(torch.nn.Module):
-    """An MPT/GPT block: pre-norm, fused causal attention, GELU MLP, optional dropout after it."""
-
-    def __init__(self, h: int, heads: int, p: float):
-        super().__init__()
-        self.h, self.heads = h, heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
-        self.qkv, self.proj = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
-        self.up, self.down = torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
-        self.drop = torch.nn.Dropout(p)
-
-    def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
-        return x + self.drop(self.down(torch.nn.functional.gelu(self.up(self.ln2(x)))))
-
-
 @pytest.mark.parametrize("dropout", [False, True])
 def test_early_stop_skips_what_pytorchs_checkpoint_skips(dropout):
     from torch.utils.checkpoint import checkpoint
     from torch.utils.flop_counter import FlopCounterMode
 
+    from perfkit.parallel.gpt import Block, GPTConfig
+
     h, heads, b, s, layers = 32, 4, 2, 16, 2
     torch.manual_seed(0)
-    blocks = torch.nn.ModuleList(_Block(h, heads, 0.1 if dropout else 0.0) for _ in range(layers))
+    cfg = GPTConfig(n_embd=h, n_head=heads, dropout=0.1 if dropout else 0.0)
+    blocks = torch.nn.ModuleList(Block(cfg) for _ in range(layers))  # pre-norm, fused attention, GELU
 
     def backward_mm_flops(ckpt: bool, early: bool) -> int:
         x = torch.randn(b, s, h, requires_grad=True)
@@ -239,7 +223,6 @@ def test_early_stop_is_a_kind_of_full_recomputation():
     lay = Layout(dp=8, tp=2, recompute="full", early_stop=True, micro_batch=1)
     assert lay.label().endswith("full es")
     c = named_cluster("a100-80gb", efficiency=0.5)
-    es, full = (step_time(GPT, dataclasses.replace(lay, early_stop=e), c, 8) for e in (True, False))
     # GPT keeps dropout masks: nothing is skipped; MPT-like (no dropout) skips the down-projection
     assert GPT.early_stop_skipped_params == 0
     nodrop = dataclasses.replace(GPT, dropout=False)
