@@ -114,6 +114,10 @@ class Cluster:
             as large as ZeRO-3's three collectives' transfer time:
             :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching. DDP's
             bucketed all-reduce always overlaps the backward where ``overlap`` holds.
+        zero2_per_block: ZeRO-2's reduce-scatter and all-gather go block by block (and one
+            for the embedding or head), as FSDP's ``SHARD_GRAD_OP`` wraps them; ``False``: in
+            DDP's 25 MiB buckets, as :mod:`perfkit.parallel.zero`'s flat buffer (one collective
+            while it fits; :func:`local_cluster`, the course's own ZeRO).
         ddp_after_backward: data parallelism all-reduces the whole gradient buffer once,
             after the backward, with nothing hidden (Megatron-LM 2021's default
             ``--DDP-impl local``: ``train_step`` in megatron/training.py calls
@@ -139,6 +143,7 @@ class Cluster:
     sharded_hidden: float = 0.0
     full_reduce_scatter: bool = False
     ddp_after_backward: bool = False
+    zero2_per_block: bool = True
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -155,6 +160,7 @@ class Cluster:
         check_real("sharded_hidden", self.sharded_hidden, 0, 1)
         check_type("full_reduce_scatter", self.full_reduce_scatter, bool)
         check_type("ddp_after_backward", self.ddp_after_backward, bool)
+        check_type("zero2_per_block", self.zero2_per_block, bool)
 
     @property
     def usable_memory(self) -> float:
@@ -235,7 +241,8 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
     Returns:
         A one-node :class:`Cluster` with ``intra == inter == link``, no overlap of
         communication with compute (gloo's threads run on the same cores), and gloo's
-        reduce-scatter, a whole all-reduce (``full_reduce_scatter``).
+        reduce-scatter, a whole all-reduce (``full_reduce_scatter``); ZeRO-2 in one flat
+        buffer, as the course's ZeRO runs it (``zero2_per_block=False``).
 
     Raises:
         TypeError, ValueError: for arguments of the wrong kind or out of range.
@@ -253,5 +260,5 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
               f"measured by perfkit.hw ({limits.measured_at or 'cached'}), {dtype} matmul")
     return Cluster(name=f"this machine ({processes} processes)", gpu=gpu, gpus_per_node=processes,
                    intra=link, inter=link, efficiency=efficiency, memory_share=1.0,
-                   overlap=False, full_reduce_scatter=True,
+                   overlap=False, full_reduce_scatter=True, zero2_per_block=False,
                    note="ceilings from perfkit.hw, link from the alpha-beta fit")

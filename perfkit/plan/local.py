@@ -134,7 +134,7 @@ def fit_step_efficiency(model: ModelSpec, layout: Layout, cluster: Cluster, glob
 
     def predicted(e: float) -> float:
         return step_time(model, layout, cluster.with_efficiency(e), global_batch, recipe,
-                         grad_bytes, zero2_per_block=False).total_s
+                         grad_bytes).total_s
 
     lo, hi = 1e-5, 1.0
     if predicted(hi) >= measured_s:
@@ -200,8 +200,7 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
         mem = {k: replace(m, activations=acts) for k, m in mem.items()}
     return CoursePredictions(
         eff, fitted_on, lays,
-        {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0, zero2_per_block=False)
-         for k, lay in lays.items()}, mem)
+        {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()}, mem)
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

@@ -12,13 +12,13 @@ runs ``m + (p - 1) / v`` such slots (the bubble, Narayanan et al. 2021), plus th
 stage-to-stage sends. Data parallelism's gradient all-reduce (ZeRO 1-2: reduce-scatter +
 all-gather, the same bytes on a ring; on gloo a reduce-scatter is a whole all-reduce,
 ``Cluster.full_reduce_scatter``), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
-them), hides behind the last micro-batch's backward; ZeRO-3 gathers weights twice and
-reduce-scatters gradients for every micro-batch, block by block. ZeRO-2's and ZeRO-3's
-collectives hide behind the share ``cluster.sharded_hidden`` of that compute (0 by default:
-FSDP as llm-foundry ran it; never on a CPU, whose cores run the collectives). Collectives
-are rings (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and
-across nodes on the network, hierarchically where a group spans both. The optimizer step
-streams the local shard's states once.
+them, ``Cluster.zero2_per_block``), hides behind the last micro-batch's backward; ZeRO-3
+gathers weights twice and reduce-scatters gradients for every micro-batch, block by block.
+ZeRO-2's and ZeRO-3's collectives hide behind the share ``cluster.sharded_hidden`` of that
+compute (0 by default: FSDP as llm-foundry ran it; never on a CPU, whose cores run the
+collectives). Collectives are rings (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`)
+inside a node on NVLink and across nodes on the network, hierarchically where a group spans
+both. The optimizer step streams the local shard's states once.
 
 Usage::
 
@@ -115,8 +115,7 @@ def _link(span: int, cluster: Cluster) -> AlphaBeta:
 
 
 def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
-              recipe: str = "mixed_adam", grad_bytes: float = 2.0,
-              zero2_per_block: bool = True) -> StepTime:
+              recipe: str = "mixed_adam", grad_bytes: float = 2.0) -> StepTime:
     """Predicted step time of ``layout`` (checked by the caller) on ``cluster``.
 
     Args:
@@ -127,10 +126,6 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         recipe: the model-state recipe (a :data:`perfkit.memory.model_states.RECIPES` name):
             its bytes set the gathered weights and the optimizer's traffic.
         grad_bytes: bytes per gradient element in the data-parallel reduction.
-        zero2_per_block: ZeRO-2's reduce-scatter and all-gather go block by block (and one
-            for the embedding or head), as FSDP's ``SHARD_GRAD_OP`` wraps them; ``False``: in
-            DDP's :data:`BUCKET_BYTES` buckets, as :mod:`perfkit.parallel.zero`'s flat buffer
-            (one collective while it fits).
 
     Returns:
         A :class:`StepTime`.
@@ -142,7 +137,6 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     check_type("layout", layout, Layout)
     check_type("cluster", cluster, Cluster)
     check_int("global_batch", global_batch, 1)
-    check_type("zero2_per_block", zero2_per_block, bool)
     if recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
     r, lay, gpu = RECIPES[recipe], layout, cluster.gpu
@@ -197,7 +191,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     n, stride = lay.dp * lay.cp, lay.tp * lay.pp
     # gradients go in buckets of BUCKET_BYTES, each a collective with its own start-up
     buckets = max(1, math.ceil(psi * grad_bytes / BUCKET_BYTES))
-    if lay.zero == 2 and zero2_per_block:
+    if lay.zero == 2 and cluster.zero2_per_block:
         buckets = int(layers) + 1  # FSDP's units: the stage's blocks and its embedding or head
     if lay.zero == 0 and cluster.ddp_after_backward:
         buckets = 1  # one contiguous buffer

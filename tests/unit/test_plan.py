@@ -240,7 +240,7 @@ def test_zero2_goes_block_by_block_like_fsdp_or_in_ddp_buckets():
                             intra=AlphaBeta(1e-3, 300e9))  # a start-up that dominates
     z2 = Layout(dp=8, zero=2, micro_batch=1)
     psi = stage_params(GPT, z2)
-    blocks, flat = (step_time(GPT, z2, c, 8, zero2_per_block=b) for b in (True, False))
+    blocks, flat = (step_time(GPT, z2, dataclasses.replace(c, zero2_per_block=b), 8) for b in (True, False))
     units = GPT.layers + 1
     assert blocks.detail["dp_allreduce_s"] == pytest.approx(
         units * group_allreduce_time(psi * 2 / units, 8, 1, c))
@@ -249,9 +249,10 @@ def test_zero2_goes_block_by_block_like_fsdp_or_in_ddp_buckets():
     # DDP and ZeRO-1 keep DDP's buckets either way
     for zero in (0, 1):
         lay = Layout(dp=8, zero=zero, micro_batch=1)
-        assert step_time(GPT, lay, c, 8).terms == step_time(GPT, lay, c, 8, zero2_per_block=False).terms
+        assert step_time(GPT, lay, c, 8).terms == step_time(
+            GPT, lay, dataclasses.replace(c, zero2_per_block=False), 8).terms
     with pytest.raises(TypeError, match="zero2_per_block"):
-        step_time(GPT, z2, c, 8, zero2_per_block="yes")
+        dataclasses.replace(c, zero2_per_block="yes")
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -524,7 +525,7 @@ def test_a_backend_that_reduce_scatters_by_all_reducing_pays_a_whole_all_reduce(
     assert b - a == pytest.approx(units * 0.5 * g)  # each unit's reduce-scatter: half -> whole
     for zero, k in ((1, 1.5), (2, 1.5)):  # reduce-scatter (whole) + all-gather (half)
         lay = Layout(dp=8, zero=zero, micro_batch=1)
-        t = step_time(GPT, lay, dataclasses.replace(gloo, overlap=False), 8, zero2_per_block=False)
+        t = step_time(GPT, lay, dataclasses.replace(gloo, overlap=False, zero2_per_block=False), 8)
         assert t.terms["data-parallel"] == pytest.approx(k * t.detail["dp_allreduce_s"])
     ddp = Layout(dp=8, micro_batch=1)
     assert step_time(GPT, ddp, ring, 8).terms == step_time(GPT, ddp, gloo, 8).terms
