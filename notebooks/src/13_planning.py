@@ -105,9 +105,13 @@ print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 
 #
 # `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
 # matmul ceiling and half the copy bandwidth notebook 00 measured (`perfkit.hw.cached_limits`),
-# and the link between them is the alpha-beta fit of a 2-process all-reduce (notebook 02's
-# sweep, measured once and cached). On a CPU the collectives run on the cores the compute
-# needs, so nothing overlaps: every byte sent adds to the step.
+# and the link between them is an alpha-beta fit of 2-process all-reduces (`local_link`,
+# measured once and cached). Notebook 02's sweep times calls back to back, so the ranks stay in
+# lockstep; a step issues its collectives one at a time between computations, and some of them
+# wait for a thread the OS must wake or has taken off its core. So `local_link` times each
+# all-reduce alone, after 1 ms of matmul work, from the last rank's arrival, and fits the
+# **means**: a step pays its slow calls too, which a median hides. On a CPU the collectives run
+# on the cores the compute needs, so nothing overlaps: every call adds to the step.
 #
 # One figure is fitted: the share of the matmul ceiling a training step reaches, on DDP's
 # measured step. The three ZeRO stages are then predictions: ZeRO 1 and 2 reduce-scatter the

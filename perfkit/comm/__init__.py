@@ -22,6 +22,7 @@ from perfkit.comm.collectives import (
     all_gather_single,
     benchmark_collective,
     bus_factor,
+    isolated_times,
     reduce_scatter_single,
     sweep,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "AlphaBeta",
     "benchmark_collective",
     "bus_factor",
+    "isolated_times",
     "CollectivePoint",
     "count_traffic",
     "COUNTED",

@@ -36,6 +36,7 @@ __all__ = [
     "all_gather_single",
     "benchmark_collective",
     "bus_factor",
+    "isolated_times",
     "reduce_scatter_single",
     "sweep",
 ]
@@ -203,3 +204,71 @@ def sweep(ops: Sequence[str], sizes: Sequence[int], group=None, warmup: int = 2,
     check_int("warmup", warmup, 0)
     check_int("repeat", repeat, 1)
     return [benchmark_collective(op, s, group, warmup, repeat) for op in ops for s in sizes]
+
+
+def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-3,
+                   repeat: int = 30, warmup: int = 3, stagger_s: float = 0.0) -> list[list[float]]:
+    """Seconds of single ``op`` calls issued as a training step issues them: one at a time,
+    each after ``gap_s`` of matmul work, timed from the last rank's arrival.
+
+    :func:`benchmark_collective` batches small messages back to back, so the ranks stay in
+    lockstep and gloo's threads stay awake; a step's collectives come one at a time between
+    computations. Each call here is timed on every rank and the smallest of those times is
+    kept: the rank that arrived last waited for nobody, so its time is the call's own cost
+    (with more ranks, the last to arrive). Return every call, not a median: a step pays the
+    slow calls too (see :func:`perfkit.plan.local_link`, which fits their means).
+
+    Args:
+        op: one of :data:`OPS`.
+        sizes: buffer sizes in bytes (each >= 1; rounded as :func:`benchmark_collective`).
+        group: process group (default: WORLD).
+        gap_s: seconds of matmul work before each call (>= 0).
+        repeat, warmup: timed and untimed calls per size (>= 1, >= 0).
+        stagger_s: rank ``r`` of ``group`` works ``r * stagger_s`` longer before each call
+            (>= 0): ranks arriving apart, which the times leave out.
+
+    Returns:
+        ``times[i][j]``: call ``j`` of size ``i``, seconds, the same on every rank.
+
+    Warning:
+        Collective: every rank of ``group`` must call it with the same arguments.
+
+    Raises:
+        TypeError, ValueError: for a bad ``op``, size, ``gap_s``, ``repeat`` or ``warmup``,
+            checked before the first collective.
+    """
+    import time
+
+    from perfkit._checks import check_real
+
+    check_choice("op", op, OPS)
+    sizes = check_items("sizes", sizes)
+    for i, s in enumerate(sizes):
+        check_int(f"sizes[{i}]", s, 1)
+    check_real("gap_s", gap_s, 0)
+    check_int("repeat", repeat, 1)
+    check_int("warmup", warmup, 0)
+    check_real("stagger_s", stagger_s, 0)
+    gap_s += dist.get_rank(group) * stagger_s
+    device = torch.device("cuda" if dist.get_backend(group) == "nccl" else "cpu")
+    a = torch.randn(64, 64)
+    out = []
+    for nbytes in sizes:
+        fn = _collective_fn(op, nbytes, group, device)
+        own = []
+        for j in range(warmup + repeat):
+            end = time.perf_counter() + gap_s
+            while time.perf_counter() < end:
+                a @ a
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if j >= warmup:
+                own.append(time.perf_counter() - t0)
+        t = torch.tensor(own, dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)  # the last rank to arrive
+        out.append(t.tolist())
+    return out

@@ -11,6 +11,8 @@ Tasks (keys of the config; rank 0's result holds every task's output):
 * ``sweep``: :func:`perfkit.comm.sweep` -> list of :class:`CollectivePoint` dicts.
 * ``ring``: :func:`perfkit.comm.ring_all_reduce` against ``dist.all_reduce``
   (:func:`against_all_reduce`).
+* ``isolated``: ``{"op", "sizes", "gap_s", "repeat", "stagger_s"}``: :func:`perfkit.comm.isolated_times`
+  -> ``{"op", "sizes", "times_s"}`` (every call, one list per size).
 
 Lab 02's grader runs a student's all-reduce through ``tools.labs.ring_check`` instead.
 """
@@ -143,6 +145,12 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         s = cfg["sweep"]
         pts = comm.sweep(s.get("ops", list(comm.OPS)), s["sizes"], repeat=s.get("repeat", 5))
         result["sweep"] = [asdict(pt) for pt in pts]
+    if "isolated" in cfg:
+        c = cfg["isolated"]
+        op = c.get("op", "all_reduce")
+        result["isolated"] = {"op": op, "sizes": list(c["sizes"]), "times_s": comm.isolated_times(
+            op, c["sizes"], gap_s=c.get("gap_s", 1e-3), repeat=c.get("repeat", 30),
+            stagger_s=c.get("stagger_s", 0.0))}
     if "ring" in cfg:
         r = cfg["ring"]
         result["ring"] = against_all_reduce(comm.ring_all_reduce, r["sizes"], r.get("repeat", 0))

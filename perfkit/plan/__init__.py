@@ -46,6 +46,7 @@ from perfkit.plan.llm_analysis import (
 )
 from perfkit.plan.local import (
     COURSE_LAYOUTS,
+    LINK_METHOD,
     LINK_SIZES,
     CoursePredictions,
     course_predictions,
@@ -155,6 +156,7 @@ __all__ = [
     "LLM_ANALYSIS_INSTALL",
     "LLM_ANALYSIS_VERSION",
     "LlmAnalysisPrediction",
+    "LINK_METHOD",
     "LINK_SIZES",
     "local_cluster",
     "local_link",

@@ -5,8 +5,8 @@ bandwidth, each quoted with its datasheet), ``gpus_per_node`` of them joined by 
 (NVLink: :class:`perfkit.comm.alpha_beta.AlphaBeta`), the nodes by another (the network,
 per GPU), and the share of the matmul peak that kernels achieve (``efficiency``: the one
 figure the planner lets a user fit per GPU type). :func:`local_cluster` builds "this machine"
-from the ceilings notebook 00 measures (:func:`perfkit.hw.cached_limits`) and the alpha-beta
-fit of notebook 02.
+from the ceilings notebook 00 measures (:func:`perfkit.hw.cached_limits`) and an alpha-beta
+fit of all-reduces issued as a step issues them (:func:`perfkit.plan.local_link`).
 
 Usage::
 
@@ -232,7 +232,8 @@ def local_cluster(limits: MachineLimits, link: AlphaBeta, processes: int = 2,
 
     Args:
         limits: the measured ceilings (:func:`perfkit.hw.cached_limits`).
-        link: one point-to-point step's alpha-beta fit (notebook 02, gloo over loopback).
+        link: one point-to-point step's alpha-beta fit (gloo over loopback:
+            :func:`perfkit.plan.local_link`).
         processes: processes sharing the machine (>= 1); each gets ``1/processes`` of it.
         memory_bytes: memory per process (default: the host's RAM / processes).
         dtype: the matmul dtype whose ceiling is the peak.

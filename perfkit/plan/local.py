@@ -1,9 +1,10 @@
 """The planner on this machine: its measured link, the course's tiny GPT-2, the layouts it runs.
 
 ``perfkit plan --machine local`` plans with the ceilings notebook 00 measures
-(:func:`perfkit.hw.cached_limits`) and the alpha-beta fit notebook 02 makes of a 2-process
-all-reduce sweep (gloo over loopback). :func:`local_link` measures that sweep once through
-:func:`perfkit.dist.launch` and caches the fit beside the ceilings; :func:`tiny_gpt2_spec` is
+(:func:`perfkit.hw.cached_limits`) and an alpha-beta fit of 2-process all-reduces (gloo over
+loopback) issued one at a time between computations, as a step issues them.
+:func:`local_link` measures them once through :func:`perfkit.dist.launch` and caches the fit
+beside the ceilings; :func:`tiny_gpt2_spec` is
 the model :mod:`perfkit.jobs.zero_bench` trains (fp32, fused attention, no dropout), and
 :data:`COURSE_LAYOUTS` the layouts the course measures at 2 processes, by the job's variant
 names. Tensor parallelism on this machine: :mod:`perfkit.plan.local_tp`.
@@ -32,7 +33,7 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_SIZES", "CoursePredictions", "course_predictions",
+__all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CoursePredictions", "course_predictions",
            "fit_step_efficiency", "link_cache_path", "local_link",
            "pipeline_prediction", "ring_step", "step_spans", "tiny_gpt2_spec"]
 
@@ -76,16 +77,27 @@ def ring_step(nbytes: list[float], times_s: list[float]) -> AlphaBeta:
     return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
 
 
-def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
-    """One point-to-point step of this machine's gloo ring, from a 2-process all-reduce sweep.
+LINK_METHOD = "isolated all-reduces after 1 ms of matmul, means of the last rank's time"
 
-    A 2-rank ring all-reduce is two steps of half the buffer: the sweep's fit
-    ``t = alpha + n / B`` gives a step of ``alpha / 2`` start-up and bandwidth ``B``
-    (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`). Cached in :func:`link_cache_path`
-    (``$PERFKIT_CACHE`` moves it) and measured again with ``refresh``.
+
+def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
+    """One point-to-point step of this machine's gloo ring, as a training step pays it.
+
+    A step issues its collectives one at a time between computations, so a 2-process
+    all-reduce of each of :data:`LINK_SIZES` is timed that way
+    (:func:`perfkit.comm.isolated_times`: each call after 1 ms of matmul work, from the last
+    rank's arrival) and each size counts at its mean: a step pays every call it makes,
+    including those that wait for a thread the OS must wake or took off its core, which a
+    median hides (:func:`perfkit.plan.local_tp.rounds_link` reads TP's rounds the same way).
+    Notebook 02's sweep times calls back to back in batches, which keeps the ranks in
+    lockstep and hides those costs: its start-up is lower. A 2-rank ring all-reduce is two
+    steps of half the buffer: the fit ``t = alpha + n / B`` gives a step of ``alpha / 2``
+    start-up and bandwidth ``B`` (:func:`ring_step`). Cached in :func:`link_cache_path`
+    (``$PERFKIT_CACHE`` moves it) with the method (:data:`LINK_METHOD`); measured again with
+    ``refresh`` or when the cache was made another way.
 
     Args:
-        nproc: processes of the sweep (>= 2).
+        nproc: processes of the measurement (>= 2).
         refresh: measure even when a cached fit exists.
         timeout_s: limit for the job.
 
@@ -100,19 +112,22 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     if path.exists() and not refresh:
         try:
             d = json.loads(path.read_text())
-            return AlphaBeta(float(d["alpha_s"]), float(d["bandwidth"]))
-        except (ValueError, KeyError, TypeError):
+            if d.get("method") == LINK_METHOD:
+                return AlphaBeta(float(d["alpha_s"]), float(d["bandwidth"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass  # unreadable: measure again
-    cfg = {"sweep": {"ops": ["all_reduce"], "sizes": list(LINK_SIZES), "repeat": 5}}
+    cfg = {"isolated": {"op": "all_reduce", "sizes": list(LINK_SIZES), "gap_s": 1e-3,
+                        "repeat": 30}}
     res = dist.launch("perfkit.jobs.collectives", nproc, ["--config", json.dumps(cfg)],
-                      timeout_s=timeout_s)
-    pts = res[0]["sweep"]
-    link = ring_step([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
+                      timeout_s=timeout_s)[0]["isolated"]
+    means = [sum(ts) / len(ts) for ts in res["times_s"]]
+    link = ring_step([float(n) for n in res["sizes"]], means)
     if link.bandwidth >= UNRESOLVED_BANDWIDTH:
-        return link  # the sweep saw no bandwidth term (a loaded machine): measure again next time
+        return link  # the times saw no bandwidth term (a loaded machine): measure again next time
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
-                                "measured_with": f"{nproc} gloo processes", "pid": os.getpid()}))
+                                "method": LINK_METHOD, "measured_with": f"{nproc} gloo processes",
+                                "sizes": res["sizes"], "means_s": means, "pid": os.getpid()}))
     return link
 
 

@@ -63,10 +63,21 @@ def test_ring_matches_all_reduce_on_2_processes(suite2):
 
 
 def test_ring_matches_all_reduce_on_3_processes():
-    cfg = {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP}
+    # isolated calls: rank r works r * 20 ms longer before each, so the first rank waits
+    # 40 ms for the last one; the times kept are the last arrival's, which waited for nobody
+    iso = {"op": "all_gather", "sizes": [1024, 65536], "repeat": 3, "gap_s": 0.0,
+           "stagger_s": 0.02}
+    cfg = {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP, "isolated": iso}
     res = dist.launch("perfkit.jobs.collectives", 3, ["--config", json.dumps(cfg)],
                       timeout_s=180)
     _check_ring_and_sweep(res, 3)
+    got = res[0]["isolated"]
+    assert got["op"] == "all_gather" and got["sizes"] == iso["sizes"]
+    assert [len(t) for t in got["times_s"]] == [3, 3]
+    assert all(r["isolated"] == got for r in res)  # one minimum over ranks, agreed by all
+    for ts in got["times_s"]:
+        assert min(ts) > 0
+        assert sorted(ts)[1] < 0.02, ts  # not the 40 ms the first rank spends waiting
 
 
 def test_data_parallel_from_scratch_equals_ddp(suite2):

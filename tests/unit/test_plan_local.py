@@ -177,24 +177,38 @@ def test_bad_input_is_named(call, exc, match):
 
 
 def test_local_link_caches_a_fit_only_when_the_sweep_resolves_a_bandwidth(monkeypatch, tmp_path):
+    import json
+
     from perfkit.comm import UNRESOLVED_BANDWIDTH
     from perfkit.plan import local as local_mod
 
     monkeypatch.setenv("PERFKIT_CACHE", str(tmp_path))
     sizes = list(local_mod.LINK_SIZES)
+    asked = []
 
-    def sweep(times):
-        return lambda *a, **k: [{"sweep": [{"nbytes": n, "time_s": t} for n, t in zip(sizes, times)]}]
+    def calls(times):  # each size: three calls, one of them slow (times[i] is their mean)
+        def launch(job, nproc, argv, **k):
+            asked.append(json.loads(argv[1]))
+            return [{"isolated": {"op": "all_reduce", "sizes": sizes,
+                                  "times_s": [[t / 2, t / 2, 2 * t] for t in times]}}]
+        return launch
 
     # a busy machine: every size took the same time, no bandwidth term
-    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-3] * len(sizes)))
+    monkeypatch.setattr(local_mod.dist, "launch", calls([1e-3] * len(sizes)))
     flat = local_mod.local_link(refresh=True)
     assert flat.bandwidth >= UNRESOLVED_BANDWIDTH
     assert not local_mod.link_cache_path().exists()
-    # times that grow with size: 100 us + n / 1 GB/s, cached and read back
-    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-4 + n / 1e9 for n in sizes]))
+    # isolated all-reduces, each after compute, timed at every size the link names
+    assert asked[0]["isolated"]["sizes"] == sizes and asked[0]["isolated"]["gap_s"] > 0
+    # means that grow with size: 100 us + n / 1 GB/s, cached and read back; the medians
+    # (half the means) would give half the start-up and twice the bandwidth
+    monkeypatch.setattr(local_mod.dist, "launch", calls([1e-4 + n / 1e9 for n in sizes]))
     link = local_mod.local_link(refresh=True)
     assert link.bandwidth == pytest.approx(1e9, rel=1e-6) and link.alpha_s == pytest.approx(5e-5, rel=1e-6)
     assert local_mod.link_cache_path().exists()
-    monkeypatch.setattr(local_mod.dist, "launch", sweep([1e-3] * len(sizes)))
+    monkeypatch.setattr(local_mod.dist, "launch", calls([1e-3] * len(sizes)))
     assert local_mod.local_link() == link  # from the cache, no new sweep
+    # a cache written another way (notebook 02's back-to-back sweep) is measured again
+    local_mod.link_cache_path().write_text(json.dumps({"alpha_s": 1e-6, "bandwidth": 1e12}))
+    monkeypatch.setattr(local_mod.dist, "launch", calls([1e-4 + n / 1e9 for n in sizes]))
+    assert local_mod.local_link() == link
