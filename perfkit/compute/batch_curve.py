@@ -1,0 +1,289 @@
+"""Tokens/s against batch size, predicted from each batch's operators on the roofline, the page
+faults its steps take, and a fixed cost per step, each measured or counted on this machine.
+
+"Throughput rises with the batch, then flattens" is the crude model: per-step costs spread over
+more tokens until the matmuls are large. Two costs can make it fall instead, and this model
+separates them. A step at batch ``b`` takes
+
+    T(b) = F + R(b) / eta + n(b) * c
+
+``R(b)``: the step's operators each at its roof (:func:`perfkit.compute.intensity.roofline_s`,
+with the cache: an op whose bytes fit half the last-level cache moves them at the cache's
+bandwidth), counted at batch ``b``; ``R(b)`` per token rises where the big ops' bytes outgrow
+the cache. ``n(b)``: minor page faults per step, counted in the timed rounds
+(``getrusage``): glibc hands freed memory above its trim threshold back to the operating system,
+and the next step's new tensors fault it in again, page by page. ``c``: seconds per fault,
+timed by touching a fresh anonymous mapping against touching it again. ``F``: a step of
+1 x 2 tokens, less its roofline seconds. ``eta``, the share of their roofs the ops reach, is
+the one figure fitted, on one batch; the others are predicted. The predicted range comes from
+the intervals of ``F``, ``c`` and the fitted batch's time.
+
+Usage::
+
+    curve = batch_curve(lambda b, t: gpt_step(GPT, torch.randint(0, 1024, (b, t))),
+                        [1, 4, 8, 16, 32], 128, hw.cached_limits(), fit=8)
+    print("\\n".join(curve.lines()), curve.predicted_ratio(), curve.gain(-1, curve.best))
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import mmap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from perfkit import stats
+from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
+from perfkit.compute.intensity import count_phases, roofline_s
+from perfkit.hw import MachineLimits
+from perfkit.sizing import pinned_threads
+from perfkit.timing import Timer, resolve_device
+
+try:  # POSIX only; elsewhere no fault is counted and the fault term vanishes
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
+
+__all__ = ["BatchCurve", "batch_curve", "page_fault_s"]
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
+
+
+def page_fault_s(nbytes: int = 16 * 2**20) -> float:
+    """Seconds one minor page fault costs here: first touch of a fresh ``nbytes`` anonymous
+    mapping (every page faults in, zeroed by the kernel) less a second touch (no faults), over
+    the faults counted. ``0.0`` where no fault was counted (no ``getrusage``).
+
+    Raises:
+        ValueError: for ``nbytes`` below one page (4096).
+    """
+    check_int("nbytes", nbytes, 4096)
+    region = mmap.mmap(-1, nbytes)
+    buf = torch.frombuffer(region, dtype=torch.uint8)  # (nbytes,), no copy
+    before = _minor_faults()
+    with Timer("cpu") as first:
+        buf.fill_(1)
+    faults = _minor_faults() - before
+    with Timer("cpu") as again:
+        buf.fill_(2)
+    del buf  # the mapping cannot close while a tensor exports it
+    region.close()
+    return max(0.0, first.elapsed_s - again.elapsed_s) / faults if faults > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BatchCurve:
+    """A training step at each batch: counted roofline seconds, timed rounds with their page
+    faults, the fixed cost and the cost of a fault; the model ``F + R(b) / eta + n(b) c``.
+
+    Attributes:
+        batches: batch sizes, ascending; seq_len: tokens per sample.
+        roof_s: ``R(b)``, each batch's step ops at their roofs (s).
+        over_cache: ops per step whose bytes exceed half the last-level cache, per batch.
+        times_s: per batch, the step's time in each round (s).
+        faults: per batch, the minor page faults of its step in each round.
+        fixed_s: the 1 x 2-token step's time in each round (s); roof_fixed_s: its ``R`` (s).
+        fault_s: seconds per page fault, one probe per round (:func:`page_fault_s`).
+        fit: the index in ``batches`` of the batch ``eta`` is fitted on.
+    """
+
+    batches: tuple[int, ...]
+    seq_len: int
+    roof_s: tuple[float, ...]
+    over_cache: tuple[int, ...]
+    times_s: tuple[tuple[float, ...], ...]
+    faults: tuple[tuple[int, ...], ...]
+    fixed_s: tuple[float, ...]
+    roof_fixed_s: float
+    fault_s: tuple[float, ...]
+    fit: int
+
+    def __post_init__(self) -> None:
+        bs = [check_int(f"batches[{i}]", b, 1) for i, b in enumerate(check_items("batches", self.batches))]
+        if len(bs) < 2 or bs != sorted(set(bs)):
+            raise ValueError(f"batches must be at least two distinct sizes, ascending; got {self.batches}")
+        check_int("seq_len", self.seq_len, 1)
+        check_int("fit", self.fit, 0, len(bs) - 1)
+        check_real("roof_fixed_s", self.roof_fixed_s, 0)
+        rounds = len(check_items("fixed_s", self.fixed_s))
+        for name in ("roof_s", "over_cache", "times_s", "faults"):
+            if len(check_items(name, getattr(self, name))) != len(bs):
+                raise ValueError(f"{name} must hold one entry per batch ({len(bs)}), "
+                                 f"got {len(getattr(self, name))}")
+        for i, r in enumerate(self.roof_s):
+            check_real(f"roof_s[{i}]", r, 0, lo_open=True)
+        for name in ("times_s", "faults"):
+            for i, row in enumerate(getattr(self, name)):
+                if len(check_items(f"{name}[{i}]", row)) != rounds:
+                    raise ValueError(f"{name}[{i}] must hold one value per round ({rounds}), got {len(row)}")
+        if len(check_items("fault_s", self.fault_s)) != rounds:
+            raise ValueError(f"fault_s must hold one value per round ({rounds}), got {len(self.fault_s)}")
+        for i, c in enumerate(self.fault_s):
+            check_real(f"fault_s[{i}]", c, 0)
+
+    def tokens(self, i: int) -> int:
+        """Tokens per step at ``batches[i]``."""
+        return self.batches[i] * self.seq_len
+
+    @property
+    def fixed(self) -> stats.Estimate:
+        """``F`` (s): the 2-token step's rounds less its roofline seconds, median and interval."""
+        return stats.median_interval([t - self.roof_fixed_s for t in self.fixed_s])
+
+    @property
+    def fault_cost(self) -> stats.Estimate:
+        """``c`` (s per fault): the probes' median and interval."""
+        return stats.median_interval(self.fault_s)
+
+    def faults_per_step(self, i: int) -> float:
+        """``n(b)``: the median of ``batches[i]``'s step's faults over the rounds."""
+        return stats.median(self.faults[i])
+
+    def step_s(self, i: int) -> stats.Estimate:
+        """The measured step time at ``batches[i]`` (s), median and interval."""
+        return stats.median_interval(self.times_s[i])
+
+    def _predict(self, fixed: float, cost: float, fit_s: float) -> list[float]:
+        fixed = max(fixed, 0.0)  # a fixed cost below 0 is noise in the 2-token step's rounds
+        n = [self.faults_per_step(i) * cost for i in range(len(self.batches))]
+        work = fit_s - fixed - n[self.fit]
+        # eta = R(fit) / work; no work left over means the roofline terms predict nothing
+        inv_eta = work / self.roof_s[self.fit] if work > 0 else 0.0
+        return [fixed + r * inv_eta + f for r, f in zip(self.roof_s, n, strict=True)]
+
+    @property
+    def eta(self) -> float:
+        """The share of their roofs the ops reach, fitted on ``batches[fit]`` (inf when the fixed
+        cost and the faults explain all of its time)."""
+        work = self.step_s(self.fit).value - max(self.fixed.value, 0.0) - self.faults_per_step(self.fit) * \
+            self.fault_cost.value
+        return self.roof_s[self.fit] / work if work > 0 else math.inf
+
+    def predicted_s(self) -> list[float]:
+        """The model's step time per batch (s), from the point values."""
+        return self._predict(self.fixed.value, self.fault_cost.value, self.step_s(self.fit).value)
+
+    def _ratio(self, times: Sequence[float], i: int) -> float:
+        rates = [self.tokens(j) / t for j, t in enumerate(times)]
+        return rates[i] / max(rates)
+
+    def predicted_ratio(self, i: int = -1) -> tuple[float, float, float]:
+        """Predicted tokens/s at ``batches[i]`` over the predicted best, ``(value, low, high)``:
+        the value from the point figures, the ends from every corner of the intervals of ``F``,
+        ``c`` and the fitted batch's time."""
+        value = self._ratio(self.predicted_s(), i)
+        corners = [self._ratio(self._predict(f, c, t), i) for f, c, t in itertools.product(
+            self.fixed.spread, self.fault_cost.spread, self.step_s(self.fit).spread)]
+        return value, min(value, *corners), max(value, *corners)
+
+    @property
+    def best(self) -> int:
+        """The index of the batch with the most measured tokens/s (medians)."""
+        return max(range(len(self.batches)), key=lambda i: self.tokens(i) / self.step_s(i).value)
+
+    def gain(self, i: int, j: int) -> stats.Estimate:
+        """Measured tokens/s at ``batches[i]`` over ``batches[j]``: ``j``'s step time over
+        ``i``'s, paired by round, times the token ratio."""
+        return stats.median_ratio(self.times_s[j], self.times_s[i]).scaled(self.tokens(i) / self.tokens(j))
+
+    def lines(self) -> list[str]:
+        """One line per batch: measured and predicted tokens/s, ``R`` per token, faults per step."""
+        pred = self.predicted_s()
+        out = []
+        for i, b in enumerate(self.batches):
+            tag = " (eta fitted here)" if i == self.fit else ""
+            per_token_ns = self.roof_s[i] / self.tokens(i) * 1e9
+            out.append(f"batch {b:>3}: {self.tokens(i) / self.step_s(i).value:>8,.0f} tokens/s measured, "
+                       f"{self.tokens(i) / pred[i]:>8,.0f} predicted; roofline {per_token_ns:,.0f} ns/token "
+                       f"({self.over_cache[i]} ops past the cache), "
+                       f"{self.faults_per_step(i):,.0f} page faults/step{tag}")
+        return out
+
+    def explain(self, i: int = -1) -> dict[str, str]:
+        """``viz.verdict``'s sentences for ``batches[i]`` over the best batch, each naming the
+        measured terms: ``R`` per token against the best batch's, the faults' time, the miss."""
+        i, j = i % len(self.batches), self.best
+        pred, t = self.predicted_s()[i], self.step_s(i).value
+        cache = self.roof_s[i] / self.tokens(i) / (self.roof_s[j] / self.tokens(j)) - 1
+        fault_ms = self.faults_per_step(i) * self.fault_cost.value * 1e3
+        parts = (f"at batch {self.batches[i]} the roofline per token is {cache:+.0%} against batch "
+                 f"{self.batches[j]}'s ({self.over_cache[i]} ops past half the cache), and "
+                 f"{self.faults_per_step(i):,.0f} page faults per step at "
+                 f"{self.fault_cost.value * 1e6:.2f} us each cost {fault_ms:.1f} ms of its {t * 1e3:.1f} ms")
+        off = f"the step took {t * 1e3:.1f} ms against {pred * 1e3:.1f} ms predicted"
+        return {"held": f"{parts[0].upper()}{parts[1:]}.",
+                "below": f"Slower than the model: {off}, a cost it does not count; {parts}.",
+                "above": f"Faster than the model: {off}; {parts}."}
+
+
+def batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: Sequence[int], seq_len: int,
+                limits: MachineLimits, fit: int, rounds: int = 5, warmup: int = 1, threads: int | None = None,
+                dtype: str = "float32", device: torch.device | str | None = None) -> BatchCurve:
+    """Count and time a training step at each batch, in rounds, with the model's other terms.
+
+    After ``warmup`` rounds, one round counts every step's operators (no timing); then each
+    timed round runs every batch's step (ascending), counting its page faults, then the
+    1 x 2-token step and one fault probe (:func:`page_fault_s`), all under the same load.
+
+    Args:
+        make_step: ``make_step(b, t)`` returns one training step (a callable) on ``b`` samples
+            of ``t`` tokens, its own model and optimizer (e.g. ``experiments.gpt_step``).
+        batches: batch sizes (at least two distinct, >= 1), sorted here.
+        seq_len: tokens per sample (>= 2).
+        limits: the machine's ceilings (:func:`perfkit.hw.cached_limits`).
+        fit: the batch ``eta`` is fitted on (one of ``batches``).
+        rounds: timed rounds (>= 2); warmup: untimed rounds before the counting round (>= 0;
+            the count should see a warm step: an optimizer's first step allocates its state).
+        threads: intra-op threads to run with (restored after); ``None`` keeps the setting.
+        dtype: whose matmul peak the roofline uses; device: where the steps run.
+
+    Returns:
+        A :class:`BatchCurve`.
+
+    Raises:
+        TypeError: for a ``make_step`` that is not callable or ``limits`` of another type.
+        ValueError: for bad batches, counts or threads, a ``fit`` not among ``batches`` or a
+            ``dtype`` the limits did not measure.
+    """
+    check_callable("make_step", make_step)
+    bs = sorted({check_int(f"batches[{i}]", b, 1) for i, b in enumerate(check_items("batches", batches))})
+    check_int("seq_len", seq_len, 2)
+    check_type("limits", limits, MachineLimits)
+    if fit not in bs:
+        raise ValueError(f"fit must be one of batches {bs}, got {fit!r}")
+    check_int("rounds", rounds, 2)
+    check_int("warmup", warmup, 0)
+    limits.peak_flops(dtype)  # refuses an unmeasured dtype before any work
+    dev = resolve_device(device)
+    steps = [check_callable("make_step(b, t)", make_step(b, seq_len)) for b in bs]
+    tiny = check_callable("make_step(b, t)", make_step(1, 2))
+    half_llc = (limits.llc_bytes or 0) // 2 if limits.cache_bytes_per_s else math.inf
+    times: list[list[float]] = [[] for _ in bs]
+    faults: list[list[int]] = [[] for _ in bs]
+    fixed, probes = [], []
+    with pinned_threads(threads or torch.get_num_threads()):
+        for _ in range(warmup):
+            for step in [*steps, tiny]:
+                step()
+        # the counting round warms the timed ones: its ops run as in any step
+        ops = [[r for rs in count_phases(lambda _m, s=s: s()).values() for r in rs] for s in [*steps, tiny]]
+        for _ in range(rounds):
+            for k, step in enumerate(steps):
+                before = _minor_faults()
+                with Timer(dev) as t:
+                    step()
+                times[k].append(t.elapsed_s)
+                faults[k].append(_minor_faults() - before)
+            with Timer(dev) as t:
+                tiny()
+            fixed.append(t.elapsed_s)
+            probes.append(page_fault_s())
+    return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype) for o in ops[:-1]),
+                      tuple(sum(op.bytes > half_llc for op in o) for o in ops[:-1]),
+                      tuple(map(tuple, times)), tuple(map(tuple, faults)), tuple(fixed),
+                      roofline_s(ops[-1], limits, dtype), tuple(probes), bs.index(fit))
