@@ -26,6 +26,7 @@ from perfkit.compute.autocast_parts import (
     replay_parts,
     time_autocast_parts,
 )
+from perfkit.compute.batch_curve import BatchCurve, batch_curve, page_fault_s
 from perfkit.compute.budget import (
     BatchSearch,
     BudgetProbe,
@@ -225,6 +226,9 @@ __all__ = [
     "count_phases",
     "roofline_s",
     "PhaseModel",
+    "BatchCurve",
+    "batch_curve",
+    "page_fault_s",
     "backward_over_forward",
     "Setting",
     "SwitchTiming",
