@@ -22,7 +22,7 @@ Usage::
 
     curve = batch_curve(lambda b, t: gpt_step(GPT, torch.randint(0, 1024, (b, t))),
                         [1, 4, 8, 16, 32], 128, hw.cached_limits(), fit=8)
-    print("\\n".join(curve.lines()), curve.predicted_ratio(), curve.gain(-1, curve.best))
+    print("\\n".join(curve.lines()), curve.predicted_ratio(), curve.gain(-1, curve.rival()))
 """
 
 from __future__ import annotations
@@ -170,21 +170,29 @@ class BatchCurve:
 
     def _ratio(self, times: Sequence[float], i: int) -> float:
         rates = [self.tokens(j) / t for j, t in enumerate(times)]
-        return rates[i] / max(rates)
+        i = i % len(rates)
+        return rates[i] / max(r for j, r in enumerate(rates) if j != i)
 
-    def predicted_ratio(self, i: int = -1) -> tuple[float, float, float]:
-        """Predicted tokens/s at ``batches[i]`` over the predicted best, ``(value, low, high)``:
+    def predicted_ratio(self, i: int = -1, faults: bool = True) -> tuple[float, float, float]:
+        """Predicted tokens/s at ``batches[i]`` over the best of the other batches (predicted),
+        ``(value, low, high)``:
         the value from the point figures, the ends from every corner of the intervals of ``F``,
-        ``c`` and the fitted batch's time."""
-        value = self._ratio(self.predicted_s(), i)
+        ``c`` and the fitted batch's time. ``faults=False``: the model without its fault term
+        (``c = 0``), the roofline and the fixed cost alone."""
+        check_type("faults", faults, bool)
+        costs = self.fault_cost if faults else stats.exact(0.0)
+        value = self._ratio(self._predict(self.fixed.value, costs.value, self.step_s(self.fit).value), i)
         corners = [self._ratio(self._predict(f, c, t), i) for f, c, t in itertools.product(
-            self.fixed.spread, self.fault_cost.spread, self.step_s(self.fit).spread)]
+            self.fixed.spread, costs.spread, self.step_s(self.fit).spread)]
         return value, min(value, *corners), max(value, *corners)
 
-    @property
-    def best(self) -> int:
-        """The index of the batch with the most measured tokens/s (medians)."""
-        return max(range(len(self.batches)), key=lambda i: self.tokens(i) / self.step_s(i).value)
+    def rival(self, i: int = -1) -> int:
+        """The index of the batch other than ``batches[i]`` with the most measured tokens/s
+        (medians): what ``batches[i]`` is held against, never itself (a ratio of one batch to
+        itself would be 1 by construction)."""
+        i = i % len(self.batches)
+        return max((j for j in range(len(self.batches)) if j != i),
+                   key=lambda j: self.tokens(j) / self.step_s(j).value)
 
     def gain(self, i: int, j: int) -> stats.Estimate:
         """Measured tokens/s at ``batches[i]`` over ``batches[j]``: ``j``'s step time over
@@ -205,9 +213,9 @@ class BatchCurve:
         return out
 
     def explain(self, i: int = -1) -> dict[str, str]:
-        """``viz.verdict``'s sentences for ``batches[i]`` over the best batch, each naming the
-        measured terms: ``R`` per token against the best batch's, the faults' time, the miss."""
-        i, j = i % len(self.batches), self.best
+        """``viz.verdict``'s sentences for ``batches[i]`` over :meth:`rival`, each naming the
+        measured terms: ``R`` per token against the rival's, the faults' time, the miss."""
+        i, j = i % len(self.batches), self.rival(i)
         pred, t = self.predicted_s()[i], self.step_s(i).value
         cache = self.roof_s[i] / self.tokens(i) / (self.roof_s[j] / self.tokens(j)) - 1
         fault_ms = self.faults_per_step(i) * self.fault_cost.value * 1e3

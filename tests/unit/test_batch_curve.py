@@ -61,6 +61,7 @@ def test_page_faults_at_the_largest_batch_give_the_drop_the_cache_does_not():
     assert c.predicted_ratio()[0] == pytest.approx(2 * r[3] / step32)
     ignoring = curve(r, faults=(0, 0, 0, 20_000), fault_s=0.0)
     assert ignoring.predicted_ratio()[0] == pytest.approx(1.0)
+    assert c.predicted_ratio(faults=False) == pytest.approx((1.0, 1.0, 1.0))
     assert "20,000 page faults" in c.explain()["below"]
 
 
@@ -71,7 +72,10 @@ def test_eta_is_fitted_on_the_fit_batch_alone_and_the_fixed_cost_is_taken_off():
     pred = c.predicted_s()
     assert pred == pytest.approx([0.01 + x / 0.25 for x in r])
     # a fixed cost spreads over more tokens at larger batches: tokens/s rises to the largest
-    assert c.predicted_ratio()[0] == pytest.approx(1.0) and c.predicted_ratio(0)[0] < 1.0
+    rate = [c.tokens(i) / t for i, t in enumerate(pred)]
+    assert rate[0] < rate[1] < rate[2] < rate[3]
+    assert c.predicted_ratio()[0] == pytest.approx(rate[3] / rate[2])  # over the best other, never itself
+    assert c.predicted_ratio(0)[0] == pytest.approx(rate[0] / rate[3])
     # the measured fit batch alone moves eta: a slower fit batch, a smaller eta
     times = list(c.times_s)
     times[2] = tuple(t * 2 for t in times[2])
@@ -89,7 +93,7 @@ def test_intervals_widen_the_predicted_range_and_the_gain_is_paired():
     g = c.gain(3, 2)
     assert g.value == pytest.approx(32 / c.times_s[3][0] / (16 / c.times_s[2][0]))
     assert g.low == pytest.approx(g.value) and g.high == pytest.approx(g.value)
-    assert c.best in (0, 1, 2, 3) and c.tokens(3) == 3200
+    assert c.rival() in (0, 1, 2) and c.rival(0) != 0 and c.tokens(3) == 3200
 
 
 def test_lines_and_explanations_name_the_measured_terms():
