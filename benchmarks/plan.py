@@ -1,9 +1,12 @@
 """``perfkit plan`` held against this machine and against published runs (issue #28).
 
 On this machine (2 gloo processes, the tiny GPT-2 of :mod:`perfkit.jobs.zero_bench`): DDP and
-ZeRO 1-3 are timed interleaved in one job; the planner predicts each step from the cached
-ceilings (:func:`perfkit.hw.cached_limits`) and the measured link (:func:`perfkit.plan.local_link`),
-with one matmul efficiency fitted on DDP's step (the rest is prediction). Tensor memory per
+ZeRO 1-3 are timed interleaved in one job, and each round also times isolated all-reduces
+(:func:`perfkit.comm.isolated_times`); the planner predicts each step from the cached ceilings
+(:func:`perfkit.hw.cached_limits`) and the link fitted on those all-reduces' means
+(:func:`perfkit.plan.rounds_link`), with one matmul efficiency fitted on DDP's step (the rest is
+prediction); beside it, the same predictions on :func:`perfkit.plan.local_link` and on
+notebook 02's back-to-back sweep. Tensor memory per
 process: the planner's model states against those counted after backward, and the
 activations against :class:`perfkit.memory.SavedTensorMeter` (the planner's Korthikanti-style
 count, and perfkit.memory.activations' per-op count of transformers' GPT-2, side by side).
@@ -39,12 +42,13 @@ from dataclasses import replace
 from statistics import fmean
 
 from perfkit import hw, stats
+from perfkit.comm import ring_allreduce_time
 from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
+    LINK_SIZES,
     TP_LAYOUTS,
     Layout,
-    ModelSpec,
     compare,
     compare_llm_analysis,
     course_predictions,
@@ -57,6 +61,7 @@ from perfkit.plan import (
     micro_batch_overhead,
     pipeline_prediction,
     plain_gpt_spec,
+    ring_step,
     rounds_link,
     step_spans,
     step_time,
@@ -88,9 +93,11 @@ def local(steps: int) -> dict:
 
     kw = {"vocab_size": 1024, "block_size": 64, "n_embd": 64, "n_layer": 2, "n_head": 2}
     spec = tiny_gpt2_spec(**kw)
-    res = zero_compare(list(COURSE_LAYOUTS), nproc=2, batch=BATCH, steps=steps, model=kw, rss=False)
-    # the link measured now, under the load the timed jobs run under (the cache is updated)
-    cluster = local_cluster(hw.cached_limits(), local_link(refresh=True), processes=2)
+    res = zero_compare(list(COURSE_LAYOUTS), nproc=2, batch=BATCH, steps=steps, model=kw, rss=False,
+                       link_sizes=LINK_SIZES)
+    # the link of the same rounds: isolated all-reduces timed between the steps, under their load
+    cluster = local_cluster(hw.cached_limits(), rounds_link(res.link["sizes"], res.link["times_s"]),
+                            processes=2)
     acts = measured_activation_bytes(kw)
     per_op = gpt2_saved_activation_bytes(BATCH, kw["block_size"], kw["n_embd"], kw["n_layer"],
                                          kw["n_head"], kw["vocab_size"], "sdpa", 4).total
@@ -119,20 +126,31 @@ def local(steps: int) -> dict:
                 (mem.model_states + mem.activations) / (measured_states + acts),
             "collectives_measured": v.calls,
         }
+    # the same predictions on perfkit plan's own link (local_link: measured now, the same way,
+    # at another moment) and on notebook 02's back-to-back sweep (medians of batched calls)
+    for key, link in (("with_local_link", local_link(refresh=True)), ("with_back_to_back_sweep",
+                                                                     back_to_back_link())):
+        again = course_predictions(replace(cluster, intra=link, inter=link),
+                                   res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
+        out[key] = {"link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth}, **{
+            n: {"predicted_over_measured": again.times[n].total_s / res.variants[n].step_s,
+                "collective_terms_ms": {k: again.times[n].terms[k] * 1e3
+                                        for k in ("data-parallel", "zero-3 gathers")}}
+            for n in COURSE_LAYOUTS}}
     out["pipeline"] = pipeline(cluster.intra)
     tp = tensor_parallel(cluster, kw, steps)
     out["tensor_parallel"], out["tensor_parallel_block"] = tp["layouts"], tp["block"]
-    # the same DDP and ZeRO predictions on the link of tp_plan's rounds (each all-reduce at its
-    # mean, a minute later): how much of a many-collective step's miss is the waits a median hides
-    link = tp["link"]
-    again = course_predictions(replace(cluster, intra=link, inter=link),
-                               res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
-    out["with_rounds_link"] = {"link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth}, **{
-        n: {"predicted_over_measured": again.times[n].total_s / res.variants[n].step_s,
-            "collective_terms_ms": {k: again.times[n].terms[k] * 1e3
-                                    for k in ("data-parallel", "zero-3 gathers")}}
-        for n in COURSE_LAYOUTS}}
     return out
+
+
+def back_to_back_link():
+    """Notebook 02's way: a 2-process all-reduce sweep of batched calls, slowest rank's medians."""
+    from perfkit import dist
+
+    cfg = {"sweep": {"ops": ["all_reduce"], "sizes": list(LINK_SIZES), "repeat": 5}}
+    pts = dist.launch("perfkit.jobs.collectives", 2, ["--config", json.dumps(cfg)],
+                      timeout_s=120)[0]["sweep"]
+    return ring_step([p["nbytes"] for p in pts], [p["time_s"] for p in pts])
 
 
 def _ratio(pred_s: float, times: list[float]) -> dict:
@@ -203,19 +221,16 @@ def tensor_parallel(cluster, kw: dict, steps: int, widths=(128, 512, 1024)) -> d
 def tensor_block(res: dict, cluster, batch: int, seq: int = 64) -> dict:
     """One GPT block split over 2 processes, per width: the unsplit block measured, its
     replicated ops (LayerNorms, residual adds: whole on every rank) measured and not halved,
-    the rest halved, plus the planner's 4 all-reduces on the cluster's link
-    (:func:`perfkit.plan.local_link`, fitted over 1 KiB to 4 MiB). The widths' own all-reduces
-    span one decade of sizes (256 KiB to 2 MiB) and take about the same time each, so a fit
-    over them alone resolves neither term; their means are reported beside it."""
+    the rest halved, plus a block's 4 all-reduces of its ``(b, s, h)`` output (2 forward, 2
+    backward; a whole model's embedding, head and loss all-reduces are not in this job) on the
+    cluster's link (:func:`perfkit.plan.local_link`, fitted over 1 KiB to 4 MiB). The widths'
+    own all-reduces span one decade of sizes (256 KiB to 2 MiB) and take about the same time
+    each, so a fit over them alone resolves neither term; their means are reported beside it."""
     widths = sorted(res, key=int)
-    here = cluster
     out = {}
     for w in widths:
         med = {k: stats.median(v) for k, v in res[w]["times_s"].items()}
-        block = ModelSpec(f"block {w}", layers=1, hidden=int(w), heads=4, ffn=4 * int(w), vocab=64,
-                          seq=seq, act_bytes=4)
-        tp_s = step_time(block, Layout(tp=2, micro_batch=batch), here, batch,
-                         "fp32_adam", 4.0).terms["tensor-parallel"]
+        tp_s = 4 * ring_allreduce_time(res[w]["message_bytes"], 2, cluster.intra)
         compute = (med["unsplit"] - med["replicated"]) / 2 + med["replicated"]
         comm = res[w]["split_comm"]
         out[w] = {**_ratio(compute + tp_s, res[w]["times_s"]["split"]),

@@ -57,11 +57,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import dist
 from perfkit.jobs.zero_bench import compare as zero_compare
-from perfkit.plan import COURSE_LAYOUTS
+from perfkit.plan import COURSE_LAYOUTS, LINK_SIZES
 
 pool = ThreadPoolExecutor(max_workers=1)
 job = pool.submit(zero_compare, list(COURSE_LAYOUTS), nproc=NPROC, batch=BATCH, steps=STEPS,
-                  warmup=WARMUP, model=MODEL, rss=False)
+                  warmup=WARMUP, model=MODEL, rss=False, link_sizes=LINK_SIZES)
 PIPE = [{"task": "bubble", "schedule": name, "n_micro": N_MICRO, "t_f": T_F, "t_b": T_B, "steps": PIPE_STEPS,
          "n_virtual": v} for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2))]
 pipe_job = pool.submit(dist.launch, "perfkit.jobs.pipeline_parallel", NPROC,
@@ -105,13 +105,16 @@ print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 
 #
 # `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
 # matmul ceiling and half the copy bandwidth notebook 00 measured (`perfkit.hw.cached_limits`),
-# and the link between them is an alpha-beta fit of 2-process all-reduces (`local_link`,
-# measured once and cached). Notebook 02's sweep times calls back to back, so the ranks stay in
-# lockstep; a step issues its collectives one at a time between computations, and some of them
-# wait for a thread the OS must wake or has taken off its core. So `local_link` times each
-# all-reduce alone, after 1 ms of matmul work, from the last rank's arrival, and fits the
-# **means**: a step pays its slow calls too, which a median hides. On a CPU the collectives run
-# on the cores the compute needs, so nothing overlaps: every call adds to the step.
+# and the link between them is an alpha-beta fit of 2-process all-reduces. Notebook 02's sweep
+# times calls back to back, so the ranks stay in lockstep. A step issues its collectives one at
+# a time between computations, and some of them wait for a thread the OS must wake, or for a
+# rank the OS took off its core. So the job that times the steps also times, in each round,
+# one all-reduce of each size alone after 1 ms of matmul work (`perfkit.comm.isolated_times`),
+# averages each call over the two ranks (the call plus what the ranks' arrival spread adds to
+# a step), and the fit takes the **means** over the rounds (`rounds_link`): a step pays its
+# slow calls too, which a median hides. (`perfkit plan --machine local` measures its link the
+# same way, once, and caches it: `local_link`.) The collectives run on the cores the compute
+# needs, so nothing overlaps: every call adds to the step.
 #
 # One figure is fitted: the share of the matmul ceiling a training step reaches, on DDP's
 # measured step. The three ZeRO stages are then predictions: ZeRO 1 and 2 reduce-scatter the
@@ -120,22 +123,22 @@ print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 
 # buffer and keeping its chunk (PyTorch's `ProcessGroupGloo.cpp`), so here they cost one and a
 # half all-reduces. ZeRO-3 gathers each block's weights in forward and again in backward and
 # reduce-scatters its gradients, three collectives per block, each paying the link's start-up
-# `alpha`. Model
-# states are ZeRO's formula on the planner's parameter count (fp32 Adam: 4 + 4 + 8 bytes).
+# `alpha`. Model states are ZeRO's formula on the planner's parameter count (fp32 Adam:
+# 4 + 4 + 8 bytes).
 
 # %%
 from perfkit import hw, stats, viz
 from perfkit.comm import UNRESOLVED_BANDWIDTH
-from perfkit.plan import course_predictions, local_cluster, local_link, tiny_gpt2_spec
+from perfkit.plan import course_predictions, local_cluster, rounds_link, tiny_gpt2_spec
 from perfkit.verdict import Prediction
 
-here = local_cluster(hw.cached_limits(), local_link(), processes=NPROC)
+res = job.result()
+here = local_cluster(hw.cached_limits(), rounds_link(res.link["sizes"], res.link["times_s"]), processes=NPROC)
 spec = tiny_gpt2_spec(**MODEL)
 bw = (f"{here.intra.bandwidth / 1e9:.2f} GB/s" if here.intra.bandwidth < UNRESOLVED_BANDWIDTH
-      else "bandwidth not resolved (the sweep's times did not grow with size: a busy machine)")
+      else "bandwidth not resolved (the all-reduces' times did not grow with size: a busy machine)")
 print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_bytes_per_s / 1e9:.1f} GB/s "
-      f"per process; link alpha {here.intra.alpha_s * 1e6:.0f} us, {bw}")
-res = job.result()
+      f"per process; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring step, {bw}")
 pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
 print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the fp32 matmul ceiling")
 

@@ -209,14 +209,18 @@ def sweep(ops: Sequence[str], sizes: Sequence[int], group=None, warmup: int = 2,
 def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-3,
                    repeat: int = 30, warmup: int = 3, stagger_s: float = 0.0) -> list[list[float]]:
     """Seconds of single ``op`` calls issued as a training step issues them: one at a time,
-    each after ``gap_s`` of matmul work, timed from the last rank's arrival.
+    each after ``gap_s`` of matmul work, averaged over the ranks.
 
     :func:`benchmark_collective` batches small messages back to back, so the ranks stay in
     lockstep and gloo's threads stay awake; a step's collectives come one at a time between
-    computations. Each call here is timed on every rank and the smallest of those times is
-    kept: the rank that arrived last waited for nobody, so its time is the call's own cost
-    (with more ranks, the last to arrive). Return every call, not a median: a step pays the
-    slow calls too (see :func:`perfkit.plan.local_link`, which fits their means).
+    computations, and the ranks arrive apart. Each call here is timed on every rank and the
+    times are averaged over the ranks. That mean is what the call adds to a step in which
+    every rank computes the same work: the step waits for the last rank's arrival, which is
+    the mean rank's compute plus (last arrival - mean arrival), and the mean over ranks of
+    (departure - arrival) is exactly the call's own time plus that difference. The slowest
+    rank's time (nccl-tests') counts the arrival spread whole, the last rank's time not at
+    all. Every call is returned, not a median: a step pays the slow calls too (see
+    :func:`perfkit.plan.local_link`, which fits their means).
 
     Args:
         op: one of :data:`OPS`.
@@ -225,7 +229,7 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
         gap_s: seconds of matmul work before each call (>= 0).
         repeat, warmup: timed and untimed calls per size (>= 1, >= 0).
         stagger_s: rank ``r`` of ``group`` works ``r * stagger_s`` longer before each call
-            (>= 0): ranks arriving apart, which the times leave out.
+            (>= 0): ranks arriving apart on purpose.
 
     Returns:
         ``times[i][j]``: call ``j`` of size ``i``, seconds, the same on every rank.
@@ -234,8 +238,8 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
         Collective: every rank of ``group`` must call it with the same arguments.
 
     Raises:
-        TypeError, ValueError: for a bad ``op``, size, ``gap_s``, ``repeat`` or ``warmup``,
-            checked before the first collective.
+        TypeError, ValueError: for a bad ``op``, size, ``gap_s``, ``repeat``, ``warmup`` or
+            ``stagger_s``, checked before the first collective.
     """
     import time
 
@@ -269,6 +273,6 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
             if j >= warmup:
                 own.append(time.perf_counter() - t0)
         t = torch.tensor(own, dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)  # the last rank to arrive
-        out.append(t.tolist())
+        dist.all_reduce(t, group=group)  # the sum over ranks, then their mean
+        out.append((t / dist.get_world_size(group)).tolist())
     return out

@@ -15,8 +15,9 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
 
 * ``"time"``: every variant trains the same batches; steps are timed interleaved (A, B,
   C, ... per round, :func:`perfkit.timing.interleaved`), so their ratios are measured under
-  the same load. Returns per variant: median step seconds, optimizer-state bytes on this
-  rank, the loss curve (global mean), and the largest relative parameter difference
+  the same load (with ``link_sizes``, each round also times one isolated all-reduce per
+  size). Returns per variant: median step seconds, optimizer-state bytes on this rank, the
+  loss curve (global mean), and the largest relative parameter difference
   (``max |p - p_ref| / max |p_ref|``, worst tensor) to single-process ``torch.optim.AdamW``
   trained afterwards on the whole global batch of every step. One more, untimed step per
   variant measures the model states alive after backward
@@ -50,8 +51,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from perfkit import comm, stats
 from perfkit import dist as pdist
-from perfkit import stats
 from perfkit._checks import check_type
 from perfkit.comm.traffic import count_traffic
 from perfkit.jobs import zero_variants as zv
@@ -170,7 +171,14 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
             counters[v.name] += 1
         return fn
 
-    times = interleaved([stepper(v) for v in variants], warmup=warmup, repeat=steps)
+    link_sizes, link_rounds = list(cfg.get("link_sizes") or []), []
+
+    def link() -> None:  # one isolated all-reduce of each size, as the steps issue theirs
+        link_rounds.append([t for (t,) in comm.isolated_times("all_reduce", link_sizes, repeat=1,
+                                                              warmup=0)])
+
+    times = interleaved([stepper(v) for v in variants] + ([link] if link_sizes else []),
+                        warmup=warmup, repeat=steps)[:len(variants)]
     # one more step each, untimed: model states after backward, bytes of every collective
     measured = [v.step(data[-1], measure=True) for v in variants]
     ref = reference_adamw(cfg, batches(tokens, cfg, None, world, warmup + steps + 1))
@@ -178,6 +186,9 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
                            "total_state_bytes": optimizer_state_bytes(ref.opt),
                            "numel": sum(p.numel() for p in ref.params()),
                            "n_tensors": len(ref.params())}
+    if link_sizes:  # the timed rounds' calls, one list per size (the warm-up rounds left out)
+        out["link"] = {"sizes": link_sizes,
+                       "times_s": [list(ts) for ts in zip(*link_rounds[warmup:], strict=True)]}
     ddp = next((v for v in variants if v.name == "ddp_adamw"), None)
     for v, m, (states, traffic) in zip(variants, times, measured, strict=True):
         losses = torch.stack(v.losses)
@@ -283,12 +294,13 @@ class Comparison:
     total_state_bytes: int
     variants: dict[str, VariantResult]
     config: dict[str, Any] = field(default_factory=dict)
+    link: dict[str, list] | None = None  # {"sizes", "times_s"}: all-reduces of the same rounds
 
 
 def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             steps: int = 10, warmup: int = 2, model: dict[str, int] | None = None,
             rss: bool = True, corpus_bytes: int = 200_000,
-            timeout_s: float = 600.0) -> Comparison:
+            timeout_s: float = 600.0, link_sizes: Sequence[int] = ()) -> Comparison:
     """Launch the ``time`` phase (and the ``rss`` phase) on ``nproc`` gloo processes.
 
     The batches are blocks of the standard-library corpus (:mod:`perfkit.models`),
@@ -303,6 +315,10 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
         rss: also run the peak-RSS phase (after the timing, in the same job).
         corpus_bytes: bytes of standard-library source to tokenize.
         timeout_s: limit for each job.
+        link_sizes: bytes; each timed round also makes one all-reduce of each size, alone
+            after 1 ms of compute (:func:`perfkit.comm.isolated_times`), so that a link can be
+            fitted under the load the steps ran under (``Comparison.link``;
+            :func:`perfkit.plan.rounds_link`).
 
     Returns:
         A :class:`Comparison`.
@@ -318,6 +334,9 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
     for k, v in dict(nproc=nproc, batch=batch, steps=steps).items():
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} must be an int >= 1, got {v!r}")
+    for i, n in enumerate(link_sizes):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"link_sizes[{i}] must be an int >= 1 (bytes), got {n!r}")
     model = {"vocab_size": 1024, "block_size": 64, "n_embd": 64, "n_layer": 2, "n_head": 2,
              **(model or {})}
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,6 +345,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
         torch.save(ids, f"{tmp}/ids.pt")
         cfg = {**model, "batch": batch, "steps": steps, "warmup": warmup,
                "variants": list(variants), "tokens": f"{tmp}/ids.pt",
+               "link_sizes": [int(n) for n in link_sizes],
                "phases": ["time", "rss"] if rss else ["time"]}
         # CPU processes on gloo everywhere (several processes cannot share one GPU under
         # NCCL); hiding CUDA also makes DeepSpeed pick its CPU accelerator.
@@ -355,7 +375,7 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             step_times_s=tuple(slowest["step_times_s"]))
     r0 = timed[0]
     return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
-                      {k: v for k, v in cfg.items() if k != "tokens"})
+                      {k: v for k, v in cfg.items() if k != "tokens"}, r0.get("link"))
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ def ring_step(nbytes: list[float], times_s: list[float]) -> AlphaBeta:
     return AlphaBeta(fit.alpha_s / 2, fit.bandwidth)
 
 
-LINK_METHOD = "isolated all-reduces after 1 ms of matmul, means of the last rank's time"
+LINK_METHOD = "isolated all-reduces after 1 ms of matmul, means over calls and ranks"
 
 
 def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
@@ -85,8 +85,9 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
 
     A step issues its collectives one at a time between computations, so a 2-process
     all-reduce of each of :data:`LINK_SIZES` is timed that way
-    (:func:`perfkit.comm.isolated_times`: each call after 1 ms of matmul work, from the last
-    rank's arrival) and each size counts at its mean: a step pays every call it makes,
+    (:func:`perfkit.comm.isolated_times`: each call after 1 ms of matmul work, averaged over
+    the ranks, which counts what the ranks' arrival spread adds to a step) and each size
+    counts at its mean over the calls: a step pays every call it makes,
     including those that wait for a thread the OS must wake or took off its core, which a
     median hides (:func:`perfkit.plan.local_tp.rounds_link` reads TP's rounds the same way).
     Notebook 02's sweep times calls back to back in batches, which keeps the ranks in

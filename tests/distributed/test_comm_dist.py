@@ -63,8 +63,9 @@ def test_ring_matches_all_reduce_on_2_processes(suite2):
 
 
 def test_ring_matches_all_reduce_on_3_processes():
-    # isolated calls: rank r works r * 20 ms longer before each, so the first rank waits
-    # 40 ms for the last one; the times kept are the last arrival's, which waited for nobody
+    # isolated calls: rank r works r * 20 ms longer before each, so the ranks wait 40, 20
+    # and 0 ms for the last one: their mean, 20 ms, plus the call itself (the slowest rank's
+    # time would be 40 ms and more, the last arrival's a few ms)
     iso = {"op": "all_gather", "sizes": [1024, 65536], "repeat": 3, "gap_s": 0.0,
            "stagger_s": 0.02}
     cfg = {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP, "isolated": iso}
@@ -74,10 +75,9 @@ def test_ring_matches_all_reduce_on_3_processes():
     got = res[0]["isolated"]
     assert got["op"] == "all_gather" and got["sizes"] == iso["sizes"]
     assert [len(t) for t in got["times_s"]] == [3, 3]
-    assert all(r["isolated"] == got for r in res)  # one minimum over ranks, agreed by all
+    assert all(r["isolated"] == got for r in res)  # one mean over ranks, agreed by all
     for ts in got["times_s"]:
-        assert min(ts) > 0
-        assert sorted(ts)[1] < 0.02, ts  # not the 40 ms the first rank spends waiting
+        assert 0.018 < sorted(ts)[1] < 0.035, ts
 
 
 def test_data_parallel_from_scratch_equals_ddp(suite2):

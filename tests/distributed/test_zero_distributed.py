@@ -246,7 +246,8 @@ def side_by_side():
     from perfkit.jobs.zero_bench import compare
 
     return compare(["ddp_adamw", "zero1", "zero2", "zero3", "fsdp2"], nproc=2, batch=2,
-                   steps=2, warmup=1, rss=False, corpus_bytes=20_000, timeout_s=240)
+                   steps=2, warmup=1, rss=False, corpus_bytes=20_000, timeout_s=240,
+                   link_sizes=[1024, 1 << 16])
 
 
 def test_side_by_side_memory_bytes_and_results(side_by_side):
@@ -279,5 +280,9 @@ def test_side_by_side_memory_bytes_and_results(side_by_side):
     from perfkit.jobs.zero_bench import step_ratio
 
     assert {len(r.step_times_s) for r in v.values()} == {2}
+    # and each timed round's isolated all-reduces, one per size (the warm-up round left out)
+    assert c.link["sizes"] == [1024, 1 << 16]
+    assert [len(ts) for ts in c.link["times_s"]] == [2, 2]
+    assert all(t > 0 for ts in c.link["times_s"] for t in ts)
     e = step_ratio(v["zero3"], v["ddp_adamw"])
     assert 0 < e.low <= e.value <= e.high

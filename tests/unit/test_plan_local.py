@@ -210,5 +210,15 @@ def test_local_link_caches_a_fit_only_when_the_sweep_resolves_a_bandwidth(monkey
     assert local_mod.local_link() == link  # from the cache, no new sweep
     # a cache written another way (notebook 02's back-to-back sweep) is measured again
     local_mod.link_cache_path().write_text(json.dumps({"alpha_s": 1e-6, "bandwidth": 1e12}))
-    monkeypatch.setattr(local_mod.dist, "launch", calls([1e-4 + n / 1e9 for n in sizes]))
-    assert local_mod.local_link() == link
+    monkeypatch.setattr(local_mod.dist, "launch", calls([2e-4 + n / 1e9 for n in sizes]))
+    again = local_mod.local_link()
+    assert again.alpha_s == pytest.approx(1e-4, rel=1e-6) and json.loads(
+        local_mod.link_cache_path().read_text())["alpha_s"] == again.alpha_s
+
+
+@pytest.mark.parametrize("sizes", [[0], [1024, -1], [1.5], [True]])
+def test_the_zero_benchs_link_sizes_are_checked_before_the_job(sizes):
+    from perfkit.jobs.zero_bench import compare
+
+    with pytest.raises(ValueError, match=r"link_sizes\[\d\] must be an int >= 1"):
+        compare(["ddp_adamw"], link_sizes=sizes)
