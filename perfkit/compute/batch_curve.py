@@ -10,13 +10,17 @@ separates them. A step at batch ``b`` takes
 ``R(b)``: the step's operators each at its roof (:func:`perfkit.compute.intensity.roofline_s`,
 with the cache: an op whose bytes fit half the last-level cache moves them at the cache's
 bandwidth), counted at batch ``b``; ``R(b)`` per token rises where the big ops' bytes outgrow
-the cache. ``n(b)``: minor page faults per step, counted in the timed rounds
+the cache. Where an op's bytes actually come from, cache or DRAM, the count cannot tell (a
+producer may have evicted them, a prefetcher may hide DRAM), so ``R`` is taken at both ends:
+with the cache as above, and with every op at DRAM's bandwidth (``R_dram``, no cache at all);
+the prediction spans the two. ``n(b)``: minor page faults per step, counted in the timed rounds
 (``getrusage``): glibc hands freed memory above its trim threshold back to the operating system,
 and the next step's new tensors fault it in again, page by page. ``c``: seconds per fault,
 timed by touching a fresh anonymous mapping against touching it again. ``F``: a step of
 1 x 2 tokens, less its roofline seconds. ``eta``, the share of their roofs the ops reach, is
-the one figure fitted, on one batch; the others are predicted. The predicted range comes from
-the intervals of ``F``, ``c`` and the fitted batch's time.
+the one figure fitted, on one batch (for each end of ``R``); the others are predicted. The
+predicted range spans the two ends of ``R`` and the intervals of ``F``, ``c`` and the fitted
+batch's time.
 
 Usage::
 
@@ -83,7 +87,9 @@ class BatchCurve:
 
     Attributes:
         batches: batch sizes, ascending; seq_len: tokens per sample.
-        roof_s: ``R(b)``, each batch's step ops at their roofs (s).
+        roof_s: ``R(b)``, each batch's step ops at their roofs (s), the cache's bandwidth for an
+            op whose bytes fit half the last-level cache.
+        roof_dram_s: the same ops with every op's bytes at DRAM's bandwidth (s).
         over_cache: ops per step whose bytes exceed half the last-level cache, per batch.
         times_s: per batch, the step's time in each round (s).
         faults: per batch, the minor page faults of its step in each round.
@@ -95,6 +101,7 @@ class BatchCurve:
     batches: tuple[int, ...]
     seq_len: int
     roof_s: tuple[float, ...]
+    roof_dram_s: tuple[float, ...]
     over_cache: tuple[int, ...]
     times_s: tuple[tuple[float, ...], ...]
     faults: tuple[tuple[int, ...], ...]
@@ -111,12 +118,13 @@ class BatchCurve:
         check_int("fit", self.fit, 0, len(bs) - 1)
         check_real("roof_fixed_s", self.roof_fixed_s, 0)
         rounds = len(check_items("fixed_s", self.fixed_s))
-        for name in ("roof_s", "over_cache", "times_s", "faults"):
+        for name in ("roof_s", "roof_dram_s", "over_cache", "times_s", "faults"):
             if len(check_items(name, getattr(self, name))) != len(bs):
                 raise ValueError(f"{name} must hold one entry per batch ({len(bs)}), "
                                  f"got {len(getattr(self, name))}")
-        for i, r in enumerate(self.roof_s):
-            check_real(f"roof_s[{i}]", r, 0, lo_open=True)
+        for name in ("roof_s", "roof_dram_s"):
+            for i, r in enumerate(getattr(self, name)):
+                check_real(f"{name}[{i}]", r, 0, lo_open=True)
         for name in ("times_s", "faults"):
             for i, row in enumerate(getattr(self, name)):
                 if len(check_items(f"{name}[{i}]", row)) != rounds:
@@ -148,13 +156,13 @@ class BatchCurve:
         """The measured step time at ``batches[i]`` (s), median and interval."""
         return stats.median_interval(self.times_s[i])
 
-    def _predict(self, fixed: float, cost: float, fit_s: float) -> list[float]:
+    def _predict(self, fixed: float, cost: float, fit_s: float, roofs: Sequence[float]) -> list[float]:
         fixed = max(fixed, 0.0)  # a fixed cost below 0 is noise in the 2-token step's rounds
         n = [self.faults_per_step(i) * cost for i in range(len(self.batches))]
         work = fit_s - fixed - n[self.fit]
         # eta = R(fit) / work; no work left over means the roofline terms predict nothing
-        inv_eta = work / self.roof_s[self.fit] if work > 0 else 0.0
-        return [fixed + r * inv_eta + f for r, f in zip(self.roof_s, n, strict=True)]
+        inv_eta = work / roofs[self.fit] if work > 0 else 0.0
+        return [fixed + r * inv_eta + f for r, f in zip(roofs, n, strict=True)]
 
     @property
     def eta(self) -> float:
@@ -164,9 +172,12 @@ class BatchCurve:
             self.fault_cost.value
         return self.roof_s[self.fit] / work if work > 0 else math.inf
 
-    def predicted_s(self) -> list[float]:
-        """The model's step time per batch (s), from the point values."""
-        return self._predict(self.fixed.value, self.fault_cost.value, self.step_s(self.fit).value)
+    def predicted_s(self, cache: bool = True) -> list[float]:
+        """The model's step time per batch (s), from the point values; ``R`` with the cache, or
+        (``cache=False``) every op at DRAM's bandwidth."""
+        check_type("cache", cache, bool)
+        return self._predict(self.fixed.value, self.fault_cost.value, self.step_s(self.fit).value,
+                             self.roof_s if cache else self.roof_dram_s)
 
     def _ratio(self, times: Sequence[float], i: int) -> float:
         rates = [self.tokens(j) / t for j, t in enumerate(times)]
@@ -176,14 +187,15 @@ class BatchCurve:
     def predicted_ratio(self, i: int = -1, faults: bool = True) -> tuple[float, float, float]:
         """Predicted tokens/s at ``batches[i]`` over the best of the other batches (predicted),
         ``(value, low, high)``:
-        the value from the point figures, the ends from every corner of the intervals of ``F``,
-        ``c`` and the fitted batch's time. ``faults=False``: the model without its fault term
-        (``c = 0``), the roofline and the fixed cost alone."""
+        the value from the point figures with the cache, the ends from every corner of the two
+        ends of ``R`` and the intervals of ``F``, ``c`` and the fitted batch's time.
+        ``faults=False``: the model without its fault term (``c = 0``)."""
         check_type("faults", faults, bool)
         costs = self.fault_cost if faults else stats.exact(0.0)
-        value = self._ratio(self._predict(self.fixed.value, costs.value, self.step_s(self.fit).value), i)
-        corners = [self._ratio(self._predict(f, c, t), i) for f, c, t in itertools.product(
-            self.fixed.spread, costs.spread, self.step_s(self.fit).spread)]
+        fit_s = self.step_s(self.fit)
+        value = self._ratio(self._predict(self.fixed.value, costs.value, fit_s.value, self.roof_s), i)
+        corners = [self._ratio(self._predict(f, c, t, r), i) for f, c, t, r in itertools.product(
+            self.fixed.spread, costs.spread, fit_s.spread, (self.roof_s, self.roof_dram_s))]
         return value, min(value, *corners), max(value, *corners)
 
     def rival(self, i: int = -1) -> int:
@@ -200,14 +212,16 @@ class BatchCurve:
         return stats.median_ratio(self.times_s[j], self.times_s[i]).scaled(self.tokens(i) / self.tokens(j))
 
     def lines(self) -> list[str]:
-        """One line per batch: measured and predicted tokens/s, ``R`` per token, faults per step."""
-        pred = self.predicted_s()
+        """One line per batch: measured and predicted tokens/s (the two ends of ``R``), ``R`` per
+        token with the cache, faults per step."""
+        ends = list(zip(self.predicted_s(), self.predicted_s(cache=False), strict=True))
         out = []
         for i, b in enumerate(self.batches):
             tag = " (eta fitted here)" if i == self.fit else ""
             per_token_ns = self.roof_s[i] / self.tokens(i) * 1e9
             out.append(f"batch {b:>3}: {self.tokens(i) / self.step_s(i).value:>8,.0f} tokens/s measured, "
-                       f"{self.tokens(i) / pred[i]:>8,.0f} predicted; roofline {per_token_ns:,.0f} ns/token "
+                       f"{self.tokens(i) / max(ends[i]):>8,.0f} to {self.tokens(i) / min(ends[i]):,.0f} "
+                       f"predicted; roofline {per_token_ns:,.0f} ns/token "
                        f"({self.over_cache[i]} ops past the cache), "
                        f"{self.faults_per_step(i):,.0f} page faults/step{tag}")
         return out
@@ -216,14 +230,17 @@ class BatchCurve:
         """``viz.verdict``'s sentences for ``batches[i]`` over :meth:`rival`, each naming the
         measured terms: ``R`` per token against the rival's, the faults' time, the miss."""
         i, j = i % len(self.batches), self.rival(i)
-        pred, t = self.predicted_s()[i], self.step_s(i).value
-        cache = self.roof_s[i] / self.tokens(i) / (self.roof_s[j] / self.tokens(j)) - 1
+        lo, hi = sorted((self.predicted_s()[i], self.predicted_s(cache=False)[i]))
+        t = self.step_s(i).value
+        def rise(roofs: Sequence[float]) -> float:  # R per token at i over j's
+            return roofs[i] / self.tokens(i) / (roofs[j] / self.tokens(j)) - 1
         fault_ms = self.faults_per_step(i) * self.fault_cost.value * 1e3
-        parts = (f"at batch {self.batches[i]} the roofline per token is {cache:+.0%} against batch "
-                 f"{self.batches[j]}'s ({self.over_cache[i]} ops past half the cache), and "
+        parts = (f"at batch {self.batches[i]} the roofline per token is {rise(self.roof_s):+.0%} against "
+                 f"batch {self.batches[j]}'s with the cache ({self.over_cache[i]} ops past half of it), "
+                 f"{rise(self.roof_dram_s):+.0%} without, and "
                  f"{self.faults_per_step(i):,.0f} page faults per step at "
                  f"{self.fault_cost.value * 1e6:.2f} us each cost {fault_ms:.1f} ms of its {t * 1e3:.1f} ms")
-        off = f"the step took {t * 1e3:.1f} ms against {pred * 1e3:.1f} ms predicted"
+        off = f"the step took {t * 1e3:.1f} ms against {lo * 1e3:.1f}-{hi * 1e3:.1f} ms predicted"
         return {"held": f"{parts[0].upper()}{parts[1:]}.",
                 "below": f"Slower than the model: {off}, a cost it does not count; {parts}.",
                 "above": f"Faster than the model: {off}; {parts}."}
@@ -292,6 +309,7 @@ def batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: 
             fixed.append(t.elapsed_s)
             probes.append(page_fault_s())
     return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype) for o in ops[:-1]),
+                      tuple(roofline_s(o, limits, dtype, cache=False) for o in ops[:-1]),
                       tuple(sum(op.bytes > half_llc for op in o) for o in ops[:-1]),
                       tuple(map(tuple, times)), tuple(map(tuple, faults)), tuple(fixed),
                       roofline_s(ops[-1], limits, dtype), tuple(probes), bs.index(fit))

@@ -22,15 +22,18 @@ def ops(b: int, per_sample: int) -> list[OpRecord]:
     return [OpRecord("mm.default", b * 10**6, 1024), OpRecord("add.Tensor", 0, b * per_sample)]
 
 
-def curve(roofs, faults=(0, 0, 0, 0), fixed=0.0, fault_s=0.0, eta=0.5, fit=1, noise=(1.0, 1.0, 1.0)):
-    """A curve whose rounds follow the model exactly: T = fixed + R / eta + n * fault_s, times ``noise``."""
+def curve(roofs, faults=(0, 0, 0, 0), fixed=0.0, fault_s=0.0, eta=0.5, fit=1, noise=(1.0, 1.0, 1.0),
+          dram=None):
+    """A curve whose rounds follow the model exactly: T = fixed + R / eta + n * fault_s, times ``noise``;
+    ``dram``: the no-cache end of R (default: the same as ``roofs``)."""
     times = tuple(tuple((fixed + r / eta + n * fault_s) * k for k in noise) for r, n in zip(roofs, faults))
-    return BatchCurve(BATCHES, SEQ, tuple(roofs), (0,) * 4, times, tuple((n,) * len(noise) for n in faults),
-                      tuple(fixed * k for k in noise), 0.0, (fault_s,) * len(noise), fit)
+    return BatchCurve(BATCHES, SEQ, tuple(roofs), tuple(dram or roofs), (0,) * 4, times,
+                      tuple((n,) * len(noise) for n in faults), tuple(fixed * k for k in noise), 0.0,
+                      (fault_s,) * len(noise), fit)
 
 
-def roofs(per_sample: int) -> list[float]:
-    return [roofline_s(ops(b, per_sample), LIMITS) for b in BATCHES]
+def roofs(per_sample: int, cache: bool = True) -> list[float]:
+    return [roofline_s(ops(b, per_sample), LIMITS, cache=cache) for b in BATCHES]
 
 
 def test_ops_that_never_leave_the_cache_give_a_flat_curve():
@@ -43,13 +46,17 @@ def test_ops_that_never_leave_the_cache_give_a_flat_curve():
 
 def test_an_op_crossing_the_cache_at_the_largest_batch_gives_the_drop():
     r = roofs(per_sample=MiB)  # 16 MiB at batch 16 (fits half the cache), 32 MiB at batch 32 (DRAM)
-    c = curve(r)
+    c = curve(r, dram=roofs(per_sample=MiB, cache=False))
     # by hand: per sample 1e6 / 1e11 = 10 us of matmul plus 1 MiB at 4e10 (cache) or 1e10 (DRAM)
     in_cache, in_dram = 1e-5 + MiB / 4e10, 1e-5 + MiB / 1e10
     assert r[2] == pytest.approx(16 * in_cache, rel=1e-3) and r[3] == pytest.approx(32 * in_dram, rel=1e-3)
-    value, _, _ = c.predicted_ratio()
-    assert value == pytest.approx(in_cache / in_dram, rel=1e-3)
+    value, low, high = c.predicted_ratio()
+    assert value == pytest.approx(in_cache / in_dram, rel=1e-3) and low == pytest.approx(value)
     assert value < 0.9
+    # the no-cache end: every op at DRAM's bandwidth at every batch, a flat curve
+    assert high == pytest.approx(1.0)
+    flat = [c.tokens(i) / t for i, t in enumerate(c.predicted_s(cache=False))]
+    assert max(flat) / min(flat) == pytest.approx(1.0)
     assert c.eta == pytest.approx(0.5)
 
 
@@ -79,8 +86,8 @@ def test_eta_is_fitted_on_the_fit_batch_alone_and_the_fixed_cost_is_taken_off():
     # the measured fit batch alone moves eta: a slower fit batch, a smaller eta
     times = list(c.times_s)
     times[2] = tuple(t * 2 for t in times[2])
-    slower = BatchCurve(c.batches, SEQ, c.roof_s, c.over_cache, tuple(times), c.faults, c.fixed_s, 0.0,
-                        c.fault_s, 2)
+    slower = BatchCurve(c.batches, SEQ, c.roof_s, c.roof_dram_s, c.over_cache, tuple(times), c.faults,
+                        c.fixed_s, 0.0, c.fault_s, 2)
     assert slower.eta < c.eta
 
 
@@ -111,12 +118,14 @@ def test_lines_and_explanations_name_the_measured_terms():
     (dict(fit=4), "fit"),
     (dict(roof_s=(1.0, 1.0, 1.0)), "roof_s"),
     (dict(roof_s=(1.0, 0.0, 1.0, 1.0)), "roof_s"),
+    (dict(roof_dram_s=(1.0, 1.0)), "roof_dram_s"),
     (dict(fault_s=(-1e-6,)), "fault_s"),
     (dict(faults=((0, 0),) * 4), "faults"),
 ])
 def test_bad_curves_are_refused(kw, match):
-    base = dict(batches=BATCHES, seq_len=SEQ, roof_s=(1.0,) * 4, over_cache=(0,) * 4, times_s=((1.0,),) * 4,
-                faults=((0,),) * 4, fixed_s=(0.1,), roof_fixed_s=0.0, fault_s=(1e-6,), fit=1)
+    base = dict(batches=BATCHES, seq_len=SEQ, roof_s=(1.0,) * 4, roof_dram_s=(1.0,) * 4, over_cache=(0,) * 4,
+                times_s=((1.0,),) * 4, faults=((0,),) * 4, fixed_s=(0.1,), roof_fixed_s=0.0, fault_s=(1e-6,),
+                fit=1)
     with pytest.raises((TypeError, ValueError), match=match):
         BatchCurve(**{**base, **kw})
 
@@ -138,6 +147,7 @@ def test_batch_curve_counts_and_times_a_real_step():
     c = batch_curve(make_mlp_step, [4, 1, 2], 8, LIMITS, fit=2, rounds=2, warmup=1, threads=1)
     assert c.batches == (1, 2, 4) and c.fit == 1 and c.seq_len == 8
     assert c.roof_s[0] < c.roof_s[1] < c.roof_s[2] and c.over_cache == (0, 0, 0)
+    assert all(d > r for d, r in zip(c.roof_dram_s, c.roof_s))  # the cache is faster than DRAM
     assert all(len(t) == 2 and min(t) > 0 for t in c.times_s) and len(c.fixed_s) == 2
     assert all(f >= 0 for row in c.faults for f in row) and 0 < c.roof_fixed_s < c.roof_s[0]
     assert math.isfinite(c.predicted_ratio()[0])
