@@ -161,10 +161,14 @@ for n, p in time_pred.items():
     v = res.variants[n]
     measured = stats.median_interval([x * 1e3 for x in v.step_times_s])
     extra = (measured.value - pred.times[n].total_s * 1e3)
+    comm_ms = sum(x for k, x in pred.times[n].terms.items() if k in ("data-parallel", "zero-3 gathers")) * 1e3
+    calls = sum((v.calls or {}).values())
     viz.verdict(p, measured, explain={
-        "above": f"The step took {extra:.1f} ms more than the model's terms add up to. The planner counts "
-                 f"bytes and start-ups; this run also pays {sum((v.calls or {}).values())} collective calls, "
-                 "copies into flat buffers and Python hooks per step, which no term of it holds.",
+        "above": f"The step took {extra:.1f} ms more than the model's terms add up to. Its {calls} collective "
+                 f"calls were charged {comm_ms:.1f} ms, as calls with 1 ms of work between them cost in the same "
+                 "rounds; the step's come after longer stretches of compute, over which the two ranks, sharing "
+                 "the cores with everything else, can drift further apart (time `perfkit.comm.isolated_times` "
+                 "with a longer gap_s to see it).",
         "below": f"The step took {-extra:.1f} ms less than predicted."})
 
 # %%
