@@ -348,17 +348,20 @@ viz.build_widget(plan_widget())
 # counts `12 L h s`, and softmax beside the Tensor Cores holds it below a GEMM. Its share of the
 # peak is not fitted but taken from the FlashAttention papers (`perfkit.plan.ATTENTION_EFFICIENCY`):
 # the MPT runs used a first-generation kernel, stated at 30-50 % of an A100's peak forward and
-# 25-35 % backward. A recomputed forward runs at the forward's share.
+# 25-35 % backward. A recomputed forward runs at the forward's share. The memory-bound work
+# (norms, activations, residual adds, the loss, the optimizer) moves its bytes at 90 % of the
+# datasheet's HBM bandwidth (`perfkit.plan.MEMORY_EFFICIENCY`), the best share profiled on an
+# A100 in the source llm-analysis cites; no kernel reaches the datasheet's figure.
 #
 # More terms come from how these runs were built. A pipeline's last stage holds the output
 # layer beside its share of the blocks, and the slowest stage sets the pace. Megatron-LM in
 # 2021 all-reduced the gradients in one buffer after the backward (its own DDP): nothing hid
 # it. The large H100 table ran PyTorch 2.1, whose checkpoint stops rerunning a block once the
 # last tensor backward needs is back: the MLP's down-projection is not rerun
-# (`Layout.early_stop`; a test counts PyTorch's own FLOPs against the planner's). FSDP gathers the weights twice and
-# reduce-scatters the gradients for every micro-batch, block by block, the gradients in the
-# run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in fp32, `PURE` in
-# bf16). The planner pays these collectives in full, none hidden behind compute
+# (`Layout.early_stop`; a test counts PyTorch's own FLOPs against the planner's). FSDP gathers
+# the weights twice and reduce-scatters the gradients for every micro-batch, block by block, the
+# gradients in the run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in
+# fp32, `PURE` in bf16). The planner pays these collectives in full, none hidden behind compute
 # (`Cluster.sharded_hidden = 0`), because llm-foundry's own sweep of the micro-batch size,
 # everything else held, shows a fixed cost per micro-batch at least that large. If FSDP had
 # hidden them, that fixed cost would be near zero.
@@ -482,9 +485,11 @@ viz.verdict(Prediction("llm-analysis's median |error| over the planner's, same r
 #   loss run at other shares of the peak than a 70 B model's; attention's share is a paper's
 #   stated range, not the run's own;
 # * **implementation overheads**: Python hooks, copies into flat buffers, kernel launches, the
-#   allocator; section 2's ZeRO-3 shows them on two processes;
-# * **stragglers and the network's other users**: a ring runs at its slowest link's pace, and
-#   a shared fabric is never the datasheet's;
+#   allocator;
+# * **stragglers and the network's other users**: a ring runs at its slowest link's pace, every
+#   collective waits for the last rank to arrive (section 2 prices that wait as calls with 1 ms
+#   of work between them pay it; ZeRO-3 makes ten such calls a step, after longer work), and a
+#   shared fabric is never the datasheet's;
 # * **failures**: restarts, checkpoints and lost work cost time a step-time model does not
 #   contain.
 #

@@ -23,8 +23,8 @@ from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.hw import MachineLimits
 
-__all__ = ["ASSUMED_LATENCY_S", "ATTENTION_EFFICIENCY", "GPU", "GPUS", "Cluster", "local_cluster",
-           "named_cluster"]
+__all__ = ["ASSUMED_LATENCY_S", "ATTENTION_EFFICIENCY", "GPU", "GPUS", "MEMORY_EFFICIENCY", "Cluster",
+           "local_cluster", "named_cluster"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,14 @@ ATTENTION_EFFICIENCY: dict[str, tuple[float, float]] = {
     "flash1-h100": (round(0.40 * _FA2_H100, 3), round(0.30 * _FA2_H100, 3)),
 }
 
+# Memory-bound kernels do not reach the datasheet's HBM bandwidth. llm-analysis's FasterTransformer
+# example (cli99/llm-analysis@b60b392f, examples/fastertransformer/README.md) takes
+# hbm_memory_efficiency = 0.9 on A100 40GB, "the highest efficiency numbers observed in
+# profiling" by kipply's "Transformer Inference Arithmetic" (2022): the best share streaming
+# kernels reached, so an upper bound for a training step's norms and activations. The same share
+# is assumed for the other GPUs (no source measures them).
+MEMORY_EFFICIENCY = 0.9
+
 # Start-up latencies are not on datasheets: NCCL's small-message times on NVLink and on
 # InfiniBand are a few and about ten microseconds. Assumed, and named as such in reports.
 ASSUMED_LATENCY_S = {"nvlink": 5e-6, "network": 10e-6}
@@ -103,6 +111,10 @@ class Cluster:
         attention_backward_efficiency: the same kernel's backward pass (it recomputes the
             scores and runs five matmuls to the forward's two); ``None``: ``attention_efficiency``.
             A recomputed forward (full recomputation) runs at the forward's share.
+        memory_efficiency: the share of ``gpu.hbm_bytes_per_s`` memory-bound kernels (the
+            norms, activations, residual adds, the loss, the optimizer) reach, in (0, 1]
+            (:data:`MEMORY_EFFICIENCY` for datasheet GPUs; 1 for :func:`local_cluster`, whose
+            bandwidth is measured by copying).
         memory_share: the share of ``gpu.memory_bytes`` a layout may plan to use (the rest:
             the CUDA context, the allocator's fragmentation).
         overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
@@ -138,6 +150,7 @@ class Cluster:
     efficiency: float = 0.5
     attention_efficiency: float | None = None
     attention_backward_efficiency: float | None = None
+    memory_efficiency: float = 1.0
     memory_share: float = 0.9
     overlap: bool = True
     sharded_hidden: float = 0.0
@@ -153,6 +166,7 @@ class Cluster:
         check_type("inter", self.inter, AlphaBeta)
         check_real("efficiency", self.efficiency, 0, 1, lo_open=True)
         check_real("memory_share", self.memory_share, 0, 1, lo_open=True)
+        check_real("memory_efficiency", self.memory_efficiency, 0, 1, lo_open=True)
         for k in ("attention_efficiency", "attention_backward_efficiency"):
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0, 1, lo_open=True)
@@ -171,6 +185,11 @@ class Cluster:
     def achievable_flops(self) -> float:
         """FLOP/s per GPU at the cluster's efficiency."""
         return self.gpu.peak_flops * self.efficiency
+
+    @property
+    def achievable_bytes_per_s(self) -> float:
+        """Bytes/s per GPU memory-bound kernels move: HBM at the cluster's memory efficiency."""
+        return self.gpu.hbm_bytes_per_s * self.memory_efficiency
 
     @property
     def attention_flops(self) -> float:
@@ -192,7 +211,8 @@ class Cluster:
 
 def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = None,
                   efficiency: float = 0.5, attention_efficiency: float | None = None,
-                  attention_backward_efficiency: float | None = None) -> Cluster:
+                  attention_backward_efficiency: float | None = None,
+                  memory_efficiency: float = MEMORY_EFFICIENCY) -> Cluster:
     """A cluster of a datasheet GPU (:data:`GPUS`): NVLink inside each node, a network between.
 
     Args:
@@ -203,6 +223,7 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         efficiency: the achievable share of the matmul peak, in (0, 1].
         attention_efficiency: the fused attention kernel's share forward (``None``: ``efficiency``).
         attention_backward_efficiency: its share backward (``None``: ``attention_efficiency``).
+        memory_efficiency: memory-bound kernels' share of the HBM bandwidth, in (0, 1].
 
     Returns:
         A :class:`Cluster`.
@@ -221,6 +242,7 @@ def named_cluster(gpu: str, gpus_per_node: int = 8, inter_gbps: float | None = N
         inter=AlphaBeta(ASSUMED_LATENCY_S["network"], gbps * 1e9 / 8),
         efficiency=efficiency, attention_efficiency=attention_efficiency,
         attention_backward_efficiency=attention_backward_efficiency,
+        memory_efficiency=memory_efficiency,
         note="bandwidths from the datasheets; latencies assumed (ASSUMED_LATENCY_S)")
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from perfkit._checks import check_real
-from perfkit.plan.cluster import GPUS, Cluster, local_cluster, named_cluster
+from perfkit.plan.cluster import GPUS, MEMORY_EFFICIENCY, Cluster, local_cluster, named_cluster
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.search import Plan, plan
 
@@ -98,6 +98,7 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
                     "efficiency": p.cluster.efficiency,
                     "attention_efficiency": p.cluster.attention_efficiency,
                     "attention_backward_efficiency": p.cluster.attention_backward_efficiency,
+                    "memory_efficiency": p.cluster.memory_efficiency,
                     "sharded_hidden": p.cluster.sharded_hidden,
                     "source": p.cluster.gpu.source},
         "gpus": p.gpus, "global_batch": p.global_batch,
@@ -137,6 +138,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--attention-backward-efficiency", type=float,
                    help="its share backward (default: --attention-efficiency; on A100 "
                         "FlashAttention 1 about 0.3, FlashAttention 2 about 0.53)")
+    c.add_argument("--memory-efficiency", type=float, default=MEMORY_EFFICIENCY,
+                   help="memory-bound kernels' share of the HBM bandwidth (default "
+                        f"{MEMORY_EFFICIENCY:g}: the best share profiled on A100)")
     c.add_argument("--sharded-hidden", type=float, default=0.0,
                    help="share of the compute ZeRO-2/3's collectives hide behind (default 0: "
                         "FSDP as llm-foundry ran it hid none; 1: ideal prefetching)")
@@ -182,7 +186,8 @@ def _cluster(args: argparse.Namespace) -> Cluster:
         return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
                              efficiency=min(args.efficiency, 1.0))
     c = named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
-                      args.attention_efficiency, args.attention_backward_efficiency)
+                      args.attention_efficiency, args.attention_backward_efficiency,
+                      args.memory_efficiency)
     return replace(c, sharded_hidden=check_real("--sharded-hidden", args.sharded_hidden, 0, 1))
 
 

@@ -157,7 +157,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     # the last stage's loss (the slowest stage sets the pace), op by op: see loss_passes
     loss = loss_passes(model.act_bytes) * model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
-    membound = (passes * layers * act + loss) / gpu.hbm_bytes_per_s
+    membound = (passes * layers * act + loss) / cluster.achievable_bytes_per_s
     # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
     # (+2 recomputed), and beside the blocks: the vocabulary-parallel embedding's output (first
@@ -214,7 +214,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         hidden = cluster.sharded_hidden * slot if cluster.overlap else 0.0
         zero3 = m * max(0.0, units * per_unit - hidden)
     shard = psi / (n if lay.zero >= 1 else 1)
-    optimizer = shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes) / gpu.hbm_bytes_per_s
+    optimizer = (shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes)
+                 / cluster.achievable_bytes_per_s)
     terms = {"matmul": m * matmul, "memory-bound": m * membound, "tensor-parallel": m * tp,
              "context-parallel": m * cp, "pipeline bubble": bubble, "pipeline sends": p2p,
              "data-parallel": dp, "zero-3 gathers": zero3, "optimizer": optimizer}

@@ -467,18 +467,31 @@ def test_pipeline_prediction_and_measured_spans():
 
 
 def test_memory_bound_term_counts_activations_and_logits():
-    from perfkit.plan import MEM_PASSES
+    from perfkit.plan import MEM_PASSES, MEMORY_EFFICIENCY
 
     c = named_cluster("a100-40gb")
+    # memory-bound kernels at the stated share of the datasheet's bandwidth, not all of it
+    bw = c.gpu.hbm_bytes_per_s * 0.9
+    assert c.memory_efficiency == MEMORY_EFFICIENCY == 0.9 and c.achievable_bytes_per_s == bw
     t = step_time(GPT, Layout(micro_batch=2), c, 2)
     per_layer = GPT.activation_bytes_per_layer(2)
     # a 16-bit model's loss: 6 passes over the fp32 logits and 3 for the casts
-    want = (MEM_PASSES * GPT.layers * per_layer + 9 * GPT.logits_bytes(2)) / c.gpu.hbm_bytes_per_s
+    want = (MEM_PASSES * GPT.layers * per_layer + 9 * GPT.logits_bytes(2)) / bw
     assert t.terms["memory-bound"] == pytest.approx(want)
     fp32 = dataclasses.replace(GPT, act_bytes=4)  # no casts: log-softmax, nll, their backward
     want = (MEM_PASSES * GPT.layers * fp32.activation_bytes_per_layer(2) + 6 * fp32.logits_bytes(2)
-            ) / c.gpu.hbm_bytes_per_s
+            ) / bw
     assert step_time(fp32, Layout(micro_batch=2), c, 2).terms["memory-bound"] == pytest.approx(want)
+    # the optimizer is memory-bound too: half the share, twice its time, the matmuls unchanged
+    half = named_cluster("a100-40gb", memory_efficiency=0.45)
+    t2 = step_time(GPT, Layout(micro_batch=2), half, 2)
+    for k in ("memory-bound", "optimizer"):
+        assert t2.terms[k] == pytest.approx(2 * t.terms[k]), k
+    assert t2.terms["matmul"] == t.terms["matmul"]
+    with pytest.raises(ValueError, match="memory_efficiency"):
+        named_cluster("a100-40gb", memory_efficiency=0.0)
+    with pytest.raises(ValueError, match="memory_efficiency"):
+        named_cluster("a100-40gb", memory_efficiency=1.5)
     assert loss_passes(2) == 9 and loss_passes(4) == 6 and loss_passes(1) == 8.5
 
 

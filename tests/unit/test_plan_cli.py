@@ -53,6 +53,13 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     assert back["cluster"]["attention_efficiency"] is None
     assert min(b["step_s"] for b in back["best"]) > rec["best"][0]["step_s"]
     assert rec["cluster"]["sharded_hidden"] == 0.0
+    # memory-bound kernels at 0.9 of the HBM datasheet by default; slower ones lengthen the step
+    assert rec["cluster"]["memory_efficiency"] == 0.9
+    assert main(["plan", "--config", str(cfg), "--gpus", "16", "--json", "--tp", "2",
+                 "--memory-efficiency", "0.3"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert mem["cluster"]["memory_efficiency"] == 0.3
+    assert min(b["step_s"] for b in mem["best"]) > rec["best"][0]["step_s"]
     # ZeRO-3 fixed: hiding its collectives can only shorten the step
     z3 = ["plan", "--config", str(cfg), "--gpus", "16", "--json", "--zero", "3", "--tp", "1", "--pp", "1"]
     assert main(z3) == 0
@@ -72,6 +79,7 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     (["--attention-efficiency", "0"], "attention_efficiency"),
     (["--attention-backward-efficiency", "2"], "attention_backward_efficiency"),
     (["--sharded-hidden", "1.5"], "--sharded-hidden"),
+    (["--memory-efficiency", "0"], "memory_efficiency"),
 ])
 def test_bad_input_exits_2_with_the_reason(args, says, capsys):
     argv = ["plan", "--gpus", "8", *SMALL]
