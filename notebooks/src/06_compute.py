@@ -625,7 +625,8 @@ curve = compute.batch_curve(lambda b, t: ex.gpt_step(GPT, torch.randint(0, 1024,
 print("\n".join(curve.lines()))
 ratio, lo, hi = curve.predicted_ratio()
 print(f"batch {BATCHES[-1]} over the best other batch: predicted {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
-      f" without the page faults {curve.predicted_ratio(faults=False)[0]:.2f}x with the cache; the crude model's 0.90x")
+      f" without the page faults {curve.predicted_ratio(faults=False)[0]:.2f}x with the cache; the crude model, "
+      "'flattens within 10 %', says at least 0.90x")
 
 # %%
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHES[0]}",
@@ -716,6 +717,9 @@ plt.show()
 #   grows with `T` where their traffic dominates.
 # * **Shapes** matter on tensor cores; measure them on a CPU before padding.
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
+# * **Batch size** spreads per-step costs over more tokens; past some size, activations that
+#   outgrow the cache and memory the allocator hands back (to fault in again every step) cost
+#   more per token, and counting both terms predicts where the curve turns (section 6).
 
 # %%
 viz.show_headlines({
