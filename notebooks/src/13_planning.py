@@ -356,9 +356,11 @@ viz.build_widget(plan_widget())
 # More terms come from how these runs were built. A pipeline's last stage holds the output
 # layer beside its share of the blocks, and the slowest stage sets the pace. Megatron-LM in
 # 2021 all-reduced the gradients in one buffer after the backward (its own DDP): nothing hid
-# it. The large H100 table ran PyTorch 2.1, whose checkpoint stops rerunning a block once the
-# last tensor backward needs is back: the MLP's down-projection is not rerun
-# (`Layout.early_stop`; a test counts PyTorch's own FLOPs against the planner's). FSDP gathers
+# it. All llm-foundry tables but the A100-40GB one ran PyTorch 2.1 (the script that submitted
+# the October 2023 re-runs names its 2.1.0 image; the large H100 table's setup pins 2.1), whose
+# checkpoint stops rerunning a block once the last tensor backward needs is back: the MLP's
+# down-projection is not rerun (`Layout.early_stop`, `perfkit.plan.FOUNDRY_EARLY_STOP` with the
+# sources; a test counts PyTorch's own FLOPs against the planner's). FSDP gathers
 # the weights twice and reduce-scatters the gradients for every micro-batch, block by block, the
 # gradients in the run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in
 # fp32, `PURE` in bf16). The planner pays these collectives in full, none hidden behind compute

@@ -104,7 +104,7 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     positions: the reported parameter count grows with the sequence), FSDP (``FULL_SHARD``:
     ZeRO-3, ``SHARD_GRAD_OP``: ZeRO-2) over all GPUs, gradients reduced in fp32 under the
     ``DEFAULT`` mixed precision and in bf16 under ``PURE``, activation checkpointing as full
-    recomputation (with PyTorch 2.1's early stop in :data:`FOUNDRY_EARLY_STOP`'s table). A100
+    recomputation (with PyTorch 2.1's early stop in :data:`FOUNDRY_EARLY_STOP`'s tables). A100
     tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU); the H100 tables name none
     (400 Gb/s per GPU assumed). The MPT yamls ask for ``attn_impl: triton``, the Triton port
     of FlashAttention of 2022-23, as fast as the first generation (FlashAttention-2's paper

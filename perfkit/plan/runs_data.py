@@ -57,14 +57,23 @@ MPT_SHAPES = {
 }
 
 # Tables whose checkpointed runs recomputed with early stop (PyTorch 2.1's non-reentrant
-# checkpoint): the large-scale H100 table was added by mosaicml/llm-foundry@5e85bd62 ("new
-# benchmarks", Jan 2024), whose runs installed llm-foundry's main (``pip_install:
-# '.[gpu-flash2]'`` in submit_benchmarks.py), whose setup.py pins ``torch>=2.1,<2.1.1``, and
-# whose yamls ask for ``activation_checkpointing_reentrant: false``. The other tables' runs
-# name no PyTorch version (their launcher's default image is PyTorch 1.13.1, before early stop).
-FOUNDRY_EARLY_STOP = {"h100-large": "mosaicml/llm-foundry@5e85bd62 setup.py, "
-                                    "scripts/train/benchmarking/submit_benchmarks.py, "
-                                    "scripts/train/yamls/pretrain/mpt-*.yaml"}
+# checkpoint), each with the source that says so. The large-scale H100 table was added by
+# mosaicml/llm-foundry@5e85bd62 ("new benchmarks", Jan 2024), whose runs installed llm-foundry's
+# main (``pip_install: '.[gpu-flash2]'`` in submit_benchmarks.py), whose setup.py pins
+# ``torch>=2.1,<2.1.1``. The A100-80GB and H100 tables were re-run by b2a43a14
+# ("Update_pretrain_benchmarks", Oct 2023), which changed them together with sweep.sh, the script
+# that submits each table's runs: its ``IMAGE`` became ``mosaicml/pytorch:2.1.0_cu121-python3.10-
+# ubuntu20.04`` (from 1.13.1), passed as ``--image`` to the a100_80gb and h100_80gb lines alike.
+# Both commits' yamls ask for ``activation_checkpointing_reentrant: false``. The A100-40GB table
+# was not re-run: its runs used PyTorch 1.13.1's image, before early stop.
+FOUNDRY_EARLY_STOP = {
+    "h100-large": "mosaicml/llm-foundry@5e85bd62 setup.py, scripts/train/benchmarking/"
+                  "submit_benchmarks.py, scripts/train/yamls/pretrain/mpt-*.yaml",
+    "a100-80gb": "mosaicml/llm-foundry@b2a43a14 scripts/train/benchmarking/sweep.sh (IMAGE), "
+                 "scripts/train/yamls/pretrain/mpt-*.yaml",
+    "h100": "mosaicml/llm-foundry@b2a43a14 scripts/train/benchmarking/sweep.sh (IMAGE), "
+            "scripts/train/yamls/pretrain/mpt-*.yaml",
+}
 
 # llm-foundry's sweep of the micro-batch size with everything else held (8 A100-80GB, sequence
 # 2048, FULL_SHARD, amp_bf16 DEFAULT, no activation checkpointing, gradient accumulation 2):
