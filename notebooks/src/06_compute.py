@@ -601,7 +601,7 @@ plt.show()
 
 # %% [markdown]
 # "Flattens" leaves out two costs that grow faster than the batch, and a model can count both.
-# A step at batch `b` takes `T(b) = F + R(b) / eta + n(b) c` (`compute.batch_curve`). `R(b)`: the
+# A step at batch `b` takes `T(b) = F + R(b) / eta + n(b) c` (`compute.measure_batch_curve`). `R(b)`: the
 # step's operators each at its roof, `max(FLOPs / peak, bytes / bandwidth)`, counted at batch `b`.
 # With the cache, an op whose bytes fit half the last-level cache moves them at the cache's
 # bandwidth and the others at DRAM's (notebook 00 measured both), so `R(b)` per token rises when
@@ -620,8 +620,9 @@ plt.show()
 
 # %%
 FIT = BATCHES[-2]
-curve = compute.batch_curve(lambda b, t: ex.gpt_step(GPT, torch.randint(0, 1024, (b, t), device=DEVICE)), BATCHES,
-                            SEQ, limits, fit=FIT, rounds=5, threads=THREADS, device=DEVICE)
+tokens = lambda b, t: torch.randint(0, 1024, (b, t), device=DEVICE)  # (b, t) ids, their own targets
+curve = compute.measure_batch_curve(lambda b, t: ex.gpt_step(GPT, tokens(b, t)), BATCHES, SEQ, limits, fit=FIT,
+                                    rounds=5, threads=THREADS, device=DEVICE)
 print("\n".join(curve.lines()))
 ratio, lo, hi = curve.predicted_ratio()
 print(f"batch {BATCHES[-1]} over the best other batch: predicted {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"

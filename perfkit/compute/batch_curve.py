@@ -24,8 +24,8 @@ batch's time.
 
 Usage::
 
-    curve = batch_curve(lambda b, t: gpt_step(GPT, torch.randint(0, 1024, (b, t))),
-                        [1, 4, 8, 16, 32], 128, hw.cached_limits(), fit=8)
+    curve = measure_batch_curve(lambda b, t: gpt_step(GPT, torch.randint(0, 1024, (b, t))),
+                                [1, 4, 8, 16, 32], 128, hw.cached_limits(), fit=16)
     print("\\n".join(curve.lines()), curve.predicted_ratio(), curve.gain(-1, curve.rival()))
 """
 
@@ -51,7 +51,7 @@ try:  # POSIX only; elsewhere no fault is counted and the fault term vanishes
 except ImportError:  # pragma: no cover - Windows
     resource = None
 
-__all__ = ["BatchCurve", "batch_curve", "page_fault_s"]
+__all__ = ["BatchCurve", "measure_batch_curve", "page_fault_s"]
 
 
 def _minor_faults() -> int:
@@ -246,9 +246,10 @@ class BatchCurve:
                 "above": f"Faster than the model: {off}; {parts}."}
 
 
-def batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: Sequence[int], seq_len: int,
-                limits: MachineLimits, fit: int, rounds: int = 5, warmup: int = 1, threads: int | None = None,
-                dtype: str = "float32", device: torch.device | str | None = None) -> BatchCurve:
+def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: Sequence[int],
+                        seq_len: int, limits: MachineLimits, fit: int, rounds: int = 5, warmup: int = 1,
+                        threads: int | None = None, dtype: str = "float32",
+                        device: torch.device | str | None = None) -> BatchCurve:
     """Count and time a training step at each batch, in rounds, with the model's other terms.
 
     After ``warmup`` rounds, one round counts every step's operators (no timing); then each

@@ -40,7 +40,7 @@ from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
-           "batch_gain", "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
+           "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
            "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
            "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
 
@@ -263,15 +263,6 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
     ref = statistics.median(aligned)
     return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple,
                         tuple(e / ref for e in even))
-
-
-def batch_gain(a, b) -> Estimate:
-    """Tokens/s of throughput point ``a`` over ``b`` (settings timed in turns in each round):
-    ``b``'s step time over ``a``'s, paired by round, times the batch ratio."""
-    for name, p in (("a", a), ("b", b)):
-        if not hasattr(p, "step") or not hasattr(p, "batch"):
-            raise TypeError(f"{name} must be a ThroughputPoint (with step and batch), got {p!r}")
-    return median_ratio(b.step.times_s, a.step.times_s).scaled(a.batch / b.batch)
 
 
 def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, cores: int = 1) -> str:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from perfkit.compute.batch_curve import BatchCurve, batch_curve, page_fault_s
+from perfkit.compute.batch_curve import BatchCurve, measure_batch_curve, page_fault_s
 from perfkit.compute.intensity import OpRecord, roofline_s
 from perfkit.hw import MachineLimits
 
@@ -144,7 +144,7 @@ def make_mlp_step(b: int, t: int):
 
 
 def test_batch_curve_counts_and_times_a_real_step():
-    c = batch_curve(make_mlp_step, [4, 1, 2], 8, LIMITS, fit=2, rounds=2, warmup=1, threads=1)
+    c = measure_batch_curve(make_mlp_step, [4, 1, 2], 8, LIMITS, fit=2, rounds=2, warmup=1, threads=1)
     assert c.batches == (1, 2, 4) and c.fit == 1 and c.seq_len == 8
     assert c.roof_s[0] < c.roof_s[1] < c.roof_s[2] and c.over_cache == (0, 0, 0)
     assert all(d > r for d, r in zip(c.roof_dram_s, c.roof_s))  # the cache is faster than DRAM
@@ -161,7 +161,7 @@ def test_batch_curve_counts_and_times_a_real_step():
 def test_batch_curve_refuses_bad_arguments(kw, err):
     args = dict(make_step=make_mlp_step, batches=[1, 2], seq_len=8, limits=LIMITS, fit=1)
     with pytest.raises(err):
-        batch_curve(**{**args, **kw})
+        measure_batch_curve(**{**args, **kw})
 
 
 def test_page_fault_s_is_a_small_positive_time_and_refuses_less_than_a_page():

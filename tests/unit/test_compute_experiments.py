@@ -112,13 +112,6 @@ def test_shape_sweep_skips_a_dtype_without_an_odd_width():
     assert set(sums) == {"float32"} and {p.dtype for p in pts} == {"float32"}
 
 
-def test_batch_gain_scales_the_paired_time_ratio_by_the_batch():
-    small = SimpleNamespace(batch=2, step=meas([0.10, 0.11, 0.12]))
-    large = SimpleNamespace(batch=8, step=meas([0.20, 0.22, 0.24]))  # 4x the tokens in 2x the time
-    est = ex.batch_gain(large, small)
-    assert est.value == pytest.approx(2.0) and est.low <= 2.0 <= est.high
-
-
 def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     top = SimpleNamespace(mfu=0.3, precision="fp32", batch=8, ceiling="float32")
     assert "PaLM" in ex.largest_mfu_text(top, 2048)
@@ -201,7 +194,6 @@ def test_a_disturbed_attention_sweep_is_measured_again(monkeypatch):
     (lambda: ex.ratio_text("1.2x"), TypeError, "sp must be"),
     (lambda: ex.precision_curves("model", lambda m, b: b, [1], ["fp32"]), TypeError, "model must be"),
     (lambda: ex.largest_rise({"fp32": [1.0, 2.0]}), TypeError, "curves must be"),
-    (lambda: ex.batch_gain(1, 2), TypeError, "a must be"),
     (lambda: ex.largest_mfu_text(SimpleNamespace(mfu=1.2), 0), ValueError, "swept"),
     (lambda: ex.shape_summary([("float32", 1024)], "float32"), TypeError, r"points\[i\]"),
     (lambda: ex.shape_sweep([], repeat=2), TypeError, "widths must be"),

@@ -41,6 +41,7 @@ from perfkit.compute import (
 )
 from perfkit.compute import attention_cost as ac
 from perfkit.compute import autocast_parts as cap
+from perfkit.compute import batch_curve as bc
 from perfkit.compute import claims_precision as cp
 from perfkit.compute import claims_speed as cs
 from perfkit.compute import claims_ultra as cu
@@ -420,6 +421,15 @@ CASES = [  # (id, call, exception, regex on the message)
     ("backward_over_forward.rounds",
      lambda: pr.backward_over_forward(models.Workload("t", LIN, [], Optimizer(), LOSS, torch.device("cpu")),
                                       LIMITS, rounds=1), ValueError, "rounds must be"),
+    # batch_curve
+    ("BatchCurve.batches", lambda: bc.BatchCurve((8, 4), 8, (1.0,) * 2, (1.0,) * 2, (0,) * 2, ((1.0,),) * 2,
+                                                 ((0,),) * 2, (1.0,), 0.0, (0.0,), 0), ValueError,
+     "batches must be at least two distinct sizes, ascending"),
+    ("measure_batch_curve.make_step", lambda: bc.measure_batch_curve("step", [1, 2], 8, LIMITS, fit=1),
+     TypeError, "make_step must be a callable"),
+    ("measure_batch_curve.fit", lambda: bc.measure_batch_curve(lambda b, t: None, [1, 2], 8, LIMITS, fit=4),
+     ValueError, r"fit must be one of batches \[1, 2\]"),
+    ("page_fault_s.nbytes", lambda: bc.page_fault_s(10), ValueError, "nbytes"),
     # --- experiments and fusion: notebook 06's measurements --------------------------------
     ("RescaledMLP width", lambda: cx.RescaledMLP(0), ValueError, "width"),
     ("WhereRescaledMLP width", lambda: cx.WhereRescaledMLP(-1), ValueError, "width"),
@@ -428,7 +438,6 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "retries"),
     ("autocast_saved_bytes ids", lambda: cx.autocast_saved_bytes(torch.nn.Linear(2, 2), torch.zeros(3)),
      ValueError, "ids"),
-    ("batch_gain a", lambda: cx.batch_gain(1, 2), TypeError, "a must be"),
     ("chain_explanations model", lambda: fusion.chain_explanations("m", None), TypeError, "model must be"),
     ("chain_model extra_s", lambda: fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), -1.0, 1e9),
      ValueError, "extra_s"),
