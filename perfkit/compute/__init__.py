@@ -26,7 +26,7 @@ from perfkit.compute.autocast_parts import (
     replay_parts,
     time_autocast_parts,
 )
-from perfkit.compute.batch_curve import BatchCurve, batch_curve, page_fault_s
+from perfkit.compute.batch_curve import BatchCurve, measure_batch_curve, page_fault_s
 from perfkit.compute.budget import (
     BatchSearch,
     BudgetProbe,
@@ -82,7 +82,6 @@ from perfkit.compute.experiments import (
     attention_in_model,
     attention_sweep_checked,
     autocast_saved_bytes,
-    batch_gain,
     disturbed_length,
     gpt_step,
     largest_mfu_text,
@@ -204,7 +203,6 @@ __all__ = [
     "ShapeSummary",
     "WhereRescaledMLP",
     "attention_in_model",
-    "batch_gain",
     "disturbed_length",
     "gpt_step",
     "largest_mfu_text",
@@ -227,7 +225,7 @@ __all__ = [
     "roofline_s",
     "PhaseModel",
     "BatchCurve",
-    "batch_curve",
+    "measure_batch_curve",
     "page_fault_s",
     "backward_over_forward",
     "Setting",
