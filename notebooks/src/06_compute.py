@@ -622,7 +622,7 @@ plt.show()
 FIT = BATCHES[-2]
 tokens = lambda b, t: torch.randint(0, 1024, (b, t), device=DEVICE)  # (b, t) ids, their own targets
 curve = compute.measure_batch_curve(lambda b, t: ex.gpt_step(GPT, tokens(b, t)), BATCHES, SEQ, limits, fit=FIT,
-                                    rounds=5, threads=THREADS, device=DEVICE)
+                                    rounds=REPEAT, threads=THREADS, device=DEVICE)
 print("\n".join(curve.lines()))
 ratio, lo, hi = curve.predicted_ratio()
 print(f"batch {BATCHES[-1]} over the best other batch: predicted {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
