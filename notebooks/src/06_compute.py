@@ -720,7 +720,7 @@ plt.show()
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
 #   outgrow the cache and memory the allocator hands back (to fault in again every step) cost
-#   more per token, and counting both terms predicts where the curve turns (section 6).
+#   more per token; section 6 counts both terms to predict where the curve turns.
 
 # %%
 viz.show_headlines({
