@@ -109,11 +109,14 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # is bounded by their shares added).
 #
 # **Prediction.** The fix removes at most the time its finding measured, so the step gets
-# at most `1 / (1 - share)` faster (Amdahl's law), and it should not get slower. The shares
+# at most `1 / (1 - share)` faster (Amdahl's law), and it should not get slower. One finding
+# reaches past its own phase: while one rank loads its data, the other waits for it at the
+# next collective, and that wait is attributed to communication. So the data fix's share is
+# the data share plus the communication share (the most the fix can remove). The shares
 # are measured in the profiled window, and the profiler slows PyTorch's operators (syncs and
-# collectives are such operators), not the tokenizer: so the data share is the data time
-# over the *unprofiled* step (the profiled one where the profiler did not slow the step), no
-# less than its true share, and `1 / (1 - share)` stays an upper bound.
+# collectives are such operators), not the tokenizer: so the data fix's share is counted
+# against the *unprofiled* step (the profiled one where the profiler did not slow the step),
+# no less than its true share, and `1 / (1 - share)` stays an upper bound.
 #
 # **Measurement.** Tokens/s after over before, where "before" is the configuration the fix
 # was added to. Two designs:

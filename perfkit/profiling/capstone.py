@@ -205,9 +205,11 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
 
     A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
-    added. The data share is counted against an unprofiled step, since the profiler slows
-    PyTorch's operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the
-    peak: tokens/s can rise at most ``1 / MFU``.
+    added. The data fix is bounded by the data share plus the communication share: a rank's
+    data time holds the other ranks up at the next collective, where their wait counts as
+    communication, and removing the data time removes that wait too. Both are counted against
+    an unprofiled step, since the profiler slows PyTorch's operators, not the tokenizer (capped
+    at 99 %). A larger batch is bounded by the peak: tokens/s can rise at most ``1 / MFU``.
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -222,9 +224,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                     and k in report["shares"]]
             share = f["share"] + sum(report["shares"][k] for k in also)
             if f["kind"] == "data":
-                share = min(share * max(1.0, job.profiler_slowdown(report, result)), 0.99)
+                # a rank's data time also holds the other ranks up at the next collective, where
+                # they wait as "communication": the fix can remove that wait too, at most all of it
+                slow = max(1.0, job.profiler_slowdown(report, result))
+                comm = report["shares"].get("communication", 0.0)
+                share = min((share + comm) * slow, 0.99)
                 return Pick("data", share, 1 / (1 - share),
-                            f"Amdahl: the data time, {share:.1%} of an unprofiled step, removed", fix)
+                            f"Amdahl: the data time and the collectives that wait for it, {share:.1%} "
+                            "of an unprofiled step, removed", fix)
             names = " + ".join([f["kind"], *also])
             return Pick(f["kind"], share, 1 / (1 - share),
                         f"Amdahl: the {names} share {share:.1%} removed", fix)
@@ -262,9 +269,9 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                 f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
                 "bound says little.")
     if pick.kind == "data":
-        comm = before_report["shares"]["communication"]
-        above = ("a rank's data time also holds the other rank up at the next collective, where it "
-                 f"counts as communication ({comm:.1%} of the step before the fix), not as data")
+        comm = before_report["shares"].get("communication", 0.0)
+        above = (f"the fix removed more than the data time and all the collective time together "
+                 f"({pick.share:.1%} of the step; communication alone {comm:.1%} before the fix)")
     else:
         above = ((f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x "
                   "as long as without it; " if slowdown > 1.1 else "")

@@ -101,6 +101,11 @@ def test_the_data_share_is_counted_against_an_unprofiled_step():
     r = result([1] * 4 + [0.1] * 4)  # unprofiled 0.1 s
     slow = report([("high", "data", 0.3)], {"data": 0.3}, steps=(0.2, 0.2))  # profiled 2x slower
     assert next_fix(slow, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.6)
+    # with the other rank waiting for it at the collectives: that wait can go too
+    waits = report([("high", "data", 0.2)], {"data": 0.2, "communication": 0.15}, steps=(0.2, 0.2))
+    pick = next_fix(waits, r, JOB, [], ("data",), FIX_FOR, 1e9)
+    assert pick.share == pytest.approx(0.7) and pick.bound == pytest.approx(1 / 0.3)
+    assert "collectives that wait for it" in pick.model
     capped = report([("high", "data", 0.8)], {"data": 0.8}, steps=(0.2, 0.2))
     assert next_fix(capped, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.99)
     fast = report([("high", "data", 0.3)], {"data": 0.3}, steps=(0.05, 0.05))  # never scaled down
