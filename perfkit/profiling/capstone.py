@@ -4,10 +4,9 @@ A round runs the job (``perfkit diagnose --then continue`` around an unchanged s
 processes under real torchrun) with one more fix, predicts the fix's gain from the share
 its finding measured (Amdahl's law ``1 / (1 - share)``; the machine's peak for a larger
 batch) and measures tokens/s after over before on the steps after the profiled window.
-Each configuration is either timed once and compared with the next (``repeat_before=False``:
-consecutive runs, an unpaired bootstrap), or run again after the new one (before, after,
-before again: a load that drifts steadily cancels). Every run is read on the same steps (the
-``measure`` after the window); :meth:`FixLoop.finish` measures the whole gain directly.
+Each configuration is timed once and compared with the next (``repeat_before=False``), or
+run again after the new one (before, after, before again: a steady drift cancels). Every run
+is read on the same steps; :meth:`FixLoop.finish` measures the whole gain directly.
 
 Usage::
 
@@ -205,11 +204,9 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
 
     A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
-    added. The data fix is bounded by the data share plus the communication share: a rank's
-    data time holds the other ranks up at the next collective, where their wait counts as
-    communication, and removing the data time removes that wait too. Both are counted against
-    an unprofiled step, since the profiler slows PyTorch's operators, not the tokenizer (capped
-    at 99 %). A larger batch is bounded by the peak: tokens/s can rise at most ``1 / MFU``.
+    added; the data fix by the data and communication shares (the other ranks wait for a rank's
+    data at the next collective), against an unprofiled step, since the profiler slows PyTorch's
+    operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak.
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -224,11 +221,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                     and k in report["shares"]]
             share = f["share"] + sum(report["shares"][k] for k in also)
             if f["kind"] == "data":
-                # a rank's data time also holds the other ranks up at the next collective, where
-                # they wait as "communication": the fix can remove that wait too, at most all of it
-                slow = max(1.0, job.profiler_slowdown(report, result))
-                comm = report["shares"].get("communication", 0.0)
-                share = min((share + comm) * slow, 0.99)
+                comm = report["shares"].get("communication", 0.0)  # ranks waiting for the data
+                share = min((share + comm) * max(1.0, job.profiler_slowdown(report, result)), 0.99)
                 return Pick("data", share, 1 / (1 - share),
                             f"Amdahl: the data time and the collectives that wait for it, {share:.1%} "
                             "of an unprofiled step, removed", fix)
@@ -269,9 +263,8 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                 f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
                 "bound says little.")
     if pick.kind == "data":
-        comm = before_report["shares"].get("communication", 0.0)
-        above = (f"the fix removed more than the data time and all the collective time together "
-                 f"({pick.share:.1%} of the step; communication alone {comm:.1%} before the fix)")
+        above = (f"the fix removed more than the data and collective time together ({pick.share:.1%} "
+                 f"of the step; communication {before_report['shares'].get('communication', 0.0):.1%})")
     else:
         above = ((f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x "
                   "as long as without it; " if slowdown > 1.1 else "")
