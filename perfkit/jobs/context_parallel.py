@@ -16,7 +16,9 @@ Tasks (keys of the config):
   call it: rank 0 must fail with the transfer's timeout instead of hanging.
 * ``time``: causal forward + backward per split, timed in alternation (``repeat`` rounds):
   each rank's compute seconds per round (the per-rank work imbalance, measured), its wait
-  seconds (transfers not hidden), and the seconds one K/V block's exchange takes alone.
+  seconds (transfers not hidden), the part of them after both neighbours had sent
+  (``ready_wait_s``: :func:`perfkit.parallel.context.waits_after_ready`), and the seconds one
+  K/V block's exchange takes alone.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch.distributed as dist
 
 from perfkit import dist as pdist
 from perfkit.compute.flash import reference_attention
-from perfkit.parallel.context import RingStats, ring_attention, shard_sequence
+from perfkit.parallel.context import RingStats, ring_attention, shard_sequence, waits_after_ready
 from perfkit.parallel.context_model import ring_bytes
 from perfkit.timing import Timer
 
@@ -102,7 +104,7 @@ def time_splits(seq_len: int, tile: int = 64, repeat: int = 3, batch: int = 1, h
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     q, k, v, do = (t.float() for t in _full_inputs((batch, heads, seq_len, head_dim), seed))
-    rounds: dict[str, dict[str, list[float]]] = {s: {"compute_s": [], "wait_s": [],
+    rounds: dict[str, dict[str, list[float]]] = {s: {"compute_s": [], "wait_s": [], "ready_wait_s": [],
                                                      "step_s": []} for s in ("contiguous",
                                                                               "zigzag")}
     for _ in range(repeat + 1):  # the first round warms up and is dropped
@@ -113,8 +115,10 @@ def time_splits(seq_len: int, tile: int = 64, repeat: int = 3, batch: int = 1, h
             with Timer() as t:
                 o = ring_attention(*local, causal=True, split=split, tile=tile, stats=stats)
                 o.backward(shard_sequence(do, rank, world, split))
+            every: list[Any] = [None] * world   # each rank's waits: what was late, what was not
+            dist.all_gather_object(every, stats.waits)
             for key, val in (("compute_s", stats.compute_s), ("wait_s", stats.wait_s),
-                             ("step_s", t.elapsed_s)):
+                             ("ready_wait_s", waits_after_ready(every)[rank]), ("step_s", t.elapsed_s)):
                 rec[key].append(val)
     for rec in rounds.values():
         for key in rec:

@@ -29,6 +29,7 @@ from perfkit.parallel.context import (
     segments,
     shard_sequence,
     unshard_sequence,
+    waits_after_ready,
 )
 from perfkit.parallel.context_model import (
     DIAGONALS,
@@ -154,6 +155,7 @@ __all__ = [
     "segments",
     "shard_sequence",
     "unshard_sequence",
+    "waits_after_ready",
     "DIAGONALS",
     "RingBytes",
     "contiguous_imbalance",

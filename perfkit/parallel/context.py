@@ -20,7 +20,9 @@ Usage (inside a worker, every rank)::
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,7 +39,7 @@ from perfkit.compute.flash import (
 from perfkit.timing import Timer
 
 __all__ = ["SPLITS", "RingStats", "ring_attention", "segments", "shard_sequence",
-           "unshard_sequence"]
+           "unshard_sequence", "waits_after_ready"]
 
 SPLITS = ("contiguous", "zigzag")
 
@@ -101,6 +103,10 @@ class RingStats:
         wait_s: seconds spent waiting for transfers after the compute was done: the part of
             the communication that did not hide behind it.
         steps: ring steps run (P per forward, P per backward).
+        waits: per wait, ``(posted, entered, left)`` on the host's monotonic clock
+            (``time.perf_counter``, one clock for the processes of a machine; on CUDA it sees
+            launches, not transfers): when this rank last posted a message, entered the wait
+            and left it (:func:`waits_after_ready`).
     """
 
     sent_forward: int = 0
@@ -108,6 +114,38 @@ class RingStats:
     compute_s: float = 0.0
     wait_s: float = 0.0
     steps: int = 0
+    waits: list[tuple[float, float, float]] = field(default_factory=list)
+
+
+def waits_after_ready(waits: Sequence[Sequence[Sequence[float]]]) -> list[float]:
+    """Per rank of a ring, the seconds its waits lasted after both of its neighbours had posted
+    the messages waited for and the rank itself was there: the transfers' own part, without
+    the time a neighbour was still computing (late, descheduled) before it sent.
+
+    Every rank runs the same sequence of posts and waits, so wait ``k`` of rank ``r`` waits for
+    the messages its neighbours posted last before their own wait ``k``.
+
+    Args:
+        waits: ``waits[r][k] = (posted, entered, left)`` of rank ``r`` (:attr:`RingStats.waits`).
+
+    Returns:
+        One sum per rank, seconds (each wait counted from ``max(entered, neighbours' posted)``).
+
+    Raises:
+        ValueError: for ranks with different numbers of waits, or a wait not of three times.
+    """
+    n = len(waits)
+    if n == 0 or len({len(w) for w in waits}) != 1:
+        raise ValueError(f"waits must hold the same number of waits for every rank, got "
+                         f"{[len(w) for w in waits]}")
+    if any(len(x) != 3 for w in waits for x in w):
+        raise ValueError("each wait must be (posted, entered, left)")
+    out = []
+    for r, own in enumerate(waits):
+        nbrs = (waits[(r - 1) % n], waits[(r + 1) % n])
+        out.append(sum(max(0.0, left - max(entered, *(nb[k][0] for nb in nbrs)))
+                       for k, (_p, entered, left) in enumerate(own)))
+    return out
 
 
 class _Ring:
@@ -120,20 +158,25 @@ class _Ring:
         peer = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
         self.next, self.prev = peer((self.rank + 1) % self.world), peer((self.rank - 1) % self.world)
         self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.posted = 0.0
 
     def start(self, buf: torch.Tensor, tag: int) -> tuple[torch.Tensor, list]:
         """Send ``buf`` to the next rank and receive the previous rank's into a new buffer."""
         recv = torch.empty_like(buf)
         ops = [dist.P2POp(dist.isend, buf, self.next, self.group, tag),
                dist.P2POp(dist.irecv, recv, self.prev, self.group, tag)]
-        return recv, dist.batch_isend_irecv(ops)
+        reqs = dist.batch_isend_irecv(ops)
+        self.posted = time.perf_counter()
+        return recv, reqs
 
     def wait(self, reqs: list) -> None:
+        entered = time.perf_counter()
         with Timer(self.device) as t:
             for req in reqs:
                 req.wait(self.timeout)  # a missing peer fails here after timeout_s, never hangs
         if self.stats is not None:
             self.stats.wait_s += t.elapsed_s
+            self.stats.waits.append((self.posted, entered, time.perf_counter()))
 
     def compute(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)``, its seconds added to the stats, with one more step counted."""

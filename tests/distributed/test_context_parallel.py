@@ -48,9 +48,12 @@ def test_ring_attention_equals_one_process(nproc):
             assert len(t["exchange_s"]) == 2 and min(t["exchange_s"]) > 0
             for split in ("contiguous", "zigzag"):
                 rec = t["splits"][split]
-                assert all(len(rec[k]) == 2 for k in ("compute_s", "wait_s", "step_s"))
+                assert all(len(rec[k]) == 2 for k in ("compute_s", "wait_s", "ready_wait_s", "step_s"))
                 for c, w, s in zip(rec["compute_s"], rec["wait_s"], rec["step_s"]):
                     assert 0 < c < s and 0 <= w < s  # compute and waits lie inside the step
+                # the part after both neighbours had sent is a part of the waits
+                for w, ready in zip(rec["wait_s"], rec["ready_wait_s"]):
+                    assert 0 <= ready <= w + 1e-4
 
 
 def test_a_missing_peer_fails_after_the_timeout_instead_of_hanging():

@@ -107,3 +107,22 @@ def test_timed_imbalance():
     assert cm.timed_imbalance([[2.0, 2.0], [2.0, 2.0]]).value == 1.0
     with pytest.raises(ValueError):
         cm.timed_imbalance([[1.0, 2.0], [1.0]])
+
+
+def test_waits_after_ready_leave_out_the_time_a_neighbour_had_not_sent():
+    from perfkit.parallel import waits_after_ready
+
+    # rank 0 posts at 0 and waits from 1 to 5; rank 1 was late: it posted at 4, so 1 s of
+    # rank 0's 4 s wait was the transfer; rank 1 waited 4.5 -> 5, everyone's data long sent
+    waits = [[(0.0, 1.0, 5.0)], [(4.0, 4.5, 5.0)]]
+    assert waits_after_ready(waits) == pytest.approx([1.0, 0.5])
+    # three ranks: each wait counts from its later neighbour's post; a wait over before the
+    # neighbours sent (cannot happen) counts 0, never below
+    three = [[(0.0, 1.0, 2.0), (3.0, 3.5, 4.0)],
+             [(0.5, 1.0, 2.0), (3.8, 3.9, 4.0)],
+             [(1.5, 1.6, 2.0), (2.0, 3.0, 3.2)]]
+    assert waits_after_ready(three) == pytest.approx([0.5 + 0.2, 0.5 + 0.1, 0.4 + 0.0])
+    with pytest.raises(ValueError, match="same number of waits"):
+        waits_after_ready([[(0.0, 1.0, 2.0)], []])
+    with pytest.raises(ValueError, match="posted, entered, left"):
+        waits_after_ready([[(0.0, 1.0)], [(0.0, 1.0)]])
