@@ -472,6 +472,12 @@ CASES = [  # (name, call, exception, regex on the message)
      "seq_len must be divisible by 4"),
     ("shard_sequence.x", lambda: parallel.shard_sequence([1, 2], 0, 1), TypeError, "x must be"),
     ("unshard_sequence.parts", lambda: parallel.unshard_sequence([]), ValueError, "len\\(parts\\)"),
+    ("waits_after_ready.empty", lambda: parallel.waits_after_ready([]), ValueError,
+     "same number of waits"),
+    ("waits_after_ready.uneven", lambda: parallel.waits_after_ready([[(0.0, 1.0, 2.0)], []]),
+     ValueError, "same number of waits"),
+    ("waits_after_ready.triple", lambda: parallel.waits_after_ready([[(0.0, 1.0)], [(0.0, 1.0)]]),
+     ValueError, "posted, entered, left"),
     ("ring_attention.tile", lambda: parallel.ring_attention(*[torch.zeros(1, 4, 2)] * 3, tile=3),
      ValueError, "tile"),
     ("RingStats.ring_attention stats", lambda: parallel.ring_attention(
