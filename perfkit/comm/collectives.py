@@ -21,13 +21,14 @@ Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from perfkit._checks import check_choice, check_int, check_items
+from perfkit._checks import check_choice, check_int, check_items, check_real
 from perfkit.timing import benchmark, resolve_device
 
 __all__ = [
@@ -241,10 +242,6 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
         TypeError, ValueError: for a bad ``op``, size, ``gap_s``, ``repeat``, ``warmup`` or
             ``stagger_s``, checked before the first collective.
     """
-    import time
-
-    from perfkit._checks import check_real
-
     check_choice("op", op, OPS)
     sizes = check_items("sizes", sizes)
     for i, s in enumerate(sizes):
