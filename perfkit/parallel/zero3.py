@@ -103,6 +103,15 @@ class ShardedModule(nn.Module):
             gathered nor cast (say small norms); unlike FSDP2's ``ignored_params`` their
             gradients are averaged (one all-reduce per step) and every rank steps them.
 
+    State dicts hold whole parameters, in the shards' dtype, under the wrapped module's
+    names (``"module."`` first when taken from the wrapper): ``state_dict()`` of the wrapper
+    or of ``module`` gathers every unit (collective), as FSDP's full state dict does; a
+    submodule holding sharded parameters refuses its own ``state_dict()``. ``load_state_dict``
+    takes such a state, from any world size or a plain model's ``state_dict()`` (the
+    wrapper's keys or, on ``module``, its own), and keeps this rank's slice of each
+    parameter (local); it refuses ``assign=True`` and a state whose sharded entries are
+    empty tensors (what the parameters hold between uses), naming the key.
+
     Raises:
         TypeError: for a ``module`` or a block that is not an ``nn.Module``, a
             ``process_group`` that is not one, or a ``mixed_precision`` that is not a
@@ -114,7 +123,8 @@ class ShardedModule(nn.Module):
 
     Warning:
         Collective: every rank must run the same blocks' forward and backward, in the same
-        order, every step (a block skipped on one rank makes the others hang).
+        order, every step (a block skipped on one rank makes the others hang), and call
+        ``state_dict()`` together (it all-gathers every unit; on a subset of ranks it hangs).
     """
 
     def __init__(self, module: nn.Module, blocks: Sequence[nn.Module] = (),
@@ -194,6 +204,18 @@ class ShardedModule(nn.Module):
                 blk.register_forward_pre_hook(lambda _m, a, i=i: self._enter(i, a))
                 blk.register_forward_hook(lambda _m, _a, _o, i=i: self.free_unit(
                     self._unit_of_block[i]))
+        # state dicts hold whole parameters: gathered on save, cut into shards on load
+        self._where = {id(p): (k, j) for k, u in enumerate(self.units)
+                       for j, p in enumerate(u.params)}  # id(param) -> (unit, index in it)
+        self._saving = False  # inside the wrapped module's state_dict(): it gathers
+        module.register_state_dict_pre_hook(self._save_begins)
+        # lambdas, not bound methods: torch tags a post-hook with an attribute
+        module.register_state_dict_post_hook(lambda *a: self._save_full(*a))
+        for name, m in module.named_modules():
+            if any(id(p) in self._where for p in m.parameters(recurse=False)):
+                m.register_load_state_dict_pre_hook(self._load_full)
+                if m is not module:
+                    m.register_state_dict_post_hook(lambda *a, n=name: self._save_guard(n))
 
     # --- gather and free ------------------------------------------------------------------
 
@@ -290,6 +312,17 @@ class ShardedModule(nn.Module):
             self.free_unit(self._root)
         return out
 
+    def _full_unit(self, k: int) -> torch.Tensor:
+        """Unit ``k``'s flat layout ``(padded,)`` in the shards' dtype, from every rank's
+        shard (a new buffer, whatever is gathered for compute). Collective."""
+        u = self.units[k]
+        full = torch.empty(u.padded, dtype=u.dtype, device=u.device)
+        if self.world_size > 1:
+            all_gather_flat(full, u.shard, self.process_group)
+        else:
+            full.copy_(u.shard)
+        return full
+
     @torch.no_grad()
     def full_parameters(self) -> list[torch.Tensor]:
         """Copies of every parameter of ``module``, whole, in ``parameters()`` order.
@@ -298,13 +331,74 @@ class ShardedModule(nn.Module):
             Collective: every rank must call it (one all-gather per unit).
         """
         out: list[torch.Tensor | None] = [None] * len(list(self.module.parameters()))
-        for u in self.units:
-            full = torch.empty(u.padded, dtype=u.dtype, device=u.device)
-            if self.world_size > 1:
-                all_gather_flat(full, u.shard, self.process_group)
-            else:
-                full.copy_(u.shard)
+        for k, u in enumerate(self.units):
+            full = self._full_unit(k)
             for pos, off, n, shape in zip(u.positions, u.offsets, u.numels, u.shapes, strict=True):
                 out[pos] = full[off:off + n].view(shape).clone()
         return [o if o is not None else p.detach().clone()
                 for o, p in zip(out, self.module.parameters(), strict=True)]
+
+    # --- state dicts: whole parameters, never the empty tensors they hold between uses ---
+
+    def _save_begins(self, _module: nn.Module, _prefix: str, _keep_vars: bool) -> None:
+        self._saving = True
+
+    @torch.no_grad()
+    def _save_full(self, module: nn.Module, state: dict[str, Any], prefix: str,
+                   _meta: Any) -> None:
+        """The wrapped module's ``state_dict()`` ends here: each sharded parameter's entry
+        (an empty tensor) becomes its whole value, gathered one unit at a time. Collective."""
+        try:
+            names: dict[int, list[str]] = {}
+            for name, p in module.named_parameters(remove_duplicate=False):
+                names.setdefault(id(p), []).append(prefix + name)
+            for k, u in enumerate(self.units):
+                full = self._full_unit(k)
+                for p, off, n, shape in zip(u.params, u.offsets, u.numels, u.shapes, strict=True):
+                    whole = full[off:off + n].view(shape).clone()  # its own storage, to save
+                    for key in names.get(id(p), []):
+                        state[key] = whole
+        finally:
+            self._saving = False
+
+    def _save_guard(self, name: str) -> None:
+        if not self._saving:
+            raise RuntimeError(f"state_dict() of submodule {name!r} of a ShardedModule's module "
+                               "would hold empty tensors (its parameters are "
+                               "sharded): call state_dict() on the ShardedModule or its wrapped "
+                               "module, which gathers them (collective)")
+
+    @torch.no_grad()
+    def _load_full(self, module: nn.Module, state: dict[str, Any], prefix: str, meta: Any,
+                   *_rest: Any) -> None:
+        """Before ``module`` loads its own parameters: cut each whole one in ``state`` into
+        this rank's shard, and leave torch an empty tensor to copy into the empty parameter.
+        Every entry is checked before any shard changes. Local, not collective."""
+        if meta.get("assign_to_params_buffers", False):
+            raise ValueError("load_state_dict(assign=True) would replace the sharded parameters "
+                             "with new tensors that no unit holds; load with assign=False")
+        todo = []
+        for name, p in module.named_parameters(recurse=False, remove_duplicate=False):
+            key = prefix + name
+            if id(p) not in self._where or key not in state:
+                continue  # not sharded, or missing: torch reports missing keys
+            k, j = self._where[id(p)]
+            shape, t = self.units[k].shapes[j], state[key]
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"state_dict[{key!r}] must be a tensor, got {type(t).__name__}")
+            if t.shape != shape and t.numel() == 0:
+                raise ValueError(f"state_dict[{key!r}] is an empty tensor where the parameter has "
+                                 f"shape {tuple(shape)}: a state saved from a sharded module's "
+                                 "empty parameters, not its values; save with "
+                                 "ShardedModule.state_dict(), which gathers them")
+            if t.shape != shape:
+                raise ValueError(f"state_dict[{key!r}] has shape {tuple(t.shape)}, the parameter "
+                                 f"{tuple(shape)}")
+            todo.append((key, k, j, t))
+        for key, k, j, t in todo:
+            u = self.units[k]
+            self.free_unit(k)  # a gathered copy would be stale
+            flat = t.detach().reshape(-1)  # (numel,)
+            for _j, lo, hi, at in (piece for piece in u.pieces if piece[0] == j):
+                u.shard[at:at + hi - lo].copy_(flat[lo:hi])
+            state[key] = torch.empty(0, dtype=u.dtype, device=u.device)
