@@ -203,7 +203,10 @@ print(f"saved for backward: {saved / 2**20:.2f} MiB; the (B, H, T, T) matrix alo
 # reference's version). `fast_train_step` does one training step of `model` with
 # `optimizer` on the batch `(x, y)` and returns the loss of that batch (a tensor or a float).
 # It must train the *same* model: the checks start `SlowGPT` and `FastGPT` from the same
-# weights, run four steps of each on the same batches, and compare the losses.
+# weights, run four steps of each on the same batches, and compare the losses. The speed check
+# compares too: every step it times is a training step on a new batch, and your loss at each of
+# them, and the weights they leave, must match the reference's. A call that skips the backward
+# or the optimizer step is not a faster training step.
 #
 # Measure before you keep a change: `compute.compare(slow, fast, threads=1)` times two steps
 # interleaved. Not every textbook fix wins on every machine (module 06 showed that on some

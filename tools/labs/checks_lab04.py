@@ -9,7 +9,10 @@ autocast) alternate in one process (:func:`perfkit.timing.interleaved`) with one
 thread, and each one's fastest round is compared (load only ever slows a round down). The
 bar is 60 % of the reference's gain in that same run, so it follows the machine; a miss is
 measured once more before it counts (a solution equal to the reference measured 1.29x
-against the reference's 1.38x once on a loaded CI host).
+against the reference's 1.38x once on a loaded CI host). Every step it times is also checked:
+each timed call trains on a new batch, and the student's loss at every timed step, and the
+weights those steps leave, must match the slow step's (an answer that trains only for the
+four steps the loss check compares, and times forward passes, fails here).
 """
 
 from __future__ import annotations
@@ -174,15 +177,50 @@ def _aten_ops(fn) -> int:
     return Count.n
 
 
+def _trained_alike(ref: list[float], got: list[float], slow, fast, held_out: tuple) -> None:
+    """The steps the speed check timed trained as the slow step did: every timed call's loss,
+    and the weights they left (evaluated on a batch neither model trained on)."""
+    gaps = [abs(a - b) for a, b in zip(ref, got)]
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    with torch.no_grad():
+        after = [float(m(*held_out)) for m in (slow, fast)]
+    # a whole training step (forward, backward, optimizer step) in every timed call
+    assert gaps[worst] <= LOSS_TOL and abs(after[0] - after[1]) <= LOSS_TOL, (
+        f"the speed check's timed steps did not train as the slow step does: at step "
+        f"{worst + 1} of {len(got)} the slow step's loss was {ref[worst]:.4f}, yours "
+        f"{got[worst]:.4f}; "
+        f"afterwards, on a batch neither model saw, the slow model's loss is {after[0]:.4f}, "
+        f"yours {after[1]:.4f} (tolerance {LOSS_TOL}). The speed check times whole training "
+        "steps and compares every step it times: each call of fast_train_step must run the "
+        "forward, the backward and the optimizer step, not only the calls the loss check makes.")
+
+
 def check_speedup(ns: dict) -> None:
     from perfkit.timing import interleaved
 
     slow_step, fast_step = require(ns, "slow_train_step"), require(ns, "fast_train_step")
-    x, y = require(ns, "make_batches")(1, seed=2)[0]
+    # a new batch for every timed call, the same sequence for every contestant
+    calls = 1 + ATTEMPTS * (1 + SPEED_ROUNDS)  # the probe, then warm-up and rounds per run
+    *batches, held_out = require(ns, "make_batches")(calls + 1, seed=2)
     slow, slow_opt, fast, fast_opt = _models(ns)
+    losses: dict[str, list[float]] = {}  # each contestant's loss of every step, in order
+
+    def stepper(name: str, step, model, optimizer):
+        """One training step on the next batch; its loss kept (float() for every contestant
+        alike: the same host read in each timed call)."""
+        it = iter(batches)
+
+        def run() -> None:
+            loss = float(step(model, optimizer, *next(it)))
+            losses.setdefault(name, []).append(loss)
+        return run
+
+    run_slow = stepper("slow", slow_step, slow, slow_opt)
+    run_fast = stepper("fast", fast_step, fast, fast_opt)
     # an unanswered or endless answer fails here, in seconds, before any timing
     with time_limit(15, "fast_train_step(...) did not return within 15 s on one batch"):
-        fast_step(fast, fast_opt, x, y)
+        run_fast()
+    run_slow()  # the same step on the same batch: the timed calls are compared pairwise
     # The techniques first (they hold on every machine): one GELU kernel, one fused attention
     # call that saves no T x T matrix.
     h = torch.randn(4, 64, 256)
@@ -197,16 +235,17 @@ def check_speedup(ns: dict) -> None:
     # The reference solution, measured now, in fp32 and with bf16 autocast: the better of the
     # two sets the bar, so a CPU without fast bf16 (or a GPU with it) gets a fair one.
     ref_cls, cfg = _reference_fast(require(ns, "SlowGPT")), require(ns, "CFG")
-    refs = []
+    fns = [run_slow, run_fast]
     for bf16 in (False, True):
         torch.manual_seed(0)
         m = ref_cls(**cfg)
-        refs.append((bf16, m, torch.optim.AdamW(m.parameters(), lr=1e-3)))
-    fns = [lambda: slow_step(slow, slow_opt, x, y), lambda: fast_step(fast, fast_opt, x, y)]
-    fns += [lambda r=r: _reference_step(r[0])(r[1], r[2], x, y) for r in refs]
+        fns.append(stepper(f"bf16={bf16}", _reference_step(bf16), m,
+                           torch.optim.AdamW(m.parameters(), lr=1e-3)))
     for _ in range(ATTEMPTS):
         with _one_thread():
             t_slow, t_fast, *t_refs = interleaved(fns, warmup=1, repeat=SPEED_ROUNDS)
+        # every step just timed is compared before its time counts
+        _trained_alike(losses["slow"], losses["fast"], slow, fast, held_out)
         # Fastest round of each: other jobs only ever slow a round down, so the minimum is the
         # least disturbed time (medians let a loaded host fail the reference against itself).
         mine = t_slow.min_s / t_fast.min_s

@@ -99,4 +99,23 @@ class FastGPT(SlowGPT):
 def fast_train_step(model, optimizer, x, y):
     return slow_train_step(model, optimizer, x, y)
 """, expect="kernels"),
+    Mutant("q4_speedup", "trains for the steps the loss check compares, then times forward "
+           "passes only", """
+import torch, torch.nn.functional as F
+class FastGPT(SlowGPT):
+    def attention(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    def mlp_activation(self, x):
+        return F.gelu(x, approximate="tanh")
+def fast_train_step(model, optimizer, x, y):
+    model.calls = getattr(model, "calls", 0) + 1
+    if model.calls > 4:  # q3 compares 4 steps of a fresh model: the rest are only timed
+        with torch.no_grad():
+            return model(x, y)
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+""", expect="timed steps did not train as the slow step does"),
 ]
