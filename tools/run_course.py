@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools.logs import stderr_to
+from tools.scan_notebooks import summary as scan_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADLINE_MIME = "application/vnd.perfkit.headline+json"  # = perfkit.viz.HEADLINE_MIME
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_table(runs))
     print()
     print(scorecard(runs))
+    print()
+    print(scan_summary([p for p in (out_dir / s.name for s in sources) if p.exists()]))
     print(f"\n{len(runs)} notebooks in {total:.0f} s ({'QUICK' if args.quick else 'default'} "
           f"sizes); executed notebooks in {out_dir}; `make site` builds the book from them")
     (out_dir / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
