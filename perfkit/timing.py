@@ -67,10 +67,11 @@ def synchronize(device: torch.device | str | None = None) -> None:
 class Timer:
     """Context manager timing one region on ``device``.
 
-    On CUDA two events are recorded on the current stream and the elapsed time is read
-    lazily (the first access to :attr:`elapsed_s` synchronises on the end event), so a
-    timer inside a training loop does not stall the GPU. On the CPU it uses
-    ``time.perf_counter``.
+    On CUDA two events are recorded on ``device``'s current stream and the elapsed time is
+    read lazily (the first access to :attr:`elapsed_s` synchronises on the end event), so a
+    timer inside a training loop does not stall the GPU. Work queued on other streams counts
+    only where that stream is made to wait for it (``wait_stream``/``wait_event``, as
+    :class:`perfkit.data.Prefetcher` does). On the CPU it uses ``time.perf_counter``.
 
     Example::
 
@@ -91,7 +92,8 @@ class Timer:
         self._end = None
         if self._cuda:
             self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record()
+            # the Timer's device's stream: a bare record() uses the *current* device's
+            self._start.record(torch.cuda.current_stream(self.device))
         else:
             self._start = time.perf_counter()
         return self
@@ -99,7 +101,7 @@ class Timer:
     def __exit__(self, *exc: object) -> None:
         if self._cuda:
             self._end = torch.cuda.Event(enable_timing=True)
-            self._end.record()
+            self._end.record(torch.cuda.current_stream(self.device))
         else:
             self._end = time.perf_counter()
 
@@ -244,7 +246,8 @@ def benchmark(
         with Timer(dev) as t:
             for _ in range(number):
                 fn()
-        times.append(t.elapsed_s / number)  # reading it synchronises on CUDA
+        times.append(t.elapsed_s / number)  # reading it waits for the end event on CUDA
+        synchronize(dev)  # and this for work on other streams: none spills into the next call
     return Measurement(times_s=tuple(times), warmup=warmup)
 
 
@@ -315,4 +318,5 @@ def interleaved(
             with Timer(dev) as t:
                 fn()
             times[i].append(t.elapsed_s)
+            synchronize(dev)  # side-stream work of one callable must not overlap the next
     return [Measurement(times_s=tuple(ts), warmup=warmup) for ts in times]
