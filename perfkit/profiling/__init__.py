@@ -59,6 +59,7 @@ from perfkit.profiling.sinks import (
     PrometheusSink,
     TensorBoardSink,
     process_rank,
+    read_json_lines,
     read_scalars,
     window_scalars,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "METRICS",
     "PrometheusSink",
     "process_rank",
+    "read_json_lines",
     "read_scalars",
     "TensorBoardSink",
     "window_scalars",

@@ -12,6 +12,7 @@ Every sink reports the same values under the names in :func:`window_scalars` (Te
 and JSON lines) and :data:`METRICS` (Prometheus). Under ``torchrun`` the process's rank
 (``RANK``) labels each record: a ``rank`` field in JSON lines, a ``rank`` label in
 Prometheus, a ``rank{N}`` sub-directory for TensorBoard when the world has several ranks.
+JSON lines also name the run (``run_id``, ``started_at``), since runs append to one file.
 
 Usage::
 
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.profiling.monitor import StepWindow
 
 __all__ = ["METRICS", "JsonLinesSink", "PrometheusSink", "TensorBoardSink", "process_rank",
-           "read_scalars", "window_scalars"]
+           "read_json_lines", "read_scalars", "window_scalars"]
 
 # Prometheus metric name -> (type, help). Gauges hold the latest window's values.
 METRICS = {
@@ -173,16 +176,31 @@ def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]
 class JsonLinesSink(_Sink):
     """Appends one JSON object per window to a file (``jq``, pandas ``read_json(lines=True)``).
 
-    Each line is the window summary's :meth:`~perfkit.profiling.StepSummary.to_dict` plus
-    ``step``, ``rank``, ``step_times_s`` and ``memory`` (a dict of bytes or ``null``).
+    Each line is ``{"run_id", "started_at", "step", "rank", "summary", "step_times_s",
+    "memory"}``: ``step`` is the training step the window ended at (as TensorBoard's global
+    step), ``summary`` the window's :meth:`~perfkit.profiling.StepSummary.to_dict` (its own
+    ``step`` key holds the step-time statistics, so it is nested, never merged), ``memory``
+    a dict of bytes or ``null``. The file is appended to, so runs that share it are told
+    apart by ``run_id`` and ``started_at`` (when the sink was made, UTC, ISO 8601);
+    :func:`read_json_lines` groups them back.
 
     Args:
         path: the file; ``{rank}`` in it is replaced by the process's rank, so the ranks
             of one job can write files of their own.
+        run_id: names this run on every line; ``None`` draws a fresh one (12 hex digits).
+            Give every rank of a job the same one to join their lines.
+
+    Raises:
+        TypeError: for a ``path`` that is not a path or a ``run_id`` that is not a str.
+        ValueError: for an empty ``run_id``.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, run_id: str | None = None) -> None:
         check_type("path", path, (str, os.PathLike))
+        if check_type("run_id", run_id, str, optional=True) == "":
+            raise ValueError("run_id must be a non-empty str (or None for a fresh one)")
+        self.run_id = run_id if run_id is not None else uuid.uuid4().hex[:12]
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         self.rank = process_rank()
         self.path = Path(str(path).replace("{rank}", str(self.rank)))
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +209,8 @@ class JsonLinesSink(_Sink):
     def write(self, window: StepWindow) -> None:
         """Append the window as one line; flushed at once, so ``tail -f`` sees it."""
         window = self._check_open(window)
-        record = {"step": window.step, "rank": self.rank, **window.summary.to_dict(),
+        record = {"run_id": self.run_id, "started_at": self.started_at, "step": window.step,
+                  "rank": self.rank, "summary": window.summary.to_dict(),
                   "step_times_s": list(window.step_times_s),
                   "memory": None if window.memory is None else asdict(window.memory)}
         self._file.write(json.dumps(record) + "\n")
@@ -201,6 +220,35 @@ class JsonLinesSink(_Sink):
         """Close the file."""
         self._file.close()
         super().close()
+
+
+def read_json_lines(path: str | os.PathLike) -> dict[str, list[dict[str, Any]]]:
+    """The records a :class:`JsonLinesSink` appended to ``path``, grouped by run.
+
+    Returns:
+        ``run_id`` -> that run's records in file order; runs in the order they first
+        appear.
+
+    Raises:
+        TypeError: if ``path`` is not a path.
+        FileNotFoundError: if there is no such file.
+        ValueError: naming the line, for a line that is not a JSON object with a
+            ``run_id`` (a file another program wrote, or one from before runs had ids).
+    """
+    check_type("path", path, (str, os.PathLike))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with Path(path).open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"{path}:{n} is not JSON: {e}") from None
+            if not isinstance(record, dict) or "run_id" not in record:
+                raise ValueError(f"{path}:{n} is not a JsonLinesSink record (no run_id)")
+            runs.setdefault(record["run_id"], []).append(record)
+    return runs
 
 
 class PrometheusSink(_Sink):

@@ -19,9 +19,11 @@ from perfkit.profiling import (
     StepMonitor,
     StepWindow,
     TensorBoardSink,
+    read_json_lines,
     read_scalars,
     window_scalars,
 )
+from perfkit.profiling import sinks as sinks_module
 from perfkit.viz import plot_scalars
 
 
@@ -180,8 +182,68 @@ def test_json_lines_parse_back_to_the_windows(tmp_path, monkeypatch, one_thread)
     for line, w in zip(lines, rec.windows):
         record = json.loads(line)
         assert record == json.loads(json.dumps(
-            {"step": w.step, "rank": 3, **w.summary.to_dict(),
-             "step_times_s": list(w.step_times_s), "memory": None}))
+            {"run_id": sink.run_id, "started_at": sink.started_at, "step": w.step, "rank": 3,
+             "summary": w.summary.to_dict(), "step_times_s": list(w.step_times_s),
+             "memory": None}))
+
+
+def test_json_lines_step_is_the_step_number_not_the_step_statistics(tmp_path):
+    # the summary's own "step" key holds step-time statistics; merged into the record it
+    # would overwrite the window's step number (the windows end at steps 4 and 8)
+    mon, clock = fake_monitor(every=4, sinks=[JsonLinesSink(tmp_path / "m.jsonl")])
+    fake_loop(mon, clock, 8)
+    mon.close()
+    records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [4, 8]
+    assert all(r["summary"]["step"]["name"] == "step" and r["summary"]["steps"] == 4
+               and r["summary"]["step"]["mean_s"] == pytest.approx(0.005)  # 2.5 + 2 + 0.5 ms
+               for r in records)
+    assert "phases" not in records[0]  # the summary is nested whole, not spread
+
+
+def test_two_runs_appended_to_one_file_are_told_apart(tmp_path, monkeypatch):
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setattr(sinks_module, "datetime", FrozenDatetime("2031-01-02T03:04:05"))
+    first = JsonLinesSink(path)
+    monkeypatch.setattr(sinks_module, "datetime", FrozenDatetime("2031-01-02T03:09:00"))
+    second = JsonLinesSink(path, run_id="exp-b")
+    for sink, steps, every in ((first, 6, 3), (second, 4, 2)):
+        mon, clock = fake_monitor(every=every, sinks=[sink])
+        fake_loop(mon, clock, steps)
+        mon.close()
+    assert len(first.run_id) == 12 and first.run_id != second.run_id == "exp-b"
+    assert JsonLinesSink(tmp_path / "other.jsonl").run_id != first.run_id  # drawn afresh
+    runs = read_json_lines(path)
+    assert list(runs) == [first.run_id, "exp-b"]  # in the order they first appear
+    assert [r["step"] for r in runs[first.run_id]] == [3, 6]
+    assert [r["step"] for r in runs["exp-b"]] == [2, 4]
+    assert {r["started_at"] for r in runs[first.run_id]} == {"2031-01-02T03:04:05.000+00:00"}
+    assert {r["started_at"] for r in runs["exp-b"]} == {"2031-01-02T03:09:00.000+00:00"}
+    assert [r["summary"]["steps"] for r in runs["exp-b"]] == [2, 2]
+
+
+def test_read_json_lines_refuses_lines_it_cannot_group(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text('{"run_id": "a", "step": 1}\n\n{"step": 2}\n')  # a line without a run
+    with pytest.raises(ValueError, match=r"old.jsonl:3 .*no run_id"):
+        read_json_lines(path)
+    path.write_text('{"run_id": "a"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"old.jsonl:2 is not JSON"):
+        read_json_lines(path)
+    with pytest.raises(FileNotFoundError):
+        read_json_lines(tmp_path / "missing.jsonl")
+
+
+class FrozenDatetime:
+    """``datetime`` with ``now`` fixed, so a run's start time is known to the test."""
+
+    def __init__(self, iso):
+        import datetime as dt
+
+        self._at = dt.datetime.fromisoformat(iso).replace(tzinfo=dt.timezone.utc)
+
+    def now(self, tz=None):
+        return self._at.astimezone(tz)
 
 
 def scrape(url):
