@@ -4,8 +4,8 @@ What matters is what *this* machine does under PyTorch, not a data sheet: dense 
 FLOP/s per dtype, copy bandwidth (bytes read + written per second) and, with CUDA, pinned
 host-to-device bandwidth, each the best of a sweep, kept in a :class:`MachineLimits` record
 whose ceilings :mod:`perfkit.roofline` combines. ``$PERFKIT_IMITATE=no-bf16``, set before
-any op runs, imitates a CPU without native bf16 (:data:`IMITATIONS`), with its own inductor
-cache (kernels compiled for the native CPU crash the capped one) unless one is named.
+any op runs, imitates a CPU without native bf16 (:data:`IMITATIONS`), always with an inductor
+cache of its own (:mod:`perfkit.imitate`: kernels compiled for the native CPU crash the capped one).
 
 Usage::
 
@@ -19,22 +19,20 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-# No avx512_bf16 (an EPYC before Zen 4), imitated by capping kernels at AVX2 before torch's
-# first op: oneDNN's bf16 matmuls take the emulated path, ~100x slower than fp32 as there.
-IMITATIONS = {"no-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}}
+# The imitation's caps and compile cache go into the environment before torch's first op,
+# inherited by every process started from here (perfkit.imitate says why the cache too).
+from perfkit.imitate import IMITATIONS, imitation_env  # noqa: E402
+
 if (_IMITATE := os.environ.get("PERFKIT_IMITATE") or None) not in (None, *IMITATIONS):
     raise ValueError(f"PERFKIT_IMITATE must be one of {sorted(IMITATIONS)} or unset, got {_IMITATE!r}")
-if _IMITATE:
-    os.environ.update(IMITATIONS[_IMITATE])  # inherited by every process started from here
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-        tempfile.gettempdir(), f"torchinductor_{os.environ.get('USER') or os.getuid()}.{_IMITATE}"))
+if _IMITATE or "ATEN_CPU_CAPABILITY" not in os.environ:  # capped by hand: the caller's cache
+    os.environ.update(imitation_env(_IMITATE))
 import torch  # noqa: E402  (after the cap above)
 
 if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from perfkit import hw
+from perfkit.imitate import imitation_env
 
 
 def pytest_collection_modifyitems(config, items):
@@ -101,6 +102,9 @@ def imitate(monkeypatch):
     name = imitated()
     if name:
         monkeypatch.setenv("PERFKIT_IMITATE", name)
-        for key, value in hw.IMITATIONS[name].items():
-            monkeypatch.setenv(key, value)
+    # the caps and, always, the imitation's own compile cache: this process's Inductor wrote
+    # the native one into os.environ on its first compile, and a capped child that inherits
+    # it loads native graphs (perfkit.imitate)
+    for key, value in imitation_env(name or None).items():
+        monkeypatch.setenv(key, value)
     return name

@@ -124,13 +124,34 @@ def _dispatch(fused: bool | None, t: torch.Tensor, compiled: Callable[[], object
     return eager()
 
 
+def _isa_options() -> dict[str, int]:
+    """Inductor options that pin the CPU vector width this process generates code for.
+
+    Inductor picks the vector ISA per process (from ``$ATEN_CPU_CAPABILITY``, else the best
+    the CPU has), but its on-disk graph cache does not key on that choice: a graph
+    generated for AVX2 (loops stepping by 8 floats) and loaded by a process that builds
+    it for AVX-512 writes past its buffers (heap corruption, or silently wrong codes).
+    Naming the width in ``cpp.simdlen``, which is part of the cache key, gives each ISA its
+    own entries. The width is the one inductor would pick anyway (0 bits, scalar code,
+    becomes 1: no ISA has that width, so the code stays scalar).
+    """
+    # imports inductor: only once a fused call runs
+    from torch._inductor import config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    if inductor_config.cpp.simdlen is not None:  # the user chose; it is in the key already
+        return {}
+    return {"cpp.simdlen": cpu_vec_isa.pick_vec_isa().bit_width() or 1}
+
+
 def _compile(fn: Callable) -> Callable:
-    """``torch.compile(fn)`` with one graph for every size, built on the first call."""
+    """``torch.compile(fn)`` with one graph for every size, built on the first call, for
+    this process's vector ISA (:func:`_isa_options`)."""
     cache: list[Callable] = []
 
     def run(*args):
         if not cache:
-            cache.append(torch.compile(fn, dynamic=True, fullgraph=True))
+            cache.append(torch.compile(fn, dynamic=True, fullgraph=True, options=_isa_options()))
         return cache[0](*args)
     return run
 

@@ -186,11 +186,17 @@ def test_the_no_bf16_imitation_caps_the_kernels_and_has_its_own_name_and_cache()
     assert out.stdout.split() == ["no-bf16", "AVX2", "AVX2", "machine_limits.no-bf16.json", "True",
                                   "emulated"]
     assert hw.imitation() is None and hw.default_limits_path().name == "machine_limits.json"
-    # its own inductor cache (natively compiled kernels crash the capped CPU), unless one is named
+    # always its own inductor cache (natively compiled kernels crash the capped CPU), also when
+    # the parent's Inductor had put the native one into the environment (the old setdefault
+    # kept it: the leak that filled the native cache with AVX2 graphs)
     code = "import os\nfrom perfkit import hw\nprint(os.environ['TORCHINDUCTOR_CACHE_DIR'])"
     out = _in_fresh_python("no-bf16", code, drop=("TORCHINDUCTOR_CACHE_DIR",))
     assert out.returncode == 0 and out.stdout.strip().endswith(".no-bf16"), out.stderr
-    out = _in_fresh_python("no-bf16", code, extra={"TORCHINDUCTOR_CACHE_DIR": "/tmp/mine"})
+    for named in ("/tmp/mine", "/tmp/mine.no-bf16"):
+        out = _in_fresh_python("no-bf16", code, extra={"TORCHINDUCTOR_CACHE_DIR": named})
+        assert out.stdout.strip() == "/tmp/mine.no-bf16", out.stderr
+    # and a native process handed an imitation's cache goes back to the base one
+    out = _in_fresh_python("", code, extra={"TORCHINDUCTOR_CACHE_DIR": "/tmp/mine.no-bf16"})
     assert out.stdout.strip() == "/tmp/mine", out.stderr
 
 

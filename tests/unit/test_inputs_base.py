@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from perfkit import dist, hw, models, timing
+from perfkit import dist, hw, imitate, models, timing
 from perfkit.hw import MachineLimits, measure_copy, measure_h2d, measure_limits, measure_matmul
 from perfkit.models import (
     DigitsDataset,
@@ -316,6 +316,10 @@ CASES = [  # (id, call, exception, regex on the message)
      "monitor must be None or have phase"),
     ("train_steps.on_step", lambda: train_steps(workload(), 1, on_step=3), TypeError,
      "on_step"),
+    ("imitation_env.name", lambda: imitate.imitation_env("no-avx"), ValueError,
+     r"name must be one of \['no-bf16'\] or None"),
+    ("imitation_env.environ", lambda: imitate.imitation_env(None, [("A", "b")]), TypeError,
+     "environ must be a mapping"),
 ]
 
 # Public names without a case, and why: they take no arguments, are exceptions perfkit
@@ -341,7 +345,7 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("module", [timing, hw, dist, models], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [timing, hw, dist, models, imitate], ids=lambda m: m.__name__)
 def test_every_public_callable_has_a_case(module):
     callables = {n for n in module.__all__ if callable(getattr(module, n))}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
