@@ -45,6 +45,10 @@ from perfkit.compress.hook import (
     HookState,
     compression_hook,
 )
+from perfkit.compress.isa_compile import (
+    compile_for_isa,
+    isa_options,
+)
 from perfkit.compress.simulate import (
     gaussian_error,
     simulate_dp_training,
@@ -54,6 +58,7 @@ __all__ = [
     "BYTES_PER_VALUE",
     "check_fused",
     "CodecTimes",
+    "compile_for_isa",
     "conservation_error",
     "Compressed",
     "compression_hook",
@@ -64,6 +69,7 @@ __all__ = [
     "FUSED_MIN_NUMEL",
     "gaussian_error",
     "HookState",
+    "isa_options",
     "pack_bits",
     "QSGD",
     "qsgd_decode",

@@ -24,9 +24,11 @@ mostly stay in the caches.
 
 ``fused`` selects the path: ``None`` (the default) fuses tensors of at least
 :data:`FUSED_MIN_NUMEL` values, ``True`` always fuses, ``False`` never does. The first
-fused call per dtype and device compiles (seconds; later processes reuse Inductor's disk
-cache). If compiling fails (no C++ compiler, no Triton) the default path warns once and
-stays eager on that device type; ``fused=True`` raises. ``PERFKIT_FUSED=0`` makes the
+fused call per dtype and device compiles: tens of seconds on a 2-core CPU with an empty
+Inductor cache (logged at INFO by ``perfkit.compress`` with the seconds it took), well under
+one when a later process loads it from the disk cache (:mod:`perfkit.compress.isa_compile`).
+If compiling fails (no C++ compiler, no Triton) the default path warns once and stays eager
+on that device type; ``fused=True`` raises. ``PERFKIT_FUSED=0`` makes the
 default eager. Both paths compute the same expressions, so bits and codes agree except
 where ``x * s + u`` rounds differently in the last bit (a code then differs by one).
 
@@ -46,6 +48,7 @@ from collections.abc import Callable
 import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_tensor
+from perfkit.compress.isa_compile import compile_for_isa
 
 __all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "check_fused", "pack_bits",
            "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
@@ -122,38 +125,6 @@ def _dispatch(fused: bool | None, t: torch.Tensor, compiled: Callable[[], object
             warnings.warn(f"perfkit.compress.fused: torch.compile failed on {t.device.type} "
                           f"({_broken[t.device.type]}); using the eager kernels", stacklevel=3)
     return eager()
-
-
-def _isa_options() -> dict[str, int]:
-    """Inductor options that pin the CPU vector width this process generates code for.
-
-    Inductor picks the vector ISA per process (from ``$ATEN_CPU_CAPABILITY``, else the best
-    the CPU has), but its on-disk graph cache does not key on that choice: a graph
-    generated for AVX2 (loops stepping by 8 floats) and loaded by a process that builds
-    it for AVX-512 writes past its buffers (heap corruption, or silently wrong codes).
-    Naming the width in ``cpp.simdlen``, which is part of the cache key, gives each ISA its
-    own entries. The width is the one inductor would pick anyway (0 bits, scalar code,
-    becomes 1: no ISA has that width, so the code stays scalar).
-    """
-    # imports inductor: only once a fused call runs
-    from torch._inductor import config as inductor_config
-    from torch._inductor import cpu_vec_isa
-
-    if inductor_config.cpp.simdlen is not None:  # the user chose; it is in the key already
-        return {}
-    return {"cpp.simdlen": cpu_vec_isa.pick_vec_isa().bit_width() or 1}
-
-
-def _compile(fn: Callable) -> Callable:
-    """``torch.compile(fn)`` with one graph for every size, built on the first call, for
-    this process's vector ISA (:func:`_isa_options`)."""
-    cache: list[Callable] = []
-
-    def run(*args):
-        if not cache:
-            cache.append(torch.compile(fn, dynamic=True, fullgraph=True, options=_isa_options()))
-        return cache[0](*args)
-    return run
 
 
 # --- QSGD ---------------------------------------------------------------------------------
@@ -401,7 +372,7 @@ def sign_decode(packed: torch.Tensor, scale: torch.Tensor, out: torch.Tensor,
     return out
 
 
-_QSGD_ENCODE = _compile(_qsgd_encode_fused)
-_QSGD_DECODE = _compile(_qsgd_decode_fused)
-_SIGN_ENCODE = _compile(_sign_encode_fused)
-_SIGN_DECODE = _compile(_sign_decode_fused)
+_QSGD_ENCODE = compile_for_isa(_qsgd_encode_fused)
+_QSGD_DECODE = compile_for_isa(_qsgd_decode_fused)
+_SIGN_ENCODE = compile_for_isa(_sign_encode_fused)
+_SIGN_DECODE = compile_for_isa(_sign_decode_fused)

@@ -8,6 +8,7 @@ each ISA gets its own entries. The test runs the two processes in that order on 
 cache, the order that broke.
 """
 
+import logging
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfkit.compress import fused
+from perfkit.compress import compile_for_isa, fused
 
 ROUND_TRIP = """
 import torch
@@ -59,12 +60,26 @@ def test_avx2_graphs_in_a_shared_cache_do_not_reach_an_avx512_process(tmp_path):
         assert float(worst) <= 1 / 126.99 + 1e-6 and signs == "True", (name, cap, worst, signs)
 
 
-def test_compiled_kernels_name_the_vector_width_they_are_built_for(monkeypatch):
+def test_compiled_kernels_name_the_vector_width_they_are_built_for(monkeypatch, caplog):
     from torch._inductor import cpu_vec_isa
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
-    run = fused._compile(lambda x: x + 1)
-    assert torch.equal(run(torch.zeros(2)), torch.ones(2))
+    run = compile_for_isa(lambda x: x + 1)
+    with caplog.at_level(logging.INFO, logger="perfkit.compress"):
+        assert torch.equal(run(torch.zeros(2)), torch.ones(2))
+        assert torch.equal(run(torch.ones(2)), 2 * torch.ones(2))  # compiled once
     assert seen == [{"dynamic": True, "fullgraph": True,
                      "options": {"cpp.simdlen": cpu_vec_isa.pick_vec_isa().bit_width() or 1}}]
+    # the first call says it compiles, and how long it took
+    width = seen[0]["options"]["cpp.simdlen"]
+    assert [r.getMessage().split(" (")[0].split(" in ")[0] for r in caplog.records] == [
+        f"perfkit.compress: compiling <lambda> for {{'cpp.simdlen': {width}}}",
+        "perfkit.compress: <lambda> compiled and ran"]
+
+
+def test_the_fused_kernels_are_compiled_for_the_isa():
+    # each of fused's four kernels goes through compile_for_isa (a plain torch.compile would
+    # share cache entries across ISAs again)
+    for name in ("_QSGD_ENCODE", "_QSGD_DECODE", "_SIGN_ENCODE", "_SIGN_DECODE"):
+        assert getattr(fused, name).__qualname__ == "compile_for_isa.<locals>.run", name

@@ -159,6 +159,8 @@ CASES = [  # (name, call, exception, regex on the message)
     ("gaussian_error.numel type", lambda: gaussian_error("topk", 0.1, 1e6), ValueError, "numel"),
     # fused kernels
     ("check_fused", lambda: check_fused("auto"), TypeError, "fused must be None"),
+    ("compile_for_isa", lambda: compress.compile_for_isa("x * 2"), TypeError,
+     "fn must be a callable"),
     ("use_fused.fused", lambda: use_fused(0, X), TypeError, "fused"),
     ("use_fused.t", lambda: use_fused(None, [1.0]), TypeError, "t must be a torch.Tensor"),
     ("qsgd_encode.flat", lambda: qsgd_encode(X.view(4, 4), POOL, 1.0), ValueError,
@@ -241,7 +243,8 @@ def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
 
 def test_every_public_callable_has_a_case():
     # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL) take no arguments;
-    # CodecTimes is a record time_codecs returns
-    callables = {n for n in compress.__all__ if callable(getattr(compress, n))} - {"CodecTimes"}
+    # CodecTimes is a record time_codecs returns; isa_options takes no arguments
+    callables = {n for n in compress.__all__ if callable(getattr(compress, n))} - {
+        "CodecTimes", "isa_options"}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
     assert callables <= covered, f"no bad-input case for {sorted(callables - covered)}"
