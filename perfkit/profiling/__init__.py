@@ -4,8 +4,9 @@ Two step timers: StepMonitor (and MemoryMonitor) time the phases of a loop you w
 them to sinks (TensorBoard, JSON lines, Prometheus); StepRecorder finds the steps of a script
 you cannot change and profiles a window of them. Two trace readers, both through
 trace_events: trace_breakdown sums the nested phases a Profiler run recorded, attribute_trace
-labels each instant of a StepRecorder window once. One diagnosis: diagnose_shares judges any
-of their shares by the one rules table (RULES) at one Thresholds and returns Finding records;
+labels each instant of a StepRecorder window once; machine_load measures what the machine's
+load cost the window. One diagnosis: diagnose_shares judges any of their shares by the one
+rules table (RULES) at one Thresholds and returns Finding records;
 alert_rules turns the same thresholds into Prometheus alerts. run_diagnosis (``python -m
 perfkit diagnose train.py``) does it all for an unchanged script: build_report merges the
 ranks and ranks the findings, footprint measures the memory split, render writes the report.
@@ -31,6 +32,7 @@ from perfkit.profiling.capstone import (
     round_speedup,
 )
 from perfkit.profiling.footprint import memory_split
+from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
 from perfkit.profiling.monitor import (
     PHASES,
@@ -88,6 +90,10 @@ __all__ = [
     "TensorBoardSink",
     "window_scalars",
     "attribute_trace",
+    "CpuSnapshot",
+    "cpu_snapshot",
+    "LoadRecord",
+    "load_between",
     "build_report",
     "CATEGORIES",
     "DiagnoseConfig",

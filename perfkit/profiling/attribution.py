@@ -9,7 +9,9 @@ covers it in this order:
 2. ``sync``: a host-device synchronisation (``aten::_local_scalar_dense`` under
    ``.item()``/``print``, ``cuda*Synchronize``, a blocking device-to-host copy);
 3. ``communication``: a collective running (gloo threads, NCCL kernels) while the
-   main thread runs no operator: the *exposed* part; the rest is *overlapped*;
+   main thread runs no operator: the *exposed* part; the rest is *overlapped*; and the
+   main thread's own communication operators (``c10d::`` launches, DDP's reducer copying
+   gradients into and out of its buckets: work that only communication causes);
 4. ``optimizer``, ``backward``, ``forward``: the ``phase:`` markers;
 5. ``other``: the rest (zero_grad, logging, the script's own Python).
 
@@ -20,6 +22,17 @@ the file through :func:`perfkit.profiling.trace_events`. ``host_gap`` is the par
 step during which the main thread ran no operator and waited for no data, sync or
 collective: the per-step Python and dispatch overhead, spread over the other categories.
 
+Overlap is not free on a CPU. Gloo runs a collective on its own threads, on the cores the
+step's operators need: an operator that runs while a collective is in flight can take
+longer than the same operator (same name, same input shapes) without one. That excess is
+the collective's cost paid inside ``backward`` (``comm_contention_s``), and is moved from
+the operator's category to ``communication``: the slowdown is measured per operator
+signature as the ratio of the median durations of the instances that started with and
+without a collective in flight (by their start, not by overlap, since a longer instance
+overlaps more by chance), from :data:`MIN_SAMPLES` of each. Without that comparison a
+loaded machine, which stretches every operator, hides a communication-bound step under
+its own backward (the operators then cover the collectives).
+
 Usage::
 
     att = attribute_trace("build/diagnose/trace.rank0.json")
@@ -29,7 +42,9 @@ Usage::
 from __future__ import annotations
 
 import bisect
+import json
 import os
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +60,12 @@ SYNC_OPS = ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSyn
 # per-element loop of examples/diagnose/sync_bound.py: a median 4 us apart, 2 cheap
 # aten::select in between; two unrelated .item() calls have a forward pass between them)
 SYNC_LOOP_GAP_US = 250.0
+# instances of one operator signature needed with and without a collective in flight to
+# judge its slowdown (a window of 8 steps of a DDP backward holds about one a step of each)
+MIN_SAMPLES = 3
+# main-thread operators that are communication's own work: collective launches and DDP's
+# bucket copies (torch::distributed::reducer::mul_out, ...ddp.reducer::copy_bucket_to_grad)
+_HOST_COMM = ("c10d::", "reducer::")
 _COMM_WORDS = ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter",
                "broadcast", "all_to_all", "alltoall", "nccl", "gloo:")
 
@@ -99,9 +120,12 @@ class TraceAttribution:
     """Mean seconds per step of each category, and the counts behind the findings.
 
     ``category_s`` holds every name of :data:`CATEGORIES`; ``comm_overlapped_s`` is
-    collective time hidden under the main thread's operators; ``host_gap_s`` is main-thread
-    time inside no operator; ``ops_per_step`` counts top-level operators outside data
-    loading, syncs and the optimizer (the model's forward, backward and the script's own).
+    collective time hidden under the main thread's operators, and ``comm_contention_s`` the
+    part of it those operators were slowed by; ``communication`` holds that part, the
+    main thread's own communication operators (``comm_host_s``) and the exposed rest (see
+    the module doc); ``host_gap_s`` is main-thread time inside no operator;
+    ``ops_per_step`` counts top-level operators outside data loading, syncs and the
+    optimizer (the model's forward, backward and the script's own).
     """
 
     steps: int
@@ -112,6 +136,8 @@ class TraceAttribution:
     host_gap_s: float
     ops_per_step: float
     device_idle_share: float | None = None
+    comm_contention_s: float = 0.0
+    comm_host_s: float = 0.0
 
     def shares(self) -> dict[str, float]:
         """Category -> share of the mean step (they add up to 1)."""
@@ -157,6 +183,8 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
     compute_kernels = _union((e["ts"], e["ts"] + e["dur"]) for e in kernels if not _is_comm(e))
     hidden_under = busy if not kernels else compute_kernels
     exposed = _minus(comm_all, hidden_under)
+    host_comm = spans(lambda e: on_main(e) and e.get("cat") == "cpu_op"
+                      and any(w in e["name"] for w in _HOST_COMM))
     opt = phase["optimizer"]
     # syncs inside optimizer.step (Adam's per-tensor step.item()) belong to the optimizer
     sync_events = sorted((e for e in events if (on_main(e) and e["name"] in SYNC_OPS or (
@@ -170,32 +198,92 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
              if b["ts"] > a["ts"] + a["dur"]
              and _busy_between(busy, a["ts"] + a["dur"], b["ts"]) < SYNC_LOOP_GAP_US]
     sync = _intersect(_union(sync), windows)
-    order = [("data", phase["data"]), ("sync", sync), ("communication", exposed),
+    order = [("data", phase["data"]), ("sync", sync), ("communication", exposed + host_comm),
              ("optimizer", phase["optimizer"]), ("backward", phase["backward"]),
              ("forward", phase["forward"])]
-    left, cat = list(windows), {}
+    left, cat, where = list(windows), {}, {}
     for name, label in order:
         covered = _intersect(left, _union(label))
-        cat[name] = _length(covered)
+        cat[name], where[name] = _length(covered), covered
         left = _minus(left, covered)
-    cat["other"] = _length(left)
+    cat["other"], where["other"] = _length(left), left
     n, total = len(steps), _length(windows)
     # operators of the model's own work: not inside data loading, syncs or the optimizer
     aside = _union(phase["data"] + sync + phase["optimizer"])
     top_ops = _count_top_level([e for e in ops if any(a <= e["ts"] < b for a, b in windows)
                                 and not _busy_between(aside, e["ts"], e["ts"] + 1e-3)])
+    contention = 0.0
+    if not kernels:  # host operators share the cores with gloo's threads
+        for ts, charged in _contention(ops, comm_all, host_comm, windows):
+            kind = next((k for k in ("optimizer", "backward", "forward", "other")
+                         if _busy_between(where[k], ts, ts + 1e-3)), None)
+            if kind is not None:
+                charged = min(charged, cat[kind])
+                cat[kind] -= charged
+                cat["communication"] += charged
+                contention += charged
     idle = None
     if kernels:
         idle = 1.0 - _length(_intersect(compute_kernels, windows)) / total
     return TraceAttribution(
         steps=n, step_mean_s=total * 1e-6 / n,
         category_s={k: cat[k] * 1e-6 / n for k in CATEGORIES},
-        comm_overlapped_s=(_length(comm_all) - _length(exposed)) * 1e-6 / n,
+        comm_overlapped_s=_length(_minus(_minus(comm_all, exposed), _union(host_comm))) * 1e-6 / n,
         syncs_per_step=_count_top_level([e for e in sync_events if any(
             a <= e["ts"] < b for a, b in windows)]) / n,
         host_gap_s=_length(_minus(_minus(windows, busy), _union(
             phase["data"] + sync + exposed))) * 1e-6 / n,
-        ops_per_step=top_ops / n, device_idle_share=idle)
+        ops_per_step=top_ops / n, device_idle_share=idle,
+        comm_contention_s=contention * 1e-6 / n,
+        comm_host_s=_length(_intersect(where["communication"], _union(host_comm))) * 1e-6 / n)
+
+
+def _contention(ops: list[Mapping[str, Any]], comm: list[Interval], host_comm: list[Interval],
+                windows: list[Interval]) -> list[tuple[float, float]]:
+    """(start, us charged to communication) of each top-level operator that started while
+    a collective was in flight and whose signature runs slower then than without one.
+
+    An instance is charged its overlap with the collectives times ``1 - 1/slowdown``: the
+    part of that overlap the operator would not have taken at its collective-free pace.
+    Its parts that are communication operators already (``host_comm``) are not charged.
+    """
+    if not comm:
+        return []
+    starts = [a for a, _ in comm]
+
+    def in_flight(t: float) -> bool:
+        i = bisect.bisect_right(starts, t) - 1
+        return i >= 0 and t < comm[i][1]
+
+    groups: dict[str, tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]] = {}
+    top, key, shaped, end = None, "", False, float("-inf")
+    # a top-level operator's signature: its name and the input shapes of the first
+    # operator under it that has any (an autograd node's own event carries none)
+    for e in [*sorted(ops, key=lambda e: (e["ts"], -e["dur"])), None]:
+        if e is not None and e["ts"] < end:
+            dims = e.get("args", {}).get("Input Dims")
+            if dims and not shaped:
+                key, shaped = f"{key} {json.dumps(dims)}", True
+            continue
+        if top is not None and any(a <= top["ts"] < b for a, b in windows):
+            groups.setdefault(key, ([], []))[in_flight(top["ts"])].append(top)
+        if e is None:
+            break
+        dims = e.get("args", {}).get("Input Dims")
+        top, end, shaped = e, e["ts"] + e["dur"], bool(dims)
+        key = f"{e['name']} {json.dumps(dims)}" if dims else e["name"]
+    out = []
+    for clean, under in groups.values():
+        if len(clean) < MIN_SAMPLES or len(under) < MIN_SAMPLES:
+            continue
+        base = statistics.median(e["dur"] for e in clean)
+        slow = statistics.median(e["dur"] for e in under)
+        if base <= 0 or slow <= base:
+            continue
+        keep = 1 - base / slow
+        out += [(e["ts"], keep * _length(_intersect(
+            _minus([(e["ts"], e["ts"] + e["dur"])], host_comm), comm))) for e in under]
+    return out
 
 
 def _busy_between(busy: list[Interval], a: float, b: float) -> float:

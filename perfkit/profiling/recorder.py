@@ -10,7 +10,8 @@ steps and writes ``phase:`` and ``ProfilerStep#`` markers into the trace, so tha
 :func:`perfkit.profiling.attribute_trace` splits the window into data / sync /
 communication / optimizer / backward / forward / other. When the window ends it takes the
 peak memory and counts the model states held by the optimizers that stepped in it
-(:func:`perfkit.profiling.memory_split`).
+(:func:`perfkit.profiling.memory_split`), and what the machine's load cost the window
+(:mod:`perfkit.profiling.machine_load`: the main thread's waits for a core).
 
 Outside the window each step costs two ``perf_counter`` calls and a list append (the
 overhead ``benchmarks/diagnose.py`` measures); the forward hooks, the backward wrapper
@@ -41,6 +42,7 @@ from torch.profiler import ProfilerActivity
 
 from perfkit._checks import check_int, check_type
 from perfkit.profiling.footprint import memory_in_use, memory_split
+from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
 from perfkit.profiling.profiler import PHASE_PREFIX
 
 __all__ = ["StepRecorder", "WindowDone"]
@@ -148,6 +150,8 @@ class StepRecorder:
         # peak memory and the model states of the optimizers stepped in the window
         # (footprint.memory_split), taken when the window ends, before the trace export
         self.memory: dict[str, Any] | None = None
+        self.load: LoadRecord | None = None  # the window's, where /proc can tell
+        self._cpu0: CpuSnapshot | None = None
         self._optimizers: dict[int, Any] = {}  # id -> optimizer, inside the window only
         self._lock = threading.Lock()
         self._opt_depth = 0
@@ -280,6 +284,7 @@ class StepRecorder:
         self._window_undo = [pre.remove, post.remove,
                              lambda: setattr(torch.autograd, "backward", orig_backward)]
         self._restart_s[len(self.step_ends_s)] = time.perf_counter()
+        self._cpu0 = cpu_snapshot()
         self._step_span.open(f"ProfilerStep#{len(self.step_ends_s) + 1}")
 
     def _fwd_pre(self, module: Any, args: Any) -> None:
@@ -293,6 +298,9 @@ class StepRecorder:
             self._fwd_span.close()
 
     def _stop_window(self, complete: bool) -> None:
+        cpu1 = cpu_snapshot()
+        if self._cpu0 is not None and cpu1 is not None and cpu1.main == self._cpu0.main:
+            self.load = load_between(self._cpu0, cpu1)
         prof, self._prof = self._prof, None
         for undo in self._window_undo:
             undo()

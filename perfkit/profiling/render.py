@@ -160,7 +160,10 @@ def _render(rep: dict[str, Any], md: bool) -> str:
         for k, v in rep["shares"].items():
             extra = ""
             if k == "communication":
-                extra = f"  (exposed; {rep['comm_overlapped_share']:.1%} more overlapped)"
+                host, slowed = rep.get("comm_host_share", 0.0), rep.get("comm_contention_share", 0.0)
+                extra = (f"  (exposed {v - host - slowed:.1%}, launches and bucket copies "
+                         f"{host:.1%}, operators slowed by collectives {slowed:.1%}; "
+                         f"{rep['comm_overlapped_share'] - slowed:.1%} more overlapped)")
             lines.append(f"{li}{k:<14}{v:7.1%}{extra}")
         lines.append(f"{li}{'syncs/step':<14}{rep['syncs_per_step']:7.1f}")
         if rep.get("device_idle_share") is not None:

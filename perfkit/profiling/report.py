@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import socket
 from dataclasses import asdict
 from typing import Any
 
@@ -43,7 +44,8 @@ def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> d
         "memory": rec.memory or memory_split(start=rec.start_memory),
         "trace": str(rec.trace_path) if rec.trace_ok else None,
         "attribution": None, "data_wait_s": sum(rec_data) / len(rec_data) if rec_data else None,
-        "note": rec.error,
+        "note": rec.error, "host": socket.gethostname(),
+        "load": asdict(rec.load) if rec.load is not None else None,
     }
     if rec.trace_ok:
         try:
@@ -53,9 +55,27 @@ def rank_record(rec: StepRecorder, rank: int = 0, status: str = "complete") -> d
     return out
 
 
-def _step_shares(records: list[dict[str, Any]]) -> StepShares:
+def _load(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The machine's load over the window: the ranks' mean share of it their main threads
+    waited for a core, and the cores' busy time not this job's (ranks on rank 0's host)."""
+    loads = [r["load"] for r in records if r.get("load")]
+    if not loads:
+        return None
+    base = records[0].get("load") or loads[0]
+    wait = sum(x["main_wait_s"] / x["window_s"] for x in loads) / len(loads)
+    other = None
+    if base["cores_busy_s"] is not None:  # every process's busy time, less this job's
+        host = records[0].get("host")
+        job = sum(r["load"]["process_cpu_s"] / r["load"]["window_s"] for r in records
+                  if r.get("load") and r.get("host") == host)
+        other = min(float(base["cores"]), max(0.0, base["cores_busy_s"] / base["window_s"] - job))
+    return {"core_wait_share": min(1.0, wait), "other_cores": other, "cores": base["cores"],
+            "loadavg": base["loadavg"]}
+
+
+def _step_shares(records: list[dict[str, Any]], load: dict[str, Any] | None) -> StepShares:
     """What the rules read from the ranks' records: rank 0's split of the step, the least
-    exposed rank's communication, and each rank's work outside collectives."""
+    exposed rank's communication, each rank's work outside collectives, and the load."""
     att = records[0]["attribution"]
     atts = {r["rank"]: r["attribution"] for r in records if r["attribution"]}
     shares = {k: att["category_s"][k] / att["step_mean_s"] for k in CATEGORIES}
@@ -70,7 +90,10 @@ def _step_shares(records: list[dict[str, Any]]) -> StepShares:
         flops_per_step=records[0].get("flops_per_step"),
         rank_work_s={r: a["step_mean_s"] - a["category_s"]["communication"]
                      for r, a in atts.items()},
-        rank_step_s=max(a["step_mean_s"] for a in atts.values()), comm_ranks=len(atts))
+        rank_step_s=max(a["step_mean_s"] for a in atts.values()), comm_ranks=len(atts),
+        core_wait_share=load and load["core_wait_share"],
+        other_cores=load and load["other_cores"], cores=load and load["cores"],
+        loadavg=load and load["loadavg"])
 
 
 def build_report(records: list[dict[str, Any]],
@@ -107,7 +130,8 @@ def build_report(records: list[dict[str, Any]],
         "shares": None, "comm_overlapped_share": None, "syncs_per_step": None,
         "step_times_s": times, "step_data_s": base.get("step_data_s"),
         "throughput": None, "mfu": "unknown", "memory": base["memory"], "ranks": [],
-        "findings": [], "trace": base["trace"], "notes": [n for n in
+        "findings": [], "trace": base["trace"], "load": _load(records),
+        "notes": [n for n in
                                                           (base.get("note"),) if n],
     }
     for r in records:
@@ -129,6 +153,8 @@ def build_report(records: list[dict[str, Any]],
         return rep
     rep["shares"] = {k: att["category_s"][k] / att["step_mean_s"] for k in CATEGORIES}
     rep["comm_overlapped_share"] = att["comm_overlapped_s"] / att["step_mean_s"]
+    rep["comm_host_share"] = att.get("comm_host_s", 0.0) / att["step_mean_s"]
+    rep["comm_contention_share"] = att.get("comm_contention_s", 0.0) / att["step_mean_s"]
     rep["syncs_per_step"] = att["syncs_per_step"]
     rep["device_idle_share"] = att["device_idle_share"]
     rep["host_gap_share"] = att["host_gap_s"] / att["step_mean_s"]
@@ -138,6 +164,6 @@ def build_report(records: list[dict[str, Any]],
         rep["mfu"] = base["flops_per_step"] / rep["step_p50_s"] / peak_flops
     elif base["flops_per_step"]:
         rep["mfu"] = "unknown (no measured peak: run `python -m perfkit limits`)"
-    rep["findings"] = [f.record() for f in diagnose_shares(_step_shares(records), th,
+    rep["findings"] = [f.record() for f in diagnose_shares(_step_shares(records, rep["load"]), th,
                                                            peak_flops=peak_flops)]
     return rep

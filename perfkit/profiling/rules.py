@@ -57,7 +57,8 @@ RULES: dict[str, Rule] = {
         "accumulate per-sample values in a tensor instead of a Python loop over .item()"),
         "notebooks/01_profiling.ipynb, section 1 (why naive timing lies: syncs)"),
     "communication": Rule("gradient communication is exposed", (
-        "overlap all-reduce with backward (DDP buckets; tune bucket_cap_mb)",
+        "overlap all-reduce with backward (DDP buckets; tune bucket_cap_mb; "
+        "gradient_as_bucket_view=True saves DDP's copies into and out of its buckets)",
         "communicate less often: gradient accumulation with no_sync(), larger batches",
         "compress gradients (PowerSGD, top-k with error feedback, bf16 hooks)"),
         "notebooks/02_collectives.ipynb, sections 4-5 (overlap, DDP buckets); "
@@ -91,6 +92,12 @@ RULES: dict[str, Rule] = {
         "torch.compile to fuse memory-bound operations",
         "use shapes that are multiples of 64 and measure MFU against the machine's peak"),
         "notebooks/06_compute.ipynb, section 6 (MFU)"),
+    "load": Rule("other work competes for the step's cores", (
+        "diagnose on an idle machine, or give each rank cores of its own: every share "
+        "above includes these waits",
+        "find what holds the cores (top -H: other jobs, DataLoader workers, a prefetch "
+        "thread, more intra-op threads than cores) and pin threads (OMP_NUM_THREADS, taskset)"),
+        "notebooks/01_profiling.ipynb"),
 }
 
 
@@ -144,6 +151,10 @@ class StepShares:
         rank_work_s: rank -> mean s per step outside collectives (the straggler rule).
         rank_step_s: the longest rank's mean step, s: what the others' wait is a share of.
         comm_ranks: ranks whose least exposed communication share is ``shares``'s.
+        core_wait_share: the share of the step the main thread was ready to run but waited
+            for a core (the load rule; :mod:`perfkit.profiling.machine_load`).
+        other_cores, cores, loadavg: the cores other processes kept busy, the cores the job
+            may use and the 1-minute load average (quoted in the load rule's evidence).
 
     Raises:
         TypeError, ValueError: naming the field, for a share that is not a number in [0, 1],
@@ -161,6 +172,10 @@ class StepShares:
     rank_work_s: dict[int, float] = field(default_factory=dict)
     rank_step_s: float | None = None
     comm_ranks: int = 1
+    core_wait_share: float | None = None
+    other_cores: float | None = None
+    cores: int | None = None
+    loadavg: float | None = None
 
     def __post_init__(self) -> None:
         check_type("shares", self.shares, Mapping)
@@ -170,9 +185,13 @@ class StepShares:
         check_int("steps", self.steps, 0)
         check_int("comm_ranks", self.comm_ranks, 1)
         for k in ("step_p50_s", "step_p99_s", "step_mean_s", "syncs_per_step", "ops_per_step",
-                  "flops_per_step", "rank_step_s"):
+                  "flops_per_step", "rank_step_s", "other_cores", "loadavg"):
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0)
+        if self.core_wait_share is not None:
+            check_real("core_wait_share", self.core_wait_share, 0, 1)
+        if self.cores is not None:
+            check_int("cores", self.cores, 1)
         for r, v in check_type("rank_work_s", self.rank_work_s, Mapping).items():
             check_real(f"rank_work_s[{r!r}]", v, 0)
 
@@ -283,7 +302,21 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
     if compute > th.compute:
         found.append(_finding("compute", compute, th.compute, f"forward + backward take "
                               f"{compute:.1%} of the step (threshold {th.compute:.0%})", "info"))
-    return found
+    return found + _load(ev, th)
+
+
+def _load(ev: StepShares, th: Thresholds) -> list[Finding]:
+    """The main thread's waits for a core: what the machine's load added to every phase."""
+    wait = ev.core_wait_share
+    if wait is None or wait <= th.load:
+        return []
+    who = (f"; other processes kept {ev.other_cores:.1f} of the {ev.cores} cores busy"
+           if ev.other_cores is not None and ev.cores else "")
+    avg = f" (load average {ev.loadavg:.1f})" if ev.loadavg is not None else ""
+    return [_finding("load", wait, th.load, f"the main thread waited for a core {wait:.1%} of "
+                     f"the step (the scheduler's run-queue account; threshold {th.load:.0%})"
+                     f"{who}{avg}: every share above includes that wait, so a cause can hide "
+                     "behind the phases it stretches", "info")]
 
 
 def _straggler(ev: StepShares, th: Thresholds) -> list[Finding]:

@@ -42,6 +42,9 @@ class Thresholds:
       ``None`` leaves it unjudged.
     * ``jitter`` 1.5: step-time p99 over p50 (stragglers), judged from ``min_steps`` steps.
     * ``compute`` 0.60: forward + backward above this is reported as compute-bound (info).
+    * ``load`` 0.20: the share of the step the main thread waited for a core (Linux's
+      run-queue account, :mod:`perfkit.profiling.machine_load`), reported as information
+      with the cores other processes kept busy: the shares are then a loaded machine's.
 
     The rules below need what only a profiled trace or several ranks measure; their values
     come from ``perfkit diagnose`` on ``examples/diagnose`` (see :meth:`for_command`):
@@ -82,10 +85,11 @@ class Thresholds:
     peak_fallback: float = 2e10
     straggler: float = 4.0
     straggler_wait: float = 0.30
+    load: float = 0.20
 
     def __post_init__(self) -> None:
         shares = ["data", "communication", "optimizer", "sync", "overhead", "compute",
-                  "straggler_wait"] + ([] if self.other is None else ["other"])
+                  "straggler_wait", "load"] + ([] if self.other is None else ["other"])
         for k in shares:
             check_real(k, getattr(self, k), 0, 1, lo_open=True, hi_open=True)  # a share
         check_real("jitter", self.jitter, 1, lo_open=True)  # a p99/p50 ratio

@@ -55,12 +55,82 @@ def test_categories_are_exclusive_and_follow_the_priority():
 
 def test_collectives_split_into_exposed_and_overlapped():
     # gloo all-reduce 50-90 on its thread; the main thread computes until 70, then waits
-    t = trace(step(1, 0, 100), ann("phase:backward", 0, 95), ev("aten::mm", 0, 70),
-              ann("gloo:all_reduce", 50, 40, tid=GLOO), ev("c10d::allreduce_", 50, 1))
+    t = trace(step(1, 0, 100), ann("phase:backward", 0, 95), ev("aten::mm", 0, 49),
+              ev("c10d::allreduce_", 49, 1), ev("aten::mm", 50, 20),
+              ann("gloo:all_reduce", 50, 40, tid=GLOO))
     a = attribute_trace(t)
-    assert a.category_s["communication"] * 1e6 == pytest.approx(20)  # 70-90 exposed
+    # 70-90 exposed, and the 1 us launch on the main thread is communication's own work
+    assert a.category_s["communication"] * 1e6 == pytest.approx(20 + 1)
+    assert a.comm_host_s * 1e6 == pytest.approx(1)
     assert a.comm_overlapped_s * 1e6 == pytest.approx(20)  # 50-70 hidden under the mm
-    assert a.category_s["backward"] * 1e6 == pytest.approx(75)  # 95 less the exposed 20
+    assert a.comm_contention_s == 0  # one mm: nothing to compare it with
+    assert a.category_s["backward"] * 1e6 == pytest.approx(74)  # 95 less 20 and 1
+
+
+def test_ddp_bucket_copies_inside_backward_are_communication():
+    # DDP's reducer copies each gradient into its bucket inside AccumulateGrad's node, and
+    # the buckets back into the gradients at the end of backward: work only DDP causes
+    acc = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    t = trace(step(1, 0, 100), ann("phase:backward", 0, 90), ev("aten::mm", 0, 30),
+              ev(acc, 30, 20), ev("torch::distributed::reducer::mul_out", 35, 12),
+              ev("torch.distributed.ddp.reducer::copy_bucket_to_grad", 60, 25),
+              ev("aten::copy_", 60, 25))
+    a = attribute_trace(t)
+    assert a.category_s["communication"] * 1e6 == pytest.approx(12 + 25)
+    assert a.comm_host_s * 1e6 == pytest.approx(37)
+    assert a.category_s["backward"] * 1e6 == pytest.approx(90 - 37)
+
+
+DIMS = {"Input Dims": [[2, 1024], [1024, 1024]]}
+
+
+def op(name, ts, dur, args=None):
+    return {**ev(name, ts, dur), "args": args or {}}
+
+
+def slowed_steps(under_dur, clean_dur=10, n=3, dims_under=DIMS, early_long=False):
+    """``n`` 100 us steps; in each a backward of three mm: one before a 40 us all-reduce
+    (20-60), one that starts during it, one after it (70-80). ``early_long``: the first
+    mm starts at 12 and runs 30 us, into the all-reduce, but it started before it."""
+    events = []
+    for k in range(n):
+        t0 = 100 * k
+        first = (12, 30) if early_long else (0, clean_dur)
+        events += [step(k + 1, t0, 100), ann("phase:backward", t0, 95),
+                   op("aten::mm", t0 + first[0], first[1], DIMS),
+                   op("aten::mm", t0 + 45, under_dur, dims_under),
+                   op("aten::mm", t0 + 70, clean_dur, DIMS),
+                   ann("gloo:all_reduce", t0 + 20, 40, tid=GLOO)]
+    return trace(*events)
+
+
+def test_operators_slowed_by_a_collective_in_flight_charge_it():
+    # the mm that starts during the all-reduce takes 15 us against 10 us without one: a
+    # third of its 15 us overlap (45-60) is the collective's cost, paid inside backward
+    a = attribute_trace(slowed_steps(under_dur=15))
+    assert a.comm_contention_s * 1e6 == pytest.approx(15 * (1 - 10 / 15))
+    # per step: all-reduce 20-60; the main thread runs mm 45-60: exposed 20-45 (25 us)
+    assert a.category_s["communication"] * 1e6 == pytest.approx(25 + 5)
+    assert a.category_s["backward"] * 1e6 == pytest.approx(95 - 25 - 5)
+    assert a.comm_overlapped_s * 1e6 == pytest.approx(15)  # hidden, the slowed part too
+
+
+def test_no_charge_without_a_slowdown_or_a_comparison():
+    assert attribute_trace(slowed_steps(under_dur=10)).comm_contention_s == 0  # as fast
+    assert attribute_trace(slowed_steps(under_dur=8)).comm_contention_s == 0  # faster
+    # other shapes are other work: a larger mm is not a slowed small one
+    other = {"Input Dims": [[64, 1024], [1024, 1024]]}
+    assert attribute_trace(slowed_steps(under_dur=15, dims_under=other)).comm_contention_s == 0
+    # fewer than MIN_SAMPLES instances on a side: not judged
+    assert attribute_trace(slowed_steps(under_dur=15, n=2)).comm_contention_s == 0
+
+
+def test_an_operator_is_judged_by_where_it_starts_not_by_how_much_it_overlaps():
+    # the first mm starts before the all-reduce and runs long into it; the one that starts
+    # during it is as fast as the others. Judged by overlap, the long one would look like
+    # a collective's victim (longer instances overlap more by chance)
+    a = attribute_trace(slowed_steps(under_dur=10, early_long=True))
+    assert a.comm_contention_s == 0
 
 
 def test_a_loop_of_syncs_counts_as_sync_but_separate_syncs_do_not_merge():

@@ -5,6 +5,7 @@ argument and what is allowed, at the call, not steps later inside the loop or a 
 Each case is (id, call, exception, regex on the message); the regex names the argument.
 """
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from inputs_cases import duplicate_ids, uncovered
 from perfkit import profiling
 from perfkit.hw import MachineLimits
 from perfkit.profiling import (
+    CpuSnapshot,
     DiagnoseConfig,
     JsonLinesSink,
     MemoryMonitor,
@@ -31,8 +33,10 @@ from perfkit.profiling import (
     alert_rules,
     attribute_trace,
     build_report,
+    cpu_snapshot,
     diagnose_shares,
     measure_workload,
+    load_between,
     memory_split,
     process_rank,
     prometheus_config,
@@ -56,6 +60,7 @@ REPORT = build_report([{"rank": 0, "status": "partial", "steps_seen": 0, "window
                         "attribution": None}])
 SHARES = {"data": 0.5, "forward": 0.2}
 EV = dict(ph="X", cat="user_annotation", tid=1)  # a Chrome trace's complete event
+SNAP = CpuSnapshot(1.0, 7, {7: (0.0, 0.0)}, (0,), None, None)
 
 
 def bad_rank():
@@ -399,12 +404,28 @@ CASES += [
     ("job_peak limits", lambda: cap.job_peak({"float32": 1e9}, {"fixes": []}), TypeError, "limits must be"),
     ("next_fix peak", lambda: cap.next_fix({}, {}, JOB, [], (), {}, 0.0), ValueError, "peak"),
     ("round_speedup befores", lambda: cap.round_speedup(JOB, [], {}), ValueError, "befores"),
+    # the machine's load
+    ("cpu_snapshot.main zero", lambda: cpu_snapshot(main=0), ValueError, "main must be an int >= 1"),
+    ("cpu_snapshot.main str", lambda: cpu_snapshot(main="1"), TypeError, "main"),
+    ("load_between.before", lambda: load_between(None, None), TypeError,
+     "before must be a CpuSnapshot"),
+    ("load_between.after", lambda: load_between(SNAP, {}), TypeError, "after must be a CpuSnapshot"),
+    ("load_between.order", lambda: load_between(SNAP, SNAP), ValueError,
+     "after must be a later snapshot"),
+    ("load_between.main", lambda: load_between(SNAP, dataclasses.replace(SNAP, t_s=2.0, main=9)),
+     ValueError, "same main thread"),
+    ("StepShares.core_wait_share", lambda: StepShares({}, core_wait_share=1.5), ValueError,
+     r"core_wait_share must be a finite number in \[0, 1\]"),
+    ("StepShares.cores", lambda: StepShares({}, cores=0), ValueError, "cores must be an int >= 1"),
+    ("StepShares.other_cores", lambda: StepShares({}, other_cores=NAN), ValueError, "other_cores"),
+    ("Thresholds.load", lambda: Thresholds(load=1.0), ValueError, "load must be"),
 ]
 
 # Records perfkit returns (plain data built from checked input) and the exception that ends
 # a diagnosed script's window; PHASES is a constant.
 RECORDS = {"Finding", "MemoryRecord", "OpStat", "ProfileResult", "Rule", "StepWindow",
-           "TraceAttribution", "WindowDone", "Pick", "Round", "Total"}
+           "TraceAttribution", "WindowDone", "Pick", "Round", "Total", "CpuSnapshot",
+           "LoadRecord"}
 
 
 @pytest.mark.timeout(10)  # a bad interval or schedule that is not refused could hang
