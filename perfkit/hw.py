@@ -40,40 +40,37 @@ if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":
                   "Set it before Python starts.", stacklevel=2)
 
 from perfkit._checks import check_int, check_real  # noqa: E402
+from perfkit.hw_sweep import (  # noqa: E402  (re-exported: hw is where the course finds them)
+    COURSE_SHAPES,
+    EMULATED_BELOW,
+    GRAIN,
+    CopyPoint,
+    MatmulPoint,
+    dtype_name,
+    measure_copy,
+    measure_h2d,
+    measure_matmul,
+    sweep_copy,
+    sweep_matmul,
+    thread_counts,
+)
 from perfkit.roofline import attainable_flops, bound, matmul_bytes, matmul_flops  # noqa: E402
-from perfkit.timing import benchmark, calibrate_number, resolve_device  # noqa: E402
+from perfkit.timing import resolve_device  # noqa: E402
 
-__all__ = ["EMULATED_BELOW", "IMITATIONS", "METHOD", "CopyPoint", "MachineLimits", "MatmulPoint",
-           "RooflinePoint", "cached_limits", "cpu_bf16", "default_limits_path", "device_name", "imitation",
-           "last_level_cache_bytes", "matmul_roofline", "measure_copy", "measure_h2d",
-           "measure_limits", "measure_matmul", "save_limits"]
+__all__ = ["COURSE_SHAPES", "EMULATED_BELOW", "GRAIN", "IMITATIONS", "METHOD", "CopyPoint", "MachineLimits",
+           "MatmulPoint", "RooflinePoint", "cached_limits", "cpu_bf16", "default_limits_path", "device_name",
+           "dtype_name", "imitation", "last_level_cache_bytes", "matmul_roofline", "measure_copy",
+           "measure_h2d", "measure_limits", "measure_matmul", "save_limits", "sweep_copy", "sweep_matmul",
+           "thread_counts"]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # How measure_limits measures: cached limits from another method are replaced, not merged.
-METHOD = "2: best-of-sweep matmul; DRAM copy from buffers >= 4x the last-level cache"
-# Below this share of fp32's ceiling a dtype is emulated (bf16 without avx512_bf16: ~0.01);
-# converting to fp32 and back (AVX-512 without bf16 units) keeps ~0.5; native units double it.
-EMULATED_BELOW = 0.25
+METHOD = ("3: best of rounds of square and course-shaped matmuls on 1 and all threads; DRAM from warm "
+          "copies and adds of buffers >= 4x the last-level cache (at most 1 GiB)")
 
 
 def imitation() -> str | None:
     """The machine this process imitates (``$PERFKIT_IMITATE`` when perfkit was imported)."""
     return _IMITATE
-
-
-def _dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
-        return dtype
-    if not isinstance(dtype, str | torch.dtype):  # e.g. a list: not hashable, not a dtype
-        raise TypeError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    return _DTYPES[dtype]
-
-
-def dtype_name(dtype: str | torch.dtype) -> str:
-    """``"bfloat16"`` for ``torch.bfloat16`` or ``"bfloat16"``; other dtypes are refused."""
-    return str(_dtype(dtype)).removeprefix("torch.")
 
 
 def _entries(name: str, v: Iterable, dims: bool = False) -> list:
@@ -85,77 +82,6 @@ def _entries(name: str, v: Iterable, dims: bool = False) -> list:
     for i, n in enumerate(items if dims else ()):
         check_int(f"{name}[{i}]", n, 1)
     return items
-
-
-@dataclass(frozen=True)
-class MatmulPoint:
-    """One measured square matmul: size, dtype, median seconds and FLOP/s. ``best_flops_per_s``
-    uses the fastest tenth of the repetitions (their 10th percentile time): what the machine
-    does when nothing else competes for it, what a *ceiling* should be on a shared machine."""
-
-    n: int
-    dtype: str
-    seconds: float
-    flops_per_s: float
-    best_flops_per_s: float
-
-
-@dataclass(frozen=True)
-class CopyPoint:
-    """One measured copy: bytes per buffer, median seconds, bytes (read + written) per s,
-    and the rate of the fastest tenth of repetitions (see :class:`MatmulPoint`)."""
-
-    nbytes: int
-    seconds: float
-    bytes_per_s: float
-    best_bytes_per_s: float
-
-
-def measure_matmul(
-    n: int, dtype: str | torch.dtype = "float32", device: torch.device | str | None = None,
-    repeat: int = 7,
-) -> MatmulPoint:
-    """Median FLOP/s of an ``(n, n) @ (n, n)`` matmul in ``dtype`` on ``device``."""
-    check_int("n", n, 1), check_int("repeat", repeat, 1)
-    dev = resolve_device(device)
-    dt = _dtype(dtype)
-    a = torch.randn(n, n, device=dev).to(dt)  # (n, n)
-    b = torch.randn(n, n, device=dev).to(dt)  # (n, n)
-    out = torch.empty(n, n, device=dev, dtype=dt)
-    fn = lambda: torch.mm(a, b, out=out)  # noqa: E731
-    fn()  # oneDNN builds its kernel for this shape and dtype on the first call
-    m = benchmark(fn, warmup=1, repeat=repeat, device=dev, number=calibrate_number(fn, 0.01, dev))
-    flops = matmul_flops(n, n, n)
-    return MatmulPoint(n, dtype_name(dt), m.median_s, m.rate(flops), flops / m.p10_s)
-
-
-def measure_copy(nbytes: int, device: torch.device | str | None = None, repeat: int = 7) -> CopyPoint:
-    """Copy bandwidth for one ``nbytes`` buffer, counting bytes read plus bytes written.
-
-    STREAM's Copy kernel counts traffic this way: a copy of N bytes moves 2N bytes. (nccl-tests
-    counts differently: its algbw is the buffer's size over the time, S / t.)
-    """
-    check_int("nbytes", nbytes, 1), check_int("repeat", repeat, 1)
-    dev = resolve_device(device)
-    numel = max(1, nbytes // 4)
-    src = torch.rand(numel, device=dev)  # fp32, nbytes
-    dst = torch.empty_like(src)
-    fn = lambda: dst.copy_(src)  # noqa: E731
-    m = benchmark(fn, warmup=1, repeat=repeat, device=dev, number=calibrate_number(fn, 0.01, dev))
-    moved = 2 * numel * 4  # bytes: read src + write dst
-    return CopyPoint(numel * 4, m.median_s, m.rate(moved), moved / m.p10_s)
-
-
-def measure_h2d(nbytes: int, device: torch.device | str | None = None, repeat: int = 5) -> CopyPoint | None:
-    """Host-to-device bandwidth from pinned memory; ``None`` when CUDA is absent."""
-    check_int("nbytes", nbytes, 1), check_int("repeat", repeat, 1)
-    if not torch.cuda.is_available():
-        return None
-    dev, numel = resolve_device(device or "cuda"), max(1, nbytes // 4)
-    host = torch.rand(numel).pin_memory()  # pinned: DMA straight from host memory
-    dst = torch.empty(numel, device=dev)
-    m = benchmark(lambda: dst.copy_(host, non_blocking=True), warmup=2, repeat=repeat, device=dev)
-    return CopyPoint(numel * 4, m.median_s, m.rate(numel * 4), numel * 4 / m.p10_s)
 
 
 def last_level_cache_bytes(device: torch.device | str | None = None) -> int | None:
@@ -208,16 +134,24 @@ class MachineLimits:
 
     Attributes:
         device, name: ``"cpu"`` or ``"cuda:0"``, and what it is (see :func:`device_name`).
-        matmul_flops: dtype name -> best measured matmul FLOP/s.
-        copy_bytes_per_s: DRAM copy bandwidth, bytes read + written per second, from buffers
-            at least 4x the last-level cache (STREAM's rule): no cache level holds them.
+        matmul_flops: dtype name -> best measured matmul FLOP/s, on any thread count.
+        copy_bytes_per_s: DRAM bandwidth, bytes counted per second (a copy counts its buffer
+            twice, ``x + y`` three times), the best copy or add of buffers at least 4x the
+            last-level cache (STREAM's rule: no cache level holds them; at most 1 GiB).
         h2d_bytes_per_s: pinned host-to-device bandwidth, ``None`` without CUDA.
-        matmul_points, copy_points: the whole sweeps, for plots.
+        matmul_points, copy_points: the square-matmul and copy sweeps, for plots.
         cache_bytes_per_s, llc_bytes: the best copy of buffers that fit in half the last-level
             cache, and that cache's size (``None`` if unknown).
         method: how the ceilings were measured; limits measured another way are replaced,
             not merged (see :func:`save_limits`).
         cpu_bf16: :func:`cpu_bf16` where the limits were measured (``None`` on a GPU).
+        threads: the intra-op threads of "all cores" (``None`` on a GPU).
+        one_thread_flops: dtype name -> best matmul FLOP/s on one thread (see :meth:`peak_flops`).
+        shape_points: the course's matmul shapes (:data:`COURSE_SHAPES`), each on each thread count.
+        dram_nbytes, cache_nbytes: the buffer sizes the DRAM and cache ceilings came from.
+        sources: ceiling -> where it came from (``"float32"``, ``"float32, 1 thread"``,
+            ``"dram"``, ``"cache"``): a sweep point, or the operation that raised it
+            (:func:`perfkit.ceilings.observe`).
     """
 
     device: str
@@ -232,19 +166,40 @@ class MachineLimits:
     llc_bytes: int | None = None
     method: str = ""
     cpu_bf16: str | None = None
+    threads: int | None = None
+    one_thread_flops: dict[str, float] = field(default_factory=dict)
+    shape_points: list[MatmulPoint] = field(default_factory=list)
+    dram_nbytes: int | None = None
+    cache_nbytes: int | None = None
+    sources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.matmul_flops, dict):
-            raise TypeError(f"matmul_flops must be a dict of dtype name -> FLOP/s, got {self.matmul_flops!r}")
+        for name in ("matmul_flops", "one_thread_flops"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict of dtype name -> FLOP/s, got {getattr(self, name)!r}")
         for k, v in [*self.matmul_flops.items(), ("copy_bytes_per_s", self.copy_bytes_per_s)]:
             float(check_real(k if k == "copy_bytes_per_s" else f"matmul_flops[{k!r}]", v, 0, lo_open=True))
+        for k, v in self.one_thread_flops.items():
+            float(check_real(f"one_thread_flops[{k!r}]", v, 0, lo_open=True))
 
-    def peak_flops(self, dtype: str | torch.dtype = "float32") -> float:
-        """Measured matmul ceiling for ``dtype`` in FLOP/s."""
+    def peak_flops(self, dtype: str | torch.dtype = "float32", threads: int | None = None) -> float:
+        """Measured matmul ceiling for ``dtype`` in FLOP/s, on ``threads`` intra-op threads
+        (``None``: all cores). ``t`` threads do at most ``t`` times one thread's ceiling and at
+        most all cores' (the one-thread ceiling is measured, not all cores' over the core count:
+        one thread alone often runs faster than its share of all of them)."""
         name = dtype_name(dtype)
         if name not in self.matmul_flops:
             raise ValueError(f"dtype {name!r} was not measured; have {sorted(self.matmul_flops)}")
-        return self.matmul_flops[name]
+        every = self.matmul_flops[name]
+        if threads is None or check_int("threads", threads, 1) >= (self.threads or 1):
+            return every
+        one = self.one_thread_flops.get(name)
+        return every if one is None else min(every, threads * one)
+
+    def thread_share(self, threads: int, dtype: str | torch.dtype = "float32") -> float:
+        """The share of the all-cores ceiling ``threads`` threads can reach: ``peak_flops(dtype,
+        threads) / peak_flops(dtype)``, for code that scales one ceiling by a share."""
+        return self.peak_flops(dtype, threads) / self.peak_flops(dtype)
 
     def support(self, dtype: str | torch.dtype) -> str:
         """``"native"``, ``"converted"`` or ``"emulated"``: ``dtype``'s arithmetic here, from
@@ -264,12 +219,15 @@ class MachineLimits:
         """Roofline ceiling in FLOP/s for an operation of ``intensity`` FLOP/byte."""
         return attainable_flops(intensity, self.peak_flops(dtype), self.copy_bytes_per_s)
 
-    def share_of_peak(self, flops_per_s: float, dtype: str | torch.dtype = "float32") -> float:
-        """Achieved FLOP/s over the measured matmul ceiling (a fraction; MFU uses this)."""
-        return check_real("flops_per_s", flops_per_s, 0) / self.peak_flops(dtype)
+    def share_of_peak(self, flops_per_s: float, dtype: str | torch.dtype = "float32",
+                      threads: int | None = None) -> float:
+        """Achieved FLOP/s over the matmul ceiling on ``threads`` (a fraction; MFU uses this).
+        Above 1 the rate beat the ceiling: :func:`perfkit.ceilings.observe` raises it first, so
+        that a printed share never exceeds 100 %."""
+        return check_real("flops_per_s", flops_per_s, 0) / self.peak_flops(dtype, threads)
 
     def share_of_bandwidth(self, bytes_per_s: float) -> float:
-        """Achieved bytes/s over the measured copy bandwidth (a fraction)."""
+        """Achieved bytes/s over the measured DRAM bandwidth (a fraction; see :meth:`share_of_peak`)."""
         return check_real("bytes_per_s", bytes_per_s, 0) / self.copy_bytes_per_s
 
     def to_json(self) -> str:
@@ -279,62 +237,83 @@ class MachineLimits:
     def from_json(cls, text: str) -> MachineLimits:
         if not isinstance(d := json.loads(text), dict):
             raise ValueError(f"text must hold a JSON object of MachineLimits, got {text[:80]!r}")
-        d["matmul_points"] = [MatmulPoint(**p) for p in d.get("matmul_points", [])]
-        d["copy_points"] = [CopyPoint(**p) for p in d.get("copy_points", [])]
+        for key, kind in (("matmul_points", MatmulPoint), ("shape_points", MatmulPoint),
+                          ("copy_points", CopyPoint)):
+            d[key] = [kind(**p) for p in d.get(key, [])]
         return cls(**d)
+
+
+def _source(p: MatmulPoint | CopyPoint) -> str:
+    """Where a sweep point's ceiling came from, in words: ``"n=1024 on 2 threads"``."""
+    what = p.label if isinstance(p, MatmulPoint) else f"{p.op} of {p.nbytes:,} B buffers"
+    return f"{what} on {p.threads} thread{'s' * (p.threads != 1)}" if p.threads else what
 
 
 def measure_limits(quick: bool = False, device: torch.device | str | None = None,
                    dtypes: Iterable[str] = ("float32", "bfloat16"), matmul_sizes: Iterable[int] | None = None,
-                   copy_sizes: Iterable[int] | None = None, max_call_s: float = 1.0) -> MachineLimits:
-    """Sweep matmul sizes per dtype and copy sizes; keep the best of each sweep. Each point is
-    timed with :func:`perfkit.timing.benchmark`; a ceiling is the best point's fastest-tenth rate.
+                   copy_sizes: Iterable[int] | None = None, max_call_s: float = 1.0,
+                   rounds: int | None = None, shapes: Iterable[tuple[int, int, int]] = COURSE_SHAPES,
+                   ) -> MachineLimits:
+    """Sweep matmuls (square sizes and :data:`COURSE_SHAPES`) per dtype and copies, on every
+    thread count the notebooks use (:func:`thread_counts`), ``rounds`` times; keep the best of
+    each. A ceiling is the best point's fastest-tenth rate (:func:`sweep_matmul`, :func:`sweep_copy`).
 
     Args:
-        quick: smaller sweeps (a few seconds on a 2-core CPU).
+        quick: smaller sweeps and 2 rounds (seconds on a 2-core CPU), DRAM buffers at most 256 MiB.
         device, dtypes: ``None`` means CUDA if present, else CPU; matmul dtypes to measure.
-        matmul_sizes, copy_sizes: override the sweeps (square sizes; bytes per buffer).
-        max_call_s: sizes whose one call would exceed this (n^3 from the previous size) are
-            skipped, absent from ``matmul_points``: bf16 without fast units would take minutes.
+        matmul_sizes, copy_sizes: override the sweeps (square sizes; bytes per buffer); a DRAM
+            size is added when no copy size reaches 4x the last-level cache (or the cap).
+        max_call_s: points whose one call would exceed this are skipped (:func:`sweep_matmul`).
+        rounds: sweeps of everything (default 2 with ``quick``, else 3).
+        shapes: the ``(m, n, k)`` matmuls swept besides square ones.
 
     Raises:
-        TypeError, ValueError: for an unknown dtype, an empty list, or a size that is not
-            a positive int; all checked before anything is measured.
+        TypeError, ValueError: for an unknown dtype, an empty list, or a size or ``rounds``
+            that is not a positive int; all checked before anything is measured.
     """
     dtypes = [dtype_name(dt) for dt in _entries("dtypes", dtypes)]
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     if matmul_sizes is None:
         matmul_sizes = [256, 512, 1024, 2048, 4096, 8192] if gpu else (
-            [128, 256, 512] if quick else [128, 256, 512, 1024])
+            [128, 256, 512] if quick else [128, 256, 512, 1024, 2048])
     llc = last_level_cache_bytes(dev)
-    dram_min = 4 * (llc or 32 << 20)  # STREAM: each array at least 4x the last-level cache
+    # STREAM: each array at least 4x the last-level cache; capped, as a VM may report its host's
+    # whole L3 (480 MiB: 2 GiB buffers), and a capped buffer can only read faster: still a ceiling
+    dram_min = min(4 * (llc or 32 << 20), 1 << (28 if quick else 30))
     if copy_sizes is None:
-        top = max(1 << 30 if gpu else 1 << 28, dram_min)
-        copy_sizes = [1 << p for p in range(16, top.bit_length(), 2)]
+        copy_sizes = [1 << p for p in range(16, 29, 2)]
     matmul_sizes = sorted(set(_entries("matmul_sizes", matmul_sizes, dims=True)))
     copy_sizes = sorted(set(_entries("copy_sizes", copy_sizes, dims=True)))
     float(check_real("max_call_s", max_call_s, 0, lo_open=True))
+    rounds = check_int("rounds", (2 if quick else 3) if rounds is None else rounds, 1)
     if copy_sizes[-1] < dram_min:  # the DRAM ceiling needs one buffer no cache holds
         copy_sizes.append(1 << (dram_min - 1).bit_length())
-    mm: list[MatmulPoint] = []
-    for dt, n in ((dt, n) for dt in dtypes for n in matmul_sizes):
-        last = mm[-1] if mm and mm[-1].dtype == dtype_name(dt) else None
-        if last is None or last.seconds * (n / last.n) ** 3 <= max_call_s:
-            mm.append(measure_matmul(n, dt, dev))
-    cp = [measure_copy(s, dev) for s in copy_sizes]
-    in_cache = [p.best_bytes_per_s for p in cp if llc and p.nbytes <= llc // 2]
+    dram = [s for s in copy_sizes if s >= dram_min]
+    mm = sweep_matmul(dtypes, matmul_sizes, shapes, None, rounds, max_call_s, dev)
+    cp = sweep_copy(copy_sizes, dram[:1], None, rounds, dev)
     h2d = measure_h2d(1 << 28, dev) if gpu else None
-    best = {dt: max(p.best_flops_per_s for p in mm if p.dtype == dtype_name(dt)) for dt in dtypes}
+    every = torch.get_num_threads() if not gpu else None
+    best = {dt: max((p for p in mm if p.dtype == dt), key=lambda p: p.best_flops_per_s) for dt in dtypes}
+    one = {dt: max(ps, key=lambda p: p.best_flops_per_s) for dt in dtypes
+           if (ps := [p for p in mm if p.dtype == dt and p.threads == 1]) and every and every > 1}
+    top = max((p for p in cp if p.nbytes >= dram_min), key=lambda p: p.best_bytes_per_s)
+    in_cache = [p for p in cp if llc and p.nbytes <= llc // 2 and p.op == "copy"]
+    cache = max(in_cache, key=lambda p: p.best_bytes_per_s) if in_cache else None
+    sources = {**{dt: _source(p) for dt, p in best.items()},
+               **{f"{dt}, 1 thread": _source(p) for dt, p in one.items()},
+               "dram": _source(top), **({"cache": _source(cache)} if cache else {})}
     return MachineLimits(
-        device=str(dev), name=device_name(dev), matmul_flops=best,
-        # Buffers no cache holds give the DRAM bandwidth a large tensor sees; a buffer only
-        # twice the cache still partly hits in it and reads as much faster than DRAM.
-        copy_bytes_per_s=max(p.best_bytes_per_s for p in cp if p.nbytes >= dram_min),
-        h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None, matmul_points=mm, copy_points=cp,
+        device=str(dev), name=device_name(dev),
+        matmul_flops={dt: p.best_flops_per_s for dt, p in best.items()},
+        copy_bytes_per_s=top.best_bytes_per_s, h2d_bytes_per_s=h2d.best_bytes_per_s if h2d else None,
+        matmul_points=[p for p in mm if p.square], copy_points=cp,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        cache_bytes_per_s=max(in_cache) if in_cache else None, llc_bytes=llc, method=METHOD,
-        cpu_bf16=None if gpu else cpu_bf16())
+        cache_bytes_per_s=cache.best_bytes_per_s if cache else None, llc_bytes=llc, method=METHOD,
+        cpu_bf16=None if gpu else cpu_bf16(), threads=every,
+        one_thread_flops={dt: p.best_flops_per_s for dt, p in one.items()},
+        shape_points=[p for p in mm if not p.square], dram_nbytes=top.nbytes,
+        cache_nbytes=cache.nbytes if cache else None, sources=sources)
 
 
 @dataclass(frozen=True)
@@ -359,7 +338,7 @@ def matmul_roofline(n: int, dtype: str, limits: MachineLimits) -> RooflinePoint:
     check_int("n", n, 1)  # before matmul_bytes, whose message would name its own m
     if not isinstance(limits, MachineLimits):
         raise TypeError(f"limits must be a MachineLimits, got {type(limits).__name__}")
-    nbytes = matmul_bytes(n, n, n, _dtype(dtype).itemsize)
+    nbytes = matmul_bytes(n, n, n, getattr(torch, dtype_name(dtype)).itemsize)
     flops = matmul_flops(n, n, n)
     peak, bw = limits.peak_flops(dtype), limits.copy_bytes_per_s
     return RooflinePoint(n, dtype_name(dtype), flops, nbytes, flops / nbytes,
@@ -371,6 +350,33 @@ def default_limits_path() -> Path:
     per machine (an imitation has its own: the real machine's ceilings must not leak in)."""
     root = os.environ.get("PERFKIT_CACHE") or Path.home() / ".cache" / "perfkit"
     return Path(root) / f"machine_limits{'.' + imitation() if imitation() else ''}.json"
+
+
+def _merged(new: MachineLimits, old: MachineLimits) -> MachineLimits:
+    """Each ceiling at the higher of ``new`` and ``old``, with the sweep points and the source
+    of the limits that reached it."""
+    older = {k for k, v in new.matmul_flops.items() if old.matmul_flops.get(k, 0.0) > v}
+    ones_old = {k for k, v in old.one_thread_flops.items()
+                if k in new.matmul_flops and v > new.one_thread_flops.get(k, 0.0)}
+    dram = old if old.copy_bytes_per_s > new.copy_bytes_per_s else new
+    cache = old if (old.cache_bytes_per_s or 0.0) > (new.cache_bytes_per_s or 0.0) else new
+    src_from = {**{k: old if k in older else new for k in new.matmul_flops},
+                **{f"{k}, 1 thread": old if k in ones_old else new for k in new.matmul_flops},
+                "dram": dram, "cache": cache}
+
+    def points(name: str) -> list[MatmulPoint]:  # each dtype's sweep from the limits that set its ceiling
+        return ([p for p in getattr(new, name) if p.dtype not in older]
+                + [p for p in getattr(old, name) if p.dtype in older])
+
+    return replace(
+        new, matmul_flops={k: max(v, old.matmul_flops.get(k, 0.0)) for k, v in new.matmul_flops.items()},
+        one_thread_flops={k: (old if k in ones_old else new).one_thread_flops[k] for k in new.matmul_flops
+                          if k in ones_old or k in new.one_thread_flops},
+        matmul_points=points("matmul_points"), shape_points=points("shape_points"),
+        copy_bytes_per_s=dram.copy_bytes_per_s, copy_points=dram.copy_points, dram_nbytes=dram.dram_nbytes,
+        cache_bytes_per_s=cache.cache_bytes_per_s, cache_nbytes=cache.cache_nbytes,
+        h2d_bytes_per_s=max(new.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0) if new.h2d_bytes_per_s else None,
+        sources={k: v for k, lim in src_from.items() if (v := lim.sources.get(k))})
 
 
 def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) -> Path:
@@ -389,16 +395,7 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
             old = None  # unreadable or from an older perfkit: replace it
         if old is not None and (old.device, old.name, old.method) == (
                 limits.device, limits.name, limits.method):
-            older = {k for k, v in limits.matmul_flops.items() if old.matmul_flops.get(k, 0.0) > v}
-            copy_from = old if old.copy_bytes_per_s > limits.copy_bytes_per_s else limits
-            limits = replace(
-                limits, matmul_flops={k: old.matmul_flops[k] if k in older else v
-                                      for k, v in limits.matmul_flops.items()},
-                matmul_points=[p for p in limits.matmul_points if p.dtype not in older]
-                + [p for p in old.matmul_points if p.dtype in older],
-                copy_bytes_per_s=copy_from.copy_bytes_per_s, copy_points=copy_from.copy_points,
-                cache_bytes_per_s=copy_from.cache_bytes_per_s, h2d_bytes_per_s=(max(
-                    limits.h2d_bytes_per_s, old.h2d_bytes_per_s or 0.0) if limits.h2d_bytes_per_s else None))
+            limits = _merged(limits, old)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(limits.to_json())
     return p
@@ -407,12 +404,16 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
 def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,
                   refresh: bool = False) -> MachineLimits:
     """Load limits measured earlier on this machine from ``path``, or measure and save (again
-    for a file from another device or method, :data:`METHOD`): every result shares them."""
+    for a file from another device or method, :data:`METHOD`, or an unreadable one): every
+    result shares them."""
     p = Path(path) if path is not None else default_limits_path()
     dev = resolve_device(None)
     if p.exists() and not refresh:
-        limits = MachineLimits.from_json(p.read_text())
-        if (limits.device, limits.name, limits.method) == (str(dev), device_name(dev), METHOD):
+        try:
+            limits = MachineLimits.from_json(p.read_text())
+        except (ValueError, TypeError, KeyError):
+            limits = None  # from an older perfkit: measured again
+        if limits and (limits.device, limits.name, limits.method) == (str(dev), device_name(dev), METHOD):
             return limits
     save_limits(measure_limits(quick=quick, device=dev), p)
     return MachineLimits.from_json(p.read_text())

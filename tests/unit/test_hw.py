@@ -1,8 +1,11 @@
 """perfkit.hw: the model's formulas by hand, measurements are sane, records round-trip."""
 
-import pytest
+import time
 
-from perfkit import hw, roofline
+import pytest
+import torch
+
+from perfkit import hw, hw_sweep, roofline
 
 
 def test_matmul_formulas_by_hand():
@@ -28,23 +31,59 @@ def test_bad_input(call, match):
         call()
 
 
+LLC = 1 << 20  # a 1 MiB last-level cache: the DRAM-sized buffers stay small
+
+
 @pytest.fixture(scope="module")
 def limits():  # measured on this machine, unlike conftest's invented ones
-    return hw.measure_limits(matmul_sizes=[64, 128], copy_sizes=[2**16, 2**20])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hw, "last_level_cache_bytes", lambda device=None: LLC)
+        return hw.measure_limits(matmul_sizes=[64, 128], copy_sizes=[2**16, 2**20], rounds=2,
+                                 shapes=[(96, 64, 32)])
 
 
 def test_measured_limits_are_sane(limits):
     assert set(limits.matmul_flops) == {"float32", "bfloat16"}
     assert all(1e6 < v < 1e17 for v in limits.matmul_flops.values())
     assert 1e8 < limits.copy_bytes_per_s < 1e13
-    # the sweep gains one buffer of at least 4x the last-level cache: the DRAM ceiling
-    assert len(limits.matmul_points) == 4 and len(limits.copy_points) == 3
-    llc = hw.last_level_cache_bytes()
-    dram = [p for p in limits.copy_points if p.nbytes >= 4 * (llc or 32 << 20)]
-    assert dram and limits.copy_bytes_per_s == max(p.best_bytes_per_s for p in dram)
-    assert limits.method == hw.METHOD and limits.llc_bytes == llc
+    assert limits.method == hw.METHOD and limits.llc_bytes == LLC and limits.threads == hw.thread_counts()[0]
+    counts = hw.thread_counts()
+    # every square size and the course shape, on each thread count the notebooks use
+    fp32 = [p for p in limits.matmul_points + limits.shape_points if p.dtype == "float32"]
+    assert sorted((p.mnk, p.threads) for p in fp32) == sorted(
+        (s, t) for s in [(64, 64, 64), (128, 128, 128), (96, 64, 32)] for t in counts)
+    assert [p.label for p in limits.shape_points if p.threads == counts[0]][0] == "96x32 @ 32x64"
+    # each ceiling is the best point of any thread count; one thread's, of one thread's points
+    assert limits.matmul_flops["float32"] == max(p.best_flops_per_s for p in fp32)
+    if len(counts) > 1:
+        assert limits.one_thread_flops["float32"] == max(p.best_flops_per_s for p in fp32 if p.threads == 1)
+        assert limits.peak_flops("float32", 1) == limits.one_thread_flops["float32"]
+        assert limits.sources["float32, 1 thread"].endswith("on 1 thread")
+    # the sweep gains buffers of 4x the last-level cache, copied and added: the DRAM ceiling
+    assert sorted({(p.op, p.nbytes) for p in limits.copy_points}) == [
+        ("add", 4 * LLC), ("copy", 2**16), ("copy", 2**20), ("copy", 4 * LLC)]
+    dram = [p for p in limits.copy_points if p.nbytes >= 4 * LLC]
+    assert limits.copy_bytes_per_s == max(p.best_bytes_per_s for p in dram) and limits.dram_nbytes == 4 * LLC
+    cache = [p for p in limits.copy_points if p.nbytes <= LLC // 2]
+    assert limits.cache_bytes_per_s == max(p.best_bytes_per_s for p in cache)
+    assert limits.cache_nbytes in {p.nbytes for p in cache}
+    assert limits.sources["dram"].startswith(("copy of 4,194,304 B", "add of 4,194,304 B"))
     # the ceiling is the best point's fastest-tenth rate, so no point's median exceeds it
-    assert all(p.flops_per_s <= limits.peak_flops(p.dtype) * 1.0001 for p in limits.matmul_points)
+    assert all(p.flops_per_s <= limits.peak_flops(p.dtype, p.threads) * 1.0001 for p in fp32)
+
+
+def test_ceilings_per_thread_count_by_hand():
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 2e10, threads=4, one_thread_flops={"float32": 3e10})
+    assert [lim.peak_flops("float32", t) for t in (1, 2, 3, 4, 8)] == [3e10, 6e10, 9e10, 1e11, 1e11]
+    assert lim.peak_flops() == 1e11 and lim.thread_share(2) == pytest.approx(0.6)
+    assert lim.share_of_peak(3e10, threads=1) == 1.0 and lim.share_of_peak(3e10) == pytest.approx(0.3)
+    # all cores reach the all-cores ceiling even where 4 x one thread's is lower (measured under load)
+    low = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 2e10, threads=4, one_thread_flops={"float32": 2e10})
+    assert low.peak_flops("float32", 4) == 1e11 and low.peak_flops("float32", 3) == 6e10
+    # without a one-thread ceiling (a GPU, a 1-core machine) every thread count gets the whole one
+    assert hw.MachineLimits("cpu", "t", {"float32": 1e11}, 2e10).peak_flops("float32", 1) == 1e11
+    with pytest.raises(ValueError, match="threads must be an int >= 1"):
+        lim.peak_flops("float32", 0)
 
 
 def test_limits_helpers_and_json_round_trip(limits, tmp_path):
@@ -54,7 +93,7 @@ def test_limits_helpers_and_json_round_trip(limits, tmp_path):
     assert limits.share_of_bandwidth(bw) == 1.0
     path = hw.save_limits(limits, tmp_path / "l.json")
     again = hw.MachineLimits.from_json(path.read_text())
-    assert again == limits
+    assert again == limits and again.shape_points == limits.shape_points
     with pytest.raises(ValueError, match="was not measured"):
         limits.peak_flops("float16")
 
@@ -92,34 +131,47 @@ def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
     assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
 
 
-def test_a_kept_ceiling_keeps_the_sweep_that_reached_it(limits, tmp_path):
+def test_a_kept_ceiling_keeps_the_sweep_and_source_that_reached_it(limits, tmp_path):
     from dataclasses import replace
 
     def sweep(scale):
         return replace(
             limits, matmul_flops={"float32": 1e11 * scale, "bfloat16": 4e11 / scale},
-            matmul_points=[hw.MatmulPoint(256, "float32", 1.0, 1e11 * scale, 1e11 * scale),
-                           hw.MatmulPoint(256, "bfloat16", 1.0, 4e11 / scale, 4e11 / scale)],
-            copy_bytes_per_s=2e10 * scale, cache_bytes_per_s=5e10 * scale,
-            copy_points=[hw.CopyPoint(2**28, 1.0, 2e10 * scale, 2e10 * scale)])
+            one_thread_flops={"float32": 6e10 / scale, "bfloat16": 2e11 * scale},
+            matmul_points=[hw.MatmulPoint(256, "float32", 1.0, 1e11 * scale, 1e11 * scale, 2),
+                           hw.MatmulPoint(256, "bfloat16", 1.0, 4e11 / scale, 4e11 / scale, 2)],
+            shape_points=[hw.MatmulPoint(64, "float32", 1.0, 1e9 * scale, 1e9 * scale, 1, 128, 32)],
+            copy_bytes_per_s=2e10 * scale, cache_bytes_per_s=5e10 / scale, dram_nbytes=int(2**28 * scale),
+            cache_nbytes=int(2**18 * scale),
+            copy_points=[hw.CopyPoint(2**28, 1.0, 2e10 * scale, 2e10 * scale)],
+            sources={"float32": f"fp32 {scale}", "bfloat16": f"bf16 {scale}",
+                     "float32, 1 thread": f"1t {scale}", "bfloat16, 1 thread": f"bf16 1t {scale}",
+                     "dram": f"dram {scale}", "cache": f"cache {scale}"})
 
     path = hw.save_limits(sweep(1.0), tmp_path / "l.json")
-    hw.save_limits(sweep(0.5), path)  # fp32 and copy slower (busy), bf16 faster
+    hw.save_limits(sweep(0.5), path)  # fp32 and copy slower (busy), bf16, fp32 on 1 thread and cache faster
     kept = hw.MachineLimits.from_json(path.read_text())
     for dtype, peak in kept.matmul_flops.items():  # each ceiling is its own sweep's best point
         assert max(p.best_flops_per_s for p in kept.matmul_points if p.dtype == dtype) == peak
     assert kept.matmul_flops == {"float32": 1e11, "bfloat16": 8e11}
-    assert kept.copy_points[0].best_bytes_per_s == kept.copy_bytes_per_s == 2e10
-    assert kept.cache_bytes_per_s == 5e10
+    assert kept.one_thread_flops == {"float32": 1.2e11, "bfloat16": 2e11}
+    assert kept.shape_points == sweep(1.0).shape_points  # with fp32's ceiling
+    assert kept.copy_points[0].best_bytes_per_s == kept.copy_bytes_per_s == 2e10 and kept.dram_nbytes == 2**28
+    assert kept.cache_bytes_per_s == 1e11 and kept.cache_nbytes == 2**17
+    assert kept.sources == {"float32": "fp32 1.0", "bfloat16": "bf16 0.5", "float32, 1 thread": "1t 0.5",
+                            "bfloat16, 1 thread": "bf16 1t 1.0", "dram": "dram 1.0", "cache": "cache 0.5"}
 
 
-def test_cached_limits_measured_another_way_are_measured_again(limits, tmp_path, monkeypatch):
+def test_cached_limits_measured_another_way_or_unreadable_are_measured_again(limits, tmp_path, monkeypatch):
     from dataclasses import replace
 
     path = hw.save_limits(replace(limits, method="1: an older perfkit"), tmp_path / "l.json")
     calls = []
     monkeypatch.setattr(hw, "measure_limits", lambda **kw: calls.append(kw) or limits)
     assert hw.cached_limits(path) == limits and len(calls) == 1
+    path.write_text('{"device": "cpu", "name": "x", "matmul_flops": {"float32": 1.0}, '
+                    '"copy_bytes_per_s": 1.0, "copy_points": [{"nbytes": 1, "rate": 1}]}')  # unknown fields
+    assert hw.cached_limits(path) == limits and len(calls) == 2
 
 
 def test_last_level_cache_is_a_plausible_size():
@@ -127,33 +179,85 @@ def test_last_level_cache_is_a_plausible_size():
     assert llc is None or 64 << 10 <= llc <= 4 << 30
 
 
-def test_a_copy_sweep_without_a_dram_sized_buffer_gets_one(monkeypatch):
-    monkeypatch.setattr(hw, "last_level_cache_bytes", lambda device=None: 1 << 20)  # a 1 MiB cache
-    lim = hw.measure_limits(dtypes=("float32",), matmul_sizes=[32], copy_sizes=[1 << 16])
-    assert [p.nbytes for p in lim.copy_points] == [1 << 16, 1 << 22]
-    assert lim.copy_bytes_per_s == lim.copy_points[1].best_bytes_per_s
-    assert lim.cache_bytes_per_s == lim.copy_points[0].best_bytes_per_s  # 64 KiB <= half the cache
+@pytest.mark.parametrize("llc, quick, dram", [
+    (1 << 20, False, 1 << 22),           # 4x the cache (the sweep's 4 MiB buffer)
+    (33_600_000, False, 1 << 28),        # 134 MB: the next power of two
+    (480 << 20, False, 1 << 30),         # a VM that reports its host's 480 MiB L3: capped at 1 GiB
+    (480 << 20, True, 1 << 28),          # and at 256 MiB in QUICK runs
+    (None, False, 1 << 28),              # unknown: 4x 32 MiB
+])
+def test_the_dram_ceiling_comes_from_buffers_of_4x_the_cache_capped(monkeypatch, llc, quick, dram):
+    seen = {}
+    monkeypatch.setattr(hw, "last_level_cache_bytes", lambda device=None: llc)
+    monkeypatch.setattr(hw, "sweep_matmul",
+                        lambda dtypes, *a: [hw.MatmulPoint(8, d, 1.0, 1.0, 1.0, 1) for d in dtypes])
+
+    def copies(sizes, add_sizes, threads, rounds, device):
+        seen.update(sizes=sizes, add=add_sizes, rounds=rounds)
+        return [hw.CopyPoint(s, 1.0, float(s), float(s), 1, op)
+                for op, ss in (("copy", sizes), ("add", add_sizes)) for s in ss]
+
+    monkeypatch.setattr(hw, "sweep_copy", copies)
+    lim = hw.measure_limits(quick=quick, dtypes=("float32",))
+    # the default sizes (64 KiB to 256 MiB), and one DRAM-sized buffer if none is: also added
+    assert seen["sizes"] == sorted({*(1 << p for p in range(16, 29, 2)), dram})
+    assert seen["add"] == [dram] and seen["rounds"] == (2 if quick else 3)
+    # the DRAM ceiling is the best of the buffers >= the DRAM size (here the largest: rate = size)
+    assert lim.dram_nbytes == lim.copy_bytes_per_s == max(seen["sizes"])
+    assert lim.sources["dram"] == f"copy of {max(seen['sizes']):,} B buffers on 1 thread"
 
 
-def test_matmul_sizes_whose_one_call_would_exceed_max_call_s_are_skipped(monkeypatch):
-    # bf16 without fast units: 0.5 s at n=256 means ~4 s at 512, so 512 and 1024 are skipped;
-    # fp32 at 0.01 s per call (0.08 s at 512, 0.64 s at 1024) keeps every size
+def test_the_matmul_sweep_keeps_each_points_best_round_and_skips_long_calls(monkeypatch):
+    # bf16 without fast units: 0.5 s at n=256 means ~4 s at 512, so 512 and 1024 are skipped,
+    # and below a quarter of fp32's rate it is swept once, on the first thread count, squares only;
+    # fp32 at 0.01 s per call (0.08 s at 512, 0.64 s at 1024) keeps every size and shape
     per_call = {"float32": 0.01, "bfloat16": 0.5}
     calls = []
 
-    def fake(n, dtype, device=None, repeat=7):
-        calls.append((n, dtype))
-        s = per_call[dtype] * (n / 256) ** 3
-        return hw.MatmulPoint(n, dtype, s, 2 * n**3 / s, 2 * n**3 / s)
+    def fake(n, dtype, device=None, repeat=7, *, m=None, k=None, threads=None):
+        calls.append((dtype, n, m, k, threads))
+        s = per_call[dtype] * (m or n) * n * (k or n) / 256**3 * (1 + 0.1 * (len(calls) % 3))  # rounds differ
+        f = 2 * (m or n) * n * (k or n)
+        return hw.MatmulPoint(n, dtype, s, f / s, f / s, threads, m, k)
 
-    monkeypatch.setattr(hw, "measure_matmul", fake)
-    lim = hw.measure_limits(matmul_sizes=[1024, 256, 512], copy_sizes=[1 << 16], max_call_s=1.0)
-    assert calls == [(256, "float32"), (512, "float32"), (1024, "float32"), (256, "bfloat16")]
-    assert [(p.n, p.dtype) for p in lim.matmul_points] == calls
+    monkeypatch.setattr(hw_sweep, "measure_matmul", fake)
+    pts = hw.sweep_matmul(["float32", "bfloat16"], [1024, 256, 512], [(512, 256, 128)], [2, 1], rounds=2)
+    fp32 = [c for c in calls if c[0] == "float32"]
+    work = ((256, None, None), (512, None, None), (1024, None, None), (256, 512, 128))
+    assert fp32[:8] == [("float32", n, m, k, t) for n, m, k in work for t in (2, 1)]
+    assert fp32[8:] == fp32[:8]  # the second round
+    assert [c for c in calls if c[0] == "bfloat16"] == [("bfloat16", 256, None, None, 2),
+                                                         ("bfloat16", 256, None, None, 1)]
+    assert len(pts) == 4 * 2 + 2 and sum(not p.square for p in pts) == 2
     calls.clear()
-    hw.measure_limits(dtypes=("bfloat16",), matmul_sizes=[256, 512], copy_sizes=[1 << 16],
-                      max_call_s=5.0)
-    assert calls == [(256, "bfloat16"), (512, "bfloat16")]  # 4 s <= 5 s: measured
+    hw.sweep_matmul(["bfloat16"], [256, 512], [], [1], rounds=1, max_call_s=5.0)
+    assert [c[1] for c in calls] == [256, 512]  # 4 s <= 5 s: measured
+
+
+def test_the_matmul_sweep_keeps_the_best_round(monkeypatch):
+    rates = iter([1e9, 3e9, 2e9])
+
+    def fake(n, dtype, device=None, repeat=7, *, m=None, k=None, threads=None):
+        r = next(rates)
+        return hw.MatmulPoint(n, dtype, 1.0, r, r, threads)
+
+    monkeypatch.setattr(hw_sweep, "measure_matmul", fake)
+    (p,) = hw.sweep_matmul(["float32"], [64], [], [1], rounds=3)
+    assert p.best_flops_per_s == 3e9
+
+
+def test_copies_are_timed_warm_on_each_thread_count(one_thread):
+    pts = hw.sweep_copy([1 << 16], add_sizes=[1 << 16], threads=[1], rounds=2)
+    assert [(p.op, p.nbytes, p.threads) for p in pts] == [("copy", 1 << 16, 1), ("add", 1 << 16, 1)]
+    assert all(p.best_bytes_per_s >= p.bytes_per_s > 1e8 for p in pts)
+    calls = []
+
+    def first_call_slow():  # a fresh buffer's page faults land on its first write
+        calls.append(1)
+        time.sleep(0.05 if len(calls) == 1 else 0.0001)
+
+    m = hw_sweep._timed(first_call_slow, 3, torch.device("cpu"))
+    assert max(m.times_s) < 0.02  # the first, slow call is never timed
 
 
 @pytest.mark.parametrize("bf16, support", [(4e11, "native"), (1e11, "native"), (5e10, "converted"),

@@ -1,0 +1,159 @@
+"""Ceilings that stay ceilings: an operation that beats one raises it, and says so where it happens.
+
+:mod:`perfkit.hw` measures each ceiling on the course's own work (its matmul shapes and copy
+sizes, on one thread and on all, the best of several rounds), but a later measurement can still
+beat one: a quieter moment, a shape the sweep did not run. A share above 100 % of a ceiling says
+nothing about the operation and everything about the ceiling, so it is never printed.
+:func:`observe` takes the rate an operation reached, raises the ceiling it beat (in the record it
+returns and in the cache that later notebooks read) and returns the share against the raised
+ceiling, at most 1, with the sentence to print where it happened. Only rates of work that really
+ran raise a ceiling: counted FLOPs (HFU), counted bytes; never a formula's FLOPs (MFU).
+
+Usage::
+
+    obs = observe(limits, "float32", counted_flops / step_s, "the MLP step", threads=1)
+    print(f"HFU {obs.share:.0%}" + (f" ({obs.note})" if obs.raised else ""))
+    limits = obs.limits                                      # the raised ceilings, for what follows
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.hw import MachineLimits, save_limits
+from perfkit.units import si
+
+__all__ = ["KINDS", "Observation", "ceiling", "observe"]
+
+KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
+"""What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
+
+
+def _kind(limits: MachineLimits, kind: str) -> str:
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
+    if kind not in ("dram", "cache"):
+        limits.peak_flops(kind)  # refuses a dtype the sweep did not measure
+    return kind
+
+
+def ceiling(limits: MachineLimits, kind: str, threads: int | None = None) -> float:
+    """The ceiling of ``kind`` (:data:`KINDS`) in ``limits``: FLOP/s on ``threads`` intra-op threads
+    (``None``: all cores) for a dtype, counted bytes/s for ``"dram"`` and ``"cache"`` (the cache's
+    ceiling is at least DRAM's; without a cache figure, DRAM's).
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`perfkit.hw.MachineLimits`, an
+            unknown or unmeasured kind, or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    kind = _kind(limits, kind)
+    if threads is not None:
+        check_int("threads", threads, 1)
+    if kind == "dram":
+        return limits.copy_bytes_per_s
+    if kind == "cache":
+        return max(limits.cache_bytes_per_s or 0.0, limits.copy_bytes_per_s)
+    return limits.peak_flops(kind, threads)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured rate held against its ceiling, the ceiling raised first if the rate beat it.
+
+    Attributes:
+        limits: the ceilings after the observation (the same record when nothing was beaten).
+        kind, threads: which ceiling (:func:`ceiling`).
+        what: the operation, as the note names it ("the MLP step").
+        rate: what it reached (FLOP/s or counted bytes/s).
+        before: the ceiling before the observation.
+    """
+
+    limits: MachineLimits
+    kind: str
+    what: str
+    rate: float
+    before: float
+    threads: int | None = None
+
+    @property
+    def after(self) -> float:
+        """The ceiling after the observation (at least ``rate``)."""
+        return ceiling(self.limits, self.kind, self.threads)
+
+    @property
+    def raised(self) -> bool:
+        return self.after > self.before
+
+    @property
+    def share(self) -> float:
+        """``rate`` over the ceiling after the observation: at most 1."""
+        return self.rate / self.after
+
+    @property
+    def note(self) -> str:
+        """The sentence to print where the rate was measured ("" when no ceiling rose)."""
+        if not self.raised:
+            return ""
+        unit = "B/s" if self.kind in ("dram", "cache") else "FLOP/s"
+        name = (f"{self.kind.upper() if self.kind == 'dram' else self.kind} bandwidth" if unit == "B/s"
+                else f"{self.kind} matmul" + (f" ({self.threads} thread{'s' * (self.threads != 1)})"
+                                              if self.threads else ""))
+        return (f"the {name} ceiling rose from {si(self.before, unit)} to {si(self.after, unit)}: "
+                f"{self.what} ran faster than the sweep")
+
+
+def _raised(limits: MachineLimits, kind: str, rate: float, what: str, threads: int | None) -> MachineLimits:
+    """``limits`` with the ceiling of ``kind`` on ``threads`` raised to at least ``rate``."""
+    src = dict(limits.sources)
+    if kind in ("dram", "cache"):  # called only when rate beats the ceiling (the cache's: at least DRAM's)
+        src[kind] = f"observed: {what}"
+        return (replace(limits, copy_bytes_per_s=rate, sources=src) if kind == "dram"
+                else replace(limits, cache_bytes_per_s=rate, sources=src))
+    every, ones = dict(limits.matmul_flops), dict(limits.one_thread_flops)
+    if every[kind] < rate:
+        every[kind], src[kind] = rate, f"observed: {what}"
+    fewer = threads is not None and threads < (limits.threads or 1)  # fewer than all cores
+    if fewer and kind in ones and threads * ones[kind] < rate:
+        one = rate / threads
+        # nudged up one ulp where threads * (rate / threads) rounds below rate
+        ones[kind] = one if threads * one >= rate else math.nextafter(one, math.inf)
+        src[f"{kind}, 1 thread"] = f"observed: {what}"
+    return replace(limits, matmul_flops=every, one_thread_flops=ones, sources=src)
+
+
+def observe(limits: MachineLimits, kind: str, rate: float, what: str, threads: int | None = None,
+            path: str | os.PathLike | None = None, save: bool = True) -> Observation:
+    """Hold ``rate`` against its ceiling; raise the ceiling first if ``rate`` beats it.
+
+    Args:
+        limits: the ceilings in use (:func:`perfkit.hw.cached_limits`).
+        kind: a dtype name (matmul FLOP/s), ``"dram"`` or ``"cache"`` (counted bytes/s).
+        rate: what the operation reached: counted FLOPs or bytes per second of work that ran.
+        what: the operation, for the note ("the MLP step on 1 thread").
+        threads: the intra-op threads it ran on (``None``: all cores); matmul kinds only.
+        path, save: where the raised ceilings are saved (:func:`perfkit.hw.save_limits`, which
+            keeps the higher of each), and whether to.
+
+    Returns:
+        An :class:`Observation`: ``share`` at most 1, ``note`` the sentence to print.
+
+    Raises:
+        TypeError, ValueError: for bad limits, an unknown or unmeasured kind, a rate that is not a
+            finite number >= 0, an empty ``what``, a ``threads`` below 1 or a ``save`` not a bool.
+    """
+    before = ceiling(limits, kind, threads)
+    rate = float(check_real("rate", rate, 0))
+    if not isinstance(what, str) or not what.strip():
+        raise TypeError(f"what must be a non-empty str naming the operation, got {what!r}")
+    if not isinstance(save, bool):
+        raise TypeError(f"save must be a bool, got {save!r}")
+    if rate <= before:
+        return Observation(limits, kind, what, rate, before, threads)
+    raised = _raised(limits, kind, rate, what, threads)
+    if save:
+        save_limits(raised, path)
+    return Observation(raised, kind, what, rate, before, threads)

@@ -1,0 +1,88 @@
+"""perfkit.ceilings: a rate that beats its ceiling raises it (in the record and the cache) and
+says so; a share held against a ceiling after observe never exceeds 1."""
+
+import pytest
+
+from perfkit import hw
+from perfkit.ceilings import ceiling, observe
+
+
+@pytest.fixture
+def lim():  # 4 cores: 100 GFLOP/s on all of them, 30 on one; DRAM 20 GB/s, cache 50 GB/s
+    return hw.MachineLimits("cpu", "test", {"float32": 1e11, "bfloat16": 2e9}, 2e10, threads=4,
+                            one_thread_flops={"float32": 3e10}, cache_bytes_per_s=5e10, method=hw.METHOD,
+                            sources={"float32": "n=1024 on 4 threads", "dram": "copy of 1 GiB"})
+
+
+def test_a_rate_below_its_ceiling_changes_nothing(lim, tmp_path):
+    obs = observe(lim, "float32", 2e10, "the step", threads=1, path=tmp_path / "l.json")
+    assert obs.limits is lim and not obs.raised and obs.note == ""
+    assert obs.share == pytest.approx(2 / 3) and obs.before == obs.after == 3e10
+    assert not (tmp_path / "l.json").exists()  # nothing to save
+
+
+def test_a_rate_above_the_all_cores_ceiling_raises_it_and_says_so(lim, tmp_path):
+    path = tmp_path / "l.json"
+    obs = observe(lim, "float32", 1.2e11, "the MLP step", path=path)
+    assert obs.raised and obs.share == 1.0 and obs.before == 1e11 and obs.after == 1.2e11
+    assert obs.note == ("the float32 matmul ceiling rose from 100 GFLOP/s to 120 GFLOP/s: the MLP step ran "
+                        "faster than the sweep")
+    assert obs.limits.peak_flops("float32") == 1.2e11
+    assert obs.limits.sources["float32"] == "observed: the MLP step"
+    assert obs.limits.peak_flops("float32", 1) == 3e10  # one thread's ceiling is another ceiling
+    assert hw.MachineLimits.from_json(path.read_text()) == obs.limits  # what later notebooks read
+    # the cache keeps the higher ceiling: an older, lower record saved later does not undo it
+    hw.save_limits(lim, path)
+    assert hw.MachineLimits.from_json(path.read_text()).peak_flops("float32") == 1.2e11
+
+
+def test_one_threads_ceiling_is_raised_alone(lim, tmp_path):
+    obs = observe(lim, "float32", 4e10, "the step on 1 thread", threads=1, path=tmp_path / "l.json")
+    assert obs.raised and obs.share == 1.0 and obs.limits.peak_flops("float32", 1) == 4e10
+    assert obs.limits.peak_flops("float32") == 1e11  # the all-cores ceiling was not beaten
+    assert obs.note.startswith("the float32 matmul (1 thread) ceiling rose from 30 GFLOP/s to 40 GFLOP/s")
+    assert obs.limits.sources["float32, 1 thread"] == "observed: the step on 1 thread"
+
+
+def test_dram_and_cache_ceilings(lim):
+    obs = observe(lim, "dram", 3e10, "x + y", save=False)
+    assert obs.raised and obs.limits.copy_bytes_per_s == 3e10 and obs.share == 1.0
+    assert obs.note == ("the DRAM bandwidth ceiling rose from 20 GB/s to 30 GB/s: x + y ran faster than "
+                        "the sweep")
+    assert obs.limits.cache_bytes_per_s == 5e10 and obs.limits.sources["dram"] == "observed: x + y"
+    # the cache's ceiling is at least DRAM's: a DRAM rate above the cache's figure lifts both
+    high = observe(lim, "dram", 6e10, "x + y", save=False).limits
+    assert ceiling(high, "cache") == 6e10
+    assert observe(lim, "cache", 4e10, "a chain", save=False).limits is lim
+    assert observe(lim, "cache", 7e10, "a chain", save=False).limits.cache_bytes_per_s == 7e10
+    no_cache = hw.MachineLimits("cpu", "t", {"float32": 1.0}, 2e10)
+    assert ceiling(no_cache, "cache") == 2e10
+
+
+def test_save_false_leaves_the_cache_alone(lim, tmp_path):
+    path = hw.save_limits(lim, tmp_path / "l.json")
+    observe(lim, "float32", 5e11, "x", path=path, save=False)
+    assert hw.MachineLimits.from_json(path.read_text()) == lim
+
+
+@pytest.mark.parametrize("threads", [None, 1, 2, 3, 4, 7])
+def test_no_share_exceeds_one_after_observe(lim, threads):
+    # the rates straddle every ceiling, incl. t x one thread's between one and all cores
+    for rate in (1e9, 2.9e10, 3e10, 3.1e10, 6.1e10, 8.99e10, 9.1e10, 1e11, 1.3e11, 1e12 / 7):
+        obs = observe(lim, "float32", rate, "op", threads=threads, save=False)
+        assert obs.share <= 1.0 and obs.limits.share_of_peak(rate, "float32", threads) <= 1.0
+        assert obs.raised == (rate > lim.peak_flops("float32", threads))
+        # the ceilings only ever rise, and each thread count's stays a ceiling of its own
+        for t in (None, 1, 2, 3, 4):
+            assert obs.limits.peak_flops("float32", t) >= lim.peak_flops("float32", t)
+        # ... and rise no further than the rate asks: one thread's by rate / threads, if at all
+        one = obs.limits.peak_flops("float32", 1)
+        assert one == 3e10 if threads in (None, 4, 7) else one <= max(3e10, rate / threads * (1 + 1e-12))
+
+
+def test_observations_in_sequence_keep_every_ceiling(lim):
+    cur = lim
+    for rate, threads in ((3.5e10, 1), (1.1e11, None), (2e10, 1), (9e10, None)):
+        cur = observe(cur, "float32", rate, "op", threads=threads, save=False).limits
+    assert cur.peak_flops("float32") == 1.1e11 and cur.peak_flops("float32", 1) == 3.5e10
+    assert cur.peak_flops("bfloat16") == 2e9
