@@ -1,13 +1,15 @@
 """One way to print a measured number with its unit: SI prefixes, three significant digits.
 
 Used by the verdicts, the command line and the plots alike, so a figure reads the same in
-every place it is printed.
+every place it is printed. A figure with its interval is printed by :func:`si_interval`: the
+three numbers at one prefix and one precision, the point visibly inside its interval.
 
 Usage::
 
-    si(1.7e11, "FLOP/s")   # '170 GFLOP/s'
-    si(3.2e-5, "s")        # '32 µs'
-    si(1.234, "x")         # '1.23x'   (ratios and shares take no prefix and no space)
+    si(1.7e11, "FLOP/s")                 # '170 GFLOP/s'
+    si(3.2e-5, "s")                      # '32 µs'
+    si(1.234, "x")                       # '1.23x'   (ratios and shares take no prefix and no space)
+    si_interval(0.1848, 0.182, 0.212, "x")  # ('0.185x', '0.182x', '0.212x')
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["si"]
+__all__ = ["si", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -23,6 +25,38 @@ _BARE = {"x", "%"}  # units written against the number, never prefixed
 _PLAIN = {"", "x", "%", "pp", "ppm"}  # no prefix below 10^4: a ratio of 0.5 is not '500 mx'
 _SMALL = {"s", "B", "FLOP", "FLOP/s", "B/s", "W", "J", "Hz"}  # units that take m, µ, n
 _PREFIXED = re.compile(r"^(m|µ|k|M|G|T|Ki|Mi|Gi)(s|B|FLOP|W|J|Hz)(/s)?$")  # 'ms', 'MB': never re-prefixed
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return float(value)  # numpy scalars
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a number, got {value!r}") from None
+    return value
+
+
+def _unit(unit: object) -> str:
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a string, got {unit!r}")
+    return unit.strip()
+
+
+def _scale(magnitude: float, unit: str) -> tuple[float, str, bool]:
+    """``(scale, prefix, thousands)`` for a number of this ``magnitude`` (> 0) in ``unit``:
+    divide by ``scale``, write ``prefix`` before the unit, and group thousands with commas."""
+    plain = unit in _PLAIN or _PREFIXED.match(unit) is not None
+    if (plain and magnitude < 1e4) or (unit not in _SMALL and 1 <= magnitude < 1e3) or (
+            unit not in _SMALL and not plain and magnitude < 1):
+        return 1.0, "", False
+    if plain and unit:  # 12,000 ms stays in ms: a prefix on a prefix reads wrong
+        return 1.0, "", True
+    for scale, p in _PREFIXES:
+        if magnitude >= scale:
+            return scale, p, False
+    return 1.0, "", False
 
 
 def si(value: float, unit: str = "", digits: int = 3) -> str:
@@ -35,28 +69,65 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
         TypeError: if ``value`` is not a number or ``unit`` not a string.
         ValueError: if ``digits`` is not an int from 1 to 15.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy scalars
-        except (TypeError, ValueError):
-            raise TypeError(f"value must be a number, got {value!r}") from None
-    if not isinstance(unit, str):
-        raise TypeError(f"unit must be a string, got {unit!r}")
+    value, unit = _number("value", value), _unit(unit)
     if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 15:
         raise ValueError(f"digits must be an int from 1 to 15, got {digits!r}")
-    unit = unit.strip()
     sep = "" if unit in _BARE else " "
     if value == 0 or not math.isfinite(value):
         return f"{value:g}{sep}{unit}".strip()
-    plain = unit in _PLAIN or _PREFIXED.match(unit) is not None
-    if (plain and abs(value) < 1e4) or (unit not in _SMALL and 1 <= abs(value) < 1e3) or (
-            unit not in _SMALL and not plain and abs(value) < 1):
-        if float(value).is_integer() and abs(value) < 1e4:
-            return f"{int(value)}{sep}{unit}".strip()
-        return f"{value:.{digits}g}{sep}{unit}".strip()
-    if plain and unit:  # 12,000 ms stays in ms: a prefix on a prefix reads wrong
+    scale, p, thousands = _scale(abs(value), unit)
+    if thousands:
         return f"{value:,.0f}{sep}{unit}"
-    for scale, p in _PREFIXES:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g}{sep}{p}{unit}".strip()
-    return f"{value:.{digits}g}{sep}{unit}".strip()
+    if scale == 1 and float(value).is_integer() and abs(value) < 1e4:
+        return f"{int(value)}{sep}{unit}".strip()
+    return f"{value / scale:.{digits}g}{sep}{p}{unit}".strip()
+
+
+def si_interval(value: float, low: float, high: float, unit: str = "",
+                digits: int = 3) -> tuple[str, str, str]:
+    """``value``, ``low`` and ``high`` printed alike: one SI prefix and one number of decimals.
+
+    The decimals start where ``value`` shows ``digits`` significant digits and grow until
+    the printed point lies strictly inside the printed interval wherever the numbers do
+    (rounding each number to its own precision can print a point outside its interval:
+    ``0.18x`` in ``0.182x to 0.212x``), and until an interval of nonzero width prints with
+    two different ends. A point on an end (tied samples) prints equal to that end.
+
+    Returns:
+        ``(value, low, high)`` as strings, each with its unit.
+
+    Raises:
+        TypeError: for a number that is not one, or a ``unit`` that is not a string.
+        ValueError: unless ``low <= value <= high``, all finite, and ``digits`` from 1 to 15.
+    """
+    nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
+    unit = _unit(unit)
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 15:
+        raise ValueError(f"digits must be an int from 1 to 15, got {digits!r}")
+    if not all(math.isfinite(v) for v in nums) or not nums[1] <= nums[0] <= nums[2]:
+        raise ValueError(f"low <= value <= high must hold for finite numbers, got value {value!r}, "
+                         f"low {low!r}, high {high!r}")
+    sep = "" if unit in _BARE else " "
+    biggest = max(abs(v) for v in nums)
+    if biggest == 0:
+        return (f"0{sep}{unit}".strip(),) * 3
+    scale, p, thousands = _scale(biggest, unit)
+    power = ""
+    if biggest / scale < 1e-3:  # below any prefix (6e-09 ms): one power of ten for all three
+        exp = math.floor(math.log10(biggest / scale))
+        scale, power = scale * 10.0 ** exp, f"e{exp:+03d}"
+    v, lo, hi = (x / scale for x in nums)
+    lead = abs(v) if v else biggest / scale  # the point's digits decide the precision
+    whole = scale == 1 and all(float(x).is_integer() for x in nums)
+    decimals = 0 if whole else max(0, digits - 1 - math.floor(math.log10(lead)))
+    while decimals < 15:
+        r = [float(f"{x:.{decimals}f}") for x in (v, lo, hi)]  # as printed
+        if ((lo == v or r[1] < r[0]) and (v == hi or r[0] < r[2])
+                and (lo == hi or r[1] < r[2])):
+            break
+        decimals += 1
+    texts = [f"{x:{',' if thousands else ''}.{decimals}f}" for x in (v, lo, hi)]
+    while decimals > 0 and all(t.endswith("0") for t in texts):  # 1.20 / 1.10 / 1.30: one digit fewer
+        decimals -= 1
+        texts = [t[:-1].rstrip(".") if decimals == 0 else t[:-1] for t in texts]
+    return tuple(f"{t}{power}{sep}{p}{unit}".strip() for t in texts)

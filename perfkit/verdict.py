@@ -7,15 +7,27 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
 - **disturbed**: the figure is not finite or lies outside the range it can physically take
   (a share above 1): the run was disturbed, not the model wrong; the machine's load, cores
   and threads are named;
-- **held** / **missed** (above or below, by how much): the whole interval lies inside /
-  outside the prediction;
-- **inconclusive**: the interval straddles an edge; the text gives the distance from the
-  edge against the interval's half-width.
+- **missed** (above or below, by how much): a *bound* (``low``/``high``) is missed when the
+  figure crosses it, even where its interval reaches back (a bound claims that no
+  measurement crosses it); a *tolerance* (``value`` with ``rel_tol``) when the whole
+  interval lies outside it;
+- **held**: the whole interval lies inside the prediction;
+- **inconclusive**: the figure is inside a bound, or anywhere near a tolerance, and its
+  interval reaches across an edge; or it has no interval (fewer samples than one needs).
 
-A figure without an interval (an exact count) is judged on its value alone. A verdict on an
-interval that did not hold names a busy machine (load above its cores) itself. Advice is judged the same
-way (:class:`Claim`, :func:`assess`): the range it promises, and the no-effect value that
-separates "holds partly" (the right direction, not as far) from "does not hold here".
+Every verdict says what decided it (:mod:`perfkit.verdict_text`): the distance from the
+edge, the interval's reach and width against the tolerance, the samples behind it, and the
+section's own cause for the side the figure lies on (``explain``: ``"above"``, ``"below"``,
+``"held"``), shown for an inconclusive verdict too. Where the machine was busy, its load per
+core and the noise left in the interval are named. A figure without an interval (an exact
+count) is judged on its value alone.
+
+A bound that cannot fail (it covers every value the figure can take, ``physical``, or a
+narrower range you know it keeps at this machine's sizes) is no prediction:
+:meth:`Prediction.can_fail` says so, :func:`judge` refuses it, and :func:`context` prints
+it beside the measurement as context. Advice is judged the same way (:class:`Claim`,
+:func:`assess`): the range it promises, and the no-effect value that separates "holds
+partly" (the right direction, not as far) from "does not hold here".
 
 Usage::
 
@@ -23,25 +35,24 @@ Usage::
                    high=1.34, low=1.0, unit="x")
     v = judge(p, stats.median_ratio(t_ckpt, t_plain),
               explain={"above": "recomputation also re-runs the dropout and layer norms"})
-    print(v.text)   # ... missed: 1.41x is 5% above the bound 1.34x ...
+    print(v.text)   # ... missed: 1.41x is 5% above 1.34x ...
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from perfkit.advice import CLAIM_STATUSES, Claim, ClaimVerdict, assess
 from perfkit.stats import Estimate
 from perfkit.units import si
+from perfkit.verdict_text import Reading, busy, machine_state, machine_text, reading
 
 __all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
-           "busy", "judge", "machine_state"]
+           "busy", "context", "judge", "machine_state"]
 
 OUTCOMES = ("held", "missed", "inconclusive", "disturbed")
-CLAIM_STATUSES = ("holds", "holds partly", "does not hold here", "inconclusive", "GPU only")
 EXPLAIN_KEYS = ("held", "above", "below", "inconclusive", "disturbed")
 
 
@@ -53,12 +64,24 @@ def _num(name: str, v: float | None, allow_none: bool = True) -> float | None:
     return float(v)
 
 
+def _range(name: str, r: object) -> tuple[float, float]:
+    """``r`` as ``(low, high)``, an open side (``None``) infinite."""
+    if not isinstance(r, tuple) or len(r) != 2:
+        raise TypeError(f"{name} must be a (low, high) tuple, None for an open side, got {r!r}")
+    lo, hi = (_num(name, v) for v in r)
+    lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+    if lo > hi:
+        raise ValueError(f"{name} must have low <= high, got {r!r}")
+    return lo, hi
+
+
 @dataclass(frozen=True)
 class Prediction:
     """What a model predicts for one measurement, recorded before it is taken.
 
     Give ``value`` with ``rel_tol`` (a point prediction: held within ``value * (1 ± rel_tol)``)
-    or ``low`` and/or ``high`` (a bound or a range; an open side is ``None``).
+    or ``low`` and/or ``high`` (a bound or a range; an open side is ``None``). A bound is
+    missed when the figure crosses it; a tolerance when its whole interval lies outside.
     ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
     share); a measurement outside it says the run was disturbed, not that the model failed.
     ``measured_here=False``: a figure from elsewhere (a published run); load is never named.
@@ -88,6 +111,12 @@ class Prediction:
         lo, hi = self.bounds()
         if lo > hi:
             raise ValueError(f"low ({lo}) must not exceed high ({hi})")
+        _range("physical", self.physical)
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether this is a bound (``low``/``high``), missed when the figure crosses it."""
+        return self.value is None
 
     def bounds(self) -> tuple[float, float]:
         """The predicted interval, ``(-inf, inf)`` on an open side."""
@@ -95,6 +124,19 @@ class Prediction:
             half = abs(self.value) * self.rel_tol
             return self.value - half, self.value + half
         return (-math.inf if self.low is None else self.low, math.inf if self.high is None else self.high)
+
+    def can_fail(self, within: tuple[float | None, float | None] | None = None) -> bool:
+        """Whether some value in ``within`` lies outside the prediction: ``within`` is the
+        range the figure can take here (default: ``physical``, all it can take at all); give
+        a narrower one you know, e.g. the most a fix can gain at this machine's sizes. A
+        prediction that cannot fail tests nothing: tighten it, or print it with :func:`context`.
+
+        Raises:
+            TypeError, ValueError: for a ``within`` that is not ``(low, high)``, low <= high.
+        """
+        lo, hi = _range("within", self.physical if within is None else within)
+        plo, phi = self.bounds()
+        return lo < plo or hi > phi
 
     def describe(self) -> str:
         """The prediction as a phrase, e.g. ``"1.33x ± 10%"`` or ``"at most 1.34x"``."""
@@ -130,86 +172,24 @@ class Verdict:
         return {**asdict(self), "prediction": asdict(self.prediction)}
 
 
-def machine_state() -> dict[str, float]:
-    """What a verdict may cite about the machine now: the 1-minute ``load``, ``cores`` and
-    torch's intra-op ``threads`` (when torch is imported). Missing readings are left out."""
-    out: dict[str, float] = {"cores": float(os.cpu_count() or 1)}
-    try:
-        out["load"] = os.getloadavg()[0]
-    except OSError:  # not available on this platform
-        pass
-    if (torch := sys.modules.get("torch")) is not None:
-        out["threads"] = float(torch.get_num_threads())
-    return out
+def _side(r: Reading, lo: float, hi: float) -> str:
+    """Where the figure lies against the prediction: ``"above"``, ``"below"`` or ``"inside"``."""
+    return "above" if r.value > hi else "below" if r.value < lo else "inside"
 
 
-def busy() -> str:
-    """``"the machine was busy (load average 5.2 on 2 cores)"`` when the 1-minute load average
-    exceeds the cores (timings taken one after the other can then differ by load alone), else ``""``."""
-    m = machine_state()
-    if "load" not in m or m["load"] <= m["cores"]:
-        return ""
-    return f"the machine was busy (load average {m['load']:.1f} on {m['cores']:.0f} cores)"
-
-
-def _machine_text() -> str:
-    m = machine_state()
-    parts = [f"load average {m['load']:.1f} on {m['cores']:.0f} cores" if "load" in m
-             else f"{m['cores']:.0f} cores"]
-    if "threads" in m:
-        parts.append(f"{m['threads']:.0f} torch threads")
-    return ", ".join(parts)
-
-
-def _measurement(measured: float | Estimate, spread) -> tuple[float, tuple[float, float] | None,
-                                                            float | None, str]:
-    """``(value, interval, level, how)`` from a number (with an optional ``(low, high)``) or
-    an :class:`Estimate`. An interval is widened to hold its value: a figure outside its own
-    spread reads wrong."""
-    if isinstance(measured, Estimate):
-        if spread is not None:
-            raise ValueError("give spread only with a plain number: an Estimate carries its interval")
-        if measured.low == measured.high:
-            return measured.value, None, measured.level, measured.method
-        return measured.value, measured.spread, measured.level, measured.method
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)):
-        raise TypeError(f"measured must be a number or a perfkit.stats.Estimate, got {measured!r}")
-    if spread is None:
-        return float(measured), None, None, ""
-    if len(spread) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in spread) \
-            or spread[0] > spread[1]:
-        raise ValueError(f"spread must be (low, high) with low <= high, got {spread!r}")
-    lo, hi = float(spread[0]), float(spread[1])
-    if math.isfinite(measured):
-        lo, hi = min(lo, measured), max(hi, measured)
-    return float(measured), (lo, hi), None, "spread"
-
-
-def _interval_words(level: float | None, how: str) -> str:
-    if level is not None:
-        return f"{level:.0%} interval"
-    return "spread" if how in ("", "spread") else how
-
-
-def _gap(measured: float, edge: float, u: str, direction: str) -> str:
-    """``"14% above 1.34x"``: how far ``measured`` lies past ``edge``."""
-    gap = abs(measured / edge - 1) if edge else 0.0
-    pct = f"{gap:.0%}" if gap >= 0.005 else f"{gap * 100:.2g}%"  # a miss never reads "0% above"
-    shown, edge_shown = si(measured, u), si(edge, u)
-    if shown == edge_shown:  # 3 digits hide the gap: show the digits that differ
-        shown, edge_shown = f"{measured:.6g}{u}", f"{edge:.6g}{u}"
-    return (f"{shown} is {pct} {direction} {edge_shown}" if edge
-            else f"{shown} is {si(abs(measured - edge), u)} {direction} {edge_shown}")
-
-
-def _across(value: float, edge: float, interval: tuple[float, float], words: str, u: str) -> str:
-    """Why an interval across ``edge`` decides nothing: the figure's distance from the edge, and
-    how far the interval reaches past it on the other side."""
-    past = edge - interval[0] if value >= edge else interval[1] - edge
-    side = "below" if value >= edge else "above"
-    return (f"the {words} ({si(interval[0], u)} to {si(interval[1], u)}) reaches across the edge "
-            f"{si(edge, u)}: the figure lies {si(abs(value - edge), u)} from it, the interval "
-            f"reaches {si(past, u)} {side} it")
+def _cause(explain: Mapping[str, str], outcome: str, side: str) -> str:
+    """The section's own sentences for this outcome: a missed or held verdict's side; for an
+    inconclusive one, its own sentence and the cause for the side the figure lies on."""
+    if outcome in ("held", "missed"):
+        return (explain.get("held" if outcome == "held" else side) or "").strip()
+    if outcome == "disturbed":
+        return (explain.get("disturbed") or "").strip()
+    said = [(explain.get("inconclusive") or "").strip()]
+    key = "held" if side == "inside" else side
+    if (explain.get(key) or "").strip():
+        where = "inside the prediction" if side == "inside" else f"{side} the prediction"
+        said.append(f"The figure lies {where}: {explain[key].strip()}")
+    return " ".join(s for s in said if s)
 
 
 def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[float, float] | None = None,
@@ -217,14 +197,16 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     """Compare a measurement and its interval with ``prediction`` by the module's one rule.
 
     Args:
-        prediction: recorded before the measurement.
+        prediction: recorded before the measurement; one that can fail
+            (:meth:`Prediction.can_fail`).
         measured: a :class:`perfkit.stats.Estimate` (the figure and its confidence interval;
             the usual case), or a plain number: exact (a count), or with ``spread``.
         spread: ``(low, high)`` around a plain number, e.g. a range of repeats; ``None`` for an
             exact figure. Not allowed with an Estimate.
         explain: optional sentences by outcome: keys ``"held"``, ``"above"``, ``"below"``,
             ``"inconclusive"``, ``"disturbed"``; the one matching what was measured is appended
-            after the computed reason.
+            after the computed reason (for an inconclusive verdict: its own, and the one for
+            the side the figure lies on, ``"held"`` inside).
 
     Returns:
         A :class:`Verdict`, outcome one of :data:`OUTCOMES`.
@@ -232,189 +214,93 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     Raises:
         TypeError: if ``prediction`` is not a :class:`Prediction` or ``measured`` not a number
             or Estimate.
-        ValueError: for a bad ``spread``, a spread with an Estimate, or unknown ``explain`` keys.
+        ValueError: for a bad ``spread``, a spread with an Estimate, unknown ``explain`` keys,
+            or a prediction that cannot fail (print that one with :func:`context`).
     """
     if not isinstance(prediction, Prediction):
         raise TypeError(f"prediction must be a Prediction, got {type(prediction).__name__}")
-    value, interval, level, how = _measurement(measured, spread)
+    r = reading(measured, spread)
     explain = dict(explain or {})
     unknown = set(explain) - set(EXPLAIN_KEYS)
     if unknown:
         raise ValueError(f"explain keys must be among {EXPLAIN_KEYS}; got {sorted(unknown)}")
     p, u = prediction, prediction.unit
+    if not p.can_fail():
+        raise ValueError(f"prediction {p.describe()} covers every value the figure can take "
+                         f"({p.physical}): it cannot fail; tighten it, or print it with context()")
     lo, hi = p.bounds()
-    plo, phi = (-math.inf if p.physical[0] is None else p.physical[0],
-                math.inf if p.physical[1] is None else p.physical[1])
-    words = _interval_words(level, how)
-    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {si(value, u)}"
-    if interval is not None:
-        head += f" ({words} {si(interval[0], u)} to {si(interval[1], u)})"
+    plo, phi = _range("physical", p.physical)
+    value, interval = r.value, r.interval
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {r.shown(u)}"
+    side = _side(r, lo, hi) if math.isfinite(value) else ""
     direction = ""
     if not math.isfinite(value) or not plo <= value <= phi:
         outcome = "disturbed"
         what = ("is not a finite number" if not math.isfinite(value) else
                 f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
         why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong"
-               + (f" (machine now: {_machine_text()})" if p.measured_here else ""))
+               + (f" (machine now: {machine_text()})" if p.measured_here else ""))
+    elif r.needs is not None:
+        outcome, why = "inconclusive", f"inconclusive: {r.too_few()}"
+    elif p.is_bound and side != "inside":
+        outcome, direction = "missed", side
+        edge = hi if side == "above" else lo
+        why = "missed: " + r.gap(edge, u, side)
+        if interval is not None and interval[0] <= edge <= interval[1]:
+            why += r.reaches_back(edge, u)
     elif interval is not None and (interval[0] < lo <= interval[1] or interval[0] <= hi < interval[1]):
         outcome = "inconclusive"
         crossed = [e for e in (lo, hi) if interval[0] < e <= interval[1] or interval[0] <= e < interval[1]]
         edge = min(crossed, key=lambda e: abs(value - e))  # the edge the figure is nearest
-        why = f"inconclusive: {_across(value, edge, interval, words, u)}"
-    elif lo <= value <= hi:
+        why = f"inconclusive: {r.across(edge, (lo, hi), u)}"
+    elif side == "inside":
         outcome, direction, why = "held", "inside", "held"
     else:
-        outcome = "missed"
-        direction = "above" if value > hi else "below"
-        why = "missed: " + _gap(value, hi if direction == "above" else lo, u, direction)
-    extra = explain.get(direction if outcome == "missed" else outcome) or ""
-    text = f"{head}: {why}." + (" " + extra.strip() if extra else "")
-    timed = interval is not None and p.measured_here  # load cannot move an exact count
-    if outcome in ("missed", "inconclusive") and timed and (b := busy()) and "busy" not in extra:
-        text += f" ({b[0].upper()}{b[1:]}.)"
-    return Verdict(p, float(value), interval, outcome, direction, text, level)
+        outcome, direction = "missed", side
+        why = "missed: " + r.gap(hi if side == "above" else lo, u, side)
+    extra = _cause(explain, outcome, side)
+    if extra and extra[-1] not in ".!?)":
+        extra += "."
+    text = f"{head}: {why}." + (" " + extra if extra else "")
+    timed = (interval is not None or r.needs is not None) and p.measured_here  # load cannot move a count
+    if outcome in ("missed", "inconclusive") and timed and "busy" not in extra:
+        text += r.load()
+    return Verdict(p, float(value), interval, outcome, direction, text, r.level)
 
 
-# --- advice under the microscope: claims ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A piece of advice as usually stated, and the range it promises for one measured figure.
-
-    ``low``/``high`` is what the advice promises (an open side is ``None``): a 40-60 %
-    speedup is ``low=1.4, high=1.6``. ``partly`` is the no-effect value (1 for a speedup or a
-    memory ratio): a measurement between it and the promised range goes the advice's way
-    but less far ("holds partly"); past it, the advice "does not hold here". ``None`` gives
-    no partial credit.
-    """
-
-    statement: str
-    figure: str
-    low: float | None = None
-    high: float | None = None
-    partly: float | None = None
-    unit: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.statement or not self.figure:
-            raise ValueError("statement and figure must be non-empty: say what the advice is and "
-                             "what is measured")
-        for name in ("low", "high", "partly"):
-            _num(name, getattr(self, name))
-        if self.low is None and self.high is None:
-            raise ValueError("give the promised range: low and/or high")
-        lo, hi = self.bounds()
-        if lo > hi:
-            raise ValueError(f"low ({lo}) must not exceed high ({hi})")
-        if self.partly is not None and lo <= self.partly <= hi:
-            raise ValueError(f"partly ({self.partly}) must lie outside the promised range: it is the "
-                             "no-effect value")
-
-    def bounds(self) -> tuple[float, float]:
-        """The promised interval, ``(-inf, inf)`` on an open side."""
-        return (-math.inf if self.low is None else self.low, math.inf if self.high is None else self.high)
-
-    def describe(self) -> str:
-        """The promise as a phrase, e.g. ``"between 1.4x and 1.6x"`` or ``"exactly 0"``."""
-        if self.low is not None and self.low == self.high:
-            return f"exactly {si(self.low, self.unit)}"
-        return Prediction(self.figure, self.statement, low=self.low, high=self.high,
-                          unit=self.unit).describe()
-
-    def zone(self, x: float) -> str:
-        """``"holds"``, ``"holds partly"`` or ``"does not hold here"`` for a measured ``x``."""
-        lo, hi = self.bounds()
-        if lo <= x <= hi:
-            return "holds"
-        if self.partly is not None and (self.partly < x < lo or hi < x < self.partly):
-            return "holds partly"
-        return "does not hold here"
-
-
-@dataclass(frozen=True)
-class ClaimVerdict:
-    """The computed verdict on a :class:`Claim`: one of :data:`CLAIM_STATUSES`, with its text."""
-
-    claim: Claim
-    measured: float
-    spread: tuple[float, float] | None
-    status: str
-    text: str
-    measured_text: str  # the figure as measured, for a summary table
-
-    def record(self) -> dict:
-        """A JSON-able record."""
-        return {**asdict(self), "claim": asdict(self.claim)}
-
-
-def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float] | None = None,
-           reasons: Mapping[str, str] | None = None, gpu_only: bool = False,
-           not_judged: str | None = None) -> ClaimVerdict:
-    """Judge ``claim`` by ``measured`` with the module's one rule.
-
-    ``inconclusive``: the figure is not finite or its interval reaches across the no-effect
-    value (``claim.partly``; else the promised range's edges). A figure inside the promise
-    whose interval reaches outside it only ``holds partly``. ``gpu_only=True`` (a CPU analogue
-    of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone.
+def context(prediction: Prediction, measured: float | Estimate,
+            within: tuple[float | None, float | None] | None = None) -> str:
+    """A bound printed as context beside its measurement, with no verdict: for a bound that
+    cannot fail here (see :meth:`Prediction.can_fail`), which a verdict would count as held.
 
     Args:
-        claim: the advice and its promised range.
-        measured: a :class:`perfkit.stats.Estimate`, or a plain number (exact, or with ``spread``).
-        spread: ``(low, high)`` around a plain number, or ``None``.
-        reasons: sentences by status (``"holds"``, ``"holds partly"``, ``"does not hold here"``,
-            ``"inconclusive"``); the one matching what was measured is appended.
-        gpu_only: the measurement is a CPU analogue of a GPU-only claim.
-        not_judged: with ``gpu_only``, why the measurement has *no* bearing on the advice here
-            (e.g. a flag a CPU ignores, so one loop was timed twice): the figure is shown,
-            no zone is named and no reason appended.
+        prediction: the bound or range, as it would have been predicted.
+        measured: an :class:`Estimate` or a plain number.
+        within: the range the figure can take here (default: ``prediction.physical``).
 
     Returns:
-        A :class:`ClaimVerdict`.
+        A markdown sentence: the bound, the measurement, and how far the bound lies from
+        everything ``within`` (or, where it could fail, that it is a test and belongs in
+        :func:`judge`).
 
     Raises:
-        TypeError: if ``claim`` is not a :class:`Claim` or ``measured`` is not a number.
-        ValueError: for a bad ``spread``, unknown ``reasons`` keys, or ``not_judged``
-            without ``gpu_only``.
+        TypeError, ValueError: for a ``prediction`` that is not a :class:`Prediction`, a
+            ``measured`` that is neither a number nor an Estimate, or a bad ``within``.
     """
-    if not_judged is not None and (not gpu_only or not isinstance(not_judged, str) or not not_judged.strip()):
-        raise ValueError("not_judged must be a non-empty sentence, and only with gpu_only=True")
-    if not isinstance(claim, Claim):
-        raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
-    measured, spread, level, how = _measurement(measured, spread)
-    words = _interval_words(level, how)
-    reasons = dict(reasons or {})
-    unknown = set(reasons) - set(CLAIM_STATUSES[:4])
-    if unknown:
-        raise ValueError(f"reasons keys must be among {CLAIM_STATUSES[:4]}; got {sorted(unknown)}")
-    u = claim.unit
-    edges = ([claim.partly] if claim.partly is not None
-             else [e for e in (claim.low, claim.high) if e is not None])
-    shown = si(measured, u) + (f" ({words} {si(spread[0], u)} to {si(spread[1], u)})" if spread else "")
-    if not math.isfinite(measured):
-        status, why = "inconclusive", "the measurement is not a finite number"
-    elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
-        edge = next(e for e in edges if spread[0] < e < spread[1])
-        status, why = "inconclusive", _across(measured, edge, spread, words, u)
-    else:
-        status, why = claim.zone(measured), ""
-    said = status  # the reason appended: the median's zone, even where the spread downgrades it
-    lo, hi = claim.bounds()
-    if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
-        status, why = "holds partly", f"the figure is inside the promise, its {words} reaches outside it"
-    label = "GPU only" if gpu_only else status
-    text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
-            f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
-    if not_judged is not None:
-        text = (f"**Verdict on the advice: GPU only.** {claim.figure}: the advice promises "
-                f"{claim.describe()}; measured {shown}. Not judged: {not_judged.strip().rstrip('.')}, "
-                "so this figure says nothing about the advice. Run it on a GPU machine to judge it.")
-        return ClaimVerdict(claim, float(measured), spread, "GPU only", text, shown)
-    if reasons.get(said):
-        text += " " + reasons[said].strip()
-    if status != "holds" and busy() and "busy" not in reasons.get(said, ""):
-        text += f" ({busy()[0].upper()}{busy()[1:]}.)"
-    if gpu_only:
-        verb = "is " if status == "inconclusive" else ""
-        text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"
-    return ClaimVerdict(claim, float(measured), spread, label, text, shown)
+    if not isinstance(prediction, Prediction):
+        raise TypeError(f"prediction must be a Prediction, got {type(prediction).__name__}")
+    r = reading(measured, None)
+    p, u = prediction, prediction.unit
+    lo, hi = _range("within", p.physical if within is None else within)
+    text = (f"**Context, not a prediction** ({p.model}): {p.what}, {p.describe()}. "
+            f"**Measured:** {r.shown(u)}.")
+    if p.can_fail(within):
+        return text + " (This bound can fail here: judge it with a verdict.)"
+    plo, phi = p.bounds()
+    room = []
+    if math.isfinite(plo):
+        room.append(f"{si(plo, u)} lies {si(lo - plo, u)} below")
+    if math.isfinite(phi):
+        room.append(f"{si(phi, u)} lies {si(phi - hi, u)} above")
+    return text + (f" The bound cannot fail here: {' and '.join(room)} every value this figure can "
+                   f"take ({si(lo, u)} to {si(hi, u)}).")

@@ -154,9 +154,10 @@ def _times(name: str, xs: Sequence[float]) -> np.ndarray:
 def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate, float]:
     """Share of the communication an overlapped step hid, and the most it could hide.
 
-    ``hidden = (compute + comm - overlapped) / comm`` from the medians of paired rounds
+    ``hidden = (compute + comm - overlapped) / comm`` per round of paired rounds
     (``compute_only``: forward + backward without communication; ``comm_only``: the
-    all-reduces alone; ``overlapped``), with a bootstrap interval over the rounds. Only
+    all-reduces alone; ``overlapped``), as the median over rounds with its order-statistic
+    interval (:func:`perfkit.stats.per_round`; no interval below 5 rounds). Only
     backward can cover communication (the gradients exist only during it), so the ceiling
     is ``min(backward, comm) / comm`` with ``backward_only``'s median, timed in the same
     rounds on the same model and batch.
@@ -181,12 +182,11 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
         raise ValueError(f"times_s series must hold the same number of rounds, got "
                          f"{len(c)}, {len(m)}, {len(o)}, {len(b)}")
 
-    def share(cs: np.ndarray, ms: np.ndarray, os_: np.ndarray) -> float:
-        mm = float(np.median(ms))
-        return (float(np.median(cs)) + mm - float(np.median(os_))) / mm
+    def share(compute: float, comm: float, overlapped: float) -> float:  # one round's seconds
+        return (compute + comm - overlapped) / comm
 
     ceiling = min(float(np.median(b)), float(np.median(m))) / float(np.median(m))
-    est = stats.bootstrap(share, [c, m, o], paired=True, what="paired rounds")
+    est = stats.per_round(share, [c, m, o], what="paired rounds")
     return est, ceiling
 
 

@@ -3,8 +3,8 @@
 Every function builds the two (or more) settings a piece of advice compares, times them in
 alternation (:func:`perfkit.timing.interleaved`, so a drifting load hits both members of a
 round) and returns a record of the Measurements. ``speedup()`` on a record is the
-:class:`perfkit.stats.Estimate` a verdict is judged on: ``median(baseline) / median(candidate)``
-with the bootstrap interval over paired rounds. The models each claim is held against
+:class:`perfkit.stats.Estimate` a verdict is judged on: the median of the paired rounds'
+``baseline / candidate`` ratios with its order-statistic interval. The models each claim is held against
 (roofline, Amdahl) are methods of the records, from the machine's measured ceilings.
 
 Usage::

@@ -211,9 +211,9 @@ class ShapeSummary:
 
     @property
     def odd_share(self) -> Estimate:
-        """The odd widths' median share of ``ref``, with the bootstrap interval of that median."""
+        """The odd widths' median share of ``ref``, with the order-statistic interval of that median."""
         est = median_interval(self.odd)
-        return replace(est, method=est.method.replace("repeats", "odd widths"))
+        return replace(est, method=est.method.replace("samples", "odd widths"))
 
     @property
     def parity(self) -> Estimate:
@@ -227,8 +227,7 @@ class ShapeSummary:
         if not self.even:
             raise ValueError(f"the {self.dtype} sweep held no even width off the vector grid (n % 4 == 2)")
         est = median_ratio(self.odd, self.even, paired=False)
-        return replace(est, method=f"bootstrap of the median ratio of {len(self.odd)} odd widths to "
-                                  f"{len(self.even)} even ones")
+        return replace(est, method=est.method.replace("two separate runs", "odd and even widths"))
 
     @property
     def aligned_spread(self) -> str:

@@ -215,12 +215,13 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer,
 
 @dataclass(frozen=True)
 class Speedup:
-    """Two callables timed in alternation; ``ratio`` = baseline median / candidate median.
+    """Two callables timed in alternation; ``ratio`` = the median of the back-to-back pairs'
+    baseline / candidate ratios.
 
-    ``estimate`` is that ratio with its 90 % bootstrap interval over the back-to-back pairs
-    (:func:`perfkit.stats.median_ratio`): the uncertainty a verdict is judged on. ``low`` and
-    ``high`` are its edges. ``pair_ratios`` are the single pairs' ratios, whose spread is how
-    much one pair varies, not how uncertain the median is.
+    ``estimate`` is that ratio with its 90 % order-statistic interval over the pairs
+    (:func:`perfkit.stats.median_ratio`; none below 5 pairs): the uncertainty a verdict is
+    judged on. ``low`` and ``high`` are its edges. ``pair_ratios`` are the single pairs'
+    ratios, whose spread is how much one pair varies, not how uncertain the median is.
     """
 
     baseline: Measurement
@@ -232,7 +233,7 @@ class Speedup:
 
     @property
     def ratio(self) -> float:
-        return self.baseline.median_s / self.candidate.median_s
+        return self.estimate.value
 
     @property
     def pair_ratios(self) -> tuple[float, ...]:
@@ -240,7 +241,7 @@ class Speedup:
 
     @property
     def estimate(self) -> Estimate:
-        """``ratio`` with its bootstrap interval over the pairs (a :class:`perfkit.stats.Estimate`)."""
+        """``ratio`` with its interval over the pairs (a :class:`perfkit.stats.Estimate`)."""
         return stats.median_ratio(self.baseline.times_s, self.candidate.times_s)
 
     @property
@@ -257,9 +258,8 @@ class Speedup:
         return self.estimate.high
 
     def __str__(self) -> str:
-        return (f"{self.ratio:.2f}x (90% interval {self.low:.2f}-{self.high:.2f}x, "
-                f"{self.baseline.median_s * 1e3:.1f} -> {self.candidate.median_s * 1e3:.1f} ms, "
-                f"n={self.baseline.n})")
+        return (f"{self.estimate.text('x')}, {self.baseline.median_s * 1e3:.1f} -> "
+                f"{self.candidate.median_s * 1e3:.1f} ms")
 
 
 def compare(baseline: Callable[[], object], candidate: Callable[[], object], warmup: int = 2,

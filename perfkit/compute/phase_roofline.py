@@ -115,8 +115,8 @@ class PhaseModel:
 
     @property
     def measured(self) -> stats.Estimate:
-        """Backward over forward, the ratio of the rounds' medians (paired: each round's two
-        phases ran back to back), with its bootstrap interval."""
+        """Backward over forward, the median of the rounds' ratios (paired: each round's two
+        phases ran back to back), with its order-statistic interval."""
         return stats.median_ratio(self.bwd_s, self.fwd_s)
 
     def reach(self) -> tuple[float, float]:

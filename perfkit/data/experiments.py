@@ -3,14 +3,17 @@ training run's data share, loader sweeps' waiting shares and rates, the prefetch
 fraction, padding waste.
 
 Every figure a verdict is judged on comes with its uncertainty as a
-:class:`perfkit.stats.Estimate`: a percentile bootstrap (the level, seed and resample count
-of :mod:`perfkit.stats`) of what the figure is made of, the steps of a loop or the paired
-rounds of :func:`perfkit.timing.interleaved`.
+:class:`perfkit.stats.Estimate`: a share of sums over a loop's steps by a percentile
+bootstrap over the steps (the level, seed, resample count and minimum steps of
+:mod:`perfkit.stats`), the largest gap of a sweep from each run's share by
+:func:`perfkit.stats.largest`, and a figure of the paired rounds of
+:func:`perfkit.timing.interleaved` per round, as the median over rounds
+(:func:`perfkit.stats.per_round`).
 
 Usage::
 
     run = monitored_steps(workload, dataset, num_workers=1, steps=8)
-    print(run.data_share())                      # median data wait / median step, 90 % interval
+    print(run.data_share())                      # the median step's data share, 90 % interval
     print(largest_gap(records, [p.steady_wait_share for p in predictions]))
 """
 
@@ -66,11 +69,12 @@ class MonitoredRun:
     step_s: tuple[float, ...]   # s per whole step
 
     def data_share(self) -> Estimate:
-        """Median data wait over median step, with the bootstrap over the (paired) steps."""
+        """The median step's share of data wait (each step's wait over its time), with its
+        order-statistic interval over the steps."""
         return stats.median_ratio([max(d, 1e-9) for d in self.data_s], self.step_s)
 
     def step_time(self) -> Estimate:
-        """Median step seconds, with the bootstrap interval of the median."""
+        """Median step seconds, with the order-statistic interval of the median."""
         return stats.median_interval(self.step_s)
 
 
@@ -132,8 +136,10 @@ def wait_share(record: LoaderRecord) -> Estimate:
 
 
 def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float]) -> Estimate:
-    """``max |measured - predicted|`` steady waiting share over a sweep, bootstrapped over
-    each run's steps (runs resampled independently).
+    """``max |measured - predicted|`` steady waiting share over a sweep: each run's share
+    bootstrapped over its steps at :func:`perfkit.stats.joint_level` of the run count, and
+    :func:`perfkit.stats.largest` of their gaps (a bootstrap of the maximum itself would
+    misjudge it: a resample never exceeds the sample's own worst run).
 
     Raises:
         TypeError, ValueError: for unequal lengths, no records, or a record that is not a
@@ -143,13 +149,10 @@ def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float]) -> 
     if len(records) != len(predicted):
         raise ValueError(f"records and predicted must be equally long, got {len(records)} and "
                          f"{len(predicted)}")
-    steady = [np.column_stack(_steady(r)) for r in records]   # (steps, 2): wait, compute
-
-    def gap(*idx: np.ndarray) -> float:
-        return max(abs(_share(s[i.astype(int), 0], s[i.astype(int), 1]) - p)
-                   for s, i, p in zip(steady, idx, predicted, strict=True))
-
-    return bootstrap(gap, [np.arange(len(s)) for s in steady], paired=False, what="steps per run")
+    each = stats.joint_level(len(records))   # all the runs' intervals hold together at LEVEL
+    shares = [bootstrap(_share, list(_steady(r)), paired=True, what="steps", level=each)
+              for r in records]
+    return stats.largest([e.shifted(-p) for e, p in zip(shares, predicted, strict=True)], absolute=True)
 
 
 def rate_ratio(a: LoaderRecord, b: LoaderRecord) -> Estimate:
@@ -221,14 +224,15 @@ def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
 
 
 def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
-    """:func:`hidden_fraction` of each loop's median time, bootstrapped over the paired
-    rounds of :func:`perfkit.timing.interleaved` (``rounds``: loop name -> its times)."""
+    """:func:`hidden_fraction` of each round of :func:`perfkit.timing.interleaved` (its loops
+    timed back to back), as the median over rounds with its order-statistic interval
+    (``rounds``: loop name -> its times)."""
     names = _loop_names("rounds", rounds, kind)
 
-    def stat(*cols: np.ndarray) -> float:
-        return hidden_fraction({k: float(np.median(c)) for k, c in zip(names, cols, strict=True)}, kind)
+    def stat(*seconds: float) -> float:  # one round: each loop's time
+        return hidden_fraction(dict(zip(names, seconds, strict=True)), kind)
 
-    return bootstrap(stat, [rounds[k] for k in names], paired=True, what="rounds")
+    return stats.per_round(stat, [rounds[k] for k in names], what="rounds")
 
 
 def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
@@ -241,7 +245,7 @@ def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
     own threads leave it; a load that holds the GIL can hide no more of itself than that.
 
     Returns:
-        The median share over ``repeat`` rounds, with its bootstrap interval.
+        The median share over ``repeat`` rounds, with its order-statistic interval.
 
     Raises:
         TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or

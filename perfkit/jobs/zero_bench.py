@@ -268,8 +268,8 @@ class VariantResult:
 
 
 def step_ratio(a: VariantResult, b: VariantResult) -> Estimate:
-    """``a``'s step time over ``b``'s: the ratio of their medians, with the 90 % bootstrap
-    interval of that ratio over the rounds (:func:`perfkit.stats.median_ratio`; the rounds were
+    """``a``'s step time over ``b``'s: the median of the rounds' ratios, with its 90 %
+    order-statistic interval (:func:`perfkit.stats.median_ratio`; the rounds were
     timed interleaved, so each pair shared the machine's load).
 
     Raises:

@@ -21,16 +21,14 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
 
 from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.stats import Estimate, bootstrap, exact, median_ratio
+from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
 __all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "Total", "explain_round", "job_peak", "next_fix",
            "round_speedup"]
@@ -156,11 +154,11 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
     """tokens/s of ``after`` over the configuration before it.
 
     One run before: the ratio of the median steps (scaled by the tokens per step), with
-    :func:`perfkit.stats.median_ratio`'s unpaired bootstrap (two separate runs). Two runs
+    :func:`perfkit.stats.median_ratio`'s unpaired interval (two separate runs). Two runs
     before (one before the new configuration, one after it): the ratio against their mean;
-    the interval is :func:`perfkit.stats.bootstrap`'s (every run's steps resampled on their
-    own), widened to the ratio against each run before alone (a load that drifted across the
-    three runs shows as the gap between those two).
+    the interval is :func:`perfkit.stats.of_medians`' (each run's median interval, all three
+    holding together at 90 %), widened to the ratio against each run before alone (a load that
+    drifted across the three runs shows as the gap between those two).
 
     Raises:
         ValueError: for no run or more than two runs before.
@@ -175,14 +173,14 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
             after["tokens_per_step"] / before["tokens_per_step"])
     runs = [job.after_window(r) for r in befores]
 
-    def ratio(steps_after: np.ndarray, *steps_before: np.ndarray) -> float:
-        return job.tokens_per_s(after, list(steps_after)) / statistics.mean(
-            job.tokens_per_s(r, list(s)) for r, s in zip(befores, steps_before, strict=True))
+    def ratio(step_after: float, *steps_before: float) -> float:  # falls as the step after grows
+        return after["tokens_per_step"] / step_after / statistics.mean(
+            r["tokens_per_step"] / s for r, s in zip(befores, steps_before, strict=True))
 
-    est = bootstrap(ratio, [b, *runs], paired=False, what="steps of each run")
+    est = of_medians(ratio, [b, *runs], [False] + [True] * len(runs), what="tokens/s over the runs before")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
-    return Estimate(est.value, min(est.low, *each), max(est.high, *each), est.level, est.n,
-                    est.method + ", widened to the ratio against each run before")
+    return est if est.needs else replace(est, low=min(est.low, *each), high=max(est.high, *each),
+                                         method=est.method + ", widened to the ratio against each run before")
 
 
 @dataclass(frozen=True)
@@ -320,7 +318,8 @@ class Total:
     @property
     def drift(self) -> bool:
         """Whether the product and the direct ratio disagree beyond both their intervals."""
-        return self.product.low > self.direct.high or self.product.high < self.direct.low
+        return self.direct.has_interval and (self.product.low > self.direct.high
+                                             or self.product.high < self.direct.low)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 on hand-made job results: no torchrun here (tests/notebooks runs the real loop)."""
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -74,12 +74,15 @@ def test_one_run_before_is_an_unpaired_median_ratio_scaled_by_tokens():
 
 
 def test_two_runs_before_judge_against_their_mean_and_hold_each():
-    before, again = result([1] * 4 + [0.4] * 4), result([1] * 4 + [0.5] * 4)
-    after = result([1] * 4 + [0.2, 0.21, 0.19, 0.2])
-    est = round_speedup(JOB, [before, again], after)
+    job = replace(JOB, measure=6)  # separate runs' medians need 6 steps each for an interval
+    before, again = result([1] * 4 + [0.4] * 6), result([1] * 4 + [0.5] * 6)
+    after = result([1] * 4 + [0.2, 0.21, 0.19, 0.2, 0.2, 0.2])
+    est = round_speedup(job, [before, again], after)
     mean_before = statistics.mean([100 / 0.4, 100 / 0.5])
     assert est.value == pytest.approx((100 / 0.2) / mean_before)
     assert est.low <= 2.0 and est.high >= 2.5  # widened to each before alone
+    short = round_speedup(JOB, [before, again], after)  # 3 steps a run: too few for an interval
+    assert short.needs == 6 and short.low == short.value == short.high
     with pytest.raises(ValueError, match="befores"):
         round_speedup(JOB, [], after)
 
@@ -146,7 +149,7 @@ class FakeJob(CapstoneJob):
         step = STEP[tuple(fixes)] * (1.0 if to_target else AGAIN.get(tuple(fixes), 1.0))
         kind = KIND.get(tuple(fixes), "sync")
         rep = report([("high", kind, 0.4)], {kind: 0.4}, steps=(step, step))
-        return rep, result([step] * 4 + [step * f for f in (0.98, 1.0, 1.02, 0.99, 1.01)], fixes=fixes)
+        return rep, result([step] * 4 + [step * f for f in (0.98, 1.0, 1.02, 0.99, 1.01, 1.0)], fixes=fixes)
 
 
 CALLS: list = []
@@ -180,7 +183,7 @@ def play_all(repeat, again):
     AGAIN.update(again)
     KIND.update({(): "sync", ("sync",): "data", ("sync", "data"): "communication"})
     fix_for = {"sync": ("sync",), "data": ("data",), "communication": ("ddp",)}
-    loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=3),
+    loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=6),
                    ("sync", "data", "ddp"), fix_for, LIMITS, repeat_before=repeat)
     loop.start()
     while loop.play() is not None:

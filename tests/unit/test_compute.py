@@ -107,16 +107,16 @@ def test_fp16_with_grad_scaler_trains_on_gpu():
 
 def test_speedup_from_measurements_by_hand():
     s = compute.Speedup(Measurement((4.0, 6.0, 8.0), 0), Measurement((2.0, 2.0, 4.0), 0))
-    assert s.ratio == pytest.approx(3.0)
     assert s.pair_ratios == (2.0, 3.0, 2.0)
-    assert s.pair_median == 2.0
-    # the pairs' p10-p90 (2.0-2.8x) would leave the ratio 3.0 outside its own spread: the
-    # interval is the bootstrap of the median ratio, which holds it
+    assert s.ratio == s.pair_median == 2.0  # the median of the pairs' ratios, not 6 / 2
     from perfkit import stats
 
     assert s.estimate == stats.median_ratio((4.0, 6.0, 8.0), (2.0, 2.0, 4.0))
-    assert s.low <= s.ratio <= s.high and (s.low, s.high) == s.estimate.spread
-    assert "90% interval" in str(s)
+    assert s.low == s.ratio == s.high and "fewer than the 5" in str(s)  # 3 pairs: no interval
+    five = compute.Speedup(Measurement((4.0, 6.0, 8.0, 5.0, 7.0), 0),
+                           Measurement((2.0, 2.0, 4.0, 2.0, 2.0), 0))
+    assert five.low <= five.ratio <= five.high and (five.low, five.high) == five.estimate.spread
+    assert "90% interval" in str(five)
 
 
 def test_compare_restores_threads_and_checks_them():

@@ -1,6 +1,7 @@
-"""perfkit.stats and perfkit.units (the floor every verdict and printed figure stands on)
-refuse bad arguments: each public function and class raises ``TypeError`` (wrong type) or
-``ValueError`` (wrong value) with a message naming the argument and what is allowed.
+"""perfkit.stats, its estimate and order_stats modules, perfkit.units, and the verdict
+modules that judge on them (verdict, verdict_text, advice) refuse bad arguments: each
+public function and class raises ``TypeError`` (wrong type) or ``ValueError`` (wrong value)
+with a message naming the argument and what is allowed.
 
 Each case is (id, call, exception, regex on the message); the regex names the argument.
 """
@@ -10,24 +11,36 @@ import math
 import pytest
 from inputs_cases import duplicate_ids, uncovered
 
-from perfkit import stats, units
+from perfkit import advice, estimate, order_stats, stats, units, verdict, verdict_text
+from perfkit.advice import Claim, assess
+from perfkit.order_stats import median_bounds, sign_coverage
 from perfkit.stats import (
     Estimate,
     bootstrap,
     chance_misses,
     exact,
+    joint_level,
+    largest,
     median,
     median_interval,
     median_ratio,
+    min_samples,
+    of_medians,
     paired_ratios,
+    per_round,
     quantile,
     range_of,
 )
-from perfkit.units import si
+from perfkit.units import si, si_interval
+from perfkit.verdict import Prediction, context, judge
+from perfkit.verdict_text import reading
 
 NAN, INF = math.nan, math.inf
-E = Estimate(1.0, 0.9, 1.1, 0.9, 5, "bootstrap")
+E = Estimate(1.0, 0.9, 1.1, 0.9, 5, "median of 5 samples")
 XS = [1.0, 2.0, 3.0]
+P = Prediction("speedup", "Amdahl", high=1.8, unit="x")
+RECORDS = {"Verdict", "ClaimVerdict", "Reading"}               # records perfkit returns
+NO_ARGUMENTS = {"busy", "machine_state", "machine_text"}        # read the machine, take nothing
 
 CASES = [  # (id, call, exception, regex on the message)
     ("quantile.xs str", lambda: quantile("123", 0.5), TypeError, "xs must be a sequence"),
@@ -56,6 +69,14 @@ CASES = [  # (id, call, exception, regex on the message)
     ("Estimate.inverse", lambda: Estimate(0.0, -1.0, 1.0, None, 1, "x").inverse(), ValueError,
      "inverse needs an estimate above 0"),
     ("Estimate.describe unit", lambda: E.describe(3), TypeError, "unit must be a string"),
+    ("Estimate.text unit", lambda: E.text(None), TypeError, "unit must be a string"),
+    ("Estimate.shifted c", lambda: E.shifted(NAN), ValueError, "c must be a finite number"),
+    ("Estimate.needs with an interval", lambda: Estimate(1.0, 0.9, 1.1, 0.9, 3, "x", needs=5), ValueError,
+     "needs .* goes with a level and no interval"),
+    ("Estimate.needs not above n", lambda: Estimate(1.0, 1.0, 1.0, 0.9, 5, "x", needs=5), ValueError,
+     "needs must be an int >= 6"),
+    ("Estimate.needs without level", lambda: Estimate(1.0, 1.0, 1.0, None, 3, "x", needs=5), ValueError,
+     "needs .* goes with a level"),
     ("exact.value str", lambda: exact("3"), TypeError, "value must be a number"),
     ("exact.value nan", lambda: exact(NAN), TypeError, "value must be a number"),
     ("exact.what", lambda: exact(3, ""), ValueError, "what must say what the figure is"),
@@ -66,10 +87,7 @@ CASES = [  # (id, call, exception, regex on the message)
      r"hi must be a finite number in \[0.9, 1\]"),
     ("median_interval.xs", lambda: median_interval([]), ValueError, "xs must hold at least one"),
     ("median_interval.level", lambda: median_interval(XS, level=0), ValueError, "level"),
-    ("median_interval.resamples", lambda: median_interval(XS, resamples=10), ValueError,
-     "resamples must be an int >= 100"),
-    ("median_interval.seed", lambda: median_interval(XS, seed=-1), ValueError,
-     "seed must be an int >= 0"),
+    ("median_interval.level str", lambda: median_interval(XS, level="0.9"), ValueError, "level"),
     ("median_ratio.a negative", lambda: median_ratio([-1.0], [1.0]), ValueError,
      "a must hold numbers > 0"),
     ("median_ratio.b inf", lambda: median_ratio([1.0], [INF]), ValueError, "b must hold finite"),
@@ -84,12 +102,71 @@ CASES = [  # (id, call, exception, regex on the message)
      "samples entries must hold finite"),
     ("bootstrap.what", lambda: bootstrap(max, [XS], True, 3), TypeError,
      "what must be a str"),
+    ("bootstrap.level", lambda: bootstrap(max, [XS], True, "rounds", level=1.0), ValueError, "level"),
+    ("of_medians.f", lambda: of_medians(None, [XS], [True]), TypeError, "f must be a callable"),
+    ("of_medians.samples", lambda: of_medians(max, [], []), ValueError, "samples must be a non-empty"),
+    ("of_medians.rising length", lambda: of_medians(max, [XS, XS], [True]), ValueError,
+     "rising must hold one bool per sample"),
+    ("of_medians.rising bool", lambda: of_medians(max, [XS], [1]), ValueError, "rising must hold one bool"),
+    ("of_medians.level", lambda: of_medians(max, [XS], [True], level=0), ValueError, "level"),
+    ("per_round.stat", lambda: per_round("max", [XS]), TypeError, "stat must be a callable"),
+    ("per_round.samples unequal", lambda: per_round(max, [XS, [1.0]]), ValueError,
+     "samples must be equally long"),
+    ("per_round.samples str", lambda: per_round(max, "12"), ValueError, "samples must be a non-empty"),
+    ("per_round.what", lambda: per_round(max, [XS], what=""), TypeError, "what must be a str"),
+    ("largest.estimates empty", lambda: largest([]), ValueError, "estimates must be a non-empty"),
+    ("largest.estimates item", lambda: largest([1.0]), TypeError, "estimates must hold"),
+    ("largest.estimates exact", lambda: largest([exact(1.0)]), ValueError,
+     "estimates must each carry a confidence level"),
+    ("largest.estimates levels", lambda: largest([E] * 11), ValueError, "joint confidence above 0"),
+    ("joint_level.k", lambda: joint_level(0), ValueError, "k must be an int >= 1"),
+    ("joint_level.level", lambda: joint_level(2, level=1.5), ValueError, "level"),
+    ("min_samples.level", lambda: min_samples(1.0), ValueError, r"level must be a finite number in \(0, 1\)"),
+    ("min_samples.level str", lambda: min_samples("0.9"), TypeError, "level must be"),
     ("chance_misses.n", lambda: chance_misses(-1), ValueError, "n must be an int >= 0"),
     ("chance_misses.level", lambda: chance_misses(3, level=1.0), ValueError, "level"),
     # units
     ("si.value", lambda: si("1k"), TypeError, "value must be a number"),
     ("si.unit", lambda: si(1.0, None), TypeError, "unit must be a string"),
     ("si.digits", lambda: si(1.0, "s", 0), ValueError, "digits must be an int from 1 to 15"),
+    ("si_interval.value", lambda: si_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
+    ("si_interval.low above value", lambda: si_interval(1.0, 1.1, 1.2), ValueError,
+     "low <= value <= high must hold"),
+    ("si_interval.high inf", lambda: si_interval(1.0, 0.9, INF), ValueError, "low <= value <= high"),
+    ("si_interval.unit", lambda: si_interval(1.0, 0.9, 1.1, 2), TypeError, "unit must be a string"),
+    ("si_interval.digits", lambda: si_interval(1.0, 0.9, 1.1, "x", 16), ValueError, "digits must be"),
+    # order statistics
+    ("sign_coverage.n", lambda: sign_coverage(0, 1), ValueError, "n must be an int >= 1"),
+    ("sign_coverage.k", lambda: sign_coverage(5, 4), ValueError, r"k must be an int in \[1, 3\]"),
+    ("median_bounds.xs few", lambda: median_bounds(XS, 0.9), ValueError, "xs must hold at least 5 values"),
+    ("median_bounds.xs str", lambda: median_bounds("12345", 0.9), TypeError, "xs must be a list"),
+    ("median_bounds.xs nan", lambda: median_bounds([1.0, 2.0, 3.0, 4.0, NAN], 0.9), ValueError,
+     "xs entries must be a finite number"),
+    ("median_bounds.level", lambda: median_bounds(XS * 2, 0.0), ValueError, "level must be"),
+    # verdicts on them
+    ("Prediction.physical", lambda: Prediction("w", "m", high=1.0, physical=[0, 1]), TypeError,
+     "physical must be a .low, high. tuple"),
+    ("Prediction.physical order", lambda: Prediction("w", "m", high=1.0, physical=(1, 0)), ValueError,
+     "physical must have low <= high"),
+    ("Prediction.can_fail within", lambda: P.can_fail(within=(2.0, 1.0)), ValueError,
+     "within must have low <= high"),
+    ("Prediction.what", lambda: Prediction("", "m", high=1.0), ValueError, "what and model"),
+    ("judge.prediction", lambda: judge("p", 1.0), TypeError, "prediction must be a Prediction"),
+    ("judge.explain", lambda: judge(P, 1.0, explain={"faster": "x"}), ValueError, "explain keys"),
+    ("judge.prediction cannot fail", lambda: judge(Prediction("w", "m", high=5.0, physical=(0, 2)), 1.0),
+     ValueError, "cannot fail"),
+    ("context.prediction", lambda: context("p", 1.0), TypeError, "prediction must be a Prediction"),
+    ("context.measured", lambda: context(P, "1.2"), TypeError, "measured must be a number or"),
+    ("context.within", lambda: context(P, 1.2, within=(0, 1, 2)), TypeError,
+     "within must be a .low, high. tuple"),
+    ("reading.measured", lambda: reading("1.0", None), TypeError, "measured must be a number or"),
+    ("reading.spread", lambda: reading(1.0, (2.0, 1.0)), ValueError, "spread must be .low, high."),
+    ("reading.spread with an Estimate", lambda: reading(E, (0.5, 1.5)), ValueError, "give spread only"),
+    ("Claim.range", lambda: Claim("advice", "figure"), ValueError, "promised range"),
+    ("Claim.partly", lambda: Claim("a", "f", low=1, high=2, partly=1.5), ValueError, "partly"),
+    ("assess.claim", lambda: assess("advice", 1.0), TypeError, "claim must be a Claim"),
+    ("assess.reasons", lambda: assess(Claim("a", "f", low=1.0), 1.0, reasons={"held": "x"}), ValueError,
+     "reasons keys"),
 ]
 
 
@@ -104,8 +181,9 @@ def test_case_ids_are_unique():
     assert not duplicate_ids(CASES)
 
 
-@pytest.mark.parametrize("module", [stats, units], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [stats, estimate, order_stats, units, verdict, verdict_text, advice],
+                         ids=lambda m: m.__name__)
 def test_every_public_callable_has_a_case(module):
-    # LEVEL, RESAMPLES and SEED are constants
-    missing = uncovered(module, CASES)
+    # LEVEL, MIN_SAMPLES, BOOTSTRAP_MIN, RESAMPLES and SEED are constants
+    missing = uncovered(module, CASES, RECORDS | NO_ARGUMENTS)
     assert not missing, f"no bad-input case for {missing}"

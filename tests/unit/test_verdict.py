@@ -15,7 +15,7 @@ POINT = Prediction("hidden fraction", "pipeline model", value=0.8, rel_tol=0.1, 
 def test_inside_the_bound_holds():
     v = judge(BOUND, 1.2, spread=(1.15, 1.25))
     assert v.outcome == "held" and v.held and v.direction == "inside"
-    assert "1.2x" in v.text and "held" in v.text
+    assert "1.20x (spread 1.15x to 1.25x)" in v.text and "held" in v.text  # one precision
 
 
 @pytest.mark.parametrize("measured,direction,by", [(1.53, "above", "14% above 1.34x"),
@@ -29,13 +29,15 @@ def test_a_miss_says_which_side_and_by_how_much(measured, direction, by):
             and ("BELOW" if direction == "above" else "ABOVE") + "-REASON" not in v.text)
 
 
-def test_a_spread_across_the_bound_is_inconclusive_not_a_verdict():
-    v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY"})
+def test_a_spread_across_the_bound_with_the_figure_inside_is_inconclusive():
+    v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY",
+                                                         "above": "ABOVE-REASON"})
     assert v.outcome == "inconclusive" and "NOISY" in v.text
-    # the reason is measured: the edge crossed, the distance from it, the interval's half-width
+    # the reason is measured: the edge crossed, the distance from it, the interval's reach
     assert "across the edge 1.34x" in v.text and "lies 0.04x from it" in v.text
     assert "reaches 0.11x above it" in v.text
-    assert "HELD-REASON" not in v.text
+    # the section's own cause for the side the figure lies on, labelled; not the other side's
+    assert "The figure lies inside the prediction: HELD-REASON" in v.text and "ABOVE-REASON" not in v.text
     # the same median with a tight spread is a verdict
     assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
     assert judge(BOUND, 1.50, spread=(1.40, 1.60)).outcome == "missed"
@@ -331,10 +333,12 @@ def test_the_printed_point_always_lies_inside_the_printed_interval():
 
 
 def test_an_interval_across_both_edges_names_the_edge_nearest_the_figure():
-    ceiling = Prediction("hidden share", "overlap ceiling", low=0.0, high=0.15, physical=(-1, 1))
-    v = judge(ceiling, est(0.40, -0.31, 0.68))
-    assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "lies 0.25 from it" in v.text
-    assert "reaches 0.46 below it" in v.text  # a lopsided interval: the side past the edge, not a half-width
+    share = Prediction("hidden share", "overlap model", value=0.075, rel_tol=1.0, physical=(-1, 1))
+    v = judge(share, est(0.10, -0.31, 0.68))
+    assert v.outcome == "inconclusive" and "across the edge 0.15" in v.text and "lies 0.05 from it" in v.text
+    assert "reaches 0.53 above it" in v.text  # a lopsided interval: the side past the edge, not a half-width
+    # the interval's width from its samples against the predicted range decides: only more samples can
+    assert "the interval is 0.99 wide from 30 samples, the predicted range 0.15" in v.text
 
 
 def test_a_claim_that_does_not_hold_names_a_busy_machine(monkeypatch):

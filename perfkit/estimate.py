@@ -1,0 +1,157 @@
+"""A measured figure with its uncertainty: the record every verdict is judged on, and how it prints.
+
+An :class:`Estimate` holds a value, its interval (``low <= value <= high``), the interval's
+confidence and the number of samples behind it. Three kinds of figure share it:
+
+- an interval at a confidence ``level`` (from :mod:`perfkit.stats`);
+- **no interval**: fewer samples than an interval at ``level`` needs (``needs`` says how
+  many); ``low == high == value``, and a verdict on it is inconclusive;
+- an exact figure (a count, a formula: ``level=None``, ``low == high``) or a plain range of
+  repeats (``level=None``, ``low < high``: the spread of single repeats, not a confidence).
+
+It prints the point and its interval at one precision with the point visibly inside
+(:func:`perfkit.units.si_interval`), and never an interval of zero width: where tied samples
+make one, it says so (``"all 5 samples equal 1.2x"``).
+
+Usage::
+
+    est = Estimate(1.02, 0.99, 1.05, 0.9, 30, "median of 30 paired ratios")
+    print(est.text("x"))   # 1.02x (90% interval 0.99x to 1.05x, median of 30 paired ratios)
+    est.inverse()          # the same figure as 1 / value, e.g. a speedup from a time ratio
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass, replace
+
+from perfkit.units import si, si_interval
+
+__all__ = ["Estimate", "exact"]
+
+
+def _level(level: object) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a confidence in (0, 1), e.g. 0.9, got {level!r}")
+    return float(level)
+
+
+def _count(name: str, v: object, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measured figure with its uncertainty: ``low <= value <= high``.
+
+    ``level`` is the interval's confidence (``None`` for an exact count, or for a range of
+    repeats that is not a confidence interval); ``n`` the number of samples (rounds, repeats)
+    behind it; ``method`` says in words how the interval was made, for a verdict's text.
+    A zero-width interval at a ``level`` comes from tied samples: its ``method`` then ends in
+    "equal" and names them ("all 5 samples equal"), and the value is printed after it.
+    ``needs``: set when ``n`` is fewer than an interval at ``level`` needs (that number);
+    the estimate then has no interval (``low == high == value``).
+    """
+
+    value: float
+    low: float
+    high: float
+    level: float | None
+    n: int
+    method: str
+    needs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("value", "low", "high"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+                raise TypeError(f"{name} must be a number, got {v!r}")
+        if not self.low <= self.value <= self.high:
+            raise ValueError(f"an estimate's value must lie in its interval: low {self.low!r} <= value "
+                             f"{self.value!r} <= high {self.high!r}")
+        if self.level is not None:
+            _level(self.level)
+        _count("n", self.n, 1)
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError("method must say how the interval was made, e.g. 'median of 7 samples'")
+        if self.needs is not None:
+            _count("needs", self.needs, self.n + 1)
+            if self.level is None or not self.low == self.value == self.high:
+                raise ValueError("needs (the samples an interval needs) goes with a level and no "
+                                 "interval: low == value == high")
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """``(low, high)``."""
+        return (self.low, self.high)
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether this is a confidence interval (``level`` set, enough samples for it)."""
+        return self.level is not None and self.needs is None
+
+    def describe(self, unit: str = "") -> str:
+        """``"90% interval 0.99x to 1.05x, median of 30 paired ratios"``: the interval and
+        where it comes from; never an interval of zero width."""
+        if not isinstance(unit, str):
+            raise TypeError(f"unit must be a string, got {unit!r}")
+        if self.needs is not None:
+            return (f"{self.n} sample{'s' * (self.n > 1)}, fewer than the {self.needs} a "
+                    f"{self.level:.0%} interval needs: no interval")
+        if self.low == self.high:
+            if self.level is None:
+                return "exact"
+            if self.method.endswith(("equal", "equals")):
+                return f"{self.method} {si(self.value, unit)}"
+            return f"no spread: {self.method}, {self.n} samples"
+        _, lo, hi = si_interval(self.value, self.low, self.high, unit)
+        what = f"{self.level:.0%} interval" if self.level is not None else "range"
+        return f"{what} {lo} to {hi}, {self.method}"
+
+    def text(self, unit: str = "") -> str:
+        """The value and :meth:`describe`, at one precision: ``"1.02x (90% interval 0.99x to
+        1.05x, median of 30 paired ratios)"``."""
+        point = (si_interval(self.value, self.low, self.high, unit)[0] if self.low < self.high
+                 else si(self.value, unit))
+        return f"{point} ({self.describe(unit)})"
+
+    def scaled(self, k: float) -> Estimate:
+        """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 < k < math.inf:
+            raise ValueError(f"k must be a finite number > 0, got {k!r}")
+        return replace(self, value=self.value * k, low=self.low * k, high=self.high * k)
+
+    def shifted(self, c: float) -> Estimate:
+        """The same estimate plus a constant ``c`` (a gap from a prediction: ``shifted(-p)``)."""
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c):
+            raise ValueError(f"c must be a finite number, got {c!r}")
+        return replace(self, value=self.value + c, low=self.low + c, high=self.high + c)
+
+    def inverse(self) -> Estimate:
+        """``1 / value`` with the interval flipped (a speedup from a time ratio); needs ``low > 0``."""
+        if self.low <= 0:
+            raise ValueError(f"inverse needs an estimate above 0, got low {self.low!r}")
+        return replace(self, value=1 / self.value, low=1 / self.high, high=1 / self.low)
+
+    def record(self) -> dict:
+        """A JSON-able record (``Estimate(**record)`` rebuilds it)."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def exact(value: float, what: str = "exact count") -> Estimate:
+    """A figure with no uncertainty (a count, a formula): ``low == value == high``.
+
+    Raises:
+        TypeError, ValueError: for a ``value`` that is not a number, or an empty ``what``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        raise TypeError(f"value must be a number, got {value!r}")
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"what must say what the figure is ('exact count'), got {what!r}")
+    return Estimate(float(value), float(value), float(value), None, 1, what)

@@ -1,0 +1,89 @@
+"""A figure and its interval print at one precision, the point visibly inside, never an
+interval of zero width (perfkit.units.si_interval, used by Estimate and by every verdict).
+
+The property is checked over many values of every magnitude and unit, and a planted wrong
+formatter (each number at its own three significant digits, as ``si`` prints one number)
+must fail the same check.
+"""
+
+import random
+import re
+
+import pytest
+
+from perfkit import stats
+from perfkit.units import si, si_interval
+
+UNITS = ["x", "", "%", " s", " B/s", " FLOP/s", " ms", " B"]
+NUMBER = re.compile(r"^(-?[\d,]*\.?\d*)(.*)$")   # the number, then its power, prefix and unit
+
+
+def parsed(texts: tuple[str, str, str]) -> tuple[list[float], set[str], set[int]]:
+    """(numbers, unit suffixes with prefix, decimals) of three printed figures."""
+    nums, suffixes, decimals = [], set(), set()
+    for t in texts:
+        m = NUMBER.match(t)
+        nums.append(float(m[1].replace(",", "")))
+        suffixes.add(m[2])
+        decimals.add(len(m[1].split(".")[1]) if "." in m[1] else 0)
+    return nums, suffixes, decimals
+
+
+def violations(fmt, cases) -> list[str]:
+    """Cases where ``fmt(value, low, high, unit)`` prints the point outside or on the edge of a
+    wider interval, a zero-width interval, or three figures at different prefixes or decimals."""
+    bad = []
+    for value, low, high, unit in cases:
+        texts = fmt(value, low, high, unit)
+        (v, lo, hi), suffixes, decimals = parsed(texts)
+        ok = (lo <= v <= hi and (v > lo or value == low) and (v < hi or value == high)
+              and (lo < hi or low == high) and len(suffixes) == 1 and len(decimals) == 1)
+        if not ok:
+            bad.append(f"{value!r} in [{low!r}, {high!r}] {unit!r}: {texts}")
+    return bad
+
+
+def cases(seed=0, count=3000):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        scale = 10 ** rng.uniform(-9, 13)
+        width = 10 ** rng.uniform(-6, 0.5)              # from a hair's breadth to 3x the figure
+        low = scale * rng.uniform(0.2, 1.0)
+        high = low * (1 + width)
+        value = rng.choice([low, high, low + (high - low) * rng.random(), low + (high - low) * 1e-4])
+        out.append((value, low, high, rng.choice(UNITS)))
+    return out
+
+
+def test_the_point_is_visibly_inside_at_one_precision():
+    assert violations(si_interval, cases()) == []
+
+
+def test_the_check_rejects_each_number_printed_at_its_own_precision():
+    def each_own(value, low, high, unit):   # planted: si() per number
+        return si(value, unit), si(low, unit), si(high, unit)
+
+    bad = violations(each_own, cases(count=500))
+    assert len(bad) > 50, "the check should catch a point on an edge and mixed precisions"
+    assert violations(each_own, [(0.50005, 0.5, 0.5001, "")])   # 0.5 / 0.5 / 0.5
+
+
+@pytest.mark.parametrize("args,want", [
+    ((0.1848, 0.182, 0.212, "x"), ("0.185x", "0.182x", "0.212x")),
+    ((1.2, 1.1, 1.3, "x"), ("1.2x", "1.1x", "1.3x")),          # trailing zeros dropped alike
+    ((950e-6, 900e-6, 1.05e-3, "s"), ("0.95 ms", "0.90 ms", "1.05 ms")),
+    ((6.2e-9, 6.1e-9, 6.3e-9, "ms"), ("6.2e-09 ms", "6.1e-09 ms", "6.3e-09 ms")),   # below any prefix
+    ((5, 3, 9, ""), ("5", "3", "9")),                        # counts stay whole
+    ((12_000, 11_000, 13_000, "ms"), ("12,000 ms", "11,000 ms", "13,000 ms")),
+    ((0.0308, 0.0308, 0.194, ""), ("0.0308", "0.0308", "0.1940")),   # a point on its end: tied samples
+])
+def test_worked_examples(args, want):
+    assert si_interval(*args) == want
+
+
+def test_estimates_and_their_descriptions_print_through_it():
+    e = stats.Estimate(950e-6, 900e-6, 1.05e-3, 0.9, 9, "median of 9 samples")
+    assert e.text("s") == "0.95 ms (90% interval 0.90 ms to 1.05 ms, median of 9 samples)"
+    assert e.describe("s") == "90% interval 0.90 ms to 1.05 ms, median of 9 samples"
+    assert stats.exact(3).describe() == "exact" and str(stats.exact(3)) == "3 (exact)"

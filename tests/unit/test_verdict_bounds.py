@@ -1,0 +1,166 @@
+"""Bounds judged as bounds, and explanations that name what decided.
+
+A bound (``low``/``high``) claims that no measurement crosses it: a figure beyond it is
+missed even where its interval reaches back. A tolerance (``value`` ± ``rel_tol``) is missed
+only when its whole interval lies outside. Every inconclusive verdict names the number that
+decided (too few samples, the interval's reach and width) and the section's own cause for
+the side the figure lies on. Planted wrong rules (a crossed bound called inconclusive, the
+old rule that dropped the cause) are run through the same checks and must fail them.
+"""
+
+import dataclasses
+import os
+import random
+import re
+
+import pytest
+
+from perfkit import stats
+from perfkit.advice import Claim, assess
+from perfkit.verdict import Prediction, Verdict, context, judge
+
+AMDAHL = Prediction("the ddp fix's speedup", "Amdahl: 1 / (1 - share)", high=1.81, unit="x")
+FLOOR = Prediction("the prefetcher's speedup", "no slower than serial", low=1.0, unit="x")
+BUBBLE = Prediction("bubble share", "(p - 1) / (m + p - 1)", value=0.2, rel_tol=0.15, physical=(0, 1))
+WHY = {"above": "ABOVE: find_unused_parameters walks the graph, which the share left out",
+       "below": "BELOW-CAUSE", "held": "HELD-CAUSE", "inconclusive": "OWN-SENTENCE"}
+
+
+def est(value, low, high, n=7):
+    return stats.Estimate(value, low, high, 0.9, n, f"median of {n} paired ratios")
+
+
+# (prediction, estimate, outcome, direction): the bound rule, case by case
+BOUND_CASES = [
+    (AMDAHL, est(2.14, 1.70, 2.60), "missed", "above"),      # crossed; the interval reaches back
+    (AMDAHL, est(2.14, 1.90, 2.60), "missed", "above"),      # crossed; the interval beyond too
+    (AMDAHL, est(1.60, 1.50, 1.90), "inconclusive", ""),     # inside; the interval reaches across
+    (AMDAHL, est(1.60, 1.50, 1.70), "held", "inside"),
+    (FLOOR, est(0.97, 0.90, 1.04), "missed", "below"),       # a lower bound crossed
+    (FLOOR, est(1.02, 0.98, 1.10), "inconclusive", ""),
+    (BUBBLE, est(0.237, 0.20, 0.30), "inconclusive", ""),    # a tolerance: the interval decides
+    (BUBBLE, est(0.26, 0.24, 0.30), "missed", "above"),
+    (BUBBLE, est(0.21, 0.19, 0.22), "held", "inside"),
+]
+
+
+def mismatches(rule) -> list[str]:
+    """The BOUND_CASES a verdict ``rule`` (judge's signature) gets wrong."""
+    return [f"{p.what} {e.value}: {v.outcome}/{v.direction}, want {o}/{d}"
+            for p, e, o, d in BOUND_CASES if ((v := rule(p, e)).outcome, v.direction) != (o, d)]
+
+
+def crossed_is_inconclusive(p, e, **kw):
+    """A planted wrong rule: the old one, where an interval across a crossed bound was inconclusive."""
+    v = judge(p, e, **kw)
+    lo, hi = p.bounds()
+    if v.outcome == "missed" and p.is_bound and e.low <= (hi if v.direction == "above" else lo) <= e.high:
+        return dataclasses.replace(v, outcome="inconclusive", direction="")
+    return v
+
+
+def test_the_rule_on_bounds_and_tolerances():
+    assert mismatches(judge) == []
+
+
+def test_a_rule_that_calls_a_crossed_bound_inconclusive_fails_the_check():
+    assert mismatches(crossed_is_inconclusive) == [
+        "the ddp fix's speedup 2.14: inconclusive/, want missed/above",
+        "the prefetcher's speedup 0.97: inconclusive/, want missed/below"]
+
+
+def test_a_crossed_bound_names_the_crossing_and_the_term_it_left_out():
+    v = judge(AMDAHL, est(2.14, 1.70, 2.60), explain=WHY)
+    assert "missed: 2.14x is 18% above 1.81x" in v.text
+    assert "reaches back across the bound by 0.11x" in v.text and "no measurement crosses it" in v.text
+    assert WHY["above"] in v.text and "BELOW-CAUSE" not in v.text and "OWN-SENTENCE" not in v.text
+
+
+def test_an_inconclusive_verdict_keeps_the_cause_of_the_side_the_figure_lies_on():
+    v = judge(BUBBLE, est(0.237, 0.20, 0.30), explain=WHY)
+    assert v.outcome == "inconclusive"
+    assert "OWN-SENTENCE" in v.text and f"The figure lies above the prediction: {WHY['above']}" in v.text
+    assert "BELOW-CAUSE" not in v.text and "HELD-CAUSE" not in v.text
+    below = judge(BUBBLE, est(0.165, 0.10, 0.18), explain=WHY)
+    assert below.outcome == "inconclusive"
+    assert "The figure lies below the prediction: BELOW-CAUSE" in below.text
+
+    def old_rule(p, e, explain):   # planted: only the "inconclusive" key's sentence survives
+        v = judge(p, e)
+        return dataclasses.replace(v, text=v.text + " " + explain["inconclusive"])
+
+    assert WHY["above"] not in old_rule(BUBBLE, est(0.237, 0.20, 0.30), WHY).text
+
+
+def test_an_inconclusive_verdict_names_the_numbers_that_decided():
+    v = judge(BUBBLE, est(0.237, 0.20, 0.30, n=4 + 3))
+    assert "reaches across the edge 0.23" in v.text and "the figure lies 0.007 from it" in v.text
+    assert "the interval is 0.1 wide from 7 samples, the predicted range 0.06" in v.text
+    assert "only more samples, or less noise, can decide" in v.text
+
+
+def test_too_few_samples_are_inconclusive_and_say_so():
+    few = stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0])
+    v = judge(AMDAHL, few, explain=WHY)
+    assert v.outcome == "inconclusive" and v.spread is None
+    assert "3 samples, fewer than the 5 an interval at this level (90%) needs" in v.text
+    assert "Measured:** 2.1x (3 samples: too few for an interval)" in v.text
+    assert f"The figure lies above the prediction: {WHY['above']}" in v.text
+    c = assess(Claim("it is 2x faster", "speedup", low=1.8, partly=1.0, unit="x"), few)
+    assert c.status == "inconclusive" and "fewer than the 5" in c.text
+
+
+def test_ties_are_judged_on_the_value_and_never_print_a_zero_width_interval():
+    tied = stats.median_interval([1.5] * 6)
+    v = judge(AMDAHL, tied)
+    assert v.outcome == "held" and "all 6 samples equal 1.5x" in v.text and " to 1.5x" not in v.text
+
+
+def test_a_busy_machine_is_named_with_its_size_and_the_noise_it_left(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.2, 1.0, 1.0))
+    v = judge(BUBBLE, est(0.237, 0.20, 0.30))
+    assert "load average 5.2 on 2 cores, 2.6 runnable tasks per core" in v.text
+    assert "the 90% interval spans 42% of the figure" in v.text
+    assert "load average" not in judge(BUBBLE, est(0.21, 0.19, 0.22)).text   # held: no excuse
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert "busy" not in judge(BUBBLE, est(0.237, 0.20, 0.30)).text
+
+
+def test_a_bound_that_cannot_fail_is_refused_and_printed_as_context():
+    loose = Prediction("attention fix speedup", "Amdahl on the whole forward + backward", high=3.46,
+                       unit="x", physical=(0, 3.0))
+    assert not loose.can_fail() and AMDAHL.can_fail()
+    with pytest.raises(ValueError, match="cannot fail"):
+        judge(loose, est(1.01, 0.95, 1.08))
+    # a range known at this machine's sizes, narrower than the physical one
+    assert not AMDAHL.can_fail(within=(0.5, 1.5)) and AMDAHL.can_fail(within=(0.5, 2.0))
+    text = context(AMDAHL, est(1.01, 0.95, 1.08), within=(0.5, 1.5))
+    assert text.startswith("**Context, not a prediction** (Amdahl: 1 / (1 - share))")
+    assert "1.01x (90% interval 0.95x to 1.08x" in text
+    assert "The bound cannot fail here: 1.81x lies 0.31x above every value this figure can take" in text
+    assert "can fail here: judge it" in context(AMDAHL, 1.2)
+    assert "held" not in text and "missed" not in text
+
+
+def test_the_printed_point_is_inside_its_printed_interval_in_every_verdict():
+    rng = random.Random(7)
+    pattern = re.compile(r"\*\*Measured:\*\* (\S+?)x \(90% interval (\S+?)x to (\S+?)x")
+    for _ in range(300):
+        scale = 10 ** rng.uniform(-4, 3)
+        low, high = sorted(rng.uniform(0.5, 2.0) * scale for _ in range(2))
+        value = rng.choice([low, high, rng.uniform(low, high)])
+        p = Prediction("ratio", "model", value=scale, rel_tol=0.3, unit="x")
+        m = pattern.search(judge(p, est(value, low, high)).text)
+        if low == high:
+            continue
+        v, lo, hi = (float(g.replace(",", "")) for g in m.groups())
+        assert lo <= v <= hi and lo < hi, m.group(0)
+        assert (v > lo or value == low) and (v < hi or value == high), m.group(0)
+
+
+def test_verdict_records_stay_json_ready():
+    import json
+
+    v = judge(AMDAHL, stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0]))
+    assert isinstance(v, Verdict) and json.loads(json.dumps(v.record()))["outcome"] == "inconclusive"
