@@ -22,6 +22,10 @@ from perfkit.parallel.buckets import (
     consolidated_state,
     shard_state,
 )
+from perfkit.parallel.clip import (
+    clip_grad_norm_,
+    tensor_parallel_pieces,
+)
 from perfkit.parallel.context import (
     SPLITS,
     RingStats,
@@ -43,6 +47,8 @@ from perfkit.parallel.context_model import (
     timed_imbalance,
 )
 from perfkit.parallel.data_parallel import (
+    DDP_BUCKET_CAP_BYTES,
+    DDP_FIRST_BUCKET_BYTES,
     BucketedDP,
     NaiveDP,
     OverlappedDP,
@@ -205,4 +211,6 @@ __all__ = [
     "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
     "column_region",
+    # gradient clipping over shards; DDP's bucket sizes
+    "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",
 ]

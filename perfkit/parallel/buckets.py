@@ -85,19 +85,23 @@ class ShardedBucket:
 
 
 def build_buckets(groups: Sequence[Sequence[torch.Tensor]], cap_bytes: int, world_size: int,
-                  rank: int) -> list[ShardedBucket]:
+                  rank: int, first_bucket_bytes: int | None = None) -> list[ShardedBucket]:
     """Buckets of every group's trainable parameters (``requires_grad``), in backward order.
 
-    Frozen parameters belong to no bucket: they are never sharded nor communicated.
+    Frozen parameters belong to no bucket: they are never sharded nor communicated. The
+    first bucket of all (the first group's, reduced first) closes at ``first_bucket_bytes``
+    when given, as DDP's does (:func:`perfkit.parallel.assign_buckets`).
 
     Raises:
         TypeError, ValueError: for ``groups`` that is not a list of lists of tensors, or a
-            ``cap_bytes``, ``world_size`` or ``rank`` out of range.
+            ``cap_bytes``, ``first_bucket_bytes``, ``world_size`` or ``rank`` out of range.
     """
     if isinstance(groups, torch.Tensor) or any(isinstance(g, torch.Tensor) for g in groups):
         raise TypeError("groups must be a list or tuple of lists of tensors, got a tensor")
     groups = [check_items(f"groups[{g}]", ps) for g, ps in enumerate(check_items("groups", groups))]
     check_int("cap_bytes", cap_bytes, 1)
+    if first_bucket_bytes is not None:
+        check_int("first_bucket_bytes", first_bucket_bytes, 1)
     check_int("world_size", world_size, 1)
     check_int("rank", rank, 0, world_size - 1)
     buckets = []
@@ -105,7 +109,8 @@ def build_buckets(groups: Sequence[Sequence[torch.Tensor]], cap_bytes: int, worl
         trainable = [(i, p) for i, p in enumerate(params) if p.requires_grad]
         if not trainable:
             continue
-        for idx in assign_buckets([p for _, p in trainable], cap_bytes):
+        first = first_bucket_bytes if not buckets else None  # only the very first bucket
+        for idx in assign_buckets([p for _, p in trainable], cap_bytes, first):
             buckets.append(ShardedBucket([trainable[j][1] for j in idx],
                                          [trainable[j][0] for j in idx], g, world_size, rank))
     return buckets

@@ -14,7 +14,10 @@ VLDB 2020), all producing the gradient average over ranks:
 
 Buckets hold parameters in reverse registration order, the order backward produces
 their gradients, as DDP's do; they are launched strictly in bucket order so that every
-rank issues the same collectives in the same order.
+rank issues the same collectives in the same order. Their default sizes are DDP's
+(torch 2.x, after its first step rebuilds the buckets): 25 MiB (``DDP_BUCKET_CAP_BYTES``),
+the first one 1 MiB (``DDP_FIRST_BUCKET_BYTES``) when ``bucket_cap_mb`` is left unset, so
+that a side-by-side run against DDP compares the same messages.
 
 Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
@@ -34,7 +37,13 @@ from torch import nn
 
 from perfkit._checks import check_int, check_real
 
-__all__ = ["BucketedDP", "NaiveDP", "OverlappedDP", "assign_buckets"]
+__all__ = ["DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES", "BucketedDP", "NaiveDP",
+           "OverlappedDP", "assign_buckets"]
+
+DDP_BUCKET_CAP_BYTES = 25 * 2**20  # DistributedDataParallel's bucket_cap_mb default, 25 MiB
+# its first bucket when bucket_cap_mb is left at None (torch.distributed's
+# _DEFAULT_FIRST_BUCKET_BYTES): the first all-reduce starts early in backward
+DDP_FIRST_BUCKET_BYTES = 2**20
 
 
 def assign_buckets(params: Sequence[nn.Parameter], bucket_cap_bytes: int,
@@ -143,7 +152,9 @@ class BucketedDP(_DataParallel):
 
     Args:
         module, group: as for :class:`NaiveDP`.
-        bucket_cap_mb: bucket size in MiB (DDP's default 25), at least one byte.
+        bucket_cap_mb: bucket size in MiB, at least one byte, for every bucket (the first
+            included, as ``DistributedDataParallel(bucket_cap_mb=...)``); ``None``: DDP's
+            default, 25 MiB with a first bucket of 1 MiB.
 
     Raises:
         TypeError, ValueError: as for :class:`NaiveDP`; also for a ``bucket_cap_mb`` that is
@@ -153,11 +164,13 @@ class BucketedDP(_DataParallel):
         Collective: :meth:`finish` must run on every rank after every backward.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+    def __init__(self, module: nn.Module, bucket_cap_mb: float | None = None,
                  group: dist.ProcessGroup | None = None) -> None:
-        check_real("bucket_cap_mb", bucket_cap_mb, 2**-20)  # MiB; 2**-20 MiB is one byte
+        if bucket_cap_mb is not None:
+            check_real("bucket_cap_mb", bucket_cap_mb, 2**-20)  # MiB; 2**-20 MiB is one byte
         super().__init__(module, group)
-        self.buckets = assign_buckets(self.params, int(bucket_cap_mb * 2**20))
+        self.buckets = assign_buckets(self.params, DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES) \
+            if bucket_cap_mb is None else assign_buckets(self.params, int(bucket_cap_mb * 2**20))
         # one flat fp32 buffer per bucket, allocated once: (sum of bucket numels,)
         self.buffers = [torch.empty(sum(self.params[i].numel() for i in b),
                                     dtype=self.params[b[0]].dtype, device=self.params[b[0]].device)
@@ -199,7 +212,7 @@ class OverlappedDP(BucketedDP):
         Collective: every rank must run backward and :meth:`finish` each step.
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0,
+    def __init__(self, module: nn.Module, bucket_cap_mb: float | None = None,
                  group: dist.ProcessGroup | None = None) -> None:
         super().__init__(module, bucket_cap_mb, group)
         self._bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}

@@ -9,6 +9,13 @@ bucket: DDP's ``gradient_as_bucket_view``); stages 2-3 free it once copied and k
 ``in_flight`` full buckets alive, waiting for the oldest (DeepSpeed's
 ``reduce_bucket_size`` bounds the same buffers).
 
+Stage 1's ``p.grad`` stays visible after backward but, with the hooks, is no longer what
+the step uses: a bucket's reduce-scatter has already read it, or (a bucket backward did not
+complete) will read this rank's copy. Changing it in place then (clipping or scaling it,
+``torch.nn.utils.clip_grad_norm_`` included) would be lost or use this rank's own norm,
+silently; :meth:`BucketReducer.sync` finds it by the bucket's version counter, and every
+rank raises.
+
 Usage::
 
     reducer = BucketReducer(buckets, stage=2, world_size=2, process_group=None)
@@ -79,6 +86,7 @@ class BucketReducer:
         self.process_group, self.on_complete = process_group, on_complete
         for b in self.buckets:
             b.grads, b.reduced = None, None
+            b.seen = 0  # version of b.grads after the reducer's last write to it
             b.shard_grad = torch.zeros(b.shard_size, dtype=b.grad_dtype, device=b.device) \
                 if stage >= 2 or not reduce_grads else None
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook(bi, k))
@@ -137,6 +145,7 @@ class BucketReducer:
             view.copy_(p.grad.reshape(-1))
         p.grad = None if self.stage >= 2 else view.view_as(p)
         self._arrived[bi][k] = True
+        b.seen = b.grads._version  # after the reducer's own write; sync() checks the rest
 
     def _launch(self, bi: int) -> None:
         """Reduce-scatter bucket ``bi`` asynchronously (zeros for parameters without grads);
@@ -158,6 +167,7 @@ class BucketReducer:
                     self._take(bi, k, p)
                 else:
                     grads[b.offsets[k]:b.offsets[k] + b.numels[k]].zero_()
+        b.seen = grads._version
         out = b.shard_grad if self.stage >= 2 else torch.empty_like(grads[:b.shard_size])
         self._transient += 0 if self.stage >= 2 else out.numel() * out.element_size()
         self.buffer_peak_bytes = max(self.buffer_peak_bytes, self._transient)
@@ -166,6 +176,7 @@ class BucketReducer:
             work = reduce_scatter_flat(out, grads, self.process_group, async_op=True)
         else:
             out.copy_(grads)
+
         self._work.append((bi, work, out))
         # stages 2-3 keep at most in_flight full buckets: older ones are waited for and
         # freed while backward goes on (stage 1 keeps its buffers anyway)
@@ -185,6 +196,7 @@ class BucketReducer:
         if self.stage == 1:
             b.grads[b.start:b.end].copy_(out)
             b.reduced = b.grads[b.start:b.end]
+            b.seen = b.grads._version
         else:
             self._transient -= b.padded * b.grads.element_size()
             b.grads = None  # the full bucket is no longer needed
@@ -197,13 +209,21 @@ class BucketReducer:
             Per bucket and parameter: had it a gradient on any rank (read locally when
             ``reduce_grads=False``: DDP gives every rank the same)?
 
+        Raises:
+            RuntimeError: at stage 1 with the hooks, on every rank, if a gradient the hooks
+                had read was changed in place on any rank before this call.
+
         Warning:
             Collective: every rank must call it (one all-reduce of a flag per parameter).
         """
+        changed = [bi for bi, b in enumerate(self.buckets) if self.stage == 1 and self._hooks
+                   and any(self._arrived[bi]) and b.grads._version != b.seen]
         for bi in range(self.launched, len(self.buckets)):
             self._launch(bi)
-        # every arrival is known now: agree on them while the reduce-scatters finish
-        flags = torch.tensor([float(a) for arrived in self._arrived for a in arrived],
+        # every arrival is known now: agree on them while the reduce-scatters finish; the
+        # last flag says whether a stage-1 gradient changed after the hooks had read it
+        flags = torch.tensor([float(a) for arrived in self._arrived for a in arrived] +
+                             [float(bool(changed))],
                              device=self.buckets[0].device if self.buckets else None)
         flag_work = None
         if self.world_size > 1 and self.buckets and self.reduce_grads:
@@ -214,6 +234,16 @@ class BucketReducer:
         self._work, self._transient, self._synced = [], 0, True  # stage 1's outputs freed
         if flag_work is not None:
             flag_work.wait()
+        if flags[-1] > 0:
+            self.reset()
+            raise RuntimeError(
+                f"ZeRO-1: gradients changed in place between backward and the step (bucket(s) "
+                f"{changed} on this rank); with overlap=True backward has already read them (and "
+                "reduce-scattered the complete buckets), so the change is lost or used unaveraged. "
+                "torch.nn.utils.clip_grad_norm_(model.parameters()) does this: it clips this "
+                "rank's un-averaged gradient. Clip with ZeroOptimizer.clip_grad_norm_(max_norm) "
+                "between backward and step(), scale the loss rather than the gradients, or use "
+                "overlap=False")
         it = iter(flags.tolist())
         return [[next(it) > 0 for _ in b.params] for b in self.buckets]
 

@@ -11,6 +11,7 @@ Usage::
 
     scaler = ShardedLossScaler(opt, init_scale=2.0**16)   # opt: a ZeroOptimizer
     scaler.scale(loss).backward()
+    scaler.unscale_(); opt.clip_grad_norm_(1.0)            # optional: clip the true gradient
     stepped = scaler.step()                                # collective
 """
 
@@ -35,7 +36,8 @@ class ShardedLossScaler:
     with one all-reduce, then either unscales the slices in place and steps, or drops
     them and steps nothing (no state advances: ``torch.optim`` skips a ``None`` grad). The
     scale is multiplied by ``backoff_factor`` after an overflow and by ``growth_factor``
-    after ``growth_interval`` steps in a row without one.
+    after ``growth_interval`` steps in a row without one. To clip, call :meth:`unscale_`
+    first (as with ``GradScaler``), so that the norm is the unscaled gradient's.
 
     Args:
         optimizer: the :class:`ZeroOptimizer` whose gradients come from scaled losses.
@@ -62,6 +64,7 @@ class ShardedLossScaler:
                                          hi_open=True)
         self.growth_interval = check_int("growth_interval", growth_interval, 1)
         self.clean_steps = 0  # steps since the last overflow or growth
+        self.overflow: bool | None = None  # this step's, once unscale_() ran
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """``loss`` times the current scale (call ``backward`` on the result)."""
@@ -88,8 +91,30 @@ class ShardedLossScaler:
         return bool(flag.item() > 0)
 
     @torch.no_grad()
+    def unscale_(self) -> bool:
+        """Reduce the gradients, check them and divide this rank's slices by the scale, or
+        drop them all after an overflow; once per step (:meth:`step` does it if not done).
+
+        Returns:
+            ``True`` if some rank found ``inf``/``NaN``: :meth:`step` will skip.
+
+        Warning:
+            Collective: every rank must call it (the reduce-scatters, one all-reduce).
+        """
+        if self.overflow is None:
+            self.optimizer.sync_grads()
+            leaves = self._leaves()
+            self.overflow = self.found_inf(leaves)
+            for p in leaves:
+                if self.overflow:
+                    p.grad = None  # nothing is stepped, no state advances
+                else:
+                    p.grad.mul_(1.0 / self.scale_value)  # in place: the slices are the grads
+        return self.overflow
+
+    @torch.no_grad()
     def step(self) -> bool:
-        """Reduce, check, unscale and step (or skip), then update the scale.
+        """Unscale (unless :meth:`unscale_` ran) and step, or skip; then update the scale.
 
         Returns:
             ``True`` if the optimizer stepped, ``False`` if an overflow skipped the step.
@@ -97,14 +122,7 @@ class ShardedLossScaler:
         Warning:
             Collective: every rank must call it, every step.
         """
-        self.optimizer.sync_grads()
-        leaves = self._leaves()
-        overflow = self.found_inf(leaves)
-        for p in leaves:
-            if overflow:
-                p.grad = None  # nothing is stepped, no state advances
-            else:
-                p.grad.mul_(1.0 / self.scale_value)  # in place: the slices are the grads
+        overflow, self.overflow = self.unscale_(), None
         self.optimizer.step()
         if overflow:
             self.scale_value *= self.backoff_factor

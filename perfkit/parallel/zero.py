@@ -39,6 +39,8 @@ from perfkit.parallel.buckets import (
     consolidated_state,
     shard_state,
 )
+from perfkit.parallel.clip import clip_grad_norm_
+from perfkit.parallel.data_parallel import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES
 from perfkit.parallel.flat import all_gather_flat
 from perfkit.parallel.reducer import BucketReducer
 from perfkit.parallel.zero3 import ShardedModule
@@ -54,7 +56,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
     """ZeRO stage 1, 2 or 3 for ``optimizer_class``; one slice of every bucket per rank.
 
     Layout: each group's trainable parameters are bucketed in backward order (about
-    ``bucket_cap_mb``, whole tensors; stage 3: the module's units), one flat buffer per
+    ``bucket_cap_mb``, whole tensors, DDP's sizes by default; stage 3: the module's units),
+    one flat buffer per
     bucket padded to a multiple of ``N``; rank ``r`` owns slice ``r``, so its optimizer
     state is ``sum(ceil(bucket_numel / N))`` elements. Stages 1-2 make the parameters
     views into their bucket's buffer. Stage 3 steps the module's ``unsharded`` parameters
@@ -69,6 +72,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
     whose grad is ``None`` on every rank is not updated nor its state advanced (one
     all-reduce of a flag per parameter per step); one with a gradient on some ranks gets
     their average. A parameter frozen at construction is never sharded or communicated.
+
+    Clipping: the gradients the step uses are this rank's slices, so clip them with
+    :meth:`clip_grad_norm_` between backward and :meth:`step` (their norm over every rank).
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` cannot: at stages 2-3 the
+    parameters hold no gradient (it returns 0 and clips nothing); at stage 1 with
+    ``overlap`` they hold this rank's un-averaged gradient, already reduce-scattered, so
+    the step raises when it finds them changed.
 
     Updated parameters (stages 1-2): :meth:`step` starts one asynchronous all-gather per
     bucket. With ``overlap`` and ``module``, a forward pre-hook on each submodule holding
@@ -85,7 +95,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
             the :class:`perfkit.parallel.ShardedModule` (one group, its parameters).
         optimizer_class: the ``torch.optim.Optimizer`` subclass to wrap (e.g. ``AdamW``).
         stage: 1 (optimizer state sharded), 2 (gradients too) or 3 (parameters too).
-        bucket_cap_mb: bucket size in MiB (stages 1-2; a tensor is never split).
+        bucket_cap_mb: bucket size in MiB (stages 1-2; a tensor is never split); ``None``:
+            DDP's default, 25 MiB with a first bucket of 1 MiB (the last layers' gradients,
+            complete first, start their reduce-scatter early); a number sets every bucket,
+            the first included, as ``DistributedDataParallel(bucket_cap_mb=...)`` does.
         process_group: the data-parallel group; ``None`` means WORLD, or one process when
             ``torch.distributed`` is not initialised (stage 3: the module's group).
         reduce_grads: ``False`` for gradients already averaged (``DistributedDataParallel``;
@@ -113,7 +126,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any] | ShardedModule,
                  optimizer_class: type[torch.optim.Optimizer], stage: int = 1,
-                 bucket_cap_mb: float = 25.0, process_group: Any = None,
+                 bucket_cap_mb: float | None = None, process_group: Any = None,
                  reduce_grads: bool = True, overlap: bool = True,
                  module: nn.Module | None = None, **defaults: Any) -> None:
         if not (isinstance(optimizer_class, type)
@@ -121,7 +134,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
             raise TypeError("optimizer_class must be a torch.optim.Optimizer subclass, got "
                             f"{optimizer_class!r}")
         check_choice("stage", stage, (1, 2, 3))
-        check_real("bucket_cap_mb", bucket_cap_mb, 2.0**-20)
+        if bucket_cap_mb is not None:
+            check_real("bucket_cap_mb", bucket_cap_mb, 2.0**-20)
         check_type("reduce_grads", reduce_grads, bool)
         check_type("overlap", overlap, bool)
         check_type("module", module, nn.Module, optional=True)
@@ -149,7 +163,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.world_size = dist.get_world_size(process_group) if distributed else 1
         self.rank = dist.get_rank(process_group) if distributed else 0
         self._frozen = [p for g in self.param_groups for p in g["params"] if not p.requires_grad]
-        self.buckets = self._build_buckets(int(bucket_cap_mb * 2**20))
+        cap, first = (DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES) if bucket_cap_mb is None \
+            else (int(bucket_cap_mb * 2**20), None)
+        self.buckets = self._build_buckets(cap, first)
         for b in self.buckets:
             b.gather = None  # handle of the all-gather of its updated slices in flight
         self.reducer = BucketReducer(self.buckets, stage, self.world_size, self.process_group,
@@ -174,7 +190,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.defaults = self.optim.defaults
         self.state = self.optim.state  # this rank's pieces only: what memory accounting sees
 
-    def _build_buckets(self, cap_bytes: int) -> list[ShardedBucket]:
+    def _build_buckets(self, cap_bytes: int, first_bytes: int | None) -> list[ShardedBucket]:
         """Stages 1-2: bucket the groups' parameters, which become views into each bucket's
         ``flat`` ``(padded,)``; stage 3: the module's units. This rank's pieces of the slice
         are the wrapped optimizer's leaves."""
@@ -183,7 +199,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 u.segments = [nn.Parameter(u.shard[at:at + hi - lo]) for _k, lo, hi, at in u.pieces]
             return self.sharded.units
         buckets = build_buckets([g["params"] for g in self.param_groups], cap_bytes,
-                                self.world_size, self.rank)
+                                self.world_size, self.rank, first_bytes)
         for b in buckets:
             b.flat = b.flatten()
             for p, off, n in zip(b.params, b.offsets, b.numels, strict=True):
@@ -294,6 +310,26 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.reducer.reset()
         self._has = None
         return loss
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """Scale the gradients :meth:`step` will use so that their norm over every rank is
+        at most ``max_norm``; return that norm, what ``torch.nn.utils.clip_grad_norm_``
+        returns on the unsharded model (:func:`perfkit.parallel.clip_grad_norm_` over this
+        rank's slices, stage 3's unsharded parameters counted once). Call it after
+        backward, before :meth:`step`; it runs :meth:`sync_grads`.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :func:`perfkit.parallel.clip_grad_norm_`.
+
+        Warning:
+            Collective: every rank must call it (the reduce-scatters and one all-reduce).
+        """
+        self.sync_grads()
+        return clip_grad_norm_([s for b in self.buckets for s in b.segments], max_norm,
+                               norm_type, error_if_nonfinite,
+                               replicated=[p for _, _, p in self._whole],
+                               process_group=self.process_group)
 
     def _wait(self, bis: Sequence[int]) -> None:
         for bi in bis:

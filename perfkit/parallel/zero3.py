@@ -208,14 +208,15 @@ class ShardedModule(nn.Module):
         self._where = {id(p): (k, j) for k, u in enumerate(self.units)
                        for j, p in enumerate(u.params)}  # id(param) -> (unit, index in it)
         self._saving = False  # inside the wrapped module's state_dict(): it gathers
-        module.register_state_dict_pre_hook(self._save_begins)
         # lambdas, not bound methods: torch tags a post-hook with an attribute
-        module.register_state_dict_post_hook(lambda *a: self._save_full(*a))
+        self._state_hooks = [module.register_state_dict_pre_hook(self._save_begins),
+                             module.register_state_dict_post_hook(lambda *a: self._save_full(*a))]
         for name, m in module.named_modules():
             if any(id(p) in self._where for p in m.parameters(recurse=False)):
-                m.register_load_state_dict_pre_hook(self._load_full)
+                self._state_hooks.append(m.register_load_state_dict_pre_hook(self._load_full))
                 if m is not module:
-                    m.register_state_dict_post_hook(lambda *a, n=name: self._save_guard(n))
+                    self._state_hooks.append(m.register_state_dict_post_hook(
+                        lambda *a, n=name: self._save_guard(n)))
 
     # --- gather and free ------------------------------------------------------------------
 
