@@ -24,7 +24,7 @@ HAVE_PAGES := ls build/notebooks/[0-9][0-9]_*.ipynb >/dev/null 2>&1
 # `make browser-test` drives one widget of every notebook.
 TEST_BROWSER_NOTEBOOKS ?= 00
 
-.PHONY: help setup course lab test nbval notebooks labs check-labs grade strip lint clean browser-deps browser-test prometheus-deps prometheus-test site limits
+.PHONY: help setup course lab test nbval notebooks labs check-labs grade strip lint clean browser-deps browser-test prometheus-deps prometheus-test site limits gpu-run
 
 help:
 	@echo "make course [QUICK=1]   run every lecture notebook, render HTML, print measured figures"
@@ -34,6 +34,7 @@ help:
 	@echo "make notebooks          write each .ipynb from its jupytext source (notebooks/src, solutions/src)"
 	@echo "make labs / check-labs  regenerate labs/ from solutions/ / fail if stale"
 	@echo "make limits             this machine's ceilings (python -m perfkit limits)"
+	@echo "make gpu-run [WHEELS=d] on a CUDA machine: GPU tests, notebooks, benchmarks in 8 min (build/gpu_run/); else the plan"
 	@echo "make site               the executed notebooks as a book (build/site/; search needs http.server)"
 	@echo "make browser-test       JupyterLab in a real Chromium: every notebook's widget, and the site"
 	@echo "make prometheus-test    the generated alert rules in a real Prometheus server and promtool"
@@ -117,6 +118,13 @@ site: $(STAMP)
 
 limits: $(STAMP)
 	$(BIN)/python -m perfkit limits
+
+# The course's GPU paths in one budgeted run (tools/gpu_run.py). No .venv needed: a GPU
+# machine brings its own torch; WHEELS=DIR installs papermill & co. from wheels first, offline
+# (`python -m tools.gpu_run --download-wheels DIR` fetches them where pip works).
+WHEELS ?=
+gpu-run:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m tools.gpu_run $(if $(WHEELS),--wheels $(WHEELS),)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
