@@ -15,12 +15,23 @@
   without), timed at P = 2; bytes sent per rank (counted against sent); the transfer time
   hidden behind compute; the longest sequence in a 1 GiB budget against P.
 
+With ``--gpu`` (CUDA only) it runs the GPU part instead: perfkit's Triton FlashAttention kernel
+(:mod:`perfkit.compute.flash_triton`, compiled natively) against SDPA's flash backend, bf16,
+causal, B = 2, H = 16, D = 64, at T = 1024 to 16384. Both are compared, forward and the three
+gradients, with an fp32 reference (SDPA's memory-efficient kernel on fp32 copies: no T x T
+matrix), as max difference over the largest reference value or 1. Targets: the kernel within
+bf16's tolerance (2^-6, as above), and within twice SDPA's own error plus 2^-8 (the rule of
+FlashAttention's tests: no worse than PyTorch's kernel in the same dtype). Speed: forward and
+forward + backward interleaved with SDPA's, their median ratio with its 90 % interval, and
+each one's TFLOP/s on the causal FLOPs (``4 B H D T (T+1) / 2`` forward, 2.5x that backward).
+
 Prints one JSON object. Run: ``.venv/bin/python benchmarks/attention.py`` (``PERFKIT_QUICK=1``
-for a small run: T = 256 and 1024).
+for a small run: T = 256 and 1024), or ``benchmarks/attention.py --gpu`` on a CUDA machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -28,6 +39,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from perfkit import dist, sizing, stats
 from perfkit.compute import flash as fl
@@ -170,7 +182,92 @@ def ring() -> dict:
             "longest_seq_1GiB_32x128": longest}
 
 
-def main() -> None:
+GPU_SHAPE = (2, 16, 64)  # B, H, D of the GPU part
+GPU_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+BF16_TOL, SDPA_SLACK = 2**-6, 2**-8
+
+
+def _rel_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """Max difference over the largest reference value or 1 (as :func:`equality`)."""
+    return ((got.float() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+
+
+def _sdpa(q, k, v, do, backend) -> list[torch.Tensor]:
+    """SDPA's output and gradients (causal) through one backend: [O, dQ, dK, dV]."""
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(backend):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return [o.detach(), *torch.autograd.grad(o, (q, k, v), do)]
+
+
+def triton_against_sdpa(repeat: int = 7, lengths: tuple[int, ...] = GPU_LENGTHS,
+                        device: str = "cuda") -> dict:
+    """The Triton kernel against SDPA's flash backend (see the module's docstring). On CUDA in
+    bf16; ``device="cpu"`` runs the same code in fp32 through Triton's interpreter (set
+    ``TRITON_INTERPRET=1`` first) against SDPA's math kernel: a check of this function, at small T."""
+    from perfkit.compute.flash_triton import triton_flash_backward, triton_flash_forward, triton_status
+
+    ok, why = triton_status(device)
+    if not ok:
+        return {"ran": False, "why": why}
+    b, h, d = GPU_SHAPE
+    dev, names = torch.device(device), ("out", "dq", "dk", "dv")
+    cuda = dev.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    exact = SDPBackend.EFFICIENT_ATTENTION if cuda else SDPBackend.MATH  # no T x T on the GPU
+    res = {"ran": True, "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+           "dtype": str(dtype).split(".")[1], "causal": True, "shape_bhd": [b, h, d], "lengths": {}}
+    for t in lengths:
+        g = torch.Generator(device=dev).manual_seed(t)
+        q, k, v, do = (torch.randn(b, h, t, d, device=dev, generator=g).to(dtype) for _ in range(4))
+        ref = _sdpa(q.float(), k.float(), v.float(), do.float(), exact)
+        sdpa = _sdpa(q, k, v, do, SDPBackend.FLASH_ATTENTION)
+        o, lse = triton_flash_forward(q, k, v, causal=True)
+        mine = [o, *triton_flash_backward(q, k, v, o, lse, do, causal=True)]
+        err_t = {n: _rel_err(x, r) for n, x, r in zip(names, mine, ref)}
+        err_s = {n: _rel_err(x, r) for n, x, r in zip(names, sdpa, ref)}
+        del ref, sdpa, mine
+
+        def tri_both(q=q, k=k, v=v, do=do) -> None:
+            o, lse = triton_flash_forward(q, k, v, causal=True)
+            triton_flash_backward(q, k, v, o, lse, do, causal=True)
+
+        def sdpa_fwd(q=q, k=k, v=v) -> torch.Tensor:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        steps = [lambda q=q, k=k, v=v: triton_flash_forward(q, k, v, causal=True), sdpa_fwd,
+                 tri_both, lambda q=q, k=k, v=v, do=do: _sdpa(q, k, v, do, SDPBackend.FLASH_ATTENTION)]
+        fwd_t, fwd_s, both_t, both_s = interleaved(steps, warmup=2, repeat=repeat, device=dev)
+        fwd_flops = 4 * b * h * d * t * (t + 1) / 2  # the causal half of the square
+        rec = {"max_rel_err_triton": err_t, "max_rel_err_sdpa_flash": err_s,
+               "within_bf16_tol": all(e <= BF16_TOL for e in err_t.values()),
+               "within_2x_sdpa": all(err_t[n] <= 2 * err_s[n] + SDPA_SLACK for n in names)}
+        for label, mt, ms, flops in (("forward", fwd_t, fwd_s, fwd_flops),
+                                     ("forward_backward", both_t, both_s, 3.5 * fwd_flops)):
+            r = stats.median_ratio(mt.times_s, ms.times_s)
+            rec[label] = {"triton_ms": mt.median_s * 1e3, "sdpa_flash_ms": ms.median_s * 1e3,
+                          "triton_over_sdpa": [r.value, r.low, r.high],
+                          "triton_tflops": flops / mt.median_s / 1e12,
+                          "sdpa_flash_tflops": flops / ms.median_s / 1e12}
+        res["lengths"][str(t)] = rec
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", action="store_true", help="only the GPU part (the Triton kernel "
+                    "against SDPA's flash backend); needs CUDA")
+    args = ap.parse_args(argv)
+    if args.gpu:
+        if not torch.cuda.is_available():
+            ap.error("--gpu needs a CUDA device")
+        gpu = triton_against_sdpa()  # 7 rounds: an interval needs 5 (GPU timings are cheap)
+        lens = gpu.get("lengths", {}).values()
+        print(json.dumps({"gpu": gpu, "targets_met": {
+            "triton_equals_sdpa_bf16": bool(lens) and all(r["within_bf16_tol"] for r in lens),
+            "triton_within_2x_sdpa_error": bool(lens) and all(r["within_2x_sdpa"] for r in lens)}}))
+        return
     out = {"quick": QUICK, "equality": equality(), "saved_bytes": saved_bytes(),
            "time": timing(), "ring": ring()}
     sb = out["saved_bytes"]

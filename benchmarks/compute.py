@@ -16,7 +16,12 @@ Prints one JSON object::
     {"bf16_speedup": ..., "compile_speedup": ..., "compile_seconds": ...,
      "mfu": {"fp32": ..., "bf16": ..., "fp32_compiled": ...}, "peak_flops": {...}, ...}
 
-Run: ``.venv/bin/python benchmarks/compute.py [--n-embd 128] [--seq-len 128] [--batch 8]``
+``--device cuda`` trains on the GPU (CUDA events time it; bf16 autocast runs the matmuls on
+the tensor cores; inductor generates Triton kernels) with a model wide enough to keep a GPU
+busy unless sizes are given: ``n_embd`` 1024, 16 heads, sequence 1024, vocabulary 32768.
+
+Run: ``.venv/bin/python benchmarks/compute.py [--n-embd 128] [--seq-len 128] [--batch 8]``,
+or ``benchmarks/compute.py --device cuda`` on a CUDA machine.
 """
 
 from __future__ import annotations
@@ -32,29 +37,36 @@ from perfkit.compute import compiling
 from perfkit.models import tiny_gpt2
 from perfkit.timing import interleaved
 
+# sizes per device: (n_embd, n_layer, n_head, seq_len, batch, vocab)
+SIZES = {"cpu": (128, 2, 4, 128, 8, 1024), "cuda": (1024, 2, 16, 1024, 8, 32768)}
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--n-layer", type=int, default=2)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--device", choices=tuple(SIZES), default="cpu")
+    for name in ("n-embd", "n-layer", "n-head", "seq-len", "batch", "vocab"):
+        ap.add_argument(f"--{name}", type=int, help="default: by --device (SIZES)")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--threads", type=int, default=None,
                     help="intra-op threads (default: torch's); MFU stays against the all-thread ceiling")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda needs a CUDA device")
+    for key, default in zip(("n_embd", "n_layer", "n_head", "seq_len", "batch", "vocab"),
+                            SIZES[args.device]):
+        if getattr(args, key) is None:
+            setattr(args, key, default)
+    dev = torch.device(args.device)
     limits = hw.cached_limits()  # first: on a fresh machine it measures with all threads
     if args.threads:
         torch.set_num_threads(args.threads)
     x = torch.randint(0, args.vocab, (args.batch, args.seq_len),
-                      generator=torch.Generator().manual_seed(0))
+                      generator=torch.Generator().manual_seed(0)).to(dev)
     loss_fn = lambda m, b: m(input_ids=b, labels=b).loss  # noqa: E731
 
     def build(precision: str, compiled: bool = False):
         torch.manual_seed(0)
-        model = tiny_gpt2(args.vocab, args.seq_len, args.n_embd, args.n_layer, args.n_head)
+        model = tiny_gpt2(args.vocab, args.seq_len, args.n_embd, args.n_layer, args.n_head).to(dev)
         run = torch.compile(model) if compiled else model
         step = compute.make_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
                                        lambda _m, b: loss_fn(run, b), precision)
@@ -66,8 +78,8 @@ def main() -> None:
     flops = compute.gpt2_shape(model, args.seq_len).train_flops(args.batch)
 
     # The compile first (its first call), then all three settings interleaved in one run.
-    comp = compiling.measure_compile(fp32, compiled, warmup=0, repeat=1)
-    eager, half, comp_t = interleaved([fp32, bf16, compiled], warmup=1, repeat=args.repeat)
+    comp = compiling.measure_compile(fp32, compiled, warmup=0, repeat=1, device=dev)
+    eager, half, comp_t = interleaved([fp32, bf16, compiled], warmup=1, repeat=args.repeat, device=dev)
     amp, cmp = compute.Speedup(eager, half), compute.Speedup(eager, comp_t)
     break_even = compiling.CompileRecord(comp.compile_s, eager, comp_t).break_even_calls
     mfu = {
@@ -91,7 +103,7 @@ def main() -> None:
         "model": {"n_params": compute.gpt2_shape(model).n_params, "n_embd": args.n_embd,
                   "n_layer": args.n_layer, "seq_len": args.seq_len, "batch": args.batch},
         "threads": torch.get_num_threads(),
-        "device": limits.name,
+        "device": limits.name, "device_type": dev.type,
     }))
 
 

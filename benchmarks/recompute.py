@@ -17,23 +17,36 @@ planner's FLOP ratios (every matmul at one rate), and the attention kernel's mea
 backward-over-forward speed beside the shares :data:`perfkit.plan.ATTENTION_EFFICIENCY`
 states. On CUDA the blocks run in bf16 at a model's width; on a CPU, fp32 at a small width.
 
+With ``--gemm`` (CUDA only) it also measures the bf16 GEMM efficiency ``perfkit plan`` assumes
+(``Cluster.efficiency``: achieved over peak matmul FLOP/s) at the shapes of the models in its
+published tables (Megatron-LM's Table 1, llm-foundry's benchmarks): each distinct model, tensor-
+parallel degree and micro-batch (tokens capped at ``--max-tokens``), one layer's four matmuls
+(QKV, attention output, MLP up and down, split by TP as Megatron splits them), each forward
+``(M, N, K)`` and its two backward products ``(M, K, N)`` and ``(K, N, M)``, timed alone
+(:func:`perfkit.timing.benchmark`). A model's efficiency is its GEMMs' FLOPs over their summed
+time, over the GPU's datasheet peak (:data:`perfkit.plan.GPUS`, matched by name) and over the
+bf16 ceiling measured on this machine (:func:`perfkit.hw.cached_limits`); stored with the GPU's
+name. Models past ``--gemm-budget-s`` are listed as not measured.
+
 Run: ``.venv/bin/python benchmarks/recompute.py [--hidden 4096 --layers 4 --seq 2048 --batch 2]``
+(``--gemm`` on a CUDA machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-from perfkit import stats
+from perfkit import hw, stats
 from perfkit.parallel.gpt import Block, GPTConfig
-from perfkit.plan import ATTENTION_EFFICIENCY, ModelSpec
-from perfkit.timing import interleaved
+from perfkit.plan import ATTENTION_EFFICIENCY, GPUS, ModelSpec, foundry_runs, megatron_runs
+from perfkit.timing import benchmark, calibrate_number, interleaved
 
 
 def _step(blocks: nn.ModuleList, x: torch.Tensor, mode: str):
@@ -47,6 +60,66 @@ def _step(blocks: nn.ModuleList, x: torch.Tensor, mode: str):
     return run
 
 
+def layer_gemms(m: ModelSpec, tp: int, tokens: int) -> list[tuple[int, int, int]]:
+    """One layer's matmuls ``(M, N, K)`` (``(M, K) @ (K, N)``) forward and backward, at TP ``tp``:
+    QKV and MLP-up split by columns, attention-output and MLP-down by rows (Megatron's split)."""
+    up = (2 if m.gated else 1) * m.ffn
+    forward = [(tokens, (m.hidden + 2 * m.kv_dim) // tp, m.hidden), (tokens, m.hidden, m.hidden // tp),
+               (tokens, up // tp, m.hidden), (tokens, m.hidden, m.ffn // tp)]
+    # dX = dY @ W^T is (M, K, N); dW = X^T @ dY is (K, N, M): the same FLOPs, other shapes
+    return [g for mm, n, k in forward for g in ((mm, n, k), (mm, k, n), (k, n, mm))]
+
+
+def datasheet_gpu(name: str):
+    """The :data:`perfkit.plan.GPUS` entry a CUDA device name matches, or ``None``."""
+    for key, needle in (("h200", "H200"), ("h100-sxm", "H100"), ("a100-80gb", "A100-SXM4-80GB"),
+                        ("a100-40gb", "A100")):
+        if needle in name:
+            return GPUS[key]
+    return None
+
+
+def gemm_efficiency(max_tokens: int, budget_s: float, device: str = "cuda") -> dict:
+    """bf16 GEMM efficiency at the published tables' shapes on CUDA (see the docstring)."""
+    dev, t0 = torch.device(device), time.monotonic()
+    name = hw.device_name(dev)
+    gpu, limits = datasheet_gpu(name), hw.cached_limits(quick=True)
+    same = limits.device.split(":")[0] == dev.type  # the ceilings of this kind of device
+    measured_peak = limits.peak_flops("bfloat16") if same else None
+    seconds: dict[tuple[int, int, int], float] = {}  # s per GEMM shape, each measured once
+    models, skipped, seen = [], [], set()
+    for run in megatron_runs() + foundry_runs():
+        m, tp = run.model, run.layout.tp
+        tokens = min(run.layout.micro_batch * m.seq, max_tokens)
+        if (m.name, tp, tokens) in seen:
+            continue
+        seen.add((m.name, tp, tokens))
+        if time.monotonic() - t0 > budget_s:
+            skipped.append(f"{m.name} tp={tp} tokens={tokens}")
+            continue
+        shapes = layer_gemms(m, tp, tokens)
+        for mm, n, k in shapes:
+            if (mm, n, k) not in seconds:
+                a = torch.randn(mm, k, device=dev, dtype=torch.bfloat16)  # (M, K)
+                b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)  # (K, N)
+                out = torch.empty(mm, n, device=dev, dtype=torch.bfloat16)
+                fn = lambda a=a, b=b, out=out: torch.mm(a, b, out=out)  # noqa: E731
+                seconds[(mm, n, k)] = benchmark(fn, warmup=2, repeat=5, device=dev,
+                                                number=calibrate_number(fn, 0.002, dev)).median_s
+        flops = sum(2 * mm * n * k for mm, n, k in shapes)
+        rate = flops / sum(seconds[g] for g in shapes)  # FLOP/s over the layer's GEMMs
+        models.append({"model": m.name, "table": run.table, "tp": tp, "tokens": tokens,
+                       "tflops": rate / 1e12,
+                       "efficiency_datasheet": rate / gpu.peak_flops if gpu else None,
+                       "efficiency_measured": rate / measured_peak if measured_peak else None,
+                       "gemms": [{"m": mm, "n": n, "k": k, "ms": seconds[(mm, n, k)] * 1e3}
+                                 for mm, n, k in shapes]})
+    return {"device": name, "dtype": "bfloat16", "max_tokens": max_tokens,
+            "peak_flops": {"datasheet": gpu.peak_flops if gpu else None,
+                           "datasheet_gpu": gpu.name if gpu else None, "measured": measured_peak},
+            "models": models, "not_measured": skipped, "seconds": time.monotonic() - t0}
+
+
 def main() -> None:
     cuda = torch.cuda.is_available()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -56,10 +129,18 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048 if cuda else 256)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--gemm", action="store_true", help="also the bf16 GEMM efficiency at the "
+                    "published tables' shapes (CUDA only)")
+    ap.add_argument("--max-tokens", type=int, default=16384, help="M cap of --gemm's matmuls")
+    ap.add_argument("--gemm-budget-s", type=float, default=40.0, help="seconds --gemm may take")
     a = ap.parse_args()
-    for k in ("hidden", "heads", "layers", "seq", "batch", "repeat"):
+    if a.gemm and not cuda:
+        ap.error("--gemm needs a CUDA device (bf16 GEMMs of up to 16384 x 32768)")
+    if not a.gemm_budget_s > 0:
+        ap.error(f"--gemm-budget-s must be > 0, got {a.gemm_budget_s}")
+    for k in ("hidden", "heads", "layers", "seq", "batch", "repeat", "max_tokens"):
         if getattr(a, k) < 1:
-            ap.error(f"--{k} must be at least 1, got {getattr(a, k)}")
+            ap.error(f"--{k.replace('_', '-')} must be at least 1, got {getattr(a, k)}")
     if a.hidden % a.heads:
         ap.error(f"--hidden ({a.hidden}) must be divisible by --heads ({a.heads})")
     dev = torch.device("cuda" if cuda else "cpu")
@@ -102,6 +183,8 @@ def main() -> None:
                                              for k, (f, b) in ATTENTION_EFFICIENCY.items()},
         },
     }
+    if a.gemm:
+        out["gemm"] = gemm_efficiency(a.max_tokens, a.gemm_budget_s)
     print(json.dumps(out, indent=1))
 
 
