@@ -5,12 +5,15 @@ Model FLOPs follow the PaLM paper (Chowdhery et al., 2022, appendix B) as nanoGP
 matmuls does ``6 N`` FLOPs per trained token (2 in the forward pass, 4 in the backward),
 plus ``12 L d T`` per token for the attention scores and their weighted sum (``L`` layers,
 width ``d``, sequence length ``T``). MFU is those FLOPs per second over the machine's
-measured matmul ceiling (:mod:`perfkit.hw`). :func:`make_train_step` builds a step in fp32,
-bf16 autocast or fp16 with loss scaling (mixed-precision training, Micikevicius et al.,
-2018), and :func:`compare` times two steps interleaved. The rest of the course's module 06
-lives beside it: ``torch.compile`` in :mod:`perfkit.compute.compiling`, bytes and matmul shapes in
-:mod:`perfkit.compute.kernels`, the largest batch in :mod:`perfkit.compute.budget`, and the widget's cached
-step measurements in :mod:`perfkit.compute.throughput`.
+measured matmul ceiling (:mod:`perfkit.hw`); the same ratio with the FLOPs the step really ran
+(counted by ``FlopCounterMode``, :func:`perfkit.compute.intensity.count_ops`) is HFU, hardware
+FLOPs utilisation, which also counts recomputation and skips what autograd never computes.
+:func:`make_train_step` builds a step in fp32, bf16 autocast or fp16 with loss scaling
+(mixed-precision training, Micikevicius et al., 2018), and :func:`compare` times two steps
+interleaved. The rest of the course's module 06 lives beside it: ``torch.compile`` in
+:mod:`perfkit.compute.compiling`, bytes and matmul shapes in :mod:`perfkit.compute.kernels`, the
+largest batch in :mod:`perfkit.compute.budget`, and the widget's cached step measurements in
+:mod:`perfkit.compute.throughput`.
 
 Usage::
 
@@ -135,23 +138,30 @@ def precision_dtype(precision: str) -> str:
 
 
 def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,
-        dtype: str = "float32") -> float:
+        dtype: str = "float32", threads: int | None = None) -> float:
     """Model FLOPs utilisation: ``flops_per_step / step_s`` over the peak FLOP/s (a fraction).
 
+    With model FLOPs (``6 N`` per token plus attention: :meth:`GPTShape.train_flops`) this is
+    MFU; with FLOPs counted from what the step ran it is HFU, and a notebook labels it so. Only
+    an HFU's rate may raise a ceiling (:func:`perfkit.ceilings.observe`): a formula's FLOPs can
+    count work that never ran.
+
     Args:
-        flops_per_step: model FLOPs of one step (e.g. :meth:`GPTShape.train_flops`).
+        flops_per_step: FLOPs of one step: the model's (MFU) or the counted ones (HFU).
         step_s: measured seconds per step.
         peak: a FLOP/s ceiling, or measured :class:`perfkit.hw.MachineLimits`.
         dtype: with ``MachineLimits``, the dtype whose ceiling applies (the one the matmuls
             run in: bf16 autocast is measured against the bf16 ceiling).
+        threads: with ``MachineLimits``, the intra-op threads the step ran on (``None``: all
+            cores): their own ceiling (:meth:`perfkit.hw.MachineLimits.peak_flops`).
 
     Raises:
         TypeError, ValueError: if ``flops_per_step``, ``step_s`` or the peak is not a finite
-            number > 0 (or ``peak`` not a number or ``MachineLimits``).
+            number > 0 (or ``peak`` not a number or ``MachineLimits``), or ``threads`` is below 1.
     """
     check_real("flops_per_step", flops_per_step, 0, lo_open=True)
     check_real("step_s", step_s, 0, lo_open=True)
-    ceiling = (peak.peak_flops(dtype) if isinstance(peak, MachineLimits)
+    ceiling = (peak.peak_flops(dtype, threads) if isinstance(peak, MachineLimits)
                else check_real("peak", peak, 0, lo_open=True))
     return flops_per_step / step_s / ceiling
 

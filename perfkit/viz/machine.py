@@ -7,6 +7,7 @@ Usage::
     limits = hw.measure_limits(quick=True)
     fig = plot_matmul_sweep(limits); fig2 = plot_copy_sweep(limits)
     print(bf16_sentence(limits)); print("\\n".join(skipped_sizes(limits, [128, 256, 4096])))
+    print("\\n".join(sweep_lines(limits) + source_lines(limits))); print(threads_sentence(limits))
 """
 
 from __future__ import annotations
@@ -17,32 +18,46 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_type
-from perfkit.hw import EMULATED_BELOW, CopyPoint, MachineLimits, imitation
+from perfkit.hw import EMULATED_BELOW, GRAIN, CopyPoint, MachineLimits, MatmulPoint, imitation
 from perfkit.viz.core import si, tidy
 
-__all__ = ["bf16_sentence", "cache_and_dram_points", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes"]
+__all__ = ["bf16_sentence", "cache_and_dram_points", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes",
+           "source_lines", "sweep_lines", "threads_sentence"]
+
+
+def _threads(p: MatmulPoint | CopyPoint) -> str:
+    return f"{p.threads} thread{'s' * (p.threads != 1)}" if p.threads else "the default threads"
 
 
 def plot_matmul_sweep(limits: MachineLimits) -> Figure:
-    """Median FLOP/s of each square matmul size, one line per dtype (log-log)."""
+    """Median FLOP/s of each square matmul size, one line per dtype and thread count (log-log)."""
     check_type("limits", limits, MachineLimits)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
     for dtype in limits.matmul_flops:
-        pts = [p for p in limits.matmul_points if p.dtype == dtype]
-        ax.plot([p.n for p in pts], [p.flops_per_s for p in pts], "o-", label=dtype)
+        for t in sorted({p.threads for p in limits.matmul_points if p.dtype == dtype}, reverse=True):
+            pts = [p for p in limits.matmul_points if p.dtype == dtype and p.threads == t]
+            ax.plot([p.n for p in pts], [p.flops_per_s for p in pts], "o-" if t != 1 else "s--",
+                    label=f"{dtype}, {_threads(pts[0])}" if t else dtype)
     ax.set(xscale="log", yscale="log", xlabel="matrix size n (n x n @ n x n)",
            ylabel="FLOP/s (median)", title=f"Matmul throughput on {limits.name}")
-    ax.legend()
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.grid(True, which="both", alpha=0.3)
     return tidy(fig)
 
 
 def plot_copy_sweep(limits: MachineLimits) -> Figure:
-    """Copy bandwidth (bytes read + written per s) against buffer size, with the DRAM and
-    cache ceilings and the last-level cache's size where they are known."""
+    """Copy bandwidth (bytes read + written per s) against buffer size, one line per thread count
+    (``x + y`` at the DRAM size as single points), with the DRAM and cache ceilings and the
+    last-level cache's size where they are known."""
     check_type("limits", limits, MachineLimits)
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot([p.nbytes for p in limits.copy_points], [p.bytes_per_s for p in limits.copy_points], "o-")
+    for op in ("copy", "add"):
+        for t in sorted({p.threads for p in limits.copy_points if p.op == op}, reverse=True):
+            pts = [p for p in limits.copy_points if p.op == op and p.threads == t]
+            what = "copy" if op == "copy" else "x + y"
+            style = "^" if op == "add" else "s--" if t == 1 else "o-"
+            ax.plot([p.nbytes for p in pts], [p.bytes_per_s for p in pts], style,
+                    label=f"{what}, {_threads(pts[0])}" if t else what)
     ax.axhline(limits.copy_bytes_per_s, ls="--", c="gray",
                label=f"DRAM ceiling: {si(limits.copy_bytes_per_s, 'B/s')}")
     if limits.cache_bytes_per_s:
@@ -60,7 +75,8 @@ def plot_copy_sweep(limits: MachineLimits) -> Figure:
 def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
     """The copy sweep's fastest buffer whose source and destination fit in half the last-level
     cache (the buffer at most a quarter of it), and its smallest buffer at least 4x that cache
-    (STREAM's rule: no cache level holds it).
+    (STREAM's rule: no cache level holds it) or, where the sweep capped the DRAM buffers, its
+    smallest one of the DRAM ceiling's size (:attr:`MachineLimits.dram_nbytes`).
 
     Raises:
         TypeError: for ``limits`` that are not :class:`perfkit.hw.MachineLimits`.
@@ -68,8 +84,9 @@ def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
     """
     check_type("limits", limits, MachineLimits)
     llc = limits.llc_bytes
-    cached = [p for p in limits.copy_points if llc and p.nbytes <= llc // 4]
-    dram = [p for p in limits.copy_points if llc and p.nbytes >= 4 * llc]
+    big = min(4 * (llc or 0), limits.dram_nbytes or 4 * (llc or 0))
+    cached = [p for p in limits.copy_points if llc and p.nbytes <= llc // 4 and p.op == "copy"]
+    dram = [p for p in limits.copy_points if llc and p.nbytes >= big and p.op == "copy"]
     if not cached or not dram:
         raise ValueError(f"limits must hold copies in cache and from DRAM (last-level cache {llc!r} bytes; "
                          f"buffers {[p.nbytes for p in limits.copy_points]})")
@@ -105,3 +122,56 @@ def bf16_sentence(limits: MachineLimits) -> str:
              if imitation() else "")
     return (f"fp32 ceiling: {si(fp32, 'FLOP/s')}\nbf16 ceiling: {si(bf16, 'FLOP/s')} "
             f"({bf16 / fp32:.3g}x fp32): {what}{faked}")
+
+
+def sweep_lines(limits: MachineLimits) -> list[str]:
+    """One line per dtype and matmul (square sizes, then the course's shapes): its median FLOP/s
+    on each thread count, all cores first."""
+    check_type("limits", limits, MachineLimits)
+    lines = []
+    for dtype in limits.matmul_flops:
+        pts = [p for p in limits.matmul_points + limits.shape_points if p.dtype == dtype]
+        for label in dict.fromkeys(p.label for p in pts):
+            same = sorted((p for p in pts if p.label == label), key=lambda p: -p.threads)
+            rates = ", ".join(f"{si(p.flops_per_s, 'FLOP/s')} on {_threads(p)}" for p in same)
+            lines.append(f"{dtype:>9} {label:>20}: {rates}")
+    return lines
+
+
+def source_lines(limits: MachineLimits) -> list[str]:
+    """Each ceiling, its value and where it came from (:attr:`MachineLimits.sources`)."""
+    check_type("limits", limits, MachineLimits)
+    rows = [(f"{dt} matmul", limits.peak_flops(dt), "FLOP/s", dt) for dt in limits.matmul_flops]
+    rows += [(f"{dt} matmul, 1 thread", v, "FLOP/s", f"{dt}, 1 thread")
+             for dt, v in limits.one_thread_flops.items()]
+    rows += [("DRAM bandwidth", limits.copy_bytes_per_s, "B/s", "dram")]
+    if limits.cache_bytes_per_s:
+        rows.append(("cache bandwidth", limits.cache_bytes_per_s, "B/s", "cache"))
+    return [f"{name:>26}: {si(v, unit):>14}  from {limits.sources.get(key, 'the sweep')}"
+            for name, v, unit, key in rows]
+
+
+def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
+    """What the copy sweep on all threads did against one thread: the sizes where it ran below
+    ``ratio`` of one thread's rate and why (torch waits for every thread of a copy of at least
+    :data:`perfkit.hw.GRAIN` elements at a barrier), or that no size did. Empty without both."""
+    check_type("limits", limits, MachineLimits)
+    one = {p.nbytes: p for p in limits.copy_points if p.op == "copy" and p.threads == 1}
+    every = {p.nbytes: p for p in limits.copy_points if p.op == "copy" and p.threads > 1}
+    sizes = sorted(set(one) & set(every))
+    if not sizes:
+        return ""
+    t = every[sizes[0]].threads
+    slow = [n for n in sizes if every[n].bytes_per_s < ratio * one[n].bytes_per_s]
+    if not slow:
+        return (f"On {t} threads no copy ran below {ratio:.0%} of its rate on one: the threads' barrier "
+                "cost nothing this run, so the machine was quiet enough.")
+    worst = [one[n].bytes_per_s / every[n].bytes_per_s for n in slow]
+    single = [n for n in sizes if n // 4 < GRAIN]
+    return (f"On {t} threads the copies of {si(slow[0], 'B')} to {si(slow[-1], 'B')} ran "
+            f"{min(worst):.3g}x to {max(worst):.3g}x slower than on one: torch splits a copy of at least "
+            f"{GRAIN:,} elements across its threads and waits for all of them at a barrier, and a thread "
+            "that lost its core to another process holds up every call for a slice of the scheduler's time"
+            + (f"; the {si(single[-1], 'B')} buffer ({single[-1] // 4:,} elements) runs on one thread "
+               "either way" if single else "")
+            + ". Each ceiling is the best of either thread count.")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from perfkit import compute
+from perfkit import compute, hw
 from perfkit.models import tiny_gpt2
 from perfkit.timing import Measurement
 
@@ -53,6 +53,10 @@ def test_mfu(limits):
     assert compute.mfu(1e9, 0.01, 1e12) == pytest.approx(0.1)
     assert compute.mfu(4e9, 0.1, limits, "bfloat16") == pytest.approx(0.1)  # 4e10 / 4e11
     assert compute.mfu(4e9, 0.1, limits) == pytest.approx(0.4)
+    # on one thread, held against one thread's own ceiling (measured), not a share of all cores'
+    one = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 2e10, threads=2, one_thread_flops={"float32": 6e10})
+    assert compute.mfu(6e8, 0.01, one, threads=1) == pytest.approx(1.0)
+    assert compute.mfu(6e8, 0.01, one) == pytest.approx(0.6)
     with pytest.raises(ValueError, match="step_s"):
         compute.mfu(1e9, 0.0, 1e12)
     with pytest.raises(ValueError, match="precision"):

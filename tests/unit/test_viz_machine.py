@@ -64,3 +64,68 @@ def test_cache_and_dram_points_follow_the_last_level_cache():
         vm.cache_and_dram_points(limits())  # no cache size known
     with pytest.raises(TypeError, match="limits"):
         vm.cache_and_dram_points({"llc_bytes": 1})
+
+
+def two_thread_limits(slow_at=(2**18, 2**20)):
+    """Copies on 2 threads and on 1; on 2 threads the sizes in ``slow_at`` collapse (a barrier
+    waiting for a descheduled thread), the 64 KiB one (16,384 elements) runs on one thread."""
+    one = ((2**16, 5e10), (2**18, 7e10), (2**20, 3e10), (2**24, 1e10))
+    copies = [CopyPoint(n, 1e-3, r, r, 1) for n, r in one]
+    copies += [CopyPoint(n, 1e-3, r / (100 if n in slow_at else 1), r, 2) for n, r in
+               ((2**16, 5e10), (2**18, 7e10), (2**20, 3e10), (2**24, 1.5e10))]
+    copies += [CopyPoint(2**24, 1e-3, 1.2e10, 1.2e10, 1, "add")]
+    pts = [MatmulPoint(n, "float32", 1.0, f * t, f * t, t) for n, f in ((128, 1e10), (256, 2e10))
+           for t in (2, 1)]
+    shapes = [MatmulPoint(256, "float32", 1.0, 3e10, 3e10, 1, 4096, 256)]
+    return MachineLimits("cpu", "t", {"float32": 4e10}, 1.5e10, matmul_points=pts, copy_points=copies,
+                         cache_bytes_per_s=7e10, llc_bytes=2**22, threads=2,
+                         one_thread_flops={"float32": 3e10}, shape_points=shapes, dram_nbytes=2**24,
+                         cache_nbytes=2**18,
+                         sources={"float32": "n=256 on 2 threads",
+                                  "float32, 1 thread": "4096x256 @ 256x256 on 1 thread",
+                                  "dram": "copy of 16,777,216 B buffers on 2 threads"})
+
+
+def test_threads_sentence_names_the_collapsed_sizes_and_why():
+    text = vm.threads_sentence(two_thread_limits())
+    assert text.startswith("On 2 threads the copies of 262 kB to 1.05 MB ran 100x to 100x slower than on one")
+    assert "at least 32,768 elements" in text
+    assert "the 65.5 kB buffer (16,384 elements) runs on one thread" in text
+    quiet = vm.threads_sentence(two_thread_limits(slow_at=()))
+    assert quiet.startswith("On 2 threads no copy ran below 50% of its rate on one")
+    assert vm.threads_sentence(limits()) == ""  # one thread count only: nothing to compare
+    with pytest.raises(TypeError, match="limits"):
+        vm.threads_sentence(None)
+
+
+def test_sweep_and_source_lines():
+    lim = two_thread_limits()
+    assert [" ".join(ln.split()) for ln in vm.sweep_lines(lim)] == [
+        "float32 n=128: 20 GFLOP/s on 2 threads, 10 GFLOP/s on 1 thread",
+        "float32 n=256: 40 GFLOP/s on 2 threads, 20 GFLOP/s on 1 thread",
+        "float32 4096x256 @ 256x256: 30 GFLOP/s on 1 thread"]
+    assert [" ".join(ln.split()) for ln in vm.source_lines(lim)] == [
+        "float32 matmul: 40 GFLOP/s from n=256 on 2 threads",
+        "float32 matmul, 1 thread: 30 GFLOP/s from 4096x256 @ 256x256 on 1 thread",
+        "DRAM bandwidth: 15 GB/s from copy of 16,777,216 B buffers on 2 threads",
+        "cache bandwidth: 70 GB/s from the sweep"]
+    for fn in (vm.sweep_lines, vm.source_lines):
+        with pytest.raises(TypeError, match="limits"):
+            fn({"float32": 1e9})
+
+
+def test_plots_draw_each_thread_count_and_the_add():
+    lim = two_thread_limits()
+    assert {ln.get_label() for ln in vm.plot_matmul_sweep(lim).axes[0].get_lines()} == {
+        "float32, 2 threads", "float32, 1 thread"}
+    labels = {ln.get_label() for ln in vm.plot_copy_sweep(lim).axes[0].get_lines()}
+    assert {"copy, 2 threads", "copy, 1 thread", "x + y, 1 thread"} <= labels
+
+
+def test_a_capped_dram_size_is_the_dram_point():
+    lim = two_thread_limits()  # 4 MiB cache, DRAM ceiling from 16 MiB buffers: 4x the cache
+    assert vm.cache_and_dram_points(lim)[1].nbytes == 2**24
+    from dataclasses import replace
+    capped = replace(lim, llc_bytes=2**23, dram_nbytes=2**24)  # 4x would be 32 MiB: capped at 16
+    cached, dram = vm.cache_and_dram_points(capped)
+    assert dram.nbytes == 2**24 and dram.op == "copy" and cached.nbytes == 2**18  # the fastest in cache
