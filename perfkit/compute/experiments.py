@@ -227,7 +227,8 @@ class ShapeSummary:
         if not self.even:
             raise ValueError(f"the {self.dtype} sweep held no even width off the vector grid (n % 4 == 2)")
         est = median_ratio(self.odd, self.even, paired=False)
-        return replace(est, method=est.method.replace("two separate runs", "odd and even widths"))
+        return replace(est, method=f"ratio of the medians of {len(self.odd)} odd widths to "
+                                  f"{len(self.even)} even ones")
 
     @property
     def aligned_spread(self) -> str:

@@ -104,7 +104,7 @@ def test_parity_compares_odd_widths_with_even_ones_off_the_vector_grid():
     assert s.even == (0.6, 0.61) and "even n off the vector grid: median 60%" in s.describe()
     est = s.parity
     assert est.value == pytest.approx(0.6 / 0.605) and est.low <= est.value <= est.high
-    assert est.method == "bootstrap of the median ratio of 3 odd widths to 2 even ones"
+    assert est.method == "ratio of the medians of 3 odd widths to 2 even ones"
 
 
 def test_shape_sweep_skips_a_dtype_without_an_odd_width():
