@@ -10,6 +10,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from tools import gpu_run
 from tools.gpu_run import Part, PartResult, run_plan
@@ -59,11 +60,12 @@ def test_gpu_mark_is_a_decorator_or_a_pytestmark(tmp_path):
 
 
 def test_dry_run_on_cpu_prints_the_plan_with_budgets_and_exits_0(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tools.gpu_run", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    # on a CUDA machine the bare command would start the run: ask for the plan there
+    flag = ["--dry-run"] if torch.cuda.is_available() else []
+    proc = subprocess.run([sys.executable, "-m", "tools.gpu_run", "--out", str(tmp_path), *flag],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    if "dry run" not in proc.stdout:  # this machine has no CUDA (the test runs where CI does)
-        assert "no CUDA device here" in proc.stdout
+    assert ("dry run" if flag else "no CUDA device here") in proc.stdout
     for part in gpu_run.default_parts(tmp_path):
         line = next(x for x in proc.stdout.splitlines() if part.name in x)
         assert f"budget {part.budget_s:>4.0f} s" in line and part.argv[-1] in line
