@@ -13,17 +13,24 @@ Usage::
 
     out = flash_attention(q, k, v, causal=True, tile=64)     # q, k, v: (B, H, T, D)
     out.sum().backward()
-    print(flash_flops(1, 1, 1024, 64, causal=True, tile=64).backward)
+    print(flash_flops(1, 1, 1024, 64, causal=True, tile=64).backward)   # flash_costs
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from perfkit._checks import check_int, check_items, check_seed, check_type
+from perfkit._checks import check_int, check_real, check_seed, check_type
+from perfkit.compute._attention_checks import acc_dtype, check_qkv, check_scale, check_tile
+from perfkit.compute.flash_costs import (  # re-exported: the counts of what this module runs
+    AttentionFlops,
+    eager_saved_bytes,
+    flash_flops,
+    flash_saved_bytes,
+    length_terms,
+)
 
 __all__ = [
     "AttentionFlops", "FlashAttention", "attention_backward_tiles", "attention_forward_tiles",
@@ -35,43 +42,19 @@ __all__ = [
 NEG_INF = float("-inf")
 
 
-def check_tile(tile: Any) -> int:
-    """``tile`` if it is a positive power of two (an int), else ``ValueError``/``TypeError``."""
-    check_int("tile", tile, 1)
-    if tile & (tile - 1):
-        raise ValueError(f"tile must be a positive power of two (1, 2, 4, ... 128), got {tile}")
-    return tile
-
-
-def check_qkv(q: Any, k: Any, v: Any, own_dv: bool = False) -> None:
-    """Refuse ``q``, ``k``, ``v`` that are not float tensors ``(..., Tq, D)``, ``(..., Tk, D)``,
-    ``(..., Tk, D)`` (``Dv`` for ``v`` if ``own_dv``) with the same leading dims, dtype and device."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_type(name, t, torch.Tensor)
-        if not t.is_floating_point() or t.dim() < 2:
-            raise TypeError(f"{name} must be a floating-point tensor (..., T, D), got "
-                            f"{t.dtype} of shape {tuple(t.shape)}")
-    dv_ok = own_dv or k.shape[-1] == v.shape[-1]
-    if (q.shape[:-2], q.shape[-1], k.shape[:-1]) != (k.shape[:-2], k.shape[-1], v.shape[:-1]) or not dv_ok:
-        raise ValueError(f"q, k, v must be (..., Tq, D), (..., Tk, D), (..., Tk, D) with the "
-                         f"same leading dims and D; got q {tuple(q.shape)}, k {tuple(k.shape)}"
-                         f", v {tuple(v.shape)}")
-    if len({q.dtype, k.dtype, v.dtype}) > 1 or len({q.device, k.device, v.device}) > 1:
-        raise ValueError(f"q, k, v must share dtype and device, got {q.dtype}/{q.device}, "
-                         f"{k.dtype}/{k.device}, {v.dtype}/{v.device}")
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    """Accumulate in fp64 for fp64 inputs, else fp32 (bf16/fp16 tiles round only at the end)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def tile_kind(q0: int, q1: int, k0: int, k1: int, causal: bool) -> str:
     """How a tile of queries at positions ``[q0, q1)`` and keys ``[k0, k1)`` is computed:
     ``"skip"`` (causal, every key after every query: the tile is all masked), ``"full"`` (no key
-    after any query) or ``"masked"`` (it straddles the diagonal). ``TypeError`` for a non-bool
-    ``causal``."""
+    after any query) or ``"masked"`` (it straddles the diagonal). ``TypeError``/``ValueError``
+    for a non-bool ``causal`` or a range that is not ints ``0 <= start < stop``."""
+    for name, lo, hi in (("q", q0, q1), ("k", k0, k1)):
+        check_int(f"{name}0", lo, 0)
+        check_int(f"{name}1", hi, lo + 1)
     check_type("causal", causal, bool)
+    return _kind(q0, q1, k0, k1, causal)
+
+
+def _kind(q0: int, q1: int, k0: int, k1: int, causal: bool) -> str:
     if not causal or k1 - 1 <= q0:
         return "full"
     return "skip" if k0 > q1 - 1 else "masked"
@@ -91,7 +74,7 @@ def tile_pairs(tq: int, tk: int, tile: int, causal: bool, q_start: int = 0,
         i1 = min(i0 + tile, tq)
         for j0 in range(0, tk, tile):
             j1 = min(j0 + tile, tk)
-            kind = tile_kind(q_start + i0, q_start + i1, k_start + j0, k_start + j1, causal)
+            kind = _kind(q_start + i0, q_start + i1, k_start + j0, k_start + j1, causal)
             if kind != "skip":
                 out.append((i0, i1, j0, j1, kind))
     return out
@@ -124,11 +107,13 @@ def attention_forward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s
         (fp64 for fp64 inputs, else fp32); a row with every key masked gets ``O = 0``, ``L = -inf``.
 
     Raises:
-        TypeError, ValueError: as :func:`flash_attention`, or for a negative start.
+        TypeError, ValueError: as :func:`flash_attention`, or for a negative start or a
+            ``scale`` that is not a finite number.
     """
     check_qkv(q, k, v, own_dv=True)
+    check_real("scale", scale)
     pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)  # checks the rest
-    acc = _acc(q.dtype)
+    acc = acc_dtype(q.dtype)
     o = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=acc, device=q.device)
     lse = torch.full(q.shape[:-1], NEG_INF, dtype=acc, device=q.device)
     for i0, i1 in sorted({(p[0], p[1]) for p in pairs}):  # FA2: one query tile at a time
@@ -172,12 +157,13 @@ def attention_backward_tiles(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             ``delta`` not shaped ``(..., Tq, Dv)``, ``(..., Tq)``, ``(..., Tq)``.
     """
     check_qkv(q, k, v, own_dv=True)
+    check_real("scale", scale)
     rows = q.shape[:-1]
     for name, t, shape in (("do", do, (*rows, v.shape[-1])), ("lse", lse, rows), ("delta", delta, rows)):
         if check_type(name, t, torch.Tensor).shape != shape:
             raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
     pairs = tile_pairs(q.shape[-2], k.shape[-2], tile, causal, q_start, k_start)  # checks the rest
-    acc = _acc(q.dtype)
+    acc = acc_dtype(q.dtype)
     dq = torch.zeros(q.shape, dtype=acc, device=q.device)
     dk = torch.zeros(k.shape, dtype=acc, device=q.device)
     dv = torch.zeros(v.shape, dtype=acc, device=q.device)
@@ -234,11 +220,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         ``(..., Tq, D)`` in the inputs' dtype.
 
     Raises:
-        TypeError, ValueError: for non-tensors, mismatched shapes, dtypes or devices, or a bad ``tile``.
+        TypeError, ValueError: for non-tensors, mismatched shapes, dtypes or devices, a bad
+            ``tile``, or a ``scale`` that is not a finite number (NaN there is NaN everywhere).
     """
     check_qkv(q, k, v)  # tile and causal: attention_forward_tiles checks them
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return FlashAttention.apply(q, k, v, causal, tile, scale)
+    return FlashAttention.apply(q, k, v, causal, tile, check_scale(scale, q.shape[-1]))
 
 
 def merge_partials(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
@@ -276,7 +262,7 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Raises ``TypeError``/``ValueError`` as :func:`flash_attention`."""
     check_qkv(q, k, v)
     check_type("causal", causal, bool)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = check_scale(scale, q.shape[-1])
     s = (q @ k.transpose(-1, -2)) * scale  # (..., Tq, Tk)
     if causal:
         mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
@@ -289,10 +275,12 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(O, L)`` in float64 from the full score matrix, positions absolute; all-masked rows
     give ``O = 0``, ``L = -inf``. The yardstick the tiles are tested against. Raises
-    ``TypeError``/``ValueError`` as :func:`eager_attention`."""
+    ``TypeError``/``ValueError`` as :func:`eager_attention`, or for a negative start."""
     check_qkv(q, k, v)
     check_type("causal", causal, bool)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    check_int("q_start", q_start, 0)
+    check_int("k_start", k_start, 0)
+    scale = check_scale(scale, q.shape[-1])
     q, k, v = q.double(), k.double(), v.double()
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
@@ -302,99 +290,6 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
     lse = torch.logsumexp(s, -1)
     p = torch.where(lse.unsqueeze(-1) == NEG_INF, 0.0, torch.exp(s - lse.unsqueeze(-1)))
     return p @ v, lse
-
-
-@dataclass(frozen=True)
-class AttentionFlops:
-    """Matmul FLOPs of one attention (softmax's exps not counted), per pass.
-
-    Attributes:
-        forward: ``QK^T`` and ``PV`` on every computed tile: ``4 bq bk D`` each.
-        backward: with recomputation, ``QK^T`` again plus ``dV``, ``dP``, ``dQ``, ``dK``.
-        eager_forward, eager_backward: op by op on the full ``T x T`` matrix (no skipping,
-            nothing recomputed: 4 matmuls in backward).
-        tiles: how many tiles the tiled passes compute.
-    """
-
-    forward: int
-    backward: int
-    eager_forward: int
-    eager_backward: int
-    tiles: int
-
-    @property
-    def recompute_ratio(self) -> float:
-        """Tiled backward over eager backward: ``10/8`` without causal skipping."""
-        return self.backward / self.eager_backward
-
-
-def flash_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool = False,
-                tile: int = 64) -> AttentionFlops:
-    """Exact matmul FLOPs of :func:`flash_attention` and :func:`eager_attention` (self-attention).
-
-    Raises:
-        ValueError, TypeError: for a non-positive size or a ``tile`` not a positive power of two.
-    """
-    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len), ("head_dim", head_dim)):
-        check_int(name, n, 1)
-    check_tile(tile)
-    bh, n, full = batch * heads, -(-seq_len // tile), seq_len * seq_len  # n tiles per side
-    cells, tiles = full, n * n
-    if causal:  # per query tile, the key tiles up to its last query (what tile_pairs keeps)
-        cells = tiles = 0
-        for i0 in range(0, seq_len, tile):
-            i1 = min(i0 + tile, seq_len)
-            kept = (i1 - 1) // tile + 1
-            tiles += kept
-            cells += (i1 - i0) * min(kept * tile, seq_len)
-    return AttentionFlops(4 * bh * cells * head_dim, 10 * bh * cells * head_dim,
-                          4 * bh * full * head_dim, 8 * bh * full * head_dim, tiles)
-
-
-def _itemsize(dtype: Any) -> int:
-    check_type("dtype", dtype, torch.dtype)
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def flash_saved_bytes(batch: int, heads: int, seq_len: int, head_dim: int,
-                      dtype: torch.dtype = torch.float32) -> int:
-    """Bytes :func:`flash_attention` saves besides its inputs: ``O`` and the fp32 (fp64 for
-    fp64) log-sum-exp. Linear in ``seq_len``: no ``T^2`` term."""
-    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len), ("head_dim", head_dim)):
-        check_int(name, n, 1)
-    rows = batch * heads * seq_len
-    return rows * head_dim * _itemsize(dtype) + rows * _itemsize(_acc(dtype))
-
-
-def eager_saved_bytes(batch: int, heads: int, seq_len: int, dtype: torch.dtype = torch.float32,
-                      causal: bool = False) -> int:
-    """Bytes :func:`eager_attention` saves besides its inputs: ``softmax(S)``, ``B H T^2``
-    values, plus the causal mask's ``T^2`` bools."""
-    for name, n in (("batch", batch), ("heads", heads), ("seq_len", seq_len)):
-        check_int(name, n, 1)
-    check_type("causal", causal, bool)
-    return batch * heads * seq_len**2 * _itemsize(dtype) + (seq_len**2 if causal else 0)
-
-
-def length_terms(seq_lens: list[int], values: list[float]) -> tuple[float, float, float]:
-    """Least-squares ``(a, b, c)`` of ``values = a T^2 + b T + c`` over ``seq_lens``.
-
-    Exact counts at 3 or more lengths give the exact terms: eager attention's ``a`` is
-    ``B H`` times the element size, FlashAttention's is 0.
-
-    Raises:
-        TypeError, ValueError: for non-lists, fewer than 3 distinct lengths or lists of different lengths.
-    """
-    import numpy as np
-
-    seq_lens, values = check_items("seq_lens", seq_lens), check_items("values", values)
-    if len(seq_lens) != len(values) or len(set(seq_lens)) < 3:
-        raise ValueError(f"seq_lens must hold at least 3 distinct lengths, one per value; got "
-                         f"{len(set(seq_lens))} distinct for {len(values)} values")
-    t = np.asarray(seq_lens, dtype=np.float64)
-    coef, *_ = np.linalg.lstsq(np.stack([t * t, t, np.ones_like(t)], 1),
-                               np.asarray(values, dtype=np.float64), rcond=None)
-    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def errors_against_float64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from perfkit._checks import check_int, check_type
-from perfkit.compute.flash import check_qkv, check_tile
+from perfkit.compute._attention_checks import check_qkv, check_scale, check_tile
 
 __all__ = ["TRITON_DTYPES", "triton_flash_backward", "triton_flash_forward", "triton_status"]
 
@@ -210,9 +210,10 @@ def _kernels() -> dict[str, Any]:
             "dq": triton.jit(_bwd_dq_kernel)}
 
 
-def _check(q: Any, k: Any, v: Any, causal: Any, block_m: Any, block_n: Any, q_start: Any,
-           k_start: Any, allow_tf32: Any) -> None:
-    """The arguments both passes share, refused by name; then whether Triton can run here."""
+def _check(q: Any, k: Any, v: Any, causal: Any, scale: Any, block_m: Any, block_n: Any,
+           q_start: Any, k_start: Any, allow_tf32: Any) -> float:
+    """The arguments both passes share, refused by name; then whether Triton can run here.
+    Returns the score scale."""
     check_qkv(q, k, v)
     if q.dim() != 4:
         raise ValueError(f"q, k, v must be 4-D (B, H, T, D), got q of shape {tuple(q.shape)}")
@@ -233,9 +234,11 @@ def _check(q: Any, k: Any, v: Any, causal: Any, block_m: Any, block_n: Any, q_st
     check_type("allow_tf32", allow_tf32, bool)
     check_int("q_start", q_start, 0)
     check_int("k_start", k_start, 0)
+    scale = check_scale(scale, d)
     ok, why = triton_status(q.device)
     if not ok:
         raise RuntimeError(f"the Triton kernel cannot run here: {why}")
+    return scale
 
 
 def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -260,11 +263,11 @@ def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
 
     Raises:
         RuntimeError: where the kernel cannot run (:func:`triton_status` says why).
-        TypeError, ValueError: for bad tensors, dtypes, ``D`` or tile sizes.
+        TypeError, ValueError: for bad tensors, dtypes, ``D`` or tile sizes, or a ``scale``
+            that is not a finite number.
     """
-    _check(q, k, v, causal, block_m, block_n, q_start, k_start, allow_tf32)
+    scale = _check(q, k, v, causal, scale, block_m, block_n, q_start, k_start, allow_tf32)
     d = q.shape[-1]
-    scale = d ** -0.5 if scale is None else float(scale)
     b, h, tq, tk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     q, k, v = (x.reshape(b * h, x.shape[2], d).contiguous() for x in (q, k, v))
     o = torch.empty_like(q)
@@ -303,17 +306,20 @@ def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: 
     Raises:
         RuntimeError: where the kernels cannot run (:func:`triton_status` says why).
         TypeError, ValueError: as :func:`triton_flash_forward`, or for ``o``, ``do``, ``lse``
-            of other shapes.
+            of other shapes, ``o``/``do`` not of ``q``'s dtype and device (the kernels would
+            read their bits as ``q``'s dtype), ``lse`` not floating point on ``q``'s device.
     """
     check_qkv(q, k, v)
     for name, t, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:-1])):
         check_type(name, t, torch.Tensor)
         if t.shape != shape:
             raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
-    _check(q, k, v, causal, block_m, block_n, q_start, k_start, allow_tf32)
+        if t.device != q.device or not t.is_floating_point() or (name != "lse" and t.dtype != q.dtype):
+            raise TypeError(f"{name} must be {'floating point' if name == 'lse' else q.dtype} on "
+                            f"{q.device}, as q, got {t.dtype} on {t.device}")
+    scale = _check(q, k, v, causal, scale, block_m, block_n, q_start, k_start, allow_tf32)
     b, h, tq, d = q.shape
     tk = k.shape[2]
-    scale = d ** -0.5 if scale is None else float(scale)
     delta = (do.float() * o.float()).sum(-1).reshape(b * h, tq).contiguous()
     q, k, v, do = (x.reshape(b * h, x.shape[2], d).contiguous() for x in (q, k, v, do))
     lse = lse.float().reshape(b * h, tq).contiguous()

@@ -121,13 +121,11 @@ from perfkit.parallel.tensor import (
     ColumnParallelLinear,
     RNGTracker,
     RowParallelLinear,
-    VocabParallelEmbedding,
     copy_to_tp,
     gather_from_tp,
     reduce_from_tp,
     split_to_tp,
     tp_shard,
-    vocab_parallel_cross_entropy,
 )
 from perfkit.parallel.tp_costs import (
     TPBlockCost,
@@ -144,6 +142,11 @@ from perfkit.parallel.tp_gpt import (
 )
 from perfkit.parallel.tp_overlap import (
     column_region,
+)
+from perfkit.parallel.vocab import (
+    REDUCTIONS,
+    VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
 )
 from perfkit.parallel.zero import (
     ZeroOptimizer,
@@ -209,6 +212,7 @@ __all__ = [
     "gather_from_sequence", "gather_from_tp", "mark_sequence_parallel", "parallelize_gpt",
     "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
     "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
+    "REDUCTIONS",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes

@@ -78,9 +78,20 @@ def shard_sequence(x: torch.Tensor, rank: int, world: int, split: str = "contigu
 
 def unshard_sequence(parts: list[torch.Tensor], split: str = "contiguous",
                      dim: int = -2) -> torch.Tensor:
-    """The full sequence from every rank's part (``parts[r]`` from rank ``r``)."""
+    """The full sequence from every rank's part (``parts[r]`` from rank ``r``).
+
+    Raises:
+        TypeError, ValueError: for no parts, a part that is not a tensor, or parts that
+            differ in shape or dtype (every rank holds as many rows).
+    """
     world = len(parts)
     check_int("len(parts)", world, 1)
+    for r, part in enumerate(parts):
+        check_type(f"parts[{r}]", part, torch.Tensor)
+        if part.shape != parts[0].shape or part.dtype != parts[0].dtype:
+            raise ValueError(f"parts must share one shape and dtype, got parts[0] "
+                             f"{tuple(parts[0].shape)} {parts[0].dtype} and parts[{r}] "
+                             f"{tuple(part.shape)} {part.dtype}")
     seq_len = sum(p.shape[dim] for p in parts)
     out = torch.empty(*parts[0].shape[:dim % parts[0].dim()], seq_len,
                       *parts[0].shape[dim % parts[0].dim() + 1:], dtype=parts[0].dtype)
@@ -293,6 +304,8 @@ class RingAttention(torch.autograd.Function):
             dq += g[0]
             dkv[0] += g[1]
             dkv[1] += g[2]
+            if ring.world == 1:  # the block and its accumulators never left home
+                break
             # the accumulators follow their block; after P moves they are home, complete
             arrived, dreqs = ring.start(dkv, 1)
             if stats is not None:
@@ -330,8 +343,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
     Raises:
         TypeError, ValueError: for bad tensors, a ``tile`` that is not a positive power of two,
-            an unknown ``split``, a sequence not divisible as the split needs, a
-            ``timeout_s`` that is not a finite number > 0.
+            an unknown ``split``, a sequence not divisible as the split needs, a ``scale``
+            that is not a finite number, a ``timeout_s`` that is not a finite number > 0.
     """
     check_qkv(q, k, v)
     if q.shape != k.shape:
@@ -347,5 +360,5 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     if split == "zigzag" and q.shape[-2] % 2:
         raise ValueError(f"zigzag needs a sequence divisible by 2P; the local part has "
                          f"{q.shape[-2]} rows (odd)")
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(check_real("scale", scale))
     return RingAttention.apply(q, k, v, causal, split, tile, scale, group, timeout_s, stats)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perfkit._checks import check_choice, check_int, check_items, check_type
+from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
 from perfkit.compute.flash import check_tile, tile_pairs
 from perfkit.parallel.context import segments
 from perfkit.stats import Estimate, per_round
@@ -76,7 +76,7 @@ def ring_work(seq_len: int, world: int, split: str, tile: int = 64, head_dim: in
 
 def imbalance(work: list[int] | list[float]) -> float:
     """The busiest rank's work over the mean: what the slowest rank costs the step."""
-    items = check_items("work", work)
+    items = [check_real(f"work[{i}]", w) for i, w in enumerate(check_items("work", work))]
     if min(items) < 0 or sum(items) == 0:
         raise ValueError(f"work must be non-negative with a positive sum, got {items}")
     return max(items) * len(items) / sum(items)
@@ -105,7 +105,8 @@ def _size(dtype: torch.dtype) -> int:
 
 def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
                dtype: torch.dtype = torch.float32) -> RingBytes:
-    """Bytes :func:`perfkit.parallel.context.ring_attention` sends per rank (exact).
+    """Bytes :func:`perfkit.parallel.context.ring_attention` sends per rank (exact); none
+    on one rank, whose blocks and accumulators never leave it.
 
     Raises:
         ValueError: for a non-positive size or ``seq_len`` not divisible by ``world``.
@@ -116,7 +117,7 @@ def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
     block = 2 * batch * heads * (seq_len // world) * head_dim  # K and V values per rank
     acc = torch.float64 if dtype == torch.float64 else torch.float32
     kv = (world - 1) * block * _size(dtype)
-    return RingBytes(kv, kv + world * block * _size(acc))
+    return RingBytes(kv, kv + (world if world > 1 else 0) * block * _size(acc))
 
 
 def ring_memory_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,

@@ -9,8 +9,10 @@ receive waits under a timeout, so a wrong order fails instead of hanging), the l
 on the last stage over ``m`` micro-batches and divided by ``m``, so the gradients accumulated
 in ``.grad`` are those of the unsplit model on the whole batch (Huang et al. 2019). A
 zero-bubble schedule's ``I`` runs the backward once for everything but the ``nn.Linear``
-weight gradients, which its ``W`` computes from the Linears' inputs and output gradients
-(Qi et al. 2023). It records
+weight gradients through the Linears' own calls, which its ``W`` computes from their inputs
+and output gradients (Qi et al. 2023); a weight also used outside its module's call (tied
+weights, ``F.linear(x, lin.weight)``) gets that part of its gradient in ``I``. Every tensor
+sent is checked against ``act_shape``/``act_dtype`` before it leaves. It records
 every action's start and end (one clock, ``CLOCK_MONOTONIC``, shared by the processes of a
 machine) and the bytes autograd saved for backward (:class:`perfkit.memory.SavedTensorMeter`)
 held at once: the activation memory a schedule costs, counted exactly.
@@ -33,8 +35,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perfkit._checks import check_callable, check_choice, check_int, check_items, check_real
+from perfkit._checks import (
+    check_callable,
+    check_choice,
+    check_int,
+    check_items,
+    check_real,
+    check_type,
+)
 from perfkit.memory.saved_tensors import SavedTensorMeter
+from perfkit.parallel._split_backward import input_grads, tap_linears, untap, weight_grads
 from perfkit.parallel.gpt import split_layers
 from perfkit.parallel.schedules import Action, Schedule
 from perfkit.timing import benchmark
@@ -150,39 +160,6 @@ class StepRecord:
     peak_saved_bytes: int = 0
 
 
-def _accumulate(q: torch.Tensor, g: torch.Tensor) -> None:
-    q.grad = g if q.grad is None else q.grad.add_(g)
-
-
-def _input_grads(stage: nn.Module, x: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor | None,
-                 taps: list) -> list:
-    """``I``: the input gradient (into ``x.grad``), the weight gradients of every parameter but
-    the tapped Linears' (accumulated now: LayerNorms, embeddings), and each tapped Linear's
-    output gradient, returned for ``W``. The Linears' weight-gradient matmuls are all that is
-    left for ``W``: the split of Qi et al., the graph traversed once."""
-    tapped = {id(q) for mod, _, _ in taps for q in mod.parameters()}
-    others = [q for q in stage.parameters() if q.requires_grad and id(q) not in tapped]
-    outs = [out for _, _, out in taps]
-    wrt = ([x] if x is not None else []) + outs + others
-    grads = list(torch.autograd.grad(y, wrt, g, allow_unused=True)) if wrt else []
-    if x is not None:
-        x.grad = grads.pop(0)
-    gouts, rest = grads[:len(outs)], grads[len(outs):]
-    for q, gq in zip(others, rest):
-        if gq is not None:
-            _accumulate(q, gq)
-    return [(mod, inp, go) for (mod, inp, _), go in zip(taps, gouts) if go is not None]
-
-
-def _weight_grads(pending: list) -> None:
-    """``W``: each Linear's ``dW = gout^T inp`` and ``db = sum(gout)`` over every position."""
-    for mod, inp, gout in pending:
-        go = gout.reshape(-1, gout.shape[-1])   # (positions, out)
-        _accumulate(mod.weight, go.t() @ inp.detach().reshape(-1, inp.shape[-1]))
-        if mod.bias is not None and mod.bias.requires_grad:
-            _accumulate(mod.bias, go.sum(0))
-
-
 def _tag(kind: str, stage: int, mb: int, n_micro: int) -> int:
     """One tag per message: activations out of ``stage`` (even), gradients into it (odd)."""
     return 2 * (stage * n_micro + mb) + (kind == "grad")
@@ -198,10 +175,13 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
     """Run this rank's actions of ``schedule``; gradients accumulate into the stages' ``.grad``.
 
     Every inter-stage tensor has shape ``act_shape`` and dtype ``act_dtype`` (a GPT's
-    ``(b, T, C)`` hidden state). In a split schedule ``I`` runs the backward once for the
-    input gradient, the non-Linear weights and every ``nn.Linear``'s output gradient; ``W``
-    is then the Linears' weight-gradient matmuls alone (Qi et al.'s split: ``I + W`` costs what
-    ``B`` costs, and ``W`` holds the Linears' inputs and output gradients until it runs).
+    ``(b, T, C)`` hidden state); a stage output that differs raises on its rank before it is
+    sent (a receiver would read a message of the wrong size), and the ranks waiting for it
+    raise after ``timeout_s``, naming it. In a split schedule ``I`` runs the backward once for
+    the input gradient, every weight's gradient but those through ``nn.Linear`` calls, and
+    each call's output gradient; ``W`` is then the Linears' weight-gradient matmuls alone (Qi
+    et al.'s split: ``I + W`` costs what ``B`` costs, and ``W`` holds the Linears' inputs and
+    output gradients until it runs; :mod:`perfkit.parallel._split_backward`).
 
     Warning:
         Collective over ``pp_ranks``: every pipeline rank calls it for the same step.
@@ -215,8 +195,9 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             contiguous copies: a view's whole storage counts as the stage's saved input.
         loss_fn: ``loss_fn(output, target)``, the mean loss of one micro-batch.
         act_shape, act_dtype: shape and dtype of the tensors sent between stages.
-        pp_ranks: global ranks of pipeline ranks ``0..p-1`` (default: ``range(p)``).
-        timeout_s: how long any receive waits before raising.
+        pp_ranks: global ranks of pipeline ranks ``0..p-1`` (default: ``range(p)``), each
+            a member of ``group``.
+        timeout_s: how long any receive or send waits before raising.
         count_memory: count saved-for-backward bytes (a pack hook per saved tensor).
         group: the process group the messages travel in (default: WORLD); a receive that
             timed out leaves gloo's connections of that group closed.
@@ -225,22 +206,29 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
         This rank's :class:`StepRecord`.
 
     Raises:
-        ValueError: if ``stages`` are not exactly this rank's, or inputs/targets are
-            missing or not ``m`` long where needed.
-        RuntimeError: if a receive waits past ``timeout_s`` (naming the action).
+        TypeError, ValueError: for ``stages`` that are not exactly this rank's modules,
+            inputs/targets missing or not ``m`` long where needed, ``pp_ranks`` that are not
+            ``p`` distinct members of ``group`` including this process (a schedule needing
+            more ranks than the group has), a bad ``act_shape``, ``act_dtype`` or
+            ``timeout_s``; a stage output that is not ``act_shape``/``act_dtype``.
+        RuntimeError: if a receive or send waits past ``timeout_s`` (naming the action and
+            the peer).
     """
-    if not isinstance(schedule, Schedule):
-        raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
+    check_type("schedule", schedule, Schedule)
     p, m, last = schedule.n_ranks, schedule.n_micro, schedule.n_stages - 1
-    ranks = list(range(p)) if pp_ranks is None else [check_int("pp_ranks", r, 0) for r in pp_ranks]
-    if len(ranks) != p or dist.get_rank() not in ranks:
-        raise ValueError(f"pp_ranks must list {p} global ranks including this one "
-                         f"({dist.get_rank()}), got {ranks}")
+    check_type("group", group, dist.ProcessGroup, optional=True)
+    ranks = list(range(p)) if pp_ranks is None else [
+        check_int(f"pp_ranks[{i}]", r, 0) for i, r in enumerate(check_items("pp_ranks", pp_ranks))]
+    if len(ranks) != p or len(set(ranks)) != p or dist.get_rank() not in ranks:
+        raise ValueError(f"pp_ranks must list {p} distinct global ranks (the schedule's "
+                         f"n_ranks) including this one ({dist.get_rank()}), got {ranks}")
     me = ranks.index(dist.get_rank())
     mine = {s for s in range(schedule.n_stages) if schedule.rank_of(s) == me}
     if set(stages) != mine:
         raise ValueError(f"stages must hold exactly this rank's stages {sorted(mine)}, got "
                          f"{sorted(stages)}")
+    for s, mod in stages.items():
+        check_type(f"stages[{s}]", mod, nn.Module)
     for name, seq, stage in (("inputs", inputs, 0), ("targets", targets, last)):
         if stage in mine and (seq is None or len(seq) != m):
             raise ValueError(f"{name} must hold the {m} micro-batches on the rank of stage {stage}")
@@ -248,9 +236,16 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
         check_callable("loss_fn", loss_fn)
     check_real("timeout_s", timeout_s, 0, lo_open=True)
     timeout = datetime.timedelta(seconds=timeout_s)
-    shape = tuple(check_int("act_shape", int(d), 1) for d in act_shape)
+    shape = tuple(check_int(f"act_shape[{i}]", d, 1)
+                  for i, d in enumerate(check_items("act_shape", act_shape)))
+    check_type("act_dtype", act_dtype, torch.dtype)
+    members = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    if not set(ranks) <= set(members):   # else a receive from a rank that is not there waits
+        raise ValueError(f"the schedule needs {p} pipeline ranks {ranks}, but the group has "
+                         f"only ranks {members}: pass pp_ranks within it, or a schedule for "
+                         f"{len(members)} ranks")
     local: dict[tuple[str, int, int], torch.Tensor] = {}   # same-rank hand-over, no message
-    sends: list[dist.Work] = []
+    sends: list[tuple[dist.Work, tuple]] = []
     held: dict[tuple[int, int], list] = {}   # (stage, mb) -> [input, output, bytes, taps]
     rec, now = StepRecord(), 0
 
@@ -275,6 +270,9 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                                                         group=group, tag=_tag(kind, stage, mb, m)))
                 return
 
+    def peer(stage: int) -> str:
+        return f"stage {stage} (global rank {ranks[schedule.rank_of(stage)]})"
+
     def fetch(kind: str, stage: int, mb: int, peer_stage: int, a: Action) -> torch.Tensor:
         if schedule.rank_of(peer_stage) == me:
             return local.pop((kind, stage, mb))
@@ -283,16 +281,25 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             work.wait(timeout)
         except RuntimeError as e:
             raise RuntimeError(f"pipeline rank {me}: {a} waited past timeout_s={timeout_s} s "
-                               f"for its {kind} from stage {peer_stage}: {e}") from None
+                               f"for its {kind} from {peer(peer_stage)}, which failed, "
+                               f"hangs or sent nothing: {e}") from None
         return buf
 
-    def post(kind: str, stage: int, mb: int, peer_stage: int, t: torch.Tensor) -> None:
+    def post(kind: str, stage: int, mb: int, peer_stage: int, t: torch.Tensor | None,
+             a: Action) -> None:
+        if t is None:   # a stage that ignores its input: that input's gradient is zero
+            t = torch.zeros(shape, dtype=act_dtype)
+        if tuple(t.shape) != shape or t.dtype != act_dtype:
+            raise ValueError(f"pipeline rank {me}: {a} would send {peer(peer_stage)} its {kind} "
+                             f"of shape {tuple(t.shape)} and dtype {t.dtype}, but act_shape="
+                             f"{shape} and act_dtype={act_dtype}: every tensor between stages "
+                             f"must be act_shape and act_dtype")
         t = t.detach().contiguous()
         if schedule.rank_of(peer_stage) == me:
             local[(kind, stage, mb)] = t
         else:   # isend: the peer may not have reached its receive yet; never block on it
-            sends.append(dist.isend(t, dst=ranks[schedule.rank_of(peer_stage)], group=group,
-                                    tag=_tag(kind, stage, mb, m)))
+            sends.append((dist.isend(t, dst=ranks[schedule.rank_of(peer_stage)], group=group,
+                                     tag=_tag(kind, stage, mb, m)), (kind, stage, mb, peer_stage)))
 
     actions = schedule.ranks[me]
     split = any(a.kind == "I" for a in actions)
@@ -309,13 +316,11 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
             if meter:
                 meter.__enter__()
             taps: list = []   # split backward: each Linear's (module, input, output) for W
-            hooks = [mod.register_forward_hook(
-                lambda mod, args, out, taps=taps: taps.append((mod, args[0], out)))
-                for mod in stages[s].modules() if split and isinstance(mod, nn.Linear)
-                and mod.weight.requires_grad]
-            y = stages[s](x)
-            for h in hooks:
-                h.remove()
+            tapped = tap_linears(stages[s], taps) if split else []
+            try:
+                y = stages[s](x)
+            finally:
+                untap(tapped)
             if s == last:
                 loss = loss_fn(y, targets[j])
                 rec.losses.append(float(loss.detach()))
@@ -338,22 +343,27 @@ def run_schedule(schedule: Schedule, stages: Mapping[int, nn.Module],
                 if a.kind == "B":
                     torch.autograd.backward(y, g)
                 else:
-                    held[(s, j)][3] = _input_grads(stages[s], x if s > 0 else None, y, g,
-                                                   held[(s, j)][3])
+                    held[(s, j)][3] = input_grads(stages[s], x if s > 0 else None, y, g,
+                                                  held[(s, j)][3])
                 if s > 0:
                     outgoing = ("grad", s - 1, j, s - 1, x.grad)
             else:
                 t0 = time.perf_counter()
-                _weight_grads(held[(s, j)][3])
+                weight_grads(held[(s, j)][3])
             if a.kind in ("B", "W"):
                 now -= nbytes
                 del held[(s, j)]
         # the end is read before the send: a peer may start on the message at once
         rec.slots.append((a.kind, s, j, t0, time.perf_counter()))
         if outgoing is not None:
-            post(*outgoing)
-    for w in sends:
-        w.wait(timeout)
+            post(*outgoing, a)
+    for w, (kind, stage, mb, peer_stage) in sends:
+        try:
+            w.wait(timeout)
+        except RuntimeError as e:
+            raise RuntimeError(f"pipeline rank {me}: the {kind} of micro-batch {mb} sent by "
+                               f"stage {stage} waited past timeout_s={timeout_s} s for "
+                               f"{peer(peer_stage)} to take it: {e}") from None
     return rec
 
 

@@ -251,12 +251,16 @@ def dependencies(schedule: Schedule, action: Action) -> list[Action]:
 
     Raises:
         TypeError: if ``schedule`` is not a :class:`Schedule` or ``action`` not an :class:`Action`.
+        ValueError: for an action of a stage or micro-batch the schedule does not have.
     """
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
     if not isinstance(action, Action):
         raise TypeError(f"action must be an Action, got {type(action).__name__}")
     s, j, last = action.stage, action.mb, schedule.n_stages - 1
+    if s > last or j >= schedule.n_micro:
+        raise ValueError(f"action {action} is outside the schedule (stages < {schedule.n_stages}, "
+                         f"micro-batches < {schedule.n_micro})")
     if action.kind == "F":
         return [Action("F", s - 1, j)] if s > 0 else []
     if action.kind == "W":
@@ -273,6 +277,7 @@ def parse_actions(items: Iterable[str | Sequence]) -> tuple[Action, ...]:
 
     Raises:
         ValueError: for a string not of the form ``<kind><stage>.<mb>``.
+        TypeError: for an item that is neither a string nor a ``(kind, stage, mb)`` triple.
     """
     out = []
     for it in check_items("items", items, nonempty=False):
@@ -283,6 +288,9 @@ def parse_actions(items: Iterable[str | Sequence]) -> tuple[Action, ...]:
             except ValueError:
                 raise ValueError(f"an action string looks like 'F0.1' (kind, stage, micro-batch), "
                                  f"got {it!r}") from None
-        else:
+        elif isinstance(it, Sequence) and len(it) == 3:
             out.append(Action(*it))
+        else:
+            raise TypeError(f"items must hold 'F0.1' strings or (kind, stage, mb) triples, "
+                            f"got {it!r}")
     return tuple(out)

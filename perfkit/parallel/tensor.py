@@ -6,9 +6,7 @@ Two conjugate autograd operators carry all the communication: :func:`copy_to_tp`
 then compute disjoint output columns; :func:`reduce_from_tp` (*g*: all-reduce forward,
 identity backward) leaves a row-parallel region, whose ranks each hold a partial sum. A
 transformer block is ``f, Column, local work, Row, g`` twice: two all-reduces forward, two
-backward. :class:`VocabParallelEmbedding` and :func:`vocab_parallel_cross_entropy` split the
-vocabulary so that the ``(B, T, V)`` logits are never gathered: the maximum, the sum of
-exponentials and the target's logit are all-reduced, ``B * T`` numbers each.
+backward. The vocabulary's split (embedding and loss) is :mod:`perfkit.parallel.vocab`.
 :class:`RNGTracker` keeps a second, per-rank random stream for dropout inside split regions,
 so replicated regions draw the same masks as the unsplit model.
 
@@ -30,11 +28,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit._checks import check_int, check_seed, check_tensor, check_type
+from perfkit._checks import check_callable, check_int, check_seed, check_tensor, check_type
 
-__all__ = ["ColumnParallelLinear", "RNGTracker", "RowParallelLinear", "VocabParallelEmbedding",
-           "copy_to_tp", "gather_from_tp", "reduce_from_tp", "split_to_tp", "tp_shard",
-           "vocab_parallel_cross_entropy"]
+__all__ = ["ColumnParallelLinear", "RNGTracker", "RowParallelLinear", "copy_to_tp",
+           "gather_from_tp", "reduce_from_tp", "split_to_tp", "tp_shard"]
 
 
 def _rank_size(group: Any) -> tuple[int, int]:
@@ -149,14 +146,27 @@ def split_to_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     return _SplitLast.apply(x, group)
 
 
-def _check_weights(weight: Any, bias: Any, bias_len: int | None) -> None:
+def _check_weights(weight: Any, bias: Any, bias_len: int | None, flags: dict,
+                   reduce: Any = None) -> None:
     check_tensor("weight", weight, floating=True, ndim=2)
     if bias is not None:
         check_tensor("bias", bias, floating=True, ndim=1, numel=bias_len)
+    for name, flag in flags.items():   # a truthy "no" would silently mean yes
+        check_type(name, flag, bool)
+    check_callable("reduce", reduce, optional=True)
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> nn.Parameter:
     return nn.Parameter(src.detach().clone().to(dst.dtype), requires_grad=dst.requires_grad)
+
+
+def _check_input(x: Any, width: int, what: str) -> None:
+    """Refuse an input that is not a floating tensor ``(..., width)``: a wrong width would
+    otherwise surface as a matmul error naming no argument, or, after a split, a collective
+    of the wrong size."""
+    check_tensor("x", x, floating=True)
+    if x.dim() == 0 or x.shape[-1] != width:
+        raise ValueError(f"x must be (..., {width}) ({what}), got shape {tuple(x.shape)}")
 
 
 class ColumnParallelLinear(nn.Module):
@@ -171,13 +181,15 @@ class ColumnParallelLinear(nn.Module):
         group: the tensor-parallel process group (``None``: WORLD).
 
     Raises:
-        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a bias
-            that is not a 1-D floating tensor of ``out / t`` values.
+        TypeError, ValueError: for a weight that is not a 2-D floating tensor, a bias that
+            is not a 1-D floating tensor of ``out / t`` values, or flags that are not bools;
+            in forward, for an ``x`` that is not a floating tensor of ``in`` features.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
                  gather_output: bool = False, input_is_parallel: bool = False) -> None:
-        _check_weights(weight, bias, None if bias is None else weight.shape[0])
+        _check_weights(weight, bias, None if bias is None else weight.shape[0],
+                       {"gather_output": gather_output, "input_is_parallel": input_is_parallel})
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -200,6 +212,7 @@ class ColumnParallelLinear(nn.Module):
                    input_is_parallel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_input(x, self.weight.shape[1], "in_features")
         if not self.input_is_parallel:
             x = copy_to_tp(x, self.group)
         y = F.linear(x, self.weight, self.bias)   # (..., out / t)
@@ -219,13 +232,16 @@ class RowParallelLinear(nn.Module):
         group: the tensor-parallel process group (``None``: WORLD).
 
     Raises:
-        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a bias
-            that is not a 1-D floating tensor of ``out`` values.
+        TypeError, ValueError: for a weight that is not a 2-D floating tensor, a bias that
+            is not a 1-D floating tensor of ``out`` values, a non-bool ``input_is_parallel``
+            or a ``reduce`` that is not callable; in forward, for an ``x`` that is not a
+            floating tensor of ``in / t`` features (``in`` when ``input_is_parallel=False``).
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, group: Any = None,
                  input_is_parallel: bool = True, reduce: Any = None) -> None:
-        _check_weights(weight, bias, None if bias is None else weight.shape[0])
+        _check_weights(weight, bias, None if bias is None else weight.shape[0],
+                       {"input_is_parallel": input_is_parallel}, reduce)
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -248,111 +264,14 @@ class RowParallelLinear(nn.Module):
                    input_is_parallel, reduce)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.input_is_parallel:
+        if self.input_is_parallel:
+            _check_input(x, self.weight.shape[1], "this rank's in_features / t")
+        else:
+            _check_input(x, self.weight.shape[1] * dist.get_world_size(self.group),
+                         "in_features, replicated")
             x = split_to_tp(x, self.group)
         y = self.reduce(F.linear(x, self.weight), self.group)   # (..., out), summed
         return y if self.bias is None else y + self.bias
-
-
-class VocabParallelEmbedding(nn.Module):
-    """An embedding whose rows (the vocabulary) are split: each rank looks up the ids it
-    owns, writes zeros for the others, and the g operator sums the ranks' rows.
-
-    ``reduce`` replaces the all-reduce (sequence parallelism passes a reduce-scatter).
-
-    Raises:
-        TypeError, ValueError: for a weight that is not a 2-D floating tensor, or a
-            ``vocab_start`` that is not an int >= 0.
-    """
-
-    def __init__(self, weight: torch.Tensor, vocab_start: int, group: Any = None,
-                 reduce: Any = None) -> None:
-        _check_weights(weight, None, None)
-        check_int("vocab_start", vocab_start, 0)
-        super().__init__()
-        self.weight = nn.Parameter(weight)   # (V / t, C)
-        self.vocab_start, self.group = vocab_start, group
-        self.reduce = reduce or reduce_from_tp
-
-    @classmethod
-    def from_embedding(cls, emb: nn.Embedding, group: Any = None,
-                       reduce: Any = None) -> VocabParallelEmbedding:
-        """This rank's rows of ``emb``.
-
-        Raises:
-            TypeError: if ``emb`` is not an ``nn.Embedding``.
-            ValueError: if its vocabulary is not divisible by the group's size.
-        """
-        check_type("emb", emb, nn.Embedding)
-        lo, hi = tp_shard(emb.num_embeddings, group, "vocab_size")
-        return cls(_copy(emb.weight, emb.weight[lo:hi]), lo, group, reduce)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        local = idx - self.vocab_start
-        outside = (local < 0) | (local >= self.weight.shape[0])
-        y = F.embedding(local.masked_fill(outside, 0), self.weight)   # (B, T, C)
-        return self.reduce(y.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
-
-
-class _VocabParallelCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, start: int,
-                group: Any) -> torch.Tensor:
-        logits = logits.float()                          # (N, V / t)
-        m = logits.max(dim=-1).values                    # (N,) local maxima
-        dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-        z = logits - m.unsqueeze(-1)                     # shifted: exp() cannot overflow
-        e = z.exp()
-        sum_exp = e.sum(dim=-1)
-        dist.all_reduce(sum_exp, group=group)
-        local = target - start
-        outside = (local < 0) | (local >= logits.shape[-1])
-        local = local.masked_fill(outside, 0)
-        picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        dist.all_reduce(picked, group=group)             # the owner's target logit
-        ctx.save_for_backward(e.div_(sum_exp.unsqueeze(-1)), local, outside)
-        return sum_exp.log() - picked                    # (N,) per-token loss
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-        softmax, local, outside = ctx.saved_tensors
-        grad = softmax.clone()                           # d loss / d logit = p - onehot
-        rows = torch.arange(grad.shape[0], device=grad.device)
-        grad[rows, local] -= (~outside).to(grad.dtype)
-        return grad * g.unsqueeze(-1), None, None, None
-
-
-def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                                 vocab_start: int, group: Any = None) -> torch.Tensor:
-    """Mean cross-entropy of vocabulary-split logits, the full logits never gathered.
-
-    Three all-reduces of ``N = B * T`` floats each (max, sum of exponentials, target logit)
-    in place of an all-gather of ``N * V`` logits.
-
-    Args:
-        logits: ``(B, T, V / t)`` this rank's columns, the vocabulary ids
-            ``[vocab_start, vocab_start + V / t)``.
-        targets: ``(B, T)`` int64 ids in ``[0, V)``.
-        vocab_start: the first id this rank holds.
-        group: the tensor-parallel group.
-
-    Warning:
-        Collective: every rank of ``group`` must call it.
-
-    Raises:
-        TypeError: for ``logits`` not floating point or ``targets`` not int64.
-        ValueError: if ``logits`` and ``targets`` disagree on ``(B, T)``, or for a negative
-            ``vocab_start``.
-    """
-    check_tensor("logits", logits, floating=True)
-    check_tensor("targets", targets, dtype=torch.int64)
-    check_int("vocab_start", vocab_start, 0)
-    if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
-                         "must agree on (B, T)")
-    v = logits.shape[-1]
-    loss = _VocabParallelCE.apply(logits.reshape(-1, v), targets.reshape(-1), vocab_start, group)
-    return loss.mean()
 
 
 class RNGTracker:

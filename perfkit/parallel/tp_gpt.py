@@ -33,15 +33,9 @@ from perfkit.parallel.sequence import (
     reduce_scatter_to_sequence,
     sync_sequence_parallel_grads,
 )
-from perfkit.parallel.tensor import (
-    ColumnParallelLinear,
-    RNGTracker,
-    RowParallelLinear,
-    VocabParallelEmbedding,
-    copy_to_tp,
-    vocab_parallel_cross_entropy,
-)
+from perfkit.parallel.tensor import ColumnParallelLinear, RNGTracker, RowParallelLinear, copy_to_tp
 from perfkit.parallel.tp_overlap import column_region
+from perfkit.parallel.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 
 __all__ = ["TensorParallelGPT", "check_tp_degree", "parallelize_gpt", "tp_traffic"]
 
@@ -187,6 +181,9 @@ class TensorParallelGPT(nn.Module):
                  keep_gathered: bool = True) -> None:
         check_type("model", model, GPT)
         check_type("rng", rng, RNGTracker, optional=True)
+        for name, flag in (("sequence_parallel", sequence_parallel), ("overlap", overlap),
+                           ("keep_gathered", keep_gathered)):
+            check_type(name, flag, bool)   # a truthy "no" would silently mean yes
         if not keep_gathered and not sequence_parallel:
             raise ValueError("keep_gathered=False needs sequence_parallel=True (without it "
                              "there is no gathered input to recompute)")
@@ -208,7 +205,8 @@ class TensorParallelGPT(nn.Module):
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over every token, equal on every rank (collective)."""
-        return vocab_parallel_cross_entropy(self(idx), targets, self.vocab_start, self.group)
+        return vocab_parallel_cross_entropy(self(idx), targets, self.vocab_start, self.group,
+                                            vocab_size=self.cfg.vocab_size)
 
     def sync_grads(self) -> int:
         """After backward: sum the sequence-split parameters' gradients over the group
@@ -250,7 +248,7 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
             default), or keep only this rank's slice and all-gather it again in backward.
 
     Raises:
-        TypeError: if ``model`` is not a GPT or ``rng`` not an RNGTracker.
+        TypeError: if ``model`` is not a GPT, ``rng`` not an RNGTracker, or a flag not a bool.
         ValueError: if the group's size does not divide the heads or the vocabulary, if
             dropout is on without an ``rng``, or for ``keep_gathered=False`` without SP.
     """
@@ -260,8 +258,7 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
     if model.cfg.dropout > 0 and rng is None:
         raise ValueError("rng must be an RNGTracker when dropout > 0 (split regions draw "
                          "their masks from it)")
-    return TensorParallelGPT(model, tp_group, bool(sequence_parallel), rng, bool(overlap),
-                             bool(keep_gathered))
+    return TensorParallelGPT(model, tp_group, sequence_parallel, rng, overlap, keep_gathered)
 
 
 def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: bool = False,
@@ -282,9 +279,13 @@ def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: 
             again in backward (``parallelize_gpt(..., keep_gathered=False)``).
 
     Raises:
-        TypeError, ValueError: for a bad ``cfg`` or a ``t`` that does not divide it.
+        TypeError, ValueError: for a bad ``cfg``, a ``t`` that does not divide it, or a flag
+            that is not a bool.
     """
     check_tp_degree(cfg, t)
+    for name, flag in (("sequence_parallel", sequence_parallel), ("blocks_only", blocks_only),
+                       ("keep_gathered", keep_gathered)):
+        check_type(name, flag, bool)
     for name, v in (("batch", batch), ("seq", seq), ("dtype_bytes", dtype_bytes)):
         check_int(name, v, 1)
     payload = batch * seq * cfg.n_embd * dtype_bytes      # bytes of one (B, T, C) activation

@@ -24,13 +24,7 @@ from perfkit.parallel.sequence import (
     mark_sequence_parallel,
     sync_sequence_parallel_grads,
 )
-from perfkit.parallel.tensor import (
-    ColumnParallelLinear,
-    RNGTracker,
-    RowParallelLinear,
-    VocabParallelEmbedding,
-    vocab_parallel_cross_entropy,
-)
+from perfkit.parallel.tensor import ColumnParallelLinear, RNGTracker, RowParallelLinear
 from perfkit.parallel.tp_costs import (
     block_flops,
     crossover_width,
@@ -39,6 +33,7 @@ from perfkit.parallel.tp_costs import (
 )
 from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
 from perfkit.parallel.tp_overlap import column_region
+from perfkit.parallel.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 CFG = GPTConfig(vocab_size=48, block_size=8, n_embd=24, n_layer=2, n_head=6)
@@ -93,7 +88,7 @@ def test_vocab_parallel_loss_is_cross_entropy_even_for_huge_logits(group):
 def test_vocab_rows_outside_this_rank_are_zero_and_their_logits_ignored(group):
     # a rank holding ids [10, 20): other ids look up zeros; a target it does not own adds
     # nothing to the gradient's one-hot
-    emb = VocabParallelEmbedding(torch.ones(10, 3), vocab_start=10)
+    emb = VocabParallelEmbedding(torch.ones(10, 3), vocab_start=10, vocab_size=30)
     out = emb(torch.tensor([[5, 12, 25]]))
     assert out[0, 0].abs().sum() == 0 and out[0, 2].abs().sum() == 0 and out[0, 1].sum() == 3
     logits = torch.zeros(1, 2, 10, requires_grad=True)
