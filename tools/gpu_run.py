@@ -251,16 +251,27 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def merge_parts(earlier: Sequence[dict[str, Any]], results: Sequence[PartResult]) -> list[dict[str, Any]]:
+    """An earlier report's parts with those run again replaced in place (``--only``), and the
+    parts it did not have appended."""
+    new = {r.name: asdict(r) for r in results}
+    merged = [new.pop(p["name"], p) for p in earlier]
+    return merged + list(new.values())
+
+
 def write_report(path: Path, results: list[PartResult], total_s: float, started: str,
-                 info: dict[str, Any], cache: Path) -> dict[str, Any]:
-    """Write the run's one JSON file: the machine, the ceilings measured, every part."""
+                 info: dict[str, Any], cache: Path,
+                 earlier: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Write the run's one JSON file: the machine, the ceilings measured, every part (an
+    ``earlier`` report's parts kept where this run did not run them again)."""
     limits = None
     for f in sorted(cache.glob("machine_limits*.json")) if cache.is_dir() else []:
         limits = json.loads(f.read_text())
+    parts = merge_parts(earlier, results)
     report = {"schema": 1, "started_at": started, "total_budget_s": total_s,
-              "seconds": round(sum(r.seconds for r in results), 2), "machine": info,
-              "limits": limits, "parts": [asdict(r) for r in results],
-              "counts": {s: sum(r.status == s for r in results) for s in STATUSES}}
+              "seconds": round(sum(p["seconds"] for p in parts), 2), "machine": info,
+              "limits": limits, "parts": parts,
+              "counts": {s: sum(p["status"] == s for p in parts) for s in STATUSES}}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1))
@@ -380,14 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     env = part_env(out, extra, torch.cuda.device_count())
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     info, report = machine(), out / "gpu_run.json"
+    # a part run again (--only) replaces its earlier record; the others stay
+    earlier = json.loads(report.read_text())["parts"] if args.only and report.exists() else []
 
     def progress(results: list[PartResult]) -> None:
         r = results[-1]
         print(f"{r.name}: {r.status} in {r.seconds:.0f} s (budget {r.budget_s:.0f} s)", flush=True)
-        write_report(report, results, args.total_s, started, info, out / "cache")
+        write_report(report, results, args.total_s, started, info, out / "cache", earlier)
 
     results = run_plan(parts, args.total_s, lambda p: run_part(p, out, env), done=progress)
-    counts = write_report(report, results, args.total_s, started, info, out / "cache")["counts"]
+    counts = write_report(report, results, args.total_s, started, info, out / "cache", earlier)["counts"]
     print(f"\n{report}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return 1 if counts["failed"] or counts["timeout"] else 0
 

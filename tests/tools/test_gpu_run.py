@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import asdict
 
 import psutil
 import pytest
@@ -171,6 +172,20 @@ def test_report_schema(tmp_path):
     assert rep["parts"][0]["output"] == {"hidden_fraction": 0.95}
     assert rep["parts"][1]["status"] == "skipped" and rep["parts"][1]["output"] is None
     assert not list(tmp_path.glob("*.tmp")), "written through a temporary file, then renamed"
+
+
+def test_a_part_run_again_replaces_its_earlier_record_in_place(tmp_path):
+    earlier = [asdict(PartResult(n, "benchmark", "c", 10.0, st, 5.0))
+               for n, st in (("a", "ok"), ("b", "failed"), ("c", "skipped"))]
+    again = [PartResult("b", "benchmark", "c", 10.0, "ok", 7.0),
+             PartResult("d", "notebook", "c", 9.0, "ok", 1.0)]
+    merged = gpu_run.merge_parts(earlier, again)
+    assert [(p["name"], p["status"]) for p in merged] == [("a", "ok"), ("b", "ok"), ("c", "skipped"),
+                                                          ("d", "ok")]
+    rep = gpu_run.write_report(tmp_path / "r.json", again, 100.0, "t", {}, tmp_path, earlier)
+    assert rep["counts"] == {"ok": 3, "failed": 0, "timeout": 0, "skipped": 1}
+    assert rep["seconds"] == 5.0 + 7.0 + 5.0 + 1.0
+    assert gpu_run.merge_parts([], again) == [asdict(r) for r in again]
 
 
 def test_report_without_cached_limits(tmp_path):
