@@ -312,3 +312,46 @@ def test_install_wheels_offline_into_the_environment_else_a_target(tmp_path):
     calls.clear()
     with pytest.raises(RuntimeError, match="could not install"):
         gpu_run.install_wheels(tmp_path / "w", tmp_path / "site", pip([1, 1]))
+
+
+# --- the whole command, on a CUDA machine imitated -------------------------------------------
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(gpu_run, "machine", lambda: {"device": "imitated"})
+
+
+def test_main_runs_the_parts_writes_the_json_and_fails_on_a_failed_part(tmp_path, fake_gpu, monkeypatch):
+    code = {"good": "import json; print(json.dumps({'v': 1}))", "bad": "raise SystemExit(3)"}
+    monkeypatch.setattr(gpu_run, "default_parts", lambda out: [py_part(n, c, 60) for n, c in code.items()])
+    assert gpu_run.main(["--out", str(tmp_path)]) == 1
+    rep = json.loads((tmp_path / "gpu_run.json").read_text())
+    assert rep["machine"] == {"device": "imitated"}
+    assert [(p["name"], p["status"], p["output"]) for p in rep["parts"]] == [
+        ("good", "ok", {"v": 1}), ("bad", "failed", None)]
+    code["bad"] = "print('{\"fixed\": 1}')"
+    assert gpu_run.main(["--out", str(tmp_path), "--only", "bad"]) == 0  # run again: now it works
+    rep = json.loads((tmp_path / "gpu_run.json").read_text())
+    assert [(p["name"], p["status"]) for p in rep["parts"]] == [("good", "ok"), ("bad", "ok")]
+
+
+def test_a_notebook_part_runs_through_run_course(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("QUICK = False"),
+                nbformat.v4.new_code_cell("import os\nprint('quick', QUICK, os.environ['PERFKIT_QUICK'])")]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    src = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, src)
+    out = tmp_path / "out"
+    part = Part("notebook tiny", "notebook", (sys.executable, "-m", "tools.gpu_run", "--run-notebook",
+                                              str(src), "--out", str(out), "--limit-s", "240"), 240)
+    r = gpu_run.run_part(part, out, gpu_run.part_env(out))
+    assert r.status == "ok", r.errors
+    assert r.output["name"] == "tiny" and r.output["status"] == "ok"
+    done = nbformat.read(out / "tiny.ipynb", as_version=4)
+    assert "quick True 1" in done.cells[-1].outputs[0]["text"]  # QUICK injected, env passed on
