@@ -67,15 +67,15 @@ for _ in range(start, args.steps):
     with mon.phase("backward"):
         loss.backward()  # gradient buckets are reduce-scattered while backward runs
     with mon.phase("optimizer"):
-        # CLIPPING GOES HERE: ZeroOptimizer has no clip_grad_norm_ yet (see below)
+        norm = opt.clip_grad_norm_(1.0)  # the whole gradient's norm, over every rank's slices
         opt.step()  # collective: every rank steps its slices and shares them
         opt.zero_grad()
     mon.step(samples=B, tokens=B * T)
 
 s = mon.summary()
 if ctx.rank == 0:
-    print(f"step {args.steps}: loss {loss.item():.3f}, {s.step.p50_s * 1e3:.1f} ms a step "
-          f"(p50), {s.tokens_per_s:,.0f} tokens/s per rank")
+    print(f"step {args.steps}: loss {loss.item():.3f}, gradient norm {norm.item():.2f}, "
+          f"{s.step.p50_s * 1e3:.1f} ms a step (p50), {s.tokens_per_s:,.0f} tokens/s per rank")
     print("  " + ", ".join(f"{k} {v:.0%}" for k, v in s.shares().items()))
     for finding in diagnose_shares(s):  # each phase over its threshold, with the fix to try
         print("  " + str(finding))

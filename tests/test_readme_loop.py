@@ -55,14 +55,14 @@ def torchrun(*args: object) -> str:
 
 
 def summary(out: str, steps: int) -> dict:
-    """What rank 0 printed at the end: the loss and the phases' shares."""
-    head = re.search(rf"^step {steps}: loss ([\d.]+), ([\d.]+) ms a step \(p50\), "
-                     r"([\d,]+) tokens/s per rank$", out, re.M)
+    """What rank 0 printed at the end: the loss, the gradient norm, the phases' shares."""
+    head = re.search(rf"^step {steps}: loss ([\d.]+), gradient norm ([\d.]+), ([\d.]+) ms a "
+                     r"step \(p50\), ([\d,]+) tokens/s per rank$", out, re.M)
     assert head, f"no summary line for step {steps} in the output:\n{out[-3000:]}"
     shares = re.search(r"^  (data \d+%, forward \d+%, backward \d+%, optimizer \d+%, other \d+%)$",
                        out, re.M)
     assert shares, f"no line of phase shares (data first) in the output:\n{out[-3000:]}"
-    return {"loss": float(head.group(1)), "shares": shares.group(1)}
+    return {"loss": float(head.group(1)), "norm": float(head.group(2)), "shares": shares.group(1)}
 
 
 def test_the_readme_block_is_the_example():
@@ -86,6 +86,7 @@ def test_stages_one_and_two_train_and_print_the_monitor(stage):
     got = summary(torchrun("--stage", stage, "--steps", 6), 6)
     # 6 AdamW steps from GPT-2's initialisation: the bytes' entropy at the start is ln 256
     assert got["loss"] < math.log(256) - 0.5, f"stage {stage} did not train: {got}"
+    assert got["norm"] > 0, f"the gradient norm clip_grad_norm_ returned is {got['norm']}"
 
 
 def test_stage_three_resumes_to_the_same_weights(tmp_path):
