@@ -70,8 +70,14 @@ def segments(seq_len: int, rank: int, world: int, split: str) -> list[tuple[int,
 
 def shard_sequence(x: torch.Tensor, rank: int, world: int, split: str = "contiguous",
                    dim: int = -2) -> torch.Tensor:
-    """The part of the full sequence ``x`` (sequence along ``dim``) that ``rank`` holds."""
+    """The part of the full sequence ``x`` (sequence along ``dim``) that ``rank`` holds.
+
+    Raises:
+        TypeError, ValueError: for an ``x`` that is not a tensor, a ``dim`` it does not have,
+            and the errors of :func:`segments`.
+    """
     check_type("x", x, torch.Tensor)
+    check_int("dim", dim, -x.dim(), x.dim() - 1)
     pieces = [x.narrow(dim, s, n) for s, n in segments(x.shape[dim], rank, world, split)]
     return torch.cat(pieces, dim).contiguous()
 
@@ -81,8 +87,8 @@ def unshard_sequence(parts: list[torch.Tensor], split: str = "contiguous",
     """The full sequence from every rank's part (``parts[r]`` from rank ``r``).
 
     Raises:
-        TypeError, ValueError: for no parts, a part that is not a tensor, or parts that
-            differ in shape or dtype (every rank holds as many rows).
+        TypeError, ValueError: for no parts, a part that is not a tensor, parts that differ
+            in shape or dtype (every rank holds as many rows), or a ``dim`` they do not have.
     """
     world = len(parts)
     check_int("len(parts)", world, 1)
@@ -92,6 +98,7 @@ def unshard_sequence(parts: list[torch.Tensor], split: str = "contiguous",
             raise ValueError(f"parts must share one shape and dtype, got parts[0] "
                              f"{tuple(parts[0].shape)} {parts[0].dtype} and parts[{r}] "
                              f"{tuple(part.shape)} {part.dtype}")
+    check_int("dim", dim, -parts[0].dim(), parts[0].dim() - 1)
     seq_len = sum(p.shape[dim] for p in parts)
     out = torch.empty(*parts[0].shape[:dim % parts[0].dim()], seq_len,
                       *parts[0].shape[dim % parts[0].dim() + 1:], dtype=parts[0].dtype)
@@ -355,6 +362,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     check_choice("split", split, SPLITS)
     check_real("timeout_s", timeout_s, 0, lo_open=True)
     check_type("stats", stats, RingStats, optional=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     world = dist.get_world_size(group)
     segments(q.shape[-2] * world, 0, world, split)  # the local length must split evenly
     if split == "zigzag" and q.shape[-2] % 2:

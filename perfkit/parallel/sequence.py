@@ -35,8 +35,9 @@ SEQUENCE_PARALLEL_ATTR = "sequence_parallel"   # Megatron's flag on such paramet
 SEQ_DIM = 1                                    # activations are (B, T, C)
 
 
-def _check_x(x: Any) -> None:
+def _check_x(x: Any, group: Any) -> None:
     check_tensor("x", x, floating=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     if x.dim() < 2:
         raise ValueError(f"x must be (B, T, ...) with the sequence on dim 1, got shape "
                          f"{tuple(x.shape)}")
@@ -102,7 +103,7 @@ def gather_from_sequence(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Warning:
         Collective, forward and backward: every rank of ``group`` must call it.
     """
-    _check_x(x)
+    _check_x(x, group)
     return _Gather.apply(x, group)
 
 
@@ -115,7 +116,7 @@ def reduce_scatter_to_sequence(x: torch.Tensor, group: Any = None) -> torch.Tens
     Raises:
         ValueError: if ``T`` is not divisible by the group's size.
     """
-    _check_x(x)
+    _check_x(x, group)
     return _ReduceScatter.apply(x, group)
 
 
@@ -126,7 +127,7 @@ def scatter_to_sequence(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     Raises:
         ValueError: if ``T`` is not divisible by the group's size.
     """
-    _check_x(x)
+    _check_x(x, group)
     return _Scatter.apply(x, group)
 
 
@@ -153,9 +154,10 @@ def sync_sequence_parallel_grads(model: nn.Module, group: Any = None) -> int:
         Collective: every rank of ``group`` must call it after backward.
 
     Raises:
-        TypeError: if ``model`` is not an ``nn.Module``.
+        TypeError: if ``model`` is not an ``nn.Module`` or ``group`` not a process group.
     """
     check_type("model", model, nn.Module)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     grads = [p.grad for p in model.parameters()
              if getattr(p, SEQUENCE_PARALLEL_ATTR, False) and p.grad is not None]
     if not grads:

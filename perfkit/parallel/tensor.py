@@ -43,8 +43,10 @@ def tp_shard(n: int, group: Any, what: str) -> tuple[int, int]:
 
     Raises:
         ValueError: if ``n`` is not divisible by the group's size ``t`` (``what`` names it).
+        TypeError: for a ``group`` that is neither ``None`` nor a process group.
     """
     check_int("n", n, 1)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     rank, t = _rank_size(group)
     if n % t:
         raise ValueError(f"{what} ({n}) must be divisible by the tensor-parallel degree {t}")
@@ -117,6 +119,7 @@ def copy_to_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
         Collective in backward: every rank of ``group`` must run the backward.
     """
     check_tensor("x", x, floating=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     return _CopyToTP.apply(x, group)
 
 
@@ -127,6 +130,7 @@ def reduce_from_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
         Collective: every rank of ``group`` must call it.
     """
     check_tensor("x", x, floating=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     return _ReduceFromTP.apply(x, group)
 
 
@@ -137,12 +141,14 @@ def gather_from_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
         Collective: every rank of ``group`` must call it.
     """
     check_tensor("x", x, floating=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     return _GatherLast.apply(x, group)
 
 
 def split_to_tp(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     """This rank's slice of the last dimension; backward all-gathers (collective)."""
     check_tensor("x", x, floating=True)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     return _SplitLast.apply(x, group)
 
 
@@ -190,6 +196,7 @@ class ColumnParallelLinear(nn.Module):
                  gather_output: bool = False, input_is_parallel: bool = False) -> None:
         _check_weights(weight, bias, None if bias is None else weight.shape[0],
                        {"gather_output": gather_output, "input_is_parallel": input_is_parallel})
+        check_type("group", group, dist.ProcessGroup, optional=True)
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -242,6 +249,7 @@ class RowParallelLinear(nn.Module):
                  input_is_parallel: bool = True, reduce: Any = None) -> None:
         _check_weights(weight, bias, None if bias is None else weight.shape[0],
                        {"input_is_parallel": input_is_parallel}, reduce)
+        check_type("group", group, dist.ProcessGroup, optional=True)
         super().__init__()
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
@@ -292,6 +300,7 @@ class RNGTracker:
 
     def __init__(self, seed: int, group: Any = None, device: torch.device | str = "cpu") -> None:
         check_seed("seed", seed)
+        check_type("group", group, dist.ProcessGroup, optional=True)
         self.device = torch.device(device)
         self.rank = dist.get_rank(group)
         gen = torch.Generator(self.device).manual_seed(seed + 2718 + self.rank)

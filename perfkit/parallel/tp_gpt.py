@@ -254,6 +254,7 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
     """
     check_type("model", model, GPT)
     check_type("rng", rng, RNGTracker, optional=True)
+    check_type("tp_group", tp_group, dist.ProcessGroup, optional=True)
     check_tp_degree(model.cfg, dist.get_world_size(tp_group))
     if model.cfg.dropout > 0 and rng is None:
         raise ValueError("rng must be an RNGTracker when dropout > 0 (split regions draw "

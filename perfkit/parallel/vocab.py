@@ -79,6 +79,7 @@ class VocabParallelEmbedding(nn.Module):
         check_tensor("weight", weight, floating=True, ndim=2)
         check_int("vocab_start", vocab_start, 0)
         check_callable("reduce", reduce, optional=True)
+        check_type("group", group, dist.ProcessGroup, optional=True)
         super().__init__()
         self.weight = nn.Parameter(weight)   # (V / t, C)
         self.vocab_start, self.group = vocab_start, group
@@ -191,6 +192,7 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     check_int("vocab_start", vocab_start, 0)
     check_int("ignore_index", ignore_index, -(2**63))
     check_choice("reduction", reduction, REDUCTIONS)
+    check_type("group", group, dist.ProcessGroup, optional=True)
     if logits.dim() == 0 or logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} "
                          "must agree on (B, T)")
