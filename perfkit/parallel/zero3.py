@@ -103,14 +103,15 @@ class ShardedModule(nn.Module):
             gathered nor cast (say small norms); unlike FSDP2's ``ignored_params`` their
             gradients are averaged (one all-reduce per step) and every rank steps them.
 
-    State dicts hold whole parameters, in the shards' dtype, under the wrapped module's
-    names (``"module."`` first when taken from the wrapper): ``state_dict()`` of the wrapper
-    or of ``module`` gathers every unit (collective), as FSDP's full state dict does; a
-    submodule holding sharded parameters refuses its own ``state_dict()``. ``load_state_dict``
-    takes such a state, from any world size or a plain model's ``state_dict()`` (the
-    wrapper's keys or, on ``module``, its own), and keeps this rank's slice of each
-    parameter (local); it refuses ``assign=True`` and a state whose sharded entries are
-    empty tensors (what the parameters hold between uses), naming the key.
+    State dicts hold whole parameters, in the shards' dtype: ``state_dict()`` of the wrapper
+    (keys ``"module.<name>"``) or of ``module`` (its own names, as a plain model's) gathers
+    every unit (collective), as FSDP's full state dict does; a submodule holding sharded
+    parameters refuses its own ``state_dict()``. ``load_state_dict`` takes such a state,
+    saved on any world size (or a plain model's, loaded into ``module``), and keeps this
+    rank's slice of each parameter (local); it refuses ``assign=True`` and a state whose
+    sharded entries are empty tensors (what the parameters hold between uses), naming the
+    key. Loading is checked per submodule, as torch loads: a refusal leaves the submodules
+    loaded before it loaded.
 
     Raises:
         TypeError: for a ``module`` or a block that is not an ``nn.Module``, a

@@ -11,6 +11,11 @@ norm, so clipping changes every step. Planted wrong versions: torch's function o
 model's parameters (``torch``, every stage), on this rank's slices only (``local``, stage
 2), the unsharded parameters counted on every rank (``twice``, stage 3); and DDP unclipped.
 
+``--case tp``: :func:`perfkit.parallel.parallelize_gpt` (and with sequence parallelism) in
+float64, clipped by ``clip_grad_norm_`` over :func:`perfkit.parallel.tensor_parallel_pieces`
+(LayerNorms, positions and row-parallel biases counted once), against the unsplit GPT
+clipped by torch; planted: the replicated parameters counted on every rank (``twice``).
+
 ``--case state``: ShardedModule + ``ZeroOptimizer(stage=3)`` trained 4 steps, its
 ``state_dict()`` and the optimizer's saved to a file (``--save``), 4 more steps; a fresh
 module (other initial weights) loads the file and trains the same 4 steps. The planted old
@@ -33,7 +38,16 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import dist as pdist
-from perfkit.parallel import ShardedModule, ZeroOptimizer, clip_grad_norm_
+from perfkit.jobs.tp_training import global_batch as gpt_batch
+from perfkit.jobs.tp_training import gpt_config, seeded_gpt
+from perfkit.parallel import (
+    ShardedModule,
+    ZeroOptimizer,
+    clip_grad_norm_,
+    gpt_loss,
+    parallelize_gpt,
+    tensor_parallel_pieces,
+)
 from tools.labs.zero_check import GLOBAL_BATCH, PartialMLP, blocks_of, extra_rows, global_batch
 
 STEPS = 8
@@ -146,6 +160,58 @@ def clip_case(rank: int, world: int) -> dict[str, Any]:
     return out
 
 
+def tp_run(sp: bool, clip: str) -> dict[str, Any]:
+    """The GPT split over every rank (``clip="tp"`` or ``"twice"``) or whole (``"torch"``),
+    8 SGD steps on the same global batch, clipped: norms and parameters (this rank's slices
+    against the unsplit model's, in the test)."""
+    # heads, vocabulary and sequence split by 2 and by 3
+    cfg = gpt_config({"n_head": 6, "n_embd": 48, "vocab_size": 66, "block_size": 12})
+    model = seeded_gpt(cfg).double()
+    tp = parallelize_gpt(model, sequence_parallel=sp) if clip != "torch" else None
+    params = list((tp or model).parameters())
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    norms = []
+    for s in range(STEPS):
+        idx, tgt = gpt_batch(cfg, 4, s)
+        opt.zero_grad()
+        if tp is None:
+            gpt_loss(model(idx), tgt).backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, 0.5)))
+        else:
+            tp.loss(idx, tgt).backward()
+            tp.sync_grads()  # sequence parallelism: the LayerNorms' partial gradients summed
+            split, whole = tensor_parallel_pieces(tp)
+            if clip == "twice":
+                split, whole = split + whole, []
+            norms.append(float(clip_grad_norm_(split, 0.5, replicated=whole,
+                                               process_group=tp.group)))
+        opt.step()
+    return {"norms": norms, "model": tp or model}
+
+
+def tp_case() -> dict[str, Any]:
+    ref = tp_run(False, "torch")
+    ref_params = dict(ref["model"].named_parameters())
+    out: dict[str, Any] = {}
+    for sp in (False, True):
+        for clip in ("tp", "twice"):
+            run = tp_run(sp, clip)
+            tp = run["model"]
+            diff = 0.0
+            for name, p in tp.named_parameters():
+                r, cut = ref_params[name].detach(), tp.shard(name)
+                if cut is not None:
+                    r = r.narrow(cut[0], cut[1], cut[2] - cut[1])
+                diff = max(diff, float((p.detach() - r).abs().max()))
+            out[f"{'sp' if sp else 'tp'}-{clip}"] = {
+                "ref_norms": ref["norms"], "norms": run["norms"],
+                "norm_rel_diff": max(abs(a - b) / b for a, b in zip(run["norms"], ref["norms"])),
+                "param_max_diff": diff,
+                "replicated": len(tensor_parallel_pieces(tp)[1]),
+                "split": len(tensor_parallel_pieces(tp)[0])}
+    return out
+
+
 # --- ShardedModule's state dict ----------------------------------------------------------
 
 def sharded(seed: int) -> tuple[ShardedModule, ZeroOptimizer, PartialMLP]:
@@ -156,9 +222,12 @@ def sharded(seed: int) -> tuple[ShardedModule, ZeroOptimizer, PartialMLP]:
 
 def train(net: ShardedModule, opt: ZeroOptimizer, model: PartialMLP, steps: range, rank: int,
           world: int) -> list[float]:
+    """``steps`` AdamW steps; the extra layer's rows are 2 ranks' (the same global batch on
+    any world size, so a 2-rank and a 3-rank run compute the same global loss)."""
     losses = []
     for s in steps:
-        x, y, model.mask = batch(s, rank, world, torch.float32)
+        x, y, _ = batch(s, rank, world, torch.float32)
+        model.mask = chunk(extra_rows(s, 2), rank, world)
         opt.zero_grad()
         loss = nn.functional.mse_loss(net(x), y)
         loss.backward()
@@ -234,13 +303,15 @@ def state_case(rank: int, world: int, save: str | None, load: str | None) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--case", choices=["clip", "state"], required=True)
+    p.add_argument("--case", choices=["clip", "tp", "state"], required=True)
     p.add_argument("--save")
     p.add_argument("--load")
     a = p.parse_args()
     ctx = pdist.init_worker(backend="gloo")
-    result = clip_case(ctx.rank, ctx.world_size) if a.case == "clip" else \
-        state_case(ctx.rank, ctx.world_size, a.save, a.load)
+    if a.case == "state":
+        result = state_case(ctx.rank, ctx.world_size, a.save, a.load)
+    else:
+        result = clip_case(ctx.rank, ctx.world_size) if a.case == "clip" else tp_case()
     pdist.worker_result(result)
     pdist.shutdown()
 

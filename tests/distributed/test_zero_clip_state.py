@@ -8,7 +8,10 @@ gradient on some ranks (or all) in some steps. Tolerances: the norm within 1e-6 
 6e-17 to 8e-17; only the order of the gradient sums differs). ``max_norm`` lies below every
 step's norm, and unclipped training ends over 1 away, so a clip without effect cannot pass.
 Each planted wrong version (torch's function on the ZeRO model, on one rank's slices, the
-unsharded parameters counted on every rank) misses by orders of magnitude more.
+unsharded parameters counted on every rank) misses by orders of magnitude more. Tensor
+parallelism (and sequence parallelism) the same way against the unsplit GPT clipped by
+torch: 15 replicated tensors counted once (measured 2e-16 on the norm, 5e-17 on the
+parameters); counted on every rank they miss by 23% on the norm.
 
 State: ``ShardedModule.state_dict()`` saved after 4 steps, loaded into a fresh module with
 other initial weights: its parameters, the 4 following losses and the final parameters
@@ -36,6 +39,11 @@ OURS = ["1-sgd-2.0", "1-sgd-inf", "2-sgd-2.0", "2-sgd-inf", "2-adamw-2.0", "3-sg
 @pytest.fixture(scope="module")
 def clip():
     return {n: dist.launch(WORKER, n, ["--case", "clip"], timeout_s=300) for n in (2, 3)}
+
+
+@pytest.fixture(scope="module")
+def tp():
+    return {n: dist.launch(WORKER, n, ["--case", "tp"], timeout_s=300) for n in (2, 3)}
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +107,19 @@ def test_the_norm_types_differ(clip):
     assert all(a < b for a, b in zip(r["1-sgd-inf-ours"]["ref_norms"],
                                      r["1-sgd-2.0-ours"]["ref_norms"], strict=True))
     assert not math.isclose(r["1-sgd-inf-ours"]["norms"][0], r["1-sgd-2.0-ours"]["norms"][0])
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("layout", ["tp", "sp"])
+def test_tensor_parallel_clip_counts_replicated_parameters_once(tp, world, layout):
+    for r in tp[world]:
+        ours, twice = r[f"{layout}-tp"], r[f"{layout}-twice"]
+        # LayerNorm weights and biases (10), positions (1), row-parallel biases (4)
+        assert (ours["split"], ours["replicated"]) == (22, 15), ours
+        assert min(ours["ref_norms"]) > 0.5, ours  # max_norm 0.5: every step clipped
+        assert ours["norm_rel_diff"] <= NORM_TOL and ours["param_max_diff"] <= PARAM_TOL, ours
+        assert twice["norm_rel_diff"] > 1e3 * NORM_TOL, twice
+        assert twice["param_max_diff"] > 1e3 * PARAM_TOL, twice
 
 
 # --- ShardedModule's state dict ------------------------------------------------------------
