@@ -216,14 +216,15 @@ class BucketReducer:
         Warning:
             Collective: every rank must call it (one all-reduce of a flag per parameter).
         """
-        changed = [bi for bi, b in enumerate(self.buckets) if self.stage == 1 and self._hooks
-                   and any(self._arrived[bi]) and b.grads._version != b.seen]
+        guard = self.stage == 1 and bool(self._hooks)  # p.grad is the bucket, read already
+        changed = [bi for bi, b in enumerate(self.buckets)
+                   if guard and any(self._arrived[bi]) and b.grads._version != b.seen]
         for bi in range(self.launched, len(self.buckets)):
             self._launch(bi)
-        # every arrival is known now: agree on them while the reduce-scatters finish; the
-        # last flag says whether a stage-1 gradient changed after the hooks had read it
+        # every arrival is known now: agree on them while the reduce-scatters finish; with
+        # the guard, one more flag says whether a gradient changed after the hooks read it
         flags = torch.tensor([float(a) for arrived in self._arrived for a in arrived] +
-                             [float(bool(changed))],
+                             [float(bool(changed))] * guard,
                              device=self.buckets[0].device if self.buckets else None)
         flag_work = None
         if self.world_size > 1 and self.buckets and self.reduce_grads:
@@ -234,7 +235,7 @@ class BucketReducer:
         self._work, self._transient, self._synced = [], 0, True  # stage 1's outputs freed
         if flag_work is not None:
             flag_work.wait()
-        if flags[-1] > 0:
+        if guard and flags[-1] > 0:
             self.reset()
             raise RuntimeError(
                 f"ZeRO-1: gradients changed in place between backward and the step (bucket(s) "

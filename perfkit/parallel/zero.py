@@ -57,11 +57,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     Layout: each group's trainable parameters are bucketed in backward order (about
     ``bucket_cap_mb``, whole tensors, DDP's sizes by default; stage 3: the module's units),
-    one flat buffer per
-    bucket padded to a multiple of ``N``; rank ``r`` owns slice ``r``, so its optimizer
-    state is ``sum(ceil(bucket_numel / N))`` elements. Stages 1-2 make the parameters
-    views into their bucket's buffer. Stage 3 steps the module's ``unsharded`` parameters
-    whole on every rank, after one all-reduce averages their gradients.
+    one flat buffer per bucket padded to a multiple of ``N``; rank ``r`` owns slice ``r``,
+    so its optimizer state is ``sum(ceil(bucket_numel / N))`` elements. Stages 1-2 make
+    the parameters views into their bucket's buffer. Stage 3 steps the module's
+    ``unsharded`` parameters whole on every rank, after one all-reduce averages their
+    gradients.
 
     Gradients: with ``overlap`` each is read when its ``post_accumulate_grad`` hook fires,
     a bucket reduce-scattered once it and every bucket before it are complete (one
@@ -77,8 +77,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
     :meth:`clip_grad_norm_` between backward and :meth:`step` (their norm over every rank).
     ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` cannot: at stages 2-3 the
     parameters hold no gradient (it returns 0 and clips nothing); at stage 1 with
-    ``overlap`` they hold this rank's un-averaged gradient, already reduce-scattered, so
-    the step raises when it finds them changed.
+    ``overlap`` they hold this rank's un-averaged gradient, already read by backward, so
+    the step raises when it finds them changed; at stages 1-2 without ``overlap`` it
+    would clip each rank's gradient by that rank's own norm before the average, which no
+    check can tell from a legitimate scaling.
 
     Updated parameters (stages 1-2): :meth:`step` starts one asynchronous all-gather per
     bucket. With ``overlap`` and ``module``, a forward pre-hook on each submodule holding
@@ -241,6 +243,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
         hand each segment its averaged gradient (``None`` where no rank had one).
         :meth:`step` calls it; call it first to read the gradients (idempotent per step).
 
+        Raises:
+            RuntimeError: on every rank, at stage 1 with ``overlap``, if a gradient was
+                changed in place after backward had read it (see Clipping above).
+
         Warning:
             Collective: every rank must call it (directly or through :meth:`step`).
         """
@@ -284,7 +290,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
             The closure's loss, or ``None``.
 
         Raises:
-            RuntimeError: if a parameter frozen at construction now requires a gradient.
+            RuntimeError: if a parameter frozen at construction now requires a gradient, or
+                as :meth:`sync_grads` says.
         """
         self.wait_params()  # the step writes the slices the last all-gather reads
         loss = None
