@@ -108,20 +108,20 @@ class Observation:
 
 def _raised(limits: MachineLimits, kind: str, rate: float, what: str, threads: int | None) -> MachineLimits:
     """``limits`` with the ceiling of ``kind`` on ``threads`` raised to at least ``rate``."""
-    src = dict(limits.sources)
+    src, what = dict(limits.sources), f"{what}, measured after the sweep"
     if kind in ("dram", "cache"):  # called only when rate beats the ceiling (the cache's: at least DRAM's)
-        src[kind] = f"observed: {what}"
+        src[kind] = what
         return (replace(limits, copy_bytes_per_s=rate, sources=src) if kind == "dram"
                 else replace(limits, cache_bytes_per_s=rate, sources=src))
     every, ones = dict(limits.matmul_flops), dict(limits.one_thread_flops)
     if every[kind] < rate:
-        every[kind], src[kind] = rate, f"observed: {what}"
+        every[kind], src[kind] = rate, what
     fewer = threads is not None and threads < (limits.threads or 1)  # fewer than all cores
     if fewer and kind in ones and threads * ones[kind] < rate:
         one = rate / threads
         # nudged up one ulp where threads * (rate / threads) rounds below rate
         ones[kind] = one if threads * one >= rate else math.nextafter(one, math.inf)
-        src[f"{kind}, 1 thread"] = f"observed: {what}"
+        src[f"{kind}, 1 thread"] = what
     return replace(limits, matmul_flops=every, one_thread_flops=ones, sources=src)
 
 

@@ -55,8 +55,8 @@ def _cmd_limits(args: argparse.Namespace) -> int:
     if args.json:
         record = asdict(limits)
         if not args.points:
-            record.pop("matmul_points")
-            record.pop("copy_points")
+            for points in ("matmul_points", "shape_points", "copy_points"):
+                record.pop(points)
         print(json.dumps(record, indent=1))
     else:
         print(_limits_text(limits, path))

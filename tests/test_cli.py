@@ -45,7 +45,7 @@ def test_limits_json_is_the_record(tmp_path, capsys):
     assert main(["limits", "--json", "--path", str(path)]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["matmul_flops"] == {"float32": 2.5e10, "bfloat16": 5e10}
-    assert "copy_points" not in record
+    assert "copy_points" not in record and "shape_points" not in record
 
 
 def test_unknown_command_is_an_error(capsys):

@@ -15,12 +15,16 @@
 # your laptop's clock, cores, cache and PyTorch build all matter. So we measure the ceilings
 # here, once, on the machine you are using:
 #
-# 1. **compute**: how many floating-point operations per second (FLOP/s) a large matmul
-#    reaches, in fp32 and bf16;
-# 2. **memory**: how many bytes per second a large copy moves;
+# 1. **compute**: how many floating-point operations per second (FLOP/s) matmuls reach, in
+#    fp32 and bf16, on every core and on one;
+# 2. **memory**: how many bytes per second a copy moves, from cache and from DRAM;
 # 3. **host to device**: how fast pinned memory reaches the GPU (GPU only).
 #
-# Then we combine them into a **roofline** (Williams, Waterman and Patterson, 2009): the
+# A ceiling must bound every measurement the course makes, so each is measured on the
+# course's own work (its matmul shapes, its buffer sizes, the thread counts its timing
+# sections use), as the best of several rounds. Should a later measurement still beat one, the
+# ceiling is raised where it happens, and the notebook says so: no share is ever printed above
+# 100 %. Then we combine them into a **roofline** (Williams, Waterman and Patterson, 2009): the
 # fastest an operation can possibly run, given how many FLOPs it does per byte it moves.
 #
 # Run the cells from top to bottom. `QUICK = True` (what CI uses) runs smaller sweeps.
@@ -33,7 +37,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 import torch
 
-from perfkit import hw, roofline, sizing, stats, timing, viz
+from perfkit import ceilings, hw, roofline, sizing, stats, timing, viz
 from perfkit.verdict import Prediction
 from perfkit.viz import machine as vm
 from perfkit.viz import si
@@ -42,8 +46,12 @@ DEVICE = timing.resolve_device()  # CUDA if present, else CPU
 MATMUL_SIZES = [128, 256, 512] if QUICK else [128, 256, 512, 1024, 2048]
 if DEVICE.type == "cuda":
     MATMUL_SIZES = [512, 1024, 2048, 4096] if QUICK else [512, 1024, 2048, 4096, 8192]
-COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (and one >= 4x the LLC)
+COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (and one DRAM-sized)
 print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
+
+
+def on(t):  # "on 1 thread", "on 2 threads"
+    return f"on {t} thread{'s' * (t != 1)}" if t else "on every thread"
 
 # %% [markdown]
 # ## 1. How many FLOPs does a matmul do, and how many bytes must it move?
@@ -73,21 +81,24 @@ for n in (128, 1024, 8192):
 # also doubles FLOP/s depends on the hardware (CPUs with AVX-512 BF16 or AMX and all recent
 # GPUs have bf16 instructions; older CPUs emulate it and get slower).
 #
-# **Measurement.** `perfkit.hw.measure_limits` times each size with `perfkit.timing.benchmark`:
-# warm-up calls first, then repeated timed batches, the median reported (a shared machine has
-# stalls of milliseconds; the median ignores them). The **ceiling** is the best size's rate
-# over its fastest tenth of repetitions: what this machine does when nothing else competes for
-# it, which a shared laptop or CI runner rarely grants for a whole sweep. A size whose one call
-# would take over a second (extrapolated as `n^3` from the size before) is skipped: the rate has
-# flattened long before, and emulated bf16 would spend minutes there.
+# **Measurement.** `perfkit.hw.measure_limits` times each square size, and the non-square
+# matmuls later notebooks run (`perfkit.hw.COURSE_SHAPES`: this notebook's linear layer,
+# module 06's shape sweep, module 10's block), with `perfkit.timing.benchmark`: a warm-up call
+# first, then repeated timed batches, the median reported (a shared machine has stalls of
+# milliseconds; the median ignores them). Each runs on every core and on one thread: later
+# timing sections pin one thread when other processes hold the cores, and one thread alone
+# often runs faster than its share of all of them. The whole sweep runs in several rounds,
+# seconds apart, and each point keeps its best round. The **ceiling** is the best point's rate
+# over its fastest tenth of repetitions: an upper bound of the work the course runs, what the
+# machine does when nothing competes for it. A point whose one call would take over a second
+# (extrapolated from the rate measured before it) is skipped: the rate has flattened long
+# before, and emulated bf16 would spend minutes there.
 
 # %%
-limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES,
-                           copy_sizes=COPY_SIZES)
-for p in limits.matmul_points:
-    print(f"{p.dtype:>9} n={p.n:5d}: {si(p.flops_per_s, 'FLOP/s'):>14}  "
-          f"({p.flops_per_s / limits.peak_flops(p.dtype):4.0%} of that dtype's best)")
-print("\n".join(vm.skipped_sizes(limits, MATMUL_SIZES)))
+limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES, copy_sizes=COPY_SIZES)
+print("\n".join(vm.sweep_lines(limits) + vm.skipped_sizes(limits, MATMUL_SIZES)))
+print("\nthe ceilings, and the point each came from:")
+print("\n".join(line for line in vm.source_lines(limits) if "matmul" in line))
 
 # %%
 import matplotlib.pyplot as plt
@@ -96,17 +107,20 @@ vm.plot_matmul_sweep(limits)
 plt.show()
 
 # %% [markdown]
-# **Reading the plot.** The curve rises while fixed costs are amortised over more work and
-# flattens (or dips, once the matrices outgrow the cache) near the ceiling. The best point is
-# the **compute ceiling** used from here on. The bf16/fp32 ratio printed next tells you whether
-# this machine has native bf16 arithmetic (a ratio near or above 2), converts bf16 to fp32 for the
-# arithmetic (about 0.5), or emulates it (about 0.01: `perfkit.hw.MachineLimits.support`).
+# **Reading the plot.** Each curve rises while fixed costs are amortised over more work and
+# flattens (or dips, once the matrices outgrow the cache) near the ceiling. On a busy machine
+# the curves for all cores can lie *below* the one-thread curves: every matmul waits for its
+# slowest thread, and a thread whose core another process holds makes all of them wait. The
+# bf16/fp32 ratio printed next tells you whether this machine has native bf16 arithmetic (a
+# ratio near or above 2), converts bf16 to fp32 for the arithmetic (about 0.5), or emulates
+# it (a few hundredths: `perfkit.hw.MachineLimits.support` calls anything below
+# `hw.EMULATED_BELOW` emulated).
 #
 # The sweep's points were timed seconds apart, so the ratio of two of them has no interval. To
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
 # on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
-# `perfkit.sizing.matmul_ratio`), with the threads the sweep used, and the ratio of their rates
-# gets its 90 % bootstrap interval.
+# `perfkit.sizing.matmul_ratio`), on every core, and the ratio of their rates gets its 90 %
+# interval.
 
 # %%
 print(vm.bf16_sentence(limits))
@@ -124,16 +138,20 @@ viz.verdict(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}"
 # ## 3. How fast does memory move?
 #
 # **Prediction.** A copy of `N` bytes reads `N` and writes `N`, so we count `2N` bytes moved,
-# as STREAM's Copy kernel does (nccl-tests counts differently: its algbw is the buffer's size
-# over the time). Buffers that fit in the last-level cache should copy faster than those that
-# stream from DRAM. The DRAM figure is the ceiling that matters for tensors of realistic size,
-# and STREAM's rule measures it with arrays at least 4x the last-level cache, so that no level
-# of cache holds them: a buffer only twice the cache still partly hits in it and reads as much
-# faster than DRAM. `measure_limits` keeps the two ceilings apart; to judge the prediction, the
-# fastest buffer whose source and destination fit in half the cache and the smallest DRAM-sized
-# one are copied again in alternation on the same bytes (`perfkit.sizing.copy_ratio`), on the
-# threads other processes leave free (`perfkit.sizing.timing_threads`): under load, each of the
-# many small copies would otherwise wait at its barrier for a thread that lost its core.
+# as STREAM's Copy kernel does, and `3N` for `x + y` (STREAM's Add); nccl-tests counts
+# differently (its algbw is the buffer's size over the time). Buffers that fit in the
+# last-level cache should copy faster than those that stream from DRAM. The DRAM figure is the
+# ceiling that matters for tensors of realistic size, and STREAM's rule measures it with arrays
+# at least 4x the last-level cache, so that no level of cache holds them (`measure_limits` caps
+# them at 1 GiB, 256 MiB in QUICK runs: a virtual machine can report its host's whole L3, and
+# a smaller buffer can only read faster, so the ceiling still bounds what the course runs). The
+# DRAM ceiling is the best of a copy and an `x + y` of that size, each on every core and on one,
+# best of the rounds; the cache ceiling the best copy whose buffers fit in half the cache. Every
+# buffer is written before it is timed: a freshly allocated page faults on its first write, and
+# that cost belongs to allocation, not to bandwidth. To judge the prediction, the fastest buffer
+# whose source and destination fit in half the cache and the smallest DRAM-sized one are copied
+# again in alternation on the same bytes (`perfkit.sizing.copy_ratio`), on the cores other
+# processes leave free.
 
 # %%
 vm.plot_copy_sweep(limits)
@@ -145,14 +163,23 @@ if limits.cache_bytes_per_s:
           f"{in_cache.value:.3g}x ({in_cache.describe('x')})")
     viz.verdict(Prediction("copy rate in cache over DRAM", "the caches are closer to the cores than DRAM",
                            low=1.0, unit="x"), in_cache)
-first = limits.copy_points[0]
+print("\n".join(line for line in vm.source_lines(limits) if "bandwidth" in line))
+
+# %% [markdown]
+# **Reading the plot.** On one thread the curve steps down from the small caches to DRAM. On
+# all cores a busy machine can bend it far lower at middle sizes; the next cell says whether it
+# did here, and why.
+
+# %%
+print(vm.threads_sentence(limits) or "One thread count only: nothing to compare.")
+one = [p for p in limits.copy_points if p.op == "copy" and p.threads == min(q.threads for q in limits.copy_points)]
+first, best_small = one[0], max(one[1:], key=lambda p: p.bytes_per_s)
 fixed_s = max(0.0, first.seconds - 2 * first.nbytes / (limits.cache_bytes_per_s or limits.copy_bytes_per_s))
-best_cached = max(limits.copy_points[1:], key=lambda p: p.bytes_per_s)
-print(f"the smallest buffer ({si(first.nbytes, 'B')}) took {si(first.seconds, 's')} per copy, of which about "
-      f"{si(fixed_s, 's')} is the fixed cost of one call (dispatch, synchronisation): "
-      f"{fixed_s / first.seconds:.0%} of its time"
-      + (f", which is why it reads as slower than the {si(best_cached.nbytes, 'B')} buffer."
-         if first.bytes_per_s < best_cached.bytes_per_s else "."))
+print(f"{on(first.threads).capitalize()} the smallest buffer ({si(first.nbytes, 'B')}) took "
+      f"{si(first.seconds, 's')} per copy, of which about {si(fixed_s, 's')} is the fixed cost of one call "
+      f"(dispatch, synchronisation): {fixed_s / first.seconds:.0%} of its time"
+      + (f", which is why it reads as slower than the {si(best_small.nbytes, 'B')} buffer."
+         if first.bytes_per_s < best_small.bytes_per_s else "."))
 
 # %% [markdown]
 # **Host to device** (GPU only). Data reaches a GPU over PCIe or NVLink-C2C; pinned
@@ -171,69 +198,104 @@ else:
 # An operation with intensity `I` FLOP/byte cannot run faster than `min(peak FLOP/s, I ×
 # bandwidth)`. The **ridge point** `peak / bandwidth` separates memory-bound operations (left:
 # adding more compute units would not help) from compute-bound ones (right). Below, three real
-# operations are measured and placed on the measured roofline:
+# operations are measured on the cores other processes leave free and placed on the roofline
+# of those threads:
 #
-# * `x + y` on large fp32 vectors: 1 FLOP per 12 bytes (two reads, one write);
+# * `x + y` on fp32 vectors of the size the sweep added at (no cache holds them): 1 FLOP per
+#   12 bytes (two reads, one write);
 # * a `(4096, 256) @ (256, 256)` fp32 matmul, a typical linear layer at batch 4096;
-# * the best square fp32 matmul from section 2.
+# * the fastest square fp32 matmul of section 2.
+#
+# An operation whose bytes fit in half the last-level cache is held against the cache's
+# bandwidth, the others against DRAM's (the figure draws DRAM's roof). Each is held against its
+# roof with `perfkit.ceilings.observe`: should an operation run faster than the sweep's ceiling
+# (a quieter moment than any round of the sweep), the ceiling rises to it, in the cache too,
+# and its line below says which and by how much.
+#
+# **Prediction.** The roof bounds each of them (a rate above it raises it). What the model
+# predicts is how close they come. `x + y` runs the traffic the sweep measured at this very
+# size, so it should reach at least half of its roof: a median is slower than the fastest tenth
+# of the sweep's best round, and load slows it further, but not by half on a machine that
+# leaves a core free. The linear layer is compute-bound, yet its thin matrix gives each core
+# less reuse than a square one: a blocked matmul re-reads panels of its operands, more bytes
+# than the roof's minimum, so it should reach a smaller share of its roof than the fastest
+# square matmul does. That one sits at or just under its roof: it set it.
 
 # %%
-n_vec = (limits.llc_bytes or 2**25)  # fp32 elements: each array 4x the last-level cache (STREAM's rule)
+threads = sizing.timing_threads()  # the cores other processes leave free
+add_bytes = next((p.nbytes for p in limits.copy_points if p.op == "add"), limits.dram_nbytes or 2**29)
+n_vec = add_bytes // 4  # fp32 elements per array: the size of the sweep's x + y
 x, y = torch.rand(n_vec, device=DEVICE), torch.rand(n_vec, device=DEVICE)
 out = torch.empty_like(x)
-add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=10, device=DEVICE)
 a, w = torch.randn(4096, 256, device=DEVICE), torch.randn(256, 256, device=DEVICE)
-lin = timing.benchmark(lambda: a @ w, warmup=2, repeat=10, device=DEVICE)
+o = torch.empty(4096, 256, device=DEVICE)
+with sizing.pinned_threads(threads):
+    add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=7, device=DEVICE)
+    lin = timing.benchmark(lambda: torch.mm(a, w, out=o), warmup=2, repeat=10, device=DEVICE)
 best = max((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.flops_per_s)
-ops = [  # (label, FLOPs, bytes, seconds of each repeat)
-    ("x + y", n_vec, 3 * 4 * n_vec, add.times_s),
-    ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256), lin.times_s),
-    (f"matmul n={best.n}", roofline.matmul_flops(best.n, best.n, best.n),
-     roofline.matmul_bytes(best.n, best.n, best.n), [best.seconds]),
+ops = [  # (label, FLOPs, bytes, seconds: the median and its interval, threads)
+    ("x + y", n_vec, 3 * 4 * n_vec, stats.median_interval(add.times_s), threads),
+    ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256),
+     stats.median_interval(lin.times_s), threads),
+    (f"matmul n={best.n}", roofline.matmul_flops(best.n, best.n, best.n), roofline.matmul_bytes(best.n, best.n, best.n),
+     stats.exact(best.seconds, "the sweep's median"), best.threads or None),
 ]
 rows, share_of_roof = [], {}
-for label, flops, nbytes, times in ops:
-    intensity, roof = flops / nbytes, limits.attainable(flops / nbytes, "float32")
-    share_of_roof[label] = stats.median_interval(times).inverse().scaled(flops / roof)  # of the median
-    rows.append((label, intensity, share_of_roof[label].value * roof))
-    print(f"{label:>22}: {intensity:7.2f} FLOP/B, measured {si(rows[-1][2], 'FLOP/s'):>14}, "
-          f"roofline {si(roof, 'FLOP/s'):>14} -> {share_of_roof[label].value:5.0%} of attainable "
-          f"({roofline.bound(intensity, limits.peak_flops(), limits.copy_bytes_per_s)}-bound)")
+for label, flops, nbytes, est, t in ops:
+    # bytes that fit in half the last-level cache are served by it: the cache's roof applies
+    near = "cache" if limits.llc_bytes and nbytes <= limits.llc_bytes // 2 else "dram"
+    memory = roofline.bound(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near)) == "memory"
+    # the fastest plausible median (the interval's lower time) must fit under the roof
+    obs = ceilings.observe(limits, near if memory else "float32", (nbytes if memory else flops) / est.low,
+                           f"{label} {on(t)}", threads=None if memory else t)
+    limits = obs.limits
+    roof = roofline.attainable_flops(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near))
+    share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median
+    rows.append((label, flops / nbytes, share_of_roof[label].value * roof))
+    print(f"{label:>22}: {flops / nbytes:7.2f} FLOP/B, measured {si(rows[-1][2], 'FLOP/s'):>14}, roofline "
+          f"{si(roof, 'FLOP/s'):>14} {on(t)} -> {share_of_roof[label].value:5.0%} of attainable "
+          f"({'memory' if memory else 'compute'}-bound, bytes from {'the cache' if near == 'cache' else 'DRAM'})"
+          + (f"; {obs.note}" if obs.raised else ""))
 
 # %%
 viz.plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s, rows)
 plt.show()
 
 # %% [markdown]
-# **Prediction.** No operation beats the roof. The square matmul sits at or just under it by
-# construction: it *defines* the compute ceiling (its median is a little slower than the
-# fastest tenth of runs that set the ceiling). `x + y` is far left of the ridge, so memory
-# decides its speed: it should reach at least half of its roof (it reads two streams and
-# writes a third, where the ceiling was measured with one read and one write). It can also
-# read slightly *above* the roof, because the roof counts bytes the program asks for, not
-# bytes the memory moves: on a CPU a store first reads the cache line it writes
-# (write-allocate), so a copy really moves 3 bytes for the 2 counted and `x + y` 4 for the 3
-# counted. At the same real bandwidth, `x + y`'s counted rate can reach `(3/2) / (4/3) = 9/8`
-# of the copy ceiling, and no more.
+# The roof counts the bytes a program asks for, not those the memory moves: on a CPU a store
+# first reads the cache line it writes (write-allocate), so a copy really moves 3 bytes for the
+# 2 counted and `x + y` 4 for the 3 counted. At the same real bandwidth `x + y`'s counted rate
+# is `(3/2) / (4/3) = 9/8` of the copy's, which is why the sweep takes the better of the two
+# as the DRAM ceiling. The sweep's own points at the DRAM size show the ratio on this machine.
 
 # %%
-viz.verdict(Prediction("x + y's FLOP/s over its roof", "memory-bound: bytes over the DRAM ceiling, "
-                       "write-allocate traffic", low=0.5, high=9 / 8, physical=(0, None)), share_of_roof["x + y"],
-            explain={
-    "held": ("Above the counted roof, and within what write-allocate traffic allows: the copy that set the "
-             "ceiling moved more bytes than it counted." if share_of_roof["x + y"].value > 1 else
-             "Under the roof, as the bytes it must move allow."),
-    "above": "Faster than DRAM allows even with write-allocate traffic: part of x, y and the output stayed "
-             "in cache between repetitions.",
-    "below": "Far below the memory roof: the add's per-call cost and the machine's load weigh more here "
-             "than the bytes."})
-viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "minimum bytes, measured ceilings",
-                       high=1.05, physical=(0, None)), share_of_roof["linear 4096x256x256"], explain={
-    "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of it: a matrix this thin gives each core "
-            "less reuse than the big square one, so the minimum-bytes model is optimistic about its traffic. "
-            "Module 06 returns to these gaps (fusion, shapes, MFU).",
-    "above": "Above the roof: the ceiling was measured while the machine was busier, or at sizes where this "
-             "machine is slower than at this shape."})
+dram_pts = {(p.op, p.threads): p for p in limits.copy_points if p.nbytes == add_bytes}
+for t in sorted({t for _, t in dram_pts}, reverse=True):
+    if ("add", t) in dram_pts and ("copy", t) in dram_pts:
+        print(f"at {si(add_bytes, 'B')} {on(t)}: x + y counted "
+              f"{si(dram_pts['add', t].best_bytes_per_s, 'B/s')}, the copy "
+              f"{si(dram_pts['copy', t].best_bytes_per_s, 'B/s')}: "
+              f"{dram_pts['add', t].best_bytes_per_s / dram_pts['copy', t].best_bytes_per_s:.3g}x (write-allocate "
+              "alone would give 1.125x)")
+p_add = Prediction("x + y's FLOP/s over its roof", "memory-bound; the sweep ran the same traffic at this size",
+                   low=0.5, physical=(0, 1))
+viz.verdict(p_add, share_of_roof["x + y"], explain={
+    "held": f"It reaches {share_of_roof['x + y'].value:.0%} of the DRAM roof, set by {limits.sources['dram']}.",
+    "below": f"Below half of the DRAM roof, set by {limits.sources['dram']}: this add ran {on(threads)}, its "
+             f"repeats spread {add.p10_s * 1e3:.0f}-{add.p90_s * 1e3:.0f} ms (p10-p90)."})
+square = share_of_roof[f"matmul n={best.n}"].value
+lin_sweep = max((p.best_flops_per_s for p in limits.shape_points if p.mnk == (4096, 256, 256) and p.threads == threads),
+                default=None)
+lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the sweep's best round of this very "
+             + (f"shape {on(threads)} {lin_sweep / limits.peak_flops('float32', threads):.0%}" if lin_sweep else
+                "shape was not timed on these threads"))
+viz.verdict(Prediction("the linear layer's share of its roof over the square matmul's", "a thin matrix: each "
+                       "core re-reads panels of its operands, more bytes than the roof's minimum", high=1.0, unit="x",
+                       physical=(0, None)),
+            share_of_roof["linear 4096x256x256"].scaled(1 / square), explain={
+    "held": f"The linear layer reached {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}. "
+            "Module 06 returns to what a matrix's shape costs.",
+    "above": f"The thin layer ran nearer its roof than the square: {lin_cause}."})
 
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
@@ -260,72 +322,103 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 # best estimate of what it can do, and re-running this notebook on a quiet machine can only
 # raise them. That is only right while every measurement is an honest one, which is why a
 # change in how perfkit measures (a new `perfkit.hw.METHOD`) replaces the file instead of
-# merging into it. Later notebooks
-# report their results as a share of these ceilings. Two shares of the compute ceiling are in
+# merging into it. A later notebook that measures a rate above a ceiling raises it the same
+# way (`perfkit.ceilings.observe`) and prints where. Two shares of the compute ceiling are in
 # use, and they differ in what they count:
 #
 # * **MFU** (model FLOPs utilisation, PaLM's definition, used from module 06 on): the FLOPs the
 #   *model* needs by formula, `6 × parameters` per sample or token (2 per weight for the forward
 #   matmul, 4 for the two backward ones: the gradient of the weights and that of the layer's
-#   input), over the step time and the ceiling;
+#   input), plus attention's, over the step time and the ceiling;
 # * **HFU** (hardware FLOPs utilisation): the FLOPs the step *really runs*, counted by PyTorch's
 #   `FlopCounterMode`.
 #
-# Autograd skips what nobody needs: the first layer's input is data, so its gradient is never
-# computed. **Prediction:** for this two-layer MLP, the counted FLOPs are 5/6 of the rule (one of
-# the six matmuls never runs), so its HFU is 5/6 of its MFU. The step is timed on the cores other
-# processes leave free (`perfkit.sizing.timing_threads`) and held against that share of the
-# ceiling: on a busy machine an OpenMP thread that loses its core stalls the others at every
-# barrier, which can slow a step tens of times.
+# They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
+# above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
+# input of a network's first layer is data. **Prediction:** for a two-layer MLP without biases,
+# the counted FLOPs are the rule's exactly when its input is an activation that needs a
+# gradient (the MLP as a block inside a deeper network, as every transformer block is), and
+# 5/6 of it when its input is data (one of the six matmuls never runs).
+#
+# **Prediction.** Those six matmuls do all the step's FLOPs; the ReLU, the loss and the
+# gradient accumulation are elementwise, memory-bound and small. So the step should take at
+# most twice as long as its six matmuls run alone (and about as long: it runs them). The step (with an
+# activation input) and the six matmuls alone, at the step's shapes, are timed in alternation on
+# the cores other processes leave free, so that the load of the moment weighs on both alike:
+# on a busy machine an OpenMP thread that loses its core stalls the others at every barrier,
+# which can slow a step tens of times. HFU and MFU are then held against those threads' ceiling.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
 
-print("limits saved to", hw.save_limits(limits))  # later notebooks: hw.cached_limits()
+hw.save_limits(limits)  # later notebooks: hw.cached_limits(); $PERFKIT_CACHE moves the file
+print("limits saved to this machine's cache (perfkit.hw.default_limits_path())")
 
 batch, width = (256, 512) if QUICK else (1024, 1024)
-mlp = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
-                          torch.nn.Linear(width, width)).to(DEVICE)
-xb = torch.randn(batch, width, device=DEVICE)
-def step():
-    mlp(xb).square().mean().backward()
-threads = sizing.timing_threads()
+mlp = torch.nn.Sequential(torch.nn.Linear(width, width, bias=False), torch.nn.ReLU(),
+                          torch.nn.Linear(width, width, bias=False)).to(DEVICE)
+inputs = {"data": torch.randn(batch, width, device=DEVICE),  # (B, C): no gradient needed
+          "activation": torch.randn(batch, width, device=DEVICE, requires_grad=True)}  # (B, C)
+def step(inp):
+    mlp(inp).square().mean().backward()
+xa, wt, dy = inputs["activation"].detach(), mlp[0].weight.detach(), torch.randn(batch, width, device=DEVICE)
+def six_matmuls():  # per layer: x @ W^T forward, dY @ W (input gradient), dY^T @ x (weight gradient)
+    for _ in range(2):
+        torch.mm(xa, wt.t()), torch.mm(dy, wt), torch.mm(dy.t(), xa)
 with sizing.pinned_threads(threads):
-    m = timing.benchmark(step, warmup=2, repeat=10, device=DEVICE)
-peak = limits.peak_flops() * (sizing.ceiling_share(threads) if DEVICE.type == "cpu" else 1.0)  # FLOP/s
+    m, mm = timing.interleaved([lambda: step(inputs["activation"]), six_matmuls], warmup=2, repeat=10,
+                               device=DEVICE)
 
 # %%
-with FlopCounterMode(display=False) as counter:
-    step()
-rule, counted = 6 * sum(p.numel() for p in mlp.parameters()) * batch, counter.get_total_flops()
-print(f"FLOPs per step: rule 6 x params x batch = {si(rule, 'FLOP')}, counted {si(counted, 'FLOP')} "
-      f"({counted / rule:.0%} of the rule)")
-achieved = counted / m.median_s
-hfu, mfu = achieved / peak, rule / m.median_s / peak
-print(f"MLP step on {threads} thread(s): {m}; {si(achieved, 'FLOP/s')} run = HFU {hfu:.0%}, MFU {mfu:.0%} (of "
-      f"the measured fp32 ceiling{f' x {peak / limits.peak_flops():.0%} for these threads' if peak < limits.peak_flops() else ''})")
-print(f"MFU is HFU x rule / counted = HFU x {rule / counted:.2f}: it credits the step with the first layer's "
-      "input gradient, which never runs" + (", which is how it reads above 100 % while the step itself ran "
-                                            f"at {hfu:.0%} of the ceiling." if mfu > 1 >= hfu else "."))
-viz.verdict(Prediction("counted FLOPs over the 6N rule", "autograd skips the first layer's input gradient",
-                       value=5 / 6, rel_tol=0.01), counted / rule)
-hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted / peak)  # of the median step
-viz.verdict(Prediction("the MLP step's HFU", "a step cannot run faster than the matmul ceiling",
-                       low=0.0, high=1.0, physical=(0, 1.2)), hfu_est, explain={
-    "held": (f"The step's repeats spread {m.p10_s * 1e3:.1f}-{m.p90_s * 1e3:.1f} ms (p10-p90), so the load "
-             "moved this figure; apart from that, it is b" if m.p90_s > 2 * m.p10_s else "B")
-            + "elow 100 % for the reasons section 4 showed: the elementwise ReLU and the loss are memory-bound "
-            "and the step's timing is a median while the ceiling is the fastest tenth of runs"
-            + (f"; its {width}-wide matmuls are smaller than the best one (n={best.n})" if width < best.n
-               else "") + ". Module 01 breaks a training step into its phases to find where the rest of "
-            "the time goes.",
-    "above": "Above the ceiling: the ceiling was measured while the machine was busier than during this step."})
+rule, counted = 6 * sum(p.numel() for p in mlp.parameters()) * batch, {}
+for name, inp in inputs.items():
+    with FlopCounterMode(display=False) as counter:
+        step(inp)
+    counted[name] = counter.get_total_flops()
+print(f"FLOPs per step: rule 6 x params x batch = {si(rule, 'FLOP')}; counted with an activation input "
+      f"{si(counted['activation'], 'FLOP')} ({counted['activation'] / rule:.0%} of the rule), with a data input "
+      f"{si(counted['data'], 'FLOP')} ({counted['data'] / rule:.0%})")
+viz.verdict(Prediction("counted FLOPs over the 6N rule, the input an activation", "every matmul's gradients run",
+                       value=1.0, rel_tol=0.01), counted["activation"] / rule)
+viz.verdict(Prediction("counted FLOPs over the 6N rule, the input data", "autograd skips the first layer's input "
+                       "gradient", value=5 / 6, rel_tol=0.01), counted["data"] / rule)
+
+# %%
+over = stats.median_ratio(m.times_s, mm.times_s)  # the step's time over its six matmuls', paired rounds
+other_ms = (m.median_s - mm.median_s) * 1e3  # ms: the step beyond its matmuls
+viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "
+                       "elementwise rest is small", high=2.0, unit="x", physical=(0, None)), over, explain={
+    "held": (f"The six matmuls took {mm.median_s * 1e3:.1f} ms of the step's {m.median_s * 1e3:.1f} ms; the ReLU, "
+             f"the loss, autograd and the gradient accumulation took the other {other_ms:.1f} ms." if other_ms >= 0 else
+             f"The step ran {-other_ms:.1f} ms faster than its six matmuls alone ({mm.median_s * 1e3:.1f} ms): autograd "
+             "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
+             "faster than another."),
+    "above": f"Beyond its matmuls' {mm.median_s * 1e3:.1f} ms the step took {other_ms:.1f} ms more: the ReLU, the "
+             "loss, autograd's bookkeeping and the gradient accumulation weigh more than their FLOPs say."})
+
+# %%
+for label, times, flops in (("the six matmuls alone", mm.times_s, rule), ("the MLP step", m.times_s, counted["activation"])):
+    est = stats.median_interval(times)  # s
+    obs = ceilings.observe(limits, "float32", flops / est.low, f"{label} {on(threads)}", threads=threads)
+    limits = obs.limits
+    if obs.raised:
+        print(obs.note)
+peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
+hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step
+hfu, mfu = hfu_est.value, rule / m.median_s / peak
+print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU {hfu:.0%} "
+      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the fp32 ceiling {on(threads)}, "
+      f"{si(peak, 'FLOP/s')}; its six matmuls alone ran at {rule / mm.median_s / peak:.0%} of it")
+print(f"MFU counts the rule's FLOPs: {mfu:.0%} here, the same as HFU, as nothing is recomputed and every "
+      f"gradient the rule counts runs; with a data input the rule would credit the step with "
+      f"{rule / counted['data'] - 1:.0%} more FLOPs than it ran. Module 01 breaks a training step into its phases.")
 
 # %%
 viz.show_headlines({
-    "fp32 matmul": si(limits.peak_flops("float32"), "FLOP/s"),
+    "fp32 matmul, all cores / 1 thread": f"{si(limits.peak_flops('float32'), 'FLOP/s')} / "
+                                         f"{si(limits.peak_flops('float32', 1), 'FLOP/s')}",
     "bf16 matmul": si(limits.peak_flops("bfloat16"), "FLOP/s"),
-    "copy bandwidth (DRAM)": si(limits.copy_bytes_per_s, "B/s"),
+    "DRAM bandwidth": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} buffers)",
     "fp32 ridge point": f"{limits.ridge_point('float32'):.3g} FLOP/B",
-    "MLP step HFU / MFU": f"{hfu:.0%} / {mfu:.0%}",
+    "MLP step HFU (= MFU here)": f"{hfu:.0%}",
 })

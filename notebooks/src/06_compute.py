@@ -83,7 +83,7 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # sizes; the sentences below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which swung one step 30x between cells; MFU is then held against
-# the same share of the ceilings.
+# the ceiling notebook 00 measured on that many threads.
 
 # %%
 per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
@@ -96,7 +96,7 @@ SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, cal
                                budget_s=0.05 * BUDGET_S, label="n")
 PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 THREADS = sizing.timing_threads()
-SHARE = sizing.ceiling_share(THREADS) if DEVICE.type == "cpu" else 1.0
+SHARE = limits.thread_share(THREADS) if DEVICE.type == "cpu" else 1.0  # these threads' own ceiling, measured
 print(sizing.threads_note(THREADS, SHARE))
 for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("shape sweep", SHAPE_PLAN)):
     print(f"bf16 {what}: {plan.note}")

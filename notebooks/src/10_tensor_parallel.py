@@ -77,7 +77,7 @@ job = ThreadPoolExecutor(max_workers=1).submit(
 # %%
 from IPython.display import Markdown, display
 
-from perfkit import hw, stats, viz
+from perfkit import ceilings, hw, stats, viz
 from perfkit.comm import AlphaBeta, Traffic, fit_alpha_beta
 from perfkit.parallel import (
     GPTConfig,
@@ -323,20 +323,21 @@ viz.verdict(Prediction(f"speedup of the split {w}-wide block on {T_DEGREE} proce
                        value=predicted[w], rel_tol=0.3, unit="x", physical=(0, None)), measured)
 
 # %% [markdown]
-# **The crossover.** The widget below uses the fp32 matmul ceiling notebook 00 measured
-# (`perfkit.hw.cached_limits`), shared by this machine's cores (one per process), and the
+# **The crossover.** The widget below uses the fp32 matmul ceiling notebook 00 measured on one
+# thread (`perfkit.hw.cached_limits`; each process here runs one), and the
 # all-reduce fit: move the degree, the tokens per step and the network's bandwidth (a multiple
 # of the loopback measured here; NVLink is about 1000x it, Ethernet between nodes 1-10x). Below
 # the red line splitting a block costs time; above it, it saves time, but never the full `t`
 # while communication is not overlapped with compute.
 
 # %%
-per_core = limits.peak_flops("float32") / (os.cpu_count() or 1)
-achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])
+achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])  # FLOP/s on one thread
+obs = ceilings.observe(limits, "float32", achieved, f"the {w}-wide block on one process", threads=1)
+limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)  # one thread's ceiling, measured by 00
 cross = crossover_width(T_DEGREE, 4 * 64, 64, per_core, link)
-print(f"fp32 ceiling per core {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
-      f"{viz.si(achieved, 'FLOP/s')} ({achieved / per_core:.0%}); crossover at 256 tokens: "
-      + ("none below 1M" if cross is None else f"C = {cross:,.0f}"))
+print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
+      f"{viz.si(achieved, 'FLOP/s')} ({obs.share:.0%})" + (f"; {obs.note}" if obs.raised else "")
+      + "; crossover at 256 tokens: " + ("none below 1M" if cross is None else f"C = {cross:,.0f}"))
 fig = viz.plot_tp_crossover(per_core, link, T_DEGREE, tokens=4 * 64, seq=64,
                             measured=(float(w), measured.value))
 

@@ -28,7 +28,7 @@ from torch import nn
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
 from perfkit.hw import MachineLimits
-from perfkit.sizing import ceiling_share, mfu_dtype, pinned_threads
+from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
 __all__ = ["StepBench", "ThroughputPoint"]
@@ -44,8 +44,8 @@ class ThroughputPoint:
         first_call_s: the first step's seconds (includes compiling when ``compiled``).
         tokens_per_step, flops_per_step: work per step.
         peak_flops: the ceiling the MFU is held against: that of the dtype the matmuls run in
-            (fp32's where that dtype is emulated), times the share of the cores the step's
-            threads use.
+            (fp32's where that dtype is emulated), measured on the step's threads
+            (:meth:`perfkit.hw.MachineLimits.peak_flops`).
         ceiling: the dtype whose ceiling ``peak_flops`` is.
         threads: intra-op threads the step ran with.
     """
@@ -206,10 +206,10 @@ class StepBench:
                 firsts.append(first.elapsed_s)
             times = interleaved(calls, warmup=max(self.warmup - 1, 0), repeat=self.repeat,
                                 device=self.device) if todo else []
-        share = ceiling_share(threads) if self.device.type == "cpu" else 1.0
+        on = threads if self.device.type == "cpu" else None  # the ceiling measured on these threads
         for (precision, compiled, batch), m, first_s in zip(todo, times, firsts, strict=True):
             ceiling = mfu_dtype(self.limits, precision_dtype(precision))
             self._points[precision, compiled, batch] = ThroughputPoint(
                 precision, compiled, batch, m, first_s, batch * self.tokens_per_sample,
-                self.flops_per_step(batch), self.limits.peak_flops(ceiling) * share, ceiling, threads)
+                self.flops_per_step(batch), self.limits.peak_flops(ceiling, on), ceiling, threads)
         return [self._points[k] for k in keys]

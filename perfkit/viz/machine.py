@@ -151,10 +151,16 @@ def source_lines(limits: MachineLimits) -> list[str]:
             for name, v, unit, key in rows]
 
 
+def _x(ratio: float) -> str:
+    """``4.33x``, ``5,720x``: a ratio without an exponent."""
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
+
+
 def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
-    """What the copy sweep on all threads did against one thread: the sizes where it ran below
-    ``ratio`` of one thread's rate and why (torch waits for every thread of a copy of at least
-    :data:`perfkit.hw.GRAIN` elements at a barrier), or that no size did. Empty without both."""
+    """What the copy sweep on all threads did against one thread: the sizes of at least
+    :data:`perfkit.hw.GRAIN` elements where it ran below ``ratio`` of one thread's rate and why
+    (torch waits for every thread of such a copy at a barrier), or that none did; beside it what
+    the load alone did to the sizes that run on one thread either way. Empty without both counts."""
     check_type("limits", limits, MachineLimits)
     one = {p.nbytes: p for p in limits.copy_points if p.op == "copy" and p.threads == 1}
     every = {p.nbytes: p for p in limits.copy_points if p.op == "copy" and p.threads > 1}
@@ -162,16 +168,23 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
     if not sizes:
         return ""
     t = every[sizes[0]].threads
-    slow = [n for n in sizes if every[n].bytes_per_s < ratio * one[n].bytes_per_s]
-    if not slow:
-        return (f"On {t} threads no copy ran below {ratio:.0%} of its rate on one: the threads' barrier "
-                "cost nothing this run, so the machine was quiet enough.")
-    worst = [one[n].bytes_per_s / every[n].bytes_per_s for n in slow]
+    slower = {n: one[n].bytes_per_s / every[n].bytes_per_s for n in sizes}
     single = [n for n in sizes if n // 4 < GRAIN]
-    return (f"On {t} threads the copies of {si(slow[0], 'B')} to {si(slow[-1], 'B')} ran "
-            f"{min(worst):.3g}x to {max(worst):.3g}x slower than on one: torch splits a copy of at least "
+    base = ""
+    if single:  # below the grain: no barrier, so what slowed it on the all-threads pass was the load
+        n = single[-1]
+        base = (f" The {si(n, 'B')} buffer ({n // 4:,} elements) runs on one thread either way; "
+                + (f"it ran {_x(slower[n])} slower on the {t}-thread pass: that much is the load alone."
+                   if slower[n] > 1 else "it ran as fast on that pass."))
+    slow = [n for n in sizes if n // 4 >= GRAIN and slower[n] > 1 / ratio]
+    if not slow:
+        return (f"On {t} threads no copy of at least {GRAIN:,} elements ran below {ratio:.0%} of its rate "
+                "on one: the threads' barrier cost little this run." + base)
+    worst = [slower[n] for n in slow]
+    which = (f"the copy of {si(slow[0], 'B')} ran {_x(worst[0])}" if len(slow) == 1 else
+             f"the copies of {si(slow[0], 'B')} to {si(slow[-1], 'B')} ran {_x(min(worst))} to "
+             f"{_x(max(worst))}")
+    return (f"On {t} threads {which} slower than on one: torch splits a copy of at least "
             f"{GRAIN:,} elements across its threads and waits for all of them at a barrier, and a thread "
-            "that lost its core to another process holds up every call for a slice of the scheduler's time"
-            + (f"; the {si(single[-1], 'B')} buffer ({single[-1] // 4:,} elements) runs on one thread "
-               "either way" if single else "")
-            + ". Each ceiling is the best of either thread count.")
+            "that lost its core to another process holds up every call for a slice of the scheduler's time."
+            + base + " Each ceiling is the best of either thread count.")

@@ -28,7 +28,7 @@ def test_a_rate_above_the_all_cores_ceiling_raises_it_and_says_so(lim, tmp_path)
     assert obs.note == ("the float32 matmul ceiling rose from 100 GFLOP/s to 120 GFLOP/s: the MLP step ran "
                         "faster than the sweep")
     assert obs.limits.peak_flops("float32") == 1.2e11
-    assert obs.limits.sources["float32"] == "observed: the MLP step"
+    assert obs.limits.sources["float32"] == "the MLP step, measured after the sweep"
     assert obs.limits.peak_flops("float32", 1) == 3e10  # one thread's ceiling is another ceiling
     assert hw.MachineLimits.from_json(path.read_text()) == obs.limits  # what later notebooks read
     # the cache keeps the higher ceiling: an older, lower record saved later does not undo it
@@ -41,7 +41,7 @@ def test_one_threads_ceiling_is_raised_alone(lim, tmp_path):
     assert obs.raised and obs.share == 1.0 and obs.limits.peak_flops("float32", 1) == 4e10
     assert obs.limits.peak_flops("float32") == 1e11  # the all-cores ceiling was not beaten
     assert obs.note.startswith("the float32 matmul (1 thread) ceiling rose from 30 GFLOP/s to 40 GFLOP/s")
-    assert obs.limits.sources["float32, 1 thread"] == "observed: the step on 1 thread"
+    assert obs.limits.sources["float32, 1 thread"] == "the step on 1 thread, measured after the sweep"
 
 
 def test_dram_and_cache_ceilings(lim):
@@ -49,7 +49,8 @@ def test_dram_and_cache_ceilings(lim):
     assert obs.raised and obs.limits.copy_bytes_per_s == 3e10 and obs.share == 1.0
     assert obs.note == ("the DRAM bandwidth ceiling rose from 20 GB/s to 30 GB/s: x + y ran faster than "
                         "the sweep")
-    assert obs.limits.cache_bytes_per_s == 5e10 and obs.limits.sources["dram"] == "observed: x + y"
+    assert obs.limits.cache_bytes_per_s == 5e10
+    assert obs.limits.sources["dram"] == "x + y, measured after the sweep"
     # the cache's ceiling is at least DRAM's: a DRAM rate above the cache's figure lifts both
     high = observe(lim, "dram", 6e10, "x + y", save=False).limits
     assert ceiling(high, "cache") == 6e10

@@ -56,7 +56,9 @@ def test_compute_widget_sweeps_its_controls(limits):
 def test_an_emulated_dtype_and_pinned_threads_set_the_ceiling_of_the_mfu():
     from perfkit import hw
 
-    emulated = hw.MachineLimits("cpu", "no-bf16", {"float32": 1.54e11, "bfloat16": 1.78e9}, 2e10)
+    # one thread is held against the one-thread ceiling notebook 00 measured, not a share of all cores'
+    emulated = hw.MachineLimits("cpu", "no-bf16", {"float32": 1.54e11, "bfloat16": 1.78e9}, 2e10, threads=2,
+                                one_thread_flops={"float32": 9e10, "bfloat16": 1e9})
     before = torch.get_num_threads()
     bench = throughput.StepBench.gpt2(emulated, seq_len=8, vocab_size=64, n_embd=16, n_layer=1, n_head=2,
                                       warmup=0, repeat=1, device="cpu", threads=1)
@@ -65,10 +67,9 @@ def test_an_emulated_dtype_and_pinned_threads_set_the_ceiling_of_the_mfu():
     bench.loss_fn = lambda m, x: seen.append(torch.get_num_threads()) or real(m, x)
     fp32, bf16 = bench.measure_all([("fp32", False, 2), ("bf16", False, 2)])
     assert set(seen) == {1} and torch.get_num_threads() == before  # pinned while timing, restored
-    share = 1 / sizing.CORES
-    assert bf16.ceiling == "float32" and bf16.peak_flops == pytest.approx(1.54e11 * share)
+    assert bf16.ceiling == "float32" and bf16.peak_flops == fp32.peak_flops == 9e10
     assert fp32.ceiling == "float32" and bf16.threads == fp32.threads == 1
-    assert bf16.mfu == pytest.approx(bf16.flops_per_step / bf16.step.median_s / (1.54e11 * share))
+    assert bf16.mfu == pytest.approx(bf16.flops_per_step / bf16.step.median_s / 9e10)
     with pytest.raises(ValueError, match="threads"):
         throughput.StepBench.gpt2(emulated, seq_len=8, device="cpu", threads=0)
 

@@ -66,12 +66,12 @@ def test_cache_and_dram_points_follow_the_last_level_cache():
         vm.cache_and_dram_points({"llc_bytes": 1})
 
 
-def two_thread_limits(slow_at=(2**18, 2**20)):
+def two_thread_limits(slow_at=(2**18, 2**20), factor=100):
     """Copies on 2 threads and on 1; on 2 threads the sizes in ``slow_at`` collapse (a barrier
     waiting for a descheduled thread), the 64 KiB one (16,384 elements) runs on one thread."""
     one = ((2**16, 5e10), (2**18, 7e10), (2**20, 3e10), (2**24, 1e10))
     copies = [CopyPoint(n, 1e-3, r, r, 1) for n, r in one]
-    copies += [CopyPoint(n, 1e-3, r / (100 if n in slow_at else 1), r, 2) for n, r in
+    copies += [CopyPoint(n, 1e-3, r / (factor if n in slow_at else 1), r, 2) for n, r in
                ((2**16, 5e10), (2**18, 7e10), (2**20, 3e10), (2**24, 1.5e10))]
     copies += [CopyPoint(2**24, 1e-3, 1.2e10, 1.2e10, 1, "add")]
     pts = [MatmulPoint(n, "float32", 1.0, f * t, f * t, t) for n, f in ((128, 1e10), (256, 2e10))
@@ -90,9 +90,14 @@ def test_threads_sentence_names_the_collapsed_sizes_and_why():
     text = vm.threads_sentence(two_thread_limits())
     assert text.startswith("On 2 threads the copies of 262 kB to 1.05 MB ran 100x to 100x slower than on one")
     assert "at least 32,768 elements" in text
-    assert "the 65.5 kB buffer (16,384 elements) runs on one thread" in text
+    assert "The 65.5 kB buffer (16,384 elements) runs on one thread either way; it ran as fast" in text
     quiet = vm.threads_sentence(two_thread_limits(slow_at=()))
-    assert quiet.startswith("On 2 threads no copy ran below 50% of its rate on one")
+    assert quiet.startswith("On 2 threads no copy of at least 32,768 elements ran below 50% of its rate")
+    # a buffer below the grain slowed by the load alone is not blamed on the barrier, and says so
+    loaded = vm.threads_sentence(two_thread_limits(slow_at=(2**16, 2**18)))
+    assert loaded.startswith("On 2 threads the copy of 262 kB ran 100x slower than on one")
+    assert "it ran 100x slower on the 2-thread pass: that much is the load alone" in loaded
+    assert "ran 5,720x slower" in vm.threads_sentence(two_thread_limits((2**18,), factor=5720))
     assert vm.threads_sentence(limits()) == ""  # one thread count only: nothing to compare
     with pytest.raises(TypeError, match="limits"):
         vm.threads_sentence(None)
