@@ -10,7 +10,9 @@ workers as a cloudpickle file and run by ``tools/run_main.py``) and the referenc
 :data:`TARGET_LOSS`. The student's speedup in time to that loss (each job's fastest round:
 load only ever slows a run down) must reach :data:`REL_BAR` of the reference's, measured in
 the same rounds, so the bar follows the machine; a miss by less than a quarter of the bar
-is measured once more. The slow and reference runs are kept for the rest of the grading
+is measured once more. Every run of the student's is timed and the fastest counts, so every
+run is checked alike: the ranks' weights agree, the target is reached, the final loss is no
+worse than the slow job's. The slow and reference runs are kept for the rest of the grading
 process (the mutant tests grade several answers against one baseline). On a miss, the
 message quotes ``perfkit diagnose`` on the student's job: what dominates its step now.
 """
@@ -205,20 +207,27 @@ def _diagnosis(pkl: str) -> str:
             f"(step split: {split})")
 
 
+def _trained(run: dict, k: int) -> None:
+    """Run ``k`` (0 first) of the student's job trained as data parallelism does: every run is
+    timed and the fastest counts, so every run is checked, not only the first."""
+    which = "" if k == 0 else (f" in your run {k + 1} (every run of yours is timed and the "
+                               "fastest counts, so each must train as the first did)")
+    assert run["ranks_agree"], (
+        f"after training, the two ranks' weights differ{which}: the gradients are not averaged "
+        "over the ranks (keep DDP, or all-reduce the gradients yourself)")
+    assert run["time_to_target_s"] is not None, (
+        f"your job did not reach the target loss {TARGET_LOSS} (mean over the last "
+        f"{run.get('window_tokens', 4096)} tokens) within {MAX_STEPS} steps{which}; its last "
+        f"mean was {run['final_loss']:.3f}: is it still training the same model with the "
+        "same learning rate?")
+
+
 def check_fast_job(ns: dict) -> None:
     fn = require(ns, "fast_main")
     assert callable(fn), "fast_main must be a function taking the job's arguments (argv)"
     with pickled(fn, "fast_main.pkl") as pkl:
         mine = [_run("student", pkl)]  # first: a broken job fails before the baseline runs
-        first = mine[0]
-        assert first["ranks_agree"], (
-            "after training, the two ranks' weights differ: the gradients are not averaged "
-            "over the ranks (keep DDP, or all-reduce the gradients yourself)")
-        assert first["time_to_target_s"] is not None, (
-            f"your job did not reach the target loss {TARGET_LOSS} (mean over the last "
-            f"{first.get('window_tokens', 4096)} tokens) within {MAX_STEPS} steps; its last "
-            f"mean was {first['final_loss']:.3f}: is it still training the same model with the "
-            "same learning rate?")
+        _trained(mine[0], 0)
         _shared_baseline()
         fresh = not _BASELINE  # the baseline is measured once per grading process
         base = _BASELINE or {"slow": [], "reference": []}
@@ -230,6 +239,7 @@ def check_fast_job(ns: dict) -> None:
                     base["slow"].append(_run("slow", pkl))
                 if r or not student_first:
                     mine.append(_run("student", pkl))
+                    _trained(mine[-1], len(mine) - 1)
                 if fresh:
                     base["reference"].append(_run("reference", pkl))
 
@@ -244,9 +254,6 @@ def check_fast_job(ns: dict) -> None:
         assert all(x["time_to_target_s"] for x in base["slow"] + base["reference"]), (
             "the slow or the reference job did not reach the target loss: the grader's baseline "
             "failed (not your answer); run the grading again")
-        missing = [x for x in mine if x["time_to_target_s"] is None]
-        assert not missing, (f"one of your runs did not reach the target loss {TARGET_LOSS} "
-                             f"in {MAX_STEPS} steps: is training deterministic across runs?")
         tt, gain, ref_gain = verdict()
         if 0.75 * REL_BAR * ref_gain <= gain < REL_BAR * ref_gain:  # close: measure once more
             rounds(EXTRA, student_first=False)
@@ -254,11 +261,13 @@ def check_fast_job(ns: dict) -> None:
         if fresh:
             _BASELINE.update(base)
             _shared_baseline(save=True)
-        final = {k: statistics.median(x["final_loss"] for x in v)
-                 for k, v in (("slow", base["slow"]), ("student", mine))}
-        assert final["student"] <= final["slow"] + LOSS_TOL, (
-            f"your job's final loss {final['student']:.3f} is worse than the slow job's "
-            f"{final['slow']:.3f} by more than {LOSS_TOL}: a speedup must not cost quality")
+        # every run of yours, the fastest included, against the slow job's median
+        slow_final = statistics.median(x["final_loss"] for x in base["slow"])
+        worst = max(range(len(mine)), key=lambda k: mine[k]["final_loss"])
+        assert mine[worst]["final_loss"] <= slow_final + LOSS_TOL, (
+            f"your job's final loss {mine[worst]['final_loss']:.3f} (run {worst + 1} of "
+            f"{len(mine)}) is worse than the slow job's {slow_final:.3f} by more than "
+            f"{LOSS_TOL}: a speedup must not cost quality")
         bar = REL_BAR * ref_gain
         if gain < bar:
             raise AssertionError(

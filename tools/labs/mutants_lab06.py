@@ -97,4 +97,32 @@ def fast_main(argv=None):
 def fast_main(argv=None):
     return job.main([*(argv or []), "--fix", "sync,ddp,optimizer,attention,batch"])
 """, expect=r"bar is .*perfkit diagnose on your job: \[\w+\] data"),
+    Mutant("q3_fast_job", "data-parallel in the first run (the one checked before), every rank "
+           "alone in the runs after", """
+def fast_main(argv=None):
+    import os
+    import sys
+    from pathlib import Path
+
+    import torch
+    import torch.nn.parallel as par
+
+    # every run gets the same pickle: a file beside it, one per rank, tells a later run
+    # from the first (job.main ends the process: the file is written before it starts)
+    pkl = Path(next(a for a in sys.orig_argv if a.endswith(".pkl")))
+    ran = pkl.with_suffix(f".ran{os.environ['RANK']}")
+    later = ran.exists()
+    ran.touch()
+    if later:
+        class Alone(torch.nn.Module):  # DDP's interface, without averaging the gradients
+            def __init__(self, module, **kw):
+                super().__init__()
+                self.module, self.bucket_bytes_cap, self.find_unused_parameters = module, 0, False
+
+            def forward(self, *a, **k):
+                return self.module(*a, **k)
+
+        par.DistributedDataParallel = Alone
+    return job.main([*(argv or []), "--fix", "all"])
+""", expect=r"weights differ in your run [2-9]"),
 ]
