@@ -32,7 +32,7 @@
 # speedup in time to the target of at least 80 % of the reference solution's**, measured in
 # the same rounds (so the bar follows your machine; a near miss is measured once more), the two ranks'
 # weights identical at the end, and a final loss no worse than the slow job's by more than
-# 0.1. When your job is too slow, the message quotes `perfkit diagnose` on it: what dominates
+# 0.1, in every run of yours (each is timed, and the fastest counts). When your job is too slow, the message quotes `perfkit diagnose` on it: what dominates
 # its step now.
 #
 # Replace each `raise NotImplementedError()` with your code, run the notebook, then grade it:
