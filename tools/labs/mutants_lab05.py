@@ -185,6 +185,12 @@ class ThreadPrefetcher:
             stop.set()
             t.join()
 """, expect="hid only"),
+    Mutant("q1_overlap", "an empty queue taken for the end: a slow source's loop ends early "
+           "(fast, and short of items)", _tp("""                kind, value = q.get()""",
+                                             """                try:
+                    kind, value = q.get(timeout=0.01)
+                except queue.Empty:
+                    return"""), expect="the timed loop got"),
     Mutant("q2_hidden_fraction", "divided by max(load, compute)", """
 def hidden_fraction(serial_s, prefetched_s, load_s, compute_s):
     if min(load_s, compute_s) <= 0:
