@@ -1,4 +1,4 @@
-"""torchrun worker for tests/distributed/test_zero_clip_state.py: gradient clipping under ZeRO
+"""torchrun worker for tests/distributed/test_zero_clip_state_dist.py: gradient clipping under ZeRO
 1-3 against DDP + ``torch.nn.utils.clip_grad_norm_``, and ShardedModule's state dict resumed.
 
 ``--case clip``: :class:`tools.labs.zero_check.PartialMLP` in float64 (a frozen tensor; an

@@ -1,5 +1,5 @@
 """Clipping, ShardedModule's state dict and DDP's bucket sizes on one process (the
-multi-process checks are in tests/distributed/test_zero_clip_state.py)."""
+multi-process checks are in tests/distributed/test_zero_clip_state_dist.py)."""
 
 from __future__ import annotations
 
