@@ -50,7 +50,9 @@ from perfkit.data.loader import (
     simulate_pipeline,
 )
 from perfkit.data.prefetch import (
+    WAIT_ANNOTATION,
     Prefetcher,
+    PrefetchStats,
     map_tensors,
 )
 
@@ -79,6 +81,8 @@ __all__ = [
     "PipelineRecord",
     "prefetch_loops",
     "Prefetcher",
+    "PrefetchStats",
+    "WAIT_ANNOTATION",
     "rate_ratio",
     "ShardedStream",
     "simulate_pipeline",

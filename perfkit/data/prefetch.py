@@ -8,6 +8,14 @@ prefetcher's own side stream, the pattern of NVIDIA apex's ``data_prefetcher`` a
 tensor of a nested batch. The datasets notebook 07 loads are in :mod:`perfkit.data.datasets`;
 ``DataLoader`` measurements and the model that predicts them in :mod:`perfkit.data.loader`.
 
+Prefetching hides loading only behind work that does not need the same resource. On a GPU
+the step's work is the device's and the host's cores are free to load. On a CPU, or when
+loading is CPU-bound Python (decoding, tokenizing), the thread needs the cores the step
+needs (and the GIL): the step waits less for data but computes slower, and is no faster.
+:meth:`Prefetcher.stats` says what the thread spent loading and the step spent waiting; the
+wait is marked in a profiler trace (:data:`WAIT_ANNOTATION`), and ``perfkit diagnose``
+counts a ``DataLoader`` iterated by the thread as data loading off the main thread.
+
 Usage::
 
     from perfkit.data.prefetch import Prefetcher
@@ -20,6 +28,7 @@ from __future__ import annotations
 import inspect
 import queue
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,14 +36,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd.profiler import record_function
 
 from perfkit._checks import check_callable, check_int
 from perfkit.timing import resolve_device
 
-__all__ = ["Prefetcher", "map_tensors"]
+__all__ = ["WAIT_ANNOTATION", "PrefetchStats", "Prefetcher", "map_tensors"]
 
 _POLL_S = 0.05  # s: how often a blocked queue operation re-checks the stop flag
 END = object()  # the item a producer thread puts last: the loader is exhausted
+# the profiler range around the consumer's wait for a batch (perfkit.profiling's
+# attribute_trace counts it as data wait, as a DataLoader's __next__ on the main thread)
+WAIT_ANNOTATION = "perfkit.prefetch:wait"
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -62,6 +75,35 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 
 @dataclass(frozen=True)
+class PrefetchStats:
+    """What a :class:`Prefetcher`'s passes spent, in seconds of wall-clock time.
+
+    ``load_s``: the thread producing batches (the source's ``next``, pinning, issuing the
+    copy); ``wait_s``: the consumer waiting for a batch; ``batches``: batches handed out.
+    Loading that the step hides costs ``load_s`` and little ``wait_s``; when ``load_s`` per
+    batch is as long as the step, the loader is the bottleneck whatever the wait says.
+    """
+
+    batches: int
+    load_s: float
+    wait_s: float
+
+
+class _Counters:
+    """The totals behind :class:`PrefetchStats`, added to by threads (under a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches, self.load_s, self.wait_s = 0, 0.0, 0.0
+
+    def add(self, load_s: float = 0.0, wait_s: float = 0.0, batches: int = 0) -> None:
+        with self.lock:
+            self.load_s += load_s
+            self.wait_s += wait_s
+            self.batches += batches
+
+
+@dataclass(frozen=True)
 class _Failure:
     exc: BaseException
     index: int  # the batch the source was producing when it raised
@@ -78,7 +120,7 @@ def _put(q: queue.Queue, stop: threading.Event, item: Any) -> bool:
 
 
 def _produce(it: Iterator, q: queue.Queue, stop: threading.Event, device: torch.device,
-             pin: bool, stream: Any) -> None:
+             pin: bool, stream: Any, counters: _Counters) -> None:
     """Body of the prefetch thread. It holds no reference to its consumer, so a consumer
     that breaks out of its loop is garbage collected, and its ``__del__`` stops us."""
     index = 0
@@ -86,6 +128,7 @@ def _produce(it: Iterator, q: queue.Queue, stop: threading.Event, device: torch.
         if stream is not None:
             torch.cuda.set_device(device)  # the current device is per thread
         while not stop.is_set():
+            t0 = time.perf_counter()
             try:
                 batch = next(it)
             except StopIteration:
@@ -100,6 +143,7 @@ def _produce(it: Iterator, q: queue.Queue, stop: threading.Event, device: torch.
                     ready = torch.cuda.Event()
                     ready.record(stream)
                 batch = (batch, ready)
+            counters.add(load_s=time.perf_counter() - t0)
             if not _put(q, stop, batch):
                 return
             index += 1
@@ -115,13 +159,14 @@ class _PrefetchIterator:
 
     def __init__(self, owner: Prefetcher) -> None:
         self._device, self._stream = owner.device, owner.stream
+        self._counters = owner._counters
         self._queue: queue.Queue = queue.Queue(maxsize=owner.depth)
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(
             target=_produce, name="perfkit-prefetch", daemon=True,
             args=(iter(owner.source), self._queue, self._stop, owner.device,
-                  owner.pin_memory, owner.stream))
+                  owner.pin_memory, owner.stream, owner._counters))
         self._thread.start()
 
     def __iter__(self) -> _PrefetchIterator:
@@ -138,7 +183,11 @@ class _PrefetchIterator:
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
-        item = self._get()
+        t0 = time.perf_counter()
+        with record_function(WAIT_ANNOTATION):
+            item = self._get()
+        self._counters.add(wait_s=time.perf_counter() - t0, batches=int(
+            item is not END and not isinstance(item, _Failure)))
         if item is END:
             self.close()
             raise StopIteration
@@ -193,6 +242,15 @@ class Prefetcher:
     with its original traceback; breaking out of the loop stops and joins the thread
     (or call :meth:`close`, or use ``with Prefetcher(...) as pf``).
 
+    When it cannot help: the thread overlaps loading with the step only where the two do
+    not need the same resource. A loader that is CPU-bound (per-sample Python, decoding,
+    tokenizing) on the cores the step computes on, as every CPU run, takes those cores
+    (and the GIL) from the step: the wait moves into slower forward and backward passes
+    and the step is no faster. Then make loading cheaper (cache the decoded samples),
+    or load in ``DataLoader`` worker processes on cores the step does not use. Compare
+    :meth:`stats`'s ``load_s`` per batch with the step: prefetching can at best hide it,
+    never shorten it.
+
     Args:
         source: any iterable of tensors, tuples/lists/namedtuples or dicts of them
             (non-tensor leaves pass through), e.g. a ``DataLoader``.
@@ -221,6 +279,14 @@ class Prefetcher:
         self.pin_memory = cuda if pin_memory is None else bool(pin_memory)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         self._live: weakref.WeakSet[_PrefetchIterator] = weakref.WeakSet()
+        self._counters = _Counters()
+
+    def stats(self) -> PrefetchStats:
+        """Seconds the thread spent loading and the consumer spent waiting, and the batches
+        handed out, over every pass so far (a pass still running included)."""
+        c = self._counters
+        with c.lock:
+            return PrefetchStats(c.batches, c.load_s, c.wait_s)
 
     def __iter__(self) -> Iterator:
         it = _PrefetchIterator(self)

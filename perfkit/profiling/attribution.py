@@ -5,7 +5,8 @@
 ``ProfilerStep#N`` window on the main thread with exactly one category, the first that
 covers it in this order:
 
-1. ``data``: inside a DataLoader ``__next__`` (``phase:data``);
+1. ``data``: inside a DataLoader ``__next__`` (``phase:data``) or waiting for a
+   :class:`perfkit.data.Prefetcher`'s next batch;
 2. ``sync``: a host-device synchronisation (``aten::_local_scalar_dense`` under
    ``.item()``/``print``, ``cuda*Synchronize``, a blocking device-to-host copy);
 3. ``communication``: a collective running (gloo threads, NCCL kernels) while the
@@ -21,6 +22,11 @@ inside ``backward`` is communication, not backward), so the shares add up to one
 the file through :func:`perfkit.profiling.trace_events`. ``host_gap`` is the part of the
 step during which the main thread ran no operator and waited for no data, sync or
 collective: the per-step Python and dispatch overhead, spread over the other categories.
+
+Loading that another thread of the process does (a ``Prefetcher``'s thread, a DataLoader
+iterated off the main thread) is no main-thread category: ``data_offload_s`` is its time
+while the main thread did not wait for data. Whether it was hidden or slowed the step is
+the diagnosis' question (:func:`~perfkit.profiling.diagnose_shares`, with the load).
 
 Overlap is not free on a CPU. Gloo runs a collective on its own threads, on the cores the
 step's operators need: an operator that runs while a collective is in flight can take
@@ -63,6 +69,9 @@ SYNC_LOOP_GAP_US = 250.0
 # instances of one operator signature needed with and without a collective in flight to
 # judge its slowdown (a window of 8 steps of a DDP backward holds about one a step of each)
 MIN_SAMPLES = 3
+# the range perfkit.data.Prefetcher opens around the consumer's wait (its WAIT_ANNOTATION;
+# named here too, since the profiling wing does not import the data wing)
+PREFETCH_WAIT = "perfkit.prefetch:wait"
 # main-thread operators that are communication's own work: collective launches and DDP's
 # bucket copies (torch::distributed::reducer::mul_out, ...ddp.reducer::copy_bucket_to_grad)
 _HOST_COMM = ("c10d::", "reducer::")
@@ -125,7 +134,8 @@ class TraceAttribution:
     main thread's own communication operators (``comm_host_s``) and the exposed rest (see
     the module doc); ``host_gap_s`` is main-thread time inside no operator;
     ``ops_per_step`` counts top-level operators outside data loading, syncs and the
-    optimizer (the model's forward, backward and the script's own).
+    optimizer (the model's forward, backward and the script's own); ``data_offload_s`` is
+    data loading on other threads while the main thread did not wait for data.
     """
 
     steps: int
@@ -138,6 +148,7 @@ class TraceAttribution:
     device_idle_share: float | None = None
     comm_contention_s: float = 0.0
     comm_host_s: float = 0.0
+    data_offload_s: float = 0.0
 
     def shares(self) -> dict[str, float]:
         """Category -> share of the mean step (they add up to 1)."""
@@ -175,7 +186,11 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
         return e.get("tid") == main
 
     phase = {k: spans(lambda e, k=k: on_main(e) and e["name"] == PHASE_PREFIX + k)
-             for k in ("data", "optimizer", "backward", "forward")}
+             for k in ("optimizer", "backward", "forward")}
+    phase["data"] = spans(lambda e: on_main(e) and e["name"] in (PHASE_PREFIX + "data",
+                                                                 PREFETCH_WAIT))
+    offload = _minus(spans(lambda e: not on_main(e) and e["name"] == PHASE_PREFIX + "data"),
+                     phase["data"])
     ops = [e for e in events if on_main(e) and e.get("cat") == "cpu_op"]
     busy = _union((e["ts"], e["ts"] + e["dur"]) for e in ops)
     kernels = [e for e in events if e.get("cat") == "kernel"]
@@ -235,7 +250,8 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
             phase["data"] + sync + exposed))) * 1e-6 / n,
         ops_per_step=top_ops / n, device_idle_share=idle,
         comm_contention_s=contention * 1e-6 / n,
-        comm_host_s=_length(_intersect(where["communication"], _union(host_comm))) * 1e-6 / n)
+        comm_host_s=_length(_intersect(where["communication"], _union(host_comm))) * 1e-6 / n,
+        data_offload_s=_length(offload) * 1e-6 / n)
 
 
 def _contention(ops: list[Mapping[str, Any]], comm: list[Interval], host_comm: list[Interval],

@@ -4,11 +4,12 @@
 script. It needs no change to the script: a step ends when an optimizer step ends
 (``optim_hooks.register_optimizer_step_post_hook``, which every ``torch.optim``
 optimizer calls, also under Hugging Face ``Trainer``, DeepSpeed engines and DDP), or when
-a named ``--step-marker`` function returns. Data wait is the time spent in DataLoader
-iterators' ``__next__``. After ``skip`` steps it starts ``torch.profiler`` for ``steps``
-steps and writes ``phase:`` and ``ProfilerStep#`` markers into the trace, so that
-:func:`perfkit.profiling.attribute_trace` splits the window into data / sync /
-communication / optimizer / backward / forward / other. When the window ends it takes the
+a named ``--step-marker`` function returns. Data wait is the time the script's thread spends
+in DataLoader iterators' ``__next__`` (one iterated by another thread, as a prefetcher's,
+is marked in the trace as loading off the main thread). After ``skip`` steps it starts
+``torch.profiler`` for ``steps`` steps and writes ``phase:`` and ``ProfilerStep#`` markers
+into the trace, so that :func:`perfkit.profiling.attribute_trace` splits the window into
+data / sync / communication / optimizer / backward / forward / other. When the window ends it takes the
 peak memory and counts the model states held by the optimizers that stepped in it
 (:func:`perfkit.profiling.memory_split`), and what the machine's load cost the window
 (:mod:`perfkit.profiling.machine_load`: the main thread's waits for a core).
@@ -28,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import threading
 import time
@@ -76,6 +78,22 @@ def _window_flops(prof: torch.profiler.profile) -> float:
     if results is None:  # not the Kineto profiler: the slow, public way
         return float(sum(k.flops for k in prof.key_averages()))
     return float(sum(e.flops() for e in results.events()))
+
+
+def _add_loading(path: Path, spans: list[tuple[int, float, float]], step: str,
+                 opened_s: float) -> None:
+    """Write data loading done on other threads into the trace as ``phase:data`` ranges on
+    those threads: the profiler records only the threads that ran when it started (not a
+    prefetcher's). ``spans`` are (native thread id, start, end) in ``perf_counter`` s;
+    ``step`` is the first step's marker, opened at ``opened_s``: it sets the clock offset."""
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    first = next(e for e in events if e.get("name") == step and e.get("ph") == "X")
+    offset_us = first["ts"] - opened_s * 1e6
+    events += [{"ph": "X", "cat": "user_annotation", "name": PHASE_PREFIX + "data",
+                "pid": first.get("pid"), "tid": tid, "ts": a * 1e6 + offset_us,
+                "dur": (b - a) * 1e6} for tid, a, b in spans]
+    path.write_text(json.dumps(trace))
 
 
 class _Span:
@@ -160,10 +178,13 @@ class StepRecorder:
         self._undo: list[Callable[[], None]] = []
         self._step_span, self._opt_span = _Span(), _Span()
         self._fwd_span, self._fwd_depth = _Span(), 0
+        self._offload: list[tuple[int, float, float]] = []  # (thread, start, end) in the window
+        self._anchor = ("", 0.0)  # the window's first step marker and when it opened
 
     # --- installing and removing the hooks ----------------------------------------------
 
     def __enter__(self) -> StepRecorder:
+        self._thread = threading.get_ident()  # the script's loop runs on this thread
         self.start_memory = memory_in_use()
         self.start_s = time.perf_counter()
         if self.step_marker is None:
@@ -220,7 +241,11 @@ class StepRecorder:
             finally:
                 if span is not None:
                     span.__exit__(None, None, None)
-                rec.data_s[-1] += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                if threading.get_ident() == rec._thread:
+                    rec.data_s[-1] += t1 - t0
+                elif span is not None:  # a prefetch thread's: loading, not the step's wait
+                    rec._offload.append((threading.get_native_id(), t0, t1))
             if rec.batch_size is None:
                 rec.batch_size = _batch_size(batch)
             return batch
@@ -285,7 +310,9 @@ class StepRecorder:
                              lambda: setattr(torch.autograd, "backward", orig_backward)]
         self._restart_s[len(self.step_ends_s)] = time.perf_counter()
         self._cpu0 = cpu_snapshot()
-        self._step_span.open(f"ProfilerStep#{len(self.step_ends_s) + 1}")
+        self._offload = []
+        self._anchor = (f"ProfilerStep#{len(self.step_ends_s) + 1}", time.perf_counter())
+        self._step_span.open(self._anchor[0])
 
     def _fwd_pre(self, module: Any, args: Any) -> None:
         self._fwd_depth += 1  # only the outermost module call is the forward phase
@@ -319,6 +346,8 @@ class StepRecorder:
             prof.__exit__(None, None, None)
             self.trace_path.parent.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(self.trace_path))
+            if self._offload:
+                _add_loading(self.trace_path, self._offload, *self._anchor)
             flops = _window_flops(prof)
             n = max(1, min(self.steps, len(self.step_ends_s) - self.skip))
             self.flops_per_step = flops / n if flops > 0 else None

@@ -159,12 +159,15 @@ def _render(rep: dict[str, Any], md: bool) -> str:
         lines += ["", f"{h}Where the step goes"]
         for k, v in rep["shares"].items():
             extra = ""
-            if k == "communication":
+            if k == "communication" and v > 0:
                 host, slowed = rep.get("comm_host_share", 0.0), rep.get("comm_contention_share", 0.0)
                 extra = (f"  (exposed {v - host - slowed:.1%}, launches and bucket copies "
                          f"{host:.1%}, operators slowed by collectives {slowed:.1%}; "
                          f"{rep['comm_overlapped_share'] - slowed:.1%} more overlapped)")
             lines.append(f"{li}{k:<14}{v:7.1%}{extra}")
+        if rep.get("data_offload_share"):
+            lines.append(f"{li}{'data, off-main':<14}{rep['data_offload_share']:7.1%}  (loading on "
+                         "another thread, as a prefetcher's, while the step ran)")
         lines.append(f"{li}{'syncs/step':<14}{rep['syncs_per_step']:7.1f}")
         if rep.get("device_idle_share") is not None:
             lines.append(f"{li}{'device idle':<14}{rep['device_idle_share']:7.1%}")

@@ -84,8 +84,17 @@ def _step_shares(records: list[dict[str, Any]], load: dict[str, Any] | None) -> 
     # rule reports the waiting)
     shares["communication"] = min(a["category_s"]["communication"] / a["step_mean_s"]
                                   for a in atts.values())
+    stall = None
+    if records[0].get("load"):  # off its core outside the waits the trace shows
+        x, step = records[0]["load"], att["step_mean_s"]
+        exposed = (att["category_s"]["communication"] - att.get("comm_host_s", 0.0)
+                   - att.get("comm_contention_s", 0.0))
+        waits = (att["category_s"]["data"] + att["category_s"]["sync"] + exposed) / step
+        stall = min(1.0, max(0.0, 1.0 - x["main_cpu_s"] / x["window_s"] - waits))
     return StepShares(
         shares, steps=att["steps"], step_mean_s=att["step_mean_s"],
+        data_offload_share=min(1.0, att.get("data_offload_s", 0.0) / att["step_mean_s"]),
+        main_stall_share=stall,
         syncs_per_step=att["syncs_per_step"], ops_per_step=att["ops_per_step"],
         flops_per_step=records[0].get("flops_per_step"),
         rank_work_s={r: a["step_mean_s"] - a["category_s"]["communication"]
@@ -154,6 +163,7 @@ def build_report(records: list[dict[str, Any]],
     rep["shares"] = {k: att["category_s"][k] / att["step_mean_s"] for k in CATEGORIES}
     rep["comm_overlapped_share"] = att["comm_overlapped_s"] / att["step_mean_s"]
     rep["comm_host_share"] = att.get("comm_host_s", 0.0) / att["step_mean_s"]
+    rep["data_offload_share"] = att.get("data_offload_s", 0.0) / att["step_mean_s"]
     rep["comm_contention_share"] = att.get("comm_contention_s", 0.0) / att["step_mean_s"]
     rep["syncs_per_step"] = att["syncs_per_step"]
     rep["device_idle_share"] = att["device_idle_share"]

@@ -45,11 +45,12 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {
-    "data": Rule("the step waits for input data", (
+    "data": Rule("input data holds the step up", (
         "move per-sample decoding/tokenizing out of the step: do it once and cache, or in "
         "DataLoader workers (num_workers > 0, persistent_workers=True)",
         "prefetch the next batch while the model runs (perfkit.data.Prefetcher; on GPU "
-        "pin_memory=True and non_blocking copies)",
+        "pin_memory=True and non_blocking copies); it cannot help when loading is CPU-bound "
+        "on the cores the step computes on (every CPU run): the wait turns into slower steps",
         "measure the loader alone: if it cannot reach the model's samples/s, no overlap "
         "will hide it"), "notebooks/07_data_loading.ipynb"),
     "sync": Rule("the host waits for the device", (
@@ -155,6 +156,11 @@ class StepShares:
             for a core (the load rule; :mod:`perfkit.profiling.machine_load`).
         other_cores, cores, loadavg: the cores other processes kept busy, the cores the job
             may use and the 1-minute load average (quoted in the load rule's evidence).
+        data_offload_share: data loading on other threads of the process (a prefetcher's)
+            while the main thread did not wait for data.
+        main_stall_share: the share of the step the main thread was off its core outside
+            its waits for data, syncs and collectives (waiting for a core, the GIL or a lock):
+            with ``data_offload_share``, the data rule's evidence of contention.
 
     Raises:
         TypeError, ValueError: naming the field, for a share that is not a number in [0, 1],
@@ -176,6 +182,8 @@ class StepShares:
     other_cores: float | None = None
     cores: int | None = None
     loadavg: float | None = None
+    data_offload_share: float | None = None
+    main_stall_share: float | None = None
 
     def __post_init__(self) -> None:
         check_type("shares", self.shares, Mapping)
@@ -188,8 +196,9 @@ class StepShares:
                   "flops_per_step", "rank_step_s", "other_cores", "loadavg"):
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0)
-        if self.core_wait_share is not None:
-            check_real("core_wait_share", self.core_wait_share, 0, 1)
+        for k in ("core_wait_share", "data_offload_share", "main_stall_share"):
+            if getattr(self, k) is not None:
+                check_real(k, getattr(self, k), 0, 1)
         if self.cores is not None:
             check_int("cores", self.cores, 1)
         for r, v in check_type("rank_work_s", self.rank_work_s, Mapping).items():
@@ -266,8 +275,11 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
     if peak_flops is not None:
         check_real("peak_flops", peak_flops, 0, lo_open=True)
     s, found = ev.shares, []
+    found += _contended_data(ev, th)
     for kind in ("data", "communication", "optimizer", "other"):
         v, limit = s.get(kind, 0.0), getattr(th, kind)
+        if kind == "data" and found:
+            continue  # judged with the loading off the main thread
         if limit is not None and v > limit:
             where = (f" on the least exposed of {ev.comm_ranks} ranks"
                      if kind == "communication" and ev.comm_ranks > 1 else "")
@@ -317,6 +329,26 @@ def _load(ev: StepShares, th: Thresholds) -> list[Finding]:
                      f"the step (the scheduler's run-queue account; threshold {th.load:.0%})"
                      f"{who}{avg}: every share above includes that wait, so a cause can hide "
                      "behind the phases it stretches", "info")]
+
+
+def _contended_data(ev: StepShares, th: Thresholds) -> list[Finding]:
+    """Loading on another thread of the process (a prefetcher's) while the main thread was
+    kept off its core: the loading was not hidden, it took the step's cores (or the GIL)."""
+    off, stall = ev.data_offload_share, ev.main_stall_share
+    if not off or stall is None or stall <= th.load:
+        return []
+    data = ev.shares.get("data", 0.0)
+    share = min(1.0, data + off)
+    if share <= th.data:
+        return []
+    core = (f" (waiting for a core {ev.core_wait_share:.1%}, the rest for the GIL or another "
+            "lock)" if ev.core_wait_share is not None else "")
+    return [_finding("data", share, th.data, f"data loading contends with compute, {share:.1%} "
+                     f"of the step (threshold {th.data:.0%}): another thread of the process "
+                     f"loaded batches {off:.1%} of the step while the step ran, and the step "
+                     f"waited for them {data:.1%}; the main thread was off its core {stall:.1%} "
+                     f"of the step outside its waits{core}. Prefetching cannot hide loading "
+                     "that needs the cores the step needs")]
 
 
 def _straggler(ev: StepShares, th: Thresholds) -> list[Finding]:

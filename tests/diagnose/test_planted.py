@@ -8,7 +8,7 @@ from conftest import EXAMPLES
 from perfkit import dist
 
 PLANTED = {"data_bound": "data", "sync_bound": "sync", "optimizer_bound": "optimizer",
-           "overhead_bound": "overhead"}
+           "overhead_bound": "overhead", "data_bound_prefetch": "data"}
 HEALTHY = ("healthy_mlp", "healthy_cnn")
 WINDOW = ["--skip", "2", "--steps", "8"]
 

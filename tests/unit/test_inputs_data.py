@@ -334,7 +334,7 @@ CASES = [  # (id, call, exception, regex on the message)
 
 # Records perfkit returns.
 RECORDS = {"LoaderRecord", "PipelineRecord", "MonitoredRun", "PaddingRecord", "PinTiming",
-           "WorkerSweep"}
+           "WorkerSweep", "PrefetchStats"}
 
 
 @pytest.mark.timeout(10)  # spend(inf) or a loop of inf seconds would never end
