@@ -33,8 +33,10 @@ def test_fp32_forward_and_grads_equal_float64(causal, t, tile):
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     assert out.dtype == torch.float32
     assert (out.double() - ref).abs().max() <= 1e-5
+    # gradients reach ~13 here: fp32 sums of T terms keep them to ~1e-6 of their largest
+    # (measured worst 9.9e-7 of it, AVX-512), a tile's lost rescale would be off by O(1)
     for a, b in zip(_grads(out, (q, k, v), g), _grads(ref, (qd, kd, vd), g.double())):
-        assert (a.double() - b).abs().max() <= 1e-5
+        assert (a.double() - b).abs().max() <= 4e-6 * max(1.0, float(b.abs().max()))
 
 
 def test_cross_attention_lengths_and_fp64_exact():
