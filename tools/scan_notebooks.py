@@ -15,8 +15,9 @@ notebook and cell (0-based, as in the .ipynb). The kinds (:data:`KINDS`):
 - ``point_outside_interval``: "0.18x (90% interval 0.182x to 0.212x)", as
   :class:`perfkit.stats.Estimate` and :func:`perfkit.verdict.judge` print them.
 - ``zero_width_interval``: "0.501 to 0.501".
-- ``bound_not_missed``: a verdict on "at most E" / "at least E" whose measured figure lies past
-  E, with an outcome other than missed (a bound is missed when the measurement crosses it).
+- ``bound_not_missed``: a verdict on "at most E", "at least E" or "between 0 and E" (a share's
+  upper bound) whose measured figure lies past E, with an outcome other than missed: a bound is
+  missed when the measurement crosses it.
 - ``path``: an absolute or temporary path (the checkout, /tmp, /home, ~/.cache, tempfile names).
 - ``warning``: a "...Warning" or "Warning:" line, or anything written to stderr.
 - ``error``: an error output or a traceback.
@@ -57,23 +58,26 @@ def _numu(name: str) -> str:
 _SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "m": 1e-3, "µ": 1e-6, "n": 1e-9}
 _SEP = r"\s*(?:to|–|—|-)\s*"
 
-_POINT_INTERVAL = re.compile(  # "0.18x (90% interval 0.182x to 0.212x, ...)", "1.2x (1.09x-1.26x)"
-    _numu("v") + r"\s*\((?P<words>[^()\n]{0,80}?)" + _numu("lo") + _SEP + _numu("hi") + r"(?=\s*[,;)])")
+# "0.18x (90% interval 0.182x to 0.212x, ...)", "1.2x (1.09x-1.26x)", "1.39 plain steps (90% interval ..."
+_POINT_INTERVAL = re.compile(
+    _numu("v") + r"(?P<named>(?:\s+[A-Za-z][\w-]*){0,3}?)\s*\((?P<words>[^()\n]{0,80}?)"
+    + _numu("lo") + _SEP + _numu("hi") + r"(?=\s*[,;)])")
 _INTERVAL = re.compile(  # "interval 0.501 to 0.501", without a point in front
     r"\b(?:interval|spread|range)\s+(?:of\s+|from\s+)?" + _numu("lo") + _SEP + _numu("hi"))
 _INTERVAL_WORDS = re.compile(r"\b(?:interval|spread|range|CI|p\d+-p\d+|bootstrap|repeats|rounds)\b")
 _BOUND = re.compile(  # perfkit.verdict.judge: "..., at most 1.81x. Measured: 2.14x (...): inconclusive"
-    r"\b(?P<side>at most|at least) " + _numu("edge") + r"\.\s+Measured:\s*" + _numu("v")
+    r"\b(?P<side>at most|at least|between 0 and) " + _numu("edge") + r"\.\s+Measured:\s*" + _numu("v")
     + r"(?:\s*\((?:[^()]|\([^()]*\))*\))?:\s*(?P<outcome>held|missed|inconclusive|disturbed)\b")
 
-_CEILING_WORDS = r"(?:ceiling|peak|roof|roofline|attainable|copy bandwidth)"
+_CEILING_WORDS = r"(?:ceiling|peak|roof|roofline|attainable|copy bandwidth|memcpy)"
 _SHARES = (  # a share of a ceiling, in percent ("164%") or as a fraction ("1.73 of its roof")
     re.compile(_numu("n") + r"\s+(?:of|=)\s+(?:[\w' -]{0,50}?\b)?" + _CEILING_WORDS + r"\b"),
     re.compile(r"\b[MH]FU\b[\w ]{0,20}?[:=]?\s*" + _numu("n") + r"(?<=%)"),
     re.compile(r"\b[MH]FU\s*/\s*[MH]FU\b[^\d\n]{0,20}" + _numu("m") + r"\s*/\s*" + _numu("n") + r"(?<=%)"),
     re.compile(r"(?:FLOP/s|B/s)\s*\(" + _numu("n") + r"(?<=%)\)"),  # "74 GFLOP/s (127%)"
-    re.compile(r"\b(?:[MH]FU|(?:over|of) (?:its|the) (?:\w+ ){0,3}?(?:roof|ceiling|peak))\b"
-               r"(?:[^.\n]|\.(?=\d))*?\.\s+Measured:\s*" + _numu("n")),  # a verdict on a share
+    # a verdict on a share: "Prediction (model): the MLP step's HFU, at most 1. Measured: 1.37"
+    re.compile(r"\):\s+(?=(?:[^.\n]|\.(?=\d))*?\b(?:[MH]FU|(?:over|of) (?:its|the) (?:\w+ ){0,3}?"
+               r"(?:roof|ceiling|peak))\b)(?:[^.\n]|\.(?=\d))*?\.\s+Measured:\s*" + _numu("n")),
 )
 _NOT_WAITED = re.compile(r"naive|no wait|not waited|before the work", re.I)
 _SHARE_CONTEXT = re.compile(_CEILING_WORDS + r"|\b[MH]FU\b")
@@ -129,6 +133,11 @@ def _value(m: re.Match, name: str) -> tuple[float, str]:
     return x, unit
 
 
+def _shown(m: re.Match, name: str) -> str:
+    """The number captured as ``name`` with its unit, as printed."""
+    return m.string[m.start(name):m.end(f"{name}_u") if m.group(f"{name}_u") else m.end(name)]
+
+
 def _interval(m: re.Match) -> tuple[float, float, str] | None:
     """``(low, high, unit)`` of a matched interval, or ``None`` where its two ends differ in unit."""
     (lo, lu), (hi, hu) = _value(m, "lo"), _value(m, "hi")
@@ -143,16 +152,18 @@ def _intervals(line: str) -> Iterable[tuple[str, str]]:
     for m in _POINT_INTERVAL.finditer(line):
         (v, vu), iv = _value(m, "v"), _interval(m)
         words = m.group("words").strip()
-        bare_ok = bool(vu) if not words else bool(_INTERVAL_WORDS.search(words))
-        if iv is None or not bare_ok or (iv[2] != vu and iv[2]):
+        named = bool(_INTERVAL_WORDS.search(words)) or (not words and not m.group("named") and bool(vu))
+        if iv is None or not named or (iv[2] != vu and iv[2]):
             continue
+        if not vu and re.fullmatch(r"\d+", m.group("v")) and not iv[0] == iv[1] == v:
+            continue  # a bare whole number is a size or a count ("multiples of 64 (..."), not the point
         lo, hi, _ = iv
         seen.add(m.start("lo"))
-        span = f"{m.group('lo')}{m.group('lo_u') or ''} to {m.group('hi')}{m.group('hi_u') or ''}"
+        span = f"{_shown(m, 'lo')} to {_shown(m, 'hi')}"
         if lo == hi:
             yield "zero_width_interval", f"the interval {span} has no width"
         elif not lo <= v <= hi:
-            yield "point_outside_interval", f"{m.group('v')}{vu} lies outside its interval {span}"
+            yield "point_outside_interval", f"{_shown(m, 'v')} lies outside its interval {span}"
     for m in _INTERVAL.finditer(line):
         iv = _interval(m)
         if m.start("lo") not in seen and iv is not None and iv[0] == iv[1]:
@@ -178,7 +189,7 @@ def _shares(line: str) -> Iterable[str]:
                 if share is not None and m.start(name) not in checked:
                     checked.add(m.start(name))
                     if share > 1:
-                        yield f"{m.group(name)}{m.group(name + '_u') or ''} of a ceiling (above 100%)"
+                        yield f"{_shown(m, name)} of a ceiling (above 100%)"
 
 
 def _bounds(line: str) -> Iterable[str]:
@@ -186,9 +197,9 @@ def _bounds(line: str) -> Iterable[str]:
         (edge, eu), (v, vu) = _value(m, "edge"), _value(m, "v")
         if eu != vu or m.group("outcome") == "missed":
             continue
-        past = v > edge if m.group("side") == "at most" else v < edge
+        past = v < edge if m.group("side") == "at least" else v > edge  # "between 0 and": at most
         if past:
-            yield (f"measured {m.group('v')}{vu} is past the bound {m.group('side')} {m.group('edge')}{eu}, "
+            yield (f"measured {_shown(m, 'v')} is past the bound {m.group('side')} {_shown(m, 'edge')}, "
                    f"yet the verdict is {m.group('outcome')}")
 
 
@@ -229,18 +240,15 @@ def scan_text(text: str, stderr: bool = False) -> list[tuple[str, str, str]]:
     return found
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
 def output_texts(output: dict) -> list[tuple[str, bool]]:
     """What a reader sees of one output, as ``(text, written to stderr)``: a stream's text, a
-    result's text/markdown (else its text/plain), an error's name, message and traceback."""
+    result's text/markdown (else its text/plain). An error output gives none: it is one
+    finding itself (:func:`scan_notebook`), and its traceback's paths are not more findings."""
     kind = output.get("output_type")
     if kind == "stream":
         return [(output.get("text", ""), output.get("name") == "stderr")]
     if kind == "error":
-        tb = _ANSI.sub("", "\n".join(output.get("traceback", [])))
-        return [(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}\n{tb}", False)]
+        return []
     data = output.get("data", {})
     text = data.get("text/markdown") or data.get("text/plain") or ""
     return [("".join(text) if isinstance(text, list) else text, False)]
@@ -258,8 +266,6 @@ def scan_notebook(nb, name: str) -> list[Finding]:
                 found.append(Finding(name, index, "error", error[:200], "an error output"))
             for text, stderr in output_texts(output):
                 for kind, line, detail in scan_text(text, stderr):
-                    if kind == "error" and output.get("output_type") == "error":
-                        continue  # the error output itself is the finding
                     if (kind, line[:200]) not in seen:
                         seen.add((kind, line[:200]))
                         found.append(Finding(name, index, kind, line[:200], detail))
@@ -322,13 +328,16 @@ def report(new: Sequence[Finding], stale: Sequence[Known]) -> str:
 
 def summary(paths: Sequence[Path | str], known_path: Path | str = KNOWN, shown: int = 5) -> str:
     """A few lines for the end of ``make course``: how many findings, how many are listed as
-    known, and the first ``shown`` that are not."""
+    known, how many listed ones did not occur, and the first ``shown`` findings not listed."""
     findings, known = scan(paths), load_known(known_path)
-    new, _ = compare(findings, known, ())
+    scanned = {p.stem for p in notebooks_in(paths)}
+    new, stale = compare(findings, known, scanned)
+    unseen = [k for k in known if k.notebook in scanned and not any(k.covers(f) for f in findings)]
     books = len({f.notebook for f in findings})
     lines = [f"consistency scan (python -m tools.scan_notebooks): {len(findings)} finding(s) in {books} "
              f"notebook(s); {len(findings) - len(new)} listed as known in tools/{Path(known_path).name}, "
-             f"{len(new)} not"]
+             f"{len(new)} not; {len(unseen)} listed one(s) did not occur ({len(stale)} of them not "
+             "intermittent: remove those entries)"]
     lines += [f"  {f.line()[:160]}" for f in new[:shown]]
     if len(new) > shown:
         lines.append(f"  ... and {len(new) - shown} more")

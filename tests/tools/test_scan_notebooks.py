@@ -60,6 +60,12 @@ CLEAN = [
     "step, alternating: 1.50x (90% interval 1.34-1.71x, 263.9 -> 175.4 ms, n=8)",
     "digits loader alone: 1.00 ms per batch (90% interval 862 µs to 1.28 ms, bootstrap of the median)",
     "0.957x (0.957x to 1.08x)",
+    "the 2 blocks' forward alone: 0.28 plain steps (90% interval 0.179 to 0.578, median of 8 paired ratios)",
+    "ring over gloo 2.87x (3 samples, fewer than the 5 a 90% interval needs: no interval)",
+    "all-reduce busbw at 1.05 MB: 198 MB/s (17% of one memcpy)",
+    "T = 1024 tokens (256 to 512)",
+    "speedup 1.5x (range of batch 8 to 16 samples)",
+    "fp32 off the vector grid: odd n at 106% of the multiples of 64 (90% interval 0.90 to 1.48, median of 5)",
     "a single sample could have been anywhere from 7.98 to 19.60 ms: -12% to +115% around the median",
     "crossover at 256 tokens (128 to 512 tokens wide)",
     "trace: build/traces/01_tiny_gpt2.pt.trace.json (1.6 MiB); see notebooks/07_data_loading.ipynb",
@@ -74,6 +80,10 @@ CLEAN_VERDICTS = [
     "to 2.4x): missed: 2.14x is 18% above 1.81x.",
     "❔ **Prediction** (fixed costs): fp32 rate at n=128 over n=512, at most 1x. **Measured:** 0.694x "
     "(90% interval 0.0105x to 12x): inconclusive: the 90% interval reaches across the edge 1x.",
+    "❔ **Prediction** (a range): time per sample at k=4 over k=1, between 0.25x and 1x. **Measured:** "
+    "1.05x (90% interval 0.9x to 1.2x): inconclusive.",
+    "✅ **Prediction** (the peak: MFU 2.45% can rise to 100 %): tokens/s speedup of --fix batch, between 1x "
+    "and 40.8x. **Measured:** 1.95x (90% interval 1.26x to 3.85x): held.",
     "❔ **Prediction** (one model): step time, at most 30 ms. **Measured:** 980 µs (90% interval 900 µs "
     "to 31 ms): inconclusive.",
     "❌ **Prediction** (64-wide operators): the tiny GPT-2 step's FLOP/s over the roof above it, at most "
@@ -101,6 +111,7 @@ def test_a_clean_notebook_gives_no_finding():
     "fp32 ceiling per core 58.1 GFLOP/s; the 1024-wide block reached 74 GFLOP/s (127%)",
     "x + y reaches 1.73 of its roof",
     "copy: 33 GB/s = 104% of copy bandwidth",
+    "all-reduce busbw at 1.05 MB: 1.98 GB/s (117% of one memcpy)",
 ])
 def test_a_share_of_a_ceiling_above_100_percent_is_found(line):
     assert kinds(out(line)) == ["over_ceiling"]
@@ -109,7 +120,7 @@ def test_a_share_of_a_ceiling_above_100_percent_is_found(line):
 def test_a_verdict_on_a_share_above_one_is_found():
     held = ("⚠️ **Prediction** (a step cannot run faster than the matmul ceiling): the MLP step's HFU, "
             "between 0 and 1. **Measured:** 2.79 (90% interval 2.49 to 3.98): disturbed: 2.79 lies outside.")
-    assert kinds(markdown(held)) == ["over_ceiling"]
+    assert kinds(markdown(held)) == ["over_ceiling", "bound_not_missed"]  # and 1 bounds a share
     assert kinds(markdown(held.replace("2.79", "0.79").replace("2.49", "0.49").replace("3.98", "0.98"))) == []
 
 
@@ -125,6 +136,7 @@ def test_exactly_100_percent_is_not_above_the_ceiling():
     "1.2x (1.21x-1.26x)",
     "step 1.3 ms (90% interval 990 µs to 1.2 ms)",  # the units' prefixes differ: 1.3 ms > 1.2 ms
     "MFU 27.8% (90% interval 28.1% to 30.2%, 30 steps)",
+    "checkpointed step: 1.39 plain steps (90% interval 1.4 to 2.04, median of 8 paired ratios)",
 ])
 def test_a_point_outside_its_interval_is_found(line):
     assert kinds(out(line)) == ["point_outside_interval"]
@@ -151,6 +163,9 @@ def test_a_zero_width_interval_is_found(line):
     "(90% interval 4.1 ms to 5.3 ms): held.",
     "❔ **Prediction** (a bound): data time, at most 30 ms. **Measured:** 31 ms (bootstrap of "
     "two separate runs (3 and 4 repeats) 20 ms to 40 ms): inconclusive.",
+    "❔ **Prediction** (at best min(backward, communication) / communication): share of the communication "
+    "the overlap hid, between 0 and 0.0852. **Measured:** 0.154 (3 samples, fewer than the 20 a 90% "
+    "interval needs: no interval): inconclusive: 3 samples, fewer than the 20 an interval needs.",
 ])
 def test_a_bound_crossed_but_not_missed_is_found(verdict):
     assert kinds(markdown(verdict)) == ["bound_not_missed"]
@@ -169,18 +184,24 @@ def test_an_absolute_or_temporary_path_is_found(line):
     assert kinds(out(line)) == ["path"]
 
 
+def test_the_checkout_is_named_as_such():
+    (f,) = scan.scan_notebook(book([out(f"python {scan.ROOT}/examples/x.py")]), "08_capstone")
+    assert f.detail == "the checkout's absolute path"
+
+
 def test_warnings_and_stderr_are_found():
     line = "/usr/lib/python3/site.py:12: UserWarning: `use_cache=True` is incompatible"
     assert kinds(out(line)) == ["path", "warning"]
     assert kinds(out("FutureWarning: x is deprecated")) == ["warning"]
     assert kinds(out("Warning: the fp32 ceiling is stale")) == ["warning"]
-    assert kinds(err("something on stderr\nand more")) == ["warning"]  # once per output
+    assert kinds(err("something on stderr\nFutureWarning: and more")) == ["warning"]  # once per output
 
 
 def test_errors_and_tracebacks_are_found():
     error = new_output("error", ename="ValueError", evalue="planted failure", traceback=[
-        "\x1b[0;31mTraceback (most recent call last)\x1b[0m", "ValueError: planted"])
-    assert kinds(error) == ["error"]
+        "\x1b[0;31mTraceback (most recent call last)\x1b[0m", f"File {scan.ROOT}/perfkit/verdict.py:229",
+        "ValueError: planted"])
+    assert kinds(error) == ["error"]  # one finding: its traceback's paths are not more
     assert kinds(out("Traceback (most recent call last):\n  File x, line 1\nKeyError: 3")) == ["error"]
 
 
@@ -272,3 +293,18 @@ def test_make_course_prints_the_scan_summary(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "consistency scan" in text and "1 finding(s) in 1 notebook(s)" in text
     assert "99_planted cell 1 [over_ceiling]" in text
+
+
+def test_the_summary_counts_known_new_and_gone(tmp_path):
+    lines = "MFU 164% of the fp32 ceiling\nsaved to /tmp/x/y"
+    nbformat.write(book([out(lines)]), tmp_path / "06_compute.ipynb")
+    listed = tmp_path / "known.json"
+    entries = [{"notebook": "06_compute", "kind": "over_ceiling", "match": "MFU", "reason": "r"},
+               {"notebook": "06_compute", "kind": "warning", "match": "Warn", "reason": "r"},
+               {"notebook": "06_compute", "kind": "error", "match": "E", "reason": "r", "intermittent": "i"},
+               {"notebook": "07_data", "kind": "error", "match": "E", "reason": "r"}]
+    listed.write_text(json.dumps({"findings": entries}))
+    text = scan.summary([tmp_path], listed)
+    assert "2 finding(s) in 1 notebook(s); 1 listed as known in tools/known.json, 1 not" in text
+    assert "2 listed one(s) did not occur (1 of them not intermittent" in text
+    assert "06_compute cell 1 [path]" in text and "[over_ceiling]" not in text
