@@ -272,8 +272,8 @@ def sweep_matmul(dtypes: Iterable[str], matmul_sizes: Iterable[int],
     """Every square size and shape in each dtype on each thread count, ``rounds`` times; each
     point's best round (highest ``best_flops_per_s``), in sweep order.
 
-    A point whose one call would exceed ``max_call_s`` (extrapolated from the dtype's previous
-    point on the same threads) is skipped: bf16 without fast units would take minutes. A dtype
+    A point whose one call would exceed ``max_call_s`` (extrapolated by FLOPs from the dtype's
+    point measured last on the same threads) is skipped: bf16 without fast units would take minutes. A dtype
     below :data:`EMULATED_BELOW` of fp32's rate at its first size is emulated: it is swept once,
     on the first thread count, at square sizes only (the course times it small, and holds it
     against fp32's ceiling).
@@ -288,6 +288,7 @@ def sweep_matmul(dtypes: Iterable[str], matmul_sizes: Iterable[int],
     check_real("max_call_s", max_call_s, 0, lo_open=True)
     counts, dev = _checked(threads, rounds, device)
     best: dict[tuple, MatmulPoint] = {}
+    last: dict[tuple, MatmulPoint] = {}  # (dtype, threads) -> the point measured last
     slow: set[str] = set()
     for rnd in range(rounds):
         for dt in names:
@@ -297,12 +298,13 @@ def sweep_matmul(dtypes: Iterable[str], matmul_sizes: Iterable[int],
                 for t in counts[:1] if dt in slow else counts:
                     if dt in slow and i >= len(squares):
                         break
-                    done = [p for p in best.values() if p.dtype == dt and p.threads in (t, 0)]
-                    rate = max((p.best_flops_per_s for p in done), default=None)
-                    if rate and matmul_flops(m, n, k) / rate > max_call_s:
+                    # from the point measured last, not the fastest: emulated time per FLOP grows with size
+                    prev = last.get((dt, t))
+                    if prev and prev.seconds * matmul_flops(m, n, k) / matmul_flops(*prev.mnk) > max_call_s:
                         continue
                     sq = m == n == k
-                    p = measure_matmul(n, dt, dev, 5, m=None if sq else m, k=None if sq else k, threads=t)
+                    p = last[dt, t] = measure_matmul(n, dt, dev, 5, m=None if sq else m, k=None if sq else k,
+                                                     threads=t)
                     key = (dt, p.mnk, t)
                     if key not in best or p.best_flops_per_s > best[key].best_flops_per_s:
                         best[key] = p

@@ -234,6 +234,20 @@ def test_the_matmul_sweep_keeps_each_points_best_round_and_skips_long_calls(monk
     assert [c[1] for c in calls] == [256, 512]  # 4 s <= 5 s: measured
 
 
+def test_a_long_call_is_extrapolated_from_the_last_point_not_the_fastest(monkeypatch):
+    # emulated bf16 slows per FLOP as it grows: 128 in 1 ms, 256 in 0.5 s; 512 would take ~4 s
+    seconds = {128: 0.001, 256: 0.5, 512: 4.0}
+    calls = []
+
+    def fake(n, dtype, device=None, repeat=7, *, m=None, k=None, threads=None):
+        calls.append(n)
+        return hw.MatmulPoint(n, dtype, seconds[n], 2 * n**3 / seconds[n], 2 * n**3 / seconds[n], threads)
+
+    monkeypatch.setattr(hw_sweep, "measure_matmul", fake)
+    hw.sweep_matmul(["bfloat16"], [128, 256, 512], [], [1], rounds=1, max_call_s=1.0)
+    assert calls == [128, 256]  # from 128's rate 512 would look like 64 ms
+
+
 def test_the_matmul_sweep_keeps_the_best_round(monkeypatch):
     rates = iter([1e9, 3e9, 2e9])
 
