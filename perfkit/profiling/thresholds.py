@@ -112,9 +112,14 @@ class Thresholds:
 
         * ``data`` 0.20: planted 0.55-0.81; others <= 0.16 (an MLP fed by a TensorDataset
           at batch 128: per-sample indexing and collation).
-        * ``communication`` 0.20, exposed collective share of the least exposed rank:
-          planted (DDP, 1 KB buckets) 0.24-0.72 with 16 layers, 0.39-0.65 with the 32 it
-          has now; a ZeRO-1 DeepSpeed engine with 2 ranks about 0.10.
+        * ``communication`` 0.20, the least exposed rank's share: its exposed collectives,
+          its own launches and DDP bucket copies, and its operators slowed by collectives in
+          flight (:func:`~perfkit.profiling.attribute_trace`). Planted (DDP, 1 KB buckets)
+          0.24-0.72 with 16 layers, 0.39-0.65 with the 32 it has now, 0.57 since the
+          host-side work counts (0.30 exposed alone); the wide MLP at batch 2 with 50 KB
+          buckets (``comm_bound_wide``) 0.40-0.60 at loads 5-18, where the exposed share
+          alone was 0.10-0.37 and below the threshold in 2 of 4 runs; a ZeRO-1 DeepSpeed
+          engine with 2 ranks 0.48 (0.39-0.43 exposed).
         * ``optimizer`` 0.40: planted 0.75-0.79 (Adam, ``foreach=False``, 200 tensors);
           others <= 0.34 (AdamW on the healthy MLP: 0.25-0.34 at batch 128, 0.26 at 256).
         * ``other`` unjudged: a trace's "other" is the script's own Python between

@@ -14,7 +14,9 @@ from perfkit.profiling import (
     StepRecorder,
     Thresholds,
     attribute_trace,
+    build_report,
     diagnose_shares,
+    render_text,
     trace_events,
 )
 from perfkit.profiling import attribution as attribution_module
@@ -126,3 +128,37 @@ def test_the_recorder_traces_a_prefetch_threads_loading(tmp_path, one_thread):
     assert covered > 0.6 * sum(b - a for a, b in waited), (waited, spans)
     a = attribute_trace(rec.trace_path)
     assert a.category_s["data"] > 0  # the consumer's waits, on the main thread
+
+
+def record(main_cpu_s, data=0.05, offload=0.6, exposed=0.0, host=0.0):
+    """One rank's record: a 10 ms step over a 1 s window, the main thread on its core
+    ``main_cpu_s`` of it."""
+    step = 0.01
+    cat = {k: 0.0 for k in ("data", "sync", "communication", "optimizer", "backward",
+                            "forward", "other")}
+    cat.update(data=data * step, communication=(exposed + host) * step,
+               forward=(1 - data - exposed - host) * step)
+    return {"rank": 0, "status": "complete", "steps_seen": 102, "window_steps": 100,
+            "step_times_s": [step] * 100, "batch_size": 32, "flops_per_step": None,
+            "memory": {"kind": "peak RSS", "bytes": 2**30}, "trace": "t.json", "note": None,
+            "host": "a", "load": {"window_s": 1.0, "cores": 2, "main_cpu_s": main_cpu_s,
+                                  "main_wait_s": 0.1, "process_cpu_s": 1.5,
+                                  "cores_busy_s": 1.6, "loadavg": 2.0},
+            "attribution": {"steps": 100, "step_mean_s": step, "category_s": cat,
+                            "comm_overlapped_s": 0.0, "syncs_per_step": 0.0,
+                            "host_gap_s": 0.0, "ops_per_step": 50.0, "device_idle_share": None,
+                            "comm_host_s": host * step, "data_offload_s": offload * step}}
+
+
+def test_the_report_judges_the_loading_by_the_main_threads_stall():
+    # on its core 30 % of the window, waiting for data 5 % and for collectives 10 %: off its
+    # core otherwise 55 % (the DDP launches, 20 %, are work on its core, not a wait)
+    rep = build_report([record(0.3, exposed=0.1, host=0.2)])
+    top = rep["findings"][0]
+    assert top["kind"] == "data" and top["share"] == pytest.approx(0.65)
+    assert "off its core 55.0%" in top["evidence"] and "waiting for a core 10.0%" in top["evidence"]
+    assert rep["data_offload_share"] == pytest.approx(0.6)
+    assert "data, off-main  60.0%" in render_text(rep)
+    # on its core 90 %: the loading had a core of its own and was hidden
+    quiet = build_report([record(0.9)])
+    assert "data" not in [f["kind"] for f in quiet["findings"]]
