@@ -16,7 +16,8 @@ from perfkit import dist
 from perfkit.profiling import Thresholds, build_report, cpu_snapshot, diagnose_shares, load_between
 from perfkit.profiling.rules import StepShares
 
-needs_proc = pytest.mark.skipif(cpu_snapshot() is None, reason="no /proc schedstat here")
+needs_proc = pytest.mark.skipif(cpu_snapshot() is None or not hasattr(os, "sched_setaffinity"),
+                                reason="no /proc schedstat or CPU affinity here")
 BUSY = "import os, sys\nos.sched_setaffinity(0, {int(c) for c in sys.argv[1:]})\nwhile True: pass"
 
 
@@ -111,7 +112,8 @@ def test_the_load_rule_reads_the_wait_and_stays_silent_without_it():
 
 
 @needs_proc
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2,
+                    reason="needs 2 cores it can pin to")
 def test_comm_bound_ddp_on_loaded_cores_is_still_diagnosed_communication(tmp_path):
     """The wide MLP at batch 2 under DDP with 50 KB buckets, 2 gloo ranks and 4 busy loops on
     the same 2 cores (a load of about 6): communication tops the report, and the report
