@@ -259,6 +259,7 @@ def _sizes(name: str, v: Iterable) -> list:
 
 
 def _checked(threads: Iterable[int] | None, rounds: int, device) -> tuple[list[int], torch.device]:
+    """The thread counts (default :func:`thread_counts`) and device of a sweep, ``rounds`` checked."""
     check_int("rounds", rounds, 1)
     dev = resolve_device(device)
     return (thread_counts(dev) if threads is None else
@@ -273,10 +274,10 @@ def sweep_matmul(dtypes: Iterable[str], matmul_sizes: Iterable[int],
     point's best round (highest ``best_flops_per_s``), in sweep order.
 
     A point whose one call would exceed ``max_call_s`` (extrapolated by FLOPs from the dtype's
-    point measured last on the same threads) is skipped: bf16 without fast units would take minutes. A dtype
-    below :data:`EMULATED_BELOW` of fp32's rate at its first size is emulated: it is swept once,
-    on the first thread count, at square sizes only (the course times it small, and holds it
-    against fp32's ceiling).
+    point measured last on the same threads) is skipped: bf16 without fast units would take
+    minutes. A dtype below :data:`EMULATED_BELOW` of fp32's rate at its first size is emulated:
+    it is swept once, on the first thread count, at square sizes only (the course times it
+    small, and holds it against fp32's ceiling).
 
     Raises:
         TypeError, ValueError: for an unknown dtype, an empty list, a size, shape, thread count

@@ -204,7 +204,7 @@ else:
 # * `x + y` on fp32 vectors of the size the sweep added at (no cache holds them): 1 FLOP per
 #   12 bytes (two reads, one write);
 # * a `(4096, 256) @ (256, 256)` fp32 matmul, a typical linear layer at batch 4096;
-# * the fastest square fp32 matmul of section 2.
+# * the fastest square fp32 matmul of section 2 on the same threads.
 #
 # An operation whose bytes fit in half the last-level cache is held against the cache's
 # bandwidth, the others against DRAM's (the figure draws DRAM's roof). Each is held against its
@@ -216,10 +216,9 @@ else:
 # predicts is how close they come. `x + y` runs the traffic the sweep measured at this very
 # size, so it should reach at least half of its roof: a median is slower than the fastest tenth
 # of the sweep's best round, and load slows it further, but not by half on a machine that
-# leaves a core free. The linear layer is compute-bound, yet its thin matrix gives each core
-# less reuse than a square one: a blocked matmul re-reads panels of its operands, more bytes
-# than the roof's minimum, so it should reach a smaller share of its roof than the fastest
-# square matmul does. That one sits at or just under its roof: it set it.
+# leaves a core free. The linear layer is compute-bound (right of the ridge), and the sweep
+# timed this very shape on these threads: it too should reach at least half of its roof. The
+# square matmul sits at or just under its roof: the sweep's best square set it, or came close.
 
 # %%
 threads = sizing.timing_threads()  # the cores other processes leave free
@@ -232,7 +231,9 @@ o = torch.empty(4096, 256, device=DEVICE)
 with sizing.pinned_threads(threads):
     add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=7, device=DEVICE)
     lin = timing.benchmark(lambda: torch.mm(a, w, out=o), warmup=2, repeat=10, device=DEVICE)
-best = max((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.flops_per_s)
+squares = [p for p in limits.matmul_points if p.dtype == "float32"]
+best = max([p for p in squares if p.threads in (threads, 0)] or squares,
+           key=lambda p: p.flops_per_s)  # the fastest square on these threads, by its median
 ops = [  # (label, FLOPs, bytes, seconds: the median and its interval, threads)
     ("x + y", n_vec, 3 * 4 * n_vec, stats.median_interval(add.times_s), threads),
     ("linear 4096x256x256", roofline.matmul_flops(4096, 256, 256), roofline.matmul_bytes(4096, 256, 256),
@@ -266,17 +267,14 @@ plt.show()
 # first reads the cache line it writes (write-allocate), so a copy really moves 3 bytes for the
 # 2 counted and `x + y` 4 for the 3 counted. At the same real bandwidth `x + y`'s counted rate
 # is `(3/2) / (4/3) = 9/8` of the copy's, which is why the sweep takes the better of the two
-# as the DRAM ceiling. The sweep's own points at the DRAM size show the ratio on this machine.
+# as the DRAM ceiling. Below, a copy and `x + y` of the same buffers are timed in alternation
+# (`perfkit.sizing.same_work_ratio`) to show the ratio on this machine.
 
 # %%
-dram_pts = {(p.op, p.threads): p for p in limits.copy_points if p.nbytes == add_bytes}
-for t in sorted({t for _, t in dram_pts}, reverse=True):
-    if ("add", t) in dram_pts and ("copy", t) in dram_pts:
-        print(f"at {si(add_bytes, 'B')} {on(t)}: x + y counted "
-              f"{si(dram_pts['add', t].best_bytes_per_s, 'B/s')}, the copy "
-              f"{si(dram_pts['copy', t].best_bytes_per_s, 'B/s')}: "
-              f"{dram_pts['add', t].best_bytes_per_s / dram_pts['copy', t].best_bytes_per_s:.3g}x (write-allocate "
-              "alone would give 1.125x)")
+add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x, y, out=out), 2 * add_bytes,
+                                       3 * add_bytes, repeat=5, device=DEVICE, threads=threads).inverse()
+print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
+      f"{add_over_copy.value:.3g}x ({add_over_copy.describe('x')}); write-allocate alone would give 1.125x")
 p_add = Prediction("x + y's FLOP/s over its roof", "memory-bound; the sweep ran the same traffic at this size",
                    low=0.5, physical=(0, 1))
 viz.verdict(p_add, share_of_roof["x + y"], explain={
@@ -289,13 +287,12 @@ lin_sweep = max((p.best_flops_per_s for p in limits.shape_points if p.mnk == (40
 lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the sweep's best round of this very "
              + (f"shape {on(threads)} {lin_sweep / limits.peak_flops('float32', threads):.0%}" if lin_sweep else
                 "shape was not timed on these threads"))
-viz.verdict(Prediction("the linear layer's share of its roof over the square matmul's", "a thin matrix: each "
-                       "core re-reads panels of its operands, more bytes than the roof's minimum", high=1.0, unit="x",
-                       physical=(0, None)),
-            share_of_roof["linear 4096x256x256"].scaled(1 / square), explain={
-    "held": f"The linear layer reached {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}. "
-            "Module 06 returns to what a matrix's shape costs.",
-    "above": f"The thin layer ran nearer its roof than the square: {lin_cause}."})
+viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound; the sweep timed this shape",
+                       low=0.5, physical=(0, 1)), share_of_roof["linear 4096x256x256"], explain={
+    "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}. Module 06 "
+            "returns to what a matrix's shape costs.",
+    "below": f"Below half of its roof: {lin_cause}; its repeats spread {lin.p10_s * 1e3:.1f}-"
+             f"{lin.p90_s * 1e3:.1f} ms (p10-p90)."})
 
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
