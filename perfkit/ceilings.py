@@ -26,7 +26,7 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.hw import MachineLimits, save_limits
 from perfkit.units import si
 
-__all__ = ["KINDS", "Observation", "ceiling", "observe"]
+__all__ = ["KINDS", "Observation", "cached_copy_bytes", "ceiling", "observe"]
 
 KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
 """What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
@@ -59,6 +59,35 @@ def ceiling(limits: MachineLimits, kind: str, threads: int | None = None) -> flo
         return max(limits.cache_bytes_per_s or 0.0, limits.copy_bytes_per_s)
     return limits.peak_flops(kind, threads)
 
+
+
+def cached_copy_bytes(limits: MachineLimits, share: float = 0.5) -> int | None:
+    """The largest copy buffer (bytes) of the sweep whose median rate, on its faster thread count,
+    stays at least ``share`` of the cache ceiling: the cache this process really sees.
+
+    The operating system's last-level cache (:attr:`MachineLimits.llc_bytes`) can be the host's: a
+    virtual machine with 2 cores reports its host's whole L3 (480 MiB), while its copies fall to
+    DRAM's rate between 1 and 4 MB buffers. A copy of ``N`` bytes reads and writes ``2N``, so an
+    operation whose counted bytes are at most twice this size was served by the cache in the sweep.
+
+    Returns:
+        The buffer size in bytes, or ``None`` without a cache ceiling or a copy that reached it.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`perfkit.hw.MachineLimits` or a
+            ``share`` outside (0, 1].
+    """
+    check_type("limits", limits, MachineLimits)
+    check_real("share", share, 0, 1, lo_open=True)
+    if not limits.cache_bytes_per_s:
+        return None
+    below_dram = limits.dram_nbytes or math.inf  # a DRAM-sized buffer is never the cache's
+    rates: dict[int, float] = {}  # bytes -> the best median over thread counts
+    for p in limits.copy_points:
+        if p.op == "copy" and p.nbytes < below_dram:
+            rates[p.nbytes] = max(rates.get(p.nbytes, 0.0), p.bytes_per_s)
+    fast = [n for n, r in rates.items() if r >= share * limits.cache_bytes_per_s]
+    return max(fast) if fast else None
 
 @dataclass(frozen=True)
 class Observation:

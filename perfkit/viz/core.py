@@ -364,7 +364,8 @@ def roofline_widget(limits: Any) -> WidgetSpec:
     def show(log2_n: int, dtype: str) -> Figure:
         p = hw.matmul_roofline(2 ** log2_n, dtype, limits)
         fig = plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s,
-                            [(f"{p.n}x{p.n} {dtype}", p.intensity, p.attainable_flops)],
+                            [(f"{p.n}x{p.n} {dtype} (modelled: its roof, not measured)", p.intensity,
+                              p.attainable_flops)],
                             intensity_range=(1 / 16, max(1024.0, 2 * p.intensity)))
         fig.axes[0].set_title(
             f"{p.n} x {p.n} matmul in {dtype}: {p.intensity:.3g} FLOP/byte, {p.bound}-bound\n"
@@ -373,5 +374,6 @@ def roofline_widget(limits: Any) -> WidgetSpec:
         return tidy(fig)
 
     return WidgetSpec(show, {"log2_n": IntControl(1, 14, 8, description="log2(matrix size)"),
-                             "dtype": Choice(dtypes, dtypes[0], description="dtype")},
+                             "dtype": Choice(dtypes, "float32" if "float32" in dtypes else dtypes[0],
+                                             description="dtype")},
                       title="Where does a matmul sit on this machine's roofline?")

@@ -38,8 +38,11 @@ def plot_matmul_sweep(limits: MachineLimits) -> Figure:
             pts = [p for p in limits.matmul_points if p.dtype == dtype and p.threads == t]
             ax.plot([p.n for p in pts], [p.flops_per_s for p in pts], "o-" if t != 1 else "s--",
                     label=f"{dtype}, {_threads(pts[0])}" if t else dtype)
+    sizes = sorted({p.n for p in limits.matmul_points})
     ax.set(xscale="log", yscale="log", xlabel="matrix size n (n x n @ n x n)",
            ylabel="FLOP/s (median)", title=f"Matmul throughput on {limits.name}")
+    ax.set_xticks(sizes, [str(n) for n in sizes])  # one label per size swept, none between
+    ax.minorticks_off()
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.grid(True, which="both", alpha=0.3)
     return tidy(fig)
@@ -64,8 +67,10 @@ def plot_copy_sweep(limits: MachineLimits) -> Figure:
         ax.axhline(limits.cache_bytes_per_s, ls=":", c="tab:green",
                    label=f"cache ceiling: {si(limits.cache_bytes_per_s, 'B/s')}")
     if limits.llc_bytes:
-        ax.axvline(limits.llc_bytes, c="tab:red", lw=1, label=f"last-level cache {si(limits.llc_bytes, 'B')}")
-    ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)", ylabel="bytes read + written per s",
+        ax.axvline(limits.llc_bytes, c="tab:red", lw=1,
+                   label=f"last-level cache the OS reports: {si(limits.llc_bytes, 'B')}")
+    ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)",
+           ylabel="bytes read + written per s\n(points: median; lines: fastest tenth)",
            title="Copy bandwidth against buffer size")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes: no point hidden
     ax.grid(True, which="both", alpha=0.3)
@@ -73,8 +78,10 @@ def plot_copy_sweep(limits: MachineLimits) -> Figure:
 
 
 def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
-    """The copy sweep's fastest buffer whose source and destination fit in half the last-level
-    cache (the buffer at most a quarter of it), and its smallest buffer at least 4x that cache
+    """The copy sweep's buffer of the cache ceiling's size (:attr:`MachineLimits.cache_nbytes`, its
+    faster thread count) or, where that is unknown, its fastest buffer whose source and destination
+    fit in half the last-level cache (the buffer at most a quarter of it), and its smallest buffer
+    at least 4x that cache
     (STREAM's rule: no cache level holds it) or, where the sweep capped the DRAM buffers, its
     smallest one of the DRAM ceiling's size (:attr:`MachineLimits.dram_nbytes`).
 
@@ -90,7 +97,8 @@ def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
     if not cached or not dram:
         raise ValueError(f"limits must hold copies in cache and from DRAM (last-level cache {llc!r} bytes; "
                          f"buffers {[p.nbytes for p in limits.copy_points]})")
-    return max(cached, key=lambda p: p.bytes_per_s), min(dram, key=lambda p: p.nbytes)
+    ceiling = [p for p in cached if p.nbytes == limits.cache_nbytes]  # the buffer the ceiling names
+    return max(ceiling or cached, key=lambda p: p.bytes_per_s), min(dram, key=lambda p: p.nbytes)
 
 
 def skipped_sizes(limits: MachineLimits, sizes: Sequence[int]) -> list[str]:
@@ -116,7 +124,8 @@ def bf16_sentence(limits: MachineLimits) -> str:
     what = {"native": "native bf16 arithmetic",
             "converted": "no bf16 units: bf16 is converted to fp32 for the arithmetic and back",
             "emulated": f"emulated (below {EMULATED_BELOW:.0%} of fp32): later notebooks time bf16 at the "
-                        "small sizes that fit their budgets, and hold its MFU against the fp32 ceiling",
+                        "small sizes that fit their budgets, and hold its FLOP/s against the measured fp32 "
+                        "ceiling",
             }[limits.support("bfloat16")]
     faked = (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={imitation()})"
              if imitation() else "")

@@ -3,7 +3,7 @@ says so; a share held against a ceiling after observe never exceeds 1."""
 
 import pytest
 
-from perfkit import hw
+from perfkit import ceilings, hw
 from perfkit.ceilings import ceiling, observe
 
 
@@ -87,3 +87,24 @@ def test_observations_in_sequence_keep_every_ceiling(lim):
         cur = observe(cur, "float32", rate, "op", threads=threads, save=False).limits
     assert cur.peak_flops("float32") == 1.1e11 and cur.peak_flops("float32", 1) == 3.5e10
     assert cur.peak_flops("bfloat16") == 2e9
+
+
+def test_cached_copy_bytes_is_the_largest_buffer_near_the_cache_ceiling():
+    from perfkit.hw import CopyPoint
+
+    # a VM reporting its host's 480 MiB L3; its copies fall to DRAM's rate past 1 MiB
+    rates = {2**16: (60e9, 30e9), 2**18: (80e9, 40e9), 2**20: (30e9, 50e9), 2**22: (11e9, 9e9),
+             2**24: (9e9, 44e9)}  # bytes -> (median on 1 thread, on 2)
+    copies = [CopyPoint(n, 1e-3, r, r, t) for n, pair in rates.items() for t, r in zip((1, 2), pair)]
+    copies += [CopyPoint(2**30, 1e-1, 14e9, 14e9, 1), CopyPoint(2**30, 1e-1, 90e9, 90e9, 1, op="add")]
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 1.4e10, copy_points=copies, cache_bytes_per_s=8.6e10,
+                           llc_bytes=480 << 20, dram_nbytes=2**30)
+    # 2**20 holds half the ceiling on 2 threads (the faster count), 2**22 on neither; 2**24 on 2
+    # threads (44 GB/s) is above half: the largest such buffer wins, not the first to fall
+    assert ceilings.cached_copy_bytes(lim) == 2**24
+    assert ceilings.cached_copy_bytes(lim, share=0.6) == 2**18  # 80 of 86 GB/s; 2**20's 50 is below 52
+    # an add, or a DRAM-sized buffer, is never the cache's
+    assert ceilings.cached_copy_bytes(lim, share=0.1) == 2**24
+    from dataclasses import replace
+    assert ceilings.cached_copy_bytes(replace(lim, cache_bytes_per_s=None)) is None
+    assert ceilings.cached_copy_bytes(lim, share=1.0) is None  # no median reaches the fastest tenth

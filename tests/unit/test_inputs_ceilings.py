@@ -32,6 +32,9 @@ CASES = [  # (id, call, exception, regex on the message)
     ("observe.what none", lambda: observe(LIMITS, "dram", 1.0, None, save=False), TypeError, "what"),
     ("observe.threads", lambda: observe(LIMITS, "float32", 1.0, "x", threads=-2, save=False), ValueError,
      "threads must be an int >= 1"),
+    ("cached_copy_bytes.limits", lambda: ceilings.cached_copy_bytes({"cache": 1e9}), TypeError, "limits must be"),
+    ("cached_copy_bytes.share", lambda: ceilings.cached_copy_bytes(LIMITS, 0), ValueError, "share must be"),
+    ("cached_copy_bytes.share above 1", lambda: ceilings.cached_copy_bytes(LIMITS, 1.5), ValueError, "share"),
     ("observe.save", lambda: observe(LIMITS, "dram", 1.0, "x", save="no"), TypeError, "save must be a bool"),
 ]
 

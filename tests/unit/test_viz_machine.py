@@ -60,6 +60,9 @@ def test_cache_and_dram_points_follow_the_last_level_cache():
     # the fastest whose source and destination fit in half the cache (2**17 is faster, but the two
     # buffers would fill half of it); the smallest >= 4x the cache
     assert (cached.nbytes, dram.nbytes) == (2**16, 2**20)
+    from dataclasses import replace
+    # the cache ceiling named its buffer: that one, though another ran faster by its median
+    assert vm.cache_and_dram_points(replace(lim, cache_nbytes=2**14))[0].nbytes == 2**14
     with pytest.raises(ValueError, match="last-level cache"):
         vm.cache_and_dram_points(limits())  # no cache size known
     with pytest.raises(TypeError, match="limits"):
