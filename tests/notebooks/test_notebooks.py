@@ -16,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tools import scan_notebooks
 from tools.run_course import run_notebook
 from tools.strip_notebooks import keeps_output, kept_output_differences
 
@@ -24,6 +25,7 @@ NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions")
 QUICK_BUDGET_S = 90.0  # the target, on an idle 2-core machine: benchmarks/notebooks_quick.py
 HANG_GUARD_S = 4 * QUICK_BUDGET_S  # the slowest notebook took 49 s idle, about 2x that loaded
 ids = [f"{p.parent.name}/{p.stem}" for p in NOTEBOOKS]
+EXECUTED: list[Path] = []  # lectures test_runs_in_quick_mode ran in this session: the scan's input
 
 
 def code_cells(path):
@@ -50,6 +52,8 @@ def test_runs_in_quick_mode(path, tmp_path, monkeypatch, imitate):
     print(f"{path.name}: {run.seconds:.0f} s (QUICK budget {QUICK_BUDGET_S:.0f} s, idle machine"
           + (f"; imitating {imitate})" if imitate else ")"))
     assert run.status == "ok", f"{path.name}: {run.status}: {run.error}"
+    if out != tmp_path:
+        EXECUTED.append(out / path.name)
     found = log.read_text().splitlines() if log.exists() else []
     assert not found, f"{path.name}: figures with overlapping text: {found[:5]}"
     done = nbformat.read(out / path.name, as_version=4)
@@ -163,3 +167,17 @@ def test_a_figure_with_overlapping_text_is_caught(tmp_path, monkeypatch):
                        html=False)
     assert run.status == "ok", run.error
     assert "another label" in (tmp_path / "overlaps.jsonl").read_text()
+
+
+def test_scan_finds_only_the_known_findings():
+    """The consistency scan (tools/scan_notebooks.py) over the lectures test_runs_in_quick_mode
+    executed above in this session (pytest runs a file's tests in order, so this one comes after
+    them): every finding is listed in tools/scan_known.json with the reason it is still there,
+    and every listed one still occurs, so the list can only shrink."""
+    if not EXECUTED:
+        pytest.skip("no lecture notebook was executed in this session: the scan reads what "
+                    "test_runs_in_quick_mode writes to build/notebooks/ (run both in one pytest call)")
+    findings = scan_notebooks.scan(EXECUTED)
+    new, stale = scan_notebooks.compare(findings, scan_notebooks.load_known(), {p.stem for p in EXECUTED})
+    assert not new and not stale, ("the consistency scan of the QUICK run:\n"
+                                   + scan_notebooks.report(new, stale))
