@@ -11,8 +11,10 @@ budget is reported with its three slowest cells and the machine's load average, 
 fail the run: the exit status is non-zero only when a notebook failed. The summary table lists
 every notebook's status, seconds and the headline figures it measured (the cells that
 call ``perfkit.viz.show_headlines``); the scorecard after it counts the predictions that
-held (``perfkit.viz.show_verdict``) and lists the others. Each kernel's stderr (ipykernel's
-warnings, the profiler's C++ lines) goes to ``NAME.stderr.log`` beside the executed notebook.
+held (``perfkit.viz.show_verdict``) and lists the others; last, the consistency scan's count of
+findings (:mod:`tools.scan_notebooks`), those not listed in ``tools/scan_known.json`` shown.
+Each kernel's stderr (ipykernel's warnings, the profiler's C++ lines) goes to
+``NAME.stderr.log`` beside the executed notebook.
 ``PERFKIT_IMITATE=no-bf16`` runs every notebook as on a CPU without native bf16
 (:data:`perfkit.hw.IMITATIONS`).
 """
