@@ -75,9 +75,11 @@ for n in (128, 1024, 8192):
 # ## 2. How fast does this machine multiply?
 #
 # **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units;
-# small ones should fall short, because fixed costs (dispatch, thread start-up, memory
-# traffic) weigh more when there is little work: the smallest size should run slower than the
-# largest. bf16 halves the bytes per element; whether it
+# small ones should fall short, because each call's fixed costs (dispatch, packing the operands
+# into blocks) weigh more when there is little work: on one thread, the smallest size should run
+# slower than the largest. On several threads a call also wakes the pool's threads (they stay
+# alive between calls) and waits at a barrier for the slowest of them, a cost that depends on
+# what else holds the cores. bf16 halves the bytes per element; whether it
 # also doubles FLOP/s depends on the hardware (CPUs with AVX-512 BF16 or AMX and all recent
 # GPUs have bf16 instructions; older CPUs emulate it and get slower).
 #
@@ -87,7 +89,9 @@ for n in (128, 1024, 8192):
 # first, then repeated timed batches, the median reported (a shared machine has stalls of
 # milliseconds; the median ignores them). Each runs on every core and on one thread: later
 # timing sections pin one thread when other processes hold the cores, and one thread alone
-# often runs faster than its share of all of them. The whole sweep runs in several rounds,
+# often runs faster than its share of all of them. A dtype whose smallest size runs below
+# `hw.EMULATED_BELOW` of fp32 is emulated, and after that size it is swept on every core only,
+# at the square sizes, once (the line after the sweep says whether that happened here). The whole sweep runs in several rounds,
 # seconds apart, and each point keeps its best round. The **ceiling** is the best point's rate
 # over its fastest tenth of repetitions: an upper bound of the work the course runs, what the
 # machine does when nothing competes for it. A point whose one call would take over a second
@@ -99,6 +103,13 @@ limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES
 print("\n".join(vm.sweep_lines(limits) + vm.skipped_sizes(limits, MATMUL_SIZES)))
 print("\nthe ceilings, and the point each came from:")
 print("\n".join(line for line in vm.source_lines(limits) if "matmul" in line))
+for dt in limits.matmul_flops:  # an emulated dtype: swept on fewer threads past its smallest size
+    pts = [p for p in limits.matmul_points if p.dtype == dt]
+    later = sorted({p.threads for p in pts if p.n > min(q.n for q in pts)})
+    if limits.support(dt) == "emulated" and later:
+        print(f"\n{dt}'s ceiling is {limits.peak_flops(dt) / limits.peak_flops('float32'):.2g}x fp32's: emulated, so "
+              f"past n={min(q.n for q in pts)} it was swept {' and '.join(on(t) for t in later)} only, at the square "
+              "sizes, in one round")
 
 # %%
 import matplotlib.pyplot as plt
@@ -107,29 +118,45 @@ vm.plot_matmul_sweep(limits)
 plt.show()
 
 # %% [markdown]
-# **Reading the plot.** Each curve rises while fixed costs are amortised over more work and
-# flattens (or dips, once the matrices outgrow the cache) near the ceiling. On a busy machine
-# the curves for all cores can lie *below* the one-thread curves: every matmul waits for its
-# slowest thread, and a thread whose core another process holds makes all of them wait. The
-# bf16/fp32 ratio printed next tells you whether this machine has native bf16 arithmetic (a
-# ratio near or above 2), converts bf16 to fp32 for the arithmetic (about 0.5), or emulates
-# it (a few hundredths: `perfkit.hw.MachineLimits.support` calls anything below
-# `hw.EMULATED_BELOW` emulated).
+# **Reading the plot.** The model says a curve rises while fixed costs are amortised over more
+# work and flattens near the ceiling, or dips once the matrices outgrow a cache. What each curve
+# did here is printed next: its smallest size's rate and its largest's as shares of its best.
+# On a busy machine the curves for all cores can lie *below* the one-thread curves: every
+# matmul waits for its slowest thread, and a thread whose core another process holds makes all
+# of them wait. The bf16/fp32 ratio tells you whether this machine has native bf16 arithmetic
+# (a ratio near or above 2), converts bf16 to fp32 for the arithmetic (about 0.5), or emulates
+# it (far below: `perfkit.hw.MachineLimits.support` calls anything below `hw.EMULATED_BELOW`
+# emulated).
 #
 # The sweep's points were timed seconds apart, so the ratio of two of them has no interval. To
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
 # on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
-# `perfkit.sizing.matmul_ratio`), on every core, and the ratio of their rates gets its 90 %
-# interval.
+# `perfkit.sizing.matmul_ratio`), on **one thread**, where no barrier waits for another thread,
+# and the ratio of their rates gets its 90 % interval. Beside it, what the sweep saw of the
+# smallest size on every core.
 
 # %%
 print(vm.bf16_sentence(limits))
+for dt in limits.matmul_flops:  # each curve: where it starts and ends against its best point
+    for t in sorted({p.threads for p in limits.matmul_points if p.dtype == dt}):
+        pts = sorted((p for p in limits.matmul_points if p.dtype == dt and p.threads == t), key=lambda p: p.n)
+        top = max(pts, key=lambda p: p.flops_per_s)
+        ends = (f"; n={pts[0].n} at {pts[0].flops_per_s / top.flops_per_s:.0%} of it, n={pts[-1].n} at "
+                f"{pts[-1].flops_per_s / top.flops_per_s:.0%}" if len(pts) > 1 else " (its only size)")
+        print(f"  {dt} {on(t)}: best {si(top.flops_per_s, 'FLOP/s')} at n={top.n}{ends}")
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
-small_large = sizing.matmul_ratio(fp32_pts[0].n, fp32_pts[-1].n, device=DEVICE)
-print(f"fp32 n={fp32_pts[0].n} over n={fp32_pts[-1].n}, the same FLOPs in alternation: {small_large.value:.3g}x "
+n_small, n_large = fp32_pts[0].n, fp32_pts[-1].n
+small_large = sizing.matmul_ratio(n_small, n_large, device=DEVICE, threads=1)
+print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.value:.3g}x "
       f"({small_large.describe('x')})")
-viz.verdict(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}",
-                       "fixed costs per call weigh more when there is little work", high=1.0, unit="x"),
+rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
+if len(rate) > 1 and 1 in rate:
+    t_all = max(rate)
+    print(f"In the sweep, n={n_small} {on(t_all)} ran at {rate[t_all] / rate[1]:.2g}x its one-thread rate"
+          + (": waking the pool's threads and waiting at the barrier for the slowest cost more than the "
+             "work the extra threads took over." if rate[t_all] < rate[1] else "."))
+viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread",
+                       "a call's fixed costs weigh more when there is little work", high=1.0, unit="x"),
             small_large, explain={
     "above": f"The largest size here ({fp32_pts[-1].n}) already outgrows a cache level"
              + (": the default sizes go further." if QUICK else ".")})
@@ -148,10 +175,14 @@ viz.verdict(Prediction(f"fp32 rate at n={fp32_pts[0].n} over n={fp32_pts[-1].n}"
 # DRAM ceiling is the best of a copy and an `x + y` of that size, each on every core and on one,
 # best of the rounds; the cache ceiling the best copy whose buffers fit in half the cache. Every
 # buffer is written before it is timed: a freshly allocated page faults on its first write, and
-# that cost belongs to allocation, not to bandwidth. To judge the prediction, the fastest buffer
-# whose source and destination fit in half the cache and the smallest DRAM-sized one are copied
-# again in alternation on the same bytes (`perfkit.sizing.copy_ratio`), on the cores other
-# processes leave free.
+# that cost belongs to allocation, not to bandwidth. To judge the prediction, the buffer the
+# cache ceiling came from and the smallest DRAM-sized one are copied again in alternation on the
+# same bytes (`perfkit.sizing.copy_ratio`), on the cores other processes leave free.
+#
+# The size the operating system reports for the last-level cache can be the host's, not this
+# process's: a small virtual machine can report a host's whole L3. So what counts as "in cache"
+# later is read off the sweep itself (`perfkit.ceilings.cached_copy_bytes`): the largest buffer
+# whose median copy kept at least half the cache ceiling.
 
 # %%
 vm.plot_copy_sweep(limits)
@@ -164,6 +195,13 @@ if limits.cache_bytes_per_s:
     viz.verdict(Prediction("copy rate in cache over DRAM", "the caches are closer to the cores than DRAM",
                            low=1.0, unit="x"), in_cache)
 print("\n".join(line for line in vm.source_lines(limits) if "bandwidth" in line))
+fit = ceilings.cached_copy_bytes(limits)  # bytes per buffer: the cache these copies really saw
+cache_bytes = 2 * fit if fit else (limits.llc_bytes or 0) // 2  # counted bytes (read + written) it holds
+print(f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} kept at least half the cache ceiling "
+      f"by their median (the OS reports a last-level cache of {si(limits.llc_bytes or 0, 'B')}); operations "
+      f"of at most {si(cache_bytes, 'B')} counted are held against the cache's roof below" if fit else
+      f"no copy kept half the cache ceiling: operations within half the reported last-level cache "
+      f"({si(cache_bytes, 'B')}) are held against the cache's roof below")
 
 # %% [markdown]
 # **Reading the plot.** On one thread the curve steps down from the small caches to DRAM. On
@@ -206,17 +244,22 @@ else:
 # * a `(4096, 256) @ (256, 256)` fp32 matmul, a typical linear layer at batch 4096;
 # * the fastest square fp32 matmul of section 2 on the same threads.
 #
-# An operation whose bytes fit in half the last-level cache is held against the cache's
-# bandwidth, the others against DRAM's (the figure draws DRAM's roof). Each is held against its
+# An operation whose counted bytes are at most those the cache held in the copy sweep (twice the
+# buffer printed in section 3: a copy reads and writes it) is held against the cache's
+# bandwidth, the others against DRAM's. The figure draws DRAM's roof under the compute roof of
+# these threads, the one the shares below are computed against, and the all-cores roof beside
+# it where that differs. Each is held against its
 # roof with `perfkit.ceilings.observe`: should an operation run faster than the sweep's ceiling
 # (a quieter moment than any round of the sweep), the ceiling rises to it, in the cache too,
 # and its line below says which and by how much.
 #
 # **Prediction.** The roof bounds each of them (a rate above it raises it). What the model
-# predicts is how close they come. `x + y` runs the traffic the sweep measured at this very
-# size, so it should reach at least half of its roof: a median is slower than the fastest tenth
-# of the sweep's best round, and load slows it further, but not by half on a machine that
-# leaves a core free. The linear layer is compute-bound (right of the ridge), and the sweep
+# predicts is how close they come. `x + y` streams buffers of the size the sweep copied from
+# DRAM, so its counted bytes per second should reach at least half of the fastest copy of that
+# size (the fastest tenth of the sweep's best round): a median is slower than a fastest tenth,
+# and load slows it further, but not by half on a machine that leaves a core free. (Its share of
+# the DRAM roof is printed too, but as context only: where the sweep's own `x + y` set that
+# roof, it compares the operation with itself.) The linear layer is compute-bound (right of the ridge), and the sweep
 # timed this very shape on these threads: it too should reach at least half of its roof. The
 # square matmul sits at or just under its roof: the sweep's best square set it, or came close.
 
@@ -243,8 +286,7 @@ ops = [  # (label, FLOPs, bytes, seconds: the median and its interval, threads)
 ]
 rows, share_of_roof = [], {}
 for label, flops, nbytes, est, t in ops:
-    # bytes that fit in half the last-level cache are served by it: the cache's roof applies
-    near = "cache" if limits.llc_bytes and nbytes <= limits.llc_bytes // 2 else "dram"
+    near = "cache" if nbytes <= cache_bytes else "dram"  # the cache the copy sweep showed
     memory = roofline.bound(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near)) == "memory"
     # the fastest plausible median (the interval's lower time) must fit under the roof
     obs = ceilings.observe(limits, near if memory else "float32", (nbytes if memory else flops) / est.low,
@@ -259,7 +301,10 @@ for label, flops, nbytes, est, t in ops:
           + (f"; {obs.note}" if obs.raised else ""))
 
 # %%
-viz.plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s, rows)
+roofs = {f"float32 {on(threads)} (the shares' roof)": limits.peak_flops("float32", threads)}
+if limits.peak_flops("float32") != limits.peak_flops("float32", threads):
+    roofs[f"float32 {on(limits.threads)}"] = limits.peak_flops("float32")
+viz.plot_roofline(roofs, limits.copy_bytes_per_s, rows, title="Roofline: measured ceilings, DRAM's roof")
 plt.show()
 
 # %% [markdown]
@@ -275,11 +320,18 @@ add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x
                                        3 * add_bytes, repeat=5, device=DEVICE, threads=threads).inverse()
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
       f"{add_over_copy.value:.3g}x ({add_over_copy.describe('x')}); write-allocate alone would give 1.125x")
-p_add = Prediction("x + y's FLOP/s over its roof", "memory-bound; the sweep ran the same traffic at this size",
-                   low=0.5, physical=(0, 1))
-viz.verdict(p_add, share_of_roof["x + y"], explain={
-    "held": f"It reaches {share_of_roof['x + y'].value:.0%} of the DRAM roof, set by {limits.sources['dram']}.",
-    "below": f"Below half of the DRAM roof, set by {limits.sources['dram']}: this add ran {on(threads)}, its "
+copy_at = max((p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes),
+              key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size
+add_vs_copy = stats.median_interval(add.times_s).inverse().scaled(3 * add_bytes / copy_at.best_bytes_per_s)
+print(f"context: x + y reached {share_of_roof['x + y'].value:.0%} of the DRAM roof, set by {limits.sources['dram']}"
+      + (" (its own sweep point)" if limits.sources["dram"].startswith("add") else ""))
+viz.verdict(Prediction("x + y's counted bytes/s over the fastest copy's of that size",
+                       "both stream the same buffers from DRAM", low=0.5, unit="x", physical=(0, None)),
+            add_vs_copy, explain={
+    "held": f"The copy of {si(copy_at.nbytes, 'B')} buffers ran at {si(copy_at.best_bytes_per_s, 'B/s')} "
+            f"{on(copy_at.threads)} (fastest tenth of its best round); x + y's median reached {add_vs_copy.value:.2g}x "
+            "that rate.",
+    "below": f"Below half of the copy's {si(copy_at.best_bytes_per_s, 'B/s')}: this add ran {on(threads)}, its "
              f"repeats spread {add.p10_s * 1e3:.0f}-{add.p90_s * 1e3:.0f} ms (p10-p90)."})
 square = share_of_roof[f"matmul n={best.n}"].value
 lin_sweep = max((p.best_flops_per_s for p in limits.shape_points if p.mnk == (4096, 256, 256) and p.threads == threads),
@@ -297,8 +349,9 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
 #
-# Move the slider: small matmuls are memory-bound (left of the ridge), large ones
-# compute-bound. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
+# Move the slider: in float32 (the default) small matmuls are memory-bound (left of the ridge),
+# large ones compute-bound; the point drawn is the model's, the roof at that intensity, not a
+# measurement. An emulated bf16 has so low a roof that every size is compute-bound. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
 # measured limits; a static plot of the default follows for readers of the rendered page.
 
 # %%
@@ -323,12 +376,17 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 # way (`perfkit.ceilings.observe`) and prints where. Two shares of the compute ceiling are in
 # use, and they differ in what they count:
 #
-# * **MFU** (model FLOPs utilisation, PaLM's definition, used from module 06 on): the FLOPs the
-#   *model* needs by formula, `6 × parameters` per sample or token (2 per weight for the forward
-#   matmul, 4 for the two backward ones: the gradient of the weights and that of the layer's
-#   input), plus attention's, over the step time and the ceiling;
+# * **MFU** (model FLOPs utilisation, after PaLM, used from module 06 on): the FLOPs the *model*
+#   needs by formula, `6 × parameters` per sample or token (2 per weight for the forward matmul,
+#   4 for the two backward ones: the gradient of the weights and that of the layer's input), plus
+#   attention's, per second of step;
 # * **HFU** (hardware FLOPs utilisation): the FLOPs the step *really runs*, counted by PyTorch's
-#   `FlopCounterMode`.
+#   `FlopCounterMode`, per second of step.
+#
+# Both are divided here by the **measured** fp32 ceiling of the threads the step ran on, not by
+# the theoretical peak of a data sheet as PaLM divides: a measured ceiling is lower, so these
+# shares read higher than PaLM's MFU of the same step would, and they are named with their
+# ceiling and thread count wherever they are printed.
 #
 # They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
 # above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
@@ -343,7 +401,7 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 # activation input) and the six matmuls alone, at the step's shapes, are timed in alternation on
 # the cores other processes leave free, so that the load of the moment weighs on both alike:
 # on a busy machine an OpenMP thread that loses its core stalls the others at every barrier,
-# which can slow a step tens of times. HFU and MFU are then held against those threads' ceiling.
+# which can slow a step tens of times. HFU and MFU are then held against those threads' measured ceiling.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -383,13 +441,17 @@ viz.verdict(Prediction("counted FLOPs over the 6N rule, the input data", "autogr
 # %%
 over = stats.median_ratio(m.times_s, mm.times_s)  # the step's time over its six matmuls', paired rounds
 other_ms = (m.median_s - mm.median_s) * 1e3  # ms: the step beyond its matmuls
+medians = f"the six matmuls' median {mm.median_s * 1e3:.1f} ms, the step's {m.median_s * 1e3:.1f} ms"
+held = (f"With {medians}, the ReLU, the loss, autograd and the gradient accumulation took about {other_ms:.1f} ms "
+        f"more (the ratio's interval is above 1x)." if over.low > 1 else
+        f"The step ran faster than its six matmuls alone ({medians}; the ratio's interval is below 1x): autograd "
+        "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
+        "faster than another." if over.high < 1 else
+        f"With {medians}, the {other_ms:+.1f} ms between them is not resolved: the paired ratio's 90% interval "
+        f"({over.low:.2f}x to {over.high:.2f}x) includes 1x, so what the rest of the step costs is within the noise.")
 viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "
                        "elementwise rest is small", high=2.0, unit="x", physical=(0, None)), over, explain={
-    "held": (f"The six matmuls took {mm.median_s * 1e3:.1f} ms of the step's {m.median_s * 1e3:.1f} ms; the ReLU, "
-             f"the loss, autograd and the gradient accumulation took the other {other_ms:.1f} ms." if other_ms >= 0 else
-             f"The step ran {-other_ms:.1f} ms faster than its six matmuls alone ({mm.median_s * 1e3:.1f} ms): autograd "
-             "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
-             "faster than another."),
+    "held": held,
     "above": f"Beyond its matmuls' {mm.median_s * 1e3:.1f} ms the step took {other_ms:.1f} ms more: the ReLU, the "
              "loss, autograd's bookkeeping and the gradient accumulation weigh more than their FLOPs say."})
 
@@ -404,10 +466,16 @@ peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
 hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step
 hfu, mfu = hfu_est.value, rule / m.median_s / peak
 print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU {hfu:.0%} "
-      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the fp32 ceiling {on(threads)}, "
+      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the measured fp32 ceiling {on(threads)}, "
       f"{si(peak, 'FLOP/s')}; its six matmuls alone ran at {rule / mm.median_s / peak:.0%} of it")
-print(f"MFU counts the rule's FLOPs: {mfu:.0%} here, the same as HFU, as nothing is recomputed and every "
-      f"gradient the rule counts runs; with a data input the rule would credit the step with "
+if peak != limits.peak_flops("float32"):
+    print(f"against the all-cores ceiling ({si(limits.peak_flops('float32'), 'FLOP/s')} {on(limits.threads)}) the "
+          f"same step is {counted['activation'] / m.median_s / limits.peak_flops('float32'):.0%}: a share means "
+          "nothing without its ceiling")
+same = abs(mfu - hfu) < 0.005
+print(f"MFU, the rule's FLOPs over the same measured ceiling (not PaLM's data-sheet peak): {mfu:.0%}"
+      + (", the same as HFU, as nothing is recomputed and every gradient the rule counts runs" if same else
+         f", against HFU's {hfu:.0%}") + f"; with a data input the rule would credit the step with "
       f"{rule / counted['data'] - 1:.0%} more FLOPs than it ran. Module 01 breaks a training step into its phases.")
 
 # %%
@@ -417,5 +485,5 @@ viz.show_headlines({
     "bf16 matmul": si(limits.peak_flops("bfloat16"), "FLOP/s"),
     "DRAM bandwidth": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} buffers)",
     "fp32 ridge point": f"{limits.ridge_point('float32'):.3g} FLOP/B",
-    "MLP step HFU (= MFU here)": f"{hfu:.0%}",
+    f"MLP step HFU{' (= MFU here)' * same}, of the measured fp32 ceiling {on(threads)}": f"{hfu:.0%}",
 })

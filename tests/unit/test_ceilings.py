@@ -97,8 +97,8 @@ def test_cached_copy_bytes_is_the_largest_buffer_near_the_cache_ceiling():
              2**24: (9e9, 44e9)}  # bytes -> (median on 1 thread, on 2)
     copies = [CopyPoint(n, 1e-3, r, r, t) for n, pair in rates.items() for t, r in zip((1, 2), pair)]
     copies += [CopyPoint(2**30, 1e-1, 14e9, 14e9, 1), CopyPoint(2**30, 1e-1, 90e9, 90e9, 1, op="add")]
-    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 1.4e10, copy_points=copies, cache_bytes_per_s=8.6e10,
-                           llc_bytes=480 << 20, dram_nbytes=2**30)
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 1.4e10, copy_points=copies,
+                           cache_bytes_per_s=8.6e10, llc_bytes=480 << 20, dram_nbytes=2**30)
     # 2**20 holds half the ceiling on 2 threads (the faster count), 2**22 on neither; 2**24 on 2
     # threads (44 GB/s) is above half: the largest such buffer wins, not the first to fall
     assert ceilings.cached_copy_bytes(lim) == 2**24
