@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from perfkit.stats import Estimate
 from perfkit.units import si
-from perfkit.verdict import Prediction, Verdict, judge
+from perfkit.verdict import Prediction, Verdict, context, judge
 
 __all__ = [
     "Choice",
@@ -162,7 +162,18 @@ def verdict(prediction: Prediction, measured: float | Estimate, spread: tuple[fl
     (:func:`show_verdict`). The machine's load is added to the explanation by the rule itself
     when it was busy. Returns nothing, so a cell ending with it shows the verdict once; code
     that reads the outcome calls ``judge`` and ``show_verdict`` itself.
+
+    A bound computed from this run that reaches the figure's physical limit (say "at most
+    1" for a share that cannot exceed 1) cannot fail, so it is no prediction: it is shown
+    with :func:`perfkit.verdict.context`, marked as context, and not recorded.
     """
+    if isinstance(prediction, Prediction) and not prediction.can_fail():
+        from IPython.display import display
+
+        text = context(prediction, measured)
+        display({"text/markdown": f"ℹ️ {text}",
+                 "text/plain": f"[context] {text}".replace("**", "")}, raw=True)
+        return
     show_verdict(judge(prediction, measured, spread=spread, explain=explain))
 
 

@@ -110,6 +110,23 @@ def test_show_verdict_displays_markdown_and_records_the_outcome(monkeypatch):
         viz.show_verdict("held")
 
 
+def test_a_bound_this_run_made_unfalsifiable_is_shown_as_context_not_recorded(monkeypatch):
+    import IPython.display
+
+    from perfkit import viz
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
+    # "at most 1" for a share that cannot exceed 1 (a bound computed from the run that
+    # reached the limit): no verdict, no record, and the text says it is context
+    viz.verdict(Prediction("hidden share", "at most the cover", high=1.0, physical=(None, 1.0)), 0.4)
+    (bundle,) = shown
+    assert viz.VERDICT_MIME not in bundle and bundle["text/plain"].startswith("[context]")
+    # the same bound below the limit is a prediction, judged and recorded
+    viz.verdict(Prediction("hidden share", "at most the cover", high=0.9, physical=(None, 1.0)), 0.4)
+    assert shown[1][viz.VERDICT_MIME]["outcome"] == "held"
+
+
 def test_large_numbers_read_with_si_prefixes():
     p = Prediction("bytes", "count", value=12_976_644, rel_tol=0.01, unit=" B")
     assert p.describe() == "13 MB ± 1%"
