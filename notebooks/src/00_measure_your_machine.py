@@ -53,6 +53,10 @@ print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
 def on(t):  # "on 1 thread", "on 2 threads"
     return f"on {t} thread{'s' * (t != 1)}" if t else "on every thread"
 
+
+def pct(share):  # "44%", "0.47%": a small share keeps its digits
+    return f"{share:.0%}" if share >= 0.01 else f"{share:.2%}"
+
 # %% [markdown]
 # ## 1. How many FLOPs does a matmul do, and how many bytes must it move?
 #
@@ -74,12 +78,13 @@ for n in (128, 1024, 8192):
 # %% [markdown]
 # ## 2. How fast does this machine multiply?
 #
-# **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units;
-# small ones should fall short, because each call's fixed costs (dispatch, packing the operands
-# into blocks) weigh more when there is little work: on one thread, the smallest size should run
-# slower than the largest. On several threads a call also wakes the pool's threads (they stay
-# alive between calls) and waits at a barrier for the slowest of them, a cost that depends on
-# what else holds the cores. bf16 halves the bytes per element; whether it
+# **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units. Each
+# call also pays fixed costs (dispatch, packing the operands into blocks): a microsecond or two
+# on a CPU, small against the tens of microseconds of arithmetic even an n=128 matmul does on one
+# thread, so on one thread the smallest size should reach at least half the largest one's rate.
+# On several threads a call also wakes the pool's threads (they stay alive between calls) and
+# waits at a barrier for the slowest of them, a cost that depends on what else holds the cores.
+# bf16 halves the bytes per element; whether it
 # also doubles FLOP/s depends on the hardware (CPUs with AVX-512 BF16 or AMX and all recent
 # GPUs have bf16 instructions; older CPUs emulate it and get slower).
 #
@@ -141,12 +146,12 @@ for dt in limits.matmul_flops:  # each curve: where it starts and ends against i
     for t in sorted({p.threads for p in limits.matmul_points if p.dtype == dt}):
         pts = sorted((p for p in limits.matmul_points if p.dtype == dt and p.threads == t), key=lambda p: p.n)
         top = max(pts, key=lambda p: p.flops_per_s)
-        ends = (f"; n={pts[0].n} at {pts[0].flops_per_s / top.flops_per_s:.0%} of it, n={pts[-1].n} at "
-                f"{pts[-1].flops_per_s / top.flops_per_s:.0%}" if len(pts) > 1 else " (its only size)")
+        ends = (f"; n={pts[0].n} at {pct(pts[0].flops_per_s / top.flops_per_s)} of it, n={pts[-1].n} at "
+                f"{pct(pts[-1].flops_per_s / top.flops_per_s)}" if len(pts) > 1 else " (its only size)")
         print(f"  {dt} {on(t)}: best {si(top.flops_per_s, 'FLOP/s')} at n={top.n}{ends}")
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
 n_small, n_large = fp32_pts[0].n, fp32_pts[-1].n
-small_large = sizing.matmul_ratio(n_small, n_large, device=DEVICE, threads=1)
+small_large = sizing.matmul_ratio(n_small, n_large, repeat=15, device=DEVICE, threads=1)  # 15: a busy machine
 print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.value:.3g}x "
       f"({small_large.describe('x')})")
 rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
@@ -155,11 +160,14 @@ if len(rate) > 1 and 1 in rate:
     print(f"In the sweep, n={n_small} {on(t_all)} ran at {rate[t_all] / rate[1]:.2g}x its one-thread rate"
           + (": waking the pool's threads and waiting at the barrier for the slowest cost more than the "
              "work the extra threads took over." if rate[t_all] < rate[1] else "."))
-viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread",
-                       "a call's fixed costs weigh more when there is little work", high=1.0, unit="x"),
-            small_large, explain={
-    "above": f"The largest size here ({fp32_pts[-1].n}) already outgrows a cache level"
-             + (": the default sizes go further." if QUICK else ".")})
+work_s = roofline.matmul_flops(n_small, n_small, n_small) / limits.peak_flops("float32", 1)  # s per call
+viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread", "a call's fixed costs, "
+                       "microseconds, are small against its arithmetic", low=0.5, unit="x"), small_large, explain={
+    "held": f"At the one-thread ceiling n={n_small} computes for {si(work_s, 's')} per call; "
+            + (f"were all the gap fixed cost, it would be {si(work_s / small_large.value - work_s, 's')} per call."
+               if small_large.value < 1 else "no fixed cost shows against the larger size's rate."),
+    "below": f"Against the {si(work_s, 's')} n={n_small} computes for per call at the one-thread ceiling, its fixed "
+             "costs weighed more than the model's microseconds."})
 
 # %% [markdown]
 # ## 3. How fast does memory move?
@@ -204,7 +212,7 @@ print(f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} kept a
       f"({si(cache_bytes, 'B')}) are held against the cache's roof below")
 
 # %% [markdown]
-# **Reading the plot.** On one thread the curve steps down from the small caches to DRAM. On
+# **Reading the plot.** On one thread the model has the curve step down from the small caches to DRAM. On
 # all cores a busy machine can bend it far lower at middle sizes; the next cell says whether it
 # did here, and why.
 
@@ -349,9 +357,10 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
 #
-# Move the slider: in float32 (the default) small matmuls are memory-bound (left of the ridge),
-# large ones compute-bound; the point drawn is the model's, the roof at that intensity, not a
-# measurement. An emulated bf16 has so low a roof that every size is compute-bound. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
+# Choose float32 and move the slider: small matmuls are memory-bound (left of the ridge), large
+# ones compute-bound. The point drawn is the model's, the roof at that intensity, not a
+# measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
+# says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
 # measured limits; a static plot of the default follows for readers of the rendered page.
 
 # %%

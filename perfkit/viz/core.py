@@ -385,6 +385,5 @@ def roofline_widget(limits: Any) -> WidgetSpec:
         return tidy(fig)
 
     return WidgetSpec(show, {"log2_n": IntControl(1, 14, 8, description="log2(matrix size)"),
-                             "dtype": Choice(dtypes, "float32" if "float32" in dtypes else dtypes[0],
-                                             description="dtype")},
+                             "dtype": Choice(dtypes, dtypes[0], description="dtype")},
                       title="Where does a matmul sit on this machine's roofline?")

@@ -13,12 +13,10 @@ def test_roofline_widget_sweeps_its_controls(limits):
         fig = spec.fn(**kw)
         titles[(kw["log2_n"], kw["dtype"])] = fig.axes[0].get_title()
         plt.close(fig)
-    # float32 by default: an emulated bf16 roof is so low that no size of it is memory-bound.
-    # a 2x2 matmul (0.33 FLOP/B fp32) is left of the ridge; 16384^2 far right
-    assert spec.defaults()["dtype"] == "float32"
-    assert "memory-bound" in titles[(1, "float32")]
-    assert "compute-bound" in titles[(14, "float32")]
-    assert "bfloat16" in titles[(8, "bfloat16")]
+    # a 2x2 matmul (0.67 FLOP/B fp32) is left of the 5 FLOP/B ridge; 16384^2 far right
+    assert "memory-bound" in titles[(1, "bfloat16")]
+    assert "compute-bound" in titles[(14, "bfloat16")]
+    assert "float32" in titles[(8, "float32")]
 
 
 def test_extremes_move_one_control_at_a_time():
