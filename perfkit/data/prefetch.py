@@ -244,7 +244,7 @@ class Prefetcher:
 
     When it cannot help: the thread overlaps loading with the step only where the two do
     not need the same resource. A loader that is CPU-bound (per-sample Python, decoding,
-    tokenizing) on the cores the step computes on, as every CPU run, takes those cores
+    tokenizing) on the cores the step computes on (a CPU run with no core to spare) takes those cores
     (and the GIL) from the step: the wait moves into slower forward and backward passes
     and the step is no faster. Then make loading cheaper (cache the decoded samples),
     or load in ``DataLoader`` worker processes on cores the step does not use. Compare

@@ -50,7 +50,8 @@ RULES: dict[str, Rule] = {
         "DataLoader workers (num_workers > 0, persistent_workers=True)",
         "prefetch the next batch while the model runs (perfkit.data.Prefetcher; on GPU "
         "pin_memory=True and non_blocking copies); it cannot help when loading is CPU-bound "
-        "on the cores the step computes on (every CPU run): the wait turns into slower steps",
+        "on the cores the step computes on (a CPU run with no core to spare): the wait turns "
+        "into slower steps",
         "measure the loader alone: if it cannot reach the model's samples/s, no overlap "
         "will hide it"), "notebooks/07_data_loading.ipynb"),
     "sync": Rule("the host waits for the device", (
