@@ -111,12 +111,18 @@ class Estimate:
         what = f"{self.level:.0%} interval" if self.level is not None else "range"
         return f"{what} {lo} to {hi}, {self.method}"
 
+    def point(self, unit: str = "") -> str:
+        """The value alone, at :meth:`describe`'s precision (``"0.184x"`` beside ``"0.183x to
+        0.196x"``, never ``"0.18x"``): print it, not ``f"{value:.2f}"``, next to the interval."""
+        if not isinstance(unit, str):
+            raise TypeError(f"unit must be a string, got {unit!r}")
+        return (si_interval(self.value, self.low, self.high, unit)[0] if self.low < self.high
+                else si(self.value, unit))
+
     def text(self, unit: str = "") -> str:
         """The value and :meth:`describe`, at one precision: ``"1.02x (90% interval 0.99x to
         1.05x, median of 30 paired ratios)"``."""
-        point = (si_interval(self.value, self.low, self.high, unit)[0] if self.low < self.high
-                 else si(self.value, unit))
-        return f"{point} ({self.describe(unit)})"
+        return f"{self.point(unit)} ({self.describe(unit)})"
 
     def scaled(self, k: float) -> Estimate:
         """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""

@@ -152,8 +152,7 @@ for dt in limits.matmul_flops:  # each curve: where it starts and ends against i
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
 n_small, n_large = fp32_pts[0].n, fp32_pts[-1].n
 small_large = sizing.matmul_ratio(n_small, n_large, repeat=15, device=DEVICE, threads=1)  # 15: a busy machine
-print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.value:.3g}x "
-      f"({small_large.describe('x')})")
+print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.text('x')}")
 rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
 if len(rate) > 1 and 1 in rate:
     t_all = max(rate)
@@ -199,7 +198,7 @@ if limits.cache_bytes_per_s:
     cached, dram = vm.cache_and_dram_points(limits)
     in_cache = sizing.copy_ratio(cached.nbytes, dram.nbytes, device=DEVICE, threads=sizing.timing_threads())
     print(f"copy of {si(cached.nbytes, 'B')} over {si(dram.nbytes, 'B')}, the same bytes in alternation: "
-          f"{in_cache.value:.3g}x ({in_cache.describe('x')})")
+          f"{in_cache.text('x')}")
     viz.verdict(Prediction("copy rate in cache over DRAM", "the caches are closer to the cores than DRAM",
                            low=1.0, unit="x"), in_cache)
 print("\n".join(line for line in vm.source_lines(limits) if "bandwidth" in line))
@@ -327,7 +326,7 @@ plt.show()
 add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x, y, out=out), 2 * add_bytes,
                                        3 * add_bytes, repeat=5, device=DEVICE, threads=threads).inverse()
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
-      f"{add_over_copy.value:.3g}x ({add_over_copy.describe('x')}); write-allocate alone would give 1.125x")
+      f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x")
 copy_at = max((p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes),
               key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size
 add_vs_copy = stats.median_interval(add.times_s).inverse().scaled(3 * add_bytes / copy_at.best_bytes_per_s)

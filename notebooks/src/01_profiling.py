@@ -242,7 +242,7 @@ batches = (b for _ in iter(int, 1) for b in models.digits_workload(device=DEVICE
 alone = stats.median_interval(timing.benchmark(lambda: [t.to(DEVICE) for t in next(batches)], warmup=3,
                                                repeat=30).times_s)  # s per batch, the loader alone
 dg = healthy["digits CNN"]  # medians: a stall of the whole process lands in the means
-print(f"digits loader alone: {alone.value * 1e3:.2f} ms per batch ({alone.describe('s')}); in the step "
+print(f"digits loader alone: {alone.text('s')} per batch; in the step "
       f"{dg['data'].p50_s * 1e3:.2f} ms of a {dg.step.p50_s * 1e3:.1f} ms step (medians)")
 p_data = Prediction("digits CNN's median data share", "the loader's own work per batch (timed alone, up to "
                     "1.5x it) over the step", low=alone.low / dg.step.p50_s, high=1.5 * alone.high / dg.step.p50_s,

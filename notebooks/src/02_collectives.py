@@ -344,7 +344,7 @@ viz.verdict(Prediction("share of the communication the overlap hid",
              f"than compute and communication one after the other, on {os.cpu_count()} cores shared by "
              "backward and gloo's threads."})
 ddp_ov = stats.median_ratio(reps["ddp"], reps["overlapped"])
-print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.value:.2f}x ({ddp_ov.describe('x')})")
+print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.text('x')}")
 
 # %% [markdown]
 # DDP does the same bucketing and overlap in C++, and also handles what the from-scratch

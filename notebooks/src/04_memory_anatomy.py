@@ -252,9 +252,9 @@ t_plain, t_blocks, t_ckpt, t_switch = (m.times_s for m in timing.interleaved(
 f_blocks = stats.median_ratio(t_blocks, t_plain)   # the recompute, in plain steps
 slow = stats.median_ratio(t_ckpt, t_plain)         # checkpointed step, in plain steps
 print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rounds)")
-print(f"the {L} blocks' forward alone: {f_blocks.value:.2f} plain steps ({f_blocks.describe()}); "
+print(f"the {L} blocks' forward alone: {f_blocks.point()} plain steps ({f_blocks.describe()}); "
       "FLOPs would say at most 1/3")
-print(f"checkpointed step: {slow.value:.2f} plain steps ({slow.describe()})")
+print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))

@@ -173,7 +173,7 @@ v, ddp = cmp.variants, cmp.variants["ddp_adamw"]
 ratio = {n: stats.median_ratio(r.step_times_s, ddp.step_times_s) for n, r in cmp_all.variants.items()}
 for name in v:
     if name != "ddp_adamw":
-        print(f"{name:>12}: {ratio[name].value:.2f}x DDP + AdamW's step time ({ratio[name].describe()}), "
+        print(f"{name:>12}: {ratio[name].point('x')} DDP + AdamW's step time ({ratio[name].describe('x')}), "
               f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state, loss after the last step "
               f"{v[name].losses[-1]:.4f} (DDP + AdamW {ddp.losses[-1]:.4f})")
 
@@ -303,7 +303,7 @@ for n, want in (("zero1", 1.0), ("zero2", 1.0), ("zero3", 1.5)):
 fig = vmem.plot_zero_traffic(cmp_all, STAGES)
 for n in ("zero1", "zero2", "zero3"):
     rounds = stats.range_of(stats.paired_ratios(ms[n].step_times_s, ms["ddp_adamw"].step_times_s))
-    print(f"{n}: {ratio[n].value:.2f}x DDP + AdamW's step time ({ratio[n].describe()}; single rounds "
+    print(f"{n}: {ratio[n].point('x')} DDP + AdamW's step time ({ratio[n].describe('x')}; single rounds "
           f"{rounds.low:.2f}x to {rounds.high:.2f}x), {vzero.calls_per_step(ms[n])} collective calls per step "
           f"(DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
 
@@ -396,8 +396,8 @@ s_full, s_lora = optimizer_state_bytes(opt_full), optimizer_state_bytes(opt_lora
 print(f"optimizer state: full {s_full:,} B, LoRA {s_lora:,} B (predicted 8 x {n_lora.trainable:,} "
       f"+ 4 per tensor = {8 * n_lora.trainable + 4 * sum(p.requires_grad for p in lora.parameters()):,} B)")
 ratio_lora = stats.median_ratio(t_lora.times_s, t_full.times_s)
-print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms = {ratio_lora.value:.2f}x "
-      f"({ratio_lora.describe()})")
+print(f"step time: full {t_full.median_s * 1e3:.1f} ms, LoRA {t_lora.median_s * 1e3:.1f} ms = "
+      f"{ratio_lora.text('x')}")
 viz.verdict(Prediction("LoRA's trainable parameters", "r (C + 3C) per block on c_attn", value=pred_lora, rel_tol=0),
             n_lora.trainable)
 viz.verdict(p_lora_time, ratio_lora, explain={
@@ -451,7 +451,7 @@ viz.show_headlines({
 # data parallelism; stage 3 moves 1.5x. What that did to the step time on this machine:
 
 # %%
-cost = [f"stage {STAGES[n]} {ratio[n].value:.2f}x ({ratio[n].describe()})" for n in ("zero1", "zero2", "zero3")]
+cost = [f"stage {STAGES[n]} {ratio[n].text('x')}" for n in ("zero1", "zero2", "zero3")]
 print("step time over DDP + AdamW, measured here: " + ", ".join(cost) + ".")
 print("The time predictions of section 3: " + "; ".join(
     f"stage {STAGES[n]} {v_.outcome}" + (f" ({v_.direction})" if v_.outcome == "missed" else "")

@@ -275,7 +275,7 @@ for label, sec, nbytes in rows:
                 else "cache, and above the in-cache copy's too: the model counts bytes that did not move"))
     print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(rate, 'B/s'):>10} {where}")
 fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # compiled over eager, paired
-print(f"compiled / eager: {fused_x.value:.2f}x ({fused_x.describe('x')}; predicted {chain.ratio:.1f}x if "
+print(f"compiled / eager: {fused_x.point('x')} ({fused_x.describe('x')}; predicted {chain.ratio:.1f}x if "
       f"memory-bound); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
 print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 
@@ -508,8 +508,7 @@ plt.show()
 
 # %%
 s32 = shapes["float32"]
-print(f"fp32 off the vector grid: odd n at {s32.odd_share.value:.0%} of the multiples of 64 "
-      f"({s32.odd_share.describe()})")
+print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {s32.odd_share.text('x')}")
 viz.verdict(Prediction("odd n's median rate over off-grid even n's (fp32)", "parity costs nothing beyond "
                        "leaving the vector grid (widths within 7 % of each other)", value=1.0, rel_tol=0.1),
             s32.parity, explain={

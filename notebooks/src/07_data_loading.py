@@ -144,7 +144,7 @@ viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overl
     "above": f"Of the step, {med['1 workers'][0]:.1f} ms waited for the worker's batch and "
              f"{med['1 workers'][1]:.1f} ms computed, against t_compute = {compute_s * 1e3:.1f} ms alone."})
 two = stats.median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, paired=False)
-print(f"2 workers' step over 1 worker's: {two.value:.2f}x ({two.describe()})")
+print(f"2 workers' step over 1 worker's: {two.text('x')}")
 
 # %% [markdown]
 # On a GPU server with 16-64 cores the trade-off between workers and the model's own compute

@@ -118,7 +118,7 @@ def claim_verdict(name, claim, measured, why="", reasons=None, **kw):
 
 def x(est):
     """An Estimate of a ratio as printed beside its verdict."""
-    return f"{est.value:.2f}x ({est.describe('x')})"
+    return est.text('x')
 
 # %% [markdown]
 # **Why one compute thread.** On a 2-core machine shared with other jobs, two OpenMP threads

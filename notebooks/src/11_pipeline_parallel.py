@@ -170,7 +170,7 @@ fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # the default setting, drawn sta
 # %%
 for r in res["bubbles"]:
     est = stats.Estimate(**r["measured"])
-    print(f"{r['schedule']:5s} m={r['n_micro']}: measured {est.value:.3f} ({est.describe()}), formula "
+    print(f"{r['schedule']:5s} m={r['n_micro']}: measured {est.text()}, formula "
           f"{r['formula']:.3f}, simulated with measured costs {r['simulated']:.3f}, hop "
           f"{1e3 * r['latency_s']:.2f} ms")
 rows = [{**r, "measured": r["measured"]["value"], "interval": [r["measured"]["low"], r["measured"]["high"]]}

@@ -127,7 +127,7 @@ def ratio_text(sp: Speedup) -> str:
     """``"1.23x (90% interval ...; 10.0 -> 8.1 ms)"``: the speedup a verdict judges
     (:attr:`Speedup.estimate`), its interval and the two medians."""
     est = check_type("sp", sp, Speedup).estimate
-    return (f"{est.value:.2f}x ({est.describe('x')}; "
+    return (f"{est.point('x')} ({est.describe('x')}; "
             f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
 
 

@@ -160,7 +160,7 @@ def round_text(r: Round) -> str:
               if r.befores > 1 else "the configuration before, its one run")
     return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
             + (f"{r.description}. " if r.description else "")
-            + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.value:.2f}x** "
+            + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.point('x')}** "
             f"({r.speedup.describe('x')})."
             + ("" if r.kept else f" Below 1x ({r.speedup.value:.3f}x): not faster, so dropped; the next "
                                  "round starts from the configuration before it."))
@@ -171,7 +171,7 @@ def total_text(t: Total) -> str:
     they agree within their intervals, and when they do not, by how much and why."""
     check_type("t", t, Total)
     p, d = t.product, t.direct
-    out = (f"Slow job {t.slow_tps:,.0f} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.value:.2f}x** "
+    out = (f"Slow job {t.slow_tps:,.0f} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.point('x')}** "
            f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to {p.value:.2f}x")
     if not t.repeated:
         return out + ": each round's run after is the next round's run before, so the two are the same runs."

@@ -170,7 +170,7 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     r = loop.play()
     assert not r.kept and loop.tried == {"ddp": pytest.approx(2 / 3)} and loop.waterfall == [("sync", 2.0)]
     assert loop.play() is None and len(loop.rounds) == 2
-    assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.67x**" in round_text(r)
+    assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.667x**" in round_text(r)
     assert "dropped" in round_text(r) and "dropped" not in round_text(first)
     assert ("mean of its runs before and after" if repeat else "its one run") in round_text(first)
 

@@ -57,7 +57,12 @@ def test_largest_rise_names_the_step_and_its_cause():
 def test_ratio_text_prints_the_judged_estimate():
     sp = Speedup(meas([0.010, 0.011, 0.012]), meas([0.005, 0.0055, 0.006]))
     text = ex.ratio_text(sp)
-    assert text.startswith(f"{sp.estimate.value:.2f}x") and "11.0 -> 5.5 ms" in text
+    assert text.startswith(sp.estimate.point("x")) and "11.0 -> 5.5 ms" in text
+    # the point at the interval's precision: 0.184x beside 0.183x to 0.196x, never 0.18x
+    five = Speedup(meas([0.0069] * 5), meas([0.0374, 0.0375, 0.0376, 0.0353, 0.0377]))
+    est = five.estimate
+    lo, hi = est.describe("x").split("interval ")[1].split(",")[0].split(" to ")
+    assert est.low < est.value < est.high and float(lo[:-1]) < float(ex.ratio_text(five).split("x")[0]) < float(hi[:-1])
 
 
 def test_the_graph_break_example_breaks_once_and_its_fix_not_at_all():

@@ -70,6 +70,7 @@ CASES = [  # (id, call, exception, regex on the message)
      "inverse needs an estimate above 0"),
     ("Estimate.describe unit", lambda: E.describe(3), TypeError, "unit must be a string"),
     ("Estimate.text unit", lambda: E.text(None), TypeError, "unit must be a string"),
+    ("Estimate.point unit", lambda: E.point(1), TypeError, "unit must be a string"),
     ("Estimate.shifted c", lambda: E.shifted(NAN), ValueError, "c must be a finite number"),
     ("Estimate.needs with an interval", lambda: Estimate(1.0, 0.9, 1.1, 0.9, 3, "x", needs=5), ValueError,
      "needs .* goes with a level and no interval"),

@@ -304,6 +304,11 @@ def test_the_printed_point_of_a_rounded_interval_stays_inside():
     assert e.text("x") == "0.185x (90% interval 0.182x to 0.212x, median of 7 paired ratios)"
     close = stats.Estimate(0.50104, 0.50101, 0.50109, 0.9, 9, "m")
     assert str(close).startswith("0.50104 (90% interval 0.50101 to 0.50109")
+    # a caller printing the point beside describe() (with its own suffix) asks for point(): a
+    # fixed-digit f"{value:.2f}x" printed "0.18x" beside "0.183x to 0.196x" in notebook 06
+    batch1 = stats.Estimate(0.1842, 0.1831, 0.1957, 0.9, 5, "median of 5 paired ratios")
+    assert batch1.point("x") == "0.184x" and batch1.describe("x").startswith("90% interval 0.183x to 0.196x")
+    assert stats.Estimate(2.0, 2.0, 2.0, 0.9, 5, "all 5 samples equal").point("x") == "2x"
 
 
 def test_ties_print_as_ties_never_as_a_zero_width_interval():
