@@ -75,7 +75,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_wings_are_the_syllabus_topics():
     wings = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
     assert wings == {"profiling", "comm", "parallel", "compress", "memory", "compute", "data",
-                     "plan", "viz", "jobs"}
+                     "plan", "saving", "viz", "jobs"}
 
 
 def test_no_grab_bag_of_workers():
@@ -118,7 +118,7 @@ def test_module_is_small_and_plot_free(path):
 
 
 @pytest.mark.parametrize("wing", ["profiling", "comm", "parallel", "compress", "memory", "compute",
-                                  "data", "plan"])
+                                  "data", "plan", "saving"])
 def test_each_wing_reexports_its_modules_public_names(wing):
     import importlib
 
