@@ -6,6 +6,14 @@ the GPU count, heads not divisible by TP, a batch too small for the pipeline, ..
 :func:`check_layout` raises them as one ``ValueError``. Ranks are placed TP innermost (inside
 a node, on NVLink), then CP, then PP, then DP outermost, as Megatron-LM places them.
 
+Pipeline stages need not divide the layers: :meth:`Layout.stage_layers` splits ``L`` blocks
+over ``p`` stages evenly when it can, and otherwise gives the extra blocks to the middle
+stages, so that the first stage (which also holds the embedding) and the last (the output
+layer and the loss) carry fewer, as Megatron-LM's ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers`` and DeepSpeed's parameter-balanced partition let a run
+do. ``Layout(stages=(...))`` states a split explicitly. The bubble, step time and memory follow
+the heaviest stage.
+
 Usage::
 
     lay = Layout(dp=16, tp=8, pp=4, micro_batch=1, recompute="selective", sp=True)
@@ -42,6 +50,8 @@ class Layout:
             it). Only with ``recompute="full"``.
         sp: sequence parallelism beside tensor parallelism.
         schedule: ``"1f1b"`` (PipeDream-Flush) or ``"gpipe"`` (all forwards first).
+        stages: blocks per pipeline stage, first to last (``()``: :meth:`stage_layers`'s
+            default split); ``pp`` entries, each >= 1, summing to the model's layers.
     """
 
     dp: int = 1
@@ -55,6 +65,7 @@ class Layout:
     sp: bool = False
     schedule: str = "1f1b"
     early_stop: bool = False
+    stages: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for k in ("dp", "tp", "pp", "cp", "micro_batch", "interleave"):
@@ -67,6 +78,40 @@ class Layout:
         if self.early_stop and self.recompute != "full":
             raise ValueError(f"early_stop applies to full recomputation only, got "
                              f"recompute={self.recompute!r}")
+        check_type("stages", self.stages, tuple)
+        if self.stages:
+            for i, n in enumerate(self.stages):
+                check_int(f"stages[{i}]", n, 1)
+            if len(self.stages) != self.pp:
+                raise ValueError(f"stages must give one block count per pipeline stage: "
+                                 f"{len(self.stages)} entries for pp={self.pp}")
+            if self.interleave > 1:
+                raise ValueError("stages (an uneven split) goes with interleave=1: the "
+                                 "interleaved schedule splits the layers into equal chunks")
+
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Blocks on each pipeline stage, first to last: ``stages`` if given; else ``L / p``
+        each when ``p`` divides ``L``; else ``floor(L / p)`` each with the ``L mod p`` extra
+        blocks on the middle stages first (the ends hold the embedding and the output layer),
+        then on the first stage: 30 blocks on 4 stages -> ``(7, 8, 8, 7)``, 9 on 2 -> ``(5, 4)``.
+
+        Raises:
+            ValueError: for fewer layers than stages, or ``stages`` that do not sum to ``layers``.
+        """
+        check_int("layers", layers, 1)
+        if self.stages:
+            if sum(self.stages) != layers:
+                raise ValueError(f"stages {self.stages} sum to {sum(self.stages)} blocks, not the "
+                                 f"model's {layers} layers")
+            return self.stages
+        if layers < self.pp:
+            raise ValueError(f"{layers} layers cannot fill {self.pp} pipeline stages")
+        q, r = divmod(layers, self.pp)
+        split = [q] * self.pp
+        order = list(range(1, self.pp - 1)) + [0, self.pp - 1]  # middles, then first, then last
+        for i in order[:r]:
+            split[i] += 1
+        return tuple(split)
 
     @property
     def gpus(self) -> int:
@@ -83,15 +128,16 @@ class Layout:
         m = max(self.micro_batches(global_batch), 1)
         return (self.pp - 1) / (self.interleave * m)
 
-    def in_flight(self, global_batch: int) -> float:
-        """Micro-batches whose activations the first stage holds at once, in units of one
-        micro-batch of all its layers: ``min(p, m)`` for 1F1B, times
-        ``1 + (p - 1) / (p v)`` when interleaved (Korthikanti et al. 2022, section 4.2.3);
-        ``m`` for GPipe."""
+    def in_flight(self, global_batch: int, stage: int = 0) -> float:
+        """Micro-batches whose activations ``stage`` holds at once, in units of one
+        micro-batch of all its layers: ``min(p - stage, m)`` for 1F1B (the first stage holds
+        the most), times ``1 + (p - 1) / (p v)`` when interleaved (Korthikanti et al. 2022,
+        section 4.2.3); ``m`` for GPipe."""
         m = max(self.micro_batches(global_batch), 1)
+        check_int("stage", stage, 0, self.pp - 1)
         if self.schedule == "gpipe":
             return float(m)
-        base = float(min(self.pp, m))
+        base = float(min(self.pp - stage, m))
         if self.interleave > 1:
             base *= 1 + (self.pp - 1) / (self.pp * self.interleave)
         return base
@@ -107,6 +153,7 @@ class Layout:
         parts += ["es"] if self.early_stop else []
         parts += ["sp"] if self.sp else []
         parts += ["gpipe"] if self.schedule == "gpipe" else []
+        parts += ["stages " + "-".join(map(str, self.stages))] if self.stages else []
         return " ".join(parts)
 
 
@@ -137,9 +184,14 @@ def layout_problems(model: ModelSpec, layout: Layout, gpus: int, global_batch: i
         out.append(f"heads ({model.heads}) are not divisible by tp ({lay.tp})")
     if model.ffn % lay.tp:
         out.append(f"the MLP width ({model.ffn}) is not divisible by tp ({lay.tp})")
-    if model.layers % (lay.pp * lay.interleave):
+    if lay.interleave > 1 and model.layers % (lay.pp * lay.interleave):
         out.append(f"layers ({model.layers}) are not divisible by pp x interleave "
-                   f"({lay.pp} x {lay.interleave})")
+                   f"({lay.pp} x {lay.interleave}): the interleaved schedule needs equal chunks")
+    if model.layers < lay.pp:
+        out.append(f"{model.layers} layers cannot fill {lay.pp} pipeline stages")
+    if lay.stages and sum(lay.stages) != model.layers:
+        out.append(f"stages {lay.stages} sum to {sum(lay.stages)} blocks, not the model's "
+                   f"{model.layers} layers")
     if lay.interleave > 1 and lay.pp == 1:
         out.append("interleave > 1 needs a pipeline (pp > 1)")
     if model.seq % (2 * lay.cp if lay.cp > 1 else 1):

@@ -55,17 +55,23 @@ class MemoryBreakdown:
 
 
 def stage_params(model: ModelSpec, layout: Layout) -> float:
-    """Parameters one GPU of the most loaded stage holds before ZeRO: the stage's blocks and
-    the embedding (the first stage; the last holds the output layer, or a copy of the tied
-    embedding). Tensor parallelism splits the weight matrices, the column-parallel biases and
-    the vocabulary; the norms, the position table and the two row-parallel biases of a block
-    (added after its all-reduce) stay whole on every rank, as Megatron and
-    :mod:`perfkit.parallel.tp_gpt` keep them."""
+    """Parameters one GPU of the most loaded stage holds before ZeRO: the stage's blocks and,
+    on the first stage, the embedding (the last holds the output layer, or a copy of the tied
+    embedding; a middle stage of an uneven split may hold more blocks and no vocabulary, see
+    :meth:`Layout.stage_layers`). Tensor parallelism splits the weight matrices, the
+    column-parallel biases and the vocabulary; the norms, the position table and the two
+    row-parallel biases of a block (added after its all-reduce) stay whole on every rank, as
+    Megatron and :mod:`perfkit.parallel.tp_gpt` keep them."""
     whole = 2 * model.norm_params + (2 * model.hidden if model.bias else 0)  # per block
-    blocks = model.layers // layout.pp
     vocab = model.embedding_params - model.positions * model.hidden
-    return ((blocks * (model.layer_params - whole) + vocab) / layout.tp
-            + blocks * whole + model.positions * model.hidden + model.norm_params)
+    ends = model.positions * model.hidden + model.norm_params  # whole on an end stage
+
+    def held(blocks: int, end: bool) -> float:
+        return ((blocks * (model.layer_params - whole) + (vocab if end else 0)) / layout.tp
+                + blocks * whole + (ends if end else 0))
+
+    split = layout.stage_layers(model.layers)
+    return max(held(n, i in (0, len(split) - 1)) for i, n in enumerate(split))
 
 
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
@@ -96,16 +102,17 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     states = zero_model_states(psi, lay.dp * lay.cp, lay.zero, recipe)
     wb = states.recipe.param_bytes if weight_bytes is None else check_real(
         "weight_bytes", weight_bytes, 0, lo_open=True)
-    layers = model.layers // lay.pp
+    split = lay.stage_layers(model.layers)
     per_layer = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, lay.recompute,
                                                  lay.cp)
-    first = lay.in_flight(global_batch) * layers * per_layer
     # the last stage: the fp32 logits, and the final norm's input (split by SP) and the output
     # layer's input (whole), one (b, s, h) tensor each
     bsh = lay.micro_batch * model.seq / lay.cp * model.hidden * model.act_bytes
     head = model.logits_bytes(lay.micro_batch, lay.tp, lay.cp) + bsh * (1 + (1 / lay.tp if lay.sp else 1))
-    last = layers * per_layer + head
-    acts = max(first, last) if lay.pp > 1 else first + head
+    # stage i holds its blocks' activations for in_flight(i) micro-batches (the first the most),
+    # the last stage one micro-batch and the head's tensors: the most loaded stage counts
+    acts = max(lay.in_flight(global_batch, i) * n * per_layer + (head if i == lay.pp - 1 else 0)
+               for i, n in enumerate(split))
     if lay.recompute == "full":  # one block rebuilt at a time in backward
         acts += model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     if lay.zero == 3:

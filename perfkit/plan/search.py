@@ -87,7 +87,9 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
     sequence parallelism on wherever tp > 1 (it moves the same bytes and keeps fewer, so
     a layout without it never wins; fix ``sp`` to compare); full recomputation without early
     stop unless ``early_stop`` is fixed (PyTorch's checkpoint, whose rerun ends early, then
-    stands for every full recomputation). Micro-batches that do not divide
+    stands for every full recomputation). Pipelines whose stage count does not divide the
+    layers are searched with :meth:`Layout.stage_layers`'s split (lighter first and last
+    stages). Micro-batches that do not divide
     the batch and interleavings that do not divide the layers are skipped unless fixed (then
     :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field.
 
@@ -100,7 +102,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
         raise ValueError(f"fixed must name Layout fields {LAYOUT_FIELDS}, got {bad}")
     axes = {
         "tp": [t for t in _pow2(gpus_per_node) if gpus % t == 0],
-        "pp": [p for p in range(1, model.layers + 1) if model.layers % p == 0 and gpus % p == 0],
+        "pp": [p for p in range(1, model.layers + 1) if gpus % p == 0],  # uneven splits too
         "cp": [c for c in (1, 2, 4, 8) if gpus % c == 0 and (c == 1 or model.seq >= 8192)],
         "zero": [0, 1, 2, 3], "micro_batch": _pow2(16), "interleave": [1, 2, 4],
         "recompute": list(RECOMPUTE), "sp": [False, True], "schedule": ["1f1b"],
@@ -128,7 +130,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
             if rc == "selective" and model.flash and "recompute" not in fixed:
                 continue  # a fused kernel never keeps the scores selective recomputation drops
             if ("micro_batch" not in fixed and global_batch % (dp * mb)) or (
-                    "interleave" not in fixed and model.layers % (pp * v)):
+                    "interleave" not in fixed and v > 1 and model.layers % (pp * v)):
                 continue  # sizes that cannot split the batch or the layers (unless asked for)
             out.append(Layout(dp, tp, pp, cp, zero, mb, v, rc, sp, sc, es))
     return out

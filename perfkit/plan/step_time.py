@@ -142,43 +142,50 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     r, lay, gpu = RECIPES[recipe], layout, cluster.gpu
     m = max(lay.micro_batches(global_batch), 1)
     tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
-    layers = model.layers / lay.pp
-    # matmuls: the FLOPs of one micro-batch on the slowest stage, split over tp x cp GPUs; the
-    # weight matmuls at the GEMM rate, the attention kernel's at its own, forward and backward
-    # (softmax beside the Tensor Cores). Stages hold L / pp blocks each and the last one the
-    # output layer as well (Megatron splits blocks evenly): that stage sets the pipeline's pace.
-    blocks = model.dense_flops_per_token(lay.recompute, lay.early_stop) - model.head_flops_per_token
-    dense = blocks / lay.pp + model.head_flops_per_token
+    split = lay.stage_layers(model.layers)
+    # matmuls: the FLOPs of one micro-batch on a stage, split over tp x cp GPUs; the weight
+    # matmuls at the GEMM rate, the attention kernel's at its own, forward and backward
+    # (softmax beside the Tensor Cores). The last stage holds the output layer as well, and
+    # an uneven split (Layout.stage_layers) more blocks on the middle stages: the slowest
+    # stage sets the pipeline's pace, so each term below is that stage's.
+    block = (model.dense_flops_per_token(lay.recompute, lay.early_stop)
+             - model.head_flops_per_token) / model.layers
     attn_fwd, attn_bwd = model.attention_flops_split(lay.recompute)
-    matmul = (dense / cluster.achievable_flops
-              + (attn_fwd / cluster.attention_flops + attn_bwd / cluster.attention_backward_flops)
-              / lay.pp) * tokens_mb / (lay.tp * lay.cp)
+    attn = (attn_fwd / cluster.attention_flops + attn_bwd / cluster.attention_backward_flops) / model.layers
     passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
-    # the last stage's loss (the slowest stage sets the pace), op by op: see loss_passes
+    # the last stage's loss, op by op: see loss_passes
     loss = loss_passes(model.act_bytes) * model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
-    membound = (passes * layers * act + loss) / cluster.achievable_bytes_per_s
-    # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed)
+    # tensor parallelism: 2 all-reduces forward, 2 backward per block (+2 recomputed), and
+    # beside the blocks: the vocabulary-parallel embedding's output (first stage) and the output
+    # layer's input gradient (last stage), one (b, s, h) each, and the cross-entropy's 3
+    # all-reduces of b s fp32 numbers (max, sum of exponentials, target logit) (an
+    # early-stopping rerun ends before the down-projection and its all-reduce)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
-    # (+2 recomputed), and beside the blocks: the vocabulary-parallel embedding's output (first
-    # stage) and the output layer's input gradient (last stage), one (b, s, h) each, and the
-    # cross-entropy's 3 all-reduces of b s fp32 numbers (max, sum of exponentials, target logit)
-    # (an early-stopping rerun ends before the down-projection and its all-reduce)
     n_tp = 4 + ((1 if lay.early_stop else 2) if lay.recompute == "full" else 0)
-    tp = 0.0
-    if lay.tp > 1:
-        link = _link(lay.tp, cluster)
-        ends = 2 if lay.pp == 1 else 1  # the slowest stage, the last, has the head alone
-        tp = ((layers * n_tp + ends) * ring_allreduce_time(msg, lay.tp, link)
-              + 3 * ring_allreduce_time(tokens_mb / lay.cp * 4, lay.tp, link))
+    link = _link(lay.tp, cluster) if lay.tp > 1 else None
     # context parallelism: K and V pass cp - 1 times forward, twice that backward, hidden
     # behind attention's own FLOPs (12 h s per token and layer, forward + backward)
-    cp = 0.0
+    cp_layer = 0.0
     if lay.cp > 1:
         kv = 2 * tokens_mb / lay.cp * model.kv_dim * model.act_bytes / lay.tp
         ring = 3 * (lay.cp - 1) * _link(lay.tp * lay.cp, cluster).predict(kv)
-        attn = 12 * model.hidden * model.seq * tokens_mb / (lay.cp * lay.tp) / cluster.achievable_flops
-        cp = layers * (max(0.0, ring - attn) if cluster.overlap else ring)
+        attn_s = 12 * model.hidden * model.seq * tokens_mb / (lay.cp * lay.tp) / cluster.achievable_flops
+        cp_layer = max(0.0, ring - attn_s) if cluster.overlap else ring
+
+    def stage(n: int, first: bool, last: bool) -> tuple[float, float, float, float]:
+        head = model.head_flops_per_token if last else 0.0
+        mm = ((n * block + head) / cluster.achievable_flops + n * attn) * tokens_mb / (lay.tp * lay.cp)
+        mem = (passes * n * act + (loss if last else 0.0)) / cluster.achievable_bytes_per_s
+        t = 0.0
+        if link is not None:
+            t = ((n * n_tp + first + last) * ring_allreduce_time(msg, lay.tp, link)
+                 + (3 * ring_allreduce_time(tokens_mb / lay.cp * 4, lay.tp, link) if last else 0.0))
+        return mm, mem, t, n * cp_layer
+
+    parts = [stage(n, i == 0, i == len(split) - 1) for i, n in enumerate(split)]
+    matmul, membound, tp, cp = max(parts, key=sum)  # the slowest stage
+    layers = split[max(range(len(split)), key=lambda i: sum(parts[i]))]
     slot = matmul + membound + tp + cp  # s: one micro-batch on one stage
     bubble = (lay.pp - 1) / lay.interleave * slot
     p2p = 0.0
