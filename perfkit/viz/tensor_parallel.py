@@ -20,6 +20,7 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.traffic import Traffic
 from perfkit.parallel.tp_costs import crossover_width, tp_block_cost
+from perfkit.stats import Estimate
 from perfkit.viz.core import IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["plot_tp_crossover", "tp_widget", "traffic_table"]
@@ -29,20 +30,29 @@ WIDTHS = (16.0, 65536.0)   # the plotted range of model widths C
 
 def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: int = 4096,
                       seq: int = 512, bandwidth_scale: float = 1.0,
-                      measured: tuple[float, float] | None = None) -> Figure:
+                      measured: Mapping[float, Estimate | float] | None = None,
+                      bounds: Mapping[float, float] | None = None) -> Figure:
     """One block's forward and backward time against the width: unsplit, split ``t`` ways
     (compute / t + 4 all-reduces), and the all-reduces alone; the crossover marked.
 
     Args:
         flops_per_s, link, t, tokens, seq: as :func:`perfkit.parallel.tp_costs.tp_block_cost`.
         bandwidth_scale: the link's bandwidth times this (a faster or slower network).
-        measured: ``(width, speedup)`` measured here, drawn as a point on the speedup axis.
+        measured: speedups measured here by width, drawn as points on the speedup axis (an
+            :class:`perfkit.stats.Estimate` with an interval gets its bar).
+        bounds: the model's speedup at each measured width from that width's own measured
+            compute time, drawn as open markers.
 
     Raises:
         TypeError, ValueError: for arguments out of range, named.
     """
     check_real("bandwidth_scale", bandwidth_scale, 0, lo_open=True)
     check_type("link", link, AlphaBeta)
+    points = {check_real("measured width", w, 0, lo_open=True): v for w, v in (measured or {}).items()}
+    for v in points.values():
+        check_type("measured speedup", v, (Estimate, float, int))
+    marks = {check_real("bounds width", w, 0, lo_open=True): check_real("bounds speedup", b, 0)
+             for w, b in (bounds or {}).items()}
     scaled = AlphaBeta(link.alpha_s, link.bandwidth * bandwidth_scale)
     widths = np.geomspace(*WIDTHS, 60)
     costs = [tp_block_cost(float(w), t, tokens, seq, flops_per_s, scaled) for w in widths]
@@ -51,7 +61,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     ax.loglog(widths, [c.tp_s for c in costs], label=f"split {t} ways: compute / {t} + comm")
     ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone")
     ax.set(xlabel="width C", ylabel="s per block (forward + backward)")
-    fig.suptitle(f"{tokens} tokens per step, {si(scaled.bandwidth, 'B/s')} per ring step")
+    fig.suptitle(f"{tokens} tokens per step, compute at {si(flops_per_s, 'FLOP/s')}, "
+                 f"{si(scaled.bandwidth, 'B/s')} per ring step")
     ax2.semilogx(widths, [c.speedup for c in costs], label="model")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axhline(t, color="grey", lw=0.8, ls="--", label=f"ideal: {t}x")
@@ -59,9 +70,20 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     for a in (ax, ax2):
         if cross is not None and WIDTHS[0] <= cross <= WIDTHS[1]:
             a.axvline(cross, color="red", lw=0.8, label=f"crossover C = {cross:,.0f}")
-    if measured is not None:
-        ax2.plot(*measured, "ko", label="measured here")
-    ax2.set(xlabel="width C", ylabel="speedup of the split block", ylim=(0, t * 1.1))
+    if marks:
+        ax2.plot(list(marks), list(marks.values()), "o", mfc="none", mec="k",
+                 label="bound from each width's measured compute")
+    if points:
+        ws = list(points)
+        vs = [float(v.value) if isinstance(v, Estimate) else float(v) for v in points.values()]
+        lo = [v - p.low if isinstance(p, Estimate) and p.has_interval else 0.0
+              for v, p in zip(vs, points.values())]
+        hi = [p.high - v if isinstance(p, Estimate) and p.has_interval else 0.0
+              for v, p in zip(vs, points.values())]
+        ax2.errorbar(ws, vs, yerr=[lo, hi], fmt="ko", capsize=3, label="measured here")
+    top = max([t * 1.1, *marks.values(), *(1.1 * float(v.high if isinstance(v, Estimate) else v)
+                                          for v in points.values())])
+    ax2.set(xlabel="width C", ylabel="speedup of the split block", ylim=(0, top))
     ax.legend(fontsize=8)
     ax2.legend(fontsize=8)
     fig.tight_layout()

@@ -34,6 +34,7 @@ from perfkit.parallel.tp_costs import (
 from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
 from perfkit.parallel.tp_overlap import column_region
 from perfkit.parallel.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
+from perfkit.stats import Estimate
 from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 CFG = GPTConfig(vocab_size=48, block_size=8, n_embd=24, n_layer=2, n_head=6)
@@ -263,7 +264,20 @@ def test_widget_draws_at_every_extreme_and_the_table_reads_both_counts():
     spec = tp_widget(1e10, LINK, seq=64)
     for kw in spec.extremes():
         plt.close(spec.fn(**kw))
-    plt.close(plot_tp_crossover(1e10, LINK, measured=(256.0, 1.2)))
+    plt.close(plot_tp_crossover(1e10, LINK, measured={256.0: 1.2}))
+    # every measured width drawn, with its interval, beside the bound at that width
+    fig = plot_tp_crossover(1e10, LINK, measured={128.0: 0.6, 1024.0: Estimate(2.5, 2.2, 2.7, 0.9, 7, "m")},
+                            bounds={128.0: 0.9, 1024.0: 2.6})
+    ax2 = fig.axes[1]
+    drawn = [tuple(line.get_xdata()) for line in ax2.lines]
+    assert drawn.count((128.0, 1024.0)) >= 2 and ax2.get_ylim()[1] >= 2.7 * 1.1 - 1e-9
+    plt.close(fig)
+    with pytest.raises(ValueError, match="measured width"):
+        plot_tp_crossover(1e10, LINK, measured={0.0: 1.0})
+    with pytest.raises(TypeError, match="measured speedup"):
+        plot_tp_crossover(1e10, LINK, measured={128.0: "fast"})
+    with pytest.raises(ValueError, match="bounds speedup"):
+        plot_tp_crossover(1e10, LINK, bounds={128.0: float("nan")})
     with pytest.raises(ValueError, match="bandwidth_scale"):
         plot_tp_crossover(1e10, LINK, bandwidth_scale=0)
     with pytest.raises(ValueError, match="flops_per_s"):
