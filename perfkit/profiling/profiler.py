@@ -176,6 +176,19 @@ def trace_breakdown(trace: str | os.PathLike | Mapping[str, Any]) -> TraceBreakd
                           {k: v / n for k, v in totals.items()}, parents)
 
 
+def quiet_kineto() -> None:
+    """Keep Kineto (the profiler's C++ side) from writing its USDT probe lines to stderr.
+
+    Every profiler start and stop prints ``USDT:... SyncActivityProfilerHandler.cpp:52]
+    profiler_start`` (and ``profiler_stop``) to the process's stderr, where a notebook shows
+    them as output. Kineto reads ``KINETO_LOG_LEVEL`` once, when the process first profiles,
+    and only a level above USDT's (6) silences these lines; its errors are silenced with them.
+    A level the user set is kept. Call before the process's first profiler starts (the
+    :class:`Profiler` and the ``diagnose`` recorder do); a later call changes nothing.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 class Profiler:
     """``torch.profiler`` with a schedule, a named Chrome trace, top operators and phases.
 
@@ -200,6 +213,7 @@ class Profiler:
         self._result: ProfileResult | None = None
 
     def __enter__(self) -> Profiler:
+        quiet_kineto()
         acts = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             acts.append(ProfilerActivity.CUDA)

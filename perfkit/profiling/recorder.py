@@ -45,7 +45,7 @@ from torch.profiler import ProfilerActivity
 from perfkit._checks import check_int, check_type
 from perfkit.profiling.footprint import memory_in_use, memory_split
 from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
-from perfkit.profiling.profiler import PHASE_PREFIX
+from perfkit.profiling.profiler import PHASE_PREFIX, quiet_kineto
 
 __all__ = ["StepRecorder", "WindowDone"]
 
@@ -294,6 +294,7 @@ class StepRecorder:
             acts.append(ProfilerActivity.CUDA)
         # with_flops counts matmul/conv FLOPs from the shapes (MFU); no stacks: they
         # multiply the trace's size and the window's overhead.
+        quiet_kineto()  # before the profiler starts: Kineto reads its log level once
         self._prof = torch.profiler.profile(activities=acts, record_shapes=True, with_flops=True)
         self._prof.__enter__()
         pre = torch.nn.modules.module.register_module_forward_pre_hook(self._fwd_pre)

@@ -90,7 +90,8 @@ RULES: dict[str, Rule] = {
         "on a shared machine, other processes compete for the cores; pin threads"),
         "notebooks/07_data_loading.ipynb"),
     "compute": Rule("forward + backward dominate the step (compute- or memory-bound: the roofline decides)", (
-        "use bf16 autocast (and fp16 with GradScaler on older GPUs)",
+        "use bf16 autocast where this machine computes bf16 faster than fp32 (notebook 00 measures "
+        "both ceilings; where bf16 is emulated it runs slower), fp16 with GradScaler on older GPUs",
         "torch.compile to fuse memory-bound operations",
         "use shapes that are multiples of 64 and measure MFU against the machine's peak"),
         "notebooks/06_compute.ipynb, section 6 (MFU)"),

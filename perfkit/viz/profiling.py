@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,12 +67,14 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(
         figsize=(8, 0.7 * len(labels) + 1.6))
     left = [0.0] * len(labels)
+    widest = max(sum(v.values()) for v in values.values()) or 1.0  # the x axis' extent
     for name in names:
         widths = [values[lab].get(name, 0.0) for lab in labels]
         bars = ax.barh(labels, widths, left=left, color=colors[name], label=name)
-        total = [sum(values[lab].values()) for lab in labels]
-        for bar, w, tot in zip(bars, widths, total, strict=True):
-            if tot and w / tot > 0.06:  # label segments wide enough to hold text
+        for bar, w in zip(bars, widths, strict=True):
+            # a label needs room on the axis, whatever its own bar's total: 9 % of the axis
+            # holds "19.3" or "46%" at this size
+            if w / widest > 0.09:
                 ax.text(bar.get_x() + w / 2, bar.get_y() + bar.get_height() / 2,
                         f"{w:.1f}" if unit == "ms" else f"{w:.0f}%", ha="center",
                         va="center", fontsize=8, color="white")
@@ -79,8 +82,8 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
     ax.invert_yaxis()
     ax.set_xlabel("mean ms per step" if unit == "ms" else "% of the step")
     ax.set_title(title)
-    ax.legend(ncol=min(len(names), 6), fontsize=8, loc="upper center",
-              bbox_to_anchor=(0.5, -0.25 if len(labels) < 3 else -0.12), frameon=False)
+    # one column beside the bars: a row below them collides with the axis label
+    ax.legend(ncol=1, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return tidy(fig)
@@ -172,16 +175,16 @@ def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
 
 def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Figure:
     """A run's stacked phase bar above its findings, in one figure (the widget's)."""
-    fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 3.6), height_ratios=[1, 1.1])
+    fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 4.2), height_ratios=[1, 1.4])
     plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
     tax.axis("off")
     lines = [f"step {summary.step.p50_s * 1e3:.1f} ms (p50)"
              + (f", {summary.samples_per_s:,.0f} samples/s" if summary.samples_per_s else "")]
     if not findings:
         lines.append("diagnosis: no bottleneck found")
-    for f in findings:
-        lines.append(f"[{f.severity}] {f.evidence}")
-        lines.append(f"    try: {f.fix[0]}"[:110])
+    for f in findings:  # wrapped to the figure's width: a longer line runs off its edge
+        lines += textwrap.wrap(f"[{f.severity}] {f.evidence}", 90, subsequent_indent="    ")
+        lines += textwrap.wrap(f"try: {f.fix[0]}", 90, initial_indent="    ", subsequent_indent="    ")
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)
     fig.tight_layout()
