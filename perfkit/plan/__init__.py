@@ -4,6 +4,7 @@ A model (:mod:`perfkit.plan.model`), a cluster (:mod:`perfkit.plan.cluster`), a 
 (:mod:`perfkit.plan.layout`); memory per GPU (:mod:`perfkit.plan.memory_model`) and step time
 (:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`); published runs
 to hold it against (:mod:`perfkit.plan.published`); this machine (:mod:`perfkit.plan.local`);
+checkpoints, failures and the effective training time left (:mod:`perfkit.plan.failures`);
 the ``perfkit plan`` command (:mod:`perfkit.plan.command`).
 
 Usage::
@@ -29,6 +30,20 @@ from perfkit.plan.command import (
     report_json,
     report_text,
     run,
+)
+from perfkit.plan.failures import (
+    DEFAULT_RESTART_S,
+    LLAMA3_EFFECTIVE_TRAINING,
+    LLAMA3_FAILURES,
+    LLAMA3_GPU_FAILURES_PER_YEAR,
+    LLAMA3_STORAGE_BYTES_PER_S,
+    FailurePlan,
+    add_failure_arguments,
+    checkpoint_bytes,
+    failure_lines,
+    failure_options,
+    failure_plan,
+    llama3_check,
 )
 from perfkit.plan.layout import (
     SCHEDULES,
@@ -120,6 +135,7 @@ from perfkit.plan.step_time import (
 )
 
 __all__ = [
+    "add_failure_arguments",
     "add_parser",
     "ASSUMED_LATENCY_S",
     "ATTENTION_EFFICIENCY",
@@ -131,10 +147,16 @@ __all__ = [
     "compare",
     "compare_llm_analysis",
     "Comparison",
+    "checkpoint_bytes",
     "course_predictions",
     "CoursePredictions",
     "COURSE_LAYOUTS",
+    "DEFAULT_RESTART_S",
     "enumerate_layouts",
+    "failure_lines",
+    "failure_options",
+    "failure_plan",
+    "FailurePlan",
     "fit_efficiency",
     "fit_rows",
     "fit_step_efficiency",
@@ -153,6 +175,11 @@ __all__ = [
     "layout_problems",
     "layout_ranks",
     "link_cache_path",
+    "llama3_check",
+    "LLAMA3_EFFECTIVE_TRAINING",
+    "LLAMA3_FAILURES",
+    "LLAMA3_GPU_FAILURES_PER_YEAR",
+    "LLAMA3_STORAGE_BYTES_PER_S",
     "llm_analysis_inputs",
     "LLM_ANALYSIS_HBM_EFFICIENCY",
     "LLM_ANALYSIS_INSTALL",

@@ -23,6 +23,13 @@ from typing import Any
 
 from perfkit._checks import check_real
 from perfkit.plan.cluster import GPUS, MEMORY_EFFICIENCY, Cluster, local_cluster, named_cluster
+from perfkit.plan.failures import (
+    add_failure_arguments,
+    checkpoint_bytes,
+    failure_lines,
+    failure_options,
+    failure_plan,
+)
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.search import Plan, plan
 
@@ -154,6 +161,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--early-stop", action="store_true",
                    help="full recomputation by PyTorch's non-reentrant checkpoint (2.1+), whose "
                         "rerun skips each block's last matmul (implies --recompute full)")
+    add_failure_arguments(ap)
     ap.add_argument("--top", type=int, default=5, help="layouts shown (default 5)")
     ap.add_argument("--json", action="store_true", help="print JSON")
     ap.set_defaults(func=run)
@@ -229,10 +237,19 @@ def run(args: argparse.Namespace) -> int:
                                  f"{fixed['recompute']}")
             fixed["early_stop"] = True
         _check_fixed(model, fixed, args.gpus, batch)
+        failing = failure_options(args)
         result = plan(model, cluster, args.gpus, batch, fixed)
     except (TypeError, ValueError) as e:
         print(f"perfkit plan: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(report_json(result, args.top), indent=1) if args.json
-          else report_text(result, args.top))
+    fp = None
+    if result.best:  # the best layout's checkpoint, interval and goodput under failures
+        best = result.best[0]
+        fp = failure_plan(checkpoint_bytes(model), args.gpus, best.time.total_s,
+                          gpu_state_bytes=best.memory.params + best.memory.optimizer, **failing)
+    if args.json:
+        print(json.dumps({**report_json(result, args.top),
+                          "failures": fp.as_dict() if fp else None}, indent=1))
+    else:
+        print("\n".join([report_text(result, args.top), *(failure_lines(fp) if fp else [])]))
     return 0 if result.best else 1
