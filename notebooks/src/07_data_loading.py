@@ -222,9 +222,21 @@ fig = vdata.plot_loader_sweep(cpu_runs, cpu_pred,
 
 # %%
 at_cores = max(i for i, w in enumerate(WORKERS) if w <= CORES)   # the run at CORES workers (or fewer)
-viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {WORKERS[at_cores]}",
+rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}          # samples/s measured
+model_rate = {w: BATCH / p.steady_step_s for w, p in zip(WORKERS, cpu_pred)}    # samples/s in the model
+for w in WORKERS[at_cores:]:
+    print(f"{w} busy workers: {rate[w]:.0f} samples/s, {rate[w] / model_rate[w]:.0%} of the model's "
+          f"{model_rate[w]:.0f}; {rate[w] / rate[WORKERS[at_cores]]:.2f}x the {WORKERS[at_cores]}-worker run")
+past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
+at = WORKERS[at_cores]
+viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {at}",
                        "busy workers share the cores", high=1.10, unit="x"),
-            ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores]))
+            ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores]), explain={
+    "above": f"The {at}-worker run reached {rate[at]:.0f} samples/s, {rate[at] / model_rate[at]:.0%} of the model's "
+             f"{model_rate[at]:.0f}, and more workers got more ({past}): the model gives the workers all {CORES} cores, "
+             "but the training process and other jobs ran on them too, and more busy processes take a larger share "
+             "of the cores from those.",
+    "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%} of the model's), past it: {past}."})
 short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if r.steady_step_s > p.steady_step_s / 0.9]
 print("measured below 90 % of the model's throughput at workers = " + (", ".join(map(str, short)) or "none"))
 
@@ -308,8 +320,11 @@ saved_pred = jit_pred[0].steady_wait_share - jit_pred[-1].steady_wait_share
 print(f"prefetch_factor {depths[0]} -> {depths[-1]}: waiting {jit_runs[0].steady_wait_share:.0%} -> "
       f"{jit_runs[-1].steady_wait_share:.0%} measured, {jit_pred[0].steady_wait_share:.0%} -> "
       f"{jit_pred[-1].steady_wait_share:.0%} in the replay: "
-      + ("where the two disagree (the verdict above), this run does not say what depth saves."
-         if jit_verdict.outcome != "held" else "deeper prefetching absorbed the slow batches, at the cost of "
+      + ("the replay and the measurement disagree (the verdict above), so this run does not say what depth saves."
+         if jit_verdict.outcome in ("missed", "disturbed") else
+         "the verdict above could not tell whether the replay matches the measurement, so what depth saves here "
+         "is the replay's figure, unconfirmed." if jit_verdict.outcome == "inconclusive" else
+         "deeper prefetching absorbed the slow batches, at the cost of "
          "host memory for d * W batches and a longer wait before the first step." if saved_pred >= 0.05 else
          "in so short a run a deeper queue has little time to fill before the slow batches come."))
 
@@ -357,10 +372,11 @@ for name, d in real.items():
 
 # %% [markdown]
 # Text samples have different lengths, so a batch must be padded to one length `T`.
-# `PadCollate` pads to the longest sample rounded up to a multiple of 8: on GPUs, tensor
-# cores need dimensions that are multiples of 8 (fp16/bf16), and on any device fewer distinct
-# shapes mean fewer kernel choices and fewer `torch.compile` recompilations. The price is a
-# few pad tokens per row.
+# `PadCollate` pads to the longest sample rounded up to a multiple of 8: on NVIDIA GPUs, fp16/bf16
+# matmuls run fastest on tensor cores when their dimensions are multiples of 8 (a performance
+# preference since cuBLAS 11, once a requirement), and on any device fewer distinct shapes mean
+# fewer kernel choices and fewer `torch.compile` recompilations. The price is a few pad tokens
+# per row.
 
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
@@ -497,7 +513,7 @@ for kind in ("sleep", "spin"):
           f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.1f} ms/step; hidden fraction {hidden[kind]}")
 print(f"model: load {t_load:.1f} ms, compute {t_compute:.1f} ms per step; overlapped "
       f"{(t_load + N * max(t_load, t_compute)) / N:.1f} ms/step; hidden fraction {bound:.2f}")
-fig = vdata.plot_overlap(ms, t_load, t_compute)
+fig = vdata.plot_overlap(ms, t_load, t_compute, steps=N)
 
 # %%
 io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"1 - t_load / (n min(t_load, t_compute)) = {bound:.2f}",
@@ -546,10 +562,11 @@ viz.verdict(Prediction("hidden fraction, GIL-holding load", f"at most the share 
 # on this machine): move the
 # per-sample cost, the workers, the prefetch depth and the jitter, and read the predicted
 # throughput and share of the step spent waiting, for a `BATCH`-sample batch, a `COMPUTE_MS`
-# step and the per-batch handoff measured in 2a. The static figure below is its default setting.
+# step and the per-batch handoff measured in 2a. The static figure below is its default setting,
+# the per-sample cost of section 2 (`COST_MS`).
 
 # %%
-spec = vdata.loader_widget(batch_size=BATCH, compute_ms=COMPUTE_MS, handoff_ms=handoff_s * 1e3)
+spec = vdata.loader_widget(batch_size=BATCH, compute_ms=COMPUTE_MS, handoff_ms=handoff_s * 1e3, per_sample_ms=COST_MS)
 fig = spec.fn(**spec.defaults())
 
 # %%
@@ -561,8 +578,9 @@ viz.build_widget(spec)
 #
 # * A loop with `num_workers=0` pays `B * c + t_compute` per step; the data share is
 #   predictable from two measured numbers, and `StepMonitor`'s `data` phase measures it.
-# * The models: workers hide an I/O-bound load and scale past the cores; a CPU-bound load
-#   stops scaling at the free cores. `persistent_workers` pays process startup once;
+# * In the models, workers hide an I/O-bound load and scale past the cores, and a CPU-bound load
+#   gains nothing past the cores its workers have to themselves (on a shared machine, fewer than
+#   the machine has). `persistent_workers` pays process startup once;
 #   `prefetch_factor` absorbs jitter. `pin_memory` matters only for copies to a GPU. The
 #   verdicts above say which held on this machine.
 # * Pad to a multiple of 8; shard streaming datasets by worker **and** rank.

@@ -15,6 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit._checks import check_int, check_real
 from perfkit.viz.core import FloatControl, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["loader_widget", "plot_loader_sweep", "plot_overlap", "sweep_lines"]
@@ -86,22 +87,31 @@ def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = 
 
 
 def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: float,
-                 title: str = "") -> Figure:
+                 title: str = "", steps: int | None = None) -> Figure:
     """Measured ms per step of each variant against the two models: serial and overlapped.
 
     Args:
         ms_per_step: variant name -> measured milliseconds per step.
         load_ms, compute_ms: the measured cost of loading and of computing one batch.
+        steps: the steps of each timed loop: the overlap model then pays the first load
+            unhidden, ``(load + steps * max(load, compute)) / steps`` per step, as the
+            notebook's printed model does; ``None``: ``max(load, compute)``, a long loop.
+
+    Raises:
+        ValueError: for an empty ``ms_per_step`` or ``steps`` that is not an int >= 1.
     """
     if not ms_per_step:
         raise ValueError("ms_per_step must name at least one variant")
+    if steps is not None:
+        check_int("steps", steps, 1)
+    overlap_ms = max(load_ms, compute_ms) + (load_ms / steps if steps else 0.0)  # ms per step
     fig, ax = plt.subplots(figsize=(7, 3.6))
     names = list(ms_per_step)
     ax.barh(names, [ms_per_step[n] for n in names], color="tab:blue")
     ax.axvline(load_ms + compute_ms, color="tab:red", ls="--",
                label=f"serial model: load + compute = {load_ms + compute_ms:.1f} ms")
-    ax.axvline(max(load_ms, compute_ms), color="tab:green", ls="--",
-               label=f"overlap model: max(load, compute) = {max(load_ms, compute_ms):.1f} ms")
+    how = f"(load + {steps} max(load, compute)) / {steps}" if steps else "max(load, compute)"
+    ax.axvline(overlap_ms, color="tab:green", ls="--", label=f"overlap model: {how} = {overlap_ms:.1f} ms")
     for i, n in enumerate(names):
         ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8)
     ax.set_xlabel("ms per step (median)")
@@ -113,7 +123,7 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
 
 
 def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | None = None,
-                  handoff_ms: float = 0.0, max_workers: int = 8) -> WidgetSpec:
+                  handoff_ms: float = 0.0, max_workers: int = 8, per_sample_ms: float = 1.0) -> WidgetSpec:
     """Sliders for per-sample cost, workers, prefetch depth and jitter over the pipeline model.
 
     The figure shows, for 0..``max_workers`` workers, the throughput and the share of each
@@ -127,12 +137,15 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         handoff_ms: milliseconds the loop spends receiving each batch from a worker
             (measured; see :func:`perfkit.data.simulate_pipeline`).
         max_workers: the workers slider's maximum.
+        per_sample_ms: the per-sample cost slider's start (ms, from 0.1 to 100): the
+            setting the notebook measured, so the static figure shows that one.
     """
     from perfkit.data import simulate_pipeline
 
     if batch_size < 1 or max_workers < 1 or compute_ms < 0 or handoff_ms < 0:
         raise ValueError("batch_size and max_workers must be >= 1, compute_ms and "
                          "handoff_ms >= 0")
+    check_real("per_sample_ms", per_sample_ms, 0.1, 100.0)
 
     def show(per_sample_ms: float, workers: int, depth: int, jitter: float) -> Figure:
         load_s = per_sample_ms * batch_size / 1e3
@@ -149,6 +162,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         ax1.plot([workers], [batch_size * pick.batches_per_s], "r*", ms=15)
         ax2.plot([workers], [100 * pick.wait_share], "r*", ms=15)
         ax1.set_ylabel("samples / s (predicted)")
+        ax1.set_ylim(bottom=0)  # from zero: a gain reads at its true size
         ax2.set_ylabel("% of the step waiting (predicted)")
         ax2.set_ylim(-2, 100)
         for ax in (ax1, ax2):
@@ -163,7 +177,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         return tidy(fig)
 
     return WidgetSpec(show, {
-        "per_sample_ms": LogControl(-1, 2, 1.0, description="per-sample cost (ms)"),
+        "per_sample_ms": LogControl(-1, 2, per_sample_ms, description="per-sample cost (ms)"),
         "workers": IntControl(0, max_workers, 2, description="workers"),
         "depth": IntControl(1, 8, 2, description="prefetch depth (per worker)"),
         "jitter": FloatControl(0.0, 2.0, 0.5, step=0.1, description="load jitter (CV)"),

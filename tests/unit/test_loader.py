@@ -128,3 +128,36 @@ def test_loader_widget_extremes_and_plots():
         vd.plot_loader_sweep([])
     with pytest.raises(ValueError, match="handoff_ms"):
         vd.loader_widget(handoff_ms=-1.0)
+
+
+def test_loader_widget_starts_at_the_measured_setting_and_plots_from_zero():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import data as vd
+
+    spec = vd.loader_widget(batch_size=16, compute_ms=10.0, per_sample_ms=2.0)
+    assert spec.defaults()["per_sample_ms"] == 2.0  # the notebook's measured setting, not 1 ms
+    fig = spec.fn(**spec.defaults())
+    assert fig.axes[0].get_ylim()[0] == 0  # samples/s from zero: a 600-to-1000 axis magnifies gains
+    assert "32 ms/batch" in fig._suptitle.get_text()
+    plt.close(fig)
+    for bad in (0.05, 200.0, float("nan"), True):
+        with pytest.raises((TypeError, ValueError), match="per_sample_ms"):
+            vd.loader_widget(per_sample_ms=bad)
+
+
+def test_plot_overlap_legend_is_the_printed_model():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz import data as vd
+
+    fig = vd.plot_overlap({"serial": 12.0, "prefetched": 8.0}, load_ms=6.0, compute_ms=5.0, steps=8)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("= 6.8 ms" in t for t in labels), labels  # (6 + 8 * 6) / 8, the first load unhidden
+    plt.close(fig)
+    fig = vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0)
+    assert any("= 6.0 ms" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)
+    for bad in (0, 1.5):
+        with pytest.raises((TypeError, ValueError), match="steps"):
+            vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0, steps=bad)
