@@ -193,8 +193,11 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
 def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) -> str:
     """A sentence: most against fewest all-reduces per step, measured and by ``alpha``.
 
-    Caps that gave the same call count are this run's noise: the difference between counts
-    is said to stand out of it or to lie within it.
+    Caps that gave the same call count are this run's noise. Two questions are answered
+    against it: does the measured difference between counts stand out of it, and does the
+    model's ``(more - fewer) x alpha`` lie within it of the measured difference (if not, the
+    data reject the model: DDP's all-reduces overlap backward and one another, so their
+    start-ups need not add up).
 
     Args:
         buckets: records with ``calls_per_step`` and ``step_s`` (one per cap).
@@ -220,9 +223,19 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
     if noise is None:
         return text + "no two caps share a count here, so this run does not show its noise."
     stands = abs(diff) > noise
-    text += (f"caps with the same count differ by up to {si(noise, 's')}, so the difference "
+    text += (f"caps with the same count differ by up to {si(noise, 's')}, so the measured difference "
              f"{'stands out of' if stands else 'is within'} this run's noise")
     if stands and diff < 0:
         text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
                  "(one huge bucket cannot start until backward is over)")
-    return text + "."
+    model = (calls[-1] - calls[0]) * alpha_s  # s
+    off = model - diff  # s: > 0, the model charged more than the step paid
+    lies = f". The model lies {si(abs(off), 's')}"
+    if abs(off) <= noise:
+        return text + lies + " from it, within that noise: the data agree with it."
+    return text + lies + (f" {'above' if off > 0 else 'below'} it, more than that "
+                          "noise: the data reject it for DDP's buckets, " + (
+                       "whose all-reduces overlap backward and one another, so their start-ups do not add up."
+                       if off > 0 else
+                       "which paid more per extra all-reduce than the sweep's alpha (inside a step each "
+                       "bucket also pays its copies in and out and a peer to wake)."))

@@ -6,6 +6,16 @@ module holds the figures a cluster's links are sold at (one direction of one lin
 nccl-tests' busbw is comparable with), each quoted with the document it comes from, and
 compares them with a bandwidth measured here (gloo over loopback TCP).
 
+How the payload travels decides what it saves. A payload every rank can sum (fp16, random-k
+with a shared seed, PowerSGD's low-rank factors, Vogels et al. 2019) is all-reduced: each rank
+sends ``2 (n-1)/n * p`` bytes, a constant share of the dense ``2 (n-1)/n * S``. A payload
+that differs between ranks and cannot be summed as it is (top-k's indices, QSGD's and sign's
+per-rank scales) is all-gathered: each rank sends ``(n-1) * p``, which grows with ``n``, and
+passes the dense all-reduce's bytes at ``n = 2 S / p`` (8 processes for a quarter-size
+payload). Agarwal et al., "On the Utility of Gradient Compression in Distributed Training
+Systems" (MLSys 2022), measure this limit; it is why PowerSGD was designed all-reduce
+compatible.
+
 Usage::
 
     for row in encoding_pays(codec_s=0.02, nbytes=64 << 20, wire_ratio=0.25, loopback_busbw=0.7e9):
@@ -55,18 +65,22 @@ class PaysOn:
     name: str
     bandwidth: float  # bytes/s, one direction
     dense_s: float    # s: the dense buffer's all-reduce bytes over the bandwidth
-    saved_s: float    # s: the part of it the smaller payload removes
+    saved_s: float    # s: the part of it the smaller payload removes (< 0: it sends more)
     codec_s: float    # s: measured encode + decode
     pays: bool
 
 
 def encoding_pays(codec_s: float, nbytes: int, wire_ratio: float, loopback_busbw: float,
-                  world_size: int = 2, links: tuple[Interconnect, ...] = INTERCONNECTS) -> list[PaysOn]:
+                  world_size: int = 2, links: tuple[Interconnect, ...] = INTERCONNECTS,
+                  gathered: bool = False) -> list[PaysOn]:
     """Whether a codec's measured time beats the bytes it removes, here and on each link.
 
     The bandwidth term of a ring all-reduce, ``2 (n-1)/n * nbytes / bandwidth``
-    (nccl-tests' busbw definition), shrinks by ``1 - wire_ratio`` with the payload; the
-    latency term does not, so this is what fewer bytes can save at most.
+    (nccl-tests' busbw definition), against the payload's: all-reduced, the same term
+    shrinks by ``1 - wire_ratio``; all-gathered (``gathered``), each rank sends
+    ``(n-1) * wire_ratio * nbytes``, so the saving shrinks as ``n`` grows and turns negative
+    past ``n = 2 / wire_ratio``. The latency term is not removed, so this is what fewer bytes
+    can save at most.
 
     Args:
         codec_s: measured encode + decode time of the buffer, s (> 0).
@@ -75,6 +89,7 @@ def encoding_pays(codec_s: float, nbytes: int, wire_ratio: float, loopback_busbw
         loopback_busbw: this machine's measured all-reduce busbw, bytes/s (> 0); the first row.
         world_size: processes in the all-reduce (>= 2).
         links: the networks to compare with (:class:`Interconnect` records).
+        gathered: the payload is all-gathered (it differs between ranks), not all-reduced.
 
     Returns:
         One :class:`PaysOn` for ``"loopback (measured)"`` and one per link, in that order.
@@ -87,12 +102,15 @@ def encoding_pays(codec_s: float, nbytes: int, wire_ratio: float, loopback_busbw
     check_real("wire_ratio", wire_ratio, 0, 1, lo_open=True)
     check_real("loopback_busbw", loopback_busbw, 0, lo_open=True)
     check_int("world_size", world_size, 2)
+    check_type("gathered", gathered, bool)
     links = [check_type(f"links[{i}]", x, Interconnect)
              for i, x in enumerate(check_items("links", links, nonempty=False))]
     here = Interconnect("loopback (measured)", float(loopback_busbw), "measured", "this machine")
     rows = []
     for link in (here, *links):
         dense = 2 * (world_size - 1) / world_size * nbytes / link.bandwidth  # s
-        saved = dense * (1 - wire_ratio)
+        sent = ((world_size - 1) * wire_ratio * nbytes / link.bandwidth if gathered
+                else dense * wire_ratio)  # s: the payload's bytes per rank over the bandwidth
+        saved = dense - sent
         rows.append(PaysOn(link.name, link.bandwidth, dense, saved, float(codec_s), codec_s < saved))
     return rows

@@ -107,6 +107,15 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     text = bucket_count_effect(bk, alpha_s=0.01)
     assert "8 against 1" in text and "slower" in text and "stands out of" in text
     assert "7 x alpha = 70" in text
+    # measured 200 ms, model 70 ms, noise 10 ms: the model lies 130 ms below, so the data reject it
+    assert "130 ms below it" in text and "reject" in text
+    # the case the review found: a model above the measurement by more than the noise is rejected,
+    # not called "within this run's noise" (a check on the measured difference alone passes it)
+    over = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.008},
+            {"calls_per_step": 7, "step_s": 1.005}]  # measured 5 ms, noise 8 ms
+    high = bucket_count_effect(over, alpha_s=0.003)  # model 18 ms: 13 ms above
+    assert "is within this run's noise" in high and "above it" in high and "reject" in high
+    assert "the data agree with it" in bucket_count_effect(over, alpha_s=0.001)  # model 6 ms: 1 ms off
     two = [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}]
     quiet = bucket_count_effect(two, 0.01)
     assert "does not show its noise" in quiet and "faster" in quiet
@@ -132,6 +141,18 @@ def test_encoding_pays_uses_the_ring_bandwidth_term():
     assert nvlink.saved_s == pytest.approx(0.75 / 450) and not nvlink.pays
     assert math.isclose(encoding_pays(0.01, 10**9, 0.25, 1e9, world_size=4)[0].dense_s, 1.5)
     assert not encoding_pays(1.0, 10**9, 1.0, 1e9)[0].pays  # no bytes saved, nothing pays
+
+
+@pytest.mark.parametrize("n, saved", [(2, 0.75), (4, 1.5 - 0.75), (8, 0.0), (16, 1.875 - 3.75)])
+def test_an_all_gathered_payload_sends_n_minus_1_times_its_bytes(n, saved):
+    # dense all-reduce: 2 (n-1)/n S per rank; a quarter-size payload all-gathered: (n-1) S / 4,
+    # equal at n = 2 / (1/4) = 8 and more beyond (Agarwal et al. 2022). An implementation that
+    # scales the all-reduce's term by the wire ratio (the all-reduced case) passes n = 2 only.
+    row = encoding_pays(1e-3, 10**9, 0.25, 1e9, world_size=n, gathered=True)[0]
+    assert row.saved_s == pytest.approx(saved)
+    assert row.pays == (saved > 1e-3)
+    reduced = encoding_pays(1e-3, 10**9, 0.25, 1e9, world_size=n)[0]
+    assert reduced.saved_s == pytest.approx(0.75 * 2 * (n - 1) / n)
 
 
 @pytest.mark.parametrize("kw, name", [({"codec_s": 0}, "codec_s"), ({"wire_ratio": 0}, "wire_ratio"),

@@ -202,6 +202,8 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, r"wire_ratio must be a finite number in \(0, 1\]"),
     ("encoding_pays.loopback_busbw nan", lambda: encoding_pays(**PAYS | {"loopback_busbw": NAN}),
      ValueError, "loopback_busbw"),
+    ("encoding_pays.gathered int", lambda: encoding_pays(**PAYS, gathered=1), TypeError,
+     "gathered must be a bool"),
     ("encoding_pays.world_size one", lambda: encoding_pays(**PAYS, world_size=1), ValueError,
      "world_size must be an int >= 2"),
     ("encoding_pays.links int", lambda: encoding_pays(**PAYS, links=3), TypeError,
