@@ -106,7 +106,9 @@ def settings(fixes: tuple[str, ...] | list[str], cuda: bool = False) -> dict:
         "tokenize_in_getitem": "data" not in f,
         "prefetch": "data" in f and cuda,
         "read_loss_every_step": "sync" not in f,
-        "ddp": ({"bucket_cap_mb": 25.0, "find_unused_parameters": False,
+        # bucket_cap_mb left at None: DDP's default (25 MiB buckets, a 1 MiB first one); a cap
+        # written out, 25 included, would cap the first bucket too
+        "ddp": ({"bucket_cap_mb": None, "find_unused_parameters": False,
                  "gradient_as_bucket_view": True} if "ddp" in f else
                 {"bucket_cap_mb": 0.001, "find_unused_parameters": True,
                  "gradient_as_bucket_view": False}),

@@ -23,14 +23,13 @@ from perfkit.profiling.attribution import CATEGORIES, TraceAttribution, attribut
 from perfkit.profiling.capstone import (
     CapstoneJob,
     FixLoop,
-    Pick,
     Round,
     Total,
-    explain_round,
     job_peak,
     next_fix,
     round_speedup,
 )
+from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
@@ -75,6 +74,7 @@ __all__ = [
     "Round",
     "Total",
     "explain_round",
+    "phase_ms",
     "job_peak",
     "next_fix",
     "round_speedup",

@@ -28,10 +28,10 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
+from perfkit.profiling.capstone_text import Pick, explain_round
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
-__all__ = ["CapstoneJob", "FixLoop", "Pick", "Round", "Total", "explain_round", "job_peak", "next_fix",
-           "round_speedup"]
+__all__ = ["CapstoneJob", "FixLoop", "Round", "Total", "job_peak", "next_fix", "round_speedup"]
 
 # the share of the step each planted problem's finding reads (the fixes left alone at the end)
 FINDING_OF_FIX = {"data": "data", "sync": "sync", "ddp": "communication", "optimizer": "optimizer"}
@@ -183,18 +183,6 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
                                          method=est.method + ", widened to the ratio against each run before")
 
 
-@dataclass(frozen=True)
-class Pick:
-    """The next round's fix: the finding ``kind`` it answers, the ``share`` of the step that
-    finding measured, the most the fix can buy (``bound``, x) and the model it comes from."""
-
-    kind: str
-    share: float
-    bound: float
-    model: str
-    fix: str
-
-
 def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[str],
              available: Sequence[str], fix_for_finding: Mapping[str, Sequence[str]],
              peak: float) -> Pick | None:
@@ -204,7 +192,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
     data at the next collective), against an unprofiled step, since the profiler slows PyTorch's
-    operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak.
+    operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak, and the
+    compute fixes' bounds are too loose to test them (``Pick.untested`` says why).
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -223,67 +212,23 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 share = min((share + comm) * max(1.0, job.profiler_slowdown(report, result)), 0.99)
                 return Pick("data", share, 1 / (1 - share),
                             f"Amdahl: the data time and the collectives that wait for it, {share:.1%} "
-                            "of an unprofiled step, removed", fix)
+                            "of an unprofiled step, removed", fix, ("data", "communication"))
             names = " + ".join([f["kind"], *also])
             return Pick(f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {share:.1%} removed", fix)
+                        f"Amdahl: the {names} share {share:.1%} removed", fix, (f["kind"], *also))
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":
             mfu = job.mfu(result, peak)
-            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix)
+            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix, (),
+                        f"MFU {mfu:.2%} leaves {1 / mfu:.1f}x of room, while a larger batch cannot shorten "
+                        "a step: it buys at most its own factor of tokens per step, so the peak is not what "
+                        "limits it")
         return Pick("compute", compute, 1 / (1 - compute),
-                    f"Amdahl: forward + backward, {compute:.1%} of the step", fix)
+                    f"Amdahl: forward + backward, {compute:.1%} of the step", fix, ("forward", "backward"),
+                    f"the bound counts all of forward and backward ({compute:.1%} of the step), of which "
+                    f"--fix {fix} changes a part the diagnosis does not measure apart")
     return None
-
-
-def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
-                  repeated: bool) -> dict[str, str]:
-    """The verdict's sentence for each outcome of one round, from what it measured.
-
-    Args:
-        pick: the round's fix and bound; gain: its measured speedup (x).
-        before_report: the diagnosis of the configuration the fix was chosen from.
-        slowdown: that configuration's profiled over unprofiled step (the profiler's cost).
-        repeated: whether the configuration before was run again after the new one.
-
-    Raises:
-        TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, or a gain or
-            slowdown that is not a finite number > 0.
-    """
-    check_type("pick", pick, Pick)
-    check_real("gain", gain, 0, lo_open=True)
-    check_real("slowdown", slowdown, 0, lo_open=True)
-    held = (f"It bought {(gain - 1) / (pick.bound - 1):.0%} of what the bound allowed."
-            if pick.bound > 1 else "")
-    if pick.kind == "data" and pick.bound >= 99:  # the share was capped at 99 %
-        held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
-                f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
-                "bound says little.")
-    if pick.kind == "data":
-        above = (f"the fix removed more than the data and collective time together ({pick.share:.1%} "
-                 f"of the step; communication {before_report['shares'].get('communication', 0.0):.1%})")
-    else:
-        above = ((f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x "
-                  "as long as without it; " if slowdown > 1.1 else "")
-                 + "a fix that removes many small calls also removes per-call costs the attribution "
-                 "counts in other phases")
-    load = ("and the load may have changed faster than the three runs (before, after, before again) can "
-            "cancel" if repeated else "and with one run of each configuration, a load that changed between "
-            "the two runs moves the ratio as much as the fix does")
-    out = {"held": held,
-           "above": f"More than the bound allows: {above}; {load}.",
-           "below": "The step got slower: the run with the fix was slower than "
-                    + ("the configuration before it, run before and after it: the fix cost more than it "
-                       "saved on this machine." if repeated else "the one run before it (a load that "
-                       "changed between the two runs reads the same).")
-                    + " It is dropped; the next round starts from the configuration before it."}
-    if pick.fix == "batch":
-        out["inconclusive"] = "The bound is the machine's peak, far above what a larger batch can reach."
-    elif pick.kind == "compute":
-        out["inconclusive"] = ("The bound uses the whole forward + backward share, of which this fix "
-                               "changes a part.")
-    return out
 
 
 @dataclass
@@ -375,7 +320,7 @@ class FixLoop:
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
                   statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
-                  explain_round(pick, est.value, last["report"], slowdown, self.repeat_before),
+                  explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores))
         if r.kept:
             self.applied.append(pick.fix)

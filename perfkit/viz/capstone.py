@@ -23,10 +23,10 @@ from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
 from perfkit.viz.core import tidy
 
-__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_text",
+__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_context", "round_text",
            "show_round", "total_text", "waterfall_shares"]
 
-_UP, _DOWN, _TOTAL = "#2ca02c", "#d62728", "#1f77b4"
+_UP, _DOWN, _TOTAL, _FLAT = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0"
 
 
 def cumulative_speedups(steps: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
@@ -72,7 +72,8 @@ def waterfall_shares(steps: Sequence[tuple[str, float]], total: float) -> list[t
 
 
 def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
-                   unit: str = "tokens/s", total: float | None = None) -> Figure:
+                   unit: str = "tokens/s", total: float | None = None,
+                   unresolved: Sequence[str] = ()) -> Figure:
     """Each fix's speedup as a bar from the running total before it to after it (log scale,
     so equal factors get equal heights), and the total as the last bar.
 
@@ -81,25 +82,34 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         title: the figure's title.
         unit: what the speedup is of (the y label).
         total: the whole gain measured directly: the bars become each fix's share of it
-            (:func:`waterfall_shares`), labelled with the measured speedup beside it.
+            (:func:`waterfall_shares`), each labelled with its share and, below, the speedup
+            measured in its round (on top of the fixes before it).
+        unresolved: the fixes whose measured speedup's interval holds 1x: drawn grey and
+            labelled so, since the run cannot tell their gain from none.
 
     Raises:
         TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`), a
-            ``title``/``unit`` that is not a str or a bad ``total``.
+            ``title``/``unit`` that is not a str, a bad ``total``, or ``unresolved`` naming
+            a fix that is not among the steps.
     """
     measured = [hi / lo for _, lo, hi in cumulative_speedups(steps)] if total is not None else None
     bars = cumulative_speedups(steps if total is None else waterfall_shares(steps, total))
     check_type("title", title, str)
     check_type("unit", unit, str)
+    if isinstance(unresolved, str) or not isinstance(unresolved, Sequence):
+        raise TypeError(f"unresolved must be a list of fix names, got {unresolved!r}")
+    if unknown := [n for n in unresolved if n not in {b[0] for b in bars}]:
+        raise ValueError(f"unresolved must name fixes among the steps, got {unknown}")
     total = bars[-1][2]
     fig, ax = plt.subplots(figsize=(1.2 * len(bars) + 2.6, 3.8))
     names = [b[0] for b in bars] + ["total"]
-    for i, (_, lo, hi) in enumerate(bars):
-        color = _UP if hi >= lo else _DOWN
+    for i, (name, lo, hi) in enumerate(bars):
+        color = _FLAT if name in unresolved else _UP if hi >= lo else _DOWN
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
-        label = f"{hi / lo:.2f}x" + (f"\n({measured[i]:.2f}x alone)" if measured else "")
+        label = f"{hi / lo:.2f}x" + (f"\n({measured[i]:.2f}x in its round)" if measured else "") \
+            + ("\ninterval holds 1x" if name in unresolved else "")
         ax.annotate(label, (i, math.log2(max(lo, hi))), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize=9)
     n = len(bars)
@@ -164,6 +174,26 @@ def round_text(r: Round) -> str:
             f"({r.speedup.describe('x')})."
             + ("" if r.kept else f" Below 1x ({r.speedup.value:.3f}x): not faster, so dropped; the next "
                                  "round starts from the configuration before it."))
+
+
+def round_context(r: Round) -> str:
+    """The Markdown line of a round whose bound is too loose to test its fix
+    (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
+    test the fix, and whether the speedup's interval lies above 1x. Recorded as no verdict.
+
+    Raises:
+        TypeError, ValueError: for ``r`` that is not a Round, or one whose bound can be tested.
+    """
+    check_type("r", r, Round)
+    if not r.pick.untested:
+        raise ValueError(f"r's bound can fail ({r.pick.model}): judge it with a verdict, not as context")
+    s = r.speedup
+    gain = ("its interval lies above 1x: a gain this run can show" if s.has_interval and s.low > 1 else
+            "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
+            "it has no interval, so the run cannot tell a gain from none")
+    return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
+            f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound is too loose to test the "
+            f"fix: {r.pick.untested}. As for the gain, {gain}.")
 
 
 def total_text(t: Total) -> str:

@@ -1,4 +1,5 @@
-"""Verdicts on common advice: one line per claim, and the summary table of module 09.
+"""Verdicts on common advice: one line per claim, the summary table of module 09, and its
+figures (verdicts counted by status; each speed claim's figure against its promise).
 
 Consumes :class:`perfkit.verdict.ClaimVerdict` records (:func:`perfkit.verdict.assess`);
 nothing here measures.
@@ -7,6 +8,7 @@ Usage::
 
     show_claim(assess(claim, measured, spread))
     show_claims_table({"mixed precision": v1, "torch.compile": v2})
+    fig = plot_claims_forest({"mixed precision": v1, "torch.compile": v2})   # speedups on one axis
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from matplotlib.figure import Figure
 from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict
 from perfkit.viz.core import tidy
 
-__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "plot_claims", "show_claim",
-           "show_claims_table"]
+__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "plot_claims", "plot_claims_forest",
+           "show_claim", "show_claims_table"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
 _MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
@@ -114,4 +116,53 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
     ax.xaxis.get_major_locator().set_params(integer=True)  # counts are whole claims
     ax.set_title(f"{len(verdicts)} verdicts on the advice, measured on this machine")
     fig.tight_layout()  # room for the longest status label
+    return tidy(fig)
+
+
+def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") -> Figure:
+    """Each claim measured in ``unit`` as one row: what the advice promises (a band from its
+    low to its high end, open ends to the axis edge), the measured figure coloured by its
+    verdict, and its interval where it has one; log scale, with the no-effect value 1 marked.
+
+    Args:
+        verdicts: claim name -> its verdict; those in another unit are left out.
+        unit: the unit of the claims drawn (``"x"``: speedups and ratios).
+
+    Raises:
+        TypeError, ValueError: for an empty mapping, values that are not ClaimVerdicts, a
+            ``unit`` that is not a str, or no claim in ``unit`` with a finite figure above 0.
+    """
+    import math
+
+    _check(verdicts)
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a str, got {unit!r}")
+    rows = [(k, v) for k, v in verdicts.items() if v.claim.unit == unit and math.isfinite(v.measured)
+            and v.measured > 0]
+    if not rows:
+        raise ValueError(f"verdicts must hold a claim in unit {unit!r} with a finite figure above 0")
+    ends = [e for _, v in rows for e in (v.measured, *(v.spread or ()), v.claim.low, v.claim.high, 1.0)
+            if e is not None and math.isfinite(e) and e > 0]
+    lo, hi = min(ends) / 1.5, max(ends) * 1.5
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.4))
+    for y, (_, v) in enumerate(rows):
+        a = v.claim.low if v.claim.low is not None and v.claim.low > 0 else lo
+        b = v.claim.high if v.claim.high is not None else hi
+        ax.barh(y, b - a, left=a, height=0.6, color="#dddddd", zorder=1)
+        if v.spread is not None:
+            ax.plot(v.spread, [y, y], color=_COLOR[v.status], lw=2, zorder=2)
+        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=6, zorder=3)
+    ax.axvline(1.0, color="0.3", lw=0.8, ls="--", zorder=0)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"measured here ({unit}, log scale); grey band: what the advice promises; "
+                  "dashed: no effect")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
+               if any(v.status == s for _, v in rows)]
+    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.set_title(f"{len(rows)} verdicts measured in {unit}: the figure and its interval against the promise",
+                 fontsize=10)
+    fig.tight_layout()
     return tidy(fig)

@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone import (
-    CapstoneJob,
-    FixLoop,
-    Pick,
-    explain_round,
-    job_peak,
-    next_fix,
-    round_speedup,
+from perfkit.profiling.capstone import CapstoneJob, FixLoop, Round, job_peak, next_fix, round_speedup
+from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms
+from perfkit.stats import Estimate
+from perfkit.viz.capstone import (
+    plot_waterfall,
+    round_context,
+    round_text,
+    show_round,
+    total_text,
+    waterfall_shares,
 )
-from perfkit.viz.capstone import plot_waterfall, round_text, show_round, total_text, waterfall_shares
 
 LIMITS = MachineLimits("cpu", "test", {"float32": 1e9, "bfloat16": 4e9}, 1e9)
 FIX_FOR = {"data": ("data",), "sync": ("sync", "ddp"), "communication": ("ddp",),
@@ -124,6 +125,29 @@ def test_compute_fixes_follow_once_no_waste_is_left():
     assert next_fix(rep, r, JOB, ["attention", "batch"], ("attention", "batch"), FIX_FOR, 1e9) is None
 
 
+def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
+    rep, r = report([("info", "compute", 0.7)], {}), result([1] * 4 + [0.1] * 4)
+    attention = next_fix(rep, r, JOB, [], ("attention", "batch"), FIX_FOR, 1e9)
+    batch = next_fix(rep, r, JOB, ["attention"], ("attention", "batch"), FIX_FOR, 1e9)
+    assert "does not measure apart" in attention.untested and attention.phases == ("forward", "backward")
+    assert "peak is not what limits it" in batch.untested and batch.phases == ()
+    sync = next_fix(report([("high", "sync", 0.2)], {"sync": 0.2, "communication": 0.1}), r, JOB, ["sync"],
+                    ("ddp",), FIX_FOR, 1e9)
+    assert sync.untested == "" and sync.phases == ("sync", "communication")  # ddp: both kinds it answers
+    data = next_fix(report([("high", "data", 0.2)], {"data": 0.2}), r, JOB, [], ("data",), FIX_FOR, 1e9)
+    assert data.untested == "" and data.phases == ("data", "communication")
+    rnd = Round(4, attention, Estimate(1.04, 0.9, 1.2, 0.9, 8, "m"), 100.0, 104.0, {}, True)
+    text = round_context(rnd)
+    assert "Context, not a prediction" in text and "at most 3.33x" in text and "1.04x (90% interval" in text
+    assert "holds 1x" in text and "does not measure apart" in text
+    above = replace(rnd, speedup=Estimate(1.5, 1.2, 1.9, 0.9, 8, "m"))
+    assert "lies above 1x" in round_context(above)
+    with pytest.raises(ValueError, match="can fail"):
+        round_context(replace(rnd, pick=sync))
+    with pytest.raises(TypeError, match="r must be"):
+        round_context("round")
+
+
 def test_explanations_name_what_was_measured():
     rep = report([], {"communication": 0.12})
     held = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 1.5, rep, 1.0, repeated=True)
@@ -135,8 +159,34 @@ def test_explanations_name_what_was_measured():
     capped = explain_round(Pick("data", 0.99, 100.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
     assert "1.6x" in capped["held"]
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
-    assert "peak" in batch["inconclusive"] and "1.3x" in batch["above"]
-    assert "inconclusive" not in held  # the rule's own sentence, no stock one
+    assert "1.3x" in batch["above"]
+    assert "inconclusive" not in held  # without the report after, the rule's own sentence, no stock one
+
+
+def test_explanations_name_each_phase_in_ms_before_and_after():
+    # before: a 10 ms profiled step; after: 8 ms
+    before = {**report([], {"sync": 0.3, "communication": 0.2, "forward": 0.3, "backward": 0.2},
+                       steps=(0.01,)), "syncs_per_step": 57}
+    after = {**report([], {"sync": 0.05, "communication": 0.2, "forward": 0.125, "backward": 0.25},
+                      steps=(0.008,)), "syncs_per_step": 29}
+    assert phase_ms(before) == pytest.approx({"data": 0, "sync": 3, "communication": 2, "forward": 3,
+                                              "backward": 2})
+    ddp = Pick("sync", 0.5, 2.0, "m", "ddp", ("sync", "communication"))
+    words = explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report=after)
+    # the bound's phases, and the syncs, in the inconclusive sentence
+    assert "sync 3.0 -> 0.4 ms, communication 2.0 -> 1.6 ms" in words["inconclusive"]
+    assert "57 -> 29" in words["inconclusive"] and words["inconclusive"] in words["below"]
+    # above the bound: the phase outside it whose time fell (forward 3 -> 1 ms), not backward (2 -> 2)
+    assert "outside the sync + communication the bound counts, forward 3.0 -> 1.0 ms" in words["above"]
+    assert "backward" not in words["above"] and "find_unused_parameters" in words["above"]
+    other = explain_round(Pick("data", 0.3, 1.4, "m", "data", ("data", "communication")), 1.5, before, 1.0,
+                          repeated=False, after_report=after)
+    assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
+    assert "sync 3.0 -> 0.4 ms" in other["above"]  # outside data + communication, the largest drop first
+    with pytest.raises(ValueError, match="report must be"):
+        explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report={"shares": {}})
+    with pytest.raises(TypeError, match="report must be"):
+        phase_ms([0.1])
 
 
 @dataclass(frozen=True)
@@ -222,9 +272,21 @@ def test_each_bar_is_its_fix_share_of_the_direct_gain():
     assert waterfall_shares([("a", 2.0), ("b", 0.5)], 3.0) == [("a", 2.0), ("b", 0.5)]  # product 1
     fig = plot_waterfall([("a", 2.0), ("b", 8.0)], total=4.0)
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert labels[-1] == "4.00x" and labels[0] == "1.41x\n(2.00x alone)"
+    assert labels[-1] == "4.00x" and labels[0] == "1.41x\n(2.00x in its round)"
     with pytest.raises(ValueError, match="total"):
         waterfall_shares([("a", 2.0)], 0.0)
+
+
+def test_a_gain_whose_interval_holds_one_is_drawn_apart():
+    fig = plot_waterfall([("a", 2.0), ("b", 1.05)], total=2.1, unresolved=["b"])
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert "interval holds 1x" in labels[1] and "interval holds 1x" not in labels[0]
+    colors = [tuple(round(c, 3) for c in b.get_facecolor()[:3]) for b in fig.axes[0].patches]
+    assert colors[0] != colors[1] and colors[1] == (0.69, 0.69, 0.69)  # grey, not the gain's green
+    with pytest.raises(ValueError, match="unresolved"):
+        plot_waterfall([("a", 2.0)], unresolved=["c"])
+    with pytest.raises(TypeError, match="unresolved"):
+        plot_waterfall([("a", 2.0)], unresolved="a")
 
 
 def test_the_loop_needs_a_start_and_lists_fixes_left_alone():

@@ -401,6 +401,8 @@ CASES += [
      ValueError, "measure"),
     ("FixLoop job", lambda: cap.FixLoop("job", ("data",), {}, CAP_LIMITS), TypeError, "job must be"),
     ("explain_round pick", lambda: cap.explain_round("data", 1.5, {}, 1.0, True), TypeError, "pick must be"),
+    ("phase_ms list", lambda: profiling.phase_ms([0.1]), TypeError, "report must be"),
+    ("phase_ms no steps", lambda: profiling.phase_ms({"shares": {}}), ValueError, "report must be"),
     ("job_peak limits", lambda: cap.job_peak({"float32": 1e9}, {"fixes": []}), TypeError, "limits must be"),
     ("next_fix peak", lambda: cap.next_fix({}, {}, JOB, [], (), {}, 0.0), ValueError, "peak"),
     ("round_speedup befores", lambda: cap.round_speedup(JOB, [], {}), ValueError, "befores"),

@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from perfkit.viz import cumulative_speedups, plot_time_to_target, plot_waterfall, total_text, waterfall_shares
+from perfkit.viz import (
+    cumulative_speedups,
+    plot_time_to_target,
+    plot_waterfall,
+    round_context,
+    total_text,
+    waterfall_shares,
+)
 
 CASES = [
     ("steps empty", lambda: plot_waterfall([]), ValueError, "steps"),
@@ -20,6 +27,8 @@ CASES = [
     ("speedup str", lambda: cumulative_speedups([("a", "2x")]), TypeError, r"steps\[0\] speedup"),
     ("title int", lambda: plot_waterfall([("a", 2.0)], title=3), TypeError, "title"),
     ("total negative", lambda: plot_waterfall([("a", 2.0)], total=-1.0), ValueError, "total"),
+    ("unresolved unknown", lambda: plot_waterfall([("a", 2.0)], unresolved=["b"]), ValueError, "unresolved"),
+    ("round_context not a Round", lambda: round_context("round"), TypeError, "r must be"),
     ("shares total nan", lambda: waterfall_shares([("a", 2.0)], math.nan), ValueError, "total"),
     ("shares steps empty", lambda: waterfall_shares([], 2.0), ValueError, "steps"),
     ("total_text not a Total", lambda: total_text(3.0), TypeError, "t must be"),

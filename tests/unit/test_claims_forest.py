@@ -1,0 +1,44 @@
+"""viz.plot_claims_forest: each speed claim's measured figure and interval against the range
+the advice promises (notebook 09's summary figure)."""
+
+import math
+
+import matplotlib.pyplot as plt
+import pytest
+
+from perfkit import viz
+from perfkit.verdict import Claim, assess
+
+SPEED = Claim(statement="s", figure="speedup", low=1.4, partly=1.0, unit="x")
+COUNT = Claim(statement="c", figure="buckets", low=1)
+
+
+def test_one_row_per_claim_in_the_unit_with_its_interval_and_promise():
+    verdicts = {"amp": assess(SPEED, 0.2, (0.18, 0.22)), "compile": assess(SPEED, 1.5, (1.45, 1.6)),
+                "count": assess(COUNT, 3),
+                "exact": assess(Claim("e", "ratio", low=0.9, high=1.1, unit="x"), 1.0)}
+    fig = viz.plot_claims_forest(verdicts)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["amp", "compile", "exact"]  # no count row
+    bands = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
+    assert bands[0][0] == pytest.approx(1.4) and bands[2] == (pytest.approx(0.9), pytest.approx(1.1))
+    intervals = [tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()) == 2
+                 and line.get_linestyle() == "-"]
+    assert (0.18, 0.22) in intervals and (1.45, 1.6) in intervals
+    assert len(intervals) == 2  # none for an exact figure
+    points = sorted(line.get_xdata()[0] for line in ax.lines if line.get_marker() == "o")
+    assert points == [0.2, 1.0, 1.5]
+    assert ax.get_xscale() == "log" and ax.get_xlim()[0] < 0.18 and ax.get_xlim()[1] > 1.6
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("verdicts, unit, exc, match", [
+    ({}, "x", ValueError, "verdicts"),
+    ({"a": "holds"}, "x", TypeError, "ClaimVerdict"),
+    ({"a": assess(COUNT, 3)}, "x", ValueError, "unit 'x'"),
+    ({"a": assess(SPEED, math.inf)}, "x", ValueError, "finite"),
+    ({"a": assess(SPEED, 1.5)}, 3, TypeError, "unit must be"),
+])
+def test_bad_input_is_refused(verdicts, unit, exc, match):
+    with pytest.raises(exc, match=match):
+        viz.plot_claims_forest(verdicts, unit)
