@@ -20,13 +20,16 @@ Worker side (a module or script, run by torchrun)::
 API contract (stable; other modules build on it):
 
 * ``launch(target, nproc=2, args=(), timeout_s=120.0, env=None, pythonpath=(),
-  backend=None) -> list`` returns one entry per rank, in rank order: the last object that
+  backend=None, max_restarts=0) -> list`` returns one entry per rank, in rank order: the last object that
   rank passed to :func:`worker_result`, or ``None`` if it passed none. ``target`` is a
   module name (``"pkg.mod"``, run as ``-m pkg.mod``) or a path to a ``.py`` script.
 * A failing job raises :class:`WorkerError` whose message holds the traceback of the
   rank that failed first (not the "peer closed the connection" errors it caused on the
   other ranks) and the tail of the job's output; a job past ``timeout_s`` raises
   :class:`LaunchTimeout` after the whole process tree was killed.
+* ``max_restarts`` > 0: torchrun restarts the whole job after a worker fails, at most that
+  often (``perfkit.torchrun`` builds the command line); the job fails only when the last
+  attempt does.
 
 A stuck job's ranks print their stacks (faulthandler on SIGUSR1) before they are killed.
 
@@ -51,7 +54,6 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,7 @@ import psutil
 import torch
 
 from perfkit._checks import check_int, check_real
+from perfkit.torchrun import check_launch_args, torchrun_command
 
 __all__ = ["LaunchTimeout", "WorkerContext", "WorkerError", "default_backend", "end_process_tree",
            "init_worker", "launch", "shutdown", "worker_main", "worker_result"]
@@ -99,36 +102,6 @@ def default_backend() -> str:
 
 
 # --- launcher side ----------------------------------------------------------------------
-
-
-def _check_launch_args(target: str, nproc: int, timeout_s: float, args: Any, env: Any,
-                       pythonpath: Any) -> None:
-    if not isinstance(target, str) or not target:
-        raise TypeError(f"target must be a module name or a script path, got {target!r}")
-    check_int("nproc", nproc, 1)
-    check_real("timeout_s", timeout_s, 0, lo_open=True)  # inf: a stuck job would never end
-    for name, seq in (("args", args), ("pythonpath", pythonpath)):
-        if isinstance(seq, str | bytes) or not isinstance(seq, Sequence):  # "ab" -> "a", "b"
-            raise TypeError(f"{name} must be a list or tuple, got {seq!r}")
-    if env is not None and not (isinstance(env, Mapping) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
-        raise TypeError(f"env must be None or a mapping of str to str, got {env!r}")
-
-
-def _command(target: str, nproc: int, args: Sequence[str]) -> list[str]:
-    """The torchrun command line. The rendezvous store binds port 0 (the OS picks a free
-    one) under a fresh job id, so concurrent jobs never collide on a fixed port."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-           "--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0",
-           f"--rdzv-id={uuid.uuid4().hex}", "--max-restarts=0", "--monitor-interval=0.1"]
-    script = target.endswith(".py") or os.sep in target
-    if script:
-        if not Path(target).is_file():
-            raise ValueError(f"target {target!r} looks like a script path but no such file")
-        cmd.append(str(Path(target).resolve()))
-    else:
-        cmd += ["-m", target]
-    return cmd + [str(a) for a in args]
 
 
 def end_process_tree(pid: int | None = None, grace_s: float = 3.0) -> None:
@@ -192,6 +165,7 @@ def launch(
     env: Mapping[str, str] | None = None,
     pythonpath: Sequence[str | os.PathLike] = (),
     backend: str | None = None,
+    max_restarts: int = 0,
 ) -> list[Any]:
     """Run ``target`` on ``nproc`` local processes under torchrun; return their results.
 
@@ -205,22 +179,26 @@ def launch(
         pythonpath: directories prepended to the workers' ``PYTHONPATH`` (for worker code
             that lives outside installed packages, e.g. a module written to a temp dir).
         backend: ``"gloo"`` or ``"nccl"``; ``None`` lets each worker pick (nccl with CUDA).
+        max_restarts: how often torchrun restarts the whole job after a worker fails
+            (``--max-restarts``); the workers read the attempt from
+            ``TORCHELASTIC_RESTART_COUNT``.
 
     Returns:
         One entry per rank in rank order: the JSON value that rank last passed to
-        :func:`worker_result`, or ``None`` if it passed none.
+        :func:`worker_result` (in any attempt; a later one replaces it), or ``None`` if it
+        passed none.
 
     Raises:
         TypeError, ValueError: for a bad ``target``, ``nproc``, ``timeout_s`` (a finite
-            number > 0), ``args``, ``env``, ``pythonpath`` or ``backend``.
+            number > 0), ``args``, ``env``, ``pythonpath``, ``backend`` or ``max_restarts``.
         WorkerError: if any worker exited non-zero; the message holds the traceback of
             the first rank that raised and the tail of the job's output.
         LaunchTimeout: if the job ran past ``timeout_s`` (every process is killed first).
     """
-    _check_launch_args(target, nproc, timeout_s, args, env, pythonpath)
+    check_launch_args(target, nproc, timeout_s, args, env, pythonpath, max_restarts)
     if backend not in (None, "gloo", "nccl"):
         raise ValueError(f"backend must be None, 'gloo' or 'nccl', got {backend!r}")
-    cmd = _command(target, nproc, args)
+    cmd = torchrun_command(target, nproc, args, max_restarts)
     result_dir = Path(tempfile.mkdtemp(prefix="perfkit-dist-"))
     full_env = {**os.environ, **(env or {}), RESULT_DIR_ENV: str(result_dir)}
     full_env.setdefault("OMP_NUM_THREADS", "1")
@@ -302,6 +280,23 @@ def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
     os._exit(1)
 
 
+def _attempt_store(timeout: datetime.timedelta) -> dict[str, Any]:
+    """The rendezvous store of this attempt of a restarted job, as ``init_process_group``'s
+    arguments. torchrun's workers share its agent's store across restarts, where a killed
+    attempt's keys (its ranks' gloo addresses) remain: a new rank could read a dead peer's
+    address before the live peer overwrote it, and fail to connect. A prefix per attempt
+    (``TORCHELASTIC_RESTART_COUNT``) keeps each attempt's keys apart."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    import torch.distributed as dist
+
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           is_master=False, timeout=timeout)
+    return {"store": dist.PrefixStore(f"perfkit/attempt{attempt}", client),
+            "rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
+
+
 def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerContext:
     """Join the job's process group (call once, first, in every worker).
 
@@ -342,7 +337,8 @@ def init_worker(backend: str | None = None, timeout_s: float = 120.0) -> WorkerC
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        dist.init_process_group(backend, timeout=timeout, **_attempt_store(timeout))
     return WorkerContext(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
 
 

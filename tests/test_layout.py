@@ -15,8 +15,8 @@ import pytest
 import perfkit
 
 ROOT = Path(perfkit.__file__).parent
-BASE = {"timing", "roofline", "hw", "imitate", "dist", "models", "verdict", "verdict_text", "advice", "stats",
-        "estimate", "order_stats", "units", "_checks"}
+BASE = {"timing", "roofline", "hw", "imitate", "dist", "torchrun", "models", "verdict", "verdict_text",
+        "advice", "stats", "estimate", "order_stats", "units", "_checks"}
 TOP = {"viz", "jobs", "cli", "__main__"}
 HW = {"timing", "roofline", "hw", "hw_sweep", "imitate"}  # the measuring base; hw re-exports hw_sweep
 MAX_LINES = 420  # "no module grows past ~400 lines"

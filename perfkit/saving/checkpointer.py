@@ -86,6 +86,17 @@ class SaveRecord:
     path: str | None = None
 
 
+def _stop_writer_process() -> None:
+    """End the daemon process DCP's process executor starts on its first save (one per
+    trainer process, kept for later saves; torch ends it only when the module is finalised)."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    proc = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if proc is not None:
+        executor._CHECKPOINT_PROCESS = None
+        proc.__del__()  # sends TERMINATE, joins for 5 s, then SIGTERM
+
+
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -293,11 +304,14 @@ class Checkpointer:
         return manifest.step
 
     def close(self) -> None:
-        """Wait for the save in flight and stop the commit thread (call before exit)."""
+        """Wait for the save in flight, stop the commit thread and, in ``"process"`` mode,
+        DCP's writer process (call before exit: ``os._exit`` would leave it behind)."""
         try:
             self.wait()
         finally:
             self._committer.shutdown(wait=True)
+            if self.mode == "process":
+                _stop_writer_process()
 
     def __enter__(self) -> Checkpointer:
         return self

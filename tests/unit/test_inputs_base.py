@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from perfkit import dist, hw, imitate, models, timing
+from perfkit import dist, hw, imitate, models, timing, torchrun
 from perfkit.hw import MachineLimits, measure_copy, measure_h2d, measure_limits, measure_matmul
 from perfkit.models import (
     DigitsDataset,
@@ -254,6 +254,19 @@ CASES = [  # (id, call, exception, regex on the message)
      "pythonpath must be a list or tuple"),
     ("launch.backend", lambda: dist.launch("m", backend="mpi"), ValueError,
      "backend must be None, 'gloo' or 'nccl'"),
+    ("launch.max_restarts negative", lambda: dist.launch("m", max_restarts=-1), ValueError,
+     "max_restarts must be an int >= 0"),
+    ("launch.max_restarts float", lambda: dist.launch("m", max_restarts=1.0), ValueError, "max_restarts"),
+    ("check_launch_args.nnodes", lambda: torchrun.check_launch_args("m", 1, 1.0, [], None, [], 0, "2:1"),
+     ValueError, "nnodes must be 'N' or 'MIN:MAX' with 1 <= MIN <= MAX"),
+    ("check_launch_args.nnodes int", lambda: torchrun.check_launch_args("m", 1, 1.0, [], None, [], 0, 2),
+     TypeError, "nnodes must be a str"),
+    ("torchrun_command.rdzv_endpoint", lambda: torchrun.torchrun_command("m", 1, [], rdzv_endpoint=""),
+     TypeError, "rdzv_endpoint must be a 'host:port' str"),
+    ("torchrun_command.rdzv_id", lambda: torchrun.torchrun_command("m", 1, [], rdzv_id=3), TypeError,
+     "rdzv_id must be None or a non-empty str"),
+    ("torchrun_command.max_restarts", lambda: torchrun.torchrun_command("m", 1, [], max_restarts=-2),
+     ValueError, "max_restarts"),
     ("init_worker.backend", lambda: dist.init_worker("mpi"), ValueError,
      "backend must be 'gloo' or 'nccl'"),
     ("init_worker.timeout_s", lambda: dist.init_worker("gloo", timeout_s=-1), ValueError,
@@ -384,7 +397,8 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("module", [timing, hw, dist, models, imitate], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [timing, hw, dist, torchrun, models, imitate],
+                         ids=lambda m: m.__name__)
 def test_every_public_callable_has_a_case(module):
     callables = {n for n in module.__all__ if callable(getattr(module, n))}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
