@@ -15,7 +15,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
   backward), ``forward_only`` and ``backward_only`` (the backward of the graph the forward
   just built), and ``comm_only`` (the bucketed all-reduces alone).
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
-  (the caps timed interleaved), and the calls :func:`perfkit.parallel.assign_buckets` predicts.
+  (``None``: left unset, DDP's default; the caps timed interleaved), and the calls
+  :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
   all-reduced per sample, and the gradient against one big batch.
 * ``accumulate_synced``: the same without ``no_sync()``: DDP all-reduces after every
@@ -38,7 +39,14 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfkit import dist as pdist
-from perfkit.parallel import BucketedDP, NaiveDP, OverlappedDP, assign_buckets
+from perfkit.parallel import (
+    DDP_BUCKET_CAP_BYTES,
+    DDP_FIRST_BUCKET_BYTES,
+    BucketedDP,
+    NaiveDP,
+    OverlappedDP,
+    assign_buckets,
+)
 from perfkit.timing import interleaved
 
 
@@ -158,11 +166,13 @@ def _counting_hook(state, bucket):  # no annotations: DDP checks them against re
     return default_hooks.allreduce_hook(None, bucket)
 
 
-def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float], repeat: int
+def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float | None], repeat: int
             ) -> list[dict[str, Any]]:
     """DDP step time and all-reduce calls per step for each ``bucket_cap_mb``.
 
-    The caps are timed interleaved (one step of each in turn); ``times_s`` holds every
+    A cap of ``None`` leaves ``bucket_cap_mb`` unset: DDP's default, 25 MiB buckets and a
+    1 MiB first one; an explicit cap (25 included) caps the first bucket too. The caps are
+    timed interleaved (one step of each in turn); ``times_s`` holds every
     repetition's time (the slowest rank's), so ratios between caps come with a spread.
     """
     x, y = _batch(batch, 0)
@@ -181,7 +191,8 @@ def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float], repe
         fn()
         fns.append(fn)
         calls.append(counter.calls)
-        predicted.append(len(assign_buckets(list(model.module.parameters()), int(cap * 2**20))))
+        caps = (DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES) if cap is None else (int(cap * 2**20), None)
+        predicted.append(len(assign_buckets(list(model.module.parameters()), *caps)))
     runs = interleaved(fns, warmup=1, repeat=repeat)
     out = []
     for cap, m, c, p in zip(caps_mb, runs, calls, predicted, strict=True):
