@@ -191,7 +191,9 @@ worst = max(zip(WORKERS, io_runs, io_pred), key=lambda t: abs(t[1].steady_wait_s
 viz.verdict(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
                        "simulate_pipeline with the measured handoff", high=0.10, physical=(0, 1)), io_gap, explain={
     "above": f"The worst gap is at {worst[0]} workers: {worst[1].steady_wait_share:.0%} waiting measured, "
-             f"{worst[2].steady_wait_share:.0%} predicted."})
+             f"{worst[2].steady_wait_share:.0%} predicted.",
+    "held": f"The largest gap is at {worst[0]} workers: {worst[1].steady_wait_share:.0%} waiting measured, "
+            f"{worst[2].steady_wait_share:.0%} predicted."})
 
 # %% [markdown]
 # Both the numbers and the plot leave out the first step, which carries the startup of the
@@ -226,7 +228,8 @@ rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}          
 model_rate = {w: BATCH / p.steady_step_s for w, p in zip(WORKERS, cpu_pred)}    # samples/s in the model
 for w in WORKERS[at_cores:]:
     print(f"{w} busy workers: {rate[w]:.0f} samples/s, {rate[w] / model_rate[w]:.0%} of the model's "
-          f"{model_rate[w]:.0f}; {rate[w] / rate[WORKERS[at_cores]]:.2f}x the {WORKERS[at_cores]}-worker run")
+          f"{model_rate[w]:.0f}" + (f"; {rate[w] / rate[WORKERS[at_cores]]:.2f}x the {WORKERS[at_cores]}-worker run"
+                                    if w > WORKERS[at_cores] else ""))
 past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
 at = WORKERS[at_cores]
 viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {at}",
@@ -312,9 +315,15 @@ for d, r, p in zip(depths, jit_runs, jit_pred):
           f"({r.steps} steps)")
 
 # %%
+by_depth = "; ".join(f"depth {d}: {p.steady_wait_share:.0%} replayed, {r.steady_wait_share:.0%} measured"
+                     for d, r, p in zip(depths, jit_runs, jit_pred))   # waiting shares, the gaps' terms
 jit_verdict = judge(Prediction("largest gap in waiting share, replayed model against measurement (jitter)",
                                 "simulate_pipeline on this run's batch costs", high=0.10, physical=(0, 1)),
-                    ex.largest_gap(jit_runs, [p.steady_wait_share for p in jit_pred]))
+                    ex.largest_gap(jit_runs, [p.steady_wait_share for p in jit_pred]), explain={
+    "held": f"Waiting shares by depth: {by_depth}.",
+    "above": f"Waiting shares by depth: {by_depth}. The replay knows each batch's planted cost and the handoff "
+             "measured in 2a, not the delays of waking workers when more processes want to run than there are "
+             "cores."})
 viz.show_verdict(jit_verdict)
 saved_pred = jit_pred[0].steady_wait_share - jit_pred[-1].steady_wait_share
 print(f"prefetch_factor {depths[0]} -> {depths[-1]}: waiting {jit_runs[0].steady_wait_share:.0%} -> "
@@ -496,7 +505,7 @@ N = min(STEPS, len(cnn.loader))  # steps per timed loop: one pass at most
 t_step = timing.benchmark(lambda: train_step(x0, y0), warmup=3, repeat=10, device=DEVICE).median_s
 print(f"CNN step alone: {t_step * 1e3:.1f} ms; planted load: the DataLoader + {t_step * 1e3:.1f} ms per batch")
 beside = ex.thread_share(lambda: train_step(x0, y0), n=5)
-print(f"a busy Python thread ran {beside.value:.0%} of the step's time beside it ({beside.describe()})")
+print(f"share of the step's time a busy Python thread ran beside it: {beside.text()}")
 
 
 # %%

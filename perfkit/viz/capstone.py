@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
+from perfkit.units import si_interval
 from perfkit.viz.core import tidy
 
 __all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_context", "round_text",
@@ -201,15 +202,17 @@ def total_text(t: Total) -> str:
     they agree within their intervals, and when they do not, by how much and why."""
     check_type("t", t, Total)
     p, d = t.product, t.direct
+    point, low, high = si_interval(p.value, p.low, p.high, "x")  # the product at its interval's precision
     out = (f"Slow job {t.slow_tps:,.0f} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.point('x')}** "
-           f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to {p.value:.2f}x")
+           f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to ")
     if not t.repeated:
-        return out + ": each round's run after is the next round's run before, so the two are the same runs."
+        return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
+                      "are the same runs.")
+    out += f"{point} ({low} to {high})"
     if not t.drift:
-        return out + (f" ({p.low:.2f}x to {p.high:.2f}x): the two agree within their intervals; each bar "
-                      "is its fix's share of the direct gain.")
+        return out + ": the two agree within their intervals; each bar is its fix's share of the direct gain."
     apart = max(p.value / d.value, d.value / p.value)
-    return out + (f" ({p.low:.2f}x to {p.high:.2f}x), {apart:.2f}x {'below' if p.high < d.low else 'above'} "
+    return out + (f", {apart:.2f}x {'below' if p.high < d.low else 'above'} "
                   "the direct gain, beyond both intervals: each round compares runs a minute apart, and what "
                   "changed between rounds (the load) compounds in the product. The headline is the direct "
                   "gain; each bar is its fix's share of it (its speedup's logarithm over the sum of theirs), "

@@ -256,6 +256,10 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     loop, total = play_all(True, {})
     assert total.product.value == pytest.approx(total.direct.value) and not total.drift
     assert "agree within their intervals" in total_text(total)
+    # the product beside its interval at the interval's precision: a fixed .2f read "0.18x (0.18x to 0.20x)"
+    close = replace(total, product=Estimate(0.1834, 0.1828, 0.196, 0.9, 8, "m"),
+                    direct=Estimate(0.19, 0.18, 0.2, 0.9, 8, "m"))
+    assert "multiply to 0.1834x (0.1828x to 0.1960x)" in total_text(close), total_text(close)
 
 
 def test_quick_totals_are_the_same_runs_chained():
