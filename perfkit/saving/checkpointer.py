@@ -151,6 +151,11 @@ class Checkpointer:
 
     # --- saving ---------------------------------------------------------------------------
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a save's persist or commit is still running in the background."""
+        return self._inflight is not None and not self._inflight.done()
+
     def wait(self, timeout_s: float | None = None) -> SaveRecord | None:
         """Wait for the save in flight (persist and commit); return its record, or ``None``
         if none was in flight.

@@ -270,3 +270,27 @@ def test_a_layout_that_cannot_be_resharded_is_refused(tmp_path):
     m2, o2 = model_and_optim()
     with pytest.raises(CheckpointError, match="on 4 ranks, not 1"):
         Checkpointer(tmp_path).load_latest(TrainState(m2, o2))
+
+
+def test_at_most_one_save_in_flight(tmp_path, monkeypatch):
+    import time
+
+    from perfkit.saving import checkpointer
+
+    def slow_commit(*args, **kw):
+        time.sleep(0.5)
+        return commit(*args, **kw)
+
+    monkeypatch.setattr(checkpointer, "commit", slow_commit)
+    m, o = model_and_optim()
+    st = TrainState(m, o)
+    train(m, o, 1, 0)
+    with Checkpointer(tmp_path, mode="thread") as ck:
+        first = ck.save(1, st)
+        assert ck.in_flight and first.persist_s is None and latest(tmp_path) is None
+        with pytest.raises(TimeoutError, match="step 1 did not finish within 0.05 s"):
+            ck.wait(0.05)
+        second = ck.save(2, st)  # waits for the first's persist and commit first
+        assert second.waited_s > 0.2 and first.persist_s is not None
+        assert latest(tmp_path) == step_dir(tmp_path, 1) and first.blocked_s < 0.4
+    assert latest(tmp_path) == step_dir(tmp_path, 2)
