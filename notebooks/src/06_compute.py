@@ -23,8 +23,9 @@
 #
 # Every section asks a question, predicts the answer from a model, measures, and explains
 # the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
-# a busy machine slows both sides alike; each ratio is the ratio of the medians, quoted with
-# its bootstrap interval over the same pairs (`perfkit.stats.median_ratio`), which holds it.
+# a busy machine slows both sides alike; each ratio is the median of the pairs' ratios, quoted
+# with its 90 % interval between two of the sorted ratios (`perfkit.stats.median_ratio`, an
+# order-statistic interval), which holds it.
 
 # %% tags=["parameters"]
 import os
@@ -79,7 +80,7 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # **Sizes from this machine's ceilings.** The bf16 work below is sized from the ceilings above
 # (`perfkit.sizing.plan_dtype`): a step's time is predicted as its model FLOPs over a quarter of
 # the bf16 ceiling, and each bf16 sweep keeps the sizes that fit its share of this notebook's
-# budget. Where bf16 is emulated (no bf16 units: about 100x slower than fp32) that is fewer
+# budget. Where bf16 is emulated (no bf16 units: slower than fp32 by the factor printed above) that is fewer
 # sizes; the sentences below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which swung one step 30x between cells; MFU is then held against
@@ -209,7 +210,9 @@ print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20
 # `GradScaler` multiplies the loss by a large factor before backward, divides the gradients
 # before the optimizer step, and skips the step (halving the factor) when it finds inf or NaN.
 # `compute.make_train_step(..., "fp16")` does this; on a GPU its loss curve is in the plot
-# above. On a CPU it is refused: CPUs have no fast fp16 matmul units, and bf16 needs no scaler.
+# above. On a CPU the course skips it: some CPUs do compute fp16 natively (AVX512-FP16 since
+# Intel's Sapphire Rapids, AMX-FP16 on Granite Rapids), but they compute bf16 at least as fast
+# (AMX-BF16), and bf16 needs no scaler.
 
 # %%
 if DEVICE.type != "cuda":
@@ -234,7 +237,7 @@ else:
 # chain does about 10 FLOPs per element for 8 bytes (read `x`, write the result: 1.25 FLOP/byte),
 # far left of a CPU's ridge point: fusion removes bytes, it cannot make the chain compute-bound
 # on paper. (tanh, counted as one FLOP, costs tens of instructions, which can make it so in
-# practice; section 2's verdicts measure which.)
+# practice; the cell after the roofline below measures which.)
 
 # %%
 def gelu_chain(x, bias):
@@ -312,6 +315,27 @@ points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, se
 viz.plot_roofline({"float32": limits.peak_flops("float32")}, limits.copy_bytes_per_s, points,
                   title="The GELU chain on this machine's roofline")
 plt.show()
+
+# %% [markdown]
+# **Is the compiled chain bound by its bytes or by its arithmetic?** The fused loop reads `x`
+# once and writes the result once, the bytes of adding the bias into an existing tensor. That
+# add (one kernel, one FLOP per element) is timed in alternation with the compiled chain: the
+# add's time is what the chain's bytes cost, and the rest of the chain's time is what its
+# arithmetic adds (tanh, counted above as one FLOP, is a polynomial of tens of instructions).
+
+# %%
+out = torch.empty_like(xc)  # existing: no new tensor to fault in
+add_m, comp_m = timing.interleaved([lambda: torch.add(xc, bias, out=out), lambda: compiled_chain(xc, bias)],
+                                   warmup=2, repeat=max(REPEAT, 5), device=DEVICE)
+over_add = stats.median_ratio(comp_m.times_s, add_m.times_s)  # compiled chain over the same bytes
+print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chain.fused / add_m.median_s, 'B/s')}); "
+      f"compiled chain: {si(comp_m.median_s, 's')}, {over_add.text('x')} the add's time"
+      + (f": {si(comp_m.median_s - add_m.median_s, 's')} ({1 - add_m.median_s / comp_m.median_s:.0%} of the loop) "
+         "is arithmetic beyond the bytes. On this CPU the fused chain is bound by its instructions, not by "
+         f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow: that is the gap to the bytes "
+         "model in the verdict above." if over_add.low > 1.25 else
+         ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
+         if over_add.high < 1.25 else ": this run cannot say which (the interval reaches across 1.25x)."))
 
 # %% [markdown]
 # ## 3. `torch.compile`: when does compiling pay for itself?
@@ -640,6 +664,17 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHE
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x"),
             curve.gain(-1, curve.rival()), explain=curve.explain())
+sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}
+b_top, b_rival, here = BATCHES[-1], curve.batches[curve.rival()], curve.gain(-1, curve.rival())
+if b_top in sweep and b_rival in sweep:
+    swept = sweep[b_top].tokens_per_s / sweep[b_rival].tokens_per_s
+    print(f"The batch sweep above measured the same ratio, batch {b_top} over {b_rival}, at {swept:.2f}x (its own "
+          f"rounds); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each paired "
+          "only within its own rounds: " + ("the sweep's figure lies inside this interval." if here.low <= swept
+                                            <= here.high else
+                                            "the sweep's figure lies outside this interval, so the machine did not "
+                                            "run the two alike: its load, or the allocator's state (page faults "
+                                            "per step, counted above), changed between them."))
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)

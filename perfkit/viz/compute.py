@@ -190,9 +190,14 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
                     edgecolors="k", zorder=4)
         title = title or (
             f"{_label(selected)}, batch {selected.batch}: {si(selected.tokens_per_s, 'tokens/s')}, "
-            f"MFU {100 * selected.mfu:.1f} % of the {selected.precision} peak")
+            f"MFU {100 * selected.mfu:.1f} %")  # of the ceiling the MFU axis names
     ax1.set(ylabel="tokens / s (median step)", title=title or "throughput against batch size")
-    ax2.set(ylabel="MFU (% of the dtype's measured peak)", title="model FLOPs utilisation")
+    # each point is held against the ceiling of the dtype its matmuls ran in, measured on its
+    # threads; an emulated dtype against fp32's (perfkit.sizing.mfu_dtype)
+    ceilings = "/".join(sorted({p.ceiling for p in points}))
+    threads = sorted({p.threads for p in points if getattr(p, "threads", None)})
+    on = f" on {'/'.join(map(str, threads))} thread{'s' * (threads != [1])}" if threads else ""
+    ax2.set(ylabel=f"MFU (%)\nof the {ceilings} ceiling{on}", title="model FLOPs utilisation")
     for ax in (ax1, ax2):
         ax.set(xlabel="batch size")
         ax.set_xscale("log", base=2)
