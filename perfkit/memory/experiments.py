@@ -77,6 +77,9 @@ def gpt2_variant(model_kw: Mapping[str, Any], seq: int | None = None, attention:
     elif checkpointing == CHECKPOINTING[2]:
         # renamed activation_checkpointing_enable in transformers 5; older versions have only this
         enable = getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable
+        # training keeps no KV cache; left on, transformers turns it off at the first forward
+        # with a warning on stderr ("use_cache=True is incompatible with gradient checkpointing")
+        m.config.use_cache = False
         enable()
     return m
 
