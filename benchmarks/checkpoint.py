@@ -13,6 +13,10 @@ where to write, and the starting documents' "<1 s checkpoint save time". Prints 
   is SIGKILLed at a random moment (uniform in 0.2-1.2 s after its first save); the parent
   loads the latest checkpoint and checks it is a complete one, bit for bit the state of its
   step. Target: 20 of 20 resume from a complete checkpoint, 0 load a partial one.
+* ``restart``: the restart cost R of ``examples/resilient_train.py`` (2 ranks, torch DDP,
+  rank 1 SIGKILLed; ``torchrun --max-restarts 3``) from the kill to the end of the first
+  resumed step, split into rendezvous (kill -> new worker process), process start and
+  imports, joining the process group, building the model, load, first step.
 * ``storage``: ``perfkit.saving.storage.write_bandwidth`` into /dev/shm and /tmp with and
   without fsync, their filesystems and what survives there.
 * ``claims``: the tiny GPT of ``perfkit.models`` saved synchronously (with fsync) against
@@ -204,6 +208,29 @@ def kills(base: Path, n: int, seed: int = 0) -> dict:
             "runs": runs}
 
 
+def restarts(base: Path, n: int) -> dict:
+    """The restart cost R of examples/resilient_train.py on 2 ranks under launch(max_restarts=3),
+    rank 1 SIGKILLed at step 7: each part's median over ``n`` runs (s)."""
+    import importlib.util
+
+    from perfkit import dist as pdist
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "resilient_train.py"
+    spec = importlib.util.spec_from_file_location("resilient_train", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    runs = []
+    for i in range(n):
+        out = base / f"restart{i}"
+        pdist.launch(str(path), 2, ["--root", out / "ck", "--out", out, "--steps", 12, "--save-every", 3,
+                                    "--kill-rank", 1, "--kill-step", 7], timeout_s=300, max_restarts=3)
+        events = [[json.loads(line) for line in (out / f"events.rank{r}.jsonl").read_text().splitlines()]
+                  for r in (0, 1)]
+        runs.append(example.restart_cost(events[0], events[1]))
+    return {"runs": runs, "median_s": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
+            "parts": list(example.PARTS)}
+
+
 def storage(nbytes: int) -> dict:
     out = {}
     for d in ("/dev/shm", tempfile.gettempdir()):
@@ -253,6 +280,7 @@ def main() -> None:
         result = {"async": async_costs(base, mib, rounds)}
         dist.destroy_process_group()
         result["kills"] = kills(base, n_kills)
+        result["restart"] = restarts(base, 1 if a.quick else 3)
         result["storage"] = storage(64 * 2**20)
         fsync_rates = [v["bytes_per_s"] for k, v in result["storage"].items()
                        if k.endswith("fsync=True") and v["fstype"] not in ("tmpfs", "ramfs")]
