@@ -271,6 +271,17 @@ fig = spec.fn(**spec.defaults())
 # (`2P/(P+1)` if it is computed whole). The zig-zag split gives rank `i` chunks `i` and
 # `2P-1-i` of `2P`, pairing a short row of blocks with a long one: every rank the same work.
 #
+# **Another way: all-gather.** Llama 3's context parallelism (Llama Team, "The Llama 3 Herd of
+# Models", 2024, section 3.3.2) splits the sequence the same zig-zag way, into `2 x CP` chunks,
+# rank `i` holding chunks `i` and `2 x CP - 1 - i`, but passes nothing round a ring: each rank
+# all-gathers the whole `K` and `V`, then computes its local queries against them. The
+# all-gather's time is exposed, not hidden behind compute; the paper accepts it because with
+# grouped-query attention `K` and `V` are much smaller than `Q`, and because any mask (its
+# document mask) is simple once a rank holds every key. The ring here differs in what it pays
+# for that: each transfer hides behind a block's compute, and a rank holds two `K/V` blocks of
+# `T/P` rows at a time instead of the whole sequence's `K` and `V`, at the price of `P - 1`
+# exchanges that each wait for a neighbour.
+#
 # **Prediction.** On 2 processes: output and gradients within 1e-5 of one process (fp32);
 # bytes sent exactly as counted; the counted imbalance exactly the formula; the timed
 # per-rank compute imbalance within 25 % of the counted one for both splits; and the time a
@@ -306,11 +317,17 @@ viz.verdict(Prediction("contiguous imbalance at P = 4, counted", "(2P-1)/P",
 # over 64 positions on 4 ranks, tiles of 4. The white upper triangle is skipped. With
 # contiguous pieces the last rank owns the longest rows; with zig-zag each rank owns one
 # short band near the top and one long band near the bottom, and the two add up to the same
-# area on every rank. Below it, the same per-rank work measured on 2 processes: the compute
-# seconds each rank spent in its tiles, per round, over several rounds.
+# area on every rank. The titles count the tiles the kernel computes: a tile on the diagonal is
+# computed whole, so a diagonal block costs more than the half the formula `(2P-1)/P` assumes.
+# Below it, the same per-rank work measured on 2 processes: the compute seconds each rank spent
+# in its tiles, per round, over several rounds.
 
 # %%
 fig = va.plot_tiles(64, 4, 4)
+print(f"contiguous at P = 4 over 64 positions: {cm.imbalance(cm.ring_work(64, 4, 'contiguous', tile=4)):.3f}x "
+      f"with tiles of 4, between {cm.contiguous_imbalance(4):.3f}x (diagonal blocks half, the formula) and "
+      f"{cm.contiguous_imbalance(4, 'full'):.3f}x (diagonal blocks whole); tiles of 1: "
+      f"{cm.imbalance(cm.ring_work(64, 4, 'contiguous', tile=1)):.3f}x")
 
 # %%
 for split in ("contiguous", "zigzag"):
@@ -340,23 +357,35 @@ viz.verdict(Prediction("time waited after both neighbours had sent, per forward 
 # %% [markdown]
 # ## 6. The longest sequence in a memory budget
 #
-# **Model.** A rank of the ring keeps its `Q, K, V, O`, the key/value block it computes with
-# and the one arriving: `8 D` values per local row plus the 4-byte `L`. The local rows are
-# `T/P`, so the longest sequence grows linearly with `P`; one process with FlashAttention
-# keeps `4 D` values per row. The table uses a 1 GiB budget for attention alone, 32 heads of
-# 128 dimensions, fp32.
+# **Model.** In forward a rank of the ring keeps its `Q, K, V, O`, the key/value block it
+# computes with and the one arriving: `8 D` values per local row plus the 4-byte `L`. Training
+# needs more: at backward's peak a rank also holds `dO` and its `dQ`, and the `dK, dV`
+# accumulators travel with their `K, V` block, so `K, V, dK, dV` are in hand and arriving:
+# `6 D + 8 D = 14 D` values per local row, plus `L` and `rowsum(dO * O)`
+# (`perfkit.parallel.context_model.ring_memory_bytes(..., training=True)`, which counts the
+# buffers `ring_attention`'s backward allocates). One process with FlashAttention has no blocks
+# in flight: `4 D` per row forward, `8 D` training. The local rows are `T/P`; the table uses a
+# 1 GiB budget for attention alone, 32 heads of 128 dimensions, fp32.
 
 # %%
-for p in (1, 2, 4, 8, 16):
-    print(f"P = {p:2d}: longest T {cm.longest_sequence(2**30, p, heads=32, head_dim=128):7d}")
+PS = (1, 2, 4, 8, 16)
+longest = {(p, tr): cm.longest_sequence(2**30, p, heads=32, head_dim=128, training=tr)
+           for p in PS for tr in (False, True)}
+for p in PS:
+    print(f"P = {p:2d}: longest T forward {longest[p, False]:7d}, training {longest[p, True]:7d}")
 print(f"eager attention on one process: longest T {int((2**30 / (32 * 4)) ** 0.5)} (its T² matrix alone)")
+grow = [longest[q, True] / longest[p, True] for p, q in zip(PS[1:], PS[2:])]
+print(f"training: each doubling of P from 2 on multiplies the longest T by {min(grow):.2f}-{max(grow):.2f}; "
+      f"from P = 1 to 2 by {longest[2, True] / longest[1, True]:.2f} (forward "
+      f"{longest[2, False] / longest[1, False]:.2f}): the blocks in flight, which one process does not "
+      "hold, eat into what halving the rows saves")
 
 # %% [markdown]
 # This is attention's share only: a whole layer also keeps its MLP and projections'
-# activations (notebook 04), which grow linearly with `T/P` as well, so the ring keeps the
-# linear scaling. What it cannot remove is the time: each rank still computes `1/P` of the
-# `T²` tiles, so the step's compute per rank grows with `T²/P`, and the transfers hide only
-# while a block's compute takes longer than sending it.
+# activations (notebook 04), which grow linearly with `T/P` as well, so beyond `P = 2` the
+# ring keeps the linear scaling. What it cannot remove is the time: each rank still computes
+# `1/P` of the `T²` tiles, so the step's compute per rank grows with `T²/P`, and the transfers
+# hide only while a block's compute takes longer than sending it.
 
 # %%
 viz.show_headlines({

@@ -6,9 +6,18 @@ to the next rank and the previous rank's arrives (``dist.batch_isend_irecv``, so
 hides behind the compute); partial results merge by their log-sum-exp
 (:func:`perfkit.compute.flash.merge_partials`). Backward passes the blocks round again, each
 with the ``dK``/``dV`` accumulated for it, which end back at their owner after P transfers
-(Liu et al. 2023, "Ring Attention"; context parallelism in Llama 3 and torchtitan). Causal
-attention splits the sequence zig-zag: rank ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``,
-so every rank computes the same number of tiles (:mod:`perfkit.parallel.context_model`).
+(Liu et al. 2023, "Ring Attention"; torchtitan's context parallelism, through PyTorch's
+``context_parallel``, rotates K/V the same way). Causal attention splits the sequence zig-zag:
+rank ``i`` holds chunks ``i`` and ``2P-1-i`` of ``2P``, so every rank computes the same number
+of tiles (:mod:`perfkit.parallel.context_model`).
+
+Llama 3's context parallelism (Llama Team, "The Llama 3 Herd of Models", 2024, section 3.3.2)
+uses the same zig-zag split into ``2 x CP`` chunks but no ring: each rank all-gathers the whole
+K and V, then computes its local queries against them. The all-gather is exposed, not hidden
+behind compute; the paper accepts that because grouped-query attention makes K and V much
+smaller than Q, and because any mask (its document mask) is simple once a rank holds every key.
+The ring here differs: it overlaps each block's transfer with the previous block's compute and
+holds two K/V blocks at a time, where the all-gather holds the whole sequence's K and V.
 
 Usage (inside a worker, every rank)::
 

@@ -5,13 +5,16 @@ diagonal block: with the diagonal's upper half skipped the busiest rank does ``(
 times the mean work, ``2P/(P+1)`` when the diagonal block is computed whole. The zig-zag
 split (rank ``i`` holds chunks ``i`` and ``2P-1-i``) pairs a short row with a long one, so
 every rank does the same work. Bytes: each forward sends ``(P-1)/P`` of the full K and V;
-backward sends them again plus the dK/dV accumulators ``P`` times.
+backward sends them again plus the dK/dV accumulators ``P`` times. Memory: a rank holds
+``T/P`` rows of Q, K, V, O (and, training, dO and dQ) plus two K/V blocks in flight (training:
+K, V, dK, dV in hand and arriving), so beyond ``P = 1`` the longest sequence in a budget grows
+linearly with ``P``; from ``P = 1`` to 2 it gains less, since one process has no blocks in flight.
 
 Usage::
 
     work = ring_work(4096, 4, "zigzag", tile=64)       # tile FLOPs per rank (per head, D=1)
     print(imbalance(work), ring_bytes(1, 8, 4096, 64, 4).forward)
-    print(longest_sequence(2**30, 4, batch=1, heads=8, head_dim=64))
+    print(longest_sequence(2**30, 4, batch=1, heads=8, head_dim=64, training=True))
 """
 
 from __future__ import annotations
@@ -121,31 +124,48 @@ def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
 
 
 def ring_memory_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
-                      dtype: torch.dtype = torch.float32) -> int:
-    """A rank's attention memory in the ring: its Q, K, V and O, the K/V block in hand and
-    the one arriving (``8 D`` values per local row), and the fp32 log-sum-exp.
-    ``world=1`` is plain FlashAttention on one process (no blocks in flight)."""
+                      dtype: torch.dtype = torch.float32, training: bool = False) -> int:
+    """A rank's attention memory in the ring, at its peak.
+
+    Forward (``training=False``): its Q, K, V and O, the K/V block in hand and the one
+    arriving (``8 D`` values per local row), and the fp32 log-sum-exp. Training: backward's
+    peak, which adds dO and dQ to the saved Q, K, V and O, and passes the dK/dV accumulators
+    round with their K/V block, so a rank holds K, V, dK and dV in hand and arriving (``6 D +
+    8 D = 14 D`` values per local row), the log-sum-exp and ``rowsum(dO * O)`` (4 bytes each).
+    ``world=1`` is plain FlashAttention on one process, with no blocks in flight: ``4 D`` per
+    row forward (Q, K, V, O), ``8 D`` training (dO, dQ, dK, dV besides).
+
+    Raises:
+        ValueError, TypeError: for a non-positive size, ``seq_len`` not divisible by
+            ``world``, or a ``training`` that is not a bool.
+    """
     for name, n in (("batch", batch), ("heads", heads), ("head_dim", head_dim)):
         check_int(name, n, 1)
+    check_type("training", training, bool)
     segments(seq_len, 0, world, "contiguous")
     rows = batch * heads * (seq_len // world)
-    per_row = (8 if world > 1 else 4) * head_dim
-    return rows * (per_row * _size(dtype) + 4)
+    if training:
+        per_row, fp32 = (14 if world > 1 else 8) * head_dim, 8
+    else:
+        per_row, fp32 = (8 if world > 1 else 4) * head_dim, 4
+    return rows * (per_row * _size(dtype) + fp32)
 
 
 def longest_sequence(budget_bytes: int, world: int, batch: int = 1, heads: int = 8,
                      head_dim: int = 64, dtype: torch.dtype = torch.float32,
-                     multiple: int | None = None) -> int:
+                     multiple: int | None = None, training: bool = False) -> int:
     """The longest sequence (a multiple of ``multiple``, default ``2P``) whose
-    :func:`ring_memory_bytes` fits ``budget_bytes`` per rank; 0 if none does.
+    :func:`ring_memory_bytes` (forward, or with ``training`` backward's peak) fits
+    ``budget_bytes`` per rank; 0 if none does.
 
     Raises:
-        ValueError: for a non-positive budget or size.
+        ValueError, TypeError: for a non-positive budget or size, or a ``training`` that is
+            not a bool.
     """
     check_int("budget_bytes", budget_bytes, 1)
     check_int("world", world, 1)
     step = check_int("multiple", multiple, 1) if multiple is not None else 2 * world
-    one = ring_memory_bytes(batch, heads, step, head_dim, world, dtype)  # linear in T
+    one = ring_memory_bytes(batch, heads, step, head_dim, world, dtype, training)  # linear in T
     return (budget_bytes // one) * step
 
 

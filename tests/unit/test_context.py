@@ -70,6 +70,16 @@ def test_bytes_memory_and_longest_sequence():
         assert cm.ring_memory_bytes(1, 8, t, 64, p) <= 2**26
         assert cm.ring_memory_bytes(1, 8, t + 2 * p, 64, p) > 2**26
     assert cm.longest_sequence(10, 2) == 0
+    # training: backward's peak adds dO and dQ, and K, V, dK, dV in hand and arriving: 14 D per row
+    assert cm.ring_memory_bytes(1, 8, 4096, 64, 4, training=True) == 8 * 1024 * (14 * 64 * 4 + 8)
+    assert cm.ring_memory_bytes(1, 8, 4096, 64, 1, training=True) == 8 * 4096 * (8 * 64 * 4 + 8)
+    assert cm.ring_memory_bytes(1, 8, 4096, 64, 1) == 8 * 4096 * (4 * 64 * 4 + 4)
+    trains = [cm.longest_sequence(2**26, p, heads=8, head_dim=64, training=True) for p in (1, 2, 4)]
+    assert trains[2] == pytest.approx(2 * trains[1], rel=0.01)          # linear from P = 2
+    assert trains[1] / trains[0] == pytest.approx(2 * 8 / 14, rel=0.01)  # P = 1 has no blocks in flight
+    assert trains[1] < longest[0]                                       # training fits less than forward
+    with pytest.raises(TypeError, match="training must be a bool"):
+        cm.ring_memory_bytes(1, 8, 64, 64, 2, training=1)
 
 
 def test_bad_arguments():
