@@ -1,4 +1,4 @@
-"""``perfkit plan`` held against this machine and against published runs (issue #28).
+"""``perfkit plan`` held against this machine and against published runs.
 
 On this machine (2 gloo processes, the tiny GPT-2 of :mod:`perfkit.jobs.zero_bench`): DDP and
 ZeRO 1-3 are timed interleaved in one job, and each round also times isolated all-reduces

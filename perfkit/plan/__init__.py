@@ -26,6 +26,7 @@ from perfkit.plan.cluster import (
 )
 from perfkit.plan.command import (
     add_parser,
+    header_lines,
     parse_tokens,
     report_json,
     report_text,
@@ -213,6 +214,7 @@ __all__ = [
     "rounds_link",
     "report_json",
     "report_text",
+    "header_lines",
     "RowResult",
     "run",
     "SCHEDULES",

@@ -33,7 +33,7 @@ from perfkit.plan.failures import (
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.search import Plan, plan
 
-__all__ = ["add_parser", "parse_tokens", "report_json", "report_text", "run"]
+__all__ = ["add_parser", "header_lines", "parse_tokens", "report_json", "report_text", "run"]
 
 FIXABLE = ("dp", "tp", "pp", "cp", "zero", "micro_batch", "interleave", "recompute")
 
@@ -61,38 +61,78 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.1f}"
 
 
-def report_text(p: Plan, top: int = 5) -> str:
-    """The best ``top`` layouts as a table, why the next ones lose, and the rejections."""
-    m, c = p.model, p.cluster
+LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-parallel degrees; zN "
+          "ZeRO stage; mbN sequences per micro-batch; vN interleaved chunks per stage; sel / full "
+          "selective / full recomputation (es: PyTorch's early stop); sp sequence parallelism; "
+          "stages a-b-c blocks per pipeline stage")
+FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
+              "square, no recomputation) per second over the peak; HFU: the FLOPs the GPUs run "
+              "(recomputation counted, a causal kernel's half of attention); with a causal "
+              "kernel MFU can read above the efficiency")
+
+
+def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
+    """The model, the cluster and the run, each figure with where it came from:
+    ``defaults`` maps a figure the user did not give (``"efficiency"``, ``"vocab"``, ...) to
+    the words that say so."""
+    m, c, d = p.model, p.cluster, defaults or {}
     size = (f"{m.num_params / 1e9:.2f} B" if m.num_params >= 1e9 else f"{m.num_params / 1e6:.2f} M")
-    lines = [f"{m.name}: {size} parameters, {m.layers} layers, h={m.hidden}, "
-             f"{m.heads} heads ({m.kv} kv), seq {m.seq}, on {p.gpus} x {c.gpu.name} "
-             f"({c.name}), efficiency {c.efficiency:.2f}, batch {p.global_batch} sequences "
-             f"({p.global_batch * m.seq:,} tokens)"]
+
+    def said(key: str) -> str:
+        return f" ({d[key]})" if key in d else ""
+
+    return [
+        f"model{'' if m.name == 'model' else ' ' + m.name}: {size} parameters, {m.layers} layers, "
+        f"h={m.hidden}, {m.heads} heads "
+        f"({m.kv} kv), MLP {m.ffn}, vocab {m.vocab:,}{said('vocab')}, "
+        f"{'tied' if m.tied else 'untied'} embeddings{said('tied')}, "
+        f"{'biases' if m.bias else 'no biases'}, {'dropout' if m.dropout else 'no dropout'}, "
+        f"seq {m.seq}{said('seq')}",
+        f"cluster: {p.gpus} x {c.gpu.name} ({c.name}); matmul efficiency {c.efficiency:.2f}"
+        f"{said('efficiency')}; usable memory {_gb(c.usable_memory)} GB per GPU "
+        f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB: the rest for the CUDA "
+        f"context, communication buffers and the allocator's fragmentation)",
+        f"run: {p.global_batch} sequences per step ({p.global_batch * m.seq:,} tokens); "
+        f"{d.get('recipe', 'bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam 12')}",
+    ]
+
+
+def _reasons(rejected: list[tuple[Any, str]]) -> list[tuple[int, str, str]]:
+    """Each problem with its numbers as ``#``: how many layouts it rejected, an example."""
+    seen: dict[str, list] = {}
+    for lay, why in rejected:
+        for part in (why.split("; ") if not why.startswith("needs") else [why]):
+            key = re.sub(r"[0-9][0-9.,]*", "#", part)
+            seen.setdefault(key, [0, f"{lay.label()}: {part}"])[0] += 1
+    return sorted(((n, k, ex) for k, (n, ex) in seen.items()), key=lambda t: -t[0])
+
+
+def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -> str:
+    """The best ``top`` layouts as a table, why the next ones lose, and the rejections,
+    under :func:`header_lines` (``defaults``: see there)."""
+    lines = header_lines(p, defaults)
     if not p.best:
-        lines.append("no layout fits; the most common reasons:")
-        reasons: dict[str, int] = {}
-        for _lay, why in p.rejected:
-            key = why.split(":")[0] if why.startswith("needs") else why
-            reasons[key] = reasons.get(key, 0) + 1
-        lines += [f"  {n:6d} x {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]]
+        lines.append(f"no layout fits: {len(p.rejected)} checked; the most common reasons, "
+                     "with an example of each:" if p.rejected else
+                     "no layout fits, and none could be checked: the GPU count or a fixed degree "
+                     "leaves no candidate")
+        lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:5]]
         return "\n".join(lines)
-    lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} "
+    lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'HFU':>6} "
                  f"{'mem GB':>7} {'states':>7} {'acts':>6}  limiter")
     for i, cand in enumerate(p.best[:top]):
         t, mem = cand.time, cand.memory
         lines.append(f"{i + 1:>2} {cand.layout.label():34} {t.total_s:9.4g} "
-                     f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {_gb(mem.total):>7} "
+                     f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {t.hfu:6.1%} {_gb(mem.total):>7} "
                      f"{_gb(mem.model_states):>7} {_gb(mem.activations):>6}  {t.limiter}")
+    lines += [LEGEND, FLOPS_NOTE]
     best = p.best[0].time
     lines.append("best layout, seconds per term: " + ", ".join(
         f"{k} {v:.3g}" for k, v in best.terms.items() if v > 0))
     lines += ["why the next ones lose:"] + [f"  {p.why_not(r)}" for r in range(1, min(top, len(p.best)))]
-    lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected; one of each reason:")
-    kinds: dict[str, str] = {}  # a reason without its numbers -> its first example
-    for lay, why in p.rejected:
-        kinds.setdefault(re.sub(r"[0-9.]+", "#", why), f"  {lay.label()}: {why}")
-    lines += list(kinds.values())[:4]
+    lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected"
+                 + ("; the most common reasons:" if p.rejected else ""))
+    lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:4]]
     return "\n".join(lines)
 
 
@@ -118,6 +158,28 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
     }
 
 
+def _at_least(lo: int) -> Any:
+    """An argparse type: an int >= ``lo``, refused with the flag's name and what is allowed."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    parse.__name__ = f"int >= {lo}"
+    return parse
+
+
+PRECISIONS = {"bf16": ("mixed_adam", "bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam "
+                       "12 (master weights, two moments)"),
+              "fp16": ("mixed_adam", "bytes per parameter: fp16 weights 2 + gradients 2 + fp32 Adam "
+                       "12 (master weights, two moments), a dynamic loss scale"),
+              "fp32": ("fp32_adam", "bytes per parameter: fp32 weights 4 + gradients 4 + Adam 8")}
+DEFAULT_VOCAB = 50257  # GPT-2's tokenizer
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``plan`` to ``perfkit``'s subparsers; return its parser."""
     ap = sub.add_parser(
@@ -128,17 +190,33 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "datasheet GPU (--gpu) or this machine (--machine local).")
     g = ap.add_argument_group("model")
     g.add_argument("--config", help="a transformers config.json (Llama-style configs get SwiGLU and GQA)")
-    for k in ("layers", "hidden", "heads", "ffn", "vocab", "kv-heads"):
-        g.add_argument(f"--{k}", type=int)
-    g.add_argument("--seq", type=int, help="training sequence length (default: the config's)")
+    for k, what in (("layers", "transformer blocks"), ("hidden", "model width h"),
+                    ("heads", "attention heads"), ("ffn", "MLP width (default 4 h, 8 h / 3 gated)"),
+                    ("vocab", f"vocabulary (default {DEFAULT_VOCAB:,}, GPT-2's)"),
+                    ("kv-heads", "key/value heads (GQA; default: --heads)")):
+        g.add_argument(f"--{k}", type=_at_least(1), help=what)
+    g.add_argument("--seq", type=_at_least(1), help="training sequence length in tokens (default: "
+                   "the config's, else 2048)")
     g.add_argument("--gated", action="store_true", help="SwiGLU MLP (three matrices)")
+    g.add_argument("--untied-embeddings", action="store_true",
+                   help="the output layer has its own weights (default: tied to the embedding)")
+    g.add_argument("--bias", action="store_true", help="linear layers with biases (GPT-2)")
+    g.add_argument("--dropout", action="store_true", help="dropout masks kept for backward")
+    g.add_argument("--positions", type=_at_least(0), default=0,
+                   help="a learned position table of this many rows (default 0: RoPE or ALiBi)")
+    g.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16",
+                   help="bf16 / fp16: mixed precision with fp32 Adam (2 + 2 + 12 bytes per "
+                        "parameter); fp32: 4 + 4 + 8 (default bf16)")
     c = ap.add_argument_group("cluster")
     c.add_argument("--gpu", choices=sorted(GPUS), default="h100-sxm")
     c.add_argument("--machine", choices=("local",), help="this machine's measured ceilings and link")
-    c.add_argument("--gpus", type=int, help="GPUs (default 8; with --machine local: processes, default 2)")
-    c.add_argument("--gpus-per-node", type=int, default=8)
+    c.add_argument("--gpus", type=_at_least(1),
+                   help="GPUs (default 8; with --machine local: processes, default 2)")
+    c.add_argument("--gpus-per-node", type=_at_least(1), default=8, help="default 8")
     c.add_argument("--inter-gbps", type=float, help="network Gb/s per GPU (default by GPU: 200/400)")
-    c.add_argument("--efficiency", type=float, default=0.5, help="achieved share of the matmul peak")
+    c.add_argument("--efficiency", type=float,
+                   help="achieved share of the matmul peak (default 0.5, not fitted: "
+                        "benchmarks/plan.py fits it on published runs, table by table)")
     c.add_argument("--attention-efficiency", type=float,
                    help="fused attention kernel's share of the peak, forward (default: "
                         "--efficiency; on A100 FlashAttention 1 about 0.4, FlashAttention 2 about 0.6)")
@@ -152,11 +230,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="share of the compute ZeRO-2/3's collectives hide behind (default 0: "
                         "FSDP as llm-foundry ran it hid none; 1: ideal prefetching)")
     r = ap.add_argument_group("run and constraints")
-    r.add_argument("--global-batch-tokens", help="tokens per step: 4M, 524288 (default 1M; with "
-                   "--machine local: 8 sequences per process, as notebook 13 runs)")
+    r.add_argument("--global-batch-tokens", help="tokens per step, a whole number of sequences: "
+                   "4M, 512k, 524288; k, M and G are powers of two (4M = 4,194,304 tokens, as "
+                   "batch sizes are quoted) (default 1M; with --machine local: 8 sequences per "
+                   "process, as notebook 13 runs)")
     for k in FIXABLE:
-        r.add_argument(f"--{k.replace('_', '-')}", type=str if k == "recompute" else int,
-                       choices=RECOMPUTE if k == "recompute" else None, help=f"fix {k}")
+        r.add_argument(f"--{k.replace('_', '-')}",
+                       type=str if k == "recompute" else _at_least(0 if k == "zero" else 1),
+                       choices=RECOMPUTE if k == "recompute" else None,
+                       help=f"fix {k}" + (" (0-3)" if k == "zero" else ""))
     r.add_argument("--sp", choices=("on", "off"), help="fix sequence parallelism")
     r.add_argument("--early-stop", action="store_true",
                    help="full recomputation by PyTorch's non-reentrant checkpoint (2.1+), whose "
@@ -182,8 +264,34 @@ def _model(args: argparse.Namespace) -> ModelSpec:
     h = args.hidden
     return ModelSpec("model", layers=args.layers, hidden=h, heads=args.heads,
                      ffn=args.ffn or (int(8 * h / 3) if args.gated else 4 * h),
-                     vocab=args.vocab or 50257, seq=args.seq or 2048, kv_heads=args.kv_heads,
-                     gated=args.gated)
+                     vocab=args.vocab or DEFAULT_VOCAB, seq=args.seq or 2048, kv_heads=args.kv_heads,
+                     gated=args.gated, tied=not args.untied_embeddings, bias=args.bias,
+                     dropout=args.dropout, positions=args.positions)
+
+
+def _defaults(args: argparse.Namespace) -> dict[str, str]:
+    """The figures the user did not give, with the words that say where they came from."""
+    out = {"recipe": PRECISIONS[args.precision][1]}
+    if args.efficiency is None and args.machine != "local":
+        out["efficiency"] = ("default, not fitted: benchmarks/plan.py fits one on published runs; "
+                             "set --efficiency")
+    if not args.config and args.vocab is None:
+        out["vocab"] = "default: GPT-2's; set --vocab"
+    if not args.config:
+        out["tied"] = "default" if not args.untied_embeddings else "--untied-embeddings"
+    if not args.config and args.seq is None and args.machine != "local":
+        out["seq"] = "default; set --seq"
+    return out
+
+
+def _sequences(tokens: int, seq: int) -> int:
+    """Whole sequences in ``tokens``; a count that does not split is refused with the nearest."""
+    if tokens % seq:
+        lo, hi = tokens // seq, tokens // seq + 1
+        near = " or ".join(f"{n * seq:,} ({n} sequence{'s' * (n != 1)})" for n in (lo, hi) if n >= 1)
+        raise ValueError(f"--global-batch-tokens {tokens:,} is not a whole number of {seq:,}-token "
+                         f"sequences: the nearest are {near}")
+    return tokens // seq
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
@@ -192,8 +300,9 @@ def _cluster(args: argparse.Namespace) -> Cluster:
         from perfkit.plan.local import local_link
 
         return local_cluster(hw.cached_limits(), local_link(), processes=args.gpus,
-                             efficiency=min(args.efficiency, 1.0))
-    c = named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps, args.efficiency,
+                             efficiency=min(0.5 if args.efficiency is None else args.efficiency, 1.0))
+    c = named_cluster(args.gpu, args.gpus_per_node, args.inter_gbps,
+                      0.5 if args.efficiency is None else args.efficiency,
                       args.attention_efficiency, args.attention_backward_efficiency,
                       args.memory_efficiency)
     return replace(c, sharded_hidden=check_real("--sharded-hidden", args.sharded_hidden, 0, 1))
@@ -227,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         cluster = _cluster(args)
         tokens = (parse_tokens(args.global_batch_tokens) if args.global_batch_tokens
                   else 8 * args.gpus * model.seq if local else 2**20)
-        batch = max(tokens // model.seq, 1)
+        batch = _sequences(tokens, model.seq)
         fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k) is not None}
         if args.sp:
             fixed["sp"] = args.sp == "on"
@@ -238,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
             fixed["early_stop"] = True
         _check_fixed(model, fixed, args.gpus, batch)
         failing = failure_options(args)
-        result = plan(model, cluster, args.gpus, batch, fixed)
+        result = plan(model, cluster, args.gpus, batch, fixed, recipe=PRECISIONS[args.precision][0])
     except (TypeError, ValueError) as e:
         print(f"perfkit plan: {e}", file=sys.stderr)
         return 2
@@ -251,5 +360,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**report_json(result, args.top),
                           "failures": fp.as_dict() if fp else None}, indent=1))
     else:
-        print("\n".join([report_text(result, args.top), *(failure_lines(fp) if fp else [])]))
+        print("\n".join([report_text(result, args.top, _defaults(args)),
+                         *(failure_lines(fp) if fp else [])]))
     return 0 if result.best else 1

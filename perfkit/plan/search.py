@@ -66,6 +66,9 @@ class Plan:
         if rank >= len(self.best):
             raise ValueError(f"rank must be below {len(self.best)}: only {len(self.best)} layouts fit")
         a, b = self.best[0].time, self.best[rank].time
+        if b.total_s - a.total_s < 5e-4 * a.total_s:  # printed as +0.0%: say it is a tie
+            return (f"{self.best[rank].layout.label()}: ties with the best (step times within "
+                    f"0.05%: {a.total_s:.4g} s and {b.total_s:.4g} s); ranked by memory")
         diffs = sorted(((b.terms[k] - a.terms[k], k) for k in a.terms), reverse=True)
         worse = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * a.total_s][:2]
         return (f"{self.best[rank].layout.label()}: {b.total_s / a.total_s - 1:+.1%} step time "
@@ -159,7 +162,11 @@ def plan(model: ModelSpec, cluster: Cluster, gpus: int, global_batch: int,
     check_int("gpus", gpus, 1)
     check_int("global_batch", global_batch, 1)
     best, rejected = [], []
-    for lay in enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node, fixed):
+    layouts = enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node, fixed)
+    if not layouts:  # every size was skipped before its check: check the plainest ones, to say why
+        layouts = enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node,
+                                    {"micro_batch": 1, "interleave": 1, **(fixed or {})})
+    for lay in layouts:
         problems = layout_problems(model, lay, gpus, global_batch)
         if problems:
             rejected.append((lay, "; ".join(problems)))
