@@ -39,7 +39,8 @@ BATCH = 16                                    # samples per batch (knob experime
 COST_MS = 2.0                                 # load cost per sample, ms (knob experiments)
 COMPUTE_MS = 10.0                             # a GPU step: the host is idle meanwhile, ms
 WORKERS = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
-SWEEP_BATCHES = 12 if QUICK else 61           # batches per run in the worker sweeps
+SWEEP_BATCHES = 21 if QUICK else 61           # batches per run in the sweeps (the first one's startup dropped:
+                                              # 20 steady steps, the fewest an interval of their figures needs)
 JITTER = 3.0                                  # per-sample cost variation (CV), section 2c
 CORPUS_BYTES = 300_000 if QUICK else 1_000_000
 GPT = dict(batch_size=8, block_size=64, max_bytes=CORPUS_BYTES)
@@ -264,8 +265,8 @@ print("measured below 90 % of the model's throughput at workers = " + (", ".join
 small = SlowDataset(BATCH * 4, COST_MS / 1e3)
 methods = ["fork", "spawn"] if SPAWN else ["fork"]
 epochs = {(m, p): measure_loader(small, LoaderConfig(BATCH, 2, persistent_workers=p, start_method=m),
-                                 compute=COMPUTE_MS / 1e3, epochs=6 if m == "fork" else 2)
-          for m in methods for p in (False, True)}
+                                 compute=COMPUTE_MS / 1e3, epochs=7 if m == "fork" else 2)  # fork: 6 later epochs,
+          for m in methods for p in (False, True)}                                        # what an interval needs
 for (m, p), r in epochs.items():
     firsts = ", ".join(f"{w[0] * 1e3:.0f}" for w in r.wait_s)
     print(f"{m:>5}, persistent_workers={p!s:>5}: first-batch wait per epoch [{firsts}] ms")
@@ -300,7 +301,7 @@ viz.verdict(Prediction("later epochs' first-batch wait, persistent over fresh wo
 # as in 2a; how much the deeper queue saves in this run is then the replay's number.
 
 # %%
-jit_ds = SlowDataset(BATCH * (2 * STEPS + 1), COST_MS / 1e3, jitter=JITTER)
+jit_ds = SlowDataset(BATCH * SWEEP_BATCHES, COST_MS / 1e3, jitter=JITTER)
 depths = [1, 2, 8]
 jit_runs = [measure_loader(jit_ds, LoaderConfig(BATCH, 4, prefetch_factor=d), compute=COMPUTE_MS / 1e3)
             for d in depths]
