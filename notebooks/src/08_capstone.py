@@ -20,7 +20,8 @@
 # 2. **diagnose, fix, measure, repeat**: `perfkit diagnose` (module 01) says where the step
 #    goes; the top finding's fix is applied; its gain is **predicted** from the measured share
 #    (Amdahl's law: removing a share `s` of the step speeds it up at most `1 / (1 - s)`),
-#    **measured**, and **judged**; until the diagnosis finds nothing worth fixing;
+#    **measured**, and **judged** (a bound too loose to test its fix is shown beside the
+#    measurement as context instead); until the diagnosis finds nothing worth fixing;
 # 3. **what it bought**: a waterfall of the measured speedups, tokens/s and MFU before and
 #    after, and the **time to a target loss**, since a larger batch changes the loss curve
 #    and tokens/s alone would overstate it.
