@@ -24,7 +24,7 @@
 # |---|---|---|
 # | GPipe: every forward, then every backward (Huang et al. 2019) | `(p - 1) / (m + p - 1)` | `m` |
 # | 1F1B: `p - r - 1` forwards, then one forward, one backward (Narayanan et al. 2021) | `(p - 1) / (m + p - 1)` | `p - r` on rank `r` |
-# | interleaved 1F1B, `v` stages per process | `(p - 1) / (v m + p - 1)` | more than 1F1B |
+# | interleaved 1F1B, `v` stages per process | `(p - 1) / (v m + p - 1)` | more than 1F1B (section 1) |
 # | ZB-H1: backward split into input and weight gradients (Qi et al. 2023) | `(p - 1) / (3 m + p - 1)` for `F = I = W` | `p` |
 #
 # 1F1B has GPipe's bubble and a fraction of its memory: it frees each micro-batch's
@@ -78,7 +78,10 @@ from perfkit.verdict import Prediction
 # **Prediction.** With unit costs (`F = 1`, `B = 2`; for ZB-H1 `F = I = W = 1`, and each of
 # the `v` chunks of an interleaved stage costing `1/v`), the simulated idle share of
 # `p x step time` equals the formula in the table above, exactly. Here is 1F1B for `p = 4`,
-# `m = 8` as the simulator runs it; `F3` is the forward of micro-batch 3 and `.` an idle slot:
+# `m = 8` as the simulator runs it; `F3` is the forward of micro-batch 3 and `.` an idle slot.
+# The peak a rank holds is counted in micro-batches of a whole stage: an interleaved rank's
+# chunk is `1/v` of its layers, so each chunk's forward keeps `1/v` of a micro-batch's
+# activations (the count in chunks is printed beside it).
 
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
@@ -94,8 +97,10 @@ for name, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb_h1", 1)):
     for p, m in ((2, 4), (4, 8), (4, 16)):
         tl = simulate(make_schedule(name, p, m, v), {k: c / v for k, c in UNIT.items()})
         worst = max(worst, abs(tl.bubble_share - bubble_formula(name, p, m, v)))
+        peak = ", ".join(f"{k / v:g}" for k in tl.peak_in_flight)
         print(f"{name:11s} p={p} m={m:2d}: bubble {tl.bubble_share:.4f}, formula "
-              f"{bubble_formula(name, p, m, v):.4f}, peak micro-batches per rank {tl.peak_in_flight}")
+              f"{bubble_formula(name, p, m, v):.4f}, peak micro-batches per rank ({peak})"
+              + (f" = {tl.peak_in_flight} chunks of 1/{v} stage" if v > 1 else ""))
 
 # %%
 p_sim = Prediction("largest |simulated - formula| bubble share over the 12 cases",
@@ -253,15 +258,21 @@ tl = timeline_from(make_schedule("1f1b", P, real["n_micro"]), real["slots"])
 costs = {s: sum(b - a for k, st, _, a, b in row if st == s) for s, row in enumerate(real["slots"])}
 print(f"busy seconds per stage {[round(c, 3) for c in costs.values()]}; simulated bubble "
       f"{real['simulated']:.3f}; measured {est.value:.3f}")
-fig = viz.plot_grids(simulate(make_schedule("1f1b", P, real["n_micro"]), {"F": 1, "B": 2}), tl)
+fig = viz.plot_grids(simulate(make_schedule("1f1b", P, real["n_micro"]), {"F": 1, "B": 2}), tl,
+                     measured_note=f"the last of {len(real['shares'])} timed steps (median {est.point()})")
 
 # %%
 imbalance = max(costs.values()) / min(costs.values()) - 1
+between = tl.bubble_share - real["simulated"]   # the drawn step: what the simulator, fed its actions, leaves out
 p_real = Prediction("bubble share of a 1F1B step, p = 2, m = 4, GPT blocks", "(p - 1) / (m + p - 1)",
                     value=real["formula"], rel_tol=0.15, physical=(0, 1))
 viz.verdict(p_real, est, explain={
-    "above": f"the stages' busy times differ by {imbalance:.0%} and the simulator with the measured "
-             f"actions gives {real['simulated']:.3f}: the slower stage sets the pace"})
+    side: f"In the step drawn above the stages' busy times differ by {imbalance:.0%}; the simulator fed with its "
+          f"measured actions and hop gives {real['simulated']:.3f}, {real['simulated'] - real['formula']:+.3f} from "
+          f"the formula (uneven actions and hops), against that step's measured {tl.bubble_share:.3f}: "
+          f"{between:+.3f} is time between actions the simulator does not hold (Python between them, a process "
+          f"waiting for its core); the median over the steps is {est.point()}"
+    for side in ("above", "below")})
 
 # %% [markdown]
 # ## 7. Zero bubble: the backward split in two
@@ -270,24 +281,34 @@ viz.verdict(p_real, est, explain={
 #
 # **Model.** `run_schedule` splits each backward: `I` runs autograd once for the input
 # gradient (what the previous stage waits for) and every `nn.Linear`'s output gradient; `W`
-# is the Linears' weight-gradient matmuls alone, which nobody waits for. ZB-H1 moves the
-# last stage's `W`s to the drain, where 1F1B idles (section 1: `p - 1` idle slots per rank
-# instead of `3 (p - 1)` when `F = I = W`).
+# is the Linears' weight-gradient matmuls alone, which nobody waits for. ZB-H1 (Qi et al.
+# 2023) keeps 1F1B's order of `F` and `I` on every rank; since each stage passes its input
+# gradient on as soon as `I` is done, the backward travels up the pipe at `I`'s pace instead
+# of `B`'s, on every stage, not only from the last. Each rank `r` then lags its `W`s by `r`
+# micro-batches and runs the lagged ones in the drain, where 1F1B idles (section 1: `p - 1`
+# idle slots per rank instead of `3 (p - 1)` when `F = I = W`), holding no more than 1F1B's
+# `p` micro-batches (`W` still needs the activations).
 #
-# **Prediction.** ZB-H1's bubble share below 1F1B's, as the simulator gives with this run's
-# measured `F`, `I` and `W` times (the ratio of the medians over the steps, each schedule
-# timed in its own steps).
+# **Prediction.** ZB-H1's bubble share below 1F1B's (the ratio of the medians over the steps,
+# each schedule timed in its own steps). The simulator fed with this run's measured `F`, `I`
+# and `W` times gives the size expected; the bound judged is its direction, since both bubbles
+# also hold the time between actions that section 6 measured.
 
 # %%
 zb = res["real"][1]
 times = {k: stats.median([b - a for row in zb["slots"] for kk, _, _, a, b in row if kk == k])
          for k in "FIW"}
-print(f"ZB-H1 measured: bubble {stats.Estimate(**zb['measured']).value:.3f}, simulated with its "
+print(f"ZB-H1 measured: bubble {stats.Estimate(**zb['measured']).point()}, simulated with its "
       f"costs {zb['simulated']:.3f}; median F {1e3 * times['F']:.1f} ms, I {1e3 * times['I']:.1f} ms, "
-      f"W {1e3 * times['W']:.1f} ms")
+      f"W {1e3 * times['W']:.1f} ms; ZB-H1 over 1F1B as simulated with the measured actions: "
+      f"{zb['simulated'] / real['simulated']:.2f}x")
 p_zb = Prediction("ZB-H1's bubble share over 1F1B's, GPT blocks, p = 2, m = 4",
                   "W fills the drain (Qi et al. 2023)", high=1.0, physical=(0, None), unit="x")
-viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False))
+viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False), explain={
+    "above": f"The simulator with the measured F, I and W gives {zb['simulated'] / real['simulated']:.2f}x; the "
+             f"measured bubbles also hold the time between actions ({between:+.3f} of 1F1B's step in section 6), "
+             "and ZB-H1 runs three actions per micro-batch and stage where 1F1B runs two, so it pays that time "
+             "half as often again."})
 
 # %%
 viz.show_headlines({

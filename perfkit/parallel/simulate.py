@@ -50,7 +50,9 @@ def peak_in_flight(row: Sequence[Action]) -> int:
     """The most (stage, micro-batch) activations one rank holds at once, running ``row`` in order.
 
     A forward saves a micro-batch's activations; its ``B`` (or, split, its ``W``: the weight
-    gradient still needs the layer inputs) frees them.
+    gradient still needs the layer inputs) frees them. With ``v`` virtual stages per rank the
+    count is in chunks, each ``1/v`` of the rank's layers: divide by ``v`` for micro-batches of
+    a whole stage (interleaved 1F1B at ``p = 4``, ``m = 8``: 11 chunks, 5.5 micro-batches).
 
     Raises:
         TypeError: if ``row`` holds something other than :class:`Action` s.
@@ -98,7 +100,8 @@ class Timeline:
 
     @property
     def peak_in_flight(self) -> tuple[int, ...]:
-        """Per rank, the most micro-batch activations held at once (:func:`peak_in_flight`)."""
+        """Per rank, the most (stage, micro-batch) activations held at once, in chunks of
+        ``1/n_virtual`` of a rank's layers (:func:`peak_in_flight`)."""
         return tuple(peak_in_flight([s.action for s in row]) for row in self.slots)
 
     def text(self, dt: float | None = None) -> str:

@@ -55,17 +55,22 @@ def plot_timeline(tl: Timeline, ax: Axes | None = None, title: str = "", unit: s
     return ax
 
 
-def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "") -> Figure:
+def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "",
+               measured_note: str = "") -> Figure:
     """The simulated grid, and beside it the measured one of the same schedule (if given);
-    ``note`` is appended to the model's title."""
+    ``note`` is appended to the model's title, ``measured_note`` to the measured grid's (say
+    which step it draws). The legend names only the kinds of action drawn."""
     n = 1 if measured is None else 2
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 0.9 + 0.45 * len(simulated.slots)), squeeze=False)
     plot_timeline(simulated, axes[0][0], f"model: {simulated.schedule.name}, "
                   f"bubble {simulated.bubble_share:.1%}{note}", "F = 1")
     if measured is not None:
-        plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}", "s")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    fig.legend(handles, list(COLORS), loc="lower center", ncol=4, fontsize=8, frameon=False)
+        plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}"
+                      + (f", {measured_note}" if measured_note else ""), "s")
+    drawn = {s.action.kind for tl in (simulated, measured) if tl is not None for row in tl.slots for s in row}
+    kinds = [k for k in COLORS if k in drawn]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in kinds]
+    fig.legend(handles, kinds, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
@@ -87,7 +92,7 @@ def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | Non
         tl = simulate(sched, costs)
         return plot_grids(tl, measured.get((schedule, p, m, sched.n_virtual)),
                           f" (formula {bubble_formula(schedule, p, m, sched.n_virtual):.1%}), "
-                          f"peak {max(tl.peak_in_flight)} micro-batches")
+                          f"peak {max(tl.peak_in_flight) / sched.n_virtual:g} micro-batches")
 
     return WidgetSpec(show, {"schedule": Choice(list(SCHEDULES), "1f1b"),
                              "p": IntControl(1, 8, 4), "m": IntControl(1, 16, 8),

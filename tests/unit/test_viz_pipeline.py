@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from perfkit.parallel.schedules import one_f_one_b  # noqa: E402
+from perfkit.parallel.schedules import make_schedule, one_f_one_b  # noqa: E402
 from perfkit.parallel.simulate import simulate  # noqa: E402
 from perfkit.viz.pipeline import plot_bubbles, plot_grids, plot_timeline, schedule_widget  # noqa: E402
 
@@ -39,6 +39,13 @@ def test_grids_and_bubbles():
     assert len(ax.patches) == 16 and "20.0%" in ax.get_title()
     plt.close("all")
     assert len(plot_grids(tl).axes) == 1
+    # the legend names only the kinds drawn (1F1B: F and B, no I or W); the measured grid says its step
+    fig = plot_grids(tl, tl, measured_note="the last of 5 steps")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["F", "B"]
+    assert fig.axes[1].get_title().endswith("the last of 5 steps")
+    fig = plot_grids(simulate(make_schedule("zb_h1", 2, 4), {"F": 1, "I": 1, "W": 1}))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["F", "I", "W"]
+    plt.close("all")
     rows = [{"p": 2, "schedule": "gpipe", "n_micro": 4, "measured": 0.21, "interval": [0.2, 0.22]},
             {"p": 2, "schedule": "1f1b", "n_micro": 8, "measured": 0.12, "interval": [0.11, 0.13]}]
     ax = plot_bubbles(rows)
