@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfkit import stats
-from perfkit._checks import check_items, check_real, check_type
+from perfkit._checks import check_choice, check_items, check_real, check_type
 from perfkit.plan.cluster import ATTENTION_EFFICIENCY, Cluster, named_cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
@@ -250,32 +250,52 @@ class Comparison:
         return sum(abs(r.error) <= tolerance for r in held) / len(held)
 
 
-def compare(runs: Sequence[PublishedRun], fit_count: int = 2) -> Comparison:
-    """Fit one efficiency per GPU type on :func:`fit_rows` of each of its tables, predict
-    every row, and the baseline.
+_CALIBRATIONS = ("gpu", "chip", "other_tables")
 
-    Megatron-LM's table and llm-foundry's A100-80GB table share one figure, as do the two H100
-    tables: the issue allows one per GPU type, fitted on at most two rows of each table. The
-    baseline predicts each row at those fitted rows' mean reported MFU (one constant per GPU
-    type), in the row's own FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU.
-    ``Comparison.efficiency`` and ``baseline_mfu`` are keyed by table (each its GPU's figure).
+
+def compare(runs: Sequence[PublishedRun], fit_count: int = 2, calibrate: str = "gpu") -> Comparison:
+    """Fit an efficiency on :func:`fit_rows` of each table, predict every row, and the baseline.
+
+    Args:
+        runs: the published rows.
+        fit_count: rows fitted per table (1 or 2).
+        calibrate: which tables share a fitted figure. ``"gpu"``: one per GPU type (Megatron-LM's
+            table and llm-foundry's A100-80GB table share one, as do the two H100 tables; the
+            A100-40GB table, alone on its type, gets its own, so its held-out rows are judged
+            within the table that fitted them). ``"chip"``: one per chip (the same peak FLOP/s:
+            the A100-40GB and 80GB share one). ``"other_tables"``: each table's rows predicted
+            from the figure fitted on the other tables of its chip only, none of its own rows
+            fitted: the cross-table error.
+
+    The baseline predicts each row at the same fitted rows' mean reported MFU, in the row's own
+    FLOP accounting: ``mfu * peak / flops_per_token`` tokens/s per GPU. ``Comparison.efficiency``
+    and ``baseline_mfu`` are keyed by table (the figure its rows were predicted with).
 
     Raises:
-        TypeError, ValueError: for an empty ``runs`` or a bad ``fit_count``.
+        TypeError, ValueError: for an empty ``runs``, a bad ``fit_count``, an unknown
+            ``calibrate``, or (``"other_tables"``) a table alone on its chip.
     """
     runs = [check_type(f"runs[{i}]", r, PublishedRun) for i, r in enumerate(check_items("runs", runs))]
     check_real("fit_count", fit_count, 1, 2)
+    check_choice("calibrate", calibrate, _CALIBRATIONS)
+    key = (lambda r: r.cluster.gpu.name) if calibrate == "gpu" else (lambda r: r.cluster.gpu.peak_flops)
     eff, base, rows = {}, {}, []
-    for gpu in dict.fromkeys(r.cluster.gpu.name for r in runs):
-        mine = [r for r in runs if r.cluster.gpu.name == gpu]
+    for group in dict.fromkeys(key(r) for r in runs):
+        mine = [r for r in runs if key(r) == group]
         tables = list(dict.fromkeys(r.table for r in mine))
-        fit = [f for t in tables for f in fit_rows(mine, t, fit_count)]
-        e, b = fit_efficiency(fit), sum(r.reported_mfu for r in fit) / len(fit)
-        eff.update(dict.fromkeys(tables, e))
-        base.update(dict.fromkeys(tables, b))
-        for r in mine:
-            rows.append(RowResult(r, any(r is f for f in fit), predict(r, e),
-                                  b * r.cluster.gpu.peak_flops / r.flops_per_token))
+        if calibrate == "other_tables" and len(tables) < 2:
+            raise ValueError(f"calibrate='other_tables' needs two tables per chip; {tables[0]!r} is "
+                             "alone on its chip")
+        for fitted_on in ([[t for t in tables if t != u] for u in tables] if calibrate == "other_tables"
+                          else [tables]):
+            predicted = [u for u in tables if u not in fitted_on] or tables
+            fit = [f for t in fitted_on for f in fit_rows(mine, t, fit_count)]
+            e, b = fit_efficiency(fit), sum(r.reported_mfu for r in fit) / len(fit)
+            eff.update(dict.fromkeys(predicted, e))
+            base.update(dict.fromkeys(predicted, b))
+            for r in (r for r in mine if r.table in predicted):
+                rows.append(RowResult(r, any(r is f for f in fit), predict(r, e),
+                                      b * r.cluster.gpu.peak_flops / r.flops_per_token))
     order = {t: i for i, t in enumerate(dict.fromkeys(r.table for r in runs))}
     rows.sort(key=lambda x: order[x.run.table])  # stable: each table in source order
     return Comparison(rows, eff, base)
@@ -290,6 +310,7 @@ class LayoutRank:
     ranked: list[tuple[int, int]]  # distinct (TP, PP), fastest first
     published_over_best: float  # predicted step time of the published (TP, PP) over the best
     tolerance: float
+    why: str = ""  # why the published (TP, PP)'s best layout loses to the best (Plan.why_not)
 
     @property
     def rank(self) -> int | None:
@@ -328,7 +349,8 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
         ranked = sorted(best, key=best.get)
         pub = (r.layout.tp, r.layout.pp)
         over = best[pub] / best[ranked[0]] if pub in best else math.inf
-        out.append(LayoutRank(r.label, pub, ranked, over, tol))
+        at = next((i for i, c in enumerate(p.best) if (c.layout.tp, c.layout.pp) == pub), 0)
+        out.append(LayoutRank(r.label, pub, ranked, over, tol, p.why_not(at) if at else ""))
     return out
 
 

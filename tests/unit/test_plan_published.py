@@ -115,6 +115,10 @@ def test_layout_ranks_plan_each_megatron_row_with_its_software():
     ranks = layout_ranks(compare(runs[-3:], fit_count=1))  # the three largest: seconds
     assert [r.published for r in ranks] == [(8, 16), (8, 35), (8, 64)]
     assert all(r.ranked and r.rank is not None for r in ranks)
+    # a published layout the planner does not rank first says which terms it loses on
+    for r in ranks:
+        assert (r.why == "") == (r.rank == 1)
+        assert not r.why or (r.why.startswith("dp") and "step time" in r.why)
     with pytest.raises(ValueError, match="no rows"):
         layout_ranks(compare(runs[-1:], fit_count=1), "h100")
 
@@ -152,3 +156,23 @@ def test_one_efficiency_per_gpu_type_fitted_on_two_rows_of_each_table():
     assert c.baseline_mfu["a100-80gb"] == pytest.approx(sum(r.reported_mfu for r in fit) / 4)
     assert sum(r.fitted for r in c.rows) == 6
     assert [r.run.table for r in c.rows] == [r.table for r in runs]  # source order kept
+
+
+def test_calibrated_per_chip_or_from_the_other_tables_only():
+    runs = megatron_runs() + foundry_runs(["a100-80gb", "a100-40gb"])
+    # per chip: the A100-40GB and 80GB are the same 312 TFLOP/s chip, so one figure for all three
+    chip = compare(runs, calibrate="chip")
+    assert chip.efficiency["megatron"] == chip.efficiency["a100-80gb"] == chip.efficiency["a100-40gb"]
+    assert sum(r.fitted for r in chip.rows) == 6
+    # cross-table: each table predicted from the other two tables' fitted rows, none of its own
+    cross = compare(runs, calibrate="other_tables")
+    assert not any(r.fitted for r in cross.rows) and len(cross.rows) == len(runs)
+    others = fit_rows(runs, "megatron") + fit_rows(runs, "a100-80gb")
+    assert cross.efficiency["a100-40gb"] == pytest.approx(fit_efficiency(others))
+    assert cross.baseline_mfu["a100-40gb"] == pytest.approx(sum(r.reported_mfu for r in others) / 4)
+    assert cross.efficiency["a100-40gb"] != cross.efficiency["megatron"]
+    assert [r.run.table for r in cross.rows] == [r.table for r in runs]
+    with pytest.raises(ValueError, match="calibrate"):
+        compare(runs, calibrate="table")
+    with pytest.raises(ValueError, match="alone on its chip"):
+        compare(megatron_runs(), calibrate="other_tables")
