@@ -341,8 +341,8 @@ for w in WIDTHS:
 # here; the planner's NVLink and network figures, notebook 13, are printed below as multiples of
 # it). Below the red line splitting a block costs time; above it, it saves time, but never the
 # full `t` while communication is not overlapped with compute. The measured speedups are drawn
-# beside each width's bound; since the bound's crossover is where the model breaks even, the
-# real one lies at or above it.
+# beside each width's bound (from that width's own unsplit time): where the bounds stay below
+# 1x splitting cannot pay, so the real crossover lies at or above the width where they cross it.
 
 # %%
 w = WIDTHS[-1]
