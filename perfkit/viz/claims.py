@@ -155,13 +155,16 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     ax.axvline(1.0, color="0.3", lw=0.8, ls="--", zorder=0)
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
+    ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    ax.set_xticks(ticks, [f"{t:g}{unit}" for t in ticks])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())  # the 1-2-5 labels only
     ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"measured here ({unit}, log scale); grey band: what the advice promises; "
                   "dashed: no effect")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
-    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bands
     ax.set_title(f"{len(rows)} verdicts measured in {unit}: the figure and its interval against the promise",
                  fontsize=10)
     fig.tight_layout()
