@@ -20,14 +20,27 @@ Usage::
     print(young_interval(save_s=20.0, mtbf_s=3600.0))
 """
 
-from perfkit.saving import checkpointer, interval, layouts, preempt, storage, store, training_state
+from perfkit.saving import (
+    checkpointer,
+    experiments,
+    interval,
+    layouts,
+    preempt,
+    restart_experiments,
+    storage,
+    store,
+    training_state,
+)
 from perfkit.saving.checkpointer import *  # noqa: F403
+from perfkit.saving.experiments import *  # noqa: F403
 from perfkit.saving.interval import *  # noqa: F403
 from perfkit.saving.layouts import *  # noqa: F403
 from perfkit.saving.preempt import *  # noqa: F403
+from perfkit.saving.restart_experiments import *  # noqa: F403
 from perfkit.saving.storage import *  # noqa: F403
 from perfkit.saving.store import *  # noqa: F403
 from perfkit.saving.training_state import *  # noqa: F403
 
-__all__ = [*checkpointer.__all__, *interval.__all__, *layouts.__all__, *preempt.__all__,
-           *storage.__all__, *store.__all__, *training_state.__all__]
+__all__ = [*checkpointer.__all__, *experiments.__all__, *interval.__all__, *layouts.__all__,
+           *preempt.__all__, *restart_experiments.__all__, *storage.__all__, *store.__all__,
+           *training_state.__all__]

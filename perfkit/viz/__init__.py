@@ -94,6 +94,14 @@ from perfkit.viz.profiling import (
     summary_markdown,
     top_ops_markdown,
 )
+from perfkit.viz.saving import (
+    PART_COLORS,
+    goodput_view,
+    goodput_widget,
+    plot_goodput,
+    plot_restart_timeline,
+    plot_save_costs,
+)
 from perfkit.viz.tensor_parallel import plot_tp_crossover, tp_widget, traffic_table
 
 __all__ = [
@@ -176,4 +184,10 @@ __all__ = [
     "plot_grids",
     "plot_timeline",
     "schedule_widget",
+    "PART_COLORS",
+    "goodput_view",
+    "goodput_widget",
+    "plot_goodput",
+    "plot_restart_timeline",
+    "plot_save_costs",
 ]
