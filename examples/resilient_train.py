@@ -6,6 +6,9 @@ every ``--save-every`` steps by ``perfkit.saving.Checkpointer`` and resumed with
 the others and starts every rank again; each loads the last complete checkpoint and goes on.
 An interrupted run therefore ends with the same parameters, optimizer state and losses,
 bit for bit, as one that never stopped (``tests/distributed/test_saving_restart.py``).
+Under an elastic ``torchrun --nnodes 1:2``, losing an agent restarts the job on the ranks
+that are left, which load the checkpoint the larger job saved (the data position counts
+global batches, so the order of the data is kept).
 
 For experiments it can kill itself: ``--kill-rank R --kill-step S`` SIGKILLs rank R at the
 start of step S, only in the first attempt (``TORCHELASTIC_RESTART_COUNT`` 0); and a SIGTERM
@@ -127,7 +130,7 @@ def main() -> None:
     events.write(event="imported", t=time.time(), attempt=attempt)
 
     ctx = pdist.init_worker("gloo")
-    events.write(event="joined", t=time.time(), attempt=attempt)
+    events.write(event="joined", t=time.time(), attempt=attempt, world_size=ctx.world_size)
     fwd, model, opt = build(a.layout, ctx)
     sampler = ResumableSampler(N, a.global_batch, ctx.rank, ctx.world_size, seed=5)
     state = TrainState(model, opt, sampler=sampler)

@@ -62,7 +62,7 @@ def check_launch_args(target: Any, nproc: Any, timeout_s: Any, args: Any, env: A
 
 def torchrun_command(target: str, nproc: int, args: Sequence[Any], max_restarts: int = 0,
                      nnodes: str = "1", rdzv_endpoint: str = "127.0.0.1:0",
-                     rdzv_id: str | None = None) -> list[str]:
+                     rdzv_id: str | None = None, rdzv_conf: str | None = None) -> list[str]:
     """The command line that runs ``target`` on ``nproc`` processes per agent under torchrun.
 
     Args:
@@ -73,6 +73,9 @@ def torchrun_command(target: str, nproc: int, args: Sequence[Any], max_restarts:
         rdzv_endpoint: the c10d rendezvous store's ``host:port`` (port 0: a free one, for a
             single agent; agents of one job must share a fixed one).
         rdzv_id: the job id every agent of the job passes; ``None``: a fresh one.
+        rdzv_conf: the rendezvous's ``key=value,...`` settings (``--rdzv-conf``), e.g.
+            ``"last_call_timeout=2"``: how long an elastic job waits for more agents once
+            it has its minimum; ``None``: torchrun's defaults.
 
     Raises:
         TypeError, ValueError: what :func:`check_launch_args` refuses, a script path that is
@@ -83,10 +86,12 @@ def torchrun_command(target: str, nproc: int, args: Sequence[Any], max_restarts:
         raise TypeError(f"rdzv_endpoint must be a 'host:port' str, got {rdzv_endpoint!r}")
     if rdzv_id is not None and (not isinstance(rdzv_id, str) or not rdzv_id):
         raise TypeError(f"rdzv_id must be None or a non-empty str, got {rdzv_id!r}")
+    if rdzv_conf is not None and (not isinstance(rdzv_conf, str) or "=" not in rdzv_conf):
+        raise TypeError(f"rdzv_conf must be None or a 'key=value,...' str, got {rdzv_conf!r}")
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
            f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
            f"--rdzv-id={rdzv_id or uuid.uuid4().hex}", f"--max-restarts={max_restarts}",
-           "--monitor-interval=0.1"]
+           "--monitor-interval=0.1"] + ([f"--rdzv-conf={rdzv_conf}"] if rdzv_conf else [])
     if target.endswith(".py") or os.sep in target:
         if not Path(target).is_file():
             raise ValueError(f"target {target!r} looks like a script path but no such file")

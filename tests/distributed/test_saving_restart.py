@@ -13,6 +13,11 @@ uninterrupted run's, bit for bit, in sync and thread modes. The test first check
 run really was killed and resumed from a step above 0 (a run that silently restarted from
 scratch would otherwise pass), and that the restart cost's parts are positive and add up.
 
+Elastic: two torchrun agents (``--nnodes 1:2``, one rank each, a shared c10d endpoint);
+the second agent (not the one hosting the rendezvous store) and its worker are SIGKILLed;
+the first restarts alone, on 1 rank, loads the checkpoint the 2 ranks saved and trains to
+the end.
+
 Preemption: SIGTERM to every worker (as Slurm or a container runtime sends it) saves the
 step in progress and the job exits 0; SIGTERM to torchrun itself (which forwards it) saves
 the same way, though torchrun reports its own signal with exit status 1.
@@ -41,6 +46,9 @@ HERE = Path(__file__).parent
 EXAMPLE = HERE.parents[1] / "examples" / "resilient_train.py"
 ROUNDTRIP = str(HERE / "_saving_roundtrip_worker.py")
 STEPS, SAVE_EVERY, KILL_STEP = 12, 3, 7
+# both agents join the first round (the second starts within 10 s of the first, imports
+# included, on a loaded machine); a dead agent is dropped after 2 missed 1 s heartbeats
+RDZV_CONF = "last_call_timeout=10,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=2"
 
 
 def example_module():
@@ -160,3 +168,61 @@ def test_sigterm_saves_at_the_next_step_boundary_and_exits(tmp_path, target):
     assert verify(latest(out / "ck")).step == step
     last = read_jsonl(out / "loss.rank0.jsonl")[-1]["step"]
     assert last == step - 1, "the run went on past the step boundary after the signal"
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+        time.sleep(0.1)
+
+
+def test_elastic_job_continues_on_fewer_ranks(tmp_path):
+    import socket
+    import uuid
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out, rid = tmp_path / "run", uuid.uuid4().hex
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+    agents = []
+    try:
+        for node in range(2):
+            cmd = torchrun_command(str(EXAMPLE), 1, ["--root", out / "ck", "--out", out, "--steps", 24,
+                                                     "--save-every", 3, "--step-sleep", 0.1],
+                                   max_restarts=3, nnodes="1:2", rdzv_endpoint=f"127.0.0.1:{port}",
+                                   rdzv_id=rid, rdzv_conf=RDZV_CONF)
+            with open(tmp_path / f"agent{node}.log", "wb") as log:
+                agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                               start_new_session=True))
+            if node == 0:  # the first agent hosts the rendezvous store: the one kept alive
+                wait_for_port(port, agents[0], tmp_path / "agent0.log")
+        losses = out / "loss.rank1.jsonl"
+        deadline = time.monotonic() + 180
+        while not (losses.exists() and len(losses.read_text().splitlines()) >= 8):
+            alive = agents[0].poll() is None
+            assert time.monotonic() < deadline and alive, (tmp_path / "agent0.log").read_text()
+            time.sleep(0.1)
+        dist.end_process_tree(agents[1].pid, grace_s=0)  # the agent and its worker
+        rc = agents[0].wait(timeout=240)
+    finally:
+        for a in agents:
+            dist.end_process_tree(a.pid, grace_s=0)
+    assert rc == 0, (tmp_path / "agent0.log").read_text()[-3000:]
+    ev = read_jsonl(out / "events.rank0.jsonl")
+    worlds = {e["attempt"]: e["world_size"] for e in ev if e["event"] == "joined"}
+    last = max(worlds)
+    assert worlds[0] == 2 and worlds[last] == 1
+    saved_by_two = [e["step"] for e in ev if e["event"] == "saved" and e["attempt"] == 0]
+    loaded = [e["step"] for e in ev if e["event"] == "loaded" and e["attempt"] == last][0]
+    assert loaded > 0 and loaded <= max(saved_by_two)
+    steps = [e["step"] for e in read_jsonl(out / "loss.rank0.jsonl") if e["attempt"] == last]
+    assert steps == list(range(loaded, 24))
+    assert [e for e in ev if e["event"] == "done"][-1]["step"] == 24

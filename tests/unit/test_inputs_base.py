@@ -265,6 +265,8 @@ CASES = [  # (id, call, exception, regex on the message)
      TypeError, "rdzv_endpoint must be a 'host:port' str"),
     ("torchrun_command.rdzv_id", lambda: torchrun.torchrun_command("m", 1, [], rdzv_id=3), TypeError,
      "rdzv_id must be None or a non-empty str"),
+    ("torchrun_command.rdzv_conf", lambda: torchrun.torchrun_command("m", 1, [], rdzv_conf="x"), TypeError,
+     "rdzv_conf must be None or a 'key=value,...' str"),
     ("torchrun_command.max_restarts", lambda: torchrun.torchrun_command("m", 1, [], max_restarts=-2),
      ValueError, "max_restarts"),
     ("init_worker.backend", lambda: dist.init_worker("mpi"), ValueError,
