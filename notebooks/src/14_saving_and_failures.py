@@ -75,7 +75,7 @@ print(f"state {viz.si(costs.state_bytes, 'B')}; write bandwidth with fsync "
       f"{viz.si(costs.write.bytes_per_s, 'B/s')} ({costs.write.fstype})")
 for m in costs.blocked_s:
     print(f"  {m:6s}: blocked {costs.blocked(m).text('s')}")
-viz.plot_save_costs(costs);
+ax = viz.plot_save_costs(costs)
 
 # %%
 p_sync = Prediction("the synchronous save's blocked time", "state bytes / write bandwidth with fsync",
@@ -169,7 +169,7 @@ R = run.parts["total"]
 for part in saving.restart_experiments.PARTS:
     print(f"  {part.replace('_', ' '):18s} {run.parts[part]:6.2f} s  ({run.parts[part] / R:4.0%})")
 print(f"  {'R':18s} {R:6.2f} s")
-viz.plot_restart_timeline(saving.restart_timeline(run.events));
+ax = viz.plot_restart_timeline(saving.restart_timeline(run.events))
 
 # %%
 starts = run.parts["start_and_imports"] + run.parts["rendezvous"]
@@ -199,7 +199,7 @@ delta = costs.blocked("sync").value
 curve = saving.goodput_curve(delta, R, MTBF_S)
 print(f"δ = {delta:.3g} s, R = {R:.3g} s, M = {MTBF_S:.0f} s: Young {curve.young_s:.3g} s, "
       f"Daly {curve.daly_s:.3g} s, best on the grid {curve.best_s:.3g} s ({curve.best_goodput:.1%})")
-viz.plot_goodput(curve);
+ax = viz.plot_goodput(curve)
 
 # %% [markdown]
 # **Prediction.** With `δ` this small against `M`, the first-order optimum is as good as the
@@ -232,7 +232,7 @@ spec = viz.goodput_widget()
 viz.build_widget(spec)
 
 # %%
-spec.fn(**spec.defaults());
+fig = spec.fn(**spec.defaults())   # the default setting, drawn statically
 
 # %% [markdown]
 # ## 5. At scale: Llama 3 405B
