@@ -17,8 +17,9 @@ At most one save is in flight, as in CheckFreq (Mohan et al., FAST 2021): a save
 (up to ``timeout_s``) for the previous one's persist and commit. Each save's timings are
 kept in :attr:`Checkpointer.records` (:class:`SaveRecord`).
 
-Asynchronous modes write through a gloo process group of their own, created here, so that the
-background thread's collectives never interleave with the training's on the default group.
+Saves and loads run their collectives on a gloo process group of their own, created here, so
+that a background thread's collectives never interleave with the training's on the default
+group, and CPU tensors are saved the same way when the training's group is NCCL.
 
 Usage::
 
@@ -146,7 +147,7 @@ class Checkpointer:
             self.root.mkdir(parents=True, exist_ok=True)
             remove_partials(self.root)  # a crash's leftovers, before any rank writes anew
         if dist.is_initialized():
-            self._group = dist.new_group(backend="gloo") if mode != "sync" else None
+            self._group = dist.new_group(backend="gloo")
             dist.barrier()
 
     # --- saving ---------------------------------------------------------------------------
@@ -259,7 +260,7 @@ class Checkpointer:
             error = str(e)
         if dist.is_initialized():
             errors: list[Any] = [None] * self.world_size
-            dist.all_gather_object(errors, error)
+            dist.all_gather_object(errors, error, group=self._group)
             error = next((e for e in errors if e), "")
         if error:
             raise CheckpointError(error)
