@@ -123,7 +123,7 @@ def daly_wall_time(tau_s: float, save_s: float, restart_s: float, mtbf_s: float,
     ``M exp(R / M) (exp((tau + delta) / M) - 1) solve_s / tau``.
 
     Exact for Poisson failures that may strike during training, saves and restarts alike,
-    each failure sending the run back to its last complete save (Daly 2006, eq. 13, with the
+    each failure sending the run back to its last complete save (Daly 2006, with the
     last segment taken as a whole interval). Its minimum over ``tau`` solves
     ``exp((tau + delta) / M) (1 - tau / M) = 1``, independent of ``R`` and ``solve_s``.
 
