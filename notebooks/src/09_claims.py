@@ -255,10 +255,13 @@ op_share = act.extra_op_s / act.relu_step.median_s   # the forward op's extra ti
 # %%
 viz.verdict(Prediction("GELU op time over ReLU op time", "erf per element against a comparison", low=1.0, unit="x"), op)
 claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient than ReLU", "GELU step speedup over ReLU", **FASTER),
-     step, f"GELU's step took {gelu_longer:.1%} longer than ReLU's (the paired ratios' median); its forward op alone "
-     f"adds {act.extra_op_s * 1e6:.0f} µs a call, {op_share:.1%} of ReLU's {act.relu_step.median_s * 1e3:.1f} ms step"
-     + (", the rest is its backward (the Gaussian density per element) and the run's noise." if gelu_longer > op_share
-        else ": the forward op accounts for all of it."))
+     step, (f"GELU's step took {gelu_longer:.1%} longer than ReLU's" if gelu_longer > 0 else
+            f"GELU's step took {-gelu_longer:.1%} less time than ReLU's") + " (the paired ratios' median); its forward "
+     f"op alone adds {act.extra_op_s * 1e6:.0f} µs a call, {op_share:.1%} of ReLU's "
+     f"{act.relu_step.median_s * 1e3:.1f} ms step" + (
+        ", the rest is its backward (the Gaussian density per element) and the run's noise." if gelu_longer > op_share
+        else ", more than the whole difference: the run's noise is larger than GELU's cost." if gelu_longer > 0
+        else ", which the run's noise hid."))
 
 # %% [markdown]
 # ## 5. "Grouped convolutions reduce computation"
