@@ -1,0 +1,113 @@
+"""perfkit.saving.experiments and restart_experiments: notebook 14's drivers on tiny sizes.
+
+A save's record per mode, a save killed before its rename (in a forked child) and a damaged
+file named by verify, the goodput curve against the interval module, differing bits counted
+bit by bit, and the restart comparison and cost split on planted run directories (the real
+torchrun restart runs in tests/distributed/test_saving_restart.py and notebook 14).
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+from perfkit.saving import (
+    compare_restart,
+    daly_interval,
+    differing_bits,
+    goodput,
+    goodput_curve,
+    killed_save,
+    restart_parts,
+    restart_timeline,
+    save_costs,
+    young_interval,
+)
+from perfkit.saving.restart_experiments import PARTS
+
+
+def test_save_costs_records_each_mode_and_its_models(tmp_path):
+    costs = save_costs(tmp_path, copy_bytes_per_s=1e10, rounds=1, n_embd=8, n_layer=1)
+    assert set(costs.blocked_s) == {"sync", "thread"}
+    assert all(len(v) == 1 and v[0] > 0 for v in costs.blocked_s.values())
+    assert all(len(v) == 1 and v[0] > 0 for v in costs.persist_s.values())
+    assert costs.state_bytes > 0 and costs.write.fsync
+    assert costs.sync_model_s == pytest.approx(costs.state_bytes / costs.write.bytes_per_s)
+    assert costs.staging_floor_s == pytest.approx(2 * costs.state_bytes / 1e10)  # read + written
+    assert not costs.blocked("sync").has_interval  # one round: no interval, and it says so
+
+
+def test_a_save_killed_before_its_rename_never_becomes_latest(tmp_path):
+    k = killed_save(tmp_path / "k")
+    assert k.killed_by == 9                       # SIGKILL, not an exit
+    assert k.partial_left == ["step_000000002.partial"] and k.complete == [1]
+    assert k.latest_step == 1 and k.loaded_step == 1 and k.loaded_exact
+    assert k.damaged_file in k.verify_error and "checksum" in k.verify_error
+    assert str(tmp_path) not in k.verify_error    # no temp path printed in the notebook
+
+
+def test_goodput_curve_matches_the_interval_module():
+    c = goodput_curve(save_s=2.0, restart_s=30.0, mtbf_s=3600.0, points=400)
+    assert c.young_s == young_interval(2.0, 3600.0) and c.daly_s == daly_interval(2.0, 3600.0)
+    assert c.tau_s[0] == pytest.approx(0.2) and c.tau_s[-1] == pytest.approx(3600.0)
+    assert c.goodput == [goodput(t, 2.0, 30.0, 3600.0) for t in c.tau_s]
+    assert c.best_goodput == max(c.goodput)
+    # the grid's best lies next to Young's optimum of the same first-order model
+    assert abs(math.log(c.best_s / c.young_s)) < 2 * math.log(c.tau_s[1] / c.tau_s[0])
+
+
+def test_differing_bits_counts_bits_not_values():
+    a = torch.tensor([1.0, 0.0, math.nan], dtype=torch.float64)
+    assert differing_bits(a, a.clone()) == 0       # the same NaN: equal bits
+    b = a.clone()
+    b[0] = torch.nextafter(b[0], torch.tensor(2.0, dtype=torch.float64))
+    assert differing_bits(a, b) == 1               # one ulp of 1.0: the last mantissa bit
+    c = a.clone()
+    c[1] = -0.0
+    assert differing_bits(a, c) == 1               # the sign bit, though 0.0 == -0.0
+    assert differing_bits(torch.zeros(2), torch.zeros(2, dtype=torch.int32)) == 64  # dtype differs
+
+
+def _events(rank, t0):
+    ev = [{"event": "created", "t": t0, "attempt": 0}, {"event": "first_step", "t": t0 + 2, "attempt": 0}]
+    if rank == 1:
+        ev.append({"event": "kill", "t": t0 + 3, "attempt": 0, "step": 7})
+    for name, dt in (("created", 4), ("imported", 6), ("joined", 6.5), ("built", 7.5), ("loaded", 7.75),
+                     ("first_step", 8), ("done", 9)):
+        ev.append({"event": name, "t": t0 + dt, "attempt": 1, **({"step": 6} if name == "loaded" else {})})
+    return ev
+
+
+def _run(d, planted=None):
+    d.mkdir()
+    for r in (0, 1):
+        state = {"model": {"w": torch.arange(4, dtype=torch.float64)}, "optim": {"state": {0: {"step": 3}}}}
+        if planted is not None and r == 1:
+            state["model"]["w"][2] = planted
+        torch.save(state, d / f"final.rank{r}.pt")
+        (d / f"loss.rank{r}.jsonl").write_text("".join(
+            json.dumps({"attempt": 0, "step": s, "loss": 1.0 / (s + 1)}) + "\n" for s in range(12)))
+        (d / f"events.rank{r}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in _events(r, 100.0)))
+    return d
+
+
+def test_compare_restart_counts_bits_and_splits_the_restart(tmp_path):
+    run = compare_restart(_run(tmp_path / "killed"), _run(tmp_path / "whole"))
+    assert (run.differing_bits, run.loss_bits, run.first_difference) == (0, 0, "")
+    assert run.tensors == 4 and run.steps == 12 and run.kill_step == 7 and run.resumed_from == 6
+    assert run.parts == pytest.approx({"rendezvous": 1.0, "start_and_imports": 2.0, "join": 0.5,
+                                       "build": 1.0, "load": 0.25, "first_step": 0.25, "total": 5.0})
+    assert sum(run.parts[p] for p in PARTS) == pytest.approx(run.parts["total"])
+    # a planted one-ulp difference on rank 1 is found and named
+    bad = compare_restart(_run(tmp_path / "bad", planted=math.nextafter(2.0, 3.0)), tmp_path / "whole")
+    assert bad.differing_bits == 1 and bad.first_difference == "rank 1: model.w"
+
+
+def test_restart_parts_and_timeline_from_events():
+    ev = {r: _events(r, 0.0) for r in (0, 1)}
+    assert restart_parts(ev[0], ev[1])["total"] == pytest.approx(5.0)
+    spans = restart_timeline(ev)
+    assert [s[1] for s in spans if s[0] == 0] == ["training (attempt 0)", *PARTS, "training (resumed)"]
+    assert spans[0][2:] == (2.0, 3.0)              # rank 0 trains from its first step to the kill
+    assert all(a <= b for _, _, a, b in spans)
