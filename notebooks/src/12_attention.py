@@ -352,7 +352,10 @@ viz.verdict(Prediction("time waited after both neighbours had sent, per forward 
                        "overlapped: at most the transfers alone", high=transfers, unit=" s"),
             stats.median_interval(ready), explain={
     "above": "Even with the neighbours' lateness left out, the transfers took longer than alone: on a "
-             "shared 2-core machine a message also waits for the receiving process's thread to run."})
+             "shared 2-core machine a message also waits for the receiving process's thread to run.",
+    "held": f"The rounds' waits after both neighbours had sent ran from {viz.si(min(ready), 's')} to "
+            f"{viz.si(max(ready), 's')}: a round in which the receiving process waited for its core pays "
+            "that wait whole."})
 
 # %% [markdown]
 # ## 6. The longest sequence in a memory budget
