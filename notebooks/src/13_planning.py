@@ -241,6 +241,10 @@ pipe_pred = {n: Prediction(f"{n} step, {N_MICRO} micro-batches on {NPROC} stages
                            "(p - 1) slots + sends", value=pipeline_prediction(
                                lay, N_MICRO, T_F / lay.interleave, T_B / lay.interleave, here.intra) * 1e3,
                            rel_tol=0.10, unit="ms") for n, lay in pipe_layout.items()}
+bubble_saved = (NPROC - 1) * (T_F + T_B) * (1 - 1 / 2) * 1e3   # ms of bubble two chunks per rank save
+sends = pipe_pred["interleaved"].value - pipe_pred["1f1b"].value + bubble_saved
+print(f"interleaving (v = 2) saves {bubble_saved:.0f} ms of bubble and pays {sends:.1f} ms more in sends between "
+      f"stages (twice the hops, at this link's {here.intra.alpha_s * 1e6:.0f} us start-up each)")
 pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
 for n, p in pipe_pred.items():
     viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
@@ -276,7 +280,7 @@ where = (f"With its all-reduces skipped the step took {stats.median(tp_rec['time
          f"{apart:.1f} ms with one rank waiting for the other to arrive and {present:.1f} ms with both there, "
          f"against {comm_pred:.1f} ms predicted.")
 viz.verdict(tp_pred, stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]]),
-            explain={"above": where, "below": where})
+            explain=dict.fromkeys(("above", "below", "held"), where))
 
 # %% [markdown]
 # Its memory, and DP x TP's on four processes (four processes on two cores would time the
