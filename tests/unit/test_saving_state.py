@@ -152,3 +152,24 @@ def test_stateful_parts_are_saved_as_given(tmp_path):
     b = Counter()
     Checkpointer(tmp_path).load_latest(TrainState(b))
     assert torch.equal(b.n, a.n)
+
+
+def test_the_loss_scaler_travels_with_the_state(tmp_path):
+    m, o, _, _ = build(0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    for _ in range(3):  # each finite step doubles the scale: 8192 after 3
+        scaler.scale(m(DATA[:4]).pow(2).mean()).backward()
+        scaler.step(o)
+        scaler.update()
+        o.zero_grad()
+    assert scaler.get_scale() == 8192.0
+    with Checkpointer(tmp_path) as ck:
+        ck.save(3, TrainState(m, o, scaler=scaler))
+    m2, o2, _, _ = build(1)
+    fresh = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    Checkpointer(tmp_path).load_latest(TrainState(m2, o2, scaler=fresh))
+    assert fresh.get_scale() == 8192.0 and fresh.state_dict() == scaler.state_dict()
+    disabled = torch.amp.GradScaler("cpu", enabled=False)  # its state is {}: not saved, no error
+    with Checkpointer(tmp_path / "off") as ck:
+        ck.save(1, TrainState(m, o, scaler=disabled))
+    assert Checkpointer(tmp_path / "off").load_latest(TrainState(m2, o2, scaler=disabled)) == 1
