@@ -24,7 +24,7 @@ where to write, and the starting documents' "<1 s checkpoint save time". Prints 
   weights, fp32 master copy and Adam's two moments) at the measured fsync write bandwidth.
 
 Run: ``.venv/bin/python benchmarks/checkpoint.py`` (about 2 minutes on 2 busy cores;
-``--quick`` for a smaller state, fewer rounds and kills).
+``--quick`` or ``PERFKIT_QUICK=1`` for a smaller state, fewer rounds and kills).
 """
 
 from __future__ import annotations
@@ -271,7 +271,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--kills", type=int, default=20)
     a = p.parse_args()
-    mib, rounds, n_kills = (16, 2, 5) if a.quick else (a.mib, a.rounds, a.kills)
+    quick = a.quick or os.environ.get("PERFKIT_QUICK") == "1"
+    mib, rounds, n_kills = (16, 2, 5) if quick else (a.mib, a.rounds, a.kills)
     torch.set_num_threads(1)
     base = Path(tempfile.mkdtemp(prefix="perfkit-ckpt-bench-"))
     try:
@@ -280,7 +281,7 @@ def main() -> None:
         result = {"async": async_costs(base, mib, rounds)}
         dist.destroy_process_group()
         result["kills"] = kills(base, n_kills)
-        result["restart"] = restarts(base, 1 if a.quick else 3)
+        result["restart"] = restarts(base, 1 if quick else 3)
         result["storage"] = storage(64 * 2**20)
         fsync_rates = [v["bytes_per_s"] for k, v in result["storage"].items()
                        if k.endswith("fsync=True") and v["fstype"] not in ("tmpfs", "ramfs")]
