@@ -332,7 +332,9 @@ for w in WIDTHS:
         "above": f"The split block took {viz.si(split, 's')}, less than U / t = "
                  f"{viz.si(unsplit / T_DEGREE, 's')} plus the fit's {viz.si(comm, 's')} of all-reduces: the "
                  "fit, timed on calls back to back, overstates what the block's calls cost, or the half-size "
-                 "matmuls ran faster per FLOP than the whole block's."})
+                 "matmuls ran faster per FLOP than the whole block's.",
+        "held": f"The split block took {viz.si(split, 's')}, against at least {viz.si(unsplit / T_DEGREE + comm, 's')} "
+                "in the model."})
 
 # %% [markdown]
 # **The crossover.** The figure and the widget below draw the model at the rate the widest
