@@ -15,8 +15,10 @@ copied or gathered.
 
 The boxes travel to DCP in torch's ``LocalShardsWrapper`` (a tensor subclass implementing
 DCP's ``_Checkpointable`` protocol: write items and chunk lists from its shards and offsets;
-TorchRec's row- and column-wise sharded tables use it), inside a ``DTensor`` that carries
-the global shape on a one-dimensional mesh of every rank (:func:`chunked`). The ``DTensor``
+TorchRec's row- and column-wise sharded tables use it), extended by :class:`Boxes` with the
+copies DCP's asynchronous staging makes (thread and process executors), inside a
+``DTensor`` that carries the global shape on a one-dimensional mesh of every rank
+(:func:`chunked`). The ``DTensor``
 is built from its spec, not with ``DTensor.from_local``, whose ``view_as`` the wrapper
 refuses beyond two dimensions; its placement is nominal, DCP takes the chunks from the
 wrapper. Why not ``ShardedTensor``, which takes arbitrary offsets too: torch 2.13 deprecates
@@ -37,11 +39,35 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor._shards_wrapper import LocalShardsWrapper
 
 __all__: list[str] = []
 
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (offsets, sizes)
 Split = tuple[int, int, int]  # (dim, start, global length) of a tensor-parallel piece
+
+
+aten = torch.ops.aten
+
+
+class Boxes(LocalShardsWrapper):
+    """``LocalShardsWrapper`` plus the operations DCP's asynchronous staging applies to a
+    ``DTensor``'s local tensor (``_create_cpu_state_dict``, ``_copy_state_dict``): a zero or
+    empty copy, an in-place copy and a clone, box by box. At module level, so that the
+    process executor can pickle it."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        src = args[0]
+        if func in (aten.zeros_like.default, aten.empty_like.default, aten.clone.default):
+            return Boxes([func(v, *args[1:], **kwargs) for v in src.local_shards()],
+                         src.local_offsets())
+        if func is aten.copy_.default:
+            for d, v in zip(src.local_shards(), args[1].local_shards(), strict=True):
+                d.copy_(v, *args[2:], **kwargs)
+            return src
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def boxes(lo: int, hi: int, shape: Sequence[int]) -> list[Box]:
@@ -131,7 +157,6 @@ def chunked(pieces: Sequence[tuple[torch.Tensor, int, int]], shape: Sequence[int
                          "a rank alone holds every tensor whole")
     from torch.distributed.tensor import DTensor, Shard
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-    from torch.distributed.tensor._shards_wrapper import LocalShardsWrapper
 
     dim, start, length = split if split is not None else (0, 0, shape[0] if shape else 1)
     whole = tuple(length if d == dim else n for d, n in enumerate(shape))
@@ -147,7 +172,7 @@ def chunked(pieces: Sequence[tuple[torch.Tensor, int, int]], shape: Sequence[int
         return None
     stride = torch.empty(whole, device="meta").stride()
     spec = DTensorSpec(mesh, (Shard(0),), TensorMeta(torch.Size(whole), stride, local[0].dtype))
-    return DTensor(LocalShardsWrapper(local, offsets), spec, requires_grad=False)
+    return DTensor(Boxes(local, offsets), spec, requires_grad=False)
 
 
 def is_chunked(t: Any) -> bool:

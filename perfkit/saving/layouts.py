@@ -24,7 +24,9 @@ and DCP reads the overlapping parts of the saved ones, in place, into the optimi
 module's own memory. A checkpoint of one layout therefore loads into any other with the same
 parameter names and shapes (DDP into ZeRO-3, four ranks into three, or into a plain model in
 a process without a process group). A different model does not: DCP refuses a key the
-checkpoint lacks, or a shape that differs, naming the parameter.
+checkpoint lacks, or a shape that differs, naming the parameter inside a
+``CheckpointException`` (a ``BaseException``) that carries every rank's traceback;
+:func:`check_loadable` says the same first, as a ``ValueError`` with both shapes.
 
 Scalar state (Adam's ``step``), hyperparameters and the learning rate travel with it; a
 fresh optimizer gets its state created first (one step with zero gradients and ``lr = 0``,
@@ -40,6 +42,8 @@ Usage::
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,7 +57,7 @@ from perfkit.parallel.zero import ZeroOptimizer
 from perfkit.parallel.zero3 import ShardedModule
 from perfkit.saving._chunks import chunked, copy_into, local_tensor, tp_splits, world_mesh
 
-__all__ = ["ModelState", "OptimState", "model_state", "optim_state"]
+__all__ = ["ModelState", "OptimState", "check_loadable", "model_state", "optim_state"]
 
 
 def _unwrap(module: nn.Module) -> nn.Module:
@@ -350,3 +354,41 @@ def optim_state(optimizer: torch.optim.Optimizer, module: nn.Module) -> OptimSta
             first missing one is named by its group and position).
     """
     return OptimState(optimizer, module)
+
+
+def check_loadable(checkpoint: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Refuse, before DCP loads anything, a checkpoint that ``state`` cannot be resharded
+    from: a key it lacks or a tensor of another global shape (a different model). Local:
+    reads the checkpoint's metadata only.
+
+    Args:
+        checkpoint: a DCP checkpoint directory.
+        state: what would be passed to ``dcp.load`` (``Stateful`` objects are asked for
+            their ``state_dict()``, as ``dcp.load`` does; nested keys joined by dots).
+
+    Raises:
+        TypeError: for a ``checkpoint`` that is not a path or a ``state`` not a dict.
+        ValueError: for a directory without DCP metadata, or naming the first key the
+            checkpoint lacks or whose shape differs (both shapes given).
+    """
+    check_type("checkpoint", checkpoint, (str, os.PathLike))
+    check_type("state", state, dict)
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict  # DCP's own keys
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not (Path(checkpoint) / ".metadata").is_file():
+        raise ValueError(f"checkpoint {os.fspath(checkpoint)!r} holds no DCP metadata (.metadata)")
+    saved = FileSystemReader(os.fspath(checkpoint)).read_metadata().state_dict_metadata
+    flat, _ = flatten_state_dict({k: v.state_dict() if isinstance(v, Stateful) else v
+                                  for k, v in state.items()})
+    for key, v in flat.items():
+        if key not in saved:
+            raise ValueError(f"{key}: not in checkpoint {os.fspath(checkpoint)!r} (saved from a "
+                             "different model, or without this state)")
+        md = saved[key]
+        if isinstance(v, torch.Tensor) and isinstance(md, TensorStorageMetadata) \
+                and tuple(md.size) != tuple(v.shape):
+            raise ValueError(f"{key}: the checkpoint holds shape {tuple(md.size)}, this layout "
+                             f"{tuple(v.shape)}: a different model or parameter shape cannot be "
+                             "resharded")

@@ -10,7 +10,7 @@ from inputs_cases import duplicate_ids, uncovered
 from torch import nn
 
 from perfkit.parallel import ShardedModule, ZeroOptimizer
-from perfkit.saving import ModelState, OptimState, layouts, model_state, optim_state
+from perfkit.saving import ModelState, OptimState, check_loadable, layouts, model_state, optim_state
 
 MODEL = nn.Linear(2, 2)
 OTHER = nn.Linear(2, 2)
@@ -46,6 +46,12 @@ CASES = [  # (id, call, exception, regex on the message)
      TypeError, "optimizer state_dict must be a dict"),
     ("OptimState.load_state_dict no state", lambda: OptimState(OPT, MODEL).load_state_dict(
         {"param_groups": []}), ValueError, r"lacks \['state'\]"),
+    ("check_loadable.checkpoint type", lambda: check_loadable(3, {}), TypeError,
+     "checkpoint must be a"),
+    ("check_loadable.state type", lambda: check_loadable("x", [MODEL]), TypeError,
+     "state must be a dict"),
+    ("check_loadable.checkpoint no metadata", lambda: check_loadable("/nonexistent/ckpt", {}),
+     ValueError, r"checkpoint '/nonexistent/ckpt' holds no DCP metadata"),
 ]
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
 from perfkit.parallel import ShardedModule, ZeroOptimizer
-from perfkit.saving import model_state, optim_state
+from perfkit.saving import check_loadable, model_state, optim_state
 from perfkit.saving._chunks import boxes, chunked, copy_into, shards_of
 
 SHAPES = [(10,), (4, 5), (2, 3, 4), (3, 2, 2, 3)]
@@ -141,6 +141,12 @@ def test_a_different_model_is_refused_naming_the_parameter(tmp_path):
     deeper = nn.Sequential(*mlp(0), nn.Linear(2, 2)).double()
     with pytest.raises(CheckpointException, match=r"Missing key in checkpoint state_dict: model\.3\."):
         load({"model": model_state(deeper)}, tmp_path)
+    with pytest.raises(ValueError, match=r"model\.0\.weight: the checkpoint holds shape \(4, 3\), "
+                       r"this layout \(5, 3\)"):
+        check_loadable(tmp_path, {"model": model_state(wider)})
+    with pytest.raises(ValueError, match=r"model\.3\.(weight|bias): not in checkpoint"):
+        check_loadable(tmp_path, {"model": model_state(deeper)})
+    check_loadable(tmp_path, {"model": model_state(mlp(1)), "optim": optim_state(opt, model)})
     with pytest.raises(ValueError, match=r"0\.weight: saved shape \(5, 3\), this layout's \(4, 3\)"):
         model_state(mlp(0)).load_state_dict(dict(wider.state_dict()))
     with pytest.raises(ValueError, match=r"lacks \['3\.bias', '3\.weight'\]"):
