@@ -164,7 +164,8 @@ class Checkpointer:
         Raises:
             TypeError, ValueError: ``timeout_s`` not ``None`` or a finite number > 0.
             TimeoutError: it did not finish within ``timeout_s`` (default: the constructor's).
-            CheckpointError, and any error of the write: the save failed.
+            CheckpointError, and any error of the write: the save failed (raised once; the
+                next save starts afresh, and ``latest`` still names the last complete one).
         """
         if timeout_s is not None:
             check_real("timeout_s", timeout_s, 0, lo_open=True)
@@ -175,7 +176,9 @@ class Checkpointer:
         except FutureTimeout:
             raise TimeoutError(f"the save of step {self.records[-1].step} did not finish within "
                                f"{self.timeout_s if timeout_s is None else timeout_s} s") from None
-        self._inflight = None
+        finally:
+            if self._inflight.done():
+                self._inflight = None
         return self.records[-1]
 
     def _finish(self, record: SaveRecord, partial: Path, upload: Future | None, t0: float) -> None:
@@ -186,6 +189,7 @@ class Checkpointer:
             t1 = time.perf_counter()
             path = commit(partial, record.step, self.world_size, self.layout)
             prune(self.root, self.keep)
+            remove_partials(self.root, below=record.step)  # earlier saves that failed
             record.commit_s = time.perf_counter() - t1
             record.path = str(path)
             record.bytes = verify(path, files=[]).bytes

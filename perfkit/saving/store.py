@@ -295,6 +295,11 @@ def check_layout(manifest: Manifest, world_size: int, layout: Any = None) -> Non
                               f"which cannot be resharded into {want!r}")
 
 
+def _partial_step(name: str) -> int:
+    m = _NAME.match(name.removesuffix(PARTIAL))
+    return int(m.group(1)) if m else -1
+
+
 def prune(root: str | os.PathLike, keep: int) -> list[int]:
     """Delete all but the ``keep`` newest complete checkpoints (never the one ``latest``
     names) and return the deleted steps.
@@ -313,17 +318,22 @@ def prune(root: str | os.PathLike, keep: int) -> list[int]:
     return gone
 
 
-def remove_partials(root: str | os.PathLike) -> list[str]:
-    """Delete every ``.partial`` directory under ``root`` (saves a crash left behind), before
-    any rank starts a new save, and return their names.
+def remove_partials(root: str | os.PathLike, below: int | None = None) -> list[str]:
+    """Delete the ``.partial`` directories under ``root`` (saves a crash or an error left
+    behind) and return their names: all of them before any rank starts a new save, or only
+    those of steps below ``below`` (after committing that step, while a later save may
+    already be writing its own).
 
     Raises:
-        TypeError: ``root`` not a path.
+        TypeError, ValueError: ``root`` not a path; ``below`` not ``None`` or an int >= 0.
     """
     root = _check_root(root)
+    if below is not None:
+        check_int("below", below, 0)
     if not root.is_dir():
         return []
-    gone = sorted(p.name for p in root.iterdir() if p.name.endswith(PARTIAL) and p.is_dir())
+    gone = sorted(p.name for p in root.iterdir() if p.name.endswith(PARTIAL) and p.is_dir()
+                  and (below is None or _partial_step(p.name) < below))
     for name in gone:
         shutil.rmtree(root / name, ignore_errors=True)
     return gone

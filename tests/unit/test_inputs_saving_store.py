@@ -53,6 +53,8 @@ CASES = [
     ("prune.keep float", lambda: prune("/tmp/x", 2.0), ValueError, "keep"),
     ("prune.root None", lambda: prune(None, 1), TypeError, "root"),
     ("remove_partials.root int", lambda: remove_partials(0), TypeError, "root"),
+    ("remove_partials.below negative", lambda: remove_partials("/tmp/x", -1), ValueError,
+     "below must be an int >= 0"),
 ]
 
 RECORDS = {"Manifest", "CheckpointError"}

@@ -294,3 +294,29 @@ def test_at_most_one_save_in_flight(tmp_path, monkeypatch):
         assert second.waited_s > 0.2 and first.persist_s is not None
         assert latest(tmp_path) == step_dir(tmp_path, 1) and first.blocked_s < 0.4
     assert latest(tmp_path) == step_dir(tmp_path, 2)
+
+
+def test_a_failed_background_save_is_raised_once(tmp_path, monkeypatch):
+    from perfkit.saving import checkpointer
+
+    def broken_commit(*args, **kw):
+        raise OSError("disk full (planted)")
+
+    m, o = model_and_optim()
+    st = TrainState(m, o)
+    with Checkpointer(tmp_path, mode="thread") as ck:
+        ck.save(1, st)
+        ck.wait()
+        monkeypatch.setattr(checkpointer, "commit", broken_commit)
+        ck.save(2, st)
+        with pytest.raises(OSError, match="disk full"):
+            ck.wait()
+        monkeypatch.undo()
+        assert latest(tmp_path) == step_dir(tmp_path, 1) and not ck.in_flight
+        assert partial_dir(tmp_path, 2).is_dir()
+        ck.save(3, st)  # the next save starts afresh
+    assert latest(tmp_path) == step_dir(tmp_path, 3)
+    assert not partial_dir(tmp_path, 2).exists()  # removed once a later step was committed
+    partial_dir(tmp_path, 9).mkdir()
+    assert remove_partials(tmp_path, below=9) == []
+    assert remove_partials(tmp_path) == [partial_dir(tmp_path, 9).name]
