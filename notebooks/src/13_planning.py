@@ -244,7 +244,8 @@ pipe_pred = {n: Prediction(f"{n} step, {N_MICRO} micro-batches on {NPROC} stages
 bubble_saved = (NPROC - 1) * (T_F + T_B) * (1 - 1 / 2) * 1e3   # ms of bubble two chunks per rank save
 sends = pipe_pred["interleaved"].value - pipe_pred["1f1b"].value + bubble_saved
 print(f"interleaving (v = 2) saves {bubble_saved:.0f} ms of bubble and pays {sends:.1f} ms more in sends between "
-      f"stages (twice the hops, at this link's {here.intra.alpha_s * 1e6:.0f} us start-up each)")
+      f"stages (each micro-batch crosses {2 * NPROC - 1} stage boundaries each way instead of {NPROC - 1}, "
+      f"each paying this link's {here.intra.alpha_s * 1e6:.0f} us start-up)")
 pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
 for n, p in pipe_pred.items():
     viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
