@@ -237,7 +237,9 @@ def main() -> None:
                    "stagger_s": stagger, "seed": a.seed, "storage": str(base)},
         "calibration": {"save_s": delta0, "restart_s": r0, "daly_s": tau0, "grid_steps": grid},
         "points": points,
-        "pooled": {"save_s": delta, "restart_s": r, "mtbf_realised_s": realised, "failures": n},
+        "pooled": {"save_s": delta, "restart_s": r, "mtbf_realised_s": realised, "failures": n,
+                   # the goodput model is first order in these: its error grows with them
+                   "restart_over_mtbf": r / realised if n else None},
         "young_s": young, "daly_s": daly, "best_measured_s": best,
         "grid_steps_from_best": steps_from,
         "max_abs_diff_pp": worst,
