@@ -5,7 +5,8 @@ Layouts (float64, tiny): ``ddp`` (torch DDP + AdamW), ``zero1``/``zero2``/``zero
 (perfkit's ZeroOptimizer around AdamW, 25-value buckets so every parameter's range splits
 unevenly; stage 3 through a ShardedModule with two blocks), ``fsdp2`` (``fully_shard`` per
 linear and the root), ``dptp`` (a one-block GPT split by ``parallelize_gpt`` over TP groups
-of 2 where the world is even, 1 otherwise; gradients averaged over the DP groups). The
+of 2 where the world is even, 1 otherwise; gradients averaged over the DP groups), ``zerotp``
+(the same GPT, ZeRO-2 over the DP groups: each rank's TP block cut again in flat ranges). The
 data: a global batch per step, each DP rank its chunk; the same on any number of ranks.
 
 ``--phase save``: per layout, train ``K`` steps, save ``<root>/<layout>/ckpt``, train ``J``
@@ -42,7 +43,7 @@ from perfkit.saving import model_state, optim_state
 K, J, BATCH = 3, 2, 12  # steps before the save, after it; global batch (divides 1-4)
 CAP = 200 / 2**20  # MiB: 25 float64 values per bucket
 CFG = GPTConfig(vocab_size=16, block_size=8, n_embd=8, n_layer=1, n_head=2)
-LAYOUTS = ("ddp", "zero1", "zero2", "zero3", "fsdp2", "dptp")
+LAYOUTS = ("ddp", "zero1", "zero2", "zero3", "fsdp2", "dptp", "zerotp")
 
 
 def mlp(seed: int) -> nn.Sequential:
@@ -59,7 +60,7 @@ def gpt(seed: int) -> GPT:
 def batch(layout: str, step: int, part: int, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step``'s chunk ``part`` of ``parts`` of the global batch."""
     g = torch.Generator().manual_seed(100 + step)
-    if layout == "dptp":
+    if layout in ("dptp", "zerotp"):
         idx = torch.randint(0, CFG.vocab_size, (BATCH, CFG.block_size + 1), generator=g)
         x, y = idx[:, :-1], idx[:, 1:]
     else:
@@ -79,11 +80,11 @@ class Run:
         rank = dist.get_rank() if distributed else 0
         self.part, self.parts, self.dp_group = rank, world, None
         if not distributed:  # the plain model every layout loads into
-            self.model = gpt(seed) if layout == "dptp" else mlp(seed)
+            self.model = gpt(seed) if layout in ("dptp", "zerotp") else mlp(seed)
             self.forward = self.model
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-2, weight_decay=0.01)
             return
-        if layout == "dptp":
+        if layout in ("dptp", "zerotp"):
             self._dptp(seed, world, rank)
             return
         model = mlp(seed)
@@ -121,11 +122,17 @@ class Run:
         self.dp_group, self.part, self.parts = dp[rank % t], rank // t, d
         self.model = parallelize_gpt(gpt(seed), tp[rank // t])
         self.forward = self.model
+        if self.layout == "zerotp":  # ZeRO-2 over the DP group shards the TP pieces further
+            self.opt = ZeroOptimizer(self.model.parameters(), torch.optim.AdamW, stage=2,
+                                     bucket_cap_mb=CAP, process_group=self.dp_group,
+                                     module=self.model, lr=1e-2, weight_decay=0.01)
+            self.dp_group = None  # the optimizer averages the gradients
+            return
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-2, weight_decay=0.01)
 
     def loss(self, step: int) -> torch.Tensor:
         x, y = batch(self.layout, step, self.part, self.parts)
-        if self.layout != "dptp":
+        if self.layout not in ("dptp", "zerotp"):
             return (self.forward(x) - y).square().mean()
         if isinstance(self.model, GPT):
             return gpt_loss(self.model(x), y)
