@@ -254,7 +254,7 @@ def killed_save(root: str | os.PathLike, timeout_s: float = 60.0) -> KilledSave:
         verify(path)
         error = ""
     except CheckpointError as e:
-        error = str(e).replace(str(base), "<root>")
+        error = str(e).replace(str(base) + os.sep, "")  # relative to root: no temp path printed
     return KilledSave(os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0, partial,
                       complete_steps(base), int(path.name.split("_")[-1]) if path else None,
                       loaded, exact, target.name, error)
