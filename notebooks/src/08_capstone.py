@@ -301,7 +301,9 @@ if None not in reach.values():  # the bound: the tokens/s gain of section 3
           f"tokens needed {tokens_x:.2f}x")
     viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job",
                            high=total.direct.high, low=1.0, unit="x"), tt_gain, explain={
-        "held": f"The fixed job needed {tokens_x:.2f}x the tokens: that is the price of the larger batch.",
+        "held": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
+            ": that is the price of the larger batch." if "batch" in last["fixes"] else
+            "; the fixes kept leave the batch as it was: what the time gained is speed."),
         "above": "The fixed job needed fewer tokens than the slow one: its larger batch averaged out noise "
                  "that slowed the small-batch job's progress.",
         "below": f"The fixed job needed {tokens_x:.2f}x the tokens at {total.direct.value:.2f}x the tokens/s "
