@@ -22,8 +22,8 @@ returns), each tensor with its *global* shape. A rank puts in only what it holds
 Resharding is DCP's: on load each rank's template lists the boxes the *new* layout holds,
 and DCP reads the overlapping parts of the saved ones, in place, into the optimizer's and the
 module's own memory. A checkpoint of one layout therefore loads into any other with the same
-parameter names and shapes (DDP into ZeRO-3, four ranks into three, or into a plain model in
-a process without a process group). A different model does not: DCP refuses a key the
+parameter names and shapes (a plain model's into ZeRO-3, four ranks into three, or into a
+plain model in a process without a process group). A different model does not: DCP refuses a key the
 checkpoint lacks, or a shape that differs, naming the parameter inside a
 ``CheckpointException`` (a ``BaseException``) that carries every rank's traceback;
 :func:`check_loadable` says the same first, as a ``ValueError`` with both shapes.

@@ -32,7 +32,8 @@ STEPS, KILL_STEP = 6, 5
 def restarted(tmp_path_factory):
     root = tmp_path_factory.mktemp("layout-restart")
     return dist.launch(WORKER, 4, ["--root", root, "--layouts", ",".join(LAYOUTS),
-                                   "--modes", ",".join(MODES)], timeout_s=400, max_restarts=2)
+                                   "--modes", ",".join(MODES)], timeout_s=400, max_restarts=2,
+                       env={"PYTHONWARNINGS": "error::DeprecationWarning,error::FutureWarning"})
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -43,13 +43,18 @@ LAYOUTS = ["ddp", "zero1", "zero2", "zero3", "fsdp2", "dptp", "zerotp"]
 SHARDED = ["zero1", "zero2", "zero3", "fsdp2", "zerotp"]
 
 
+# a deprecation (ShardedTensor's FutureWarning, say) would reach users' output: fail on it
+STRICT = {"PYTHONWARNINGS": "error::DeprecationWarning,error::FutureWarning"}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("reshard"))
     out = {"root": root, 4: dist.launch(WORKER, 4, ["--phase", "save", "--root", root],
-                                        timeout_s=300)}
+                                        timeout_s=300, env=STRICT)}
     for m in (3, 2):
-        out[m] = dist.launch(WORKER, m, ["--phase", "load", "--root", root], timeout_s=300)
+        out[m] = dist.launch(WORKER, m, ["--phase", "load", "--root", root], timeout_s=300,
+                             env=STRICT)
     done = subprocess.run([sys.executable, WORKER, "--phase", "single", "--root", root,
                            "--source", "2/loaded"], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONWARNINGS": "error"})

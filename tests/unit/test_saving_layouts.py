@@ -99,7 +99,7 @@ def test_resume_in_one_process_is_bit_exact(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["plain", "zero2", "zero3"])
-def test_every_layout_loads_into_a_plain_model(tmp_path, kind):
+def test_every_layout_loads_into_a_plain_model_and_back(tmp_path, kind):
     model, opt = build(kind, 0)
     step(model, opt)
     save({"model": model_state(model), "optim": optim_state(opt, model)}, tmp_path)
@@ -107,6 +107,12 @@ def test_every_layout_loads_into_a_plain_model(tmp_path, kind):
     plain, popt = build("plain", 1)
     load({"model": model_state(plain), "optim": optim_state(popt, plain)}, tmp_path)
     assert [step(plain, popt) for _ in range(2)] == ref
+    # and back: the plain model's checkpoint into this layout
+    save({"model": model_state(plain), "optim": optim_state(popt, plain)}, tmp_path / "back")
+    ref = [step(plain, popt) for _ in range(2)]
+    model2, opt2 = build(kind, 2)
+    load({"model": model_state(model2), "optim": optim_state(opt2, model2)}, tmp_path / "back")
+    assert [step(model2, opt2) for _ in range(2)] == ref
 
 
 def test_a_fresh_optimizers_state_is_created_without_moving_a_bit():
