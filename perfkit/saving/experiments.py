@@ -294,7 +294,8 @@ class GoodputCurve:
 
 def goodput_curve(save_s: float, restart_s: float, mtbf_s: float, points: int = 200) -> GoodputCurve:
     """``1 - delta/tau - (tau/2 + R)/M`` on ``points`` intervals spaced logarithmically from
-    ``delta / 10`` to ``M`` (s), with Young's and Daly's intervals and the grid's best.
+    ``delta / 2`` to ``M`` (at least ``2 delta``; s), with Young's and Daly's intervals and the
+    grid's best.
 
     Raises:
         TypeError, ValueError: a save time or MTBF not > 0, a restart not >= 0, fewer than
@@ -304,7 +305,7 @@ def goodput_curve(save_s: float, restart_s: float, mtbf_s: float, points: int = 
     r = check_real("restart_s", restart_s, 0)
     m = check_real("mtbf_s", mtbf_s, 0, lo_open=True)
     check_int("points", points, 2)
-    lo, hi = math.log(d / 10), math.log(max(m, d))
+    lo, hi = math.log(d / 2), math.log(max(m, 2 * d))  # below δ/2 the saves alone exceed the time
     taus = [math.exp(lo + (hi - lo) * i / (points - 1)) for i in range(points)]
     best = best_interval(taus, d, r, m)
     return GoodputCurve(taus, [goodput(t, d, r, m) for t in taus], d, r, m, young_interval(d, m),

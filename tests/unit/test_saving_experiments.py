@@ -50,7 +50,7 @@ def test_a_save_killed_before_its_rename_never_becomes_latest(tmp_path):
 def test_goodput_curve_matches_the_interval_module():
     c = goodput_curve(save_s=2.0, restart_s=30.0, mtbf_s=3600.0, points=400)
     assert c.young_s == young_interval(2.0, 3600.0) and c.daly_s == daly_interval(2.0, 3600.0)
-    assert c.tau_s[0] == pytest.approx(0.2) and c.tau_s[-1] == pytest.approx(3600.0)
+    assert c.tau_s[0] == pytest.approx(1.0) and c.tau_s[-1] == pytest.approx(3600.0)
     assert c.goodput == [goodput(t, 2.0, 30.0, 3600.0) for t in c.tau_s]
     assert c.best_goodput == max(c.goodput)
     # the grid's best lies next to Young's optimum of the same first-order model
