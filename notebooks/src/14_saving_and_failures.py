@@ -71,8 +71,8 @@ print(f"copy ceiling of this machine: {viz.si(COPY, 'B/s')} (read + written); ti
 # each per round), beside the write bandwidth of the same directory, on the threads the
 # machine's load leaves free: DCP stages the state tensor by tensor (about 200 copies here),
 # and with more threads than free cores every copy waits at an OpenMP barrier for a thread
-# the scheduler has parked (on a busy 2-core machine, 1.2 s of staging on 2 threads against
-# 0.15 s on one, longer than the whole synchronous save; `perfkit.sizing.timing_threads`).
+# the scheduler has parked (on a busy machine that alone can make the staging take longer
+# than the whole synchronous save; `perfkit.sizing.timing_threads` chooses the threads).
 # DCP's `process` mode
 # (a separate writer process, no GIL shared with training) is measured by
 # `benchmarks/checkpoint.py`; it starts a process group and a writer, more than this budget.
