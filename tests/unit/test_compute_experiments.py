@@ -62,7 +62,8 @@ def test_ratio_text_prints_the_judged_estimate():
     five = Speedup(meas([0.0069] * 5), meas([0.0374, 0.0375, 0.0376, 0.0353, 0.0377]))
     est = five.estimate
     lo, hi = est.describe("x").split("interval ")[1].split(",")[0].split(" to ")
-    assert est.low < est.value < est.high and float(lo[:-1]) < float(ex.ratio_text(five).split("x")[0]) < float(hi[:-1])
+    point = float(ex.ratio_text(five).split("x")[0])
+    assert est.low < est.value < est.high and float(lo[:-1]) < point < float(hi[:-1])
 
 
 def test_the_graph_break_example_breaks_once_and_its_fix_not_at_all():
