@@ -43,6 +43,7 @@ from typing import Any
 import torch.distributed as dist
 
 from perfkit._checks import check_choice, check_int, check_real
+from perfkit.saving.layouts import check_loadable
 from perfkit.saving.store import (
     CheckpointError,
     Manifest,
@@ -305,6 +306,10 @@ class Checkpointer:
             keys = reader.read_metadata().state_dict_metadata
             if not any(k.startswith(f"train.{state.rng_key}.") for k in keys):
                 sd.pop("rng", None)  # a rank the saving job did not have: keep its seeds
+        try:  # a different model: name its first key here, not inside DCP's BaseException
+            check_loadable(path, {"train": sd})
+        except ValueError as e:
+            raise CheckpointError(f"cannot load {path.name} into this job: {e}") from None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
             dcp.load({"train": sd}, storage_reader=reader, process_group=self._group,

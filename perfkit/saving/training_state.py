@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from perfkit._checks import check_int, check_seed
+from perfkit.saving.layouts import model_state, optim_state
 
 __all__ = ["ResumableSampler", "TrainState", "get_rng_state", "set_rng_state"]
 
@@ -61,34 +62,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _is_stateful(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
-
-
-class _TorchModelOptim:
-    """A plain module or torch DDP and its torch optimizer as one ``Stateful``, through
-    ``torch.distributed.checkpoint.state_dict`` (parameter names as keys, the optimizer's
-    state created before a load so that DCP has tensors to load into)."""
-
-    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer | None) -> None:
-        self.model, self.optim = model, optim
-
-    def state_dict(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        if self.optim is None:
-            from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-            return {"model": get_model_state_dict(self.model)}
-        model, optim = get_state_dict(self.model, self.optim)
-        return {"model": model, "optim": optim}
-
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
-
-        if self.optim is None:
-            set_model_state_dict(self.model, sd["model"])
-        else:
-            set_state_dict(self.model, self.optim, model_state_dict=sd["model"],
-                           optim_state_dict=sd["optim"])
 
 
 class TrainState:
@@ -133,7 +106,9 @@ class TrainState:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.rank = check_int("rank", rank, 0)
         if isinstance(model, torch.nn.Module) and (optim is None or isinstance(optim, torch.optim.Optimizer)):
-            self._weights: dict[str, Any] = {"weights": _TorchModelOptim(model, optim)}
+            # the layouts' name-keyed format: a DDP job's checkpoint loads into ZeRO, FSDP2 or TP
+            self._weights: dict[str, Any] = {"model": model_state(model), **(
+                {"optim": optim_state(optim, model)} if optim is not None else {})}
         else:
             self._weights = {"model": model, **({"optim": optim} if optim is not None else {})}
         self._parts = {k: v for k, v in (("scheduler", scheduler), ("scaler", scaler),
@@ -146,7 +121,7 @@ class TrainState:
         return f"rng.rank{self.rank}"
 
     def state_dict(self) -> dict[str, Any]:
-        """The nested state DCP saves: ``weights`` (or ``model``/``optim``), ``step``, the
+        """The nested state DCP saves: ``model`` and ``optim``, ``step``, the
         scheduler's, scaler's and sampler's states, and ``rng`` -> ``rank<r>`` -> generators."""
         out: dict[str, Any] = {k: v.state_dict() for k, v in self._weights.items()}
         out["step"] = self.step

@@ -173,3 +173,27 @@ def test_the_loss_scaler_travels_with_the_state(tmp_path):
     with Checkpointer(tmp_path / "off") as ck:
         ck.save(1, TrainState(m, o, scaler=disabled))
     assert Checkpointer(tmp_path / "off").load_latest(TrainState(m2, o2, scaler=disabled)) == 1
+
+
+def test_a_plain_models_checkpoint_uses_the_layouts_keys_and_refuses_another_model(tmp_path):
+    # TrainState saves a torch module and optimizer through perfkit.saving.model_state /
+    # optim_state: the keys a ZeRO, FSDP2 or TP job loads (a private 'weights' key did not)
+    from perfkit.saving import CheckpointError
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    state = TrainState(model=model, optim=opt, step=1)
+    assert {"model", "optim"} <= set(state.state_dict())
+    ckpt = Checkpointer(tmp_path, keep=1)
+    ckpt.save(1, state)
+    other = torch.nn.Linear(4, 5)  # a different model: the weight is (5, 4), not (3, 4)
+    wrong = TrainState(model=other, optim=torch.optim.AdamW(other.parameters()), step=0)
+    with pytest.raises(CheckpointError, match="weight"):
+        Checkpointer(tmp_path, keep=1).load_latest(wrong)
+    fresh = torch.nn.Linear(4, 3)
+    again = TrainState(model=fresh, optim=torch.optim.AdamW(fresh.parameters()), step=0)
+    assert Checkpointer(tmp_path, keep=1).load_latest(again) == 1
+    assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
