@@ -11,7 +11,9 @@ k). Three modes:
   commits. That thread holds the GIL while it serialises, which slows the training loop.
 * ``"process"``: ``AsyncCheckpointerType.PROCESS``: the write runs in a daemon process that
   DCP starts on the first save (its own process group), so it does not contend for the
-  training process's GIL; the staged copy travels to it through a pipe.
+  training process's GIL; the staged copy travels to it through a pipe. The process is
+  spawned, so it imports the training script again: a script without an
+  ``if __name__ == "__main__":`` guard kills it ("Checkpoint background process is dead").
 
 At most one save is in flight, as in CheckFreq (Mohan et al., FAST 2021): a save first waits
 (up to ``timeout_s``) for the previous one's persist and commit. Each save's timings are
