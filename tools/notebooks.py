@@ -63,11 +63,14 @@ def _fill_kept_outputs(nb, path: Path) -> None:
     """Run ``nb`` once in QUICK mode and copy the outputs of its kept cells."""
     import papermill as pm
 
+    from perfkit.viz.core import HEADLESS_ENV
+
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.ipynb", Path(tmp) / path.name
         nbformat.write(nb, src)
         env = os.environ.get("PERFKIT_QUICK")
         os.environ["PERFKIT_QUICK"] = "1"
+        os.environ[HEADLESS_ENV] = "1"  # widgets show their default statically (see build_widget)
         try:
             with stderr_to(Path(tmp) / "kernel.stderr.log"):  # ipykernel's warnings
                 pm.execute_notebook(str(src), str(out), kernel_name="python3", cwd=str(ROOT),
@@ -77,6 +80,7 @@ def _fill_kept_outputs(nb, path: Path) -> None:
                 os.environ.pop("PERFKIT_QUICK")
             else:
                 os.environ["PERFKIT_QUICK"] = env
+            os.environ.pop(HEADLESS_ENV, None)
         ran = nbformat.read(out, as_version=4)
     for cell, done in zip(nb.cells, ran.cells):
         if keeps_output(cell):

@@ -125,6 +125,10 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
     error = ""
     log = out.with_suffix(".stderr.log")
     log.unlink(missing_ok=True)
+    from perfkit.viz.core import HEADLESS_ENV
+
+    before = os.environ.get(HEADLESS_ENV)
+    os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it: widgets show their default statically
     try:
         with stderr_to(log):
             pm.execute_notebook(str(src), str(out), parameters={"QUICK": quick},
@@ -133,6 +137,11 @@ def run_notebook(src: Path, out_dir: Path, quick: bool, time_limit_s: float,
                                 execution_timeout=int(time_limit_s * 2))
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         error = _failure(e)
+    finally:
+        if before is None:
+            os.environ.pop(HEADLESS_ENV, None)
+        else:
+            os.environ[HEADLESS_ENV] = before
     seconds = time.perf_counter() - t0
     done = nbformat.read(out, as_version=4) if out.exists() else None
     heads = headlines_of(done) if done else {}

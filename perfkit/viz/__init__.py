@@ -44,6 +44,7 @@ from perfkit.viz.compute import (
     plot_throughput,
 )
 from perfkit.viz.core import (
+    HEADLESS_ENV,
     HEADLINE_MIME,
     VERDICT_MIME,
     Choice,
@@ -166,6 +167,7 @@ __all__ = [
     "plot_scalars",
     "summary_markdown",
     "top_ops_markdown",
+    "HEADLESS_ENV",
     "HEADLINE_MIME",
     "Choice",
     "FloatControl",

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,11 +38,14 @@ __all__ = [
     "build_widget",
     "show_headlines",
     "HEADLINE_MIME",
+    "HEADLESS_ENV",
     "plot_roofline",
     "roofline_widget",
     "si",
     "verdict",
 ]
+
+HEADLESS_ENV = "PERFKIT_HEADLESS"  # "1": a run without a live frontend (make course, the tests)
 
 HEADLINE_MIME = "application/vnd.perfkit.headline+json"
 VERDICT_MIME = "application/vnd.perfkit.verdict+json"
@@ -284,35 +288,49 @@ def _make_control(name: str, c: Control) -> Any:
     raise TypeError(f"control {name!r} has unknown type {type(c).__name__}")
 
 
+def _show(result: Any) -> None:
+    from IPython.display import Markdown, display
+
+    if isinstance(result, Figure):
+        display(result)
+        plt.close(result)
+    elif isinstance(result, str):
+        display(Markdown(result))
+    else:
+        display(result)
+
+
 def build_widget(spec: WidgetSpec) -> Any:
     """Sliders for ``spec.controls`` above an output area that shows ``spec.fn``'s result.
 
-    Returns an ``ipywidgets.VBox``; display it as a cell's last expression.
+    Returns an ``ipywidgets.VBox``; display it as a cell's last expression. In a headless run
+    (:data:`HEADLESS_ENV` set to ``1``, as ``make course`` and the tests set it) the default
+    setting's result is shown as the cell's own output and the sliders follow without an
+    output area: nbclient (papermill's client) waits until the cell's timeout on about one
+    cell in twenty that displays into an ``ipywidgets.Output``, while the kernel sits idle
+    (measured with nbclient 0.11 and ipywidgets 8.1: 2-3 of 40 cells), and a static page
+    cannot run the sliders anyway.
     """
     import ipywidgets as w
-    from IPython.display import Markdown, display
 
     controls = {k: _make_control(k, c) for k, c in spec.controls.items()}
+    header = [w.HTML(f"<b>{spec.title}</b>")] if spec.title else []
+    row = w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap"))
+    if os.environ.get(HEADLESS_ENV) == "1":
+        _show(spec.fn(**spec.defaults()))
+        return w.VBox([*header, row])
     out = w.Output()
 
     def render(*_: Any) -> None:
         result = spec.fn(**{k: c.value for k, c in controls.items()})
         with out:
             out.clear_output(wait=True)
-            if isinstance(result, Figure):
-                display(result)
-                plt.close(result)
-            elif isinstance(result, str):
-                display(Markdown(result))
-            else:
-                display(result)
+            _show(result)
 
     for c in controls.values():
         c.observe(render, names="value")
     render()
-    header = [w.HTML(f"<b>{spec.title}</b>")] if spec.title else []
-    return w.VBox([*header, w.HBox(list(controls.values()),
-                                    layout=w.Layout(flex_flow="row wrap")), out])
+    return w.VBox([*header, row, out])
 
 
 # --- plots ------------------------------------------------------------------------------

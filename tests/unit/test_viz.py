@@ -39,6 +39,38 @@ def test_build_widget_renders_without_a_browser():
     assert calls == [2, 3]
 
 
+def test_a_headless_run_shows_the_default_without_an_output_area(monkeypatch, capsys):
+    # nbclient waits until the cell's timeout on some cells that display into an ipywidgets
+    # Output (measured: 2-3 of 40): a headless run shows the default as the cell's own output
+    calls = []
+    spec = viz.WidgetSpec(lambda n: calls.append(n) or f"**{n}**", {"n": viz.IntControl(1, 3, 2)}, title="t")
+    monkeypatch.setenv(viz.HEADLESS_ENV, "1")
+    box = viz.build_widget(spec)
+    assert calls == [2] and len(box.children) == 2  # the title and the sliders, no Output
+    assert "Markdown object" in capsys.readouterr().out  # displayed directly, not into an Output
+    monkeypatch.delenv(viz.HEADLESS_ENV)
+    assert len(viz.build_widget(spec).children) == 3 and calls == [2, 2]
+
+
+def test_a_headless_course_run_sets_the_flag_for_its_kernel_only(tmp_path):
+    import os
+
+    import nbformat
+
+    from tools.run_course import run_notebook
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("QUICK = True", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import os\nprint('flag', os.environ.get('PERFKIT_HEADLESS'))")]
+    nbformat.write(nb, tmp_path / "99_flag.ipynb")
+    run = run_notebook(tmp_path / "99_flag.ipynb", tmp_path / "out", quick=True, time_limit_s=120)
+    assert not run.error
+    done = nbformat.read(tmp_path / "out" / "99_flag.ipynb", as_version=4)
+    assert "flag 1" in done.cells[-1].outputs[0]["text"]
+    assert viz.HEADLESS_ENV not in os.environ  # the test process itself is not headless
+
+
 def test_plot_roofline_rejects_bad_input():
     with pytest.raises(ValueError, match="peak_flops"):
         viz.plot_roofline({}, 1.0)
