@@ -305,20 +305,20 @@ def build_widget(spec: WidgetSpec) -> Any:
 
     Returns an ``ipywidgets.VBox``; display it as a cell's last expression. In a headless run
     (:data:`HEADLESS_ENV` set to ``1``, as ``make course`` and the tests set it) the default
-    setting's result is shown as the cell's own output and the sliders follow without an
-    output area: nbclient (papermill's client) waits until the cell's timeout on about one
-    cell in twenty that displays into an ``ipywidgets.Output``, while the kernel sits idle
-    (measured with nbclient 0.11 and ipywidgets 8.1: 2-3 of 40 cells), and a static page
-    cannot run the sliders anyway.
+    setting's result is shown as the cell's own output and ``None`` is returned: nbclient
+    (papermill's client) waits until the cell's timeout on about one cell in twenty that
+    displays into an ``ipywidgets.Output``, while the kernel sits idle (measured with nbclient
+    0.11 and ipywidgets 8.1: 2-3 of 40 cells), and on a static page sliders cannot move: their
+    only trace there is their text form, ``VBox(children=...``.
     """
+    if os.environ.get(HEADLESS_ENV) == "1":
+        _show(spec.fn(**spec.defaults()))
+        return None
     import ipywidgets as w
 
     controls = {k: _make_control(k, c) for k, c in spec.controls.items()}
     header = [w.HTML(f"<b>{spec.title}</b>")] if spec.title else []
     row = w.HBox(list(controls.values()), layout=w.Layout(flex_flow="row wrap"))
-    if os.environ.get(HEADLESS_ENV) == "1":
-        _show(spec.fn(**spec.defaults()))
-        return w.VBox([*header, row])
     out = w.Output()
 
     def render(*_: Any) -> None:
