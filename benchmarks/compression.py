@@ -24,7 +24,7 @@ plus written), ``sampled_topk_speedup`` (exact over sampled top-k compress time 
 ``sampled_topk_mass_ratio`` (sum of kept magnitudes, sampled over exact),
 ``fused_first_call_s`` (the first QSGD and sign round trips of the process, which compile
 the fused kernels or load them from Inductor's disk cache), and
-``targets`` with the issue's pass/fail checks. Times are medians measured interleaved.
+``targets`` with the pass/fail checks. Times are medians measured interleaved.
 
 Run: ``.venv/bin/python benchmarks/compression.py`` (``PERFKIT_QUICK=1`` for a short run).
 """

@@ -339,7 +339,9 @@ for split in ("contiguous", "zigzag"):
 
 # %%
 exchange = statistics.median(x for r in res for x in r["time"]["exchange_s"])
-transfers = 3 * exchange   # per forward + backward at P = 2: K/V each way, then dK/dV
+# per forward + backward: K/V P - 1 times forward, P - 1 times again backward, and dK/dV at each
+# of the P backward steps (they travel with their block until home): 3P - 2 = 4 at P = 2
+transfers = (3 * 2 - 2) * exchange
 zz = [r["time"]["splits"]["zigzag"] for r in res]
 waited = [max(z["wait_s"][i] for z in zz) for i in range(REPEAT)]
 ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(REPEAT)]

@@ -144,7 +144,7 @@ print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the fp32 matmu
 
 # %% [markdown]
 # The predictions are recorded before their measurements are read: each step time within 25 %
-# (the issue's target for layouts at 2 processes), each model-state count within 5 %.
+# (the course's target for layouts at 2 processes), each model-state count within 5 %.
 
 # %%
 time_pred = {n: Prediction(f"{n}'s step time", "planner: DDP's fitted efficiency, alpha-beta link, "
@@ -428,7 +428,7 @@ for name, o in micro_batch_overhead().items():
 
 # %% [markdown]
 # Beside the planner stands the baseline that predicts one constant MFU per GPU type, from the
-# same fitted rows: a planner that does not beat it explains nothing. The issue's targets are
+# same fitted rows: a planner that does not beat it explains nothing. The targets are
 # recorded first.
 
 # %%
@@ -535,7 +535,7 @@ viz.verdict(Prediction("Megatron rows whose published (TP, PP) the planner ranks
              "per-stage overheads) is the term it leaves out."})
 
 # %% [markdown]
-# `llm-analysis` (PyPI, 0.2.2), the calculator the issue names, gets the same rows at the same
+# `llm-analysis` (PyPI, 0.2.2), a published calculator of the same kind, gets the same rows at the same
 # fitted efficiency (`perfkit.plan.llm_analysis` builds its configs in code; its metadata pins
 # transformers below 5, which it needs only for hub lookups, so it is installed without its
 # dependencies). Its step is the FLOPs alone at that efficiency: no pipeline bubble, no tensor-,

@@ -112,7 +112,7 @@ p_share = Prediction("thread-mode blocked time over sync's, paired by round", "s
 share = costs.blocked_over_sync("thread")
 viz.verdict(p_share, share, explain={
     "held": f"the write, the checksums and the commit left the step; what stays ({share.point('x')} "
-            "of the synchronous save, against the 25 % the project targets) is DCP's planning "
+            "of the synchronous save) is DCP's planning "
             "and the copy, tensor by tensor",
     "above": "for a small state the fixed costs in the caller (planning, buffers) weigh as much "
              "as the writes, and the writer thread takes the GIL and the cores from the step",

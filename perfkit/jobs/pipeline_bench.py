@@ -11,7 +11,7 @@ ranks recorded into plain records for the benchmark (``benchmarks/model_parallel
 * :func:`memory`: peak saved-for-backward bytes per rank, GPipe against 1F1B;
 * :func:`step_times`: perfkit 1F1B against ``Schedule1F1B``, alternated, seconds per step;
 * :func:`equality`: every schedule against the unsplit model;
-* :func:`report`: all of them, with the issue's targets;
+* :func:`report`: all of them, with their targets;
 * :func:`lecture_run`: notebook 11's share of them, in one 2-process job.
 
 Usage::
@@ -200,7 +200,7 @@ def _bubble_rows(p: int, rows: list[dict]) -> list[dict]:
 def report(quick: bool = False, repeat: int = 10, t_f: float = 0.05, t_b: float = 0.1) -> dict:
     """The ``pipeline`` part of ``benchmarks/model_parallel.py``: equality, bubbles (sleep
     stages at p = 2 and 4, GPT blocks at p = 2), activation peaks at m = 2p and 4p, step time
-    against ``Schedule1F1B``, and the issue's targets (bubble within 10% of the formula, 15%
+    against ``Schedule1F1B``, and its targets (bubble within 10% of the formula, 15%
     with real layers; 1F1B's peak <= p/m of GPipe's; relative differences <= 1e-5).
 
     Args:

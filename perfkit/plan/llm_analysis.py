@@ -230,7 +230,7 @@ def _own_efficiency(cmp: Comparison, table: str, preds: dict[int, LlmAnalysisPre
 def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
     """llm-analysis on ``cmp``'s rows at ``cmp.efficiency[table]``, beside the planner.
 
-    Beside that (the issue's question: the same fitted efficiency), ``"own_fit"`` holds
+    Beside that (the question: the same fitted efficiency), ``"own_fit"`` holds
     llm-analysis refitted on the same fitted rows with the planner's criterion, since its
     efficiency has to absorb every term it leaves out (communication, bubbles, memory-bound
     kernels) while the planner's is a matmul efficiency.
