@@ -105,7 +105,7 @@ viz.verdict(p_first, first / p90, explain={
 # %% [markdown]
 # ### 1b. Asynchronous execution
 #
-# **Prediction.** On a GPU, `a @ a` returns as soon as the kernel is *queued*; the matmul runs
+# On a GPU, `a @ a` returns as soon as the kernel is *queued*; the matmul runs
 # later. Reading the clock right after the call measures the launch (microseconds), not the
 # work. The fix is to wait for the queue (`torch.cuda.synchronize()`, or CUDA events, which is
 # what `perfkit.timing` does) before reading the clock.
