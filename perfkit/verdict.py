@@ -11,9 +11,11 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
   figure crosses it, even where its interval reaches back (a bound claims that no
   measurement crosses it); a *tolerance* (``value`` with ``rel_tol``) when the whole
   interval lies outside it;
-- **held**: the whole interval lies inside the prediction;
-- **inconclusive**: the figure is inside a bound, or anywhere near a tolerance, and its
-  interval reaches across an edge; or it has no interval (fewer samples than one needs).
+- **held**: a bound's figure lies inside it (the point decides a bound both ways; where
+  the interval reaches across the edge, the text says by how much: a repeat may cross it);
+  a tolerance's whole interval lies inside it;
+- **inconclusive**: a tolerance's interval reaches across an edge; or the figure has no
+  interval (fewer samples than one needs).
 
 Every verdict says what decided it (:mod:`perfkit.verdict_text`): the distance from the
 edge, the interval's reach and width against the tolerance, the samples behind it, and the
@@ -248,6 +250,11 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
         why = "missed: " + r.gap(edge, u, side)
         if interval is not None and interval[0] <= edge <= interval[1]:
             why += r.reaches_back(edge, u)
+    elif p.is_bound:  # inside: the point decides a bound both ways, as it does when crossed
+        outcome, direction, why = "held", "inside", "held"
+        crossed = [e for e in (lo, hi) if interval is not None and interval[0] < e < interval[1]]
+        if crossed:
+            why += r.reaches_out(min(crossed, key=lambda e: abs(value - e)), u)
     elif interval is not None and (interval[0] < lo <= interval[1] or interval[0] <= hi < interval[1]):
         outcome = "inconclusive"
         crossed = [e for e in (lo, hi) if interval[0] < e <= interval[1] or interval[0] <= e < interval[1]]

@@ -1,11 +1,13 @@
 """Bounds judged as bounds, and explanations that name what decided.
 
-A bound (``low``/``high``) claims that no measurement crosses it: a figure beyond it is
-missed even where its interval reaches back. A tolerance (``value`` ± ``rel_tol``) is missed
+A bound (``low``/``high``) claims that no measurement crosses it: the figure decides it both
+ways, missed beyond it even where its interval reaches back, held inside it even where its
+interval reaches across (the text says so). A tolerance (``value`` ± ``rel_tol``) is missed
 only when its whole interval lies outside. Every inconclusive verdict names the number that
 decided (too few samples, the interval's reach and width) and the section's own cause for
-the side the figure lies on. Planted wrong rules (a crossed bound called inconclusive, the
-old rule that dropped the cause) are run through the same checks and must fail them.
+the side the figure lies on. Planted wrong rules (a crossed bound called inconclusive, an
+inside one called inconclusive, the old rule that dropped the cause) are run through the
+same checks and must fail them.
 """
 
 import dataclasses
@@ -34,10 +36,10 @@ def est(value, low, high, n=7):
 BOUND_CASES = [
     (AMDAHL, est(2.14, 1.70, 2.60), "missed", "above"),      # crossed; the interval reaches back
     (AMDAHL, est(2.14, 1.90, 2.60), "missed", "above"),      # crossed; the interval beyond too
-    (AMDAHL, est(1.60, 1.50, 1.90), "inconclusive", ""),     # inside; the interval reaches across
+    (AMDAHL, est(1.60, 1.50, 1.90), "held", "inside"),       # inside; the interval reaches across
     (AMDAHL, est(1.60, 1.50, 1.70), "held", "inside"),
     (FLOOR, est(0.97, 0.90, 1.04), "missed", "below"),       # a lower bound crossed
-    (FLOOR, est(1.02, 0.98, 1.10), "inconclusive", ""),
+    (FLOOR, est(1.02, 0.98, 1.10), "held", "inside"),
     (BUBBLE, est(0.237, 0.20, 0.30), "inconclusive", ""),    # a tolerance: the interval decides
     (BUBBLE, est(0.26, 0.24, 0.30), "missed", "above"),
     (BUBBLE, est(0.21, 0.19, 0.22), "held", "inside"),
@@ -57,6 +59,29 @@ def crossed_is_inconclusive(p, e, **kw):
     if v.outcome == "missed" and p.is_bound and e.low <= (hi if v.direction == "above" else lo) <= e.high:
         return dataclasses.replace(v, outcome="inconclusive", direction="")
     return v
+
+
+def inside_across_is_inconclusive(p, e, **kw):
+    """A planted wrong rule: the asymmetric one, where a bound's figure inside with its interval
+    across the edge was inconclusive while one just beyond was missed."""
+    v = judge(p, e, **kw)
+    lo, hi = p.bounds()
+    if v.outcome == "held" and p.is_bound and (e.low < hi < e.high or e.low < lo < e.high):
+        return dataclasses.replace(v, outcome="inconclusive", direction="")
+    return v
+
+
+def test_a_rule_that_calls_an_inside_bound_inconclusive_fails_the_check():
+    assert mismatches(inside_across_is_inconclusive) == [
+        "the ddp fix's speedup 1.6: inconclusive/, want held/inside",
+        "the prefetcher's speedup 1.02: inconclusive/, want held/inside"]
+
+
+def test_an_inside_bound_whose_interval_reaches_across_says_by_how_much():
+    v = judge(AMDAHL, est(1.60, 1.50, 1.90), explain=WHY)
+    assert "held: 1.6x lies 0.21x inside the bound 1.81x" in v.text
+    assert "reaches 0.09x above it, so a repeat may cross it" in v.text
+    assert "HELD-CAUSE" in v.text and "OWN-SENTENCE" not in v.text
 
 
 def test_the_rule_on_bounds_and_tolerances():
