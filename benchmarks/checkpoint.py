@@ -47,7 +47,17 @@ import torch
 import torch.distributed as dist
 
 from perfkit import hw, models
-from perfkit.saving import Checkpointer, TrainState, latest, save_seconds, survives, verify, write_bandwidth
+from perfkit.saving import (
+    Checkpointer,
+    TrainState,
+    latest,
+    save_seconds,
+    small_state,
+    small_step,
+    survives,
+    verify,
+    write_bandwidth,
+)
 from perfkit.timing import Timer
 
 LLAMA3_8B_PARAMS, BYTES_PER_PARAM = 8.03e9, 14  # bf16 weights + fp32 master + Adam m, v
@@ -141,27 +151,14 @@ def async_costs(root: Path, mib: int, rounds: int) -> dict:
     return out
 
 
-def small_state(seed_steps: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.Linear(512, 256)).double()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-    for s in range(seed_steps):
-        m(torch.full((4, 256), float(s + 1), dtype=torch.float64)).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-    return m, opt
-
-
 def _saver(root: str, conn) -> None:
     m, opt = small_state(0)
     st = TrainState(m, opt)
     ck = Checkpointer(root, keep=2)
     s = 0
     while True:
-        m(torch.full((4, 256), float(s + 1), dtype=torch.float64)).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
         s += 1
+        small_step(m, opt, s)  # the state equals small_state(s), bit for bit
         st.step = s
         ck.save(s, st)
         conn.send(s)

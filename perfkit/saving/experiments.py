@@ -13,11 +13,14 @@ and restart times.
 * a killed run resumed bit for bit and its restart cost: :mod:`perfkit.saving.restart_experiments`.
 * :func:`goodput_curve` is the goodput model on a grid of intervals with Young's, Daly's
   and the grid's best interval.
+* :func:`small_state` and :func:`small_step`: a small float64 MLP and its AdamW state after a
+  given number of deterministic steps, the state every kill experiment (here and in
+  ``benchmarks/checkpoint.py``) compares a loaded checkpoint with, bit for bit.
 
 Usage::
 
-    costs = save_costs("build/ckpt", copy_bytes_per_s=limits.copy_bytes_per_s, rounds=5)
-    print(costs.blocked("thread"), costs.sync_model_s)
+    costs = save_costs("build/ckpt", rounds=5)    # the copy rate measured at the state's size
+    print(costs.blocked("thread"), costs.sync_model_s, costs.staging_floor_s)
     print(killed_save("build/killed").verify_error)
     print(goodput_curve(save_s=0.5, restart_s=20.0, mtbf_s=600.0).best_s)
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 import torch
 
-from perfkit import stats
+from perfkit import hw, stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.saving import checkpointer as checkpointer_module
 from perfkit.saving.checkpointer import MODES, Checkpointer
@@ -44,7 +47,8 @@ from perfkit.saving.store import CheckpointError, complete_steps, latest, verify
 from perfkit.saving.training_state import TrainState
 from perfkit.stats import Estimate
 
-__all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "goodput_curve", "killed_save", "save_costs"]
+__all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "goodput_curve", "killed_save", "save_costs",
+           "small_state", "small_step"]
 
 # DCP warns once per save that it saves in a single process when no group exists: expected here
 _SINGLE = "torch.distributed is disabled, unavailable or uninitialized"
@@ -62,7 +66,10 @@ class SaveCosts:
         blocked_s: per mode, each round's seconds the caller was blocked.
         persist_s: per mode, each round's seconds until the files were written.
         write: the directory's write bandwidth with fsync.
-        copy_bytes_per_s: the copy ceiling (read plus written bytes per s, ``perfkit.hw``).
+        copy_bytes_per_s: the copy rate of a buffer of the state's size, read plus written
+            bytes per s (the fastest of :func:`perfkit.hw.measure_copy` at ``state_bytes``,
+            unless given): a state larger than the caches is copied at memory speed, not at
+            the cache's.
     """
 
     state_bytes: int
@@ -79,7 +86,8 @@ class SaveCosts:
     @property
     def staging_floor_s(self) -> float:
         """The least an asynchronous save blocks: one copy of the state, which moves twice
-        its bytes (read and written) at the copy ceiling (s)."""
+        its bytes (read and written) at ``copy_bytes_per_s``, the copy rate measured at the
+        state's size (s)."""
         return 2 * self.state_bytes / self.copy_bytes_per_s
 
     def blocked(self, mode: str) -> Estimate:
@@ -103,8 +111,9 @@ def _gpt_state(n_embd: int, n_layer: int) -> tuple[torch.nn.Module, torch.optim.
     return gpt, opt
 
 
-def save_costs(root: str | os.PathLike, copy_bytes_per_s: float, modes: tuple[str, ...] = ("sync", "thread"),
-               rounds: int = 5, n_embd: int = 256, n_layer: int = 4) -> SaveCosts:
+def save_costs(root: str | os.PathLike, copy_bytes_per_s: float | None = None,
+               modes: tuple[str, ...] = ("sync", "thread"), rounds: int = 5, n_embd: int = 256,
+               n_layer: int = 4) -> SaveCosts:
     """Save the tiny GPT and its AdamW state ``rounds`` times in each mode, interleaved.
 
     One untimed save per mode first (DCP's first save plans and imports). Each save is
@@ -112,7 +121,8 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float, modes: tuple[st
 
     Args:
         root: a directory for the checkpoints (one sub-directory per mode; created).
-        copy_bytes_per_s: the copy ceiling, bytes read plus written per s (> 0).
+        copy_bytes_per_s: the staging floor's copy rate, bytes read plus written per s (> 0);
+            ``None``: measured here on a buffer of the state's size, on the current threads.
         modes: Checkpointer modes, ``"sync"`` included (``"process"`` needs a process group).
         rounds: saves per mode (>= 1; an interval needs 5).
         n_embd, n_layer: the GPT's width and depth (>= 1; width a multiple of 4).
@@ -121,7 +131,8 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float, modes: tuple[st
         TypeError, ValueError: a bad argument.
     """
     check_type("root", root, (str, os.PathLike))
-    check_real("copy_bytes_per_s", copy_bytes_per_s, 0, lo_open=True)
+    if copy_bytes_per_s is not None:
+        check_real("copy_bytes_per_s", copy_bytes_per_s, 0, lo_open=True)
     check_items("modes", modes)
     if not all(isinstance(m, str) for m in modes):
         raise TypeError(f"modes must be a tuple of mode names (str), got {modes!r}")
@@ -153,6 +164,8 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float, modes: tuple[st
                 ck.close()
     nbytes = verify(latest(base / "sync")).bytes
     bw = write_bandwidth(base, nbytes=max(nbytes, 2**20), fsync=True, repeat=3)
+    if copy_bytes_per_s is None:  # the state's size decides which memory level the copy runs in
+        copy_bytes_per_s = hw.measure_copy(nbytes, device="cpu", repeat=5).best_bytes_per_s
     return SaveCosts(nbytes, blocked, persist, bw, float(copy_bytes_per_s))
 
 
@@ -182,15 +195,39 @@ class KilledSave:
     verify_error: str
 
 
-def _small_state(steps: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def small_state(steps: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A small float64 MLP (64 -> 64 -> 8) and its AdamW state after ``steps`` calls of
+    :func:`small_step`: the same ``steps`` give the same tensors bit for bit, so a loaded
+    checkpoint can be compared with the state it claims to be.
+
+    Raises:
+        TypeError, ValueError: ``steps`` not an int >= 0.
+    """
+    check_int("steps", steps, 0)
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)).double()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    for s in range(steps):
-        m(torch.full((4, 64), float(s + 1), dtype=torch.float64)).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
+    for s in range(1, steps + 1):
+        _step(m, opt, s)
     return m, opt
+
+
+def small_step(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int) -> None:
+    """Step number ``step`` (from 1) of :func:`small_state`'s training, in place: a batch of
+    four rows all equal to ``step``, so the data order needs no sampler state.
+
+    Raises:
+        TypeError, ValueError: a model or optimizer of the wrong type, ``step`` not an int >= 1.
+    """
+    check_type("model", model, torch.nn.Module)
+    check_type("opt", opt, torch.optim.Optimizer)
+    _step(model, opt, check_int("step", step, 1))
+
+
+def _step(m: torch.nn.Module, opt: torch.optim.Optimizer, s: int) -> None:
+    m(torch.full((4, 64), float(s), dtype=torch.float64)).square().mean().backward()  # (4, 64) -> (4, 8)
+    opt.step()
+    opt.zero_grad()
 
 
 def _die_before_commit(*args: Any, **kwargs: Any) -> None:
@@ -201,10 +238,10 @@ def _child(root: str) -> None:
     # a forked child must not enter the parent's OpenMP pool, whose threads were not forked
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=_SINGLE)
-    m, opt = _small_state(1)
+    m, opt = small_state(1)
     ck = Checkpointer(root, keep=2)
     ck.save(1, TrainState(m, opt))  # a complete checkpoint
-    m2, opt2 = _small_state(2)
+    m2, opt2 = small_state(2)
     # the next save dies after every shard file is written, before the manifest and the rename
     checkpointer_module.commit = _die_before_commit
     ck.save(2, TrainState(m2, opt2))
@@ -239,11 +276,11 @@ def killed_save(root: str | os.PathLike, timeout_s: float = 60.0) -> KilledSave:
     status = _wait_child(pid, timeout_s)
     partial = sorted(d.name for d in base.iterdir() if d.name.endswith(".partial"))
     path = latest(base)
-    m, opt = _small_state(0)
+    m, opt = small_state(0)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_SINGLE)
         loaded = Checkpointer(base, keep=2).load_latest(TrainState(m, opt))
-    want, _ = _small_state(1)
+    want, _ = small_state(1)
     exact = all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), want.state_dict().values()))
     target = max((p for p in path.iterdir() if p.is_file() and p.name != "manifest.json"),
                  key=lambda p: p.stat().st_size)

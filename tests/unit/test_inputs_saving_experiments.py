@@ -11,7 +11,7 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import experiments, restart_experiments
-from perfkit.saving.experiments import goodput_curve, killed_save, save_costs
+from perfkit.saving.experiments import goodput_curve, killed_save, save_costs, small_state, small_step
 from perfkit.saving.restart_experiments import (
     compare_restart,
     differing_bits,
@@ -35,6 +35,12 @@ CASES = [
     ("save_costs.n_embd odd", lambda: save_costs("x", 1e9, n_embd=10), ValueError,
      "n_embd must be a multiple of 4"),
     ("save_costs.n_layer zero", lambda: save_costs("x", 1e9, n_layer=0), ValueError, "n_layer"),
+    ("small_state.steps negative", lambda: small_state(-1), ValueError, "steps must be an int >= 0"),
+    ("small_state.steps float", lambda: small_state(1.5), ValueError, "steps"),
+    ("small_step.model None", lambda: small_step(None, *small_state(0)[1:], 1), TypeError, "model"),
+    ("small_step.opt module", lambda: small_step(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), 1), TypeError,
+     "opt"),
+    ("small_step.step zero", lambda: small_step(*small_state(0), 0), ValueError, "step must be an int >= 1"),
     ("killed_save.root None", lambda: killed_save(None), TypeError, "root"),
     ("killed_save.timeout_s nan", lambda: killed_save("x", math.nan), ValueError, "timeout_s"),
     ("goodput_curve.save_s zero", lambda: goodput_curve(0.0, 1.0, 10.0), ValueError, "save_s"),

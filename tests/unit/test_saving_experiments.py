@@ -22,6 +22,8 @@ from perfkit.saving import (
     restart_parts,
     restart_timeline,
     save_costs,
+    small_state,
+    small_step,
     young_interval,
 )
 from perfkit.saving.restart_experiments import PARTS
@@ -36,6 +38,34 @@ def test_save_costs_records_each_mode_and_its_models(tmp_path):
     assert costs.sync_model_s == pytest.approx(costs.state_bytes / costs.write.bytes_per_s)
     assert costs.staging_floor_s == pytest.approx(2 * costs.state_bytes / 1e10)  # read + written
     assert not costs.blocked("sync").has_interval  # one round: no interval, and it says so
+
+
+def test_save_costs_measures_the_copy_rate_at_the_states_size(tmp_path, monkeypatch):
+    from perfkit import hw
+
+    sizes = []
+    real = hw.measure_copy
+
+    def spy(nbytes, *a, **k):
+        sizes.append(nbytes)
+        return real(nbytes, *a, **k)
+
+    monkeypatch.setattr(hw, "measure_copy", spy)
+    costs = save_costs(tmp_path, rounds=1, n_embd=8, n_layer=1)
+    # the state's own size, not the cache's ceiling (a 40 MB state is copied at memory speed)
+    assert sizes == [costs.state_bytes]
+    assert costs.staging_floor_s == pytest.approx(2 * costs.state_bytes / costs.copy_bytes_per_s)
+
+
+def test_small_state_is_its_steps_replayed_bit_for_bit():
+    m, opt = small_state(0)
+    for s in (1, 2, 3):
+        small_step(m, opt, s)
+    want, want_opt = small_state(3)
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), want.state_dict().values()))
+    assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], want_opt.state_dict()["state"][0]["exp_avg"])
+    other, _ = small_state(2)  # a step fewer differs: the comparison can fail
+    assert not torch.equal(next(other.parameters()), next(want.parameters()))
 
 
 def test_a_save_killed_before_its_rename_never_becomes_latest(tmp_path):
