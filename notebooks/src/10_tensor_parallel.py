@@ -206,7 +206,8 @@ viz.verdict(p_dropout, dr["replicated_rel"])
 # projections and the embedding, `SequenceParallel` for the LayerNorms under SP, and
 # `loss_parallel` for the vocabulary-parallel loss. `torch.distributed.tensor.debug.CommDebugMode`
 # counts the collectives of one step of each implementation (DTensor's functional
-# collectives and perfkit's `torch.distributed` calls alike).
+# collectives and perfkit's `torch.distributed` calls alike): forward, backward, perfkit's
+# gradient sums after backward, and the SGD step, where DTensor sums what it left unsummed.
 #
 # **Prediction.** The same parameters after 5 steps (<= 1e-5) and, without SP, the same
 # collectives: 4 all-reduces per block, one for the embedding, one for the head, three for
@@ -218,16 +219,23 @@ dt = r0["dtensor"]
 for key in ("tp", "sp"):
     print(f"{key}: DTensor vs unsplit {dt[key]['rel']:.1e}; collectives of one step: "
           f"DTensor {dt[key]['counts']['dtensor']}, perfkit {dt[key]['counts']['perfkit']}")
+ln_params = 2 * (2 * cfg.n_layer + 1)  # weight and bias of two LayerNorms per block and the final one
+sp_c = dt["sp"]["counts"]
+print(f"sp: DTensor's all-reduces minus perfkit's {sp_c['dtensor']['all_reduce'] - sp_c['perfkit']['allreduce_']} "
+      f"(the model has {ln_params} LayerNorm weights and biases; the embedding's all-reduce against perfkit's one "
+      f"sum of them all); perfkit's reduce-scatters minus DTensor's "
+      f"{sp_c['perfkit']['reduce_scatter_'] - sp_c['dtensor']['reduce_scatter_tensor']} (the embedding)")
 viz.verdict(Prediction("largest relative difference, DTensor TP and SP against the unsplit model",
                        "the same function, summed in another order (fp32)", high=1e-5,
                        physical=(0, None)), max(dt["tp"]["rel"], dt["sp"]["rel"]))
 
 # %% [markdown]
-# Under SP the two differ in two places, both visible in the counts: DTensor all-reduces the
+# Under SP the two differ in two places, both in the counts above: DTensor all-reduces the
 # embedding's output and then keeps its sequence slice (perfkit reduce-scatters it: one
 # reduce-scatter more, one all-reduce less), and DTensor leaves the LayerNorm gradients as
-# `Partial` sums that its optimizer all-reduces one parameter at a time when it reads them
-# (perfkit sums them in one all-reduce after backward).
+# `Partial` sums that the optimizer step all-reduces one parameter at a time when it reads
+# them, one all-reduce per LayerNorm weight and bias (perfkit sums them all in one all-reduce
+# after backward). Counted without the optimizer step, those all-reduces would not show.
 
 # %%
 tm = r0["timing"]

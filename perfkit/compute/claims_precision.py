@@ -62,6 +62,7 @@ class PrecisionTiming:
     mixed: Measurement
     flops: float  # model FLOPs of one training step
     parts: AutocastParts | None = None
+    threads: int | None = None  # intra-op threads the steps ran on (None: all cores)
 
     def speedup(self) -> stats.Estimate:
         """fp32 time over mixed-precision time."""
@@ -70,10 +71,12 @@ class PrecisionTiming:
     def amdahl(self, limits: MachineLimits) -> tuple[float, float, float, float]:
         """``(f, f_raw, r, predicted)``: the matmul share ``f`` of the fp32 step at the fp32 ceiling
         (capped at 1; ``f_raw`` above 1 says the cached ceiling is too low), the ratio ``r`` of the
-        bf16 and fp32 ceilings, and Amdahl's speedup ``1 / ((1 - f) + f / r)``."""
-        f_raw = mfu(self.flops, self.fp32.median_s, limits, "float32")
+        bf16 and fp32 ceilings, and Amdahl's speedup ``1 / ((1 - f) + f / r)``; every ceiling at
+        the thread count the steps ran on."""
+        f_raw = mfu(self.flops, self.fp32.median_s, limits, "float32", threads=self.threads)
         f = min(1.0, f_raw)
-        r = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
+        r = (limits.peak_flops("bfloat16", threads=self.threads)
+             / limits.peak_flops("float32", threads=self.threads))
         return f, f_raw, r, 1 / ((1 - f) + f / r)
 
 
@@ -104,9 +107,10 @@ def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = N
     flops = gpt2_shape(_gpt(seq, model_kw), seq).train_flops(batch)
     if parts:
         ap = time_autocast_parts(step("fp32"), step(precision), warmup=1, repeat=repeat, device=dev)
-        return PrecisionTiming(precision, ap.steps.baseline, ap.steps.candidate, flops, ap)
+        return PrecisionTiming(precision, ap.steps.baseline, ap.steps.candidate, flops, ap,
+                               torch.get_num_threads())
     fp32, mixed = timing.interleaved([step("fp32"), step(precision)], warmup=1, repeat=repeat, device=dev)
-    return PrecisionTiming(precision, fp32, mixed, flops)
+    return PrecisionTiming(precision, fp32, mixed, flops, threads=torch.get_num_threads())
 
 
 def autocast_activation_ratio(batch: int = 8, seq: int = 64, model_kw: dict | None = None) -> float:

@@ -127,22 +127,30 @@ class ConvTiming:
     flops: dict[int, int]  # groups -> FLOPs of one call (counted by torch's FlopCounterMode)
     dense: Measurement
     grouped: Measurement
+    threads: int | None = None  # intra-op threads the calls ran on (None: all cores)
 
     def speedup(self) -> stats.Estimate:
         """Dense time over grouped time."""
         return speedup_estimate(self.dense, self.grouped)
 
+    def peak(self, limits: MachineLimits) -> float:
+        """The fp32 matmul ceiling at the thread count the calls ran on (FLOP/s)."""
+        return limits.peak_flops("float32", threads=self.threads)
+
     def terms(self, limits: MachineLimits) -> dict[int, tuple[float, float]]:
-        """groups -> (compute s, memory s) at the fp32 ceiling and the copy bandwidth (roofline)."""
+        """groups -> (compute s, memory s) at the fp32 ceiling (of the threads used) and the copy
+        bandwidth (roofline): each a lower bound on that call's time."""
         io = 2 * self.batch * self.channels * self.size ** 2 * 4  # bytes: read the input, write the output
-        return {g: (f / limits.peak_flops("float32"),
+        return {g: (f / self.peak(limits),
                     (io + 9 * self.channels * self.channels // g * 4) / limits.copy_bytes_per_s)
                 for g, f in self.flops.items()}
 
     def roofline_bound(self, limits: MachineLimits) -> float:
-        """The largest speedup the roofline allows: dense bound over grouped bound."""
-        t = self.terms(limits)
-        return max(t[1]) / max(t[self.groups])
+        """The largest speedup the roofline allows: the dense call's measured (median) time over
+        the grouped call's roofline time. The grouped call cannot run faster than its roofline
+        time; the dense one took what it took. (The ratio of the two roofline times bounds
+        nothing: a dense call far from its own roofline can lose more than that ratio.)"""
+        return self.dense.median_s / max(self.terms(limits)[self.groups])
 
     def rates(self) -> dict[int, float]:
         """groups -> achieved FLOP/s (median times)."""
@@ -181,7 +189,7 @@ def time_grouped_conv(channels: int = 64, size: int = 32, batch: int = 8, groups
         return run
 
     dense, grouped = timing.interleaved([call(1), call(groups)], warmup=1, repeat=repeat, device=dev)
-    return ConvTiming(channels, size, batch, groups, flops, dense, grouped)
+    return ConvTiming(channels, size, batch, groups, flops, dense, grouped, torch.get_num_threads())
 
 
 # --- 9: torch.compile -----------------------------------------------------------------------
@@ -194,15 +202,17 @@ class CompileTiming:
     record: CompileRecord
     matmul_flops: int  # per call: two matmuls, x3 with backward
     train: bool
+    threads: int | None = None  # intra-op threads the calls ran on (None: all cores)
 
     def speedup(self) -> stats.Estimate:
         """Eager time over compiled time."""
         return speedup_estimate(self.record.eager, self.record.compiled)
 
     def matmul_share(self, limits: MachineLimits) -> tuple[float, float]:
-        """(share capped at 1, raw share) of the eager call the matmuls take at the fp32 ceiling.
-        A raw share above 1 says the cached ceiling is too low."""
-        raw = self.matmul_flops / limits.peak_flops("float32") / self.record.eager.median_s
+        """(share capped at 1, raw share) of the eager call the matmuls take at the fp32 ceiling
+        of the thread count the calls ran on. A raw share above 1 says the cached ceiling is too low."""
+        peak = limits.peak_flops("float32", threads=self.threads)
+        raw = self.matmul_flops / peak / self.record.eager.median_s
         return min(1.0, raw), raw
 
 
@@ -234,7 +244,8 @@ def time_compile(rows: int = 512, width: int = 1024, features: int = 256, train:
         return run
 
     rec = measure_compile(call(model()), call(torch.compile(model())), warmup=1, repeat=repeat)
-    return CompileTiming(rec, 2 * 2 * rows * features * width * (3 if train else 1), train)
+    return CompileTiming(rec, 2 * 2 * rows * features * width * (3 if train else 1), train,
+                         torch.get_num_threads())
 
 
 # --- 10: channels_last on a transformer -----------------------------------------------------

@@ -16,7 +16,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
   against :func:`perfkit.parallel.tp_gpt.tp_traffic`.
 * ``dtensor``: the same GPT under ``parallelize_module`` (Colwise/Rowwise/SequenceParallel,
   ``loss_parallel``): parameters against the unsplit GPT, collectives counted by
-  ``CommDebugMode`` for one step of each implementation.
+  ``CommDebugMode`` for one step of each implementation (forward, backward, perfkit's
+  gradient sums and the SGD step: DTensor all-reduces a ``Partial`` gradient in the step).
 * ``dp_tp``: a ``(dp, tp)`` device mesh, gradients averaged over ``dp`` by
   :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
 * ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for its own
@@ -250,15 +251,19 @@ def dtensor(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
         model, loss = _dtensor_model(cfg, sp)
         with loss_parallel():   # backward too runs inside the context
             losses = train(loss, list(model.parameters()), cfg, batch, steps, "sgd")
+        rel = max_over_ranks(worst_rel_diff(model, ref)[0])  # before the counted step moves it
         counts = {}
         ours = parallelize_gpt(seeded_gpt(cfg), None, sp)
-        for name, fn in (("dtensor", _backward(loss, cfg, batch)),
-                         ("perfkit", _backward(ours.loss, cfg, batch, ours.sync_grads))):
+        for name, m, fn in (("dtensor", model, _backward(loss, cfg, batch)),
+                            ("perfkit", ours, _backward(ours.loss, cfg, batch, ours.sync_grads))):
+            opt = make_optimizer(list(m.parameters()), "sgd")
+            # the optimizer step is counted too: DTensor sums Partial gradients when it reads them
             with CommDebugMode() as cm:
                 fn()
+                with loss_parallel():
+                    opt.step()
             counts[name] = {str(k).split(".")[-1]: v for k, v in cm.get_comm_counts().items()}
-        out[key] = {"rel": max_over_ranks(worst_rel_diff(model, ref)[0]), "losses": losses,
-                    "counts": counts}
+        out[key] = {"rel": rel, "losses": losses, "counts": counts}
     return out
 
 

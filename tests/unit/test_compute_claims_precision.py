@@ -21,6 +21,13 @@ def test_amdahl_by_hand():
     # a ceiling below what the step reached: f capped at 1, the raw share kept
     f, f_raw, _, pred = t.amdahl(MachineLimits("cpu", "t", {"float32": 1e8, "bfloat16": 5e7}, 1e9))
     assert f == 1.0 and f_raw == pytest.approx(2.0) and pred == pytest.approx(0.5)
+    # a one-thread step against the one-thread ceilings, not all cores' (2 threads here)
+    lim = MachineLimits("cpu", "t", {"float32": 1e9, "bfloat16": 4e9}, 1e9, threads=2,
+                        one_thread_flops={"float32": 4e8, "bfloat16": 8e8})
+    one = cp.PrecisionTiming("bf16", t.fp32, t.mixed, 2e7, threads=1)
+    f, _, r, _ = one.amdahl(lim)
+    assert (f, r) == (pytest.approx(0.5), pytest.approx(2.0))
+    assert t.amdahl(lim)[0] == pytest.approx(0.2)  # no thread count: all cores
 
 
 def test_time_precision_step_runs_both():

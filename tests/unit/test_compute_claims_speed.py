@@ -49,11 +49,31 @@ def test_grouped_conv_counts_flops_exactly_and_bounds_by_hand():
     t = c.terms(LIMITS)
     io = 2 * 2 * 8 * 16 * 4
     assert t[1] == pytest.approx((c.flops[1] / 1e9, (io + 9 * 64 * 4) / 1e9))
-    assert c.roofline_bound(LIMITS) == pytest.approx(max(t[1]) / max(t[4]))
+    # the grouped call's roofline time bounds its own time; the dense call's measured time is
+    # the other end (the two roofline times' ratio would bound nothing)
+    assert c.roofline_bound(LIMITS) == pytest.approx(c.dense.median_s / max(t[4]))
+    assert c.threads == torch.get_num_threads()
     assert c.speedup().value == pytest.approx(stats.median(stats.paired_ratios(c.dense.times_s,
                                                                                c.grouped.times_s)))
     with pytest.raises(ValueError, match="multiple of groups"):
         cs.time_grouped_conv(channels=6, groups=4)
+
+
+def test_one_thread_runs_use_the_one_thread_ceiling():
+    # all cores (2 threads) reach 1e9 FLOP/s, one thread 0.6e9: a 1-thread run's share and
+    # roofline use 0.6e9, an unstated thread count the all-cores 1e9
+    lim = MachineLimits("cpu", "t", {"float32": 1e9}, 1e9, threads=2, one_thread_flops={"float32": 6e8})
+    flops = {1: int(6e6), 4: int(1.5e6)}
+    one = cs.ConvTiming(8, 4, 2, 4, flops, m(0.02, 0.02), m(0.01, 0.01), threads=1)
+    every = cs.ConvTiming(8, 4, 2, 4, flops, m(0.02, 0.02), m(0.01, 0.01))
+    assert one.peak(lim) == 6e8 and every.peak(lim) == 1e9
+    assert one.terms(lim)[4][0] == pytest.approx(1.5e6 / 6e8)
+    assert one.roofline_bound(lim) == pytest.approx(0.02 / (1.5e6 / 6e8))
+    from perfkit.compute.compiling import CompileRecord
+
+    rec = CompileRecord(1.0, m(0.01, 0.01), m(0.005, 0.005))
+    assert cs.CompileTiming(rec, int(3e6), True, threads=1).matmul_share(lim)[1] == pytest.approx(0.5)
+    assert cs.CompileTiming(rec, int(3e6), True).matmul_share(lim)[1] == pytest.approx(0.3)
 
 
 def test_compile_timing_share_is_capped_and_raw_kept():
