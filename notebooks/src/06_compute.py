@@ -467,15 +467,17 @@ viz.verdict(Prediction("largest relative gap, naive's saved bytes against one T 
                        "autograd keeps the softmax output", high=0.05, physical=(0, None)), mem_err,
             explain={"held": "The rest is the small boolean mask: memory is where the model is exact."})
 r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
-bad = ex.disturbed_length(pts)  # a length whose time fell, or grew over 16x for 4x the work
-viz.verdict(Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
-                       "naive writes and rereads T x T matrices", low=1.0, unit="x"), r_long / r_short, explain={
-    "held": "The naive version's disadvantage grows with T, as the T x T traffic does.",
-    "below": (f"This run cannot tell: {bad[0]} attention's time from T={bad[1]} to twice that length (four "
-              "times the work) fell or grew more than 16-fold, so the machine was disturbed during the sweep. "
-              "The memory difference above is exact." if bad else
-              "At these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
-              "ratio does not grow with T here; the memory difference above is the part that scales.")})
+jump = ex.disturbed_text(pts)  # a length whose time fell, or grew over 16x for 4x the work: "" if none
+viz.show_verdict(ex.disturbed_verdict(
+    Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
+               "naive writes and rereads T x T matrices", low=1.0, unit="x"), r_long / r_short, jump, explain={
+        "held": f"Naive over fused went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x at T={ATTN_T[-1]}: "
+                "the naive version's disadvantage grew with T, as the T x T traffic does.",
+        "below": f"Naive over fused went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x at T={ATTN_T[-1]}: "
+                 "at these lengths per-call costs (dispatch, the mask, the softmax passes) weigh on both, so the "
+                 "ratio does not grow with T here; the memory difference above is the part that scales.",
+        "disturbed": "The memory verdict above is exact; the times and their ratios in the table are not "
+                     "evidence either way."}))
 
 # %% [markdown]
 # Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16
@@ -765,7 +767,7 @@ plt.show()
 viz.show_headlines({
     f"bf16 step speedup (batch {AMP_BATCH})": ex.ratio_text(amp),
     "GELU chain compiled": f"{fused_x.value:.2f}x, compile {rec.compile_s:.1f} s",
-    f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x",
+    f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
     "MFU (section 6)": f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
                        f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling"
                        + (f" (x {SHARE:.0%}: {THREADS} of {sizing.CORES} threads)" if SHARE < 1 else ""),

@@ -38,9 +38,11 @@ from perfkit.compute.kernels import ShapePoint, activation_bytes
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
+from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
-           "disturbed_length", "gpt_step", "InModelAttention", "largest_mfu_text",
+           "disturbed_length", "disturbed_text", "disturbed_verdict", "gpt_step", "InModelAttention",
+           "largest_mfu_text",
            "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
            "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
 
@@ -288,6 +290,44 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
             + ". An MFU is only as good as its peak.")
 
 
+
+
+def disturbed_text(points: Sequence) -> str:
+    """What disturbed an attention sweep, with its numbers ("naive attention's time grew 100x
+    from T=128 to T=256, for 4x the work"), or ``""`` when :func:`disturbed_length` finds nothing."""
+    bad = disturbed_length(points)
+    if bad is None:
+        return ""
+    by = {(p.impl, p.seq_len): p.seconds for p in points}
+    lens = sorted({p.seq_len for p in points})
+    a = bad[1]
+    b = lens[lens.index(a) + 1]
+    grew = by[bad[0], b] / by[bad[0], a]
+    return (f"{bad[0]} attention's time {'fell' if grew < 1 else 'grew'} {grew:.3g}x from T={a} to T={b}, "
+            f"for {(b / a) ** 2:.3g}x the work")
+
+
+def disturbed_verdict(prediction: Prediction, measured: float | Estimate, reason: str,
+                      explain: Mapping[str, str] | None = None) -> Verdict:
+    """:func:`perfkit.verdict.judge`, unless ``reason`` says the run that produced ``measured``
+    was disturbed (a non-empty sentence with its numbers): then the verdict is ``"disturbed"``,
+    whatever the figure, and its text gives the reason instead of an outcome the run cannot
+    support (a "held" from a sweep whose times jumped is no evidence for the model).
+
+    Raises:
+        TypeError, ValueError: for a ``reason`` that is not a str, and whatever ``judge`` refuses.
+    """
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str (empty: not disturbed), got {type(reason).__name__}")
+    v = judge(prediction, measured, explain=explain)
+    if not reason.strip() or v.outcome == "disturbed":
+        return v
+    start = v.text.index("**Measured:**")
+    head = v.text[:v.text.index(f": {v.outcome}", start)]
+    text = (f"{head}: disturbed: {reason.strip().rstrip('.')}, so this run cannot test the model"
+            f" (it says {v.outcome} on these times)."
+            + (" " + explain["disturbed"].strip() if explain and explain.get("disturbed") else ""))
+    return replace(v, outcome="disturbed", direction="", text=text)
 
 
 def disturbed_length(points: Sequence) -> tuple[str, int] | None:

@@ -137,6 +137,29 @@ def test_attention_table_and_disturbed_lengths():
     assert ex.disturbed_length(pts) == ("naive", 64)
 
 
+def test_a_disturbed_sweep_gets_a_disturbed_verdict_whatever_its_figure():
+    from perfkit.verdict import Prediction
+
+    clean = [kernels.AttentionPoint(i, t, s, 0) for i, t, s in
+             [("naive", 64, 1.0), ("naive", 128, 3.0), ("sdpa", 64, 0.5), ("sdpa", 128, 1.0)]]
+    assert ex.disturbed_text(clean) == ""
+    jumped = [*clean[:1], kernels.AttentionPoint("naive", 128, 100.0, 0), *clean[2:]]
+    text = ex.disturbed_text(jumped)
+    assert text == "naive attention's time grew 100x from T=64 to T=128, for 4x the work"
+    fell = [*clean[:3], kernels.AttentionPoint("sdpa", 128, 0.25, 0)]
+    assert "sdpa attention's time fell 0.5x" in ex.disturbed_text(fell)
+    pred = Prediction("ratio", "traffic", low=1.0, unit="x")
+    explain = {"held": "grew as modelled", "disturbed": "The memory is exact."}
+    v = ex.disturbed_verdict(pred, 3.0, text, explain=explain)  # would be held: the flag decides
+    assert v.outcome == "disturbed" and "grew 100x" in v.text and "it says held" in v.text
+    assert "grew as modelled" not in v.text and v.text.endswith("The memory is exact.")
+    assert v.text.startswith("**Prediction** (traffic): ratio") and "**Measured:** 3" in v.text
+    assert ex.disturbed_verdict(pred, 0.5, text).outcome == "disturbed"  # a miss too
+    ok = ex.disturbed_verdict(pred, 3.0, "", explain=explain)  # clean: the rule decides, both ways
+    assert ok.outcome == "held" and "grew as modelled" in ok.text
+    assert ex.disturbed_verdict(pred, 0.5, "").outcome == "missed"
+
+
 def test_loss_and_throughput_lines():
     lines = vc.loss_lines({"fp32": [3.0, 2.0, 1.0], "bf16": [3.0, 2.0, 1.1]}, tail=1)
     assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]

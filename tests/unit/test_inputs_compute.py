@@ -53,6 +53,7 @@ from perfkit.compute.intensity import OpCount, OpRecord, count_ops, count_phases
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate, median_interval
 from perfkit.timing import Measurement
+from perfkit.verdict import Prediction
 
 NAN, INF = math.nan, math.inf
 NOOP = lambda: None  # noqa: E731
@@ -442,6 +443,10 @@ CASES = [  # (id, call, exception, regex on the message)
     ("chain_model extra_s", lambda: fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), -1.0, 1e9),
      ValueError, "extra_s"),
     ("disturbed_length points", lambda: cx.disturbed_length("pts"), TypeError, "points"),
+    ("disturbed_text points", lambda: cx.disturbed_text(5), TypeError, "points"),
+    ("disturbed_verdict reason", lambda: cx.disturbed_verdict(Prediction("a", "b", low=1.0), 2.0, None),
+     TypeError, "reason must be a str"),
+    ("disturbed_verdict prediction", lambda: cx.disturbed_verdict("p", 2.0, ""), TypeError, "prediction"),
     ("gpt_step precision", lambda: cx.gpt_step({}, torch.zeros(1, 4, dtype=torch.long), "fp8"),
      ValueError, "precision"),
     ("largest_mfu_text swept", lambda: cx.largest_mfu_text(None, 0), ValueError, "swept"),
