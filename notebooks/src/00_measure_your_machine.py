@@ -106,7 +106,8 @@ for n in (128, 1024, 8192):
 # %%
 limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES, copy_sizes=COPY_SIZES)
 print("\n".join(vm.sweep_lines(limits) + vm.skipped_sizes(limits, MATMUL_SIZES)))
-print("\nthe ceilings, and the point each came from:")
+print("\nthe ceilings (the fastest tenth of a point's repetitions in its best round, so above the medians "
+      "listed), and the point each came from:")
 print("\n".join(line for line in vm.source_lines(limits) if "matmul" in line))
 for dt in limits.matmul_flops:  # an emulated dtype: swept on fewer threads past its smallest size
     pts = [p for p in limits.matmul_points if p.dtype == dt]
@@ -156,9 +157,14 @@ print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alterna
 rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
 if len(rate) > 1 and 1 in rate:
     t_all = max(rate)
+    call_s = roofline.matmul_flops(n_small, n_small, n_small) / rate[t_all]  # s per call, its median
     print(f"In the sweep, n={n_small} {on(t_all)} ran at {rate[t_all] / rate[1]:.2g}x its one-thread rate"
-          + (": waking the pool's threads and waiting at the barrier for the slowest cost more than the "
-             "work the extra threads took over." if rate[t_all] < rate[1] else "."))
+          + ("." if rate[t_all] >= rate[1] else
+             f": {si(call_s, 's')} per call, far beyond the microseconds of waking the pool's threads; the call "
+             "waits at a barrier for its slowest thread, and a thread whose core another process holds waits "
+             "for a slice of the scheduler's time." if call_s > 1e-3 else
+             f": {si(call_s, 's')} per call; waking the pool's threads and waiting at the barrier for the "
+             "slowest cost more than the work the extra threads took over."))
 work_s = roofline.matmul_flops(n_small, n_small, n_small) / limits.peak_flops("float32", 1)  # s per call
 viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread", "a call's fixed costs, "
                        "microseconds, are small against its arithmetic", low=0.5, unit="x"), small_large, explain={
@@ -381,7 +387,10 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 # raise them. That is only right while every measurement is an honest one, which is why a
 # change in how perfkit measures (a new `perfkit.hw.METHOD`) replaces the file instead of
 # merging into it. A later notebook that measures a rate above a ceiling raises it the same
-# way (`perfkit.ceilings.observe`) and prints where. Two shares of the compute ceiling are in
+# way (`perfkit.ceilings.observe`) and prints where. The cell below prints what the file holds
+# after this run merged into it: where an earlier run reached a higher ceiling, the file keeps
+# that one, the line says so with both figures, and from there on this notebook divides by the
+# file's ceilings too, as every later one does. Two shares of the compute ceiling are in
 # use, and they differ in what they count:
 #
 # * **MFU** (model FLOPs utilisation, after PaLM, used from module 06 on): the FLOPs the *model*
@@ -414,8 +423,12 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 # %%
 from torch.utils.flop_counter import FlopCounterMode
 
-hw.save_limits(limits)  # later notebooks: hw.cached_limits(); $PERFKIT_CACHE moves the file
-print("limits saved to this machine's cache (perfkit.hw.default_limits_path())")
+run_limits = limits  # this run's ceilings, raised where section 4 beat them
+saved = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # later notebooks: hw.cached_limits()
+print("limits merged into this machine's cache (perfkit.hw.default_limits_path(); $PERFKIT_CACHE moves it); "
+      "what it holds now, and what every later notebook divides by:")
+print("\n".join(vm.cache_lines(run_limits, saved)))
+limits = saved  # from here on, the shares are of the cached ceilings, as in every later notebook
 
 batch, width = (256, 512) if QUICK else (1024, 1024)
 mlp = torch.nn.Sequential(torch.nn.Linear(width, width, bias=False), torch.nn.ReLU(),
@@ -470,11 +483,12 @@ for label, times, flops in (("the six matmuls alone", mm.times_s, rule), ("the M
     limits = obs.limits
     if obs.raised:
         print(obs.note)
+        hw.save_limits(limits)  # a raised ceiling is kept, as section 6's text says
 peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
 hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step
 hfu, mfu = hfu_est.value, rule / m.median_s / peak
 print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU {hfu:.0%} "
-      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the measured fp32 ceiling {on(threads)}, "
+      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the cached fp32 ceiling {on(threads)}, "
       f"{si(peak, 'FLOP/s')}; its six matmuls alone ran at {rule / mm.median_s / peak:.0%} of it")
 if peak != limits.peak_flops("float32"):
     print(f"against the all-cores ceiling ({si(limits.peak_flops('float32'), 'FLOP/s')} {on(limits.threads)}) the "
@@ -488,10 +502,10 @@ print(f"MFU, the rule's FLOPs over the same measured ceiling (not PaLM's data-sh
 
 # %%
 viz.show_headlines({
-    "fp32 matmul, all cores / 1 thread": f"{si(limits.peak_flops('float32'), 'FLOP/s')} / "
+    "fp32 matmul ceiling (the cache's), all cores / 1 thread": f"{si(limits.peak_flops('float32'), 'FLOP/s')} / "
                                          f"{si(limits.peak_flops('float32', 1), 'FLOP/s')}",
-    "bf16 matmul": si(limits.peak_flops("bfloat16"), "FLOP/s"),
-    "DRAM bandwidth": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} buffers)",
+    "bf16 matmul ceiling": si(limits.peak_flops("bfloat16"), "FLOP/s"),
+    "DRAM bandwidth ceiling (the cache's)": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} buffers)",
     "fp32 ridge point": f"{limits.ridge_point('float32'):.3g} FLOP/B",
-    f"MLP step HFU{' (= MFU here)' * same}, of the measured fp32 ceiling {on(threads)}": f"{hfu:.0%}",
+    f"MLP step HFU{' (= MFU here)' * same}, of the cached fp32 ceiling {on(threads)}": f"{hfu:.0%}",
 })

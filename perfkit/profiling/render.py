@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from perfkit._checks import check_items, check_type
+from perfkit.units import si
 
 __all__ = ["render_html", "render_markdown", "render_text"]
 
@@ -151,9 +152,11 @@ def _render(rep: dict[str, Any], md: bool) -> str:
                      f"(batch {t['batch_size']} from the DataLoader)")
     else:
         lines.append(f"{li}throughput: unknown (no DataLoader batch to count)")
-    mfu = rep["mfu"]
-    lines.append(f"{li}MFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak"
-                                  if isinstance(mfu, float) else mfu))
+    mfu, ceiling = rep["mfu"], rep.get("mfu_ceiling")
+    of = (f" on {ceiling['threads']} thread{'s' * (ceiling['threads'] != 1)} "
+          f"({si(ceiling['flops_per_s'], 'FLOP/s')}), the threads the script ran on" if ceiling else "")
+    lines.append(f"{li}MFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak{of} (the FLOPs "
+                                  "the profiler counted)" if isinstance(mfu, float) else mfu))
     lines += _memory_lines(rep["memory"], li)
     if rep["shares"]:
         lines += ["", f"{h}Where the step goes"]

@@ -73,9 +73,13 @@ class DiagnoseConfig:
         check_real("merge_wait_s", self.merge_wait_s, 0)
 
 
-def _peak_flops() -> float | None:
-    """fp32 peak from perfkit.hw's cache, only if this machine was measured (never measure
-    inside someone's training run: it takes minutes and loads the cores)."""
+def _peak_flops() -> tuple[float, int] | None:
+    """fp32 ceiling from perfkit.hw's cache at the intra-op threads this process runs on
+    (torchrun sets ``OMP_NUM_THREADS=1``: one thread's ceiling, not all cores'), and that
+    thread count; only if this machine was measured (never measure inside someone's training
+    run: it takes minutes and loads the cores)."""
+    import torch
+
     from perfkit import hw
 
     path = hw.default_limits_path()
@@ -86,7 +90,8 @@ def _peak_flops() -> float | None:
         dev = hw.resolve_device(None)
         if (limits.device, limits.name) != (str(dev), hw.device_name(dev)):
             return None
-        return limits.peak_flops("float32")
+        threads = torch.get_num_threads()
+        return limits.peak_flops("float32", threads), threads
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -141,7 +146,10 @@ class _Session:
                 time.sleep(0.05)
             if got:
                 records.append(got)
-        rep = build_report(records, peak_flops=_peak_flops(), command=self.command)
+        peak = _peak_flops()
+        rep = build_report(records, peak_flops=peak[0] if peak else None, command=self.command)
+        if peak and isinstance(rep["mfu"], float):  # the ceiling the share divides by, named
+            rep["mfu_ceiling"] = {"flops_per_s": peak[0], "threads": peak[1]}
         if len(records) < self.world:
             rep["notes"].append(f"only {len(records)} of {self.world} ranks reported within "
                                 f"{self.cfg.merge_wait_s:.0f} s")

@@ -21,8 +21,8 @@ from perfkit._checks import check_items, check_type
 from perfkit.hw import EMULATED_BELOW, GRAIN, CopyPoint, MachineLimits, MatmulPoint, imitation
 from perfkit.viz.core import si, tidy
 
-__all__ = ["bf16_sentence", "cache_and_dram_points", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes",
-           "source_lines", "sweep_lines", "threads_sentence"]
+__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "plot_copy_sweep", "plot_matmul_sweep",
+           "skipped_sizes", "source_lines", "sweep_lines", "threads_sentence"]
 
 
 def _threads(p: MatmulPoint | CopyPoint) -> str:
@@ -197,3 +197,27 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
             f"{GRAIN:,} elements across its threads and waits for all of them at a barrier, and a thread "
             "that lost its core to another process holds up every call for a slice of the scheduler's time."
             + base + " Each ceiling is the best of either thread count.")
+
+
+def cache_lines(run: MachineLimits, cached: MachineLimits) -> list[str]:
+    """Each ceiling the cache holds after :func:`perfkit.hw.save_limits` merged ``run`` into it,
+    one line each: the value later notebooks divide by, and, where an earlier run's figure is
+    the higher one (the cache keeps the highest measured), this run's beside it."""
+    check_type("run", run, MachineLimits)
+    check_type("cached", cached, MachineLimits)
+    rows = [(f"{dt} matmul", run.matmul_flops.get(dt), cached.peak_flops(dt), "FLOP/s", dt)
+            for dt in cached.matmul_flops]
+    rows += [(f"{dt} matmul, 1 thread", run.one_thread_flops.get(dt), v, "FLOP/s", f"{dt}, 1 thread")
+             for dt, v in cached.one_thread_flops.items()]
+    rows += [("DRAM bandwidth", run.copy_bytes_per_s, cached.copy_bytes_per_s, "B/s", "dram")]
+    if cached.cache_bytes_per_s:
+        rows.append(("cache bandwidth", run.cache_bytes_per_s, cached.cache_bytes_per_s, "B/s", "cache"))
+    lines = []
+    for name, mine, held, unit, key in rows:
+        if mine is not None and mine >= held:
+            lines.append(f"{name:>26}: {si(held, unit):>14}  this run's")
+        else:
+            ours = f"this run measured {si(mine, unit)}" if mine else "this run did not measure it"
+            where = cached.sources.get(key, "its sweep")
+            lines.append(f"{name:>26}: {si(held, unit):>14}  an earlier run's ({where}); {ours}")
+    return lines

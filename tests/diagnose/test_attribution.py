@@ -307,3 +307,25 @@ def test_html_report_draws_each_share_once():
     assert page.count("<rect") == 7 and "<title>data 30.0%</title>" in page
     assert 'width="180.0"' in page  # 30 % of the 600-pixel bar
     assert "[medium] data" in page  # the findings, escaped text
+
+
+def test_mfu_divides_by_the_ceiling_of_the_threads_the_script_ran_on(tmp_path, monkeypatch):
+    from perfkit import hw
+    from perfkit.profiling import render_text
+    from perfkit.profiling.session import _peak_flops
+    dev = hw.resolve_device(None)
+    lim = hw.MachineLimits(str(dev), hw.device_name(dev), {"float32": 4e11}, 3e10, threads=2,
+                           one_thread_flops={"float32": 2.5e11})
+    monkeypatch.setenv("PERFKIT_CACHE", str(tmp_path))
+    hw.save_limits(lim)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what torchrun's OMP_NUM_THREADS=1 gives a script
+        assert _peak_flops() == (2.5e11, 1)  # one thread's ceiling, not all cores' 4e11
+        torch.set_num_threads(2)
+        assert _peak_flops() == (4e11, 2)
+    finally:
+        torch.set_num_threads(before)
+    rep = build_report([record(0, 0.1, flops=1e9)], peak_flops=2.5e11)
+    rep["mfu_ceiling"] = {"flops_per_s": 2.5e11, "threads": 1}
+    assert "MFU: 4 % of this machine's measured fp32 peak on 1 thread (250 GFLOP/s)" in render_text(rep)

@@ -137,3 +137,23 @@ def test_a_capped_dram_size_is_the_dram_point():
     capped = replace(lim, llc_bytes=2**23, dram_nbytes=2**24)  # 4x would be 32 MiB: capped at 16
     cached, dram = vm.cache_and_dram_points(capped)
     assert dram.nbytes == 2**24 and dram.op == "copy" and cached.nbytes == 2**18  # the fastest in cache
+
+
+def test_cache_lines_print_the_merged_ceiling_and_an_earlier_higher_one(tmp_path):
+    from dataclasses import replace
+    run = two_thread_limits()
+    earlier = replace(run, matmul_flops={"float32": 5e10}, copy_bytes_per_s=2e10,
+                      sources={**run.sources, "float32": "n=512 on 2 threads", "dram": "add of 2 GB"})
+    hw.save_limits(earlier, tmp_path / "l.json")
+    cached = MachineLimits.from_json(hw.save_limits(run, tmp_path / "l.json").read_text())
+    assert [" ".join(ln.split()) for ln in vm.cache_lines(run, cached)] == [
+        "float32 matmul: 50 GFLOP/s an earlier run's (n=512 on 2 threads); this run measured 40 GFLOP/s",
+        "float32 matmul, 1 thread: 30 GFLOP/s this run's",
+        "DRAM bandwidth: 20 GB/s an earlier run's (add of 2 GB); this run measured 15 GB/s",
+        "cache bandwidth: 70 GB/s this run's"]
+    # nothing higher before: every line is this run's own figure
+    assert all(ln.endswith("this run's") for ln in vm.cache_lines(run, run))
+    with pytest.raises(TypeError, match="run"):
+        vm.cache_lines(None, run)
+    with pytest.raises(TypeError, match="cached"):
+        vm.cache_lines(run, {"float32": 1e9})
