@@ -3,7 +3,8 @@
 A model (:mod:`perfkit.plan.model`), a cluster (:mod:`perfkit.plan.cluster`), a layout
 (:mod:`perfkit.plan.layout`); memory per GPU (:mod:`perfkit.plan.memory_model`) and step time
 (:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`); published runs
-to hold it against (:mod:`perfkit.plan.published`); this machine (:mod:`perfkit.plan.local`);
+to hold it against (:mod:`perfkit.plan.published`) and published per-GPU memory
+(:mod:`perfkit.plan.memory_runs`); this machine (:mod:`perfkit.plan.local`);
 checkpoints, failures and the effective training time left (:mod:`perfkit.plan.failures`);
 the ``perfkit plan`` command (:mod:`perfkit.plan.command`).
 
@@ -91,6 +92,16 @@ from perfkit.plan.memory_model import (
     MemoryBreakdown,
     memory_per_gpu,
     stage_params,
+)
+from perfkit.plan.memory_runs import (
+    LLAMA31_SHAPES,
+    MEMORY_SOURCE,
+    TORCHTITAN_GPU,
+    TORCHTITAN_MEMORY_ROWS,
+    MemoryResult,
+    MemoryRun,
+    memory_check,
+    memory_runs,
 )
 from perfkit.plan.model import (
     RECOMPUTE,
@@ -195,8 +206,16 @@ __all__ = [
     "megatron_runs",
     "micro_batch_overhead",
     "MEM_PASSES",
+    "LLAMA31_SHAPES",
+    "MEMORY_SOURCE",
+    "memory_check",
     "memory_per_gpu",
+    "memory_runs",
     "MemoryBreakdown",
+    "MemoryResult",
+    "MemoryRun",
+    "TORCHTITAN_GPU",
+    "TORCHTITAN_MEMORY_ROWS",
     "model_from_config",
     "ModelSpec",
     "MPT_SHAPES",

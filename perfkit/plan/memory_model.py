@@ -9,6 +9,25 @@ the last stage adds the fp32 logits, and full recomputation adds one block's act
 while it is rebuilt. Buffers: ZeRO-3 holds two gathered blocks (one computing, one
 prefetched), ZeRO 0-2 two gradient buckets.
 
+Two terms depend on the framework a run used, so they are arguments, not defaults:
+
+* ``loss_copies``: fp32 logits-sized tensors alive at the loss's peak. A fused cross-entropy
+  that works in place keeps one (the default). PyTorch's ``F.cross_entropy`` on fp32 logits
+  (torchtitan's loss) peaks at three in its backward: log-softmax keeps its output for
+  backward (``_log_softmax_backward_data(grad, result, ...)`` in pytorch/pytorch
+  tools/autograd/derivatives.yaml), ``nll_loss``'s backward writes a dense gradient of the same
+  shape, and log-softmax's backward writes its input's gradient while both are alive.
+* ``unsharded_with_pp``: ZeRO-3 under a pipeline keeping each stage's gathered 16-bit weights
+  and its unsharded gradients (``unsharded_grad_bytes`` per element, fp32 when FSDP reduces in
+  fp32) for the whole step. torchtitan's default is ``reshard_after_forward = not
+  pp_enabled`` ("to avoid per-microbatch all-gathers", torchtitan parallelize.py), and
+  ``torch.distributed.pipelining``'s ``backward_maybe_with_nosync`` turns FSDP's gradient
+  reduce-scatter off for every micro-batch but the last, so the gradients accumulate unsharded.
+
+What a run's allocator reports (torchtitan's "Memory (GiB)" is the caching allocator's
+maximum reserved memory) adds fragmentation on top of these tensors: :mod:`perfkit.plan.memory_runs`
+holds both against published figures.
+
 Usage::
 
     mem = memory_per_gpu(model, Layout(dp=8, tp=8, zero=1, recompute="selective", sp=True), 512)
@@ -75,8 +94,9 @@ def stage_params(model: ModelSpec, layout: Layout) -> float:
 
 
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
-                   recipe: str | StateRecipe = "mixed_adam", weight_bytes: float | None = None
-                   ) -> MemoryBreakdown:
+                   recipe: str | StateRecipe = "mixed_adam", weight_bytes: float | None = None,
+                   loss_copies: float = 1.0, unsharded_with_pp: bool = False,
+                   unsharded_grad_bytes: float = 4.0) -> MemoryBreakdown:
     """Predicted bytes on the most loaded GPU.
 
     Args:
@@ -87,6 +107,13 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
             (``"mixed_adam"``: 2 + 2 + 12 bytes per parameter).
         weight_bytes: bytes per parameter of the gathered copy ZeRO-3 holds (default: the
             recipe's ``param_bytes``).
+        loss_copies: fp32 logits-sized tensors alive at the loss's peak (>= 1; 3 for PyTorch's
+            ``F.cross_entropy`` on fp32 logits, see the module's docstring).
+        unsharded_with_pp: ZeRO-3 with a pipeline keeps the stage's gathered weights and
+            unsharded gradients all step (torchtitan's default; only with ``zero=3`` and
+            ``pp > 1``).
+        unsharded_grad_bytes: bytes per element of those unsharded gradients (> 0; 4 when FSDP
+            reduces in fp32).
 
     Returns:
         A :class:`MemoryBreakdown`.
@@ -97,6 +124,9 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     check_type("model", model, ModelSpec)
     check_type("layout", layout, Layout)
     check_int("global_batch", global_batch, 1)
+    check_real("loss_copies", loss_copies, 1)
+    check_type("unsharded_with_pp", unsharded_with_pp, bool)
+    check_real("unsharded_grad_bytes", unsharded_grad_bytes, 0, lo_open=True)
     lay = layout
     psi = stage_params(model, lay)
     states = zero_model_states(psi, lay.dp * lay.cp, lay.zero, recipe)
@@ -105,10 +135,11 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     split = lay.stage_layers(model.layers)
     per_layer = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, lay.recompute,
                                                  lay.cp)
-    # the last stage: the fp32 logits, and the final norm's input (split by SP) and the output
-    # layer's input (whole), one (b, s, h) tensor each
+    # the last stage: the fp32 logits (loss_copies of them at the loss's peak), and the final
+    # norm's input (split by SP) and the output layer's input (whole), one (b, s, h) tensor each
     bsh = lay.micro_batch * model.seq / lay.cp * model.hidden * model.act_bytes
-    head = model.logits_bytes(lay.micro_batch, lay.tp, lay.cp) + bsh * (1 + (1 / lay.tp if lay.sp else 1))
+    head = (loss_copies * model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
+            + bsh * (1 + (1 / lay.tp if lay.sp else 1)))
     # stage i holds its blocks' activations for in_flight(i) micro-batches (the first the most),
     # the last stage one micro-batch and the head's tensors: the most loaded stage counts
     acts = max(lay.in_flight(global_batch, i) * n * per_layer + (head if i == lay.pp - 1 else 0)
@@ -117,6 +148,8 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
         acts += model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     if lay.zero == 3:
         buffers = 2 * model.layer_params / lay.tp * wb  # gathered: computing + prefetched
+        if unsharded_with_pp and lay.pp > 1:  # the whole stage gathered, gradients unsharded
+            buffers = psi * (wb + unsharded_grad_bytes)
     else:
         buffers = 2 * BUCKET_BYTES if lay.dp * lay.cp > 1 else 0.0
     return MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers)
