@@ -1,0 +1,196 @@
+"""Claims about checkpoints, measured: where to write ("fast storage: /dev/shm, /tmp, NVMe")
+and compression by a ``.gz`` name.
+
+* :func:`storage_rates` writes one file into each directory with and without ``fsync``, in
+  interleaved rounds (every configuration once per round, so a load drift hits all alike),
+  and records each directory's filesystem. A write that ends in the page cache runs at
+  memory speed on any filesystem; ``fsync`` waits for the device, and on tmpfs it has no
+  device to wait for. What each filesystem keeps after a killed process, a killed container
+  and a reboot is :func:`perfkit.saving.survives` (stated from the kernel's documentation,
+  not measured: a reboot cannot be).
+* :func:`gzip_costs` times saving float weights with ``torch.save`` to a plain file and
+  through ``gzip.open`` (what a ``.gz`` name asks of Python), each ended with ``fsync``, in
+  interleaved rounds, and compares the files' sizes. The 23 mantissa bits of a trained
+  float32 weight are close to random, so a byte-wise compressor finds little to take out
+  (at most the sign and exponent's 9 bits of 32), at the speed of one core. That a ``.pt.gz``
+  name alone compresses nothing (``torch.save`` writes its zip archive, stored, whatever the
+  name) is :func:`perfkit.memory.claims.checkpoint_file_sizes`.
+
+Usage::
+
+    rates = storage_rates(["/dev/shm", "/tmp"], nbytes=32 * 2**20, rounds=5)
+    print(rates.rate("/dev/shm", fsync=True), rates.fsync_over_plain("/tmp"))
+    gz = gzip_costs([p.detach() for p in model.parameters()], "build/gz", max_bytes=4 * 2**20)
+    print(gz.gz_ratio, gz.gz_over_plain())
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from perfkit import stats
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.saving.storage import filesystem_of, survives, write_bandwidth
+from perfkit.stats import Estimate
+from perfkit.timing import Timer
+
+__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "storage_rates"]
+
+
+@dataclass(frozen=True)
+class StorageRates:
+    """Writes of one file of ``nbytes`` into each directory, with and without fsync.
+
+    Attributes:
+        nbytes: bytes per write.
+        fstypes: each directory's filesystem (``tmpfs``, ``ext4``, ...).
+        plain_s, fsync_s: per directory, each round's seconds without and with ``fsync``.
+    """
+
+    nbytes: int
+    fstypes: dict[str, str]
+    plain_s: dict[str, list[float]]
+    fsync_s: dict[str, list[float]]
+
+    def rate(self, directory: str, fsync: bool) -> Estimate:
+        """The median write rate into ``directory`` (B/s), with its interval."""
+        times = (self.fsync_s if fsync else self.plain_s)[directory]
+        return stats.median_interval([self.nbytes / t for t in times])
+
+    def fsync_over_plain(self, directory: str) -> Estimate:
+        """A write's seconds with fsync over without, the median of the rounds' paired ratios."""
+        return stats.median_ratio(self.fsync_s[directory], self.plain_s[directory])
+
+    def survives(self, directory: str) -> dict[str, bool]:
+        """What a checkpoint in ``directory`` survives (:func:`perfkit.saving.survives`)."""
+        return survives(self.fstypes[directory])
+
+
+def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2**20,
+                  rounds: int = 5) -> StorageRates:
+    """Write ``nbytes`` into each directory without and with ``fsync``, ``rounds`` times each,
+    interleaved (:func:`perfkit.saving.write_bandwidth`, one untimed write before each).
+
+    Args:
+        directories: existing directories (at least one).
+        nbytes: bytes per file (>= 1); rounds: timed writes per configuration (>= 1; an
+            interval needs 5).
+
+    Raises:
+        TypeError, ValueError: a bad argument, or a directory that does not exist.
+    """
+    dirs = check_items("directories", directories)
+    for i, d in enumerate(dirs):
+        check_type(f"directories[{i}]", d, (str, os.PathLike))
+        if not Path(d).is_dir():
+            raise ValueError(f"directories[{i}] must be an existing directory, got {str(d)!r}")
+    check_int("nbytes", nbytes, 1)
+    check_int("rounds", rounds, 1)
+    names = [str(d) for d in dirs]
+    plain: dict[str, list[float]] = {d: [] for d in names}
+    synced: dict[str, list[float]] = {d: [] for d in names}
+    for _ in range(rounds):
+        for d in names:
+            for fsync, into in ((False, plain), (True, synced)):
+                into[d].extend(write_bandwidth(d, nbytes, fsync=fsync, repeat=1).times_s)
+    return StorageRates(nbytes, {d: filesystem_of(d)[1] for d in names}, plain, synced)
+
+
+@dataclass(frozen=True)
+class GzipCosts:
+    """One float tensor saved plainly and through gzip (each file fsynced).
+
+    Attributes:
+        dtype: the tensor's dtype; raw_bytes: its bytes.
+        plain_bytes, gz_bytes: the file's size from ``torch.save`` to a plain file and
+            through ``gzip.open`` at ``level``.
+        plain_s, gz_s: each round's seconds for the ``.pt`` save and the gzip save.
+        level: gzip's compression level (Python's ``gzip.open`` defaults to 9).
+    """
+
+    dtype: str
+    raw_bytes: int
+    plain_bytes: int
+    gz_bytes: int
+    plain_s: list[float]
+    gz_s: list[float]
+    level: int
+
+    @property
+    def gz_ratio(self) -> float:
+        """The gzip file's size over the ``.pt`` one's (1 - the share gzip saved)."""
+        return self.gz_bytes / self.plain_bytes
+
+    def gz_over_plain(self) -> Estimate:
+        """The gzip save's seconds over the plain save's, the median of the paired ratios."""
+        return stats.median_ratio(self.gz_s, self.plain_s)
+
+    def gzip_bytes_per_s(self) -> float:
+        """The gzip save's rate in uncompressed bytes per second (its median round)."""
+        return self.raw_bytes / sorted(self.gz_s)[len(self.gz_s) // 2]
+
+
+def _save(obj: torch.Tensor, path: Path, level: int | None) -> float:
+    """``torch.save`` into ``path`` (through gzip at ``level`` unless None), fsynced; seconds."""
+    with Timer("cpu") as t:
+        with open(path, "wb") as f:
+            if level is None:
+                torch.save(obj, f)
+            else:
+                with gzip.GzipFile(fileobj=f, mode="wb", compresslevel=level) as g:
+                    torch.save(obj, g)
+            f.flush()
+            os.fsync(f.fileno())
+    return t.elapsed_s
+
+
+def gzip_costs(tensors: Sequence[torch.Tensor], directory: str | os.PathLike, max_bytes: int = 4 * 2**20,
+               level: int = 9, rounds: int = 5) -> GzipCosts:
+    """Save the first ``max_bytes`` of ``tensors`` (flattened, joined) to a plain file and
+    through ``gzip.open``, ``rounds`` times each, interleaved (after one untimed save of each).
+
+    Args:
+        tensors: floating tensors of one dtype (at least one element in all).
+        directory: an existing directory (a sub-directory is written and removed).
+        max_bytes: bytes of the sample (>= the dtype's size); level: gzip's level, 1-9;
+        rounds: timed saves per way (>= 1; an interval needs 5).
+
+    Raises:
+        TypeError, ValueError: a bad argument, tensors of mixed or non-floating dtypes.
+    """
+    items = check_items("tensors", tensors)
+    for i, t in enumerate(items):
+        check_type(f"tensors[{i}]", t, torch.Tensor)
+    dtypes = {t.dtype for t in items}
+    if len(dtypes) != 1 or not items[0].is_floating_point() or not sum(t.numel() for t in items):
+        raise ValueError("tensors must be floating tensors of one dtype with elements, got "
+                         f"{sorted(map(str, dtypes))}")
+    check_type("directory", directory, (str, os.PathLike))
+    if not Path(directory).is_dir():
+        raise ValueError(f"directory must be an existing directory, got {str(directory)!r}")
+    size = items[0].element_size()
+    check_int("max_bytes", max_bytes, size)
+    check_int("level", level, 1, 9)
+    check_int("rounds", rounds, 1)
+    flat = torch.cat([t.detach().reshape(-1).cpu() for t in items])[: max_bytes // size].clone()  # (n,)
+    work = Path(directory) / ".perfkit-gzip"
+    work.mkdir(exist_ok=True)
+    try:
+        plain, gz = work / "w.pt", work / "g.pt.gz"
+        _save(flat, plain, None), _save(flat, gz, level)  # untimed: the first call allocates
+        plain_s, gz_s = [], []
+        for _ in range(rounds):
+            plain_s.append(_save(flat, plain, None))
+            gz_s.append(_save(flat, gz, level))
+        sizes = [p.stat().st_size for p in (plain, gz)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    dtype = str(flat.dtype).removeprefix("torch.")
+    return GzipCosts(dtype, flat.numel() * size, *sizes, plain_s, gz_s, level)

@@ -1,0 +1,54 @@
+"""perfkit.saving.claims refuses bad arguments with a TypeError or ValueError naming the
+argument, before it writes. Each case is (id, call, exception, regex)."""
+
+import pytest
+import torch
+from inputs_cases import duplicate_ids, uncovered
+
+from perfkit.saving import claims
+from perfkit.saving.claims import gzip_costs, storage_rates
+
+W = [torch.ones(4)]
+
+CASES = [
+    ("storage_rates.directories empty", lambda: storage_rates([]), ValueError, "directories"),
+    ("storage_rates.directories str", lambda: storage_rates("/tmp"), TypeError, "directories"),
+    ("storage_rates.directory int", lambda: storage_rates([3]), TypeError, r"directories\[0\]"),
+    ("storage_rates.directory missing", lambda: storage_rates(["/tmp", "/no/such/dir"]), ValueError,
+     r"directories\[1\] must be an existing directory"),
+    ("storage_rates.nbytes zero", lambda: storage_rates(["/tmp"], 0), ValueError,
+     "nbytes must be an int >= 1"),
+    ("storage_rates.rounds zero", lambda: storage_rates(["/tmp"], 8, 0), ValueError, "rounds"),
+    ("gzip_costs.tensors empty", lambda: gzip_costs([], "/tmp"), ValueError, "tensors"),
+    ("gzip_costs.tensor list", lambda: gzip_costs([[1.0]], "/tmp"), TypeError, r"tensors\[0\]"),
+    ("gzip_costs.tensors ints", lambda: gzip_costs([torch.ones(4, dtype=torch.int64)], "/tmp"), ValueError,
+     "floating tensors of one dtype"),
+    ("gzip_costs.tensors mixed", lambda: gzip_costs([torch.ones(4), torch.ones(4).double()], "/tmp"),
+     ValueError, "one dtype"),
+    ("gzip_costs.tensors no elements", lambda: gzip_costs([torch.ones(0)], "/tmp"), ValueError,
+     "with elements"),
+    ("gzip_costs.directory None", lambda: gzip_costs(W, None), TypeError, "directory"),
+    ("gzip_costs.directory missing", lambda: gzip_costs(W, "/no/such/dir"), ValueError,
+     "directory must be an existing directory"),
+    ("gzip_costs.max_bytes below an element", lambda: gzip_costs(W, "/tmp", max_bytes=3), ValueError,
+     "max_bytes must be an int >= 4"),
+    ("gzip_costs.level ten", lambda: gzip_costs(W, "/tmp", level=10), ValueError,
+     r"level must be an int in \[1, 9\]"),
+    ("gzip_costs.rounds zero", lambda: gzip_costs(W, "/tmp", rounds=0), ValueError, "rounds"),
+]
+
+RECORDS = {"StorageRates", "GzipCosts"}
+
+
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_case_ids_are_unique():
+    assert not duplicate_ids(CASES)
+
+
+def test_every_public_callable_has_a_case():
+    assert not uncovered(claims, CASES, RECORDS)

@@ -1,0 +1,62 @@
+"""perfkit.saving.claims on tiny sizes: write rates with and without fsync per directory in
+interleaved rounds, and a gzip save's size and time against a plain one."""
+
+import gzip
+
+import pytest
+import torch
+
+from perfkit.saving import claims
+from perfkit.saving.claims import gzip_costs, storage_rates
+
+
+def test_storage_rates_time_each_directory_both_ways_in_rounds(tmp_path, monkeypatch):
+    order = []
+    real = claims.write_bandwidth
+
+    def spy(d, nbytes, fsync, repeat):
+        order.append((d, fsync))
+        return real(d, nbytes, fsync=fsync, repeat=repeat)
+
+    monkeypatch.setattr(claims, "write_bandwidth", spy)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    r = storage_rates([a, b], nbytes=4096, rounds=2)
+    one_round = [(str(a), False), (str(a), True), (str(b), False), (str(b), True)]
+    assert order == one_round * 2  # interleaved: every configuration once per round
+    assert all(len(r.plain_s[d]) == 2 and len(r.fsync_s[d]) == 2 for d in (str(a), str(b)))
+    assert r.fstypes[str(a)] == claims.filesystem_of(a)[1]
+    t = r.fsync_s[str(a)]
+    assert r.rate(str(a), fsync=True).value == pytest.approx((4096 / t[0] + 4096 / t[1]) / 2)  # median of two
+    assert r.survives(str(a))["killed_process"]
+
+
+def test_storage_rates_pair_fsync_with_plain_by_round():
+    r = claims.StorageRates(8, {"d": "ext4", "m": "tmpfs"}, {"d": [1.0, 2.0, 4.0, 1.0, 2.0], "m": [1.0] * 5},
+                            {"d": [2.0, 4.0, 8.0, 2.0, 4.0], "m": [1.0] * 5})
+    assert r.fsync_over_plain("d").value == pytest.approx(2.0)   # each round 2x: paired by round
+    assert r.survives("d") == {"killed_process": True, "killed_container": True, "reboot": True}
+    assert r.survives("m") == {"killed_process": True, "killed_container": False, "reboot": False}
+
+
+def test_gzip_costs_compress_and_time_the_sample(tmp_path):
+    torch.manual_seed(0)
+    w = [torch.randn(300, 100), torch.randn(50)]
+    c = gzip_costs(w, tmp_path, max_bytes=40_000, rounds=2)
+    assert c.raw_bytes == 40_000 and c.dtype == "float32" and c.level == 9
+    assert len(c.plain_s) == len(c.gz_s) == 2
+    assert c.plain_bytes > c.raw_bytes                 # torch's archive: the data and a header
+    assert 0.8 < c.gz_ratio < 1.0                      # random mantissas: little to take out
+    assert c.gzip_bytes_per_s() == pytest.approx(c.raw_bytes / max(c.gz_s))  # median of two: the larger
+    assert list(tmp_path.iterdir()) == []              # its files are removed
+
+
+def test_gzip_costs_really_compress_what_repeats(tmp_path):
+    # a planted wrong version that saves plainly under a .gz name would give a ratio near 1 here
+    c = gzip_costs([torch.zeros(100_000)], tmp_path, max_bytes=400_000, rounds=1)
+    assert c.gz_ratio < 0.01
+    sample = torch.zeros(10)
+    with gzip.open(tmp_path / "x.pt.gz", "wb") as f:
+        torch.save(sample, f)
+    with gzip.open(tmp_path / "x.pt.gz", "rb") as f:
+        assert torch.equal(torch.load(f), sample)
