@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from perfkit._checks import check_real, check_type
 from perfkit.saving.experiments import GoodputCurve, SaveCosts, goodput_curve
+from perfkit.saving.interval import goodput
 from perfkit.viz.core import FloatControl, LogControl, WidgetSpec
 
 __all__ = ["PART_COLORS", "goodput_view", "goodput_widget", "plot_goodput", "plot_restart_timeline",
@@ -48,11 +49,12 @@ def plot_save_costs(costs: SaveCosts, ax: Axes | None = None) -> Axes:
         ax.errorbar(i - 0.2, e.value, yerr=[[e.value - lo], [hi - e.value]], color="black", capsize=3)
         ax.plot([i - 0.2] * len(costs.blocked_s[m]), costs.blocked_s[m], ".", color="black", ms=3)
         ax.bar(i + 0.2, sorted(costs.persist_s[m])[len(costs.persist_s[m]) // 2], 0.4, color="#4c72b0",
-               label="persist (files written)" if i == 0 else None)
+               label="persist: files written (inside the blocked time for sync)" if i == 0 else None)
     ax.axhline(costs.sync_model_s, color="grey", ls="--", lw=1,
                label=f"bytes / write bandwidth ({costs.sync_model_s * 1e3:.3g} ms)")
     ax.axhline(costs.staging_floor_s, color="grey", ls=":", lw=1,
-               label=f"staging copy floor ({costs.staging_floor_s * 1e3:.3g} ms)")
+               label=f"staging floor: 2 x bytes / copy rate at this size "
+                     f"({costs.staging_floor_s * 1e3:.3g} ms)")
     ax.set_xticks(range(len(modes)), modes)
     ax.set_ylabel("seconds per save")
     ax.set_title(f"A save of {costs.state_bytes / 1e6:.3g} MB: what blocks, what runs behind", fontsize=9)
@@ -79,8 +81,9 @@ def plot_restart_timeline(spans: Sequence[tuple[int, str, float, float]], ax: Ax
     drawn = set()
     for rank, label, a, b in spans:
         shown = label in drawn or label.startswith("training (res")  # one legend entry each
+        name = "training" if label.startswith("training") else label.replace("_", " ")  # before and after
         ax.barh(rank, b - a, left=a, color=PART_COLORS[label], edgecolor="white", linewidth=0.5,
-                label=None if shown else label.replace("_", " "))
+                label=None if shown else name)
         drawn.add(label)
     kill = min(a for _, label, a, _ in spans if label == "rendezvous")
     ax.axvline(kill, color="red", lw=1.5)
@@ -150,8 +153,10 @@ def goodput_widget(mtbf_h: float = 3.1, checkpoint_gb: float = 5670.0, bandwidth
         curve = goodput_view(mtbf_h, checkpoint_gb, bandwidth_gb_per_s, restart_min)
         fig, ax = plt.subplots(figsize=(6.5, 3.4))
         plot_goodput(curve, ax=ax, unit_s=60.0, unit="min")
+        # the title names Daly's interval and the model's goodput there: the figures perfkit.plan prints
+        at_daly = goodput(curve.daly_s, curve.save_s, curve.restart_s, curve.mtbf_s)
         ax.set_title(f"save {curve.save_s:.3g} s, restart {restart_min:.3g} min, MTBF {mtbf_h:.3g} h: "
-                     f"save every {curve.best_s / 60:.3g} min, goodput {curve.best_goodput:.1%}", fontsize=9)
+                     f"save every {curve.daly_s / 60:.3g} min (Daly), goodput {at_daly:.1%}", fontsize=9)
         fig.tight_layout()
         return fig
 

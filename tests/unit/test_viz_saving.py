@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from perfkit.saving import SaveCosts, WriteBandwidth, goodput_curve, young_interval  # noqa: E402
+from perfkit.saving import SaveCosts, WriteBandwidth, goodput, goodput_curve, young_interval  # noqa: E402
 from perfkit.saving.restart_experiments import PARTS  # noqa: E402
 from perfkit.viz import text_overlaps  # noqa: E402
 from perfkit.viz.saving import (  # noqa: E402
@@ -31,6 +31,17 @@ def test_widget_at_every_extreme():
         fig = spec.fn(**kw)
         assert isinstance(fig, Figure) and "save every" in fig.axes[0].get_title()
         plt.close(fig)
+
+
+def test_widget_title_names_dalys_interval_and_its_goodput():
+    # the title and the printed plan must be one number from one computation (not the grid's best)
+    fig = goodput_widget().fn(mtbf_h=3.1, checkpoint_gb=5670.0, bandwidth_gb_per_s=2000.0, restart_min=10.0)
+    curve = goodput_view(3.1, 5670.0, 2000.0, 10.0)
+    title = fig.axes[0].get_title()
+    assert f"save every {curve.daly_s / 60:.3g} min (Daly)" in title
+    assert f"goodput {goodput(curve.daly_s, curve.save_s, 600.0, 3.1 * 3600):.1%}" in title
+    assert f"{curve.best_s / 60:.3g} min" not in title  # the grid's best, 4.22 min, is a different number
+    plt.close(fig)
 
 
 def test_goodput_view_extremes():
