@@ -192,8 +192,13 @@ print(f"a single sample could have been anywhere from {m.min_s * 1e3:.2f} to "
       f"{max(m.times_s) / m.median_s - 1:+.0%} around the median")
 p_median = Prediction("second median over the first", "medians of 30 samples are stable", value=1.0, rel_tol=0.1,
                       unit="x")
-viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s), explain={
+# two separate runs, one after the other: the ratio of their medians (paired ratios would pretend sample i
+# of each was taken together, and give too narrow an interval)
+viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s, paired=False), explain={
     "held": f"Single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over fastest).",
+    "inconclusive": f"The samples spread from {m.p10_s * 1e3:.1f} to {m.p90_s * 1e3:.1f} ms (p10-p90) in the first "
+                    f"run and from {m2.p10_s * 1e3:.1f} to {m2.p90_s * 1e3:.1f} ms in the second: the machine's speed "
+                    "moved within the runs, so 30 samples pin neither median down to 10 %.",
     **dict.fromkeys(("above", "below"), "The machine's speed changed between the two runs: even medians move "
                     "then, which is why every comparison in this course alternates its candidates "
                     "(perfkit.timing.interleaved).")})
@@ -315,9 +320,11 @@ viz.verdict(p_bwd, pm.measured, explain=pm.explain())
 # (eager: no reuse between operators, the lowest intensity the step can have);
 # `step_roofline` places the measured step times on the roofline.
 #
-# **Prediction.** At 64 wide each operator is small, and its fixed cost (dispatch, Python)
-# weighs as much as its arithmetic: the step should reach less than half of the roof above
-# it, bound by neither roof.
+# **Prediction.** At 64 wide each operator is small: its matmuls are too thin to keep the
+# vector units busy, and every operator pays a fixed cost (dispatch, Python) besides. The step
+# should reach less than half of the roof above it, bound by neither roof. Which of the two
+# holds it back, the fixed costs or the operators' own speed (`η`), the phase split of the
+# previous section says, and the verdict reads it from there.
 
 # %%
 count = count_ops(lambda: models.train_steps(gpt_wl, 1))
@@ -330,10 +337,19 @@ print(f"HFU {where.mfu.value:.1%} (counted FLOPs; 90% interval {where.mfu.low:.1
       f"{steps.n} steps) "
       f"= {where.of_roof.value:.0%} of the {where.roof} roof")
 p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
-                    "64-wide operators: fixed costs weigh as much as arithmetic", high=NEAR_ROOF, physical=(0, None))
+                    "64-wide operators run far below their roofs", high=NEAR_ROOF, physical=(0, None))
+fixed_s = pm.fixed_fwd.value + pm.fixed_bwd.value  # s: forward's and backward's fixed costs
+fb_s = stats.median(pm.fwd_s) + stats.median(pm.bwd_s)  # s: forward + backward, the same rounds
+eta_f, eta_b = pm.reach()
+split = (f"the phase split above puts {fixed_s * 1e3:.1f} ms of forward and backward's {fb_s * 1e3:.1f} ms "
+         f"in fixed costs ({fixed_s / fb_s:.0%})")
 viz.verdict(p_roof, where.of_roof, explain={
     "held": f"Bound by neither roof: {count.ops} operators per step, {viz.si(count.flops / count.ops, 'FLOP')} "
-            "each on average; the step is overhead-bound (module 06 measures the operators' fixed costs).",
+            f"each on average; {split}" + (
+                ": the step is overhead-bound (module 06 measures the operators' fixed costs)." if fixed_s > fb_s / 2
+                else f", and the rest to operators running at {eta_f:.0%} (forward) and {eta_b:.0%} (backward) of "
+                     "their roofs: not overhead-bound, but too small to run fast (module 06 measures what an "
+                     "operator's shape costs)."),
     "above": f"The step runs near its {where.roof} roof: it is {where.roof}-bound" + (
         "; above the DRAM roof, the cache served part of its traffic." if where.of_roof.value > 1 else ".")})
 
