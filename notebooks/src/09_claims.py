@@ -17,8 +17,10 @@
 # 2. says how it is measured here (the tools of modules 00-07);
 # 3. records what the **course's own models predict** (a `Prediction`, judged like every
 #    other prediction of the course);
-# 4. measures it, the settings timed in alternation: the figure is the ratio of their median
-#    times, with the 90 % bootstrap interval of that ratio over the paired rounds;
+# 4. measures it, the settings timed in alternation (A, B, A, B ...): the figure is the median
+#    of the rounds' paired ratios, with its 90 % order-statistic interval (distribution-free);
+#    where two settings ran one after the other, not in alternation, the ratio of their median
+#    times with the interval of two separate runs (each claim says which);
 # 5. computes a **verdict on the advice** (`perfkit.verdict.assess`): *holds*, *holds partly*
 #    (the right direction, not as far), *does not hold here*, *inconclusive* (the interval
 #    reaches across the no-effect value: the effect is smaller than its uncertainty), or *GPU only*
@@ -120,6 +122,13 @@ def claim_verdict(name, claim, measured, why="", reasons=None, **kw):
 def x(est):
     """An Estimate of a ratio as printed beside its verdict."""
     return est.text('x')
+
+
+def medians(before_s, after_s):
+    """Each setting's median step (ms), and why their ratio is not the figure judged: the
+    figure is the median of the rounds' paired ratios, another statistic."""
+    return (f"{before_s * 1e3:.2f} and {after_s * 1e3:.2f} ms (each setting's median; their ratio, "
+            f"{before_s / after_s:.3g}x, is not the figure judged, the median of the rounds' paired ratios)")
 
 # %% [markdown]
 # **Why one compute thread.** On a 2-core machine shared with other jobs, two OpenMP threads
@@ -270,22 +279,27 @@ claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient tha
 #
 # **The model.** With `g` groups each output channel sees `C / g` input channels: FLOPs and
 # weights fall by exactly `g`. The bytes of the input and output do not change. By the
-# roofline (module 00), time is at least `max(FLOPs / peak, bytes / bandwidth)`, so the time can
-# fall by at most the ratio of those bounds, and the kernels for grouped convolutions are less
-# tuned than dense ones. **Predictions:** the FLOP count falls by `g` exactly (counted below); the
-# time falls by at most the roofline ratio.
+# roofline (module 00), the grouped call takes at least `max(FLOPs / peak, bytes / bandwidth)`
+# (the ceilings of the one thread the calls run on), so the speedup is at most the dense call's
+# measured time over that floor. (The ratio of the two calls' floors bounds nothing: the dense
+# call runs at some fraction of its ceiling, the grouped one at another, and the kernels for
+# grouped convolutions are less tuned than dense ones.) **Predictions:** the FLOP count falls by
+# `g` exactly (counted below); the speedup is at most the dense time over the grouped call's
+# roofline floor.
 
 # %%
 conv = cs.time_grouped_conv(**CONV, repeat=FAST_REPEAT, device=DEVICE)
 G, grp, roof = CONV["groups"], conv.speedup(), conv.roofline_bound(limits)
-rate, peak = conv.rates(), limits.peak_flops("float32")
+rate, peak = conv.rates(), conv.peak(limits)  # the fp32 ceiling of the threads the calls ran on
+CEIL = f"the {THREADS}-thread fp32 ceiling, {si(peak, 'FLOP/s')}"
 print(f"FLOPs per call: groups=1 {conv.flops[1]:,}, groups={G} {conv.flops[G]:,} ({conv.flops[1] / conv.flops[G]:g}x fewer)")
-print(f"groups={G} speedup over groups=1 {x(grp)}; roofline bound {roof:.2f}x; achieved {si(rate[1], 'FLOP/s')} "
-      f"dense, {si(rate[G], 'FLOP/s')} grouped ({rate[1] / peak:.0%} and {rate[G] / peak:.0%} of the fp32 ceiling)")
+print(f"groups={G} speedup over groups=1 {x(grp)}; bound: dense {conv.dense.median_s * 1e3:.2f} ms over the grouped "
+      f"call's roofline floor {max(conv.terms(limits)[G]) * 1e3:.3f} ms = {roof:.2f}x; achieved {si(rate[1], 'FLOP/s')} "
+      f"dense, {si(rate[G], 'FLOP/s')} grouped ({rate[1] / peak:.0%} and {rate[G] / peak:.0%} of {CEIL})")
 
 # %%
-rates_conv = f"the dense call ran at {rate[1] / peak:.0%} of the fp32 ceiling, the grouped one at {rate[G] / peak:.0%}"
-viz.verdict(Prediction(f"groups={G} speedup", "roofline: max(FLOPs / peak, bytes / bandwidth)", high=roof, unit="x"),
+rates_conv = f"the dense call ran at {rate[1] / peak:.0%} of {CEIL}, the grouped one at {rate[G] / peak:.0%}"
+viz.verdict(Prediction(f"groups={G} speedup", "dense time over the grouped call's roofline floor", high=roof, unit="x"),
             grp, explain={"above": f"Faster than the roofline allows: {rates_conv}."})
 claim_verdict("grouped convolutions", Claim(f"grouped convolutions reduce computation (FLOPs fall {G}x: does time?)",
      f"groups={G} speedup over groups=1", low=0.75 * G, partly=1.0, unit="x"), grp, f"FLOPs fell {G}x; {rates_conv}.")
@@ -351,8 +365,9 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 # **The model** (module 06). Autocast runs matmuls in bf16 and keeps reductions, weights and
 # the optimizer in fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
 # changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off notebook 00's
-# ceilings, `f` is the step's model FLOPs at the fp32 ceiling over its time and `r` the ratio of
-# the bf16 and fp32 ceilings (below 1 on a CPU without bf16 units); but a tiny model's matmuls
+# ceilings (those of the one thread the steps run on), `f` is the step's model FLOPs at the fp32
+# ceiling over its time and `r` the ratio of the bf16 and fp32 ceilings (below 1 on a CPU without
+# bf16 units); but a tiny model's matmuls
 # are far from a ceiling's square shapes, so the prediction judged here measures both at the
 # step's own shapes, as notebook 06 does: the ops that ran on bf16 tensors in one bf16 step, and
 # autocast's casts, replayed alone in bf16 and upcast to fp32, in the same rounds as the two
@@ -370,7 +385,8 @@ speed, ap = amp.speedup(), amp.parts
 f_mm, f_raw, r, amdahl = amp.amdahl(limits)
 mem_ratio = cp.autocast_activation_ratio(BATCH, SEQ, GPT)
 print(f"bf16 autocast's speedup over fp32: {x(speed)}")
-print(f"from the ceilings: f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
+print(f"from the {THREADS}-thread ceilings (fp32 {si(limits.peak_flops('float32', threads=THREADS), 'FLOP/s')}, bf16 "
+      f"{si(limits.peak_flops('bfloat16', threads=THREADS), 'FLOP/s')}): f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
       + (f" (f capped from {f_raw:.0%}: the cached fp32 ceiling is too low)" if f_raw > 1 else ""))
 print("\n".join(ap.lines()))
 print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)" if ap.share() > 1 else "")
@@ -411,7 +427,8 @@ else:
 # **The model** (module 06). Inductor fuses chains of elementwise ops into one loop and calls
 # the same BLAS for the matmuls. So only the non-matmul share of the step can shrink, and the
 # compile itself (seconds to minutes) must be paid back. **Prediction:** the speedup is at most
-# `1 / f`, with `f` the share of the eager step that the matmuls take at the fp32 ceiling.
+# `1 / f`, with `f` the share of the eager step that the matmuls take at the fp32 ceiling (of
+# the one thread the step runs on).
 # The figure is the same kind as GELU's (claim 4), judged against the same no-effect value, 1x.
 # (QUICK mode compiles the forward pass only; the default compiles forward and backward.)
 
@@ -420,14 +437,16 @@ comp = cs.time_compile(BATCH * SEQ, MLP_WIDTH, train=COMPILE, repeat=REPEAT)
 comp_speed, (f_c, f_c_raw) = comp.speedup(), comp.matmul_share(limits)
 be = comp.record.break_even_calls
 print(f"{'forward + backward' if COMPILE else 'forward'}: compiled speedup {x(comp_speed)}; compile "
-      f"{comp.record.compile_s:.1f} s (inductor cache hits {comp.record.fx_cache_hits}); matmul share f = {f_c:.0%}"
+      f"{comp.record.compile_s:.1f} s (inductor cache hits {comp.record.fx_cache_hits}); matmul share f = {f_c:.0%} "
+      f"at the {THREADS}-thread fp32 ceiling, {si(limits.peak_flops('float32', threads=THREADS), 'FLOP/s')}"
       + (f" (capped from {f_c_raw:.0%}: the cached ceiling is too low)" if f_c_raw > 1 else ""))
 print("break-even after " + (f"{be:,.0f} calls" if be != math.inf else "never: compiled is not faster"))
 
 # %%
 viz.verdict(Prediction("compiled speedup", "only the non-matmul share can shrink", high=1 / f_c, unit="x"), comp_speed)
 claim_verdict("torch.compile: 10-30 %", Claim("torch.compile gives a 10-20 % (or 20-30 %) speedup", "compiled speedup over "
-     "eager", low=1.1, partly=1.0, unit="x"), comp_speed, f"The matmuls, {f_c:.0%} of this step at the fp32 ceiling, "
+     "eager", low=1.1, partly=1.0, unit="x"), comp_speed, f"The matmuls, {f_c:.0%} of this step at the {THREADS}-thread "
+     "fp32 ceiling, "
      f"run the same BLAS compiled or not; the compile took {comp.record.compile_s:.1f} s.")
 
 # %% [markdown]
@@ -481,8 +500,8 @@ print(f"{MICRO} micro-batches per step, {ec.how} before each: speedup {x(ec_spee
 viz.verdict(Prediction("step speedup from emptying the cache", "freed memory is reused, not needed back", high=1.0,
                        unit="x"), ec_speed)
 claim_verdict("empty_cache before each micro-batch", Claim("torch.cuda.empty_cache() before each accumulation step helps",
-     "step speedup with the cache emptied", **FASTER), ec_speed, f"{ec.how} changed the step from "
-     f"{ec.plain.median_s * 1e3:.1f} to {ec.emptied.median_s * 1e3:.1f} ms (medians).", gpu_only=not CUDA)
+     "step speedup with the cache emptied", **FASTER), ec_speed, f"Plain and with {ec.how}: "
+     f"{medians(ec.plain.median_s, ec.emptied.median_s)}.", gpu_only=not CUDA)
 
 # %% [markdown]
 # ## 12. "`pin_memory=True` always helps"
@@ -535,11 +554,20 @@ other = threads.best_other(advised)
 vs_one, vs_other = threads.speedup(advised, 1), threads.speedup(advised, other)
 
 # %%
+t_one, t_adv = threads.runs[1].median_s, threads.runs[advised].median_s
+busy = os.getloadavg()[0] / CORES  # runnable tasks per core just after the timing
 viz.verdict(Prediction(f"{advised} threads' speedup over 1", "work split over idle cores", low=1.0, high=float(CORES),
-                       unit="x"), vs_one)
+                       unit="x"), vs_one, explain={
+    "below": f"{advised} threads took {(t_adv - t_one) * 1e3:.1f} ms a step more than one thread "
+             f"({medians(t_one, t_adv)}): more than losing the split's gain can cost. With {busy:.1f} runnable "
+             f"tasks per core the cores were not idle: at every OpenMP barrier (each parallel op ends in one) "
+             "a thread waits until the scheduler runs its sibling, a time slice of milliseconds against "
+             "operators of microseconds.",
+    "above": f"{advised} threads beat {CORES} cores' split: the one-thread run ({medians(t_one, t_adv)}) was "
+             "slowed more by the load than the split run."})
 claim_verdict("set_num_threads(min(8, cores))", Claim("torch.set_num_threads(min(8, cores)) is best", f"{advised} threads' "
-     f"speedup over the best other count ({other})", **FASTER), vs_other, f"{advised} threads ran a step in "
-     f"{threads.runs[advised].median_s * 1e3:.1f} ms, {other} in {threads.runs[other].median_s * 1e3:.1f} ms (medians).")
+     f"speedup over the best other count ({other})", **FASTER), vs_other, f"{advised} threads and {other}: "
+     f"{medians(threads.runs[other].median_s, threads.runs[advised].median_s)}.")
 
 # %% [markdown]
 # ## 14. "Larger DDP buckets (500 MB to 1 GB) reduce communication overhead"
@@ -586,7 +614,7 @@ viz.verdict(Prediction(f"all-reduces per step at {DDP_CAPS[0]} MB over DDP's def
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim("larger DDP buckets (500 MB-1 GB) reduce communication overhead",
      "step speedup of 500 MB buckets over DDP's default", **FASTER), buckets,
      f"For a {grad_mb:.2f} MiB gradient DDP's default made {calls[None]} all-reduce(s) per step and 500 MB "
-     f"{calls[500]}, at {si(bk[None]['step_s'], 's')} and {si(bk[500]['step_s'], 's')} a step (medians); the tiny "
+     f"{calls[500]}, at {medians(bk[None]['step_s'], bk[500]['step_s'])}; the tiny "
      f"cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default.")
 
 # %% [markdown]
@@ -637,7 +665,7 @@ for name, ratio in per_sample.items():
 # 2 processes, DDP's all-reduce against top-k 1 % with error feedback, each step timed. The two
 # train side by side in one job, each with its own model and optimizer on the same batches, taking
 # turns step by step (the order reversed every other step): step `i` of each ran under the same
-# load, so the speedup is the ratio of the medians over these paired steps, with its bootstrap
+# load, so the speedup is the median of these paired steps' ratios, with its order-statistic
 # interval.
 # **Prediction:** the payload is 2 % of the dense bytes, within 5 %.
 
@@ -658,8 +686,8 @@ viz.verdict(Prediction("top-k 1 % payload over dense bytes", "values + int32 ind
 claim_verdict("top-k compression", Claim("top-k gradient compression speeds up the all-reduce",
                                 "step speedup of top-k 1 % over DDP's all-reduce", **FASTER), tk,
      f"It sent {wire:.1%} of the bytes of a {dense_r['dense_bytes_per_step'] / 1e3:.0f} kB gradient; the step "
-     f"went from {stats.median(dense_r['round_times_s'][skip:]) * 1e3:.2f} to "
-     f"{stats.median(topk_r['round_times_s'][skip:]) * 1e3:.2f} ms (medians), selection and all-gather included.")
+     f"took {medians(stats.median(dense_r['round_times_s'][skip:]), stats.median(topk_r['round_times_s'][skip:]))}"
+     " with the all-reduce and with top-k, selection and all-gather included.")
 
 # %% [markdown]
 # ## 17. "The best number of DataLoader workers is 4-8"

@@ -33,6 +33,11 @@ from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
 __all__ = ["CapstoneJob", "FixLoop", "Round", "Total", "job_peak", "next_fix", "round_speedup"]
 
+# a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
+# apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
+# such a bound is shown as context, not judged
+MIN_TESTABLE_SHARE = 0.05
+
 # the share of the step each planted problem's finding reads (the fixes left alone at the end)
 FINDING_OF_FIX = {"data": "data", "sync": "sync", "ddp": "communication", "optimizer": "optimizer"}
 
@@ -193,7 +198,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
     data at the next collective), against an unprofiled step, since the profiler slows PyTorch's
     operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak, and the
-    compute fixes' bounds are too loose to test them (``Pick.untested`` says why).
+    compute fixes' bounds are too loose to test them; a finding that fired on a count with a share
+    below :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test (``Pick.untested`` says why).
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -214,8 +220,12 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                             f"Amdahl: the data time and the collectives that wait for it, {share:.1%} "
                             "of an unprofiled step, removed", fix, ("data", "communication"))
             names = " + ".join([f["kind"], *also])
+            tight = "" if share >= MIN_TESTABLE_SHARE else (
+                f"the {f['kind']} finding fired on its count, not its time: a share of {share:.1%} puts "
+                f"the bound within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job minutes "
+                "apart repeat, so any measurement would cross it by noise alone")
             return Pick(f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {share:.1%} removed", fix, (f["kind"], *also))
+                        f"Amdahl: the {names} share {share:.1%} removed", fix, (f["kind"], *also), tight)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":
@@ -251,7 +261,14 @@ class Round:
 class Total:
     """What the kept fixes bought: ``direct``, the fixed job's tokens/s over the slow job's
     (``slow_tps`` -> ``fixed_tps``, measured as a round is); ``product``, the ``kept`` rounds'
-    speedups multiplied; ``repeated``: the slow job was run again after the fixed one."""
+    speedups multiplied; ``repeated``: the slow job was run again after the fixed one.
+
+    ``seams``: where the product and the direct ratio part, ``(configuration, a, b)`` with
+    ``product / direct`` exactly the product of the ``a / b``: each kept configuration but the
+    last at its tokens/s as its round's "after" (``a``) and as the next kept round's "before"
+    (``b``: with repeat runs, the mean of that run and its repeat); the slow job at its tokens/s
+    in the direct ratio (``a``) and as the first kept round's "before" (``b``).
+    """
 
     direct: Estimate
     product: Estimate
@@ -259,6 +276,7 @@ class Total:
     repeated: bool
     slow_tps: float
     fixed_tps: float
+    seams: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def drift(self) -> bool:
@@ -274,7 +292,8 @@ class FixLoop:
     ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
     configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes that
     measured below 1x (their median ratio; its interval may still hold 1), with their speedup;
-    ``gains`` the kept fixes' speedups with their intervals.
+    ``gains`` the kept fixes' speedups with their intervals; ``kept_tps`` each kept round's
+    ``(fix, tokens/s before, tokens/s after)``.
     """
 
     job: CapstoneJob
@@ -288,6 +307,7 @@ class FixLoop:
     tried: dict[str, float] = field(default_factory=dict)
     waterfall: list[tuple[str, float]] = field(default_factory=list)
     gains: list[Estimate] = field(default_factory=list)
+    kept_tps: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -327,6 +347,7 @@ class FixLoop:
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})
             self.waterfall.append((pick.fix, est.value))
             self.gains.append(est)
+            self.kept_tps.append((pick.fix, r.before_tps, r.after_tps))
         else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est.value
         return r
@@ -352,8 +373,11 @@ class FixLoop:
         product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), direct.level,
                            min(g.n for g in self.gains), "the rounds' intervals combined as independent "
                            "errors (their log half-widths added in quadrature)")
-        return Total(direct, product, len(self.gains), len(befores) > 1,
-                     statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(last))
+        slow_tps = statistics.mean(self.job.tokens_per_s(b) for b in befores)
+        seams = [("the slow job", slow_tps, self.kept_tps[0][1])]
+        seams += [(fix, after, nxt[1]) for (fix, _, after), nxt in zip(self.kept_tps, self.kept_tps[1:])]
+        return Total(direct, product, len(self.gains), len(befores) > 1, slow_tps,
+                     self.job.tokens_per_s(last), tuple(seams))
 
     def left_alone(self) -> list[str]:
         """One line per planted problem the loop neither kept nor tried: the share of the

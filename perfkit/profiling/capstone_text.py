@@ -3,9 +3,10 @@ verdict's sentence for each outcome, built from the two diagnoses around the fix
 
 A round predicts a fix's gain from the share of the step its finding measured (Amdahl's law,
 ``1 / (1 - share)``), or from the machine's peak for a larger batch. Its :class:`Pick` records
-the bound, the phases whose shares make it, and, for a bound too loose to test the fix at
-this job's sizes, why (``untested``): such a bound is printed as context beside the
-measurement, never recorded as a prediction. :func:`explain_round` words each outcome with the
+the bound, the phases whose shares make it, and, for a bound that cannot test the fix at
+this job's sizes (too loose, or too close to 1x for this job's noise), why (``untested``):
+such a bound is printed as context beside the measurement, never recorded as a prediction.
+:func:`explain_round` words each outcome with the
 measured quantities that decide it: each phase's milliseconds per profiled step before and
 after the fix, the host reads (syncs) per step, the profiler's slowdown.
 
@@ -32,7 +33,7 @@ class Pick:
     """The next round's fix: the finding ``kind`` it answers, the ``share`` of the step that
     finding measured, the most the fix can buy (``bound``, x), the model it comes from, the
     ``phases`` of the diagnosis whose shares make the bound, and ``untested``: empty when the
-    bound can fail, else why it is too loose to test the fix (it is then printed as context)."""
+    bound can fail, else why it cannot test the fix (it is then printed as context)."""
 
     kind: str
     share: float

@@ -25,7 +25,7 @@ from perfkit.units import si_interval
 from perfkit.viz.core import tidy
 
 __all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_context", "round_text",
-           "show_round", "total_text", "waterfall_shares"]
+           "seams_text", "show_round", "total_text", "waterfall_shares"]
 
 _UP, _DOWN, _TOTAL, _FLAT = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0"
 
@@ -178,7 +178,7 @@ def round_text(r: Round) -> str:
 
 
 def round_context(r: Round) -> str:
-    """The Markdown line of a round whose bound is too loose to test its fix
+    """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
     (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
     test the fix, and whether the speedup's interval lies above 1x. Recorded as no verdict.
 
@@ -193,8 +193,8 @@ def round_context(r: Round) -> str:
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
-            f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound is too loose to test the "
-            f"fix: {r.pick.untested}. As for the gain, {gain}.")
+            f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound cannot test the fix: "
+            f"{r.pick.untested}. As for the gain, {gain}.")
 
 
 def total_text(t: Total) -> str:
@@ -208,15 +208,36 @@ def total_text(t: Total) -> str:
     if not t.repeated:
         return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
                       "are the same runs.")
-    out += f"{point} ({low} to {high})"
+    out += f"{point} ({low} to {high})" + seams_text(t)
     if not t.drift:
-        return out + ": the two agree within their intervals; each bar is its fix's share of the direct gain."
+        return out + " The two agree within their intervals; each bar is its fix's share of the direct gain."
     apart = max(p.value / d.value, d.value / p.value)
-    return out + (f", {apart:.2f}x {'below' if p.high < d.low else 'above'} "
+    return out + (f" The product lies {apart:.2f}x {'below' if p.high < d.low else 'above'} "
                   "the direct gain, beyond both intervals: each round compares runs a minute apart, and what "
-                  "changed between rounds (the load) compounds in the product. The headline is the direct "
-                  "gain; each bar is its fix's share of it (its speedup's logarithm over the sum of theirs), "
-                  "with its own measured speedup below.")
+                  "changed between rounds (the load, or a repeat run slower than the run it repeats) "
+                  "compounds in the product. The headline is the direct gain; each bar is its fix's share "
+                  "of it (its speedup's logarithm over the sum of theirs), with its own measured speedup below.")
+
+
+def seams_text(t: Total) -> str:
+    """Why the rounds' product is not the direct ratio, in the run's numbers: each configuration's
+    tokens/s in the two comparisons it joined (:attr:`Total.seams`), whose ratios multiply to
+    exactly the product over the direct ratio. Empty without seams.
+
+    Raises:
+        TypeError: for ``t`` that is not a :class:`~perfkit.profiling.capstone.Total`.
+    """
+    check_type("t", t, Total)
+    if not t.seams:
+        return ""
+    moved = math.prod(a / b for _, a, b in t.seams)
+    return ("; it differs from the direct ratio by exactly the seams between the comparisons, where one "
+            "configuration's tokens/s is read twice: " + ", ".join(
+                f"{name if name.startswith('the ') else 'after --fix ' + name} {a:,.0f} -> {b:,.0f}"
+                for name, a, b in t.seams)
+            + " (each kept configuration as its round's \"after\", then as the next round's \"before\", the "
+            "mean of that run and its repeat; the slow job in the direct ratio, then in round 1). Their "
+            f"ratios multiply to {moved:.3g}x, the product over the direct gain.")
 
 
 def show_round(r: Round | None) -> bool:

@@ -1,6 +1,7 @@
 """perfkit.profiling.capstone (the capstone's fix loop) and viz.capstone's round display,
 on hand-made job results: no torchrun here (tests/notebooks runs the real loop)."""
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -8,13 +9,22 @@ from pathlib import Path
 import pytest
 
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone import CapstoneJob, FixLoop, Round, job_peak, next_fix, round_speedup
+from perfkit.profiling.capstone import (
+    MIN_TESTABLE_SHARE,
+    CapstoneJob,
+    FixLoop,
+    Round,
+    job_peak,
+    next_fix,
+    round_speedup,
+)
 from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
     plot_waterfall,
     round_context,
     round_text,
+    seams_text,
     show_round,
     total_text,
     waterfall_shares,
@@ -99,6 +109,17 @@ def test_next_fix_takes_the_worst_finding_with_a_fix_left():
     pick = next_fix(rep, r, JOB, ["sync"], ("data", "sync", "ddp"), FIX_FOR, 1e9)
     assert (pick.fix, pick.share) == ("ddp", pytest.approx(0.3)) and "sync + communication" in pick.model
     assert next_fix(rep, r, JOB, ["sync"], ("data", "sync"), FIX_FOR, 1e9).fix == "data"  # ddp unavailable
+    assert not pick.untested  # a 30 % share: a bound that can fail
+
+
+def test_a_finding_with_a_share_too_small_to_test_is_context():
+    # the sync finding fires on its count (29 reads a step) with 1 % of the step: a bound of 1.01x
+    rep = report([("medium", "sync", 0.01)], {"sync": 0.01})
+    pick = next_fix(rep, result([0.2] * 8), JOB, [], ("sync",), FIX_FOR, 1e9)
+    assert pick.bound == pytest.approx(1 / 0.99) and "fired on its count" in pick.untested
+    assert "1.0%" in pick.untested
+    edge = report([("medium", "sync", MIN_TESTABLE_SHARE)], {"sync": MIN_TESTABLE_SHARE})
+    assert not next_fix(edge, result([0.2] * 8), JOB, [], ("sync",), FIX_FOR, 1e9).untested
 
 
 def test_the_data_share_is_counted_against_an_unprofiled_step():
@@ -253,6 +274,16 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     assert total.drift and "above the direct gain" in total_text(total) and "**8.00x**" in total_text(total)
     # combined in quadrature: the product of the rounds' lows (2 x 2 x 2 = 8) would hide the drift
     assert total.product.low > 8.0 * 1.05
+    # the seams say exactly where the product parts from the direct ratio: sync ran 500 tokens/s
+    # as round 1's after and (500 + 500 / 1.5) / 2 as round 2's before; the slow job 250 both times
+    names = [n for n, _, _ in total.seams]
+    assert names == ["the slow job", "sync", "data"]
+    assert total.seams[1][1:] == (pytest.approx(500), pytest.approx(500 * (1 + 1 / 1.5) / 2))
+    assert total.seams[0][1:] == (pytest.approx(250), pytest.approx(250))
+    moved = math.prod(a / b for _, a, b in total.seams)
+    assert moved == pytest.approx(total.product.value / total.direct.value)
+    assert "after --fix sync 500 -> 417" in seams_text(total) and "multiply to 1.44x" in seams_text(total)
+    assert seams_text(total) in total_text(total)
     loop, total = play_all(True, {})
     assert total.product.value == pytest.approx(total.direct.value) and not total.drift
     assert "agree within their intervals" in total_text(total)
@@ -267,6 +298,7 @@ def test_quick_totals_are_the_same_runs_chained():
     assert ((), False) not in CALLS and not total.repeated
     assert total.product.value == pytest.approx(total.direct.value) == pytest.approx(8.0)
     assert "the same runs" in total_text(total)
+    assert all(a == pytest.approx(b) for _, a, b in total.seams)  # chained: no seam moves
 
 
 def test_each_bar_is_its_fix_share_of_the_direct_gain():

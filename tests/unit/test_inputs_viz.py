@@ -12,6 +12,7 @@ from perfkit.viz import (
     plot_time_to_target,
     plot_waterfall,
     round_context,
+    seams_text,
     total_text,
     waterfall_shares,
 )
@@ -32,6 +33,7 @@ CASES = [
     ("shares total nan", lambda: waterfall_shares([("a", 2.0)], math.nan), ValueError, "total"),
     ("shares steps empty", lambda: waterfall_shares([], 2.0), ValueError, "steps"),
     ("total_text not a Total", lambda: total_text(3.0), TypeError, "t must be"),
+    ("seams_text not a Total", lambda: seams_text(3.0), TypeError, "t must be"),
     ("curves empty", lambda: plot_time_to_target({}, 5.0), ValueError, "curves"),
     ("curves unequal", lambda: plot_time_to_target({"a": ([1, 2], [3.0])}, 5.0), ValueError,
      r"curves\['a'\]"),
