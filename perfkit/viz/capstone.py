@@ -216,7 +216,8 @@ def total_text(t: Total) -> str:
                   "the direct gain, beyond both intervals: each round compares runs a minute apart, and what "
                   "changed between rounds (the load, or a repeat run slower than the run it repeats) "
                   "compounds in the product. The headline is the direct gain; each bar is its fix's share "
-                  "of it (its speedup's logarithm over the sum of theirs), with its own measured speedup below.")
+                  "of it (its speedup's logarithm over the sum of theirs), with its own measured speedup "
+                  "below.")
 
 
 def seams_text(t: Total) -> str:
