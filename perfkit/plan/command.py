@@ -63,7 +63,8 @@ def _gb(x: float) -> str:
 
 LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-parallel degrees; zN "
           "ZeRO stage; mbN sequences per micro-batch; vN interleaved chunks per stage; sel / full "
-          "selective / full recomputation (es: PyTorch's early stop); sp sequence parallelism; "
+          "selective / full recomputation (es: PyTorch's early stop); op torchtitan's op-level "
+          "checkpointing (asked for only); sp sequence parallelism; "
           "stages a-b-c blocks per pipeline stage")
 FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
               "square, no recomputation) per second over the peak; HFU: the FLOPs the GPUs run "

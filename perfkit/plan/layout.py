@@ -42,7 +42,9 @@ class Layout:
         zero: ZeRO stage 0-3 over the data-parallel (and context-parallel) ranks.
         micro_batch: sequences per micro-batch per data-parallel replica.
         interleave: model chunks per pipeline stage (``v`` of the interleaved schedule).
-        recompute: ``"none"``, ``"selective"`` (attention scores) or ``"full"`` (blocks).
+        recompute: ``"none"``, ``"selective"`` (attention scores), ``"full"`` (blocks) or
+            ``"op"`` (torchtitan's op-level selective checkpointing: every second matmul of a
+            block rerun, :meth:`perfkit.plan.model.ModelSpec.op_matmuls`).
         early_stop: full recomputation through PyTorch's non-reentrant checkpoint (2.1 and
             later, on by default), which stops rerunning a block once the last tensor its
             backward needs is back: the block's last matmul, the MLP's down-projection, is not
@@ -149,7 +151,7 @@ class Layout:
         parts += [f"cp{self.cp}"] if self.cp > 1 else []
         parts += [f"z{self.zero}", f"mb{self.micro_batch}"]
         parts += [f"v{self.interleave}"] if self.interleave > 1 else []
-        parts += {"none": [], "selective": ["sel"], "full": ["full"]}[self.recompute]
+        parts += {"none": [], "selective": ["sel"], "full": ["full"], "op": ["op"]}[self.recompute]
         parts += ["es"] if self.early_stop else []
         parts += ["sp"] if self.sp else []
         parts += ["gpipe"] if self.schedule == "gpipe" else []

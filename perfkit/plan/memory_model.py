@@ -144,8 +144,9 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     # the last stage one micro-batch and the head's tensors: the most loaded stage counts
     acts = max(lay.in_flight(global_batch, i) * n * per_layer + (head if i == lay.pp - 1 else 0)
                for i, n in enumerate(split))
-    if lay.recompute == "full":  # one block rebuilt at a time in backward
-        acts += model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
+    if lay.recompute in ("full", "op"):  # one block rebuilt at a time in backward
+        rebuilt = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
+        acts += rebuilt - (per_layer if lay.recompute == "op" else 0)  # "op" kept part of it
     if lay.zero == 3:
         buffers = 2 * model.layer_params / lay.tp * wb  # gathered: computing + prefetched
         if unsharded_with_pp and lay.pp > 1:  # the whole stage gathered, gradients unsharded

@@ -12,11 +12,11 @@ cross-entropy peak and, under a pipeline, unsharded FSDP weights and gradients; 
 :mod:`perfkit.plan.memory_model`), and :func:`memory_check` predicts each and reports the
 error and whether the layout fits the GPU.
 
-What the planner does not model, each row says in ``unmodelled``: torchtitan's op-level
-selective checkpointing (it recomputes every second matmul of a block, Korthikanti et al.'s
-selective recomputation recomputes attention's scores only), Float8 linears and
-``torch.compile`` (their own buffers and fusions), and the allocator's fragmentation
-(reserved over allocated memory).
+torchtitan's "selective op" checkpointing is the planner's ``recompute="op"`` (every second
+matmul of a block rerun, :meth:`perfkit.plan.model.ModelSpec.op_matmuls`), not Korthikanti et
+al.'s selective recomputation (attention's scores only). What the planner does not model, each
+row says in ``unmodelled``: Float8 linears and ``torch.compile`` (their own buffers and
+fusions), AsyncTP's buffers, and the allocator's fragmentation (reserved over allocated memory).
 
 Usage::
 
@@ -135,8 +135,6 @@ def memory_runs() -> list[MemoryRun]:
     for table, label, name, seq, fsdp, tp, pp, cp, local, ac, schedule, gib in TORCHTITAN_MEMORY_ROWS:
         model = _llama(name, seq)
         missing = []
-        if ac == "selective op":
-            missing.append("op-level selective checkpointing (every second matmul recomputed)")
         both = table in ("Table 2", "Table 4", "Table 5", "Table 6")  # compile + Float8 throughout
         if both or "compile" in label:
             missing.append("torch.compile's fusions")
@@ -150,7 +148,7 @@ def memory_runs() -> list[MemoryRun]:
         else:
             micro = local // pp if pp > 1 else local  # one micro-batch per stage under a pipeline
             lay = Layout(dp=fsdp, tp=tp, pp=pp, cp=cp, zero=3, micro_batch=micro,
-                         recompute="full" if ac == "full" else "selective", sp=tp > 1)
+                         recompute="full" if ac == "full" else "op", sp=tp > 1)
         missing.append("allocator fragmentation (reserved over allocated)")
         seq_note = f" s={seq}" if table in ("Table 2", "Table 6") else ""  # the tables' varied column
         out.append(MemoryRun(table, f"{name} {label}{seq_note}", model, lay, fsdp * local, gib * GIB,

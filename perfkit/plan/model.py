@@ -31,7 +31,9 @@ from perfkit.compute.flops import gpt_train_flops
 
 __all__ = ["RECOMPUTE", "ModelSpec", "model_from_config"]
 
-RECOMPUTE = ("none", "selective", "full")
+# "op": torchtitan's op-level selective checkpointing (ModelSpec.op_matmuls), beside Korthikanti
+# et al.'s selective recomputation (attention's scores only) and full recomputation
+RECOMPUTE = ("none", "selective", "full", "op")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,9 @@ class ModelSpec:
         :attr:`early_stop_skipped_params`."""
         check_choice("recompute", recompute, RECOMPUTE)
         check_type("early_stop", early_stop, bool)
+        if recompute == "op":  # the forward of the matmuls op-level checkpointing does not keep
+            rerun = self.layers * sum(i * o for i, o in self.op_matmuls()[1])
+            return 6.0 * self.block_matmul_params + 2.0 * rerun + self.head_flops_per_token
         if recompute != "full":
             return 6.0 * self.block_matmul_params + self.head_flops_per_token
         rerun = self.block_matmul_params - (self.early_stop_skipped_params if early_stop else 0)
@@ -161,6 +166,22 @@ class ModelSpec:
         backward never needs; none when a dropout after it keeps a mask from that output.
         ``tests/unit/test_plan.py`` counts PyTorch's recomputed FLOPs against it."""
         return 0 if self.dropout else self.layers * self.ffn * self.hidden
+
+    def op_matmuls(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """A block's weight matmuls as ``(in, out)`` widths: those whose outputs torchtitan's
+        op-level selective checkpointing keeps, and those it reruns in backward.
+
+        Its policy (torchtitan ``_apply_ac_to_transformer_block``, ``_custom_policy``) saves the
+        output of every op in its save list (``aten.mm``, the SDPA kernels, ``reduce_scatter``)
+        "except every second mm", counted per block: of Q, K, V, O, the MLP's up (and gate) and
+        down matmuls in forward order it keeps the 1st, 3rd, 5th and 7th (Q, V, the MLP's first
+        matmul and, gated, its down-projection) and reruns the others (K, O, the gate or the
+        down-projection). Everything outside the list (norms, rotary, the MLP's activation,
+        unfused attention) is rerun from those and the block's input."""
+        h, k, f = self.hidden, self.kv_dim, self.ffn
+        mlp = [(h, f), (h, f), (f, h)] if self.gated else [(h, f), (f, h)]
+        order = [(h, h), (h, k), (h, k), (h, h), *mlp]
+        return order[0::2], order[1::2]
 
     @cached_property
     def block_matmul_params(self) -> int:
@@ -232,13 +253,17 @@ class ModelSpec:
         splits them too. Selective recomputation drops the ``s^2`` terms; a fused attention
         kernel never keeps them (it keeps its output and a log-sum-exp, ``4 a s b`` bytes in
         fp32, with ``2sbh`` more for its output). Full recomputation keeps the block's input,
-        ``2 sbh`` (``/t`` with sequence parallelism). Context parallelism divides ``s``.
+        ``2 sbh`` (``/t`` with sequence parallelism). Op-level checkpointing (``"op"``,
+        :meth:`op_matmuls`) keeps the block's input (``/t`` with SP), the kept matmuls' outputs
+        (``/t``; a gated MLP's down-projection output is the row-parallel matmul's partial sum
+        before its reduction: whole) and a fused attention kernel's output and log-sum-exp
+        (unfused attention is rerun). Context parallelism divides ``s``.
 
         Args:
             micro_batch: ``b``, sequences per micro-batch (>= 1).
             tp: tensor-parallel degree ``t`` (>= 1).
             sp: sequence parallelism (splits the ``10 sbh`` by ``t``).
-            recompute: ``"none"``, ``"selective"`` or ``"full"``.
+            recompute: ``"none"``, ``"selective"``, ``"full"`` or ``"op"``.
             cp: context-parallel degree (divides the sequence each GPU holds).
 
         Returns:
@@ -257,6 +282,12 @@ class ModelSpec:
         sbh = s * b * h
         if recompute == "full":
             return d * 2 * sbh / (tp if sp else 1)
+        if recompute == "op":
+            outs = [o for _, o in self.op_matmuls()[0]]
+            row = outs.pop() if self.gated else 0  # the down-projection's output, whole
+            kept = sum(2 * s * b * o for o in outs) + (2 * sbh if self.flash else 0)
+            lse = 4 * a * s * b if self.flash else 0.0  # bytes, fp32
+            return d * (2 * sbh / (tp if sp else 1) + 2 * s * b * row + kept / tp) + lse / tp
         masks = 2 * sbh if self.dropout else 0  # bytes: two 1-byte dropout masks
         whole = 4 * sbh + 2 * sbh + 2 * sbh + masks  # two norms' inputs, QKV and MLP inputs
         split = (2 * sbh + 2 * s * b * k) + 2 * s * b * k + 2 * sbh  # Q, K; V; proj input

@@ -108,7 +108,9 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
         "pp": [p for p in range(1, model.layers + 1) if gpus % p == 0],  # uneven splits too
         "cp": [c for c in (1, 2, 4, 8) if gpus % c == 0 and (c == 1 or model.seq >= 8192)],
         "zero": [0, 1, 2, 3], "micro_batch": _pow2(16), "interleave": [1, 2, 4],
-        "recompute": list(RECOMPUTE), "sp": [False, True], "schedule": ["1f1b"],
+        # torchtitan's op-level checkpointing ("op") only when asked for: Megatron's selective
+        # recomputation and full recomputation bound it on either side
+        "recompute": [r for r in RECOMPUTE if r != "op"], "sp": [False, True], "schedule": ["1f1b"],
         "early_stop": [False],
     }
     for k, v in fixed.items():

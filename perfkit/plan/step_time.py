@@ -152,7 +152,8 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
              - model.head_flops_per_token) / model.layers
     attn_fwd, attn_bwd = model.attention_flops_split(lay.recompute)
     attn = (attn_fwd / cluster.attention_flops + attn_bwd / cluster.attention_backward_flops) / model.layers
-    passes = MEM_PASSES + (2 if lay.recompute == "full" else 0)
+    # a rerun (full, or op-level: every op outside its save list) reads and writes them again
+    passes = MEM_PASSES + (2 if lay.recompute in ("full", "op") else 0)
     act = model.activation_bytes_per_layer(lay.micro_batch, lay.tp, lay.sp, "none", lay.cp)
     # the last stage's loss, op by op: see loss_passes
     loss = loss_passes(model.act_bytes) * model.logits_bytes(lay.micro_batch, lay.tp, lay.cp)
@@ -162,7 +163,9 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     # all-reduces of b s fp32 numbers (max, sum of exponentials, target logit) (an
     # early-stopping rerun ends before the down-projection and its all-reduce)
     msg = tokens_mb / lay.cp * model.hidden * model.act_bytes  # bytes of one block's output
-    n_tp = 4 + ((1 if lay.early_stop else 2) if lay.recompute == "full" else 0)
+    # (op-level: the rerun output projection's all-reduce, or under SP the two all-gathers the
+    # reruns need, the same bytes)
+    n_tp = 4 + ((1 if lay.early_stop else 2) if lay.recompute == "full" else 0) + (lay.recompute == "op")
     link = _link(lay.tp, cluster) if lay.tp > 1 else None
     # context parallelism: K and V pass cp - 1 times forward, twice that backward, hidden
     # behind attention's own FLOPs (12 h s per token and layer, forward + backward)

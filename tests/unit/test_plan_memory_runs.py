@@ -106,3 +106,63 @@ def test_result_without_a_layout_has_no_error():
     res = memory_check(memory_runs())
     none = [r for r in res if r.predicted is None]
     assert len(none) == 1 and none[0].error is None and none[0].fits is None
+
+
+LLAMA = ModelSpec("llama-ish", layers=2, hidden=64, heads=4, ffn=160, vocab=1000, seq=32, kv_heads=2,
+                  gated=True, tied=False)
+
+
+def test_op_level_checkpointing_keeps_every_second_matmul_output():
+    h, k, f = 64, 32, 160
+    kept, rerun = LLAMA.op_matmuls()
+    assert kept == [(h, h), (h, k), (h, f), (f, h)]  # Q, V, gate, down (1st, 3rd, 5th, 7th)
+    assert rerun == [(h, k), (h, h), (h, f)]  # K, O, up
+    gelu = ModelSpec("gpt", layers=2, hidden=64, heads=4, ffn=256, vocab=1000, seq=32)
+    assert gelu.op_matmuls() == ([(64, 64), (64, 64), (64, 256)], [(64, 64), (64, 64), (256, 64)])
+    # bytes by hand, bf16, b = 2, s = 32: block input, Q, V, gate, down, the kernel's output
+    # (2 bytes each), and its fp32 log-sum-exp per head
+    s, b, a = 32, 2, 4
+    want = 2 * s * b * (h + h + k + f + h + h) + 4 * a * s * b
+    assert LLAMA.activation_bytes_per_layer(b, recompute="op") == want
+    # tp = 2 with SP: the block input and every column-parallel output split; the down-projection's
+    # output is the row-parallel partial sum, whole
+    want_tp = 2 * s * b * ((h + h + k + f + h) / 2 + h) + 4 * a * s * b / 2
+    assert LLAMA.activation_bytes_per_layer(b, tp=2, sp=True, recompute="op") == want_tp
+    # it keeps less than no recomputation and more than full recomputation
+    assert (LLAMA.activation_bytes_per_layer(b, recompute="full") < want
+            < LLAMA.activation_bytes_per_layer(b, recompute="none"))
+
+
+def test_op_level_checkpointing_reruns_the_matmuls_it_does_not_keep():
+    h, k, f = 64, 32, 160
+    base = LLAMA.dense_flops_per_token("none")
+    assert LLAMA.dense_flops_per_token("op") - base == 2 * LLAMA.layers * (h * k + h * h + h * f)
+    # the fused kernel's output is kept: attention is not rerun (full recomputation reruns it)
+    assert LLAMA.attention_flops_split("op") == LLAMA.attention_flops_split("none")
+    assert Layout(dp=2, zero=3, recompute="op").label() == "dp2 tp1 pp1 z3 mb1 op"
+
+
+def test_op_level_checkpointing_is_searched_only_when_asked_for():
+    from perfkit.plan import named_cluster, plan
+
+    c = named_cluster("h100-sxm")
+    free = plan(LLAMA, c, 8, 16)
+    assert all(x.layout.recompute != "op" for x in free.best)
+    asked = plan(LLAMA, c, 8, 16, fixed={"recompute": "op"})
+    assert asked.best and all(x.layout.recompute == "op" for x in asked.best)
+
+
+def test_memory_rebuilds_the_rest_of_one_block_under_op_checkpointing():
+    lay = Layout(micro_batch=2, recompute="op")
+    mem = memory_per_gpu(LLAMA, lay, 2)
+    op = LLAMA.activation_bytes_per_layer(2, recompute="op")
+    none = LLAMA.activation_bytes_per_layer(2)
+    head = LLAMA.logits_bytes(2) + 2 * (2 * 32 * 64 * 2)
+    assert mem.activations == 2 * op + head + (none - op)
+
+
+def test_torchtitan_selective_op_rows_are_op_level_checkpointing():
+    res = [r for r in memory_check(memory_runs()) if r.run.table in ("Table 1", "Table 3")]
+    assert len(res) == 6 and all(r.run.layout.recompute == "op" for r in res)
+    # Korthikanti's selective recomputation keeps everything a fused kernel does: ~1.5x too much
+    assert all(r.fits and abs(r.error) <= 0.15 for r in res)
