@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from perfkit import compute, hw, sizing, stats, timing, viz
+from perfkit import ceilings, compute, hw, sizing, stats, timing, viz
 from perfkit.compute import autocast_parts, budget, compiling, fusion, kernels, throughput
 from perfkit.compute import experiments as ex
 from perfkit.models import gpt2_workload, tiny_gpt2
@@ -59,8 +59,10 @@ CORPUS_BYTES = 200_000 if QUICK else 1_000_000  # text the tokenizer is trained 
 ATTN_T = [128, 256, 512] if QUICK else [128, 256, 512, 1024]
 ATTN_B = 2 if QUICK else 4                     # batch of the attention sweep
 GPT_ATTN_T = [256] if QUICK else [128, 256, 512]
-MATMUL_N = ([960, 1021, 1022, 1023, 1024, 1025, 1026, 1031, 1088, 1089] if QUICK
-            else [960, *range(1016, 1034), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
+MATMUL_N = ([960, 1018, *range(1021, 1028), 1030, 1031, 1034, 1038, 1088, 1089] if QUICK
+            else [960, *range(1016, 1040), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
+# both hold 6 or more odd widths and 6 even ones off the vector grid (n % 4 == 2): the fewest
+# a 90 % interval of section 5's parity ratio needs, so its verdict can be decided at either size
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
 COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of seconds on a CPU
@@ -72,7 +74,6 @@ if DEVICE.type == "cuda":  # a model big enough to keep a GPU busy
 BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
 
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
-bf16_ratio = limits.peak_flops("bfloat16") / limits.peak_flops("float32")
 print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; copy bandwidth "
       f"{si(limits.copy_bytes_per_s, 'B/s')}\n{vm.bf16_sentence(limits)}")
 
@@ -98,6 +99,7 @@ SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, cal
 PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 THREADS = sizing.timing_threads()
 SHARE = limits.thread_share(THREADS) if DEVICE.type == "cpu" else 1.0  # these threads' own ceiling, measured
+CEIL_THREADS = THREADS if DEVICE.type == "cpu" else None  # the ceilings' thread count for these timings
 print(sizing.threads_note(THREADS, SHARE))
 for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("shape sweep", SHAPE_PLAN)):
     print(f"bf16 {what}: {plan.note}")
@@ -153,8 +155,9 @@ print(ex.largest_rise(curves))
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
 # was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
 # the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
-# off notebook 00's ceilings: `f` = the step's model FLOPs at the fp32 ceiling over its time,
-# `r` = the ratio of the bf16 and fp32 ceilings. But those are square matmuls of the best size,
+# off notebook 00's ceilings, both on the threads the step runs on: `f` = the step's model FLOPs
+# at the fp32 ceiling over its time, `r` = the ratio of the bf16 and fp32 ceilings (the bf16 one
+# raised in the next cell wherever the step's counted FLOPs beat it). But those are square matmuls of the best size,
 # while this step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
 # tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
 # So the prediction the verdict uses measures `f` and `r` at the step's own shapes
@@ -176,11 +179,22 @@ print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
           " of model FLOPs (section 6 turns these into MFU, one per setting)")
+# FLOPs that ran (FlopCounterMode: every matmul; fused attention has no formula, so a lower bound),
+# held against the bf16 ceiling on these threads, which they raise where they beat it
+bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
+hfu1 = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / amp.candidate.median_s,
+                        f"the bf16 step at batch {AMP_BATCH}", threads=CEIL_THREADS)
+limits = hfu1.limits  # raised where the step beat it: every later share is held against the raised one
+print(f"  bf16's counted FLOPs ran at {si(hfu1.rate, 'FLOP/s')}: {hfu1.share:.0%} of the bfloat16 ceiling on "
+      f"{THREADS} thread(s), {si(hfu1.after, 'FLOP/s')}" + (f" ({hfu1.note}; notebook 00's sweep measured it at "
+                                                          "larger, square shapes)" if hfu1.raised else ""))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
                               limits.peak_flops("float32") * SHARE))
-print(f"from the ceilings: f = {f_ceil:.1%}, r = {bf16_ratio:.3g} -> {1 / ((1 - f_ceil) + f_ceil / bf16_ratio):.3g}x")
+r_ceil = limits.peak_flops("bfloat16", CEIL_THREADS) / limits.peak_flops("float32", CEIL_THREADS)  # these threads'
+print(f"from the ceilings on {THREADS} thread(s): f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
+      f"{1 / ((1 - f_ceil) + f_ceil / r_ceil):.3g}x")
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
       + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x")
@@ -624,8 +638,19 @@ settings = [("fp32", False, b) for b in BATCHES] + [("bf16", False, b) for b in 
 bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else []))  # interleaved
 print("\n".join(vc.throughput_lines(bench.points, SHARE)))
 bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
-print(sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16", SHARE)[2]
-      + f" (bf16, batch {bf16_top.batch}" + (f"; {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "") + ")")
+bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16",
+                                             SHARE)
+hfu6 = ceilings.observe(limits, "bfloat16", bf16_per_sample * bf16_top.batch / bf16_top.step.median_s,
+                        f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
+limits = hfu6.limits
+print(f"bf16, batch {bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling" + (f" x {SHARE:.0%}" if SHARE < 1
+                                                                                    else "")
+      + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
+         "rest in float32, so the step is held against what the machine does without bf16")
+      + f". Its counted FLOPs (section 1's count per sample) ran at {si(hfu6.rate, 'FLOP/s')}: {hfu6.share:.0%} of "
+      f"the bfloat16 ceiling on {THREADS} thread(s), {si(hfu6.after, 'FLOP/s')}" + (f" ({hfu6.note})" if hfu6.raised
+                                                                                  else "")
+      + (f". {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "."))
 vc.plot_throughput(bench.points)
 plt.show()
 
@@ -683,10 +708,23 @@ top = max(bench.points, key=lambda p: p.mfu)
 swept = max(q.n for q in limits.matmul_points if q.dtype == top.ceiling)  # notebook 00's largest size
 print(ex.largest_mfu_text(top, swept, SHARE, THREADS, sizing.CORES))
 at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 MFU of this setting
-print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%}, the figure the summary reports"
-      + (f"; section 1 timed the same step beside bf16 at {amp.baseline.median_s * 1e3:.1f} ms, here "
-         f"{at_batch.step.median_s * 1e3:.1f} ms: the same setting in other company, and the load between"
-         if AMP_BATCH == BATCH else ""))
+# every cell that timed an fp32 step at batch BATCH, each in its own rounds beside other steps (ms)
+timed = {"this sweep, beside every batch and bf16": at_batch.step.median_s * 1e3}
+if AMP_BATCH == BATCH:
+    timed["section 1, beside its bf16 copy and the autocast parts"] = amp.baseline.median_s * 1e3
+if step_rec is not None:
+    timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
+if PAD_PRECISION == "fp32":
+    timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
+if BATCH in curve.batches:
+    timed["the batch curve, beside the other batches"] = curve.step_s(curve.batches.index(BATCH)).value * 1e3
+print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the float32 ceiling" + (f" x {SHARE:.0%}" if SHARE < 1 else "")
+      + ", the figure the summary reports, from this sweep's step time")
+print(f"the fp32 batch-{BATCH} step in this notebook: " + "; ".join(f"{k}: {v:.1f} ms" for k, v in timed.items())
+      + f". They spread {max(timed.values()) / min(timed.values()):.2f}x: each cell times its step in its own rounds, "
+      "beside other steps and under the load of its own minutes (load average now "
+      f"{os.getloadavg()[0]:.1f} on {sizing.CORES} cores), so each ratio in this notebook is taken inside one cell's "
+      "rounds, never across cells.")
 
 # %% [markdown]
 # **The largest batch that fits.** Throughput grows with the batch until memory runs out. On a

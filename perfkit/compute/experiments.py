@@ -275,7 +275,8 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     check_int("swept", swept, 1)
     check_real("share", share, 0, 1, lo_open=True)
     head = (f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the "
-            f"{top.ceiling} ceiling). ")
+            f"{top.ceiling} ceiling"
+            + (f" x {share:.0%}, what {threads} of {cores} threads reach" if share < 1 else "") + "). ")
     if top.mfu <= 1:
         return head + ("For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
                        "against the vendor's peak.")

@@ -38,7 +38,7 @@ from perfkit.stats import Estimate
 from perfkit.timing import Measurement, interleaved
 
 __all__ = [
-    "PRECISIONS", "GPTShape", "Speedup", "compare", "gpt2_shape", "gpt_train_flops",
+    "PRECISIONS", "GPTShape", "Speedup", "compare", "counted_flops", "gpt2_shape", "gpt_train_flops",
     "make_train_step", "mfu", "precision_dtype",
 ]
 
@@ -135,6 +135,23 @@ def precision_dtype(precision: str) -> str:
         ValueError: for a precision other than ``fp32``, ``bf16`` or ``fp16``.
     """
     return PRECISIONS[check_choice("precision", precision, PRECISIONS)]
+
+
+def counted_flops(step: Callable[[], object]) -> int:
+    """FLOPs that ``FlopCounterMode`` counts in one call of ``step`` (a training step: forward,
+    backward, optimizer): the matmuls that really ran, for an HFU and for
+    :func:`perfkit.ceilings.observe`. Kernels without a registered formula (the CPU's fused
+    attention) count nothing, so this is a lower bound of the work done.
+
+    Raises:
+        TypeError: for a ``step`` that is not callable.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    check_callable("step", step)
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return int(counter.get_total_flops())
 
 
 def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,

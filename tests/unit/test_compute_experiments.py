@@ -8,7 +8,7 @@ import torch
 
 from perfkit.compute import compiling, fusion, kernels
 from perfkit.compute import experiments as ex
-from perfkit.compute.flops import Speedup
+from perfkit.compute.flops import Speedup, counted_flops
 from perfkit.compute.kernels import ShapePoint
 from perfkit.timing import Measurement
 from perfkit.viz import compute as vc
@@ -125,6 +125,9 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
                                share=0.5, threads=1, cores=2)
     assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
     assert "QUICK" not in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "mfu": 1.4}), 2048)
+    shared = ex.largest_mfu_text(top, 2048, share=0.51, threads=1, cores=2)  # the share it was held against
+    assert "against the float32 ceiling x 51%, what 1 of 2 threads reach)" in shared and "PaLM" in shared
+    assert "x 100%" not in ex.largest_mfu_text(top, 2048, share=1.0)
 
 
 def test_attention_table_and_disturbed_lengths():
@@ -158,6 +161,13 @@ def test_a_disturbed_sweep_gets_a_disturbed_verdict_whatever_its_figure():
     ok = ex.disturbed_verdict(pred, 3.0, "", explain=explain)  # clean: the rule decides, both ways
     assert ok.outcome == "held" and "grew as modelled" in ok.text
     assert ex.disturbed_verdict(pred, 0.5, "").outcome == "missed"
+
+
+def test_counted_flops_counts_the_matmuls_that_ran():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert counted_flops(lambda: a @ b) == 2 * 8 * 16 * 4
+    assert counted_flops(lambda: (a @ b) @ b.T) == 2 * 8 * 16 * 4 * 2
+    assert counted_flops(lambda: a.relu() + 1) == 0  # elementwise work is not counted
 
 
 def test_loss_and_throughput_lines():

@@ -443,6 +443,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("chain_model extra_s", lambda: fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), -1.0, 1e9),
      ValueError, "extra_s"),
     ("disturbed_length points", lambda: cx.disturbed_length("pts"), TypeError, "points"),
+    ("counted_flops step", lambda: compute.counted_flops("step"), TypeError, "step"),
     ("disturbed_text points", lambda: cx.disturbed_text(5), TypeError, "points"),
     ("disturbed_verdict reason", lambda: cx.disturbed_verdict(Prediction("a", "b", low=1.0), 2.0, None),
      TypeError, "reason must be a str"),
