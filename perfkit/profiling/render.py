@@ -155,7 +155,8 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     mfu, ceiling = rep["mfu"], rep.get("mfu_ceiling")
     of = (f" on {ceiling['threads']} thread{'s' * (ceiling['threads'] != 1)} "
           f"({si(ceiling['flops_per_s'], 'FLOP/s')}), the threads the script ran on" if ceiling else "")
-    lines.append(f"{li}MFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak{of} (the FLOPs "
+    # the profiler counts the FLOPs that ran (recomputation included): hardware FLOPs, so HFU
+    lines.append(f"{li}HFU: " + (f"{mfu * 100:.3g} % of this machine's measured fp32 peak{of} (the FLOPs "
                                   "the profiler counted)" if isinstance(mfu, float) else mfu))
     lines += _memory_lines(rep["memory"], li)
     if rep["shares"]:
