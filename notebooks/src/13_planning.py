@@ -83,28 +83,34 @@ dp_tp_job = pool.submit(dist.launch, "perfkit.jobs.tp_plan", 2 * NPROC, ["--conf
 # masks) stay whole until sequence parallelism splits them too. The planner counts the same
 # terms one tensor at a time, so that a Llama-style block (SwiGLU keeps four `f`-wide tensors,
 # grouped-query attention narrower keys and values) gets its own count. The cell checks the
-# term-by-term count against the paper's closed forms for GPT-3's 1.7B shape.
+# term-by-term count against the paper's closed forms for the smallest GPT of Megatron-LM's
+# weak-scaling table (Narayanan et al. 2021, Table 1: 1.7 B parameters, 24 layers, hidden size
+# 2304, 24 attention heads). `N` in `6 N` counts the parameters that take part in a matmul: the
+# blocks' weights and the output layer, not the embedding lookups, norms and biases.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from perfkit.plan import ModelSpec
 
-gpt = ModelSpec("GPT 1.7B", layers=24, hidden=2304, heads=18, ffn=4 * 2304, vocab=51200, seq=2048,
-                dropout=True, flash=False)
-s, b, h, a, t = 2048, 1, 2304, 18, 8
+gpt = ModelSpec("GPT 1.7B", layers=24, hidden=2304, heads=24, ffn=4 * 2304, vocab=51200, seq=2048,
+                dropout=True, flash=False)   # Narayanan et al. 2021, Table 1
+s, b, h, a, t = 2048, 1, 2304, 24, 8
 cases = {"no parallelism": (gpt.activation_bytes_per_layer(b), s * b * h * (34 + 5 * a * s / h)),
          "TP 8": (gpt.activation_bytes_per_layer(b, tp=t), s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
          "TP 8 + SP": (gpt.activation_bytes_per_layer(b, tp=t, sp=True), s * b * h * (34 + 5 * a * s / h) / t),
          "TP 8 + SP, selective": (gpt.activation_bytes_per_layer(b, t, True, "selective"), s * b * h * 34 / t)}
 for name, (ours, paper) in cases.items():
     print(f"{name:22s} {ours / 2**20:8.1f} MiB per layer (paper's formula {paper / 2**20:8.1f} MiB)")
-print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.model_flops_per_token() / 1e9:.1f} GFLOP per token")
+print(f"{gpt.num_params / 1e9:.2f} B parameters, {gpt.matmul_params / 1e9:.2f} B of them in matmuls (N); "
+      f"6 N + 12 L h s = {gpt.model_flops_per_token() / 1e9:.1f} GFLOP per token")
 
 # %% [markdown]
 # ## 2. On this machine: predicted against measured
 #
 # `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
-# matmul ceiling and half the copy bandwidth notebook 00 measured (`perfkit.hw.cached_limits`),
+# matmul ceiling and half the copy bandwidth in the cache of measured ceilings
+# (`perfkit.hw.cached_limits`: notebook 00 fills it, and any later run that beats a ceiling
+# raises it),
 # and the link between them is an alpha-beta fit of 2-process all-reduces. Notebook 02's sweep
 # times calls back to back, so the ranks stay in lockstep. A step issues its collectives one at
 # a time between computations, and some of them wait for a thread the OS must wake, or for a
@@ -137,10 +143,15 @@ here = local_cluster(hw.cached_limits(), rounds_link(res.link["sizes"], res.link
 spec = tiny_gpt2_spec(**MODEL)
 bw = (f"{here.intra.bandwidth / 1e9:.2f} GB/s" if here.intra.bandwidth < UNRESOLVED_BANDWIDTH
       else "bandwidth not resolved (the all-reduces' times did not grow with size: a busy machine)")
+limits = hw.cached_limits()
 print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_bytes_per_s / 1e9:.1f} GB/s "
-      f"per process; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring step, {bw}")
+      f"per process, an equal share of the cached fp32 matmul ceiling ({limits.peak_flops('float32') / 1e9:.0f} "
+      f"GFLOP/s on all cores) and copy bandwidth ({limits.copy_bytes_per_s / 1e9:.1f} GB/s), the highest any "
+      f"notebook measured, which the cache keeps; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring "
+      f"step, {bw}")
 pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
-print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the fp32 matmul ceiling")
+print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.peak_flops / 1e9:.0f} GFLOP/s "
+      f"per process ({pred.efficiency * here.gpu.peak_flops / 1e9:.1f} GFLOP/s in a step's matmuls)")
 
 # %% [markdown]
 # The predictions are recorded before their measurements are read: each step time within 25 %
@@ -157,9 +168,16 @@ for n in time_pred:
     print(f"{n}: {terms}")
 
 # %%
+ddp = res.variants["ddp_adamw"]
 for n, p in time_pred.items():
     v = res.variants[n]
     measured = stats.median_interval([x * 1e3 for x in v.step_times_s])
+    per_round = stats.median_ratio(v.step_times_s, ddp.step_times_s)   # the rounds alternate the layouts
+    spread = (f"Its {len(v.step_times_s)} steps ran from {min(v.step_times_s) * 1e3:.1f} to "
+              f"{max(v.step_times_s) * 1e3:.1f} ms and DDP's, in the same rounds, from "
+              f"{min(ddp.step_times_s) * 1e3:.1f} to {max(ddp.step_times_s) * 1e3:.1f} ms (the fitted DDP step is "
+              f"their median). Per round, {n}'s step over DDP's: {per_round.text('x')}, predicted "
+              f"{pred.times[n].total_s / pred.times['ddp_adamw'].total_s:.2f}x.")
     extra = (measured.value - pred.times[n].total_s * 1e3)
     comm_ms = sum(x for k, x in pred.times[n].terms.items() if k in ("data-parallel", "zero-3 gathers")) * 1e3
     calls = sum((v.calls or {}).values())
@@ -169,7 +187,7 @@ for n, p in time_pred.items():
                  "rounds; the step's come after longer stretches of compute, over which the two ranks, sharing "
                  "the cores with everything else, can drift further apart (time `perfkit.comm.isolated_times` "
                  "with a longer gap_s to see it).",
-        "below": f"The step took {-extra:.1f} ms less than predicted."})
+        "below": f"The step took {-extra:.1f} ms less than predicted.", "inconclusive": spread})
 
 # %%
 for n, p in state_pred.items():
@@ -244,8 +262,9 @@ pipe_pred = {n: Prediction(f"{n} step, {N_MICRO} micro-batches on {NPROC} stages
 bubble_saved = (NPROC - 1) * (T_F + T_B) * (1 - 1 / 2) * 1e3   # ms of bubble two chunks per rank save
 sends = pipe_pred["interleaved"].value - pipe_pred["1f1b"].value + bubble_saved
 print(f"interleaving (v = 2) saves {bubble_saved:.0f} ms of bubble and pays {sends:.1f} ms more in sends between "
-      f"stages (each micro-batch crosses {2 * NPROC - 1} stage boundaries each way instead of {NPROC - 1}, "
-      f"each paying this link's {here.intra.alpha_s * 1e6:.0f} us start-up)")
+      f"stages: a micro-batch crosses {2 * NPROC - 1} stage boundaries each way instead of {NPROC - 1}, and the "
+      f"planner charges a step 2 v m sends (one each way per micro-batch and chunk), {2 * 2 * N_MICRO} instead "
+      f"of {2 * N_MICRO}, each at this link's {here.intra.alpha_s * 1e6:.0f} us start-up")
 pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
 for n, p in pipe_pred.items():
     viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
@@ -276,10 +295,13 @@ tp_pred = Prediction("TP 2's step time", "planner: DDP's fitted efficiency, ever
 # %%
 comm, comm_pred = tp_rec["tp_comm"], tp.time.terms["tensor-parallel"] * 1e3
 apart, present = (stats.median(comm[k]) * 1e3 for k in ("skew_s", "transfer_s"))
-where = (f"With its all-reduces skipped the step took {stats.median(tp_rec['times_s']['tp_compute']) * 1e3:.1f} ms "
-         f"(predicted {tp_pred.value - comm_pred:.1f}); inside it, its {comm['calls']} all-reduces spent "
-         f"{apart:.1f} ms with one rank waiting for the other to arrive and {present:.1f} ms with both there, "
-         f"against {comm_pred:.1f} ms predicted.")
+alone = stats.median(tp_rec['times_s']['tp_compute']) * 1e3
+where = (f"With its all-reduces skipped the step took {alone:.1f} ms (predicted {tp_pred.value - comm_pred:.1f}); "
+         f"inside it, its {comm['calls']} all-reduces spent {present:.1f} ms with both ranks there, against "
+         f"{comm_pred:.1f} ms predicted, and {apart:.1f} ms with one rank waiting for the other to arrive: the "
+         f"late rank was still computing (or off its core), so that wait lies inside the compute, not on top "
+         f"of it: {alone:.1f} + {present:.1f} = {alone + present:.1f} ms, against the step's "
+         f"{stats.median(tp_rec['times_s']['tp']) * 1e3:.1f} ms.")
 viz.verdict(tp_pred, stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]]),
             explain=dict.fromkeys(("above", "below", "held"), where))
 
@@ -328,6 +350,8 @@ llama = model_from_config({"model_type": "llama", "hidden_act": "silu", "hidden_
 h100 = named_cluster("h100-sxm", efficiency=0.5)
 big = plan(llama, h100, gpus=512, global_batch=4 * 2**20 // 8192)
 print(report_text(big, top=5))
+print(f"N in 6 N: the {llama.matmul_params / 1e9:.2f} B parameters in matmuls (blocks and output layer; the "
+      f"embedding lookup, norms and biases do no matmul), of {llama.num_params / 1e9:.2f} B")
 
 # %% [markdown]
 # How far apart are these layouts, against how far the planner itself is from published runs

@@ -109,7 +109,8 @@ def plot_bubbles(rows: Sequence[Mapping], ax: Axes | None = None) -> Axes:
     ps = sorted({r["p"] for r in rows})
     for p in ps:
         ms = range(1, max(r["n_micro"] for r in rows) + 1)
-        ax.plot(list(ms), [bubble_formula("gpipe", p, m) for m in ms], color="grey", lw=1)
+        ax.plot(list(ms), [bubble_formula("gpipe", p, m) for m in ms], color="grey", lw=1,
+                label="formula (p - 1) / (m + p - 1)" if p == ps[0] else None)
         ax.text(max(ms), bubble_formula("gpipe", p, max(ms)), f" p={p}", fontsize=8, va="center")
     for name, marker in (("gpipe", "o"), ("1f1b", "s")):
         pts = [r for r in rows if r["schedule"] == name]

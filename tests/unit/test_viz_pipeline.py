@@ -48,8 +48,9 @@ def test_grids_and_bubbles():
     plt.close("all")
     rows = [{"p": 2, "schedule": "gpipe", "n_micro": 4, "measured": 0.21, "interval": [0.2, 0.22]},
             {"p": 2, "schedule": "1f1b", "n_micro": 8, "measured": 0.12, "interval": [0.11, 0.13]}]
-    ax = plot_bubbles(rows)
-    assert len(ax.get_legend().get_texts()) == 2
+    ax = plot_bubbles(rows + [{**rows[0], "p": 4}])   # the formula line named once, not per p
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+        "1f1b measured", "formula (p - 1) / (m + p - 1)", "gpipe measured"]
     plt.close("all")
     with pytest.raises(TypeError, match="Timeline"):
         plot_timeline("grid")
