@@ -41,7 +41,6 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)  # the widget's default
 BATCH, SEQ = 8, 64                    # sequences per step, tokens per sequence
 REPEAT = 8 if QUICK else 30           # timed steps per variant (interleaved)
-LONG_SEQ = 256 if QUICK else 512      # a longer sequence for the attention T^2 term
 
 # %%
 import matplotlib.pyplot as plt
@@ -120,7 +119,7 @@ if anatomy.snapshot_path:
 fig = vmem.plot_memory_stack({
     "predicted": predicted,
     "measured (tensors)": measured,
-    "measured peak of the step": {"other": anatomy.peak},
+    "peak RSS above the step's start": {"other": anatomy.peak},
 }, title="One AdamW step of the tiny GPT-2")
 
 # %%
@@ -157,11 +156,13 @@ print(f"peak of the step above what was held before it ({anatomy.peak_source}): 
 #
 # **Prediction.** Per GPT-2 block (dropout 0), in elements, with B, T, C, H = batch, sequence,
 # width, heads (the docstring of `gpt2_saved_activation_bytes` lists each operation): two
-# LayerNorms keep input and output (4 BTC); the MLP keeps its 4C-wide input, GELU's
-# intermediate terms and output (20 BTC); attention keeps q, k, v and the softmax
+# LayerNorms keep input and output (4 BTC, and a mean and a reciprocal deviation per token,
+# 4 BT); the MLP keeps its 4C-wide input, GELU's intermediate terms and output (20 BTC);
+# `c_proj` keeps the attention output (BTC); attention itself keeps q, k, v and the softmax
 # probabilities (3 BTC + B H T^2) in the eager implementation, or the fused projection,
 # copies and a log-sum-exp (5 BTC + BHT) with PyTorch's fused `scaled_dot_product_attention`,
-# which never stores the T x T matrix.
+# which never stores the T x T matrix. In all, 28 BTC + B H T^2 (eager) or 30 BTC + BHT
+# (fused) per block, plus the 4 BT.
 #
 # The model is exact (bytes are counted, not estimated), so the prediction is that the meter
 # and the model agree to the byte at every shape.
@@ -206,8 +207,10 @@ viz.verdict(p_meter, max(meter_vs_model), explain={
 # **Measurement.** Three models with the same weights: plain; each block wrapped in
 # `torch.utils.checkpoint` by `perfkit.memory.checkpoint_blocks`; and transformers' own
 # switch (`activation_checkpointing_enable()`, called `gradient_checkpointing_enable()`
-# before transformers 5). The meter counts what each saves, the backward pass included
-# (where the checkpointed blocks run again).
+# before transformers 5). The meter counts what each forward pass leaves saved for the
+# backward pass. It runs the backward too, but the blocks' recompute there saves its tensors
+# through checkpoint's own `saved_tensors_hooks`, which take precedence over the meter's, so
+# the meter does not see them: those are sized from the model below.
 
 # %%
 models_ck = {k: gpt2_variant(MODEL, checkpointing=k, device=DEVICE) for k in CHECKPOINTING}
@@ -222,6 +225,11 @@ p_ck_mem = Prediction("bytes saved for backward with a checkpoint per block",
 viz.verdict(p_ck_mem, saved[CHECKPOINTING[1]], explain={
     "held": f"What lies outside the blocks is now {pred_ck.outside_layers / pred_ck.total:.0%} of it, "
             f"the log-softmax alone {logsoftmax / pred_ck.total:.0%}."})
+per_block = (pred_full.total - pred_full.outside_layers) / L  # bytes one block saves without checkpointing
+print(f"That is what the forward pass leaves. The backward pass rebuilds one block at a time with all its "
+      f"activations ({per_block / 1e6:.2f} MB per block, from the model), so saved activations peak near "
+      f"{(pred_ck.total + per_block) / 1e6:.2f} MB, {(pred_ck.total + per_block) / pred_full.total:.0%} of none "
+      "(Chen et al., 2016: the checkpoints plus one segment).")
 
 # %% [markdown]
 # **Prediction, time.** The backward pass runs each block's forward again. Counted in FLOPs,
@@ -233,13 +241,14 @@ viz.verdict(p_ck_mem, saved[CHECKPOINTING[1]], explain={
 # step should take **at least the plain step plus the blocks' forward**. On top of it comes
 # `torch.utils.checkpoint`'s bookkeeping, a Python hook for every tensor a block saves (in
 # the forward, and twice in the backward: the recompute stores it, the backward fetches it);
-# the model does not size it, the measurement does. The two checkpointing variants do the
-# same work (transformers calls the same non-reentrant `torch.utils.checkpoint`), so their
+# the model does not size it; the measurement shows only the total beyond the recompute.
+# The two checkpointing variants do the same work (transformers calls the same non-reentrant `torch.utils.checkpoint`), so their
 # times should agree within 10 %.
 #
 # **Measurement.** `perfkit.timing.interleaved` times the plain step, the blocks' forward
 # alone and the two checkpointed steps in rounds (one of each per round), so machine load
-# hits all four alike; each ratio is a ratio of medians over paired rounds.
+# hits all four alike; each ratio is the median of the paired rounds' ratios, with its 90 %
+# interval (`perfkit.stats.median_ratio`).
 
 # %%
 p_ck_time = Prediction("checkpointed step over (plain step + the blocks' forward)",
@@ -271,8 +280,9 @@ extra = slow.value - 1 - f_blocks.value   # beyond the recompute, in plain steps
 viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]), explain={
     "held": f"Of the {slow.value - 1:.2f} plain steps added, the recompute accounts for {f_blocks.value:.2f}; "
             f"the other {extra:.2f} ({extra * stats.median(t_plain) * 1e3 / L:.2f} ms per block and step) is "
-            "checkpoint's bookkeeping, paid per saved tensor, not per FLOP. The FLOP count's 4/3 was "
-            + ("exceeded." if slow.value > 4 / 3 else "not exceeded."),
+            "what the model leaves out and this run does not split up: checkpoint's hooks for every saved "
+            "tensor, and the recompute running inside the backward pass instead of alone. The FLOP count's "
+            "4/3 was " + ("exceeded." if slow.value > 4 / 3 else "not exceeded."),
     "below": f"The checkpointed step added {slow.value - 1:.2f} plain steps, less than the {f_blocks.value:.2f} "
              "the blocks' forward took alone: the recompute inside the backward pass ran faster than "
              "the same blocks called on their own."})
@@ -354,9 +364,10 @@ viz.build_widget(spec)
 
 # %%
 viz.show_headlines({
-    "measured step peak (tiny GPT-2)": viz.si(anatomy.peak, "B"),
+    "measured step peak above its start (tiny GPT-2)": viz.si(anatomy.peak, "B"),
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
-    "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none",
+    "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
+                                        f"about {(pred_ck.total + per_block) / pred_full.total:.0%} at the backward's peak",
     "checkpointing: step time": f"{slow.value:.2f}x",
     "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
 })

@@ -21,7 +21,8 @@ optimizer is SGD with momentum, the setting Deep Gradient Compression studies.
 
 Rank 0's result, per method: per-step losses (mean over ranks), ``final_loss`` (the whole
 training split, after the last step), ``eval_accuracy`` (digits only), payload bytes per
-step against dense fp32 bytes, the median step time and every step's time (the slower rank's).
+step against dense fp32 bytes, every step's time (the slower rank's) and the median of those
+(``step_s``).
 With ``"interleave": true`` the methods train side by side, taking turns every
 ``"round_steps"`` steps on the same batches, and each also reports ``round_times_s``: its
 time in every round, paired with the other methods' (a speed comparison one can trust on a
@@ -226,10 +227,10 @@ def _record(tr: _Trainer, workload: str) -> dict[str, Any]:
         acc = (float((tr.model(xe).argmax(1) == ye).float().mean()) if workload == "digits"
                else None)
     steps = len(tr.times)
-    times_t = torch.tensor(sorted(tr.times)[steps // 2], dtype=torch.float64)
-    dist.all_reduce(times_t, op=dist.ReduceOp.MAX)
     per_step = torch.tensor(tr.times, dtype=torch.float64)  # the slower rank's time of each step
     dist.all_reduce(per_step, op=dist.ReduceOp.MAX)
+    # the median of that series, so that step_s and any ratio of step_times_s speak of one statistic
+    times_t = per_step.sort().values[steps // 2]
     return {"method": tr.method, "losses": (losses / world).tolist(), "final_loss": final,
             "eval_accuracy": acc, "wire_bytes_per_step": tr.state.wire_bytes / steps,
             "dense_bytes_per_step": tr.state.dense_bytes / steps,

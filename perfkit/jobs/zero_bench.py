@@ -249,10 +249,10 @@ def rss_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One variant across ranks: slowest rank's median step, largest per-rank figures."""
+    """One variant across ranks: the median step (each step the slower rank's), largest per-rank figures."""
 
     name: str
-    step_s: float  # s, median over the timed steps, slowest rank
+    step_s: float  # s, median over the timed steps, each step's time the slowest rank's
     state_bytes: int  # optimizer state on the rank holding the most
     peak_rss_bytes: int | None  # peak RSS above the pre-build level, largest rank
     losses: list[float]  # global mean loss per step (warm-up steps included)
@@ -262,9 +262,9 @@ class VariantResult:
     calls: dict[str, int] | None = None  # collectives of one step, rank 0
     sent_bytes: dict[str, float] | None = None  # per collective, one rank, ring model
     transient_peak_bytes: int = 0  # perfkit's bucket buffers and gathered blocks, largest rank
-    step_p10_s: float = 0.0  # s, 10th and 90th percentiles of the slowest rank's steps
+    step_p10_s: float = 0.0  # s, 10th and 90th percentiles of step_times_s
     step_p90_s: float = 0.0
-    step_times_s: tuple[float, ...] = ()  # s, the slowest rank's timed steps, in round order
+    step_times_s: tuple[float, ...] = ()  # s, each timed step's slowest rank, in round order
 
 
 def step_ratio(a: VariantResult, b: VariantResult) -> Estimate:
@@ -358,9 +358,11 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
     out = {}
     for name in variants:
         per_rank = [r["variants"][name] for r in timed]
-        slowest = max(per_rank, key=lambda r: r["step_s"])
+        # a synchronous step ends when its slower rank does: each step's time is that rank's,
+        # and the median and percentiles are of that one series (the ratios use it too)
+        steps_s = [max(ts) for ts in zip(*(r["step_times_s"] for r in per_rank), strict=True)]
         out[name] = VariantResult(
-            name=name, step_s=max(r["step_s"] for r in per_rank),
+            name=name, step_s=stats.quantile(steps_s, 0.5),
             state_bytes=max(r["state_bytes"] for r in per_rank),
             peak_rss_bytes=max(r["peak_rss_bytes"][name] for r in peaks) if peaks else None,
             losses=per_rank[0]["losses"],
@@ -371,8 +373,8 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
                              key=lambda st: sum(st.values())),
             calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
             transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
-            step_p10_s=slowest["step_s_p10"], step_p90_s=slowest["step_s_p90"],
-            step_times_s=tuple(slowest["step_times_s"]))
+            step_p10_s=stats.quantile(steps_s, 0.1), step_p90_s=stats.quantile(steps_s, 0.9),
+            step_times_s=tuple(steps_s))
     r0 = timed[0]
     return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
                       {k: v for k, v in cfg.items() if k != "tokens"}, r0.get("link"))

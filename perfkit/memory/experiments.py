@@ -92,8 +92,10 @@ def measure_saved(model: nn.Module, ids: torch.Tensor, autocast: bool = False,
         model: a GPT-2 LM (``model(input_ids=, labels=)`` returns a loss).
         ids: ``(B, T)`` token ids, also the labels.
         autocast: run the forward under ``torch.autocast`` in bfloat16 on the ids' device type.
-        backward: run the backward inside the meter too; a checkpointed model saves its
-            blocks' tensors during the recompute there, so this counts those as well.
+        backward: run the backward inside the meter too. A checkpointed model's recompute
+            saves its blocks' tensors through checkpoint's own ``saved_tensors_hooks``, which
+            take precedence over the meter's, so those are not counted: the count stays what
+            the forward pass left for backward.
 
     Returns:
         The meter's :class:`~perfkit.memory.SavedTensorReport` (parameters reported apart).

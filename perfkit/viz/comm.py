@@ -300,14 +300,17 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]]) -> Figure:
         vals = [results[n][key] * (1e3 if key == "step_s" else 1) for n in names]
         bars = ax.barh(names, vals, color=["C3" if n.endswith("_ef") else "C0" for n in names])
         ax.set_xlabel(label)
-        if key == "wire_bytes_ratio":  # 1 % to 100 %: log, with 1-2-5 labels
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        elif key == "final_loss":  # linear, each bar labelled: losses differ by a few percent
+        if key == "final_loss":  # each bar labelled: close losses differ in the third digit
             ax.bar_label(bars, [f"{v:.3g}" for v in vals], fontsize=7, padding=2)
-            ax.set_xlim(0, 1.18 * max(vals))
+            ax.set_xlim(0.5 * min(vals), 3 * max(vals))
+        if key in ("wire_bytes_ratio", "final_loss"):  # each spans decades: log, with 1-2-5 labels
+            ax.set_xscale("log")
+            lo, hi = ax.get_xlim()
+            # only ticks inside the axes: a locator's labels beyond the limits still collide
+            ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                     for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+            ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].invert_yaxis()
     fig.suptitle("2-process DDP training per method (red: with error feedback)", fontsize=10)

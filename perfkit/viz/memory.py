@@ -12,12 +12,14 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit import stats
 from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.memory import gpt2_step_memory, zero_model_states, zero_table
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
@@ -52,6 +54,10 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(
         figsize=(8, max(2.2, 0.8 + 0.6 * len(bars))))  # tall enough for a legend of six kinds
     labels = list(bars)
+    largest = max(sum(v.values()) for v in bars.values())
+    # the axis unit follows the largest bar, so that its ticks read like the totals written beside it
+    scale, unit = next(((10.0 ** e, u) for e, u in ((12, "TB"), (9, "GB"), (6, "MB"), (3, "kB"))
+                        if largest >= 10.0 ** e), (1.0, "B"))
     seen: set[str] = set()
     for y, label in enumerate(labels):
         left = 0.0
@@ -59,24 +65,23 @@ def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,
             if value < 0:
                 raise ValueError(f"bars[{label!r}][{kind!r}] is negative: {value}")
             shown = value > 0 and kind not in seen  # a zero-sized kind gets no legend entry
-            ax.barh(y, value / 1e6, left=left / 1e6, color=MEMORY_COLORS.get(kind, None),
+            ax.barh(y, value / scale, left=left / scale, color=MEMORY_COLORS.get(kind, None),
                     label=kind if shown else None, edgecolor="white")
             seen.update([kind] if shown else [])
             left += value
-        ax.annotate(si(left, "B"), (left / 1e6, y), xytext=(4, 0), textcoords="offset points",
+        ax.annotate(si(left, "B"), (left / scale, y), xytext=(4, 0), textcoords="offset points",
                     va="center", fontsize=8)
-    largest = max(sum(v.values()) for v in bars.values())
     right = largest
     if limit_bytes and limit_bytes <= 4 * largest:
-        ax.axvline(limit_bytes / 1e6, color="black", ls="--", lw=1,
+        ax.axvline(limit_bytes / scale, color="black", ls="--", lw=1,
                    label=f"limit {si(limit_bytes, 'B')}")
         right = max(right, limit_bytes)
     elif limit_bytes:
         title += f"\n(largest bar = {largest / limit_bytes:.2%} of this device's {si(limit_bytes, 'B')})"
-    ax.set_xlim(0, 1.18 * right / 1e6 or 1)  # room for the total written after the longest bar
+    ax.set_xlim(0, 1.18 * right / scale or 1)  # room for the total written after the longest bar
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    ax.set_xlabel("MB (10^6 bytes)")
+    ax.set_xlabel(f"{unit} (10^{round(math.log10(scale))} bytes)" if scale > 1 else "bytes")
     ax.set_title(title)
     # outside the axes: inside, it would cover the end of a bar and its total
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -97,7 +102,8 @@ def plot_zero_stages(num_params: float, world_size: int, recipe: str = "mixed_ad
 
 
 def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
-    """Step time and optimizer-state bytes per rank of each variant of a comparison.
+    """Step time (over ``ddp_adamw``'s, or the first variant's, as the verdicts judge it) and
+    optimizer-state bytes per rank of each variant of a comparison.
 
     Args:
         comparison: a :class:`perfkit.jobs.zero_bench.Comparison`.
@@ -107,8 +113,13 @@ def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
     fig, axes = (ax[0].figure, ax) if ax is not None else plt.subplots(
         1, 2, figsize=(10, 0.8 + 0.5 * len(names)))
     v = comparison.variants
-    axes[0].barh(names, [v[n].step_s * 1e3 for n in names], color="tab:blue")
-    axes[0].set_xlabel("ms per step (median, slowest rank)")
+    base = "ddp_adamw" if "ddp_adamw" in v else names[0]
+    # the statistic the verdicts judge: the median of the interleaved rounds' ratios, 90 % interval
+    ests = [stats.median_ratio(v[n].step_times_s, v[base].step_times_s) for n in names]
+    axes[0].barh(names, [e.value for e in ests], color="tab:blue",
+                 xerr=[[e.value - e.low for e in ests], [e.high - e.value for e in ests]], capsize=3)
+    axes[0].axvline(1.0, color="black", ls=":", lw=1)
+    axes[0].set_xlabel(f"step time over {base}'s (median of paired rounds' ratios, 90 % interval)")
     axes[1].barh(names, [v[n].state_bytes / 1e6 for n in names], color="tab:green")
     axes[1].axvline(comparison.total_state_bytes / comparison.world_size / 1e6, color="black",
                     ls="--", lw=1, label="unsharded / N")

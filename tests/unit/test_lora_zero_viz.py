@@ -53,6 +53,11 @@ def test_amdahl_parts_and_bound():
     m = lambda ts: Measurement(tuple(ts), 0)   # noqa: E731
     parts = plora.amdahl_parts(m([10.0, 10.0, 10.0]), m([8.0, 8.0, 8.0]), m([5.0, 5.0, 5.0]))
     assert parts == {"forward + input-gradient backward": 5.0, "weight gradients": 3.0, "optimizer step": 2.0}
+    # drifting rounds: the parts still add up to the step's median (medians of per-round
+    # differences would give 5 + 5 + 5 = 15 here, more than the 14 s step)
+    drift = plora.amdahl_parts(m([10.0, 14.0, 30.0]), m([8.0, 9.0, 25.0]), m([5.0, 2.0, 20.0]))
+    assert drift == {"forward + input-gradient backward": 5.0, "weight gradients": 4.0, "optimizer step": 5.0}
+    assert sum(drift.values()) == 14.0
     # removes 3 s of weight gradients and 90 % of the 2 s optimizer step: 1 - 4.8 / 10
     assert plora.lora_bound(parts, 10.0, 0.1) == pytest.approx(0.52)
     assert plora.lora_bound({**parts, "weight gradients": -1.0}, 10.0, 0.1) == pytest.approx(0.82)
