@@ -152,18 +152,23 @@ def _times(name: str, xs: Sequence[float]) -> np.ndarray:
 
 
 def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate, float]:
-    """Share of the communication an overlapped step hid, and the most it could hide.
+    """Share of the step's communication an overlapped step hid, and the most it could hide.
 
-    ``hidden = (compute + comm - overlapped) / comm`` per round of paired rounds
-    (``compute_only``: forward + backward without communication; ``comm_only``: the
-    all-reduces alone; ``overlapped``), as the median over rounds with its order-statistic
-    interval (:func:`perfkit.stats.per_round`; no interval below 5 rounds). Only
-    backward can cover communication (the gradients exist only during it), so the ceiling
-    is ``min(backward, comm) / comm`` with ``backward_only``'s median, timed in the same
-    rounds on the same model and batch.
+    The baseline is the **bucketed** step: the same forward, backward, bucket copies and
+    all-reduces as the overlapped one, with the all-reduces after backward instead of during it,
+    timed in the same rounds. Its communication is ``bucketed - compute_only`` (medians;
+    ``compute_only``: forward + backward without communication), and the overlap hid
+    ``(bucketed - overlapped) / (bucketed - compute_only)``: per round the time the overlapped
+    step saved, over that median communication (its denominator's own spread is not in the
+    interval), as the median over rounds with its order-statistic interval
+    (:func:`perfkit.stats.per_round`; no interval below 5 rounds). The all-reduces timed alone
+    are not the baseline: in a round they follow work that does not line the processes up, so
+    their first collective also waits out the processes' skew. Only backward can cover
+    communication (the gradients exist only during it), so the ceiling is
+    ``min(backward, comm) / comm`` with ``backward_only``'s median from the same rounds.
 
     Args:
-        times_s: per-round seconds under ``compute_only``, ``comm_only``, ``overlapped`` and
+        times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
             ``backward_only``, round ``i`` of each timed back to back.
 
     Returns:
@@ -171,22 +176,23 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
 
     Raises:
         TypeError, ValueError: for ``times_s`` that is not a mapping, a missing, empty or
-            unequal series, or a time that is not > 0.
+            unequal series, a time that is not > 0, or a bucketed step whose median is not
+            above compute's (no communication showed in it to hide).
     """
     check_type("times_s", times_s, Mapping)
-    keys = ("compute_only", "comm_only", "overlapped", "backward_only")
+    keys = ("compute_only", "bucketed", "overlapped", "backward_only")
     if missing := [k for k in keys if k not in times_s]:
         raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
-    c, m, o, b = (_times(f"times_s[{k!r}]", times_s[k]) for k in keys)
-    if not len(c) == len(m) == len(o) == len(b):
+    c, s, o, b = (_times(f"times_s[{k!r}]", times_s[k]) for k in keys)
+    if not len(c) == len(s) == len(o) == len(b):
         raise ValueError(f"times_s series must hold the same number of rounds, got "
-                         f"{len(c)}, {len(m)}, {len(o)}, {len(b)}")
-
-    def share(compute: float, comm: float, overlapped: float) -> float:  # one round's seconds
-        return (compute + comm - overlapped) / comm
-
-    ceiling = min(float(np.median(b)), float(np.median(m))) / float(np.median(m))
-    est = stats.per_round(share, [c, m, o], what="paired rounds")
+                         f"{len(c)}, {len(s)}, {len(o)}, {len(b)}")
+    comm = float(np.median(s)) - float(np.median(c))  # s: the communication inside the bucketed step
+    if comm <= 0:
+        raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
+                         f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
+    ceiling = min(float(np.median(b)), comm) / comm
+    est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
     return est, ceiling
 
 
@@ -219,7 +225,7 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
     noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
     text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {si(abs(diff), 's')} "
             f"{'slower' if diff >= 0 else 'faster'} measured, {calls[-1] - calls[0]} x alpha = "
-            f"{si((calls[-1] - calls[0]) * alpha_s, 's')} by the fit; ")
+            f"{si((calls[-1] - calls[0]) * alpha_s, 's')} slower by the fit; ")
     if noise is None:
         return text + "no two caps share a count here, so this run does not show its noise."
     stands = abs(diff) > noise
@@ -232,7 +238,8 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
     off = model - diff  # s: > 0, the model charged more than the step paid
     lies = f". The model lies {si(abs(off), 's')}"
     if abs(off) <= noise:
-        return text + lies + " from it, within that noise: the data agree with it."
+        return text + lies + (" from it, within that noise: the data do not reject it (nor can they "
+                              "confirm it).")
     return text + lies + (f" {'above' if off > 0 else 'below'} it, more than that "
                           "noise: the data reject it for DDP's buckets, " + (
                        "whose all-reduces overlap backward and one another, so their start-ups do not add up."

@@ -13,7 +13,9 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
   alternation), and the measured share of communication hidden behind backward; in the same
   rounds, on the same model and batch without communication, ``compute_only`` (forward +
   backward), ``forward_only`` and ``backward_only`` (the backward of the graph the forward
-  just built), and ``comm_only`` (the bucketed all-reduces alone).
+  just built), and ``comm_only`` (the bucketed all-reduces alone); ``hidden_share``:
+  ``(bucketed - overlapped) / (bucketed - compute_only)`` by the medians (``None`` where the
+  bucketed step was not slower than compute alone), :func:`perfkit.comm.hidden_share`'s point.
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
   (``None``: left unset, DDP's default; the caps timed interleaved), and the calls
   :func:`perfkit.parallel.assign_buckets` predicts.
@@ -145,7 +147,8 @@ def compare(model_kw: dict[str, Any], batch: int, bucket_cap_mb: float, repeat: 
     # every repetition's time, the slower rank's: repetition i of each is taken back to back
     reps = dict(zip(keys, _slowest_each([m.times_s for m in runs]), strict=True))
     t = {k: statistics.median(v) for k, v in reps.items()}
-    hidden = (t["compute_only"] + t["comm_only"] - t["overlapped"]) / t["comm_only"]
+    comm = t["bucketed"] - t["compute_only"]  # s: the communication inside the bucketed step
+    hidden = (t["bucketed"] - t["overlapped"]) / comm if comm > 0 else None
     n_params = sum(p.numel() for p in plain.parameters())
     return {"max_abs_diff_vs_ddp": max_diff, "grad_scale": scale, "time_s": t,
             "times_s": reps, "hidden_share": hidden, "n_params": n_params,

@@ -166,6 +166,10 @@ def test_data_parallel_plots():
     fig = vcomm.plot_data_parallel({"time_s": t, "n_params": 1000, "buckets": 3,
                                     "hidden_share": 0.25})
     assert "25%" in fig.axes[0].get_title()
+    assert [ln.get_ydata()[0] for ln in fig.axes[0].lines] == [pytest.approx(30.0)]  # the bucketed step, ms
+    plt.close(fig)
+    fig = vcomm.plot_data_parallel({"time_s": t, "n_params": 1000, "buckets": 3, "hidden_share": None})
+    assert "no communication showed" in fig.axes[0].get_title()
     plt.close(fig)
     b = [{"bucket_cap_mb": c, "step_s": 0.01, "calls_per_step": n} for c, n in ((0.1, 5), (25, 1))]
     a = [{"k": k, "allreduce_bytes_per_sample": 100 / k, "s_per_sample": 1e-4} for k in (1, 4)]

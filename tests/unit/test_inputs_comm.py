@@ -38,7 +38,7 @@ LINK = AlphaBeta(1e-5, 1e9)
 T = torch.ones(4)
 PT2 = CollectivePoint("all_reduce", 1024, 2, 1e-4, 1e7, 1e7)
 PT3 = CollectivePoint("all_reduce", 1024, 3, 1e-4, 1e7, 1e7)
-ROUNDS = {k: [1.0, 1.0] for k in ("compute_only", "comm_only", "overlapped", "backward_only")}
+ROUNDS = {**{k: [1.0, 1.0] for k in ("compute_only", "overlapped", "backward_only")}, "bucketed": [2.0, 2.0]}
 PAYS = dict(codec_s=1e-3, nbytes=1 << 20, wire_ratio=0.02, loopback_busbw=1e9)
 
 CASES = [  # (id, call, exception, regex on the message)
@@ -176,9 +176,11 @@ CASES = [  # (id, call, exception, regex on the message)
     ("hidden_share.times_s list", lambda: hidden_share([[1.0]] * 4), TypeError,
      "times_s must be a Mapping"),
     ("hidden_share.times_s missing", lambda: hidden_share({"compute_only": [1.0]}), ValueError,
-     r"times_s must hold the series .* missing \['comm_only', 'overlapped', 'backward_only'\]"),
+     r"times_s must hold the series .* missing \['bucketed', 'overlapped', 'backward_only'\]"),
     ("hidden_share.times_s zero", lambda: hidden_share({**ROUNDS, "backward_only": [1.0, 0.0]}),
      ValueError, r"times_s\['backward_only'\] must be a finite number > 0"),
+    ("hidden_share.times_s no communication", lambda: hidden_share({**ROUNDS, "bucketed": [1.0, 1.0]}),
+     ValueError, r"times_s\['bucketed'\] must take longer than times_s\['compute_only'\]"),
     ("hidden_share.times_s unequal", lambda: hidden_share({**ROUNDS, "overlapped": [1.0]}),
      ValueError, "times_s series must hold the same number of rounds"),
     ("bucket_count_effect.buckets empty", lambda: bucket_count_effect([], 1e-5), ValueError,
