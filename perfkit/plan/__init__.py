@@ -4,7 +4,8 @@ A model (:mod:`perfkit.plan.model`), a cluster (:mod:`perfkit.plan.cluster`), a 
 (:mod:`perfkit.plan.layout`); memory per GPU (:mod:`perfkit.plan.memory_model`) and step time
 (:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`); published runs
 to hold it against (:mod:`perfkit.plan.published`) and published per-GPU memory
-(:mod:`perfkit.plan.memory_runs`); this machine (:mod:`perfkit.plan.local`);
+(:mod:`perfkit.plan.memory_runs`); which collectives hide behind compute, framework by
+framework (:mod:`perfkit.plan.overlap`); this machine (:mod:`perfkit.plan.local`);
 checkpoints, failures and the effective training time left (:mod:`perfkit.plan.failures`);
 the ``perfkit plan`` command (:mod:`perfkit.plan.command`).
 
@@ -107,6 +108,11 @@ from perfkit.plan.model import (
     RECOMPUTE,
     ModelSpec,
     model_from_config,
+)
+from perfkit.plan.overlap import (
+    OVERLAP_RULES,
+    OverlapRule,
+    exposed_time,
 )
 from perfkit.plan.published import (
     Comparison,
@@ -220,6 +226,9 @@ __all__ = [
     "ModelSpec",
     "MPT_SHAPES",
     "named_cluster",
+    "OVERLAP_RULES",
+    "OverlapRule",
+    "exposed_time",
     "parse_tokens",
     "Plan",
     "pipeline_prediction",

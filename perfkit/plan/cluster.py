@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.hw import MachineLimits
+from perfkit.plan.overlap import OVERLAP_RULES, OverlapRule
 
 __all__ = ["ASSUMED_LATENCY_S", "ATTENTION_EFFICIENCY", "GPU", "GPUS", "MEMORY_EFFICIENCY", "Cluster",
            "local_cluster", "named_cluster"]
@@ -119,13 +120,15 @@ class Cluster:
             the CUDA context, the allocator's fragmentation).
         overlap: communication can run beside compute (GPUs: copy engines and NCCL's own
             SMs); on a CPU the collectives' threads take the cores the compute needs.
-        sharded_hidden: the share of the compute that sharded data parallelism's collectives
-            (ZeRO-2's reduce-scatter and all-gather, ZeRO-3's per-micro-batch gathers and
-            reduce-scatter) may hide behind, in [0, 1]. Default 0: FSDP as llm-foundry ran it
-            hid none of them (its micro-batch sweep pays a fixed cost per micro-batch at least
-            as large as ZeRO-3's three collectives' transfer time:
-            :func:`perfkit.plan.published.micro_batch_overhead`); 1 is ideal prefetching. DDP's
-            bucketed all-reduce always overlaps the backward where ``overlap`` holds.
+        dp_overlap: the framework whose overlap of the data-parallel and ZeRO collectives
+            with compute the step follows (:data:`perfkit.plan.overlap.OVERLAP_RULES`:
+            ``"pytorch"`` DDP and FSDP, ``"megatron"``, ``"deepspeed"``, or ``"none"``): chunk
+            by chunk, one chunk exposed, no more hidden than the compute there is
+            (:func:`perfkit.plan.overlap.exposed_time`). Only where ``overlap`` holds.
+        sharded_hidden: ``None`` (default): ``dp_overlap`` decides. A share in [0, 1] instead
+            states outright how much of the compute ZeRO-2's and ZeRO-3's collectives hide
+            behind, as one block (0: none, what llm-foundry's micro-batch sweep suggests for
+            its FSDP runs, :func:`perfkit.plan.published.micro_batch_overhead`; 1: all of it).
         zero2_per_block: ZeRO-2's reduce-scatter and all-gather go block by block (and one
             for the embedding or head), as FSDP's ``SHARD_GRAD_OP`` wraps them; ``False``: in
             DDP's 25 MiB buckets, as :mod:`perfkit.parallel.zero`'s flat buffer (one collective
@@ -153,7 +156,8 @@ class Cluster:
     memory_efficiency: float = 1.0
     memory_share: float = 0.9
     overlap: bool = True
-    sharded_hidden: float = 0.0
+    dp_overlap: str = "pytorch"
+    sharded_hidden: float | None = None
     full_reduce_scatter: bool = False
     ddp_after_backward: bool = False
     zero2_per_block: bool = True
@@ -171,10 +175,18 @@ class Cluster:
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0, 1, lo_open=True)
         check_type("overlap", self.overlap, bool)
-        check_real("sharded_hidden", self.sharded_hidden, 0, 1)
+        check_choice("dp_overlap", self.dp_overlap, tuple(OVERLAP_RULES))
+        if self.sharded_hidden is not None:
+            check_real("sharded_hidden", self.sharded_hidden, 0, 1)
         check_type("full_reduce_scatter", self.full_reduce_scatter, bool)
         check_type("ddp_after_backward", self.ddp_after_backward, bool)
         check_type("zero2_per_block", self.zero2_per_block, bool)
+
+    @property
+    def overlap_rule(self) -> OverlapRule:
+        """The :class:`perfkit.plan.overlap.OverlapRule` of ``dp_overlap`` (``"none"`` where
+        ``overlap`` does not hold)."""
+        return OVERLAP_RULES[self.dp_overlap if self.overlap else "none"]
 
     @property
     def usable_memory(self) -> float:

@@ -31,6 +31,7 @@ from perfkit.plan.failures import (
     failure_plan,
 )
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
+from perfkit.plan.overlap import OVERLAP_RULES
 from perfkit.plan.search import Plan, plan
 
 __all__ = ["add_parser", "header_lines", "parse_tokens", "report_json", "report_text", "run"]
@@ -93,9 +94,18 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"{said('efficiency')}; usable memory {_gb(c.usable_memory)} GB per GPU "
         f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB: the rest for the CUDA "
         f"context, communication buffers and the allocator's fragmentation)",
+        _overlap_line(c),
         f"run: {p.global_batch} sequences per step ({p.global_batch * m.seq:,} tokens); "
         f"{d.get('recipe', 'bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam 12')}",
     ]
+
+
+def _overlap_line(c: Cluster) -> str:
+    """What of the data-parallel collectives the step hides, and on whose authority."""
+    if c.sharded_hidden is not None:
+        return (f"overlap: ZeRO-2/3's collectives hide behind {c.sharded_hidden:.0%} of the compute "
+                f"(--sharded-hidden); others: {c.overlap_rule.describe()}")
+    return f"overlap: {c.overlap_rule.describe()}"
 
 
 def _reasons(rejected: list[tuple[Any, str]]) -> list[tuple[int, str, str]]:
@@ -148,6 +158,7 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
                     "attention_backward_efficiency": p.cluster.attention_backward_efficiency,
                     "memory_efficiency": p.cluster.memory_efficiency,
                     "sharded_hidden": p.cluster.sharded_hidden,
+                    "dp_overlap": p.cluster.dp_overlap, "overlap": _overlap_line(p.cluster),
                     "source": p.cluster.gpu.source},
         "gpus": p.gpus, "global_batch": p.global_batch,
         "best": [{"layout": vars(c.layout), "label": c.layout.label(), "step_s": c.time.total_s,
@@ -227,9 +238,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--memory-efficiency", type=float, default=MEMORY_EFFICIENCY,
                    help="memory-bound kernels' share of the HBM bandwidth (default "
                         f"{MEMORY_EFFICIENCY:g}: the best share profiled on A100)")
-    c.add_argument("--sharded-hidden", type=float, default=0.0,
-                   help="share of the compute ZeRO-2/3's collectives hide behind (default 0: "
-                        "FSDP as llm-foundry ran it hid none; 1: ideal prefetching)")
+    c.add_argument("--overlap", choices=tuple(OVERLAP_RULES), default="pytorch",
+                   help="whose overlap of the data-parallel and ZeRO collectives with compute the "
+                        "step follows: pytorch (DDP buckets, FSDP prefetch), megatron "
+                        "(overlap_grad_reduce / overlap_param_gather), deepspeed (overlap_comm), "
+                        "composer (FSDP with BACKWARD_POST), none (default pytorch; one chunk "
+                        "always exposed, never more hidden than the compute)")
+    c.add_argument("--sharded-hidden", type=float, default=None,
+                   help="instead of --overlap for ZeRO-2/3: the share of the compute their "
+                        "collectives hide behind (0: none, as llm-foundry's FSDP sweep suggests; "
+                        "1: all of it)")
     r = ap.add_argument_group("run and constraints")
     r.add_argument("--global-batch-tokens", help="tokens per step, a whole number of sequences: "
                    "4M, 512k, 524288; k, M and G are powers of two (4M = 4,194,304 tokens, as "
@@ -306,7 +324,9 @@ def _cluster(args: argparse.Namespace) -> Cluster:
                       0.5 if args.efficiency is None else args.efficiency,
                       args.attention_efficiency, args.attention_backward_efficiency,
                       args.memory_efficiency)
-    return replace(c, sharded_hidden=check_real("--sharded-hidden", args.sharded_hidden, 0, 1))
+    hidden = args.sharded_hidden
+    return replace(c, dp_overlap=args.overlap,
+                   sharded_hidden=None if hidden is None else check_real("--sharded-hidden", hidden, 0, 1))
 
 
 def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int) -> None:

@@ -106,7 +106,9 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     ``DEFAULT`` mixed precision and in bf16 under ``PURE``, activation checkpointing as full
     recomputation (with PyTorch 2.1's early stop in :data:`FOUNDRY_EARLY_STOP`'s tables). A100
     tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU); the H100 tables name none
-    (400 Gb/s per GPU assumed). The MPT yamls ask for ``attn_impl: triton``, the Triton port
+    (400 Gb/s per GPU assumed). FSDP overlaps as Composer configures it by default
+    (``Cluster.dp_overlap = "composer"``, :data:`perfkit.plan.overlap.OVERLAP_RULES`). The MPT
+    yamls ask for ``attn_impl: triton``, the Triton port
     of FlashAttention of 2022-23, as fast as the first generation (FlashAttention-2's paper
     compares both): at that generation's stated shares of the peak, forward and backward
     (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
@@ -125,7 +127,7 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
         # the README's own count: 6 x every parameter (embeddings too) + 12 L d s per token
         per_token = 6 * n + 12 * layers * d * seq
         out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
-                                _flash1_cluster(gpu),
+                                replace(_flash1_cluster(gpu), dp_overlap="composer"),
                                 gbs, float(tok_gpu), mfu / 100, per_token,
                                 f"{src}, {FOUNDRY_TABLES[table]}", 4.0 if mp == "DEFAULT" else 2.0))
     return out
@@ -362,8 +364,8 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
     fitted by least squares as ``fixed + per_sequence * mb``. ``fixed`` is the cost that does
     not shrink with the micro-batch: FSDP's two all-gathers and reduce-scatter per
     micro-batch, if nothing hides them. ``planner_collectives_s`` is what
-    :func:`step_time` charges for them per micro-batch with none hidden (the default
-    ``Cluster.sharded_hidden = 0``; gradients in fp32, the sweep's ``DEFAULT`` mixed
+    :func:`step_time` charges for them per micro-batch with none hidden
+    (``Cluster.dp_overlap = "none"``; gradients in fp32, the sweep's ``DEFAULT`` mixed
     precision); a ``fixed`` near 0 would mean FSDP hid them.
 
     Returns:
@@ -382,7 +384,8 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
         model = ModelSpec(f"MPT {name}", layers=layers, hidden=d, heads=heads, ffn=ratio * d,
                           vocab=vocab, seq=seq, positions=seq, source=FOUNDRY_MB_SWEEP_SOURCE)
         lay = Layout(dp=gpus, zero=3, micro_batch=1)
-        t = step_time(model, lay, named_cluster("a100-80gb"), gpus * 2, grad_bytes=4.0)  # DEFAULT: fp32
+        t = step_time(model, lay, replace(named_cluster("a100-80gb"), dp_overlap="none"), gpus * 2,
+                      grad_bytes=4.0)  # DEFAULT: fp32; none hidden
         out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
                      "planner_collectives_s": t.terms["zero-3 gathers"] / t.detail["micro_batches"]}
     return out

@@ -14,11 +14,15 @@ all-gather, the same bytes on a ring; on gloo a reduce-scatter is a whole all-re
 ``Cluster.full_reduce_scatter``), in 25 MiB buckets (ZeRO-2: block by block, as FSDP wraps
 them, ``Cluster.zero2_per_block``), hides behind the last micro-batch's backward; ZeRO-3
 gathers weights twice and reduce-scatters gradients for every micro-batch, block by block.
-ZeRO-2's and ZeRO-3's collectives hide behind the share ``cluster.sharded_hidden`` of that
-compute (0 by default: FSDP as llm-foundry ran it; never on a CPU, whose cores run the
-collectives). Collectives are rings (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`)
-inside a node on NVLink and across nodes on the network, hierarchically where a group spans
-both. The optimizer step streams the local shard's states once.
+What of these collectives hides behind compute follows the framework
+(``cluster.dp_overlap``, :mod:`perfkit.plan.overlap`): chunk by chunk beside the last
+micro-batch's backward (reductions) and the first's forward (gathers; ZeRO-3: every
+micro-batch's), one chunk always exposed, never more hidden than that compute; nothing on a
+CPU, whose cores run the collectives. ``cluster.sharded_hidden``, where given, overrides it for
+ZeRO-2 and ZeRO-3 with a share of the compute. Collectives are rings
+(:func:`perfkit.comm.alpha_beta.ring_allreduce_time`) inside a node on NVLink and across nodes
+on the network, hierarchically where a group spans both. The optimizer step streams the local
+shard's states once.
 
 Usage::
 
@@ -38,6 +42,7 @@ from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.memory_model import BUCKET_BYTES, stage_params
 from perfkit.plan.model import ModelSpec
+from perfkit.plan.overlap import exposed_time
 
 __all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "loss_passes", "step_time"]
 
@@ -209,20 +214,33 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     # a reduce-scatter is half an all-reduce's ring steps (an all-gather the other half); a
     # backend that reduce-scatters by all-reducing the whole buffer (gloo) pays all of it
     rs_share = 1.0 if cluster.full_reduce_scatter else 0.5
-    hide = slot * 2 / 3 if cluster.overlap else 0.0  # the last micro-batch's backward
+    # the compute to hide behind: a micro-batch's backward (2/3 of its slot) and forward (1/3)
+    hide = slot * 2 / 3 if cluster.overlap else 0.0
+    fwd = slot / 3 if cluster.overlap else 0.0
+    rule, share = cluster.overlap_rule, cluster.sharded_hidden
     dp = zero3 = 0.0
-    if lay.zero == 0:  # DDP's bucketed all-reduce runs beside the backward
-        dp = ar if cluster.ddp_after_backward else max(0.0, ar - hide)
-    elif lay.zero == 1:  # reduce-scatter + all-gather beside the backward
-        dp = max(0.0, (rs_share + 0.5) * ar - hide)
-    elif lay.zero == 2:  # a sharded optimizer's reduce-scatter + all-gather: see sharded_hidden
-        dp = max(0.0, (rs_share + 0.5) * ar - cluster.sharded_hidden * hide)
+    if lay.zero == 0:  # DDP's all-reduce, bucket by bucket beside the backward
+        dp = ar if cluster.ddp_after_backward or not rule.reduce else exposed_time(ar, hide, buckets)
+    elif lay.zero == 2 and share is not None:  # stated outright: a share of the backward
+        dp = max(0.0, (rs_share + 0.5) * ar - share * hide)
+    elif lay.zero in (1, 2):  # reduce-scatter beside the backward, all-gather beside the forward
+        red, gat = rs_share * ar, 0.5 * ar
+        dp = ((exposed_time(red, hide, buckets) if rule.reduce else red)
+              + (exposed_time(gat, fwd, buckets) if lay.zero in rule.gather_stages else gat))
     else:  # per micro-batch and block: all-gather forward and backward, reduce-scatter
         units = int(layers) + 1  # the stage's blocks and its embedding or head
-        per_unit = (group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
-                    + rs_share * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster))
-        hidden = cluster.sharded_hidden * slot if cluster.overlap else 0.0
-        zero3 = m * max(0.0, units * per_unit - hidden)
+        gather = units * group_allreduce_time(psi / units * r.param_bytes, n, stride, cluster)
+        scatter = units * rs_share * group_allreduce_time(psi / units * grad_bytes, n, stride, cluster)
+        if share is not None:
+            zero3 = m * max(0.0, gather + scatter - (share * slot if cluster.overlap else 0.0))
+        elif rule.zero3 == "prefetch":  # gathers beside the forward; gather + scatter beside the backward
+            zero3 = m * (exposed_time(gather / 2, fwd, units)
+                         + exposed_time(gather / 2 + scatter, hide, units))
+        elif rule.zero3 == "post":  # backward gathers issued after each unit's gradients: paid
+            zero3 = m * (exposed_time(gather / 2, fwd, units) + gather / 2
+                         + exposed_time(scatter, hide, units))
+        else:
+            zero3 = m * (gather + scatter)
     shard = psi / (n if lay.zero >= 1 else 1)
     optimizer = (shard * (2 * r.optimizer_bytes + 2 * r.param_bytes + r.grad_bytes)
                  / cluster.achievable_bytes_per_s)

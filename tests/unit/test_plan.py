@@ -388,7 +388,9 @@ def test_local_cluster_shares_the_machine():
     gpu_like = step_time(GPT, Layout(dp=2), dataclasses.replace(c, overlap=True), 2)
     assert t.terms["data-parallel"] == pytest.approx(t.detail["dp_allreduce_s"])
     assert t.terms["data-parallel"] > 0
-    assert gpu_like.terms["data-parallel"] < t.terms["data-parallel"]
+    # on a GPU DDP's buckets run beside the backward, but the last one follows it: this model's
+    # gradients fit one bucket, so all of it is paid either way
+    assert gpu_like.terms["data-parallel"] == pytest.approx(t.terms["data-parallel"])
     with pytest.raises(TypeError, match="limits"):
         local_cluster({}, AlphaBeta(1e-5, 1e9))
 
@@ -511,9 +513,9 @@ def test_the_last_stage_holds_the_output_layer_and_sets_the_pace():
 
 
 def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
-    c = named_cluster("a100-80gb", efficiency=0.5)
+    c = dataclasses.replace(named_cluster("a100-80gb", efficiency=0.5), dp_overlap="none")
     lay = Layout(dp=8, zero=3, micro_batch=1)
-    exposed = step_time(GPT, lay, c, 16)  # default: none hidden (llm-foundry's FSDP)
+    exposed = step_time(GPT, lay, c, 16)  # no overlap: every collective paid
     hidden = step_time(GPT, lay, dataclasses.replace(c, sharded_hidden=1.0), 16)
     m = exposed.detail["micro_batches"]
     assert m == 2
@@ -528,7 +530,7 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
 
 
 def test_a_backend_that_reduce_scatters_by_all_reducing_pays_a_whole_all_reduce():
-    ring = named_cluster("a100-80gb", efficiency=0.5)
+    ring = dataclasses.replace(named_cluster("a100-80gb", efficiency=0.5), dp_overlap="none")
     gloo = dataclasses.replace(ring, full_reduce_scatter=True)
     psi = stage_params(GPT, Layout(dp=8))
     units = GPT.layers + 1
@@ -554,7 +556,8 @@ def test_megatron_2021s_ddp_all_reduces_after_the_backward_in_one_buffer():
     hidden, after = step_time(GPT, lay, c, 16), step_time(GPT, lay, late, 16)
     assert after.detail["dp_allreduce_s"] == pytest.approx(group_allreduce_time(psi * 2, 16, 1, c))
     assert after.terms["data-parallel"] == after.detail["dp_allreduce_s"]  # nothing hidden
-    assert hidden.terms["data-parallel"] < after.terms["data-parallel"]
+    # PyTorch's DDP pays its last bucket; here the gradients fit one (test_plan_overlap has many)
+    assert hidden.terms["data-parallel"] <= after.terms["data-parallel"]
     z1 = Layout(dp=16, zero=1, micro_batch=1)  # only DDP's reducer changes
     assert step_time(GPT, z1, c, 16).terms == step_time(GPT, z1, late, 16).terms
     with pytest.raises(TypeError, match="ddp_after_backward"):
@@ -562,7 +565,7 @@ def test_megatron_2021s_ddp_all_reduces_after_the_backward_in_one_buffer():
 
 
 def test_sharded_hidden_moves_zero2_but_never_ddp():
-    c = named_cluster("a100-80gb", efficiency=0.5)
+    c = dataclasses.replace(named_cluster("a100-80gb", efficiency=0.5), dp_overlap="none")
     ideal = dataclasses.replace(c, sharded_hidden=1.0)
     z2 = Layout(dp=8, zero=2, micro_batch=1)
     paid, hid = step_time(GPT, z2, c, 8), step_time(GPT, z2, ideal, 8)
@@ -570,7 +573,9 @@ def test_sharded_hidden_moves_zero2_but_never_ddp():
     assert hid.terms["data-parallel"] == pytest.approx(
         max(0.0, hid.detail["dp_allreduce_s"] - 2 / 3 * hid.detail["slot_s"]))
     ddp = Layout(dp=8, zero=0, micro_batch=1)
-    assert step_time(GPT, ddp, c, 8).terms == step_time(GPT, ddp, ideal, 8).terms
+    pytorch = dataclasses.replace(c, dp_overlap="pytorch")
+    assert step_time(GPT, ddp, pytorch, 8).terms == step_time(GPT, ddp, dataclasses.replace(
+        pytorch, sharded_hidden=1.0), 8).terms
 
 
 def test_selective_recomputation_is_searched_only_where_it_changes_something():

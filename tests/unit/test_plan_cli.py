@@ -52,7 +52,8 @@ def test_json_and_a_transformers_config(tmp_path, capsys):
     assert back["cluster"]["attention_backward_efficiency"] == 0.05
     assert back["cluster"]["attention_efficiency"] is None
     assert min(b["step_s"] for b in back["best"]) > rec["best"][0]["step_s"]
-    assert rec["cluster"]["sharded_hidden"] == 0.0
+    assert rec["cluster"]["sharded_hidden"] is None  # the framework's overlap decides
+    assert rec["cluster"]["dp_overlap"] == "pytorch" and "Zhao et al." in rec["cluster"]["overlap"]
     # memory-bound kernels at 0.9 of the HBM datasheet by default; slower ones lengthen the step
     assert rec["cluster"]["memory_efficiency"] == 0.9
     assert main(["plan", "--config", str(cfg), "--gpus", "16", "--json", "--tp", "2",

@@ -1,0 +1,132 @@
+"""How much of data parallelism's collectives hides behind compute, framework by framework.
+
+Frameworks overlap the data-parallel (and ZeRO) collectives with compute in chunks: DDP's
+gradient buckets, FSDP's units, Megatron's per-layer buckets, DeepSpeed's reduce buckets. A
+chunk's collective can start only when its compute is done (a reduction: once its gradients
+exist) or must end before its compute starts (a gather: the weights it needs), and the
+collectives run one after another beside the compute. ``k`` equal chunks of ``T`` seconds of
+collectives beside ``C`` seconds of compute leave
+
+    exposed = max(T / k, T - C (k - 1) / k)
+
+seconds on the critical path (:func:`exposed_time`): the last reduction (or first gather) can
+never hide, and no more can hide than the compute there is. What each framework overlaps is an
+:class:`OverlapRule` in :data:`OVERLAP_RULES`, with its source:
+
+* ``"pytorch"``: DDP all-reduces each bucket as its gradients are ready (Li et al., *PyTorch
+  Distributed*, VLDB 2020, section 3.2.3: the last bucket's all-reduce follows the backward);
+  FSDP (ZeRO-2 ``SHARD_GRAD_OP``, ZeRO-3 ``FULL_SHARD``) prefetches the next unit's all-gather
+  while a unit computes and reduce-scatters a unit's gradients beside the next unit's backward
+  (Zhao et al., *PyTorch FSDP*, VLDB 2023, section 3.4 and its Figure 5). Its ZeRO-1
+  (``ZeroRedundancyOptimizer``) all-gathers the updated shards after the step: not hidden.
+* ``"megatron"``: Megatron-core's distributed optimizer with ``overlap_grad_reduce`` ("overlap
+  grad all-reduce / reduce-scatter with backward compute") and ``overlap_param_gather``
+  ("overlap param all-gather with forward compute"), chunked per transformer layer so that
+  "only one DP communication chunk" is exposed (NVIDIA Megatron Bridge, Communication Overlap).
+* ``"deepspeed"``: ``overlap_comm`` "attempts to overlap the reduction of the gradients with
+  backward computation" (DeepSpeed config-json, zero_optimization); ZeRO-3 prefetches the next
+  parameters (``stage3_prefetch_bucket_size``); ZeRO-1/2's all-gather of the updated weights
+  follows the step.
+* ``"composer"``: PyTorch's FSDP as MosaicML Composer configures it by default
+  (``FSDPConfig``: ``backward_prefetch='BACKWARD_POST'``, ``forward_prefetch=False``,
+  ``limit_all_gathers=True``; llm-foundry's runs): forward all-gathers run ahead of the compute
+  (the CPU issues them early), but in backward the next unit's all-gather is issued only after
+  the current unit's gradients are computed, so it waits in full; reduce-scatters run beside
+  the next unit's backward.
+* ``"none"``: nothing hidden (a CPU, whose cores run the collectives, or a framework without
+  overlap).
+
+Usage::
+
+    rule = OVERLAP_RULES["megatron"]
+    print(rule.describe(), exposed_time(comm_s=0.3, compute_s=1.0, chunks=40))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfkit._checks import check_int, check_real
+
+__all__ = ["OVERLAP_RULES", "OverlapRule", "exposed_time"]
+
+
+@dataclass(frozen=True)
+class OverlapRule:
+    """What one framework overlaps, by ZeRO stage.
+
+    Attributes:
+        name: the :data:`OVERLAP_RULES` key.
+        reduce: the gradient reduction (DDP's all-reduce, ZeRO-1/2's reduce-scatter) runs
+            bucket by bucket beside the backward.
+        gather_stages: ZeRO stages (1, 2) whose all-gather of the weights runs beside the
+            forward, chunk by chunk.
+        zero3: ZeRO-3's per-unit collectives: ``"prefetch"`` (all-gathers prefetched forward
+            and backward, reduce-scatters beside the backward), ``"post"`` (backward all-gathers
+            issued after the unit's gradients, paid in full; the rest as ``"prefetch"``) or
+            ``"none"``.
+        source: where the framework says so.
+    """
+
+    name: str
+    reduce: bool
+    gather_stages: tuple[int, ...]
+    zero3: str
+    source: str
+
+    def describe(self) -> str:
+        """One line: what hides behind what, and the source."""
+        if not (self.reduce or self.gather_stages or self.zero3 != "none"):
+            return f"{self.name}: no data-parallel collective hides behind compute ({self.source})"
+        parts = ["gradient reductions beside the backward"] if self.reduce else []
+        if self.gather_stages:
+            stages = "/".join(map(str, self.gather_stages))
+            parts.append(f"ZeRO-{stages}'s weight all-gathers beside the forward")
+        if self.zero3 == "prefetch":
+            parts.append("ZeRO-3's gathers prefetched and reduce-scatters beside the backward")
+        elif self.zero3 == "post":
+            parts.append("ZeRO-3's forward gathers ahead and reduce-scatters beside the backward, "
+                         "its backward gathers paid")
+        return (f"{self.name}: " + "; ".join(parts) + ", one chunk exposed and no more hidden than "
+                f"the compute ({self.source})")
+
+
+OVERLAP_RULES: dict[str, OverlapRule] = {
+    "pytorch": OverlapRule(
+        "pytorch", True, (2,), "prefetch",
+        "DDP: Li et al., PyTorch Distributed, VLDB 2020, 3.2.3; FSDP: Zhao et al., PyTorch FSDP, "
+        "VLDB 2023, 3.4 and Fig. 5"),
+    "megatron": OverlapRule(
+        "megatron", True, (1, 2), "prefetch",
+        "Megatron-core DistributedDataParallelConfig overlap_grad_reduce / overlap_param_gather; "
+        "NVIDIA Megatron Bridge docs, Communication Overlap"),
+    "deepspeed": OverlapRule(
+        "deepspeed", True, (), "prefetch",
+        "DeepSpeed config-json zero_optimization.overlap_comm, stage3_prefetch_bucket_size"),
+    "composer": OverlapRule(
+        "composer", True, (2,), "post",
+        "mosaicml/composer FSDPConfig defaults (backward_prefetch BACKWARD_POST, forward_prefetch "
+        "False, limit_all_gathers True); Zhao et al., PyTorch FSDP, VLDB 2023, 3.4"),
+    "none": OverlapRule("none", False, (), "none", "no overlap: every collective on the critical path"),
+}
+
+
+def exposed_time(comm_s: float, compute_s: float, chunks: int) -> float:
+    """Seconds of ``comm_s`` on the critical path when it runs in ``chunks`` equal collectives
+    pipelined with ``compute_s`` seconds of compute: ``max(T/k, T - C (k - 1)/k)``.
+
+    Args:
+        comm_s: the collectives' total time ``T`` (>= 0).
+        compute_s: the compute they may hide behind ``C`` (>= 0).
+        chunks: ``k`` (>= 1), the buckets or units.
+
+    Returns:
+        Seconds in ``[T/k, T]``.
+
+    Raises:
+        TypeError, ValueError: for a negative or non-finite time, or ``chunks`` below 1.
+    """
+    check_real("comm_s", comm_s, 0)
+    check_real("compute_s", compute_s, 0)
+    check_int("chunks", chunks, 1)
+    return min(comm_s, max(comm_s / chunks, comm_s - compute_s * (chunks - 1) / chunks))
