@@ -297,6 +297,26 @@ class Comparison:
     link: dict[str, list] | None = None  # {"sizes", "times_s"}: all-reduces of the same rounds
 
 
+
+def _merge_ranks(name: str, per_rank: list[dict[str, Any]], peak_rss: list[int] | None) -> VariantResult:
+    """One variant's :class:`VariantResult` from every rank's time-phase record (and peak RSS)."""
+    # a synchronous step ends when its slower rank does: each step's time is that rank's,
+    # and the median and percentiles are of that one series (the ratios use it too)
+    steps_s = [max(ts) for ts in zip(*(r["step_times_s"] for r in per_rank), strict=True)]
+    return VariantResult(
+        name=name, step_s=stats.quantile(steps_s, 0.5),
+        state_bytes=max(r["state_bytes"] for r in per_rank),
+        peak_rss_bytes=max(peak_rss) if peak_rss else None,
+        losses=per_rank[0]["losses"],
+        max_rel_diff_vs_adamw=max(r["max_rel_diff_vs_adamw"] for r in per_rank),
+        max_rel_diff_vs_ddp_adamw=None if per_rank[0]["max_rel_diff_vs_ddp_adamw"] is None
+        else max(r["max_rel_diff_vs_ddp_adamw"] for r in per_rank),
+        model_states=max((r["model_states"] for r in per_rank), key=lambda st: sum(st.values())),
+        calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
+        transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
+        step_p10_s=stats.quantile(steps_s, 0.1), step_p90_s=stats.quantile(steps_s, 0.9),
+        step_times_s=tuple(steps_s))
+
 def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             steps: int = 10, warmup: int = 2, model: dict[str, int] | None = None,
             rss: bool = True, corpus_bytes: int = 200_000,
@@ -355,26 +375,9 @@ def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
                                env={"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"})
     timed = [r["time"] for r in results]
     peaks = [r["rss"] for r in results] if rss else None
-    out = {}
-    for name in variants:
-        per_rank = [r["variants"][name] for r in timed]
-        # a synchronous step ends when its slower rank does: each step's time is that rank's,
-        # and the median and percentiles are of that one series (the ratios use it too)
-        steps_s = [max(ts) for ts in zip(*(r["step_times_s"] for r in per_rank), strict=True)]
-        out[name] = VariantResult(
-            name=name, step_s=stats.quantile(steps_s, 0.5),
-            state_bytes=max(r["state_bytes"] for r in per_rank),
-            peak_rss_bytes=max(r["peak_rss_bytes"][name] for r in peaks) if peaks else None,
-            losses=per_rank[0]["losses"],
-            max_rel_diff_vs_adamw=max(r["max_rel_diff_vs_adamw"] for r in per_rank),
-            max_rel_diff_vs_ddp_adamw=None if per_rank[0]["max_rel_diff_vs_ddp_adamw"] is None
-            else max(r["max_rel_diff_vs_ddp_adamw"] for r in per_rank),
-            model_states=max((r["model_states"] for r in per_rank),
-                             key=lambda st: sum(st.values())),
-            calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
-            transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
-            step_p10_s=stats.quantile(steps_s, 0.1), step_p90_s=stats.quantile(steps_s, 0.9),
-            step_times_s=tuple(steps_s))
+    out = {name: _merge_ranks(name, [r["variants"][name] for r in timed],
+                              [r["peak_rss_bytes"][name] for r in peaks] if peaks else None)
+           for name in variants}
     r0 = timed[0]
     return Comparison(nproc, r0["numel"], r0["n_tensors"], r0["total_state_bytes"], out,
                       {k: v for k, v in cfg.items() if k != "tokens"}, r0.get("link"))

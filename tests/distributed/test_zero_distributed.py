@@ -280,6 +280,11 @@ def test_side_by_side_memory_bytes_and_results(side_by_side):
     from perfkit.jobs.zero_bench import step_ratio
 
     assert {len(r.step_times_s) for r in v.values()} == {2}
+    # one series for the median, the percentiles and the ratios: each step the slower rank's
+    # (a median from one rank beside a ratio from another contradicted its own verdict)
+    for r in v.values():
+        assert r.step_s == pytest.approx(sum(r.step_times_s) / 2), r.name
+        assert r.step_p10_s <= r.step_s <= r.step_p90_s
     # and each timed round's isolated all-reduces, one per size (the warm-up round left out)
     assert c.link["sizes"] == [1024, 1 << 16]
     assert [len(ts) for ts in c.link["times_s"]] == [2, 2]

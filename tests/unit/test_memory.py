@@ -283,6 +283,34 @@ def test_step_ratio_is_the_median_ratio_of_the_paired_rounds():
         step_ratio(short, c.variants["ddp_adamw"])
 
 
+def test_ranks_merge_into_one_series_each_step_the_slower_ranks():
+    from perfkit.jobs.zero_bench import _merge_ranks
+
+    def rank(times):
+        return {"step_times_s": times, "state_bytes": 8, "losses": [1.0], "max_rel_diff_vs_adamw": 0.0,
+                "max_rel_diff_vs_ddp_adamw": None, "model_states": {"params": 4}, "calls": {},
+                "sent_bytes": {}, "transient_peak_bytes": 0}
+
+    # rank 0 is slower at steps 0 and 1, rank 1 at step 2: neither rank's own series is the step's
+    r = _merge_ranks("v", [rank([5.0, 4.0, 1.0]), rank([1.0, 2.0, 6.0])], [10, 30])
+    assert r.step_times_s == (5.0, 4.0, 6.0)
+    # the median of that series: the slower rank's own median (4.0 or 2.0) would not be
+    assert r.step_s == 5.0 and r.step_p10_s <= r.step_s <= r.step_p90_s <= 6.0
+    assert r.peak_rss_bytes == 30
+
+
+def test_zero_comparison_plot_draws_the_paired_ratios_the_verdicts_judge():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import plot_zero_comparison
+
+    fig = plot_zero_comparison(_comparison())
+    widths = [p.get_width() for p in fig.axes[0].patches]
+    assert widths == pytest.approx([1.0, 1.4 / 1.1])  # medians of paired ratios, not of ms
+    assert "ddp_adamw" in fig.axes[0].get_xlabel()
+    plt.close(fig)
+
+
 def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():
     import matplotlib.pyplot as plt
 
