@@ -488,7 +488,8 @@ for f in diagnose_shares(example):
 # %%
 slow = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE,
                         tokenize_per_sample=True, cost_ms=SLOW_COST_MS, **GPT)
-print(f"data: {slow['data'].p50_s * 1e3:.1f} ms of a {slow.step.p50_s * 1e3:.1f} ms step")
+print(f"data: {slow['data'].p50_s * 1e3:.1f} ms of a {slow.step.p50_s * 1e3:.1f} ms step (medians); the analyzer "
+      f"below reads the phases' means: data {slow.share('data'):.1%} of the step")
 p_slow = Prediction("data time per step with the planted cost", f"{GPT['batch_size']} samples x "
                     f"{SLOW_COST_MS:g} ms, plus tokenizing", low=GPT["batch_size"] * SLOW_COST_MS, unit=" ms")
 viz.verdict(p_slow, slow["data"].p50_s * 1e3, explain={
