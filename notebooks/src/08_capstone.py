@@ -20,14 +20,15 @@
 # 2. **diagnose, fix, measure, repeat**: `perfkit diagnose` (module 01) says where the step
 #    goes; the top finding's fix is applied; its gain is **predicted** from the measured share
 #    (Amdahl's law: removing a share `s` of the step speeds it up at most `1 / (1 - s)`),
-#    **measured**, and **judged** (a bound too loose to test its fix is shown beside the
+#    **measured**, and **judged** (a bound that cannot test its fix is shown beside the
 #    measurement as context instead); until the diagnosis finds nothing worth fixing;
 # 3. **what it bought**: a waterfall of the measured speedups, tokens/s and MFU before and
 #    after, and the **time to a target loss**, since a larger batch changes the loss curve
 #    and tokens/s alone would overstate it.
 #
 # Every number is measured on the machine running the notebook. `QUICK = True` (what CI uses)
-# runs fewer steps on a smaller corpus, with a higher target loss.
+# runs fewer steps on a smaller corpus, with a higher target loss, and offers the loop two
+# fixes (data, ddp) instead of all: each round is a 2-process job of several seconds.
 
 # %% tags=["parameters"]
 import os
@@ -63,7 +64,8 @@ sys.path.insert(0, str(SCRIPT.parent))
 import slow_train  # noqa: E402  (the job itself: its fixes and the finding each one answers)
 
 CUDA = torch.cuda.is_available()
-AVAILABLE = slow_train.parse_fixes("all", cuda=CUDA)  # bf16 and compile only on CUDA
+# bf16 and compile only on CUDA; QUICK offers two fixes, so that CI's run fits its budget
+AVAILABLE = slow_train.parse_fixes("data,ddp" if QUICK else "all", cuda=CUDA)
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
 job = CapstoneJob(SCRIPT, Path(tempfile.mkdtemp(prefix="capstone-")), TARGET_LOSS, max_bytes=MAX_BYTES,
                   skip=SKIP, window=WINDOW, measure=MEASURE, max_steps=MAX_STEPS)
@@ -72,7 +74,7 @@ loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before
 print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if CUDA else 'gloo'}; "
       f"fp32 peak of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}")
 for name, what in slow_train.FIXES.items():
-    print(f"  --fix {name:<10} {what}" + ("" if name in AVAILABLE else "   (not in `all` here)"))
+    print(f"  --fix {name:<10} {what}" + ("" if name in AVAILABLE else "   (not offered to the loop here)"))
 
 # %% [markdown]
 # ## 1. The slow job, diagnosed
@@ -133,14 +135,18 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # * default: the configuration before runs **twice**, before and after the new one, and the
 #   ratio is against the mean of the two, so a load that drifts steadily across the three
-#   runs cancels. Its interval is the 90 % bootstrap interval of the ratio, each run's steps
-#   resampled on their own (`perfkit.stats.bootstrap`), widened to the ratio against each
-#   "before" alone (the drift between the runs);
+#   runs cancels. Its 90 % interval comes from each run's median step: each median's
+#   order-statistic interval, the three holding together at 90 % (`perfkit.stats.of_medians`),
+#   and the ratio at their far ends; it is widened to the ratio against each "before" alone
+#   (the drift between the runs). The configuration is then read twice: as one round's
+#   "after" (its one run) and as the next round's "before" (that run and its repeat), so the
+#   rounds' ratios need not multiply to the whole gain; section 3 shows by how much;
 # * QUICK (CI, 90 s on 2 cores): each configuration runs **once**, and the run that was the
-#   "after" of one fix is the "before" of the next: one job per fix instead of two. The
-#   ratio of the two runs' median steps gets the bootstrap interval of two separate runs
-#   (`perfkit.stats.median_ratio(paired=False)`). What QUICK drops is the cancellation of
-#   drift: a load that changed between two consecutive runs moves that ratio, and only the
+#   "after" of one fix is the "before" of the next: one job per fix instead of two, and the
+#   rounds' ratios multiply to the whole gain exactly. The ratio of the two runs' median steps
+#   gets the interval of two separate runs (`perfkit.stats.median_ratio(paired=False)`: the
+#   ratio at the far ends of the two medians' intervals). What QUICK drops is the cancellation
+#   of drift: a load that changed between two consecutive runs moves that ratio, and only the
 #   steps' own scatter is in the interval.
 #
 # Two things to know when reading the sync rounds. The diagnosis counts every read of a
@@ -149,7 +155,10 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # On a GPU a read of a *device* tensor waits for the whole queue; DDP's reads are not of that
 # kind: its used-parameter map lives in host memory (`Reducer`'s `local_used_map_`), so they cost
 # host work, not device syncs. And about half of the slow job's reads come from DDP, which the
-# sync fix does not touch.
+# sync fix does not touch. The sync finding fires on its count of reads as well as on its time:
+# once it takes under 5 % of the step (`MIN_TESTABLE_SHARE`), its bound lies within 5 % of 1x,
+# closer than two runs of this job minutes apart repeat, so that round is shown as **context**
+# (below) rather than judged: noise alone would cross it.
 #
 # Once no finding above information level is left, what remains is the arithmetic itself:
 # forward and backward. The compute fixes of module 06 have only loose bounds: **attention**
@@ -175,7 +184,7 @@ def play_round():
     if viz.show_round(r) and not r.pick.untested:
         viz.verdict(Prediction(f"tokens/s speedup of --fix {r.pick.fix}", r.pick.model, low=1.0,
                                high=r.pick.bound, unit="x"), r.speedup, explain=r.explain)
-    elif r is not None:  # a bound too loose to test the fix: context, no verdict recorded
+    elif r is not None:  # a bound that cannot test the fix: context, no verdict recorded
         text = viz.round_context(r)
         display({"text/markdown": text, "text/plain": text.replace("**", "")}, raw=True)
     return r is not None
@@ -230,8 +239,8 @@ for fix, g in loop.tried.items():
 step_s = statistics.median(job.after_window(last))  # s per step, unprofiled
 fb_share = final["shares"]["forward"] + final["shares"]["backward"]
 fb_s, at_peak_s = fb_share * step_s, job.mfu(last, job_peak(limits, last)) * step_s
-print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; the model's FLOPs at the "
-      f"{viz.si(job_peak(limits, last), 'FLOP/s')} ceiling: {at_peak_s * 1e3:.1f} ms ({at_peak_s / fb_s:.0%} "
+print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; both ranks' model FLOPs at the "
+      f"all-cores ceiling, {viz.si(job_peak(limits, last), 'FLOP/s')}: {at_peak_s * 1e3:.1f} ms ({at_peak_s / fb_s:.0%} "
       "of it): " + ("compute-bound" if at_peak_s >= 0.5 * fb_s else "not compute-bound: the rest of their "
                     "time is memory traffic and per-operator costs (module 06's fusion, shapes and batch "
                     "size), not arithmetic"))
@@ -250,9 +259,10 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; the
 # fix measured below 1x is not among them; a kept fix whose interval held 1x is drawn grey: its
 # share is not a gain this run can show.
 # MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06) of both
-# ranks per second over this machine's measured peak for the job's precision (fp32; bf16 once
-# `--fix bf16` runs), on the unprofiled steps (the diagnosis' MFU counts one rank's matmul
-# FLOPs over the profiled, slower, window).
+# ranks per second over this machine's measured all-cores peak for the job's precision (fp32;
+# bf16 once `--fix bf16` runs): the two processes run one thread each, on all the cores there
+# are. It is read on the unprofiled steps (the diagnosis' HFU counts the FLOPs the profiler saw
+# on one rank, over one thread's ceiling, in the profiled, slower, window).
 
 # %%
 total = loop.finish()  # the slow job again (default size), and the direct ratio
@@ -266,7 +276,8 @@ print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolve
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
        (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps))}
 for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps)):
-    print(f"{name:>5}: {tps:9,.0f} tokens/s, MFU {mfu[name]:.2%}, batch {r['tokens_per_step']:,} tokens/step, "
+    print(f"{name:>5}: {tps:9,.0f} tokens/s, MFU {mfu[name]:.2%} (of {viz.si(job_peak(limits, r), 'FLOP/s')}), "
+          f"batch {r['tokens_per_step']:,} tokens/step, "
           f"fixes: {', '.join(r['fixes']) or 'none'}")
 
 # %% [markdown]
