@@ -117,6 +117,10 @@ def test_compression_hook_trains_a_real_model_under_torchrun(suite2):
     for r in runs.values():  # every step's time, the median among them
         assert len(r["step_times_s"]) == TRAIN["steps"]
         assert min(r["step_times_s"]) <= r["step_s"] <= max(r["step_times_s"])
+        # the median of that series itself (each step the slower rank's), not the slower
+        # rank's own median: a ratio of step_times_s and step_s then speak of one statistic
+        assert r["step_s"] == sorted(r["step_times_s"])[TRAIN["steps"] // 2]
+    assert suite2[1]["compression"]["runs"][0]["step_times_s"] == runs["none"]["step_times_s"]
     # the losses are all-reduced: every rank reports the same curve
     assert suite2[1]["compression"]["runs"][0]["losses"] == runs["none"]["losses"]
     # the identity through perfkit's hook (all-reduce, divide after) == DDP's all-reduce
