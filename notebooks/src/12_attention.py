@@ -397,7 +397,8 @@ for p in PS:
     print(f"P = {p:2d}: longest T forward {longest[p, False]:7d}, training {longest[p, True]:7d}")
 print(f"eager attention on one process: longest T {int((2**30 / (32 * 4)) ** 0.5)} (its T² matrix alone)")
 grow = [longest[q, True] / longest[p, True] for p, q in zip(PS[1:], PS[2:])]
-print(f"training: each doubling of P from 2 on multiplies the longest T by {min(grow):.2f}-{max(grow):.2f}; "
+by = f"{min(grow):.2f}" if f"{min(grow):.2f}" == f"{max(grow):.2f}" else f"{min(grow):.2f} to {max(grow):.2f}"
+print(f"training: each doubling of P from 2 on multiplies the longest T by {by}; "
       f"from P = 1 to 2 by {longest[2, True] / longest[1, True]:.2f} (forward "
       f"{longest[2, False] / longest[1, False]:.2f}): the blocks in flight, which one process does not "
       "hold, eat into what halving the rows saves")

@@ -176,8 +176,10 @@ for n, p in time_pred.items():
     spread = (f"Its {len(v.step_times_s)} steps ran from {min(v.step_times_s) * 1e3:.1f} to "
               f"{max(v.step_times_s) * 1e3:.1f} ms and DDP's, in the same rounds, from "
               f"{min(ddp.step_times_s) * 1e3:.1f} to {max(ddp.step_times_s) * 1e3:.1f} ms (the fitted DDP step is "
-              f"their median). Per round, {n}'s step over DDP's: {per_round.text('x')}, predicted "
-              f"{pred.times[n].total_s / pred.times['ddp_adamw'].total_s:.2f}x.")
+              f"their median).")
+    ratio_txt = (f" Per round, {n}'s step over DDP's: {per_round.text('x')}, predicted "
+                 f"{pred.times[n].total_s / pred.times['ddp_adamw'].total_s:.2f}x.")
+    inside = p.bounds()[0] <= measured.value <= p.bounds()[1]
     extra = (measured.value - pred.times[n].total_s * 1e3)
     comm_ms = sum(x for k, x in pred.times[n].terms.items() if k in ("data-parallel", "zero-3 gathers")) * 1e3
     calls = sum((v.calls or {}).values())
@@ -186,8 +188,9 @@ for n, p in time_pred.items():
                  f"calls were charged {comm_ms:.1f} ms, as calls with 1 ms of work between them cost in the same "
                  "rounds; the step's come after longer stretches of compute, over which the two ranks, sharing "
                  "the cores with everything else, can drift further apart (time `perfkit.comm.isolated_times` "
-                 "with a longer gap_s to see it).",
-        "below": f"The step took {-extra:.1f} ms less than predicted.", "inconclusive": spread})
+                 "with a longer gap_s to see it)." + ratio_txt,
+        "below": f"The step took {-extra:.1f} ms less than predicted." + ratio_txt,
+        "inconclusive": spread + (ratio_txt if inside else "")})
 
 # %%
 for n, p in state_pred.items():
@@ -298,10 +301,9 @@ apart, present = (stats.median(comm[k]) * 1e3 for k in ("skew_s", "transfer_s"))
 alone = stats.median(tp_rec['times_s']['tp_compute']) * 1e3
 where = (f"With its all-reduces skipped the step took {alone:.1f} ms (predicted {tp_pred.value - comm_pred:.1f}); "
          f"inside it, its {comm['calls']} all-reduces spent {present:.1f} ms with both ranks there, against "
-         f"{comm_pred:.1f} ms predicted, and {apart:.1f} ms with one rank waiting for the other to arrive: the "
-         f"late rank was still computing (or off its core), so that wait lies inside the compute, not on top "
-         f"of it: {alone:.1f} + {present:.1f} = {alone + present:.1f} ms, against the step's "
-         f"{stats.median(tp_rec['times_s']['tp']) * 1e3:.1f} ms.")
+         f"{comm_pred:.1f} ms predicted, and {apart:.1f} ms with one rank waiting for the other to arrive, "
+         f"time in which the late rank was still computing (or off its core): that wait overlaps the other "
+         f"rank's compute, so it is not a cost to add to the two above.")
 viz.verdict(tp_pred, stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]]),
             explain=dict.fromkeys(("above", "below", "held"), where))
 
