@@ -159,3 +159,21 @@ def test_machine_local_plans_the_tiny_gpt2_on_two_processes(monkeypatch, capsys)
     rec = json.loads(capsys.readouterr().out)
     assert rec["model"]["name"] == "tiny GPT-2" and rec["gpus"] == 2
     assert rec["global_batch"] == 16 and rec["cluster"]["efficiency"] == 0.1
+
+
+def test_overlap_follows_the_framework_named_and_says_so(capsys):
+    z3 = ["plan", "--gpu", "a100-80gb", "--gpus", "16", *SMALL, "--zero", "3", "--tp", "1", "--pp", "1"]
+    assert main(z3) == 0
+    out = capsys.readouterr().out
+    assert "overlap: pytorch:" in out and "Zhao et al." in out  # the default, with its source
+    got = {}
+    for name in ("pytorch", "composer", "none"):
+        assert main([*z3, "--json", "--overlap", name]) == 0
+        rec = json.loads(capsys.readouterr().out)
+        assert rec["cluster"]["dp_overlap"] == name and name in rec["cluster"]["overlap"]
+        got[name] = rec["best"][0]["terms_s"]["zero-3 gathers"]
+    # prefetching hides the most, Composer's BACKWARD_POST less, no overlap nothing
+    assert 0 < got["pytorch"] <= got["composer"] < got["none"]
+    with pytest.raises(SystemExit) as e:
+        main([*z3, "--overlap", "fsdp"])
+    assert e.value.code == 2 and "--overlap" in capsys.readouterr().err
