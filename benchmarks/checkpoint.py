@@ -24,7 +24,8 @@ where to write, and the starting documents' "<1 s checkpoint save time". Prints 
   weights, fp32 master copy and Adam's two moments) at the measured fsync write bandwidth.
 
 Run: ``.venv/bin/python benchmarks/checkpoint.py`` (about 2 minutes on 2 busy cores;
-``--quick`` or ``PERFKIT_QUICK=1`` for a smaller state, fewer rounds and kills).
+``--quick`` or ``PERFKIT_QUICK=1`` for a smaller state, fewer rounds and kills; ``--store
+benchmarks/stored/checkpoint.json`` keeps the run, with its command, for notebook 14).
 """
 
 from __future__ import annotations
@@ -267,7 +268,10 @@ def main() -> None:
     p.add_argument("--mib", type=int, default=64, help="MiB of parameters (float32)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--store", help="also write the JSON with its command, date and load here "
+                                   "(notebook 14 reads benchmarks/stored/checkpoint.json)")
     a = p.parse_args()
+    t0, load0 = time.time(), os.getloadavg()[0]
     quick = a.quick or os.environ.get("PERFKIT_QUICK") == "1"
     mib, rounds, n_kills = (16, 2, 5) if quick else (a.mib, a.rounds, a.kills)
     torch.set_num_threads(1)
@@ -286,6 +290,10 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(result, indent=1))
+    if a.store:  # a sibling script: importable when this one runs as a script, from benchmarks/
+        from checkpoint_stored import write_stored
+
+        write_stored(a.store, result, t0, load0)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ in seven) the targets are ``null``: too few failures to judge; run again with an
 ``--seed``.
 
 Prints one JSON object. Run: ``.venv/bin/python benchmarks/checkpoint_goodput.py``
-(about 3 minutes; ``PERFKIT_QUICK=1``: windows of 60 s instead of 120).
+(about 3 minutes; ``PERFKIT_QUICK=1``: windows of 60 s instead of 120; ``--store
+benchmarks/stored/checkpoint_goodput.json`` keeps the run, with its command, for notebook 14).
 """
 
 from __future__ import annotations
@@ -187,8 +188,10 @@ def main() -> None:
                    help="wall seconds each job runs from its first step")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--dir", help="working directory (default: a temporary one on /dev/shm)")
+    p.add_argument("--store", help="also write the JSON with its command, date and load here "
+                                   "(notebook 14 reads benchmarks/stored/checkpoint_goodput.json)")
     a = p.parse_args()
-    t_start = time.time()
+    t_start, load0 = time.time(), os.getloadavg()[0]
     base = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(
         prefix="perfkit-goodput-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     delta0, r0 = calibrate(base, a.step_s, a.state_mib)
@@ -231,7 +234,7 @@ def main() -> None:
     worst = {k: max(abs(pt[f"diff_{k}_pp"]) for pt in points) for k in ("first_order", "daly")}
     if not a.dir:
         shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps({
+    result = {
         "config": {"mtbf_asked_s": a.mtbf_s, "mtbf_s": mtbf, "step_s": a.step_s,
                    "state_mib_per_rank": a.state_mib, "ranks": 2, "window_s": a.window_s,
                    "stagger_s": stagger, "seed": a.seed, "storage": str(base)},
@@ -249,7 +252,12 @@ def main() -> None:
                     "best_within_one_grid_step":
                         max(steps_from.values()) <= 1.0 + 1e-9 if judged else None},
         "wall_s": time.time() - t_start,
-    }, indent=1))
+    }
+    print(json.dumps(result, indent=1))
+    if a.store:  # a sibling script: importable when this one runs as a script, from benchmarks/
+        from checkpoint_stored import write_stored
+
+        write_stored(a.store, result, t_start, load0)
 
 
 if __name__ == "__main__":

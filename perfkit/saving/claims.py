@@ -2,7 +2,8 @@
 and compression by a ``.gz`` name.
 
 * :func:`storage_rates` writes one file into each directory with and without ``fsync``, in
-  interleaved rounds (every configuration once per round, so a load drift hits all alike),
+  interleaved rounds (every configuration once per round, so a load drift hits all alike;
+  which of the two writes goes first alternates, so an order effect cancels),
   and records each directory's filesystem. A write that ends in the page cache runs at
   memory speed on any filesystem; ``fsync`` waits for the device, and on tmpfs it has no
   device to wait for. What each filesystem keeps after a killed process, a killed container
@@ -76,7 +77,8 @@ class StorageRates:
 def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2**20,
                   rounds: int = 5) -> StorageRates:
     """Write ``nbytes`` into each directory without and with ``fsync``, ``rounds`` times each,
-    interleaved (:func:`perfkit.saving.write_bandwidth`, one untimed write before each).
+    interleaved, the plain write first in even rounds and the fsynced one first in odd ones
+    (:func:`perfkit.saving.write_bandwidth`, one untimed write before each).
 
     Args:
         directories: existing directories (at least one).
@@ -96,9 +98,9 @@ def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2
     names = [str(d) for d in dirs]
     plain: dict[str, list[float]] = {d: [] for d in names}
     synced: dict[str, list[float]] = {d: [] for d in names}
-    for _ in range(rounds):
+    for r in range(rounds):
         for d in names:
-            for fsync, into in ((False, plain), (True, synced)):
+            for fsync, into in ((False, plain), (True, synced))[:: 1 if r % 2 == 0 else -1]:
                 into[d].extend(write_bandwidth(d, nbytes, fsync=fsync, repeat=1).times_s)
     return StorageRates(nbytes, {d: filesystem_of(d)[1] for d in names}, plain, synced)
 
@@ -154,7 +156,8 @@ def _save(obj: torch.Tensor, path: Path, level: int | None) -> float:
 def gzip_costs(tensors: Sequence[torch.Tensor], directory: str | os.PathLike, max_bytes: int = 4 * 2**20,
                level: int = 9, rounds: int = 5) -> GzipCosts:
     """Save the first ``max_bytes`` of ``tensors`` (flattened, joined) to a plain file and
-    through ``gzip.open``, ``rounds`` times each, interleaved (after one untimed save of each).
+    through ``gzip.open``, ``rounds`` times each, interleaved with the first of each round
+    alternating (after one untimed save of each).
 
     Args:
         tensors: floating tensors of one dtype (at least one element in all).
@@ -186,9 +189,10 @@ def gzip_costs(tensors: Sequence[torch.Tensor], directory: str | os.PathLike, ma
         plain, gz = work / "w.pt", work / "g.pt.gz"
         _save(flat, plain, None), _save(flat, gz, level)  # untimed: the first call allocates
         plain_s, gz_s = [], []
-        for _ in range(rounds):
-            plain_s.append(_save(flat, plain, None))
-            gz_s.append(_save(flat, gz, level))
+        for r in range(rounds):
+            ways = ((plain_s, plain, None), (gz_s, gz, level))
+            for into, path, lvl in ways[:: 1 if r % 2 == 0 else -1]:
+                into.append(_save(flat, path, lvl))
         sizes = [p.stat().st_size for p in (plain, gz)]
     finally:
         shutil.rmtree(work, ignore_errors=True)

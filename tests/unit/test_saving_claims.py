@@ -22,8 +22,9 @@ def test_storage_rates_time_each_directory_both_ways_in_rounds(tmp_path, monkeyp
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     r = storage_rates([a, b], nbytes=4096, rounds=2)
-    one_round = [(str(a), False), (str(a), True), (str(b), False), (str(b), True)]
-    assert order == one_round * 2  # interleaved: every configuration once per round
+    even = [(str(a), False), (str(a), True), (str(b), False), (str(b), True)]
+    odd = [(str(a), True), (str(a), False), (str(b), True), (str(b), False)]
+    assert order == even + odd  # every configuration once per round; which goes first alternates
     assert all(len(r.plain_s[d]) == 2 and len(r.fsync_s[d]) == 2 for d in (str(a), str(b)))
     assert r.fstypes[str(a)] == claims.filesystem_of(a)[1]
     t = r.fsync_s[str(a)]
@@ -60,3 +61,17 @@ def test_gzip_costs_really_compress_what_repeats(tmp_path):
         torch.save(sample, f)
     with gzip.open(tmp_path / "x.pt.gz", "rb") as f:
         assert torch.equal(torch.load(f), sample)
+
+
+def test_gzip_costs_alternate_which_save_goes_first(tmp_path, monkeypatch):
+    order = []
+    real = claims._save
+
+    def spy(obj, path, level):
+        order.append(level)
+        return real(obj, path, level)
+
+    monkeypatch.setattr(claims, "_save", spy)
+    gzip_costs([torch.randn(100)], tmp_path, max_bytes=400, rounds=3)
+    # one untimed save of each, then the rounds: plain first, gzip first, plain first
+    assert order == [None, 9, None, 9, 9, None, None, 9]
