@@ -586,7 +586,12 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # (gradients with respect to activations and to weights). Attention adds `12·L·d·T` per token
 # (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
-# tied LM head multiplies by it. MFU = model FLOPs per step / step time / measured peak. These
+# tied LM head multiplies by it. MFU = model FLOPs per step / step time / measured peak. The same
+# ratio with the FLOPs the hardware really ran (counted, recomputation included: activation
+# checkpointing re-runs the forward, FlashAttention's backward recomputes the scores) is HFU,
+# hardware FLOPs utilisation (PaLM, Megatron-LM): at least the MFU when anything is recomputed.
+# This notebook reports MFU, from the formula; counted FLOPs appear only where a rate is held
+# against a ceiling (section 1's bf16 step), since only work that ran can beat one. These
 # counts are exact, so CI checks the output:
 
 # %% keep_output=true

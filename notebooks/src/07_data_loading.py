@@ -111,8 +111,10 @@ print(f"one batch of {GPT['batch_size']}: {load_s * 1e3:.1f} ms")
 
 # %% [markdown]
 # `perfkit.data.experiments.monitored_steps` trains the model for `STEPS` steps (after 2
-# warm-up steps) under a `StepMonitor` and keeps each step's data wait and total time, so a
-# share comes with the bootstrap interval of its medians.
+# warm-up steps) under a `StepMonitor` and keeps each step's data wait and total time. The data
+# share printed is the median over the steps of each step's wait over its time, with the
+# order-statistic interval of that median (`perfkit.stats.median_ratio`, paired: wait and time
+# come from the same step).
 
 # %%
 fast = ex.monitored_steps(gpt, gpt.loader.dataset, steps=STEPS)
@@ -143,7 +145,10 @@ viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overl
                        value=max(compute_s, load_s) * 1e3, rel_tol=0.25, unit=" ms"),
             runs["1 workers"].step_time().scaled(1e3), explain={
     "above": f"Of the step, {med['1 workers'][0]:.1f} ms waited for the worker's batch and "
-             f"{med['1 workers'][1]:.1f} ms computed, against t_compute = {compute_s * 1e3:.1f} ms alone."})
+             f"{med['1 workers'][1]:.1f} ms computed, {med['1 workers'][1] / (compute_s * 1e3):.1f}x t_compute = "
+             f"{compute_s * 1e3:.1f} ms alone: the model gives the worker's {load_s * 1e3:.1f} ms of tokenizing per "
+             f"batch a core of its own, but it ran beside the step on {CORES} cores that other work also used "
+             f"(load average {os.getloadavg()[0]:.1f} now), so the step's compute took turns with it."})
 two = stats.median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, paired=False)
 print(f"2 workers' step over 1 worker's: {two.text('x')}")
 
@@ -227,10 +232,14 @@ fig = vdata.plot_loader_sweep(cpu_runs, cpu_pred,
 at_cores = max(i for i, w in enumerate(WORKERS) if w <= CORES)   # the run at CORES workers (or fewer)
 rate = {w: BATCH / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}          # samples/s measured
 model_rate = {w: BATCH / p.steady_step_s for w, p in zip(WORKERS, cpu_pred)}    # samples/s in the model
+# cores' worth of decoding the workers delivered: one batch's B*c of work per measured step
+got = {w: batch_load_s / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}
 for w in WORKERS[at_cores:]:
     print(f"{w} busy workers: {rate[w]:.0f} samples/s, {rate[w] / model_rate[w]:.0%} of the model's "
-          f"{model_rate[w]:.0f}" + (f"; {rate[w] / rate[WORKERS[at_cores]]:.2f}x the {WORKERS[at_cores]}-worker run"
-                                    if w > WORKERS[at_cores] else ""))
+          f"{model_rate[w]:.0f}; they decoded {got[w]:.2f} cores' worth (B*c = {batch_load_s * 1e3:.1f} ms per batch, "
+          f"one batch every {cpu_runs[WORKERS.index(w)].steady_step_s * 1e3:.1f} ms), where the model gives them "
+          f"{min(w, CORES)}" + (f"; {rate[w] / rate[WORKERS[at_cores]]:.2f}x the {WORKERS[at_cores]}-worker run"
+                                if w > WORKERS[at_cores] else ""))
 past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
 at = WORKERS[at_cores]
 viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {at}",
@@ -240,7 +249,10 @@ viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {at}",
              f"{model_rate[at]:.0f}, and more workers got more ({past}): the model gives the workers all {CORES} cores, "
              "but the training process and other jobs ran on them too, and more busy processes take a larger share "
              "of the cores from those.",
-    "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%} of the model's), past it: {past}."})
+    "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%} of the model's: the workers "
+            f"decoded {got[at]:.2f} cores' worth where the model gives them {min(at, CORES)}, the rest of the "
+            f"{CORES} cores going to the training process and other jobs, load average {os.getloadavg()[0]:.1f} "
+            f"now), past it: {past}."})
 short = [w for w, r, p in zip(WORKERS, cpu_runs, cpu_pred) if r.steady_step_s > p.steady_step_s / 0.9]
 print("measured below 90 % of the model's throughput at workers = " + (", ".join(map(str, short)) or "none"))
 
@@ -538,9 +550,13 @@ viz.verdict(Prediction("hidden fraction, GIL-holding load", f"at most the share 
                        f"({t_compute / min(t_load, t_compute):.2f}); below 0 if it slows the step", high=gil_bound,
                        physical=(None, 1.0)), hidden["spin"], explain={
     "held": f"The prefetched loop took {ms['Prefetcher, spin load']:.1f} ms/step against the serial loop's "
-            f"{ms['serial, spin load']:.1f}: " + ("the loader thread's turns with the GIL cost the step more than "
-            "they hid." if ms['Prefetcher, spin load'] > ms['serial, spin load'] else "the thread ran only while "
-            "the step had released the GIL."),
+            f"{ms['serial, spin load']:.1f} and an overlap's {max(t_load, t_compute):.1f}: " + (
+                "the loader thread's turns with the GIL cost the step more than they hid." if
+                ms['Prefetcher, spin load'] > ms['serial, spin load'] else
+                f"a busy thread ran beside {beside.value:.0%} of the step in the probe, but a load that holds "
+                "the GIL also makes the step wait for it at every return to Python, so the two ran nearly in "
+                "turn." if hidden["spin"].value < 0.5 * beside.value else
+                "the thread ran while the step had released the GIL."),
     "above": f"It hid more than the {beside.value:.0%} of the step a busy thread ran beside it, measured "
              "before the loops: how much of the step ran with the GIL released changed between the two."})
 

@@ -126,11 +126,18 @@ def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", othe
 
 
 def ratio_text(sp: Speedup) -> str:
-    """``"1.23x (90% interval ...; 10.0 -> 8.1 ms)"``: the speedup a verdict judges
-    (:attr:`Speedup.estimate`), its interval and the two medians."""
+    """``"1.23x (90% interval ...; medians 10.0 -> 8.1 ms)"``: the speedup a verdict judges
+    (:attr:`Speedup.estimate`), its interval and the two medians. Where the medians' ratio lies
+    on the other side of 1x than the estimate (noise can do that to a median of paired ratios),
+    the text gives the medians' ratio too and says which statistic is the figure."""
     est = check_type("sp", sp, Speedup).estimate
-    return (f"{est.point('x')} ({est.describe('x')}; "
-            f"{sp.baseline.median_s * 1e3:.1f} -> {sp.candidate.median_s * 1e3:.1f} ms)")
+    a, b = sp.baseline.median_s, sp.candidate.median_s
+    of_medians = a / b
+    split = (of_medians - 1) * (est.value - 1) < 0
+    return (f"{est.point('x')} ({est.describe('x')}; medians {a * 1e3:.1f} -> {b * 1e3:.1f} ms"
+            + (f", whose ratio, {of_medians:.3g}x, lies on the other side of 1x: the figure is the pairs' "
+               "median, and the two disagreeing says the difference is within the noise" if split else "")
+            + ")")
 
 
 class RescaledMLP(nn.Module):
@@ -311,23 +318,30 @@ def disturbed_text(points: Sequence) -> str:
 def disturbed_verdict(prediction: Prediction, measured: float | Estimate, reason: str,
                       explain: Mapping[str, str] | None = None) -> Verdict:
     """:func:`perfkit.verdict.judge`, unless ``reason`` says the run that produced ``measured``
-    was disturbed (a non-empty sentence with its numbers): then the verdict is ``"disturbed"``,
-    whatever the figure, and its text gives the reason instead of an outcome the run cannot
-    support (a "held" from a sweep whose times jumped is no evidence for the model).
+    was disturbed (a non-empty sentence with its numbers): then a held or inconclusive verdict
+    becomes ``"disturbed"``, its text giving the reason instead of an outcome the run cannot
+    support (a "held" from a sweep whose times jumped is no evidence for the model). A figure
+    past a bound stays missed (a bound is crossed or not), with the reason added.
 
     Raises:
         TypeError, ValueError: for a ``reason`` that is not a str, and whatever ``judge`` refuses.
     """
     if not isinstance(reason, str):
         raise TypeError(f"reason must be a str (empty: not disturbed), got {type(reason).__name__}")
-    v = judge(prediction, measured, explain=explain)
-    if not reason.strip() or v.outcome == "disturbed":
+    why = reason.strip().rstrip(".")
+    # a disturbed run's figure is not explained by the model's causes: only "disturbed" is said
+    said = {k: t for k, t in (explain or {}).items() if not why or k == "disturbed"}
+    v = judge(prediction, measured, explain=said)
+    if not why or v.outcome == "disturbed":
         return v
+    after = (" " + said["disturbed"].strip()) if said.get("disturbed") else ""
+    if v.outcome == "missed":
+        return replace(v, text=f"{v.text.rstrip()} The run was disturbed too: {why}, so the miss may be "
+                               f"the machine's, not the model's.{after}")
     start = v.text.index("**Measured:**")
     head = v.text[:v.text.index(f": {v.outcome}", start)]
-    text = (f"{head}: disturbed: {reason.strip().rstrip('.')}, so this run cannot test the model"
-            f" (it says {v.outcome} on these times)."
-            + (" " + explain["disturbed"].strip() if explain and explain.get("disturbed") else ""))
+    text = (f"{head}: disturbed: {why}, so this run cannot test the model (it says {v.outcome} on these "
+            f"times).{after}")
     return replace(v, outcome="disturbed", direction="", text=text)
 
 

@@ -57,7 +57,13 @@ def test_largest_rise_names_the_step_and_its_cause():
 def test_ratio_text_prints_the_judged_estimate():
     sp = Speedup(meas([0.010, 0.011, 0.012]), meas([0.005, 0.0055, 0.006]))
     text = ex.ratio_text(sp)
-    assert text.startswith(sp.estimate.point("x")) and "11.0 -> 5.5 ms" in text
+    assert text.startswith(sp.estimate.point("x")) and "medians 11.0 -> 5.5 ms)" in text
+    # pairs say slower (0.9x each), medians say faster: both named, the figure's statistic said
+    split = Speedup(meas([0.010, 0.020, 0.100, 0.110, 0.120]), meas([0.011, 0.022, 0.050, 0.050, 0.132]))
+    assert split.estimate.value < 1 < split.baseline.median_s / split.candidate.median_s
+    said = ex.ratio_text(split)
+    assert "whose ratio, 0.901x" not in said and "lies on the other side of 1x" in said
+    assert f"{split.baseline.median_s / split.candidate.median_s:.3g}x" in said
     # the point at the interval's precision: 0.184x beside 0.183x to 0.196x, never 0.18x
     five = Speedup(meas([0.0069] * 5), meas([0.0374, 0.0375, 0.0376, 0.0353, 0.0377]))
     est = five.estimate
@@ -157,7 +163,12 @@ def test_a_disturbed_sweep_gets_a_disturbed_verdict_whatever_its_figure():
     assert v.outcome == "disturbed" and "grew 100x" in v.text and "it says held" in v.text
     assert "grew as modelled" not in v.text and v.text.endswith("The memory is exact.")
     assert v.text.startswith("**Prediction** (traffic): ratio") and "**Measured:** 3" in v.text
-    assert ex.disturbed_verdict(pred, 0.5, text).outcome == "disturbed"  # a miss too
+    missed = ex.disturbed_verdict(pred, 0.5, text)  # a crossed bound stays missed, with the reason
+    assert missed.outcome == "missed" and "disturbed too: naive attention's time grew 100x" in missed.text
+    missed = ex.disturbed_verdict(pred, 0.5, text, explain={**explain, "below": "per-call costs"})
+    assert "per-call costs" not in missed.text and missed.text.endswith("The memory is exact.")
+    tol = Prediction("r", "m", value=2.0, rel_tol=0.1, unit="x")  # a tolerance: inside would be held
+    assert ex.disturbed_verdict(tol, 2.05, text).outcome == "disturbed"
     ok = ex.disturbed_verdict(pred, 3.0, "", explain=explain)  # clean: the rule decides, both ways
     assert ok.outcome == "held" and "grew as modelled" in ok.text
     assert ex.disturbed_verdict(pred, 0.5, "").outcome == "missed"
