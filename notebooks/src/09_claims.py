@@ -558,13 +558,13 @@ t_one, t_adv = threads.runs[1].median_s, threads.runs[advised].median_s
 busy = os.getloadavg()[0] / CORES  # runnable tasks per core just after the timing
 viz.verdict(Prediction(f"{advised} threads' speedup over 1", "work split over idle cores", low=1.0, high=float(CORES),
                        unit="x"), vs_one, explain={
-    "below": f"{advised} threads took {(t_adv - t_one) * 1e3:.1f} ms a step more than one thread "
-             f"({medians(t_one, t_adv)}): more than losing the split's gain can cost. With {busy:.1f} runnable "
+    "below": f"{advised} threads took {(t_adv - t_one) * 1e3:.1f} ms a step more than one thread, more than "
+             f"losing the split's gain can cost. One thread and {advised}: {medians(t_one, t_adv)}. With {busy:.1f} runnable "
              f"tasks per core the cores were not idle: at every OpenMP barrier (each parallel op ends in one) "
              "a thread waits until the scheduler runs its sibling, a time slice of milliseconds against "
              "operators of microseconds.",
-    "above": f"{advised} threads beat {CORES} cores' split: the one-thread run ({medians(t_one, t_adv)}) was "
-             "slowed more by the load than the split run."})
+    "above": f"{advised} threads beat {CORES} cores' split: the load slowed the one-thread run more than the "
+             f"split one. One thread and {advised}: {medians(t_one, t_adv)}."})
 claim_verdict("set_num_threads(min(8, cores))", Claim("torch.set_num_threads(min(8, cores)) is best", f"{advised} threads' "
      f"speedup over the best other count ({other})", **FASTER), vs_other, f"{advised} threads and {other}: "
      f"{medians(threads.runs[other].median_s, threads.runs[advised].median_s)}.")
@@ -717,6 +717,10 @@ print(f"one sample costs {sweep.cost_s * 1e3:.1f} ms here ({1.0 if QUICK else 2.
 for w in WORKERS:
     print(f"num_workers={w}: {sweep.median(w):6.0f} samples/s measured (median of {LOAD_ROUNDS} rounds), "
           f"{sweep.model[w]:6.0f} predicted")
+top = max(WORKERS)
+print(f"from 0 to {top} workers the model, with {CORES} idle cores, gains {sweep.model[top] / sweep.model[0]:.2f}x; "
+      f"measured {sweep.median(top) / sweep.median(0):.2f}x, with {os.getloadavg()[0] / CORES:.1f} runnable tasks "
+      "per core now: workers gain only where cores are free")
 
 # %%
 rates_text = ", ".join(f"{w}: {sweep.median(w):.0f}" for w in WORKERS)
