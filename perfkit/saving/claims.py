@@ -52,7 +52,8 @@ class StorageRates:
     Attributes:
         nbytes: bytes per write.
         fstypes: each directory's filesystem (``tmpfs``, ``ext4``, ...).
-        plain_s, fsync_s: per directory, each round's seconds without and with ``fsync``.
+        plain_s, fsync_s: per directory, each round's seconds without and with ``fsync`` (the
+            median of the round's three writes).
     """
 
     nbytes: int
@@ -77,8 +78,10 @@ class StorageRates:
 def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2**20,
                   rounds: int = 5) -> StorageRates:
     """Write ``nbytes`` into each directory without and with ``fsync``, ``rounds`` times each,
-    interleaved, the plain write first in even rounds and the fsynced one first in odd ones
-    (:func:`perfkit.saving.write_bandwidth`, one untimed write before each).
+    interleaved, the plain writes first in even rounds and the fsynced ones first in odd ones;
+    each round's figure is the median of three writes (:func:`perfkit.saving.write_bandwidth`
+    with ``repeat=3``, one untimed write before them): a write of a few MB lasts a few
+    scheduler time slices, and one preemption would otherwise decide a round.
 
     Args:
         directories: existing directories (at least one).
@@ -101,7 +104,8 @@ def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2
     for r in range(rounds):
         for d in names:
             for fsync, into in ((False, plain), (True, synced))[:: 1 if r % 2 == 0 else -1]:
-                into[d].extend(write_bandwidth(d, nbytes, fsync=fsync, repeat=1).times_s)
+                times = sorted(write_bandwidth(d, nbytes, fsync=fsync, repeat=3).times_s)
+                into[d].append(times[1])  # the median of three
     return StorageRates(nbytes, {d: filesystem_of(d)[1] for d in names}, plain, synced)
 
 

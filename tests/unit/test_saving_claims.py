@@ -16,7 +16,11 @@ def test_storage_rates_time_each_directory_both_ways_in_rounds(tmp_path, monkeyp
 
     def spy(d, nbytes, fsync, repeat):
         order.append((d, fsync))
-        return real(d, nbytes, fsync=fsync, repeat=repeat)
+        rec = real(d, nbytes, fsync=fsync, repeat=repeat)
+        medians.append(sorted(rec.times_s)[1])
+        return rec
+
+    medians = []
 
     monkeypatch.setattr(claims, "write_bandwidth", spy)
     a, b = tmp_path / "a", tmp_path / "b"
@@ -26,6 +30,8 @@ def test_storage_rates_time_each_directory_both_ways_in_rounds(tmp_path, monkeyp
     odd = [(str(a), True), (str(a), False), (str(b), True), (str(b), False)]
     assert order == even + odd  # every configuration once per round; which goes first alternates
     assert all(len(r.plain_s[d]) == 2 and len(r.fsync_s[d]) == 2 for d in (str(a), str(b)))
+    # each round's figure is the median of its three writes
+    assert r.plain_s[str(a)][0] == medians[0] and r.fsync_s[str(a)][1] == medians[4]
     assert r.fstypes[str(a)] == claims.filesystem_of(a)[1]
     t = r.fsync_s[str(a)]
     assert r.rate(str(a), fsync=True).value == pytest.approx((4096 / t[0] + 4096 / t[1]) / 2)  # median of two
