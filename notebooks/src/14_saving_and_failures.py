@@ -425,7 +425,7 @@ viz.verdict(p_gz_s, gz.gz_over_plain())
 
 # %% [markdown]
 # **`elastic_checkpoint_interval`.** An elastic job's save interval is not a constant to
-# choose once: it is section 4's interval, `√(2δM)` refined by Daly (held against a measured
+# choose once: it is section 4's interval, `√(2δM)` refined by Daly (judged against a measured
 # sweep there), and a job's MTBF `M` falls as 1/N with its N GPUs, so the interval scales as
 # 1/√N and should be recomputed when the world size changes. What it would be:
 
