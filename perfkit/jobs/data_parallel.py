@@ -13,7 +13,9 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
   alternation), and the measured share of communication hidden behind backward; in the same
   rounds, on the same model and batch without communication, ``compute_only`` (forward +
   backward), ``forward_only`` and ``backward_only`` (the backward of the graph the forward
-  just built), and ``comm_only`` (the bucketed all-reduces alone); ``hidden_share``:
+  just built), ``comm_only`` (the bucketed all-reduces alone, one after another) and
+  ``comm_together`` (the same, all launched asynchronously before any is waited for, as the
+  overlapped step launches them); ``hidden_share``:
   ``(bucketed - overlapped) / (bucketed - compute_only)`` by the medians (``None`` where the
   bucketed step was not slower than compute alone), :func:`perfkit.comm.hidden_share`'s point.
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
@@ -138,11 +140,22 @@ def compare(model_kw: dict[str, Any], batch: int, bucket_cap_mb: float, repeat: 
     def backward() -> None:  # backward alone: the most the all-reduces can hide behind
         graph.pop("loss").backward()
 
+    def comm_together() -> None:  # the same buckets, every all-reduce launched before any is waited for
+        handles = []
+        for k in range(len(bucketed.buckets)):
+            bucketed._pack(k)
+            handles.append(bucketed._all_reduce(bucketed.buffers[k], async_op=True))
+        for k, h in enumerate(handles):
+            h.wait()
+            bucketed._unpack(k)
+
     loss_fn(bucketed.module(x), y).backward()
     names = list(runners)
-    fns = [step(n) for n in names] + [compute, bucketed.finish, forward, backward]
+    # the communication-only timings follow a step that ends in an all-reduce, so both processes
+    # start them together (after compute-only work, the first all-reduce would wait out their skew)
+    fns = [step(n) for n in names] + [bucketed.finish, comm_together, compute, forward, backward]
     # interleaved (A, B, C, ... A, B, C): load drifts on a shared machine; ratios stay fair
-    keys = names + ["compute_only", "comm_only", "forward_only", "backward_only"]
+    keys = names + ["comm_only", "comm_together", "compute_only", "forward_only", "backward_only"]
     runs = interleaved(fns, warmup=2, repeat=repeat)
     # every repetition's time, the slower rank's: repetition i of each is taken back to back
     reps = dict(zip(keys, _slowest_each([m.times_s for m in runs]), strict=True))
