@@ -84,7 +84,7 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # budget. Where bf16 is emulated (no bf16 units: slower than fp32 by the factor printed above) that is fewer
 # sizes; the sentences below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
-# siblings at every barrier, which swung one step 30x between cells; MFU is then held against
+# siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
 # the ceiling notebook 00 measured on that many threads.
 
 # %%

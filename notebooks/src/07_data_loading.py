@@ -247,8 +247,9 @@ viz.verdict(Prediction(f"samples/s with {WORKERS[-1]} busy workers over {at}",
             ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores]), explain={
     "above": f"The {at}-worker run reached {rate[at]:.0f} samples/s, {rate[at] / model_rate[at]:.0%} of the model's "
              f"{model_rate[at]:.0f}, and more workers got more ({past}): the model gives the workers all {CORES} cores, "
-             "but the training process and other jobs ran on them too, and more busy processes take a larger share "
-             "of the cores from those.",
+             f"but they decoded {got[at]:.2f} cores' worth at {at} workers and {got[WORKERS[-1]]:.2f} at "
+             f"{WORKERS[-1]}: the training process and other jobs (load average {os.getloadavg()[0]:.1f} now) ran on "
+             "the cores too, and more busy processes take a larger share of them from those.",
     "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%} of the model's: the workers "
             f"decoded {got[at]:.2f} cores' worth where the model gives them {min(at, CORES)}, the rest of the "
             f"{CORES} cores going to the training process and other jobs, load average {os.getloadavg()[0]:.1f} "
