@@ -99,6 +99,12 @@ def _stop_writer_process() -> None:
     if proc is not None:
         executor._CHECKPOINT_PROCESS = None
         proc.__del__()  # sends TERMINATE, joins for 5 s, then SIGTERM
+        writer = getattr(proc, "_save_process", None)
+        if writer is not None:  # reaped here, so the object's own __del__ at collection finds it
+            writer.join(timeout=5)  # ended instead of sending into a closed pipe (BrokenPipeError)
+            if writer.is_alive():
+                writer.kill()
+                writer.join()
 
 
 def _world() -> tuple[int, int]:

@@ -197,3 +197,38 @@ def test_a_plain_models_checkpoint_uses_the_layouts_keys_and_refuses_another_mod
     again = TrainState(model=fresh, optim=torch.optim.AdamW(fresh.parameters()), step=0)
     assert Checkpointer(tmp_path, keep=1).load_latest(again) == 1
     assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
+
+
+def test_stopping_the_process_writer_reaps_it(monkeypatch):
+    # DCP's writer object sends TERMINATE in its __del__; called by hand and then again at
+    # collection, the second send hit a closed pipe (BrokenPipeError on stderr) unless the
+    # writer was reaped in between
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    from perfkit.saving import checkpointer
+
+    events = []
+
+    class Writer:
+        alive = True
+
+        def is_alive(self):
+            return self.alive
+
+        def join(self, timeout=None):
+            events.append(("join", timeout))
+            self.alive = False
+
+        def kill(self):
+            events.append("kill")
+
+    class Proc:
+        _save_process = Writer()
+
+        def __del__(self):
+            events.append("del")
+
+    monkeypatch.setattr(executor, "_CHECKPOINT_PROCESS", Proc(), raising=False)
+    checkpointer._stop_writer_process()
+    assert executor._CHECKPOINT_PROCESS is None
+    assert events[:2] == ["del", ("join", 5)] and "kill" not in events  # ended when asked: not killed
