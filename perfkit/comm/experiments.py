@@ -162,8 +162,9 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
     step saved, over that median communication (its denominator's own spread is not in the
     interval), as the median over rounds with its order-statistic interval
     (:func:`perfkit.stats.per_round`; no interval below 5 rounds). The all-reduces timed alone
-    are not the baseline: in a round they follow work that does not line the processes up, so
-    their first collective also waits out the processes' skew. Only backward can cover
+    are not the baseline: inside a step each bucket is packed first and the processes reach
+    each all-reduce at different times, which the step's own communication includes and a
+    timing of the all-reduces alone does not. Only backward can cover
     communication (the gradients exist only during it), so the ceiling is
     ``min(backward, comm) / comm`` with ``backward_only``'s median from the same rounds.
 
