@@ -191,9 +191,10 @@ def scaler_first_update(init_scale: float, batch: int = 4, seq: int = 64, model_
     """
     check_real("init_scale", init_scale, 0, lo_open=True)
     check_int("max_steps", max_steps, 1)
+    check_int("batch", batch, 1)  # before the model is built: a bad size fails at once
     dev = timing.resolve_device(device)
     m = _gpt(seq, model_kw, dev)
-    ids = torch.randint(0, VOCAB, (check_int("batch", batch, 1), seq), device=dev)
+    ids = torch.randint(0, VOCAB, (batch, seq), device=dev)  # (B, T)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler(dev.type, init_scale=init_scale)
     for k in range(max_steps):
