@@ -270,7 +270,13 @@ print(f"interleaving (v = 2) saves {bubble_saved:.0f} ms of bubble and pays {sen
       f"of {2 * N_MICRO}, each at this link's {here.intra.alpha_s * 1e6:.0f} us start-up")
 pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
 for n, p in pipe_pred.items():
-    viz.verdict(p, stats.median_interval([x * 1e3 for x in step_spans(pipe[n]["slots"])[1:]]))
+    spans = step_spans(pipe[n]["slots"])[1:]
+    busy = [max(sum(b - a for *_, a, b in row) for row in step) for step in pipe[n]["slots"][1:]]
+    ideal = N_MICRO * (T_F + T_B) * 1e3   # m v slots of T / v each
+    said = (f"Per timed step (medians of {len(spans)}), the busier rank spent {stats.median(busy) * 1e3:.0f} ms in "
+            f"its actions (the model's m v slots: {ideal:.0f} ms) and {stats.median(spans) * 1e3 - stats.median(busy) * 1e3:.0f}"
+            f" ms outside them, against the model's {p.value - ideal:.0f} ms of bubble and sends.")
+    viz.verdict(p, stats.median_interval([x * 1e3 for x in spans]), explain=dict.fromkeys(("above", "below"), said))
 
 # %% [markdown]
 # **Tensor parallelism.** Notebook 10's GPT (`perfkit.parallel.gpt`: the same sizes, separate
@@ -357,9 +363,12 @@ print(f"N in 6 N: the {llama.matmul_params / 1e9:.2f} B parameters in matmuls (b
 
 # %% [markdown]
 # How far apart are these layouts, against how far the planner itself is from published runs
-# (section 4's median error)? And ZeRO's collectives: the planner hides none of them behind
-# compute by default (`Cluster.sharded_hidden = 0`, section 4 says on what evidence); the same
-# plan with all of them hidden (`sharded_hidden = 1`, ideal prefetching) is the other end.
+# (section 4's median error)? And ZeRO's collectives: by default the planner hides them as the
+# framework does (`Cluster.dp_overlap`, here PyTorch's DDP and FSDP, the report's `overlap:`
+# line): chunk by chunk beside the compute, one chunk always exposed and never more hidden than
+# the compute there is (`perfkit.plan.overlap`, each framework's rule with its source). The same
+# plan with none of them hidden (`sharded_hidden = 0`) and with all of them hidden
+# (`sharded_hidden = 1`) brackets that choice.
 
 # %%
 from perfkit.plan import compare, foundry_runs, megatron_runs
@@ -370,9 +379,11 @@ tied = sum(c.time.total_s <= best_s * (1 + cmp.median_error) for c in big.best)
 print(f"the five best lie within {big.best[4].time.total_s / best_s - 1:.1%} of the best; {tied} layouts lie "
       f"within the planner's median error against published runs ({cmp.median_error:.1%}) of it: the planner "
       + ("cannot choose among them; measure the candidates" if tied > 1 else "ranks the best alone"))
-hidden = plan(llama, replace(h100, sharded_hidden=1.0), gpus=512, global_batch=4 * 2**20 // 8192)
-print(f"ZeRO's collectives all hidden: best {hidden.best[0].layout.label()}, {hidden.best[0].time.total_s:.2f} s "
-      f"per step, against {best_s:.2f} s with none hidden: the step lies in that range, where a run's overlap puts it")
+ends = {share: plan(llama, replace(h100, sharded_hidden=share), gpus=512, global_batch=4 * 2**20 // 8192).best[0]
+        for share in (0.0, 1.0)}
+print(f"best step as {h100.dp_overlap} overlaps ZeRO's collectives (the default): {big.best[0].layout.label()}, "
+      f"{best_s:.2f} s; " + "; ".join(f"{what}: {ends[share].layout.label()}, {ends[share].time.total_s:.2f} s"
+                                       for share, what in ((0.0, "none hidden"), (1.0, "all hidden"))))
 
 # %%
 from perfkit.viz.plan import plan_widget, plot_plan, plot_published, published_table
@@ -381,9 +392,9 @@ fig = plot_plan(big)
 
 # %% [markdown]
 # Move the widget: the model size, the GPU count, the network per GPU and the batch. Watch
-# which term limits the best layout: with a slow network, DDP's all-reduce outgrows the backward
-# it hides behind, ZeRO's gathers and reduce-scatters (which the planner charges in full, none
-# hidden) take a growing share of the step, and tensor parallelism stays inside a node; with a
+# which term limits the best layout: with a slow network, DDP's all-reduce and ZeRO's gathers
+# and reduce-scatters outgrow the compute they hide behind (no more hides than there is compute)
+# and take a growing share of the step, and tensor parallelism stays inside a node; with a
 # small batch per GPU, a pipeline's bubble grows, since `m` micro-batches no longer amortise
 # `p - 1`.
 
@@ -430,15 +441,17 @@ viz.build_widget(plan_widget())
 # sources; a test counts PyTorch's own FLOPs against the planner's). FSDP gathers
 # the weights twice and reduce-scatters the gradients for every micro-batch, block by block, the
 # gradients in the run's reduce dtype (the README's "MP Mode": Composer's `DEFAULT` reduces in
-# fp32, `PURE` in bf16). By default the planner pays these collectives in full, none hidden
-# behind compute (`Cluster.sharded_hidden = 0`). The evidence: llm-foundry's own sweep of the
-# micro-batch size, everything else held, shows a fixed cost per micro-batch at least as large
-# as those collectives unhidden (below). That fits "none hidden", but does not prove it: kernel
-# launches, Python and the allocator also cost a fixed time per micro-batch, and partial overlap
-# plus those fits as well. FSDP's prefetching and Megatron-core's `overlap_grad_reduce` /
-# `overlap_param_gather` are built to overlap (Zhao et al. 2023). So 0 is the planner's
-# pessimistic end, matched to these rows' cost; `sharded_hidden = 1` (ideal prefetching) is the
-# other, and section 3 printed the step at both.
+# fp32, `PURE` in bf16). How much of that hides behind compute follows the framework
+# (`Cluster.dp_overlap`, `perfkit.plan.overlap`): these runs use Composer's FSDP defaults
+# (`backward_prefetch='BACKWARD_POST'`, no forward prefetch), under which the forward's
+# all-gathers run ahead of the compute and each reduce-scatter beside the next block's backward,
+# but a backward all-gather is issued only once the current block's gradients are done, and
+# waits in full. llm-foundry's own sweep of the micro-batch size, everything else held, gives a
+# figure to hold that against: the fixed cost per micro-batch, set against FSDP's three
+# collectives with none hidden (below). A fixed cost at least that large fits little overlap,
+# but does not prove it: kernel launches, Python and the allocator also cost a fixed time per
+# micro-batch. `sharded_hidden = 0` (none hidden) and `1` (all hidden) remain as overrides, and
+# section 3 printed the 70B plan's step at both.
 
 # %%
 from perfkit.plan import micro_batch_overhead
