@@ -88,7 +88,6 @@ import math
 
 import torch
 import torch.nn as nn
-from IPython.display import display
 
 from perfkit import hw, stats, timing, viz
 from perfkit.compute import claims_precision as cp
@@ -99,7 +98,7 @@ from perfkit.jobs.data_parallel import make_mlp
 from perfkit.memory import claims as cm
 from perfkit.memory import gpt2_saved_activation_bytes, zero_model_states
 from perfkit.models import tiny_gpt2
-from perfkit.verdict import Claim, Prediction, assess, context
+from perfkit.verdict import Claim, Prediction, assess
 from perfkit.viz import si
 
 DEVICE = timing.resolve_device()
@@ -284,10 +283,11 @@ claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient tha
 # (the ceilings of the one thread the calls run on), so the speedup is at most the dense call's
 # measured time over that floor. (The ratio of the two calls' floors bounds nothing: the dense
 # call runs at some fraction of its ceiling, the grouped one at another, and the kernels for
-# grouped convolutions are less tuned than dense ones.) That bound holds, but a dense call far
-# below its ceiling puts it far above any speedup, so it is shown as context, not judged.
-# **Prediction:** the FLOP count falls by `g` exactly (counted below by torch's
-# `FlopCounterMode`); whether the time follows is the advice's question.
+# grouped convolutions are less tuned than dense ones.) A dense call far below its ceiling
+# puts that bound far above the speedup a grouped kernel reaches: it is loose, but it is the
+# bound the roofline gives. **Predictions:** the FLOP count falls by `g` exactly (counted below
+# by torch's `FlopCounterMode`); the speedup is at most the dense time over the grouped call's
+# roofline floor. Whether the time follows the FLOPs is the advice's question.
 
 # %%
 conv = cs.time_grouped_conv(**CONV, repeat=FAST_REPEAT, device=DEVICE)
@@ -303,10 +303,8 @@ print(f"groups={G} speedup over groups=1 {x(grp)}; bound: dense {conv.dense.medi
 rates_conv = f"the dense call ran at {rate[1] / peak:.0%} of {CEIL}, the grouped one at {rate[G] / peak:.0%}"
 viz.verdict(Prediction(f"FLOPs of groups=1 over groups={G}", "each output channel sees C / g input channels",
                        value=G, rel_tol=0, unit="x"), conv.flops[1] / conv.flops[G])
-roof_text = context(Prediction(f"groups={G} speedup", "dense time over the grouped call's roofline floor", high=roof,
-                               unit="x"), grp)
-roof_text += f" (The dense call ran at {rate[1] / peak:.0%} of {CEIL}.)"
-display({"text/markdown": f"ℹ️ {roof_text}", "text/plain": f"[context] {roof_text}".replace("**", "")}, raw=True)
+viz.verdict(Prediction(f"groups={G} speedup", "dense time over the grouped call's roofline floor", high=roof, unit="x"),
+            grp, explain={"above": f"Faster than the roofline allows: {rates_conv}."})
 claim_verdict("grouped convolutions", Claim(f"grouped convolutions reduce computation (FLOPs fall {G}x: does time?)",
      f"groups={G} speedup over groups=1", low=0.75 * G, partly=1.0, unit="x"), grp, f"FLOPs fell {G}x; {rates_conv}.")
 
