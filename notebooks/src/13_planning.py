@@ -508,7 +508,8 @@ alone = bool(peers) and max(abs(r.error) for r in peers) < abs(worst.error) / 2
 viz.verdict(targets["worst"], abs(worst.error), explain={
     "above": f"Worst: {worst.run.label} ({worst.run.table}), predicted {worst.predicted:,.0f} against "
              f"{worst.run.reported_tokens_per_gpu:,.0f} reported tokens/s per GPU. "
-             + (f"The same model and sequence on the table's other GPU counts ({len(peers)} rows) are predicted "
+             + (f"The same model and sequence on the table's other GPU counts ({len(peers)} row{'s' * (len(peers) > 1)}) "
+                f"{'are' if len(peers) > 1 else 'is'} predicted "
                 f"within {max(abs(r.error) for r in peers):.1%}, at "
                 + ", ".join(f"{r.run.reported_tokens_per_gpu:,.0f}" for r in peers)
                 + " reported tokens/s per GPU: no term that changes with the GPU count explains one row "
