@@ -214,7 +214,7 @@ for m in ("topk_1pct", "sign", "randomk_1pct"):
         "held": f"On the whole training split after the last step: {gap[m]:+.3f} nats without, "
                 f"{gap[m + '_ef']:+.3f} with error feedback, against uncompressed.",
         "above": f"The loss gap to uncompressed went from {gap[m]:+.3f} nats without to {gap[m + '_ef']:+.3f} "
-                 "with error feedback; the next cell measures what its residual carries."})
+                 "with error feedback; the next cell shows where its run fell behind."})
 
 # %% [markdown]
 # **What error feedback carries.** A residual holds everything not yet sent. With top-k the
@@ -254,8 +254,8 @@ falls = all(b["final_loss"] < a["final_loss"] for (_, a), (_, b) in zip(psgd, ps
 print("PowerSGD: " + ", ".join(f"rank {r}: wire {t['wire_bytes_ratio']:.1%}, final loss {t['final_loss']:.4f}"
                                for r, t in psgd)
       + (": each higher rank sent more bytes and ended lower." if falls else
-         ": more bytes did not lower the loss at every step up in rank; at ranks this small the factors' "
-         "own error feedback and one seed's noise decide the order."))
+         ": the loss did not fall at every step up in rank; one run from one seed cannot rank them (no "
+         "interval over seeds exists here)."))
 
 # %% [markdown]
 # **Error feedback against the literature.** Karimireddy et al. (2019) prove that sign
@@ -460,7 +460,8 @@ print(f"all-reduce of the SmallCNN gradient ({si(sizes['cnn dense'], 'B')}): {si
       f"{si(t_none, 's')} step; of its random-k 1 % payload ({si(sizes['cnn random-k 1%'], 'B')}): {si(t_small, 's')}"
       + (" (longer than the dense call: these two tiny calls' medians differ by noise, not bytes)"
          if t_small >= t_ar["cnn dense"] else "")
-      + f". Fastest compressed method: {fastest} ({si(runs[fastest]['step_s'], 's')} median step)")
+      + f". Fastest compressed method: {fastest} ({si(runs[fastest]['step_s'], 's')} median step; ratio of the "
+      f"two medians {runs[fastest]['step_s'] / t_none:.3f}x, the verdict judges the median of the per-step ratios)")
 viz.verdict(Prediction("fastest compressed step time over uncompressed",
                        "a step shortens by at most its whole all-reduce",
                        low=floor, unit="x", physical=(0.0, None)), step_ratio, explain={
