@@ -135,6 +135,7 @@ from perfkit.plan.runs_data import (
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
     FOUNDRY_TABLES,
+    MEGATRON_HEADS,
     MEGATRON_ROWS,
     MPT_SHAPES,
 )
@@ -208,6 +209,7 @@ __all__ = [
     "local_cluster",
     "local_link",
     "loss_passes",
+    "MEGATRON_HEADS",
     "MEGATRON_ROWS",
     "megatron_runs",
     "micro_batch_overhead",

@@ -35,6 +35,7 @@ from perfkit.plan.runs_data import (
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
     FOUNDRY_TABLES,
+    MEGATRON_HEADS,
     MEGATRON_ROWS,
     MPT_SHAPES,
 )
@@ -82,11 +83,11 @@ def megatron_runs() -> list[PublishedRun]:
     dropout, full recomputation, fp16; TP = min(MP, 8), PP = MP / TP; A100 80GB, 8 per node;
     gradients all-reduced after the backward (``Cluster.ddp_after_backward``: Megatron-LM's
     local DDP at the paper's time, NVIDIA/Megatron-LM@a8d172b3 megatron/training.py).
-    The table gives no head count: heads are ``hidden / 128`` (only TP's divisibility uses
-    them), and no micro-batch size or interleaving: :func:`predict` takes the planner's best."""
+    Heads come from the paper's Table 1 (:data:`MEGATRON_HEADS`); the table gives no
+    micro-batch size or interleaving: :func:`predict` takes the planner's best."""
     out = []
     for name, h, layers, _billions, mp, gpus, batch, tflops, pct, _agg in MEGATRON_ROWS:
-        model = ModelSpec(f"GPT {name}", layers=layers, hidden=h, heads=h // 128, ffn=4 * h,
+        model = ModelSpec(f"GPT {name}", layers=layers, hidden=h, heads=MEGATRON_HEADS[name], ffn=4 * h,
                           vocab=51200, seq=2048, dropout=True, flash=False, positions=2048,
                           source=MEGATRON_SOURCE)
         tp = min(mp, 8)

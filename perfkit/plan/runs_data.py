@@ -17,7 +17,7 @@ Usage::
 """
 
 __all__ = ["FOUNDRY_COMMIT", "FOUNDRY_EARLY_STOP", "FOUNDRY_MB_SWEEP", "FOUNDRY_MB_SWEEP_SOURCE",
-           "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_ROWS", "MPT_SHAPES"]
+           "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_HEADS", "MEGATRON_ROWS", "MPT_SHAPES"]
 
 FOUNDRY_COMMIT = "8c8dd48f72168c5d51e2f7b151595892a8fba43d"
 
@@ -35,6 +35,12 @@ MEGATRON_ROWS = (
     ("530B", 20480, 105, 529.6, 280, 2520, 2520, 163, 52, 410.2),
     ("1T", 25600, 128, 1008.0, 512, 3072, 3072, 163, 52, 502.0),
 )
+
+# Attention heads per model: the paper's Table 1 has this column, the README's image of it
+# does not (head size hidden / heads: 96 for 1.7B and 3.6B, 160 for 530B and 1T, else 128;
+# hidden / 128 is wrong for those four rows).
+MEGATRON_HEADS = {"1.7B": 24, "3.6B": 32, "7.5B": 32, "18B": 48, "39B": 64, "76B": 80, "145B": 96,
+                  "310B": 128, "530B": 128, "1T": 160}
 
 FOUNDRY_TABLES = {  # key: the README's heading
     "h100-large": "H100 80GB BF16 (Large Scale, >= 128 GPUs)",

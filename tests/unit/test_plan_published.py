@@ -8,6 +8,7 @@ import pytest
 from perfkit.plan import (
     ATTENTION_EFFICIENCY,
     FOUNDRY_ROWS,
+    MEGATRON_HEADS,
     MEGATRON_ROWS,
     compare,
     fit_efficiency,
@@ -30,6 +31,9 @@ def test_megatron_rows_agree_with_their_own_columns():
         assert tflops * gpus / 1e3 == pytest.approx(agg, rel=0.02), row  # aggregate PFLOP/s
         assert tflops / 312 == pytest.approx(pct / 100, abs=0.01), row  # % of the A100's peak
         assert run.layout.tp * run.layout.pp == mp and run.layout.gpus == gpus
+        # heads from the paper's Table 1, not hidden / 128 (18 heads for 1.7B, 200 for 1T)
+        assert run.model.heads == MEGATRON_HEADS[_name] and _h % run.model.heads == 0, row
+    assert [r.model.heads for r in runs][:2] == [24, 32] and runs[-1].model.heads == 160
     # tokens/s per GPU are the TFLOP/s over Megatron's own FLOPs per token (recompute included)
     r = runs[-1]
     assert r.reported_tokens_per_gpu * r.model.megatron_flops_per_token() == pytest.approx(163e12)
