@@ -408,9 +408,10 @@ if DEVICE.type == "cpu":   # one thread: a descheduled OpenMP thread on a busy m
 t_step, t_lora, t_fb, t_in = timing.interleaved([step_full, step_lora, plora.forward_backward(full, x),
                                                  plora.forward_backward(plora.frozen_twin(full), x)],
                                                 warmup=2, repeat=LORA_REPEAT, device=DEVICE)
+timed_threads = torch.get_num_threads()
 torch.set_num_threads(threads)
 part = plora.amdahl_parts(t_step, t_fb, t_in)  # differences of medians: they add up to the full step
-print(f"full step {t_step.median_s * 1e3:.1f} ms ({torch.get_num_threads()} thread(s)): " + ", ".join(
+print(f"full step {t_step.median_s * 1e3:.1f} ms ({timed_threads} thread(s)): " + ", ".join(
     f"{k} {t * 1e3:.1f} ms ({t / t_step.median_s:.0%})" for k, t in part.items()))
 if negative := [k for k, t in part.items() if t < 0]:
     print(f"{' and '.join(negative)} below zero: smaller than this run's noise; counted as 0 below")
@@ -486,9 +487,9 @@ viz.show_headlines({
 
 # %%
 print("bytes per step over DDP + AdamW's: " + ", ".join(
-    f"{n} {sent[n] / sent['ddp_adamw']:.2f}x" for n in sent if n != "ddp_adamw") + " (perfkit's stages reduce-"
-      "scatter and all-gather; torch's ZeRO, DeepSpeed's stages 1 and 2 and perfkit_ddp let an all-reduce run "
-      "first, then gather or broadcast the updated shards).")
+    f"{n} {sent[n] / sent['ddp_adamw']:.2f}x" for n in sent if n != "ddp_adamw") + ". Each one above 1x "
+      "all-reduces the whole gradient first and then gathers or broadcasts the updated shards, or (stage 3) "
+      "gathers the parameters a second time in backward.")
 cost = [f"stage {STAGES[n]} {ratio[n].text('x')}" for n in ("zero1", "zero2", "zero3")]
 print("step time over DDP + AdamW, measured here: " + ", ".join(cost) + ".")
 print("The time predictions of section 3: " + "; ".join(
