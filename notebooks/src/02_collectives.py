@@ -374,9 +374,11 @@ print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alon
       f"after another and {si(t['comm_together'], 's')} all launched before any wait; "
       f"{si(pred_bucket, 's')} by the alpha-beta model of section 2. Launched together over one after another: "
       f"{together.text('x')}."
-      + (" The model was fitted to section 2's sweep, each size repeated back to back; inside a step each bucket "
-         "is packed first, and the two processes reach each all-reduce at different times, the first to arrive "
-         "waiting for the other." if comm_in > 1.1 * pred_bucket else "")
+      + (f" Even timed alone they took {t['comm_only'] / pred_bucket:.2g}x the model: its fit repeated one size "
+         f"back to back, these are {cmp['buckets']} buckets of different sizes in a row; this run does not "
+         "measure which difference costs the time." if t["comm_only"] > 1.1 * pred_bucket else "")
+      + (" Inside the step each bucket is packed first, and the two processes reach each all-reduce at different "
+         "times, the first to arrive waiting for the other." if comm_in > 1.1 * t["comm_only"] else "")
       + " The overlap is judged against the step's own communication.")
 if comm_in > 0:
     hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward_only, same rounds
