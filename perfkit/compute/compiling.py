@@ -148,7 +148,11 @@ def cold_compile_cost(name: str, record: CompileRecord,
     if cold is None:
         return None, (f"{warm}; a cold cache was not measured on this machine yet "
                       "(run with TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) to measure it)")
-    return cold, f"{warm}; a cold cache cost {cold:.1f} s here (measured in an earlier run)"
+    slower = record.compile_s > cold  # the cache saves work, not time under a heavier load
+    return cold, (f"{warm}; a cold cache cost {cold:.1f} s here (measured in an earlier run)"
+                  + (f": this warm compile took {record.compile_s / cold:.1f}x as long, so the machine's "
+                     f"load now (load average {os.getloadavg()[0]:.1f}) cost more than the cache saved"
+                     if slower else ""))
 
 
 @dataclass(frozen=True)

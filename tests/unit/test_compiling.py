@@ -58,6 +58,10 @@ def test_cold_compile_cost_is_kept_from_a_cold_run_and_reported_on_a_warm_one(tm
     assert text.startswith("cold cache (no inductor cache hit): compiling GELU chain cost 21.5 s")
     cold_s, text = compiling.cold_compile_cost("GELU chain", warm, path)
     assert cold_s == 21.5 and "3 inductor cache hits" in text and "a cold cache cost 21.5 s here" in text
+    assert "load now" not in text  # faster than the cold one: nothing to explain
+    slow = compiling.CompileRecord(43.0, m, m, fx_cache_hits=1)  # warm, yet slower than the cold one
+    said = compiling.cold_compile_cost("GELU chain", slow, path)[1]
+    assert "took 2.0x as long, so the machine's load now (load average" in said
     assert compiling.cold_compile_cost("GPT-2 step", warm, path)[0] is None  # kept per name
     with pytest.raises(TypeError, match="name"):
         compiling.cold_compile_cost("", warm, path)
