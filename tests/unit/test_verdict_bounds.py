@@ -124,15 +124,24 @@ def test_an_inconclusive_verdict_names_the_numbers_that_decided():
     assert "only more samples, or less noise, can decide" in v.text
 
 
-def test_too_few_samples_are_inconclusive_and_say_so():
+def test_too_few_samples_decide_a_bound_on_its_point_and_leave_a_tolerance_inconclusive():
     few = stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0])
     v = judge(AMDAHL, few, explain=WHY)
-    assert v.outcome == "inconclusive" and v.spread is None
+    assert v.outcome == "missed" and v.direction == "above" and v.spread is None
     assert "3 samples, fewer than the 5 an interval at this level (90%) needs" in v.text
-    assert "Measured:** 2.1x (3 samples: too few for an interval)" in v.text
-    assert f"The figure lies above the prediction: {WHY['above']}" in v.text
+    assert "Measured:** 2.1x (3 samples: too few for an interval)" in v.text and WHY["above"] in v.text
+    inside = judge(AMDAHL, stats.median_ratio([1.2, 1.1, 1.0], [1.0, 1.0, 1.0]))
+    assert inside.outcome == "held" and "fewer than the 5" in inside.text
+    t = judge(BUBBLE, stats.median_interval([0.21, 0.2, 0.22]), explain=WHY)
+    assert t.outcome == "inconclusive" and "fewer than the 5" in t.text
     c = assess(Claim("it is 2x faster", "speedup", low=1.8, partly=1.0, unit="x"), few)
     assert c.status == "inconclusive" and "fewer than the 5" in c.text
+
+    def unsampled_bound_inconclusive(p, e):   # planted: the old rule, too few samples first
+        v = judge(p, e)
+        return dataclasses.replace(v, outcome="inconclusive") if e.needs is not None else v
+
+    assert unsampled_bound_inconclusive(AMDAHL, few).outcome != v.outcome
 
 
 def test_ties_are_judged_on_the_value_and_never_print_a_zero_width_interval():
@@ -188,4 +197,4 @@ def test_verdict_records_stay_json_ready():
     import json
 
     v = judge(AMDAHL, stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0]))
-    assert isinstance(v, Verdict) and json.loads(json.dumps(v.record()))["outcome"] == "inconclusive"
+    assert isinstance(v, Verdict) and json.loads(json.dumps(v.record()))["outcome"] == "missed"
