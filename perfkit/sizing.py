@@ -217,7 +217,7 @@ def ceiling_share(threads: int, cores: int | None = None) -> float:
 
 
 def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, dtype: str,
-                   share: float = 1.0) -> tuple[float, str, str]:
+                   threads: int | None = None) -> tuple[float, str, str]:
     """An MFU that means something here: ``(value, ceiling dtype, sentence)``.
 
     bf16 autocast runs the matmuls (linear layers, attention's batched matmuls) in bf16 and
@@ -225,32 +225,36 @@ def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, 
     about 100x below fp32's, and a step whose fp32 work alone runs faster than that reads as
     over 100 % of it: not a share of what the machine can do. Then the MFU is held against the
     fp32 ceiling (what the same step could reach without bf16), and the sentence says why.
+    Every ceiling is the one measured on the step's ``threads`` (each dtype's own one-thread
+    ceiling: a dtype's share of the cores is not fp32's).
 
     Args:
         limits: the measured ceilings.
         flops_per_step, step_s: model FLOPs of one step and its measured seconds.
         dtype: the dtype the step's matmuls ran in (``"float32"``, ``"bfloat16"``).
-        share: the share of the ceilings the step's threads can reach (:func:`ceiling_share`).
+        threads: the intra-op threads the step ran on (``None``: all cores).
 
     Raises:
-        TypeError, ValueError: for bad limits, an unmeasured dtype, or a FLOP count, time or
-            share that is not a finite number > 0 (a share at most 1).
+        TypeError, ValueError: for bad limits, an unmeasured dtype, a FLOP count or time that
+            is not a finite number > 0, or ``threads`` below 1.
     """
     check_type("limits", limits, MachineLimits)
     check_real("flops_per_step", flops_per_step, 0, lo_open=True)
     check_real("step_s", step_s, 0, lo_open=True)
-    check_real("share", share, 0, 1, lo_open=True)
+    if threads is not None:
+        check_int("threads", threads, 1)
     name = dtype_name(dtype)
     rate = flops_per_step / step_s  # FLOP/s
     ceiling = mfu_dtype(limits, name)
-    value = rate / (limits.peak_flops(ceiling) * share)
+    value = rate / limits.peak_flops(ceiling, threads=threads)
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
     if ceiling == name:
-        return value, name, f"MFU {value:.1%} of the {name} ceiling"
+        return value, name, f"MFU {value:.1%} of the {name} ceiling{on}"
+    own = limits.peak_flops(name, threads=threads)
     return value, ceiling, (
-        f"MFU {value:.1%} of the {ceiling} ceiling: autocast ran the matmuls in {name}, which this "
-        f"CPU emulates at {si(limits.peak_flops(name), 'FLOP/s')}, and the rest in {ceiling}, so a "
-        f"share of the {name} ceiling ({rate / (limits.peak_flops(name) * share):.0%}) would not be "
-        "a share of what the machine can do")
+        f"MFU {value:.1%} of the {ceiling} ceiling{on}: autocast ran the matmuls in {name}, which "
+        f"this CPU emulates at {si(own, 'FLOP/s')}{on}, and the rest in {ceiling}, so a share of "
+        f"the {name} ceiling ({rate / own:.0%}) would not be a share of what the machine can do")
 
 
 def mfu_dtype(limits: MachineLimits, dtype: str) -> str:

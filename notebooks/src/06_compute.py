@@ -646,12 +646,12 @@ bench.measure_all(settings + ([("fp32", True, BATCH)] if COMPILE_STEP else [])) 
 print("\n".join(vc.throughput_lines(bench.points, SHARE)))
 bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
 bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16",
-                                             SHARE)
+                                             threads=CEIL_THREADS)
 hfu6 = ceilings.observe(limits, "bfloat16", bf16_per_sample * bf16_top.batch / bf16_top.step.median_s,
                         f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
 limits = hfu6.limits
-print(f"bf16, batch {bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling" + (f" x {SHARE:.0%}" if SHARE < 1
-                                                                                    else "")
+print(f"bf16, batch {bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling"
+      + (f" on {THREADS} thread(s)" if CEIL_THREADS is not None else "")
       + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
          "rest in float32, so the step is held against what the machine does without bf16")
       + f". Its counted FLOPs (section 1's count per sample) ran at {si(hfu6.rate, 'FLOP/s')}: {hfu6.share:.0%} of "

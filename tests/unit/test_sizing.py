@@ -103,8 +103,15 @@ def test_mfu_is_held_against_a_ceiling_that_means_something():
     value, dtype, text = sizing.meaningful_mfu(EMULATED, flops, step_s, "bfloat16")
     assert dtype == "float32" and value == pytest.approx(3.2e9 / 1.54e11)
     assert "emulates at 1.78 GFLOP/s" in text and "(180%)" in text and "matmuls in bfloat16" in text
-    value, dtype, text = sizing.meaningful_mfu(NATIVE, flops, step_s, "bfloat16", share=0.5)
-    assert dtype == "bfloat16" and value == pytest.approx(3.2e9 / 2.15e11) and text.startswith("MFU 1.5%")
+    # on one thread each dtype has its own ceiling: bf16 keeps 80% of its all-core rate, fp32 50%
+    pinned = hw.MachineLimits("cpu", "native", {"float32": 1.9e11, "bfloat16": 4.3e11}, 2e10, threads=2,
+                              one_thread_flops={"float32": 0.95e11, "bfloat16": 3.44e11})
+    value, dtype, text = sizing.meaningful_mfu(pinned, flops, step_s, "bfloat16", threads=1)
+    assert dtype == "bfloat16" and value == pytest.approx(3.2e9 / 3.44e11) and "on 1 thread" in text
+    fp32_share = 3.2e9 / (4.3e11 * pinned.thread_share(1, "float32"))  # the old rule: fp32's share
+    assert value != pytest.approx(fp32_share)
+    with pytest.raises(ValueError, match="threads"):
+        sizing.meaningful_mfu(pinned, flops, step_s, "bfloat16", threads=0)
     assert sizing.meaningful_mfu(EMULATED, flops, step_s, "float32")[1] == "float32"
     assert sizing.mfu_dtype(EMULATED, "bfloat16") == "float32"
     assert sizing.mfu_dtype(NATIVE, "bfloat16") == "bfloat16"
