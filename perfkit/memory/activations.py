@@ -47,8 +47,11 @@ class ActivationEstimate:
         outside_layers: final LayerNorm, log-softmax of the logits, token/position/label
             ids, the attention mask that checkpointed eager blocks keep.
         total: ``n_layer * per_layer + outside_layers``, held from forward to backward.
-        recompute_peak: extra bytes while one checkpointed block is recomputed in the
-            backward pass (0 without checkpointing).
+        recompute_peak: extra bytes over ``total`` at the backward pass's peak with
+            checkpointing: one recomputed block's activations, less what the backward has
+            already freed when it reaches the last block (the final LayerNorm's, the
+            log-softmax and the labels: autograd frees a node's saved tensors once it has
+            run); 0 when that is more, and 0 without checkpointing.
     """
 
     per_layer: int
@@ -79,7 +82,9 @@ def gpt2_saved_activation_bytes(
     the logits (``4 BTV`` bytes, transformers upcasts them), int64 token, position and
     label ids (``8 (2BT + T)`` bytes) and a 4-byte scalar. Checkpointing each block keeps
     only its input (``BTC``), plus, with eager attention, the ``(B, 1, T, T)`` additive
-    mask passed to every block, and recomputes one block at a time in the backward pass.
+    mask passed to every block, and recomputes one block at a time in the backward pass,
+    after the backward has freed what lies outside the blocks but the ids and the mask
+    (Chen et al., 2016: the checkpoints plus one segment).
     ``tests/unit/test_activations.py`` checks this count against
     :class:`perfkit.memory.SavedTensorMeter`.
 
@@ -107,12 +112,15 @@ def gpt2_saved_activation_bytes(
         full_layer = dtype_bytes * (28 * btc + 4 * bt + b * h * t * t)  # bytes
     else:  # the log-sum-exp is fp32 whatever the dtype
         full_layer = dtype_bytes * (30 * btc + 4 * bt) + 4 * b * h * t
-    outside = dtype_bytes * (2 * btc + 2 * bt) + 4 * bt * v + 8 * (2 * bt + t) + 4
+    # freed by the backward before it reaches a block: final LayerNorm, log-softmax, labels, scalar
+    freed_first = dtype_bytes * (2 * btc + 2 * bt) + 4 * bt * v + 8 * bt + 4
+    outside = freed_first + 8 * (bt + t)  # + token and position ids, kept for the embeddings
     if checkpointing:
         per_layer = dtype_bytes * btc
         if attention == "eager":
             outside += dtype_bytes * b * t * t
-        return ActivationEstimate(per_layer, outside, n_layer * per_layer + outside, full_layer)
+        return ActivationEstimate(per_layer, outside, n_layer * per_layer + outside,
+                                  max(0, full_layer - freed_first))
     return ActivationEstimate(full_layer, outside, n_layer * full_layer + outside, 0)
 
 
@@ -147,8 +155,8 @@ def gpt2_step_memory(
 
     Returns:
         ``{"parameters", "gradients", "optimizer state", "activations", "recompute"}``
-        in bytes; ``recompute`` is the extra peak of one recomputed block (0 without
-        checkpointing).
+        in bytes; ``recompute`` is the backward's peak with checkpointing above ``activations``
+        (:attr:`ActivationEstimate.recompute_peak`; 0 without checkpointing).
 
     Raises:
         ValueError: for an unknown ``precision`` or a bad size (see
