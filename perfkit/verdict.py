@@ -11,12 +11,12 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
   figure crosses it, even where its interval reaches back (a bound claims that no
   measurement crosses it); a *tolerance* (``value`` with ``rel_tol``) when the whole
   interval lies outside it;
-- **held**: a bound's figure lies inside it (the point decides a bound both ways; where
-  the interval reaches across the edge, the text says by how much: a repeat may cross it);
-  a tolerance's whole interval lies inside it;
-- **inconclusive**: a tolerance's interval reaches across an edge, or a tolerance's figure
-  has no interval (fewer samples than one needs; a bound's figure is judged on its point and
-  the text names the samples).
+- **held**: the whole interval lies inside the prediction;
+- **inconclusive**: the figure is inside a bound, or anywhere near a tolerance, and its
+  interval reaches across an edge (a held verdict never stands on an interval that a
+  repeat could carry past the edge); or it has no interval (fewer samples than one needs),
+  except a bound's figure past its edge, which is missed all the same (the text names the
+  samples).
 
 Every verdict says what decided it (:mod:`perfkit.verdict_text`): the distance from the
 edge, the interval's reach and width against the tolerance, the samples behind it, and the
@@ -243,19 +243,12 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
                 f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
         why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong"
                + (f" (machine now: {machine_text()})" if p.measured_here else ""))
-    elif p.is_bound and side != "inside":  # the point decides a bound both ways, even unsampled
+    elif p.is_bound and side != "inside":  # a crossed bound is missed, even with too few samples
         outcome, direction = "missed", side
         edge = hi if side == "above" else lo
         why = "missed: " + r.gap(edge, u, side)
         if interval is not None and interval[0] <= edge <= interval[1]:
             why += r.reaches_back(edge, u)
-        elif r.needs is not None:
-            why += f" ({r.too_few()}: a repeat may land elsewhere)"
-    elif p.is_bound:  # inside
-        outcome, direction, why = "held", "inside", "held"
-        crossed = [e for e in (lo, hi) if interval is not None and interval[0] < e < interval[1]]
-        if crossed:
-            why += r.reaches_out(min(crossed, key=lambda e: abs(value - e)), u)
         elif r.needs is not None:
             why += f" ({r.too_few()}: a repeat may land elsewhere)"
     elif r.needs is not None:

@@ -114,16 +114,6 @@ class Reading:
         return (f"; its {self.words} reaches back across the bound by {si(back, unit)}, but a bound "
                 "claims that no measurement crosses it")
 
-    def reaches_out(self, edge: float, unit: str) -> str:
-        """For a bound held by its point whose interval reaches across it: how far the figure
-        lies inside, and how far the interval reaches past the edge."""
-        lo, hi = self.interval
-        past = hi - edge if self.value < edge else edge - lo
-        side = "above" if self.value < edge else "below"
-        return (f": {si(self.value, unit)} lies {si(abs(edge - self.value), unit)} inside the bound "
-                f"{si(edge, unit)}; its {self.words} reaches {si(past, unit)} {side} it, so a repeat "
-                "may cross it")
-
     def across(self, edge: float, band: tuple[float, float], unit: str) -> str:
         """Why an interval across ``edge`` decides nothing: the figure's distance from the edge,
         how far the interval reaches past it on the other side, and the interval's width

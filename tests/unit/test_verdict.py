@@ -29,16 +29,17 @@ def test_a_miss_says_which_side_and_by_how_much(measured, direction, by):
             and ("BELOW" if direction == "above" else "ABOVE") + "-REASON" not in v.text)
 
 
-def test_a_spread_across_the_bound_with_the_figure_inside_holds_and_says_a_repeat_may_cross():
+def test_a_spread_across_the_bound_with_the_figure_inside_is_inconclusive():
     v = judge(BOUND, 1.30, spread=(1.20, 1.45), explain={"held": "HELD-REASON", "inconclusive": "NOISY",
                                                          "above": "ABOVE-REASON"})
-    assert v.outcome == "held" and v.direction == "inside" and "NOISY" not in v.text
-    # the reason is measured: the distance inside the edge, the interval's reach past it
-    assert "1.3x lies 0.04x inside the bound 1.34x" in v.text
-    assert "reaches 0.11x above it, so a repeat may cross it" in v.text
-    assert "HELD-REASON" in v.text and "ABOVE-REASON" not in v.text
-    # the same median with a tight spread says nothing of a repeat; beyond the bound it is missed
-    assert "repeat" not in judge(BOUND, 1.30, spread=(1.29, 1.31)).text
+    assert v.outcome == "inconclusive" and "NOISY" in v.text
+    # the reason is measured: the edge crossed, the distance from it, the interval's reach
+    assert "across the edge 1.34x" in v.text and "lies 0.04x from it" in v.text
+    assert "reaches 0.11x above it" in v.text
+    # the section's own cause for the side the figure lies on, labelled; not the other side's
+    assert "The figure lies inside the prediction: HELD-REASON" in v.text and "ABOVE-REASON" not in v.text
+    # the same median with a tight spread is a verdict
+    assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
     assert judge(BOUND, 1.50, spread=(1.40, 1.60)).outcome == "missed"
 
 
@@ -284,9 +285,9 @@ def est(value, low, high, level=0.9):
     (est(1.2, 1.1, 1.3), "held", "inside"),           # the whole interval inside
     (est(1.5, 1.4, 1.6), "missed", "above"),          # the whole interval above
     (est(0.9, 0.85, 0.95), "missed", "below"),        # the whole interval below
-    (est(1.3, 1.2, 1.4), "held", "inside"),           # a bound: the point inside decides
-    (est(1.02, 0.98, 1.1), "held", "inside"),         # the same at the lower edge
-    (est(1.35, 1.2, 1.4), "missed", "above"),         # and the point outside, both ways
+    (est(1.3, 1.2, 1.4), "inconclusive", ""),         # straddles the upper edge, the figure inside
+    (est(1.02, 0.98, 1.1), "inconclusive", ""),       # straddles the lower edge
+    (est(1.35, 1.2, 1.4), "missed", "above"),         # the figure past the bound: missed
     (est(1.34, 1.34, 1.34), "held", "inside"),        # no interval: the value alone, on the edge
 ])
 def test_the_one_rule_on_each_outcome(e, outcome, direction):

@@ -1,13 +1,13 @@
 """Bounds judged as bounds, and explanations that name what decided.
 
-A bound (``low``/``high``) claims that no measurement crosses it: the figure decides it both
-ways, missed beyond it even where its interval reaches back, held inside it even where its
-interval reaches across (the text says so). A tolerance (``value`` ± ``rel_tol``) is missed
-only when its whole interval lies outside. Every inconclusive verdict names the number that
-decided (too few samples, the interval's reach and width) and the section's own cause for
-the side the figure lies on. Planted wrong rules (a crossed bound called inconclusive, an
-inside one called inconclusive, the old rule that dropped the cause) are run through the
-same checks and must fail them.
+A bound (``low``/``high``) claims that no measurement crosses it: a figure beyond it is
+missed even where its interval reaches back (or where it has too few samples for one); a
+figure inside it is held only when its whole interval is (else inconclusive). A tolerance
+(``value`` ± ``rel_tol``) is missed only when its whole interval lies outside. Every
+inconclusive verdict names the number that decided (too few samples, the interval's reach
+and width) and the section's own cause for the side the figure lies on. Planted wrong rules
+(a crossed bound called inconclusive, an inside one held on its point alone, the old rule
+that dropped the cause) are run through the same checks and must fail them.
 """
 
 import dataclasses
@@ -36,10 +36,10 @@ def est(value, low, high, n=7):
 BOUND_CASES = [
     (AMDAHL, est(2.14, 1.70, 2.60), "missed", "above"),      # crossed; the interval reaches back
     (AMDAHL, est(2.14, 1.90, 2.60), "missed", "above"),      # crossed; the interval beyond too
-    (AMDAHL, est(1.60, 1.50, 1.90), "held", "inside"),       # inside; the interval reaches across
+    (AMDAHL, est(1.60, 1.50, 1.90), "inconclusive", ""),     # inside; the interval reaches across
     (AMDAHL, est(1.60, 1.50, 1.70), "held", "inside"),
     (FLOOR, est(0.97, 0.90, 1.04), "missed", "below"),       # a lower bound crossed
-    (FLOOR, est(1.02, 0.98, 1.10), "held", "inside"),
+    (FLOOR, est(1.02, 0.98, 1.10), "inconclusive", ""),
     (BUBBLE, est(0.237, 0.20, 0.30), "inconclusive", ""),    # a tolerance: the interval decides
     (BUBBLE, est(0.26, 0.24, 0.30), "missed", "above"),
     (BUBBLE, est(0.21, 0.19, 0.22), "held", "inside"),
@@ -61,27 +61,20 @@ def crossed_is_inconclusive(p, e, **kw):
     return v
 
 
-def inside_across_is_inconclusive(p, e, **kw):
-    """A planted wrong rule: the asymmetric one, where a bound's figure inside with its interval
-    across the edge was inconclusive while one just beyond was missed."""
+def inside_is_held_on_its_point(p, e, **kw):
+    """A planted wrong rule: a bound's figure inside it held whatever its interval, which calls
+    an interval of -0.43 to 1.40 around a bound of 0.25 'held'."""
     v = judge(p, e, **kw)
     lo, hi = p.bounds()
-    if v.outcome == "held" and p.is_bound and (e.low < hi < e.high or e.low < lo < e.high):
-        return dataclasses.replace(v, outcome="inconclusive", direction="")
+    if v.outcome == "inconclusive" and p.is_bound and lo <= e.value <= hi:
+        return dataclasses.replace(v, outcome="held", direction="inside")
     return v
 
 
-def test_a_rule_that_calls_an_inside_bound_inconclusive_fails_the_check():
-    assert mismatches(inside_across_is_inconclusive) == [
-        "the ddp fix's speedup 1.6: inconclusive/, want held/inside",
-        "the prefetcher's speedup 1.02: inconclusive/, want held/inside"]
-
-
-def test_an_inside_bound_whose_interval_reaches_across_says_by_how_much():
-    v = judge(AMDAHL, est(1.60, 1.50, 1.90), explain=WHY)
-    assert "held: 1.6x lies 0.21x inside the bound 1.81x" in v.text
-    assert "reaches 0.09x above it, so a repeat may cross it" in v.text
-    assert "HELD-CAUSE" in v.text and "OWN-SENTENCE" not in v.text
+def test_a_rule_that_holds_an_inside_bound_on_its_point_fails_the_check():
+    assert mismatches(inside_is_held_on_its_point) == [
+        "the ddp fix's speedup 1.6: held/inside, want inconclusive/",
+        "the prefetcher's speedup 1.02: held/inside, want inconclusive/"]
 
 
 def test_the_rule_on_bounds_and_tolerances():
@@ -124,14 +117,15 @@ def test_an_inconclusive_verdict_names_the_numbers_that_decided():
     assert "only more samples, or less noise, can decide" in v.text
 
 
-def test_too_few_samples_decide_a_bound_on_its_point_and_leave_a_tolerance_inconclusive():
+def test_too_few_samples_miss_a_crossed_bound_and_leave_the_rest_inconclusive():
     few = stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0])
     v = judge(AMDAHL, few, explain=WHY)
     assert v.outcome == "missed" and v.direction == "above" and v.spread is None
     assert "3 samples, fewer than the 5 an interval at this level (90%) needs" in v.text
     assert "Measured:** 2.1x (3 samples: too few for an interval)" in v.text and WHY["above"] in v.text
-    inside = judge(AMDAHL, stats.median_ratio([1.2, 1.1, 1.0], [1.0, 1.0, 1.0]))
-    assert inside.outcome == "held" and "fewer than the 5" in inside.text
+    inside = judge(AMDAHL, stats.median_ratio([1.2, 1.1, 1.0], [1.0, 1.0, 1.0]), explain=WHY)
+    assert inside.outcome == "inconclusive" and "fewer than the 5" in inside.text
+    assert f"The figure lies inside the prediction: {WHY['held']}" in inside.text
     t = judge(BUBBLE, stats.median_interval([0.21, 0.2, 0.22]), explain=WHY)
     assert t.outcome == "inconclusive" and "fewer than the 5" in t.text
     c = assess(Claim("it is 2x faster", "speedup", low=1.8, partly=1.0, unit="x"), few)
