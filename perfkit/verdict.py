@@ -88,6 +88,8 @@ class Prediction:
     ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
     share); a measurement outside it says the run was disturbed, not that the model failed.
     ``measured_here=False``: a figure from elsewhere (a published run); load is never named.
+    ``timed=False``: a figure the machine's load cannot move (a loss from fixed seeds, bytes,
+    a count) though it has an interval; load is never named for it either.
     """
 
     what: str
@@ -99,12 +101,14 @@ class Prediction:
     unit: str = ""
     physical: tuple[float | None, float | None] = (None, None)
     measured_here: bool = True
+    timed: bool = True
 
     def __post_init__(self) -> None:
         if not self.what or not self.model:
             raise ValueError("what and model must be non-empty: say what is predicted and from which model")
-        if not isinstance(self.measured_here, bool):
-            raise TypeError(f"measured_here must be a bool, got {type(self.measured_here).__name__}")
+        for flag in ("measured_here", "timed"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {type(getattr(self, flag)).__name__}")
         for name in ("value", "rel_tol", "low", "high"):
             _num(name, getattr(self, name))
         if (self.value is None) == (self.low is None and self.high is None):
@@ -267,7 +271,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     if extra and extra[-1] not in ".!?)":
         extra += "."
     text = f"{head}: {why}." + (" " + extra if extra else "")
-    timed = (interval is not None or r.needs is not None) and p.measured_here  # load cannot move a count
+    timed = (interval is not None or r.needs is not None) and p.measured_here and p.timed  # nor a count
     if outcome in ("missed", "inconclusive") and timed and "busy" not in extra:
         text += r.load()
     return Verdict(p, float(value), interval, outcome, direction, text, r.level)

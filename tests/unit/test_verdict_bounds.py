@@ -192,3 +192,15 @@ def test_verdict_records_stay_json_ready():
 
     v = judge(AMDAHL, stats.median_ratio([2.2, 2.1, 2.0], [1.0, 1.0, 1.0]))
     assert isinstance(v, Verdict) and json.loads(json.dumps(v.record()))["outcome"] == "missed"
+
+
+def test_a_figure_load_cannot_move_never_names_the_load(monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))   # a busy machine
+    loss = Prediction("loss with error feedback over without", "nothing is lost", high=1.0, unit="x",
+                      timed=False)
+    v = judge(loss, est(1.37, 1.24, 1.54))
+    assert v.outcome == "missed" and "busy" not in v.text and "load average" not in v.text
+    timing = dataclasses.replace(loss, timed=True)
+    assert "load average 9.0" in judge(timing, est(1.37, 1.24, 1.54)).text   # a timing names it
+    with pytest.raises(TypeError, match="timed must be a bool"):
+        Prediction("x", "m", high=1.0, timed="no")
