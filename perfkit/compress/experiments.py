@@ -113,7 +113,10 @@ class CodecTimes:
     """Encode + decode of one fp32 tensor, timed in alternation with a copy of it.
 
     ``times`` maps ``"memcpy"``, ``"fp16 cast"``, ``"qsgd eager"``, ``"qsgd fused"``,
-    ``"sign eager"``, ``"sign fused"``, ``"topk exact"`` and ``"topk sampled"`` to their
+    ``"sign eager"``, ``"sign fused"``, ``"topk exact"`` and ``"topk sampled"`` (encode +
+    decode), and ``"qsgd fused decode"``, ``"sign fused decode"`` and ``"topk sampled decode"``
+    (one decode of a payload encoded beforehand: an all-gathering hook decodes every rank's
+    payload, so its codec cost at ``n`` ranks is encode + decode + ``(n - 1)`` decodes) to their
     :class:`~perfkit.timing.Measurement` (round ``i`` of each taken back to back);
     ``first_fused_s`` is the fused kernels' first calls (compile or disk cache), s;
     ``sampled_mass`` the share of exact top-k's magnitude sum that sampled top-k kept."""
@@ -159,8 +162,14 @@ def time_codecs(numel: int, repeat: int = 5, ratio: float = 0.01, seed: int = 0)
     def run(c: Compressor) -> Callable[[], object]:
         return lambda: c.decompress(c.compress(big), out=out)
 
+    def decode(c: Compressor) -> Callable[[], object]:
+        payload = c.compress(big)  # encoded once, outside the timing
+        return lambda: c.decompress(payload, out=out)
+
     fns = {"memcpy": lambda: dst.copy_(big), "fp16 cast": lambda: dst.copy_(half.copy_(big)),
-           **{name: run(c) for name, c in codecs.items()}}
+           **{name: run(c) for name, c in codecs.items()},
+           **{f"{name} decode": decode(codecs[name])
+              for name in ("qsgd fused", "sign fused", "topk sampled")}}
     ms = interleaved(list(fns.values()), warmup=1, repeat=repeat)
     ex, sa = codecs["topk exact"], codecs["topk sampled"]
     mass = float(sa.compress(big).tensors[0].abs().sum() / ex.compress(big).tensors[0].abs().sum())

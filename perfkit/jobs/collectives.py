@@ -12,7 +12,8 @@ Tasks (keys of the config; rank 0's result holds every task's output):
 * ``ring``: :func:`perfkit.comm.ring_all_reduce` against ``dist.all_reduce``
   (:func:`against_all_reduce`).
 * ``isolated``: ``{"op", "sizes", "gap_s", "repeat", "stagger_s"}``: :func:`perfkit.comm.isolated_times`
-  -> ``{"op", "sizes", "times_s"}`` (every call, one list per size).
+  -> ``{"op", "sizes", "times_s"}`` (every call, one list per size). ``op`` may also be a list,
+  one collective per size (an all-reduce of a dense buffer against an all-gather of a payload).
 
 Lab 02's grader runs a student's all-reduce through ``tools.labs.ring_check`` instead.
 """
@@ -148,9 +149,13 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     if "isolated" in cfg:
         c = cfg["isolated"]
         op = c.get("op", "all_reduce")
-        result["isolated"] = {"op": op, "sizes": list(c["sizes"]), "times_s": comm.isolated_times(
-            op, c["sizes"], gap_s=c.get("gap_s", 1e-3), repeat=c.get("repeat", 30),
-            stagger_s=c.get("stagger_s", 0.0))}
+        ops = op if isinstance(op, list) else [op] * len(c["sizes"])  # one op per size
+        if len(ops) != len(c["sizes"]):
+            raise ValueError(f"isolated.op must be one op or one per size, got {len(ops)} for "
+                             f"{len(c['sizes'])} sizes")
+        result["isolated"] = {"op": op, "sizes": list(c["sizes"]), "times_s": [comm.isolated_times(
+            o, [size], gap_s=c.get("gap_s", 1e-3), repeat=c.get("repeat", 30),
+            stagger_s=c.get("stagger_s", 0.0))[0] for o, size in zip(ops, c["sizes"], strict=True)]}
     if "ring" in cfg:
         r = cfg["ring"]
         result["ring"] = against_all_reduce(comm.ring_all_reduce, r["sizes"], r.get("repeat", 0))

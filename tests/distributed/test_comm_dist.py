@@ -66,14 +66,14 @@ def test_ring_matches_all_reduce_on_3_processes():
     # isolated calls: rank r works r * 20 ms longer before each, so the ranks wait 40, 20
     # and 0 ms for the last one: their mean, 20 ms, plus the call itself (the slowest rank's
     # time would be 40 ms and more, the last arrival's a few ms)
-    iso = {"op": "all_gather", "sizes": [1024, 65536], "repeat": 3, "gap_s": 0.0,
-           "stagger_s": 0.02}
+    iso = {"op": ["all_reduce", "all_gather"], "sizes": [1024, 65536], "repeat": 3, "gap_s": 0.0,
+           "stagger_s": 0.02}  # one op per size
     cfg = {"ring": {"sizes": RING_SIZES}, "sweep": SWEEP, "isolated": iso}
     res = dist.launch("perfkit.jobs.collectives", 3, ["--config", json.dumps(cfg)],
                       timeout_s=180)
     _check_ring_and_sweep(res, 3)
     got = res[0]["isolated"]
-    assert got["op"] == "all_gather" and got["sizes"] == iso["sizes"]
+    assert got["op"] == iso["op"] and got["sizes"] == iso["sizes"]
     assert [len(t) for t in got["times_s"]] == [3, 3]
     assert all(r["isolated"] == got for r in res)  # one mean over ranks, agreed by all
     for ts in got["times_s"]:

@@ -66,6 +66,7 @@ def test_bad_counts_and_ratios_are_named():
 def test_time_codecs_times_every_path_in_alternation():
     k = time_codecs(4096, repeat=2)
     assert set(k.times) == {"memcpy", "fp16 cast", "qsgd eager", "qsgd fused", "sign eager", "sign fused",
-                            "topk exact", "topk sampled"}
+                            "topk exact", "topk sampled", "qsgd fused decode", "sign fused decode",
+                            "topk sampled decode"}
     assert all(len(m.times_s) == 2 for m in k.times.values())
     assert k.first_fused_s > 0 and 0.99 <= k.sampled_mass <= 1.0 + 1e-6
