@@ -134,8 +134,10 @@ def ratio_text(sp: Speedup) -> str:
     a, b = sp.baseline.median_s, sp.candidate.median_s
     of_medians = a / b
     split = (of_medians - 1) * (est.value - 1) < 0
+    places = next((p for p in range(2, 12) if round(of_medians, p) != 1), 12)  # never "1.00x" beside 1x
     return (f"{est.point('x')} ({est.describe('x')}; medians {a * 1e3:.1f} -> {b * 1e3:.1f} ms"
-            + (f", whose ratio, {of_medians:.3g}x, lies on the other side of 1x: the figure is the pairs' "
+            + (f", whose ratio, {of_medians:.{places}f}x, lies {'above' if of_medians > 1 else 'below'} 1x "
+               f"where the figure lies {'above' if est.value > 1 else 'below'} it: the figure is the pairs' "
                "median, and the two disagreeing says the difference is within the noise" if split else "")
             + ")")
 
@@ -281,12 +283,12 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used)."""
     check_int("swept", swept, 1)
     check_real("share", share, 0, 1, lo_open=True)
+    on = f" on {threads} of {cores} threads, {share:.0%} of the all-core one" if share < 1 else ""
     head = (f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the "
-            f"{top.ceiling} ceiling"
-            + (f" x {share:.0%}, what {threads} of {cores} threads reach" if share < 1 else "") + "). ")
+            f"{top.ceiling} ceiling{on}). ")
     if top.mfu <= 1:
-        return head + ("For scale: PaLM (540B parameters, matmuls 18,432 wide) reported 46 % MFU on TPUs, "
-                       "against the vendor's peak.")
+        return head + ("Not comparable with PaLM's 46 % (540B parameters, on TPUs): the field's MFU divides "
+                       "by the vendor's theoretical peak, a larger denominator than a measured ceiling.")
     return (head + f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling (square "
             f"matmuls up to n={swept}) is below what this step reaches: "
             + ("notebook 00 ran at QUICK sizes here, and its default sweep goes further; "

@@ -268,7 +268,7 @@ def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
     return [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
             f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
             f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling"
-            + (f" x {share:.0%}" if share < 1 else "") for p in points]
+            + (f" on these threads ({share:.0%} of the all-core one)" if share < 1 else "") for p in points]
 
 
 def attention_table(points: Sequence, batch: int, heads: int, head_dim: int) -> list[str]:

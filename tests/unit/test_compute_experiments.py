@@ -62,8 +62,14 @@ def test_ratio_text_prints_the_judged_estimate():
     split = Speedup(meas([0.010, 0.020, 0.100, 0.110, 0.120]), meas([0.011, 0.022, 0.050, 0.050, 0.132]))
     assert split.estimate.value < 1 < split.baseline.median_s / split.candidate.median_s
     said = ex.ratio_text(split)
-    assert "whose ratio, 0.901x" not in said and "lies on the other side of 1x" in said
-    assert f"{split.baseline.median_s / split.candidate.median_s:.3g}x" in said
+    assert "whose ratio, 0.901x" not in said and "lies above 1x where the figure lies below it" in said
+    assert f"{split.baseline.median_s / split.candidate.median_s:.2f}x" in said
+    # medians a hair apart: their ratio printed with the digits that show its side, never "1x" or "1.00x"
+    hair = Speedup(meas([0.0650, 0.06503, 0.0700, 0.0600, 0.0601]),
+                   meas([0.0651, 0.06498, 0.0690, 0.0610, 0.0602]))
+    assert hair.estimate.value < 1 < hair.baseline.median_s / hair.candidate.median_s < 1.001
+    said = ex.ratio_text(hair)
+    assert "whose ratio, 1.0003x, lies above 1x" in said and "1.00x" not in said
     # the point at the interval's precision: 0.184x beside 0.183x to 0.196x, never 0.18x
     five = Speedup(meas([0.0069] * 5), meas([0.0374, 0.0375, 0.0376, 0.0353, 0.0377]))
     est = five.estimate
@@ -132,8 +138,10 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
     assert "QUICK" not in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "mfu": 1.4}), 2048)
     shared = ex.largest_mfu_text(top, 2048, share=0.51, threads=1, cores=2)  # the share it was held against
-    assert "against the float32 ceiling x 51%, what 1 of 2 threads reach)" in shared and "PaLM" in shared
-    assert "x 100%" not in ex.largest_mfu_text(top, 2048, share=1.0)
+    assert "against the float32 ceiling on 1 of 2 threads, 51% of the all-core one)" in shared
+    assert "PaLM" in shared
+    assert "Not comparable" in shared  # a measured ceiling is not the vendor's peak PaLM divides by
+    assert "100%" not in ex.largest_mfu_text(top, 2048, share=1.0)
 
 
 def test_attention_table_and_disturbed_lengths():
@@ -186,7 +194,9 @@ def test_loss_and_throughput_lines():
     assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]
     p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
                         mfu=0.25, ceiling="bfloat16")
-    assert vc.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling x 50%")
+    assert vc.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling on these threads "
+                                                     "(50% of the all-core one)")
+    assert "threads" not in vc.throughput_lines([p], 1.0)[0]
 
 
 def test_autocast_saved_bytes_shrink_under_bf16():
