@@ -201,7 +201,9 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
     """A sentence: most against fewest all-reduces per step, measured and by ``alpha``.
 
     Caps that gave the same call count are this run's noise. Two questions are answered
-    against it: does the measured difference between counts stand out of it, and does the
+    against it: does the measured difference between counts stand out of it (by more than
+    twice it: the noise is the range of a few medians, so a difference just past it is no
+    evidence; between once and twice it the sentence says it is too close to call), and does the
     model's ``(more - fewer) x alpha`` lie within it of the measured difference (if not, the
     data reject the model: DDP's all-reduces overlap backward and one another, so their
     start-ups need not add up).
@@ -229,9 +231,11 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
             f"{si((calls[-1] - calls[0]) * alpha_s, 's')} slower by the fit; ")
     if noise is None:
         return text + "no two caps share a count here, so this run does not show its noise."
-    stands = abs(diff) > noise
+    stands = abs(diff) > 2 * noise
     text += (f"caps with the same count differ by up to {si(noise, 's')}, so the measured difference "
-             f"{'stands out of' if stands else 'is within'} this run's noise")
+             + ("stands out of this run's noise" if stands else "is within this run's noise"
+                if abs(diff) <= noise else f"is only {abs(diff) / noise:.2g}x this run's noise: too close to "
+                "it to call"))
     if stands and diff < 0:
         text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
                  "(one huge bucket cannot start until backward is over)")

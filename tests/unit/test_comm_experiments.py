@@ -124,6 +124,11 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     high = bucket_count_effect(over, alpha_s=0.003)  # model 18 ms: 13 ms above
     assert "is within this run's noise" in high and "above it" in high and "the data reject it" in high
     assert "the data do not reject it" in bucket_count_effect(over, alpha_s=0.001)  # model 6 ms: 1 ms off
+    # a difference just past the noise (the cold run's 4.54 ms against 4.48 ms) is no evidence
+    close = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.010},
+             {"calls_per_step": 8, "step_s": 1.013}]  # measured 13 ms, noise 10 ms
+    near = bucket_count_effect(close, alpha_s=0.002)
+    assert "only 1.3x this run's noise: too close to it to call" in near and "stands out" not in near
     two = [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}]
     quiet = bucket_count_effect(two, 0.01)
     assert "does not show its noise" in quiet and "faster" in quiet
