@@ -46,7 +46,8 @@ class Claim:
     speedup is ``low=1.4, high=1.6``. ``partly`` is the no-effect value (1 for a speedup or a
     memory ratio): a measurement between it and the promised range goes the advice's way
     but less far ("holds partly"); past it, the advice "does not hold here". ``None`` gives
-    no partial credit.
+    no partial credit. ``timed=False``: a figure the machine's load cannot move (a count,
+    bytes, a loss from fixed seeds); its verdict never names the load.
     """
 
     statement: str
@@ -55,11 +56,14 @@ class Claim:
     high: float | None = None
     partly: float | None = None
     unit: str = ""
+    timed: bool = True
 
     def __post_init__(self) -> None:
         if not self.statement or not self.figure:
             raise ValueError("statement and figure must be non-empty: say what the advice is and "
                              "what is measured")
+        if not isinstance(self.timed, bool):
+            raise TypeError(f"timed must be a bool, got {type(self.timed).__name__}")
         for name in ("low", "high", "partly"):
             _num(name, getattr(self, name))
         if self.low is None and self.high is None:
@@ -118,7 +122,9 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     ``inconclusive``: the figure is not finite or its interval reaches across the no-effect
     value (``claim.partly``; else the promised range's edges). A figure inside the promise
     whose interval reaches outside it only ``holds partly``. ``gpu_only=True`` (a CPU analogue
-    of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone.
+    of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone. A verdict
+    other than "holds" names the machine's load when it was busy, unless the claim is
+    ``timed=False`` (a count or bytes, which no load moves).
 
     Args:
         claim: the advice and its promised range.
@@ -179,7 +185,7 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if reasons.get(said):
         where = f"The figure lies where the advice {said}: " if status == "inconclusive" else ""
         text += " " + where + reasons[said].strip()
-    if status != "holds" and "busy" not in reasons.get(said, ""):
+    if status != "holds" and claim.timed and "busy" not in reasons.get(said, ""):
         text += r.load() if spread is not None or r.needs is not None else (
             f" ({busy()[0].upper()}{busy()[1:]}.)" if busy() else "")
     if gpu_only:

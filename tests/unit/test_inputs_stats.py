@@ -165,6 +165,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("reading.spread with an Estimate", lambda: reading(E, (0.5, 1.5)), ValueError, "give spread only"),
     ("Claim.range", lambda: Claim("advice", "figure"), ValueError, "promised range"),
     ("Claim.partly", lambda: Claim("a", "f", low=1, high=2, partly=1.5), ValueError, "partly"),
+    ("Claim.timed", lambda: Claim("a", "f", low=1.0, timed="no"), TypeError, "timed must be a bool"),
     ("assess.claim", lambda: assess("advice", 1.0), TypeError, "claim must be a Claim"),
     ("assess.reasons", lambda: assess(Claim("a", "f", low=1.0), 1.0, reasons={"held": "x"}), ValueError,
      "reasons keys"),
