@@ -265,7 +265,8 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
         fit: the batch ``eta`` is fitted on (one of ``batches``).
         rounds: timed rounds (>= 2); warmup: untimed rounds before the counting round (>= 0;
             the count should see a warm step: an optimizer's first step allocates its state).
-        threads: intra-op threads to run with (restored after); ``None`` keeps the setting.
+        threads: intra-op threads to run with (restored after); ``None`` keeps the setting. On a
+            CPU the roofline's matmul ceiling is the one measured on that many threads.
         dtype: whose matmul peak the roofline uses; device: where the steps run.
 
     Returns:
@@ -309,8 +310,9 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
                 tiny()
             fixed.append(t.elapsed_s)
             probes.append(page_fault_s())
-    return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype) for o in ops[:-1]),
-                      tuple(roofline_s(o, limits, dtype, cache=False) for o in ops[:-1]),
+    on = threads if dev.type == "cpu" else None  # the matmul ceiling measured on the threads the steps ran on
+    return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype, threads=on) for o in ops[:-1]),
+                      tuple(roofline_s(o, limits, dtype, cache=False, threads=on) for o in ops[:-1]),
                       tuple(sum(op.bytes > half_llc for op in o) for o in ops[:-1]),
                       tuple(map(tuple, times)), tuple(map(tuple, faults)), tuple(fixed),
-                      roofline_s(ops[-1], limits, dtype), tuple(probes), bs.index(fit))
+                      roofline_s(ops[-1], limits, dtype, threads=on), tuple(probes), bs.index(fit))

@@ -189,7 +189,7 @@ def count_phases(run: Callable[[object], object]) -> dict[str, list[OpRecord]]:
 
 
 def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32",
-               cache: bool = True) -> float:
+               cache: bool = True, threads: int | None = None) -> float:
     """Seconds ``ops`` take if each runs at its roof: the sum of ``max(FLOPs / peak, bytes / bandwidth)``.
 
     Each op on its own roof, not the sum's: a memory-bound op next to a compute-bound one does
@@ -202,17 +202,20 @@ def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32
             measured bandwidth (``limits.cache_bytes_per_s``: the buffers it was measured on
             fit the same way), the fastest it can; the others, and every op with ``False`` or
             limits without a cache figure, at DRAM's (``copy_bytes_per_s``).
+        threads: the intra-op threads the ops ran on: the matmul ceiling measured on them
+            (:meth:`perfkit.hw.MachineLimits.peak_flops`); ``None``, all cores'. The bandwidths
+            stay the ones measured on all cores.
 
     Raises:
         TypeError: for ``ops`` that are not a list of OpRecords, ``limits`` of another type,
             or a ``cache`` that is not a bool.
-        ValueError: for a ``dtype`` the limits did not measure.
+        ValueError: for a ``dtype`` the limits did not measure, or ``threads`` below 1.
     """
     for i, r in enumerate(check_items("ops", ops, nonempty=False)):
         check_type(f"ops[{i}]", r, OpRecord)
     check_type("limits", limits, MachineLimits)
     check_type("cache", cache, bool)
-    peak, dram = limits.peak_flops(dtype), limits.copy_bytes_per_s
+    peak, dram = limits.peak_flops(dtype, threads), limits.copy_bytes_per_s
     fits = (limits.llc_bytes or 0) // 2 if cache and limits.cache_bytes_per_s else -1
 
     def bw(nbytes: int) -> float:

@@ -1,5 +1,6 @@
 """perfkit.compute.batch_curve: tokens/s against batch from the roofline, page faults and a fixed cost."""
 
+import dataclasses
 import math
 
 import pytest
@@ -151,6 +152,11 @@ def test_batch_curve_counts_and_times_a_real_step():
     assert all(len(t) == 2 and min(t) > 0 for t in c.times_s) and len(c.fixed_s) == 2
     assert all(f >= 0 for row in c.faults for f in row) and 0 < c.roof_fixed_s < c.roof_s[0]
     assert math.isfinite(c.predicted_ratio()[0])
+    # one of two threads: the roofline holds the matmuls to the one-thread ceiling, not all cores'
+    slow_one = dataclasses.replace(LIMITS, threads=2, one_thread_flops={"float32": 1e8})
+    one = measure_batch_curve(make_mlp_step, [1, 2], 8, slow_one, fit=2, rounds=2, warmup=0, threads=1)
+    every = measure_batch_curve(make_mlp_step, [1, 2], 8, slow_one, fit=2, rounds=2, warmup=0)
+    assert one.roof_s[1] > 2 * every.roof_s[1] and one.roof_fixed_s > every.roof_fixed_s
 
 
 @pytest.mark.parametrize("kw, err", [

@@ -412,6 +412,7 @@ CASES = [  # (id, call, exception, regex on the message)
      "step_s"),
     ("count_phases.run", lambda: count_phases("step"), TypeError, "run must be a callable"),
     ("roofline_s.ops", lambda: roofline_s([OPS], LIMITS), TypeError, r"ops\[0\] must be an OpRecord"),
+    ("roofline_s.threads", lambda: roofline_s([], LIMITS, threads=0), ValueError, "threads"),
     ("roofline_s.dtype", lambda: roofline_s([OpRecord("mm", 1, 1)], LIMITS, "float16"), ValueError,
      "'float16' was not measured"),
     # phase_roofline

@@ -141,6 +141,12 @@ def test_roofline_s_puts_each_op_on_its_own_roof():
     bf16 = MachineLimits(device="cpu", name="t", matmul_flops={"float32": 1e11, "bfloat16": 1e12},
                          copy_bytes_per_s=1e10)
     assert roofline_s([comp], bf16, "bfloat16") == pytest.approx(0.01)
+    # on one of two threads, the matmul ceiling measured on one thread; the bandwidth stays
+    two = MachineLimits(device="cpu", name="t", matmul_flops={"float32": 1e11}, copy_bytes_per_s=1e10,
+                        threads=2, one_thread_flops={"float32": 5e10})
+    assert roofline_s([comp], two, threads=1) == pytest.approx(0.2)
+    assert roofline_s([comp], two) == roofline_s([comp], two, threads=2) == pytest.approx(0.1)
+    assert roofline_s([mem], two, threads=1) == pytest.approx(0.1)
     with pytest.raises(TypeError, match=r"ops\[0\] must be"):
         roofline_s([(1, 2)], LIMITS)
     with pytest.raises(ValueError, match="bfloat16"):
