@@ -13,10 +13,11 @@ data       every sample tokenizes its whole document in    every document tokeni
 sync       an all-reduce and ``.item()`` of the loss, and  losses and norms stay on the
            every parameter's gradient norm read with       device; read (one all-reduce)
            ``.item()``, every step (module 01)             every ``--check-every`` steps
-ddp        DDP with 1 KB buckets (one all-reduce per       DDP's defaults: 25 MB buckets that
-           tensor) and ``find_unused_parameters=True``     overlap with backward, gradients
-           (a host read per parameter in every backward;   as bucket views
-           module 02)
+ddp        DDP with 1 KB buckets (one all-reduce per       DDP's defaults: 25 MiB buckets, a
+           tensor) and ``find_unused_parameters=True``     1 MiB first one (this model's
+           (a host read per parameter in every backward;   663 KiB of gradients: one bucket,
+           module 02)                                      reduced after backward, no overlap),
+                                                           gradients as bucket views
 optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` (``fused=True`` on
            small kernels per tensor (module 06)            CUDA)
 attention  eager attention: matmul, mask, softmax,         ``scaled_dot_product_attention``
@@ -57,7 +58,8 @@ import time
 FIXES = {
     "data": "tokenize every document once, up front, instead of in __getitem__",
     "sync": "keep losses on the device and read them every --check-every steps",
-    "ddp": "DDP's default buckets, overlapped with backward, no find_unused_parameters",
+    "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
+           "after backward, not one per tensor), no find_unused_parameters",
     "optimizer": "AdamW with foreach=True (fused=True on CUDA) instead of foreach=False",
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",
     "batch": "8 samples per rank instead of 2: 4x the tokens per step",

@@ -85,8 +85,9 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
     check_real("slowdown", slowdown, 0, lo_open=True)
     ms_before = phase_ms(before_report)
     ms_after = None if after_report is None else phase_ms(after_report)
-    held = (f"It bought {(gain - 1) / (pick.bound - 1):.0%} of what the bound allowed."
-            if pick.bound > 1 else "")
+    # Amdahl's terms: the share of the step the fix removed against the share the bound allows
+    held = (f"It removed {1 - 1 / gain:.0%} of the step, {(1 - 1 / gain) / (1 - 1 / pick.bound):.0%} of "
+            f"the {1 - 1 / pick.bound:.1%} the bound allows." if pick.bound > 1 and gain > 1 else "")
     if pick.kind == "data" and pick.bound >= 99:  # the share was capped at 99 %
         held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
                 f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "

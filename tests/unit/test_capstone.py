@@ -172,7 +172,9 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
 def test_explanations_name_what_was_measured():
     rep = report([], {"communication": 0.12})
     held = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 1.5, rep, 1.0, repeated=True)
-    assert held["held"].startswith("It bought 50%") and "three runs" in held["above"]
+    # Amdahl's terms: 1.5x removed 1/3 of the step, two thirds of the 50 % share (not (1.5-1)/(2-1) = 50 %)
+    assert held["held"].startswith("It removed 33% of the step, 67% of the 50.0% the bound allows")
+    assert "three runs" in held["above"]
     assert "profiler" not in held["above"]  # the profiler did not stretch the steps
     data = explain_round(Pick("data", 0.5, 2.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
     assert "12.0%" in data["above"] and "one run of each" in data["above"]
