@@ -94,6 +94,8 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"{said('efficiency')}; usable memory {_gb(c.usable_memory)} GB per GPU "
         f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB: the rest for the CUDA "
         f"context, communication buffers and the allocator's fragmentation)",
+        f"links: start-up latency {c.intra.alpha_s * 1e6:.3g} us inside a node, "
+        f"{c.inter.alpha_s * 1e6:.3g} us across nodes" + (f" ({c.note})" if c.note else ""),
         _overlap_line(c),
         f"run: {p.global_batch} sequences per step ({p.global_batch * m.seq:,} tokens); "
         f"{d.get('recipe', 'bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam 12')}",
@@ -142,7 +144,8 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
         f"{k} {v:.3g}" for k, v in best.terms.items() if v > 0))
     lines += ["why the next ones lose:"] + [f"  {p.why_not(r)}" for r in range(1, min(top, len(p.best)))]
     lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected"
-                 + ("; the most common reasons:" if p.rejected else ""))
+                 + ("; the most common reasons (a layout can fail several checks, each counted):"
+                    if p.rejected else ""))
     lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:4]]
     return "\n".join(lines)
 
