@@ -12,7 +12,8 @@
 # Tensor parallelism (notebook 10) splits every layer and pays two all-reduces per block.
 # **Pipeline parallelism** cuts the model between layers instead: `p` processes each hold
 # consecutive layers (a *stage*), activations travel forward from stage to stage and
-# gradients travel back, point to point, one tensor of `B x T x C` per hop. Nothing is
+# gradients travel back, point to point, one tensor of `B x T x C` per **hop** (one stage to
+# the next). Nothing is
 # replicated, little is sent; the price is time. Stage 2 cannot start before stage 1 has
 # finished, so the batch is cut into `m` **micro-batches** that follow one another through
 # the pipe, and the idle slots while the pipe fills and drains are the **bubble**.
@@ -27,6 +28,10 @@
 # | interleaved 1F1B, `v` stages per process | `(p - 1) / (v m + p - 1)` | more than 1F1B (section 1) |
 # | ZB-H1: backward split into input and weight gradients (Qi et al. 2023) | `(p - 1) / (3 m + p - 1)` for `F = I = W` | `p` |
 #
+# Interleaving's bubble is smaller, but each micro-batch crosses `v` times as many stage
+# boundaries, so the point-to-point traffic grows `v`-fold as well (Narayanan et al. 2021,
+# section 2.2.2).
+#
 # 1F1B has GPipe's bubble and a fraction of its memory: it frees each micro-batch's
 # activations as early as possible. In `perfkit.parallel` a schedule is **data**: a list of
 # actions per process, printed, simulated with given costs, checked for deadlocks, and
@@ -35,7 +40,7 @@
 # %% tags=["parameters"]
 import os
 
-QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it; a runner may set it below
 
 # %%
 P = 2                                   # pipeline processes (gloo) for the measurements
@@ -43,8 +48,9 @@ T_F, T_B = 0.05, 0.10   # s each sleep stage sleeps, F and B (longer: Python wei
 FOUR = not QUICK                        # also measure the sleep stages on 4 processes
 
 # %% [markdown]
-# One torchrun job on 2 processes runs every measurement (`perfkit.jobs.pipeline_bench.
-# lecture_run`); it starts now, in a background thread, and is collected in section 3.
+# One torchrun job on 2 processes runs every measurement but section 3's 4-process one
+# (`perfkit.jobs.pipeline_bench.lecture_run`); it starts now, in a background thread, and is
+# collected in section 2.
 
 # %%
 from concurrent.futures import ThreadPoolExecutor
@@ -154,7 +160,7 @@ spec = viz.schedule_widget(measured)
 viz.build_widget(spec)
 
 # %%
-fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # the default setting, drawn statically
+fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # a measured setting (the widget opens on p = 4, m = 8)
 
 # %% [markdown]
 # ## 3. The bubble, measured
@@ -167,7 +173,8 @@ fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # the default setting, drawn sta
 # real compute on several processes at once, but they can all sleep at once). `run_schedule`
 # records every action's start and end on one clock; the bubble share of a step is
 # `1 - busy / (p x step time)`, its figure the median over steps with its 90 % interval.
-# The simulator fed with the measured action times and hop latency is the model of the rest.
+# The simulator fed with the measured action times and hop latency (a message's time from one
+# stage to the next) is the model of the rest.
 #
 # **Prediction.** For 1F1B at `m = 8`, where the bubble is smallest and any overhead shows
 # most: within 10 % of `(p - 1) / (m + p - 1)`. GPipe at `m = 1, 4, 8` and 1F1B at `m = 4` are
@@ -195,7 +202,8 @@ viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held")
     f"The simulator with the last step's measured action times and a {1e3 * head['latency_s']:.2f} ms hop "
     f"gives {head['simulated']:.3f}, {gap:+.0%} from the formula, against that step's measured "
     f"{head_tl.bubble_share:.3f}: {head_tl.bubble_share - head['simulated']:+.4f} is time between actions "
-    f"the simulator does not hold (Python, a process waiting for its core); the median over the steps is "
+    f"the simulator does not hold (not measured here: Python between actions, a process waiting for its "
+    f"core); the median over the steps is "
     f"{head_est.point()}."))
 
 # %% [markdown]
@@ -206,8 +214,9 @@ viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held")
 if FOUR:
     four = bubbles(4, [("gpipe", 4), ("1f1b", 8)], T_F, T_B, steps=3)
     for r in four:
-        print(f"p=4 {r['schedule']} m={r['n_micro']}: measured {stats.median(r['shares']):.3f}, "
-              f"formula {r['formula']:.3f}")
+        print(f"p=4 {r['schedule']} m={r['n_micro']}: measured {stats.median(r['shares']):.3f} (median of "
+              f"{len(r['shares'])} steps, {min(r['shares']):.3f} to {max(r['shares']):.3f}; too few for an "
+              f"interval, not judged), formula {r['formula']:.3f}")
 
 # %% [markdown]
 # ## 4. Activation memory: GPipe holds `m`, 1F1B holds `p`
@@ -277,8 +286,8 @@ viz.verdict(p_real, est, explain={
     side: f"In the step drawn above the stages' busy times differ by {imbalance:.0%}; the simulator fed with its "
           f"measured actions and hop gives {real['simulated']:.3f}, {real['simulated'] - real['formula']:+.3f} from "
           f"the formula (uneven actions and hops), against that step's measured {tl.bubble_share:.3f}: "
-          f"{between:+.3f} is time between actions the simulator does not hold (Python between them, a process "
-          f"waiting for its core); the median over the steps is {est.point()}"
+          f"{between:+.3f} is time between actions the simulator does not hold (its cause is not measured here: "
+          f"Python between them, or a process waiting for its core); the median over the steps is {est.point()}"
     for side in ("above", "below", "held")})
 
 # %% [markdown]
@@ -293,8 +302,12 @@ viz.verdict(p_real, est, explain={
 # gradient on as soon as `I` is done, the backward travels up the pipe at `I`'s pace instead
 # of `B`'s, on every stage, not only from the last. Each rank `r` then lags its `W`s by `r`
 # micro-batches and runs the lagged ones in the drain, where 1F1B idles (section 1: `p - 1`
-# idle slots per rank instead of `3 (p - 1)` when `F = I = W`), holding no more than 1F1B's
-# `p` micro-batches (`W` still needs the activations).
+# idle slots per rank instead of `3 (p - 1)` when `F = I = W`). Its peak memory is 1F1B's
+# `p` micro-batches, but on every rank, where 1F1B's rank `r` holds `p - r` (section 1's table:
+# `(4, 4, 4, 4)` against `(4, 3, 2, 1)` at `p = 4`): `W` still needs the activations.
+#
+# A share can also fall because the busy time rose: splitting `B` into `I` and `W` costs more
+# calls than `B` alone. What training pays is the step time, printed after the verdict.
 #
 # **Prediction.** ZB-H1's bubble share below 1F1B's (the ratio of the medians over the steps,
 # each schedule timed in its own steps). The simulator fed with this run's measured `F`, `I`
@@ -317,6 +330,32 @@ viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False)
              "and ZB-H1 runs three actions per micro-batch and stage where 1F1B runs two, so it pays that time "
              "half as often again."
     for side in ("above", "held")})
+
+# %%
+step = {k: stats.median_interval(r["step_s"]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
+step_ratio = stats.median_ratio(zb["step_s"], real["step_s"], paired=False)   # timed in separate steps
+busy = {k: stats.median([b - a for row in r["slots"] for _, _, _, a, b in row]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
+faster = ("of no clear length against 1F1B's (too few steps for an interval)" if step_ratio.needs else
+          "shorter" if step_ratio.high < 1 else "longer" if step_ratio.low > 1 else
+          "neither clearly shorter nor longer (the interval holds 1)")
+print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, 's')}" for k, e in step.items())
+      + f"; ZB-H1 over 1F1B {step_ratio.text('x')} (ratio of the medians): ZB-H1's step was {faster}. "
+      f"Busy time per action, median: 1F1B {viz.si(busy['1F1B'], 's')}, ZB-H1 {viz.si(busy['ZB-H1'], 's')} "
+      f"(ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2)")
+
+# %% [markdown]
+# ## What carries over to GPUs
+#
+# - The bubble is `(p - 1) / (m + p - 1)` for GPipe and 1F1B, so it shrinks only while `m`
+#   is large against `p`; `m` is bounded by the global batch over data-parallel replicas
+#   times the micro-batch size, which is what caps `p` in practice.
+# - 1F1B buys GPipe's bubble at `p` micro-batches of memory instead of `m`; interleaving buys
+#   a smaller bubble with more memory and `v` times the point-to-point messages.
+# - NCCL's send and receive complete only when both ends have posted, like gloo's blocking
+#   send in section 1: paired or grouped exchanges (`batch_isend_irecv`, NCCL's group calls,
+#   Megatron-LM's `send_forward_recv_backward`) are what keep 1F1B from deadlocking there too.
+# - Zero-bubble schedules judge themselves by step time: a smaller bubble share that costs
+#   more busy time is no gain (section 7 prints both).
 
 # %%
 viz.show_headlines({

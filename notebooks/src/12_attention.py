@@ -31,7 +31,7 @@
 # %% tags=["parameters"]
 import os
 
-QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
+QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it; a runner may set it below
 
 # %%
 B, H, D = 1, 4, 32                                   # batch, heads, head dim
@@ -112,8 +112,8 @@ print(f"toy against perfkit: {(o / total - o_lib[0, 0]).abs().max().item():.1e};
 q, k, v = (torch.randn(2, 3, 100, 16, generator=g) for _ in range(3))
 errs = fl.errors_against_float64(q, k, v, causal=True, tile=32)
 print("max abs difference from float64: " + ", ".join(f"{n} {e:.1e}" for n, e in errs.items()))
-viz.verdict(Prediction("largest difference from float64 (O, dQ, dK, dV)", "fp32 rounding of "
-                       "16-term dot products only", high=1e-5), max(errs.values()))
+viz.verdict(Prediction("largest difference from float64 (O, dQ, dK, dV)", "fp32 rounding only: sums "
+                       "over D = 16 and over up to 100 keys or queries", high=1e-5), max(errs.values()))
 
 # %% [markdown]
 # ## 2. Memory saved for backward
@@ -152,7 +152,8 @@ viz.verdict(Prediction("FlashAttention's growth exponent", "linear in T", value=
 # %% [markdown]
 # At `T = 32768` with 32 heads of 128 dimensions (a long-context model's layer), eager
 # attention would keep the amount printed below per layer and per sequence, FlashAttention
-# the second; that gap, not speed, is why long-context training needs tiles.
+# the second; that gap alone would make long-context training need tiles, before section 3
+# counts what moving those bytes costs in time.
 
 # %%
 print(f"T = 32768, 32 heads: eager {viz.si(fl.eager_saved_bytes(1, 32, 32768), 'B')}, "
@@ -187,8 +188,11 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # %% [markdown]
 # Why pay 25 % more backward FLOPs? Because the alternative is keeping `P`: `B H T²` values
 # written in forward and read again in backward. On a GPU those bytes cross the memory bus
-# twice, and at long sequences that traffic, not the FLOPs, sets the time; recomputing from
-# `Q`, `K` and the `T`-long `L` keeps every tile in on-chip memory. On this CPU the timing
+# (HBM) several times: each score element costs a few `D` FLOPs per pass over 4 bytes, a ratio
+# set by the head dimension and not by `T`, and for the usual `D` of 64 to 128 it lies far
+# below a GPU's FLOPs per byte of bandwidth, so eager attention's traffic, not its FLOPs, sets
+# its time at every length; recomputing from `Q`, `K` and the `T`-long `L` keeps every tile in
+# on-chip memory (Dao et al. 2022, section 3). On this CPU the timing
 # below also carries each tile's fixed cost of a few operator calls, which section 4 models.
 # Forward alone and forward + backward run alternately, one of each per round; the figure
 # judged is the median of the rounds' own ratios (load that hits both members of a round
@@ -218,10 +222,17 @@ viz.verdict(Prediction("forward + backward over forward", "between call-bound ti
 # **Model.** In PyTorch each tile is a few small operator calls, so a tile costs a fixed
 # overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
 # visited twice (forward and backward). Small tiles pay the overhead many times; large ones
-# only their FLOPs. On a GPU the same trade-off is set by shared memory: the tile must fit
-# beside its running sums. `perfkit.compute.attention_cost` times FlashAttention at every
+# only their FLOPs. On a GPU there is no such per-call cost: the whole loop is one fused
+# kernel. There the tile size trades on-chip memory (shared memory and registers, which cap
+# the tile and how many run at once) against re-reads of `K` and `V` from HBM: Dao et al. 2022
+# (Theorem 2) count `Θ(T² D² / M)` HBM accesses for `M` bytes of on-chip memory, so larger
+# tiles read less. `perfkit.compute.attention_cost` times FlashAttention at every
 # tile size, eager attention and SDPA, interleaved at each length, and fits the two terms on
-# all lengths but the longest.
+# all lengths but the longest. Eager attention's model is its FLOP rate at the longest length
+# fitted: its rate falls once the `T x T` scores leave the cache, so at longer lengths that model
+# is a lower bound on its time. SDPA (`torch.nn.functional.scaled_dot_product_attention`) is
+# PyTorch's fused attention; on this CPU it runs a tiled, FlashAttention-style kernel written in
+# C++, so it pays neither eager's `T²` traffic nor the tiles' per-call cost here.
 #
 # **Prediction.** The model fitted on the shorter lengths predicts the longest one's time
 # with 64-wide tiles within 50 %.
@@ -231,10 +242,21 @@ with sizing.pinned_threads(THREADS):
     points = ac.time_attention(SWEEP_LENS, TILES, B, H, D, repeat=REPEAT)
 model = ac.TileCostModel.fit([p for p in points if p.seq_len < SWEEP_LENS[-1]])
 print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} "
-      f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')}")
+      f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]})")
 for t in SWEEP_LENS:
     row = {f"{p.impl}{p.tile or ''}": p.median_s for p in points if p.seq_len == t}
     print(f"T = {t:5d}: " + ", ".join(f"{k} {viz.si(s, 's')}" for k, s in row.items()))
+
+# %%
+eager_pts = [p for p in points if p.impl == "eager"]
+print("eager's FLOP rate: " + ", ".join(f"T = {p.seq_len}: {viz.si(p.flops / p.median_s, 'FLOP/s')}"
+                                        for p in eager_pts)
+      + f"; at T = {eager_pts[-1].seq_len} its model gives {viz.si(model.eager_s(eager_pts[-1].seq_len, B, H, D), 's')}"
+      f", measured {viz.si(eager_pts[-1].median_s, 's')}")
+best = min((p for p in points if p.impl == "flash" and p.seq_len == SWEEP_LENS[-1]), key=lambda p: p.median_s)
+sdpa = next(p for p in points if p.impl == "sdpa" and p.seq_len == SWEEP_LENS[-1])
+print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile ({best.tile}) "
+      f"{viz.si(best.median_s, 's')}: SDPA {best.median_s / sdpa.median_s:.1f}x faster (ratio of medians)")
 
 # %%
 t64 = [p for p in points if p.impl == "flash" and p.tile == 64]   # tiles of 64, every length
@@ -257,15 +279,12 @@ viz.verdict(Prediction(f"FlashAttention (tiles of 64) at T = {last.seq_len}",
 # %% [markdown]
 # The widget moves the sequence length and the tile size over both models: the bytes saved
 # for backward (left) and the predicted time (right), with the measured medians as points.
-# Below it, the default setting as a static plot.
+# Beyond the longest length measured, both time lines are extrapolations, eager's a lower bound.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 spec = va.attention_widget(model, points, B, H, D)
 viz.build_widget(spec)
-
-# %%
-fig = spec.fn(**spec.defaults())
 
 # %% [markdown]
 # ## 5. Ring attention across processes
@@ -273,7 +292,7 @@ fig = spec.fn(**spec.defaults())
 # **Model.** Split the sequence over `P` processes. Each holds `T/P` queries, keys and values;
 # in `P` steps it computes its queries against the key/value block in hand while that block
 # goes to the next rank and the previous rank's arrives (`dist.batch_isend_irecv`, so the
-# transfer hides behind the compute). The partial results `(O_a, L_a)` and `(O_b, L_b)`
+# transfer can hide behind the compute). The partial results `(O_a, L_a)` and `(O_b, L_b)`
 # merge as `L = log(e^La + e^Lb)` (shifted by the larger one, so large logits cannot
 # overflow) and `O = e^(La - L) O_a + e^(Lb - L) O_b`. Backward sends the blocks round again
 # with the `dK, dV` accumulated for them, which arrive home after `P` moves.
@@ -362,18 +381,20 @@ transfers = (3 * 2 - 2) * exchange
 zz = [r["time"]["splits"]["zigzag"] for r in res]
 waited = [max(z["wait_s"][i] for z in zz) for i in range(REPEAT)]
 ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(REPEAT)]
+apart = statistics.median(abs(zz[0]["compute_s"][i] - zz[1]["compute_s"][i]) for i in range(REPEAT))
 print(f"one K/V exchange alone {viz.si(exchange, 's')}; per forward + backward: "
       f"{viz.si(transfers, 's')} of transfers, compute "
       f"{viz.si(max(statistics.median(z['compute_s']) for z in zz), 's')}; waited "
-      f"{viz.si(statistics.median(waited), 's')}, of which after both neighbours had sent "
-      f"{viz.si(statistics.median(ready), 's')}")
+      f"{viz.si(statistics.median(waited), 's')} (medians over rounds), of which after both neighbours had "
+      f"sent {viz.si(statistics.median(ready), 's')}; the rest waited for a neighbour that had not yet sent "
+      f"(the two ranks' compute per round differed by a median of {viz.si(apart, 's')})")
 viz.verdict(Prediction("time waited after both neighbours had sent, per forward + backward (zig-zag)",
                        "overlapped: at most the transfers alone", high=transfers, unit=" s"),
             stats.median_interval(ready), explain={
     "above": "Even with the neighbours' lateness left out, the transfers took longer than alone: on a "
              "shared 2-core machine a message also waits for the receiving process's thread to run.",
     "held": f"The rounds' waits after both neighbours had sent ran from {viz.si(min(ready), 's')} to "
-            f"{viz.si(max(ready), 's')}: a round in which the receiving process waited for its core pays "
+            f"{viz.si(max(ready), 's')}; a round in which the receiving process waits for its core would pay "
             "that wait whole."})
 
 # %% [markdown]
@@ -409,6 +430,18 @@ print(f"training: each doubling of P from 2 on multiplies the longest T by {by};
 # ring keeps the linear scaling. What it cannot remove is the time: each rank still computes
 # `1/P` of the `T²` tiles, so the step's compute per rank grows with `T²/P`, and the transfers
 # hide only while a block's compute takes longer than sending it.
+
+# %% [markdown]
+# ## What carries over to GPUs
+#
+# - Memory: eager attention keeps `B H T²` probabilities for backward, FlashAttention `O(T D)`
+#   per head (counted exactly in section 2); that gap does not depend on the hardware.
+# - Time: a GPU runs the tiles in one fused kernel (FlashAttention, or PyTorch's SDPA), so the
+#   per-tile call cost that sets this CPU's tile size is absent; there the tile is sized by
+#   on-chip memory against HBM re-reads, and recomputing in backward saves the `T²` traffic.
+# - Ring attention divides the sequence's memory by `P` plus two blocks in flight; its
+#   transfers hide only while a block's compute outlasts sending it, and causal attention
+#   needs the zig-zag split to keep the ranks' work equal.
 
 # %%
 viz.show_headlines({

@@ -142,7 +142,8 @@ class TileCostModel:
     Attributes:
         flop_rate: matmul FLOP/s inside the tiles.
         per_tile_s: seconds each tile visit costs beyond its FLOPs.
-        eager_rate: eager attention's FLOP/s (0 where it was not timed).
+        eager_rate: eager attention's FLOP/s at the longest length fitted (0 where it was not
+            timed); longer lengths run slower still, so ``eager_s`` beyond it is a lower bound.
     """
 
     flop_rate: float
@@ -170,9 +171,11 @@ class TileCostModel:
         (inv_rate, per_tile), *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
         if inv_rate <= 0 or per_tile < 0:  # one term explains it all: keep the FLOP term
             inv_rate, per_tile = float(np.median(y / a[:, 0])), 0.0
-        eager = [p.flops / p.median_s for p in pts if p.impl == "eager"]
+        # eager's rate falls once its T x T scores leave the cache, so a median over lengths
+        # would run fast beyond them: keep the rate at the longest length fitted
+        eager = max((p for p in pts if p.impl == "eager"), key=lambda p: p.seq_len, default=None)
         return cls(1 / float(inv_rate), float(per_tile),
-                   statistics.median(eager) if eager else 0.0)
+                   eager.flops / eager.median_s if eager else 0.0)
 
     def flash_s(self, seq_len: int, tile: int, batch: int = 1, heads: int = 4,
                 head_dim: int = 32, causal: bool = False) -> float:

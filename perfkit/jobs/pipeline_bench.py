@@ -255,7 +255,8 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
 
     Returns:
         ``bubbles`` and ``real`` (rows as :func:`bubbles` returns, with the measured median
-        ``measured`` as a :class:`perfkit.stats.Estimate` record), ``memory`` (as
+        ``measured`` as a :class:`perfkit.stats.Estimate` record, and each step's seconds from its
+        first action's start to its last one's end as ``step_s``), ``memory`` (as
         :func:`memory`), ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
     """
     check_real("t_f", t_f, 0)
@@ -285,6 +286,7 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
             lat = hop_latency(runs[-1], sched)
             out.append({"schedule": name, "n_micro": m, "p": 2,
                         "shares": [tl.bubble_share for tl in lines],
+                        "step_s": [tl.makespan for tl in lines],
                         "measured": stats.median_interval([tl.bubble_share for tl in lines]).record(),
                         "formula": bubble_formula(name, 2, m), "latency_s": lat,
                         "simulated": simulate(sched, _measured_costs(runs[-1]), lat).bubble_share,

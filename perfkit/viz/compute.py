@@ -127,12 +127,14 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
 
 def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
                      title: str = "") -> Figure:
-    """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled.
+    """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled, odd sizes
+    as crosses, the other even sizes hollow. The axis is linear for one dtype, logarithmic for
+    several (their ceilings can differ a hundredfold).
 
     Args:
         points: :class:`perfkit.compute.ShapePoint` s.
         vary: the dimension on the x-axis: ``"m"``, ``"n"`` or ``"k"``.
-        multiple: sizes divisible by it are filled markers, the others hollow.
+        multiple: sizes divisible by it are filled markers.
         title: the figure's title.
 
     Raises:
@@ -143,17 +145,21 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
     if vary not in ("m", "n", "k"):
         raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    for i, dtype in enumerate(dict.fromkeys(p.dtype for p in points)):
+    dtypes = list(dict.fromkeys(p.dtype for p in points))
+    scale = 1.0 if len(dtypes) > 1 else 1e9  # GFLOP/s on a linear axis for one dtype
+    for i, dtype in enumerate(dtypes):
         pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
-        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s for p in pts]
+        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / scale for p in pts]
         color = f"C{i}"
         ax.plot(xs, ys, "-", c=color, alpha=0.5, label=dtype)
-        ax.scatter([x for x in xs if x % multiple == 0],
-                   [y for x, y in zip(xs, ys) if x % multiple == 0], c=color, zorder=3)
-        ax.scatter([x for x in xs if x % multiple], [y for x, y in zip(xs, ys) if x % multiple],
-                   facecolors="none", edgecolors=color, zorder=3)
-    ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel="FLOP/s (median)", yscale="log",
-           title=title or f"Matmul throughput against {vary}: filled = multiple of {multiple}")
+        hollow = dict(facecolors="none", edgecolors=color)
+        for keep, style in ((lambda x: x % multiple == 0, dict(c=color)),
+                            (lambda x: x % multiple and x % 2 == 1, dict(c=color, marker="x")),
+                            (lambda x: x % multiple and x % 2 == 0, hollow)):
+            ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3, **style)
+    ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", yscale="log" if scale == 1 else "linear",
+           ylabel="FLOP/s (median)" if scale == 1 else "GFLOP/s (median)",
+           title=title or f"Matmul throughput against {vary}: filled = multiple of {multiple}, x = odd")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

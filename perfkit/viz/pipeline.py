@@ -111,11 +111,12 @@ def plot_bubbles(rows: Sequence[Mapping], ax: Axes | None = None) -> Axes:
         ms = range(1, max(r["n_micro"] for r in rows) + 1)
         ax.plot(list(ms), [bubble_formula("gpipe", p, m) for m in ms], color="grey", lw=1,
                 label="formula (p - 1) / (m + p - 1)" if p == ps[0] else None)
-        ax.text(max(ms), bubble_formula("gpipe", p, max(ms)), f" p={p}", fontsize=8, va="center")
-    for name, marker in (("gpipe", "o"), ("1f1b", "s")):
+        ax.text(max(ms) + 0.3, bubble_formula("gpipe", p, max(ms)), f"p={p}", fontsize=8, va="center")
+    # the two schedules sit a little apart on x: at the same m their points would hide each other
+    for name, marker, dx in (("gpipe", "o", -0.12), ("1f1b", "s", 0.12)):
         pts = [r for r in rows if r["schedule"] == name]
         if pts:
-            ax.errorbar([r["n_micro"] for r in pts], [r["measured"] for r in pts],
+            ax.errorbar([r["n_micro"] + dx for r in pts], [r["measured"] for r in pts],
                         yerr=[[r["measured"] - r["interval"][0] for r in pts],
                               [r["interval"][1] - r["measured"] for r in pts]],
                         fmt=marker, label=f"{name} measured", capsize=2)

@@ -55,6 +55,12 @@ def test_tile_model_recovers_its_terms():
     f = flash_flops(1, 4, 2048, 32, False, 32)
     assert model.flash_s(2048, 32) == pytest.approx((f.forward + f.backward) / 2e10
                                                     + 2 * f.tiles * 5e-5)
+    # eager slowing with T (scores out of cache): the rate of the longest length, not the
+    # median over lengths (which would predict longer lengths at the shorter ones' speed)
+    slowing = [ac.AttentionTiming("eager", p.seq_len, 0, (p.median_s * p.seq_len / 256,), p.flops, 0)
+               if p.impl == "eager" else p for p in _synthetic(2e10, 5e-5, 1e10)]
+    assert ac.TileCostModel.fit(slowing).eager_rate == pytest.approx(1e10 / 4)
+    assert ac.TileCostModel.fit(slowing[::-1]).eager_rate == pytest.approx(1e10 / 4)   # not the last listed
     # no overhead at all: the per-tile term is 0, not negative
     assert ac.TileCostModel.fit(_synthetic(2e10, 0.0, 1e10)).per_tile_s == pytest.approx(0,
                                                                                          abs=1e-12)

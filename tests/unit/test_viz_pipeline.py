@@ -52,5 +52,10 @@ def test_grids_and_bubbles():
     assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
         "1f1b measured", "formula (p - 1) / (m + p - 1)", "gpipe measured"]
     plt.close("all")
+    # both schedules at the same m and nearly the same share: neither marker hides the other
+    same = [rows[0], {**rows[0], "schedule": "1f1b", "measured": 0.2105}]
+    xs = [line.get_xdata()[0] for line in plot_bubbles(same).lines if line.get_marker() in ("o", "s")]
+    assert len(xs) == 2 and abs(xs[0] - xs[1]) >= 0.2 and all(abs(x - 4) < 0.2 for x in xs)
+    plt.close("all")
     with pytest.raises(TypeError, match="Timeline"):
         plot_timeline("grid")
