@@ -79,9 +79,11 @@ for n in (128, 1024, 8192):
 # ## 2. How fast does this machine multiply?
 #
 # **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units. Each
-# call also pays fixed costs (dispatch, packing the operands into blocks): a microsecond or two
-# on a CPU, small against the tens of microseconds of arithmetic even an n=128 matmul does on one
-# thread, so on one thread the smallest size should reach at least half the largest one's rate.
+# call also pays fixed costs (dispatch, setting up the call): a microsecond or two on a CPU,
+# small against the tens of microseconds of arithmetic even an n=128 matmul does on one thread.
+# Packing the operands into blocks is not fixed (it copies `n²` elements) but is small against
+# the `n³` arithmetic. So on one thread the smallest size should reach at least half the largest
+# one's rate.
 # On several threads a call also wakes the pool's threads (they stay alive between calls) and
 # waits at a barrier for the slowest of them, a cost that depends on what else holds the cores.
 # bf16 halves the bytes per element; whether it
@@ -98,8 +100,9 @@ for n in (128, 1024, 8192):
 # `hw.EMULATED_BELOW` of fp32 is emulated, and after that size it is swept on every core only,
 # at the square sizes, once (the line after the sweep says whether that happened here). The whole sweep runs in several rounds,
 # seconds apart, and each point keeps its best round. The **ceiling** is the best point's rate
-# over its fastest tenth of repetitions: an upper bound of the work the course runs, what the
-# machine does when nothing competes for it. A point whose one call would take over a second
+# over its fastest tenth of repetitions, what the machine does when nothing competes for it:
+# meant to bound the work the course runs, and raised where that work beats it (section 6
+# shows where earlier runs did). A point whose one call would take over a second
 # (extrapolated from the rate measured before it) is skipped: the rate has flattened long
 # before, and emulated bf16 would spend minutes there.
 
@@ -184,7 +187,8 @@ viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread"
 # ceiling that matters for tensors of realistic size, and STREAM's rule measures it with arrays
 # at least 4x the last-level cache, so that no level of cache holds them (`measure_limits` caps
 # them at 1 GiB, 256 MiB in QUICK runs: a virtual machine can report its host's whole L3, and
-# a smaller buffer can only read faster, so the ceiling still bounds what the course runs). The
+# a smaller buffer can only read faster, so the ceiling still bounds what the course runs; a
+# ceiling a QUICK run set on 256 MiB buffers can stay in the limits file of section 6). The
 # DRAM ceiling is the best of a copy and an `x + y` of that size, each on every core and on one,
 # best of the rounds; the cache ceiling the best copy whose buffers fit in half the cache. Every
 # buffer is written before it is timed: a freshly allocated page faults on its first write, and
@@ -225,10 +229,13 @@ print(f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} kept a
 print(vm.threads_sentence(limits) or "One thread count only: nothing to compare.")
 one = [p for p in limits.copy_points if p.op == "copy" and p.threads == min(q.threads for q in limits.copy_points)]
 first, best_small = one[0], max(one[1:], key=lambda p: p.bytes_per_s)
-fixed_s = max(0.0, first.seconds - 2 * first.nbytes / (limits.cache_bytes_per_s or limits.copy_bytes_per_s))
+fastest = max(one, key=lambda p: p.bytes_per_s)  # the fastest copy on these threads, by its median
+fixed_s = max(0.0, first.seconds - 2 * first.nbytes / fastest.bytes_per_s)
 print(f"{on(first.threads).capitalize()} the smallest buffer ({si(first.nbytes, 'B')}) took "
-      f"{si(first.seconds, 's')} per copy, of which about {si(fixed_s, 's')} is the fixed cost of one call "
-      f"(dispatch, synchronisation): {fixed_s / first.seconds:.0%} of its time"
+      f"{si(first.seconds, 's')} per copy; at the fastest copy rate on the same thread count "
+      f"({si(fastest.bytes_per_s, 'B/s')}, {si(fastest.nbytes, 'B')} buffers, medians) its bytes take "
+      f"{si(2 * first.nbytes / fastest.bytes_per_s, 's')}, so about {si(fixed_s, 's')} is the fixed cost of one "
+      f"call (dispatch, the call's setup): {fixed_s / first.seconds:.0%} of its time"
       + (f", which is why it reads as slower than the {si(best_small.nbytes, 'B')} buffer."
          if first.bytes_per_s < best_small.bytes_per_s else "."))
 
@@ -332,7 +339,10 @@ plt.show()
 add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x, y, out=out), 2 * add_bytes,
                                        3 * add_bytes, repeat=5, device=DEVICE, threads=threads).inverse()
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
-      f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x")
+      f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x, "
+      + ("inside the interval." if add_over_copy.low <= 1.125 <= add_over_copy.high else
+         f"{'below' if add_over_copy.low > 1.125 else 'above'} the interval: write-allocate alone does not "
+         f"explain the whole ratio here, and this run does not measure what else {'helps x + y' if add_over_copy.low > 1.125 else 'slows it'}."))
 copy_at = max((p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes),
               key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size
 add_vs_copy = stats.median_interval(add.times_s).inverse().scaled(3 * add_bytes / copy_at.best_bytes_per_s)
@@ -362,11 +372,12 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
 #
-# Choose float32 and move the slider: small matmuls are memory-bound (left of the ridge), large
-# ones compute-bound. The point drawn is the model's, the roof at that intensity, not a
+# In the widget, choose float32 and move the slider: small matmuls are memory-bound (left of
+# the ridge), large ones compute-bound. The point drawn is the model's, the roof at that intensity, not a
 # measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
 # says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
-# measured limits; a static plot of the default follows for readers of the rendered page.
+# measured limits; a static plot of the widget's default setting (its title names the dtype)
+# follows for readers of the rendered page.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -398,12 +409,20 @@ fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 #   4 for the two backward ones: the gradient of the weights and that of the layer's input), plus
 #   attention's, per second of step;
 # * **HFU** (hardware FLOPs utilisation): the FLOPs the step *really runs*, counted by PyTorch's
-#   `FlopCounterMode`, per second of step.
+#   `FlopCounterMode`, per second of step. It counts the operators in its registry (matmuls,
+#   convolutions, attention), not elementwise ones (ReLU, the loss, gradient accumulation): the
+#   matmul FLOPs the step runs, which is what a matmul ceiling can bound.
 #
 # Both are divided here by the **measured** fp32 ceiling of the threads the step ran on, not by
 # the theoretical peak of a data sheet as PaLM divides: a measured ceiling is lower, so these
-# shares read higher than PaLM's MFU of the same step would, and they are named with their
-# ceiling and thread count wherever they are printed.
+# shares read higher than PaLM's MFU of the same step would, cannot be compared with published
+# MFU figures, and are named with their ceiling and thread count wherever they are printed.
+#
+# The file's ceilings are the highest of every run so far, and the highest of several noisy
+# measurements is biased upward (it is the luckiest of them): shares divided by it read lower
+# than against this run's own ceiling, so the cell below prints both. A ceiling an earlier run
+# raised from a whole training step (a later module's bf16 step can) is still a matmul
+# rate: the step's counted FLOPs are its matmuls', and they ran in less than the step's time.
 #
 # They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
 # above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
@@ -425,7 +444,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 run_limits = limits  # this run's ceilings, raised where section 4 beat them
 saved = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # later notebooks: hw.cached_limits()
-print("limits merged into this machine's cache (perfkit.hw.default_limits_path(); $PERFKIT_CACHE moves it); "
+print("limits merged into this machine's limits file (perfkit.hw.default_limits_path(); $PERFKIT_CACHE moves it); "
       "what it holds now, and what every later notebook divides by:")
 print("\n".join(vm.cache_lines(run_limits, saved)))
 limits = saved  # from here on, the shares are of the cached ceilings, as in every later notebook
@@ -488,8 +507,12 @@ peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
 hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step
 hfu, mfu = hfu_est.value, rule / m.median_s / peak
 print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU {hfu:.0%} "
-      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the cached fp32 ceiling {on(threads)}, "
+      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the limits file's fp32 ceiling {on(threads)}, "
       f"{si(peak, 'FLOP/s')}; its six matmuls alone ran at {rule / mm.median_s / peak:.0%} of it")
+run_peak = run_limits.peak_flops("float32", threads)  # FLOP/s: this run's own ceiling, before the merge
+if run_peak < peak:
+    print(f"against this run's own ceiling {on(threads)} ({si(run_peak, 'FLOP/s')}, below the file's) the same "
+          f"step's HFU is {counted['activation'] / m.median_s / run_peak:.0%}")
 if peak != limits.peak_flops("float32"):
     print(f"against the all-cores ceiling ({si(limits.peak_flops('float32'), 'FLOP/s')} {on(limits.threads)}) the "
           f"same step is {counted['activation'] / m.median_s / limits.peak_flops('float32'):.0%}: a share means "
@@ -502,10 +525,16 @@ print(f"MFU, the rule's FLOPs over the same measured ceiling (not PaLM's data-sh
 
 # %%
 viz.show_headlines({
-    "fp32 matmul ceiling (the cache's), all cores / 1 thread": f"{si(limits.peak_flops('float32'), 'FLOP/s')} / "
-                                         f"{si(limits.peak_flops('float32', 1), 'FLOP/s')}",
-    "bf16 matmul ceiling": si(limits.peak_flops("bfloat16"), "FLOP/s"),
-    "DRAM bandwidth ceiling (the cache's)": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} buffers)",
-    "fp32 ridge point": f"{limits.ridge_point('float32'):.3g} FLOP/B",
-    f"MLP step HFU{' (= MFU here)' * same}, of the cached fp32 ceiling {on(threads)}": f"{hfu:.0%}",
+    "fp32 matmul ceiling (limits file), all cores / 1 thread": f"{si(limits.peak_flops('float32'), 'FLOP/s')} / "
+                                         f"{si(limits.peak_flops('float32', 1), 'FLOP/s')} (this run measured "
+                                         f"{si(run_limits.peak_flops('float32'), 'FLOP/s')} / "
+                                         f"{si(run_limits.peak_flops('float32', 1), 'FLOP/s')})",
+    "bf16 matmul ceiling (limits file)": f"{si(limits.peak_flops('bfloat16'), 'FLOP/s')} (this run measured "
+                                         f"{si(run_limits.peak_flops('bfloat16'), 'FLOP/s')})",
+    "DRAM bandwidth ceiling (limits file)": f"{si(limits.copy_bytes_per_s, 'B/s')} ({si(limits.dram_nbytes or 0, 'B')} "
+                                            f"buffers; this run measured {si(run_limits.copy_bytes_per_s, 'B/s')} on "
+                                            f"{si(run_limits.dram_nbytes or 0, 'B')})",
+    "fp32 ridge point, all cores (limits file / this run's)":
+        f"{limits.ridge_point('float32'):.3g} / {run_limits.ridge_point('float32'):.3g} FLOP/B",
+    f"MLP step HFU{' (= MFU here)' * same}, of the limits file's fp32 ceiling {on(threads)}": f"{hfu:.0%}",
 })

@@ -84,7 +84,7 @@ RULES: dict[str, Rule] = {
         "find what differs on that rank: data, its core/GPU, other processes",
         "balance the work per rank (equal batch sizes and sequence lengths)"),
         "notebooks/02_collectives.ipynb, section 2 (a collective waits for the slowest rank)"),
-    "jitter": Rule("step times vary a lot (stragglers)", (
+    "jitter": Rule("step times vary a lot (a slow tail of steps)", (
         "check for periodic stalls: data workers falling behind, garbage collection, "
         "checkpointing or logging every N steps",
         "on a shared machine, other processes compete for the cores; pin threads"),
@@ -93,7 +93,8 @@ RULES: dict[str, Rule] = {
         "use bf16 autocast where this machine computes bf16 faster than fp32 (notebook 00 measures "
         "both ceilings; where bf16 is emulated it runs slower), fp16 with GradScaler on older GPUs",
         "torch.compile to fuse memory-bound operations",
-        "use shapes that are multiples of 64 and measure MFU against the machine's peak"),
+        "use shapes that are multiples of 64 and measure MFU against the machine's measured "
+        "ceiling (notebook 00)"),
         "notebooks/06_compute.ipynb, section 6 (MFU)"),
     "load": Rule("other work competes for the step's cores", (
         "diagnose on an idle machine, or give each rank cores of its own: every share "
@@ -378,4 +379,5 @@ def _jitter(ev: StepShares, th: Thresholds) -> list[Finding]:
         return []
     ratio = p99 / p50
     return [_finding("jitter", ratio, th.jitter, f"p99 step {p99 * 1e3:.1f} ms is {ratio:.2f}x "
-                     f"the median {p50 * 1e3:.1f} ms (threshold {th.jitter}x, {ev.steps} steps)")]
+                     f"the median {p50 * 1e3:.1f} ms (threshold {th.jitter}x, {ev.steps} steps"
+                     + (": so few that the p99 is about the slowest one" if ev.steps < 100 else "") + ")")]

@@ -183,18 +183,21 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
     if single:  # below the grain: no barrier, so what slowed it on the all-threads pass was the load
         n = single[-1]
         base = (f" The {si(n, 'B')} buffer ({n // 4:,} elements) runs on one thread either way; "
-                + (f"it ran {_x(slower[n])} slower on the {t}-thread pass: that much is the load alone."
+                + (f"it ran {_x(slower[n])} slower on the {t}-thread pass: no barrier is involved, so that "
+                   "much is the load alone, or the noise between two passes (one median each, no interval)."
                    if slower[n] > 1 else "it ran as fast on that pass."))
     slow = [n for n in sizes if n // 4 >= GRAIN and slower[n] > 1 / ratio]
     if not slow:
-        return (f"On {t} threads no copy of at least {GRAIN:,} elements ran below {ratio:.0%} of its rate "
-                "on one: the threads' barrier cost little this run." + base)
+        return (f"On {t} threads no copy of at least {GRAIN:,} elements (PyTorch's grain size, "
+                "`at::internal::GRAIN_SIZE`: a smaller op runs on one thread) ran below "
+                f"{ratio:.0%} of its rate on one: the threads' barrier cost little this run." + base)
     worst = [slower[n] for n in slow]
     which = (f"the copy of {si(slow[0], 'B')} ran {_x(worst[0])}" if len(slow) == 1 else
              f"the copies of {si(slow[0], 'B')} to {si(slow[-1], 'B')} ran {_x(min(worst))} to "
              f"{_x(max(worst))}")
     return (f"On {t} threads {which} slower than on one: torch splits a copy of at least "
-            f"{GRAIN:,} elements across its threads and waits for all of them at a barrier, and a thread "
+            f"{GRAIN:,} elements (its grain size, `at::internal::GRAIN_SIZE`)"
+            " across its threads and waits for all of them at a barrier, and a thread "
             "that lost its core to another process holds up every call for a slice of the scheduler's time."
             + base + " Each ceiling is the best of either thread count.")
 

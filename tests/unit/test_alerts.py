@@ -65,7 +65,7 @@ def test_straggler_alert_compares_work_outside_communication_with_the_fastest_ra
     assert "phase=\"communication\"" in rules[busy]["expr"]
     assert rules[ALERTS["jitter"]]["expr"] == (
         f"{busy} > on (job) group_left () (1.8 * min by (job) ({busy}))")
-    assert "stragglers" in rules[ALERTS["jitter"]]["annotations"]["summary"]
+    assert "slow tail" in rules[ALERTS["jitter"]]["annotations"]["summary"]
 
 
 def test_kinds_selects_alerts_and_the_recording_rule_goes_with_the_straggler_alert():

@@ -205,6 +205,10 @@ def test_jitter_needs_a_step_summary_with_enough_steps():
     found = diagnose_shares(mon.summary())
     jit = [f for f in found if f.kind == "jitter"]
     assert jit and jit[0].share > 1.5 and "p99" in jit[0].evidence
+    # with fewer than 100 steps the p99 is about the slowest step, and the evidence says so
+    assert "the p99 is about the slowest one" in jit[0].evidence
+    many = StepShares({"forward": 0.9}, steps=200, step_p50_s=0.01, step_p99_s=0.05)
+    assert "slowest one" not in next(f for f in diagnose_shares(many) if f.kind == "jitter").evidence
     assert jit[0].max_speedup is None
     # a ratio, not a share: ranked after the share findings whatever its size (5x here)
     ev = StepShares({"data": 0.15}, steps=30, step_p50_s=0.01, step_p99_s=0.05)
