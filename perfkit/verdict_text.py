@@ -137,16 +137,19 @@ class Reading:
         return text
 
     def load(self) -> str:
-        """``" (The machine was busy: load average 5.2 on 2 cores, 2.6 per core; the 90%
-        interval spans 23% of the figure.)"`` when the load exceeds the cores, else ``""``."""
+        """``" (When judged: load average 5.2 on 2 cores, 2.6 runnable tasks per core, this
+        run's own processes included; the 90% interval spans 23% of the figure.)"`` when the
+        load exceeds the cores, else ``""``. The load average counts every runnable task, the
+        measurement's own processes and threads too: it sizes the contention, and does not
+        say that other jobs ran."""
         m = machine_state()
         if "load" not in m or m["load"] <= m["cores"]:
             return ""
-        text = (f" (The machine was busy: load average {m['load']:.1f} on {m['cores']:.0f} cores, "
-                f"{m['load'] / m['cores']:.1f} runnable tasks per core")
+        text = (f" (When judged: load average {m['load']:.1f} on {m['cores']:.0f} cores, "
+                f"{m['load'] / m['cores']:.1f} runnable tasks per core, this run's own processes included")
         if self.interval is not None and self.value:
             spans = (self.interval[1] - self.interval[0]) / abs(self.value)
-            text += f"; the noise it leaves: the {self.words} spans {spans:.0%} of the figure"
+            text += f"; the {self.words} spans {spans:.0%} of the figure"
         return text + ".)"
 
 

@@ -148,11 +148,12 @@ def test_a_busy_machine_is_named_with_its_size_and_the_noise_it_left(monkeypatch
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (5.2, 1.0, 1.0))
     v = judge(BUBBLE, est(0.237, 0.20, 0.30))
-    assert "load average 5.2 on 2 cores, 2.6 runnable tasks per core" in v.text
+    assert "When judged: load average 5.2 on 2 cores, 2.6 runnable tasks per core" in v.text
+    assert "this run's own processes included" in v.text   # it does not claim that other jobs ran
     assert "the 90% interval spans 42% of the figure" in v.text
     assert "load average" not in judge(BUBBLE, est(0.21, 0.19, 0.22)).text   # held: no excuse
     monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
-    assert "busy" not in judge(BUBBLE, est(0.237, 0.20, 0.30)).text
+    assert "load average" not in judge(BUBBLE, est(0.237, 0.20, 0.30)).text
 
 
 def test_a_bound_that_cannot_fail_is_refused_and_printed_as_context():
