@@ -238,7 +238,23 @@ def seams_text(t: Total) -> str:
                 for name, a, b in t.seams)
             + " (each kept configuration as its round's \"after\", then as the next round's \"before\", the "
             "mean of that run and its repeat; the slow job in the direct ratio, then in round 1). Their "
-            f"ratios multiply to {moved:.3g}x, the product over the direct gain.")
+            f"ratios multiply to {moved:.3g}x, the product over the direct gain." + _seams_way(t.seams))
+
+
+def _seams_way(seams: list) -> str:
+    """Whether the seams point one way (a bias between the runs) or both ways (load drifting)."""
+    slower = sum(b < a for _, a, b in seams)
+    if len(seams) < 3:
+        return ""
+    if slower >= len(seams) - 1:
+        return (f" {slower} of the {len(seams)} seams read the configuration slower the second time: one "
+                "way, as load that drifts both ways would not; a repeat run slower than the run it "
+                "repeats biases each round's \"before\" low, and its speedup high.")
+    if slower <= 1:
+        return (f" {len(seams) - slower} of the {len(seams)} seams read the configuration faster the second "
+                "time: one way, as load that drifts both ways would not; each round's \"before\" reads "
+                "high, and its speedup low.")
+    return ""
 
 
 def show_round(r: Round | None) -> bool:

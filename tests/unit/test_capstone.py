@@ -286,6 +286,14 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     assert moved == pytest.approx(total.product.value / total.direct.value)
     assert "after --fix sync 500 -> 417" in seams_text(total) and "multiply to 1.44x" in seams_text(total)
     assert seams_text(total) in total_text(total)
+    # seams that all point one way are a bias between the runs, not load drifting both ways
+    one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)])
+    assert "3 of the 3 seams read the configuration slower" in seams_text(one_way)
+    up = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 220), ("data", 300, 290)])
+    assert "2 of the 3 seams read the configuration faster" in seams_text(up)
+    both = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 180), ("data", 300, 330),
+                                 ("ddp", 400, 360)])
+    assert "one way" not in seams_text(both) and "multiply to" in seams_text(both)
     loop, total = play_all(True, {})
     assert total.product.value == pytest.approx(total.direct.value) and not total.drift
     assert "agree within their intervals" in total_text(total)
