@@ -128,7 +128,7 @@ def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: 
         ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("all-reduce time (µs)")
-        ax.set_title(f"{si(nbytes, 'B')}, {world_size} ranks: predicted {si(pred, 's')}\n{note}",
+        ax.set_title(f"{si(nbytes, 'B')}, {world_size} ranks: ring model {si(pred, 's')}\n{note}",
                      fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
@@ -159,8 +159,8 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     ax.set_ylabel("time per step (ms)")
     hidden = compare["hidden_share"]
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
-        f"overlap hides {hidden:.0%} of the bucketed step's communication" if hidden is not None else
-        "no communication showed in the bucketed step"), fontsize=10)
+        f"by these medians, overlap hid {hidden:.0%} of the bucketed step's communication"
+        if hidden is not None else "no communication showed in the bucketed step"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)
@@ -272,8 +272,8 @@ def plot_convergence(curves: Mapping[str, Sequence[float]], smooth: int = 1, ax:
     fig, ax = plt.subplots(figsize=(7, 4)) if own else (ax.figure, ax)
     for name, ys in curves.items():
         ax.plot(_smooth(list(ys), smooth), label=name)
-    ax.set_yscale("log")  # labelled 1-2-5: a loss curve often spans less than one decade
-    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.set_yscale("log")  # labelled 1-2-3-5: a loss curve often spans less than one decade
+    ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("step")
