@@ -50,11 +50,15 @@ _A100 = ("NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia
          "BF16 Tensor Core 312 TFLOPS (624 with sparsity), NVLink 600 GB/s")
 _H100 = ("NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFLOPS with "
          "sparsity (989 dense), 80 GB, 3.35 TB/s, NVLink 900 GB/s")
+# The memory sizes in these names are binary: an A100 80GB holds 80 GiB (nvidia-smi reports
+# 81,920 MiB), an A100 40GB 40 GiB, an H100 80GB 80 GiB (of which nvidia-smi shows 81,559 MiB,
+# some kept by the driver: inside the 10 % that Cluster.memory_share leaves), an H200 141 "GB".
+_GIB = 2**30
 GPUS: dict[str, GPU] = {
-    "a100-40gb": GPU("A100 SXM4 40GB", 312e12, 40e9, 1.555e12, 300e9, _A100 + ", 40GB HBM2 1,555 GB/s"),
-    "a100-80gb": GPU("A100 SXM4 80GB", 312e12, 80e9, 2.039e12, 300e9, _A100 + ", 80GB HBM2e 2,039 GB/s"),
-    "h100-sxm": GPU("H100 SXM5 80GB", 989e12, 80e9, 3.35e12, 450e9, _H100),
-    "h200": GPU("H200 SXM 141GB", 989e12, 141e9, 4.8e12, 450e9,
+    "a100-40gb": GPU("A100 SXM4 40GB", 312e12, 40 * _GIB, 1.555e12, 300e9, _A100 + ", 40GB HBM2 1,555 GB/s"),
+    "a100-80gb": GPU("A100 SXM4 80GB", 312e12, 80 * _GIB, 2.039e12, 300e9, _A100 + ", 80GB HBM2e 2,039 GB/s"),
+    "h100-sxm": GPU("H100 SXM5 80GB", 989e12, 80 * _GIB, 3.35e12, 450e9, _H100),
+    "h200": GPU("H200 SXM 141GB", 989e12, 141 * _GIB, 4.8e12, 450e9,
                 "NVIDIA H200 Tensor Core GPU datasheet: the H100's Tensor Cores (BF16 1,979 "
                 "TFLOPS with sparsity), 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s"),
 }

@@ -62,7 +62,7 @@ def test_the_header_says_every_default_and_the_byte_assumptions(capsys):
     out = capsys.readouterr().out
     assert "vocab 50,257 (default: GPT-2's; set --vocab)" in out
     assert "matmul efficiency 0.50 (default, not fitted" in out
-    assert "usable memory 72.0 GB per GPU (90% of 80.0 GB" in out
+    assert "usable memory 77.3 GB per GPU (90% of 85.9 GB" in out
     assert "bf16 weights 2 + gradients 2 + fp32 Adam 12" in out
     assert "labels: dpN tpN ppN cpN" in out and "HFU" in out
     assert main(["plan", *TINY, "--gpus", "2", "--efficiency", "0.6", "--vocab", "32000"]) == 0

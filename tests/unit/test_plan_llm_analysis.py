@@ -75,7 +75,7 @@ def test_inputs_carry_the_rows_layout_and_gpu(lla, rows):
     assert tr["gradient_accumulation_steps"] == 2304 // 24 and tr["batch_size_per_gpu"] == 1
     assert tr["activation_recomputation"] == lla.ActivationRecomputation.FULL
     assert tr["ds_zero"] == lla.DSZeRO.NONE and tr["flash_attn"] is False and tr["softmax_dropout"] is True
-    assert gpu.peak_fp16_TFLOPS == 312 and gpu.mem_per_GPU_in_GB * 1024**3 == pytest.approx(80e9)
+    assert gpu.peak_fp16_TFLOPS == 312 and gpu.mem_per_GPU_in_GB == pytest.approx(80)
     assert gpu.hbm_bandwidth_in_GB_per_sec == pytest.approx(2039)
     assert gpu.inter_node_bandwidth_in_GB_per_sec == pytest.approx(25)  # 200 Gb/s per GPU
     shape = (model.num_layers, model.hidden_dim, model.vocab_size, model.max_seq_len)
