@@ -52,7 +52,7 @@ _H100 = ("NVIDIA H100 Tensor Core GPU datasheet, SXM: BF16 Tensor Core 1,979 TFL
          "sparsity (989 dense), 80 GB, 3.35 TB/s, NVLink 900 GB/s")
 # The memory sizes in these names are binary: an A100 80GB holds 80 GiB (nvidia-smi reports
 # 81,920 MiB), an A100 40GB 40 GiB, an H100 80GB 80 GiB (of which nvidia-smi shows 81,559 MiB,
-# some kept by the driver: inside the 10 % that Cluster.memory_share leaves), an H200 141 "GB".
+# some kept by the driver: inside the 10 % that Cluster.memory_share leaves), an H200 about 141 GiB.
 _GIB = 2**30
 GPUS: dict[str, GPU] = {
     "a100-40gb": GPU("A100 SXM4 40GB", 312e12, 40 * _GIB, 1.555e12, 300e9, _A100 + ", 40GB HBM2 1,555 GB/s"),
