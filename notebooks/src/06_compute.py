@@ -23,9 +23,12 @@
 #
 # Every section asks a question, predicts the answer from a model, measures, and explains
 # the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
-# a busy machine slows both sides alike; each ratio is the median of the pairs' ratios, quoted
-# with its 90 % interval between two of the sorted ratios (`perfkit.stats.median_ratio`, an
-# order-statistic interval), which holds it.
+# a busy machine slows both sides alike. Where a speedup is printed with an interval, it is the
+# median of the pairs' ratios with an interval between two of the sorted ratios
+# (`perfkit.stats.median_ratio`, an order-statistic interval) that covers the true median with
+# at least 90 % probability (with 7 pairs it is the smallest and largest ratio, which covers it
+# with 98 %). A figure printed without one (a timing table's ratio, a ratio of two ratios, a
+# step timed alone) is a ratio of medians, and the text says so where it appears.
 
 # %% tags=["parameters"]
 import os
@@ -85,7 +88,10 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # sizes; the sentences below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
-# the ceiling notebook 00 measured on that many threads.
+# the ceiling notebook 00 measured on that many threads. The rule reads the 1-minute load average,
+# a damped average that counts runnable threads and still carries, for a minute or so, work that
+# has just ended (in `make course`, the previous notebook): it errs towards fewer threads, which
+# makes the timings slower but steady, and each MFU fair against its own threads' ceiling.
 
 # %%
 per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
@@ -101,15 +107,23 @@ THREADS = sizing.timing_threads()
 SHARE = limits.thread_share(THREADS) if DEVICE.type == "cpu" else 1.0  # these threads' own ceiling, measured
 CEIL_THREADS = THREADS if DEVICE.type == "cpu" else None  # the ceilings' thread count for these timings
 print(sizing.threads_note(THREADS, SHARE))
-for what, plan in (("training steps", AMP_PLAN), ("batch sweep", BENCH_PLAN), ("shape sweep", SHAPE_PLAN)):
-    print(f"bf16 {what}: {plan.note}")
+plans = {"training steps": AMP_PLAN, "batch sweep": BENCH_PLAN, "shape sweep": SHAPE_PLAN}
+cut = os.path.commonprefix([p.note for p in plans.values()]).rfind(": ")  # the shared sentence, said once
+if cut > 0:
+    print(next(iter(plans.values())).note[:cut] + ".")
+for what, plan in plans.items():
+    print(f"bf16 {what}: {plan.note[cut + 2:] if cut > 0 else plan.note}")
 
 # %% [markdown]
 # ## 1. Mixed precision: is bf16 faster, and does the model learn the same?
 #
-# **The model.** Under `torch.autocast(dtype=torch.bfloat16)` matmuls run in bf16 while
-# reductions that need range or precision (softmax, layer norm, the loss) stay in fp32, and
-# the weights and optimizer stay fp32 ("mixed" precision). bf16 keeps fp32's 8 exponent bits,
+# **The model.** Under `torch.autocast(dtype=torch.bfloat16)` matmuls (and the fused attention)
+# run in bf16, and the weights and optimizer stay fp32 ("mixed" precision). Which other ops
+# autocast forces to fp32 depends on the device: on a GPU its fp32 list holds softmax, layer
+# norm and the loss; on a CPU (PyTorch's "CPU ops that can autocast to float32") it holds the
+# loss but not softmax or layer norm, which run in whatever dtype they receive. In this model
+# layer norm receives the fp32 residual stream and softmax runs inside the fused attention, so
+# both devices keep them where a GPU would. bf16 keeps fp32's 8 exponent bits,
 # so nothing overflows and no loss scaling is needed; it keeps only 8 bits of mantissa, so
 # each matmul is rounded more coarsely. (The three formats, sign / exponent / stored mantissa
 # bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is fp32 with its low 16 bits cut off,
@@ -157,7 +171,7 @@ print(ex.largest_rise(curves))
 # the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
 # off notebook 00's ceilings, both on the threads the step runs on: `f` = the step's model FLOPs
 # at the fp32 ceiling over its time, `r` = the ratio of the bf16 and fp32 ceilings (the bf16 one
-# raised in the next cell wherever the step's counted FLOPs beat it). But those are square matmuls of the best size,
+# raised in the next cell wherever the step's counted FLOPs, or its matmuls replayed alone, beat it). But those are square matmuls of the best size,
 # while this step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
 # tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
 # So the prediction the verdict uses measures `f` and `r` at the step's own shapes
@@ -182,18 +196,27 @@ for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
 # FLOPs that ran (FlopCounterMode: every matmul; fused attention has no formula, so a lower bound),
 # held against the bf16 ceiling on these threads, which they raise where they beat it
 bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
+# the same counted FLOPs over the bf16 matmuls and attention replayed alone (next cell's parts): faster than the step
+mm_s = sum(parts.parts[k].candidate.median_s for k in ("matmul", "attention"))  # s, medians
+hfu_mm = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s,
+                          f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", threads=CEIL_THREADS)
+limits = hfu_mm.limits
+print(f"  its counted FLOPs over the time of its matmuls and attention replayed alone (the parts below): "
+      f"{si(hfu_mm.rate, 'FLOP/s')}: "
+      f"{hfu_mm.share:.0%} of the bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}"
+      + (f" ({hfu_mm.note}; notebook 00's sweep measured it at larger, square shapes)" if hfu_mm.raised else ""))
 hfu1 = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / amp.candidate.median_s,
                         f"the bf16 step at batch {AMP_BATCH}", threads=CEIL_THREADS)
 limits = hfu1.limits  # raised where the step beat it: every later share is held against the raised one
-print(f"  bf16's counted FLOPs ran at {si(hfu1.rate, 'FLOP/s')}: {hfu1.share:.0%} of the bfloat16 ceiling on "
-      f"{THREADS} thread(s), {si(hfu1.after, 'FLOP/s')}" + (f" ({hfu1.note}; notebook 00's sweep measured it at "
-                                                          "larger, square shapes)" if hfu1.raised else ""))
+print(f"  in the whole bf16 step, its counted FLOPs ran at {si(hfu1.rate, 'FLOP/s')}: {hfu1.share:.0%} of the "
+      f"bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}, {si(hfu1.after, 'FLOP/s')}"
+      + (f" ({hfu1.note}, so this share is 100 % by construction)" if hfu1.raised else ""))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
                               limits.peak_flops("float32") * SHARE))
 r_ceil = limits.peak_flops("bfloat16", CEIL_THREADS) / limits.peak_flops("float32", CEIL_THREADS)  # these threads'
-print(f"from the ceilings on {THREADS} thread(s): f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
+print(f"from the ceilings on {THREADS} thread{'s' * (THREADS != 1)}: f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
       f"{1 / ((1 - f_ceil) + f_ceil / r_ceil):.3g}x")
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
@@ -220,7 +243,8 @@ print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20
       f"a pure halving would be 50 %)")
 
 # %% [markdown]
-# **fp16 on a GPU.** fp16 has 5 exponent bits: gradients below about 6e-8 round to zero. A
+# **fp16 on a GPU.** fp16 has 5 exponent bits: its smallest subnormal is 2⁻²⁴ ≈ 6e-8, so
+# gradients below about 3e-8 (half of it) round to zero. A
 # `GradScaler` multiplies the loss by a large factor before backward, divides the gradients
 # before the optimizer step, and skips the step (halving the factor) when it finds inf or NaN.
 # `compute.make_train_step(..., "fp16")` does this; on a GPU its loss curve is in the plot
@@ -273,7 +297,8 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # Now three ways to run it: eager op by op, compiled by `torch.compile` (inductor generates one
 # fused C++/OpenMP loop on a CPU, one Triton kernel on a GPU), and PyTorch's hand-written GELU
 # kernel after the bias add (two kernels). The first call of the compiled function is the
-# compile; `measure_compile` times it, then times eager and compiled interleaved.
+# compile; `measure_compile` times it, then times eager and compiled interleaved (the
+# `F.gelu` row is timed on its own after them, so it is not part of that pairing).
 
 # %%
 compiled_chain = torch.compile(gelu_chain)  # mode="default"
@@ -281,7 +306,7 @@ rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_c
                                 repeat=REPEAT)
 builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
 rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),  # (label, s, modelled bytes)
-        ("F.gelu, 2 kernels", builtin.median_s, 4 * xc.numel() * 4),
+        ("F.gelu, 2 kernels", builtin.median_s, 4 * xc.numel() * 4),  # timed alone after the pair
         ("compiled, 1 kernel", rec.compiled.median_s, chain.fused)]
 for label, sec, nbytes in rows:
     rate, cache_bw = nbytes / sec, limits.cache_bytes_per_s  # modelled bytes over the time
@@ -334,20 +359,27 @@ plt.show()
 # **Is the compiled chain bound by its bytes or by its arithmetic?** The fused loop reads `x`
 # once and writes the result once, the bytes of adding the bias into an existing tensor. That
 # add (one kernel, one FLOP per element) is timed in alternation with the compiled chain: the
-# add's time is what the chain's bytes cost, and the rest of the chain's time is what its
-# arithmetic adds (tanh, counted above as one FLOP, is a polynomial of tens of instructions).
+# add's time is what the chain's bytes cost. The compiled chain also returns a *new* tensor on
+# every call, whose cost the previous cell measured (a new tensor against an existing one);
+# what remains of its time is what its arithmetic adds (tanh, counted above as one FLOP, is a
+# polynomial of tens of instructions).
 
 # %%
 out = torch.empty_like(xc)  # existing: no new tensor to fault in
 add_m, comp_m = timing.interleaved([lambda: torch.add(xc, bias, out=out), lambda: compiled_chain(xc, bias)],
                                    warmup=2, repeat=max(REPEAT, 5), device=DEVICE)
 over_add = stats.median_ratio(comp_m.times_s, add_m.times_s)  # compiled chain over the same bytes
+new_s = min(cost.extra_s, max(0.0, comp_m.median_s - add_m.median_s))  # its one new output tensor (s)
+arith_s = comp_m.median_s - add_m.median_s - new_s  # what neither the bytes nor the new tensor explain (s)
 print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chain.fused / add_m.median_s, 'B/s')}); "
       f"compiled chain: {si(comp_m.median_s, 's')}, {over_add.text('x')} the add's time"
-      + (f": {si(comp_m.median_s - add_m.median_s, 's')} ({1 - add_m.median_s / comp_m.median_s:.0%} of the loop) "
-         "is arithmetic beyond the bytes. On this CPU the fused chain is bound by its instructions, not by "
-         f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow: that is the gap to the bytes "
-         "model in the verdict above." if over_add.low > 1.25 else
+      + (f": of the {si(comp_m.median_s - add_m.median_s, 's')} beyond the bytes, its new output tensor "
+         f"accounts for {si(new_s, 's')} (measured above) and {si(arith_s, 's')} "
+         f"({arith_s / comp_m.median_s:.0%} of the loop) is arithmetic. "
+         + (f"The arithmetic is the larger part: the fused chain is bound by its instructions more than by "
+            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > new_s else
+            "The new tensor is the larger part: the fused loop is bound by memory and page faults more than by "
+            "its instructions.") if over_add.low > 1.25 else
          ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
          if over_add.high < 1.25 else ": this run cannot say which (the interval reaches across 1.25x)."))
 
@@ -358,7 +390,8 @@ print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chai
 # AOTAutograd derives the backward graph from it, inductor fuses and lowers both and compiles C++
 # or Triton code) and saves `e - c` seconds on every later
 # call, where `e` and `c` are the eager and compiled times per call. It pays off after
-# `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_*`),
+# `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
+# unless `TORCHINDUCTOR_CACHE_DIR` names another; the course gives each imitated machine its own),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
 # printed above say which case you are in, and what a cold cache (a fresh machine, CI) cost
 # here, as measured by the last run that found the cache empty.
@@ -374,14 +407,16 @@ plt.show()
 # tiny GPT-2's training step (`torch.compile(model)`, mode `"default"`; the optimizer stays eager).
 
 # %%
-step_rec = None
+step_rec = step_x = None
 if COMPILE_STEP:
     with sizing.pinned_threads(THREADS):
         step_rec = compiling.measure_compile(ex.gpt_step(GPT, x), ex.gpt_step(GPT, x, compiled=True),
                                              repeat=REPEAT)
+    step_x = stats.median_ratio(step_rec.eager.times_s, step_rec.compiled.times_s)  # interleaved pairs
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
-          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step, "
-          f"{step_rec.speedup:.2f}x; pays off after {step_rec.break_even_calls:,.0f} steps")
+          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians): "
+          f"{step_x.text('x')} faster compiled; pays off after {step_rec.break_even_calls:,.0f} steps "
+          "(the medians' difference)")
     print(compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)[1])
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
     plt.show()
@@ -448,8 +483,10 @@ for name, m, want in (("with .item()", broken, 1), ("with torch.where", fixed, 0
 # applies softmax and multiplies by `V`. Autograd must keep the softmax output for backward:
 # `B·H·T²` floats per layer, growing with the *square* of the sequence length. A fused kernel
 # (FlashAttention's algorithm; PyTorch's `scaled_dot_product_attention` has fused kernels on
-# CPUs too) processes the scores tile by tile and saves only the output and one log-sum-exp per
-# row, recomputing the tiles in backward. **Predictions:** naive saves one `T x T` matrix per
+# CPUs too) processes the scores tile by tile and saves, besides its inputs `Q`, `K`, `V`, only
+# the output and one log-sum-exp per row, recomputing the tiles in backward (FlashAttention,
+# Dao et al. 2022, Algorithm 2). The inputs are counted below neither for naive nor for fused:
+# the meter counts what each saves beyond them. **Predictions:** naive saves one `T x T` matrix per
 # head (the line "predicted" below); fused saves `B·H·T·(d_head + 1)` floats; fused time grows
 # more slowly with `T` because it never writes the matrix to memory.
 #
@@ -482,12 +519,18 @@ viz.verdict(Prediction("largest relative gap, naive's saved bytes against one T 
             explain={"held": "The rest is the small boolean mask: memory is where the model is exact."})
 r_short, r_long = (by["naive", T].seconds / by["sdpa", T].seconds for T in (ATTN_T[0], ATTN_T[-1]))
 grow = {i: by[i, ATTN_T[-1]].seconds / by[i, ATTN_T[0]].seconds for i in ("naive", "sdpa")}  # time, last over first
+att_mib = kernels.attention_matrix_bytes(B, H, ATTN_T[-1]) / 2**20  # one T x T fp32 tensor (MiB)
 jump = ex.disturbed_text(pts)  # a length whose time fell, or grew over 16x for 4x the work: "" if none
 viz.show_verdict(ex.disturbed_verdict(
     Prediction(f"naive/fused time ratio at T={ATTN_T[-1]} over at T={ATTN_T[0]}",
                "naive writes and rereads T x T matrices", low=1.0, unit="x"), r_long / r_short, jump, explain={
-        "held": f"Naive over fused went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x at T={ATTN_T[-1]}: "
-                "the naive version's disadvantage grew with T, as the T x T traffic does.",
+        "held": f"Naive over fused (a ratio of medians) went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x "
+                f"at T={ATTN_T[-1]}: naive's time grew {grow['naive']:.3g}x and fused's {grow['sdpa']:.3g}x for "
+                f"{(ATTN_T[-1] / ATTN_T[0]) ** 2:.0f}x the T x T work. The sweep does not split naive's growth "
+                "between the T x T traffic and the page faults of its T x T tensors"
+                + (f" (each {att_mib:.0f} MiB at T={ATTN_T[-1]}, above glibc's 32 MiB mmap cap, so section 2's "
+                   "per-new-tensor cost applies to every one)" if att_mib > 32 else
+                   f" (each {att_mib:.0f} MiB at T={ATTN_T[-1]}, within glibc's 32 MiB mmap cap)") + ".",
         "below": f"Naive over fused went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x at T={ATTN_T[-1]}: "
                  f"naive's time grew {grow['naive']:.3g}x and fused's {grow['sdpa']:.3g}x for "
                  f"{(ATTN_T[-1] / ATTN_T[0]) ** 2:.0f}x the work, so the fused kernel's time grew faster here, "
@@ -526,17 +569,18 @@ for T in GPT_ATTN_T:
 # ## 5. Shapes: do odd matrix sizes cost throughput?
 #
 # **The model.** Matmul kernels work on vectors and tiles: 16 fp32 or 32 bf16 values per
-# AVX-512 register (8 fp32 with AVX2), tensor-core fragments of 8-16 elements on a GPU. When `n`
-# is a multiple of the vector width, every row of the `(m, n)` output starts on a vector
-# boundary; otherwise the library takes another path for the whole matrix (masked or unaligned
-# loads and stores on every row, or a copy into an aligned buffer), not only for the last,
-# partial tile, so the loss is not the remainder's few percent. Oddness itself adds nothing:
+# AVX-512 register (8 fp32 with AVX2), tensor-core fragments of 8-16 elements on a GPU, where
+# NVIDIA's guidance is dimensions that are multiples of 8 in fp16/bf16. A CPU BLAS packs its
+# operands into aligned panels before the inner kernel runs, so a width off the vector grid
+# (not a multiple of the vector width) costs it mainly the last, partial tile; and a width that is a large power of two can cost
+# instead, since rows `n` floats apart map to the same cache sets (Intel's oneMKL guide
+# advises leading dimensions that are not such powers). So on a CPU "a multiple of 64" is no
+# promise of speed. Oddness itself adds nothing to either effect:
 # **Prediction.** odd widths run at the rate of even widths that are multiples of no vector
-# width (`n % 4 == 2`), within 10 % (the widths differ by up to 7 % in size). What
-# leaving the grid costs against the multiples of 64 is measured and printed; on GPUs it is
-# large (tensor cores need multiples of 8 in fp16/bf16). Below, `(1024, 256) @ (256, n)` for
-# `n` around 1024, both precisions, interleaved; bf16 at the widths its plan kept (a dtype is
-# swept only with an aligned and an odd width among them).
+# width (`n % 4 == 2`), within 10 % (the widths differ by up to 7 % in size). How both groups
+# compare with the multiples of 64 is measured and printed, without a prediction. Below,
+# `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved; bf16 at the
+# widths its plan kept (a dtype is swept only with an aligned and an odd width among them).
 
 # %%
 SHAPE_N = {"float32": MATMUL_N, "bfloat16": [n for n in MATMUL_N if n in SHAPE_PLAN.batches]}
@@ -550,7 +594,11 @@ plt.show()
 
 # %%
 s32 = shapes["float32"]
-print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {s32.odd_share.text('x')}")
+odd_vs_64 = s32.odd_share  # odd n's median rate over the multiples of 64's
+print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {odd_vs_64.text('x')}: "
+      + ("leaving the grid made these matmuls faster here, not slower (the interval lies above 1x)"
+         if odd_vs_64.low > 1 else "leaving the grid cost these matmuls throughput here (the interval lies below 1x)"
+         if odd_vs_64.high < 1 else "no difference this run can resolve (the interval holds 1x)"))
 viz.verdict(Prediction("odd n's median rate over off-grid even n's (fp32)", "parity costs nothing beyond "
                        "leaving the vector grid (widths within 7 % of each other)", value=1.0, rel_tol=0.1),
             s32.parity, explain={
@@ -588,7 +636,11 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # (gradients with respect to activations and to weights). Attention adds `12·L·d·T` per token
 # (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
-# tied LM head multiplies by it. MFU = model FLOPs per step / step time / measured peak. The same
+# tied LM head multiplies by it. MFU = model FLOPs per step / step time / peak. PaLM and nanoGPT
+# divide by the vendor's theoretical peak (nanoGPT: an A100's 312 TFLOP/s in bf16); this course
+# divides by the matmul ceiling notebook 00 measured, on the threads the step ran on, which is
+# lower, so its MFU is higher than the field's figure for the same step and the two are not
+# compared. The same
 # ratio with the FLOPs the hardware really ran (counted, recomputation included: activation
 # checkpointing re-runs the forward, FlashAttention's backward recomputes the scores) is HFU,
 # hardware FLOPs utilisation (PaLM, Megatron-LM): at least the MFU when anything is recomputed.
@@ -612,7 +664,8 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 # its CPU flash-attention kernel has no FLOP formula registered and would be missed). Elementwise
 # work is not counted by either, so the two should agree to within rounding; if not, the
 # counter's per-operator counts (`counter.get_flop_counts()`) name the matmul the formula misses
-# or charges twice.
+# or charges twice. (The check above fixes the sequence at 64 so that its output never changes;
+# the step below uses the sequence length of the timings, `SEQ`.)
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode
@@ -651,11 +704,11 @@ hfu6 = ceilings.observe(limits, "bfloat16", bf16_per_sample * bf16_top.batch / b
                         f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
 limits = hfu6.limits
 print(f"bf16, batch {bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling"
-      + (f" on {THREADS} thread(s)" if CEIL_THREADS is not None else "")
+      + (f" on {THREADS} thread{'s' * (THREADS != 1)}" if CEIL_THREADS is not None else "")
       + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
          "rest in float32, so the step is held against what the machine does without bf16")
       + f". Its counted FLOPs (section 1's count per sample) ran at {si(hfu6.rate, 'FLOP/s')}: {hfu6.share:.0%} of "
-      f"the bfloat16 ceiling on {THREADS} thread(s), {si(hfu6.after, 'FLOP/s')}" + (f" ({hfu6.note})" if hfu6.raised
+      f"the bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}, {si(hfu6.after, 'FLOP/s')}" + (f" ({hfu6.note})" if hfu6.raised
                                                                                   else "")
       + (f". {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "."))
 vc.plot_throughput(bench.points)
@@ -676,9 +729,11 @@ plt.show()
 # touching fresh memory against touching it again. `F`: a step of 2 tokens less its roofline.
 # `eta`, the share of their roofs the ops reach, is the one figure fitted, on the batch next to
 # the largest; the model then predicts the largest batch's tokens/s over the best of the others'.
-# Its range is what the two ends of `R` and the intervals of `F`, `c` and the fitted batch's time
-# allow, nothing added: a miss means the ops reached another share of their roofs at the largest
-# batch, and the verdict names the terms.
+# Each batch's printed range is the model at the point values of `F` and `c`, between the two
+# ends of `R`; the verdict's range on the ratio adds the intervals of `F`, `c` and the fitted
+# batch's time, and no margin beyond them. A batch outside its range reached another share of
+# its roofs than the fitted one (`eta` is one number for every batch, a simplification the
+# next cell counts against), and the verdict names the terms.
 
 # %%
 FIT = BATCHES[-2]
@@ -686,6 +741,13 @@ tokens = lambda b, t: torch.randint(0, 1024, (b, t), device=DEVICE)  # (b, t) id
 curve = compute.measure_batch_curve(lambda b, t: ex.gpt_step(GPT, tokens(b, t)), BATCHES, SEQ, limits, fit=FIT,
                                     rounds=REPEAT, threads=THREADS, device=DEVICE)
 print("\n".join(curve.lines()))
+ends = list(zip(curve.predicted_s(), curve.predicted_s(cache=False), strict=True))  # s per step, both ends of R
+inside = [b for i, b in enumerate(curve.batches)
+          if i != curve.fit and min(ends[i]) <= curve.step_s(i).value <= max(ends[i])]
+others = len(curve.batches) - 1
+print(f"of the {others} batches eta was not fitted on, {len(inside)} measured inside their printed range"
+      + (f" ({', '.join(map(str, inside))})" if 0 < len(inside) < others else "")
+      + ("" if len(inside) == others else ": one eta does not describe every batch's ops on this machine"))
 ratio, lo, hi = curve.predicted_ratio()
 print(f"batch {BATCHES[-1]} over the best other batch: predicted {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
       f" without the page faults {curve.predicted_ratio(faults=False)[0]:.2f}x with the cache; the crude model, "
@@ -719,13 +781,20 @@ at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 M
 timed = {"this sweep, beside every batch and bf16": at_batch.step.median_s * 1e3}
 if AMP_BATCH == BATCH:
     timed["section 1, beside its bf16 copy and the autocast parts"] = amp.baseline.median_s * 1e3
+sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of medians)
 if step_rec is not None:
     timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
+    sweep_x = at_batch.step.median_s / bench.measure("fp32", True, BATCH).step.median_s
+    print(f"compiled over eager at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
+          f"ratios), {sweep_x:.2f}x in this sweep's (ratio of medians; each setting's steps took turns with "
+          "every other setting's): the two figures differ as far as the load of their minutes moved them")
 if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:
     timed["the batch curve, beside the other batches"] = curve.step_s(curve.batches.index(BATCH)).value * 1e3
-print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the float32 ceiling" + (f" x {SHARE:.0%}" if SHARE < 1 else "")
+print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the float32 ceiling"
+      + (f" on {THREADS} of {sizing.CORES} threads (that ceiling is {SHARE:.0%} of the all-core one; against "
+         f"the all-core one the step's MFU is {at_batch.mfu * SHARE:.1%})" if SHARE < 1 else "")
       + ", the figure the summary reports, from this sweep's step time")
 print(f"the fp32 batch-{BATCH} step in this notebook: " + "; ".join(f"{k}: {v:.1f} ms" for k, v in timed.items())
       + f". They spread {max(timed.values()) / min(timed.values()):.2f}x: each cell times its step in its own rounds, "
@@ -743,7 +812,9 @@ print(f"the fp32 batch-{BATCH} step in this notebook: " + "; ".join(f"{k}: {v:.1
 # **Prediction:** bytes grow linearly in the batch, `states + b·per_sample`, so two probes predict
 # the answer; the search (doubling, then bisection) measures it. Activations are linear in the
 # batch for a transformer at fixed sequence length, so the two should differ by at most one
-# (rounding).
+# (rounding). The count leaves out what a real limit would also have to hold: backward's
+# transient gradient buffers and the allocator's overhead, so a process capped at this budget
+# would fit a smaller batch than the count says.
 
 # %%
 mb = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
@@ -805,17 +876,21 @@ plt.show()
 # * **Shapes** matter on tensor cores; measure them on a CPU before padding.
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
-#   outgrow the cache and memory the allocator hands back (to fault in again every step) cost
-#   more per token; section 6 counts both terms to predict where the curve turns.
+#   outgrow the cache and memory the allocator hands back (to fault in again every step) can
+#   cost more per token; section 6 counts both terms at each batch (ops past the cache, page
+#   faults per step) and its verdicts say whether the curve turned within this sweep.
 
 # %%
 viz.show_headlines({
     f"bf16 step speedup (batch {AMP_BATCH})": ex.ratio_text(amp),
     "GELU chain compiled": f"{fused_x.value:.2f}x, compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
-    "MFU (section 6)": f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
-                       f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling"
-                       + (f" (x {SHARE:.0%}: {THREADS} of {sizing.CORES} threads)" if SHARE < 1 else ""),
-    f"largest batch in {BUDGET / 2**20:.0f} MiB": str(search.best),
-    **({"GPT-2 step compiled": f"{step_rec.speedup:.2f}x, compile {step_rec.compile_s:.1f} s"} if step_rec else {}),
+    "MFU (section 6)": (f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the "
+                        "all-core fp32 one): " if SHARE < 1 else "")
+                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
+                       f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling",
+    f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
+    **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
+        f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x:.2f}x (ratio of medians)" if sweep_x else "")}
+       if step_rec else {}),
 })
