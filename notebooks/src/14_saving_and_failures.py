@@ -71,7 +71,9 @@ print(f"checkpoints on {saving.filesystem_of(WORK)[1]}; timing on {THREADS} of {
 # and written), at the rate a copy of a buffer of the state's size runs here (measured beside
 # the saves, the fastest of 5: a state larger than the caches is copied from and into memory,
 # slower than notebook 00's copy ceiling, which is measured in the cache). Both are bounds:
-# serialising, hashing and renaming add to them.
+# serialising, hashing and renaming add to them. On a GPU the staging copy is a
+# device-to-host one (over PCIe or NVLink-C2C, into pinned memory): its floor is the state's
+# bytes once over that link's bandwidth, not a host memcpy's read and write.
 #
 # **Measurement.** The tiny GPT of `perfkit.models` with its AdamW state, saved by
 # `perfkit.saving.Checkpointer` in `sync` and `thread` mode in interleaved rounds (one of
@@ -302,7 +304,7 @@ else:
                           measured=[(pt["tau_s"], pt["measured"]) for pt in sw["points"]])
     worst = sw["max_abs_diff_pp"]
     kept = sw["targets"].get("within_5pp_daly")
-    print(f"Each point is one job of {sw['config']['window_s']:.0f} s meeting {pooled['failures'] // len(sw['points'])} "
+    print(f"Each point is one job of {sw['config']['window_s']:.0f} s meeting {sw['points'][0]['failures']} "
           f"failures: its goodput has no interval. The model's curve is "
           + ("within" if kept else "not within") + " 5 percentage points of every point: the largest gap is "
           f"{worst['daly']:.2g} pp by Daly's model and {worst['first_order']:.2g} pp by the first-order one. "
