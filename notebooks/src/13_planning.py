@@ -183,7 +183,7 @@ for n, p in time_pred.items():
     inside = p.bounds()[0] <= measured.value <= p.bounds()[1]
     r_pred = pred.times[n].total_s / pred.times['ddp_adamw'].total_s
     lo, hi = per_round.low, per_round.high
-    paired = ("" if lo is None or hi is None or lo <= r_pred <= hi else
+    paired = ("" if not per_round.has_interval or lo <= r_pred <= hi else
               f" The per-round ratio removes the load's swings from round to round, and its interval "
               f"{'lies above' if lo > r_pred else 'lies below'} the predicted {r_pred:.2f}x: read that way, the "
               f"model {'under' if lo > r_pred else 'over'}predicts {n}'s step against DDP's.")
