@@ -75,7 +75,7 @@ print(f"torch {torch.__version__} on {DEVICE}; memory limit of this device: {viz
 # **Prediction.** `perfkit.memory.gpt2_step_memory` adds the model states (Ψ parameters x
 # (4 + 4 + 8) bytes in fp32) and the activations from a per-operation count of what a
 # transformers GPT-2 block saves (section 2 checks that count): about 30 C floats per token
-# in each block, and outside the blocks the logits' log-softmax, V floats per token.
+# in each block (its GELU is a Python composition that saves four intermediate tensors), and outside the blocks the logits' log-softmax, V floats per token.
 
 # %%
 B, T, C, L, H, V = BATCH, SEQ, MODEL["n_embd"], MODEL["n_layer"], MODEL["n_head"], MODEL["vocab_size"]
@@ -95,10 +95,14 @@ p_tensors = Prediction("bytes of live tensors in one step (all four kinds)",
 # backward, `optimizer.step()` of a fresh AdamW, so its state is allocated inside the step)
 # and reports each kind by counting the live tensors' storages, plus the step's **peak**:
 # on a GPU the CUDA allocator's `max_memory_allocated`; on the CPU the process's peak
-# resident memory (Linux lets a process reset that mark), after handing freed heap blocks
+# resident set size (RSS: the bytes of its pages held in physical memory; Linux lets a
+# process reset that mark), after handing freed heap blocks
 # back to the OS so that reused blocks do not hide new allocations. A first step with a
 # throw-away optimizer runs before, so one-time initialisation is not counted. On a GPU it
-# also writes a memory snapshot that opens in https://pytorch.org/memory_viz.
+# also writes a memory snapshot that opens in https://pytorch.org/memory_viz. The four kinds
+# are counts of the very tensors the formulas describe (the activations through the meter of
+# section 2), so the verdict below checks the bookkeeping: a library version that keeps other
+# tensors breaks it. The peak, after it, is the measurement no formula here was fitted to.
 
 # %%
 model = gpt2_variant(MODEL, device=DEVICE)
@@ -119,8 +123,9 @@ if anatomy.snapshot_path:
 fig = vmem.plot_memory_stack({
     "predicted": predicted,
     "measured (tensors)": measured,
-    "peak RSS above the step's start": {"other": anatomy.peak},
-}, title="One AdamW step of the tiny GPT-2")
+    # the parameters were held before the step: the peak above its start stacks on them
+    "parameters + peak RSS above the step's start": {"parameters": anatomy.params, "other": anatomy.peak},
+}, title="One AdamW step of the tiny GPT-2 (gray: the step's peak above its start)")
 
 # %%
 extra = anatomy.optimizer_state - predicted["optimizer state"]
@@ -160,9 +165,14 @@ print(f"peak of the step above what was held before it ({anatomy.peak_source}): 
 # 4 BT); the MLP keeps its 4C-wide input, GELU's intermediate terms and output (20 BTC);
 # `c_proj` keeps the attention output (BTC); attention itself keeps q, k, v and the softmax
 # probabilities (3 BTC + B H T^2) in the eager implementation, or the fused projection,
-# copies and a log-sum-exp (5 BTC + BHT) with PyTorch's fused `scaled_dot_product_attention`,
+# copies and a log-sum-exp (5 BTC + BHT; the log of each query row's softmax
+# denominator, all the backward needs to rebuild the probabilities) with PyTorch's fused `scaled_dot_product_attention`,
 # which never stores the T x T matrix. In all, 28 BTC + B H T^2 (eager) or 30 BTC + BHT
-# (fused) per block, plus the 4 BT.
+# (fused) per block, plus the 4 BT. 20 of those BTC are the MLP's, because transformers'
+# GPT-2 GELU (`gelu_new`) is a Python composition that saves its `tanh`, `1 + tanh` and
+# `0.5 x` terms; a fused GELU saves only its input, and Megatron-LM's count (Korthikanti et
+# al., 2022: 34 bytes per token and hidden unit in 16 bits, dropout masks included) comes to
+# about 16 C values per token and block without dropout.
 #
 # The model is exact (bytes are counted, not estimated), so the prediction is that the meter
 # and the model agree to the byte at every shape.
@@ -226,10 +236,13 @@ viz.verdict(p_ck_mem, saved[CHECKPOINTING[1]], explain={
     "held": f"What lies outside the blocks is now {pred_ck.outside_layers / pred_ck.total:.0%} of it, "
             f"the log-softmax alone {logsoftmax / pred_ck.total:.0%}."})
 per_block = (pred_full.total - pred_full.outside_layers) / L  # bytes one block saves without checkpointing
-print(f"That is what the forward pass leaves. The backward pass rebuilds one block at a time with all its "
-      f"activations ({per_block / 1e6:.2f} MB per block, from the model), so saved activations peak near "
-      f"{(pred_ck.total + per_block) / 1e6:.2f} MB, {(pred_ck.total + per_block) / pred_full.total:.0%} of none "
-      "(Chen et al., 2016: the checkpoints plus one segment).")
+ck_peak = pred_ck.total + pred_ck.recompute_peak  # bytes: the backward's peak of saved activations, model
+print(f"That is what the forward pass leaves. The backward pass first frees what lies outside the blocks (it "
+      f"runs the loss, the log-softmax and the final LayerNorm first; autograd frees a node's saved tensors once "
+      f"it has run), then rebuilds one block at a time with all its activations ({per_block / 1e6:.2f} MB per "
+      f"block, from the model), so saved activations peak near {ck_peak / 1e6:.2f} MB, "
+      f"{ck_peak / pred_full.total:.0%} of none (Chen et al., 2016: the checkpoints plus one segment)"
+      + (": at this size the forward's end is the peak." if pred_ck.recompute_peak == 0 else "."))
 
 # %% [markdown]
 # **Prediction, time.** The backward pass runs each block's forward again. Counted in FLOPs,
@@ -242,7 +255,9 @@ print(f"That is what the forward pass leaves. The backward pass rebuilds one blo
 # `torch.utils.checkpoint`'s bookkeeping, a Python hook for every tensor a block saves (in
 # the forward, and twice in the backward: the recompute stores it, the backward fetches it);
 # the model does not size it; the measurement shows only the total beyond the recompute.
-# The two checkpointing variants do the same work (transformers calls the same non-reentrant `torch.utils.checkpoint`), so their
+# The two checkpointing variants do the same work (transformers calls the same `torch.utils.checkpoint` with
+# `use_reentrant=False`, the variant that recomputes through saved-tensor hooks inside the
+# ordinary backward rather than by running a second, nested backward), so their
 # times should agree within 10 %.
 #
 # **Measurement.** `perfkit.timing.interleaved` times the plain step, the blocks' forward
@@ -286,7 +301,12 @@ viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain
     "below": f"The checkpointed step added {slow.value - 1:.2f} plain steps, less than the {f_blocks.value:.2f} "
              "the blocks' forward took alone: the recompute inside the backward pass ran faster than "
              "the same blocks called on their own."})
-viz.verdict(p_same, stats.median_ratio(t_switch, t_ckpt))
+same = stats.median_ratio(t_switch, t_ckpt)
+gap = (f"Its interval excludes 1: the switch's step was {abs(same.value - 1):.1%} "
+       + ("faster" if same.value < 1 else "slower") + " here, a real difference within the tolerance, "
+       "whose cause this run does not measure." if same.needs is None and (same.low > 1 or same.high < 1)
+       else "Its interval holds 1.")
+viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 
 # %% [markdown]
 # ## 4. Mixed precision and activation memory
@@ -367,15 +387,24 @@ viz.show_headlines({
     "measured step peak above its start (tiny GPT-2)": viz.si(anatomy.peak, "B"),
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
-                                        f"about {(pred_ck.total + per_block) / pred_full.total:.0%} at the backward's peak",
+                                        f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",
     "checkpointing: step time": f"{slow.value:.2f}x",
     "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
 })
 
 # %% [markdown]
 # **Takeaways.** Count before you optimize: parameters, gradients and Adam state are
-# 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C values per block)
-# plus the logits, and the meter tells you exactly. Checkpointing trades one extra forward for
-# most of the activation memory. Mixed precision shrinks activations but not model states;
-# notebook 05 shards the model states across data-parallel ranks (ZeRO) and shrinks the
-# trainable set (LoRA).
+# 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C values per block
+# with transformers' Python GELU, about 16 with a fused one) plus the logits, and the meter
+# tells you exactly. Mixed precision shrinks activations but not model states; notebook 05
+# shards the model states across data-parallel ranks (ZeRO) and shrinks the trainable set
+# (LoRA). What checkpointing traded here:
+
+# %%
+print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.0%} of the saved activations "
+      f"after the forward (about {ck_peak / pred_full.total:.0%} at the backward's peak, from the model) for "
+      f"{slow.value - 1:.2f} plain steps more per step, {(slow.value - 1) / f_blocks.value:.1f}x what the blocks' "
+      "forward took alone: " + ("about one extra forward." if abs(slow.value - 1 - f_blocks.value) < 0.1 * f_blocks.value
+                                else "more than one extra forward; section 3's model leaves the rest out (checkpoint's "
+                                "hooks, the recompute running inside the backward)."
+                                if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))

@@ -20,8 +20,9 @@
 #    frozen weights need no gradient and no optimizer state.
 #
 # This notebook reproduces the ZeRO paper's memory table from formulas, runs **three ZeRO-1
-# implementations for real** on 2 processes (perfkit's `ZeroOptimizer` at stage 1, PyTorch's
-# `ZeroRedundancyOptimizer`, DeepSpeed's stage 1, plus plain DDP + AdamW as the baseline),
+# implementations for real** on 2 processes (over gloo, PyTorch's CPU collective backend):
+# perfkit's `ZeroOptimizer` at stage 1, PyTorch's `ZeroRedundancyOptimizer`, DeepSpeed's
+# stage 1, plus plain DDP + AdamW as the baseline;
 # then **ZeRO stages 1, 2 and 3 built from scratch** (`perfkit.parallel`) with their
 # model-state bytes and step time measured and their bytes moved counted (each collective
 # call's buffer size times the ring model's factor, `perfkit.comm.traffic`), against the
@@ -79,11 +80,23 @@ from perfkit.memory import (
     zero_table,
 )
 from perfkit.memory import lora as plora
-from perfkit.verdict import Prediction, judge
+from perfkit.parallel import ZeroOptimizer
+from perfkit.verdict import Prediction, judge, machine_state
 from perfkit.viz import memory as vmem
 from perfkit.viz import zero as vzero
 
 DEVICE = timing.resolve_device()   # LoRA runs here; the 2-process comparison runs on CPUs
+
+
+def own_load() -> str:
+    """A sentence for a timed verdict of the job when the load it leaves is the job's own:
+    NPROC busy processes (one thread each) on a machine with about as many cores."""
+    m = machine_state()
+    if "load" not in m or m["load"] <= m["cores"] or m["load"] > NPROC + 1:
+        return ""  # not busy, or busier than this job alone: the verdict's own load note applies
+    return (f" The load average of {m['load']:.1f} on {m['cores']:.0f} cores is about what this job's own "
+            f"{NPROC} processes (one busy thread each) put there: the cores were busy with the measurement "
+            "itself, which every variant shared round by round, not with outside work.")
 
 # %% [markdown]
 # ## 1. The ZeRO stages, from formulas
@@ -144,11 +157,22 @@ for s, m in pred.items():
 # (2(N-1)/N of the model's bytes), then each shard broadcast from its owner ((N-1)/N):
 # 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %). Each one's count is printed below.
 #
+# **The variants.** `ddp_adamw` is the baseline. `perfkit` is `ZeroOptimizer(stage=1,
+# overlap=False)` used alone; `perfkit_ddp` is the same optimizer behind DDP (DDP all-reduces,
+# the optimizer only all-gathers its updated slices); `torch_zero` is DDP with PyTorch's
+# `ZeroRedundancyOptimizer`; `deepspeed_0`, `deepspeed_1` and `deepspeed_2` are DeepSpeed's
+# engine at ZeRO stages 0 (no sharding: the engine's own cost), 1 and 2. QUICK runs keep
+# four of them.
+#
 # **How the three partition.** perfkit and DeepSpeed flatten the parameters into one buffer
 # and cut it into N equal slices (a parameter may straddle two processes). PyTorch assigns
 # *whole* parameter tensors to processes, greedily by size; with one large embedding the
 # slices cannot be equal. perfkit used alone reduce-scatters the gradients itself; PyTorch
-# and DeepSpeed (and `perfkit_ddp`) let DDP or their engine all-reduce first.
+# and DeepSpeed (and `perfkit_ddp`) let DDP or their engine all-reduce first. For DeepSpeed
+# (0.19) that is a configuration default, not the algorithm: `zero_optimization`'s
+# `use_multi_rank_bucket_allreduce` is true unless set false, and then each gradient slice is
+# reduced to its owner instead; the ZeRO paper (section 7.2.1) counts stage 2 at data
+# parallelism's bytes.
 #
 # **Measurement.** The job launched at the top: every variant trains the same batches from
 # the same initial weights; steps are timed interleaved (one step of each variant in turn);
@@ -196,7 +220,7 @@ viz.verdict(Prediction("largest relative loss difference from DDP + AdamW, any v
 viz.verdict(Prediction("perfkit's step time over DDP + AdamW's", "reduce-scatter + all-gather = DDP's "
                        "all-reduce bytes; 1/N of the update", high=1.10, unit="x"), ratio["perfkit"], explain={
     "above": "perfkit used alone reduce-scatters after the whole backward, where DDP overlaps its all-reduce "
-             "with it. " + vzero.calls_sentence(v["perfkit"], ddp)})
+             "with it. " + vzero.calls_sentence(v["perfkit"], ddp) + own_load()})
 
 # %%
 sent = {n: vzero.sent_bytes(r) for n, r in cmp_all.variants.items()}   # bytes one process sends per step
@@ -206,6 +230,13 @@ viz.verdict(Prediction("perfkit's bytes per step over DDP's", "reduce-scatter + 
 viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP's", "all-reduce 2(N-1)/N + "
                        "shard broadcasts (N-1)/N = 3(N-1)/N", value=1.5, rel_tol=0.02, unit="x"),
             sent["torch_zero"] / sent["ddp_adamw"])
+n_tensors = 12 * MODEL["n_layer"] + 4   # GPT-2's parameter tensors: 12 per block, 2 embeddings, final LayerNorm
+print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, with "
+      f"{vzero.calls_per_step(v['torch_zero'])} collective calls per step against DDP + AdamW's "
+      f"{vzero.calls_per_step(ddp)}: after DDP's all-reduce it makes {(v['torch_zero'].calls or {}).get('broadcast', 0)} "
+      f"broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's owner; each call "
+      "waits for every process" + (", a per-call cost that its byte count does not show and this run does not "
+                                   "time apart." if ratio["torch_zero"].low > 1 else "."))
 saving, rss = 8 * cmp.numel * (NPROC - 1) / NPROC, v["perfkit"].peak_rss_bytes
 if rss:
     print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of a process's "
@@ -289,19 +320,24 @@ for n, s in STAGES.items():
 
 # %%
 base = sum(ms["ddp_adamw"].model_states.values())
-print(f"ddp_adamw: model states {viz.si(base, 'B')} (its own gradient buckets, inside C++, not counted)")
+grad_bytes = 4 * cmp_all.numel
+# DDP built with its defaults (gradient_as_bucket_view=False) keeps a bucket copy of the whole gradient
+ddp_at_once = base + grad_bytes
+print(f"ddp_adamw: model states {viz.si(base, 'B')} + its gradient buckets, a copy of the whole gradient "
+      f"({viz.si(grad_bytes, 'B')}; they live in C++, so they are sized from the gradient, not counted from "
+      f"storages) = {viz.si(ddp_at_once, 'B')} at once")
 for n in ("zero1", "zero2", "zero3"):
     states, extra = sum(ms[n].model_states.values()), ms[n].transient_peak_bytes
     print(f"{n}: model states {viz.si(states, 'B')} + transient buffers up to {viz.si(extra, 'B')} = "
-          f"at most {(states + extra) / base:.0%} of DDP + AdamW's model states at once "
-          f"(after backward: {states / base:.0%})")
-grad_bytes = 4 * cmp_all.numel
+          f"at most {(states + extra) / ddp_at_once:.0%} of DDP + AdamW's bytes at once "
+          f"(model states after backward: {states / base:.0%} of DDP's)")
 held = ms["zero2"].model_states["grads"] + ms["zero2"].transient_peak_bytes  # bytes: its slice + bucket buffers
 print(f"zero2 during backward: its gradient slice ({viz.si(ms['zero2'].model_states['grads'], 'B')}) and bucket "
       f"buffers up to {viz.si(ms['zero2'].transient_peak_bytes, 'B')}: at most {viz.si(held, 'B')} of gradient "
-      f"bytes, {held / grad_bytes:.0%} of a whole gradient ({viz.si(grad_bytes, 'B')}): " + (
-          "at backward's peak it may hold more gradient bytes than data parallelism; its gradient saving "
-          "holds after backward" if held >= grad_bytes else "less than a whole gradient even at backward's peak"))
+      f"bytes, {held / grad_bytes:.0%} of a whole gradient ({viz.si(grad_bytes, 'B')}); DDP holds two, its "
+      f"gradients and their bucket copy ({viz.si(2 * grad_bytes, 'B')}): " + (
+          f"{held / (2 * grad_bytes):.0%} of DDP's gradient bytes even at backward's peak." if held < 2 * grad_bytes
+          else "at backward's peak zero2 holds as many gradient bytes as DDP or more; its saving holds after backward."))
 
 # %%
 for n, s in STAGES.items():
@@ -321,9 +357,15 @@ for n in ("zero1", "zero2", "zero3"):
           f"(DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
 
 # %%
+r21 = stats.median_ratio(ms["zero2"].step_times_s, ms["zero1"].step_times_s)  # same rounds
+beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in the same rounds: {r21.text('x')}. "
+                   "What stage 2 does beyond stage 1 is to wait, inside backward, for its oldest bucket's "
+                   f"reduce-scatter once {ZeroOptimizer.IN_FLIGHT} are in flight and copy its slice out; this run "
+                   "does not time that apart."}
 time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped with "
                                      "backward; 1/N of the update", high=1.10, unit="x"), ratio[n],
-                          explain={"above": vzero.calls_sentence(ms[n], ms["ddp_adamw"])}) for n in ("zero1", "zero2")}
+                          explain={"above": vzero.calls_sentence(ms[n], ms["ddp_adamw"]) + beyond.get(n, "")
+                                   + own_load()}) for n in ("zero1", "zero2")}
 t_link = statistics.median(cmp_all.link["times_s"][0])  # s: one all-reduce of the gradient's bytes, same rounds
 t_ddp = ms["ddp_adamw"].step_s
 bytes_bound = 1 + 0.5 * t_link / t_ddp  # DDP's step plus half an all-reduce, over DDP's step
@@ -333,7 +375,8 @@ time_verdicts["zero3"] = judge(Prediction("zero3's step time over DDP + AdamW's"
     "above": f"Its extra bytes take about {viz.si(0.5 * t_link, 's')} ({0.5 * t_link / t_ddp:.1%} of DDP's "
              f"{viz.si(t_ddp, 's')} step); the step grew by about {viz.si((ratio['zero3'].value - 1) * t_ddp, 's')}. "
              "The rest is paid per block, not per byte: gathers it waits for, copies into the flat buffers "
-             "and Python hooks. " + vzero.calls_sentence(ms["zero3"], ms["ddp_adamw"])})
+             "and Python hooks (not timed apart here). " + vzero.calls_sentence(ms["zero3"], ms["ddp_adamw"])
+             + own_load()})
 for verdict in time_verdicts.values():
     viz.show_verdict(verdict)
 ov = stats.median_ratio(ms["zero1"].step_times_s, cmp_all.variants["perfkit"].step_times_s)  # same rounds
@@ -467,8 +510,8 @@ viz.build_widget(spec)
 # %%
 viz.show_headlines({
     "ZeRO-1 optimizer state / process (perfkit)": f"{v['perfkit'].state_bytes / cmp.total_state_bytes:.1%} of AdamW's",
-    "ZeRO-1 step time (perfkit / DDP+AdamW)": f"{ratio['perfkit'].value:.2f}x after backward, "
-                                               f"{ratio['zero1'].value:.2f}x overlapped",
+    "ZeRO-1 step time (perfkit after backward / DDP+AdamW)": f"{ratio['perfkit'].value:.2f}x",
+    "ZeRO-1 overlapped / after backward (paired rounds)": f"{ov.value:.3f}x ({ov.low:.3f}x to {ov.high:.3f}x)",
     "ZeRO-1 step time (perfkit / torch ZeRO)":
         f"{stats.median_ratio(v['perfkit'].step_times_s, v['torch_zero'].step_times_s).value:.2f}x",
     "ZeRO-3 model states / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's",
@@ -488,8 +531,9 @@ viz.show_headlines({
 # %%
 print("bytes per step over DDP + AdamW's: " + ", ".join(
     f"{n} {sent[n] / sent['ddp_adamw']:.2f}x" for n in sent if n != "ddp_adamw") + ". Each one above 1x "
-      "all-reduces the whole gradient first and then gathers or broadcasts the updated shards, or (stage 3) "
-      "gathers the parameters a second time in backward.")
+      "all-reduces the whole gradient first and then gathers or broadcasts the updated shards (for DeepSpeed, "
+      "its default `use_multi_rank_bucket_allreduce`), or (stage 3) gathers the parameters a second time in "
+      "backward.")
 cost = [f"stage {STAGES[n]} {ratio[n].text('x')}" for n in ("zero1", "zero2", "zero3")]
 print("step time over DDP + AdamW, measured here: " + ", ".join(cost) + ".")
 print("The time predictions of section 3: " + "; ".join(
