@@ -146,6 +146,9 @@ display(Markdown(viz.traffic_table(t["sp"]["step"], t["sp"]["model"], T_DEGREE))
 # %%
 viz.verdict(p_bytes, sum(t["tp"]["block"].sent_bytes(T_DEGREE).values()))
 viz.verdict(p_sp_bytes, sum(t["sp"]["block"].sent_bytes(T_DEGREE).values()))
+per_block, per_step = (sum(t["tp"][k].sent_bytes(T_DEGREE).values()) for k in ("block", "step"))
+print(f"TP: the {cfg.n_layer} blocks send {cfg.n_layer * per_block:,.0f} B of the step's {per_step:,.0f} B "
+      f"({cfg.n_layer * per_block / per_step:.0%}); the embedding, the head and the loss send the rest")
 
 # %% [markdown]
 # ## 2. The split model is the unsplit model
@@ -250,8 +253,13 @@ print(f"step of the {TIMED['n_embd']}-wide GPT: perfkit {stats.median(tm['perfki
 viz.verdict(Prediction("perfkit's TP step time over DTensor's", "same collectives and matmuls",
                        high=1.0, unit="x", physical=(0, None)), ratio)
 # gloo runs a collective on its own thread: the overlap gains only where a core would idle
+ov = stats.median_ratio(tm["perfkit_overlap_s"], tm["perfkit_s"])
 print("perfkit with each region's backward collective overlapped with its weight gradients "
-      f"(overlap=True), over plain: {stats.median_ratio(tm['perfkit_overlap_s'], tm['perfkit_s'])}")
+      f"(overlap=True), step time over plain: {ov.text('x')}: "
+      + ("the overlapped step was faster" if ov.has_interval and ov.high < 1 else "the overlapped step was slower"
+         if ov.has_interval and ov.low > 1 else "no difference beyond the interval")
+      + " (not predicted: gloo runs each collective on a thread of its own, which gains only where a core would "
+      "otherwise idle)")
 
 # %% [markdown]
 # ## 4. Sequence parallelism's activation memory
@@ -314,10 +322,12 @@ viz.verdict(Prediction("bytes one block saves under SP when the gathered inputs 
 #
 # **Prediction.** At each width, from the unsplit block's measured time `U` and the all-reduce
 # fit measured in this job, the split block takes at least `U / t + comm`: its speedup is **at
-# most** `U / (U / t + comm)`. A bound, because what the model leaves out only adds to the split
-# block's time: its matmuls are `t` times smaller and run further below the machine's rate, each
-# operator's fixed cost is paid whole on every process, and at each all-reduce one process waits
-# for the other to arrive. It is judged at every width timed.
+# most** `U / (U / t + comm)`. A bound, because what the model leaves out mostly adds to the split
+# block's time: its matmuls are `t` times smaller and usually run further below the machine's
+# rate, each operator's fixed cost is paid whole on every process, and at each all-reduce one
+# process waits for the other to arrive. One omission can go the other way: a half-size weight
+# fits the caches better, and its matmul can run faster per FLOP than the whole one (the verdict
+# names this when a bound is crossed). It is judged at every width timed.
 
 # %%
 sweep = r0["allreduce"]
@@ -354,10 +364,11 @@ for w in WIDTHS:
 # unsplit block reached here (each process runs one thread), with the all-reduce fit: move the
 # degree, the tokens per step and the network's bandwidth (a multiple of the loopback measured
 # here; the planner's NVLink and network figures, notebook 13, are printed below as multiples of
-# it). Below the red line splitting a block costs time; above it, it saves time, but never the
-# full `t` while communication is not overlapped with compute. The measured speedups are drawn
-# beside each width's bound (from that width's own unsplit time): where the bounds stay below
-# 1x splitting cannot pay, so the real crossover lies at or above the width where they cross it.
+# it). In the model, splitting a block costs time below the red line and saves time above it,
+# but never the full `t` while communication is not overlapped with compute. The model is the
+# bound above, so its crossover is the lowest width where splitting could pay: the real one lies
+# at or above it, and where the measured points cross 1x is printed below beside it. The measured
+# speedups are drawn beside each width's bound (from that width's own unsplit time).
 
 # %%
 w = WIDTHS[-1]
@@ -374,6 +385,17 @@ print("the model's crossover at 256 tokens, at that rate: "
       + ("none below 1M" if cross is None else f"C = {cross:,.0f}") + "; measured, the split block was "
       + "; ".join(f"{how} at C = {', '.join(map(str, ws))}" for how, ws in (
           ("slower", slower), ("faster", faster), ("within its interval of 1x", unsure)) if ws))
+late = [c for c in slower if cross is not None and c > cross]  # widths the model says should pay, measured slower
+if late:
+    c = max(late)
+    unsplit, comm, split = parts[c]
+    print(f"the measured crossover lies above C = {c}, {c / cross:.1f}x the model's: at C = {c} the split block "
+          f"took {viz.si(split, 's')} against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what the "
+          f"model leaves out cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there")
+cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
+print("at the widget's opening 4,096 tokens per step the model's crossover is "
+      + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
+      + ": an all-reduce's fixed latency is spread over 16x the bytes")
 fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
                             measured={float(c): measured[c] for c in WIDTHS},
                             bounds={float(c): bound[c] for c in WIDTHS})
