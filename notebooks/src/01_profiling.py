@@ -400,7 +400,10 @@ print(f"matmul operators: {mm_share:.0%} of all operator self time; the first is
 p_top = Prediction("rank of the first matmul operator by self time", "matmuls carry almost all FLOPs",
                    value=1, rel_tol=0)
 viz.verdict(p_top, mm_rank, explain={
-    "held": f"All matmuls together are {mm_share:.0%} of operator self time.",
+    "held": f"All matmuls together are {mm_share:.0%} of operator self time"
+            + (f": the other {1 - mm_share:.0%} goes to operators that carry few or no FLOPs (elementwise ops, "
+               "copies, the optimizer's updates), so at this width the FLOPs are not where most of the time "
+               "goes, as the roofline of section 2 found." if mm_share < 0.5 else "."),
     "above": f"{res.top_ops[0].name} ({res.top_ops[0].share:.0%} of operator self time) outranks every "
              f"matmul ({mm_share:.0%} together): the roofline of section 2 found the step far from its FLOPs."})
 
@@ -471,7 +474,9 @@ display(Markdown(
     f"**Why 10 % for data, not 5 %.** Section 2 measured the healthy pipelines of this course at "
     f"{', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine: the "
     "DataLoader's fixed cost per batch, which weighs more the shorter the step. At the plugin's 5 % "
-    f"{len(over5)} of these {len(data_shares)} healthy pipelines would be flagged, at 10 % {len(over)}. "
+    f"{len(over5)} of these {len(data_shares)} healthy pipelines would be flagged, at 10 % {len(over)}"
+    + (" (the same on this run: the margin is for machines where the loader's fixed cost weighs more). "
+       if not over5 else ". ")
     + (f"Even 10 % flags a healthy one here ({', '.join(over)}): on a step this short no share threshold "
        "separates a healthy loader from a slow one, so read a data finding with its milliseconds. " if over
        else "None crosses 10 %, so a data finding at 10 % means something per-sample is slow. ")
@@ -565,7 +570,7 @@ print("The same tiny GPT-2 step, timed in four separate runs: "
       + ("" if spread <= 1.1 else
          (f" The runs after section 1a agree within {max(later) / min(later):.2f}x and all lie "
           f"{min(later) / steady:.2f}x or more above it: the step got slower after section 1a and stayed so, "
-          "monitored or not." if max(later) / min(later) <= 1.1 and min(later) > 1.1 * steady else
+          "monitored or not." if min(later) > 1.1 * steady and max(later) / min(later) < min(later) / steady else
           " The medians moved between runs, and not only once.")
          + " This run does not measure why (the machine's load, or the step itself); a median is only "
          "comparable within one run, which is why the fix's speedup above was timed with both pipelines "

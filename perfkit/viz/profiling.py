@@ -162,14 +162,16 @@ def summary_markdown(summary: Any) -> str:
 
 
 def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
-    """The profiler's top operators by self time as a Markdown table."""
+    """The profiler's top operators by self time as a Markdown table; the device column only
+    where some operator ran on a device (on a CPU-only run it would be all zeros)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    rows = ["| operator | calls | self CPU ms | CPU total ms | self device ms | share |",
-            "|---|---|---|---|---|---|"]
+    device = any(o.self_device_s > 0 for o in ops[:n])
+    rows = ["| operator | calls | self CPU ms | CPU total ms |" + (" self device ms |" if device else "")
+            + " share |", "|---|---|---|---|" + "---|" * device + "---|"]
     for o in ops[:n]:
-        rows.append(f"| `{o.name[:60]}` | {o.calls} | {o.self_cpu_s * 1e3:.2f} | "
-                    f"{o.cpu_total_s * 1e3:.2f} | {o.self_device_s * 1e3:.2f} | {o.share:.1%} |")
+        rows.append(f"| `{o.name[:60]}` | {o.calls} | {o.self_cpu_s * 1e3:.2f} | {o.cpu_total_s * 1e3:.2f} | "
+                    + (f"{o.self_device_s * 1e3:.2f} | " if device else "") + f"{o.share:.1%} |")
     return "\n".join(rows)
 
 

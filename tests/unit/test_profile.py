@@ -133,6 +133,17 @@ def test_profiler_writes_a_chrome_trace_and_top_ops(tmp_path):
     assert "| operator |" in vp.top_ops_markdown(ops, 5)
 
 
+def test_top_ops_markdown_shows_the_device_column_only_where_a_device_ran():
+    from types import SimpleNamespace
+    op = dict(name="aten::mm", calls=3, self_cpu_s=0.002, cpu_total_s=0.003, share=0.5)
+    cpu = vp.top_ops_markdown([SimpleNamespace(**op, self_device_s=0.0)])
+    assert "device" not in cpu and cpu.splitlines()[2] == "| `aten::mm` | 3 | 2.00 | 3.00 | 50.0% |"
+    gpu = vp.top_ops_markdown([SimpleNamespace(**op, self_device_s=0.001)])
+    assert "self device ms" in gpu
+    assert gpu.splitlines()[2] == "| `aten::mm` | 3 | 2.00 | 3.00 | 1.00 | 50.0% |"
+    assert all(ln.count("|") == 7 for ln in gpu.splitlines())  # every row as wide as the header
+
+
 # --- diagnose_shares ----------------------------------------------------------------------
 
 
