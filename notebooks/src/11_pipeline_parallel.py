@@ -334,14 +334,14 @@ viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False)
 # %%
 step = {k: stats.median_interval(r["step_s"]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
 step_ratio = stats.median_ratio(zb["step_s"], real["step_s"], paired=False)   # timed in separate steps
-busy = {k: stats.median([b - a for row in r["slots"] for _, _, _, a, b in row]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
+busy = {k: sum(b - a for row in r["slots"] for _, _, _, a, b in row) / P for k, r in (("1F1B", real), ("ZB-H1", zb))}
 faster = ("of no clear length against 1F1B's (too few steps for an interval)" if step_ratio.needs else
           "shorter" if step_ratio.high < 1 else "longer" if step_ratio.low > 1 else
           "neither clearly shorter nor longer (the interval holds 1)")
 print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, 's')}" for k, e in step.items())
-      + f"; ZB-H1 over 1F1B {step_ratio.text('x')} (ratio of the medians): ZB-H1's step was {faster}. "
-      f"Busy time per action, median: 1F1B {viz.si(busy['1F1B'], 's')}, ZB-H1 {viz.si(busy['ZB-H1'], 's')} "
-      f"(ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2)")
+      + f"; ZB-H1 over 1F1B {step_ratio.text('x')}: ZB-H1's step was {faster}. "
+      f"Busy seconds per stage in the last step: 1F1B {viz.si(busy['1F1B'], 's')}, ZB-H1 "
+      f"{viz.si(busy['ZB-H1'], 's')} (ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2)")
 
 # %% [markdown]
 # ## What carries over to GPUs
@@ -351,9 +351,10 @@ print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, '
 #   times the micro-batch size, which is what caps `p` in practice.
 # - 1F1B buys GPipe's bubble at `p` micro-batches of memory instead of `m`; interleaving buys
 #   a smaller bubble with more memory and `v` times the point-to-point messages.
-# - NCCL's send and receive complete only when both ends have posted, like gloo's blocking
-#   send in section 1: paired or grouped exchanges (`batch_isend_irecv`, NCCL's group calls,
-#   Megatron-LM's `send_forward_recv_backward`) are what keep 1F1B from deadlocking there too.
+# - NCCL's point-to-point calls progress only with the peer's matching call, and calls that
+#   must progress at the same time have to be merged in one group to avoid deadlock (NCCL user
+#   guide, "Point-to-point communication"): paired or grouped exchanges (`batch_isend_irecv`,
+#   Megatron-LM's `send_forward_recv_backward`) keep 1F1B from section 1's deadlock there too.
 # - Zero-bubble schedules judge themselves by step time: a smaller bubble share that costs
 #   more busy time is no gain (section 7 prints both).
 
