@@ -99,7 +99,10 @@ print(rel(render_text(report)).split("\nFindings")[0])
 
 # %% [markdown]
 # The findings, worst first (each names its evidence from this run, the most fixing it can
-# buy, the fix and the notebook that teaches it):
+# buy, the fix and the notebook that teaches it). The sync finding's title is written for a GPU,
+# where a read of a device tensor waits for the device; on a CPU-only run there is no device,
+# and what it counts is reads of tensor values to the host and the Python work around them
+# (section 2 says more):
 
 # %%
 display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidence']}"
@@ -230,10 +233,13 @@ for fix, g in loop.tried.items():
 
 # %% [markdown]
 # The diagnosis names *phases*: its "compute" finding says forward and backward take most of the
-# step, not that they run at the machine's arithmetic speed. Whether they are **compute-bound** is
-# a roofline question: at the measured fp32 ceiling, the step's model FLOPs would take
-# `FLOPs / peak` seconds; compute-bound means forward + backward take not much longer than that
-# (here: at least half their time would be arithmetic at the ceiling).
+# step, not that they run at the machine's arithmetic speed. How far from it they are is a simpler
+# question than the roofline's (which classifies a kernel by its FLOPs per byte against the
+# machine's FLOP/s per byte/s, and needs the bytes each operator moves, not measured here): at the
+# measured fp32 ceiling the step's model FLOPs would take `FLOPs / peak` seconds. We call forward +
+# backward **near the ceiling** when that is at least half their time, else **far from it**: then
+# most of their time is not arithmetic at full speed, but memory traffic, per-operator dispatch
+# (with a model this small, many tiny operators) or both; this run does not tell which.
 
 # %%
 step_s = statistics.median(job.after_window(last))  # s per step, unprofiled
@@ -241,9 +247,9 @@ fb_share = final["shares"]["forward"] + final["shares"]["backward"]
 fb_s, at_peak_s = fb_share * step_s, job.mfu(last, job_peak(limits, last)) * step_s
 print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; both ranks' model FLOPs at the "
       f"all-cores ceiling, {viz.si(job_peak(limits, last), 'FLOP/s')}: {at_peak_s * 1e3:.1f} ms ({at_peak_s / fb_s:.0%} "
-      "of it): " + ("compute-bound" if at_peak_s >= 0.5 * fb_s else "not compute-bound: the rest of their "
-                    "time is memory traffic and per-operator costs (module 06's fusion, shapes and batch "
-                    "size), not arithmetic"))
+      "of it): " + ("near the ceiling" if at_peak_s >= 0.5 * fb_s else "far from the ceiling: the rest of "
+                    "their time is not arithmetic at full speed (module 06's fusion, shapes and batch size "
+                    "address it)") + "; the share is the profiled window's, applied to the unprofiled step")
 
 # %% [markdown]
 # ## 3. What the fixes bought
@@ -252,8 +258,9 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # slow one (at default size the slow job runs once more now, so the two slow runs bracket every
 # round). The rounds' ratios multiply to the whole gain only if every configuration ran at the
 # same speed in the round where it was the "after" and in the next one, where it was the
-# "before"; load that changed between rounds compounds in their product, so the headline is the
-# direct ratio. Each bar is one kept fix's share of it (its measured speedup's logarithm over
+# "before"; whatever differs between those runs (load that changed between rounds, or a repeat
+# run that reads slower than the run to the target it repeats) compounds in their product, so
+# the headline is the direct ratio; the seams printed below say which way they point. Each bar is one kept fix's share of it (its measured speedup's logarithm over
 # the sum of theirs; log scale: equal factors, equal heights), labelled with that share and,
 # in brackets, the fix's own measured speedup in its round; the last bar is the direct ratio. A
 # fix measured below 1x is not among them; a kept fix whose interval held 1x is drawn grey: its
@@ -261,8 +268,12 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06) of both
 # ranks per second over this machine's measured all-cores peak for the job's precision (fp32;
 # bf16 once `--fix bf16` runs): the two processes run one thread each, on all the cores there
-# are. It is read on the unprofiled steps (the diagnosis' HFU counts the FLOPs the profiler saw
-# on one rank, over one thread's ceiling, in the profiled, slower, window).
+# are. It is read on the unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs
+# that ran, recomputation included, so over the same steps it is at least MFU (PaLM's appendix B
+# defines both). The diagnosis' "HFU" is not over the same steps: it counts the FLOPs the
+# profiler saw on one rank, over one thread's ceiling, in the profiled, slower, window; read it
+# as that window's FLOP rate, which can lie below the MFU here. Both divide by a *measured*
+# ceiling, not a vendor's peak, so they read higher than a published MFU on the same machine would.
 
 # %%
 total = loop.finish()  # the slow job again (default size), and the direct ratio
@@ -294,6 +305,13 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # Every round ran until the mean loss over the last 4096 tokens reached `TARGET_LOSS`; the
 # first and the last are compared here. Their profiled windows (and the step that wrote the
 # trace) are counted at the median unprofiled step time: the profiler's cost is not the job's.
+# With `--fix sync` the job reads its losses only every `--check-every` (10) steps, so it stops
+# at the first read past the target and its curve runs on a few steps below it; the time and the
+# steps to the target are taken afterwards from every step's recorded loss. Each side is one run,
+# so the ratio below has no interval: where a curve approaches the target slowly, a little
+# noise moves its crossing by a lot. The learning rate was chosen as the best of three at both
+# batch sizes (`slow_train.LR`), so the larger batch is not held back by a rate tuned for the
+# smaller one.
 
 # %%
 reach = {name: job.reached(r) for name, r in (("slow", first), ("fixed", last))}
