@@ -162,6 +162,8 @@ print(f"T = 32768, 32 heads: eager {viz.si(fl.eager_saved_bytes(1, 32, 32768), '
 # %% [markdown]
 # ## 3. FLOPs, and what recomputing costs
 #
+# **Question.** What does recomputing the probabilities in backward cost, in FLOPs and in time?
+#
 # **Model.** Each computed tile of `bq x bk` queries and keys costs `4 bq bk D` FLOPs forward
 # (`Q Kᵀ` and `P V`). Backward recomputes `Q Kᵀ`, then `dV = Pᵀ dO`, `dP = dO Vᵀ`,
 # `dQ = dS K`, `dK = dSᵀ Q`: `10 bq bk D`, where eager attention's backward needs 8 (it kept
@@ -218,6 +220,8 @@ viz.verdict(Prediction("forward + backward over forward", "between call-bound ti
 
 # %% [markdown]
 # ## 4. The tile size
+#
+# **Question.** How does the tile size set the time of the tiled attention on this CPU?
 #
 # **Model.** In PyTorch each tile is a few small operator calls, so a tile costs a fixed
 # overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
@@ -290,6 +294,9 @@ viz.build_widget(spec)
 
 # %% [markdown]
 # ## 5. Ring attention across processes
+#
+# **Question.** Split over processes, does ring attention give the same numbers, send the
+# bytes counted, share the work evenly, and hide its transfers?
 #
 # **Model.** Split the sequence over `P` processes. Each holds `T/P` queries, keys and values;
 # in `P` steps it computes its queries against the key/value block in hand while that block
@@ -410,8 +417,9 @@ viz.verdict(Prediction("time waited after both neighbours had sent, per forward 
 # needs more: at backward's peak a rank also holds `dO` and its `dQ`, and the `dK, dV`
 # accumulators travel with their `K, V` block, so `K, V, dK, dV` are in hand and arriving:
 # `6 D + 8 D = 14 D` values per local row, plus `L` and `rowsum(dO * O)`
-# (`perfkit.parallel.context_model.ring_memory_bytes(..., training=True)`, which counts the
-# buffers `ring_attention`'s backward allocates). One process with FlashAttention has no blocks
+# (`perfkit.parallel.context_model.ring_memory_bytes(..., training=True)`, a count of the
+# buffers `ring_attention`'s backward allocates, read from its code: a model, not measured
+# here). One process with FlashAttention has no blocks
 # in flight: `4 D` per row forward, `8 D` training. The local rows are `T/P`; the table uses a
 # 1 GiB budget for attention alone, 32 heads of 128 dimensions, fp32.
 
