@@ -195,7 +195,10 @@ def _cause(explain: Mapping[str, str], outcome: str, side: str) -> str:
     key = "held" if side == "inside" else side
     if (explain.get(key) or "").strip():
         where = "inside the prediction" if side == "inside" else f"{side} the prediction"
-        said.append(f"The figure lies {where}: {explain[key].strip()}")
+        cause = explain[key].strip()
+        if len(cause) > 1 and cause[0].isupper() and cause[1].islower():  # "Its ..." -> "its ...", not "DDP"
+            cause = cause[0].lower() + cause[1:]
+        said.append(f"The figure lies {where}: {cause}")
     return " ".join(s for s in said if s)
 
 
