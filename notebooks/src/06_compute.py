@@ -201,7 +201,7 @@ mm_s = sum(parts.parts[k].candidate.median_s for k in ("matmul", "attention"))  
 hfu_mm = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s,
                           f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", threads=CEIL_THREADS)
 limits = hfu_mm.limits
-print(f"  its counted FLOPs over the time of its matmuls and attention replayed alone (the parts below): "
+print(f"  bf16's counted FLOPs over the time of its matmuls and attention replayed alone (the parts below): "
       f"{si(hfu_mm.rate, 'FLOP/s')}: "
       f"{hfu_mm.share:.0%} of the bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}"
       + (f" ({hfu_mm.note}; notebook 00's sweep measured it at larger, square shapes)" if hfu_mm.raised else ""))
@@ -745,7 +745,7 @@ ends = list(zip(curve.predicted_s(), curve.predicted_s(cache=False), strict=True
 inside = [b for i, b in enumerate(curve.batches)
           if i != curve.fit and min(ends[i]) <= curve.step_s(i).value <= max(ends[i])]
 others = len(curve.batches) - 1
-print(f"of the {others} batches eta was not fitted on, {len(inside)} measured inside their printed range"
+print(f"of the {others} batches eta was not fitted on, {len(inside)} measured inside its printed range"
       + (f" ({', '.join(map(str, inside))})" if 0 < len(inside) < others else "")
       + ("" if len(inside) == others else ": one eta does not describe every batch's ops on this machine"))
 ratio, lo, hi = curve.predicted_ratio()
