@@ -321,11 +321,16 @@ where = (f"With its all-reduces skipped the step took {alone:.1f} ms (predicted 
          f"inside it, its {comm['calls']} all-reduces spent {present:.1f} ms with both ranks there, against "
          f"{comm_pred:.1f} ms predicted ({comm_pred / present:.2g}x), and {apart:.1f} ms with one rank waiting "
          f"for the other to arrive. Compute and transfer add to {alone + present:.1f} ms of the {step_ms:.1f} ms "
-         f"step; with the wait, {alone + present + apart:.1f} ms. The model's communication term is "
-         f"{comm_pred / (present + apart):.2g}x the transfer and the wait together: "
-         + ("it charges the link more than the calls took, and that excess stands in for the waits and "
-            "whatever else the step pays outside compute, so the step's verdict does not test the link model "
-            "alone." if comm_pred > present else "the link model charges less than the calls took."))
+         f"step; with the wait, {alone + present + apart:.1f} ms"
+         + (" (more than the step: the step without its all-reduces, timed in its own rounds, took longer "
+            "than the compute inside the step did; on a loaded machine the two met different load)" if alone + present > step_ms else "")
+         + f". The model's communication term is {comm_pred / (present + apart):.2g}x the transfer and the wait "
+         "together: " + ("it charges the link more than both, and that excess stands in for whatever else the "
+                         "step pays outside compute, so the step's verdict does not test the link model alone."
+                         if comm_pred > present + apart else
+                         "it lies between the transfer alone and the transfer with the wait, so the model charges "
+                         "the calls for part of the wait." if comm_pred >= present else
+                         "the link model charges less than the calls took with both ranks there."))
 viz.verdict(tp_pred, stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]]),
             explain=dict.fromkeys(("above", "below", "held"), where))
 
