@@ -377,7 +377,8 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
 # says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
 # measured limits; a static plot of the widget's default setting (its title names the dtype)
-# follows for readers of the rendered page.
+# follows for readers of the rendered page (run headless, as in CI, the widget cell itself shows
+# that figure, once).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -385,7 +386,8 @@ spec = viz.roofline_widget(limits)
 viz.build_widget(spec)
 
 # %%
-fig = spec.fn(**spec.defaults())  # the static plot of the default setting
+if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widget cell already drew it
+    fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 
 # %% [markdown]
 # ## 6. How later modules use these limits
