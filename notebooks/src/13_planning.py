@@ -322,7 +322,7 @@ where = (f"With its all-reduces skipped the step took {alone:.1f} ms (predicted 
          f"{comm_pred:.1f} ms predicted ({comm_pred / present:.2g}x), and {apart:.1f} ms with one rank waiting "
          f"for the other to arrive. Compute and transfer add to {alone + present:.1f} ms of the {step_ms:.1f} ms "
          f"step; with the wait, {alone + present + apart:.1f} ms"
-         + (" (more than the step: the step without its all-reduces, timed in its own rounds, took longer "
+         + (" (more than the step: the step without its all-reduces, timed as a step of its own, took longer "
             "than the compute inside the step did; on a loaded machine the two met different load)" if alone + present > step_ms else "")
          + f". The model's communication term is {comm_pred / (present + apart):.2g}x the transfer and the wait "
          "together: " + ("it charges the link more than both, and that excess stands in for whatever else the "
