@@ -490,7 +490,7 @@ held = (f"With {medians}, the ReLU, the loss, autograd and the gradient accumula
         "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
         "faster than another." if over.high < 1 else
         f"With {medians}, the {other_ms:+.1f} ms between them is not resolved: the paired ratio's 90% interval "
-        f"({over.low:.2f}x to {over.high:.2f}x) includes 1x, so what the rest of the step costs is within the noise.")
+        f"({over.describe('x')}) includes 1x, so what the rest of the step costs is within the noise.")
 viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "
                        "elementwise rest is small", high=2.0, unit="x", physical=(0, None)), over, explain={
     "held": held,
@@ -508,8 +508,8 @@ for label, times, flops in (("the six matmuls alone", mm.times_s, rule), ("the M
 peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
 hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step
 hfu, mfu = hfu_est.value, rule / m.median_s / peak
-print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU {hfu:.0%} "
-      f"(90% interval {hfu_est.low:.0%} to {hfu_est.high:.0%}) of the limits file's fp32 ceiling {on(threads)}, "
+print(f"MLP step {on(threads)}: {m}; {si(counted['activation'] / m.median_s, 'FLOP/s')} run: HFU "
+      f"{hfu_est.scaled(100).text('%')} of the limits file's fp32 ceiling {on(threads)}, "
       f"{si(peak, 'FLOP/s')}; its six matmuls alone ran at {rule / mm.median_s / peak:.0%} of it")
 run_peak = run_limits.peak_flops("float32", threads)  # FLOP/s: this run's own ceiling, before the merge
 if run_peak < peak:

@@ -341,8 +341,7 @@ where = step_roofline(count, stats.median_interval(steps.times_s), limits)
 print(f"one step: {viz.si(count.flops, 'FLOP')} and {viz.si(count.bytes, 'B')} moved by {count.ops} operators: "
       f"intensity {where.intensity:.1f} FLOP/B against a ridge point of {where.ridge:.1f} FLOP/B, so the "
       f"{where.roof} roof is the lower one ({viz.si(where.attainable, 'FLOP/s')})")
-print(f"HFU {where.mfu.value:.1%} (counted FLOPs; 90% interval {where.mfu.low:.1%} to {where.mfu.high:.1%}, "
-      f"{steps.n} steps) "
+print(f"HFU from counted FLOPs: {where.mfu.scaled(100).text('%')} "
       f"= {where.of_roof.value:.0%} of the {where.roof} roof")
 p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
                     "64-wide operators run far below their roofs", high=NEAR_ROOF, physical=(0, None))

@@ -497,11 +497,11 @@ viz.show_headlines({
                                                      f"({ar_big.busbw / memcpy:.2g} of one memcpy)",
     "overlap hid (share of the bucketed step's communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
-        f"{hidden.value:.0%} (90 % interval {hidden.low:.0%} to {hidden.high:.0%}), above the {ceiling:.0%} backward "
+        f"{hidden.scaled(100).text('%')}, above the {ceiling:.0%} backward "
         "could cover at the bucketed step's all-reduce cost: "
         "the overlapped step's all-reduces cost less" if hidden.value > ceiling else
-        f"{hidden.value:.0%}, 90 % interval {hidden.low:.0%} to {hidden.high:.0%} (the backward pass could cover "
-        f"{ceiling:.0%})" if hidden.value >= 0 else
+        f"{hidden.scaled(100).text('%')}; the backward pass could cover "
+        f"{ceiling:.0%}" if hidden.value >= 0 else
         f"none: in the median round the overlapped step took {si(-saved, 's')} more than the bucketed one"),
     "DDP step over naive DP's": stats.median_ratio(reps["ddp"], reps["naive"]).text("x"),
 })

@@ -338,13 +338,19 @@ for method, paths in BYTES_PER_VALUE.items():
 # %%
 codecs = cx.time_codecs(ENC_NUMEL, repeat=6 if QUICK else 7)  # 6: the fewest for an interval below
 ms = codecs.times
+PATH_BYTES = {"memcpy": 8, "fp16 cast": 12,  # B/value read + written: fp32 to fp16 (4 + 2), back (2 + 4)
+              **{name: 8 / share for name, share in predicted.items()}}
 print(f"first fused calls: {codecs.first_fused_s:.1f} s (torch.compile, or Inductor's disk cache)")
 for name, m in ms.items():
     if name.endswith(" decode"):  # one decode of a payload (section 4's codec cost); moves fewer bytes than a copy
         print(f"{name:>18}: {si(m.median_s, 's'):>9}")
         continue
-    print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(4 * ENC_NUMEL / m.median_s, 'B/s'):>10} of fp32 "
-          f"input, {ms['memcpy'].median_s / m.median_s:6.1%} of memcpy")
+    vs_copy, b = m.median_s / ms["memcpy"].median_s, PATH_BYTES.get(name)  # b: bytes per value moved
+    print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(4 * ENC_NUMEL / m.median_s, 'B/s'):>10} of fp32 input"
+          + ("" if name == "memcpy" else f", {vs_copy:5.2f}x memcpy's time") + ("" if b is None or name == "memcpy" else
+          f" (its {b:g} B/value at the copy's 8 B/value: {b / 8:.2f}x" + (
+              ")" if vs_copy >= b / 8 else "; it took less: this path's bytes did not all move at the copy's "
+              "speed)")))
 copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
 obs = ceilings.observe(limits, "dram", copy_rw, "this memcpy", save=False)
 fit = ceilings.cached_copy_bytes(limits)  # bytes: the largest copy buffer the sweep saw served by a cache

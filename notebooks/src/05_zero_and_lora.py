@@ -353,7 +353,7 @@ fig = vmem.plot_zero_traffic(cmp_all, STAGES)
 for n in ("zero1", "zero2", "zero3"):
     rounds = stats.range_of(stats.paired_ratios(ms[n].step_times_s, ms["ddp_adamw"].step_times_s))
     print(f"{n}: {ratio[n].point('x')} DDP + AdamW's step time ({ratio[n].describe('x')}; single rounds "
-          f"{rounds.low:.2f}x to {rounds.high:.2f}x), {vzero.calls_per_step(ms[n])} collective calls per step "
+          f"{rounds.describe('x')}), {vzero.calls_per_step(ms[n])} collective calls per step "
           f"(DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
 
 # %%
@@ -511,7 +511,7 @@ viz.build_widget(spec)
 viz.show_headlines({
     "ZeRO-1 optimizer state / process (perfkit)": f"{v['perfkit'].state_bytes / cmp.total_state_bytes:.1%} of AdamW's",
     "ZeRO-1 step time (perfkit after backward / DDP+AdamW)": f"{ratio['perfkit'].value:.2f}x",
-    "ZeRO-1 overlapped / after backward (paired rounds)": f"{ov.value:.3f}x ({ov.low:.3f}x to {ov.high:.3f}x)",
+    "ZeRO-1 overlapped / after backward (paired rounds)": ov.text("x"),
     "ZeRO-1 step time (perfkit / torch ZeRO)":
         f"{stats.median_ratio(v['perfkit'].step_times_s, v['torch_zero'].step_times_s).value:.2f}x",
     "ZeRO-3 model states / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's",
