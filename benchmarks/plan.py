@@ -22,7 +22,8 @@ widths, its replicated ops (LayerNorms, residual adds) measured and not halved.
 
 Published runs: every row of :mod:`perfkit.plan.runs_data`, one efficiency fitted per table
 on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows whether the
-published (TP, PP) is among the planner's three best (distinct TP, PP), counting layouts
+published (TP, PP) is among the planner's three best (distinct TP, PP) of the layouts
+Megatron-LM of 2021 could run (:data:`perfkit.plan.MEGATRON_LM_2021`), counting layouts
 within the planner's own median error of the best as ties. ``llm-analysis`` is not installed:
 ``pip install --dry-run llm-analysis`` (0.2.2) would replace transformers 5 with 4.31.0,
 huggingface-hub and tokenizers, which the course pins.
@@ -47,6 +48,7 @@ from perfkit.memory import SavedTensorMeter, gpt2_saved_activation_bytes
 from perfkit.plan import (
     COURSE_LAYOUTS,
     LINK_SIZES,
+    MEGATRON_LM_2021,
     TP_LAYOUTS,
     Layout,
     compare,
@@ -291,11 +293,13 @@ def published() -> dict:
     return {"median_abs_error": cmp.median_error, "baseline_median_abs_error": cmp.baseline_median_error,
             "share_within_20pct": cmp.within(0.2), "max_abs_error": abs(worst.error),
             "worst_row": f"{worst.run.label} ({worst.run.table})", "tables": per_table,
+            # each row planned inside its framework (perfkit.plan.MEGATRON_LM_2021)
             "megatron_layouts": [{"run": r.label, "published": list(r.published),
                                   "top3": [list(k) for k in r.ranked[:3]], "rank": r.rank,
                                   "published_over_best": r.published_over_best,
-                                  "tie_tolerance": r.tolerance, "ok": r.ok}
+                                  "tie_tolerance": r.tolerance, "ok": r.ok, "why": r.why}
                                  for r in layout_ranks(cmp)],
+            "megatron_framework": MEGATRON_LM_2021.name,
             "targets": {"median_abs_error_max": 0.10, "max_abs_error_max": 0.20,
                         "median_over_baseline_max": 0.5,
                         "median_over_baseline": cmp.median_error / cmp.baseline_median_error},
@@ -362,12 +366,14 @@ def cross_validated() -> dict:
 
 def error_by_memory_share(cmp) -> dict:
     """The held-out rows' signed errors grouped by the share of the GPU's memory the planner
-    predicts they use (its default memory model): a cause the planner has no term for shows as
+    predicts they use (its memory model, with the run's framework where one is held): a cause the planner has no term for shows as
     errors that grow with the share (the caching allocator flushing and retrying near capacity
     would)."""
     groups: dict[str, list] = {"below 0.8": [], "0.8 to 0.9": [], "0.9 and above": []}
     for r in (x for x in cmp.rows if not x.fitted):
-        mem = memory_per_gpu(r.run.model, r.run.layout, r.run.global_batch)
+        fw = r.run.framework  # the run's own bytes per parameter, where the planner holds them
+        mem = memory_per_gpu(r.run.model, r.run.layout, r.run.global_batch, r.run.recipe,
+                             grad_copy_bytes=fw.grad_copy_bytes if fw else 0.0)
         share = mem.total / r.run.cluster.gpu.memory_bytes
         key = "below 0.8" if share < 0.8 else "0.8 to 0.9" if share < 0.9 else "0.9 and above"
         groups[key].append((r.error, f"{r.run.label} ({r.run.table})"))

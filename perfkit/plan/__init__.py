@@ -2,7 +2,8 @@
 
 A model (:mod:`perfkit.plan.model`), a cluster (:mod:`perfkit.plan.cluster`), a layout
 (:mod:`perfkit.plan.layout`); memory per GPU (:mod:`perfkit.plan.memory_model`) and step time
-(:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`); published runs
+(:mod:`perfkit.plan.step_time`) of each; the search (:mod:`perfkit.plan.search`), held to
+what a run's framework offered (:mod:`perfkit.plan.framework`); published runs
 to hold it against (:mod:`perfkit.plan.published`) and published per-GPU memory
 (:mod:`perfkit.plan.memory_runs`); which collectives hide behind compute, framework by
 framework (:mod:`perfkit.plan.overlap`); this machine (:mod:`perfkit.plan.local`);
@@ -47,6 +48,12 @@ from perfkit.plan.failures import (
     failure_options,
     failure_plan,
     llama3_check,
+)
+from perfkit.plan.framework import (
+    MEGATRON_LM_2021,
+    MEGATRON_LM_2021_FP16,
+    Framework,
+    framework_problems,
 )
 from perfkit.plan.layout import (
     SCHEDULES,
@@ -179,6 +186,8 @@ __all__ = [
     "fit_efficiency",
     "fit_rows",
     "fit_step_efficiency",
+    "Framework",
+    "framework_problems",
     "FOUNDRY_COMMIT",
     "FOUNDRY_EARLY_STOP",
     "FOUNDRY_MB_SWEEP",
@@ -210,6 +219,8 @@ __all__ = [
     "local_link",
     "loss_passes",
     "MEGATRON_HEADS",
+    "MEGATRON_LM_2021",
+    "MEGATRON_LM_2021_FP16",
     "MEGATRON_ROWS",
     "megatron_runs",
     "micro_batch_overhead",

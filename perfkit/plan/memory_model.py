@@ -7,7 +7,10 @@ over both). Activations are :meth:`ModelSpec.activation_bytes_per_layer` (Korthi
 2022) times the stage's layers times the micro-batches in flight (:meth:`Layout.in_flight`);
 the last stage adds the fp32 logits, and full recomputation adds one block's activations
 while it is rebuilt. Buffers: ZeRO-3 holds two gathered blocks (one computing, one
-prefetched), ZeRO 0-2 two gradient buckets.
+prefetched), ZeRO 0-2 two gradient buckets, or, in a framework that copies all its gradients
+after the backward (``grad_copy_bytes``: Megatron-LM 2021's local DDP flattens them for the
+all-reduce, :mod:`perfkit.plan.framework`), what that copy needs beyond the activations the
+backward has freed by then.
 
 Two terms depend on the framework a run used, so they are arguments, not defaults:
 
@@ -96,7 +99,7 @@ def stage_params(model: ModelSpec, layout: Layout) -> float:
 def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
                    recipe: str | StateRecipe = "mixed_adam", weight_bytes: float | None = None,
                    loss_copies: float = 1.0, unsharded_with_pp: bool = False,
-                   unsharded_grad_bytes: float = 4.0) -> MemoryBreakdown:
+                   unsharded_grad_bytes: float = 4.0, grad_copy_bytes: float = 0.0) -> MemoryBreakdown:
     """Predicted bytes on the most loaded GPU.
 
     Args:
@@ -114,6 +117,10 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
             ``pp > 1``).
         unsharded_grad_bytes: bytes per element of those unsharded gradients (> 0; 4 when FSDP
             reduces in fp32).
+        grad_copy_bytes: bytes per parameter of a copy of the gradients made after the
+            backward, once the activations are freed (>= 0; 2 for Megatron-LM 2021's flattened
+            fp16 gradients), in place of the buckets: the peak is the larger of the backward's
+            and the states' plus that copy. ZeRO 0-2 only.
 
     Returns:
         A :class:`MemoryBreakdown`.
@@ -127,6 +134,7 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     check_real("loss_copies", loss_copies, 1)
     check_type("unsharded_with_pp", unsharded_with_pp, bool)
     check_real("unsharded_grad_bytes", unsharded_grad_bytes, 0, lo_open=True)
+    check_real("grad_copy_bytes", grad_copy_bytes, 0)
     lay = layout
     psi = stage_params(model, lay)
     states = zero_model_states(psi, lay.dp * lay.cp, lay.zero, recipe)
@@ -151,6 +159,8 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
         buffers = 2 * model.layer_params / lay.tp * wb  # gathered: computing + prefetched
         if unsharded_with_pp and lay.pp > 1:  # the whole stage gathered, gradients unsharded
             buffers = psi * (wb + unsharded_grad_bytes)
+    elif grad_copy_bytes:  # allocated once the backward has freed the activations
+        buffers = max(0.0, grad_copy_bytes * psi - acts)
     else:
         buffers = 2 * BUCKET_BYTES if lay.dp * lay.cp > 1 else 0.0
     return MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers)

@@ -25,7 +25,9 @@ from dataclasses import dataclass, replace
 
 from perfkit import stats
 from perfkit._checks import check_choice, check_items, check_real, check_type
+from perfkit.memory.model_states import StateRecipe
 from perfkit.plan.cluster import ATTENTION_EFFICIENCY, Cluster, named_cluster
+from perfkit.plan.framework import MEGATRON_LM_2021, Framework
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.runs_data import (
@@ -63,6 +65,8 @@ class PublishedRun:
         source: the paper and table, or repository, commit and file.
         reduce_bytes: bytes per gradient element in the data-parallel reduction (the
             run's reduce dtype: fp32 under Composer's ``DEFAULT`` mixed precision).
+        framework: the :class:`Framework` the run used, where the planner holds one
+            (``None``: any option, bf16 weights and gradients with fp32 Adam).
     """
 
     table: str
@@ -76,14 +80,21 @@ class PublishedRun:
     flops_per_token: float
     source: str
     reduce_bytes: float = 2.0
+    framework: Framework | None = None
+
+    @property
+    def recipe(self) -> StateRecipe | str:
+        """The model-state recipe: the framework's, else ``"mixed_adam"``."""
+        return "mixed_adam" if self.framework is None else self.framework.recipe
 
 
 def megatron_runs() -> list[PublishedRun]:
     """Table 1's ten runs: GPT with vocabulary 51,200, sequence 2048, learned positions and
     dropout, full recomputation, fp16; TP = min(MP, 8), PP = MP / TP; A100 80GB, 8 per node;
     gradients all-reduced after the backward (``Cluster.ddp_after_backward``: Megatron-LM's
-    local DDP at the paper's time, NVIDIA/Megatron-LM@a8d172b3 megatron/training.py).
-    Heads come from the paper's Table 1 (:data:`MEGATRON_HEADS`); the table gives no
+    local DDP at the paper's time, NVIDIA/Megatron-LM@a8d172b3 megatron/training.py); the
+    framework :data:`perfkit.plan.framework.MEGATRON_LM_2021` (no ZeRO, SP or CP; 20 bytes
+    per parameter; stages that divide the layers). Heads come from the paper's Table 1 (:data:`MEGATRON_HEADS`); the table gives no
     micro-batch size or interleaving: :func:`predict` takes the planner's best."""
     out = []
     for name, h, layers, _billions, mp, gpus, batch, tflops, pct, _agg in MEGATRON_ROWS:
@@ -96,7 +107,7 @@ def megatron_runs() -> list[PublishedRun]:
         out.append(PublishedRun("megatron", f"GPT {name} on {gpus}", model, lay,
                                 replace(named_cluster("a100-80gb"), ddp_after_backward=True),
                                 batch, tflops * 1e12 / per_token,
-                                pct / 100, per_token, MEGATRON_SOURCE))
+                                pct / 100, per_token, MEGATRON_SOURCE, framework=MEGATRON_LM_2021))
     return out
 
 
@@ -157,8 +168,8 @@ def predict(run: PublishedRun, efficiency: float) -> float:
         lays = [replace(lay, micro_batch=b, interleave=v) for b in (1, 2, 4, 8) for v in (1, 2, 4)
                 if run.global_batch % (lay.dp * b) == 0 and m.layers % (lay.pp * v) == 0
                 and (v == 1 or (lay.pp > 1 and (run.global_batch // (lay.dp * b)) % lay.pp == 0))]
-    best = min(step_time(run.model, lay, cluster, run.global_batch, grad_bytes=run.reduce_bytes
-                         ).total_s for lay in lays)
+    best = min(step_time(run.model, lay, cluster, run.global_batch, run.recipe,
+                         grad_bytes=run.reduce_bytes).total_s for lay in lays)
     return run.global_batch * run.model.seq / best / run.layout.gpus
 
 
@@ -329,8 +340,10 @@ class LayoutRank:
 
 def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
     """For each row of ``table``: the planner's distinct (TP, PP) ranked by their best layout
-    at the table's fitted efficiency, with the row's software held (Megatron 2021: full
-    recomputation, no SP, ZeRO or CP). The tolerance is the planner's own median error on
+    at the table's fitted efficiency, with the row's software held: its framework
+    (:attr:`PublishedRun.framework`; Megatron-LM 2021: no ZeRO, SP or CP, 20 bytes per
+    parameter and a flattened gradient copy, even pipeline stages) and its recomputation,
+    SP, ZeRO stage and CP. The tolerance is the planner's own median error on
     the table's held-out rows.
 
     Raises:
@@ -345,7 +358,8 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
     for r in (x.run for x in rows):
         p = plan(r.model, r.cluster.with_efficiency(cmp.efficiency[table]), r.layout.gpus,
                  r.global_batch, fixed={"recompute": r.layout.recompute, "sp": r.layout.sp,
-                                        "zero": r.layout.zero, "cp": r.layout.cp})
+                                        "zero": r.layout.zero, "cp": r.layout.cp},
+                 framework=r.framework)
         best: dict[tuple[int, int], float] = {}
         for c in p.best:
             best.setdefault((c.layout.tp, c.layout.pp), c.time.total_s)

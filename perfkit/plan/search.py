@@ -2,6 +2,8 @@
 
 :func:`plan` walks DP x TP x PP x CP over the GPU count (TP inside a node, powers of two),
 ZeRO stages 0-3, micro-batch sizes, interleaving, recomputation and sequence parallelism;
+keeps to what a run's framework offered, where one is given (:mod:`perfkit.plan.framework`:
+its ZeRO stages, SP, CP, recomputation, pipeline splits, and its bytes per parameter);
 fixes any of them a user constrains; drops invalid layouts (:func:`layout_problems`) and
 those whose predicted memory exceeds the GPU's usable memory, with the reason; and ranks the
 rest by predicted step time. :meth:`Plan.why_not` says by how much and through which term
@@ -23,7 +25,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from perfkit._checks import check_int, check_type
+from perfkit.memory.model_states import StateRecipe
 from perfkit.plan.cluster import Cluster
+from perfkit.plan.framework import Framework
 from perfkit.plan.layout import Layout, layout_problems
 from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import RECOMPUTE, ModelSpec
@@ -80,24 +84,29 @@ def _pow2(limit: int) -> list[int]:
 
 
 def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_node: int = 8,
-                      fixed: Mapping[str, Any] | None = None) -> list[Layout]:
+                      fixed: Mapping[str, Any] | None = None,
+                      framework: Framework | None = None) -> list[Layout]:
     """Candidate layouts (before the checks): every combination of the search axes.
 
-    TP runs over powers of two up to ``gpus_per_node``; PP over divisors of the layer count;
+    TP runs over powers of two up to ``gpus_per_node``; PP over the stage counts up to the
+    layers that divide the GPU count;
     CP over 1, 2, 4, 8 for sequences of 8192 tokens or more; micro-batches over powers of two
     up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full
 (selective only for unfused attention: with a fused kernel it is the same layout as none);
-    sequence parallelism on wherever tp > 1 (it moves the same bytes and keeps fewer, so
-    a layout without it never wins; fix ``sp`` to compare); full recomputation without early
+    sequence parallelism on wherever tp > 1 and the framework has it (it moves the same bytes
+    and keeps fewer, so a layout without it never wins; fix ``sp`` to compare); full recomputation without early
     stop unless ``early_stop`` is fixed (PyTorch's checkpoint, whose rerun ends early, then
     stands for every full recomputation). Pipelines whose stage count does not divide the
     layers are searched with :meth:`Layout.stage_layers`'s split (lighter first and last
     stages). Micro-batches that do not divide
     the batch and interleavings that do not divide the layers are skipped unless fixed (then
-    :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field.
+    :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field. A
+    ``framework`` drops the values it did not offer from every axis
+    (:meth:`Framework.options`).
 
     Raises:
-        ValueError: for an unknown field in ``fixed``.
+        ValueError: for an unknown field in ``fixed``, or a fixed value ``framework`` does
+            not offer.
     """
     fixed = dict(fixed or {})
     bad = sorted(set(fixed) - set(LAYOUT_FIELDS))
@@ -116,6 +125,11 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
     for k, v in fixed.items():
         if k != "dp":
             axes[k] = [v]
+    if framework is not None:
+        for k in list(axes):
+            axes[k] = framework.options(k, axes[k], model.layers)
+            if k in fixed and not axes[k]:
+                raise ValueError(f"fixed {k}={fixed[k]!r} is not offered by {framework.name}")
     out = []
     for tp, pp, cp in itertools.product(axes["tp"], axes["pp"], axes["cp"]):
         if gpus % (tp * pp * cp):
@@ -130,7 +144,7 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
                 continue  # early stop is a kind of full recomputation
             if (sp and tp == 1) or (v > 1 and pp == 1) or (zero == 3 and pp > 1):
                 continue  # nothing to split, nothing to interleave; ZeRO-3 with a pipeline
-            if tp > 1 and not sp and "sp" not in fixed:
+            if tp > 1 and not sp and True in axes["sp"]:  # on offer: not fixed off, framework has it
                 continue  # SP moves TP's bytes in other collectives and keeps less: it dominates
             if rc == "selective" and model.flash and "recompute" not in fixed:
                 continue  # a fused kernel never keeps the scores selective recomputation drops
@@ -142,7 +156,8 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
 
 
 def plan(model: ModelSpec, cluster: Cluster, gpus: int, global_batch: int,
-         fixed: Mapping[str, Any] | None = None, recipe: str = "mixed_adam") -> Plan:
+         fixed: Mapping[str, Any] | None = None, recipe: str | StateRecipe = "mixed_adam",
+         framework: Framework | None = None) -> Plan:
     """Predict every candidate layout and rank those that fit.
 
     Args:
@@ -151,29 +166,40 @@ def plan(model: ModelSpec, cluster: Cluster, gpus: int, global_batch: int,
         gpus: GPUs in the run (>= 1).
         global_batch: sequences per optimizer step (>= 1).
         fixed: :class:`Layout` fields to hold (``{"tp": 8, "zero": 1}``).
-        recipe: the model-state recipe.
+        recipe: the model-state recipe (a name or a :class:`StateRecipe`).
+        framework: the :class:`Framework` the run uses (``None``: any option): only the
+            layouts it offers are searched, with its recipe and its copy of the gradients
+            after the backward; ``recipe`` must then be left at its default.
 
     Returns:
         A :class:`Plan` (``best`` may be empty: then ``rejected`` says why).
 
     Raises:
-        TypeError, ValueError: for arguments of the wrong kind or out of range.
+        TypeError, ValueError: for arguments of the wrong kind or out of range, a ``recipe``
+            beside a ``framework``, or a ``fixed`` value the framework does not offer.
     """
     check_type("model", model, ModelSpec)
     check_type("cluster", cluster, Cluster)
     check_int("gpus", gpus, 1)
     check_int("global_batch", global_batch, 1)
+    check_type("framework", framework, Framework, optional=True)
+    copy = 0.0
+    if framework is not None:
+        if recipe != "mixed_adam":
+            raise ValueError(f"recipe must be left at its default with a framework (its recipe is "
+                             f"{framework.recipe.name}), got {recipe!r}")
+        recipe, copy = framework.recipe, framework.grad_copy_bytes
     best, rejected = [], []
-    layouts = enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node, fixed)
+    layouts = enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node, fixed, framework)
     if not layouts:  # every size was skipped before its check: check the plainest ones, to say why
         layouts = enumerate_layouts(model, gpus, global_batch, cluster.gpus_per_node,
-                                    {"micro_batch": 1, "interleave": 1, **(fixed or {})})
+                                    {"micro_batch": 1, "interleave": 1, **(fixed or {})}, framework)
     for lay in layouts:
         problems = layout_problems(model, lay, gpus, global_batch)
         if problems:
             rejected.append((lay, "; ".join(problems)))
             continue
-        mem = memory_per_gpu(model, lay, global_batch, recipe)
+        mem = memory_per_gpu(model, lay, global_batch, recipe, grad_copy_bytes=copy)
         if mem.total > cluster.usable_memory:
             big = max(("model states", mem.model_states), ("activations", mem.activations),
                       key=lambda kv: kv[1])

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from perfkit._checks import check_int, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
-from perfkit.memory.model_states import RECIPES
+from perfkit.memory.model_states import RECIPES, StateRecipe
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
 from perfkit.plan.memory_model import BUCKET_BYTES, stage_params
@@ -120,7 +120,7 @@ def _link(span: int, cluster: Cluster) -> AlphaBeta:
 
 
 def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
-              recipe: str = "mixed_adam", grad_bytes: float = 2.0) -> StepTime:
+              recipe: str | StateRecipe = "mixed_adam", grad_bytes: float = 2.0) -> StepTime:
     """Predicted step time of ``layout`` (checked by the caller) on ``cluster``.
 
     Args:
@@ -128,8 +128,10 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         layout: the :class:`Layout`.
         cluster: the :class:`Cluster` (its ``efficiency`` sets the matmul rate).
         global_batch: sequences per optimizer step (>= 1).
-        recipe: the model-state recipe (a :data:`perfkit.memory.model_states.RECIPES` name):
-            its bytes set the gathered weights and the optimizer's traffic.
+        recipe: the model-state recipe (a :data:`perfkit.memory.model_states.RECIPES` name or
+            a :class:`~perfkit.memory.model_states.StateRecipe`, e.g. a framework's,
+            :mod:`perfkit.plan.framework`): its bytes set the gathered weights and the
+            optimizer's traffic.
         grad_bytes: bytes per gradient element in the data-parallel reduction.
 
     Returns:
@@ -142,9 +144,10 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     check_type("layout", layout, Layout)
     check_type("cluster", cluster, Cluster)
     check_int("global_batch", global_batch, 1)
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {sorted(RECIPES)}, got {recipe!r}")
-    r, lay, gpu = RECIPES[recipe], layout, cluster.gpu
+    if not isinstance(recipe, StateRecipe) and (not isinstance(recipe, str) or recipe not in RECIPES):
+        raise ValueError(f"recipe must be a StateRecipe or one of {sorted(RECIPES)}, got {recipe!r}")
+    r = recipe if isinstance(recipe, StateRecipe) else RECIPES[recipe]
+    lay, gpu = layout, cluster.gpu
     m = max(lay.micro_batches(global_batch), 1)
     tokens_mb = lay.micro_batch * model.seq  # tokens of one micro-batch (all its cp shards)
     split = lay.stage_layers(model.layers)
