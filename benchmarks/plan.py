@@ -24,7 +24,8 @@ Published runs: every row of :mod:`perfkit.plan.runs_data`, one efficiency fitte
 on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows whether the
 published (TP, PP) is among the planner's three best (distinct TP, PP) of the layouts
 Megatron-LM of 2021 could run (:data:`perfkit.plan.MEGATRON_LM_2021`), counting layouts
-within the planner's own median error of the best as ties. ``llm-analysis`` is not installed:
+within the planner's own median error of the best as ties; beside it, the smallest
+model-parallel size that fits under that framework's memory, the paper's own rule for Table 1. ``llm-analysis`` is not installed:
 ``pip install --dry-run llm-analysis`` (0.2.2) would replace transformers 5 with 4.31.0,
 huggingface-hub and tokenizers, which the course pins.
 
@@ -65,6 +66,7 @@ from perfkit.plan import (
     micro_batch_overhead,
     pipeline_prediction,
     plain_gpt_spec,
+    plan,
     ring_step,
     rounds_link,
     step_spans,
@@ -300,6 +302,7 @@ def published() -> dict:
                                   "tie_tolerance": r.tolerance, "ok": r.ok, "why": r.why}
                                  for r in layout_ranks(cmp)],
             "megatron_framework": MEGATRON_LM_2021.name,
+            "megatron_model_parallel": megatron_model_parallel(),
             "targets": {"median_abs_error_max": 0.10, "max_abs_error_max": 0.20,
                         "median_over_baseline_max": 0.5,
                         "median_over_baseline": cmp.median_error / cmp.baseline_median_error},
@@ -309,6 +312,23 @@ def published() -> dict:
             "llm_analysis": _llm_analysis(cmp),
             "cross_validated": cross_validated(),
             "memory": published_memory()}
+
+
+def megatron_model_parallel() -> list[dict]:
+    """Table 1's degrees were "picked using heuristics described in §3" (Narayanan et al. 2021,
+    §5.1): tensor parallelism up to a server's 8 GPUs first (takeaway 1), and the smallest
+    model-parallel size M = t p whose layout fits in memory (takeaway 2). Per row: the published M
+    beside the smallest M that fits under the planner's memory of Megatron-LM 2021
+    (``MEGATRON_LM_2021``) at any micro-batch size and interleaving, full recomputation."""
+    out = []
+    for r in megatron_runs():
+        p = plan(r.model, r.cluster, r.layout.gpus, r.global_batch, fixed={"recompute": "full"},
+                 framework=MEGATRON_LM_2021)
+        fits = sorted(c.layout.tp * c.layout.pp for c in p.best
+                      if c.layout.tp == min(c.layout.tp * c.layout.pp, 8))
+        out.append({"run": r.label, "published_m": r.layout.tp * r.layout.pp,
+                    "smallest_fitting_m": fits[0] if fits else None})
+    return out
 
 
 def published_memory() -> dict:

@@ -131,3 +131,21 @@ def test_layout_ranks_plan_megatron_rows_inside_megatron_2021():
     # the memory Megatron-LM 2021 needed rules out TP 2 for 7.5B: the published TP 4 ranks
     assert (2, 1) not in by["GPT 7.5B on 128"].ranked and by["GPT 7.5B on 128"].ok
     assert (1, 1) not in by["GPT 3.6B on 64"].ranked and by["GPT 3.6B on 64"].rank == 1
+
+
+def _smallest_fitting_m(run, framework):
+    """Narayanan et al. 2021's heuristic (section 3, takeaways 1 and 2; section 5.1 says Table 1's
+    degrees were picked by it): TP up to a server's 8 GPUs first, the smallest TP x PP that fits."""
+    p = plan(run.model, run.cluster, run.layout.gpus, run.global_batch, fixed={"recompute": "full"},
+             framework=framework)
+    return min(c.layout.tp * c.layout.pp for c in p.best
+               if c.layout.tp == min(c.layout.tp * c.layout.pp, 8))
+
+
+def test_megatron_2021_memory_gives_the_model_parallel_sizes_table_1_used():
+    runs = megatron_runs()[:7]  # 1.7B to 145B (310B and 530B used more stages than they needed)
+    assert [_smallest_fitting_m(r, MEGATRON_LM_2021) for r in runs] == [
+        r.layout.tp * r.layout.pp for r in runs] == [1, 2, 4, 8, 16, 32, 64]
+    # 16 bytes per parameter and no gradient copy would have let three of them use half the TP
+    sixteen = dataclasses.replace(MEGATRON_LM_2021, recipe=RECIPES["mixed_adam"], grad_copy_bytes=0.0)
+    assert [_smallest_fitting_m(r, sixteen) for r in runs[1:4]] == [1, 2, 4]
