@@ -25,9 +25,9 @@ on at most two rows, against the constant-MFU baseline; for Megatron-LM's rows w
 published (TP, PP) is among the planner's three best (distinct TP, PP) of the layouts
 Megatron-LM of 2021 could run (:data:`perfkit.plan.MEGATRON_LM_2021`), counting layouts
 within the planner's own median error of the best as ties; beside it, the smallest
-model-parallel size that fits under that framework's memory, the paper's own rule for Table 1. ``llm-analysis`` is not installed:
-``pip install --dry-run llm-analysis`` (0.2.2) would replace transformers 5 with 4.31.0,
-huggingface-hub and tokenizers, which the course pins.
+model-parallel size that fits under that framework's memory, the paper's own rule for Table 1.
+``llm-analysis`` is not installed: ``pip install --dry-run llm-analysis`` (0.2.2) would replace
+transformers 5 with 4.31.0, huggingface-hub and tokenizers, which the course pins.
 
 Targets (``targets``): local step time within 25 % for each layout, tensor memory within 5 %;
 published median |error| <= 10 %, every held-out row within 20 %, at most half the baseline's
@@ -386,9 +386,9 @@ def cross_validated() -> dict:
 
 def error_by_memory_share(cmp) -> dict:
     """The held-out rows' signed errors grouped by the share of the GPU's memory the planner
-    predicts they use (its memory model, with the run's framework where one is held): a cause the planner has no term for shows as
-    errors that grow with the share (the caching allocator flushing and retrying near capacity
-    would)."""
+    predicts they use (its memory model, with the run's framework where one is held): a cause
+    the planner has no term for shows as errors that grow with the share (the caching allocator
+    flushing and retrying near capacity would)."""
     groups: dict[str, list] = {"below 0.8": [], "0.8 to 0.9": [], "0.9 and above": []}
     for r in (x for x in cmp.rows if not x.fitted):
         fw = r.run.framework  # the run's own bytes per parameter, where the planner holds them

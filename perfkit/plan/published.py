@@ -94,8 +94,9 @@ def megatron_runs() -> list[PublishedRun]:
     gradients all-reduced after the backward (``Cluster.ddp_after_backward``: Megatron-LM's
     local DDP at the paper's time, NVIDIA/Megatron-LM@a8d172b3 megatron/training.py); the
     framework :data:`perfkit.plan.framework.MEGATRON_LM_2021` (no ZeRO, SP or CP; 20 bytes
-    per parameter; stages that divide the layers). Heads come from the paper's Table 1 (:data:`MEGATRON_HEADS`); the table gives no
-    micro-batch size or interleaving: :func:`predict` takes the planner's best."""
+    per parameter; stages that divide the layers). Heads come from the paper's Table 1
+    (:data:`MEGATRON_HEADS`); the table gives no micro-batch size or interleaving:
+    :func:`predict` takes the planner's best."""
     out = []
     for name, h, layers, _billions, mp, gpus, batch, tflops, pct, _agg in MEGATRON_ROWS:
         model = ModelSpec(f"GPT {name}", layers=layers, hidden=h, heads=MEGATRON_HEADS[name], ffn=4 * h,

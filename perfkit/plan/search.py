@@ -89,25 +89,26 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
     """Candidate layouts (before the checks): every combination of the search axes.
 
     TP runs over powers of two up to ``gpus_per_node``; PP over the stage counts up to the
-    layers that divide the GPU count;
-    CP over 1, 2, 4, 8 for sequences of 8192 tokens or more; micro-batches over powers of two
-    up to 16; interleaving over 1, 2, 4; ZeRO 0-3; recomputation none/selective/full
-(selective only for unfused attention: with a fused kernel it is the same layout as none);
-    sequence parallelism on wherever tp > 1 and the framework has it (it moves the same bytes
-    and keeps fewer, so a layout without it never wins; fix ``sp`` to compare); full recomputation without early
-    stop unless ``early_stop`` is fixed (PyTorch's checkpoint, whose rerun ends early, then
-    stands for every full recomputation). Pipelines whose stage count does not divide the
-    layers are searched with :meth:`Layout.stage_layers`'s split (lighter first and last
-    stages). Micro-batches that do not divide
-    the batch and interleavings that do not divide the layers are skipped unless fixed (then
-    :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field. A
-    ``framework`` drops the values it did not offer from every axis
+    layers that divide the GPU count; CP over 1, 2, 4, 8 for sequences of 8192 tokens or more;
+    micro-batches over powers of two up to 16; interleaving over 1, 2, 4; ZeRO 0-3;
+    recomputation none/selective/full (selective only for unfused attention: with a fused
+    kernel it is the same layout as none); sequence parallelism on wherever tp > 1 and the
+    framework has it (it moves the same bytes and keeps fewer, so a layout without it never
+    wins; fix ``sp`` to compare); full recomputation without early stop unless ``early_stop``
+    is fixed (PyTorch's checkpoint, whose rerun ends early, then stands for every full
+    recomputation). Pipelines whose stage count does not divide the layers are searched with
+    :meth:`Layout.stage_layers`'s split (lighter first and last stages). Micro-batches that do
+    not divide the batch and interleavings that do not divide the layers are skipped unless
+    fixed (then :func:`layout_problems` names them). ``fixed`` pins any :class:`Layout` field.
+    A ``framework`` drops the values it did not offer from every axis
     (:meth:`Framework.options`).
 
     Raises:
+        TypeError: for a ``framework`` that is not a :class:`Framework`.
         ValueError: for an unknown field in ``fixed``, or a fixed value ``framework`` does
             not offer.
     """
+    check_type("framework", framework, Framework, optional=True)
     fixed = dict(fixed or {})
     bad = sorted(set(fixed) - set(LAYOUT_FIELDS))
     if bad:

@@ -7,7 +7,15 @@ import importlib
 import pytest
 from inputs_cases import duplicate_ids, uncovered
 
-from perfkit.plan import MEGATRON_LM_2021, Framework, Layout, framework_problems, megatron_runs, plan
+from perfkit.plan import (
+    MEGATRON_LM_2021,
+    Framework,
+    Layout,
+    enumerate_layouts,
+    framework_problems,
+    megatron_runs,
+    plan,
+)
 
 module = importlib.import_module("perfkit.plan.framework")
 RUN = megatron_runs()[0]
@@ -36,6 +44,9 @@ CASES = [
      TypeError, "model"),
     ("framework_problems layout", lambda: framework_problems(MEGATRON_LM_2021, RUN.model, (1, 1)),
      TypeError, "layout"),
+    ("enumerate_layouts framework name", lambda: enumerate_layouts(RUN.model, 32, 512, 8,
+                                                                   framework="megatron"),
+     TypeError, "framework"),
     ("plan framework name", lambda: plan(RUN.model, RUN.cluster, 32, 512, framework="megatron"),
      TypeError, "framework"),
     ("plan recipe beside framework", lambda: plan(RUN.model, RUN.cluster, 32, 512,
