@@ -587,9 +587,12 @@ print(f"rows without recomputation sit above the rows with it in {above} of the 
 
 # %% [markdown]
 # For Megatron-LM's rows the planner also chooses the layout: its distinct (TP, PP) are ranked by
-# their best predicted step with the 2021 software held (full recomputation, no sequence
-# parallelism, no ZeRO). The published choice should be among the three best, or within the
-# planner's own median error of the best (a tie it cannot resolve).
+# their best predicted step with the 2021 software held as `perfkit.plan.MEGATRON_LM_2021`
+# reads it from that code: full recomputation; no sequence or context parallelism, no ZeRO;
+# stages that divide the layers; 20 bytes per parameter (fp32 copies of the gradients kept
+# across steps) and a flattened fp16 gradient copy for the all-reduce. The published choice
+# should be among the three best, or within the planner's own median error of the best (a tie
+# it cannot resolve).
 
 # %%
 ranks = layout_ranks(cmp)
