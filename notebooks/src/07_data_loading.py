@@ -540,7 +540,8 @@ N = min(STEPS, len(cnn.loader))  # steps per timed loop: one pass at most
 t_step = timing.benchmark(lambda: train_step(x0, y0), warmup=3, repeat=10, device=DEVICE).median_s
 print(f"CNN step alone: {t_step * 1e3:.1f} ms; planted load: the DataLoader + {t_step * 1e3:.1f} ms per batch; "
       f"each timed loop runs n = N = {N} steps")
-beside = ex.thread_share(lambda: train_step(x0, y0), n=5, repeat=11)  # 11 rounds: an interval inside the extremes
+beside = ex.thread_share(lambda: train_step(x0, y0), n=1, repeat=11)  # 11 rounds: an interval inside the extremes;
+# one step a round: beside a thread that holds the GIL, each of its hand-offs can wait a switch interval (5 ms)
 print(f"share of the step's time a busy Python thread ran beside it: {beside.text()}")
 
 

@@ -37,3 +37,13 @@ def test_checks_fail_on_the_blank_lab_for_the_expected_reason(solution):
     for q in report.questions:
         assert q.kind in ("NotImplementedError", "AssertionError"), (
             f"{q.name} failed on the blank lab with {q.kind}: {q.message}\n{report.format()}")
+
+
+def test_lab04_drops_only_a_reference_too_slow_to_set_the_bar():
+    """The speed check times the references the probe keeps: dropping the faster one would
+    lower the bar (planted: [1.0, 3.0] must keep fp32, [3.0, 1.0] bf16)."""
+    from tools.labs.checks_lab04 import DROP_SLOWER, _contenders
+
+    assert _contenders([1.0, 3.0]) == [0] and _contenders([3.0, 1.0]) == [1]
+    assert _contenders([1.0, 1.5]) == [0, 1] and _contenders([1.0, DROP_SLOWER]) == [0, 1]
+    assert _contenders([0.2, 0.2]) == [0, 1]
