@@ -39,7 +39,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 MAX_BYTES = 300_000 if QUICK else 1_000_000  # standard-library source the GPT-2 trains on
 SKIP, WINDOW = 2, 4            # perfkit diagnose: warm-up steps, then steps recorded
 MEASURE = 8 if QUICK else 16   # steps after the window, timed without the profiler
-TARGET_LOSS = 5.8 if QUICK else 5.0  # mean loss over the last 4096 tokens of both ranks
+TARGET_LOSS = 5.8 if QUICK else 5.2  # mean loss over the last 4096 tokens of both ranks (lab 06 uses 5.2 too)
 MAX_STEPS = 1500               # a run that never reaches the target stops here
 
 # %%
