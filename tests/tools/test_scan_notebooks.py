@@ -291,7 +291,7 @@ def test_make_course_prints_the_scan_summary(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run_course, "run_notebook", fake_run)
     run_course.main(["--quick", "--out", str(tmp_path / "out"), "--notebooks", str(src / "99_planted.ipynb")])
     text = capsys.readouterr().out
-    assert "consistency scan" in text and "1 finding(s) in 1 notebook(s)" in text
+    assert "consistency scan" in text and "1 finding(s) in 1 of the 1 notebook(s) scanned" in text
     assert "99_planted cell 1 [over_ceiling]" in text
 
 
@@ -305,6 +305,6 @@ def test_the_summary_counts_known_new_and_gone(tmp_path):
                {"notebook": "07_data", "kind": "error", "match": "E", "reason": "r"}]
     listed.write_text(json.dumps({"findings": entries}))
     text = scan.summary([tmp_path], listed)
-    assert "2 finding(s) in 1 notebook(s), 1 of them listed in tools/known.json, 1 not" in text
+    assert "2 finding(s) in 1 of the 1 notebook(s) scanned, 1 of them listed in tools/known.json, 1 not" in text
     assert "2 listed finding(s) did not occur, 1 of them not intermittent" in text
     assert "06_compute cell 1 [path]" in text and "[over_ceiling]" not in text
