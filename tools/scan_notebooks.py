@@ -335,7 +335,8 @@ def summary(paths: Sequence[Path | str], known_path: Path | str = KNOWN, shown: 
     unseen = [k for k in known if k.notebook in scanned and not any(k.covers(f) for f in findings)]
     books = len({f.notebook for f in findings})
     lines = [f"consistency scan (python -m tools.scan_notebooks): {len(findings)} finding(s) in {books} "
-             f"of the {len(scanned)} notebook(s) scanned, {len(findings) - len(new)} of them listed in tools/{Path(known_path).name}, "
+             f"of the {len(scanned)} notebook(s) scanned, "
+             f"{len(findings) - len(new)} of them listed in tools/{Path(known_path).name}, "
              f"{len(new)} not"]
     if unseen:
         lines.append(f"  {len(unseen)} listed finding(s) did not occur, {len(stale)} of them not "

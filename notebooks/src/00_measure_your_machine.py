@@ -435,7 +435,7 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #
 # **Prediction.** Those six matmuls do all the step's FLOPs; the ReLU, the loss and the
 # gradient accumulation are elementwise, memory-bound and small. So the step should take at
-# most twice as long as its six matmuls run alone (and about as long: it runs them). The step (with an
+# most twice as long as its six matmuls run alone (a bound: how much of the rest shows is measured). The step (with an
 # activation input) and the six matmuls alone, at the step's shapes, are timed in alternation on
 # the cores other processes leave free, so that the load of the moment weighs on both alike:
 # on a busy machine an OpenMP thread that loses its core stalls the others at every barrier,

@@ -317,7 +317,7 @@ plt.show()
 # data (every process its own batch):
 #
 # * **naive**: after `backward()`, one all-reduce per parameter tensor;
-# * **bucketed**: after `backward()`, gradients packed into flat buckets of `DP_CAP_MB` and one
+# * **bucketed**: after `backward()`, gradients packed into flat buckets of `DP_CAP_MB` MiB (as DDP's `bucket_cap_mb`, in units of 2^20 bytes) and one
 #   all-reduce per bucket;
 # * **overlapped**: a hook on each parameter (`register_post_accumulate_grad_hook`) packs its
 #   gradient as soon as backward produces it and launches the bucket's all-reduce

@@ -300,7 +300,8 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 # pays the latency `alpha` of notebook 02). We measure all three on this machine below: the
 # kernels first, then the collectives on 2 processes. The encode + decode of one
 # tensor of `ENC_NUMEL` values is timed against a plain copy of it into a preallocated buffer
-# (the memory ceiling for touching every value once). Top-k is timed twice: with exact
+# (a reference timed in the same rounds, not a ceiling: the line after the timings prints its
+# share of the machine's DRAM copy ceiling). Top-k is timed twice: with exact
 # `torch.topk` and with the sampled threshold of Deep Gradient Compression (Lin et al., 2018),
 # which estimates the `k`-th magnitude from a random sample, keeps the candidates above it and
 # trims them with a small exact top-k.
@@ -349,8 +350,7 @@ for name, m in ms.items():
     print(f"{name:>12}: {si(m.median_s, 's'):>9} = {si(4 * ENC_NUMEL / m.median_s, 'B/s'):>10} of fp32 input"
           + ("" if name == "memcpy" else f", {vs_copy:5.2f}x memcpy's time") + ("" if b is None or name == "memcpy" else
           f" (its {b:g} B/value at the copy's 8 B/value: {b / 8:.2f}x" + (
-              ")" if vs_copy >= b / 8 else "; it took less: this path's bytes did not all move at the copy's "
-              "speed)")))
+              ")" if vs_copy >= b / 8 else "; less than that: its bytes moved faster than the copy's)")))
 copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
 obs = ceilings.observe(limits, "dram", copy_rw, "this memcpy", save=False)
 fit = ceilings.cached_copy_bytes(limits)  # bytes: the largest copy buffer the sweep saw served by a cache
@@ -378,7 +378,8 @@ for name in ("qsgd fused", "sign fused"):
                 f"measured; the other {si(ms[name].median_s - bytes_s, 's')} is what the bound leaves out: "
                 f"the loop's arithmetic ({ARITHMETIC[name]}) or how Inductor compiled it; this run "
                 "times the whole loop, not which of the two.",
-        "above": "Faster than its bytes at the copy's speed: part of its traffic ran from the caches."})
+        "above": "Faster than its bytes at the copy's speed: its bytes moved faster than the copy's did in "
+                 "the same rounds; this run does not measure where (the caches, or a slow copy)."})
 topk_speed = stats.median_ratio(ms["topk exact"].times_s, ms["topk sampled"].times_s)
 viz.verdict(Prediction("sampled top-k's speed over exact", "a few streaming passes instead of a sort",
                        low=1.0, unit="x"), topk_speed)
@@ -533,7 +534,7 @@ for name in measured:
     print(f"{name:>11}: measured {measured[name]:5.1%} of memcpy, predicted {predicted[name]:5.1%}; its bytes at "
           f"the copy's speed {si(bytes_s, 's')} of {si(took, 's')}: " + (
               f"{si(took - bytes_s, 's')} ({1 - bytes_s / took:.0%}) outside the bytes model" if took > bytes_s else
-              f"{si(bytes_s - took, 's')} faster than its bytes: passes that ran from cache"))
+              f"{si(bytes_s - took, 's')} faster than its bytes at the copy's speed"))
 
 # %% [markdown]
 # The first call of a fused kernel pays for the compile (printed above); later processes load

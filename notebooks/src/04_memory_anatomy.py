@@ -75,7 +75,7 @@ print(f"torch {torch.__version__} on {DEVICE}; memory limit of this device: {viz
 # **Prediction.** `perfkit.memory.gpt2_step_memory` adds the model states (Ψ parameters x
 # (4 + 4 + 8) bytes in fp32) and the activations from a per-operation count of what a
 # transformers GPT-2 block saves (section 2 checks that count): about 30 C floats per token
-# in each block (its GELU is a Python composition that saves four intermediate tensors), and outside the blocks the logits' log-softmax, V floats per token.
+# in each block (its GELU is a Python composition that saves three intermediate tensors besides its input), and outside the blocks the logits' log-softmax, V floats per token.
 
 # %%
 B, T, C, L, H, V = BATCH, SEQ, MODEL["n_embd"], MODEL["n_layer"], MODEL["n_head"], MODEL["vocab_size"]
@@ -303,8 +303,8 @@ viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain
              "the same blocks called on their own."})
 same = stats.median_ratio(t_switch, t_ckpt)
 gap = (f"Its interval excludes 1: the switch's step was {abs(same.value - 1):.1%} "
-       + ("faster" if same.value < 1 else "slower") + " here, a real difference within the tolerance, "
-       "whose cause this run does not measure." if same.needs is None and (same.low > 1 or same.high < 1)
+       + ("faster" if same.value < 1 else "slower") + " here (the two ran in the same order in every round, "
+       "so an effect of that order is not ruled out); this run does not measure its cause." if same.needs is None and (same.low > 1 or same.high < 1)
        else "Its interval holds 1.")
 viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 

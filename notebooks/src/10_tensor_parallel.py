@@ -365,10 +365,13 @@ for w in WIDTHS:
 # degree, the tokens per step and the network's bandwidth (a multiple of the loopback measured
 # here; the planner's NVLink and network figures, notebook 13, are printed below as multiples of
 # it). In the model, splitting a block costs time below the red line and saves time above it,
-# but never the full `t` while communication is not overlapped with compute. The model is the
-# bound above, so its crossover is the lowest width where splitting could pay: the real one lies
-# at or above it, and where the measured points cross 1x is printed below beside it. The measured
-# speedups are drawn beside each width's bound (from that width's own unsplit time).
+# but never the full `t` while communication is not overlapped with compute. The curve uses one
+# rate, the widest block's, for every width; narrower blocks ran slower per FLOP here, so each
+# width's own bound (from that width's own unsplit time, drawn as open circles) can cross 1x
+# below the red line: the crossover of the one-rate model is not a bound on the real one. Where
+# the measured points cross 1x is printed below beside it. Each measured speedup is the median of
+# that width's paired rounds (split over unsplit, round by round), not the ratio of the two
+# medians printed with it.
 
 # %%
 w = WIDTHS[-1]

@@ -9,7 +9,8 @@
 # %% [markdown]
 # # 11 · Pipeline parallelism: the model cut into stages
 #
-# Tensor parallelism (notebook 10) splits every layer and pays two all-reduces per block.
+# Tensor parallelism (notebook 10) splits every layer and pays two all-reduces per block in the
+# forward pass and two in the backward.
 # **Pipeline parallelism** cuts the model between layers instead: `p` processes each hold
 # consecutive layers (a *stage*), activations travel forward from stage to stage and
 # gradients travel back, point to point, one tensor of `B x T x C` per **hop** (one stage to
@@ -207,8 +208,10 @@ viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held")
     f"{head_est.point()}."))
 
 # %% [markdown]
-# The same measurement with 4 processes (default size only; sleeping processes share 2 cores
-# well, computing ones would not), where the formula's bubble is larger at every `m`:
+# The same measurement with 4 processes (default size only; stages that sleep leave the 2 cores
+# to the processes' own Python, where computing stages would compete for them; a step in which a
+# process waited for its core shows as a larger bubble, so each figure prints its steps' range),
+# where the formula's bubble is larger at every `m`:
 
 # %%
 if FOUR:
@@ -272,8 +275,9 @@ real = res["real"][0]
 est = stats.Estimate(**real["measured"])
 tl = timeline_from(make_schedule("1f1b", P, real["n_micro"]), real["slots"])
 costs = {s: sum(b - a for k, st, _, a, b in row if st == s) for s, row in enumerate(real["slots"])}
-print(f"busy seconds per stage {[round(c, 3) for c in costs.values()]}; simulated bubble "
-      f"{real['simulated']:.3f}; measured {est.value:.3f}")
+print(f"busy seconds per stage {[round(c, 3) for c in costs.values()]}; in the last timed step (drawn below) "
+      f"the simulated bubble is {real['simulated']:.3f} and the measured {tl.bubble_share:.3f}; the median over "
+      f"the {len(real['shares'])} steps is {est.point()}")
 fig = viz.plot_grids(simulate(make_schedule("1f1b", P, real["n_micro"]), {"F": 1, "B": 2}), tl,
                      measured_note=f"the last of {len(real['shares'])} timed steps (median {est.point()})")
 
@@ -347,8 +351,9 @@ print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, '
 # ## What carries over to GPUs
 #
 # - The bubble is `(p - 1) / (m + p - 1)` for GPipe and 1F1B, so it shrinks only while `m`
-#   is large against `p`; `m` is bounded by the global batch over data-parallel replicas
-#   times the micro-batch size, which is what caps `p` in practice.
+#   is large against `p`. The micro-batches per step are `m = B / (d b)` for a global batch of
+#   `B` sequences, `d` data-parallel replicas and micro-batches of `b`: the batch, with the
+#   layers per stage and the memory of each stage, caps how many stages pay off.
 # - 1F1B buys GPipe's bubble at `p` micro-batches of memory instead of `m`; interleaving buys
 #   a smaller bubble with more memory and `v` times the point-to-point messages.
 # - NCCL's point-to-point calls progress only with the peer's matching call, and calls that

@@ -258,8 +258,9 @@ print("The saved tensors are the one single-process count above, used for every 
 # **A pipeline.** The planner's pipeline term is `m v` slots of one micro-batch on one stage,
 # plus `(p - 1)` more for the bubble, plus the sends between stages. Timing it with real
 # blocks on two loaded cores would measure the scheduler; stage bodies that sleep `T_F` and
-# `T_B` cost the same under any load, so they test the schedule's structure alone (notebook
-# 11 does the same). An interleaved rank holds the same layers cut into `v` chunks, so each
+# `T_B` need no core while they sleep, so they test the schedule's structure far more than the
+# cores (notebook 11 does the same). A sleep can still end late when the process waits for its
+# core to wake up, so each verdict prints the time the actions really took beside the model's. An interleaved rank holds the same layers cut into `v` chunks, so each
 # chunk sleeps `T_F / v` and `T_B / v`: the same work per rank, and the bubble `v` times
 # smaller. Predictions first, within 10 %.
 
@@ -637,9 +638,9 @@ for t, v in la["tables"].items():
 display(Markdown("Median / worst |error| over the held-out rows llm-analysis models:\n\n" + "\n".join(lines)))
 skipped = [r for r in la["rows"] if r["llm_analysis"] is None and not r["fitted"]]
 print(f"llm-analysis models {la['modelled']} of the {la['held_out']} held-out rows; the planner's "
-      "columns above are over those rows only. Left out: " + "; ".join(
+      "columns above are over those rows only" + ("" if not skipped else ". Left out: " + "; ".join(
           f"{r['label']} ({r['table']}, planner {r['planner_error']:+.1%}: {r['reason'].split(', note')[0]})"
-          for r in skipped))
+          for r in skipped)))
 viz.verdict(Prediction("llm-analysis's median |error| with its own fit over the planner's, same rows",
                        "the planner counts what llm-analysis leaves out", low=1.0, unit="x",
                        physical=(0, None), measured_here=False),

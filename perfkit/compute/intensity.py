@@ -36,6 +36,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 
 from perfkit import roofline
 from perfkit._checks import check_callable, check_items, check_real, check_type
+from perfkit.ceilings import cached_copy_bytes
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
@@ -198,10 +199,13 @@ def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32
     Args:
         ops: :class:`OpRecord` s (e.g. one phase of :func:`count_phases`).
         limits: the machine's measured ceilings; dtype: whose matmul peak applies.
-        cache: an op whose bytes fit in half the last-level cache moves them at the cache's
-            measured bandwidth (``limits.cache_bytes_per_s``: the buffers it was measured on
-            fit the same way), the fastest it can; the others, and every op with ``False`` or
-            limits without a cache figure, at DRAM's (``copy_bytes_per_s``).
+        cache: an op whose bytes fit the cache moves them at the cache's measured bandwidth
+            (``limits.cache_bytes_per_s``), the fastest it can; the others, and every op with
+            ``False`` or limits without a cache figure, at DRAM's (``copy_bytes_per_s``). An op
+            fits when its counted bytes are at most twice the largest copy buffer the sweep saw
+            served by the cache (:func:`perfkit.ceilings.cached_copy_bytes`); without a sweep,
+            half the last-level cache the operating system reports (a virtual machine's can be
+            its host's).
         threads: the intra-op threads the ops ran on: the matmul ceiling measured on them
             (:meth:`perfkit.hw.MachineLimits.peak_flops`); ``None``, all cores'. The bandwidths
             stay the ones measured on all cores.
@@ -216,7 +220,8 @@ def roofline_s(ops: list[OpRecord], limits: MachineLimits, dtype: str = "float32
     check_type("limits", limits, MachineLimits)
     check_type("cache", cache, bool)
     peak, dram = limits.peak_flops(dtype, threads), limits.copy_bytes_per_s
-    fits = (limits.llc_bytes or 0) // 2 if cache and limits.cache_bytes_per_s else -1
+    seen = cached_copy_bytes(limits) if cache else None  # the cache notebook 00's copies really saw
+    fits = (2 * seen if seen else (limits.llc_bytes or 0) // 2) if cache and limits.cache_bytes_per_s else -1
 
     def bw(nbytes: int) -> float:
         return limits.cache_bytes_per_s if nbytes <= fits else dram

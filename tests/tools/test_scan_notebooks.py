@@ -305,6 +305,7 @@ def test_the_summary_counts_known_new_and_gone(tmp_path):
                {"notebook": "07_data", "kind": "error", "match": "E", "reason": "r"}]
     listed.write_text(json.dumps({"findings": entries}))
     text = scan.summary([tmp_path], listed)
-    assert "2 finding(s) in 1 of the 1 notebook(s) scanned, 1 of them listed in tools/known.json, 1 not" in text
+    assert ("2 finding(s) in 1 of the 1 notebook(s) scanned, 1 of them listed in tools/known.json, 1 not"
+            in text)
     assert "2 listed finding(s) did not occur, 1 of them not intermittent" in text
     assert "06_compute cell 1 [path]" in text and "[over_ceiling]" not in text
