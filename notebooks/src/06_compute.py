@@ -662,9 +662,10 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 # A check of the formula against PyTorch's `FlopCounterMode`, which counts the FLOPs of every
 # matmul actually dispatched (with eager attention, so the attention matmuls are visible to it;
 # its CPU flash-attention kernel has no FLOP formula registered and would be missed). Elementwise
-# work is not counted by either, so the two should agree to within rounding; if not, the
-# counter's per-operator counts (`counter.get_flop_counts()`) name the matmul the formula misses
-# or charges twice. (The check above fixes the sequence at 64 so that its output never changes;
+# work is not counted by the counter, but `6N` counts every parameter, the biases and layer norms
+# that do no matmul too: the two should differ by 6 FLOPs per such parameter per token and no
+# more; a larger gap, the counter's per-operator counts (`counter.get_flop_counts()`) name the
+# matmul the formula misses or charges twice. (The check above fixes the sequence at 64 so that its output never changes;
 # the step below uses the sequence length of the timings, `SEQ`.)
 
 # %%

@@ -566,7 +566,12 @@ io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"1 - t_load / (
                               low=0.7 * bound, high=1.0, physical=(None, 1.0)), hidden["sleep"], explain={
     "below": f"The prefetched loop took {ms['Prefetcher, sleep load']:.1f} ms/step against the model's "
              f"{(t_load + N * max(t_load, t_compute)) / N:.1f}: each batch's handoff needs the GIL, and the "
-             "digits DataLoader inside the load runs Python that holds it."})
+             "digits DataLoader inside the load runs Python that holds it.",
+    "disturbed": f"The prefetched loop took {ms['Prefetcher, sleep load']:.1f} ms/step, less than the load alone "
+                 f"took timed apart ({t_load:.1f} ms/step): the loop cannot end before its thread has loaded all "
+                 f"{N} batches, so inside it a load took at most {ms['Prefetcher, sleep load']:.1f} ms. The "
+                 "reference the hidden fraction is measured against, the load timed alone, ran slower than the "
+                 "same load inside the loop; this run does not measure why."})
 viz.show_verdict(io_verdict)
 gil_bound = min(1.0, beside.high * t_compute / min(t_load, t_compute))  # the top of its interval
 viz.verdict(Prediction("hidden fraction, GIL-holding load", f"at most the share of the step a Python thread runs "

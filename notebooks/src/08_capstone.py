@@ -270,9 +270,11 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # bf16 once `--fix bf16` runs): the two processes run one thread each, on all the cores there
 # are. It is read on the unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs
 # that ran, recomputation included, so over the same steps it is at least MFU (PaLM's appendix B
-# defines both). The diagnosis' "HFU" is not over the same steps: it counts the FLOPs the
-# profiler saw on one rank, over one thread's ceiling, in the profiled, slower, window; read it
-# as that window's FLOP rate, which can lie below the MFU here. Both divide by a *measured*
+# defines both). The diagnosis' "HFU" is not over the same steps, nor over all the FLOPs: it
+# counts the FLOPs of the matmul and convolution ops the profiler has formulas for (after
+# `--fix attention`, the fused attention's are not among them) on one rank, over one thread's
+# ceiling, in the profiled, slower, window; read it as that window's matmul FLOP rate, which
+# can lie below the MFU here. Both divide by a *measured*
 # ceiling, not a vendor's peak, so they read higher than a published MFU on the same machine would.
 
 # %%

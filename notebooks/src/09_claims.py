@@ -380,8 +380,10 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 #
 # **The advice.** Turn on mixed precision: 40-60 % faster ("2x on modern GPUs"), half the memory.
 #
-# **The model** (module 06). Autocast runs matmuls in bf16 and keeps reductions, weights and
-# the optimizer in fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
+# **The model** (module 06). Autocast runs matmuls (and on a CPU, attention) in bf16 and keeps
+# the weights and the optimizer in fp32; on a CPU its fp32 list is short (the loss, not softmax
+# or layer norm as on CUDA), and ops like layer norm stay fp32 where their input, the residual
+# stream, is fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
 # changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off notebook 00's
 # ceilings (those of the one thread the steps run on), `f` is the step's model FLOPs at the fp32
 # ceiling over its time and `r` the ratio of the bf16 and fp32 ceilings (below 1 on a CPU without
@@ -412,8 +414,9 @@ print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)"
 print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}")
 
 # %%
-amdahl_text = (f"the ops autocast changes are {ap.share():.0%} of this step and run {ap.total().ratio:.2f}x as fast "
-               f"in bf16 (Amdahl: {ap.predicted():.2f}x)")
+amdahl_text = (f"the ops autocast changes are {ap.share():.0%} of this step" if ap.share() <= 1 else
+               f"the ops autocast changes, replayed alone in fp32, took {ap.share():.0%} of this step's time (f "
+               "capped at 1)") + (f" and run {ap.total().ratio:.2f}x as fast in bf16 (Amdahl: {ap.predicted():.2f}x)")
 viz.verdict(Prediction("bf16 step speedup (CPU)", "Amdahl with the changed ops timed alone at the step's shapes",
                        value=ap.predicted(), rel_tol=0.25, unit="x"), speed, explain=ap.explain())
 viz.verdict(Prediction("bf16 saved activations over fp32's", "only autocast's bf16 outputs halve", low=0.5, high=1.0,
@@ -422,8 +425,9 @@ claim_verdict("mixed precision: 40-60 % faster", Claim("mixed precision gives a 
      "autocast step speedup over fp32", low=1.4, partly=1.0, unit="x"), speed, f"Here {amdahl_text}.",
      gpu_only=not CUDA and r <= 1)
 claim_verdict("mixed precision: half the memory", Claim("mixed precision halves memory", "bf16 saved activations / fp32",
-     low=0.45, high=0.55, partly=1.0, unit="x", timed=False), mem_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's bytes: its fp32 "
-     "ops (layer norms, softmax, the loss) and bf16 weight copies; weights, gradients and Adam state do not shrink.")
+     low=0.45, high=0.55, partly=1.0, unit="x", timed=False), mem_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's bytes: "
+     "what stays fp32 (the loss, layer norms on the fp32 residual stream) and bf16 weight copies; weights, gradients "
+     "and Adam state do not shrink.")
 
 # %%
 if not CUDA:

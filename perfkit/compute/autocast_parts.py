@@ -232,9 +232,9 @@ class AutocastParts:
         if r32 <= 0:
             alone, step = self.total().baseline.median_s * 1e3, self.steps.baseline.median_s * 1e3
             text = (f"The changed ops alone in fp32 ({alone:.1f} ms) took longer than the whole fp32 step "
-                    f"({step:.1f} ms), so f was capped at 1: alone they ran slower than inside the step (the "
-                    "load changed while they were replayed).")
-            return {"above": text, "below": text}
+                    f"({step:.1f} ms), so f was capped at 1 and the prediction is the replay's ratio r "
+                    "alone: alone they ran slower than inside the step, which this run does not explain.")
+            return {"held": text, "above": text, "below": text}
         if r16 <= 0:
             text = (f"A step took less than its changed ops replayed alone (fp32 {r32:+.1f} ms, mixed "
                     f"{r16:+.1f} ms left for the rest): inside the step they ran faster than alone, which "
