@@ -11,14 +11,17 @@ SIGKILLs itself; torchrun restarts both ranks, which load the last complete chec
 First a short job with one failure measures the save time ``delta`` and the restart cost
 ``R``. The goodput model is first order in ``R / M``, and a restart here costs seconds
 (torchrun starts both processes again and each imports torch: 2-3 s on an idle 2-core
-machine, 5-10 s under load), so the MTBF is ``--mtbf-s`` or six restarts, whichever is
-longer. The grid is Daly's interval for that ``delta`` and MTBF times 1/4, 1/2, 1, 2, 4 (whole
+machine, 5-10 s under load), so the MTBF is ``--mtbf-s`` (40 s) or six restarts, whichever
+is longer. The restarts of the sweep's jobs, side by side, cost more than the calibration's
+alone (1.5-2.5x on 2026-11-29): with the MTBF at six calibration restarts, R / M reached
+0.41 in the sweep, where neither model held (gaps of 11-17 points); at 40 s it stayed near
+0.1. The grid is Daly's interval for that ``delta`` and MTBF times 1/4, 1/2, 1, 2, 4 (whole
 steps). The jobs run side by side, each started a fifth of the MTBF after the previous one
-(they sleep through their steps; only saves and restarts take the cores, and restarts at
-the same moment would compete for them), each for ``--window-s`` of wall time from its first
+(they sleep through their steps; only saves and restarts take the cores, and restarts at the
+same moment would compete for them), each for ``--window-s`` of wall time from its first
 step, with the same failure gaps: every job meets its failures at the same times of its own
-window (common random numbers), so that the comparison between intervals is not the noise
-of how many failures each met.
+window (common random numbers), so that the comparison between intervals is not the noise of
+how many failures each met.
 
 For each job: the effective training time ratio, the steps it reached (kept in its state)
 times the step's seconds over its wall time from the first step (the imports before it
@@ -35,12 +38,12 @@ the failures fall within an interval alone (the lost work of each failure unifor
 Targets: measured within 5 percentage points of the model at every interval, and the
 measured best interval within one grid step of Young's and Daly's (computed with the mean
 ``delta`` and the realised MTBF over all jobs). With fewer than two failures per job (the
-window is about two MTBFs: a Poisson draw leaves a window without any failure about one run
-in seven) the targets are ``null``: too few failures to judge; run again with another
+window is about six MTBFs: a Poisson draw leaves fewer than two failures in about one run in
+sixty) the targets are ``null``: too few failures to judge; run again with another
 ``--seed``.
 
 Prints one JSON object. Run: ``.venv/bin/python benchmarks/checkpoint_goodput.py``
-(about 3 minutes; ``PERFKIT_QUICK=1``: windows of 60 s instead of 120; ``--store
+(about 5 minutes: windows of 240 s, six failures each on average; ``PERFKIT_QUICK=1``: 120 s; ``--store
 benchmarks/stored/checkpoint_goodput.json`` keeps the run, with its command, for notebook 14).
 """
 
@@ -180,11 +183,11 @@ def model(rec: dict, mtbf_s: float) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mtbf-s", type=float, default=15.0, help="injected MTBF of a job (s)")
+    p.add_argument("--mtbf-s", type=float, default=40.0, help="injected MTBF of a job (s)")
     p.add_argument("--step-s", type=float, default=0.05, help="one step's compute (s)")
     p.add_argument("--state-mib", type=float, default=4.0, help="state per rank (MiB)")
     quick = os.environ.get("PERFKIT_QUICK") == "1"
-    p.add_argument("--window-s", type=float, default=60.0 if quick else 120.0,
+    p.add_argument("--window-s", type=float, default=120.0 if quick else 240.0,
                    help="wall seconds each job runs from its first step")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--dir", help="working directory (default: a temporary one on /dev/shm)")

@@ -276,7 +276,7 @@ print(f"δ/M = {delta / MTBF_S:.2g}: Daly's exact share at Young's interval is {
          else "no interval on the grid does better"))
 
 # %% [markdown]
-# **Measured points.** `benchmarks/checkpoint_goodput.py` (about 3 minutes, more than this
+# **Measured points.** `benchmarks/checkpoint_goodput.py` (about 5 minutes, more than this
 # notebook's budget) runs real torchrun jobs (2 ranks, `--max-restarts`), injects failures
 # as a Poisson process with the MTBF scaled to seconds, and measures the effective training
 # time at intervals of 1/4 to 4 times Daly's, in steps of 2x, every job meeting the same
