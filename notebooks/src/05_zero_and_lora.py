@@ -334,7 +334,7 @@ for n in ("zero1", "zero2", "zero3"):
 held = ms["zero2"].model_states["grads"] + ms["zero2"].transient_peak_bytes  # bytes: its slice + bucket buffers
 print(f"zero2 during backward: its gradient slice ({viz.si(ms['zero2'].model_states['grads'], 'B')}) and bucket "
       f"buffers up to {viz.si(ms['zero2'].transient_peak_bytes, 'B')}: at most {viz.si(held, 'B')} of gradient "
-      f"bytes, {held / grad_bytes:.0%} of a whole gradient ({viz.si(grad_bytes, 'B')}); DDP holds two, its "
+      f"bytes, {held / grad_bytes:.2g}x the bytes of a whole gradient ({viz.si(grad_bytes, 'B')}); DDP holds two, its "
       f"gradients and their bucket copy ({viz.si(2 * grad_bytes, 'B')}): " + (
           f"{held / (2 * grad_bytes):.0%} of DDP's gradient bytes even at backward's peak." if held < 2 * grad_bytes
           else "at backward's peak zero2 holds as many gradient bytes as DDP or more; its saving holds after backward."))
