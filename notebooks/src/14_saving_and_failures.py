@@ -308,7 +308,7 @@ else:
     worst = sw["max_abs_diff_pp"]
     kept = sw["targets"].get("within_5pp_daly")
     d, r, m = pooled["save_s"], pooled["restart_s"], pooled["mtbf_realised_s"]
-    drawn = max(abs(pt["measured"] - (1 - d / pt["tau_s"] - (pt["tau_s"] / 2 + r) / m)) for pt in sw["points"])
+    drawn = max(abs(pt["measured"] - saving.goodput(pt["tau_s"], d, r, m)) for pt in sw["points"])
     print(f"Each point is one job of {sw['config']['window_s']:.0f} s meeting {sw['points'][0]['failures']} "
           f"failures, the same failure times in every job: its goodput has no interval. The curve drawn is the "
           f"first-order model at the pooled δ, R and MTBF: its largest gap to a point is {100 * drawn:.2g} pp. "
