@@ -193,7 +193,7 @@ def measure_step_anatomy(
     else:
         peak = peak_rss_bytes() - base
     grads = {storage_key(p.grad): tensor_nbytes(p.grad) for p in model.parameters()
-             if p.grad is not None}
+             if p.grad is not None and not getattr(p.grad, "holds_no_bytes", False)}
     return StepAnatomy(
         params=count_parameters(model).total_bytes, grads=sum(grads.values()),
         optimizer_state=optimizer_state_bytes(optimizer),

@@ -225,7 +225,8 @@ def storage_bytes(tensors: Iterable[torch.Tensor | None],
                   seen: set[tuple[str, int]] | None = None) -> int:
     """Bytes of the distinct storages under ``tensors`` (views of one buffer count once,
     the whole buffer, padding included); storages already in ``seen`` are skipped and
-    the new ones added to it. ``None`` entries are skipped.
+    the new ones added to it. ``None`` entries are skipped, and so are tensors that own no
+    memory (``holds_no_bytes``: the marker ZeRO-2/3 leave as ``p.grad``).
 
     Raises:
         TypeError: for an item that is neither a tensor nor ``None``.
@@ -237,6 +238,8 @@ def storage_bytes(tensors: Iterable[torch.Tensor | None],
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tensors must hold tensors or None, got {type(t).__name__}")
+        if getattr(t, "holds_no_bytes", False):  # perfkit.parallel.ShardedGradient
+            continue
         key = storage_key(t)
         if key not in seen and t.numel():
             seen.add(key)

@@ -104,6 +104,10 @@ from perfkit.parallel.sequence import (
     scatter_to_sequence,
     sync_sequence_parallel_grads,
 )
+from perfkit.parallel.sharded_grad import (
+    ShardedGradient,
+    is_sharded_gradient,
+)
 from perfkit.parallel.simulate import (
     DEFAULT_COSTS,
     DeadlockError,
@@ -157,6 +161,8 @@ from perfkit.parallel.zero3 import (
 )
 
 __all__ = [
+    "ShardedGradient",
+    "is_sharded_gradient",
     "timed_imbalance",
     "SPLITS",
     "RingStats",

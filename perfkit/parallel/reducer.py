@@ -34,6 +34,7 @@ import torch.distributed as dist
 from perfkit._checks import check_choice, check_int, check_items, check_type
 from perfkit.parallel.buckets import ShardedBucket
 from perfkit.parallel.flat import reduce_scatter_flat
+from perfkit.parallel.sharded_grad import ShardedGradient, is_sharded_gradient
 
 __all__ = ["BucketReducer"]
 
@@ -96,9 +97,13 @@ class BucketReducer:
         self.reset()
 
     def reset(self) -> None:
-        """Forget this step's arrivals (after the step used :attr:`ShardedBucket.reduced`)."""
+        """Forget this step's arrivals (after the step used :attr:`ShardedBucket.reduced`);
+        stages 2-3: ``p.grad`` back to ``None`` from its :class:`ShardedGradient` marker."""
         for b in self.buckets:
             b.reduced = None
+            for p in b.params:
+                if is_sharded_gradient(p.grad):
+                    p.grad = None
         self._arrived = [[False] * len(b.params) for b in self.buckets]
         self._count = [0] * len(self.buckets)
         self._work: list[tuple[int, Any, torch.Tensor]] = []  # (bucket, handle, output)
@@ -138,12 +143,13 @@ class BucketReducer:
 
     def _take(self, bi: int, k: int, p: torch.Tensor) -> None:
         """Copy ``p.grad`` into its bucket (cast to the reduce dtype); stage 1 keeps it there
-        as ``p.grad``, stages 2-3 free it."""
+        as ``p.grad``, stages 2-3 free it and leave a :class:`ShardedGradient` marker, which
+        raises on use (torch's ``clip_grad_norm_`` would otherwise find no gradient)."""
         b = self.buckets[bi]
         view = self._grads(bi)[b.offsets[k]:b.offsets[k] + b.numels[k]]
         if p.grad.data_ptr() != view.data_ptr():  # stage 1 after zero_grad(set_to_none=False)
             view.copy_(p.grad.reshape(-1))
-        p.grad = None if self.stage >= 2 else view.view_as(p)
+        p.grad = ShardedGradient(p, self.stage) if self.stage >= 2 else view.view_as(p)
         self._arrived[bi][k] = True
         b.seen = b.grads._version  # after the reducer's own write; sync() checks the rest
 

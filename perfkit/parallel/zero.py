@@ -43,6 +43,7 @@ from perfkit.parallel.clip import clip_grad_norm_
 from perfkit.parallel.data_parallel import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES
 from perfkit.parallel.flat import all_gather_flat
 from perfkit.parallel.reducer import BucketReducer
+from perfkit.parallel.sharded_grad import is_sharded_gradient
 from perfkit.parallel.zero3 import ShardedModule
 
 __all__ = ["ZeroOptimizer"]
@@ -75,8 +76,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     Clipping: the gradients the step uses are this rank's slices, so clip them with
     :meth:`clip_grad_norm_` between backward and :meth:`step` (their norm over every rank).
-    ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` cannot: at stages 2-3 the
-    parameters hold no gradient (it returns 0 and clips nothing); at stage 1 with
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), ...)`` cannot: at stages 2-3 each
+    parameter's ``.grad`` is then a :class:`perfkit.parallel.ShardedGradient`, which raises
+    on use, naming this method (as ``None`` it would return 0 and clip nothing, silently;
+    :meth:`step` and :meth:`zero_grad` set it back to ``None``); at stage 1 with
     ``overlap`` they hold this rank's un-averaged gradient, already read by backward, so
     the step raises when it finds them changed; at stages 1-2 without ``overlap`` it
     would clip each rank's gradient by that rank's own norm before the average, which no
@@ -317,6 +320,15 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.reducer.reset()
         self._has = None
         return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """As ``torch.optim.Optimizer.zero_grad``; a :class:`ShardedGradient` marker is set
+        to ``None`` whatever ``set_to_none`` says (it holds nothing to zero)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if is_sharded_gradient(p.grad):
+                    p.grad = None
+        super().zero_grad(set_to_none)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
                         error_if_nonfinite: bool = False) -> torch.Tensor:

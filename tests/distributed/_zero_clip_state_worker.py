@@ -110,8 +110,12 @@ def zero_run(rank: int, world: int, stage: int, optimizer: str, norm_type: float
         if clip == "ours":
             norms.append(float(opt.clip_grad_norm_(max_norm, norm_type)))
         elif clip == "torch":  # what a user would try first
-            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
-                                                              norm_type)))
+            try:  # stages 2-3: p.grad is a ShardedGradient marker, which raises
+                norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm,
+                                                                  norm_type)))
+            except RuntimeError as e:
+                error = str(e)
+                break
         elif clip == "local":  # torch's function on the slices this rank steps: its own norm
             opt.sync_grads()
             leaves = [t for g in opt.optim.param_groups for t in g["params"]]

@@ -117,6 +117,53 @@ def test_stage_1_raises_when_torch_clips_gradients_already_reduced():
     opt.step()
 
 
+def _zero(stage: int, model: nn.Module) -> tuple[nn.Module, ZeroOptimizer]:
+    if stage == 3:
+        net = ShardedModule(model, blocks=blocks_of(model), unsharded=[model.mlp[4].bias])
+        return net, ZeroOptimizer(net, torch.optim.SGD, stage=3, lr=0.1)
+    return model, ZeroOptimizer(model.parameters(), torch.optim.SGD, stage=stage, module=model,
+                                lr=0.1)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_torch_clip_at_stages_2_and_3_raises_until_the_step_clears_the_marker(stage):
+    """Between backward and the step every sharded parameter's ``.grad`` is a
+    ShardedGradient: torch's clip raises naming the accessor (planted ``p.grad = None``:
+    torch returned 0 and clipped nothing); ``step()`` and ``zero_grad(set_to_none=False)``
+    clear it (planted: a marker left after the step makes the next backward raise)."""
+    from perfkit.parallel import ShardedGradient, is_sharded_gradient
+
+    model = PartialMLP()
+    net, opt = _zero(stage, model)
+    _backward(net)
+    marked = [p for p in model.parameters() if is_sharded_gradient(p.grad)]
+    plain = [p for p in model.parameters() if p.grad is not None and not is_sharded_gradient(p.grad)]
+    assert len(marked) >= 5 and [id(p) for p in plain] == ([id(model.mlp[4].bias)] if stage == 3
+                                                            else []), plain
+    assert all(isinstance(p.grad, ShardedGradient) and p.grad.stage == stage for p in marked)
+    assert "ZeroOptimizer's slices" in repr(marked[0].grad)
+    with pytest.raises(RuntimeError, match=rf"ZeRO stage {stage} .*ZeroOptimizer\.clip_grad_norm_"):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    with pytest.raises(RuntimeError, match="ShardedGradient"):
+        float(marked[0].grad.norm())  # a gradient-norm log cannot read zeros either
+    assert float(opt.clip_grad_norm_(1e-3)) > 1e-3
+    opt.step()
+    assert all(p.grad is None for p in marked)  # stage 3's unsharded bias keeps its own
+    for step, set_to_none in enumerate((False, True), 1):  # the next steps go through
+        _backward(net, step)
+        opt.zero_grad(set_to_none=set_to_none)  # the markers hold nothing to zero
+        assert not any(is_sharded_gradient(p.grad) for p in model.parameters())
+        opt.step()
+
+
+def test_the_marker_holds_no_bytes_in_the_model_state_count():
+    from perfkit.memory.model_states import storage_bytes
+    from perfkit.parallel import ShardedGradient
+
+    p = nn.Parameter(torch.zeros(1000))
+    assert storage_bytes([ShardedGradient(p, 2), torch.zeros(10)]) == 40
+
+
 def test_stage_1_without_overlap_lets_gradients_be_scaled_before_the_step():
     model = PartialMLP()
     opt = ZeroOptimizer(model.parameters(), torch.optim.SGD, stage=1, overlap=False, lr=0.1)
