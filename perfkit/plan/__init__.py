@@ -50,10 +50,12 @@ from perfkit.plan.failures import (
     llama3_check,
 )
 from perfkit.plan.framework import (
+    FRAMEWORKS,
     MEGATRON_LM_2021,
     MEGATRON_LM_2021_FP16,
     Framework,
     framework_problems,
+    recipe_words,
 )
 from perfkit.plan.layout import (
     SCHEDULES,
@@ -188,6 +190,8 @@ __all__ = [
     "fit_step_efficiency",
     "Framework",
     "framework_problems",
+    "recipe_words",
+    "FRAMEWORKS",
     "FOUNDRY_COMMIT",
     "FOUNDRY_EARLY_STOP",
     "FOUNDRY_MB_SWEEP",

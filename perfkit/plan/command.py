@@ -30,6 +30,7 @@ from perfkit.plan.failures import (
     failure_options,
     failure_plan,
 )
+from perfkit.plan.framework import FRAMEWORKS, recipe_words
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.overlap import OVERLAP_RULES
 from perfkit.plan.search import Plan, plan
@@ -98,7 +99,8 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"{c.inter.alpha_s * 1e6:.3g} us across nodes" + (f" ({c.note})" if c.note else ""),
         _overlap_line(c),
         f"run: {p.global_batch} sequences per step ({p.global_batch * m.seq:,} tokens); "
-        f"{d.get('recipe', 'bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam 12')}",
+        f"{d.get('recipe', 'bytes per parameter: bf16 weights 2 + gradients 2 + fp32 Adam 12')}"
+        + (f"; framework: {d['framework']}" if "framework" in d else ""),
     ]
 
 
@@ -219,9 +221,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     g.add_argument("--dropout", action="store_true", help="dropout masks kept for backward")
     g.add_argument("--positions", type=_at_least(0), default=0,
                    help="a learned position table of this many rows (default 0: RoPE or ALiBi)")
-    g.add_argument("--precision", choices=sorted(PRECISIONS), default="bf16",
+    g.add_argument("--precision", choices=sorted(PRECISIONS), default=None,
                    help="bf16 / fp16: mixed precision with fp32 Adam (2 + 2 + 12 bytes per "
-                        "parameter); fp32: 4 + 4 + 8 (default bf16)")
+                        "parameter); fp32: 4 + 4 + 8 (default bf16; with --framework, the "
+                        "framework's)")
+    g.add_argument("--framework", choices=("any", *FRAMEWORKS), default="any",
+                   help="search only what this framework and version offered, with its bytes "
+                        "per parameter: megatron-lm-2021 is Megatron-LM as of April 2021 (no ZeRO, "
+                        "SP or CP; stages that divide the layers; fp16 with 20 bytes per "
+                        "parameter), read from NVIDIA/Megatron-LM@a8d172b3 (default any: every "
+                        "option the planner knows)")
     c = ap.add_argument_group("cluster")
     c.add_argument("--gpu", choices=sorted(GPUS), default="h100-sxm")
     c.add_argument("--machine", choices=("local",), help="this machine's measured ceilings and link")
@@ -293,7 +302,10 @@ def _model(args: argparse.Namespace) -> ModelSpec:
 
 def _defaults(args: argparse.Namespace) -> dict[str, str]:
     """The figures the user did not give, with the words that say where they came from."""
-    out = {"recipe": PRECISIONS[args.precision][1]}
+    fw = FRAMEWORKS.get(args.framework)
+    out = {"recipe": recipe_words(fw) if fw else PRECISIONS[args.precision or "bf16"][1]}
+    out["framework"] = (f"{fw.name} (--framework {args.framework}: only what it offered)" if fw
+                        else "any option the planner knows (default; set --framework)")
     if args.efficiency is None and args.machine != "local":
         out["efficiency"] = ("default, not fitted: benchmarks/plan.py fits one on published runs; "
                              "set --efficiency")
@@ -371,7 +383,14 @@ def run(args: argparse.Namespace) -> int:
             fixed["early_stop"] = True
         _check_fixed(model, fixed, args.gpus, batch)
         failing = failure_options(args)
-        result = plan(model, cluster, args.gpus, batch, fixed, recipe=PRECISIONS[args.precision][0])
+        framework = FRAMEWORKS.get(args.framework)
+        if framework is not None and args.precision is not None:
+            raise ValueError(f"--precision {args.precision} with --framework {args.framework}: "
+                             f"the framework sets the bytes per parameter ({recipe_words(framework)})"
+                             "; leave --precision out")
+        result = plan(model, cluster, args.gpus, batch, fixed, framework=framework,
+                      recipe=PRECISIONS[args.precision or "bf16"][0] if framework is None
+                      else "mixed_adam")
     except (TypeError, ValueError) as e:
         print(f"perfkit plan: {e}", file=sys.stderr)
         return 2

@@ -29,7 +29,8 @@ from perfkit.memory.model_states import RECIPES, StateRecipe
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import RECOMPUTE, ModelSpec
 
-__all__ = ["MEGATRON_LM_2021", "MEGATRON_LM_2021_FP16", "Framework", "framework_problems"]
+__all__ = ["FRAMEWORKS", "MEGATRON_LM_2021", "MEGATRON_LM_2021_FP16", "Framework",
+           "framework_problems", "recipe_words"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,16 @@ class Framework:
                    "pp": lambda v: self.uneven_stages or layers % v == 0}.get(axis)
         return list(values) if allowed is None else [v for v in values if allowed(v)]
 
+    def refusal(self, axis: str, value: object, layers: int) -> str:
+        """Why this framework does not offer ``axis=value`` (``layers``: the model's), in the
+        words of :func:`framework_problems`; empty for an axis it does not restrict."""
+        return {"zero": f"it has no ZeRO stage {value} (it offers {self.zero_stages})",
+                "sp": "it has no sequence parallelism",
+                "cp": "it has no context parallelism",
+                "recompute": f"it has no {value!r} recomputation (it offers {self.recompute})",
+                "pp": f"it needs the pipeline's {value} stages to divide the {layers} layers",
+                }.get(axis, "")
+
 
 def framework_problems(framework: Framework, model: ModelSpec, layout: Layout) -> list[str]:
     """Every reason ``framework`` cannot run ``layout`` of ``model``.
@@ -143,3 +154,21 @@ MEGATRON_LM_2021 = Framework(
     zero_stages=(0,), sequence_parallel=False, context_parallel=False,
     recompute=("none", "full"), uneven_stages=False, recipe=MEGATRON_LM_2021_FP16,
     grad_copy_bytes=2.0)
+
+# the names ``perfkit plan --framework`` takes
+FRAMEWORKS: dict[str, Framework] = {"megatron-lm-2021": MEGATRON_LM_2021}
+
+
+def recipe_words(framework: Framework) -> str:
+    """The bytes per parameter ``framework`` keeps, in the words a plan's header uses.
+
+    Raises:
+        TypeError: if ``framework`` is not a :class:`Framework`.
+    """
+    check_type("framework", framework, Framework)
+    r = framework.recipe
+    copy = (f", and a {framework.grad_copy_bytes:g}-byte copy of the gradients after backward"
+            if framework.grad_copy_bytes else "")
+    return (f"bytes per parameter: {framework.name}'s weights {r.param_bytes:g} + gradients "
+            f"{r.grad_bytes:g} + optimizer {r.optimizer_bytes:g}{copy} (read from "
+            f"{framework.source.split(':', 1)[0]})")

@@ -130,7 +130,8 @@ def enumerate_layouts(model: ModelSpec, gpus: int, global_batch: int, gpus_per_n
         for k in list(axes):
             axes[k] = framework.options(k, axes[k], model.layers)
             if k in fixed and not axes[k]:
-                raise ValueError(f"fixed {k}={fixed[k]!r} is not offered by {framework.name}")
+                raise ValueError(f"fixed {k}={fixed[k]!r} is not offered by {framework.name}: "
+                                 f"{framework.refusal(k, fixed[k], model.layers)}")
     out = []
     for tp, pp, cp in itertools.product(axes["tp"], axes["pp"], axes["cp"]):
         if gpus % (tp * pp * cp):

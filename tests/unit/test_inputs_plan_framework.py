@@ -15,6 +15,7 @@ from perfkit.plan import (
     framework_problems,
     megatron_runs,
     plan,
+    recipe_words,
 )
 
 module = importlib.import_module("perfkit.plan.framework")
@@ -53,7 +54,9 @@ CASES = [
                                                   recipe="fp32_adam", framework=MEGATRON_LM_2021),
      ValueError, "recipe"),
     ("plan fixed outside framework", lambda: plan(RUN.model, RUN.cluster, 32, 512, {"sp": True},
-                                                  framework=MEGATRON_LM_2021), ValueError, "fixed sp"),
+                                                  framework=MEGATRON_LM_2021), ValueError,
+     "fixed sp=True is not offered by Megatron-LM .*: it has no sequence parallelism"),
+    ("recipe_words name", lambda: recipe_words("megatron-lm-2021"), TypeError, "framework"),
 ]
 
 

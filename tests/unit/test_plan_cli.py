@@ -177,3 +177,44 @@ def test_overlap_follows_the_framework_named_and_says_so(capsys):
     with pytest.raises(SystemExit) as e:
         main([*z3, "--overlap", "fsdp"])
     assert e.value.code == 2 and "--overlap" in capsys.readouterr().err
+
+
+def test_framework_flag_searches_only_what_it_offered_and_says_so(capsys):
+    """--framework megatron-lm-2021: no ZeRO, SP or CP, stages dividing the 10 layers, its 20
+    bytes per parameter. Planted: a flag parsed but not passed to the search would print
+    layouts the default search prints (ZeRO, SP or a pipeline of 4 over 10 layers)."""
+    args = ["plan", "--gpu", "a100-80gb", "--gpus", "32", "--layers", "10", "--hidden", "2048",
+            "--heads", "16", "--seq", "2048", "--global-batch-tokens", "1M", "--top", "40", "--json"]
+    assert main(args) == 0
+    anyone = [b["layout"] for b in json.loads(capsys.readouterr().out)["best"]]
+    outside = [lay for lay in anyone if lay["zero"] or lay["sp"] or lay["cp"] > 1 or 10 % lay["pp"]]
+    assert outside, "the default search must offer what the framework lacks, or this proves nothing"
+    assert main([*args, "--framework", "megatron-lm-2021"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    inside = [b["layout"] for b in rec["best"]]
+    assert inside and all(lay["zero"] == 0 and not lay["sp"] and lay["cp"] == 1
+                          and 10 % lay["pp"] == 0 for lay in inside), inside
+    assert main(args[:-1] + ["--framework", "megatron-lm-2021"]) == 0
+    out = capsys.readouterr().out
+    assert "framework: Megatron-LM (April 2021)" in out and "gradients 6 + optimizer 12" in out
+    assert main(args[:-1]) == 0
+    assert "framework: any option the planner knows (default; set --framework)" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--precision", "bf16"], "--precision bf16 with --framework megatron-lm-2021"),
+    (["--zero", "1"], "no ZeRO stage 1"),
+    (["--pp", "4"], "stages to divide"),
+])
+def test_framework_flag_refuses_what_the_framework_did_not_have(extra, words, capsys):
+    assert main(["plan", "--gpu", "a100-80gb", "--gpus", "32", "--layers", "10", "--hidden",
+                 "2048", "--heads", "16", "--seq", "2048", "--framework", "megatron-lm-2021",
+                 *extra]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_framework_flag_rejects_an_unknown_name(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", *SMALL, "--framework", "megatron"])
+    assert e.value.code == 2 and "megatron-lm-2021" in capsys.readouterr().err
