@@ -27,8 +27,8 @@ from perfkit import stats
 from perfkit._checks import check_int, check_real
 
 __all__ = [
-    "Measurement", "Timer", "benchmark", "calibrate_number", "interleaved", "resolve_device",
-    "synchronize",
+    "Measurement", "Timer", "balanced_orders", "benchmark", "calibrate_number", "interleaved",
+    "resolve_device", "synchronize",
 ]
 
 
@@ -279,17 +279,38 @@ def calibrate_number(
     return number
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """The orders of a Williams design for ``n`` treatments: ``n`` rounds (``2n`` for odd
+    ``n``, each order then also reversed) in which every index takes every position, and
+    every ordered pair ``(i, j)`` is adjacent (``j`` right after ``i``), equally often.
+    Row ``r`` is ``r, r+1, r-1, r+2, r-2, ...`` modulo ``n`` (Williams, Aust. J. Sci. Res.
+    1949).
+
+    Raises:
+        ValueError: for an ``n`` that is not an int >= 1.
+    """
+    check_int("n", n, 1)
+    base = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    rows = [[(b + r) % n for b in base] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
+
+
 def interleaved(
     fns: Sequence[Callable[[], object]],
     warmup: int = 2,
     repeat: int = 10,
     device: torch.device | str | None = None,
 ) -> list[Measurement]:
-    """Time several callables in alternation (A, B, A, B, ...).
+    """Time several callables in alternation, one round after another (A B, B A, A B, ...).
 
     On a shared, noisy machine, load changes over seconds; alternating puts every
     candidate under the same conditions, so their *ratio* is trustworthy even when the
-    absolute times drift.
+    absolute times drift. The rounds' orders follow a Williams design (a balanced Latin
+    square, :func:`balanced_orders`): over ``n`` rounds (``2n`` for an odd ``n``) every
+    callable runs in every position, and right after each other one, equally often. What
+    one leaves behind (a warm cache, a cold one, a frequency change) then falls on each of
+    the others alike, not always on the same neighbour. Sample ``r`` of every callable comes
+    from round ``r`` (pair them by index).
 
     Returns:
         One :class:`Measurement` per callable, in the order given.
@@ -313,10 +334,11 @@ def interleaved(
             fn()
     synchronize(dev)
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
+    orders = balanced_orders(len(fns))
+    for r in range(repeat):
+        for i in orders[r % len(orders)]:
             with Timer(dev) as t:
-                fn()
+                fns[i]()
             times[i].append(t.elapsed_s)
             synchronize(dev)  # side-stream work of one callable must not overlap the next
     return [Measurement(times_s=tuple(ts), warmup=warmup) for ts in times]

@@ -26,7 +26,14 @@ from perfkit.models import (
     train_bpe_tokenizer,
     train_steps,
 )
-from perfkit.timing import Measurement, Timer, benchmark, calibrate_number, interleaved
+from perfkit.timing import (
+    Measurement,
+    Timer,
+    balanced_orders,
+    benchmark,
+    calibrate_number,
+    interleaved,
+)
 
 NAN, INF = math.nan, math.inf
 NOOP = lambda: None  # noqa: E731
@@ -102,6 +109,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("calibrate_number.target_s str", lambda: calibrate_number(NOOP, "x"), TypeError,
      "target_s"),
     ("interleaved.fns empty", lambda: interleaved([]), ValueError, "fns must hold at least one"),
+    ("balanced_orders.n zero", lambda: balanced_orders(0), ValueError, "n"),
+    ("balanced_orders.n float", lambda: balanced_orders(2.0), ValueError, "n must be an int >= 1"),
     ("interleaved.fns item", lambda: interleaved([NOOP, 3]), TypeError,
      r"fns\[1\] must be callable"),
     ("interleaved.fns callable", lambda: interleaved(NOOP), TypeError, "fns must be a list"),

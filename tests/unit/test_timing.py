@@ -97,19 +97,41 @@ def test_timer_on_the_real_clock_counts_seconds():
     assert 0.0095 <= t.elapsed_s < 5.0
 
 
-def test_interleaved_alternates_calls():
+def test_interleaved_alternates_calls_in_balanced_orders():
+    """Rounds follow balanced_orders (planted: a fixed a-b-c order each round, or a plain
+    rotation, where a always follows c and never b, fails)."""
     order = []
-    ms = timing.interleaved([lambda: order.append("a"), lambda: order.append("b")],
-                            warmup=1, repeat=3)
-    assert order == ["a", "b"] * 4 and [m.n for m in ms] == [3, 3]
+    ms = timing.interleaved([lambda: order.append("a"), lambda: order.append("b"),
+                             lambda: order.append("c")], warmup=1, repeat=6)
+    assert order[:3] == list("abc") and [m.n for m in ms] == [6, 6, 6]
+    rounds = ["".join(order[i:i + 3]) for i in range(3, 21, 3)]
+    assert rounds == ["abc", "bca", "cab", "cba", "acb", "bac"]
+    two = []
+    timing.interleaved([lambda: two.append("a"), lambda: two.append("b")], warmup=0, repeat=4)
+    assert "".join(two) == "abbaabba"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_balanced_orders_put_every_callable_everywhere_and_after_every_other_equally(n):
+    from collections import Counter
+
+    rows = timing.balanced_orders(n)
+    assert len(rows) == (2 * n if n % 2 and n > 1 else n)
+    assert all(sorted(r) == list(range(n)) for r in rows)
+    positions = Counter((i, p) for r in rows for p, i in enumerate(r))
+    assert len(positions) == n * n and len(set(positions.values())) == 1
+    pairs = Counter((r[k - 1], r[k]) for r in rows for k in range(1, n))
+    assert n == 1 or (len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1)
 
 
 def test_interleaved_gives_each_callable_its_own_times(clock):
     slow = iter([3 * U, 4 * U, 5 * U, 6 * U])  # the first is the warm-up
-    ms = timing.interleaved([lambda: clock.advance(next(slow)), lambda: clock.advance(U)],
+    fast = iter([U, 2 * U, 3 * U, 4 * U])
+    ms = timing.interleaved([lambda: clock.advance(next(slow)), lambda: clock.advance(next(fast))],
                             warmup=1, repeat=3)
-    assert ms[0].times_s == (4 * U, 5 * U, 6 * U) and ms[1].times_s == (U, U, U)
-    assert ms[0].median_s / ms[1].median_s == 5.0
+    # sample r of each is its call in round r, whichever ran first in that round
+    assert ms[0].times_s == (4 * U, 5 * U, 6 * U) and ms[1].times_s == (2 * U, 3 * U, 4 * U)
+    assert ms[0].median_s / ms[1].median_s == 5.0 / 3.0
 
 
 @pytest.mark.parametrize("per_call, target, want", [
