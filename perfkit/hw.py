@@ -397,7 +397,9 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
                 limits.device, limits.name, limits.method):
             limits = _merged(limits, old)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(limits.to_json())
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # whole or not at all: another process
+    tmp.write_text(limits.to_json())                    # (a notebook, a test) may read it now
+    os.replace(tmp, p)
     return p
 
 

@@ -139,7 +139,9 @@ def cold_compile_cost(name: str, record: CompileRecord,
     if record.fx_cache_hits == 0:
         costs[key] = max(record.compile_s, 0.0)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(costs, indent=1))
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # whole or not at all for a reader
+        tmp.write_text(json.dumps(costs, indent=1))
+        os.replace(tmp, p)
         return costs[key], (f"cold cache (no inductor cache hit): compiling {name} cost "
                             f"{costs[key]:.1f} s here, what a fresh machine or CI pays")
     cold = costs.get(key)

@@ -126,9 +126,11 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     if link.bandwidth >= UNRESOLVED_BANDWIDTH:
         return link  # the times saw no bandwidth term (a loaded machine): measure again next time
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
-                                "method": LINK_METHOD, "measured_with": f"{nproc} gloo processes",
-                                "sizes": res["sizes"], "means_s": means, "pid": os.getpid()}))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all for a reader
+    tmp.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
+                               "method": LINK_METHOD, "measured_with": f"{nproc} gloo processes",
+                               "sizes": res["sizes"], "means_s": means, "pid": os.getpid()}))
+    os.replace(tmp, path)
     return link
 
 
