@@ -9,8 +9,10 @@ optimizer (``training_state``); a save can be synchronous or a blocking copy to 
 followed by a background persist (``checkpointer``); a SIGTERM saves at the next step
 boundary (``preempt``); perfkit's ZeRO stages, ``ShardedModule`` and tensor-parallel
 modules, and torch's DDP and FSDP2, load onto another number of ranks (``layouts``); and
-Young's and Daly's intervals and the goodput model choose how often (``interval``). Where
-to write and whether to compress are measured in ``storage`` and ``claims``.
+Young's and Daly's intervals and the goodput model choose how often (``interval``); a
+replicated job that survives a failed replica per step, as torchft does, loses only the step
+in flight (``per_step``). Where to write and whether to compress are measured in ``storage``
+and ``claims``.
 
 Usage::
 
@@ -27,6 +29,7 @@ from perfkit.saving import (
     experiments,
     interval,
     layouts,
+    per_step,
     preempt,
     restart_experiments,
     storage,
@@ -38,6 +41,7 @@ from perfkit.saving.claims import *  # noqa: F403
 from perfkit.saving.experiments import *  # noqa: F403
 from perfkit.saving.interval import *  # noqa: F403
 from perfkit.saving.layouts import *  # noqa: F403
+from perfkit.saving.per_step import *  # noqa: F403
 from perfkit.saving.preempt import *  # noqa: F403
 from perfkit.saving.restart_experiments import *  # noqa: F403
 from perfkit.saving.storage import *  # noqa: F403
@@ -45,5 +49,5 @@ from perfkit.saving.store import *  # noqa: F403
 from perfkit.saving.training_state import *  # noqa: F403
 
 __all__ = [*checkpointer.__all__, *claims.__all__, *experiments.__all__, *interval.__all__, *layouts.__all__,
-           *preempt.__all__, *restart_experiments.__all__, *storage.__all__, *store.__all__,
+           *per_step.__all__, *preempt.__all__, *restart_experiments.__all__, *storage.__all__, *store.__all__,
            *training_state.__all__]

@@ -1,0 +1,102 @@
+"""Per-step fault tolerance: the share of steps that survive when a replica fails, as torchft
+recovers.
+
+torchft (PyTorch's fault-tolerance library, github.com/pytorch/torchft, "Easy Per Step Fault
+Tolerance for PyTorch") keeps the healthy replica groups of a data-parallel job training
+while a failed one restarts: its README says it does "per-step fault tolerance so you can
+keep training if errors occur without interrupting the entire training job", allowing
+"membership changes at the training step granularity", and its ``Manager.report_error``
+says an error "will cause the manager to skip the current step and will be reconfigured on
+the next step". A lighthouse forms a quorum of the replica groups before each step; a group
+whose gradient all-reduce failed (its peer died) gets ``should_commit() == False`` and does
+not step its optimizer; the next step's quorum leaves the dead group out, and a restarted
+group heals by fetching the weights from a live one, while the others keep stepping.
+
+The model, for a surviving group: each failure costs the steps in flight when it strikes,
+``lost_steps`` (one: the step whose all-reduce broke), and nothing else, so out of the
+``failure_interval / step`` steps between two failures ``lost_steps`` are not committed:
+
+    committed / attempted = 1 - lost_steps * step_s / failure_interval_s
+
+(:func:`per_step_goodput`). What it leaves out: the time a surviving group waits at the next
+quorum until the lighthouse declares the dead one gone (its heartbeat timeout), which slows
+the steps but loses none of them; a restarted group's healing step, which the model assumes
+costs the survivors nothing (the healing group joins with zero gradients, and the survivors
+average over the participants that were healthy); and the restarted group's own lost steps.
+Compare with checkpoint and restart (:mod:`perfkit.saving.interval`), where every failure
+costs the whole job half an interval of work and a restart.
+
+Usage::
+
+    g = per_step_goodput(step_s=0.12, failure_interval_s=20.0)              # 0.994
+    p = per_step_prediction(step_s=0.12, failure_interval_s=20.0)   # 0.006 ± half a step
+    print(judge(p, 1 - committed / attempted).text)
+"""
+
+from __future__ import annotations
+
+from perfkit._checks import check_real
+from perfkit.verdict import Prediction
+
+__all__ = ["per_step_goodput", "per_step_prediction"]
+
+
+def per_step_goodput(step_s: float, failure_interval_s: float, lost_steps: float = 1.0) -> float:
+    """The share of a surviving replica group's steps that commit: ``1 - lost_steps * step_s /
+    failure_interval_s``, and 0 where failures come faster than the steps they cost.
+
+    Args:
+        step_s: seconds per attempted step (> 0).
+        failure_interval_s: mean seconds between failures of the other groups (> 0): the
+            wall time over the number of failures.
+        lost_steps: steps lost per failure (>= 0); 1, the step in flight, for torchft.
+
+    Returns:
+        committed steps over attempted steps, in [0, 1].
+
+    Raises:
+        TypeError, ValueError: a non-number, NaN, inf, or a value outside its range.
+    """
+    step_s = check_real("step_s", step_s, 0, lo_open=True)
+    failure_interval_s = check_real("failure_interval_s", failure_interval_s, 0, lo_open=True)
+    lost_steps = check_real("lost_steps", lost_steps, 0)
+    return max(0.0, 1.0 - lost_steps * step_s / failure_interval_s)
+
+
+def per_step_prediction(step_s: float, failure_interval_s: float, lost_steps: float = 1.0,
+                        tol_steps: float = 0.5) -> Prediction:
+    """The model's prediction of the share of a surviving group's steps that do *not* commit,
+    ``1 - committed / attempted = lost_steps * step_s / failure_interval_s``, for
+    :func:`perfkit.verdict.judge`.
+
+    The lost share rather than the committed one: at tens of seconds between failures and a
+    step of a tenth of a second both are within a percent of 1, and a tolerance written on
+    the committed share would print as "± 0%". The tolerance is ``tol_steps`` steps per
+    failure (default half a step, ``rel_tol = tol_steps / lost_steps``): half a step tells
+    one lost step per failure apart from none (a failure that costs nothing) and from two (a
+    healing step lost as well), whatever the step time and the failure interval.
+
+    Args:
+        step_s, failure_interval_s: as for :func:`per_step_goodput`.
+        lost_steps: steps lost per failure (> 0).
+        tol_steps: the tolerance in steps per failure (> 0).
+
+    Returns:
+        A point :class:`perfkit.verdict.Prediction` with ``physical=(0, 1)``, judged on
+        exact counts (``timed=False``).
+
+    Raises:
+        TypeError, ValueError: as for :func:`per_step_goodput`; ``lost_steps`` or
+            ``tol_steps`` not > 0; failures so frequent that no step would commit.
+    """
+    share = per_step_goodput(step_s, failure_interval_s, lost_steps)
+    check_real("lost_steps", lost_steps, 0, lo_open=True)
+    tol_steps = check_real("tol_steps", tol_steps, 0, lo_open=True)
+    if share <= 0.0:
+        raise ValueError(f"failure_interval_s ({failure_interval_s}) must exceed lost_steps * step_s "
+                         f"({lost_steps * step_s}): no step would commit")
+    return Prediction(
+        "the share of a surviving replica group's attempted steps that did not commit",
+        f"per-step fault tolerance: {lost_steps:g} step x {step_s:.3g} s lost per failure, "
+        f"one failure per {failure_interval_s:.3g} s",
+        value=1.0 - share, rel_tol=tol_steps / lost_steps, physical=(0.0, 1.0), timed=False)
