@@ -106,6 +106,8 @@ from perfkit.plan.memory_model import (
 from perfkit.plan.memory_runs import (
     LLAMA31_SHAPES,
     MEMORY_SOURCE,
+    PUBLISHED_MEASURE,
+    RESERVED_OVER_ACTIVE_ELSEWHERE,
     TORCHTITAN_GPU,
     TORCHTITAN_MEMORY_ROWS,
     MemoryResult,
@@ -237,6 +239,8 @@ __all__ = [
     "MemoryBreakdown",
     "MemoryResult",
     "MemoryRun",
+    "PUBLISHED_MEASURE",
+    "RESERVED_OVER_ACTIVE_ELSEWHERE",
     "TORCHTITAN_GPU",
     "TORCHTITAN_MEMORY_ROWS",
     "model_from_config",
