@@ -55,9 +55,7 @@ import time
 from pathlib import Path
 
 from perfkit.dist import end_process_tree
-from perfkit.saving.per_step import per_step_goodput, per_step_prediction
 from perfkit.torchrun import torchrun_command
-from perfkit.verdict import judge
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "torchft_goodput_worker.py"
@@ -108,12 +106,14 @@ def events(work: Path, group: int) -> list[dict]:
 
 def inject(work: Path, survivor: subprocess.Popen, gaps: list[float], timeout_s: float) -> list[dict]:
     """SIGKILL group 1's process ``gaps[i]`` seconds after its ``i``-th (re)start first
-    committed a step, until the survivor exits or the gaps run out. Returns the kills."""
+    committed a step, until the survivor's window is over. Returns the kills."""
     kills: list[dict] = []
     deadline = time.monotonic() + timeout_s
     armed: tuple[int, float] | None = None  # (pid, kill time)
     while survivor.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+        if any(e["event"] == "done" for e in events(work, 0)[-2:]):
+            break  # the window is over: later kills would not count
         if len(kills) >= len(gaps):
             continue
         ev = events(work, 1)
@@ -139,10 +139,16 @@ def inject(work: Path, survivor: subprocess.Popen, gaps: list[float], timeout_s:
 
 def analyse(work: Path, kills: list[dict], step_s_asked: float) -> dict:
     """The survivor's counts and times, the model, the prediction and its verdict."""
+    # imported here, not at the top: perfkit.saving loads torch.distributed.checkpoint, seconds
+    # on 2 busy cores that the replica groups' start-up would otherwise wait behind
+    from perfkit.saving.per_step import per_step_goodput, per_step_prediction
+    from perfkit.verdict import judge
+
     ev0 = events(work, 0)
     steps = [e for e in ev0 if e["event"] == "step"]
     if not steps or not any(e["event"] == "done" for e in ev0):
-        raise RuntimeError(f"the surviving group did not finish:\n{(work / 'group0.log').read_text()[-3000:]}")
+        tail = (work / "group0.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the surviving group did not finish:\n{tail}")
     t_begin, t_end = steps[0]["t0"], steps[-1]["t1"]
     kills = [k for k in kills if t_begin <= k["t"] <= t_end]
     attempted, committed = len(steps), sum(e["committed"] for e in steps)
@@ -227,6 +233,8 @@ def main() -> None:
         survivor = start_group(work, 0, addr, a.step_s, a.window_s, max_restarts=0)
         victim = start_group(work, 1, addr, a.step_s, 0.0, max_restarts=1000)
         kills = inject(work, survivor, gaps, timeout_s=a.window_s + 120.0)
+        end_process_tree(victim.pid, grace_s=0)  # the failing group: no clean exit owed
+        victim.wait()
         code = survivor.wait(timeout=30.0)
         if code != 0:
             raise RuntimeError(f"the surviving group exited with {code}:\n"

@@ -12,11 +12,12 @@ Not torchft's ``DistributedDataParallel``: in torchft 0.2.0 its communication ho
 ``assert fut._fut`` (``torchft/ddp.py``), which fails when the all-reduce's ``wait`` caught a
 peer's death (gloo: "Connection closed by peer"), so the *surviving* replica died with an
 ``AssertionError`` at the first injected failure, tried on this machine. Waiting on the
-manager's work directly, as that hook does before its assertion, keeps torchft's handling. A model of one linear layer, deterministic data (batch ``i``
-of group ``g`` drawn from seed ``1000 * g + i``), and a step of controlled cost: the forward
-and backward of the tiny model and a sleep of ``--step-s`` (a device step the host waits
-for: sleeping leaves the 2 cores to the other group and to restarts, so the step time stays
-stable under load).
+manager's work directly, as that hook does before its assertion, keeps torchft's handling.
+
+A model of one linear layer, deterministic data (batch ``i`` of group ``g`` drawn from seed
+``1000 * g + i``), and a step of controlled cost: the forward and backward of the tiny model
+and a sleep of ``--step-s`` (a device step the host waits for: sleeping leaves the 2 cores to
+the other group and to restarts, so the step time stays stable under load).
 
 A step is *committed* when ``manager.current_step()`` advanced through it (torchft increments
 it exactly when ``should_commit()`` returns True). The worker appends one JSON line per step
@@ -54,7 +55,6 @@ def main() -> None:
 
     import torch
     from torch import nn
-
     from torchft import Manager, Optimizer, ProcessGroupGloo
 
     torch.manual_seed(0)  # every group starts from the same weights

@@ -97,6 +97,6 @@ def per_step_prediction(step_s: float, failure_interval_s: float, lost_steps: fl
                          f"({lost_steps * step_s}): no step would commit")
     return Prediction(
         "the share of a surviving replica group's attempted steps that did not commit",
-        f"per-step fault tolerance: {lost_steps:g} step x {step_s:.3g} s lost per failure, "
+        f"per-step fault tolerance: {lost_steps:g} x {step_s:.3g} s step lost per failure, "
         f"one failure per {failure_interval_s:.3g} s",
         value=1.0 - share, rel_tol=tol_steps / lost_steps, physical=(0.0, 1.0), timed=False)
