@@ -40,6 +40,7 @@ if _IMITATE and torch.backends.cpu.get_cpu_capability() != "AVX2":
                   "Set it before Python starts.", stacklevel=2)
 
 from perfkit._checks import check_int, check_real  # noqa: E402
+from perfkit._files import write_atomic  # noqa: E402
 from perfkit.hw_sweep import (  # noqa: E402  (re-exported: hw is where the course finds them)
     COURSE_SHAPES,
     EMULATED_BELOW,
@@ -397,10 +398,7 @@ def save_limits(limits: MachineLimits, path: str | os.PathLike | None = None) ->
                 limits.device, limits.name, limits.method):
             limits = _merged(limits, old)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # whole or not at all: another process
-    tmp.write_text(limits.to_json())                    # (a notebook, a test) may read it now
-    os.replace(tmp, p)
-    return p
+    return write_atomic(p, limits.to_json())  # whole: a notebook or a test may read it now
 
 
 def cached_limits(path: str | os.PathLike | None = None, quick: bool = False,

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
+from perfkit._files import write_atomic
 from perfkit.hw import default_limits_path, device_name
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
@@ -139,9 +140,7 @@ def cold_compile_cost(name: str, record: CompileRecord,
     if record.fx_cache_hits == 0:
         costs[key] = max(record.compile_s, 0.0)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # whole or not at all for a reader
-        tmp.write_text(json.dumps(costs, indent=1))
-        os.replace(tmp, p)
+        write_atomic(p, json.dumps(costs, indent=1))  # whole: another process may read it
         return costs[key], (f"cold cache (no inductor cache hit): compiling {name} cost "
                             f"{costs[key]:.1f} s here, what a fresh machine or CI pays")
     cold = costs.get(key)

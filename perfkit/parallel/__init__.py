@@ -106,7 +106,6 @@ from perfkit.parallel.sequence import (
 )
 from perfkit.parallel.sharded_grad import (
     ShardedGradient,
-    is_sharded_gradient,
 )
 from perfkit.parallel.simulate import (
     DEFAULT_COSTS,
@@ -162,7 +161,6 @@ from perfkit.parallel.zero3 import (
 
 __all__ = [
     "ShardedGradient",
-    "is_sharded_gradient",
     "timed_imbalance",
     "SPLITS",
     "RingStats",

@@ -116,6 +116,20 @@ def build_buckets(groups: Sequence[Sequence[torch.Tensor]], cap_bytes: int, worl
     return buckets
 
 
+def flat_buckets(buckets: list[ShardedBucket]) -> list[ShardedBucket]:
+    """Give each bucket (stages 1-2) its ``flat`` buffer ``(padded,)`` holding its parameters,
+    which become views into it (the all-gather of the updated slices writes them), and its
+    ``segments``: this rank's pieces of the slice, as the leaves the wrapped optimizer steps.
+    Returns ``buckets``. Internal: :class:`perfkit.parallel.ZeroOptimizer` calls it."""
+    for b in buckets:
+        b.flat = b.flatten()
+        for p, off, n in zip(b.params, b.offsets, b.numels, strict=True):
+            p.data = b.flat[off:off + n].view_as(p)
+        b.segments = [torch.nn.Parameter(b.flat[b.start + at:b.start + at + hi - lo])
+                      for _k, lo, hi, at in b.pieces]
+    return buckets
+
+
 def check_param_groups(params: Any, stage: int) -> list[dict[str, Any]]:
     """``params`` as ``torch.optim``'s param groups (dicts with a ``"params"`` list), checked.
 

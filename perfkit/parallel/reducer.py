@@ -34,7 +34,7 @@ import torch.distributed as dist
 from perfkit._checks import check_choice, check_int, check_items, check_type
 from perfkit.parallel.buckets import ShardedBucket
 from perfkit.parallel.flat import reduce_scatter_flat
-from perfkit.parallel.sharded_grad import ShardedGradient, is_sharded_gradient
+from perfkit.parallel.sharded_grad import ShardedGradient, clear_sharded_gradients
 
 __all__ = ["BucketReducer"]
 
@@ -101,9 +101,7 @@ class BucketReducer:
         stages 2-3: ``p.grad`` back to ``None`` from its :class:`ShardedGradient` marker."""
         for b in self.buckets:
             b.reduced = None
-            for p in b.params:
-                if is_sharded_gradient(p.grad):
-                    p.grad = None
+            clear_sharded_gradients(b.params)
         self._arrived = [[False] * len(b.params) for b in self.buckets]
         self._count = [0] * len(self.buckets)
         self._work: list[tuple[int, Any, torch.Tensor]] = []  # (bucket, handle, output)

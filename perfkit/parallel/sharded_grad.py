@@ -21,15 +21,21 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-__all__ = ["ShardedGradient", "is_sharded_gradient"]
+from perfkit._checks import check_choice, check_type
+
+__all__ = ["ShardedGradient"]
 
 
 class ShardedGradient(torch.Tensor):
     """Stands in ``p.grad`` for a gradient that ZeRO stage ``stage`` holds as slices.
+
+    ``ShardedGradient(param, stage)``: ``param`` a tensor (the marker takes its shape, dtype
+    and device), ``stage`` 2 or 3 (ValueError, TypeError otherwise).
 
     Any torch operation on it raises ``RuntimeError`` (its message names the operation and
     :meth:`ZeroOptimizer.clip_grad_norm_`); ``shape``, ``dtype`` and ``device`` are the
@@ -42,6 +48,8 @@ class ShardedGradient(torch.Tensor):
 
     @staticmethod
     def __new__(cls, param: torch.Tensor, stage: int) -> ShardedGradient:
+        check_type("param", param, torch.Tensor)
+        check_choice("stage", stage, (2, 3))
         t = torch.Tensor._make_wrapper_subclass(cls, param.shape, dtype=param.dtype,
                                                 device=param.device)
         t.stage = stage
@@ -68,6 +76,10 @@ class ShardedGradient(torch.Tensor):
                 f"dtype={self.dtype}): the gradient lives in ZeroOptimizer's slices")
 
 
-def is_sharded_gradient(t: Any) -> bool:
-    """Whether ``t`` is a :class:`ShardedGradient` marker (not a gradient one can read)."""
-    return isinstance(t, ShardedGradient)
+def clear_sharded_gradients(params: Iterable[torch.Tensor]) -> None:
+    """Set ``p.grad`` back to ``None`` where it is a :class:`ShardedGradient` marker (the step
+    is over, or ``zero_grad`` ran: the marker holds nothing to zero). Internal: called by
+    :class:`perfkit.parallel.ZeroOptimizer` and its reducer."""
+    for p in params:
+        if isinstance(p.grad, ShardedGradient):
+            p.grad = None

@@ -37,13 +37,14 @@ from perfkit.parallel.buckets import (
     build_buckets,
     check_param_groups,
     consolidated_state,
+    flat_buckets,
     shard_state,
 )
 from perfkit.parallel.clip import clip_grad_norm_
 from perfkit.parallel.data_parallel import DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES
 from perfkit.parallel.flat import all_gather_flat
 from perfkit.parallel.reducer import BucketReducer
-from perfkit.parallel.sharded_grad import is_sharded_gradient
+from perfkit.parallel.sharded_grad import clear_sharded_gradients
 from perfkit.parallel.zero3 import ShardedModule
 
 __all__ = ["ZeroOptimizer"]
@@ -203,15 +204,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
             for u in self.sharded.units:
                 u.segments = [nn.Parameter(u.shard[at:at + hi - lo]) for _k, lo, hi, at in u.pieces]
             return self.sharded.units
-        buckets = build_buckets([g["params"] for g in self.param_groups], cap_bytes,
-                                self.world_size, self.rank, first_bytes)
-        for b in buckets:
-            b.flat = b.flatten()
-            for p, off, n in zip(b.params, b.offsets, b.numels, strict=True):
-                p.data = b.flat[off:off + n].view_as(p)  # the all-gather writes the parameters
-            b.segments = [torch.nn.Parameter(b.flat[b.start + at:b.start + at + hi - lo])
-                          for _k, lo, hi, at in b.pieces]
-        return buckets
+        return flat_buckets(build_buckets([g["params"] for g in self.param_groups], cap_bytes,
+                                          self.world_size, self.rank, first_bytes))
 
     def _forward_waits(self, module: nn.Module) -> list[Any]:
         """Hooks that wait for the all-gathers a forward (or a module state dict) reads."""
@@ -324,10 +318,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As ``torch.optim.Optimizer.zero_grad``; a :class:`ShardedGradient` marker is set
         to ``None`` whatever ``set_to_none`` says (it holds nothing to zero)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if is_sharded_gradient(p.grad):
-                    p.grad = None
+        clear_sharded_gradients(p for group in self.param_groups for p in group["params"])
         super().zero_grad(set_to_none)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit._files import write_atomic
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta
 from perfkit.hw import default_limits_path
 from perfkit.plan.cluster import Cluster
@@ -126,11 +127,9 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
     if link.bandwidth >= UNRESOLVED_BANDWIDTH:
         return link  # the times saw no bandwidth term (a loaded machine): measure again next time
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all for a reader
-    tmp.write_text(json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
-                               "method": LINK_METHOD, "measured_with": f"{nproc} gloo processes",
-                               "sizes": res["sizes"], "means_s": means, "pid": os.getpid()}))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"alpha_s": link.alpha_s, "bandwidth": link.bandwidth,
+                                   "method": LINK_METHOD, "measured_with": f"{nproc} gloo processes",
+                                   "sizes": res["sizes"], "means_s": means, "pid": os.getpid()}))
     return link
 
 

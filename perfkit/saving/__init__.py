@@ -49,5 +49,5 @@ from perfkit.saving.store import *  # noqa: F403
 from perfkit.saving.training_state import *  # noqa: F403
 
 __all__ = [*checkpointer.__all__, *claims.__all__, *experiments.__all__, *interval.__all__, *layouts.__all__,
-           *per_step.__all__, *preempt.__all__, *restart_experiments.__all__, *storage.__all__, *store.__all__,
-           *training_state.__all__]
+           *per_step.__all__, *preempt.__all__, *restart_experiments.__all__, *storage.__all__,
+           *store.__all__, *training_state.__all__]

@@ -206,6 +206,9 @@ CASES = [  # (name, call, exception, regex on the message)
     ("MixedPrecision.reduce_dtype", lambda: MixedPrecision(torch.bfloat16, "fp32"), TypeError,
      "reduce_dtype must be None or a floating-point torch.dtype, got 'fp32'"),
     # ZeRO-3
+    ("ShardedGradient.param", lambda: parallel.ShardedGradient("w", 2), TypeError, "param"),
+    ("ShardedGradient.stage", lambda: parallel.ShardedGradient(torch.zeros(2), 1), ValueError,
+     "stage must be one of"),
     ("ShardedModule.module", lambda: ShardedModule("net"), TypeError,
      "module must be a Module, got str"),
     ("ShardedModule.blocks str", lambda: ShardedModule(nn.Linear(2, 2), blocks="h"), TypeError,

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from perfkit.memory import optimizer_state_bytes, storage_bytes
-from perfkit.parallel import ShardedModule, ZeroOptimizer, is_sharded_gradient, shard_range
+from perfkit.parallel import ShardedGradient, ShardedModule, ZeroOptimizer, shard_range
 from tools.labs.zero_check import (
     UnevenModel,
     global_batch,
@@ -300,7 +300,7 @@ def test_zero_optimizer_stage2_keeps_no_full_gradient_and_refuses_a_second_backw
     x, y = global_batch(0)
     nn.functional.mse_loss(model(x), y).backward()
     # freed by the hooks: each .grad is a marker that holds no memory and raises on use
-    assert all(is_sharded_gradient(p.grad) for p in model.parameters())
+    assert all(isinstance(p.grad, ShardedGradient) for p in model.parameters())
     assert storage_bytes(p.grad for p in model.parameters()) == 0
     assert opt.launched_buckets == len(opt.buckets)  # all reduce-scattered during backward
     with pytest.raises(RuntimeError, match="one backward per step"):

@@ -131,13 +131,13 @@ def test_torch_clip_at_stages_2_and_3_raises_until_the_step_clears_the_marker(st
     ShardedGradient: torch's clip raises naming the accessor (planted ``p.grad = None``:
     torch returned 0 and clipped nothing); ``step()`` and ``zero_grad(set_to_none=False)``
     clear it (planted: a marker left after the step makes the next backward raise)."""
-    from perfkit.parallel import ShardedGradient, is_sharded_gradient
+    from perfkit.parallel import ShardedGradient
 
     model = PartialMLP()
     net, opt = _zero(stage, model)
     _backward(net)
-    marked = [p for p in model.parameters() if is_sharded_gradient(p.grad)]
-    plain = [p for p in model.parameters() if p.grad is not None and not is_sharded_gradient(p.grad)]
+    marked = [p for p in model.parameters() if isinstance(p.grad, ShardedGradient)]
+    plain = [p for p in model.parameters() if p.grad is not None and not isinstance(p.grad, ShardedGradient)]
     assert len(marked) >= 5 and [id(p) for p in plain] == ([id(model.mlp[4].bias)] if stage == 3
                                                             else []), plain
     assert all(isinstance(p.grad, ShardedGradient) and p.grad.stage == stage for p in marked)
@@ -152,7 +152,7 @@ def test_torch_clip_at_stages_2_and_3_raises_until_the_step_clears_the_marker(st
     for step, set_to_none in enumerate((False, True), 1):  # the next steps go through
         _backward(net, step)
         opt.zero_grad(set_to_none=set_to_none)  # the markers hold nothing to zero
-        assert not any(is_sharded_gradient(p.grad) for p in model.parameters())
+        assert not any(isinstance(p.grad, ShardedGradient) for p in model.parameters())
         opt.step()
 
 
