@@ -28,7 +28,7 @@ costs the whole job half an interval of work and a restart.
 
 Usage::
 
-    g = per_step_goodput(step_s=0.12, failure_interval_s=20.0)              # 0.994
+    g = per_step_goodput(step_s=0.12, failure_interval_s=20.0)      # 0.994
     p = per_step_prediction(step_s=0.12, failure_interval_s=20.0)   # 0.006 ± half a step
     print(judge(p, 1 - committed / attempted).text)
 """
