@@ -13,7 +13,8 @@ only if ``should_commit()``; a step of about ``--step-s`` seconds, mostly a slee
 step time holds on a loaded machine). Group 0 survives: it trains for ``--window-s`` seconds
 from its first step. Group 1 fails: this driver SIGKILLs its process at exponential gaps of
 mean ``--mtbf-s`` (a Poisson process over the time it trains: each gap starts at its first
-committed step after a (re)start), and its ``torchrun --max-restarts`` starts it again; the
+committed step after a (re)start; none in the window's last 2 s, so that each failure's lost
+step and stall fall inside it), and its ``torchrun --max-restarts`` starts it again; the
 restarted process heals from group 0 (torchft fetches the live weights) and rejoins.
 
 Measured on the survivor: the steps it attempted and committed (``should_commit()`` True),
@@ -69,6 +70,7 @@ LIGHTHOUSE = {"min_replicas": 1, "join_timeout_ms": 1000, "quorum_tick_ms": 100,
               "heartbeat_timeout_ms": 1000}
 TOL_STEPS = 0.5  # steps per failure: tells one lost step from none and from two
 STALL_STEPS = 3  # steps after a kill in which the survivor's wait for the quorum shows
+END_MARGIN_S = 2.0  # no kill this close to the window's end: its loss and stall fit inside
 LIGHTHOUSE_CODE = (
     "import sys\nfrom torchft.coordination import LighthouseServer\n"
     "lh = LighthouseServer(bind='[::]:0', **{cfg})\nprint(lh.address(), flush=True)\n"
@@ -135,18 +137,24 @@ class Tail:
         return out
 
 
-def inject(work: Path, survivor: subprocess.Popen, gaps: list[float], timeout_s: float) -> list[dict]:
+def inject(work: Path, survivor: subprocess.Popen, gaps: list[float], window_s: float,
+           timeout_s: float) -> list[dict]:
     """SIGKILL group 1's process ``gaps[i]`` seconds after its ``i``-th (re)start first
-    committed a step, until the survivor's window is over. Returns the kills."""
+    committed a step, until the last ``END_MARGIN_S`` of the survivor's window. Returns the
+    kills."""
     kills: list[dict] = []
     deadline = time.monotonic() + timeout_s
     tail0, tail1 = Tail(work / "group0.jsonl"), Tail(work / "group1.jsonl")
     pid = None  # group 1's current process
     kill_at = None  # when to kill it: its first committed step plus the next gap
+    last_kill = None  # the survivor's first step plus its window, less the margin
     while survivor.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-        if any(e["event"] == "done" for e in tail0.new()):
-            break  # the window is over: later kills would not count
+        for e in tail0.new():
+            if e["event"] == "step" and last_kill is None:
+                last_kill = e["t1"] + window_s - END_MARGIN_S
+            elif e["event"] == "done":
+                return kills  # the window is over
         for e in tail1.new():
             if e["event"] == "started":
                 pid, kill_at = e["pid"], None
@@ -155,6 +163,8 @@ def inject(work: Path, survivor: subprocess.Popen, gaps: list[float], timeout_s:
                 kill_at = e["t1"] + gaps[len(kills)]
         if kill_at is not None and time.time() >= kill_at:
             kill_at = None
+            if last_kill is None or time.time() > last_kill:
+                continue  # too late: its lost step and stall would not fit in the window
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -262,7 +272,7 @@ def main() -> None:
     try:
         survivor = start_group(work, 0, addr, a.step_s, a.window_s, max_restarts=0)
         victim = start_group(work, 1, addr, a.step_s, 0.0, max_restarts=1000)
-        kills = inject(work, survivor, gaps, timeout_s=a.window_s + 120.0)
+        kills = inject(work, survivor, gaps, a.window_s, timeout_s=a.window_s + 120.0)
         end_process_tree(victim.pid, grace_s=0)  # the failing group: no clean exit owed
         victim.wait()
         code = survivor.wait(timeout=30.0)
