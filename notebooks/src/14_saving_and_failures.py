@@ -38,10 +38,11 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 ROUNDS = 5 if QUICK else 9                        # saves per mode (an interval needs 5)
 GPT = dict(n_embd=128, n_layer=1) if QUICK else dict(n_embd=256, n_layer=4)  # the tiny GPT's size
 MTBF_S = 600.0                                    # a failure every 10 minutes, for section 4
-STORE_BYTES = (8 if QUICK else 32) * 2**20        # bytes per file in section 6's write rates
-GZIP_BYTES = (2**19 if QUICK else 2**21)           # float32 weights gzipped in section 6 (one core: slow)
+STORE_BYTES = (8 if QUICK else 32) * 2**20        # bytes per file in section 7's write rates
+GZIP_BYTES = (2**19 if QUICK else 2**21)           # float32 weights gzipped in section 7 (one core: slow)
 
 # %%
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -362,7 +363,41 @@ viz.verdict(p_llama, ll["goodput"], explain={
     "below": f"a 10-minute restart costs {600 / ll['mtbf_s']:.1%} of the time at this MTBF"})
 
 # %% [markdown]
-# ## 6. Four claims about checkpoints
+# ## 6. Can training go on through a failure, without a restart?
+#
+# Checkpoint and restart makes every failure cost the whole job a restart and half an
+# interval of work. torchft (PyTorch's fault-tolerance library) keeps the healthy replica
+# groups of a data-parallel job training: before each step a lighthouse forms a quorum of the
+# live groups, a group whose gradient all-reduce broke when its peer died does not commit that
+# step, the next quorum leaves the dead group out, and a restarted group rejoins by copying
+# the weights of a live one. **Model** (`saving.per_step_goodput`): a surviving group loses
+# the step in flight and nothing more, so the share of its attempted steps that do not commit
+# is `step / failure interval`. **Prediction:** that share, within half a step per failure
+# (which tells one lost step apart from none and from two).
+#
+# `benchmarks/torchft_goodput.py` (3.7 minutes: too long for this notebook) starts a
+# lighthouse and two replica groups of one process each under `torchrun`, kills one group
+# with SIGKILL at Poisson times and counts the other group's attempted and committed steps.
+# Its stored run, from this machine:
+
+# %%
+ft = json.loads((ROOT / "benchmarks" / "stored" / "torchft_goodput.json").read_text())
+fr = ft["result"]
+print(f"{ft['command']}  ({ft['date']}, {ft['cores']} cores; {ft['load']})")
+print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_interval_s']:.3g} s); "
+      f"step {fr['step_s_median']:.3g} s (median); {fr['attempted']} steps attempted, {fr['committed']} "
+      f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. After each "
+      f"kill the survivor waited {fr['stall_after_kill_s']:.2g} s (the lighthouse's heartbeat timeout) "
+      f"before its next step; the killed group took {fr['restart_s']:.3g} s to rejoin. That wait is "
+      f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time.")
+p_ft = dataclasses.replace(saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"]),
+                           measured_here=False)
+viz.verdict(p_ft, fr["uncommitted"] / fr["attempted"], explain={
+    "above": f"{fr['lost_elsewhere']} step(s) lost away from a kill (a rejoin or a heal)",
+    "below": f"{fr['failures'] - fr['lost_at_kill']} kill(s) that cost no step"})
+
+# %% [markdown]
+# ## 7. Four claims about checkpoints
 #
 # Training guides repeat four pieces of advice; the first three are measured here, the
 # fourth is computed. Each prediction below is the claim's own figure or a model's, not
@@ -498,9 +533,11 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 # * Save every `√(2δM)` (Daly's refinement for large `δ/M`), recomputed when the world size
 #   and with it the MTBF changes; the goodput model then says what a failure rate costs, from
 #   two processes here to 16,384 GPUs.
+# * Per-step fault tolerance (torchft) trades the restart for a quorum before every step: a
+#   surviving replica group loses the step in flight, and waits out the dead one's heartbeat.
 # * "<1 s" holds for a size and a storage, not in general; `fsync` decides what a write waits
 #   for (a device, or on tmpfs nothing), and tmpfs keeps nothing across a reboot; gzip on
-#   float weights is measured against its time in section 6.
+#   float weights is measured against its time in section 7.
 
 # %%
 viz.show_headlines({
