@@ -33,6 +33,7 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.memory.model_states import RECIPES, StateRecipe
 from perfkit.plan.model import ModelSpec
 from perfkit.saving.interval import daly_goodput, daly_interval, goodput, young_interval
+from perfkit.saving.per_step import per_step_goodput
 
 __all__ = ["DEFAULT_RESTART_S", "LLAMA3_EFFECTIVE_TRAINING", "LLAMA3_FAILURES",
            "LLAMA3_GPU_FAILURES_PER_YEAR", "LLAMA3_STORAGE_BYTES_PER_S", "FailurePlan",
@@ -78,9 +79,18 @@ class FailurePlan:
         """Steps between two saves (at least 1), or ``None`` without a step time."""
         return None if self.step_s is None else max(1, round(self.interval_s / self.step_s))
 
+    @property
+    def per_step_committed(self) -> float | None:
+        """With per-step fault tolerance instead (torchft: each failure drops one replica
+        group, and the others lose only the step in flight), the share of the surviving
+        groups' steps that commit, ``1 - step / MTBF``
+        (:func:`perfkit.saving.per_step_goodput`); ``None`` without a step time."""
+        return None if self.step_s is None else per_step_goodput(self.step_s, self.mtbf_s)
+
     def as_dict(self) -> dict[str, Any]:
-        """The fields, and the steps between saves."""
-        return {**asdict(self), "steps_per_save": self.steps_per_save}
+        """The fields, the steps between saves, and the per-step committed share."""
+        return {**asdict(self), "steps_per_save": self.steps_per_save,
+                "per_step_committed": self.per_step_committed}
 
 
 def checkpoint_bytes(model: ModelSpec, recipe: str | StateRecipe = "mixed_adam") -> float:
@@ -201,7 +211,12 @@ def failure_lines(fp: FailurePlan) -> list[str]:
         f"  Llama 3 405B on 16,384 GPUs by the same model: {ll['goodput']:.1%}, reported above "
         f"{ll['reported']:.0%} (the model stays above it for restarts under "
         f"{_duration(ll['max_restart_s'])})",
-    ]
+    ] + ([] if fp.per_step_committed is None else [
+        f"  with per-step fault tolerance instead (torchft: a failed replica group drops out, the "
+        f"others lose the step in flight): {fp.per_step_committed:.4%} of the survivors' steps "
+        "commit (1 - step / MTBF; not counted: the failed group's GPUs idle while it restarts, "
+        "the survivors' wait for its heartbeat timeout; benchmarks/torchft_goodput.py measures "
+        "it on this machine)"])
 
 
 def add_failure_arguments(ap: argparse.ArgumentParser) -> None:

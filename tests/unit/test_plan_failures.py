@@ -13,6 +13,7 @@ from perfkit.plan.failures import (
     DEFAULT_RESTART_S,
     LLAMA3_FAILURES,
     LLAMA3_GPU_FAILURES_PER_YEAR,
+    YEAR_S,
     checkpoint_bytes,
     failure_lines,
     failure_plan,
@@ -116,3 +117,17 @@ def test_nothing_fits_prints_no_failure_section(capsys):
 def test_a_huge_job_fails_often_and_keeps_little():
     fp = failure_plan(1e15, 10**6, storage_bytes_per_s=1e11)
     assert fp.mtbf_s < fp.save_s and 0.0 <= fp.goodput < 0.1 and math.isfinite(fp.interval_s)
+
+
+def test_per_step_fault_tolerance_loses_one_step_per_failure_of_the_whole_job():
+    """torchft's model at the job's MTBF (planted: one GPU's MTBF, 1/gpus as often, or the
+    checkpoint interval in place of the step, fails)."""
+    fp = failure_plan(1e12, 1024, step_s=2.0)
+    assert fp.per_step_committed == pytest.approx(1 - 2.0 / fp.mtbf_s, rel=1e-12)
+    assert fp.mtbf_s == pytest.approx(YEAR_S / (LLAMA3_GPU_FAILURES_PER_YEAR * 1024))
+    assert fp.as_dict()["per_step_committed"] == fp.per_step_committed
+    assert failure_plan(1e12, 1024).per_step_committed is None
+    line = failure_lines(fp)[-1]
+    assert "per-step fault tolerance" in line and f"{fp.per_step_committed:.4%}" in line
+    assert "torchft" in failure_lines(fp)[-1] and not any(
+        "per-step" in x for x in failure_lines(failure_plan(1e12, 1024)))
