@@ -73,20 +73,13 @@ grade: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make grade LAB=labs/lab00_measure_your_machine.ipynb" >&2; exit 2)
 	$(BIN)/python -m tools.grade "$(LAB)" --json build/grades/$(notdir $(basename $(LAB))).json
 
-# pytest-xdist workers for `make test` (TEST_WORKERS=0: one process). Each test module runs
-# whole on one worker, the labs' modules together (tests/conftest.py groups them); most tests
-# wait on subprocesses (torchrun jobs, notebook kernels, graders), so two workers share the two
-# cores without either idling. Timed figures are not asserted in tests, so load changes no result.
-TEST_WORKERS ?= 2
-TEST_XDIST := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
-
 # Unit, distributed, lab and notebook tests: every notebook executed once with papermill in
 # QUICK mode, rendered into build/notebooks/, its `# NBVAL_CHECK_OUTPUT` cells compared with
 # their committed outputs as `pytest --nbval-lax` does (`make nbval` runs nbval itself, a
 # second execution); then the real-browser tests. The Prometheus server tests (about 15 s)
 # run in the pytest call.
 test: $(STAMP) check-labs lint browser-deps prometheus-deps
-	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" $(TEST_XDIST) tests
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
 	$(MAKE) --no-print-directory site QUICK=1
 	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
 		--durations=15 -m browser tests/browser

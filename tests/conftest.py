@@ -10,25 +10,8 @@ import torch
 from perfkit import hw
 from perfkit.imitate import imitation_env
 
-HEAVY_FIRST = ("notebooks", "labs")  # the longest groups (minutes each) start first
 
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's ``--dist loadgroup`` (``make test`` runs two
-    workers): a module runs whole on one worker, so its module-scoped fixtures (one torchrun
-    launch per world size) run once; ``tests/labs`` is one group, its modules sharing the
-    session fixture that grades each lab once; ``tests/notebooks`` is one module, whose scan
-    reads what its QUICK runs wrote. The two longest groups come first, so that neither
-    starts last and runs alone. Without xdist the order is the same and the marks do nothing."""
-    for item in items:
-        path = item.path
-        group = "labs" if path.parent.name == "labs" else str(path.relative_to(config.rootpath))
-        item.add_marker(pytest.mark.xdist_group(group))
-    def rank(item):
-        top = item.path.parent.name
-        return HEAVY_FIRST.index(top) if top in HEAVY_FIRST else len(HEAVY_FIRST)
-    items.sort(key=rank)  # stable: the collection order within each rank
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA; this machine has no GPU (runs on a GPU machine)")
