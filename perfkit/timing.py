@@ -300,24 +300,30 @@ def interleaved(
     warmup: int = 2,
     repeat: int = 10,
     device: torch.device | str | None = None,
+    order: str = "fixed",
 ) -> list[Measurement]:
-    """Time several callables in alternation, one round after another (A B, B A, A B, ...).
+    """Time several callables in alternation, one round after another (A B C, A B C, ...).
 
     On a shared, noisy machine, load changes over seconds; alternating puts every
     candidate under the same conditions, so their *ratio* is trustworthy even when the
-    absolute times drift. The rounds' orders follow a Williams design (a balanced Latin
-    square, :func:`balanced_orders`): over ``n`` rounds (``2n`` for an odd ``n``) every
-    callable runs in every position, and right after each other one, equally often. What
-    one leaves behind (a warm cache, a cold one, a frequency change) then falls on each of
-    the others alike, not always on the same neighbour. Sample ``r`` of every callable comes
-    from round ``r`` (pair them by index).
+    absolute times drift. Sample ``r`` of every callable comes from round ``r`` (pair them
+    by index).
+
+    ``order="fixed"`` runs the callables in the order given in every round, so one may
+    depend on the one before it (a forward whose graph the next callable's backward runs).
+    ``order="balanced"``, for independent callables, follows a Williams design (a balanced
+    Latin square, :func:`balanced_orders`): over ``n`` rounds (``2n`` for an odd ``n``) every
+    callable runs in every position, and right after each other one, equally often, so what
+    one leaves behind (a warm cache, a cold one, a frequency change) falls on each of the
+    others alike, not always on the same neighbour.
 
     Returns:
         One :class:`Measurement` per callable, in the order given.
 
     Raises:
         TypeError: if ``fns`` is not a list or tuple of callables.
-        ValueError: for no callables, a negative ``warmup`` or a ``repeat`` below 1.
+        ValueError: for no callables, a negative ``warmup``, a ``repeat`` below 1, or an
+            ``order`` other than ``"fixed"`` and ``"balanced"``.
     """
     if isinstance(fns, str) or not isinstance(fns, Iterable):
         raise TypeError(f"fns must be a list or tuple of callables, got {type(fns).__name__}")
@@ -328,13 +334,15 @@ def interleaved(
         if not callable(fn):
             raise TypeError(f"fns[{i}] must be callable, got {type(fn).__name__}")
     _check_counts(warmup, repeat)
+    if order not in ("fixed", "balanced"):
+        raise ValueError(f"order must be 'fixed' or 'balanced', got {order!r}")
     dev = resolve_device(device)
     for _ in range(warmup):
         for fn in fns:
             fn()
     synchronize(dev)
     times: list[list[float]] = [[] for _ in fns]
-    orders = balanced_orders(len(fns))
+    orders = balanced_orders(len(fns)) if order == "balanced" else [list(range(len(fns)))]
     for r in range(repeat):
         for i in orders[r % len(orders)]:
             with Timer(dev) as t:

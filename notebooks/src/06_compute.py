@@ -22,7 +22,7 @@
 #    that fits a memory budget.
 #
 # Every section asks a question, predicts the answer from a model, measures, and explains
-# the gap. Speedups are ratios of steps timed **interleaved** (A, B, then B, A, ...) in one run, so
+# the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
 # a busy machine slows both sides alike. Where a speedup is printed with an interval, it is the
 # median of the pairs' ratios with an interval between two of the sorted ratios
 # (`perfkit.stats.median_ratio`, an order-statistic interval) that covers the true median with
@@ -179,7 +179,7 @@ print(ex.largest_rise(curves))
 # tensor (the matmuls and fused attention autocast runs in bf16, and the ops that receive their
 # bf16 outputs: the GELU between two linear layers, the bias gradients) and every cast autocast
 # inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
-# steps (A, B, then B, A, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
+# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids

@@ -17,7 +17,7 @@
 # 2. says how it is measured here (the tools of modules 00-07);
 # 3. records what the **course's own models predict** (a `Prediction`, judged like every
 #    other prediction of the course);
-# 4. measures it, the settings timed in alternation (A, B, then B, A ...): the figure is the median
+# 4. measures it, the settings timed in alternation (A, B, A, B ...): the figure is the median
 #    of the rounds' paired ratios, with its 90 % order-statistic interval (distribution-free);
 #    where two settings ran one after the other, not in alternation, the ratio of their median
 #    times with the interval of two separate runs (each claim says which);

@@ -110,6 +110,8 @@ CASES = [  # (id, call, exception, regex on the message)
      "target_s"),
     ("interleaved.fns empty", lambda: interleaved([]), ValueError, "fns must hold at least one"),
     ("balanced_orders.n zero", lambda: balanced_orders(0), ValueError, "n"),
+    ("interleaved.order", lambda: interleaved([NOOP], order="random"), ValueError,
+     "order must be 'fixed' or 'balanced'"),
     ("balanced_orders.n float", lambda: balanced_orders(2.0), ValueError, "n must be an int >= 1"),
     ("interleaved.fns item", lambda: interleaved([NOOP, 3]), TypeError,
      r"fns\[1\] must be callable"),

@@ -102,13 +102,26 @@ def test_interleaved_alternates_calls_in_balanced_orders():
     rotation, where a always follows c and never b, fails)."""
     order = []
     ms = timing.interleaved([lambda: order.append("a"), lambda: order.append("b"),
-                             lambda: order.append("c")], warmup=1, repeat=6)
+                             lambda: order.append("c")], warmup=1, repeat=6, order="balanced")
     assert order[:3] == list("abc") and [m.n for m in ms] == [6, 6, 6]
     rounds = ["".join(order[i:i + 3]) for i in range(3, 21, 3)]
     assert rounds == ["abc", "bca", "cab", "cba", "acb", "bac"]
     two = []
-    timing.interleaved([lambda: two.append("a"), lambda: two.append("b")], warmup=0, repeat=4)
+    timing.interleaved([lambda: two.append("a"), lambda: two.append("b")], warmup=0, repeat=4,
+                       order="balanced")
     assert "".join(two) == "abbaabba"
+
+
+def test_interleaved_keeps_the_given_order_by_default_for_callables_that_depend_on_it():
+    """A forward whose graph the next callable's backward runs (perfkit.jobs.data_parallel):
+    planted balanced orders by default would run the backward first and fail."""
+    graph = {}
+    timing.interleaved([lambda: graph.update(loss=1), lambda: graph.pop("loss")], warmup=1,
+                       repeat=5)
+    order = []
+    timing.interleaved([lambda: order.append("a"), lambda: order.append("b"),
+                        lambda: order.append("c")], warmup=0, repeat=3)
+    assert "".join(order) == "abc" * 3
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
