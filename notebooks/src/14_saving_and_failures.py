@@ -119,9 +119,10 @@ viz.verdict(p_stage, costs.blocked("thread"), explain={
     "below": "the staged copy ran faster than a copy of one buffer of the state's size"})
 
 # %% [markdown]
-# How much of the synchronous save does the asynchronous one still block? The model says
-# at most all of it (it blocks for a copy, the synchronous save for the copy's bytes written
-# and more); how far below depends on how much of a save is fixed cost rather than bytes.
+# How much of the synchronous save does the asynchronous one still block? The expectation,
+# not a bound from the floors above: the thread mode blocks for the staging (a copy and DCP's
+# planning), the synchronous save for the same planning, the copy's bytes written and a
+# commit, so the ratio stays below 1x unless the fixed costs of staging outweigh the write.
 
 # %%
 p_share = Prediction("thread-mode blocked time over sync's, paired by round", "staging < whole save",
@@ -131,8 +132,11 @@ viz.verdict(p_share, share, explain={
     "held": f"the write, the checksums and the commit left the step; what stays ({share.point('x')} "
             "of the synchronous save) is DCP's planning "
             "and the copy, tensor by tensor",
-    "above": "for a small state the fixed costs in the caller (planning, buffers) weigh as much "
-             "as the writes, and the writer thread takes the GIL and the cores from the step",
+    "above": f"what the thread mode still does in the caller, DCP's staging (planning, allocating "
+             f"the CPU buffers, copying tensor by tensor), took {costs.blocked('thread').value * 1e3:.3g} ms "
+             f"against a copy floor of {costs.staging_floor_s * 1e3:.3g} ms, longer at this size than "
+             "the write it moves off the step (each save here waits for the last, so no earlier "
+             "write ran beside it)",
     "inconclusive": "the rounds' ratios reach both sides of 1x: at this size the two cost "
                     "about the same"})
 
@@ -256,7 +260,8 @@ viz.verdict(p_r, starts / R, explain={
 delta = costs.blocked("sync").value
 curve = saving.goodput_curve(delta, R, MTBF_S)
 print(f"δ = {delta:.3g} s, R = {R:.3g} s, M = {MTBF_S:.0f} s: Young {curve.young_s:.3g} s, "
-      f"Daly {curve.daly_s:.3g} s, best on the grid {curve.best_s:.3g} s ({curve.best_goodput:.1%})")
+      f"Daly {curve.daly_s:.3g} s, the first-order model's best on the grid {curve.best_s:.3g} s "
+      f"({curve.best_goodput:.1%})")
 ax = viz.plot_goodput(curve)
 d_async = costs.blocked("thread").value
 print(f"δ here is the synchronous save's blocked time. An asynchronous checkpointer's δ is at least the "
@@ -389,7 +394,8 @@ print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_
       f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. After each "
       f"kill the survivor waited {fr['stall_after_kill_s']:.2g} s (the lighthouse's heartbeat timeout) "
       f"before its next step; the killed group took {fr['restart_s']:.3g} s to rejoin. That wait is "
-      f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time.")
+      f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
+      "Load lengthens the step and the rejoin, not the count of steps a kill costs.")
 p_ft = dataclasses.replace(saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"]),
                            measured_here=False)
 viz.verdict(p_ft, fr["uncommitted"] / fr["attempted"], explain={

@@ -114,7 +114,7 @@ def plot_goodput(curve: GoodputCurve, measured: Sequence[tuple[float, float]] = 
     for tau, name, ls in ((curve.young_s, "Young", "--"), (curve.daly_s, "Daly", ":")):
         ax.axvline(tau / unit_s, color="grey", ls=ls, lw=1, label=f"{name}: {tau / unit_s:.3g} {unit}")
     ax.plot([curve.best_s / unit_s], [curve.best_goodput], "o", color="#c44e52",
-            label=f"best on the grid: {curve.best_goodput:.1%}")
+            label=f"model's best on the grid: {curve.best_goodput:.1%}")
     if measured:
         ax.plot([t / unit_s for t, _ in measured], [g for _, g in measured], "s", color="black",
                 label="measured")
