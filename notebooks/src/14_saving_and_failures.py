@@ -42,7 +42,6 @@ STORE_BYTES = (8 if QUICK else 32) * 2**20        # bytes per file in section 7'
 GZIP_BYTES = (2**19 if QUICK else 2**21)           # float32 weights gzipped in section 7 (one core: slow)
 
 # %%
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -396,8 +395,9 @@ print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_
       f"before its next step; the killed group took {fr['restart_s']:.3g} s to rejoin. That wait is "
       f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
       "Load lengthens the step and the rejoin, not the count of steps a kill costs.")
-p_ft = dataclasses.replace(saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"]),
-                           measured_here=False)
+ft_model = saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"])  # stored run
+p_ft = Prediction(ft_model.what, ft_model.model, value=ft_model.value, rel_tol=ft_model.rel_tol,
+                  physical=ft_model.physical, timed=False, measured_here=False)
 viz.verdict(p_ft, fr["uncommitted"] / fr["attempted"], explain={
     "above": f"{fr['lost_elsewhere']} step(s) lost away from a kill (a rejoin or a heal)",
     "below": f"{fr['failures'] - fr['lost_at_kill']} kill(s) that cost no step"})

@@ -243,8 +243,12 @@ class ShapeSummary:
 
     @property
     def aligned_spread(self) -> str:
-        """``"90%-101%"``: the slowest and fastest aligned width as a share of their median."""
-        return f"{min(self.aligned):.0%}-{max(self.aligned):.0%}"
+        """``"90%-101%"``: the slowest and fastest aligned width as a share of their median;
+        ``"within 0.4% of it"`` where the two round to the same percent (no range of zero width)."""
+        lo, hi = min(self.aligned), max(self.aligned)
+        if f"{lo:.0%}" == f"{hi:.0%}":
+            return f"within {max(abs(1 - lo), abs(hi - 1)):.1%} of it"
+        return f"{lo:.0%}-{hi:.0%}"
 
     def describe(self) -> str:
         from perfkit.units import si

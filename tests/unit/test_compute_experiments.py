@@ -108,6 +108,9 @@ def test_shape_summary_holds_odd_widths_against_the_aligned_median():
     assert est.value == pytest.approx(0.75) and 0.5 <= est.low <= 0.75 <= est.high <= 1
     assert "multiples of 64" in s.describe() and "odd n: median 75%, slowest 50%" in s.describe()
     assert s.aligned_spread == "91%-109%"
+    same = ex.shape_summary(points("float32", {960: 11.0, 1024: 11.02, 1088: 10.99, 1021: 5.5}),
+                            "float32")  # planted: "100%-100%", a range of no width
+    assert same.aligned_spread == "within 0.2% of it" and "100%-100%" not in same.describe()
     with pytest.raises(ValueError, match="aligned and an odd"):
         ex.shape_summary(points("float32", {1024: 1.0, 1088: 1.0}), "float32")
     with pytest.raises(ValueError, match="no even width off the vector grid"):
