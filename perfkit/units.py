@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["si", "si_interval"]
+__all__ = ["share_range", "si", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -131,3 +131,19 @@ def si_interval(value: float, low: float, high: float, unit: str = "",
         decimals -= 1
         texts = [t[:-1].rstrip(".") if decimals == 0 else t[:-1] for t in texts]
     return tuple(f"{t}{power}{sep}{p}{unit}".strip() for t in texts)
+
+
+def share_range(low: float, high: float) -> str:
+    """Two shares as a range, ``"90%-101%"``, or ``"within 0.4% of it"`` where both round to the
+    same percent (a range of no width would read as a spread of zero).
+
+    Raises:
+        TypeError: for a ``low`` or ``high`` that is not a number.
+        ValueError: for a ``low`` above ``high``.
+    """
+    lo, hi = _number("low", low), _number("high", high)
+    if lo > hi:
+        raise ValueError(f"low ({lo}) must not be above high ({hi})")
+    if f"{lo:.0%}" == f"{hi:.0%}":
+        return f"within {max(abs(1 - lo), abs(hi - 1)):.1%} of it"
+    return f"{lo:.0%}-{hi:.0%}"

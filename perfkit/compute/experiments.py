@@ -38,6 +38,7 @@ from perfkit.compute.kernels import ShapePoint, activation_bytes
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval, median_ratio
+from perfkit.units import share_range, si
 from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
@@ -243,16 +244,10 @@ class ShapeSummary:
 
     @property
     def aligned_spread(self) -> str:
-        """``"90%-101%"``: the slowest and fastest aligned width as a share of their median;
-        ``"within 0.4% of it"`` where the two round to the same percent (no range of zero width)."""
-        lo, hi = min(self.aligned), max(self.aligned)
-        if f"{lo:.0%}" == f"{hi:.0%}":
-            return f"within {max(abs(1 - lo), abs(hi - 1)):.1%} of it"
-        return f"{lo:.0%}-{hi:.0%}"
+        """The slowest and fastest aligned width as shares of their median (:func:`share_range`)."""
+        return share_range(min(self.aligned), max(self.aligned))
 
     def describe(self) -> str:
-        from perfkit.units import si
-
         return (f"{self.dtype:>9}: multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they "
                 f"spread {self.aligned_spread}); odd n: median "
                 f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median"

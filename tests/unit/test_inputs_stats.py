@@ -31,7 +31,7 @@ from perfkit.stats import (
     quantile,
     range_of,
 )
-from perfkit.units import si, si_interval
+from perfkit.units import share_range, si, si_interval
 from perfkit.verdict import Prediction, context, judge
 from perfkit.verdict_text import reading
 
@@ -131,6 +131,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("si.unit", lambda: si(1.0, None), TypeError, "unit must be a string"),
     ("si.digits", lambda: si(1.0, "s", 0), ValueError, "digits must be an int from 1 to 15"),
     ("si_interval.value", lambda: si_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
+    ("share_range.low", lambda: share_range("0.9", 1.1), TypeError, "low must be a number"),
+    ("share_range.low above high", lambda: share_range(1.1, 0.9), ValueError, "low .* above high"),
     ("si_interval.low above value", lambda: si_interval(1.0, 1.1, 1.2), ValueError,
      "low <= value <= high must hold"),
     ("si_interval.high inf", lambda: si_interval(1.0, 0.9, INF), ValueError, "low <= value <= high"),
