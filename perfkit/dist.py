@@ -63,6 +63,7 @@ import psutil
 import torch
 
 from perfkit._checks import check_int, check_real
+from perfkit._files import write_atomic
 from perfkit.torchrun import check_launch_args, torchrun_command
 
 __all__ = ["LaunchTimeout", "WorkerContext", "WorkerError", "default_backend", "end_process_tree",
@@ -360,10 +361,7 @@ def worker_result(obj: Any) -> None:
     if not result_dir:
         print(f"PERFKIT_RESULT rank={_rank()} {text}", flush=True)
         return
-    final = Path(result_dir) / f"rank{_rank()}.json"
-    tmp = final.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, final)
+    write_atomic(Path(result_dir) / f"rank{_rank()}.json", text)  # the launcher never reads half
 
 
 def shutdown(exit_code: int = 0) -> None:
