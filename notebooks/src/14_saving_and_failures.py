@@ -379,7 +379,7 @@ viz.verdict(p_llama, ll["goodput"], explain={
 # is `step / failure interval`. **Prediction:** that share, within half a step per failure
 # (which tells one lost step apart from none and from two).
 #
-# `benchmarks/torchft_goodput.py` (3.7 minutes: too long for this notebook) starts a
+# `benchmarks/torchft_goodput.py` (minutes: too long for this notebook) starts a
 # lighthouse and two replica groups of one process each under `torchrun`, kills one group
 # with SIGKILL at Poisson times and counts the other group's attempted and committed steps.
 # Its stored run, from this machine:
@@ -387,7 +387,7 @@ viz.verdict(p_llama, ll["goodput"], explain={
 # %%
 ft = json.loads((ROOT / "benchmarks" / "stored" / "torchft_goodput.json").read_text())
 fr = ft["result"]
-print(f"{ft['command']}  ({ft['date']}, {ft['cores']} cores; {ft['load']})")
+print(f"{ft['command']}  ({fr['run_s'] / 60:.1f} min; {ft['date']}, {ft['cores']} cores; {ft['load']})")
 print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_interval_s']:.3g} s); "
       f"step {fr['step_s_median']:.3g} s (median); {fr['attempted']} steps attempted, {fr['committed']} "
       f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. After each "
