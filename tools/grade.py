@@ -151,7 +151,9 @@ def launch_checked(module: str, nproc: int, cfg: object, timeout_s: float, what:
                    hang_hint: str, impl_name: str | None = None) -> list:
     """``perfkit.dist.launch`` for a check, with failures a student can act on.
 
-    A hang becomes an AssertionError naming ``what`` and ``hang_hint``; a rank's exception
+    A hang becomes an AssertionError naming ``what`` and ``hang_hint``: the launch past
+    ``timeout_s``, or a worker's own deadline on the student's call reported as
+    ``GradingHang: ...`` (``tools.labs.ring_check``), which ends sooner. A rank's exception
     becomes one that shows its traceback, except a ``NotImplementedError`` (a blank
     answer), which stays one when ``impl_name`` names the student's function.
     """
@@ -165,6 +167,10 @@ def launch_checked(module: str, nproc: int, cfg: object, timeout_s: float, what:
         raise AssertionError(f"on {nproc} processes {what} did not finish in "
                              f"{timeout_s:g} s: {hang_hint}") from e
     except dist.WorkerError as e:
+        if "GradingHang: " in e.worker_traceback:  # a worker's own deadline (ring_check)
+            raise AssertionError(f"on {nproc} processes {what} did not return: "
+                                 f"{e.worker_traceback.split('GradingHang: ')[-1].strip()}: "
+                                 f"{hang_hint}") from e
         if impl_name and "NotImplementedError" in e.worker_traceback:
             raise NotImplementedError(f"{impl_name} is not implemented") from e
         raise AssertionError(f"on {nproc} processes a rank raised:\n"

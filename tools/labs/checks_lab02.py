@@ -78,8 +78,9 @@ def _one_process(fn) -> None:
 
 
 # A correct ring on 2-3 processes finishes in about 5 s idle and 10-20 s under load (torch
-# import included); a deadlocked one (chunk indices that wait for a message nobody sends) is
-# only stopped by this limit, so it is a few times the loaded time, not the launch default.
+# import included), so the launch's limit is a few times the loaded time. A deadlocked ring
+# (chunk indices that wait for a message nobody sends) ends sooner: each rank gives the call
+# itself ring_check.CALL_LIMIT_S once every rank has joined.
 RING_LAUNCH_S = 60
 
 

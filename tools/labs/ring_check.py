@@ -13,6 +13,7 @@ student's ring, not the library's. Run by :func:`perfkit.dist.launch`::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +26,35 @@ from perfkit.jobs.collectives import compare_case
 from tools.labs.record import record_collectives, record_library, record_p2p
 
 LIBRARY = "perfkit.comm"  # perfkit's own ring, sweep and collectives: not the student's work
+# Once every rank is in the group (the first dist.all_reduce of each size), a correct ring on
+# these few thousand elements returns in milliseconds, and in well under a second on a loaded
+# machine. A rank still inside the answer after this long waits for a message nobody sends:
+# it reports a hang at once instead of waiting out the launch's limit, which must also cover
+# starting the processes and importing torch under load.
+CALL_LIMIT_S = 15.0
+HANG = "GradingHang"  # the first word of a hang's report: tools.grade.launch_checked reads it
+
+
+@contextmanager
+def _deadline(seconds: float, what: str) -> Iterator[None]:
+    """Report a hang and end this rank if the block runs past ``seconds``.
+
+    A rank blocked in gloo's wait cannot be interrupted from Python, so the watchdog thread
+    writes the report where the launcher finds a rank's traceback, and exits the process
+    (``perfkit.dist``'s exception hook); torchrun then ends the other ranks.
+    """
+    def expire() -> None:
+        err = TimeoutError(f"{HANG}: rank {dist.get_rank()} was still inside it {what}, "
+                           f"{seconds:g} s after every rank had joined")
+        pdist._excepthook(TimeoutError, err, None)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
@@ -47,7 +77,8 @@ def check_allreduce(fn: Callable[[torch.Tensor], Any], sizes: Sequence[int],
     """
     out = []
     for numel in sizes:
-        rec, _, _, (msgs, colls, lib) = compare_case(fn, numel, seed, watch=_watched)
+        with _deadline(CALL_LIMIT_S, f"on {numel} element(s)"):
+            rec, _, _, (msgs, colls, lib) = compare_case(fn, numel, seed, watch=_watched)
         out.append({
             **rec,
             # who this rank sent to and received from, and how many elements it sent
