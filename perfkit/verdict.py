@@ -87,7 +87,9 @@ class Prediction:
     missed when the figure crosses it; a tolerance when its whole interval lies outside.
     ``physical`` is the range the measured quantity can take at all (e.g. ``(0, 1)`` for a
     share); a measurement outside it says the run was disturbed, not that the model failed.
-    ``measured_here=False``: a figure from elsewhere (a published run); load is never named.
+    ``measured_here=False``: a figure from elsewhere (a published run, a stored run, a model's
+    output held against a published figure): the verdict labels it "Figure, not measured in
+    this run", not "Measured", and never names this machine's load.
     ``timed=False``: a figure the machine's load cannot move (a loss from fixed seeds, bytes,
     a count) though it has an interval; load is never named for it either.
     """
@@ -241,7 +243,8 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     lo, hi = p.bounds()
     plo, phi = _range("physical", p.physical)
     value, interval = r.value, r.interval
-    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** {r.shown(u)}"
+    label = "Measured" if p.measured_here else "Figure, not measured in this run"
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **{label}:** {r.shown(u)}"
     side = _side(r, lo, hi) if math.isfinite(value) else ""
     direction = ""
     if not math.isfinite(value) or not plo <= value <= phi:

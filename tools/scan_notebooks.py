@@ -65,8 +65,10 @@ _POINT_INTERVAL = re.compile(
 _INTERVAL = re.compile(  # "interval 0.501 to 0.501", without a point in front
     r"\b(?:interval|spread|range)\s+(?:of\s+|from\s+)?" + _numu("lo") + _SEP + _numu("hi"))
 _INTERVAL_WORDS = re.compile(r"\b(?:interval|spread|range|CI|p\d+-p\d+|bootstrap|repeats|rounds)\b")
+# perfkit.verdict.judge's label of the figure judged (one from elsewhere says so)
+_FIGURE = r"(?:Measured|Figure, not measured in this run):\s*"
 _BOUND = re.compile(  # perfkit.verdict.judge: "..., at most 1.81x. Measured: 2.14x (...): inconclusive"
-    r"\b(?P<side>at most|at least|between 0 and) " + _numu("edge") + r"\.\s+Measured:\s*" + _numu("v")
+    r"\b(?P<side>at most|at least|between 0 and) " + _numu("edge") + r"\.\s+" + _FIGURE + _numu("v")
     + r"(?:\s*\((?:[^()]|\([^()]*\))*\))?:\s*(?P<outcome>held|missed|inconclusive|disturbed)\b")
 
 _CEILING_WORDS = r"(?:ceiling|peak|roof|roofline|attainable|copy bandwidth|memcpy)"
@@ -77,7 +79,7 @@ _SHARES = (  # a share of a ceiling, in percent ("164%") or as a fraction ("1.73
     re.compile(r"(?:FLOP/s|B/s)\s*\(" + _numu("n") + r"(?<=%)\)"),  # "74 GFLOP/s (127%)"
     # a verdict on a share: "Prediction (model): the MLP step's HFU, at most 1. Measured: 1.37"
     re.compile(r"\):\s+(?=(?:[^.\n]|\.(?=\d))*?\b(?:[MH]FU|(?:over|of) (?:its|the) (?:\w+ ){0,3}?"
-               r"(?:roof|ceiling|peak))\b)(?:[^.\n]|\.(?=\d))*?\.\s+Measured:\s*" + _numu("n")),
+               r"(?:roof|ceiling|peak))\b)(?:[^.\n]|\.(?=\d))*?\.\s+" + _FIGURE + _numu("n")),
 )
 _NOT_WAITED = re.compile(r"naive|no wait|not waited|before the work", re.I)
 _SHARE_CONTEXT = re.compile(_CEILING_WORDS + r"|\b[MH]FU\b")

@@ -32,6 +32,7 @@
 
 # %% tags=["parameters"]
 import os
+import shutil
 
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
@@ -67,7 +68,8 @@ CUDA = torch.cuda.is_available()
 # bf16 and compile only on CUDA; QUICK offers two fixes, so that CI's run fits its budget
 AVAILABLE = slow_train.parse_fixes("data,ddp" if QUICK else "all", cuda=CUDA)
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
-job = CapstoneJob(SCRIPT, Path(tempfile.mkdtemp(prefix="capstone-")), TARGET_LOSS, max_bytes=MAX_BYTES,
+WORK = Path(tempfile.mkdtemp(prefix="capstone-"))  # the jobs' logs and profiles, removed at the end
+job = CapstoneJob(SCRIPT, WORK, TARGET_LOSS, max_bytes=MAX_BYTES,
                   skip=SKIP, window=WINDOW, measure=MEASURE, max_steps=MAX_STEPS)
 loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before=not QUICK,
                describe=slow_train.FIXES.get)
@@ -374,3 +376,4 @@ viz.show_headlines({
                             f"({reach['slow'][0] / reach['fixed'][0]:.2f}x)"
                             if None not in reach.values() else "not reached"),
 })
+shutil.rmtree(WORK, ignore_errors=True)  # this run's logs and profiles (see WORK at the top)

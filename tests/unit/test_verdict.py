@@ -329,6 +329,9 @@ def test_a_figure_measured_elsewhere_never_blames_this_machine(monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 1.0, 1.0))
     there = dataclasses.replace(BOUND, measured_here=False)
     assert judge(there, 1.5).outcome == "missed"
+    # nor does it call the figure measured (planted: the label of a figure measured here)
+    assert "**Figure, not measured in this run:** 1.5" in judge(there, 1.5).text
+    assert "Measured:" not in judge(there, 1.5).text and "**Measured:** 1.5" in judge(BOUND, 1.5).text
     assert "load average" not in judge(there, 1.5).text
     assert "load average" not in judge(there, 1.5, spread=(1.1, 1.6)).text  # inconclusive too
     physical = dataclasses.replace(there, physical=(0.0, 1.0))
