@@ -277,9 +277,12 @@ bubble_saved = (NPROC - 1) * (T_F + T_B) * (1 - 1 / 2) * 1e3   # ms of bubble tw
 sends = pipe_pred["interleaved"].value - pipe_pred["1f1b"].value + bubble_saved
 print(f"interleaving (v = 2) saves {bubble_saved:.0f} ms of bubble and pays {sends:.1f} ms more in sends between "
       f"stages: a micro-batch crosses {2 * NPROC - 1} stage boundaries each way instead of {NPROC - 1}, and the "
-      f"planner charges a step the sends one rank issues, 2 v m (one each way per micro-batch and chunk), "
-      f"{2 * 2 * N_MICRO} instead of {2 * N_MICRO}, each at this link's {here.intra.alpha_s * 1e6:.0f} us start-up "
-      "(the two ranks send at the same time, so their sends are not added)")
+      f"planner charges a step the sends its busiest rank issues (each chunk sends its activation on and its "
+      f"gradient back, except the first chunk's gradient and the last chunk's activation: "
+      f"{pipe_layout['interleaved'].sends_per_micro_batch()} per micro-batch instead of "
+      f"{pipe_layout['1f1b'].sends_per_micro_batch()}), {pipe_layout['interleaved'].sends_per_micro_batch() * N_MICRO} "
+      f"instead of {pipe_layout['1f1b'].sends_per_micro_batch() * N_MICRO} per step, each at this link's "
+      f"{here.intra.alpha_s * 1e6:.0f} us start-up (the ranks send at the same time, so their sends are not added)")
 pipe = dict(zip(pipe_layout, pipe_job.result()[0]))
 for n, p in pipe_pred.items():
     spans = step_spans(pipe[n]["slots"])[1:]

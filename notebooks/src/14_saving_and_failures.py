@@ -322,6 +322,14 @@ else:
           "the points are " + ("within" if kept else "not within") + " 5 percentage points: the largest gap is "
           f"{worst['daly']:.2g} pp by Daly's model and {worst['first_order']:.2g} pp by the first-order one. "
           "What is judged below is only where the best point lies.")
+    first, second = sorted(sw["points"], key=lambda pt: -pt["measured"])[:2]
+    near = [0.5 <= pt["tau_s"] / sw["daly_s"] <= 2.0 for pt in (first, second)]
+    print(f"The best point ({first['measured']:.1%} at {first['tau_s']:.3g} s) beats the next "
+          f"({second['measured']:.1%} at {second['tau_s']:.3g} s) by "
+          f"{100 * (first['measured'] - second['measured']):.2g} pp, one job each: "
+          + ("both lie within one grid step of Daly's interval, so the verdict does not hinge on that margin"
+             if all(near) else "only one of them lies within one grid step of Daly's interval, so the "
+             "verdict hinges on that margin between two single jobs"))
 
 # %%
 if sw["daly_s"] is not None:
@@ -476,12 +484,27 @@ for d, name in (("/dev/shm", "shared memory"), (str(DISK), "disk")):
           f"{'yes' if kept['killed_container'] else 'no'}"
           + (" (if the directory is a mounted volume; a container's own writable layer goes with it)"
              if kept['killed_container'] else "") + f", a reboot: {'yes' if kept['reboot'] else 'no'}")
+disk_fsync, first = rates.rate(str(DISK), True), costs.write  # section 1 wrote WORK's filesystem
+if saving.filesystem_of(DISK)[0] == saving.filesystem_of(WORK)[0] and disk_fsync.has_interval:
+    inside = disk_fsync.low <= first.bytes_per_s <= disk_fsync.high
+    print(f"Section 1 measured this disk with fsync at {viz.si(first.bytes_per_s, 'B/s')} (the median of "
+          f"{len(first.times_s)} writes of {viz.si(first.nbytes, 'B')}), "
+          + ("inside the interval above: one rate, measured twice." if inside else
+             "outside the interval above: the same disk's rate with fsync moved between the two "
+             "measurements, so section 1's floor is one reading of a rate that varies."))
 shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), False)
 apart = shm_plain.has_interval and disk_plain.has_interval and (shm_plain.high < disk_plain.low or disk_plain.high < shm_plain.low)
 print(f"Without fsync tmpfs wrote {shm_plain.value / disk_plain.value:.2g}x the disk's rate: both end in memory, "
       + (f"yet the {'disk' if shm_plain.value < disk_plain.value else 'tmpfs'} took the plain write faster, "
          "with intervals apart (a disk's page cache and tmpfs's pages are filled by different code)" if apart else
          "and their intervals overlap: the directory's name made no clear difference to a plain write"))
+payload = costs.copy_bytes_per_s / 2  # section 1's copy: bytes read plus written, so payload is half
+fastest = max(shm_plain.value, disk_plain.value)
+print(f"A plain write copies the payload into the kernel's pages. The faster plain write ran at "
+      f"{fastest / payload:.2g}x the payload rate of section 1's copy ({viz.si(payload, 'B/s')}, tensors of the "
+      f"state's {viz.si(costs.state_bytes, 'B')}); these writes are {viz.si(rates.nbytes, 'B')} each, from one "
+      f"source buffer of at most 16 MiB reused, so the two copies differ in size and source: "
+      "the copy rate is a reference here, not a ceiling on the write.")
 
 # %%
 viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"))

@@ -130,6 +130,18 @@ class Layout:
         m = max(self.micro_batches(global_batch), 1)
         return (self.pp - 1) / (self.interleave * m)
 
+    def sends_per_micro_batch(self) -> int:
+        """Point-to-point sends the busiest rank issues per micro-batch, forward and backward.
+
+        The ``p v`` virtual stages have ``p v - 1`` boundaries, each crossed once forward and
+        once backward per micro-batch. A middle rank sends from every chunk both ways:
+        ``2 v``. The first rank's first chunk sends no gradient back and the last rank's last
+        chunk no activation on, so with ``p = 2`` each rank sends ``2 v - 1``. No pipeline: 0.
+        """
+        if self.pp == 1:
+            return 0
+        return 2 * self.interleave - (1 if self.pp == 2 else 0)
+
     def in_flight(self, global_batch: int, stage: int = 0) -> float:
         """Micro-batches whose activations ``stage`` holds at once, in units of one
         micro-batch of all its layers: ``min(p - stage, m)`` for 1F1B (the first stage holds

@@ -250,7 +250,7 @@ def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, li
         raise ValueError(f"layout must be a pipeline alone (dp, tp, cp, micro_batch of 1), got "
                          f"{layout.label()}")
     ideal = n_micro * layout.interleave * (t_f + t_b)
-    sends = 2 * layout.interleave * n_micro * link.predict(nbytes) if layout.pp > 1 else 0.0
+    sends = layout.sends_per_micro_batch() * n_micro * link.predict(nbytes)
     return ideal * (1 + layout.bubble_fraction(n_micro)) + sends
 
 

@@ -202,7 +202,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     p2p = 0.0
     if lay.pp > 1:
         sent = msg / (lay.tp if lay.sp else 1)
-        p2p = 2 * lay.interleave * m * _link(lay.tp * lay.cp * lay.pp, cluster).predict(sent)
+        p2p = lay.sends_per_micro_batch() * m * _link(lay.tp * lay.cp * lay.pp, cluster).predict(sent)
     # data parallelism (and ZeRO): gradients are reduced over the dp x cp ranks that hold
     # the same weights; tp x pp ranks lie between two of them
     psi = stage_params(model, lay)

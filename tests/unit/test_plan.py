@@ -454,18 +454,35 @@ def test_pipeline_prediction_and_measured_spans():
     from perfkit.plan import pipeline_prediction, step_spans
 
     link = AlphaBeta(1e-4, 1e9)
-    # 1F1B on 2 stages, 4 micro-batches of 0.06 s per stage: 4 + 1 slots, 16 sends
+    # 1F1B on 2 stages, 4 micro-batches of 0.06 s per stage: 4 + 1 slots; each rank sends
+    # once per micro-batch (rank 0 activations on, rank 1 gradients back)
     assert pipeline_prediction(Layout(pp=2), 4, 0.02, 0.04, link, 16) == pytest.approx(
-        5 * 0.06 + 2 * 4 * link.predict(16))
-    # interleaved: v chunks of the same cost per rank, the bubble divided by v
+        5 * 0.06 + 1 * 4 * link.predict(16))
+    # interleaved: v chunks of the same cost per rank, the bubble divided by v; 3 sends per
+    # micro-batch on each rank (planted: 2 v = 4)
     assert pipeline_prediction(Layout(pp=2, interleave=2), 4, 0.02, 0.04, link, 0) == pytest.approx(
-        8 * 0.06 * (1 + 1 / 8) + 2 * 2 * 4 * link.alpha_s)
+        8 * 0.06 * (1 + 1 / 8) + 3 * 4 * link.alpha_s)
     with pytest.raises(ValueError, match="pipeline alone"):
         pipeline_prediction(Layout(pp=2, dp=2), 4, 0.02, 0.04, link)
     steps = [[[("F", 0, 0, 1.0, 1.5)], [("B", 1, 0, 1.2, 2.0)]], [[("F", 0, 0, 3.0, 3.1)], []]]
     assert step_spans(steps) == pytest.approx([1.0, 0.1])
     with pytest.raises(ValueError, match="no slot"):
         step_spans([[[], []]])
+
+
+def test_the_busiest_rank_sends_what_the_virtual_stages_cross():
+    # counted from the chunks: rank r holds chunks r, r + p, ...; each chunk but the last sends
+    # its activation on and each but the first its gradient back (the formula is not reused)
+    for pp in range(1, 6):
+        for v in range(1, 4):
+            chunks = pp * v
+            per_rank = [sum((c < chunks - 1) + (c > 0) for c in range(r, chunks, pp)) for r in range(pp)]
+            got = Layout(pp=pp, interleave=v).sends_per_micro_batch() if pp > 1 or v == 1 else None
+            if got is not None:
+                assert got == max(per_rank), (pp, v, got, per_rank)
+    assert Layout(pp=2, interleave=2).sends_per_micro_batch() == 3  # planted 2 v = 4
+    assert Layout(pp=4, interleave=2).sends_per_micro_batch() == 4
+    assert Layout(pp=1).sends_per_micro_batch() == 0
 
 
 def test_memory_bound_term_counts_activations_and_logits():
