@@ -73,13 +73,15 @@ grade: $(STAMP)
 	@test -n "$(LAB)" || (echo "usage: make grade LAB=labs/lab00_measure_your_machine.ipynb" >&2; exit 2)
 	$(BIN)/python -m tools.grade "$(LAB)" --json build/grades/$(notdir $(basename $(LAB))).json
 
-# Unit, distributed, lab and notebook tests: every notebook executed once with papermill in
+# Unit, distributed, lab and notebook tests, as two pytest processes side by side
+# (tools/test_streams.py: the labs and notebooks beside the rest; reports in build/test-reports/):
+# every notebook executed once with papermill in
 # QUICK mode, rendered into build/notebooks/, its `# NBVAL_CHECK_OUTPUT` cells compared with
 # their committed outputs as `pytest --nbval-lax` does (`make nbval` runs nbval itself, a
 # second execution); then the real-browser tests. The Prometheus server tests (about 15 s)
 # run in the pytest call.
 test: $(STAMP) check-labs lint browser-deps prometheus-deps
-	$(BIN)/python -m pytest -q -ra --durations=15 -m "not browser" tests
+	$(BIN)/python -m tools.test_streams
 	$(MAKE) --no-print-directory site QUICK=1
 	PERFKIT_BROWSER_NOTEBOOKS=$(TEST_BROWSER_NOTEBOOKS) $(BIN)/python -m pytest -q -ra \
 		--durations=15 -m browser tests/browser

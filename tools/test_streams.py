@@ -1,0 +1,102 @@
+"""Run the test suite as two pytest processes side by side: what `make test` runs.
+
+Run one after the other, the suite keeps a 2-core machine only about 60 % busy: its jobs
+wait on rendezvous, timeouts and sleeps, and most notebook kernels and graders time their
+steps on one thread. Two streams fill that idle time:
+
+* ``labs+notebooks``: every lab graded with its mutants, every lecture notebook at QUICK size
+  and the consistency scan over them (``tests/labs``, ``tests/notebooks``);
+* ``rest``: everything else (unit, distributed, diagnose, tools, ...).
+
+Nothing in the suite asserts an absolute time on a loaded machine: the graders' speed checks
+compare the student's step with the reference's in the same interleaved rounds, and every
+wait has its own timeout. The ``labs+notebooks`` stream prints to a log that is shown when it
+ends; the other prints live. Each writes its JUnit report to ``build/test-reports/``.
+
+    python -m tools.test_streams [--timeout-s 3600] [-- extra pytest arguments]
+
+Exits 0 when both streams pass, else 1 (2 for a stream past the timeout, which is killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "build" / "test-reports"
+SIDE = ["tests/labs", "tests/notebooks"]  # the stream that runs beside the rest
+COMMON = ["-q", "-ra", "--durations=15", "-m", "not browser", "-p", "no:cacheprovider"]
+
+
+def commands(extra: list[str]) -> dict[str, list[str]]:
+    """Each stream's pytest command line."""
+    py = [sys.executable, "-m", "pytest", *COMMON]
+    rest = ["tests", *(f"--ignore={p}" for p in SIDE)]
+    return {"labs+notebooks": [*py, f"--junitxml={REPORTS / 'labs-notebooks.xml'}", *SIDE, *extra],
+            "rest": [*py, f"--junitxml={REPORTS / 'rest.xml'}", *rest, *extra]}
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a stream and every process it started (torchrun jobs run in their own sessions)."""
+    from perfkit.dist import end_process_tree
+
+    end_process_tree(proc.pid)
+    proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--timeout-s", type=float, default=3600.0,
+                   help="wall-clock limit for both streams together (default 3600)")
+    args, extra = p.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    if not args.timeout_s > 0:
+        p.error(f"--timeout-s must be > 0, got {args.timeout_s}")
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    cmds = commands(extra)
+    log = REPORTS / "labs-notebooks.log"
+    shown = os.path.relpath(log, ROOT)
+    t0 = time.monotonic()
+    with open(log, "wb") as fh:
+        procs = {"labs+notebooks": subprocess.Popen(cmds["labs+notebooks"], cwd=ROOT, stdout=fh,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
+                 "rest": subprocess.Popen(cmds["rest"], cwd=ROOT, stdin=subprocess.DEVNULL)}
+        print(f"test_streams: {' '.join(SIDE)} run beside the rest; their output is shown when they end "
+              f"(live in {shown})", flush=True)
+        codes: dict[str, int] = {}
+        try:
+            while len(codes) < len(procs):
+                for name, proc in procs.items():
+                    if name not in codes and proc.poll() is not None:
+                        codes[name] = proc.returncode
+                        print(f"test_streams: {name} ended (exit {proc.returncode}) after "
+                              f"{time.monotonic() - t0:.0f} s", flush=True)
+                if time.monotonic() - t0 > args.timeout_s:
+                    for name, proc in procs.items():
+                        if name not in codes:
+                            _end(proc)
+                            codes[name] = -1
+                            print(f"test_streams: {name} ran past --timeout-s={args.timeout_s:g} s "
+                                  "and was killed", flush=True)
+                time.sleep(0.25)
+        finally:  # an interrupted run leaves no stream (nor its torchrun jobs) behind
+            for proc in procs.values():
+                if proc.poll() is None:
+                    _end(proc)
+    print(f"\n===== labs+notebooks ({shown}) =====", flush=True)
+    sys.stdout.write(log.read_text(errors="replace"))
+    print(f"\ntest_streams: {time.monotonic() - t0:.0f} s in all; "
+          + ", ".join(f"{n}: exit {c}" for n, c in codes.items()), flush=True)
+    if -1 in codes.values():
+        return 2
+    return 0 if all(c == 0 for c in codes.values()) else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
