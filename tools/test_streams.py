@@ -1,4 +1,5 @@
-"""Run the test suite as two pytest processes side by side: what `make test` runs.
+"""Run the test suite as two pytest processes side by side, then a few tests alone: what
+`make test` runs.
 
 Run one after the other, the suite keeps a 2-core machine only about 60 % busy: its jobs
 wait on rendezvous, timeouts and sleeps, and most notebook kernels and graders time their
@@ -6,16 +7,19 @@ steps on one thread. Two streams fill that idle time:
 
 * ``labs+notebooks``: every lab graded with its mutants, every lecture notebook at QUICK size
   and the consistency scan over them (``tests/labs``, ``tests/notebooks``);
-* ``rest``: everything else (unit, distributed, diagnose, tools, ...).
+* ``rest``: everything else (unit, distributed, tools, ...) but ``tests/diagnose``.
 
-Nothing in the suite asserts an absolute time on a loaded machine: the graders' speed checks
-compare the student's step with the reference's in the same interleaved rounds, and every
-wait has its own timeout. The ``labs+notebooks`` stream prints to a log that is shown when it
-ends; the other prints live. Each writes its JUnit report to ``build/test-reports/``.
+The graders' speed checks compare the student's step with the reference's in the same
+interleaved rounds, and every wait has its own timeout, so neither depends on an idle machine.
+``perfkit diagnose``'s tests do: they check that a planted cause is the top finding, and a
+process descheduled in one phase of a short window inflates that phase's share (a planted
+overhead-bound script once read as optimizer-bound beside the labs). They run alone,
+after the two streams. The ``labs+notebooks`` stream prints to a log that is shown when it
+ends; the others print live. Each writes its JUnit report to ``build/test-reports/``.
 
     python -m tools.test_streams [--timeout-s 3600] [-- extra pytest arguments]
 
-Exits 0 when both streams pass, else 1 (2 for a stream past the timeout, which is killed).
+Exits 0 when every part passes, else 1 (2 for a part past the timeout, which is killed).
 """
 
 from __future__ import annotations
@@ -30,15 +34,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "build" / "test-reports"
 SIDE = ["tests/labs", "tests/notebooks"]  # the stream that runs beside the rest
+ALONE = ["tests/diagnose"]  # after both streams, on a machine nothing else loads
 COMMON = ["-q", "-ra", "--durations=15", "-m", "not browser", "-p", "no:cacheprovider"]
 
 
 def commands(extra: list[str]) -> dict[str, list[str]]:
-    """Each stream's pytest command line."""
+    """Each stream's pytest command line: the two side by side, then ``alone``."""
     py = [sys.executable, "-m", "pytest", *COMMON]
-    rest = ["tests", *(f"--ignore={p}" for p in SIDE)]
+    rest = ["tests", *(f"--ignore={p}" for p in SIDE + ALONE)]
     return {"labs+notebooks": [*py, f"--junitxml={REPORTS / 'labs-notebooks.xml'}", *SIDE, *extra],
-            "rest": [*py, f"--junitxml={REPORTS / 'rest.xml'}", *rest, *extra]}
+            "rest": [*py, f"--junitxml={REPORTS / 'rest.xml'}", *rest, *extra],
+            "alone": [*py, f"--junitxml={REPORTS / 'alone.xml'}", *ALONE, *extra]}
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -52,7 +58,7 @@ def _end(proc: subprocess.Popen) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--timeout-s", type=float, default=3600.0,
-                   help="wall-clock limit for both streams together (default 3600)")
+                   help="wall-clock limit for the streams and the tests run alone together (default 3600)")
     args, extra = p.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
     if not args.timeout_s > 0:
@@ -90,6 +96,18 @@ def main(argv: list[str] | None = None) -> int:
                     _end(proc)
     print(f"\n===== labs+notebooks ({shown}) =====", flush=True)
     sys.stdout.write(log.read_text(errors="replace"))
+    left = args.timeout_s - (time.monotonic() - t0)
+    print(f"\n===== alone: {' '.join(ALONE)} =====", flush=True)
+    alone = subprocess.Popen(cmds["alone"], cwd=ROOT, stdin=subprocess.DEVNULL)
+    try:
+        codes["alone"] = alone.wait(timeout=max(left, 1.0))
+    except subprocess.TimeoutExpired:
+        _end(alone)
+        codes["alone"] = -1
+        print(f"test_streams: alone ran past --timeout-s={args.timeout_s:g} s and was killed", flush=True)
+    finally:
+        if alone.poll() is None:
+            _end(alone)
     print(f"\ntest_streams: {time.monotonic() - t0:.0f} s in all; "
           + ", ".join(f"{n}: exit {c}" for n, c in codes.items()), flush=True)
     if -1 in codes.values():

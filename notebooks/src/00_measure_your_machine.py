@@ -294,6 +294,10 @@ o = torch.empty(4096, 256, device=DEVICE)
 with sizing.pinned_threads(threads):
     add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=7, device=DEVICE)
     lin = timing.benchmark(lambda: torch.mm(a, w, out=o), warmup=2, repeat=10, device=DEVICE)
+lin1 = None  # the same call on one thread: what the extra threads add or cost (for the verdict below)
+if threads > 1 and DEVICE.type == "cpu":
+    with sizing.pinned_threads(1):
+        lin1 = timing.benchmark(lambda: torch.mm(a, w, out=o), warmup=2, repeat=10, device=DEVICE)
 squares = [p for p in limits.matmul_points if p.dtype == "float32"]
 best = max([p for p in squares if p.threads in (threads, 0)] or squares,
            key=lambda p: p.flops_per_s)  # the fastest square on these threads, by its median
@@ -367,7 +371,13 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
     "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}. Module 06 "
             "returns to what a matrix's shape costs.",
     "below": f"Below half of its roof: {lin_cause}; its repeats spread {lin.p10_s * 1e3:.1f}-"
-             f"{lin.p90_s * 1e3:.1f} ms (p10-p90)."})
+             f"{lin.p90_s * 1e3:.1f} ms (p10-p90)" + (
+                 "." if lin1 is None else
+                 f"; on 1 thread the same call took {lin1.median_s * 1e3:.2f} ms against {lin.median_s * 1e3:.2f} ms "
+                 + (f"on {threads}: the extra threads made this shape slower, so its time here is lost to running "
+                    "it across threads (their split and wake-ups), not to its arithmetic." if lin1.median_s < lin.median_s
+                    else f"on {threads}: the threads did speed it up, so this run does not show what held it "
+                    "below the sweep's round."))})
 
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?

@@ -41,6 +41,7 @@ GPT = dict(batch_size=16, block_size=64, max_bytes=CORPUS_BYTES)
 SLOW_COST_MS = 1.0                    # planted per-sample decode cost, ms
 
 # %%
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -475,7 +476,8 @@ display(Markdown(
     "DataLoader's fixed cost per batch, which weighs more the shorter the step. At the plugin's 5 % "
     f"{len(over5)} of these {len(data_shares)} healthy pipelines would be flagged, at 10 % {len(over)}"
     + (" (the same on this run: the margin is for machines where the loader's fixed cost weighs more). "
-       if not over5 else ". ")
+       if not over5 else " (the same count on this run: the wider margin changes a verdict only where a "
+       "healthy loader's share lies between 5 % and 10 %). " if len(over) == len(over5) else ". ")
     + (f"Even 10 % flags a healthy one here ({', '.join(over)}): on a step this short no share threshold "
        "separates a healthy loader from a slow one, so read a data finding with its milliseconds. " if over
        else "None crosses 10 %, so a data finding at 10 % means something per-sample is slow. ")
@@ -591,7 +593,7 @@ once = timing.benchmark(lambda: models.encode_corpus(tok, text), warmup=0, repea
 saved = fix.baseline.median_s - fix.candidate.median_s
 print(f"tokenizing the corpus once (one cold run, as a job pays it; no interval): {once.median_s:.2f} s; saves {saved * 1e3:.1f} ms per step "
       "(the alternating medians above) "
-      + (f"-> pays for itself after {once.median_s / saved:.0f} steps" if saved > 0 else
+      + (f"-> pays for itself after {math.ceil(once.median_s / saved)} steps" if saved > 0 else
          "-> no saving measured on this run (see the spread of the speedup above)"))
 
 # %% [markdown]

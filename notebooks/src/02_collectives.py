@@ -72,9 +72,10 @@ from perfkit.viz import comm as vcomm
 from perfkit.viz import si
 
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
-memcpy = limits.copy_bytes_per_s / 2     # bytes of a buffer copied once per second
-print(f"{limits.name}: copy bandwidth {si(limits.copy_bytes_per_s, 'B/s')} read + written, "
-      f"so one buffer is copied at {si(memcpy, 'B/s')}")
+memcpy = limits.copy_bytes_per_s / 2     # a buffer's bytes per second, copied once at the DRAM ceiling
+print(f"{limits.name}: DRAM ceiling {si(limits.copy_bytes_per_s, 'B/s')} (bytes read + written per second, the "
+      f"fastest stream of notebook 00's sweep), so a copy at that ceiling moves {si(memcpy, 'B/s')} of buffer: "
+      "an upper bound on a real memcpy, which the ceiling's stream may beat")
 
 # %% [markdown]
 # ## 1. What each collective moves
@@ -116,7 +117,7 @@ for n in (2, 3, 4, 8, 64):
 # (latency-bound); large ones should approach the bandwidth (bandwidth-bound); the crossover is
 # near `S = alpha × bandwidth`. On loopback TCP each byte is copied into a kernel buffer and
 # out again on the other side: two copies per byte carried, so we expect busbw below half of one
-# memcpy of this machine (system calls, the TCP stack and the summing only lower it further),
+# copy at this machine's DRAM ceiling (system calls, the TCP stack and the summing only lower it further),
 # and the fit to describe every size within a median relative error of 25 %.
 #
 # **Measurement.** `perfkit.comm.sweep` times each collective on each size on every process
@@ -156,7 +157,7 @@ print(f"all-gather over all-reduce at {si(big, 'B')}: {t_ag / t_big['all_reduce'
 
 # %%
 ar_big = max(by_op["all_reduce"], key=lambda p: p.nbytes)
-viz.verdict(Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share of one memcpy",
+viz.verdict(Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share of one copy at the DRAM ceiling",
                        "loopback TCP: each byte copied into the kernel and out again", high=0.5,
                        physical=(0, None)), ar_big.busbw / memcpy, explain={
     "above": f"The buffer is {ar_big.nbytes / (limits.llc_bytes or 1):.2g}x the last-level cache"
@@ -494,7 +495,7 @@ print(comm.bucket_count_effect(bk, fits["all_reduce"].alpha_s))
 viz.show_headlines({
     "all-reduce latency (alpha, 2 processes)": si(fits["all_reduce"].alpha_s, "s"),
     f"all-reduce busbw at {si(ar_big.nbytes, 'B')}": f"{si(ar_big.busbw, 'B/s')} "
-                                                     f"({ar_big.busbw / memcpy:.2g} of one memcpy)",
+                                                     f"({ar_big.busbw / memcpy:.2g} of one copy at the DRAM ceiling)",
     "overlap hid (share of the bucketed step's communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
         f"{hidden.scaled(100).text('%')}, above the {ceiling:.0%} backward "

@@ -510,10 +510,10 @@ viz.build_widget(spec)
 # %%
 viz.show_headlines({
     "ZeRO-1 optimizer state / process (perfkit)": f"{v['perfkit'].state_bytes / cmp.total_state_bytes:.1%} of AdamW's",
-    "ZeRO-1 step time (perfkit after backward / DDP+AdamW)": f"{ratio['perfkit'].value:.2f}x",
+    "ZeRO-1 step time (perfkit after backward / DDP+AdamW)": ratio["perfkit"].text("x"),
     "ZeRO-1 overlapped / after backward (paired rounds)": ov.text("x"),
     "ZeRO-1 step time (perfkit / torch ZeRO)":
-        f"{stats.median_ratio(v['perfkit'].step_times_s, v['torch_zero'].step_times_s).value:.2f}x",
+        stats.median_ratio(v["perfkit"].step_times_s, v["torch_zero"].step_times_s).text("x"),
     "ZeRO-3 model states / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's",
     "ZeRO-3 bytes per step / DDP's": f"{sent['zero3'] / sent['ddp_adamw']:.2f}x",
     "torch ZeRO bytes per step / DDP's": f"{sent['torch_zero'] / sent['ddp_adamw']:.2f}x",

@@ -375,10 +375,11 @@ print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chai
       f"compiled chain: {si(comp_m.median_s, 's')}, {over_add.text('x')} the add's time"
       + (f": of the {si(comp_m.median_s - add_m.median_s, 's')} beyond the bytes, its new output tensor "
          f"accounts for {si(new_s, 's')} (measured above) and {si(arith_s, 's')} "
-         f"({arith_s / comp_m.median_s:.0%} of the loop) is arithmetic. "
+         f"({arith_s / comp_m.median_s:.0%} of the loop) is arithmetic, against "
+         f"{si(add_m.median_s + new_s, 's')} for memory (the bytes and the new tensor). "
          + (f"The arithmetic is the larger part: the fused chain is bound by its instructions more than by "
-            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > new_s else
-            "The new tensor is the larger part: the fused loop is bound by memory and page faults more than by "
+            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > add_m.median_s + new_s
+            else "Memory is the larger part: the fused loop is bound by its bytes and page faults more than by "
             "its instructions.") if over_add.low > 1.25 else
          ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
          if over_add.high < 1.25 else ": this run cannot say which (the interval reaches across 1.25x)."))
@@ -786,9 +787,16 @@ sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of m
 if step_rec is not None:
     timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
     sweep_x = at_batch.step.median_s / bench.measure("fp32", True, BATCH).step.median_s
+    moved = {"eager": at_batch.step.median_s / step_rec.eager.median_s - 1,  # this sweep over section 3
+             "compiled": bench.measure("fp32", True, BATCH).step.median_s / step_rec.compiled.median_s - 1}
+    far, near = sorted(moved, key=lambda k: -abs(moved[k]))
     print(f"compiled over eager at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
           f"ratios), {sweep_x:.2f}x in this sweep's (ratio of medians; each setting's steps took turns with "
-          "every other setting's): the two figures differ as far as the load of their minutes moved them")
+          f"every other setting's). From section 3 to this sweep the eager step's median moved "
+          f"{moved['eager']:+.0%} and the compiled one's {moved['compiled']:+.0%}: "
+          + ("both alike, as a change of load would move them." if abs(moved[far] - moved[near]) < 0.05 else
+             f"the {far} step moved the more, so the two figures differ by the {far} step's own time between "
+             f"the runs (a load that slows both alike would not do that); this notebook does not time why."))
 if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:

@@ -157,10 +157,13 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # Two things to know when reading the sync rounds. The diagnosis counts every read of a
 # tensor's value to the host (`.item()`, `.cpu()`, printing a tensor) as a sync. On a CPU such a
 # read waits for no device queue, so the sync share is mostly the Python work around the reads.
-# On a GPU a read of a *device* tensor waits for the whole queue; DDP's reads are not of that
-# kind: its used-parameter map lives in host memory (`Reducer`'s `local_used_map_`), so they cost
-# host work, not device syncs. And about half of the slow job's reads come from DDP, which the
-# sync fix does not touch. The sync finding fires on its count of reads as well as on its time:
+# On a GPU a read of a *device* tensor waits for the whole queue. DDP's reads here
+# (`find_unused_parameters=True`) are of its host copy of the used-parameter map
+# (`local_used_map_[i].item()` in `Reducer::mark_variable_ready`): host work. But when a
+# parameter went unused on a rank, the Reducer first waits for the map's all-reduce and copies
+# its device copy (`local_used_map_dev_`) back to the host, a blocking copy on CUDA
+# (`torch/csrc/distributed/c10d/reducer.cpp`): a real device sync there. About half of the slow
+# job's reads come from DDP, which the sync fix does not touch. The sync finding fires on its count of reads as well as on its time:
 # once it takes under 5 % of the step (`MIN_TESTABLE_SHARE`), its bound lies within 5 % of 1x,
 # closer than two runs of this job minutes apart repeat, so that round is shown as **context**
 # (below) rather than judged: noise alone would cross it.
@@ -272,11 +275,10 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # bf16 once `--fix bf16` runs): the two processes run one thread each, on all the cores there
 # are. It is read on the unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs
 # that ran, recomputation included, so over the same steps it is at least MFU (PaLM's appendix B
-# defines both). The diagnosis' "HFU" is not over the same steps, nor over all the FLOPs: it
-# counts the FLOPs of the matmul and convolution ops the profiler has formulas for (after
-# `--fix attention`, the fused attention's are not among them) on one rank, over one thread's
-# ceiling, in the profiled, slower, window; read it as that window's matmul FLOP rate, which
-# can lie below the MFU here. Both divide by a *measured*
+# defines both). The diagnosis' "counted FLOP rate" is neither: it counts the FLOPs of the
+# matmul and convolution ops the profiler has formulas for (after `--fix attention`, the fused
+# attention's are not among them) on one rank, over one thread's ceiling, in the profiled,
+# slower, window: that window's matmul FLOP rate, which can lie below the MFU here. Both divide by a *measured*
 # ceiling, not a vendor's peak, so they read higher than a published MFU on the same machine would.
 
 # %%
@@ -300,7 +302,8 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 #
 # Tokens/s is not the goal; a model that reaches its loss sooner is. The batch fix trains
 # on 4x the tokens per optimizer step, and fewer, larger steps make less progress per token
-# early in training (module 06's batch-size section).
+# early in training (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training":
+# above the critical batch size, more tokens per step buy less than proportional progress).
 #
 # **Prediction.** The time to the target loss improves by less than tokens/s: at most the
 # throughput speedup (the top of its interval), since the fixed job needs at least as many

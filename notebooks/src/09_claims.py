@@ -142,9 +142,10 @@ def medians(before_s, after_s):
 # **The advice.** Size a training job as: weights `W`, Adam's state `2W`, activations `4W`.
 #
 # **The model** (module 04). fp32 Adam keeps two fp32 moments per parameter: 8 bytes against
-# the weight's 4, exactly 2x (plus a step counter per tensor). Mixed precision as Megatron-LM and
-# DeepSpeed run it breaks the rule: bf16 weights (2 bytes) against fp32 moments and an fp32
-# master copy (12 bytes, the ZeRO paper's K = 12) is 6x. `torch.autocast` (claim 8) keeps the
+# the weight's 4, exactly 2x (plus a step counter per tensor). Mixed precision as the ZeRO paper
+# counts it (DeepSpeed's ZeRO) breaks the rule: bf16 weights (2 bytes) against fp32 moments and an
+# fp32 master copy (12 bytes, the paper's K = 12) is 6x. (Megatron-LM keeps its gradients in fp32
+# by default, 4 bytes instead of the 2 below; the 6x of the optimizer over the weights is the same.) `torch.autocast` (claim 8) keeps the
 # weights in fp32 and casts per op, so there Adam's state stays 2x the weights.
 # Activations are a different kind of quantity: they grow with batch x sequence, the weights do
 # not, so no fixed multiple of `W` can describe them. **Prediction:** the Adam ratio is 2 within
@@ -381,9 +382,10 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 # **The advice.** Turn on mixed precision: 40-60 % faster ("2x on modern GPUs"), half the memory.
 #
 # **The model** (module 06). Autocast runs matmuls (and on a CPU, attention) in bf16 and keeps
-# the weights and the optimizer in fp32; on a CPU its fp32 list is short (the loss, not softmax
-# or layer norm as on CUDA), and ops like layer norm stay fp32 where their input, the residual
-# stream, is fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
+# the weights and the optimizer in fp32; on a CPU its fp32 list (PyTorch's AMP docs, "CPU Ops
+# that can autocast to float32") holds the losses and dozens of others, but not softmax or layer
+# norm as on CUDA, and ops like layer norm stay fp32 where their input, the residual stream, is
+# fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
 # changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off notebook 00's
 # ceilings (those of the one thread the steps run on), `f` is the step's model FLOPs at the fp32
 # ceiling over its time and `r` the ratio of the bf16 and fp32 ceilings (below 1 on a CPU without

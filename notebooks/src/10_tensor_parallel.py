@@ -258,8 +258,8 @@ print("perfkit with each region's backward collective overlapped with its weight
       f"(overlap=True), step time over plain: {ov.text('x')}: "
       + ("the overlapped step was faster" if ov.has_interval and ov.high < 1 else "the overlapped step was slower"
          if ov.has_interval and ov.low > 1 else "no difference beyond the interval")
-      + " (not predicted: gloo runs each collective on a thread of its own, which gains only where a core would "
-      "otherwise idle)")
+      + " (not predicted: gloo runs an asynchronous collective on its own pool of worker threads, which gains "
+      "only where a core would otherwise idle)")
 
 # %% [markdown]
 # ## 4. Sequence parallelism's activation memory
@@ -286,7 +286,7 @@ print(f"LayerNorm + dropout regions: TP {mem['tp']['regions']:,} B (model {regio
 viz.verdict(Prediction("bytes the LayerNorm and dropout regions save under SP, per process",
                        "TP's regions divided by t", value=regions_sp, rel_tol=0.0, unit=" B"),
             mem["sp"]["regions"])
-viz.verdict(Prediction("bytes one block saves under SP, per process",
+viz.verdict(Prediction("bytes one block keeps for backward under SP, per process",
                        "TP's block less (1 - 1/t) of its regions",
                        value=mem["tp"]["block"] - regions_tp * (1 - 1 / T_DEGREE), rel_tol=0.0,
                        unit=" B"), mem["sp"]["block"])
@@ -303,9 +303,10 @@ viz.verdict(Prediction("bytes one block saves under SP, per process",
 saved = 2 * (1 - 1 / T_DEGREE) * BATCH * cfg.block_size * cfg.n_embd * 4
 extra = tp_traffic(cfg, BATCH, cfg.block_size, T_DEGREE, True, blocks_only=True,
                    keep_gathered=False).calls["all_gather"] - sp_model.calls["all_gather"]
-print(f"all-gathers per block: {sp_model.calls['all_gather']} kept, {sp_model.calls['all_gather'] + extra}"
-      f" recomputed (counted: {r0['traffic']['sp_recompute']['block'][0]['all_gather']})")
-viz.verdict(Prediction("bytes one block saves under SP when the gathered inputs are recomputed",
+print(f"all-gathers per block: {sp_model.calls['all_gather']} with the gathered inputs kept, "
+      f"{sp_model.calls['all_gather'] + extra} in all when they are recomputed (counted: "
+      f"{r0['traffic']['sp_recompute']['block'][0]['all_gather']}); the block keeps {saved:,.0f} B less")
+viz.verdict(Prediction("bytes one block keeps for backward under SP when the gathered inputs are recomputed",
                        "SP's block less (1 - 1/t) B T C values for each of 2 regions",
                        value=mem["sp"]["block"] - saved, rel_tol=0.0, unit=" B"),
             mem["sp_recompute"]["block"])
@@ -344,7 +345,8 @@ for w in WIDTHS:
     print(f"C = {w:5d}: unsplit {viz.si(compute, 's')}, split {viz.si(parts[w][2], 's')} (model: at least "
           f"{viz.si(compute / T_DEGREE + comm, 's')}, of which all-reduces {viz.si(comm, 's')}); speedup at "
           f"most {bound[w]:.2f}x, measured {measured[w].text('x')}")
-print(f"all-reduce fit: alpha {viz.si(fit.alpha_s, 's')}, bandwidth {viz.si(fit.bandwidth, 'B/s')}")
+print(f"all-reduce fit: alpha {viz.si(fit.alpha_s, 's')} per 2-process all-reduce (the model's ring step "
+      f"charges half of it, {viz.si(link.alpha_s, 's')}), bandwidth {viz.si(fit.bandwidth, 'B/s')}")
 
 # %%
 for w in WIDTHS:

@@ -74,6 +74,7 @@ from perfkit.parallel import (
     timeline_from,
     validate,
 )
+from perfkit.plan import step_spans
 from perfkit.verdict import Prediction
 
 # %% [markdown]
@@ -339,13 +340,16 @@ viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False)
 step = {k: stats.median_interval(r["step_s"]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
 step_ratio = stats.median_ratio(zb["step_s"], real["step_s"], paired=False)   # timed in separate steps
 busy = {k: sum(b - a for row in r["slots"] for _, _, _, a, b in row) / P for k, r in (("1F1B", real), ("ZB-H1", zb))}
+last_span = {k: step_spans([r["slots"]])[0] for k, r in (("1F1B", real), ("ZB-H1", zb))}  # the last step
 faster = ("of no clear length against 1F1B's (too few steps for an interval)" if step_ratio.needs else
           "shorter" if step_ratio.high < 1 else "longer" if step_ratio.low > 1 else
           "neither clearly shorter nor longer (the interval holds 1)")
 print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, 's')}" for k, e in step.items())
       + f"; ZB-H1 over 1F1B {step_ratio.text('x')}: ZB-H1's step was {faster}. "
-      f"Busy seconds per stage in the last step: 1F1B {viz.si(busy['1F1B'], 's')}, ZB-H1 "
-      f"{viz.si(busy['ZB-H1'], 's')} (ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2)")
+      "In the last step, busy seconds per stage over that step's span from its first action to its last: "
+      + ", ".join(f"{k} {viz.si(busy[k], 's')} of {viz.si(last_span[k], 's')} (bubble "
+                  f"{1 - busy[k] / last_span[k]:.3f})" for k in busy)
+      + " (ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2); the last step's span is not the median step")
 
 # %% [markdown]
 # ## What carries over to GPUs

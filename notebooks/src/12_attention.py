@@ -152,11 +152,11 @@ viz.verdict(Prediction("FlashAttention's growth exponent", "linear in T", value=
 # %% [markdown]
 # At `T = 32768` with 32 heads of 128 dimensions (a long-context model's layer), eager
 # attention would keep the amount printed below per layer and per sequence, FlashAttention
-# the second; that gap alone would make long-context training need tiles, before section 3
+# the second (in fp32, as everything in this notebook; bf16 training halves both); that gap alone would make long-context training need tiles, before section 3
 # counts what moving those bytes costs in time.
 
 # %%
-print(f"T = 32768, 32 heads: eager {viz.si(fl.eager_saved_bytes(1, 32, 32768), 'B')}, "
+print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 32768), 'B')}, "
       f"FlashAttention {viz.si(fl.flash_saved_bytes(1, 32, 32768, 128), 'B')} per layer")
 
 # %% [markdown]
@@ -363,9 +363,9 @@ viz.verdict(Prediction("contiguous imbalance at P = 4, counted", "(2P-1)/P",
 # short band near the top and one long band near the bottom, and the two add up to the same
 # area on every rank. The titles count the tiles the kernel computes: a tile on the diagonal is
 # computed whole, so a diagonal block costs more than the half the formula `(2P-1)/P` assumes.
-# Below it, the same per-rank work measured on 2 processes: the compute seconds each rank spent
-# in its tiles in each round; the figure judged is, per round, the busier rank's seconds over
-# the two ranks' mean, its median over the rounds.
+# Printed after the figure, the same per-rank work measured on 2 processes: the compute seconds
+# each rank spent in its tiles in each round; the figure judged is, per round, the busier rank's
+# seconds over the two ranks' mean, its median over the rounds.
 
 # %%
 fig = va.plot_tiles(64, 4, 4)
@@ -398,8 +398,12 @@ print(f"one K/V exchange alone {viz.si(exchange, 's')}; per forward + backward: 
       f"{viz.si(transfers, 's')} of transfers, compute "
       f"{viz.si(max(statistics.median(z['compute_s']) for z in zz), 's')}; waited "
       f"{viz.si(statistics.median(waited), 's')} (medians over rounds), of which after both neighbours had "
-      f"sent {viz.si(statistics.median(ready), 's')}; the rest waited for a neighbour that had not yet sent "
-      f"(the two ranks' compute per round differed by a median of {viz.si(apart, 's')})")
+      f"sent {viz.si(statistics.median(ready), 's')}; the rest, "
+      f"{viz.si(statistics.median(waited) - statistics.median(ready), 's')}, waited for a neighbour that had not "
+      f"yet sent. The two ranks' compute per round differed by a median of {viz.si(apart, 's')}"
+      + (", which covers that rest." if apart >= statistics.median(waited) - statistics.median(ready) else
+         f", which covers {apart / (statistics.median(waited) - statistics.median(ready)):.0%} of it; this run "
+         "does not time the other part (a rank descheduled on the shared cores waits the same way)."))
 viz.verdict(Prediction("time waited after both neighbours had sent, per forward + backward (zig-zag)",
                        "overlapped: at most the transfers alone", high=transfers, unit=" s"),
             stats.median_interval(ready), explain={

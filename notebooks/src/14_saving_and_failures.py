@@ -383,7 +383,8 @@ viz.verdict(p_llama, ll["goodput"], explain={
 # live groups, a group whose gradient all-reduce broke when its peer died does not commit that
 # step, the next quorum leaves the dead group out, and a restarted group rejoins by copying
 # the weights of a live one. **Model** (`saving.per_step_goodput`): a surviving group loses
-# the step in flight and nothing more, so the share of its attempted steps that do not commit
+# the step in flight and no other step (it also waits out the lighthouse's heartbeat timeout
+# after each failure: time, not steps, printed below), so the share of its attempted steps that do not commit
 # is `step / failure interval`. **Prediction:** that share, within half a step per failure
 # (which tells one lost step apart from none and from two).
 #
@@ -449,7 +450,7 @@ print(f"By the models plus the fixed costs measured here (as if they did not gro
       f"a synchronous save stays under 1 s {under_1s(fixed_s, costs.write.bytes_per_s)}; the time an "
       f"asynchronous one blocks {under_1s(fixed_a, costs.copy_bytes_per_s / 2)}. Llama 3 8B's state "
       f"({viz.si(big, 'B')}) written by one process at this rate takes {big / costs.write.bytes_per_s:.3g} s; "
-      "spread over N writers to storage that scales, 1/N of it. The stored run of section 1 saved "
+      "spread over N writers to storage that scales, 1/N of it. The stored run of benchmarks/checkpoint.py saved "
       f"{viz.si(acs['state_bytes'], 'B')} synchronously in "
       f"{acs['modes']['sync']['median_blocked_s']:.3g} s (median of its rounds), more than this extrapolation gives at that size: part "
       "of what is taken as fixed here (hashing the files, DCP's serialisation, the fsyncs) grows with the "

@@ -227,7 +227,8 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
     diff = min(same[calls[-1]]) - min(same[calls[0]])  # s: best cap of each count
     noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
     text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {si(abs(diff), 's')} "
-            f"{'slower' if diff >= 0 else 'faster'} measured, {calls[-1] - calls[0]} x alpha = "
+            f"{'slower' if diff >= 0 else 'faster'} measured (the fastest cap of each count), "
+            f"{calls[-1] - calls[0]} x alpha = "
             f"{si((calls[-1] - calls[0]) * alpha_s, 's')} slower by the fit; ")
     if noise is None:
         return text + "no two caps share a count here, so this run does not show its noise."

@@ -70,8 +70,9 @@ LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-par
           "stages a-b-c blocks per pipeline stage")
 FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
               "square, no recomputation) per second over the peak; HFU: the FLOPs the GPUs run "
-              "(recomputation counted, a causal kernel's half of attention); with a causal "
-              "kernel MFU can read above the efficiency")
+              "(recomputation counted, a causal kernel's half of attention), so unlike PaLM's HFU "
+              "(at least its MFU) it reads below MFU where causal attention saves more than "
+              "recomputation adds; with a causal kernel MFU can read above the efficiency")
 
 
 def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:

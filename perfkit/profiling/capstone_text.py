@@ -115,6 +115,16 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         if pick.phases:
             moved = _moves(ms_before, ms_after, list(pick.phases))
             decided = f"The bound's phases went {moved} per profiled step{syncs}."
+            rose = [k for k in pick.phases if ms_after.get(k, 0.0) > ms_before.get(k, 0.0)]
+            reads = (before_report.get("syncs_per_step", 0), after_report.get("syncs_per_step", 0))
+            if "sync" in rose and reads[0] and reads[1]:
+                decided += (f" The sync phase rose though the reads fell: "
+                            f"{ms_before['sync'] / reads[0]:.3g} -> {ms_after['sync'] / reads[1]:.3g} ms "
+                            "per read; this run does not tell whether the reads the fix left cost more "
+                            "each or the load rose.")
+            elif rose:
+                decided += (f" {' and '.join(rose).capitalize()} rose, though the fix targets "
+                            f"{'them' if len(rose) > 1 else 'it'}; this run does not time why.")
     load = ("and the load may have changed faster than the three runs (before, after, before again) can "
             "cancel" if repeated else "and with one run of each configuration, a load that changed between "
             "the two runs moves the ratio as much as the fix does")

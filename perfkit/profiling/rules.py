@@ -54,7 +54,7 @@ RULES: dict[str, Rule] = {
         "into slower steps",
         "measure the loader alone: if it cannot reach the model's samples/s, no overlap "
         "will hide it"), "notebooks/07_data_loading.ipynb"),
-    "sync": Rule("the host waits for the device", (
+    "sync": Rule("the host reads tensor values back (on a GPU each read waits for the device)", (
         "keep metrics on the device and call .item()/.cpu()/print once every N steps",
         "accumulate per-sample values in a tensor instead of a Python loop over .item()"),
         "notebooks/01_profiling.ipynb, section 1 (why naive timing lies: syncs)"),

@@ -71,7 +71,7 @@ def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, Alpha
                       alpha=0.6)
     if copy_bytes_per_s:
         ax_b.axhline(copy_bytes_per_s / 2 / 1e9, color="k", ls=":",
-                     label=f"one memcpy: {si(copy_bytes_per_s / 2, 'B/s')}")
+                     label=f"one copy at the DRAM ceiling: {si(copy_bytes_per_s / 2, 'B/s')}")
     world = points[0].world_size
     for ax, ylabel in ((ax_t, "time (µs)"), (ax_b, "busbw (GB/s)")):
         ax.set_xscale("log", base=2)
@@ -158,9 +158,11 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     ax.axhline(t["bucketed"] * 1e3, color="k", ls=":", label="bucketed: the same work, no overlap")
     ax.set_ylabel("time per step (ms)")
     hidden = compare["hidden_share"]
+    # the medians' share has no interval here: the title names what to read, the verdict judges it
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
-        f"by these medians, overlap hid {hidden:.0%} of the bucketed step's communication"
-        if hidden is not None else "no communication showed in the bucketed step"), fontsize=10)
+        "the overlapped bar below the dotted line is communication hidden (share and interval: "
+        "see the verdict)" if hidden is not None else "no communication showed in the bucketed step"),
+        fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)

@@ -13,28 +13,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_test_folder_runs_in_exactly_one_stream():
     cmds = test_streams.commands([])
-    side, rest = cmds["labs+notebooks"], cmds["rest"]
+    side, rest, alone = cmds["labs+notebooks"], cmds["rest"], cmds["alone"]
     folders = [p for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))]
-    assert folders
+    assert folders and "tests/diagnose" in alone  # the planted-cause tests need an unloaded machine
     for f in folders:
         rel = f.relative_to(ROOT).as_posix()
-        in_side = rel in side
-        in_rest = "tests" in rest and f"--ignore={rel}" not in rest
-        assert in_side + in_rest == 1, f"{rel}: in the side stream {in_side}, in the rest {in_rest}"
-    # the two reports do not overwrite each other
-    assert len({a for c in cmds.values() for a in c if a.startswith("--junitxml")}) == 2
+        where = [rel in side, "tests" in rest and f"--ignore={rel}" not in rest, rel in alone]
+        assert sum(where) == 1, f"{rel}: in (side, rest, alone) {where}"
+    # the three reports do not overwrite each other
+    assert len({a for c in cmds.values() for a in c if a.startswith("--junitxml")}) == 3
 
 
 def _fake(monkeypatch, tmp_path, codes):
     monkeypatch.setattr(test_streams, "REPORTS", tmp_path)
     monkeypatch.setattr(test_streams, "commands", lambda extra: {
-        name: [sys.executable, "-c", code] for name, code in zip(("labs+notebooks", "rest"), codes)})
+        name: [sys.executable, "-c", code] for name, code in zip(("labs+notebooks", "rest", "alone"), codes)})
 
 
 @pytest.mark.parametrize("codes, want", [
-    (("print('side ok')", "pass"), 0),
-    (("import sys; sys.exit(1)", "pass"), 1),   # planted: only the live stream's code counted
-    (("pass", "import sys; sys.exit(3)"), 1),
+    (("print('side ok')", "pass", "pass"), 0),
+    (("import sys; sys.exit(1)", "pass", "pass"), 1),   # planted: only the live stream's code counted
+    (("pass", "import sys; sys.exit(3)", "pass"), 1),
+    (("pass", "pass", "import sys; sys.exit(1)"), 1),   # planted: the tests run alone not counted
 ])
 def test_the_run_fails_when_either_stream_fails(monkeypatch, tmp_path, capsys, codes, want):
     _fake(monkeypatch, tmp_path, codes)
@@ -44,5 +44,7 @@ def test_the_run_fails_when_either_stream_fails(monkeypatch, tmp_path, capsys, c
 
 
 def test_a_stream_past_the_timeout_is_killed(monkeypatch, tmp_path):
-    _fake(monkeypatch, tmp_path, ("import time; time.sleep(60)", "pass"))
+    _fake(monkeypatch, tmp_path, ("import time; time.sleep(60)", "pass", "pass"))
     assert test_streams.main(["--timeout-s", "2"]) == 2
+    _fake(monkeypatch, tmp_path, ("pass", "pass", "import time; time.sleep(60)"))
+    assert test_streams.main(["--timeout-s", "2"]) == 2  # the time left after the streams binds it too

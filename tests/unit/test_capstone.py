@@ -206,6 +206,19 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
                           repeated=False, after_report=after)
     assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
     assert "sync 3.0 -> 0.4 ms" in other["above"]  # outside data + communication, the largest drop first
+    assert "rose" not in words["inconclusive"]  # every phase of the bound fell
+    # the phase the fix targets rose while its reads halved: said, with the time per read
+    slower = {**report([], {"sync": 0.5, "communication": 0.2, "forward": 0.1, "backward": 0.2},
+                       steps=(0.012,)), "syncs_per_step": 28}
+    sync = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.0, before, 1.0,
+                         repeated=True, after_report=slower)
+    said = sync["inconclusive"]
+    assert "sync 3.0 -> 6.0 ms" in said and "rose though the reads fell" in said
+    assert "0.0526 -> 0.214 ms per read" in sync["inconclusive"]
+    comm = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0, before, 1.0,
+                         repeated=True,
+                         after_report={**slower, "shares": {**slower["shares"], "communication": 0.3}})
+    assert "Communication rose, though the fix targets it" in comm["inconclusive"]
     with pytest.raises(ValueError, match="report must be"):
         explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report={"shares": {}})
     with pytest.raises(TypeError, match="report must be"):

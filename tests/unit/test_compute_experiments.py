@@ -197,9 +197,10 @@ def test_loss_and_throughput_lines():
     assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]
     p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
                         mfu=0.25, ceiling="bfloat16")
-    assert vc.throughput_lines([p], 0.5)[0].endswith("MFU 25.0% of the bfloat16 ceiling on these threads "
-                                                     "(50% of the all-core one)")
-    assert "threads" not in vc.throughput_lines([p], 1.0)[0]
+    head, line = vc.throughput_lines([p], 0.5)  # the threads' share said once, above the rows
+    assert "on these threads, which is 50% of the all-core ceiling" in head and "multiply by 0.50" in head
+    assert line.endswith("MFU 25.0% of the bfloat16 ceiling") and "threads" not in line
+    assert vc.throughput_lines([p], 1.0) == [line]  # the whole machine: no note
 
 
 def test_autocast_saved_bytes_shrink_under_bf16():
