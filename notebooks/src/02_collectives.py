@@ -378,7 +378,9 @@ viz.verdict(Prediction("naive step time over bucketed", "alpha per tensor agains
             + (f": per extra all-reduce of naive's {n_tensors - cmp['buckets']}, "
                f"{si((t['naive'] - t['bucketed']) / (n_tensors - cmp['buckets']), 's')} by the medians, against the "
                f"fit's alpha of {si(f_ar.alpha_s, 's')}." if t["naive"] > t["bucketed"] else "."),
-    "below": f"Copying gradients into buckets cost more than the model's {si(saving, 's')} of start-ups.",
+    "below": f"The paired rounds put naive below bucketed, while the medians give {t['naive'] / t['bucketed']:.3f}x; "
+             f"the model's {si(saving, 's')} of start-ups is {saving / t['bucketed']:.1%} of a step, small against "
+             f"the rounds' spread ({nb.describe('x')}). This run does not time the copies into buckets apart.",
     "inconclusive": f"The model's saving, {si(saving, 's')}, is {saving / t['bucketed']:.1%} of a step."})
 
 # %%
@@ -515,7 +517,8 @@ print(f"A collective here pays a start-up of {si(fits['all_reduce'].alpha_s, 's'
       f"about {si(cross, 'B')} (alpha x bandwidth) the start-ups set the time. Buckets pay fewer of them (naive's "
       f"step over bucketed's: {nb.text('x')} here), and DDP's bucket_cap_mb trades the start-ups of many small "
       "buckets against one large bucket that cannot start until backward is over. NCCL on NVLink or InfiniBand "
-      "has a far smaller alpha and a far larger bandwidth than loopback TCP: the crossover moves, the reasoning stays. Overlap can "
-      "hide communication only behind backward"
+      "has a far smaller alpha and a far larger bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's "
+      "all-reduce can hide only behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during "
+      "forward)"
       + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}." if hidden is not None else
          "; here no communication showed in the bucketed step to hide."))
