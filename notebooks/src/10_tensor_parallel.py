@@ -381,8 +381,9 @@ achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])
 obs = ceilings.observe(limits, "float32", achieved, f"the {w}-wide block on one process", threads=1)
 limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)  # one thread's ceiling, measured by 00
 cross = crossover_width(T_DEGREE, 4 * 64, 64, achieved, link)
-slower = [c for c in WIDTHS if measured[c].has_interval and measured[c].high < 1]
-faster = [c for c in WIDTHS if measured[c].has_interval and measured[c].low > 1]
+# slower or faster only where the interval, as printed (2 decimals), lies clear of 1x
+slower = [c for c in WIDTHS if measured[c].has_interval and round(measured[c].high, 2) < 1]
+faster = [c for c in WIDTHS if measured[c].has_interval and round(measured[c].low, 2) > 1]
 print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
       f"{viz.si(achieved, 'FLOP/s')} ({obs.share:.0%})" + (f"; {obs.note}" if obs.raised else ""))
 unsure = [c for c in WIDTHS if c not in slower + faster]
@@ -394,7 +395,7 @@ late = [c for c in slower if cross is not None and c > cross]  # widths the mode
 if late:
     c = max(late)
     unsplit, comm, split = parts[c]
-    print(f"the measured crossover lies above C = {c}, {c / cross:.1f}x the model's: at C = {c} the split block "
+    print(f"the measured crossover lies above C = {c}, more than {c / cross:.1f}x the model's: at C = {c} the split block "
           f"took {viz.si(split, 's')} against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what the "
           f"model leaves out cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
