@@ -507,8 +507,7 @@ print("sources: " + "; ".join(f"{i.name}: {i.quoted}, {i.source}" for i in comm.
 # uncompressed step minus the dense all-reduce (**prediction**). The methods trained side by
 # side, taking turns every step on the same batches, so each step of the fastest compressed
 # method is paired with the same step of the uncompressed one: the verdict judges the median
-# of those per-step ratios, with its 90 % interval. A ratio below zero is outside what any
-# step allows, so the rule would call that run disturbed.
+# of those per-step ratios, with its 90 % interval.
 
 # %%
 t_none, fastest = runs["none"]["step_s"], min((m for m in runs if m != "none"), key=lambda m: runs[m]["step_s"])
