@@ -167,9 +167,11 @@ def launch_checked(module: str, nproc: int, cfg: object, timeout_s: float, what:
         raise AssertionError(f"on {nproc} processes {what} did not finish in "
                              f"{timeout_s:g} s: {hang_hint}") from e
     except dist.WorkerError as e:
-        if "GradingHang: " in e.worker_traceback:  # a worker's own deadline (ring_check)
+        from tools.labs.ring_check import HANG  # the marker a worker's own deadline writes
+
+        if f"{HANG}: " in e.worker_traceback:
             raise AssertionError(f"on {nproc} processes {what} did not return: "
-                                 f"{e.worker_traceback.split('GradingHang: ')[-1].strip()}: "
+                                 f"{e.worker_traceback.split(f'{HANG}: ')[-1].strip()}: "
                                  f"{hang_hint}") from e
         if impl_name and "NotImplementedError" in e.worker_traceback:
             raise NotImplementedError(f"{impl_name} is not implemented") from e
