@@ -19,7 +19,7 @@ Each rank writes, under ``--out``:
 
 * ``loss.rank<r>.jsonl``: one line per step ``{"attempt", "step", "loss"}``;
 * ``events.rank<r>.jsonl``: wall-clock times (``time.time()``, s) of ``created`` (the
-  process's creation, from the OS), ``started`` (the script's first line), ``imported``,
+  process's creation, from the OS: :func:`created_time`), ``started`` (the script's first line), ``imported``,
   ``joined`` (process group), ``built`` (model, DDP, optimizer, checkpointer), ``loaded``
   (with the step), ``first_step`` (the end of the first step of this attempt), ``kill``,
   ``saved``, ``preempted``, ``done``; from these the restart cost R splits into rendezvous
@@ -80,6 +80,23 @@ def build(layout: str, ctx: pdist.WorkerContext) -> tuple[torch.nn.Module, Any, 
     return ddp, ddp, opt
 
 
+def created_time() -> float:
+    """This process's creation time on the ``time.time()`` clock (s).
+
+    ``psutil.Process().create_time()`` adds the start tick to the boot time that
+    ``/proc/stat`` gives in whole seconds, so on Linux it can be off by up to a second:
+    more than a fast restart takes. Here the process's age (``/proc/uptime`` minus its start
+    tick, to 1/CLK_TCK s) is subtracted from the current time instead."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except OSError:  # not Linux
+        return psutil.Process().create_time()
+    return time.time() - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
 class Log:
     """Append-only JSON lines, flushed and fsynced per line so a SIGKILL loses none."""
 
@@ -125,7 +142,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     events = Log(out / f"events.rank{rank}.jsonl")
     losses = Log(out / f"loss.rank{rank}.jsonl")
-    events.write(event="created", t=psutil.Process().create_time(), attempt=attempt)
+    events.write(event="created", t=created_time(), attempt=attempt)
     events.write(event="started", t=STARTED, attempt=attempt)
     events.write(event="imported", t=time.time(), attempt=attempt)
 

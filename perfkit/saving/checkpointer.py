@@ -74,7 +74,8 @@ class SaveRecord:
             for a previous save in flight excluded (that is ``waited_s``).
         waited_s: seconds spent first waiting for the previous save to finish (s).
         persist_s: seconds from the end of staging until the files were written (s); the
-            whole ``dcp.save`` in sync mode; ``None`` while in flight.
+            whole ``dcp.save`` in sync mode; ``None`` until the files are written (the commit
+            may still be running then).
         commit_s: seconds rank 0 spent on the manifest, fsync and rename (s); 0 elsewhere.
         bytes: the checkpoint's bytes (from its manifest; rank 0 only, else 0).
         path: the committed directory (rank 0 only, else ``None``).
@@ -213,7 +214,8 @@ class Checkpointer:
                 of tensors and ``Stateful`` objects.
 
         Returns:
-            The :class:`SaveRecord`; ``persist_s`` fills in once the save is done (:meth:`wait`).
+            The :class:`SaveRecord`; ``persist_s`` fills in once the files are written, and
+            the save is done (committed) after :meth:`wait`.
 
         Raises:
             TypeError, ValueError: a bad ``step`` or ``state``.

@@ -291,7 +291,8 @@ def test_at_most_one_save_in_flight(tmp_path, monkeypatch):
     train(m, o, 1, 0)
     with Checkpointer(tmp_path, mode="thread") as ck:
         first = ck.save(1, st)
-        assert ck.in_flight and first.persist_s is None and latest(tmp_path) is None
+        # the files may already be written (persist_s set) but the commit sleeps 0.5 s
+        assert ck.in_flight and latest(tmp_path) is None
         with pytest.raises(TimeoutError, match="step 1 did not finish within 0.05 s"):
             ck.wait(0.05)
         second = ck.save(2, st)  # waits for the first's persist and commit first
