@@ -18,16 +18,17 @@ ddp        DDP with 1 KB buckets (one all-reduce per       DDP's defaults: 25 Mi
            (a host read per parameter in every backward;   663 KiB of gradients: one bucket,
            module 02)                                      reduced after backward, no overlap),
                                                            gradients as bucket views
-optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` (``fused=True`` on
-           small kernels per tensor (module 06)            CUDA)
+optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` on a CPU, ``fused=True``
+           small kernels per tensor (module 06)            on CUDA (PyTorch has a fused CPU
+                                                           kernel too, since 2.4; unused here)
 attention  eager attention: matmul, mask, softmax,         ``scaled_dot_product_attention``
            matmul (module 06)                              (``attn_implementation="sdpa"``)
 batch      2 samples per rank, far below what memory       8 per rank: 4x the tokens per step
            allows (modules 04, 06)                         (a larger batch needs more tokens
                                                            to reach the same loss)
 bf16       fp32 everywhere                                 bf16 autocast (in ``all`` on CUDA
-                                                           only: bf16 matmuls are slower on
-                                                           most CPUs)
+                                                           only: on a CPU without AVX512-BF16
+                                                           or AMX, bf16 matmuls are slower)
 compile    eager mode                                      ``torch.compile`` (in ``all`` on
                                                            CUDA only: on a small CPU run the
                                                            compile time is not paid back)
@@ -60,10 +61,10 @@ FIXES = {
     "sync": "keep losses on the device and read them every --check-every steps",
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
            "after backward, not one per tensor), no find_unused_parameters",
-    "optimizer": "AdamW with foreach=True (fused=True on CUDA) instead of foreach=False",
+    "optimizer": "AdamW with foreach=True on a CPU, fused=True on CUDA, instead of foreach=False",
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",
     "batch": "8 samples per rank instead of 2: 4x the tokens per step",
-    "bf16": "bf16 autocast (CUDA; on most CPUs bf16 matmuls are slower)",
+    "bf16": "bf16 autocast (CUDA; on a CPU without AVX512-BF16 or AMX bf16 matmuls are slower)",
     "compile": "torch.compile the model (CUDA; on a short CPU run compiling is not paid back)",
 }
 CUDA_ONLY_IN_ALL = ("bf16", "compile")

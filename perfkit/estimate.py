@@ -26,7 +26,7 @@ import math
 import numbers
 from dataclasses import asdict, dataclass, replace
 
-from perfkit.units import si, si_interval
+from perfkit.units import printed_interval, si, si_interval
 
 __all__ = ["Estimate", "exact"]
 
@@ -123,6 +123,18 @@ class Estimate:
         """The value and :meth:`describe`, at one precision: ``"1.02x (90% interval 0.99x to
         1.05x, median of 30 paired ratios)"``."""
         return f"{self.point(unit)} ({self.describe(unit)})"
+
+    def clear_of(self, x: float, unit: str = "") -> str:
+        """``"above"`` or ``"below"`` where the interval, as :meth:`text` prints it, lies clear
+        of ``x`` on that side; ``""`` where it holds ``x`` or there is no interval. A sentence
+        such as "the interval lies above 1x" must hold for the printed ends: ``1.00x to 1.03x``
+        does not lie above 1x, though its unrounded low end may."""
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"x must be a finite number, got {x!r}")
+        if not self.has_interval or self.low == self.high:
+            return ""
+        lo, hi = printed_interval(self.value, self.low, self.high, unit)
+        return "above" if lo > x else "below" if hi < x else ""
 
     def scaled(self, k: float) -> Estimate:
         """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""

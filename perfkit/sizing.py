@@ -166,7 +166,8 @@ def timing_threads(cores: int | None = None, load: float | None = None) -> int:
 
 def threads_note(threads: int, share: float, cores: int | None = None, load: float | None = None) -> str:
     """The sentence a notebook prints beside :func:`timing_threads`: the threads it times on,
-    the load that chose them, and the ``share`` of each ceiling MFU is held against.
+    the load that chose them, and ``share``: these threads' fp32 ceiling over the all-core one
+    (each MFU is held against its dtype's ceiling on these threads).
 
     Raises:
         ValueError: for ``threads`` or ``cores`` below 1, a ``share`` outside (0, 1] or a
@@ -182,7 +183,8 @@ def threads_note(threads: int, share: float, cores: int | None = None, load: flo
             load = 0.0
     check_real("load", load, 0)
     return (f"timing on {threads} of {cores} threads (load average {load:.1f}: about "
-            f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against {share:.0%} of each ceiling")
+            f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against these threads' own ceilings "
+            f"(fp32's: {share:.0%} of the all-core one)")
 
 
 @contextlib.contextmanager

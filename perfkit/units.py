@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["share_range", "si", "si_interval"]
+__all__ = ["printed_interval", "share_range", "si", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -102,15 +102,43 @@ def si_interval(value: float, low: float, high: float, unit: str = "",
     """
     nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
     unit = _unit(unit)
+    scale, power, p, thousands, decimals = _interval_format(nums, unit, digits)
+    if scale == 0:
+        return (f"0{'' if unit in _BARE else ' '}{unit}".strip(),) * 3
+    sep = "" if unit in _BARE else " "
+    texts = [f"{x / scale:{',' if thousands else ''}.{decimals}f}" for x in nums]
+    while decimals > 0 and all(t.endswith("0") for t in texts):  # 1.20 / 1.10 / 1.30: one digit fewer
+        decimals -= 1
+        texts = [t[:-1].rstrip(".") if decimals == 0 else t[:-1] for t in texts]
+    return tuple(f"{t}{power}{sep}{p}{unit}".strip() for t in texts)
+
+
+def printed_interval(value: float, low: float, high: float, unit: str = "") -> tuple[float, float]:
+    """``low`` and ``high`` as :func:`si_interval` prints them, back in ``unit``: for a
+    sentence about the interval (``"it lies above 1x"``) that must hold for the numbers the
+    reader sees (``1.00x to 1.03x`` does not lie above 1x).
+
+    Raises:
+        TypeError, ValueError: as :func:`si_interval`.
+    """
+    nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
+    scale, _, _, _, decimals = _interval_format(nums, _unit(unit), 3)
+    if scale == 0:
+        return (0.0, 0.0)
+    return tuple(round(x / scale, decimals) * scale for x in nums[1:])
+
+
+def _interval_format(nums: list[float], unit: str, digits: int) -> tuple[float, str, str, bool, int]:
+    """:func:`si_interval`'s scale (0 for three zeros), power, prefix, thousands separator and
+    decimals for ``[value, low, high]``."""
     if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 15:
         raise ValueError(f"digits must be an int from 1 to 15, got {digits!r}")
     if not all(math.isfinite(v) for v in nums) or not nums[1] <= nums[0] <= nums[2]:
-        raise ValueError(f"low <= value <= high must hold for finite numbers, got value {value!r}, "
-                         f"low {low!r}, high {high!r}")
-    sep = "" if unit in _BARE else " "
+        raise ValueError(f"low <= value <= high must hold for finite numbers, got value {nums[0]!r}, "
+                         f"low {nums[1]!r}, high {nums[2]!r}")
     biggest = max(abs(v) for v in nums)
     if biggest == 0:
-        return (f"0{sep}{unit}".strip(),) * 3
+        return 0.0, "", "", False, 0
     scale, p, thousands = _scale(biggest, unit)
     power = ""
     if biggest / scale < 1e-3:  # below any prefix (6e-09 ms): one power of ten for all three
@@ -126,11 +154,7 @@ def si_interval(value: float, low: float, high: float, unit: str = "",
                 and (lo == hi or r[1] < r[2])):
             break
         decimals += 1
-    texts = [f"{x:{',' if thousands else ''}.{decimals}f}" for x in (v, lo, hi)]
-    while decimals > 0 and all(t.endswith("0") for t in texts):  # 1.20 / 1.10 / 1.30: one digit fewer
-        decimals -= 1
-        texts = [t[:-1].rstrip(".") if decimals == 0 else t[:-1] for t in texts]
-    return tuple(f"{t}{power}{sep}{p}{unit}".strip() for t in texts)
+    return scale, power, p, thousands, decimals
 
 
 def share_range(low: float, high: float) -> str:

@@ -215,7 +215,10 @@ print("\n".join(line for line in vm.source_lines(limits) if "bandwidth" in line)
 fit = ceilings.cached_copy_bytes(limits)  # bytes per buffer: the cache these copies really saw
 cache_bytes = 2 * fit if fit else (limits.llc_bytes or 0) // 2  # counted bytes (read + written) it holds
 print(f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} kept at least half the cache ceiling "
-      f"by their median (the OS reports a last-level cache of {si(limits.llc_bytes or 0, 'B')}); operations "
+      f"by their median (the OS reports a last-level cache of {si(limits.llc_bytes or 0, 'B')}"
+      + (f", {limits.llc_bytes / fit:.0f}x more: that cache is shared by every core of the chip, other processes' "
+         "and virtual machines' included, and what the sweep shows is what these copies kept of it"
+         if limits.llc_bytes and limits.llc_bytes > 4 * fit else "") + "); operations "
       f"of at most {si(cache_bytes, 'B')} counted are held against the cache's roof below" if fit else
       f"no copy kept half the cache ceiling: operations within half the reported last-level cache "
       f"({si(cache_bytes, 'B')}) are held against the cache's roof below")
@@ -344,11 +347,12 @@ add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x
                                        3 * add_bytes, repeat=5, device=DEVICE, threads=threads).inverse()
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
       f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x, "
-      + ("inside the interval." if add_over_copy.low <= 1.125 <= add_over_copy.high else
-         f"{'below' if add_over_copy.low > 1.125 else 'above'} the interval: write-allocate alone does not "
-         f"explain the whole ratio here, and this run does not measure what else {'helps x + y' if add_over_copy.low > 1.125 else 'slows it'}."))
-copy_at = max((p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes),
-              key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size
+      + ("inside the interval." if not (wa_side := add_over_copy.clear_of(1.125, "x")) else
+         f"{'below' if wa_side == 'above' else 'above'} the interval: write-allocate alone does not "
+         f"explain the whole ratio here, and this run does not measure what else {'helps x + y' if wa_side == 'above' else 'slows it'}."))
+same_size = [p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes]
+copy_at = max([p for p in same_size if p.threads == threads] or same_size,
+              key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size, on the add's threads
 add_vs_copy = stats.median_interval(add.times_s).inverse().scaled(3 * add_bytes / copy_at.best_bytes_per_s)
 print(f"context: x + y reached {share_of_roof['x + y'].value:.0%} of the DRAM roof, set by {limits.sources['dram']}"
       + (" (its own sweep point)" if limits.sources["dram"].startswith("add") else ""))
@@ -357,7 +361,9 @@ viz.verdict(Prediction("x + y's counted bytes/s over the fastest copy's of that 
             add_vs_copy, explain={
     "held": f"The copy of {si(copy_at.nbytes, 'B')} buffers ran at {si(copy_at.best_bytes_per_s, 'B/s')} "
             f"{on(copy_at.threads)} (fastest tenth of its best round); x + y's median reached {add_vs_copy.value:.2g}x "
-            "that rate.",
+            f"that rate. Against this run's copies, timed in alternation with it above, the ratio was "
+            f"{add_over_copy.point('x')}: the two figures differ by how much faster the sweep's fastest tenth of its "
+            "best round ran than this run's median copies.",
     "below": f"Below half of the copy's {si(copy_at.best_bytes_per_s, 'B/s')}: this add ran {on(threads)}, its "
              f"repeats spread {add.p10_s * 1e3:.0f}-{add.p90_s * 1e3:.0f} ms (p10-p90)."})
 square = share_of_roof[f"matmul n={best.n}"].value
@@ -495,10 +501,10 @@ over = stats.median_ratio(m.times_s, mm.times_s)  # the step's time over its six
 other_ms = (m.median_s - mm.median_s) * 1e3  # ms: the step beyond its matmuls
 medians = f"the six matmuls' median {mm.median_s * 1e3:.1f} ms, the step's {m.median_s * 1e3:.1f} ms"
 held = (f"With {medians}, the ReLU, the loss, autograd and the gradient accumulation took about {other_ms:.1f} ms "
-        f"more (the ratio's interval is above 1x)." if over.low > 1 else
+        f"more (the ratio's interval is above 1x)." if over.clear_of(1.0, "x") == "above" else
         f"The step ran faster than its six matmuls alone ({medians}; the ratio's interval is below 1x): autograd "
         "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
-        "faster than another." if over.high < 1 else
+        "faster than another." if over.clear_of(1.0, "x") == "below" else
         f"With {medians}, the {other_ms:+.1f} ms between them is not resolved: the paired ratio's 90% interval "
         f"({over.describe('x')}) includes 1x, so what the rest of the step costs is within the noise.")
 viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "

@@ -470,12 +470,17 @@ viz.verdict(Prediction("QSGD: dense all-reduce time less the payloads' all-gathe
 # %%
 busbw = pts["dense"]["busbw"]  # bytes/s: the measured loopback all-reduce, as nccl-tests counts it
 NS = (2, 8, 64)  # processes
-codec_n = {n: ms["qsgd fused"].median_s + (n - 1) * ms["qsgd fused decode"].median_s for n in NS}  # s
+codec_n = {n: statistics.median(e + (n - 1) * d for e, d in zip(ms["qsgd fused"].times_s, ms["qsgd fused decode"].times_s,
+                                                                  strict=True)) for n in NS}  # s: per round, as cost above
 table_n = {n: comm.encoding_pays(codec_n[n], sizes["dense"], 1 / 4, busbw, world_size=n,
                                  gathered=True) for n in NS}
 print("QSGD's payload, all-gathered; this CPU's codec (one encode and n decodes) takes "
       + ", ".join(f"n={n}: {si(codec_n[n], 's')}" for n in NS)
       + ". Link time the fewer bytes remove, by the ring model:")
+def times_text(x):  # 380 as "380", 2630 as "2,630", 0.52 as "0.52": never "3.8e+02"
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
+
+
 for i, row in enumerate(table_n[2]):
     here = i == 0  # the loopback row: this codec's time is the one that would run there
     cells = []
@@ -485,7 +490,7 @@ for i, row in enumerate(table_n[2]):
             (", more than the codec" if r.pays else ", less than the codec") if here else "")
             if r.saved_s > 0 else "removes nothing" if r.saved_s == 0 else f"sends {si(-r.saved_s, 's')} more"))
     name = "loopback (ring model)" if here else row.name
-    print(f"{name:>21}: {si(row.bandwidth, 'B/s'):>10} ({row.bandwidth / busbw:7.2g}x loopback); "
+    print(f"{name:>21}: {si(row.bandwidth, 'B/s'):>10} ({times_text(row.bandwidth / busbw):>7}x loopback); "
           + "; ".join(cells))
 print(f"Measured on loopback at n=2 (section above), the all-gather removed {si(t_d - t_q, 's')} against "
       f"{si(cost_q, 's')} of codec: " + ("more than the codec, as the model row says." if t_d - t_q > cost_q

@@ -304,7 +304,7 @@ viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain
 same = stats.median_ratio(t_switch, t_ckpt)
 gap = (f"Its interval excludes 1: the switch's step was {abs(same.value - 1):.1%} "
        + ("faster" if same.value < 1 else "slower") + " here (the two ran in the same order in every round, "
-       "so an effect of that order is not ruled out); this run does not measure its cause." if same.needs is None and (same.low > 1 or same.high < 1)
+       "so an effect of that order is not ruled out); this run does not measure its cause." if same.clear_of(1.0, "x")
        else "Its interval holds 1.")
 viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 

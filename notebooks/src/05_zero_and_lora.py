@@ -236,7 +236,7 @@ print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, wi
       f"{vzero.calls_per_step(ddp)}: after DDP's all-reduce it makes {(v['torch_zero'].calls or {}).get('broadcast', 0)} "
       f"broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's owner; each call "
       "waits for every process" + (", a per-call cost that its byte count does not show and this run does not "
-                                   "time apart." if ratio["torch_zero"].low > 1 else "."))
+                                   "time apart." if ratio["torch_zero"].clear_of(1.0, "x") == "above" else "."))
 saving, rss = 8 * cmp.numel * (NPROC - 1) / NPROC, v["perfkit"].peak_rss_bytes
 if rss:
     print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of a process's "
@@ -385,8 +385,8 @@ print(f"stage 1 overlapped (zero1: buckets reduce-scattered from gradient hooks 
       f"{vzero.calls_per_step(ms['zero1'])} against {vzero.calls_per_step(cmp_all.variants['perfkit'])}"
       + (". Overlap did not pay here: on a CPU, gloo's reduce-scatters run on threads that take the same "
          f"{os.cpu_count()} cores backward computes on, so they hide behind no idle time, and each bucket adds "
-         "a call and a copy. On a GPU, NCCL runs on the interconnect while the SMs compute." if ov.low > 1 else
-         ": the overlap hid what the extra calls cost." if ov.high < 1 else
+         "a call and a copy. On a GPU, NCCL runs on the interconnect while the SMs compute." if ov.clear_of(1.0, "x") == "above" else
+         ": the overlap hid what the extra calls cost." if ov.clear_of(1.0, "x") == "below" else
          ": the interval holds 1, so this run cannot tell them apart."))
 
 # %% [markdown]

@@ -193,7 +193,8 @@ print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
           " of model FLOPs (section 6 turns these into MFU, one per setting)")
-# FLOPs that ran (FlopCounterMode: every matmul; fused attention has no formula, so a lower bound),
+# FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
+# elementwise work, so a lower bound),
 # held against the bf16 ceiling on these threads, which they raise where they beat it
 bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
 # the same counted FLOPs over the bf16 matmuls and attention replayed alone (next cell's parts): faster than the step
@@ -371,18 +372,22 @@ add_m, comp_m = timing.interleaved([lambda: torch.add(xc, bias, out=out), lambda
 over_add = stats.median_ratio(comp_m.times_s, add_m.times_s)  # compiled chain over the same bytes
 new_s = min(cost.extra_s, max(0.0, comp_m.median_s - add_m.median_s))  # its one new output tensor (s)
 arith_s = comp_m.median_s - add_m.median_s - new_s  # what neither the bytes nor the new tensor explain (s)
+mem_s = add_m.median_s + new_s  # the bytes and the new tensor (s)
 print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chain.fused / add_m.median_s, 'B/s')}); "
       f"compiled chain: {si(comp_m.median_s, 's')}, {over_add.text('x')} the add's time"
       + (f": of the {si(comp_m.median_s - add_m.median_s, 's')} beyond the bytes, its new output tensor "
          f"accounts for {si(new_s, 's')} (measured above) and {si(arith_s, 's')} "
          f"({arith_s / comp_m.median_s:.0%} of the loop) is arithmetic, against "
-         f"{si(add_m.median_s + new_s, 's')} for memory (the bytes and the new tensor). "
-         + (f"The arithmetic is the larger part: the fused chain is bound by its instructions more than by "
-            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > add_m.median_s + new_s
+         f"{si(mem_s, 's')} for memory (the bytes and the new tensor). "
+         + ("The two are within a quarter of each other, closer than this split (which assumes they add "
+            "without overlapping) can tell apart: the fused loop is bound by neither alone."
+            if max(arith_s, mem_s) < 1.25 * min(arith_s, mem_s) else
+            f"The arithmetic is the larger part: the fused chain is bound by its instructions more than by "
+            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > mem_s
             else "Memory is the larger part: the fused loop is bound by its bytes and page faults more than by "
-            "its instructions.") if over_add.low > 1.25 else
+            "its instructions.") if over_add.clear_of(1.25, "x") == "above" else
          ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
-         if over_add.high < 1.25 else ": this run cannot say which (the interval reaches across 1.25x)."))
+         if over_add.clear_of(1.25, "x") == "below" else ": this run cannot say which (the interval reaches across 1.25x)."))
 
 # %% [markdown]
 # ## 3. `torch.compile`: when does compiling pay for itself?
@@ -597,9 +602,9 @@ plt.show()
 s32 = shapes["float32"]
 odd_vs_64 = s32.odd_share  # odd n's median rate over the multiples of 64's
 print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {odd_vs_64.text('x')}: "
-      + ("leaving the grid made these matmuls faster here, not slower (the interval lies above 1x)"
-         if odd_vs_64.low > 1 else "leaving the grid cost these matmuls throughput here (the interval lies below 1x)"
-         if odd_vs_64.high < 1 else "no difference this run can resolve (the interval holds 1x)"))
+      + {"above": "leaving the grid made these matmuls faster here, not slower (the interval lies above 1x)",
+         "below": "leaving the grid cost these matmuls throughput here (the interval lies below 1x)"}.get(
+             odd_vs_64.clear_of(1.0, "x"), "no difference this run can resolve (the interval holds 1x)"))
 viz.verdict(Prediction("odd n's median rate over off-grid even n's (fp32)", "parity costs nothing beyond "
                        "leaving the vector grid (widths within 7 % of each other)", value=1.0, rel_tol=0.1),
             s32.parity, explain={
@@ -619,8 +624,8 @@ xv = torch.randint(0, V, (BATCH, SEQ), device=DEVICE)  # targets never use the p
 pad = compute.compare(ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=V), ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=VP),
                       repeat=REPEAT, threads=THREADS)
 print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ex.ratio_text(pad)}: "
-      + ("padding is faster" if pad.low > 1 else "padding is slower" if pad.high < 1 else
-         "the interval holds 1x, no difference measured")
+      + {"above": "padding is faster", "below": "padding is slower"}.get(
+          pad.estimate.clear_of(1.0, "x"), "the interval holds 1x, no difference measured")
       + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
 
 # %% [markdown]
@@ -661,8 +666,9 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 
 # %% [markdown]
 # A check of the formula against PyTorch's `FlopCounterMode`, which counts the FLOPs of every
-# matmul actually dispatched (with eager attention, so the attention matmuls are visible to it;
-# its CPU flash-attention kernel has no FLOP formula registered and would be missed). Elementwise
+# matmul actually dispatched (with eager attention, whose two score matmuls cover the whole
+# `T x T` square, masked half included, as the formula's `12 L d T` does; PyTorch registers no
+# formula for the CPU's fused attention kernel, which `compute.counted_flops` adds). Elementwise
 # work is not counted by the counter, but `6N` counts every parameter, the biases and layer norms
 # that do no matmul too: the two should differ by 6 FLOPs per such parameter per token and no
 # more; a larger gap, the counter's per-operator counts (`counter.get_flop_counts()`) name the

@@ -152,8 +152,8 @@ viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overl
 two = stats.median_ratio(runs["2 workers"].step_s, runs["1 workers"].step_s, paired=False)
 print(f"2 workers' step over 1 worker's (ratio of the runs' median steps): {two.text('x')}: "
       + (f"a second worker made the step slower (two tokenizing workers and the model's compute thread share "
-         f"{CORES} cores)" if two.has_interval and two.low > 1 else
-         "a second worker made the step faster: one worker did not keep up" if two.has_interval and two.high < 1 else
+         f"{CORES} cores)" if two.clear_of(1.0, "x") == "above" else
+         "a second worker made the step faster: one worker did not keep up" if two.clear_of(1.0, "x") == "below" else
          "the run cannot tell the two apart"))
 
 # %% [markdown]

@@ -284,7 +284,7 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # %%
 total = loop.finish()  # the slow job again (default size), and the direct ratio
 display(Markdown(viz.total_text(total)))
-unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if not (g.has_interval and g.low > 1)]
+unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if g.clear_of(1.0, "x") != "above"]
 if loop.waterfall:
     viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved,
                        title="Each fix's share of the measured tokens/s gain, in the order the diagnosis chose")

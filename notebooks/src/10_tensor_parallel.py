@@ -256,8 +256,8 @@ viz.verdict(Prediction("perfkit's TP step time over DTensor's", "same collective
 ov = stats.median_ratio(tm["perfkit_overlap_s"], tm["perfkit_s"])
 print("perfkit with each region's backward collective overlapped with its weight gradients "
       f"(overlap=True), step time over plain: {ov.text('x')}: "
-      + ("the overlapped step was faster" if ov.has_interval and ov.high < 1 else "the overlapped step was slower"
-         if ov.has_interval and ov.low > 1 else "no difference beyond the interval")
+      + {"below": "the overlapped step was faster", "above": "the overlapped step was slower"}.get(
+          ov.clear_of(1.0, "x"), "no difference beyond the interval")
       + " (not predicted: gloo runs an asynchronous collective on its own pool of worker threads, which gains "
       "only where a core would otherwise idle)")
 

@@ -280,7 +280,7 @@ print(f"busy seconds per stage {[round(c, 3) for c in costs.values()]}; in the l
       f"the simulated bubble is {real['simulated']:.3f} and the measured {tl.bubble_share:.3f}; the median over "
       f"the {len(real['shares'])} steps is {est.point()}")
 fig = viz.plot_grids(simulate(make_schedule("1f1b", P, real["n_micro"]), {"F": 1, "B": 2}), tl,
-                     measured_note=f"the last of {len(real['shares'])} timed steps (median {est.point()})")
+                     measured_note=f"the last of {len(real['shares'])} timed steps (median {est.value:.1%})")
 
 # %%
 imbalance = max(costs.values()) / min(costs.values()) - 1
@@ -342,7 +342,7 @@ step_ratio = stats.median_ratio(zb["step_s"], real["step_s"], paired=False)   # 
 busy = {k: sum(b - a for row in r["slots"] for _, _, _, a, b in row) / P for k, r in (("1F1B", real), ("ZB-H1", zb))}
 last_span = {k: step_spans([r["slots"]])[0] for k, r in (("1F1B", real), ("ZB-H1", zb))}  # the last step
 faster = ("of no clear length against 1F1B's (too few steps for an interval)" if step_ratio.needs else
-          "shorter" if step_ratio.high < 1 else "longer" if step_ratio.low > 1 else
+          "shorter" if step_ratio.clear_of(1.0, "x") == "below" else "longer" if step_ratio.clear_of(1.0, "x") == "above" else
           "neither clearly shorter nor longer (the interval holds 1)")
 print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, 's')}" for k, e in step.items())
       + f"; ZB-H1 over 1F1B {step_ratio.text('x')}: ZB-H1's step was {faster}. "

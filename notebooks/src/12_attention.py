@@ -142,9 +142,9 @@ fig = va.plot_saved_bytes(SAVED_LENS, saved, B, H, D)
 
 # %%
 viz.verdict(Prediction("eager attention's T² term", "softmax(S) kept: B H T² x 4 bytes",
-                       value=B * H * 4, rel_tol=1e-9, unit=" B"), terms["eager"][0])
+                       value=B * H * 4, rel_tol=1e-9, unit=" B per T²"), terms["eager"][0])
 viz.verdict(Prediction("FlashAttention's T² term", "only O and L kept", low=-1e-6, high=1e-6,
-                       unit=" B"), terms["flash"][0])
+                       unit=" B per T²"), terms["flash"][0])
 viz.verdict(Prediction("eager's growth exponent", "T² term", value=2.0, rel_tol=0.05), slope["eager"])
 viz.verdict(Prediction("FlashAttention's growth exponent", "linear in T", value=1.0,
                        rel_tol=0.05), slope["flash"])

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,19 +139,23 @@ def cold_compile_cost(name: str, record: CompileRecord,
         costs = {}
     key = f"{device_name()} | {name}"
     if record.fx_cache_hits == 0:
-        costs[key] = max(record.compile_s, 0.0)
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        costs[key] = {"s": max(record.compile_s, 0.0), "measured": when}
         p.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(p, json.dumps(costs, indent=1))  # whole: another process may read it
-        return costs[key], (f"cold cache (no inductor cache hit): compiling {name} cost "
-                            f"{costs[key]:.1f} s here, what a fresh machine or CI pays")
-    cold = costs.get(key)
+        return costs[key]["s"], (f"cold cache (no inductor cache hit): compiling {name} cost "
+                                 f"{costs[key]['s']:.1f} s here, what a fresh machine or CI pays")
+    stored = costs.get(key)  # {"s", "measured"}; a bare number from before the date was kept
+    cold = stored.get("s") if isinstance(stored, dict) else stored
+    when = f" on {stored['measured']}" if isinstance(stored, dict) and stored.get("measured") else ""
+    source = f"measured by an earlier run{when}, stored in {p.name}"
     warm = (f"warm cache ({record.fx_cache_hits} inductor cache hits): compiling {name} cost "
             f"{max(record.compile_s, 0.0):.1f} s")
     if cold is None:
         return None, (f"{warm}; a cold cache was not measured on this machine yet "
                       "(run with TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) to measure it)")
     slower = record.compile_s > cold  # the cache saves work, not time under a heavier load
-    return cold, (f"{warm}; a cold cache cost {cold:.1f} s here (measured in an earlier run)"
+    return cold, (f"{warm}; a cold cache cost {cold:.1f} s here ({source})"
                   + (f": this warm compile took {record.compile_s / cold:.1f}x as long, so the machine's "
                      f"load now (load average {os.getloadavg()[0]:.1f}) cost more than the cache saved"
                      if slower else ""))

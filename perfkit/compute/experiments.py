@@ -183,8 +183,8 @@ class InModelAttention:
         mib = 2**20
         return (f"T={self.seq_len:4d}: sdpa against eager {ratio_text(self.speedup)}; saved eager "
                 f"{self.saved['eager'] / mib:5.1f} MiB, sdpa {self.saved['sdpa'] / mib:5.1f} MiB, difference "
-                f"{(self.saved['eager'] - self.saved['sdpa']) / mib:5.2f} (predicted "
-                f"{(self.counted['eager'] - self.counted['sdpa']) / mib:5.2f})")
+                f"{(self.saved['eager'] - self.saved['sdpa']) / mib:5.2f} MiB (predicted "
+                f"{(self.counted['eager'] - self.counted['sdpa']) / mib:5.2f} MiB)")
 
 
 def attention_in_model(seq_len: int, batch: int = 4, heads: int = 4, layers: int = 2, width: int = 64,

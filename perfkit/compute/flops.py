@@ -137,11 +137,49 @@ def precision_dtype(precision: str) -> str:
     return PRECISIONS[check_choice("precision", precision, PRECISIONS)]
 
 
+def _causal_share(s_q: int, s_k: int) -> float:
+    """The share of a causal (top-left aligned) ``s_q x s_k`` score matrix left unmasked:
+    row ``i`` keeps ``min(i + 1, s_k)`` entries."""
+    kept = sum(min(i + 1, s_k) for i in range(s_q))
+    return kept / (s_q * s_k)
+
+
+def _cpu_flash_forward(q, k, v, dropout_p=0.0, is_causal=False, *args, out_shape=None, **kw) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    full = sdpa_flop_count(q, k, v)
+    return round(full * _causal_share(q[2], k[2])) if is_causal else full
+
+
+def _cpu_flash_backward(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=False, *args,
+                        out_shape=None, **kw) -> int:
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    full = sdpa_backward_flop_count(grad_out, q, k, v)
+    return round(full * _causal_share(q[2], k[2])) if is_causal else full
+
+
+def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
+    """FLOP formulas for the CPU's fused attention kernels, which ``FlopCounterMode`` has none
+    for (PyTorch registers the CUDA ones only): the two matmuls of the forward pass and the
+    five of the backward pass, as PyTorch's own ``sdpa_flop_count`` counts them, scaled for a
+    causal mask to the entries left unmasked (PyTorch's CUDA formulas count the whole square;
+    the CPU kernel skips the blocks above the diagonal). For ``FlopCounterMode(custom_mapping=...)``."""
+    aten = torch.ops.aten
+    out = {}
+    for name, fn in (("_scaled_dot_product_flash_attention_for_cpu", _cpu_flash_forward),
+                     ("_scaled_dot_product_flash_attention_for_cpu_backward", _cpu_flash_backward)):
+        if hasattr(aten, name):
+            out[getattr(aten, name)] = fn
+    return out
+
+
 def counted_flops(step: Callable[[], object]) -> int:
     """FLOPs that ``FlopCounterMode`` counts in one call of ``step`` (a training step: forward,
     backward, optimizer): the matmuls that really ran, for an HFU and for
-    :func:`perfkit.ceilings.observe`. Kernels without a registered formula (the CPU's fused
-    attention) count nothing, so this is a lower bound of the work done.
+    :func:`perfkit.ceilings.observe`. The CPU's fused attention is counted with
+    :func:`cpu_attention_formulas` (a causal mask's unmasked entries only); elementwise work
+    counts nothing, so this is a lower bound of the arithmetic done.
 
     Raises:
         TypeError: for a ``step`` that is not callable.
@@ -149,7 +187,7 @@ def counted_flops(step: Callable[[], object]) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     check_callable("step", step)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
         step()
     return int(counter.get_total_flops())
 

@@ -107,9 +107,15 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         if outside:
             above += (f": outside the {' + '.join(pick.phases) or 'phases'} the bound counts, "
                       + _moves(ms_before, ms_after, outside[:2]) + " per profiled step")
-            if pick.fix == "ddp":
+            if pick.fix == "ddp" and "forward" in outside[:2]:
                 above += (" (with find_unused_parameters=True DDP walks the autograd graph after every "
                           "forward, time counted in forward)")
+        step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3  # ms per profiled step
+                          for r in (before_report, after_report))
+        if step_a > 0 and step_b / step_a < gain / 1.1:  # the profiled window gained less than the runs
+            above += (f"; the profiled step went {step_b:.1f} -> {step_a:.1f} ms, only "
+                      f"{step_b / step_a:.2f}x against the {gain:.2f}x of the unprofiled steps, so the "
+                      "window's phases cannot place the rest of the gain")
         syncs = (f"; host reads (syncs) per step {before_report.get('syncs_per_step', 0):.0f} -> "
                  f"{after_report.get('syncs_per_step', 0):.0f}" if "sync" in pick.phases else "")
         if pick.phases:

@@ -189,7 +189,7 @@ def round_context(r: Round) -> str:
     if not r.pick.untested:
         raise ValueError(f"r's bound can fail ({r.pick.model}): judge it with a verdict, not as context")
     s = r.speedup
-    gain = ("its interval lies above 1x: a gain this run can show" if s.has_interval and s.low > 1 else
+    gain = ("its interval lies above 1x: a gain this run can show" if s.clear_of(1.0, "x") == "above" else
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
@@ -232,13 +232,17 @@ def seams_text(t: Total) -> str:
     if not t.seams:
         return ""
     moved = math.prod(a / b for _, a, b in t.seams)
-    return ("; it differs from the direct ratio by exactly the seams between the comparisons, where one "
-            "configuration's tokens/s is read twice: " + ", ".join(
+    cancel = f"{moved:.2f}" == "1.00"  # as printed: the seams leave the product where the direct ratio is
+    return (("; the seams between the comparisons, where one configuration's tokens/s is read twice, "
+             "cancel: " if cancel else
+             "; it differs from the direct ratio by exactly the seams between the comparisons, where one "
+             "configuration's tokens/s is read twice: ") + ", ".join(
                 f"{name if name.startswith('the ') else 'after --fix ' + name} {a:,.0f} -> {b:,.0f}"
                 for name, a, b in t.seams)
             + " (each kept configuration as its round's \"after\", then as the next round's \"before\", the "
             "mean of that run and its repeat; the slow job in the direct ratio, then in round 1). Their "
-            f"ratios multiply to {moved:.3g}x, the product over the direct gain." + _seams_way(t.seams))
+            f"ratios multiply to {moved:.3g}x, the product over the direct gain"
+            + (", so the two agree although single seams moved." if cancel else "." + _seams_way(t.seams)))
 
 
 def _seams_way(seams: list) -> str:

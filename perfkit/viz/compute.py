@@ -269,12 +269,12 @@ def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str =
 
 def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
     """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
-    and MFU against its ceiling; when the threads had part of the machine (``share`` < 1), a
-    first line says once that each ceiling is the one of these threads, ``share`` of the
-    all-core one."""
+    and MFU against its ceiling; when the threads had part of the machine (``share`` < 1: these
+    threads' float32 ceiling over the all-core one), a first line says so once."""
     check_real("share", share, 0, 1, lo_open=True)
-    head = ([f"(each MFU below is held against its ceiling on these threads, which is {share:.0%} of the "
-             f"all-core ceiling: against the all-core one, multiply by {share:.2f})"] if share < 1 else [])
+    head = ([f"(each MFU below is held against its dtype's ceiling on these threads; the float32 one is "
+             f"{share:.0%} of the all-core float32 ceiling: against that, multiply a float32 MFU by "
+             f"{share:.2f})"] if share < 1 else [])
     return head + [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
                    f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
                    f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling" for p in points]

@@ -202,6 +202,10 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     # above the bound: the phase outside it whose time fell (forward 3 -> 1 ms), not backward (2 -> 2)
     assert "outside the sync + communication the bound counts, forward 3.0 -> 1.0 ms" in words["above"]
     assert "backward" not in words["above"] and "find_unused_parameters" in words["above"]
+    # the profiled window gained 1.25x (10 -> 8 ms) against the runs' 2.4x: said, as what the phases miss
+    assert "the profiled step went 10.0 -> 8.0 ms, only 1.25x against the 2.40x" in words["above"]
+    close = explain_round(ddp, 1.3, before, 1.0, repeated=True, after_report=after)["above"]
+    assert "only 1.25x" not in close  # 1.25x against 1.3x: the window's phases hold the gain
     other = explain_round(Pick("data", 0.3, 1.4, "m", "data", ("data", "communication")), 1.5, before, 1.0,
                           repeated=False, after_report=after)
     assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
@@ -307,6 +311,11 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     both = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 180), ("data", 300, 330),
                                  ("ddp", 400, 360)])
     assert "one way" not in seams_text(both) and "multiply to" in seams_text(both)
+    # seams that cancel (one up 10 %, two down) leave the product at the direct ratio: no "differs"
+    even = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 181.82), ("data", 300, 300)])
+    said = seams_text(even)
+    assert "cancel:" in said and "so the two agree" in said
+    assert "differs" not in said and "one way" not in said
     loop, total = play_all(True, {})
     assert total.product.value == pytest.approx(total.direct.value) and not total.drift
     assert "agree within their intervals" in total_text(total)

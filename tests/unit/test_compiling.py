@@ -4,7 +4,9 @@ No test asserts on wall-clock speed (the machine is shared); timings are only ch
 being consistent with the work they report.
 """
 
+import json
 import math
+import re
 
 import pytest
 import torch
@@ -59,6 +61,12 @@ def test_cold_compile_cost_is_kept_from_a_cold_run_and_reported_on_a_warm_one(tm
     cold_s, text = compiling.cold_compile_cost("GELU chain", warm, path)
     assert cold_s == 21.5 and "3 inductor cache hits" in text and "a cold cache cost 21.5 s here" in text
     assert "load now" not in text  # faster than the cold one: nothing to explain
+    when = r"20\d\d-\d\d-\d\d \d\d:\d\d UTC"
+    assert re.search(rf"\(measured by an earlier run on {when}, stored in costs.json\)", text)
+    old = tmp_path / "old.json"  # a file written before the date was kept: a bare number
+    old.write_text(json.dumps({next(iter(json.loads(path.read_text()))): 19.0}))
+    cold_s, text = compiling.cold_compile_cost("GELU chain", warm, old)
+    assert cold_s == 19.0 and "(measured by an earlier run, stored in old.json)" in text
     slow = compiling.CompileRecord(43.0, m, m, fx_cache_hits=1)  # warm, yet slower than the cold one
     said = compiling.cold_compile_cost("GELU chain", slow, path)[1]
     assert "took 2.0x as long, so the machine's load now (load average" in said

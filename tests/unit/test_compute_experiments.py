@@ -192,13 +192,34 @@ def test_counted_flops_counts_the_matmuls_that_ran():
     assert counted_flops(lambda: a.relu() + 1) == 0  # elementwise work is not counted
 
 
+@pytest.mark.parametrize("t_q, t_k", [(6, 6), (4, 7), (7, 4)])
+def test_counted_flops_counts_cpu_fused_attention_on_its_unmasked_entries(t_q, t_k):
+    """The CPU's fused attention has no formula in PyTorch (it would count 0): forward is two
+    matmuls over the scores, backward five; a causal mask keeps min(i + 1, t_k) keys in row i
+    (counting the whole square would overstate the work, so an HFU could beat its ceiling)."""
+    import torch.nn.functional as F
+
+    b, h, d = 2, 3, 8
+    q = torch.randn(b, h, t_q, d, requires_grad=True)
+    k, v = (torch.randn(b, h, t_k, d, requires_grad=True) for _ in range(2))
+    kept = sum(min(i + 1, t_k) for i in range(t_q))
+    for causal, entries in ((False, t_q * t_k), (True, kept)):
+        def attend(causal=causal):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        fwd = counted_flops(attend)
+        both = counted_flops(lambda attend=attend: attend().sum().backward())
+        assert fwd == round(2 * 2 * b * h * d * entries * 1.0), (causal, fwd)
+        assert both == fwd + round(5 * 2 * b * h * d * entries * 1.0), (causal, both)
+
+
 def test_loss_and_throughput_lines():
     lines = vc.loss_lines({"fp32": [3.0, 2.0, 1.0], "bf16": [3.0, 2.0, 1.1]}, tail=1)
     assert "10.000% from fp32" in lines[1] and "largest per-step gap 0.1000" in lines[1]
     p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
                         mfu=0.25, ceiling="bfloat16")
     head, line = vc.throughput_lines([p], 0.5)  # the threads' share said once, above the rows
-    assert "on these threads, which is 50% of the all-core ceiling" in head and "multiply by 0.50" in head
+    assert "the float32 one is 50% of the all-core float32 ceiling" in head and "by 0.50" in head
     assert line.endswith("MFU 25.0% of the bfloat16 ceiling") and "threads" not in line
     assert vc.throughput_lines([p], 1.0) == [line]  # the whole machine: no note
 

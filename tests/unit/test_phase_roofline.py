@@ -57,6 +57,9 @@ def test_explanations_name_each_phase_split_and_a_beaten_roof():
     held = model().explain()["held"]
     assert held.startswith("Forward 6.00 ms = 2.00 ms fixed + 2.00 ms of roofline at 50% of its speed")
     assert "backward 9.00 ms = 1.00 ms + 4.00 ms at 50%" in held
+    assert held.endswith("at 50%.")  # one eta: nothing more to say
+    apart = model(eta=(0.2, 0.3)).explain()["held"]  # two etas the verdict held all the same
+    assert "1.50x apart, not the one eta the model assumes" in apart
     assert "faster than their roofs" in model(eta=(0.5, 2.0)).explain()["below"]
     assert "forward's ops reached a smaller" in model(eta=(0.2, 0.9)).explain()["below"]
 

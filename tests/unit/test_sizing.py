@@ -122,7 +122,7 @@ def test_mfu_is_held_against_a_ceiling_that_means_something():
 def test_threads_note_names_the_threads_the_load_and_the_share():
     note = sizing.threads_note(1, 0.5, cores=2, load=3.6)
     assert note == ("timing on 1 of 2 threads (load average 3.6: about 2.6 cores busy with other work); "
-                    "MFU against 50% of each ceiling")
+                    "MFU against these threads' own ceilings (fp32's: 50% of the all-core one)")
     assert "about 0.0 cores busy" in sizing.threads_note(2, 1.0, cores=2, load=0.4)
     with pytest.raises(ValueError, match="share"):
         sizing.threads_note(1, 0.0, cores=2, load=1.0)

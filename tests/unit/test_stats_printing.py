@@ -87,3 +87,29 @@ def test_estimates_and_their_descriptions_print_through_it():
     assert e.text("s") == "0.95 ms (90% interval 0.90 ms to 1.05 ms, median of 9 samples)"
     assert e.describe("s") == "90% interval 0.90 ms to 1.05 ms, median of 9 samples"
     assert stats.exact(3).describe() == "exact" and str(stats.exact(3)) == "3 (exact)"
+
+
+def test_clear_of_holds_for_the_printed_ends_not_the_unrounded_ones():
+    """"The interval lies above 1x" must be true of what the reader sees. A clear_of that
+    compared the unrounded ends would call 1.0004..1.03 "above" 1x, printed "1.00x to 1.03x"."""
+    from perfkit.estimate import Estimate
+    from perfkit.units import printed_interval
+
+    rounds_onto = Estimate(1.02, 1.0004, 1.03, 0.9, 7, "median of 7 paired ratios")
+    assert "1.00x to 1.03x" in rounds_onto.text("x") and rounds_onto.clear_of(1.0, "x") == ""
+    assert Estimate(1.02, 1.006, 1.03, 0.9, 7, "m").clear_of(1.0, "x") == "above"
+    assert Estimate(0.97, 0.95, 0.994, 0.9, 7, "m").clear_of(1.0, "x") == "below"
+    assert Estimate(0.97, 0.95, 0.9996, 0.9, 7, "m").clear_of(1.0, "x") == ""
+    assert Estimate(1.5, 1.5, 1.5, 0.9, 3, "m", needs=5).clear_of(1.0) == ""  # no interval: no side
+    ms = Estimate(0.0031, 0.0029, 0.0033, 0.9, 7, "m")  # printed 2.9 ms to 3.3 ms
+    assert ms.clear_of(0.0025, "s") == "above" and ms.clear_of(0.003, "s") == ""
+    rng = random.Random(3)
+    for _ in range(2000):  # the printed ends, parsed back from the text, are printed_interval's
+        v = 10 ** rng.uniform(-6, 6)
+        lo, hi = v * (1 - rng.uniform(0, 0.2)), v * (1 + rng.uniform(0, 0.2))
+        unit = rng.choice(UNITS).strip()
+        nums, _, _ = parsed(si_interval(v, lo, hi, unit))
+        plo, phi = printed_interval(v, lo, hi, unit)
+        assert plo / nums[1] == pytest.approx(phi / nums[2], rel=1e-9), (v, lo, hi, unit)
+    with pytest.raises(ValueError, match="x must be a finite number"):
+        rounds_onto.clear_of(float("nan"))
