@@ -31,7 +31,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 SIZES = [2**p for p in range(10, 21, 2)] if QUICK else [2**p for p in range(10, 27, 2)]  # bytes
 RING_SIZES = [1, 5, 7, 1001, 100_003]      # elements: none divisible by 2 or 3
 REPEAT = 3 if QUICK else 7                 # timed repetitions per point (median)
-RING_REPEAT = 9 if QUICK else 21           # ring/gloo pairs: small messages, cheap; 7 pairs
+RING_REPEAT = 9 if QUICK else 41           # ring/gloo pairs: small messages, cheap; 7 pairs
                                            # give an interval as wide as their whole range
 DP_MODEL = dict(width=256, depth=6) if QUICK else dict(width=512, depth=8)  # MLP
 DP_BATCH, DP_CAP_MB = 32, 0.25             # samples per process; bucket cap of section 4

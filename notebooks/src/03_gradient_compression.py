@@ -66,7 +66,7 @@ from perfkit import ceilings, comm, hw, stats, viz
 from perfkit.compress import ErrorFeedback, Sign, TopK, gaussian_error, simulate_dp_training
 from perfkit.compress import experiments as cx
 from perfkit.models import digits_workload
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
 
@@ -424,9 +424,9 @@ for name in wire:
 t_q, cost_q = statistics.median(iso["qsgd fused"]), statistics.median(cost["qsgd fused"])
 pays = stats.of_medians(lambda d, q, c: (d - q - c) * 1e3, [iso["dense"], iso["qsgd fused"], cost["qsgd fused"]],
                         [True, False, False], what="collective time saved less encode + 2 decodes")  # ms
-viz.verdict(Prediction("QSGD: dense all-reduce time less the payloads' all-gather time, less encode + 2 decodes "
-                       "(gloo, 2 processes)", "loopback TCP moves bytes slower than encoding touches them",
-                       low=0.0, unit=" ms"), pays, explain={
+pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' all-gather time, less encode + "
+                                "2 decodes (gloo, 2 processes)", "loopback TCP moves bytes slower than encoding "
+                                "touches them", low=0.0, unit=" ms"), pays, explain={
     "below": f"Encoding and decoding took {si(cost_q, 's')}; the all-gather took {si(t_q, 's')} against the dense "
              f"all-reduce's {si(t_d, 's')}, so the bytes removed "
              + (f"saved {si(t_d - t_q, 's')}." if t_q < t_d else
@@ -435,6 +435,7 @@ viz.verdict(Prediction("QSGD: dense all-reduce time less the payloads' all-gathe
     "inconclusive": f"Saved {si(t_d - t_q, 's')} (medians) against a codec cost of {si(cost_q, 's')}: these "
                     f"{len(iso['dense'])} calls of each do not pin the difference down on either side of 0.",
 })
+viz.show_verdict(pays_verdict)
 
 # %% [markdown]
 # **On a cluster's network.** Whether fewer bytes pay depends on how fast the network moves
@@ -596,8 +597,10 @@ print("Error feedback " + (f"closed {(g0 - g1) / g0:.0%} of top-k 1 %'s loss gap
       + f"; random-k 1 % ended {gap['randomk_1pct_ef']:+.3f} nats above it even with error feedback, after "
       f"{STEPS} steps. The loopback time QSGD's bytes removed (dense all-reduce less the payloads' all-gather) "
       f"less its encode and decodes was {pays.text(' ms')}: "
-      + ("too few calls to say whether it paid" if pays.needs else "it paid" if pays.low >= 0 else
-         "it did not pay" if pays.high < 0 else "this run cannot say whether it paid")
+      + {"held": "it paid", "inconclusive": "this run cannot say whether it paid",
+         "missed": "it did not pay" + (" (missed: the median lies below 0; its interval reaches back across 0, "
+                                       "so a repeat could land on either side)" if pays.high >= 0 else "")}.get(
+          pays_verdict.outcome, f"the verdict reads {pays_verdict.outcome}")
       + "; at 2 processes an all-gathered payload still saves bytes, at 8 it saves none (the table above). The "
       f"SmallCNN's whole all-reduce was {t_ar['cnn dense'] / t_none:.0%} of its step, and the fastest compressed "
       f"method's step, paired step by step, ran {step_ratio.text('x')} the uncompressed one: compression pays "

@@ -381,9 +381,9 @@ achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])
 obs = ceilings.observe(limits, "float32", achieved, f"the {w}-wide block on one process", threads=1)
 limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)  # one thread's ceiling, measured by 00
 cross = crossover_width(T_DEGREE, 4 * 64, 64, achieved, link)
-# slower or faster only where the interval, as printed (2 decimals), lies clear of 1x
-slower = [c for c in WIDTHS if measured[c].has_interval and round(measured[c].high, 2) < 1]
-faster = [c for c in WIDTHS if measured[c].has_interval and round(measured[c].low, 2) > 1]
+# slower or faster only where the interval, as printed, lies clear of 1x
+slower = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "below"]
+faster = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "above"]
 print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
       f"{viz.si(achieved, 'FLOP/s')} ({obs.share:.0%})" + (f"; {obs.note}" if obs.raised else ""))
 unsure = [c for c in WIDTHS if c not in slower + faster]
