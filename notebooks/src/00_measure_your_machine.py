@@ -133,9 +133,10 @@ plt.show()
 # On a busy machine the curves for all cores can lie *below* the one-thread curves: every
 # matmul waits for its slowest thread, and a thread whose core another process holds makes all
 # of them wait. The bf16/fp32 ratio tells you whether this machine has native bf16 arithmetic
-# (a ratio near or above 2), converts bf16 to fp32 for the arithmetic (about 0.5), or emulates
-# it (far below: `perfkit.hw.MachineLimits.support` calls anything below `hw.EMULATED_BELOW`
-# emulated).
+# (a ratio near or above 2), converts bf16 to fp32 for the arithmetic (below 1: fp32's speed
+# less what the conversions cost, which depends on the CPU and the library), or emulates it (far
+# below: `perfkit.hw.MachineLimits.support` calls anything below `hw.EMULATED_BELOW`, a quarter
+# of fp32's rate, emulated).
 #
 # The sweep's points were timed seconds apart, so the ratio of two of them has no interval. To
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
@@ -317,7 +318,7 @@ for label, flops, nbytes, est, t in ops:
     memory = roofline.bound(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near)) == "memory"
     # the fastest plausible median (the interval's lower time) must fit under the roof
     obs = ceilings.observe(limits, near if memory else "float32", (nbytes if memory else flops) / est.low,
-                           f"{label} {on(t)}", threads=None if memory else t)
+                           f"{label} {on(t)} (the fast end of its median's interval)", threads=None if memory else t)
     limits = obs.limits
     roof = roofline.attainable_flops(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near))
     share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median
@@ -369,7 +370,8 @@ viz.verdict(Prediction("x + y's counted bytes/s over the fastest copy's of that 
 square = share_of_roof[f"matmul n={best.n}"].value
 lin_sweep = max((p.best_flops_per_s for p in limits.shape_points if p.mnk == (4096, 256, 256) and p.threads == threads),
                 default=None)
-lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the sweep's best round of this very "
+lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the fastest tenth of the sweep's best "
+             "round of this very "
              + (f"shape {on(threads)} {lin_sweep / limits.peak_flops('float32', threads):.0%}" if lin_sweep else
                 "shape was not timed on these threads"))
 viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound; the sweep timed this shape",

@@ -362,8 +362,10 @@ viz.verdict(p_roof, where.of_roof, explain={
         "; above the DRAM roof, the cache served part of its traffic." if where.of_roof.value > 1 else ".")})
 
 # %% [markdown]
-# Why DRAM's roof, when a step of a few MB mostly fits in the last-level cache? The cache's
-# bandwidth (notebook 00 measures it too) is higher, so its roof lies above the DRAM one: a
+# Why DRAM's roof, when many of the step's operators touch tensors small enough for the
+# caches (the bytes printed above are every operator's reads and writes added up, not what DRAM
+# moved)? The cache's bandwidth (notebook 00 measures it too) is higher, so its roof lies above
+# the DRAM one: a
 # step below the DRAM roof is below the cache roof as well, and "bound by neither" holds for
 # both. The opposite case, a step above the DRAM roof, is one that the cache serves.
 #

@@ -37,6 +37,7 @@ DP_MODEL = dict(width=256, depth=6) if QUICK else dict(width=512, depth=8)  # ML
 DP_BATCH, DP_CAP_MB = 32, 0.25             # samples per process; bucket cap of section 4
 DDP_CAPS = [0.05, 0.25, 1, 25] if QUICK else [0.05, 0.1, 0.25, 1, 4, 25]   # MB
 KS = [1, 2, 4] if QUICK else [1, 2, 4, 8]  # micro-batches per all-reduce (section 5)
+DP_REPEAT = REPEAT if QUICK else 15        # rounds of section 4's nine step timings (tens of ms each)
 
 # %% [markdown]
 # The 2-process experiments are started first, in a background thread (each process has to
@@ -54,7 +55,7 @@ CFG2 = {
     "collectives": {"sweep": {"ops": list(comm.OPS), "sizes": SIZES, "repeat": REPEAT},
                     "ring": {"sizes": RING_SIZES, "repeat": RING_REPEAT}},
     "data_parallel": {"model": DP_MODEL, "batch": DP_BATCH,
-                      "compare": {"repeat": REPEAT, "bucket_cap_mb": DP_CAP_MB},
+                      "compare": {"repeat": DP_REPEAT, "bucket_cap_mb": DP_CAP_MB},
                       "buckets": {"caps_mb": DDP_CAPS, "repeat": REPEAT},
                       "accumulate": {"ks": KS, "repeat": REPEAT}},
 }
@@ -151,9 +152,13 @@ print(f"reduce-scatter over all-reduce at {si(big, 'B')}: {rs_ar:.2f}x the time,
                      f"{si(cross, 'B')}), where start-up costs, not bytes, set both times." if big < cross else "."))
 t_ag = next(p.time_s for p in by_op["all_gather"] if p.nbytes == big)  # s: gathered output of `big` bytes
 print(f"all-gather over all-reduce at {si(big, 'B')}: {t_ag / t_big['all_reduce']:.2f}x the time, where the "
-      "table's bytes give 0.5x" + (": gloo's all-gather moves its bytes slower than its all-reduce here; this "
-      "run does not measure why. An all-gathered payload (notebook 03) pays this rate, not the all-reduce's."
-                                   if t_ag > 0.75 * t_big["all_reduce"] else "."))
+      "table's bytes give 0.5x" + (": gloo's all-gather moves its bytes slower than its all-reduce at this size; "
+      "this run does not measure why. An all-gathered payload (notebook 03) pays the all-gather's measured time, "
+      "not the all-reduce's"
+      + (f" (its fit, {quality['all_gather'].median_rel_error:.0%} off at the median size, predicts "
+         f"{si(fits['all_gather'].predict(big), 's')} here against the {si(t_ag, 's')} measured: read the "
+         "measured point, not the fit, at the largest sizes)." if fits["all_gather"].predict(big) < 0.8 * t_ag
+         else ".") if t_ag > 0.75 * t_big["all_reduce"] else "."))
 
 # %%
 ar_big = max(by_op["all_reduce"], key=lambda p: p.nbytes)
@@ -355,7 +360,7 @@ plt.show()
 # and batch, in the same rounds), so the ceiling comes from the same run as the overlap.
 #
 # The nine timings (DDP, the three, the bucketed all-reduces alone both ways, compute alone,
-# forward and backward alone) are taken in alternation, `REPEAT` rounds, so round `i` of each ran back to
+# forward and backward alone) are taken in alternation, `DP_REPEAT` rounds, so round `i` of each ran back to
 # back. The step times printed are medians; every ratio below is the **median of the rounds'
 # paired ratios**, with its 90 % interval between two of the sorted ratios
 # (`perfkit.stats.median_ratio`, at least 5 rounds), which can differ from the ratio of the two
@@ -398,7 +403,14 @@ viz.verdict(Prediction("naive step time over bucketed", "alpha per tensor agains
 comm_in = t["bucketed"] - t["compute_only"]  # s: the communication inside the bucketed step (medians)
 print(f"compute only {si(t['compute_only'], 's')} (forward alone {si(t['forward_only'], 's')}, backward alone "
       f"{si(t['backward_only'], 's')}); bucketed step "
-      f"{si(t['bucketed'], 's')}, so {si(comm_in, 's')} of communication in it; overlapped {si(t['overlapped'], 's')}")
+      f"{si(t['bucketed'], 's')}, so {si(comm_in, 's')} of communication in it; overlapped {si(t['overlapped'], 's')}"
+      + (f". Forward and backward timed apart add to {si(halves, 's')}, {abs(1 - halves / t['compute_only']):.0%} "
+         f"{'less' if halves < t['compute_only'] else 'more'} than the two timed together: each figure is the slower "
+         "process's median, and this run does not time what the whole step adds (or saves) between the two halves; "
+         "the ceiling below uses backward alone" + (", the lower of the two readings of backward (compute only "
+                                                    "less forward alone is the higher)" if halves < t["compute_only"]
+                                                    else "")
+         if abs(1 - (halves := t["forward_only"] + t["backward_only"]) / t["compute_only"]) > 0.1 else ""))
 together = stats.median_ratio(reps["comm_together"], reps["comm_only"])  # launched together / one after another
 print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alone {si(t['comm_only'], 's')} one "
       f"after another and {si(t['comm_together'], 's')} all launched before any wait; "
@@ -431,7 +443,10 @@ if comm_in > 0:
                     f", though timed alone, launched together they took {together.value:.2g}x the time of one "
                     "after another: inside the step they cost less for another reason than running together."),
         "below": f"In the median round the overlapped step took {si(-saved, 's')} more than the bucketed one, the "
-                 f"same work without overlap, on {os.cpu_count()} cores shared by backward and gloo's threads."})
+                 f"same work without overlap, on {os.cpu_count()} cores shared by backward and gloo's threads."
+                 + (f" The two steps' medians, taken apart, say the opposite ({si(t['overlapped'], 's')} against "
+                    f"{si(t['bucketed'], 's')}, a share of {shown:.2f}): the rounds scatter more than the overlap "
+                    "changes, so the sign of this figure is the noise's." if shown is not None and shown > 0 else "")})
 else:
     hidden = None
     print("The bucketed step was not slower than compute alone by the medians: no communication showed in it, "
@@ -516,7 +531,9 @@ viz.show_headlines({
         "the overlapped step's all-reduces cost less" if hidden.value > ceiling else
         f"{hidden.scaled(100).text('%')}; the backward pass could cover "
         f"{ceiling:.0%}" if hidden.value >= 0 else
-        f"none: in the median round the overlapped step took {si(-saved, 's')} more than the bucketed one"),
+        f"none: in the median round the overlapped step took {si(-saved, 's')} more than the bucketed one"
+        + (f" (by the two steps' medians, {shown:.2f}: within the rounds' scatter)" if shown is not None and shown > 0
+           else "")),
     "DDP step over naive DP's (median of the paired rounds' ratios)": (
         f"{stats.median_ratio(reps['ddp'], reps['naive']).text('x')}; the ratio of the two medians above is "
         f"{t['ddp'] / t['naive']:.3f}x"),
@@ -533,5 +550,7 @@ print(f"A collective here pays a start-up of {si(fits['all_reduce'].alpha_s, 's'
       "has a far smaller alpha and a far larger bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's "
       "all-reduce can hide only behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during "
       "forward)"
-      + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}." if hidden is not None else
-         "; here no communication showed in the bucketed step to hide."))
+      + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}"
+         + (f", the median round's (the two steps' medians give {shown:.2f}: the rounds scatter more than the "
+            "overlap changes)." if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
+         if hidden is not None else "; here no communication showed in the bucketed step to hide."))

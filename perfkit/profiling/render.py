@@ -156,11 +156,11 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     of = (f" on {ceiling['threads']} thread{'s' * (ceiling['threads'] != 1)} "
           f"({si(ceiling['flops_per_s'], 'FLOP/s')}), the threads the script ran on" if ceiling else "")
     # the profiler counts only the ops it has formulas for (matmuls, convolutions) in the profiled
-    # window: a rate of those FLOPs, not HFU (every FLOP that ran), which is at least the MFU
+    # window, which the profiler itself slows: a lower bound of the step's HFU
     lines.append(f"{li}counted FLOP rate: " + (
         f"{mfu * 100:.3g} % of this machine's measured fp32 peak{of} (the FLOPs of the matmul and "
-        "convolution ops the profiler counts, in the profiled window; not HFU, which counts every "
-        "FLOP that ran)" if isinstance(mfu, float) else mfu))
+        "convolution ops the profiler counts, over the profiled window, which the profiler slows: "
+        "a lower bound of the step's HFU)" if isinstance(mfu, float) else mfu))
     lines += _memory_lines(rep["memory"], li)
     if rep["shares"]:
         lines += ["", f"{h}Where the step goes"]
