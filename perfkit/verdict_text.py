@@ -111,8 +111,9 @@ class Reading:
         point still decides."""
         lo, hi = self.interval
         back = edge - lo if self.value > edge else hi - edge
-        return (f"; its {self.words} reaches back across the bound by {si(back, unit)}, but a bound "
-                "claims that no measurement crosses it")
+        return (f"; its {self.words} reaches back across the bound by {si(back, unit)}, "
+                "so a repeat could land inside it and this one run is weak evidence of the miss; but a "
+                "bound claims that no measurement crosses it, and this one did")
 
     def across(self, edge: float, band: tuple[float, float], unit: str) -> str:
         """Why an interval across ``edge`` decides nothing: the figure's distance from the edge,
@@ -125,6 +126,10 @@ class Reading:
         text = (f"the {self.words} ({slo} to {shi}) reaches across the edge {si(edge, unit)}: the "
                 f"figure lies {si(abs(self.value - edge), unit)} from it, the interval reaches "
                 f"{si(past, unit)} {side} it")
+        other = band[1] if edge == band[0] else band[0]  # the band's other edge
+        if math.isfinite(other) and lo < other < hi:
+            text += (f", and across the other edge, {si(other, unit)}, too, by "
+                     f"{si(hi - other if other > edge else other - lo, unit)}")
         samples = f" from {self.n} samples" if self.n else ""
         width = hi - lo
         if all(math.isfinite(b) for b in band) and band[1] > band[0]:

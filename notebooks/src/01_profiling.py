@@ -125,6 +125,14 @@ viz.verdict(p_first, first / p90, explain={
 # (`submit` returns at once, like a kernel launch; `result()` waits, like a synchronize).
 # Waited-for timings are measured first, so the least time already counts any ceiling they
 # beat. A time below the least time is how you catch this bug in practice.
+#
+# The pool is shut down as soon as its two timings are taken. A thread that runs a PyTorch
+# operator gets its own team of OpenMP threads, which lives as long as the thread does; on a
+# machine with few cores, the main thread's operators then share the cores with a second team.
+# Left alive here, the pool made the tiny GPT-2 steps of the sections below markedly slower
+# than section 1a's on the course's 2-core machine, until it was shut down. Code that hands
+# PyTorch work to a long-lived thread pool (a data loader's transforms, a logger that reduces
+# tensors) can pay the same: section 2 compares the step's medians across the notebook.
 
 # %%
 n = 1024 if DEVICE.type == "cuda" else 512
@@ -142,6 +150,8 @@ wait(r)
 t0 = time.perf_counter()
 wait(launch())
 correct_s = time.perf_counter() - t0  # read it after waiting for the work
+if DEVICE.type == "cpu":
+    pool.shutdown()  # a thread that ran torch ops keeps its own OpenMP thread team while it lives
 bench = timing.benchmark(lambda: a @ a, warmup=2, repeat=10, device=DEVICE)
 flops = roofline.matmul_flops(n, n, n)
 notes = []

@@ -253,7 +253,7 @@ for m, name in (("topk_1pct", "top-k 1%"), ("randomk_1pct", "random-k 1%"), ("si
         mean_d = [sum(d[i: i + w]) / w for i in range(len(d) - w + 1)]
         i = max(range(len(mean_d)), key=mean_d.__getitem__)
         print(f"{name}: error feedback raised the final loss by {worse:.0%} in the 2-process run; its training loss "
-              f"ran furthest above the run without it at steps {i}-{i + w} ({mean_d[i]:+.3f} nats, mean of {w} "
+              f"ran furthest above the run without it at steps {i}-{i + w - 1} ({mean_d[i]:+.3f} nats, mean of {w} "
               f"steps). The replay's residual ({age[name]:.1f} gradients' worth) says how much can wait to be "
               "sent late, on top of momentum; it does not show that this caused the gap.")
 
@@ -360,7 +360,8 @@ print(f"memcpy: {si(copy_rw, 'B/s')} counted (read + written), {obs.share:.0%} o
       f"buffer notebook 00's sweep copied at cache speed ({si(fit, 'B')})" if fit else ""))
 
 # %%
-measured = {name: ms["memcpy"].median_s / ms[name].median_s for name in predicted}
+share = {name: stats.median_ratio(ms["memcpy"].times_s, ms[name].times_s) for name in predicted}  # paired rounds
+measured = {name: e.value for name, e in share.items()}  # the figures the verdicts below judge
 viz.plot_kernel_shares(predicted, measured)
 plt.show()
 for m in ("qsgd", "sign"):
@@ -373,7 +374,7 @@ for name in ("qsgd fused", "sign fused"):
     bytes_s = ms["memcpy"].median_s / predicted[name]  # s: its bytes at the copy's speed
     viz.verdict(Prediction(f"{name}: speed as a share of memcpy's", "memory traffic alone: 8 / bytes per value",
                            high=predicted[name], physical=(0, None)),
-                stats.median_ratio(ms["memcpy"].times_s, ms[name].times_s), explain={
+                share[name], explain={
         "held": f"Its bytes at the copy's speed take {si(bytes_s, 's')} of the {si(ms[name].median_s, 's')} "
                 f"measured; the other {si(ms[name].median_s - bytes_s, 's')} is what the bound leaves out: "
                 f"the loop's arithmetic ({ARITHMETIC[name]}) or how Inductor compiled it; this run "
@@ -462,8 +463,9 @@ viz.show_verdict(pays_verdict)
 # all-reduce's bandwidth term, `2(n-1)/n · S / bandwidth`, and what the all-gathered payload
 # removes of it, `(2(n-1)/n · S - (n-1) · p) / bandwidth` (negative: it sends more), against
 # QSGD's codec time measured here (one encode and `n` decodes, one per process's payload), at
-# 2, 8 and 64 processes (64 GPUs span several NVLink domains of 8, so that NVLink row is what
-# the link would allow, not a system one can buy). The latency `alpha` is
+# 2, 8 and 64 processes (64 H100s span eight NVLink domains of 8 GPUs each, so at 64 that
+# NVLink row is what the link would allow, not the H100 system; a GB200 NVL72 rack does put 72
+# GPUs in one NVLink domain, on faster links than the row's). The latency `alpha` is
 # not removed by any compressor, so this is the most fewer bytes can save. (The loopback row
 # moves the payload at the all-reduce's busbw; gloo's all-gather, timed above, can be slower.) (A GPU encodes far
 # faster than these cores: the rows say what *this* codec time buys on each link.)

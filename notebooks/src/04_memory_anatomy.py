@@ -395,8 +395,9 @@ viz.show_headlines({
 # %% [markdown]
 # **Takeaways.** Count before you optimize: parameters, gradients and Adam state are
 # 4 + 4 + 8 bytes per parameter in fp32, activations are B x T x (about 30 C values per block
-# with transformers' Python GELU, about 16 with a fused one) plus the logits, and the meter
-# tells you exactly. Mixed precision shrinks activations but not model states; notebook 05
+# with transformers' Python GELU, about 16 with a fused one), plus B x H x T² attention
+# probabilities per block with eager attention (none with a fused kernel), plus the logits, and
+# the meter tells you exactly. Mixed precision shrinks activations but not model states; notebook 05
 # shards the model states across data-parallel ranks (ZeRO) and shrinks the trainable set
 # (LoRA). What checkpointing traded here:
 

@@ -239,8 +239,8 @@ print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, wi
                                    "time apart." if ratio["torch_zero"].clear_of(1.0, "x") == "above" else "."))
 saving, rss = 8 * cmp.numel * (NPROC - 1) / NPROC, v["perfkit"].peak_rss_bytes
 if rss:
-    print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of a process's "
-          f"peak RSS ({viz.si(rss, 'B')}): " + ("too small a share for RSS to show; the state column counts it "
+    print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of what a "
+          f"process's peak RSS grew by while it built and trained the variant ({viz.si(rss, 'B')}): " + ("too small a share for RSS to show; the state column counts it "
                                                 "exactly" if saving / rss < 0.05 else "large enough to see in RSS"))
 
 # %% [markdown]
@@ -249,8 +249,10 @@ if rss:
 # * *State bytes.* PyTorch's whole-parameter partition cannot cut inside a tensor, so its
 #   processes hold unequal shares (the table shows the larger one). DeepSpeed's client AdamW
 #   sees one flat slice like perfkit's; DeepSpeed also keeps an fp32 copy of the slice and
-#   gradient partitions, which are not in the optimizer-state column. Peak RSS is context
-#   only: it counts the interpreter, libraries and activations too.
+#   gradient partitions, which are not in the optimizer-state column. The peak RSS column is
+#   context only: it is how far a process's peak resident memory rose above what it held before
+#   building the variant, so it leaves the interpreter and libraries out but counts the model,
+#   activations, buffers and allocator slack besides the optimizer state.
 # * *Same training.* The "rel. diff vs AdamW" column compares the weights after the last step
 #   with *single-process* AdamW's on the concatenated batch: per tensor, the largest
 #   difference of an element over the tensor's largest magnitude, the largest over all
@@ -385,7 +387,8 @@ print(f"stage 1 overlapped (zero1: buckets reduce-scattered from gradient hooks 
       f"{vzero.calls_per_step(ms['zero1'])} against {vzero.calls_per_step(cmp_all.variants['perfkit'])}"
       + (". Overlap did not pay here: on a CPU, gloo's reduce-scatters run on threads that take the same "
          f"{os.cpu_count()} cores backward computes on, so they hide behind no idle time, and each bucket adds "
-         "a call and a copy. On a GPU, NCCL runs on the interconnect while the SMs compute." if ov.clear_of(1.0, "x") == "above" else
+         "a call and a copy. On a GPU, NCCL's collectives are kernels on their own stream that use a few of the "
+         "SMs, so they overlap with the compute kernels while taking little of the chip." if ov.clear_of(1.0, "x") == "above" else
          ": the overlap hid what the extra calls cost." if ov.clear_of(1.0, "x") == "below" else
          ": the interval holds 1, so this run cannot tell them apart."))
 

@@ -276,7 +276,7 @@ claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient tha
             f"GELU's step took {-gelu_longer:.1%} less time than ReLU's") + " (the paired ratios' median); its forward "
      f"op alone adds {act.extra_op_s * 1e6:.0f} µs a call, {op_share:.1%} of ReLU's "
      f"{act.relu_step.median_s * 1e3:.1f} ms step" + (
-        ", the rest is its backward (the Gaussian density per element) and the run's noise." if gelu_longer > op_share
+        ", the rest, by elimination, its backward (the Gaussian density per element) and the run's noise (not timed apart)." if gelu_longer > op_share
         else ", more than the whole difference: the run's noise is larger than GELU's cost." if gelu_longer > 0
         else ", which the run's noise hid."))
 
@@ -342,7 +342,7 @@ print(f"one block recomputed in backward adds {ck_peak / 2**20:.2f} MiB back (mo
 viz.verdict(Prediction("share of activation memory checkpointing saves", "module 04's op-by-op count",
                        value=ck.model_saved, rel_tol=0.05, physical=(0, 1)), ck.activations_saved)
 claim_verdict("checkpointing: up to 80 % less memory", Claim("gradient checkpointing reduces memory by up to 80 %", "share of "
-     "the step's peak memory saved (model states + activations, one block recomputed)", low=0.6, high=0.8, partly=0.0,
+     "the step's peak memory saved (model states + activations measured, plus the recomputed block as modelled)", low=0.6, high=0.8, partly=0.0,
      timed=False), peak_saved, f"Activations held after forward shrank {ck.activations_saved:.0%}, less the "
      f"{ck_peak / 2**20:.2f} MiB of the recomputed block at the backward's peak; the model states "
      f"({ck.state_bytes / (ck.state_bytes + ck.plain):.0%} of the step) do not shrink.")

@@ -193,7 +193,7 @@ for n, p in time_pred.items():
                  "ranks, sharing the cores with everything else, can drift further apart (time "
                  "`perfkit.comm.isolated_times` with a longer gap_s to see it). " + times,
         "below": f"Against DDP's step, the ratio falls {-extra:.1f} ms short of the model's. " + times,
-        "held": times, "inconclusive": times})
+        "held": times})
 
 # %%
 for n, p in state_pred.items():

@@ -255,6 +255,7 @@ class Round:
     kept: bool
     description: str = ""
     befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
+    befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
 
 
 @dataclass(frozen=True)
@@ -340,8 +341,10 @@ class FixLoop:
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
                   statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
-                  explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report),
-                  kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores))
+                  explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report,
+                                clear_below=est.clear_of(1.0, "x") == "below"),
+                  kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
+                  befores_tps=tuple(self.job.tokens_per_s(b) for b in befores))
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})

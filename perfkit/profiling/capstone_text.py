@@ -65,7 +65,8 @@ def _moves(before: Mapping[str, float], after: Mapping[str, float], phases: list
 
 
 def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
-                  repeated: bool, after_report: Mapping | None = None) -> dict[str, str]:
+                  repeated: bool, after_report: Mapping | None = None,
+                  clear_below: bool = True) -> dict[str, str]:
     """The verdict's sentence for each outcome of one round, from what it measured.
 
     Args:
@@ -75,6 +76,8 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         repeated: whether the configuration before was run again after the new one.
         after_report: the diagnosis with the fix applied: the sentences then name each
             phase's milliseconds per profiled step before and after, and the syncs per step.
+        clear_below: whether the gain's interval lies below 1x (as printed); when it holds
+            1x, a gain below 1x is not called a slowdown the fix caused.
 
     Raises:
         TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, a gain or slowdown
@@ -136,11 +139,14 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
             "the two runs moves the ratio as much as the fix does")
     out = {"held": held,
            "above": f"More than the bound allows: {above}; {load}.",
-           "below": "The step got slower: the run with the fix was slower than "
-                    + ("the configuration before it, run before and after it: the fix cost more than it "
-                       "saved on this machine." if repeated else "the one run before it (a load that "
-                       "changed between the two runs reads the same).")
-                    + " It is dropped; the next round starts from the configuration before it."
+           "below": ("The step got slower: the run with the fix was slower than "
+                     + ("the configuration before it, run before and after it: the fix cost more than it "
+                        "saved on this machine." if repeated else "the one run before it (a load that "
+                        "changed between the two runs reads the same).") if clear_below else
+                     "The median step got slower with the fix, but the interval holds 1x: this run cannot "
+                     "tell the fix from no change, nor say that it cost more than it saved.")
+                    + " It is dropped (the loop keeps a fix only where the median gained); the next round "
+                    "starts from the configuration before it."
                     + (" " + decided if decided else "")}
     if decided:
         out["inconclusive"] = decided

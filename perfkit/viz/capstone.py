@@ -169,11 +169,17 @@ def round_text(r: Round) -> str:
     check_type("r", r, Round)
     before = ("the configuration before, mean of its runs before and after this one"
               if r.befores > 1 else "the configuration before, its one run")
+    if len(r.befores_tps) > 1:
+        lo, hi = min(r.befores_tps), max(r.befores_tps)
+        before += (f": {' and '.join(f'{t:,.0f}' for t in r.befores_tps)}"
+                   + (f", {hi / lo:.2f}x apart, so the machine's speed moved between the runs more "
+                      "than a tenth, and the interval is widened to the ratio against each"
+                      if hi > 1.1 * lo else ""))
     return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.point('x')}** "
             f"({r.speedup.describe('x')})."
-            + ("" if r.kept else f" Below 1x ({r.speedup.value:.3f}x): not faster, so dropped; the next "
+            + ("" if r.kept else f" Median below 1x ({r.speedup.value:.3f}x), so dropped; the next "
                                  "round starts from the configuration before it."))
 
 

@@ -41,7 +41,7 @@ def calls_sentence(r: Any, base: Any, base_name: str = "DDP + AdamW") -> str:
 
 def optimizer_table(cmp: Any) -> str:
     """Section 2's Markdown table: step time, optimizer state, peak RSS, difference to AdamW."""
-    rows = ["| variant | ms / step | optimizer state / process | of unsharded | peak RSS "
+    rows = ["| variant | ms / step | optimizer state / process | of unsharded | peak RSS growth "
             "| rel. diff vs AdamW |",
             "|---|---|---|---|---|---|"]
     for name, v in cmp.variants.items():

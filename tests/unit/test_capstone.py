@@ -181,6 +181,12 @@ def test_explanations_name_what_was_measured():
     assert "run before and after" in held["below"] and "one run before" in data["below"]
     capped = explain_round(Pick("data", 0.99, 100.0, "m", "data"), 1.5, rep, 1.6, repeated=False)
     assert "1.6x" in capped["held"]
+    slower = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 0.9, rep, 1.0, repeated=True)["below"]
+    assert "the fix cost more than it saved" in slower  # its interval lies below 1x (the default)
+    unclear = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 0.9, rep, 1.0, repeated=True,
+                            clear_below=False)["below"]
+    assert "the fix cost more than it saved on" not in unclear and "dropped" in unclear
+    assert "cannot tell the fix from no change" in unclear
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
     assert "1.3x" in batch["above"]
     assert "inconclusive" not in held  # without the report after, the rule's own sentence, no stock one
@@ -263,6 +269,13 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.667x**" in round_text(r)
     assert "dropped" in round_text(r) and "dropped" not in round_text(first)
     assert ("mean of its runs before and after" if repeat else "its one run") in round_text(first)
+    assert len(first.befores_tps) == (2 if repeat else 1)
+    # two runs of the configuration before that read 1.39x apart: the round says so
+    drift = replace(first, befores=2, befores_tps=(16210.0, 22474.0))
+    said = round_text(drift)
+    assert "16,210 and 22,474, 1.39x apart" in said and "moved between the runs" in said
+    steady = replace(first, befores=2, befores_tps=(20000.0, 21000.0))
+    assert "20,000 and 21,000" in round_text(steady) and "apart" not in round_text(steady)
 
 
 def play_all(repeat, again):
