@@ -152,7 +152,8 @@ viz.verdict(Prediction("FlashAttention's growth exponent", "linear in T", value=
 # %% [markdown]
 # At `T = 32768` with 32 heads of 128 dimensions (a long-context model's layer), eager
 # attention would keep the amount printed below per layer and per sequence, FlashAttention
-# the second (in fp32, as everything in this notebook; bf16 training halves both); that gap alone would make long-context training need tiles, before section 3
+# the second (in fp32, as everything in this notebook; bf16 training halves the first and the
+# output part of the second, while FlashAttention keeps its log-sum-exp `L` in fp32); that gap alone would make long-context training need tiles, before section 3
 # counts what moving those bytes costs in time.
 
 # %%
@@ -172,8 +173,10 @@ print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 327
 # **Prediction.** Counted FLOPs equal the formula (causal: only the tiles on or below the
 # diagonal). Time: forward + backward over the forward alone lies between two limits. If the
 # tiles' FLOPs set the time (one FLOP rate), it is `(4 + 10) / 4 = 3.5`; if each tile's fixed
-# cost of operator calls sets it, backward costs about what forward costs (it visits the same
-# tiles with a similar number of calls), and the ratio is 2. A real tile pays some of both.
+# cost of operator calls sets it, the ratio is 1 plus backward's calls per tile over forward's:
+# this implementation's backward makes more calls per tile than its forward (five matmuls and
+# the elementwise steps between them, against two matmuls and a softmax), so that end lies at 2
+# or above, and 2 is the lower edge taken here. A real tile pays some of both.
 
 # %%
 qc, kc, vc = (torch.randn(1, 2, 100, 8, generator=g).requires_grad_() for _ in range(3))
@@ -190,11 +193,12 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # %% [markdown]
 # Why pay 25 % more backward FLOPs? Because the alternative is keeping `P`: `B H T²` values
 # written in forward and read again in backward. On a GPU those bytes cross the memory bus
-# (HBM) several times: each score element costs a few `D` FLOPs per pass over 4 bytes, a ratio
-# set by the head dimension and not by `T`, and for the usual `D` of 64 to 128 it lies far
-# below a GPU's FLOPs per byte of bandwidth, so eager attention's traffic, not its FLOPs, sets
-# its time at every length; recomputing from `Q`, `K` and the `T`-long `L` keeps every tile in
-# on-chip memory (Dao et al. 2022, section 3). On this CPU the timing
+# (HBM) several times: the two matmuls that write and read `S` and `P` do about `D` FLOPs per
+# element moved, near a GPU's FLOPs per byte in bf16 for `D` = 128, but the passes between them
+# (mask, softmax, dropout) do about one FLOP per element, far below it, at every length. Those
+# elementwise passes over `T x T` matrices make eager attention's time its traffic's, not its
+# FLOPs' (Dao et al. 2022, section 2.2); recomputing from `Q`, `K` and the `T`-long `L` keeps
+# every tile in on-chip memory (section 3 there). On this CPU the timing
 # below also carries each tile's fixed cost of a few operator calls, which section 4 models.
 # Forward alone and forward + backward run alternately, one of each per round; the figure
 # judged is the median of the rounds' own ratios (load that hits both members of a round

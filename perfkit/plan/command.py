@@ -69,10 +69,11 @@ LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-par
           "checkpointing (asked for only); sp sequence parallelism; "
           "stages a-b-c blocks per pipeline stage")
 FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
-              "square, no recomputation) per second over the peak; HFU: the FLOPs the GPUs run "
-              "(recomputation counted, a causal kernel's half of attention), so unlike PaLM's HFU "
-              "(at least its MFU) it reads below MFU where causal attention saves more than "
-              "recomputation adds; with a causal kernel MFU can read above the efficiency")
+              "square, no recomputation) per second over the peak; EFU: the FLOPs the GPUs execute "
+              "(recomputation counted, a causal kernel's half of attention) per second over the "
+              "peak. PaLM's HFU counts attention's whole square too, so it is at least its MFU; "
+              "EFU is not, and reads below MFU where causal attention saves more than "
+              "recomputation adds (so with a causal kernel MFU can read above the efficiency)")
 
 
 def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
@@ -134,7 +135,7 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
                      "leaves no candidate")
         lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:5]]
         return "\n".join(lines)
-    lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'HFU':>6} "
+    lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'EFU':>6} "
                  f"{'mem GB':>7} {'states':>7} {'acts':>6}  limiter")
     for i, cand in enumerate(p.best[:top]):
         t, mem = cand.time, cand.memory

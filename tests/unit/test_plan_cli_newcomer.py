@@ -64,7 +64,7 @@ def test_the_header_says_every_default_and_the_byte_assumptions(capsys):
     assert "matmul efficiency 0.50 (default, not fitted" in out
     assert "usable memory 77.3 GB per GPU (90% of 85.9 GB" in out
     assert "bf16 weights 2 + gradients 2 + fp32 Adam 12" in out
-    assert "labels: dpN tpN ppN cpN" in out and "HFU" in out
+    assert "labels: dpN tpN ppN cpN" in out and "EFU" in out and "PaLM's HFU" in out
     assert main(["plan", *TINY, "--gpus", "2", "--efficiency", "0.6", "--vocab", "32000"]) == 0
     given = capsys.readouterr().out
     assert "efficiency 0.60;" in given and "vocab 32,000," in given and "not fitted" not in given
