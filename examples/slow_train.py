@@ -61,7 +61,8 @@ FIXES = {
     "sync": "keep losses on the device and read them every --check-every steps",
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
            "after backward, not one per tensor), no find_unused_parameters",
-    "optimizer": "AdamW with foreach=True on a CPU, fused=True on CUDA, instead of foreach=False",
+    "optimizer": ("AdamW with foreach=True on a CPU (PyTorch's fused CPU kernel, since 2.4, is not used "
+                  "here), fused=True on CUDA, instead of foreach=False"),
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",
     "batch": "8 samples per rank instead of 2: 4x the tokens per step",
     "bf16": "bf16 autocast (CUDA; on a CPU without AVX512-BF16 or AMX bf16 matmuls are slower)",

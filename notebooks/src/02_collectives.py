@@ -75,8 +75,8 @@ from perfkit.viz import si
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
 memcpy = limits.copy_bytes_per_s / 2     # a buffer's bytes per second, copied once at the DRAM ceiling
 print(f"{limits.name}: DRAM ceiling {si(limits.copy_bytes_per_s, 'B/s')} (bytes read + written per second, the "
-      f"fastest stream of notebook 00's sweep), so a copy at that ceiling moves {si(memcpy, 'B/s')} of buffer: "
-      "an upper bound on a real memcpy, which the ceiling's stream may beat")
+      f"fastest stream the limits file holds: {limits.sources.get('dram', 'notebook 00')}), so a copy at that "
+      f"ceiling moves {si(memcpy, 'B/s')} of buffer: the most a real memcpy can move here")
 
 # %% [markdown]
 # ## 1. What each collective moves
@@ -425,16 +425,19 @@ print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alon
 if comm_in > 0:
     hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward_only, same rounds
     saved = hidden.value * comm_in  # s: what the overlap saved on the bucketed step, the median round
+    medians_note = (f" The two steps' medians, taken apart, give a share of {shown:.2f}, above the ceiling: "
+                    "medians of separately scattered steps need not subtract to what the rounds share, and the "
+                    "verdict judges the rounds' own differences." if shown is not None and shown > ceiling else "")
     viz.verdict(Prediction("share of the bucketed step's communication the overlap hid",
                            "at best min(backward, communication) / communication", low=0.0, high=ceiling,
                            physical=(None, 1)), hidden, explain={
-        "held": f"{hidden.value / ceiling:.0%} of what backward could cover was hidden.",
+        "held": f"{hidden.value / ceiling:.0%} of what backward could cover was hidden." + medians_note,
         "inconclusive": f"The 90 % interval, {hidden.low:.2f} to {hidden.high:.2f}, is "
                         + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
                            "across an edge of the predicted range")
                         + f" 0 to {ceiling:.2f}: the bucketed step's {len(reps['bucketed'])} rounds spread over "
                         f"{si(max(reps['bucketed']) - min(reps['bucketed']), 's')}, against {si(comm_in, 's')} "
-                        "of communication to share out.",
+                        "of communication to share out." + medians_note,
         "above": f"In the median round the overlapped step saved {si(saved, 's')} on the bucketed one, more than "
                  f"backward's {si(t['backward_only'], 's')} can cover: its all-reduces cost less than the bucketed "
                  "step's, against the ceiling's assumption"

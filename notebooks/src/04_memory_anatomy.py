@@ -160,9 +160,9 @@ print(f"peak of the step above what was held before it ({anatomy.peak_source}): 
 # **Question.** Which tensors does the forward pass keep alive for the backward pass?
 #
 # **Prediction.** Per GPT-2 block (dropout 0), in elements, with B, T, C, H = batch, sequence,
-# width, heads (the docstring of `gpt2_saved_activation_bytes` lists each operation): two
-# LayerNorms keep input and output (4 BTC, and a mean and a reciprocal deviation per token,
-# 4 BT); the MLP keeps its 4C-wide input, GELU's intermediate terms and output (20 BTC);
+# width, heads (the docstring of `gpt2_saved_activation_bytes` lists each operation): the two
+# LayerNorms keep their inputs (2 BTC) and a mean and a reciprocal deviation per token (4 BT),
+# and the matmuls after them keep the LayerNorms' outputs as their own inputs (2 BTC); the MLP keeps its 4C-wide input, GELU's intermediate terms and output (20 BTC);
 # `c_proj` keeps the attention output (BTC); attention itself keeps q, k, v and the softmax
 # probabilities (3 BTC + B H T^2) in the eager implementation, or the fused projection,
 # copies and a log-sum-exp (5 BTC + BHT; the log of each query row's softmax

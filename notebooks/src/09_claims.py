@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 from perfkit import dist
 
 DDP_CFG = {"model": DDP_MLP, "batch": 32,
-           "buckets": {"caps_mb": DDP_CAPS, "repeat": REPEAT},
+           "buckets": {"caps_mb": DDP_CAPS, "repeat": REPEAT if QUICK else 25},  # steps of tens of ms: cheap
            "accumulate": {"ks": [1, MICRO], "repeat": 3},
            "accumulate_synced": {"ks": [MICRO], "repeat": 3}}
 TOPK_CFG = {"workload": "digits", "steps": TOPK_STEPS, "batch": 32, "methods": ["none", "topk_1pct_ef"],

@@ -195,7 +195,9 @@ def round_context(r: Round) -> str:
     if not r.pick.untested:
         raise ValueError(f"r's bound can fail ({r.pick.model}): judge it with a verdict, not as context")
     s = r.speedup
-    gain = ("its interval lies above 1x: a gain this run can show" if s.clear_of(1.0, "x") == "above" else
+    side = s.clear_of(1.0, "x")
+    gain = ("its interval lies above 1x: a gain this run can show" if side == "above" else
+            "its interval lies below 1x: the fix made this job slower here" if side == "below" else
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "

@@ -163,6 +163,9 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     assert "holds 1x" in text and "does not measure apart" in text
     above = replace(rnd, speedup=Estimate(1.5, 1.2, 1.9, 0.9, 8, "m"))
     assert "lies above 1x" in round_context(above)
+    below = replace(rnd, speedup=Estimate(0.465, 0.344, 0.711, 0.9, 16, "m"))  # wholly below 1x: slower, said
+    assert "lies below 1x: the fix made this job slower" in round_context(below)
+    assert "holds 1x" not in round_context(below)
     with pytest.raises(ValueError, match="can fail"):
         round_context(replace(rnd, pick=sync))
     with pytest.raises(TypeError, match="r must be"):
