@@ -416,7 +416,9 @@ print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)"
 print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}")
 
 # %%
-amdahl_text = (f"the ops autocast changes are {ap.share():.0%} of this step" if ap.share() <= 1 else
+parts_ms, step_ms = ap.total().baseline.median_s * 1e3, ap.steps.baseline.median_s * 1e3  # fp32, medians
+amdahl_text = (f"the ops autocast changes (every row of the table, summed round by round: {parts_ms:.1f} ms of the "
+               f"fp32 step's {step_ms:.1f} ms) are {ap.share():.0%} of this step" if ap.share() <= 1 else
                f"the ops autocast changes, replayed alone in fp32, took {ap.share():.0%} of this step's time (f "
                "capped at 1)") + (f" and run {ap.total().ratio:.2f}x as fast in bf16 (Amdahl: {ap.predicted():.2f}x)")
 viz.verdict(Prediction("bf16 step speedup (CPU)", "Amdahl with the changed ops timed alone at the step's shapes",
@@ -836,10 +838,14 @@ claim_verdict("ZeRO stage by model size", Claim("ZeRO stage 1 below 1 B paramete
 # largest value (3.39e38 against 3.40e38: with fewer mantissa bits its top value rounds lower).
 # Only below that normal range do the two part: with 7 mantissa bits bf16's
 # subnormals stop at about 9.2e-41, fp32's at 1.4e-45 (printed below). A loss
-# scaler multiplies the loss by `S` before backward, so every gradient is `S` times larger while
-# it is fp16, and divides by `S` before the update. `GradScaler` is dynamic: a step whose scaled
-# gradients overflow (inf or NaN) is skipped and `S` halved; after 2,000 steps without overflow
-# `S` doubles. From a start `S0` it skips `k = ceil(log2(S0 · max|g| / 65,504))` steps before
+# scaler multiplies the loss by `S` before backward, so every gradient backward computes is `S`
+# times larger, the ones autocast's fp16 ops produce included, and divides the parameters' fp32
+# `.grad` by `S` before the update. An fp16 gradient that overflows inside backward becomes inf,
+# and the inf reaches the fp32 `.grad`: `GradScaler` is dynamic, so such a step is skipped and
+# `S` halved; after 2,000 steps without overflow `S` doubles. Taking the parameters' largest
+# gradient `max|g|` as a stand-in for the largest fp16 gradient along the way (an approximation:
+# an activation's gradient can be larger), from a start `S0` it skips
+# `k = ceil(log2(S0 · max|g| / 65,504))` steps before
 # its first update (none when that is negative), each a forward and backward pass thrown away;
 # PyTorch's default start is 2^16. fp16's range is the same on a CPU (only its speed differs),
 # so the run below is the claim itself (on the GPU when CUDA is present): the tiny GPT-2's

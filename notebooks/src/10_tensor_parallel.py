@@ -63,6 +63,7 @@ SIZES = [2**p for p in range(10, 23, 2)] if QUICK else [2**p for p in range(10, 
 
 # %%
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import dist
@@ -395,7 +396,7 @@ late = [c for c in slower if cross is not None and c > cross]  # widths the mode
 if late:
     c = max(late)
     unsplit, comm, split = parts[c]
-    print(f"the measured crossover lies above C = {c}, more than {c / cross:.1f}x the model's: at C = {c} the split block "
+    print(f"the measured crossover lies above C = {c}, more than {math.floor(c / cross * 10) / 10:.1f}x the model's: at C = {c} the split block "
           f"took {viz.si(split, 's')} against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what the "
           f"model leaves out cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
