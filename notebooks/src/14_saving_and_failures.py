@@ -284,7 +284,7 @@ print(f"δ/M = {delta / MTBF_S:.2g}: Daly's exact share at Young's interval is {
 # **Measured points.** `benchmarks/checkpoint_goodput.py` (about 5 minutes, more than this
 # notebook's budget) runs real torchrun jobs (2 ranks, `--max-restarts`), injects failures
 # as a Poisson process with the MTBF scaled to seconds, and measures the effective training
-# time at intervals of 1/4 to 4 times Daly's, in steps of 2x, every job meeting the same
+# time at intervals of 1/4 to 4 times Daly's, in steps of 2x (the intervals printed below are those measured in the jobs, a little off the grid's), every job meeting the same
 # failures. The grid is fixed before the sweep, from a short calibration run's `δ` and `R`;
 # the jobs' own `δ`, `R` and MTBF (pooled) then give the Daly interval the result is judged
 # against, so the grid need not be centred on it. **Prediction:** the interval with the
