@@ -356,8 +356,11 @@ plt.show()
 # queued collectives on two worker threads by default, so asynchronous all-reduces can run two at
 # a time, where the bucketed step waits for each before starting the next. So the job also times
 # the bucketed all-reduces alone both ways: one after another, and all launched before any is
-# waited for, as the overlapped step launches them. It times backward alone too (the same model
-# and batch, in the same rounds), so the ceiling comes from the same run as the overlap.
+# waited for, as the overlapped step launches them. It times forward alone and backward alone
+# too (the same model and batch, in the same rounds), so the ceiling comes from the same run as
+# the overlap: `backward` is the larger of backward alone and compute less forward alone, since
+# the halves timed apart need not add up to the whole, and a bound takes the reading that allows
+# the most.
 #
 # The nine timings (DDP, the three, the bucketed all-reduces alone both ways, compute alone,
 # forward and backward alone) are taken in alternation, `DP_REPEAT` rounds, so round `i` of each ran back to
@@ -407,9 +410,8 @@ print(f"compute only {si(t['compute_only'], 's')} (forward alone {si(t['forward_
       + (f". Forward and backward timed apart add to {si(halves, 's')}, {abs(1 - halves / t['compute_only']):.0%} "
          f"{'less' if halves < t['compute_only'] else 'more'} than the two timed together: each figure is the slower "
          "process's median, and this run does not time what the whole step adds (or saves) between the two halves; "
-         "the ceiling below uses backward alone" + (", the lower of the two readings of backward (compute only "
-                                                    "less forward alone is the higher)" if halves < t["compute_only"]
-                                                    else "")
+         "the ceiling below takes the larger of the two readings of backward (backward alone, or compute only "
+         "less forward alone), as a bound must"
          if abs(1 - (halves := t["forward_only"] + t["backward_only"]) / t["compute_only"]) > 0.1 else ""))
 together = stats.median_ratio(reps["comm_together"], reps["comm_only"])  # launched together / one after another
 print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alone {si(t['comm_only'], 's')} one "
@@ -423,7 +425,7 @@ print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alon
          "times, the first to arrive waiting for the other." if comm_in > 1.1 * t["comm_only"] else "")
       + " The overlap is judged against the step's own communication.")
 if comm_in > 0:
-    hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward_only, same rounds
+    hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward's larger reading, same rounds
     saved = hidden.value * comm_in  # s: what the overlap saved on the bucketed step, the median round
     medians_note = (f" The two steps' medians, taken apart, give a share of {shown:.2f}, above the ceiling: "
                     "medians of separately scattered steps need not subtract to what the rounds share, and the "

@@ -166,11 +166,15 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
     each all-reduce at different times, which the step's own communication includes and a
     timing of the all-reduces alone does not. Only backward can cover
     communication (the gradients exist only during it), so the ceiling is
-    ``min(backward, comm) / comm`` with ``backward_only``'s median from the same rounds.
+    ``min(backward, comm) / comm``, ``backward`` the larger of two readings from the same
+    rounds: ``backward_only``'s median and, where ``forward_only`` was timed too,
+    ``compute_only``'s median less ``forward_only``'s (a bound takes the reading that allows
+    the most; the two halves timed apart need not add up to the whole).
 
     Args:
         times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
-            ``backward_only``, round ``i`` of each timed back to back.
+            ``backward_only`` (and optionally ``forward_only``), round ``i`` of each timed
+            back to back.
 
     Returns:
         ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
@@ -192,7 +196,11 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
     if comm <= 0:
         raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
                          f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
-    ceiling = min(float(np.median(b)), comm) / comm
+    backward = float(np.median(b))
+    if "forward_only" in times_s:  # the other reading of backward: the whole less forward timed apart
+        backward = max(backward, float(np.median(c)) - float(np.median(_times("times_s['forward_only']",
+                                                                                 times_s["forward_only"]))))
+    ceiling = min(backward, comm) / comm
     est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
     return est, ceiling
 

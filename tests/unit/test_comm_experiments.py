@@ -86,6 +86,11 @@ def test_hidden_share_is_what_overlap_saved_of_the_bucketed_steps_communication(
     assert hidden_share({**times, "backward_only": [1.0, 1.0, 1.0]})[1] == pytest.approx(0.5)
     # the ceiling is the median backward's, not its mean or its first round's
     assert hidden_share({**times, "backward_only": [0.5, 1.0, 9.0]})[1] == pytest.approx(0.5)
+    # with forward timed too, backward's other reading (compute 3 s less forward 1.5 s = 1.5 s) is
+    # larger than backward alone (1 s): a bound takes it (0.75, not 0.5)
+    two = {**times, "backward_only": [1.0, 1.0, 1.0], "forward_only": [1.5, 1.5, 1.5]}
+    assert hidden_share(two)[1] == pytest.approx(0.75)
+    assert hidden_share({**two, "forward_only": [2.5, 2.5, 2.5]})[1] == pytest.approx(0.5)  # 0.5 s < 1 s
 
 
 def test_hidden_share_interval_comes_from_the_rounds_and_holds_the_point():
