@@ -221,7 +221,10 @@ print(f"from the ceilings on {THREADS} thread{'s' * (THREADS != 1)}: f = {f_ceil
       f"{1 / ((1 - f_ceil) + f_ceil / r_ceil):.3g}x")
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
-      + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x")
+      + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x (f: every row of the table, summed round by "
+      f"round, {parts.total().baseline.median_s * 1e3:.1f} ms, over the fp32 step's "
+      f"{amp.baseline.median_s * 1e3:.1f} ms; r: the median of those sums' paired ratios, fp32 over bf16 time, "
+      "not the ratio of the rows' medians)")
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes",
                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
 
@@ -803,6 +806,8 @@ if step_rec is not None:
           f"every other setting's). From section 3 to this sweep the eager step's median moved "
           f"{moved['eager']:+.0%} and the compiled one's {moved['compiled']:+.0%}: "
           + ("both alike, as a change of load would move them." if abs(moved[far] - moved[near]) < 0.05 else
+             "by about as much in opposite directions: a load that slows both alike would not do that, and "
+             "this notebook does not time why." if abs(abs(moved[far]) - abs(moved[near])) < 0.05 else
              f"the {far} step moved the more, so the two figures differ by the {far} step's own time between "
              f"the runs (a load that slows both alike would not do that); this notebook does not time why."))
 if PAD_PRECISION == "fp32":
