@@ -176,7 +176,9 @@ print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 327
 # tiles' FLOPs set the time (one FLOP rate), it is `(4 + 10) / 4 = 3.5`; if each operator
 # call's fixed cost sets it, the ratio is 1 plus backward's calls over forward's, counted below
 # as PyTorch dispatches them (every op, views included, at one cost each). A real tile pays
-# some of both, so the ratio lies between the two ends.
+# some of both, so the model puts the ratio between the two ends; the call-bound end assumes
+# every call costs alike, and a view or an in-place add costs less than a matmul, which would
+# put the ratio lower.
 
 # %%
 qc, kc, vc = (torch.randn(1, 2, 100, 8, generator=g).requires_grad_() for _ in range(3))
