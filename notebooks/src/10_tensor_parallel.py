@@ -397,8 +397,10 @@ if late:
     c = max(late)
     unsplit, comm, split = parts[c]
     print(f"the measured crossover lies above C = {c}, more than {math.floor(c / cross * 10) / 10:.1f}x the model's: at C = {c} the split block "
-          f"took {viz.si(split, 's')} against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what the "
-          f"model leaves out cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there")
+          f"took {viz.si(split, 's')} (median) against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what "
+          f"the model leaves out, or what disturbed this run, cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a "
+          f"block there (the speedup's interval, {measured[c].describe('x')}, shows how much the rounds scattered; "
+          f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
 print("at the widget's opening 4,096 tokens per step the model's crossover is "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
