@@ -294,19 +294,7 @@ print(f"ring on 3 processes exact on every size: {all(r['int_exact'] for r in re
 rc = comm.ring_check(points3, fits["all_reduce"])
 for nb, m, p in zip(rc.nbytes, rc.model_s, points3, strict=True):
     print(f"3 processes, {si(nb, 'B'):>8}: measured {si(p.time_s, 's'):>9}, ring model {si(m, 's'):>9}")
-fit3 = comm.fit_alpha_beta([p.nbytes for p in points3], [p.time_s for p in points3])
-ring3 = comm.ring_allreduce_time(0, 3, comm.AlphaBeta(fits["all_reduce"].alpha_s / 2, fits["all_reduce"].bandwidth))  # s
-lat_x = fit3.alpha_s / ring3 if ring3 > 0 else float("inf")  # the 3 processes' latency over the model's
-spread3 = (f"Sizes ran from {min(rc.ratios):.2f}x to {max(rc.ratios):.2f}x the ring model (median "
-           f"{rc.small_half:.2f}x on the smaller half, {rc.large_half:.2f}x on the larger). Fitted to the 3 "
-           f"processes' own times, the latency is {si(fit3.alpha_s, 's')} against the ring model's "
-           f"{si(ring3, 's')} ({lat_x:.2g}x), and the bandwidth "
-           + (f"{si(fit3.bandwidth, 'B/s')} against the 2-process {si(fits['all_reduce'].bandwidth, 'B/s')} "
-              f"({fits['all_reduce'].bandwidth / fit3.bandwidth:.2g}x slower)"
-              if fit3.bandwidth < comm.UNRESOLVED_BANDWIDTH else "unresolved (the times did not grow with size)")
-           + (": the latency grew more than the bytes' time, as the paragraph above expects of processes "
-              "waiting to be scheduled." if lat_x > fits["all_reduce"].bandwidth / fit3.bandwidth
-              else ": the bytes' time grew as much as the latency or more, which the stretch describes."))
+spread3 = comm.ring_check_text(rc, points3, fits["all_reduce"])  # the halves, and which term grew
 viz.verdict(Prediction("3-process all-reduce time over the ring model (median over sizes)",
                        f"a ring on 3 processes, from the 2-process fit, x {rc.stretch:.2f} for {rc.cores} cores",
                        low=rc.stretch / 2, high=2 * rc.stretch, unit="x"), rc.median,

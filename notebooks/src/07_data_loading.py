@@ -198,6 +198,13 @@ print(vdata.sweep_lines([f"workers={w}" for w in WORKERS], io_runs, io_pred, BAT
 fig = vdata.plot_loader_sweep(io_runs, io_pred,
                               title="I/O-bound load (sleep): workers overlap their waits")
 
+# %% [markdown]
+# The figure judged is the largest of several gaps, one per worker count, each with its own
+# interval. So that all of them hold together at 90 %, each interval is taken at a higher level
+# (Bonferroni: 98 % each for five figures), and the largest gap's interval runs from the largest
+# size any of them can take at its low end to the largest at its high end; the verdict calls
+# that "largest size of k figures, each at" that level (`perfkit.stats`).
+
 # %%
 io_gap = ex.largest_gap(io_runs, [p.steady_wait_share for p in io_pred])
 worst = max(zip(WORKERS, io_runs, io_pred), key=lambda t: abs(t[1].steady_wait_share - t[2].steady_wait_share))

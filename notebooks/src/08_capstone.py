@@ -271,7 +271,11 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # same speed in the round where it was the "after" and in the next one, where it was the
 # "before"; whatever differs between those runs (load that changed between rounds, or a repeat
 # run that reads slower than the run to the target it repeats) compounds in their product, so
-# the headline is the direct ratio; the seams printed below say which way they point. Each bar is one kept fix's share of it (its measured speedup's logarithm over
+# the headline is the direct ratio; the seams printed below say which way they point. A
+# **seam** is one configuration read twice: its tokens/s as one round's "after" and again as the
+# next round's "before"; the seams' ratios multiply to exactly the rounds' product over the
+# direct ratio, so where they cancel the two agree.
+# Each bar is one kept fix's share of it (its measured speedup's logarithm over
 # the sum of theirs; log scale: equal factors, equal heights), labelled with that share and,
 # in brackets, the fix's own measured speedup in its round; the last bar is the direct ratio. A
 # fix measured below 1x is not among them; a kept fix whose interval held 1x is drawn grey: its

@@ -49,10 +49,9 @@ import math
 import statistics
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from perfkit import dist, sizing, stats, timing, viz
+from perfkit import compute, dist, sizing, stats, timing, viz
 from perfkit.compute import attention_cost as ac
 from perfkit.compute import flash as fl
 from perfkit.parallel import context_model as cm
@@ -178,7 +177,9 @@ print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 327
 # as PyTorch dispatches them (every op, views included, at one cost each). A real tile pays
 # some of both, so the model puts the ratio between the two ends; the call-bound end assumes
 # every call costs alike, and a view or an in-place add costs less than a matmul, which would
-# put the ratio lower.
+# put the ratio lower. (`compute.dispatched_calls` counts what PyTorch's dispatcher sees, the
+# level at which each call pays its fixed cost: Python, argument checks, a kernel launch on a
+# GPU; an op that PyTorch builds from others is counted as those others.)
 
 # %%
 qc, kc, vc = (torch.randn(1, 2, 100, 8, generator=g).requires_grad_() for _ in range(3))
@@ -209,22 +210,11 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # %%
 qt, kt, vt = (torch.randn(B, H, TIME_LEN, D, generator=g).requires_grad_() for _ in range(3))
 gt = torch.randn(B, H, TIME_LEN, D, generator=g)
-class CountCalls(TorchDispatchMode):  # counts the operator calls PyTorch dispatches inside the block
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-with CountCalls() as fwd_calls:
-    out_t = fl.flash_attention(qt, kt, vt, tile=64)
-with CountCalls() as bwd_calls:
-    out_t.backward(gt)
-call_end = 1 + bwd_calls.calls / fwd_calls.calls  # the ratio if every call cost the same
-print(f"operator calls at T = {TIME_LEN}, tiles of 64: forward {fwd_calls.calls:,}, backward {bwd_calls.calls:,} "
+out_t = fl.flash_attention(qt, kt, vt, tile=64)
+fwd_calls = compute.dispatched_calls(lambda: fl.flash_attention(qt, kt, vt, tile=64))
+bwd_calls = compute.dispatched_calls(lambda: out_t.backward(gt))
+call_end = 1 + bwd_calls / fwd_calls  # the ratio if every call cost the same
+print(f"operator calls at T = {TIME_LEN}, tiles of 64: forward {fwd_calls:,}, backward {bwd_calls:,} "
       f"-> call-bound end {call_end:.2f}x; FLOP-bound end 3.5x")
 with sizing.pinned_threads(THREADS):
     f_only, f_and_b = timing.interleaved(
@@ -239,7 +229,7 @@ viz.verdict(Prediction("forward + backward over forward", f"between call-bound t
                        high=max(call_end, 3.5), unit="x"), ratio, explain={
     "above": "Backward does more than its matmuls and calls: the exps and the in-place accumulations "
              "into dQ, dK and dV cost more per tile than forward's rescaling.",
-    "below": f"Backward's {bwd_calls.calls:,} calls cost less each than forward's {fwd_calls.calls:,}: the model "
+    "below": f"Backward's {bwd_calls:,} calls cost less each than forward's {fwd_calls:,}: the model "
              "charges every call alike, but many of backward's are views and in-place accumulations, cheaper "
              "than forward's matmuls and softmax; or backward reused what forward left in the cache (this run "
              "does not time the calls apart)."})

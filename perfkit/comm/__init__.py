@@ -33,6 +33,7 @@ from perfkit.comm.experiments import (
     fit_quality,
     hidden_share,
     ring_check,
+    ring_check_text,
 )
 from perfkit.comm.networks import (
     INTERCONNECTS,
@@ -60,6 +61,7 @@ __all__ = [
     "Interconnect",
     "PaysOn",
     "ring_check",
+    "ring_check_text",
     "RingCheck",
     "all_gather_single",
     "AlphaBeta",

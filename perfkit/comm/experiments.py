@@ -27,7 +27,7 @@ from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
 __all__ = ["FitQuality", "RingCheck", "bucket_count_effect", "fit_quality", "hidden_share",
-           "ring_check"]
+           "ring_check", "ring_check_text"]
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,45 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
     ceiling = min(backward, comm) / comm
     est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
     return est, ceiling
+
+
+def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: AlphaBeta) -> str:
+    """Why a ring check lands where it does, from what it measured: the ratios' range and
+    halves, then an alpha-beta fit to the ``n``-process ``points`` themselves against the ring
+    model's latency (its time at 0 bytes) and bandwidth on ``n`` processes, and which grew
+    more (processes waiting to be scheduled stretch the latency; a shared core's copying and
+    summing stretch the bytes' time).
+
+    Raises:
+        TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, fewer than two
+            points, or a ``fit2`` that is not an :class:`AlphaBeta`.
+    """
+    from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, fit_alpha_beta
+
+    check_type("check", check, RingCheck)
+    check_type("fit2", fit2, AlphaBeta)
+    pts = check_items("points", points)
+    for p in pts:
+        check_type("points[i]", p, CollectivePoint)
+    if len(pts) < 2:
+        raise ValueError(f"points must hold at least 2 sizes to fit, got {len(pts)}")
+    fit = fit_alpha_beta([p.nbytes for p in pts], [p.time_s for p in pts])
+    ring0 = ring_allreduce_time(0, check.world_size, AlphaBeta(fit2.alpha_s / 2, fit2.bandwidth))  # s
+    lat_x = fit.alpha_s / ring0 if ring0 > 0 else float("inf")
+    n = check.world_size
+    model_bw = fit2.bandwidth * n / (2 * (n - 1))  # the ring's algbw on n processes: 2(n-1)/n of S per link
+    slower = model_bw / fit.bandwidth
+    bw = (f"{si(fit.bandwidth, 'B/s')} against the ring model's {si(model_bw, 'B/s')} "
+          f"({slower:.2g}x slower)" if fit.bandwidth < UNRESOLVED_BANDWIDTH
+          else "unresolved (the times did not grow with size)")
+    grew = (": the latency grew more than the bytes' time, as processes waiting to be scheduled "
+            "would make it." if lat_x > slower else
+            ": the bytes' time grew as much as the latency or more, which the stretch describes.")
+    return (f"Sizes ran from {min(check.ratios):.2f}x to {max(check.ratios):.2f}x the ring model "
+            f"(median {check.small_half:.2f}x on the smaller half, {check.large_half:.2f}x on the "
+            f"larger). Fitted to the {check.world_size} processes' own times, the latency is "
+            f"{si(fit.alpha_s, 's')} against the ring model's {si(ring0, 's')} ({lat_x:.2g}x), and "
+            f"the bandwidth {bw}{grew}")
 
 
 def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) -> str:

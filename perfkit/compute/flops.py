@@ -38,8 +38,8 @@ from perfkit.stats import Estimate
 from perfkit.timing import Measurement, interleaved
 
 __all__ = [
-    "PRECISIONS", "GPTShape", "Speedup", "compare", "counted_flops", "gpt2_shape", "gpt_train_flops",
-    "make_train_step", "mfu", "precision_dtype",
+    "PRECISIONS", "GPTShape", "Speedup", "compare", "counted_flops", "dispatched_calls",
+    "gpt2_shape", "gpt_train_flops", "make_train_step", "mfu", "precision_dtype",
 ]
 
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -159,7 +159,7 @@ def _cpu_flash_backward(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=Fa
     return round(full * _causal_share(q[2], k[2])) if is_causal else full
 
 
-def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
+def _cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     """FLOP formulas for the CPU's fused attention kernels, which ``FlopCounterMode`` has none
     for (PyTorch registers the CUDA ones only): the two matmuls of the forward pass and the
     five of the backward pass, as PyTorch's own ``sdpa_flop_count`` counts them, scaled for a
@@ -178,7 +178,7 @@ def counted_flops(step: Callable[[], object]) -> int:
     """FLOPs that ``FlopCounterMode`` counts in one call of ``step`` (a training step: forward,
     backward, optimizer): the matmuls that really ran, for an HFU and for
     :func:`perfkit.ceilings.observe`. The CPU's fused attention is counted with
-    :func:`cpu_attention_formulas` (a causal mask's unmasked entries only); elementwise work
+    ``_cpu_attention_formulas`` (a causal mask's unmasked entries only); elementwise work
     counts nothing, so this is a lower bound of the arithmetic done.
 
     Raises:
@@ -187,9 +187,33 @@ def counted_flops(step: Callable[[], object]) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     check_callable("step", step)
-    with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
         step()
     return int(counter.get_total_flops())
+
+
+def dispatched_calls(fn: Callable[[], object]) -> int:
+    """How many operator calls PyTorch dispatches while ``fn`` runs (every ATen op, views and
+    in-place ops included), counted with a ``TorchDispatchMode``: the count a model of per-call
+    fixed costs charges, each call alike.
+
+    Raises:
+        TypeError: for an ``fn`` that is not callable.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    check_callable("fn", fn)
+
+    class _Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count() as counter:
+        fn()
+    return counter.calls
 
 
 def mfu(flops_per_step: float, step_s: float, peak: float | MachineLimits,

@@ -60,6 +60,25 @@ def test_ring_check_divides_by_the_ring_model_and_stretches_by_cores():
     assert rc.median == pytest.approx(2.0)
 
 
+def test_ring_check_text_fits_the_points_and_names_the_term_that_grew():
+    from perfkit.comm import ring_check_text
+
+    fit2 = AlphaBeta(2e-4, 1e9)
+    sizes = [1 << 10, 1 << 14, 1 << 20, 1 << 24]
+    # latency 4x the ring model's (2 steps x 1e-4 s = 2e-4 s at 3 processes: 2(n-1) = 4 steps of 1e-4),
+    # bandwidth as the 2-process fit's: the latency grew more
+    ring0 = ring_allreduce_time(0, 3, AlphaBeta(1e-4, 1e9))
+    lat = [pt(s, 4 * ring0 + 4 / 3 * s / 1e9, n=3) for s in sizes]
+    said = ring_check_text(ring_check(lat, fit2, cores=2), lat, fit2)
+    assert "(4x)" in said and "the latency grew more than the bytes' time" in said
+    # bytes 3x slower, latency as modelled: the bytes' time grew more
+    byt = [pt(s, ring0 + 3 * 4 / 3 * s / 1e9, n=3) for s in sizes]
+    said = ring_check_text(ring_check(byt, fit2, cores=2), byt, fit2)
+    assert "(1x)" in said and "(3x slower)" in said and "the bytes' time grew as much" in said
+    with pytest.raises(ValueError, match="at least 2 sizes"):
+        ring_check_text(ring_check(lat, fit2, cores=2), lat[:1], fit2)
+
+
 def test_ring_check_rejects_mixed_worlds_and_bad_cores():
     fit2 = AlphaBeta(2e-4, 1e9)
     with pytest.raises(ValueError, match="world_size"):

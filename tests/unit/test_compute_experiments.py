@@ -192,6 +192,16 @@ def test_counted_flops_counts_the_matmuls_that_ran():
     assert counted_flops(lambda: a.relu() + 1) == 0  # elementwise work is not counted
 
 
+def test_dispatched_calls_counts_every_operator_call_views_included():
+    from perfkit.compute.flops import dispatched_calls
+
+    a = torch.randn(4, 4)
+    assert dispatched_calls(lambda: a + 1) == 1
+    assert dispatched_calls(lambda: (a + 1) * 2) == 2
+    assert dispatched_calls(lambda: a[1:].t()) == 2  # two views: counted like any call
+    assert dispatched_calls(lambda: None) == 0
+
+
 @pytest.mark.parametrize("t_q, t_k", [(6, 6), (4, 7), (7, 4)])
 def test_counted_flops_counts_cpu_fused_attention_on_its_unmasked_entries(t_q, t_k):
     """The CPU's fused attention has no formula in PyTorch (it would count 0): forward is two

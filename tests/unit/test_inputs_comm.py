@@ -30,6 +30,7 @@ from perfkit.comm import (
     ring_all_reduce,
     ring_allreduce_time,
     ring_check,
+    ring_check_text,
     sweep,
 )
 
@@ -173,6 +174,12 @@ CASES = [  # (id, call, exception, regex on the message)
     ("ring_check.fit2", lambda: ring_check([PT3], None), TypeError, "fit2 must be an AlphaBeta"),
     ("ring_check.cores zero", lambda: ring_check([PT3], LINK, cores=0), ValueError,
      "cores must be an int >= 1"),
+    ("ring_check_text.check", lambda: ring_check_text("check", [PT3, PT3], LINK), TypeError,
+     "check must be"),
+    ("ring_check_text.fit2", lambda: ring_check_text(ring_check([PT3], LINK), [PT3, PT3], None), TypeError,
+     "fit2 must be"),
+    ("ring_check_text.points one", lambda: ring_check_text(ring_check([PT3], LINK), [PT3], LINK), ValueError,
+     "at least 2 sizes"),
     ("hidden_share.times_s list", lambda: hidden_share([[1.0]] * 4), TypeError,
      "times_s must be a Mapping"),
     ("hidden_share.times_s missing", lambda: hidden_share({"compute_only": [1.0]}), ValueError,

@@ -445,6 +445,7 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "extra_s"),
     ("disturbed_length points", lambda: cx.disturbed_length("pts"), TypeError, "points"),
     ("counted_flops step", lambda: compute.counted_flops("step"), TypeError, "step"),
+    ("dispatched_calls fn", lambda: compute.dispatched_calls("fn"), TypeError, "fn"),
     ("disturbed_text points", lambda: cx.disturbed_text(5), TypeError, "points"),
     ("disturbed_verdict reason", lambda: cx.disturbed_verdict(Prediction("a", "b", low=1.0), 2.0, None),
      TypeError, "reason must be a str"),

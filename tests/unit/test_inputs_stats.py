@@ -31,7 +31,7 @@ from perfkit.stats import (
     quantile,
     range_of,
 )
-from perfkit.units import share_range, si, si_interval
+from perfkit.units import printed_interval, share_range, si, si_interval
 from perfkit.verdict import Prediction, context, judge
 from perfkit.verdict_text import reading
 
@@ -137,6 +137,10 @@ CASES = [  # (id, call, exception, regex on the message)
      "low <= value <= high must hold"),
     ("si_interval.high inf", lambda: si_interval(1.0, 0.9, INF), ValueError, "low <= value <= high"),
     ("si_interval.unit", lambda: si_interval(1.0, 0.9, 1.1, 2), TypeError, "unit must be a string"),
+    ("printed_interval.value", lambda: printed_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
+    ("printed_interval.low above value", lambda: printed_interval(1.0, 1.1, 1.2), ValueError,
+     "low <= value <= high"),
+    ("printed_interval.unit", lambda: printed_interval(1.0, 0.9, 1.1, 2), TypeError, "unit must be a string"),
     ("si_interval.digits", lambda: si_interval(1.0, 0.9, 1.1, "x", 16), ValueError, "digits must be"),
     # order statistics
     ("sign_coverage.n", lambda: sign_coverage(0, 1), ValueError, "n must be an int >= 1"),
