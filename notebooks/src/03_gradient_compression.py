@@ -465,7 +465,7 @@ viz.show_verdict(pays_verdict)
 # QSGD's codec time measured here (one encode and `n` decodes, one per process's payload), at
 # 2, 8 and 64 processes (64 H100s span eight NVLink domains of 8 GPUs each, so at 64 that
 # NVLink row is what the link would allow, not the H100 system; a GB200 NVL72 rack does put 72
-# GPUs in one NVLink domain, on faster links than the row's). The latency `alpha` is
+# GPUs in one NVLink domain, on faster links than the row's: NVIDIA's GB200 NVL72 specification). The latency `alpha` is
 # not removed by any compressor, so this is the most fewer bytes can save. (The loopback row
 # moves the payload at the all-reduce's busbw; gloo's all-gather, timed above, can be slower.) (A GPU encodes far
 # faster than these cores: the rows say what *this* codec time buys on each link.)
