@@ -667,7 +667,8 @@ print(f"GPT-2 small, batch 8 x 1024: 6N x 8,192 tokens {6 * n_gpt2 * 8 * 1024:.4
       f"{12 * 12 * 768 * 1024 * 8 * 1024:.4g} = {total:.4g} FLOPs per step")
 tiny = compute.gpt2_shape(tiny_gpt2(block_size=64, **GPT), 64)
 print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_model}; "
-      f"{tiny.train_flops(8):,} FLOPs per step at batch 8 x 64")
+      f"{tiny.train_flops(8):,} FLOPs per step at batch 8 x 64 (a fixed shape, so that this "
+      f"output never changes; the timed steps below use their own sequence length)")
 
 # %% [markdown]
 # A check of the formula against PyTorch's `FlopCounterMode`, which counts the FLOPs of every
@@ -677,8 +678,8 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 # work is not counted by the counter, but `6N` counts every parameter, the biases and layer norms
 # that do no matmul too: the two should differ by 6 FLOPs per such parameter per token and no
 # more; a larger gap, the counter's per-operator counts (`counter.get_flop_counts()`) name the
-# matmul the formula misses or charges twice. (The check above fixes the sequence at 64 so that its output never changes;
-# the step below uses the sequence length of the timings, `SEQ`.)
+# matmul the formula misses or charges twice. The count below is at the timings' own shape,
+# sequence length `SEQ`, not the fixed 64 of the check above.
 
 # %%
 from torch.utils.flop_counter import FlopCounterMode

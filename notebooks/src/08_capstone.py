@@ -115,7 +115,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # Each finding kind has the flags that remove it (`slow_train.FIX_FOR_FINDING`): `data` ->
 # `--fix data`; `sync` -> `--fix sync`, then `--fix ddp` (with `find_unused_parameters=True`
-# DDP reads its map of which parameters were used back with an `.item()` in every backward,
+# DDP reads its map of which parameters were used, one `.item()` per parameter, at the end of
+# every backward (`torch/csrc/distributed/c10d/reducer.cpp`),
 # the kind of call the diagnosis counts as a sync); `communication` ->
 # `--fix ddp`; `optimizer` -> `--fix optimizer`; `overhead` -> `--fix batch`. A round
 # (`FixLoop.play`) takes the worst finding with a fix not applied yet, applies it on top of
@@ -159,7 +160,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # read waits for no device queue, so the sync share is mostly the Python work around the reads.
 # On a GPU a read of a *device* tensor waits for the whole queue. DDP's reads here
 # (`find_unused_parameters=True`) are of its host copy of the used-parameter map
-# (`local_used_map_[i].item()` in `Reducer::mark_variable_ready`): host work. But when a
+# (`local_used_map_[variable_index].item<int>()` in `Reducer::finalize_bucket_dense`, once per
+# parameter at the end of every backward): host work. But when a
 # parameter went unused on a rank, the Reducer first waits for the map's all-reduce and copies
 # its device copy (`local_used_map_dev_`) back to the host, a blocking copy on CUDA
 # (`torch/csrc/distributed/c10d/reducer.cpp`): a real device sync there. About half of the slow

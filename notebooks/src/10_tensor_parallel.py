@@ -365,9 +365,13 @@ for w in WIDTHS:
 # %% [markdown]
 # **The crossover.** The figure and the widget below draw the model at the rate the widest
 # unsplit block reached here (each process runs one thread), with the all-reduce fit: move the
-# degree, the tokens per step and the network's bandwidth (a multiple of the loopback measured
-# here; the planner's NVLink and network figures, notebook 13, are printed below as multiples of
-# it). In the model, splitting a block costs time below the red line and saves time above it,
+# degree, the tokens per step, the network's bandwidth and the compute rate (each a multiple of
+# what was measured here; a GPU's figures from the planner, notebook 13, are printed below as
+# multiples of them). What decides the crossover is compute per byte of link: a GPU raises
+# both, and its FLOPs per byte of NVLink are far more than this run's per byte of loopback, so
+# scaling the bandwidth alone would put a GPU's crossover far too low. The widget keeps this
+# run's latency per call (gloo's over loopback), far above the planner's for NVLink (printed
+# below), so at small sizes it draws a GPU's crossover too high. In the model, splitting a block costs time below the red line and saves time above it,
 # but never the full `t` while communication is not overlapped with compute. The curve uses one
 # rate, the widest block's, for every width; narrower blocks ran slower per FLOP here, so each
 # width's own bound (from that width's own unsplit time, drawn as open circles) can cross 1x
@@ -412,12 +416,14 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
 # %%
 from perfkit.plan import named_cluster
 
+print(f"here: {viz.si(achieved, 'FLOP/s')} over {viz.si(fit.bandwidth, 'B/s')}, "
+      f"{achieved / fit.bandwidth:,.0f} FLOP per byte of link, latency {viz.si(fit.alpha_s, 's')} per call")
 for gpu in ("h100-sxm", "a100-80gb"):
     c = named_cluster(gpu)
-    print(f"{c.gpu.name}: NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, "
-          f"{c.intra.bandwidth / fit.bandwidth:,.0f}x the loopback measured here; network between "
-          f"nodes {viz.si(c.inter.bandwidth, 'B/s')} per GPU, {c.inter.bandwidth / fit.bandwidth:,.0f}x "
-          "(perfkit.plan.named_cluster's datasheet figures)")
+    print(f"{c.gpu.name}: bf16 peak {viz.si(c.gpu.peak_flops, 'FLOP/s')}, {c.gpu.peak_flops / achieved:,.0f}x the "
+          f"rate here; NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, {c.intra.bandwidth / fit.bandwidth:,.0f}x "
+          f"the loopback; {c.gpu.peak_flops / c.intra.bandwidth:,.0f} FLOP per byte of NVLink, latency "
+          f"{viz.si(c.intra.alpha_s, 's')} (perfkit.plan.named_cluster's datasheet figures)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -196,9 +196,11 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # %% [markdown]
 # Why pay 25 % more backward FLOPs? Because the alternative is keeping `P`: `B H T²` values
 # written in forward and read again in backward. On a GPU those bytes cross the memory bus
-# (HBM) several times: the two matmuls that write and read `S` and `P` do about `D` FLOPs per
-# element moved, near a GPU's FLOPs per byte in bf16 for `D` = 128, but the passes between them
-# (mask, softmax, dropout) do about one FLOP per element, far below it, at every length. Those
+# (HBM) several times: the two matmuls that write and read `S` and `P` do `2D` FLOPs per
+# element, `D` per byte in bf16: 128 for `D` = 128, near an A100's ridge (312 TFLOP/s over
+# 2.04 TB/s, about 153 FLOP per byte) and below an H100 SXM's (989 over 3.35, about 295). The
+# passes between them (mask, softmax, dropout) do a handful of FLOPs per element, far below
+# either ridge, at every length. Those
 # elementwise passes over `T x T` matrices make eager attention's time its traffic's, not its
 # FLOPs' (Dao et al. 2022, section 2.2); recomputing from `Q`, `K` and the `T`-long `L` keeps
 # every tile in on-chip memory (section 3 there). On this CPU the timing

@@ -79,6 +79,8 @@ class ActivationTiming:
     calls: int
     relu_step: Measurement
     gelu_step: Measurement
+    relu_backward: Measurement | None = None  # the ops' backward (``threshold_backward`` and
+    gelu_backward: Measurement | None = None  # ``gelu_backward``), ``calls`` calls per timing
 
     def op_cost(self) -> stats.Estimate:
         """GELU op time over ReLU op time (> 1: GELU costs more)."""
@@ -93,10 +95,19 @@ class ActivationTiming:
         """Seconds GELU adds per call over ReLU (medians)."""
         return (self.gelu_op.median_s - self.relu_op.median_s) / self.calls
 
+    @property
+    def extra_backward_s(self) -> float | None:
+        """Seconds GELU's backward op adds per call over ReLU's (medians; ``None`` if not timed)."""
+        if self.gelu_backward is None or self.relu_backward is None:
+            return None
+        return (self.gelu_backward.median_s - self.relu_backward.median_s) / self.calls
+
 
 def time_activations(rows: int = 512, width: int = 1024, repeat: int = 9, op_repeat: int | None = None,
                      target_s: float = 0.02) -> ActivationTiming:
-    """Time ``F.relu`` against ``F.gelu`` on a (rows, width) tensor, then an MLP step with each.
+    """Time ``F.relu`` against ``F.gelu`` on a (rows, width) tensor, forward and backward ops
+    (``aten.threshold_backward``, ``aten.gelu_backward``, what autograd calls), then an MLP step
+    with each (one activation per step).
 
     Raises:
         ValueError: for sizes or counts that are not ints >= 1.
@@ -106,11 +117,16 @@ def time_activations(rows: int = 512, width: int = 1024, repeat: int = 9, op_rep
     op_repeat = check_int("op_repeat", op_repeat if op_repeat is not None else 3 * repeat, 1)
     h = torch.randn(rows, width)  # (tokens, hidden): an MLP's hidden activations
     calls = timing.calibrate_number(lambda: F.gelu(h), target_s=target_s)  # one timing >= target_s
-    ops = [lambda: [F.relu(h) for _ in range(calls)], lambda: [F.gelu(h) for _ in range(calls)]]
-    relu_op, gelu_op = timing.interleaved(ops, warmup=1, repeat=op_repeat)
+    g = torch.randn(rows, width)  # the gradient arriving from the next layer
+    aten = torch.ops.aten
+    relu_out = F.relu(h)
+    ops = [lambda: [F.relu(h) for _ in range(calls)], lambda: [F.gelu(h) for _ in range(calls)],
+           lambda: [aten.threshold_backward(g, relu_out, 0) for _ in range(calls)],
+           lambda: [aten.gelu_backward(g, h) for _ in range(calls)]]
+    relu_op, gelu_op, relu_bwd, gelu_bwd = timing.interleaved(ops, warmup=1, repeat=op_repeat)
     steps = [mlp_step(nn.ReLU(), rows, width), mlp_step(nn.GELU(), rows, width)]
     relu_step, gelu_step = timing.interleaved(steps, warmup=1, repeat=repeat)
-    return ActivationTiming(relu_op, gelu_op, calls, relu_step, gelu_step)
+    return ActivationTiming(relu_op, gelu_op, calls, relu_step, gelu_step, relu_bwd, gelu_bwd)
 
 
 # --- 5: grouped convolutions ----------------------------------------------------------------

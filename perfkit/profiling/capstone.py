@@ -215,17 +215,22 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
             share = f["share"] + sum(report["shares"][k] for k in also)
             if f["kind"] == "data":
                 comm = report["shares"].get("communication", 0.0)  # ranks waiting for the data
-                share = min((share + comm) * max(1.0, job.profiler_slowdown(report, result)), 0.99)
+                slow = max(1.0, job.profiler_slowdown(report, result))
+                data, share = share, min((share + comm) * slow, 0.99)
                 return Pick("data", share, 1 / (1 - share),
-                            f"Amdahl: the data time and the collectives that wait for it, {share:.1%} "
-                            "of an unprofiled step, removed", fix, ("data", "communication"))
+                            f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
+                            f"communication {comm:.1%} of a profiled step, times {slow:.2f}, the profiled "
+                            f"step over an unprofiled one: the profiler slows PyTorch's operators, not the "
+                            f"data), {share:.1%} of an unprofiled step, removed", fix,
+                            ("data", "communication"))
             names = " + ".join([f["kind"], *also])
             tight = "" if share >= MIN_TESTABLE_SHARE else (
                 f"the {f['kind']} finding fired on its count, not its time: a share of {share:.1%} puts "
                 f"the bound within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job minutes "
                 "apart repeat, so any measurement would cross it by noise alone")
             return Pick(f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {share:.1%} removed", fix, (f["kind"], *also), tight)
+                        f"Amdahl: the {names} share {share:.1%} removed (its share of the step the fix "
+                        "starts from, by that configuration's own diagnosis)", fix, (f["kind"], *also), tight)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":

@@ -93,8 +93,9 @@ RULES: dict[str, Rule] = {
         "use bf16 autocast where this machine computes bf16 faster than fp32 (notebook 00 measures "
         "both ceilings; where bf16 is emulated it runs slower), fp16 with GradScaler on older GPUs",
         "torch.compile to fuse memory-bound operations",
-        "use shapes that are multiples of 64 and measure MFU against the machine's measured "
-        "ceiling (notebook 00)"),
+        "measure MFU against the machine's measured ceiling (notebook 00); on GPUs, shapes that are "
+        "multiples of 64 fill the tensor cores' tiles (on a CPU, notebook 06 measures whether they "
+        "matter)"),
         "notebooks/06_compute.ipynb, section 6 (MFU)"),
     "load": Rule("other work competes for the step's cores", (
         "diagnose on an idle machine, or give each rank cores of its own: every share "

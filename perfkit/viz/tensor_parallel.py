@@ -29,7 +29,7 @@ WIDTHS = (16.0, 65536.0)   # the plotted range of model widths C
 
 
 def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: int = 4096,
-                      seq: int = 512, bandwidth_scale: float = 1.0,
+                      seq: int = 512, bandwidth_scale: float = 1.0, compute_scale: float = 1.0,
                       measured: Mapping[float, Estimate | float] | None = None,
                       bounds: Mapping[float, float] | None = None) -> Figure:
     """One block's forward and backward time against the width: unsplit, split ``t`` ways
@@ -38,6 +38,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     Args:
         flops_per_s, link, t, tokens, seq: as :func:`perfkit.parallel.tp_costs.tp_block_cost`.
         bandwidth_scale: the link's bandwidth times this (a faster or slower network).
+        compute_scale: the compute rate times this (a faster or slower chip). A GPU raises both:
+            what decides the crossover is the compute per byte of link, not either alone.
         measured: speedups measured here by width, drawn as points on the speedup axis (an
             :class:`perfkit.stats.Estimate` with an interval gets its bar).
         bounds: the model's speedup at each measured width from that width's own measured
@@ -47,7 +49,9 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
         TypeError, ValueError: for arguments out of range, named.
     """
     check_real("bandwidth_scale", bandwidth_scale, 0, lo_open=True)
+    check_real("compute_scale", compute_scale, 0, lo_open=True)
     check_type("link", link, AlphaBeta)
+    flops_per_s = flops_per_s * compute_scale
     points = {check_real("measured width", w, 0, lo_open=True): v for w, v in (measured or {}).items()}
     for v in points.values():
         check_type("measured speedup", v, (Estimate, float, int))
@@ -91,8 +95,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
 
 
 def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec:
-    """Sliders over the degree, the tokens per step and the network's bandwidth (a multiple of
-    the one measured here), drawing :func:`plot_tp_crossover`.
+    """Sliders over the degree, the tokens per step, the network's bandwidth and the compute rate
+    (each a multiple of the one measured here), drawing :func:`plot_tp_crossover`.
 
     Raises:
         TypeError, ValueError: for a bad rate, link or ``seq``.
@@ -101,14 +105,15 @@ def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec
     check_type("link", link, AlphaBeta)
     check_int("seq", seq, 1)
 
-    def fn(t: int, tokens: float, bandwidth_scale: float) -> Figure:
+    def fn(t: int, tokens: float, bandwidth_scale: float, compute_scale: float) -> Figure:
         return plot_tp_crossover(flops_per_s, link, t, max(seq, int(tokens)), seq,
-                                 bandwidth_scale)
+                                 bandwidth_scale, compute_scale)
     return WidgetSpec(fn, {
         "t": IntControl(2, 8, 2, description="tensor-parallel degree t"),
         "tokens": LogControl(np.log10(seq), 6, 4096, base=10,
                              description="tokens per step (B x T)"),
         "bandwidth_scale": LogControl(-1, 3, 1.0, description="bandwidth x measured"),
+        "compute_scale": LogControl(-1, 5, 1.0, description="compute x measured"),
     }, title="When does tensor parallelism pay?")
 
 

@@ -30,11 +30,16 @@ def test_activation_timing_directions():
     assert t.op_cost().value == pytest.approx(3.0)       # GELU op over ReLU op
     assert t.step_speedup().value == pytest.approx(0.8)  # ReLU step over GELU step: GELU slower
     assert t.extra_op_s == pytest.approx(0.2)
+    assert t.extra_backward_s is None  # the backward ops not timed
+    t = cs.ActivationTiming(relu_op=m(1.0, 1.0), gelu_op=m(3.0, 3.0), calls=10, relu_step=m(4.0, 4.0),
+                            gelu_step=m(5.0, 5.0), relu_backward=m(2.0, 2.0), gelu_backward=m(2.5, 2.5))
+    assert t.extra_backward_s == pytest.approx(0.05)  # GELU's backward minus ReLU's, per call
 
 
 def test_time_activations_runs_and_pairs_rounds():
     t = cs.time_activations(rows=8, width=16, repeat=2, op_repeat=2, target_s=0.001)
     assert t.relu_step.n == t.gelu_step.n == 2 and t.calls >= 1
+    assert t.relu_backward.n == t.gelu_backward.n == 2 and t.extra_backward_s is not None
     # the median of the paired rounds' ratios (stats.median_ratio), round by round
     assert t.step_speedup().value == pytest.approx(stats.median(stats.paired_ratios(t.relu_step.times_s,
                                                                                     t.gelu_step.times_s)))

@@ -280,6 +280,8 @@ def test_widget_draws_at_every_extreme_and_the_table_reads_both_counts():
         plot_tp_crossover(1e10, LINK, bounds={128.0: float("nan")})
     with pytest.raises(ValueError, match="bandwidth_scale"):
         plot_tp_crossover(1e10, LINK, bandwidth_scale=0)
+    with pytest.raises(ValueError, match="compute_scale"):
+        plot_tp_crossover(1e10, LINK, compute_scale=0)
     with pytest.raises(ValueError, match="flops_per_s"):
         tp_widget(0, LINK)
     model = tp_traffic(CFG, 2, 8, 2)
