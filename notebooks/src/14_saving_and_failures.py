@@ -451,16 +451,21 @@ b2, t2 = acs["state_bytes"], acs["modes"]["sync"]["median_blocked_s"]        # t
 slope = (t2 - t1) / (b2 - b1)           # s per byte beyond the fixed part, through the two saves
 model_b2 = fixed_s + b2 / costs.write.bytes_per_s  # the bytes model at the stored run's size
 line = under_1s(max(0.0, t1 - slope * b1), 1 / slope) if slope > 0 else "(the two saves give no line)"
-print(f"The bytes model with this notebook's fixed costs (as if they did not grow with the state) keeps a "
-      f"synchronous save under 1 s {under_1s(fixed_s, costs.write.bytes_per_s)}, and gives "
-      f"{viz.si(b2, 'B')} {model_b2:.3g} s. The stored run of benchmarks/checkpoint.py saved that much "
-      f"synchronously in {t2:.3g} s (median of its rounds, at the load it names above), "
+print(f"bytes model, this notebook's fixed costs: a synchronous save under 1 s "
+      f"{under_1s(fixed_s, costs.write.bytes_per_s)}; {viz.si(b2, 'B')} in {model_b2:.3g} s. The stored run "
+      f"saved {viz.si(b2, 'B')} in {t2:.3g} s (median of its rounds), "
       f"{'more than the model: the model does not hold there' if t2 > model_b2 else 'within the model'}. The line through the two saves ({viz.si(b1, 'B')} in {t1:.3g} s, "
-      f"{viz.si(b2, 'B')} in {t2:.3g} s) keeps it under 1 s {line}: hashing the files, DCP's serialisation and "
-      "the fsyncs may grow with the state, and the stored run's load may have slowed it, so read this as an "
-      f"order of magnitude. The time an asynchronous save blocks stays under 1 s {under_1s(fixed_a, costs.copy_bytes_per_s / 2)}"
-      f" by its staging model. Llama 3 8B's state ({viz.si(big, 'B')}) written by one process at the write rate "
-      f"here takes {big / costs.write.bytes_per_s:.3g} s; spread over N writers to storage that scales, 1/N of it.")
+      f"{viz.si(b2, 'B')} in {t2:.3g} s): under 1 s {line}. An asynchronous save's blocked time, by its "
+      f"staging model: under 1 s {under_1s(fixed_a, costs.copy_bytes_per_s / 2)}. Llama 3 8B's state "
+      f"({viz.si(big, 'B')}) at the write rate here: {big / costs.write.bytes_per_s:.3g} s from one process.")
+
+# %% [markdown]
+# The bytes model takes the fixed costs measured at this notebook's small state as if they did
+# not grow with the state; the line through the two measured saves lets them grow. Hashing the
+# files, DCP's serialisation and the fsyncs may grow with the state, and the stored run's load
+# (named where it was printed, above) may have slowed it: read either size as an order of
+# magnitude, not a promise. Spread over `N` writers to storage that scales, a save takes `1/N`
+# of one writer's time.
 
 # %% [markdown]
 # **"Fast storage: /dev/shm, /tmp, NVMe."** Two different things. *Speed*: a plain `write`
