@@ -355,11 +355,12 @@ def default_limits_path() -> Path:
 
 def _merged(new: MachineLimits, old: MachineLimits) -> MachineLimits:
     """Each ceiling at the higher of ``new`` and ``old``, with the sweep points and the source
-    of the limits that reached it."""
+    of the limits that reached it; DRAM's from the larger buffer where the two differ."""
     older = {k for k, v in new.matmul_flops.items() if old.matmul_flops.get(k, 0.0) > v}
     ones_old = {k for k, v in old.one_thread_flops.items()
                 if k in new.matmul_flops and v > new.one_thread_flops.get(k, 0.0)}
-    dram = old if old.copy_bytes_per_s > new.copy_bytes_per_s else new
+    # DRAM: the larger buffer's figure (a smaller one may partly sit in cache), then the higher
+    dram = max((new, old), key=lambda lim: (lim.dram_nbytes or 0, lim.copy_bytes_per_s))
     cache = old if (old.cache_bytes_per_s or 0.0) > (new.cache_bytes_per_s or 0.0) else new
     src_from = {**{k: old if k in older else new for k in new.matmul_flops},
                 **{f"{k}, 1 thread": old if k in ones_old else new for k in new.matmul_flops},

@@ -9,11 +9,12 @@ uncertainty (a :class:`perfkit.stats.Estimate`, a confidence interval). The one 
   and threads are named;
 - **missed** (above or below, by how much): a *bound* (``low``/``high``) is missed when the
   figure crosses it, even where its interval reaches back (a bound claims that no
-  measurement crosses it); a *tolerance* (``value`` with ``rel_tol``) when the whole
-  interval lies outside it;
+  measurement crosses it); a *tolerance* (``value`` with ``rel_tol``), or an edge a model
+  only expects (``soft``: a model's range, or "a fix should not slow the step", which is no
+  bound), when the whole interval lies outside it;
 - **held**: the whole interval lies inside the prediction;
-- **inconclusive**: the figure is inside a bound, or anywhere near a tolerance, and its
-  interval reaches across an edge (a held verdict never stands on an interval that a
+- **inconclusive**: the figure is inside a bound, or anywhere near a tolerance or a soft
+  edge, and its interval reaches across an edge (a held verdict never stands on an interval that a
   repeat could carry past the edge); or it has no interval (fewer samples than one needs),
   except a bound's figure past its edge, which is missed all the same (the text names the
   samples).
@@ -92,6 +93,9 @@ class Prediction:
     this run", not "Measured", and never names this machine's load.
     ``timed=False``: a figure the machine's load cannot move (a loss from fixed seeds, bytes,
     a count) though it has an interval; load is never named for it either.
+    ``soft``: the edges (``"low"``, ``"high"``) a model only expects rather than bounds, judged
+    as a tolerance's: two ends of a model's range, or the 1x below which a fix would slow a
+    step (nothing forbids it), beside an upper edge that is a real bound (Amdahl's).
     """
 
     what: str
@@ -104,6 +108,7 @@ class Prediction:
     physical: tuple[float | None, float | None] = (None, None)
     measured_here: bool = True
     timed: bool = True
+    soft: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.what or not self.model:
@@ -121,6 +126,16 @@ class Prediction:
         if lo > hi:
             raise ValueError(f"low ({lo}) must not exceed high ({hi})")
         _range("physical", self.physical)
+        if not isinstance(self.soft, tuple) or any(e not in ("low", "high") for e in self.soft):
+            raise ValueError(f"soft must be a tuple of 'low' and/or 'high', got {self.soft!r}")
+        missing = [e for e in self.soft if getattr(self, e) is None]
+        if missing:
+            raise ValueError(f"soft names {missing}, but the prediction has no such edge (give low/high)")
+
+    def is_hard(self, side: str) -> bool:
+        """Whether the edge a figure ``"above"`` or ``"below"`` the prediction crossed is a bound,
+        missed when crossed (not a tolerance's edge, nor one the model only expects)."""
+        return self.is_bound and ("high" if side == "above" else "low") not in self.soft
 
     @property
     def is_bound(self) -> bool:
@@ -155,8 +170,16 @@ class Prediction:
                 return f"exactly {si(self.value, u)}"
             return f"{si(self.value, u)} ± {self.rel_tol:.0%}"
         if self.low is not None and self.high is not None:
-            return f"between {si(self.low, u)} and {si(self.high, u)}"
-        return f"at most {si(self.high, u)}" if self.low is None else f"at least {si(self.low, u)}"
+            text = f"between {si(self.low, u)} and {si(self.high, u)}"
+        else:
+            text = f"at most {si(self.high, u)}" if self.low is None else f"at least {si(self.low, u)}"
+        if set(self.soft) == {"low", "high"} or (self.soft and (self.low is None or self.high is None)):
+            return text + " (a model's expected range, not a bound)"
+        if self.soft:
+            e = self.soft[0]
+            return text + (f" ({si(getattr(self, e), u)} expected, not a bound; "
+                           f"{si(self.high if e == 'low' else self.low, u)} a bound)")
+        return text
 
 
 @dataclass(frozen=True)
@@ -253,7 +276,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
                 f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
         why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong"
                + (f" (machine now: {machine_text()})" if p.measured_here else ""))
-    elif p.is_bound and side != "inside":  # a crossed bound is missed, even with too few samples
+    elif side != "inside" and p.is_hard(side):  # a crossed bound is missed, even with too few samples
         outcome, direction = "missed", side
         edge = hi if side == "above" else lo
         why = "missed: " + r.gap(edge, u, side)

@@ -10,8 +10,8 @@
 # # 00 · Measure your machine
 #
 # Every later module in this course reports its results as a **share of what this machine can
-# do**: "the training step reached 31 % of the matmul ceiling", "the all-reduce moved data at
-# 60 % of memory bandwidth". A share needs a ceiling, and a data sheet's ceiling is not yours:
+# do**: "the training step reached 31 % of the matmul ceiling", "the copy moved data at 80 % of
+# memory bandwidth". A share needs a ceiling, and a data sheet's ceiling is not yours:
 # your laptop's clock, cores, cache and PyTorch build all matter. So we measure the ceilings
 # here, once, on the machine you are using:
 #
@@ -417,7 +417,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # best estimate of what it can do, and re-running this notebook on a quiet machine can only
 # raise them. That is only right while every measurement is an honest one, which is why a
 # change in how perfkit measures (a new `perfkit.hw.METHOD`) replaces the file instead of
-# merging into it. A later notebook that measures a rate above a ceiling raises it the same
+# merging into it. The DRAM ceiling is the exception: a figure from a larger buffer replaces
+# one from a smaller (a QUICK run's 256 MiB buffers can partly sit in a large last-level cache
+# and read faster than DRAM), and only figures from equal buffers keep the higher. A later notebook that measures a rate above a ceiling raises it the same
 # way (`perfkit.ceilings.observe`) and prints where. The cell below prints what the file holds
 # after this run merged into it: where an earlier run reached a higher ceiling, the file keeps
 # that one, the line says so with both figures, and from there on this notebook divides by the

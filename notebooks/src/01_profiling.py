@@ -74,9 +74,10 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 # ### 1a. No warm-up
 #
 # **Prediction.** The first training step pays one-time costs that later steps do not: memory
-# allocations the caching allocator keeps afterwards, oneDNN/cuBLAS choosing kernels for each
-# new shape, lazy initialisation inside PyTorch and `transformers` (on a GPU, also cuBLAS
-# creating its handle and workspace at the first matmul). So the first step should be slower
+# allocations the caching allocator keeps afterwards, oneDNN creating its kernels (primitives)
+# for each new shape, lazy initialisation inside PyTorch and `transformers` (on a GPU, also
+# cuBLAS creating its handle and workspace at the first matmul and CUDA loading its modules
+# lazily; cuBLAS picks its kernels by heuristics on every call, it does not autotune). So the first step should be slower
 # than a typical one, and a benchmark that times it is measuring start-up, not training. How
 # much slower depends on the machine and the libraries; the prediction here is only that the
 # first step is slower than nine in ten of the steady steps (on a shared machine one of them
@@ -98,9 +99,10 @@ p_first = Prediction("the first step's time over the steady steps' 90th percenti
 viz.verdict(p_first, first / p90, explain={
     "held": f"A benchmark that took the mean of all {STEPS + 1} steps would read "
             f"{(sum(step_times) / len(step_times)) / steady - 1:+.1%} above the steady median: "
-            f"{(first - steady) / len(step_times) / steady:+.1%} from step 1 itself, the rest from the steady "
-            f"steps' own mean lying {sum(step_times[1:]) / STEPS / steady - 1:+.1%} above their median (a few slow "
-            "steps); warm up first, and read medians.",
+            f"{(first - steady) / len(step_times) / steady:+.1%} from step 1 itself, the other "
+            f"{(sum(step_times[1:]) / STEPS / steady - 1) * STEPS / len(step_times):+.1%} from the steady steps' own "
+            f"mean lying {sum(step_times[1:]) / STEPS / steady - 1:+.1%} above their median (a few slow steps; "
+            f"{STEPS} of the {len(step_times)} steps carry it); warm up first, and read medians.",
     "below": (f"The steady steps' median was {steady / first:.1f}x the first step: the machine slowed down "
               "after step 1 (other processes took the cores), which no start-up cost explains."
               if first < steady else
@@ -170,7 +172,7 @@ for label, t_s in (("naive (no wait)", naive_s), ("waiting for the work", correc
 p_naive = Prediction("naive time over the least time the matmul can take", "the clock is read before the work runs",
                      high=1.0, unit="x", physical=(0, None))
 viz.verdict(p_naive, naive_s / least_s, explain={
-    "held": f"Read as a speed it would be {viz.si(flops / naive_s, 'FLOP/s')}, {least_s / naive_s:.0f}x the fastest "
+    "held": f"Read as a speed it would be {viz.si(flops / naive_s, 'FLOP/s')}, {least_s / naive_s:.3g}x the fastest "
             "rate this machine has reached: not a figure of the machine but of the clock, which stopped before the "
             "work ran. A correct timing never reads below the least time (one that beat the ceiling would raise it).",
     "above": "The launch took longer than the work's least time here (the pool's hand-off on a busy CPU); on a "
@@ -305,7 +307,8 @@ viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain={"above": (
 #
 # **Measurement.** `perfkit.compute.phase_roofline.backward_over_forward` times the batch's
 # forward and backward, then the 2-token ones, back to back in every round (so both sizes
-# share the machine's load); the verdict judges the ratio of the rounds' medians.
+# share the machine's load); the verdict judges the median of the rounds' own ratios (each
+# round's backward over its forward).
 
 # %%
 pm = backward_over_forward(gpt_wl, limits, rounds=15 if QUICK else 30)
@@ -379,8 +382,8 @@ viz.verdict(p_roof, where.of_roof, explain={
 # step below the DRAM roof is below the cache roof as well, and "bound by neither" holds for
 # both. The opposite case, a step above the DRAM roof, is one that the cache serves.
 #
-# The data shares are what the DataLoader costs with nothing slow in it; section 4 sets the
-# analyzer's threshold against them.
+# The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the
+# analyzer's data threshold against them, and says when one of them crosses it.
 #
 # ## 3. The PyTorch profiler: operators and a trace
 #

@@ -76,7 +76,8 @@ limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now i
 memcpy = limits.copy_bytes_per_s / 2     # a buffer's bytes per second, copied once at the DRAM ceiling
 print(f"{limits.name}: DRAM ceiling {si(limits.copy_bytes_per_s, 'B/s')} (bytes read + written per second, the "
       f"fastest stream the limits file holds: {limits.sources.get('dram', 'notebook 00')}), so a copy at that "
-      f"ceiling moves {si(memcpy, 'B/s')} of buffer: the most a real memcpy can move here")
+      f"ceiling moves {si(memcpy, 'B/s')} of buffer: the most a memcpy of buffers larger than the caches can "
+      "move here (a buffer the cache holds copies faster, at notebook 00's cache ceiling)")
 
 # %% [markdown]
 # ## 1. What each collective moves
@@ -429,8 +430,8 @@ if comm_in > 0:
                         f"{si(max(reps['bucketed']) - min(reps['bucketed']), 's')}, against {si(comm_in, 's')} "
                         "of communication to share out." + medians_note,
         "above": f"In the median round the overlapped step saved {si(saved, 's')} on the bucketed one, more than "
-                 f"backward's {si(t['backward_only'], 's')} can cover: its all-reduces cost less than the bucketed "
-                 "step's, against the ceiling's assumption"
+                 f"the {si(ceiling * comm_in, 's')} backward can cover (the ceiling, from backward's larger "
+                 "reading): its all-reduces cost less than the bucketed step's, against the ceiling's assumption"
                  + (f"; timed alone, launched together they took {together.value:.2g}x the time of one after "
                     "another (gloo's two worker threads run two at a time)." if together.value < 0.9 else
                     f", though timed alone, launched together they took {together.value:.2g}x the time of one "
@@ -514,14 +515,16 @@ print(comm.bucket_count_effect(bk, fits["all_reduce"].alpha_s))
 
 # %%
 viz.show_headlines({
-    "all-reduce latency (alpha, 2 processes)": si(fits["all_reduce"].alpha_s, "s"),
+    "all-reduce fit's intercept (alpha, 2 processes)": si(fits["all_reduce"].alpha_s, "s"),
     f"all-reduce busbw at {si(ar_big.nbytes, 'B')}": f"{si(ar_big.busbw, 'B/s')} "
                                                      f"({ar_big.busbw / memcpy:.2g} of one copy at the DRAM ceiling)",
     "overlap hid (share of the bucketed step's communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
         f"{hidden.scaled(100).text('%')}, above the {ceiling:.0%} backward "
         "could cover at the bucketed step's all-reduce cost: "
-        "the overlapped step's all-reduces cost less" if hidden.value > ceiling else
+        "the overlapped step's all-reduces cost less" if hidden.low is not None and hidden.low > ceiling else
+        f"{hidden.scaled(100).text('%')}, its interval reaching both sides of the {ceiling:.0%} backward "
+        "could cover: this run cannot say it hid more" if hidden.value > ceiling else
         f"{hidden.scaled(100).text('%')}; the backward pass could cover "
         f"{ceiling:.0%}" if hidden.value >= 0 else
         f"none: in the median round the overlapped step took {si(-saved, 's')} more than the bucketed one"
@@ -536,8 +539,9 @@ viz.show_headlines({
 # **Takeaway**, from this run's numbers:
 
 # %%
-print(f"A collective here pays a start-up of {si(fits['all_reduce'].alpha_s, 's')} before its bytes count; below "
-      f"about {si(cross, 'B')} (alpha x bandwidth) the start-ups set the time. Buckets pay fewer of them (naive's "
+print(f"The all-reduce's fit charges each call a fixed {si(fits['all_reduce'].alpha_s, 's')} (alpha, its intercept "
+      f"across sizes: a model's start-up, not a floor every call pays) before its bytes count; below about "
+      f"{si(cross, 'B')} (alpha x bandwidth) the fixed costs set the time. Buckets pay fewer of them (naive's "
       f"step over bucketed's: {nb.text('x')} here), and DDP's bucket_cap_mb trades the start-ups of many small "
       "buckets against one large bucket that cannot start until backward is over. NCCL on NVLink or InfiniBand "
       "has a far smaller alpha and a far larger bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's "

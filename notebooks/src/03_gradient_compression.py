@@ -134,9 +134,11 @@ viz.verdict(Prediction("top-k 1 %'s error over its Gaussian model", "heavy tails
 # Top-k without memory simply discards the small coordinates, every step: a parameter whose
 # gradient is always small is never updated. **Error feedback** (Seide et al., 2014; Stich et
 # al., 2018) adds the dropped part to the next step's gradient, so every coordinate is sent
-# eventually: `residual += g; send compress(residual); residual -= what was sent`. Nothing is
-# lost, only delayed; over many steps the sum of what was sent plus the residual equals the
-# sum of the gradients.
+# eventually: `residual += g; send compress(residual); residual -= what was sent`. Of the
+# gradients, nothing is lost, only delayed: over many steps the sum of what was sent plus the
+# residual equals the sum of the gradients (checked below to fp32 rounding). Whether the
+# *training* then does as well is a separate claim, which the runs below test: a delayed
+# coordinate arrives stale, and with momentum a late burst carries on into the next steps.
 #
 # **Prediction.** With error feedback, top-k 1 % should converge almost like no compression
 # (within 10 % of its final loss: the delay is a few steps for the large coordinates); without
@@ -222,7 +224,7 @@ for m in ("topk_1pct", "sign", "randomk_1pct"):
     ef_l, no_l = runs[m + "_ef"]["losses"][last], runs[m]["losses"][last]  # nats, the same batches
     behind = sum(a > b for a, b in zip(ef_l, no_l, strict=True))  # steps where error feedback's loss was higher
     viz.verdict(Prediction(f"{m} training loss with error feedback over without, last {-last.start} steps",
-                           "nothing is lost, only delayed", high=1.0, unit="x", timed=False),
+                           "no gradient is lost, only delayed", high=1.0, unit="x", timed=False),
                 stats.median_ratio(ef_l, no_l), explain={
         "held": f"On the whole training split after the last step: {gap[m]:+.4f} nats without, "
                 f"{gap[m + '_ef']:+.4f} with error feedback, against uncompressed.",
@@ -312,10 +314,11 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 # (`perfkit.compress.fused`, the default for tensors of at least 2^20 values) writes each encode
 # and decode as one expression and lets `torch.compile` turn it into one loop. Counting the
 # bytes every pass reads and writes gives the prediction: a copy moves 8 bytes per value, so a
-# path that moves `b` bytes per value should run at `8 / b` of the copy's speed.
+# path that moves `b` bytes per value can run at most at `8 / b` of the copy's speed.
 #
 # The bytes model counts memory traffic only, so for a fused path (one loop per encode and
-# per decode, nothing left in the caches between passes) it is an upper bound: at most `8 / b`
+# per decode, two where a pass needs a result first: QSGD reads the tensor once for its maximum
+# before it scales; nothing left in the caches between passes) it is an upper bound: at most `8 / b`
 # of the copy's speed, lower when something else limits the loop: its arithmetic, or the code
 # that Inductor (`torch.compile`'s code generator) wrote for it.
 #

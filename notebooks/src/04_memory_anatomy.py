@@ -40,7 +40,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)  # the widget's default
 BATCH, SEQ = 8, 64                    # sequences per step, tokens per sequence
-REPEAT = 8 if QUICK else 30           # timed steps per variant (interleaved)
+REPEAT = 8 if QUICK else 32           # timed steps per variant (balanced rounds: a multiple of 4)
 
 # %%
 import matplotlib.pyplot as plt
@@ -261,8 +261,10 @@ print(f"That is what the forward pass leaves. The backward pass first frees what
 # times should agree within 10 %.
 #
 # **Measurement.** `perfkit.timing.interleaved` times the plain step, the blocks' forward
-# alone and the two checkpointed steps in rounds (one of each per round), so machine load
-# hits all four alike; each ratio is the median of the paired rounds' ratios, with its 90 %
+# alone and the two checkpointed steps in rounds (one of each per round, in a balanced order:
+# over the rounds each runs in every position, and after each other one, equally often), so
+# machine load and what one leaves in the caches hit all four alike; each ratio is the median
+# of the paired rounds' ratios, with its 90 %
 # interval (`perfkit.stats.median_ratio`).
 
 # %%
@@ -272,7 +274,8 @@ p_same = Prediction("transformers' switch over checkpoint per block (step time)"
                     "the same recompute through the same torch.utils.checkpoint", value=1.0, rel_tol=0.1, unit="x")
 plain, ckpt, switch = (train_step(models_ck[k], x) for k in CHECKPOINTING)
 t_plain, t_blocks, t_ckpt, t_switch = (m.times_s for m in timing.interleaved(
-    [plain, blocks_forward(models_ck["none"], x), ckpt, switch], warmup=2, repeat=REPEAT, device=DEVICE))
+    [plain, blocks_forward(models_ck["none"], x), ckpt, switch], warmup=2, repeat=REPEAT, device=DEVICE,
+    order="balanced"))
 f_blocks = stats.median_ratio(t_blocks, t_plain)   # the recompute, in plain steps
 slow = stats.median_ratio(t_ckpt, t_plain)         # checkpointed step, in plain steps
 print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rounds)")
@@ -303,8 +306,9 @@ viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain
              "the same blocks called on their own."})
 same = stats.median_ratio(t_switch, t_ckpt)
 gap = (f"Its interval excludes 1: the switch's step was {abs(same.value - 1):.1%} "
-       + ("faster" if same.value < 1 else "slower") + " here (the two ran in the same order in every round, "
-       "so an effect of that order is not ruled out); this run does not measure its cause." if same.clear_of(1.0, "x")
+       + ("faster" if same.value < 1 else "slower") + " here (the rounds ran the four in a balanced order, "
+       "each in every position alike, so not by its place in the round); this run does not measure its cause."
+       if same.clear_of(1.0, "x")
        else "Its interval holds 1.")
 viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 

@@ -36,6 +36,7 @@ import os
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
+import math
 import statistics
 
 import matplotlib.pyplot as plt
@@ -217,8 +218,10 @@ print(f"  in the whole bf16 step, its counted FLOPs ran at {si(hfu1.rate, 'FLOP/
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
                               limits.peak_flops("float32") * SHARE))
 r_ceil = limits.peak_flops("bfloat16", CEIL_THREADS) / limits.peak_flops("float32", CEIL_THREADS)  # these threads'
+crude, got = 1 / ((1 - f_ceil) + f_ceil / r_ceil), amp.estimate.value
+closer = abs(math.log(crude / got)) < abs(math.log(parts.predicted() / got))
 print(f"from the ceilings on {THREADS} thread{'s' * (THREADS != 1)}: f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
-      f"{1 / ((1 - f_ceil) + f_ceil / r_ceil):.3g}x")
+      f"{crude:.3g}x ({'closer to' if closer else 'farther from'} the measured {got:.3g}x than the parts' below)")
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
       + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x (f: every row of the table, summed round by "
@@ -428,7 +431,10 @@ if COMPILE_STEP:
           f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians): "
           f"{step_x.text('x')} faster compiled; pays off after {step_rec.break_even_calls:,.0f} steps "
           "(the medians' difference)")
-    print(compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)[1])
+    cold_s, cold_text = compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)
+    per_step = step_rec.eager.median_s - step_rec.compiled.median_s  # s saved a step (medians)
+    print(cold_text + (f"; at that cost it pays off after {cold_s / per_step:,.0f} steps" if cold_s and per_step > 0
+                       else ""))
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
     plt.show()
 else:
@@ -745,8 +751,9 @@ plt.show()
 # the largest; the model then predicts the largest batch's tokens/s over the best of the others'.
 # Each batch's printed range is the model at the point values of `F` and `c`, between the two
 # ends of `R`; the verdict's range on the ratio adds the intervals of `F`, `c` and the fitted
-# batch's time, and no margin beyond them. A batch outside its range reached another share of
-# its roofs than the fitted one (`eta` is one number for every batch, a simplification the
+# batch's time, and no margin beyond them. That range is the model's expectation, not a
+# bound: the verdict misses it only when the whole interval lies outside. A batch outside its
+# range reached another share of its roofs than the fitted one (`eta` is one number for every batch, a simplification the
 # next cell counts against), and the verdict names the terms.
 
 # %%
@@ -772,7 +779,8 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHE
                        "per-step costs spread over more tokens", low=1.0, unit="x"),
             curve.gain(-1, 0), explain={"below": curve.explain()["held"]})
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
-                       f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x"),
+                       f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x",
+                       soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
 sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}
 b_top, b_rival, here = BATCHES[-1], curve.batches[curve.rival()], curve.gain(-1, curve.rival())

@@ -290,7 +290,9 @@ print("measured below 90 % of the model's throughput at workers = " + (", ".join
 # first batch of every epoch waits for process startup plus one batch; with it, only the
 # first epoch pays for the startup. (Every epoch still waits for its first batch: nothing is
 # prefetched across the epoch boundary.) How much startup costs depends on how workers
-# start: Linux forks the training process (a copy-on-write clone: the page tables of a
+# start: on Linux before Python 3.14 they fork the training process (3.14 makes `forkserver`
+# multiprocessing's default there; DataLoader takes the default unless given
+# `multiprocessing_context`); a fork is a copy-on-write clone (the page tables of a
 # process holding torch must still be copied), while macOS and Windows **spawn** a new
 # interpreter that imports torch and unpickles the dataset. `SPAWN` (off in QUICK mode)
 # measures that case too.
@@ -329,7 +331,8 @@ viz.verdict(Prediction("later epochs' first-batch wait, persistent over fresh wo
 # `prefetch_factor = d`, up to `d * W` batches can be ready ahead; a slow batch then stalls
 # the loop only when the queue runs dry. Per-sample costs with a coefficient of variation
 # `JITTER` give batches whose cost varies by about `JITTER / sqrt(B)`. Four workers supply a
-# batch every `B * c / 4` on average, within the step time, so any waiting is jitter alone.
+# batch every `B * c / 4` on average, within the step time, so any waiting beyond the handoff
+# (measured in 2a, and part of the replay below) is jitter.
 # `SlowDataset` seeds each sample's cost by its index, so the model replays *this* run's batches
 # (`simulate_pipeline(..., loads=...)`): a run of a few dozen steps depends on where its few slow
 # batches fall, which a long-run average of random draws would miss.
@@ -369,8 +372,8 @@ print(f"prefetch_factor {depths[0]} -> {depths[-1]}: waiting {jit_runs[0].steady
       f"{jit_pred[-1].steady_wait_share:.0%} in the replay: "
       + ("the replay and the measurement disagree (the verdict above), so this run does not say what depth saves."
          if jit_verdict.outcome in ("missed", "disturbed") else
-         "the verdict above could not tell whether the replay matches the measurement, so what depth saves here "
-         "is the replay's figure, unconfirmed." if jit_verdict.outcome == "inconclusive" else
+         "the measured saving is this run's; the verdict above could not tell whether the replay matches the "
+         "measurement, so the replay does not explain it yet." if jit_verdict.outcome == "inconclusive" else
          "deeper prefetching absorbed the slow batches, at the cost of host memory for d * W batches "
          "(the first batch does not wait longer: DataLoader deals batch 0 to worker 0 first, and the deeper "
          "queue fills behind it)." if saved_pred >= 0.05 else

@@ -171,13 +171,14 @@ print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 327
 # `P`). Torch's own FLOP counter counts the matmuls that really run.
 #
 # **Prediction.** Counted FLOPs equal the formula (causal: only the tiles on or below the
-# diagonal). Time: forward + backward over the forward alone lies between two limits. If the
-# tiles' FLOPs set the time (one FLOP rate), it is `(4 + 10) / 4 = 3.5`; if each operator
-# call's fixed cost sets it, the ratio is 1 plus backward's calls over forward's, counted below
-# as PyTorch dispatches them (every op, views included, at one cost each). A real tile pays
-# some of both, so the model puts the ratio between the two ends; the call-bound end assumes
-# every call costs alike, and a view or an in-place add costs less than a matmul, which would
-# put the ratio lower. (`compute.dispatched_calls` counts what PyTorch's dispatcher sees, the
+# diagonal). Time: forward + backward over the forward alone, by a model with two ends, not
+# two limits. If the tiles' FLOPs set the time (one FLOP rate for both passes), it is
+# `(4 + 10) / 4 = 3.5`; if each operator call's fixed cost sets it, the ratio is 1 plus
+# backward's calls over forward's, counted below as PyTorch dispatches them (every op, views
+# included, at one cost each). A real tile pays some of both, so the model puts the ratio
+# between the two ends. Each end rests on an assumption that can fail: the call-bound end on
+# every call costing alike (a view or an in-place add costs less than a matmul, which would
+# put the ratio lower), the FLOP-bound end on backward's matmuls running at forward's rate. (`compute.dispatched_calls` counts what PyTorch's dispatcher sees, the
 # level at which each call pays its fixed cost: Python, argument checks, a kernel launch on a
 # GPU; an op that PyTorch builds from others is counted as those others.)
 
@@ -197,10 +198,11 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # Why pay 25 % more backward FLOPs? Because the alternative is keeping `P`: `B H T²` values
 # written in forward and read again in backward. On a GPU those bytes cross the memory bus
 # (HBM) several times: the two matmuls that write and read `S` and `P` do `2D` FLOPs per
-# element, `D` per byte in bf16: 128 for `D` = 128, near an A100's ridge (312 TFLOP/s over
-# 2.04 TB/s, about 153 FLOP per byte) and below an H100 SXM's (989 over 3.35, about 295). The
-# passes between them (mask, softmax, dropout) do a handful of FLOPs per element, far below
-# either ridge, at every length. Those
+# element, `D` per byte in bf16: 128 for `D` = 128. A GPU's ridge is the FLOPs per byte at
+# which its compute and its memory bandwidth take equal time: an A100's is about 153 (312
+# TFLOP/s over 2.04 TB/s), so these matmuls sit near it, an H100 SXM's about 295 (989 over
+# 3.35), so they sit below it. The passes between them (mask, softmax, dropout) do a handful of
+# FLOPs per element, far below either ridge, at every length. Those
 # elementwise passes over `T x T` matrices make eager attention's time its traffic's, not its
 # FLOPs' (Dao et al. 2022, section 2.2); recomputing from `Q`, `K` and the `T`-long `L` keeps
 # every tile in on-chip memory (section 3 there). On this CPU the timing
@@ -228,7 +230,7 @@ print(f"T = {TIME_LEN}: forward {viz.si(f_only.median_s, 's')}, forward + backwa
       f"the median of the {len(f_only.times_s)} rounds' own ratios, the figure judged: {ratio.text('x')}")
 viz.verdict(Prediction("forward + backward over forward", f"between call-bound tiles ({call_end:.2f}, the calls "
                        "counted) and FLOP-bound tiles ((4 + 10) / 4)", low=min(call_end, 3.5),
-                       high=max(call_end, 3.5), unit="x"), ratio, explain={
+                       high=max(call_end, 3.5), unit="x", soft=("low", "high")), ratio, explain={
     "above": "Backward does more than its matmuls and calls: the exps and the in-place accumulations "
              "into dQ, dK and dV cost more per tile than forward's rescaling.",
     "below": f"Backward's {bwd_calls:,} calls cost less each than forward's {fwd_calls:,}: the model "

@@ -450,7 +450,9 @@ b1, t1 = costs.state_bytes, costs.blocked("sync").value                       # 
 b2, t2 = acs["state_bytes"], acs["modes"]["sync"]["median_blocked_s"]        # the stored run's
 slope = (t2 - t1) / (b2 - b1)           # s per byte beyond the fixed part, through the two saves
 model_b2 = fixed_s + b2 / costs.write.bytes_per_s  # the bytes model at the stored run's size
-line = under_1s(max(0.0, t1 - slope * b1), 1 / slope) if slope > 0 else "(the two saves give no line)"
+fixed_line = t1 - slope * b1          # the line's fixed part: negative when the two fit no such line
+line = (under_1s(fixed_line, 1 / slope) if slope > 0 and fixed_line >= 0 else "by no figure: no line with a "
+        "non-negative fixed cost passes through both (the two ran on different days, under different loads)")
 print(f"bytes model, this notebook's fixed costs: a synchronous save under 1 s "
       f"{under_1s(fixed_s, costs.write.bytes_per_s)}; {viz.si(b2, 'B')} in {model_b2:.3g} s. The stored run "
       f"saved {viz.si(b2, 'B')} in {t2:.3g} s (median of its rounds), "

@@ -221,7 +221,8 @@ class AutocastParts:
         for k in PART_KINDS:
             sp = self.parts[k]
             b, c = sp.baseline.median_s * 1e3, sp.candidate.median_s * 1e3
-            ratio = f"{b / c:6.2f}x as fast" if k != "cast" else "(fp32 has none)"
+            ratio = (f"{b / c:6.2f}x as fast" if k != "cast"
+                     else "(fp32 has no casts: its time is the replay loop's own)")
             out.append(f"  {k:>9}: {self.counts[k]:3d} calls, fp32 {b:7.2f} ms, mixed {c:7.2f} ms {ratio}")
         return out
 

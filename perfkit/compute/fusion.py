@@ -123,6 +123,7 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
                "above": "More than the model: the eager chain lost time the model does not count (per-op "
                         "dispatch, intermediates that miss the cache, tanh and pow on few cores), which "
                         "fusion removed too.",
-               "below": f"The fused loop took {fused_x:.1f}x its bytes' time: tanh costs tens of "
-                        "instructions per element, so on few cores it is compute-bound."}
+               "below": f"The fused loop took {fused_x:.1f}x its bytes' time at the copy's speed: it "
+                        "loses time to something besides its bytes, its arithmetic (tanh costs tens of "
+                        "instructions per element) or its memory access; the split below times the two."}
     return eager, speedup

@@ -50,7 +50,9 @@ class CapstoneJob:
     trace; then ``measure`` steps are timed without the profiler: those steps, and no later
     ones, are every run's speed (a run to the target goes on; a repeat run stops there, and
     steps later in a run can run at another speed). ``n_layer`` and
-    ``d_model`` are the job's model shape (for its model FLOPs).
+    ``d_model`` are the job's model shape (for its model FLOPs). ``batch_factor``: how many
+    times the tokens per step ``--fix batch`` runs (``None``: not known); a larger batch cannot
+    shorten a step, so that factor bounds its tokens/s gain.
     """
 
     script: Path
@@ -64,6 +66,7 @@ class CapstoneJob:
     n_layer: int = 2
     d_model: int = 64
     timeout_s: float = 900.0
+    batch_factor: float | None = None
 
     def __post_init__(self) -> None:
         check_type("script", self.script, Path)
@@ -72,6 +75,8 @@ class CapstoneJob:
         for name in ("max_bytes", "skip", "window", "measure", "max_steps", "n_layer", "d_model"):
             check_int(name, getattr(self, name), 1 if name != "skip" else 0)
         check_real("timeout_s", self.timeout_s, 0, lo_open=True)
+        if self.batch_factor is not None:
+            check_real("batch_factor", self.batch_factor, 1, lo_open=True)
 
     @property
     def first_measured(self) -> int:
@@ -230,11 +235,18 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 "apart repeat, so any measurement would cross it by noise alone")
             return Pick(f["kind"], share, 1 / (1 - share),
                         f"Amdahl: the {names} share {share:.1%} removed (its share of the step the fix "
-                        "starts from, by that configuration's own diagnosis)", fix, (f["kind"], *also), tight)
+                        "starts from, by that configuration's own diagnosis, whose profiled steps took "
+                        f"{job.profiler_slowdown(report, result):.2f}x an unprofiled one)", fix,
+                        (f["kind"], *also), tight)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":
             mfu = job.mfu(result, peak)
+            if job.batch_factor is not None and job.batch_factor < 1 / mfu:  # the tighter of the two
+                k = job.batch_factor
+                return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
+                            f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.1f}x: "
+                            f"MFU {mfu:.2%})", fix, ())
             return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix, (),
                         f"MFU {mfu:.2%} leaves {1 / mfu:.1f}x of room, while a larger batch cannot shorten "
                         "a step: it buys at most its own factor of tokens per step, so the peak is not what "

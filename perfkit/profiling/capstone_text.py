@@ -95,9 +95,16 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
                 f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
                 "bound says little.")
+    by_tokens = pick.fix == "batch" and pick.bound < 0.999 / pick.share  # its tokens' factor, not the peak
+    if by_tokens:  # bounded by its factor of tokens per step: the step cannot get shorter
+        held = (f"The step with {pick.bound:g}x the tokens took {pick.bound / gain:.2f}x as long; one that "
+                f"did not lengthen would give the whole {pick.bound:g}x.")
     if pick.kind == "data":
         above = (f"the fix removed more than the data and collective time together ({pick.share:.1%} "
                  f"of the step; communication {before_report['shares'].get('communication', 0.0):.1%})")
+    elif by_tokens:
+        above = ("the step with more tokens took less time than the one before it, which more work cannot "
+                 "do alone: the machine's load fell between the runs")
     else:
         above = ((f"the bound's share was measured under the profiler, where a step took {slowdown:.1f}x "
                   "as long as without it; " if slowdown > 1.1 else "")

@@ -272,7 +272,8 @@ def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
     and MFU against its ceiling; when the threads had part of the machine (``share`` < 1: these
     threads' float32 ceiling over the all-core one), a first line says so once."""
     check_real("share", share, 0, 1, lo_open=True)
-    head = ([f"(each MFU below is held against its dtype's ceiling on these threads; the float32 one is "
+    head = ([f"(each MFU below is held against the ceiling its line names, on these threads; the float32 "
+             f"one is "
              f"{share:.0%} of the all-core float32 ceiling: against that, multiply a float32 MFU by "
              f"{share:.2f})"] if share < 1 else [])
     return head + [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "

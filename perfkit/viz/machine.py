@@ -185,7 +185,8 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
         base = (f" The {si(n, 'B')} buffer ({n // 4:,} elements) runs on one thread either way; "
                 + (f"it ran {_x(slower[n])} slower on the {t}-thread pass: no barrier is involved, so that "
                    "much is the load alone, or the noise between two passes (one median each, no interval)."
-                   if slower[n] > 1 else "it ran as fast on that pass."))
+                   if slower[n] > 1.05 else f"it ran as fast on that pass, within 5 % ({slower[n]:.3f}x the "
+                   "time)."))
     slow = [n for n in sizes if n // 4 >= GRAIN and slower[n] > 1 / ratio]
     if not slow:
         return (f"On {t} threads no copy of at least {GRAIN:,} elements (PyTorch's grain size, "

@@ -1,6 +1,7 @@
 """perfkit.profiling.capstone (the capstone's fix loop) and viz.capstone's round display,
 on hand-made job results: no torchrun here (tests/notebooks runs the real loop)."""
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, replace
@@ -152,6 +153,13 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     batch = next_fix(rep, r, JOB, ["attention"], ("attention", "batch"), FIX_FOR, 1e9)
     assert "does not measure apart" in attention.untested and attention.phases == ("forward", "backward")
     assert "peak is not what limits it" in batch.untested and batch.phases == ()
+    # with the batch's factor known, that factor is the bound, and it can fail
+    four = dataclasses.replace(JOB, batch_factor=4.0)
+    tight = next_fix(rep, r, four, ["attention"], ("attention", "batch"), FIX_FOR, 1e9)
+    assert tight.fix == "batch" and tight.bound == 4.0 and not tight.untested
+    assert "4x the tokens" in tight.model
+    with pytest.raises(ValueError, match="batch_factor"):
+        dataclasses.replace(JOB, batch_factor=0.5)
     sync = next_fix(report([("high", "sync", 0.2)], {"sync": 0.2, "communication": 0.1}), r, JOB, ["sync"],
                     ("ddp",), FIX_FOR, 1e9)
     assert sync.untested == "" and sync.phases == ("sync", "communication")  # ddp: both kinds it answers
@@ -191,7 +199,9 @@ def test_explanations_name_what_was_measured():
     assert "the fix cost more than it saved on" not in unclear and "dropped" in unclear
     assert "cannot tell the fix from no change" in unclear
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
-    assert "1.3x" in batch["above"]
+    assert "1.3x" in batch["above"]  # bounded by the peak (1 / MFU)
+    four = explain_round(Pick("compute", 0.01, 4.0, "m", "batch"), 2.0, rep, 1.3, repeated=True)
+    assert "4x the tokens took 2.00x as long" in four["held"] and "load fell" in four["above"]
     assert "inconclusive" not in held  # without the report after, the rule's own sentence, no stock one
 
 

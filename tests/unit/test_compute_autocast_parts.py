@@ -60,7 +60,7 @@ def test_explain_names_the_rest_and_refuses_a_negative_rest():
     disturbed = parts(steps=(5.0, 8.0))
     assert disturbed.share() == pytest.approx(1.2) and disturbed.predicted() == pytest.approx(1.5)
     assert "capped at 1" in disturbed.explain()["below"]
-    assert len(p.lines()) == len(ap.PART_KINDS) and "fp32 has none" in p.lines()[2]
+    assert len(p.lines()) == len(ap.PART_KINDS) and "fp32 has no casts" in p.lines()[2]
 
 
 def test_record_finds_autocast_s_ops_and_replays_them_in_both_precisions():

@@ -129,6 +129,15 @@ def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
     assert hw.MachineLimits.from_json(path.read_text()) == old_way
     hw.save_limits(limits, path)
     assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
+    # a faster DRAM figure from a smaller buffer (partly cached, a QUICK run's) does not replace it
+    small = replace(limits, copy_bytes_per_s=limits.copy_bytes_per_s * 2,
+                    dram_nbytes=(limits.dram_nbytes or 2) // 2)
+    hw.save_limits(small, path)
+    assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
+    big = replace(limits, copy_bytes_per_s=limits.copy_bytes_per_s / 2,
+                  dram_nbytes=(limits.dram_nbytes or 1) * 2)
+    hw.save_limits(big, path)  # a slower one from a larger buffer does: no cache holds it
+    assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == big.copy_bytes_per_s
 
 
 def test_a_kept_ceiling_keeps_the_sweep_and_source_that_reached_it(limits, tmp_path):

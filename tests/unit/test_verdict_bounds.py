@@ -24,6 +24,11 @@ from perfkit.verdict import Prediction, Verdict, context, judge
 AMDAHL = Prediction("the ddp fix's speedup", "Amdahl: 1 / (1 - share)", high=1.81, unit="x")
 FLOOR = Prediction("the prefetcher's speedup", "no slower than serial", low=1.0, unit="x")
 BUBBLE = Prediction("bubble share", "(p - 1) / (m + p - 1)", value=0.2, rel_tol=0.15, physical=(0, 1))
+# an upper bound (Amdahl) beside a floor the model only expects (a fix may slow a step), and a
+# model's range whose two ends are expectations: a soft edge is judged as a tolerance's
+FIX = Prediction("a fix's speedup", "Amdahl, and no slower", low=1.0, high=1.41, soft=("low",), unit="x")
+RANGE = Prediction("batch 32 over 16", "a fitted model's range", low=1.02, high=1.08, soft=("low", "high"),
+                   unit="x")
 WHY = {"above": "ABOVE: find_unused_parameters walks the graph, which the share left out",
        "below": "BELOW-CAUSE", "held": "HELD-CAUSE", "inconclusive": "OWN-SENTENCE"}
 
@@ -43,6 +48,11 @@ BOUND_CASES = [
     (BUBBLE, est(0.237, 0.20, 0.30), "inconclusive", ""),    # a tolerance: the interval decides
     (BUBBLE, est(0.26, 0.24, 0.30), "missed", "above"),
     (BUBBLE, est(0.21, 0.19, 0.22), "held", "inside"),
+    (FIX, est(0.82, 0.42, 1.82), "inconclusive", ""),       # a soft floor crossed; the interval reaches back
+    (FIX, est(0.82, 0.70, 0.95), "missed", "below"),        # ... and wholly below it
+    (FIX, est(1.60, 1.20, 2.00), "missed", "above"),        # its hard edge crossed, reaching back: missed
+    (RANGE, est(1.015, 0.95, 1.06), "inconclusive", ""),    # a model's range: the interval decides
+    (RANGE, est(1.10, 1.09, 1.12), "missed", "above"),
 ]
 
 
@@ -71,6 +81,25 @@ def inside_is_held_on_its_point(p, e, **kw):
     return v
 
 
+def soft_as_hard(p, e, **kw):
+    """A planted wrong rule: every edge of a bound judged hard, a model's expectation included."""
+    return judge(dataclasses.replace(p, soft=()), e, **kw)
+
+
+def test_a_rule_that_treats_soft_edges_as_bounds_fails_the_check():
+    assert mismatches(soft_as_hard) == ["a fix's speedup 0.82: missed/below, want inconclusive/",
+                                        "batch 32 over 16 1.015: missed/below, want inconclusive/"]
+
+
+def test_soft_edges_are_named_and_checked():
+    assert FIX.describe() == "between 1x and 1.41x (1x expected, not a bound; 1.41x a bound)"
+    assert RANGE.describe() == "between 1.02x and 1.08x (a model's expected range, not a bound)"
+    with pytest.raises(ValueError, match="soft"):
+        Prediction("x", "m", low=1.0, soft=("high",))
+    with pytest.raises(ValueError, match="soft"):
+        Prediction("x", "m", low=1.0, soft=("lower",))
+
+
 def test_a_rule_that_holds_an_inside_bound_on_its_point_fails_the_check():
     assert mismatches(inside_is_held_on_its_point) == [
         "the ddp fix's speedup 1.6: held/inside, want inconclusive/",
@@ -84,7 +113,8 @@ def test_the_rule_on_bounds_and_tolerances():
 def test_a_rule_that_calls_a_crossed_bound_inconclusive_fails_the_check():
     assert mismatches(crossed_is_inconclusive) == [
         "the ddp fix's speedup 2.14: inconclusive/, want missed/above",
-        "the prefetcher's speedup 0.97: inconclusive/, want missed/below"]
+        "the prefetcher's speedup 0.97: inconclusive/, want missed/below",
+        "a fix's speedup 1.6: inconclusive/, want missed/above"]
 
 
 def test_a_crossed_bound_names_the_crossing_and_the_term_it_left_out():
