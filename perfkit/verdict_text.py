@@ -122,8 +122,11 @@ class Reading:
         lo, hi = self.interval
         past = edge - lo if self.value >= edge else hi - edge
         side = "below" if self.value >= edge else "above"
-        _, slo, shi = si_interval(self.value, lo, hi, unit)
-        text = (f"the {self.words} ({slo} to {shi}) reaches across the edge {si(edge, unit)}: the "
+        digits = 3  # more where the edge and an end of the interval would print alike
+        while digits < 8 and (si(edge, unit, digits) in si_interval(self.value, lo, hi, unit, digits)[1:]):
+            digits += 1
+        _, slo, shi = si_interval(self.value, lo, hi, unit, digits)
+        text = (f"the {self.words} ({slo} to {shi}) reaches across the edge {si(edge, unit, digits)}: the "
                 f"figure lies {si(abs(self.value - edge), unit)} from it, the interval reaches "
                 f"{si(past, unit)} {side} it")
         other = band[1] if edge == band[0] else band[0]  # the band's other edge

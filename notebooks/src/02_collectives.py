@@ -37,7 +37,7 @@ DP_MODEL = dict(width=256, depth=6) if QUICK else dict(width=512, depth=8)  # ML
 DP_BATCH, DP_CAP_MB = 32, 0.25             # samples per process; bucket cap of section 4
 DDP_CAPS = [0.05, 0.25, 1, 25] if QUICK else [0.05, 0.1, 0.25, 1, 4, 25]   # MB
 KS = [1, 2, 4] if QUICK else [1, 2, 4, 8]  # micro-batches per all-reduce (section 5)
-DP_REPEAT = REPEAT if QUICK else 15        # rounds of section 4's nine step timings (tens of ms each)
+DP_REPEAT = REPEAT if QUICK else 25        # rounds of section 4's nine step timings (tens of ms each)
 
 # %% [markdown]
 # The 2-process experiments are started first, in a background thread (each process has to

@@ -411,7 +411,9 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 # bf16 ceiling is above its fp32 one runs autocast on fast bf16 instructions, so there the claim
 # is judged on the CPU, while on a CPU without them it is GPU only (its CPU analogue measured).
 # The GPU claim itself runs when CUDA is present. Memory: only what autocast saves in bf16
-# halves; fp32 tensors (layer norms, the loss) stay. **Predictions:** the step speedup is
+# halves; fp32 tensors (layer norms, the loss) stay, and so do the model states (fp32 weights,
+# gradients and Adam's moments): the advice is judged on the whole step's memory, states
+# included. **Predictions:** the step speedup is
 # Amdahl's with the measured parts, within 25 %; saved activations fall to between 50 % and
 # 100 % of fp32's.
 
@@ -419,7 +421,8 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 amp = cp.time_precision_step(BATCH, SEQ, GPT, REPEAT, device=DEVICE, parts=True)
 speed, ap = amp.speedup(), amp.parts
 f_mm, f_raw, r, amdahl = amp.amdahl(limits)
-mem_ratio = cp.autocast_activation_ratio(BATCH, SEQ, GPT)
+mem = cp.autocast_memory(BATCH, SEQ, GPT)
+mem_ratio = mem.activation_ratio
 print(f"bf16 autocast's speedup over fp32: {x(speed)}")
 print(f"from the {THREADS}-thread ceilings (fp32 {si(limits.peak_flops('float32', threads=THREADS), 'FLOP/s')}, bf16 "
       f"{si(limits.peak_flops('bfloat16', threads=THREADS), 'FLOP/s')}): f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
@@ -427,7 +430,8 @@ print(f"from the {THREADS}-thread ceilings (fp32 {si(limits.peak_flops('float32'
 print("\n".join(ap.lines()))
 print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)" if ap.share() > 1 else "")
       + f", r = {ap.total().ratio:.3g} -> {ap.predicted():.3g}x")
-print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}")
+print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}; the whole step's memory (model states "
+      f"{si(mem.state_bytes, 'B')}, 16 B per parameter in both, + saved activations): {mem.step_ratio:.0%}")
 
 # %%
 parts_ms, step_ms = ap.total().baseline.median_s * 1e3, ap.steps.baseline.median_s * 1e3  # fp32, medians
@@ -442,10 +446,11 @@ viz.verdict(Prediction("bf16 saved activations over fp32's", "only autocast's bf
 claim_verdict("mixed precision: 40-60 % faster", Claim("mixed precision gives a 40-60 % speedup (2x on modern GPUs)", "bf16 "
      "autocast step speedup over fp32", low=1.4, partly=1.0, unit="x"), speed, f"Here {amdahl_text}.",
      gpu_only=not CUDA and r <= 1)
-claim_verdict("mixed precision: half the memory", Claim("mixed precision halves memory", "bf16 saved activations / fp32",
-     low=0.45, high=0.55, partly=1.0, unit="x", timed=False), mem_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's bytes: "
-     "what stays fp32 (the loss, layer norms on the fp32 residual stream) and bf16 weight copies; weights, gradients "
-     "and Adam state do not shrink.")
+claim_verdict("mixed precision: half the memory", Claim("mixed precision halves memory", "the step's memory with bf16 "
+     "autocast over fp32's (model states + saved activations)", low=0.45, high=0.55, partly=1.0, unit="x", timed=False),
+     mem.step_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's saved activations (what stays fp32: the loss, layer "
+     "norms on the fp32 residual stream; and its bf16 weight copies), and the fp32 weights, gradients and Adam state "
+     f"({si(mem.state_bytes, 'B')}) do not shrink at all.")
 
 # %%
 if not CUDA:

@@ -35,9 +35,11 @@ from perfkit.compute.budget import (
 )
 from perfkit.compute.claims_precision import (
     AttentionKeep,
+    AutocastMemory,
     GradientFlush,
     PrecisionTiming,
     autocast_activation_ratio,
+    autocast_memory,
     gradient_flush,
     kdim_attention_check,
     predicted_skips,
@@ -244,9 +246,11 @@ __all__ = [
     "time_switches",
     "time_ultra",
     "AttentionKeep",
+    "AutocastMemory",
     "GradientFlush",
     "PrecisionTiming",
     "autocast_activation_ratio",
+    "autocast_memory",
     "gradient_flush",
     "kdim_attention_check",
     "predicted_skips",

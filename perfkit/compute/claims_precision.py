@@ -33,7 +33,8 @@ from perfkit.hw import MachineLimits
 from perfkit.models import tiny_gpt2
 from perfkit.timing import Measurement
 
-__all__ = ["AttentionKeep", "GradientFlush", "PrecisionTiming", "autocast_activation_ratio",
+__all__ = ["AttentionKeep", "AutocastMemory", "GradientFlush", "PrecisionTiming", "autocast_activation_ratio",
+           "autocast_memory",
            "gradient_flush", "kdim_attention_check", "predicted_skips", "scaler_first_update",
            "time_precision_step"]
 
@@ -113,15 +114,51 @@ def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = N
     return PrecisionTiming(precision, fp32, mixed, flops, threads=torch.get_num_threads())
 
 
-def autocast_activation_ratio(batch: int = 8, seq: int = 64, model_kw: dict | None = None) -> float:
-    """Bytes saved for backward under bf16 autocast over those in fp32 (CPU, exact counts)."""
+@dataclass(frozen=True)
+class AutocastMemory:
+    """A training step's memory in fp32 and under bf16 autocast (CPU, exact counts): the bytes
+    saved for backward in each (``fp32``, ``bf16``; autocast's bf16 weight copies included),
+    and the model states both keep, ``params`` x 16 bytes (fp32 weights, gradients and
+    AdamW's two moments: autocast changes none of them)."""
+
+    fp32: int
+    bf16: int
+    params: int
+
+    @property
+    def state_bytes(self) -> int:
+        return 16 * self.params
+
+    @property
+    def activation_ratio(self) -> float:
+        """Saved activations, bf16 over fp32."""
+        return self.bf16 / self.fp32
+
+    @property
+    def step_ratio(self) -> float:
+        """The step's memory (model states + saved activations), bf16 over fp32."""
+        return (self.state_bytes + self.bf16) / (self.state_bytes + self.fp32)
+
+
+def autocast_memory(batch: int = 8, seq: int = 64, model_kw: dict | None = None) -> AutocastMemory:
+    """Count a tiny GPT-2's bytes saved for backward in fp32 and under bf16 autocast, and its
+    parameters.
+
+    Raises:
+        ValueError, TypeError: for sizes that are not ints >= 1, or a ``model_kw`` not a dict.
+    """
     check_int("batch", batch, 1)
     m = _gpt(seq, model_kw)
     ids = torch.randint(0, VOCAB, (batch, seq))
     fp32 = activation_bytes(lambda: m(input_ids=ids, labels=ids).loss, m)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         bf16 = activation_bytes(lambda: m(input_ids=ids, labels=ids).loss, m)
-    return bf16 / fp32
+    return AutocastMemory(fp32, bf16, sum(p.numel() for p in m.parameters()))
+
+
+def autocast_activation_ratio(batch: int = 8, seq: int = 64, model_kw: dict | None = None) -> float:
+    """Bytes saved for backward under bf16 autocast over those in fp32 (CPU, exact counts)."""
+    return autocast_memory(batch, seq, model_kw).activation_ratio
 
 
 # --- 19: loss scaling ------------------------------------------------------------------------

@@ -47,6 +47,13 @@ def test_autocast_ratio_falls_with_batch():
     # autocast also keeps its bf16 copies of the weights: a fixed cost that a larger batch dilutes
     small, large = (cp.autocast_activation_ratio(batch=b, seq=16, model_kw=SMALL) for b in (1, 16))
     assert 0 < large < small
+    mem = cp.autocast_memory(batch=4, seq=16, model_kw=SMALL)
+    assert mem.activation_ratio == pytest.approx(mem.bf16 / mem.fp32)
+    # the model states do not shrink, so the step's ratio lies between the activations' and 1
+    assert mem.activation_ratio < mem.step_ratio < 1
+    assert mem.step_ratio == pytest.approx((16 * mem.params + mem.bf16) / (16 * mem.params + mem.fp32))
+    assert cp.AutocastMemory(100, 50, 0).step_ratio == 0.5
+    assert cp.AutocastMemory(100, 50, 10**6).step_ratio > 0.99
 
 
 def test_gradient_flush_bf16_keeps_what_fp32_keeps():

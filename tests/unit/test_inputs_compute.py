@@ -355,6 +355,7 @@ CASES = [  # (id, call, exception, regex on the message)
      "device"),
     ("time_precision_step.parts", lambda: cp.time_precision_step(parts="yes"), TypeError,
      "parts must be a bool"),
+    ("autocast_memory.batch", lambda: cp.autocast_memory(batch=0), ValueError, "batch"),
     ("autocast_activation_ratio.batch", lambda: cp.autocast_activation_ratio(batch=0), ValueError,
      "batch must be an int >= 1"),
     ("autocast_activation_ratio.seq", lambda: cp.autocast_activation_ratio(seq=0), ValueError,
@@ -643,7 +644,7 @@ CASES = [  # (id, call, exception, regex on the message)
 ]
 
 # Records perfkit returns; PRECISIONS is a constant.
-RECORDS = {"AttentionPoint", "BatchSearch", "ChainBytes", "GraphReport", "ShapePoint",
+RECORDS = {"AttentionPoint", "AutocastMemory", "BatchSearch", "ChainBytes", "GraphReport", "ShapePoint",
            "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
            "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
            "SwitchTiming", "ThreadTiming", "UltraTiming", "ChainModel", "InModelAttention",
