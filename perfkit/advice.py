@@ -108,6 +108,7 @@ class ClaimVerdict:
     status: str
     text: str
     measured_text: str  # the figure as measured, for a summary table
+    judged: bool = True  # False: the measurement has no bearing on the advice here (``not_judged``)
 
     def record(self) -> dict:
         """A JSON-able record."""
@@ -179,7 +180,7 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         text = (f"**Verdict on the advice: GPU only.** {claim.figure}: the advice promises "
                 f"{claim.describe()}; measured {shown}. Not judged: {not_judged.strip().rstrip('.')}, "
                 "so this figure says nothing about the advice. Run it on a GPU machine to judge it.")
-        return ClaimVerdict(claim, float(measured), spread, "GPU only", text, shown)
+        return ClaimVerdict(claim, float(measured), spread, "GPU only", text, shown, judged=False)
     if status == "inconclusive" and reasons.get("inconclusive"):
         text += " " + reasons["inconclusive"].strip()
     if reasons.get(said):

@@ -316,9 +316,11 @@ rows, share_of_roof = [], {}
 for label, flops, nbytes, est, t in ops:
     near = "cache" if nbytes <= cache_bytes else "dram"  # the cache the copy sweep showed
     memory = roofline.bound(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near)) == "memory"
-    # the fastest plausible median (the interval's lower time) must fit under the roof
+    # the fastest plausible median (the interval's lower time) must fit under the roof; an order-statistic
+    # interval's end is one of the runs, so that rate was reached
     obs = ceilings.observe(limits, near if memory else "float32", (nbytes if memory else flops) / est.low,
-                           f"{label} {on(t)} (the fast end of its median's interval)", threads=None if memory else t)
+                           f"{label} {on(t)} (one of its runs, the fast end of its median's interval)",
+                           threads=None if memory else t)
     limits = obs.limits
     roof = roofline.attainable_flops(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near))
     share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median

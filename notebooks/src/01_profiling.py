@@ -455,8 +455,8 @@ print(f"trace: {res.trace_path} ({res.trace_path.stat().st_size / 2**20:.1f} MiB
 # %%
 ours, theirs = mon.summary().shares(), res.breakdown.shares()
 for k in ours:
-    diff_pp = round(100 * (ours[k] - theirs[k]), 1) + 0.0  # + 0.0: no "-0.0"
-    print(f"{k:>10}: monitor {ours[k]:6.1%}   trace {theirs[k]:6.1%}   diff {diff_pp:+5.1f} pp")
+    a, b = round(100 * ours[k], 2), round(100 * theirs[k], 2)  # as printed, so the columns subtract
+    print(f"{k:>10}: monitor {a:6.2f}%   trace {b:6.2f}%   diff {round(a - b, 2) + 0.0:+6.2f} pp")
 worst_pp = 100 * max(abs(ours[k] - theirs[k]) for k in ours)
 p_agree = Prediction("largest disagreement between monitor and trace", "both time the same ranges",
                      high=10, unit=" pp", physical=(0, 100))
@@ -556,7 +556,7 @@ print(f"step, alternating: {fix}")
 model_ms = {k: (r.step.mean_s - r["data"].mean_s) * 1e3 for k, r in (("slow", slow), ("fixed", fixed))}
 moved = {k: (a.median_s - r.step.p50_s) * 1e3 for k, a, r in (("slow", fix.baseline, slow),
                                                                ("fixed", fix.candidate, fixed))}
-viz.verdict(p_fix, speedup, explain=dict.fromkeys(("above", "below"), (
+viz.verdict(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
     f"The prediction comes from the two separate runs; in alternation the slow step's median was "
     f"{fix.baseline.median_s * 1e3:.1f} ms against {slow.step.p50_s * 1e3:.1f} ms in its own run ({moved['slow']:+.1f} "
     f"ms), the fixed step's {fix.candidate.median_s * 1e3:.1f} ms against {fixed.step.p50_s * 1e3:.1f} ms "

@@ -366,8 +366,8 @@ beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in t
                    "does not time that apart."}
 time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped with "
                                      "backward; 1/N of the update", high=1.10, unit="x"), ratio[n],
-                          explain={"above": vzero.calls_sentence(ms[n], ms["ddp_adamw"]) + beyond.get(n, "")
-                                   + own_load()}) for n in ("zero1", "zero2")}
+                          explain=dict.fromkeys(("above", "held"), vzero.calls_sentence(ms[n], ms["ddp_adamw"])
+                                                + beyond.get(n, "") + own_load())) for n in ("zero1", "zero2")}
 t_link = statistics.median(cmp_all.link["times_s"][0])  # s: one all-reduce of the gradient's bytes, same rounds
 t_ddp = ms["ddp_adamw"].step_s
 bytes_bound = 1 + 0.5 * t_link / t_ddp  # DDP's step plus half an all-reduce, over DDP's step

@@ -42,7 +42,7 @@ import os
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
-REPEAT = 5 if QUICK else 9                     # interleaved timing rounds per comparison
+REPEAT = 5 if QUICK else 15                    # interleaved timing rounds per comparison
 FAST_REPEAT = 3 * REPEAT                       # rounds for comparisons of milliseconds
 GPT = dict(n_embd=64, n_layer=2, n_head=2)     # the tiny GPT-2 of the memory and precision claims
 SEQ, BATCH = 64, 8                             # tokens per sample, samples per batch
@@ -134,9 +134,9 @@ def medians(before_s, after_s, judged="the median of the rounds' paired ratios")
 # %% [markdown]
 # **Why one compute thread.** On a 2-core machine shared with other jobs, two OpenMP threads
 # stall at every barrier whenever the OS deschedules one, so a step's time depends on what else
-# runs at that moment; one thread has no barrier to wait at. The course trades speed for
-# steadiness here: claim 13 measures both for each thread count, the step's median time and the
-# spread of its rounds.
+# runs at that moment; one thread has no barrier to wait at. Whether that makes one thread the
+# steadier choice on this machine is a measurement, not an assumption: claim 13 times each
+# thread count and prints its rounds' spread beside its median.
 
 # %% [markdown]
 # ## 1. "Adam needs 2x the model's memory, activations 4x" (a sizing rule)
@@ -258,8 +258,8 @@ print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and 
 #
 # **The model.** Both are elementwise: they read and write each element once (the same
 # bytes), but GELU evaluates `erf` per element where ReLU compares with zero, and its backward
-# needs the Gaussian density as well. In an MLP the matmuls dominate the step, so the activation
-# changes the step time little (Amdahl). **Prediction:** the GELU op alone is slower than ReLU's
+# needs the Gaussian density as well. The activation's two ops change a step by their own share
+# of it (Amdahl), which the ops timed alone below give. **Prediction:** the GELU op alone is slower than ReLU's
 # (ratio at least 1); whether a whole step notices is for the measurement to say. The figure judged
 # is the step's speedup, on the same scale as every other speed claim (`FASTER`).
 
@@ -448,8 +448,9 @@ claim_verdict("mixed precision: 40-60 % faster", Claim("mixed precision gives a 
      gpu_only=not CUDA and r <= 1)
 claim_verdict("mixed precision: half the memory", Claim("mixed precision halves memory", "the step's memory with bf16 "
      "autocast over fp32's (model states + saved activations)", low=0.45, high=0.55, partly=1.0, unit="x", timed=False),
-     mem.step_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's saved activations (what stays fp32: the loss, layer "
-     "norms on the fp32 residual stream; and its bf16 weight copies), and the fp32 weights, gradients and Adam state "
+     mem.step_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's saved activations (what stays fp32, the loss and layer "
+     "norms on the fp32 residual stream, and the bf16 weight copies it adds), and the fp32 weights, gradients and "
+     "Adam state "
      f"({si(mem.state_bytes, 'B')}) do not shrink at all.")
 
 # %%
@@ -819,7 +820,8 @@ claim_verdict("DataLoader workers: 4-8", Claim("the best number of DataLoader wo
 # Stages 1 and 2 communicate as much as plain data parallelism (a reduce-scatter and an
 # all-gather make one all-reduce); stage 3 about 1.5x as much (it gathers the weights in the
 # forward and again in the backward pass). So the rule is wrong for a size where its stage does
-# not fit, or where it asks for stage 3 although stage 1 or 2 fits. **Prediction:** the largest
+# not fit though another would, or where it asks for stage 3 although stage 1 or 2 fits; where
+# no stage fits, stage 3 is the right stage and the run needs more GPUs or offload besides. **Prediction:** the largest
 # model stage 1 fits on 8 GPUs of 80 GB, found by searching with `zero_model_states`, is
 # `80 GB / (4 + 12/8)` parameters, and the rule is wrong for at least one of the sizes below.
 # (Model states only: activations need room too. Each size the rule gets wrong is listed with
@@ -832,9 +834,10 @@ GPU_GB, N_GPUS = 80, 8
 SIZES_B = [0.5, 1, 3, 7, 13, 30, 70]  # billions of parameters
 rows, rows64 = cm.zero_rule_rows(SIZES_B, GPU_GB, N_GPUS), cm.zero_rule_rows(SIZES_B, GPU_GB, 64)
 for r8, r64 in zip(rows, rows64):
+    fit8, fit64 = (("none (more GPUs or offload)" if r.lowest_fitting is None else r.lowest_fitting) for r in (r8, r64))
     print(f"{r8.billions:>4g} B parameters: the rule says stage {r8.advised}; lowest stage that fits {N_GPUS} x "
-          f"{GPU_GB} GB: {r8.lowest_fitting} ({'rule wrong' if r8.rule_wrong else 'rule fine'}); on 64 GPUs: "
-          f"{r64.lowest_fitting} ({'rule wrong' if r64.rule_wrong else 'rule fine'})")
+          f"{GPU_GB} GB: {fit8} ({'rule wrong' if r8.rule_wrong else 'rule fine'}); on 64 GPUs: "
+          f"{fit64} ({'rule wrong' if r64.rule_wrong else 'rule fine'})")
 largest = cm.largest_model_for_stage(1, GPU_GB, N_GPUS)
 mismatch = sum(r.rule_wrong for r in rows)
 print(f"largest model stage 1 fits: {largest:.2f} B parameters; sizes where the rule is wrong on {N_GPUS} GPUs: "
@@ -1073,7 +1076,8 @@ viz.show_claims_table(VERDICTS)
 # the dashed line is no effect (1x). Only claims measured in x are drawn (speedups, byte ratios,
 # and the activation rule's growth from the smallest to the largest batch, whose band 0.8x to
 # 1.25x is what a fixed "4x the model" implies: no growth); claims judged on a count, in parts per
-# million or on the memory metric are in the table only. The table names each row's figure.
+# million or on the memory metric, and figures that say nothing about the advice here (a flag
+# ignored without a GPU), are in the table only. The table names each row's figure.
 
 # %%
 fig = viz.plot_claims_forest(VERDICTS)

@@ -264,7 +264,8 @@ viz.verdict(p_eq, max(res["equality"].values()))
 # ## 6. Real transformer layers
 #
 # **Question.** With GPT blocks instead of sleeps (stages cut where the measured layer times
-# balance), does the bubble still follow the formula?
+# balance best: whole layers, timed alone, so the stages' times in the pipeline can still
+# differ, and the verdict prints by how much), does the bubble still follow the formula?
 #
 # **Prediction.** Within 15 % of `(p - 1) / (m + p - 1)` for 1F1B at `p = 2`, `m = 4`, if the
 # two stages cost the same and the processes do not slow each other down. Both assumptions

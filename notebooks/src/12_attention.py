@@ -414,16 +414,17 @@ zz = [r["time"]["splits"]["zigzag"] for r in res]
 waited = [max(z["wait_s"][i] for z in zz) for i in range(REPEAT)]
 ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(REPEAT)]
 apart = statistics.median(abs(zz[0]["compute_s"][i] - zz[1]["compute_s"][i]) for i in range(REPEAT))
+rest = statistics.median(w - r for w, r in zip(waited, ready))  # each round's wait for an unsent neighbour
 print(f"one K/V exchange alone {viz.si(exchange, 's')}; per forward + backward: "
       f"{viz.si(transfers, 's')} of transfers, compute "
       f"{viz.si(max(statistics.median(z['compute_s']) for z in zz), 's')}; waited "
       f"{viz.si(statistics.median(waited), 's')} (medians over rounds), of which after both neighbours had "
-      f"sent {viz.si(statistics.median(ready), 's')}; the rest, "
-      f"{viz.si(statistics.median(waited) - statistics.median(ready), 's')}, waited for a neighbour that had not "
-      f"yet sent. The two ranks' compute per round differed by a median of {viz.si(apart, 's')}"
-      + (", which covers that rest." if apart >= statistics.median(waited) - statistics.median(ready) else
-         f", which covers {apart / (statistics.median(waited) - statistics.median(ready)):.0%} of it; this run "
-         "does not time the other part (a rank descheduled on the shared cores waits the same way)."))
+      f"sent {viz.si(statistics.median(ready), 's')}; the rest, waiting for a neighbour that had not yet sent, "
+      f"{viz.si(rest, 's')} (the median of each round's difference). The two ranks' compute per round differed "
+      f"by a median of {viz.si(apart, 's')}"
+      + (", as much as that rest." if apart >= rest else
+         f", {apart / rest:.0%} of it (a ratio of two medians); this run does not time the other part (a rank "
+         "descheduled on the shared cores waits the same way)."))
 viz.verdict(Prediction("time waited after both neighbours had sent, per forward + backward (zig-zag)",
                        "overlapped: at most the transfers alone", high=transfers, unit=" s"),
             stats.median_interval(ready), explain={

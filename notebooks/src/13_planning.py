@@ -191,7 +191,8 @@ for n, p in time_pred.items():
         "above": f"Against DDP's step, the ratio's excess is {extra:.1f} ms the model's terms do not hold. Its "
                  f"{calls} collective calls were charged {comm_ms:.1f} ms, as calls with 1 ms of work between them "
                  "cost in the same rounds; the step's come after longer stretches of compute, over which the two "
-                 "ranks, sharing the cores with everything else, can drift further apart (time "
+                 "ranks, sharing the cores with everything else, may drift further apart, a cause this run does "
+                 "not test (time "
                  "`perfkit.comm.isolated_times` with a longer gap_s to see it). " + times,
         "below": f"Against DDP's step, the ratio falls {-extra:.1f} ms short of the model's. " + times,
         "held": times})

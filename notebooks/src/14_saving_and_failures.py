@@ -573,7 +573,8 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 #   leaves nothing a restart would load, and a damaged file is named by its checksum.
 # * With every RNG state and the data position saved, a killed and restarted run can be the
 #   same run, bit for bit: section 3 counts the differing bits and splits the restart cost.
-# * Save every `√(2δM)` (Daly's refinement for large `δ/M`), recomputed when the world size
+# * Save about every `√(2δM)` (Young's interval; Daly's refinement matters for large `δ/M`),
+#   recomputed when the world size
 #   and with it the MTBF changes; the goodput model then says what a failure rate costs, from
 #   two processes here to 16,384 GPUs.
 # * Per-step fault tolerance (torchft) trades the restart for a quorum before every step: a

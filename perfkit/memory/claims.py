@@ -310,8 +310,9 @@ def advised_zero_stage(billions: float) -> int:
 @dataclass(frozen=True)
 class ZeroRuleRow:
     """One model size: the advised stage, the lowest stage whose model states fit, and whether the
-    advice is wrong (its stage does not fit, or it is stage 3, with 1.5x the communication,
-    where stage 1 or 2 fits)."""
+    advice is wrong (its stage does not fit where another does, or it is stage 3, with 1.5x the
+    communication, where stage 1 or 2 fits). Where no stage fits, stage 3 (the least memory) is
+    the right one to advise, and the run needs more GPUs or offload besides."""
 
     billions: float
     n_gpus: int
@@ -321,7 +322,9 @@ class ZeroRuleRow:
     @property
     def rule_wrong(self) -> bool:
         low = self.lowest_fitting
-        return low is None or self.advised < low or (self.advised == 3 and low < 3)
+        if low is None:  # nothing fits: the rule is wrong only if it did not ask for the least memory
+            return self.advised != 3
+        return self.advised < low or (self.advised == 3 and low < 3)
 
 
 def zero_rule_rows(sizes_b: Sequence[float], gpu_gb: float = 80, n_gpus: int = 8) -> list[ZeroRuleRow]:

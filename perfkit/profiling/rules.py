@@ -291,7 +291,8 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
                                                   f"(threshold {limit:.0%}){where}"))
     sync, n_sync = s.get("sync", 0.0), ev.syncs_per_step
     if sync > th.sync or (n_sync is not None and n_sync > th.syncs_per_step):
-        count = f"{n_sync:.0f} host-device syncs per step" if n_sync is not None else "syncs"
+        count = (f"{n_sync:.0f} host-device syncs per step (reads of a tensor's value on the host: on a "
+                 "GPU each waits for the device)" if n_sync is not None else "syncs")
         found.append(_finding("sync", sync, th.sync, f"{count} (.item(), .cpu(), print of a "
                               f"tensor) take {sync:.1%} of the step (threshold {th.sync:.0%} "
                               f"or {th.syncs_per_step:.0f} syncs)"))

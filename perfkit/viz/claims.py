@@ -125,7 +125,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     verdict, and its interval where it has one; log scale, with the no-effect value 1 marked.
 
     Args:
-        verdicts: claim name -> its verdict; those in another unit are left out.
+        verdicts: claim name -> its verdict; those in another unit, and those whose figure has
+            no bearing on the advice here (``judged`` False), are left out.
         unit: the unit of the claims drawn (``"x"``: speedups and ratios).
 
     Raises:
@@ -137,8 +138,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     _check(verdicts)
     if not isinstance(unit, str):
         raise TypeError(f"unit must be a str, got {unit!r}")
-    rows = [(k, v) for k, v in verdicts.items() if v.claim.unit == unit and math.isfinite(v.measured)
-            and v.measured > 0]
+    rows = [(k, v) for k, v in verdicts.items() if v.claim.unit == unit and v.judged
+            and math.isfinite(v.measured) and v.measured > 0]
     if not rows:
         raise ValueError(f"verdicts must hold a claim in unit {unit!r} with a finite figure above 0")
     ends = [e for _, v in rows for e in (v.measured, *(v.spread or ()), v.claim.low, v.claim.high, 1.0)

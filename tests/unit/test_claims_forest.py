@@ -16,10 +16,12 @@ COUNT = Claim(statement="c", figure="buckets", low=1)
 def test_one_row_per_claim_in_the_unit_with_its_interval_and_promise():
     verdicts = {"amp": assess(SPEED, 0.2, (0.18, 0.22)), "compile": assess(SPEED, 1.5, (1.45, 1.6)),
                 "count": assess(COUNT, 3),
-                "exact": assess(Claim("e", "ratio", low=0.9, high=1.1, unit="x"), 1.0)}
+                "exact": assess(Claim("e", "ratio", low=0.9, high=1.1, unit="x"), 1.0),
+                "a/a": assess(SPEED, 1.04, (0.9, 1.2), gpu_only=True, not_judged="both ran the same code")}
     fig = viz.plot_claims_forest(verdicts)
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["amp", "compile", "exact"]  # no count row
+    # no count row, and no row whose figure says nothing about the advice (not judged)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["amp", "compile", "exact"]
     bands = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
     assert bands[0][0] == pytest.approx(1.4) and bands[2] == (pytest.approx(0.9), pytest.approx(1.1))
     intervals = [tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()) == 2

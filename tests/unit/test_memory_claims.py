@@ -85,7 +85,9 @@ def test_zero_rule_rows_by_hand():
     assert rows[7].lowest_fitting == 1 and not rows[7].rule_wrong       # advised 2 fits
     assert rows[13].lowest_fitting == 1 and rows[13].rule_wrong         # advised 3 where 1 fits
     assert rows[30].lowest_fitting == 3 and not rows[30].rule_wrong     # 16 * 30 / 8 = 60 GB: only 3
-    assert rows[70].lowest_fitting is None and rows[70].rule_wrong      # 140 GB at stage 3: none fits
+    # 140 GB at stage 3: none fits; stage 3, the least memory, is still the stage to ask for
+    assert rows[70].lowest_fitting is None and not rows[70].rule_wrong
+    assert claims.ZeroRuleRow(70, 8, 2, None).rule_wrong  # where none fits, advising less than 3 is wrong
     # a rule asking for a stage below the lowest that fits is wrong
     assert claims.ZeroRuleRow(5, 8, 1, 2).rule_wrong and not claims.ZeroRuleRow(5, 8, 2, 2).rule_wrong
 
