@@ -127,6 +127,7 @@ class AutocastMemory:
 
     @property
     def state_bytes(self) -> int:
+        """Model states in both precisions: fp32 weights, gradients and AdamW's two moments."""
         return 16 * self.params
 
     @property

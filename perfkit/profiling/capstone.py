@@ -246,7 +246,7 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 k = job.batch_factor
                 return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
                             f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.1f}x: "
-                            f"MFU {mfu:.2%})", fix, ())
+                            f"MFU {mfu:.2%})", fix, (), by_tokens=True)
             return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix, (),
                         f"MFU {mfu:.2%} leaves {1 / mfu:.1f}x of room, while a larger batch cannot shorten "
                         "a step: it buys at most its own factor of tokens per step, so the peak is not what "

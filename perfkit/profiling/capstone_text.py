@@ -32,8 +32,9 @@ __all__ = ["Pick", "explain_round", "phase_ms"]
 class Pick:
     """The next round's fix: the finding ``kind`` it answers, the ``share`` of the step that
     finding measured, the most the fix can buy (``bound``, x), the model it comes from, the
-    ``phases`` of the diagnosis whose shares make the bound, and ``untested``: empty when the
-    bound can fail, else why it cannot test the fix (it is then printed as context)."""
+    ``phases`` of the diagnosis whose shares make the bound, ``untested``: empty when the
+    bound can fail, else why it cannot test the fix (it is then printed as context), and
+    ``by_tokens``: the bound is a larger batch's factor of tokens per step, not a share."""
 
     kind: str
     share: float
@@ -42,6 +43,7 @@ class Pick:
     fix: str
     phases: tuple[str, ...] = ()
     untested: str = ""
+    by_tokens: bool = False
 
 
 def phase_ms(report: Mapping) -> dict[str, float]:
@@ -95,7 +97,7 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         held = (f"The data time in the profiled window was as long as a whole unprofiled step (the "
                 f"profiled steps took {slowdown:.1f}x as long: the profiler, and any load), so this "
                 "bound says little.")
-    by_tokens = pick.fix == "batch" and pick.bound < 0.999 / pick.share  # its tokens' factor, not the peak
+    by_tokens = pick.by_tokens
     if by_tokens:  # bounded by its factor of tokens per step: the step cannot get shorter
         held = (f"The step with {pick.bound:g}x the tokens took {pick.bound / gain:.2f}x as long; one that "
                 f"did not lengthen would give the whole {pick.bound:g}x.")

@@ -156,7 +156,7 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     # with the batch's factor known, that factor is the bound, and it can fail
     four = dataclasses.replace(JOB, batch_factor=4.0)
     tight = next_fix(rep, r, four, ["attention"], ("attention", "batch"), FIX_FOR, 1e9)
-    assert tight.fix == "batch" and tight.bound == 4.0 and not tight.untested
+    assert tight.fix == "batch" and tight.bound == 4.0 and not tight.untested and tight.by_tokens
     assert "4x the tokens" in tight.model
     with pytest.raises(ValueError, match="batch_factor"):
         dataclasses.replace(JOB, batch_factor=0.5)
@@ -200,7 +200,8 @@ def test_explanations_name_what_was_measured():
     assert "cannot tell the fix from no change" in unclear
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
     assert "1.3x" in batch["above"]  # bounded by the peak (1 / MFU)
-    four = explain_round(Pick("compute", 0.01, 4.0, "m", "batch"), 2.0, rep, 1.3, repeated=True)
+    four = explain_round(Pick("compute", 0.01, 4.0, "m", "batch", by_tokens=True), 2.0, rep, 1.3,
+                         repeated=True)
     assert "4x the tokens took 2.00x as long" in four["held"] and "load fell" in four["above"]
     assert "inconclusive" not in held  # without the report after, the rule's own sentence, no stock one
 
