@@ -31,12 +31,13 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.flop_counter import flop_registry
 
 from perfkit import roofline
 from perfkit._checks import check_callable, check_items, check_real, check_type
 from perfkit.ceilings import cached_copy_bytes
+from perfkit.compute.flops import _cpu_attention_formulas
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
@@ -87,18 +88,18 @@ class OpRecord:
     bytes: int
 
 
-_aten = torch.ops.aten
-# torch's counter has the GPU attention kernels' formulas, not the CPU one's (torch 2.13)
-_CPU_ATTENTION = {
-    _aten._scaled_dot_product_flash_attention_for_cpu.default:
-        lambda q, k, v, *_, **__: sdpa_flop_count(q.shape, k.shape, v.shape),
-    _aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
-        lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g.shape, q.shape, k.shape, v.shape)}
+# torch's counter has the GPU attention kernels' formulas, not the CPU one's (torch 2.13): the
+# CPU's are counted as counted_flops counts them (a causal mask's unmasked entries only)
+_CPU_ATTENTION = _cpu_attention_formulas()
+
+
+def _shape(x: object) -> object:
+    return x.shape if isinstance(x, torch.Tensor) else x
 
 
 def _flops(func, args: tuple, kwargs: dict, out: object) -> int:  # noqa: ANN001 - an OpOverload
-    if func in _CPU_ATTENTION:
-        return int(_CPU_ATTENTION[func](*args, **kwargs))
+    if func._overloadpacket in _CPU_ATTENTION:  # the formulas take shapes, as FlopCounterMode passes them
+        return int(_CPU_ATTENTION[func._overloadpacket](*tree_map(_shape, args), **tree_map(_shape, kwargs)))
     formula = flop_registry.get(func._overloadpacket)
     return 0 if formula is None else int(formula(*args, **kwargs, out_val=out))
 

@@ -20,6 +20,9 @@ def test_every_test_folder_runs_in_exactly_one_stream():
         rel = f.relative_to(ROOT).as_posix()
         where = [rel in side, "tests" in rest and f"--ignore={rel}" not in rest, rel in alone]
         assert sum(where) == 1, f"{rel}: in (side, rest, alone) {where}"
+    # lab 06's grading runs alone, once: deselected from the side stream, named in alone
+    for t in test_streams.ALONE_TESTS:
+        assert f"--deselect={t}" in side and t in alone and "lab06_capstone" in t
     # the three reports do not overwrite each other
     assert len({a for c in cmds.values() for a in c if a.startswith("--junitxml")}) == 3
 
@@ -48,3 +51,14 @@ def test_a_stream_past_the_timeout_is_killed(monkeypatch, tmp_path):
     assert test_streams.main(["--timeout-s", "2"]) == 2
     _fake(monkeypatch, tmp_path, ("pass", "pass", "import time; time.sleep(60)"))
     assert test_streams.main(["--timeout-s", "2"]) == 2  # the time left after the streams binds it too
+
+
+def test_the_tests_run_alone_exist():
+    """A renamed test would be deselected from the side stream and missing from alone."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          *test_streams.ALONE_TESTS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    collected = {line.strip() for line in out.stdout.splitlines()}
+    assert set(test_streams.ALONE_TESTS) <= collected, out.stdout[-2000:]

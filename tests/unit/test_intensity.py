@@ -6,6 +6,7 @@ import contextlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from perfkit.compute.intensity import (
     NEAR_ROOF,
@@ -165,3 +166,24 @@ def test_roofline_s_serves_from_the_cache_what_fits_in_half_of_it():
     assert roofline_s([fits], LIMITS) == pytest.approx(0.1)        # no cache figure measured
     with pytest.raises(TypeError, match="cache must be"):
         roofline_s([fits], lim, cache="yes")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_cpu_fused_attention_is_counted_as_counted_flops_counts_it(causal):
+    """count_ops and counted_flops (the HFU's counter) give the CPU's fused attention one
+    figure: a causal mask's unmasked entries only. Planted: the whole square for a causal
+    mask (what count_ops counted before), twice the causal figure at T = 128."""
+    from perfkit.compute.flops import counted_flops
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 128, 32, requires_grad=True) for _ in range(3))
+
+    def step():
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
+
+    ours, theirs = count_ops(step).flops, counted_flops(step)
+    assert ours == theirs > 0
+    full = count_ops(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward()).flops
+    # (T + 1) / (2 T) of the square is kept under a causal mask: 129/256 at T = 128
+    want = full * 129 / 256 if causal else full  # forward and backward each rounded
+    assert abs(ours - want) <= 1
