@@ -38,6 +38,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 import torch
 
 from perfkit import ceilings, hw, roofline, sizing, stats, timing, viz
+from perfkit.imitate import IMITATIONS
 from perfkit.verdict import Prediction
 from perfkit.viz import machine as vm
 from perfkit.viz import si
@@ -48,6 +49,10 @@ if DEVICE.type == "cuda":
     MATMUL_SIZES = [512, 1024, 2048, 4096] if QUICK else [512, 1024, 2048, 4096, 8192]
 COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (and one DRAM-sized)
 print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
+if (imitated := os.environ.get("PERFKIT_IMITATE")) in IMITATIONS and DEVICE.type == "cpu":
+    print(f"PERFKIT_IMITATE={imitated}: this process caps ATen's and oneDNN's kernels ("
+          + ", ".join(f"{k}={v}" for k, v in IMITATIONS[imitated].items())
+          + ") for every dtype, so every ceiling below is the capped process's, fp32's and copies' included")
 
 
 def on(t):  # "on 1 thread", "on 2 threads"
@@ -338,9 +343,9 @@ viz.plot_roofline(roofs, limits.copy_bytes_per_s, rows, title="Roofline: measure
 plt.show()
 
 # %% [markdown]
-# The roof counts the bytes a program asks for, not those the memory moves: on a CPU a store
-# first reads the cache line it writes (write-allocate), so a copy really moves 3 bytes for the
-# 2 counted and `x + y` 4 for the 3 counted. At the same real bandwidth `x + y`'s counted rate
+# The roof counts the bytes a program asks for, not those the memory moves: on a CPU an ordinary
+# store first reads the cache line it writes (write-allocate; non-temporal "streaming" stores skip
+# that read), so a copy of ordinary stores really moves 3 bytes for the 2 counted and `x + y` 4 for the 3 counted. At the same real bandwidth `x + y`'s counted rate
 # is `(3/2) / (4/3) = 9/8` of the copy's, which is why the sweep takes the better of the two
 # as the DRAM ceiling. Below, a copy and `x + y` of the same buffers are timed in alternation
 # (`perfkit.sizing.same_work_ratio`) to show the ratio on this machine.
@@ -351,8 +356,10 @@ add_over_copy = sizing.same_work_ratio(lambda: out.copy_(x), lambda: torch.add(x
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
       f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x, "
       + ("inside the interval." if not (wa_side := add_over_copy.clear_of(1.125, "x")) else
-         f"{'below' if wa_side == 'above' else 'above'} the interval: write-allocate alone does not "
-         f"explain the whole ratio here, and this run does not measure what else {'helps x + y' if wa_side == 'above' else 'slows it'}."))
+         ("below the interval: x + y gained more than write-allocate explains, and this run does not "
+          "measure what else helps it." if wa_side == "above" else
+          "above the interval: x + y gained less than write-allocate would give (stores that skip the "
+          "read, or a cost x + y pays that the copy does not); this run does not measure which.")))
 same_size = [p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes]
 copy_at = max([p for p in same_size if p.threads == threads] or same_size,
               key=lambda p: p.best_bytes_per_s)  # the fastest copy of the add's size, on the add's threads

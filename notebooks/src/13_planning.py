@@ -664,7 +664,7 @@ print(f"With the planner's efficiency (which charges llm-analysis's whole step a
 #   allocator;
 # * **stragglers and the network's other users**: a ring runs at its slowest link's pace, every
 #   collective waits for the last rank to arrive (section 2 prices that wait as calls with 1 ms
-#   of work between them pay it; ZeRO-3 makes ten such calls a step, after longer work), and a
+#   of work between them pay it; ZeRO-3's step makes the calls section 2 counts, after longer work), and a
 #   shared fabric is never the datasheet's;
 # * **failures**: restarts, checkpoints and lost work cost time a step-time model does not
 #   contain.

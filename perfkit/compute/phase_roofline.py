@@ -129,6 +129,16 @@ class PhaseModel:
         return (eta(self.roof_fwd_s, self.fwd_s, self.fixed_fwd),
                 eta(self.roof_bwd_s, self.bwd_s, self.fixed_bwd))
 
+    def one_eta(self) -> float:
+        """The one ``eta`` that gives the measured ratio ``m`` at the medians: the root of
+        ``(F_b + R_b / eta) / (F_f + R_f / eta) = m``, ``(R_b - m R_f) / (m F_f - F_b)``; ``inf``
+        where no positive root exists (a ratio beyond the band's at-roof end, or a zero
+        denominator), a value above 1 where the ratio needs ops faster than their roofs."""
+        m = self.measured.value
+        den = m * self.fixed_fwd.value - self.fixed_bwd.value
+        num = self.roof_bwd_s - m * self.roof_fwd_s
+        return num / den if den > 0 and num > 0 else float("inf")
+
     def explain(self) -> dict[str, str]:
         """``viz.verdict``'s explanations, computed from the measurement: each phase's time split
         into its fixed cost and its roofline seconds over ``eta``, and which assumption failed."""
@@ -139,10 +149,15 @@ class PhaseModel:
                  f"{self.roof_bwd_s * 1e3:.2f} ms at {b:.0%}")
         smaller = "The {} ops reached a smaller share of their roofs than the {}: {}."
         same = abs(f - b) <= 0.1 * max(f, b)  # within a tenth of each other: one eta, as assumed
+        one = self.one_eta()
+        fits = (f"one eta of {one:.0%} for both phases gives the measured ratio at the medians, so the "
+                "ratio alone cannot tell the phases apart; their times can" if 0 < one <= 1 else
+                "no one eta in (0, 1] gives the measured ratio at the medians"
+                + (f" (it would take {one:.2f}: ops faster than their roofs)" if one > 1 else "")
+                + ": the ratio fell inside the band only through the fixed costs' intervals")
         held = (f"{parts[0].upper()}{parts[1:]}"
                 + ("." if same else ". Taken apart, the two phases' ops reach shares of their roofs "
-                   f"{max(f, b) / min(f, b):.2f}x apart, not the one eta the model assumes; the ratio still "
-                   "fell inside the band, so this run does not tell the difference from one eta."))
+                   f"{max(f, b) / min(f, b):.2f}x apart, not the one eta the model assumes; {fits}."))
         return {"held": held,
                 "above": smaller.format("backward's", "forward's", parts),
                 "below": (f"Ops ran faster than their roofs: {parts}." if max(f, b) > 1

@@ -358,7 +358,7 @@ def plot_roofline(
     lo, hi = intensity_range
     if not 0 < lo < hi:
         raise ValueError(f"intensity_range must satisfy 0 < lo < hi, got {intensity_range}")
-    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(7, 4.5))
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(10, 4.5))
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     for dtype, peak in sorted(peak_flops.items(), key=lambda kv: kv[1]):
         ax.plot(xs, [min(peak, x * bandwidth) for x in xs],
@@ -375,7 +375,7 @@ def plot_roofline(
     ax.set_ylabel("attainable FLOP/s")
     ax.set_title(f"{title}\nmemory: {si(bandwidth, 'B/s')}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes: no point hidden
     fig.tight_layout()
     return tidy(fig)
 

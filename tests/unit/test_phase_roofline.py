@@ -60,6 +60,22 @@ def test_explanations_name_each_phase_split_and_a_beaten_roof():
     assert held.endswith("at 50%.")  # one eta: nothing more to say
     apart = model(eta=(0.2, 0.3)).explain()["held"]  # two etas the verdict held all the same
     assert "1.50x apart, not the one eta the model assumes" in apart
+    inside = model(eta=(0.4, 0.5))  # 1.29x, inside the band: a shared eta of 0.91 gives it
+    assert inside.low < inside.measured.value < inside.high
+    assert "ratio alone cannot tell the phases apart" in inside.explain()["held"]
+
+
+def test_one_eta_solves_the_ratio_and_says_when_none_in_range_does():
+    """The one eta that gives the measured ratio at the medians. Planted: calling every held
+    ratio 'one eta would do' when the ratio needs ops faster than their roofs."""
+    for eta in (0.2, 0.5, 1.0):
+        assert model(eta=(eta, eta)).one_eta() == pytest.approx(eta)
+    # forward at its roof, backward at 1.2x its roof: the ratio sits below the at-roof end
+    fast = model(eta=(1.0, 1.2))
+    assert fast.one_eta() > 1
+    held = fast.explain()["held"]
+    assert "no one eta in (0, 1] gives the measured ratio" in held and "cannot tell" not in held
+    assert model(fixed=(1.0, 1.0), roof=(2.0, 2.0)).one_eta() == float("inf")  # no root: ratio 1 at every eta
     assert "faster than their roofs" in model(eta=(0.5, 2.0)).explain()["below"]
     assert "forward's ops reached a smaller" in model(eta=(0.2, 0.9)).explain()["below"]
 
