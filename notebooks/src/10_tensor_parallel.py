@@ -71,7 +71,7 @@ from perfkit import dist
 CONFIG = {"model": MODEL, "batch": BATCH, "steps": STEPS, "equality": {}, "dropout": {},
           "traffic": {}, "dtensor": {}, "memory": {},
           "allreduce": {"sizes": SIZES, "repeat": 3 if QUICK else 5},
-          "speedup": {"widths": WIDTHS, "batch": 4, "seq": 64, "repeat": 5 if QUICK else 7},
+          "speedup": {"widths": WIDTHS, "batch": 4, "seq": 64, "repeat": 5 if QUICK else 21},
           "timing": {"repeat": REPEAT, "batch": 8, "model": TIMED}}
 job = ThreadPoolExecutor(max_workers=1).submit(
     dist.launch, "perfkit.jobs.tensor_parallel", T_DEGREE, ["--config", json.dumps(CONFIG)],

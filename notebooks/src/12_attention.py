@@ -41,7 +41,7 @@ SWEEP_LENS = [256, 512, 1024] if QUICK else [256, 512, 1024, 1536]
 TILES = [32, 64, 256] if QUICK else [16, 32, 64, 128, 256]
 REPEAT = 3 if QUICK else 5
 RING = {"equal": {"seq_len": 28, "tile": 4},         # 2P chunks of 7 rows, tile 4
-        "time": {"seq_len": 512 if QUICK else 2048, "tile": 64, "repeat": REPEAT}}
+        "time": {"seq_len": 512 if QUICK else 2048, "tile": 64, "repeat": 3 if QUICK else 15}}
 
 # %%
 import json
@@ -411,9 +411,10 @@ exchange = statistics.median(x for r in res for x in r["time"]["exchange_s"])
 # of the P backward steps (they travel with their block until home): 3P - 2 = 4 at P = 2
 transfers = (3 * 2 - 2) * exchange
 zz = [r["time"]["splits"]["zigzag"] for r in res]
-waited = [max(z["wait_s"][i] for z in zz) for i in range(REPEAT)]
-ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(REPEAT)]
-apart = statistics.median(abs(zz[0]["compute_s"][i] - zz[1]["compute_s"][i]) for i in range(REPEAT))
+rounds = RING["time"]["repeat"]
+waited = [max(z["wait_s"][i] for z in zz) for i in range(rounds)]
+ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]
+apart = statistics.median(abs(zz[0]["compute_s"][i] - zz[1]["compute_s"][i]) for i in range(rounds))
 rest = statistics.median(w - r for w, r in zip(waited, ready))  # each round's wait for an unsent neighbour
 print(f"one K/V exchange alone {viz.si(exchange, 's')}; per forward + backward: "
       f"{viz.si(transfers, 's')} of transfers, compute "

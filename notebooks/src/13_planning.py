@@ -39,7 +39,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
 NPROC, BATCH = 2, 8                       # processes, sequences per process and step
-STEPS, WARMUP = (4, 1) if QUICK else (20, 2)  # timed (interleaved rounds) / untimed steps
+STEPS, WARMUP = (4, 1) if QUICK else (40, 2)  # timed (interleaved rounds) / untimed steps
 MODEL = dict(vocab_size=1024, block_size=64, n_embd=64, n_layer=2, n_head=2)
 N_MICRO, T_F, T_B = 4, 0.02, 0.04        # pipeline: micro-batches, s per stage forward / backward (a chunk: / v)
 PIPE_STEPS = 3 if QUICK else 6           # the first step of each schedule warms up and is left out
