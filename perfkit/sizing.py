@@ -3,9 +3,9 @@
 The course's budgets (90 s per QUICK notebook, 180 s at default sizes) must hold on any CPU,
 not only the one a notebook was written on. Sizes written as constants do not: a CPU without
 bf16 units emulates bf16 about 100x slower than fp32, so a bf16 sweep sized for native units
-takes minutes. Here the work is planned from :func:`perfkit.hw.cached_limits`: each dtype's
-predicted time is its model FLOPs over a share of its measured ceiling, and a dtype the
-machine emulates is timed at the sizes that fit, with a sentence saying so. Timing sections
+takes minutes. Here the work is planned from one call timed at the smallest size (untimed:
+from :func:`perfkit.hw.cached_limits`, model FLOPs over a share of the measured ceiling), and
+a dtype the machine emulates is timed at the sizes that fit, with a sentence saying so. Timing sections
 pin their intra-op threads (:func:`timing_threads`, :func:`pinned_threads`), since an OpenMP
 thread that loses its core to another process stalls its siblings at every barrier. Two sweep
 points are compared on the same work (:func:`same_work_ratio`): the smaller operation repeated
@@ -13,7 +13,9 @@ to the larger one's FLOPs or bytes, the two timed in alternation, so the ratio h
 
 Usage::
 
-    plan = plan_dtype(hw.cached_limits(), "bfloat16", flops_per_sample, [1, 4, 8], calls=8, budget_s=20)
+    one = timing.benchmark(bf16_step_at_batch_1, warmup=1, repeat=1).median_s  # s
+    plan = plan_dtype(hw.cached_limits(), "bfloat16", flops_per_sample, [1, 4, 8], calls=8, budget_s=20,
+                      probe_s=one)
     with pinned_threads(timing_threads()) as n:
         bench.measure_all([("bf16", False, b) for b in plan.batches])
 """
@@ -40,7 +42,7 @@ __all__ = ["CORES", "EFFICIENCY", "DtypePlan", "ceiling_share", "copy_ratio", "m
            "threads_note", "timing_threads"]
 
 # The share of a dtype's matmul ceiling a tiny model's training step reaches (notebook 06
-# measured 15-40 % in fp32 on 2 cores): time is planned at this share, so a plan errs long.
+# measured 15-40 % in fp32 on 2 cores): an untimed plan is made at this share.
 EFFICIENCY = 0.25
 # Intra-op threads torch starts with (one per physical core): notebook 00 measured the
 # ceilings with them, so a step pinned to fewer threads can reach that share of the ceilings.
@@ -54,13 +56,15 @@ class DtypePlan:
     Attributes:
         dtype: the dtype name (``"bfloat16"``).
         support: ``"native"``, ``"converted"`` or ``"emulated"`` (:meth:`MachineLimits.support`).
-        batches: the batches to time, a prefix of those asked for (all of them when they fit).
-        calls: calls (steps) per batch: those asked for, fewer only when the smallest batch
-            alone would not fit the budget (at least 1).
-        predicted_s: the planned work's seconds at :data:`EFFICIENCY` of the ceiling.
+        batches: the batches to time, a prefix of those asked for (all of them when they fit;
+            the smallest always, even past the budget).
+        calls: calls (steps) per batch, as asked: every caller times each batch that many times.
+        predicted_s: the planned work's seconds (from ``probe_s`` where it was timed, else at
+            :data:`EFFICIENCY` of the ceiling).
         full_s: the same for every batch asked for.
         budget_s: the share of the notebook's budget this work may take.
-        note: a sentence computed from the ceilings, for the notebook to print.
+        note: a sentence computed from the probe or the ceilings, for the notebook to print.
+        probe_s: one call's measured seconds at the smallest batch (``None``: not timed).
     """
 
     dtype: str
@@ -71,6 +75,7 @@ class DtypePlan:
     full_s: float
     budget_s: float
     note: str
+    probe_s: float | None = None
 
     @property
     def reduced(self) -> bool:
@@ -80,13 +85,17 @@ class DtypePlan:
 
 def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batches: Sequence[int],
                calls: int, budget_s: float, efficiency: float = EFFICIENCY,
-               label: str = "batch") -> DtypePlan:
+               label: str = "batch", probe_s: float | None = None) -> DtypePlan:
     """Which of ``batches`` to time in ``dtype`` so ``calls`` calls of each fit ``budget_s``.
 
-    A batch of ``b`` costs ``calls * b * flops_per_sample / (efficiency * peak(dtype))``
-    seconds; the plan keeps the longest prefix of the batches (sorted) whose summed cost
-    fits the budget, at least the smallest batch (with fewer calls, at least one, when even it
-    does not fit). Native dtypes are planned the same way:
+    With ``probe_s`` (one call at the smallest batch, timed), a batch of ``b`` costs
+    ``calls * probe_s * b / smallest`` seconds: linear in the batch, which errs long, since a
+    call's fixed costs do not grow with it. Without it, ``calls * b * flops_per_sample /
+    (efficiency * peak(dtype))``: a ceiling swept at other shapes can miss a call's own rate
+    many-fold either way (an emulated dtype's, swept at the sizes that fit, more than most),
+    so a notebook that can time one call should. The plan keeps the longest prefix of the
+    batches (sorted) whose summed cost fits the budget, and always the smallest batch, with
+    every call (the note says when that overruns). Native dtypes are planned the same way:
     on a machine slow in fp32 too, their sweep shrinks as well.
 
     Args:
@@ -98,14 +107,16 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
         budget_s: seconds this dtype's work may take.
         efficiency: the share of the ceiling the work is assumed to reach (0 < e <= 1).
         label: what a batch is called in the note (``"n"`` for a matmul's width).
+        probe_s: seconds one call at the smallest batch took, measured (``None``: plan from
+            the ceiling).
 
     Returns:
         A :class:`DtypePlan`.
 
     Raises:
         TypeError, ValueError: for limits that are not :class:`MachineLimits`, an unmeasured
-            dtype, a batch or ``calls`` below 1, or a non-positive FLOP count, budget or
-            efficiency.
+            dtype, a batch or ``calls`` below 1, or a non-positive FLOP count, budget,
+            efficiency or probe.
     """
     check_type("limits", limits, MachineLimits)
     name = dtype_name(dtype)
@@ -114,28 +125,33 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
     check_int("calls", calls, 1)
     check_real("budget_s", budget_s, 0, lo_open=True)
     check_real("efficiency", efficiency, 0, 1, lo_open=True)
+    if probe_s is not None:
+        check_real("probe_s", probe_s, 0, lo_open=True)
     if not isinstance(label, str) or not label:
         raise TypeError(f"label must be a non-empty str, got {label!r}")
     peak, support = limits.peak_flops(name), limits.support(name)
-    per_call = [b * flops_per_sample / (efficiency * peak) for b in asked]  # s
+    per_call = ([probe_s * b / asked[0] for b in asked] if probe_s is not None
+                else [b * flops_per_sample / (efficiency * peak) for b in asked])  # s
     full_s = calls * sum(per_call)
-    # the smallest batch always runs; when even it does not fit, with fewer calls (at least 1)
-    n = max(1, min(calls, int(budget_s / per_call[0])))
-    keep = 1
-    while keep < len(asked) and n * sum(per_call[:keep + 1]) <= budget_s:
+    keep = 1  # the smallest batch always runs
+    while keep < len(asked) and calls * sum(per_call[:keep + 1]) <= budget_s:
         keep += 1
     fp32 = limits.peak_flops("float32")
-    what = (f"{name} runs at {si(peak, 'FLOP/s')} here, {peak / fp32:.3g}x the fp32 ceiling "
+    what = (f"{name} is {support} here (its matmul ceiling {peak / fp32:.3g}x fp32's): one call at "
+            f"{label} {asked[0]} took {si(probe_s, 's')}, timed now" if probe_s is not None else
+            f"{name} runs at {si(peak, 'FLOP/s')} here, {peak / fp32:.3g}x the fp32 ceiling "
             f"({si(fp32, 'FLOP/s')}): {support}")
-    planned = n * sum(per_call[:keep])
-    if keep == len(asked) and n == calls:
+    planned = calls * sum(per_call[:keep])
+    if keep == len(asked):
         note = f"{what}; every {label} ({', '.join(map(str, asked))}) fits its {budget_s:.0f} s share."
     else:
-        note = (f"{what}, so it is timed at {label} {', '.join(map(str, asked[:keep]))} only"
-                + (f", {n} calls instead of {calls}" if n < calls else "")
-                + f": about {planned:.0f} s of its {budget_s:.0f} s share, where every {label} would "
-                f"take about {full_s:.0f} s.")
-    return DtypePlan(name, support, tuple(asked[:keep]), n, planned, full_s, float(budget_s), note)
+        note = (f"{what}, so it is timed at {label} {', '.join(map(str, asked[:keep]))} only: about "
+                f"{planned:.0f} s of its {budget_s:.0f} s share"
+                + (" (the smallest alone overruns it)" if planned > budget_s else "")
+                + f", where every {label} would take about {full_s:.0f} s"
+                + (" (in proportion to the probe)." if probe_s is not None else "."))
+    return DtypePlan(name, support, tuple(asked[:keep]), calls, planned, full_s, float(budget_s), note,
+                     None if probe_s is None else float(probe_s))
 
 
 def timing_threads(cores: int | None = None, load: float | None = None) -> int:

@@ -28,7 +28,7 @@ from perfkit._checks import check_int, check_real
 
 __all__ = [
     "Measurement", "Timer", "balanced_orders", "benchmark", "calibrate_number", "interleaved",
-    "resolve_device", "synchronize",
+    "interleaved_balanced", "resolve_device", "synchronize",
 ]
 
 
@@ -350,3 +350,25 @@ def interleaved(
             times[i].append(t.elapsed_s)
             synchronize(dev)  # side-stream work of one callable must not overlap the next
     return [Measurement(times_s=tuple(ts), warmup=warmup) for ts in times]
+
+
+def interleaved_balanced(
+    fns: Sequence[Callable[[], object]],
+    warmup: int = 2,
+    repeat: int = 10,
+    device: torch.device | str | None = None,
+) -> list[Measurement]:
+    """:func:`interleaved` in ``order="balanced"`` over whole cycles of the design: ``repeat``
+    rounded up to a multiple of ``len(balanced_orders(len(fns)))`` rounds, so that every callable
+    runs before every other one in exactly half the rounds (for two: A B, B A, A B, B A ...).
+    What a round's position does to a time (the second call of a round running slower, say)
+    then falls on each callable alike, and cancels from their paired ratios. Round ``r`` ran in
+    the order ``balanced_orders(len(fns))[r % cycle]``.
+
+    Raises:
+        TypeError, ValueError: as :func:`interleaved`.
+    """
+    n = len(fns) if isinstance(fns, Sequence) and not isinstance(fns, str) else 0
+    cycle = len(balanced_orders(n)) if n else 1
+    rounds = -(-check_int("repeat", repeat, 1) // cycle) * cycle  # whole cycles
+    return interleaved(fns, warmup=warmup, repeat=rounds, device=device, order="balanced")

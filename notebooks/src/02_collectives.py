@@ -47,6 +47,7 @@ DP_REPEAT = REPEAT if QUICK else 25        # rounds of section 4's nine step tim
 
 # %%
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import comm, dist
@@ -68,7 +69,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from perfkit import hw, stats, viz
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import comm as vcomm
 from perfkit.viz import si
 
@@ -139,18 +140,24 @@ for op, f in fits.items():
           "no bandwidth term: every size here is latency-bound")
     print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, {bw}; median relative error "
           f"{quality[op].median_rel_error:.0%}")
+under = [p for p in by_op["all_reduce"] if p.time_s < fits["all_reduce"].alpha_s]  # calls faster than alpha
+print(f"all-reduce sizes that took less than the fit's alpha ({si(fits['all_reduce'].alpha_s, 's')}): "
+      + (", ".join(f"{si(p.nbytes, 'B')} ({si(p.time_s, 's')})" for p in under) if under else "none")
+      + ". alpha is the fitted line's intercept, not a floor every call pays.")
 big = max(p.nbytes for p in by_op["reduce_scatter"])  # B: the same input buffer for both
 t_big = {op: next(p.time_s for p in by_op[op] if p.nbytes == big) for op in ("reduce_scatter", "all_reduce")}
 rs_ar = t_big["reduce_scatter"] / t_big["all_reduce"]
-cross = fits["all_reduce"].alpha_s * fits["all_reduce"].bandwidth  # B: below it, start-ups set the time
+cross = (fits["all_reduce"].alpha_s * fits["all_reduce"].bandwidth  # B: below it, start-ups set the time
+         if fits["all_reduce"].bandwidth < comm.UNRESOLVED_BANDWIDTH else math.inf)  # inf: no bandwidth term
 print(f"reduce-scatter over all-reduce at {si(big, 'B')}: {rs_ar:.2f}x the time, where the table's bytes "
       "give 0.5x" + (": gloo runs no ring reduce-scatter. Its reduce_scatter_tensor all-reduces the whole "
                      "buffer and keeps this rank's slice (PyTorch pull request 118911), so it moves an "
                      "all-reduce's bytes and takes at least an all-reduce's time, and its busbw curve above "
                      "(the ring's factor) shows half the bytes it moved; NCCL runs the real one."
                      if rs_ar > 0.75 else
-                     f": {si(big, 'B')} lies below the all-reduce fit's crossover (alpha x bandwidth = "
-                     f"{si(cross, 'B')}), where start-up costs, not bytes, set both times." if big < cross else "."))
+                     (f": {si(big, 'B')} lies below the all-reduce fit's crossover (alpha x bandwidth = "
+                      f"{si(cross, 'B')})" if math.isfinite(cross) else ": the all-reduce fit has no bandwidth "
+                      "term") + ", where start-up costs, not bytes, set both times." if big < cross else "."))
 t_ag = next(p.time_s for p in by_op["all_gather"] if p.nbytes == big)  # s: gathered output of `big` bytes
 print(f"all-gather over all-reduce at {si(big, 'B')}: {t_ag / t_big['all_reduce']:.2f}x the time, where the "
       "table's bytes give 0.5x" + (": gloo's all-gather moves its bytes slower than its all-reduce at this size; "
@@ -163,9 +170,12 @@ print(f"all-gather over all-reduce at {si(big, 'B')}: {t_ag / t_big['all_reduce'
 
 # %%
 ar_big = max(by_op["all_reduce"], key=lambda p: p.nbytes)
+share_big = comm.busbw_share(ar_big, memcpy, REPEAT)  # with its repetitions' p10-p90 range
 viz.verdict(Prediction(f"all-reduce busbw at {si(ar_big.nbytes, 'B')} as a share of one copy at the DRAM ceiling",
                        "loopback TCP: each byte copied into the kernel and out again", high=0.5,
-                       physical=(0, None)), ar_big.busbw / memcpy, explain={
+                       physical=(0, None)), share_big, explain={
+    "held": f"At the DRAM ceiling the two copies would take {share_big.value / 0.5:.0%} of the time measured; "
+            "this run does not split the rest between system calls, the TCP stack and the summing.",
     "above": f"The buffer is {ar_big.nbytes / (limits.llc_bytes or 1):.2g}x the last-level cache"
              + (": its copies can run from cache, above the DRAM ceiling." if ar_big.nbytes < (limits.llc_bytes
                 or 0) else ".")})
@@ -177,10 +187,12 @@ viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha
     "above": q.why})
 
 # %% [markdown]
-# **Reading the fit.** The printed `alpha` is the fixed price of one collective: each one wakes
-# a gloo thread in each process and exchanges TCP messages through the kernel, and on a machine
-# whose cores are all busy a waiting process must also be *scheduled* again before it can answer. The fit
-# weights each point by its relative error, so small and large messages count alike.
+# **Reading the fit.** The printed `alpha` is the fitted line's intercept: what it charges a
+# message of no bytes. It stands for the fixed costs of a collective: each one wakes a gloo thread in
+# each process and exchanges TCP messages through the kernel, and on a machine whose cores are all busy
+# a waiting process must also be *scheduled* again before it can answer. It is fitted across all sizes,
+# so it is no floor: the line after the fits counts the sizes whose calls took less. The fit weights
+# each point by its relative error, so small and large messages count alike.
 #
 # ## 3. Ring all-reduce from send and receive
 #
@@ -228,10 +240,8 @@ print("every rank holds the sum:", all(torch.equal(b, want) for b in out))
 
 # %%
 ring2 = res2["collectives"]["ring"]
-for rec in ring2:  # repetition i of ring and gloo timed back to back: paired rounds
-    rec["ratio"] = stats.median_ratio(rec["times_s"], rec["ref_times_s"])
-    print(f"numel {rec['numel']:>7,}: exact {rec['int_exact']}, float error "
-          f"{rec['float_max_abs_err']:.1e}; ring over gloo {rec['ratio'].text('x')}")
+for rec in ring2:  # the times are read after the prediction below
+    print(f"numel {rec['numel']:>7,}: exact {rec['int_exact']}, float error {rec['float_max_abs_err']:.1e}")
 viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all_reduce's",
                        "the same sums in any order are exact for integers", value=0, rel_tol=0),
             sum(not r["int_exact"] for r in ring2))
@@ -251,6 +261,9 @@ viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all
 # `RING_REPEAT` pairs.
 
 # %%
+for rec in ring2:  # repetition i of ring and gloo timed back to back: paired rounds
+    rec["ratio"] = stats.median_ratio(rec["times_s"], rec["ref_times_s"])
+    print(f"numel {rec['numel']:>7,}: ring over gloo {rec['ratio'].text('x')}")
 small = min((r for r in ring2 if r["numel"] >= 2), key=lambda r: r["numel"])  # no empty chunk
 extra = (f"{si(abs(small['time_s'] - small['ref_time_s']), 's')} more per call (medians: ring "
          f"{si(small['time_s'], 's')}, gloo {si(small['ref_time_s'], 's')})")
@@ -278,15 +291,19 @@ viz.verdict(Prediction(f"ring time over gloo's all_reduce at {small['numel']} el
 # speed once `P > C`: every time is stretched by `max(1, P / C)`. The 2-process fit already
 # carries its own stretch, so 3 processes should take `max(1, 3 / C) / max(1, 2 / C)` times the
 # ring model (1 on a machine with 3 cores or more). The model is coarse, so the prediction is
-# that factor within a factor of 2 either way, for the median over the sizes of the measured
-# time over the model's (each size its own ratio; the median of those ratios is judged, not one
-# size's). The cell below measures 3
-# processes (same sweep, plus the ring check) to test it.
+# that factor within a factor of 2 either way, for every size's measured time over the model's.
+#
+# The model splits the sizes in two. At or below its crossover on `n` processes, where the
+# latency term `(n-1) · alpha` equals the bytes' term `2(n-1)/n · S / bandwidth` (at
+# `S = n · alpha · bandwidth / 2`), start-ups set the time; above it, the bytes. A median over all
+# sizes could land between two halves that both miss, so each half is judged apart: on the median
+# of its sizes' ratios, with the medians of their p10 and p90 repetitions as its range.
 #
 # Where the model can miss: a share of `C / P` of a core is an average. A message whose
-# receiver is not running waits until the scheduler runs it, which costs the small, latency-bound
-# sizes most; large sizes spend their time copying and summing, which the stretch does describe.
-# The verdict says which half of the sizes is further off.
+# receiver is not running waits until the scheduler runs it, which costs the latency-bound sizes
+# most; the bandwidth-bound sizes spend their time copying and summing. The cell below measures
+# 3 processes (same sweep, plus the ring check), prints where the measured ratios split, and fits
+# the 3 processes' own times to compare each term with the model's.
 
 # %%
 CFG3 = {"collectives": {"sweep": {"ops": ["all_reduce"], "sizes": SIZES, "repeat": REPEAT},
@@ -295,13 +312,23 @@ res3 = dist.launch("perfkit.jobs.suite", 3, ["--config", json.dumps(CFG3)], time
 points3 = [comm.CollectivePoint(**p) for p in res3["collectives"]["sweep"]]
 print(f"ring on 3 processes exact on every size: {all(r['int_exact'] for r in res3['collectives']['ring'])}")
 rc = comm.ring_check(points3, fits["all_reduce"])
-for nb, m, p in zip(rc.nbytes, rc.model_s, points3, strict=True):
-    print(f"3 processes, {si(nb, 'B'):>8}: measured {si(p.time_s, 's'):>9}, ring model {si(m, 's'):>9}")
-spread3 = comm.ring_check_text(rc, points3, fits["all_reduce"])  # the halves, and which term grew
-viz.verdict(Prediction("3-process all-reduce time over the ring model (median over sizes)",
-                       f"a ring on 3 processes, from the 2-process fit, x {rc.stretch:.2f} for {rc.cores} cores",
-                       low=rc.stretch / 2, high=2 * rc.stretch, unit="x"), rc.median,
-            explain={k: spread3 for k in ("held", "above", "below")})
+for size, m, r, p in zip(rc.nbytes, rc.model_s, rc.ratios, sorted(points3, key=lambda p: p.nbytes), strict=True):
+    print(f"3 processes, {si(size, 'B'):>8}: measured {si(p.time_s, 's'):>9}, ring model {si(m, 's'):>9} "
+          f"({r:.2f}x)")
+print(comm.ring_check_text(rc, points3, fits["all_reduce"]))  # where the ratios split, and how each term moved
+for latency_bound in (True, False):
+    sizes = ("every size (the 2-process fit has no bandwidth term: all latency-bound)"
+             if math.isinf(rc.crossover_bytes) else
+             f"at or below {si(rc.crossover_bytes, 'B')} (latency-bound)" if latency_bound else
+             f"above {si(rc.crossover_bytes, 'B')} (bandwidth-bound)")
+    if rc.regime(latency_bound) is None:
+        if math.isfinite(rc.crossover_bytes):  # none above an infinite one: the verdict's label says so
+            print(f"No size measured here lies {sizes}.")
+        continue
+    viz.verdict(Prediction(f"3-process all-reduce time over the ring model, sizes {sizes}",
+                           f"a ring on 3 processes, from the 2-process fit, x {rc.stretch:.2f} for {rc.cores} "
+                           "cores", low=rc.stretch / 2, high=2 * rc.stretch, unit="x"), rc.regime(latency_bound),
+                explain={k: comm.ring_regime_text(rc, latency_bound) for k in ("held", "above", "below")})
 
 # %% [markdown]
 # The widget scales the plain ring model to up to 16 processes, without the core stretch of the
@@ -340,8 +367,8 @@ plt.show()
 # The bucketed step does the overlapped one's work (forward, backward, the same buckets, copies
 # and all-reduces) with its communication after backward: its communication is `bucketed -
 # compute` (compute: forward and backward without communication), and the overlap hid
-# `(bucketed - overlapped) / (bucketed - compute)` of it (`perfkit.comm.hidden_share`). That
-# share lies between 0 and the ceiling `min(backward, communication) / communication`:
+# `(bucketed - overlapped) / (bucketed - compute)` of it (`perfkit.comm.hidden_share`). The
+# prediction: that share lies between 0 and the ceiling `min(backward, communication) / communication`:
 # communication longer than the backward pass cannot all hide behind it, provided the
 # all-reduces take as long during backward as after it. They need not: `ProcessGroupGloo` runs
 # queued collectives on two worker threads by default, so asynchronous all-reduces can run two at
@@ -387,9 +414,14 @@ viz.verdict(Prediction("naive step time over bucketed", "alpha per tensor agains
     "held": f"The model's saving, {si(saving, 's')}, against {si(t['naive'] - t['bucketed'], 's')} by the medians"
             + (f": per extra all-reduce of naive's {n_tensors - cmp['buckets']}, "
                f"{si((t['naive'] - t['bucketed']) / (n_tensors - cmp['buckets']), 's')} by the medians, against the "
-               f"fit's alpha of {si(f_ar.alpha_s, 's')}: the bucketed step also copies every gradient into and "
-               "out of its buckets, which the model leaves out and this run does not time apart, so the model's "
-               "saving counts the calls alone." if t["naive"] > t["bucketed"] else "."),
+               f"fit's alpha of {si(f_ar.alpha_s, 's')}" if t["naive"] > t["bucketed"] else "")
+            + (". The saving is larger than the model's. The copies the model leaves out (every gradient into "
+               "and out of the buckets) cannot explain that: only the bucketed step pays them, so they shrink the "
+               "saving. This run does not measure what naive's extra calls cost beyond alpha."
+               if t["naive"] - t["bucketed"] > saving else
+               ". The saving is smaller than the model's: the bucketed step also copies every gradient into and "
+               "out of its buckets, a cost the model leaves out and only that step pays, which would make it "
+               "smaller; this run does not time those copies apart."),
     "below": f"The paired rounds put naive below bucketed, while the medians give {t['naive'] / t['bucketed']:.3f}x; "
              f"the model's {si(saving, 's')} of start-ups is {saving / t['bucketed']:.1%} of a step, small against "
              f"the rounds' spread ({nb.describe('x')}). This run does not time the copies into buckets apart.",
@@ -423,9 +455,9 @@ if comm_in > 0:
     medians_note = (f" The two steps' medians, taken apart, give a share of {shown:.2f}, above the ceiling: "
                     "medians of separately scattered steps need not subtract to what the rounds share, and the "
                     "verdict judges the rounds' own differences." if shown is not None and shown > ceiling else "")
-    viz.verdict(Prediction("share of the bucketed step's communication the overlap hid",
-                           "at best min(backward, communication) / communication", low=0.0, high=ceiling,
-                           physical=(None, 1)), hidden, explain={
+    overlap_v = judge(Prediction("share of the bucketed step's communication the overlap hid",
+                                 "at best min(backward, communication) / communication", low=0.0, high=ceiling,
+                                 physical=(None, 1)), hidden, explain={
         "held": f"{hidden.value / ceiling:.0%} of what backward could cover was hidden." + medians_note,
         "inconclusive": f"The 90 % interval, {hidden.low:.2f} to {hidden.high:.2f}, is "
                         + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
@@ -445,8 +477,19 @@ if comm_in > 0:
                  + (f" The two steps' medians, taken apart, say the opposite ({si(t['overlapped'], 's')} against "
                     f"{si(t['bucketed'], 's')}, a share of {shown:.2f}): the rounds scatter more than the overlap "
                     "changes, so the sign of this figure is the noise's." if shown is not None and shown > 0 else "")})
+    viz.show_verdict(overlap_v)
+    overlap_said = {  # the verdict's outcome in a few words, for the summary below
+        "held": f"within the {ceiling:.0%} backward could cover (held)",
+        "missed": (f"above the {ceiling:.0%} backward could cover (missed: the overlapped step saved "
+                   f"{si(saved, 's')} in the median round, more than backward's {si(ceiling * comm_in, 's')})"
+                   if overlap_v.direction == "above" else
+                   f"below 0 (missed: in the median round the overlapped step took {si(-saved, 's')} more than "
+                   "the bucketed one)"),
+        "inconclusive": f"its interval reaching across an edge of 0 to {ceiling:.0%}, what backward could cover "
+                        "(inconclusive)",
+        "disturbed": "outside the range a share can take (disturbed)"}[overlap_v.outcome]
 else:
-    hidden = None
+    hidden = overlap_v = None
     print("The bucketed step was not slower than compute alone by the medians: no communication showed in it, "
           "so there was none for the overlap to hide.")
 ddp_ov = stats.median_ratio(reps["ddp"], reps["overlapped"])
@@ -524,35 +567,32 @@ viz.show_headlines({
                                                      f"({ar_big.busbw / memcpy:.2g} of one copy at the DRAM ceiling)",
     "overlap hid (share of the bucketed step's communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
-        f"{hidden.scaled(100).text('%')}, above the {ceiling:.0%} backward "
-        "could cover at the bucketed step's all-reduce cost: "
-        "the overlapped step's all-reduces cost less" if hidden.low is not None and hidden.low > ceiling else
-        f"{hidden.scaled(100).text('%')}, its interval reaching both sides of the {ceiling:.0%} backward "
-        "could cover: this run cannot say it hid more" if hidden.value > ceiling else
-        f"{hidden.scaled(100).text('%')}; the backward pass could cover "
-        f"{ceiling:.0%}" if hidden.value >= 0 else
-        f"none: in the median round the overlapped step took {si(-saved, 's')} more than the bucketed one"
-        + (f" (by the two steps' medians, {shown:.2f}: within the rounds' scatter)" if shown is not None and shown > 0
-           else "")),
+        f"{hidden.scaled(100).text('%')}, {overlap_said}"
+        + (f" (by the two steps' medians, {shown:.2f}: within the rounds' scatter)"
+           if hidden.value < 0 and shown is not None and shown > 0 else "")),
     "DDP step over naive DP's (median of the paired rounds' ratios)": (
-        f"{stats.median_ratio(reps['ddp'], reps['naive']).text('x')}; the ratio of the two medians above is "
-        f"{t['ddp'] / t['naive']:.3f}x"),
+        f"{stats.median_ratio(reps['ddp'], reps['naive']).text('x')}; "
+        f"{comm.medians_against_pairs(reps['ddp'], reps['naive'])}"),
 })
 
 # %% [markdown]
 # **Takeaway**, from this run's numbers:
 
 # %%
-print(f"The all-reduce's fit charges each call a fixed {si(fits['all_reduce'].alpha_s, 's')} (alpha, its intercept "
-      f"across sizes: a model's start-up, not a floor every call pays) before its bytes count; below about "
-      f"{si(cross, 'B')} (alpha x bandwidth) the fixed costs set the time. Buckets pay fewer of them (naive's "
-      f"step over bucketed's: {nb.text('x')} here, against the model's "
-      f"{(pred_naive + t['bucketed'] - pred_bucket) / t['bucketed']:.2f}x, which leaves out the buckets' copies), "
-      "and DDP's bucket_cap_mb trades the start-ups of many small buckets against one large bucket that cannot start until backward is over. NCCL on NVLink or InfiniBand "
-      "has a far smaller alpha and a far larger bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's "
-      "all-reduce can hide only behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during "
-      "forward)"
-      + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}"
-         + (f", the median round's (the two steps' medians give {shown:.2f}: the rounds scatter more than the "
-            "overlap changes)." if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
+model_nb = (pred_naive + t["bucketed"] - pred_bucket) / t["bucketed"]  # naive over bucketed, by the fit
+print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].alpha_s, 's')}: the fixed costs "
+      "its line charges a call before the bytes count, not a floor every call pays; "
+      + (f"below about {si(cross, 'B')} (alpha x bandwidth) the fixed costs set the time"
+         if math.isfinite(cross) else "the fit found no bandwidth term: at every size here the fixed costs set the "
+         "time") + ". Buckets pay fewer of them (naive's "
+      f"step over bucketed's: {nb.text('x')} here, against the model's {model_nb:.2f}x, which leaves out the "
+      "buckets' copies: they lower the measured ratio"
+      + (", so they do not explain one above the model's" if nb.value > model_nb else "") + "), "
+      "and DDP's bucket_cap_mb trades the start-ups of many small buckets against one large bucket that cannot "
+      "start until backward is over. NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
+      "bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's all-reduce can hide only "
+      "behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during forward)"
+      + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}, {overlap_said}"
+         + (f" (the two steps' medians give {shown:.2f}: the rounds scatter more than the overlap changes)."
+            if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
          if hidden is not None else "; here no communication showed in the bucketed step to hide."))

@@ -66,7 +66,7 @@ GPT_ATTN_T = [256] if QUICK else [128, 256, 512]
 MATMUL_N = ([960, 1018, *range(1021, 1028), 1030, 1031, 1034, 1038, 1088, 1089] if QUICK
             else [960, *range(1016, 1040), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
 # both hold 6 or more odd widths and 6 even ones off the vector grid (n % 4 == 2): the fewest
-# a 90 % interval of section 5's parity ratio needs, so its verdict can be decided at either size
+# for which section 5's parity ratio has a 90 % interval at all (whether it decides is the run's)
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
 COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of seconds on a CPU
@@ -82,11 +82,12 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
       f"{si(limits.copy_bytes_per_s, 'B/s')}\n{vm.bf16_sentence(limits)}")
 
 # %% [markdown]
-# **Sizes from this machine's ceilings.** The bf16 work below is sized from the ceilings above
-# (`perfkit.sizing.plan_dtype`): a step's time is predicted as its model FLOPs over a quarter of
-# the bf16 ceiling, and each bf16 sweep keeps the sizes that fit its share of this notebook's
-# budget. Where bf16 is emulated (no bf16 units: slower than fp32 by the factor printed above) that is fewer
-# sizes; the sentences below say which. Timings run on the threads other processes leave free
+# **Sizes from this machine.** The bf16 work below is sized from one bf16 call timed now at the
+# smallest size of each sweep (`perfkit.sizing.plan_dtype`): a larger size is predicted in
+# proportion to it, which errs long (a call's fixed costs do not grow with it), and each bf16
+# sweep keeps the sizes that fit its share of this notebook's budget. Where bf16 is emulated (no
+# bf16 units: slower than fp32 by the factor printed above) that is fewer sizes; the sentences
+# below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
 # the ceiling notebook 00 measured on that many threads. The rule reads the 1-minute load average,
@@ -95,19 +96,24 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # makes the timings slower but steady, and each MFU fair against its own threads' ceiling.
 
 # %%
-per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
-AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}),
-                             calls=LOSS_STEPS + 2 * REPEAT + 3, budget_s=0.12 * BUDGET_S)
-AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
-BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES,
-                               calls=(3 if QUICK else REPEAT) + 1, budget_s=0.1 * BUDGET_S)
-SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, calls=REPEAT + 3,
-                               budget_s=0.05 * BUDGET_S, label="n")
-PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 THREADS = sizing.timing_threads()
 SHARE = limits.thread_share(THREADS) if DEVICE.type == "cpu" else 1.0  # these threads' own ceiling, measured
 CEIL_THREADS = THREADS if DEVICE.type == "cpu" else None  # the ceilings' thread count for these timings
 print(sizing.threads_note(THREADS, SHARE))
+per_sample = compute.gpt2_shape(tiny_gpt2(block_size=SEQ, **GPT), SEQ).train_flops(1)  # FLOPs
+with sizing.pinned_threads(THREADS):  # one bf16 call at each sweep's smallest size: what its plan scales
+    probe = {b: timing.benchmark(ex.gpt_step(GPT, torch.randint(0, 1024, (b, SEQ), device=DEVICE), "bf16"),
+                                 warmup=1, repeat=1, device=DEVICE).median_s for b in {1, BATCHES[0]}}  # s
+    pa, pb = (torch.randn(*s, device=DEVICE, dtype=torch.bfloat16) for s in ((1024, 256), (256, min(MATMUL_N))))
+    probe_mm = timing.benchmark(lambda: pa @ pb, warmup=1, repeat=1, device=DEVICE).median_s  # s
+AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}),
+                             calls=LOSS_STEPS + 2 * REPEAT + 3, budget_s=0.12 * BUDGET_S, probe_s=probe[1])
+AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
+BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES, calls=(3 if QUICK else REPEAT) + 1,
+                               budget_s=0.1 * BUDGET_S, probe_s=probe[BATCHES[0]])
+SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, calls=REPEAT + 3,
+                               budget_s=0.05 * BUDGET_S, label="n", probe_s=probe_mm)
+PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 plans = {"training steps": AMP_PLAN, "batch sweep": BENCH_PLAN, "shape sweep": SHAPE_PLAN}
 cut = os.path.commonprefix([p.note for p in plans.values()]).rfind(": ")  # the shared sentence, said once
 if cut > 0:
@@ -170,10 +176,10 @@ print(ex.largest_rise(curves))
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
 # was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
 # the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
-# off notebook 00's ceilings, both on the threads the step runs on: `f` = the step's model FLOPs
-# at the fp32 ceiling over its time, `r` = the ratio of the bf16 and fp32 ceilings (the bf16 one
-# raised in the next cell wherever the step's counted FLOPs, or its matmuls replayed alone, beat it). But those are square matmuls of the best size,
-# while this step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
+# off the ceilings as this notebook found them (notebook 00's), both on the threads the step runs
+# on: `f` = the step's model FLOPs at the fp32 ceiling over its time, `r` = the ratio of the bf16
+# and fp32 ceilings. But those are square matmuls of the sizes notebook 00 swept, while this
+# step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
 # tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
 # So the prediction the verdict uses measures `f` and `r` at the step's own shapes
 # (`compute.autocast_parts`): it records, from one bf16 step, every op that runs on a bf16
@@ -195,32 +201,31 @@ for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
           " of model FLOPs (section 6 turns these into MFU, one per setting)")
 # FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
-# elementwise work, so a lower bound),
-# held against the bf16 ceiling on these threads, which they raise where they beat it
+# elementwise work, so a lower bound), over the bf16 matmuls and attention replayed alone (the parts
+# below) and over the whole bf16 step; a rate that beats the bf16 ceiling raises it (perfkit.ceilings)
+found = limits  # the ceilings as this notebook found them: the next cell's crude estimate uses these
 bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
-# the same counted FLOPs over the bf16 matmuls and attention replayed alone (next cell's parts): faster than the step
 mm_s = sum(parts.parts[k].candidate.median_s for k in ("matmul", "attention"))  # s, medians
-hfu_mm = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s,
-                          f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", threads=CEIL_THREADS)
-limits = hfu_mm.limits
-print(f"  bf16's counted FLOPs over the time of its matmuls and attention replayed alone (the parts below): "
-      f"{si(hfu_mm.rate, 'FLOP/s')}: "
-      f"{hfu_mm.share:.0%} of the bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}"
-      + (f" ({hfu_mm.note}; notebook 00's sweep measured it at larger, square shapes)" if hfu_mm.raised else ""))
-hfu1 = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / amp.candidate.median_s,
-                        f"the bf16 step at batch {AMP_BATCH}", threads=CEIL_THREADS)
-limits = hfu1.limits  # raised where the step beat it: every later share is held against the raised one
-print(f"  in the whole bf16 step, its counted FLOPs ran at {si(hfu1.rate, 'FLOP/s')}: {hfu1.share:.0%} of the "
-      f"bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}, {si(hfu1.after, 'FLOP/s')}"
-      + (f" ({hfu1.note}, so this share is 100 % by construction)" if hfu1.raised else ""))
+for what, sec in ((f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", mm_s),
+                  (f"the bf16 step at batch {AMP_BATCH}", amp.candidate.median_s)):
+    limits = ceilings.observe(limits, "bfloat16", bf16_per_sample * AMP_BATCH / sec, what, threads=CEIL_THREADS).limits
+bf16_found, bf16_now = (lim.peak_flops("bfloat16", CEIL_THREADS) for lim in (found, limits))  # FLOP/s
+on = f"on {THREADS} thread{'s' * (THREADS != 1)}"
+print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'FLOP/s')} in its matmuls and "
+      f"attention replayed alone, which take {mm_s / amp.candidate.median_s:.0%} of the step's time; "
+      + (f"the bf16 ceiling {on} ({si(bf16_found, 'FLOP/s')}, from "
+         f"{found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')}) is raised to "
+         "that rate for what follows: a ceiling this step set is no measure of its utilisation"
+         if bf16_now > bf16_found else
+         f"{bf16_per_sample * AMP_BATCH / mm_s / bf16_now:.0%} of the bf16 ceiling {on}, {si(bf16_now, 'FLOP/s')}"))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
                               limits.peak_flops("float32") * SHARE))
-r_ceil = limits.peak_flops("bfloat16", CEIL_THREADS) / limits.peak_flops("float32", CEIL_THREADS)  # these threads'
+r_ceil = bf16_found / found.peak_flops("float32", CEIL_THREADS)  # these threads', as the notebook found them
 crude, got = 1 / ((1 - f_ceil) + f_ceil / r_ceil), amp.estimate.value
 closer = abs(math.log(crude / got)) < abs(math.log(parts.predicted() / got))
-print(f"from the ceilings on {THREADS} thread{'s' * (THREADS != 1)}: f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
+print(f"from the ceilings as found, {on}: f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
       f"{crude:.3g}x ({'closer to' if closer else 'farther from'} the measured {got:.3g}x than the parts' below)")
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
@@ -233,9 +238,10 @@ viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed o
 
 # %% [markdown]
 # The ceilings' `f` counts only the model's FLOPs, at the best square matmul's speed, so it is at
-# most the matmuls' real share; their `r` is the ratio at the best shape, which the step's own
-# shapes need not share (the `matmul` line's ratio against the ceilings' says by how much here).
-# A bigger model, with more of its step in large matmuls, brings both closer to the ceilings'.
+# most the matmuls' real share; their `r` is the ratio of the two ceilings at the square sizes
+# notebook 00 swept (or at a rate that later beat one and raised it), which the step's own shapes
+# need not share (the `matmul` line's ratio against the ceilings' says by how much here). A
+# bigger model, with more of its step in large matmuls, brings both closer to the ceilings'.
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
@@ -305,24 +311,28 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # fused C++/OpenMP loop on a CPU, one Triton kernel on a GPU), and PyTorch's hand-written GELU
 # kernel after the bias add (two kernels). The first call of the compiled function is the
 # compile; `measure_compile` times it, then times eager and compiled interleaved (the
-# `F.gelu` row is timed on its own after them, so it is not part of that pairing).
+# `F.gelu` row is timed on its own after them, so it is not part of that pairing). Like every
+# timing here, they run on the `THREADS` threads chosen at the top.
 
 # %%
+def where(rate):  # modelled bytes/s against DRAM's copy ceiling and the in-cache copy's
+    cache_bw = limits.cache_bytes_per_s
+    return (f"= {limits.share_of_bandwidth(rate):4.0%} of DRAM copy bandwidth (the best of any thread count)"
+            if rate <= limits.copy_bytes_per_s else
+            f"above DRAM's copy ceiling ({si(limits.copy_bytes_per_s, 'B/s')}): part of it stayed in "
+            + (f"cache, {rate / cache_bw:.0%} of the in-cache copy's" if cache_bw and rate <= cache_bw
+               else "cache, and above the in-cache copy's too: the model counts bytes that did not move"))
+
 compiled_chain = torch.compile(gelu_chain)  # mode="default"
-rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
-                                repeat=REPEAT)
-builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
+with sizing.pinned_threads(THREADS):
+    rec = compiling.measure_compile(lambda: gelu_chain(xc, bias), lambda: compiled_chain(xc, bias),
+                                    repeat=REPEAT)
+    builtin = timing.benchmark(lambda: F.gelu(xc + bias, approximate="tanh"), warmup=2, repeat=REPEAT)
 rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),  # (label, s, modelled bytes)
         ("F.gelu, 2 kernels", builtin.median_s, 4 * xc.numel() * 4),  # timed alone after the pair
         ("compiled, 1 kernel", rec.compiled.median_s, chain.fused)]
 for label, sec, nbytes in rows:
-    rate, cache_bw = nbytes / sec, limits.cache_bytes_per_s  # modelled bytes over the time
-    where = (f"= {limits.share_of_bandwidth(rate):4.0%} of DRAM copy bandwidth (the best of any thread count)"
-             if rate <= limits.copy_bytes_per_s else
-             f"above DRAM's copy ceiling ({si(limits.copy_bytes_per_s, 'B/s')}): part of it stayed in "
-             + (f"cache, {rate / cache_bw:.0%} of the in-cache copy's" if cache_bw and rate <= cache_bw
-                else "cache, and above the in-cache copy's too: the model counts bytes that did not move"))
-    print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(rate, 'B/s'):>10} {where}")
+    print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(nbytes / sec, 'B/s'):>10} {where(nbytes / sec)}")
 fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # compiled over eager, paired
 print(f"compiled / eager: {fused_x.point('x')} ({fused_x.describe('x')}; predicted {chain.ratio:.1f}x if "
       f"memory-bound); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
@@ -333,26 +343,28 @@ print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 # allocator serves blocks above its mmap threshold (128 KiB at first, raised up to 32 MiB as
 # large blocks are freed) straight from the operating system and gives them back when they are
 # freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
-# the bytes model leaves out. Blocks below it are reused from the heap at no extra cost, as a
-# GPU's caching allocator reuses its blocks. Which case applies depends on the size and on what
+# the bytes model leaves out. Blocks below it come from the heap, which hands a freed block to the
+# next request without a fault, as a GPU's caching allocator reuses its blocks, for as long as it
+# keeps the memory (section 6 meets the exception: glibc trims free memory at the heap's top back
+# to the system, and what it trimmed faults in again). Which case applies depends on the size and on what
 # the program freed before, so it is measured: filling a new tensor against an existing one
 # (`perfkit.compute.fusion`). The model of the eager chain is then its bytes at the copy
 # bandwidth plus one new tensor per kernel.
 
 # %%
-cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
+with sizing.pinned_threads(THREADS):
+    cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
 model_s = fusion.chain_model(chain, cost.extra_s, limits.copy_bytes_per_s)  # s: bytes + new tensors
-print(cost.describe(xc.numel() * 4))
+print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
 print(f"eager model: {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
       f"= {model_s.eager_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
 why_eager, why_fused = fusion.chain_explanations(model_s, rec)
 viz.verdict(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
                        value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
             stats.median_interval(rec.eager.times_s).scaled(1e3), explain=why_eager)
-fused_model = model_s.eager_s / (model_s.fused_s + cost.extra_s)  # the fused kernel makes one new tensor too
 viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above: bytes and {chain.kernels} new "
-                       "tensors eager, over bytes and 1 new tensor fused", value=fused_model, rel_tol=0.5, unit="x"),
-            fused_x, explain=why_fused)
+                       "tensors eager, over bytes and 1 new tensor fused", value=model_s.speedup, rel_tol=0.25,
+                       unit="x"), fused_x, explain=why_fused)
 
 # %% [markdown]
 # On the roofline of notebook 00 (FLOPs counted as about 10 per element: 7 multiplies and adds,
@@ -360,28 +372,31 @@ viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above:
 
 # %%
 points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
-viz.plot_roofline({"float32": limits.peak_flops("float32")}, limits.copy_bytes_per_s, points,
-                  title="The GELU chain on this machine's roofline")
+viz.plot_roofline({"float32": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
+                  title=f"The GELU chain on this machine's roofline ({on})")
 plt.show()
 
 # %% [markdown]
 # **Is the compiled chain bound by its bytes or by its arithmetic?** The fused loop reads `x`
 # once and writes the result once, the bytes of adding the bias into an existing tensor. That
 # add (one kernel, one FLOP per element) is timed in alternation with the compiled chain: the
-# add's time is what the chain's bytes cost. The compiled chain also returns a *new* tensor on
+# add's time is what the chain's bytes cost (both read the same `x`, so whatever of it a cache
+# keeps between rounds serves both alike). The compiled chain also returns a *new* tensor on
 # every call, whose cost the previous cell measured (a new tensor against an existing one);
 # what remains of its time is what its arithmetic adds (tanh, counted above as one FLOP, is a
 # polynomial of tens of instructions).
 
 # %%
 out = torch.empty_like(xc)  # existing: no new tensor to fault in
-add_m, comp_m = timing.interleaved([lambda: torch.add(xc, bias, out=out), lambda: compiled_chain(xc, bias)],
-                                   warmup=2, repeat=max(REPEAT, 5), device=DEVICE)
+with sizing.pinned_threads(THREADS):
+    add_m, comp_m = timing.interleaved([lambda: torch.add(xc, bias, out=out), lambda: compiled_chain(xc, bias)],
+                                       warmup=2, repeat=max(REPEAT, 5), device=DEVICE)
 over_add = stats.median_ratio(comp_m.times_s, add_m.times_s)  # compiled chain over the same bytes
 new_s = min(cost.extra_s, max(0.0, comp_m.median_s - add_m.median_s))  # its one new output tensor (s)
 arith_s = comp_m.median_s - add_m.median_s - new_s  # what neither the bytes nor the new tensor explain (s)
 mem_s = add_m.median_s + new_s  # the bytes and the new tensor (s)
-print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} ({si(chain.fused / add_m.median_s, 'B/s')}); "
+print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} at {si(chain.fused / add_m.median_s, 'B/s')} "
+      f"{where(chain.fused / add_m.median_s)}; "
       f"compiled chain: {si(comp_m.median_s, 's')}, {over_add.text('x')} the add's time"
       + (f": of the {si(comp_m.median_s - add_m.median_s, 's')} beyond the bytes, its new output tensor "
          f"accounts for {si(new_s, 's')} (measured above) and {si(arith_s, 's')} "
@@ -501,9 +516,10 @@ for name, m, want in (("with .item()", broken, 1), ("with torch.where", fixed, 0
 # `B·H·T²` floats per layer, growing with the *square* of the sequence length. A fused kernel
 # (FlashAttention's algorithm; PyTorch's `scaled_dot_product_attention` has fused kernels on
 # CPUs too) processes the scores tile by tile and saves, besides its inputs `Q`, `K`, `V`, only
-# the output and one log-sum-exp per row, recomputing the tiles in backward (FlashAttention,
-# Dao et al. 2022, Algorithm 2). The inputs are counted below neither for naive nor for fused:
-# the meter counts what each saves beyond them. **Predictions:** naive saves one `T x T` matrix per
+# the output and one log-sum-exp per row, recomputing the tiles in backward (FlashAttention-2,
+# Dao 2023, Algorithms 1 and 2; the first FlashAttention, Dao et al. 2022, kept two statistics
+# per row, the running maximum and sum). The inputs are counted below neither for naive nor for
+# fused: the meter counts what each saves beyond them. **Predictions:** naive saves one `T x T` matrix per
 # head (the line "predicted" below); fused saves `B·H·T·(d_head + 1)` floats; fused time grows
 # more slowly with `T` because it never writes the matrix to memory.
 #
@@ -522,8 +538,9 @@ def sdpa(q, k, v):
 q, k, v = (torch.randn(2, 4, 64, 16, device=DEVICE) for _ in range(3))
 torch.testing.assert_close(naive_attention(q, k, v), sdpa(q, k, v), atol=1e-5, rtol=1e-4)
 B, H, D = ATTN_B, 4, 16
-pts, note = ex.attention_sweep_checked({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
-                                      head_dim=D, repeat=REPEAT, device=DEVICE)  # again if disturbed
+with sizing.pinned_threads(THREADS):  # measured again if disturbed
+    pts, note = ex.attention_sweep_checked({"naive": naive_attention, "sdpa": sdpa}, ATTN_T, batch=B, heads=H,
+                                          head_dim=D, repeat=REPEAT, device=DEVICE)
 by = {(p.impl, p.seq_len): p for p in pts}
 print("\n".join([*vc.attention_table(pts, B, H, D), note]))
 vc.plot_attention_sweep(pts, title=f"Causal attention, fp32, B={B}, H={H}, d_head={D}")
@@ -562,8 +579,9 @@ viz.show_verdict(ex.disturbed_verdict(
 
 # %%
 T16 = ATTN_T[1]
-p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
-                              head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
+with sizing.pinned_threads(THREADS):
+    p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
+                                  head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
 print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds * 1e3:.2f} ms "
       f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}); "
       f"in bf16 the {'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
@@ -587,9 +605,12 @@ for T in GPT_ATTN_T:
 #
 # **The model.** Matmul kernels work on vectors and tiles: 16 fp32 or 32 bf16 values per
 # AVX-512 register (8 fp32 with AVX2), tensor-core fragments of 8-16 elements on a GPU, where
-# NVIDIA's guidance is dimensions that are multiples of 8 in fp16/bf16. A CPU BLAS packs its
-# operands into aligned panels before the inner kernel runs, so a width off the vector grid
-# (not a multiple of the vector width) costs it mainly the last, partial tile; and a width that is a large power of two can cost
+# NVIDIA's guidance is dimensions that are multiples of 8 in fp16/bf16. A width off the vector
+# grid (not a multiple of the vector width) misaligns every row of `B` and `C` and ends each in a
+# partial vector. The partial vector alone would cost about `lanes / n` of the work, 1 % at
+# `n` near 1024; a library can also take a slower path for every such width, which only a sweep
+# shows (the next cell prints the rate by the largest power of two dividing `n`: the widths the
+# kernel treats as aligned share one grid). A width that is a large power of two can cost
 # instead, since rows `n` floats apart map to the same cache sets (Intel's oneMKL guide
 # advises leading dimensions that are not such powers). So on a CPU "a multiple of 64" is no
 # promise of speed. Oddness itself adds nothing to either effect:
@@ -606,6 +627,8 @@ with sizing.pinned_threads(THREADS):
 if "bfloat16" not in shapes:
     print(f"bf16: {SHAPE_PLAN.note} That leaves no aligned and odd pair: bf16 is not swept here.")
 print("\n".join(s.describe() for s in shapes.values()))
+print(vc.alignment_line(shape_pts, "float32") + (f"; ATen's vector ISA here: {torch.backends.cpu.get_cpu_capability()}"
+                                                  " (AVX2: 8 fp32 lanes, AVX512: 16)" if DEVICE.type == "cpu" else ""))
 vc.plot_shape_sweep(shape_pts, vary="n", multiple=64)
 plt.show()
 
@@ -648,9 +671,11 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # %% [markdown]
 # ## 6. MFU: how much of the machine does a training step use?
 #
-# **The formula** (PaLM, appendix B; nanoGPT's `estimate_mfu`). With `N` parameters taking part
-# in matmuls, each trained token costs `6N` FLOPs: 2 for the forward matmuls, 4 for the backward
-# (gradients with respect to activations and to weights). Attention adds `12·L·d·T` per token
+# **The formula** (PaLM, appendix B; nanoGPT's `estimate_mfu`). With `N` the model's parameters,
+# each trained token costs `6N` FLOPs: 2 per parameter for the forward matmuls, 4 for the backward
+# (gradients with respect to activations and to weights). `N` counts every parameter, as nanoGPT
+# does, though only the matmuls' weights do those FLOPs (the check below says how much that
+# adds). Attention adds `12·L·d·T` per token
 # (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
 # tied LM head multiplies by it. MFU = model FLOPs per step / step time / peak. PaLM and nanoGPT
@@ -705,9 +730,8 @@ viz.verdict(Prediction("FlopCounterMode's count over the 6N + attention formula"
 # are per *step*, not per token (the optimizer touches every parameter once per step; Python and
 # dispatch overhead is per op), and small matmuls run below the ceiling (notebook 00). The crude
 # model: throughput rises with batch size and flattens once the matmuls are large, so the largest
-# batch is at least as fast per token as the smallest and within 10 % of the best (the crude
-# model's second half is printed against the measurements below, not judged: a refined model
-# replaces it). At one
+# batch is at least as fast per token as the smallest and within 10 % of the best (both halves
+# are judged after the refined model below, on its paired rounds). At one
 # precision the MFU is tokens/s times the model FLOPs per token over the ceiling, so its curve has
 # the shape of the tokens/s curve: the two differ only in the scale. `StepBench` measures each
 # setting with a few real steps, all settings in turn in each round, and caches them (the widget
@@ -722,19 +746,18 @@ print("\n".join(vc.throughput_lines(bench.points, SHARE)))
 bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p: p.batch)
 bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16",
                                              threads=CEIL_THREADS)
-hfu6 = ceilings.observe(limits, "bfloat16", bf16_per_sample * bf16_top.batch / bf16_top.step.median_s,
-                        f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
-limits = hfu6.limits
-print(f"bf16, batch {bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling"
-      + (f" on {THREADS} thread{'s' * (THREADS != 1)}" if CEIL_THREADS is not None else "")
+bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted FLOP/s (section 1's count)
+limits = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
+                          threads=CEIL_THREADS).limits
+bf16_now = limits.peak_flops("bfloat16", CEIL_THREADS)
+print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
+      f"{bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling {on}"
       + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
          "rest in float32, so the step is held against what the machine does without bf16")
-      + f". Its counted FLOPs (section 1's count per sample: fused attention on its causal entries, where the "
-      "check above counts eager attention's whole square) ran at "
-      f"{si(hfu6.rate, 'FLOP/s')}: {hfu6.share:.0%} of "
-      f"the bfloat16 ceiling on {THREADS} thread{'s' * (THREADS != 1)}, {si(hfu6.after, 'FLOP/s')}" + (f" ({hfu6.note})" if hfu6.raised
-                                                                                  else "")
-      + (f". {BENCH_PLAN.note}" if BENCH_PLAN.reduced else "."))
+      + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, {bf16_rate / bf16_now:.0%} of the bf16 ceiling "
+      f"{on}, {si(bf16_now, 'FLOP/s')}" + (", a rate this notebook's own bf16 steps set: that share says how much "
+                                         "of the step its matmuls take, not how much of the machine it uses"
+                                         if bf16_now > bf16_found else "") + ".")
 vc.plot_throughput(bench.points)
 plt.show()
 
@@ -783,6 +806,11 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHE
                        "per-step costs spread over more tokens", low=1.0, unit="x"),
             curve.gain(-1, 0), explain={"below": curve.explain()["held"]})
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
+                       "the crude model: throughput flattens, within 10 %", low=0.9, unit="x", soft=("low",)),
+            curve.gain(-1, curve.rival()), explain={
+    k: f"The refined model's terms: {curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}"
+    for k in ("below", "held")})
+viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x",
                        soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
@@ -797,9 +825,7 @@ if b_top in sweep and b_rival in sweep:
                                             "the sweep's figure lies outside this interval, so the machine did not "
                                             "run the two alike: its load, or the allocator's state (page faults "
                                             "per step, counted above), changed between them.")
-          + (" The crude model's 'within 10 %' (at least 0.90x) "
-             + ("held in both." if min(swept, here.value) >= 0.9 else
-                f"failed: {min(swept, here.value):.2f}x, the page faults and the cache it leaves out.")))
+          + " The verdicts judge this curve's paired rounds.")
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)
@@ -825,7 +851,13 @@ if step_rec is not None:
              "by about as much in opposite directions: a load that slows both alike would not do that, and "
              "this notebook does not time why." if abs(abs(moved[far]) - abs(moved[near])) < 0.05 else
              f"the {far} step moved the more, so the two figures differ by the {far} step's own time between "
-             f"the runs (a load that slows both alike would not do that); this notebook does not time why."))
+             f"the runs (a load that slows both alike would not do that); this notebook does not time why.")
+          + (" Both put the compiled step ahead, so section 3's break-even stands."
+             if step_x.clear_of(1.0, "x") == "above" and sweep_x > 1 else
+             " They put the compiled step on different sides of 1x, so whether compiling it pays off is not "
+             "settled here: section 3's break-even holds for its own rounds only."
+             if (step_x.value > 1) != (sweep_x > 1) else
+             " Neither puts the compiled step clearly ahead, so this notebook cannot say that compiling it pays off."))
 if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:
@@ -905,9 +937,10 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %% [markdown]
 # ## Summary
 #
-# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law with the ops
-#   autocast changes timed alone at the step's own shapes predicts the speed, where the ceilings'
-#   square matmuls need not (section 1's verdicts say what held on this machine).
+# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law predicts the
+#   speed from the share and the speed ratio of the ops autocast changes, best measured at the
+#   step's own shapes (section 1 prints whether the ceilings' square matmuls came closer or
+#   farther here, and its verdicts say what held on this machine).
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.

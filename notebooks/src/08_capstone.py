@@ -56,7 +56,7 @@ from IPython.display import Markdown, display
 import perfkit
 from perfkit import hw, viz
 from perfkit.profiling import render_text
-from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak
+from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.verdict import Prediction, judge
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
@@ -76,6 +76,10 @@ loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before
                describe=slow_train.FIXES.get)
 print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if CUDA else 'gloo'}; "
       f"fp32 peak of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}")
+if hw.imitation():  # the machine's name above ends "(imitating ...)"
+    caps = ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
+    print(f"imitating {hw.imitation()}: {caps} before torch's first op (perfkit.imitate), so bf16 takes the "
+          "emulated path of a CPU without bf16 units, and fp32 runs AVX2 kernels too")
 for name, what in slow_train.FIXES.items():
     print(f"  --fix {name:<10} {what}" + ("" if name in AVAILABLE else "   (not offered to the loop here)"))
 
@@ -103,9 +107,12 @@ print(rel(render_text(report)).split("\nFindings")[0])
 # %% [markdown]
 # The findings, worst first (each names its evidence from this run, the most fixing it can
 # buy, the fix and the notebook that teaches it). The sync finding's title is written for a GPU,
-# where a read of a device tensor waits for the device; on a CPU-only run there is no device,
-# and what it counts is reads of tensor values to the host and the Python work around them
-# (section 2 says more):
+# where a read of a device tensor waits for the device. On a CPU a read waits for nothing, and
+# the sync share holds the reads and the time between two reads with almost no operator in
+# between: with `find_unused_parameters=True`, DDP waits there for each bucket's all-reduce
+# (section 2 says more). Where a collective was in flight, the sync finding splits its share:
+# the reads' own time, and the time that waited for the collective (communication, booked as
+# sync because it falls between two reads):
 
 # %%
 display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidence']}"
@@ -148,9 +155,11 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   runs cancels. Its 90 % interval comes from each run's median step: each median's
 #   order-statistic interval, the three holding together at 90 % (`perfkit.stats.of_medians`),
 #   and the ratio at their far ends; it is widened to the ratio against each "before" alone
-#   (the drift between the runs). The configuration is then read twice: as one round's
-#   "after" (its one run) and as the next round's "before" (that run and its repeat), so the
-#   rounds' ratios need not multiply to the whole gain; section 3 shows by how much;
+#   (the drift between the runs). Each step only widens it, so it covers more than 90 %:
+#   a round is inconclusive more often than a plain 90 % interval would make it. The
+#   configuration is then read twice: as one round's "after" (its one run) and as the next
+#   round's "before" (that run and its repeat), so the rounds' ratios need not multiply to the
+#   whole gain; section 3 shows by how much;
 # * QUICK (CI, 90 s on 2 cores): each configuration runs **once**, and the run that was the
 #   "after" of one fix is the "before" of the next: one job per fix instead of two, and the
 #   rounds' ratios multiply to the whole gain exactly. The ratio of the two runs' median steps
@@ -159,19 +168,19 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   of drift: a load that changed between two consecutive runs moves that ratio, and only the
 #   steps' own scatter is in the interval.
 #
-# Two things to know when reading the sync rounds. The diagnosis counts every read of a
-# tensor's value to the host (`.item()`, `.cpu()`, printing a tensor) as a sync. On a CPU such a
-# read waits for no device queue, so the sync share is the time the diagnosis books at the
-# reads: the Python work around them, and whatever the rank waits behind there (the other rank,
-# the shared cores), so two fixes that remove reads need not remove the sync time in proportion.
-# On a GPU a read of a *device* tensor waits for the whole queue. DDP's reads here
+# Reading the sync rounds. The diagnosis counts every read of a tensor's value to the host
+# (`.item()`, `.cpu()`, printing a tensor) as a sync, and books as sync the time between two
+# reads with almost no operator between them (a host loop of reads). On a GPU a read of a
+# *device* tensor waits for the whole queue. On a CPU a read costs microseconds, and the sync
+# finding of section 1 splits what the share holds instead. DDP's reads here
 # (`find_unused_parameters=True`) are of its host copy of the used-parameter map
 # (`local_used_map_[variable_index].item<int>()` in `Reducer::finalize_bucket_dense`, once per
-# parameter at the end of every backward): host work. But when a
-# parameter went unused on a rank, the Reducer first waits for the map's all-reduce and copies
-# its device copy (`local_used_map_dev_`) back to the host, a blocking copy on CUDA
-# (`torch/csrc/distributed/c10d/reducer.cpp`): a real device sync there. About half of the slow
-# job's reads come from DDP, which the sync fix does not touch. The sync finding fires on its count of reads as well as on its time:
+# parameter), and DDP finalizes bucket by bucket, each after waiting for its all-reduce; with the
+# slow job's one bucket per tensor, every such wait falls between two reads. That time is
+# communication booked as sync: the sync fix, which removes the training loop's reads, cannot
+# remove it, and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer also
+# copies the map's device copy back to the host: a real device sync there.) The sync finding
+# fires on its count of reads as well as on its time:
 # once it takes under 5 % of the step (`MIN_TESTABLE_SHARE`), its bound lies within 5 % of 1x,
 # closer than two runs of this job minutes apart repeat, so that round is shown as **context**
 # (below) rather than judged: noise alone would cross it.
@@ -203,6 +212,7 @@ def play_round():
                              high=r.pick.bound, unit="x", soft=("low",)), r.speedup, explain=r.explain)
         viz.show_verdict(v)
         round_outcomes[r.pick.fix] = v.outcome + (f" ({v.direction})" if v.outcome == "missed" else "")
+        judged_by[r.pick.fix] = "its factor of tokens" if r.pick.by_tokens else "the diagnosed share"
     elif r is not None:  # a bound that cannot test the fix: context, no verdict recorded
         side = r.speedup.clear_of(1.0, "x")
         round_outcomes[r.pick.fix] = "context, " + {"above": "faster", "below": "slower"}.get(side, "interval holds 1x")
@@ -211,7 +221,7 @@ def play_round():
     return r is not None
 
 
-round_outcomes = {}  # fix -> its round's verdict, for the summary
+round_outcomes, judged_by = {}, {}  # fix -> its round's verdict, and what bounded it, for the summary
 more = play_round()
 
 # %%
@@ -282,8 +292,12 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # run that reads slower than the run to the target it repeats) compounds in their product, so
 # the headline is the direct ratio; the seams printed below say which way they point. A
 # **seam** is one configuration read twice: its tokens/s as one round's "after" and again as the
-# next round's "before"; the seams' ratios multiply to exactly the rounds' product over the
-# direct ratio, so where they cancel the two agree.
+# next round's "before"; the seams' ratios (second reading over first, as every arrow here reads)
+# multiply to exactly the direct ratio over the rounds' product, so where they cancel the two
+# agree. The product's interval adds the rounds' log half-widths in quadrature, as for independent
+# errors; adjacent rounds share a run, which moves their ratios in opposite directions, so that
+# interval is wider than it needs to be. When the slow job's two runs lie more than a tenth
+# apart, the headline says so, as a round does.
 # Each bar is one kept fix's share of it (its measured speedup's logarithm over
 # the sum of theirs; log scale: equal factors, equal heights), labelled with that share and,
 # in brackets, the fix's own measured speedup in its round; the last bar is the direct ratio. A
@@ -325,8 +339,11 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # above the critical batch size, more tokens per step buy less than proportional progress).
 #
 # **Prediction.** The time to the target loss improves by less than tokens/s: at most the
-# throughput speedup (the top of its interval), since the fixed job needs at least as many
-# tokens to get there.
+# tokens/s gain of the two runs compared here (the top of its interval), if the fixed job needs
+# at least as many tokens to get there. That is an expectation (McCandlish's model), not a
+# bound, and so is the 1x below it: both edges are soft. The two runs are the slow job's first
+# run and the fixed one; the direct ratio of section 3 has another baseline where the slow job
+# ran twice (the mean of both runs), and the line below says how far that moves it.
 #
 # Every round ran until the mean loss over the last 4096 tokens reached `TARGET_LOSS`; the
 # first and the last are compared here. Their profiled windows (and the step that wrote the
@@ -350,23 +367,24 @@ fig = viz.plot_time_to_target(curves, TARGET_LOSS, title="Mean loss over the las
 plt.show()
 
 # %%
-if None not in reach.values():  # the bound: the tokens/s gain of section 3
+if not loop.applied:  # the slow run against itself: nothing to judge
+    print("no fix was kept: the fixed job is the slow one, and its time to the target the same run's")
+elif None not in reach.values():  # the edge: the tokens/s gain of these two runs
     tt_gain, tokens_x = reach["slow"][0] / reach["fixed"][0], reach["fixed"][1] / reach["slow"][1]
-    runs_x = tt_gain * tokens_x  # tokens/s over the whole runs to the target, fixed over slow
-    print(f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the runs "
-          f"to the target {runs_x:.2f}x, against the measured window's {total.direct.text('x')}"
-          + (": the runs' other steps (the warm-up, the profiled window counted at the median step, the steps after "
-             "the window) ran at another speed than the window's" if abs(runs_x / total.direct.value - 1) > 0.1
-             else ""))
-    viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job",
-                           high=total.direct.high, low=1.0, unit="x"), tt_gain, explain={
+    pair = round_speedup(job, [first], last)  # the fixed run over the slow run whose time is read
+    print(viz.target_text(tt_gain, tokens_x, pair, total))
+    viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job, so at most "
+                           "the top of these two runs' tokens/s interval", high=pair.high, low=1.0,
+                           unit="x", soft=("low", "high")), tt_gain, explain={
         "held": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
             ": the larger batch takes fewer, larger steps for the same tokens, the likeliest cause (one run of "
             "each side, so this run does not separate the batch from the other fixes)." if "batch" in last["fixes"] else
             "; the fixes kept leave the batch as it was: what the time gained is speed."),
-        "above": "The fixed job needed fewer tokens than the slow one: its larger batch averaged out noise "
-                 "that slowed the small-batch job's progress.",
-        "below": f"The fixed job needed {tokens_x:.2f}x the tokens at {total.direct.value:.2f}x the tokens/s "
+        "above": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
+            ": fewer than the slow one, which the model does not expect (one run of each side: noise in either "
+            "curve moves its crossing)." if tokens_x < 1 else f"; the runs' tokens/s, {tt_gain * tokens_x:.2f}x, "
+            "beat their windows': the steps outside the windows gained more."),
+        "below": f"The fixed job needed {tokens_x:.2f}x the tokens at {pair.value:.2f}x the tokens/s "
                  "(the median step): its larger batch made less progress per token than its speed made up."})
 
 # %% [markdown]
@@ -385,10 +403,14 @@ if None not in reach.values():  # the bound: the tokens/s gain of section 3
 # %% [markdown]
 # ## Summary
 #
-# * The diagnosis chose the order, and each round's verdict judges the gain against what the
-#   measured share allowed (an inconclusive one: its runs could not tell); the headlines below
-#   list every round's outcome, misses included (a miss above the bound: the fix removed time
-#   the diagnosis counted elsewhere, or the runs drifted).
+# * The diagnosis chose the order, and each round judged its fix's gain against the bound its
+#   finding's share gave (a larger batch: against its factor of tokens per step). The headlines
+#   count, for each kind of bound, the rounds that held, missed (above a bound: the fix removed
+#   time the diagnosis counted elsewhere, or the runs drifted) and were inconclusive (the
+#   interval reached across an edge: these runs could not tell), so whether the shares
+#   predicted the gains is read there.
+# * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
+#   cost: the sync finding splits it, and the part with a collective in flight is communication.
 # * Once no waste is left, attention's bound is the compute's whole share, too loose to judge:
 #   printed as context, its gain is what was measured. A larger batch is judged against its
 #   factor of tokens per step.
@@ -396,12 +418,16 @@ if None not in reach.values():  # the bound: the tokens/s gain of section 3
 
 # %%
 viz.show_headlines({
-    "fixes applied": ", ".join(f + (" (interval holds 1x)" if f in unresolved else "") for f in loop.applied),
-    "tokens/s": f"{total.slow_tps:,.0f} -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
+    "fixes applied": ", ".join(f + (" (interval holds 1x)" if f in unresolved else "") for f in loop.applied)
+                     or "none",
+    "tokens/s": f"{total.slow_tps:,.0f}" + (f" (the mean of two slow runs {total.slow_apart:.2f}x apart: the "
+                                            "machine's speed moved)" if total.slow_apart > 1.1 else "")
+                + f" -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
                 f"(the rounds' product {total.product.value:.2f}x{', drift between rounds' if total.drift else ''}; "
-                "section 3's seams say where the two part)",
+                + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
     "each round's outcome (context: a bound too loose to judge)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
+    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by),
     "tried, median below 1x, dropped": ", ".join(f"{f} ({g:.3f}x)" for f, g in loop.tried.items()) or "none",
     "MFU": f"{mfu['slow']:.2%} -> {mfu['fixed']:.2%} (6N + attention FLOPs over the measured peak of the "
            "job's precision)",

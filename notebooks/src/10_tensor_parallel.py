@@ -225,10 +225,13 @@ for key in ("tp", "sp"):
           f"DTensor {dt[key]['counts']['dtensor']}, perfkit {dt[key]['counts']['perfkit']}")
 ln_params = 2 * (2 * cfg.n_layer + 1)  # weight and bias of two LayerNorms per block and the final one
 sp_c = dt["sp"]["counts"]
-print(f"sp: DTensor's all-reduces minus perfkit's {sp_c['dtensor']['all_reduce'] - sp_c['perfkit']['allreduce_']} "
-      f"(the model has {ln_params} LayerNorm weights and biases; the embedding's all-reduce against perfkit's one "
-      f"sum of them all); perfkit's reduce-scatters minus DTensor's "
-      f"{sp_c['perfkit']['reduce_scatter_'] - sp_c['dtensor']['reduce_scatter_tensor']} (the embedding)")
+more = sp_c["dtensor"]["all_reduce"] - sp_c["perfkit"]["allreduce_"]
+print(f"sp: DTensor makes {more} all-reduces more than perfkit: one per LayerNorm weight and bias ({ln_params}: two "
+      f"LayerNorms per block and the final one), one for the embedding's output, less perfkit's one sum of all "
+      f"those gradients after backward: {ln_params} + 1 - 1 = {ln_params}"
+      + ("" if more == ln_params else f", {more - ln_params:+d} from the count")
+      + f"; perfkit makes {sp_c['perfkit']['reduce_scatter_'] - sp_c['dtensor']['reduce_scatter_tensor']} "
+      "reduce-scatter(s) more (of the embedding's output, which DTensor all-reduces)")
 SAME = {"all_reduce": "allreduce_", "all_gather_into_tensor": "allgather_", "reduce_scatter_tensor": "reduce_scatter_"}
 tp_c = dt["tp"]["counts"]
 viz.verdict(Prediction("collectives of one TP step in which DTensor's count differs from perfkit's (calls)",
@@ -242,7 +245,8 @@ viz.verdict(Prediction("largest relative difference, DTensor TP and SP against t
 # Under SP the two differ in two places, both in the counts above: DTensor all-reduces the
 # embedding's output and then keeps its sequence slice (perfkit reduce-scatters it: one
 # reduce-scatter more, one all-reduce less), and DTensor leaves the LayerNorm gradients as
-# `Partial` sums that the optimizer step all-reduces one parameter at a time when it reads
+# `Partial` tensors (DTensor's placement for a tensor of which each process holds one summand,
+# the sum not yet taken) that the optimizer step all-reduces one parameter at a time when it reads
 # them, one all-reduce per LayerNorm weight and bias (perfkit sums them all in one all-reduce
 # after backward). Counted without the optimizer step, those all-reduces would not show.
 
@@ -341,11 +345,13 @@ for w in WIDTHS:
     compute = stats.median(speed[str(w)]["unsplit_s"])
     comm = tp_block_cost(w, T_DEGREE, 4 * 64, 64, 1.0, link).comm_s
     bound[w] = compute / (compute / T_DEGREE + comm)
+    u = stats.median_interval(speed[str(w)]["unsplit_s"])   # U is a median too: the bound moves with it
+    u_ends = " to ".join(f"{x / (x / T_DEGREE + comm):.2f}x" for x in (u.low, u.high))
     measured[w] = stats.median_ratio(speed[str(w)]["unsplit_s"], speed[str(w)]["split_s"])
     parts[w] = (compute, comm, stats.median(speed[str(w)]["split_s"]))
     print(f"C = {w:5d}: unsplit {viz.si(compute, 's')}, split {viz.si(parts[w][2], 's')} (model: at least "
           f"{viz.si(compute / T_DEGREE + comm, 's')}, of which all-reduces {viz.si(comm, 's')}); speedup at "
-          f"most {bound[w]:.2f}x, measured {measured[w].text('x')}")
+          f"most {bound[w]:.2f}x ({u_ends} over U's {u.describe('s')}), measured {measured[w].text('x')}")
 print(f"all-reduce fit: alpha {viz.si(fit.alpha_s, 's')} per 2-process all-reduce (the model's ring step "
       f"charges half of it, {viz.si(link.alpha_s, 's')}), bandwidth {viz.si(fit.bandwidth, 'B/s')}")
 
@@ -423,11 +429,38 @@ for gpu in ("h100-sxm", "a100-80gb"):
     print(f"{c.gpu.name}: bf16 peak {viz.si(c.gpu.peak_flops, 'FLOP/s')}, {c.gpu.peak_flops / achieved:,.0f}x the "
           f"rate here; NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, {c.intra.bandwidth / fit.bandwidth:,.0f}x "
           f"the loopback; {c.gpu.peak_flops / c.intra.bandwidth:,.0f} FLOP per byte of NVLink, latency "
-          f"{viz.si(c.intra.alpha_s, 's')} (perfkit.plan.named_cluster's datasheet figures)")
+          f"{viz.si(c.intra.alpha_s, 's')} (peak and bandwidth from the datasheets; no datasheet gives a latency: "
+          "that one is perfkit.plan's assumption)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 viz.build_widget(viz.tp_widget(achieved, link, seq=64))
+
+# %% [markdown]
+# ## What carries over to GPUs
+#
+# - The counts carry over exactly: per block and step, 4 all-reduces of `B x T x C` values (2
+#   forward, 2 backward), or under SP as many all-gathers and reduce-scatters of the same
+#   bytes. GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
+#   notebook's fp32 payload (and the widget's, which is fp32 throughout).
+# - SP removes the replicated LayerNorm and dropout activations for no extra bytes.
+# - Those all-reduces sit in every block's forward and backward, on the critical path, so
+#   tensor parallelism is kept inside the fast link's domain: the GPUs of one node, joined by
+#   NVLink and NVSwitch (8 on HGX boards), with pipeline and data parallelism across nodes
+#   (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+#   Megatron-LM", SC'21, section 3.3 and its first takeaway: tensor parallelism up to the GPUs
+#   of one server). The same model as section 5, at the planner's H100 figures, sets a node's
+#   NVLink beside the network between nodes (one NIC per GPU) for one wide block:
+
+# %%
+h100 = named_cluster("h100-sxm")
+rate = h100.gpu.peak_flops * h100.efficiency   # the planner's assumed share of the bf16 peak
+GPU_W, GPU_SEQ, GPU_T = 12288, 2048, h100.gpus_per_node   # GPT-3 175B's width, one 2048-token sequence
+for where, lk in (("NVLink inside a node", h100.intra), ("the network, one GPU per node", h100.inter)):
+    cost = tp_block_cost(GPU_W, GPU_T, GPU_SEQ, GPU_SEQ, rate, lk, dtype_bytes=2)
+    print(f"t = {GPU_T} over {where} ({viz.si(lk.bandwidth, 'B/s')} per GPU): a {GPU_W:,}-wide block of "
+          f"{GPU_SEQ} bf16 tokens at {viz.si(rate, 'FLOP/s')} takes {viz.si(cost.tp_s, 's')} split, all-reduces "
+          f"{viz.si(cost.comm_s, 's')} of it ({cost.comm_s / cost.tp_s:.0%}): speedup {cost.speedup:.1f}x of {GPU_T}")
 
 # %%
 viz.show_headlines({
@@ -436,5 +469,5 @@ viz.show_headlines({
         f"{sum(t['tp']['block'].sent_bytes(T_DEGREE).values()):,.0f} / {p_bytes.value:,.0f} B",
     "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
     "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
-    f"split {w}-wide block speedup": measured[w].point("x"),
+    f"split {w}-wide block speedup": measured[w].text("x"),
 })

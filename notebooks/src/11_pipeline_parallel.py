@@ -13,8 +13,8 @@
 # forward pass and two in the backward.
 # **Pipeline parallelism** cuts the model between layers instead: `p` processes each hold
 # consecutive layers (a *stage*), activations travel forward from stage to stage and
-# gradients travel back, point to point, one tensor of `B x T x C` per **hop** (one stage to
-# the next). Nothing is
+# gradients travel back, point to point: for a micro-batch of `b` sequences (below), one tensor
+# of `b x T x C` per **hop** (one stage to the next). Nothing is
 # replicated, little is sent; the price is time. Stage 2 cannot start before stage 1 has
 # finished, so the batch is cut into `m` **micro-batches** that follow one another through
 # the pipe, and the idle slots while the pipe fills and drains are the **bubble**.
@@ -74,7 +74,6 @@ from perfkit.parallel import (
     timeline_from,
     validate,
 )
-from perfkit.plan import step_spans
 from perfkit.verdict import Prediction
 
 # %% [markdown]
@@ -148,14 +147,17 @@ except DeadlockError as e:
 #
 # The widget draws the simulated grid for the schedule, `p`, `m` and `v` you choose, with the
 # peak number of micro-batches a rank holds; where this notebook measured the same schedule
-# (1F1B and GPipe at `p = 2`, section 3), the measured grid of this run is drawn beside it.
+# (1F1B and GPipe at `p = 2`, section 3), a measured grid of this run is drawn beside it: the
+# timed step whose bubble lies nearest the median of the steps, the figure section 3 reports.
 # Try `m = 1` with GPipe (the whole pipe idles but one stage) and ZB-H1 against 1F1B.
 
 # %%
 res = job.result()
 measured = {(r["schedule"], P, r["n_micro"], 1): timeline_from(make_schedule(r["schedule"], P, r["n_micro"]),
                                                                r["slots"]) for r in res["bubbles"]}
-spec = viz.schedule_widget(measured)
+notes = {(r["schedule"], P, r["n_micro"], 1): f"step {r['drawn'] + 1} of {len(r['shares'])}, nearest "
+         f"the median ({stats.median(r['shares']):.1%})" for r in res["bubbles"]}
+spec = viz.schedule_widget(measured, notes)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -199,9 +201,10 @@ gap = head["simulated"] / head["formula"] - 1
 p_bubble = Prediction("bubble share of a 1F1B step, p = 2, m = 8, sleep stages", "(p - 1) / (m + p - 1)",
                       value=head["formula"], rel_tol=0.10, physical=(0, 1))
 head_est = stats.Estimate(**head["measured"])
-head_tl = timeline_from(make_schedule("1f1b", P, head["n_micro"]), head["slots"])   # the last step
+head_tl = timeline_from(make_schedule("1f1b", P, head["n_micro"]), head["slots"])   # the step nearest the median
 viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held"),
-    f"The simulator with the last step's measured action times and a {1e3 * head['latency_s']:.2f} ms hop "
+    f"The simulator with the measured action times of step {head['drawn'] + 1} of {len(head['shares'])} "
+    f"(the one nearest the median) and a {1e3 * head['latency_s']:.2f} ms hop "
     f"gives {head['simulated']:.3f}, {gap:+.0%} from the formula, against that step's measured "
     f"{head_tl.bubble_share:.3f}: {head_tl.bubble_share - head['simulated']:+.4f} is time between actions "
     f"the simulator does not hold (not measured here: Python between actions, a process waiting for its "
@@ -230,7 +233,8 @@ if FOUR:
 # **Prediction.** A forward saves the same bytes for every micro-batch (`SavedTensorMeter`
 # counts them exactly: the tensors autograd keeps for backward, and the stage's input);
 # its backward frees them. GPipe runs all `m` forwards first: peak `m x` those bytes. 1F1B
-# keeps at most `p - r` on rank `r`, so its peak over GPipe's is at most `p / m`, exactly.
+# keeps at most `p - r` on rank `r`, so on no rank is its peak over GPipe's above `p / m`
+# (rank 0, which holds `p`, reaches it).
 
 # %%
 for x in res["memory"]:
@@ -277,11 +281,12 @@ real = res["real"][0]
 est = stats.Estimate(**real["measured"])
 tl = timeline_from(make_schedule("1f1b", P, real["n_micro"]), real["slots"])
 costs = {s: sum(b - a for k, st, _, a, b in row if st == s) for s, row in enumerate(real["slots"])}
-print(f"busy seconds per stage {[round(c, 3) for c in costs.values()]}; in the last timed step (drawn below) "
-      f"the simulated bubble is {real['simulated']:.3f} and the measured {tl.bubble_share:.3f}; the median over "
+drawn = f"step {real['drawn'] + 1} of {len(real['shares'])}, the one nearest the median"
+print(f"in {drawn} (drawn below): busy seconds per stage {[round(c, 3) for c in costs.values()]}, "
+      f"the simulated bubble {real['simulated']:.3f} and the measured {tl.bubble_share:.3f}; the median over "
       f"the {len(real['shares'])} steps is {est.point()}")
 fig = viz.plot_grids(simulate(make_schedule("1f1b", P, real["n_micro"]), {"F": 1, "B": 2}), tl,
-                     measured_note=f"the last of {len(real['shares'])} timed steps (median {est.value:.1%})")
+                     measured_note=f"{drawn} ({est.value:.1%})")
 
 # %%
 imbalance = max(costs.values()) / min(costs.values()) - 1
@@ -312,13 +317,18 @@ viz.verdict(p_real, est, explain={
 # `p` micro-batches, but on every rank, where 1F1B's rank `r` holds `p - r` (section 1's table:
 # `(4, 4, 4, 4)` against `(4, 3, 2, 1)` at `p = 4`): `W` still needs the activations.
 #
-# A share can also fall because the busy time rose: splitting `B` into `I` and `W` costs more
-# calls than `B` alone. What training pays is the step time, printed after the verdict.
+# A share can also fall because the busy time rose (splitting `B` into `I` and `W` costs more
+# calls than `B` alone), so what training pays is the step time. The job runs both schedules on
+# the same stages in alternating rounds, one step of each per round (1F1B first, then ZB-H1
+# first, and so on), so each figure below is the median of the rounds' own ratios: load that
+# hits a whole round cancels in them. In every round the step is the busy time per stage over
+# `1 - bubble share`, so ZB-H1's step over 1F1B's is exactly its busy time over 1F1B's times
+# `(1 - 1F1B's share) / (1 - ZB-H1's share)`; the three are printed after the verdict.
 #
-# **Prediction.** ZB-H1's bubble share below 1F1B's (the ratio of the medians over the steps,
-# each schedule timed in its own steps). The simulator fed with this run's measured `F`, `I`
-# and `W` times gives the size expected; the bound judged is its direction, since both bubbles
-# also hold the time between actions that section 6 measured.
+# **Prediction.** ZB-H1's bubble share below 1F1B's (the median of the paired rounds' ratios).
+# The simulator fed with this run's measured `F`, `I` and `W` times gives the size expected;
+# the bound judged is its direction, since both bubbles also hold the time between actions
+# that section 6 measured.
 
 # %%
 zb = res["real"][1]
@@ -330,7 +340,7 @@ print(f"ZB-H1 measured: bubble {stats.Estimate(**zb['measured']).point()}, simul
       f"{zb['simulated'] / real['simulated']:.2f}x")
 p_zb = Prediction("ZB-H1's bubble share over 1F1B's, GPT blocks, p = 2, m = 4",
                   "W fills the drain (Qi et al. 2023)", high=1.0, physical=(0, None), unit="x")
-viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False), explain={
+viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"]), explain={
     side: f"The simulator with the measured F, I and W gives {zb['simulated'] / real['simulated']:.2f}x; the "
              f"measured bubbles also hold the time between actions, " + (
                  f"{between:+.3f} of 1F1B's step in section 6, and ZB-H1 runs three actions per micro-batch and "
@@ -340,19 +350,26 @@ viz.verdict(p_zb, stats.median_ratio(zb["shares"], real["shares"], paired=False)
     for side in ("above", "held")})
 
 # %%
-step = {k: stats.median_interval(r["step_s"]) for k, r in (("1F1B", real), ("ZB-H1", zb))}
-step_ratio = stats.median_ratio(zb["step_s"], real["step_s"], paired=False)   # timed in separate steps
-busy = {k: sum(b - a for row in r["slots"] for _, _, _, a, b in row) / P for k, r in (("1F1B", real), ("ZB-H1", zb))}
-last_span = {k: step_spans([r["slots"]])[0] for k, r in (("1F1B", real), ("ZB-H1", zb))}  # the last step
-faster = ("of no clear length against 1F1B's (too few steps for an interval)" if step_ratio.needs else
-          "shorter" if step_ratio.clear_of(1.0, "x") == "below" else "longer" if step_ratio.clear_of(1.0, "x") == "above" else
-          "neither clearly shorter nor longer (the interval holds 1)")
-print("step time, medians over the steps: " + ", ".join(f"{k} {viz.si(e.value, 's')}" for k, e in step.items())
-      + f"; ZB-H1 over 1F1B {step_ratio.text('x')}: ZB-H1's step was {faster}. "
-      "In the last step, busy seconds per stage over that step's span from its first action to its last: "
-      + ", ".join(f"{k} {viz.si(busy[k], 's')} of {viz.si(last_span[k], 's')} (bubble "
-                  f"{1 - busy[k] / last_span[k]:.3f})" for k in busy)
-      + " (ZB-H1 runs 3 actions per micro-batch and stage, 1F1B 2); the last step's span is not the median step")
+step_ratio = stats.median_ratio(zb["step_s"], real["step_s"])   # rounds alternated: paired
+busy_ratio = stats.median_ratio(zb["busy_s"], real["busy_s"])
+idle = stats.median([(1 - a) / (1 - b) for a, b in zip(real["shares"], zb["shares"])])
+
+
+def way(e: stats.Estimate) -> str:
+    """Longer or shorter only where the interval, as printed, lies clear of 1x."""
+    if not e.has_interval:
+        return "too few rounds for an interval"
+    return {"above": "longer", "below": "shorter"}.get(e.clear_of(1.0, "x"), "the interval holds 1x")
+
+
+print(f"ZB-H1 over 1F1B, the median of the {len(zb['step_s'])} paired rounds' ratios: step "
+      f"{step_ratio.text('x')} ({way(step_ratio)}); busy time per stage {busy_ratio.text('x')} "
+      f"({way(busy_ratio)}); (1 - 1F1B's bubble share) / (1 - ZB-H1's) {idle:.3f}x. In each round the step "
+      f"ratio is the product of the other two; the medians' product is {busy_ratio.value * idle:.3f}x against "
+      f"the step's {step_ratio.value:.3f}x (a median of products need not be the product of the medians). "
+      f"Median steps: 1F1B {viz.si(stats.median(real['step_s']), 's')}, ZB-H1 "
+      f"{viz.si(stats.median(zb['step_s']), 's')}.")
+
 
 # %% [markdown]
 # ## What carries over to GPUs

@@ -22,6 +22,7 @@ from perfkit.comm.collectives import (
     all_gather_single,
     benchmark_collective,
     bus_factor,
+    busbw_share,
     isolated_times,
     reduce_scatter_single,
     sweep,
@@ -32,8 +33,10 @@ from perfkit.comm.experiments import (
     bucket_count_effect,
     fit_quality,
     hidden_share,
+    medians_against_pairs,
     ring_check,
     ring_check_text,
+    ring_regime_text,
 )
 from perfkit.comm.networks import (
     INTERCONNECTS,
@@ -53,15 +56,18 @@ from perfkit.comm.traffic import (
 
 __all__ = [
     "bucket_count_effect",
+    "busbw_share",
     "encoding_pays",
     "fit_quality",
     "FitQuality",
     "hidden_share",
+    "medians_against_pairs",
     "INTERCONNECTS",
     "Interconnect",
     "PaysOn",
     "ring_check",
     "ring_check_text",
+    "ring_regime_text",
     "RingCheck",
     "all_gather_single",
     "AlphaBeta",

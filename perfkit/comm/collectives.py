@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from perfkit._checks import check_choice, check_int, check_items, check_real
+from perfkit.estimate import Estimate
 from perfkit.timing import benchmark, resolve_device
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "all_gather_single",
     "benchmark_collective",
     "bus_factor",
+    "busbw_share",
     "isolated_times",
     "reduce_scatter_single",
     "sweep",
@@ -121,6 +123,25 @@ class CollectivePoint:
     busbw: float  # bytes/s
     p10_s: float | None = None
     p90_s: float | None = None
+
+
+def busbw_share(point: CollectivePoint, bytes_per_s: float, repeat: int) -> Estimate:
+    """``point``'s busbw over ``bytes_per_s``, with the range its p10 and p90 repetitions give (the
+    spread of one of its ``repeat`` repetitions, not a confidence; none where unknown).
+
+    Raises:
+        TypeError, ValueError: for a ``point`` that is not a CollectivePoint, ``bytes_per_s``
+            not > 0, or ``repeat`` below 1.
+    """
+    if not isinstance(point, CollectivePoint):
+        raise TypeError(f"point must be a CollectivePoint, got {type(point).__name__}")
+    check_real("bytes_per_s", bytes_per_s, 0, lo_open=True)
+    check_int("repeat", repeat, 1)
+    v = point.busbw / bytes_per_s
+    if point.p10_s is None or point.p90_s is None:
+        return Estimate(v, v, v, None, repeat, f"median of {repeat} repetitions")
+    return Estimate(v, min(v, v * point.time_s / point.p90_s), max(v, v * point.time_s / point.p10_s),
+                    None, repeat, f"p10 to p90 of {repeat} repetitions")
 
 
 def _collective_fn(op: str, nbytes: int, group, device: torch.device) -> Callable[[], object]:

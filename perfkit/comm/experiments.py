@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,12 +23,12 @@ import numpy as np
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
 __all__ = ["FitQuality", "RingCheck", "bucket_count_effect", "fit_quality", "hidden_share",
-           "ring_check", "ring_check_text"]
+           "medians_against_pairs", "ring_check", "ring_check_text", "ring_regime_text"]
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,10 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
 @dataclass(frozen=True)
 class RingCheck:
     """Measured all-reduce times against the ring model on ``world_size`` processes:
-    ``ratios`` (measured / model, by size), the processes-over-cores ``stretch`` the model
-    is multiplied by, and the median ratio of the smaller and the larger half of the sizes."""
+    ``ratios`` (measured / model, by size; ``low_ratios``/``high_ratios`` the same for each size's
+    p10 and p90 repetitions, ``None`` where unknown), the processes-over-cores ``stretch`` the model
+    is multiplied by, and the model's ``crossover_bytes`` (its latency term equal to its bytes'
+    term): the first ``split`` sizes lie at or below it (latency-bound), the rest above it."""
 
     world_size: int
     cores: int
@@ -105,8 +108,24 @@ class RingCheck:
     model_s: tuple[float, ...]
     ratios: tuple[float, ...]
     median: float
-    small_half: float
-    large_half: float
+    crossover_bytes: float
+    split: int
+    low_ratios: tuple[float | None, ...] = ()
+    high_ratios: tuple[float | None, ...] = ()
+
+    def regime(self, latency_bound: bool) -> stats.Estimate | None:
+        """The median ratio of the sizes at or below the crossover (``True``) or above it, with the
+        medians of their p10 and p90 ratios as its range (the spread of a repeat, not a confidence;
+        none where unknown); ``None`` when no size lies there."""
+        part = slice(0, self.split) if latency_bound else slice(self.split, None)
+        r, lo, hi = self.ratios[part], self.low_ratios[part], self.high_ratios[part]
+        if not r:
+            return None
+        v, n = float(np.median(r)), len(r)
+        if len(lo) != n or len(hi) != n or any(x is None for x in lo + hi):
+            return stats.Estimate(v, v, v, None, n, f"median over {n} size{'s' * (n != 1)}")
+        return stats.Estimate(v, min(v, float(np.median(lo))), max(v, float(np.median(hi))), None, n,
+                              f"p10 to p90 of the repetitions, median over {n} size{'s' * (n != 1)}")
 
 
 def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | None = None) -> RingCheck:
@@ -115,7 +134,9 @@ def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | 
     A 2-process ring makes two steps of ``S/2``, so one step costs ``alpha / 2`` plus the
     bytes over the same bandwidth; ``P`` processes on ``C`` cores run at ``C / P`` speed once
     ``P > C``, and the 2-process fit already carries its own share of that, so the model is
-    stretched by ``max(1, n / C) / max(1, 2 / C)``.
+    stretched by ``max(1, n / C) / max(1, 2 / C)``. The ring's latency term, ``(n-1) alpha``,
+    equals its bytes' term, ``2(n-1)/n S / bandwidth``, at ``S = n alpha bandwidth / 2`` (infinite
+    where the fit has no bandwidth term: every size latency-bound).
 
     Args:
         points: one all-reduce sweep, every point on the same ``world_size`` (>= 2).
@@ -140,10 +161,11 @@ def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | 
     link = AlphaBeta(fit2.alpha_s / 2, fit2.bandwidth)
     model = [ring_allreduce_time(p.nbytes, n, link) for p in pts]
     ratios = [p.time_s / m for p, m in zip(pts, model, strict=True)]
-    half = len(ratios) // 2
-    small = float(np.median(ratios[:half])) if half else ratios[0]
+    cross = n * fit2.alpha_s * fit2.bandwidth / 2 if fit2.bandwidth < UNRESOLVED_BANDWIDTH else math.inf  # B
     return RingCheck(n, cores, stretch, tuple(p.nbytes for p in pts), tuple(model), tuple(ratios),
-                     float(np.median(ratios)), small, float(np.median(ratios[half:])))
+                     float(np.median(ratios)), cross, sum(p.nbytes <= cross for p in pts),
+                     tuple(None if p.p10_s is None else p.p10_s / m for p, m in zip(pts, model, strict=True)),
+                     tuple(None if p.p90_s is None else p.p90_s / m for p, m in zip(pts, model, strict=True)))
 
 
 def _times(name: str, xs: Sequence[float]) -> np.ndarray:
@@ -205,19 +227,45 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
     return est, ceiling
 
 
+def _moved(x: float) -> str:
+    """How a measured term compares with the model's: ``"grew 2.6x"``, ``"fell to 0.78x"``."""
+    return (f"grew {x:.2g}x" if x >= 1.1 else f"fell to {x:.2g}x" if x <= 1 / 1.1 else
+            f"stayed near it ({x:.2g}x)")
+
+
+def _regimes(check: RingCheck) -> str:
+    """Where the ratios split, from the ratios alone: at the largest jump between neighbouring sizes,
+    when the two sides' ranges lie further apart than either side spreads."""
+    r, b = check.ratios, check.nbytes
+    rng = f"{min(r):.2f}x to {max(r):.2f}x"
+    if len(r) < 2:
+        return f"The one size ran {rng} the ring model."
+    j = max(range(len(r) - 1), key=lambda i: abs(math.log(r[i + 1] / r[i])))
+    a, c = r[:j + 1], r[j + 1:]
+    gap = max(min(a) / max(c), min(c) / max(a))  # > 1: the two sides' ranges do not overlap
+    if gap <= max(max(a) / min(a), max(c) / min(c)):
+        return f"Per size, the ratios ran from {rng} the ring model, with no split into two regimes."
+    side = [f"{si(b[0], 'B')} to {si(b[j], 'B')} at {min(a):.2f}x to {max(a):.2f}x",
+            f"{si(b[j + 1], 'B')} to {si(b[-1], 'B')} at {min(c):.2f}x to {max(c):.2f}x"]
+    at = ("at that jump" if check.split == j + 1 else "above that jump" if check.split > j + 1 else
+          "below that jump")
+    return (f"Per size, the ratios fall into two regimes: {side[0]} the ring model, {side[1]}. "
+            + (f"The model's crossover, {si(check.crossover_bytes, 'B')}, where the verdicts below split the "
+               f"sizes, lies {at}." if math.isfinite(check.crossover_bytes) else
+               "The 2-process fit has no bandwidth term, so the model calls every size latency-bound."))
+
+
 def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: AlphaBeta) -> str:
-    """Why a ring check lands where it does, from what it measured: the ratios' range and
-    halves, then an alpha-beta fit to the ``n``-process ``points`` themselves against the ring
-    model's latency (its time at 0 bytes) and bandwidth on ``n`` processes, and which grew
-    more (processes waiting to be scheduled stretch the latency; a shared core's copying and
-    summing stretch the bytes' time).
+    """Why a ring check lands where it does, from what it measured: where the per-size ratios split
+    into two regimes (if they do), then an alpha-beta fit to the ``n``-process ``points`` themselves
+    against the ring model's latency (its time at 0 bytes) and bandwidth on ``n`` processes, and how
+    each term moved (processes waiting to be scheduled stretch the latency; a shared core's copying
+    and summing stretch the bytes' time).
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, fewer than two
             points, or a ``fit2`` that is not an :class:`AlphaBeta`.
     """
-    from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, fit_alpha_beta
-
     check_type("check", check, RingCheck)
     check_type("fit2", fit2, AlphaBeta)
     pts = check_items("points", points)
@@ -230,18 +278,47 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     lat_x = fit.alpha_s / ring0 if ring0 > 0 else float("inf")
     n = check.world_size
     model_bw = fit2.bandwidth * n / (2 * (n - 1))  # the ring's algbw on n processes: 2(n-1)/n of S per link
-    slower = model_bw / fit.bandwidth
-    bw = (f"{si(fit.bandwidth, 'B/s')} against the ring model's {si(model_bw, 'B/s')} "
-          f"({slower:.2g}x slower)" if fit.bandwidth < UNRESOLVED_BANDWIDTH
-          else "unresolved (the times did not grow with size)")
-    grew = (": the latency grew more than the bytes' time, as processes waiting to be scheduled "
-            "would make it." if lat_x > slower else
-            ": the bytes' time grew as much as the latency or more, which the stretch describes.")
-    return (f"Sizes ran from {min(check.ratios):.2f}x to {max(check.ratios):.2f}x the ring model "
-            f"(median {check.small_half:.2f}x on the smaller half, {check.large_half:.2f}x on the "
-            f"larger). Fitted to the {check.world_size} processes' own times, the latency is "
-            f"{si(fit.alpha_s, 's')} against the ring model's {si(ring0, 's')} ({lat_x:.2g}x), and "
-            f"the bandwidth {bw}{grew}")
+    text = (f"{_regimes(check)} Fitted to the {n} processes' own times, the latency is "
+            f"{si(fit.alpha_s, 's')} against the ring model's {si(ring0, 's')}, and the bandwidth ")
+    if fit.bandwidth >= UNRESOLVED_BANDWIDTH:
+        return text + f"unresolved (the times did not grow with size): the latency {_moved(lat_x)}."
+    if fit2.bandwidth >= UNRESOLVED_BANDWIDTH:
+        return text + (f"{si(fit.bandwidth, 'B/s')}, where the 2-process fit has none to compare: the "
+                       f"latency {_moved(lat_x)}.")
+    bytes_x = model_bw / fit.bandwidth  # the bytes' time, measured over the model's
+    pace = ("about as fast" if abs(bytes_x - 1) < 0.05 else
+            f"{max(bytes_x, 1 / bytes_x):.2g}x {'faster' if bytes_x < 1 else 'slower'}")
+    text += (f"{si(fit.bandwidth, 'B/s')} against its {si(model_bw, 'B/s')} ({pace}): against the model, "
+             f"the latency {_moved(lat_x)} and the bytes' time {_moved(bytes_x)}")
+    if lat_x >= 1.1 and lat_x > bytes_x:
+        return text + ", as processes waiting to be scheduled would make it."
+    if bytes_x >= 1.1 and bytes_x >= lat_x:
+        return text + ", as a shared core's slower copying and summing would make it."
+    return text + "."
+
+
+def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
+    """A sentence on one regime of a ring check (the sizes at or below the crossover, or above it):
+    their ratios to the plain ring model and to the stretched one, and which the median lies nearer.
+
+    Raises:
+        TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
+    """
+    check_type("check", check, RingCheck)
+    part = slice(0, check.split) if latency_bound else slice(check.split, None)
+    r, b = check.ratios[part], check.nbytes[part]
+    if not r:
+        raise ValueError(f"no size lies {'at or below' if latency_bound else 'above'} the crossover")
+    s, m = check.stretch, float(np.median(r))
+    text = (f"{si(b[0], 'B')} to {si(b[-1], 'B')} ran {min(r):.2f}x to {max(r):.2f}x the plain ring model"
+            if len(r) > 1 else f"{si(b[0], 'B')} ran {r[0]:.2f}x the plain ring model")
+    if s == 1:
+        return text + " (no stretch on these cores)."
+    text += f", {min(r) / s:.2f}x to {max(r) / s:.2f}x the model stretched x {s:.2f}"
+    where = ("above even the stretched model" if m > s else "below even the plain model" if m < 1 else
+             "nearer the plain model than the stretched one: this run does not show the stretch there, "
+             "nor measure why" if m < math.sqrt(s) else "nearer the stretched model than the plain one")
+    return text + f": their median lies {where}."
 
 
 def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) -> str:
@@ -299,3 +376,27 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) 
                        if off > 0 else
                        "which paid more per extra all-reduce than the sweep's alpha (inside a step each "
                        "bucket also pays its copies in and out and a peer to wake)."))
+
+
+def medians_against_pairs(a: Sequence[float], b: Sequence[float]) -> str:
+    """A clause on ``median(a) / median(b)`` against the median of the paired ratios ``a[i] / b[i]``
+    and its interval (:func:`perfkit.stats.median_ratio`). Where it lies outside, it says why they
+    can differ: the two agree whenever every round gives the same ratio, and part as the rounds'
+    ratios vary (their p10 to p90 is named).
+
+    Raises:
+        TypeError, ValueError: as :func:`perfkit.stats.median_ratio`.
+    """
+    est = stats.median_ratio(a, b)
+    rom = stats.median(a) / stats.median(b)
+    text = f"the ratio of the two medians is {rom:.3g}x"
+    if est.low * (1 - 1e-9) <= rom <= est.high * (1 + 1e-9):
+        return text + (", inside that interval" if est.low < est.high else "")
+    if est.level is None or est.low == est.high:
+        return text + " (the paired ratios give no interval to hold it against)"
+    r = stats.paired_ratios(a, b)
+    return (text + f", {'below' if rom < est.low else 'above'} that interval: the two answer different "
+            "questions (the typical round's ratio, and the ratio of each step's typical time, taken from "
+            "different rounds), which agree whenever every round gives the same ratio and part as the ratios "
+            "vary: here the rounds' "
+            f"ratios ran {stats.quantile(r, 0.1):.2f}x to {stats.quantile(r, 0.9):.2f}x (p10 to p90)")

@@ -99,8 +99,10 @@ def gaussian_error(method: str, ratio: float = 1.0, numel: int = 1 << 20) -> flo
       ``2 (z phi(z) + 1 - Phi(z))`` of the total 1;
     * ``randomk``: keeps a ``ratio`` share of the energy on average;
     * ``sign``: ``1 - E|x|^2 / E[x^2] = 1 - 2/pi`` is lost, whatever the size;
-    * ``qsgd``: one step is ``max|x| / 127`` with ``max|x| ~ sqrt(2 ln numel)``; stochastic
-      rounding of a uniform fraction has variance ``step^2 / 6`` on average.
+    * ``qsgd``: one step is ``max|x| / (127 - 0.01)`` (the codec's own scale) with ``max|x|``
+      the median of the largest of ``numel`` Gaussian magnitudes, ``Phi^-1((1 + 2^(-1/numel)) / 2)``
+      (3.97 at 10^4 values; the asymptote ``sqrt(2 ln numel)``, 4.29 there, overstates it);
+      stochastic rounding of a uniform fraction has variance ``step^2 / 6`` on average.
 
     Raises:
         TypeError: ``method`` not a str, ``ratio`` not a number, ``numel`` not an int.
@@ -123,5 +125,6 @@ def gaussian_error(method: str, ratio: float = 1.0, numel: int = 1 << 20) -> flo
     if method == "sign":
         return math.sqrt(1 - 2 / math.pi)
     if method == "qsgd":
-        return math.sqrt(2 * math.log(numel)) / (QSGD.levels - 0.01) / math.sqrt(6)
+        tail = -math.expm1(math.log(0.5) / numel)  # P(|x| > m) at which P(all numel below m) = 1/2
+        return nd.inv_cdf(1 - tail / 2) / (QSGD.levels - 0.01) / math.sqrt(6)
     raise ValueError(f"method must be 'topk', 'randomk', 'sign' or 'qsgd', got {method!r}")

@@ -5,7 +5,7 @@ forward + backward of perfkit's FlashAttention (PyTorch, per tile size), eager a
 SDPA are timed interleaved. :class:`TileCostModel` explains the tiled times with two terms:
 matmul FLOPs at a fitted rate, plus a fixed cost per tile (Python and kernel launches, or on a
 GPU the tile's trip through shared memory), so small tiles pay overhead and large ones pay
-nothing more here; eager attention is its FLOPs at its own fitted rate.
+nothing more here; eager attention is its FLOPs at its rate at the longest length fitted.
 
 Usage::
 
@@ -143,7 +143,9 @@ class TileCostModel:
         flop_rate: matmul FLOP/s inside the tiles.
         per_tile_s: seconds each tile visit costs beyond its FLOPs.
         eager_rate: eager attention's FLOP/s at the longest length fitted (0 where it was not
-            timed); longer lengths run slower still, so ``eager_s`` beyond it is a lower bound.
+            timed). Beyond that length ``eager_s`` is an estimate, not a bound either way: the
+            rate falls where the ``T x T`` scores leave a cache and can rise again between
+            such steps (a measured rate above the fitted one puts the time below the model's).
     """
 
     flop_rate: float
@@ -171,8 +173,8 @@ class TileCostModel:
         (inv_rate, per_tile), *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
         if inv_rate <= 0 or per_tile < 0:  # one term explains it all: keep the FLOP term
             inv_rate, per_tile = float(np.median(y / a[:, 0])), 0.0
-        # eager's rate falls once its T x T scores leave the cache, so a median over lengths
-        # would run fast beyond them: keep the rate at the longest length fitted
+        # eager's rate falls where its T x T scores leave a cache, so a median over shorter
+        # lengths would run fast beyond them: keep the rate at the longest length fitted
         eager = max((p for p in pts if p.impl == "eager"), key=lambda p: p.seq_len, default=None)
         return cls(1 / float(inv_rate), float(per_tile),
                    eager.flops / eager.median_s if eager else 0.0)
@@ -182,6 +184,14 @@ class TileCostModel:
         """Predicted forward + backward seconds of the tiled attention."""
         f = flash_flops(batch, heads, seq_len, head_dim, causal, tile)
         return (f.forward + f.backward) / self.flop_rate + 2 * f.tiles * self.per_tile_s
+
+    def flash_forward_s(self, seq_len: int, tile: int, batch: int = 1, heads: int = 4,
+                        head_dim: int = 32, causal: bool = False) -> float:
+        """Predicted forward seconds of the tiled attention: its FLOPs and one visit per tile,
+        each visit charged as in backward (so ``flash_s / flash_forward_s`` lies between 2,
+        all visits, and 3.5, all FLOPs)."""
+        f = flash_flops(batch, heads, seq_len, head_dim, causal, tile)
+        return f.forward / self.flop_rate + f.tiles * self.per_tile_s
 
     def eager_s(self, seq_len: int, batch: int = 1, heads: int = 4, head_dim: int = 32) -> float:
         """Predicted forward + backward seconds of eager attention (nan if never timed)."""

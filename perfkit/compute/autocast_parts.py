@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from perfkit._checks import check_callable, check_int, check_type
 from perfkit.compute.flops import Speedup
-from perfkit.timing import Measurement, interleaved
+from perfkit.timing import Measurement, interleaved, interleaved_balanced
 
 __all__ = ["LOW_DTYPES", "PART_KINDS", "AutocastParts", "OpCall", "record_parts", "replay_parts",
            "time_autocast_parts"]
@@ -251,7 +251,7 @@ class AutocastParts:
 
 def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[], object], warmup: int = 1,
                         repeat: int = 7, threads: int | None = None,
-                        device: torch.device | str | None = None) -> AutocastParts:
+                        device: torch.device | str | None = None, balanced: bool = False) -> AutocastParts:
     """Record the ops autocast changes from one mixed step, then time the two steps and each
     kind's replays (fp32 and mixed) in alternation, all in the same rounds.
 
@@ -262,6 +262,9 @@ def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[]
         threads: intra-op threads while timing (restored after), as in
             :func:`perfkit.compute.flops.compare`; ``None`` keeps the setting.
         device: where they run; ``None`` means CUDA if present, else CPU.
+        balanced: rounds in balanced orders over whole cycles
+            (:func:`perfkit.timing.interleaved_balanced`: each callable before each other one in
+            half the rounds) instead of the order given in every round.
 
     Returns:
         An :class:`AutocastParts`.
@@ -275,6 +278,7 @@ def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[]
     check_callable("mixed_step", mixed_step)
     check_int("warmup", warmup, 0)
     check_int("repeat", repeat, 1)
+    check_type("balanced", balanced, bool)
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(check_int("threads", threads, 1))
@@ -285,8 +289,8 @@ def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[]
                              "under torch.autocast?")
         by_kind = {k: [c for c in calls if c.kind == k] for k in PART_KINDS}
         fns = [replay_parts(by_kind[k], fp32) for fp32 in (True, False) for k in PART_KINDS]
-        t32, t16, *ms = interleaved([fp32_step, mixed_step, *fns], warmup=warmup, repeat=repeat,
-                                    device=device)
+        timed = interleaved_balanced if balanced else interleaved
+        t32, t16, *ms = timed([fp32_step, mixed_step, *fns], warmup=warmup, repeat=repeat, device=device)
     finally:
         torch.set_num_threads(before)
     parts = {k: Speedup(ms[i], ms[len(PART_KINDS) + i]) for i, k in enumerate(PART_KINDS)}

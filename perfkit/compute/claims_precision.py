@@ -85,7 +85,8 @@ def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = N
                         precision: str = "bf16", device: torch.device | str | None = None,
                         parts: bool = False) -> PrecisionTiming:
     """Time a seeded tiny GPT-2's AdamW step in fp32 and in ``precision`` (``"bf16"``, or
-    ``"fp16"`` on CUDA), interleaved; with ``parts``, also the ops autocast changes, replayed
+    ``"fp16"`` on CUDA), interleaved in balanced orders (whole cycles: ``repeat`` rounded up,
+    :func:`perfkit.timing.interleaved_balanced`); with ``parts``, also the ops autocast changes, replayed
     alone in fp32 and in ``precision`` in the same rounds
     (:func:`perfkit.compute.autocast_parts.time_autocast_parts`).
 
@@ -107,10 +108,12 @@ def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = N
 
     flops = gpt2_shape(_gpt(seq, model_kw), seq).train_flops(batch)
     if parts:
-        ap = time_autocast_parts(step("fp32"), step(precision), warmup=1, repeat=repeat, device=dev)
+        ap = time_autocast_parts(step("fp32"), step(precision), warmup=1, repeat=repeat, device=dev,
+                                 balanced=True)
         return PrecisionTiming(precision, ap.steps.baseline, ap.steps.candidate, flops, ap,
                                torch.get_num_threads())
-    fp32, mixed = timing.interleaved([step("fp32"), step(precision)], warmup=1, repeat=repeat, device=dev)
+    fp32, mixed = timing.interleaved_balanced([step("fp32"), step(precision)], warmup=1, repeat=repeat,
+                                              device=dev)
     return PrecisionTiming(precision, fp32, mixed, flops, threads=torch.get_num_threads())
 
 

@@ -1,8 +1,10 @@
 """Speed advice under the microscope (course module 09): each claim's settings, built and timed.
 
 Every function builds the two (or more) settings a piece of advice compares, times them in
-alternation (:func:`perfkit.timing.interleaved`, so a drifting load hits both members of a
-round) and returns a record of the Measurements. ``speedup()`` on a record is the
+alternation, in balanced orders (:func:`perfkit.timing.interleaved_balanced`: a drifting load
+hits both members of a round, and each runs first in half the rounds, so what a round's
+position does to a time cancels from the ratio) and returns a record of the Measurements.
+``speedup()`` on a record is the
 :class:`perfkit.stats.Estimate` a verdict is judged on: the median of the paired rounds'
 ``baseline / candidate`` ratios with its order-statistic interval. The models each claim is held against
 (roofline, Amdahl) are methods of the records, from the machine's measured ceilings.
@@ -123,9 +125,9 @@ def time_activations(rows: int = 512, width: int = 1024, repeat: int = 9, op_rep
     ops = [lambda: [F.relu(h) for _ in range(calls)], lambda: [F.gelu(h) for _ in range(calls)],
            lambda: [aten.threshold_backward(g, relu_out, 0) for _ in range(calls)],
            lambda: [aten.gelu_backward(g, h) for _ in range(calls)]]
-    relu_op, gelu_op, relu_bwd, gelu_bwd = timing.interleaved(ops, warmup=1, repeat=op_repeat)
+    relu_op, gelu_op, relu_bwd, gelu_bwd = timing.interleaved_balanced(ops, warmup=1, repeat=op_repeat)
     steps = [mlp_step(nn.ReLU(), rows, width), mlp_step(nn.GELU(), rows, width)]
-    relu_step, gelu_step = timing.interleaved(steps, warmup=1, repeat=repeat)
+    relu_step, gelu_step = timing.interleaved_balanced(steps, warmup=1, repeat=repeat)
     return ActivationTiming(relu_op, gelu_op, calls, relu_step, gelu_step, relu_bwd, gelu_bwd)
 
 
@@ -204,7 +206,7 @@ def time_grouped_conv(channels: int = 64, size: int = 32, batch: int = 8, groups
                 convs[g](x)
         return run
 
-    dense, grouped = timing.interleaved([call(1), call(groups)], warmup=1, repeat=repeat, device=dev)
+    dense, grouped = timing.interleaved_balanced([call(1), call(groups)], warmup=1, repeat=repeat, device=dev)
     return ConvTiming(channels, size, batch, groups, flops, dense, grouped, torch.get_num_threads())
 
 
@@ -216,7 +218,7 @@ class CompileTiming:
     """An MLP eager and compiled (:class:`perfkit.compute.CompileRecord`) and its matmul FLOPs."""
 
     record: CompileRecord
-    matmul_flops: int  # per call: two matmuls, x3 with backward
+    matmul_flops: int  # per call, counted by torch's FlopCounterMode (forward, and backward with train)
     train: bool
     threads: int | None = None  # intra-op threads the calls ran on (None: all cores)
 
@@ -235,7 +237,10 @@ class CompileTiming:
 def time_compile(rows: int = 512, width: int = 1024, features: int = 256, train: bool = True,
                  repeat: int = 9) -> CompileTiming:
     """Compile ``Linear -> tanh GELU -> LayerNorm -> Linear`` (forward and backward with ``train``,
-    else forward only), then time it against eager (:func:`perfkit.compute.measure_compile`).
+    else forward only), then time it against eager (:func:`perfkit.compute.measure_compile`, in
+    balanced orders). The matmul FLOPs of one call are counted by torch's ``FlopCounterMode`` on
+    the eager call: with backward, 5 matmuls, not 6 (the input needs no gradient, so the first
+    Linear's backward computes only its weight's).
 
     Raises:
         ValueError: for sizes that are not ints >= 1.
@@ -259,9 +264,13 @@ def time_compile(rows: int = 512, width: int = 1024, features: int = 256, train:
                     m(x)
         return run
 
-    rec = measure_compile(call(model()), call(torch.compile(model())), warmup=1, repeat=repeat)
-    return CompileTiming(rec, 2 * 2 * rows * features * width * (3 if train else 1), train,
-                         torch.get_num_threads())
+    from torch.utils.flop_counter import FlopCounterMode
+
+    eager = call(model())
+    with FlopCounterMode(display=False) as fc:
+        eager()
+    rec = measure_compile(eager, call(torch.compile(model())), warmup=1, repeat=repeat, balanced=True)
+    return CompileTiming(rec, fc.get_total_flops(), train, torch.get_num_threads())
 
 
 # --- 10: channels_last on a transformer -----------------------------------------------------
@@ -272,7 +281,7 @@ class ChannelsLastCheck:
     """What ``.to(memory_format=torch.channels_last)`` changed in a transformer, and inference timed
     with and without it there and on a small CNN (4-D weights) for contrast."""
 
-    params_4d: int
+    params_4d_5d: int  # parameters of 4 or 5 dimensions: the only ones Module.to(memory_format=...) converts
     relaid: int  # parameters whose storage the call replaced
     transformer: tuple[Measurement, Measurement]  # default, channels_last
     cnn: tuple[Measurement, Measurement]
@@ -309,12 +318,14 @@ def channels_last_check(make_transformer: Callable[[], nn.Module], ids: torch.Te
                 model(x)
         return run
 
-    tr = timing.interleaved([infer(plain, ids), infer(cl, ids)], warmup=1, repeat=repeat)
+    tr = timing.interleaved_balanced([infer(plain, ids), infer(cl, ids)], warmup=1, repeat=repeat)
     img = torch.randn(256, 1, 8, 8)  # (N, C, H, W) digits
-    cnn = timing.interleaved([infer(SmallCNN().eval(), img),
-                              infer(SmallCNN().eval().to(memory_format=torch.channels_last),
-                                    img.to(memory_format=torch.channels_last))], warmup=1, repeat=repeat)
-    return ChannelsLastCheck(sum(p.dim() == 4 for p in plain.parameters()), relaid, tuple(tr), tuple(cnn))
+    cnn = timing.interleaved_balanced([infer(SmallCNN().eval(), img),
+                                       infer(SmallCNN().eval().to(memory_format=torch.channels_last),
+                                             img.to(memory_format=torch.channels_last))],
+                                      warmup=1, repeat=repeat)
+    layout_params = sum(p.dim() in (4, 5) for p in plain.parameters())
+    return ChannelsLastCheck(layout_params, relaid, tuple(tr), tuple(cnn))
 
 
 # --- 13: torch.set_num_threads --------------------------------------------------------------
@@ -352,7 +363,8 @@ def time_thread_counts(step: Callable[[], object], counts: Sequence[int], repeat
         return run
 
     try:
-        runs = timing.interleaved([at(n) for n in counts], warmup=1, repeat=check_int("repeat", repeat, 1))
+        runs = timing.interleaved_balanced([at(n) for n in counts], warmup=1,
+                                           repeat=check_int("repeat", repeat, 1))
     finally:
         torch.set_num_threads(before)
     return ThreadTiming(dict(zip(counts, runs, strict=True)))

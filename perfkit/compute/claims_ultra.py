@@ -137,7 +137,8 @@ def _step_of(setting: Setting, t: SwitchTiming) -> Callable[[], None]:
 
 def time_switches(samples: int = 8, accumulate: int = 8, workers: int = 8, seq: int = 64,
                   model_kw: dict | None = None, repeat: int = 5) -> SwitchTiming:
-    """Time the plain setting and each of :func:`switches` alone against it, interleaved.
+    """Time the plain setting and each of :func:`switches` alone against it, interleaved in
+    balanced orders (``repeat`` rounded up to whole cycles, :func:`perfkit.timing.interleaved_balanced`).
 
     Raises:
         ValueError: for counts that are not ints >= 1.
@@ -148,7 +149,7 @@ def time_switches(samples: int = 8, accumulate: int = 8, workers: int = 8, seq: 
         warnings.simplefilter("ignore", UserWarning)  # more workers than cores: the advice
         steps = [setting_step(Setting(), samples, seq, model_kw)]
         steps += [setting_step(replace(Setting(), **c), samples, seq, model_kw) for c in changes.values()]
-        plain, *alone = timing.interleaved(steps, warmup=1, repeat=repeat)
+        plain, *alone = timing.interleaved_balanced(steps, warmup=1, repeat=repeat)
     alone_by_name = dict(zip(changes, alone, strict=True))
     return SwitchTiming(plain, alone_by_name, changes, samples, seq, dict(model_kw or {}))
 
@@ -196,9 +197,9 @@ def time_ultra(alone: SwitchTiming, compile_speedup: float | None = None, compil
                repeat: int = 5) -> UltraTiming:
     """Build the tuned subset from ``alone`` (its kept switches; compile when ``compile_kept``) and
     everything-on (every switch; compile when ``compile_speedup`` is given), then time the plain
-    step, the tuned subset and everything-on interleaved (and the tuned subset with accumulation,
-    when that is added), after one untimed first step of everything-on (reported: it starts the
-    workers and compiles).
+    step, the tuned subset and everything-on interleaved in balanced orders (and the tuned subset
+    with accumulation, when that is added), after one untimed first step of everything-on
+    (reported: it starts the workers and compiles).
 
     Raises:
         TypeError: if ``alone`` is not a :class:`SwitchTiming`.
@@ -222,6 +223,6 @@ def time_ultra(alone: SwitchTiming, compile_speedup: float | None = None, compil
             steps.append(_step_of(replace(tuned, **alone.changes[acc]), alone))
         with timing.Timer() as first:
             steps[2]()  # everything-on: starts the workers, and compiles when compile is on
-        plain, tuned_t, ultra_t, *acc_t = timing.interleaved(steps, warmup=1, repeat=repeat)
+        plain, tuned_t, ultra_t, *acc_t = timing.interleaved_balanced(steps, warmup=1, repeat=repeat)
     return UltraTiming(alone, tuned, ultra, added, plain, tuned_t, ultra_t, first.elapsed_s, compile_speedup,
                        acc_t[0] if acc_t else None)

@@ -31,7 +31,7 @@ import torch
 from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit._files import write_atomic
 from perfkit.hw import default_limits_path, device_name
-from perfkit.timing import Measurement, Timer, interleaved, resolve_device
+from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
 __all__ = ["CompileRecord", "GraphReport", "cold_compile_cost", "graph_breaks", "measure_compile"]
 
@@ -72,7 +72,7 @@ class CompileRecord:
 
 def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], object],
                     warmup: int = 2, repeat: int = 10,
-                    device: torch.device | str | None = None) -> CompileRecord:
+                    device: torch.device | str | None = None, balanced: bool = False) -> CompileRecord:
     """Time the first call of ``compiled_fn`` (the compile), then both interleaved.
 
     Build ``compiled_fn`` from a fresh ``torch.compile`` (dynamo caches compiled code per
@@ -83,6 +83,8 @@ def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], ob
         compiled_fn: the same work through a ``torch.compile``-d model or function.
         warmup, repeat: as for :func:`perfkit.timing.interleaved`.
         device: ``None`` means CUDA if present, else CPU.
+        balanced: time the two in balanced orders over whole cycles (half the rounds eager
+            first, :func:`perfkit.timing.interleaved_balanced`) instead of eager first always.
 
     Raises:
         TypeError, ValueError: for a function that is not callable, a negative ``warmup``
@@ -92,6 +94,7 @@ def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], ob
     check_callable("compiled_fn", compiled_fn)
     check_int("warmup", warmup, 0)
     check_int("repeat", repeat, 1)
+    check_type("balanced", balanced, bool)
     dev = resolve_device(device)
     from torch._dynamo.utils import counters  # imports dynamo: a second, so after the checks
 
@@ -102,8 +105,8 @@ def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], ob
     with Timer(dev) as first:
         compiled_fn()
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits
-    eager, compiled = interleaved([eager_fn, compiled_fn], warmup=warmup, repeat=repeat,
-                                  device=dev)
+    timed = interleaved_balanced if balanced else interleaved
+    eager, compiled = timed([eager_fn, compiled_fn], warmup=warmup, repeat=repeat, device=dev)
     return CompileRecord(first.elapsed_s - one.elapsed_s, eager, compiled, hits)
 
 

@@ -159,7 +159,7 @@ def _cpu_flash_backward(grad_out, q, k, v, out, lse, dropout_p=0.0, is_causal=Fa
     return round(full * _causal_share(q[2], k[2])) if is_causal else full
 
 
-def _cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
+def cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
     """FLOP formulas for the CPU's fused attention kernels, which ``FlopCounterMode`` has none
     for (PyTorch registers the CUDA ones only): the two matmuls of the forward pass and the
     five of the backward pass, as PyTorch's own ``sdpa_flop_count`` counts them, scaled for a
@@ -178,7 +178,7 @@ def counted_flops(step: Callable[[], object]) -> int:
     """FLOPs that ``FlopCounterMode`` counts in one call of ``step`` (a training step: forward,
     backward, optimizer): the matmuls that really ran, for an HFU and for
     :func:`perfkit.ceilings.observe`. The CPU's fused attention is counted with
-    ``_cpu_attention_formulas`` (a causal mask's unmasked entries only); elementwise work
+    ``cpu_attention_formulas`` (a causal mask's unmasked entries only); elementwise work
     counts nothing, so this is a lower bound of the arithmetic done.
 
     Raises:
@@ -187,7 +187,7 @@ def counted_flops(step: Callable[[], object]) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     check_callable("step", step)
-    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
+    with FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()) as counter:
         step()
     return int(counter.get_total_flops())
 

@@ -37,7 +37,7 @@ from torch.utils.flop_counter import flop_registry
 from perfkit import roofline
 from perfkit._checks import check_callable, check_items, check_real, check_type
 from perfkit.ceilings import cached_copy_bytes
-from perfkit.compute.flops import _cpu_attention_formulas
+from perfkit.compute.flops import cpu_attention_formulas
 from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
@@ -90,7 +90,7 @@ class OpRecord:
 
 # torch's counter has the GPU attention kernels' formulas, not the CPU one's (torch 2.13): the
 # CPU's are counted as counted_flops counts them (a causal mask's unmasked entries only)
-_CPU_ATTENTION = _cpu_attention_formulas()
+_CPU_ATTENTION = cpu_attention_formulas()
 
 
 def _shape(x: object) -> object:

@@ -31,7 +31,9 @@ from perfkit.data.datasets import (
 from perfkit.data.experiments import (
     MonitoredRun,
     PaddingRecord,
+    ThreadProbe,
     bootstrap,
+    gil_hidden_bound,
     hidden_fraction,
     hidden_fraction_estimate,
     largest_gap,
@@ -39,6 +41,7 @@ from perfkit.data.experiments import (
     padding_waste,
     prefetch_loops,
     rate_ratio,
+    thread_probe,
     thread_share,
     wait_share,
 )
@@ -89,7 +92,10 @@ __all__ = [
     "SlowDataset",
     "spend",
     "TextChunks",
+    "ThreadProbe",
+    "thread_probe",
     "thread_share",
+    "gil_hidden_bound",
     "wait_share",
     "write_shards",
 ]

@@ -4,7 +4,10 @@
 machine without CUDA the flag is ignored, so that is one loop timed twice: an A/A comparison).
 :func:`worker_sweep` measures throughput at each ``num_workers`` over a whole second pass
 (workers persist: their start-up is left out, the pipeline's fill is not), the counts taking
-turns round after round, and simulates the same pass with :func:`perfkit.data.simulate_pipeline`.
+turns round after round in balanced orders, and simulates the same pass with
+:func:`perfkit.data.simulate_pipeline`. Both time their settings in balanced orders over whole
+cycles (:func:`perfkit.timing.balanced_orders`): each runs before each other one in half the
+rounds, so what a round's position does to a time cancels from their paired ratios.
 
 Usage::
 
@@ -46,6 +49,15 @@ class PinTiming:
         """Pageable time over pinned time (> 1: pinning is faster)."""
         return stats.median_ratio(self.pageable.times_s, self.pinned.times_s)
 
+    def by_order(self) -> dict[str, stats.Estimate]:
+        """The same ratio over the rounds of each order apart: ``"pageable first"`` (the even
+        rounds of the balanced design) and ``"pinned first"`` (the odd ones). Where the two loops
+        run the same code, the two figures part by what a round's position does to a time, which
+        the balanced median over both cancels."""
+        ratios = stats.paired_ratios(self.pageable.times_s, self.pinned.times_s)
+        return {"pageable first": stats.median_interval(ratios[0::2]),
+                "pinned first": stats.median_interval(ratios[1::2])}
+
     @property
     def same_code(self) -> bool:
         """Without CUDA PyTorch ignores ``pin_memory``: both loops ran the same code."""
@@ -55,7 +67,8 @@ class PinTiming:
 def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
                     device: torch.device | str | None = None) -> PinTiming:
     """Time a loop over ``batches`` batches of (batch, 3, 64, 64) images copied to ``device``,
-    ``pin_memory=False`` against ``True``, interleaved.
+    ``pin_memory=False`` against ``True``, interleaved in balanced orders (``repeat`` rounded up
+    to even: pageable first in the even rounds, pinned first in the odd ones).
 
     Raises:
         ValueError: for counts that are not ints >= 1.
@@ -74,7 +87,8 @@ def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
             timing.synchronize(dev)
         return run
 
-    pageable, pinned = timing.interleaved([loop(False), loop(True)], warmup=1, repeat=repeat, device=dev)
+    pageable, pinned = timing.interleaved_balanced([loop(False), loop(True)], warmup=1, repeat=repeat,
+                                                   device=dev)
     return PinTiming(pageable, pinned, dev.type)
 
 
@@ -130,7 +144,9 @@ def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost
                  compute_s: float = 2e-3, rounds: int = 2, cores: int | None = None) -> WorkerSweep:
     """Measure samples/s at each worker count (CPU-bound samples of ``cost_s``, a step of
     ``compute_s`` sleep, as a GPU step leaves the host free), the counts taking turns for
-    ``rounds`` rounds; simulate the same pass with the machine's ``cores``.
+    ``rounds`` rounds, rounded up to whole cycles of :func:`perfkit.timing.balanced_orders` (each
+    count before each other one in half the rounds); simulate the same pass with the machine's
+    ``cores``.
 
     Raises:
         TypeError, ValueError: for empty ``workers``, negative counts, or costs not > 0.
@@ -146,8 +162,9 @@ def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost
     rates: dict[int, list[float]] = {w: [] for w in workers}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # more workers than cores, on purpose
-        for _ in range(rounds):
-            for w in workers:  # the first pass starts the workers; the second is timed
+        orders = timing.balanced_orders(len(workers))
+        for r in range(-(-rounds // len(orders)) * len(orders)):  # whole cycles
+            for w in (workers[i] for i in orders[r % len(orders)]):  # 1st pass starts the workers, 2nd timed
                 rec = measure_loader(ds, LoaderConfig(batch, w, persistent_workers=w > 0),
                                      compute=compute_s, epochs=2 if w else 1)
                 rates[w].append(pass_rate(rec, batch))

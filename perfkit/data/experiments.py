@@ -37,9 +37,9 @@ from perfkit.data.loader import LoaderRecord
 from perfkit.data.prefetch import Prefetcher
 from perfkit.stats import Estimate, bootstrap
 
-__all__ = ["MonitoredRun", "PaddingRecord", "hidden_fraction", "hidden_fraction_estimate",
-           "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops", "rate_ratio",
-           "thread_share", "wait_share"]
+__all__ = ["MonitoredRun", "PaddingRecord", "ThreadProbe", "gil_hidden_bound", "hidden_fraction",
+           "hidden_fraction_estimate", "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops",
+           "rate_ratio", "thread_probe", "thread_share", "wait_share"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -235,17 +235,29 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -
     return stats.per_round(stat, [rounds[k] for k in names], what="rounds")
 
 
-def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
-    """The share of ``n`` calls of ``step`` during which a Python thread that never gives up
-    the GIL by itself (a busy loop) makes progress, against its rate with the main thread
-    asleep: the most a GIL-holding load in a prefetch thread can run beside the step.
+@dataclass(frozen=True)
+class ThreadProbe:
+    """A busy Python thread beside a step, each round's figures as medians with intervals.
+
+    ``share``: the thread's progress while the step runs, over its rate with the main thread
+    asleep. ``slowdown``: the step's time beside the thread over its time alone (the thread
+    paused), the same round.
+    """
+
+    share: Estimate
+    slowdown: Estimate
+
+
+def thread_probe(step: Callable[[], None], n: int, repeat: int = 5) -> ThreadProbe:
+    """Run ``n`` calls of ``step`` alone, then beside a Python thread that never gives up the
+    GIL by itself (a busy loop), ``repeat`` rounds: how far the thread gets, and how much
+    longer the step takes.
 
     The thread runs only while the step is inside code that released the GIL (most PyTorch
     kernels) or while the step waits for the GIL at a switch, and only on a core the step's
-    own threads leave it; a load that holds the GIL can hide no more of itself than that.
-
-    Returns:
-        The median share over ``repeat`` rounds, with its order-statistic interval.
+    own threads leave it; the step, for its part, waits for the GIL at every return to Python.
+    A load that holds the GIL in a prefetch thread meets both: it runs at most ``share`` of the
+    time, and while it runs the step does ``1 / slowdown`` of its work.
 
     Raises:
         TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
@@ -255,29 +267,77 @@ def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
         raise TypeError(f"step must be a callable taking no argument, got {type(step).__name__}")
     check_int("n", n, 1)
     check_int("repeat", repeat, 2)
-    count, stop = [0], threading.Event()
+    count, stop, run = [0], threading.Event(), threading.Event()
 
     def spin() -> None:
         while not stop.is_set():
-            count[0] += 1
+            run.wait()  # paused: blocked, the GIL released
+            while run.is_set() and not stop.is_set():
+                count[0] += 1
+
+    def timed() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        return time.perf_counter() - t0
 
     worker = threading.Thread(target=spin, daemon=True)
     worker.start()
-    shares, took = [], 0.05  # s: the first round's idle window
+    shares, slow, took = [], [], 0.05  # s: the first round's idle window
     try:
         for _ in range(repeat):
+            alone = timed()  # the thread paused
+            run.set()
             c0, t0 = count[0], time.perf_counter()
             time.sleep(max(took, 0.05))  # the main thread idle: the thread's own rate
             rate = (count[0] - c0) / (time.perf_counter() - t0)
-            c0, t0 = count[0], time.perf_counter()
-            for _ in range(n):
-                step()
-            took = time.perf_counter() - t0
+            c0 = count[0]
+            took = timed()
+            run.clear()
             shares.append((count[0] - c0) / (rate * took))
+            slow.append(took / alone)
     finally:
         stop.set()
+        run.set()
         worker.join()
-    return stats.median_interval(shares)
+    return ThreadProbe(stats.median_interval(shares), stats.median_interval(slow))
+
+
+def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
+    """:func:`thread_probe`'s ``share`` alone: the most a GIL-holding load in a prefetch
+    thread can run beside ``n`` calls of ``step`` (median over ``repeat`` rounds, with its
+    order-statistic interval).
+
+    Raises:
+        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
+            ``repeat`` below 2.
+    """
+    return thread_probe(step, n, repeat).share
+
+
+def gil_hidden_bound(serial_s: float, load_s: float, compute_s: float, slowdown: float) -> float:
+    """The most of a GIL-holding load a prefetch thread is expected to hide, as a hidden
+    fraction (:func:`hidden_fraction`'s scale): ``(serial - fastest) / (serial - max(load, compute))``.
+
+    The thread is busy for at least ``load_s`` a step (its rate alone is its fastest), and
+    while it runs the step does at most ``1 / slowdown`` of its work (:func:`thread_probe`;
+    below 1 counts as 1), so a step takes at least ``max(load, compute + load * (1 - 1 /
+    slowdown))``. All times are per step (any one unit); ``serial_s`` is the measured serial
+    loop's. An estimate, not a bound: a loader that releases the GIL now and then (its calls
+    into torch) slows the step less than the probe's pure-Python thread.
+
+    Raises:
+        ValueError: for times that are not > 0, a ``serial_s`` not above ``max(load, compute)``,
+            or a ``slowdown`` that is not > 0.
+    """
+    for name, v in (("serial_s", serial_s), ("load_s", load_s), ("compute_s", compute_s),
+                    ("slowdown", slowdown)):
+        check_real(name, v, 0, lo_open=True)
+    longer = max(load_s, compute_s)
+    if serial_s <= longer:
+        raise ValueError(f"serial_s must exceed max(load_s, compute_s) = {longer}, got {serial_s}")
+    fastest = max(load_s, compute_s + load_s * (1 - 1 / max(1.0, slowdown)))
+    return (serial_s - fastest) / (serial_s - longer)
 
 
 # --- padding --------------------------------------------------------------------------------

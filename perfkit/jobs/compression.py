@@ -21,8 +21,8 @@ optimizer is SGD with momentum, the setting Deep Gradient Compression studies.
 
 Rank 0's result, per method: per-step losses (mean over ranks), ``final_loss`` (the whole
 training split, after the last step), ``eval_accuracy`` (digits only), payload bytes per
-step against dense fp32 bytes, every step's time (the slower rank's) and the median of those
-(``step_s``).
+step against dense fp32 bytes (a torch hook's: what it hands to the all-reduce), every step's
+time (the slower rank's) and the median of those (``step_s``).
 With ``"interleave": true`` the methods train side by side, taking turns every
 ``"round_steps"`` steps on the same batches, and each also reports ``round_times_s``: its
 time in every round, paired with the other methods' (a speed comparison one can trust on a
@@ -55,37 +55,73 @@ METHODS = ("none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powe
            "sign", "sign_ef")
 
 
-class _Counted:
-    """Hook state wrapper: counts dense and payload bytes per bucket for torch's hooks."""
+POWERSGD_START = 2  # PowerSGD's first compressed step (torch's default, 1000, would leave a short run dense)
 
-    def __init__(self, inner_state: Any, wire: Callable[[Any, Any], int]) -> None:
-        self.inner, self.wire = inner_state, wire
+
+class _Counted:
+    """State of a torch hook run through :func:`_counted_hook`: the dense bytes DDP handed it
+    and the bytes the hook handed to its all-reduces (counted by :class:`_Tap`)."""
+
+    def __init__(self, inner_state: Any) -> None:
+        self.inner = inner_state
         self.wire_bytes = self.dense_bytes = 0
 
 
+class _Tap:
+    """Stands in for ``torch.distributed`` inside torch's hook modules: every tensor they
+    all-reduce adds its bytes to the :class:`_Counted` state of the hook being run, so their
+    payload is counted on its way to the wire, not taken from their own formula. A callback
+    that all-reduces later (PowerSGD's ``Q``) still falls within the step that set ``state``."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.state = real, None
+
+    def all_reduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if self.state is not None:
+            self.state.wire_bytes += tensor.numel() * tensor.element_size()
+        return self.real.all_reduce(tensor, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+_TAP = _Tap(dist)
+
+
 def _counted_hook(inner_hook):
+    default_hooks.dist = psgd.dist = _TAP  # idempotent: torch's hooks all-reduce through the tap
+
     def hook(state, bucket):  # no annotations: DDP checks real types
         buf = bucket.buffer()
         state.dense_bytes += buf.numel() * buf.element_size()
-        state.wire_bytes += state.wire(state.inner, bucket)
+        _TAP.state = state
         return inner_hook(state.inner, bucket)
     return hook
 
 
-def _powersgd_wire(st: psgd.PowerSGDState, bucket) -> int:
-    """Payload bytes of one bucket under PowerSGD's own rule (fp32 P and Q per matrix)."""
-    if st.iter < st.start_powerSGD_iter:
-        return bucket.buffer().numel() * 4  # plain all-reduce before compression starts
-    total = 0
-    for g in bucket.gradients():
-        if g.ndim > 1:
-            rows, cols = g.shape[0], g.numel() // g.shape[0]
-            ok, _, small = psgd._should_compress(rows, cols, st.matrix_approximation_rank,
-                                                 st.min_compression_rate)
-            total += 4 * (small if ok else rows * cols)
+def powersgd_wire_ratio(model: nn.Module, rank: int, steps: int, start: int = POWERSGD_START) -> float:
+    """PowerSGD's payload over the dense fp32 gradient of ``model``, averaged over ``steps``
+    steps, by its own rule: each matrix gradient (rows = ``shape[0]``) that PyTorch compresses
+    sends ``(rows + cols) · rank`` values, the others (biases, matrices too small to gain) all
+    of theirs; the first ``start`` steps all-reduce the dense gradient.
+
+    Raises:
+        TypeError, ValueError: for ``rank`` or ``steps`` below 1, ``start`` below 0.
+    """
+    check_int("rank", rank, 1)
+    check_int("steps", steps, 1)
+    check_int("start", start, 0)
+    sent = dense = 0
+    for p in model.parameters():
+        dense += p.numel()
+        if p.ndim > 1:
+            rows, cols = p.shape[0], p.numel() // p.shape[0]
+            ok, _, small = psgd._should_compress(rows, cols, rank, 2)  # PowerSGDState's default rate
+            sent += small if ok else p.numel()
         else:
-            total += 4 * g.numel()
-    return total
+            sent += p.numel()
+    dense_steps = min(start, steps)
+    return (dense_steps + (steps - dense_steps) * sent / dense) / steps
 
 
 def make_compressor(method: str, seed: int = 0) -> compress.Compressor:
@@ -118,17 +154,17 @@ def make_compressor(method: str, seed: int = 0) -> compress.Compressor:
 def attach(model: DDP, method: str, seed: int = 0) -> Any:
     """Register ``method``'s comm hook on ``model``; return the state holding byte counts."""
     if method == "none":
-        st: Any = _Counted(None, lambda _, b: b.buffer().numel() * 4)
+        st: Any = _Counted(None)
         model.register_comm_hook(st, _counted_hook(default_hooks.allreduce_hook))
     elif method in ("fp16_hook", "bf16_hook"):
         inner = (default_hooks.fp16_compress_hook if method == "fp16_hook"
                  else default_hooks.bf16_compress_hook)
-        st = _Counted(None, lambda _, b: b.buffer().numel() * 2)
+        st = _Counted(None)
         model.register_comm_hook(st, _counted_hook(inner))
     elif method.startswith("powersgd_r"):
         ps = psgd.PowerSGDState(None, matrix_approximation_rank=int(method[10:]),
-                                start_powerSGD_iter=2, random_seed=seed)
-        st = _Counted(ps, _powersgd_wire)
+                                start_powerSGD_iter=POWERSGD_START, random_seed=seed)
+        st = _Counted(ps)
         model.register_comm_hook(st, _counted_hook(psgd.powerSGD_hook))
     else:
         st = HookState(make_compressor(method, seed))

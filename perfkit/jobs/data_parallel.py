@@ -19,8 +19,9 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object of tasks::
   ``(bucketed - overlapped) / (bucketed - compute_only)`` by the medians (``None`` where the
   bucketed step was not slower than compute alone), :func:`perfkit.comm.hidden_share`'s point.
 * ``buckets``: DDP step time and all-reduce calls per step for each ``bucket_cap_mb``
-  (``None``: left unset, DDP's default; the caps timed interleaved), and the calls
-  :func:`perfkit.parallel.assign_buckets` predicts.
+  (``None``: left unset, DDP's default; the caps timed interleaved, with ``"balanced": true``
+  in balanced orders over whole cycles, :func:`perfkit.timing.interleaved_balanced`), and the
+  calls :func:`perfkit.parallel.assign_buckets` predicts.
 * ``accumulate``: DDP with ``no_sync()`` over ``k`` micro-batches: time and bytes
   all-reduced per sample, and the gradient against one big batch.
 * ``accumulate_synced``: the same without ``no_sync()``: DDP all-reduces after every
@@ -51,7 +52,7 @@ from perfkit.parallel import (
     OverlappedDP,
     assign_buckets,
 )
-from perfkit.timing import interleaved
+from perfkit.timing import interleaved, interleaved_balanced
 
 
 def make_mlp(width: int = 512, depth: int = 6, d_in: int = 64, classes: int = 10,
@@ -182,13 +183,14 @@ def _counting_hook(state, bucket):  # no annotations: DDP checks them against re
     return default_hooks.allreduce_hook(None, bucket)
 
 
-def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float | None], repeat: int
-            ) -> list[dict[str, Any]]:
+def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float | None], repeat: int,
+            balanced: bool = False) -> list[dict[str, Any]]:
     """DDP step time and all-reduce calls per step for each ``bucket_cap_mb``.
 
     A cap of ``None`` leaves ``bucket_cap_mb`` unset: DDP's default, 25 MiB buckets and a
     1 MiB first one; an explicit cap (25 included) caps the first bucket too. The caps are
-    timed interleaved (one step of each in turn); ``times_s`` holds every
+    timed interleaved (one step of each in turn; with ``balanced``, in balanced orders over
+    whole cycles: each cap before each other one in half the rounds); ``times_s`` holds every
     repetition's time (the slowest rank's), so ratios between caps come with a spread.
     """
     x, y = _batch(batch, 0)
@@ -209,7 +211,7 @@ def buckets(model_kw: dict[str, Any], batch: int, caps_mb: Sequence[float | None
         calls.append(counter.calls)
         caps = (DDP_BUCKET_CAP_BYTES, DDP_FIRST_BUCKET_BYTES) if cap is None else (int(cap * 2**20), None)
         predicted.append(len(assign_buckets(list(model.module.parameters()), *caps)))
-    runs = interleaved(fns, warmup=1, repeat=repeat)
+    runs = (interleaved_balanced if balanced else interleaved)(fns, warmup=1, repeat=repeat)
     out = []
     for cap, m, c, p in zip(caps_mb, runs, calls, predicted, strict=True):
         times = _slowest(m.times_s)
@@ -280,7 +282,8 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
                                     c.get("repeat", 5))
     if "buckets" in cfg:
         b = cfg["buckets"]
-        result["buckets"] = buckets(model_kw, batch, b["caps_mb"], b.get("repeat", 5))
+        result["buckets"] = buckets(model_kw, batch, b["caps_mb"], b.get("repeat", 5),
+                                    b.get("balanced", False))
     if "accumulate" in cfg:
         a = cfg["accumulate"]
         result["accumulate"] = accumulate(model_kw, batch, a["ks"], a.get("repeat", 3))

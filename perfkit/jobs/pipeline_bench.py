@@ -67,10 +67,14 @@ def bubbles(n_ranks: int, configs: Sequence[tuple[str, int]], t_f: float = 0.02,
         timeout_s: the job's limit.
 
     Returns:
-        One record per configuration: ``schedule``, ``n_micro``, ``shares`` (measured bubble
-        share per step), ``formula``, ``simulated`` (the simulator with the measured median
-        cost of each action kind at each stage and the measured :func:`hop_latency`,
-        ``latency_s``), ``slots`` (the last step's rows).
+        One record per configuration: ``schedule``, ``n_micro``, ``p``, ``shares`` (measured
+        bubble share per step), ``step_s`` (each step's seconds from its first action's start to
+        its last one's end), ``busy_s`` (each step's busy seconds per rank, averaged over the
+        ranks), ``measured`` (the shares' median, a :class:`perfkit.stats.Estimate` record),
+        ``formula``, ``drawn`` (the index of the step nearest the median, :func:`typical_step`),
+        ``slots`` (that step's rows), ``simulated`` (the simulator with that step's measured
+        median cost of each action kind at each stage and its measured :func:`hop_latency`,
+        ``latency_s``).
 
     Raises:
         ValueError, TypeError: for bad counts, costs or configurations (checked before launching).
@@ -86,18 +90,36 @@ def bubbles(n_ranks: int, configs: Sequence[tuple[str, int]], t_f: float = 0.02,
               "steps": steps + bool(real), "real": real, "model": model or {},
               "micro_batch": micro_batch, "balance": "time"} for name, m in cfgs]
     per_rank = _launch(n_ranks, tasks, timeout_s)
-    out = []
-    for (name, m), res in zip(cfgs, per_rank[0]):
-        sched = make_schedule(name, n_ranks, m)
-        runs = res["slots"][1:] if real else res["slots"]
-        lines = [timeline_from(sched, rows) for rows in runs]
-        out.append({"schedule": name, "n_micro": m, "shares": [tl.bubble_share for tl in lines],
-                    "formula": bubble_formula(name, n_ranks, m),
-                    "simulated": simulate(sched, _measured_costs(runs[-1]),
-                                          hop_latency(runs[-1], sched)).bubble_share,
-                    "latency_s": hop_latency(runs[-1], sched),
-                    "slots": runs[-1]})
-    return out
+    return [_record(name, n_ranks, m, res["slots"][1:] if real else res["slots"])
+            for (name, m), res in zip(cfgs, per_rank[0])]
+
+
+def typical_step(shares: Sequence[float]) -> int:
+    """The index of the step whose bubble share lies nearest the median of ``shares`` (the
+    earlier of two as near): the step to draw and simulate for a figure judged by its median.
+
+    Raises:
+        ValueError, TypeError: for an empty sequence.
+    """
+    xs = [check_real(f"shares[{i}]", x) for i, x in enumerate(check_items("shares", shares))]
+    med = stats.median(xs)
+    return min(range(len(xs)), key=lambda i: abs(xs[i] - med))
+
+
+def _record(name: str, p: int, m: int, runs: list) -> dict:
+    """One configuration's timed steps as a record; the step drawn is :func:`typical_step`'s."""
+    sched = make_schedule(name, p, m)
+    lines = [timeline_from(sched, rows) for rows in runs]
+    shares = [tl.bubble_share for tl in lines]
+    k = typical_step(shares)
+    lat = hop_latency(runs[k], sched)
+    return {"schedule": name, "n_micro": m, "p": p, "shares": shares,
+            "step_s": [tl.makespan for tl in lines],
+            "busy_s": [sum(tl.busy(r) for r in range(p)) / p for tl in lines],
+            "measured": stats.median_interval(shares).record(),
+            "formula": bubble_formula(name, p, m), "latency_s": lat,
+            "simulated": simulate(sched, _measured_costs(runs[k]), lat).bubble_share,
+            "drawn": k, "slots": runs[k]}
 
 
 def hop_latency(rows: list, schedule: Any) -> float:
@@ -250,53 +272,39 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
     """Notebook 11's measurements on 2 processes in one job (a torchrun start costs seconds).
 
     Sleep stages (GPipe at m = 1, 4, 8 and 1F1B at m = 4, 8; ``t_f``/``t_b`` seconds), GPT
-    blocks balanced by measured time (1F1B and ZB-H1 at m = 4), activation peaks of GPipe and 1F1B at
-    m = 4 and 8, and 5 SGD steps of every schedule against the unsplit model. Sleep stages run 5
-    steps each (2 in ``quick``), the judged 1F1B at m = 8 three times as many.
+    blocks balanced by measured time (1F1B and ZB-H1 at m = 4, rounds alternated), activation
+    peaks of GPipe and 1F1B at m = 4 and 8, and 5 SGD steps of every schedule against the
+    unsplit model. Sleep stages run 5 steps each (2 in ``quick``), the judged 1F1B at m = 8
+    three times as many.
+
+    The GPT-block schedules share one cut into stages and run in alternating rounds, so
+    ``real[0]`` and ``real[1]``'s step ``i`` are paired.
 
     Returns:
-        ``bubbles`` and ``real`` (rows as :func:`bubbles` returns, with the measured median
-        ``measured`` as a :class:`perfkit.stats.Estimate` record, and each step's seconds from its
-        first action's start to its last one's end as ``step_s``), ``memory`` (as
+        ``bubbles`` and ``real`` (records as :func:`bubbles` returns), ``memory`` (as
         :func:`memory`), ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
     """
     check_real("t_f", t_f, 0)
     check_real("t_b", t_b, 0)
     steps = 2 if quick else 5   # sleep stages: 5 steps give the median its 90% interval
     judged = 3 * steps          # 1F1B at m = 8, whose bubble is judged: an interval narrower than its 10 %
-    real_steps = 7 if quick else 13  # GPT blocks: the first warms up; 12 left (a ratio's interval needs 6)
+    real_steps = 7 if quick else 13  # GPT blocks: the first round warms up; 12 paired rounds left
     sleeps = [("gpipe", 1), ("gpipe", 4), ("gpipe", 8), ("1f1b", 4), ("1f1b", 8)]
     gpt = {"n_embd": 128, "block_size": 64, "n_layer": 4, "vocab_size": 256}   # ~10 ms actions
-    real = [("1f1b", 4), ("zb_h1", 4)]
+    real = ["1f1b", "zb_h1"]   # at m = 4, on the same stages, paired rounds
     eq = ["gpipe", "1f1b", "zb_h1", "interleaved"]
     tasks = [{"task": "bubble", "schedule": s, "n_micro": m, "t_f": t_f, "t_b": t_b,
               "steps": judged if (s, m) == ("1f1b", 8) else steps} for s, m in sleeps]
-    tasks += [{"task": "bubble", "schedule": s, "n_micro": m, "steps": real_steps, "real": True,
-               "model": gpt, "micro_batch": 8, "balance": "time"} for s, m in real]
+    tasks.append({"task": "bubble", "schedules": real, "n_micro": 4, "steps": real_steps, "real": True,
+                  "model": gpt, "micro_batch": 8, "balance": "time"})   # one cut, rounds alternated
     tasks += [{"task": "equal", "schedule": s, "n_micro": m, "steps": 1} for m in (4, 8)
               for s in ("gpipe", "1f1b")]
     tasks += [{"task": "equal", "schedule": s, "n_micro": 4, "n_virtual": 2 if s == "interleaved"
                else 1} for s in eq]
     per_rank = _launch(2, tasks, timeout_s)
 
-    def rows(configs: list, first: int, skip: int) -> list[dict]:
-        out = []
-        for k, (name, m) in enumerate(configs):
-            sched = make_schedule(name, 2, m)
-            runs = per_rank[0][first + k]["slots"][skip:]
-            lines = [timeline_from(sched, r) for r in runs]
-            lat = hop_latency(runs[-1], sched)
-            out.append({"schedule": name, "n_micro": m, "p": 2,
-                        "shares": [tl.bubble_share for tl in lines],
-                        "step_s": [tl.makespan for tl in lines],
-                        "measured": stats.median_interval([tl.bubble_share for tl in lines]).record(),
-                        "formula": bubble_formula(name, 2, m), "latency_s": lat,
-                        "simulated": simulate(sched, _measured_costs(runs[-1]), lat).bubble_share,
-                        "slots": runs[-1]})
-        return out
-
-    n_sleep, n_real = len(sleeps), len(real)
-    mem, base = [], n_sleep + n_real
+    n_sleep = len(sleeps)
+    mem, base = [], n_sleep + 1
     for i, m in enumerate((4, 8)):
         gp = [r[base + 2 * i]["peak_saved_bytes"] for r in per_rank]
         one = [r[base + 2 * i + 1]["peak_saved_bytes"] for r in per_rank]
@@ -304,6 +312,8 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
                     "per_micro_batch": [max(r[base + 2 * i]["saved_bytes"].values()) for r in per_rank],
                     "ratio": max(o / g for o, g in zip(one, gp)), "bound": 2 / m})
     base += 4
-    return {"bubbles": rows(sleeps, 0, 0), "real": rows(real, n_sleep, 1), "memory": mem,
+    paired = per_rank[0][n_sleep]["slots"]
+    return {"bubbles": [_record(s, 2, m, per_rank[0][k]["slots"]) for k, (s, m) in enumerate(sleeps)],
+            "real": [_record(s, 2, 4, paired[s][1:]) for s in real], "memory": mem,
             "equality": {s: max(r[base + i]["max_rel_diff"] for r in per_rank) for i, s in enumerate(eq)},
             "config": {"t_f_s": t_f, "t_b_s": t_b, "steps": steps, "real_model": gpt}}

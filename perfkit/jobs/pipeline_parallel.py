@@ -18,7 +18,10 @@ Tasks (``"task"`` key; sizes of the tiny :class:`perfkit.parallel.GPT` in ``MODE
   ``Schedule1F1B``, ``ScheduleInterleaved1F1B``).
 * ``bubble``: stages whose forward sleeps ``t_f`` and backward ``t_b`` seconds (sleeps, not
   busy-work: they cost the same on 2 loaded cores as on 16 idle ones), or real GPT blocks
-  (``"real": true``); each step's measured per-rank slots (gathered on every rank).
+  (``"real": true``); each step's measured per-rank slots (gathered on every rank). With
+  ``"schedules": [...]`` instead of ``"schedule"``, the schedules run on the same stages in
+  alternating rounds (one step each, the order balanced: A B, B A, ...), so step ``i`` of each
+  is paired; ``slots`` is then ``{name: steps}``.
 * ``timing``: perfkit 1F1B and ``Schedule1F1B`` steps alternated; seconds per step.
 * ``deadlock`` (2 ranks, last): a hanging order executed; every rank's timeout error.
 """
@@ -38,6 +41,7 @@ from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss, split_layers
 from perfkit.parallel.pipeline import average_gradients, balance, layer_costs, run_schedule
 from perfkit.parallel.schedules import Schedule, make_schedule, parse_actions
 from perfkit.parallel.simulate import validate
+from perfkit.timing import balanced_orders
 
 __all__ = ["MODEL", "ZERO", "Sleep", "run"]
 
@@ -246,29 +250,35 @@ def _timing(task: dict) -> dict:
 
 def _bubble(task: dict) -> dict:
     p = dist.get_world_size()
-    sched = make_schedule(task["schedule"], p, task["n_micro"], task.get("n_virtual", 1))
+    names = task.get("schedules") or [task["schedule"]]
+    scheds = [make_schedule(n, p, task["n_micro"], task.get("n_virtual", 1)) for n in names]
+    if any(s.n_stages != scheds[0].n_stages or any(s.rank_of(k) != scheds[0].rank_of(k)
+                                                   for k in range(s.n_stages)) for s in scheds):
+        raise ValueError(f"schedules {names} must place every stage on the same rank")
     me = dist.get_rank()
     if task.get("real"):
-        env = _setup({**task, "steps": 1})
+        env = _setup({**task, "schedule": names[0], "steps": 1})
         mine, shape, b = env["mine"], (env["b"], env["cfg"].block_size, env["cfg"].n_embd), env["b"]
         x, y = env["data"][0]
         xs, ys, loss_fn = list(x.split(b)), list(y.split(b)), gpt_loss
     else:
-        mine = {s: Sleep(task["t_f"], task["t_b"]) for s in range(sched.n_stages)
-                if sched.rank_of(s) == me}
+        mine = {s: Sleep(task["t_f"], task["t_b"]) for s in range(scheds[0].n_stages)
+                if scheds[0].rank_of(s) == me}
         shape = (1, 4)
-        xs = ys = [torch.ones(shape) for _ in range(sched.n_micro)]
+        xs = ys = [torch.ones(shape) for _ in range(scheds[0].n_micro)]
 
         def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             return (out - target).pow(2).mean()
-    steps = []
-    for _ in range(task.get("steps", 3)):
-        dist.barrier()
-        rec = run_schedule(sched, mine, xs, ys, loss_fn, shape, count_memory=False)
-        rows: list = [None] * p
-        dist.all_gather_object(rows, rec.slots)
-        steps.append(rows)
-    return {"slots": steps}
+    steps: dict[str, list] = {n: [] for n in names}
+    orders = balanced_orders(len(names))   # for two: A B, B A, ... (a round's position falls on both)
+    for i in range(task.get("steps", 3)):
+        for j in orders[i % len(orders)]:
+            dist.barrier()
+            rec = run_schedule(scheds[j], mine, xs, ys, loss_fn, shape, count_memory=False)
+            rows: list = [None] * p
+            dist.all_gather_object(rows, rec.slots)
+            steps[names[j]].append(rows)
+    return {"slots": steps if task.get("schedules") else steps[names[0]]}
 
 
 def _deadlock(task: dict) -> dict:

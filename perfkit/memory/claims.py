@@ -270,7 +270,8 @@ class EmptyCacheTiming:
 def time_emptied_cache(micro: int = 4, batch: int = 4, seq: int = 64, repeat: int = 5,
                        device: torch.device | str | None = None) -> EmptyCacheTiming:
     """Time a tiny GPT-2's accumulation step over ``micro`` micro-batches, with and without
-    ``torch.cuda.empty_cache()`` (CPU: glibc's ``malloc_trim(0)``) before each, interleaved.
+    ``torch.cuda.empty_cache()`` (CPU: glibc's ``malloc_trim(0)``) before each, interleaved in
+    balanced orders (``repeat`` rounded up to whole cycles: each first in half the rounds).
 
     Raises:
         ValueError: for sizes that are not ints >= 1.
@@ -294,7 +295,8 @@ def time_emptied_cache(micro: int = 4, batch: int = 4, seq: int = 64, repeat: in
             opt.zero_grad(set_to_none=True)
         return run
 
-    plain, emptied = timing.interleaved([step(False), step(True)], warmup=1, repeat=repeat, device=dev)
+    plain, emptied = timing.interleaved_balanced([step(False), step(True)], warmup=1, repeat=repeat,
+                                                 device=dev)
     return EmptyCacheTiming(plain, emptied, "empty_cache()" if cuda else "malloc_trim(0)")
 
 

@@ -80,7 +80,8 @@ def gpt2_variant(model_kw: Mapping[str, Any], seq: int | None = None, attention:
         # training keeps no KV cache; left on, transformers turns it off at the first forward
         # with a warning on stderr ("use_cache=True is incompatible with gradient checkpointing")
         m.config.use_cache = False
-        enable()
+        # non-reentrant, as checkpoint_blocks: transformers 5's default, not 4.x's
+        enable({"use_reentrant": False})
     return m
 
 

@@ -139,9 +139,11 @@ from perfkit.plan.published import (
     micro_batch_overhead,
     predict,
 )
+from perfkit.plan.readings import one_sided, tp_step_split, worst_row_cause
 from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
     FOUNDRY_EARLY_STOP,
+    FOUNDRY_FLASH2,
     FOUNDRY_MB_SWEEP,
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
@@ -196,6 +198,7 @@ __all__ = [
     "FRAMEWORKS",
     "FOUNDRY_COMMIT",
     "FOUNDRY_EARLY_STOP",
+    "FOUNDRY_FLASH2",
     "FOUNDRY_MB_SWEEP",
     "FOUNDRY_MB_SWEEP_SOURCE",
     "FOUNDRY_ROWS",
@@ -279,4 +282,7 @@ __all__ = [
     "tp_prediction",
     "tp_rank_params",
     "tp_step_time",
+    "tp_step_split",
+    "one_sided",
+    "worst_row_cause",
 ]

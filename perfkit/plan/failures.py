@@ -13,8 +13,8 @@ The default failure rate is Llama 3's (Dubey et al. 2024, "The Llama 3 Herd of M
 arXiv:2407.21783, section 3.3.4 and Table 5): 419 unexpected interruptions in a 54-day
 snapshot of pre-training on 16,384 H100 GPUs, one every 3.1 hours, about 0.17 per GPU-year.
 The default storage is Llama 3's share of Tectonic's sustained 2 TB/s (section 3.3.1) per GPU.
-Llama 3 reports an effective training time above 90 %; :func:`llama3_check` holds the model
-against it.
+Llama 3 reports an effective training time above 90 %; :func:`llama3_check` gives the model's
+figure at an assumed restart cost and the longest restart that keeps the model above 90 %.
 
 Usage::
 

@@ -33,6 +33,7 @@ from perfkit.plan.model import ModelSpec
 from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
     FOUNDRY_EARLY_STOP,
+    FOUNDRY_FLASH2,
     FOUNDRY_MB_SWEEP,
     FOUNDRY_MB_SWEEP_SOURCE,
     FOUNDRY_ROWS,
@@ -67,6 +68,8 @@ class PublishedRun:
             run's reduce dtype: fp32 under Composer's ``DEFAULT`` mixed precision).
         framework: the :class:`Framework` the run used, where the planner holds one
             (``None``: any option, bf16 weights and gradients with fp32 Adam).
+        attention: the fused attention kernel, a key of :data:`ATTENTION_EFFICIENCY`
+            (``""``: none, the scores kept as Megatron-LM's 2021 code did).
     """
 
     table: str
@@ -81,11 +84,19 @@ class PublishedRun:
     source: str
     reduce_bytes: float = 2.0
     framework: Framework | None = None
+    attention: str = ""
 
     @property
     def recipe(self) -> StateRecipe | str:
         """The model-state recipe: the framework's, else ``"mixed_adam"``."""
         return "mixed_adam" if self.framework is None else self.framework.recipe
+
+    def settings(self) -> dict[str, object]:
+        """What the source sets per row, by name: a row differs from another in these."""
+        lay = self.layout
+        return {"GPUs": lay.gpus, "micro-batch": lay.micro_batch, "global batch": self.global_batch,
+                "sequence": self.model.seq, "ZeRO stage": lay.zero, "recomputation": lay.recompute,
+                "gradient reduce bytes": self.reduce_bytes, "attention kernel": self.attention}
 
 
 def megatron_runs() -> list[PublishedRun]:
@@ -121,9 +132,10 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
     tables name a 1600 Gb/s node interconnect (200 Gb/s per GPU); the H100 tables name none
     (400 Gb/s per GPU assumed). FSDP overlaps as Composer configures it by default
     (``Cluster.dp_overlap = "composer"``, :data:`perfkit.plan.overlap.OVERLAP_RULES`). The MPT
-    yamls ask for ``attn_impl: triton``, the Triton port
-    of FlashAttention of 2022-23, as fast as the first generation (FlashAttention-2's paper
-    compares both): at that generation's stated shares of the peak, forward and backward
+    yamls ask for ``attn_impl: triton``, the Triton port of FlashAttention of 2022-23, as fast
+    as the first generation (FlashAttention-2's paper compares both); the rows of
+    :data:`~perfkit.plan.runs_data.FOUNDRY_FLASH2` ran FlashAttention-2. Each at its
+    generation's stated shares of the peak, forward and backward
     (:data:`perfkit.plan.cluster.ATTENTION_EFFICIENCY`, not fitted)."""
     out = []
     src = f"mosaicml/llm-foundry@{FOUNDRY_COMMIT[:8]} scripts/train/benchmarking/README.md"
@@ -137,19 +149,17 @@ def foundry_runs(tables: Sequence[str] = tuple(FOUNDRY_TABLES)) -> list[Publishe
                      recompute="full" if ckpt else "none",
                      early_stop=bool(ckpt and table in FOUNDRY_EARLY_STOP))
         gpu = "h100-sxm" if table.startswith("h100") else table
+        kernel = (f"flash{2 if name in FOUNDRY_FLASH2.get(table, ()) else 1}-"
+                  f"{'h100' if gpu == 'h100-sxm' else 'a100'}")
+        fwd, bwd = ATTENTION_EFFICIENCY[kernel]
+        cluster = named_cluster(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd)
         # the README's own count: 6 x every parameter (embeddings too) + 12 L d s per token
         per_token = 6 * n + 12 * layers * d * seq
         out.append(PublishedRun(table, f"MPT {name} s={seq} on {gpus}", model, lay,
-                                replace(_flash1_cluster(gpu), dp_overlap="composer"),
-                                gbs, float(tok_gpu), mfu / 100, per_token,
-                                f"{src}, {FOUNDRY_TABLES[table]}", 4.0 if mp == "DEFAULT" else 2.0))
+                                replace(cluster, dp_overlap="composer"), gbs, float(tok_gpu), mfu / 100,
+                                per_token, f"{src}, {FOUNDRY_TABLES[table]}", 4.0 if mp == "DEFAULT" else 2.0,
+                                attention=kernel))
     return out
-
-
-def _flash1_cluster(gpu: str) -> Cluster:
-    """:func:`named_cluster` of ``gpu`` with the first-generation kernel's shares, forward and backward."""
-    fwd, bwd = ATTENTION_EFFICIENCY["flash1-h100" if gpu == "h100-sxm" else "flash1-a100"]
-    return named_cluster(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd)
 
 
 def predict(run: PublishedRun, efficiency: float) -> float:

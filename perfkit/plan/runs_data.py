@@ -16,8 +16,9 @@ Usage::
     print(len(MEGATRON_ROWS), len(FOUNDRY_ROWS), FOUNDRY_TABLES["a100-40gb"])
 """
 
-__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_EARLY_STOP", "FOUNDRY_MB_SWEEP", "FOUNDRY_MB_SWEEP_SOURCE",
-           "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_HEADS", "MEGATRON_ROWS", "MPT_SHAPES"]
+__all__ = ["FOUNDRY_COMMIT", "FOUNDRY_EARLY_STOP", "FOUNDRY_FLASH2", "FOUNDRY_MB_SWEEP",
+           "FOUNDRY_MB_SWEEP_SOURCE", "FOUNDRY_ROWS", "FOUNDRY_TABLES", "MEGATRON_HEADS", "MEGATRON_ROWS",
+           "MPT_SHAPES"]
 
 FOUNDRY_COMMIT = "8c8dd48f72168c5d51e2f7b151595892a8fba43d"
 
@@ -80,6 +81,17 @@ FOUNDRY_EARLY_STOP = {
     "h100": "mosaicml/llm-foundry@b2a43a14 scripts/train/benchmarking/sweep.sh (IMAGE), "
             "scripts/train/yamls/pretrain/mpt-*.yaml",
 }
+
+# The rows that ran FlashAttention-2; every other llm-foundry row ran ``attn_impl: triton``,
+# the Triton port of the first generation (the MPT yamls' setting and submit_benchmarks.py's
+# default; b2a43a14's sweep.sh passes no ``--attn_impl``). The large-scale H100 table's runs
+# installed flash-attn 2.4.2 (``.[gpu-flash2]``, 5e85bd62 setup.py), and the script that
+# submitted them (5e85bd62 scripts/train/benchmarking/sweep.py) passes ``--attn_impl flash``
+# (FlashAttention-2) for 1b, 3b, 7b and 70b and ``triton`` for 13b and 30b. Its per-model lines
+# (micro-batch, sharding, checkpointing) match the table's rows; its shared lines do not (they
+# ask for ``PURE`` mixed precision and BACKWARD_PRE prefetch, the table's MP Mode is
+# ``DEFAULT``), so only the per-model settings are taken from it.
+FOUNDRY_FLASH2 = {"h100-large": ("1b", "3b", "7b", "70b")}
 
 # llm-foundry's sweep of the micro-batch size with everything else held (8 A100-80GB, sequence
 # 2048, FULL_SHARD, amp_bf16 DEFAULT, no activation checkpointing, gradient accumulation 2):

@@ -8,7 +8,11 @@ covers it in this order:
 1. ``data``: inside a DataLoader ``__next__`` (``phase:data``) or waiting for a
    :class:`perfkit.data.Prefetcher`'s next batch;
 2. ``sync``: a host-device synchronisation (``aten::_local_scalar_dense`` under
-   ``.item()``/``print``, ``cuda*Synchronize``, a blocking device-to-host copy);
+   ``.item()``/``print``, ``cuda*Synchronize``, a blocking device-to-host copy), and the
+   time between two of them with almost no operator in between (a host loop of reads):
+   a wait for a collective there counts too (with ``find_unused_parameters=True`` DDP
+   waits for each bucket's all-reduce, then reads one value per parameter in it), so
+   ``sync_comm_s`` is the part with a collective in flight, ``sync_read_s`` the reads' own;
 3. ``communication``: a collective running (gloo threads, NCCL kernels) while the
    main thread runs no operator: the *exposed* part; the rest is *overlapped*; and the
    main thread's own communication operators (``c10d::`` launches, DDP's reducer copying
@@ -135,7 +139,9 @@ class TraceAttribution:
     the module doc); ``host_gap_s`` is main-thread time inside no operator;
     ``ops_per_step`` counts top-level operators outside data loading, syncs and the
     optimizer (the model's forward, backward and the script's own); ``data_offload_s`` is
-    data loading on other threads while the main thread did not wait for data.
+    data loading on other threads while the main thread did not wait for data;
+    ``sync_read_s`` is the part of ``sync`` inside the sync operators themselves, and
+    ``sync_comm_s`` the part with a collective in flight (a wait for it between two reads).
     """
 
     steps: int
@@ -149,6 +155,8 @@ class TraceAttribution:
     comm_contention_s: float = 0.0
     comm_host_s: float = 0.0
     data_offload_s: float = 0.0
+    sync_read_s: float = 0.0
+    sync_comm_s: float = 0.0
 
     def shares(self) -> dict[str, float]:
         """Category -> share of the mean step (they add up to 1)."""
@@ -251,7 +259,10 @@ def attribute_trace(trace: str | os.PathLike | Mapping[str, Any]) -> TraceAttrib
         ops_per_step=top_ops / n, device_idle_share=idle,
         comm_contention_s=contention * 1e-6 / n,
         comm_host_s=_length(_intersect(where["communication"], _union(host_comm))) * 1e-6 / n,
-        data_offload_s=_length(offload) * 1e-6 / n)
+        data_offload_s=_length(offload) * 1e-6 / n,
+        sync_read_s=_length(_intersect(where["sync"], _union(
+            (e["ts"], e["ts"] + e["dur"]) for e in sync_events))) * 1e-6 / n,
+        sync_comm_s=_length(_intersect(where["sync"], comm_all)) * 1e-6 / n)
 
 
 def _contention(ops: list[Mapping[str, Any]], comm: list[Interval], host_comm: list[Interval],

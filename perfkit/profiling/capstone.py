@@ -282,10 +282,11 @@ class Total:
     speedups multiplied; ``repeated``: the slow job was run again after the fixed one.
 
     ``seams``: where the product and the direct ratio part, ``(configuration, a, b)`` with
-    ``product / direct`` exactly the product of the ``a / b``: each kept configuration but the
+    ``direct / product`` exactly the product of the ``b / a``: each kept configuration but the
     last at its tokens/s as its round's "after" (``a``) and as the next kept round's "before"
     (``b``: with repeat runs, the mean of that run and its repeat); the slow job at its tokens/s
     in the direct ratio (``a``) and as the first kept round's "before" (``b``).
+    ``slow_runs_tps``: tokens/s of each run of the slow job behind ``slow_tps`` (their mean).
     """
 
     direct: Estimate
@@ -295,6 +296,13 @@ class Total:
     slow_tps: float
     fixed_tps: float
     seams: tuple[tuple[str, float, float], ...] = ()
+    slow_runs_tps: tuple[float, ...] = ()
+
+    @property
+    def slow_apart(self) -> float:
+        """The slow job's fastest run over its slowest (1.0 with one run)."""
+        runs = self.slow_runs_tps or (self.slow_tps,)
+        return max(runs) / min(runs)
 
     @property
     def drift(self) -> bool:
@@ -391,13 +399,15 @@ class FixLoop:
         down = math.hypot(*(math.log(g.value / g.low) for g in self.gains))
         up = math.hypot(*(math.log(g.high / g.value) for g in self.gains))
         product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), direct.level,
-                           min(g.n for g in self.gains), "the rounds' intervals combined as independent "
-                           "errors (their log half-widths added in quadrature)")
-        slow_tps = statistics.mean(self.job.tokens_per_s(b) for b in befores)
+                           min(g.n for g in self.gains), "the rounds' log half-widths added in quadrature, "
+                           "as for independent errors; adjacent rounds share a run, which moves their "
+                           "ratios in opposite directions, so this overstates the width")
+        runs = tuple(self.job.tokens_per_s(b) for b in befores)
+        slow_tps = statistics.mean(runs)
         seams = [("the slow job", slow_tps, self.kept_tps[0][1])]
         seams += [(fix, after, nxt[1]) for (fix, _, after), nxt in zip(self.kept_tps, self.kept_tps[1:])]
         return Total(direct, product, len(self.gains), len(befores) > 1, slow_tps,
-                     self.job.tokens_per_s(last), tuple(seams))
+                     self.job.tokens_per_s(last), tuple(seams), runs)
 
     def left_alone(self) -> list[str]:
         """One line per planted problem the loop neither kept nor tried: the share of the

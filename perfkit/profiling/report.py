@@ -95,6 +95,8 @@ def _step_shares(records: list[dict[str, Any]], load: dict[str, Any] | None) -> 
         shares, steps=att["steps"], step_mean_s=att["step_mean_s"],
         data_offload_share=min(1.0, att.get("data_offload_s", 0.0) / att["step_mean_s"]),
         main_stall_share=stall,
+        sync_comm_share=min(1.0, att.get("sync_comm_s", 0.0) / att["step_mean_s"]),
+        sync_read_share=min(1.0, att.get("sync_read_s", 0.0) / att["step_mean_s"]),
         syncs_per_step=att["syncs_per_step"], ops_per_step=att["ops_per_step"],
         flops_per_step=records[0].get("flops_per_step"),
         rank_work_s={r: a["step_mean_s"] - a["category_s"]["communication"]
@@ -166,6 +168,8 @@ def build_report(records: list[dict[str, Any]],
     rep["data_offload_share"] = att.get("data_offload_s", 0.0) / att["step_mean_s"]
     rep["comm_contention_share"] = att.get("comm_contention_s", 0.0) / att["step_mean_s"]
     rep["syncs_per_step"] = att["syncs_per_step"]
+    rep["sync_read_share"] = att.get("sync_read_s", 0.0) / att["step_mean_s"]
+    rep["sync_comm_share"] = att.get("sync_comm_s", 0.0) / att["step_mean_s"]
     rep["device_idle_share"] = att["device_idle_share"]
     rep["host_gap_share"] = att["host_gap_s"] / att["step_mean_s"]
     rep["flops_per_op"] = (base["flops_per_step"] / att["ops_per_step"]

@@ -165,6 +165,9 @@ class StepShares:
         main_stall_share: the share of the step the main thread was off its core outside
             its waits for data, syncs and collectives (waiting for a core, the GIL or a lock):
             with ``data_offload_share``, the data rule's evidence of contention.
+        sync_comm_share, sync_read_share: the parts of the sync share with a collective in
+            flight (waits for it between two reads) and inside the reads themselves (the sync
+            rule names both when a collective was in flight).
 
     Raises:
         TypeError, ValueError: naming the field, for a share that is not a number in [0, 1],
@@ -188,6 +191,8 @@ class StepShares:
     loadavg: float | None = None
     data_offload_share: float | None = None
     main_stall_share: float | None = None
+    sync_comm_share: float | None = None
+    sync_read_share: float | None = None
 
     def __post_init__(self) -> None:
         check_type("shares", self.shares, Mapping)
@@ -200,7 +205,8 @@ class StepShares:
                   "flops_per_step", "rank_step_s", "other_cores", "loadavg"):
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0)
-        for k in ("core_wait_share", "data_offload_share", "main_stall_share"):
+        for k in ("core_wait_share", "data_offload_share", "main_stall_share", "sync_comm_share",
+                  "sync_read_share"):
             if getattr(self, k) is not None:
                 check_real(k, getattr(self, k), 0, 1)
         if self.cores is not None:
@@ -226,7 +232,9 @@ class StepShares:
                      step_p99_s=record.step.p99_s, step_mean_s=record.step.mean_s)
         elif isinstance(record, TraceAttribution):
             ev = cls(record.shares(), steps=record.steps, step_mean_s=record.step_mean_s,
-                     syncs_per_step=record.syncs_per_step, ops_per_step=record.ops_per_step)
+                     syncs_per_step=record.syncs_per_step, ops_per_step=record.ops_per_step,
+                     sync_comm_share=min(1.0, record.sync_comm_s / record.step_mean_s),
+                     sync_read_share=min(1.0, record.sync_read_s / record.step_mean_s))
         elif isinstance(record, TraceBreakdown):
             ev = cls(record.shares(), steps=record.steps, step_mean_s=record.step_mean_s)
         else:
@@ -291,11 +299,14 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
                                                   f"(threshold {limit:.0%}){where}"))
     sync, n_sync = s.get("sync", 0.0), ev.syncs_per_step
     if sync > th.sync or (n_sync is not None and n_sync > th.syncs_per_step):
-        count = (f"{n_sync:.0f} host-device syncs per step (reads of a tensor's value on the host: on a "
-                 "GPU each waits for the device)" if n_sync is not None else "syncs")
-        found.append(_finding("sync", sync, th.sync, f"{count} (.item(), .cpu(), print of a "
-                              f"tensor) take {sync:.1%} of the step (threshold {th.sync:.0%} "
-                              f"or {th.syncs_per_step:.0f} syncs)"))
+        count = f"{n_sync:.0f} host-device syncs per step" if n_sync is not None else "syncs"
+        wait = ev.sync_comm_share or 0.0
+        found.append(_finding("sync", sync, th.sync, f"{count} (reads of a tensor's value on the host: "
+                              f".item(), .cpu(), print of a tensor) take {sync:.1%} of the step "
+                              f"(threshold {th.sync:.0%} or {th.syncs_per_step:.0f} syncs)" + (
+                                  f"; of that, the reads themselves took {ev.sync_read_share or 0.0:.2%} "
+                                  f"of the step, and {wait:.1%} passed with a collective in flight between "
+                                  "two reads: waiting for it" if wait >= 0.001 else "")))
     # launch/overhead-bound: operators too small to pay for their own dispatch. The FLOPs
     # per operator against what the machine computes in th.op_overhead_us, the fixed cost of
     # one eager operator; the share is the step outside data, syncs, collectives and the

@@ -30,19 +30,21 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from perfkit import stats
-from perfkit._checks import check_int, check_items, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.saving.experiments import SaveCosts
 from perfkit.saving.storage import filesystem_of, survives, write_bandwidth
 from perfkit.stats import Estimate
 from perfkit.timing import Timer
+from perfkit.units import si
 
-__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "storage_rates"]
+__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "storage_rates"]
 
 
 @dataclass(frozen=True)
@@ -202,3 +204,50 @@ def gzip_costs(tensors: Sequence[torch.Tensor], directory: str | os.PathLike, ma
         shutil.rmtree(work, ignore_errors=True)
     dtype = str(flat.dtype).removeprefix("torch.")
     return GzipCosts(dtype, flat.numel() * size, *sizes, plain_s, gz_s, level)
+
+
+def _under_1s(fixed: float, rate: float) -> str:
+    """The state that fits in 1 s after ``fixed`` seconds at ``rate`` bytes per second."""
+    return (f"up to about {si((1 - fixed) * rate, 'B')} ({fixed:.2g} s fixed, then {si(rate, 'B/s')})"
+            if fixed < 1 else f"for no state at all (its fixed costs alone took {fixed:.2g} s)")
+
+
+def one_second_lines(costs: SaveCosts, stored_bytes: float,
+                     stored_blocked_s: Mapping[str, float]) -> list[str]:
+    """The "<1 s checkpoint save time" claim at other sizes, one line per mode (``sync``,
+    ``thread``). Each mode's model is this run's fixed costs (the blocked time beyond the bytes
+    at the write bandwidth, or beyond the staging copy), then the bytes at that rate; a stored
+    run of ``stored_bytes`` (its median blocked seconds per mode) holds it at another size.
+    The size that fits in 1 s is stated from the model only where the stored run took no longer
+    than the model says there; otherwise in proportion to the stored run alone. Beside it, the
+    line through the two saves, where one with a non-negative fixed part passes through both.
+
+    Raises:
+        TypeError, ValueError: ``costs`` not a :class:`SaveCosts`, ``stored_bytes`` not > 0, or
+            a mode missing from either.
+    """
+    check_type("costs", costs, SaveCosts)
+    b2 = check_real("stored_bytes", stored_bytes, 0, lo_open=True)
+    b1, out = costs.state_bytes, []
+    rates = {"sync": (costs.sync_model_s, costs.write.bytes_per_s, "bytes over the write bandwidth"),
+             "thread": (costs.staging_floor_s, costs.copy_bytes_per_s / 2, "the staging copy")}
+    for mode, (floor, rate, what) in rates.items():
+        if mode not in costs.blocked_s or mode not in stored_blocked_s:
+            raise ValueError(f"mode {mode!r} must be in costs.blocked_s and stored_blocked_s")
+        t1 = costs.blocked(mode).value
+        t2 = check_real(f"stored_blocked_s[{mode!r}]", stored_blocked_s[mode], 0, lo_open=True)
+        fixed = max(0.0, t1 - floor)
+        at_b2 = fixed + b2 / rate                  # the model at the stored run's size
+        slope = (t2 - t1) / (b2 - b1) if b2 != b1 else 0.0   # s per byte, the line through both
+        fixed_line = t1 - slope * b1               # its fixed part: negative where no such line fits
+        line = (_under_1s(fixed_line, 1 / slope) if slope > 0 and fixed_line >= 0 else
+                "by no figure: no line with a non-negative fixed part passes through both")
+        out.append(f"{mode}: its model ({what}, with this run's fixed costs) gives {at_b2:.3g} s at the "
+                   f"stored run's {si(b2, 'B')}; the stored run blocked {t2:.3g} s, {t2 / at_b2:.2g}x that. "
+                   + (f"By the model, under 1 s {_under_1s(fixed, rate)}." if t2 <= at_b2 else
+                      "The model does not hold at that size, so no size for 1 s follows from it; in "
+                      f"proportion to the stored run alone, 1 s is reached near {si(b2 / t2, 'B')} (a fixed "
+                      f"part would put it {'higher' if t2 < 1 else 'lower'}).")
+                   + f" The line through the two saves ({si(b1, 'B')} in {t1:.3g} s, {si(b2, 'B')} in "
+                   f"{t2:.3g} s): under 1 s {line}.")
+    return out

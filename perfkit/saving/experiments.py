@@ -31,7 +31,7 @@ import math
 import os
 import signal
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,8 @@ from perfkit.saving.store import CheckpointError, complete_steps, latest, verify
 from perfkit.saving.training_state import TrainState
 from perfkit.stats import Estimate
 
-__all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "goodput_curve", "killed_save", "save_costs",
-           "small_state", "small_step"]
+__all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "copy_beside_limits", "goodput_curve", "killed_save",
+           "save_costs", "small_state", "small_step"]
 
 # DCP warns once per save that it saves in a single process when no group exists: expected here
 _SINGLE = "torch.distributed is disabled, unavailable or uninitialized"
@@ -64,7 +64,10 @@ class SaveCosts:
     Attributes:
         state_bytes: the checkpoint's bytes (its manifest's sum of file sizes).
         blocked_s: per mode, each round's seconds the caller was blocked.
-        persist_s: per mode, each round's seconds until the files were written.
+        persist_s: per mode, each round's seconds until the files were written (in ``sync``
+            mode the whole ``dcp.save``: planning, serialising and writing with fsync).
+        commit_s: per mode, each round's seconds of the commit (each file's sha256, the
+            manifest, its fsync and the rename), inside the blocked time in ``sync`` mode.
         write: the directory's write bandwidth with fsync.
         copy_bytes_per_s: the copy rate of a buffer of the state's size, read plus written
             bytes per s (the fastest of :func:`perfkit.hw.measure_copy` at ``state_bytes``,
@@ -77,6 +80,7 @@ class SaveCosts:
     persist_s: dict[str, list[float]]
     write: WriteBandwidth
     copy_bytes_per_s: float
+    commit_s: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def sync_model_s(self) -> float:
@@ -97,6 +101,35 @@ class SaveCosts:
     def blocked_over_sync(self, mode: str) -> Estimate:
         """``mode``'s blocked time over the synchronous save's, paired by round."""
         return stats.median_ratio(self.blocked_s[mode], self.blocked_s["sync"])
+
+
+def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int) -> str:
+    """``costs``' copy rate (a buffer of the state's size, on ``threads``) beside the copies in
+    notebook 00's limits file: its DRAM ceiling (the best thread count on buffers no cache
+    holds), its in-cache copy, and its copy nearest the state's size on the same threads.
+
+    Raises:
+        TypeError, ValueError: a bad argument.
+    """
+    from perfkit.units import si
+
+    check_type("costs", costs, SaveCosts)
+    check_type("limits", limits, hw.MachineLimits)
+    check_int("threads", threads, 1)
+    same = [q for q in limits.copy_points if q.op == "copy" and q.threads == threads]
+    near = min(same, key=lambda q: abs(q.nbytes - costs.state_bytes), default=None)
+    src = limits.sources
+    plural = "s" * (threads > 1)
+    out = (f"notebook 00's limits file: DRAM ceiling {si(limits.copy_bytes_per_s, 'B/s')} "
+           f"({src.get('dram', 'source not recorded')}: the best thread count, on buffers no cache holds)")
+    if limits.cache_bytes_per_s:
+        out += (f", in-cache copy {si(limits.cache_bytes_per_s, 'B/s')} "
+                f"({src.get('cache', 'source not recorded')})")
+    if near is not None:
+        out += (f"; on {threads} thread{plural}, its copy nearest the state's size "
+                f"{si(near.best_bytes_per_s, 'B/s')} ({si(near.nbytes, 'B')} buffers)")
+    return (out + f". The copy here: {si(costs.copy_bytes_per_s, 'B/s')} on {si(costs.state_bytes, 'B')} "
+            f"buffers, {threads} thread{plural}.")
 
 
 def _gpt_state(n_embd: int, n_layer: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -148,6 +181,7 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float | None = None,
     state = TrainState(gpt, opt)
     blocked: dict[str, list[float]] = {m: [] for m in modes}
     persist: dict[str, list[float]] = {m: [] for m in modes}
+    commit: dict[str, list[float]] = {m: [] for m in modes}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_SINGLE)
         cks = {m: Checkpointer(base / m, keep=1, mode=m) for m in modes}
@@ -159,6 +193,7 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float | None = None,
                     if r:  # round 0 warms up
                         blocked[m].append(rec.blocked_s)
                         persist[m].append(rec.persist_s)
+                        commit[m].append(rec.commit_s)
         finally:
             for ck in cks.values():
                 ck.close()
@@ -166,7 +201,7 @@ def save_costs(root: str | os.PathLike, copy_bytes_per_s: float | None = None,
     bw = write_bandwidth(base, nbytes=max(nbytes, 2**20), fsync=True, repeat=3)
     if copy_bytes_per_s is None:  # the state's size decides which memory level the copy runs in
         copy_bytes_per_s = hw.measure_copy(nbytes, device="cpu", repeat=5).best_bytes_per_s
-    return SaveCosts(nbytes, blocked, persist, bw, float(copy_bytes_per_s))
+    return SaveCosts(nbytes, blocked, persist, bw, float(copy_bytes_per_s), commit)
 
 
 # --- 2. a save killed midway ---------------------------------------------------------------

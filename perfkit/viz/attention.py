@@ -6,6 +6,7 @@ Usage::
     plot_tiles(64, world=4, tile=8)                       # contiguous against zig-zag
     build_widget(attention_widget(model, points))          # model: compute.TileCostModel
     plot_saved_bytes([256, 512], {"eager": [...], "flash": [...]})
+    plot_tile_times(points, model)                         # time against tile size, per length
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from perfkit._checks import check_int, check_items
 from perfkit.compute.attention_cost import AttentionTiming, TileCostModel
@@ -24,7 +26,7 @@ from perfkit.parallel.context import SPLITS, segments
 from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
-__all__ = ["attention_widget", "plot_saved_bytes", "plot_tiles", "tile_owner"]
+__all__ = ["attention_widget", "plot_saved_bytes", "plot_tile_times", "plot_tiles", "tile_owner"]
 
 
 def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
@@ -84,6 +86,39 @@ def plot_saved_bytes(seq_lens: Sequence[int], measured: Mapping[str, Sequence[in
     return tidy(fig)
 
 
+def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | None = None,
+                    batch: int = 1, heads: int = 4, head_dim: int = 32) -> Figure:
+    """Forward + backward seconds of the tiled attention against the tile size, one colour per
+    length: the measured medians as points, ``model``'s prediction as a line through them.
+
+    Raises:
+        ValueError: for ``points`` without a tiled (``"flash"``) timing.
+    """
+    flash = [p for p in points if p.impl == "flash"]
+    if not flash:
+        raise ValueError("points must hold flash timings")
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for i, t in enumerate(sorted({p.seq_len for p in flash})):
+        mine = sorted((p for p in flash if p.seq_len == t), key=lambda p: p.tile)
+        color = f"C{i}"
+        ax.plot([p.tile for p in mine], [p.median_s for p in mine], "o", color=color,
+                label=f"T = {t} measured")
+        if model is not None:
+            ax.plot([p.tile for p in mine], [model.flash_s(t, p.tile, batch, heads, head_dim) for p in mine],
+                    "-", color=color, alpha=0.6)
+    ax.set(xscale="log", yscale="log", xlabel="tile size (queries and keys per tile)",
+           ylabel="forward + backward",
+           title="tiled attention: measured medians" + (", lines: the model" if model else ""))
+    ax.set_xticks(sorted({p.tile for p in flash}), [str(x) for x in sorted({p.tile for p in flash})])
+    ax.minorticks_off()
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y, "s")))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return tidy(fig)
+
+
 def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (),
                      batch: int = 1, heads: int = 4, head_dim: int = 32,
                      max_len: int = 65536) -> WidgetSpec:
@@ -117,10 +152,11 @@ def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (
         if model.eager_rate:
             ax2.plot(ts, [model.eager_s(int(x), batch, heads, head_dim) for x in ts], "-",
                      color="tab:red", label="eager (model)")
-        for p in pts:
-            if p.impl == "eager" or (p.impl == "flash" and p.tile == tile):
-                ax2.plot([p.seq_len], [p.median_s], "o",
-                         color="tab:red" if p.impl == "eager" else "tab:blue")
+        for impl, color, name in (("flash", "tab:blue", f"tiles of {tile}"), ("eager", "tab:red", "eager")):
+            mine = [p for p in pts if p.impl == impl and (impl == "eager" or p.tile == tile)]
+            if mine:
+                ax2.plot([p.seq_len for p in mine], [p.median_s for p in mine], "o", color=color,
+                         label=f"{name} (measured medians)")
         ax2.axvline(t_now, color="gray", ls=":")
         ax2.set(xscale="log", yscale="log", xlabel="T", ylabel="forward + backward, s")
         for ax in (ax1, ax2):

@@ -18,14 +18,17 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
+from perfkit.stats import Estimate
 from perfkit.units import si_interval
 from perfkit.viz.core import tidy
 
 __all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_context", "round_text",
-           "seams_text", "show_round", "total_text", "waterfall_shares"]
+           "runs_text", "seams_text", "show_round", "tally_text", "target_text", "total_text",
+           "waterfall_shares"]
 
 _UP, _DOWN, _TOTAL, _FLAT = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0"
 
@@ -74,7 +77,7 @@ def waterfall_shares(steps: Sequence[tuple[str, float]], total: float) -> list[t
 
 def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
                    unit: str = "tokens/s", total: float | None = None,
-                   unresolved: Sequence[str] = ()) -> Figure:
+                   unresolved: Sequence[str] | None = None) -> Figure:
     """Each fix's speedup as a bar from the running total before it to after it (log scale,
     so equal factors get equal heights), and the total as the last bar.
 
@@ -86,7 +89,9 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
             (:func:`waterfall_shares`), each labelled with its share and, below, the speedup
             measured in its round (on top of the fixes before it).
         unresolved: the fixes whose measured speedup's interval holds 1x: drawn grey and
-            labelled so, since the run cannot tell their gain from none.
+            labelled so, since the run cannot tell their gain from none; the other gains are
+            then those whose interval lies above 1x (``None``: no intervals known). A legend
+            below the axes names the colours.
 
     Raises:
         TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`), a
@@ -97,15 +102,21 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     bars = cumulative_speedups(steps if total is None else waterfall_shares(steps, total))
     check_type("title", title, str)
     check_type("unit", unit, str)
+    judged, direct = unresolved is not None, total is not None
+    unresolved = () if unresolved is None else unresolved
     if isinstance(unresolved, str) or not isinstance(unresolved, Sequence):
         raise TypeError(f"unresolved must be a list of fix names, got {unresolved!r}")
     if unknown := [n for n in unresolved if n not in {b[0] for b in bars}]:
         raise ValueError(f"unresolved must name fixes among the steps, got {unknown}")
     total = bars[-1][2]
-    fig, ax = plt.subplots(figsize=(1.2 * len(bars) + 2.6, 3.8))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(bars) + 2.6), 4.3))  # room for a long title
     names = [b[0] for b in bars] + ["total"]
+    legend = {_UP: "a gain, interval above 1x" if judged else "faster", _FLAT: "interval holds 1x",
+              _DOWN: "slower", _TOTAL: "total" + (", measured directly" if direct else "")}
+    used = [_TOTAL]
     for i, (name, lo, hi) in enumerate(bars):
         color = _FLAT if name in unresolved else _UP if hi >= lo else _DOWN
+        used.append(color)
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
@@ -126,6 +137,9 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     ax.set_xticks(range(n + 1), names, rotation=20, ha="right")
     ax.set_ylabel(f"speedup of {unit} (log scale)")
     ax.set_title(title or "Measured speedup of each fix, cumulative")
+    handles = [Patch(color=c, label=legend[c]) for c in legend if c in used]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(handles),
+              fontsize=8, frameon=False)  # below the axes: it covers no bar
     fig.tight_layout()
     return tidy(fig)
 
@@ -163,6 +177,15 @@ def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[flo
     return tidy(fig)
 
 
+def runs_text(tps: Sequence[float]) -> str:
+    """``": 5,997 and 4,927, 1.22x apart, so ..."``: the runs of one configuration behind a mean,
+    and, when they lie more than a tenth apart, that the machine's speed moved between them."""
+    lo, hi = min(tps), max(tps)
+    return (f": {' and '.join(f'{t:,.0f}' for t in tps)}"
+            + (f", {hi / lo:.2f}x apart, so the machine's speed moved between the runs more than a tenth, "
+               "and the interval is widened to the ratio against each" if hi > 1.1 * lo else ""))
+
+
 def round_text(r: Round) -> str:
     """The Markdown heading and figures of one round: the fix, tokens/s before and after,
     and the measured speedup with its interval (the one the verdict judges)."""
@@ -170,11 +193,7 @@ def round_text(r: Round) -> str:
     before = ("the configuration before, mean of its runs before and after this one"
               if r.befores > 1 else "the configuration before, its one run")
     if len(r.befores_tps) > 1:
-        lo, hi = min(r.befores_tps), max(r.befores_tps)
-        before += (f": {' and '.join(f'{t:,.0f}' for t in r.befores_tps)}"
-                   + (f", {hi / lo:.2f}x apart, so the machine's speed moved between the runs more "
-                      "than a tenth, and the interval is widened to the ratio against each"
-                      if hi > 1.1 * lo else ""))
+        before += runs_text(r.befores_tps)
     return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.point('x')}** "
@@ -211,7 +230,9 @@ def total_text(t: Total) -> str:
     check_type("t", t, Total)
     p, d = t.product, t.direct
     point, low, high = si_interval(p.value, p.low, p.high, "x")  # the product at its interval's precision
-    out = (f"Slow job {t.slow_tps:,.0f} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.point('x')}** "
+    runs = (f" (mean of its runs before and after the rounds{runs_text(t.slow_runs_tps)})"
+            if len(t.slow_runs_tps) > 1 else "")
+    out = (f"Slow job {t.slow_tps:,.0f}{runs} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.point('x')}** "
            f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to ")
     if not t.repeated:
         return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
@@ -230,8 +251,9 @@ def total_text(t: Total) -> str:
 
 def seams_text(t: Total) -> str:
     """Why the rounds' product is not the direct ratio, in the run's numbers: each configuration's
-    tokens/s in the two comparisons it joined (:attr:`Total.seams`), whose ratios multiply to
-    exactly the product over the direct ratio. Empty without seams.
+    tokens/s in the two comparisons it joined (:attr:`Total.seams`), read as every ``a -> b`` of
+    the course is (``b / a``): their ratios multiply to exactly the direct ratio over the
+    product. Empty without seams.
 
     Raises:
         TypeError: for ``t`` that is not a :class:`~perfkit.profiling.capstone.Total`.
@@ -239,7 +261,7 @@ def seams_text(t: Total) -> str:
     check_type("t", t, Total)
     if not t.seams:
         return ""
-    moved = math.prod(a / b for _, a, b in t.seams)
+    moved = math.prod(b / a for _, a, b in t.seams)
     cancel = f"{moved:.2f}" == "1.00"  # as printed: the seams leave the product where the direct ratio is
     return (("; the seams between the comparisons, where one configuration's tokens/s is read twice, "
              "cancel: " if cancel else
@@ -249,7 +271,7 @@ def seams_text(t: Total) -> str:
                 for name, a, b in t.seams)
             + " (each kept configuration as its round's \"after\", then as the next round's \"before\", the "
             "mean of that run and its repeat; the slow job in the direct ratio, then in round 1). Their "
-            f"ratios multiply to {moved:.3g}x, the product over the direct gain"
+            f"ratios, second over first, multiply to {moved:.3g}x, the direct gain over the product"
             + (", so the two agree although single seams moved." if cancel else "." + _seams_way(t.seams)))
 
 
@@ -267,6 +289,59 @@ def _seams_way(seams: list) -> str:
                 "time: one way, as load that drifts both ways would not; each round's \"before\" reads "
                 "high, and its speedup low.")
     return ""
+
+
+def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> str:
+    """The time to the target against tokens/s, on the same two runs: the time's gain times
+    the tokens it needed is the tokens/s over the whole runs, held against those runs' measured
+    windows (``pair``, the fixed run over the first slow run), and what parts them: the runs'
+    other steps, and, where the slow job ran twice, the direct ratio's other baseline.
+
+    Args:
+        tt_gain: the slow run's seconds to the target over the fixed run's.
+        tokens_x: the fixed run's tokens to the target over the slow run's.
+        pair: tokens/s of the fixed run over the slow run whose time ``tt_gain`` reads.
+        t: the whole gain (:meth:`~perfkit.profiling.capstone.FixLoop.finish`).
+
+    Raises:
+        TypeError, ValueError: for a gain or token ratio that is not a finite number > 0, a
+            ``pair`` that is not an Estimate or a ``t`` that is not a Total.
+    """
+    check_real("tt_gain", tt_gain, 0, lo_open=True)
+    check_real("tokens_x", tokens_x, 0, lo_open=True)
+    check_type("pair", pair, Estimate)
+    check_type("t", t, Total)
+    runs_x, w = tt_gain * tokens_x, pair.value
+    out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
+           f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured windows")
+    if abs(runs_x / w - 1) > 0.05:
+        out += (f": the runs' other steps (the warm-up, the profiled window counted at the median step, the "
+                f"steps after the window) put it {runs_x / w:.2f}x from the windows' ratio")
+    if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
+        runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
+        out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "
+                f"job's runs ({runs} tokens/s), not this run alone, which puts it {t.direct.value / w:.2f}x "
+                "from this pair's")
+    return out + "."
+
+
+def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str]) -> str:
+    """``"against the diagnosed share: 0 held, 0 missed, 3 inconclusive of 3; ..."``: the rounds'
+    verdicts counted by what bounded them (``judged_by``: fix -> bound; ``outcomes``: fix -> its
+    outcome, ``"missed (above)"`` counted as missed); ``"none"`` when no round was judged.
+
+    Raises:
+        TypeError, KeyError: for arguments that are not mappings, or a judged fix without outcome.
+    """
+    check_type("outcomes", outcomes, Mapping)
+    check_type("judged_by", judged_by, Mapping)
+    parts = []
+    for bound in dict.fromkeys(judged_by.values()):
+        got = [outcomes[f].split(" (")[0] for f, b in judged_by.items() if b == bound]
+        counts = ", ".join(f"{got.count(o)} {o}" for o in ("held", "missed", "inconclusive", "disturbed")
+                           if o != "disturbed" or o in got)
+        parts.append(f"against {bound}: {counts} of {len(got)}")
+    return "; ".join(parts) or "none"
 
 
 def show_round(r: Round | None) -> bool:

@@ -122,7 +122,10 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
 def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") -> Figure:
     """Each claim measured in ``unit`` as one row: what the advice promises (a band from its
     low to its high end, open ends to the axis edge), the measured figure coloured by its
-    verdict, and its interval where it has one; log scale, with the no-effect value 1 marked.
+    verdict, and its interval where it has one; log scale. A dashed tick on a row marks that
+    claim's no-effect value (``Claim.partly``: 1x for a speedup) where it names one; a ratio
+    whose promise is a multiple (Adam's state at 2x the weights) has none, so no line is drawn
+    across every row.
 
     Args:
         verdicts: claim name -> its verdict; those in another unit, and those whose figure has
@@ -142,7 +145,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
             and math.isfinite(v.measured) and v.measured > 0]
     if not rows:
         raise ValueError(f"verdicts must hold a claim in unit {unit!r} with a finite figure above 0")
-    ends = [e for _, v in rows for e in (v.measured, *(v.spread or ()), v.claim.low, v.claim.high, 1.0)
+    ends = [e for _, v in rows
+            for e in (v.measured, *(v.spread or ()), v.claim.low, v.claim.high, v.claim.partly)
             if e is not None and math.isfinite(e) and e > 0]
     lo, hi = min(ends) / 1.5, max(ends) * 1.5
     fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.4))
@@ -153,7 +157,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
         if v.spread is not None:
             ax.plot(v.spread, [y, y], color=_COLOR[v.status], lw=2, zorder=2)
         ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=6, zorder=3)
-    ax.axvline(1.0, color="0.3", lw=0.8, ls="--", zorder=0)
+        if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
+            ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=2)
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
     ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
@@ -162,7 +167,7 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"measured here ({unit}, log scale); grey band: what the advice promises; "
-                  "dashed: no effect")
+                  "dashed tick: the claim's no-effect value")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bands

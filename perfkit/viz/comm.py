@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from perfkit import compress
 from perfkit.comm import AlphaBeta, CollectivePoint, ring_allreduce_time
 from perfkit.compress import simulate_dp_training
+from perfkit.stats import Estimate
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
 
 __all__ = [
@@ -143,20 +144,25 @@ def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: 
 
 
 def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
-    """Step time of each synchroniser, with compute-only and communication-only bars, and the
-    bucketed step (the same work, no overlap) as the line the overlapped bar is read against.
+    """Step time of each synchroniser, beside a step's compute alone and its bucketed all-reduces
+    alone (one by one, and launched together where timed), and the bucketed step (the same work,
+    no overlap) as the line the overlapped bar is read against.
 
     Args:
         compare: the ``compare`` result of ``perfkit.jobs.data_parallel``.
     """
     t = compare["time_s"]
-    names = ["compute_only", "comm_only", "naive", "bucketed", "overlapped", "ddp"]
+    shown = {"compute_only": ("compute\nalone", "0.6"), "comm_only": ("all-reduces\none by one", "0.8"),
+             "comm_together": ("all-reduces\ntogether", "0.85"), "naive": ("naive", "C0"),
+             "bucketed": ("bucketed", "C1"), "overlapped": ("overlapped", "C2"), "ddp": ("DDP", "C3")}
+    names = [n for n in shown if n in t]  # comm_together: where the job timed it
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    colors = ["0.6", "0.8", "C0", "C1", "C2", "C3"]
-    bars = ax.bar(names, [t[n] * 1e3 for n in names], color=colors)
+    bars = ax.bar([shown[n][0] for n in names], [t[n] * 1e3 for n in names],
+                  color=[shown[n][1] for n in names])
     ax.bar_label(bars, fmt="%.1f", fontsize=8)
     ax.axhline(t["bucketed"] * 1e3, color="k", ls=":", label="bucketed: the same work, no overlap")
-    ax.set_ylabel("time per step (ms)")
+    ax.set_ylabel("median per step (ms)")
+    ax.tick_params(axis="x", labelsize=8)
     hidden = compare["hidden_share"]
     # the medians' share has no interval here: the title names what to read, the verdict judges it
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
@@ -184,21 +190,25 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
     tw.plot(caps, [b["calls_per_step"] for b in buckets], "s--", color="C1")
     tw.set_ylabel("all-reduce calls per step", color="C1")
     ax1.set_title("DDP bucket size")
-    ks = [a["k"] for a in accumulate]
-    ax2.plot(ks, [a["allreduce_bytes_per_sample"] for a in accumulate], "o-")
+    # both per-sample figures relative to the first k's, on one axis: bytes fall as 1/k, time less
+    first, ks = accumulate[0], [a["k"] for a in accumulate]
+    ax2.plot(ks, [first["k"] / k for k in ks], ":", color="k", lw=2, zorder=3,
+             label="1/k (relative to the first k)")
+    ax2.plot(ks, [a["allreduce_bytes_per_sample"] / first["allreduce_bytes_per_sample"] for a in accumulate],
+             "o-", label="bytes all-reduced per sample")
+    ax2.plot(ks, [a["s_per_sample"] / first["s_per_sample"] for a in accumulate], "s--",
+             label="time per sample")
+    ax2.set_ylim(0, None)
     ax2.set_xlabel("micro-batches per all-reduce (k)")
-    ax2.set_ylabel("bytes all-reduced per sample")
-    tw2 = ax2.twinx()
-    tw2.plot(ks, [a["s_per_sample"] * 1e6 for a in accumulate], "s--", color="C1")
-    tw2.set_ylabel("µs per sample", color="C1")
+    ax2.set_ylabel(f"per sample, relative to k={first['k']}")
+    ax2.legend(fontsize=8)
     ax2.set_title("gradient accumulation with no_sync()")
     ax1.set_xticks(caps, [f"{c:g}" for c in caps])
     ax1.xaxis.set_minor_locator(ticker.NullLocator())
     ax2.set_xticks(ks, [str(k) for k in ks])
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
-    for t in (tw, tw2):  # a twin's hidden x tick labels would count as overlapping the real ones
-        t.tick_params(axis="x", which="both", labelbottom=False, labeltop=False)
+    tw.tick_params(axis="x", which="both", labelbottom=False, labeltop=False)  # hidden: not overlaps
     fig.tight_layout()
     return tidy(fig)
 
@@ -288,33 +298,57 @@ def plot_convergence(curves: Mapping[str, Sequence[float]], smooth: int = 1, ax:
     return tidy(fig)
 
 
-def plot_method_comparison(results: Mapping[str, Mapping[str, Any]]) -> Figure:
+def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
+                           step_ratios: Mapping[str, Estimate] | None = None) -> Figure:
     """Final loss, wire-bytes ratio and step time per method (one bar group each).
 
     Args:
         results: method -> dict with ``final_loss``, ``wire_bytes_ratio``, ``step_s``.
+        step_ratios: method -> its step time over the baseline's, with an interval (paired
+            steps, :func:`perfkit.stats.median_ratio`); when given, the third panel draws these
+            with their intervals and a 1x line (the baseline itself at 1x, no interval), not
+            each method's own median ``step_s``: two medians of widely spread steps can differ
+            by more than the steps do pair by pair.
+
+    Raises:
+        ValueError: for empty ``results``, or ``step_ratios`` naming a method not in it.
     """
     if not results:
         raise ValueError("results is empty")
+    if step_ratios is not None and not set(step_ratios) <= set(results):
+        extra = sorted(set(step_ratios) - set(results))
+        raise ValueError(f"step_ratios names methods not in results: {extra}")
     names = list(results)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
-    for ax, key, label in zip(axes, ("final_loss", "wire_bytes_ratio", "step_s"),
-                              ("final loss (nats)", "wire bytes / dense", "step time (ms)"),
-                              strict=True):
-        vals = [results[n][key] * (1e3 if key == "step_s" else 1) for n in names]
-        bars = ax.barh(names, vals, color=["C3" if n.endswith("_ef") else "C0" for n in names])
+    colors = ["C3" if n.endswith("_ef") else "C0" for n in names]
+    for ax, key, label in zip(axes[:2], ("final_loss", "wire_bytes_ratio"),
+                              ("final loss (nats)", "wire bytes / dense"), strict=True):
+        vals = [results[n][key] for n in names]
+        bars = ax.barh(names, vals, color=colors)
         ax.set_xlabel(label)
         if key == "final_loss":  # each bar labelled: close losses differ in the third digit
             ax.bar_label(bars, [f"{v:.3g}" for v in vals], fontsize=7, padding=2)
             ax.set_xlim(0.5 * min(vals), 3 * max(vals))
-        if key in ("wire_bytes_ratio", "final_loss"):  # each spans decades: log, with 1-2-5 labels
-            ax.set_xscale("log")
-            lo, hi = ax.get_xlim()
-            # only ticks inside the axes: a locator's labels beyond the limits still collide
-            ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-                     for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
-            ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
-            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xscale("log")  # each spans decades: log, with 1-2-5 labels
+        lo, hi = ax.get_xlim()
+        # only ticks inside the axes: a locator's labels beyond the limits still collide
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+        ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax = axes[2]
+    if step_ratios is None:
+        ax.barh(names, [results[n]["step_s"] * 1e3 for n in names], color=colors)
+        ax.set_xlabel("step time (ms, each method's median)")
+    else:
+        est = [step_ratios.get(n) for n in names]
+        vals = [1.0 if e is None else e.value for e in est]
+        err = [[0.0 if e is None else e.value - e.low for e in est],
+               [0.0 if e is None else e.high - e.value for e in est]]
+        ax.barh(names, vals, color=colors, xerr=err, error_kw={"elinewidth": 1, "capsize": 2})
+        ax.axvline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xlabel("step time / baseline's (paired steps, 90 % interval)")
+    for ax in axes:
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].invert_yaxis()
     fig.suptitle("2-process DDP training per method (red: with error feedback)", fontsize=10)

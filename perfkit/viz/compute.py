@@ -26,8 +26,8 @@ from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.kernels import AttentionPoint, attention_matrix_bytes
 from perfkit.viz.core import Choice, WidgetSpec, si, tidy
 
-__all__ = ["attention_table", "compute_widget", "loss_lines", "plot_attention_sweep", "plot_break_even",
-           "plot_loss_curves", "plot_shape_sweep", "plot_throughput", "throughput_lines"]
+__all__ = ["alignment_line", "attention_table", "compute_widget", "loss_lines", "plot_attention_sweep",
+           "plot_break_even", "plot_loss_curves", "plot_shape_sweep", "plot_throughput", "throughput_lines"]
 
 
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | None = None,
@@ -128,8 +128,9 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
 def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
                      title: str = "") -> Figure:
     """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled, odd sizes
-    as crosses, the other even sizes hollow. The axis is linear for one dtype, logarithmic for
-    several (their ceilings can differ a hundredfold).
+    as crosses, even sizes that are a multiple of no vector width (``% 4 == 2``) as hollow
+    squares and the other even sizes as hollow circles, each kind named in the legend. The axis
+    is linear for one dtype, logarithmic for several (their ceilings can differ a hundredfold).
 
     Args:
         points: :class:`perfkit.compute.ShapePoint` s.
@@ -147,23 +148,58 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
     fig, ax = plt.subplots(figsize=(7, 3.8))
     dtypes = list(dict.fromkeys(p.dtype for p in points))
     scale = 1.0 if len(dtypes) > 1 else 1e9  # GFLOP/s on a linear axis for one dtype
+    kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, {}),
+             (f"odd {vary}", lambda x: x % multiple and x % 2 == 1, dict(marker="x")),
+             (f"{vary} % 4 == 2 (no vector width divides it)", lambda x: x % multiple and x % 4 == 2,
+              dict(marker="s", facecolors="none")),
+             (f"other even {vary}", lambda x: x % multiple and x % 4 == 0, dict(facecolors="none")))
     for i, dtype in enumerate(dtypes):
         pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
         xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / scale for p in pts]
         color = f"C{i}"
         ax.plot(xs, ys, "-", c=color, alpha=0.5, label=dtype)
-        hollow = dict(facecolors="none", edgecolors=color)
-        for keep, style in ((lambda x: x % multiple == 0, dict(c=color)),
-                            (lambda x: x % multiple and x % 2 == 1, dict(c=color, marker="x")),
-                            (lambda x: x % multiple and x % 2 == 0, hollow)):
-            ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3, **style)
+        for _, keep, style in kinds:
+            # the marker kinds are named once, in grey, so the legend does not repeat them per dtype
+            edge = {"edgecolors": color} if style.get("facecolors") == "none" else {"c": color}
+            ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3,
+                       **edge, **style)
+    for name, _, style in kinds:
+        grey = {"edgecolors": "0.4"} if style.get("facecolors") == "none" else {"c": "0.4"}
+        ax.scatter([], [], label=name, **grey, **style)
     ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", yscale="log" if scale == 1 else "linear",
            ylabel="FLOP/s (median)" if scale == 1 else "GFLOP/s (median)",
-           title=title or f"Matmul throughput against {vary}: filled = multiple of {multiple}, x = odd")
+           title=title or f"Matmul throughput against {vary}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data
     fig.tight_layout()
     return tidy(fig)
+
+
+def alignment_line(points: Sequence[Any], dtype: str = "float32", vary: str = "n", multiple: int = 64) -> str:
+    """Each width's rate as a share of the median of the multiples of ``multiple``, grouped by
+    the largest power of two dividing the width (up to ``multiple / 2``), medians: which grid
+    the fast widths share.
+
+    Raises:
+        ValueError: for an unknown ``vary``, or no ``dtype`` point that is a multiple of ``multiple``.
+    """
+    if vary not in ("m", "n", "k"):
+        raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
+    check_int("multiple", multiple, 2)
+    pts = [p for p in check_items("points", points) if p.dtype == dtype]
+    ref = [p.flops_per_s for p in pts if getattr(p, vary) % multiple == 0]
+    if not ref:
+        raise ValueError(f"points hold no {dtype} {vary} that is a multiple of {multiple}")
+    mid = statistics.median(ref)
+    groups: dict[int, list[float]] = {}
+    for p in pts:
+        x = getattr(p, vary)
+        if x % multiple:
+            groups.setdefault(x & -x, []).append(p.flops_per_s / mid)  # the largest power of 2 dividing x
+    parts = [f"{'odd' if g == 1 else f'{vary} % {2 * g} == {g}'}: {statistics.median(v):.0%} ({len(v)})"
+             for g, v in sorted(groups.items(), reverse=True)]
+    return (f"{dtype}, median rate against the multiples of {multiple}'s, by the largest power of two "
+            f"dividing {vary} (widths): " + "; ".join(parts))
 
 
 def _label(p: Any) -> str:
@@ -209,7 +245,8 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
         ax.set_xscale("log", base=2)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    ax1.title.set_fontsize(9)
+    for ax in (ax1, ax2):  # one size for both panels' titles: the selected point's is long
+        ax.title.set_fontsize(9)
     fig.tight_layout()
     return tidy(fig)
 

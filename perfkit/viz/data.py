@@ -112,8 +112,9 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
                label=f"serial model: load + compute = {load_ms + compute_ms:.1f} ms")
     how = f"(load + {steps} max(load, compute)) / {steps}" if steps else "max(load, compute)"
     ax.axvline(overlap_ms, color="tab:green", ls="--", label=f"overlap model: {how} = {overlap_ms:.1f} ms")
-    for i, n in enumerate(names):
-        ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8)
+    for i, n in enumerate(names):  # on a white box above the model lines, which can cross a bar's end
+        ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8, zorder=4,
+                bbox=dict(facecolor="white", edgecolor="none", pad=1))
     ax.set_xlabel("ms per step (median)")
     ax.set_xlim(0, 1.15 * max(max(ms_per_step.values()), load_ms + compute_ms))
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)

@@ -30,7 +30,7 @@ __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_st
 
 MEMORY_COLORS = {"parameters": "tab:blue", "gradients": "tab:orange",
                  "optimizer state": "tab:green", "activations": "tab:red",
-                 "recompute": "tab:pink", "other": "tab:gray"}
+                 "recompute": "tab:pink", "other": "tab:gray", "peak above the step's start": "tab:gray"}
 
 
 def plot_memory_stack(bars: Mapping[str, Mapping[str, float]], ax: Any = None,

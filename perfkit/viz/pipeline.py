@@ -75,13 +75,14 @@ def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str 
     return fig
 
 
-def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | None = None) -> WidgetSpec:
+def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | None = None,
+                    notes: Mapping[tuple[str, int, int, int], str] | None = None) -> WidgetSpec:
     """Sliders for schedule, ``p``, ``m`` and ``v``: the simulated grid (F = 1, B = 2, I = W = 1),
     beside the measured grid of this run where one was recorded for the same choice
-    (``measured[(schedule, p, m, v)]``). A choice a builder refuses (``m < p`` for 1F1B)
-    shows the builder's message instead.
+    (``measured[(schedule, p, m, v)]``, titled with ``notes`` under the same key: which step
+    it is). A choice a builder refuses (``m < p`` for 1F1B) shows the builder's message instead.
     """
-    measured = dict(measured or {})
+    measured, notes = dict(measured or {}), dict(notes or {})
 
     def show(schedule: str, p: int, m: int, v: int) -> Figure | str:
         try:
@@ -92,7 +93,8 @@ def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | Non
         tl = simulate(sched, costs)
         return plot_grids(tl, measured.get((schedule, p, m, sched.n_virtual)),
                           f" (formula {bubble_formula(schedule, p, m, sched.n_virtual):.1%}), "
-                          f"peak {max(tl.peak_in_flight) / sched.n_virtual:g} micro-batches")
+                          f"peak {max(tl.peak_in_flight) / sched.n_virtual:g} micro-batches",
+                          notes.get((schedule, p, m, sched.n_virtual), ""))
 
     return WidgetSpec(show, {"schedule": Choice(list(SCHEDULES), "1f1b"),
                              "p": IntControl(1, 8, 4), "m": IntControl(1, 16, 8),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from perfkit import stats
 from perfkit.plan.cluster import named_cluster
@@ -115,14 +115,19 @@ def plot_published(cmp: Comparison) -> Figure:
     lo = min(r.run.reported_tokens_per_gpu for r in cmp.rows) / 1.5
     hi = max(r.run.reported_tokens_per_gpu for r in cmp.rows) * 1.5
     a.plot([lo, hi], [lo, hi], "k--", lw=1)
+    a.scatter([], [], s=14, color="grey", facecolors="none", label="hollow: fitted rows")
     a.set(xscale="log", yscale="log", xlabel="reported tokens/s per GPU",
           ylabel="predicted tokens/s per GPU")
     a.legend(fontsize=7)
     for y in (-20, 20):
         b.axhline(y, color="k", ls=":", lw=1)
     b.axhline(0, color="k", lw=0.5)
-    b.set(xlabel="held-out row (by table)", ylabel="error (%): dot planner, x constant MFU")
-    b.yaxis.set_major_locator(MaxNLocator(6))
+    b.scatter([], [], s=10, color="grey", label="planner")
+    b.scatter([], [], s=10, color="grey", marker="x", label="constant MFU")
+    b.plot([], [], "k:", lw=1, label="±20 %")
+    b.set(xlabel="held-out row (by table; colours as on the left)", ylabel="error (%)")
+    b.yaxis.set_major_locator(MultipleLocator(10))
+    b.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.subplots_adjust(wspace=0.3)
     return tidy(fig)

@@ -144,6 +144,29 @@ def test_a_loop_of_syncs_counts_as_sync_but_separate_syncs_do_not_merge():
     assert a.syncs_per_step == 7
 
 
+def test_a_wait_for_a_collective_between_two_reads_is_booked_as_sync_and_named():
+    # DDP with find_unused_parameters on a CPU: it waits for a bucket's all-reduce (gloo's
+    # thread, 12-90), then reads the used map (1 us reads at 10 and 90): 81 us of sync, of
+    # which the reads are 2 and 78 had the all-reduce in flight
+    t = trace(step(1, 0, 100), ev("aten::_local_scalar_dense", 10, 1),
+              ann("gloo:all_reduce", 12, 78, tid=GLOO), ev("aten::_local_scalar_dense", 90, 1))
+    a = attribute_trace(t)
+    assert a.category_s["sync"] * 1e6 == pytest.approx(81)
+    assert a.sync_read_s * 1e6 == pytest.approx(2) and a.sync_comm_s * 1e6 == pytest.approx(78)
+    said = diagnose_shares(a, Thresholds(sync=0.1))[0]
+    assert said.kind == "sync"
+    assert ("of that, the reads themselves took 2.00% of the step, and 78.0% passed with a collective in "
+            "flight between two reads: waiting for it") in said.evidence
+    rep = build_report([dict(record(0, 1e-4), attribution=vars(a))], Thresholds(sync=0.1))
+    assert rep["sync_comm_share"] == pytest.approx(0.78) and rep["sync_read_share"] == pytest.approx(0.02)
+    assert rep["findings"][0]["evidence"] == said.evidence
+    # reads with nothing in flight: no such clause, and the GPU's wait named once (the title's)
+    alone = diagnose_shares(attribute_trace(trace(step(1, 0, 100), ev("aten::_local_scalar_dense", 10, 1),
+                                                  ev("aten::_local_scalar_dense", 90, 1))),
+                            Thresholds(sync=0.1))[0]
+    assert "collective" not in alone.evidence and alone.evidence.count("waits for the device") == 1
+
+
 def test_syncs_inside_the_optimizer_belong_to_it_and_outside_steps_are_ignored():
     t = trace(step(1, 0, 100), ann("phase:optimizer", 0, 50),
               ev("aten::_local_scalar_dense", 10, 5), ev("aten::_local_scalar_dense", 20, 5),

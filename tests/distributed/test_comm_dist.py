@@ -158,3 +158,19 @@ def test_interleaved_compression_pairs_rounds_and_trains_as_alone(suite2):
     for r in runs.values():  # rounds of 3, 3 and 1 steps: each the sum of its steps' times
         t = r["step_times_s"]
         assert len(t) == 7 and r["round_times_s"] == pytest.approx([sum(t[:3]), sum(t[3:6]), t[6]])
+
+
+def test_torch_hooks_payload_is_counted_at_the_all_reduce():
+    # fp16/bf16 and PowerSGD bytes are what the hooks hand to dist.all_reduce, not a formula of
+    # the job's own: they match the byte model computed apart (PowerSGD's dense first steps too)
+    from perfkit.jobs.compression import powersgd_wire_ratio
+    from perfkit.models import SmallCNN
+
+    cfg = {**TRAIN, "steps": 4, "methods": ["none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r4"]}
+    res = dist.launch("perfkit.jobs.compression", 2, ["--config", json.dumps(cfg)], timeout_s=180)
+    ratio = {r["method"]: r["wire_bytes_per_step"] / r["dense_bytes_per_step"] for r in res[0]["runs"]}
+    assert ratio["none"] == 1.0 and ratio["fp16_hook"] == ratio["bf16_hook"] == 0.5
+    for r in (1, 4):
+        assert ratio[f"powersgd_r{r}"] == pytest.approx(powersgd_wire_ratio(SmallCNN(), r, 4), rel=1e-12)
+    assert ratio["powersgd_r1"] < ratio["powersgd_r4"] < 1.0
+    assert powersgd_wire_ratio(SmallCNN(), 1, 2) == 1.0  # both steps before compression starts

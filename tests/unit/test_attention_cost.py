@@ -75,6 +75,12 @@ def test_tile_owner_and_plots():
     assert (va.tile_owner(16, 2, 2, "contiguous")[4:][np.tril(np.ones((4, 8), bool), 4)] == 1).all()
     plt.close(va.plot_tiles(32, 2, 4))
     plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
+    pts = _synthetic(2e10, 5e-5, 1e10)
+    fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
+    assert len(fig.axes[0].get_legend().get_texts()) == 3   # one entry per length
+    plt.close(fig)
+    with pytest.raises(ValueError, match="flash"):
+        va.plot_tile_times([p for p in pts if p.impl == "eager"])
 
 
 def test_widget_extremes_and_bad_arguments():
@@ -82,6 +88,10 @@ def test_widget_extremes_and_bad_arguments():
                                _synthetic(2e10, 1e-4, 1e10), max_len=4096)
     for kw in spec.extremes():
         plt.close(spec.fn(**kw))
+    fig = spec.fn(seq_len=4096, tile=64)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "tiles of 64 (measured medians)" in labels and "eager (measured medians)" in labels
+    plt.close(fig)
     with pytest.raises(TypeError, match="model"):
         va.attention_widget({"rate": 1})
     with pytest.raises(ValueError, match="points"):
@@ -92,3 +102,22 @@ def test_widget_extremes_and_bad_arguments():
         ac.time_attention([16], tiles=[12])
     with pytest.raises(ValueError, match="seq_lens"):
         ac.saved_bytes_sweep([])
+
+
+def test_forward_model_and_the_ratio_between_its_two_ends():
+    f = flash_flops(1, 4, 1024, 32, False, 64)
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    assert model.flash_forward_s(1024, 64) == pytest.approx(f.forward / 2e10 + f.tiles * 5e-5)
+    ratio = model.flash_s(1024, 64) / model.flash_forward_s(1024, 64)
+    assert 2 < ratio < 3.5
+    assert ac.TileCostModel(2e10, 0.0, 1e10).flash_s(1024, 64) == pytest.approx(
+        3.5 * ac.TileCostModel(2e10, 0.0, 1e10).flash_forward_s(1024, 64))    # FLOPs alone
+    assert ac.TileCostModel(1e30, 5e-5, 1e10).flash_s(1024, 64) == pytest.approx(
+        2 * ac.TileCostModel(1e30, 5e-5, 1e10).flash_forward_s(1024, 64))     # visits alone
+
+
+def test_eager_model_is_not_called_a_lower_bound():
+    """A rate that rises again past the fitted length puts the time below the model's: the
+    docstring must not promise a bound."""
+    doc = ac.TileCostModel.__doc__
+    assert "lower bound" not in doc and "not a bound" in doc

@@ -34,6 +34,19 @@ def test_one_row_per_claim_in_the_unit_with_its_interval_and_promise():
     plt.close(fig)
 
 
+def test_no_effect_ticks_only_on_rows_whose_claim_names_one():
+    """A speedup's no-effect value (partly=1) is ticked on its own row; a ratio promised as a
+    multiple (Adam's state at 2x the weights, no no-effect value) gets no tick (planted: one
+    dashed line at 1x across every row, which read 1x as no effect for Adam's row too)."""
+    adam = Claim("Adam needs 2x", "state / weights", low=1.98, high=2.02, unit="x", timed=False)
+    fig = viz.plot_claims_forest({"amp": assess(SPEED, 0.2, (0.18, 0.22)), "adam": assess(adam, 2.0)})
+    ax = fig.axes[0]
+    ticks = [(tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.lines
+             if line.get_linestyle() == "--"]
+    assert ticks == [((1.0, 1.0), (pytest.approx(-0.4), pytest.approx(0.4)))]  # row 0 (amp) only
+    plt.close(fig)
+
+
 @pytest.mark.parametrize("verdicts, unit, exc, match", [
     ({}, "x", ValueError, "verdicts"),
     ({"a": "holds"}, "x", TypeError, "ClaimVerdict"),

@@ -168,13 +168,25 @@ def test_data_parallel_plots():
     # no point without its interval in a title: the verdict below the figure judges the share
     assert "25%" not in fig.axes[0].get_title() and "see the verdict" in fig.axes[0].get_title()
     assert [ln.get_ydata()[0] for ln in fig.axes[0].lines] == [pytest.approx(30.0)]  # the bucketed step, ms
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]  # readable names, not the job's keys
+    assert "compute_only" not in labels and "all-reduces\none by one" in labels and "DDP" in labels
     plt.close(fig)
     fig = vcomm.plot_data_parallel({"time_s": t, "n_params": 1000, "buckets": 3, "hidden_share": None})
     assert "no communication showed" in fig.axes[0].get_title()
     plt.close(fig)
+    fig = vcomm.plot_data_parallel({"time_s": {**t, "comm_together": 0.015}, "n_params": 1000,
+                                    "buckets": 3, "hidden_share": 0.25})
+    assert "all-reduces\ntogether" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    plt.close(fig)
     b = [{"bucket_cap_mb": c, "step_s": 0.01, "calls_per_step": n} for c, n in ((0.1, 5), (25, 1))]
-    a = [{"k": k, "allreduce_bytes_per_sample": 100 / k, "s_per_sample": 1e-4} for k in (1, 4)]
+    a = [{"k": k, "allreduce_bytes_per_sample": 100 / k, "s_per_sample": s}
+         for k, s in ((1, 3e-4), (4, 1.5e-4))]
     fig = vcomm.plot_buckets_accumulation(b, a)
+    # one axis for both per-sample figures, relative to k=1 (two y axes made time look as if it fell as 1/k)
+    assert len(fig.axes) == 3 and fig.axes[1].get_ylabel() == "per sample, relative to k=1"
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in fig.axes[1].lines}
+    assert lines["bytes all-reduced per sample"] == pytest.approx([1.0, 0.25])
+    assert lines["time per sample"] == pytest.approx([1.0, 0.5])
     # every cap and every k is labelled on its x axis (tidy used to hide them all, taking the
     # twin axes' hidden tick labels for overlaps)
     shown = [[t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]

@@ -60,23 +60,92 @@ def test_ring_check_divides_by_the_ring_model_and_stretches_by_cores():
     assert rc.median == pytest.approx(2.0)
 
 
-def test_ring_check_text_fits_the_points_and_names_the_term_that_grew():
+def test_ring_check_text_fits_the_points_and_says_which_way_each_term_moved():
     from perfkit.comm import ring_check_text
 
     fit2 = AlphaBeta(2e-4, 1e9)
     sizes = [1 << 10, 1 << 14, 1 << 20, 1 << 24]
     # latency 4x the ring model's (2 steps x 1e-4 s = 2e-4 s at 3 processes: 2(n-1) = 4 steps of 1e-4),
-    # bandwidth as the 2-process fit's: the latency grew more
+    # bandwidth as the 2-process fit's: the latency grew, the bytes' time did not
     ring0 = ring_allreduce_time(0, 3, AlphaBeta(1e-4, 1e9))
     lat = [pt(s, 4 * ring0 + 4 / 3 * s / 1e9, n=3) for s in sizes]
     said = ring_check_text(ring_check(lat, fit2, cores=2), lat, fit2)
-    assert "(4x)" in said and "the latency grew more than the bytes' time" in said
+    assert "the latency grew 4x and the bytes' time stayed near it (1x)" in said
+    assert "as processes waiting to be scheduled would make it" in said
     # bytes 3x slower, latency as modelled: the bytes' time grew more
     byt = [pt(s, ring0 + 3 * 4 / 3 * s / 1e9, n=3) for s in sizes]
     said = ring_check_text(ring_check(byt, fit2, cores=2), byt, fit2)
-    assert "(1x)" in said and "(3x slower)" in said and "the bytes' time grew as much" in said
+    assert "(3x slower)" in said and "the bytes' time grew 3x" in said and "copying and summing" in said
+    # a fitted bandwidth above the model's is faster, and its bytes' time fell (the old text said
+    # "(0.78x slower)" and "the latency grew more than the bytes' time" here)
+    fast = [pt(s, 2.6 * ring0 + 0.78 * 4 / 3 * s / 1e9, n=3) for s in sizes]
+    said = ring_check_text(ring_check(fast, fit2, cores=2), fast, fit2)
+    assert "(1.3x faster)" in said and "slower" not in said
+    assert "the latency grew 2.6x and the bytes' time fell to 0.78x" in said
     with pytest.raises(ValueError, match="at least 2 sizes"):
         ring_check_text(ring_check(lat, fit2, cores=2), lat[:1], fit2)
+
+
+def test_ring_check_splits_at_the_models_crossover_and_judges_each_regime_apart():
+    from perfkit.comm import ring_check_text, ring_regime_text
+
+    fit2 = AlphaBeta(2e-4, 1e9)  # 3 processes: crossover at 3 x 2e-4 x 1e9 / 2 = 300 kB
+    link = AlphaBeta(1e-4, 1e9)
+    sizes = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    times = [3.2, 3.1, 3.3, 3.0, 1.1, 1.0, 1.05]  # small sizes far above the model, large ones on it
+    model = [ring_allreduce_time(s, 3, link) for s in sizes]
+    pts = [CollectivePoint("all_reduce", s, 3, r * m, 1.0, 1.0, 0.9 * r * m, 1.2 * r * m)
+           for s, r, m in zip(sizes, times, model, strict=True)]
+    rc = ring_check(pts, fit2, cores=2)
+    assert rc.crossover_bytes == pytest.approx(3e5) and rc.split == 4
+    small, large = rc.regime(True), rc.regime(False)
+    # the median of all seven (3.0x) lies inside 0.75x-3x; the halves do not hide the small sizes' miss
+    assert rc.median == pytest.approx(3.0)
+    assert small.value == pytest.approx(3.15) and small.n == 4
+    assert (small.low, small.high) == (pytest.approx(0.9 * 3.15), pytest.approx(1.2 * 3.15))
+    assert large.value == pytest.approx(1.05) and large.level is None
+    said = ring_check_text(rc, pts, fit2)
+    assert "fall into two regimes: 1.02 kB to 65.5 kB at 3.00x to 3.30x" in said
+    assert "1.05 MB to 16.8 MB at 1.00x to 1.10x" in said and "300 kB" in said and "lies at that jump" in said
+    assert "above even the stretched model" in ring_regime_text(rc, True)
+    assert "nearer the plain model than the stretched one" in ring_regime_text(rc, False)
+    flat = [pt(s, 1.5 * ring_allreduce_time(s, 3, link), n=3) for s in sizes]
+    assert "no split into two regimes" in ring_check_text(ring_check(flat, fit2, cores=2), flat, fit2)
+    no_p10 = ring_check(flat, fit2, cores=2).regime(True)  # no repetitions known: no range
+    assert no_p10.low == no_p10.high == pytest.approx(1.5)
+    assert ring_check(flat[:4], fit2, cores=2).regime(False) is None
+    # a 2-process fit without a bandwidth term has no crossover: every size is latency-bound
+    flat2 = AlphaBeta(2e-4, 1e18)
+    rc = ring_check(pts, flat2, cores=2)
+    assert math.isinf(rc.crossover_bytes) and rc.split == len(pts) and rc.regime(False) is None
+    said = ring_check_text(rc, pts, flat2)
+    assert "where the 2-process fit has none to compare" in said
+    assert "PB" not in said
+
+
+def test_busbw_share_ranges_over_the_repetitions():
+    from perfkit.comm import busbw_share
+
+    p = CollectivePoint("all_reduce", 1000, 2, 1e-3, 1e6, 1e6, 0.5e-3, 2e-3)
+    est = busbw_share(p, 1e7, 7)
+    assert est.value == pytest.approx(0.1) and est.level is None and est.n == 7
+    assert (est.low, est.high) == (pytest.approx(0.05), pytest.approx(0.2))  # slow repetition: lower busbw
+    assert busbw_share(pt(1000, 1e-3), 1e7, 7).low == pytest.approx(0.1)  # no repetitions known: no range
+
+
+def test_medians_against_pairs_says_when_and_why_the_two_ratios_differ():
+    from perfkit.comm import medians_against_pairs
+
+    b = [float(x) for x in range(20, 31)]  # 11 rounds
+    assert medians_against_pairs([x / 2 for x in b], b) == "the ratio of the two medians is 0.5x"  # one ratio
+    # 18 of 25 rounds give about 0.8x; 7 cheap rounds of a (in b's slowest rounds) pull a's median down to
+    # 20 s against b's 32 s: 0.625x, below the paired interval (0.800x to 0.816x)
+    b25 = [float(x) for x in range(20, 45)]
+    a = [0.8 * y * (1 + 0.01 * (i % 5)) for i, y in enumerate(b25[:18])] + [8.0] * 7
+    said = medians_against_pairs(a, b25)
+    assert "the ratio of the two medians is 0.625x, below that interval" in said
+    assert "agree whenever every round gives the same ratio" in said and "0.19x to 0.83x (p10 to p90)" in said
+    assert ", inside that interval" in medians_against_pairs([x / 2 + (i % 3) for i, x in enumerate(b)], b)
 
 
 def test_ring_check_rejects_mixed_worlds_and_bad_cores():

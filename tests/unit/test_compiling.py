@@ -32,6 +32,20 @@ def test_measure_compile_with_the_tracing_backend():
     assert rec.eager.n == rec.compiled.n == 3 and rec.compile_s > 0
 
 
+def test_measure_compile_balanced_puts_each_first_in_half_the_rounds():
+    """balanced=True: rounds e c, c e, ... over whole cycles (3 asked, 4 run); the default keeps
+    eager first in every round (planted: that order, a position effect on the second call)."""
+    calls = []
+    rec = compiling.measure_compile(lambda: calls.append("e"), lambda: calls.append("c"), warmup=0,
+                                    repeat=3, balanced=True)
+    assert rec.eager.n == rec.compiled.n == 4 and "".join(calls[3:]) == "ecce" * 2
+    calls.clear()
+    compiling.measure_compile(lambda: calls.append("e"), lambda: calls.append("c"), warmup=0, repeat=2)
+    assert "".join(calls[3:]) == "ecec"
+    with pytest.raises(TypeError, match="balanced"):
+        compiling.measure_compile(lambda: None, lambda: None, balanced="yes")
+
+
 def test_graph_breaks_found_and_fixed():
     def broken(x):
         if x.sum().item() > 0:  # data-dependent Python branch: a graph break

@@ -21,6 +21,7 @@ from perfkit.compress import (
     TopK,
     compression_hook,
 )
+from perfkit.estimate import Estimate
 
 ALL = [Compressor(), TopK(0.01), TopK(0.1, "sampled"), RandomK(0.05), QSGD(), Sign(),
        ErrorFeedback(TopK(0.01)), ErrorFeedback(Sign())]
@@ -260,6 +261,14 @@ def test_compression_plots_and_widget_extremes():
     res = {m: {"final_loss": 0.1, "wire_bytes_ratio": 0.5, "step_s": 0.01}
            for m in ("none", "topk_1pct_ef")}
     plt.close(vcomm.plot_method_comparison(res))
+    # with paired ratios the step panel draws them, intervals and all, not the two medians
+    est = Estimate(1.3, 1.2, 1.4, 0.9, 30, "median of 30 paired ratios")
+    fig = vcomm.plot_method_comparison(res, step_ratios={"topk_1pct_ef": est})
+    widths = [p.get_width() for p in fig.axes[2].patches]
+    assert widths == [1.0, 1.3] and "paired" in fig.axes[2].get_xlabel()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="not in results"):
+        vcomm.plot_method_comparison(res, step_ratios={"sign": est})
     plt.close(vcomm.plot_kernel_shares({"qsgd eager": 0.27, "qsgd fused": 0.57},
                                        {"qsgd eager": 0.25, "qsgd fused": 0.39}))
     with pytest.raises(ValueError, match="same non-empty keys"):
@@ -358,3 +367,40 @@ def test_hook_dense_with_error_feedback_trains_like_plain_ddp(one_rank_group):
     assert losses["dense_ef"] == pytest.approx(losses["ddp"], rel=0, abs=1e-6)
     assert losses["ddp"][-1] < 0.5 * losses["ddp"][0]
     assert residuals == [0.0] * 10
+
+
+def test_job_counts_torch_hooks_payload_at_the_all_reduce(one_rank_group):
+    # the job counts what a torch hook hands to dist.all_reduce, not what a formula says it
+    # sends: a hook that all-reduces 3 of the bucket's values counts 12 bytes per step
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from perfkit.jobs.compression import _Counted, _counted_hook, attach
+
+    def three(_, bucket):
+        fut = default_hooks._allreduce_fut(None, bucket.buffer()[:3].clone())
+        return fut.then(lambda _: bucket.buffer())
+
+    ddp = DDP(_net())
+    st = _Counted(None)
+    ddp.register_comm_hook(st, _counted_hook(three))
+    for _ in range(2):
+        ddp(torch.randn(4, 10)).sum().backward()
+    dense = 4 * sum(p.numel() for p in ddp.parameters())
+    assert (st.wire_bytes, st.dense_bytes) == (2 * 12, 2 * dense)
+    ddp = DDP(_net())
+    half = attach(ddp, "fp16_hook")
+    ddp(torch.randn(4, 10)).sum().backward()
+    assert 2 * half.wire_bytes == half.dense_bytes == dense
+
+
+def test_powersgd_wire_ratio_follows_torchs_rule():
+    from perfkit.jobs.compression import powersgd_wire_ratio
+
+    net = _net()  # 10x64, 64x33, 33x5 weights; at rank 1 each sends rows + cols values
+    dense = sum(p.numel() for p in net.parameters())
+    sent = (64 + 10) + (33 + 64) + (5 + 33) + 64 + 33 + 5  # 33x5: 38 * 2 < 165, still worth it
+    assert powersgd_wire_ratio(net, 1, 1, start=0) == pytest.approx(sent / dense)
+    assert powersgd_wire_ratio(net, 1, 4, start=2) == pytest.approx((2 + 2 * sent / dense) / 4)
+    assert powersgd_wire_ratio(net, 8, 1, start=0) > powersgd_wire_ratio(net, 1, 1, start=0)
+    with pytest.raises(ValueError, match="rank"):
+        powersgd_wire_ratio(net, 0, 4)

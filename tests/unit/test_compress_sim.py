@@ -31,6 +31,19 @@ def test_gaussian_error_model_matches_gaussian_data():
         gaussian_error("topk", 0)
 
 
+def test_qsgd_model_takes_the_typical_largest_gaussian_magnitude():
+    # QSGD's step is max|x| / 126.99: the model's max is the median of the largest of n
+    # Gaussian magnitudes, not the asymptote sqrt(2 ln n), 8 % too high at n = 10^4
+    x = torch.randn(400, 10_000, generator=torch.Generator().manual_seed(1))
+    typical = float(x.abs().max(dim=1).values.median())
+    model_max = gaussian_error("qsgd", 1.0, 10_000) * (QSGD.levels - 0.01) * math.sqrt(6)
+    assert model_max == pytest.approx(typical, rel=0.02)
+    assert math.sqrt(2 * math.log(10_000)) > 1.05 * typical
+    q = QSGD()
+    errs = [float((q.decompress(q.compress(r)) - r).norm() / r.norm()) for r in x[:50]]
+    assert sorted(errs)[25] == pytest.approx(gaussian_error("qsgd", 1.0, 10_000), rel=0.03)
+
+
 def test_simulated_training_error_feedback_recovers_convergence():
     base = simulate_dp_training(None, steps=60)
     topk = simulate_dp_training(lambda: TopK(0.01), steps=60)

@@ -36,7 +36,8 @@ def test_time_precision_step_runs_both():
     # with parts: the steps are the ones timed beside the parts, in the same rounds
     t = cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=2, device="cpu", parts=True)
     assert t.fp32 is t.parts.steps.baseline and t.mixed is t.parts.steps.candidate
-    assert t.parts.counts["matmul"] == 15 and t.parts.total().baseline.n == 2
+    # the steps and the 8 replays in balanced orders: one whole cycle of 10 rounds
+    assert t.parts.counts["matmul"] == 15 and t.parts.total().baseline.n == 10 and t.fp32.n == 10
     with pytest.raises(TypeError, match="parts"):
         cp.time_precision_step(batch=1, seq=8, model_kw=SMALL, repeat=1, parts=1)
     with pytest.raises(ValueError, match="precision"):

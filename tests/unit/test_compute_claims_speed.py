@@ -37,9 +37,10 @@ def test_activation_timing_directions():
 
 
 def test_time_activations_runs_and_pairs_rounds():
-    t = cs.time_activations(rows=8, width=16, repeat=2, op_repeat=2, target_s=0.001)
-    assert t.relu_step.n == t.gelu_step.n == 2 and t.calls >= 1
-    assert t.relu_backward.n == t.gelu_backward.n == 2 and t.extra_backward_s is not None
+    t = cs.time_activations(rows=8, width=16, repeat=3, op_repeat=2, target_s=0.001)
+    # balanced orders over whole cycles: the two steps 3 -> 4 rounds, the four ops 2 -> 4
+    assert t.relu_step.n == t.gelu_step.n == 4 and t.calls >= 1
+    assert t.relu_backward.n == t.gelu_backward.n == 4 and t.extra_backward_s is not None
     # the median of the paired rounds' ratios (stats.median_ratio), round by round
     assert t.step_speedup().value == pytest.approx(stats.median(stats.paired_ratios(t.relu_step.times_s,
                                                                                     t.gelu_step.times_s)))
@@ -95,7 +96,7 @@ def test_compile_timing_share_is_capped_and_raw_kept():
 def test_channels_last_relays_nothing_in_a_transformer():
     ids = torch.randint(0, 1024, (1, 8))
     c = cs.channels_last_check(lambda: tiny_gpt2(block_size=8, n_embd=16, n_layer=1, n_head=2), ids, repeat=2)
-    assert c.params_4d == 0 and c.relaid == 0
+    assert c.params_4d_5d == 0 and c.relaid == 0
     assert c.speedup().n == 2 and c.cnn_speedup().n == 2
     with pytest.raises(TypeError, match="ids"):
         cs.channels_last_check(lambda: torch.nn.Linear(2, 2), [1, 2])
@@ -113,6 +114,25 @@ def test_time_thread_counts_restores_the_setting():
     assert sorted(tt.runs) == [1, 2] and torch.get_num_threads() == before
     with pytest.raises(ValueError, match="counts entries"):
         cs.time_thread_counts(lambda: None, [0])
+
+
+def test_time_compile_counts_the_matmuls_that_ran_and_times_in_balanced_orders(monkeypatch):
+    """Training: 5 matmuls of 2 * rows * features * width FLOPs, not 6 (planted: the old count,
+    3 per Linear, assumed a gradient for the input, which needs none); forward only: 2."""
+    from perfkit.compute.compiling import CompileRecord
+
+    seen = {}
+
+    def fake_measure(eager, compiled, warmup, repeat, balanced=False):
+        seen["balanced"] = balanced
+        return CompileRecord(1.0, m(1.0), m(1.0))
+
+    monkeypatch.setattr(cs, "measure_compile", fake_measure)
+    monkeypatch.setattr(torch, "compile", lambda model: model)
+    one = 2 * 16 * 8 * 32  # 2 * rows * features * width
+    assert cs.time_compile(rows=16, width=32, features=8, train=True).matmul_flops == 5 * one
+    assert cs.time_compile(rows=16, width=32, features=8, train=False).matmul_flops == 2 * one
+    assert seen["balanced"] is True
 
 
 def test_time_compile_checks_sizes_before_compiling():

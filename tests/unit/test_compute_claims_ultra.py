@@ -2,6 +2,7 @@
 
 import pytest
 
+from perfkit import timing
 from perfkit.compute import claims_ultra as cu
 from perfkit.timing import Measurement
 
@@ -52,8 +53,10 @@ def test_setting_step_rejects_uneven_micro_batches():
 
 def test_time_switches_and_ultra_run_small():
     alone = cu.time_switches(samples=2, accumulate=2, workers=1, seq=8, model_kw=SMALL, repeat=1)
-    assert set(alone.alone) == set(cu.switches(1, 2)) and alone.plain.n == 1
+    # plain and 5 switches in balanced orders: 1 round asked, one whole cycle of 6 run
+    assert set(alone.alone) == set(cu.switches(1, 2)) and alone.plain.n == 6
     u = cu.time_ultra(alone, repeat=1)
+    assert u.plain.n == len(timing.balanced_orders(3 + (u.tuned_with_acc is not None)))
     assert u.ultra.workers == 1 and u.ultra.precision == "bf16" and not u.ultra.compiled
     assert set(u.added) == set(alone.changes) - set(alone.kept())
     assert u.first_step_s > 0

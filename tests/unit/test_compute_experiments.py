@@ -250,6 +250,13 @@ def test_new_tensor_cost_and_its_words():
     assert "less than the fill itself" in small.describe(2**20)
     faster = fusion.NewTensorCost(meas([0.0009]), meas([0.001]))
     assert faster.extra_s == 0.0 and "only noise" in faster.describe(2**20)
+    # an existing 32 MiB buffer filled in 0.22 ms is 152 GB/s: past a 36 GB/s DRAM ceiling, so in cache
+    cached = fusion.NewTensorCost(meas([0.0093]), meas([0.00022]))
+    said = cached.describe(32 * 2**20, 36e9)
+    assert "above DRAM's copy ceiling of 36 GB/s: its pages stayed in cache" in said
+    assert "cache" not in cached.describe(32 * 2**20)  # without the ceiling nothing is said of it
+    dram = fusion.NewTensorCost(meas([0.01]), meas([0.002]))  # 64 MiB in 2 ms: 34 GB/s
+    assert "% of DRAM's copy ceiling" in dram.describe(2**26, 36e9)
     assert fusion.new_tensor_cost(torch.zeros(1024), repeat=2).reuse.n == 2
     with pytest.raises(ValueError, match="repeat"):
         fusion.new_tensor_cost(torch.zeros(4), repeat=0)
@@ -262,7 +269,12 @@ def test_chain_model_and_which_term_explains_a_miss():
     assert model.eager_s == pytest.approx(model.bytes_s + 0.003)
     slow_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([10 * model.fused_s]))
     eager, fused = fusion.chain_explanations(model, slow_fused)
-    assert "10.0x its own bytes' time" in eager["above"] and "10.0x its bytes' time" in fused["below"]
+    assert "10.0x its own bytes' time" in eager["above"]
+    # the fused kernel's model is its bytes and its one new tensor: a slower loop is its arithmetic
+    assert model.new_s == 0.001 and model.fused_total_s == pytest.approx(model.fused_s + 0.001)
+    assert model.speedup == pytest.approx(model.eager_s / (model.fused_s + 0.001))
+    assert f"against the model's {model.fused_total_s * 1e3:.2f} ms" in fused["below"]
+    assert "and its one new tensor, 1.00 ms" in fused["below"] and "arithmetic" in fused["below"]
     quick_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([model.fused_s]))
     assert "Not from arithmetic" in fusion.chain_explanations(model, quick_fused)[0]["above"]
     no_faults = fusion.chain_model(chain, 0.0, 1e6)

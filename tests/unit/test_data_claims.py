@@ -7,13 +7,32 @@ from perfkit.data.loader import LoaderConfig, LoaderRecord
 
 
 def test_pin_timing_is_pageable_over_pinned_and_same_code_without_cuda():
-    t = dc.time_pin_memory(batch=2, batches=2, repeat=2, device="cpu")
+    t = dc.time_pin_memory(batch=2, batches=2, repeat=1, device="cpu")  # balanced: 1 -> 2 rounds
     assert t.same_code and t.pageable.n == t.pinned.n == 2
     # paired rounds: the median of the rounds' ratios (not a ratio of medians)
     ratios = [a / b for a, b in zip(t.pageable.times_s, t.pinned.times_s)]
     assert t.speedup().value == pytest.approx(sorted(ratios)[0] / 2 + sorted(ratios)[1] / 2)
     with pytest.raises(ValueError, match="batches"):
         dc.time_pin_memory(batches=0)
+
+
+def test_pin_by_order_splits_the_balanced_rounds_and_their_median_cancels_the_position():
+    """An A/A loop whose second call of a round is 2 % slower: the even rounds (pageable first)
+    read 1/1.02, the odd ones 1.02, and the balanced median over both 1 (planted: every round
+    pageable first, the old order, reads 0.98 with an interval that excludes 1)."""
+    from perfkit.timing import Measurement
+
+    n = 10
+    first, second = 1.0, 1.02
+    pageable = Measurement(tuple(first if r % 2 == 0 else second for r in range(n)), 0)
+    pinned = Measurement(tuple(second if r % 2 == 0 else first for r in range(n)), 0)
+    t = dc.PinTiming(pageable, pinned, "cpu")
+    by = t.by_order()
+    assert by["pageable first"].value == pytest.approx(1 / 1.02)
+    assert by["pinned first"].value == pytest.approx(1.02)
+    assert t.speedup().low <= 1.0 <= t.speedup().high
+    fixed = dc.PinTiming(Measurement((first,) * n, 0), Measurement((second,) * n, 0), "cpu")
+    assert fixed.speedup().high < 1.0
 
 
 def test_pass_rate_counts_the_last_pass_only():
@@ -35,8 +54,26 @@ def test_sweep_compares_the_best_advised_with_the_best_other():
 
 
 def test_worker_sweep_runs_small():
-    s = dc.worker_sweep([0, 1, 4], batch=2, batches=4, cost_s=1e-4, compute_s=1e-4, rounds=1, cores=2)
-    assert set(s.rates) == {0, 1, 4} and all(len(r) == 1 and r[0] > 0 for r in s.rates.values())
+    s = dc.worker_sweep([0, 4], batch=2, batches=4, cost_s=1e-4, compute_s=1e-4, rounds=1, cores=2)
+    # balanced orders over a whole cycle: 1 round asked, 2 run (0 first, then 4 first)
+    assert set(s.rates) == {0, 4} and all(len(r) == 2 and min(r) > 0 for r in s.rates.values())
     assert all(v > 0 for v in s.model.values()) and s.cost_s > 0
     with pytest.raises(ValueError, match="cost_s"):
         dc.worker_sweep([0], cost_s=0.0)
+
+
+def test_worker_sweep_takes_the_counts_in_balanced_orders(monkeypatch):
+    """Each count runs before each other one in half the rounds (planted: the counts in the
+    given order every round, where 0 always runs first)."""
+    seen = []
+
+    def fake(ds, cfg, compute, epochs):
+        seen.append(cfg.num_workers)
+        return LoaderRecord(cfg, wait_s=((0.1,),), compute_s=((0.1,),), samples=2)
+
+    monkeypatch.setattr(dc, "measure_loader", fake)
+    s = dc.worker_sweep([0, 1, 4], batch=2, batches=1, cost_s=1e-5, compute_s=0.0, rounds=5, cores=2)
+    rounds = [seen[i:i + 3] for i in range(0, len(seen), 3)]
+    assert len(rounds) == 6 and all(len(v) == 6 for v in s.rates.values())  # 5 -> one cycle of 6
+    for a, b in ((0, 1), (0, 4), (1, 4)):
+        assert sum(r.index(a) < r.index(b) for r in rounds) == 3

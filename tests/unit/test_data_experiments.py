@@ -122,3 +122,33 @@ def test_thread_share_tells_a_step_that_releases_the_gil_from_one_that_holds_it(
         ex.thread_share(3, n=5)
     with pytest.raises(ValueError, match="repeat"):
         ex.thread_share(python_step, n=5, repeat=1)
+
+
+def test_thread_probe_times_the_steps_slowdown_beside_a_busy_thread():
+    import time
+
+    def python_step():  # pure Python for 3 ms: it needs the GIL the busy thread holds
+        end = time.perf_counter() + 3e-3
+        while time.perf_counter() < end:
+            pass
+
+    # a step that sleeps 30 ms waits for the GIL only when it wakes (a switch interval, 5 ms, at most)
+    free = ex.thread_probe(lambda: time.sleep(30e-3), n=1, repeat=5)
+    held = ex.thread_probe(python_step, n=5, repeat=5)  # shares the GIL with the thread throughout
+    assert free.slowdown.value < 1.5
+    assert held.slowdown.value > 1.3 and held.slowdown.value > free.slowdown.value
+    assert held.share.value < free.share.value
+
+
+def test_gil_hidden_bound_is_what_the_steps_slowdown_leaves():
+    # load 6.1 ms, compute 4.9 ms, serial loop 12.6 ms a step: the old bound, a busy thread's share
+    # of the step (0.997), could not fail; a step that does half its work beside the thread
+    # (slowdown 2) takes at least 4.9 + 6.1 / 2 = 7.95 ms, so it hides at most (12.6 - 7.95) / 6.5
+    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 2.0) == pytest.approx((12.6 - 7.95) / 6.5)
+    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 1.0) == pytest.approx(1.0)  # no slowdown: all of it
+    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.8) == pytest.approx(1.0)  # faster: counted as 1
+    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 100.0) < 0.27  # nearly in turn
+    with pytest.raises(ValueError, match="serial_s"):
+        ex.gil_hidden_bound(6.0e-3, 6.1e-3, 4.9e-3, 2.0)
+    with pytest.raises(ValueError, match="slowdown"):
+        ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.0)

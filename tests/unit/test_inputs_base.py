@@ -33,6 +33,7 @@ from perfkit.timing import (
     benchmark,
     calibrate_number,
     interleaved,
+    interleaved_balanced,
 )
 
 NAN, INF = math.nan, math.inf
@@ -119,6 +120,11 @@ CASES = [  # (id, call, exception, regex on the message)
     ("interleaved.fns str", lambda: interleaved("ab"), TypeError, "fns must be a list"),
     ("interleaved.warmup", lambda: interleaved([NOOP], warmup=-1), ValueError, "warmup"),
     ("interleaved.repeat", lambda: interleaved([NOOP], repeat=0), ValueError, "repeat"),
+    ("interleaved_balanced.fns empty", lambda: interleaved_balanced([]), ValueError,
+     "fns must hold at least one"),
+    ("interleaved_balanced.fns callable", lambda: interleaved_balanced(NOOP), TypeError,
+     "fns must be a list"),
+    ("interleaved_balanced.repeat", lambda: interleaved_balanced([NOOP], repeat=0), ValueError, "repeat"),
     # --- hw -----------------------------------------------------------------------------
     ("measure_matmul.n zero", lambda: measure_matmul(0), ValueError,
      "n must be an int >= 1"),

@@ -188,6 +188,7 @@ CASES = [  # (id, call, exception, regex on the message)
      "repeat"),
     ("measure_compile.device", lambda: measure_compile(NOOP, NOOP, device="bogus"), ValueError,
      "device"),
+    ("measure_compile.balanced", lambda: measure_compile(NOOP, NOOP, balanced=1), TypeError, "balanced"),
     ("graph_breaks.fn", lambda: graph_breaks(3), TypeError, "fn must be callable"),
     # kernels and shapes
     ("elementwise_chain_bytes.reads_per_op empty", lambda: elementwise_chain_bytes([], 10),
@@ -340,6 +341,8 @@ CASES = [  # (id, call, exception, regex on the message)
     # autocast_parts
     ("time_autocast_parts.fp32_step", lambda: cap.time_autocast_parts(None, NOOP), TypeError,
      "fp32_step must be a callable"),
+    ("time_autocast_parts.balanced", lambda: cap.time_autocast_parts(NOOP, NOOP, balanced="yes"), TypeError,
+     "balanced"),
     ("time_autocast_parts.repeat", lambda: cap.time_autocast_parts(NOOP, NOOP, repeat=0), ValueError,
      "repeat must be an int >= 1"),
     ("time_autocast_parts.mixed_step no autocast", lambda: cap.time_autocast_parts(NOOP, NOOP), ValueError,

@@ -24,6 +24,7 @@ from perfkit.data import (
     SlowDataset,
     TextChunks,
     bootstrap,
+    gil_hidden_bound,
     hidden_fraction,
     hidden_fraction_estimate,
     largest_gap,
@@ -36,6 +37,7 @@ from perfkit.data import (
     rate_ratio,
     simulate_pipeline,
     spend,
+    thread_probe,
     thread_share,
     time_pin_memory,
     wait_share,
@@ -300,6 +302,11 @@ CASES = [  # (id, call, exception, regex on the message)
      "kind must be one of"),
     ("thread_share.step", lambda: thread_share("step", 3), TypeError, "step must be a callable"),
     ("thread_share.n", lambda: thread_share(lambda: None, 0), ValueError, "n must be"),
+    ("thread_probe.step", lambda: thread_probe("step", 3), TypeError, "step must be a callable"),
+    ("thread_probe.repeat", lambda: thread_probe(lambda: None, 1, repeat=1), ValueError, "repeat must be"),
+    ("gil_hidden_bound.slowdown", lambda: gil_hidden_bound(3.0, 1.0, 1.0, math.nan), ValueError, "slowdown"),
+    ("gil_hidden_bound.serial_s", lambda: gil_hidden_bound(1.0, 1.0, 0.5, 2.0), ValueError,
+     r"serial_s must exceed max\(load_s, compute_s\)"),
     ("hidden_fraction_estimate.rounds missing",
      lambda: hidden_fraction_estimate({"load only": [1.0]}, "sleep"), ValueError,
      "rounds must hold the loops"),
@@ -334,7 +341,7 @@ CASES = [  # (id, call, exception, regex on the message)
 
 # Records perfkit returns.
 RECORDS = {"LoaderRecord", "PipelineRecord", "MonitoredRun", "PaddingRecord", "PinTiming",
-           "WorkerSweep", "PrefetchStats"}
+           "WorkerSweep", "PrefetchStats", "ThreadProbe"}
 
 
 @pytest.mark.timeout(10)  # spend(inf) or a loop of inf seconds would never end

@@ -6,9 +6,13 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import claims
-from perfkit.saving.claims import gzip_costs, storage_rates
+from perfkit.saving.claims import gzip_costs, one_second_lines, storage_rates
+from perfkit.saving.experiments import SaveCosts
+from perfkit.saving.storage import WriteBandwidth
 
 W = [torch.ones(4)]
+COSTS = SaveCosts(10**7, {"sync": [0.1], "thread": [0.01]}, {"sync": [0.1], "thread": [0.1]},
+                  WriteBandwidth("d", "/", "ext4", 1, True, (1e-3,)), 1e10)
 
 CASES = [
     ("storage_rates.directories empty", lambda: storage_rates([]), ValueError, "directories"),
@@ -19,6 +23,14 @@ CASES = [
     ("storage_rates.nbytes zero", lambda: storage_rates(["/tmp"], 0), ValueError,
      "nbytes must be an int >= 1"),
     ("storage_rates.rounds zero", lambda: storage_rates(["/tmp"], 8, 0), ValueError, "rounds"),
+    ("one_second_lines.costs dict", lambda: one_second_lines({}, 1e8, {"sync": 1.0, "thread": 0.1}),
+     TypeError, "costs"),
+    ("one_second_lines.stored_bytes zero", lambda: one_second_lines(COSTS, 0, {"sync": 1.0, "thread": 0.1}),
+     ValueError, "stored_bytes"),
+    ("one_second_lines.stored_blocked_s negative",
+     lambda: one_second_lines(COSTS, 1e8, {"sync": -1.0, "thread": 0.1}), ValueError, "stored_blocked_s"),
+    ("one_second_lines.mode missing", lambda: one_second_lines(COSTS, 1e8, {"sync": 1.0}), ValueError,
+     "thread"),
     ("gzip_costs.tensors empty", lambda: gzip_costs([], "/tmp"), ValueError, "tensors"),
     ("gzip_costs.tensor list", lambda: gzip_costs([[1.0]], "/tmp"), TypeError, r"tensors\[0\]"),
     ("gzip_costs.tensors ints", lambda: gzip_costs([torch.ones(4, dtype=torch.int64)], "/tmp"), ValueError,

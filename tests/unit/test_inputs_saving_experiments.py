@@ -10,8 +10,17 @@ import pytest
 import torch
 from inputs_cases import duplicate_ids, uncovered
 
+from perfkit.hw import MachineLimits
 from perfkit.saving import experiments, restart_experiments
-from perfkit.saving.experiments import goodput_curve, killed_save, save_costs, small_state, small_step
+from perfkit.saving.experiments import (
+    SaveCosts,
+    copy_beside_limits,
+    goodput_curve,
+    killed_save,
+    save_costs,
+    small_state,
+    small_step,
+)
 from perfkit.saving.restart_experiments import (
     compare_restart,
     differing_bits,
@@ -19,8 +28,12 @@ from perfkit.saving.restart_experiments import (
     restart_parts,
     restart_timeline,
 )
+from perfkit.saving.storage import WriteBandwidth
 
 RECORDS = {"SaveCosts", "KilledSave", "GoodputCurve", "RestartRun"}
+COSTS = SaveCosts(10**7, {"sync": [0.1]}, {"sync": [0.1]}, WriteBandwidth("d", "/", "ext4", 1, True, (1e-3,)),
+                  1e10)
+LIMITS = MachineLimits("cpu", "x", {"float32": 1e11}, 1e10)
 
 CASES = [
     ("save_costs.root int", lambda: save_costs(3, 1e9), TypeError, "root"),
@@ -43,6 +56,9 @@ CASES = [
     ("small_step.step zero", lambda: small_step(*small_state(0), 0), ValueError, "step must be an int >= 1"),
     ("killed_save.root None", lambda: killed_save(None), TypeError, "root"),
     ("killed_save.timeout_s nan", lambda: killed_save("x", math.nan), ValueError, "timeout_s"),
+    ("copy_beside_limits.costs dict", lambda: copy_beside_limits({}, LIMITS, 1), TypeError, "costs"),
+    ("copy_beside_limits.limits None", lambda: copy_beside_limits(COSTS, None, 1), TypeError, "limits"),
+    ("copy_beside_limits.threads zero", lambda: copy_beside_limits(COSTS, LIMITS, 0), ValueError, "threads"),
     ("goodput_curve.save_s zero", lambda: goodput_curve(0.0, 1.0, 10.0), ValueError, "save_s"),
     ("goodput_curve.restart_s negative", lambda: goodput_curve(1.0, -1.0, 10.0), ValueError, "restart_s"),
     ("goodput_curve.mtbf_s inf", lambda: goodput_curve(1.0, 1.0, math.inf), ValueError, "mtbf_s"),

@@ -158,6 +158,12 @@ def test_plot_overlap_legend_is_the_printed_model():
     fig = vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0)
     assert any("= 6.0 ms" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
     plt.close(fig)
+    # a bar ending on a model line (6.2 ms beside the 6.3 ms overlap): its label sits on a box above the line
+    fig = vd.plot_overlap({"prefetched": 6.2}, load_ms=6.1, compute_ms=4.9, steps=28)
+    label = next(t for t in fig.axes[0].texts if "6.2 ms" in t.get_text())
+    lines = [ln.get_zorder() for ln in fig.axes[0].get_lines()]
+    assert label.get_bbox_patch() is not None and label.get_zorder() > max(lines)
+    plt.close(fig)
     for bad in (0, 1.5):
         with pytest.raises((TypeError, ValueError), match="steps"):
             vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0, steps=bad)

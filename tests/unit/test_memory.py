@@ -202,6 +202,20 @@ def test_plot_memory_stack_errors():
         plot_loss_curves({})
 
 
+def test_plot_memory_stack_names_the_peak_in_gray():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from perfkit.viz.memory import plot_memory_stack
+
+    peak = "peak above the step's start"  # its legend names the peak, not "other"
+    fig = plot_memory_stack({"step": {"parameters": 1.0, peak: 2.0}})
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    assert labels == ["parameters", peak]
+    assert handles[1].patches[0].get_facecolor() == to_rgba("tab:gray")
+    plt.close(fig)
+
+
 def test_live_model_states_count_each_storage_once_in_its_first_category():
     from perfkit.memory import live_model_states, storage_bytes
 

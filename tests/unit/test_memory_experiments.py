@@ -35,6 +35,22 @@ def test_variants_share_weights_and_differ_in_checkpointing():
     assert not torch.equal(next(other.parameters()), next(plain.parameters()))
 
 
+def test_transformers_switch_is_asked_for_the_non_reentrant_checkpoint(monkeypatch):
+    # named, not left to the version's default: transformers 4.x defaulted to the reentrant one
+    from transformers import GPT2LMHeadModel
+
+    name = next(a for a in ("activation_checkpointing_enable", "gradient_checkpointing_enable")
+                if hasattr(GPT2LMHeadModel, a))
+    real, asked = getattr(GPT2LMHeadModel, name), []
+
+    def enable(self, kwargs=None, **rest):
+        asked.append(kwargs)
+        return real(self, kwargs, **rest)
+    monkeypatch.setattr(GPT2LMHeadModel, name, enable)
+    gpt2_variant(MODEL, checkpointing=CHECKPOINTING[2])
+    assert asked == [{"use_reentrant": False}]
+
+
 def test_variant_options():
     m = gpt2_variant(MODEL, seq=64, attention="eager", dtype=torch.bfloat16)
     assert m.config.n_positions == 64  # raised to the sequence

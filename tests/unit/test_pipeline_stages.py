@@ -124,3 +124,52 @@ def test_split_backward_equals_the_whole_one():
         assert rec.peak_saved_bytes == 3 * rec.saved_bytes["0.0"]   # GPipe, the last one run
     finally:
         dist.destroy_process_group()
+
+
+def test_typical_step_is_the_one_nearest_the_median_not_the_last():
+    from perfkit.jobs.pipeline_bench import typical_step
+
+    shares = [0.20, 0.19, 0.21, 0.20, 0.27]   # the last step an outlier above the median's interval
+    assert typical_step(shares) == 0          # 0.20 = the median; the earlier of the two
+    assert typical_step([0.25, 0.75]) == 0 and typical_step([0.5]) == 0
+    with pytest.raises(ValueError):
+        typical_step([])
+
+
+def test_record_draws_and_simulates_the_typical_step():
+    from perfkit.jobs.pipeline_bench import _record
+    from perfkit.parallel.schedules import one_f_one_b as ofob
+    from perfkit.parallel.simulate import simulate
+
+    def rows(cost_b):
+        tl = simulate(ofob(2, 4), {"F": 1, "B": cost_b})
+        return [[(x.action.kind, x.action.stage, x.action.mb, x.start, x.end) for x in row]
+                for row in tl.slots]
+
+    runs = [rows(2), rows(2), rows(2), rows(8)]   # the last step's backward four times forward's
+    rec = _record("1f1b", 2, 4, runs)
+    assert rec["drawn"] == 0 and rec["slots"] == runs[0]
+    assert rec["simulated"] == pytest.approx(simulate(ofob(2, 4), {"F": 1, "B": 2}).bubble_share)
+    for step, busy, share in zip(rec["step_s"], rec["busy_s"], rec["shares"]):
+        assert step == pytest.approx(busy / (1 - share))   # step = busy per rank / (1 - bubble)
+
+
+def test_bubble_task_alternates_schedules_on_the_same_stages():
+    """``"schedules"``: rounds alternate A B, B A on one cut of the model, step i of each paired."""
+    import torch.distributed as dist
+
+    from perfkit.jobs.pipeline_parallel import run
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        (rec,) = run({"tasks": [{"task": "bubble", "schedules": ["1f1b", "zb_h1"], "n_micro": 2,
+                                 "steps": 3, "real": True, "balance": "time"}]})
+        assert set(rec["slots"]) == {"1f1b", "zb_h1"}
+        assert [len(v) for v in rec["slots"].values()] == [3, 3]
+        firsts = {k: [step[0][0][3] for step in v] for k, v in rec["slots"].items()}   # rank 0's first start
+        # round 0: 1F1B first; round 1: ZB-H1 first; round 2: 1F1B first
+        assert [a < b for a, b in zip(firsts["1f1b"], firsts["zb_h1"])] == [True, False, True]
+        assert all(k != "W" for steps in rec["slots"]["1f1b"] for k, *_ in steps[0])
+        assert any(k == "W" for k, *_ in rec["slots"]["zb_h1"][0][0])
+    finally:
+        dist.destroy_process_group()

@@ -7,6 +7,7 @@ import pytest
 
 from perfkit.plan import (
     ATTENTION_EFFICIENCY,
+    FOUNDRY_FLASH2,
     FOUNDRY_ROWS,
     MEGATRON_HEADS,
     MEGATRON_ROWS,
@@ -39,6 +40,29 @@ def test_megatron_rows_agree_with_their_own_columns():
     assert r.reported_tokens_per_gpu * r.model.megatron_flops_per_token() == pytest.approx(163e12)
 
 
+def test_the_large_h100_tables_flash_rows_run_flashattention_2():
+    """Its submitting script asks for ``flash`` for 1b, 3b, 7b and 70b and ``triton`` for 13b and
+    30b: one generation for the whole table (the first) would be wrong for four of six models."""
+    runs = {r.model.name: r for r in foundry_runs(["h100-large"])}
+    assert {n: r.attention for n, r in runs.items()} == {
+        "MPT 70b": "flash2-h100", "MPT 30b": "flash1-h100", "MPT 13b": "flash1-h100",
+        "MPT 7b": "flash2-h100", "MPT 3b": "flash2-h100", "MPT 1b": "flash2-h100"}
+    fa2 = runs["MPT 70b"].cluster
+    assert fa2.attention_efficiency == ATTENTION_EFFICIENCY["flash2-h100"][0] != ATTENTION_EFFICIENCY[
+        "flash1-h100"][0]
+    assert {r.attention for r in foundry_runs(["h100", "a100-80gb", "a100-40gb"])} == {"flash1-h100",
+                                                                                       "flash1-a100"}
+    assert {r.attention for r in megatron_runs()} == {""}
+
+
+def test_settings_name_what_two_rows_differ_in():
+    rows = {r.label: r for r in foundry_runs(["a100-40gb"])}
+    a, b = rows["MPT 70b s=2048 on 64"], rows["MPT 70b s=2048 on 128"]
+    diff = {k for k, v in a.settings().items() if b.settings()[k] != v}
+    assert diff == {"GPUs", "micro-batch", "global batch"}   # not the GPU count alone
+    assert a.settings()["micro-batch"] == 2 and b.settings()["micro-batch"] == 4
+
+
 def test_foundry_rows_agree_with_their_own_columns():
     runs = foundry_runs()
     assert len(runs) == len(FOUNDRY_ROWS) == 209
@@ -52,10 +76,12 @@ def test_foundry_rows_agree_with_their_own_columns():
         assert run.flops_per_token * tok_gpu / peak == pytest.approx(mfu / 100, rel=0.01), row
         # PaLM's count leaves the embeddings out: it differs where positions are many
         assert run.model.model_flops_per_token() <= run.flops_per_token
-        # attn_impl: triton, a fused causal kernel at the first generation's stated share
-        gen = "flash1-h100" if table.startswith("h100") else "flash1-a100"
-        assert run.model.flash and (run.cluster.attention_efficiency,
-                                    run.cluster.attention_backward_efficiency) == ATTENTION_EFFICIENCY[gen]
+        # attn_impl: triton (the first generation's stated share), FlashAttention-2 where the
+        # large H100 table's submitting script asks for it
+        gen = (f"flash{2 if _m in FOUNDRY_FLASH2.get(table, ()) else 1}-"
+               f"{'h100' if table.startswith('h100') else 'a100'}")
+        shares = (run.cluster.attention_efficiency, run.cluster.attention_backward_efficiency)
+        assert run.model.flash and run.attention == gen and shares == ATTENTION_EFFICIENCY[gen]
         # Composer's DEFAULT mixed precision reduces gradients in fp32, PURE in bf16
         assert run.reduce_bytes == {"DEFAULT": 4.0, "PURE": 2.0}[mp], row
         # PyTorch 2.1's early stop: only where the source names that version (the tables re-run

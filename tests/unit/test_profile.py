@@ -251,7 +251,8 @@ def test_a_user_phase_aliased_to_sync_is_judged_by_the_sync_rule():
     (f,) = [f for f in diagnose_shares(shares, aliases={"log_metrics": "sync"})
             if f.severity != "info"]
     assert f.kind == "sync" and f.share == pytest.approx(0.3) and f.severity == "high"
-    assert "syncs (.item(), .cpu(), print of a tensor) take 30.0%" in f.evidence
+    said = "syncs (reads of a tensor's value on the host: .item(), .cpu(), print of a tensor) take 30.0%"
+    assert said in f.evidence
 
 
 def test_diagnose_shares_accepts_a_trace_breakdown():

@@ -81,3 +81,38 @@ def test_gzip_costs_alternate_which_save_goes_first(tmp_path, monkeypatch):
     gzip_costs([torch.randn(100)], tmp_path, max_bytes=400, rounds=3)
     # one untimed save of each, then the rounds: plain first, gzip first, plain first
     assert order == [None, 9, None, 9, 9, None, None, 9]
+
+
+def _stored_run_costs():
+    """Lecture 14's default run: 42.7 MB, sync blocked 126 ms at 1.73 GB/s with fsync, thread
+    32.4 ms with a copy at 20.3 GB/s (read + written)."""
+    from perfkit.saving.experiments import SaveCosts
+    from perfkit.saving.storage import WriteBandwidth
+
+    n = 42_700_000
+    bw = WriteBandwidth("d", "/", "ext4", n, True, (n / 1.73e9,) * 3)
+    return SaveCosts(n, {"sync": [0.126] * 5, "thread": [0.0324] * 5},
+                     {"sync": [0.08] * 5, "thread": [0.07] * 5}, bw, 20.3e9)
+
+
+def test_one_second_sizes_are_not_stated_from_a_model_the_stored_run_contradicts():
+    from perfkit.saving.claims import one_second_lines
+
+    sync, thread = one_second_lines(_stored_run_costs(), 202e6, {"sync": 2.59, "thread": 0.274})
+    # the staging model gives 0.048 s at 202 MB; the stored run blocked 0.274 s: its 9.86 GB is no result
+    assert "gives 0.0481 s" in thread and "5.7x that" in thread and "does not hold" in thread
+    assert "9.86 GB" not in thread
+    assert "1 s is reached near 737 MB (a fixed part would put it higher)" in thread
+    assert "no line with a non-negative fixed part" in thread
+    assert "does not hold" in sync and "1.55 GB" not in sync and "put it lower" in sync
+    # where the stored run took no longer than the model, the model's size stands
+    fast = one_second_lines(_stored_run_costs(), 202e6, {"sync": 0.2, "thread": 0.04})
+    assert "By the model, under 1 s up to about 1.55 GB" in fast[0]
+    assert "By the model, under 1 s up to about 9.86 GB" in fast[1]
+
+
+def test_one_second_lines_refuse_a_missing_mode():
+    from perfkit.saving.claims import one_second_lines
+
+    with pytest.raises(ValueError, match="mode 'thread'"):
+        one_second_lines(_stored_run_costs(), 202e6, {"sync": 2.59})

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from perfkit.saving import (
+    SaveCosts,
     compare_restart,
+    copy_beside_limits,
     daly_interval,
     differing_bits,
     goodput,
@@ -34,6 +36,9 @@ def test_save_costs_records_each_mode_and_its_models(tmp_path):
     assert set(costs.blocked_s) == {"sync", "thread"}
     assert all(len(v) == 1 and v[0] > 0 for v in costs.blocked_s.values())
     assert all(len(v) == 1 and v[0] > 0 for v in costs.persist_s.values())
+    # the commit (checksums, manifest, rename) is timed apart, inside sync's blocked time
+    assert all(len(v) == 1 and v[0] > 0 for v in costs.commit_s.values())
+    assert costs.persist_s["sync"][0] + costs.commit_s["sync"][0] <= costs.blocked_s["sync"][0]
     assert costs.state_bytes > 0 and costs.write.fsync
     assert costs.sync_model_s == pytest.approx(costs.state_bytes / costs.write.bytes_per_s)
     assert costs.staging_floor_s == pytest.approx(2 * costs.state_bytes / 1e10)  # read + written
@@ -141,3 +146,24 @@ def test_restart_parts_and_timeline_from_events():
     assert [s[1] for s in spans if s[0] == 0] == ["training (attempt 0)", *PARTS, "training (resumed)"]
     assert spans[0][2:] == (2.0, 3.0)              # rank 0 trains from its first step to the kill
     assert all(a <= b for _, _, a, b in spans)
+
+
+def test_the_copy_rate_is_set_beside_the_limits_files_copies_with_threads():
+    from perfkit.hw import MachineLimits
+    from perfkit.hw_sweep import CopyPoint
+    from perfkit.saving.storage import WriteBandwidth
+
+    pts = [CopyPoint(2**26, 0.01, 1e10, 26.3e9, 1, "copy"), CopyPoint(2**26, 0.01, 1e10, 34.3e9, 2, "copy"),
+           CopyPoint(2**22, 0.01, 1e10, 93.2e9, 1, "copy"), CopyPoint(2**28, 0.01, 1e10, 36.0e9, 2, "add")]
+    lim = MachineLimits("cpu", "x", {"float32": 1e11}, 36.0e9, copy_points=pts, cache_bytes_per_s=175e9,
+                        sources={"dram": "add of 268,435,456 B buffers on 2 threads",
+                                 "cache": "copy of 4,194,304 B buffers on 2 threads"})
+    bw = WriteBandwidth("d", "/", "ext4", 2**20, True, (0.001,) * 3)
+    costs = SaveCosts(42_700_000, {"sync": [0.1]}, {"sync": [0.08]}, bw, 20.3e9)
+    text = copy_beside_limits(costs, lim, 1)
+    # the file's DRAM ceiling is its best thread count on 268 MB buffers, not a cache figure
+    assert "DRAM ceiling 36 GB/s (add of 268,435,456 B buffers on 2 threads" in text
+    assert "in-cache copy 175 GB/s" in text
+    assert "on 1 thread, its copy nearest the state's size 26.3 GB/s (67.1 MB buffers)" in text
+    assert text.endswith("The copy here: 20.3 GB/s on 42.7 MB buffers, 1 thread.")
+    assert "34.3" in copy_beside_limits(costs, lim, 2)

@@ -47,20 +47,34 @@ def test_the_plan_fits_any_budget_its_smallest_batch_fits(limits, budget_s):
     plan = sizing.plan_dtype(limits, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=budget_s)
     one = PER_SAMPLE / (sizing.EFFICIENCY * limits.peak_flops("bfloat16"))  # s: batch 1, one call
     assert plan.predicted_s == pytest.approx(seconds(limits, plan))
-    assert plan.predicted_s <= budget_s or plan.calls == 1 and plan.batches == (1,)
+    assert plan.calls == 8 and (plan.predicted_s <= budget_s or plan.batches == (1,))
     # greedy: the next batch would not have fit
     if len(plan.batches) < len(BATCHES):
         assert plan.calls * (sum(plan.batches) + BATCHES[len(plan.batches)]) * one > budget_s
 
 
-def test_fewer_calls_when_even_the_smallest_batch_does_not_fit():
+def test_the_smallest_batch_keeps_every_call_and_says_it_overruns():
+    # no caller can time fewer calls than it asked for: the note must not promise fewer
     plan = sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=8, budget_s=2)
-    assert plan.batches == (1,) and plan.calls == 2 and plan.predicted_s <= 2
-    assert "2 calls instead of 8" in plan.note
+    assert plan.batches == (1,) and plan.calls == 8 and plan.predicted_s > 2
+    assert "calls instead of" not in plan.note and "the smallest alone overruns it" in plan.note
     widths = sizing.plan_dtype(EMULATED, "bfloat16", 2 * 1024 * 256, [1088, 960, 1021], calls=8, budget_s=1,
                                label="n")
     assert widths.batches == (960,) and "timed at n 960 only" in widths.note
     assert "every n would" in widths.note
+
+
+def test_a_timed_probe_plans_in_proportion_to_it_not_from_the_ceiling():
+    # the emulated ceiling says a batch-1 call takes ~0.9 s; the probe timed 72 ms: the plan follows the probe
+    plan = sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=12, budget_s=18, probe_s=0.072)
+    assert plan.batches == (1, 4, 8) and plan.probe_s == 0.072
+    assert plan.predicted_s == pytest.approx(12 * 0.072 * (1 + 4 + 8))
+    assert plan.full_s == pytest.approx(12 * 0.072 * sum(BATCHES))
+    assert "one call at batch 1 took 72 ms, timed now" in plan.note and "GFLOP/s" not in plan.note
+    assert "in proportion to the probe" in plan.note
+    assert sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=12, budget_s=18).batches == (1,)
+    with pytest.raises(ValueError, match="probe_s"):
+        sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=12, budget_s=18, probe_s=0.0)
 
 
 @pytest.mark.parametrize("kw, exc, match", [

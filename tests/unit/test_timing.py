@@ -137,6 +137,30 @@ def test_balanced_orders_put_every_callable_everywhere_and_after_every_other_equ
     assert n == 1 or (len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1)
 
 
+def test_interleaved_balanced_runs_whole_cycles_so_a_position_effect_cancels(clock):
+    """Two identical calls, the second of every round 2 % slower (a planted position effect): in
+    the fixed order every paired ratio reads 0.98 (the old design); balanced over whole cycles
+    (5 rounds asked, 6 run: A B, B A, ...) half read 0.98 and half 1.02, and their median is 1."""
+    slot = []
+
+    def call(name):
+        def run():
+            slot.append(name)
+            clock.advance(U * (1.02 if len(slot) % 2 == 0 else 1.0))  # the round's second call
+        return run
+
+    a, b = timing.interleaved(([call("a"), call("b")]), warmup=0, repeat=5)
+    assert timing.stats.median_ratio(a.times_s, b.times_s).high < 0.99  # fixed: the bias stays
+    slot.clear()
+    a, b = timing.interleaved_balanced([call("a"), call("b")], warmup=0, repeat=5)
+    assert a.n == b.n == 6 and "".join(slot) == "abba" * 3
+    ratios = timing.stats.paired_ratios(a.times_s, b.times_s)
+    assert sorted(round(r, 4) for r in ratios) == [0.9804] * 3 + [1.02] * 3
+    assert abs(timing.stats.median(ratios) - 1) < 1e-3
+    three = timing.interleaved_balanced([call("a"), call("b"), call("c")], warmup=0, repeat=7)
+    assert [m.n for m in three] == [12, 12, 12]  # two cycles of the 6-row design for three
+
+
 def test_interleaved_gives_each_callable_its_own_times(clock):
     slow = iter([3 * U, 4 * U, 5 * U, 6 * U])  # the first is the warm-up
     fast = iter([U, 2 * U, 3 * U, 4 * U])

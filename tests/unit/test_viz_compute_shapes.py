@@ -21,10 +21,13 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     fig = plot_shape_sweep(pts("float32", rates))
     ax = fig.axes[0]
     assert ax.get_yscale() == "linear" and "GFLOP/s" in ax.get_ylabel()  # one dtype: readable ticks
-    groups = [c.get_offsets()[:, 0].tolist() for c in ax.collections]  # filled, crosses, hollow
-    assert groups == [[1024], [1017, 1019], [1016, 1022]]  # odd widths are their own group
+    groups = [c.get_offsets()[:, 0].tolist() for c in ax.collections]  # filled, crosses, squares, circles
+    # odd widths are their own group, and so are the even ones no vector width divides (n % 4 == 2)
+    assert groups[:4] == [[1024], [1017, 1019], [1022], [1016]]
     assert np.allclose(ax.collections[0].get_offsets()[:, 1], [140])  # in GFLOP/s
-    assert "x = odd" in ax.get_title()
+    names = [t.get_text() for t in ax.get_legend().get_texts()]  # every marker kind is named
+    assert names == ["float32", "n % 64 == 0", "odd n", "n % 4 == 2 (no vector width divides it)",
+                     "other even n"]
     plt.close(fig)
     two = plot_shape_sweep(pts("float32", {1024: 1.4e11, 1017: 1.5e11})
                            + pts("bfloat16", {1024: 2e9, 1017: 2e9}))
@@ -32,3 +35,28 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     plt.close(two)
     with pytest.raises(ValueError, match="points"):
         plot_shape_sweep([])
+
+
+def test_alignment_line_groups_widths_by_the_grid_they_share():
+    from perfkit.viz.compute import alignment_line
+
+    rates = {1024: 1.0e11, 960: 1.0e11, 1016: 0.99e11, 1032: 1.01e11, 1020: 0.8e11, 1022: 0.77e11,
+             1017: 0.75e11, 1019: 0.76e11}
+    line = alignment_line(pts("float32", rates))
+    assert "n % 16 == 8: 100% (2)" in line and "n % 8 == 4: 80% (1)" in line
+    assert "n % 4 == 2: 77% (1)" in line and "odd: 76% (2)" in line
+    assert line.index("n % 16 == 8") < line.index("odd")  # coarsest grid first
+    with pytest.raises(ValueError, match="multiple of 64"):
+        alignment_line(pts("float32", {1017: 1e11}))
+
+
+def test_throughput_panels_share_one_title_size():
+    from perfkit.compute.throughput import ThroughputPoint
+    from perfkit.timing import Measurement
+    from perfkit.viz.compute import plot_throughput
+
+    pts = [ThroughputPoint("fp32", False, b, Measurement(times_s=(0.01 * b,) * 2, warmup=0), 0.02, 64 * b,
+                           10**9 * b, 2e11) for b in (1, 2)]
+    fig = plot_throughput(pts, pts[1])
+    assert len({ax.title.get_fontsize() for ax in fig.axes}) == 1  # the right panel's was the larger
+    plt.close(fig)

@@ -33,6 +33,15 @@ def test_widget_extremes_and_refused_choice():
     plt.close(fig)
 
 
+def test_widget_names_the_measured_step():
+    measured = simulate(one_f_one_b(2, 4), {"F": 0.01, "B": 0.02})
+    key = ("1f1b", 2, 4, 1)
+    fig = schedule_widget({key: measured}, {key: "step 3 of 5, nearest the median"}).fn(
+        schedule="1f1b", p=2, m=4, v=1)
+    assert "step 3 of 5, nearest the median" in fig.axes[1].get_title()
+    plt.close(fig)
+
+
 def test_grids_and_bubbles():
     tl = simulate(one_f_one_b(2, 4), {"F": 1, "B": 1})
     ax = plot_timeline(tl)

@@ -1,0 +1,76 @@
+"""What the capstone says about its whole gain: the slow job's runs behind the direct ratio,
+the seams read as every arrow is, the waterfall's legend and the time to the target against
+the same two runs' tokens/s (hand-made runs, as in test_capstone)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from perfkit.stats import Estimate
+from perfkit.viz.capstone import plot_waterfall, seams_text, tally_text, target_text, total_text
+from tests.unit.test_capstone import AGAIN, play_all
+
+
+def test_the_direct_ratio_names_the_slow_runs_and_their_drift():
+    # the slow job's repeat reads 1.25x slower: its two runs are 1.25x apart, as a round would say
+    loop, total = play_all(True, {(): 1.25})
+    AGAIN.clear()
+    assert total.slow_runs_tps == (pytest.approx(250), pytest.approx(200))
+    assert total.slow_tps == pytest.approx(225) and total.slow_apart == pytest.approx(1.25)
+    said = total_text(total)
+    assert "Slow job 225 (mean of its runs before and after the rounds: 250 and 200, 1.25x apart" in said
+    assert "the machine's speed moved between the runs" in said
+    steady = replace(total, slow_runs_tps=(250.0, 240.0), slow_tps=245.0)
+    assert "250 and 240" in total_text(steady) and "apart" not in total_text(steady)
+    quick = replace(total, slow_runs_tps=(250.0,), slow_tps=250.0)
+    assert "mean of its runs" not in total_text(quick) and quick.slow_apart == 1.0
+
+
+def test_seams_read_as_every_arrow_second_over_first():
+    loop, total = play_all(True, {})
+    seams = (("the slow job", 100.0, 110.0), ("sync", 200.0, 220.0), ("data", 300.0, 300.0))
+    said = seams_text(replace(total, seams=seams))
+    # 100 -> 110 and 200 -> 220 read as 1.1x each, as "5,462 -> 41,205: 7.54x" reads: 1.21x, not 0.826x
+    assert "multiply to 1.21x, the direct gain over the product" in said and "0.826" not in said
+    assert math.prod(b / a for _, a, b in seams) == pytest.approx(1.21)
+
+
+def test_time_to_target_is_held_against_the_same_two_runs():
+    loop, total = play_all(True, {(): 1.25})  # direct 2000 / 225 = 8.89x; this pair 2000 / 250 = 8x
+    AGAIN.clear()
+    pair = Estimate(8.0, 7.0, 9.0, 0.9, 6, "m")
+    said = target_text(4.0, 1.6, pair, total)  # 6.4x over the runs
+    assert "so tokens/s over the runs to the target 6.40x, against 8.00x in the same two runs'" in said
+    assert "put it 0.80x from the windows' ratio" in said
+    # the direct ratio's slow side is the mean of two runs: named, with how far it puts it
+    assert "The direct ratio, 8.89x, has another baseline" in said and "250 and 200 tokens/s" in said
+    assert "1.11x from this pair's" in said
+    close = target_text(4.0, 2.0, pair, replace(total, slow_runs_tps=(250.0,), direct=pair))
+    assert "put it" not in close and "baseline" not in close  # 8.0x against 8.0x, one slow run
+    with pytest.raises(TypeError, match="pair"):
+        target_text(4.0, 1.6, 8.0, total)
+    with pytest.raises(ValueError, match="tt_gain"):
+        target_text(0.0, 1.6, pair, total)
+
+
+def test_the_waterfall_legend_names_its_colours_below_the_bars():
+    fig = plot_waterfall([("a", 2.0), ("b", 1.05)], total=2.1, unresolved=["b"])
+    leg = fig.axes[0].get_legend()
+    labels = [t.get_text() for t in leg.get_texts()]
+    assert labels == ["a gain, interval above 1x", "interval holds 1x", "total, measured directly"]
+    fig.canvas.draw()
+    box, axes = leg.get_window_extent(), fig.axes[0].get_window_extent()
+    assert box.y1 < axes.y0  # below the axes: it covers no bar
+    plain = [t.get_text() for t in plot_waterfall([("a", 2.0), ("b", 0.8)]).axes[0].get_legend().get_texts()]
+    assert plain == ["faster", "slower", "total"]  # no intervals given: no claim about them
+
+
+def test_the_verdicts_are_counted_by_what_bounded_them():
+    outcomes = {"sync": "inconclusive", "ddp": "missed (above)", "data": "inconclusive",
+                "attention": "context", "batch": "held"}
+    by = {"sync": "the diagnosed share", "ddp": "the diagnosed share", "data": "the diagnosed share",
+          "batch": "its factor of tokens"}  # attention: context, not judged
+    assert tally_text(outcomes, by) == ("against the diagnosed share: 0 held, 1 missed, 2 inconclusive of 3; "
+                                        "against its factor of tokens: 1 held, 0 missed, 0 inconclusive of 1")
+    assert "1 disturbed" in tally_text({"a": "disturbed"}, {"a": "x"}) and tally_text({}, {}) == "none"

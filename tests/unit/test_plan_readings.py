@@ -1,0 +1,76 @@
+"""perfkit.plan.readings: the TP step's parts add up to the step (the wait is not a third part),
+the signs of several errors are read together, and the worst published row is set against its
+peers by the settings they differ in before any cause outside the model is named."""
+
+from dataclasses import replace
+
+import pytest
+
+from perfkit.plan import compare, foundry_runs, megatron_runs, one_sided, tp_step_split, worst_row_cause
+
+# lecture 13's stored default run: step 57.3 ms, all-reduces with both ranks present 23.6 ms,
+# one rank waiting for the other 14.7 ms, the step with its all-reduces skipped 27.2 ms
+RUN = dict(step_s=[0.0573] * 5, compute_s=[0.0272] * 5, transfer_s=[0.0236] * 5, skew_s=[0.0147] * 5,
+           calls=13)
+
+
+def test_tp_split_adds_up_to_the_step_and_leaves_the_wait_inside_the_compute():
+    text = tp_step_split(**RUN, comm_pred_s=0.0295, compute_pred_s=0.0248)
+    # 23.6 present + 33.7 computing = 57.3; the old sum, compute + transfer + wait, was 65.5 ms
+    assert "held both ranks 23.6 ms" in text and "in the other 33.7 ms a rank computed" in text
+    assert "65.5" not in text and "no third part" in text
+    assert "23.6 ms of transfer and 6.5 ms of longer compute, 30.1 ms in all" in text
+    assert text.endswith("less than both, so it covers part of the longer compute.")
+    assert tp_step_split(**RUN, comm_pred_s=0.040, compute_pred_s=0.0248).endswith("more than both.")
+    assert tp_step_split(**RUN, comm_pred_s=0.020, compute_pred_s=0.0248).endswith(
+        "less than the transfer alone.")
+
+
+def test_tp_split_says_when_the_compute_alone_met_other_load():
+    text = tp_step_split(**{**RUN, "compute_s": [0.0425] * 5}, comm_pred_s=0.0426, compute_pred_s=0.0248)
+    assert "took 8.8 ms less (the two steps met different load)" in text
+    assert "in all" not in text and text.endswith("more than the transfer.")
+
+
+def test_tp_split_refuses_empty_rounds():
+    with pytest.raises(ValueError, match="step_s"):
+        tp_step_split(**{**RUN, "step_s": []}, comm_pred_s=0.03, compute_pred_s=0.02)
+
+
+def test_one_sided_reads_the_signs_together():
+    low = {"zero1": (1.04, 1.23, "x"), "zero2": (1.04, 1.15, "x"), "zero3": (1.29, 1.57, "x"),
+           "TP": (54.3, 57.3, " ms")}
+    text = one_sided(low)
+    assert text.startswith("All 4 predictions lie on one side") and "faster than it ran" in text
+    assert "chance of 12%" in text and "the model leaves out" in text
+    high = {k: (m, p, u) for k, (p, m, u) in low.items()}
+    assert "slower than it ran" in one_sided(high) and "do not pay" in one_sided(high)
+    mixed = {**low, "TP": (60.0, 57.3, " ms")}
+    assert one_sided(mixed).startswith("3 of the 4 predictions lie below")
+    assert "both sides" in one_sided(mixed)
+    with pytest.raises(ValueError, match="points"):
+        one_sided({})
+
+
+@pytest.fixture(scope="module")
+def cmp():
+    return compare(megatron_runs() + foundry_runs())
+
+
+def test_the_worst_row_is_not_blamed_outside_the_model_when_its_peer_differs_in_micro_batch(cmp):
+    worst = cmp.worst
+    assert worst.run.label == "MPT 70b s=2048 on 64"
+    peers = [r for r in cmp.rows if r.run.table == worst.run.table and not r.fitted and r is not worst
+             and r.run.model == worst.run.model]
+    text = worst_row_cause(worst, peers, [0.36, 0.21])
+    assert "GPUs (64 against 128)" in text and "micro-batch (2 against 4)" in text
+    assert "weighs 2x as much per token" in text and "0.21 to 0.36 s" in text
+    assert "outside the model" not in text   # the old text named that cause here
+    # the GPU count alone: only then is a cause outside the model named
+    twin = replace(peers[0], run=replace(worst.run, layout=replace(worst.run.layout, dp=128),
+                                         reported_tokens_per_gpu=peers[0].run.reported_tokens_per_gpu))
+    assert "outside the model" in worst_row_cause(worst, [twin], [0.3])
+    # peers predicted as badly: nothing sets the row apart
+    bad = replace(peers[0], predicted=peers[0].run.reported_tokens_per_gpu * 1.3)
+    assert worst_row_cause(worst, [bad], [0.3]).startswith("No term the planner counts")
+    assert worst_row_cause(worst, [], [0.3]).startswith("No term the planner counts")
