@@ -370,7 +370,7 @@ viz.verdict(Prediction("x + y's counted bytes/s over the fastest copy's of that 
                        "both stream the same buffers from DRAM", low=0.5, unit="x", physical=(0, None)),
             add_vs_copy, explain={
     "held": f"The copy of {si(copy_at.nbytes, 'B')} buffers ran at {si(copy_at.best_bytes_per_s, 'B/s')} "
-            f"{on(copy_at.threads)} (fastest tenth of its best round); x + y's median reached {add_vs_copy.value:.2g}x "
+            f"{on(copy_at.threads)} (fastest tenth of its best round); x + y's median reached {add_vs_copy.value:.2f}x "
             f"that rate. Against this run's copies, timed in alternation with it above, the ratio was "
             f"{add_over_copy.point('x')}: the two figures differ by how much faster the sweep's fastest tenth of its "
             "best round ran than this run's median copies.",

@@ -422,8 +422,8 @@ viz.verdict(p_top, mm_rank, explain={
     "held": f"All matmuls together are {mm_share:.0%} of operator self time"
             + (f"; the fused attention kernels, which multiply too, {attn_share:.0%}; the other "
                f"{1 - mm_share - attn_share:.0%} goes to operators that carry few or no FLOPs (elementwise ops, "
-               "copies, the optimizer's updates), so at this width the FLOPs are not where most of the time "
-               "goes, as the roofline of section 2 found." if mm_share + attn_share < 0.5 else "."),
+               "copies, the optimizer's updates): at this width the FLOPs take no more of the time than "
+               "the rest, as the roofline of section 2 found." if mm_share + attn_share < 0.5 else "."),
     "above": f"{res.top_ops[0].name} ({res.top_ops[0].share:.0%} of operator self time) outranks every "
              f"matmul ({mm_share:.0%} together): the roofline of section 2 found the step far from its FLOPs."})
 

@@ -420,7 +420,8 @@ print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.
                                 "hooks, the recompute running inside the backward)."
                                 if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))
 print("The FLOP rule (at most 4/3 = 1.33 plain steps, where time follows FLOPs) "
-      + (f"failed at this width: the step took {slow.text('x')} plain steps; count the time of a recompute, "
-         "do not infer it from FLOPs, until you have checked that rule on your own sizes."
+      + (f"failed at this width: the step took {slow.text('x')} plain steps, {slow.value - 1 - f_blocks.value:+.2f} "
+         "beside the blocks' forward timed alone; time a checkpointed step (its hooks and bookkeeping count "
+         "too), do not infer it from FLOPs, until you have checked that rule on your own sizes."
          if slow.low > 4 / 3 else f"was not crossed here: the step took {slow.text('x')} plain steps."
          if slow.high <= 4 / 3 else f"cannot be judged from this run: the step took {slow.text('x')} plain steps."))

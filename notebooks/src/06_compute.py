@@ -69,7 +69,7 @@ MATMUL_N = ([960, 1018, *range(1021, 1028), 1030, 1031, 1034, 1038, 1088, 1089] 
 # for which section 5's parity ratio has a 90 % interval at all (whether it decides is the run's)
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
-COMPILE_STEP = not QUICK  # compiling a whole training step costs tens of seconds on a CPU
+COMPILE_STEP = not QUICK  # compiling a whole training step costs seconds to minutes on a CPU
 
 # %%
 if DEVICE.type == "cuda":  # a model big enough to keep a GPU busy
@@ -134,8 +134,8 @@ for what, plan in plans.items():
 # so nothing overflows and no loss scaling is needed; it keeps only 8 bits of significand (7 stored), so
 # each matmul is rounded more coarsely. (The three formats, sign / exponent / stored mantissa
 # bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is fp32 with its low 16 bits cut off,
-# which is why converting between them is cheap.) **Predictions:** (a) the loss curve matches fp32's
-# within a small tolerance, since rounding errors of about 0.4 % per product average out over
+# which is why converting between them is cheap.) **Predictions:** (a) the loss curve's mean over
+# its last 5 steps matches fp32's within 1 % (single steps differ more), since rounding errors of about 0.4 % per product average out over
 # long sums; (b) the step's speed changes by Amdahl's law: only the ops autocast runs in bf16
 # change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower), and the
 # rest (layer norms, the loss, the optimizer) keeps its speed.
@@ -225,8 +225,11 @@ f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_
 r_ceil = bf16_found / found.peak_flops("float32", CEIL_THREADS)  # these threads', as the notebook found them
 crude, got = 1 / ((1 - f_ceil) + f_ceil / r_ceil), amp.estimate.value
 closer = abs(math.log(crude / got)) < abs(math.log(parts.predicted() / got))
-print(f"from the ceilings as found, {on}: f = {f_ceil:.1%}, r = {r_ceil:.3g} -> "
-      f"{crude:.3g}x ({'closer to' if closer else 'farther from'} the measured {got:.3g}x than the parts' below)")
+src = found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')  # who set bf16's ceiling
+print(f"from the ceilings as found, {on}: f = {f_ceil:.1%}, r = {r_ceil:.3g} (bf16's {si(bf16_found, 'FLOP/s')}, "
+      f"from {src}) -> {crude:.3g}x ({'closer to' if closer else 'farther from'} the measured {got:.3g}x than the "
+      "parts' below)" + ("; that bf16 ceiling was set by this step's own matmuls in an earlier run (ceilings only "
+                         "rise), so this estimate partly restates the step it predicts" if "step" in src else ""))
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
       + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x (f: every row of the table, summed round by "
@@ -261,13 +264,14 @@ print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20
 # `GradScaler` multiplies the loss by a large factor before backward, divides the gradients
 # before the optimizer step, and skips the step (halving the factor) when it finds inf or NaN.
 # `compute.make_train_step(..., "fp16")` does this; on a GPU its loss curve is in the plot
-# above. On a CPU the course skips it: some CPUs do compute fp16 natively (AVX512-FP16 since
+# above. On a CPU the course skips it (PyTorch has a CPU `GradScaler` too,
+# `torch.amp.GradScaler("cpu")`): some CPUs do compute fp16 natively (AVX512-FP16 since
 # Intel's Sapphire Rapids, AMX-FP16 on Granite Rapids), but they compute bf16 at least as fast
 # (AMX-BF16), and bf16 needs no scaler.
 
 # %%
 if DEVICE.type != "cuda":
-    print("fp16 with GradScaler needs a CUDA GPU: skipped on this CPU (bf16 above needs no scaler)")
+    print("fp16 with GradScaler: skipped on this CPU, where bf16 (above) runs at least as fast and needs no scaler")
 else:
     fp16 = compute.compare(ex.gpt_step(GPT, x, "fp32"), ex.gpt_step(GPT, x, "fp16"), repeat=REPEAT)
     print(f"fp16 + GradScaler against fp32: {ex.ratio_text(fp16)}; loss gap "
@@ -431,7 +435,7 @@ plt.show()
 
 # %% [markdown]
 # For a whole training step the compile takes longer (forward and backward graphs, many more
-# kernels), and on a CPU with a cold cache it takes tens of seconds, so QUICK mode (CI) skips it
+# kernels), and on a CPU with a cold cache it takes seconds to minutes, so QUICK mode (CI) skips it
 # and the chain above is QUICK's measured compile. At default size the next cell compiles the
 # tiny GPT-2's training step (`torch.compile(model)`, mode `"default"`; the optimizer stays eager).
 
@@ -453,7 +457,7 @@ if COMPILE_STEP:
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
     plt.show()
 else:
-    print("QUICK mode: the training-step compile is skipped (tens of seconds on a CPU with a cold "
+    print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
           "cache); run with QUICK = False to measure it")
 
 # %% [markdown]
@@ -919,7 +923,7 @@ else:
 # ## 7. Try it: precision, compile and batch size
 #
 # Each setting runs a few real training steps of the tiny GPT-2 the first time it is chosen
-# (switching `torch.compile` on compiles the model: tens of seconds on a CPU with a cold cache);
+# (switching `torch.compile` on compiles the model: seconds to minutes on a CPU with a cold cache);
 # settings already measured, including those of section 6, come back instantly. A static plot
 # of the default setting follows for readers of the rendered page (run headless, as in CI, the
 # widget cell itself shows that figure, once).
@@ -937,8 +941,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %% [markdown]
 # ## Summary
 #
-# * **bf16 autocast**: the loss should follow fp32's within 1 %, and Amdahl's law predicts the
-#   speed from the share and the speed ratio of the ops autocast changes, best measured at the
+# * **bf16 autocast**: the mean loss over the last steps should stay within 1 % of fp32's (single
+#   steps differ more), and Amdahl's law predicts the speed from the share and the speed ratio of the ops autocast changes, best measured at the
 #   step's own shapes (section 1 prints whether the ceilings' square matmuls came closer or
 #   farther here, and its verdicts say what held on this machine).
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate

@@ -48,12 +48,21 @@ class AlphaBeta:
         return self.alpha_s * self.bandwidth
 
 
+HUBER_LOG = math.log(1.25)
+"""Log-ratio beyond which a point's residual counts linearly in :func:`fit_alpha_beta` (25 %)."""
+
+
 def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> AlphaBeta:
-    """Fit ``t = alpha + beta * n`` by least squares on *relative* errors.
+    """Fit ``t = alpha + beta * n`` on the *logarithms* of the times, robustly.
 
     Sizes span five orders of magnitude; an ordinary fit would be decided by the largest
-    messages alone and give a meaningless alpha. Weighting each residual by ``1/t`` makes
-    every point count as a relative error. Both coefficients are kept positive.
+    messages alone and give a meaningless alpha. On logarithms every point counts by its
+    ratio, and a model twice too slow costs what a model twice too fast costs. (The relative
+    error ``f / t - 1``, weighted least squares' usual answer, does not: it charges a model
+    twice too slow 1 and one twice too fast 0.25.) And one message that ran far off the
+    others (a 4x fast one, say) must not move the line off them all, so the loss is Huber's:
+    squares within :data:`HUBER_LOG` (25 %), absolute values beyond. The relative-error
+    solution starts a Gauss-Newton search; both coefficients are kept positive.
 
     Args:
         nbytes: message sizes in bytes (finite, >= 0; at least two distinct).
@@ -88,7 +97,43 @@ def fit_alpha_beta(nbytes: Sequence[float], times_s: Sequence[float]) -> AlphaBe
     if alpha <= 0:  # refit bandwidth alone through the origin
         alpha = 0.0
         beta = float(((n / t) @ torch.ones_like(t)) / ((n / t) @ (n / t)))
+    if alpha > 0 and beta > 1e-18:  # both terms resolved: the same line, on logarithms
+        alpha, beta = _log_fit(n, t, alpha, beta)
     return AlphaBeta(alpha_s=alpha, bandwidth=1.0 / beta)
+
+
+def _log_fit(n: torch.Tensor, t: torch.Tensor, alpha: float, beta: float,
+             steps: int = 60) -> tuple[float, float]:
+    """Gauss-Newton on Huber's loss of ``log(alpha + beta n) - log t`` (quadratic within
+    :data:`HUBER_LOG`, linear beyond), from a positive start: each step reweighted, halved
+    until the loss falls and kept positive."""
+    logt = torch.log(t)
+
+    def resid(a: float, b: float) -> torch.Tensor:
+        return torch.log(a + b * n) - logt
+
+    def loss(a: float, b: float) -> float:
+        r = resid(a, b).abs()
+        return float(torch.where(r <= HUBER_LOG, r * r / 2, HUBER_LOG * r - HUBER_LOG ** 2 / 2).sum())
+
+    best = loss(alpha, beta)
+    for _ in range(steps):
+        f, r = alpha + beta * n, resid(alpha, beta)
+        w = torch.where(r.abs() <= HUBER_LOG, torch.ones_like(r), HUBER_LOG / r.abs()).sqrt()
+        jac = torch.stack([1 / f, n / f], dim=1) * w.unsqueeze(1)  # d log f / d(alpha, beta), weighted
+        step = torch.linalg.lstsq(jac, (-r * w).unsqueeze(1)).solution.squeeze(1)
+        for _ in range(30):
+            a, b = alpha + float(step[0]), beta + float(step[1])
+            if a > 0 and b > 0 and (now := loss(a, b)) < best:
+                break
+            step = step / 2
+        else:
+            break  # no step lowers the loss: converged
+        converged = best - now <= 1e-12 * best
+        alpha, beta, best = a, b, now
+        if converged:
+            break
+    return alpha, beta
 
 
 def ring_allreduce_time(nbytes: float, world_size: int, link: AlphaBeta) -> float:

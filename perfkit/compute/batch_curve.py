@@ -181,12 +181,11 @@ class BatchCurve:
 
     def _ratio(self, times: Sequence[float], i: int) -> float:
         rates = [self.tokens(j) / t for j, t in enumerate(times)]
-        i = i % len(rates)
-        return rates[i] / max(r for j, r in enumerate(rates) if j != i)
+        return rates[i % len(rates)] / rates[self.rival(i)]  # against the batch the verdict holds it to
 
     def predicted_ratio(self, i: int = -1, faults: bool = True) -> tuple[float, float, float]:
-        """Predicted tokens/s at ``batches[i]`` over the best of the other batches (predicted),
-        ``(value, low, high)``:
+        """Predicted tokens/s at ``batches[i]`` over :meth:`rival`'s (the other batch that
+        measured the most tokens/s, which the verdict holds it against), ``(value, low, high)``:
         the value from the point figures with the cache, the ends from every corner of the two
         ends of ``R`` and the intervals of ``F``, ``c`` and the fitted batch's time.
         ``faults=False``: the model without its fault term (``c = 0``)."""

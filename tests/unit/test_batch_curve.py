@@ -174,3 +174,21 @@ def test_page_fault_s_is_a_small_positive_time_and_refuses_less_than_a_page():
     assert 0 <= page_fault_s(4 * MiB) < 1e-3
     with pytest.raises(ValueError, match="nbytes"):
         page_fault_s(100)
+
+
+def test_the_predicted_ratio_is_against_the_batch_the_verdict_holds_it_to():
+    """The verdict holds the largest batch against the other batch that measured the most
+    tokens/s (rival); the predicted ratio must use that batch too. Planted: the best other
+    batch by the model (batch 8 below), which labelled one ratio with another batch."""
+    r = roofs(per_sample=MiB // 4)
+    c = curve(r, faults=(0, 0, 400, 0), fault_s=1e-6, fit=1)  # batch 16's faults: slow by the model
+    times = [list(t) for t in c.times_s]
+    times[2] = [t * 0.1 for t in times[2]]  # batch 16 measured far faster than the model says
+    assert max(range(3), key=lambda j: c.tokens(j) / c.predicted_s()[j]) != 2  # the model's best other
+    measured = BatchCurve(c.batches, SEQ, c.roof_s, c.roof_dram_s, c.over_cache, tuple(map(tuple, times)),
+                          c.faults, c.fixed_s, c.roof_fixed_s, c.fault_s, c.fit)
+    j = measured.rival()
+    assert measured.batches[j] == 16
+    pred = measured.predicted_s()
+    want = (measured.tokens(-1) / pred[-1]) / (measured.tokens(j) / pred[j])
+    assert measured.predicted_ratio()[0] == pytest.approx(want)

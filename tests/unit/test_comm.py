@@ -195,3 +195,25 @@ def test_data_parallel_plots():
     plt.close(fig)
     with pytest.raises(ValueError, match="non-empty"):
         vcomm.plot_buckets_accumulation([], a)
+
+
+def test_alpha_beta_fit_is_not_dragged_below_the_points_by_one_fast_message():
+    """The fit on logarithms charges a model twice too slow what it charges one twice too
+    fast, and counts a far-off point linearly (Huber). Planted: the relative-error fit
+    (f / t - 1), which put its line 15 % or more below 8 of 9 points to come near one
+    message that ran 4x fast; and plain least squares on logarithms (about 14 % below)."""
+    import statistics
+
+    sizes = [4 ** k for k in range(4, 13)]  # 256 B .. 16 MiB
+    times = [1e-3 + s / 1e9 for s in sizes]  # 1 ms + 1 GB/s
+    times[5] /= 4  # one message (256 KiB) ran 4x fast
+    fit = comm.fit_alpha_beta(sizes, times)
+    others = [fit.predict(s) / t for i, (s, t) in enumerate(zip(sizes, times)) if i != 5]
+    assert statistics.median(others) == pytest.approx(1.0, abs=0.05)
+    n, t = torch.tensor(sizes, dtype=torch.float64), torch.tensor(times, dtype=torch.float64)
+    a = torch.stack([1 / t, n / t], dim=1)
+    rel = torch.linalg.lstsq(a, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
+    rel_others = [(float(rel[0]) + float(rel[1]) * s) / tt for i, (s, tt) in enumerate(zip(sizes, times)) if i != 5]
+    assert statistics.median(rel_others) < 0.9  # what the relative-error fit did with the same points
+    exact = comm.fit_alpha_beta(sizes, [1e-3 + s / 1e9 for s in sizes])  # exact data: exact parameters
+    assert exact.alpha_s == pytest.approx(1e-3, rel=1e-6) and exact.bandwidth == pytest.approx(1e9, rel=1e-6)
