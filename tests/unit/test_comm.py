@@ -213,7 +213,8 @@ def test_alpha_beta_fit_is_not_dragged_below_the_points_by_one_fast_message():
     n, t = torch.tensor(sizes, dtype=torch.float64), torch.tensor(times, dtype=torch.float64)
     a = torch.stack([1 / t, n / t], dim=1)
     rel = torch.linalg.lstsq(a, torch.ones_like(t).unsqueeze(1)).solution.squeeze(1)
-    rel_others = [(float(rel[0]) + float(rel[1]) * s) / tt for i, (s, tt) in enumerate(zip(sizes, times)) if i != 5]
+    rel_others = [(float(rel[0]) + float(rel[1]) * s) / tt
+                  for i, (s, tt) in enumerate(zip(sizes, times)) if i != 5]
     assert statistics.median(rel_others) < 0.9  # what the relative-error fit did with the same points
     exact = comm.fit_alpha_beta(sizes, [1e-3 + s / 1e9 for s in sizes])  # exact data: exact parameters
     assert exact.alpha_s == pytest.approx(1e-3, rel=1e-6) and exact.bandwidth == pytest.approx(1e9, rel=1e-6)
