@@ -224,6 +224,8 @@ def _cause(explain: Mapping[str, str], outcome: str, side: str) -> str:
         if len(cause) > 1 and cause[0].isupper() and cause[1].islower():  # "Its ..." -> "its ...", not "DDP"
             cause = cause[0].lower() + cause[1:]
         said.append(f"The figure lies {where}: {cause}")
+        if said[0] and said[0] in cause:  # the side's sentences already hold it: say it once
+            said[0] = ""
     return " ".join(s for s in said if s)
 
 

@@ -373,9 +373,10 @@ for w in WIDTHS:
 # unsplit block reached here (each process runs one thread), with the all-reduce fit: move the
 # degree, the tokens per step, the network's bandwidth and the compute rate (each a multiple of
 # what was measured here; a GPU's figures from the planner, notebook 13, are printed below as
-# multiples of them). What decides the crossover is compute per byte of link: a GPU raises
-# both, and its FLOPs per byte of NVLink are far more than this run's per byte of loopback, so
-# scaling the bandwidth alone would put a GPU's crossover far too low. The widget keeps this
+# multiples of them). Two things decide the crossover: the latency of each call, and compute
+# per byte of link (the cell prints which weighs more here). A GPU raises both compute and
+# bandwidth, and its FLOPs per byte of NVLink are far more than this run's per byte of loopback,
+# so scaling the bandwidth alone would put a GPU's crossover far too low. The widget keeps this
 # run's latency per call (gloo's over loopback), far above the planner's for NVLink (printed
 # below), so at small sizes it draws a GPU's crossover too high. In the model, splitting a block costs time below the red line and saves time above it,
 # but never the full `t` while communication is not overlapped with compute. The curve uses one
@@ -411,6 +412,11 @@ if late:
           f"the model leaves out, or what disturbed this run, cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a "
           f"block there (the speedup's interval, {measured[c].describe('x')}, shows how much the rounds scattered; "
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+no_latency = crossover_width(T_DEGREE, 4 * 64, 64, achieved, AlphaBeta(0.0, link.bandwidth))
+if cross is not None and no_latency is not None:
+    print(f"with no latency per call, the same model crosses at C = {no_latency:,.0f}: at these sizes "
+          + ("the calls' latency, more than the bytes, sets the crossover" if no_latency < cross / 2 else
+             "the bytes, more than the calls' latency, set the crossover"))
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
 print("at the widget's opening 4,096 tokens per step the model's crossover is "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")

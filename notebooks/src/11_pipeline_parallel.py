@@ -173,8 +173,9 @@ fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # a measured setting (the widget
 # the idle share of the step what the formula says?
 #
 # **Measurement.** Each stage's forward sleeps `T_F` and its backward `T_B` seconds (sleeps,
-# not computation: 2 cores shared with other work cannot show a pipeline's structure with
-# real compute on several processes at once, but they can all sleep at once). `run_schedule`
+# not computation: on 2 cores, more stages than cores cannot all compute at once, but any number
+# can sleep at once, so the action times stay the ones chosen; section 6 runs real GPT blocks
+# with 2 stages). `run_schedule`
 # records every action's start and end on one clock; the bubble share of a step is
 # `1 - busy / (p x step time)`, its figure the median over steps with its 90 % interval.
 # The simulator fed with the measured action times and hop latency (a message's time from one

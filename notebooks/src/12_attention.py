@@ -207,7 +207,8 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # elementwise passes over `T x T` matrices make eager attention's time its traffic's, not its
 # FLOPs' (Dao et al. 2022, section 2.2); recomputing from `Q`, `K` and the `T`-long `L` keeps
 # every tile in on-chip memory (section 3 there). On this CPU the timing
-# below also carries each tile's fixed cost of a few operator calls, which section 4 models.
+# below also carries each tile's fixed cost of its operator calls (the cell counts them), which
+# section 4 models.
 # Forward alone and forward + backward run alternately, one of each per round; the figure
 # judged is the median of the rounds' own ratios (load that hits both members of a round
 # cancels in it), which need not equal the ratio of the two medians printed beside it.
@@ -247,8 +248,8 @@ viz.show_verdict(calls_v)
 #
 # **Question.** How does the tile size set the time of the tiled attention on this CPU?
 #
-# **Model.** In PyTorch each tile is a few small operator calls, so a tile costs a fixed
-# overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
+# **Model.** In PyTorch each tile is dozens of small operator calls (section 3 counted them), so
+# a tile costs a fixed overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
 # visited twice (forward and backward). Small tiles pay the overhead many times; large ones
 # only their FLOPs. On a GPU there is no such per-call cost: the whole loop is one fused
 # kernel. There the tile size trades on-chip memory (shared memory and registers, which cap

@@ -276,19 +276,18 @@ def seams_text(t: Total) -> str:
 
 
 def _seams_way(seams: list) -> str:
-    """Whether the seams point one way (a bias between the runs) or both ways (load drifting)."""
+    """Whether every seam points one way (a bias between the runs) or not; one way by chance,
+    under load drifting both ways alike, has probability ``2 / 2 ** n``, said with it."""
     slower = sum(b < a for _, a, b in seams)
-    if len(seams) < 3:
+    n = len(seams)
+    if n < 3 or 0 < slower < n:
         return ""
-    if slower >= len(seams) - 1:
-        return (f" {slower} of the {len(seams)} seams read the configuration slower the second time: one "
-                "way, as load that drifts both ways would not; a repeat run slower than the run it "
-                "repeats biases each round's \"before\" low, and its speedup high.")
-    if slower <= 1:
-        return (f" {len(seams) - slower} of the {len(seams)} seams read the configuration faster the second "
-                "time: one way, as load that drifts both ways would not; each round's \"before\" reads "
-                "high, and its speedup low.")
-    return ""
+    chance = f"under load drifting both ways alike, a 1 in {2 ** (n - 1)} chance"
+    if slower == n:
+        return (f" All {n} seams read the configuration slower the second time ({chance}); a repeat run "
+                "slower than the run it repeats biases each round's \"before\" low, and its speedup high.")
+    return (f" All {n} seams read the configuration faster the second time ({chance}); each round's "
+            "\"before\" then reads high, and its speedup low.")
 
 
 def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> str:

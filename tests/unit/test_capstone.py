@@ -332,12 +332,16 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     assert seams_text(total) in total_text(total)
     # seams that all point one way are a bias between the runs, not load drifting both ways
     one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)])
-    assert "3 of the 3 seams read the configuration slower" in seams_text(one_way)
-    up = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 220), ("data", 300, 290)])
-    assert "2 of the 3 seams read the configuration faster" in seams_text(up)
+    assert "All 3 seams read the configuration slower" in seams_text(one_way)
+    assert "a 1 in 4 chance" in seams_text(one_way)
+    up = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 220), ("data", 300, 330)])
+    assert "All 3 seams read the configuration faster" in seams_text(up)
+    # planted: 2 of 3 one way called a bias (with 3 seams that said "one way" whatever happened)
+    two = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 220), ("data", 300, 290)])
+    assert "seams read the configuration" not in seams_text(two)
     both = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 180), ("data", 300, 330),
                                  ("ddp", 400, 360)])
-    assert "one way" not in seams_text(both) and "multiply to" in seams_text(both)
+    assert "seams read the configuration" not in seams_text(both) and "multiply to" in seams_text(both)
     # seams that cancel (one up 10 %, two down) leave the product at the direct ratio: no "differs"
     even = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 181.82), ("data", 300, 300)])
     said = seams_text(even)

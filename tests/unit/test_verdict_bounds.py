@@ -140,6 +140,16 @@ def test_an_inconclusive_verdict_keeps_the_cause_of_the_side_the_figure_lies_on(
     assert WHY["above"] not in old_rule(BUBBLE, est(0.237, 0.20, 0.30), WHY).text
 
 
+def test_an_inconclusive_verdict_says_a_sentence_its_side_repeats_once():
+    """Planted: the inconclusive sentence printed, then again inside the side's cause."""
+    why = {**WHY, "inconclusive": "SHARED-PHASES.", "below": "BELOW-CAUSE. SHARED-PHASES."}
+    v = judge(BUBBLE, est(0.165, 0.10, 0.18), explain=why)
+    assert v.outcome == "inconclusive" and v.text.count("SHARED-PHASES.") == 1
+    assert "The figure lies below the prediction: BELOW-CAUSE. SHARED-PHASES." in v.text
+    v = judge(BUBBLE, est(0.237, 0.20, 0.30), explain=why)  # above: its cause lacks the sentence
+    assert v.text.count("SHARED-PHASES.") == 1
+
+
 def test_an_inconclusive_verdict_names_the_numbers_that_decided():
     v = judge(BUBBLE, est(0.237, 0.20, 0.30, n=4 + 3))
     assert "reaches across the edge 0.23" in v.text and "the figure lies 0.007 from it" in v.text
