@@ -11,7 +11,8 @@ steps on one thread. Two streams fill that idle time:
 
 The graders' speed checks compare the student's step with the reference's in the same
 interleaved rounds, and every wait has its own timeout, so most tests do not need an idle
-machine. Two kinds of test do depend on it, and run alone, after the two streams:
+machine. Two kinds of test do depend on it, and run alone after the two streams, each kind in
+its own pytest process (:data:`ALONE_PARTS`):
 
 * ``perfkit diagnose``'s tests check that a planted cause is the top finding, and a process
   descheduled in one phase of a short window inflates that phase's share (a planted
@@ -45,7 +46,11 @@ SIDE = ["tests/labs", "tests/notebooks"]  # the stream that runs beside the rest
 ALONE_TESTS = [f"tests/labs/{f}::{t}[lab06_capstone]" for f, t in (
     ("test_labs.py", "test_checks_pass_on_the_solution"),
     ("test_mutants.py", "test_every_mutant_fails_its_question_naming_the_mistake"))]
-ALONE = ["tests/diagnose", *ALONE_TESTS]  # after both streams, on a machine nothing else loads
+ALONE = ["tests/diagnose"]  # after both streams, on a machine nothing else loads
+# each part run alone has its own pytest process, one after the other: tests/diagnose's modules
+# import their conftest by name (`from conftest import SCRIPTS`), which a process that also
+# loaded tests/labs' conftest resolves to the wrong file
+ALONE_PARTS = {"alone": ALONE, "alone: lab 06": ALONE_TESTS}
 COMMON = ["-q", "-ra", "--durations=15", "-m", "not browser", "-p", "no:cacheprovider"]
 
 
@@ -56,7 +61,8 @@ def commands(extra: list[str]) -> dict[str, list[str]]:
     side = [*SIDE, *(f"--deselect={t}" for t in ALONE_TESTS)]
     return {"labs+notebooks": [*py, f"--junitxml={REPORTS / 'labs-notebooks.xml'}", *side, *extra],
             "rest": [*py, f"--junitxml={REPORTS / 'rest.xml'}", *rest, *extra],
-            "alone": [*py, f"--junitxml={REPORTS / 'alone.xml'}", *ALONE, *extra]}
+            **{name: [*py, f"--junitxml={REPORTS / (name.replace(': ', '-').replace(' ', '') + '.xml')}",
+                      *tests, *extra] for name, tests in ALONE_PARTS.items()}}
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -108,18 +114,20 @@ def main(argv: list[str] | None = None) -> int:
                     _end(proc)
     print(f"\n===== labs+notebooks ({shown}) =====", flush=True)
     sys.stdout.write(log.read_text(errors="replace"))
-    left = args.timeout_s - (time.monotonic() - t0)
-    print("\n===== alone: tests/diagnose and lab 06's grading =====", flush=True)
-    alone = subprocess.Popen(cmds["alone"], cwd=ROOT, stdin=subprocess.DEVNULL)
-    try:
-        codes["alone"] = alone.wait(timeout=max(left, 1.0))
-    except subprocess.TimeoutExpired:
-        _end(alone)
-        codes["alone"] = -1
-        print(f"test_streams: alone ran past --timeout-s={args.timeout_s:g} s and was killed", flush=True)
-    finally:
-        if alone.poll() is None:
+    for name, tests in ALONE_PARTS.items():  # one after the other, each in its own process
+        left = args.timeout_s - (time.monotonic() - t0)
+        print(f"\n===== {name}: {' '.join(tests)} =====", flush=True)
+        alone = subprocess.Popen(cmds[name], cwd=ROOT, stdin=subprocess.DEVNULL)
+        try:
+            codes[name] = alone.wait(timeout=max(left, 1.0))
+        except subprocess.TimeoutExpired:
             _end(alone)
+            codes[name] = -1
+            print(f"test_streams: {name} ran past --timeout-s={args.timeout_s:g} s and was killed",
+                  flush=True)
+        finally:
+            if alone.poll() is None:
+                _end(alone)
     print(f"\ntest_streams: {time.monotonic() - t0:.0f} s in all; "
           + ", ".join(f"{n}: exit {c}" for n, c in codes.items()), flush=True)
     if -1 in codes.values():

@@ -193,8 +193,10 @@ viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha
 # message of no bytes. It stands for the fixed costs of a collective: each one wakes a gloo thread in
 # each process and exchanges TCP messages through the kernel, and on a machine whose cores are all busy
 # a waiting process must also be *scheduled* again before it can answer. It is fitted across all sizes,
-# so it is no floor: the line after the fits counts the sizes whose calls took less. The fit weights
-# each point by its relative error, so small and large messages count alike.
+# so it is no floor: the line after the fits counts the sizes whose calls took less. The fit works
+# on the logarithms of the times, so small and large messages count alike and a model twice too
+# slow costs what one twice too fast does; beyond 25 % off, a point counts linearly (Huber's loss),
+# so one message that ran far from the others does not pull the line off them all.
 #
 # ## 3. Ring all-reduce from send and receive
 #

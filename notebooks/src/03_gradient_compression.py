@@ -182,7 +182,9 @@ viz.verdict(Prediction("error feedback's conservation error, relative to the lar
 # batches in the same order, though, so each of the last
 # third's steps gives a paired ratio of their training losses: the verdict judges the median
 # of those ratios, with its 90 % interval over the batches (`perfkit.stats.median_ratio`). That
-# interval says how steady the gap was over those batches, not how another seed would land.
+# interval says how steady the gap was over those batches, not how another seed would land; and
+# since consecutive steps of one run are not independent (the two runs' losses drift apart and
+# together slowly), it is narrower than as many independent batches would make it.
 #
 # The step column gives each method's median step time and, beside it, its time over the
 # uncompressed step's, step by step (the methods take turns on the same batches, so step `i` of
@@ -304,7 +306,7 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 # kernels first, then the collectives on 2 processes. The encode + decode of one
 # tensor of `ENC_NUMEL` values is timed against a plain copy of it into a preallocated buffer
 # (a reference timed in the same rounds, not a ceiling: the line after the timings prints its
-# share of the machine's DRAM copy ceiling). Top-k is timed twice: with exact
+# share of the machine's DRAM ceiling). Top-k is timed twice: with exact
 # `torch.topk` and with the sampled threshold of Deep Gradient Compression (Lin et al., 2018),
 # which estimates the `k`-th magnitude from a random sample, keeps the candidates above it and
 # trims them with a small exact top-k.
@@ -361,8 +363,9 @@ for name, m in ms.items():
 copy_rw = 2 * 4 * ENC_NUMEL / ms["memcpy"].median_s  # bytes read + written, as perfkit.hw counts
 obs = ceilings.observe(limits, "dram", copy_rw, "this memcpy", save=False)
 fit = ceilings.cached_copy_bytes(limits)  # bytes: the largest copy buffer the sweep saw served by a cache
-print(f"memcpy: {si(copy_rw, 'B/s')} counted (read + written), {obs.share:.0%} of the DRAM copy ceiling in the "
-      f"limits cache ({si(obs.after, 'B/s')}, the best such copy measured on this machine so far)"
+print(f"memcpy: {si(copy_rw, 'B/s')} counted (read + written), {obs.share:.0%} of the DRAM ceiling in the "
+      f"limits file ({si(obs.after, 'B/s')}, the fastest stream measured on this machine so far: "
+      f"{limits.sources.get('dram', 'notebook 00')})"
       + (f"; {obs.note}" if obs.raised else "") + (f"; the tensor is {4 * ENC_NUMEL / fit:.0f}x the largest "
       f"buffer notebook 00's sweep copied at cache speed ({si(fit, 'B')})" if fit else ""))
 

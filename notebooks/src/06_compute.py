@@ -377,7 +377,8 @@ viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above:
 # %%
 points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
 viz.plot_roofline({"float32": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
-                  title=f"The GELU chain on this machine's roofline ({on})")
+                  title=f"The GELU chain on this machine's roofline\n(compute roof {on}; memory roof: DRAM's "
+                        "on all cores, the most any thread count draws)")
 plt.show()
 
 # %% [markdown]

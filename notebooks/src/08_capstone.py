@@ -248,8 +248,8 @@ while more:
 
 # %% [markdown]
 # The last diagnosis, after every fix the loop chose; then the planted problems it left
-# alone, with the share of the step each still takes: below its finding's threshold, the
-# diagnosis did not call them worth fixing. The shares are rank 0's; communication is
+# alone, with the share of the step each still takes: each lies below its finding's threshold,
+# or its fix was tried and dropped (a finding can stay above its threshold then). The shares are rank 0's; communication is
 # judged on the least exposed rank, since a rank's exposed collective time includes waiting
 # for the slower rank (compare the two ranks' work outside collectives).
 

@@ -319,8 +319,8 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %%
 t64 = [p for p in points if p.impl == "flash" and p.tile == 64]   # tiles of 64, every length
 last = t64[-1]
-off = ", ".join(f"T = {p.seq_len}: {p.median_s / model.flash_s(p.seq_len, 64, B, H, D) - 1:+.0%}"
-                for p in t64[:-1])   # the fit against tile 64's own medians where it was fitted
+off = ", ".join(f"T = {p.seq_len}: {round(100 * (p.median_s / model.flash_s(p.seq_len, 64, B, H, D) - 1)) + 0:+d}%"
+                for p in t64[:-1])   # the fit against tile 64's own medians where it was fitted (no "-0%")
 per_flop = [p.median_s / p.flops * 1e12 for p in t64]   # ps per FLOP
 fitted = (f"The fit (one FLOP rate and one cost per tile visit, over every tile size) missed tile 64's own "
           f"medians at the fitted lengths by {off} (measured over model); tile 64 took "

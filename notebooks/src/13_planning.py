@@ -189,9 +189,9 @@ for n, p in time_pred.items():
     comm_ms = sum(x for k, x in pred.times[n].terms.items() if k in ("data-parallel", "zero-3 gathers")) * 1e3
     calls = sum((v.calls or {}).values())
     viz.verdict(p, per_round, explain={
-        "above": f"Against DDP's step, the ratio's excess is {extra:.1f} ms the model's terms do not hold. Its "
-                 f"{calls} collective calls were charged {comm_ms:.1f} ms, as calls with 1 ms of work between them "
-                 "cost in the same rounds; the step's come after longer stretches of compute, over which the two "
+        "above": f"Against DDP's step, the ratio's excess is {extra:.1f} ms the model's terms do not hold. The "
+                 f"model charged its collectives {comm_ms:.1f} ms (the run counted {calls} calls), as calls with 1 ms "
+                 "of work between them cost in the same rounds; the step's come after longer stretches of compute, over which the two "
                  "ranks, sharing the cores with everything else, may drift further apart, a cause this run does "
                  "not test (time "
                  "`perfkit.comm.isolated_times` with a longer gap_s to see it). " + times,

@@ -26,7 +26,8 @@
 # 3. whether a killed run, restarted by torchrun, goes on bit for bit, and what the restart
 #    costs;
 # 4. how often to save, and (5) what that gives at Llama 3's scale;
-# 6. four common claims about checkpoints: "<1 s save time", "fast storage: /dev/shm, /tmp,
+# 6. whether training can go on through a failure without a restart (torchft's way);
+# 7. four common claims about checkpoints: "<1 s save time", "fast storage: /dev/shm, /tmp,
 #    NVMe", compression by a `.gz` name, and an `elastic_checkpoint_interval`.
 
 # %% tags=["parameters"]
@@ -71,8 +72,9 @@ print(f"checkpoints on {saving.filesystem_of(WORK)[1]}; timing on {THREADS} of {
 # background: it blocks at least for one copy of the state, which moves twice its bytes (read
 # and written), at the rate a copy of a buffer of the state's size runs here (measured beside
 # the saves, on the same threads, the fastest of 5; notebook 00's limits file holds copies of
-# other sizes and thread counts, printed beside it). Both are bounds:
-# serialising, hashing and renaming add to them. On a GPU the staging copy is a
+# other sizes and thread counts, printed beside it). Both are floors at the rates measured
+# here, medians of a few writes or copies (a faster moment of the same disk gives a lower one:
+# section 7 measures it again); serialising, hashing and renaming add to them. On a GPU the staging copy is a
 # device-to-host one (over PCIe or NVLink-C2C, into pinned memory): its floor is the state's
 # bytes once over that link's bandwidth, not a host memcpy's read and write.
 #

@@ -289,13 +289,20 @@ def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: i
     return _record(tr, workload)
 
 
+def round_order(n: int, r: int) -> list[int]:
+    """The order of ``n`` methods in round ``r``: ``0..n-1`` rotated left by ``r``."""
+    return [(r + k) % n for k in range(n)]
+
+
 def train_interleaved(workload: str, methods: Sequence[str], steps: int, batch: int, lr: float,
                       seed: int = 0, round_steps: int = 1) -> list[dict[str, Any]]:
     """Train every method in ``methods`` side by side, in rounds of ``round_steps`` steps each.
 
     Each method has its own model (the same initial weights), hook and optimizer; every
-    round draws ``round_steps`` batches and each method takes them in turn, the order
-    reversed every other round (none always runs right after another's warm caches). Trained
+    round draws ``round_steps`` batches and each method takes them in turn, in the order
+    :func:`round_order` gives (rotated by one each round: every method runs in every position
+    equally often, and with three methods or more none runs twice in a row across a round's
+    end, as reversing every other round would make the first and last do). Trained
     one after the other, a change of load between the runs would decide their ratio; here
     round ``i`` of every method runs under the same load, so per-round times are paired.
 
@@ -316,7 +323,7 @@ def train_interleaved(workload: str, methods: Sequence[str], steps: int, batch: 
     n = len(trainers[0].train[0])
     for r, start in enumerate(range(0, steps, round_steps)):
         idxs = [_indices(g, n, batch) for _ in range(min(round_steps, steps - start))]
-        for tr in trainers if r % 2 == 0 else trainers[::-1]:
+        for tr in (trainers[k] for k in round_order(len(trainers), r)):
             for idx in idxs:
                 _step(tr, idx)
     out = []

@@ -112,8 +112,17 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
                                             for k, v in differ.items())
     fixed = list(fixed_per_micro_batch_s)
     if "micro-batch" in differ and fixed:
+        run, lay = worst.run, worst.run.layout
+        tokens = run.global_batch * run.model.seq  # per step
+        gap_s = tokens / (run.reported_tokens_per_gpu * lay.gpus) - tokens / (worst.predicted * lay.gpus)
+        per_rank = run.global_batch / (lay.micro_batch * lay.dp)  # micro-batches each rank runs a step
         out += (f": a cost paid once per micro-batch (llm-foundry's sweep measured {min(fixed):.2f} to "
                 f"{max(fixed):.2f} s of it beyond the sequences' cost, on 8 A100s) weighs "
                 f"{differ['micro-batch'][0] / mine['micro-batch']:.2g}x as much per token at this row's "
-                f"micro-batch ({mine['micro-batch']}) as at the other's")
+                f"micro-batch ({mine['micro-batch']}) as at the other's; at its {per_rank:.3g} "
+                f"micro-batch{'es' * (per_rank != 1)} per rank a step that is {per_rank * min(fixed):.2g} to "
+                f"{per_rank * max(fixed):.2g} s, against the "
+                f"{abs(gap_s):.2g} s by which the prediction {'misses' if gap_s > 0 else 'overshoots'} the "
+                "reported step" + (", so it cannot be the whole gap" if per_rank * max(fixed) < abs(gap_s) / 2
+                                    else ""))
     return out + "; which of these cost the time, the published rows cannot tell"

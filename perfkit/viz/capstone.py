@@ -347,8 +347,8 @@ def show_round(r: Round | None) -> bool:
     """Show one played round's heading and figures (:func:`round_text`); ``False`` for
     ``None``, the loop's answer when nothing is left to fix."""
     if r is None:
-        print("Nothing left to fix: no finding above information level has a fix the loop may still "
-              "apply (the last diagnosis, below, lists what it still finds).")
+        print("Nothing left to fix: the loop has applied, or tried and dropped, every fix the findings "
+              "name (the last diagnosis, below, lists what it still finds).")
         return False
     from IPython.display import Markdown, display
 

@@ -351,7 +351,8 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
     for ax in axes:
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].invert_yaxis()
-    fig.suptitle("2-process DDP training per method (red: with error feedback)", fontsize=10)
+    fig.suptitle("2-process DDP training per method (red: a compressor with error feedback added; PowerSGD "
+                 "keeps its own)", fontsize=10)
     fig.tight_layout()
     return tidy(fig)
 

@@ -20,17 +20,26 @@ def test_every_test_folder_runs_in_exactly_one_stream():
         rel = f.relative_to(ROOT).as_posix()
         where = [rel in side, "tests" in rest and f"--ignore={rel}" not in rest, rel in alone]
         assert sum(where) == 1, f"{rel}: in (side, rest, alone) {where}"
-    # lab 06's grading runs alone, once: deselected from the side stream, named in alone
+    # lab 06's grading runs alone, once, in its own process: deselected from the side stream
+    lab06 = cmds["alone: lab 06"]
     for t in test_streams.ALONE_TESTS:
-        assert f"--deselect={t}" in side and t in alone and "lab06_capstone" in t
-    # the three reports do not overwrite each other
-    assert len({a for c in cmds.values() for a in c if a.startswith("--junitxml")}) == 3
+        assert f"--deselect={t}" in side and t in lab06 and t not in alone and "lab06_capstone" in t
+    # planted: tests/diagnose and tests/labs in one process (its modules' `from conftest import`
+    # then found tests/labs' conftest, and the whole part failed to collect)
+    assert not any(a.startswith("tests/labs") for a in alone)
+    assert not any(a.startswith("tests/diagnose") for a in lab06)
+    # the four reports do not overwrite each other
+    assert len({a for c in cmds.values() for a in c if a.startswith("--junitxml")}) == 4
 
 
 def _fake(monkeypatch, tmp_path, codes):
+    """Each part a tiny Python program: ``codes`` for the side stream, the rest, and the parts run
+    alone (one code for all of them, or one each)."""
     monkeypatch.setattr(test_streams, "REPORTS", tmp_path)
+    names = ("labs+notebooks", "rest", *test_streams.ALONE_PARTS)
+    codes = list(codes) + [codes[-1]] * (len(names) - len(codes))
     monkeypatch.setattr(test_streams, "commands", lambda extra: {
-        name: [sys.executable, "-c", code] for name, code in zip(("labs+notebooks", "rest", "alone"), codes)})
+        name: [sys.executable, "-c", code] for name, code in zip(names, codes, strict=True)})
 
 
 @pytest.mark.parametrize("codes, want", [
@@ -38,6 +47,7 @@ def _fake(monkeypatch, tmp_path, codes):
     (("import sys; sys.exit(1)", "pass", "pass"), 1),   # planted: only the live stream's code counted
     (("pass", "import sys; sys.exit(3)", "pass"), 1),
     (("pass", "pass", "import sys; sys.exit(1)"), 1),   # planted: the tests run alone not counted
+    (("pass", "pass", "pass", "import sys; sys.exit(1)"), 1),   # planted: only the first part alone counted
 ])
 def test_the_run_fails_when_either_stream_fails(monkeypatch, tmp_path, capsys, codes, want):
     _fake(monkeypatch, tmp_path, codes)

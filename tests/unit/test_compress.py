@@ -404,3 +404,22 @@ def test_powersgd_wire_ratio_follows_torchs_rule():
     assert powersgd_wire_ratio(net, 8, 1, start=0) > powersgd_wire_ratio(net, 1, 1, start=0)
     with pytest.raises(ValueError, match="rank"):
         powersgd_wire_ratio(net, 0, 4)
+
+
+@pytest.mark.parametrize("n", [3, 4, 13])
+def test_interleaved_rounds_rotate_so_no_method_runs_twice_in_a_row(n):
+    """Every method takes every position equally often, and no method runs last in one round
+    and first in the next. Planted: reversing every other round, which ran the first method
+    (the uncompressed baseline) twice in a row at every second round's end."""
+    from perfkit.jobs.compression import round_order
+
+    rounds = [round_order(n, r) for r in range(2 * n)]
+    for pos in range(n):
+        assert sorted(o[pos] for o in rounds[:n]) == list(range(n))
+    assert all(a[-1] != b[0] for a, b in zip(rounds, rounds[1:]))
+
+    def reversed_every_other(n, r):
+        return list(range(n)) if r % 2 == 0 else list(range(n))[::-1]
+
+    old = [reversed_every_other(n, r) for r in range(2 * n)]
+    assert any(a[-1] == b[0] for a, b in zip(old, old[1:]))

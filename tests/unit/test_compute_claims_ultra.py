@@ -29,6 +29,11 @@ def test_kept_are_the_switches_whose_whole_interval_is_above_one():
     t = fake_switches([0.5, 2.0, 1.0, 1.25, 0.9])  # times: faster, slower, equal, slower, faster
     assert t.kept() == ["fused attention", "accumulation 2"]
     assert t.speedup("fused GELU").value == pytest.approx(0.5)
+    # planted: an interval printed as "1.00x to 1.06x" kept as lying above 1x (its unrounded low end did)
+    names = list(cu.switches(2, 2))
+    edge = cu.SwitchTiming(m(1.0, 1.0, 1.0, 1.0, 1.0), {names[0]: m(0.999, 0.97, 0.95, 0.96, 0.94)},
+                           {names[0]: cu.switches(2, 2)[names[0]]}, 4, 8, SMALL)
+    assert edge.speedup(names[0]).low > 1 and names[0] not in edge.kept()
 
 
 def test_predicted_adds_the_added_switches_costs_alone():

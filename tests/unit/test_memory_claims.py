@@ -47,6 +47,13 @@ def test_checkpointing_saves_activations_not_model_states():
     assert 0 < c.step_saved < c.activations_saved < 1  # the states do not shrink
     assert c.step_saved == pytest.approx((c.plain - c.checkpointed) / (c.state_bytes + c.plain))
     assert c.model_saved == pytest.approx(1 - c.model_checkpointed / c.model_plain)
+    # weights and two Adam moments (12 B per fp32 parameter): no gradient exists at the end of
+    # forward under zero_grad(set_to_none=True). Planted: 16 B, counting gradients not yet made
+    from perfkit.memory.model_states import count_parameters
+    from perfkit.models import tiny_gpt2
+
+    params = count_parameters(tiny_gpt2(block_size=16, n_embd=32, n_layer=2, n_head=2)).total_bytes
+    assert c.state_bytes == 3 * params
     with pytest.raises(ValueError, match="n_layer"):
         claims.checkpointing_savings(batch=2, n_layer=0)
 
