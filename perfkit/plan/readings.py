@@ -117,12 +117,12 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
         gap_s = tokens / (run.reported_tokens_per_gpu * lay.gpus) - tokens / (worst.predicted * lay.gpus)
         per_rank = run.global_batch / (lay.micro_batch * lay.dp)  # micro-batches each rank runs a step
         out += (f": a cost paid once per micro-batch (llm-foundry's sweep measured {min(fixed):.2f} to "
-                f"{max(fixed):.2f} s of it beyond the sequences' cost, on 8 A100s) weighs "
-                f"{differ['micro-batch'][0] / mine['micro-batch']:.2g}x as much per token at this row's "
-                f"micro-batch ({mine['micro-batch']}) as at the other's; at its {per_rank:.3g} "
-                f"micro-batch{'es' * (per_rank != 1)} per rank a step that is {per_rank * min(fixed):.2g} to "
-                f"{per_rank * max(fixed):.2g} s, against the "
+                f"{max(fixed):.2f} s of it beyond the sequences' cost, for its smaller models on one node of "
+                f"8 A100s) weighs {differ['micro-batch'][0] / mine['micro-batch']:.2g}x as much per token at "
+                f"this row's micro-batch ({mine['micro-batch']}) as at the other's. At that size it would "
+                f"add {per_rank * min(fixed):.2g} to {per_rank * max(fixed):.2g} s to a step of "
+                f"{per_rank:.3g} micro-batch{'es' * (per_rank != 1)} per rank, against the "
                 f"{abs(gap_s):.2g} s by which the prediction {'misses' if gap_s > 0 else 'overshoots'} the "
-                "reported step" + (", so it cannot be the whole gap" if per_rank * max(fixed) < abs(gap_s) / 2
-                                    else ""))
+                "reported step; a larger model's collectives per micro-batch take longer, by an amount no "
+                "published figure here gives")
     return out + "; which of these cost the time, the published rows cannot tell"

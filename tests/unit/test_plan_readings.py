@@ -87,4 +87,4 @@ def test_the_worst_rows_micro_batch_cost_is_sized_against_its_gap():
              and r.run.model == worst.run.model]
     said = worst_row_cause(worst, peers, [0.21, 0.36])
     if "micro-batch (" in said:  # the rows differ in micro-batch: the cost is sized
-        assert "by which the prediction" in said and " s, against the " in said
+        assert "by which the prediction" in said and " s to a step of " in said
