@@ -290,7 +290,13 @@ def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: i
 
 
 def round_order(n: int, r: int) -> list[int]:
-    """The order of ``n`` methods in round ``r``: ``0..n-1`` rotated left by ``r``."""
+    """The order of ``n`` methods in round ``r``: ``0..n-1`` rotated left by ``r``.
+
+    Raises:
+        ValueError: for ``n`` not an int >= 1 or ``r`` not an int >= 0.
+    """
+    check_int("n", n, 1)
+    check_int("r", r, 0)
     return [(r + k) % n for k in range(n)]
 
 

@@ -423,3 +423,12 @@ def test_interleaved_rounds_rotate_so_no_method_runs_twice_in_a_row(n):
 
     old = [reversed_every_other(n, r) for r in range(2 * n)]
     assert any(a[-1] == b[0] for a, b in zip(old, old[1:]))
+
+
+@pytest.mark.parametrize("n, r, err", [(0, 0, ValueError), (2, -1, ValueError), (2.0, 0, ValueError),
+                                       (True, 0, ValueError)])
+def test_round_order_refuses_bad_counts_by_name(n, r, err):
+    from perfkit.jobs.compression import round_order
+
+    with pytest.raises(err, match="n|r"):
+        round_order(n, r)

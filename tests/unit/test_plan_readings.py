@@ -86,5 +86,5 @@ def test_the_worst_rows_micro_batch_cost_is_sized_against_its_gap():
     peers = [r for r in cmp.rows if r.run.table == worst.run.table and not r.fitted and r is not worst
              and r.run.model == worst.run.model]
     said = worst_row_cause(worst, peers, [0.21, 0.36])
-    if "micro-batch (" in said:  # the rows differ in micro-batch: the cost is sized
-        assert "by which the prediction" in said and " s to a step of " in said
+    assert "micro-batch (" in said  # the published worst row and its peer differ in micro-batch
+    assert "by which the prediction" in said and " s to a step of " in said
