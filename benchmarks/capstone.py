@@ -3,8 +3,10 @@
 * ``speedup_time_to_target``: time to the target loss (mean loss over the last 4096
   training tokens of both ranks, counted from the first step) of ``--fix all`` against the
   slow script, medians over ``--repeat`` runs of each, alternated (slow, fixed, slow, ...).
-  Target: >= 3x on the course's 2-core CPU machine. ``speedup_with_setup`` adds each run's
-  setup (the tokenizer, the data's one-time tokenizing) to its time.
+  ``speedup_with_data_prep`` adds each run's data preparation (``--fix data`` tokenizes every
+  document there, out of the steps), and the target, >= 3x on the course's 2-core CPU
+  machine, is judged on it. ``speedup_with_setup`` adds each run's whole setup (the
+  tokenizer too) to its time.
 * ``throughput_speedup``: tokens/s (median step after warm-up) of the same runs.
 * ``per_fix``: tokens/s of each fix applied alone to the slow script, over the slow
   script's, from ``--steps`` steps (one run each, after one slow run): which plant costs
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> None:
 
     tt = {f: med(f, "time_to_target_s") for f in runs}
     setup = {f: med(f, "setup_s") for f in runs}
+    prep = {f: med(f, "data_prep_s") for f in runs}  # --fix data tokenizes here, before the steps
     speedup = tt["none"] / tt["all"] if None not in tt.values() else None
+    with_prep = ((tt["none"] + prep["none"]) / (tt["all"] + prep["all"])
+                 if speedup and None not in prep.values() else None)
     base = runs["none"][0]["tokens_per_s"]
     per_fix = {}
     for fix in slow_train.parse_fixes("all"):
@@ -69,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({
         "target_loss": a.target_loss, "target_speedup": TARGET_SPEEDUP,
         "speedup_time_to_target": speedup,
-        "met": speedup is not None and speedup >= TARGET_SPEEDUP,
+        "met": with_prep is not None and with_prep >= TARGET_SPEEDUP,
+        "speedup_with_data_prep": with_prep,
         "speedup_with_setup": (tt["none"] + setup["none"]) / (tt["all"] + setup["all"])
         if speedup else None,
         "time_to_target_s": {f: [r["time_to_target_s"] for r in rs] for f, rs in runs.items()},
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         "tokens_to_target": {f: [r["steps_to_target"] and r["steps_to_target"]
                                  * r["tokens_per_step"] for r in rs] for f, rs in runs.items()},
         "setup_s": setup,
+        "data_prep_s": prep,
         "tokens_per_s": {f: med(f, "tokens_per_s") for f in runs},
         "throughput_speedup": med("all", "tokens_per_s") / med("none", "tokens_per_s"),
         "fixes_in_all": runs["all"][0]["fixes"], "per_fix": per_fix,

@@ -13,11 +13,12 @@ data       every sample tokenizes its whole document in    every document tokeni
 sync       an all-reduce and ``.item()`` of the loss, and  losses and norms stay on the
            every parameter's gradient norm read with       device; read (one all-reduce)
            ``.item()``, every step (module 01)             every ``--check-every`` steps
-ddp        DDP with 1 KB buckets (one all-reduce per       DDP's defaults: 25 MiB buckets, a
-           tensor) and ``find_unused_parameters=True``     1 MiB first one (this model's
-           (a host read per parameter in every backward;   663 KiB of gradients: one bucket,
-           module 02)                                      reduced after backward, no overlap),
-                                                           gradients as bucket views
+ddp        DDP with 1 KB buckets (a bucket closes once     DDP's defaults: 25 MiB buckets, a
+           it holds 1 KB: one matrix, or a few vectors;    1 MiB first one (this model's
+           ``ddp_buckets`` in the result says how many)    663 KiB of gradients: one bucket,
+           and ``find_unused_parameters=True`` (a host     reduced after backward, no overlap),
+           read per parameter in every backward; module    gradients as bucket views
+           02)
 optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` on a CPU, ``fused=True``
            small kernels per tensor (module 06)            on CUDA (PyTorch has a fused CPU
                                                            kernel too, since 2.4; unused here)
@@ -44,7 +45,9 @@ target loss) or hands it to ``perfkit.dist.launch``::
 
 The time to the target loss counts from the first step (the tokenizer and the data's
 one-time preparation are ``setup_s``): the first step whose mean loss over the last
-``--window-tokens`` training tokens (all ranks) is at or below ``--target-loss``.
+``--window-tokens`` training tokens (all ranks) is at or below ``--target-loss``. The data's
+preparation alone is ``data_prep_s``: ``--fix data`` moves the tokenizing there, out of the
+steps, so a time to the target that compares runs with and without it adds ``data_prep_s``.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ FIXES = {
     "data": "tokenize every document once, up front, instead of in __getitem__",
     "sync": "keep losses on the device and read them every --check-every steps",
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
-           "after backward, not one per tensor), no find_unused_parameters",
+           "after backward, instead of one per 1 KB bucket), no find_unused_parameters, gradients as "
+           "bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",
     "optimizer": ("AdamW with foreach=True on a CPU (PyTorch's fused CPU kernel, since 2.4, is not used "
                   "here), fused=True on CUDA, instead of foreach=False"),
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",
@@ -316,6 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     from torch.utils.data import DataLoader, DistributedSampler
 
     from perfkit import dist
+    from perfkit.parallel import DDP_FIRST_BUCKET_BYTES, assign_buckets
 
     t_setup = time.perf_counter()
     ctx = dist.init_worker()
@@ -323,7 +328,9 @@ def main(argv: list[str] | None = None) -> None:
     fixes = parse_fixes(args.fix, cuda)
     s = settings(fixes, cuda)
     text, tok = corpus_and_tokenizer(ctx, args.max_bytes)
+    t_data = time.perf_counter()
     ds = make_dataset(text, tok, SEQ_LEN, s["tokenize_in_getitem"], args.seed)
+    data_prep_s = time.perf_counter() - t_data  # with the data fix: every document tokenized
     sampler = DistributedSampler(ds, ctx.world_size, ctx.rank, shuffle=True, seed=args.seed,
                                  drop_last=True)
     B = s["batch_per_rank"]
@@ -336,6 +343,9 @@ def main(argv: list[str] | None = None) -> None:
 
     model = make_model(args.seed, s["attn_implementation"]).to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None, **s["ddp"])
+    # DDP's buckets, laid out by its rule (a 1 MiB first bucket only when bucket_cap_mb is unset)
+    first = DDP_FIRST_BUCKET_BYTES if s["ddp"]["bucket_cap_mb"] is None else None
+    n_buckets = len(assign_buckets(list(model.parameters()), ddp.bucket_bytes_cap, first))
     net = torch.compile(ddp) if s["compile"] else ddp
     opt = torch.optim.AdamW(model.parameters(), lr=LR, **s["optimizer"])
 
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
             break
     result = summarize(ctx, args, model, clock.seconds(), losses, tokens_per_step, setup_s)
     result.update({
-        "fixes": list(fixes), "settings": s,
+        "fixes": list(fixes), "settings": s, "data_prep_s": data_prep_s, "ddp_buckets": n_buckets,
         "built": {  # read back from the objects, not from the settings
             "tokenize_in_getitem": ds.ids is None,
             "bucket_cap_bytes": ddp.bucket_bytes_cap,

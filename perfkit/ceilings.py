@@ -26,7 +26,7 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.hw import MachineLimits, save_limits
 from perfkit.units import si
 
-__all__ = ["KINDS", "Observation", "cached_copy_bytes", "ceiling", "observe"]
+__all__ = ["KINDS", "Observation", "cached_copy_bytes", "ceiling", "dram_copy", "observe"]
 
 KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
 """What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
@@ -88,6 +88,35 @@ def cached_copy_bytes(limits: MachineLimits, share: float = 0.5) -> int | None:
             rates[p.nbytes] = max(rates.get(p.nbytes, 0.0), p.bytes_per_s)
     fast = [n for n, r in rates.items() if r >= share * limits.cache_bytes_per_s]
     return max(fast) if fast else None
+
+def dram_copy(limits: MachineLimits) -> tuple[float, str]:
+    """The fastest copy of DRAM-sized buffers in ``limits``: counted bytes per second (read +
+    written, so a buffer's own rate is half of it), and where it came from.
+
+    The DRAM ceiling (:attr:`MachineLimits.copy_bytes_per_s`) is the better of a copy and an
+    ``x + y`` of that size, and at the same real bandwidth ``x + y`` counts 9/8 of a copy's rate
+    (write-allocate: notebook 00). A ceiling an add set therefore overstates what a copy moves.
+    This is the copy's own figure: the fastest tenth of the best round of the sweep's copies of
+    the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`; the largest copied buffer where
+    that is unknown), on any thread count, never above the DRAM ceiling. Without such a copy it
+    is the DRAM ceiling itself, and the words say so.
+
+    Returns:
+        ``(bytes_per_s, source)``: counted bytes per second, and the point it came from in words.
+
+    Raises:
+        TypeError: for limits that are not :class:`perfkit.hw.MachineLimits`.
+    """
+    check_type("limits", limits, MachineLimits)
+    copies = [p for p in limits.copy_points if p.op == "copy"]
+    size = limits.dram_nbytes or max((p.nbytes for p in copies), default=None)
+    best = max((p for p in copies if p.nbytes == size), key=lambda p: p.best_bytes_per_s, default=None)
+    if best is None:
+        return limits.copy_bytes_per_s, ("the DRAM ceiling (the limits hold no copy of its buffers): "
+                                         + limits.sources.get("dram", "its sweep"))
+    threads = f" on {best.threads} thread{'s' * (best.threads != 1)}" if best.threads else ""
+    return min(best.best_bytes_per_s, limits.copy_bytes_per_s), f"copy of {best.nbytes:,} B buffers{threads}"
+
 
 @dataclass(frozen=True)
 class Observation:

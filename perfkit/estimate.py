@@ -108,7 +108,8 @@ class Estimate:
                 return f"{self.method} {si(self.value, unit)}"
             return f"no spread: {self.method}, {self.n} samples"
         _, lo, hi = si_interval(self.value, self.low, self.high, unit)
-        what = f"{self.level:.0%} interval" if self.level is not None else "range"
+        # without a level it is a spread the method names (a p10-p90, a min-max), no interval
+        what = f"{self.level:.0%} interval" if self.level is not None else "spread"
         return f"{what} {lo} to {hi}, {self.method}"
 
     def point(self, unit: str = "") -> str:

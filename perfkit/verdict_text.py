@@ -27,6 +27,12 @@ from perfkit.units import si, si_interval
 __all__ = ["Reading", "busy", "machine_state", "machine_text", "reading"]
 
 
+def _apart(d: float, unit: str) -> str:
+    """A distance between two figures in ``unit``: bare for a ratio (``"x"``), since the
+    difference of two ratios is no factor (1.42x and 1.71x lie 0.29 apart, not "0.29x")."""
+    return si(d, "" if unit == "x" else unit)
+
+
 def machine_state() -> dict[str, float]:
     """What a verdict may cite about the machine now: the 1-minute ``load``, ``cores`` and
     torch's intra-op ``threads`` (when torch is imported). Missing readings are left out."""
@@ -111,7 +117,7 @@ class Reading:
         point still decides."""
         lo, hi = self.interval
         back = edge - lo if self.value > edge else hi - edge
-        return (f"; its {self.words} reaches back across the bound by {si(back, unit)}, "
+        return (f"; its {self.words} reaches back across the bound by {_apart(back, unit)}, "
                 "so a repeat could land inside it and this one run is weak evidence of the miss; but a "
                 "bound claims that no measurement crosses it, and this one did")
 
@@ -127,21 +133,21 @@ class Reading:
             digits += 1
         _, slo, shi = si_interval(self.value, lo, hi, unit, digits)
         text = (f"the {self.words} ({slo} to {shi}) reaches across the edge {si(edge, unit, digits)}: the "
-                f"figure lies {si(abs(self.value - edge), unit)} from it, the interval reaches "
-                f"{si(past, unit)} {side} it")
+                f"figure lies {_apart(abs(self.value - edge), unit)} from it, the interval reaches "
+                f"{_apart(past, unit)} {side} it")
         other = band[1] if edge == band[0] else band[0]  # the band's other edge
         if math.isfinite(other) and lo < other < hi:
             text += (f", and across the other edge, {si(other, unit)}, too, by "
-                     f"{si(hi - other if other > edge else other - lo, unit)}")
+                     f"{_apart(hi - other if other > edge else other - lo, unit)}")
         samples = f" from {self.n} samples" if self.n else ""
         width = hi - lo
         if all(math.isfinite(b) for b in band) and band[1] > band[0]:
-            text += (f"; the interval is {si(width, unit)} wide{samples}, the predicted range "
-                     f"{si(band[1] - band[0], unit)}")
+            text += (f"; the interval is {_apart(width, unit)} wide{samples}, the predicted range "
+                     f"{_apart(band[1] - band[0], unit)}")
             if width > band[1] - band[0]:
                 text += " (narrower than the interval: only more samples, or less noise, can decide)"
         elif samples:
-            text += f"; the interval is {si(width, unit)} wide{samples}"
+            text += f"; the interval is {_apart(width, unit)} wide{samples}"
         return text
 
     def load(self) -> str:

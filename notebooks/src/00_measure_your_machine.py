@@ -24,7 +24,9 @@
 # course's own work (its matmul shapes, its buffer sizes, the thread counts its timing
 # sections use), as the best of several rounds. Should a later measurement still beat one, the
 # ceiling is raised where it happens, and the notebook says so: no share is ever printed above
-# 100 %. Then we combine them into a **roofline** (Williams, Waterman and Patterson, 2009): the
+# 100 %. That holds by construction, not by measurement: a share near 100 % says that nothing
+# measured ran faster, and where an operation's own run raised its roof, the notebook says so beside
+# its share. Then we combine them into a **roofline** (Williams, Waterman and Patterson, 2009): the
 # fastest an operation can possibly run, given how many FLOPs it does per byte it moves.
 #
 # Run the cells from top to bottom. `QUICK = True` (what CI uses) runs smaller sweeps.
@@ -35,6 +37,8 @@ import os
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
+import re
+
 import torch
 
 from perfkit import ceilings, hw, roofline, sizing, stats, timing, viz
@@ -50,9 +54,13 @@ if DEVICE.type == "cuda":
 COPY_SIZES = [2**p for p in range(16, 29, 2)]  # 64 KiB .. 256 MiB per buffer (and one DRAM-sized)
 print(f"torch {torch.__version__} on {hw.device_name(DEVICE)}")
 if (imitated := os.environ.get("PERFKIT_IMITATE")) in IMITATIONS and DEVICE.type == "cpu":
-    print(f"PERFKIT_IMITATE={imitated}: this process caps ATen's and oneDNN's kernels ("
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())  # the library fp32 matmuls go to, if any
+    print(f"PERFKIT_IMITATE={imitated}: this process caps oneDNN's and ATen's own kernels ("
           + ", ".join(f"{k}={v}" for k, v in IMITATIONS[imitated].items())
-          + ") for every dtype, so every ceiling below is the capped process's, fp32's and copies' included")
+          + "): bf16 matmuls take the emulated path, and copies run ATen's capped kernels. "
+          + (f"fp32 matmuls go to the BLAS library this PyTorch was built with ({blas.group(1)}), which reads "
+             "neither variable: the fp32 ceilings below are not capped by them." if blas else
+             "fp32 matmuls run ATen's own kernels here (no BLAS library in this build), capped too."))
 
 
 def on(t):  # "on 1 thread", "on 2 threads"
@@ -222,8 +230,9 @@ fit = ceilings.cached_copy_bytes(limits)  # bytes per buffer: the cache these co
 cache_bytes = 2 * fit if fit else (limits.llc_bytes or 0) // 2  # counted bytes (read + written) it holds
 print(f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} kept at least half the cache ceiling "
       f"by their median (the OS reports a last-level cache of {si(limits.llc_bytes or 0, 'B')}"
-      + (f", {limits.llc_bytes / fit:.0f}x more: that cache is shared by every core of the chip, other processes' "
-         "and virtual machines' included, and what the sweep shows is what these copies kept of it"
+      + (f", {limits.llc_bytes / fit:.0f}x more: the OS's figure can add up slices that other cores own (one per core "
+         "complex on AMD's EPYC) and is shared with other processes and virtual machines, so what the sweep "
+         "shows is what these copies kept of it"
          if limits.llc_bytes and limits.llc_bytes > 4 * fit else "") + "); operations "
       f"of at most {si(cache_bytes, 'B')} counted are held against the cache's roof below" if fit else
       f"no copy kept half the cache ceiling: operations within half the reported last-level cache "
@@ -288,7 +297,9 @@ else:
 # size (the fastest tenth of the sweep's best round): a median is slower than a fastest tenth,
 # and load slows it further, but not by half on a machine that leaves a core free. (Its share of
 # the DRAM roof is printed too, but as context only: where the sweep's own `x + y` set that
-# roof, it compares the operation with itself.) The linear layer is compute-bound (right of the ridge), and the sweep
+# roof, it compares the operation with itself. The same holds wherever an operation's own fastest run
+# raises its roof: the share's upper end is then 1 by construction, and its verdict says so.) The
+# linear layer is compute-bound (right of the ridge), and the sweep
 # timed this very shape on these threads: it too should reach at least half of its roof. The
 # square matmul sits at or just under its roof: the sweep's best square set it, or came close.
 
@@ -317,7 +328,7 @@ ops = [  # (label, FLOPs, bytes, seconds: the median and its interval, threads)
     (f"matmul n={best.n}", roofline.matmul_flops(best.n, best.n, best.n), roofline.matmul_bytes(best.n, best.n, best.n),
      stats.exact(best.seconds, "the sweep's median"), best.threads or None),
 ]
-rows, share_of_roof = [], {}
+rows, share_of_roof, own_roof = [], {}, {}  # own_roof: label -> the observation where its own run raised its roof
 for label, flops, nbytes, est, t in ops:
     near = "cache" if nbytes <= cache_bytes else "dram"  # the cache the copy sweep showed
     memory = roofline.bound(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near)) == "memory"
@@ -327,6 +338,7 @@ for label, flops, nbytes, est, t in ops:
                            f"{label} {on(t)} (one of its runs, the fast end of its median's interval)",
                            threads=None if memory else t)
     limits = obs.limits
+    own_roof.update({label: obs} if obs.raised else {})
     roof = roofline.attainable_flops(flops / nbytes, limits.peak_flops("float32", t), ceilings.ceiling(limits, near))
     share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median
     rows.append((label, flops / nbytes, share_of_roof[label].value * roof))
@@ -383,10 +395,14 @@ lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the f
              "round of this very "
              + (f"shape {on(threads)} {lin_sweep / limits.peak_flops('float32', threads):.0%}" if lin_sweep else
                 "shape was not timed on these threads"))
+lin_own = own_roof.get("linear 4096x256x256")  # its own fastest run raised the roof it is held against
 viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound; the sweep timed this shape",
                        low=0.5, physical=(0, 1)), share_of_roof["linear 4096x256x256"], explain={
-    "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}. Module 06 "
-            "returns to what a matrix's shape costs.",
+    "held": f"It reaches {share_of_roof['linear 4096x256x256'].value:.0%} of its roof: {lin_cause}."
+            + (f" Its own fastest run raised that roof from the sweep's {si(lin_own.before, 'FLOP/s')} to "
+               f"{si(lin_own.after, 'FLOP/s')} ({lin_own.after / lin_own.before - 1:.1%}), so the interval's upper "
+               "end, 1, compares the layer with itself." if lin_own and lin_own.kind == "float32" else "")
+            + " Module 06 returns to what a matrix's shape costs.",
     "below": f"Below half of its roof: {lin_cause}; its repeats spread {lin.p10_s * 1e3:.1f}-"
              f"{lin.p90_s * 1e3:.1f} ms (p10-p90)" + (
                  "." if lin1 is None else
@@ -400,16 +416,18 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # ## 5. Try it: where does a matmul of size n sit?
 #
 # In the widget, choose float32 and move the slider: small matmuls are memory-bound (left of
-# the ridge), large ones compute-bound. The point drawn is the model's, the roof at that intensity, not a
-# measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
-# says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the
-# measured limits; a static plot of the widget's default setting (its title names the dtype)
-# follows for readers of the rendered page (run headless, as in CI, the widget cell itself shows
-# that figure, once).
+# the ridge), large ones compute-bound. The point drawn is the model's, the roof at that intensity,
+# not a measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
+# says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a
+# pure function of the limits file's ceilings: this run's merged into the file, the ones every later
+# notebook divides by (section 6 prints them, and says where an earlier run's are higher). A static
+# plot of the widget's default setting (its title names the dtype) follows for readers of the
+# rendered page (run headless, as in CI, the widget cell itself shows that figure, once).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-spec = viz.roofline_widget(limits)
+saved = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # the limits file, this run merged in
+spec = viz.roofline_widget(saved)
 viz.build_widget(spec)
 
 # %%
@@ -429,8 +447,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # merging into it. The DRAM ceiling is the exception: a figure from a larger buffer replaces
 # one from a smaller (a QUICK run's 256 MiB buffers can partly sit in a large last-level cache
 # and read faster than DRAM), and only figures from equal buffers keep the higher. A later notebook that measures a rate above a ceiling raises it the same
-# way (`perfkit.ceilings.observe`) and prints where. The cell below prints what the file holds
-# after this run merged into it: where an earlier run reached a higher ceiling, the file keeps
+# way (`perfkit.ceilings.observe`) and prints where. Section 5 merged this run into the file; the
+# cell below prints what it holds: where an earlier run reached a higher ceiling, the file keeps
 # that one, the line says so with both figures, and from there on this notebook divides by the
 # file's ceilings too, as every later one does. Two shares of the compute ceiling are in
 # use, and they differ in what they count:
@@ -451,9 +469,12 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #
 # The file's ceilings are the highest of every run so far, and the highest of several noisy
 # measurements is biased upward (it is the luckiest of them): shares divided by it read lower
-# than against this run's own ceiling, so the cell below prints both. A ceiling an earlier run
-# raised from a whole training step (a later module's bf16 step can) is still a matmul
-# rate: the step's counted FLOPs are its matmuls', and they ran in less than the step's time.
+# than against this run's own ceiling, so the cell below prints both. The file's "matmul" ceilings
+# are the fastest FLOP rate of their dtype and threads that any of the course's counted work reached:
+# a convolution, or a later module's bf16 step (its matmuls replayed alone), can raise one, and the
+# source line names it. Such a rate still bounds matmul work: its counted FLOPs are matmul-class
+# FLOPs, and they ran in less than the measured time. For an emulated dtype the rate depends on the
+# shape, so its ceiling in the file can sit well above this run's square sweep.
 #
 # They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
 # above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
@@ -473,11 +494,15 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %%
 from torch.utils.flop_counter import FlopCounterMode
 
-run_limits = limits  # this run's ceilings, raised where section 4 beat them
-saved = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # later notebooks: hw.cached_limits()
+run_limits = limits  # this run's ceilings, raised where section 4 beat them; `saved`: the file (section 5)
 print("limits merged into this machine's limits file (perfkit.hw.default_limits_path(); $PERFKIT_CACHE moves it); "
       "what it holds now, and what every later notebook divides by:")
 print("\n".join(vm.cache_lines(run_limits, saved)))
+if "bfloat16" in run_limits.matmul_flops:  # an emulated dtype's ceiling depends on the shape that set it
+    bf_run, bf_file = (lim.peak_flops("bfloat16") / lim.peak_flops("float32") for lim in (run_limits, saved))
+    if not 0.8 < bf_file / bf_run < 1.25:
+        print(f"bf16 over fp32: {bf_file:.2g}x in the file against {bf_run:.2g}x in this run's sweep (section 2): the "
+              f"file's bf16 ceiling came from {saved.sources.get('bfloat16', 'an earlier run')}")
 limits = saved  # from here on, the shares are of the cached ceilings, as in every later notebook
 
 batch, width = (256, 512) if QUICK else (1024, 1024)
@@ -518,8 +543,8 @@ held = (f"With {medians}, the ReLU, the loss, autograd and the gradient accumula
         f"The step ran faster than its six matmuls alone ({medians}; the ratio's interval is below 1x): autograd "
         "lays its weight-gradient matmuls out another way (which operand is transposed), and one layout can run "
         "faster than another." if over.clear_of(1.0, "x") == "below" else
-        f"With {medians}, the {other_ms:+.1f} ms between them is not resolved: the paired ratio's 90% interval "
-        f"({over.describe('x')}) includes 1x, so what the rest of the step costs is within the noise.")
+        f"With {medians}, the {other_ms:+.1f} ms between them is not resolved: the paired ratio's "
+        f"{over.describe('x')}, includes 1x, so what the rest of the step costs is within the noise.")
 viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "
                        "elementwise rest is small", high=2.0, unit="x", physical=(0, None)), over, explain={
     "held": held,

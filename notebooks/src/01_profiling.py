@@ -21,8 +21,10 @@
 # 4. **the bottleneck analyzer** `perfkit.profiling.diagnose_shares`: its thresholds, a planted data
 #    bottleneck, its diagnosis before and after the fix, and the measured speedup; the same loop
 #    watched through TensorBoard, and the Prometheus alert rule that would catch it;
-# 5. **`perfkit diagnose`** on training scripts it has never seen, each planted with one known
-#    bottleneck: does its top finding name the cause? And the memory split of its report;
+# 5. **`perfkit diagnose`** on separate training scripts, each planted with one known bottleneck
+#    (its thresholds were calibrated on these scripts, so this checks the calibration holds on
+#    this machine, not that it generalizes): does its top finding name the cause? And the memory
+#    split of its report;
 # 6. a **widget** to move batch size, DataLoader workers and per-sample data cost yourself.
 #
 # Every number below is measured on the machine running the notebook. `QUICK = True` (what CI
@@ -73,9 +75,14 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 #
 # ### 1a. No warm-up
 #
-# **Prediction.** The first training step pays one-time costs that later steps do not: memory
-# allocations the caching allocator keeps afterwards, oneDNN creating its kernels (primitives)
-# for each new shape, lazy initialisation inside PyTorch and `transformers` (on a GPU, also
+# **Prediction.** The first training step pays one-time costs that later steps do not: the
+# optimizer creating its state (AdamW's two moment buffers per parameter, at its first `step()`),
+# fresh memory touched for the first time (on a CPU PyTorch has no caching allocator of its own:
+# freed blocks go back to the C library's `malloc`, which keeps small ones for reuse and hands
+# large ones back to the operating system; on a GPU the caching allocator keeps them), the math libraries setting themselves up at their first call
+# (this GPT-2 is fp32, and on a CPU PyTorch sends fp32 matmuls to the BLAS library it was built
+# with, MKL in x86 builds; oneDNN, which runs convolutions, creates its kernels, "primitives", for
+# each new shape), and lazy initialisation inside PyTorch and `transformers` (on a GPU, also
 # cuBLAS creating its handle and workspace at the first matmul and CUDA loading its modules
 # lazily; cuBLAS picks its kernels by heuristics on every call, it does not autotune). So the first step should be slower
 # than a typical one, and a benchmark that times it is measuring start-up, not training. How
@@ -94,15 +101,18 @@ first, steady = step_times[0], stats.median(step_times[1:])
 print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms "
       f"-> the first step is {first / steady:.1f}x a steady one")
 p90 = stats.quantile(step_times[1:], 0.9)  # s: slower than 9 in 10 steady steps
+mean_off = sum(step_times) / len(step_times) / steady - 1  # the mean of every step against the steady median
+steady_off = sum(step_times[1:]) / STEPS / steady - 1  # the steady steps' own mean against their median
 p_first = Prediction("the first step's time over the steady steps' 90th percentile", "one-time costs in step 1",
                      low=1.0, unit="x")
 viz.verdict(p_first, first / p90, explain={
-    "held": f"A benchmark that took the mean of all {STEPS + 1} steps would read "
-            f"{(sum(step_times) / len(step_times)) / steady - 1:+.1%} above the steady median: "
-            f"{(first - steady) / len(step_times) / steady:+.1%} from step 1 itself, the other "
-            f"{(sum(step_times[1:]) / STEPS / steady - 1) * STEPS / len(step_times):+.1%} from the steady steps' own "
-            f"mean lying {sum(step_times[1:]) / STEPS / steady - 1:+.1%} above their median (a few slow steps pull "
-            f"the mean of the {STEPS} steady steps up); warm up first, and read medians.",
+    "held": f"A benchmark that took the mean of all {STEPS + 1} steps would read {abs(mean_off):.1%} "
+            f"{'above' if mean_off >= 0 else 'below'} the steady median: {(first - steady) / len(step_times) / steady:+.1%} "
+            f"from step 1 itself, {(steady_off * STEPS / len(step_times)):+.1%} from the steady steps' own mean lying "
+            f"{abs(steady_off):.1%} {'above' if steady_off >= 0 else 'below'} their median"
+            + (f" (a few slow steps pull the mean of the {STEPS} steady steps up)" if steady_off > 0.001 else
+               f" (a few fast steps pull the mean of the {STEPS} steady steps down)" if steady_off < -0.001 else "")
+            + "; warm up first, and read medians.",
     "below": (f"The steady steps' median was {steady / first:.1f}x the first step: the machine slowed down "
               "after step 1 (other processes took the cores), which no start-up cost explains."
               if first < steady else
@@ -118,7 +128,9 @@ viz.verdict(p_first, first / p90, explain={
 #
 # The work has a least time: its FLOPs at the fastest rate this machine has ever reached (the
 # fp32 ceiling, raised by `perfkit.ceilings.observe` whenever a real, waited-for timing beats
-# it, so no correct timing can come in under it). **Prediction:** the naive timing reads less
+# it, so no correct timing can come in under it). That is a measured bound, not a law of
+# physics: it holds by construction for every correct timing, and catches a timing error only
+# when the error is larger than the machine's speed can vary. **Prediction:** the naive timing reads less
 # than that least time, which is impossible for work that ran: it is a timing error, not a
 # speed. The waited-for timings read more.
 #
@@ -192,16 +204,17 @@ viz.verdict(p_naive, naive_s / least_s, explain={
 # distribution; the median of many, after a warm-up, is stable as long as the machine's speed
 # is: two medians of 30 samples taken one after the other should agree within 10 %. Load
 # that changes between the two runs moves both medians, and nothing in a median protects
-# against that; only timing the candidates in alternation does (section 4 sets four separate
+# against that; only timing the candidates in alternation does (section 4 sets the separate
 # runs of one step side by side to show how far apart they land here).
 #
 # **Measurement.** Twice 30 timed steps of the digits CNN with `perfkit.timing.benchmark`
-# (warm-up, synchronisation, repeats; it returns every sample).
+# (warm-up, synchronisation, repeats; it returns every sample). The second run follows the first
+# directly, on the same warm model, so it takes no warm-up of its own.
 
 # %%
 cnn = models.digits_workload(device=DEVICE)
 m = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=3, repeat=30, device=DEVICE)
-m2 = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=0, repeat=30, device=DEVICE)
+m2 = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=0, repeat=30, device=DEVICE)  # warm: m ran just now
 print(f"digits CNN step: {m}")
 print(f"a single sample could have been anywhere from {m.min_s * 1e3:.2f} to "
       f"{max(m.times_s) * 1e3:.2f} ms: {m.min_s / m.median_s - 1:+.0%} to "
@@ -213,8 +226,9 @@ p_median = Prediction("second median over the first", "medians of 30 samples are
 viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s, paired=False), explain={
     "held": f"Single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over fastest).",
     "inconclusive": f"The samples spread from {m.p10_s * 1e3:.1f} to {m.p90_s * 1e3:.1f} ms (p10-p90) in the first "
-                    f"run and from {m2.p10_s * 1e3:.1f} to {m2.p90_s * 1e3:.1f} ms in the second: the machine's speed "
-                    "moved within the runs, so 30 samples pin neither median down to 10 %.",
+                    f"run and from {m2.p10_s * 1e3:.1f} to {m2.p90_s * 1e3:.1f} ms in the second: with that spread "
+                    "within each run (the step's own jitter or the machine's load: this run does not separate "
+                    "them), 30 samples pin neither median down to 10 %.",
     **dict.fromkeys(("above", "below"), "The machine's speed changed between the two runs: even medians move "
                     "then, which is why every comparison in this course alternates its candidates "
                     "(perfkit.timing.interleaved).")})
@@ -341,8 +355,9 @@ viz.verdict(p_bwd, pm.measured, explain=pm.explain())
 # **ridge point**, peak FLOP/s over DRAM bandwidth, says which roof is the lower one,
 # `min(peak, I x bandwidth)`; and the step is bound by that roof only if it runs near it
 # (at least half of it, `NEAR_ROOF`). `perfkit.compute.intensity.count_ops` counts one step's
-# FLOPs (torch's flop counter's formulas) and the bytes every operator reads and writes
-# (eager: no reuse between operators, the lowest intensity the step can have);
+# FLOPs (torch's flop counter's formulas) and the bytes every operator reads and writes, each
+# input and output once (eager: no reuse between operators). That is the usual approximation,
+# not a bound: an operator whose tiles fall out of cache moves more, and fusion would move less;
 # `step_roofline` places the measured step times on the roofline.
 #
 # **Prediction.** At 64 wide each operator is small: its matmuls are too thin to keep the
@@ -490,15 +505,17 @@ print(f"{'jitter':>14} {th.jitter:>7}x {'-':>10}   (p99/p50 of the step, from {t
 data_shares = {k: sm.share("data") for k, sm in healthy.items()}
 over = [k for k, v in data_shares.items() if v > th.data]
 over5 = [k for k, v in data_shares.items() if v > 0.05]
+named = lambda ks: f" ({', '.join(ks)})" if ks else ""  # noqa: E731
 display(Markdown(
-    f"**Data: 10 %, twice the plugin's 5 %.** Section 2 measured the healthy pipelines of this course at "
-    f"{', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine: the "
-    "DataLoader's fixed cost per batch, which weighs more the shorter the step. At the plugin's 5 % "
-    f"{len(over5)} of these {len(data_shares)} healthy pipelines would be flagged, at 10 % {len(over)}"
-    + (" (the same on this run: the margin is for machines where the loader's fixed cost weighs more). "
-       if not over5 else " (the same count on this run: the wider margin changes a verdict only where a "
-       "healthy loader's share lies between 5 % and 10 %). " if len(over) == len(over5) else ". ")
-    + (f"Even 10 % flags a healthy one here ({', '.join(over)}): on a step this short no share threshold "
+    f"**Data: perfkit's 10 % against the plugin's 5 %.** Section 2 measured the healthy pipelines of this course "
+    f"at {', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine: the "
+    "DataLoader's fixed cost per batch, which weighs more the shorter the step. Of these "
+    f"{len(data_shares)} healthy pipelines, the plugin's 5 % would flag {len(over5)}{named(over5)} and 10 % "
+    f"flags {len(over)}{named(over)}. "
+    + ("Doubling the threshold changed no verdict on this run: it changes one only where a healthy loader's "
+       "share lies between 5 % and 10 %, which none does here. " if len(over) == len(over5) else
+       f"The wider margin spared {len(over5) - len(over)} healthy pipeline(s) here. ")
+    + (f"10 % still flags a healthy one ({', '.join(over)}): on a step this short no share threshold "
        "separates a healthy loader from a slow one, so read a data finding with its milliseconds. " if over
        else "None crosses 10 %, so a data finding at 10 % means something per-sample is slow. ")
     + "On a GPU with long steps, use `Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: "
@@ -587,17 +604,19 @@ plt.show()
 # %%
 runs = {"section 1a (steady steps)": steady, "section 2 (monitored)": gpt.step.p50_s,
         "section 2 (roofline, unmonitored)": steps.median_s,
+        "section 4 (alternating with the slow pipeline)": fix.candidate.median_s,
         "now (monitored)": fixed.step.p50_s}  # s: medians of the same model's step, separate runs
 spread = max(runs.values()) / min(runs.values())
 mon = [v for k, v in runs.items() if "(monitored)" in k]  # measure_workload's fresh workloads
 bare = [v for k, v in runs.items() if "(monitored)" not in k]  # the notebook's own loop
-print("The same tiny GPT-2 step, timed in four separate runs: "
+print(f"The same tiny GPT-2 step, timed in {len(runs)} separate runs: "
       + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in runs.items())
       + f"; the slowest is {spread:.2f}x the fastest, "
       + ("within" if spread <= 1.1 else "beyond") + " the 10 % section 1c allows two medians."
       + ("" if spread <= 1.1 else
          (f" The two runs of measure_workload (a freshly built workload, its DataLoader and phase markers) "
-          f"took {min(mon) / max(bare):.2f}x to {max(mon) / min(bare):.2f}x the two of the notebook's own loop, "
+          f"took {min(mon) / max(bare):.2f}x to {max(mon) / min(bare):.2f}x the {len(bare)} of the notebook's own "
+          "loop, "
           f"which agree within {max(bare) / min(bare):.2f}x: the split is between the two loops, not in time."
           if min(mon) > 1.1 * max(bare) and max(bare) / min(bare) <= 1.1 else
           " The medians moved between runs, and not by loop alone.")

@@ -210,7 +210,9 @@ viz.verdict(p_meter, max(meter_vs_model), explain={
 # ## 3. Activation checkpointing: memory for time
 #
 # **Question.** How much activation memory does checkpointing each block save, and what
-# does it cost in step time?
+# does it cost in step time? A "step" in this section is `perfkit.memory.train_step`: forward
+# and backward, without the optimizer's update, which checkpointing leaves unchanged (a full
+# training step adds that update to both sides, so its ratio lies closer to 1).
 #
 # **Prediction, memory.** With a checkpoint per block, the forward pass keeps only each
 # block's input (BTC elements per block) and the parts outside the blocks.
@@ -292,19 +294,23 @@ fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
 axes[0].barh(CHECKPOINTING, [saved[k] / 1e6 for k in CHECKPOINTING], color="tab:red")
 axes[0].set_xlabel("MB saved for backward")
 axes[1].barh(CHECKPOINTING, [stats.median(t) * 1e3 for t in (t_plain, t_ckpt, t_switch)], color="tab:blue")
-axes[1].set_xlabel("ms per forward + backward (median)")
+axes[1].set_xlabel("ms per forward + backward (median; no optimizer step)")
 for a in axes:
     a.invert_yaxis()
 fig.tight_layout()
 
 # %%
 extra = slow.value - 1 - f_blocks.value   # beyond the recompute, in plain steps
+flop_rule = ("exceeded." if slow.low > 4 / 3 else "not exceeded." if slow.high <= 4 / 3 else
+             "neither clearly exceeded nor kept: the step's interval holds 4/3.")
 viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]), explain={
-    "held": f"Of the {slow.value - 1:.2f} plain steps added, the recompute accounts for {f_blocks.value:.2f}; "
-            f"the other {extra:.2f} ({extra * stats.median(t_plain) * 1e3 / L:.2f} ms per block and step) is "
-            "what the model leaves out and this run does not split up: checkpoint's hooks for every saved "
-            "tensor, and the recompute running inside the backward pass instead of alone. The FLOP count's "
-            "4/3 was " + ("exceeded." if slow.value > 4 / 3 else "not exceeded."),
+    "held": (f"Of the {slow.value - 1:.2f} plain steps added, the recompute accounts for {f_blocks.value:.2f}; "
+             f"the other {extra:.2f} ({extra * stats.median(t_plain) * 1e3 / L:.2f} ms per block and step) is "
+             "what the model leaves out and this run does not split up: checkpoint's hooks for every saved "
+             "tensor, and the recompute running inside the backward pass instead of alone." if extra >= 0 else
+             f"The blocks' forward timed alone ({f_blocks.value:.2f} plain steps) took more than the "
+             f"{slow.value - 1:.2f} the checkpointed step added, by the medians: this run leaves nothing beyond "
+             "the recompute to explain.") + " The FLOP count's 4/3 was " + flop_rule,
     "below": f"The checkpointed step added {slow.value - 1:.2f} plain steps, less than the {f_blocks.value:.2f} "
              "the blocks' forward took alone: the recompute inside the backward pass ran faster than "
              "the same blocks called on their own."})
@@ -325,8 +331,13 @@ viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 # to bfloat16 as a whole comes close, except where transformers upcasts: it computes the
 # loss's log-softmax in fp32. The count with `dtype_bytes=2` includes that upcast, and the
 # converted model should match it within 2 %. `torch.autocast` is different: it runs
-# matmuls in bfloat16 but keeps LayerNorm, the loss's log-softmax and the residual stream
-# in fp32, and it caches bfloat16 copies of the weights: between half and all of fp32.
+# matmuls in bfloat16 and leaves most other operators in their input's dtype. (On CUDA it also
+# casts LayerNorm, softmax and log-softmax to fp32; CPU autocast's fp32 list holds neither
+# LayerNorm nor log-softmax, only a few operators such as the losses, cross-entropy among them.)
+# Here that still keeps much in fp32: the residual stream starts as the fp32 embeddings, and a
+# bfloat16 matmul's output added to it is promoted to fp32, so each LayerNorm reads, and saves,
+# an fp32 input; and transformers upcasts the logits to fp32 before the loss's log-softmax.
+# Autocast also caches bfloat16 copies of the weights: between half and all of fp32.
 #
 # **Measurement.** The meter, with the saved bytes split by dtype.
 
@@ -351,7 +362,8 @@ viz.verdict(p_bf16, rows["bf16 model"].activation_bytes, explain={
             f"model: transformers upcasts the logits to fp32 for the loss ({logsoftmax / 1e6:.2f} MB).",
     "above": f"{fp32_in['bf16 model']:.2f} MB of what the bfloat16 model saves is float32: compare the "
              "dtype split above with the count's terms."})
-p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in bf16, the rest in fp32",
+p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in bf16, the rest in its input's "
+                    "dtype (fp32 along the residual stream and the loss)",
                     low=0.5, high=1.0)
 viz.verdict(p_auto, rows["fp32 + autocast(bf16)"].activation_bytes / rows["fp32"].activation_bytes, explain={
     "held": f"Between the two: autocast keeps {fp32_in['fp32 + autocast(bf16)']:.2f} MB in float32, "
@@ -397,7 +409,7 @@ viz.show_headlines({
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
                                         f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",
-    "checkpointing: step time": f"{slow.value:.2f}x",
+    "checkpointing: forward + backward time": f"{slow.value:.2f}x",
     "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
 })
 

@@ -11,7 +11,7 @@
 #
 # Module 01 found where a training step spends its time; this module makes the compute part
 # faster and asks how close it gets to what the machine can do. Six levers, each measured on
-# this machine against the ceilings notebook 00 measured:
+# this machine against the ceilings notebook 00 measured (raised where a later operation beat one):
 #
 # 1. **mixed precision**: bf16 autocast (and fp16 with loss scaling on a GPU);
 # 2. **fusion**: an elementwise chain run op by op against one fused kernel;
@@ -38,6 +38,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 import math
 import statistics
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import torch
@@ -77,9 +78,11 @@ if DEVICE.type == "cuda":  # a model big enough to keep a GPU busy
     BATCHES, BUDGET = [4, 16, 64], 8 * 2**30
 BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
 
-limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
+limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings, and any a later run raised (or measured now)
 print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; copy bandwidth "
       f"{si(limits.copy_bytes_per_s, 'B/s')}\n{vm.bf16_sentence(limits)}")
+if limits.sources.get("bfloat16", "").endswith(sizing.AFTER_SWEEP):  # an operation beat the sweep's bf16 point
+    print(f"(that bf16 ceiling is not the sweep's: {limits.sources['bfloat16']})")
 
 # %% [markdown]
 # **Sizes from this machine.** The bf16 work below is sized from one bf16 call timed now at the
@@ -90,7 +93,7 @@ print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} th
 # below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
-# the ceiling notebook 00 measured on that many threads. The rule reads the 1-minute load average,
+# the ceiling measured on that many threads (notebook 00's, or a later rate that beat it). The rule reads the 1-minute load average,
 # a damped average that counts runnable threads and still carries, for a minute or so, work that
 # has just ended (in `make course`, the previous notebook): it errs towards fewer threads, which
 # makes the timings slower but steady, and each MFU fair against its own threads' ceiling.
@@ -156,13 +159,13 @@ curves = ex.precision_curves(wl.model, wl.loss_fn, batches, precisions)
 TAIL, TOL = 5, 0.01  # compare the mean loss of the last 5 steps; tolerance 1 % of fp32's
 tail = {p: statistics.fmean(c[-TAIL:]) for p, c in curves.items()}
 print("\n".join(vc.loss_lines(curves, TAIL)))
-vc.plot_loss_curves(curves, tolerance=TOL * tail["fp32"])
+vc.plot_loss_curves(curves)  # no tolerance line: the 1 % holds for the tail's mean, not for single steps
 plt.show()
 
 # %%
-viz.verdict(Prediction("bf16's final loss (mean of the last steps) relative to fp32's",
-                       "rounding of about 0.4 % per product averages out", value=1.0, rel_tol=TOL),
-            tail["bf16"] / tail["fp32"], explain={
+viz.verdict(Prediction("bf16's final loss (mean of the last steps) against fp32's", "rounding of about 0.4 % per "
+                       "product averages out", low=-100 * TOL, high=100 * TOL, unit=" %"),
+            100 * (tail["bf16"] / tail["fp32"] - 1), explain={
     "above": "bf16 ended worse: at this learning rate the coarser rounding changed the trajectory.",
     "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."})
 print(ex.largest_rise(curves))
@@ -176,8 +179,8 @@ print(ex.largest_rise(curves))
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
 # was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
 # the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
-# off the ceilings as this notebook found them (notebook 00's), both on the threads the step runs
-# on: `f` = the step's model FLOPs at the fp32 ceiling over its time, `r` = the ratio of the bf16
+# off the ceilings as this notebook found them (notebook 00's sweep, or a later operation that
+# beat it: the cell names which), both on the threads the step runs on: `f` = the step's model FLOPs at the fp32 ceiling over its time, `r` = the ratio of the bf16
 # and fp32 ceilings. But those are square matmuls of the sizes notebook 00 swept, while this
 # step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
 # tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
@@ -186,7 +189,10 @@ print(ex.largest_rise(curves))
 # tensor (the matmuls and fused attention autocast runs in bf16, and the ops that receive their
 # bf16 outputs: the GELU between two linear layers, the bias gradients) and every cast autocast
 # inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
-# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`.
+# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`. Since
+# the parts are timed beside the steps and cover most of the step, this verdict checks the premise
+# of Amdahl's law here (the step is its parts: nothing else changed speed) rather than
+# forecasting a step before it was timed; the crude estimate from the ceilings is the forecast.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -217,7 +223,7 @@ print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'F
          f"{found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')}) is raised to "
          "that rate for what follows: a ceiling this step set is no measure of its utilisation"
          if bf16_now > bf16_found else
-         f"{bf16_per_sample * AMP_BATCH / mm_s / bf16_now:.0%} of the bf16 ceiling {on}, {si(bf16_now, 'FLOP/s')}"))
+         sizing.ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, mine="bf16 step")))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
@@ -271,7 +277,11 @@ print(f"saved for backward at batch {BATCH} x {SEQ}: fp32 {saved['fp32'] / 2**20
 
 # %%
 if DEVICE.type != "cuda":
-    print("fp16 with GradScaler: skipped on this CPU, where bf16 (above) runs at least as fast and needs no scaler")
+    print("fp16 with GradScaler: skipped on a CPU, untimed here; bf16 needs no scaler, and "
+          + ("on this CPU it runs natively" if limits.support("bfloat16") == "native" else
+             f"this CPU {dict(emulated='emulates', converted='converts')[limits.support('bfloat16')]} bf16 (section "
+             f"1: {amp.estimate.point('x')} fp32's speed), so "
+             "the AMX argument above does not apply: this run does not say which is faster here"))
 else:
     fp16 = compute.compare(ex.gpt_step(GPT, x, "fp32"), ex.gpt_step(GPT, x, "fp16"), repeat=REPEAT)
     print(f"fp16 + GradScaler against fp32: {ex.ratio_text(fp16)}; loss gap "
@@ -447,15 +457,22 @@ if COMPILE_STEP:
         step_rec = compiling.measure_compile(ex.gpt_step(GPT, x), ex.gpt_step(GPT, x, compiled=True),
                                              repeat=REPEAT)
     step_x = stats.median_ratio(step_rec.eager.times_s, step_rec.compiled.times_s)  # interleaved pairs
+
+    def pays(rec):  # calls to pay off: the medians' difference, and at the ends of step_x's interval
+        ends = ["never" if math.isinf(c) else f"{c:,.0f}"
+                for c in (rec.break_even_calls, *rec.break_even_between(step_x))]
+        return f"{ends[0]} steps (the medians' difference; {ends[1]} to {ends[2]} at the interval's ends)"
+
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
-          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians): "
-          f"{step_x.text('x')} faster compiled; pays off after {step_rec.break_even_calls:,.0f} steps "
-          "(the medians' difference)")
+          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians): eager's "
+          f"time over compiled's {step_x.text('x')}; pays off after {pays(step_rec)}")
     cold_s, cold_text = compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)
-    per_step = step_rec.eager.median_s - step_rec.compiled.median_s  # s saved a step (medians)
-    print(cold_text + (f"; at that cost it pays off after {cold_s / per_step:,.0f} steps" if cold_s and per_step > 0
-                       else ""))
-    vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32")
+    print(cold_text + (f"; at that cost it pays off after {pays(replace(step_rec, compile_s=cold_s))}"
+                       if cold_s else ""))
+    soon, late = step_rec.break_even_between(step_x)
+    vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32: break-even "
+                       + (f"{soon:,.0f} to {late:,.0f} steps" if math.isfinite(late) else "uncertain")
+                       + " at the speedup's interval ends")
     plt.show()
 else:
     print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
@@ -525,7 +542,7 @@ for name, m, want in (("with .item()", broken, 1), ("with torch.where", fixed, 0
 # Dao 2023, Algorithms 1 and 2; the first FlashAttention, Dao et al. 2022, kept two statistics
 # per row, the running maximum and sum). The inputs are counted below neither for naive nor for
 # fused: the meter counts what each saves beyond them. **Predictions:** naive saves one `T x T` matrix per
-# head (the line "predicted" below); fused saves `B·H·T·(d_head + 1)` floats; fused time grows
+# head (the table's "predicted" column below); fused saves `B·H·T·(d_head + 1)` floats; fused time grows
 # more slowly with `T` because it never writes the matrix to memory.
 #
 # The teaching version, checked against PyTorch's:
@@ -618,7 +635,11 @@ for T in GPT_ATTN_T:
 # kernel treats as aligned share one grid). A width that is a large power of two can cost
 # instead, since rows `n` floats apart map to the same cache sets (Intel's oneMKL guide
 # advises leading dimensions that are not such powers). So on a CPU "a multiple of 64" is no
-# promise of speed. Oddness itself adds nothing to either effect:
+# promise of speed. Oddness adds no partial vector beyond what any width off the grid has, but it
+# does change how each row is aligned: fp32 rows `n` floats apart start on 4-byte boundaries when
+# `n` is odd, on 8-byte ones when `n % 4 == 2`, on 16-byte ones when `n % 8 == 4`. A kernel can pay
+# for every coarser alignment with slower unaligned loads, so a graded effect is possible; the
+# prediction tests the simpler model, that alignment below a vector costs nothing more:
 # **Prediction.** odd widths run at the rate of even widths that are multiples of no vector
 # width (`n % 4 == 2`), within 10 % (the widths differ by up to 7 % in size). How both groups
 # compare with the multiples of 64 is measured and printed, without a prediction. Below,
@@ -644,11 +665,16 @@ print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {odd_
       + {"above": "leaving the grid made these matmuls faster here, not slower (the interval lies above 1x)",
          "below": "leaving the grid cost these matmuls throughput here (the interval lies below 1x)"}.get(
              odd_vs_64.clear_of(1.0, "x"), "no difference this run can resolve (the interval holds 1x)"))
+par = s32.parity  # odd widths' median rate over the off-grid even widths'
+side = {"below": f"the interval lies wholly below 1, so odd widths ran slower than the even ones off the grid, by "
+                 f"{1 - par.value:.0%} at the median (rows 4-byte aligned against 8-byte ones)",
+        "above": f"the interval lies wholly above 1, so odd widths ran faster than the even ones off the grid, by "
+                 f"{par.value - 1:.0%} at the median"}.get(par.clear_of(1.0), "its interval holds 1, so this run "
+                                                                        "resolves no difference between the parities")
 viz.verdict(Prediction("odd n's median rate over off-grid even n's (fp32)", "parity costs nothing beyond "
                        "leaving the vector grid (widths within 7 % of each other)", value=1.0, rel_tol=0.1),
-            s32.parity, explain={
-    "below": f"Odd widths ran slower than even ones off the grid too: a path for odd strides (rows not "
-             f"even 8-byte aligned) costs more here; the multiples of 64 spread {s32.aligned_spread}."})
+            par, explain={k: f"{side[0].upper()}{side[1:]}; the multiples of 64 spread {s32.aligned_spread}."
+                          for k in ("held", "above", "below")})  # an inconclusive verdict adds its side's
 
 # %% [markdown]
 # **Padding the vocabulary.** GPT-2's vocabulary is 50,257 tokens (50,256 plus the end-of-text
@@ -685,7 +711,8 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
 # tied LM head multiplies by it. MFU = model FLOPs per step / step time / peak. PaLM and nanoGPT
 # divide by the vendor's theoretical peak (nanoGPT: an A100's 312 TFLOP/s in bf16); this course
-# divides by the matmul ceiling notebook 00 measured, on the threads the step ran on, which is
+# divides by the measured matmul ceiling (notebook 00's sweep, or a faster operation since), on the
+# threads the step ran on, which is
 # lower, so its MFU is higher than the field's figure for the same step and the two are not
 # compared. The same
 # ratio with the FLOPs the hardware really ran (counted, recomputation included: activation
@@ -752,17 +779,16 @@ bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p:
 bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16",
                                              threads=CEIL_THREADS)
 bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted FLOP/s (section 1's count)
-limits = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
-                          threads=CEIL_THREADS).limits
-bf16_now = limits.peak_flops("bfloat16", CEIL_THREADS)
+obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
+                       threads=CEIL_THREADS)
+limits = obs.limits
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
       f"{bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling {on}"
       + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
          "rest in float32, so the step is held against what the machine does without bf16")
-      + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, {bf16_rate / bf16_now:.0%} of the bf16 ceiling "
-      f"{on}, {si(bf16_now, 'FLOP/s')}" + (", a rate this notebook's own bf16 steps set: that share says how much "
-                                         "of the step its matmuls take, not how much of the machine it uses"
-                                         if bf16_now > bf16_found else "") + ".")
+      + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, "
+      + (f"the rate of its ceiling now: {obs.note}, so it is no measure of its utilisation" if obs.raised else
+         sizing.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
 vc.plot_throughput(bench.points)
 plt.show()
 
@@ -778,7 +804,8 @@ plt.show()
 # (`getrusage`): glibc hands freed memory back to the operating system once the free space at
 # the top of its heap passes a threshold, and the next step's new tensors fault it in again,
 # page by page (section 2 met the same cost for one tensor). `c`: a fault's cost, timed by
-# touching fresh memory against touching it again. `F`: a step of 2 tokens less its roofline.
+# touching fresh memory against touching it again. `F`: the per-step cost that does not grow with
+# the batch (optimizer, Python, dispatch), read off a step of 2 tokens as its time less its `R`.
 # `eta`, the share of their roofs the ops reach, is the one figure fitted, on the batch next to
 # the largest; the model then predicts the largest batch's tokens/s over the best of the others'.
 # Each batch's printed range is the model at the point values of `F` and `c`, between the two
@@ -827,9 +854,11 @@ if b_top in sweep and b_rival in sweep:
           f"rounds); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each paired "
           "only within its own rounds: " + ("the sweep's figure lies inside this interval." if here.low <= swept
                                             <= here.high else
-                                            "the sweep's figure lies outside this interval, so the machine did not "
-                                            "run the two alike: its load, or the allocator's state (page faults "
-                                            "per step, counted above), changed between them.")
+                                            "the sweep's figure lies outside this interval. It is a ratio of "
+                                            "medians from other rounds, with an error of its own that this "
+                                            "interval does not count: the gap is that error, or what changed "
+                                            "between the runs (the load, or the allocator's state: page faults "
+                                            "per step, counted above), and this notebook does not tell which.")
           + " The verdicts judge this curve's paired rounds.")
 
 # %%
@@ -951,7 +980,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
 # * **Fused attention** never stores the `T x T` matrices (quadratic memory); its time advantage
 #   grows with `T` where their traffic dominates.
-# * **Shapes** matter on tensor cores; measure them on a CPU before padding.
+# * **Shapes** matter per matmul: on tensor cores (multiples of 8 in fp16/bf16) and on a CPU's vector
+#   units (section 5 printed what widths off the grid cost one matmul here); whether padding a
+#   dimension pays at the step level is measured too (section 5's vocabulary), not assumed.
 # * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
 #   outgrow the cache and memory the allocator hands back (to fault in again every step) can
@@ -960,7 +991,7 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 
 # %%
 viz.show_headlines({
-    f"bf16 step speedup (batch {AMP_BATCH})": ex.ratio_text(amp),
+    f"bf16 step, fp32's time over bf16's (batch {AMP_BATCH}; below 1x: bf16 slower)": ex.ratio_text(amp),
     "GELU chain compiled": f"{fused_x.value:.2f}x, compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
     "MFU (section 6)": (f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the "

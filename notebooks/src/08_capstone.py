@@ -21,7 +21,8 @@
 #    goes; the top finding's fix is applied; its gain is **predicted** from the measured share
 #    (Amdahl's law: removing a share `s` of the step speeds it up at most `1 / (1 - s)`),
 #    **measured**, and **judged** (a bound that cannot test its fix is shown beside the
-#    measurement as context instead); until the diagnosis finds nothing worth fixing;
+#    measurement as context instead); until every finding with a fix has had it, applied or
+#    tried and dropped (the last diagnosis, after the rounds, lists what it still finds);
 # 3. **what it bought**: a waterfall of the measured speedups, tokens/s and MFU before and
 #    after, and the **time to a target loss**, since a larger batch changes the loss curve
 #    and tokens/s alone would overstate it.
@@ -103,6 +104,9 @@ def rel(text):
 
 report = loop.start()
 print(rel(render_text(report)).split("\nFindings")[0])
+built = loop.rounds[0]["result"]  # the script's own result: DDP's buckets by its rule (parallel.assign_buckets)
+print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']:,} gradient values, each closed "
+      f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} all-reduces a step")
 
 # %% [markdown]
 # The findings, worst first (each names its evidence from this run, the most fixing it can
@@ -142,7 +146,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # collectives are such operators), not the tokenizer: so the data fix's share is counted
 # against the *unprofiled* step (the profiled one where the profiler did not slow the step),
 # no less than its true share while the profiler slows the step alike before and after the fix
-# (where it does not, the verdict shows it: the profiled window's gain beside the runs'). A fix can still beat its bound when it also removes time the
+# (where it does not, every round says so, whatever its outcome: the profiled window's gain
+# beside the runs', and the profiled step over an unprofiled one before and after the fix).
+# A fix can still beat its bound when it also removes time the
 # diagnosis counted in another phase; a bound is judged as a bound (crossed: missed), and the
 # verdict then names the phases outside the bound whose time fell, in milliseconds per
 # profiled step.
@@ -155,8 +161,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   runs cancels. Its 90 % interval comes from each run's median step: each median's
 #   order-statistic interval, the three holding together at 90 % (`perfkit.stats.of_medians`),
 #   and the ratio at their far ends; it is widened to the ratio against each "before" alone
-#   (the drift between the runs). Each step only widens it, so it covers more than 90 %:
-#   a round is inconclusive more often than a plain 90 % interval would make it. The
+#   (the drift between the runs). Each step only widens it, so it covers more than 90 % as far
+#   as a run's steps are independent draws (a load that slows a whole run is in it only through
+#   the gap between the two runs before): a round is inconclusive more often than a plain 90 %
+#   interval would make it. Where those two runs lie more than a tenth apart, the verdict names
+#   them and the fix's ratio against each; an edge between those two ratios is decided by which
+#   run read the machine right, not by the fix. The
 #   configuration is then read twice: as one round's "after" (its one run) and as the next
 #   round's "before" (that run and its repeat), so the rounds' ratios need not multiply to the
 #   whole gain; section 3 shows by how much;
@@ -176,14 +186,19 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # (`find_unused_parameters=True`) are of its host copy of the used-parameter map
 # (`local_used_map_[variable_index].item<int>()` in `Reducer::finalize_bucket_dense`, once per
 # parameter), and DDP finalizes bucket by bucket, each after waiting for its all-reduce; with the
-# slow job's one bucket per tensor, every such wait falls between two reads. That time is
-# communication booked as sync: the sync fix, which removes the training loop's reads, cannot
-# remove it, and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer also
-# copies the map's device copy back to the host: a real device sync there.) The sync finding
-# fires on its count of reads as well as on its time:
-# once it takes under 5 % of the step (`MIN_TESTABLE_SHARE`), its bound lies within 5 % of 1x,
-# closer than two runs of this job minutes apart repeat, so that round is shown as **context**
-# (below) rather than judged: noise alone would cross it.
+# slow job's 1 KB buckets (section 1 prints how many), every such wait after the first bucket's
+# falls between two reads. That time is communication booked as sync: the sync fix, which removes
+# the training loop's reads, cannot remove it, and `--fix ddp` can. (On CUDA, when a parameter
+# went unused, the Reducer also copies the map's device copy back to the host: a real device
+# sync there.) So the sync fix is bounded by what it can remove
+# (`perfkit.profiling.capstone_text.reads_pick`): the sync share less the part with a collective
+# in flight (the reads and the host loop between them), plus the communication share, which
+# holds the loop's per-step loss all-reduce (the fix runs it once per check) among DDP's
+# collectives, not measured apart. Where the part of the sync share it removes is under 5 % of
+# the step (`MIN_TESTABLE_SHARE`), its gain lies within 5 % of 1x, closer than two runs of this
+# job minutes apart repeat, while the communication share counts collectives the fix leaves, so
+# that round is shown as **context** (below) rather than judged. The same holds for any finding
+# that fires on its count of reads with a share under 5 %: noise alone would cross its bound.
 #
 # Once no finding above information level is left, what remains is the arithmetic itself:
 # forward and backward. The compute fixes of module 06 have only loose bounds: **attention**
@@ -346,7 +361,10 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # ran twice (the mean of both runs), and the line below says how far that moves it.
 #
 # Every round ran until the mean loss over the last 4096 tokens reached `TARGET_LOSS`; the
-# first and the last are compared here. Their profiled windows (and the step that wrote the
+# first and the last are compared here. Each run's clock starts when its data's preparation
+# does: `--fix data` tokenizes every document before the first step, which moves that time out
+# of the steps (tokens/s no longer sees it), not away, so the time to the target counts it
+# (printed beside each time). Their profiled windows (and the step that wrote the
 # trace) are counted at the median unprofiled step time: the profiler's cost is not the job's.
 # With `--fix sync` the job reads its losses only every `--check-every` (10) steps, so it stops
 # at the first read past the target and its curve runs on a few steps below it; the time and the
@@ -360,10 +378,11 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 reach = {name: job.reached(r) for name, r in (("slow", first), ("fixed", last))}
 for name, r in (("slow", first), ("fixed", last)):
     print(f"{name:>5}: " + ("did not reach the target" if reach[name] is None else
-                            f"loss {TARGET_LOSS} after {reach[name][0]:.1f} s, {r['steps_to_target']} steps, "
-                            f"{reach[name][1]:,} tokens"))
+                            f"loss {TARGET_LOSS} after {reach[name][0]:.1f} s ({r['data_prep_s']:.2f} s of it "
+                            f"preparing the data), {r['steps_to_target']} steps, {reach[name][1]:,} tokens"))
 curves = {name: job.loss_curve(r, slow_train.smoothed) for name, r in (("slow", first), ("fixed", last))}
-fig = viz.plot_time_to_target(curves, TARGET_LOSS, title="Mean loss over the last 4096 tokens against seconds")
+fig = viz.plot_time_to_target(curves, TARGET_LOSS, title="Mean loss over the last 4096 tokens against seconds, "
+                                "the data's preparation counted")
 plt.show()
 
 # %%
@@ -407,16 +426,19 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #   finding's share gave (a larger batch: against its factor of tokens per step). The headlines
 #   count, for each kind of bound, the rounds that held, missed (above a bound: the fix removed
 #   time the diagnosis counted elsewhere, or the runs drifted) and were inconclusive (the
-#   interval reached across an edge: these runs could not tell), so whether the shares
-#   predicted the gains is read there.
+#   interval reached across an edge: these runs could not tell); where none held or missed, the
+#   headline says that this run could not test whether the shares predict the gains.
 # * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
-#   cost: the sync finding splits it, and the part with a collective in flight is communication.
+#   cost: the sync finding splits it, and the part with a collective in flight is communication,
+#   which the sync fix's bound leaves out.
 # * Once no waste is left, attention's bound is the compute's whole share, too loose to judge:
 #   printed as context, its gain is what was measured. A larger batch is judged against its
 #   factor of tokens per step.
-# * The time to the target loss, not tokens/s, says what the job gained.
+# * The time to the target loss, not tokens/s, says what the job gained; its clock counts the
+#   data's preparation, which the data fix moves out of the steps, where tokens/s does not see it.
 
 # %%
+judged = {round_outcomes[f].split(" (")[0] for f in judged_by}  # the outcomes of the rounds judged
 viz.show_headlines({
     "fixes applied": ", ".join(f + (" (interval holds 1x)" if f in unresolved else "") for f in loop.applied)
                      or "none",
@@ -427,12 +449,15 @@ viz.show_headlines({
                 + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
     "each round's outcome (context: a bound too loose to judge)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
-    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by),
+    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by) + (
+        "; none held or missed: this run could not test whether the diagnosed shares predict the gains"
+        if judged and not judged & {"held", "missed"} else ""),
     "tried, median below 1x, dropped": ", ".join(f"{f} ({g:.3f}x)" for f, g in loop.tried.items()) or "none",
     "MFU": f"{mfu['slow']:.2%} -> {mfu['fixed']:.2%} (6N + attention FLOPs over the measured peak of the "
            "job's precision)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "
-                            f"({reach['slow'][0] / reach['fixed'][0]:.2f}x)"
+                            f"({reach['slow'][0] / reach['fixed'][0]:.2f}x; the data's preparation counted: "
+                            f"{first['data_prep_s']:.2f} s and {last['data_prep_s']:.2f} s)"
                             if None not in reach.values() else "not reached"),
 })
 shutil.rmtree(WORK, ignore_errors=True)  # this run's logs and profiles (see WORK at the top)

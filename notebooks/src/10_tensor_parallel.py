@@ -36,8 +36,13 @@
 # LayerNorm, dropout and the residual adds run on every process on the whole `(B, T, C)`
 # activation. SP splits those regions along the sequence: f becomes an all-gather along `T`
 # (reduce-scatter backward) and g a reduce-scatter (all-gather backward). An all-reduce is a
-# reduce-scatter followed by an all-gather, so the bytes on the wire stay the same while
-# those regions' activations shrink `t` times.
+# reduce-scatter followed by an all-gather, so per block the bytes on the wire stay the same
+# while those regions' activations shrink `t` times. Per step SP adds one all-reduce: the
+# parameters used on a sequence slice (the LayerNorms, the row-parallel biases; here also the
+# position table) see only their
+# slice's tokens, so their gradients are summed over the tensor-parallel group after backward,
+# as Megatron-LM's `finalize_model_grads` does for the parameters it marks `sequence_parallel`.
+# That all-reduce grows with those parameters, not with the tokens (section 1 counts it).
 #
 # This notebook runs `perfkit.parallel.parallelize_gpt` on 2 processes and checks it
 # against the unsplit model, against PyTorch's own tensor parallelism (DTensor's
@@ -87,6 +92,7 @@ from perfkit.parallel import (
     block_flops,
     crossover_width,
     region_activation_bytes,
+    sp_synced_values,
     tp_block_cost,
     tp_traffic,
 )
@@ -150,6 +156,13 @@ viz.verdict(p_sp_bytes, sum(t["sp"]["block"].sent_bytes(T_DEGREE).values()))
 per_block, per_step = (sum(t["tp"][k].sent_bytes(T_DEGREE).values()) for k in ("block", "step"))
 print(f"TP: the {cfg.n_layer} blocks send {cfg.n_layer * per_block:,.0f} B of the step's {per_step:,.0f} B "
       f"({cfg.n_layer * per_block / per_step:.0%}); the embedding, the head and the loss send the rest")
+sp_block, sp_step = (sum(t["sp"][k].sent_bytes(T_DEGREE).values()) for k in ("block", "step"))
+sync = sp_synced_values(cfg)   # fp32 values: LayerNorms, row-parallel biases, positions
+sync_sent = 2 * (T_DEGREE - 1) / T_DEGREE * sync * 4   # B: what the ring all-reduce of their gradients sends
+print(f"TP+SP: per block {sp_block:,.0f} B against TP's {per_block:,.0f} B; per step {sp_step:,.0f} B against "
+      f"{per_step:,.0f} B, {sp_step - per_step:+,.0f} B ({(sp_step - per_step) / per_step:+.1%}); the all-reduce "
+      f"of the sequence-split parameters' gradients ({sync:,} fp32 values) sends {sync_sent:,.0f} B"
+      + (": that is the whole difference" if sp_step - per_step == sync_sent else ""))
 
 # %% [markdown]
 # ## 2. The split model is the unsplit model
@@ -352,8 +365,25 @@ for w in WIDTHS:
     print(f"C = {w:5d}: unsplit {viz.si(compute, 's')}, split {viz.si(parts[w][2], 's')} (model: at least "
           f"{viz.si(compute / T_DEGREE + comm, 's')}, of which all-reduces {viz.si(comm, 's')}); speedup at "
           f"most {bound[w]:.2f}x ({u_ends} over U's {u.describe('s')}), measured {measured[w].text('x')}")
-print(f"all-reduce fit: alpha {viz.si(fit.alpha_s, 's')} per 2-process all-reduce (the model's ring step "
-      f"charges half of it, {viz.si(link.alpha_s, 's')}), bandwidth {viz.si(fit.bandwidth, 'B/s')}")
+print(f"all-reduce fit: intercept (alpha) {viz.si(fit.alpha_s, 's')} per 2-process all-reduce (the model's ring "
+      f"step charges half of it, {viz.si(link.alpha_s, 's')}), bandwidth {viz.si(fit.bandwidth, 'B/s')}")
+
+# %% [markdown]
+# The fit's intercept is what its line charges a call of no bytes, fitted across every size,
+# so it is no floor every call pays (notebook 02 counts the calls that took less). The sweep
+# behind this fit, beside the fit, at the sizes around the block's all-reduces:
+
+# %%
+block_ar = [4 * 4 * 64 * c for c in WIDTHS]   # B: one block all-reduce, 4 N C with N = 256 tokens
+near = [p for p in sweep if min(block_ar) / 2 <= p["nbytes"] <= 2 * max(block_ar)]
+under = [p for p in sweep if p["time_s"] < fit.alpha_s]
+vs_fit = [p["time_s"] / fit.predict(p["nbytes"]) for p in near]   # measured over the fit's line
+print(f"the block's all-reduces: {viz.si(min(block_ar), 'B')} to {viz.si(max(block_ar), 'B')}; the sweep there, "
+      "measured (fit): " + ", ".join(f"{viz.si(p['nbytes'], 'B')} {viz.si(p['time_s'], 's')} "
+                                     f"({viz.si(fit.predict(p['nbytes']), 's')})" for p in near)
+      + f" ({min(vs_fit):.2f}x to {max(vs_fit):.2f}x what the fit charges)"
+      + "; sizes that took less than the intercept: "
+      + (", ".join(viz.si(p["nbytes"], "B") for p in under) if under else "none"))
 
 # %%
 for w in WIDTHS:
@@ -370,26 +400,42 @@ for w in WIDTHS:
 
 # %% [markdown]
 # **The crossover.** The figure and the widget below draw the model at the rate the widest
-# unsplit block reached here (each process runs one thread), with the all-reduce fit: move the
-# degree, the tokens per step, the network's bandwidth and the compute rate (each a multiple of
-# what was measured here; a GPU's figures from the planner, notebook 13, are printed below as
-# multiples of them). Two things decide the crossover: the latency of each call, and compute
-# per byte of link (the cell prints which weighs more here). A GPU raises both compute and
-# bandwidth, and its FLOPs per byte of NVLink are far more than this run's per byte of loopback,
-# so scaling the bandwidth alone would put a GPU's crossover far too low. The widget keeps this
-# run's latency per call (gloo's over loopback), far above the planner's for NVLink (printed
-# below), so at small sizes it draws a GPU's crossover too high. In the model, splitting a block costs time below the red line and saves time above it,
-# but never the full `t` while communication is not overlapped with compute. The curve uses one
-# rate, the widest block's, for every width; narrower blocks ran slower per FLOP here, so each
-# width's own bound (from that width's own unsplit time, drawn as open circles) can cross 1x
-# below the red line: the crossover of the one-rate model is not a bound on the real one. Where
-# the measured points cross 1x is printed below beside it. Each measured speedup is the median of
-# that width's paired rounds (split over unsplit, round by round), not the ratio of the two
-# medians printed with it.
+# unsplit block reached here (each process runs one thread), with the all-reduce fit. In a live
+# kernel the widget moves the degree, the tokens per step, the network's bandwidth and the
+# compute rate (each a multiple of what was measured here; a GPU's figures from the planner,
+# notebook 13, are printed below as multiples of them); a headless build shows its opening
+# setting as a static image. Two things decide the model's crossover: the fit's intercept
+# (alpha, charged to every call) and compute per byte of link (the cell prints which weighs more
+# here). A GPU raises both compute and bandwidth, and its FLOPs per byte of NVLink are far more
+# than this run's per byte of loopback, so scaling the bandwidth alone would put a GPU's
+# crossover far too low. The widget keeps this run's intercept (gloo's over loopback), far above
+# the planner's assumed alpha for NVLink (printed below), so at small sizes it draws a GPU's
+# crossover too high. In the model, splitting a block costs time left of the red line
+# (narrower blocks) and saves time right of it, but never the full `t` while communication is
+# not overlapped with compute. The curve uses one rate, the widest block's, for every width. A
+# width whose unsplit block ran slower per FLOP than the widest has more compute to split, so
+# its own bound (from its own unsplit time, drawn as an open circle) lies above the curve and
+# can cross 1x left of the red line; one that ran faster lies below it. The cell prints each
+# width's rate: the crossover of the one-rate model is not a bound on the real one. Where the
+# measured points cross 1x is printed beside it. Each measured speedup is the median of that
+# width's paired rounds (split over unsplit, round by round), not the ratio of the two medians
+# printed with it.
 
 # %%
 w = WIDTHS[-1]
 achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])  # FLOP/s on one thread
+rate_of = {}   # FLOP/s of each width's unsplit block: median, and from U's interval (low, high)
+for c in WIDTHS[:-1]:
+    u = stats.median_interval(speed[str(c)]["unsplit_s"])
+    rate_of[c] = [block_flops(c, 4 * 64, 64) / x for x in (u.value, u.high, u.low)]
+per_flop = {c: "slower per FLOP" if hi < achieved else "faster per FLOP" if lo > achieved else
+            "the same within its interval" for c, (_, lo, hi) in rate_of.items()}
+print(f"unsplit blocks, one thread: C = {w} {viz.si(achieved, 'FLOP/s')} (the curve's rate); "
+      + "; ".join(f"C = {c} {viz.si(r, 'FLOP/s')} ({r / achieved:.0%} of it: {per_flop[c]})"
+                  for c, (r, _, _) in rate_of.items())
+      + " (slower or faster only where the rate's interval, from U's, lies clear of the curve's rate)")
+
+# %%
 obs = ceilings.observe(limits, "float32", achieved, f"the {w}-wide block on one process", threads=1)
 limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)  # one thread's ceiling, measured by 00
 cross = crossover_width(T_DEGREE, 4 * 64, 64, achieved, link)
@@ -414,13 +460,14 @@ if late:
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 no_latency = crossover_width(T_DEGREE, 4 * 64, 64, achieved, AlphaBeta(0.0, link.bandwidth))
 if cross is not None and no_latency is not None:
-    print(f"with no latency per call, the same model crosses at C = {no_latency:,.0f}: at these sizes "
-          + ("the calls' latency, more than the bytes, sets the crossover" if no_latency < cross / 2 else
-             "the bytes, more than the calls' latency, set the crossover"))
+    print(f"with a zero intercept, the same model crosses at C = {no_latency:,.0f}: in the model "
+          + ("the fit's intercept, more than the bytes, sets the crossover" if no_latency < cross / 2 else
+             "the bytes, more than the fit's intercept, set the crossover")
+          + " (what the block's own calls pay is the sweep's measured times above, not the intercept)")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
 print("at the widget's opening 4,096 tokens per step the model's crossover is "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
-      + ": an all-reduce's fixed latency is spread over 16x the bytes")
+      + ": the fit's intercept is spread over 16x the bytes")
 fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
                             measured={float(c): measured[c] for c in WIDTHS},
                             bounds={float(c): bound[c] for c in WIDTHS})
@@ -428,15 +475,17 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
 # %%
 from perfkit.plan import named_cluster
 
-print(f"here: {viz.si(achieved, 'FLOP/s')} over {viz.si(fit.bandwidth, 'B/s')}, "
-      f"{achieved / fit.bandwidth:,.0f} FLOP per byte of link, latency {viz.si(fit.alpha_s, 's')} per call")
+print(f"here: fp32 {viz.si(achieved, 'FLOP/s')} reached over {viz.si(fit.bandwidth, 'B/s')} fitted, "
+      f"{achieved / fit.bandwidth:,.0f} FLOP per byte of link, the fit's intercept {viz.si(fit.alpha_s, 's')}")
 for gpu in ("h100-sxm", "a100-80gb"):
     c = named_cluster(gpu)
-    print(f"{c.gpu.name}: bf16 peak {viz.si(c.gpu.peak_flops, 'FLOP/s')}, {c.gpu.peak_flops / achieved:,.0f}x the "
-          f"rate here; NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, {c.intra.bandwidth / fit.bandwidth:,.0f}x "
-          f"the loopback; {c.gpu.peak_flops / c.intra.bandwidth:,.0f} FLOP per byte of NVLink, latency "
-          f"{viz.si(c.intra.alpha_s, 's')} (peak and bandwidth from the datasheets; no datasheet gives a latency: "
-          "that one is perfkit.plan's assumption)")
+    rate_gpu = c.gpu.peak_flops * c.efficiency   # the planner's expected rate, not the peak
+    print(f"{c.gpu.name}: bf16 peak {viz.si(c.gpu.peak_flops, 'FLOP/s')}, the planner's {c.efficiency:.0%} of it "
+          f"{viz.si(rate_gpu, 'FLOP/s')}, {rate_gpu / achieved:,.0f}x the rate here (bf16 there, fp32 here); "
+          f"NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, "
+          f"{c.intra.bandwidth / fit.bandwidth:,.0f}x the loopback; {rate_gpu / c.intra.bandwidth:,.0f} FLOP per "
+          f"byte of NVLink, alpha {viz.si(c.intra.alpha_s, 's')} (peak and bandwidth from the datasheets; no "
+          "datasheet gives an alpha: that one is perfkit.plan's assumption)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -449,7 +498,12 @@ viz.build_widget(viz.tp_widget(achieved, link, seq=64))
 #   forward, 2 backward), or under SP as many all-gathers and reduce-scatters of the same
 #   bytes. GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
 #   notebook's fp32 payload (and the widget's, which is fp32 throughout).
-# - SP removes the replicated LayerNorm and dropout activations for no extra bytes.
+# - SP removes the replicated LayerNorm and dropout activations for the same bytes per block;
+#   per step it adds one all-reduce of the sequence-split parameters' gradients (Megatron-LM's
+#   `finalize_model_grads`). It holds `6 C` values per block (two LayerNorms' weights and
+#   biases, two row-parallel biases) against the blocks' `4 N C` per block, so it is `1.5 / N`
+#   of their bytes: under 0.1 % from `N` = 2,048 tokens per step (section 1 prints its share of
+#   this small model's step).
 # - Those all-reduces sit in every block's forward and backward, on the critical path, so
 #   tensor parallelism is kept inside the fast link's domain: the GPUs of one node, joined by
 #   NVLink and NVSwitch (8 on HGX boards), with pipeline and data parallelism across nodes

@@ -16,6 +16,10 @@ from perfkit.comm.alpha_beta import (
     fit_alpha_beta,
     ring_allreduce_time,
 )
+from perfkit.comm.bucketing import (
+    BucketSaving,
+    bucket_saving,
+)
 from perfkit.comm.collectives import (
     OPS,
     CollectivePoint,
@@ -56,6 +60,8 @@ from perfkit.comm.traffic import (
 
 __all__ = [
     "bucket_count_effect",
+    "bucket_saving",
+    "BucketSaving",
     "busbw_share",
     "encoding_pays",
     "fit_quality",

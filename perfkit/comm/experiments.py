@@ -88,8 +88,8 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
                f"{_spread(small)}) ")
         overlap = large.p90_s is None or small.p10_s is None or large.p90_s >= small.p10_s
         why += ("overlap, so the inversion is within this run's noise." if overlap else
-                "do not overlap: something other than size set the time (gloo picks its algorithm "
-                "by size, and a sleeping receiver pays to be woken).")
+                "do not overlap: something other than size set the time, which this run does not "
+                "measure.")
     return FitQuality(float(np.median(errs)), worst, inv, why)
 
 
@@ -115,8 +115,9 @@ class RingCheck:
 
     def regime(self, latency_bound: bool) -> stats.Estimate | None:
         """The median ratio of the sizes at or below the crossover (``True``) or above it, with the
-        medians of their p10 and p90 ratios as its range (the spread of a repeat, not a confidence;
-        none where unknown); ``None`` when no size lies there."""
+        medians of their p10 and p90 ratios as its range (the spread of a repeat at a typical size:
+        neither a confidence nor the sizes' own spread, which its description names; none where
+        unknown); ``None`` when no size lies there."""
         part = slice(0, self.split) if latency_bound else slice(self.split, None)
         r, lo, hi = self.ratios[part], self.low_ratios[part], self.high_ratios[part]
         if not r:
@@ -124,8 +125,10 @@ class RingCheck:
         v, n = float(np.median(r)), len(r)
         if len(lo) != n or len(hi) != n or any(x is None for x in lo + hi):
             return stats.Estimate(v, v, v, None, n, f"median over {n} size{'s' * (n != 1)}")
-        return stats.Estimate(v, min(v, float(np.median(lo))), max(v, float(np.median(hi))), None, n,
-                              f"p10 to p90 of the repetitions, median over {n} size{'s' * (n != 1)}")
+        what = ("p10 to p90 of its repetitions, one size" if n == 1 else
+                f"the medians over {n} sizes of each size's p10 and p90 repetitions, not the sizes' own "
+                f"spread: they ran {min(r):.2f}x to {max(r):.2f}x")
+        return stats.Estimate(v, min(v, float(np.median(lo))), max(v, float(np.median(hi))), None, n, what)
 
 
 def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | None = None) -> RingCheck:
@@ -299,7 +302,11 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
 
 def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
     """A sentence on one regime of a ring check (the sizes at or below the crossover, or above it):
-    their ratios to the plain ring model and to the stretched one, and which the median lies nearer.
+    their ratios to the plain ring model and to the stretched one, and which the median lies nearer
+    (on a log scale, where the stretch is a factor). Between the two models, the nearer one is
+    named only when the median's distances to them differ by more than half the sizes' own spread
+    (the log of their largest ratio over their smallest); else the sentence says the spread
+    leaves it open.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
@@ -315,9 +322,14 @@ def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
     if s == 1:
         return text + " (no stretch on these cores)."
     text += f", {min(r) / s:.2f}x to {max(r) / s:.2f}x the model stretched x {s:.2f}"
+    to_plain, to_stretched = math.log(m), math.log(s / m)  # >= 0 between the two models
+    open_ = abs(to_plain - to_stretched) <= math.log(max(r) / min(r)) / 2  # the sizes' spread decides nothing
     where = ("above even the stretched model" if m > s else "below even the plain model" if m < 1 else
+             f"between the two, nearer neither by more than the sizes' own spread ({min(r):.2f}x to "
+             f"{max(r):.2f}x) allows" if open_ else
              "nearer the plain model than the stretched one: this run does not show the stretch there, "
-             "nor measure why" if m < math.sqrt(s) else "nearer the stretched model than the plain one")
+             "nor measure why" if to_plain < to_stretched else
+             "nearer the stretched model than the plain one")
     return text + f": their median lies {where}."
 
 

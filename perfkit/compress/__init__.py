@@ -21,6 +21,7 @@ from perfkit.compress.codecs import (
 from perfkit.compress.experiments import (
     CodecTimes,
     conservation_error,
+    copy_share_bound,
     error_rows,
     residual_norms,
     time_codecs,
@@ -32,6 +33,7 @@ from perfkit.compress.fused import (
     BYTES_PER_VALUE,
     DITHER_POOL,
     FUSED_MIN_NUMEL,
+    WRITTEN_PER_VALUE,
     check_fused,
     pack_bits,
     qsgd_decode,
@@ -60,6 +62,7 @@ __all__ = [
     "CodecTimes",
     "compile_for_isa",
     "conservation_error",
+    "copy_share_bound",
     "Compressed",
     "compression_hook",
     "Compressor",
@@ -84,4 +87,5 @@ __all__ = [
     "TopK",
     "unpack_bits",
     "use_fused",
+    "WRITTEN_PER_VALUE",
 ]

@@ -50,8 +50,9 @@ import torch
 from perfkit._checks import check_callable, check_int, check_real, check_tensor
 from perfkit.compress.isa_compile import compile_for_isa
 
-__all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "check_fused", "pack_bits",
-           "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits", "use_fused"]
+__all__ = ["BYTES_PER_VALUE", "DITHER_POOL", "FUSED_MIN_NUMEL", "WRITTEN_PER_VALUE", "check_fused",
+           "pack_bits", "qsgd_decode", "qsgd_encode", "sign_decode", "sign_encode", "unpack_bits",
+           "use_fused"]
 
 FUSED_MIN_NUMEL = 1 << 20
 """The default fuses from this many values up. On a 2-core CPU, QSGD's fused round trip
@@ -66,6 +67,10 @@ BYTES_PER_VALUE: dict[str, dict[str, dict[str, float]]] = {
 }
 """Bytes each path reads plus writes per fp32 value (the table above): the memory model
 that predicts a path's time as ``bytes * numel / copy bandwidth``."""
+
+WRITTEN_PER_VALUE: dict[str, dict[str, float]] = {"qsgd": {"fused": 1 + 4}, "sign": {"fused": 1 / 8 + 4}}
+"""Of those, the bytes each fused path writes per fp32 value (codes or packed bits, then the
+decoded fp32 values): with write-allocate, a store through the cache reads its line first."""
 
 DITHER_POOL = 1 << 16
 """QSGD draws this many uniforms per call and tiles them over longer tensors."""

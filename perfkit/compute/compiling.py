@@ -11,6 +11,7 @@ Usage::
     fast = torch.compile(f)                         # compiles on its first call
     rec = measure_compile(lambda: f(x), lambda: fast(x))
     print(rec.speedup, rec.break_even_calls, graph_breaks(f, x).reasons)
+    print(rec.break_even_between(stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)))
     print(cold_compile_cost("my function", rec)[1])  # what an empty cache costs here
 """
 
@@ -30,6 +31,7 @@ import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit._files import write_atomic
+from perfkit.estimate import Estimate
 from perfkit.hw import default_limits_path, device_name
 from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
@@ -68,6 +70,24 @@ class CompileRecord:
         """Calls after which compiling has paid for itself (``inf`` if it is not faster)."""
         saved = self.eager.median_s - self.compiled.median_s
         return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
+
+    def break_even_between(self, speedup: Estimate) -> tuple[float, float]:
+        """:attr:`break_even_calls` at the two ends of ``speedup``'s interval (eager time over
+        compiled, e.g. the median of the paired rounds' ratios), the eager median held fixed:
+        ``(at the high end, at the low end)``, ``inf`` at an end of at most 1. A break-even is
+        ``compile_s / (eager (1 - 1 / speedup))``: a speedup near 1 leaves it uncertain by far
+        more than the speedup's own interval suggests.
+
+        Raises:
+            TypeError: for a ``speedup`` that is not an :class:`perfkit.stats.Estimate`.
+        """
+        check_type("speedup", speedup, Estimate)
+        e = self.eager.median_s
+
+        def calls(s: float) -> float:
+            return max(self.compile_s, 0.0) / (e * (1 - 1 / s)) if s > 1 else math.inf
+
+        return calls(speedup.high), calls(speedup.low)
 
 
 def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], object],

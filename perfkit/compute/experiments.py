@@ -5,7 +5,8 @@ training step. Its measurements are built here, so the notebook shows the questi
 model, the measurement and the verdict: the tiny GPT-2's training step as a no-argument
 callable (:func:`gpt_step`), the loss curves of one model trained in several precisions
 (:func:`precision_curves`), the graph-break example (:class:`RescaledMLP`), attention inside the model
-(:func:`attention_in_model`) and the shape sweep's summary (:func:`shape_summary`).
+(:func:`attention_in_model`) and the shape sweep (:func:`shape_sweep`, from
+:mod:`perfkit.compute.kernels`).
 
 Usage::
 
@@ -16,7 +17,6 @@ Usage::
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -34,11 +34,10 @@ from perfkit._checks import (
     check_type,
 )
 from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
-from perfkit.compute.kernels import ShapePoint, activation_bytes
+from perfkit.compute.kernels import ShapeSummary, activation_bytes, shape_summary, shape_sweep
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
-from perfkit.stats import Estimate, median_interval, median_ratio
-from perfkit.units import share_range, si
+from perfkit.stats import Estimate
 from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
@@ -208,73 +207,6 @@ def attention_in_model(seq_len: int, batch: int = 4, heads: int = 4, layers: int
     return InModelAttention(seq_len, sp, saved, counted)
 
 
-@dataclass(frozen=True)
-class ShapeSummary:
-    """One dtype of a matmul shape sweep: the aligned widths' median rate (``ref``, FLOP/s)
-    and each width's rate as a share of it: ``aligned`` (multiples of ``multiple``), ``odd``,
-    and ``even`` widths that are not multiples of 4, so of no vector width."""
-
-    dtype: str
-    ref: float
-    aligned: tuple[float, ...]
-    odd: tuple[float, ...]
-    multiple: int = 64
-    even: tuple[float, ...] = ()
-
-    @property
-    def odd_share(self) -> Estimate:
-        """The odd widths' median share of ``ref``, with the order-statistic interval of that median."""
-        est = median_interval(self.odd)
-        return replace(est, method=est.method.replace("samples", "odd widths"))
-
-    @property
-    def parity(self) -> Estimate:
-        """The odd widths' median rate over the off-grid even widths' (two sets of widths:
-        :func:`perfkit.stats.median_ratio`, unpaired); what being odd costs beyond being off
-        the vector's grid.
-
-        Raises:
-            ValueError: when the sweep held no off-grid even width.
-        """
-        if not self.even:
-            raise ValueError(f"the {self.dtype} sweep held no even width off the vector grid (n % 4 == 2)")
-        est = median_ratio(self.odd, self.even, paired=False)
-        return replace(est, method=f"ratio of the medians of {len(self.odd)} odd widths to "
-                                  f"{len(self.even)} even ones")
-
-    @property
-    def aligned_spread(self) -> str:
-        """The slowest and fastest aligned width as shares of their median (:func:`share_range`)."""
-        return share_range(min(self.aligned), max(self.aligned))
-
-    def describe(self) -> str:
-        return (f"{self.dtype:>9}: multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they "
-                f"spread {self.aligned_spread}); odd n: median "
-                f"{statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned median"
-                + (f"; even n off the vector grid: median {statistics.median(self.even):.0%}"
-                   if self.even else ""))
-
-
-def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) -> ShapeSummary:
-    """Summarise the ``dtype`` points of :func:`perfkit.compute.kernels.matmul_shape_sweep`:
-    widths ``n`` that are multiples of ``multiple`` against odd ones.
-
-    Raises:
-        ValueError: when the sweep holds no aligned or no odd width of that dtype.
-    """
-    check_int("multiple", multiple, 1)
-    pts = [p for p in check_items("points", points) if check_type("points[i]", p, ShapePoint).dtype == dtype]
-    aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
-    odd = [p.flops_per_s for p in pts if p.n % 2]
-    even = [p.flops_per_s for p in pts if p.n % 4 == 2]  # even, but a multiple of no vector width
-    if not aligned or not odd:
-        raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
-                         f"{sorted(p.n for p in pts)}")
-    ref = statistics.median(aligned)
-    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple,
-                        tuple(e / ref for e in even))
-
-
 def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, cores: int = 1) -> str:
     """The sentence beside the largest MFU measured (a throughput point ``top``): for scale
     when it is below 100 %; above it, the causes this run can have (a ceiling from square
@@ -283,7 +215,8 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     check_int("swept", swept, 1)
     check_real("share", share, 0, 1, lo_open=True)
     on = f" on {threads} of {cores} threads, {share:.0%} of the all-core one" if share < 1 else ""
-    head = (f"largest MFU measured: {top.mfu:.1%} ({top.precision}, batch {top.batch}, against the "
+    kind = f"{top.precision}{' compiled' if getattr(top, 'compiled', False) else ''}"  # the step it came from
+    head = (f"largest MFU measured: {top.mfu:.1%} ({kind}, batch {top.batch}, against the "
             f"{top.ceiling} ceiling{on}). ")
     if top.mfu <= 1:
         return head + ("Not comparable with PaLM's 46 % (540B parameters, on TPUs): the field's MFU divides "
@@ -370,25 +303,6 @@ def autocast_saved_bytes(model: nn.Module, ids: torch.Tensor) -> dict[str, int]:
             return model(input_ids=ids, labels=ids).loss
 
     return {p: activation_bytes(lambda p=p: forward(p), model) for p in ("fp32", "bf16")}
-
-
-def shape_sweep(widths: Mapping[str, Sequence[int]], m: int = 1024, k: int = 256, multiple: int = 64,
-                repeat: int = 7, device: torch.device | str | None = None,
-                ) -> tuple[list[ShapePoint], dict[str, ShapeSummary]]:
-    """``(m, k) @ (k, n)`` for each dtype's widths ``n`` (:func:`perfkit.compute.kernels.
-    matmul_shape_sweep`), for the dtypes whose widths hold an aligned and an odd one; returns
-    the points and each swept dtype's :class:`ShapeSummary`."""
-    from perfkit.compute.kernels import matmul_shape_sweep
-
-    if not isinstance(widths, Mapping) or not widths:
-        raise TypeError(f"widths must be a non-empty mapping of dtype -> widths, got {widths!r}")
-    check_int("multiple", multiple, 1)
-    swept = [dt for dt, ns in widths.items() if any(n % multiple == 0 for n in ns) and any(n % 2 for n in ns)]
-    pts = [p for dt in swept
-           for p in matmul_shape_sweep([(m, n, k) for n in widths[dt]], dt, device=device, repeat=repeat)]
-    return pts, {dt: shape_summary(pts, dt, multiple) for dt in swept}
-
-
 
 
 def attention_sweep_checked(impls: Mapping[str, Callable], seq_lens: Sequence[int], retries: int = 1,

@@ -123,9 +123,9 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
     compiled_s, fused_x = rec.compiled.median_s, rec.compiled.median_s / model.fused_s
     if fused_x > 1.5:
         slower = (f"The compiled chain, which does the same arithmetic in one pass, took "
-                  f"{compiled_s * 1e3:.2f} ms, {fused_x:.1f}x its own bytes' time: the arithmetic (tanh "
-                  "and pow, tens of instructions per element) costs more than the bytes on this "
-                  "machine's cores, and the eager ops pay it too.")
+                  f"{compiled_s * 1e3:.2f} ms, {fused_x:.1f}x its own bytes' time: the arithmetic (tanh, "
+                  "tens of instructions per element; the cube is two multiplies) costs more than the "
+                  "bytes on this machine's cores, and the eager ops pay it too.")
     else:
         slower = (f"Not from arithmetic: the compiled chain, doing the same arithmetic, ran near its "
                   f"bytes' time ({compiled_s * 1e3:.2f} ms against {model.fused_s * 1e3:.2f} ms); the "
@@ -139,12 +139,13 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
              "above": "Slower still. " + slower,
              "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}
     took = (f"The compiled loop took {compiled_s * 1e3:.2f} ms against the model's "
-            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the copy bandwidth, "
+            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core copy bandwidth, "
             f"{model.fused_s * 1e3:.2f} ms, and its one new tensor, {model.new_s * 1e3:.2f} ms)")
     speedup = {"held": f"{took}: fusion removes the intermediate tensors, their bytes and their page faults.",
                "above": "More than the model: the eager chain lost time the model does not count (per-op "
-                        "dispatch, intermediates that miss the cache, tanh and pow on few cores), which "
-                        "fusion removed too.",
-               "below": f"{took}: the model leaves out the loop's arithmetic (tanh and pow, tens of "
-                        "instructions per element), which the cell after the roofline times."}
+                        "dispatch, intermediates that miss the cache), which fusion removed too.",
+               "below": f"{took}: the model leaves out the loop's arithmetic (tanh, tens of instructions "
+                        "per element; the cube is two multiplies, as ATen's pow kernel and inductor's "
+                        "lowering both run it) and charges the bytes at the bandwidth of all cores, "
+                        "which the cell after the roofline times on these threads."}
     return eager, speedup

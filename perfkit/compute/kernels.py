@@ -6,7 +6,9 @@ to memory (:func:`elementwise_chain_bytes`). Attention is the same story one lev
 FlashAttention (Dao et al., 2022), behind ``scaled_dot_product_attention``, never writes the
 ``(B, H, T, T)`` matrix that naive attention saves for backward (:func:`attention_sweep`).
 Matmuls reach their ceiling only at shapes that tile evenly, which is why nanoGPT pads
-GPT-2's vocabulary from 50257 to 50304 (:func:`pad_to_multiple`, :func:`matmul_shape_sweep`).
+GPT-2's vocabulary from 50257 to 50304 (:func:`pad_to_multiple`, :func:`matmul_shape_sweep`);
+:func:`shape_sweep` holds odd widths, and even ones off the vector grid, against the aligned
+ones (:class:`ShapeSummary`).
 
 Usage::
 
@@ -17,8 +19,9 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -26,11 +29,14 @@ from torch import nn
 from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
 from perfkit.compute.flops import PRECISIONS
 from perfkit.memory.saved_tensors import SavedTensorMeter
+from perfkit.stats import Estimate, median_interval, median_ratio
 from perfkit.timing import calibrate_number, interleaved, resolve_device
+from perfkit.units import share_range, si
 
 __all__ = [
-    "AttentionPoint", "ChainBytes", "ShapePoint", "activation_bytes", "attention_matrix_bytes",
-    "attention_sweep", "elementwise_chain_bytes", "matmul_shape_sweep", "pad_to_multiple",
+    "AttentionPoint", "ChainBytes", "ShapePoint", "ShapeSummary", "activation_bytes",
+    "attention_matrix_bytes", "attention_sweep", "elementwise_chain_bytes", "matmul_shape_sweep",
+    "pad_to_multiple", "shape_summary", "shape_sweep",
 ]
 
 
@@ -220,3 +226,97 @@ def matmul_shape_sweep(shapes: Sequence[tuple[int, int, int]], dtype: str = "flo
     return [ShapePoint(m, n, k, str(dt).removeprefix("torch."), t.median_s / num,
                        2 * m * n * k * num / t.median_s)
             for (m, n, k), t, num in zip(shapes, ms, numbers, strict=True)]
+
+
+# --- the shape sweep's summary: aligned, odd and off-grid even widths ----------------------
+
+
+@dataclass(frozen=True)
+class ShapeSummary:
+    """One dtype of a matmul shape sweep: the aligned widths' median rate (``ref``, FLOP/s)
+    and each width's rate as a share of it: ``aligned`` (multiples of ``multiple``), ``odd``,
+    and ``even`` widths that are not multiples of 4, so of no vector width."""
+
+    dtype: str
+    ref: float
+    aligned: tuple[float, ...]
+    odd: tuple[float, ...]
+    multiple: int = 64
+    even: tuple[float, ...] = ()
+
+    @property
+    def odd_share(self) -> Estimate:
+        """The odd widths' median share of ``ref``, with the order-statistic interval of that median."""
+        est = median_interval(self.odd)
+        return replace(est, method=est.method.replace("samples", "odd widths"))
+
+    @property
+    def parity(self) -> Estimate:
+        """The odd widths' median rate over the off-grid even widths' (two sets of widths:
+        :func:`perfkit.stats.median_ratio`, unpaired); what being odd costs beyond being off
+        the vector's grid.
+
+        Raises:
+            ValueError: when the sweep held no off-grid even width.
+        """
+        if not self.even:
+            raise ValueError(f"the {self.dtype} sweep held no even width off the vector grid (n % 4 == 2)")
+        est = median_ratio(self.odd, self.even, paired=False)
+        return replace(est, method=f"ratio of the medians of {len(self.odd)} odd widths to "
+                                  f"{len(self.even)} even ones")
+
+    @property
+    def aligned_spread(self) -> str:
+        """The slowest and fastest aligned width as shares of their median (:func:`share_range`)."""
+        return share_range(min(self.aligned), max(self.aligned))
+
+    def describe(self) -> str:
+        """One line: the aligned widths' rate, and the odd and off-grid even widths' shares of it.
+        A group of one width is named as one: a median, a spread or a slowest of one point would
+        be the point itself."""
+        aligned = (f"multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they spread "
+                   f"{self.aligned_spread})" if len(self.aligned) > 1 else
+                   f"one multiple of {self.multiple}, {si(self.ref, 'FLOP/s')}")
+        odd = (f"odd n: median {statistics.median(self.odd):.0%}, slowest {min(self.odd):.0%} of the aligned "
+               "median" if len(self.odd) > 1 else f"one odd n, at {self.odd[0]:.0%} of it")
+        even = (f"; even n off the vector grid: median {statistics.median(self.even):.0%}"
+                if len(self.even) > 1 else
+                f"; one even n off the vector grid, at {self.even[0]:.0%}" if self.even else "")
+        single = len(self.aligned) == 1 or len(self.odd) == 1
+        return (f"{self.dtype:>9}: {aligned}; {odd}{even}"
+                + (": one width in a group is no statistic, and nothing is judged on it" if single else ""))
+
+
+def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) -> ShapeSummary:
+    """Summarise the ``dtype`` points of :func:`perfkit.compute.kernels.matmul_shape_sweep`:
+    widths ``n`` that are multiples of ``multiple`` against odd ones.
+
+    Raises:
+        ValueError: when the sweep holds no aligned or no odd width of that dtype.
+    """
+    check_int("multiple", multiple, 1)
+    pts = [p for p in check_items("points", points) if check_type("points[i]", p, ShapePoint).dtype == dtype]
+    aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
+    odd = [p.flops_per_s for p in pts if p.n % 2]
+    even = [p.flops_per_s for p in pts if p.n % 4 == 2]  # even, but a multiple of no vector width
+    if not aligned or not odd:
+        raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
+                         f"{sorted(p.n for p in pts)}")
+    ref = statistics.median(aligned)
+    return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple,
+                        tuple(e / ref for e in even))
+
+
+def shape_sweep(widths: Mapping[str, Sequence[int]], m: int = 1024, k: int = 256, multiple: int = 64,
+                repeat: int = 7, device: torch.device | str | None = None,
+                ) -> tuple[list[ShapePoint], dict[str, ShapeSummary]]:
+    """``(m, k) @ (k, n)`` for each dtype's widths ``n`` (:func:`perfkit.compute.kernels.
+    matmul_shape_sweep`), for the dtypes whose widths hold an aligned and an odd one; returns
+    the points and each swept dtype's :class:`ShapeSummary`."""
+    if not isinstance(widths, Mapping) or not widths:
+        raise TypeError(f"widths must be a non-empty mapping of dtype -> widths, got {widths!r}")
+    check_int("multiple", multiple, 1)
+    swept = [dt for dt, ns in widths.items() if any(n % multiple == 0 for n in ns) and any(n % 2 for n in ns)]
+    pts = [p for dt in swept
+           for p in matmul_shape_sweep([(m, n, k) for n in widths[dt]], dt, device=device, repeat=repeat)]
+    return pts, {dt: shape_summary(pts, dt, multiple) for dt in swept}

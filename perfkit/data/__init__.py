@@ -31,18 +31,11 @@ from perfkit.data.datasets import (
 from perfkit.data.experiments import (
     MonitoredRun,
     PaddingRecord,
-    ThreadProbe,
     bootstrap,
-    gil_hidden_bound,
-    hidden_fraction,
-    hidden_fraction_estimate,
     largest_gap,
     monitored_steps,
     padding_waste,
-    prefetch_loops,
     rate_ratio,
-    thread_probe,
-    thread_share,
     wait_share,
 )
 from perfkit.data.loader import (
@@ -51,6 +44,17 @@ from perfkit.data.loader import (
     PipelineRecord,
     measure_loader,
     simulate_pipeline,
+)
+from perfkit.data.overlap import (
+    ThreadProbe,
+    gil_hidden_bound,
+    hidden_fraction,
+    hidden_fraction_estimate,
+    overlap_floor,
+    overlap_hidden,
+    prefetch_loops,
+    thread_probe,
+    thread_share,
 )
 from perfkit.data.prefetch import (
     WAIT_ANNOTATION,
@@ -78,6 +82,8 @@ __all__ = [
     "measure_loader",
     "monitored_steps",
     "MonitoredRun",
+    "overlap_floor",
+    "overlap_hidden",
     "PadCollate",
     "padding_waste",
     "PaddingRecord",

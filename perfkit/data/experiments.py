@@ -1,45 +1,37 @@
 """Lecture 07's measurements as functions that return records and Estimates: a monitored
-training run's data share, loader sweeps' waiting shares and rates, the prefetcher's hidden
-fraction, padding waste.
+training run's data share, loader sweeps' waiting shares and rates, padding waste (the
+prefetcher's experiment is :mod:`perfkit.data.overlap`).
 
 Every figure a verdict is judged on comes with its uncertainty as a
 :class:`perfkit.stats.Estimate`: a share of sums over a loop's steps by a percentile
 bootstrap over the steps (the level, seed, resample count and minimum steps of
-:mod:`perfkit.stats`), the largest gap of a sweep from each run's share by
-:func:`perfkit.stats.largest`, and a figure of the paired rounds of
-:func:`perfkit.timing.interleaved` per round, as the median over rounds
-(:func:`perfkit.stats.per_round`).
+:mod:`perfkit.stats`), and the largest gap of a sweep from each run's share by
+:func:`perfkit.stats.largest` (paired step by step with a model that replays the run's batches).
 
 Usage::
 
     run = monitored_steps(workload, dataset, num_workers=1, steps=8)
     print(run.data_share())                      # the median step's data share, 90 % interval
-    print(largest_gap(records, [p.steady_wait_share for p in predictions]))
+    print(largest_gap(records, predictions))    # PipelineRecords of simulate_pipeline
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
-from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
-from perfkit.data.datasets import Delayed
-from perfkit.data.loader import LoaderRecord
-from perfkit.data.prefetch import Prefetcher
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.data.loader import LoaderRecord, PipelineRecord
 from perfkit.stats import Estimate, bootstrap
 
-__all__ = ["MonitoredRun", "PaddingRecord", "ThreadProbe", "gil_hidden_bound", "hidden_fraction",
-           "hidden_fraction_estimate", "largest_gap", "monitored_steps", "padding_waste", "prefetch_loops",
-           "rate_ratio", "thread_probe", "thread_share", "wait_share"]
+__all__ = ["MonitoredRun", "PaddingRecord", "largest_gap", "monitored_steps", "padding_waste", "rate_ratio",
+           "wait_share"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -135,209 +127,55 @@ def wait_share(record: LoaderRecord) -> Estimate:
     return bootstrap(lambda *a: _share(a[0], a[1]), [w, c], paired=True, what="steps")
 
 
-def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float]) -> Estimate:
-    """``max |measured - predicted|`` steady waiting share over a sweep: each run's share
+def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float | PipelineRecord]) -> Estimate:
+    """``max |measured - predicted|`` steady waiting share over a sweep, each run's gap
     bootstrapped over its steps at :func:`perfkit.stats.joint_level` of the run count, and
-    :func:`perfkit.stats.largest` of their gaps (a bootstrap of the maximum itself would
-    misjudge it: a resample never exceeds the sample's own worst run).
+    :func:`perfkit.stats.largest` of the gaps (a bootstrap of the maximum itself would misjudge
+    it: a resample never exceeds the sample's own worst run).
+
+    A prediction given as a :class:`PipelineRecord` of as many steps as its run's one epoch is
+    resampled with it, step by step (paired): a model that replays the run's own batch costs
+    (``simulate_pipeline(..., loads=...)``) has its slow steps where the run has them, and
+    resampling the run's steps alone would count which steps came out slow as noise the model
+    does not have. A plain number is a fixed share, and only the run is resampled.
 
     Raises:
-        TypeError, ValueError: for unequal lengths, no records, or a record that is not a
-            :class:`LoaderRecord`.
+        TypeError, ValueError: for unequal lengths, no records, a record that is not a
+            :class:`LoaderRecord`, or a :class:`PipelineRecord` whose steps do not match its run's.
     """
     records, predicted = check_items("records", records), check_items("predicted", predicted)
     if len(records) != len(predicted):
         raise ValueError(f"records and predicted must be equally long, got {len(records)} and "
                          f"{len(predicted)}")
     each = stats.joint_level(len(records))   # all the runs' intervals hold together at LEVEL
-    shares = [bootstrap(_share, list(_steady(r)), paired=True, what="steps", level=each)
-              for r in records]
-    return stats.largest([e.shifted(-p) for e, p in zip(shares, predicted, strict=True)], absolute=True)
+    gaps = []
+    for r, p in zip(records, predicted, strict=True):
+        if not isinstance(p, PipelineRecord):
+            share = bootstrap(_share, list(_steady(r)), paired=True, what="steps", level=each)
+            gaps.append(share.shifted(-float(check_real("predicted entries", p, 0, 1))))
+            continue
+        if len(r.wait_s) != 1 or len(r.wait_s[0]) != len(p.wait_s):
+            raise ValueError(f"a PipelineRecord pairs with a one-epoch record of as many steps, got "
+                             f"{len(p.wait_s)} steps against epochs of {[len(w) for w in r.wait_s]}")
+
+        def gap(w: np.ndarray, c: np.ndarray, pw: np.ndarray, compute_s: float = p.compute_s) -> float:
+            return _share(w, c) - float(pw.sum() / (pw.sum() + len(pw) * compute_s))
+
+        gaps.append(bootstrap(gap, [*_steady(r), list(p.wait_s[1:])], paired=True, what="paired steps",
+                              level=each))
+    return stats.largest(gaps, absolute=True)
 
 
 def rate_ratio(a: LoaderRecord, b: LoaderRecord) -> Estimate:
     """Steady samples/s of ``a`` over ``b`` (mean step of ``b`` over mean step of ``a``),
-    bootstrapped over each run's steps independently."""
+    bootstrapped over each run's steps independently.
+
+    The resampling treats a run's steps as independent draws. Steps that come in a pattern
+    (more busy workers than cores deliver batches in bursts: several quick steps, then a long
+    wait) are not: the interval then counts the pattern as noise, and says how unequal the
+    steps were more than how far the run's mean step would move in a repeat."""
     sa, sb = ([w + c for w, c in zip(*_steady(r), strict=True)] for r in (a, b))
     return bootstrap(lambda x, y: float(y.mean() / x.mean()), [sa, sb], paired=False, what="steps per run")
-
-
-# --- the prefetcher -------------------------------------------------------------------------
-
-
-def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
-                   delay_s: float, device: torch.device | str | None = None) -> dict[str, Callable[[], None]]:
-    """The six loops of the prefetcher experiment, each ``n`` steps long.
-
-    ``"load only"`` and ``"compute only"`` (on ``batch``) time the two parts; ``"serial, K
-    load"`` and ``"Prefetcher, K load"`` train on ``loader`` with ``delay_s`` added per batch,
-    spent as K = ``sleep`` (I/O: frees the GIL) or ``spin`` (Python work: holds it).
-
-    Raises:
-        TypeError, ValueError: for ``n`` < 1, ``delay_s`` not a finite number >= 0, or a
-            ``step`` that is not callable.
-    """
-    check_int("n", n, 1)
-    check_real("delay_s", delay_s, 0)
-    if not callable(step):
-        raise TypeError(f"step must be a callable taking (x, y), got {type(step).__name__}")
-
-    def run(source: Any) -> None:
-        it = iter(source)
-        for _ in range(n):
-            step(*next(it))   # leaving early closes a Prefetcher's thread
-
-    def load_only() -> None:
-        it = iter(Delayed(loader, delay_s))
-        for _ in range(n):
-            next(it)
-
-    def compute_only() -> None:
-        for _ in range(n):
-            step(*batch)
-
-    loops = {"load only": load_only, "compute only": compute_only}
-    for kind in ("sleep", "spin"):
-        src = Delayed(loader, delay_s, kind=kind)
-        loops[f"serial, {kind} load"] = lambda src=src: run(src)
-        loops[f"Prefetcher, {kind} load"] = lambda src=src: run(Prefetcher(src, device=device))
-    return loops
-
-
-def _loop_names(name: str, loops: Any, kind: str) -> list[str]:
-    """The keys of ``loops`` (a mapping), refused by ``name`` unless they hold the four that
-    the ``kind`` (``"sleep"`` or ``"spin"``) hidden fraction needs."""
-    check_choice("kind", kind, ("sleep", "spin"))
-    check_type(name, loops, Mapping)
-    need = ["load only", "compute only", f"serial, {kind} load", f"Prefetcher, {kind} load"]
-    if missing := [k for k in need if k not in loops]:
-        raise ValueError(f"{name} must hold the loops {need}, missing {missing}")
-    return list(loops)
-
-
-def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
-    """``(serial - prefetched) / (serial - max(load, compute))`` from one set of loop times
-    keyed as :func:`prefetch_loops` names them."""
-    _loop_names("t", t, kind)
-    serial = t[f"serial, {kind} load"]
-    return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
-
-
-def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
-    """:func:`hidden_fraction` of each round of :func:`perfkit.timing.interleaved` (its loops
-    timed back to back), as the median over rounds with its order-statistic interval
-    (``rounds``: loop name -> its times)."""
-    names = _loop_names("rounds", rounds, kind)
-
-    def stat(*seconds: float) -> float:  # one round: each loop's time
-        return hidden_fraction(dict(zip(names, seconds, strict=True)), kind)
-
-    return stats.per_round(stat, [rounds[k] for k in names], what="rounds")
-
-
-@dataclass(frozen=True)
-class ThreadProbe:
-    """A busy Python thread beside a step, each round's figures as medians with intervals.
-
-    ``share``: the thread's progress while the step runs, over its rate with the main thread
-    asleep. ``slowdown``: the step's time beside the thread over its time alone (the thread
-    paused), the same round.
-    """
-
-    share: Estimate
-    slowdown: Estimate
-
-
-def thread_probe(step: Callable[[], None], n: int, repeat: int = 5) -> ThreadProbe:
-    """Run ``n`` calls of ``step`` alone, then beside a Python thread that never gives up the
-    GIL by itself (a busy loop), ``repeat`` rounds: how far the thread gets, and how much
-    longer the step takes.
-
-    The thread runs only while the step is inside code that released the GIL (most PyTorch
-    kernels) or while the step waits for the GIL at a switch, and only on a core the step's
-    own threads leave it; the step, for its part, waits for the GIL at every return to Python.
-    A load that holds the GIL in a prefetch thread meets both: it runs at most ``share`` of the
-    time, and while it runs the step does ``1 / slowdown`` of its work.
-
-    Raises:
-        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
-            ``repeat`` below 2.
-    """
-    if not callable(step):
-        raise TypeError(f"step must be a callable taking no argument, got {type(step).__name__}")
-    check_int("n", n, 1)
-    check_int("repeat", repeat, 2)
-    count, stop, run = [0], threading.Event(), threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            run.wait()  # paused: blocked, the GIL released
-            while run.is_set() and not stop.is_set():
-                count[0] += 1
-
-    def timed() -> float:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        return time.perf_counter() - t0
-
-    worker = threading.Thread(target=spin, daemon=True)
-    worker.start()
-    shares, slow, took = [], [], 0.05  # s: the first round's idle window
-    try:
-        for _ in range(repeat):
-            alone = timed()  # the thread paused
-            run.set()
-            c0, t0 = count[0], time.perf_counter()
-            time.sleep(max(took, 0.05))  # the main thread idle: the thread's own rate
-            rate = (count[0] - c0) / (time.perf_counter() - t0)
-            c0 = count[0]
-            took = timed()
-            run.clear()
-            shares.append((count[0] - c0) / (rate * took))
-            slow.append(took / alone)
-    finally:
-        stop.set()
-        run.set()
-        worker.join()
-    return ThreadProbe(stats.median_interval(shares), stats.median_interval(slow))
-
-
-def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
-    """:func:`thread_probe`'s ``share`` alone: the most a GIL-holding load in a prefetch
-    thread can run beside ``n`` calls of ``step`` (median over ``repeat`` rounds, with its
-    order-statistic interval).
-
-    Raises:
-        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
-            ``repeat`` below 2.
-    """
-    return thread_probe(step, n, repeat).share
-
-
-def gil_hidden_bound(serial_s: float, load_s: float, compute_s: float, slowdown: float) -> float:
-    """The most of a GIL-holding load a prefetch thread is expected to hide, as a hidden
-    fraction (:func:`hidden_fraction`'s scale): ``(serial - fastest) / (serial - max(load, compute))``.
-
-    The thread is busy for at least ``load_s`` a step (its rate alone is its fastest), and
-    while it runs the step does at most ``1 / slowdown`` of its work (:func:`thread_probe`;
-    below 1 counts as 1), so a step takes at least ``max(load, compute + load * (1 - 1 /
-    slowdown))``. All times are per step (any one unit); ``serial_s`` is the measured serial
-    loop's. An estimate, not a bound: a loader that releases the GIL now and then (its calls
-    into torch) slows the step less than the probe's pure-Python thread.
-
-    Raises:
-        ValueError: for times that are not > 0, a ``serial_s`` not above ``max(load, compute)``,
-            or a ``slowdown`` that is not > 0.
-    """
-    for name, v in (("serial_s", serial_s), ("load_s", load_s), ("compute_s", compute_s),
-                    ("slowdown", slowdown)):
-        check_real(name, v, 0, lo_open=True)
-    longer = max(load_s, compute_s)
-    if serial_s <= longer:
-        raise ValueError(f"serial_s must exceed max(load_s, compute_s) = {longer}, got {serial_s}")
-    fastest = max(load_s, compute_s + load_s * (1 - 1 / max(1.0, slowdown)))
-    return (serial_s - fastest) / (serial_s - longer)
 
 
 # --- padding --------------------------------------------------------------------------------

@@ -211,14 +211,22 @@ class _PrefetchIterator:
         """Stop the thread and wait for it (for the source's current ``next`` to return)."""
         self._done = True
         self._stop.set()
+        self._drain()  # a thread blocked on a full queue wakes now, not at its next poll
         if self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
                 warnings.warn(f"perfkit prefetch thread still blocked in the source after "
                               f"{timeout} s; it is a daemon and ends with the process",
                               RuntimeWarning, stacklevel=2)
-        while not self._queue.empty():  # drop prepared batches (and their GPU memory)
-            self._queue.get_nowait()
+        self._drain()
+
+    def _drain(self) -> None:
+        """Drop prepared batches (and their GPU memory)."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
 
     def __del__(self) -> None:
         try:

@@ -141,6 +141,7 @@ from perfkit.parallel.tp_gpt import (
     TensorParallelGPT,
     check_tp_degree,
     parallelize_gpt,
+    sp_synced_values,
     tp_traffic,
 )
 from perfkit.parallel.tp_overlap import (
@@ -215,7 +216,8 @@ __all__ = [
     "TensorParallelGPT", "VocabParallelEmbedding", "check_tp_degree", "copy_to_tp",
     "gather_from_sequence", "gather_from_tp", "mark_sequence_parallel", "parallelize_gpt",
     "reduce_from_tp", "reduce_scatter_to_sequence", "scatter_to_sequence", "split_to_tp",
-    "sync_sequence_parallel_grads", "tp_shard", "tp_traffic", "vocab_parallel_cross_entropy",
+    "sp_synced_values", "sync_sequence_parallel_grads", "tp_shard", "tp_traffic",
+    "vocab_parallel_cross_entropy",
     "REDUCTIONS",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
     "column_region",

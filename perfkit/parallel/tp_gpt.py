@@ -262,6 +262,22 @@ def parallelize_gpt(model: GPT, tp_group: Any = None, sequence_parallel: bool = 
     return TensorParallelGPT(model, tp_group, sequence_parallel, rng, overlap, keep_gathered)
 
 
+def sp_synced_values(cfg: GPTConfig) -> int:
+    """Elements of the one all-reduce that :meth:`TensorParallelGPT.sync_grads` runs per step
+    under sequence parallelism: the gradients of the parameters used on a sequence slice.
+
+    Those are each block's two LayerNorms (weight and bias, ``2 C`` each) and two row-parallel
+    biases (``C`` each), the final LayerNorm and the whole position table (``block_size x C``).
+    Megatron-LM all-reduces the same kind of parameters (marked ``sequence_parallel``) in
+    ``finalize_model_grads``. The count grows with the width, not with the tokens per step.
+
+    Raises:
+        TypeError: if ``cfg`` is not a :class:`GPTConfig`.
+    """
+    check_type("cfg", cfg, GPTConfig)
+    return (6 * cfg.n_layer + 2 + cfg.block_size) * cfg.n_embd
+
+
 def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: bool = False,
                blocks_only: bool = False, dtype_bytes: int = 4,
                keep_gathered: bool = True) -> Traffic:
@@ -301,8 +317,7 @@ def tp_traffic(cfg: GPTConfig, batch: int, seq: int, t: int, sequence_parallel: 
             calls["all_gather"] += extra
             nbytes["all_gather"] += extra * payload
     if not blocks_only:
-        # LayerNorms (2C each), row-parallel biases (C each) and the whole position table
-        sync = (6 * cfg.n_layer + 2 + cfg.block_size) * cfg.n_embd
+        sync = sp_synced_values(cfg)
         calls["all_reduce"] = calls.get("all_reduce", 0) + 3 + (1 if sequence_parallel else 0)
         nbytes["all_reduce"] = (nbytes.get("all_reduce", 0) + 3 * batch * seq * 4
                                 + (sync * dtype_bytes if sequence_parallel else 0))

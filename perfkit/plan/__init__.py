@@ -139,7 +139,14 @@ from perfkit.plan.published import (
     micro_batch_overhead,
     predict,
 )
-from perfkit.plan.readings import one_sided, tp_step_split, worst_row_cause
+from perfkit.plan.readings import (
+    COLLECTIVE_TERMS,
+    one_sided,
+    tp_step_split,
+    without_collectives,
+    worst_row_cause,
+    zero2_over_zero1,
+)
 from perfkit.plan.runs_data import (
     FOUNDRY_COMMIT,
     FOUNDRY_EARLY_STOP,
@@ -285,4 +292,7 @@ __all__ = [
     "tp_step_split",
     "one_sided",
     "worst_row_cause",
+    "without_collectives",
+    "zero2_over_zero1",
+    "COLLECTIVE_TERMS",
 ]

@@ -361,7 +361,8 @@ def _check_fixed(model: ModelSpec, fixed: dict[str, Any], gpus: int, batch: int)
         raise ValueError(f"heads ({model.heads}) are not divisible by --tp ({fixed['tp']})")
     if "pp" in fixed and fixed["pp"] > 1 and batch < fixed["pp"]:
         raise ValueError(f"the batch is too small for the pipeline: {batch} sequence(s) per step "
-                         f"for {fixed['pp']} stages (each stage needs a micro-batch in flight)")
+                         f"for {fixed['pp']} stages (the planner asks for at least one micro-batch per "
+                         "stage: fewer run, idle at least half the step in the bubble)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -172,7 +172,9 @@ class Layout:
 
 
 def layout_problems(model: ModelSpec, layout: Layout, gpus: int, global_batch: int) -> list[str]:
-    """Every reason ``layout`` cannot train ``model`` on ``gpus`` with ``global_batch`` sequences.
+    """Every reason the planner rejects ``layout`` for ``model`` on ``gpus`` with ``global_batch``
+    sequences: each one a layout that cannot run, but for fewer micro-batches than pipeline
+    stages, which run with a large bubble and are rejected as the planner's policy.
 
     Args:
         model: the :class:`ModelSpec`.
@@ -219,7 +221,8 @@ def layout_problems(model: ModelSpec, layout: Layout, gpus: int, global_batch: i
     m = global_batch // (lay.dp * lay.micro_batch)
     if lay.pp > 1 and m < lay.pp:
         out.append(f"the batch is too small for the pipeline: {m} micro-batch(es) per replica "
-                   f"for {lay.pp} stages (needs at least {lay.pp})")
+                   f"for {lay.pp} stages (the planner asks for at least {lay.pp}: fewer run, but "
+                   f"idle {(lay.pp - 1) / (m + lay.pp - 1):.0%} of the step in the bubble)")
     if lay.pp > 1 and lay.interleave > 1 and m % lay.pp:
         out.append(f"the interleaved schedule needs micro-batches ({m}) divisible by pp ({lay.pp})")
     return out

@@ -31,8 +31,10 @@ never hide, and no more can hide than the compute there is. What each framework 
   (``FSDPConfig``: ``backward_prefetch='BACKWARD_POST'``, ``forward_prefetch=False``,
   ``limit_all_gathers=True``; llm-foundry's runs): forward all-gathers run ahead of the compute
   (the CPU issues them early), but in backward the next unit's all-gather is issued only after
-  the current unit's gradients are computed, so it waits in full; reduce-scatters run beside
-  the next unit's backward.
+  the current unit's gradient computation, which PyTorch's ``BackwardPrefetch`` documentation
+  says "enables less overlap" than ``BACKWARD_PRE`` (not none: a CPU running ahead of the GPU
+  can still issue it early); the rule takes the end of that range and charges those gathers in
+  full, a modelling choice. Reduce-scatters run beside the next unit's backward.
 * ``"none"``: nothing hidden (a CPU, whose cores run the collectives, or a framework without
   overlap).
 
@@ -63,7 +65,8 @@ class OverlapRule:
             forward, chunk by chunk.
         zero3: ZeRO-3's per-unit collectives: ``"prefetch"`` (all-gathers prefetched forward
             and backward, reduce-scatters beside the backward), ``"post"`` (backward all-gathers
-            issued after the unit's gradients, paid in full; the rest as ``"prefetch"``) or
+            issued after the unit's gradient computation, less overlap than prefetching: charged
+            in full, the model's choice at the end of that range; the rest as ``"prefetch"``) or
             ``"none"``.
         source: where the framework says so.
     """

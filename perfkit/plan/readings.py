@@ -6,6 +6,10 @@
   rest (it overlaps the other rank's compute), so it is never added as a third part.
 * :func:`one_sided` reads the signs of several predictions' errors together: all on one side
   says more than each verdict alone.
+* :func:`without_collectives` says whether a ratio's tolerance window also holds what the model
+  predicts with every collective term dropped: then the verdict cannot test those terms.
+* :func:`zero2_over_zero1` sets the measured ZeRO-2 / ZeRO-1 step ratio beside the model's, which
+  charges the two stages alike, and names what the model leaves out between them.
 * :func:`worst_row_cause` names what sets the worst published row apart from its peers (the
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
@@ -15,6 +19,7 @@ Usage::
     print(tp_step_split(step_s, compute_s, transfer_s, skew_s, 13, comm_pred_s, compute_pred_s))
     print(one_sided({"zero1": (1.04, 1.23, "x"), "TP step": (54.3, 57.3, " ms")}))
     print(worst_row_cause(cmp.worst, peers, [0.355, 0.207]))
+    print(without_collectives(zero1.terms, ddp.terms, (0.78, 1.30), "x"))
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from perfkit import stats
-from perfkit._checks import check_items, check_type
+from perfkit._checks import check_items, check_real, check_type
+from perfkit.estimate import Estimate
 from perfkit.plan.published import RowResult
 
-__all__ = ["one_sided", "tp_step_split", "worst_row_cause"]
+__all__ = ["COLLECTIVE_TERMS", "one_sided", "tp_step_split", "without_collectives", "worst_row_cause",
+           "zero2_over_zero1"]
+
+# the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
+COLLECTIVE_TERMS = ("data-parallel", "zero-3 gathers", "tensor-parallel", "context-parallel",
+                    "pipeline sends")
 
 
 def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_s: Sequence[float],
@@ -70,25 +81,103 @@ def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_
     return out + f". The model charges the all-reduces {pred:.1f} ms: {verdict}."
 
 
-def one_sided(points: Mapping[str, tuple[float, float, str]]) -> str:
-    """Whether predictions err one way: ``points`` maps a name to (predicted, measured, unit).
+def one_sided(points: Mapping[str, tuple]) -> str:
+    """Whether predictions err one way: ``points`` maps a name to ``(predicted, measured, unit)``
+    or ``(predicted, measured, unit, low, high)``, the last two the measured figure's interval.
 
-    All on one side is stated with the chance of that under errors that fall either way at
-    random (``2 / 2^n``); otherwise the split is."""
+    A point whose interval holds its prediction is told apart from neither side and counted
+    apart; the sign test reads only the others. All of those on one side is stated with the
+    chance of that under independent errors that fall either way at random (``2 / 2^n``), which
+    predictions sharing a fitted figure exceed; otherwise the split is."""
     check_type("points", points, Mapping)
     if not points:
         raise ValueError("points must name at least one prediction")
-    said = "; ".join(f"{k}: {p:.3g}{u} predicted, {m:.3g}{u} measured" for k, (p, m, u) in points.items())
-    n, slow = len(points), sum(m > p for p, m, _ in points.values())  # predicted faster than measured
+    for k, v in points.items():
+        if not isinstance(v, tuple) or len(v) not in (3, 5):
+            raise ValueError(f"points[{k!r}] must be (predicted, measured, unit) or (predicted, measured, "
+                             f"unit, low, high), got {v!r}")
+
+    def said(k, v):
+        p, m, u = v[:3]
+        held = f" (interval {v[3]:.3g} to {v[4]:.3g}{u})" if len(v) == 5 else ""
+        return f"{k}: {p:.3g}{u} predicted, {m:.3g}{u} measured{held}"
+
+    tied = [k for k, v in points.items() if len(v) == 5 and v[3] <= v[0] <= v[4]]
+    told = {k: v for k, v in points.items() if k not in tied}
+    where = ("; ".join(said(k, v) for k, v in points.items()))
+    apart = (f" {len(tied)} of the {len(points)} measured intervals hold their prediction "
+             f"({', '.join(tied)}): those err neither way that this run can tell." if tied else "")
+    n, slow = len(told), sum(v[1] > v[0] for v in told.values())  # predicted faster than measured
+    if n == 0:
+        return f"Every measured interval holds its prediction ({where}): no error to read a sign from."
     if 0 < slow < n:
-        return (f"{slow} of the {n} predictions lie below their measured points and {n - slow} above "
-                f"({said}): the errors fall on both sides.")
-    return (f"All {n} predictions lie on one side of their measured points ({said}): the model expected "
-            f"every one {'faster' if slow else 'slower'} than it ran. No verdict alone could decide, but "
-            f"errors that fall either way at random put all {n} on one side with a chance of "
-            f"{2 * 0.5 ** n:.0%}; " + ("a cost the layouts pay that the model leaves out" if slow else
-                                       "a cost the model charges that the layouts do not pay")
-            + " would put them there every time.")
+        return (f"{slow} of the {n} predictions told apart from their measurement lie below it and "
+                f"{n - slow} above ({where}): the errors fall on both sides.{apart}")
+    return (f"All {n} predictions told apart from their measurement lie on one side of it ({where}): the "
+            f"model expected every one {'faster' if slow else 'slower'} than it ran.{apart} No verdict "
+            f"alone could decide, but errors that fall either way at random, each independently of the "
+            f"others, put all {n} on one side with a chance of {2 * 0.5 ** n:.0%} (predictions that share "
+            "a fitted figure or a measured denominator err together, so more often than that); "
+            + ("a cost the layouts pay that the model leaves out" if slow else
+               "a cost the model charges that the layouts do not pay") + " would put them there every time.")
+
+
+def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, float],
+                        window: tuple[float, float], unit: str = "x") -> str:
+    """What the model predicts for the ratio of two steps (``terms`` over ``base_terms``, each a
+    step's terms in seconds) with every :data:`COLLECTIVE_TERMS` term dropped from both, and
+    whether that lies inside the prediction's tolerance ``window`` ``(low, high)``. Where it
+    does, a measured ratio inside the window is as close to a model without any collective as
+    to the model: the verdict does not test the collective terms.
+
+    Raises:
+        TypeError, ValueError: terms not mappings of seconds, a base without any other term,
+            or a window that is not two finite numbers, low <= high.
+    """
+    for name, t in (("terms", terms), ("base_terms", base_terms)):
+        check_type(name, t, Mapping)
+        for k, v in t.items():
+            check_real(f"{name}[{k!r}]", v, 0)
+    if not isinstance(window, tuple) or len(window) != 2:
+        raise ValueError(f"window must be (low, high), got {window!r}")
+    low, high = (check_real(f"window[{i}]", w) for i, w in enumerate(window))
+    if low > high:
+        raise ValueError(f"window must have low <= high, got {window!r}")
+    bare = {k: sum(v for n, v in t.items() if n not in COLLECTIVE_TERMS)
+            for k, t in (("terms", terms), ("base", base_terms))}
+    if bare["base"] <= 0:
+        raise ValueError("base_terms must hold a term other than the collectives")
+    ratio = bare["terms"] / bare["base"]
+    inside = low <= ratio <= high
+    return (f"With every collective term dropped from both steps the model would predict {ratio:.3g}{unit}, "
+            f"{'inside' if inside else 'outside'} the window {low:.3g}{unit} to {high:.3g}{unit}: "
+            + ("this verdict does not test the collective terms." if inside else
+               "the window tells the collective terms from none."))
+
+
+def zero2_over_zero1(measured: Estimate, predicted: float) -> str:
+    """ZeRO-2's step over ZeRO-1's (``measured``, paired by round) beside the model's ratio
+    (``predicted``), and what the model leaves out between the two stages: it charges both the
+    same collectives and the same optimizer step, while :class:`perfkit.parallel.ZeroOptimizer`
+    at stage 2 allocates, zeroes and fills a fresh full-gradient bucket every step and frees it
+    once reduced (stage 1 keeps its bucket across steps).
+
+    Raises:
+        TypeError, ValueError: ``measured`` not an :class:`~perfkit.estimate.Estimate` or
+            ``predicted`` not a finite number > 0.
+    """
+    check_type("measured", measured, Estimate)
+    p = check_real("predicted", predicted, 0, lo_open=True)
+    side = measured.clear_of(p, "x")
+    read = (f"the interval lies {side} the model's {p:.3g}x: the two stages ran apart, which the model "
+            "cannot show" if side else
+            f"the model's {p:.3g}x lies inside the interval: this run cannot tell the two apart" if
+            measured.has_interval else f"without an interval, set beside the model's {p:.3g}x")
+    return (f"zero2's step over zero1's, per round: {measured.text('x')}; {read}. The model charges both "
+            "stages the same collectives and the same optimizer step; what perfkit's ZeroOptimizer does "
+            "differently at stage 2 (it allocates, zeroes and fills a fresh full-gradient bucket every "
+            "step and frees it once reduced, where stage 1 keeps its bucket) has no term in it, and this "
+            "run does not time it apart.")
 
 
 def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],

@@ -239,7 +239,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
         elif rule.zero3 == "prefetch":  # gathers beside the forward; gather + scatter beside the backward
             zero3 = m * (exposed_time(gather / 2, fwd, units)
                          + exposed_time(gather / 2 + scatter, hide, units))
-        elif rule.zero3 == "post":  # backward gathers issued after each unit's gradients: paid
+        elif rule.zero3 == "post":  # backward gathers issued after each unit's gradients: charged in full
             zero3 = m * (exposed_time(gather / 2, fwd, units) + gather / 2
                          + exposed_time(scatter, hide, units))
         else:

@@ -29,7 +29,7 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms
+from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms, reads_pick
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
@@ -74,6 +74,7 @@ __all__ = [
     "Round",
     "Total",
     "explain_round",
+    "reads_pick",
     "phase_ms",
     "job_peak",
     "next_fix",

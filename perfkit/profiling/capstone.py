@@ -28,15 +28,10 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_text import Pick, explain_round
+from perfkit.profiling.capstone_text import MIN_TESTABLE_SHARE, Pick, Round, explain_round, reads_pick
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
 __all__ = ["CapstoneJob", "FixLoop", "Round", "Total", "job_peak", "next_fix", "round_speedup"]
-
-# a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
-# apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
-# such a bound is shown as context, not judged
-MIN_TESTABLE_SHARE = 0.05
 
 # the share of the step each planted problem's finding reads (the fixes left alone at the end)
 FINDING_OF_FIX = {"data": "data", "sync": "sync", "ddp": "communication", "optimizer": "optimizer"}
@@ -127,19 +122,22 @@ class CapstoneJob:
         return flops * (tokens_per_s or self.tokens_per_s(result)) / result["tokens_per_step"] / peak
 
     def clean_seconds(self, result: Mapping) -> list[float]:
-        """Seconds at each step's end, the window steps counted at the median other step
-        (the profiler's cost is not the job's)."""
+        """Seconds at each step's end, counted from the start of the data's preparation
+        (``data_prep_s``, 0 where the result has none: ``--fix data`` tokenizes every document
+        there, before the first step, so the fix moves that cost out of the steps, not away), the
+        window steps counted at the median other step (the profiler's cost is not the job's)."""
         t, med = list(result["step_times_s"]), statistics.median(self.after_window(result))
         for i in range(self.skip, min(len(t), self.first_measured)):
             t[i] = med
-        out, total = [], 0.0
+        out, total = [], float(result.get("data_prep_s", 0.0))
         for x in t:
             total += x
             out.append(total)
         return out
 
     def reached(self, result: Mapping) -> tuple[float, int] | None:
-        """(seconds, tokens) to the target loss, the window counted as in :meth:`clean_seconds`;
+        """(seconds, tokens) to the target loss, the data's preparation and the window counted
+        as in :meth:`clean_seconds`;
         ``None`` when the run did not reach it."""
         k = result["steps_to_target"]
         return None if k is None else (self.clean_seconds(result)[k - 1], k * result["tokens_per_step"])
@@ -205,6 +203,7 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak, and the
     compute fixes' bounds are too loose to test them; a finding that fired on a count with a share
     below :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test (``Pick.untested`` says why).
+    The fix of the loop's host reads is bounded by what it can remove (:func:`reads_pick`).
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -215,6 +214,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
         if f["severity"] == "info":
             continue
         for fix in (x for x in fix_for_finding.get(f["kind"], ()) if x in usable):
+            if f["kind"] == fix == "sync":  # the reads, not the collective waited for between them
+                return reads_pick(report, fix)
             also = [k for k, fixes in fix_for_finding.items() if fix in fixes and k != f["kind"]
                     and k in report["shares"]]
             share = f["share"] + sum(report["shares"][k] for k in also)
@@ -246,7 +247,7 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 k = job.batch_factor
                 return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
                             f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.1f}x: "
-                            f"MFU {mfu:.2%})", fix, (), by_tokens=True)
+                            f"MFU {mfu:.2%} in the run the fix was chosen from)", fix, (), by_tokens=True)
             return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix, (),
                         f"MFU {mfu:.2%} leaves {1 / mfu:.1f}x of room, while a larger batch cannot shorten "
                         "a step: it buys at most its own factor of tokens per step, so the peak is not what "
@@ -256,23 +257,6 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                     f"the bound counts all of forward and backward ({compute:.1%} of the step), of which "
                     f"--fix {fix} changes a part the diagnosis does not measure apart")
     return None
-
-
-@dataclass
-class Round:
-    """One played round: the fix and its bound (``pick``), the measured speedup, tokens/s
-    before and after, and the verdict's sentences (:func:`explain_round`)."""
-
-    number: int
-    pick: Pick
-    speedup: Estimate
-    before_tps: float
-    after_tps: float
-    explain: dict[str, str]
-    kept: bool
-    description: str = ""
-    befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
-    befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
 
 
 @dataclass(frozen=True)
@@ -364,12 +348,15 @@ class FixLoop:
             befores.append(self.job.run(tuple(self.applied), to_target=False)[1])
         est = round_speedup(self.job, befores, result)
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
-        r = Round(len(self.applied) + len(self.tried) + 1, pick, est,
-                  statistics.mean(self.job.tokens_per_s(b) for b in befores), self.job.tokens_per_s(result),
+        tps = tuple(self.job.tokens_per_s(b) for b in befores)
+        r = Round(len(self.applied) + len(self.tried) + 1, pick, est, statistics.mean(tps),
+                  self.job.tokens_per_s(result),
                   explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report,
-                                clear_below=est.clear_of(1.0, "x") == "below"),
+                                clear_below=est.clear_of(1.0, "x") == "below", befores_tps=tps,
+                                slowdown_after=self.job.profiler_slowdown(report, result),
+                                tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
-                  befores_tps=tuple(self.job.tokens_per_s(b) for b in befores))
+                  befores_tps=tps)
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})

@@ -6,9 +6,11 @@ A round predicts a fix's gain from the share of the step its finding measured (A
 the bound, the phases whose shares make it, and, for a bound that cannot test the fix at
 this job's sizes (too loose, or too close to 1x for this job's noise), why (``untested``):
 such a bound is printed as context beside the measurement, never recorded as a prediction.
-:func:`explain_round` words each outcome with the
+:func:`reads_pick` bounds the fix of the host reads by what it can remove: the reads, not the
+collective waited for between two of them. :func:`explain_round` words each outcome with the
 measured quantities that decide it: each phase's milliseconds per profiled step before and
-after the fix, the host reads (syncs) per step, the profiler's slowdown.
+after the fix, the host reads (syncs) per step, the profiled window's gain beside the runs',
+and the runs before when they drifted apart; a played round is a :class:`Round`.
 
 Usage::
 
@@ -20,12 +22,18 @@ Usage::
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from perfkit._checks import check_real, check_type
+from perfkit._checks import check_items, check_real, check_type
+from perfkit.stats import Estimate
 
-__all__ = ["Pick", "explain_round", "phase_ms"]
+__all__ = ["Pick", "Round", "explain_round", "phase_ms"]
+
+# a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
+# apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
+# such a bound is shown as context, not judged
+MIN_TESTABLE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,57 @@ class Pick:
     phases: tuple[str, ...] = ()
     untested: str = ""
     by_tokens: bool = False
+
+
+@dataclass
+class Round:
+    """One played round: the fix and its bound (``pick``), the measured speedup, tokens/s
+    before and after, and the verdict's sentences (:func:`explain_round`)."""
+
+    number: int
+    pick: Pick
+    speedup: Estimate
+    before_tps: float
+    after_tps: float
+    explain: dict[str, str]
+    kept: bool
+    description: str = ""
+    befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
+    befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
+
+
+def reads_pick(report: Mapping, fix: str) -> Pick:
+    """The bound of ``fix``, the fix of the training loop's own host reads, from a diagnosis
+    whose sync finding fired.
+
+    The sync share holds the reads, the host loop between them, and the time that passed with a
+    collective in flight between two reads (a wait for it: DDP's buckets, with
+    ``find_unused_parameters=True``), which removing the loop's reads does not remove. What the
+    fix can remove is the sync share less that wait, plus part of the communication share (the
+    loop's own collective, as a per-step loss all-reduce, not measured apart): the bound counts
+    all of communication. Where the part of the sync share the fix removes lies below
+    :data:`MIN_TESTABLE_SHARE`, the bound cannot test the fix (``Pick.untested`` says why).
+
+    Raises:
+        TypeError, ValueError: for a ``report`` that is not a diagnosis report with shares.
+    """
+    check_type("report", report, Mapping)
+    if not isinstance(report.get("shares"), Mapping):
+        raise ValueError("report must be a diagnosis report with shares")
+    sync, comm = report["shares"].get("sync", 0.0), report["shares"].get("communication", 0.0)
+    wait = min(report.get("sync_comm_share") or 0.0, sync)
+    reads = sync - wait  # the reads and the loop between them
+    share = min(reads + comm, 0.99)
+    model = (f"Amdahl: the reads and the host loop between them (sync {sync:.1%}, less the {wait:.1%} "
+             "that passed with a collective in flight, which the fix does not remove) + communication "
+             f"{comm:.1%} (the loop's own collectives among it, not measured apart), {share:.1%} removed")
+    untested = "" if reads >= MIN_TESTABLE_SHARE else (
+        f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of the step, "
+        f"which puts its gain within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job "
+        f"minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds the loop's own "
+        "collectives, which the fix runs less often, beside the others, which it leaves: a part the "
+        "diagnosis does not measure apart")
+    return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested)
 
 
 def phase_ms(report: Mapping) -> dict[str, float]:
@@ -66,9 +125,72 @@ def _moves(before: Mapping[str, float], after: Mapping[str, float], phases: list
     return ", ".join(f"{k} {before.get(k, 0.0):.1f} -> {after.get(k, 0.0):.1f} ms" for k in phases)
 
 
+def _overlapped_ms(report: Mapping) -> float | None:
+    """Milliseconds per profiled step that collectives ran under other work (as the diagnosis
+    prints it: overlapped, less the operators they slowed); ``None`` when not recorded."""
+    if report.get("comm_overlapped_share") is None:
+        return None
+    share = report["comm_overlapped_share"] - report.get("comm_contention_share", 0.0)
+    return share * statistics.mean(report["step_times_s"]) * 1e3
+
+
+def _comm_rose(fix: str, before: Mapping, after: Mapping, rise_ms: float) -> str:
+    """Why communication rose by ``rise_ms`` (per profiled step) with ``fix``, as far as the
+    overlap the two diagnoses recorded says it: collective time that ran under other work
+    before and runs exposed after."""
+    ov_b, ov_a = _overlapped_ms(before), _overlapped_ms(after)
+    if ov_b is None or ov_a is None:
+        return "; this run does not time why."
+    if ov_a >= ov_b - 0.1:
+        return (f"; the collectives' time under other work went {ov_b:.1f} -> {ov_a:.1f} ms per profiled "
+                "step, so lost overlap does not explain it, and this run does not time why.")
+    how = (" (fewer, larger buckets start their all-reduce later in backward, or after it)"
+           if fix == "ddp" else "")
+    said = (f": the collectives' time under other work fell {ov_b:.1f} -> {ov_a:.1f} ms per profiled step, "
+            f"collective time that was overlapped and now runs exposed{how}")
+    if ov_b - ov_a >= rise_ms:
+        return said + f", as much as the {rise_ms:.1f} ms it rose."
+    return said + (f", {(ov_b - ov_a) / rise_ms:.0%} of the {rise_ms:.1f} ms it rose; this run does not time "
+                   "the rest.")
+
+
+def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowdown: float,
+            slowdown_after: float | None) -> str:
+    """The profiled window's tokens/s gain beside the runs', when the two differ by more than a
+    tenth: the shares, phases and bound were measured in that window."""
+    step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3 for r in (before, after))  # ms
+    if step_a <= 0:
+        return ""
+    window = step_b / step_a * tokens_x
+    if 1 / 1.1 <= window / gain <= 1.1:
+        return ""
+    why = (f": the profiled steps took {slowdown:.2f}x an unprofiled one before the fix and "
+           f"{slowdown_after:.2f}x after it, so the profiler (and any load during a window) did not weigh on "
+           "the two alike" if slowdown_after is not None else "")
+    return (f"The profiled window gained {window:.2f}x ({step_b:.1f} -> {step_a:.1f} ms a profiled step"
+            + (f", {tokens_x:g}x the tokens" if tokens_x != 1 else "")
+            + f") against the runs' {gain:.2f}x{why}; the diagnosis' phases, and the bound's shares, were "
+            "measured in windows that changed otherwise than the runs did.")
+
+
+def _drift(gain: float, befores_tps: Sequence[float], bound: float) -> str:
+    """The runs before by name when they lie more than a tenth apart: the fix's ratio against
+    each, and the edges (1x, the bound) that lie between those two ratios."""
+    if len(befores_tps) < 2 or max(befores_tps) <= 1.1 * min(befores_tps):
+        return ""
+    each = [gain * statistics.mean(befores_tps) / t for t in befores_tps]
+    edges = [e for e in (1.0, bound) if min(each) < e < max(each)]
+    return (f"The configuration before ran at {' and '.join(f'{t:,.0f}' for t in befores_tps)} tokens/s, "
+            f"{max(befores_tps) / min(befores_tps):.2f}x apart: against each alone the fix measures "
+            + " and ".join(f"{e:.2f}x" for e in each)
+            + (f", on both sides of {' and '.join(f'{e:.3g}x' for e in edges)}: which of those two runs read "
+               "the machine right decides the round, not the fix." if edges else "."))
+
+
 def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
                   repeated: bool, after_report: Mapping | None = None,
-                  clear_below: bool = True) -> dict[str, str]:
+                  clear_below: bool = True, befores_tps: Sequence[float] = (),
+                  slowdown_after: float | None = None, tokens_x: float = 1.0) -> dict[str, str]:
     """The verdict's sentence for each outcome of one round, from what it measured.
 
     Args:
@@ -77,19 +199,34 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         slowdown: that configuration's profiled over unprofiled step (the profiler's cost).
         repeated: whether the configuration before was run again after the new one.
         after_report: the diagnosis with the fix applied: the sentences then name each
-            phase's milliseconds per profiled step before and after, and the syncs per step.
+            phase's milliseconds per profiled step before and after, the syncs per step, and,
+            whatever the outcome, the profiled window's gain where it differs from the runs'
+            by more than a tenth.
         clear_below: whether the gain's interval lies below 1x (as printed); when it holds
             1x, a gain below 1x is not called a slowdown the fix caused.
+        befores_tps: tokens/s of each run of the configuration before: where two lie more
+            than a tenth apart, every outcome names them and the fix's ratio against each, and
+            a slower step is not called a fix that cost more than it saved.
+        slowdown_after: the configuration with the fix's profiled over unprofiled step,
+            named beside ``slowdown`` when the window's gain differs from the runs'.
+        tokens_x: tokens per step after the fix over before (a larger batch's factor).
 
     Raises:
-        TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, a gain or slowdown
-            that is not a finite number > 0, or a report that is not a diagnosis report.
+        TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, a gain, slowdown,
+            tokens factor or run's tokens/s that is not a finite number > 0, or a report that
+            is not a diagnosis report.
     """
     check_type("pick", pick, Pick)
     check_real("gain", gain, 0, lo_open=True)
     check_real("slowdown", slowdown, 0, lo_open=True)
+    check_real("tokens_x", tokens_x, 0, lo_open=True)
+    for i, t in enumerate(check_items("befores_tps", befores_tps, nonempty=False)):
+        check_real(f"befores_tps[{i}]", t, 0, lo_open=True)
+    if slowdown_after is not None:
+        check_real("slowdown_after", slowdown_after, 0, lo_open=True)
     ms_before = phase_ms(before_report)
     ms_after = None if after_report is None else phase_ms(after_report)
+    apart = max(befores_tps) / min(befores_tps) if befores_tps else 1.0
     # Amdahl's terms: the share of the step the fix removed against the share the bound allows
     held = (f"It removed {1 - 1 / gain:.0%} of the step, {(1 - 1 / gain) / (1 - 1 / pick.bound):.0%} of "
             f"the {1 - 1 / pick.bound:.1%} the bound allows." if pick.bound > 1 and gain > 1 else "")
@@ -112,7 +249,7 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                   "as long as without it; " if slowdown > 1.1 else "")
                  + "a fix that removes many small calls also removes per-call costs the attribution "
                  "counts in other phases")
-    decided = ""
+    said = []  # what the round measured, said whatever the outcome
     if ms_after is not None:
         outside = [k for k in ms_before if k not in pick.phases and ms_before[k] > ms_after.get(k, 0.0)]
         outside.sort(key=lambda k: ms_after.get(k, 0.0) - ms_before[k])  # largest drop first
@@ -122,12 +259,6 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
             if pick.fix == "ddp" and "forward" in outside[:2]:
                 above += (" (with find_unused_parameters=True DDP walks the autograd graph after every "
                           "forward, time counted in forward)")
-        step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3  # ms per profiled step
-                          for r in (before_report, after_report))
-        if step_a > 0 and step_b / step_a < gain / 1.1:  # the profiled window gained less than the runs
-            above += (f"; the profiled step went {step_b:.1f} -> {step_a:.1f} ms, only "
-                      f"{step_b / step_a:.2f}x against the {gain:.2f}x of the unprofiled steps, so the "
-                      "window's phases cannot place the rest of the gain")
         syncs = (f"; host reads (syncs) per step {before_report.get('syncs_per_step', 0):.0f} -> "
                  f"{after_report.get('syncs_per_step', 0):.0f}" if "sync" in pick.phases else "")
         if pick.phases:
@@ -142,21 +273,32 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                             "each or the load rose.")
             elif rose:
                 decided += (f" {' and '.join(rose).capitalize()} rose, though the fix targets "
-                            f"{'them' if len(rose) > 1 else 'it'}; this run does not time why.")
+                            f"{'them' if len(rose) > 1 else 'it'}"
+                            + (_comm_rose(pick.fix, before_report, after_report,
+                                          ms_after["communication"] - ms_before["communication"])
+                               if rose == ["communication"] else "; this run does not time why."))
+            said.append(decided)
+        said.append(_window(gain, before_report, after_report, tokens_x, slowdown, slowdown_after))
+    said.append(_drift(gain, befores_tps, pick.bound))
+    decided = " ".join(s for s in said if s)
     load = ("and the load may have changed faster than the three runs (before, after, before again) can "
             "cancel" if repeated else "and with one run of each configuration, a load that changed between "
             "the two runs moves the ratio as much as the fix does")
-    out = {"held": held,
-           "above": f"More than the bound allows: {above}; {load}.",
+    tail = " " + decided if decided else ""
+    out = {"held": (held + tail).strip(),
+           "above": f"More than the bound allows: {above}; {load}." + tail,
            "below": ("The step got slower: the run with the fix was slower than "
-                     + ("the configuration before it, run before and after it: the fix cost more than it "
-                        "saved on this machine." if repeated else "the one run before it (a load that "
-                        "changed between the two runs reads the same).") if clear_below else
+                     + (("both runs of the configuration before it, run before and after it: the fix "
+                         "cost more than it saved on this machine." if apart < 1.05 else
+                         "both runs of the configuration before it, run before and after it; those two "
+                         f"differed by {apart:.2f}x, so a load that rose during the run with the "
+                         "fix alone reads the same as a fix that cost more than it saved.") if repeated
+                        else "the one run before it (a load that changed between the two runs reads the "
+                        "same).") if clear_below else
                      "The median step got slower with the fix, but the interval holds 1x: this run cannot "
                      "tell the fix from no change, nor say that it cost more than it saved.")
                     + " It is dropped (the loop keeps a fix only where the median gained); the next round "
-                    "starts from the configuration before it."
-                    + (" " + decided if decided else "")}
+                    "starts from the configuration before it." + tail}
     if decided:
         out["inconclusive"] = decided
     return out

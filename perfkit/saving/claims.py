@@ -9,6 +9,8 @@ and compression by a ``.gz`` name.
   device to wait for. What each filesystem keeps after a killed process, a killed container
   and a reboot is :func:`perfkit.saving.survives` (stated from the kernel's documentation,
   not measured: a reboot cannot be).
+* :func:`one_second_scope` says for what state sizes the "<1 s checkpoint save time" claim held
+  among the saves a run measured: a claim without a size is judged only at one.
 * :func:`gzip_costs` times saving float weights with ``torch.save`` to a plain file and
   through ``gzip.open`` (what a ``.gz`` name asks of Python), each ended with ``fsync``, in
   interleaved rounds, and compares the files' sizes. The 23 mantissa bits of a trained
@@ -44,7 +46,7 @@ from perfkit.stats import Estimate
 from perfkit.timing import Timer
 from perfkit.units import si
 
-__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "storage_rates"]
+__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "one_second_scope", "storage_rates"]
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
     check_type("costs", costs, SaveCosts)
     b2 = check_real("stored_bytes", stored_bytes, 0, lo_open=True)
     b1, out = costs.state_bytes, []
-    rates = {"sync": (costs.sync_model_s, costs.write.bytes_per_s, "bytes over the write bandwidth"),
+    rates = {"sync": (costs.sync_model_s, costs.write.best_bytes_per_s, "bytes over the write bandwidth"),
              "thread": (costs.staging_floor_s, costs.copy_bytes_per_s / 2, "the staging copy")}
     for mode, (floor, rate, what) in rates.items():
         if mode not in costs.blocked_s or mode not in stored_blocked_s:
@@ -251,3 +253,35 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
                    + f" The line through the two saves ({si(b1, 'B')} in {t1:.3g} s, {si(b2, 'B')} in "
                    f"{t2:.3g} s): under 1 s {line}.")
     return out
+
+
+def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
+    """For what state sizes "<``limit_s`` s save time" held among measured ``saves`` (state bytes
+    to seconds): the largest size that took less and the smallest that took at least as long,
+    which bracket where the claim stops holding on that storage. Sizes are compared as they
+    are, each save under its own run's load.
+
+    Raises:
+        TypeError, ValueError: ``saves`` empty, or a size or a time not a finite number > 0.
+    """
+    check_type("saves", saves, Mapping)
+    if not saves:
+        raise ValueError("saves must hold at least one (bytes, seconds) pair")
+    for b, t in saves.items():
+        check_real("saves' bytes", b, 0, lo_open=True)
+        check_real(f"saves[{b!r}]", t, 0, lo_open=True)
+    check_real("limit_s", limit_s, 0, lo_open=True)
+    under = [b for b, t in saves.items() if t < limit_s]
+    over = [b for b, t in saves.items() if t >= limit_s]
+    said = ", ".join(f"{si(b, 'B')} in {saves[b]:.3g} s" for b in sorted(saves))
+    if not over:
+        return (f"Under {limit_s:g} s at every size measured ({said}): the claim holds up to "
+                f"{si(max(under), 'B')} at least, and these saves say nothing of larger states.")
+    if not under:
+        return f"At {limit_s:g} s or more at every size measured ({said}): the claim holds at none of them."
+    lo, hi = max(under), min(over)
+    if lo < hi:
+        return (f"Of the saves measured ({said}), the claim holds up to {si(lo, 'B')} and not at "
+                f"{si(hi, 'B')}: where those saves ran, it stops holding between the two sizes.")
+    return (f"The saves measured ({said}) disagree: a larger state took less than {limit_s:g} s where "
+            "a smaller one did not, so the runs' loads differ too much to place a size.")

@@ -31,7 +31,7 @@ import math
 import os
 import signal
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from perfkit.saving.training_state import TrainState
 from perfkit.stats import Estimate
 
 __all__ = ["GoodputCurve", "KilledSave", "SaveCosts", "copy_beside_limits", "goodput_curve", "killed_save",
-           "save_costs", "small_state", "small_step"]
+           "save_costs", "small_state", "small_step", "with_fastest_copy"]
 
 # DCP warns once per save that it saves in a single process when no group exists: expected here
 _SINGLE = "torch.distributed is disabled, unavailable or uninitialized"
@@ -71,8 +71,9 @@ class SaveCosts:
         write: the directory's write bandwidth with fsync.
         copy_bytes_per_s: the copy rate of a buffer of the state's size, read plus written
             bytes per s (the fastest of :func:`perfkit.hw.measure_copy` at ``state_bytes``,
-            unless given): a state larger than the caches is copied at memory speed, not at
-            the cache's.
+            unless given; :func:`with_fastest_copy` raises it to a faster copy measured
+            before): a state larger than the caches is copied at memory speed, not at the
+            cache's.
     """
 
     state_bytes: int
@@ -84,8 +85,9 @@ class SaveCosts:
 
     @property
     def sync_model_s(self) -> float:
-        """The synchronous save's model: state bytes over the write bandwidth (s)."""
-        return self.state_bytes / self.write.bytes_per_s
+        """The synchronous save's floor: state bytes over the fastest of the directory's
+        writes with fsync (s). A floor takes the fastest rate seen, not the median's."""
+        return self.state_bytes / self.write.best_bytes_per_s
 
     @property
     def staging_floor_s(self) -> float:
@@ -103,10 +105,35 @@ class SaveCosts:
         return stats.median_ratio(self.blocked_s[mode], self.blocked_s["sync"])
 
 
+def _nearest_copy(costs: SaveCosts, limits: hw.MachineLimits, threads: int) -> Any:
+    """The limits file's copy on ``threads`` whose buffer lies nearest the state's size."""
+    same = [q for q in limits.copy_points if q.op == "copy" and q.threads == threads]
+    return min(same, key=lambda q: abs(q.nbytes - costs.state_bytes), default=None)
+
+
+def with_fastest_copy(costs: SaveCosts, limits: hw.MachineLimits, threads: int) -> SaveCosts:
+    """``costs`` with its copy rate raised to the limits file's copy nearest the state's size
+    on the same ``threads`` (notebook 00's) where that ran faster: the staging floor is a floor
+    only at the fastest copy rate seen, not at the one measured last.
+
+    Raises:
+        TypeError, ValueError: a bad argument.
+    """
+    check_type("costs", costs, SaveCosts)
+    check_type("limits", limits, hw.MachineLimits)
+    check_int("threads", threads, 1)
+    near = _nearest_copy(costs, limits, threads)
+    if near is None or near.best_bytes_per_s <= costs.copy_bytes_per_s:
+        return costs
+    return replace(costs, copy_bytes_per_s=float(near.best_bytes_per_s))
+
+
 def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int) -> str:
     """``costs``' copy rate (a buffer of the state's size, on ``threads``) beside the copies in
     notebook 00's limits file: its DRAM ceiling (the best thread count on buffers no cache
-    holds), its in-cache copy, and its copy nearest the state's size on the same threads.
+    holds), its in-cache copy, and its copy nearest the state's size on the same threads; and
+    which of the two copies near the state's size the staging floor takes
+    (:func:`with_fastest_copy`: the faster).
 
     Raises:
         TypeError, ValueError: a bad argument.
@@ -116,8 +143,7 @@ def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int)
     check_type("costs", costs, SaveCosts)
     check_type("limits", limits, hw.MachineLimits)
     check_int("threads", threads, 1)
-    same = [q for q in limits.copy_points if q.op == "copy" and q.threads == threads]
-    near = min(same, key=lambda q: abs(q.nbytes - costs.state_bytes), default=None)
+    near = _nearest_copy(costs, limits, threads)
     src = limits.sources
     plural = "s" * (threads > 1)
     out = (f"notebook 00's limits file: DRAM ceiling {si(limits.copy_bytes_per_s, 'B/s')} "
@@ -128,8 +154,12 @@ def copy_beside_limits(costs: SaveCosts, limits: hw.MachineLimits, threads: int)
     if near is not None:
         out += (f"; on {threads} thread{plural}, its copy nearest the state's size "
                 f"{si(near.best_bytes_per_s, 'B/s')} ({si(near.nbytes, 'B')} buffers)")
-    return (out + f". The copy here: {si(costs.copy_bytes_per_s, 'B/s')} on {si(costs.state_bytes, 'B')} "
+    out += (f". The copy here: {si(costs.copy_bytes_per_s, 'B/s')} on {si(costs.state_bytes, 'B')} "
             f"buffers, {threads} thread{plural}.")
+    if near is not None and near.best_bytes_per_s > costs.copy_bytes_per_s:
+        out += (f" The staging floor takes the faster, {si(near.best_bytes_per_s, 'B/s')}: a floor holds "
+                "only at the fastest rate seen.")
+    return out
 
 
 def _gpt_state(n_embd: int, n_layer: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

@@ -46,6 +46,7 @@ class WriteBandwidth:
         nbytes: bytes per write; fsync: whether each write ended with ``os.fsync``.
         times_s: each repetition's seconds (open, write, fsync if asked, close).
         bytes_per_s: ``nbytes`` over the median time (B/s).
+        best_bytes_per_s: ``nbytes`` over the fastest time (B/s): the rate a floor takes.
     """
 
     directory: str
@@ -58,6 +59,10 @@ class WriteBandwidth:
     @property
     def bytes_per_s(self) -> float:
         return self.nbytes / statistics.median(self.times_s)
+
+    @property
+    def best_bytes_per_s(self) -> float:
+        return self.nbytes / min(self.times_s)
 
 
 def filesystem_of(path: str | os.PathLike) -> tuple[str, str]:

@@ -169,7 +169,7 @@ def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[flo
         ax.plot(t, loss, label=name, lw=1.2)
     ax.axhline(target, color="0.3", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xscale("log")
-    ax.set_xlabel("seconds of training (log scale)")
+    ax.set_xlabel("seconds (log scale)")
     ax.set_ylabel("training loss")
     ax.legend(loc="upper right", fontsize=8)
     ax.set_title(title or "Time to the target loss")
@@ -205,7 +205,9 @@ def round_text(r: Round) -> str:
 def round_context(r: Round) -> str:
     """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
     (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
-    test the fix, and whether the speedup's interval lies above 1x. Recorded as no verdict.
+    test the fix, whether the speedup's interval lies above 1x, and what the round measured
+    (``r.explain["inconclusive"]``: the bound's phases, the profiled window's gain where it differs
+    from the runs', the runs before where they drifted apart). Recorded as no verdict.
 
     Raises:
         TypeError, ValueError: for ``r`` that is not a Round, or one whose bound can be tested.
@@ -221,7 +223,8 @@ def round_context(r: Round) -> str:
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
             f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound cannot test the fix: "
-            f"{r.pick.untested}. As for the gain, {gain}.")
+            f"{r.pick.untested}. As for the gain, {gain}." + (f" {r.explain['inconclusive']}"
+                                                               if r.explain.get("inconclusive") else ""))
 
 
 def total_text(t: Total) -> str:
@@ -314,8 +317,9 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> st
     out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
            f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured windows")
     if abs(runs_x / w - 1) > 0.05:
-        out += (f": the runs' other steps (the warm-up, the profiled window counted at the median step, the "
-                f"steps after the window) put it {runs_x / w:.2f}x from the windows' ratio")
+        out += (f": the runs' other time (the data's preparation before the first step, the warm-up, the "
+                "profiled window counted at the median step, the steps after the window) puts it "
+                f"{runs_x / w:.2f}x from the windows' ratio")
     if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
         runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
         out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "

@@ -52,15 +52,17 @@ def _points_by_op(points: Sequence[CollectivePoint]) -> dict[str, list[Collectiv
 
 
 def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, AlphaBeta] | None = None,
-                     copy_bytes_per_s: float | None = None) -> Figure:
+                     copy_bytes_per_s: float | None = None,
+                     copy_label: str = "one copy at the DRAM ceiling") -> Figure:
     """Time (left) and busbw (right) against message size, one line per op.
 
     Args:
         points: a sweep from :func:`perfkit.comm.sweep`.
         fits: op -> fitted :class:`AlphaBeta`, drawn dashed on the time panel.
-        copy_bytes_per_s: the machine's copy bandwidth (bytes read + written per second,
-            as :mod:`perfkit.hw` measures it); drawn as the rate of copying a buffer once,
-            ``copy_bytes_per_s / 2``, the reference a shared-memory transport can reach.
+        copy_bytes_per_s: a copy's rate (bytes read + written per second, as :mod:`perfkit.hw`
+            counts it; :func:`perfkit.ceilings.dram_copy`); drawn as the rate of copying a buffer
+            once, ``copy_bytes_per_s / 2``, the reference a shared-memory transport can reach.
+        copy_label: what that rate is, for the legend.
     """
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
     for op, pts in _points_by_op(points).items():
@@ -72,7 +74,7 @@ def plot_collectives(points: Sequence[CollectivePoint], fits: Mapping[str, Alpha
                       alpha=0.6)
     if copy_bytes_per_s:
         ax_b.axhline(copy_bytes_per_s / 2 / 1e9, color="k", ls=":",
-                     label=f"one copy at the DRAM ceiling: {si(copy_bytes_per_s / 2, 'B/s')}")
+                     label=f"{copy_label}: {si(copy_bytes_per_s / 2, 'B/s')}")
     world = points[0].world_size
     for ax, ylabel in ((ax_t, "time (µs)"), (ax_b, "busbw (GB/s)")):
         ax.set_xscale("log", base=2)
@@ -116,15 +118,16 @@ def collectives_widget(measured: Mapping[int, Sequence[CollectivePoint]], fit2: 
         ax.plot(xs, [ring_allreduce_time(x, world_size, link) * 1e6 for x in xs], "--",
                 label=f"ring model, {world_size} ranks")
         pred = ring_allreduce_time(nbytes, world_size, link)
-        ax.plot([nbytes], [pred * 1e6], "s", color="C0")
+        ax.plot([nbytes], [pred * 1e6], "s", color="C0", label=f"model at {si(nbytes, 'B')}")
         note = "not measured at this world size"
         pts = by_world.get(world_size)
         if pts:
             ax.plot([p.nbytes for p in pts], [p.time_s * 1e6 for p in pts], "o-", color="C1",
                     label=f"measured, {world_size} ranks")
             near = min(pts, key=lambda p: abs(math.log2(p.nbytes) - math.log2(nbytes)))
-            note = (f"measured {si(near.time_s, 's')} at {si(near.nbytes, 'B')} "
-                    f"(model there: {si(ring_allreduce_time(near.nbytes, world_size, link), 's')})")
+            there = ring_allreduce_time(near.nbytes, world_size, link)  # s: the model at the measured size
+            note = (f"measured {si(near.time_s, 's')} at {si(near.nbytes, 'B')}"
+                    + (f" (model there: {si(there, 's')})" if near.nbytes != round(nbytes) else ""))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
@@ -164,11 +167,12 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     ax.set_ylabel("median per step (ms)")
     ax.tick_params(axis="x", labelsize=8)
     hidden = compare["hidden_share"]
-    # the medians' share has no interval here: the title names what to read, the verdict judges it
+    # the medians' share has no interval here: the title names what to read, the verdict judges the
+    # rounds' paired savings and prints this medians' share beside its own where the two differ
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
-        "the overlapped bar below the dotted line is communication hidden (share and interval: "
-        "see the verdict)" if hidden is not None else "no communication showed in the bucketed step"),
-        fontsize=10)
+        "the overlapped bar below the dotted line is communication\nhidden by these medians; the rounds' "
+        "paired savings can differ (see the verdict)" if hidden is not None else
+        "no communication showed in the bucketed step"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)

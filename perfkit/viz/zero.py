@@ -72,5 +72,5 @@ def bytes_lines(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str
     return "\n".join(
         f"{name:>12}: {sent_bytes(r) / base:.3f}x {baseline}'s bytes per step ("
         + ", ".join(f"{k} {si(b, 'B')}" for k, b in (r.sent_bytes or {}).items())
-        + f"), {calls_per_step(r)} collective calls"
+        + f"), {calls_per_step(r)} collective call{'s' * (calls_per_step(r) != 1)}"
         for name, r in variants.items() if name != baseline)

@@ -111,6 +111,16 @@ def test_slow_script_runs_and_reports(jobs):
                             "find_unused_parameters": True, "foreach": False, "fused": False,
                             "attn_implementation": "eager", "batch_per_rank": 2,
                             "compiled": False}
+    # 28 tensors in 1 KB buckets: a bucket closes at the cap, so the small vectors share one
+    assert res["ddp_buckets"] == 10
+
+
+def test_the_data_fix_moves_tokenizing_before_the_first_step(jobs):
+    slow, fixed = jobs["slow"][1], jobs["neutral"][1]
+    # every document tokenized up front: time the steps no longer hold, so a time to the target adds it
+    assert fixed["data_prep_s"] > 0.02 and fixed["data_prep_s"] > 5 * slow["data_prep_s"]
+    assert fixed["data_prep_s"] < fixed["setup_s"]
+    assert fixed["ddp_buckets"] == 1  # DDP's default: the 1 MiB first bucket holds all 663 KiB
 
 
 def test_neutral_fixes_give_the_same_losses(jobs):

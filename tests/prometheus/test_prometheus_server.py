@@ -37,7 +37,10 @@ pytestmark = [
                        reason="Debian's prometheus is not installed (make prometheus-deps)"),
 ]
 EVAL_S = 2.0  # scrape and evaluation interval of the test server, s
-TH = Thresholds(data=0.3)  # this CNN's clean loop spends 9-16 % of its step on data here
+TH = Thresholds(data=0.3)  # the rules promtool checks
+# the real server's: this CNN's clean loop spends 9-16 % of its step on data here, and up to a
+# third in a short window when another job takes a core; with the test's bottleneck, about 85 %
+TH_SERVER = Thresholds(data=0.45)
 
 
 def promtool(*args, cwd):
@@ -137,9 +140,10 @@ def refuses(port):
 @pytest.mark.timeout(120)
 def test_data_bound_alert_fires_in_a_real_server(tmp_path, one_thread):
     sink = PrometheusSink(port=0)
-    every = 2  # steps per window: a new share reaches the endpoint every ~0.1-0.2 s
+    every = 6  # steps per window: a new share reaches the endpoint every ~0.1-0.4 s; longer windows
+    # average out a core taken away for a few milliseconds, which pushed a 2-step window past the threshold
     mon = StepMonitor(device="cpu", every=every, sinks=[sink])
-    (tmp_path / "rules.yml").write_text(alert_rules(TH, for_s=0, interval_s=EVAL_S))
+    (tmp_path / "rules.yml").write_text(alert_rules(TH_SERVER, for_s=0, interval_s=EVAL_S))
     (tmp_path / "prometheus.yml").write_text(prometheus_config(
         [f"127.0.0.1:{sink.port}"], ["rules.yml"], interval_s=EVAL_S))
     web = free_port()
@@ -173,7 +177,7 @@ def test_data_bound_alert_fires_in_a_real_server(tmp_path, one_thread):
         assert train_until(scraped, 40), (tmp_path / "prometheus.log").read_text()[-2000:]
         clean = float(get(f"{api}/query", query='perfkit_phase_share{phase="data"}')
                       ["data"]["result"][0]["value"][1])
-        assert clean < TH.data
+        assert clean < TH_SERVER.data
         assert train_until(lambda: False, 2 * EVAL_S) is False  # two evaluations of it
         assert data_alert() == []
 
@@ -199,7 +203,7 @@ def test_data_bound_alert_fires_in_a_real_server(tmp_path, one_thread):
         print(f"data-bound alert firing {latency:.2f} s after the bottleneck appeared "
               f"(evaluation interval {EVAL_S} s)")
         assert latency <= 3 * EVAL_S
-        assert fired["labels"]["rank"] == "0" and float(fired["value"]) > TH.data
+        assert fired["labels"]["rank"] == "0" and float(fired["value"]) > TH_SERVER.data
         assert fired["annotations"]["fix"].startswith("move per-sample decoding")
     finally:
         mon.close()

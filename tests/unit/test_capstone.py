@@ -19,7 +19,7 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms
+from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms, reads_pick
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
     plot_waterfall,
@@ -66,6 +66,10 @@ def test_job_args_and_reading_its_result():
     assert JOB.reached(r) is None
     t, v = JOB.loss_curve(r, lambda losses, tps, w: [None, *losses[1:]])
     assert t[0] == pytest.approx(9.2) and len(t) == len(v) == 8
+    # the data's preparation before the first step (--fix data tokenizes there) is the job's time too
+    prepared = {**result(r["step_times_s"], k=5), "data_prep_s": 0.4}
+    assert JOB.clean_seconds(prepared)[0] == pytest.approx(9.4)
+    assert JOB.reached(prepared) == (pytest.approx(10.5), 500)
     with pytest.raises(ValueError, match="measure"):
         CapstoneJob(Path("x"), Path("y"), 5.0, measure=0)
 
@@ -104,8 +108,9 @@ def test_next_fix_takes_the_worst_finding_with_a_fix_left():
                  {"sync": 0.2, "communication": 0.1, "data": 0.1})
     r = result([0.2] * 8)
     pick = next_fix(rep, r, JOB, [], ("data", "sync", "ddp"), FIX_FOR, 1e9)
-    assert (pick.kind, pick.fix, pick.share) == ("sync", "sync", 0.2)  # info is skipped
-    assert pick.bound == pytest.approx(1 / 0.8)
+    # info is skipped; the reads' fix: its reads (no collective waited for between them) + communication
+    assert (pick.kind, pick.fix, pick.share) == ("sync", "sync", pytest.approx(0.3))
+    assert pick.bound == pytest.approx(1 / 0.7) and pick.phases == ("sync", "communication")
     # with sync applied, ddp answers sync and communication: their shares add
     pick = next_fix(rep, r, JOB, ["sync"], ("data", "sync", "ddp"), FIX_FOR, 1e9)
     assert (pick.fix, pick.share) == ("ddp", pytest.approx(0.3)) and "sync + communication" in pick.model
@@ -116,11 +121,29 @@ def test_next_fix_takes_the_worst_finding_with_a_fix_left():
 def test_a_finding_with_a_share_too_small_to_test_is_context():
     # the sync finding fires on its count (29 reads a step) with 1 % of the step: a bound of 1.01x
     rep = report([("medium", "sync", 0.01)], {"sync": 0.01})
-    pick = next_fix(rep, result([0.2] * 8), JOB, [], ("sync",), FIX_FOR, 1e9)
+    pick = next_fix(rep, result([0.2] * 8), JOB, [], ("ddp",), FIX_FOR, 1e9)
     assert pick.bound == pytest.approx(1 / 0.99) and "fired on its count" in pick.untested
     assert "1.0%" in pick.untested
     edge = report([("medium", "sync", MIN_TESTABLE_SHARE)], {"sync": MIN_TESTABLE_SHARE})
-    assert not next_fix(edge, result([0.2] * 8), JOB, [], ("sync",), FIX_FOR, 1e9).untested
+    assert not next_fix(edge, result([0.2] * 8), JOB, [], ("ddp",), FIX_FOR, 1e9).untested
+
+
+def test_the_reads_fix_is_bounded_by_the_reads_not_the_collective_between_them():
+    # a CPU DDP job: 25.4 % sync, of which 21.6 % passed with DDP's all-reduce in flight between two
+    # reads, which removing the loop's reads leaves; judged on the whole sync share (1.34x) it was a test
+    rep = {**report([("medium", "sync", 0.254)], {"sync": 0.254, "communication": 0.116}),
+           "sync_comm_share": 0.216, "sync_read_share": 0.0003}
+    pick = next_fix(rep, result([0.2] * 8), JOB, [], ("sync", "ddp"), FIX_FOR, 1e9)
+    assert pick == reads_pick(rep, "sync") and pick.share == pytest.approx(0.038 + 0.116)
+    assert "less the 21.6% that passed with a collective in flight" in pick.model
+    assert "the reads and the loop between them, is 3.8% of the step" in pick.untested  # context
+    # reads that cost time themselves (a GPU's): a bound that can fail
+    gpu = {**rep, "sync_comm_share": 0.0}
+    assert not reads_pick(gpu, "sync").untested and reads_pick(gpu, "sync").share == pytest.approx(0.37)
+    ddp = next_fix(rep, result([0.2] * 8), JOB, ["sync"], ("sync", "ddp"), FIX_FOR, 1e9)
+    assert ddp.share == pytest.approx(0.37)  # ddp removes the wait too: the whole sync share
+    with pytest.raises(ValueError, match="report must be"):
+        reads_pick({"findings": []}, "sync")
 
 
 def test_the_data_share_is_counted_against_an_unprofiled_step():
@@ -169,6 +192,8 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     text = round_context(rnd)
     assert "Context, not a prediction" in text and "at most 3.33x" in text and "1.04x (90% interval" in text
     assert "holds 1x" in text and "does not measure apart" in text
+    measured = replace(rnd, explain={"inconclusive": "The bound's phases went forward 3.0 -> 2.0 ms."})
+    assert round_context(measured).endswith("none. The bound's phases went forward 3.0 -> 2.0 ms.")
     above = replace(rnd, speedup=Estimate(1.5, 1.2, 1.9, 0.9, 8, "m"))
     assert "lies above 1x" in round_context(above)
     below = replace(rnd, speedup=Estimate(0.465, 0.344, 0.711, 0.9, 16, "m"))  # wholly below 1x: slower, said
@@ -198,6 +223,20 @@ def test_explanations_name_what_was_measured():
                             clear_below=False)["below"]
     assert "the fix cost more than it saved on" not in unclear and "dropped" in unclear
     assert "cannot tell the fix from no change" in unclear
+    # two runs before that differ: a load on the middle run alone reads the same as a costly fix
+    drifted = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 0.9, rep, 1.0, repeated=True,
+                            befores_tps=(10000.0, 17700.0))["below"]
+    assert "the fix cost more than it saved on" not in drifted and "differed by 1.77x" in drifted
+    # runs before 1.90x apart: every outcome names them, and the ratio against each beside the bound
+    swing = explain_round(Pick("compute", 0.1, 4.0, "m", "batch", by_tokens=True), 3.02, rep, 1.3,
+                          repeated=True, befores_tps=(22147.0, 11686.0))
+    said = ("ran at 22,147 and 11,686 tokens/s, 1.90x apart: against each alone the fix measures "
+            "2.31x and 4.37x")
+    assert all(said in swing[k] for k in ("held", "above", "below", "inconclusive"))
+    assert "on both sides of 4x: which of those two runs" in swing["inconclusive"]
+    steady = explain_round(Pick("sync", 0.5, 2.0, "m", "sync"), 1.5, rep, 1.0, repeated=True,
+                           befores_tps=(10000.0, 10500.0))
+    assert "inconclusive" not in steady and "tokens/s" not in steady["held"]
     batch = explain_round(Pick("compute", 0.01, 100.0, "m", "batch"), 3.0, rep, 1.3, repeated=True)
     assert "1.3x" in batch["above"]  # bounded by the peak (1 / MFU)
     four = explain_round(Pick("compute", 0.01, 4.0, "m", "batch", by_tokens=True), 2.0, rep, 1.3,
@@ -222,10 +261,17 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     # above the bound: the phase outside it whose time fell (forward 3 -> 1 ms), not backward (2 -> 2)
     assert "outside the sync + communication the bound counts, forward 3.0 -> 1.0 ms" in words["above"]
     assert "backward" not in words["above"] and "find_unused_parameters" in words["above"]
-    # the profiled window gained 1.25x (10 -> 8 ms) against the runs' 2.4x: said, as what the phases miss
-    assert "the profiled step went 10.0 -> 8.0 ms, only 1.25x against the 2.40x" in words["above"]
+    # the profiled window gained 1.25x (10 -> 8 ms) against the runs' 2.4x: said whatever the outcome
+    window = "The profiled window gained 1.25x (10.0 -> 8.0 ms a profiled step) against the runs' 2.40x"
+    assert all(window in words[k] for k in ("held", "above", "below", "inconclusive"))
+    assert "measured in windows that changed otherwise than the runs did" in words["inconclusive"]
+    unalike = explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report=after, slowdown_after=1.57)
+    assert "took 1.00x an unprofiled one before the fix and 1.57x after it" in unalike["held"]
     close = explain_round(ddp, 1.3, before, 1.0, repeated=True, after_report=after)["above"]
-    assert "only 1.25x" not in close  # 1.25x against 1.3x: the window's phases hold the gain
+    assert "profiled window" not in close  # 1.25x against 1.3x: the window's phases hold the gain
+    batch = explain_round(Pick("compute", 0.1, 4.0, "m", "batch", by_tokens=True), 5.0, before, 1.0,
+                          repeated=True, after_report=after, tokens_x=4.0)
+    assert "profiled window" not in batch["held"]  # 4x the tokens in 0.8x the time: 5x, as the runs
     other = explain_round(Pick("data", 0.3, 1.4, "m", "data", ("data", "communication")), 1.5, before, 1.0,
                           repeated=False, after_report=after)
     assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
@@ -242,7 +288,21 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     comm = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0, before, 1.0,
                          repeated=True,
                          after_report={**slower, "shares": {**slower["shares"], "communication": 0.3}})
-    assert "Communication rose, though the fix targets it" in comm["inconclusive"]
+    assert "Communication rose, though the fix targets it; this run does not time why" in comm["inconclusive"]
+    # where the diagnoses recorded the overlap, its fall says why: exposed now what ran under backward
+    overlap = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0,
+                            {**before, "comm_overlapped_share": 0.3}, 1.0, repeated=True,
+                            after_report={**slower, "shares": {**slower["shares"], "communication": 0.3},
+                                          "comm_overlapped_share": 0.0})["inconclusive"]
+    assert "under other work fell 3.0 -> 0.0 ms per profiled step" in overlap  # a 1.6 ms rise: explained
+    assert "does not time" not in overlap and "as much as the 1.6 ms it rose" in overlap
+    part = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0,
+                         {**before, "comm_overlapped_share": 0.05}, 1.0, repeated=True,
+                         after_report={**slower, "shares": {**slower["shares"], "communication": 0.3},
+                                       "comm_overlapped_share": 0.0})["inconclusive"]
+    assert "fell 0.5 -> 0.0 ms" in part
+    assert "31% of the 1.6 ms it rose; this run does not time the rest" in part
+    assert "start their all-reduce later in backward" in overlap
     with pytest.raises(ValueError, match="report must be"):
         explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report={"shares": {}})
     with pytest.raises(TypeError, match="report must be"):

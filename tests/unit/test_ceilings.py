@@ -108,3 +108,22 @@ def test_cached_copy_bytes_is_the_largest_buffer_near_the_cache_ceiling():
     from dataclasses import replace
     assert ceilings.cached_copy_bytes(replace(lim, cache_bytes_per_s=None)) is None
     assert ceilings.cached_copy_bytes(lim, share=1.0) is None  # no median reaches the fastest tenth
+
+
+def test_dram_copy_is_the_copys_own_rate_not_an_adds_ceiling():
+    from perfkit.hw import CopyPoint
+
+    # the DRAM ceiling came from x + y (37.4 GB/s counted); the fastest copy of the same buffers
+    # ran 32.6 GB/s: a buffer copied once moves 16.3 GB/s, not the 18.7 GB/s half the ceiling gives
+    copies = [CopyPoint(2**28, 1e-2, 30e9, 32.6e9, 2), CopyPoint(2**28, 1e-2, 20e9, 21e9, 1),
+              CopyPoint(2**28, 1e-2, 35e9, 37.4e9, 2, op="add"), CopyPoint(2**22, 1e-4, 90e9, 99e9, 2)]
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 37.4e9, copy_points=copies, dram_nbytes=2**28,
+                           sources={"dram": "add of 268,435,456 B buffers on 2 threads"})
+    rate, source = ceilings.dram_copy(lim)
+    assert rate == pytest.approx(32.6e9) and source == "copy of 268,435,456 B buffers on 2 threads"
+    # without a copy of the DRAM buffers, the ceiling itself, and the words say so
+    from dataclasses import replace
+    rate, source = ceilings.dram_copy(replace(lim, copy_points=copies[2:]))
+    assert rate == pytest.approx(37.4e9) and source.startswith("the DRAM ceiling") and "add of" in source
+    # never above the DRAM ceiling (a ceiling lowered by a larger buffer's figure)
+    assert ceilings.dram_copy(replace(lim, copy_bytes_per_s=30e9))[0] == pytest.approx(30e9)

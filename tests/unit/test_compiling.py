@@ -23,6 +23,20 @@ def test_compile_record_break_even_by_hand():
     assert slower.break_even_calls == math.inf
 
 
+def test_break_even_between_the_speedups_interval_ends():
+    from perfkit.stats import Estimate
+
+    # 12.5 s of compile, 67.1 ms eager, 1.05x (1.03x to 1.10x): the point alone read "3,737 steps"
+    rec = compiling.CompileRecord(12.5, Measurement((0.0671,), 0), Measurement((0.0638,), 0))
+    soon, late = rec.break_even_between(Estimate(1.05, 1.03, 1.10, 0.9, 11, "paired"))
+    assert soon == pytest.approx(12.5 / (0.0671 * (1 - 1 / 1.10)))   # about 2,050
+    assert late == pytest.approx(12.5 / (0.0671 * (1 - 1 / 1.03)))   # about 6,400
+    assert soon < rec.break_even_calls < late
+    assert rec.break_even_between(Estimate(1.02, 0.98, 1.05, 0.9, 11, "paired"))[1] == math.inf  # never
+    with pytest.raises(TypeError, match="speedup"):
+        rec.break_even_between(1.05)
+
+
 def test_measure_compile_with_the_tracing_backend():
     # backend="eager" traces with dynamo but generates no code: the plumbing, in seconds
     x = torch.randn(256)

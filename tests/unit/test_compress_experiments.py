@@ -5,7 +5,15 @@ import math
 import pytest
 import torch
 
-from perfkit.compress import conservation_error, error_rows, gaussian_error, residual_norms, time_codecs
+from perfkit.compress import (
+    BYTES_PER_VALUE,
+    conservation_error,
+    copy_share_bound,
+    error_rows,
+    gaussian_error,
+    residual_norms,
+    time_codecs,
+)
 
 
 def grad(n=20_000, seed=0):
@@ -70,3 +78,15 @@ def test_time_codecs_times_every_path_in_alternation():
                             "topk sampled decode"}
     assert all(len(m.times_s) == 2 for m in k.times.values())
     assert k.first_fused_s > 0 and 0.99 <= k.sampled_mass <= 1.0 + 1e-6
+
+
+def test_copy_share_bound_counts_write_allocate():
+    # QSGD fused moves 9 + 5 = 14 B/value counted, writes 1 + 4: with write-allocate a copy
+    # moves 12 and QSGD 19, so its share can reach 12/19 = 0.632, above the counted 8/14 = 0.571
+    assert sum(BYTES_PER_VALUE["qsgd"]["fused"].values()) == 14
+    assert copy_share_bound("qsgd") == pytest.approx(12 / 19)
+    assert copy_share_bound("qsgd") > 8 / 14
+    # sign fused writes half of what it moves (1/8 + 4 of 8.25): both accountings give 8/8.25
+    assert copy_share_bound("sign") == pytest.approx(8 / 8.25)
+    with pytest.raises(ValueError, match="method"):
+        copy_share_bound("topk")

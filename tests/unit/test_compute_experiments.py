@@ -128,6 +128,15 @@ def test_parity_compares_odd_widths_with_even_ones_off_the_vector_grid():
     assert est.method == "ratio of the medians of 3 odd widths to 2 even ones"
 
 
+def test_a_group_of_one_width_is_not_described_as_a_median():
+    # bf16's plan kept 960, 1016 and 1017: the old line read "they spread within 0.0% of it" and
+    # "odd n: median 111%, slowest 111%" for one width each
+    s = ex.shape_summary(points("bfloat16", {960: 3.04e9, 1016: 3.1e9, 1017: 3.37e9}), "bfloat16")
+    text = s.describe()
+    assert "one multiple of 64, 3.04 GFLOP/s" in text and "one odd n, at 111% of it" in text
+    assert "median" not in text and "spread" not in text and "nothing is judged on it" in text
+
+
 def test_shape_sweep_skips_a_dtype_without_an_odd_width():
     pts, sums = ex.shape_sweep({"float32": [64, 63], "bfloat16": [64, 128]}, m=16, k=16, repeat=2)
     assert set(sums) == {"float32"} and {p.dtype for p in pts} == {"float32"}
@@ -136,6 +145,9 @@ def test_shape_sweep_skips_a_dtype_without_an_odd_width():
 def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     top = SimpleNamespace(mfu=0.3, precision="fp32", batch=8, ceiling="float32")
     assert "PaLM" in ex.largest_mfu_text(top, 2048)
+    compiled = SimpleNamespace(**{**vars(top), "compiled": True})  # the compiled step's, named as such
+    assert "(fp32 compiled, batch" in ex.largest_mfu_text(compiled, 2048)
+    assert "(fp32, batch" in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "compiled": False}), 2048)
     over = ex.largest_mfu_text(SimpleNamespace(mfu=1.4, precision="fp32", batch=8, ceiling="float32"), 512,
                                share=0.5, threads=1, cores=2)
     assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
@@ -275,6 +287,8 @@ def test_chain_model_and_which_term_explains_a_miss():
     assert model.speedup == pytest.approx(model.eager_s / (model.fused_s + 0.001))
     assert f"against the model's {model.fused_total_s * 1e3:.2f} ms" in fused["below"]
     assert "and its one new tensor, 1.00 ms" in fused["below"] and "arithmetic" in fused["below"]
+    # y**3 is two multiplies in ATen's pow kernel and in inductor's lowering: only tanh is costly
+    assert "tanh and pow" not in fused["below"] + eager["above"] and "two multiplies" in fused["below"]
     quick_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([model.fused_s]))
     assert "Not from arithmetic" in fusion.chain_explanations(model, quick_fused)[0]["above"]
     no_faults = fusion.chain_model(chain, 0.0, 1e6)

@@ -150,6 +150,32 @@ def test_early_break_with_a_slow_source_and_close_through_the_context_manager():
         next(it)
 
 
+def test_close_wakes_a_thread_blocked_on_a_full_queue(monkeypatch):
+    """Closing mid-pass waits only for the load the thread has begun: a thread blocked on the
+    full queue is woken by the drained queue, not by its next poll (made an hour long here)."""
+    import warnings
+
+    from perfkit.data import prefetch
+
+    monkeypatch.setattr(prefetch, "_POLL_S", 3600.0)
+    pulled = []
+
+    def counted():
+        for i in range(100):
+            pulled.append(i)
+            yield i
+
+    it = iter(Prefetcher(counted(), depth=1))
+    assert next(it) == 0
+    deadline = time.monotonic() + 30.0  # a hang guard: the thread has filled the queue and holds one more
+    while len(pulled) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "still blocked ... after 10 s": the thread slept in its put
+        it.close(timeout=10.0)
+    assert prefetch_threads() == []
+
+
 def test_queue_is_bounded_and_filled_ahead():
     pulled = []
 

@@ -1,4 +1,4 @@
-"""perfkit.data.experiments: lecture 07's figures and their bootstrap intervals.
+"""perfkit.data.experiments and perfkit.data.overlap: lecture 07's figures and their intervals.
 
 The loader records are built by hand, so every expected figure is known exactly.
 """
@@ -11,6 +11,7 @@ import torch
 
 from perfkit.data import LoaderConfig, LoaderRecord
 from perfkit.data import experiments as ex
+from perfkit.data import overlap as ov
 
 
 def record(waits, computes, epochs=1):
@@ -36,6 +37,24 @@ def test_largest_gap_is_the_worst_run_not_the_mean():
         ex.largest_gap(runs, [0.2])
 
 
+
+def test_largest_gap_pairs_a_replayed_model_with_its_run_step_by_step():
+    from perfkit.data import PipelineRecord
+
+    # one slow batch (step 3) in 21 steps; the replay has it where the run has it, 0.1 s longer
+    waits = [0.5] + [0.0] * 20
+    waits[3] = 1.0
+    computes = [1.0] * 21
+    run = record(waits, computes)
+    replayed = tuple(w * 0.9 if i == 3 else w for i, w in enumerate(waits))
+    replay = PipelineRecord(1.0, 1.0, 4, 2, replayed, (sum(replayed) + 21 * 1.0) / 21)  # step_s: the mean
+    paired = ex.largest_gap([run], [replay])
+    unpaired = ex.largest_gap([run], [replay.steady_wait_share])   # a fixed share: only the run resampled
+    assert paired.value == pytest.approx(unpaired.value)            # the same gap, 1/21 - 0.9/20.9
+    assert paired.value == pytest.approx(1.0 / 21.0 - 0.9 / 20.9)
+    assert paired.high - paired.low < 0.2 * (unpaired.high - unpaired.low)  # which step was slow: not noise
+
+
 def test_rate_ratio_is_a_over_b_in_samples_per_second():
     fast, slow = record([0, 0.002, 0.002], [0, 0.008, 0.008]), record([0, 0.01, 0.01], [0, 0.01, 0.01])
     assert ex.rate_ratio(fast, slow).value == pytest.approx(2.0)    # 10 ms steps against 20 ms
@@ -44,16 +63,16 @@ def test_rate_ratio_is_a_over_b_in_samples_per_second():
 
 def test_hidden_fraction_against_the_longer_part():
     t = {"serial, sleep load": 10.0, "Prefetcher, sleep load": 6.0, "load only": 4.0, "compute only": 5.0}
-    assert ex.hidden_fraction(t, "sleep") == pytest.approx(0.8)   # (10 - 6) / (10 - max(4, 5))
+    assert ov.hidden_fraction(t, "sleep") == pytest.approx(0.8)   # (10 - 6) / (10 - max(4, 5))
     rounds = {k: [v, v * 1.0, v] for k, v in t.items()}
-    est = ex.hidden_fraction_estimate(rounds, "sleep")
+    est = ov.hidden_fraction_estimate(rounds, "sleep")
     assert est.value == pytest.approx(0.8) and est.spread == pytest.approx((0.8, 0.8))
 
 
 def test_prefetch_loops_run_n_steps_each():
     batches = [(torch.tensor([i]), torch.tensor([i])) for i in range(5)]
     seen = []
-    loops = ex.prefetch_loops(batches, lambda x, y: seen.append(int(x)), batches[0], n=3, delay_s=0.0)
+    loops = ov.prefetch_loops(batches, lambda x, y: seen.append(int(x)), batches[0], n=3, delay_s=0.0)
     assert set(loops) == {"load only", "compute only", "serial, sleep load", "Prefetcher, sleep load",
                           "serial, spin load", "Prefetcher, spin load"}
     loops["serial, spin load"]()
@@ -62,9 +81,9 @@ def test_prefetch_loops_run_n_steps_each():
     loops["load only"]()
     assert seen == [0, 1, 2, 0, 1, 2, 0, 0, 0]
     with pytest.raises(ValueError, match="n"):
-        ex.prefetch_loops(batches, lambda x, y: None, batches[0], n=0, delay_s=0.0)
+        ov.prefetch_loops(batches, lambda x, y: None, batches[0], n=0, delay_s=0.0)
     with pytest.raises(TypeError, match="step"):
-        ex.prefetch_loops(batches, None, batches[0], n=1, delay_s=0.0)
+        ov.prefetch_loops(batches, None, batches[0], n=1, delay_s=0.0)
 
 
 def test_padding_waste_counts_each_scheme():
@@ -114,14 +133,14 @@ def test_thread_share_tells_a_step_that_releases_the_gil_from_one_that_holds_it(
         while time.perf_counter() < end:
             pass
 
-    free = ex.thread_share(lambda: time.sleep(3e-3), n=5, repeat=5)
-    held = ex.thread_share(python_step, n=5, repeat=5)
+    free = ov.thread_share(lambda: time.sleep(3e-3), n=5, repeat=5)
+    held = ov.thread_share(python_step, n=5, repeat=5)
     assert free.low <= free.value <= free.high and free.value > 0.75
     assert held.value < 0.7 and held.value < free.value
     with pytest.raises(TypeError, match="step"):
-        ex.thread_share(3, n=5)
+        ov.thread_share(3, n=5)
     with pytest.raises(ValueError, match="repeat"):
-        ex.thread_share(python_step, n=5, repeat=1)
+        ov.thread_share(python_step, n=5, repeat=1)
 
 
 def test_thread_probe_times_the_steps_slowdown_beside_a_busy_thread():
@@ -133,22 +152,47 @@ def test_thread_probe_times_the_steps_slowdown_beside_a_busy_thread():
             pass
 
     # a step that sleeps 30 ms waits for the GIL only when it wakes (a switch interval, 5 ms, at most)
-    free = ex.thread_probe(lambda: time.sleep(30e-3), n=1, repeat=5)
-    held = ex.thread_probe(python_step, n=5, repeat=5)  # shares the GIL with the thread throughout
+    free = ov.thread_probe(lambda: time.sleep(30e-3), n=1, repeat=5)
+    held = ov.thread_probe(python_step, n=5, repeat=5)  # shares the GIL with the thread throughout
     assert free.slowdown.value < 1.5
     assert held.slowdown.value > 1.3 and held.slowdown.value > free.slowdown.value
     assert held.share.value < free.share.value
 
 
-def test_gil_hidden_bound_is_what_the_steps_slowdown_leaves():
-    # load 6.1 ms, compute 4.9 ms, serial loop 12.6 ms a step: the old bound, a busy thread's share
-    # of the step (0.997), could not fail; a step that does half its work beside the thread
-    # (slowdown 2) takes at least 4.9 + 6.1 / 2 = 7.95 ms, so it hides at most (12.6 - 7.95) / 6.5
-    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 2.0) == pytest.approx((12.6 - 7.95) / 6.5)
-    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 1.0) == pytest.approx(1.0)  # no slowdown: all of it
-    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.8) == pytest.approx(1.0)  # faster: counted as 1
-    assert ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 100.0) < 0.27  # nearly in turn
+def test_gil_hidden_bound_counts_only_the_part_of_the_load_that_holds_the_gil():
+    # load 6.1 ms, of which 4 ms a pure-Python spin; compute 4.9 ms; serial loop 12.6 ms a step. A step
+    # that does half its work beside the spin (slowdown 2) takes at least 4.9 + 4 / 2 = 6.9 ms; the
+    # rest of the load may overlap it entirely. Counting the whole load as held (the old estimate,
+    # 4.9 + 6.1 / 2 = 7.95 ms) put the edge below what such a loader can hide.
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 2.0, 4e-3) == pytest.approx((12.6 - 6.9) / 6.5)
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 2.0, 6.1e-3) == pytest.approx((12.6 - 7.95) / 6.5)
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 1.0, 4e-3) == pytest.approx(1.0)  # no slowdown: all
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.8, 4e-3) == pytest.approx(1.0)  # faster: as 1
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 100.0, 6.1e-3) < 0.27  # nearly in turn
+    assert ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 100.0, 0.0) == pytest.approx(1.0)  # nothing held
     with pytest.raises(ValueError, match="serial_s"):
-        ex.gil_hidden_bound(6.0e-3, 6.1e-3, 4.9e-3, 2.0)
+        ov.gil_hidden_bound(6.0e-3, 6.1e-3, 4.9e-3, 2.0, 4e-3)
     with pytest.raises(ValueError, match="slowdown"):
-        ex.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.0)
+        ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 0.0, 4e-3)
+    with pytest.raises(ValueError, match="held_s"):
+        ov.gil_hidden_bound(12.6e-3, 6.1e-3, 4.9e-3, 2.0, 7e-3)  # more than the whole load
+
+
+def test_overlap_floor_leaves_the_first_load_and_the_last_step_unhidden():
+    # a load longer than the step (8.9 against 5.5 per step, 28 steps): a loop that ends its source
+    # loads back to back, then computes the last batch: 28 x 8.9 + 5.5. The old model, the first load
+    # plus 28 x max, charged one load too many and made the fraction 1 - 8.9 / (28 x 5.5) = 0.94.
+    assert ov.overlap_floor(8.9, 5.5, 28, exhausts=True) == pytest.approx(28 * 8.9 + 5.5)
+    assert ov.overlap_hidden(8.9 + 5.5, 8.9, 5.5, 28, exhausts=True) == pytest.approx(27 / 28)
+    # stopping early, the prefetcher's close waits for the load its thread has begun: 29 loads
+    assert ov.overlap_floor(8.9, 5.5, 28, exhausts=False) == pytest.approx(29 * 8.9)
+    assert ov.overlap_hidden(8.9 + 5.5, 8.9, 5.5, 28, exhausts=False) == pytest.approx(1 - 8.9 / (28 * 5.5))
+    # a step longer than the load: the first load, then the steps back to back, either way
+    for exhausts in (True, False):
+        assert ov.overlap_floor(5.5, 8.9, 28, exhausts) == pytest.approx(5.5 + 28 * 8.9)
+        assert ov.overlap_hidden(14.4, 5.5, 8.9, 28, exhausts) == pytest.approx(27 / 28)
+    # a serial loop dearer than its parts leaves more to hide: (15.1 - floor) / (15.1 - 8.9)
+    assert ov.overlap_hidden(15.1, 8.9, 5.5, 28, True) == pytest.approx((15.1 - 8.9 - 5.5 / 28) / 6.2)
+    assert ov.overlap_floor(3.0, 3.0, 1, True) == pytest.approx(6.0)  # one step: nothing overlaps
+
+

@@ -21,6 +21,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("ceiling.kind unmeasured", lambda: ceiling(LIMITS, "bfloat16"), ValueError,
      "dtype 'bfloat16' was not measured"),
     ("ceiling.threads", lambda: ceiling(LIMITS, "float32", 0), ValueError, "threads must be an int >= 1"),
+    ("dram_copy.limits", lambda: ceilings.dram_copy({"dram": 1e10}), TypeError, "limits must be"),
     ("observe.limits", lambda: observe(None, "dram", 1.0, "x", save=False), TypeError, "limits must be"),
     ("observe.kind", lambda: observe(LIMITS, "l2", 1.0, "x", save=False), ValueError, "kind must be one of"),
     ("observe.rate nan", lambda: observe(LIMITS, "dram", math.nan, "x", save=False), ValueError,

@@ -43,6 +43,8 @@ T = torch.ones(4)
 PT2 = CollectivePoint("all_reduce", 1024, 2, 1e-4, 1e7, 1e7)
 PT3 = CollectivePoint("all_reduce", 1024, 3, 1e-4, 1e7, 1e7)
 ROUNDS = {**{k: [1.0, 1.0] for k in ("compute_only", "overlapped", "backward_only")}, "bucketed": [2.0, 2.0]}
+SAVING = dict(naive_calls=16, bucket_calls=3, grad_bytes=1e6, largest_bytes=1 << 20, naive_s=0.03,
+              bucketed_s=0.02, copy_bytes_per_s=1e10)
 PAYS = dict(codec_s=1e-3, nbytes=1 << 20, wire_ratio=0.02, loopback_busbw=1e9)
 
 CASES = [  # (id, call, exception, regex on the message)
@@ -164,6 +166,20 @@ CASES = [  # (id, call, exception, regex on the message)
     ("isolated_times.stagger_s", lambda: isolated_times("all_reduce", [64], stagger_s=-1.0),
      ValueError, "stagger_s"),
     # experiments: what notebook 02 computes from a job's records
+    ("bucket_saving.points empty", lambda: comm.bucket_saving([], LINK, **SAVING), ValueError,
+     "points must hold at least one"),
+    ("bucket_saving.fit", lambda: comm.bucket_saving([PT2], None, **SAVING), TypeError,
+     "fit must be an AlphaBeta"),
+    ("bucket_saving.naive_calls below buckets",
+     lambda: comm.bucket_saving([PT2], LINK, **{**SAVING, "naive_calls": 2}), ValueError,
+     "naive_calls must be an int >= 3"),
+    ("bucket_saving.grad_bytes", lambda: comm.bucket_saving([PT2], LINK, **{**SAVING, "grad_bytes": 0.0}),
+     ValueError, "grad_bytes"),
+    ("bucket_saving.naive_s nan", lambda: comm.bucket_saving([PT2], LINK, **{**SAVING, "naive_s": NAN}),
+     ValueError, "naive_s"),
+    ("bucket_saving.copy_bytes_per_s",
+     lambda: comm.bucket_saving([PT2], LINK, **{**SAVING, "copy_bytes_per_s": -1.0}), ValueError,
+     "copy_bytes_per_s"),
     ("fit_quality.points empty", lambda: fit_quality([], LINK), ValueError,
      "points must hold at least one"),
     ("fit_quality.points dict", lambda: fit_quality([{"nbytes": 8}], LINK), TypeError,
@@ -256,7 +272,7 @@ CASES_IN_A_GROUP = [  # (id, call, exception, regex), run in a one-rank gloo gro
 ]
 
 # Records perfkit returns; OPS and INTERCONNECTS are constants.
-RECORDS = {"CollectivePoint", "FitQuality", "PaysOn", "RingCheck", "Traffic"}
+RECORDS = {"CollectivePoint", "BucketSaving", "FitQuality", "PaysOn", "RingCheck", "Traffic"}
 NO_ARGUMENTS = set()
 
 

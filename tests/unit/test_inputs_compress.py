@@ -131,6 +131,7 @@ CASES = [  # (name, call, exception, regex on the message)
     ("compression_hook.state", lambda: compression_hook(Sign(), None), TypeError,
      "state must be a HookState"),
     # simulate_dp_training, gaussian_error
+    ("copy_share_bound.method", lambda: compress.copy_share_bound("topk"), ValueError, "method"),
     ("simulate_dp_training.make", lambda: simulate_dp_training("topk"), TypeError, "make"),
     ("simulate_dp_training.make result", lambda: simulate_dp_training(lambda: "topk"),
      TypeError, "make must return"),
@@ -242,8 +243,8 @@ def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
 
 
 def test_every_public_callable_has_a_case():
-    # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL) take no arguments;
-    # CodecTimes is a record time_codecs returns; isa_options takes no arguments
+    # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL, WRITTEN_PER_VALUE) take no
+    # arguments; CodecTimes is a record time_codecs returns; isa_options takes no arguments
     callables = {n for n in compress.__all__ if callable(getattr(compress, n))} - {
         "CodecTimes", "isa_options"}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}

@@ -6,7 +6,7 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import claims
-from perfkit.saving.claims import gzip_costs, one_second_lines, storage_rates
+from perfkit.saving.claims import gzip_costs, one_second_lines, one_second_scope, storage_rates
 from perfkit.saving.experiments import SaveCosts
 from perfkit.saving.storage import WriteBandwidth
 
@@ -31,6 +31,11 @@ CASES = [
      lambda: one_second_lines(COSTS, 1e8, {"sync": -1.0, "thread": 0.1}), ValueError, "stored_blocked_s"),
     ("one_second_lines.mode missing", lambda: one_second_lines(COSTS, 1e8, {"sync": 1.0}), ValueError,
      "thread"),
+    ("one_second_scope.saves list", lambda: one_second_scope([(1e6, 0.1)]), TypeError, "saves"),
+    ("one_second_scope.saves empty", lambda: one_second_scope({}), ValueError, "saves"),
+    ("one_second_scope.seconds zero", lambda: one_second_scope({1e6: 0.0}), ValueError, "saves"),
+    ("one_second_scope.limit_s nan", lambda: one_second_scope({1e6: 0.1}, float("nan")), ValueError,
+     "limit_s"),
     ("gzip_costs.tensors empty", lambda: gzip_costs([], "/tmp"), ValueError, "tensors"),
     ("gzip_costs.tensor list", lambda: gzip_costs([[1.0]], "/tmp"), TypeError, r"tensors\[0\]"),
     ("gzip_costs.tensors ints", lambda: gzip_costs([torch.ones(4, dtype=torch.int64)], "/tmp"), ValueError,

@@ -20,6 +20,7 @@ from perfkit.saving.experiments import (
     save_costs,
     small_state,
     small_step,
+    with_fastest_copy,
 )
 from perfkit.saving.restart_experiments import (
     compare_restart,
@@ -59,6 +60,9 @@ CASES = [
     ("copy_beside_limits.costs dict", lambda: copy_beside_limits({}, LIMITS, 1), TypeError, "costs"),
     ("copy_beside_limits.limits None", lambda: copy_beside_limits(COSTS, None, 1), TypeError, "limits"),
     ("copy_beside_limits.threads zero", lambda: copy_beside_limits(COSTS, LIMITS, 0), ValueError, "threads"),
+    ("with_fastest_copy.costs None", lambda: with_fastest_copy(None, LIMITS, 1), TypeError, "costs"),
+    ("with_fastest_copy.limits dict", lambda: with_fastest_copy(COSTS, {}, 1), TypeError, "limits"),
+    ("with_fastest_copy.threads zero", lambda: with_fastest_copy(COSTS, LIMITS, 0), ValueError, "threads"),
     ("goodput_curve.save_s zero", lambda: goodput_curve(0.0, 1.0, 10.0), ValueError, "save_s"),
     ("goodput_curve.restart_s negative", lambda: goodput_curve(1.0, -1.0, 10.0), ValueError, "restart_s"),
     ("goodput_curve.mtbf_s inf", lambda: goodput_curve(1.0, 1.0, math.inf), ValueError, "mtbf_s"),

@@ -275,6 +275,8 @@ def test_layout_problems_name_each_mistake():
     assert "heads (4) are not divisible by tp (8)" in " ".join(layout_problems(GPT, Layout(tp=8), 8, 8))
     small = layout_problems(GPT, Layout(pp=4, dp=2), 8, 4)  # 2 micro-batches for 4 stages
     assert any("too small for the pipeline" in m for m in small)
+    # a policy, not a necessity: fewer micro-batches than stages run, with a bubble of (p-1)/(m+p-1)
+    assert any("asks for at least 4: fewer run" in m and "idle 60% of the step" in m for m in small)
     assert any("not divisible by pp x interleave" in m
                for m in layout_problems(GPT, Layout(pp=2, interleave=4), 2, 8))
     with pytest.raises(ValueError, match="sequence parallelism needs tp > 1"):

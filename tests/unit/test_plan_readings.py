@@ -6,7 +6,17 @@ from dataclasses import replace
 
 import pytest
 
-from perfkit.plan import compare, foundry_runs, megatron_runs, one_sided, tp_step_split, worst_row_cause
+from perfkit import stats
+from perfkit.plan import (
+    compare,
+    foundry_runs,
+    megatron_runs,
+    one_sided,
+    tp_step_split,
+    without_collectives,
+    worst_row_cause,
+    zero2_over_zero1,
+)
 
 # lecture 13's stored default run: step 57.3 ms, all-reduces with both ranks present 23.6 ms,
 # one rank waiting for the other 14.7 ms, the step with its all-reduces skipped 27.2 ms
@@ -41,15 +51,56 @@ def test_one_sided_reads_the_signs_together():
     low = {"zero1": (1.04, 1.23, "x"), "zero2": (1.04, 1.15, "x"), "zero3": (1.29, 1.57, "x"),
            "TP": (54.3, 57.3, " ms")}
     text = one_sided(low)
-    assert text.startswith("All 4 predictions lie on one side") and "faster than it ran" in text
+    assert text.startswith("All 4 predictions told apart from their measurement lie on one side")
+    assert "faster than it ran" in text
     assert "chance of 12%" in text and "the model leaves out" in text
     high = {k: (m, p, u) for k, (p, m, u) in low.items()}
     assert "slower than it ran" in one_sided(high) and "do not pay" in one_sided(high)
     mixed = {**low, "TP": (60.0, 57.3, " ms")}
-    assert one_sided(mixed).startswith("3 of the 4 predictions lie below")
+    assert one_sided(mixed).startswith("3 of the 4 predictions told apart from their measurement lie below")
     assert "both sides" in one_sided(mixed)
+    # a point whose interval holds its prediction is no sign either way: counting it by its
+    # point estimate called these errors "both sides"
+    intervals = {**{k: (*v, v[1] * 0.95, v[1] * 1.05) for k, v in low.items()},
+                 "zero1": (1.04, 1.02, "x", 0.98, 1.09)}
+    read = one_sided(intervals)
+    assert read.startswith("All 3 predictions told apart") and "1 of the 4 measured intervals" in read
+    assert "zero1" in read.split("hold their prediction")[1] and "both sides" not in read
+    assert one_sided({"a": (1.0, 1.1, "x", 0.9, 1.2)}).startswith("Every measured interval holds")
     with pytest.raises(ValueError, match="points"):
         one_sided({})
+    with pytest.raises(ValueError, match=r"points\['a'\] must be"):
+        one_sided({"a": (1.0, 1.1)})
+
+
+# lecture 13's default run, ms: ZeRO-1 and ZeRO-3 against DDP, terms as the planner printed them
+DDP = {"matmul": 18.25, "memory-bound": 1.63, "data-parallel": 1.9, "optimizer": 0.26}
+ZERO1 = {"matmul": 18.25, "memory-bound": 1.63, "data-parallel": 2.84, "optimizer": 0.13}
+ZERO3 = {"matmul": 18.25, "memory-bound": 1.63, "zero-3 gathers": 9.71, "optimizer": 0.13}
+
+
+def test_a_window_that_also_holds_the_model_without_collectives_does_not_test_them():
+    # zero1 predicted 1.04x ± 25 %: dropping every collective gives 0.994x, inside the window
+    text = without_collectives(ZERO1, DDP, (0.78, 1.30))
+    assert "would predict 0.994x, inside the window 0.78x to 1.3x" in text
+    assert text.endswith("does not test the collective terms.")
+    # zero3 predicted 1.35x ± 25 %: 0.994x lies below 1.01x, so the window tells them from none
+    assert "outside the window" in without_collectives(ZERO3, DDP, (1.0125, 1.6875))
+    with pytest.raises(ValueError, match="other than the collectives"):
+        without_collectives(ZERO1, {"data-parallel": 1.0}, (0.5, 1.5))
+    with pytest.raises(ValueError, match="low <= high"):
+        without_collectives(ZERO1, DDP, (1.3, 0.78))
+
+
+def test_zero2_over_zero1_is_set_beside_the_model_that_charges_both_alike():
+    apart = zero2_over_zero1(stats.median_ratio([1.10, 1.20, 1.15, 1.12, 1.13, 1.20], [1.0] * 6), 1.0)
+    assert "the interval lies above the model's 1x: the two stages ran apart" in apart
+    assert "fresh full-gradient bucket every step" in apart and "does not time it apart" in apart
+    alike = zero2_over_zero1(stats.median_ratio([1.1, 0.9, 1.15, 0.92, 1.03, 0.97], [1.0] * 6), 1.0)
+    assert "lies inside the interval: this run cannot tell the two apart" in alike
+    assert "without an interval" in zero2_over_zero1(stats.median_ratio([1.1, 0.9], [1.0, 1.0]), 1.0)
+    with pytest.raises(TypeError, match="measured"):
+        zero2_over_zero1(1.1, 1.0)
 
 
 @pytest.fixture(scope="module")

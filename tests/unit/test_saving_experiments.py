@@ -26,6 +26,7 @@ from perfkit.saving import (
     save_costs,
     small_state,
     small_step,
+    with_fastest_copy,
     young_interval,
 )
 from perfkit.saving.restart_experiments import PARTS
@@ -40,7 +41,7 @@ def test_save_costs_records_each_mode_and_its_models(tmp_path):
     assert all(len(v) == 1 and v[0] > 0 for v in costs.commit_s.values())
     assert costs.persist_s["sync"][0] + costs.commit_s["sync"][0] <= costs.blocked_s["sync"][0]
     assert costs.state_bytes > 0 and costs.write.fsync
-    assert costs.sync_model_s == pytest.approx(costs.state_bytes / costs.write.bytes_per_s)
+    assert costs.sync_model_s == pytest.approx(costs.state_bytes / costs.write.best_bytes_per_s)
     assert costs.staging_floor_s == pytest.approx(2 * costs.state_bytes / 1e10)  # read + written
     assert not costs.blocked("sync").has_interval  # one round: no interval, and it says so
 
@@ -165,5 +166,23 @@ def test_the_copy_rate_is_set_beside_the_limits_files_copies_with_threads():
     assert "DRAM ceiling 36 GB/s (add of 268,435,456 B buffers on 2 threads" in text
     assert "in-cache copy 175 GB/s" in text
     assert "on 1 thread, its copy nearest the state's size 26.3 GB/s (67.1 MB buffers)" in text
-    assert text.endswith("The copy here: 20.3 GB/s on 42.7 MB buffers, 1 thread.")
+    assert "The copy here: 20.3 GB/s on 42.7 MB buffers, 1 thread." in text
+    # a floor takes the fastest copy seen: notebook 00's 26.3 GB/s beat this run's 20.3 GB/s
+    assert text.endswith("The staging floor takes the faster, 26.3 GB/s: a floor holds only at the fastest "
+                         "rate seen.")
+    assert with_fastest_copy(costs, lim, 1).copy_bytes_per_s == 26.3e9
+    assert with_fastest_copy(costs, lim, 1).staging_floor_s < costs.staging_floor_s
     assert "34.3" in copy_beside_limits(costs, lim, 2)
+    faster = SaveCosts(42_700_000, {"sync": [0.1]}, {"sync": [0.08]}, bw, 40e9)
+    assert with_fastest_copy(faster, lim, 1) is faster    # this run's copy was the faster one
+    assert copy_beside_limits(faster, lim, 1).endswith("1 thread.")
+
+
+def test_the_sync_floor_takes_the_fastest_write():
+    from perfkit.saving.storage import WriteBandwidth
+
+    # three writes of 1 MB: 1, 2 and 4 ms. The median's rate (500 MB/s) is not a floor's
+    bw = WriteBandwidth("d", "/", "ext4", 10**6, True, (0.001, 0.002, 0.004))
+    costs = SaveCosts(10**7, {"sync": [0.1]}, {"sync": [0.08]}, bw, 1e10)
+    assert bw.bytes_per_s == pytest.approx(5e8) and bw.best_bytes_per_s == pytest.approx(1e9)
+    assert costs.sync_model_s == pytest.approx(0.01)

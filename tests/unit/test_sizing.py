@@ -185,3 +185,29 @@ def test_matmul_and_copy_ratios_run_on_real_tensors():
 def test_same_work_ratios_name_a_bad_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_ceiling_note_names_whose_ceiling_it_is():
+    sweep = [hw.MatmulPoint(128, "bfloat16", 1e-3, 3.2e9, 3.26e9, threads=1),
+             hw.MatmulPoint(128, "bfloat16", 1e-3, 3.3e9, 3.37e9, threads=2)]
+
+    def limits(bf16, one, source):
+        return hw.MachineLimits("cpu", "emulated", {"float32": 2e11, "bfloat16": bf16}, 2e10,
+                                matmul_points=sweep, threads=2,
+                                one_thread_flops={"float32": 1e11, "bfloat16": one},
+                                sources={"bfloat16": source, "bfloat16, 1 thread": source})
+
+    swept = limits(3.37e9, 3.26e9, "n=128 on 1 thread")
+    assert sizing.ceiling_note(swept, "bfloat16", 3.0e9, 1) == (
+        "92% of the bfloat16 ceiling on 1 thread, 3.26 GFLOP/s (notebook 00's sweep: n=128 on 1 thread)")
+    # the step's own matmuls raised it in an earlier run: the old sentence read "96% of the bf16
+    # ceiling" with no word on whose it was
+    raised = limits(7.81e9, 7.0e9, "the bf16 step's matmuls replayed alone at batch 4" + sizing.AFTER_SWEEP)
+    note = sizing.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="bf16 step")
+    assert note.startswith("96% of the bfloat16 ceiling on 1 thread, 7 GFLOP/s, which the bf16 step's "
+                           "matmuls replayed alone at batch 4 set after notebook 00's sweep (the sweep's "
+                           "best bfloat16 matmul on 1 thread reached 3.26 GFLOP/s; this rate is 2.06x that)")
+    assert "not how much of the machine it used" in note
+    assert "not how much" not in sizing.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="MLP")
+    with pytest.raises(ValueError, match="rate"):
+        sizing.ceiling_note(raised, "bfloat16", 8e9, 1)  # above the ceiling: observe it first

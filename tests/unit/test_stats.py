@@ -274,7 +274,7 @@ def test_bootstrap_refuses_bad_samples():
 def test_range_of_is_labelled_as_a_range_not_a_confidence():
     r = stats.range_of([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
     assert r.level is None and r.low == pytest.approx(1.9) and r.high == pytest.approx(9.1)
-    assert "repeats" in r.method and str(r).startswith("5.5 (range 1.9 to 9.1")
+    assert "repeats" in r.method and str(r).startswith("5.5 (spread 1.9 to 9.1")
     assert stats.range_of([1, 2, 3], value=5).high == 5
 
 

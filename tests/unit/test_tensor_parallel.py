@@ -31,7 +31,7 @@ from perfkit.parallel.tp_costs import (
     region_activation_bytes,
     tp_block_cost,
 )
-from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, tp_traffic
+from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, sp_synced_values, tp_traffic
 from perfkit.parallel.tp_overlap import column_region
 from perfkit.parallel.vocab import VocabParallelEmbedding, vocab_parallel_cross_entropy
 from perfkit.stats import Estimate
@@ -133,8 +133,19 @@ def test_only_replicated_parameters_are_reduced_under_sequence_parallelism(group
     assert not any(".weight" in n and ("proj" in n or ".fc" in n or ".q" in n) for n in marked)
     tp.loss(torch.randint(0, 48, (2, 8)), torch.randint(0, 48, (2, 8))).backward()
     n = sum(p.numel() for n, p in tp.named_parameters() if n in marked)
-    assert sync_sequence_parallel_grads(tp) == n
+    assert sync_sequence_parallel_grads(tp) == n == sp_synced_values(CFG)
     assert sync_sequence_parallel_grads(nn.Linear(2, 2)) == 0   # nothing marked: no call
+
+
+def test_sequence_parallelism_adds_only_the_synced_gradients_per_step():
+    """Per block SP sends what TP sends; per step it adds one all-reduce of the gradients of the
+    parameters used on sequence slices, whose size grows with the width, not the tokens."""
+    for b, s in ((2, 8), (5, 4)):
+        tp, sp = (sum(tp_traffic(CFG, b, s, 2, flag).sent_bytes(2).values()) for flag in (False, True))
+        assert sp - tp == sp_synced_values(CFG) * 4
+    assert sp_synced_values(CFG) == (6 * CFG.n_layer + 2 + CFG.block_size) * CFG.n_embd
+    with pytest.raises(TypeError, match="cfg"):
+        sp_synced_values({"n_embd": 24})
 
 
 def test_rng_tracker_leaves_the_default_stream_and_repeats(group):

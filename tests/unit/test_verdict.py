@@ -34,17 +34,17 @@ def test_a_spread_across_the_bound_with_the_figure_inside_is_inconclusive():
                                                          "above": "ABOVE-REASON"})
     assert v.outcome == "inconclusive" and "NOISY" in v.text
     # the reason is measured: the edge crossed, the distance from it, the interval's reach
-    assert "across the edge 1.34x" in v.text and "lies 0.04x from it" in v.text
-    assert "reaches 0.11x above it" in v.text
+    assert "across the edge 1.34x" in v.text and "lies 0.04 from it" in v.text
+    assert "reaches 0.11 above it" in v.text  # a distance between ratios: no "x"
     # the section's own cause for the side the figure lies on, labelled; not the other side's
     assert "The figure lies inside the prediction: HELD-REASON" in v.text and "ABOVE-REASON" not in v.text
     assert "other edge" not in v.text  # one edge crossed: one named
     # an interval across both edges names both, the far one too (naming only the nearer one
-    # would call a 0.032x crossing 0.002x)
+    # would call a 0.032 crossing 0.002)
     band = Prediction("ratio", "m", low=0.963, high=1.01, unit="x")
     both = judge(band, 0.972, spread=(0.961, 1.042)).text
-    assert "across the edge 0.963x" in both and "reaches 0.002x below it" in both
-    assert "and across the other edge, 1.01x, too, by 0.032x" in both
+    assert "across the edge 0.963x" in both and "reaches 0.002 below it" in both
+    assert "and across the other edge, 1.01x, too, by 0.032" in both
     # the same median with a tight spread is a verdict
     assert judge(BOUND, 1.30, spread=(1.29, 1.31)).outcome == "held"
     assert judge(BOUND, 1.50, spread=(1.40, 1.60)).outcome == "missed"

@@ -120,7 +120,7 @@ def test_a_rule_that_calls_a_crossed_bound_inconclusive_fails_the_check():
 def test_a_crossed_bound_names_the_crossing_and_the_term_it_left_out():
     v = judge(AMDAHL, est(2.14, 1.70, 2.60), explain=WHY)
     assert "missed: 2.14x is 18% above 1.81x" in v.text
-    assert "reaches back across the bound by 0.11x" in v.text and "no measurement crosses it" in v.text
+    assert "reaches back across the bound by 0.11," in v.text and "no measurement crosses it" in v.text
     assert WHY["above"] in v.text and "BELOW-CAUSE" not in v.text and "OWN-SENTENCE" not in v.text
 
 

@@ -1,0 +1,152 @@
+"""What bucketing saved on a data-parallel step, against the alpha-beta model's start-ups.
+
+Notebook 02 times a naive step (one all-reduce per gradient tensor) and a bucketed one (one per
+bucket) in the same rounds. The alpha-beta model says bucketing saves ``alpha`` per call it
+removes. :func:`bucket_saving` holds the measured saving against that, with the two things the
+model leaves out, each from a figure the run already has: the copies of every gradient into its
+bucket and back out (only the bucketed step pays them), at the fastest DRAM-sized copy measured;
+and what one call costs at the step's tensor sizes, read off the sweep's own points instead of the
+fitted line's intercept. The record's sentences say which of them can account for a gap, and by
+how much, rather than naming a cause the numbers cannot carry.
+
+Usage::
+
+    s = bucket_saving(points, fit, naive_calls=16, bucket_calls=7, grad_bytes=6_457_384,
+                      largest_bytes=1 << 20, naive_s=31.3e-3, bucketed_s=23.4e-3, copy_bytes_per_s=32.6e9)
+    print(s.explain())          # the verdict's sentence
+    print(s.short())            # the takeaway's clause
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.comm.alpha_beta import AlphaBeta
+from perfkit.comm.collectives import CollectivePoint
+from perfkit.units import si
+
+__all__ = ["BucketSaving", "bucket_saving"]
+
+
+@dataclass(frozen=True)
+class BucketSaving:
+    """A bucketed step's measured saving over a naive one, and what the model leaves out.
+
+    Attributes:
+        extra_calls: all-reduces the naive step makes beyond the bucketed one's.
+        alpha_s: the all-reduce fit's intercept, s: what the model charges each call.
+        measured_s: naive's median step less bucketed's, s.
+        copy_bytes: counted bytes of the bucket copies, per process (each gradient read and a
+            bucket written, then the bucket read and the gradient written: 4x the gradients).
+        copies_s: those bytes at the copy rate given, s (one process copying alone).
+        sweep_low_s, sweep_high_s: the fastest and slowest median call of the sweep at sizes up
+            to ``largest_bytes`` (``None`` when the sweep has no size there).
+        largest_bytes: the largest gradient tensor, bytes.
+    """
+
+    extra_calls: int
+    alpha_s: float
+    measured_s: float
+    copy_bytes: float
+    copies_s: float
+    sweep_low_s: float | None
+    sweep_high_s: float | None
+    largest_bytes: int
+
+    @property
+    def model_s(self) -> float:
+        """The model's saving, s: ``alpha`` per call removed."""
+        return self.extra_calls * self.alpha_s
+
+    @property
+    def per_call_s(self) -> float:
+        """The measured saving per call removed, s (0 when no call was removed)."""
+        return self.measured_s / self.extra_calls if self.extra_calls else 0.0
+
+    def _copies(self, gap_s: float) -> str:
+        both = 2 * self.copies_s  # the two processes' copies taking turns on one memory
+        text = (f"The copies the model leaves out (every gradient into its bucket and back out, "
+                f"{si(self.copy_bytes, 'B')} counted per process) take {si(self.copies_s, 's')} at the "
+                f"fastest DRAM-sized copy measured, {si(both, 's')} if the two processes' copies take "
+                "turns on one memory")
+        return text + (f": {both / gap_s:.0%} of the {si(gap_s, 's')} gap even then." if both < gap_s
+                       else f": enough to cover the {si(gap_s, 's')} gap.")
+
+    def _calls(self) -> str:
+        text = (f"Each of naive's {self.extra_calls} extra calls saved {si(self.per_call_s, 's')} by the "
+                f"medians, against the fit's alpha of {si(self.alpha_s, 's')}")
+        lo, hi = self.sweep_low_s, self.sweep_high_s
+        if lo is None or hi is None:
+            return text + "."
+        return (text + f"; the sweep's own calls at sizes up to the largest tensor "
+                f"({si(self.largest_bytes, 'B')}) took {si(lo, 's')} to {si(hi, 's')} each"
+                + (", so a call's cost at these sizes is not pinned to alpha, the fitted line's "
+                   "intercept" if lo < self.alpha_s < hi else "") + ".")
+
+    def explain(self) -> str:
+        """The measured saving against the model's, with what can and cannot account for the gap."""
+        text = (f"The model's saving, {si(self.model_s, 's')}, against {si(self.measured_s, 's')} by "
+                "the medians")
+        if self.measured_s <= 0 or self.extra_calls == 0:
+            return text + "."
+        if self.measured_s > self.model_s:
+            return (text + ". The saving is larger than the model's. The copies the model leaves out "
+                    "(every gradient into and out of the buckets) cannot explain that: only the bucketed "
+                    "step pays them, so they shrink the saving. " + self._calls()
+                    + " This run does not measure what naive's extra calls cost beyond alpha.")
+        gap = self.model_s - self.measured_s
+        return (text + f": {si(gap, 's')} less. " + self._copies(gap) + " " + self._calls()
+                + " This run does not time the calls or the copies inside the step apart.")
+
+    def short(self) -> str:
+        """A clause for a summary: what the model charges, and what this run says of the gap."""
+        text = f"the model charges each of naive's {self.extra_calls} extra calls alpha"
+        if self.measured_s <= 0 or self.measured_s >= self.model_s:
+            return text
+        gap, both = self.model_s - self.measured_s, 2 * self.copies_s
+        return (text + f"; here each saved {si(self.per_call_s, 's')}, and the copies into buckets, "
+                "which only the bucketed step pays, "
+                + (f"cover {both / gap:.0%} of the gap at the fastest copy measured, the two processes "
+                   "taking turns" if both < gap else "are enough to cover the gap"))
+
+
+def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_calls: int, bucket_calls: int,
+                  grad_bytes: float, largest_bytes: int, naive_s: float, bucketed_s: float,
+                  copy_bytes_per_s: float) -> BucketSaving:
+    """Hold a bucketed step's measured saving over a naive one against the alpha-beta model's.
+
+    Args:
+        points: the all-reduce sweep the fit came from (its own points give a call's cost at the
+            step's sizes).
+        fit: the all-reduce fit: the model charges ``fit.alpha_s`` per call.
+        naive_calls, bucket_calls: all-reduces per step of each (``naive_calls >= bucket_calls >= 1``).
+        grad_bytes: the gradients' bytes (> 0).
+        largest_bytes: the largest gradient tensor's bytes (>= 1).
+        naive_s, bucketed_s: each step's median, s (> 0).
+        copy_bytes_per_s: the copy rate the bucket copies are charged at, counted bytes (read +
+            written) per second (> 0; :func:`perfkit.ceilings.dram_copy`).
+
+    Returns:
+        A :class:`BucketSaving`.
+
+    Raises:
+        TypeError, ValueError: for no points or one that is not a CollectivePoint, a ``fit``
+            that is not an AlphaBeta, call counts below 1 or naive's below bucketed's, or a
+            size, time or rate out of range.
+    """
+    items = check_items("points", points)
+    pts = [check_type(f"points[{i}]", p, CollectivePoint) for i, p in enumerate(items)]
+    check_type("fit", fit, AlphaBeta)
+    check_int("bucket_calls", bucket_calls, 1)
+    check_int("naive_calls", naive_calls, bucket_calls)
+    check_real("grad_bytes", grad_bytes, 0, lo_open=True)
+    check_int("largest_bytes", largest_bytes, 1)
+    for name, v in (("naive_s", naive_s), ("bucketed_s", bucketed_s), ("copy_bytes_per_s", copy_bytes_per_s)):
+        check_real(name, v, 0, lo_open=True)
+    near = [p.time_s for p in pts if p.nbytes <= largest_bytes]  # s: the sweep's calls at the step's sizes
+    copy_bytes = 4 * grad_bytes  # B: gradient read + bucket written, then bucket read + gradient written
+    return BucketSaving(naive_calls - bucket_calls, fit.alpha_s, naive_s - bucketed_s, copy_bytes,
+                        copy_bytes / copy_bytes_per_s, min(near, default=None), max(near, default=None),
+                        largest_bytes)

@@ -1,0 +1,262 @@
+"""Lecture 07's prefetcher experiment: the loops it times, the hidden fraction, and the two
+models it is held against.
+
+:func:`prefetch_loops` builds the six loops (a load alone, a step alone, serial and prefetched
+loops with a load that sleeps or holds the GIL); :func:`hidden_fraction_estimate` turns their
+interleaved rounds into the share of the hideable time a :class:`perfkit.data.Prefetcher` hid.
+:func:`overlap_floor` is the two-stage pipeline's least time for a loop of ``n`` steps, and
+:func:`overlap_hidden` the hidden fraction it allows; :func:`thread_probe` times a step beside a
+busy Python thread, and :func:`gil_hidden_bound` turns that into the most a load that holds the
+GIL can hide.
+
+Usage::
+
+    loops = prefetch_loops(loader, step, (x, y), n=28, delay_s=5e-3)
+    meas = timing.interleaved(list(loops.values()), repeat=15)
+    print(hidden_fraction_estimate({k: m.times_s for k, m in zip(loops, meas)}, "sleep"),
+          overlap_hidden(load_s + compute_s, load_s, compute_s, n=28, exhausts=True))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfkit import stats
+from perfkit._checks import check_choice, check_int, check_real, check_type
+from perfkit.data.datasets import Delayed
+from perfkit.data.prefetch import Prefetcher
+from perfkit.stats import Estimate
+
+__all__ = ["ThreadProbe", "gil_hidden_bound", "hidden_fraction", "hidden_fraction_estimate", "overlap_floor",
+           "overlap_hidden", "prefetch_loops", "thread_probe", "thread_share"]
+
+
+def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
+                   delay_s: float, device: torch.device | str | None = None) -> dict[str, Callable[[], None]]:
+    """The six loops of the prefetcher experiment, each ``n`` steps long.
+
+    ``"load only"`` and ``"compute only"`` (on ``batch``) time the two parts; ``"serial, K
+    load"`` and ``"Prefetcher, K load"`` train on ``loader`` with ``delay_s`` added per batch,
+    spent as K = ``sleep`` (I/O: frees the GIL) or ``spin`` (Python work: holds it).
+
+    Raises:
+        TypeError, ValueError: for ``n`` < 1, ``delay_s`` not a finite number >= 0, or a
+            ``step`` that is not callable.
+    """
+    check_int("n", n, 1)
+    check_real("delay_s", delay_s, 0)
+    if not callable(step):
+        raise TypeError(f"step must be a callable taking (x, y), got {type(step).__name__}")
+
+    def run(source: Any) -> None:
+        it = iter(source)
+        for _ in range(n):
+            step(*next(it))   # leaving early closes a Prefetcher's thread
+
+    def load_only() -> None:
+        it = iter(Delayed(loader, delay_s))
+        for _ in range(n):
+            next(it)
+
+    def compute_only() -> None:
+        for _ in range(n):
+            step(*batch)
+
+    loops = {"load only": load_only, "compute only": compute_only}
+    for kind in ("sleep", "spin"):
+        src = Delayed(loader, delay_s, kind=kind)
+        loops[f"serial, {kind} load"] = lambda src=src: run(src)
+        loops[f"Prefetcher, {kind} load"] = lambda src=src: run(Prefetcher(src, device=device))
+    return loops
+
+
+def _loop_names(name: str, loops: Any, kind: str) -> list[str]:
+    """The keys of ``loops`` (a mapping), refused by ``name`` unless they hold the four that
+    the ``kind`` (``"sleep"`` or ``"spin"``) hidden fraction needs."""
+    check_choice("kind", kind, ("sleep", "spin"))
+    check_type(name, loops, Mapping)
+    need = ["load only", "compute only", f"serial, {kind} load", f"Prefetcher, {kind} load"]
+    if missing := [k for k in need if k not in loops]:
+        raise ValueError(f"{name} must hold the loops {need}, missing {missing}")
+    return list(loops)
+
+
+def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
+    """``(serial - prefetched) / (serial - max(load, compute))`` from one set of loop times
+    keyed as :func:`prefetch_loops` names them."""
+    _loop_names("t", t, kind)
+    serial = t[f"serial, {kind} load"]
+    return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
+
+
+def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
+    """:func:`hidden_fraction` of each round of :func:`perfkit.timing.interleaved` (its loops
+    timed back to back), as the median over rounds with its order-statistic interval
+    (``rounds``: loop name -> its times)."""
+    names = _loop_names("rounds", rounds, kind)
+
+    def stat(*seconds: float) -> float:  # one round: each loop's time
+        return hidden_fraction(dict(zip(names, seconds, strict=True)), kind)
+
+    return stats.per_round(stat, [rounds[k] for k in names], what="rounds")
+
+
+@dataclass(frozen=True)
+class ThreadProbe:
+    """A busy Python thread beside a step, each round's figures as medians with intervals.
+
+    ``share``: the thread's progress while the step runs, over its rate with the main thread
+    asleep. ``slowdown``: the step's time beside the thread over its time alone (the thread
+    paused), the same round.
+    """
+
+    share: Estimate
+    slowdown: Estimate
+
+
+def thread_probe(step: Callable[[], None], n: int, repeat: int = 5) -> ThreadProbe:
+    """Run ``n`` calls of ``step`` alone, then beside a Python thread that never gives up the
+    GIL by itself (a busy loop), ``repeat`` rounds: how far the thread gets, and how much
+    longer the step takes.
+
+    The thread runs only while the step is inside code that released the GIL (most PyTorch
+    kernels) or while the step waits for the GIL at a switch, and only on a core the step's
+    own threads leave it; the step, for its part, waits for the GIL at every return to Python.
+    A load that holds the GIL in a prefetch thread meets both: it runs at most ``share`` of the
+    time, and while it runs the step does ``1 / slowdown`` of its work.
+
+    Raises:
+        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
+            ``repeat`` below 2.
+    """
+    if not callable(step):
+        raise TypeError(f"step must be a callable taking no argument, got {type(step).__name__}")
+    check_int("n", n, 1)
+    check_int("repeat", repeat, 2)
+    count, stop, run = [0], threading.Event(), threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            run.wait()  # paused: blocked, the GIL released
+            while run.is_set() and not stop.is_set():
+                count[0] += 1
+
+    def timed() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        return time.perf_counter() - t0
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    shares, slow, took = [], [], 0.05  # s: the first round's idle window
+    try:
+        for _ in range(repeat):
+            alone = timed()  # the thread paused
+            run.set()
+            c0, t0 = count[0], time.perf_counter()
+            time.sleep(max(took, 0.05))  # the main thread idle: the thread's own rate
+            rate = (count[0] - c0) / (time.perf_counter() - t0)
+            c0 = count[0]
+            took = timed()
+            run.clear()
+            shares.append((count[0] - c0) / (rate * took))
+            slow.append(took / alone)
+    finally:
+        stop.set()
+        run.set()
+        worker.join()
+    return ThreadProbe(stats.median_interval(shares), stats.median_interval(slow))
+
+
+def thread_share(step: Callable[[], None], n: int, repeat: int = 5) -> Estimate:
+    """:func:`thread_probe`'s ``share`` alone: the most a GIL-holding load in a prefetch
+    thread can run beside ``n`` calls of ``step`` (median over ``repeat`` rounds, with its
+    order-statistic interval).
+
+    Raises:
+        TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
+            ``repeat`` below 2.
+    """
+    return thread_probe(step, n, repeat).share
+
+
+def overlap_floor(load_s: float, compute_s: float, n: int, exhausts: bool) -> float:
+    """The least time of a loop of ``n`` steps whose loads a prefetch thread overlaps with the
+    steps: a two-stage pipeline, in any one unit of time (per step in, per loop out).
+
+    Each pass of a :class:`perfkit.data.Prefetcher` starts its thread with an empty queue, so
+    nothing hides the pass's first load, and nothing is left to hide the last step's compute;
+    between them each step costs the longer part: ``load + compute + (n - 1) max(load,
+    compute)``, that is ``n max + min``. A loop that stops before its source ends (``exhausts``
+    false) also waits, when it closes the prefetcher, for the load the thread has begun, so a
+    loop whose load is the longer part pays ``n + 1`` loads: then ``load + n max(load,
+    compute)``. Every cost is what the loads and steps cost timed apart.
+
+    Raises:
+        TypeError, ValueError: for times that are not finite numbers >= 0, ``n`` below 1 or an
+            ``exhausts`` that is not a bool.
+    """
+    for name, v in (("load_s", load_s), ("compute_s", compute_s)):
+        check_real(name, v, 0)
+    check_int("n", n, 1)
+    check_type("exhausts", exhausts, bool)
+    longer, shorter = max(load_s, compute_s), min(load_s, compute_s)
+    floor = n * longer + shorter
+    return floor if exhausts else max(floor, load_s + n * longer)
+
+
+def overlap_hidden(serial_s: float, load_s: float, compute_s: float, n: int, exhausts: bool) -> float:
+    """The hidden fraction (:func:`hidden_fraction`'s scale) of a prefetched loop that runs at
+    :func:`overlap_floor`, against a serial loop of ``serial_s`` per step (all times per step).
+
+    With ``serial_s = load_s + compute_s`` it is the model's own figure: ``(n - 1) / n`` for a
+    loop that ends its source, ``1 - load / (n min(load, compute))`` (at most that) for one that
+    stops early. A serial loop that costs more than its parts raises it: the prefetcher hides
+    that excess too.
+
+    Raises:
+        TypeError, ValueError: as :func:`overlap_floor`, or a ``serial_s`` not above
+            ``max(load_s, compute_s)`` (nothing to hide).
+    """
+    floor = overlap_floor(load_s, compute_s, n, exhausts) / n
+    longer = max(load_s, compute_s)
+    if check_real("serial_s", serial_s, 0) <= longer:
+        raise ValueError(f"serial_s must exceed max(load_s, compute_s) = {longer}, got {serial_s}")
+    return (serial_s - floor) / (serial_s - longer)
+
+
+def gil_hidden_bound(serial_s: float, load_s: float, compute_s: float, slowdown: float,
+                     held_s: float) -> float:
+    """The most of a GIL-holding load a prefetch thread can hide, given :func:`thread_probe`'s
+    ``slowdown``, as a hidden fraction (:func:`hidden_fraction`'s scale):
+    ``(serial - fastest) / (serial - max(load, compute))``, all times per step.
+
+    ``held_s`` of each load is pure Python that holds the GIL throughout (a :func:`perfkit.data.spend`
+    spin: a fixed amount of work, so it lasts at least ``held_s``, however little of the GIL it
+    gets). While it runs the step does at most ``1 / slowdown`` of its work (the probe's rate
+    beside a thread that never pauses; below 1 counts as 1), so a step takes at least
+    ``max(load, compute + held * (1 - 1 / slowdown))``. The rest of the load (a DataLoader's
+    calls into torch, which release the GIL) may overlap the step entirely, so it counts for
+    nothing: a bound under the probe's rate, not an estimate. The first load and the last step,
+    which nothing hides (:func:`overlap_floor`), would only lower the figure.
+
+    Raises:
+        ValueError: for times that are not > 0 (``held_s``: >= 0, at most ``load_s``), a
+            ``serial_s`` not above ``max(load, compute)``, or a ``slowdown`` that is not > 0.
+    """
+    for name, v in (("serial_s", serial_s), ("load_s", load_s), ("compute_s", compute_s),
+                    ("slowdown", slowdown)):
+        check_real(name, v, 0, lo_open=True)
+    check_real("held_s", held_s, 0, load_s)
+    longer = max(load_s, compute_s)
+    if serial_s <= longer:
+        raise ValueError(f"serial_s must exceed max(load_s, compute_s) = {longer}, got {serial_s}")
+    fastest = max(load_s, compute_s + held_s * (1 - 1 / max(1.0, slowdown)))
+    return (serial_s - fastest) / (serial_s - longer)
