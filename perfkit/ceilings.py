@@ -26,7 +26,9 @@ from perfkit._checks import check_int, check_real, check_type
 from perfkit.hw import MachineLimits, save_limits
 from perfkit.units import si
 
-__all__ = ["KINDS", "Observation", "cached_copy_bytes", "ceiling", "dram_copy", "observe"]
+AFTER_SWEEP = ", measured after the sweep"  # how a ceiling an operation raised names its source
+
+__all__ = ["AFTER_SWEEP", "KINDS", "Observation", "cached_copy_bytes", "ceiling", "dram_copy", "observe"]
 
 KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
 """What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
@@ -166,7 +168,7 @@ class Observation:
 
 def _raised(limits: MachineLimits, kind: str, rate: float, what: str, threads: int | None) -> MachineLimits:
     """``limits`` with the ceiling of ``kind`` on ``threads`` raised to at least ``rate``."""
-    src, what = dict(limits.sources), f"{what}, measured after the sweep"
+    src, what = dict(limits.sources), f"{what}{AFTER_SWEEP}"
     if kind in ("dram", "cache"):  # called only when rate beats the ceiling (the cache's: at least DRAM's)
         src[kind] = what
         return (replace(limits, copy_bytes_per_s=rate, sources=src) if kind == "dram"

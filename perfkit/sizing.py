@@ -32,6 +32,7 @@ import torch
 
 from perfkit import stats
 from perfkit._checks import check_callable, check_int, check_items, check_real, check_type
+from perfkit.ceilings import AFTER_SWEEP  # how a ceiling an operation raised names its source
 from perfkit.hw import MachineLimits, dtype_name
 from perfkit.roofline import matmul_flops
 from perfkit.timing import interleaved, resolve_device
@@ -276,7 +277,6 @@ def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, 
         f"the {name} ceiling ({rate / own:.0%}) would not be a share of what the machine can do")
 
 
-AFTER_SWEEP = ", measured after the sweep"  # how perfkit.ceilings names a ceiling an operation raised
 
 
 def ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,

@@ -613,8 +613,8 @@ print(f"model: load {t_load:.2f} ms, compute {t_compute:.2f} ms per step (each a
       f"the step timed alone above took {t_step * 1e3:.1f} ms); overlapped at least {floor_ms:.2f} ms/step ("
       + ("the first load and the last step unhidden" if EXHAUSTS else
          "the first load unhidden, and, where loading is the longer part, the load begun as the loop stops")
-      + f"); hidden fraction {bound:.3f} (the figure's overlap line is the long-loop limit, the longer part alone)")
-fig = vdata.plot_overlap(ms, t_load, t_compute)
+      + f"); hidden fraction {bound:.3f} (the figure's overlap line is this floor)")
+fig = vdata.plot_overlap(ms, t_load, t_compute, steps=N, floor_ms=floor_ms)
 
 # %%
 pre, serial, longer = ms["Prefetcher, sleep load"], ms["serial, sleep load"], max(t_load, t_compute)  # ms/step

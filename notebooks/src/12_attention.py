@@ -281,7 +281,7 @@ print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model
 for t in SWEEP_LENS:
     row = {f"{p.impl}{p.tile or ''}": p.median_s for p in points if p.seq_len == t}
     print(f"T = {t:5d}: " + ", ".join(f"{k} {viz.si(s, 's')}" for k, s in row.items()))
-fig = va.plot_tile_times(points, model, B, H, D)
+fig = va.plot_tile_times(points, model, B, H, D, fitted_lens=SWEEP_LENS[:-1])
 
 # %% [markdown]
 # Section 3 timed one of these shapes too: forward + backward with tiles of 64 at its length,

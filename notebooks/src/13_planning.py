@@ -536,10 +536,10 @@ for name, o in overhead.items():
 # %% [markdown]
 # Beside the planner stands the baseline that predicts one constant MFU per GPU type, from the
 # same fitted rows: a planner that does not beat it explains nothing. The planner is judged on
-# the targets recorded in section 3, before its median was printed there. In the figure, the
-# left panel's log axes span four decades of tokens/s, so errors of tens of percent barely show
-# there; the right panel shows each held-out row's error, in table order (the row's index
-# means nothing else), and the split by recomputation below looks for a pattern in them.
+# the targets recorded in section 3, before its median was printed there. The figure plots each
+# row's error on a linear axis: against the reported speed on the left (hollow: the rows the
+# efficiency was fitted on), and against the model's size on the right, the planner's beside the
+# baseline's; the split by recomputation below looks for a pattern in them.
 
 # %%
 from IPython.display import Markdown, display

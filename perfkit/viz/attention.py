@@ -68,14 +68,18 @@ def plot_tiles(seq_len: int = 64, world: int = 4, tile: int = 4) -> Figure:
 
 def plot_saved_bytes(seq_lens: Sequence[int], measured: Mapping[str, Sequence[int]],
                      batch: int = 1, heads: int = 4, head_dim: int = 32) -> Figure:
-    """Measured saved-for-backward bytes (points) on the formulas (lines), log-log."""
+    """Measured saved-for-backward bytes (points) on the formulas (lines), log-log; the
+    formulas go on past the longest length counted, dashed there (no point checks them)."""
     lens = check_items("seq_lens", seq_lens)
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    t = np.geomspace(min(lens), max(lens) * 4, 40)
-    ax.plot(t, [eager_saved_bytes(batch, heads, int(x)) for x in t], "-", color="tab:red",
-            label="eager: B H T² x 4 bytes")
-    ax.plot(t, [flash_saved_bytes(batch, heads, int(x), head_dim) for x in t], "-",
-            color="tab:blue", label="FlashAttention: O and L, linear in T")
+    inside = np.geomspace(min(lens), max(lens), 30)
+    beyond = np.geomspace(max(lens), max(lens) * 4, 12)
+    for ts, ls, note in ((inside, "-", ""), (beyond, "--", None)):
+        ax.plot(ts, [eager_saved_bytes(batch, heads, int(x)) for x in ts], ls, color="tab:red",
+                label=note if note is None else "eager: B H T² x 4 bytes")
+        ax.plot(ts, [flash_saved_bytes(batch, heads, int(x), head_dim) for x in ts], ls,
+                color="tab:blue", label=note if note is None else "FlashAttention: O and L, linear in T")
+    ax.plot([], [], "--", color="grey", label="formula past the lengths counted")
     for name, colour in (("eager", "tab:red"), ("flash", "tab:blue")):
         ax.plot(lens, measured[name], "o", color=colour, label=f"{name}, counted")
     ax.set(xscale="log", yscale="log", xlabel="sequence length T",
@@ -87,9 +91,12 @@ def plot_saved_bytes(seq_lens: Sequence[int], measured: Mapping[str, Sequence[in
 
 
 def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | None = None,
-                    batch: int = 1, heads: int = 4, head_dim: int = 32) -> Figure:
+                    batch: int = 1, heads: int = 4, head_dim: int = 32,
+                    fitted_lens: Sequence[int] | None = None) -> Figure:
     """Forward + backward seconds of the tiled attention against the tile size, one colour per
-    length: the measured medians as points, ``model``'s prediction as a line through them.
+    length: the measured medians as points, ``model``'s prediction as a line through them,
+    solid at the lengths in ``fitted_lens`` (those the model was fitted on) and dashed at the
+    others, where it predicts (``None``: every line solid).
 
     Raises:
         ValueError: for ``points`` without a tiled (``"flash"``) timing.
@@ -97,6 +104,7 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
     flash = [p for p in points if p.impl == "flash"]
     if not flash:
         raise ValueError("points must hold flash timings")
+    fitted = None if fitted_lens is None else set(check_items("fitted_lens", fitted_lens))
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for i, t in enumerate(sorted({p.seq_len for p in flash})):
         mine = sorted((p for p in flash if p.seq_len == t), key=lambda p: p.tile)
@@ -105,10 +113,12 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
                 label=f"T = {t} measured")
         if model is not None:
             ax.plot([p.tile for p in mine], [model.flash_s(t, p.tile, batch, heads, head_dim) for p in mine],
-                    "-", color=color, alpha=0.6)
+                    "-" if fitted is None or t in fitted else "--", color=color, alpha=0.6)
     ax.set(xscale="log", yscale="log", xlabel="tile size (queries and keys per tile)",
            ylabel="forward + backward",
-           title="tiled attention: measured medians" + (", lines: the model" if model else ""))
+           title="tiled attention: measured medians" + ((", lines: the model" + (
+               " (dashed: predicted at a length it was not fitted on)" if fitted and
+               {p.seq_len for p in flash} - fitted else "")) if model else ""))
     ax.set_xticks(sorted({p.tile for p in flash}), [str(x) for x in sorted({p.tile for p in flash})])
     ax.minorticks_off()
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))

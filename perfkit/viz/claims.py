@@ -154,9 +154,11 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
         a = v.claim.low if v.claim.low is not None and v.claim.low > 0 else lo
         b = v.claim.high if v.claim.high is not None else hi
         ax.barh(y, b - a, left=a, height=0.6, color="#dddddd", zorder=1)
-        if v.spread is not None:
+        if v.spread is not None:  # a line with a cap at each end: a narrow one still shows beside the dot
             ax.plot(v.spread, [y, y], color=_COLOR[v.status], lw=2, zorder=2)
-        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=6, zorder=3)
+            for end in v.spread:
+                ax.plot([end, end], [y - 0.25, y + 0.25], color=_COLOR[v.status], lw=1.5, zorder=2)
+        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec="white", mew=0.8, zorder=3)
         if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
             ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=2)
     ax.set_xscale("log")
@@ -166,8 +168,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     ax.xaxis.set_minor_formatter(plt.NullFormatter())  # the 1-2-5 labels only
     ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"measured here ({unit}, log scale); grey band: what the advice promises; "
-                  "dashed tick: the claim's no-effect value")
+    ax.set_xlabel(f"measured here ({unit}, log scale; capped line: its interval); grey band: what the "
+                  "advice promises; dashed tick: the claim's no-effect value")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bands

@@ -236,6 +236,9 @@ def plot_compression_tradeoff(rows: Sequence[Mapping[str, Any]]) -> Figure:
     ax.set_ylabel("relative L2 error")
     ax.set_title("compression: measured (o) vs Gaussian model (x)")
     ax.grid(True, which="both", alpha=0.3)
+    ax.scatter([], [], color="grey", marker="o", label="measured (every method)")
+    if any(r.get("predicted") is not None for r in rows):
+        ax.scatter([], [], color="grey", marker="x", label="Gaussian model")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return tidy(fig)
@@ -328,10 +331,14 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
     for ax, key, label in zip(axes[:2], ("final_loss", "wire_bytes_ratio"),
                               ("final loss (nats)", "wire bytes / dense"), strict=True):
         vals = [results[n][key] for n in names]
-        bars = ax.barh(names, vals, color=colors)
+        # points, not bars: on a log axis a bar's length depends on where the axis starts
+        ax.scatter(vals, names, color=colors, zorder=3)
+        ax.grid(True, axis="y", alpha=0.3)
         ax.set_xlabel(label)
-        if key == "final_loss":  # each bar labelled: close losses differ in the third digit
-            ax.bar_label(bars, [f"{v:.3g}" for v in vals], fontsize=7, padding=2)
+        if key == "final_loss":  # each point labelled: close losses differ in the third digit
+            for v, n in zip(vals, names, strict=True):
+                ax.annotate(f"{v:.3g}", (v, n), xytext=(4, 0), textcoords="offset points",
+                            va="center", fontsize=7)
             ax.set_xlim(0.5 * min(vals), 3 * max(vals))
         ax.set_xscale("log")  # each spans decades: log, with 1-2-5 labels
         lo, hi = ax.get_xlim()

@@ -127,10 +127,11 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
 
 def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
                      title: str = "") -> Figure:
-    """Matmul FLOP/s against one dimension; multiples of ``multiple`` drawn filled, odd sizes
-    as crosses, even sizes that are a multiple of no vector width (``% 4 == 2``) as hollow
-    squares and the other even sizes as hollow circles, each kind named in the legend. The axis
-    is linear for one dtype, logarithmic for several (their ceilings can differ a hundredfold).
+    """Matmul GFLOP/s against one dimension, one panel per dtype, each on its own linear axis
+    (the dtypes' ceilings can differ a hundredfold; one log axis would flatten the spread within
+    each); multiples of ``multiple`` drawn filled, odd sizes as crosses, even sizes that are a
+    multiple of no vector width (``% 4 == 2``) as hollow squares and the other even sizes as
+    hollow circles, each kind named in the legend.
 
     Args:
         points: :class:`perfkit.compute.ShapePoint` s.
@@ -145,32 +146,33 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
         raise ValueError("points must hold at least one ShapePoint")
     if vary not in ("m", "n", "k"):
         raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
-    fig, ax = plt.subplots(figsize=(7, 3.8))
     dtypes = list(dict.fromkeys(p.dtype for p in points))
-    scale = 1.0 if len(dtypes) > 1 else 1e9  # GFLOP/s on a linear axis for one dtype
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.6 * len(dtypes) + 2.4, 3.8), squeeze=False)
     kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, {}),
              (f"odd {vary}", lambda x: x % multiple and x % 2 == 1, dict(marker="x")),
              (f"{vary} % 4 == 2 (no vector width divides it)", lambda x: x % multiple and x % 4 == 2,
               dict(marker="s", facecolors="none")),
              (f"other even {vary}", lambda x: x % multiple and x % 4 == 0, dict(facecolors="none")))
-    for i, dtype in enumerate(dtypes):
+    for i, (dtype, ax) in enumerate(zip(dtypes, axes[0], strict=True)):
         pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
-        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / scale for p in pts]
+        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / 1e9 for p in pts]
         color = f"C{i}"
         ax.plot(xs, ys, "-", c=color, alpha=0.5, label=dtype)
         for _, keep, style in kinds:
-            # the marker kinds are named once, in grey, so the legend does not repeat them per dtype
             edge = {"edgecolors": color} if style.get("facecolors") == "none" else {"c": color}
             ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3,
                        **edge, **style)
+        ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel=f"{dtype} GFLOP/s (median)", title=dtype)
+        ax.grid(True, alpha=0.3)
+    last = axes[0][-1]
+    # the marker kinds are named once, in grey, so the legend does not repeat them per dtype
     for name, _, style in kinds:
         grey = {"edgecolors": "0.4"} if style.get("facecolors") == "none" else {"c": "0.4"}
-        ax.scatter([], [], label=name, **grey, **style)
-    ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", yscale="log" if scale == 1 else "linear",
-           ylabel="FLOP/s (median)" if scale == 1 else "GFLOP/s (median)",
-           title=title or f"Matmul throughput against {vary}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data
+        last.scatter([], [], label=name, **grey, **style)
+    handles = [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0][:1]]  # each dtype's line
+    handles += last.get_legend_handles_labels()[0][1:]
+    last.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.suptitle(title or f"Matmul throughput against {vary}", fontsize=11)
     fig.tight_layout()
     return tidy(fig)
 

@@ -87,30 +87,39 @@ def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = 
 
 
 def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: float,
-                 title: str = "", steps: int | None = None) -> Figure:
+                 title: str = "", steps: int | None = None, floor_ms: float | None = None) -> Figure:
     """Measured ms per step of each variant against the two models: serial and overlapped.
 
     Args:
         ms_per_step: variant name -> measured milliseconds per step.
         load_ms, compute_ms: the measured cost of loading and of computing one batch.
         steps: the steps of each timed loop: the overlap model then pays the first load
-            unhidden, ``(load + steps * max(load, compute)) / steps`` per step, as the
-            notebook's printed model does; ``None``: ``max(load, compute)``, a long loop.
+            unhidden, ``(load + steps * max(load, compute)) / steps`` per step; ``None``:
+            ``max(load, compute)``, a long loop.
+        floor_ms: the overlap model's least ms per step for these loops, computed by the caller
+            (:func:`perfkit.data.overlap_floor` over ``steps``, which also counts the last
+            step and the load begun as a loop stops); drawn instead of the ``steps`` formula.
 
     Raises:
-        ValueError: for an empty ``ms_per_step`` or ``steps`` that is not an int >= 1.
+        ValueError: for an empty ``ms_per_step``, ``steps`` that is not an int >= 1, or a
+            ``floor_ms`` that is not a finite number > 0.
     """
     if not ms_per_step:
         raise ValueError("ms_per_step must name at least one variant")
     if steps is not None:
         check_int("steps", steps, 1)
-    overlap_ms = max(load_ms, compute_ms) + (load_ms / steps if steps else 0.0)  # ms per step
+    if floor_ms is not None:
+        check_real("floor_ms", floor_ms, 0, lo_open=True)
+    overlap_ms = (floor_ms if floor_ms is not None else
+                  max(load_ms, compute_ms) + (load_ms / steps if steps else 0.0))  # ms per step
     fig, ax = plt.subplots(figsize=(7, 3.6))
     names = list(ms_per_step)
     ax.barh(names, [ms_per_step[n] for n in names], color="tab:blue")
     ax.axvline(load_ms + compute_ms, color="tab:red", ls="--",
                label=f"serial model: load + compute = {load_ms + compute_ms:.1f} ms")
-    how = f"(load + {steps} max(load, compute)) / {steps}" if steps else "max(load, compute)"
+    how = (f"least time of {steps} steps" if floor_ms is not None and steps else "least time per step"
+           if floor_ms is not None else f"(load + {steps} max(load, compute)) / {steps}" if steps
+           else "max(load, compute)")
     ax.axvline(overlap_ms, color="tab:green", ls="--", label=f"overlap model: {how} = {overlap_ms:.1f} ms")
     for i, n in enumerate(names):  # on a white box above the model lines, which can cross a bar's end
         ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8, zorder=4,

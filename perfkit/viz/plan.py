@@ -86,15 +86,17 @@ def plot_plan(p: Plan, top: int = 5) -> Figure:
 
 
 def plot_published(cmp: Comparison) -> Figure:
-    """Reported against predicted tokens/s per GPU (left, log-log; hollow: the fitted rows),
-    and each held-out row's error, planner and baseline (right).
+    """Each row's error, predicted over reported tokens/s per GPU less 1, on a linear axis
+    (a log-log plot of predicted against reported hides errors of tens of percent): against the
+    reported tokens/s (left; hollow: the fitted rows) and, for the held-out rows, against the
+    model's parameters, the planner's beside the constant-MFU baseline's (right).
 
     Raises:
         TypeError: if ``cmp`` is not a :class:`perfkit.plan.Comparison`.
     """
     if not isinstance(cmp, Comparison):
         raise TypeError(f"cmp must be a perfkit.plan.Comparison, got {type(cmp).__name__}")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     tables = list(dict.fromkeys(r.run.table for r in cmp.rows))
     for i, t in enumerate(tables):
         rows = [r for r in cmp.rows if r.run.table == t]
@@ -102,34 +104,29 @@ def plot_published(cmp: Comparison) -> Figure:
         for fitted in (False, True):
             pick = [r for r in rows if r.fitted == fitted]
             if pick:
-                a.scatter([r.run.reported_tokens_per_gpu for r in pick], [r.predicted for r in pick],
+                a.scatter([r.run.reported_tokens_per_gpu for r in pick], [100 * r.error for r in pick],
                           s=14, color=color, facecolors="none" if fitted else color,
                           label=None if fitted else t)
         held = [r for r in rows if not r.fitted]
-        xs = range(len(held))
-        offset = sum(len([r for r in cmp.rows if r.run.table == u and not r.fitted])
-                     for u in tables[:i])
-        b.scatter([x + offset for x in xs], [100 * r.error for r in held], s=10, color=color)
-        b.scatter([x + offset for x in xs], [100 * r.baseline_error for r in held], s=10,
-                  color=color, marker="x", alpha=0.5)
-    lo = min(r.run.reported_tokens_per_gpu for r in cmp.rows) / 1.5
-    hi = max(r.run.reported_tokens_per_gpu for r in cmp.rows) * 1.5
-    a.plot([lo, hi], [lo, hi], "k--", lw=1)
+        size = [r.run.model.num_params for r in held]
+        b.scatter(size, [100 * r.error for r in held], s=10, color=color)
+        b.scatter(size, [100 * r.baseline_error for r in held], s=10, color=color, marker="x", alpha=0.5)
     a.scatter([], [], s=14, color="grey", facecolors="none", label="hollow: fitted rows")
-    a.set(xscale="log", yscale="log", xlabel="reported tokens/s per GPU",
-          ylabel="predicted tokens/s per GPU")
+    a.set(xscale="log", xlabel="reported tokens/s per GPU", ylabel="error: predicted / reported - 1 (%)")
     a.legend(fontsize=7)
-    for y in (-20, 20):
-        b.axhline(y, color="k", ls=":", lw=1)
-    b.axhline(0, color="k", lw=0.5)
+    for ax in (a, b):
+        for y in (-20, 20):
+            ax.axhline(y, color="k", ls=":", lw=1)
+        ax.axhline(0, color="k", lw=0.5)
     b.scatter([], [], s=10, color="grey", label="planner")
     b.scatter([], [], s=10, color="grey", marker="x", label="constant MFU")
     b.plot([], [], "k:", lw=1, label="±20 %")
-    b.set(xlabel="held-out row (by table; colours as on the left)", ylabel="error (%)")
+    b.set(xscale="log", xlabel="parameters (held-out rows; colours as on the left)")
     b.yaxis.set_major_locator(MultipleLocator(10))
+    b.tick_params(labelleft=True)
     b.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.subplots_adjust(wspace=0.3)
+    fig.subplots_adjust(wspace=0.25)
     return tidy(fig)
 
 

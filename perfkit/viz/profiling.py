@@ -176,17 +176,21 @@ def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
 
 
 def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Figure:
-    """A run's stacked phase bar above its findings, in one figure (the widget's)."""
-    fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 4.2), height_ratios=[1, 1.4])
-    plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
-    tax.axis("off")
+    """A run's stacked phase bar above its findings, each with every fix it names, in one
+    figure (the widget's), whose text panel is as tall as its lines."""
     lines = [f"step {summary.step.p50_s * 1e3:.1f} ms (p50)"
              + (f", {summary.samples_per_s:,.0f} samples/s" if summary.samples_per_s else "")]
     if not findings:
         lines.append("diagnosis: no bottleneck found")
     for f in findings:  # wrapped to the figure's width: a longer line runs off its edge
         lines += textwrap.wrap(f"[{f.severity}] {f.evidence}", 90, subsequent_indent="    ")
-        lines += textwrap.wrap(f"try: {f.fix[0]}", 90, initial_indent="    ", subsequent_indent="    ")
+        for i, fix in enumerate(f.fix):
+            lines += textwrap.wrap(f"{'try' if i == 0 else 'or'}: {fix}", 90, initial_indent="    ",
+                                   subsequent_indent="    ")
+    text_in = 0.17 * len(lines) + 0.2  # inches: 8.5 pt monospace lines
+    fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 2.4 + text_in), height_ratios=[2.4, text_in])
+    plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
+    tax.axis("off")
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)
     fig.tight_layout()

@@ -66,7 +66,8 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone")
     ax.set(xlabel="width C", ylabel="s per block (forward + backward)")
     fig.suptitle(f"{tokens} tokens per step, compute at {si(flops_per_s, 'FLOP/s')}, "
-                 f"{si(scaled.bandwidth, 'B/s')} per ring step")
+                 f"link: alpha {si(scaled.alpha_s, 's')} + bytes at {si(scaled.bandwidth, 'B/s')} "
+                 "per ring step (the fit)")
     ax2.semilogx(widths, [c.speedup for c in costs], label="model")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axhline(t, color="grey", lw=0.8, ls="--", label=f"ideal: {t}x")

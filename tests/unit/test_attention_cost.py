@@ -79,6 +79,14 @@ def test_tile_owner_and_plots():
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
     assert len(fig.axes[0].get_legend().get_texts()) == 3   # one entry per length
     plt.close(fig)
+    # the length the model was not fitted on is drawn dashed: a prediction, not a fit
+    lens = sorted({p.seq_len for p in pts})
+    fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts), fitted_lens=lens[:-1])
+    styles = [ln.get_linestyle() for ln in fig.axes[0].get_lines() if ln.get_linestyle() != "None"]
+    assert styles.count("--") == 1 and styles.count("-") == len(lens) - 1
+    assert "dashed: predicted" in fig.axes[0].get_title()
+    plt.close(fig)
+    plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
     with pytest.raises(ValueError, match="flash"):
         va.plot_tile_times([p for p in pts if p.impl == "eager"])
 

@@ -24,10 +24,13 @@ def test_one_row_per_claim_in_the_unit_with_its_interval_and_promise():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["amp", "compile", "exact"]
     bands = [(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches]
     assert bands[0][0] == pytest.approx(1.4) and bands[2] == (pytest.approx(0.9), pytest.approx(1.1))
-    intervals = [tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()) == 2
-                 and line.get_linestyle() == "-"]
+    segments = [tuple(line.get_xdata()) for line in ax.lines if len(line.get_xdata()) == 2
+                and line.get_linestyle() == "-"]
+    intervals = [x for x in segments if x[0] != x[1]]
     assert (0.18, 0.22) in intervals and (1.45, 1.6) in intervals
     assert len(intervals) == 2  # none for an exact figure
+    caps = sorted(x[0] for x in segments if x[0] == x[1])  # each interval capped at both ends
+    assert caps == [0.18, 0.22, 1.45, 1.6]
     points = sorted(line.get_xdata()[0] for line in ax.lines if line.get_marker() == "o")
     assert points == [0.2, 1.0, 1.5]
     assert ax.get_xscale() == "log" and ax.get_xlim()[0] < 0.18 and ax.get_xlim()[1] > 1.6

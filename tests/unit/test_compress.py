@@ -256,11 +256,16 @@ def test_compression_plots_and_widget_extremes():
         plt.close(fig)
     rows = [{"name": "topk", "wire_ratio": 0.02, "rel_error": 0.9, "predicted": 0.95},
             {"name": "sign", "wire_ratio": 1 / 32, "rel_error": 0.6}]
-    plt.close(vcomm.plot_compression_tradeoff(rows))
+    fig = vcomm.plot_compression_tradeoff(rows)  # the legend names both markers, not only the methods
+    legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {"measured (every method)", "Gaussian model"} <= legend
+    plt.close(fig)
     plt.close(vcomm.plot_convergence({"a": [2.0, 1.0, 0.5], "b": [2.0, 1.5, 1.0]}, smooth=2))
     res = {m: {"final_loss": 0.1, "wire_bytes_ratio": 0.5, "step_s": 0.01}
            for m in ("none", "topk_1pct_ef")}
-    plt.close(vcomm.plot_method_comparison(res))
+    fig = vcomm.plot_method_comparison(res)  # log panels draw points: a bar on a log axis has no length
+    assert not fig.axes[0].patches and not fig.axes[1].patches and fig.axes[0].collections
+    plt.close(fig)
     # with paired ratios the step panel draws them, intervals and all, not the two medians
     est = Estimate(1.3, 1.2, 1.4, 0.9, 30, "median of 30 paired ratios")
     fig = vcomm.plot_method_comparison(res, step_ratios={"topk_1pct_ef": est})

@@ -167,3 +167,12 @@ def test_plot_overlap_legend_is_the_printed_model():
     for bad in (0, 1.5):
         with pytest.raises((TypeError, ValueError), match="steps"):
             vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0, steps=bad)
+    # the caller's floor (the last step and the load begun at the stop counted) is the line drawn,
+    # not the first-load formula a bar can beat
+    fig = vd.plot_overlap({"prefetched": 6.9}, load_ms=6.0, compute_ms=5.0, steps=8, floor_ms=7.4)
+    assert any("least time of 8 steps = 7.4 ms" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert 7.4 in [ln.get_xdata()[0] for ln in fig.axes[0].get_lines()]
+    plt.close(fig)
+    for bad in (0.0, float("nan")):
+        with pytest.raises(ValueError, match="floor_ms"):
+            vd.plot_overlap({"serial": 12.0}, load_ms=6.0, compute_ms=5.0, floor_ms=bad)

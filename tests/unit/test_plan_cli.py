@@ -136,7 +136,13 @@ def test_the_widget_draws_every_extreme_and_the_figures_refuse_bad_input():
         fig = spec.fn(**kw)
         assert fig.axes, kw
         plt.close(fig)
-    plt.close(plot_published(compare(megatron_runs())))
+    cmp = compare(megatron_runs())
+    fig = plot_published(cmp)
+    # errors on a linear axis, not predicted against reported on log axes (which hid tens of %)
+    left = sorted(y for c in fig.axes[0].collections for _, y in c.get_offsets())
+    assert left == pytest.approx(sorted(100 * r.error for r in cmp.rows))
+    assert fig.axes[0].get_yscale() == "linear" and fig.axes[1].get_xscale() == "log"
+    plt.close(fig)
     with pytest.raises(ValueError, match="size"):
         plan_view(size="3B")
     with pytest.raises(TypeError, match="Plan"):

@@ -294,8 +294,15 @@ def test_plots_and_tables_consume_every_record_kind():
     s = mon.summary()
     fig = vp.plot_phase_bars({"monitor": s, "trace": trace_breakdown(SYNTHETIC)})
     fig2 = vp.plot_phase_bars({"shares": HEALTHY}, unit="%")
-    fig3 = vp.plot_diagnosis(s, diagnose_shares(s))
-    for f in (fig, fig2, fig3):
+    found = diagnose_shares(s)
+    fig3 = vp.plot_diagnosis(s, found)
+    # every fix of every finding is in the text (the widget cut each to its first), and the
+    # text panel grows with them: none is cut off, no empty third below a short one
+    shown = fig3.axes[1].texts[0].get_text().replace("\n    ", " ")
+    assert found and all(fix.split()[0] in shown for f in found for fix in f.fix)
+    short = vp.plot_diagnosis(s, [])
+    assert short.get_figheight() < fig3.get_figheight()
+    for f in (fig, fig2, fig3, short):
         matplotlib.pyplot.close(f)
     assert "| data |" in vp.summary_markdown(s) and "samples/s" in vp.summary_markdown(s)
     assert "No bottleneck" in vp.findings_markdown([])

@@ -31,7 +31,10 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     plt.close(fig)
     two = plot_shape_sweep(pts("float32", {1024: 1.4e11, 1017: 1.5e11})
                            + pts("bfloat16", {1024: 2e9, 1017: 2e9}))
-    assert two.axes[0].get_yscale() == "log"  # ceilings a hundredfold apart
+    # ceilings a hundredfold apart: a panel each, both linear (one log axis flattened each spread)
+    assert [a.get_title() for a in two.axes] == ["float32", "bfloat16"]
+    assert all(a.get_yscale() == "linear" for a in two.axes)
+    assert np.allclose(two.axes[1].collections[0].get_offsets()[:, 1], [2.0])
     plt.close(two)
     with pytest.raises(ValueError, match="points"):
         plot_shape_sweep([])
