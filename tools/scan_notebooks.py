@@ -141,10 +141,14 @@ def _shown(m: re.Match, name: str) -> str:
 
 
 def _interval(m: re.Match) -> tuple[float, float, str] | None:
-    """``(low, high, unit)`` of a matched interval, or ``None`` where its two ends differ in unit."""
+    """``(low, high, unit)`` of a matched interval, or ``None`` where its two ends differ in unit;
+    a low end printed bare takes the high end's unit, prefix and all ("46.5 to 50.4 ms")."""
     (lo, lu), (hi, hu) = _value(m, "lo"), _value(m, "hi")
     if lu and lu != hu:
         return None
+    raw = m.group("hi_u") or ""
+    if not m.group("lo_u") and raw not in ("x", "%") and len(raw) > 1 and raw[0] in _SCALE:
+        lo *= _SCALE[raw[0]]
     return lo, hi, hu
 
 

@@ -145,6 +145,10 @@ def test_a_point_outside_its_interval_is_found(line):
 def test_prefixes_are_read_before_comparing():
     # compared as bare numbers 1.1 < 990 would put the point outside
     assert kinds(out("step 1.1 ms (90% interval 990 µs to 1.2 ms)")) == []
+    # a bare low end takes the high end's prefix: read as 46.5 s it put 47.7 ms outside
+    assert kinds(out("TP step: 44.5 ms predicted, 47.7 ms measured (interval 46.5 to 50.4 ms)")) == []
+    assert kinds(out("TP step: 44.5 ms predicted, 52.7 ms measured (interval 46.5 to 50.4 ms)")) == [
+        "point_outside_interval"]
 
 
 @pytest.mark.parametrize("line", [
