@@ -159,10 +159,12 @@ def ring() -> dict:
         per_rank = [statistics.median(r["time"]["splits"][split]["compute_s"]) for r in res]
         timed[split] = {"compute_s": per_rank, "imbalance": cm.imbalance(per_rank),
                         "counted": cm.imbalance(cm.ring_work(seq, 2, split, tile=64))}
-    # transfers per forward + backward at P = 2: one K/V block each way, and P dK/dV moves
-    # (fp32, the same size); overlapped, a step costs about max(compute, transfers)
+    # transfers per forward + backward at P = 2, as the ring posts them: P single exchanges and
+    # P - 1 pairs posted together (perfkit.parallel.ring_transfers_s); overlapped, a step costs
+    # about max(compute, transfers)
     exchange = statistics.median(x for r in res for x in r["time"]["exchange_s"])
-    comm = 3 * exchange
+    pair = statistics.median(x for r in res for x in r["time"]["pair_exchange_s"])
+    comm = cm.ring_transfers_s(2, exchange, pair)
     zig = [r["time"]["splits"]["zigzag"] for r in res]
     compute = max(statistics.median(z["compute_s"]) for z in zig)
     hidden = {"transfer_alone_s": comm, "compute_s": compute,

@@ -23,12 +23,13 @@ import os
 from dataclasses import dataclass, replace
 
 from perfkit._checks import check_int, check_real, check_type
-from perfkit.hw import MachineLimits, save_limits
+from perfkit.hw import CopyPoint, MachineLimits, save_limits
 from perfkit.units import si
 
 AFTER_SWEEP = ", measured after the sweep"  # how a ceiling an operation raised names its source
 
-__all__ = ["AFTER_SWEEP", "KINDS", "Observation", "cached_copy_bytes", "ceiling", "dram_copy", "observe"]
+__all__ = ["AFTER_SWEEP", "KINDS", "Observation", "cached_copy_bytes", "ceiling", "copy_ratio_floor",
+           "dram_copy", "observe", "observe_copy"]
 
 KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
 """What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
@@ -100,8 +101,9 @@ def dram_copy(limits: MachineLimits) -> tuple[float, str]:
     (write-allocate: notebook 00). A ceiling an add set therefore overstates what a copy moves.
     This is the copy's own figure: the fastest tenth of the best round of the sweep's copies of
     the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`; the largest copied buffer where
-    that is unknown), on any thread count, never above the DRAM ceiling. Without such a copy it
-    is the DRAM ceiling itself, and the words say so.
+    that is unknown), or a faster copy of them measured after the sweep (:func:`observe_copy`),
+    on any thread count, never above the DRAM ceiling. Without such a copy it is the DRAM ceiling
+    itself, and the words say so.
 
     Returns:
         ``(bytes_per_s, source)``: counted bytes per second, and the point it came from in words.
@@ -117,7 +119,81 @@ def dram_copy(limits: MachineLimits) -> tuple[float, str]:
         return limits.copy_bytes_per_s, ("the DRAM ceiling (the limits hold no copy of its buffers): "
                                          + limits.sources.get("dram", "its sweep"))
     threads = f" on {best.threads} thread{'s' * (best.threads != 1)}" if best.threads else ""
-    return min(best.best_bytes_per_s, limits.copy_bytes_per_s), f"copy of {best.nbytes:,} B buffers{threads}"
+    return (min(best.best_bytes_per_s, limits.copy_bytes_per_s),
+            best.source or f"copy of {best.nbytes:,} B buffers{threads}")
+
+
+def observe_copy(limits: MachineLimits, rate: float, what: str, threads: int,
+                 path: str | os.PathLike | None = None, save: bool = True) -> MachineLimits:
+    """Record a copy of the DRAM ceiling's buffers that ran at ``rate`` (counted bytes per second)
+    after the sweep, so that :func:`dram_copy` (what a memcpy of DRAM-sized buffers reaches, read
+    by later notebooks from the limits file) is not left at a sweep whose rounds the load slowed.
+
+    The sweep's copy point of those buffers on ``threads`` keeps its median; its fastest rate
+    rises to ``rate`` where that is faster, and its ``source`` names ``what``. A rate above the
+    DRAM ceiling raises that ceiling too (:func:`observe`). Saved, the file keeps the DRAM
+    record of the higher ceiling with its own copies (:func:`perfkit.hw.save_limits`); where
+    that record is an earlier run's, of the same buffers, and its copy was slower, the copy
+    recorded here replaces it there too, so that the file's :func:`dram_copy` is the fastest
+    copy of those buffers measured on this machine.
+
+    Args:
+        limits: the ceilings in use; ``rate``: counted bytes/s (read + written) of the copy.
+        what: the copy, as :func:`dram_copy` will name it ("copy of 268 MB buffers on 2 threads").
+        threads: the intra-op threads it ran on.
+        path, save: as :func:`observe`.
+
+    Returns:
+        The limits with the copy recorded (``limits`` itself when ``rate`` beats nothing).
+
+    Raises:
+        TypeError, ValueError: as :func:`observe`, or for a ``threads`` below 1.
+    """
+    check_int("threads", threads, 1)
+    out = observe(limits, "dram", rate, what, path=path, save=False).limits  # checks the arguments
+    size = out.dram_nbytes or max((p.nbytes for p in out.copy_points if p.op == "copy"), default=0)
+    old = next((p for p in out.copy_points if (p.op, p.nbytes, p.threads) == ("copy", size, threads)), None)
+    if old is None or old.best_bytes_per_s < rate:
+        new = (replace(old, best_bytes_per_s=rate, source=f"{what}{AFTER_SWEEP}") if old is not None else
+               CopyPoint(size, 2 * size / rate, rate, rate, threads, "copy", f"{what}{AFTER_SWEEP}"))
+        points = [new if p is old else p for p in out.copy_points] + [new] * (old is None)
+        out = replace(out, copy_points=points)
+    if save and out is not limits:
+        held = MachineLimits.from_json(save_limits(out, path).read_text())  # the file, merged
+        if held.dram_nbytes == out.dram_nbytes and dram_copy(held)[0] < min(rate, held.copy_bytes_per_s):
+            save_limits(observe_copy(held, rate, what, threads, save=False), path)  # an earlier run's record
+    return out
+
+
+def copy_ratio_floor(limits: MachineLimits, nbytes: int, threads: int = 1) -> float:
+    """The lowest rate a copy of ``nbytes`` buffers, repeated, can have over a DRAM-sized copy's
+    (:func:`perfkit.sizing.copy_ratio`) in an undisturbed run: below it the run was disturbed.
+
+    Were the cache to hold none of the buffer, each call would still stream its ``2 * nbytes``
+    counted bytes at DRAM's rate and add one call's fixed cost. The DRAM rate taken is the DRAM
+    ceiling (the fastest measured, so the floor errs low), and the fixed cost the sweep's
+    smallest copy's whole median time on ``threads`` (its bytes included, so it errs high): a
+    ratio below the floor says that something other than the memory, a thread waiting for a
+    core at every call's barrier or a process descheduled, slowed the many small calls.
+
+    Returns:
+        The floor, in (0, 1); 0 where the sweep holds no copy to take the fixed cost from.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`perfkit.hw.MachineLimits`, an
+            ``nbytes`` below 1 or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    check_int("nbytes", nbytes, 1)
+    check_int("threads", threads, 1)
+    copies = [p for p in limits.copy_points if p.op == "copy"]
+    on = [p for p in copies if p.threads == threads] or copies
+    if not on:
+        return 0.0
+    smallest = min(p.nbytes for p in on)
+    fixed_s = max(p.seconds for p in on if p.nbytes == smallest)  # s: one call, its bytes included
+    stream_s = 2 * nbytes / limits.copy_bytes_per_s  # s: the buffer's bytes at DRAM's fastest rate
+    return stream_s / (stream_s + fixed_s)
 
 
 @dataclass(frozen=True)

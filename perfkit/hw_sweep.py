@@ -128,7 +128,10 @@ class CopyPoint:
     """One measured memory-bound kernel on buffers of ``nbytes`` each: ``op`` ``"copy"`` (STREAM's
     Copy, ``dst = src``: 2 buffers of bytes counted) or ``"add"`` (STREAM's Add, ``out = x + y``:
     3), median seconds, counted bytes per s and the rate of the fastest tenth of repetitions (see
-    :class:`MatmulPoint`), on ``threads`` intra-op threads (0: not recorded)."""
+    :class:`MatmulPoint`), on ``threads`` intra-op threads (0: not recorded). ``source`` is empty
+    for a sweep's point; where a later run of the same copy was faster
+    (:func:`perfkit.ceilings.observe_copy`), ``best_bytes_per_s`` is that run's rate and ``source``
+    names it (the median stays the sweep's)."""
 
     nbytes: int
     seconds: float
@@ -136,6 +139,7 @@ class CopyPoint:
     best_bytes_per_s: float
     threads: int = 0
     op: str = "copy"
+    source: str = ""
 
 
 def measure_matmul(

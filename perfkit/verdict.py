@@ -275,7 +275,9 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     if not math.isfinite(value) or not plo <= value <= phi:
         outcome = "disturbed"
         what = ("is not a finite number" if not math.isfinite(value) else
-                f"lies outside the range this figure can take ({si(plo, u)} to {si(phi, u)})")
+                "lies outside the range this figure can take ("
+                + (f"{si(plo, u)} to {si(phi, u)}" if math.isfinite(plo) and math.isfinite(phi) else
+                   f"{si(plo, u)} and above" if math.isfinite(plo) else f"{si(phi, u)} and below") + ")")
         why = (f"disturbed: {si(value, u)} {what}, so the run was disturbed, not the model wrong"
                + (f" (machine now: {machine_text()})" if p.measured_here else ""))
     elif side != "inside" and p.is_hard(side):  # a crossed bound is missed, even with too few samples

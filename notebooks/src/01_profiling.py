@@ -62,7 +62,8 @@ from perfkit.profiling import (
     diagnose_shares,
     measure_workload,
 )
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, judge
+from perfkit.verdict_text import machine_text
 from perfkit.viz import profiling as vprof
 
 DEVICE = timing.resolve_device()
@@ -87,8 +88,9 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 # lazily; cuBLAS picks its kernels by heuristics on every call, it does not autotune). So the first step should be slower
 # than a typical one, and a benchmark that times it is measuring start-up, not training. How
 # much slower depends on the machine and the libraries; the prediction here is only that the
-# first step is slower than nine in ten of the steady steps (on a shared machine one of them
-# can stall longer than any start-up: section 1c).
+# first step is slower than the steady steps' median, judged against that median's 90 %
+# interval. One slow step cannot by itself prove a start-up cost: on a shared machine a steady
+# step can stall as long (section 1c), so the cell counts the steady steps that did.
 #
 # **Measurement.** A fresh tiny GPT-2, each step timed on its own with `perfkit.timing.Timer`
 # (which synchronises correctly on a GPU).
@@ -98,25 +100,30 @@ gpt_wl = models.gpt2_workload(device=DEVICE, **GPT)
 step_times = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=0, repeat=STEPS + 1,
                               device=DEVICE).times_s  # no warm-up: the first call is timed too
 first, steady = step_times[0], stats.median(step_times[1:])
-print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms "
-      f"-> the first step is {first / steady:.1f}x a steady one")
-p90 = stats.quantile(step_times[1:], 0.9)  # s: slower than 9 in 10 steady steps
+stalls = [t for t in step_times[1:] if t > 3 * steady]  # s: steady steps 3x their median or more (section 1c)
+print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms -> the first step is "
+      f"{first / steady:.1f}x the steady median"
+      + (f"; {len(stalls)} of the {STEPS} steady steps stalled to 3x the median or more, the slowest "
+         f"{max(stalls) * 1e3:.1f} ms" if stalls else ""))
 mean_off = sum(step_times) / len(step_times) / steady - 1  # the mean of every step against the steady median
 steady_off = sum(step_times[1:]) / STEPS / steady - 1  # the steady steps' own mean against their median
-p_first = Prediction("the first step's time over the steady steps' 90th percentile", "one-time costs in step 1",
+p_first = Prediction("the first step's time over the steady steps' median", "one-time costs in step 1",
                      low=1.0, unit="x")
-viz.verdict(p_first, first / p90, explain={
-    "held": f"A benchmark that took the mean of all {STEPS + 1} steps would read {abs(mean_off):.1%} "
+viz.verdict(p_first, stats.median_interval(step_times[1:]).inverse().scaled(first), explain={
+    "held": ("It was slower than every steady step" + (", stalls included. " if stalls else ". ")
+             if first > max(step_times[1:]) else
+             f"A steady step stalled as long or longer ({max(stalls) * 1e3:.1f} ms): a stall of that size could "
+             "account for the first step too, so this run does not show how much of it is start-up. "
+             if stalls else "")
+            + f"A benchmark that took the mean of all {STEPS + 1} steps would read {abs(mean_off):.1%} "
             f"{'above' if mean_off >= 0 else 'below'} the steady median: {(first - steady) / len(step_times) / steady:+.1%} "
             f"from step 1 itself, {(steady_off * STEPS / len(step_times)):+.1%} from the steady steps' own mean lying "
             f"{abs(steady_off):.1%} {'above' if steady_off >= 0 else 'below'} their median"
             + (f" (a few slow steps pull the mean of the {STEPS} steady steps up)" if steady_off > 0.001 else
                f" (a few fast steps pull the mean of the {STEPS} steady steps down)" if steady_off < -0.001 else "")
             + "; warm up first, and read medians.",
-    "below": (f"The steady steps' median was {steady / first:.1f}x the first step: the machine slowed down "
-              "after step 1 (other processes took the cores), which no start-up cost explains."
-              if first < steady else
-              f"One in ten later steps took {p90 / steady:.1f}x the median or more: stalls (section 1c).")})
+    "below": f"The steady steps' median was {steady / first:.1f}x the first step: the machine slowed down after "
+             "step 1 (other processes took the cores), which no start-up cost explains."})
 
 # %% [markdown]
 # ### 1b. Asynchronous execution
@@ -299,6 +306,9 @@ viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain={"above": (
     "measured share is a ratio of two medians of the same steps, printed without an interval.")})
 
 # %% [markdown]
+# The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the
+# analyzer's data threshold against them, and says when one of them crosses it.
+#
 # ### Does the backward take twice the forward?
 #
 # **Prediction.** Time follows FLOPs only where FLOPs are what takes the time: big matmuls at
@@ -393,15 +403,12 @@ viz.verdict(p_roof, where.of_roof, explain={
         "; above the DRAM roof, the cache served part of its traffic." if where.of_roof.value > 1 else ".")})
 
 # %% [markdown]
-# Why DRAM's roof, when many of the step's operators touch tensors small enough for the
-# caches (the bytes printed above are every operator's reads and writes added up, not what DRAM
-# moved)? The cache's bandwidth (notebook 00 measures it too) is higher, so its roof lies above
-# the DRAM one: a
-# step below the DRAM roof is below the cache roof as well, and "bound by neither" holds for
-# both. The opposite case, a step above the DRAM roof, is one that the cache serves.
-#
-# The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the
-# analyzer's data threshold against them, and says when one of them crosses it.
+# Which roof is the lower one follows from the intensity: left of the ridge point DRAM's, right
+# of it the compute roof. The bytes printed above are every operator's reads and writes added
+# up, not what DRAM moved: many of the step's operators touch tensors small enough for the
+# caches, whose roof (notebook 00 measures their bandwidth too) lies above DRAM's. So where DRAM's
+# roof is the lower one, a step below it is below the cache roof as well and "bound by neither"
+# holds for both; a step above it is one the cache serves.
 #
 # ## 3. The PyTorch profiler: operators and a trace
 #
@@ -488,7 +495,9 @@ viz.verdict(p_agree, worst_pp, explain={
 #
 # `diagnose_shares(summary)` compares each phase's share with a threshold and returns `Finding`
 # records: what is slow, the evidence, what to try, and the course notebook that teaches the
-# fix. The PyTorch profiler's TensorBoard plugin (`torch_tb_profiler`, in
+# fix. From a `StepMonitor` summary it reads each phase's share of its step, median over the steps
+# (`StepSummary.median_shares`): one stalled step lengthens the mean step and shrinks every other
+# phase's share of the means, and the stall itself is the `jitter` finding's. The PyTorch profiler's TensorBoard plugin (`torch_tb_profiler`, in
 # `RunProfileData.analyze`) published two such rules: **data loading above 5 % of the step**
 # and **communication above 10 %**. Ours, with the reasons in `Thresholds`' docstring:
 
@@ -502,13 +511,14 @@ for k in ("data", "communication", "optimizer", "other", "compute"):
 print(f"{'jitter':>14} {th.jitter:>7}x {'-':>10}   (p99/p50 of the step, from {th.min_steps} steps)")
 
 # %%
-data_shares = {k: sm.share("data") for k, sm in healthy.items()}
+data_shares = {k: sm.median_shares()["data"] for k, sm in healthy.items()}  # what the analyzer reads
 over = [k for k, v in data_shares.items() if v > th.data]
 over5 = [k for k, v in data_shares.items() if v > 0.05]
 named = lambda ks: f" ({', '.join(ks)})" if ks else ""  # noqa: E731
 display(Markdown(
     f"**Data: perfkit's 10 % against the plugin's 5 %.** Section 2 measured the healthy pipelines of this course "
-    f"at {', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine: the "
+    f"at {', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine (median "
+    "shares, as the analyzer reads them): the "
     "DataLoader's fixed cost per batch, which weighs more the shorter the step. Of these "
     f"{len(data_shares)} healthy pipelines, the plugin's 5 % would flag {len(over5)}{named(over5)} and 10 % "
     f"flags {len(over)}{named(over)}. "
@@ -545,7 +555,11 @@ for f in diagnose_shares(example):
 slow = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE,
                         tokenize_per_sample=True, cost_ms=SLOW_COST_MS, **GPT)
 print(f"data: {slow['data'].p50_s * 1e3:.1f} ms of a {slow.step.p50_s * 1e3:.1f} ms step (medians); the analyzer "
-      f"below reads the phases' means: data {slow.share('data'):.1%} of the step")
+      f"below reads each phase's share of its step, median over the steps: data {slow['data'].median_share:.1%}"
+      + (f". The phases' means give {slow.share('data'):.1%}: the mean step, {slow.step.mean_s * 1e3:.1f} ms against "
+         f"the median's {slow.step.p50_s * 1e3:.1f}, carries the slow steps (p99 {slow.step.p99_s * 1e3:.0f} ms), which "
+         "lengthen the phase they fell in and shrink every other phase's share of the means"
+         if abs(slow.share("data") - slow["data"].median_share) > 0.05 else ""))
 p_slow = Prediction("data time per step with the planted cost", f"{GPT['batch_size']} samples x "
                     f"{SLOW_COST_MS:g} ms, plus tokenizing", low=GPT["batch_size"] * SLOW_COST_MS, unit=" ms")
 viz.verdict(p_slow, slow["data"].p50_s * 1e3, explain={
@@ -559,30 +573,42 @@ display(Markdown(vprof.findings_markdown(diagnose_shares(slow))))
 # training, and keep the result (the fast path of `TokenBlockDataset` tokenizes the corpus once
 # and slices token blocks from one tensor). We measure the fixed pipeline again now, and
 # predict its step from the slow run's breakdown: the slow step minus its data time plus a
-# healthy data time. The speedup itself is measured with the two pipelines alternating step by
-# step (`perfkit.compute.compare`), so a change in the machine's load hits both alike.
+# healthy data time, all medians (a stalled step inflates a mean, section 1c). Amdahl's law
+# bounds what removing the data phase can gain, `1 / (1 - s)` for its share `s` of the step (its
+# median share, as the analyzer reads it); the healthy pipeline keeps a little data time, so the
+# prediction lies just under that bound. The speedup itself is measured with the two pipelines
+# alternating step by step (`perfkit.compute.compare`), so a change in the machine's load hits
+# both alike.
 
 # %%
 fixed = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE, **GPT)
-predicted = slow.step.mean_s - slow["data"].mean_s + fixed["data"].mean_s
-p_fix = Prediction("speedup of the fixed pipeline", "slow step - slow data + healthy data (Amdahl)",
-                   value=slow.step.mean_s / predicted, rel_tol=0.15, unit="x")
+predicted = slow.step.p50_s - slow["data"].p50_s + fixed["data"].p50_s  # s: medians; a stall inflates a mean
+amdahl = 1 / (1 - slow["data"].median_share)  # x: all of the median data share removed
+p_fix = Prediction("speedup of the fixed pipeline", "slow step - slow data + healthy data, medians (Amdahl)",
+                   value=slow.step.p50_s / predicted, rel_tol=0.15, unit="x")
 slow_wl = models.gpt2_workload(device=DEVICE, tokenize_per_sample=True, cost_ms=SLOW_COST_MS, **GPT)
 fixed_wl = models.gpt2_workload(device=DEVICE, **GPT)
 fix = compare(lambda: models.train_steps(slow_wl, 1), lambda: models.train_steps(fixed_wl, 1),
               warmup=WARMUP, repeat=STEPS, device=DEVICE)
 speedup = fix.estimate  # slow over fixed, ratio of medians over the alternating rounds
-print(f"step, alternating: {fix}")
-model_ms = {k: (r.step.mean_s - r["data"].mean_s) * 1e3 for k, r in (("slow", slow), ("fixed", fixed))}
+print(f"step, alternating: {fix}; Amdahl's bound for removing the slow run's median data share "
+      f"({slow['data'].median_share:.0%}): {amdahl:.2f}x"
+      + (": the speedup's whole interval lies above it, so more than the data phase changed between the pipelines."
+         if speedup.clear_of(amdahl, "x") == "above" else
+         ": the speedup's figure is above it, but its interval reaches below it." if speedup.value > amdahl else ""))
+model_ms = {k: (r.step.p50_s - r["data"].p50_s) * 1e3 for k, r in (("slow", slow), ("fixed", fixed))}
 moved = {k: (a.median_s - r.step.p50_s) * 1e3 for k, a, r in (("slow", fix.baseline, slow),
                                                                ("fixed", fix.candidate, fixed))}
-viz.verdict(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
-    f"The prediction comes from the two separate runs; in alternation the slow step's median was "
+fix_v = judge(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
+    f"The prediction comes from the two separate runs' medians; in alternation the slow step's median was "
     f"{fix.baseline.median_s * 1e3:.1f} ms against {slow.step.p50_s * 1e3:.1f} ms in its own run ({moved['slow']:+.1f} "
     f"ms), the fixed step's {fix.candidate.median_s * 1e3:.1f} ms against {fixed.step.p50_s * 1e3:.1f} ms "
-    f"({moved['fixed']:+.1f} ms): alternating moved the two pipelines by different amounts, which this run does not "
-    f"explain (the model's own time per step, step minus data, was {model_ms['slow']:.1f} and "
-    f"{model_ms['fixed']:.1f} ms in the separate runs).")))
+    f"({moved['fixed']:+.1f} ms). The model's own time per step (median step less median data) was "
+    f"{model_ms['slow']:.1f} and {model_ms['fixed']:.1f} ms in the separate runs"
+    + (", the same model within 10 %." if abs(model_ms["slow"] / model_ms["fixed"] - 1) <= 0.1 else
+       f": the prediction takes them to be equal, and they differ by {model_ms['slow'] / model_ms['fixed'] - 1:+.0%}; "
+       "this run does not measure what moved them (the pipeline, or the machine's load between the runs)."))))
+viz.show_verdict(fix_v)
 
 # %% [markdown]
 # The diagnosis of the fixed pipeline. A `compute` finding, when there is one, is information,
@@ -600,6 +626,13 @@ if compute:
 vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
                       title="Before and after the fix (mean ms per step)")
 plt.show()
+fb = {k: [(r["forward"].mean_s + r["backward"].mean_s) * 1e3, (r["forward"].p50_s + r["backward"].p50_s) * 1e3]
+      for k, r in (("slow", slow), ("fixed", fixed))}  # ms: forward + backward, [means, medians]
+print(f"Forward + backward, the same model in both runs: {fb['slow'][0]:.1f} against {fb['fixed'][0]:.1f} ms by the "
+      f"means drawn, {fb['slow'][1]:.1f} against {fb['fixed'][1]:.1f} ms by the medians"
+      + (": the means carry stalled steps that the medians leave out." if fb["slow"][0] / fb["fixed"][0] > 1.25 *
+         fb["slow"][1] / fb["fixed"][1] or fb["fixed"][0] / fb["slow"][0] > 1.25 * fb["fixed"][1] / fb["slow"][1]
+         else "."))
 
 # %%
 runs = {"section 1a (steady steps)": steady, "section 2 (monitored)": gpt.step.p50_s,
@@ -866,8 +899,10 @@ plt.show()
 #   the DataLoader's per-batch work) are spread over more samples.
 #
 # Below the widget, a static plot of its default setting (run headless, as in CI, the widget
-# cell itself shows that figure, once). Each figure is a fresh measurement, so a figure drawn
-# again differs by the run-to-run spread of a short run.
+# cell itself shows that figure, once). Each figure is a fresh measurement of a few steps: drawn
+# again it differs by the run-to-run spread, and by far more when a stall lands among so few
+# steps (section 1c). The line under the figure gives what section 2's measurements predict for
+# the default setting, to read the figure against.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -878,6 +913,12 @@ viz.build_widget(spec)
 if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widget cell already drew it
     fig = spec.fn(**spec.defaults())
     plt.show()
+d = spec.defaults()  # batch_size, num_workers, cost_ms
+planted_ms = d["batch_size"] * d["cost_ms"]  # ms of per-sample cost per batch, in the main process at 0 workers
+print(f"expected at the default setting: about {dg.step.p50_s * 1e3 + planted_ms:.0f} ms per step, data about "
+      f"{(dg['data'].p50_s * 1e3 + planted_ms) / (dg.step.p50_s * 1e3 + planted_ms):.0%} of it (section 2's digits "
+      f"step, {dg.step.p50_s * 1e3:.1f} ms by its median, plus {d['batch_size']} x {d['cost_ms']:g} ms); a figure far "
+      f"from that was slowed by the machine's load while it ran (now: {machine_text()}).")
 
 # %% [markdown]
 # ## Summary
@@ -893,8 +934,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #   **profiler** says which operators, and its trace is a second clock on the same phase
 #   boundaries (section 3's verdict says how closely the two agreed here).
 # * `diagnose_shares` turns shares into findings with thresholds you can defend; section 4 shows what
-#   it found on the planted bottleneck, and the verdicts there say how closely the breakdown
-#   predicted what the fix would buy on this run.
+#   it found on the planted bottleneck, and whether the breakdown's prediction of what the fix
+#   would buy held on this run (the headline below repeats the outcome, held or missed). Read
+#   shares and predictions from medians: one stalled step moves every mean.
 # * `python -m perfkit diagnose train.py` does the same for a script nobody changed: steps
 #   from the optimizer hooks, the split from a profiled window, the findings ranked by Amdahl's
 #   bound, the peak memory with its model states; section 5 checks it on planted scripts.
@@ -906,8 +948,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 named_ok = [bool(r["findings"]) and r["findings"][0]["kind"] == planted[n] for n, r in reports.items() if planted[n]]
 viz.show_headlines({
     "tiny GPT-2 step (p50)": f"{fixed.step.p50_s * 1e3:.1f} ms",
-    "planted data bottleneck": f"{slow.share('data'):.0%} of the step",
-    "speedup after the fix": f"{speedup.value:.2f}x",
+    "planted data bottleneck": f"{slow['data'].median_share:.0%} of the step (median share; Amdahl's bound "
+                               f"{amdahl:.2f}x)",
+    "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome})",
     "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%}, bound: {where.bound}",
     "trace vs monitor": f"{worst_pp:.1f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",

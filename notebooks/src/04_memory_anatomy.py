@@ -337,7 +337,13 @@ viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 # Here that still keeps much in fp32: the residual stream starts as the fp32 embeddings, and a
 # bfloat16 matmul's output added to it is promoted to fp32, so each LayerNorm reads, and saves,
 # an fp32 input; and transformers upcasts the logits to fp32 before the loss's log-softmax.
-# Autocast also caches bfloat16 copies of the weights: between half and all of fp32.
+# Autocast also casts each matmul's fp32 weight to bfloat16 and caches the copy for the rest of
+# the forward pass: 2 bytes per value of the weights it casts, so at most half the fp32 weights'
+# bytes. A matmul saves its weight for the backward, and under autocast that is the copy, a
+# storage of its own: the meter reports apart only the model's own parameters, so it counts the
+# copies with the activations, and names their bytes (`parameter_copy_bytes`). Every other saved
+# tensor takes 2 or 4 bytes per value where fp32 takes 4, so autocast's saved bytes should lie
+# between half of fp32's and all of them.
 #
 # **Measurement.** The meter, with the saved bytes split by dtype.
 
@@ -351,10 +357,14 @@ print(f"model: fp32 {pred_full.total / 1e6:.2f} MB, all-16-bit {pred16 / 1e6:.2f
 for k, r in rows.items():
     parts = ", ".join(f"{d} {b / 1e6:.2f}" for d, b in sorted(r.activation_bytes_by_dtype.items()))
     print(f"{k:>22}: {r.activation_bytes / 1e6:.2f} MB ({parts} MB); "
-          f"{r.activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32")
+          f"{r.activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32"
+          + (f"; {r.parameter_copy_bytes / 1e6:.2f} MB of it are bfloat16 copies of weights, not activations"
+             if r.parameter_copy_bytes else ""))
 
 # %%
 fp32_in = {k: r.activation_bytes_by_dtype.get("float32", 0) / 1e6 for k, r in rows.items()}
+copies = rows["fp32 + autocast(bf16)"].parameter_copy_bytes  # bytes: autocast's bf16 weights, saved by matmuls
+fp32_weights = 4 * psi  # bytes
 p_bf16 = Prediction("bytes saved for backward by the bfloat16 model", "the count with dtype_bytes=2",
                     value=pred16, rel_tol=0.02, unit=" B")
 viz.verdict(p_bf16, rows["bf16 model"].activation_bytes, explain={
@@ -367,7 +377,9 @@ p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in b
                     low=0.5, high=1.0)
 viz.verdict(p_auto, rows["fp32 + autocast(bf16)"].activation_bytes / rows["fp32"].activation_bytes, explain={
     "held": f"Between the two: autocast keeps {fp32_in['fp32 + autocast(bf16)']:.2f} MB in float32, "
-            f"{fp32_in['fp32 + autocast(bf16)'] - fp32_in['bf16 model']:.2f} MB more than the bfloat16 model.",
+            f"{fp32_in['fp32 + autocast(bf16)'] - fp32_in['bf16 model']:.2f} MB more than the bfloat16 model; "
+            f"its bfloat16 bytes include {copies / 1e6:.2f} MB of weight copies ({copies / fp32_weights:.0%} of the "
+            "fp32 weights' bytes), which the bfloat16 model saves as its parameters instead.",
     "above": "More than fp32 itself: the bfloat16 copies autocast makes outweigh what the matmuls save."})
 
 # %% [markdown]

@@ -232,8 +232,9 @@ digits = f"The edge is {1 + t_link / t_ddp:.4f}x, the median of the paired ratio
 viz.verdict(Prediction("perfkit's step time over DDP + AdamW's", "DDP's all-reduce bytes, none hidden behind "
                        f"backward: DDP's step plus one all-reduce ({viz.si(t_link, 's')} here)",
                        high=1 + t_link / t_ddp, unit="x", soft=("high",)), ratio["perfkit"], explain={
-    "above": digits + "perfkit used alone reduce-scatters after the whole backward, where DDP overlaps its "
-             "all-reduce with it. " + vzero.calls_sentence(v["perfkit"], ddp) + own_load(),
+    "above": digits + "The edge already charges its whole all-reduce's bytes unhidden (perfkit used alone "
+             "reduce-scatters after backward); what it leaves out is the rest. " + vzero.calls_sentence(
+                 v["perfkit"], ddp) + own_load(),
     "held": digits.rstrip()})
 
 # %%
@@ -318,9 +319,10 @@ if rss:
 #   flat buffers and Python hooks are not in it.
 #
 # Overlap hides a collective only behind idle time. On a CPU, gloo's collectives run on threads
-# that take the same cores the backward computes on; on a GPU, NCCL's collectives are kernels
-# on their own stream that use a few of the SMs, so they overlap with the compute kernels while
-# taking little of the chip.
+# that take the same cores the backward computes on. On a GPU, NCCL's collectives are kernels
+# on their own stream: they run beside the compute kernels, but take SMs of their own (a thread
+# block per channel) and share the memory bandwidth and L2 cache with them, so overlapped
+# compute slows down there too, by less the fewer SMs and bytes the collective takes.
 
 # %%
 ms = {n: cmp_all.variants[n] for n in STAGES}
@@ -340,12 +342,16 @@ for n, s in STAGES.items():
 # padding that makes the flat buffers divide by N.
 #
 # The formula counts model states that live for the whole step. While a step runs, the
-# stages also hold *transient* buffers: gradient buckets until their reduce-scatter ends
-# (stage 1 waits for them after backward; stage 2 waits for the oldest bucket once
-# `ZeroOptimizer.IN_FLIGHT` are in flight, and frees it), and, at stage 3, the
-# gathered parameters of the blocks in use. Their measured peak (bucket buffers and gathered
-# blocks peak at different moments, so their sum is an upper bound), against plain data
-# parallelism's model states:
+# stages also hold *transient* buffers, and which ones differs by stage. Stage 1's gradient
+# buckets are its gradients (`p.grad` is a view into them), already counted among its model
+# states; its transient bytes are only the reduce-scatter outputs, a 1/N slice of each bucket,
+# alive until the step. Stage 2 copies each gradient into a full bucket buffer, keeps only its
+# slice (counted among its model states) and frees the buffer once the bucket's reduce-scatter
+# ends: it waits for the oldest once `ZeroOptimizer.IN_FLIGHT` are in flight, so those buffers
+# and the ones still filling are alive at once, all of them transient. Stage 3 holds stage 2's
+# buffers and the gathered parameters of the blocks in use. Their measured peak (bucket
+# buffers and gathered blocks peak at different moments, so their sum is an upper bound),
+# against plain data parallelism's model states:
 
 # %%
 base = sum(ms["ddp_adamw"].model_states.values())
@@ -355,18 +361,24 @@ ddp_at_once = base + grad_bytes
 print(f"ddp_adamw: model states {viz.si(base, 'B')} + its gradient buckets, a copy of the whole gradient "
       f"({viz.si(grad_bytes, 'B')}; they live in C++, so they are sized from the gradient, not counted from "
       f"storages) = {viz.si(ddp_at_once, 'B')} at once")
+TRANSIENT = {"zero1": "reduce-scatter outputs (its buckets are its gradients, among the model states)",
+             "zero2": f"bucket buffers ({ZeroOptimizer.IN_FLIGHT} in flight, and those filling)",
+             "zero3": "bucket buffers and gathered blocks"}
 for n in ("zero1", "zero2", "zero3"):
     states, extra = sum(ms[n].model_states.values()), ms[n].transient_peak_bytes
-    print(f"{n}: model states {viz.si(states, 'B')} + transient buffers up to {viz.si(extra, 'B')} = "
+    print(f"{n}: model states {viz.si(states, 'B')} + {TRANSIENT[n]} up to {viz.si(extra, 'B')} = "
           f"at most {(states + extra) / ddp_at_once:.0%} of DDP + AdamW's bytes at once "
           f"(model states after backward: {states / base:.0%} of DDP's)")
-held = ms["zero2"].model_states["grads"] + ms["zero2"].transient_peak_bytes  # bytes: its slice + bucket buffers
-print(f"zero2 during backward: its gradient slice ({viz.si(ms['zero2'].model_states['grads'], 'B')}) and bucket "
-      f"buffers up to {viz.si(ms['zero2'].transient_peak_bytes, 'B')}: at most {viz.si(held, 'B')} of gradient "
-      f"bytes, {held / grad_bytes:.2g}x the bytes of a whole gradient ({viz.si(grad_bytes, 'B')}); DDP holds two, its "
-      f"gradients and their bucket copy ({viz.si(2 * grad_bytes, 'B')}): " + (
-          f"{held / (2 * grad_bytes):.0%} of DDP's gradient bytes even at backward's peak." if held < 2 * grad_bytes
-          else "at backward's peak zero2 holds as many gradient bytes as DDP or more; its saving holds after backward."))
+held = {n: ms[n].model_states["grads"] + ms[n].transient_peak_bytes for n in ("zero1", "zero2")}  # bytes
+print(f"Gradient bytes at once during backward, at most: zero1 {viz.si(held['zero1'], 'B')} (its whole gradient, "
+      f"which is its buckets, and the outputs), zero2 {viz.si(held['zero2'], 'B')} (its slice, and bucket buffers "
+      f"up to {ms['zero2'].transient_peak_bytes / grad_bytes:.0%} of a whole gradient), DDP + AdamW "
+      f"{viz.si(2 * grad_bytes, 'B')} (its gradients and their bucket copy). At backward's peak zero2 holds "
+      f"{held['zero2'] / held['zero1']:.0%} of zero1's gradient bytes" + (
+          ": with these few, large buckets stage 2 saves no gradient bytes while backward runs, only after it, "
+          "when its slice is all that is left." if held["zero2"] >= held["zero1"] else
+          ": with these few, large buckets stage 2's gradient saving is small while backward runs, and whole "
+          "after it, when its slice is all that is left." if held["zero2"] > 0.75 * held["zero1"] else "."))
 
 # %%
 for n, s in STAGES.items():
@@ -421,8 +433,9 @@ time_verdicts["zero3"] = judge(Prediction("zero3's step time over DDP + AdamW's"
                                           high=bound3, unit="x", soft=("high",)), ratio["zero3"], explain={
     "above": f"The step grew by about {viz.si(grew, 's')}; the extra bytes account for {part['bytes']} of "
              f"it, the extra calls at a 4-byte all-reduce's time for {part['calls']}. The rest is what the "
-             "model leaves out: per block, copies into the flat buffers, Python hooks, and gathers that find no "
-             "idle core to hide behind; this run does not time them apart." + note["zero3"],
+             "model leaves out (it already charges every call and byte as unhidden): per block, copies into the "
+             "flat buffers and Python hooks, and gloo's threads slowing the compute they share the cores with; "
+             "this run does not time them apart." + note["zero3"],
     "held": f"The step {'grew' if grew >= 0 else 'shrank'} by about {viz.si(abs(grew), 's')}, within the "
             f"{viz.si(bytes_s + calls_s, 's')} its extra bytes and calls take." + note["zero3"]})
 viz.show_verdict(time_verdicts["zero3"])

@@ -79,8 +79,9 @@ if DEVICE.type == "cuda":  # a model big enough to keep a GPU busy
 BUDGET_S = 90 if QUICK else 180               # this notebook's time budget in `make course`
 
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings, and any a later run raised (or measured now)
-print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; copy bandwidth "
-      f"{si(limits.copy_bytes_per_s, 'B/s')}\n{vm.bf16_sentence(limits)}")
+print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; DRAM ceiling "
+      f"{si(limits.copy_bytes_per_s, 'B/s')} (every buffer read or written counted, as STREAM counts them: "
+      f"{limits.sources.get('dram', 'the best copy or x + y')})\n{vm.bf16_sentence(limits)}")
 if limits.sources.get("bfloat16", "").endswith(sizing.AFTER_SWEEP):  # an operation beat the sweep's bf16 point
     print(f"(that bf16 ceiling is not the sweep's: {limits.sources['bfloat16']})")
 
@@ -164,8 +165,11 @@ plt.show()
 
 # %%
 viz.verdict(Prediction("bf16's final loss (mean of the last steps) against fp32's", "rounding of about 0.4 % per "
-                       "product averages out", low=-100 * TOL, high=100 * TOL, unit=" %"),
+                       "product averages out (one seed, one data order)", low=-100 * TOL, high=100 * TOL, unit=" %",
+                       timed=False),
             100 * (tail["bf16"] / tail["fp32"] - 1), explain={
+    "held": "One seed and one data order: bf16 did not move this run's course off fp32's by more than 1 %; how "
+            "far another seed moves either curve, this run does not measure, so it says nothing of bf16 in general.",
     "above": "bf16 ended worse: at this learning rate the coarser rounding changed the trajectory.",
     "below": "bf16 ended better: a different trajectory, not a better method; another seed may reverse it."})
 print(ex.largest_rise(curves))
@@ -205,7 +209,7 @@ amp = parts.steps  # the two steps, timed in the same rounds as the parts
 print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
-          " of model FLOPs (section 6 turns these into MFU, one per setting)")
+          " of model FLOPs" + (" (section 6 turns these into MFU, one per setting)" if name == "bf16" else ""))
 # FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
 # elementwise work, so a lower bound), over the bf16 matmuls and attention replayed alone (the parts
 # below) and over the whole bf16 step; a rate that beats the bf16 ceiling raises it (perfkit.ceilings)
@@ -242,7 +246,8 @@ print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 
       f"round, {parts.total().baseline.median_s * 1e3:.1f} ms, over the fp32 step's "
       f"{amp.baseline.median_s * 1e3:.1f} ms; r: the median of those sums' paired ratios, fp32 over bf16 time, "
       "not the ratio of the rows' medians)")
-viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes",
+viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
+                       "in the steps' own rounds: a check that the step is its parts, not a forecast",
                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
 
 # %% [markdown]
@@ -288,7 +293,7 @@ else:
           f"{abs(tail['fp16'] - tail['fp32']) / tail['fp32']:.3%}")
 
 # %% [markdown]
-# ## 2. Fusion: why one kernel beats nine on memory-bound work
+# ## 2. Fusion: what one kernel saves over nine
 #
 # **Question.** GPT-2's tanh-approximated GELU after a bias add is a chain of nine
 # elementwise operations when written in PyTorch. Each one is a separate kernel: it reads its
@@ -329,11 +334,11 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # timing here, they run on the `THREADS` threads chosen at the top.
 
 # %%
-def where(rate):  # modelled bytes/s against DRAM's copy ceiling and the in-cache copy's
+def where(rate):  # modelled bytes/s (each read and write counted) against the DRAM ceiling and the in-cache copy's
     cache_bw = limits.cache_bytes_per_s
-    return (f"= {limits.share_of_bandwidth(rate):4.0%} of DRAM copy bandwidth (the best of any thread count)"
+    return (f"= {limits.share_of_bandwidth(rate):4.0%} of the DRAM ceiling (the best of any thread count)"
             if rate <= limits.copy_bytes_per_s else
-            f"above DRAM's copy ceiling ({si(limits.copy_bytes_per_s, 'B/s')}): part of it stayed in "
+            f"above the DRAM ceiling ({si(limits.copy_bytes_per_s, 'B/s')}): part of it stayed in "
             + (f"cache, {rate / cache_bw:.0%} of the in-cache copy's" if cache_bw and rate <= cache_bw
                else "cache, and above the in-cache copy's too: the model counts bytes that did not move"))
 
@@ -362,8 +367,9 @@ print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 # keeps the memory (section 6 meets the exception: glibc trims free memory at the heap's top back
 # to the system, and what it trimmed faults in again). Which case applies depends on the size and on what
 # the program freed before, so it is measured: filling a new tensor against an existing one
-# (`perfkit.compute.fusion`). The model of the eager chain is then its bytes at the copy
-# bandwidth plus one new tensor per kernel.
+# (`perfkit.compute.fusion`). The model of the eager chain is then its bytes at the DRAM ceiling
+# (notebook 00's, which counts every buffer an operation reads or writes, as the chain's bytes
+# are counted) plus one new tensor per kernel.
 
 # %%
 with sizing.pinned_threads(THREADS):
@@ -373,7 +379,7 @@ print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
 print(f"eager model: {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
       f"= {model_s.eager_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
 why_eager, why_fused = fusion.chain_explanations(model_s, rec)
-viz.verdict(Prediction("eager chain time", "bytes at copy bandwidth + one page-faulted tensor per op",
+viz.verdict(Prediction("eager chain time", "bytes at the DRAM ceiling + one page-faulted tensor per op",
                        value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
             stats.median_interval(rec.eager.times_s).scaled(1e3), explain=why_eager)
 viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above: bytes and {chain.kernels} new "
@@ -420,12 +426,13 @@ print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} at {si(ch
          + ("The two are within a quarter of each other, closer than this split (which assumes they add "
             "without overlapping) can tell apart: the fused loop is bound by neither alone."
             if max(arith_s, mem_s) < 1.25 * min(arith_s, mem_s) else
-            f"The arithmetic is the larger part: the fused chain is bound by its instructions more than by "
-            f"memory, so fusing cannot reach the {chain.ratio:.0f}x its bytes allow." if arith_s > mem_s
+            "The arithmetic is the larger part: the fused loop is bound by its instructions more than by "
+            "its memory." if arith_s > mem_s
             else "Memory is the larger part: the fused loop is bound by its bytes and page faults more than by "
             "its instructions.") if over_add.clear_of(1.25, "x") == "above" else
          ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
          if over_add.clear_of(1.25, "x") == "below" else ": this run cannot say which (the interval reaches across 1.25x)."))
+print(fusion.what_fusion_saved(model_s, rec, chain.kernels, chain.ratio))
 
 # %% [markdown]
 # ## 3. `torch.compile`: when does compiling pay for itself?
@@ -433,8 +440,9 @@ print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} at {si(ch
 # **The model.** Compiling costs a fixed time `C` once (dynamo traces Python into an FX graph,
 # AOTAutograd derives the backward graph from it, inductor fuses and lowers both and compiles C++
 # or Triton code) and saves `e - c` seconds on every later
-# call, where `e` and `c` are the eager and compiled times per call. It pays off after
-# `C / (e - c)` calls. Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
+# call, where `e` and `c` are the eager and compiled times per call (medians). It pays off after
+# `C / (e - c)` calls; the range printed beside it puts `e` and `c` anywhere inside their own
+# intervals at once, so it holds that point (`CompileRecord.break_even_between`). Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
 # unless `TORCHINDUCTOR_CACHE_DIR` names another; the course gives each imitated machine its own),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
 # printed above say which case you are in, and what a cold cache (a fresh machine, CI) cost
@@ -458,21 +466,24 @@ if COMPILE_STEP:
                                              repeat=REPEAT)
     step_x = stats.median_ratio(step_rec.eager.times_s, step_rec.compiled.times_s)  # interleaved pairs
 
-    def pays(rec):  # calls to pay off: the medians' difference, and at the ends of step_x's interval
-        ends = ["never" if math.isinf(c) else f"{c:,.0f}"
-                for c in (rec.break_even_calls, *rec.break_even_between(step_x))]
-        return f"{ends[0]} steps (the medians' difference; {ends[1]} to {ends[2]} at the interval's ends)"
+    def pays(rec):  # calls to pay off: the medians' difference, and at the ends of the two medians' intervals
+        ends = ["never" if math.isinf(c) else f"{c:,.0f}" for c in (rec.break_even_calls, *rec.break_even_between())]
+        return f"{ends[0]} steps (the medians' difference; {ends[1]} to {ends[2]} at the medians' interval ends)"
 
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
-          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians): eager's "
-          f"time over compiled's {step_x.text('x')}; pays off after {pays(step_rec)}")
+          f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians, "
+          f"{step_rec.speedup:.3f}x); eager's time over compiled's round by round {step_x.text('x')}"
+          + ("" if step_x.low <= step_rec.speedup <= step_x.high else
+             " (the medians' ratio lies outside it: the paired ratios are another statistic)")
+          + f"; pays off after {pays(step_rec)}")
     cold_s, cold_text = compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)
     print(cold_text + (f"; at that cost it pays off after {pays(replace(step_rec, compile_s=cold_s))}"
                        if cold_s else ""))
-    soon, late = step_rec.break_even_between(step_x)
+    soon, late = step_rec.break_even_between()
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32: break-even "
-                       + (f"{soon:,.0f} to {late:,.0f} steps" if math.isfinite(late) else "uncertain")
-                       + " at the speedup's interval ends")
+                       + (f"{soon:,.0f} to {late:,.0f} steps" if math.isfinite(late) else
+                          f"{soon:,.0f} steps to never" if math.isfinite(soon) else "never")
+                       + " at the medians' interval ends")
     plt.show()
 else:
     print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
@@ -485,11 +496,13 @@ else:
 # |---|---|---|
 # | `"default"` | fusion, code generation | everywhere; measured above |
 # | `"reduce-overhead"` | CUDA graphs: replays the whole step's kernel launches as one | GPU steps dominated by launch overhead (small batches) |
-# | `"max-autotune"` | benchmarks several matmul/conv implementations per shape at compile time, plus CUDA graphs | long GPU runs that amortise a much longer compile |
+# | `"max-autotune"` | benchmarks several matmul/conv implementations per shape at compile time, plus CUDA graphs on a GPU | long runs that amortise a much longer compile |
 # | `"max-autotune-no-cudagraphs"` | autotuning without CUDA graphs | as above, when CUDA graphs do not fit |
 #
-# On a CPU the CUDA-graph modes do not apply; the next cell measures `"reduce-overhead"` when a
-# GPU is present.
+# On a CPU the CUDA graphs do not apply, but autotuning does: since PyTorch 2.5 inductor's
+# `max-autotune` can also time its own C++ GEMM template against the usual library matmul on a
+# CPU (introduced as a prototype; not timed here). The next cell measures `"reduce-overhead"`
+# when a GPU is present.
 
 # %%
 if DEVICE.type == "cuda" and COMPILE_STEP:
@@ -630,7 +643,8 @@ for T in GPT_ATTN_T:
 # NVIDIA's guidance is dimensions that are multiples of 8 in fp16/bf16. A width off the vector
 # grid (not a multiple of the vector width) misaligns every row of `B` and `C` and ends each in a
 # partial vector. The partial vector alone would cost about `lanes / n` of the work, 1 % at
-# `n` near 1024; a library can also take a slower path for every such width, which only a sweep
+# `n` near 1024; the library the matmul goes to (on a CPU, the BLAS library the build names; the
+# sweep's cell prints which) can also take a slower path for every such width, which only a sweep
 # shows (the next cell prints the rate by the largest power of two dividing `n`: the widths the
 # kernel treats as aligned share one grid). A width that is a large power of two can cost
 # instead, since rows `n` floats apart map to the same cache sets (Intel's oneMKL guide
@@ -653,8 +667,12 @@ with sizing.pinned_threads(THREADS):
 if "bfloat16" not in shapes:
     print(f"bf16: {SHAPE_PLAN.note} That leaves no aligned and odd pair: bf16 is not swept here.")
 print("\n".join(s.describe() for s in shapes.values()))
-print(vc.alignment_line(shape_pts, "float32") + (f"; ATen's vector ISA here: {torch.backends.cpu.get_cpu_capability()}"
-                                                  " (AVX2: 8 fp32 lanes, AVX512: 16)" if DEVICE.type == "cpu" else ""))
+blas = kernels.fp32_matmul_library() if DEVICE.type == "cpu" else None  # where fp32 matmuls go, if not ATen
+print(vc.alignment_line(shape_pts, "float32") + (
+    f"; fp32 matmuls go to {blas}, the BLAS library of this build, which picks its own kernels for this CPU: the "
+    "grid above is that library's choice" if blas else
+    f"; fp32 matmuls run ATen's own kernels, vector ISA {torch.backends.cpu.get_cpu_capability()} (AVX2: 8 fp32 "
+    "lanes, AVX512: 16)" if DEVICE.type == "cpu" else ""))
 vc.plot_shape_sweep(shape_pts, vary="n", multiple=64)
 plt.show()
 
@@ -874,18 +892,11 @@ sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of m
 if step_rec is not None:
     timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
     sweep_x = at_batch.step.median_s / bench.measure("fp32", True, BATCH).step.median_s
-    moved = {"eager": at_batch.step.median_s / step_rec.eager.median_s - 1,  # this sweep over section 3
-             "compiled": bench.measure("fp32", True, BATCH).step.median_s / step_rec.compiled.median_s - 1}
-    far, near = sorted(moved, key=lambda k: -abs(moved[k]))
     print(f"compiled over eager at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
           f"ratios), {sweep_x:.2f}x in this sweep's (ratio of medians; each setting's steps took turns with "
-          f"every other setting's). From section 3 to this sweep the eager step's median moved "
-          f"{moved['eager']:+.0%} and the compiled one's {moved['compiled']:+.0%}: "
-          + ("both alike, as a change of load would move them." if abs(moved[far] - moved[near]) < 0.05 else
-             "by about as much in opposite directions: a load that slows both alike would not do that, and "
-             "this notebook does not time why." if abs(abs(moved[far]) - abs(moved[near])) < 0.05 else
-             f"the {far} step moved the more, so the two figures differ by the {far} step's own time between "
-             f"the runs (a load that slows both alike would not do that); this notebook does not time why.")
+          "every other setting's). From section 3 to this sweep "
+          + ex.drift_text({"eager": step_rec.eager, "compiled": step_rec.compiled},
+                          {"eager": at_batch.step, "compiled": bench.measure("fp32", True, BATCH).step})
           + (" Both put the compiled step ahead, so section 3's break-even stands."
              if step_x.clear_of(1.0, "x") == "above" and sweep_x > 1 else
              " They put the compiled step on different sides of 1x, so whether compiling it pays off is not "
@@ -996,7 +1007,8 @@ viz.show_headlines({
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
     "MFU (section 6)": (f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the "
                         "all-core fp32 one): " if SHARE < 1 else "")
-                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling; bf16 batch "
+                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling"
+                       + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + "; bf16 batch "
                        f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling",
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "

@@ -58,7 +58,9 @@ import perfkit
 from perfkit import hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
+from perfkit.profiling.capstone_text import percent2, still_listed
 from perfkit.verdict import Prediction, judge
+from perfkit.viz.capstone import dropped_text
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
@@ -148,10 +150,16 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # no less than its true share while the profiler slows the step alike before and after the fix
 # (where it does not, every round says so, whatever its outcome: the profiled window's gain
 # beside the runs', and the profiled step over an unprofiled one before and after the fix).
-# A fix can still beat its bound when it also removes time the
-# diagnosis counted in another phase; a bound is judged as a bound (crossed: missed), and the
-# verdict then names the phases outside the bound whose time fell, in milliseconds per
-# profiled step.
+# A run can beat its bound two ways: the fix also removed time the diagnosis counted in another
+# phase, or the profiler stretched the configuration after the fix more than the one before, so
+# that the shares of a profiled step were not those of an unprofiled one (the window where they
+# were measured then stays within the bound while the runs cross it). A bound is judged as a
+# bound: crossed, missed (the course's rule: a bound claims that no measurement crosses it). A fix
+# whose true gain sits at its bound is then called missed about half the time, so a miss also
+# prints how far its interval reaches back across the bound: where it does, the miss is weak
+# evidence. The verdict says which way the profiled window points: its own gain within the bound,
+# with each configuration's profiled over unprofiled step, or, where the window crossed it too,
+# the phases outside the bound whose time fell, in milliseconds per profiled step.
 #
 # **Measurement.** Tokens/s after over before, where "before" is the configuration the fix
 # was added to. Two designs:
@@ -200,18 +208,22 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # that round is shown as **context** (below) rather than judged. The same holds for any finding
 # that fires on its count of reads with a share under 5 %: noise alone would cross its bound.
 #
-# Once no finding above information level is left, what remains is the arithmetic itself:
-# forward and backward. The compute fixes of module 06 have only loose bounds: **attention**
-# (fused `scaled_dot_product_attention`) changes a part of forward and backward that the
-# diagnosis does not measure apart, so Amdahl's bound can only use their whole share. A bound
+# Once every finding above information level has had its fixes (applied, or tried and dropped:
+# such a finding can still stand, and the last diagnosis lists it with what became of its fixes),
+# the loop turns to the arithmetic itself: forward and backward. The compute fixes of module 06
+# have only loose bounds: **attention** (fused `scaled_dot_product_attention`) changes a part of
+# forward and backward that the diagnosis does not measure apart, so Amdahl's bound can only use
+# their whole share. A bound
 # that loose cannot test the fix, so that round prints it as **context** beside the measurement
 # and records no prediction. A **larger batch** (more work per operator) is bounded twice: by
 # the machine's peak, `1 / MFU`, and by its own factor of tokens per step, since a step that
 # carries more tokens cannot get shorter; the tighter of the two is judged. On CUDA, bf16
-# autocast and `torch.compile` follow, with the same bound as attention. A fix whose measured
-# speedup is below 1x is dropped, and the next round starts from the configuration before it;
-# one above 1x whose interval still holds 1x is kept, but it bought nothing this run can tell
-# from none, and the figures below mark it so.
+# autocast and `torch.compile` follow, with the same bound as attention. A fix whose median
+# speedup is below 1x is dropped, and the next round starts from the configuration before it; one
+# above 1x is kept. Where the interval holds 1x, either is the loop's rule, not a finding: this run
+# cannot tell that fix from no change (a dropped one is not shown to slow the job; a kept one
+# bought nothing this run can tell from none), and the round, the last diagnosis and the figures
+# below say so.
 
 # %% [markdown]
 # One round per cell (each is one or two 2-process jobs of seconds to a minute). A cell after
@@ -262,19 +274,22 @@ while more:
     more = play_round()
 
 # %% [markdown]
-# The last diagnosis, after every fix the loop chose; then the planted problems it left
-# alone, with the share of the step each still takes: each lies below its finding's threshold,
-# or its fix was tried and dropped (a finding can stay above its threshold then). The shares are rank 0's; communication is
-# judged on the least exposed rank, since a rank's exposed collective time includes waiting
-# for the slower rank (compare the two ranks' work outside collectives).
+# The last diagnosis, after every fix the loop chose; then each finding above information level
+# it still lists, with what became of its fixes (the loop stops when those are used up, not when
+# no finding is left); then the planted problems whose fix the loop never tried, with the share of
+# the step each still takes (each below its finding's threshold). The shares are rank 0's;
+# communication is judged on the least exposed rank, since a rank's exposed collective time
+# includes waiting for the slower rank (compare the two ranks' work outside collectives: a rank's
+# *mean* profiled step less its collective time, printed beside its *p50* step, so where a slow
+# step pulls the mean above the median it can read above the p50).
 
 # %%
 final, first, last = loop.rounds[-1]["report"], loop.rounds[0]["result"], loop.rounds[-1]["result"]
 print(rel(render_text(final)).split("\ntrace")[0])
-print("\n".join(loop.left_alone()))
-for fix, g in loop.tried.items():
-    print(f"tried, median speedup below 1x: --fix {fix} ({g:.3f}x), dropped (its round gives the interval, "
-          "which may hold 1x: then this run cannot tell it from no change)")
+standing = still_listed(final, slow_train.FIX_FOR_FINDING, loop.applied, loop.tried, AVAILABLE)
+print("\n".join([f"still listed: {s}" for s in standing] + loop.left_alone()))
+for fix, g in loop.tried.items():  # its interval decides whether the drop says anything about the fix
+    print("tried: " + dropped_text(fix, g))
 
 # %% [markdown]
 # The diagnosis names *phases*: its "compute" finding says forward and backward take most of the
@@ -318,16 +333,19 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # in brackets, the fix's own measured speedup in its round; the last bar is the direct ratio. A
 # fix measured below 1x is not among them; a kept fix whose interval held 1x is drawn grey: its
 # share is not a gain this run can show.
-# MFU is the model's FLOPs (6 per parameter per token, plus attention; module 06) of both
-# ranks per second over this machine's measured all-cores peak for the job's precision (fp32;
-# bf16 once `--fix bf16` runs): the two processes run one thread each, on all the cores there
-# are. It is read on the unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs
-# that ran, recomputation included, so over the same steps it is at least MFU (PaLM's appendix B
-# defines both). The diagnosis' "counted FLOP rate" is neither: it counts the FLOPs of the
-# matmul and convolution ops the profiler has formulas for (after `--fix attention`, the fused
-# attention's are not among them) on one rank, over one thread's ceiling, in the profiled,
-# slower, window: that window's matmul FLOP rate, which can lie below the MFU here. Both divide by a *measured*
-# ceiling, not a vendor's peak, so they read higher than a published MFU on the same machine would.
+# MFU is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
+# lookup multiplies nothing, plus attention; module 06) of both ranks per second over this
+# machine's measured all-cores peak for the job's precision (fp32; bf16 once `--fix bf16` runs):
+# the two processes run one thread each, on all the cores there are. It is read on the
+# unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs that ran, recomputation
+# included, so over the same steps it is at least MFU (PaLM's appendix B defines both). The
+# diagnosis' "counted FLOP rate" is neither: it counts the FLOPs of the matmul and convolution
+# ops the profiler has formulas for (after `--fix attention`, the fused attention's are not among
+# them) on one rank, over one thread's ceiling, in the profiled, slower, window: that window's
+# matmul FLOP rate, which can lie below the MFU here. Both divide by a *measured* ceiling, not a
+# vendor's peak, so they read higher than a published MFU on the same machine would. MFU is
+# printed to two figures: runs of one configuration minutes apart differ by more than a third
+# figure would say (where the slow job ran twice, each run's MFU is printed beside their mean's).
 
 # %%
 total = loop.finish()  # the slow job again (default size), and the direct ratio
@@ -340,9 +358,12 @@ if loop.waterfall:
 print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
        (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps))}
+pct = percent2  # two figures: runs of one configuration repeat no closer
+slow_mfus = [pct(job.mfu(first, job_peak(limits, first), t)) for t in total.slow_runs_tps]
+runs_mfu = f" (its runs {' and '.join(slow_mfus)})" if len(slow_mfus) > 1 else ""
 for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixed_tps)):
-    print(f"{name:>5}: {tps:9,.0f} tokens/s, MFU {mfu[name]:.2%} (of {viz.si(job_peak(limits, r), 'FLOP/s')}), "
-          f"batch {r['tokens_per_step']:,} tokens/step, "
+    print(f"{name:>5}: {tps:9,.0f} tokens/s, MFU {pct(mfu[name])}{runs_mfu if name == 'slow' else ''} (of "
+          f"{viz.si(job_peak(limits, r), 'FLOP/s')}), batch {r['tokens_per_step']:,} tokens/step, "
           f"fixes: {', '.join(r['fixes']) or 'none'}")
 
 # %% [markdown]
@@ -382,7 +403,7 @@ for name, r in (("slow", first), ("fixed", last)):
                             f"preparing the data), {r['steps_to_target']} steps, {reach[name][1]:,} tokens"))
 curves = {name: job.loss_curve(r, slow_train.smoothed) for name, r in (("slow", first), ("fixed", last))}
 fig = viz.plot_time_to_target(curves, TARGET_LOSS, title="Mean loss over the last 4096 tokens against seconds, "
-                                "the data's preparation counted")
+                                "the data's preparation counted", ylabel="mean loss, last 4096 tokens")
 plt.show()
 
 # %%
@@ -395,7 +416,8 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
     viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job, so at most "
                            "the top of these two runs' tokens/s interval", high=pair.high, low=1.0,
                            unit="x", soft=("low", "high")), tt_gain, explain={
-        "held": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
+        "held": (f"The range, 1x to {pair.high:.3g}x, is wide: held says little more than the direction. "
+                 if pair.high >= 2 else "") + f"The fixed job needed {tokens_x:.2f}x the tokens" + (
             ": the larger batch takes fewer, larger steps for the same tokens, the likeliest cause (one run of "
             "each side, so this run does not separate the batch from the other fixes)." if "batch" in last["fixes"] else
             "; the fixes kept leave the batch as it was: what the time gained is speed."),
@@ -424,24 +446,31 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #
 # * The diagnosis chose the order, and each round judged its fix's gain against the bound its
 #   finding's share gave (a larger batch: against its factor of tokens per step). The headlines
-#   count, for each kind of bound, the rounds that held, missed (above a bound: the fix removed
-#   time the diagnosis counted elsewhere, or the runs drifted) and were inconclusive (the
-#   interval reached across an edge: these runs could not tell); where none held or missed, the
-#   headline says that this run could not test whether the shares predict the gains.
+#   count, for each kind of bound, the rounds that held, missed (above a bound: where the profiled
+#   window that measured the shares stayed within it, the profiler stretched the configurations
+#   unequally; where the window crossed it too, the fix removed time the diagnosis counted
+#   elsewhere, or the runs drifted; each verdict says which its window shows, and how far its
+#   interval reaches back across the bound) and were inconclusive (the interval reached across an
+#   edge: these runs could not tell); where none held or missed, the headline says that this run
+#   could not test whether the shares predict the gains.
+# * A fix kept or dropped on an interval that holds 1x is one this run cannot tell from no
+#   change: the headlines say so beside it.
 # * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
 #   cost: the sync finding splits it, and the part with a collective in flight is communication,
 #   which the sync fix's bound leaves out.
-# * Once no waste is left, attention's bound is the compute's whole share, too loose to judge:
-#   printed as context, its gain is what was measured. A larger batch is judged against its
-#   factor of tokens per step.
+# * When every finding above information level has had its fixes (applied, or tried and dropped:
+#   the headlines list any finding the last diagnosis still shows), the loop turns to the compute:
+#   attention's bound is the compute's whole share, too loose to judge, so it is printed as
+#   context and its gain is what was measured. A larger batch is judged against its factor of
+#   tokens per step.
 # * The time to the target loss, not tokens/s, says what the job gained; its clock counts the
 #   data's preparation, which the data fix moves out of the steps, where tokens/s does not see it.
 
 # %%
 judged = {round_outcomes[f].split(" (")[0] for f in judged_by}  # the outcomes of the rounds judged
 viz.show_headlines({
-    "fixes applied": ", ".join(f + (" (interval holds 1x)" if f in unresolved else "") for f in loop.applied)
-                     or "none",
+    "fixes applied": ", ".join(f + (" (interval holds 1x: this run cannot tell it from no change)"
+                                    if f in unresolved else "") for f in loop.applied) or "none",
     "tokens/s": f"{total.slow_tps:,.0f}" + (f" (the mean of two slow runs {total.slow_apart:.2f}x apart: the "
                                             "machine's speed moved)" if total.slow_apart > 1.1 else "")
                 + f" -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
@@ -452,9 +481,10 @@ viz.show_headlines({
     "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by) + (
         "; none held or missed: this run could not test whether the diagnosed shares predict the gains"
         if judged and not judged & {"held", "missed"} else ""),
-    "tried, median below 1x, dropped": ", ".join(f"{f} ({g:.3f}x)" for f, g in loop.tried.items()) or "none",
-    "MFU": f"{mfu['slow']:.2%} -> {mfu['fixed']:.2%} (6N + attention FLOPs over the measured peak of the "
-           "job's precision)",
+    "tried and dropped": "; ".join(dropped_text(f, g) for f, g in loop.tried.items()) or "none",
+    "findings above information level the last diagnosis still lists": "; ".join(standing) or "none",
+    "MFU": f"{pct(mfu['slow'])}{runs_mfu} -> {pct(mfu['fixed'])} (6N + attention FLOPs over the measured "
+           "peak of the job's precision)",
     "time to target loss": (f"{reach['slow'][0]:.1f} s -> {reach['fixed'][0]:.1f} s "
                             f"({reach['slow'][0] / reach['fixed'][0]:.2f}x; the data's preparation counted: "
                             f"{first['data_prep_s']:.2f} s and {last['data_prep_s']:.2f} s)"

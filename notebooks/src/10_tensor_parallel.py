@@ -38,11 +38,13 @@
 # (reduce-scatter backward) and g a reduce-scatter (all-gather backward). An all-reduce is a
 # reduce-scatter followed by an all-gather, so per block the bytes on the wire stay the same
 # while those regions' activations shrink `t` times. Per step SP adds one all-reduce: the
-# parameters used on a sequence slice (the LayerNorms, the row-parallel biases; here also the
-# position table) see only their
+# parameters used on a sequence slice (the LayerNorms, the row-parallel biases) see only their
 # slice's tokens, so their gradients are summed over the tensor-parallel group after backward,
 # as Megatron-LM's `finalize_model_grads` does for the parameters it marks `sequence_parallel`.
-# That all-reduce grows with those parameters, not with the tokens (section 1 counts it).
+# Here the position table is among them: this implementation reduce-scatters the embedding's
+# output and adds positions to each slice, where Megatron-core with learned positions adds them
+# before it scatters (the last section compares the two). That all-reduce grows with those
+# parameters, not with the tokens (section 1 counts it).
 #
 # This notebook runs `perfkit.parallel.parallelize_gpt` on 2 processes and checks it
 # against the unsplit model, against PyTorch's own tensor parallelism (DTensor's
@@ -93,6 +95,7 @@ from perfkit.parallel import (
     crossover_width,
     region_activation_bytes,
     sp_synced_values,
+    sweep_time,
     tp_block_cost,
     tp_traffic,
 )
@@ -164,6 +167,17 @@ print(f"TP+SP: per block {sp_block:,.0f} B against TP's {per_block:,.0f} B; per 
       f"of the sequence-split parameters' gradients ({sync:,} fp32 values) sends {sync_sent:,.0f} B"
       + (": that is the whole difference" if sp_step - per_step == sync_sent else ""))
 
+# %%
+n_tok = BATCH * cfg.block_size   # N: tokens per step
+parts_of_sync = {"the blocks' LayerNorms and row-parallel biases (6 C per block)": 6 * cfg.n_layer * cfg.n_embd,
+                 "the final LayerNorm (2 C)": 2 * cfg.n_embd, "the position table (T x C)": cfg.block_size * cfg.n_embd}
+assert sum(parts_of_sync.values()) == sync
+print(f"those {sync:,} values: " + ", ".join(f"{v:,} in {k}" for k, v in parts_of_sync.items())
+      + f"; against the {4 * n_tok * cfg.n_embd * cfg.n_layer:,} values the blocks' collectives carry (4 N C per block), "
+      f"the blocks' part is 1.5 / N = {1.5 / n_tok:.2%} (N = {n_tok} tokens) and the position table's "
+      f"1 / (4 B L) = {1 / (4 * BATCH * cfg.n_layer):.2%}, whatever T is; the step's {(sp_step - per_step) / per_step:+.1%} "
+      "counts all three against the whole step, embedding, head and loss included")
+
 # %% [markdown]
 # ## 2. The split model is the unsplit model
 #
@@ -217,6 +231,9 @@ viz.verdict(p_dropout, dr["replicated_rel"])
 
 # %% [markdown]
 # ## 3. Against PyTorch's tensor parallelism
+#
+# **Question.** Does perfkit's split agree with PyTorch's own tensor parallelism: the same
+# numbers, the same collectives, and no slower?
 #
 # PyTorch's DTensor splits the same GPT with a plan (`perfkit.jobs.tp_dtensor.dtensor_plan`):
 # `ColwiseParallel` for `q`, `k`, `v`, `fc` and the head, `RowwiseParallel` for the
@@ -339,87 +356,91 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # and communication as `C`, so the split block, `compute / t + comm` (nothing overlapped),
 # beats the unsplit one above a crossover width.
 #
-# **Prediction.** At each width, from the unsplit block's measured time `U` and the all-reduce
-# fit measured in this job, the split block takes at least `U / t + comm`: its speedup is **at
-# most** `U / (U / t + comm)`. A bound, because what the model leaves out mostly adds to the split
-# block's time: its matmuls are `t` times smaller and usually run further below the machine's
-# rate, each operator's fixed cost is paid whole on every process, and at each all-reduce one
-# process waits for the other to arrive. One omission can go the other way: a half-size weight
-# fits the caches better, and its matmul can run faster per FLOP than the whole one (the verdict
-# names this when a bound is crossed). It is judged at every width timed.
+# **Prediction.** At each width the split block takes at least `U / t + comm`, so its speedup
+# is **at most** `U / (U / t + comm)`. `U` is the unsplit block's measured time; `comm` is 4
+# all-reduces, each charged what this job's all-reduce sweep measured at the block's size
+# (linear in log size between the two sizes timed around it), recorded below before the block
+# timings are read. Not the fit's line: its intercept is what it charges a call of no bytes,
+# fitted over every size, and where the calls near the block's sizes took less, charging it
+# would make `comm` too large and the "bound" too low to bound anything. The sweep times its
+# calls back to back with both processes in step; the bound assumes a block's calls, one at a
+# time between computations, cost at least that. What else the model leaves out adds to the
+# split block's time: its matmuls are `t` times smaller and usually run further below the
+# machine's rate, each operator's fixed cost is paid whole on every process, and at each
+# all-reduce one process waits for the other to arrive. One omission can go the other way: a
+# half-size weight fits the caches better, and its matmul can run faster per FLOP than the
+# whole one (the verdict names this when a bound is crossed). It is judged at every width timed.
 
 # %%
 sweep = r0["allreduce"]
-fit = fit_alpha_beta([p["nbytes"] for p in sweep], [p["time_s"] for p in sweep])
-link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)   # one ring step of a 2-process all-reduce
-speed = r0["speedup"]
-bound, measured, parts = {}, {}, {}
-for w in WIDTHS:
-    compute = stats.median(speed[str(w)]["unsplit_s"])
-    comm = tp_block_cost(w, T_DEGREE, 4 * 64, 64, 1.0, link).comm_s
-    bound[w] = compute / (compute / T_DEGREE + comm)
-    u = stats.median_interval(speed[str(w)]["unsplit_s"])   # U is a median too: the bound moves with it
-    u_ends = " to ".join(f"{x / (x / T_DEGREE + comm):.2f}x" for x in (u.low, u.high))
-    measured[w] = stats.median_ratio(speed[str(w)]["unsplit_s"], speed[str(w)]["split_s"])
-    parts[w] = (compute, comm, stats.median(speed[str(w)]["split_s"]))
-    print(f"C = {w:5d}: unsplit {viz.si(compute, 's')}, split {viz.si(parts[w][2], 's')} (model: at least "
-          f"{viz.si(compute / T_DEGREE + comm, 's')}, of which all-reduces {viz.si(comm, 's')}); speedup at "
-          f"most {bound[w]:.2f}x ({u_ends} over U's {u.describe('s')}), measured {measured[w].text('x')}")
-print(f"all-reduce fit: intercept (alpha) {viz.si(fit.alpha_s, 's')} per 2-process all-reduce (the model's ring "
-      f"step charges half of it, {viz.si(link.alpha_s, 's')}), bandwidth {viz.si(fit.bandwidth, 'B/s')}")
-
-# %% [markdown]
-# The fit's intercept is what its line charges a call of no bytes, fitted across every size,
-# so it is no floor every call pays (notebook 02 counts the calls that took less). The sweep
-# behind this fit, beside the fit, at the sizes around the block's all-reduces:
+sizes, secs = [p["nbytes"] for p in sweep], [p["time_s"] for p in sweep]
+fit = fit_alpha_beta(sizes, secs)
+link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)   # the model's ring step of a 2-process all-reduce
+ar_bytes = {w: 4 * 4 * 64 * w for w in WIDTHS}   # B: one block all-reduce, 4 N C with N = 256 tokens
+call = {w: sweep_time(sizes, secs, ar_bytes[w]) for w in WIDTHS}   # s per call: what the sweep measured there
+print("one all-reduce of a block's 4 N C bytes, as the sweep measured it (what the fit's line charges): "
+      + "; ".join(f"C = {w}, {viz.si(ar_bytes[w], 'B')}: {viz.si(call[w], 's')} "
+                  f"({viz.si(fit.predict(ar_bytes[w]), 's')}, {call[w] / fit.predict(ar_bytes[w]):.2f}x)" for w in WIDTHS))
+order = sorted(zip(sizes, secs))
+dips = [f"{viz.si(b, 'B')} took less than {viz.si(a, 'B')}" for (a, ta), (b, tb) in zip(order, order[1:]) if tb < ta]
+print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, bandwidth {viz.si(fit.bandwidth, 'B/s')}; "
+      f"sizes timed below the intercept: {', '.join(viz.si(b, 'B') for b, t in order if t < fit.alpha_s) or 'none'}"
+      + (f"; not monotone: {', '.join(dips)} (each size the median of {CONFIG['allreduce']['repeat']} repetitions)"
+         if dips else ""))
 
 # %%
-block_ar = [4 * 4 * 64 * c for c in WIDTHS]   # B: one block all-reduce, 4 N C with N = 256 tokens
-near = [p for p in sweep if min(block_ar) / 2 <= p["nbytes"] <= 2 * max(block_ar)]
-under = [p for p in sweep if p["time_s"] < fit.alpha_s]
-vs_fit = [p["time_s"] / fit.predict(p["nbytes"]) for p in near]   # measured over the fit's line
-print(f"the block's all-reduces: {viz.si(min(block_ar), 'B')} to {viz.si(max(block_ar), 'B')}; the sweep there, "
-      "measured (fit): " + ", ".join(f"{viz.si(p['nbytes'], 'B')} {viz.si(p['time_s'], 's')} "
-                                     f"({viz.si(fit.predict(p['nbytes']), 's')})" for p in near)
-      + f" ({min(vs_fit):.2f}x to {max(vs_fit):.2f}x what the fit charges)"
-      + "; sizes that took less than the intercept: "
-      + (", ".join(viz.si(p["nbytes"], "B") for p in under) if under else "none"))
+speed = r0["speedup"]
+bound, measured, parts, rows = {}, {}, {}, []
+for w in WIDTHS:
+    compute, comm, split = (stats.median(speed[str(w)]["unsplit_s"]), 4 * call[w], stats.median(speed[str(w)]["split_s"]))
+    bound[w], parts[w] = compute / (compute / T_DEGREE + comm), (compute, comm, split)
+    u = stats.median_interval(speed[str(w)]["unsplit_s"])   # U is a median too: the bound moves with it
+    measured[w] = stats.median_ratio(speed[str(w)]["unsplit_s"], speed[str(w)]["split_s"])
+    rows.append(f"| {w} | {viz.si(compute, 's')} | {viz.si(split, 's')} | {viz.si(compute / T_DEGREE + comm, 's')} "
+                f"({viz.si(comm, 's')}) | {viz.si(split - compute / T_DEGREE - comm, 's')} | {bound[w]:.2f}x ("
+                + " to ".join(f"{x / (x / T_DEGREE + comm):.2f}x" for x in (u.low, u.high)) + f") | {measured[w].text('x')} |")
+display(Markdown("| C | unsplit U | split | at least U / t + comm (all-reduces) | split beyond that | speedup at "
+                 "most (over U's interval) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)))
 
 # %%
 for w in WIDTHS:
     unsplit, comm, split = parts[w]
+    floor = unsplit / T_DEGREE + comm
     viz.verdict(Prediction(f"speedup of the split {w}-wide block on {T_DEGREE} processes",
-                           "at most measured compute / (compute / t + 4 ring all-reduces)",
+                           "at most measured U / (U / t + 4 all-reduces at the sweep's times)",
                            high=bound[w], unit="x", physical=(0, None)), measured[w], explain={
-        "above": f"The split block took {viz.si(split, 's')}, less than U / t = "
-                 f"{viz.si(unsplit / T_DEGREE, 's')} plus the fit's {viz.si(comm, 's')} of all-reduces: the "
-                 "fit, timed on calls back to back, overstates what the block's calls cost, or the half-size "
-                 "matmuls ran faster per FLOP than the whole block's.",
-        "held": f"The split block took {viz.si(split, 's')}, against at least {viz.si(unsplit / T_DEGREE + comm, 's')} "
-                "in the model."})
+        "above": f"The split block took {viz.si(split, 's')}, less than U / t = {viz.si(unsplit / T_DEGREE, 's')} "
+                 f"plus the sweep's {viz.si(comm, 's')} of all-reduces: the block's calls cost less than the sweep's, "
+                 "or the half-size matmuls ran faster per FLOP than the whole block's.",
+        "held": f"The split block took {viz.si(split, 's')}, against at least {viz.si(floor, 's')} in the model"
+                + (f": {viz.si(split - floor, 's')} a block that the model does not hold (smaller matmuls' rate, each "
+                   "operator's fixed cost on each process, waits at the all-reduces; this run does not time them apart)."
+                   if split > floor else ".")})
 
 # %% [markdown]
-# **The crossover.** The figure and the widget below draw the model at the rate the widest
-# unsplit block reached here (each process runs one thread), with the all-reduce fit. In a live
-# kernel the widget moves the degree, the tokens per step, the network's bandwidth and the
-# compute rate (each a multiple of what was measured here; a GPU's figures from the planner,
+# **The crossover, in the model.** The figure draws the model with the fit's line for the
+# all-reduces, at one compute rate, the widest unsplit block's: its curves and its red
+# crossover are the model's, not a measurement. Beside them, measured: the blocks' times and
+# the 4 all-reduces at the sweep's times (crosses, left), each width's bound and its measured
+# speedup (right). Where the crosses lie below the fit's dotted line the fit overcharges the
+# block's calls, and in the model that charge, more than the bytes, can set the crossover
+# (the cell below prints which, and where the measured speedups cross 1x).
+#
+# The curve uses one rate for every width. A width whose unsplit block ran slower per FLOP than
+# the widest has more compute to split, so its own bound (an open circle) lies above the curve;
+# one that ran faster lies below it. The cell prints each width's rate. Each measured speedup is
+# the median of that width's paired rounds (split over unsplit, round by round), not the ratio
+# of the two medians in the table.
+#
+# In a live kernel the widget moves the degree, the tokens per step, the network's bandwidth and
+# the compute rate (each a multiple of what was measured here; a GPU's figures from the planner,
 # notebook 13, are printed below as multiples of them); a headless build shows its opening
-# setting as a static image. Two things decide the model's crossover: the fit's intercept
-# (alpha, charged to every call) and compute per byte of link (the cell prints which weighs more
-# here). A GPU raises both compute and bandwidth, and its FLOPs per byte of NVLink are far more
-# than this run's per byte of loopback, so scaling the bandwidth alone would put a GPU's
-# crossover far too low. The widget keeps this run's intercept (gloo's over loopback), far above
-# the planner's assumed alpha for NVLink (printed below), so at small sizes it draws a GPU's
-# crossover too high. In the model, splitting a block costs time left of the red line
-# (narrower blocks) and saves time right of it, but never the full `t` while communication is
-# not overlapped with compute. The curve uses one rate, the widest block's, for every width. A
-# width whose unsplit block ran slower per FLOP than the widest has more compute to split, so
-# its own bound (from its own unsplit time, drawn as an open circle) lies above the curve and
-# can cross 1x left of the red line; one that ran faster lies below it. The cell prints each
-# width's rate: the crossover of the one-rate model is not a bound on the real one. Where the
-# measured points cross 1x is printed beside it. Each measured speedup is the median of that
-# width's paired rounds (split over unsplit, round by round), not the ratio of the two medians
-# printed with it.
+# setting as a static image. A GPU raises both compute and bandwidth, and its FLOPs per byte of
+# NVLink are far more than this run's per byte of loopback, so scaling the bandwidth alone would
+# put a GPU's crossover far too low. The widget keeps this run's intercept (gloo's over
+# loopback), far above the planner's assumed alpha for NVLink (printed below), so at small sizes
+# it draws a GPU's crossover too high. In the model splitting never gains the full `t` while
+# communication is not overlapped with compute.
 
 # %%
 w = WIDTHS[-1]
@@ -445,7 +466,7 @@ faster = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "above"]
 print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
       f"{viz.si(achieved, 'FLOP/s')} ({obs.share:.0%})" + (f"; {obs.note}" if obs.raised else ""))
 unsure = [c for c in WIDTHS if c not in slower + faster]
-print("the model's crossover at 256 tokens, at that rate: "
+print("the model's crossover (the fit's line, the widest block's rate) at 256 tokens: "
       + ("none below 1M" if cross is None else f"C = {cross:,.0f}") + "; measured, the split block was "
       + "; ".join(f"{how} at C = {', '.join(map(str, ws))}" for how, ws in (
           ("slower", slower), ("faster", faster), ("within its interval of 1x", unsure)) if ws))
@@ -453,24 +474,28 @@ late = [c for c in slower if cross is not None and c > cross]  # widths the mode
 if late:
     c = max(late)
     unsplit, comm, split = parts[c]
-    print(f"the measured crossover lies above C = {c}, more than {math.floor(c / cross * 10) / 10:.1f}x the model's: at C = {c} the split block "
-          f"took {viz.si(split, 's')} (median) against the model's {viz.si(unsplit / T_DEGREE + comm, 's')}, so what "
-          f"the model leaves out, or what disturbed this run, cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a "
-          f"block there (the speedup's interval, {measured[c].describe('x')}, shows how much the rounds scattered; "
-          f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(f"the measured speedups cross 1x above C = {c}, more than {math.floor(c / cross * 10) / 10:.1f}x the "
+          f"model's crossover: at C = {c} the split block took {viz.si(split, 's')} (median) against at least "
+          f"{viz.si(unsplit / T_DEGREE + comm, 's')} with the sweep's calls, so what the model leaves out, or what "
+          f"disturbed this run, cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there (the speedup's "
+          f"interval, {measured[c].describe('x')}, shows how much the rounds scattered; load average now "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 no_latency = crossover_width(T_DEGREE, 4 * 64, 64, achieved, AlphaBeta(0.0, link.bandwidth))
+charged = [call[c] / fit.predict(ar_bytes[c]) for c in WIDTHS]   # the sweep's calls over the fit's line
 if cross is not None and no_latency is not None:
     print(f"with a zero intercept, the same model crosses at C = {no_latency:,.0f}: in the model "
           + ("the fit's intercept, more than the bytes, sets the crossover" if no_latency < cross / 2 else
              "the bytes, more than the fit's intercept, set the crossover")
-          + " (what the block's own calls pay is the sweep's measured times above, not the intercept)")
+          + f"; the block's own calls took {min(charged):.2f}x to {max(charged):.2f}x what the fit's line charges")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
 print("at the widget's opening 4,096 tokens per step the model's crossover is "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
       + ": the fit's intercept is spread over 16x the bytes")
 fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
                             measured={float(c): measured[c] for c in WIDTHS},
-                            bounds={float(c): bound[c] for c in WIDTHS})
+                            bounds={float(c): bound[c] for c in WIDTHS},
+                            comm={float(c): parts[c][1] for c in WIDTHS},
+                            blocks={float(c): (parts[c][0], parts[c][2]) for c in WIDTHS})
 
 # %%
 from perfkit.plan import named_cluster
@@ -500,16 +525,23 @@ viz.build_widget(viz.tp_widget(achieved, link, seq=64))
 #   notebook's fp32 payload (and the widget's, which is fp32 throughout).
 # - SP removes the replicated LayerNorm and dropout activations for the same bytes per block;
 #   per step it adds one all-reduce of the sequence-split parameters' gradients (Megatron-LM's
-#   `finalize_model_grads`). It holds `6 C` values per block (two LayerNorms' weights and
-#   biases, two row-parallel biases) against the blocks' `4 N C` per block, so it is `1.5 / N`
-#   of their bytes: under 0.1 % from `N` = 2,048 tokens per step (section 1 prints its share of
-#   this small model's step).
+#   `finalize_model_grads`). Per block those are `6 C` values (two LayerNorms' weights and
+#   biases, two row-parallel biases) against the `4 N C` values the block's collectives carry,
+#   `1.5 / N` of them: under 0.1 % from `N` = 2,048 tokens per step; the final LayerNorm adds
+#   `2 C` once. This implementation also sums the position table's gradient, `T x C` values,
+#   `1 / (4 B L)` of the blocks' values for `B` sequences and `L` blocks, whatever `T` is: it
+#   reduce-scatters the embedding's output and adds each slice's positions after, so each
+#   process's table sees only its slice. Megatron-core with learned positions all-reduces the
+#   word embeddings, adds the positions on the whole sequence and then scatters it (an
+#   all-gather backward), so every process holds the whole position gradient and sums nothing
+#   for it; it reduce-scatters the embedding only when there is no position table (rotary
+#   positions). Section 1 prints each part, and the sum's share of this small model's step.
 # - Those all-reduces sit in every block's forward and backward, on the critical path, so
 #   tensor parallelism is kept inside the fast link's domain: the GPUs of one node, joined by
 #   NVLink and NVSwitch (8 on HGX boards), with pipeline and data parallelism across nodes
 #   (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
-#   Megatron-LM", SC'21, section 3.3 and its first takeaway: tensor parallelism up to the GPUs
-#   of one server). The same model as section 5, at the planner's H100 figures, sets a node's
+#   Megatron-LM", SC'21, section 3, Takeaway #1: tensor parallelism up to the GPUs of one
+#   server). The same model as section 5, at the planner's H100 figures, sets a node's
 #   NVLink beside the network between nodes (one NIC per GPU) for one wide block:
 
 # %%
@@ -529,5 +561,5 @@ viz.show_headlines({
         f"{sum(t['tp']['block'].sent_bytes(T_DEGREE).values()):,.0f} / {p_bytes.value:,.0f} B",
     "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
     "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
-    f"split {w}-wide block speedup": measured[w].text("x"),
+    f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
 })

@@ -124,7 +124,7 @@ viz.verdict(p_sync, costs.blocked("sync"), explain={
 
 # %%
 p_stage = Prediction("the thread-mode save's blocked time",
-                     "one staging copy: 2 x bytes / the copy rate at the state's size",
+                     "one staging copy: 2 x bytes / the fastest copy rate seen near the state's size",
                      low=costs.staging_floor_s, unit="s", physical=(0, None))
 viz.verdict(p_stage, costs.blocked("thread"), explain={
     "held": f"the copy accounts for {100 * costs.staging_floor_s / costs.blocked('thread').value:.2g}% of it"
@@ -260,6 +260,12 @@ p_r = Prediction("share of R spent restarting processes (rendezvous, start, impo
 viz.verdict(p_r, starts / R, explain={
     "below": f"building the model and DDP took {run.parts['build']:.2f} s and load "
              f"{run.parts['load']:.2f} s"})
+swept = json.loads((ROOT / "benchmarks" / "stored" / "checkpoint_goodput.json").read_text())  # section 4's
+each_r = [x for pt in swept["result"]["points"] for x in pt["restart_each_s"]]   # s, every restart it timed
+print(f"R here is one timed restart, so neither it nor the share has an interval. The stored sweep of section 4 "
+      f"timed {len(each_r)} restarts of its own torchrun jobs on this machine: {min(each_r):.3g} to "
+      f"{max(each_r):.3g} s (median {stats.median(each_r):.3g} s), against this one's {R:.3g} s; it does not "
+      "split them into parts, so how the share moves from restart to restart is not measured.")
 
 # %% [markdown]
 # ## 4. How often should one save?
@@ -283,12 +289,29 @@ print(f"δ = {delta:.3g} s, R = {R:.3g} s, M = {MTBF_S:.0f} s: Young {curve.youn
       f"Daly {curve.daly_s:.3g} s, the first-order model's best on the grid {curve.best_s:.3g} s "
       f"({curve.best_goodput:.1%})")
 ax = viz.plot_goodput(curve)
+
+# %%
 d_async = costs.blocked("thread").value
+r_lo, r_hi = min(R, *each_r), max(R, *each_r)   # this restart and the stored sweep's
+print(f"Neither Young's nor Daly's interval depends on R (it sets what a failure costs, not where the optimum "
+      f"lies): over the restarts timed on this machine, {r_lo:.3g} to {r_hi:.3g} s, both stay where they are, and "
+      f"the first-order goodput at Daly's interval moves from {saving.goodput(curve.daly_s, delta, r_hi, MTBF_S):.1%} "
+      f"to {saving.goodput(curve.daly_s, delta, r_lo, MTBF_S):.1%}.")
+th = acs["modes"]["thread"]   # section 1's stored run: the steps that ran beside each persist
+per_save = th["steps_during_persist"] / len(th["blocked_s"])
+lost = saving.async_save_cost(th["median_blocked_s"], per_save, th["step_s_during_persist"],
+                              acs["step_s_without_persist"])
+ratio = lost / acs["modes"]["sync"]["median_blocked_s"]   # its async save's cost over its sync save's
 print(f"δ here is the synchronous save's blocked time. An asynchronous checkpointer's δ is at least the "
       f"time it blocks ({d_async:.3g} s for the thread mode), which alone would move Daly's interval to "
-      f"{saving.goodput_curve(d_async, R, MTBF_S).daly_s:.3g} s; the steps that run while its persist does "
-      "are slower (section 1), which adds to δ, and a failure during a persist loses that checkpoint too, "
-      "which adds the persist's time to the work lost")
+      f"{saving.daly_interval(d_async, MTBF_S):.3g} s; the steps that run beside its persist are slower, which adds "
+      f"to δ. Section 1's stored run measured both: its thread mode blocked {th['median_blocked_s']:.3g} s, and "
+      f"the {per_save:.2g} steps per save that ran beside a persist took {th['step_s_during_persist']:.3g} s "
+      f"against {acs['step_s_without_persist']:.3g} s, so a save cost {lost:.3g} s of training, {ratio:.2g}x its "
+      f"synchronous save there" + (" (on those busy cores the slower steps beside the persist cost more than the "
+                                   "blocked time it spared)" if ratio > 1 else "") + f". Taken at that ratio here (another size and load: an assumption), δ would be "
+      f"{ratio * delta:.3g} s and Daly's interval {saving.daly_interval(ratio * delta, MTBF_S):.3g} s. A failure "
+      "during a persist also loses that checkpoint, which adds the persist's time to the work lost.")
 
 # %% [markdown]
 # With `δ` this small against `M` the first-order optimum should be as good as the exact one.
@@ -314,8 +337,7 @@ print(f"δ/M = {delta / MTBF_S:.2g}: Daly's exact share at Young's interval is {
 # realised MTBF:
 
 # %%
-swept = json.loads((ROOT / "benchmarks" / "stored" / "checkpoint_goodput.json").read_text())
-sw, pooled = swept["result"], swept["result"]["pooled"]
+sw, pooled = swept["result"], swept["result"]["pooled"]   # read in section 3
 p_sweep = Prediction("the best measured interval over Daly's", "Daly's interval from the failure rate",
                      low=0.5, high=2.0, unit="x", physical=(0, None), measured_here=False)
 print(f"{swept['command']}  ({swept['date']}, {swept['cores']} cores; {swept['load']})")
@@ -326,9 +348,16 @@ else:
     grid = [pt["tau_s"] / sw["daly_s"] for pt in sw["points"]]
     print(f"grid from the calibration (δ {cal['save_s']:.3g} s, R {cal['restart_s']:.3g} s: Daly "
           f"{cal['daly_s']:.3g} s); it spans {min(grid):.2g}x to {max(grid):.2g}x of the pooled Daly below")
+    times = sw["points"][0]["failures"]   # failure times: every job meets the same ones
     print(f"δ {pooled['save_s']:.3g} s, R {pooled['restart_s']:.3g} s, realised MTBF "
-          f"{pooled['mtbf_realised_s']:.3g} s ({pooled['failures']} failures): Daly {sw['daly_s']:.3g} s; "
-          "measured " + ", ".join(f"{pt['measured']:.1%} at {pt['tau_s']:.3g} s" for pt in sw["points"]))
+          f"{pooled['mtbf_realised_s']:.3g} s ({times} failure times, met by each of the {len(sw['points'])} "
+          f"jobs: {pooled['failures']} failures, not independent): Daly {sw['daly_s']:.3g} s; measured "
+          + ", ".join(f"{pt['measured']:.1%} at {pt['tau_s']:.3g} s" for pt in sw["points"]))
+    m_lo, m_hi = saving.mtbf_interval(sw["config"]["window_s"], times)
+    d_lo, d_hi = (saving.daly_interval(pooled["save_s"], m) for m in (m_lo, m_hi))
+    print(f"{times} failures in {sw['config']['window_s']:.0f} s put the MTBF between {m_lo:.3g} and {m_hi:.3g} s "
+          f"(the exact Poisson 90 % interval), and with it Daly's interval between {d_lo:.3g} and {d_hi:.3g} s, "
+          f"{d_lo / sw['daly_s']:.2g}x to {d_hi / sw['daly_s']:.2g}x the one judged against.")
     ax = viz.plot_goodput(saving.goodput_curve(pooled["save_s"], pooled["restart_s"], pooled["mtbf_realised_s"]),
                           measured=[(pt["tau_s"], pt["measured"]) for pt in sw["points"]])
     worst = sw["max_abs_diff_pp"]
@@ -345,6 +374,10 @@ else:
           "What is judged below is only where the best point lies.")
     first, second = sorted(sw["points"], key=lambda pt: -pt["measured"])[:2]
     near = [0.5 <= pt["tau_s"] / sw["daly_s"] <= 2.0 for pt in (first, second)]
+    inside = sum(0.5 <= g <= 2.0 for g in grid)
+    print(f"{inside} of the {len(grid)} intervals measured lie within 0.5x to 2x of Daly's: a best point that "
+          f"fell at random among them would pass {inside} times in {len(grid)} ({inside / len(grid):.0%}), so the "
+          "verdict below tells little apart.")
     print(f"The best point ({first['measured']:.1%} at {first['tau_s']:.3g} s) beats the next "
           f"({second['measured']:.1%} at {second['tau_s']:.3g} s) by "
           f"{100 * (first['measured'] - second['measured']):.2g} pp, one job each: "
@@ -360,9 +393,11 @@ if sw["daly_s"] is not None:
 # ## 5. At scale: Llama 3 405B
 #
 # `perfkit.plan.failures` applies the same model to a planned run. For Llama 3 405B: 405e9
-# parameters, 14 bytes each saved (bf16 weights, fp32 master copy, Adam's two moments), on
-# 16,384 GPUs failing at Llama 3's own rate, written at its storage's 2 TB/s, with a
-# 10-minute restart (an assumption; Llama 3 does not publish one). Nothing here is measured,
+# parameters, 14 bytes each saved (an assumption: bf16 weights, an fp32 master copy and Adam's
+# two moments; the paper gives its storage's rate and its failures, not its checkpoint's
+# layout, which could leave out the bf16 copy, 12 bytes, or hold more), on 16,384 GPUs failing
+# at Llama 3's own rate, written at its storage's 2 TB/s, with a 10-minute restart (an
+# assumption too; Llama 3 does not publish one). Nothing here is measured,
 # and no verdict follows: it shows what Young's and Daly's interval give at Llama 3's
 # published failure rate. What the published "above 90 %" does say through the model is the
 # longest restart it allows.
@@ -458,12 +493,19 @@ viz.verdict(p_1s_sync, costs.blocked("sync"), explain={
 viz.verdict(p_1s_async, costs.blocked("thread"), explain=dict.fromkeys(("held", "above"), scope["thread"]))
 
 # %%
-big = 8.03e9 * 14                  # Llama 3 8B's training state: bf16 weights, fp32 master, Adam m and v
+big = 8.03e9 * 14                  # Llama 3 8B's training state, 14 bytes per parameter assumed (section 5)
 for line in saving.one_second_lines(costs, acs["state_bytes"], {m: acs["modes"][m]["median_blocked_s"]
                                                                 for m in ("sync", "thread")}):
     print(line)
-print(f"Llama 3 8B's state ({viz.si(big, 'B')}) at the write rate here: {big / costs.write.bytes_per_s:.3g} s from "
-      "one process.")
+sy, bytes_s = acs["modes"]["sync"], acs["state_bytes"] / costs.write.best_bytes_per_s  # s at the fastest write
+dcp_s = stats.median(sy["persist_s"])
+print(f"The stored synchronous save, {sy['median_blocked_s']:.3g} s for {viz.si(acs['state_bytes'], 'B')}: DCP's "
+      f"save (planning, serialising, writing with fsync) took {dcp_s:.3g} s of it (median of {len(sy['persist_s'])}), "
+      f"{dcp_s / bytes_s:.2g}x the bytes' {bytes_s:.2g} s at this notebook's fastest write, and the commit around "
+      f"it the other {sy['median_blocked_s'] - dcp_s:.3g} s; that run shared the cores under the load its first "
+      "line names, and times its parts no further.")
+print(f"Llama 3 8B's state ({viz.si(big, 'B')} at 14 bytes per parameter, assumed as in section 5) at the write "
+      f"rate here: {big / costs.write.bytes_per_s:.3g} s from one process.")
 
 # %% [markdown]
 # Each model takes the fixed costs measured at this notebook's small state as if they did not
@@ -514,7 +556,8 @@ shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), Fal
 apart = shm_plain.has_interval and disk_plain.has_interval and (shm_plain.high < disk_plain.low or disk_plain.high < shm_plain.low)
 print(f"Without fsync tmpfs wrote {shm_plain.value / disk_plain.value:.2g}x the disk's rate: both end in memory, "
       + (f"yet the {'disk' if shm_plain.value < disk_plain.value else 'tmpfs'} took the plain write faster, "
-         "with intervals apart (a disk's page cache and tmpfs's pages are filled by different code)" if apart else
+         "with intervals apart (a disk's page cache and tmpfs's pages are filled by different kernel code; "
+         "which step of it costs the difference, this run does not time)" if apart else
          "and their intervals overlap: the directory's name made no clear difference to a plain write"))
 payload = copy_here / 2  # section 1's copy: bytes read plus written, so payload is half
 fastest = max(shm_plain.value, disk_plain.value)

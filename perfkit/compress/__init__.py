@@ -21,7 +21,7 @@ from perfkit.compress.codecs import (
 from perfkit.compress.experiments import (
     CodecTimes,
     conservation_error,
-    copy_share_bound,
+    copy_share_range,
     error_rows,
     residual_norms,
     time_codecs,
@@ -62,7 +62,7 @@ __all__ = [
     "CodecTimes",
     "compile_for_isa",
     "conservation_error",
-    "copy_share_bound",
+    "copy_share_range",
     "Compressed",
     "compression_hook",
     "Compressor",

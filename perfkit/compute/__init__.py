@@ -87,6 +87,7 @@ from perfkit.compute.experiments import (
     disturbed_length,
     disturbed_text,
     disturbed_verdict,
+    drift_text,
     gpt_step,
     largest_mfu_text,
     largest_rise,
@@ -139,6 +140,7 @@ from perfkit.compute.fusion import (
     chain_explanations,
     chain_model,
     new_tensor_cost,
+    what_fusion_saved,
 )
 from perfkit.compute.intensity import (
     NEAR_ROOF,
@@ -158,6 +160,7 @@ from perfkit.compute.kernels import (
     attention_matrix_bytes,
     attention_sweep,
     elementwise_chain_bytes,
+    fp32_matmul_library,
     matmul_shape_sweep,
     pad_to_multiple,
 )
@@ -214,6 +217,7 @@ __all__ = [
     "disturbed_length",
     "disturbed_text",
     "disturbed_verdict",
+    "drift_text",
     "gpt_step",
     "largest_mfu_text",
     "largest_rise",
@@ -225,6 +229,7 @@ __all__ = [
     "chain_explanations",
     "chain_model",
     "new_tensor_cost",
+    "what_fusion_saved",
     "NEAR_ROOF",
     "OpCount",
     "StepRoofline",
@@ -279,6 +284,7 @@ __all__ = [
     "compare",
     "CompileRecord",
     "elementwise_chain_bytes",
+    "fp32_matmul_library",
     "gpt2_shape",
     "gpt_train_flops",
     "GPTShape",

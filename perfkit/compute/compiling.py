@@ -11,7 +11,7 @@ Usage::
     fast = torch.compile(f)                         # compiles on its first call
     rec = measure_compile(lambda: f(x), lambda: fast(x))
     print(rec.speedup, rec.break_even_calls, graph_breaks(f, x).reasons)
-    print(rec.break_even_between(stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)))
+    print(rec.break_even_between())                  # (soonest, latest) at the medians' interval ends
     print(cold_compile_cost("my function", rec)[1])  # what an empty cache costs here
 """
 
@@ -31,8 +31,8 @@ import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit._files import write_atomic
-from perfkit.estimate import Estimate
 from perfkit.hw import default_limits_path, device_name
+from perfkit.stats import LEVEL, median_interval, min_samples
 from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
 __all__ = ["CompileRecord", "GraphReport", "cold_compile_cost", "graph_breaks", "measure_compile"]
@@ -67,27 +67,41 @@ class CompileRecord:
 
     @property
     def break_even_calls(self) -> float:
-        """Calls after which compiling has paid for itself (``inf`` if it is not faster)."""
+        """Calls after which compiling has paid for itself, from the medians' difference:
+        ``compile_s / (eager - compiled)``, where :func:`perfkit.viz.plot_break_even`'s two lines
+        cross (``inf`` if it is not faster)."""
         saved = self.eager.median_s - self.compiled.median_s
         return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
 
-    def break_even_between(self, speedup: Estimate) -> tuple[float, float]:
-        """:attr:`break_even_calls` at the two ends of ``speedup``'s interval (eager time over
-        compiled, e.g. the median of the paired rounds' ratios), the eager median held fixed:
-        ``(at the high end, at the low end)``, ``inf`` at an end of at most 1. A break-even is
-        ``compile_s / (eager (1 - 1 / speedup))``: a speedup near 1 leaves it uncertain by far
-        more than the speedup's own interval suggests.
+    def break_even_between(self, level: float = LEVEL) -> tuple[float, float]:
+        """:attr:`break_even_calls` at the ends of the two medians' intervals: ``(soonest,
+        latest)``, ``inf`` at an end where the compiled call may be no faster.
+
+        The ends come from the statistic the point is in, the medians' difference: the eager and
+        the compiled medians each get their order-statistic interval at ``1 - (1 - level) / 2``,
+        so that both hold together with probability at least ``level`` however the rounds'
+        shared load ties them (Bonferroni), and the soonest is ``compile_s / (eager's high end -
+        compiled's low end)``, the latest ``compile_s / (eager's low end - compiled's high end)``.
+        The point always lies between them. (A paired ratio's interval, eager over compiled
+        round by round, is another statistic: the ratio of the medians can lie outside it, and
+        so can the point.) A break-even is ``compile_s / saved``: a saving near 0 leaves it
+        uncertain by far more than the two times' own intervals suggest.
 
         Raises:
-            TypeError: for a ``speedup`` that is not an :class:`perfkit.stats.Estimate`.
+            ValueError: for ``level`` outside (0, 1), or fewer rounds than such an interval
+                needs (``min_samples(1 - (1 - level) / 2)``: 6 at 90 %).
         """
-        check_type("speedup", speedup, Estimate)
-        e = self.eager.median_s
+        check_real("level", level, 0, 1, lo_open=True, hi_open=True)
+        each = 1 - (1 - level) / 2
+        e, c = (median_interval(m.times_s, each) for m in (self.eager, self.compiled))
+        if e.needs or c.needs:
+            raise ValueError(f"break_even_between needs {min_samples(each)} rounds of each for a "
+                             f"{level:.0%} interval, got {self.eager.n} and {self.compiled.n}")
 
-        def calls(s: float) -> float:
-            return max(self.compile_s, 0.0) / (e * (1 - 1 / s)) if s > 1 else math.inf
+        def calls(saved: float) -> float:
+            return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
 
-        return calls(speedup.high), calls(speedup.low)
+        return calls(e.high - c.low), calls(e.low - c.high)
 
 
 def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], object],
@@ -172,7 +186,8 @@ def cold_compile_cost(name: str, record: CompileRecord,
     cold = stored.get("s") if isinstance(stored, dict) else stored
     when = f" on {stored['measured']}" if isinstance(stored, dict) and stored.get("measured") else ""
     source = f"measured by an earlier run{when}, stored in {p.name}"
-    warm = (f"warm cache ({record.fx_cache_hits} inductor cache hits): compiling {name} cost "
+    hits = f"{record.fx_cache_hits} inductor cache hit{'s' * (record.fx_cache_hits != 1)}"
+    warm = (f"warm cache ({hits}): compiling {name} cost "
             f"{max(record.compile_s, 0.0):.1f} s")
     if cold is None:
         return None, (f"{warm}; a cold cache was not measured on this machine yet "

@@ -37,12 +37,13 @@ from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
 from perfkit.compute.kernels import ShapeSummary, activation_bytes, shape_summary, shape_sweep
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
-from perfkit.stats import Estimate
+from perfkit.stats import Estimate, median_interval
+from perfkit.timing import Measurement
 from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
-           "disturbed_length", "disturbed_text", "disturbed_verdict", "gpt_step", "InModelAttention",
-           "largest_mfu_text",
+           "disturbed_length", "disturbed_text", "disturbed_verdict", "drift_text", "gpt_step",
+           "InModelAttention", "largest_mfu_text",
            "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
            "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
 
@@ -232,6 +233,45 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
             + ". An MFU is only as good as its peak.")
 
 
+
+
+def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measurement]) -> str:
+    """How two steps' medians moved between two cells' rounds (``before`` and ``after``: step
+    name -> its :class:`perfkit.timing.Measurement`, the same two names), in words the numbers
+    bear out: each move in percent, then what the pair of moves says.
+
+    A step whose two medians' 90 % intervals overlap did not move clearly; when neither did,
+    the sentence says so and no more. Otherwise: "alike" only for moves of the same sign within
+    5 points of each other (what a change of load does); moves of opposite signs are named as
+    such, and a step that moved more than the other is named.
+
+    Raises:
+        ValueError: for mappings that do not hold the same two step names.
+    """
+    check_type("before", before, Mapping)
+    check_type("after", after, Mapping)
+    if len(before) != 2 or set(before) != set(after):
+        raise ValueError(f"before and after must name the same two steps, got {list(before)} and "
+                         f"{list(after)}")
+    a, b = before
+    moved = {k: after[k].median_s / before[k].median_s - 1 for k in (a, b)}
+
+    def apart(k: str) -> bool:  # the two medians' 90 % intervals are clear of each other
+        x, y = (median_interval(m.times_s) for m in (before[k], after[k]))
+        return x.has_interval and y.has_interval and (x.high < y.low or y.high < x.low)
+
+    head = f"the {a} step's median moved {moved[a]:+.0%} and the {b} one's {moved[b]:+.0%}: "
+    far = max(moved, key=lambda k: abs(moved[k]))
+    if not (apart(a) or apart(b)):
+        return head + "neither clearly, as each step's two medians have overlapping 90% intervals."
+    if moved[a] * moved[b] > 0 and abs(moved[a] - moved[b]) < 0.05:
+        return head + "both the same way and by about as much, as a change of load would move them."
+    if moved[a] * moved[b] < 0 and abs(abs(moved[a]) - abs(moved[b])) < 0.05:
+        return head + ("by about as much in opposite directions: a load that slows both alike would not do "
+                       "that, and this notebook does not time why.")
+    return head + (f"the {far} step moved the more, so the two figures differ by the {far} step's own "
+                   "time between the runs (a load that slows both alike would not do that); this notebook "
+                   "does not time why.")
 
 
 def disturbed_text(points: Sequence) -> str:

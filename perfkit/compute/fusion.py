@@ -1,11 +1,14 @@
 """What fusing an elementwise chain saves (module 06): bytes, and a new tensor per op.
 
 The bytes model (:func:`perfkit.compute.kernels.elementwise_chain_bytes`) prices each eager
-op by what it reads and writes at the copy bandwidth. A CPU adds one more cost per op: each
+op by what it reads and writes at the DRAM ceiling (:attr:`perfkit.hw.MachineLimits.copy_bytes_per_s`:
+every buffer an operation reads or writes counted once, as STREAM counts them; the best copy or
+``x + y``). A CPU adds one more cost per op: each
 op returns a new tensor, and glibc serves blocks above its mmap threshold straight from the
 operating system, so their pages fault in on first write. :func:`new_tensor_cost` measures
 that cost on this machine; :func:`chain_model` puts both into one prediction, and
-:func:`chain_explanations` says which term a measurement contradicts.
+:func:`chain_explanations` says which term a measurement contradicts; :func:`what_fusion_saved`
+says which term the saving came from, and which of them a GPU shares.
 
 Usage::
 
@@ -26,7 +29,8 @@ from perfkit.compute.kernels import ChainBytes
 from perfkit.timing import Measurement, benchmark
 from perfkit.units import si
 
-__all__ = ["ChainModel", "NewTensorCost", "chain_explanations", "chain_model", "new_tensor_cost"]
+__all__ = ["ChainModel", "NewTensorCost", "chain_explanations", "chain_model", "new_tensor_cost",
+           "what_fusion_saved"]
 
 
 @dataclass(frozen=True)
@@ -45,13 +49,15 @@ class NewTensorCost:
         return max(0.0, self.fresh.median_s - self.reuse.median_s)
 
     def describe(self, nbytes: int, copy_bytes_per_s: float | None = None) -> str:
-        """What the two fills of ``nbytes`` measured, in words; given the DRAM copy ceiling, the
-        existing one's rate is held against it (above it, its pages stayed in cache)."""
+        """What the two fills of ``nbytes`` measured, in words, with the existing one's rate of
+        bytes written. Given the DRAM ceiling, a rate above it says the pages stayed in cache; a
+        rate below it gets no share of it: a fill writes one buffer, and the ceiling's ``x + y``
+        counts three, which at one real bandwidth read differently (write-allocate reads each
+        written line first, and neither count includes it)."""
         rate = nbytes / self.reuse.median_s  # B/s, written
-        where = "" if copy_bytes_per_s is None else (
-            f" ({si(rate, 'B/s')}, above DRAM's copy ceiling of {si(copy_bytes_per_s, 'B/s')}: its pages "
-            "stayed in cache between fills)" if rate > copy_bytes_per_s else
-            f" ({si(rate, 'B/s')}, {rate / copy_bytes_per_s:.0%} of DRAM's copy ceiling)")
+        where = (f" ({si(rate, 'B/s')} written" + (
+            f", above the DRAM ceiling of {si(copy_bytes_per_s, 'B/s')}: its pages stayed in cache between "
+            "fills" if copy_bytes_per_s is not None and rate > copy_bytes_per_s else "") + ")")
         head = (f"filling a new {nbytes / 2**20:.0f} MiB tensor: {self.fresh.median_s * 1e3:.2f} ms, an "
                 f"existing one: {self.reuse.median_s * 1e3:.2f} ms{where}: ")
         if self.extra_s > self.reuse.median_s:
@@ -78,7 +84,7 @@ def new_tensor_cost(like: torch.Tensor, repeat: int = 7) -> NewTensorCost:
 
 @dataclass(frozen=True)
 class ChainModel:
-    """The eager chain's predicted time: its bytes at the copy bandwidth (``bytes_s``) plus
+    """The eager chain's predicted time: its bytes at the DRAM ceiling (``bytes_s``) plus
     one new tensor per kernel (``faults_s``); ``fused_s`` is the fused kernel's bytes' time,
     ``new_s`` one new tensor's (the fused kernel returns one too). All in seconds."""
 
@@ -135,11 +141,11 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
     eager = {"held": f"Bytes alone would predict {model.bytes_s * 1e3:.2f} ms; the new tensors are "
                      f"{faults:.0%} of the model" + (
                          ": on this machine, at this size, page faults are most of why the eager chain "
-                         "runs far below copy bandwidth." if faults > 0.5 else "."),
+                         "runs far below the DRAM ceiling." if faults > 0.5 else "."),
              "above": "Slower still. " + slower,
              "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}
     took = (f"The compiled loop took {compiled_s * 1e3:.2f} ms against the model's "
-            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core copy bandwidth, "
+            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core DRAM ceiling, "
             f"{model.fused_s * 1e3:.2f} ms, and its one new tensor, {model.new_s * 1e3:.2f} ms)")
     speedup = {"held": f"{took}: fusion removes the intermediate tensors, their bytes and their page faults.",
                "above": "More than the model: the eager chain lost time the model does not count (per-op "
@@ -149,3 +155,48 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
                         "lowering both run it) and charges the bytes at the bandwidth of all cores, "
                         "which the cell after the roofline times on these threads."}
     return eager, speedup
+
+
+def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_ratio: float) -> str:
+    """What fusing the chain saved per call (``rec``: eager and compiled, medians), and the
+    model's two terms for it: the ``kernels - 1`` new tensors the fused kernel no longer faults
+    in, and the bytes it no longer moves. Whichever term is the larger set the eager chain's
+    time; where that is the page faults, ``byte_ratio`` (the bytes' speedup) was never the
+    speedup on offer. A GPU's caching allocator reuses freed blocks without faults, so only the
+    bytes' part describes what fusing buys there.
+
+    Where the two terms cover under half the saving, or over 1.5x it, the sentence says so
+    (what neither term counts, or the fused loop's arithmetic taking part of it back); a
+    compiled chain no faster than eager gets no attribution at all.
+
+    Raises:
+        TypeError, ValueError: for a bad ``model`` or ``rec``, ``kernels`` below 1 or a
+            ``byte_ratio`` not > 0.
+    """
+    check_type("model", model, ChainModel)
+    check_type("rec", rec, CompileRecord)
+    check_int("kernels", kernels, 1)
+    check_real("byte_ratio", byte_ratio, 0, lo_open=True)
+    saved = rec.eager.median_s - rec.compiled.median_s  # s per call
+    faults, moved = max(0.0, model.faults_s - model.new_s), max(0.0, model.bytes_s - model.fused_s)  # s
+    if saved <= 0:
+        return (f"Fusing saved nothing here: the compiled chain took {-saved * 1e3:.1f} ms more per call "
+                "than the eager one, so this run says nothing of which term fusing removes.")
+    cover = (faults + moved) / saved
+    head = (f"Fusing saved {saved * 1e3:.1f} ms per call here; the model's terms for it: "
+            f"{faults * 1e3:.1f} ms of page faults ({kernels - 1} fewer new tensors) and "
+            f"{moved * 1e3:.1f} ms of bytes" + (
+                f", together {cover:.0%} of it: the rest is time neither term counts (the eager ops' own "
+                "per-element work and per-op costs). " if cover < 0.5 else
+                f", together {cover:.1f}x it: the fused loop's arithmetic took back part of what fusing "
+                "removed. " if cover > 1.5 else ". "))
+    gpu = (f"the fused kernel moves {byte_ratio:.1f}x fewer bytes than the {kernels} kernels, the speedup "
+           "memory-bound work allows, less the arithmetic where that binds")
+    if faults > moved:
+        return head + ("On this CPU the eager chain's time was set by its new tensors' page faults, not by "
+                       f"its bytes, so the {byte_ratio:.1f}x byte ratio was never the speedup on offer. The "
+                       "faults come from glibc handing large blocks back to the operating system; a GPU's "
+                       "caching allocator keeps freed blocks and reuses them without faults, so that part "
+                       f"does not carry over. What carries is the bytes: {gpu} (not tested here).")
+    return head + ("The bytes are the larger term, as on a GPU, whose caching allocator faults in no new "
+                   f"tensor: {gpu}.")

@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,9 +36,19 @@ from perfkit.units import share_range, si
 
 __all__ = [
     "AttentionPoint", "ChainBytes", "ShapePoint", "ShapeSummary", "activation_bytes",
-    "attention_matrix_bytes", "attention_sweep", "elementwise_chain_bytes", "matmul_shape_sweep",
-    "pad_to_multiple", "shape_summary", "shape_sweep",
+    "attention_matrix_bytes", "attention_sweep", "elementwise_chain_bytes", "fp32_matmul_library",
+    "matmul_shape_sweep", "pad_to_multiple", "shape_summary", "shape_sweep",
 ]
+
+
+def fp32_matmul_library() -> str | None:
+    """The BLAS library this PyTorch was built with (``BLAS_INFO`` in ``torch.__config__.show()``:
+    ``"mkl"``, ``"open"`` for OpenBLAS, ...), which runs its fp32 matmuls on a CPU at the default
+    ``torch.get_float32_matmul_precision()``, "highest": that library, not ATen, picks the
+    kernels and their vector width for the CPU it finds. ``None`` for a build without one, where
+    ATen's own kernels (at ``torch.backends.cpu.get_cpu_capability()``) run them."""
+    found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return found.group(1) if found else None
 
 
 def _torch_dtype(dtype: str) -> torch.dtype:

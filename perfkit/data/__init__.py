@@ -14,6 +14,7 @@ from perfkit.data.claims import (
     ADVISED_WORKERS,
     PinTiming,
     WorkerSweep,
+    interval_gap,
     pass_rate,
     time_pin_memory,
     worker_sweep,
@@ -48,6 +49,7 @@ from perfkit.data.loader import (
 from perfkit.data.overlap import (
     ThreadProbe,
     gil_hidden_bound,
+    gil_least_step,
     hidden_fraction,
     hidden_fraction_estimate,
     overlap_floor,
@@ -67,6 +69,7 @@ __all__ = [
     "ADVISED_WORKERS",
     "PinTiming",
     "WorkerSweep",
+    "interval_gap",
     "pass_rate",
     "time_pin_memory",
     "worker_sweep",
@@ -102,6 +105,7 @@ __all__ = [
     "thread_probe",
     "thread_share",
     "gil_hidden_bound",
+    "gil_least_step",
     "wait_share",
     "write_shards",
 ]

@@ -1,7 +1,9 @@
 """Data-loading advice under the microscope (course module 09): pin_memory and worker counts.
 
 :func:`time_pin_memory` times a DataLoader loop with and without ``pin_memory=True`` (on a
-machine without CUDA the flag is ignored, so that is one loop timed twice: an A/A comparison).
+machine without CUDA the flag is ignored, so that is one loop timed twice: an A/A comparison,
+whose :meth:`PinTiming.reach` is how far this timing design reads identical code apart, and
+:meth:`PinTiming.resolves` whether another effect, by :func:`interval_gap`, lies beyond it).
 :func:`worker_sweep` measures throughput at each ``num_workers`` over a whole second pass
 (workers persist: their start-up is left out, the pipeline's fill is not), the counts taking
 turns round after round in balanced orders, and simulates the same pass with
@@ -18,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -32,7 +35,8 @@ from perfkit.data.datasets import SlowDataset
 from perfkit.data.loader import LoaderConfig, LoaderRecord, measure_loader, simulate_pipeline
 from perfkit.timing import Measurement
 
-__all__ = ["ADVISED_WORKERS", "PinTiming", "WorkerSweep", "pass_rate", "time_pin_memory", "worker_sweep"]
+__all__ = ["ADVISED_WORKERS", "PinTiming", "WorkerSweep", "interval_gap", "pass_rate", "time_pin_memory",
+           "worker_sweep"]
 
 ADVISED_WORKERS = (4, 8)  # the advice: "4-8 workers"
 
@@ -62,6 +66,49 @@ class PinTiming:
     def same_code(self) -> bool:
         """Without CUDA PyTorch ignores ``pin_memory``: both loops ran the same code."""
         return self.device != "cuda"
+
+    def position_effect(self) -> float:
+        """How much longer a round's second loop took than its first, as a fraction (negative:
+        shorter), from the two orders' medians: the geometric mean of pinned-first over
+        pageable-first; meaningful where the two loops run the same code."""
+        a_first, b_first = self.by_order().values()
+        return math.sqrt(b_first.value / a_first.value) - 1
+
+    def reach(self) -> float | None:
+        """Where both loops ran the same code (an A/A control), how far the interval of their
+        ratio reaches from 1x, as a fraction: the largest gap this timing design showed between
+        identical code, which no figure timed the same way can be told from. ``None`` with CUDA,
+        where the two loops differ and there is no control."""
+        if not self.same_code:
+            return None
+        s = self.speedup()
+        return max(1 - s.low, s.high - 1, 0.0)
+
+    def resolves(self, est: stats.Estimate, reference: float) -> bool:
+        """Whether ``est``'s interval lies farther from ``reference`` than :meth:`reach`: an
+        effect the control cannot account for. Without a control (CUDA) any gap counts, as
+        nothing here measures the design's own error there.
+
+        Raises:
+            TypeError, ValueError: for an ``est`` that is not an Estimate or a ``reference``
+                that is not a finite number > 0.
+        """
+        return interval_gap(est, reference) > (self.reach() or 0.0)
+
+
+def interval_gap(est: stats.Estimate, reference: float) -> float:
+    """How far ``est``'s interval lies from ``reference``, as a fraction of it: its low end's
+    excess over it, or its high end's shortfall, and 0 where the interval holds it.
+
+    Raises:
+        TypeError, ValueError: for an ``est`` that is not an Estimate or a ``reference`` that is
+            not a finite number > 0.
+    """
+    check_type("est", est, stats.Estimate)
+    check_real("reference", reference, 0, lo_open=True)
+    if est.low > reference:
+        return est.low / reference - 1
+    return 1 - est.high / reference if est.high < reference else 0.0
 
 
 def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,

@@ -6,8 +6,8 @@ loops with a load that sleeps or holds the GIL); :func:`hidden_fraction_estimate
 interleaved rounds into the share of the hideable time a :class:`perfkit.data.Prefetcher` hid.
 :func:`overlap_floor` is the two-stage pipeline's least time for a loop of ``n`` steps, and
 :func:`overlap_hidden` the hidden fraction it allows; :func:`thread_probe` times a step beside a
-busy Python thread, and :func:`gil_hidden_bound` turns that into the most a load that holds the
-GIL can hide.
+busy Python thread, and :func:`gil_least_step` and :func:`gil_hidden_bound` turn that into the
+most a load that holds the GIL can hide, assuming the step's average rate beside that thread.
 
 Usage::
 
@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,8 +34,8 @@ from perfkit.data.datasets import Delayed
 from perfkit.data.prefetch import Prefetcher
 from perfkit.stats import Estimate
 
-__all__ = ["ThreadProbe", "gil_hidden_bound", "hidden_fraction", "hidden_fraction_estimate", "overlap_floor",
-           "overlap_hidden", "prefetch_loops", "thread_probe", "thread_share"]
+__all__ = ["ThreadProbe", "gil_hidden_bound", "gil_least_step", "hidden_fraction", "hidden_fraction_estimate",
+           "overlap_floor", "overlap_hidden", "prefetch_loops", "thread_probe", "thread_share"]
 
 
 def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
@@ -95,16 +96,54 @@ def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
     return (serial - t[f"Prefetcher, {kind} load"]) / (serial - max(t["load only"], t["compute only"]))
 
 
-def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str) -> Estimate:
-    """:func:`hidden_fraction` of each round of :func:`perfkit.timing.interleaved` (its loops
-    timed back to back), as the median over rounds with its order-statistic interval
-    (``rounds``: loop name -> its times)."""
-    names = _loop_names("rounds", rounds, kind)
+def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
+                             level: float = stats.LEVEL) -> Estimate:
+    """:func:`hidden_fraction` of the loops' median times (``rounds``: loop name -> its times,
+    one per round of :func:`perfkit.timing.interleaved`).
 
-    def stat(*seconds: float) -> float:  # one round: each loop's time
-        return hidden_fraction(dict(zip(names, seconds, strict=True)), kind)
+    The figure is the one :func:`overlap_hidden` and :func:`gil_hidden_bound` are built in when
+    they are given the same medians, so it lies above theirs exactly when the prefetched loop's
+    median beats their least time per step. (The median over rounds of each round's fraction is
+    another statistic: set beside a figure built from the medians, it can cross it while the
+    medians themselves do not.)
 
-    return stats.per_round(stat, [rounds[k] for k in names], what="rounds")
+    The interval: each of the four loops' medians gets its order-statistic interval at
+    ``1 - (1 - level) / 4``, so that all four hold together with probability at least ``level``
+    (Bonferroni: true however the rounds' shared load ties them), and the fraction lies between
+    its least and greatest value over those intervals' ends. With the others fixed, it moves one
+    way with each loop's time, so its extremes lie at the corners. Below ``min_samples(1 - (1 -
+    level) / 4)`` rounds (7 at 90 %) it has no interval.
+
+    Raises:
+        TypeError, ValueError: for ``rounds`` without the four loops ``kind`` needs, unequal or
+            bad times, a ``kind`` other than ``"sleep"``/``"spin"``, ``level`` outside (0, 1), or
+            a serial loop whose median interval reaches its longer part's (no bounded interval).
+    """
+    _loop_names("rounds", rounds, kind)
+    check_real("level", level, 0, 1, lo_open=True, hi_open=True)
+    keys = (f"serial, {kind} load", f"Prefetcher, {kind} load", "load only", "compute only")
+    if len({len(rounds[k]) for k in keys}) > 1:
+        raise ValueError(f"rounds must hold one time per round for each loop, got lengths "
+                         f"{[len(rounds[k]) for k in keys]}")
+    each = 1 - (1 - level) / len(keys)
+    med = [stats.median_interval(rounds[k], each) for k in keys]  # serial, prefetched, load, compute
+
+    def frac(s: float, p: float, load: float, compute: float) -> float:
+        if s <= max(load, compute):
+            raise ValueError(f"the serial loop ({s:.6g}) must take longer than its longer part "
+                             f"({max(load, compute):.6g}) for a hidden fraction to be bounded")
+        return (s - p) / (s - max(load, compute))
+
+    point, n = frac(*(m.value for m in med)), min(m.n for m in med)
+    how = f"fraction of the 4 loops' medians over {n} rounds, each at {each:.1%}"
+    if any(m.needs for m in med):
+        return Estimate(point, point, point, level, n, how, needs=stats.min_samples(each))
+    corners = [frac(*ends) for ends in itertools.product(*((m.low, m.high) for m in med))]
+    lo, hi = min(corners), max(corners)
+    if lo == hi:
+        return Estimate(point, point, point, level, n, "fraction of the 4 loops' medians: every loop's "
+                        "middle rounds tie, every figure within reach equals")
+    return Estimate(point, min(lo, point), max(hi, point), level, n, how)
 
 
 @dataclass(frozen=True)
@@ -129,7 +168,8 @@ def thread_probe(step: Callable[[], None], n: int, repeat: int = 5) -> ThreadPro
     kernels) or while the step waits for the GIL at a switch, and only on a core the step's
     own threads leave it; the step, for its part, waits for the GIL at every return to Python.
     A load that holds the GIL in a prefetch thread meets both: it runs at most ``share`` of the
-    time, and while it runs the step does ``1 / slowdown`` of its work.
+    time, and the step, on average over its length, does ``1 / slowdown`` of its work in a given
+    time (an average: inside one long kernel that released the GIL it runs at full speed).
 
     Raises:
         TypeError, ValueError: for a ``step`` that is not callable, ``n`` below 1 or
@@ -232,31 +272,49 @@ def overlap_hidden(serial_s: float, load_s: float, compute_s: float, n: int, exh
     return (serial_s - floor) / (serial_s - longer)
 
 
+def gil_least_step(load_s: float, compute_s: float, slowdown: float, held_s: float) -> float:
+    """The least time per step of a loop whose loads a prefetch thread runs while ``held_s`` of
+    each is pure Python that holds the GIL throughout (a :func:`perfkit.data.spend` spin: a fixed
+    amount of work, so it lasts at least ``held_s``, however little of the GIL it gets).
+
+    **The assumption it holds under:** while a spin runs, the step progresses at no more than
+    its *average* rate beside :func:`thread_probe`'s busy thread, ``1 / slowdown`` of its rate
+    alone (below 1 counts as 1). Then a step takes at least
+    ``max(load, compute + held * (1 - 1 / slowdown))``. The rest of the load (a DataLoader's calls
+    into torch, which release the GIL) may overlap the step entirely, so it counts for nothing;
+    the first load and the last step, which nothing hides (:func:`overlap_floor`), would only
+    add to it. The slowdown is an average over whole steps, not the slowest rate: a step that
+    spends a spin inside one long kernel that released the GIL (a convolution's backward) runs
+    meanwhile at full speed on another core, so a loop below this figure says that the step
+    progressed faster during the spins than on average beside the probe's thread.
+
+    Raises:
+        ValueError: for ``load_s``, ``compute_s`` or ``slowdown`` not > 0, or a ``held_s``
+            outside ``[0, load_s]``.
+    """
+    for name, v in (("load_s", load_s), ("compute_s", compute_s), ("slowdown", slowdown)):
+        check_real(name, v, 0, lo_open=True)
+    check_real("held_s", held_s, 0, load_s)
+    return max(load_s, compute_s + held_s * (1 - 1 / max(1.0, slowdown)))
+
+
 def gil_hidden_bound(serial_s: float, load_s: float, compute_s: float, slowdown: float,
                      held_s: float) -> float:
-    """The most of a GIL-holding load a prefetch thread can hide, given :func:`thread_probe`'s
-    ``slowdown``, as a hidden fraction (:func:`hidden_fraction`'s scale):
-    ``(serial - fastest) / (serial - max(load, compute))``, all times per step.
-
-    ``held_s`` of each load is pure Python that holds the GIL throughout (a :func:`perfkit.data.spend`
-    spin: a fixed amount of work, so it lasts at least ``held_s``, however little of the GIL it
-    gets). While it runs the step does at most ``1 / slowdown`` of its work (the probe's rate
-    beside a thread that never pauses; below 1 counts as 1), so a step takes at least
-    ``max(load, compute + held * (1 - 1 / slowdown))``. The rest of the load (a DataLoader's
-    calls into torch, which release the GIL) may overlap the step entirely, so it counts for
-    nothing: a bound under the probe's rate, not an estimate. The first load and the last step,
-    which nothing hides (:func:`overlap_floor`), would only lower the figure.
+    """:func:`gil_least_step` as a hidden fraction (:func:`hidden_fraction`'s scale):
+    ``(serial - least step) / (serial - max(load, compute))``, all times per step; the most a
+    prefetch thread can hide of a load that holds the GIL for ``held_s``, under
+    :func:`gil_least_step`'s assumption (the step's rate during a spin is at most its average
+    rate beside the probe's thread). Given the loops' medians, it is on the scale of
+    :func:`hidden_fraction_estimate`, and the fraction crosses it exactly when the prefetched
+    loop's median beats the least step.
 
     Raises:
         ValueError: for times that are not > 0 (``held_s``: >= 0, at most ``load_s``), a
             ``serial_s`` not above ``max(load, compute)``, or a ``slowdown`` that is not > 0.
     """
-    for name, v in (("serial_s", serial_s), ("load_s", load_s), ("compute_s", compute_s),
-                    ("slowdown", slowdown)):
-        check_real(name, v, 0, lo_open=True)
-    check_real("held_s", held_s, 0, load_s)
+    check_real("serial_s", serial_s, 0, lo_open=True)
+    fastest = gil_least_step(load_s, compute_s, slowdown, held_s)
     longer = max(load_s, compute_s)
     if serial_s <= longer:
         raise ValueError(f"serial_s must exceed max(load_s, compute_s) = {longer}, got {serial_s}")
-    fastest = max(load_s, compute_s + held_s * (1 - 1 / max(1.0, slowdown)))
     return (serial_s - fastest) / (serial_s - longer)

@@ -48,7 +48,7 @@ from perfkit import compress
 from perfkit import dist as pdist
 from perfkit._checks import check_int, check_items
 from perfkit.compress import HookState, compression_hook
-from perfkit.timing import Timer
+from perfkit.timing import Timer, balanced_orders
 
 METHODS = ("none", "fp16_hook", "bf16_hook", "powersgd_r1", "powersgd_r2", "powersgd_r4",
            "topk_1pct", "topk_1pct_ef", "randomk_1pct", "randomk_1pct_ef", "qsgd", "qsgd_ef",
@@ -290,14 +290,26 @@ def train(workload: str, method: str, steps: int, batch: int, lr: float, seed: i
 
 
 def round_order(n: int, r: int) -> list[int]:
-    """The order of ``n`` methods in round ``r``: ``0..n-1`` rotated left by ``r``.
+    """The order of ``n`` methods in round ``r``: the rows of a Williams design
+    (:func:`perfkit.timing.balanced_orders`), one per round, cycling.
+
+    Over a cycle every method takes every position, and runs right after every other,
+    equally often. A step can leave a cost to the next one (a method whose collectives end
+    with the processes out of step makes the next step's first all-reduce wait; its buffers
+    evict the next one's from the caches): under a fixed rotation that cost always falls on
+    the same successor, and biases its paired ratios, where here it falls on every method
+    alike. For odd ``n`` the reversed rows run in an order that keeps a method from running
+    last in one round and first in the next.
 
     Raises:
         ValueError: for ``n`` not an int >= 1 or ``r`` not an int >= 0.
     """
     check_int("n", n, 1)
     check_int("r", r, 0)
-    return [(r + k) % n for k in range(n)]
+    rows = balanced_orders(n)
+    if n % 2 and n > 1:  # rows n.. are rows 0.. reversed: row k reversed ends with k
+        rows = rows[:n] + [rows[n + k] for k in (*range(n - 2, -1, -1), n - 1)]
+    return rows[r % len(rows)]
 
 
 def train_interleaved(workload: str, methods: Sequence[str], steps: int, batch: int, lr: float,
@@ -306,9 +318,9 @@ def train_interleaved(workload: str, methods: Sequence[str], steps: int, batch: 
 
     Each method has its own model (the same initial weights), hook and optimizer; every
     round draws ``round_steps`` batches and each method takes them in turn, in the order
-    :func:`round_order` gives (rotated by one each round: every method runs in every position
-    equally often, and with three methods or more none runs twice in a row across a round's
-    end, as reversing every other round would make the first and last do). Trained
+    :func:`round_order` gives (a balanced design: every method runs in every position, and
+    after every other, equally often; with three methods or more none runs twice in a row
+    across a round's end). Trained
     one after the other, a change of load between the runs would decide their ratio; here
     round ``i`` of every method runs under the same load, so per-round times are paired.
 

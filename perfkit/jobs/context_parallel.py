@@ -18,7 +18,8 @@ Tasks (keys of the config):
   each rank's compute seconds per round (the per-rank work imbalance, measured), its wait
   seconds (transfers not hidden), the part of them after both neighbours had sent
   (``ready_wait_s``: :func:`perfkit.parallel.context.waits_after_ready`), and the seconds one
-  K/V block's exchange takes alone.
+  K/V block's exchange takes alone (``exchange_s``) and a K/V block's and a dK/dV block's
+  posted together (``pair_exchange_s``), as backward posts and waits for them.
 """
 
 from __future__ import annotations
@@ -78,16 +79,18 @@ def equal(seq_len: int, tile: int, batch: int = 2, heads: int = 2, head_dim: int
     return out
 
 
-def _exchange_alone(block: torch.Tensor, repeat: int) -> list[float]:
-    """Seconds of one K/V block's send to the next rank and receive from the previous."""
+def _exchange_alone(blocks: Sequence[torch.Tensor], repeat: int) -> list[float]:
+    """Seconds of sending ``blocks`` to the next rank and receiving as many from the previous,
+    all posted together and waited for together."""
     world, rank = dist.get_world_size(), dist.get_rank()
     times = []
     for _ in range(repeat):
-        recv = torch.empty_like(block)
+        ops = []
+        for tag, block in enumerate(blocks):
+            ops += [dist.P2POp(dist.isend, block, (rank + 1) % world, tag=tag),
+                    dist.P2POp(dist.irecv, torch.empty_like(block), (rank - 1) % world, tag=tag)]
         with Timer() as t:
-            reqs = dist.batch_isend_irecv([
-                dist.P2POp(dist.isend, block, (rank + 1) % world),
-                dist.P2POp(dist.irecv, recv, (rank - 1) % world)])
+            reqs = dist.batch_isend_irecv(ops)
             for req in reqs:
                 req.wait(datetime.timedelta(seconds=60))  # a missing peer fails, never hangs
         times.append(t.elapsed_s)
@@ -97,7 +100,8 @@ def _exchange_alone(block: torch.Tensor, repeat: int) -> list[float]:
 def time_splits(seq_len: int, tile: int = 64, repeat: int = 3, batch: int = 1, heads: int = 4,
                 head_dim: int = 32, seed: int = 0) -> dict[str, Any]:
     """Causal forward + backward per split, in alternation: this rank's compute and wait
-    seconds per round, and one block exchange alone.
+    seconds per round, and the exchanges alone: one K/V block, and a K/V and a dK/dV block
+    posted together (what backward waits for at each step but its last).
 
     Warning:
         Collective: every rank must call it with the same arguments.
@@ -123,8 +127,9 @@ def time_splits(seq_len: int, tile: int = 64, repeat: int = 3, batch: int = 1, h
     for rec in rounds.values():
         for key in rec:
             rec[key] = rec[key][1:]
-    block = torch.stack([shard_sequence(k, rank, world), shard_sequence(v, rank, world)])
-    return {"splits": rounds, "exchange_s": _exchange_alone(block.contiguous(), repeat + 1)[1:]}
+    block = torch.stack([shard_sequence(k, rank, world), shard_sequence(v, rank, world)]).contiguous()
+    return {"splits": rounds, "exchange_s": _exchange_alone([block], repeat + 1)[1:],
+            "pair_exchange_s": _exchange_alone([block, torch.zeros_like(block)], repeat + 1)[1:]}
 
 
 def run(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -281,8 +281,10 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
     ``real[0]`` and ``real[1]``'s step ``i`` are paired.
 
     Returns:
-        ``bubbles`` and ``real`` (records as :func:`bubbles` returns), ``memory`` (as
-        :func:`memory`), ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
+        ``bubbles`` and ``real`` (records as :func:`bubbles` returns), ``cut`` (the GPT
+        blocks' ``layer_costs``, each layer's forward + backward seconds timed alone before
+        any step, and ``sizes``, layers per stage), ``memory`` (as :func:`memory`),
+        ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
     """
     check_real("t_f", t_f, 0)
     check_real("t_b", t_b, 0)
@@ -313,7 +315,8 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
                     "ratio": max(o / g for o, g in zip(one, gp)), "bound": 2 / m})
     base += 4
     paired = per_rank[0][n_sleep]["slots"]
+    cut = {k: per_rank[0][n_sleep][k] for k in ("layer_costs", "sizes")}
     return {"bubbles": [_record(s, 2, m, per_rank[0][k]["slots"]) for k, (s, m) in enumerate(sleeps)],
-            "real": [_record(s, 2, 4, paired[s][1:]) for s in real], "memory": mem,
+            "real": [_record(s, 2, 4, paired[s][1:]) for s in real], "cut": cut, "memory": mem,
             "equality": {s: max(r[base + i]["max_rel_diff"] for r in per_rank) for i, s in enumerate(eq)},
             "config": {"t_f_s": t_f, "t_b_s": t_b, "steps": steps, "real_model": gpt}}

@@ -21,7 +21,9 @@ Tasks (``"task"`` key; sizes of the tiny :class:`perfkit.parallel.GPT` in ``MODE
   (``"real": true``); each step's measured per-rank slots (gathered on every rank). With
   ``"schedules": [...]`` instead of ``"schedule"``, the schedules run on the same stages in
   alternating rounds (one step each, the order balanced: A B, B A, ...), so step ``i`` of each
-  is paired; ``slots`` is then ``{name: steps}``.
+  is paired; ``slots`` is then ``{name: steps}``. Real blocks balanced by time also return
+  ``layer_costs`` (each layer's forward + backward seconds, timed alone on rank 0 before any
+  step) and ``sizes`` (layers per stage): the stages' costs known before the steps are timed.
 * ``timing``: perfkit 1F1B and ``Schedule1F1B`` steps alternated; seconds per step.
 * ``deadlock`` (2 ranks, last): a hanging order executed; every rank's timeout error.
 """
@@ -96,11 +98,14 @@ def _setup(task: dict) -> dict:
     ref = copy.deepcopy(model)
     layers = model.layers()
     b, t = task.get("micro_batch", 2), cfg.block_size
+    costs = None
     if task.get("balance", "params") == "time":   # measured on rank 0, so every rank cuts alike
-        sizes = [balance(layer_costs(layers, "time", torch.randint(cfg.vocab_size, (b, t))),
-                         sched.n_stages) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(sizes, src=0)
-        sizes = sizes[0]
+        cut: list[Any] = [None]
+        if dist.get_rank() == 0:
+            costs = layer_costs(layers, "time", torch.randint(cfg.vocab_size, (b, t)))
+            cut = [(balance(costs, sched.n_stages), costs)]
+        dist.broadcast_object_list(cut, src=0)
+        sizes, costs = cut[0]
     else:
         sizes = balance(layer_costs(layers, "params"), sched.n_stages)
     mods = split_layers(layers, sizes)
@@ -117,7 +122,7 @@ def _setup(task: dict) -> dict:
     data = [(torch.randint(cfg.vocab_size, (n, t), generator=g),
              torch.randint(cfg.vocab_size, (n, t), generator=g)) for _ in range(steps)]
     dp_rank = dist.get_rank(dp_group) if dp_group is not None else 0
-    return dict(sched=sched, cfg=cfg, ref=ref, mine=mine, pairs=pairs, sizes=sizes, data=data,
+    return dict(sched=sched, cfg=cfg, ref=ref, mine=mine, pairs=pairs, sizes=sizes, costs=costs, data=data,
                 pp_ranks=pp_ranks, pp_group=pp_group, dp_group=dp_group, dp=dp, b=b, me=me,
                 part=slice(dp_rank * n // dp, (dp_rank + 1) * n // dp))
 
@@ -256,8 +261,10 @@ def _bubble(task: dict) -> dict:
                                                    for k in range(s.n_stages)) for s in scheds):
         raise ValueError(f"schedules {names} must place every stage on the same rank")
     me = dist.get_rank()
+    cut: dict[str, Any] = {}
     if task.get("real"):
         env = _setup({**task, "schedule": names[0], "steps": 1})
+        cut = {"sizes": env["sizes"], "layer_costs": env["costs"]}
         mine, shape, b = env["mine"], (env["b"], env["cfg"].block_size, env["cfg"].n_embd), env["b"]
         x, y = env["data"][0]
         xs, ys, loss_fn = list(x.split(b)), list(y.split(b)), gpt_loss
@@ -278,7 +285,7 @@ def _bubble(task: dict) -> dict:
             rows: list = [None] * p
             dist.all_gather_object(rows, rec.slots)
             steps[names[j]].append(rows)
-    return {"slots": steps if task.get("schedules") else steps[names[0]]}
+    return {"slots": steps if task.get("schedules") else steps[names[0]], **cut}
 
 
 def _deadlock(task: dict) -> dict:

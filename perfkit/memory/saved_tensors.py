@@ -36,6 +36,10 @@ class SavedTensorReport:
         n_packed: how many times autograd saved a tensor (views of one storage included).
         n_storages: distinct storages among them.
         activation_bytes_by_dtype: ``activation_bytes`` split by dtype name.
+        parameter_copy_bytes: of ``activation_bytes``, the storages that are copies of a
+            parameter in another dtype: the bfloat16 weights ``torch.autocast`` casts (and
+            caches) for its matmuls, which a matmul saves as it saves its weight. They are
+            not activations, but unlike the parameters they exist only for this pass.
     """
 
     activation_bytes: int
@@ -44,6 +48,7 @@ class SavedTensorReport:
     n_packed: int
     n_storages: int
     activation_bytes_by_dtype: dict[str, int] = field(default_factory=dict)
+    parameter_copy_bytes: int = 0
 
 
 class SavedTensorMeter:
@@ -53,7 +58,9 @@ class SavedTensorMeter:
     ``torch.autograd.graph.saved_tensors_hooks``. Views share storage (``q``, ``k``, ``v``
     are slices of one projection), so bytes are counted per *unique storage*, at the
     storage's full size, which is what stays allocated. Parameters and inputs are saved
-    too (a matmul keeps its weight); they are reported apart from activations.
+    too (a matmul keeps its weight); they are reported apart from activations. A copy of
+    a parameter in another dtype (autocast's bfloat16 weights) is a storage of its own:
+    it counts as activation bytes, and ``parameter_copy_bytes`` says how many of them.
 
     Inside the context the meter holds a reference to each saved storage so that
     addresses cannot be reused and double counted; leaving the context drops them.
@@ -84,9 +91,13 @@ class SavedTensorMeter:
         else:
             tensors = _tensors(params, "params")
         self._param_keys = {storage_key(_tensor(t, "params")) for t in tensors}
+        self._by_numel: dict[int, list[torch.Tensor]] = {}  # floating parameters, to spot their copies
+        for t in tensors:
+            if t.is_floating_point():
+                self._by_numel.setdefault(t.numel(), []).append(t)
         self._input_keys = {storage_key(_tensor(t, "inputs")) for t in _tensors(inputs, "inputs")}
         self._report: SavedTensorReport | None = None
-        self._saved: dict[tuple[str, int], tuple[torch.UntypedStorage, str]] = {}
+        self._saved: dict[tuple[str, int], tuple[torch.UntypedStorage, str, bool]] = {}
         self._n_packed = 0
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
 
@@ -94,8 +105,22 @@ class SavedTensorMeter:
         self._n_packed += 1
         key = storage_key(t)
         if key not in self._saved:
-            self._saved[key] = (t.untyped_storage(), str(t.dtype).removeprefix("torch."))
+            storage = t.untyped_storage()
+            copy = key not in self._param_keys and self._is_parameter_copy(t, storage)
+            self._saved[key] = (storage, str(t.dtype).removeprefix("torch."), copy)
         return t
+
+    def _is_parameter_copy(self, t: torch.Tensor, storage: torch.UntypedStorage) -> bool:
+        """Whether ``storage`` holds, element for element, a parameter cast to ``t``'s dtype
+        (autocast's cached weight: the matmul may save it transposed, a view of that storage)."""
+        if not t.is_floating_point():
+            return False
+        n = storage.nbytes() // t.element_size()
+        flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (n,))
+        with torch.no_grad():
+            return any(p.dtype != t.dtype and p.device == t.device
+                       and torch.equal(flat, p.detach().reshape(-1).to(t.dtype))
+                       for p in self._by_numel.get(n, ()))
 
     def __enter__(self) -> SavedTensorMeter:
         self._saved.clear()
@@ -112,9 +137,9 @@ class SavedTensorMeter:
         self._saved.clear()  # drop the storage references; the graph keeps what it needs
 
     def _make_report(self) -> SavedTensorReport:
-        act = par = inp = 0
+        act = par = inp = copies = 0
         by_dtype: dict[str, int] = {}
-        for key, (storage, dtype) in self._saved.items():
+        for key, (storage, dtype, copy) in self._saved.items():
             n = storage.nbytes()
             if key in self._param_keys:
                 par += n
@@ -122,8 +147,9 @@ class SavedTensorMeter:
                 inp += n
             else:
                 act += n
+                copies += n if copy else 0
                 by_dtype[dtype] = by_dtype.get(dtype, 0) + n
-        return SavedTensorReport(act, par, inp, self._n_packed, len(self._saved), by_dtype)
+        return SavedTensorReport(act, par, inp, self._n_packed, len(self._saved), by_dtype, copies)
 
     def report(self) -> SavedTensorReport:
         """The counts so far (inside the context) or of the whole context (after it).

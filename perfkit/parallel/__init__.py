@@ -43,6 +43,7 @@ from perfkit.parallel.context_model import (
     longest_sequence,
     ring_bytes,
     ring_memory_bytes,
+    ring_transfers_s,
     ring_work,
     timed_imbalance,
 )
@@ -117,6 +118,8 @@ from perfkit.parallel.simulate import (
     peak_in_flight,
     play,
     simulate,
+    split_costs,
+    stage_costs,
     timeline_from,
     validate,
 )
@@ -135,6 +138,7 @@ from perfkit.parallel.tp_costs import (
     block_flops,
     crossover_width,
     region_activation_bytes,
+    sweep_time,
     tp_block_cost,
 )
 from perfkit.parallel.tp_gpt import (
@@ -177,6 +181,7 @@ __all__ = [
     "longest_sequence",
     "ring_bytes",
     "ring_memory_bytes",
+    "ring_transfers_s",
     "ring_work",
     "Attention",
     "Block",
@@ -209,6 +214,7 @@ __all__ = [
     "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
+    "split_costs", "stage_costs",
     "timeline_from",
     "StepRecord", "average_gradients", "balance", "build_stages", "layer_costs", "run_schedule",
     # tensor and sequence parallelism (module 10)
@@ -219,7 +225,8 @@ __all__ = [
     "sp_synced_values", "sync_sequence_parallel_grads", "tp_shard", "tp_traffic",
     "vocab_parallel_cross_entropy",
     "REDUCTIONS",
-    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "tp_block_cost",
+    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "sweep_time",
+    "tp_block_cost",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes
     "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",

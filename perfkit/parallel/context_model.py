@@ -9,6 +9,10 @@ backward sends them again plus the dK/dV accumulators ``P`` times. Memory: a ran
 ``T/P`` rows of Q, K, V, O (and, training, dO and dQ) plus two K/V blocks in flight (training:
 K, V, dK, dV in hand and arriving), so beyond ``P = 1`` the longest sequence in a budget grows
 linearly with ``P``; from ``P = 1`` to 2 it gains less, since one process has no blocks in flight.
+The blocks in flight are this implementation's: it sends a stacked copy of K and V (one message
+per step), which an implementation sending K and V from their own buffers would not hold.
+Time: :func:`ring_transfers_s` counts the transfers of one forward + backward as the ring
+posts and waits for them.
 
 Usage::
 
@@ -29,7 +33,7 @@ from perfkit.parallel.context import segments
 from perfkit.stats import Estimate, per_round
 
 __all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "longest_sequence",
-           "ring_bytes", "ring_memory_bytes", "ring_work", "timed_imbalance"]
+           "ring_bytes", "ring_memory_bytes", "ring_transfers_s", "ring_work", "timed_imbalance"]
 
 DIAGONALS = ("tiles", "half", "full")
 
@@ -123,15 +127,45 @@ def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
     return RingBytes(kv, kv + (world if world > 1 else 0) * block * _size(acc))
 
 
+def ring_transfers_s(world: int, single_s: float, pair_s: float) -> float:
+    """Seconds the transfers of one ring forward + backward take alone, counted as
+    :func:`perfkit.parallel.context.ring_attention` posts and waits for them.
+
+    Forward waits for one K/V block at each of its ``P - 1`` steps. Backward, at each of its
+    first ``P - 1`` steps, posts a K/V block and then that step's dK/dV block and waits for
+    both at once: they travel together, so they cost one exchange of two blocks
+    (``pair_s``, timed that way), not two exchanges one after the other. At its last step it
+    waits for the dK/dV block alone (the K/V block's bytes in fp32, ``single_s``). In all
+    ``P single_s + (P - 1) pair_s``; nothing for one process.
+
+    Args:
+        world: ``P``, the ranks of the ring (>= 1).
+        single_s: seconds of one block's exchange alone (send to the next rank, receive from
+            the previous), > 0.
+        pair_s: seconds of two blocks' exchange alone, posted and waited for together, > 0.
+
+    Raises:
+        ValueError, TypeError: for a ``world`` below 1 or a time not > 0.
+    """
+    check_int("world", world, 1)
+    check_real("single_s", single_s, 0, lo_open=True)
+    check_real("pair_s", pair_s, 0, lo_open=True)
+    return world * single_s + (world - 1) * pair_s if world > 1 else 0.0
+
+
 def ring_memory_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world: int,
                       dtype: torch.dtype = torch.float32, training: bool = False) -> int:
     """A rank's attention memory in the ring, at its peak.
 
     Forward (``training=False``): its Q, K, V and O, the K/V block in hand and the one
-    arriving (``8 D`` values per local row), and the fp32 log-sum-exp. Training: backward's
-    peak, which adds dO and dQ to the saved Q, K, V and O, and passes the dK/dV accumulators
-    round with their K/V block, so a rank holds K, V, dK and dV in hand and arriving (``6 D +
-    8 D = 14 D`` values per local row), the log-sum-exp and ``rowsum(dO * O)`` (4 bytes each).
+    arriving (``8 D`` values per local row), and the fp32 log-sum-exp. The block in hand is,
+    at the first step, the stacked copy of the rank's own K and V that
+    :func:`perfkit.parallel.context.ring_attention` sends as one message; an implementation
+    sending K and V from their own buffers would hold ``2 D`` less per row (``6 D`` forward).
+    Training: backward's peak, which adds dO and dQ to the saved Q, K, V and O, and passes the
+    dK/dV accumulators round with their K/V block, so a rank holds K, V, dK and dV in hand and
+    arriving (``6 D + 8 D = 14 D`` values per local row), the log-sum-exp and
+    ``rowsum(dO * O)`` (4 bytes each).
     ``world=1`` is plain FlashAttention on one process, with no blocks in flight: ``4 D`` per
     row forward (Q, K, V, O), ``8 D`` training (dO, dQ, dK, dV besides).
 

@@ -11,7 +11,9 @@ so the model and the measurement are drawn and compared alike. Sends never block
 executor posts them with ``isend``) unless ``blocking_sends`` asks for a rendezvous per
 message, as blocking ``send``/``recv`` would: :func:`play` walks a schedule under these rules
 and raises :class:`DeadlockError`, naming the ranks that wait on each other, for an order
-that would hang; :func:`validate` checks the structure first.
+that would hang; :func:`validate` checks the structure first. :func:`stage_costs` and
+:func:`split_costs` turn layer times measured before a run into per-stage costs, so a cut's
+uneven stages enter the prediction.
 
 Usage::
 
@@ -27,11 +29,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from perfkit._checks import check_choice, check_int, check_real
+from perfkit._checks import check_choice, check_int, check_items, check_real
 from perfkit.parallel.schedules import KINDS, SCHEDULES, Action, Schedule, dependencies
 
 __all__ = ["DEFAULT_COSTS", "DeadlockError", "Slot", "Timeline", "bubble_formula",
-           "execution_order", "peak_in_flight", "play", "simulate", "timeline_from", "validate"]
+           "execution_order", "peak_in_flight", "play", "simulate", "split_costs", "stage_costs",
+           "timeline_from", "validate"]
 
 # backward about twice the forward (two matmuls per weight against one); I and W half each
 DEFAULT_COSTS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
@@ -328,6 +331,43 @@ def simulate(schedule: Schedule, costs: Mapping[str, float] | Callable[[Action],
                              blocking_sends):
         slots[r].append(Slot(a, t0, t1))
     return Timeline(schedule, tuple(map(tuple, slots)))
+
+
+def stage_costs(layer_s: Sequence[float], sizes: Sequence[int]) -> list[float]:
+    """Each stage's seconds, the sum of its layers' (``sizes``: layers per stage, in order).
+
+    A cut of whole layers rarely splits evenly; with :func:`split_costs` the simulator predicts
+    that cut's bubble from layer times measured before the schedule runs
+    (:func:`perfkit.parallel.pipeline.layer_costs`), where the formula assumes equal stages.
+
+    Raises:
+        TypeError, ValueError: for a time not >= 0, a stage of no layers, or sizes that do
+            not add up to the layers.
+    """
+    xs = [check_real(f"layer_s[{i}]", x, 0) for i, x in enumerate(check_items("layer_s", layer_s))]
+    ns = [check_int(f"sizes[{i}]", n, 1) for i, n in enumerate(check_items("sizes", sizes))]
+    if sum(ns) != len(xs):
+        raise ValueError(f"sizes add up to {sum(ns)} layers, but layer_s holds {len(xs)}")
+    return [float(sum(xs[sum(ns[:s]):sum(ns[:s + 1])])) for s in range(len(ns))]
+
+
+def split_costs(stage_s: Sequence[float], shares: Mapping[str, float] | None = None
+                ) -> Callable[[Action], float]:
+    """``action -> seconds`` for :func:`simulate`: each stage's forward + backward seconds
+    split among the kinds in ``shares``' proportions to ``F + B`` (default :data:`DEFAULT_COSTS`:
+    ``F`` a third of a stage, ``B`` two thirds, ``I`` and ``W`` a third each).
+
+    Raises:
+        TypeError, ValueError: for a stage time not >= 0, an unknown kind, a share not >= 0,
+            or ``F + B`` not > 0.
+    """
+    cs = [check_real(f"stage_s[{i}]", x, 0) for i, x in enumerate(check_items("stage_s", stage_s))]
+    table = dict(DEFAULT_COSTS)
+    for k, v in (shares or {}).items():
+        check_choice("shares key", k, KINDS)
+        table[k] = check_real(f"shares[{k!r}]", v, 0)
+    whole = check_real("shares F + B", table["F"] + table["B"], 0, lo_open=True)
+    return lambda a: cs[a.stage] * table[a.kind] / whole
 
 
 def timeline_from(schedule: Schedule, measured: Sequence[Sequence[Sequence]]) -> Timeline:

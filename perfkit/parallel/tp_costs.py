@@ -8,22 +8,29 @@ values per block; by the ring model each costs ``2 (t - 1)`` steps of ``N C / t`
 Compute grows as ``C^2`` and communication as ``C``, so TP pays above a crossover width and
 costs time below it (Megatron-LM keeps TP inside a node for this reason).
 
+A bound on the speedup needs a floor under the communication, not a model of it: a fit's
+intercept is what its line charges a call of no bytes, and calls at a block's sizes can take a
+fraction of it. :func:`sweep_time` reads a call's time off the sweep that measured such calls.
+
 Usage::
 
     link = AlphaBeta(alpha_s=30e-6, bandwidth=2e9)             # one ring step, from a fit
     cost = tp_block_cost(1024, t=2, tokens=8 * 512, seq=512, flops_per_s=1e11, link=link)
     width = crossover_width(2, 8 * 512, 512, 1e11, link)        # TP pays above this width
+    call = sweep_time([2**16, 2**18], [5e-4, 6e-4], 2**17)     # 5.5e-4 s, read off a sweep
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfkit._checks import check_int, check_real, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 
 __all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes",
-           "tp_block_cost"]
+           "sweep_time", "tp_block_cost"]
 
 
 def block_flops(width: int, tokens: int, seq: int) -> float:
@@ -107,6 +114,43 @@ def crossover_width(t: int, tokens: int, seq: int, flops_per_s: float, link: Alp
         mid = (lo * hi) ** 0.5
         lo, hi = (lo, mid) if pays(mid) else (mid, hi)
     return hi
+
+
+def sweep_time(nbytes: Sequence[float], times_s: Sequence[float], size: float) -> float:
+    """Seconds one call of ``size`` bytes took in a measured sweep: linear in ``log(size)``
+    between the two measured sizes around it; outside the sweep, the nearest size's time.
+
+    This is what the calls near ``size`` were measured to take, not a model across every
+    size: an alpha-beta fit charges each call its intercept, fitted over the whole sweep, and
+    a fit that overcharges the sizes a block sends turns "at most ``U / (U / t + comm)``" into
+    a figure below the real bound (notebook 10, section 5).
+
+    Args:
+        nbytes: the sweep's sizes in bytes (each > 0, all distinct, any order).
+        times_s: seconds per call at each size, same length (each > 0).
+        size: the bytes of the call to read off (> 0).
+
+    Raises:
+        TypeError: if ``nbytes`` or ``times_s`` is not a list of numbers.
+        ValueError: for empty or mismatched lists, a repeated size, or a size or time not > 0.
+    """
+    xs, ts = check_items("nbytes", nbytes), check_items("times_s", times_s)
+    if len(xs) != len(ts):
+        raise ValueError(f"nbytes and times_s differ in length: {len(xs)} vs {len(ts)}")
+    for name, vs in (("nbytes", xs), ("times_s", ts)):
+        for i, v in enumerate(vs):
+            check_real(f"{name}[{i}]", v, 0, lo_open=True)
+    if len(set(xs)) != len(xs):
+        raise ValueError(f"nbytes must hold distinct sizes, got {sorted(xs)}")
+    check_real("size", size, 0, lo_open=True)
+    pts = sorted(zip(xs, ts))
+    if size <= pts[0][0]:
+        return float(pts[0][1])
+    for (x0, t0), (x1, t1) in zip(pts, pts[1:]):
+        if size <= x1:
+            f = math.log(size / x0) / math.log(x1 / x0)   # 0 at x0, 1 at x1
+            return float(t0 + f * (t1 - t0))
+    return float(pts[-1][1])
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,

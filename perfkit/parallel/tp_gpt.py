@@ -269,7 +269,11 @@ def sp_synced_values(cfg: GPTConfig) -> int:
     Those are each block's two LayerNorms (weight and bias, ``2 C`` each) and two row-parallel
     biases (``C`` each), the final LayerNorm and the whole position table (``block_size x C``).
     Megatron-LM all-reduces the same kind of parameters (marked ``sequence_parallel``) in
-    ``finalize_model_grads``. The count grows with the width, not with the tokens per step.
+    ``finalize_model_grads``, but not its position table: with learned positions Megatron-core
+    all-reduces the word embeddings, adds the positions on the whole sequence and then scatters,
+    so the position gradient arrives whole on every rank. This model reduce-scatters the
+    embedding's output and adds each slice's positions after, so its table joins the sum. The
+    count grows with the width (and the table with ``block_size``), not with the tokens per step.
 
     Raises:
         TypeError: if ``cfg`` is not a :class:`GPTConfig`.

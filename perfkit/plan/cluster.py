@@ -220,6 +220,17 @@ class Cluster:
             return self.attention_flops
         return self.gpu.peak_flops * self.attention_backward_efficiency
 
+    def attention_words(self) -> str:
+        """The attention kernel's share of the peak, forward and backward, and whose it is:
+        its own where given, else the matmul efficiency's (a plan's header says which)."""
+        fwd = self.attention_flops / self.gpu.peak_flops
+        bwd = self.attention_backward_flops / self.gpu.peak_flops
+        shares = f"{fwd:.2f} forward" + (f", {bwd:.2f} backward" if bwd != fwd else " and backward")
+        if self.attention_efficiency is None:
+            return (f"attention kernel at the matmul efficiency ({shares}: no kernel's own share given, "
+                    "--attention-efficiency)")
+        return f"attention kernel {shares} (given)"
+
     def with_efficiency(self, efficiency: float) -> Cluster:
         """The same cluster with another achievable share of the peak."""
         return replace(self, efficiency=check_real("efficiency", efficiency, 0, 1, lo_open=True))

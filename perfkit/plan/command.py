@@ -71,7 +71,8 @@ LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-par
 FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
               "square, no recomputation) per second over the peak; EFU: the FLOPs the GPUs execute "
               "(recomputation counted, a causal kernel's half of attention) per second over the "
-              "peak. PaLM's HFU counts attention's whole square too, so it is at least its MFU; "
+              "peak. PaLM's HFU (hardware FLOPs utilisation: MFU's count plus recomputation) counts "
+              "attention's whole square too, so it is at least its MFU; "
               "EFU is not, and reads below MFU where causal attention saves more than "
               "recomputation adds (so with a causal kernel MFU can read above the efficiency)")
 
@@ -94,7 +95,7 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"{'biases' if m.bias else 'no biases'}, {'dropout' if m.dropout else 'no dropout'}, "
         f"seq {m.seq}{said('seq')}",
         f"cluster: {p.gpus} x {c.gpu.name} ({c.name}); matmul efficiency {c.efficiency:.2f}"
-        f"{said('efficiency')}; usable memory {_gb(c.usable_memory)} GB per GPU "
+        f"{said('efficiency')}; {c.attention_words()}; usable memory {_gb(c.usable_memory)} GB per GPU "
         f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB: the rest for the CUDA "
         f"context, communication buffers and the allocator's fragmentation)",
         f"links: start-up latency {c.intra.alpha_s * 1e6:.3g} us inside a node, "

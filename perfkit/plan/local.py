@@ -27,6 +27,7 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit._files import write_atomic
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta
+from perfkit.estimate import Estimate
 from perfkit.hw import default_limits_path
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
@@ -34,8 +35,8 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CoursePredictions", "course_predictions",
-           "fit_step_efficiency", "link_cache_path", "local_link",
+__all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CoursePredictions", "collective_cost",
+           "course_predictions", "fit_step_efficiency", "link_cache_path", "local_link",
            "pipeline_prediction", "ring_step", "step_spans", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
@@ -218,6 +219,65 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
     return CoursePredictions(
         eff, fitted_on, lays,
         {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()}, mem)
+
+
+def collective_cost(measured: Estimate, predicted: float, base_s: float, comm_s: float,
+                    base: str = "DDP") -> str:
+    """What a step ratio's error is worth in time, set against the model's charge for the
+    step's collectives, whatever the verdict on the ratio says.
+
+    ``measured`` is the step's time over ``base``'s (paired by round), ``predicted`` the model's
+    ratio, ``base_s`` the base step the model's efficiency was fitted on and ``comm_s`` the
+    model's charge for the collectives of the step. With the compute held at the fitted cost,
+    what the measured ratio adds to the prediction, ``(measured - predicted) * base_s``, is the
+    collectives': they cost ``comm_s`` plus that, over the measured interval too. A ratio's
+    tolerance window (±25 % of a ratio near 1) can hold a prediction whose collectives cost far
+    more than their charge; where the prediction lies outside the measured interval, the
+    sentence says so.
+
+    Args:
+        measured: the measured ratio (an :class:`~perfkit.estimate.Estimate`).
+        predicted: the model's ratio (> 0).
+        base_s: the base step, s (> 0).
+        comm_s: the model's charge for the collectives, s (> 0).
+        base: the base step's name.
+
+    Returns:
+        Sentences in ms and multiples of the charge.
+
+    Raises:
+        TypeError, ValueError: ``measured`` not an Estimate, or a figure not finite and > 0.
+    """
+    check_type("measured", measured, Estimate)
+    check_type("base", base, str)
+    p = check_real("predicted", predicted, 0, lo_open=True)
+    step = check_real("base_s", base_s, 0, lo_open=True) * 1e3  # ms
+    charge = check_real("comm_s", comm_s, 0, lo_open=True) * 1e3  # ms
+
+    def cost(ratio: float) -> float:  # ms the collectives took, the compute at the fitted cost
+        return charge + (ratio - p) * step
+
+    gap = (measured.value - p) * step
+    out = (f"Against {base}'s step ({step:.1f} ms) the measured ratio lies {abs(gap):.1f} ms "
+           f"{'above' if gap >= 0 else 'below'} the predicted one. The model charged the collectives "
+           f"{charge:.1f} ms; with the compute at {base}'s fitted cost, that difference is theirs: ")
+    if cost(measured.value) <= 0:
+        out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
+                f"the compute ran faster than {base}'s fitted cost")
+    else:
+        out += f"they cost {cost(measured.value):.1f} ms, {cost(measured.value) / charge:.2f}x the charge"
+        if measured.has_interval and measured.low < measured.high:
+            lo, hi = cost(measured.low), cost(measured.high)
+            out += (f" ({max(lo, 0.0):.1f} to {hi:.1f} ms, {max(lo, 0.0) / charge:.2f}x to "
+                    f"{hi / charge:.2f}x, over the ratio's interval)")
+    side = measured.clear_of(p, "x")
+    if side:
+        out += (f". The prediction ({p:.3g}x) lies {'below' if side == 'above' else 'above'} the "
+                f"measured interval ({measured.low:.3g}x to {measured.high:.3g}x): the model errs "
+                "by more than this run's noise, whatever the tolerance window lets through")
+    elif measured.has_interval:
+        out += f". The prediction ({p:.3g}x) lies inside the measured interval: no error this run can show"
+    return out + "."
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

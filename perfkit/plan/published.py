@@ -387,9 +387,12 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
     (:data:`perfkit.plan.runs_data.FOUNDRY_MB_SWEEP`), beside the planner's ZeRO-3 collectives.
 
     Per model, the seconds a GPU spends on one micro-batch (``mb * seq / tokens_per_gpu``) are
-    fitted by least squares as ``fixed + per_sequence * mb``. ``fixed`` is the cost that does
-    not shrink with the micro-batch: FSDP's two all-gathers and reduce-scatter per
-    micro-batch, if nothing hides them. ``planner_collectives_s`` is what
+    fitted by least squares as ``fixed + per_sequence * mb``, a line through the sweep's two or
+    three points of each model (``points``; through two it passes exactly): no interval.
+    ``fixed`` is every cost that does not shrink with the micro-batch: FSDP's two all-gathers
+    and reduce-scatter per micro-batch if nothing hides them, and beside them kernel launches,
+    Python, the allocator and half an optimizer step (the sweep accumulates two micro-batches
+    per step). ``planner_collectives_s`` is what
     :func:`step_time` charges for them per micro-batch with none hidden
     (``Cluster.dp_overlap = "none"``; gradients in fp32, the sweep's ``DEFAULT`` mixed
     precision); a ``fixed`` near 0 would mean FSDP hid them.

@@ -104,12 +104,14 @@ def one_sided(points: Mapping[str, tuple]) -> str:
 
     tied = [k for k, v in points.items() if len(v) == 5 and v[3] <= v[0] <= v[4]]
     told = {k: v for k, v in points.items() if k not in tied}
-    where = ("; ".join(said(k, v) for k, v in points.items()))
+    where = ("; ".join(said(k, v) for k, v in points.items() if k not in tied))
     apart = (f" {len(tied)} of the {len(points)} measured intervals hold their prediction "
-             f"({', '.join(tied)}): those err neither way that this run can tell." if tied else "")
+             f"({'; '.join(said(k, points[k]) for k in tied)}): those err neither way that this run can "
+             "tell." if tied else "")
     n, slow = len(told), sum(v[1] > v[0] for v in told.values())  # predicted faster than measured
     if n == 0:
-        return f"Every measured interval holds its prediction ({where}): no error to read a sign from."
+        every = "; ".join(said(k, v) for k, v in points.items())
+        return f"Every measured interval holds its prediction ({every}): no error to read a sign from."
     if 0 < slow < n:
         return (f"{slow} of the {n} predictions told apart from their measurement lie below it and "
                 f"{n - slow} above ({where}): the errors fall on both sides.{apart}")
@@ -152,7 +154,7 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     return (f"With every collective term dropped from both steps the model would predict {ratio:.3g}{unit}, "
             f"{'inside' if inside else 'outside'} the window {low:.3g}{unit} to {high:.3g}{unit}: "
             + ("this verdict does not test the collective terms." if inside else
-               "the window tells the collective terms from none."))
+               "the window rules out collectives that cost nothing, and no more."))
 
 
 def zero2_over_zero1(measured: Estimate, predicted: float) -> str:

@@ -89,8 +89,10 @@ FOUNDRY_EARLY_STOP = {
 # submitted them (5e85bd62 scripts/train/benchmarking/sweep.py) passes ``--attn_impl flash``
 # (FlashAttention-2) for 1b, 3b, 7b and 70b and ``triton`` for 13b and 30b. Its per-model lines
 # (micro-batch, sharding, checkpointing) match the table's rows; its shared lines do not (they
-# ask for ``PURE`` mixed precision and BACKWARD_PRE prefetch, the table's MP Mode is
-# ``DEFAULT``), so only the per-model settings are taken from it.
+# ask for ``PURE`` mixed precision, ``BACKWARD_PRE`` and forward prefetch, the table's MP Mode is
+# ``DEFAULT``), so only the per-model settings are taken from it: the planner charges that table's
+# prefetch as Composer's defaults (``BACKWARD_POST``, no forward prefetch), an assumption against
+# the script.
 FOUNDRY_FLASH2 = {"h100-large": ("1b", "3b", "7b", "70b")}
 
 # llm-foundry's sweep of the micro-batch size with everything else held (8 A100-80GB, sequence

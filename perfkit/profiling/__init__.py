@@ -29,7 +29,15 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms, reads_pick
+from perfkit.profiling.capstone_text import (
+    Pick,
+    explain_round,
+    percent2,
+    phase_ms,
+    reads_pick,
+    still_listed,
+    window_gain,
+)
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between
 from perfkit.profiling.memory_monitor import MemoryMonitor, MemoryRecord
@@ -75,6 +83,9 @@ __all__ = [
     "Total",
     "explain_round",
     "reads_pick",
+    "percent2",
+    "still_listed",
+    "window_gain",
     "phase_ms",
     "job_peak",
     "next_fix",

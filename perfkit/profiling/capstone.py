@@ -28,7 +28,14 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_text import MIN_TESTABLE_SHARE, Pick, Round, explain_round, reads_pick
+from perfkit.profiling.capstone_text import (
+    MIN_TESTABLE_SHARE,
+    Pick,
+    Round,
+    explain_round,
+    percent2,
+    reads_pick,
+)
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
 __all__ = ["CapstoneJob", "FixLoop", "Round", "Total", "job_peak", "next_fix", "round_speedup"]
@@ -246,10 +253,12 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
             if job.batch_factor is not None and job.batch_factor < 1 / mfu:  # the tighter of the two
                 k = job.batch_factor
                 return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
-                            f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.1f}x: "
-                            f"MFU {mfu:.2%} in the run the fix was chosen from)", fix, (), by_tokens=True)
-            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {mfu:.2%} can rise to 100 %", fix, (),
-                        f"MFU {mfu:.2%} leaves {1 / mfu:.1f}x of room, while a larger batch cannot shorten "
+                            f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.2g}x: "
+                            f"MFU {percent2(mfu)} in the run the fix was chosen from)", fix, (),
+                            by_tokens=True)
+            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {percent2(mfu)} can rise to 100 %",
+                        fix, (), f"MFU {percent2(mfu)} leaves {1 / mfu:.2g}x of room, while a larger "
+                        "batch cannot shorten "
                         "a step: it buys at most its own factor of tokens per step, so the peak is not what "
                         "limits it")
         return Pick("compute", compute, 1 / (1 - compute),
@@ -300,8 +309,9 @@ class FixLoop:
     """The state of the loop: the configurations run, the fixes kept and those dropped.
 
     ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
-    configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes that
-    measured below 1x (their median ratio; its interval may still hold 1), with their speedup;
+    configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes whose
+    median ratio measured below 1x, with that speedup and its interval (which may hold 1x: then
+    the run cannot tell the fix from no change, and the drop is the loop's rule, not a finding);
     ``gains`` the kept fixes' speedups with their intervals; ``kept_tps`` each kept round's
     ``(fix, tokens/s before, tokens/s after)``.
     """
@@ -314,7 +324,7 @@ class FixLoop:
     describe: Callable[[str], str] = str
     rounds: list[dict] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
-    tried: dict[str, float] = field(default_factory=dict)
+    tried: dict[str, Estimate] = field(default_factory=dict)
     waterfall: list[tuple[str, float]] = field(default_factory=list)
     gains: list[Estimate] = field(default_factory=list)
     kept_tps: list[tuple[str, float, float]] = field(default_factory=list)
@@ -364,7 +374,7 @@ class FixLoop:
             self.gains.append(est)
             self.kept_tps.append((pick.fix, r.before_tps, r.after_tps))
         else:  # not faster: the next round starts from the configuration before it
-            self.tried[pick.fix] = est.value
+            self.tried[pick.fix] = est
         return r
 
     def finish(self) -> Total:

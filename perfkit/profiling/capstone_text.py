@@ -10,25 +10,31 @@ such a bound is printed as context beside the measurement, never recorded as a p
 collective waited for between two of them. :func:`explain_round` words each outcome with the
 measured quantities that decide it: each phase's milliseconds per profiled step before and
 after the fix, the host reads (syncs) per step, the profiled window's gain beside the runs',
-and the runs before when they drifted apart; a played round is a :class:`Round`.
+and the runs before when they drifted apart. Where the runs crossed a bound that the profiled
+window kept, that is what the verdict says, with each configuration's profiled over unprofiled
+step (a profiler that stretches the two unequally moves the shares). :func:`still_listed` says
+which findings the last diagnosis still lists and what became of their fixes. A played round is
+a :class:`Round`.
 
 Usage::
 
     pick = Pick("sync", 0.27, 1.36, "Amdahl: the sync share 26.6% removed", "sync", ("sync",))
     words = explain_round(pick, 1.12, report_before, slowdown=1.2, repeated=True, after_report=report_after)
-    print(words["above"])   # names the phases outside the bound whose time fell, in ms
+    print(words["above"])   # the window's gain against the bound, or the phases outside it that fell
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.stats import Estimate
 
-__all__ = ["Pick", "Round", "explain_round", "phase_ms"]
+__all__ = ["Pick", "Round", "explain_round", "percent2", "phase_ms", "reads_pick", "still_listed",
+           "window_gain"]
 
 # a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
 # apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
@@ -69,6 +75,22 @@ class Round:
     description: str = ""
     befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
     befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
+
+
+def percent2(share: float) -> str:
+    """``share`` (a fraction) in percent to two significant figures, trailing zeros kept
+    (``"3.0%"``, ``"20%"``, ``"0.50%"``): an MFU whose runs minutes apart differ by tens of
+    percent shows no third figure.
+
+    Raises:
+        TypeError, ValueError: for a ``share`` that is not a finite number >= 0.
+    """
+    check_real("share", share, 0)
+    p = float(f"{100 * share:.2g}")  # rounded first: 9.99 % is "10%", not "10.0%"
+    if p == 0:
+        return "0%"
+    decimals = max(0, 1 - math.floor(math.log10(p)))
+    return f"{p:.{decimals}f}%"
 
 
 def reads_pick(report: Mapping, fix: str) -> Pick:
@@ -154,16 +176,32 @@ def _comm_rose(fix: str, before: Mapping, after: Mapping, rise_ms: float) -> str
                    "the rest.")
 
 
+def window_gain(before: Mapping, after: Mapping, tokens_x: float = 1.0) -> float | None:
+    """The profiled window's tokens/s gain: the mean profiled step before over after, times the
+    tokens per step after over before; ``None`` for an empty step after. The diagnosis' shares,
+    and so a bound made of them, were measured in these windows, not in the runs.
+
+    Raises:
+        TypeError, ValueError: for a report that is not a mapping with ``step_times_s``, or a
+            ``tokens_x`` that is not a finite number > 0.
+    """
+    for name, r in (("before", before), ("after", after)):
+        check_type(name, r, Mapping)
+        if not r.get("step_times_s"):
+            raise ValueError(f"{name} must be a diagnosis report with step_times_s")
+    check_real("tokens_x", tokens_x, 0, lo_open=True)
+    step_b, step_a = (statistics.mean(r["step_times_s"]) for r in (before, after))  # s
+    return None if step_a <= 0 else step_b / step_a * tokens_x
+
+
 def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowdown: float,
             slowdown_after: float | None) -> str:
     """The profiled window's tokens/s gain beside the runs', when the two differ by more than a
     tenth: the shares, phases and bound were measured in that window."""
+    window = window_gain(before, after, tokens_x)
+    if window is None or 1 / 1.1 <= window / gain <= 1.1:
+        return ""
     step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3 for r in (before, after))  # ms
-    if step_a <= 0:
-        return ""
-    window = step_b / step_a * tokens_x
-    if 1 / 1.1 <= window / gain <= 1.1:
-        return ""
     why = (f": the profiled steps took {slowdown:.2f}x an unprofiled one before the fix and "
            f"{slowdown_after:.2f}x after it, so the profiler (and any load during a window) did not weigh on "
            "the two alike" if slowdown_after is not None else "")
@@ -171,6 +209,22 @@ def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowd
             + (f", {tokens_x:g}x the tokens" if tokens_x != 1 else "")
             + f") against the runs' {gain:.2f}x{why}; the diagnosis' phases, and the bound's shares, were "
             "measured in windows that changed otherwise than the runs did.")
+
+
+def _held_in_window(pick: Pick, window: float, slowdown: float, slowdown_after: float | None) -> str:
+    """Why the runs crossed a bound that the profiled window, where its shares were measured,
+    kept: the profiler stretched the two configurations unequally (each one's profiled over
+    unprofiled step), so a share of a profiled step was not that share of an unprofiled one."""
+    out = (f"inside them, where the bound's shares were measured, the fix gained {window:.2f}x, within "
+           f"its {pick.bound:.3g}x")
+    if slowdown_after is not None and not 1 / 1.1 <= slowdown_after / slowdown <= 1.1:
+        return out + (f". The shares were measured under a profiler that stretched the two configurations "
+                      f"unequally: a profiled step took {slowdown:.2f}x an unprofiled one before the fix and "
+                      f"{slowdown_after:.2f}x after it, so the runs' gain is about the window's times "
+                      f"{slowdown_after / slowdown:.2f}, and the shares of a profiled step are not those of "
+                      "an unprofiled one")
+    return out + (". The runs, without the profiler, gained more than the windows (the profiler, and any "
+                  "load during a window, weigh on the two otherwise)")
 
 
 def _drift(gain: float, befores_tps: Sequence[float], bound: float) -> str:
@@ -201,7 +255,9 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
         after_report: the diagnosis with the fix applied: the sentences then name each
             phase's milliseconds per profiled step before and after, the syncs per step, and,
             whatever the outcome, the profiled window's gain where it differs from the runs'
-            by more than a tenth.
+            by more than a tenth. Above the bound, where that window's gain stays within it,
+            the sentence says so, with each configuration's profiled over unprofiled step, in
+            place of phases outside the bound whose time fell.
         clear_below: whether the gain's interval lies below 1x (as printed); when it holds
             1x, a gain below 1x is not called a slowdown the fix caused.
         befores_tps: tokens/s of each run of the configuration before: where two lie more
@@ -238,7 +294,11 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
     if by_tokens:  # bounded by its factor of tokens per step: the step cannot get shorter
         held = (f"The step with {pick.bound:g}x the tokens took {pick.bound / gain:.2f}x as long; one that "
                 f"did not lengthen would give the whole {pick.bound:g}x.")
-    if pick.kind == "data":
+    window = None if after_report is None or by_tokens else window_gain(before_report, after_report, tokens_x)
+    in_window = window is not None and window <= pick.bound  # the bound held where its shares were measured
+    if in_window:
+        above = _held_in_window(pick, window, slowdown, slowdown_after)
+    elif pick.kind == "data":
         above = (f"the fix removed more than the data and collective time together ({pick.share:.1%} "
                  f"of the step; communication {before_report['shares'].get('communication', 0.0):.1%})")
     elif by_tokens:
@@ -253,7 +313,7 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
     if ms_after is not None:
         outside = [k for k in ms_before if k not in pick.phases and ms_before[k] > ms_after.get(k, 0.0)]
         outside.sort(key=lambda k: ms_after.get(k, 0.0) - ms_before[k])  # largest drop first
-        if outside:
+        if outside and not in_window:
             above += (f": outside the {' + '.join(pick.phases) or 'phases'} the bound counts, "
                       + _moves(ms_before, ms_after, outside[:2]) + " per profiled step")
             if pick.fix == "ddp" and "forward" in outside[:2]:
@@ -263,7 +323,10 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                  f"{after_report.get('syncs_per_step', 0):.0f}" if "sync" in pick.phases else "")
         if pick.phases:
             moved = _moves(ms_before, ms_after, list(pick.phases))
-            decided = f"The bound's phases went {moved} per profiled step{syncs}."
+            together = (" (together {:.1f} -> {:.1f} ms)".format(*(sum(ms.get(k, 0.0) for k in pick.phases)
+                                                                  for ms in (ms_before, ms_after)))
+                        if len(pick.phases) > 1 else "")
+            decided = f"The bound's phases went {moved}{together} per profiled step{syncs}."
             rose = [k for k in pick.phases if ms_after.get(k, 0.0) > ms_before.get(k, 0.0)]
             reads = (before_report.get("syncs_per_step", 0), after_report.get("syncs_per_step", 0))
             if "sync" in rose and reads[0] and reads[1]:
@@ -278,15 +341,19 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                                           ms_after["communication"] - ms_before["communication"])
                                if rose == ["communication"] else "; this run does not time why."))
             said.append(decided)
-        said.append(_window(gain, before_report, after_report, tokens_x, slowdown, slowdown_after))
-    said.append(_drift(gain, befores_tps, pick.bound))
-    decided = " ".join(s for s in said if s)
+    windows = "" if ms_after is None else _window(gain, before_report, after_report, tokens_x, slowdown,
+                                                  slowdown_after)
+    drift = _drift(gain, befores_tps, pick.bound)
+    decided = " ".join(s for s in (*said, windows, drift) if s)
+    decided_above = " ".join(s for s in (*said, "" if in_window else windows, drift) if s)  # said once
     load = ("and the load may have changed faster than the three runs (before, after, before again) can "
             "cancel" if repeated else "and with one run of each configuration, a load that changed between "
             "the two runs moves the ratio as much as the fix does")
     tail = " " + decided if decided else ""
     out = {"held": (held + tail).strip(),
-           "above": f"More than the bound allows: {above}; {load}." + tail,
+           "above": ("The runs crossed the bound, the profiled windows did not: " if in_window else
+                     "More than the bound allows: ") + f"{above}; {load}."
+                    + (" " + decided_above if decided_above else ""),
            "below": ("The step got slower: the run with the fix was slower than "
                      + (("both runs of the configuration before it, run before and after it: the fix "
                          "cost more than it saved on this machine." if apart < 1.05 else
@@ -301,4 +368,28 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                     "starts from the configuration before it." + tail}
     if decided:
         out["inconclusive"] = decided
+    return out
+
+
+def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], applied: Sequence[str],
+                 tried: Collection[str], available: Sequence[str]) -> list[str]:
+    """One line per finding above information level that the diagnosis ``report`` still lists,
+    with what the loop did with each of its fixes (``fix_for_finding``): applied, tried and
+    dropped, not offered (not in ``available``) or not tried.
+
+    Raises:
+        TypeError, ValueError: for a ``report`` that is not a diagnosis report with findings.
+    """
+    check_type("report", report, Mapping)
+    if not isinstance(report.get("findings"), list):
+        raise ValueError("report must be a diagnosis report with findings")
+    out = []
+    for f in report["findings"]:
+        if f["severity"] == "info":
+            continue
+        did = [f"--fix {x} " + ("applied" if x in applied else "tried and dropped" if x in tried
+                                else "not offered here" if x not in available else "not tried")
+               for x in fix_for_finding.get(f["kind"], ())]
+        out.append(f"[{f['severity']}] {f['kind']} ({f['share']:.1%} of the last step): "
+                   + (", ".join(did) or "no fix for it in this job"))
     return out

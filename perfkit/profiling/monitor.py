@@ -54,8 +54,11 @@ _RESERVED = ("step", "other")  # names the summary uses for the whole step and t
 class PhaseStats:
     """Seconds one phase took per step (0 in steps where it did not run).
 
-    ``share`` is the phase's mean over the mean step time. ``parent`` names the phase it
-    was nested in (``None`` at top level); nested time is also inside the parent's time.
+    ``share`` is the phase's mean over the mean step time. ``median_share`` is the median,
+    over the steps, of the phase's time over that step's time (``None`` where the steps'
+    times were not given): one stalled step moves a mean, and with it every phase's
+    ``share``, but not this. ``parent`` names the phase it was nested in (``None`` at top
+    level); nested time is also inside the parent's time.
     """
 
     name: str
@@ -66,16 +69,18 @@ class PhaseStats:
     p99_s: float
     share: float
     parent: str | None = None
+    median_share: float | None = None
 
     @classmethod
     def of(cls, name: str, times: list[float], step_mean_s: float,
-           parent: str | None = None) -> PhaseStats:
+           parent: str | None = None, step_times: list[float] | None = None) -> PhaseStats:
         """The statistics of one phase's per-step ``times`` (s); quantiles are
-        :func:`perfkit.stats.quantile`'s (linear interpolation).
+        :func:`perfkit.stats.quantile`'s (linear interpolation). ``step_times`` (s, the same
+        steps in the same order) give ``median_share``.
 
         Raises:
             TypeError, ValueError: for empty ``times``, a time that is not a finite number
-                >= 0, or a bad ``step_mean_s``.
+                >= 0, a bad ``step_mean_s``, or ``step_times`` of another length.
         """
         check_real("step_mean_s", step_mean_s, 0)
         xs = [check_real("times_s entries", t, 0) for t in check_items("times_s", times)]
@@ -84,8 +89,14 @@ class PhaseStats:
         n, mean = len(xs), math.fsum(xs) / len(xs)
         std = math.sqrt(math.fsum((t - mean) ** 2 for t in xs) / (n - 1)) if n > 1 else 0.0
         share = mean / step_mean_s if step_mean_s > 0 else 0.0
+        per_step = None
+        if step_times is not None:
+            if len(step_times) != n:
+                raise ValueError(f"step_times must hold one time per step ({n}), got {len(step_times)}")
+            per_step = stats.median([min(1.0, t / s) if s > 0 else 0.0  # a phase within its step: <= 1
+                                     for t, s in zip(xs, step_times, strict=True)])
         return cls(name, mean, std, stats.median(xs), stats.quantile(xs, 0.95),
-                   stats.quantile(xs, 0.99), share, parent)
+                   stats.quantile(xs, 0.99), share, parent, per_step)
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,13 @@ class StepSummary:
     def shares(self, top_level: bool = True) -> dict[str, float]:
         """Phase -> share of the step; with ``top_level`` they (and ``other``) sum to 1."""
         return {k: p.share for k, p in self.phases.items()
+                if not (top_level and p.parent is not None)}
+
+    def median_shares(self, top_level: bool = True) -> dict[str, float]:
+        """Phase -> its median share over the steps (:attr:`PhaseStats.median_share`; the
+        share of the means where the steps' times were not kept). Unlike :meth:`shares`, one
+        stalled step does not move them, and they need not sum to 1."""
+        return {k: p.share if p.median_share is None else p.median_share for k, p in self.phases.items()
                 if not (top_level and p.parent is not None)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -381,11 +399,11 @@ class StepMonitor:
             for n, p in parents.items():
                 names.setdefault(n, p)
         names = {n: names[n] for n in self._ctx if n in names}  # order of first use
-        phases = {n: PhaseStats.of(n, [d[1].get(n, 0.0) for d in done], step_mean, p)
+        phases = {n: PhaseStats.of(n, [d[1].get(n, 0.0) for d in done], step_mean, p, step_times)
                   for n, p in names.items()}
         other = [max(0.0, s - sum(t for n, t in times.items() if parents[n] is None))
                  for s, times, parents, _, _ in done]
-        phases["other"] = PhaseStats.of("other", other, step_mean)
+        phases["other"] = PhaseStats.of("other", other, step_mean, step_times=step_times)
         total_s = sum(step_times)
         samples, tokens = sum(d[3] for d in done), sum(d[4] for d in done)
         return StepSummary(

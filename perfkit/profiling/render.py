@@ -142,7 +142,9 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     check_report(rep)
     h = "## " if md else ""
     li = "- " if md else "  "
-    lines = [f"{'# ' if md else ''}perfkit diagnose: {rep['command']}".rstrip(),
+    cmd = rep["command"] if rep["command"].startswith("perfkit diagnose") else (  # the session's own line
+        f"perfkit diagnose: {rep['command']}".rstrip())
+    lines = [f"{'# ' if md else ''}{cmd}",
              f"{li}status: {rep['status']}, {rep['steps_seen']} steps seen, "
              f"{rep['window_steps']} recorded, {rep['world_size']} rank(s)",
              f"{li}step time: p50 {_ms(rep['step_p50_s'])}, p95 {_ms(rep['step_p95_s'])}"]
@@ -182,7 +184,7 @@ def _render(rep: dict[str, Any], md: bool) -> str:
         lines += ["", f"{h}Ranks"]
         for r in rep["ranks"]:
             lines.append(f"{li}rank {r['rank']}: step p50 {_ms(r['step_p50_s'])}, "
-                         f"work outside collectives {_ms(r['work_s'])} ({r['status']})")
+                         f"mean work outside collectives {_ms(r['work_s'])} ({r['status']})")
     lines += ["", f"{h}Findings"]
     if not rep["findings"]:
         lines.append(f"{li}none: no cause crosses its threshold")

@@ -146,7 +146,10 @@ class StepShares:
     """What the rules read: a step's shares and, where the source measured them, the rest.
 
     Args:
-        shares: phase or category -> share of the mean step, each in [0, 1].
+        shares: phase or category -> share of the step, each in [0, 1]: of the mean step, or,
+            from a :class:`~perfkit.profiling.StepSummary`, each phase's median share over the
+            steps (:meth:`~perfkit.profiling.StepSummary.median_shares`), which one stalled
+            step does not move (the jitter rule reports the stalls).
         steps: steps behind the numbers (the jitter rule needs ``Thresholds.min_steps``).
         step_p50_s, step_p99_s: step-time quantiles, s (the jitter rule).
         step_mean_s: the mean step, s (quoted in the overhead rule's evidence).
@@ -228,7 +231,7 @@ class StepShares:
         if isinstance(record, StepShares):
             ev = record
         elif isinstance(record, StepSummary):
-            ev = cls(record.shares(), steps=record.steps, step_p50_s=record.step.p50_s,
+            ev = cls(record.median_shares(), steps=record.steps, step_p50_s=record.step.p50_s,
                      step_p99_s=record.step.p99_s, step_mean_s=record.step.mean_s)
         elif isinstance(record, TraceAttribution):
             ev = cls(record.shares(), steps=record.steps, step_mean_s=record.step_mean_s,
@@ -263,7 +266,9 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
 
     Args:
         record: a :class:`StepShares`, a :class:`~perfkit.profiling.StepSummary` (enables
-            the jitter rule), a :class:`~perfkit.profiling.TraceBreakdown`, a
+            the jitter rule; its phases' median shares over the steps are judged, so that a
+            stall is the jitter rule's finding and not a share of every phase), a
+            :class:`~perfkit.profiling.TraceBreakdown`, a
             :class:`~perfkit.profiling.TraceAttribution` (enables the sync and overhead
             rules' counts) or a dict of phase -> share.
         thresholds: when to report; default ``Thresholds()`` (see :class:`Thresholds`).

@@ -24,8 +24,10 @@ __all__ = ["Thresholds"]
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When each rule of :data:`~perfkit.profiling.RULES` reports, as shares of the mean
-    step (0.10 = 10 %) unless said otherwise. A finding is ``high`` at twice its threshold.
+    """When each rule of :data:`~perfkit.profiling.RULES` reports, as shares of the step
+    (0.10 = 10 %) unless said otherwise: of the mean step for a trace, each phase's median share
+    over the steps for a :class:`~perfkit.profiling.StepMonitor` summary. A finding is ``high``
+    at twice its threshold.
 
     The defaults judge a :class:`~perfkit.profiling.StepMonitor` summary of your own loop.
     Compared with the PyTorch profiler's TensorBoard plugin (``torch_tb_profiler``), which

@@ -9,7 +9,8 @@ optimizer (``training_state``); a save can be synchronous or a blocking copy to 
 followed by a background persist (``checkpointer``); a SIGTERM saves at the next step
 boundary (``preempt``); perfkit's ZeRO stages, ``ShardedModule`` and tensor-parallel
 modules, and torch's DDP and FSDP2, load onto another number of ranks (``layouts``); and
-Young's and Daly's intervals and the goodput model choose how often (``interval``); a
+Young's and Daly's intervals and the goodput model choose how often, with how far what feeds
+them is known (``interval``); a
 replicated job that survives a failed replica per step, as torchft does, loses only the step
 in flight (``per_step``). Where to write and whether to compress are measured in ``storage``
 and ``claims``.

@@ -242,8 +242,9 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
         at_b2 = fixed + b2 / rate                  # the model at the stored run's size
         slope = (t2 - t1) / (b2 - b1) if b2 != b1 else 0.0   # s per byte, the line through both
         fixed_line = t1 - slope * b1               # its fixed part: negative where no such line fits
-        line = (_under_1s(fixed_line, 1 / slope) if slope > 0 and fixed_line >= 0 else
-                "by no figure: no line with a non-negative fixed part passes through both")
+        line = (f"gives under 1 s {_under_1s(fixed_line, 1 / slope)}" if slope > 0 and fixed_line >= 0 else
+                "gives no size for 1 s: the larger save took more than in proportion to its bytes, and no "
+                "line with a non-negative fixed part passes through both")
         out.append(f"{mode}: its model ({what}, with this run's fixed costs) gives {at_b2:.3g} s at the "
                    f"stored run's {si(b2, 'B')}; the stored run blocked {t2:.3g} s, {t2 / at_b2:.2g}x that. "
                    + (f"By the model, under 1 s {_under_1s(fixed, rate)}." if t2 <= at_b2 else
@@ -251,7 +252,7 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
                       f"proportion to the stored run alone, 1 s is reached near {si(b2 / t2, 'B')} (a fixed "
                       f"part would put it {'higher' if t2 < 1 else 'lower'}).")
                    + f" The line through the two saves ({si(b1, 'B')} in {t1:.3g} s, {si(b2, 'B')} in "
-                   f"{t2:.3g} s): under 1 s {line}.")
+                   f"{t2:.3g} s) {line}.")
     return out
 
 

@@ -92,8 +92,8 @@ class SaveCosts:
     @property
     def staging_floor_s(self) -> float:
         """The least an asynchronous save blocks: one copy of the state, which moves twice
-        its bytes (read and written) at ``copy_bytes_per_s``, the copy rate measured at the
-        state's size (s)."""
+        its bytes (read and written) at ``copy_bytes_per_s``, the fastest copy rate seen at the
+        state's size (measured beside the saves, or raised by :func:`with_fastest_copy`) (s)."""
         return 2 * self.state_bytes / self.copy_bytes_per_s
 
     def blocked(self, mode: str) -> Estimate:

@@ -21,21 +21,31 @@ for ``delta < 2 M``, and ``tau = M`` beyond. The goodput model
 training that survives (:func:`goodput`); Daly's exact share is ``T_s / T_w``
 (:func:`daly_goodput`).
 
+An interval is only as good as its ``delta`` and ``M``. ``M`` counted from ``k`` failures in a
+window is a Poisson rate's inverse, known to within the exact (Garwood 1936) interval of that
+rate: with 6 failures the 90 % interval of ``M`` spans more than a factor of four, and Daly's
+interval, which grows as ``sqrt(M)``, about a factor of two (:func:`mtbf_interval`). An
+asynchronous save blocks the step only while it stages the state, but the steps that run
+beside its persist run slower where they share the cores: :func:`async_save_cost` adds that
+slowdown to the blocked time, the ``delta`` the model should take. ``R`` moves neither
+interval (both depend on ``delta`` and ``M`` only): it moves the goodput at them.
+
 Usage::
 
     tau = daly_interval(save_s=20.0, mtbf_s=3 * 3600.0)            # s of training between saves
     print(tau, goodput(tau, save_s=20.0, restart_s=600.0, mtbf_s=3 * 3600.0))
     best = best_interval([60.0, 120.0, 240.0], 20.0, 600.0, 3 * 3600.0)
+    low, high = mtbf_interval(window_s=240.0, failures=6)           # s, the MTBF's 90 % interval
 """
 
 from __future__ import annotations
 
 import math
 
-from perfkit._checks import check_choice, check_items, check_real
+from perfkit._checks import check_choice, check_int, check_items, check_real
 
-__all__ = ["best_interval", "daly_goodput", "daly_interval", "daly_wall_time", "goodput",
-           "young_interval"]
+__all__ = ["async_save_cost", "best_interval", "daly_goodput", "daly_interval", "daly_wall_time", "goodput",
+           "mtbf_interval", "young_interval"]
 
 MODELS = ("first-order", "daly")
 
@@ -193,3 +203,71 @@ def best_interval(grid_s: list[float], save_s: float, restart_s: float, mtbf_s: 
     check_real("restart_s", restart_s, 0)
     _positive("mtbf_s", mtbf_s)
     return max(sorted(grid), key=lambda t: share(t, save_s, restart_s, mtbf_s))
+
+
+def _poisson_cdf(k: int, lam: float) -> float:
+    """P(X <= k) for X ~ Poisson(lam), summed in log space (no overflow for large k)."""
+    if lam == 0:
+        return 1.0
+    return math.fsum(math.exp(i * math.log(lam) - lam - math.lgamma(i + 1)) for i in range(k + 1))
+
+
+def _solve(f, target: float, lo: float, hi: float) -> float:
+    """The ``x`` in [lo, hi] where the decreasing ``f`` crosses ``target`` (bisection)."""
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def mtbf_interval(window_s: float, failures: int, level: float = 0.9) -> tuple[float, float]:
+    """The mean time between failures from ``failures`` counted in ``window_s``, as the exact
+    two-sided Poisson interval at ``level`` (Garwood 1936): the failure counts ``lam`` whose
+    chance of ``failures`` or more (lower end) or of ``failures`` or fewer (upper end) is
+    ``(1 - level) / 2``, turned into ``window_s / lam``.
+
+    Args:
+        window_s: the time the failures were counted in, s (> 0).
+        failures: failures counted (>= 1; none gives no upper bound on the MTBF).
+        level: the interval's confidence, in (0, 1).
+
+    Returns:
+        ``(low, high)``: the MTBF's interval in seconds; ``window_s / failures`` lies inside.
+
+    Raises:
+        TypeError, ValueError: a window not a finite number > 0, failures below 1, or a level
+            outside (0, 1).
+    """
+    window = check_real("window_s", window_s, 0, lo_open=True)
+    k = check_int("failures", failures, 1)
+    tail = (1 - check_real("level", level, 0, 1, lo_open=True, hi_open=True)) / 2
+    top = k + 20 * math.sqrt(k) + 40  # a count far above k: every tail there is below 1e-12
+    # the lower count: P(X >= k) = 1 - P(X <= k - 1) rises with lam; the upper: P(X <= k) falls
+    lam_lo = _solve(lambda lam: _poisson_cdf(k - 1, lam), 1 - tail, 0.0, top)
+    lam_hi = _solve(lambda lam: _poisson_cdf(k, lam), tail, 0.0, top)
+    return window / lam_hi, window / lam_lo
+
+
+def async_save_cost(blocked_s: float, steps_per_save: float, step_s_during: float,
+                    step_s_quiet: float) -> float:
+    """Seconds of training an asynchronous save costs: the time it blocks the step, plus how
+    much longer the steps that ran beside its persist took than steps without one.
+
+    Args:
+        blocked_s: the time one save blocked the step, s (>= 0).
+        steps_per_save: steps that ran while one save's persist was in flight (>= 0).
+        step_s_during: a step's time while a persist ran, s (> 0).
+        step_s_quiet: a step's time without one, s (> 0).
+
+    Returns:
+        Seconds lost per save (never below ``blocked_s``: a step that ran faster beside a
+        persist is taken as no faster).
+
+    Raises:
+        TypeError, ValueError: an argument not a finite number in its range.
+    """
+    blocked = check_real("blocked_s", blocked_s, 0)
+    n = check_real("steps_per_save", steps_per_save, 0)
+    during = check_real("step_s_during", step_s_during, 0, lo_open=True)
+    quiet = check_real("step_s_quiet", step_s_quiet, 0, lo_open=True)
+    return blocked + n * max(0.0, during - quiet)

@@ -114,6 +114,10 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
         if model is not None:
             ax.plot([p.tile for p in mine], [model.flash_s(t, p.tile, batch, heads, head_dim) for p in mine],
                     "-" if fitted is None or t in fitted else "--", color=color, alpha=0.6)
+    if model is not None:   # one legend entry per line style, in grey: the colours are the lengths'
+        ax.plot([], [], "-", color="grey", label="model, fitted on this length")
+        if fitted is not None and {p.seq_len for p in flash} - fitted:
+            ax.plot([], [], "--", color="grey", label="model, predicted (not fitted on it)")
     ax.set(xscale="log", yscale="log", xlabel="tile size (queries and keys per tile)",
            ylabel="forward + backward",
            title="tiled attention: measured medians" + ((", lines: the model" + (

@@ -26,8 +26,8 @@ from perfkit.stats import Estimate
 from perfkit.units import si_interval
 from perfkit.viz.core import tidy
 
-__all__ = ["cumulative_speedups", "plot_time_to_target", "plot_waterfall", "round_context", "round_text",
-           "runs_text", "seams_text", "show_round", "tally_text", "target_text", "total_text",
+__all__ = ["cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_waterfall", "round_context",
+           "round_text", "runs_text", "seams_text", "show_round", "tally_text", "target_text", "total_text",
            "waterfall_shares"]
 
 _UP, _DOWN, _TOTAL, _FLAT = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0"
@@ -132,7 +132,7 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     top = max(max(math.log2(b[2]) for b in bars), math.log2(total), 0.0)
     bottom = min(min(math.log2(b[2]) for b in bars), 0.0)
     ax.set_ylim(bottom - 0.2, top + 0.6)
-    ticks = range(math.floor(bottom), math.ceil(top + 0.6) + 1)
+    ticks = range(math.ceil(bottom - 0.2), math.floor(top + 0.6) + 1)  # within the limits: none widens them
     ax.set_yticks(list(ticks), [f"{2.0 ** t:g}x" for t in ticks])
     ax.set_xticks(range(n + 1), names, rotation=20, ha="right")
     ax.set_ylabel(f"speedup of {unit} (log scale)")
@@ -145,17 +145,18 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
 
 
 def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                        target: float, title: str = "") -> Figure:
+                        target: float, title: str = "", ylabel: str = "training loss") -> Figure:
     """Loss against wall-clock seconds for each run, with the target loss as a line.
 
     Args:
         curves: run name -> ``(seconds at each step's end, loss at that step)``.
         target: the target loss.
         title: the figure's title.
+        ylabel: what the loss is (the job's own smoothing, say).
 
     Raises:
         TypeError, ValueError: for an empty ``curves``, curves of unequal or zero length,
-            or a ``target`` that is not a finite number.
+            a ``target`` that is not a finite number, or a ``title``/``ylabel`` that is not a str.
     """
     if not isinstance(curves, Mapping) or not curves:
         raise ValueError("curves must be a non-empty mapping of run name -> (seconds, losses)")
@@ -164,13 +165,14 @@ def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[flo
             raise ValueError(f"curves[{k!r}] must be (seconds, losses) of equal, non-zero length")
     check_real("target", target)
     check_type("title", title, str)
+    check_type("ylabel", ylabel, str)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for name, (t, loss) in curves.items():
         ax.plot(t, loss, label=name, lw=1.2)
     ax.axhline(target, color="0.3", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xscale("log")
     ax.set_xlabel("seconds (log scale)")
-    ax.set_ylabel("training loss")
+    ax.set_ylabel(ylabel)
     ax.legend(loc="upper right", fontsize=8)
     ax.set_title(title or "Time to the target loss")
     fig.tight_layout()
@@ -198,8 +200,28 @@ def round_text(r: Round) -> str:
             + (f"{r.description}. " if r.description else "")
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.point('x')}** "
             f"({r.speedup.describe('x')})."
-            + ("" if r.kept else f" Median below 1x ({r.speedup.value:.3f}x), so dropped; the next "
-                                 "round starts from the configuration before it."))
+            + ("" if r.kept else " " + dropped_text(r.pick.fix, r.speedup, False) + "; the next round starts "
+               "from the configuration before it."))
+
+
+def dropped_text(fix: str, gain: Estimate, with_interval: bool = True) -> str:
+    """Why the loop dropped ``fix``, measured at ``gain`` with its median below 1x: where the
+    interval holds 1x, the run cannot tell the fix from no change, and the drop is the loop's rule
+    (a fix is kept only where its median gained), not a measured slowdown. ``with_interval``:
+    print the interval (``False`` where the sentence before printed it).
+
+    Raises:
+        TypeError: for a ``fix`` that is not a str or a ``gain`` that is not an Estimate.
+    """
+    check_type("fix", fix, str)
+    check_type("gain", gain, Estimate)
+    measured = gain.text("x") if with_interval else gain.point("x")
+    if gain.clear_of(1.0, "x") == "below":
+        return f"--fix {fix} measured {measured}, slower beyond its interval: dropped"
+    why = ("its interval holds 1x, so this run cannot tell it from no change" if gain.has_interval else
+           "it has no interval, so this run cannot tell it from no change")
+    return (f"--fix {fix} measured a median of {measured}: {why}; dropped by the loop's rule (a fix is kept "
+            "only where its median gained), not shown to slow the job")
 
 
 def round_context(r: Round) -> str:
@@ -279,13 +301,15 @@ def seams_text(t: Total) -> str:
 
 
 def _seams_way(seams: list) -> str:
-    """Whether every seam points one way (a bias between the runs) or not; one way by chance,
-    under load drifting both ways alike, has probability ``2 / 2 ** n``, said with it."""
+    """Whether every seam points one way (a bias between the runs) or not; under load drifting
+    both ways alike, all ``n`` the way they point has probability ``1 / 2 ** n``, and all one way,
+    either way, ``2 / 2 ** n``: both are said."""
     slower = sum(b < a for _, a, b in seams)
     n = len(seams)
     if n < 3 or 0 < slower < n:
         return ""
-    chance = f"under load drifting both ways alike, a 1 in {2 ** (n - 1)} chance"
+    chance = (f"under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} for all "
+              f"{n} one way, either way")
     if slower == n:
         return (f" All {n} seams read the configuration slower the second time ({chance}); a repeat run "
                 "slower than the run it repeats biases each round's \"before\" low, and its speedup high.")

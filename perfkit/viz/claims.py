@@ -20,11 +20,13 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit.data.claims import PinTiming, interval_gap
+from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict
 from perfkit.viz.core import tidy
 
-__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "plot_claims", "plot_claims_forest",
-           "show_claim", "show_claims_table"]
+__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_order_text", "control_text",
+           "plot_claims", "plot_claims_forest", "show_claim", "show_claims_table"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
 _MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
@@ -90,6 +92,68 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
     """
     _check(verdicts)
     return {name: f"{v.status} ({v.measured_text})" for name, v in verdicts.items()}
+
+
+def control_order_text(pin: PinTiming) -> str:
+    """What the A/A control's rounds of each order, taken apart, say: how much a round's second
+    loop took longer (the position effect, which the balanced ratio cancels by design), and where
+    both orders read on one side of 1x by more than that effect, that the gap between identical
+    loops is not the position's.
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a PinTiming, or one whose loops ran
+            different code (no control).
+    """
+    if not isinstance(pin, PinTiming):
+        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
+    if not pin.same_code:
+        raise ValueError("pin must time one loop against itself (no CUDA): it is no control otherwise")
+    a, b = pin.by_order().values()  # pageable first, pinned first
+    second, aa = pin.position_effect(), pin.speedup().value
+    longer = f"{abs(second):.1%} {'longer' if second >= 0 else 'less'}"
+    out = f"the rounds of one order apart: pageable first {a.text('x')}; pinned first {b.text('x')}: " + (
+        f"the second loop of a round took {longer} than the first (the same code), beyond the two intervals; "
+        "the balanced ratio above cancels it by design" if a.high < b.low or b.high < a.low else
+        f"their intervals overlap (by the medians a round's second loop took {longer}): no position effect "
+        "shows beyond this run's noise")
+    if (a.value < 1) == (b.value < 1) and abs(1 - aa) > abs(second):
+        out += (f"; both orders read {'below' if aa < 1 else 'above'} 1x, so the {abs(1 - aa):.1%} between "
+                f"identical loops is not the round's position ({abs(second):.1%}): this run does not tell "
+                "what it is, and the verdict below weighs it as this design's own error")
+    return out
+
+
+def control_text(pin: PinTiming, gaps: Mapping[str, tuple[Estimate, float]], edge: float) -> str:
+    """What the A/A control says about the other verdicts: how far identical loops read apart
+    (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim without a
+    number must show, as a fraction), and, for each effect asserted beyond an interval
+    (``gaps``: name -> (its estimate, the value its interval was said to clear)), whether it lies
+    beyond that reach: an effect within it is not asserted.
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a control (see
+            :func:`control_order_text`), ``gaps`` that are not (Estimate, reference) pairs, or
+            an ``edge`` that is not a number > 0.
+    """
+    control_order_text(pin)  # the same checks
+    if not isinstance(gaps, Mapping):
+        raise TypeError(f"gaps must map names to (Estimate, reference) pairs, got {gaps!r}")
+    if isinstance(edge, bool) or not isinstance(edge, (int, float)) or not edge > 0:
+        raise ValueError(f"edge must be a number > 0, got {edge!r}")
+    aa, reach = pin.speedup(), pin.reach()
+    lines = [f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: " + (
+        f"under the {edge:.0%} a claim without a number must show (FASTER), so this design's own error alone "
+        "cannot push such a claim past its edge" if reach < edge else f"at least the {edge:.0%} a claim "
+        "without a number must show (FASTER), so on this run this design's own error alone can push such a "
+        "claim past its edge") + f"; a figure within {reach:.1%} of an edge rests on that error as much as "
+        "on the advice"]
+    for name, (est, ref) in gaps.items():
+        gap = interval_gap(est, ref)
+        lines.append(f"{name}: its interval ({est.low:.3g}x to {est.high:.3g}x) lies {gap:.1%} from "
+                     f"{ref:.3g}x, " + (f"beyond the control's {reach:.1%}: it stands" if gap > reach else
+                        f"within the control's {reach:.1%}: not asserted, since identical code read as far "
+                        "apart in this design"))
+    return "\n".join(lines)
 
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",

@@ -106,7 +106,8 @@ def plot_step_times(rep: dict[str, Any], ax: Any = None) -> Figure:
 
 
 def plot_rank_spread(rep: dict[str, Any], ax: Any = None) -> Figure:
-    """Per rank: the step's p50 and its work outside collectives (what a straggler adds).
+    """Per rank: the step's p50 and its mean work outside collectives (what a straggler adds;
+    a mean, so a stalled step can lift it above the p50).
 
     Raises:
         TypeError, ValueError: for a ``rep`` that is not a report, or one of a single rank.
@@ -122,7 +123,7 @@ def plot_rank_spread(rep: dict[str, Any], ax: Any = None) -> Figure:
     work = [(r["work_s"] or 0) * 1e3 for r in ranks]
     ax.bar([i - 0.2 for i in x], step, width=0.4, color="tab:blue", label="step p50")
     ax.bar([i + 0.2 for i in x], work, width=0.4, color="tab:purple",
-           label="work outside collectives")
+           label="mean work outside collectives (mean step less its collectives)")
     ax.set_xticks(x, [f"rank {r['rank']}" + (" (straggler)" if r["rank"] == slow else "")
                       for r in ranks])
     ax.set_ylabel("ms per step")

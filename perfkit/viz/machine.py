@@ -8,6 +8,7 @@ Usage::
     fig = plot_matmul_sweep(limits); fig2 = plot_copy_sweep(limits)
     print(bf16_sentence(limits)); print("\\n".join(skipped_sizes(limits, [128, 256, 4096])))
     print("\\n".join(sweep_lines(limits) + source_lines(limits))); print(threads_sentence(limits))
+    print(cache_sentence(limits))
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_type
+from perfkit.ceilings import cached_copy_bytes
 from perfkit.hw import EMULATED_BELOW, GRAIN, CopyPoint, MachineLimits, MatmulPoint, imitation
 from perfkit.viz.core import si, tidy
 
-__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "plot_copy_sweep", "plot_matmul_sweep",
-           "skipped_sizes", "source_lines", "sweep_lines", "threads_sentence"]
+__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "cache_sentence", "plot_copy_sweep",
+           "plot_matmul_sweep", "skipped_sizes", "source_lines", "sweep_lines", "threads_sentence"]
 
 
 def _threads(p: MatmulPoint | CopyPoint) -> str:
@@ -182,16 +184,20 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
     base = ""
     if single:  # below the grain: no barrier, so what slowed it on the all-threads pass was the load
         n = single[-1]
+        noise = "the noise between two passes (one median each, no interval)"
         base = (f" The {si(n, 'B')} buffer ({n // 4:,} elements) runs on one thread either way; "
                 + (f"it ran {_x(slower[n])} slower on the {t}-thread pass: no barrier is involved, so that "
-                   "much is the load alone, or the noise between two passes (one median each, no interval)."
-                   if slower[n] > 1.05 else f"it ran as fast on that pass, within 5 % ({slower[n]:.3f}x the "
-                   "time)."))
+                   f"much is the load alone, or {noise}." if slower[n] > 1.05 else
+                   f"it ran as fast on that pass, within 5 % ({slower[n]:.3f}x the time)."
+                   if slower[n] >= 1 / 1.05 else
+                   f"it ran {_x(1 / slower[n])} faster on the {t}-thread pass, with no barrier involved: "
+                   f"{noise}."))
     slow = [n for n in sizes if n // 4 >= GRAIN and slower[n] > 1 / ratio]
     if not slow:
         return (f"On {t} threads no copy of at least {GRAIN:,} elements (PyTorch's grain size, "
                 "`at::internal::GRAIN_SIZE`: a smaller op runs on one thread) ran below "
-                f"{ratio:.0%} of its rate on one: the threads' barrier cost little this run." + base)
+                f"{ratio:.0%} of its rate on one in the sweep: the threads' barrier cost little while it ran."
+                + base)
     worst = [slower[n] for n in slow]
     which = (f"the copy of {si(slow[0], 'B')} ran {_x(worst[0])}" if len(slow) == 1 else
              f"the copies of {si(slow[0], 'B')} to {si(slow[-1], 'B')} ran {_x(min(worst))} to "
@@ -201,6 +207,27 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
             " across its threads and waits for all of them at a barrier, and a thread "
             "that lost its core to another process holds up every call for a slice of the scheduler's time."
             + base + " Each ceiling is the best of either thread count.")
+
+
+def cache_sentence(limits: MachineLimits) -> str:
+    """What the copy sweep shows of the cache (:func:`perfkit.ceilings.cached_copy_bytes`): the
+    largest buffer whose median copy kept half the cache ceiling, the next size swept, which did
+    not, and the last-level cache the OS reports beside them. The OS reports a size; what these
+    copies kept of it is what the sweep shows, and the sentence claims nothing between the two."""
+    check_type("limits", limits, MachineLimits)
+    fit = cached_copy_bytes(limits)
+    llc = f"the OS reports a last-level cache of {si(limits.llc_bytes, 'B')}" if limits.llc_bytes else ""
+    if not fit:
+        return ("no copy kept half the cache ceiling: operations within half the reported last-level cache "
+                f"({si((limits.llc_bytes or 0) // 2, 'B')}) are held against the cache's roof below")
+    larger = sorted({p.nbytes for p in limits.copy_points if p.op == "copy" and p.nbytes > fit})
+    nxt = (f"; the next size swept, {si(larger[0], 'B')} ({si(2 * larger[0], 'B')} touched), did not"
+           if larger else "")
+    return (f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} ({si(2 * fit, 'B')} read and "
+            f"written) kept at least half the cache ceiling by their median{nxt}"
+            + (f". {llc[0].upper()}{llc[1:]}: that is the size it reports, and what these copies kept of it "
+               "is what the sweep shows" if llc else "")
+            + f". Operations of at most {si(2 * fit, 'B')} counted are held against the cache's roof below")
 
 
 def cache_lines(run: MachineLimits, cached: MachineLimits) -> list[str]:

@@ -43,8 +43,29 @@ TERM_COLORS = {"matmul": "#4c72b0", "memory-bound": "#8172b2", "tensor-parallel"
                "optimizer": "#8c8c8c"}
 
 
+# a term whose largest bar is below this share of the longest bar cannot be seen: the legend
+# lists it apart, under "too small to see", instead of beside a colour no bar shows
+VISIBLE_SHARE = 0.005
+
+
+def _stacked(ax, labels: list[str], series: list[tuple[str, str, list[float]]]) -> list[str]:
+    """Stack ``series`` (name, colour, one value per label) as horizontal bars; the legend
+    names only those a reader can see. Returns the names too small to see."""
+    longest = max((sum(v) for v in zip(*(vals for *_, vals in series), strict=True)), default=0.0)
+    left, small = [0.0] * len(labels), []
+    for name, color, vals in series:
+        seen = max(vals) >= VISIBLE_SHARE * longest
+        if not seen:
+            small.append(name)
+        ax.barh(labels, vals, left=left, color=color, label=name if seen else None)
+        left = [x + v for x, v in zip(left, vals)]
+    return small
+
+
 def plot_plan(p: Plan, top: int = 5) -> Figure:
-    """The best ``top`` layouts: seconds per term (left), GB per GPU by kind (right).
+    """The best ``top`` layouts: seconds per term (left), GB per GPU by kind (right). A term
+    or kind below :data:`VISIBLE_SHARE` of the longest bar is drawn but left out of the
+    legend's colours: the legend's title names it as too small to see.
 
     Raises:
         TypeError: if ``p`` is not a :class:`Plan`.
@@ -60,24 +81,21 @@ def plot_plan(p: Plan, top: int = 5) -> Figure:
         a.set_axis_off()
         b.set_axis_off()
         return tidy(fig)
-    left = [0.0] * len(best)
-    for term, color in TERM_COLORS.items():
-        vals = [c.time.terms.get(term, 0.0) for c in best]
-        if any(vals):
-            a.barh(labels, vals, left=left, color=color, label=term)
-            left = [x + v for x, v in zip(left, vals)]
+    terms = [(t, color, [c.time.terms.get(t, 0.0) for c in best]) for t, color in TERM_COLORS.items()]
+    small = _stacked(a, labels, [x for x in terms if any(x[2])])
     a.set_xlabel("predicted step time (s)")
-    a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=3, frameon=False)
+    a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=3, frameon=False,
+             title=f"too small to see: {', '.join(small)}" if small else None, title_fontsize=7)
     a.set_title(f"{p.model.name} on {p.gpus} x {p.cluster.gpu.name}", fontsize=9)
-    left = [0.0] * len(best)
-    for kind, color in (("model_states", "#4c72b0"), ("activations", "#dd8452"), ("buffers", "#8c8c8c")):
-        vals = [getattr(c.memory, kind) / 1e9 for c in best]
-        b.barh(labels, vals, left=left, color=color, label=kind.replace("_", " "))
-        left = [x + v for x, v in zip(left, vals)]
+    kinds = [(k.replace("_", " "), color, [getattr(c.memory, k) / 1e9 for c in best])  # GB
+             for k, color in (("model_states", "#4c72b0"), ("activations", "#dd8452"),
+                              ("buffers", "#8c8c8c"))]
+    small = _stacked(b, labels, [x for x in kinds if any(x[2])])
     b.axvline(p.cluster.usable_memory / 1e9, color="k", ls="--", lw=1, label="usable")
     b.set_yticks([])
     b.set_xlabel("memory per GPU (GB)")
-    b.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2, frameon=False)
+    b.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.25), ncol=2, frameon=False,
+             title=f"too small to see: {', '.join(small)}" if small else None, title_fontsize=7)
     for ax in (a, b):
         ax.xaxis.set_major_locator(MaxNLocator(5))
     fig.tight_layout()

@@ -178,8 +178,13 @@ def top_ops_markdown(ops: Sequence[Any], n: int = 10) -> str:
 def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Figure:
     """A run's stacked phase bar above its findings, each with every fix it names, in one
     figure (the widget's), whose text panel is as tall as its lines."""
+    med = summary.median_shares() if hasattr(summary, "median_shares") else {}
     lines = [f"step {summary.step.p50_s * 1e3:.1f} ms (p50)"
-             + (f", {summary.samples_per_s:,.0f} samples/s" if summary.samples_per_s else "")]
+             + (f", {summary.samples_per_s:,.0f} samples/s over the whole run (its mean step)"
+                if summary.samples_per_s else "")]
+    if med:  # the findings judge these; the bar above shows the shares of the mean step
+        lines.append("median shares (the findings judge these): "
+                     + ", ".join(f"{k} {v:.0%}" for k, v in med.items() if v >= 0.005))
     if not findings:
         lines.append("diagnosis: no bottleneck found")
     for f in findings:  # wrapped to the figure's width: a longer line runs off its edge
@@ -189,7 +194,7 @@ def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Fi
                                    subsequent_indent="    ")
     text_in = 0.17 * len(lines) + 0.2  # inches: 8.5 pt monospace lines
     fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 2.4 + text_in), height_ratios=[2.4, text_in])
-    plot_phase_bars({"this run": summary}, unit="%", ax=ax, title=title or "Phase shares")
+    plot_phase_bars({"mean step": summary}, unit="%", ax=ax, title=title or "Phase shares")
     tax.axis("off")
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from perfkit._checks import check_real, check_type
 from perfkit.saving.experiments import GoodputCurve, SaveCosts, goodput_curve
 from perfkit.saving.interval import goodput
+from perfkit.units import si
 from perfkit.viz.core import FloatControl, LogControl, WidgetSpec
 
 __all__ = ["PART_COLORS", "goodput_view", "goodput_widget", "plot_goodput", "plot_restart_timeline",
@@ -52,9 +53,9 @@ def plot_save_costs(costs: SaveCosts, ax: Axes | None = None) -> Axes:
                label="persist: files written (inside the blocked time for sync)" if i == 0 else None)
     ax.axhline(costs.sync_model_s, color="grey", ls="--", lw=1,
                label=f"bytes / write bandwidth ({costs.sync_model_s * 1e3:.3g} ms)")
-    ax.axhline(costs.staging_floor_s, color="grey", ls=":", lw=1,
-               label=f"staging floor: 2 x bytes / copy rate at this size "
-                     f"({costs.staging_floor_s * 1e3:.3g} ms)")
+    ax.axhline(costs.staging_floor_s, color="grey", ls=":", lw=1.5,
+               label=f"staging floor: 2 x bytes / {si(costs.copy_bytes_per_s, 'B/s')}, the fastest "
+                     f"copy seen near this size ({costs.staging_floor_s * 1e3:.3g} ms)")
     ax.set_xticks(range(len(modes)), modes)
     ax.set_ylabel("seconds per save")
     ax.set_title(f"A save of {costs.state_bytes / 1e6:.3g} MB: what blocks, what runs behind", fontsize=9)

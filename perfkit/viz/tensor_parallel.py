@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from perfkit._checks import check_int, check_real, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.traffic import Traffic
 from perfkit.parallel.tp_costs import crossover_width, tp_block_cost
@@ -31,9 +31,12 @@ WIDTHS = (16.0, 65536.0)   # the plotted range of model widths C
 def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: int = 4096,
                       seq: int = 512, bandwidth_scale: float = 1.0, compute_scale: float = 1.0,
                       measured: Mapping[float, Estimate | float] | None = None,
-                      bounds: Mapping[float, float] | None = None) -> Figure:
-    """One block's forward and backward time against the width: unsplit, split ``t`` ways
-    (compute / t + 4 all-reduces), and the all-reduces alone; the crossover marked.
+                      bounds: Mapping[float, float] | None = None,
+                      comm: Mapping[float, float] | None = None,
+                      blocks: Mapping[float, tuple[float, float]] | None = None) -> Figure:
+    """One block's forward and backward time against the width: the model's unsplit, split
+    ``t`` ways (compute / t + 4 all-reduces from the fit ``link``) and all-reduces alone, its
+    crossover marked; beside it what was measured, where given.
 
     Args:
         flops_per_s, link, t, tokens, seq: as :func:`perfkit.parallel.tp_costs.tp_block_cost`.
@@ -42,8 +45,12 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
             what decides the crossover is the compute per byte of link, not either alone.
         measured: speedups measured here by width, drawn as points on the speedup axis (an
             :class:`perfkit.stats.Estimate` with an interval gets its bar).
-        bounds: the model's speedup at each measured width from that width's own measured
-            compute time, drawn as open markers.
+        bounds: the bound on the speedup at each measured width (from that width's own
+            measured compute time and the measured calls), drawn as open markers.
+        comm: seconds of a measured width's 4 all-reduces as a sweep timed such calls, drawn
+            as crosses beside the fit's line (what the calls took against what the fit charges).
+        blocks: ``(unsplit, split)`` seconds measured at each width, drawn as points on the
+            time axis beside the model's lines.
 
     Raises:
         TypeError, ValueError: for arguments out of range, named.
@@ -57,27 +64,38 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
         check_type("measured speedup", v, (Estimate, float, int))
     marks = {check_real("bounds width", w, 0, lo_open=True): check_real("bounds speedup", b, 0)
              for w, b in (bounds or {}).items()}
+    calls = {check_real("comm width", w, 0, lo_open=True): check_real("comm seconds", c, 0, lo_open=True)
+             for w, c in (comm or {}).items()}
+    timed = {check_real("blocks width", w, 0, lo_open=True): _pair(v) for w, v in (blocks or {}).items()}
     scaled = AlphaBeta(link.alpha_s, link.bandwidth * bandwidth_scale)
     widths = np.geomspace(*WIDTHS, 60)
     costs = [tp_block_cost(float(w), t, tokens, seq, flops_per_s, scaled) for w in widths]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ax.loglog(widths, [c.compute_s for c in costs], label="unsplit block")
-    ax.loglog(widths, [c.tp_s for c in costs], label=f"split {t} ways: compute / {t} + comm")
-    ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone")
+    un, = ax.loglog(widths, [c.compute_s for c in costs], label="unsplit block (model)")
+    sp, = ax.loglog(widths, [c.tp_s for c in costs], label=f"split {t} ways: compute / {t} + comm (model)")
+    cm, = ax.loglog(widths, [c.comm_s for c in costs], ":", label="4 all-reduces alone (the fit)")
+    if calls:
+        ax.plot(list(calls), list(calls.values()), "x", color=cm.get_color(), ms=8,
+                label="4 all-reduces at the sweep's measured times")
+    if timed:
+        ax.plot(list(timed), [u for u, _ in timed.values()], "o", color=un.get_color(),
+                label="unsplit, measured")
+        ax.plot(list(timed), [s for _, s in timed.values()], "s", color=sp.get_color(),
+                label="split, measured")
     ax.set(xlabel="width C", ylabel="s per block (forward + backward)")
     fig.suptitle(f"{tokens} tokens per step, compute at {si(flops_per_s, 'FLOP/s')}, "
                  f"link: alpha {si(scaled.alpha_s, 's')} + bytes at {si(scaled.bandwidth, 'B/s')} "
                  "per ring step (the fit)")
-    ax2.semilogx(widths, [c.speedup for c in costs], label="model")
+    ax2.semilogx(widths, [c.speedup for c in costs], label="model (the fit, one rate)")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axhline(t, color="grey", lw=0.8, ls="--", label=f"ideal: {t}x")
     cross = crossover_width(t, tokens, seq, flops_per_s, scaled)
     for a in (ax, ax2):
         if cross is not None and WIDTHS[0] <= cross <= WIDTHS[1]:
-            a.axvline(cross, color="red", lw=0.8, label=f"crossover C = {cross:,.0f}")
+            a.axvline(cross, color="red", lw=0.8, label=f"the model's crossover C = {cross:,.0f}")
     if marks:
         ax2.plot(list(marks), list(marks.values()), "o", mfc="none", mec="k",
-                 label="bound from each width's measured compute")
+                 label="bound: each width's measured compute and calls")
     if points:
         ws = list(points)
         vs = [float(v.value) if isinstance(v, Estimate) else float(v) for v in points.values()]
@@ -93,6 +111,15 @@ def plot_tp_crossover(flops_per_s: float, link: AlphaBeta, t: int = 2, tokens: i
     ax2.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)
+
+
+def _pair(v: object) -> tuple[float, float]:
+    """``(unsplit, split)`` seconds, each > 0."""
+    items = check_items("blocks times", v)
+    if len(items) != 2:
+        raise ValueError(f"blocks times must be (unsplit, split) seconds, got {len(items)} values")
+    u, s = (check_real("blocks seconds", x, 0, lo_open=True) for x in items)
+    return u, s
 
 
 def tp_widget(flops_per_s: float, link: AlphaBeta, seq: int = 512) -> WidgetSpec:

@@ -46,6 +46,7 @@ def test_ring_attention_equals_one_process(nproc):
         for r in res:
             t = r["time"]
             assert len(t["exchange_s"]) == 2 and min(t["exchange_s"]) > 0
+            assert len(t["pair_exchange_s"]) == 2 and min(t["pair_exchange_s"]) > 0
             for split in ("contiguous", "zigzag"):
                 rec = t["splits"][split]
                 assert all(len(rec[k]) == 2 for k in ("compute_s", "wait_s", "ready_wait_s", "step_s"))

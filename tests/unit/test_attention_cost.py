@@ -77,14 +77,18 @@ def test_tile_owner_and_plots():
     plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
     pts = _synthetic(2e10, 5e-5, 1e10)
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
-    assert len(fig.axes[0].get_legend().get_texts()) == 3   # one entry per length
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(legend) == 4 and legend[-1] == "model, fitted on this length"   # each length, then the model
     plt.close(fig)
     # the length the model was not fitted on is drawn dashed: a prediction, not a fit
     lens = sorted({p.seq_len for p in pts})
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts), fitted_lens=lens[:-1])
-    styles = [ln.get_linestyle() for ln in fig.axes[0].get_lines() if ln.get_linestyle() != "None"]
+    styles = [ln.get_linestyle() for ln in fig.axes[0].get_lines()
+              if ln.get_linestyle() != "None" and len(ln.get_xdata())]   # the drawn lines, not the legend's
     assert styles.count("--") == 1 and styles.count("-") == len(lens) - 1
     assert "dashed: predicted" in fig.axes[0].get_title()
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "model, predicted (not fitted on it)" in legend
     plt.close(fig)
     plt.close(va.plot_saved_bytes([32, 64], {"eager": [1, 4], "flash": [1, 2]}))
     with pytest.raises(ValueError, match="flash"):

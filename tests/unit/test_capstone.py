@@ -19,9 +19,10 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.profiling.capstone_text import Pick, explain_round, phase_ms, reads_pick
+from perfkit.profiling.capstone_text import Pick, explain_round, percent2, phase_ms, reads_pick, still_listed
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
+    dropped_text,
     plot_waterfall,
     round_context,
     round_text,
@@ -258,21 +259,32 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     # the bound's phases, and the syncs, in the inconclusive sentence
     assert "sync 3.0 -> 0.4 ms, communication 2.0 -> 1.6 ms" in words["inconclusive"]
     assert "57 -> 29" in words["inconclusive"] and words["inconclusive"] in words["below"]
-    # above the bound: the phase outside it whose time fell (forward 3 -> 1 ms), not backward (2 -> 2)
-    assert "outside the sync + communication the bound counts, forward 3.0 -> 1.0 ms" in words["above"]
-    assert "backward" not in words["above"] and "find_unused_parameters" in words["above"]
+    assert "(together 5.0 -> 2.0 ms) per profiled step" in words["inconclusive"]
     # the profiled window gained 1.25x (10 -> 8 ms) against the runs' 2.4x: said whatever the outcome
     window = "The profiled window gained 1.25x (10.0 -> 8.0 ms a profiled step) against the runs' 2.40x"
-    assert all(window in words[k] for k in ("held", "above", "below", "inconclusive"))
+    assert all(window in words[k] for k in ("held", "below", "inconclusive"))
     assert "measured in windows that changed otherwise than the runs did" in words["inconclusive"]
+    # above the bound in the runs, within it in the window (1.25x against 2x): the window says so, once,
+    # and no phase outside the bound is blamed for a crossing the window did not show
+    assert "the profiled windows did not: inside them" in words["above"] and window not in words["above"]
+    assert "gained 1.25x, within its 2x" in words["above"] and "outside the sync" not in words["above"]
+    # the window crossed it too (2.5x against 2x): the phase outside the bound whose time fell (forward
+    # 3 -> 0.8 ms), not backward (2 -> 2)
+    faster = {**report([], {"sync": 0.1, "communication": 0.2, "forward": 0.2, "backward": 0.5},
+                       steps=(0.004,)), "syncs_per_step": 29}
+    crossed = explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report=faster)["above"]
+    assert "outside the sync + communication the bound counts, forward 3.0 -> 0.8 ms" in crossed
+    assert "backward" not in crossed and "find_unused_parameters" in crossed
     unalike = explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report=after, slowdown_after=1.57)
     assert "took 1.00x an unprofiled one before the fix and 1.57x after it" in unalike["held"]
+    assert "stretched the two configurations unequally" in unalike["above"]
+    assert "the window's times 1.57" in unalike["above"]
     close = explain_round(ddp, 1.3, before, 1.0, repeated=True, after_report=after)["above"]
-    assert "profiled window" not in close  # 1.25x against 1.3x: the window's phases hold the gain
+    assert "The profiled window gained" not in close  # 1.25x against 1.3x: the window's phases hold the gain
     batch = explain_round(Pick("compute", 0.1, 4.0, "m", "batch", by_tokens=True), 5.0, before, 1.0,
                           repeated=True, after_report=after, tokens_x=4.0)
     assert "profiled window" not in batch["held"]  # 4x the tokens in 0.8x the time: 5x, as the runs
-    other = explain_round(Pick("data", 0.3, 1.4, "m", "data", ("data", "communication")), 1.5, before, 1.0,
+    other = explain_round(Pick("data", 0.2, 1.2, "m", "data", ("data", "communication")), 1.5, before, 1.0,
                           repeated=False, after_report=after)
     assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
     assert "sync 3.0 -> 0.4 ms" in other["above"]  # outside data + communication, the largest drop first
@@ -309,6 +321,28 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
         phase_ms([0.1])
 
 
+def test_a_bound_the_window_kept_is_explained_by_the_profilers_unequal_stretch():
+    # a data round as measured: 46.9 -> 35.7 ms a profiled step (1.31x) against the runs' 1.82x and a
+    # 1.75x bound; the profiler stretched the step 1.01x before the fix and 1.45x after it
+    before = {**report([], {"data": 0.32, "communication": 0.107}, steps=(0.0469,)), "syncs_per_step": 57}
+    after = {**report([], {"data": 0.01, "communication": 0.2}, steps=(0.0357,)), "syncs_per_step": 57}
+    pick = Pick("data", 0.429, 1.75, "m", "data", ("data", "communication"))
+    above = explain_round(pick, 1.82, before, 1.01, repeated=True, after_report=after,
+                          slowdown_after=1.45)["above"]
+    assert "the fix gained 1.31x, within its 1.75x" in above
+    assert "1.01x an unprofiled one before the fix and 1.45x after it" in above
+    assert "the window's times 1.44" in above
+    assert "removed more than the data and collective time" not in above  # what the window contradicts
+    # the same factors on both sides: the runs' excess is not the profiler's, and it is not said to be
+    alike = explain_round(pick, 1.82, before, 1.01, repeated=True, after_report=after,
+                          slowdown_after=1.05)["above"]
+    assert "unequally" not in alike and "gained more than the windows" in alike
+    # the window crossed the bound too: the fix did remove more than the bound's phases
+    assert "removed more than the data" in explain_round(pick, 1.82, before, 1.01, repeated=True,
+                                                         after_report={**after, "step_times_s": [0.02]},
+                                                         slowdown_after=1.45)["above"]
+
+
 @dataclass(frozen=True)
 class FakeJob(CapstoneJob):
     """Runs nothing: each configuration's median step is given by ``STEP`` (times ``AGAIN``'s
@@ -338,10 +372,14 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     assert r.kept and r.speedup.value == pytest.approx(2.0) and loop.applied == ["sync"]
     assert CALLS[1:] == [(("sync",), True)] + ([((), False)] if repeat else [])  # QUICK: one job per fix
     r = loop.play()
-    assert not r.kept and loop.tried == {"ddp": pytest.approx(2 / 3)} and loop.waterfall == [("sync", 2.0)]
+    assert not r.kept and list(loop.tried) == ["ddp"] and loop.waterfall == [("sync", 2.0)]
+    assert loop.tried["ddp"].value == pytest.approx(2 / 3) and loop.tried["ddp"] == r.speedup
     assert loop.play() is None and len(loop.rounds) == 2
     assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.667x**" in round_text(r)
     assert "dropped" in round_text(r) and "dropped" not in round_text(first)
+    # three steps a run: no interval, so no slowdown is claimed; what the interval is said once
+    assert "no interval, so this run cannot tell it from no change" in round_text(r)
+    assert round_text(r).count("fewer than the") == 1
     assert ("mean of its runs before and after" if repeat else "its one run") in round_text(first)
     assert len(first.befores_tps) == (2 if repeat else 1)
     # two runs of the configuration before that read 1.39x apart: the round says so
@@ -393,7 +431,8 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     # seams that all point one way are a bias between the runs, not load drifting both ways
     one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)])
     assert "All 3 seams read the configuration slower" in seams_text(one_way)
-    assert "a 1 in 4 chance" in seams_text(one_way)
+    # all 3 slower by chance: 1 in 8 (all 3 one way, either way: 1 in 4)
+    assert "a 1 in 8 chance, and 1 in 4 for all 3 one way, either way" in seams_text(one_way)
     up = replace(total, seams=[("the slow job", 100, 110), ("sync", 200, 220), ("data", 300, 330)])
     assert "All 3 seams read the configuration faster" in seams_text(up)
     # planted: 2 of 3 one way called a bias (with 3 seams that said "one way" whatever happened)
@@ -457,6 +496,39 @@ def test_the_loop_needs_a_start_and_lists_fixes_left_alone():
     loop.rounds = [{"fixes": (), "report": report([], {"data": 0.03}), "result": result([0.1] * 8)}]
     loop.applied = ["sync", "ddp"]
     assert loop.left_alone() == ["not applied: --fix data (data: 3.0% of the last step)"]
+
+
+def test_a_drop_on_an_interval_holding_one_is_not_called_a_slowdown():
+    unclear = dropped_text("sync", Estimate(0.85, 0.459, 1.382, 0.9, 16, "m"))
+    assert "0.850x (90% interval 0.459x to 1.382x, m)" in unclear
+    assert "cannot tell it from no change" in unclear and "not shown to slow the job" in unclear
+    assert "slower beyond" not in unclear
+    assert "0.850x: its interval" in dropped_text("sync", Estimate(0.85, 0.459, 1.382, 0.9, 16, "m"), False)
+    clear = dropped_text("sync", Estimate(0.8, 0.7, 0.9, 0.9, 16, "m"))
+    assert "slower beyond its interval: dropped" in clear and "no change" not in clear
+    with pytest.raises(TypeError, match="gain"):
+        dropped_text("sync", 0.85)
+
+
+def test_findings_still_listed_say_what_became_of_their_fixes():
+    # the last diagnosis still lists a sync finding whose fixes were dropped and applied: the loop is
+    # done with it, though it stands (the loop stops when the fixes are used up, not the findings)
+    rep = report([("medium", "sync", 0.016), ("info", "compute", 0.73)], {})
+    lines = still_listed(rep, FIX_FOR, ["data", "ddp"], {"sync": None}, ("data", "sync", "ddp"))
+    assert lines == ["[medium] sync (1.6% of the last step): --fix sync tried and dropped, --fix ddp applied"]
+    assert "not offered here" in still_listed(rep, FIX_FOR, [], {}, ("data",))[0]
+    assert still_listed(report([("high", "straggler", 0.2)], {}), FIX_FOR, [], {}, ()) == [
+        "[high] straggler (20.0% of the last step): no fix for it in this job"]
+    with pytest.raises(ValueError, match="findings"):
+        still_listed({"shares": {}}, FIX_FOR, [], {}, ())
+
+
+def test_mfu_is_printed_to_two_figures():
+    # runs minutes apart differ by tens of percent: "3.32%" and "20.32%" claimed figures no run repeats
+    assert [percent2(v) for v in (0.0332, 0.2032, 0.0296, 0.005, 0.0999, 1.0, 0.0)] == [
+        "3.3%", "20%", "3.0%", "0.50%", "10%", "100%", "0%"]
+    with pytest.raises(ValueError, match="share"):
+        percent2(-0.1)
 
 
 def test_show_round_says_when_the_loop_is_done(capsys):

@@ -8,7 +8,14 @@ from dataclasses import replace
 import pytest
 
 from perfkit.stats import Estimate
-from perfkit.viz.capstone import plot_waterfall, seams_text, tally_text, target_text, total_text
+from perfkit.viz.capstone import (
+    plot_time_to_target,
+    plot_waterfall,
+    seams_text,
+    tally_text,
+    target_text,
+    total_text,
+)
 from tests.unit.test_capstone import AGAIN, play_all
 
 
@@ -64,6 +71,19 @@ def test_the_waterfall_legend_names_its_colours_below_the_bars():
     assert box.y1 < axes.y0  # below the axes: it covers no bar
     plain = [t.get_text() for t in plot_waterfall([("a", 2.0), ("b", 0.8)]).axes[0].get_legend().get_texts()]
     assert plain == ["faster", "slower", "total"]  # no intervals given: no claim about them
+
+
+def test_the_waterfall_axis_ends_near_its_tallest_bar():
+    # a 6.12x total (log2 2.61) ended at 16x: a tick past the limits widened the axis
+    ax = plot_waterfall([("a", 1.69), ("b", 1.93), ("c", 1.12), ("d", 1.67)], total=6.12).axes[0]
+    assert ax.get_ylim()[1] < 4.0 and max(ax.get_yticks()) <= ax.get_ylim()[1]
+
+
+def test_the_loss_curve_names_its_loss():
+    fig = plot_time_to_target({"slow": ([1.0, 2.0], [6.0, 5.0])}, 5.2, ylabel="mean loss, last 4096 tokens")
+    assert fig.axes[0].get_ylabel() == "mean loss, last 4096 tokens"
+    with pytest.raises(TypeError, match="ylabel"):
+        plot_time_to_target({"slow": ([1.0, 2.0], [6.0, 5.0])}, 5.2, ylabel=3)
 
 
 def test_the_verdicts_are_counted_by_what_bounded_them():

@@ -127,3 +127,69 @@ def test_dram_copy_is_the_copys_own_rate_not_an_adds_ceiling():
     assert rate == pytest.approx(37.4e9) and source.startswith("the DRAM ceiling") and "add of" in source
     # never above the DRAM ceiling (a ceiling lowered by a larger buffer's figure)
     assert ceilings.dram_copy(replace(lim, copy_bytes_per_s=30e9))[0] == pytest.approx(30e9)
+
+
+def test_observe_copy_records_a_faster_copy_that_dram_copy_then_reads(tmp_path):
+    from perfkit.hw import CopyPoint
+
+    # the sweep's copies of 268 MB ran 28.4 GB/s at best (a slowed round); x + y raised the DRAM
+    # ceiling to 53.8 GB/s; the copy, timed again beside x + y, reached 46.6 GB/s
+    copies = [CopyPoint(2**28, 2e-2, 26e9, 28.4e9, 2), CopyPoint(2**28, 3e-2, 20e9, 21e9, 1),
+              CopyPoint(2**16, 2e-6, 60e9, 70e9, 1)]
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 53.8e9, copy_points=copies, dram_nbytes=2**28,
+                           method=hw.METHOD, sources={"dram": "x + y on 2 threads, measured after the sweep"})
+    assert ceilings.dram_copy(lim)[0] == pytest.approx(28.4e9)  # what notebook 02 read before
+    path = tmp_path / "l.json"
+    out = ceilings.observe_copy(lim, 46.6e9, "copy of 268 MB buffers on 2 threads", threads=2, path=path)
+    rate, source = ceilings.dram_copy(out)
+    assert rate == pytest.approx(46.6e9)
+    assert source == "copy of 268 MB buffers on 2 threads" + ceilings.AFTER_SWEEP
+    assert ceilings.dram_copy(hw.MachineLimits.from_json(path.read_text())) == (rate, source)  # the file
+    kept = next(p for p in out.copy_points if p.threads == 2 and p.nbytes == 2**28)
+    assert kept.bytes_per_s == 26e9 and len(out.copy_points) == 3  # the sweep's median stays, no new point
+    assert out.copy_bytes_per_s == 53.8e9 and out.sources == lim.sources  # the ceiling was not beaten
+    # a slower copy changes nothing; a copy above the DRAM ceiling raises it too
+    assert ceilings.observe_copy(lim, 20e9, "copy", threads=2, save=False) is lim
+    high = ceilings.observe_copy(lim, 60e9, "copy", threads=2, save=False)
+    assert high.copy_bytes_per_s == 60e9 and ceilings.dram_copy(high)[0] == pytest.approx(60e9)
+    # a thread count the sweep did not copy on gets a point of its own
+    three = ceilings.observe_copy(lim, 40e9, "copy", threads=3, save=False)
+    assert len(three.copy_points) == 4 and ceilings.dram_copy(three)[0] == pytest.approx(40e9)
+
+
+def test_copy_ratio_floor_is_what_a_cache_that_holds_nothing_still_reaches():
+    from perfkit.hw import CopyPoint
+
+    copies = [CopyPoint(2**16, 2.11e-6, 62e9, 70e9, 1), CopyPoint(2**16, 3e-6, 40e9, 50e9, 2),
+              CopyPoint(2**20, 2e-5, 100e9, 135e9, 2), CopyPoint(2**28, 2e-2, 26e9, 28.4e9, 1)]
+    lim = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 53.8e9, copy_points=copies, dram_nbytes=2**28)
+    stream = 2 * 2**20 / 53.8e9  # s: 1 MiB's counted bytes at DRAM's fastest rate
+    floor = ceilings.copy_ratio_floor(lim, 2**20)
+    assert floor == pytest.approx(stream / (stream + 2.11e-6))  # the 1-thread smallest copy's time
+    assert 0.9 < floor < 1 and 0.0286 < floor  # a ratio of 0.0286x says the run was disturbed
+    assert ceilings.copy_ratio_floor(lim, 2**20, threads=2) == pytest.approx(stream / (stream + 3e-6))
+    assert ceilings.copy_ratio_floor(lim, 2**20, threads=4) == pytest.approx(stream / (stream + 3e-6))
+    assert ceilings.copy_ratio_floor(hw.MachineLimits("cpu", "t", {"float32": 1.0}, 1e9), 2**20) == 0.0
+
+
+def test_observe_copy_reaches_the_file_where_an_earlier_runs_dram_record_wins_the_merge(tmp_path):
+    from perfkit.hw import CopyPoint
+
+    path = tmp_path / "l.json"
+    # an earlier run: x + y set 53.8 GB/s, its sweep's copies of the same buffers 28.4 GB/s at best
+    earlier = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 53.8e9, method=hw.METHOD, dram_nbytes=2**28,
+                               copy_points=[CopyPoint(2**28, 2e-2, 26e9, 28.4e9, 2)])
+    hw.save_limits(earlier, path)
+    # this run: a slower DRAM ceiling (so the file keeps the earlier record), a faster copy
+    run = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 40e9, method=hw.METHOD, dram_nbytes=2**28,
+                           copy_points=[CopyPoint(2**28, 3e-2, 20e9, 22e9, 2)])
+    ceilings.observe_copy(run, 46.6e9, "copy beside x + y", threads=2, path=path)
+    held = hw.MachineLimits.from_json(path.read_text())
+    assert held.copy_bytes_per_s == 53.8e9 and ceilings.dram_copy(held)[0] == pytest.approx(46.6e9)
+    # an earlier run's larger buffers win the merge; a copy of smaller buffers says nothing of them
+    big = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 30e9, method=hw.METHOD, dram_nbytes=2**30,
+                           copy_points=[CopyPoint(2**30, 1e-1, 20e9, 21e9, 2)])
+    hw.save_limits(big, tmp_path / "m.json")
+    ceilings.observe_copy(run, 46.6e9, "copy beside x + y", threads=2, path=tmp_path / "m.json")
+    kept = hw.MachineLimits.from_json((tmp_path / "m.json").read_text())
+    assert kept.dram_nbytes == 2**30 and ceilings.dram_copy(kept)[0] == pytest.approx(21e9)

@@ -60,3 +60,26 @@ def test_no_effect_ticks_only_on_rows_whose_claim_names_one():
 def test_bad_input_is_refused(verdicts, unit, exc, match):
     with pytest.raises(exc, match=match):
         viz.plot_claims_forest(verdicts, unit)
+
+
+def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
+    from perfkit.data.claims import PinTiming
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+
+    # identical loops 3 % apart in both orders, with no position effect: not the position's
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.03,) * 10, 0), "cpu")
+    said = viz.claims.control_order_text(aa)
+    assert "both orders read below 1x, so the 2.9% between identical loops is not the round" in said
+    assert "position (0.0%)" in said
+    gaps = {"compiled slower than eager": (Estimate(0.978, 0.967, 0.987, 0.9, 16, "m"), 1.0),
+            "GELU beyond its ops": (Estimate(0.9, 0.88, 0.92, 0.9, 16, "m"), 0.957)}
+    lines = viz.claims.control_text(aa, gaps, 0.05).splitlines()
+    assert lines[0].startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x")
+    assert lines[1].startswith("compiled slower than eager: its interval (0.967x to 0.987x) lies 1.3% from")
+    assert "within the control's 2.9%: not asserted" in lines[1]
+    assert "lies 3.9% from 0.957x, beyond the control's 2.9%: it stands" in lines[2]
+    with pytest.raises(ValueError, match="no control"):
+        viz.claims.control_text(PinTiming(aa.pageable, aa.pinned, "cuda"), gaps, 0.05)
+    with pytest.raises(ValueError, match="edge"):
+        viz.claims.control_text(aa, gaps, 0)

@@ -23,18 +23,26 @@ def test_compile_record_break_even_by_hand():
     assert slower.break_even_calls == math.inf
 
 
-def test_break_even_between_the_speedups_interval_ends():
-    from perfkit.stats import Estimate
-
-    # 12.5 s of compile, 67.1 ms eager, 1.05x (1.03x to 1.10x): the point alone read "3,737 steps"
-    rec = compiling.CompileRecord(12.5, Measurement((0.0671,), 0), Measurement((0.0638,), 0))
-    soon, late = rec.break_even_between(Estimate(1.05, 1.03, 1.10, 0.9, 11, "paired"))
-    assert soon == pytest.approx(12.5 / (0.0671 * (1 - 1 / 1.10)))   # about 2,050
-    assert late == pytest.approx(12.5 / (0.0671 * (1 - 1 / 1.03)))   # about 6,400
-    assert soon < rec.break_even_calls < late
-    assert rec.break_even_between(Estimate(1.02, 0.98, 1.05, 0.9, 11, "paired"))[1] == math.inf  # never
-    with pytest.raises(TypeError, match="speedup"):
-        rec.break_even_between(1.05)
+def test_break_even_between_the_medians_interval_ends_holds_its_point():
+    # 12.5 s of compile; 11 rounds, eager 65.9 ms and compiled 62.1 ms medians. The old ends came
+    # from the paired ratios' interval (1.04x to 1.06x here, as in a run that printed "3,278 steps
+    # (3,303 to 4,761 at the interval's ends)"): the ratio of the medians, 1.061x, lay at its top,
+    # and the point fell outside its own interval. The ends now come from the medians themselves.
+    eager = (0.0652, 0.0655, 0.0657, 0.0658, 0.0659, 0.0659, 0.0660, 0.0661, 0.0663, 0.0668, 0.0690)
+    compiled = (0.0615, 0.0617, 0.0618, 0.0620, 0.0621, 0.0621, 0.0622, 0.0623, 0.0625, 0.0629, 0.0650)
+    rec = compiling.CompileRecord(12.5, Measurement(eager, 0), Measurement(compiled, 0))
+    soon, late = rec.break_even_between()
+    assert soon <= rec.break_even_calls <= late
+    # at 95 % each, 11 rounds give the 2nd smallest and 2nd largest (98.8 %; the 3rd: 93.5 %)
+    assert soon == pytest.approx(12.5 / (0.0668 - 0.0617)) and late == pytest.approx(12.5 / (0.0655 - 0.0629))
+    close = tuple(e - 0.001 for e in eager)
+    tied = compiling.CompileRecord(12.5, Measurement(eager, 0), Measurement(close, 0))
+    assert tied.break_even_between()[1] == math.inf  # the intervals overlap: it may never pay
+    with pytest.raises(ValueError, match="needs 6 rounds"):
+        few = compiling.CompileRecord(1.0, Measurement(eager[:5], 0), Measurement(compiled[:5], 0))
+        few.break_even_between()
+    with pytest.raises(ValueError, match="level"):
+        rec.break_even_between(1.0)
 
 
 def test_measure_compile_with_the_tracing_backend():

@@ -430,6 +430,25 @@ def test_interleaved_rounds_rotate_so_no_method_runs_twice_in_a_row(n):
     assert any(a[-1] == b[0] for a, b in zip(old, old[1:]))
 
 
+@pytest.mark.parametrize("n", [3, 4, 13, 14])
+def test_interleaved_rounds_follow_every_method_by_every_other_equally_often(n):
+    """A step can leave a cost to the next (collectives that end with the processes out of
+    step, evicted caches). Over a cycle each method must run right after every other equally
+    often, so that cost falls on all alike. Planted: the plain rotation, under which each
+    method always followed the same one (the baseline always came after the last method)."""
+    from collections import Counter
+
+    from perfkit.jobs.compression import round_order
+
+    cycle = 2 * n if n % 2 else n
+    pairs = Counter((a, b) for r in range(cycle) for a, b in zip(round_order(n, r), round_order(n, r)[1:]))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1
+    assert all(round_order(n, r + cycle) == round_order(n, r) for r in range(cycle))
+    rotation = Counter((a, b) for r in range(cycle) for o in [[(r + k) % n for k in range(n)]]
+                       for a, b in zip(o, o[1:]))
+    assert len(rotation) < n * (n - 1)
+
+
 @pytest.mark.parametrize("n, r, err", [(0, 0, ValueError), (2, -1, ValueError), (2.0, 0, ValueError),
                                        (True, 0, ValueError)])
 def test_round_order_refuses_bad_counts_by_name(n, r, err):

@@ -8,7 +8,7 @@ import torch
 from perfkit.compress import (
     BYTES_PER_VALUE,
     conservation_error,
-    copy_share_bound,
+    copy_share_range,
     error_rows,
     gaussian_error,
     residual_norms,
@@ -80,13 +80,16 @@ def test_time_codecs_times_every_path_in_alternation():
     assert k.first_fused_s > 0 and 0.99 <= k.sampled_mass <= 1.0 + 1e-6
 
 
-def test_copy_share_bound_counts_write_allocate():
-    # QSGD fused moves 9 + 5 = 14 B/value counted, writes 1 + 4: with write-allocate a copy
-    # moves 12 and QSGD 19, so its share can reach 12/19 = 0.632, above the counted 8/14 = 0.571
+def test_copy_share_range_charges_write_allocate_to_the_path():
+    # QSGD fused moves 9 + 5 = 14 B/value counted, writes 1 + 4, so 19 with write-allocate;
+    # the copy moves 8 (non-temporal stores) or 12: the share lies between 8/19 and 12/19,
+    # and 8/14, the count without write-allocate, inside. Its low end can fail: a path that
+    # ran at 0.18 of the copy's speed misses it, where an upper bound alone could not fail.
     assert sum(BYTES_PER_VALUE["qsgd"]["fused"].values()) == 14
-    assert copy_share_bound("qsgd") == pytest.approx(12 / 19)
-    assert copy_share_bound("qsgd") > 8 / 14
-    # sign fused writes half of what it moves (1/8 + 4 of 8.25): both accountings give 8/8.25
-    assert copy_share_bound("sign") == pytest.approx(8 / 8.25)
+    lo, hi = copy_share_range("qsgd")
+    assert (lo, hi) == (pytest.approx(8 / 19), pytest.approx(12 / 19))
+    assert lo < 8 / 14 < hi and not lo <= 0.18 <= hi
+    # sign fused moves 8.25 B/value and writes 4.125: 8/12.375 to 12/12.375 (= 8/8.25)
+    assert copy_share_range("sign") == (pytest.approx(8 / 12.375), pytest.approx(8 / 8.25))
     with pytest.raises(ValueError, match="method"):
-        copy_share_bound("topk")
+        copy_share_range("topk")

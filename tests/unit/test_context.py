@@ -54,6 +54,14 @@ def test_ring_work_counts_the_kernel_tiles():
         flash_flops(1, 1, 100, 8, True, 16).forward]
 
 
+def test_transfers_alone_count_backwards_two_blocks_as_one_exchange_posted_together():
+    # P = 2: forward one K/V block; backward K/V and dK/dV waited for together, then dK/dV alone
+    assert cm.ring_transfers_s(2, 1e-3, 1.5e-3) == pytest.approx(2e-3 + 1.5e-3)
+    assert cm.ring_transfers_s(2, 1e-3, 1.5e-3) < (3 * 2 - 2) * 1e-3   # not four exchanges in a row
+    assert cm.ring_transfers_s(4, 1e-3, 2e-3) == pytest.approx(4e-3 + 3 * 2e-3)
+    assert cm.ring_transfers_s(1, 1e-3, 2e-3) == 0.0   # one process sends nothing
+
+
 def test_bytes_memory_and_longest_sequence():
     b = cm.ring_bytes(1, 2, 64, 8, 4)
     block = 2 * 2 * 16 * 8  # K and V values a rank holds

@@ -77,3 +77,27 @@ def test_worker_sweep_takes_the_counts_in_balanced_orders(monkeypatch):
     assert len(rounds) == 6 and all(len(v) == 6 for v in s.rates.values())  # 5 -> one cycle of 6
     for a, b in ((0, 1), (0, 4), (1, 4)):
         assert sum(r.index(a) < r.index(b) for r in rounds) == 3
+
+
+def test_the_control_weighs_an_effect_against_how_far_identical_loops_read_apart():
+    """Identical loops read 1/1.02 in every round: the control reaches 2 % from 1x, so a 1.3 %
+    gap (a compiled step at 0.967x to 0.987x) is within it, a 5.8 % one (0.922x to 0.942x) is not."""
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+
+    aa = dc.PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.02,) * 10, 0), "cpu")
+    assert aa.reach() == pytest.approx(1 - 1 / 1.02)
+    assert aa.position_effect() == pytest.approx(0.0)
+    compiled, gelu = Estimate(0.978, 0.967, 0.987, 0.9, 16, "m"), Estimate(0.935, 0.922, 0.942, 0.9, 16, "m")
+    assert dc.interval_gap(compiled, 1.0) == pytest.approx(0.013)
+    assert dc.interval_gap(gelu, 0.957) == pytest.approx(1 - 0.942 / 0.957)
+    assert dc.interval_gap(Estimate(1.2, 1.1, 1.3, 0.9, 16, "m"), 1.0) == pytest.approx(0.1)
+    assert dc.interval_gap(compiled, 0.98) == 0.0  # the interval holds it
+    assert not aa.resolves(compiled, 1.0) and aa.resolves(gelu, 1.0)
+    # with CUDA the loops differ: no control, so any gap counts
+    gpu = dc.PinTiming(aa.pageable, aa.pinned, "cuda")
+    assert gpu.reach() is None and gpu.resolves(compiled, 1.0)
+    with pytest.raises(ValueError, match="reference"):
+        dc.interval_gap(compiled, 0.0)
+    with pytest.raises(TypeError, match="est"):
+        dc.interval_gap(0.97, 1.0)

@@ -69,6 +69,38 @@ def test_hidden_fraction_against_the_longer_part():
     assert est.value == pytest.approx(0.8) and est.spread == pytest.approx((0.8, 0.8))
 
 
+def test_hidden_fraction_estimate_is_the_fraction_of_the_medians_the_bound_is_built_from():
+    # 7 rounds of a GIL-holding load (ms/step): the prefetched loop's median, 11.3, lies above the
+    # bound's least step, 11.2 (load 6.5, compute 6.3, a 5 ms spin, slowdown 50), so the bound held.
+    # The median of each round's fraction (0.200) lies above the bound's 0.175 all the same: set
+    # beside a bound built from the medians, it reported a crossing the medians do not show.
+    serial, pre = [12.1, 14.0, 13.0, 12.0, 12.2, 12.6, 11.8], [11.4, 11.2, 11.7, 11.6, 10.5, 11.3, 10.8]
+    rounds = {"serial, spin load": serial, "Prefetcher, spin load": pre,
+              "load only": [6.5] * 7, "compute only": [6.3] * 7}
+    est = ov.hidden_fraction_estimate(rounds, "spin")
+    bound = ov.gil_hidden_bound(12.2, 6.5, 6.3, 50.0, 5.0)
+    assert est.value == pytest.approx((12.2 - 11.3) / (12.2 - 6.5))
+    assert est.value <= bound == pytest.approx((12.2 - 11.2) / (12.2 - 6.5))
+    assert est.low < est.value < est.high and est.has_interval   # 7 rounds: each median at 97.5 %
+    # its ends: the fraction at the corners of the four medians' intervals (at 97.5 %, 7 rounds give
+    # [min, max]); it grows with the serial loop here (the prefetched loop is above the longer part)
+    assert est.high == pytest.approx((14.0 - 10.5) / (14.0 - 6.5)) and est.low == pytest.approx(
+        (11.8 - 11.7) / (11.8 - 6.5))
+    few = ov.hidden_fraction_estimate({k: v[:5] for k, v in rounds.items()}, "spin")
+    assert not few.has_interval and few.needs == 7
+    with pytest.raises(ValueError, match="one time per round"):
+        ov.hidden_fraction_estimate({**rounds, "load only": [6.5] * 6}, "spin")
+    with pytest.raises(ValueError, match="longer part"):
+        ov.hidden_fraction_estimate({**rounds, "compute only": [12.5] * 7}, "spin")
+
+
+def test_gil_least_step_is_the_bound_in_time_per_step():
+    # a 5 ms spin beside a step that runs at 1 / 50 of its rate meanwhile: 6.3 + 5 x 0.98 ms
+    assert ov.gil_least_step(6.5, 6.3, 50.0, 5.0) == pytest.approx(11.2)
+    assert ov.gil_least_step(6.5, 6.3, 1.0, 5.0) == pytest.approx(6.5)   # no slowdown: the longer part
+    assert ov.gil_least_step(6.5, 6.3, 0.5, 0.0) == pytest.approx(6.5)
+
+
 def test_prefetch_loops_run_n_steps_each():
     batches = [(torch.tensor([i]), torch.tensor([i])) for i in range(5)]
     seen = []

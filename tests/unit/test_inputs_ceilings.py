@@ -38,6 +38,17 @@ CASES = [  # (id, call, exception, regex on the message)
     ("cached_copy_bytes.share", lambda: ceilings.cached_copy_bytes(LIMITS, 0), ValueError, "share must be"),
     ("cached_copy_bytes.share above 1", lambda: ceilings.cached_copy_bytes(LIMITS, 1.5), ValueError, "share"),
     ("observe.save", lambda: observe(LIMITS, "dram", 1.0, "x", save="no"), TypeError, "save must be a bool"),
+    ("observe_copy.limits", lambda: ceilings.observe_copy(None, 1.0, "x", 1, save=False), TypeError,
+     "limits must be"),
+    ("observe_copy.threads", lambda: ceilings.observe_copy(LIMITS, 1.0, "x", 0, save=False), ValueError,
+     "threads must be an int >= 1"),
+    ("observe_copy.rate", lambda: ceilings.observe_copy(LIMITS, -1.0, "x", 1, save=False), ValueError,
+     "rate"),
+    ("copy_ratio_floor.limits", lambda: ceilings.copy_ratio_floor({}, 4), TypeError, "limits must be"),
+    ("copy_ratio_floor.nbytes", lambda: ceilings.copy_ratio_floor(LIMITS, 0), ValueError,
+     "nbytes must be an int >= 1"),
+    ("copy_ratio_floor.threads", lambda: ceilings.copy_ratio_floor(LIMITS, 4, threads=0), ValueError,
+     "threads must be an int >= 1"),
 ]
 
 

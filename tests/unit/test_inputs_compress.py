@@ -131,7 +131,7 @@ CASES = [  # (name, call, exception, regex on the message)
     ("compression_hook.state", lambda: compression_hook(Sign(), None), TypeError,
      "state must be a HookState"),
     # simulate_dp_training, gaussian_error
-    ("copy_share_bound.method", lambda: compress.copy_share_bound("topk"), ValueError, "method"),
+    ("copy_share_range.method", lambda: compress.copy_share_range("topk"), ValueError, "method"),
     ("simulate_dp_training.make", lambda: simulate_dp_training("topk"), TypeError, "make"),
     ("simulate_dp_training.make result", lambda: simulate_dp_training(lambda: "topk"),
      TypeError, "make must return"),

@@ -451,6 +451,17 @@ CASES = [  # (id, call, exception, regex on the message)
     ("counted_flops step", lambda: compute.counted_flops("step"), TypeError, "step"),
     ("dispatched_calls fn", lambda: compute.dispatched_calls("fn"), TypeError, "fn"),
     ("disturbed_text points", lambda: cx.disturbed_text(5), TypeError, "points"),
+    ("drift_text before", lambda: cx.drift_text([1.0], {}), TypeError, "before must be"),
+    ("drift_text names", lambda: cx.drift_text({"a": None}, {"a": None}), ValueError, "same two steps"),
+    ("fp32_matmul_library takes nothing", lambda: kernels.fp32_matmul_library("mkl"), TypeError,
+     "positional argument"),
+    ("what_fusion_saved rec", lambda: fusion.what_fusion_saved(
+        fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), 0.0, 1e9), None, 2, 10.0), TypeError,
+     "rec must be"),
+    ("what_fusion_saved byte_ratio", lambda: fusion.what_fusion_saved(
+        fusion.chain_model(kernels.elementwise_chain_bytes([1], 10), 0.0, 1e9),
+        CompileRecord(1.0, Measurement((0.002,), 0), Measurement((0.001,), 0)), 2, 0.0), ValueError,
+     "byte_ratio"),
     ("disturbed_verdict reason", lambda: cx.disturbed_verdict(Prediction("a", "b", low=1.0), 2.0, None),
      TypeError, "reason must be a str"),
     ("disturbed_verdict prediction", lambda: cx.disturbed_verdict("p", 2.0, ""), TypeError, "prediction"),

@@ -12,7 +12,7 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 from torch.utils.data import TensorDataset
 
-from perfkit import data, models
+from perfkit import data, models, stats
 from perfkit.data import (
     AugmentedDigits,
     Delayed,
@@ -25,6 +25,7 @@ from perfkit.data import (
     TextChunks,
     bootstrap,
     gil_hidden_bound,
+    gil_least_step,
     hidden_fraction,
     hidden_fraction_estimate,
     largest_gap,
@@ -65,6 +66,10 @@ class FakeTokenizer:
 
 
 CASES = [  # (id, call, exception, regex on the message)
+    ("interval_gap est", lambda: data.interval_gap(1.0, 1.0), TypeError, "est must be"),
+    ("interval_gap reference", lambda: data.interval_gap(stats.Estimate(1.0, 0.9, 1.1, 0.9, 30, "m"), 0.0),
+     ValueError,
+     "reference must be"),
     # spend, SlowDataset, Delayed
     ("spend.seconds nan", lambda: spend(NAN), ValueError,
      "seconds must be a finite number >= 0"),
@@ -312,6 +317,12 @@ CASES = [  # (id, call, exception, regex on the message)
      r"serial_s must exceed max\(load_s, compute_s\)"),
     ("gil_hidden_bound.held_s", lambda: gil_hidden_bound(3.0, 1.0, 1.0, 2.0, 1.5), ValueError,
      r"held_s must be a finite number in \[0, 1\]"),
+    ("gil_least_step.compute_s", lambda: gil_least_step(1.0, 0.0, 2.0, 0.5), ValueError, "compute_s"),
+    ("gil_least_step.held_s", lambda: gil_least_step(1.0, 1.0, 2.0, -0.1), ValueError,
+     r"held_s must be a finite number in \[0, 1\]"),
+    ("hidden_fraction_estimate.level", lambda: hidden_fraction_estimate(
+        {k: [1.0] for k in ("load only", "compute only", "serial, sleep load", "Prefetcher, sleep load")},
+        "sleep", level=1.0), ValueError, r"level must be a finite number in \(0, 1\)"),
     ("overlap_floor.n", lambda: overlap_floor(1.0, 1.0, 0, True), ValueError, "n must be an int >= 1"),
     ("overlap_floor.exhausts", lambda: overlap_floor(1.0, 1.0, 2, 1), TypeError, "exhausts must be a bool"),
     ("overlap_floor.load_s", lambda: overlap_floor(-1.0, 1.0, 2, True), ValueError, "load_s"),

@@ -12,11 +12,13 @@ from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import interval
 from perfkit.saving.interval import (
+    async_save_cost,
     best_interval,
     daly_goodput,
     daly_interval,
     daly_wall_time,
     goodput,
+    mtbf_interval,
     young_interval,
 )
 
@@ -54,6 +56,22 @@ CASES = [
      "model must be one of 'first-order', 'daly'"),
     ("best_interval.mtbf_s zero", lambda: best_interval([1.0], 1.0, 1.0, 0.0), ValueError,
      "mtbf_s"),
+    ("mtbf_interval.failures zero", lambda: mtbf_interval(240.0, 0), ValueError,
+     "failures must be an int >= 1"),
+    ("mtbf_interval.failures float", lambda: mtbf_interval(240.0, 6.0), ValueError,
+     "failures must be an int"),
+    ("mtbf_interval.window_s zero", lambda: mtbf_interval(0.0, 6), ValueError,
+     "window_s must be a finite number > 0"),
+    ("mtbf_interval.level one", lambda: mtbf_interval(240.0, 6, level=1.0), ValueError,
+     r"level must be a finite number in \(0, 1\)"),
+    ("async_save_cost.blocked_s negative", lambda: async_save_cost(-1.0, 1, 1.0, 1.0), ValueError,
+     "blocked_s must be a finite number >= 0"),
+    ("async_save_cost.steps_per_save nan", lambda: async_save_cost(0.1, NAN, 1.0, 1.0), ValueError,
+     "steps_per_save"),
+    ("async_save_cost.step_s_during zero", lambda: async_save_cost(0.1, 1, 0.0, 1.0), ValueError,
+     "step_s_during must be a finite number > 0"),
+    ("async_save_cost.step_s_quiet str", lambda: async_save_cost(0.1, 1, 1.0, "1"), TypeError,
+     "step_s_quiet"),
 ]
 
 

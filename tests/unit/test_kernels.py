@@ -70,3 +70,11 @@ def test_matmul_shape_sweep_is_consistent():
         kernels.matmul_shape_sweep([(2, 2, 2)], "int8")
     with pytest.raises(ValueError, match="k"):
         kernels.matmul_shape_sweep([(2, 2, 0)])
+
+
+def test_fp32_matmul_library_reads_the_build_configuration():
+    import re
+
+    lib = kernels.fp32_matmul_library()
+    found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    assert lib == (found.group(1) if found else None)

@@ -109,6 +109,21 @@ def test_meter_separates_parameters_and_inputs():
     assert lin.weight.grad.shape == (5, 10)
 
 
+def test_meter_names_autocasts_weight_copies_among_the_activations():
+    # under autocast the matmul saves a bfloat16 copy of its weight (5 x 10 x 2 B = 100),
+    # a storage of its own: counted with the activations, and named as a parameter copy
+    lin = nn.Linear(10, 5)
+    x = torch.randn(3, 10, requires_grad=True)
+    with M.SavedTensorMeter(lin, inputs=[x]) as meter, torch.autocast("cpu", torch.bfloat16):
+        lin(x)
+    r = meter.report()
+    assert r.parameter_copy_bytes == 100 and r.parameter_bytes == 0
+    assert r.activation_bytes_by_dtype["bfloat16"] >= 100 + 3 * 10 * 2  # the copy and x's cast
+    with M.SavedTensorMeter(lin, inputs=[x]) as meter:  # no autocast: the weight itself, no copy
+        lin(x)
+    assert (meter.report().parameter_copy_bytes, meter.report().parameter_bytes) == (0, 200)
+
+
 def test_meter_report_inside_and_after_context_and_errors():
     a = torch.ones(4, requires_grad=True)
     with M.SavedTensorMeter() as meter:

@@ -171,5 +171,7 @@ def test_bubble_task_alternates_schedules_on_the_same_stages():
         assert [a < b for a, b in zip(firsts["1f1b"], firsts["zb_h1"])] == [True, False, True]
         assert all(k != "W" for steps in rec["slots"]["1f1b"] for k, *_ in steps[0])
         assert any(k == "W" for k, *_ in rec["slots"]["zb_h1"][0][0])
+        # the cut's own layer times come back, timed before the steps: one per layer, one stage here
+        assert rec["sizes"] == [len(rec["layer_costs"])] and min(rec["layer_costs"]) > 0
     finally:
         dist.destroy_process_group()

@@ -224,3 +224,26 @@ def test_framework_flag_rejects_an_unknown_name(capsys):
     with pytest.raises(SystemExit) as e:
         main(["plan", *SMALL, "--framework", "megatron"])
     assert e.value.code == 2 and "megatron-lm-2021" in capsys.readouterr().err
+
+
+def test_the_plan_legend_names_only_the_terms_its_bars_show():
+    """A term whose bar no reader can see (the optimizer's milliseconds beside seconds of
+    matmul) is not given a colour in the legend; the legend's title names it instead."""
+    import matplotlib.pyplot as plt
+
+    from perfkit.plan import ModelSpec, named_cluster, plan
+    from perfkit.viz.plan import VISIBLE_SHARE, plot_plan
+
+    model = ModelSpec("Llama-style 8B", layers=32, hidden=4096, heads=32, ffn=14336, vocab=128256,
+                      seq=8192, kv_heads=8, gated=True, tied=False)
+    p = plan(model, named_cluster("h100-sxm"), 64, 512)
+    best = p.best[:5]
+    longest = max(c.time.total_s for c in best)
+    tiny = {t for t in best[0].time.terms if 0 < max(c.time.terms[t] for c in best) < VISIBLE_SHARE * longest}
+    assert "optimizer" in tiny  # the case this test is about
+    fig = plot_plan(p)
+    legend = fig.axes[0].get_legend()
+    shown = {t.get_text() for t in legend.get_texts()}
+    assert not shown & tiny and "matmul" in shown
+    assert all(t in legend.get_title().get_text() for t in tiny)
+    plt.close(fig)

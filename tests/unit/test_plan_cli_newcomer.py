@@ -96,3 +96,14 @@ def test_precision_sets_the_bytes_per_parameter(capsys):
     assert main([*base, "--precision", "fp32"]) == 0
     fp32 = json.loads(capsys.readouterr().out)["best"][0]["memory_bytes"]
     assert fp32["params"] == 2 * bf16["params"] and fp32["optimizer"] == bf16["optimizer"] * 8 / 12
+
+
+def test_the_header_says_at_what_share_attention_runs(capsys):
+    # a plan that left attention at the matmul's share said nothing of it, so a reader took the
+    # 50 % of a GEMM for FlashAttention-2's 35 % (or the other way round)
+    assert main(["plan", *TINY, "--gpus", "2", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "attention kernel at the matmul efficiency (0.50 forward and backward" in out
+    assert main(["plan", *TINY, "--gpus", "2", "--top", "1", "--attention-efficiency", "0.35",
+                 "--attention-backward-efficiency", "0.3"]) == 0
+    assert "attention kernel 0.35 forward, 0.30 backward (given)" in capsys.readouterr().out

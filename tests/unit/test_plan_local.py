@@ -222,3 +222,26 @@ def test_the_zero_benchs_link_sizes_are_checked_before_the_job(sizes):
 
     with pytest.raises(ValueError, match=r"link_sizes\[\d\] must be an int >= 1"):
         compare(["ddp_adamw"], link_sizes=sizes)
+
+
+def test_collective_cost_names_a_charge_the_window_let_through():
+    """ZeRO-3's ratio held inside ±25 % while the prediction lay outside the measured interval
+    and the collectives cost about 1.46x their charge: the sentence must say both, numbers a
+    reader can check by hand (23.3 ms DDP step, 10.2 ms charged, 1.35x predicted, 1.55x measured)."""
+    from perfkit.estimate import Estimate
+    from perfkit.plan import collective_cost
+
+    m = Estimate(1.55, 1.47, 1.65, 0.9, 40, "median of 40 paired ratios")
+    text = collective_cost(m, 1.35, 0.0233, 0.0102)
+    assert "4.7 ms above the predicted one" in text
+    assert "they cost 14.9 ms, 1.46x the charge" in text     # 10.2 + 0.20 x 23.3
+    assert "(13.0 to 17.2 ms, 1.27x to 1.69x" in text          # over the interval's ends
+    assert "lies below the measured interval (1.47x to 1.65x)" in text
+    inside = collective_cost(Estimate(1.05, 0.99, 1.15, 0.9, 40, "median"), 1.04, 0.0233, 0.0029)
+    assert "inside the measured interval" in inside and "below the measured" not in inside
+    # a ratio below what the model predicts without its collectives: no negative cost printed
+    assert "cost nothing" in collective_cost(Estimate(0.9, 0.9, 0.9, None, 1, "exact"), 1.04, 0.0233, 0.0029)
+    with pytest.raises(TypeError, match="measured"):
+        collective_cost(1.55, 1.35, 0.0233, 0.0102)
+    with pytest.raises(ValueError, match="comm_s"):
+        collective_cost(m, 1.35, 0.0233, 0.0)

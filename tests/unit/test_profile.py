@@ -9,6 +9,7 @@ import torch
 from perfkit.models import digits_workload, train_steps
 from perfkit.profiling import (
     Finding,
+    PhaseStats,
     ProfileConfig,
     Profiler,
     StepMonitor,
@@ -241,9 +242,29 @@ def test_every_source_of_shares_gets_the_same_findings():
     s = mon.summary()
     from_monitor = diagnose_shares(s)
     assert [f.kind for f in from_monitor] == ["data"]  # 40 % of a 10 ms step
-    assert from_monitor == diagnose_shares(s.shares())  # the same record, the same words
+    assert from_monitor == diagnose_shares(s.median_shares())  # the same record, the same words
     trace = TraceBreakdown(3, 0.010, {"data": 0.004, "forward": 0.003, "backward": 0.002})
     assert diagnose_shares(trace)[0].evidence == from_monitor[0].evidence
+
+
+def test_a_stalled_step_moves_the_means_shares_but_not_the_medians_the_rules_read():
+    mon = StepMonitor(device="cpu")
+    t = [0.0]
+    mon._mark = lambda: t[0]
+    for i in range(30):  # data 20 ms of a 40 ms step; one step's forward stalls 700 ms
+        for name, d in (("data", 0.020), ("forward", 0.720 if i == 7 else 0.020)):
+            with mon.phase(name):
+                t[0] += d
+        mon.step()
+    s = mon.summary()
+    assert s.share("data") == pytest.approx(0.02 / (0.04 + 0.7 / 30))  # 31.6 %: the stall is in the mean step
+    assert s["data"].median_share == pytest.approx(0.5) and s.median_shares()["data"] == pytest.approx(0.5)
+    (data,) = [f for f in diagnose_shares(s) if f.kind == "data"]
+    assert data.share == pytest.approx(0.5)  # Amdahl's bound 2x, what removing data gains the median step
+    assert data.max_speedup == pytest.approx(2.0)
+    assert "jitter" in [f.kind for f in diagnose_shares(s)]  # the stall is the jitter rule's finding
+    with pytest.raises(ValueError, match="step_times"):
+        PhaseStats.of("data", [0.1, 0.2], 0.3, step_times=[0.3])
 
 
 def test_a_user_phase_aliased_to_sync_is_judged_by_the_sync_rule():

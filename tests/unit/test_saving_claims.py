@@ -104,6 +104,9 @@ def test_one_second_sizes_are_not_stated_from_a_model_the_stored_run_contradicts
     assert "9.86 GB" not in thread
     assert "1 s is reached near 737 MB (a fixed part would put it higher)" in thread
     assert "no line with a non-negative fixed part" in thread
+    # said as what the line gives, not "under 1 s by no figure", which read as a size
+    assert "gives no size for 1 s: the larger save took more than in proportion" in thread
+    assert "by no figure" not in thread
     assert "does not hold" in sync and "1.55 GB" not in sync and "put it lower" in sync
     # where the stored run took no longer than the model, the model's size stands
     fast = one_second_lines(_stored_run_costs(), 202e6, {"sync": 0.2, "thread": 0.04})

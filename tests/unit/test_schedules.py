@@ -21,12 +21,15 @@ from perfkit.parallel.schedules import (
     zb_h1,
 )
 from perfkit.parallel.simulate import (
+    DEFAULT_COSTS,
     DeadlockError,
     bubble_formula,
     execution_order,
     peak_in_flight,
     play,
     simulate,
+    split_costs,
+    stage_costs,
     timeline_from,
     validate,
 )
@@ -75,6 +78,29 @@ def test_zb_h1_exact(p, m):
     # a third of 1F1B's idle slots: (p-1) against 3(p-1) with B = I + W
     one = simulate(one_f_one_b(p, m), {"F": 1, "B": 2})
     assert one.makespan - tl.makespan == pytest.approx(2 * (p - 1))
+
+
+def test_uneven_stages_from_layer_times_move_the_bubble_off_the_formula():
+    stages = stage_costs([0.01, 0.03, 0.03, 0.02], [2, 2])
+    assert stages == pytest.approx([0.04, 0.05])
+    cost = split_costs(stages)
+    # F a third of the stage, B two thirds (DEFAULT_COSTS), each stage its own
+    assert cost(Action("F", 1, 0)) == pytest.approx(0.05 / 3)
+    assert cost(Action("B", 0, 2)) == pytest.approx(0.08 / 3)
+    assert DEFAULT_COSTS["F"] * 2 == DEFAULT_COSTS["B"]
+    # equal stages give the formula; a 25 % heavier last stage a larger bubble, which the
+    # formula, assuming equal stages, does not show
+    even = simulate(one_f_one_b(2, 4), split_costs([0.05, 0.05])).bubble_share
+    assert even == pytest.approx(bubble_formula("1f1b", 2, 4))
+    uneven = simulate(one_f_one_b(2, 4), cost).bubble_share
+    tl = simulate(one_f_one_b(2, 4), cost)
+    assert [tl.busy(r) for r in range(2)] == pytest.approx([0.16, 0.20])   # 4 micro-batches x stage
+    assert uneven == pytest.approx(1 - 0.36 / (2 * tl.makespan)) and uneven > even
+    assert split_costs([1.0], {"F": 1, "B": 1})(Action("B", 0, 0)) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="sizes add up to 3 layers, but layer_s holds 4"):
+        stage_costs([0.01, 0.03, 0.03, 0.02], [2, 1])
+    with pytest.raises(ValueError, match="shares F \\+ B"):
+        split_costs([1.0], {"F": 0, "B": 0})
 
 
 def test_latency_delays_cross_rank_only():

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from perfkit.comm.alpha_beta import AlphaBeta
+from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.comm.traffic import count_traffic
 from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
 from perfkit.parallel.sequence import (
@@ -29,6 +29,7 @@ from perfkit.parallel.tp_costs import (
     block_flops,
     crossover_width,
     region_activation_bytes,
+    sweep_time,
     tp_block_cost,
 )
 from perfkit.parallel.tp_gpt import check_tp_degree, parallelize_gpt, sp_synced_values, tp_traffic
@@ -254,6 +255,25 @@ def test_crossover_is_where_the_speedup_crosses_one():
     assert crossover_width(2, 4096, 512, 1e11, LINK, hi=w / 2) is None
 
 
+def test_a_call_is_charged_what_the_sweep_measured_at_its_size_not_the_fits_intercept():
+    # small calls slower than mid-sized ones (gloo's threads asleep): the fit's intercept
+    # lands above the calls at a block's sizes
+    sizes = [2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**22]
+    secs = [1.2e-3, 1.1e-3, 1.15e-3, 581e-6, 424e-6, 603e-6, 2.6e-3]
+    fit = fit_alpha_beta(sizes, secs)
+    # exact at a measured size; halfway in log size, halfway in time; the ends held outside
+    assert sweep_time(sizes, secs, 2**18) == pytest.approx(424e-6)
+    assert sweep_time(sizes, secs, 2**17) == pytest.approx((581e-6 + 424e-6) / 2)
+    assert sweep_time(sizes, secs, 2**19) == pytest.approx((424e-6 + 603e-6) / 2)
+    rev = sweep_time(list(reversed(sizes)), list(reversed(secs)), 2**21)   # any order
+    assert rev == pytest.approx((603e-6 + 2.6e-3) / 2)
+    assert sweep_time(sizes, secs, 10) == pytest.approx(1.2e-3)
+    assert sweep_time(sizes, secs, 2**30) == pytest.approx(2.6e-3)
+    # where the measured calls beat the fit's line, the charge is theirs: the bound stays a bound
+    for size in (2**17, 2**18, 2**19):
+        assert sweep_time(sizes, secs, size) < fit.predict(size)
+
+
 def test_region_bytes_are_divided_by_t_under_sequence_parallelism():
     tp = region_activation_bytes(4, 16, 32, 2)
     # 2 LayerNorms (input + fp32 mean and rstd per token) + 2 dropout masks (CPU: fp32)
@@ -283,6 +303,20 @@ def test_widget_draws_at_every_extreme_and_the_table_reads_both_counts():
     drawn = [tuple(line.get_xdata()) for line in ax2.lines]
     assert drawn.count((128.0, 1024.0)) >= 2 and ax2.get_ylim()[1] >= 2.7 * 1.1 - 1e-9
     plt.close(fig)
+    # the sweep's calls and the measured blocks drawn on the time axis, beside the model's lines
+    fig = plot_tp_crossover(1e10, LINK, comm={128.0: 2e-3, 512.0: 2.1e-3},
+                            blocks={128.0: (6e-3, 9e-3), 512.0: (6.4e-2, 4.5e-2)})
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.lines]
+    drawn = {"4 all-reduces at the sweep's measured times", "unsplit, measured", "split, measured"}
+    assert drawn <= set(labels)
+    split = next(line for line in ax.lines if line.get_label() == "split, measured")
+    assert tuple(split.get_ydata()) == (9e-3, 4.5e-2)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="blocks times must be"):
+        plot_tp_crossover(1e10, LINK, blocks={128.0: (1e-3,)})
+    with pytest.raises(ValueError, match="comm seconds"):
+        plot_tp_crossover(1e10, LINK, comm={128.0: 0.0})
     with pytest.raises(ValueError, match="measured width"):
         plot_tp_crossover(1e10, LINK, measured={0.0: 1.0})
     with pytest.raises(TypeError, match="measured speedup"):

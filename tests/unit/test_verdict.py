@@ -310,6 +310,15 @@ def test_an_estimate_outside_the_physical_range_is_disturbed():
     assert v.outcome == "disturbed" and "load average" in v.text or "cores" in v.text
 
 
+def test_a_physical_range_open_at_one_end_prints_as_open():
+    # a floor with no ceiling printed "0.95x to infx"
+    floor = Prediction("ratio", "m", low=1.0, unit="x", physical=(0.95, None))
+    v = judge(floor, 0.5)
+    assert v.outcome == "disturbed" and "(0.95x and above)" in v.text and "inf" not in v.text
+    ceiling = Prediction("share", "m", high=0.5, physical=(None, 1))
+    assert "(1 and below)" in judge(ceiling, 1.5).text
+
+
 def test_an_estimate_carries_its_interval_so_a_second_spread_is_refused():
     with pytest.raises(ValueError, match="Estimate"):
         judge(BOUND, est(1.2, 1.1, 1.3), spread=(1.0, 1.4))

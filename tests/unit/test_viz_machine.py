@@ -96,13 +96,18 @@ def test_threads_sentence_names_the_collapsed_sizes_and_why():
     assert "The 65.5 kB buffer (16,384 elements) runs on one thread either way; it ran as fast" in text
     quiet = vm.threads_sentence(two_thread_limits(slow_at=()))
     assert quiet.startswith("On 2 threads no copy of at least 32,768 elements (PyTorch's grain size")
-    assert "ran below 50% of its rate on one" in quiet
+    assert ("ran below 50% of its rate on one in the sweep: the threads' barrier cost little while it "
+            "ran") in quiet
     # a buffer below the grain slowed by the load alone is not blamed on the barrier, and says so
     loaded = vm.threads_sentence(two_thread_limits(slow_at=(2**16, 2**18)))
     assert loaded.startswith("On 2 threads the copy of 262 kB ran 100x slower than on one")
     assert ("it ran 100x slower on the 2-thread pass: no barrier is involved, so that much is the load "
             "alone") in loaded
     assert "ran 5,720x slower" in vm.threads_sentence(two_thread_limits((2**18,), factor=5720))
+    # faster on the all-threads pass is not "as fast": it says how much, and that no barrier was involved
+    faster = vm.threads_sentence(two_thread_limits(slow_at=(2**16,), factor=0.5))
+    assert "it ran 2x faster on the 2-thread pass, with no barrier involved" in faster
+    assert "within 5 %" not in faster
     assert vm.threads_sentence(limits()) == ""  # one thread count only: nothing to compare
     with pytest.raises(TypeError, match="limits"):
         vm.threads_sentence(None)
@@ -159,3 +164,20 @@ def test_cache_lines_print_the_merged_ceiling_and_an_earlier_higher_one(tmp_path
         vm.cache_lines(None, run)
     with pytest.raises(TypeError, match="cached"):
         vm.cache_lines(run, {"float32": 1e9})
+
+
+def test_cache_sentence_states_what_the_sweep_shows_beside_what_the_os_reports():
+    copies = [CopyPoint(n, 1e-3, r, r, 2) for n, r in ((2**16, 60e9), (2**20, 100e9), (2**22, 80e9),
+                                                       (2**24, 30e9), (2**28, 28e9))]
+    lim = MachineLimits("cpu", "t", {"float32": 1e9}, 3e10, copy_points=copies, cache_bytes_per_s=1.35e11,
+                        llc_bytes=32 << 20, dram_nbytes=2**28)
+    text = vm.cache_sentence(lim)
+    assert text.startswith("the cache the sweep shows: copies of buffers up to 4.19 MB (8.39 MB read and "
+                           "written)")
+    assert "the next size swept, 16.8 MB (33.6 MB touched), did not" in text
+    assert "The OS reports a last-level cache of 33.6 MB: that is the size it reports" in text
+    assert text.endswith("Operations of at most 8.39 MB counted are held against the cache's roof below")
+    assert "slices" not in text  # no claim about how the OS adds its figure up
+    from dataclasses import replace
+    assert "OS" not in vm.cache_sentence(replace(lim, llc_bytes=None))
+    assert vm.cache_sentence(replace(lim, cache_bytes_per_s=None)).startswith("no copy kept half")

@@ -105,3 +105,17 @@ def test_refusals():
         goodput_view(0.0, 1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="restart_min"):
         goodput_view(1.0, 1.0, 1.0, math.nan)
+
+
+def test_the_staging_floors_legend_names_the_rate_it_used():
+    """The floor takes the fastest copy seen near the state's size (with_fastest_copy may raise
+    it above the copy measured beside the saves): the legend prints that rate, not "the copy
+    rate at this size", which a reader matched against the slower copy printed beside it."""
+    from dataclasses import replace
+
+    costs = replace(_costs(), copy_bytes_per_s=2.35e10)
+    ax = plot_save_costs(costs)
+    floor = next(t.get_text() for t in ax.get_legend().get_texts() if "staging" in t.get_text())
+    assert "23.5 GB/s, the fastest copy seen near this size" in floor
+    assert f"({costs.staging_floor_s * 1e3:.3g} ms)" in floor
+    plt.close("all")
