@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None, **s["ddp"])
     # DDP's buckets, laid out by its rule (a 1 MiB first bucket only when bucket_cap_mb is unset)
     first = DDP_FIRST_BUCKET_BYTES if s["ddp"]["bucket_cap_mb"] is None else None
-    n_buckets = len(assign_buckets(list(model.parameters()), ddp.bucket_bytes_cap, first))
+    cap = getattr(ddp, "bucket_bytes_cap", None)  # none (or 0) where the wrapper is not DDP (a lab's variant)
+    n_buckets = len(assign_buckets(list(model.parameters()), cap, first)) if cap else None
     net = torch.compile(ddp) if s["compile"] else ddp
     opt = torch.optim.AdamW(model.parameters(), lr=LR, **s["optimizer"])
 
