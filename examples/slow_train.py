@@ -13,8 +13,8 @@ data       every sample tokenizes its whole document in    every document tokeni
 sync       an all-reduce and ``.item()`` of the loss, and  losses and norms stay on the
            every parameter's gradient norm read with       device; read (one all-reduce)
            ``.item()``, every step (module 01)             every ``--check-every`` steps
-ddp        DDP with 1 KB buckets (a bucket closes once     DDP's defaults: 25 MiB buckets, a
-           it holds 1 KB: one matrix, or a few vectors;    1 MiB first one (this model's
+ddp        DDP with ``bucket_cap_mb=0.001`` (0.001 MiB,    DDP's defaults: 25 MiB buckets, a
+           1,048 bytes: one matrix, or a few vectors;      1 MiB first one (this model's
            ``ddp_buckets`` in the result says how many)    663 KiB of gradients: one bucket,
            and ``find_unused_parameters=True`` (a host     reduced after backward, no overlap),
            read per parameter in every backward; module    gradients as bucket views
@@ -63,7 +63,7 @@ FIXES = {
     "data": "tokenize every document once, up front, instead of in __getitem__",
     "sync": "keep losses on the device and read them every --check-every steps",
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
-           "after backward, instead of one per 1 KB bucket), no find_unused_parameters, gradients as "
+           "after backward, instead of one per 1,048-byte bucket), no find_unused_parameters, gradients as "
            "bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",
     "optimizer": ("AdamW with foreach=True on a CPU (PyTorch's fused CPU kernel, since 2.4, is not used "
                   "here), fused=True on CUDA, instead of foreach=False"),

@@ -38,6 +38,19 @@ def _num(name: str, v: float | None) -> float | None:
     return float(v)
 
 
+def _gap(spread: tuple[float, float], edge: float) -> float:
+    """How far ``spread`` lies from ``edge``, as a fraction of it (0 where it holds it)."""
+    if spread[0] > edge:
+        return (spread[0] - edge) / abs(edge)
+    return (edge - spread[1]) / abs(edge) if spread[1] < edge else 0.0
+
+
+def _near(spread: tuple[float, float], edge: float, err: float) -> bool:
+    """Whether ``spread`` lies within ``err`` (a fraction of ``edge``) of ``edge``: an interval that
+    close cannot be told, by a design whose own error is ``err``, from one across it."""
+    return edge != 0 and _gap(spread, edge) <= err
+
+
 @dataclass(frozen=True)
 class Claim:
     """A piece of advice as usually stated, and the range it promises for one measured figure.
@@ -117,7 +130,7 @@ class ClaimVerdict:
 
 def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float] | None = None,
            reasons: Mapping[str, str] | None = None, gpu_only: bool = False,
-           not_judged: str | None = None) -> ClaimVerdict:
+           not_judged: str | None = None, error: float = 0.0) -> ClaimVerdict:
     """Judge ``claim`` by ``measured`` with the module's one rule.
 
     ``inconclusive``: the figure is not finite or its interval reaches across the no-effect
@@ -126,6 +139,12 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone. A verdict
     other than "holds" names the machine's load when it was busy, unless the claim is
     ``timed=False`` (a count or bytes, which no load moves).
+
+    ``error`` is the timing design's own error, as a fraction: how far an A/A control (one
+    setting timed against itself the same way) read identical code apart. A timed claim's
+    interval that lies within it of an edge is not asserted past that edge: within it of the
+    no-effect value, the claim is inconclusive; inside the promise but within it of the
+    promise's edge, it holds partly.
 
     Args:
         claim: the advice and its promised range.
@@ -137,19 +156,23 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         not_judged: with ``gpu_only``, why the measurement has *no* bearing on the advice here
             (e.g. a flag a CPU ignores, so one loop was timed twice): the figure is shown,
             no zone is named and no reason appended.
+        error: the design's own error (a fraction >= 0, e.g. 0.059), applied to a timed claim
+            with an interval; 0 applies none.
 
     Returns:
         A :class:`ClaimVerdict`.
 
     Raises:
         TypeError: if ``claim`` is not a :class:`Claim` or ``measured`` is not a number.
-        ValueError: for a bad ``spread``, unknown ``reasons`` keys, or ``not_judged``
-            without ``gpu_only``.
+        ValueError: for a bad ``spread``, unknown ``reasons`` keys, ``not_judged``
+            without ``gpu_only``, or an ``error`` that is not a finite number >= 0.
     """
     if not_judged is not None and (not gpu_only or not isinstance(not_judged, str) or not not_judged.strip()):
         raise ValueError("not_judged must be a non-empty sentence, and only with gpu_only=True")
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
+    if isinstance(error, bool) or not isinstance(error, (int, float)) or not 0 <= error < math.inf:
+        raise ValueError(f"error must be a finite fraction >= 0 (an A/A control's reach), got {error!r}")
     r = reading(measured, spread)
     measured, spread = r.value, r.interval
     reasons = dict(reasons or {})
@@ -157,6 +180,7 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if unknown:
         raise ValueError(f"reasons keys must be among {CLAIM_STATUSES[:4]}; got {sorted(unknown)}")
     u = claim.unit
+    err = float(error) if claim.timed else 0.0  # no load, and no timing design, moves a count
     edges = ([claim.partly] if claim.partly is not None
              else [e for e in (claim.low, claim.high) if e is not None])
     shown = r.shown(u)
@@ -168,11 +192,21 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     elif spread is not None and any(spread[0] < e < spread[1] for e in edges):
         edge = next(e for e in edges if spread[0] < e < spread[1])
         status, why = "inconclusive", r.across(edge, (lo, hi), u)
+    elif spread is not None and err and any(_near(spread, e, err) for e in edges):
+        edge = next(e for e in edges if _near(spread, e, err))
+        status, why = "inconclusive", (f"its {r.words} lies {_gap(spread, edge):.1%} from {si(edge, u)}, "
+                                       f"within the {err:.1%} an A/A control read between identical code: "
+                                       f"not asserted on either side of {si(edge, u)}")
     else:
         status, why = claim.zone(measured), ""
     said = claim.zone(measured) if math.isfinite(measured) else status  # the figure's own zone
     if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
         status, why = "holds partly", f"the figure is inside the promise, its {r.words} reaches outside it"
+    elif status == "holds" and spread is not None and err and any(_near(spread, e, err) for e in (lo, hi)
+                                                                  if math.isfinite(e)):
+        status, why = "holds partly", (f"the figure is inside the promise, its {r.words} within the "
+                                       f"{err:.1%} an A/A control read between identical code of the "
+                                       "promise's edge")
     label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))

@@ -98,7 +98,8 @@ def dram_copy(limits: MachineLimits) -> tuple[float, str]:
 
     The DRAM ceiling (:attr:`MachineLimits.copy_bytes_per_s`) is the better of a copy and an
     ``x + y`` of that size, and at the same real bandwidth ``x + y`` counts 9/8 of a copy's rate
-    (write-allocate: notebook 00). A ceiling an add set therefore overstates what a copy moves.
+    (write-allocate: notebook 00; :func:`perfkit.hw.credited_dram` credits it no more). A ceiling
+    an add set therefore overstates what a copy moves.
     This is the copy's own figure: the fastest tenth of the best round of the sweep's copies of
     the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`; the largest copied buffer where
     that is unknown), or a faster copy of them measured after the sweep (:func:`observe_copy`),
@@ -131,11 +132,9 @@ def observe_copy(limits: MachineLimits, rate: float, what: str, threads: int,
 
     The sweep's copy point of those buffers on ``threads`` keeps its median; its fastest rate
     rises to ``rate`` where that is faster, and its ``source`` names ``what``. A rate above the
-    DRAM ceiling raises that ceiling too (:func:`observe`). Saved, the file keeps the DRAM
-    record of the higher ceiling with its own copies (:func:`perfkit.hw.save_limits`); where
-    that record is an earlier run's, of the same buffers, and its copy was slower, the copy
-    recorded here replaces it there too, so that the file's :func:`dram_copy` is the fastest
-    copy of those buffers measured on this machine.
+    DRAM ceiling raises that ceiling too (:func:`observe`). Saved, the file keeps each copy point
+    at its faster run (:func:`perfkit.hw.save_limits`), so that the file's :func:`dram_copy` is
+    the fastest copy of those buffers measured on this machine, whichever run set the ceiling.
 
     Args:
         limits: the ceilings in use; ``rate``: counted bytes/s (read + written) of the copy.
@@ -159,9 +158,7 @@ def observe_copy(limits: MachineLimits, rate: float, what: str, threads: int,
         points = [new if p is old else p for p in out.copy_points] + [new] * (old is None)
         out = replace(out, copy_points=points)
     if save and out is not limits:
-        held = MachineLimits.from_json(save_limits(out, path).read_text())  # the file, merged
-        if held.dram_nbytes == out.dram_nbytes and dram_copy(held)[0] < min(rate, held.copy_bytes_per_s):
-            save_limits(observe_copy(held, rate, what, threads, save=False), path)  # an earlier run's record
+        save_limits(out, path)
     return out
 
 
@@ -272,7 +269,8 @@ def observe(limits: MachineLimits, kind: str, rate: float, what: str, threads: i
         what: the operation, for the note ("the MLP step on 1 thread").
         threads: the intra-op threads it ran on (``None``: all cores); matmul kinds only.
         path, save: where the raised ceilings are saved (:func:`perfkit.hw.save_limits`, which
-            keeps the higher of each), and whether to.
+            keeps the higher of each, and credits ``x + y`` no more than 9/8 of a copy in the
+            DRAM ceiling it writes), and whether to.
 
     Returns:
         An :class:`Observation`: ``share`` at most 1, ``note`` the sentence to print.

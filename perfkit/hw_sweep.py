@@ -32,8 +32,9 @@ from perfkit._checks import check_choice, check_int, check_items, check_real
 from perfkit.roofline import matmul_flops
 from perfkit.timing import Measurement, Timer, benchmark, calibrate_number, resolve_device
 
-__all__ = ["COURSE_SHAPES", "EMULATED_BELOW", "GRAIN", "CopyPoint", "MatmulPoint", "dtype_name",
-           "measure_copy", "measure_h2d", "measure_matmul", "sweep_copy", "sweep_matmul", "thread_counts"]
+__all__ = ["ADD_OVER_COPY", "COURSE_SHAPES", "EMULATED_BELOW", "GRAIN", "CopyPoint", "MatmulPoint",
+           "credited_dram", "dtype_name", "faster_copy_points", "measure_copy", "measure_h2d",
+           "measure_matmul", "sweep_copy", "sweep_matmul", "thread_counts"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Below this share of fp32's ceiling a dtype is emulated (bf16 without avx512_bf16: a few
@@ -42,6 +43,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 EMULATED_BELOW = 0.25
 # at::internal::GRAIN_SIZE: an elementwise op on fewer elements runs on one thread, no barrier
 GRAIN = 32768
+# x + y's counted bytes per second over a copy's at the same real bandwidth: with write-allocate a
+# copy moves 3 bytes for the 2 it counts and x + y 4 for its 3, so (3/4) / (2/3) = 9/8
+ADD_OVER_COPY = 9 / 8
 # (m, n, k) of the matmuls, (m, k) @ (k, n), that the notebooks run besides square ones: the
 # ceiling must bound them too, and a thin or wide shape can outrun a square one of equal FLOPs.
 COURSE_SHAPES: tuple[tuple[int, int, int], ...] = (
@@ -122,6 +126,12 @@ class MatmulPoint:
         m, n, k = self.mnk
         return f"n={n}" if self.square else f"{m}x{k} @ {k}x{n}"
 
+    @property
+    def where(self) -> str:
+        """The point in words, as a ceiling's source names it: ``"n=1024 on 2 threads"``."""
+        on = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
+        return self.label + on
+
 
 @dataclass(frozen=True)
 class CopyPoint:
@@ -140,6 +150,69 @@ class CopyPoint:
     threads: int = 0
     op: str = "copy"
     source: str = ""
+
+    @property
+    def where(self) -> str:
+        """The point in words, as a ceiling's source names it: ``"copy of 4,096 B buffers on 1 thread"``
+        (the sweep's point: ``source`` names a later run that set ``best_bytes_per_s``)."""
+        what = f"{self.op} of {self.nbytes:,} B buffers"
+        return f"{what} on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else what
+
+
+def _copy_points(name: str, points: Iterable[CopyPoint]) -> list[CopyPoint]:
+    pts = check_items(name, points, nonempty=False)
+    for i, p in enumerate(pts):
+        if not isinstance(p, CopyPoint):
+            raise TypeError(f"{name}[{i}] must be a CopyPoint, got {type(p).__name__}")
+    return pts
+
+
+def credited_dram(rate: float, source: str, points: Iterable[CopyPoint],
+                  nbytes: int | None) -> tuple[float, str]:
+    """A DRAM ceiling of ``rate`` (counted bytes per second, reached by ``source``) credited at
+    most :data:`ADD_OVER_COPY` of the fastest copy of ``nbytes`` buffers among ``points``.
+
+    The DRAM ceiling is the better of a copy and an ``x + y`` of DRAM-sized buffers, and at the
+    same real bandwidth ``x + y`` counts 9/8 of a copy's rate (write-allocate, notebook 00). So one
+    fast run of ``x + y`` cannot lift the DRAM roof past what a copy of the same buffers showed: it
+    is credited that much and no more. Without such a copy (or with ``nbytes`` ``None``) the
+    ceiling is left as it is.
+
+    Returns:
+        ``(rate, source)``: the credited ceiling, and where it came from in words (the copy and
+        what reached more, where the credit was capped).
+
+    Raises:
+        TypeError, ValueError: for a ``rate`` that is not a finite number > 0, a ``source`` that
+            is not a non-empty str, ``points`` that are not CopyPoints, or an ``nbytes`` below 1.
+    """
+    check_real("rate", rate, 0, lo_open=True)
+    if not isinstance(source, str) or not source:
+        raise TypeError(f"source must be a non-empty str naming what reached the rate, got {source!r}")
+    pts = _copy_points("points", points)
+    if nbytes is not None:
+        check_int("nbytes", nbytes, 1)
+    best = max((p for p in pts if p.op == "copy" and p.nbytes == nbytes), key=lambda p: p.best_bytes_per_s,
+               default=None)
+    if best is None or rate <= ADD_OVER_COPY * best.best_bytes_per_s:
+        return float(rate), source
+    copy = best.source or best.where
+    return (ADD_OVER_COPY * best.best_bytes_per_s,
+            f"9/8 of the fastest copy of its buffers, {copy}: the most x + y is credited (faster: {source})")
+
+
+def faster_copy_points(old: Iterable[CopyPoint], new: Iterable[CopyPoint]) -> list[CopyPoint]:
+    """Each copy or ``x + y`` point (one op, buffer size and thread count) at the faster of its
+    runs in ``old`` and ``new`` by its fastest rate, with that run's median and source: limits
+    merged across runs keep each point's best on its own, never a slower point because another
+    field of the same run was faster. Copies first, then adds, each by size.
+
+    Raises:
+        TypeError: for ``old`` or ``new`` that are not lists of CopyPoints.
+    """
+    runs = sorted([*_copy_points("old", old), *_copy_points("new", new)], key=lambda p: p.best_bytes_per_s)
+    best = {(p.op, p.nbytes, p.threads): p for p in runs}  # each point's fastest run comes last (new: a tie)
+    return sorted(best.values(), key=lambda p: (p.op != "copy", p.nbytes))
 
 
 def measure_matmul(

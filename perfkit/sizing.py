@@ -314,8 +314,9 @@ def ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | 
     return (head + f", which {what} set after notebook 00's sweep"
             + (f" (the sweep's best {name} matmul{on} reached {si(best, 'FLOP/s')}"
                + (f"; this rate is {rate / best:.2f}x that" if rate > best else "") + ")" if best else "")
-            + (": a ceiling this same work set (in this run or an earlier one), so the share measures it "
-               "against itself, not how much of the machine it used" if mine and mine in what else ""))
+            + (": a ceiling this notebook's own work set (in this run or an earlier one, perhaps at another "
+               "size), so the share measures it against itself, not how much of the machine it used"
+               if mine and mine in what else ""))
 
 
 def mfu_dtype(limits: MachineLimits, dtype: str) -> str:

@@ -269,7 +269,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     plo, phi = _range("physical", p.physical)
     value, interval = r.value, r.interval
     label = "Measured" if p.measured_here else "Figure, not measured in this run"
-    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **{label}:** {r.shown(u)}"
+    head = f"**Prediction** ({p.model}): {p.what}, {p.describe()}. **{label}:** {r.shown(u, p.bounds())}"
     side = _side(r, lo, hi) if math.isfinite(value) else ""
     direction = ""
     if not math.isfinite(value) or not plo <= value <= phi:

@@ -80,19 +80,26 @@ class Reading:
     needs: int | None = None
     estimate: Estimate | None = None
 
-    def shown(self, unit: str) -> str:
+    def shown(self, unit: str, edges: tuple[float, ...] = ()) -> str:
         """The figure and its interval at one precision: ``"1.31x (90% interval 1.2x to
-        1.45x, median of 7 paired ratios)"``; a tie or a missing interval says so."""
+        1.45x, median of 7 paired ratios)"``; a tie or a missing interval says so. Where the
+        figure would print like one of ``edges`` (a prediction's ends) without equalling it,
+        it prints with the digits that show its side: ``0.89973x`` against ``0.9x``, not ``0.900x``."""
+        digits = 3
+        while digits < 8 and any(math.isfinite(e) and e != self.value and math.isfinite(self.value)
+                                 and si(e, unit, digits) == si(self.value, unit, digits) for e in edges):
+            digits += 1
         if self.needs is not None:
-            return f"{si(self.value, unit)} ({self.n} sample{'s' * (self.n != 1)}: too few for an interval)"
+            return (f"{si(self.value, unit, digits)} ({self.n} sample{'s' * (self.n != 1)}: "
+                    "too few for an interval)")
         if self.estimate is not None and self.interval is None and self.estimate.level is not None:
             return self.estimate.text(unit)
         if self.interval is None:
-            return si(self.value, unit)
+            return si(self.value, unit, digits)
         lo, hi = self.interval
         if not (math.isfinite(self.value) and math.isfinite(lo) and math.isfinite(hi)):
             return f"{si(self.value, unit)} ({self.words} {si(lo, unit)} to {si(hi, unit)})"
-        v, lo, hi = si_interval(self.value, lo, hi, unit)
+        v, lo, hi = si_interval(self.value, lo, hi, unit, digits)
         how = f", {self.estimate.method}" if self.estimate is not None else ""
         return f"{v} ({self.words} {lo} to {hi}{how})"
 

@@ -20,18 +20,14 @@
 # 2. **memory**: how many bytes per second a copy moves, from cache and from DRAM;
 # 3. **host to device**: how fast pinned memory reaches the GPU (GPU only).
 #
-# A ceiling must bound every measurement the course makes, so each is measured on the
-# course's own work (its matmul shapes, its buffer sizes, the thread counts its timing
-# sections use), as the best of several rounds. On a shared machine even the best round can be
-# slowed: a ceiling is the fastest this machine was seen to run that work, not a data-sheet peak.
-# Should a later measurement still beat one, the ceiling is raised where it happens, and the
-# notebook says so: no share is ever printed above 100 %. That holds by construction, not by
-# measurement: a share near 100 % says that nothing measured ran faster, and where an operation's
-# own run raised its roof, the notebook says so beside its share. Then we combine them into a
+# Each ceiling is the fastest this machine was seen to run the course's own work (its matmul
+# shapes, buffer sizes and thread counts), the best of several rounds. A later measurement that
+# beats one raises it, and says so where it happens: no share is ever printed above 100 %, so a
+# share near 100 % says only that nothing measured ran faster. Then we combine them into a
 # **roofline** (Williams, Waterman and Patterson, 2009): the fastest an operation can run, given
-# how many FLOPs it does per byte it moves. Williams et al. draw its roofs from hardware peaks;
-# here they are these measured ceilings, so "attainable" means attainable as far as this machine
-# has shown.
+# how many FLOPs it does per byte it moves. Williams et al. take the compute roof from the
+# processor's peak and the memory roof from a measured, STREAM-like bandwidth; here the compute
+# roof is measured too.
 #
 # Run the cells from top to bottom. `QUICK = True` (what CI uses) runs smaller sweeps.
 
@@ -98,33 +94,23 @@ for n in (128, 1024, 8192):
 #
 # **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units. Each
 # call also pays fixed costs (dispatch, setting up the call): a microsecond or two on a CPU,
-# small against the tens of microseconds of arithmetic even an n=128 matmul does on one thread.
-# Packing the operands into blocks is not fixed (it copies `n²` elements) but is small against
-# the `n³` arithmetic. So on one thread the smallest size should reach at least half the largest
-# one's rate.
-# On several threads a call also wakes the pool's threads (they stay alive between calls) and
-# waits at a barrier for the slowest of them, a cost that depends on what else holds the cores.
-# bf16 halves the bytes per element; whether it
-# also doubles FLOP/s depends on the hardware (CPUs with AVX-512 BF16 or AMX and all recent
-# GPUs have bf16 instructions; older CPUs emulate it and get slower).
+# small against the tens of microseconds of arithmetic even an n=128 matmul does on one thread
+# (packing the operands copies `n²` elements, small against the `n³` arithmetic). So on one
+# thread the smallest size should reach at least half the largest one's rate. On several
+# threads a call also waits at a barrier for the slowest thread, a cost that depends on what
+# else holds the cores. bf16 halves the bytes per element; whether it also doubles FLOP/s
+# depends on the hardware (CPUs with AVX-512 BF16 or AMX and recent GPUs have bf16
+# instructions; older CPUs emulate it and get slower).
 #
-# **Measurement.** `perfkit.hw.measure_limits` times each square size, and the non-square
-# matmuls later notebooks run (`perfkit.hw.COURSE_SHAPES`: this notebook's linear layer,
-# module 06's shape sweep, module 10's block), with `perfkit.timing.benchmark`: a warm-up call
-# first, then repeated timed batches, the median reported (a shared machine has stalls of
-# milliseconds; the median ignores them). Each runs on every core and on one thread: later
-# timing sections pin one thread when other processes hold the cores, and one thread alone
-# often runs faster than its share of all of them. A dtype whose smallest size runs below
-# `hw.EMULATED_BELOW` of fp32 is emulated, and after that size it is swept on every core only,
-# at the square sizes, once (the line after the sweep says whether that happened here). The whole sweep runs in several rounds,
-# seconds apart, and each point keeps its best round. The **ceiling** is the best point's rate
-# over its fastest tenth of repetitions: the closest this sweep came to what the machine does
-# when nothing competes for it. On a shared machine every round can be slowed, so it estimates
-# that rate from below; it is meant to bound the work the course runs, and is raised where that
-# work beats it (section 4 says by how much where this run's own operations did, section 6
-# where earlier runs did). A point whose one call would take over a second
-# (extrapolated from the rate measured before it) is skipped: the rate has flattened long
-# before, and emulated bf16 would spend minutes there.
+# **Measurement.** `perfkit.hw.measure_limits` times each square size and the non-square
+# matmuls later notebooks run (`perfkit.hw.COURSE_SHAPES`) with `perfkit.timing.benchmark`
+# (a warm-up call, then repeated timed batches, the median reported), on every core and on one
+# thread, in several rounds seconds apart; each point keeps its best round. The **ceiling** is
+# the best point's rate over its fastest tenth of repetitions. A dtype whose smallest size runs
+# below `hw.EMULATED_BELOW` of fp32 is emulated: past that size it is swept on every core only,
+# once. A size whose one call would take over a second (extrapolated from the rate before it) is
+# skipped to keep the sweep short; the line after the sweep says how that dtype's rate moved
+# over its last two sizes, and so whether a skipped size could have raised its ceiling.
 
 # %%
 limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES, copy_sizes=COPY_SIZES)
@@ -202,32 +188,25 @@ viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread"
 # %% [markdown]
 # ## 3. How fast does memory move?
 #
-# **Prediction.** A copy of `N` bytes reads `N` and writes `N`, so we count `2N` bytes moved,
-# as STREAM's Copy kernel does, and `3N` for `x + y` (STREAM's Add); nccl-tests counts
-# differently (its algbw is the buffer's size over the time). Buffers that fit in the
-# last-level cache should copy faster than those that stream from DRAM. The DRAM figure is the
-# ceiling that matters for tensors of realistic size, and STREAM's rule measures it with arrays
-# at least 4x the last-level cache, so that no level of cache holds them (`measure_limits` caps
-# them at 1 GiB, 256 MiB in QUICK runs: a virtual machine can report its host's whole L3, and
-# a smaller buffer can only read faster, so the ceiling still bounds what the course runs; a
-# ceiling a QUICK run set on 256 MiB buffers can stay in the limits file of section 6). The
-# DRAM ceiling is the best of a copy and an `x + y` of that size, each on every core and on one,
-# best of the rounds; the cache ceiling the best copy whose buffers fit in half the cache. Every
-# buffer is written before it is timed: a freshly allocated page faults on its first write, and
-# that cost belongs to allocation, not to bandwidth. To judge the prediction, the buffer the
-# cache ceiling came from and the smallest DRAM-sized one are copied again in alternation on the
-# same bytes (`perfkit.sizing.copy_ratio`: the small buffer copied hundreds of times per round),
-# on **one thread**: on several, each of those hundreds of calls waits at a barrier for its
-# slowest thread, and under load that wait, not the memory, would set the small side's time.
-# Even a cache that held none of the buffer would leave each small copy streaming its bytes at
-# DRAM's rate plus one call's fixed cost, so the ratio cannot physically fall below
-# `perfkit.ceilings.copy_ratio_floor` (just under 1x); a figure below that floor reads
-# *disturbed*, not missed.
+# **Prediction.** A copy of `N` bytes reads `N` and writes `N`: we count `2N` bytes moved, as
+# STREAM's Copy kernel does, and `3N` for `x + y` (STREAM's Add); nccl-tests counts differently
+# (its algbw is the buffer's size over the time). Buffers that fit in the last-level cache should
+# copy faster than those that stream from DRAM.
 #
-# The size the operating system reports for the last-level cache can be the host's, not this
-# process's: a small virtual machine can report a host's whole L3. So what counts as "in cache"
-# later is read off the sweep itself (`perfkit.ceilings.cached_copy_bytes`): the largest buffer
-# whose median copy kept at least half the cache ceiling.
+# **Measurement.** The DRAM ceiling is measured as STREAM does, on arrays at least 4x the
+# last-level cache (capped at 1 GiB, 256 MiB in QUICK runs: a virtual machine can report its
+# host's whole L3): the best copy of that size, or an `x + y` of it credited at most 9/8 of that
+# copy's rate (section 4 says why). The cache ceiling is the best copy whose buffers fit in half
+# the cache. Every buffer is written before it is timed (a page's first write faults: that is
+# allocation, not bandwidth). To judge the prediction, the cache ceiling's buffer and the
+# smallest DRAM-sized one are copied again in alternation on the same bytes
+# (`perfkit.sizing.copy_ratio`), on **one thread**: on several, each of the hundreds of small
+# calls would wait at a barrier for its slowest thread. Even a cache that held none of the buffer
+# leaves each small copy streaming at DRAM's rate plus one call's fixed cost, so the ratio cannot
+# fall below `perfkit.ceilings.copy_ratio_floor` (just under 1x): below it the run reads
+# *disturbed*. What counts as "in cache" later is read off the sweep
+# (`perfkit.ceilings.cached_copy_bytes`: the largest buffer whose median copy kept half the cache
+# ceiling), since the OS can report a host's cache, not this process's.
 
 # %%
 vm.plot_copy_sweep(limits)
@@ -291,37 +270,25 @@ else:
 #
 # An operation with intensity `I` FLOP/byte cannot run faster than `min(peak FLOP/s, I ×
 # bandwidth)`. The **ridge point** `peak / bandwidth` separates memory-bound operations (left:
-# adding more compute units would not help) from compute-bound ones (right). Below, three real
-# operations are measured on the cores other processes leave free and placed on the roofline
-# of those threads:
+# more compute units would not help) from compute-bound ones (right). Three real operations,
+# measured on the cores other processes leave free, placed on the roofline of those threads:
 #
-# * `x + y` on fp32 vectors of the size the sweep added at (no cache holds them): 1 FLOP per
-#   12 bytes (two reads, one write);
-# * a `(4096, 256) @ (256, 256)` fp32 matmul, a typical linear layer at batch 4096;
+# * `x + y` on fp32 vectors of the sweep's DRAM size: 1 FLOP per 12 bytes (two reads, one
+#   write), timed in alternation with a copy of the same buffers;
+# * a `(4096, 256) @ (256, 256)` fp32 matmul, a linear layer at batch 4096;
 # * the fastest square fp32 matmul of section 2 on the same threads.
 #
-# An operation whose counted bytes are at most those the cache held in the copy sweep (twice the
-# buffer printed in section 3: a copy reads and writes it) is held against the cache's
-# bandwidth, the others against DRAM's. The figure draws DRAM's roof under the compute roof of
-# these threads, the one the shares below are computed against, and the all-cores roof beside
-# it where that differs. Each is held against its
-# roof with `perfkit.ceilings.observe`: should an operation run faster than the sweep's ceiling
-# (a quieter moment than any round of the sweep), the ceiling rises to it, in the cache too,
-# and its line below says which and by how much.
+# An operation whose counted bytes fit in what the copy sweep showed cached is held against the
+# cache's bandwidth, the others against DRAM's. Each is held against its roof with
+# `perfkit.ceilings.observe`: a rate above the roof raises it, and the line says by how much.
 #
-# **Prediction.** The roof bounds each of them (a rate above it raises it). What the model
-# predicts is how close they come. `x + y` streams buffers of the size the sweep copied from
-# DRAM, so its counted bytes per second should reach at least half of the fastest copy of that
-# size measured (the fastest tenth of the sweep's best round, or the copies timed beside `x + y`
-# below where one of them ran faster): a median is slower than a fastest run, and load slows it
-# further, but not by half on a machine that leaves a core free. The copy's figure is the
-# reference here, as a roof is; the interval printed is that of `x + y`'s repeats. (Its share of
-# the DRAM roof is printed too, but as context only: where the sweep's own `x + y` set that
-# roof, it compares the operation with itself. The same holds wherever an operation's own fastest run
-# raises its roof: the share's upper end is then 1 by construction, and its verdict says so.) The
-# linear layer is compute-bound (right of the ridge), and the sweep
-# timed this very shape on these threads: it too should reach at least half of its roof. The
-# square matmul sits at or just under its roof: the sweep's best square set it, or came close.
+# **Prediction.** `x + y` streams the same buffers as the copy beside it: its counted bytes per
+# second should reach at least half of the fastest copy of that size measured (load slows a
+# median, but not by half on a machine that leaves a core free); its share of the DRAM roof is
+# context only, since an `x + y` may have set that roof. The linear layer is compute-bound, and
+# the sweep timed this very shape: it should reach at least half of its roof. The square matmul
+# sits at or just under the roof its own sweep point set or came close to. Where an operation's
+# own run raised its roof, its share's upper end is 1 by construction, and its verdict says so.
 
 # %%
 threads = sizing.timing_threads()  # the cores other processes leave free
@@ -331,8 +298,9 @@ x, y = torch.rand(n_vec, device=DEVICE), torch.rand(n_vec, device=DEVICE)
 out = torch.empty_like(x)
 a, w = torch.randn(4096, 256, device=DEVICE), torch.randn(256, 256, device=DEVICE)
 o = torch.empty(4096, 256, device=DEVICE)
-with sizing.pinned_threads(threads):
-    add = timing.benchmark(lambda: torch.add(x, y, out=out), warmup=2, repeat=7, device=DEVICE)
+with sizing.pinned_threads(threads):  # x + y beside a copy of the same buffers: one load weighs on both
+    cp, add = timing.interleaved([lambda: out.copy_(x), lambda: torch.add(x, y, out=out)], warmup=1, repeat=7,
+                                 device=DEVICE)
     lin = timing.benchmark(lambda: torch.mm(a, w, out=o), warmup=2, repeat=10, device=DEVICE)
 lin1 = None  # the same call on one thread: what the extra threads add or cost (for the verdict below)
 if threads > 1 and DEVICE.type == "cpu":
@@ -363,7 +331,7 @@ for label, flops, nbytes, est, t in ops:
     share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median
     rows.append((label, flops / nbytes, share_of_roof[label].value * roof))
     print(f"{label:>22}: {flops / nbytes:7.2f} FLOP/B, measured {si(rows[-1][2], 'FLOP/s'):>14}, roofline "
-          f"{si(roof, 'FLOP/s'):>14} {on(t)} -> {share_of_roof[label].value:5.0%} of attainable "
+          f"{si(roof, 'FLOP/s'):>14} {on(t)} -> {share_of_roof[label].value:5.0%} of its roof "
           f"({'memory' if memory else 'compute'}-bound, bytes from {'the cache' if near == 'cache' else 'DRAM'})"
           + (f"; {obs.note}" if obs.raised else ""))
 for label, o in own_roof.items():  # beaten by far: the sweep's best round was no uncontested rate
@@ -382,25 +350,30 @@ plt.show()
 # %% [markdown]
 # The roof counts the bytes a program asks for, not those the memory moves: on a CPU an ordinary
 # store first reads the cache line it writes (write-allocate; non-temporal "streaming" stores skip
-# that read), so a copy of ordinary stores really moves 3 bytes for the 2 counted and `x + y` 4 for the 3 counted. At the same real bandwidth `x + y`'s counted rate
-# is `(3/2) / (4/3) = 9/8` of the copy's, which is why the sweep takes the better of the two
-# as the DRAM ceiling. Below, a copy and `x + y` of the same buffers are timed in alternation
-# (`perfkit.timing.interleaved`) to show the ratio on this machine. Where one of those copies ran
-# faster than the sweep's, the limits file records it (`perfkit.ceilings.observe_copy`): notebook 02
-# divides by the fastest copy of DRAM-sized buffers measured here.
+# that read), so a copy really moves 3 bytes for the 2 counted and `x + y` 4 for its 3. At the same
+# real bandwidth `x + y`'s counted rate is `(3/2) / (4/3) = 9/8` of the copy's. That is why the
+# DRAM ceiling takes the better of the two, and why it credits `x + y` with at most 9/8 of the
+# fastest copy of the same buffers (`perfkit.hw.credited_dram`; the limits file holds to it too,
+# so one fast `x + y` run cannot lift the DRAM roof past what a copy showed). The copy and `x + y`
+# timed in alternation above give the ratio on this machine. Where one of those copies ran faster
+# than the sweep's, the limits file records it (`perfkit.ceilings.observe_copy`); notebook 02
+# divides by the file's fastest copy of DRAM-sized buffers (section 6 prints it).
 
 # %%
-with sizing.pinned_threads(threads):
-    cp, ad = timing.interleaved([lambda: out.copy_(x), lambda: torch.add(x, y, out=out)], warmup=1, repeat=5,
-                                device=DEVICE)
-add_over_copy = stats.median_ratio(cp.times_s, ad.times_s).scaled(3 / 2)  # (3N / t_add) / (2N / t_copy), paired
+add_over_copy = stats.median_ratio(cp.times_s, add.times_s).scaled(3 / 2)  # (3N / t_add) / (2N / t_copy), paired
+wa_side, no_wa = add_over_copy.clear_of(hw.ADD_OVER_COPY, "x"), add_over_copy.clear_of(1.0, "x")
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
-      f"{add_over_copy.text('x')}; write-allocate alone would give 1.125x, "
-      + ("inside the interval." if not (wa_side := add_over_copy.clear_of(1.125, "x")) else
-         ("below the interval: x + y gained more than write-allocate explains, and this run does not "
-          "measure what else helps it." if wa_side == "above" else
-          "above the interval: x + y gained less than write-allocate would give (stores that skip the "
-          "read, or a cost x + y pays that the copy does not); this run does not measure which.")))
+      f"{add_over_copy.text('x')}; write-allocate alone would give {hw.ADD_OVER_COPY}x, none 1x: "
+      + ("both lie inside the interval, so this run cannot tell them apart." if not wa_side and not no_wa else
+         "1.125x inside the interval, 1x outside it." if not wa_side else
+         "1x inside the interval, 1.125x above it: no write-allocate gain shows (stores that skip the read, "
+         "or a cost x + y pays that the copy does not); this run does not measure which." if not no_wa else
+         "both below the interval: x + y gained more than write-allocate explains, and this run does not "
+         "measure what else helps it." if wa_side == "above" else
+         "the interval lies between them: x + y gained on a copy, but less than write-allocate alone gives."
+         if no_wa == "above" else
+         "both above the interval: x + y ran slower per counted byte than a copy; this run does not measure "
+         "why."))
 same_size = [p for p in limits.copy_points if p.op == "copy" and p.nbytes == add_bytes]
 sweep_copy = max([p for p in same_size if p.threads == threads] or same_size, key=lambda p: p.best_bytes_per_s)
 run_copy = 2 * add_bytes / cp.median_s  # B/s counted: this run's median copy, beside x + y
@@ -450,19 +423,20 @@ viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound
 # %% [markdown]
 # ## 5. Try it: where does a matmul of size n sit?
 #
-# In the widget, choose float32 and move the slider: small matmuls are memory-bound (left of
-# the ridge), large ones compute-bound. The point drawn is the model's, the roof at that intensity,
-# not a measurement. An emulated bf16 has so low a roof that every size is compute-bound; the title
-# says which bound applies to the setting shown. The widget calls `perfkit.hw.matmul_roofline`, a
-# pure function of the limits file's ceilings: this run's merged into the file, the ones every later
-# notebook divides by (section 6 prints them, and says where an earlier run's are higher). A static
-# plot of the widget's default setting (its title names the dtype) follows for readers of the
-# rendered page (run headless, as in CI, the widget cell itself shows that figure, once).
+# Move the slider (the widget starts in float32): small matmuls are memory-bound (left of the
+# ridge), large ones compute-bound. The point drawn is the model's, the roof at that intensity, not
+# a measurement: the title names the ceiling that roof is, where it came from, and what this run's
+# sweep measured at that size when it timed it. An emulated bf16's roof is so low that its ridge
+# sits far left, and its ceiling comes from whichever shape ran fastest, so a square size can run
+# well below it. The widget calls `perfkit.hw.matmul_roofline`, a pure function of the limits
+# file's ceilings (this run merged in: what every later notebook divides by; section 6 prints
+# them). A static plot of the widget's default setting follows for readers of the rendered page
+# (run headless, as in CI, the widget cell itself shows that figure, once).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 saved = hw.MachineLimits.from_json(hw.save_limits(limits).read_text())  # the limits file, this run merged in
-spec = viz.roofline_widget(saved)
+spec = vm.matmul_roofline_widget(saved, measured=swept)  # the roofs: the file's; the rates: this sweep's
 viz.build_widget(spec)
 
 # %%
@@ -473,20 +447,19 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # ## 6. How later modules use these limits
 #
 # Every later notebook loads the same ceilings (`perfkit.hw.cached_limits()` reads the file
-# saved below; if it is missing, from another machine, or measured another way, it measures
-# again). The file keeps the highest ceilings measured on this machine so far, the same way:
-# a busy machine only ever measures slower, so on a shared machine the highest value is the
-# best estimate of what it can do, and re-running this notebook on a quiet machine can only
-# raise them. That is only right while every measurement is an honest one, which is why a
-# change in how perfkit measures (a new `perfkit.hw.METHOD`) replaces the file instead of
-# merging into it. The DRAM ceiling is the exception: a figure from a larger buffer replaces
-# one from a smaller (a QUICK run's 256 MiB buffers can partly sit in a large last-level cache
-# and read faster than DRAM), and only figures from equal buffers keep the higher. A later notebook that measures a rate above a ceiling raises it the same
-# way (`perfkit.ceilings.observe`) and prints where. Section 5 merged this run into the file; the
-# cell below prints what it holds: where an earlier run reached a higher ceiling, the file keeps
-# that one, the line says so with both figures, and from there on this notebook divides by the
-# file's ceilings too, as every later one does. Two shares of the compute ceiling are in
-# use, and they differ in what they count:
+# section 5 saved; if it is missing, from another machine, or measured another way, it measures
+# again). The file keeps each ceiling's highest figure measured on this machine, each with its
+# own source, and each sweep point at its best run. Load slows a run, so the highest of several
+# runs is nearer what the machine can do than their median; it is also their luckiest (a quiet
+# moment, a timer's error), so a ceiling errs high, and shares against it read low, never above
+# 100 %. Two rules bound what the file keeps: a change in how perfkit measures (`perfkit.hw.METHOD`)
+# replaces the file instead of merging into it, and the DRAM ceiling credits `x + y` at most 9/8
+# of the file's fastest copy of the same buffers (section 4). A DRAM figure from larger buffers
+# replaces one from smaller (a QUICK run's 256 MiB buffers can partly sit in a large cache). A
+# later notebook that beats a ceiling raises it the same way (`perfkit.ceilings.observe`) and
+# prints where. The cell below prints what the file holds and whose each figure is; from there
+# on this notebook divides by the file's ceilings, as every later one does. Two shares of the
+# compute ceiling are in use, and they differ in what they count:
 #
 # * **MFU** (model FLOPs utilisation, after PaLM, used from module 06 on): the FLOPs the *model*
 #   needs by formula, `6 × parameters` per sample or token (2 per weight for the forward matmul,
@@ -497,21 +470,16 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #   convolutions, attention), not elementwise ones (ReLU, the loss, gradient accumulation): the
 #   matmul FLOPs the step runs, which is what a matmul ceiling can bound.
 #
-# Both are divided here by the **measured** fp32 ceiling of the threads the step ran on, not by
-# the theoretical peak of a data sheet as PaLM divides: a measured ceiling is lower, so these
-# shares read higher than PaLM's MFU of the same step would, cannot be compared with published
-# MFU figures, and are named with their ceiling and thread count wherever they are printed: quote
-# one as "MFU against the measured ceiling", never as a bare MFU beside a published one.
+# Both are divided here by the **measured** fp32 ceiling of the threads the step ran on, not by a
+# data sheet's peak as PaLM divides: a measured ceiling is lower, so these shares read higher than
+# PaLM's MFU of the same step and cannot be compared with published MFU; quote one as "MFU against
+# the measured ceiling", with its thread count. The HFU cell at the end of this section also prints
+# the share against this run's own ceiling where the file's is higher.
 #
-# The file's ceilings are the highest of every run so far, and the highest of several noisy
-# measurements is biased upward (it is the luckiest of them): shares divided by it read lower
-# than against this run's own ceiling, so the HFU cell at the end of this section prints both
-# where the two ceilings differ. The file's "matmul" ceilings
-# are the fastest FLOP rate of their dtype and threads that any of the course's counted work reached:
-# a convolution, or a later module's bf16 step (its matmuls replayed alone), can raise one, and the
-# source line names it. Such a rate still bounds matmul work: its counted FLOPs are matmul-class
-# FLOPs, and they ran in less than the measured time. For an emulated dtype the rate depends on the
-# shape, so its ceiling in the file can sit well above this run's square sweep.
+# The file's "matmul" ceilings are the fastest FLOP rate of their dtype and threads that any of the
+# course's counted work reached: a convolution, or a later module's bf16 step (its matmuls replayed
+# alone), can raise one, and the source line names it. For an emulated dtype the rate depends on
+# the shape, so its ceiling in the file can sit well above this run's square sweep.
 #
 # They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
 # above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
@@ -629,6 +597,8 @@ viz.show_headlines({
                                             + (f", raised to {si(run_limits.copy_bytes_per_s, 'B/s')} by section 4's "
                                                "operations" if run_limits.copy_bytes_per_s > swept.copy_bytes_per_s
                                                else "") + f" on {si(run_limits.dram_nbytes or 0, 'B')})",
+    "DRAM-sized copy (limits file; notebook 02's reference)": f"{si(ceilings.dram_copy(limits)[0], 'B/s')} (this run's "
+                                                             f"fastest: {si(ceilings.dram_copy(run_limits)[0], 'B/s')})",
     "fp32 ridge point, all cores (limits file / this run's)":
         f"{limits.ridge_point('float32'):.3g} / {run_limits.ridge_point('float32'):.3g} FLOP/B",
     f"MLP step HFU{' (= MFU here)' * same}, of the limits file's fp32 ceiling {on(threads)}": f"{hfu:.0%}",

@@ -77,14 +77,14 @@ from perfkit.viz import si
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
 copy_rate, copy_src = ceilings.dram_copy(limits)  # counted B/s (read + written): the fastest DRAM-sized copy
 memcpy = copy_rate / 2  # a buffer's bytes per second, copied once
-print(f"{limits.name}: the fastest copy of buffers larger than the caches in the limits file ran "
-      f"{si(copy_rate, 'B/s')} (bytes read + written per second, {copy_src}), so one copy moves {si(memcpy, 'B/s')} "
-      "of buffer: the fastest memcpy of such buffers notebook 00 measured (its sweep, and the copies it timed beside "
-      "x + y; a buffer the cache holds copies faster, at notebook 00's cache ceiling)"
-      + (f". The DRAM ceiling, {si(limits.copy_bytes_per_s, 'B/s')}, is higher: it came from "
-         f"{limits.sources.get('dram', 'notebook 00')}, and a ceiling counts the bytes its operation counts (x + y "
-         "counts 9/8 of a copy's rate at the same bandwidth, notebook 00), so the copy's own figure is what a memcpy "
-         "reaches" if copy_rate < limits.copy_bytes_per_s else ""))
+print(f"{limits.name}: the limits file's fastest copy of DRAM-sized buffers ({si(limits.dram_nbytes or 0, 'B')}, at "
+      f"least 4x the last-level cache, STREAM's rule) ran {si(copy_rate, 'B/s')} (bytes read + written per second; "
+      f"{copy_src}): notebook 00 prints it as its 'DRAM-sized copy' line. One copy moves {si(memcpy, 'B/s')} of "
+      "buffer; a buffer the cache holds copies faster"
+      + (f". The DRAM ceiling, {si(limits.copy_bytes_per_s, 'B/s')}, is higher, from "
+         f"{limits.sources.get('dram', 'notebook 00')}: x + y counts up to 9/8 of a copy's rate at the same "
+         "bandwidth (notebook 00), so a memcpy is held against the copy's own figure" if copy_rate <
+         limits.copy_bytes_per_s else ""))
 
 # %% [markdown]
 # ## 1. What each collective moves
@@ -611,13 +611,17 @@ viz.verdict(Prediction(f"time per sample at k={kk['k']} over k=1", "only the com
              "k=1: accumulating cost more than the all-reduces it saved."})
 
 # %% [markdown]
-# The bytes per sample are counted by a communication hook, not timed. Step times respond to the
-# bucket count only as far as `alpha` matters: the model says a few buckets more or less change
-# the step by a few `alpha`. Caps that gave the same count show this run's noise; against it,
-# does the measured difference stand out, and do the data reject the model?
+# The bytes per sample are counted by a communication hook, not timed. The model of the bucket
+# count has two terms: each extra all-reduce pays `alpha` more in start-ups, and more buckets let
+# more of the communication run behind backward (at most backward's own time, section 4's
+# "backward alone"; one bucket starts only after backward is over). It leaves out the bucket
+# copies, the all-reduces overlapping one another, and gloo's threads competing with backward for
+# the cores. Caps that gave the same count show this run's noise; against it, does the measured
+# difference stand out, and does it fall outside the model's range? Where the noise is as large
+# as anything the model predicts, this run cannot test the model, and the line says so.
 
 # %%
-print(comm.bucket_count_effect(bk, fits["all_reduce"].alpha_s))
+print(comm.bucket_count_effect(bk, fits["all_reduce"].alpha_s, hidden_s=t["backward_only"]))
 
 # %% [markdown]
 # ## Summary

@@ -111,7 +111,8 @@ loss_fn = lambda: model(input_ids=x, labels=x).loss
 measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
 snapshot = "build/04_memory_snapshot.pickle" if DEVICE.type == "cuda" else None
 os.makedirs("build", exist_ok=True)
-anatomy = measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()), snapshot_path=snapshot)
+opt = torch.optim.AdamW(model.parameters())  # fresh: its state is allocated inside the step measured
+anatomy = measure_step_anatomy(model, loss_fn, opt, snapshot_path=snapshot)
 measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
             "optimizer state": anatomy.optimizer_state, "activations": anatomy.activations}
 for kind, b in measured.items():
@@ -141,19 +142,33 @@ viz.verdict(p_tensors, sum(measured.values()), explain=dict.fromkeys(("held", "a
 # %% [markdown]
 # **The peak.** The four kinds are counts of bytes; the *peak* is another matter, and two
 # effects pull it in opposite directions. The kinds do not all live at once: activations
-# are freed during `backward()` while gradients are written, and Adam's state is allocated
-# after the activations are gone; that puts the peak *below* their sum. But `backward()`
-# allocates temporaries (the gradient of the logits is as large as the logits) and, on the
-# CPU, the resident set also counts whole pages and allocator bookkeeping; that pushes it
-# *above*. No model here sizes either effect, so this is a measurement, not a test of one:
+# are freed during `backward()` while gradients are written, and on this first step of a fresh
+# AdamW its state is allocated after the activations are gone; that puts the peak *below* their
+# sum. But `backward()` allocates temporaries (the gradient of the logits is as large as the
+# logits) and, on the CPU, the resident set also counts whole pages and allocator bookkeeping;
+# that pushes it *above*. The first step is not the one a trainer repeats: AdamW allocates its
+# state at its first `step()` and keeps it, so on every later step the state is already held
+# through forward and backward. A second step with the same optimizer measures that steady
+# peak (counted above the parameters, as the first one's is). No model here sizes these
+# effects, so these are measurements, not a test of one:
 
 # %%
 held = anatomy.grads + anatomy.optimizer_state + anatomy.activations  # new during the step, bytes
-print(f"peak of the step above what was held before it ({anatomy.peak_source}): {anatomy.peak / 1e6:.2f} MB "
-      f"= {anatomy.peak / RAM:.3%} of this device's memory; gradients + optimizer state + activations "
-      f"= {held / 1e6:.2f} MB, so the peak is {anatomy.peak / held:.2f}x their sum: "
+print(f"first step (a fresh AdamW), peak above what was held before it ({anatomy.peak_source}): "
+      f"{anatomy.peak / 1e6:.2f} MB = {anatomy.peak / RAM:.3%} of this device's memory; gradients + optimizer state + "
+      f"activations = {held / 1e6:.2f} MB, so the peak is {anatomy.peak / held:.2f}x their sum: "
       + ("the temporaries and the allocator's pages outweigh what is freed before the peak."
          if anatomy.peak > held else "what is freed before the peak outweighs the temporaries."))
+steady = measure_step_anatomy(model, loss_fn, opt)  # step 2: Adam's state held before it starts
+above = steady.peak + steady.optimizer_state  # bytes above the parameters: the state it started with + its peak
+print(f"second step (the same AdamW, its {steady.optimizer_state / 1e6:.2f} MB of state held from the start): "
+      f"peak {steady.peak / 1e6:.2f} MB above its start, {above / 1e6:.2f} MB above the parameters with the state, "
+      f"{above / anatomy.peak:.2f}x the first step's peak" + (
+          f": {(above - anatomy.peak) / 1e6:.2f} MB higher; the state it holds from the start lives through forward "
+          "and backward" + (", and the rest of the difference is pages this run does not split by tensor (a GPU's "
+                            "snapshot would)." if above - anatomy.peak > steady.optimizer_state else ".")
+          if above > anatomy.peak else ": not above it, though it holds the state throughout; the peak counts "
+          "pages, not tensors, and this run does not split either peak by tensor (a GPU's snapshot would)."))
 
 # %% [markdown]
 # ## 2. What exactly does autograd keep?
@@ -343,7 +358,8 @@ viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 # storage of its own: the meter reports apart only the model's own parameters, so it counts the
 # copies with the activations, and names their bytes (`parameter_copy_bytes`). Every other saved
 # tensor takes 2 or 4 bytes per value where fp32 takes 4, so autocast's saved bytes should lie
-# between half of fp32's and all of them.
+# between half of fp32's and all of them plus the copies: at most `2Ψ` bytes more (every weight
+# cast), an upper edge of `1 + 2Ψ / A` of fp32's, with `A` the count of fp32's saved bytes above.
 #
 # **Measurement.** The meter, with the saved bytes split by dtype.
 
@@ -373,14 +389,15 @@ viz.verdict(p_bf16, rows["bf16 model"].activation_bytes, explain={
     "above": f"{fp32_in['bf16 model']:.2f} MB of what the bfloat16 model saves is float32: compare the "
              "dtype split above with the count's terms."})
 p_auto = Prediction("autocast's saved bytes as a share of fp32's", "matmuls in bf16, the rest in its input's "
-                    "dtype (fp32 along the residual stream and the loss)",
-                    low=0.5, high=1.0)
+                    "dtype (fp32 along the residual stream and the loss), plus bf16 weight copies of at most 2Ψ B",
+                    low=0.5, high=1 + 2 * psi / pred_full.total)
 viz.verdict(p_auto, rows["fp32 + autocast(bf16)"].activation_bytes / rows["fp32"].activation_bytes, explain={
     "held": f"Between the two: autocast keeps {fp32_in['fp32 + autocast(bf16)']:.2f} MB in float32, "
             f"{fp32_in['fp32 + autocast(bf16)'] - fp32_in['bf16 model']:.2f} MB more than the bfloat16 model; "
             f"its bfloat16 bytes include {copies / 1e6:.2f} MB of weight copies ({copies / fp32_weights:.0%} of the "
             "fp32 weights' bytes), which the bfloat16 model saves as its parameters instead.",
-    "above": "More than fp32 itself: the bfloat16 copies autocast makes outweigh what the matmuls save."})
+    "above": "More than fp32's saved bytes plus a bfloat16 copy of every weight: autocast saved something the "
+             "model leaves out (a value kept in both dtypes, say); compare the dtype split above with fp32's."})
 
 # %% [markdown]
 # **Model states.** Autocast does not shrink them at all: weights, gradients and Adam state
@@ -417,7 +434,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 
 # %%
 viz.show_headlines({
-    "measured step peak above its start (tiny GPT-2)": viz.si(anatomy.peak, "B"),
+    "measured step peak above the parameters (tiny GPT-2)": f"{viz.si(anatomy.peak, 'B')} on the first step, "
+                                                            f"{viz.si(above, 'B')} on the second",
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
                                         f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",

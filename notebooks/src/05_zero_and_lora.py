@@ -128,7 +128,8 @@ for s in zero_table(7.5e9, 64, "mixed_adam"):
 fig = vmem.plot_zero_stages(7.5e9, 64, "mixed_adam", highlight=1)
 
 # %% [markdown]
-# Stage 1 alone cuts 120 GB to 31.4 GB because optimizer state is 12 of the 16 bytes. Our
+# Stage 1 (marked `>` in the figure: the stage section 2 runs) alone cuts 120 GB to 31.4 GB
+# because optimizer state is 12 of the 16 bytes. Our
 # comparison runs in fp32 (`fp32_adam`: 4 + 4 + 8 bytes, K = 8) on N = 2 processes, where
 # stage 1 can at best halve the optimizer state and save a quarter of the model states.
 
@@ -147,57 +148,42 @@ for s, m in pred.items():
 # below; the other two move more bytes, counted below, and their times are measured beside it.)
 #
 # **Prediction.** Optimizer state per process: 8Ψ/N bytes (the line above) for the sliced
-# buffers. Loss curves identical to DDP + AdamW's (the same averaged gradient). Bytes
-# moved per step differ by implementation. A ring all-reduce of S bytes sends 2S(N-1)/N
-# per process, a reduce-scatter or an all-gather half that. A broadcast of S bytes is a
-# chain in which every process but the last passes S on: (N-1)/N of S per process on
-# average, so broadcasting each of N shards from its owner moves what one all-gather of
-# them moves. perfkit used alone reduce-scatters the gradients and all-gathers the updated
-# parameters: together the bytes of DDP's all-reduce (within 1 %), and each process updates
-# 1/N of the parameters. But it communicates after the whole backward, where DDP overlaps its
-# all-reduce with it, so its step should take at most DDP + AdamW's plus the time of one
+# buffers. Loss curves identical to DDP + AdamW's (the same averaged gradient). Bytes moved per
+# step differ by implementation. A ring all-reduce of S bytes sends 2S(N-1)/N per process, a
+# reduce-scatter or an all-gather half that; a broadcast of S bytes is a chain in which every
+# process but the last passes S on, (N-1)/N of S per process on average, so broadcasting each
+# of N shards from its owner moves what one all-gather of them moves. perfkit used alone
+# reduce-scatters the gradients and all-gathers the updated parameters: together the bytes of
+# DDP's all-reduce (within 1 %). But it communicates after the whole backward, where DDP
+# overlaps its all-reduce with it, so its step should take at most DDP + AdamW's plus one
 # all-reduce of the gradient's bytes (timed alone in the same rounds): an expectation, since
-# its extra calls and copies are not in it.
-# PyTorch's `ZeroRedundancyOptimizer` sits behind DDP: DDP's all-reduce of the gradients
-# (2(N-1)/N of the model's bytes), then each shard broadcast from its owner ((N-1)/N):
-# 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %). Each one's count is printed below.
+# its extra calls and copies are not in it. PyTorch's `ZeroRedundancyOptimizer` sits behind
+# DDP: DDP's all-reduce (2(N-1)/N of the model's bytes), then each shard broadcast from its
+# owner ((N-1)/N): 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %).
 #
 # **The variants.** `ddp_adamw` is the baseline. `perfkit` is `ZeroOptimizer(stage=1,
-# overlap=False)` used alone; `perfkit_ddp` is the same optimizer behind DDP (DDP all-reduces,
+# overlap=False)` used alone; `perfkit_ddp` the same optimizer behind DDP (DDP all-reduces,
 # the optimizer only all-gathers its updated slices); `torch_zero` is DDP with PyTorch's
 # `ZeroRedundancyOptimizer`; `deepspeed_0`, `deepspeed_1` and `deepspeed_2` are DeepSpeed's
-# engine at ZeRO stages 0 (no sharding: the engine's own cost), 1 and 2. QUICK runs keep
-# four of them.
-#
-# **How the three partition.** perfkit lays the parameters out in DDP's buckets (flat buffers
-# in backward order, each padded to a multiple of N) and gives process `r` slice `r` of every
-# bucket; its wrapped AdamW steps this process's piece of each parameter in those slices, one
-# step counter per piece. DeepSpeed flattens each parameter group into one buffer, cuts it into
-# N equal slices and hands its client optimizer one flat tensor. In both, a parameter may
-# straddle two processes. PyTorch assigns
-# *whole* parameter tensors to processes, greedily by size; with one large embedding the
-# slices cannot be equal. perfkit used alone reduce-scatters the gradients itself; PyTorch
-# and DeepSpeed (and `perfkit_ddp`) let DDP or their engine all-reduce first. For DeepSpeed
-# (0.19) that is a configuration default, not the algorithm: `zero_optimization`'s
-# `use_multi_rank_bucket_allreduce` is true unless set false, and then each gradient slice is
-# reduced to its owner instead; the ZeRO paper (section 7.2.1) counts stage 2 at data
-# parallelism's bytes.
+# engine at ZeRO stages 0 (no sharding: the engine's own cost), 1 and 2. QUICK runs keep four.
 #
 # **Measurement.** The job launched at the top: every variant trains the same batches from
-# the same initial weights; steps are timed interleaved (one step of each variant in turn);
-# then each variant is built alone and its peak resident memory measured. A step-time ratio
-# is the median of the interleaved rounds' ratios, with its 90 % interval between two of the
-# sorted ratios (`perfkit.stats.median_ratio`, an order-statistic interval: it covers the
-# median at 90 % whatever the ratios' distribution, provided the rounds are independent; load
-# that drifts slowly makes neighbouring rounds alike, and the interval is then narrower than
-# it should be): it narrows as rounds are added; the spread of single rounds' ratios (10th to
-# 90th percentile), printed beside it in section 3, would not. The table's "ms / step" is each
-# variant's median step (each step the slower rank's), so the ratio of two of its rows, a ratio
-# of medians, can differ from the median of the rounds' ratios printed below it.
+# the same initial weights, one step of each in turn per round; then each variant is built
+# alone and its peak resident memory measured. A step-time ratio is the median of the rounds'
+# ratios, with its 90 % interval between two of the sorted ratios (`perfkit.stats.median_ratio`:
+# it covers the median at 90 % whatever the ratios' distribution, if the rounds are independent;
+# load that drifts slowly makes neighbouring rounds alike and the interval too narrow). The
+# table's "ms / step" is each variant's median step (the slower rank's), so a ratio of two of
+# its rows can differ from the median of the rounds' ratios.
 
 # %%
 cmp_all = job.result()
 pool.shutdown()
+t_link = statistics.median(cmp_all.link["times_s"][0])  # s: one all-reduce of the gradient's bytes, same rounds
+t_ddp = cmp_all.variants["ddp_adamw"].step_s  # s: DDP + AdamW's median step
+p_perfkit = Prediction("perfkit's step time over DDP + AdamW's", "DDP's all-reduce bytes, none hidden behind "
+                       f"backward: DDP's step plus one all-reduce ({viz.si(t_link, 's')} here)",
+                       high=1 + t_link / t_ddp, unit="x", soft=("high",))  # recorded before any ratio is shown
 cmp = dataclasses.replace(cmp_all, variants={n: cmp_all.variants[n] for n in ZERO1})  # section 2's
 display(Markdown(vzero.optimizer_table(cmp)))
 print(f"Ψ = {cmp.numel:,} (predicted {psi:,}); unsharded AdamW state {cmp.total_state_bytes:,} B "
@@ -218,20 +204,23 @@ ratio = {n: stats.median_ratio(r.step_times_s, ddp.step_times_s) for n, r in cmp
 for name in v:
     if name != "ddp_adamw":
         print(f"{name:>12}: {ratio[name].point('x')} DDP + AdamW's step time ({ratio[name].describe('x')}), "
-              f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state, loss after the last step "
-              f"{v[name].losses[-1]:.4f} (DDP + AdamW {ddp.losses[-1]:.4f})")
+              f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state")
+last = {n: r.losses[-1] for n, r in v.items()}  # global mean loss after the last step
+apart = max(abs(x - last["ddp_adamw"]) for x in last.values())  # nats
+print(f"loss after the last step: DDP + AdamW {last['ddp_adamw']:.4f}; the {len(last) - 1} others differ from it by "
+      f"at most {apart:.2g} nats" + (" (the curves above lie on one another)" if apart < 1e-4 * abs(last["ddp_adamw"])
+                                     else ""))
 
 # %%
 loss_gap = max(abs(a - b) / abs(b) for n, r in v.items() if n != "ddp_adamw"
                for a, b in zip(r.losses, ddp.losses))
 viz.verdict(Prediction("largest relative loss difference from DDP + AdamW, any variant, any step",
-                       "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap)
-t_link = statistics.median(cmp_all.link["times_s"][0])  # s: one all-reduce of the gradient's bytes, same rounds
-t_ddp = ddp.step_s
-digits = f"The edge is {1 + t_link / t_ddp:.4f}x, the median of the paired ratios {ratio['perfkit'].value:.4f}x. "
-viz.verdict(Prediction("perfkit's step time over DDP + AdamW's", "DDP's all-reduce bytes, none hidden behind "
-                       f"backward: DDP's step plus one all-reduce ({viz.si(t_link, 's')} here)",
-                       high=1 + t_link / t_ddp, unit="x", soft=("high",)), ratio["perfkit"], explain={
+                       "the same averaged gradient, the same AdamW update", high=1e-4), loss_gap, explain={
+    "held": "At N = 2 the sum of two gradients is the same in either order and halving it is exact, so every "
+            "implementation that averages the right gradients gets the same bits: this catches a wrong gradient "
+            "or a wrong slice stepped, not a different reduction order (that needs N >= 3)." if NPROC == 2 else ""})
+digits = f"The edge is {p_perfkit.high:.4f}x, the median of the paired ratios {ratio['perfkit'].value:.4f}x. "
+viz.verdict(p_perfkit, ratio["perfkit"], explain={
     "above": digits + "The edge already charges its whole all-reduce's bytes unhidden (perfkit used alone "
              "reduce-scatters after backward); what it leaves out is the rest. " + vzero.calls_sentence(
                  v["perfkit"], ddp) + own_load(),
@@ -240,9 +229,11 @@ viz.verdict(Prediction("perfkit's step time over DDP + AdamW's", "DDP's all-redu
 # %%
 sent = {n: vzero.sent_bytes(r) for n, r in cmp_all.variants.items()}   # bytes one process sends per step
 print(vzero.bytes_lines(v))
-viz.verdict(Prediction("perfkit's bytes per step over DDP's", "reduce-scatter + all-gather = one all-reduce",
+viz.verdict(Prediction("perfkit's bytes per step over DDP's (each call's buffer x its ring factor, counted)",
+                       "reduce-scatter + all-gather = one all-reduce",
                        value=1.0, rel_tol=0.01, unit="x"), sent["perfkit"] / sent["ddp_adamw"])
-viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP's", "all-reduce 2(N-1)/N + "
+viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP's (counted as above)",
+                       "all-reduce 2(N-1)/N + "
                        "shard broadcasts (N-1)/N = 3(N-1)/N", value=1.5, rel_tol=0.02, unit="x"),
             sent["torch_zero"] / sent["ddp_adamw"])
 n_tensors = 12 * MODEL["n_layer"] + 4   # GPT-2's parameter tensors: 12 per block, 2 embeddings, final LayerNorm
@@ -252,23 +243,38 @@ print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, wi
       f"broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's owner; each call "
       "waits for every process" + (", a per-call cost that its byte count does not show and this run does not "
                                    "time apart." if ratio["torch_zero"].clear_of(1.0, "x") == "above" else "."))
-saving, rss = 8 * cmp.numel * (NPROC - 1) / NPROC, v["perfkit"].peak_rss_bytes
+saving = 8 * cmp.numel * (NPROC - 1) / NPROC  # bytes: the optimizer state stage 1 no longer holds
+rss = {n: r.peak_rss_bytes for n, r in v.items() if r.peak_rss_bytes}
 if rss:
-    print(f"the optimizer-state saving, 8Ψ(N-1)/N = {viz.si(saving, 'B')}, is {saving / rss:.1%} of what a "
-          f"process's peak RSS grew by while it built and trained the variant ({viz.si(rss, 'B')}): " + ("too small a share for RSS to show; the state column counts it "
-                                                "exactly" if saving / rss < 0.05 else "large enough to see in RSS"))
+    least, most = min(rss, key=rss.__getitem__), max(rss, key=rss.__getitem__)
+    print(f"peak RSS growth (the table's column): {viz.si(rss[least], 'B')} ({least}) to {viz.si(rss[most], 'B')} "
+          f"({most}), a spread {(rss[most] - rss[least]) / saving:.1f}x the {viz.si(saving, 'B')} of optimizer state stage 1 saves: each "
+          "figure also counts the variant's model, activations, buffers, what its library allocates on first use "
+          "and the allocator's slack, which this run does not split apart, so the column is context; the state "
+          "column counts the saving exactly.")
 
 # %% [markdown]
 # **The gaps.**
 #
+# * *How the three partition.* perfkit lays the parameters out in DDP's buckets (flat buffers
+#   in backward order, each padded to a multiple of N) and gives process `r` slice `r` of every
+#   bucket; its wrapped AdamW steps this process's piece of each parameter in those slices, one
+#   step counter per piece. DeepSpeed flattens each parameter group into one buffer, cuts it into
+#   N equal slices and hands its client optimizer one flat tensor. In both, a parameter may
+#   straddle two processes. PyTorch assigns *whole* parameter tensors to processes, greedily by
+#   size; with one large embedding the slices cannot be equal. perfkit used alone
+#   reduce-scatters the gradients itself; PyTorch and DeepSpeed (and `perfkit_ddp`) let DDP or
+#   their engine all-reduce first. For DeepSpeed (0.19) that is a configuration default, not the
+#   algorithm: `zero_optimization`'s `use_multi_rank_bucket_allreduce` is true unless set false,
+#   and then each gradient slice is reduced to its owner instead; the ZeRO paper (section 7.2.1)
+#   counts stage 2 at data parallelism's bytes.
 # * *State bytes.* PyTorch's whole-parameter partition cannot cut inside a tensor, so its
 #   processes hold unequal shares (the table shows the larger one). DeepSpeed's client AdamW
 #   sees one flat slice per parameter group (perfkit's sees its pieces of each bucket's slice:
 #   the same bytes, more step counters); DeepSpeed also keeps an fp32 copy of the slice and
 #   gradient partitions, which are not in the optimizer-state column. The peak RSS column is
-#   context only: it is how far a process's peak resident memory rose above what it held before
-#   building the variant, so it leaves the interpreter and libraries out but counts the model,
-#   activations, buffers and allocator slack besides the optimizer state.
+#   how far a process's peak resident memory rose above what it held before building the
+#   variant (the spread printed above).
 # * *Same training.* The "rel. diff vs AdamW" column compares the weights after the last step
 #   with *single-process* AdamW's on the concatenated batch: per tensor, the largest
 #   difference of an element over the tensor's largest magnitude, the largest over all
@@ -308,15 +314,19 @@ if rss:
 # * *Bytes.* Stages 1 and 2 reduce-scatter the gradients and all-gather the updated
 #   parameters: data parallelism's bytes. Stage 3 all-gathers the parameters twice (forward
 #   and backward) and reduce-scatters the gradients: three halves of an all-reduce, 1.5x.
-# * *Time* (expectations, not bounds). Stages 1 and 2 move the same bytes, overlapped with
-#   backward as DDP does, and update 1/N of the parameters: at most 1.10x DDP + AdamW's step.
-#   Stage 3 computes the same, moves half an all-reduce's bytes more and makes more collective
-#   calls (each block's parameters are all-gathered in forward and again in backward, its
-#   gradients reduce-scattered), and each call pays a fixed cost whatever its size (notebook
-#   02's `alpha`). If those were all it added, its step would take DDP's plus half an
-#   all-reduce's bytes plus, for every call beyond DDP's, the time of a 4-byte all-reduce (both
-#   timed alone in the same rounds; none of it hidden behind compute). Per-block copies into
-#   flat buffers and Python hooks are not in it.
+# * *Time* (expectations, not bounds: `perfkit.viz.zero.stage_edge`, from times the job measured
+#   in the same rounds). Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken
+#   as hidden as DDP's), then all-gather the updated parameters after the step, which the next
+#   forward waits for: half an all-reduce's bytes, charged unhidden. Stage 3 all-gathers each
+#   block's parameters in forward and again in backward and reduce-scatters its gradients: half
+#   an all-reduce's bytes more than DDP, charged unhidden. Every collective call beyond DDP's pays
+#   a fixed cost whatever its size (notebook 02's `alpha`), charged at a 4-byte all-reduce's time
+#   and none hidden. Each rank updates 1/N of the parameters, so (N-1)/N of AdamW's update (timed
+#   inside DDP + AdamW's steps) comes off. A stage's step should take at most DDP + AdamW's plus
+#   those three parts, printed below before any step ratio. Per-block copies into flat buffers
+#   and Python hooks are not in it. (In these interleaved rounds the other variants' steps run
+#   between a stage-1 or stage-2 step and its next forward, so its all-gather can finish behind
+#   them; the edge charges it whole all the same.)
 #
 # Overlap hides a collective only behind idle time. On a CPU, gloo's collectives run on threads
 # that take the same cores the backward computes on. On a GPU, NCCL's collectives are kernels
@@ -326,6 +336,13 @@ if rss:
 
 # %%
 ms = {n: cmp_all.variants[n] for n in STAGES}
+t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a call's own cost
+more = {n: max(vzero.calls_per_step(ms[n]) - vzero.calls_per_step(ms["ddp_adamw"]), 0) for n in STAGES if STAGES[n]}
+edges = {n: vzero.stage_edge(STAGES[n], ms["ddp_adamw"], more[n], t_link, t_call, NPROC) for n in more}
+for n, e in edges.items():
+    print(f"{n}: {e.text()}")
+
+# %%
 formula = {n: zero_model_states(cmp_all.numel, NPROC, s, "fp32_adam") for n, s in STAGES.items()}
 display(Markdown(vzero.stage_table(cmp_all, STAGES, formula)))
 fig = vmem.plot_zero_memory(cmp_all, STAGES)
@@ -385,7 +402,7 @@ for n, s in STAGES.items():
     print(f"stage {s} ({n:>9}): {viz.si(sent[n], 'B')} sent per process and step = "
           f"{sent[n] / sent['ddp_adamw']:.3f}x data parallelism; calls {ms[n].calls}")
 for n, want in (("zero1", 1.0), ("zero2", 1.0), ("zero3", 1.5)):
-    viz.verdict(Prediction(f"{n}'s bytes per step over data parallelism's", "ring model: all-reduce = "
+    viz.verdict(Prediction(f"{n}'s bytes per step over data parallelism's (counted from its calls)", "ring model: all-reduce = "
                            "reduce-scatter + all-gather" + ("; two all-gathers at stage 3" if want > 1 else ""),
                            value=want, rel_tol=0.02, unit="x"), sent[n] / sent["ddp_adamw"])
 
@@ -398,47 +415,24 @@ for n in ("zero1", "zero2", "zero3"):
           f"{vzero.calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
 
 # %%
-t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a call's own cost
-more = {n: vzero.calls_per_step(ms[n]) - vzero.calls_per_step(ms["ddp_adamw"]) for n in ("zero1", "zero2", "zero3")}
 r21 = stats.median_ratio(ms["zero2"].step_times_s, ms["zero1"].step_times_s)  # same rounds
 beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in the same rounds: {r21.text('x')}" + (
-    ": its interval holds 1, so this run does not tell the two stages' steps apart, whichever side of 1.1x each "
-    "verdict fell on." if r21.low <= 1 <= r21.high else ". What stage 2 does beyond stage 1 is to wait, inside "
+    ": its interval holds 1, so this run does not tell the two stages' steps apart, whichever side of its edge "
+    "each verdict fell on." if r21.low <= 1 <= r21.high else ". What stage 2 does beyond stage 1 is to wait, inside "
     f"backward, for its oldest bucket's reduce-scatter once {ZeroOptimizer.IN_FLIGHT} are in flight and copy its "
     "slice out; this run does not time that apart.")}
 load = own_load()  # said in full once; the later verdicts point back to it
 note = {n: (load if i == 0 else " The cores were busy with this job's own processes, as the zero1 verdict says."
             if load else "") for i, n in enumerate(("zero1", "zero2", "zero3"))}
-calls = {n: f"It moves DDP's bytes in {vzero.calls_per_step(ms[n])} calls per step against "
-            f"{vzero.calls_per_step(ms['ddp_adamw'])}; at a 4-byte all-reduce's {viz.si(t_call, 's')}, the {more[n]} "
-            f"more would add {viz.si(more[n] * t_call, 's')} ({more[n] * t_call / t_ddp:.1%} of DDP's step) if none "
-            "overlapped (the model takes them as overlapped as DDP's; this run does not time the overlap)."
-         for n in ("zero1", "zero2")}
-time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "the same bytes, overlapped with "
-                                     "backward; 1/N of the update", high=1.10, unit="x", soft=("high",)), ratio[n],
-                          explain={"above": calls[n] + beyond.get(n, "") + note[n],
-                                   "held": calls[n] + beyond.get(n, "") + note[n]})
-                 for n in ("zero1", "zero2")}
+time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "DDP's step, plus " + (
+    "its second all-gather" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
+                                     f"{NPROC - 1}/{NPROC} of AdamW's update", high=e.edge, unit="x", soft=("high",)),
+                          ratio[n],
+                          explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value) + beyond.get(n, "")
+                                                + note[n]))
+                 for n, e in edges.items()}
 for verdict in time_verdicts.values():
     viz.show_verdict(verdict)
-
-# %%
-bytes_s = 0.5 * max(t_link - t_call, 0.0)  # s: half an all-reduce's bytes (its call's own cost taken off)
-calls_s = more["zero3"] * t_call           # s: zero3's calls beyond DDP's, each at a 4-byte all-reduce's time
-bound3, grew = 1 + (bytes_s + calls_s) / t_ddp, (ratio["zero3"].value - 1) * t_ddp  # x; s
-part = {k: f"{x / grew:.0%}" if grew > 0 else "none" for k, x in (("bytes", bytes_s), ("calls", calls_s))}
-time_verdicts["zero3"] = judge(Prediction("zero3's step time over DDP + AdamW's", "the same compute; half an "
-                                          f"all-reduce's bytes ({viz.si(bytes_s, 's')}) and {more['zero3']} calls at "
-                                          f"a 4-byte all-reduce's time ({viz.si(calls_s, 's')}) more: {bound3:.3f}x",
-                                          high=bound3, unit="x", soft=("high",)), ratio["zero3"], explain={
-    "above": f"The step grew by about {viz.si(grew, 's')}; the extra bytes account for {part['bytes']} of "
-             f"it, the extra calls at a 4-byte all-reduce's time for {part['calls']}. The rest is what the "
-             "model leaves out (it already charges every call and byte as unhidden): per block, copies into the "
-             "flat buffers and Python hooks, and gloo's threads slowing the compute they share the cores with; "
-             "this run does not time them apart." + note["zero3"],
-    "held": f"The step {'grew' if grew >= 0 else 'shrank'} by about {viz.si(abs(grew), 's')}, within the "
-            f"{viz.si(bytes_s + calls_s, 's')} its extra bytes and calls take." + note["zero3"]})
-viz.show_verdict(time_verdicts["zero3"])
 
 # %%
 ov = stats.median_ratio(ms["zero1"].step_times_s, cmp_all.variants["perfkit"].step_times_s)  # same rounds

@@ -137,8 +137,9 @@ for what, plan in plans.items():
 # both devices keep them where a GPU would. bf16 keeps fp32's 8 exponent bits,
 # so nothing overflows and no loss scaling is needed; it keeps only 8 bits of significand (7 stored), so
 # each matmul is rounded more coarsely. (The three formats, sign / exponent / stored mantissa
-# bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is fp32 with its low 16 bits cut off,
-# which is why converting between them is cheap.) **Predictions:** (a) the loss curve's mean over
+# bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is the upper half of fp32's 32 bits, which is
+# why converting between them is cheap: bf16 to fp32 appends 16 zero bits, and fp32 to bf16 drops
+# the low 16, rounding to nearest even, as PyTorch's conversion does, rather than cutting them off.) **Predictions:** (a) the loss curve's mean over
 # its last 5 steps matches fp32's within 1 % (single steps differ more), since rounding errors of about 0.4 % per product average out over
 # long sums; (b) the step's speed changes by Amdahl's law: only the ops autocast runs in bf16
 # change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower), and the
@@ -182,21 +183,27 @@ print(ex.largest_rise(curves))
 # **Amdahl's law, with measured parts.** If the ops autocast changes take a share `f` of the
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
 # was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
-# the loss, AdamW, Python and dispatch) runs the same in both. The crude way reads `f` and `r`
-# off the ceilings as this notebook found them (notebook 00's sweep, or a later operation that
-# beat it: the cell names which), both on the threads the step runs on: `f` = the step's model FLOPs at the fp32 ceiling over its time, `r` = the ratio of the bf16
-# and fp32 ceilings. But those are square matmuls of the sizes notebook 00 swept, while this
-# step's matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the
-# tiny model's width), and at such shapes each precision reaches its own share of its ceiling.
-# So the prediction the verdict uses measures `f` and `r` at the step's own shapes
+# the loss, AdamW, Python and dispatch) runs the same in both. **The forecast** reads `f` and
+# `r` off figures measured before this notebook, on the threads the step runs on: `f` = the fp32
+# step's model FLOPs at the fp32 ceiling (notebook 00's, or an operation of another notebook that
+# beat it) over the fp32 step's time, `r` = bf16's rate over fp32's in notebook 00's
+# sweep, at the swept square size nearest the step's matmuls (`autocast_parts.swept_ratio`). Not
+# the ratio of the two ceilings: a ceiling rises whenever an operation beats it, and the bf16
+# ceiling can have been set by this very step in an earlier run, which would make a forecast
+# from it restate the result; sweep points stay as swept. The ceilings serve below only as the
+# denominators of shares (a bound on each rate). Square matmuls are not this step's, whose
+# matmuls are small and narrow (`(B·T, d) @ (d, 3d)` and the like, `d` the tiny model's width),
+# and at such shapes each precision reaches its own share of its ceiling: how far that moves the
+# forecast is the first verdict's question.
+# The second verdict measures `f` and `r` at the step's own shapes
 # (`compute.autocast_parts`): it records, from one bf16 step, every op that runs on a bf16
 # tensor (the matmuls and fused attention autocast runs in bf16, and the ops that receive their
 # bf16 outputs: the GELU between two linear layers, the bias gradients) and every cast autocast
 # inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
 # steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`. Since
-# the parts are timed beside the steps and cover most of the step, this verdict checks the premise
+# the parts are timed beside the steps and cover most of the step, that verdict checks the premise
 # of Amdahl's law here (the step is its parts: nothing else changed speed) rather than
-# forecasting a step before it was timed; the crude estimate from the ceilings is the forecast.
+# forecasting a step before it was timed; the forecast is the first verdict's.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -213,7 +220,7 @@ for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
 # FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
 # elementwise work, so a lower bound), over the bf16 matmuls and attention replayed alone (the parts
 # below) and over the whole bf16 step; a rate that beats the bf16 ceiling raises it (perfkit.ceilings)
-found = limits  # the ceilings as this notebook found them: the next cell's crude estimate uses these
+found = limits  # the ceilings and sweep as this notebook found them: the next cell's forecast reads these
 bf16_per_sample = compute.counted_flops(ex.gpt_step(GPT, xa, "bf16")) / AMP_BATCH  # FLOPs per sample
 mm_s = sum(parts.parts[k].candidate.median_s for k in ("matmul", "attention"))  # s, medians
 for what, sec in ((f"the bf16 step's matmuls replayed alone at batch {AMP_BATCH}", mm_s),
@@ -231,31 +238,34 @@ print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'F
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
-                              limits.peak_flops("float32") * SHARE))
-r_ceil = bf16_found / found.peak_flops("float32", CEIL_THREADS)  # these threads', as the notebook found them
-crude, got = 1 / ((1 - f_ceil) + f_ceil / r_ceil), amp.estimate.value
-closer = abs(math.log(crude / got)) < abs(math.log(parts.predicted() / got))
-src = found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')  # who set bf16's ceiling
-print(f"from the ceilings as found, {on}: f = {f_ceil:.1%}, r = {r_ceil:.3g} (bf16's {si(bf16_found, 'FLOP/s')}, "
-      f"from {src}) -> {crude:.3g}x ({'closer to' if closer else 'farther from'} the measured {got:.3g}x than the "
-      "parts' below)" + ("; that bf16 ceiling was set by this step's own matmuls in an earlier run (ceilings only "
-                         "rise), so this estimate partly restates the step it predicts" if "step" in src else ""))
+                              found.peak_flops("float32", CEIL_THREADS)))  # the forecast's f
+per_call = bf16_per_sample * AMP_BATCH / (parts.counts["matmul"] + parts.counts["attention"])  # FLOPs per call
+swept = autocast_parts.swept_ratio(found, "bfloat16", per_call, threads=CEIL_THREADS)  # the forecast's r
+crude = autocast_parts.amdahl(f_ceil, swept.ratio) if swept else None
+print(f"forecast {on}: f = {f_ceil:.1%} (the fp32 step's model FLOPs at the fp32 ceiling, over its time), "
+      + (f"r = {swept.ratio:.3g} ({swept.describe()}; the step's matmul and attention calls average "
+         f"{si(per_call, 'FLOP')}) -> {crude:.3g}x" if swept else
+         "and no r: notebook 00's sweep holds no size timed in both bf16 and fp32, so nothing is forecast"))
 print("\n".join(parts.lines()))
 print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 1)" if parts.share() > 1 else "")
       + f", r = {parts.total().ratio:.3g} -> {parts.predicted():.3g}x (f: every row of the table, summed round by "
       f"round, {parts.total().baseline.median_s * 1e3:.1f} ms, over the fp32 step's "
       f"{amp.baseline.median_s * 1e3:.1f} ms; r: the median of those sums' paired ratios, fp32 over bf16 time, "
       "not the ratio of the rows' medians)")
+if swept:
+    viz.verdict(Prediction("bf16 step speedup over fp32", "the forecast: Amdahl with f from the fp32 ceiling and r "
+                           "from notebook 00's sweep", value=crude, rel_tol=0.25, unit="x"), amp.estimate,
+                explain=dict.fromkeys(("above", "below"), parts.forecast_terms(f_ceil, swept.ratio)))
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
                        "in the steps' own rounds: a check that the step is its parts, not a forecast",
                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
 
 # %% [markdown]
-# The ceilings' `f` counts only the model's FLOPs, at the best square matmul's speed, so it is at
-# most the matmuls' real share; their `r` is the ratio of the two ceilings at the square sizes
-# notebook 00 swept (or at a rate that later beat one and raised it), which the step's own shapes
-# need not share (the `matmul` line's ratio against the ceilings' says by how much here). A
-# bigger model, with more of its step in large matmuls, brings both closer to the ceilings'.
+# The forecast's `f` counts only the model's FLOPs, at the fp32 ceiling's speed, so it is at most
+# the matmuls' real share; its `r` is the two dtypes' ratio at one square size notebook 00 swept,
+# which the step's own shapes need not share (the `matmul` line's ratio against it says by how
+# much here). A bigger model, with more of its step in large matmuls, brings both closer to the
+# sweep's.
 
 # %% [markdown]
 # **Memory.** bf16 halves the bytes of what autocast saves for backward in bf16, but not of
@@ -300,14 +310,15 @@ else:
 # inputs from memory and writes its result back. How much slower is that than one kernel that
 # reads `x` once and writes the result once?
 #
-# **The model.** An elementwise op does a few FLOPs per element and moves 8-12 bytes per
-# element: its arithmetic intensity is far left of the ridge point (notebook 00), so its time
-# is bytes / bandwidth. Counting the bytes of the chain below (the comment on each line lists
-# how many full-size tensors each op reads) predicts the speedup of fusing it. Even fused, the
-# chain does about 10 FLOPs per element for 8 bytes (read `x`, write the result: 1.25 FLOP/byte),
-# far left of a CPU's ridge point: fusion removes bytes, it cannot make the chain compute-bound
-# on paper. (tanh, counted as one FLOP, costs tens of instructions, which can make it so in
-# practice; the cell after the roofline below measures which.)
+# **The bytes model.** An elementwise op does a few FLOPs per element and moves 8-12 bytes per
+# element: its arithmetic intensity lies left of the ridge point (notebook 00), where the roofline
+# says memory decides. If it does, each op's time is its bytes / bandwidth, and counting the bytes
+# of the chain below (the comment on each line lists how many full-size tensors each op reads)
+# predicts the speedup of fusing it. Even fused, the chain does about 10 FLOPs per element for 8
+# bytes (read `x`, write the result: 1.25 FLOP/byte), left of the ridge (the next cell prints this
+# machine's): fusion removes bytes, it cannot make the chain compute-bound on paper. (tanh, counted
+# as one FLOP, costs tens of instructions, which can make it so in practice; the cell after the
+# roofline below measures which.)
 
 # %%
 def gelu_chain(x, bias):
@@ -321,8 +332,37 @@ xc = torch.randn(CHAIN_ROWS, 1024, device=DEVICE)  # (rows, 1024) fp32
 bias = torch.randn(1024, device=DEVICE)
 torch.testing.assert_close(gelu_chain(xc, bias), F.gelu(xc + bias, approximate="tanh"))
 chain = kernels.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
+ridge = limits.peak_flops("float32", CEIL_THREADS) / limits.copy_bytes_per_s  # FLOP/byte, the roofline's below
 print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused {chain.fused / 2**20:.0f} MiB "
-      f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides)")
+      f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides). Fused, 1.25 FLOP/byte against "
+      f"a float32 ridge of {ridge:.2f} FLOP/byte ({on}, DRAM on all cores): {ridge / 1.25:.2g}x left of it")
+
+# %% [markdown]
+# **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
+# allocator serves blocks above its mmap threshold (128 KiB at first, raised up to 32 MiB as
+# large blocks are freed) straight from the operating system and gives them back when they are
+# freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
+# the bytes model leaves out. Blocks below it come from the heap, which hands a freed block to the
+# next request without a fault, as a GPU's caching allocator reuses its blocks, for as long as it
+# keeps the memory (section 6 meets the exception: glibc trims free memory at the heap's top back
+# to the system, and what it trimmed faults in again). Which case applies depends on the size and on what
+# the program freed before, so it is measured, before the chain is timed: filling a new tensor
+# against an existing one, in alternating rounds, counting the new one's page faults
+# (`perfkit.compute.fusion`; its cost per fault, the median of the rounds, is the one figure of a
+# fault's cost this notebook uses, in section 6 too). **The model** of the eager chain, recorded
+# here: its bytes at the DRAM ceiling (notebook 00's, which counts every buffer an operation reads
+# or writes, as the chain's bytes are counted) plus one new tensor per kernel; of the fused kernel,
+# its bytes and its one new output tensor.
+
+# %%
+with sizing.pinned_threads(THREADS):
+    cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
+model_s = fusion.chain_model(chain, cost.extra_s, limits.copy_bytes_per_s)  # s: bytes + new tensors
+print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
+print(f"predicted: eager {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors = "
+      f"{model_s.eager_s * 1e3:.2f} ms; fused {model_s.fused_s * 1e3:.2f} + {model_s.new_s * 1e3:.2f} ms = "
+      f"{model_s.fused_total_s * 1e3:.2f} ms; fusing's speedup {model_s.speedup:.2f}x "
+      f"(by the bytes alone, {chain.ratio:.1f}x)")
 
 # %% [markdown]
 # The teaching version agrees with PyTorch's own `F.gelu(approximate="tanh")` (checked above).
@@ -353,31 +393,16 @@ rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),  # (label, s, mod
 for label, sec, nbytes in rows:
     print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(nbytes / sec, 'B/s'):>10} {where(nbytes / sec)}")
 fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # compiled over eager, paired
-print(f"compiled / eager: {fused_x.point('x')} ({fused_x.describe('x')}; predicted {chain.ratio:.1f}x if "
-      f"memory-bound); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: {rec.fx_cache_hits}")
+print(f"compiled / eager: {fused_x.point('x')} ({fused_x.describe('x')}; predicted {model_s.speedup:.2f}x, "
+      f"{chain.ratio:.1f}x by the bytes alone); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: "
+      f"{rec.fx_cache_hits}")
 print(compiling.cold_compile_cost("the GELU chain", rec)[1])
 
-# %% [markdown]
-# **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
-# allocator serves blocks above its mmap threshold (128 KiB at first, raised up to 32 MiB as
-# large blocks are freed) straight from the operating system and gives them back when they are
-# freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
-# the bytes model leaves out. Blocks below it come from the heap, which hands a freed block to the
-# next request without a fault, as a GPU's caching allocator reuses its blocks, for as long as it
-# keeps the memory (section 6 meets the exception: glibc trims free memory at the heap's top back
-# to the system, and what it trimmed faults in again). Which case applies depends on the size and on what
-# the program freed before, so it is measured: filling a new tensor against an existing one
-# (`perfkit.compute.fusion`). The model of the eager chain is then its bytes at the DRAM ceiling
-# (notebook 00's, which counts every buffer an operation reads or writes, as the chain's bytes
-# are counted) plus one new tensor per kernel.
-
 # %%
-with sizing.pinned_threads(THREADS):
-    cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
-model_s = fusion.chain_model(chain, cost.extra_s, limits.copy_bytes_per_s)  # s: bytes + new tensors
-print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
-print(f"eager model: {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors "
-      f"= {model_s.eager_s * 1e3:.2f} ms; measured {rec.eager.median_s * 1e3:.2f} ms")
+bytes_x = rec.eager.median_s / model_s.bytes_s  # the eager chain over its bytes alone
+print(f"the bytes model alone: eager {model_s.bytes_s * 1e3:.2f} ms predicted, {rec.eager.median_s * 1e3:.2f} ms "
+      f"measured ({bytes_x:.1f}x): " + ("memory bandwidth alone did not set the chain's time here"
+                                        if bytes_x > 1.5 else "the bytes set the chain's time here"))
 why_eager, why_fused = fusion.chain_explanations(model_s, rec)
 viz.verdict(Prediction("eager chain time", "bytes at the DRAM ceiling + one page-faulted tensor per op",
                        value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
@@ -403,9 +428,10 @@ plt.show()
 # add (one kernel, one FLOP per element) is timed in alternation with the compiled chain: the
 # add's time is what the chain's bytes cost (both read the same `x`, so whatever of it a cache
 # keeps between rounds serves both alike). The compiled chain also returns a *new* tensor on
-# every call, whose cost the previous cell measured (a new tensor against an existing one);
-# what remains of its time is what its arithmetic adds (tanh, counted above as one FLOP, is a
-# polynomial of tens of instructions).
+# every call, whose cost was measured before the chain was timed (a new tensor against an
+# existing one); what remains of its time is charged to its arithmetic (tanh, counted above as one
+# FLOP, is a polynomial of tens of instructions): a remainder, on the assumption that the three
+# parts add without overlapping, not a separate measurement of the arithmetic.
 
 # %%
 out = torch.empty_like(xc)  # existing: no new tensor to fault in
@@ -483,7 +509,7 @@ if COMPILE_STEP:
     vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32: break-even "
                        + (f"{soon:,.0f} to {late:,.0f} steps" if math.isfinite(late) else
                           f"{soon:,.0f} steps to never" if math.isfinite(soon) else "never")
-                       + " at the medians' interval ends")
+                       + " at the medians' interval ends", unit="steps")
     plt.show()
 else:
     print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
@@ -800,10 +826,12 @@ bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted
 obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
                        threads=CEIL_THREADS)
 limits = obs.limits
+every = f" ({bf16_mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 and against == "float32" else ""
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
-      f"{bf16_top.batch}: MFU {bf16_mfu:.1%} of the {against} ceiling {on}"
-      + ("" if against == "bfloat16" else ": autocast ran the matmuls in bfloat16, which this CPU emulates, and the "
-         "rest in float32, so the step is held against what the machine does without bf16")
+      f"{bf16_top.batch}: " + (f"MFU {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
+                               f"model FLOP/s {bf16_mfu:.1%} of the float32 ceiling {on}{every}, not an MFU: "
+                               "autocast ran the matmuls in bfloat16, which this CPU emulates, so the step is "
+                               "held against the roof of what the machine does without bf16")
       + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, "
       + (f"the rate of its ceiling now: {obs.note}, so it is no measure of its utilisation" if obs.raised else
          sizing.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
@@ -821,8 +849,11 @@ plt.show()
 # DRAM), so the model takes both ends. `n(b)`: the minor page faults of each timed step, counted
 # (`getrusage`): glibc hands freed memory back to the operating system once the free space at
 # the top of its heap passes a threshold, and the next step's new tensors fault it in again,
-# page by page (section 2 met the same cost for one tensor). `c`: a fault's cost, timed by
-# touching fresh memory against touching it again. `F`: the per-step cost that does not grow with
+# page by page (section 2 met the same cost for one tensor). `c`: a fault's cost, section 2's
+# figure (a new tensor's extra time over its counted faults, the median of its rounds, with their
+# interval), so that one figure of it serves the notebook; where section 2's tensors took no fault
+# at their size, it is probed in each round instead (fresh memory touched against touched again).
+# `F`: the per-step cost that does not grow with
 # the batch (optimizer, Python, dispatch), read off a step of 2 tokens as its time less its `R`.
 # `eta`, the share of their roofs the ops reach, is the one figure fitted, on the batch next to
 # the largest; the model then predicts the largest batch's tokens/s over the best of the others'.
@@ -837,8 +868,11 @@ plt.show()
 FIT = BATCHES[-2]
 tokens = lambda b, t: torch.randint(0, 1024, (b, t), device=DEVICE)  # (b, t) ids, their own targets
 curve = compute.measure_batch_curve(lambda b, t: ex.gpt_step(GPT, tokens(b, t)), BATCHES, SEQ, limits, fit=FIT,
-                                    rounds=REPEAT, threads=THREADS, device=DEVICE)
+                                    rounds=REPEAT, threads=THREADS, device=DEVICE,
+                                    fault_s=cost.fault_rounds() or None)  # section 2's c (None: probed here)
 print("\n".join(curve.lines()))
+print(f"c = {si(curve.fault_cost.value, 's')} per page fault: " + (
+    "section 2's figure" if cost.fault_rounds() else "probed in these rounds (section 2's tensors took no fault)"))
 ends = list(zip(curve.predicted_s(), curve.predicted_s(cache=False), strict=True))  # s per step, both ends of R
 inside = [b for i, b in enumerate(curve.batches)
           if i != curve.fit and min(ends[i]) <= curve.step_s(i).value <= max(ends[i])]
@@ -858,8 +892,8 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHE
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        "the crude model: throughput flattens, within 10 %", low=0.9, unit="x", soft=("low",)),
             curve.gain(-1, curve.rival()), explain={
-    k: f"The refined model's terms: {curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}"
-    for k in ("below", "held")})
+    k: ex.hidden_side(curve.gain(-1, curve.rival()).value, 0.9, "x") + "The refined model's terms: "
+       f"{curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}" for k in ("below", "held")})
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x",
                        soft=("low", "high")),
@@ -983,9 +1017,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # ## Summary
 #
 # * **bf16 autocast**: the mean loss over the last steps should stay within 1 % of fp32's (single
-#   steps differ more), and Amdahl's law predicts the speed from the share and the speed ratio of the ops autocast changes, best measured at the
-#   step's own shapes (section 1 prints whether the ceilings' square matmuls came closer or
-#   farther here, and its verdicts say what held on this machine).
+#   steps differ more), and Amdahl's law predicts the speed from the share and the speed ratio of
+#   the ops autocast changes: section 1's first verdict says how far a forecast from notebook 00's
+#   square matmuls came, its second whether the step is its parts timed at its own shapes.
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
@@ -994,7 +1028,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # * **Shapes** matter per matmul: on tensor cores (multiples of 8 in fp16/bf16) and on a CPU's vector
 #   units (section 5 printed what widths off the grid cost one matmul here); whether padding a
 #   dimension pays at the step level is measured too (section 5's vocabulary), not assumed.
-# * **MFU** puts every number on one scale: model FLOPs per second over the measured peak.
+# * **MFU** puts every number on one scale: model FLOPs per second over a peak; here the ceiling
+#   measured on the threads the step ran on (section 6 prints the all-core share beside it), a
+#   lower denominator than the vendor's peak the field divides by.
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
 #   outgrow the cache and memory the allocator hands back (to fault in again every step) can
 #   cost more per token; section 6 counts both terms at each batch (ops past the cache, page
@@ -1009,7 +1045,10 @@ viz.show_headlines({
                         "all-core fp32 one): " if SHARE < 1 else "")
                        + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling"
                        + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + "; bf16 batch "
-                       f"{bf16_top.batch}: {bf16_top.mfu:.1%} of the {bf16_top.ceiling} ceiling",
+                       f"{bf16_top.batch}: " + (f"{bf16_top.mfu:.1%} of the bfloat16 ceiling"
+                                               if bf16_top.ceiling == "bfloat16" else
+                                               f"model FLOP/s {bf16_top.mfu:.1%} of the float32 ceiling (emulated "
+                                               "bf16: not an MFU)"),
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
         f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x:.2f}x (ratio of medians)" if sweep_x else "")}

@@ -96,7 +96,8 @@ for name, what in slow_train.FIXES.items():
 # `perfkit.dist.launch`. Its speed is measured on the `MEASURE` steps after the window, without
 # the profiler: tokens/s from their median. Every round runs on to the target loss of section 4,
 # but only those steps are its speed, so that every run (a repeat run stops after them) is
-# read at the same point of its life.
+# read at the same point of its life. (The report's own throughput line is rank 0's samples per
+# second at the batch its DataLoader yields; every other throughput here is both ranks' tokens/s.)
 
 # %%
 def rel(text):
@@ -128,102 +129,74 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # ## 2. Fix the top finding, measure, repeat
 #
 # Each finding kind has the flags that remove it (`slow_train.FIX_FOR_FINDING`): `data` ->
-# `--fix data`; `sync` -> `--fix sync`, then `--fix ddp` (with `find_unused_parameters=True`
-# DDP reads its map of which parameters were used, one `.item()` per parameter, at the end of
-# every backward (`torch/csrc/distributed/c10d/reducer.cpp`),
-# the kind of call the diagnosis counts as a sync); `communication` ->
-# `--fix ddp`; `optimizer` -> `--fix optimizer`; `overhead` -> `--fix batch`. A round
-# (`FixLoop.play`) takes the worst finding with a fix not applied yet, applies it on top of
-# the earlier ones, runs the job again, and judges (a fix that answers two kinds, like `ddp`,
-# is bounded by their shares added).
+# `--fix data`; `sync` -> `--fix sync`, then `--fix ddp`; `communication` -> `--fix ddp`;
+# `optimizer` -> `--fix optimizer`; `overhead` -> `--fix batch`, then `--fix compile` (offered on
+# CUDA only). The diagnosis marks each finding **high** (at least twice its threshold),
+# **medium** (past it) or **info** (information level: a fact, not a fault, such as forward and
+# backward taking most of the step, or the machine's load). A round (`FixLoop.play`) takes the
+# worst finding above information level whose fix is not applied yet, applies that fix on top of
+# the earlier ones, runs the job again, and judges it.
 #
-# **Prediction.** The fix removes at most the time its finding measured, so the step gets
-# at most `1 / (1 - share)` faster (Amdahl's law: a bound), and it should not get slower (an
-# expectation, not a bound: a fix can cost more than it saves, so a step below 1x is missed
-# only when its whole interval lies below 1x). One finding
-# reaches past its own phase: while one rank loads its data, the other waits for it at the
-# next collective, and that wait is attributed to communication. So the data fix's share is
-# the data share plus the communication share (the most the fix can remove). The shares
-# are measured in the profiled window, and the profiler slows PyTorch's operators (syncs and
-# collectives are such operators), not the tokenizer: so the data fix's share is counted
-# against the *unprofiled* step (the profiled one where the profiler did not slow the step),
-# no less than its true share while the profiler slows the step alike before and after the fix
-# (where it does not, every round says so, whatever its outcome: the profiled window's gain
-# beside the runs', and the profiled step over an unprofiled one before and after the fix).
-# A run can beat its bound two ways: the fix also removed time the diagnosis counted in another
-# phase, or the profiler stretched the configuration after the fix more than the one before, so
-# that the shares of a profiled step were not those of an unprofiled one (the window where they
-# were measured then stays within the bound while the runs cross it). A bound is judged as a
-# bound: crossed, missed (the course's rule: a bound claims that no measurement crosses it). A fix
-# whose true gain sits at its bound is then called missed about half the time, so a miss also
-# prints how far its interval reaches back across the bound: where it does, the miss is weak
-# evidence. The verdict says which way the profiled window points: its own gain within the bound,
-# with each configuration's profiled over unprofiled step, or, where the window crossed it too,
-# the phases outside the bound whose time fell, in milliseconds per profiled step.
+# **Prediction.** The rule is Amdahl's: a fix removes at most the time its finding measured, a
+# share `s` of the step, so the step gets at most `1 / (1 - s)` faster. That is a bound, judged
+# as one: a figure above it is missed, and the verdict prints how far its interval reaches back
+# across it (a fix whose true gain sits at its bound is called missed about half the time). Its
+# terms:
 #
-# **Measurement.** Tokens/s after over before, where "before" is the configuration the fix
-# was added to. Two designs:
+# * `s` is measured in the profiled window of the configuration the fix is added to; a fix that
+#   answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
+# * the **data** fix: while one rank loads its data, the other waits for it at the next
+#   collective, booked as communication, so `s` is the data share plus the communication share.
+#   Both are taken in milliseconds of the profiled window, over an *unprofiled* step: the
+#   profiler does not slow the tokenizer, and a collective takes no longer without the profiler
+#   than with it, so this is the most they can take of an unprofiled step;
+# * the **sync** fix: only what it can remove, the training loop's reads and the host loop between
+#   them, not the time DDP waited for a collective between two of its reads (below);
+# * a **larger batch** is bounded by its own factor of tokens per step (a step that carries more
+#   tokens cannot get shorter) or by the machine's peak, `1 / MFU`, whichever is tighter.
 #
-# * default: the configuration before runs **twice**, before and after the new one, and the
-#   ratio is against the mean of the two, so a load that drifts steadily across the three
-#   runs cancels. Its 90 % interval comes from each run's median step: each median's
-#   order-statistic interval, the three holding together at 90 % (`perfkit.stats.of_medians`),
-#   and the ratio at their far ends; it is widened to the ratio against each "before" alone
-#   (the drift between the runs). Each step only widens it, so it covers more than 90 % as far
-#   as a run's steps are independent draws (a load that slows a whole run is in it only through
-#   the gap between the two runs before): a round is inconclusive more often than a plain 90 %
-#   interval would make it. Where those two runs lie more than a tenth apart, the verdict names
-#   them and the fix's ratio against each; an edge between those two ratios is decided by which
-#   run read the machine right, not by the fix. The
-#   configuration is then read twice: as one round's "after" (its one run) and as the next
-#   round's "before" (that run and its repeat), so the rounds' ratios need not multiply to the
-#   whole gain; section 3 shows by how much;
-# * QUICK (CI, 90 s on 2 cores): each configuration runs **once**, and the run that was the
-#   "after" of one fix is the "before" of the next: one job per fix instead of two, and the
-#   rounds' ratios multiply to the whole gain exactly. The ratio of the two runs' median steps
-#   gets the interval of two separate runs (`perfkit.stats.median_ratio(paired=False)`: the
-#   ratio at the far ends of the two medians' intervals). What QUICK drops is the cancellation
-#   of drift: a load that changed between two consecutive runs moves that ratio, and only the
-#   steps' own scatter is in the interval.
+# The step should not get slower either, but that is an expectation, not a bound (a fix can cost
+# more than it saves): a speedup below 1x is missed only when its whole interval lies below 1x.
+# The shares were measured under a profiler, which can stretch the configurations before and
+# after a fix unequally; every verdict says how the profiled window's own gain, and each
+# configuration's profiled over unprofiled step, compare with the runs'.
 #
-# Reading the sync rounds. The diagnosis counts every read of a tensor's value to the host
-# (`.item()`, `.cpu()`, printing a tensor) as a sync, and books as sync the time between two
-# reads with almost no operator between them (a host loop of reads). On a GPU a read of a
-# *device* tensor waits for the whole queue. On a CPU a read costs microseconds, and the sync
-# finding of section 1 splits what the share holds instead. DDP's reads here
+# **Measurement.** Tokens/s after over before, "before" being the configuration the fix was added to:
+#
+# * default: the configuration before runs **twice**, before and after the new one, and the ratio
+#   is against the mean of the two, so a load that drifts steadily across the three runs cancels.
+#   Its interval comes from each run's median step (each median's order-statistic interval, the
+#   three holding together at 90 %, `perfkit.stats.of_medians`), widened to the ratio against each
+#   "before" alone: it covers more than 90 %, so a round is inconclusive more often than a plain
+#   90 % interval would make it. Where the two runs before lie more than a tenth apart, the
+#   verdict names them and the fix's ratio against each;
+# * QUICK: each configuration runs **once**, and the run after one fix is the run before the next:
+#   the ratio of the two runs' median steps, with the interval of two separate runs
+#   (`perfkit.stats.median_ratio(paired=False)`); a load that changed between two runs moves it.
+#
+# **Reading the sync rounds.** The diagnosis counts every read of a tensor's value to the host
+# (`.item()`, `.cpu()`) as a sync, and books as sync the time between two reads with almost no
+# operator between them. On a CPU a read costs microseconds. DDP's reads here
 # (`find_unused_parameters=True`) are of its host copy of the used-parameter map
 # (`local_used_map_[variable_index].item<int>()` in `Reducer::finalize_bucket_dense`, once per
 # parameter), and DDP finalizes bucket by bucket, each after waiting for its all-reduce; with the
-# slow job's 1 KB buckets (section 1 prints how many), every such wait after the first bucket's
-# falls between two reads. That time is communication booked as sync: the sync fix, which removes
-# the training loop's reads, cannot remove it, and `--fix ddp` can. (On CUDA, when a parameter
-# went unused, the Reducer also copies the map's device copy back to the host: a real device
-# sync there.) So the sync fix is bounded by what it can remove
-# (`perfkit.profiling.capstone_text.reads_pick`): the sync share less the part with a collective
-# in flight (the reads and the host loop between them), plus the communication share, which
-# holds the loop's per-step loss all-reduce (the fix runs it once per check) among DDP's
-# collectives, not measured apart. Where the part of the sync share it removes is under 5 % of
-# the step (`MIN_TESTABLE_SHARE`), its gain lies within 5 % of 1x, closer than two runs of this
-# job minutes apart repeat, while the communication share counts collectives the fix leaves, so
-# that round is shown as **context** (below) rather than judged. The same holds for any finding
-# that fires on its count of reads with a share under 5 %: noise alone would cross its bound.
+# slow job's 1,048-byte buckets (`bucket_cap_mb=0.001`, section 1 prints how many), every such
+# wait after the first bucket's falls between two reads: communication booked as sync, which the
+# sync fix cannot remove and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer
+# also copies the map's device copy back to the host: a real device sync there.) Where what the
+# sync fix can remove is under 5 % of the step (`MIN_TESTABLE_SHARE`), its gain lies within 5 % of
+# 1x, closer than two runs of this job minutes apart repeat: that round is shown as **context**,
+# not judged. So is any finding that fires on its count of reads with a share under 5 %.
 #
-# Once every finding above information level has had its fixes (applied, or tried and dropped:
-# such a finding can still stand, and the last diagnosis lists it with what became of its fixes),
-# the loop turns to the arithmetic itself: forward and backward. The compute fixes of module 06
-# have only loose bounds: **attention** (fused `scaled_dot_product_attention`) changes a part of
-# forward and backward that the diagnosis does not measure apart, so Amdahl's bound can only use
-# their whole share. A bound
-# that loose cannot test the fix, so that round prints it as **context** beside the measurement
-# and records no prediction. A **larger batch** (more work per operator) is bounded twice: by
-# the machine's peak, `1 / MFU`, and by its own factor of tokens per step, since a step that
-# carries more tokens cannot get shorter; the tighter of the two is judged. On CUDA, bf16
-# autocast and `torch.compile` follow, with the same bound as attention. A fix whose median
+# **The compute fixes.** Once every finding above information level has had its fixes (applied,
+# or tried and dropped: the last diagnosis lists any that still stands), the loop turns to forward
+# and backward. **Attention** (fused `scaled_dot_product_attention`) changes a part of them the
+# diagnosis does not measure apart, so Amdahl's bound can only use their whole share: too loose to
+# test the fix, it is printed as **context** beside the measurement, with no prediction recorded.
+# On CUDA, bf16 autocast and `torch.compile` follow, with the same bound. A fix whose median
 # speedup is below 1x is dropped, and the next round starts from the configuration before it; one
-# above 1x is kept. Where the interval holds 1x, either is the loop's rule, not a finding: this run
-# cannot tell that fix from no change (a dropped one is not shown to slow the job; a kept one
-# bought nothing this run can tell from none), and the round, the last diagnosis and the figures
-# below say so.
+# above 1x is kept. Where the interval holds 1x, either is the loop's rule, not a finding (this run
+# cannot tell that fix from no change), and the round, the last diagnosis and the figures say so.
 
 # %% [markdown]
 # One round per cell (each is one or two 2-process jobs of seconds to a minute). A cell after
@@ -324,15 +297,16 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # **seam** is one configuration read twice: its tokens/s as one round's "after" and again as the
 # next round's "before"; the seams' ratios (second reading over first, as every arrow here reads)
 # multiply to exactly the direct ratio over the rounds' product, so where they cancel the two
-# agree. The product's interval adds the rounds' log half-widths in quadrature, as for independent
+# agree. The product's range adds the rounds' log half-widths in quadrature, as for independent
 # errors; adjacent rounds share a run, which moves their ratios in opposite directions, so that
-# interval is wider than it needs to be. When the slow job's two runs lie more than a tenth
-# apart, the headline says so, as a round does.
-# Each bar is one kept fix's share of it (its measured speedup's logarithm over
-# the sum of theirs; log scale: equal factors, equal heights), labelled with that share and,
-# in brackets, the fix's own measured speedup in its round; the last bar is the direct ratio. A
-# fix measured below 1x is not among them; a kept fix whose interval held 1x is drawn grey: its
-# share is not a gain this run can show.
+# range is wider than it needs to be, and since each round's interval covers more than 90 % it
+# has no stated confidence: it is printed as a range, not as a 90 % interval. When the slow job's
+# two runs lie more than a tenth apart, the headline says so, as a round does.
+# Each bar is one kept fix's speedup as measured in its round (log scale: equal factors, equal
+# heights), labelled with it; the next bar is the drift between runs, the direct ratio over the
+# rounds' product (what the seams moved), drawn apart from the fixes, where it shows at two
+# decimals; the last bar is the direct ratio. A fix measured below 1x is not among them; a kept
+# fix whose interval held 1x is drawn grey: its gain is not one this run can show.
 # MFU is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
 # lookup multiplies nothing, plus attention; module 06) of both ranks per second over this
 # machine's measured all-cores peak for the job's precision (fp32; bf16 once `--fix bf16` runs):
@@ -353,7 +327,7 @@ display(Markdown(viz.total_text(total)))
 unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if g.clear_of(1.0, "x") != "above"]
 if loop.waterfall:
     viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved,
-                       title="Each fix's share of the measured tokens/s gain, in the order the diagnosis chose")
+                       title="Each fix's tokens/s speedup as measured in its round")
     plt.show()
 print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
@@ -424,7 +398,7 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
         "above": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
             ": fewer than the slow one, which the model does not expect (one run of each side: noise in either "
             "curve moves its crossing)." if tokens_x < 1 else f"; the runs' tokens/s, {tt_gain * tokens_x:.2f}x, "
-            "beat their windows': the steps outside the windows gained more."),
+            "beat their measured steps': the runs' other steps gained more."),
         "below": f"The fixed job needed {tokens_x:.2f}x the tokens at {pair.value:.2f}x the tokens/s "
                  "(the median step): its larger batch made less progress per token than its speed made up."})
 
@@ -451,8 +425,9 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #   unequally; where the window crossed it too, the fix removed time the diagnosis counted
 #   elsewhere, or the runs drifted; each verdict says which its window shows, and how far its
 #   interval reaches back across the bound) and were inconclusive (the interval reached across an
-#   edge: these runs could not tell); where none held or missed, the headline says that this run
-#   could not test whether the shares predict the gains.
+#   edge: these runs could not tell); where no round judged against a diagnosed share held or
+#   missed, the headline says that this run did not test whether the shares predict the gains,
+#   whatever the batch round, judged against its factor of tokens, showed.
 # * A fix kept or dropped on an interval that holds 1x is one this run cannot tell from no
 #   change: the headlines say so beside it.
 # * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
@@ -467,7 +442,6 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #   data's preparation, which the data fix moves out of the steps, where tokens/s does not see it.
 
 # %%
-judged = {round_outcomes[f].split(" (")[0] for f in judged_by}  # the outcomes of the rounds judged
 viz.show_headlines({
     "fixes applied": ", ".join(f + (" (interval holds 1x: this run cannot tell it from no change)"
                                     if f in unresolved else "") for f in loop.applied) or "none",
@@ -478,9 +452,8 @@ viz.show_headlines({
                 + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
     "each round's outcome (context: a bound too loose to judge)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
-    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by) + (
-        "; none held or missed: this run could not test whether the diagnosed shares predict the gains"
-        if judged and not judged & {"held", "missed"} else ""),
+    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, (
+        "the diagnosed share", "whether the diagnosed shares predict the gains")),
     "tried and dropped": "; ".join(dropped_text(f, g) for f, g in loop.tried.items()) or "none",
     "findings above information level the last diagnosis still lists": "; ".join(standing) or "none",
     "MFU": f"{pct(mfu['slow'])}{runs_mfu} -> {pct(mfu['fixed'])} (6N + attention FLOPs over the measured "

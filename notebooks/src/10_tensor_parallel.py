@@ -49,7 +49,9 @@
 # This notebook runs `perfkit.parallel.parallelize_gpt` on 2 processes and checks it
 # against the unsplit model, against PyTorch's own tensor parallelism (DTensor's
 # `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`), counts what it sends and what
-# SP saves, and asks at which width splitting a block starts to pay.
+# SP saves, and asks at which width splitting a block starts to pay. (A cell whose first line
+# is `# NBVAL_...` tells the course's tests whether to compare its output; the line does
+# nothing when you run it.)
 
 # %% tags=["parameters"]
 import os
@@ -70,7 +72,6 @@ SIZES = [2**p for p in range(10, 23, 2)] if QUICK else [2**p for p in range(10, 
 
 # %%
 import json
-import math
 from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import dist
@@ -78,7 +79,7 @@ from perfkit import dist
 CONFIG = {"model": MODEL, "batch": BATCH, "steps": STEPS, "equality": {}, "dropout": {},
           "traffic": {}, "dtensor": {}, "memory": {},
           "allreduce": {"sizes": SIZES, "repeat": 3 if QUICK else 5},
-          "speedup": {"widths": WIDTHS, "batch": 4, "seq": 64, "repeat": 5 if QUICK else 21},
+          "speedup": {"widths": WIDTHS, "batch": 4, "seq": 64, "repeat": 6 if QUICK else 21},
           "timing": {"repeat": REPEAT, "batch": 8, "model": TIMED}}
 job = ThreadPoolExecutor(max_workers=1).submit(
     dist.launch, "perfkit.jobs.tensor_parallel", T_DEGREE, ["--config", json.dumps(CONFIG)],
@@ -95,6 +96,7 @@ from perfkit.parallel import (
     crossover_width,
     region_activation_bytes,
     sp_synced_values,
+    speedup_crossing,
     sweep_time,
     tp_block_cost,
     tp_traffic,
@@ -142,7 +144,10 @@ p_sp_bytes = Prediction("bytes one process sends per block under sequence parall
 # %% [markdown]
 # **Measurement.** `perfkit.comm.count_traffic` wraps every `torch.distributed` collective
 # while one block runs forward and backward on each process, and again around a whole step.
-# The table sets the count beside the model's; the verdicts hold only on the exact byte.
+# The table sets the count beside the model's; the verdicts hold only on the exact byte. The
+# two come from different places: `tp_traffic` is written from the plan (which collective each
+# layer needs), not read off the implementation, and the count is of the calls that ran.
+# Section 3 counts a third implementation, PyTorch's own.
 
 # %%
 res = job.result()
@@ -169,14 +174,15 @@ print(f"TP+SP: per block {sp_block:,.0f} B against TP's {per_block:,.0f} B; per 
 
 # %%
 n_tok = BATCH * cfg.block_size   # N: tokens per step
+blocks_values = 4 * n_tok * cfg.n_embd * cfg.n_layer   # what the blocks' collectives carry: 4 N C per block
 parts_of_sync = {"the blocks' LayerNorms and row-parallel biases (6 C per block)": 6 * cfg.n_layer * cfg.n_embd,
                  "the final LayerNorm (2 C)": 2 * cfg.n_embd, "the position table (T x C)": cfg.block_size * cfg.n_embd}
 assert sum(parts_of_sync.values()) == sync
-print(f"those {sync:,} values: " + ", ".join(f"{v:,} in {k}" for k, v in parts_of_sync.items())
-      + f"; against the {4 * n_tok * cfg.n_embd * cfg.n_layer:,} values the blocks' collectives carry (4 N C per block), "
-      f"the blocks' part is 1.5 / N = {1.5 / n_tok:.2%} (N = {n_tok} tokens) and the position table's "
-      f"1 / (4 B L) = {1 / (4 * BATCH * cfg.n_layer):.2%}, whatever T is; the step's {(sp_step - per_step) / per_step:+.1%} "
-      "counts all three against the whole step, embedding, head and loss included")
+display(Markdown(f"| summed after backward | fp32 values | over the blocks' {blocks_values:,} (4 N C L) |\n|---|---|---|\n"
+                 + "\n".join(f"| {k} | {v:,} | {v / blocks_values:.2%} |" for k, v in parts_of_sync.items())))
+print(f"the blocks' part is 1.5 / N (N = {n_tok} tokens) and the position table's 1 / (4 B L), whatever T is; the "
+      f"step's {(sp_step - per_step) / per_step:+.1%} counts all three against the whole step, embedding, head and "
+      "loss included")
 
 # %% [markdown]
 # ## 2. The split model is the unsplit model
@@ -245,40 +251,39 @@ viz.verdict(p_dropout, dr["replicated_rel"])
 #
 # **Prediction.** The same parameters after 5 steps (<= 1e-5) and, without SP, the same
 # collectives: 4 all-reduces per block, one for the embedding, one for the head, three for
-# the loss. perfkit's step takes at most as long as DTensor's (`<= 1.0x`): the same
-# collectives and matmuls, without DTensor's per-operator dispatch.
+# the loss. Under SP the two plans differ in two places, so the counts differ by exactly
+# this much. DTensor all-reduces the embedding's output and then keeps its sequence slice,
+# where perfkit reduce-scatters it: one all-reduce more, one reduce-scatter less. DTensor
+# leaves the LayerNorm gradients as `Partial` tensors (DTensor's placement for a tensor of
+# which each process holds one summand, the sum not yet taken), which the optimizer step
+# all-reduces one parameter at a time when it reads them: one all-reduce per LayerNorm weight
+# and bias, `2 (2 L + 1)` for `L` blocks, where perfkit sums all those gradients in one
+# all-reduce after backward (counted without the optimizer step, DTensor's would not show).
+# perfkit's step takes at most as long as DTensor's (`<= 1.0x`): the same collectives and
+# matmuls, without DTensor's per-operator dispatch.
 
 # %%
+ln_params = 2 * (2 * cfg.n_layer + 1)   # weight and bias of two LayerNorms per block and the final one
+SAME = {"all_reduce": "allreduce_", "all_gather_into_tensor": "allgather_", "reduce_scatter_tensor": "reduce_scatter_"}
+plan_sp = {"all_reduce": ln_params + 1 - 1, "all_gather_into_tensor": 0, "reduce_scatter_tensor": -1}   # DTensor - perfkit
 dt = r0["dtensor"]
 for key in ("tp", "sp"):
     print(f"{key}: DTensor vs unsplit {dt[key]['rel']:.1e}; collectives of one step: "
           f"DTensor {dt[key]['counts']['dtensor']}, perfkit {dt[key]['counts']['perfkit']}")
-ln_params = 2 * (2 * cfg.n_layer + 1)  # weight and bias of two LayerNorms per block and the final one
-sp_c = dt["sp"]["counts"]
-more = sp_c["dtensor"]["all_reduce"] - sp_c["perfkit"]["allreduce_"]
-print(f"sp: DTensor makes {more} all-reduces more than perfkit: one per LayerNorm weight and bias ({ln_params}: two "
-      f"LayerNorms per block and the final one), one for the embedding's output, less perfkit's one sum of all "
-      f"those gradients after backward: {ln_params} + 1 - 1 = {ln_params}"
-      + ("" if more == ln_params else f", {more - ln_params:+d} from the count")
-      + f"; perfkit makes {sp_c['perfkit']['reduce_scatter_'] - sp_c['dtensor']['reduce_scatter_tensor']} "
-      "reduce-scatter(s) more (of the embedding's output, which DTensor all-reduces)")
-SAME = {"all_reduce": "allreduce_", "all_gather_into_tensor": "allgather_", "reduce_scatter_tensor": "reduce_scatter_"}
-tp_c = dt["tp"]["counts"]
+diff = {k: {d: c["dtensor"].get(d, 0) - c["perfkit"].get(q, 0) for d, q in SAME.items()}
+        for k, c in ((k, dt[k]["counts"]) for k in ("tp", "sp"))}
+print(f"DTensor's count less perfkit's, SP: {diff['sp']}; the plans' difference: {plan_sp} "
+      f"({ln_params} LayerNorm weights and biases + the embedding's output - perfkit's one sum)")
 viz.verdict(Prediction("collectives of one TP step in which DTensor's count differs from perfkit's (calls)",
                        "the same plan: 4 all-reduces per block, 1 embedding, 1 head, 3 loss", value=0, rel_tol=0),
-            sum(abs(tp_c["dtensor"].get(d, 0) - tp_c["perfkit"].get(k, 0)) for d, k in SAME.items()))
+            sum(abs(x) for x in diff["tp"].values()))
+viz.verdict(Prediction("collectives of one SP step by which the count difference misses the plans' (calls)",
+                       "DTensor: + one all-reduce per LayerNorm parameter, + 1 for the embedding, - perfkit's sum; "
+                       "perfkit: + 1 reduce-scatter", value=0, rel_tol=0),
+            sum(abs(diff["sp"][d] - plan_sp[d]) for d in SAME))
 viz.verdict(Prediction("largest relative difference, DTensor TP and SP against the unsplit model",
                        "the same function, summed in another order (fp32)", high=1e-5,
                        physical=(0, None)), max(dt["tp"]["rel"], dt["sp"]["rel"]))
-
-# %% [markdown]
-# Under SP the two differ in two places, both in the counts above: DTensor all-reduces the
-# embedding's output and then keeps its sequence slice (perfkit reduce-scatters it: one
-# reduce-scatter more, one all-reduce less), and DTensor leaves the LayerNorm gradients as
-# `Partial` tensors (DTensor's placement for a tensor of which each process holds one summand,
-# the sum not yet taken) that the optimizer step all-reduces one parameter at a time when it reads
-# them, one all-reduce per LayerNorm weight and bias (perfkit sums them all in one all-reduce
-# after backward). Counted without the optimizer step, those all-reduces would not show.
 
 # %%
 tm = r0["timing"]
@@ -370,6 +375,15 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # all-reduce one process waits for the other to arrive. One omission can go the other way: a
 # half-size weight fits the caches better, and its matmul can run faster per FLOP than the
 # whole one (the verdict names this when a bound is crossed). It is judged at every width timed.
+#
+# **Prediction (the answer to the question).** The width at which the split block starts to
+# pay: the model's crossover, `U / t + comm = U`, with the fit's line for the all-reduces and
+# the unsplit block at this machine's one-thread fp32 matmul ceiling (notebook 00's file), both
+# known before any block is timed; within 50 %. Two omissions pull opposite ways: at the
+# ceiling `U` is as small as it can be, which puts the model's crossover higher than the
+# block's real rate would, and what the model leaves out of the split block puts the real
+# crossing higher than the model with the real rate. It is judged against where the measured
+# speedups cross 1x (`perfkit.parallel.speedup_crossing`), read between the widths timed.
 
 # %%
 sweep = r0["allreduce"]
@@ -378,15 +392,28 @@ fit = fit_alpha_beta(sizes, secs)
 link = AlphaBeta(fit.alpha_s / 2, fit.bandwidth)   # the model's ring step of a 2-process all-reduce
 ar_bytes = {w: 4 * 4 * 64 * w for w in WIDTHS}   # B: one block all-reduce, 4 N C with N = 256 tokens
 call = {w: sweep_time(sizes, secs, ar_bytes[w]) for w in WIDTHS}   # s per call: what the sweep measured there
-print("one all-reduce of a block's 4 N C bytes, as the sweep measured it (what the fit's line charges): "
-      + "; ".join(f"C = {w}, {viz.si(ar_bytes[w], 'B')}: {viz.si(call[w], 's')} "
-                  f"({viz.si(fit.predict(ar_bytes[w]), 's')}, {call[w] / fit.predict(ar_bytes[w]):.2f}x)" for w in WIDTHS))
+display(Markdown("| C | one block all-reduce (4 N C) | the sweep's time | the fit's line | sweep over fit |\n"
+                 "|---|---|---|---|---|\n" + "\n".join(
+                     f"| {w} | {viz.si(ar_bytes[w], 'B')} | {viz.si(call[w], 's')} | "
+                     f"{viz.si(fit.predict(ar_bytes[w]), 's')} | {call[w] / fit.predict(ar_bytes[w]):.2f}x |"
+                     for w in WIDTHS)))
 order = sorted(zip(sizes, secs))
 dips = [f"{viz.si(b, 'B')} took less than {viz.si(a, 'B')}" for (a, ta), (b, tb) in zip(order, order[1:]) if tb < ta]
 print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, bandwidth {viz.si(fit.bandwidth, 'B/s')}; "
       f"sizes timed below the intercept: {', '.join(viz.si(b, 'B') for b, t in order if t < fit.alpha_s) or 'none'}"
       + (f"; not monotone: {', '.join(dips)} (each size the median of {CONFIG['allreduce']['repeat']} repetitions)"
          if dips else ""))
+
+# %%
+ceiling = limits.peak_flops("float32", 1)   # FLOP/s: one thread's fp32 matmul ceiling, from the limits file
+cross_pred = crossover_width(T_DEGREE, 4 * 64, 64, ceiling, link)
+print(f"the model's crossover with the unsplit block at the one-thread fp32 ceiling, "
+      f"{viz.si(ceiling, 'FLOP/s')} (its source in the limits file: "
+      f"{limits.sources.get('float32, 1 thread', 'the sweep of notebook 00')}), and the fit's line: "
+      + ("none below C = 1M" if cross_pred is None else f"C = {cross_pred:,.0f}"))
+p_cross = Prediction(f"the width at which the split block starts to pay on {T_DEGREE} processes (speedup 1x)",
+                     "U / t + 4 all-reduces = U: U at the one-thread ceiling, the fit's line",
+                     **({"low": 2.0**20} if cross_pred is None else {"value": cross_pred, "rel_tol": 0.5}))
 
 # %%
 speed = r0["speedup"]
@@ -418,19 +445,69 @@ for w in WIDTHS:
                    if split > floor else ".")})
 
 # %% [markdown]
+# **The crossing, measured.** The prediction recorded before the block timings, judged against
+# the width where the measured speedups cross 1x. Beside it, the figure's model: the same
+# line for the all-reduces at the widest unsplit block's measured rate instead of the ceiling.
+
+# %%
+w = WIDTHS[-1]
+achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])  # FLOP/s on one thread
+cross = crossover_width(T_DEGREE, 4 * 64, 64, achieved, link)   # the figure's model
+crossing = speedup_crossing(WIDTHS, [stats.paired_ratios(speed[str(c)]["unsplit_s"], speed[str(c)]["split_s"])
+                                     for c in WIDTHS])
+slower = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "below"]
+faster = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "above"]
+unsure = [c for c in WIDTHS if c not in slower + faster]
+print("measured, the split block was " + "; ".join(f"{how} at C = {', '.join(map(str, ws))}" for how, ws in (
+    ("slower", slower), ("faster", faster), ("within its interval of 1x", unsure)) if ws))
+
+
+def placed(c: float | None) -> str:
+    """Where a model's crossover lies against the measured crossing's interval."""
+    if c is None:
+        return "none below C = 1M"
+    if crossing is None or not crossing.has_interval:
+        return f"C = {c:,.0f}"
+    side = ("below" if c < crossing.low else "above" if c > crossing.high else "inside")
+    return f"C = {c:,.0f}, {side} the measured interval" + (
+        f" ({c / crossing.low:.2f}x its low end: too low)" if side == "below" else
+        f" ({c / crossing.high:.2f}x its high end: too high)" if side == "above" else "")
+
+
+models = (f"The model at the one-thread ceiling crosses at {placed(cross_pred)}; at the widest block's measured rate "
+          f"({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} (one rate for every width: the "
+          "table in the next cell gives each width's own).")
+if crossing is None:   # no two adjacent widths' medians straddle 1x
+    meds = [measured[c].value for c in WIDTHS]
+    edge, side = (WIDTHS[-1], "above") if max(meds) < 1 else (WIDTHS[0], "below") if min(meds) >= 1 else (None, "")
+    band = (0.5 * cross_pred, 1.5 * cross_pred) if cross_pred else None   # the prediction's range
+    off = band is not None and edge is not None and (band[1] < edge if side == "above" else band[0] > edge)
+    print(f"the median speedups do not cross 1x between two widths timed ({WIDTHS[0]} to {WIDTHS[-1]})"
+          + (f": they put the crossing {side} C = {edge}" if edge else "") + ", so there is no crossing to judge"
+          + (f"; the prediction's range, C = {band[0]:,.0f} to {band[1]:,.0f}, lies on the other side of it"
+             if off else "") + f". {models}")
+else:
+    viz.verdict(p_cross, crossing, explain=dict.fromkeys(("above", "below", "held"), models))
+
+# %% [markdown]
 # **The crossover, in the model.** The figure draws the model with the fit's line for the
 # all-reduces, at one compute rate, the widest unsplit block's: its curves and its red
 # crossover are the model's, not a measurement. Beside them, measured: the blocks' times and
 # the 4 all-reduces at the sweep's times (crosses, left), each width's bound and its measured
 # speedup (right). Where the crosses lie below the fit's dotted line the fit overcharges the
 # block's calls, and in the model that charge, more than the bytes, can set the crossover
-# (the cell below prints which, and where the measured speedups cross 1x).
+# (the cell after the table prints which).
+#
+# That charge, the fit's intercept, is this machine's and this run's, not a constant of gloo:
+# its two processes share two cores with the notebook's kernel, so a call can also wait for
+# a process to be scheduled (notebook 02 fits the same line on this machine). Do not carry it
+# to another machine; NVLink's, which the planner assumes, is printed further below.
 #
 # The curve uses one rate for every width. A width whose unsplit block ran slower per FLOP than
 # the widest has more compute to split, so its own bound (an open circle) lies above the curve;
-# one that ran faster lies below it. The cell prints each width's rate. Each measured speedup is
+# one that ran faster lies below it. The table gives each width's rate. Each measured speedup is
 # the median of that width's paired rounds (split over unsplit, round by round), not the ratio
-# of the two medians in the table.
+# of the two medians in the bounds' table.
 #
 # In a live kernel the widget moves the degree, the tokens per step, the network's bandwidth and
 # the compute rate (each a multiple of what was measured here; a GPU's figures from the planner,
@@ -443,52 +520,35 @@ for w in WIDTHS:
 # communication is not overlapped with compute.
 
 # %%
-w = WIDTHS[-1]
-achieved = block_flops(w, 4 * 64, 64) / stats.median(speed[str(w)]["unsplit_s"])  # FLOP/s on one thread
 rate_of = {}   # FLOP/s of each width's unsplit block: median, and from U's interval (low, high)
 for c in WIDTHS[:-1]:
     u = stats.median_interval(speed[str(c)]["unsplit_s"])
     rate_of[c] = [block_flops(c, 4 * 64, 64) / x for x in (u.value, u.high, u.low)]
-per_flop = {c: "slower per FLOP" if hi < achieved else "faster per FLOP" if lo > achieved else
-            "the same within its interval" for c, (_, lo, hi) in rate_of.items()}
-print(f"unsplit blocks, one thread: C = {w} {viz.si(achieved, 'FLOP/s')} (the curve's rate); "
-      + "; ".join(f"C = {c} {viz.si(r, 'FLOP/s')} ({r / achieved:.0%} of it: {per_flop[c]})"
-                  for c, (r, _, _) in rate_of.items())
-      + " (slower or faster only where the rate's interval, from U's, lies clear of the curve's rate)")
+per_flop = {c: "slower" if hi < achieved else "faster" if lo > achieved else "the same within its interval"
+            for c, (_, lo, hi) in rate_of.items()}
+display(Markdown(f"| C | unsplit block, one thread | of the {w}-wide block's (the curve's rate) | per FLOP |\n"
+                 "|---|---|---|---|\n" + "\n".join(
+                     f"| {c} | {viz.si(r, 'FLOP/s')} | {r / achieved:.0%} | {per_flop[c]} |"
+                     for c, (r, _, _) in rate_of.items())
+                 + f"\n| {w} | {viz.si(achieved, 'FLOP/s')} | 100% | |"))
+print("slower or faster only where the rate's interval, from U's, lies clear of the curve's rate")
 
 # %%
 obs = ceilings.observe(limits, "float32", achieved, f"the {w}-wide block on one process", threads=1)
-limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)  # one thread's ceiling, measured by 00
-cross = crossover_width(T_DEGREE, 4 * 64, 64, achieved, link)
-# slower or faster only where the interval, as printed, lies clear of 1x
-slower = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "below"]
-faster = [c for c in WIDTHS if measured[c].clear_of(1.0, "x") == "above"]
-print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}; the {w}-wide block reached "
-      f"{viz.si(achieved, 'FLOP/s')} ({obs.share:.0%})" + (f"; {obs.note}" if obs.raised else ""))
-unsure = [c for c in WIDTHS if c not in slower + faster]
-print("the model's crossover (the fit's line, the widest block's rate) at 256 tokens: "
-      + ("none below 1M" if cross is None else f"C = {cross:,.0f}") + "; measured, the split block was "
-      + "; ".join(f"{how} at C = {', '.join(map(str, ws))}" for how, ws in (
-          ("slower", slower), ("faster", faster), ("within its interval of 1x", unsure)) if ws))
-late = [c for c in slower if cross is not None and c > cross]  # widths the model says should pay, measured slower
-if late:
-    c = max(late)
-    unsplit, comm, split = parts[c]
-    print(f"the measured speedups cross 1x above C = {c}, more than {math.floor(c / cross * 10) / 10:.1f}x the "
-          f"model's crossover: at C = {c} the split block took {viz.si(split, 's')} (median) against at least "
-          f"{viz.si(unsplit / T_DEGREE + comm, 's')} with the sweep's calls, so what the model leaves out, or what "
-          f"disturbed this run, cost {viz.si(split - unsplit / T_DEGREE - comm, 's')} a block there (the speedup's "
-          f"interval, {measured[c].describe('x')}, shows how much the rounds scattered; load average now "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+limits, per_core = obs.limits, obs.limits.peak_flops("float32", 1)   # one thread's ceiling, from the limits file
+print(f"fp32 ceiling of one thread (one process) {viz.si(per_core, 'FLOP/s')}, its source in the limits file: "
+      f"{limits.sources.get('float32, 1 thread', 'the sweep of notebook 00')} (the file keeps the fastest rate any "
+      f"notebook has measured, so it can stand above the figure notebook 00 printed); the {w}-wide block "
+      f"reached {viz.si(achieved, 'FLOP/s')} ({obs.share:.0%} of it)" + (f"; {obs.note}" if obs.raised else ""))
 no_latency = crossover_width(T_DEGREE, 4 * 64, 64, achieved, AlphaBeta(0.0, link.bandwidth))
 charged = [call[c] / fit.predict(ar_bytes[c]) for c in WIDTHS]   # the sweep's calls over the fit's line
 if cross is not None and no_latency is not None:
-    print(f"with a zero intercept, the same model crosses at C = {no_latency:,.0f}: in the model "
+    print(f"with a zero intercept, the figure's model crosses at C = {no_latency:,.0f} instead of {cross:,.0f}: "
           + ("the fit's intercept, more than the bytes, sets the crossover" if no_latency < cross / 2 else
              "the bytes, more than the fit's intercept, set the crossover")
           + f"; the block's own calls took {min(charged):.2f}x to {max(charged):.2f}x what the fit's line charges")
 cross_widget = crossover_width(T_DEGREE, 4096, 64, achieved, link)
-print("at the widget's opening 4,096 tokens per step the model's crossover is "
+print("at the widget's opening 4,096 tokens per step the figure's model crosses at "
       + ("none below 1M" if cross_widget is None else f"C = {cross_widget:,.0f}")
       + ": the fit's intercept is spread over 16x the bytes")
 fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
@@ -500,17 +560,21 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
 # %%
 from perfkit.plan import named_cluster
 
-print(f"here: fp32 {viz.si(achieved, 'FLOP/s')} reached over {viz.si(fit.bandwidth, 'B/s')} fitted, "
-      f"{achieved / fit.bandwidth:,.0f} FLOP per byte of link, the fit's intercept {viz.si(fit.alpha_s, 's')}")
-for gpu in ("h100-sxm", "a100-80gb"):
-    c = named_cluster(gpu)
-    rate_gpu = c.gpu.peak_flops * c.efficiency   # the planner's expected rate, not the peak
-    print(f"{c.gpu.name}: bf16 peak {viz.si(c.gpu.peak_flops, 'FLOP/s')}, the planner's {c.efficiency:.0%} of it "
-          f"{viz.si(rate_gpu, 'FLOP/s')}, {rate_gpu / achieved:,.0f}x the rate here (bf16 there, fp32 here); "
-          f"NVLink {viz.si(c.intra.bandwidth, 'B/s')} per direction, "
-          f"{c.intra.bandwidth / fit.bandwidth:,.0f}x the loopback; {rate_gpu / c.intra.bandwidth:,.0f} FLOP per "
-          f"byte of NVLink, alpha {viz.si(c.intra.alpha_s, 's')} (peak and bandwidth from the datasheets; no "
-          "datasheet gives an alpha: that one is perfkit.plan's assumption)")
+gpus = [named_cluster(g) for g in ("h100-sxm", "a100-80gb")]
+cols = {"here (fp32, gloo over loopback)": (achieved, fit.bandwidth, fit.alpha_s, "")}
+cols.update({f"{c.gpu.name} (bf16, NVLink)": (c.gpu.peak_flops * c.efficiency, c.intra.bandwidth, c.intra.alpha_s,
+                                              f"{c.efficiency:.0%} of {viz.si(c.gpu.peak_flops, 'FLOP/s')}")
+             for c in gpus})   # a GPU's rate: the planner's expected share of its bf16 peak, not the peak
+rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
+        ("(the planner's share of the peak)", [x for *_, x in cols.values()]),
+        ("compute over here's", [f"{r / achieved:,.0f}x" for r, *_ in cols.values()]),
+        ("link, per direction", [viz.si(b, "B/s") for _, b, *_ in cols.values()]),
+        ("link over here's", [f"{b / fit.bandwidth:,.0f}x" for _, b, *_ in cols.values()]),
+        ("FLOP per byte of link", [f"{r / b:,.0f}" for r, b, *_ in cols.values()]),
+        ("alpha (here: the fit's intercept)", [viz.si(a, "s") for _, _, a, _ in cols.values()])]
+display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
+                 + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
+print("peak and bandwidth from the datasheets; no datasheet gives an alpha: the GPUs' is perfkit.plan's assumption")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -562,4 +626,7 @@ viz.show_headlines({
     "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
     "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
     f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
+    "width from which splitting pays: measured; predicted": (
+        ("outside the widths timed" if crossing is None else f"C = {crossing.text()}") + "; "
+        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}")),
 })

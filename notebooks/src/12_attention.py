@@ -26,7 +26,8 @@
 # 6. **the longest sequence** that fits a memory budget, against the number of processes.
 #
 # `perfkit.compute.flash` holds the tiles, `perfkit.parallel.context` the ring.
-# `QUICK = True` (what CI uses) runs smaller sizes.
+# `QUICK = True` (what CI uses) runs smaller sizes. A cell whose first line is `# NBVAL_...`
+# tells the course's tests whether to compare its output; the line does nothing when you run it.
 
 # %% tags=["parameters"]
 import os
@@ -49,9 +50,10 @@ import math
 import statistics
 
 import torch
+from IPython.display import Markdown, display
 from torch.utils.flop_counter import FlopCounterMode
 
-from perfkit import compute, dist, sizing, stats, timing, viz
+from perfkit import dist, sizing, stats, timing, viz
 from perfkit.compute import attention_cost as ac
 from perfkit.compute import flash as fl
 from perfkit.parallel import context_model as cm
@@ -150,16 +152,26 @@ viz.verdict(Prediction("FlashAttention's growth exponent", "linear in T", value=
                        rel_tol=0.05), slope["flash"])
 
 # %% [markdown]
-# At `T = 32768` with 32 heads of 128 dimensions (a long-context model's layer), eager
-# attention would keep the amount printed below per layer and per sequence, FlashAttention
-# the second (in fp32, as everything in this notebook; bf16 training halves the first and the
-# output part of the second, while FlashAttention keeps its log-sum-exp `L` in fp32); that gap alone would make long-context training need tiles, before section 3
-# counts what moving those bytes costs in time.
+# At `T = 32768` with 32 heads of 128 dimensions (a long-context model's layer), the cell below
+# prints what eager attention and FlashAttention keep per layer and per sequence. This notebook
+# runs in fp32; in bf16 training eager's figure depends on where softmax runs, and the cell
+# counts each case's bytes per score at a small length (`attention_cost.eager_bytes_per_score`).
+# Under `torch.autocast` on CUDA, softmax is on the list of ops that autocast to float32
+# (PyTorch's AMP docs, "CUDA Ops that can autocast to float32"): softmax's backward keeps the
+# fp32 probabilities and `P @ V` keeps their bf16 copy, more than fp32 alone. Hugging Face's
+# eager attention, `softmax(..., dtype=torch.float32).to(q.dtype)`, keeps the same two. Only
+# where softmax itself runs in bf16 (CPU autocast, whose float32 list does not hold it, or a
+# model cast wholly to bf16) is a single bf16 `P` kept. FlashAttention's kernels keep `O` in
+# the inputs' dtype and the log-sum-exp `L` in fp32. The gap alone would make long-context
+# training need tiles, before section 3 counts what moving those bytes costs in time.
 
 # %%
-print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 32768), 'B')}, "
-      f"FlashAttention {viz.si(fl.flash_saved_bytes(1, 32, 32768, 128), 'B')} per layer")
-
+per_score = ac.eager_bytes_per_score()   # B per score of the T x T matrix, counted at T = 64
+scores = 32 * 32768**2                   # H T² values per layer and sequence
+print("T = 32768, 32 heads, per layer: eager attention "
+      + "; ".join(f"{name} {viz.si(b * scores, 'B')} ({b:g} B per score)" for name, b in per_score.items())
+      + f". FlashAttention fp32 {viz.si(fl.flash_saved_bytes(1, 32, 32768, 128), 'B')}, bf16 (O in bf16, L in "
+      f"fp32) {viz.si(32 * 32768 * (2 * 128 + 4), 'B')}")
 # %% [markdown]
 # ## 3. FLOPs, and what recomputing costs
 #
@@ -175,14 +187,18 @@ print(f"T = 32768, 32 heads, fp32: eager {viz.si(fl.eager_saved_bytes(1, 32, 327
 # a tile visit costs a fixed overhead, its operator calls, plus its FLOPs at one rate; forward
 # visits each tile once, backward once more. If the FLOPs set the time, the ratio is
 # `(4 + 10) / 4 = 3.5`. If the calls' fixed cost sets it, the ratio is 1 plus backward's calls
-# over forward's, counted below before the timing: a backward visit makes more calls than a
-# forward one, so this end lies above the 2 of visits alike. A real tile pays some of both, so
-# the model expects the ratio between the counted end and 3.5: an expected range, not a bound,
-# since it assumes every call costs alike (a view or an in-place add costs less than a matmul)
-# and backward's matmuls run at forward's rate; the verdict names which assumption a miss breaks.
-# (`compute.dispatched_calls` counts what PyTorch's dispatcher sees, the level at which each
-# call pays its fixed cost: Python, argument checks, a kernel launch on a GPU; an op that
-# PyTorch builds from others is counted as those others.)
+# over forward's, counted below before the timing. Not every call pays alike: a view (`view`,
+# `expand`, `transpose`, a slice) only relabels a tensor's shape and launches no kernel, while
+# every other call runs one. The calls' end therefore counts kernel calls only, each charged
+# alike and the views free (`attention_cost.call_mix` splits the two). Backward reshapes
+# through more views than forward (the cell counts both), so this end lies below the ratio of
+# all calls, which is printed beside it. A real tile pays calls, views and FLOPs, so the model
+# expects the ratio between the kernel calls' end and 3.5: an expected range, not a bound,
+# since it assumes backward's kernel calls cost what forward's do and its matmuls run at
+# forward's rate; the verdict names which assumption a miss breaks.
+# (`call_mix` counts what PyTorch's dispatcher sees, the level at which each call pays its fixed
+# cost: Python, argument checks, a kernel launch on a GPU; an op that PyTorch builds from others
+# is counted as those others.)
 
 # %%
 qc, kc, vc = (torch.randn(1, 2, 100, 8, generator=g).requires_grad_() for _ in range(3))
@@ -218,34 +234,34 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 qt, kt, vt = (torch.randn(B, H, TIME_LEN, D, generator=g).requires_grad_() for _ in range(3))
 gt = torch.randn(B, H, TIME_LEN, D, generator=g)
 out_t = fl.flash_attention(qt, kt, vt, tile=64)
-fwd_calls = compute.dispatched_calls(lambda: fl.flash_attention(qt, kt, vt, tile=64))
-bwd_calls = compute.dispatched_calls(lambda: out_t.backward(gt))
-call_end = 1 + bwd_calls / fwd_calls  # the ratio if every call cost the same: one end of the model's range
-ends = sorted((call_end, 3.5))        # (4 + 10) / 4: FLOP-bound tiles, the other end
-print(f"operator calls at T = {TIME_LEN}, tiles of 64: forward {fwd_calls:,}, backward {bwd_calls:,} "
-      f"-> {call_end:.2f}x if every call cost alike; the model's range {ends[0]:.2f}x to {ends[1]:.2f}x")
+fwd_mix = ac.call_mix(lambda: fl.flash_attention(qt, kt, vt, tile=64))
+bwd_mix = ac.call_mix(lambda: out_t.backward(gt))
+call_end = 1 + bwd_mix.kernels / fwd_mix.kernels   # kernel calls alike, views free: the model's low end
+all_end = 1 + bwd_mix.total / fwd_mix.total         # every call alike, views included: context only
+ends = sorted((call_end, 3.5))                      # (4 + 10) / 4: FLOP-bound tiles, the other end
+print(f"operator calls at T = {TIME_LEN}, tiles of 64: forward {fwd_mix.kernels:,} kernel calls and {fwd_mix.views:,} "
+      f"views, backward {bwd_mix.kernels:,} and {bwd_mix.views:,} -> {call_end:.2f}x with kernel calls alike and views "
+      f"free ({all_end:.2f}x with every call alike); the model's range {ends[0]:.2f}x to {ends[1]:.2f}x")
 with sizing.pinned_threads(THREADS):
     f_only, f_and_b = timing.interleaved(
         [lambda: fl.flash_attention(qt, kt, vt, tile=64),
          lambda: fl.flash_attention(qt, kt, vt, tile=64).backward(gt)], warmup=1, repeat=3 * REPEAT)
 ratio = stats.median_ratio(f_and_b.times_s, f_only.times_s)   # rounds interleaved: paired
-per_call = {"forward": f_only.median_s / fwd_calls, "backward": (f_and_b.median_s - f_only.median_s) / bwd_calls}
 print(f"T = {TIME_LEN}: forward {viz.si(f_only.median_s, 's')}, forward + backward "
       f"{viz.si(f_and_b.median_s, 's')} (medians; their ratio {f_and_b.median_s / f_only.median_s:.2f}x); "
       f"the median of the {len(f_only.times_s)} rounds' own ratios, the figure judged: {ratio.text('x')}")
-cheaper = per_call["backward"] < per_call["forward"]
-calls_txt = (f"Backward's {bwd_calls:,} calls cost {viz.si(per_call['backward'], 's')} each, forward's {fwd_calls:,} "
-             f"{viz.si(per_call['forward'], 's')} (from the medians): backward's calls cost "
-             + ("less" if cheaper else "more") + " on average, which puts the ratio of the medians "
-             + ("below" if cheaper else "above") + f" the {call_end:.2f}x of calls alike in cost (this run does "
-             "not time the calls apart).")
-calls_v = judge(Prediction("forward + backward over forward", "calls alike in cost (1 + backward's calls over "
-                           "forward's) up to FLOP-bound tiles ((4 + 10) / 4)", low=ends[0], high=ends[1], unit="x",
-                           soft=("low", "high")), ratio, explain={
+mix_txt = (f"Backward's calls are {bwd_mix.views / bwd_mix.total:.0%} views, forward's "
+           f"{fwd_mix.views / fwd_mix.total:.0%}; with every call charged alike, views included, the calls' end "
+           f"would be {all_end:.2f}x, " + ("above" if ratio.value < all_end else "below") + " the ratio measured.")
+calls_v = judge(Prediction("forward + backward over forward", "kernel calls alike, views free (1 + backward's kernel "
+                           "calls over forward's) up to FLOP-bound tiles ((4 + 10) / 4)", low=ends[0], high=ends[1],
+                           unit="x", soft=("low", "high")), ratio, explain={
     "above": "Backward does more than its matmuls and calls: the exps and the in-place accumulations "
-             "into dQ, dK and dV cost more per tile than forward's rescaling. " + calls_txt,
-    "held": calls_txt,
-    "below": "The model's low end charges every call alike. " + calls_txt})
+             "into dQ, dK and dV cost more per tile than forward's rescaling, or its matmuls ran below "
+             "forward's rate. " + mix_txt,
+    "held": mix_txt,
+    "below": "Backward's kernel calls cost less each than forward's, which the model charges alike (this run "
+             "does not time the calls apart). " + mix_txt})
 viz.show_verdict(calls_v)
 
 # %% [markdown]
@@ -259,10 +275,10 @@ viz.show_verdict(calls_v)
 # only their FLOPs. On a GPU there is no such per-call cost: the whole loop is one fused
 # kernel. There the tile size trades on-chip memory (shared memory and registers, which cap
 # the tile and how many run at once) against re-reads of `K` and `V` from HBM: Dao et al. 2022
-# (Theorem 2) count `Θ(T² D² / M)` HBM accesses for `M` bytes of on-chip memory, so larger
-# tiles read less. `perfkit.compute.attention_cost` times FlashAttention at every
-# tile size, eager attention and SDPA, interleaved at each length, and fits the two terms on
-# all lengths but the longest. Eager attention's model is its FLOP rate at the longest length
+# (Theorem 2) count `Θ(T² D² / M)` HBM accesses for an on-chip memory (SRAM) of `M` elements
+# (values, not bytes; the theorem takes `D <= M <= T D`), so larger tiles read less.
+# `perfkit.compute.attention_cost` times FlashAttention at every tile size, eager attention and
+# SDPA, interleaved at each length, and fits the two terms on all lengths but the longest. Eager attention's model is its FLOP rate at the longest length
 # fitted, carried to longer lengths: an estimate, not a bound either way, since the rate falls
 # where the `T x T` scores leave a cache and can rise again between such steps. SDPA
 # (`torch.nn.functional.scaled_dot_product_attention`) is PyTorch's fused attention; on this
@@ -270,17 +286,25 @@ viz.show_verdict(calls_v)
 # pays neither eager's `T²` traffic nor the Python tiles' per-call cost.
 #
 # **Prediction.** The model fitted on the shorter lengths predicts the longest one's time
-# with 64-wide tiles within 50 %.
+# with 64-wide tiles within the fit's own largest miss at the lengths it was fitted on (every
+# tile size; printed with the fit, before the longest length's times are read): a model that
+# misses its own data by that much cannot claim to extrapolate better. In the model a tile
+# size's time per FLOP does not move with `T` (the FLOPs and the tiles both grow as `T²`), so
+# a miss at the longest length is a change there that the shorter lengths did not show.
 
 # %%
 with sizing.pinned_threads(THREADS):
     points = ac.time_attention(SWEEP_LENS, TILES, B, H, D, repeat=REPEAT)
 model = ac.TileCostModel.fit([p for p in points if p.seq_len < SWEEP_LENS[-1]])
+misses = [p.median_s / model.flash_s(p.seq_len, p.tile, B, H, D) - 1
+          for p in points if p.impl == "flash" and p.seq_len < SWEEP_LENS[-1]]
+tol = max(abs(x) for x in misses)   # the fit's largest miss where it was fitted: the prediction's band
 print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} "
-      f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]})")
-for t in SWEEP_LENS:
-    row = {f"{p.impl}{p.tile or ''}": p.median_s for p in points if p.seq_len == t}
-    print(f"T = {t:5d}: " + ", ".join(f"{k} {viz.si(s, 's')}" for k, s in row.items()))
+      f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); the fit "
+      f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: the band is ±{tol:.0%}")
+p_tile = Prediction(f"FlashAttention (tiles of 64) at T = {SWEEP_LENS[-1]}", "FLOPs / rate + tiles x t_tile, fitted "
+                    "on shorter T", value=model.flash_s(SWEEP_LENS[-1], 64, B, H, D), rel_tol=tol, unit=" s")
+display(Markdown(va.times_table(points)))
 fig = va.plot_tile_times(points, model, B, H, D, fitted_lens=SWEEP_LENS[:-1])
 
 # %% [markdown]
@@ -291,7 +315,7 @@ fig = va.plot_tile_times(points, model, B, H, D, fitted_lens=SWEEP_LENS[:-1])
 # rounds that are independent draws; a drift over the rounds breaks that, and shows as times of
 # one call that disagree between sections. This fit charges a backward tile visit the fixed
 # cost of a forward one (one cost per visit, not per call), so its ratio, printed below, lies
-# between 2 and 3.5 by construction; section 3's low end counted the calls instead.
+# between 2 and 3.5 by construction; section 3's low end counted the kernel calls instead.
 
 # %%
 same = next(p for p in points if p.impl == "flash" and p.tile == 64 and p.seq_len == TIME_LEN)
@@ -305,8 +329,8 @@ print(f"forward + backward, tiles of 64, T = {TIME_LEN}: {here.text('s')} here, 
          "speed in the two sections (other calls around it, or the machine's load a minute apart; this run does "
          "not separate the two), which neither section's interval holds."))
 fit_ratio = model.flash_s(TIME_LEN, 64, B, H, D) / model.flash_forward_s(TIME_LEN, 64, B, H, D)
-print(f"forward + backward over forward at T = {TIME_LEN}, tiles of 64: this fit {fit_ratio:.2f}x, the calls "
-      f"counted in section 3 {call_end:.2f}x; measured there {ratio.point('x')} "
+print(f"forward + backward over forward at T = {TIME_LEN}, tiles of 64: this fit {fit_ratio:.2f}x, the kernel "
+      f"calls counted in section 3 {call_end:.2f}x; measured there {ratio.point('x')} "
       f"(its verdict against {ends[0]:.2f}x to {ends[1]:.2f}x: {calls_v.outcome}).")
 
 # %%
@@ -321,24 +345,19 @@ sdpa = next(p for p in points if p.impl == "sdpa" and p.seq_len == SWEEP_LENS[-1
 print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile ({best.tile}) "
       f"{viz.si(best.median_s, 's')}: SDPA {best.median_s / sdpa.median_s:.1f}x faster (ratio of medians)")
 
+# %% [markdown]
+# The table sets every implementation's time per FLOP at each length; its last row is each
+# column's change over the two longest lengths, where the tile model expects none for a tile
+# size. Then the verdict on the prediction recorded with the fit.
+
 # %%
 t64 = [p for p in points if p.impl == "flash" and p.tile == 64]   # tiles of 64, every length
-last = t64[-1]
-off = ", ".join(f"T = {p.seq_len}: {round(100 * (p.median_s / model.flash_s(p.seq_len, 64, B, H, D) - 1)) + 0:+d}%"
-                for p in t64[:-1])   # the fit against tile 64's own medians where it was fitted (no "-0%")
-per_flop = [p.median_s / p.flops * 1e12 for p in t64]   # ps per FLOP
-fitted = (f"The fit (one FLOP rate and one cost per tile visit, over every tile size) missed tile 64's own "
-          f"medians at the fitted lengths by {off} (measured over model); tile 64 took "
-          + ", ".join(f"{x:.0f}" for x in per_flop) + " ps per FLOP at T = "
-          + ", ".join(str(p.seq_len) for p in t64) + ".")
-before = {(p.impl, p.tile): p.median_s / p.flops for p in points if p.seq_len == SWEEP_LENS[-2]}  # s per FLOP
-fitted += (f" From T = {SWEEP_LENS[-2]} to {last.seq_len} the time per FLOP of every implementation timed moved by "
-           + ", ".join(f"{p.impl}{p.tile or ''} {p.median_s / p.flops / before[p.impl, p.tile] - 1:+.0%}"
-                       for p in points if p.seq_len == last.seq_len) + " (this run does not time why).")
-viz.verdict(Prediction(f"FlashAttention (tiles of 64) at T = {last.seq_len}",
-                       "FLOPs / rate + tiles x t_tile, fitted on shorter T",
-                       value=model.flash_s(last.seq_len, 64, B, H, D), rel_tol=0.5, unit=" s"),
-            stats.median_interval(last.times_s), explain={
+last, prev = t64[-1], t64[-2]
+moved = (last.median_s / last.flops) / (prev.median_s / prev.flops) - 1   # model: 0
+display(Markdown(va.times_table(points, per_flop=True)))
+fitted = (f"Tile 64's time per FLOP, constant in the model, moved by {moved:+.0%} from T = {prev.seq_len} to "
+          f"{last.seq_len}; the table's last row has every implementation's change (this run does not time why).")
+viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
     "above": fitted, "below": fitted, "held": fitted,
     "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "
                     f"{viz.si(min(last.times_s), 's')} to {viz.si(max(last.times_s), 's')}."})
@@ -360,7 +379,8 @@ viz.build_widget(spec)
 # ## 5. Ring attention across processes
 #
 # **Question.** Split over processes, does ring attention give the same numbers, send the
-# bytes counted, share the work evenly, and hide its transfers?
+# bytes counted, share the work evenly, and hide its transfers: once both neighbours have sent,
+# does a rank still wait?
 #
 # **Model.** Ring attention (Liu, Zaharia and Abbeel 2023, "Ring Attention with Blockwise
 # Transformers for Near-Infinite Context") splits the sequence over `P` processes. Each holds
@@ -402,8 +422,9 @@ viz.build_widget(spec)
 # it posts its messages and when it enters and leaves each wait (one clock for the processes of
 # a machine), so the prediction judges the part of the waits after both neighbours had sent
 # (`waits_after_ready`): whether the transfers hide. What a training step pays is the whole
-# wait, stragglers included, which overlap cannot hide; it is printed beside the verdict and
-# in the headline, and no model here predicts it.
+# wait, stragglers included, which overlap cannot hide and no model here predicts; the table
+# after the verdict splits each rank's whole wait into the two parts, as means over the rounds,
+# which add up.
 
 # %%
 res = dist.launch("perfkit.jobs.context_parallel", 2, ["--config", json.dumps(RING)], timeout_s=300)
@@ -476,35 +497,37 @@ pair = statistics.median(x for r in res for x in r["time"]["pair_exchange_s"])  
 transfers = cm.ring_transfers_s(2, exchange, pair)   # as posted: P single exchanges and P - 1 pairs
 zz = [r["time"]["splits"]["zigzag"] for r in res]
 rounds = RING["time"]["repeat"]
-waited = [max(z["wait_s"][i] for z in zz) for i in range(rounds)]
-ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]
-apart = statistics.median(abs(zz[0]["compute_s"][i] - zz[1]["compute_s"][i]) for i in range(rounds))
-rest = statistics.median(w - r for w, r in zip(waited, ready))  # each round's wait for an unsent neighbour
-compute_s = max(statistics.median(z["compute_s"]) for z in zz)   # s: the busier rank's median
-print(f"one K/V block's exchange alone {viz.si(exchange, 's')}, a K/V and a dK/dV block posted together "
-      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x); per forward + backward: "
-      f"{viz.si(transfers, 's')} of transfers, compute {viz.si(compute_s, 's')}; waited "
-      f"{viz.si(statistics.median(waited), 's')} (medians over rounds), of which after both neighbours had "
-      f"sent {viz.si(statistics.median(ready), 's')}; the rest, waiting for a neighbour that had not yet sent, "
-      f"{viz.si(rest, 's')} (the median of each round's difference). The two ranks' compute per round differed "
-      f"by a median of {viz.si(apart, 's')}"
-      + (", as much as that rest." if apart >= rest else
-         f", {apart / rest:.0%} of it (a ratio of two medians); this run does not time the other part (a rank "
-         "descheduled on the shared cores waits the same way)."))
-whole = statistics.median(waited)
+ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]   # s: the longer of the ranks' waits
 over = sum(r > transfers for r in ready)   # rounds whose wait after both had sent passed the transfers alone
-left_out = (f" The whole wait, stragglers included, was {viz.si(whole, 's')} per forward + backward, "
-            f"{whole / transfers:.1f}x the transfers alone, beside {viz.si(compute_s, 's')} of compute: this "
-            "verdict judges only its part after both neighbours had sent.")
-ring_v = judge(Prediction("time waited after both neighbours had sent, per forward + backward (zig-zag; the wait "
-                          "for a neighbour not yet sent left out)", "overlapped: at most the transfers alone",
-                          high=transfers, unit=" s"), stats.median_interval(ready), explain={
-    "above": "Even with the neighbours' lateness left out, the transfers took longer than alone: on a "
-             "shared 2-core machine a message also waits for the receiving process's thread to run." + left_out,
+print(f"one K/V block's exchange alone {viz.si(exchange, 's')}, a K/V and a dK/dV block posted together "
+      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x): {viz.si(transfers, 's')} of transfers alone per forward + "
+      "backward")
+ring_v = judge(Prediction("time a rank waited after both neighbours had sent, per forward + backward (zig-zag)",
+                          "overlapped: at most the transfers alone", high=transfers, unit=" s"),
+               stats.median_interval(ready), explain={
+    "above": "The transfers took longer than alone though both neighbours had sent: on a shared 2-core machine a "
+             "message can also wait for the receiving process's thread to run.",
     "held": f"The rounds' waits after both neighbours had sent ran from {viz.si(min(ready), 's')} to "
             f"{viz.si(max(ready), 's')}, above the transfers alone in {over} of {rounds} rounds; a round in which "
-            "the receiving process waits for its core pays that wait whole." + left_out})
+            "the receiving process waits for its core pays that wait whole."})
 viz.show_verdict(ring_v)
+
+# %%
+mean = statistics.fmean
+rows = [(mean(z["compute_s"]), mean(z["wait_s"]), mean(z["ready_wait_s"])) for z in zz]   # s, per rank
+display(Markdown("| rank | compute | waited in all | after both neighbours had sent | for a neighbour not yet sent |\n"
+                 "|---|---|---|---|---|\n" + "\n".join(
+                     f"| {i} | {viz.si(c, 's')} | {viz.si(w, 's')} | {viz.si(r, 's')} | {viz.si(w - r, 's')} |"
+                     for i, (c, w, r) in enumerate(rows))))
+late = sum(w - r for _, w, r in rows)   # s: both ranks' waits for a neighbour not yet sent, per round
+apart = mean(abs(a - b) for a, b in zip(zz[0]["compute_s"], zz[1]["compute_s"]))
+whole, compute_s = mean(w for _, w, _ in rows), mean(c for c, _, _ in rows)
+print(f"means over the {rounds} rounds, so each rank's two parts add up to its whole; per round the ranks' compute "
+      f"differed by a mean of {viz.si(apart, 's')}, "
+      + ("as much as" if apart >= late else f"{apart / late:.0%} of")
+      + f" the {viz.si(late, 's')} the two ranks waited for a neighbour not yet sent"
+      + ("." if apart >= late else "; this run does not time the rest (a rank descheduled on the shared cores "
+         "waits the same way)."))
 
 # %% [markdown]
 # ## 6. The longest sequence in a memory budget
@@ -566,8 +589,8 @@ viz.show_headlines({
     "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome}",
     "ring fp32 difference (P=2)": f"{worst:.1e}",
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
-    "ring wait after both had sent / transfers alone (judged)":
+    "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)":
         f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}",
-    "ring wait per fwd+bwd, stragglers included (not predicted)":
-        f"{viz.si(whole, 's')}, {whole / compute_s:.0%} of the compute",
+    "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":
+        f"{viz.si(whole, 's')}, {whole / compute_s:.0%} of its compute",
 })

@@ -38,7 +38,7 @@ QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 # %%
 ROUNDS = 5 if QUICK else 9                        # saves per mode (an interval needs 5)
 GPT = dict(n_embd=128, n_layer=1) if QUICK else dict(n_embd=256, n_layer=4)  # the tiny GPT's size
-MTBF_S = 600.0                                    # a failure every 10 minutes, for section 4
+MTBF_S = 600.0                                    # mean time between failures (MTBF), section 4's: 10 min
 STORE_BYTES = (8 if QUICK else 32) * 2**20        # bytes per file in section 7's write rates
 GZIP_BYTES = (2**19 if QUICK else 2**21)           # float32 weights gzipped in section 7 (one core: slow)
 
@@ -86,7 +86,8 @@ print(f"checkpoints on {saving.filesystem_of(WORK)[1]}; timing on {THREADS} of {
 # per Adam moment), and with more threads than free cores every copy waits at an OpenMP barrier for a thread
 # the scheduler has parked (on a busy machine that alone can make the staging take longer
 # than the whole synchronous save; `perfkit.sizing.timing_threads` chooses the threads).
-# DCP's `process` mode (a separate writer process, no GIL shared with training) needs a
+# DCP's `process` mode (a separate writer process, which does not share Python's global
+# interpreter lock, the GIL, with training: one thread of a process runs Python at a time) needs a
 # process group and starts a writer process, more than this notebook's budget: its numbers
 # from `benchmarks/checkpoint.py` follow the verdicts below.
 
@@ -159,7 +160,8 @@ viz.verdict(p_share, share, explain={
 # %% [markdown]
 # **The process executor.** `benchmarks/checkpoint.py` saves a larger state (an MLP of 64 MiB
 # of float32 parameters and its AdamW moments) on one rank in each mode, and trains while each
-# persist runs. Its stored run, with the command that produced it:
+# persist runs; its peak RSS (resident set size: the memory a process holds in RAM) is the
+# memory each mode costs. Its stored run, with the command that produced it:
 
 # %%
 bench = json.loads((ROOT / "benchmarks" / "stored" / "checkpoint.json").read_text())
@@ -271,7 +273,7 @@ print(f"R here is one timed restart, so neither it nor the share has an interval
 # ## 4. How often should one save?
 #
 # A run that saves every `τ` seconds of training, spends `δ` per save, fails as a Poisson
-# process of mean `M` and takes `R` to come back loses `δ/τ` to saves, `R/M` to restarts
+# process with mean time between failures (MTBF) `M` and takes `R` to come back loses `δ/τ` to saves, `R/M` to restarts
 # and half an interval of work per failure, `τ/(2M)` (half of `τ + δ` counts the save's own
 # time too, a difference that stays small while `δ ≪ τ`):
 #
@@ -504,8 +506,11 @@ print(f"The stored synchronous save, {sy['median_blocked_s']:.3g} s for {viz.si(
       f"{dcp_s / bytes_s:.2g}x the bytes' {bytes_s:.2g} s at this notebook's fastest write, and the commit around "
       f"it the other {sy['median_blocked_s'] - dcp_s:.3g} s; that run shared the cores under the load its first "
       "line names, and times its parts no further.")
-print(f"Llama 3 8B's state ({viz.si(big, 'B')} at 14 bytes per parameter, assumed as in section 5) at the write "
-      f"rate here: {big / costs.write.bytes_per_s:.3g} s from one process.")
+w = costs.write   # section 1's writes: their rate varies from write to write (section 7 measures it again)
+print(f"Llama 3 8B's state ({viz.si(big, 'B')} at 14 bytes per parameter, assumed as in section 5) at the rates "
+      f"section 1's {len(w.times_s)} writes ran here ({viz.si(w.nbytes / max(w.times_s), 'B/s')} to "
+      f"{viz.si(w.best_bytes_per_s, 'B/s')}): {big / w.best_bytes_per_s:.3g} to "
+      f"{big * max(w.times_s) / w.nbytes:.3g} s from one process.")
 
 # %% [markdown]
 # Each model takes the fixed costs measured at this notebook's small state as if they did not
@@ -546,12 +551,7 @@ for d, name in (("/dev/shm", "shared memory"), (str(DISK), "disk")):
              if kept['killed_container'] else "") + f", a reboot: {'yes' if kept['reboot'] else 'no'}")
 disk_fsync, first = rates.rate(str(DISK), True), costs.write  # section 1 wrote WORK's filesystem
 if saving.filesystem_of(DISK)[0] == saving.filesystem_of(WORK)[0] and disk_fsync.has_interval:
-    inside = disk_fsync.low <= first.bytes_per_s <= disk_fsync.high
-    print(f"Section 1 measured this disk with fsync at {viz.si(first.bytes_per_s, 'B/s')} (the median of "
-          f"{len(first.times_s)} writes of {viz.si(first.nbytes, 'B')}), "
-          + ("inside the interval above: one rate, measured twice." if inside else
-             "outside the interval above: the same disk's rate with fsync moved between the two "
-             "measurements, so section 1's floor, from the fastest of its writes, rests on a rate that varies."))
+    print(saving.same_disk_rates(first, disk_fsync, rates.nbytes))
 shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), False)
 apart = shm_plain.has_interval and disk_plain.has_interval and (shm_plain.high < disk_plain.low or disk_plain.high < shm_plain.low)
 print(f"Without fsync tmpfs wrote {shm_plain.value / disk_plain.value:.2g}x the disk's rate: both end in memory, "

@@ -18,6 +18,7 @@ from perfkit.comm.alpha_beta import (
 )
 from perfkit.comm.bucketing import (
     BucketSaving,
+    bucket_count_effect,
     bucket_saving,
 )
 from perfkit.comm.collectives import (
@@ -34,7 +35,6 @@ from perfkit.comm.collectives import (
 from perfkit.comm.experiments import (
     FitQuality,
     RingCheck,
-    bucket_count_effect,
     fit_quality,
     hidden_share,
     medians_against_pairs,

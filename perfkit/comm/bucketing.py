@@ -7,7 +7,9 @@ model leaves out, each from a figure the run already has: the copies of every gr
 bucket and back out (only the bucketed step pays them), at the fastest DRAM-sized copy measured;
 and what one call costs at the step's tensor sizes, read off the sweep's own points instead of the
 fitted line's intercept. The record's sentences say which of them can account for a gap, and by
-how much, rather than naming a cause the numbers cannot carry.
+how much, rather than naming a cause the numbers cannot carry. :func:`bucket_count_effect` holds
+DDP's steps at several bucket caps against the same model, with the overlap that more buckets
+allow behind backward.
 
 Usage::
 
@@ -15,11 +17,12 @@ Usage::
                       largest_bytes=1 << 20, naive_s=31.3e-3, bucketed_s=23.4e-3, copy_bytes_per_s=32.6e9)
     print(s.explain())          # the verdict's sentence
     print(s.short())            # the takeaway's clause
+    print(bucket_count_effect(ddp_caps, fit.alpha_s, hidden_s=backward_alone_s))
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from perfkit._checks import check_int, check_items, check_real, check_type
@@ -27,7 +30,7 @@ from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
-__all__ = ["BucketSaving", "bucket_saving"]
+__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +153,86 @@ def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_ca
     return BucketSaving(naive_calls - bucket_calls, fit.alpha_s, naive_s - bucketed_s, copy_bytes,
                         copy_bytes / copy_bytes_per_s, min(near, default=None), max(near, default=None),
                         largest_bytes)
+
+
+def _signed(x: float) -> str:
+    """``"2.86 ms slower"``, ``"718 µs faster"``: a step-time difference, s."""
+    return f"{si(abs(x), 's')} {'slower' if x >= 0 else 'faster'}"
+
+
+def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
+                        hidden_s: float | None = None) -> str:
+    """A sentence: most against fewest all-reduces per step, measured and by the model.
+
+    The model's scope: each extra all-reduce pays ``alpha`` more in start-ups, and, given
+    ``hidden_s``, more buckets let up to that much more communication run behind backward (one
+    bucket starts only after backward is over; at most backward's own time can hide). So the
+    step with more buckets is between ``(more - fewer) x alpha - hidden_s`` and
+    ``(more - fewer) x alpha`` slower. It leaves out the copies into and out of the buckets, the
+    all-reduces overlapping one another, and gloo's threads competing with backward for the cores.
+
+    Caps that gave the same call count are this run's noise. Against it: does the measured
+    difference stand out (by more than twice it: the noise is the range of a few medians;
+    between once and twice it the sentence says it is too close to call), and does the model's
+    range lie within it of the measured difference (if not, the data reject the model). Where
+    the noise is as large as the largest effect the model predicts, the run can test nothing,
+    and the sentence says so instead of calling the model not rejected.
+
+    Args:
+        buckets: records with ``calls_per_step`` and ``step_s`` (one per cap).
+        alpha_s: the fitted all-reduce latency, s (>= 0).
+        hidden_s: the most communication more buckets can hide behind backward (backward timed
+            alone), s (>= 0); ``None``: start-ups only.
+
+    Raises:
+        TypeError, ValueError: for no records, a record without those keys, or a negative
+            ``alpha_s`` or ``hidden_s``.
+    """
+    recs = check_items("buckets", buckets)
+    check_real("alpha_s", alpha_s, 0)
+    if hidden_s is not None:
+        check_real("hidden_s", hidden_s, 0)
+    same: dict[int, list[float]] = {}
+    for i, b in enumerate(recs):
+        if not isinstance(b, Mapping) or not {"calls_per_step", "step_s"} <= set(b):
+            raise TypeError(f"buckets[{i}] must be a mapping with 'calls_per_step' and 'step_s', got {b!r}")
+        same.setdefault(int(b["calls_per_step"]), []).append(float(b["step_s"]))
+    calls = sorted(same)
+    extra = calls[-1] - calls[0]
+    diff = min(same[calls[-1]]) - min(same[calls[0]])  # s: best cap of each count
+    hi = extra * alpha_s  # s: the start-ups alone
+    lo = hi - (hidden_s or 0.0) if extra else hi  # s: less all the overlap more buckets can add
+    text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {_signed(diff)} measured (the fastest "
+            f"cap of each count); by the model, {extra} x alpha = {si(hi, 's')} more in start-ups")
+    if lo < hi:
+        text += (f", less up to {si(hi - lo, 's')} that more buckets can hide behind backward (backward "
+                 f"alone): between {_signed(lo)} and {_signed(hi)}")
+    noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
+    if noise is None:
+        return text + "; no two caps share a count here, so this run does not show its noise."
+    stands = abs(diff) > 2 * noise
+    text += (f"; caps with the same count differ by up to {si(noise, 's')}, so the measured difference "
+             + ("stands out of this run's noise" if stands else "is within this run's noise"
+                if abs(diff) <= noise else f"is only {abs(diff) / noise:.2g}x this run's noise: too close to "
+                "it to call"))
+    if stands and diff < 0:
+        text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
+                 "(one huge bucket cannot start until backward is over)")
+    gap = lo - diff if diff < lo else diff - hi if diff > hi else 0.0  # s: to the model's nearest end
+    largest = max(abs(lo), abs(hi))  # s: the largest effect the model predicts
+    if gap <= noise and noise >= largest:
+        return text + (f". The model's largest effect, {si(largest, 's')}, is within that noise: this run "
+                       "can neither support the model nor reject it.")
+    if gap <= noise:
+        where = f"{si(gap, 's')} from the model, within that noise" if gap else "inside the model's range"
+        return text + (f". The measured difference lies {where}: the data do not reject it"
+                       + (", and it stands out of the noise: they agree with it." if stands else
+                          " (nor can they confirm it)."))
+    why = ("which paid more per extra all-reduce than the sweep's alpha (inside a step each bucket also pays "
+           "its copies in and out and a peer to wake)." if diff > hi else
+           "whose all-reduces overlap backward and one another, so their start-ups do not add up."
+           if hidden_s is None else
+           "whose extra all-reduces cost less than their start-ups even with all the overlap backward "
+           "allows: they also overlap one another, which the model does not count.")
+    return text + (f". The model lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, more than that "
+                   f"noise: the data reject it for DDP's buckets, {why}")

@@ -1,5 +1,5 @@
-"""Notebook 02's analyses: the alpha-beta fit's quality, the ring model on more processes, the
-overlap of gradient all-reduces with backward, and what the bucket count changed.
+"""Notebook 02's analyses: the alpha-beta fit's quality, the ring model on more processes, and the
+overlap of gradient all-reduces with backward (what bucketing saved: :mod:`perfkit.comm.bucketing`).
 
 Each takes what a 2- or 3-process job measured (:class:`~perfkit.comm.CollectivePoint`,
 per-round step times) and returns a record or an :class:`~perfkit.stats.Estimate`, so the
@@ -27,8 +27,8 @@ from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_b
 from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
-__all__ = ["FitQuality", "RingCheck", "bucket_count_effect", "fit_quality", "hidden_share",
-           "medians_against_pairs", "ring_check", "ring_check_text", "ring_regime_text"]
+__all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share", "medians_against_pairs", "ring_check",
+           "ring_check_text", "ring_regime_text"]
 
 
 @dataclass(frozen=True)
@@ -331,63 +331,6 @@ def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
              "nor measure why" if to_plain < to_stretched else
              "nearer the stretched model than the plain one")
     return text + f": their median lies {where}."
-
-
-def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float) -> str:
-    """A sentence: most against fewest all-reduces per step, measured and by ``alpha``.
-
-    Caps that gave the same call count are this run's noise. Two questions are answered
-    against it: does the measured difference between counts stand out of it (by more than
-    twice it: the noise is the range of a few medians, so a difference just past it is no
-    evidence; between once and twice it the sentence says it is too close to call), and does the
-    model's ``(more - fewer) x alpha`` lie within it of the measured difference (if not, the
-    data reject the model: DDP's all-reduces overlap backward and one another, so their
-    start-ups need not add up).
-
-    Args:
-        buckets: records with ``calls_per_step`` and ``step_s`` (one per cap).
-        alpha_s: the fitted all-reduce latency, s (>= 0).
-
-    Raises:
-        TypeError, ValueError: for no records, a record without those keys, or a negative
-            ``alpha_s``.
-    """
-    recs = check_items("buckets", buckets)
-    check_real("alpha_s", alpha_s, 0)
-    same: dict[int, list[float]] = {}
-    for i, b in enumerate(recs):
-        if not isinstance(b, Mapping) or not {"calls_per_step", "step_s"} <= set(b):
-            raise TypeError(f"buckets[{i}] must be a mapping with 'calls_per_step' and 'step_s', got {b!r}")
-        same.setdefault(int(b["calls_per_step"]), []).append(float(b["step_s"]))
-    calls = sorted(same)
-    diff = min(same[calls[-1]]) - min(same[calls[0]])  # s: best cap of each count
-    noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
-    text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {si(abs(diff), 's')} "
-            f"{'slower' if diff >= 0 else 'faster'} measured (the fastest cap of each count), "
-            f"{calls[-1] - calls[0]} x alpha = "
-            f"{si((calls[-1] - calls[0]) * alpha_s, 's')} slower by the fit; ")
-    if noise is None:
-        return text + "no two caps share a count here, so this run does not show its noise."
-    stands = abs(diff) > 2 * noise
-    text += (f"caps with the same count differ by up to {si(noise, 's')}, so the measured difference "
-             + ("stands out of this run's noise" if stands else "is within this run's noise"
-                if abs(diff) <= noise else f"is only {abs(diff) / noise:.2g}x this run's noise: too close to "
-                "it to call"))
-    if stands and diff < 0:
-        text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
-                 "(one huge bucket cannot start until backward is over)")
-    model = (calls[-1] - calls[0]) * alpha_s  # s
-    off = model - diff  # s: > 0, the model charged more than the step paid
-    lies = f". The model lies {si(abs(off), 's')}"
-    if abs(off) <= noise:
-        return text + lies + (" from it, within that noise: the data do not reject it (nor can they "
-                              "confirm it).")
-    return text + lies + (f" {'above' if off > 0 else 'below'} it, more than that "
-                          "noise: the data reject it for DDP's buckets, " + (
-                       "whose all-reduces overlap backward and one another, so their start-ups do not add up."
-                       if off > 0 else
-                       "which paid more per extra all-reduce than the sweep's alpha (inside a step each "
-                       "bucket also pays its copies in and out and a peer to wake)."))
 
 
 def medians_against_pairs(a: Sequence[float], b: Sequence[float]) -> str:

@@ -19,7 +19,9 @@ from perfkit.compress.codecs import (
     TopK,
 )
 from perfkit.compress.experiments import (
+    CodecSplit,
     CodecTimes,
+    codec_split,
     conservation_error,
     copy_share_range,
     error_rows,
@@ -59,6 +61,8 @@ from perfkit.compress.simulate import (
 __all__ = [
     "BYTES_PER_VALUE",
     "check_fused",
+    "codec_split",
+    "CodecSplit",
     "CodecTimes",
     "compile_for_isa",
     "conservation_error",

@@ -11,24 +11,27 @@ Usage::
     k = time_codecs(numel=1 << 22, repeat=5)               # Measurements, interleaved
     print(rows[0], k.times["memcpy"].median_s / k.times["qsgd fused"].median_s)
     print(copy_share_range("qsgd"))                        # that ratio if memory alone: 8/19 to 12/19
+    print(codec_split(k, "qsgd").text())                   # where the time beyond the bytes went
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from perfkit._checks import check_int, check_items, check_real, check_seed, check_tensor
+from perfkit._checks import check_int, check_items, check_real, check_seed, check_tensor, check_type
 from perfkit.compress.codecs import QSGD, Compressor, RandomK, Sign, TopK
 from perfkit.compress.feedback import ErrorFeedback
 from perfkit.compress.fused import BYTES_PER_VALUE, WRITTEN_PER_VALUE
 from perfkit.compress.simulate import gaussian_error
 from perfkit.timing import Measurement, Timer, interleaved
+from perfkit.units import si
 
-__all__ = ["CodecTimes", "conservation_error", "copy_share_range", "error_rows", "residual_norms",
-           "time_codecs"]
+__all__ = ["CodecSplit", "CodecTimes", "codec_split", "conservation_error", "copy_share_range", "error_rows",
+           "residual_norms", "time_codecs"]
 
 
 def _grad(grad: torch.Tensor) -> torch.Tensor:
@@ -121,9 +124,11 @@ def copy_share_range(method: str) -> tuple[float, float]:
     path moves ``b + w`` (``w`` written, :data:`~perfkit.compress.WRITTEN_PER_VALUE`); a
     copy moves 12 when it stores through the cache too, 8 when it uses non-temporal stores,
     which skip that read (a large copy may). So the share lies between ``8 / (b + w)`` and
-    ``12 / (b + w)``; ``8 / b``, the count without write-allocate, lies inside. The top
-    is a bound (no streaming pass moves bytes faster than the copy); the bottom only the
-    model's expectation: a loop's arithmetic, or the code Inductor wrote, can slow it further.
+    ``12 / (b + w)``; ``8 / b``, the count without write-allocate, lies inside. Both ends
+    are the model's expectation, not bounds: a loop's arithmetic, or the code Inductor
+    wrote, can slow a path below the bottom, and a pass that mostly reads can move bytes
+    faster than a copy, half of whose bytes are writes (STREAM's read-heavy kernels
+    usually report more bandwidth than its Copy), and so land above the top.
 
     Args:
         method: ``"qsgd"`` or ``"sign"``.
@@ -207,3 +212,84 @@ def time_codecs(numel: int, repeat: int = 5, ratio: float = 0.01, seed: int = 0)
     ex, sa = codecs["topk exact"], codecs["topk sampled"]
     mass = float(sa.compress(big).tensors[0].abs().sum() / ex.compress(big).tensors[0].abs().sum())
     return CodecTimes(numel, dict(zip(fns, ms, strict=True)), first.elapsed_s, mass)
+
+
+@dataclass(frozen=True)
+class CodecSplit:
+    """A fused round trip split into its encode and its decode, each beside its bytes at the
+    copy's speed (:func:`codec_split`). Times in s, medians over the rounds.
+
+    Attributes:
+        method: ``"qsgd"`` or ``"sign"``.
+        encode_s: the round trip less the decode timed alone in the same round (max, pool
+            and all: everything ``compress`` does).
+        decode_s: one decode, timed alone.
+        encode_bytes_s, decode_bytes_s: each half's bytes per value
+            (:data:`~perfkit.compress.BYTES_PER_VALUE`) at the copy's 8 per value.
+    """
+
+    method: str
+    encode_s: float
+    decode_s: float
+    encode_bytes_s: float
+    decode_bytes_s: float
+
+    @property
+    def excess(self) -> dict[str, float]:
+        """Each half's time beyond its bytes at the copy's speed, s (negative: faster)."""
+        return {"encode": self.encode_s - self.encode_bytes_s, "decode": self.decode_s - self.decode_bytes_s}
+
+    def shares(self) -> dict[str, float] | None:
+        """Each half's share of the summed excess, when both halves exceed their bytes' time
+        (so both shares lie in [0, 1]); ``None`` otherwise."""
+        ex = self.excess
+        total = ex["encode"] + ex["decode"]
+        if min(ex.values()) < 0 or total <= 0:
+            return None
+        return {k: x / total for k, x in ex.items()}
+
+    def text(self) -> str:
+        """A sentence: both halves against their bytes, and where the excess lies."""
+        def half(name: str, t: float, b: float) -> str:
+            x = t - b
+            return (f"its {name} {si(t, 's')} against {si(b, 's')} for its bytes at the copy's speed ("
+                    + (f"{si(x, 's')} over" if x >= 0 else f"{si(-x, 's')} under") + ")")
+        said = ("Timed apart, " + half("decode", self.decode_s, self.decode_bytes_s) + ", "
+                + half("encode (the round trip less the decode)", self.encode_s, self.encode_bytes_s))
+        sh, ex = self.shares(), self.excess
+        if sh is not None:
+            most = max(sh, key=sh.__getitem__)
+            return said + f": the {most} holds {sh[most]:.0%} of the time beyond the bytes."
+        if max(ex.values()) > 0:
+            over = max(ex, key=ex.__getitem__)
+            return said + f": all of the time beyond the bytes lies in the {over}."
+        return said + ": neither half took longer than its bytes."
+
+
+def codec_split(times: CodecTimes, method: str) -> CodecSplit:
+    """Split a fused path's encode + decode time (:func:`time_codecs`) into its two halves.
+
+    The decode is timed alone in every round; the encode is that round's round trip less its
+    decode (back to back, under the same load), and each half is set beside its own bytes at
+    the copy's speed, so a path that misses its bytes model says which half the time went to.
+
+    Args:
+        times: a :class:`CodecTimes` (with ``"<method> fused"`` and its ``" decode"``).
+        method: ``"qsgd"`` or ``"sign"``.
+
+    Returns:
+        A :class:`CodecSplit`.
+
+    Raises:
+        TypeError: ``times`` is not a :class:`CodecTimes`.
+        ValueError: for a method without a fused path.
+    """
+    check_type("times", times, CodecTimes)
+    if method not in WRITTEN_PER_VALUE:
+        raise ValueError(f"method must be one of {sorted(WRITTEN_PER_VALUE)}, got {method!r}")
+    whole, dec = times.times[f"{method} fused"], times.times[f"{method} fused decode"]
+    enc = [w - d for w, d in zip(whole.times_s, dec.times_s, strict=True)]  # s, per round
+    copy_s = times.times["memcpy"].median_s  # s for 8 B/value
+    b = BYTES_PER_VALUE[method]["fused"]
+    return CodecSplit(method, statistics.median(enc), dec.median_s,
+                      copy_s * b["encode"] / 8, copy_s * b["decode"] / 8)

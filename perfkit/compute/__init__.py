@@ -12,8 +12,12 @@ Usage::
 
 from perfkit.compute.attention_cost import (
     IMPLS,
+    SOFTMAX_PRECISIONS,
     AttentionTiming,
+    CallMix,
     TileCostModel,
+    call_mix,
+    eager_bytes_per_score,
     saved_bytes_sweep,
     time_attention,
 )
@@ -22,11 +26,14 @@ from perfkit.compute.autocast_parts import (
     PART_KINDS,
     AutocastParts,
     OpCall,
+    SweptRatio,
+    amdahl,
     record_parts,
     replay_parts,
+    swept_ratio,
     time_autocast_parts,
 )
-from perfkit.compute.batch_curve import BatchCurve, measure_batch_curve, page_fault_s
+from perfkit.compute.batch_curve import BatchCurve, measure_batch_curve, minor_faults, page_fault_s
 from perfkit.compute.budget import (
     BatchSearch,
     BudgetProbe,
@@ -89,6 +96,7 @@ from perfkit.compute.experiments import (
     disturbed_verdict,
     drift_text,
     gpt_step,
+    hidden_side,
     largest_mfu_text,
     largest_rise,
     precision_curves,
@@ -173,7 +181,11 @@ from perfkit.compute.throughput import (
 __all__ = [
     "errors_against_float64",
     "IMPLS",
+    "SOFTMAX_PRECISIONS",
     "AttentionTiming",
+    "CallMix",
+    "call_mix",
+    "eager_bytes_per_score",
     "TileCostModel",
     "saved_bytes_sweep",
     "time_attention",
@@ -204,6 +216,9 @@ __all__ = [
     "record_parts",
     "replay_parts",
     "time_autocast_parts",
+    "SweptRatio",
+    "amdahl",
+    "swept_ratio",
     "shape_sweep",
     "autocast_saved_bytes",
     "attention_sweep_checked",
@@ -221,6 +236,7 @@ __all__ = [
     "gpt_step",
     "largest_mfu_text",
     "largest_rise",
+    "hidden_side",
     "precision_curves",
     "ratio_text",
     "shape_summary",
@@ -242,6 +258,7 @@ __all__ = [
     "BatchCurve",
     "measure_batch_curve",
     "page_fault_s",
+    "minor_faults",
     "backward_over_forward",
     "Setting",
     "SwitchTiming",

@@ -6,31 +6,38 @@ SDPA are timed interleaved. :class:`TileCostModel` explains the tiled times with
 matmul FLOPs at a fitted rate, plus a fixed cost per tile (Python and kernel launches, or on a
 GPU the tile's trip through shared memory), so small tiles pay overhead and large ones pay
 nothing more here; eager attention is its FLOPs at its rate at the longest length fitted.
+:func:`eager_bytes_per_score` counts what eager attention keeps per score in fp32 and in bf16
+(where softmax runs decides it), and :func:`call_mix` splits a function's operator calls into
+views (metadata only) and kernels, the calls a per-call cost model charges.
 
 Usage::
 
     pts = time_attention([512, 1024], tiles=[32, 128], repeat=3)
     model = TileCostModel.fit(pts)
     print(model.flash_s(4096, 64, batch=1, heads=4, head_dim=32), saved_bytes_sweep([256, 512]))
+    q = torch.randn(1, 1, 128, 16)
+    print(eager_bytes_per_score(), call_mix(lambda: flash_attention(q, q, q)).views)
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from perfkit._checks import check_int, check_items, check_type
+from perfkit._checks import check_callable, check_int, check_items, check_type
 from perfkit.compute.flash import check_tile, eager_attention, flash_attention, flash_flops
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
 
-__all__ = ["IMPLS", "AttentionTiming", "TileCostModel", "saved_bytes_sweep", "time_attention"]
+__all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
+           "eager_bytes_per_score", "saved_bytes_sweep", "time_attention"]
 
 IMPLS = ("flash", "eager", "sdpa")
+SOFTMAX_PRECISIONS = ("fp32", "bf16, softmax in fp32", "bf16, softmax in bf16")
 
 
 def _qkv(batch: int, heads: int, seq_len: int, head_dim: int, seed: int = 0) -> list[torch.Tensor]:
@@ -59,6 +66,89 @@ def saved_bytes_sweep(seq_lens: Sequence[int], batch: int = 1, heads: int = 4,
                 fn(q, k, v, causal)
             out[name].append(meter.report().activation_bytes)
     return out
+
+
+def eager_bytes_per_score(seq_len: int = 64, heads: int = 2, head_dim: int = 16) -> dict[str, float]:
+    """Bytes eager attention keeps for backward per score (per value of its ``B H T x T``
+    matrix), counted by :class:`SavedTensorMeter` at one small length (``q, k, v`` not counted),
+    for each of :data:`SOFTMAX_PRECISIONS`:
+
+    - ``"fp32"``: the probabilities ``P`` in fp32, 4 bytes;
+    - ``"bf16, softmax in fp32"``: ``q, k, v`` in bf16 and softmax run in fp32, as
+      ``torch.autocast`` runs it on CUDA (softmax is on CUDA's autocast-to-float32 list) and as
+      ``softmax(s, dtype=torch.float32).to(q.dtype)`` (Hugging Face's eager attention) writes it:
+      softmax's backward keeps its fp32 output and ``P @ V`` its bf16 copy, 4 + 2 = 6 bytes;
+    - ``"bf16, softmax in bf16"``: everything bf16, as CPU autocast runs it (its float32 list
+      does not hold softmax) or a model cast to bf16: one bf16 ``P`` that softmax's backward and
+      the matmul's share, 2 bytes.
+
+    Raises:
+        ValueError, TypeError: for a non-positive size.
+    """
+    for name, n in (("seq_len", seq_len), ("heads", heads), ("head_dim", head_dim)):
+        check_int(name, n, 1)
+    out = {}
+    for name in SOFTMAX_PRECISIONS:
+        dt = torch.float32 if name == "fp32" else torch.bfloat16
+        q, k, v = (x.detach().to(dt).requires_grad_() for x in _qkv(1, heads, seq_len, head_dim))
+        with SavedTensorMeter(inputs=[q, k, v]) as meter:
+            s = q @ k.transpose(-2, -1) * head_dim ** -0.5             # (1, H, T, T)
+            p = (torch.softmax(s, -1, dtype=torch.float32).to(dt) if name == "bf16, softmax in fp32"
+                 else torch.softmax(s, -1))
+            p @ v
+        out[name] = meter.report().activation_bytes / (heads * seq_len ** 2)
+    return out
+
+
+@dataclass(frozen=True)
+class CallMix:
+    """The operator calls PyTorch dispatched while a function ran, by what each did.
+
+    Attributes:
+        views: calls that returned an alias of an input and wrote nothing (``view``,
+            ``expand``, ``slice``, ``transpose``, ``_unsafe_view``): metadata only, no kernel
+            and no allocation.
+        kernels: every other call: one that computes, fills, copies or writes in place.
+    """
+
+    views: int
+    kernels: int
+
+    @property
+    def total(self) -> int:
+        """Every call, views and kernels."""
+        return self.views + self.kernels
+
+
+def call_mix(fn: Callable[[], object]) -> CallMix:
+    """Count the ATen calls ``fn`` dispatches (a ``TorchDispatchMode``), split into views and
+    kernels (:class:`CallMix`): a model of per-call fixed costs that charges a view like a
+    matmul charges every call alike, though a view launches no kernel.
+
+    Raises:
+        TypeError: for an ``fn`` that is not callable.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    check_callable("fn", fn)
+
+    class _Mix(TorchDispatchMode):
+        views = kernels = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            alias = (isinstance(out, torch.Tensor) and not func._schema.is_mutable
+                     and out.untyped_storage().data_ptr() in inputs)
+            if alias:
+                self.views += 1
+            else:
+                self.kernels += 1
+            return out
+
+    with _Mix() as mix:
+        fn()
+    return CallMix(mix.views, mix.kernels)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ prediction swaps the one for the other: ``t_mixed = t_fp32 - parts_fp32 + parts_
 is Amdahl's ``1 / ((1 - f) + f / r)`` with the share ``f`` and speed ratio ``r`` of the changed
 ops measured at the step's own shapes instead of read off the ceilings.
 
+A forecast made before the parts are timed reads ``r`` off notebook 00's sweep instead
+(:func:`swept_ratio`: the two dtypes' rates at one swept square size, never a ceiling that a
+later operation raised, which may be this same step's own rate from an earlier run);
+:meth:`AutocastParts.forecast_terms` then says which of its two terms the parts contradict.
+
 Usage::
 
     ap = time_autocast_parts(gpt_step(gpt, ids, "fp32"), gpt_step(gpt, ids, "bf16"), repeat=7)
@@ -24,6 +29,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +38,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from perfkit._checks import check_callable, check_int, check_type
+from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit.compute.flops import Speedup
+from perfkit.hw import MachineLimits, dtype_name
 from perfkit.timing import Measurement, interleaved, interleaved_balanced
+from perfkit.units import si
 
-__all__ = ["LOW_DTYPES", "PART_KINDS", "AutocastParts", "OpCall", "record_parts", "replay_parts",
-           "time_autocast_parts"]
+__all__ = ["LOW_DTYPES", "PART_KINDS", "AutocastParts", "OpCall", "SweptRatio", "amdahl", "record_parts",
+           "replay_parts", "swept_ratio", "time_autocast_parts"]
 
 PART_KINDS = ("matmul", "attention", "cast", "other")  # "other": any other op on a low-precision tensor
 LOW_DTYPES = (torch.bfloat16, torch.float16)
@@ -155,6 +163,86 @@ def replay_parts(calls: list[OpCall], fp32: bool = False) -> Callable[[], None]:
     return run
 
 
+def amdahl(f: float, r: float) -> float:
+    """Amdahl's law: the speedup of a whole whose share ``f`` runs ``r`` times as fast,
+    ``1 / ((1 - f) + f / r)``.
+
+    Raises:
+        TypeError, ValueError: for an ``f`` outside [0, 1] or an ``r`` that is not a finite number > 0.
+    """
+    check_real("f", f, 0, 1)
+    check_real("r", r, 0, lo_open=True)
+    return 1 / ((1 - f) + f / r)
+
+
+@dataclass(frozen=True)
+class SweptRatio:
+    """A low-precision dtype's matmul rate over fp32's at one square size of notebook 00's
+    sweep (each point's best round, :attr:`perfkit.hw.MatmulPoint.best_flops_per_s`).
+
+    Attributes:
+        dtype: the low-precision dtype's name; n: the square size; threads: the thread count
+            both points ran on (0: not recorded, a GPU).
+        rate, fp32_rate: the two points' FLOP/s.
+        exact_threads: whether ``threads`` is the count asked for (else the nearest swept one).
+    """
+
+    dtype: str
+    n: int
+    threads: int
+    rate: float
+    fp32_rate: float
+    exact_threads: bool = True
+
+    @property
+    def ratio(self) -> float:
+        """``r``: the dtype's rate over fp32's."""
+        return self.rate / self.fp32_rate
+
+    def describe(self) -> str:
+        """``"notebook 00's sweep at n=128 on 1 thread: bfloat16 3.35 GFLOP/s, float32 96.9 GFLOP/s"``."""
+        on = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
+        return (f"notebook 00's sweep at n={self.n}{on}" + ("" if self.exact_threads else
+                                                            " (the nearest thread count it swept)")
+                + f": {self.dtype} {si(self.rate, 'FLOP/s')}, float32 {si(self.fp32_rate, 'FLOP/s')}")
+
+
+def swept_ratio(limits: MachineLimits, dtype: str, flops_per_call: float,
+                threads: int | None = None) -> SweptRatio | None:
+    """``dtype``'s speed over fp32's in notebook 00's own sweep (``limits.matmul_points``), at
+    the square size nearest ``flops_per_call`` (a step's matmuls' mean FLOPs per call) among the
+    sizes both dtypes were swept at on ``threads`` (``None``: all cores), or on the nearest
+    thread count swept where none was on those.
+
+    The sweep's points are not the ceilings: a ceiling can be raised later by any operation
+    that beats it (:func:`perfkit.ceilings.observe`), the step being forecast included, and a
+    forecast from such a ceiling restates that step's result. Sweep points stay as swept.
+
+    Returns:
+        A :class:`SweptRatio`, or ``None`` when no size was swept in both dtypes.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`~perfkit.hw.MachineLimits`, an
+            unknown dtype, a ``flops_per_call`` that is not a finite number > 0 or ``threads``
+            below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    name = dtype_name(dtype)
+    check_real("flops_per_call", flops_per_call, 0, lo_open=True)
+    want = (limits.threads or 0) if threads is None else check_int("threads", threads, 1)
+    best: dict[tuple[str, int, int], float] = {}  # (dtype, n, threads) -> FLOP/s
+    for p in limits.matmul_points:
+        if p.square and p.dtype in (name, "float32"):
+            key = (p.dtype, p.n, p.threads)
+            best[key] = max(best.get(key, 0.0), p.best_flops_per_s)
+    both = [(n, t) for (d, n, t) in best if d == name and ("float32", n, t) in best]
+    if not both:
+        return None
+    # the thread count asked for first, then the size nearest the calls' FLOPs (2 n^3 per call)
+    n, t = min(both, key=lambda nt: (abs(nt[1] - want), abs(math.log(2 * nt[0] ** 3 / flops_per_call))))
+    return SweptRatio(name, n, t, best[(name, n, t)], best[("float32", n, t)], t == want)
+
+
 def _summed(ms: list[Measurement]) -> Measurement:
     """Round by round, the sum of several measurements timed in the same rounds."""
     return Measurement(tuple(map(sum, zip(*(m.times_s for m in ms), strict=True))), ms[0].warmup)
@@ -208,8 +296,29 @@ class AutocastParts:
         :meth:`share` (capped at 1) and ``r`` = ``total().ratio``: up to the cap, the fp32 step
         with its changed ops swapped for theirs in low precision, ``t_fp32 / (t_fp32 - parts_fp32
         + parts_mixed)``."""
-        f = min(1.0, self.share())
-        return 1 / ((1 - f) + f / self.total().ratio)
+        return amdahl(min(1.0, self.share()), self.total().ratio)
+
+    def forecast_terms(self, f: float, r: float) -> str:
+        """Which term of a forecast ``amdahl(f, r)`` (figures read elsewhere: a ceiling, a
+        sweep) the parts contradict: the forecast with the parts' ``r`` in place of its own,
+        and with the parts' ``f``, each against the measured speedup. The term whose swap lands
+        nearer the measurement (in ratio) is the one that missed most; where each swap alone
+        crosses the measurement on opposite sides, the two terms' errors partly cancelled.
+
+        Raises:
+            TypeError, ValueError: for an ``f`` outside [0, 1] or an ``r`` not > 0.
+        """
+        fore = amdahl(f, r)
+        fc, rc, got = min(1.0, self.share()), self.total().ratio, self.steps.estimate.value
+        with_r, with_f = amdahl(f, rc), amdahl(fc, r)
+        off = {"r": abs(math.log(with_r / got)), "f": abs(math.log(with_f / got))}
+        worse = min(off, key=off.get)
+        text = (f"With the parts' r ({rc:.3g}, against the forecast's {r:.3g}) the forecast reads "
+                f"{with_r:.3g}x; with the parts' f ({fc:.0%}, against {f:.1%}) it reads {with_f:.3g}x; "
+                f"measured {got:.3g}x, forecast {fore:.3g}x: {worse} is the term that missed most")
+        crossed = (with_r - got) * (with_f - got) < 0 and (with_r - fore) * (with_f - fore) < 0
+        return text + (", and each swap alone lands past the measurement on its own side: the two terms' "
+                       "errors partly cancelled in the forecast." if crossed else ".")
 
     def predicted_s(self) -> float:
         """The mixed step's predicted seconds: the fp32 step's over :meth:`predicted`."""

@@ -16,7 +16,9 @@ with the cache as above, and with every op at DRAM's bandwidth (``R_dram``, no c
 the prediction spans the two. ``n(b)``: minor page faults per step, counted in the timed rounds
 (``getrusage``): glibc hands freed memory above its trim threshold back to the operating system,
 and the next step's new tensors fault it in again, page by page. ``c``: seconds per fault,
-timed by touching a fresh anonymous mapping against touching it again. ``F``: a step of
+timed by touching a fresh anonymous mapping against touching it again in each round, or given
+(a cost measured before, e.g. :meth:`perfkit.compute.fusion.NewTensorCost.fault_rounds`, so
+that one figure of a fault's cost serves a whole notebook). ``F``: a step of
 1 x 2 tokens, less its roofline seconds. ``eta``, the share of their roofs the ops reach, is
 the one figure fitted, on one batch (for each end of ``R``); the others are predicted. The
 predicted range spans the two ends of ``R`` and the intervals of ``F``, ``c`` and the fitted
@@ -51,10 +53,11 @@ try:  # POSIX only; elsewhere no fault is counted and the fault term vanishes
 except ImportError:  # pragma: no cover - Windows
     resource = None
 
-__all__ = ["BatchCurve", "measure_batch_curve", "page_fault_s"]
+__all__ = ["BatchCurve", "measure_batch_curve", "minor_faults", "page_fault_s"]
 
 
-def _minor_faults() -> int:
+def minor_faults() -> int:
+    """This process's minor page faults so far (``getrusage``); always 0 without it (not POSIX)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
@@ -69,10 +72,10 @@ def page_fault_s(nbytes: int = 16 * 2**20) -> float:
     check_int("nbytes", nbytes, 4096)
     region = mmap.mmap(-1, nbytes)
     buf = torch.frombuffer(region, dtype=torch.uint8)  # (nbytes,), no copy
-    before = _minor_faults()
+    before = minor_faults()
     with Timer("cpu") as first:
         buf.fill_(1)
-    faults = _minor_faults() - before
+    faults = minor_faults() - before
     with Timer("cpu") as again:
         buf.fill_(2)
     del buf  # the mapping cannot close while a tensor exports it
@@ -94,7 +97,8 @@ class BatchCurve:
         times_s: per batch, the step's time in each round (s).
         faults: per batch, the minor page faults of its step in each round.
         fixed_s: the 1 x 2-token step's time in each round (s); roof_fixed_s: its ``R`` (s).
-        fault_s: seconds per page fault, one probe per round (:func:`page_fault_s`).
+        fault_s: seconds per page fault: one probe per round (:func:`page_fault_s`), or the
+            figures given to :func:`measure_batch_curve` (any number of them).
         fit: the index in ``batches`` of the batch ``eta`` is fitted on.
     """
 
@@ -129,9 +133,7 @@ class BatchCurve:
             for i, row in enumerate(getattr(self, name)):
                 if len(check_items(f"{name}[{i}]", row)) != rounds:
                     raise ValueError(f"{name}[{i}] must hold one value per round ({rounds}), got {len(row)}")
-        if len(check_items("fault_s", self.fault_s)) != rounds:
-            raise ValueError(f"fault_s must hold one value per round ({rounds}), got {len(self.fault_s)}")
-        for i, c in enumerate(self.fault_s):
+        for i, c in enumerate(check_items("fault_s", self.fault_s)):
             check_real(f"fault_s[{i}]", c, 0)
 
     def tokens(self, i: int) -> int:
@@ -248,12 +250,14 @@ class BatchCurve:
 def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: Sequence[int],
                         seq_len: int, limits: MachineLimits, fit: int, rounds: int = 5, warmup: int = 1,
                         threads: int | None = None, dtype: str = "float32",
-                        device: torch.device | str | None = None) -> BatchCurve:
+                        device: torch.device | str | None = None,
+                        fault_s: Sequence[float] | None = None) -> BatchCurve:
     """Count and time a training step at each batch, in rounds, with the model's other terms.
 
     After ``warmup`` rounds, one round counts every step's operators (no timing); then each
     timed round runs every batch's step (ascending), counting its page faults, then the
-    1 x 2-token step and one fault probe (:func:`page_fault_s`), all under the same load.
+    1 x 2-token step and, unless ``fault_s`` is given, one fault probe (:func:`page_fault_s`),
+    all under the same load.
 
     Args:
         make_step: ``make_step(b, t)`` returns one training step (a callable) on ``b`` samples
@@ -267,14 +271,16 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
         threads: intra-op threads to run with (restored after); ``None`` keeps the setting. On a
             CPU the roofline's matmul ceiling is the one measured on that many threads.
         dtype: whose matmul peak the roofline uses; device: where the steps run.
+        fault_s: seconds per page fault measured before (each >= 0; their median and interval
+            are ``c``), instead of a probe per round; ``None`` probes.
 
     Returns:
         A :class:`BatchCurve`.
 
     Raises:
         TypeError: for a ``make_step`` that is not callable or ``limits`` of another type.
-        ValueError: for bad batches, counts or threads, a ``fit`` not among ``batches`` or a
-            ``dtype`` the limits did not measure.
+        ValueError: for bad batches, counts or threads, a ``fit`` not among ``batches``, a
+            ``dtype`` the limits did not measure or an empty or negative ``fault_s``.
     """
     check_callable("make_step", make_step)
     bs = sorted({check_int(f"batches[{i}]", b, 1) for i, b in enumerate(check_items("batches", batches))})
@@ -285,6 +291,8 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
     check_int("rounds", rounds, 2)
     check_int("warmup", warmup, 0)
     limits.peak_flops(dtype)  # refuses an unmeasured dtype before any work
+    given = None if fault_s is None else tuple(
+        check_real(f"fault_s[{i}]", c, 0) for i, c in enumerate(check_items("fault_s", fault_s)))
     dev = resolve_device(device)
     steps = [check_callable("make_step(b, t)", make_step(b, seq_len)) for b in bs]
     tiny = check_callable("make_step(b, t)", make_step(1, 2))
@@ -300,18 +308,19 @@ def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], b
         ops = [[r for rs in count_phases(lambda _m, s=s: s()).values() for r in rs] for s in [*steps, tiny]]
         for _ in range(rounds):
             for k, step in enumerate(steps):
-                before = _minor_faults()
+                before = minor_faults()
                 with Timer(dev) as t:
                     step()
                 times[k].append(t.elapsed_s)
-                faults[k].append(_minor_faults() - before)
+                faults[k].append(minor_faults() - before)
             with Timer(dev) as t:
                 tiny()
             fixed.append(t.elapsed_s)
-            probes.append(page_fault_s())
+            if given is None:
+                probes.append(page_fault_s())
     on = threads if dev.type == "cpu" else None  # the matmul ceiling measured on the threads the steps ran on
     return BatchCurve(tuple(bs), seq_len, tuple(roofline_s(o, limits, dtype, threads=on) for o in ops[:-1]),
                       tuple(roofline_s(o, limits, dtype, cache=False, threads=on) for o in ops[:-1]),
                       tuple(sum(op.bytes > half_llc for op in o) for o in ops[:-1]),
                       tuple(map(tuple, times)), tuple(map(tuple, faults)), tuple(fixed),
-                      roofline_s(ops[-1], limits, dtype, threads=on), tuple(probes), bs.index(fit))
+                      roofline_s(ops[-1], limits, dtype, threads=on), given or tuple(probes), bs.index(fit))

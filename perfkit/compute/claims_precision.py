@@ -177,10 +177,21 @@ class GradientFlush:
     lost: dict[str, int]      # "fp16"/"bf16" -> values fp32 keeps that are 0 there, unscaled
     subnormal: float          # share of the kept values below fp16's smallest normal
     flush_at: Callable[[str, float], int]  # (dtype name, loss scale) -> values flushed at that scale
+    below_normal_at: Callable[[float], int]  # loss scale -> kept values below fp16's smallest normal, scaled
 
     def kept_by_scale(self, dtype: str, scale: float) -> int:
         """Values a loss scale keeps from flushing: lost unscaled minus lost at ``scale``."""
         return self.lost[dtype] - self.flush_at(dtype, scale)
+
+    def lifted_by_scale(self, scale: float) -> int:
+        """Values a loss scale lifts out of fp16's subnormal range and zero (where a value keeps
+        fewer significant bits, or none): below fp16's smallest normal unscaled, at or above it
+        times ``scale``, fp32's gradient standing in for fp16's (as in ``subnormal``).
+
+        Raises:
+            TypeError, ValueError: for a ``scale`` that is not a finite number > 0.
+        """
+        return self.below_normal_at(1.0) - self.below_normal_at(scale)
 
 
 def gradient_flush(batch: int = 4, seq: int = 64, model_kw: dict | None = None,
@@ -209,9 +220,14 @@ def gradient_flush(batch: int = 4, seq: int = 64, model_kw: dict | None = None,
     def flush_at(dtype: str, scale: float) -> int:
         return int(((grads(dtypes[dtype], check_real("scale", scale, 0, lo_open=True)) == 0) & kept).sum())
 
+    kept_abs = g32.abs()[kept]
+
+    def below_normal_at(scale: float) -> int:
+        return int((kept_abs * check_real("scale", scale, 0, lo_open=True) < FP16.smallest_normal).sum())
+
     n_kept = int(kept.sum())
     return GradientFlush(n_kept, float(g32.abs().max()), {d: flush_at(d, 1.0) for d in dtypes},
-                         int(((g32.abs() < FP16.smallest_normal) & kept).sum()) / n_kept, flush_at)
+                         below_normal_at(1.0) / n_kept, flush_at, below_normal_at)
 
 
 def predicted_skips(init_scale: float, max_abs_grad: float) -> int:

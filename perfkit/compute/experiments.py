@@ -45,7 +45,7 @@ __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_byte
            "disturbed_length", "disturbed_text", "disturbed_verdict", "drift_text", "gpt_step",
            "InModelAttention", "largest_mfu_text",
            "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
-           "shape_sweep", "ShapeSummary", "WhereRescaledMLP"]
+           "shape_sweep", "ShapeSummary", "hidden_side", "WhereRescaledMLP"]
 
 
 def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
@@ -98,9 +98,15 @@ def precision_curves(model: nn.Module, loss_fn: Callable, batches: Sequence, pre
 
 
 def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", other: str = "bf16") -> str:
-    """Where the loss rose most in ``base`` and in ``other``, and what that says: the same
-    step in both means the batch, not the precision, made it rise; back down at the next
-    step means the update did not damage the weights.
+    """Where the loss rose most in ``base``, and what ``other`` did at that same step; then
+    ``other``'s own largest rise where it lies elsewhere, and what ``base`` did there. Steps are
+    counted from 1, as :func:`perfkit.viz.compute.plot_loss_curves` draws them.
+
+    The two runs share the initial weights and the batches, so a rise both take at one step
+    comes from that batch; a rise in ``other`` alone is a step where its precision made the runs
+    part, and a gap that closes again at the next step is one step's deviation, not a changed
+    course. Each rise is one difference of two noisy losses: the text compares the same steps
+    in both runs, and never reads a cause off where a maximum fell.
 
     Raises:
         TypeError, ValueError: for curves that are not a mapping holding ``base`` and ``other``,
@@ -108,22 +114,53 @@ def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", othe
     """
     if not isinstance(curves, Mapping) or base not in curves or other not in curves:
         raise TypeError(f"curves must be a mapping holding {base!r} and {other!r}, got {curves!r}")
-    c = list(curves[base])
+    c, o = list(curves[base]), list(curves[other])
     if len(c) < 2:
         raise ValueError(f"curves[{base!r}] needs at least two steps, got {len(c)}")
-    rise = {p: max(range(1, len(v)), key=lambda i, v=v: v[i] - v[i - 1]) for p, v in curves.items()}
-    j = rise[base]
-    if c[j] <= c[j - 1]:
-        return "the loss never rose"
-    same = rise[other] == j
-    text = (f"largest rise of the loss: {base} at step {j} ({c[j - 1]:.3f} -> {c[j]:.3f}), {other} at step "
-            f"{rise[other]}: " + ("the same step in both precisions: the rise comes from what both runs "
-                                  f"share, not from {other}'s rounding" if same else
-                                  f"different steps: {other}'s rounding changed where the loss rose"))
-    if j + 1 < len(c) and c[j + 1] - c[j - 1] < (c[j] - c[j - 1]) / 4:
-        text += (f"; the next step is back at {c[j + 1]:.3f}, so the weights were not damaged: that batch "
-                 "is what is hard to predict")
-    return text
+
+    def up(v: list[float], i: int) -> float:  # the rise into step i (0-based) from the step before
+        return v[i] - v[i - 1]
+
+    j = max(range(1, len(c)), key=lambda i: up(c, i))
+    if up(c, j) <= 0:
+        return f"the {base} loss never rose"
+    both = up(o, j) >= up(c, j) / 2
+    text = (f"largest rise of the {base} loss: steps {j} -> {j + 1} ({c[j - 1]:.3f} -> {c[j]:.3f}); "
+            f"{other} at the same steps: {o[j - 1]:.3f} -> {o[j]:.3f}" + (
+                ": both rose there, so the batch, which both runs share, made the loss rise" if both else
+                f": {other} rose less than half as much there"))
+    if j + 1 < len(c) and c[j + 1] - c[j - 1] < up(c, j) / 4:
+        text += f"; the next {base} step is back at {c[j + 1]:.3f}, so the weights were not damaged"
+    k = max(range(1, len(o)), key=lambda i: up(o, i))
+    if k != j and up(o, k) > 0:
+        alone = up(c, k) < up(o, k) / 2
+        text += (f". {other}'s own largest rise is at steps {k} -> {k + 1} ({o[k - 1]:.3f} -> {o[k]:.3f}), "
+                 f"where {base} moved {up(c, k):+.3f}" + (
+                     f": a rise in {other} alone, a step where its precision made the two runs part"
+                     if alone else ": both rose there too"))
+        if alone and k + 1 < len(o):
+            gap, after = o[k] - c[k], o[k + 1] - c[k + 1]
+            text += (f" (the gap {gap:+.3f} at step {k + 1}, {after:+.3f} at the next: one step's deviation, "
+                     "then the same course)" if abs(after) < abs(gap) / 4 else
+                     f" (the gap {gap:+.3f} at step {k + 1}, {after:+.3f} at the next)")
+    return text + ". One seed: this says nothing of the precision in general."
+
+
+def hidden_side(value: float, edge: float, unit: str = "") -> str:
+    """The sentence a figure needs when three significant digits print it equal to the ``edge``
+    it is judged against (``0.89973`` prints as ``0.900`` beside ``0.9``): the figure at the
+    fewest digits that tell the two apart, and its side. ``""`` when three digits suffice.
+
+    Raises:
+        TypeError, ValueError: for a ``value`` or ``edge`` that is not a finite number.
+    """
+    check_real("value", value)
+    check_real("edge", edge)
+    if value == edge or f"{value:.3g}" != f"{edge:.3g}":
+        return ""
+    digits = next((d for d in range(4, 16) if f"{value:.{d}g}" != f"{edge:.{d}g}"), 16)
+    return (f"Printed at three digits the figure equals the edge {edge:g}{unit}; at {digits} it is "
+            f"{value:.{digits}g}{unit}, {'below' if value < edge else 'above'} it. ")
 
 
 def ratio_text(sp: Speedup) -> str:
@@ -212,10 +249,13 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     """The sentence beside the largest MFU measured (a throughput point ``top``): for scale
     when it is below 100 %; above it, the causes this run can have (a ceiling from square
     matmuls up to ``swept`` only, a ceiling measured while the machine was busier, and one
-    thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used)."""
+    thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used). With
+    ``share`` < 1 a float32 MFU is printed against the all-core ceiling too."""
     check_int("swept", swept, 1)
     check_real("share", share, 0, 1, lo_open=True)
-    on = f" on {threads} of {cores} threads, {share:.0%} of the all-core one" if share < 1 else ""
+    on = (f" on {threads} of {cores} threads, {share:.0%} of the all-core one"
+          + (f"; against the all-core one, {top.mfu * share:.1%}" if top.ceiling == "float32" else "")
+          if share < 1 else "")
     kind = f"{top.precision}{' compiled' if getattr(top, 'compiled', False) else ''}"  # the step it came from
     head = (f"largest MFU measured: {top.mfu:.1%} ({kind}, batch {top.batch}, against the "
             f"{top.ceiling} ceiling{on}). ")

@@ -6,7 +6,9 @@ every buffer an operation reads or writes counted once, as STREAM counts them; t
 ``x + y``). A CPU adds one more cost per op: each
 op returns a new tensor, and glibc serves blocks above its mmap threshold straight from the
 operating system, so their pages fault in on first write. :func:`new_tensor_cost` measures
-that cost on this machine; :func:`chain_model` puts both into one prediction, and
+that cost on this machine, per tensor and per page fault (the one figure of a fault's cost the
+course uses, here and in the batch curve of :mod:`perfkit.compute.batch_curve`);
+:func:`chain_model` puts both into one prediction, and
 :func:`chain_explanations` says which term a measurement contradicts; :func:`what_fusion_saved`
 says which term the saving came from, and which of them a GPU shares.
 
@@ -23,10 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
+from perfkit import stats
 from perfkit._checks import check_int, check_real, check_tensor, check_type
+from perfkit.compute.batch_curve import minor_faults
 from perfkit.compute.compiling import CompileRecord
 from perfkit.compute.kernels import ChainBytes
-from perfkit.timing import Measurement, benchmark
+from perfkit.timing import Measurement, interleaved
 from perfkit.units import si
 
 __all__ = ["ChainModel", "NewTensorCost", "chain_explanations", "chain_model", "new_tensor_cost",
@@ -35,18 +39,50 @@ __all__ = ["ChainModel", "NewTensorCost", "chain_explanations", "chain_model", "
 
 @dataclass(frozen=True)
 class NewTensorCost:
-    """Filling a new tensor against filling an existing one of the same size.
+    """Filling a new tensor against filling an existing one of the same size, in alternating
+    rounds (round ``i`` of ``fresh`` beside round ``i`` of ``reuse``).
 
-    ``extra_s`` is the median difference (0 when the new one filled faster): the cost of its
-    pages faulting in, when the allocator hands back memory from the operating system.
+    ``extra_s`` is the median over the rounds of the new fill's time less the existing one's
+    (0 when the new one filled faster): the cost of its pages faulting in, when the allocator
+    hands back memory from the operating system. ``faults``: the minor page faults counted in
+    each round's new fill (empty where none were counted); :meth:`fault_rounds` gives each
+    round's difference over its faults, and :attr:`per_fault_s` their median, the same
+    statistic as ``extra_s`` per fault.
     """
 
     fresh: Measurement
     reuse: Measurement
+    faults: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_type("fresh", self.fresh, Measurement)
+        check_type("reuse", self.reuse, Measurement)
+        for i, n in enumerate(check_type("faults", self.faults, tuple)):
+            check_int(f"faults[{i}]", n, 0)
+        if self.faults and len(self.faults) != self.fresh.n:
+            raise ValueError(f"faults must hold one count per round ({self.fresh.n}), got {len(self.faults)}")
+
+    def _differences(self) -> list[float]:  # s per round, paired; medians' difference if unpaired
+        if self.fresh.n != self.reuse.n:
+            return [self.fresh.median_s - self.reuse.median_s]
+        return [f - r for f, r in zip(self.fresh.times_s, self.reuse.times_s, strict=True)]
 
     @property
     def extra_s(self) -> float:
-        return max(0.0, self.fresh.median_s - self.reuse.median_s)
+        return max(0.0, stats.median(self._differences()))
+
+    def fault_rounds(self) -> tuple[float, ...]:
+        """Seconds per page fault in each round that counted any: the round's extra time (at
+        least 0) over its faults. Empty where no fault was counted."""
+        if not self.faults or self.fresh.n != self.reuse.n:
+            return ()
+        return tuple(max(0.0, d) / n for d, n in zip(self._differences(), self.faults, strict=True) if n > 0)
+
+    @property
+    def per_fault_s(self) -> float:
+        """Seconds one page fault costs: the median of :meth:`fault_rounds` (0.0 without faults)."""
+        rounds = self.fault_rounds()
+        return stats.median(rounds) if rounds else 0.0
 
     def describe(self, nbytes: int, copy_bytes_per_s: float | None = None) -> str:
         """What the two fills of ``nbytes`` measured, in words, with the existing one's rate of
@@ -61,7 +97,10 @@ class NewTensorCost:
         head = (f"filling a new {nbytes / 2**20:.0f} MiB tensor: {self.fresh.median_s * 1e3:.2f} ms, an "
                 f"existing one: {self.reuse.median_s * 1e3:.2f} ms{where}: ")
         if self.extra_s > self.reuse.median_s:
-            return head + f"a new tensor costs {self.extra_s * 1e3:.2f} ms more (its pages fault in)"
+            faults = stats.median(self.faults) if self.fault_rounds() else 0
+            return head + f"a new tensor costs {self.extra_s * 1e3:.2f} ms more (its pages fault in" + (
+                f": {faults:,.0f} faults, {si(self.per_fault_s, 's')} each, medians of the rounds)"
+                if faults else ")")
         if self.fresh.median_s >= self.reuse.median_s:
             return head + (f"a new tensor costs {self.extra_s * 1e3:.2f} ms more, less than the fill "
                            "itself: no page faults to speak of at this size (the allocator reused the "
@@ -70,7 +109,9 @@ class NewTensorCost:
 
 
 def new_tensor_cost(like: torch.Tensor, repeat: int = 7) -> NewTensorCost:
-    """Time ``torch.empty_like(like).fill_(1)`` against filling one existing buffer.
+    """Time ``torch.empty_like(like).fill_(1)`` against filling one existing buffer, in
+    alternation, counting the minor page faults of each new fill (``getrusage``; none counted
+    where it is missing).
 
     Raises:
         TypeError, ValueError: for ``like`` that is not a tensor, or ``repeat`` below 1.
@@ -78,8 +119,16 @@ def new_tensor_cost(like: torch.Tensor, repeat: int = 7) -> NewTensorCost:
     check_tensor("like", like)
     check_int("repeat", repeat, 1)
     buf = torch.empty_like(like)
-    fresh = benchmark(lambda: torch.empty_like(like).fill_(1.0), warmup=2, repeat=repeat)
-    return NewTensorCost(fresh, benchmark(lambda: buf.fill_(1.0), warmup=2, repeat=repeat))
+    counts: list[int] = []
+
+    def fresh() -> None:
+        before = minor_faults()
+        torch.empty_like(like).fill_(1.0)
+        counts.append(minor_faults() - before)
+
+    new, old = interleaved([fresh, lambda: buf.fill_(1.0)], warmup=2, repeat=repeat, device=like.device)
+    faults = tuple(counts[-repeat:])  # the timed rounds' (the warm-up calls counted first)
+    return NewTensorCost(new, old, faults if any(faults) else ())
 
 
 @dataclass(frozen=True)
@@ -144,16 +193,22 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
                          "runs far below the DRAM ceiling." if faults > 0.5 else "."),
              "above": "Slower still. " + slower,
              "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}
+    eager_x = rec.eager.median_s / model.eager_s  # each side of the speedup against its own model
+    fused_over = compiled_s / model.fused_total_s
     took = (f"The compiled loop took {compiled_s * 1e3:.2f} ms against the model's "
             f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core DRAM ceiling, "
             f"{model.fused_s * 1e3:.2f} ms, and its one new tensor, {model.new_s * 1e3:.2f} ms)")
+    terms = (f"Of the speedup's two terms the {{}} one carries the miss: the compiled loop took "
+             f"{fused_over:.2f}x its model's time, the eager chain {eager_x:.2f}x its own "
+             f"({model.eager_s * 1e3:.2f} ms). ")
     speedup = {"held": f"{took}: fusion removes the intermediate tensors, their bytes and their page faults.",
-               "above": "More than the model: the eager chain lost time the model does not count (per-op "
+               "above": terms.format("eager") + "The eager chain lost time the model does not count (per-op "
                         "dispatch, intermediates that miss the cache), which fusion removed too.",
-               "below": f"{took}: the model leaves out the loop's arithmetic (tanh, tens of instructions "
-                        "per element; the cube is two multiplies, as ATen's pow kernel and inductor's "
-                        "lowering both run it) and charges the bytes at the bandwidth of all cores, "
-                        "which the cell after the roofline times on these threads."}
+               "below": terms.format("compiled" if fused_over >= eager_x else "eager") + f"{took}: "
+                        "the model leaves out the loop's arithmetic (tanh, tens of instructions per element; "
+                        "the cube is two multiplies, as ATen's pow kernel and inductor's lowering both run "
+                        "it) and charges the bytes at the bandwidth of all cores, which the cell after the "
+                        "roofline times on these threads."}
     return eager, speedup
 
 
@@ -197,6 +252,7 @@ def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_
                        f"its bytes, so the {byte_ratio:.1f}x byte ratio was never the speedup on offer. The "
                        "faults come from glibc handing large blocks back to the operating system; a GPU's "
                        "caching allocator keeps freed blocks and reuses them without faults, so that part "
-                       f"does not carry over. What carries is the bytes: {gpu} (not tested here).")
+                       f"does not carry over. What carries is the bytes: {gpu} (how much the arithmetic "
+                       "binds on a GPU, this CPU run does not test).")
     return head + ("The bytes are the larger term, as on a GPU, whose caching allocator faults in no new "
                    f"tensor: {gpu}.")

@@ -246,7 +246,8 @@ def matmul_shape_sweep(shapes: Sequence[tuple[int, int, int]], dtype: str = "flo
 class ShapeSummary:
     """One dtype of a matmul shape sweep: the aligned widths' median rate (``ref``, FLOP/s)
     and each width's rate as a share of it: ``aligned`` (multiples of ``multiple``), ``odd``,
-    and ``even`` widths that are not multiples of 4, so of no vector width."""
+    ``even`` widths that are not multiples of 4, so of no vector width, and ``other`` even widths
+    (multiples of 4 but not of ``multiple``), which no prediction groups but the figure draws."""
 
     dtype: str
     ref: float
@@ -254,6 +255,7 @@ class ShapeSummary:
     odd: tuple[float, ...]
     multiple: int = 64
     even: tuple[float, ...] = ()
+    other: tuple[float, ...] = ()
 
     @property
     def odd_share(self) -> Estimate:
@@ -282,9 +284,9 @@ class ShapeSummary:
         return share_range(min(self.aligned), max(self.aligned))
 
     def describe(self) -> str:
-        """One line: the aligned widths' rate, and the odd and off-grid even widths' shares of it.
-        A group of one width is named as one: a median, a spread or a slowest of one point would
-        be the point itself."""
+        """One line: the aligned widths' rate, and the odd, off-grid even and other even widths'
+        shares of it (every width the sweep timed). A group of one width is named as one: a
+        median, a spread or a slowest of one point would be the point itself."""
         aligned = (f"multiples of {self.multiple} {si(self.ref, 'FLOP/s')} (median; they spread "
                    f"{self.aligned_spread})" if len(self.aligned) > 1 else
                    f"one multiple of {self.multiple}, {si(self.ref, 'FLOP/s')}")
@@ -293,8 +295,13 @@ class ShapeSummary:
         even = (f"; even n off the vector grid: median {statistics.median(self.even):.0%}"
                 if len(self.even) > 1 else
                 f"; one even n off the vector grid, at {self.even[0]:.0%}" if self.even else "")
+        rest = "in no group above"
+        other = (f"; other even n (multiples of 4, {rest}): median {statistics.median(self.other):.0%}"
+                 if len(self.other) > 1 else
+                 f"; one other even n (a multiple of 4, {rest}), at {self.other[0]:.0%}" if self.other
+                 else "")
         single = len(self.aligned) == 1 or len(self.odd) == 1
-        return (f"{self.dtype:>9}: {aligned}; {odd}{even}"
+        return (f"{self.dtype:>9}: {aligned}; {odd}{even}{other}"
                 + (": one width in a group is no statistic, and nothing is judged on it" if single else ""))
 
 
@@ -310,12 +317,13 @@ def shape_summary(points: Sequence[ShapePoint], dtype: str, multiple: int = 64) 
     aligned = [p.flops_per_s for p in pts if p.n % multiple == 0]
     odd = [p.flops_per_s for p in pts if p.n % 2]
     even = [p.flops_per_s for p in pts if p.n % 4 == 2]  # even, but a multiple of no vector width
+    other = [p.flops_per_s for p in pts if p.n % 4 == 0 and p.n % multiple]  # a vector grid's, not multiple's
     if not aligned or not odd:
         raise ValueError(f"points must hold an aligned and an odd width of {dtype}, got n="
                          f"{sorted(p.n for p in pts)}")
     ref = statistics.median(aligned)
     return ShapeSummary(dtype, ref, tuple(a / ref for a in aligned), tuple(o / ref for o in odd), multiple,
-                        tuple(e / ref for e in even))
+                        tuple(e / ref for e in even), tuple(o / ref for o in other))
 
 
 def shape_sweep(widths: Mapping[str, Sequence[int]], m: int = 1024, k: int = 256, multiple: int = 64,

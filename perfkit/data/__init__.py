@@ -32,11 +32,12 @@ from perfkit.data.datasets import (
 from perfkit.data.experiments import (
     MonitoredRun,
     PaddingRecord,
-    bootstrap,
+    balanced_max,
     largest_gap,
     monitored_steps,
     padding_waste,
     rate_ratio,
+    run_gaps,
     wait_share,
 )
 from perfkit.data.loader import (
@@ -64,6 +65,7 @@ from perfkit.data.prefetch import (
     PrefetchStats,
     map_tensors,
 )
+from perfkit.stats import bootstrap
 
 __all__ = [
     "ADVISED_WORKERS",
@@ -74,6 +76,7 @@ __all__ = [
     "time_pin_memory",
     "worker_sweep",
     "AugmentedDigits",
+    "balanced_max",
     "bootstrap",
     "Delayed",
     "hidden_fraction",
@@ -96,6 +99,7 @@ __all__ = [
     "PrefetchStats",
     "WAIT_ANNOTATION",
     "rate_ratio",
+    "run_gaps",
     "ShardedStream",
     "simulate_pipeline",
     "SlowDataset",

@@ -1,9 +1,10 @@
 """Data-loading advice under the microscope (course module 09): pin_memory and worker counts.
 
 :func:`time_pin_memory` times a DataLoader loop with and without ``pin_memory=True`` (on a
-machine without CUDA the flag is ignored, so that is one loop timed twice: an A/A comparison,
-whose :meth:`PinTiming.reach` is how far this timing design reads identical code apart, and
-:meth:`PinTiming.resolves` whether another effect, by :func:`interval_gap`, lies beyond it).
+machine without CUDA the flag would only be ignored, so it times the ``pin_memory=False`` loop
+against itself: an A/A control, whose :meth:`PinTiming.reach` is how far this timing design
+reads identical code apart, and :meth:`PinTiming.resolves` whether another effect, by
+:func:`interval_gap`, lies beyond it).
 :func:`worker_sweep` measures throughput at each ``num_workers`` over a whole second pass
 (workers persist: their start-up is left out, the pipeline's fill is not), the counts taking
 turns round after round in balanced orders, and simulates the same pass with
@@ -24,7 +25,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -43,7 +44,8 @@ ADVISED_WORKERS = (4, 8)  # the advice: "4-8 workers"
 
 @dataclass(frozen=True)
 class PinTiming:
-    """A loop over a DataLoader, copying each batch to ``device``, with and without pinned memory."""
+    """A loop over a DataLoader, copying each batch to ``device``, with and without pinned memory
+    (without CUDA: the loop without it, twice)."""
 
     pageable: Measurement
     pinned: Measurement
@@ -64,7 +66,8 @@ class PinTiming:
 
     @property
     def same_code(self) -> bool:
-        """Without CUDA PyTorch ignores ``pin_memory``: both loops ran the same code."""
+        """Without CUDA both loops ran the same code (``pin_memory=False``: PyTorch would ignore
+        the flag, with a warning each pass)."""
         return self.device != "cuda"
 
     def position_effect(self) -> float:
@@ -95,6 +98,23 @@ class PinTiming:
         """
         return interval_gap(est, reference) > (self.reach() or 0.0)
 
+    def widened(self, est: stats.Estimate) -> stats.Estimate:
+        """``est`` with its interval widened by the factor ``1 + reach`` (:meth:`reach`) on each
+        side (``low / (1 + reach)``, ``high * (1 + reach)``: a ratio's interval stays above 0
+        however far identical code read apart), its method saying so: what a verdict on ``est``
+        would stand on once this design's own error is counted. ``est`` unchanged without a
+        control (CUDA) or without an interval.
+
+        Raises:
+            TypeError: for an ``est`` that is not an Estimate.
+        """
+        check_type("est", est, stats.Estimate)
+        reach = self.reach()
+        if not reach or not est.has_interval:
+            return est
+        return replace(est, low=est.low / (1 + reach), high=est.high * (1 + reach),
+                       method=f"{est.method}, widened by the A/A control's {reach:.1%}")
+
 
 def interval_gap(est: stats.Estimate, reference: float) -> float:
     """How far ``est``'s interval lies from ``reference``, as a fraction of it: its low end's
@@ -115,7 +135,9 @@ def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
                     device: torch.device | str | None = None) -> PinTiming:
     """Time a loop over ``batches`` batches of (batch, 3, 64, 64) images copied to ``device``,
     ``pin_memory=False`` against ``True``, interleaved in balanced orders (``repeat`` rounded up
-    to even: pageable first in the even rounds, pinned first in the odd ones).
+    to even: pageable first in the even rounds, pinned first in the odd ones). Without CUDA,
+    where PyTorch ignores the flag (after a check and a warning each pass), both loops run with
+    ``pin_memory=False``: the same code, an A/A control of the timing design.
 
     Raises:
         ValueError: for counts that are not ints >= 1.
@@ -127,14 +149,13 @@ def time_pin_memory(batch: int = 8, batches: int = 20, repeat: int = 15,
 
     def loop(pin: bool):
         def run() -> None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "pin_memory ... no accelerator": the point here
-                for (x,) in DataLoader(images, batch_size=batch, pin_memory=pin):
-                    x.to(dev, non_blocking=pin)
+            for (x,) in DataLoader(images, batch_size=batch, pin_memory=pin):
+                x.to(dev, non_blocking=pin)
             timing.synchronize(dev)
         return run
 
-    pageable, pinned = timing.interleaved_balanced([loop(False), loop(True)], warmup=1, repeat=repeat,
+    pin = dev.type == "cuda"  # else the flag does nothing but warn: time identical code (A/A)
+    pageable, pinned = timing.interleaved_balanced([loop(False), loop(pin)], warmup=1, repeat=repeat,
                                                    device=dev)
     return PinTiming(pageable, pinned, dev.type)
 

@@ -3,10 +3,15 @@ training run's data share, loader sweeps' waiting shares and rates, padding wast
 prefetcher's experiment is :mod:`perfkit.data.overlap`).
 
 Every figure a verdict is judged on comes with its uncertainty as a
-:class:`perfkit.stats.Estimate`: a share of sums over a loop's steps by a percentile
-bootstrap over the steps (the level, seed, resample count and minimum steps of
-:mod:`perfkit.stats`), and the largest gap of a sweep from each run's share by
-:func:`perfkit.stats.largest` (paired step by step with a model that replays the run's batches).
+:class:`perfkit.stats.Estimate`. A loader loop's steps are not independent draws: batches
+queued by workers carry over from one step to the next, and busy workers deliver them in
+bursts. So a figure of a loop's steps is computed per block of consecutive steps, as many
+blocks as an order-statistic interval at the level needs (:func:`perfkit.stats.min_samples`),
+each as long as the run allows, and judged as the median block's figure with that interval
+(:func:`perfkit.stats.per_round`, blocks as rounds): a median of block means, not a bootstrap
+that resamples single steps as if each were drawn afresh. The largest gap of a sweep comes
+from each run's by :func:`perfkit.stats.largest` (paired block by block with a model that
+replays the run's batches).
 
 Usage::
 
@@ -28,10 +33,10 @@ from torch.utils.data import DataLoader, Dataset
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.data.loader import LoaderRecord, PipelineRecord
-from perfkit.stats import Estimate, bootstrap
+from perfkit.stats import Estimate
 
-__all__ = ["MonitoredRun", "PaddingRecord", "largest_gap", "monitored_steps", "padding_waste", "rate_ratio",
-           "wait_share"]
+__all__ = ["MonitoredRun", "PaddingRecord", "balanced_max", "largest_gap", "monitored_steps", "padding_waste",
+           "rate_ratio", "run_gaps", "wait_share"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -121,23 +126,38 @@ def _share(w: np.ndarray, c: np.ndarray) -> float:
     return float(w.sum() / (w.sum() + c.sum()))
 
 
+def _blocks(n: int, level: float) -> list[np.ndarray]:
+    """Indices of ``n`` steps in blocks of consecutive steps: as many blocks as an
+    order-statistic interval of their median needs at ``level`` (fewer steps: one a block)."""
+    return np.array_split(np.arange(n), min(n, stats.min_samples(level)))
+
+
+def _blocked(figure: Any, arrays: Sequence[Sequence[float]], level: float) -> Estimate:
+    """The median over blocks of consecutive steps of ``figure(*block slices of arrays)``, with
+    its order-statistic interval at ``level``."""
+    arrs = [np.asarray(a, dtype=float) for a in arrays]
+    idx = _blocks(len(arrs[0]), level)
+    per_block = [float(figure(*(a[i] for a in arrs))) for i in idx]
+    steps = len(arrs[0]) / len(idx)
+    return stats.per_round(float, [per_block], what=f"blocks of {steps:.3g} consecutive steps", level=level)
+
+
 def wait_share(record: LoaderRecord) -> Estimate:
-    """The steady share of the loop spent waiting for data, bootstrapped over its steps."""
-    w, c = _steady(record)
-    return bootstrap(lambda *a: _share(a[0], a[1]), [w, c], paired=True, what="steps")
+    """The steady share of the loop spent waiting for data: the median over blocks of
+    consecutive steps of each block's share, with its order-statistic interval."""
+    return _blocked(_share, list(_steady(record)), stats.LEVEL)
 
 
-def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float | PipelineRecord]) -> Estimate:
-    """``max |measured - predicted|`` steady waiting share over a sweep, each run's gap
-    bootstrapped over its steps at :func:`perfkit.stats.joint_level` of the run count, and
-    :func:`perfkit.stats.largest` of the gaps (a bootstrap of the maximum itself would misjudge
-    it: a resample never exceeds the sample's own worst run).
+def run_gaps(records: Sequence[LoaderRecord], predicted: Sequence[float | PipelineRecord]) -> list[Estimate]:
+    """Each run's measured steady waiting share less its predicted one, as the median over
+    blocks of consecutive steps of the block's gap, at :func:`perfkit.stats.joint_level` of the
+    run count (so that :func:`perfkit.stats.largest` of them holds at :data:`perfkit.stats.LEVEL`).
 
     A prediction given as a :class:`PipelineRecord` of as many steps as its run's one epoch is
-    resampled with it, step by step (paired): a model that replays the run's own batch costs
-    (``simulate_pipeline(..., loads=...)``) has its slow steps where the run has them, and
-    resampling the run's steps alone would count which steps came out slow as noise the model
-    does not have. A plain number is a fixed share, and only the run is resampled.
+    paired with it block by block: a model that replays the run's own batch costs
+    (``simulate_pipeline(..., loads=...)``) has its slow steps where the run has them, and each
+    block's gap compares the same steps. A plain number is a fixed share, held against every
+    block's.
 
     Raises:
         TypeError, ValueError: for unequal lengths, no records, a record that is not a
@@ -151,8 +171,8 @@ def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float | Pip
     gaps = []
     for r, p in zip(records, predicted, strict=True):
         if not isinstance(p, PipelineRecord):
-            share = bootstrap(_share, list(_steady(r)), paired=True, what="steps", level=each)
-            gaps.append(share.shifted(-float(check_real("predicted entries", p, 0, 1))))
+            fixed = float(check_real("predicted entries", p, 0, 1))
+            gaps.append(_blocked(lambda w, c, fixed=fixed: _share(w, c) - fixed, list(_steady(r)), each))
             continue
         if len(r.wait_s) != 1 or len(r.wait_s[0]) != len(p.wait_s):
             raise ValueError(f"a PipelineRecord pairs with a one-epoch record of as many steps, got "
@@ -161,21 +181,55 @@ def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float | Pip
         def gap(w: np.ndarray, c: np.ndarray, pw: np.ndarray, compute_s: float = p.compute_s) -> float:
             return _share(w, c) - float(pw.sum() / (pw.sum() + len(pw) * compute_s))
 
-        gaps.append(bootstrap(gap, [*_steady(r), list(p.wait_s[1:])], paired=True, what="paired steps",
-                              level=each))
-    return stats.largest(gaps, absolute=True)
+        gaps.append(_blocked(gap, [*_steady(r), list(p.wait_s[1:])], each))
+    return gaps
+
+
+def largest_gap(records: Sequence[LoaderRecord], predicted: Sequence[float | PipelineRecord]) -> Estimate:
+    """``max |measured - predicted|`` steady waiting share over a sweep: :func:`perfkit.stats.largest`
+    of :func:`run_gaps` (each run's median block gap at the joint level; a resampling of the
+    maximum itself would misjudge it: a resample never exceeds the sample's own worst run).
+
+    Raises:
+        TypeError, ValueError: as :func:`run_gaps`.
+    """
+    return stats.largest(run_gaps(records, predicted), absolute=True)
 
 
 def rate_ratio(a: LoaderRecord, b: LoaderRecord) -> Estimate:
-    """Steady samples/s of ``a`` over ``b`` (mean step of ``b`` over mean step of ``a``),
-    bootstrapped over each run's steps independently.
+    """Steady samples/s of ``a`` over ``b``: each run's steady steps in blocks of consecutive
+    steps, each block's mean step, and the ratio of the two runs' median block means (``b``'s
+    over ``a``'s), with the interval of two separate runs' medians
+    (:func:`perfkit.stats.median_ratio`, unpaired: each run at ``sqrt(level)``).
 
-    The resampling treats a run's steps as independent draws. Steps that come in a pattern
-    (more busy workers than cores deliver batches in bursts: several quick steps, then a long
-    wait) are not: the interval then counts the pattern as noise, and says how unequal the
-    steps were more than how far the run's mean step would move in a repeat."""
-    sa, sb = ([w + c for w, c in zip(*_steady(r), strict=True)] for r in (a, b))
-    return bootstrap(lambda x, y: float(y.mean() / x.mean()), [sa, sb], paired=False, what="steps per run")
+    Blocks, not single steps: more busy workers than cores deliver batches in bursts (several
+    quick steps, then a long wait), so single steps are no independent draws, and an interval
+    that resamples them counts the pattern as noise. A block as long as the run allows spans
+    such a burst."""
+    each = math.sqrt(stats.LEVEL)  # of_medians holds each run's median at sqrt(level)
+    means, sizes = [], []
+    for r in (a, b):
+        steps = np.asarray([w + c for w, c in zip(*_steady(r), strict=True)])
+        idx = _blocks(len(steps), each)
+        means.append([float(steps[i].mean()) for i in idx])
+        sizes.append(len(steps) / len(idx))
+    est = stats.median_ratio(means[1], means[0], paired=False)
+    return replace(est, method=f"ratio of two runs' median block means ({len(means[0])} and {len(means[1])} "
+                               f"blocks of {sizes[0]:.3g} and {sizes[1]:.3g} consecutive steps)")
+
+
+def balanced_max(a: Sequence[float], b: Sequence[float]) -> float:
+    """The median of ``max(x, y)`` over every pair of ``x`` in ``a`` and ``y`` in ``b``: the step
+    of a two-stage pipeline whose stages take times drawn independently from the two samples
+    (each measured apart). Where the stages are balanced and vary, it lies above
+    ``max(median(a), median(b))``: each step waits for whichever stage is longer that time.
+
+    Raises:
+        TypeError, ValueError: for empty samples or values that are not finite numbers >= 0.
+    """
+    x = np.asarray([check_real("a entries", v, 0) for v in check_items("a", a)], dtype=float)
+    y = np.asarray([check_real("b entries", v, 0) for v in check_items("b", b)], dtype=float)
+    return float(np.median(np.maximum.outer(x, y)))
 
 
 # --- padding --------------------------------------------------------------------------------

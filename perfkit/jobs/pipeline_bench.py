@@ -74,7 +74,9 @@ def bubbles(n_ranks: int, configs: Sequence[tuple[str, int]], t_f: float = 0.02,
         ``formula``, ``drawn`` (the index of the step nearest the median, :func:`typical_step`),
         ``slots`` (that step's rows), ``simulated`` (the simulator with that step's measured
         median cost of each action kind at each stage and its measured :func:`hop_latency`,
-        ``latency_s``).
+        ``latency_s``), ``simulated_each`` (the same for every step, with its own costs and
+        hop: each step's measured share less its own is the time between actions the
+        simulator does not hold, a sample per step).
 
     Raises:
         ValueError, TypeError: for bad counts, costs or configurations (checked before launching).
@@ -112,14 +114,14 @@ def _record(name: str, p: int, m: int, runs: list) -> dict:
     lines = [timeline_from(sched, rows) for rows in runs]
     shares = [tl.bubble_share for tl in lines]
     k = typical_step(shares)
-    lat = hop_latency(runs[k], sched)
+    hops = [hop_latency(rows, sched) for rows in runs]
+    sims = [simulate(sched, _measured_costs(rows), lat).bubble_share for rows, lat in zip(runs, hops)]
     return {"schedule": name, "n_micro": m, "p": p, "shares": shares,
             "step_s": [tl.makespan for tl in lines],
             "busy_s": [sum(tl.busy(r) for r in range(p)) / p for tl in lines],
             "measured": stats.median_interval(shares).record(),
-            "formula": bubble_formula(name, p, m), "latency_s": lat,
-            "simulated": simulate(sched, _measured_costs(runs[k]), lat).bubble_share,
-            "drawn": k, "slots": runs[k]}
+            "formula": bubble_formula(name, p, m), "latency_s": hops[k],
+            "simulated": sims[k], "simulated_each": sims, "drawn": k, "slots": runs[k]}
 
 
 def hop_latency(rows: list, schedule: Any) -> float:
@@ -283,8 +285,9 @@ def lecture_run(quick: bool = False, t_f: float = 0.02, t_b: float = 0.04,
     Returns:
         ``bubbles`` and ``real`` (records as :func:`bubbles` returns), ``cut`` (the GPT
         blocks' ``layer_costs``, each layer's forward + backward seconds timed alone before
-        any step, and ``sizes``, layers per stage), ``memory`` (as :func:`memory`),
-        ``equality`` (schedule -> largest ``max_rel_diff`` over ranks).
+        any step, after an untimed pass through every layer, and ``sizes``, layers per
+        stage), ``memory`` (as :func:`memory`), ``equality`` (schedule -> largest
+        ``max_rel_diff`` over ranks).
     """
     check_real("t_f", t_f, 0)
     check_real("t_b", t_b, 0)

@@ -16,11 +16,12 @@ Two phases, run in the order given by ``phases`` in the config (one job, one sta
 * ``"time"``: every variant trains the same batches; steps are timed interleaved (A, B,
   C, ... per round, :func:`perfkit.timing.interleaved`), so their ratios are measured under
   the same load (with ``link_sizes``, each round also times one isolated all-reduce per
-  size). Returns per variant: median step seconds, optimizer-state bytes on this rank, the
-  loss curve (global mean), and the largest relative parameter difference
-  (``max |p - p_ref| / max |p_ref|``, worst tensor) to single-process ``torch.optim.AdamW``
-  trained afterwards on the whole global batch of every step. One more, untimed step per
-  variant measures the model states alive after backward
+  size). Returns per variant: median step seconds, the median of its ``optimizer.step()``
+  alone (``ddp_adamw``: AdamW's update; the ZeRO wrappers' includes their waits and
+  collectives), optimizer-state bytes on this rank, the loss curve (global mean), and the
+  largest relative parameter difference (``max |p - p_ref| / max |p_ref|``, worst tensor) to
+  single-process ``torch.optim.AdamW`` trained afterwards on the whole global batch of every
+  step. One more, untimed step per variant measures the model states alive after backward
   (:func:`perfkit.jobs.zero_variants.model_states`) and the bytes of each collective
   (:func:`perfkit.comm.count_traffic`; DDP runs its Python all-reduce hook so it is seen).
 * ``"rss"``: one variant at a time: build it, train ``rss_steps`` steps, and report the
@@ -42,6 +43,7 @@ import argparse
 import gc
 import json
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +80,7 @@ class Variant:
     def __init__(self, name: str, cfg: dict[str, Any]) -> None:
         if name not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {name!r}")
-        self.name, self.losses = name, []
+        self.name, self.losses, self.update_s = name, [], []  # update_s: s per optimizer.step()
         torch.manual_seed(cfg.get("seed", 0))  # the same initial weights in every variant
         self.model = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
         lr = cfg.get("lr", 3e-3)
@@ -117,7 +119,9 @@ class Variant:
             if self.engine is not None:
                 self.engine.step()
             else:
+                t0 = time.perf_counter()
                 self.opt.step()
+                self.update_s.append(time.perf_counter() - t0)
                 self.opt.zero_grad(set_to_none=True)
         self.losses.append(loss.detach())
         return (states, traffic) if measure else None
@@ -195,6 +199,7 @@ def time_phase(cfg: dict[str, Any], rank: int, world: int) -> dict[str, Any]:
         dist.all_reduce(losses)  # every rank's loss on its chunk -> the global mean
         out["variants"][v.name] = {
             "step_s": m.median_s, "step_s_p10": m.p10_s, "step_s_p90": m.p90_s,
+            "update_s": stats.quantile(v.update_s[warmup:warmup + steps], 0.5) if v.update_s else 0.0,
             "step_times_s": list(m.times_s),
             "state_bytes": v.state_bytes(), "losses": (losses / world).tolist(),
             "max_rel_diff_vs_adamw": _rel_diff(v.params(), ref.params()),
@@ -214,7 +219,7 @@ def reference_adamw(cfg: dict[str, Any], global_batches: list[torch.Tensor]) -> 
     Not collective: built without DDP, it is the reference every variant must equal.
     """
     ref = Variant.__new__(Variant)
-    ref.name, ref.losses, ref.engine = "adamw", [], None
+    ref.name, ref.losses, ref.engine, ref.update_s = "adamw", [], None, []
     torch.manual_seed(cfg.get("seed", 0))
     ref.model = ref.net = tiny_gpt2(**{k: cfg[k] for k in MODEL_KEYS if k in cfg})
     ref.opt = torch.optim.AdamW(ref.model.parameters(), lr=cfg.get("lr", 3e-3))
@@ -265,6 +270,7 @@ class VariantResult:
     step_p10_s: float = 0.0  # s, 10th and 90th percentiles of step_times_s
     step_p90_s: float = 0.0
     step_times_s: tuple[float, ...] = ()  # s, each timed step's slowest rank, in round order
+    update_s: float = 0.0  # s, median optimizer.step() alone (the job's docstring), slowest rank
 
 
 def step_ratio(a: VariantResult, b: VariantResult) -> Estimate:
@@ -315,7 +321,7 @@ def _merge_ranks(name: str, per_rank: list[dict[str, Any]], peak_rss: list[int] 
         calls=per_rank[0]["calls"], sent_bytes=per_rank[0]["sent_bytes"],
         transient_peak_bytes=max(r["transient_peak_bytes"] for r in per_rank),
         step_p10_s=stats.quantile(steps_s, 0.1), step_p90_s=stats.quantile(steps_s, 0.9),
-        step_times_s=tuple(steps_s))
+        step_times_s=tuple(steps_s), update_s=max(r.get("update_s", 0.0) for r in per_rank))
 
 def compare(variants: Sequence[str] = VARIANTS, nproc: int = 2, batch: int = 8,
             steps: int = 10, warmup: int = 2, model: dict[str, int] | None = None,

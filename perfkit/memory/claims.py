@@ -311,17 +311,39 @@ def advised_zero_stage(billions: float) -> int:
     return 1 if billions < 1 else 2 if billions <= 10 else 3
 
 
+# width over depth of the GPT-3 / LLaMA shapes (GPT-3 13B: 5140 wide, 40 layers; LLaMA 13B: 5120, 40)
+ASPECT = 128
+
+
+def activation_gb(billions: float, tokens: int) -> float:
+    """GB (1e9 bytes) of activations one rank keeps for backward over a micro-batch of ``tokens``
+    tokens, without recomputation, in 16-bit: Korthikanti et al. 2022's ``34 h`` bytes per token
+    per layer (their ``5 a s`` term for the attention scores left out: a fused attention kernel
+    keeps none). The shape comes from the size: ``12 L h^2`` parameters with ``h = 128 L``
+    (:data:`ASPECT`); 13 B gives 40 layers 5,171 wide, 14.5 GB for 2,048 tokens.
+
+    Raises:
+        TypeError, ValueError: for ``billions`` not > 0 or ``tokens`` not an int >= 0.
+    """
+    check_real("billions", billions, 0, lo_open=True)
+    check_int("tokens", tokens, 0)
+    layers = (billions * 1e9 / (12 * ASPECT ** 2)) ** (1 / 3)
+    return 34 * ASPECT * layers * layers * tokens / 1e9
+
+
 @dataclass(frozen=True)
 class ZeroRuleRow:
-    """One model size: the advised stage, the lowest stage whose model states fit, and whether the
-    advice is wrong (its stage does not fit where another does, or it is stage 3, with 1.5x the
-    communication, where stage 1 or 2 fits). Where no stage fits, stage 3 (the least memory) is
-    the right one to advise, and the run needs more GPUs or offload besides."""
+    """One model size: the advised stage, the lowest stage whose model states (plus
+    ``activations_gb``, the activations a rank keeps) fit, and whether the advice is wrong (its
+    stage does not fit where another does, or it is stage 3, with 1.5x the communication, where
+    stage 1 or 2 fits). Where no stage fits, stage 3 (the least memory) is the right one to
+    advise, and the run needs more GPUs, recomputation or offload besides."""
 
     billions: float
     n_gpus: int
     advised: int
     lowest_fitting: int | None  # None: no stage fits, more GPUs needed
+    activations_gb: float = 0.0  # per rank, counted beside the model states
 
     @property
     def rule_wrong(self) -> bool:
@@ -331,18 +353,24 @@ class ZeroRuleRow:
         return self.advised < low or (self.advised == 3 and low < 3)
 
 
-def zero_rule_rows(sizes_b: Sequence[float], gpu_gb: float = 80, n_gpus: int = 8) -> list[ZeroRuleRow]:
-    """The advice against the mixed-precision Adam model states per rank (model states only).
+def zero_rule_rows(sizes_b: Sequence[float], gpu_gb: float = 80, n_gpus: int = 8,
+                   tokens: int = 0) -> list[ZeroRuleRow]:
+    """The advice against the mixed-precision Adam model states per rank, plus the activations of
+    a micro-batch of ``tokens`` tokens per rank (:func:`activation_gb`; 0: model states only): a
+    stage fits where both fit ``gpu_gb``.
 
     Raises:
-        TypeError, ValueError: for empty ``sizes_b``, a size or ``gpu_gb`` not > 0, ``n_gpus`` < 1.
+        TypeError, ValueError: for empty ``sizes_b``, a size or ``gpu_gb`` not > 0, ``n_gpus`` < 1
+            or ``tokens`` < 0.
     """
     check_real("gpu_gb", gpu_gb, 0, lo_open=True)
     check_int("n_gpus", n_gpus, 1)
+    check_int("tokens", tokens, 0)
     rows = []
     for b in check_items("sizes_b", sizes_b):
-        fits = [s for s in range(4) if zero_model_states(b * 1e9, n_gpus, s).total_gb <= gpu_gb]
-        rows.append(ZeroRuleRow(b, n_gpus, advised_zero_stage(b), fits[0] if fits else None))
+        act = activation_gb(b, tokens)
+        fits = [s for s in range(4) if zero_model_states(b * 1e9, n_gpus, s).total_gb + act <= gpu_gb]
+        rows.append(ZeroRuleRow(b, n_gpus, advised_zero_stage(b), fits[0] if fits else None, act))
     return rows
 
 

@@ -138,6 +138,7 @@ from perfkit.parallel.tp_costs import (
     block_flops,
     crossover_width,
     region_activation_bytes,
+    speedup_crossing,
     sweep_time,
     tp_block_cost,
 )
@@ -225,8 +226,8 @@ __all__ = [
     "sp_synced_values", "sync_sequence_parallel_grads", "tp_shard", "tp_traffic",
     "vocab_parallel_cross_entropy",
     "REDUCTIONS",
-    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "sweep_time",
-    "tp_block_cost",
+    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
+    "sweep_time", "tp_block_cost",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes
     "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",

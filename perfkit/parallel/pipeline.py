@@ -91,8 +91,14 @@ def balance(costs: Sequence[float], n_stages: int) -> list[int]:
 
 
 def layer_costs(layers: Sequence[nn.Module], by: str = "params",
-                sample: torch.Tensor | None = None, repeat: int = 5) -> list[float]:
+                sample: torch.Tensor | None = None, repeat: int = 5,
+                warmup_passes: int = 1) -> list[float]:
     """A cost per layer: its parameter count, or its measured forward + backward seconds.
+
+    A cold process runs its first passes slower (the allocator grows, fresh pages are touched,
+    libraries set themselves up), and a layer timed first would be charged that where the
+    later ones are not: with ``by="time"`` every layer's forward + backward first runs
+    ``warmup_passes`` times, untimed, in model order, before any layer is timed.
 
     Args:
         layers: the model as a flat list (``GPT.layers()``).
@@ -100,6 +106,8 @@ def layer_costs(layers: Sequence[nn.Module], by: str = "params",
             each layer on the activation that reaches it from ``sample``).
         sample: the first layer's input, needed for ``by="time"``.
         repeat: timed runs per layer for ``by="time"``.
+        warmup_passes: untimed forward + backward passes through every layer before the
+            timing (``by="time"``).
 
     Raises:
         ValueError: for an unknown ``by``, no layers, or ``by="time"`` without ``sample``.
@@ -111,6 +119,15 @@ def layer_costs(layers: Sequence[nn.Module], by: str = "params",
     if not isinstance(sample, torch.Tensor):
         raise ValueError("layer_costs(by='time') needs sample, the first layer's input tensor")
     check_int("repeat", repeat, 1)
+    check_int("warmup_passes", warmup_passes, 0)
+    for _ in range(warmup_passes):
+        x = sample
+        for m in layers:
+            y = m(x.detach().requires_grad_(x.is_floating_point()))
+            y.float().sum().backward()
+            x = y.detach()
+    for m in layers:
+        m.zero_grad(set_to_none=True)
     out, x = [], sample
     for m in layers:
         inp = x.detach().requires_grad_(x.is_floating_point())

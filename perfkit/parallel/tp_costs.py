@@ -11,6 +11,8 @@ costs time below it (Megatron-LM keeps TP inside a node for this reason).
 A bound on the speedup needs a floor under the communication, not a model of it: a fit's
 intercept is what its line charges a call of no bytes, and calls at a block's sizes can take a
 fraction of it. :func:`sweep_time` reads a call's time off the sweep that measured such calls.
+:func:`speedup_crossing` reads where measured speedups cross 1x, the width the crossover
+predicts.
 
 Usage::
 
@@ -18,6 +20,7 @@ Usage::
     cost = tp_block_cost(1024, t=2, tokens=8 * 512, seq=512, flops_per_s=1e11, link=link)
     width = crossover_width(2, 8 * 512, 512, 1e11, link)        # TP pays above this width
     call = sweep_time([2**16, 2**18], [5e-4, 6e-4], 2**17)     # 5.5e-4 s, read off a sweep
+    where = speedup_crossing([256, 512], [[0.8, 0.9, 0.85], [1.2, 1.3, 1.25]])  # an Estimate, or None
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.estimate import Estimate
 
 __all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes",
-           "sweep_time", "tp_block_cost"]
+           "speedup_crossing", "sweep_time", "tp_block_cost"]
+
+REACH = 16.0   # an interval end is not read further than this factor beyond the widths timed
 
 
 def block_flops(width: int, tokens: int, seq: int) -> float:
@@ -151,6 +158,75 @@ def sweep_time(nbytes: Sequence[float], times_s: Sequence[float], size: float) -
             f = math.log(size / x0) / math.log(x1 / x0)   # 0 at x0, 1 at x1
             return float(t0 + f * (t1 - t0))
     return float(pts[-1][1])
+
+
+def _crossing(ws: list[float], ys: list[float]) -> float:
+    """Where ``ys`` (one per width in ``ws``, ascending) first rises through 1, linear in log
+    width between the widths around it; past the widths, along the end segment if that rises
+    toward 1; at most :data:`REACH` beyond them either way."""
+    lo_w, hi_w = ws[0] / REACH, ws[-1] * REACH
+    logs = [math.log(w) for w in ws]
+
+    def along(i: int) -> float:   # the line through points i and i + 1, at y = 1
+        if ys[i + 1] <= ys[i]:
+            return hi_w if ys[i + 1] < 1 else lo_w
+        return math.exp(logs[i] + (1 - ys[i]) / (ys[i + 1] - ys[i]) * (logs[i + 1] - logs[i]))
+
+    if ys[0] >= 1:
+        x = along(0) if len(ws) > 1 else lo_w
+    else:
+        i = next((i for i in range(len(ws) - 1) if ys[i] < 1 <= ys[i + 1]), None)
+        x = along(i) if i is not None else along(len(ws) - 2) if len(ws) > 1 else hi_w
+    return min(max(x, lo_w), hi_w)
+
+
+def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
+                     level: float = stats.LEVEL) -> Estimate | None:
+    """The width at which measured speedups cross 1x: what a model's crossover width predicts.
+
+    Each width's speedup is the median of its rounds' ``ratios`` (unsplit over split, paired).
+    The crossing is read between the first two adjacent widths whose medians straddle 1x,
+    linear in log width. Its interval comes from each width's median interval at
+    ``level ** (1 / 2)`` (two widths set each end, timed in separate runs, as
+    :func:`perfkit.stats.of_medians` takes them): the low end where the curve through the
+    intervals' high ends crosses 1x, the high end where the one through their low ends does,
+    each read past the widths timed along the end segment when that rises, and at most
+    :data:`REACH` times beyond them (an end that would reach further stops there).
+
+    Args:
+        widths: the widths timed, ascending.
+        ratios: per width, its rounds' speedups (each > 0).
+        level: the interval's confidence.
+
+    Returns:
+        An :class:`perfkit.estimate.Estimate` of the crossing width, without an interval where a
+        width has too few rounds; ``None`` where no two adjacent widths' medians straddle 1x
+        (the speedups cross outside the widths timed, or not at all).
+
+    Raises:
+        TypeError, ValueError: for fewer than 2 widths, widths not ascending and > 0, ratios not
+            one non-empty list of positive numbers per width, or ``level`` outside (0, 1).
+    """
+    ws = [check_real(f"widths[{i}]", w, 0, lo_open=True) for i, w in enumerate(check_items("widths", widths))]
+    if len(ws) < 2 or any(b <= a for a, b in zip(ws, ws[1:])):
+        raise ValueError(f"widths must hold 2 or more ascending widths, got {ws}")
+    rs = check_items("ratios", ratios)
+    if len(rs) != len(ws):
+        raise ValueError(f"ratios must hold one list per width ({len(ws)}), got {len(rs)}")
+    check_real("level", level, 0, 1, lo_open=True, hi_open=True)
+    each = [stats.median_interval(r, level ** 0.5) for r in rs]
+    meds = [e.value for e in each]
+    if not any(a < 1 <= b for a, b in zip(meds, meds[1:])):
+        return None
+    point = _crossing(ws, meds)
+    n = min(e.n for e in each)
+    how = "where the widths' median speedups cross 1x, linear in log width"
+    if not all(e.has_interval for e in each):
+        return Estimate(point, point, point, level, n, how,
+                        needs=max(e.needs for e in each if e.needs is not None))
+    low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
+    return Estimate(point, min(low, point), max(high, point), level, n,
+                    how + f", each width's interval at {level ** 0.5:.1%}")
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,

@@ -142,7 +142,9 @@ from perfkit.plan.published import (
 )
 from perfkit.plan.readings import (
     COLLECTIVE_TERMS,
+    PairedError,
     one_sided,
+    paired_error,
     tp_step_split,
     without_collectives,
     worst_row_cause,
@@ -161,6 +163,7 @@ from perfkit.plan.runs_data import (
     MPT_SHAPES,
 )
 from perfkit.plan.search import (
+    TIE_BAND,
     Candidate,
     Plan,
     enumerate_layouts,
@@ -297,4 +300,7 @@ __all__ = [
     "without_collectives",
     "zero2_over_zero1",
     "COLLECTIVE_TERMS",
+    "PairedError",
+    "paired_error",
+    "TIE_BAND",
 ]

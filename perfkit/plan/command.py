@@ -33,7 +33,7 @@ from perfkit.plan.failures import (
 from perfkit.plan.framework import FRAMEWORKS, recipe_words
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.overlap import OVERLAP_RULES
-from perfkit.plan.search import Plan, plan
+from perfkit.plan.search import TIE_BAND, Plan, plan
 
 __all__ = ["add_parser", "header_lines", "parse_tokens", "report_json", "report_text", "run"]
 
@@ -143,7 +143,7 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
         lines.append(f"{i + 1:>2} {cand.layout.label():34} {t.total_s:9.4g} "
                      f"{t.tokens_per_s / p.gpus:10.4g} {t.mfu:6.1%} {t.hfu:6.1%} {_gb(mem.total):>7} "
                      f"{_gb(mem.model_states):>7} {_gb(mem.activations):>6}  {t.limiter}")
-    lines += [LEGEND, FLOPS_NOTE]
+    lines += [LEGEND, FLOPS_NOTE, _ties_line(p)]
     best = p.best[0].time
     lines.append("best layout, seconds per term: " + ", ".join(
         f"{k} {v:.3g}" for k, v in best.terms.items() if v > 0))
@@ -153,6 +153,14 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
                     if p.rejected else ""))
     lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:4]]
     return "\n".join(lines)
+
+
+def _ties_line(p: Plan) -> str:
+    """How many layouts lie within :data:`TIE_BAND` of the best: closer than the planner resolves."""
+    n = len(p.ties())
+    return (f"ties: {n} layout{'s' * (n != 1)} within {TIE_BAND:.1%} of the best step, the planner's median "
+            "error on the ratio of two published runs of one model (perfkit.plan.TIE_BAND)"
+            + (": it cannot rank them; measure them" if n > 1 else ": the best stands alone"))
 
 
 def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
@@ -173,7 +181,7 @@ def report_json(p: Plan, top: int = 5) -> dict[str, Any]:
                   "terms_s": c.time.terms, "tokens_per_s": c.time.tokens_per_s, "mfu": c.time.mfu,
                   "limiter": c.time.limiter, "memory_bytes": c.memory.as_dict()}
                  for c in p.best[:top]],
-        "fit": len(p.best), "rejected": len(p.rejected),
+        "fit": len(p.best), "rejected": len(p.rejected), "tie_band": TIE_BAND, "ties": len(p.ties()),
         "rejected_examples": [{"label": lay.label(), "reason": why} for lay, why in p.rejected[:5]],
     }
 

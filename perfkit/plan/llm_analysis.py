@@ -203,14 +203,16 @@ def predict_llm_analysis(run: PublishedRun, efficiency: float) -> LlmAnalysisPre
     return LlmAnalysisPrediction(run.label, run.table, tokens, "", run.reported_tokens_per_gpu)
 
 
-def _summary(pairs: list[tuple[float, float]]) -> dict[str, float | int | None]:
-    """Median and worst ``|error|`` of llm-analysis and of the planner over the same rows."""
-    if not pairs:
-        return {"modelled": 0, "median": None, "worst": None, "planner_median": None, "planner_worst": None}
-    ours = [abs(p) for _, p in pairs]
-    theirs = [abs(e) for e, _ in pairs]
-    return {"modelled": len(pairs), "median": stats.median(theirs), "worst": max(theirs),
-            "planner_median": stats.median(ours), "planner_worst": max(ours)}
+def _summary(triples: list[tuple[float, float, float]]) -> dict[str, float | int | None]:
+    """Median and worst ``|error|`` of llm-analysis, of the planner and of the constant-MFU
+    baseline over the same rows (``(llm-analysis, planner, baseline)`` per row)."""
+    if not triples:
+        return {"modelled": 0, "median": None, "worst": None, "planner_median": None, "planner_worst": None,
+                "baseline_median": None, "baseline_worst": None}
+    theirs, ours, base = ([abs(t[i]) for t in triples] for i in range(3))
+    return {"modelled": len(triples), "median": stats.median(theirs), "worst": max(theirs),
+            "planner_median": stats.median(ours), "planner_worst": max(ours),
+            "baseline_median": stats.median(base), "baseline_worst": max(base)}
 
 
 def _own_efficiency(cmp: Comparison, table: str, preds: dict[int, LlmAnalysisPrediction]) -> float | None:
@@ -233,7 +235,13 @@ def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
     Beside that (the question: the same fitted efficiency), ``"own_fit"`` holds
     llm-analysis refitted on the same fitted rows with the planner's criterion, since its
     efficiency has to absorb every term it leaves out (communication, bubbles, memory-bound
-    kernels) while the planner's is a matmul efficiency.
+    kernels) while the planner's is a matmul efficiency. Refitted, llm-analysis is a constant
+    utilisation in its own FLOP count, which charges full recomputation a whole forward more
+    (``4/3`` of the step without it) at the same rate; the constant-MFU baseline of
+    :func:`~perfkit.plan.published.compare` is a constant utilisation in the source's count,
+    which leaves recomputation out. Where published runs with recomputation reach about the MFU
+    of those without, the first errs by up to that ``4/3`` between the two kinds of row and the
+    second does not: ``own_fit["by_recompute"]`` shows it, table by table.
 
     Args:
         cmp: :func:`perfkit.plan.published.compare`'s result.
@@ -242,8 +250,11 @@ def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
         ``{"version", "hbm_efficiency", "held_out", "modelled", "tables": {table: summary},
         "overall": summary, "rows": [...], "own_fit": {"efficiency", "tables", "overall"}}``:
         a summary holds llm-analysis's ``median`` and ``worst`` ``|error|`` over the held-out
-        rows it modelled, the planner's (``planner_median``, ``planner_worst``) over the SAME
-        rows, and ``modelled``; each row (fitted ones too, flagged) holds ``table``,
+        rows it modelled, the planner's (``planner_median``, ``planner_worst``) and the
+        constant-MFU baseline's (``baseline_median``, ``baseline_worst``) over the SAME rows,
+        and ``modelled``; ``own_fit["by_recompute"]`` maps each table to the median signed
+        error of the refitted llm-analysis per recomputation (``"none"``, ``"full"``) over its
+        held-out rows; each row (fitted ones too, flagged) holds ``table``,
         ``label``, ``fitted``, ``reported``, ``planner``, ``llm_analysis`` (tokens/s per GPU
         or ``None``), ``error``, ``planner_error``, ``own_fit`` (tokens/s per GPU at the
         refitted efficiency, or ``None``) and ``reason``.
@@ -256,7 +267,7 @@ def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
     _lla()
     preds = {i: predict_llm_analysis(r.run, cmp.efficiency[r.run.table]) for i, r in enumerate(cmp.rows)}
     own = {t: _own_efficiency(cmp, t, preds) for t in cmp.efficiency}
-    rows, same, refit = [], {}, {}
+    rows, same, refit, split = [], {}, {}, {}
     for i, r in enumerate(cmp.rows):
         p, e = preds[i], own[r.run.table]
         q = predict_llm_analysis(r.run, e) if e is not None and p.tokens_per_gpu is not None else None
@@ -265,17 +276,20 @@ def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
                      "llm_analysis": p.tokens_per_gpu, "error": p.error,
                      "planner_error": r.error, "own_fit": q and q.tokens_per_gpu, "reason": p.reason})
         if not r.fitted and p.error is not None:
-            same.setdefault(r.run.table, []).append((p.error, r.error))
+            same.setdefault(r.run.table, []).append((p.error, r.error, r.baseline_error))
             if q is not None and q.error is not None:
-                refit.setdefault(r.run.table, []).append((q.error, r.error))
+                refit.setdefault(r.run.table, []).append((q.error, r.error, r.baseline_error))
+                split.setdefault(r.run.table, {}).setdefault(r.run.layout.recompute, []).append(q.error)
 
-    def summaries(pairs: dict[str, list[tuple[float, float]]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def summaries(pairs: dict[str, list[tuple[float, ...]]]) -> tuple[dict[str, Any], dict[str, Any]]:
         every = [x for v in pairs.values() for x in v]
         return {t: _summary(pairs.get(t, [])) for t in cmp.efficiency}, _summary(every)
 
     tables, overall = summaries(same)
     own_tables, own_overall = summaries(refit)
+    by_recompute = {t: {rc: stats.median(e) for rc, e in sorted(v.items())} for t, v in split.items()}
     return {"version": LLM_ANALYSIS_VERSION, "hbm_efficiency": LLM_ANALYSIS_HBM_EFFICIENCY,
             "held_out": sum(not r.fitted for r in cmp.rows), "modelled": overall["modelled"],
             "tables": tables, "overall": overall, "rows": rows,
-            "own_fit": {"efficiency": own, "tables": own_tables, "overall": own_overall}}
+            "own_fit": {"efficiency": own, "tables": own_tables, "overall": own_overall,
+                        "by_recompute": by_recompute}}

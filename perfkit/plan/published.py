@@ -42,7 +42,7 @@ from perfkit.plan.runs_data import (
     MEGATRON_ROWS,
     MPT_SHAPES,
 )
-from perfkit.plan.search import plan
+from perfkit.plan.search import TIE_BAND, plan
 from perfkit.plan.step_time import step_time
 
 __all__ = ["Comparison", "LayoutRank", "PublishedRun", "RowResult", "compare", "fit_efficiency",
@@ -344,7 +344,7 @@ class LayoutRank:
 
     @property
     def ok(self) -> bool:
-        """Among the three best, or within ``tolerance`` of the best (a tie)."""
+        """Among the three best, or within ``tolerance`` of the best (a tie it cannot resolve)."""
         r = self.rank
         return r is not None and (r <= 3 or self.published_over_best <= 1 + self.tolerance)
 
@@ -354,8 +354,8 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
     at the table's fitted efficiency, with the row's software held: its framework
     (:attr:`PublishedRun.framework`; Megatron-LM 2021: no ZeRO, SP or CP, 20 bytes per
     parameter and a flattened gradient copy, even pipeline stages) and its recomputation,
-    SP, ZeRO stage and CP. The tolerance is the planner's own median error on
-    the table's held-out rows.
+    SP, ZeRO stage and CP. The tolerance is :data:`~perfkit.plan.search.TIE_BAND`, the
+    planner's error on the ratio of two published rows of one model (not of one row).
 
     Raises:
         ValueError: for a table ``cmp`` has no rows of.
@@ -364,7 +364,7 @@ def layout_ranks(cmp: Comparison, table: str = "megatron") -> list[LayoutRank]:
     rows = [r for r in cmp.rows if r.run.table == table]
     if not rows:
         raise ValueError(f"table {table!r} has no rows in cmp")
-    tol = stats.median([abs(r.error) for r in rows if not r.fitted] or [0.0])
+    tol = TIE_BAND
     out = []
     for r in (x.run for x in rows):
         p = plan(r.model, r.cluster.with_efficiency(cmp.efficiency[table]), r.layout.gpus,

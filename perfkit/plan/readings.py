@@ -13,6 +13,9 @@
 * :func:`worst_row_cause` names what sets the worst published row apart from its peers (the
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
+* :func:`paired_error` is the planner's error on the *ratio* of two published rows of one model
+  and sequence in one table: the resolution at which it can rank two layouts of one run
+  (:data:`perfkit.plan.search.TIE_BAND`), not its error on one run's throughput.
 
 Usage::
 
@@ -20,19 +23,23 @@ Usage::
     print(one_sided({"zero1": (1.04, 1.23, "x"), "TP step": (54.3, 57.3, " ms")}))
     print(worst_row_cause(cmp.worst, peers, [0.355, 0.207]))
     print(without_collectives(zero1.terms, ddp.terms, (0.78, 1.30), "x"))
+    print(paired_error(compare(megatron_runs() + foundry_runs())).text())
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.estimate import Estimate
-from perfkit.plan.published import RowResult
+from perfkit.plan.published import Comparison, RowResult
 
-__all__ = ["COLLECTIVE_TERMS", "one_sided", "tp_step_split", "without_collectives", "worst_row_cause",
-           "zero2_over_zero1"]
+__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "tp_step_split",
+           "without_collectives", "worst_row_cause", "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
 COLLECTIVE_TERMS = ("data-parallel", "zero-3 gathers", "tensor-parallel", "context-parallel",
@@ -59,26 +66,23 @@ def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_
     step, alone, present, apart = ms["step"], ms["alone"], ms["present"], ms["apart"]
     rest, pred = step - present, comm_pred_s * 1e3
     longer = rest - alone
-    out = (f"Of the {step:.1f} ms step, its {calls} all-reduces held both ranks {present:.1f} ms (medians "
-           f"over the rounds); in the other {rest:.1f} ms a rank computed")
+    out = (f"Of the {step:.1f} ms step, its {calls} all-reduces held both ranks {present:.1f} ms; in the "
+           f"other {rest:.1f} ms a rank computed")
     if apart <= rest:
-        out += (f". The {apart:.1f} ms in which one rank waited at a call for the other lie inside those: "
-                "a rank waits while the other still computes, so the wait overlaps compute and is no "
-                "third part")
+        out += (f" (one rank's {apart:.1f} ms of waiting for the other lie inside those, beside the other's "
+                "compute: no third part)")
     out += (f". With its all-reduces skipped the step took {alone:.1f} ms (predicted "
             f"{compute_pred_s * 1e3:.1f}): ")
     if longer >= 0:
-        out += (f"the compute inside the TP step took {longer:.1f} ms longer (each call waits for the "
-                "later rank; a change of load would show here too), so the all-reduces cost the step "
-                f"{present:.1f} ms of transfer and {longer:.1f} ms of longer compute, "
-                f"{present + longer:.1f} ms in all")
+        out += (f"the all-reduces cost the step {present:.1f} ms of transfer and {longer:.1f} ms of longer "
+                f"compute, {present + longer:.1f} ms in all")
     else:
         out += (f"the compute inside the TP step took {-longer:.1f} ms less (the two steps met different "
                 f"load), so only the transfer's {present:.1f} ms can be set against the model")
     verdict = ("less than the transfer alone" if pred < present else "more than the transfer" if longer < 0
                else "more than both" if pred > present + longer
                else "more than the transfer and less than both, so it covers part of the longer compute")
-    return out + f". The model charges the all-reduces {pred:.1f} ms: {verdict}."
+    return out + f". The model charges them {pred:.1f} ms: {verdict}."
 
 
 def one_sided(points: Mapping[str, tuple]) -> str:
@@ -125,16 +129,22 @@ def one_sided(points: Mapping[str, tuple]) -> str:
 
 
 def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, float],
-                        window: tuple[float, float], unit: str = "x") -> str:
+                        window: tuple[float, float], unit: str = "x", measured: float | None = None,
+                        collectives_ms: tuple[float, float] | None = None) -> str:
     """What the model predicts for the ratio of two steps (``terms`` over ``base_terms``, each a
     step's terms in seconds) with every :data:`COLLECTIVE_TERMS` term dropped from both, and
     whether that lies inside the prediction's tolerance ``window`` ``(low, high)``. Where it
     does, a measured ratio inside the window is as close to a model without any collective as
-    to the model: the verdict does not test the collective terms.
+    to the model: the verdict does not test the collective terms. Where the ``measured`` ratio
+    lies outside the window that holds the model without collectives, the collectives alone put
+    it there (a miss, or an interval reaching back in), and the sentence says so with
+    ``collectives_ms``: what they cost, with the compute at its fitted cost, and what the model
+    charged them (ms).
 
     Raises:
         TypeError, ValueError: terms not mappings of seconds, a base without any other term,
-            or a window that is not two finite numbers, low <= high.
+            a window that is not two finite numbers, low <= high, a ``measured`` that is not a
+            finite number, or ``collectives_ms`` not two finite numbers.
     """
     for name, t in (("terms", terms), ("base_terms", base_terms)):
         check_type(name, t, Mapping)
@@ -145,16 +155,27 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     low, high = (check_real(f"window[{i}]", w) for i, w in enumerate(window))
     if low > high:
         raise ValueError(f"window must have low <= high, got {window!r}")
+    if measured is not None:
+        check_real("measured", measured)
+    if collectives_ms is not None and (not isinstance(collectives_ms, tuple) or len(collectives_ms) != 2):
+        raise ValueError(f"collectives_ms must be (cost, charge), got {collectives_ms!r}")
+    cost = [check_real(f"collectives_ms[{i}]", c) for i, c in enumerate(collectives_ms or ())]
     bare = {k: sum(v for n, v in t.items() if n not in COLLECTIVE_TERMS)
             for k, t in (("terms", terms), ("base", base_terms))}
     if bare["base"] <= 0:
         raise ValueError("base_terms must hold a term other than the collectives")
     ratio = bare["terms"] / bare["base"]
     inside = low <= ratio <= high
-    return (f"With every collective term dropped from both steps the model would predict {ratio:.3g}{unit}, "
-            f"{'inside' if inside else 'outside'} the window {low:.3g}{unit} to {high:.3g}{unit}: "
-            + ("this verdict does not test the collective terms." if inside else
-               "the window rules out collectives that cost nothing, and no more."))
+    head = (f"With every collective term dropped from both steps the model would predict {ratio:.3g}{unit}, "
+            f"{'inside' if inside else 'outside'} the window {low:.3g}{unit} to {high:.3g}{unit}: ")
+    if not inside:
+        return head + "the window rules out collectives that cost nothing, and no more."
+    if measured is None or low <= measured <= high:
+        return head + "this verdict does not test the collective terms."
+    return (head + f"the window alone does not tell the model from one without collectives, yet the measured "
+            f"{measured:.3g}{unit} lies outside it: with the compute at its fitted cost, the collectives "
+            "alone put it there" + (f" (they cost {cost[0]:.1f} ms against the {cost[1]:.1f} ms charged)."
+                                    if cost else "."))
 
 
 def zero2_over_zero1(measured: Estimate, predicted: float) -> str:
@@ -217,3 +238,56 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
                 "reported step; a larger model's collectives per micro-batch take longer, by an amount no "
                 "published figure here gives")
     return out + "; which of these cost the time, the published rows cannot tell"
+
+
+@dataclass(frozen=True)
+class PairedError:
+    """The planner's error on the ratio of two rows' throughputs (see :func:`paired_error`).
+
+    Attributes:
+        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``.
+        p90: the 90th percentile of the same.
+        pairs: how many pairs.
+        groups: ``"table: model s=seq"`` -> the labels of its rows (two or more each).
+    """
+
+    band: float
+    p90: float
+    pairs: int
+    groups: dict[str, list[str]]
+
+    def text(self) -> str:
+        """One sentence: the band, its pairs and where they come from."""
+        tables = sorted({g.split(":")[0] for g in self.groups})
+        return (f"{self.band:.1%}: the median |error| of the predicted ratio of two rows' throughputs over "
+                f"{self.pairs} pairs of published rows of one model and sequence in one table "
+                f"({len(self.groups)} such groups, in {', '.join(tables)}; 90 % of the pairs within "
+                f"{self.p90:.1%})")
+
+
+def paired_error(cmp: Comparison) -> PairedError:
+    """The planner's error on a *difference*: for every pair of rows of one model and sequence in
+    one table (they differ in GPUs, micro-batch, global batch or recomputation), the predicted
+    ratio of their throughputs over the reported one, ``(1 + e_i) / (1 + e_j)``; its median
+    distance from 1 (symmetric: ``exp(|log|) - 1``). The fitted efficiency, one per GPU type, and
+    the FLOP count of the model are shared by both rows and nearly cancel, so this is the error of
+    the terms in which two layouts of one run differ, which is what ranking them needs; the
+    median |error| over rows is the error of one run's throughput. Fitted rows count too (the
+    fit sets the shared scale only). These pairs differ in data parallelism, micro-batches and
+    recomputation, not in tensor or pipeline parallelism, which no table holds two of for one model.
+
+    Raises:
+        TypeError, ValueError: ``cmp`` not a :class:`Comparison`, or no two rows of one model,
+            sequence and table.
+    """
+    check_type("cmp", cmp, Comparison)
+    groups: dict[str, list[RowResult]] = {}
+    for r in cmp.rows:
+        groups.setdefault(f"{r.run.table}: {r.run.model.name} s={r.run.model.seq}", []).append(r)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    gaps = [abs(math.log((1 + a.error) / (1 + b.error)))
+            for rs in groups.values() for a, b in itertools.combinations(rs, 2)]
+    if not gaps:
+        raise ValueError("cmp must hold two rows of one model, sequence and table")
+    return PairedError(math.exp(stats.median(gaps)) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
+                       {k: [r.run.label for r in v] for k, v in groups.items()})

@@ -7,7 +7,8 @@ its ZeRO stages, SP, CP, recomputation, pipeline splits, and its bytes per param
 fixes any of them a user constrains; drops invalid layouts (:func:`layout_problems`) and
 those whose predicted memory exceeds the GPU's usable memory, with the reason; and ranks the
 rest by predicted step time. :meth:`Plan.why_not` says by how much and through which term
-each runner-up loses to the best.
+each runner-up loses to the best; :meth:`Plan.ties` lists the layouts whose predicted step lies
+within :data:`TIE_BAND` of the best's, closer than the planner can tell two layouts apart.
 
 Usage::
 
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from perfkit._checks import check_int, check_type
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.memory.model_states import StateRecipe
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.framework import Framework
@@ -33,9 +34,15 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import RECOMPUTE, ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["Candidate", "Plan", "enumerate_layouts", "plan"]
+__all__ = ["TIE_BAND", "Candidate", "Plan", "enumerate_layouts", "plan"]
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
+# The planner's error on the ratio of two step times of one model: the median, over 114 pairs
+# of published rows of one model and sequence in one table (23 groups, llm-foundry's tables),
+# of |predicted ratio / reported ratio - 1| (perfkit.plan.readings.paired_error on
+# compare(megatron_runs() + foundry_runs()): 2.05 %, rounded; a unit test recomputes it). Two
+# layouts whose predicted steps lie closer than this tie: the planner cannot rank them.
+TIE_BAND = 0.02
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class Plan:
 
     def why_not(self, rank: int) -> str:
         """Why the layout at ``rank`` (1 = the runner-up) loses to the best: the step-time
-        difference and the terms that differ most.
+        difference and the terms that differ most; within :data:`TIE_BAND`, a tie the planner
+        cannot resolve.
 
         Raises:
             ValueError: for a rank outside ``1 .. len(best) - 1``.
@@ -70,13 +78,34 @@ class Plan:
         if rank >= len(self.best):
             raise ValueError(f"rank must be below {len(self.best)}: only {len(self.best)} layouts fit")
         a, b = self.best[0].time, self.best[rank].time
+        label = self.best[rank].layout.label()
         if b.total_s - a.total_s < 5e-4 * a.total_s:  # printed as +0.0%: say it is a tie
-            return (f"{self.best[rank].layout.label()}: ties with the best (step times within "
-                    f"0.05%: {a.total_s:.4g} s and {b.total_s:.4g} s); ranked by memory")
+            ma, mb = self.best[0].memory.total / 1e9, self.best[rank].memory.total / 1e9  # GB
+            order = (f"listed after it for more memory per GPU ({mb:.1f} GB against {ma:.1f} GB)"
+                     if round(mb, 1) > round(ma, 1) else
+                     f"memory alike too ({mb:.2f} GB against {ma:.2f} GB): listed in the search's order")
+            return (f"{label}: ties with the best (step times within 0.05%: {a.total_s:.4g} s and "
+                    f"{b.total_s:.4g} s); {order}")
         diffs = sorted(((b.terms[k] - a.terms[k], k) for k in a.terms), reverse=True)
         worse = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * a.total_s][:2]
-        return (f"{self.best[rank].layout.label()}: {b.total_s / a.total_s - 1:+.1%} step time "
-                f"({', '.join(worse) or 'many small terms'})")
+        tie = (f"; within the planner's {TIE_BAND:.1%} error on a difference: a tie it cannot resolve"
+               if b.total_s <= a.total_s * (1 + TIE_BAND) else "")
+        return (f"{label}: {b.total_s / a.total_s - 1:+.1%} step time "
+                f"({', '.join(worse) or 'many small terms'}){tie}")
+
+    def ties(self, band: float = TIE_BAND) -> list[Candidate]:
+        """The layouts (the best included) whose predicted step is at most ``1 + band`` times the
+        best's: the planner cannot rank them against each other (``band``: its error on the
+        ratio of two steps, :data:`TIE_BAND`); empty when nothing fits.
+
+        Raises:
+            TypeError, ValueError: for a ``band`` that is not a finite number >= 0.
+        """
+        band = check_real("band", band, 0)
+        if not self.best:
+            return []
+        edge = self.best[0].time.total_s * (1 + band)
+        return [c for c in self.best if c.time.total_s <= edge]
 
 
 def _pow2(limit: int) -> list[int]:

@@ -206,10 +206,12 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
 
     A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
-    data at the next collective), against an unprofiled step, since the profiler slows PyTorch's
-    operators, not the tokenizer (capped at 99 %). A larger batch is bounded by the peak, and the
-    compute fixes' bounds are too loose to test them; a finding that fired on a count with a share
-    below :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test (``Pick.untested`` says why).
+    data at the next collective), against an unprofiled step: their milliseconds in the profiled
+    window over the unprofiled step, since the profiler does not slow the tokenizer and a
+    collective takes no longer without it than with it (an upper bound; capped at 99 %). A larger
+    batch is bounded by the peak, and the compute fixes' bounds are too loose to test them; a
+    finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
+    tight to test (``Pick.untested`` says why).
     The fix of the loop's host reads is bounded by what it can remove (:func:`reads_pick`).
     """
     check_type("job", job, CapstoneJob)
@@ -233,8 +235,9 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 return Pick("data", share, 1 / (1 - share),
                             f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
                             f"communication {comm:.1%} of a profiled step, times {slow:.2f}, the profiled "
-                            f"step over an unprofiled one: the profiler slows PyTorch's operators, not the "
-                            f"data), {share:.1%} of an unprofiled step, removed", fix,
+                            f"step over an unprofiled one: the profiler does not slow the data, and the "
+                            f"collectives, which it may slow, take no longer without it, so this is the most "
+                            f"they can take), {share:.1%} of an unprofiled step, removed", fix,
                             ("data", "communication"))
             names = " + ".join([f["kind"], *also])
             tight = "" if share >= MIN_TESTABLE_SHARE else (
@@ -395,7 +398,9 @@ class FixLoop:
         mid = sum(math.log(g.value) for g in self.gains)
         down = math.hypot(*(math.log(g.value / g.low) for g in self.gains))
         up = math.hypot(*(math.log(g.high / g.value) for g in self.gains))
-        product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), direct.level,
+        # no stated confidence (level None): the rounds' intervals, widened, cover more than 90 % each,
+        # and adjacent rounds share a run, so their combination is a range, not a 90 % interval
+        product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), None,
                            min(g.n for g in self.gains), "the rounds' log half-widths added in quadrature, "
                            "as for independent errors; adjacent rounds share a run, which moves their "
                            "ratios in opposite directions, so this overstates the width")

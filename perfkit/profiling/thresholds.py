@@ -43,6 +43,8 @@ class Thresholds:
     * ``other`` 0.15: time outside every phase (Python overhead, logging, ``.item()``);
       ``None`` leaves it unjudged.
     * ``jitter`` 1.5: step-time p99 over p50 (stragglers), judged from ``min_steps`` steps.
+      Below 100 steps the p99 interpolates between the two slowest steps: the rule then
+      compares about the slowest step with the median, as noisy as that one step.
     * ``compute`` 0.60: forward + backward above this is reported as compute-bound (info).
     * ``load`` 0.20: the share of the step the main thread waited for a core (Linux's
       run-queue account, :mod:`perfkit.profiling.machine_load`), reported as information

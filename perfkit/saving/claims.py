@@ -9,6 +9,8 @@ and compression by a ``.gz`` name.
   device to wait for. What each filesystem keeps after a killed process, a killed container
   and a reboot is :func:`perfkit.saving.survives` (stated from the kernel's documentation,
   not measured: a reboot cannot be).
+* :func:`same_disk_rates` sets one disk's write rate with fsync, measured twice at two sizes,
+  side by side, and says whether their difference can be the sizes' alone.
 * :func:`one_second_scope` says for what state sizes the "<1 s checkpoint save time" claim held
   among the saves a run measured: a claim without a size is judged only at one.
 * :func:`gzip_costs` times saving float weights with ``torch.save`` to a plain file and
@@ -41,12 +43,13 @@ import torch
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.saving.experiments import SaveCosts
-from perfkit.saving.storage import filesystem_of, survives, write_bandwidth
+from perfkit.saving.storage import WriteBandwidth, filesystem_of, survives, write_bandwidth
 from perfkit.stats import Estimate
 from perfkit.timing import Timer
 from perfkit.units import si
 
-__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "one_second_scope", "storage_rates"]
+__all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "one_second_scope",
+           "same_disk_rates", "storage_rates"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,40 @@ def storage_rates(directories: Sequence[str | os.PathLike], nbytes: int = 32 * 2
                 times = sorted(write_bandwidth(d, nbytes, fsync=fsync, repeat=3).times_s)
                 into[d].append(times[1])  # the median of three
     return StorageRates(nbytes, {d: filesystem_of(d)[1] for d in names}, plain, synced)
+
+
+def same_disk_rates(first: WriteBandwidth, later: Estimate, later_nbytes: int) -> str:
+    """One disk's rate with fsync, measured twice: ``first`` (section 1's writes) against
+    ``later`` (:meth:`StorageRates.rate`'s median and interval, writes of ``later_nbytes``).
+
+    A write that pays a fixed cost per file (the fsync, the journal's commit) besides its bytes
+    shows a rate that grows with its size, so two rates from writes of different sizes differ by
+    that alone: a difference says the disk's rate moved only where the sizes are alike, or where
+    the larger writes ran slower (which no fixed cost per file explains).
+
+    Raises:
+        TypeError, ValueError: ``first`` not a :class:`WriteBandwidth`, ``later`` not an
+            :class:`Estimate`, or ``later_nbytes`` not an int >= 1.
+    """
+    check_type("first", first, WriteBandwidth)
+    check_type("later", later, Estimate)
+    check_int("later_nbytes", later_nbytes, 1)
+    rate, size = first.bytes_per_s, first.nbytes
+    where = ("inside" if not later.has_interval or later.low <= rate <= later.high
+             else "above" if rate > later.high else "below")
+    head = (f"Section 1 measured this disk with fsync at {si(rate, 'B/s')} (the median of "
+            f"{len(first.times_s)} writes of {si(size, 'B')}), {where} the interval just measured (writes of "
+            f"{si(later_nbytes, 'B')})")
+    if where == "inside":
+        return head + ": the two measurements agree."
+    if abs(size - later_nbytes) <= 0.05 * max(size, later_nbytes):
+        return head + ": at the same size, the disk's rate with fsync moved between the two measurements."
+    if (size > later_nbytes) == (where == "above"):  # the larger writes ran faster
+        return (head + ": a fixed cost per file (the fsync, the journal's commit) weighs more on the "
+                "smaller writes, so the two rates differ by size as well as by time, and do not show that "
+                "the disk's rate moved.")
+    return (head + ": the larger writes ran slower, which no fixed cost per file explains, so the disk's "
+            "rate with fsync moved between the two measurements.")
 
 
 @dataclass(frozen=True)

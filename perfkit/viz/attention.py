@@ -19,14 +19,15 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from perfkit._checks import check_int, check_items
-from perfkit.compute.attention_cost import AttentionTiming, TileCostModel
+from perfkit._checks import check_int, check_items, check_type
+from perfkit.compute.attention_cost import IMPLS, AttentionTiming, TileCostModel
 from perfkit.compute.flash import check_tile, eager_saved_bytes, flash_saved_bytes, tile_pairs
 from perfkit.parallel.context import SPLITS, segments
 from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
-__all__ = ["attention_widget", "plot_saved_bytes", "plot_tile_times", "plot_tiles", "tile_owner"]
+__all__ = ["attention_widget", "plot_saved_bytes", "plot_tile_times", "plot_tiles", "tile_owner",
+           "times_table"]
 
 
 def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
@@ -96,7 +97,9 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
     """Forward + backward seconds of the tiled attention against the tile size, one colour per
     length: the measured medians as points, ``model``'s prediction as a line through them,
     solid at the lengths in ``fitted_lens`` (those the model was fitted on) and dashed at the
-    others, where it predicts (``None``: every line solid).
+    others, where it predicts (``None``: every line solid). The untiled implementations in
+    ``points`` (eager, SDPA) stand to the right of the tiles, one column each, in the same
+    colours, so that one figure holds every median the notebook prints.
 
     Raises:
         ValueError: for ``points`` without a tiled (``"flash"``) timing.
@@ -105,12 +108,18 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
     if not flash:
         raise ValueError("points must hold flash timings")
     fitted = None if fitted_lens is None else set(check_items("fitted_lens", fitted_lens))
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    tiles = sorted({p.tile for p in flash})
+    untiled = [name for name in IMPLS if name != "flash" and any(p.impl == name for p in points)]
+    column = {name: tiles[-1] * 2 ** (k + 1) for k, name in enumerate(untiled)}   # x beyond the tiles
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
     for i, t in enumerate(sorted({p.seq_len for p in flash})):
         mine = sorted((p for p in flash if p.seq_len == t), key=lambda p: p.tile)
         color = f"C{i}"
         ax.plot([p.tile for p in mine], [p.median_s for p in mine], "o", color=color,
                 label=f"T = {t} measured")
+        for p in points:
+            if p.seq_len == t and p.impl in column:
+                ax.plot([column[p.impl]], [p.median_s], "x" if p.impl == "eager" else "s", color=color)
         if model is not None:
             ax.plot([p.tile for p in mine], [model.flash_s(t, p.tile, batch, heads, head_dim) for p in mine],
                     "-" if fitted is None or t in fitted else "--", color=color, alpha=0.6)
@@ -118,19 +127,55 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
         ax.plot([], [], "-", color="grey", label="model, fitted on this length")
         if fitted is not None and {p.seq_len for p in flash} - fitted:
             ax.plot([], [], "--", color="grey", label="model, predicted (not fitted on it)")
-    ax.set(xscale="log", yscale="log", xlabel="tile size (queries and keys per tile)",
-           ylabel="forward + backward",
-           title="tiled attention: measured medians" + ((", lines: the model" + (
+    if column:
+        ax.axvline(tiles[-1] * 2 ** 0.5, color="grey", ls=":", lw=0.8)   # tiles left, untiled right
+    ax.set(xscale="log", yscale="log", ylabel="forward + backward",
+           xlabel="tile size (queries and keys per tile)"
+           + ("; right of the line: untiled" if column else ""),
+           title="measured medians" + ((", lines: the tile model" + (
                " (dashed: predicted at a length it was not fitted on)" if fitted and
                {p.seq_len for p in flash} - fitted else "")) if model else ""))
-    ax.set_xticks(sorted({p.tile for p in flash}), [str(x) for x in sorted({p.tile for p in flash})])
+    ax.title.set_fontsize(10)
+    ax.set_xticks([*tiles, *column.values()],
+                  [str(x) for x in tiles] + [{"eager": "eager", "sdpa": "SDPA"}[n] for n in column])
     ax.minorticks_off()
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y, "s")))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return tidy(fig)
+
+
+def times_table(points: Sequence[AttentionTiming], per_flop: bool = False) -> str:
+    """A Markdown table of the medians: one row per length, one column per implementation
+    (FlashAttention per tile size, then eager and SDPA), in seconds or, with ``per_flop``, in
+    picoseconds per FLOP with a last row of each column's change over the two longest lengths
+    (in the tile model a tile size's time per FLOP does not move with the length).
+
+    Raises:
+        ValueError, TypeError: for no points, or points that are not :class:`AttentionTiming`.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    check_type("per_flop", per_flop, bool)
+    cols = sorted({(IMPLS.index(p.impl), p.tile) for p in pts})
+    name = {c: f"{IMPLS[c[0]]}{c[1] or ''}".replace("sdpa", "SDPA") for c in cols}
+    lens = sorted({p.seq_len for p in pts})
+    cell = {(p.seq_len, (IMPLS.index(p.impl), p.tile)): p.median_s / p.flops if per_flop else p.median_s
+            for p in pts}
+    unit = "ps per FLOP" if per_flop else "forward + backward"
+    rows = [f"| T ({unit}) | " + " | ".join(name[c] for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for t in lens:
+        rows.append(f"| {t} | " + " | ".join(
+            (f"{1e12 * cell[t, c]:.0f}" if per_flop else si(cell[t, c], "s")) if (t, c) in cell else ""
+            for c in cols) + " |")
+    if per_flop and len(lens) > 1:
+        a, b = lens[-2], lens[-1]
+        rows.append(f"| {a} to {b} | " + " | ".join(
+            f"{cell[b, c] / cell[a, c] - 1:+.0%}" if (a, c) in cell and (b, c) in cell else ""
+            for c in cols) + " |")
+    return "\n".join(rows)
 
 
 def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (),

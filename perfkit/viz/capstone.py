@@ -5,7 +5,7 @@ Consumes numbers the capstone notebook measured (``examples/slow_train.py`` runs
 
 Usage::
 
-    fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)], total=4.5)  # shares of 4.5x
+    fig = plot_waterfall([("data", 1.9), ("ddp", 1.3), ("batch", 2.4)], total=4.5)  # 5.93x, then 0.76x drift
     fig = plot_time_to_target({"slow": (seconds, losses), "fast": (seconds2, losses2)}, 5.0)
     more = show_round(loop.play())  # one round's heading and figures (the notebook judges them)
     print(total_text(loop.finish()))  # the direct gain against the rounds' product
@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
@@ -30,7 +31,8 @@ __all__ = ["cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_w
            "round_text", "runs_text", "seams_text", "show_round", "tally_text", "target_text", "total_text",
            "waterfall_shares"]
 
-_UP, _DOWN, _TOTAL, _FLAT = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0"
+_UP, _DOWN, _TOTAL, _FLAT, _DRIFT_COLOR = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0", "#ff7f0e"
+DRIFT = "between runs"  # the waterfall's bar for the direct gain over the rounds' product
 
 
 def cumulative_speedups(steps: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
@@ -78,16 +80,17 @@ def waterfall_shares(steps: Sequence[tuple[str, float]], total: float) -> list[t
 def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
                    unit: str = "tokens/s", total: float | None = None,
                    unresolved: Sequence[str] | None = None) -> Figure:
-    """Each fix's speedup as a bar from the running total before it to after it (log scale,
-    so equal factors get equal heights), and the total as the last bar.
+    """Each fix's measured speedup as a bar from the running product before it to after it (log
+    scale, so equal factors get equal heights), labelled with that speedup; with ``total`` (the
+    whole gain measured directly), the drift between runs, ``total`` over the rounds' product
+    (what the seams between the rounds moved), as a bar of its own where it shows at two
+    decimals, and the total as the last bar. No measured figure is spread over the fixes.
 
     Args:
         steps: ``(fix name, measured speedup)`` in the order applied.
         title: the figure's title.
         unit: what the speedup is of (the y label).
-        total: the whole gain measured directly: the bars become each fix's share of it
-            (:func:`waterfall_shares`), each labelled with its share and, below, the speedup
-            measured in its round (on top of the fixes before it).
+        total: the whole gain measured directly (``None``: the rounds' product is the total).
         unresolved: the fixes whose measured speedup's interval holds 1x: drawn grey and
             labelled so, since the run cannot tell their gain from none; the other gains are
             then those whose interval lies above 1x (``None``: no intervals known). A legend
@@ -98,30 +101,36 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
             ``title``/``unit`` that is not a str, a bad ``total``, or ``unresolved`` naming
             a fix that is not among the steps.
     """
-    measured = [hi / lo for _, lo, hi in cumulative_speedups(steps)] if total is not None else None
-    bars = cumulative_speedups(steps if total is None else waterfall_shares(steps, total))
+    bars = cumulative_speedups(steps)
     check_type("title", title, str)
     check_type("unit", unit, str)
-    judged, direct = unresolved is not None, total is not None
+    direct = total is not None
+    if direct:
+        check_real("total", total, 0, lo_open=True)
+    judged = unresolved is not None
     unresolved = () if unresolved is None else unresolved
     if isinstance(unresolved, str) or not isinstance(unresolved, Sequence):
         raise TypeError(f"unresolved must be a list of fix names, got {unresolved!r}")
     if unknown := [n for n in unresolved if n not in {b[0] for b in bars}]:
         raise ValueError(f"unresolved must name fixes among the steps, got {unknown}")
-    total = bars[-1][2]
+    product = bars[-1][2]
+    total = product if total is None else total
+    drift = f"{total / product:.2f}" != "1.00"  # as labelled: a bar that would read 1.00x is left out
+    if drift:
+        bars.append((DRIFT, product, total))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(bars) + 2.6), 4.3))  # room for a long title
     names = [b[0] for b in bars] + ["total"]
     legend = {_UP: "a gain, interval above 1x" if judged else "faster", _FLAT: "interval holds 1x",
-              _DOWN: "slower", _TOTAL: "total" + (", measured directly" if direct else "")}
+              _DOWN: "slower", _DRIFT_COLOR: "drift between runs (the seams), not a fix",
+              _TOTAL: "total" + (", measured directly" if direct else "")}
     used = [_TOTAL]
     for i, (name, lo, hi) in enumerate(bars):
-        color = _FLAT if name in unresolved else _UP if hi >= lo else _DOWN
+        color = _DRIFT_COLOR if name == DRIFT else _FLAT if name in unresolved else _UP if hi >= lo else _DOWN
         used.append(color)
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
-        label = f"{hi / lo:.2f}x" + (f"\n({measured[i]:.2f}x in its round)" if measured else "") \
-            + ("\ninterval holds 1x" if name in unresolved else "")
+        label = f"{hi / lo:.2f}x" + ("\ninterval holds 1x" if name in unresolved else "")
         ax.annotate(label, (i, math.log2(max(lo, hi))), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize=9)
     n = len(bars)
@@ -129,7 +138,7 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     ax.annotate(f"{total:.2f}x", (n, max(0.0, math.log2(total))), ha="center", va="bottom",
                 xytext=(0, 2), textcoords="offset points", fontsize=9, fontweight="bold")
     ax.axhline(0, color="0.3", lw=0.8)
-    top = max(max(math.log2(b[2]) for b in bars), math.log2(total), 0.0)
+    top = max(max(math.log2(b[2]) for b in bars), math.log2(product), math.log2(total), 0.0)
     bottom = min(min(math.log2(b[2]) for b in bars), 0.0)
     ax.set_ylim(bottom - 0.2, top + 0.6)
     ticks = range(math.ceil(bottom - 0.2), math.floor(top + 0.6) + 1)  # within the limits: none widens them
@@ -138,7 +147,7 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     ax.set_ylabel(f"speedup of {unit} (log scale)")
     ax.set_title(title or "Measured speedup of each fix, cumulative")
     handles = [Patch(color=c, label=legend[c]) for c in legend if c in used]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(handles),
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(len(handles), 3),
               fontsize=8, frameon=False)  # below the axes: it covers no bar
     fig.tight_layout()
     return tidy(fig)
@@ -171,6 +180,9 @@ def plot_time_to_target(curves: Mapping[str, tuple[Sequence[float], Sequence[flo
         ax.plot(t, loss, label=name, lw=1.2)
     ax.axhline(target, color="0.3", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # "2", not "2x10^0": seconds read as numbers
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
     ax.set_xlabel("seconds (log scale)")
     ax.set_ylabel(ylabel)
     ax.legend(loc="upper right", fontsize=8)
@@ -262,16 +274,17 @@ def total_text(t: Total) -> str:
     if not t.repeated:
         return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
                       "are the same runs.")
-    out += f"{point} ({low} to {high})" + seams_text(t)
+    out += (f"{point} ({low} to {high}: the rounds' intervals combined, a range of no stated confidence, "
+            "since each round's interval covers more than 90 %)" + seams_text(t))
+    bars = (" The figure draws each fix at its speedup as measured in its round, and the direct gain over "
+            "the product, the drift between runs, as a bar of its own.")
     if not t.drift:
-        return out + " The two agree within their intervals; each bar is its fix's share of the direct gain."
+        return out + " The two agree within their ranges." + bars
     apart = max(p.value / d.value, d.value / p.value)
     return out + (f" The product lies {apart:.2f}x {'below' if p.high < d.low else 'above'} "
-                  "the direct gain, beyond both intervals: each round compares runs a minute apart, and what "
+                  "the direct gain, beyond both ranges: each round compares runs a minute apart, and what "
                   "changed between rounds (the load, or a repeat run slower than the run it repeats) "
-                  "compounds in the product. The headline is the direct gain; each bar is its fix's share "
-                  "of it (its speedup's logarithm over the sum of theirs), with its own measured speedup "
-                  "below.")
+                  "compounds in the product. The headline is the direct gain." + bars)
 
 
 def seams_text(t: Total) -> str:
@@ -320,7 +333,7 @@ def _seams_way(seams: list) -> str:
 def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> str:
     """The time to the target against tokens/s, on the same two runs: the time's gain times
     the tokens it needed is the tokens/s over the whole runs, held against those runs' measured
-    windows (``pair``, the fixed run over the first slow run), and what parts them: the runs'
+    steps (``pair``, the fixed run over the first slow run), and what parts them: the runs'
     other steps, and, where the slow job ran twice, the direct ratio's other baseline.
 
     Args:
@@ -339,11 +352,12 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> st
     check_type("t", t, Total)
     runs_x, w = tt_gain * tokens_x, pair.value
     out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
-           f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured windows")
+           f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured steps (the "
+           "unprofiled steps after the profiled window, each run's speed)")
     if abs(runs_x / w - 1) > 0.05:
         out += (f": the runs' other time (the data's preparation before the first step, the warm-up, the "
                 "profiled window counted at the median step, the steps after the window) puts it "
-                f"{runs_x / w:.2f}x from the windows' ratio")
+                f"{runs_x / w:.2f}x from those steps' ratio")
     if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
         runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
         out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "
@@ -352,23 +366,39 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> st
     return out + "."
 
 
-def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str]) -> str:
+def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
+               tests: tuple[str, str] | None = None) -> str:
     """``"against the diagnosed share: 0 held, 0 missed, 3 inconclusive of 3; ..."``: the rounds'
     verdicts counted by what bounded them (``judged_by``: fix -> bound; ``outcomes``: fix -> its
     outcome, ``"missed (above)"`` counted as missed); ``"none"`` when no round was judged.
 
+    ``tests``: ``(bound, what its rounds test)``, e.g. ``("the diagnosed share", "whether the
+    diagnosed shares predict the gains")``: where no round judged against that bound held or
+    missed (all inconclusive, or none judged), the text ends by saying this run did not test it,
+    whatever the rounds judged against other bounds showed.
+
     Raises:
-        TypeError, KeyError: for arguments that are not mappings, or a judged fix without outcome.
+        TypeError, KeyError: for arguments that are not mappings, a ``tests`` that is not a pair of
+            str, or a judged fix without outcome.
     """
     check_type("outcomes", outcomes, Mapping)
     check_type("judged_by", judged_by, Mapping)
+    if tests is not None and (not isinstance(tests, tuple) or len(tests) != 2
+                              or not all(isinstance(x, str) for x in tests)):
+        raise TypeError(f"tests must be a (bound, what it tests) pair of str, got {tests!r}")
     parts = []
     for bound in dict.fromkeys(judged_by.values()):
         got = [outcomes[f].split(" (")[0] for f, b in judged_by.items() if b == bound]
         counts = ", ".join(f"{got.count(o)} {o}" for o in ("held", "missed", "inconclusive", "disturbed")
                            if o != "disturbed" or o in got)
         parts.append(f"against {bound}: {counts} of {len(got)}")
-    return "; ".join(parts) or "none"
+    text = "; ".join(parts) or "none"
+    if tests is not None:
+        decided = [f for f, b in judged_by.items() if b == tests[0]
+                   and outcomes[f].split(" (")[0] in ("held", "missed")]
+        if not decided:
+            text += f"; no round judged against {tests[0]} held or missed: this run did not test {tests[1]}"
+    return text
 
 
 def show_round(r: Round | None) -> bool:

@@ -22,11 +22,12 @@ from matplotlib.figure import Figure
 
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
-from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict
-from perfkit.viz.core import tidy
+from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict, Prediction, judge
+from perfkit.viz.core import tidy, verdict
 
-__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_order_text", "control_text",
-           "plot_claims", "plot_claims_forest", "show_claim", "show_claims_table"]
+__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
+           "control_text", "plot_claims", "plot_claims_forest", "show_claim", "show_claims_table",
+           "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
 _MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
@@ -118,42 +119,58 @@ def control_order_text(pin: PinTiming) -> str:
         "shows beyond this run's noise")
     if (a.value < 1) == (b.value < 1) and abs(1 - aa) > abs(second):
         out += (f"; both orders read {'below' if aa < 1 else 'above'} 1x, so the {abs(1 - aa):.1%} between "
-                f"identical loops is not the round's position ({abs(second):.1%}): this run does not tell "
-                "what it is, and the verdict below weighs it as this design's own error")
+                f"identical loops is not the round's position ({abs(second):.1%}): noise, or rounds that "
+                "drift together (not independent draws, which makes an order-statistic interval too narrow); "
+                "this run does not tell which, and the lines below weigh it as this design's own error")
     return out
 
 
-def control_text(pin: PinTiming, gaps: Mapping[str, tuple[Estimate, float]], edge: float) -> str:
-    """What the A/A control says about the other verdicts: how far identical loops read apart
-    (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim without a
-    number must show, as a fraction), and, for each effect asserted beyond an interval
-    (``gaps``: name -> (its estimate, the value its interval was said to clear)), whether it lies
-    beyond that reach: an effect within it is not asserted.
+def control_text(pin: PinTiming, edge: float) -> str:
+    """What the A/A control says about every timed verdict after it: how far identical loops read
+    apart (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim
+    without a number must show, as a fraction), and that each timed verdict on the advice is
+    weighed by that reach (:func:`perfkit.verdict.assess`'s ``error``).
 
     Raises:
         TypeError, ValueError: for a ``pin`` that is not a control (see
-            :func:`control_order_text`), ``gaps`` that are not (Estimate, reference) pairs, or
-            an ``edge`` that is not a number > 0.
+            :func:`control_order_text`), or an ``edge`` that is not a number > 0.
     """
     control_order_text(pin)  # the same checks
-    if not isinstance(gaps, Mapping):
-        raise TypeError(f"gaps must map names to (Estimate, reference) pairs, got {gaps!r}")
     if isinstance(edge, bool) or not isinstance(edge, (int, float)) or not edge > 0:
         raise ValueError(f"edge must be a number > 0, got {edge!r}")
     aa, reach = pin.speedup(), pin.reach()
-    lines = [f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: " + (
+    return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: " + (
         f"under the {edge:.0%} a claim without a number must show (FASTER), so this design's own error alone "
         "cannot push such a claim past its edge" if reach < edge else f"at least the {edge:.0%} a claim "
-        "without a number must show (FASTER), so on this run this design's own error alone can push such a "
-        "claim past its edge") + f"; a figure within {reach:.1%} of an edge rests on that error as much as "
-        "on the advice"]
-    for name, (est, ref) in gaps.items():
-        gap = interval_gap(est, ref)
-        lines.append(f"{name}: its interval ({est.low:.3g}x to {est.high:.3g}x) lies {gap:.1%} from "
-                     f"{ref:.3g}x, " + (f"beyond the control's {reach:.1%}: it stands" if gap > reach else
-                        f"within the control's {reach:.1%}: not asserted, since identical code read as far "
-                        "apart in this design"))
-    return "\n".join(lines)
+        "without a number must show (FASTER), so this design's own error alone could push such a claim past "
+        "its edge") + ". Each timed verdict on the advice below is weighed by it: an interval within "
+        f"{reach:.1%} of the edge that decides it (no effect, or the promise) is not asserted past that "
+        "edge.")
+
+
+def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
+    """Where ``est``'s interval lies against ``reference``, weighed by the A/A control:
+    ``"lies 2.0% below 1x, within the A/A control's 5.9%: not asserted"``, ``"... beyond the A/A
+    control's 5.9%"``, or, with no control (CUDA: the two loops differ), the gap alone.
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a PinTiming, an ``est`` that is not an
+            Estimate, a ``reference`` that is not a finite number > 0 or a ``unit`` not a str.
+    """
+    if not isinstance(pin, PinTiming):
+        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
+    gap = interval_gap(est, reference)  # checks est and reference
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a str, got {unit!r}")
+    ref = f"{reference:.3g}{unit}"
+    if gap == 0:
+        return f"holds {ref}"
+    out = f"lies {gap:.1%} {'above' if est.low > reference else 'below'} {ref}"
+    reach = pin.reach()
+    if reach is None:
+        return out + " (no A/A control ran: with CUDA the two loops differ)"
+    return out + (f", beyond the A/A control's {reach:.1%}" if pin.resolves(est, reference) else
+                  f", within the A/A control's {reach:.1%}: not asserted")
 
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",
@@ -241,3 +258,44 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
                  fontsize=10)
     fig.tight_layout()
     return tidy(fig)
+
+
+def weighed_text(control: PinTiming, prediction: Prediction, measured: Estimate) -> str:
+    """Where the A/A control's reach (:meth:`PinTiming.reach`) would change a timed prediction's
+    outcome, a sentence that says so: the outcome by the course's one rule on ``measured``, and
+    on ``measured`` with its interval widened by that reach (:meth:`PinTiming.widened`). Empty
+    where it would not, where there is no control (CUDA), or where the prediction cannot fail.
+
+    Raises:
+        TypeError: for a ``control`` that is not a PinTiming, a ``prediction`` that is not a
+            Prediction, or a ``measured`` that is not an Estimate.
+    """
+    for name, value, kind in (("control", control, PinTiming), ("prediction", prediction, Prediction),
+                              ("measured", measured, Estimate)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {'an' if kind.__name__[0] in 'AEIOU' else 'a'} {kind.__name__}, "
+                            f"got {type(value).__name__}")
+    reach = control.reach()
+    if not reach or not prediction.can_fail():
+        return ""
+    wide, u = control.widened(measured), prediction.unit
+    plain, counted = judge(prediction, measured).outcome, judge(prediction, wide).outcome
+    if counted == plain:
+        return ""
+    return (f"weighed by the A/A control's {reach:.1%} (the interval widened to {wide.low:.3g}{u} to "
+            f"{wide.high:.3g}{u}), this prediction would be {counted}, not {plain}: the figure lies within "
+            "this design's own error of the prediction's edge")
+
+
+def weighed_verdict(control: PinTiming, prediction: Prediction, measured: Estimate,
+                    explain: Mapping[str, str] | None = None) -> None:
+    """A timed prediction's verdict by the course's one rule (:func:`perfkit.viz.verdict`), then
+    :func:`weighed_text`'s line where the A/A control's reach would change its outcome.
+
+    Raises:
+        TypeError: as :func:`weighed_text`, before anything is shown.
+    """
+    line = weighed_text(control, prediction, measured)
+    verdict(prediction, measured, explain=explain)
+    if line:
+        print(line)

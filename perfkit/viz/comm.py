@@ -236,31 +236,34 @@ def plot_compression_tradeoff(rows: Sequence[Mapping[str, Any]]) -> Figure:
     ax.set_ylabel("relative L2 error")
     ax.set_title("compression: measured (o) vs Gaussian model (x)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.scatter([], [], color="grey", marker="o", label="measured (every method)")
+    ax.scatter([], [], color="black", marker="o", label="measured (every method)")  # no method is black
     if any(r.get("predicted") is not None for r in rows):
-        ax.scatter([], [], color="grey", marker="x", label="Gaussian model")
+        ax.scatter([], [], color="black", marker="x", label="Gaussian model")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return tidy(fig)
 
 
-def plot_kernel_shares(predicted: Mapping[str, float], measured: Mapping[str, float]
+def plot_kernel_shares(predicted: Mapping[str, float | tuple[float, float]], measured: Mapping[str, float]
                        ) -> Figure:
     """Encode + decode speed as a share of memcpy: the bytes model's prediction beside the
     measurement, one pair of bars per kernel path (``"qsgd eager"``, ``"qsgd fused"``, ...).
 
     Args:
-        predicted: path -> ``8 / bytes per value`` (:data:`perfkit.compress.BYTES_PER_VALUE`).
+        predicted: path -> ``8 / bytes per value`` (:data:`perfkit.compress.BYTES_PER_VALUE`),
+            or the ``(low, high)`` range a verdict judges the path on
+            (:func:`perfkit.compress.copy_share_range`), drawn as a bar from low to high.
         measured: path -> memcpy time / encode + decode time, same keys.
     """
     if not predicted or set(predicted) != set(measured):
         raise ValueError(f"predicted and measured need the same non-empty keys, got "
                          f"{sorted(predicted)} and {sorted(measured)}")
     names = list(predicted)
+    span = {n: p if isinstance(p, tuple) else (0.0, p) for n, p in predicted.items()}  # (bottom, top)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [predicted[n] * 100 for n in names], 0.4, color="0.75",
-           label="predicted (bytes moved)")
+    ax.bar([x - 0.2 for x in xs], [(span[n][1] - span[n][0]) * 100 for n in names], 0.4, color="0.75",
+           bottom=[span[n][0] * 100 for n in names], label="predicted (bytes moved; floating: a range)")
     ax.bar([x + 0.2 for x in xs], [measured[n] * 100 for n in names], 0.4, color="C0",
            label="measured")
     ax.set_xticks(list(xs), names)

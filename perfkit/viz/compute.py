@@ -67,27 +67,35 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | N
     return tidy(fig)
 
 
-def plot_break_even(record: Any, calls: int | None = None, title: str = "") -> Figure:
+def plot_break_even(record: Any, calls: int | None = None, title: str = "", unit: str = "calls") -> Figure:
     """Cumulative seconds of eager and compiled calls: where compiling pays for itself.
 
     Args:
         record: a :class:`perfkit.compute.CompileRecord`.
         calls: x-axis length; default twice the break-even point (100 if it never pays).
         title: the figure's title.
+        unit: what one call is, in the plural, for the axis and legend ("calls", "steps"), so
+            they name the unit the title does.
+
+    Raises:
+        TypeError: for a ``unit`` that is not a non-empty str.
     """
+    if not isinstance(unit, str) or not unit:
+        raise TypeError(f"unit must be a non-empty str ('calls', 'steps'), got {unit!r}")
+    one = unit[:-1] if unit.endswith("s") else unit
     eager, compiled = record.eager.median_s, record.compiled.median_s
     be = record.break_even_calls
     n = calls or (int(2 * be) + 10 if math.isfinite(be) else 100)
     xs = [n * i / 200 for i in range(201)]
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    ax.plot(xs, [x * eager for x in xs], label=f"eager: {si(eager, 's')} per call")
+    ax.plot(xs, [x * eager for x in xs], label=f"eager: {si(eager, 's')} per {one}")
     ax.plot(xs, [max(record.compile_s, 0.0) + x * compiled for x in xs],
-            label=f"compiled: {si(record.compile_s, 's')} once + {si(compiled, 's')} per call")
+            label=f"compiled: {si(record.compile_s, 's')} once + {si(compiled, 's')} per {one}")
     if math.isfinite(be) and be <= n:
-        ax.axvline(be, ls="--", c="gray", label=f"break-even after {be:,.0f} calls")
-    ax.set(xlabel="calls", ylabel="cumulative seconds",
-           title=title or f"torch.compile: {record.speedup:.2f}x per call, paid for after "
-                          f"{'never' if not math.isfinite(be) else f'{be:,.0f} calls'}")
+        ax.axvline(be, ls="--", c="gray", label=f"break-even after {be:,.0f} {unit}")
+    ax.set(xlabel=unit, ylabel="cumulative seconds",
+           title=title or f"torch.compile: {record.speedup:.2f}x per {one}, paid for after "
+                          f"{'never' if not math.isfinite(be) else f'{be:,.0f} {unit}'}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -128,10 +136,13 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
 def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
                      title: str = "") -> Figure:
     """Matmul GFLOP/s against one dimension, one panel per dtype, each on its own linear axis
-    (the dtypes' ceilings can differ a hundredfold; one log axis would flatten the spread within
-    each); multiples of ``multiple`` drawn filled, odd sizes as crosses, even sizes that are a
-    multiple of no vector width (``% 4 == 2``) as hollow squares and the other even sizes as
-    hollow circles, each kind named in the legend.
+    from zero (the dtypes' ceilings can differ a hundredfold; one log axis would flatten the
+    spread within each, and an axis cut to the points' range would blow a few percent up to its
+    full height); multiples of ``multiple`` drawn filled, odd sizes as crosses, even sizes that
+    are a multiple of no vector width (``% 4 == 2``) as hollow squares and the other even sizes
+    as hollow circles, each kind named in the legend. No line joins the points: neighbouring
+    sizes belong to different kinds, and a line through them in size order draws a zigzag that
+    reads as a trend.
 
     Args:
         points: :class:`perfkit.compute.ShapePoint` s.
@@ -157,21 +168,20 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
         pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
         xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / 1e9 for p in pts]
         color = f"C{i}"
-        ax.plot(xs, ys, "-", c=color, alpha=0.5, label=dtype)
         for _, keep, style in kinds:
             edge = {"edgecolors": color} if style.get("facecolors") == "none" else {"c": color}
             ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3,
                        **edge, **style)
         ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel=f"{dtype} GFLOP/s (median)", title=dtype)
+        ax.set_ylim(0, 1.08 * max(ys))
         ax.grid(True, alpha=0.3)
     last = axes[0][-1]
-    # the marker kinds are named once, in grey, so the legend does not repeat them per dtype
+    # the marker kinds are named once, in grey, for every panel (each panel's title names its dtype)
     for name, _, style in kinds:
         grey = {"edgecolors": "0.4"} if style.get("facecolors") == "none" else {"c": "0.4"}
         last.scatter([], [], label=name, **grey, **style)
-    handles = [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0][:1]]  # each dtype's line
-    handles += last.get_legend_handles_labels()[0][1:]
-    last.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    last.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
+                title="every panel", title_fontsize=7)
     fig.suptitle(title or f"Matmul throughput against {vary}", fontsize=11)
     fig.tight_layout()
     return tidy(fig)
@@ -224,7 +234,8 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, key in enumerate(dict.fromkeys((p.precision, p.compiled) for p in points)):
         pts = sorted((p for p in points if (p.precision, p.compiled) == key), key=lambda p: p.batch)
-        style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-", label=_label(pts[0]))
+        roof = f" (against {pts[0].ceiling}'s ceiling: not an MFU)" if _on_roof(pts[0]) else ""
+        style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-", label=_label(pts[0]) + roof)
         ax1.plot([p.batch for p in pts], [p.tokens_per_s for p in pts], **style)
         ax2.plot([p.batch for p in pts], [100 * p.mfu for p in pts], **style)
     if selected is not None:
@@ -306,18 +317,39 @@ def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str =
     return out
 
 
+_OWN = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # each precision's own matmul dtype
+
+
+def _on_roof(p: Any) -> bool:
+    """Whether a throughput point is held against another dtype's ceiling than its matmuls ran
+    in (an emulated dtype against fp32's): its share is then no MFU of that dtype."""
+    return _OWN.get(p.precision, p.ceiling) != p.ceiling
+
+
 def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
     """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
     and MFU against its ceiling; when the threads had part of the machine (``share`` < 1: these
-    threads' float32 ceiling over the all-core one), a first line says so once."""
+    threads' float32 ceiling over the all-core one), a first line says so once and each line
+    held against the float32 ceiling prints its share of the all-core one beside it. A step
+    held against another dtype's ceiling than its matmuls ran in (an emulated bf16 step against
+    fp32's) is named for what it is, its model FLOP/s as a share of that roof, not an MFU."""
     check_real("share", share, 0, 1, lo_open=True)
-    head = ([f"(each MFU below is held against the ceiling its line names, on these threads; the float32 "
-             f"one is "
-             f"{share:.0%} of the all-core float32 ceiling: against that, multiply a float32 MFU by "
-             f"{share:.2f})"] if share < 1 else [])
+    head = ([f"(each share below is held against the ceiling its line names, measured on these threads; the "
+             f"float32 one is {share:.0%} of the all-core float32 ceiling, and each float32 line prints its "
+             f"share of that too)"] if share < 1 else [])
+
+    def held(p: Any) -> str:
+        t = getattr(p, "threads", None)
+        on = f" on {t} thread{'s' * (t != 1)}" if share < 1 and t else ""  # the ceiling's own threads
+        every = f" ({p.mfu * share:.1%} of the all-core one)" if share < 1 and p.ceiling == "float32" else ""
+        if _on_roof(p):
+            return (f"model FLOP/s {p.mfu:5.1%} of the {p.ceiling} ceiling{on}{every}, not an MFU: its "
+                    f"matmuls ran in {_OWN[p.precision]}")
+        return f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling{on}{every}"
+
     return head + [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
-                   f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, "
-                   f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling" for p in points]
+                   f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, {held(p)}"
+                   for p in points]
 
 
 def attention_table(points: Sequence, batch: int, heads: int, head_dim: int) -> list[str]:

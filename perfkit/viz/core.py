@@ -372,7 +372,7 @@ def plot_roofline(
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("attainable FLOP/s")
+    ax.set_ylabel("FLOP/s")
     ax.set_title(f"{title}\nmemory: {si(bandwidth, 'B/s')}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes: no point hidden
@@ -383,25 +383,13 @@ def plot_roofline(
 def roofline_widget(limits: Any) -> WidgetSpec:
     """Matrix size and dtype sliders placing a square matmul on the measured roofline.
 
+    The same widget as :func:`perfkit.viz.machine.matmul_roofline_widget` without a sweep's
+    rates beside it: it starts in float32 and names the roof it divides by (the limits file's
+    ceiling, from the operation that set it), never an "attainable" rate.
+
     Args:
         limits: a :class:`perfkit.hw.MachineLimits`.
     """
-    from perfkit import hw
+    from perfkit.viz.machine import matmul_roofline_widget
 
-    dtypes = sorted(limits.matmul_flops)
-
-    def show(log2_n: int, dtype: str) -> Figure:
-        p = hw.matmul_roofline(2 ** log2_n, dtype, limits)
-        fig = plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s,
-                            [(f"{p.n}x{p.n} {dtype} (modelled: its roof, not measured)", p.intensity,
-                              p.attainable_flops)],
-                            intensity_range=(1 / 16, max(1024.0, 2 * p.intensity)))
-        fig.axes[0].set_title(
-            f"{p.n} x {p.n} matmul in {dtype}: {p.intensity:.3g} FLOP/byte, {p.bound}-bound\n"
-            f"attainable {si(p.attainable_flops, 'FLOP/s')}, "
-            f"so at least {si(p.predicted_s, 's')} per matmul", fontsize=10)
-        return tidy(fig)
-
-    return WidgetSpec(show, {"log2_n": IntControl(1, 14, 8, description="log2(matrix size)"),
-                             "dtype": Choice(dtypes, dtypes[0], description="dtype")},
-                      title="Where does a matmul sit on this machine's roofline?")
+    return matmul_roofline_widget(limits)

@@ -87,7 +87,8 @@ def plot_loader_sweep(records: Sequence[Any], predicted: Sequence[Any] | None = 
 
 
 def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: float,
-                 title: str = "", steps: int | None = None, floor_ms: float | None = None) -> Figure:
+                 title: str = "", steps: int | None = None, floor_ms: float | None = None,
+                 least_ms: Mapping[str, float] | None = None) -> Figure:
     """Measured ms per step of each variant against the two models: serial and overlapped.
 
     Args:
@@ -99,10 +100,14 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
         floor_ms: the overlap model's least ms per step for these loops, computed by the caller
             (:func:`perfkit.data.overlap_floor` over ``steps``, which also counts the last
             step and the load begun as a loop stops); drawn instead of the ``steps`` formula.
+        least_ms: variant name -> a least ms per step that variant is judged against (a bound
+            of its own, such as :func:`perfkit.data.gil_least_step`), drawn as a mark across its
+            bar, so the figure shows every bound the text judges.
 
     Raises:
-        ValueError: for an empty ``ms_per_step``, ``steps`` that is not an int >= 1, or a
-            ``floor_ms`` that is not a finite number > 0.
+        ValueError: for an empty ``ms_per_step``, ``steps`` that is not an int >= 1, a
+            ``floor_ms`` that is not a finite number > 0, or a ``least_ms`` that names a variant
+            not in ``ms_per_step`` or holds a value that is not a finite number > 0.
     """
     if not ms_per_step:
         raise ValueError("ms_per_step must name at least one variant")
@@ -110,6 +115,11 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
         check_int("steps", steps, 1)
     if floor_ms is not None:
         check_real("floor_ms", floor_ms, 0, lo_open=True)
+    for name, v in (least_ms or {}).items():
+        if name not in ms_per_step:
+            raise ValueError(f"least_ms must name variants of ms_per_step {sorted(ms_per_step)}, "
+                             f"got {name!r}")
+        check_real(f"least_ms[{name!r}]", v, 0, lo_open=True)
     overlap_ms = (floor_ms if floor_ms is not None else
                   max(load_ms, compute_ms) + (load_ms / steps if steps else 0.0))  # ms per step
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -121,6 +131,10 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
            if floor_ms is not None else f"(load + {steps} max(load, compute)) / {steps}" if steps
            else "max(load, compute)")
     ax.axvline(overlap_ms, color="tab:green", ls="--", label=f"overlap model: {how} = {overlap_ms:.1f} ms")
+    for name, v in (least_ms or {}).items():  # a bound of one variant's own: across its bar only
+        i = names.index(name)
+        ax.plot([v, v], [i - 0.45, i + 0.45], color="tab:purple", lw=2.5, zorder=3,
+                label=f"least step judged for {name}: {v:.1f} ms")
     for i, n in enumerate(names):  # on a white box above the model lines, which can cross a bar's end
         ax.text(ms_per_step[n], i, f" {ms_per_step[n]:.1f} ms", va="center", fontsize=8, zorder=4,
                 bbox=dict(facecolor="white", edgecolor="none", pad=1))
@@ -166,7 +180,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
         ax1.plot(ws, [batch_size * s.batches_per_s for s in sims], "o-")
         ax1.axhline(batch_size / (compute_ms / 1e3) if compute_ms else float("nan"),
-                    color="gray", ls="--", label="compute-bound ceiling")
+                    color="gray", ls="--", label="compute-bound ceiling (B / compute, no handoff)")
         ax2.plot(ws, [100 * s.wait_share for s in sims], "o-", color="tab:orange")
         pick = sims[workers]
         ax1.plot([workers], [batch_size * pick.batches_per_s], "r*", ms=15)

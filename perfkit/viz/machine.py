@@ -13,18 +13,29 @@ Usage::
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_items, check_type
-from perfkit.ceilings import cached_copy_bytes
-from perfkit.hw import EMULATED_BELOW, GRAIN, CopyPoint, MachineLimits, MatmulPoint, imitation
-from perfkit.viz.core import si, tidy
+from perfkit.ceilings import cached_copy_bytes, dram_copy
+from perfkit.hw import (
+    EMULATED_BELOW,
+    GRAIN,
+    CopyPoint,
+    MachineLimits,
+    MatmulPoint,
+    imitation,
+    matmul_roofline,
+)
+from perfkit.viz.core import Choice, IntControl, WidgetSpec, plot_roofline, si, tidy
 
-__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "cache_sentence", "plot_copy_sweep",
-           "plot_matmul_sweep", "skipped_sizes", "source_lines", "sweep_lines", "threads_sentence"]
+__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "cache_sentence",
+           "matmul_roofline_widget", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes", "source_lines",
+           "sweep_lines", "threads_sentence"]
 
 
 def _threads(p: MatmulPoint | CopyPoint) -> str:
@@ -103,18 +114,36 @@ def cache_and_dram_points(limits: MachineLimits) -> tuple[CopyPoint, CopyPoint]:
     return max(ceiling or cached, key=lambda p: p.bytes_per_s), min(dram, key=lambda p: p.nbytes)
 
 
+def _trend(pts: list[MatmulPoint]) -> str:
+    """How the rate moved over the last two square sizes run (on the most threads they ran on):
+    what a skipped larger size could have changed of the ceiling."""
+    t = max(p.threads for p in pts)
+    run = sorted((p for p in pts if p.threads == t), key=lambda p: p.n)
+    if len(run) < 2:
+        return ""
+    a, b = run[-2:]
+    rates = f"from {si(a.flops_per_s, 'FLOP/s')} at n={a.n} to {si(b.flops_per_s, 'FLOP/s')} at n={b.n}"
+    if b.flops_per_s < 0.9 * a.flops_per_s:
+        return f"; its rate fell {rates}: a larger size is expected slower still, not to raise its ceiling"
+    if b.flops_per_s > a.flops_per_s / 0.9:
+        return f"; its rate rose {rates}: a skipped size might have run faster (its ceiling is the sizes run)"
+    return f"; its rate held within 10 % {rates}: flattened"
+
+
 def skipped_sizes(limits: MachineLimits, sizes: Sequence[int]) -> list[str]:
     """One line per dtype whose sweep left out some of ``sizes`` (one call would have taken
-    over a second at the rate measured below them)."""
+    over a second at the rate measured below them), with how its rate moved over its last two
+    sizes (medians, on the most threads): fell by over 10 % (a larger size is expected slower
+    still), rose by over 10 % (it might have been faster), or held (flattened)."""
     check_type("limits", limits, MachineLimits)
     wanted = check_items("sizes", sizes)
     lines = []
     for dtype in limits.matmul_flops:
-        done = {p.n for p in limits.matmul_points if p.dtype == dtype}
-        skipped = [n for n in wanted if n not in done]
+        pts = [p for p in limits.matmul_points if p.dtype == dtype]
+        skipped = [n for n in wanted if n not in {p.n for p in pts}]
         if skipped:
             lines.append(f"{dtype:>9} n={', '.join(map(str, skipped))}: skipped, one call would take "
-                         "over 1 s at this rate")
+                         f"over 1 s at this rate{_trend(pts) if pts else ''}")
     return lines
 
 
@@ -231,24 +260,71 @@ def cache_sentence(limits: MachineLimits) -> str:
 
 
 def cache_lines(run: MachineLimits, cached: MachineLimits) -> list[str]:
-    """Each ceiling the cache holds after :func:`perfkit.hw.save_limits` merged ``run`` into it,
-    one line each: the value later notebooks divide by, and, where an earlier run's figure is
-    the higher one (the cache keeps the highest measured), this run's beside it."""
+    """Each ceiling the limits file holds after :func:`perfkit.hw.save_limits` merged ``run`` into
+    it, one line each: the value later notebooks divide by and, where it is not this run's figure,
+    whose it is with this run's beside it: an earlier run's higher one (the file keeps the highest
+    measured), or a DRAM ceiling the file credits below what this run reached (``x + y`` at most
+    9/8 of a copy, :func:`perfkit.hw.credited_dram`). After DRAM's ceiling, the fastest copy of
+    DRAM-sized buffers (:func:`perfkit.ceilings.dram_copy`), the figure notebook 02 divides by."""
     check_type("run", run, MachineLimits)
     check_type("cached", cached, MachineLimits)
-    rows = [(f"{dt} matmul", run.matmul_flops.get(dt), cached.peak_flops(dt), "FLOP/s", dt)
+    src = cached.sources.get
+    rows = [(f"{dt} matmul", run.matmul_flops.get(dt), cached.peak_flops(dt), "FLOP/s", src(dt))
             for dt in cached.matmul_flops]
-    rows += [(f"{dt} matmul, 1 thread", run.one_thread_flops.get(dt), v, "FLOP/s", f"{dt}, 1 thread")
-             for dt, v in cached.one_thread_flops.items()]
-    rows += [("DRAM bandwidth", run.copy_bytes_per_s, cached.copy_bytes_per_s, "B/s", "dram")]
+    rows += [(f"{dt} matmul, 1 thread", run.one_thread_flops.get(dt), v, "FLOP/s",
+              src(f"{dt}, 1 thread")) for dt, v in cached.one_thread_flops.items()]
+    copy_held, copy_src = dram_copy(cached)  # what notebook 02 divides by
+    rows += [("DRAM bandwidth", run.copy_bytes_per_s, cached.copy_bytes_per_s, "B/s", src("dram")),
+             ("DRAM-sized copy", dram_copy(run)[0], copy_held, "B/s", copy_src)]
     if cached.cache_bytes_per_s:
-        rows.append(("cache bandwidth", run.cache_bytes_per_s, cached.cache_bytes_per_s, "B/s", "cache"))
+        rows.append(("cache bandwidth", run.cache_bytes_per_s, cached.cache_bytes_per_s, "B/s", src("cache")))
     lines = []
-    for name, mine, held, unit, key in rows:
-        if mine is not None and mine >= held:
-            lines.append(f"{name:>26}: {si(held, unit):>14}  this run's")
+    for name, mine, held, unit, where in rows:
+        head = f"{name:>26}: {si(held, unit):>14}  "
+        if mine is not None and math.isclose(mine, held, rel_tol=1e-12):
+            lines.append(head + "this run's")
+        elif mine is not None and mine > held:  # the file credits less than this run reached
+            lines.append(head + f"the file's ({where}); this run reached {si(mine, unit)}")
         else:
             ours = f"this run measured {si(mine, unit)}" if mine else "this run did not measure it"
-            where = cached.sources.get(key, "its sweep")
-            lines.append(f"{name:>26}: {si(held, unit):>14}  an earlier run's ({where}); {ours}")
+            lines.append(head + f"an earlier run's ({where or 'its sweep'}); {ours}")
     return lines
+
+
+def matmul_roofline_widget(limits: MachineLimits, measured: MachineLimits | None = None) -> WidgetSpec:
+    """Matrix size and dtype controls (float32 first) placing a square matmul on the roofline of
+    ``limits`` (:func:`perfkit.hw.matmul_roofline`). The point drawn is the model's, the roof at its
+    intensity, not a measurement: the title names the ceiling that roof is and where it came from
+    and, where ``measured``'s sweep timed that size and dtype (on its most threads), the median rate
+    it measured there. A dtype's ceiling can come from another shape than the size shown (an
+    emulated one's rate depends on the shape), so "attainable" is never claimed.
+
+    Raises:
+        TypeError: for ``limits`` or ``measured`` that are not :class:`perfkit.hw.MachineLimits`.
+    """
+    check_type("limits", limits, MachineLimits)
+    check_type("measured", measured, MachineLimits, optional=True)
+    dtypes = sorted(limits.matmul_flops, key=lambda dt: (dt != "float32", dt))
+    swept = measured.matmul_points if measured is not None else []
+
+    def show(log2_n: int, dtype: str) -> Figure:
+        p = matmul_roofline(2 ** log2_n, dtype, limits)
+        fig = plot_roofline(limits.matmul_flops, limits.copy_bytes_per_s,
+                            [(f"{p.n}x{p.n} {dtype} (the model: its roof, not measured)", p.intensity,
+                              p.attainable_flops)], intensity_range=(1 / 16, max(1024.0, 2 * p.intensity)))
+        roof = ("the DRAM roof" if p.bound == "memory" else
+                f"the {dtype} ceiling, from {limits.sources.get(dtype, 'the sweep')}")
+        ran = max((q for q in swept if q.dtype == dtype and q.n == p.n), key=lambda q: q.threads,
+                  default=None)  # the sweep's median at this size, on its most threads
+        title = (f"{p.n} x {p.n} matmul in {dtype}: {p.intensity:.3g} FLOP/byte, under {roof}: "
+                 f"{si(p.attainable_flops, 'FLOP/s')}, so at least {si(p.predicted_s, 's')} per matmul"
+                 + (f"; this run's sweep measured {si(ran.flops_per_s, 'FLOP/s')} at this size "
+                    + (f"({ran.flops_per_s / p.attainable_flops:.0%} of that roof)"
+                       if ran.flops_per_s <= p.attainable_flops else "(above that roof: the cache held it)")
+                    if ran else ""))
+        fig.axes[0].set_title("\n".join(textwrap.wrap(title, 100)), fontsize=9)
+        return tidy(fig)
+
+    return WidgetSpec(show, {"log2_n": IntControl(1, 14, 8, description="log2(matrix size)"),
+                             "dtype": Choice(dtypes, dtypes[0], description="dtype")},
+                      title="Where does a matmul sit on this machine's roofline?")

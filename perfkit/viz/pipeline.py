@@ -50,20 +50,23 @@ def plot_timeline(tl: Timeline, ax: Axes | None = None, title: str = "", unit: s
     ax.set_yticks(range(len(tl.slots)), [f"rank {r}" for r in range(len(tl.slots))])
     ax.invert_yaxis()
     ax.set_xlim(0, tl.makespan)
+    ax.set_xticks([x for x in ax.get_xticks() if 0 <= x <= tl.makespan])   # none past the end to collide
     ax.set_xlabel(f"time{f' ({unit})' if unit else ''}")
     ax.set_title(title or f"{tl.schedule.name}: bubble {tl.bubble_share:.1%}", fontsize=9)
     return ax
 
 
 def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "",
-               measured_note: str = "") -> Figure:
+               measured_note: str = "", label: str = "model", unit: str = "F = 1") -> Figure:
     """The simulated grid, and beside it the measured one of the same schedule (if given);
     ``note`` is appended to the model's title, ``measured_note`` to the measured grid's (say
-    which step it draws). The legend names only the kinds of action drawn."""
+    which step it draws). ``label`` opens the simulated grid's title (``"model"`` for unit
+    costs; name a prediction fed with measured costs as such) and ``unit`` is its time axis's
+    (``"s"`` for costs in seconds). The legend names only the kinds of action drawn."""
     n = 1 if measured is None else 2
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 0.9 + 0.45 * len(simulated.slots)), squeeze=False)
-    plot_timeline(simulated, axes[0][0], f"model: {simulated.schedule.name}, "
-                  f"bubble {simulated.bubble_share:.1%}{note}", "F = 1")
+    plot_timeline(simulated, axes[0][0], f"{label}: {simulated.schedule.name}, "
+                  f"bubble {simulated.bubble_share:.1%}{note}", unit)
     if measured is not None:
         plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}"
                       + (f", {measured_note}" if measured_note else ""), "s")

@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -145,7 +146,8 @@ def findings_markdown(findings: Sequence[Any]) -> str:
 
 
 def summary_markdown(summary: Any) -> str:
-    """A StepSummary as a Markdown table: per-phase mean, p50, p95, p99 (ms) and share."""
+    """A StepSummary as a Markdown table: per-phase mean, p50, p95, p99 (ms) and share. Under 100
+    steps the footnote says p95 and p99 are about the slowest steps, not tails."""
     rows = ["| phase | mean ms | p50 ms | p95 ms | p99 ms | share |", "|---|---|---|---|---|---|"]
     for p in [*summary.phases.values(), summary.step]:
         name = f"&nbsp;&nbsp;{p.name} (in {p.parent})" if p.parent else p.name
@@ -157,7 +159,10 @@ def summary_markdown(summary: Any) -> str:
     if summary.tokens_per_s:
         tput.append(f"{summary.tokens_per_s:,.0f} tokens/s")
     foot = f"\n\n{summary.steps} steps on {summary.device}" + (
-        f"; {', '.join(tput)}" if tput else "")
+        f"; {', '.join(tput)}" if tput else "") + (
+        f"; from {summary.steps} steps, p99 lies between the two slowest steps and p95 among the "
+        f"{max(2, math.ceil(0.05 * summary.steps) + 1)} slowest: read both as about the slowest, not as tails"
+        if summary.steps < 100 else "")
     return "\n".join(rows) + foot
 
 

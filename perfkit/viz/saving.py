@@ -34,7 +34,7 @@ PART_COLORS = {"training (attempt 0)": "#4c72b0", "rendezvous": "#c44e52",
 def plot_save_costs(costs: SaveCosts, ax: Axes | None = None) -> Axes:
     """Each mode's blocked seconds (the median, its interval as an error bar, every round as
     a dot) beside its persist time, with the two models as lines: state bytes over the write
-    bandwidth, and the staging copy's floor.
+    bandwidth, and the staging copy's floor. The legend lies below the axes, clear of the bars.
 
     Raises:
         TypeError: ``costs`` not a :class:`perfkit.saving.SaveCosts`.
@@ -59,7 +59,8 @@ def plot_save_costs(costs: SaveCosts, ax: Axes | None = None) -> Axes:
     ax.set_xticks(range(len(modes)), modes)
     ax.set_ylabel("seconds per save")
     ax.set_title(f"A save of {costs.state_bytes / 1e6:.3g} MB: what blocks, what runs behind", fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
+    # below the axes: inside, it covered the bars, and its red swatch vanished on the red bar
+    ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     return ax
 
 
@@ -111,7 +112,7 @@ def plot_goodput(curve: GoodputCurve, measured: Sequence[tuple[float, float]] = 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.4))
     ax.plot([t / unit_s for t in curve.tau_s], curve.goodput, color="#4c72b0",
-            label="model 1 - δ/τ - (τ/2 + R)/M")
+            label="model 1 - δ/τ - (τ/2 + R)/M, floored at 0")  # the model goes below 0 at small τ
     for tau, name, ls in ((curve.young_s, "Young", "--"), (curve.daly_s, "Daly", ":")):
         ax.axvline(tau / unit_s, color="grey", ls=ls, lw=1, label=f"{name}: {tau / unit_s:.3g} {unit}")
     ax.plot([curve.best_s / unit_s], [curve.best_goodput], "o", color="#c44e52",

@@ -7,16 +7,24 @@ Usage::
     display(Markdown(optimizer_table(cmp)))            # section 2: one row per ZeRO-1 variant
     display(Markdown(stage_table(cmp, stages, formula)))
     print(bytes_lines(cmp.variants))                    # each variant's bytes over DDP's
+    e = stage_edge(1, cmp.variants["ddp_adamw"], 7, t_link, t_call, 2)
+    print(e.edge, e.text())                             # the most ZeRO-1's step should take over DDP's
+
+The step-time edge (:func:`stage_edge`) is a model of perfkit's ZeRO stages against DDP +
+AdamW, built only from times the same job measured before any ratio is taken.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from perfkit._checks import check_int, check_real
 from perfkit.viz.core import si
 
-__all__ = ["bytes_lines", "calls_per_step", "calls_sentence", "optimizer_table", "sent_bytes", "stage_table"]
+__all__ = ["StageEdge", "bytes_lines", "calls_per_step", "calls_sentence", "optimizer_table", "sent_bytes",
+           "stage_edge", "stage_table"]
 
 
 def calls_per_step(r: Any) -> int:
@@ -74,3 +82,95 @@ def bytes_lines(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str
         + ", ".join(f"{k} {si(b, 'B')}" for k, b in (r.sent_bytes or {}).items())
         + f"), {calls_per_step(r)} collective call{'s' * (calls_per_step(r) != 1)}"
         for name, r in variants.items() if name != baseline)
+
+
+@dataclass(frozen=True)
+class StageEdge:
+    """The most a perfkit ZeRO stage's step should take over DDP + AdamW's, and its parts (s).
+
+    Attributes:
+        stage: 1, 2 or 3.
+        ddp_s: DDP + AdamW's median step.
+        bytes_s: half an all-reduce's bytes the stage moves where DDP's overlap does not cover
+            them: stages 1-2 all-gather the updated parameters after the step, and the next
+            forward waits for them; stage 3 all-gathers each block once more in forward.
+        calls: collective calls per step beyond DDP's; ``call_s`` the time of one (a 4-byte
+            all-reduce), charged to each.
+        update_saved_s: the ``(N - 1) / N`` of AdamW's update a rank no longer runs.
+    """
+
+    stage: int
+    ddp_s: float
+    bytes_s: float
+    calls: int
+    call_s: float
+    update_saved_s: float
+
+    @property
+    def edge(self) -> float:
+        """The step-time ratio over DDP + AdamW's the model allows at most."""
+        return 1 + (self.bytes_s + self.calls * self.call_s - self.update_saved_s) / self.ddp_s
+
+    def text(self) -> str:
+        """The edge as a sum of its measured parts."""
+        gather = "after the step" if self.stage < 3 else "in forward, a second time"
+        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus half an all-reduce's bytes all-gathered "
+                f"{gather} ({si(self.bytes_s, 's')}), plus {self.calls} calls at a 4-byte all-reduce's "
+                f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
+                f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
+
+    def beyond(self, ratio: float) -> str:
+        """What a measured step ratio over DDP's leaves beyond the edge's parts, in seconds and
+        as a share of the step's growth (a share only where both are positive)."""
+        check_real("ratio", ratio, 0, lo_open=True)
+        grew, charged = (ratio - 1) * self.ddp_s, (self.edge - 1) * self.ddp_s  # s over DDP's step
+        said = (f"By the median, the step grew by {si(grew, 's')} over DDP's" if grew >= 0 else
+                f"By the median, the step was {si(-grew, 's')} shorter than DDP's")
+        net = f"{si(charged, 's')}" if charged >= 0 else f"a net saving of {si(-charged, 's')}"
+        if grew <= charged:
+            return said + f", within the edge's {net}."
+        rest = grew - charged
+        share = f" ({rest / grew:.0%} of the growth)" if charged >= 0 else ""
+        return (said + f"; the edge charges {net} of it, and the other {si(rest, 's')}{share} is what the "
+                "model leaves out: copies into and out of flat buffers, Python hooks, and gloo's threads "
+                "slowing the compute they share the cores with; this run does not time them apart.")
+
+
+def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, world_size: int
+               ) -> StageEdge:
+    """The step-time edge of perfkit's ZeRO ``stage`` over DDP + AdamW, from times measured
+    in the same rounds: an expectation, not a bound.
+
+    Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken as hidden as
+    DDP's), then all-gather the updated slices after the step, which the next forward waits
+    for: half an all-reduce's bytes, charged unhidden. Stage 3 moves half an all-reduce's bytes
+    more than DDP (the second all-gather), charged unhidden too. Every call beyond DDP's is
+    charged a 4-byte all-reduce's time (a call's own cost) and none is hidden; a rank updates
+    ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is taken off. Per-block
+    copies and Python hooks are not in it.
+
+    Args:
+        stage: 1, 2 or 3.
+        ddp: DDP + AdamW's result (``step_s`` and ``update_s``, s; a
+            :class:`perfkit.jobs.zero_bench.VariantResult`).
+        calls: collective calls per step beyond DDP's (>= 0).
+        link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
+        call_s: one 4-byte all-reduce, timed alone, s (>= 0).
+        world_size: processes (>= 2).
+
+    Returns:
+        A :class:`StageEdge`.
+
+    Raises:
+        TypeError, ValueError: for an argument outside those ranges, or a ``ddp`` without a
+            positive ``step_s`` and a ``update_s`` >= 0.
+    """
+    check_int("stage", stage, 1, 3)
+    check_int("calls", calls, 0)
+    check_real("link_s", link_s, 0, lo_open=True)
+    check_real("call_s", call_s, 0)
+    check_int("world_size", world_size, 2)
+    check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
+    check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
+    return StageEdge(stage, ddp.step_s, 0.5 * max(link_s - call_s, 0.0), calls, call_s,
+                     (world_size - 1) / world_size * ddp.update_s)

@@ -280,6 +280,7 @@ def test_side_by_side_memory_bytes_and_results(side_by_side):
     from perfkit.jobs.zero_bench import step_ratio
 
     assert {len(r.step_times_s) for r in v.values()} == {2}
+    assert v["ddp_adamw"].update_s > 0  # AdamW's update, timed inside its steps (notebook 05's edge)
     # one series for the median, the percentiles and the ratios: each step the slower rank's
     # (a median from one rank beside a ratio from another contradicted its own verdict)
     for r in v.values():

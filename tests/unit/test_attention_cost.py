@@ -79,6 +79,10 @@ def test_tile_owner_and_plots():
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert len(legend) == 4 and legend[-1] == "model, fitted on this length"   # each length, then the model
+    # eager attention stands right of the tiles, one point per length: every median printed is drawn
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][-1] == "eager"
+    eager_x = 256 * 2
+    assert sum(eager_x in ln.get_xdata() for ln in fig.axes[0].get_lines()) == 3
     plt.close(fig)
     # the length the model was not fitted on is drawn dashed: a prediction, not a fit
     lens = sorted({p.seq_len for p in pts})
@@ -133,3 +137,43 @@ def test_eager_model_is_not_called_a_lower_bound():
     docstring must not promise a bound."""
     doc = ac.TileCostModel.__doc__
     assert "lower bound" not in doc and "not a bound" in doc
+
+
+def test_eager_bytes_per_score_by_where_softmax_runs():
+    # fp32 P; bf16 with softmax in fp32 (CUDA autocast, HF's dtype=float32): fp32 P kept by
+    # softmax's backward plus the bf16 copy P @ V keeps; softmax in bf16: one bf16 P, shared
+    assert ac.eager_bytes_per_score() == {"fp32": 4.0, "bf16, softmax in fp32": 6.0,
+                                          "bf16, softmax in bf16": 2.0}
+    with pytest.raises(ValueError, match="seq_len must be an int >= 1"):
+        ac.eager_bytes_per_score(seq_len=0)
+
+
+def test_call_mix_counts_views_apart_from_kernels():
+    import torch
+
+    x = torch.ones(4, 4)
+
+    def fn():
+        x.view(16)      # view
+        x.t()           # view
+        y = x + 1       # kernel
+        y.add_(1)       # kernel, in place: aliases its input but writes
+    mix = ac.call_mix(fn)
+    assert (mix.views, mix.kernels, mix.total) == (2, 2, 4)
+    with pytest.raises(TypeError, match="fn must be a callable"):
+        ac.call_mix(3)
+
+
+def test_times_table_sets_every_median_and_the_last_change_per_flop():
+    pts = _synthetic(2e10, 5e-5, 1e10)   # 256, 512, 1024; flash 16, 64, 256, then eager
+    table = va.times_table(pts).splitlines()
+    assert table[0] == "| T (forward + backward) | flash16 | flash64 | flash256 | eager |"
+    assert len(table) == 2 + 3
+    per_flop = va.times_table(pts, per_flop=True).splitlines()
+    # eager runs at one rate: its time per FLOP does not move; flash16's tiles cost the same per FLOP too
+    assert per_flop[-1].startswith("| 512 to 1024 |") and per_flop[-1].split(" | ")[-1] == "+0% |"
+    assert per_flop[2].split(" | ")[-1] == "100 |"   # eager at 1e10 FLOP/s: 100 ps per FLOP
+    with pytest.raises(ValueError, match="points must hold at least one"):
+        va.times_table([])
+    with pytest.raises(TypeError, match="per_flop must be a bool"):
+        va.times_table(pts, per_flop=1)

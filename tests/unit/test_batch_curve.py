@@ -157,12 +157,16 @@ def test_batch_curve_counts_and_times_a_real_step():
     one = measure_batch_curve(make_mlp_step, [1, 2], 8, slow_one, fit=2, rounds=2, warmup=0, threads=1)
     every = measure_batch_curve(make_mlp_step, [1, 2], 8, slow_one, fit=2, rounds=2, warmup=0)
     assert one.roof_s[1] > 2 * every.roof_s[1] and one.roof_fixed_s > every.roof_fixed_s
+    # a fault's cost measured before (notebook 06's new tensors): used as given, any number of them
+    given = measure_batch_curve(make_mlp_step, [1, 2], 8, LIMITS, fit=2, rounds=2, warmup=0,
+                                fault_s=[1e-6, 3e-6, 2e-6])
+    assert given.fault_s == (1e-6, 3e-6, 2e-6) and given.fault_cost.value == pytest.approx(2e-6)
 
 
 @pytest.mark.parametrize("kw, err", [
     (dict(make_step=None), TypeError), (dict(fit=3), ValueError), (dict(limits="x"), TypeError),
     (dict(seq_len=1), ValueError), (dict(rounds=1), ValueError), (dict(dtype="float8"), ValueError),
-    (dict(batches=[]), ValueError),
+    (dict(batches=[]), ValueError), (dict(fault_s=[]), ValueError), (dict(fault_s=[-1e-6]), ValueError),
 ])
 def test_batch_curve_refuses_bad_arguments(kw, err):
     args = dict(make_step=make_mlp_step, batches=[1, 2], seq_len=8, limits=LIMITS, fit=1)

@@ -448,11 +448,13 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     assert "differs" not in said and "one way" not in said
     loop, total = play_all(True, {})
     assert total.product.value == pytest.approx(total.direct.value) and not total.drift
-    assert "agree within their intervals" in total_text(total)
+    assert "agree within their ranges" in total_text(total)
+    # the product's range has no stated confidence: its rounds' intervals cover more than 90 % each
+    assert total.product.level is None and "a range of no stated confidence" in total_text(total)
     # the product beside its interval at the interval's precision: a fixed .2f read "0.18x (0.18x to 0.20x)"
     close = replace(total, product=Estimate(0.1834, 0.1828, 0.196, 0.9, 8, "m"),
                     direct=Estimate(0.19, 0.18, 0.2, 0.9, 8, "m"))
-    assert "multiply to 0.1834x (0.1828x to 0.1960x)" in total_text(close), total_text(close)
+    assert "multiply to 0.1834x (0.1828x to 0.1960x: the rounds' intervals combined" in total_text(close)
 
 
 def test_quick_totals_are_the_same_runs_chained():
@@ -463,14 +465,19 @@ def test_quick_totals_are_the_same_runs_chained():
     assert all(a == pytest.approx(b) for _, a, b in total.seams)  # chained: no seam moves
 
 
-def test_each_bar_is_its_fix_share_of_the_direct_gain():
+def test_each_bar_is_its_fix_measured_speedup_and_the_drift_a_bar_of_its_own():
     bars = waterfall_shares([("a", 2.0), ("b", 8.0)], 4.0)  # log2: 1 and 3 of 4, scaled to 2
     assert bars == [("a", pytest.approx(2 ** 0.5)), ("b", pytest.approx(2 ** 1.5))]
     assert waterfall_shares([("a", 2.0)], 0.5) == [("a", 2.0)]  # the other side of 1: not split
     assert waterfall_shares([("a", 2.0), ("b", 0.5)], 3.0) == [("a", 2.0), ("b", 0.5)]  # product 1
-    fig = plot_waterfall([("a", 2.0), ("b", 8.0)], total=4.0)
-    labels = [t.get_text() for t in fig.axes[0].texts]
-    assert labels[-1] == "4.00x" and labels[0] == "1.41x\n(2.00x in its round)"
+    # the planted version drew each fix at its share of the direct gain (1.41x for a 2.00x round),
+    # spreading the drift between runs over the fixes
+    ax = plot_waterfall([("a", 2.0), ("b", 8.0)], total=4.0).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["2.00x", "8.00x", "0.25x", "4.00x"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "between runs", "total"]
+    assert "drift between runs (the seams), not a fix" in [t.get_text() for t in ax.get_legend().get_texts()]
+    same = plot_waterfall([("a", 2.0), ("b", 2.0)], total=4.001).axes[0]  # no drift as labelled: no bar
+    assert [t.get_text() for t in same.texts] == ["2.00x", "2.00x", "4.00x"]
     with pytest.raises(ValueError, match="total"):
         waterfall_shares([("a", 2.0)], 0.0)
 

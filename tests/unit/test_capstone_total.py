@@ -49,7 +49,7 @@ def test_time_to_target_is_held_against_the_same_two_runs():
     pair = Estimate(8.0, 7.0, 9.0, 0.9, 6, "m")
     said = target_text(4.0, 1.6, pair, total)  # 6.4x over the runs
     assert "so tokens/s over the runs to the target 6.40x, against 8.00x in the same two runs'" in said
-    assert "puts it 0.80x from the windows' ratio" in said and "the data's preparation" in said
+    assert "puts it 0.80x from those steps' ratio" in said and "the data's preparation" in said
     # the direct ratio's slow side is the mean of two runs: named, with how far it puts it
     assert "The direct ratio, 8.89x, has another baseline" in said and "250 and 200 tokens/s" in said
     assert "1.11x from this pair's" in said
@@ -94,3 +94,19 @@ def test_the_verdicts_are_counted_by_what_bounded_them():
     assert tally_text(outcomes, by) == ("against the diagnosed share: 0 held, 1 missed, 2 inconclusive of 3; "
                                         "against its factor of tokens: 1 held, 0 missed, 0 inconclusive of 1")
     assert "1 disturbed" in tally_text({"a": "disturbed"}, {"a": "x"}) and tally_text({}, {}) == "none"
+
+
+def test_the_tally_says_when_the_shares_went_untested():
+    # the run the reader saw: both share rounds inconclusive, the batch round held against its tokens;
+    # the planted version tested every judged outcome together, so batch's "held" hid the caveat
+    outcomes = {"data": "inconclusive", "sync": "context", "ddp": "inconclusive", "batch": "held"}
+    by = {"data": "the diagnosed share", "ddp": "the diagnosed share", "batch": "its factor of tokens"}
+    thesis = ("the diagnosed share", "whether the diagnosed shares predict the gains")
+    said = tally_text(outcomes, by, thesis)
+    assert said.endswith("; no round judged against the diagnosed share held or missed: this run did not "
+                         "test whether the diagnosed shares predict the gains")
+    assert "did not test" not in tally_text({**outcomes, "ddp": "missed (above)"}, by, thesis)
+    none_judged = tally_text({"batch": "held"}, {"batch": "its factor of tokens"}, thesis)
+    assert "did not test" in none_judged
+    with pytest.raises(TypeError, match="tests"):
+        tally_text(outcomes, by, "the diagnosed share")

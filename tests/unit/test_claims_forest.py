@@ -72,14 +72,46 @@ def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     said = viz.claims.control_order_text(aa)
     assert "both orders read below 1x, so the 2.9% between identical loops is not the round" in said
     assert "position (0.0%)" in said
-    gaps = {"compiled slower than eager": (Estimate(0.978, 0.967, 0.987, 0.9, 16, "m"), 1.0),
-            "GELU beyond its ops": (Estimate(0.9, 0.88, 0.92, 0.9, 16, "m"), 0.957)}
-    lines = viz.claims.control_text(aa, gaps, 0.05).splitlines()
-    assert lines[0].startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x")
-    assert lines[1].startswith("compiled slower than eager: its interval (0.967x to 0.987x) lies 1.3% from")
-    assert "within the control's 2.9%: not asserted" in lines[1]
-    assert "lies 3.9% from 0.957x, beyond the control's 2.9%: it stands" in lines[2]
+    lines = viz.claims.control_text(aa, 0.05)
+    assert lines.startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x: under the 5%")
+    assert "an interval within 2.9% of the edge that decides it" in lines
+    assert "could push" in viz.claims.control_text(aa, 0.02)
+    compiled, gelu = Estimate(0.978, 0.967, 0.987, 0.9, 16, "m"), Estimate(0.9, 0.88, 0.92, 0.9, 16, "m")
+    assert viz.claims.control_gap_text(aa, compiled, 1.0) == (
+        "lies 1.3% below 1x, within the A/A control's 2.9%: not asserted")
+    assert viz.claims.control_gap_text(aa, gelu, 0.957) == (
+        "lies 3.9% below 0.957x, beyond the A/A control's 2.9%")
+    assert viz.claims.control_gap_text(aa, compiled, 0.98) == "holds 0.98x"
+    gpu = PinTiming(aa.pageable, aa.pinned, "cuda")
+    assert "no A/A control ran" in viz.claims.control_gap_text(gpu, gelu, 0.957)
     with pytest.raises(ValueError, match="no control"):
-        viz.claims.control_text(PinTiming(aa.pageable, aa.pinned, "cuda"), gaps, 0.05)
+        viz.claims.control_text(gpu, 0.05)
     with pytest.raises(ValueError, match="edge"):
-        viz.claims.control_text(aa, gaps, 0)
+        viz.claims.control_text(aa, 0)
+    with pytest.raises(TypeError, match="pin must be"):
+        viz.claims.control_gap_text(0.97, gelu, 1.0)
+    with pytest.raises(TypeError, match="est must be"):
+        viz.claims.control_gap_text(aa, 0.97, 1.0)
+
+
+def test_a_verdict_is_weighed_by_the_control_only_where_its_reach_changes_the_outcome(capsys):
+    from perfkit.data.claims import PinTiming
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+    from perfkit.verdict import Prediction
+
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.03,) * 10, 0), "cpu")  # reach 2.9 %
+    faster = Prediction("speedup", "m", low=1.0, unit="x")
+    near = Estimate(1.02, 1.01, 1.03, 0.9, 16, "m")   # held, but within the control's reach of 1x
+    far = Estimate(1.2, 1.15, 1.25, 0.9, 16, "m")     # held, far beyond it
+    said = viz.claims.weighed_text(aa, faster, near)
+    assert said.startswith("weighed by the A/A control's 2.9%") and "would be inconclusive, not held" in said
+    assert viz.claims.weighed_text(aa, faster, far) == ""
+    gpu = PinTiming(aa.pageable, aa.pinned, "cuda")  # no control: nothing to weigh by
+    assert viz.claims.weighed_text(gpu, faster, near) == ""
+    viz.claims.weighed_verdict(aa, faster, near)
+    assert "would be inconclusive" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="control must be a PinTiming"):
+        viz.claims.weighed_text(0.03, faster, near)
+    with pytest.raises(TypeError, match="measured must be an Estimate"):
+        viz.claims.weighed_verdict(aa, faster, 1.02)

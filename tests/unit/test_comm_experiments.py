@@ -210,23 +210,49 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     assert "7 x alpha = 70" in text
     # measured 200 ms, model 70 ms, noise 10 ms: the model lies 130 ms below, so the data reject it
     assert "130 ms below it" in text and "the data reject it" in text
-    # the case the review found: a model above the measurement by more than the noise is rejected,
-    # not called "within this run's noise" (a check on the measured difference alone passes it)
+    # a model above the measurement by more than the noise is rejected, not called "within this
+    # run's noise" (a check on the measured difference alone passes it)
     over = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.008},
             {"calls_per_step": 7, "step_s": 1.005}]  # measured 5 ms, noise 8 ms
     high = bucket_count_effect(over, alpha_s=0.003)  # model 18 ms: 13 ms above
     assert "is within this run's noise" in high and "above it" in high and "the data reject it" in high
-    assert "the data do not reject it" in bucket_count_effect(over, alpha_s=0.001)  # model 6 ms: 1 ms off
+    low = bucket_count_effect(over, alpha_s=0.002)  # model 12 ms: 7 ms off, within the noise, and 12 > 8
+    assert "7 ms from the model, within that noise: the data do not reject it (nor can they" in low
     # a difference just past the noise (the cold run's 4.54 ms against 4.48 ms) is no evidence
     close = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.010},
              {"calls_per_step": 8, "step_s": 1.013}]  # measured 13 ms, noise 10 ms
-    near = bucket_count_effect(close, alpha_s=0.002)
+    near = bucket_count_effect(close, alpha_s=0.003)
     assert "only 1.3x this run's noise: too close to it to call" in near and "stands out" not in near
     two = [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}]
     quiet = bucket_count_effect(two, 0.01)
     assert "does not show its noise" in quiet and "faster" in quiet
     with pytest.raises(ValueError, match="alpha_s"):
         bucket_count_effect(bk, -1.0)
+
+
+def test_bucket_count_effect_counts_the_overlap_and_claims_no_support_the_noise_hides():
+    """Notebook 02's run: 7 against 1 all-reduces, 718 us faster measured, alpha 1.12 ms, backward
+    alone 3.88 ms, 8.79 ms between caps of the same count. The start-ups alone predict the wrong
+    sign, and the noise is larger than anything the model predicts: no verdict on it."""
+    bk = [{"calls_per_step": 7, "step_s": s} for s in (19.0e-3, 22.1e-3, 15.0e-3, 23.79e-3)]
+    bk += [{"calls_per_step": 1, "step_s": 15.718e-3}]
+    text = bucket_count_effect(bk, alpha_s=1.123e-3, hidden_s=3.88e-3)
+    assert "718 µs faster measured" in text
+    assert "6 x alpha = 6.74 ms more in start-ups, less up to 3.88 ms that more buckets can hide" in text
+    assert "between 2.86 ms slower and 6.74 ms slower" in text
+    assert "The model's largest effect, 6.74 ms, is within that noise: this run can neither support" in text
+    assert "do not reject" not in text
+    # with less noise the same run would test it: the overlap brings the range within reach
+    quiet = [{"calls_per_step": 7, "step_s": 15.0e-3}, {"calls_per_step": 7, "step_s": 16.0e-3},
+             {"calls_per_step": 1, "step_s": 12.5e-3}]  # 2.5 ms slower measured, noise 1 ms
+    assert "lies 358 µs from the model, within that noise: the data do not reject it, and it stands out" in (
+        bucket_count_effect(quiet, alpha_s=1.123e-3, hidden_s=3.88e-3))
+    assert "data reject it" in bucket_count_effect(quiet, alpha_s=1.123e-3)  # start-ups alone: 4.24 ms off
+    bigger = [{"calls_per_step": 7, "step_s": 5.0e-3}, {"calls_per_step": 7, "step_s": 5.5e-3},
+              {"calls_per_step": 1, "step_s": 10.0e-3}]  # 5 ms faster: more than all the overlap hides
+    assert "even with all the overlap backward allows" in bucket_count_effect(bigger, 1e-3, hidden_s=2e-3)
+    with pytest.raises(ValueError, match="hidden_s"):
+        bucket_count_effect(bk, 1e-3, hidden_s=-1.0)
 
 
 def test_interconnects_are_one_direction_with_sources():

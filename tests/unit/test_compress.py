@@ -259,6 +259,10 @@ def test_compression_plots_and_widget_extremes():
     fig = vcomm.plot_compression_tradeoff(rows)  # the legend names both markers, not only the methods
     legend = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
     assert {"measured (every method)", "Gaussian model"} <= legend
+    # the marker key is drawn in a colour no method takes (grey is the 8th method's, C7)
+    key = [h for h, t in zip(fig.axes[0].get_legend().legend_handles, fig.axes[0].get_legend().get_texts(),
+                             strict=True) if t.get_text() == "measured (every method)"][0]
+    assert tuple(key.get_facecolor()[0][:3]) == (0.0, 0.0, 0.0)
     plt.close(fig)
     plt.close(vcomm.plot_convergence({"a": [2.0, 1.0, 0.5], "b": [2.0, 1.5, 1.0]}, smooth=2))
     res = {m: {"final_loss": 0.1, "wire_bytes_ratio": 0.5, "step_s": 0.01}
@@ -276,6 +280,12 @@ def test_compression_plots_and_widget_extremes():
         vcomm.plot_method_comparison(res, step_ratios={"sign": est})
     plt.close(vcomm.plot_kernel_shares({"qsgd eager": 0.27, "qsgd fused": 0.57},
                                        {"qsgd eager": 0.25, "qsgd fused": 0.39}))
+    # a path judged on a range draws that range, not the point 8 / b the verdict does not use
+    fig = vcomm.plot_kernel_shares({"qsgd eager": 0.27, "qsgd fused": (0.421, 0.632)},
+                                   {"qsgd eager": 0.25, "qsgd fused": 0.24})
+    grey = fig.axes[0].patches[:2]
+    assert [round(b.get_y(), 1) for b in grey] == [0.0, 42.1] and round(grey[1].get_height(), 1) == 21.1
+    plt.close(fig)
     with pytest.raises(ValueError, match="same non-empty keys"):
         vcomm.plot_kernel_shares({"qsgd eager": 0.27}, {"qsgd fused": 0.39})
     with pytest.raises(TypeError, match="grad"):

@@ -7,6 +7,8 @@ import torch
 
 from perfkit.compress import (
     BYTES_PER_VALUE,
+    CodecTimes,
+    codec_split,
     conservation_error,
     copy_share_range,
     error_rows,
@@ -14,6 +16,7 @@ from perfkit.compress import (
     residual_norms,
     time_codecs,
 )
+from perfkit.timing import Measurement
 
 
 def grad(n=20_000, seed=0):
@@ -93,3 +96,29 @@ def test_copy_share_range_charges_write_allocate_to_the_path():
     assert copy_share_range("sign") == (pytest.approx(8 / 12.375), pytest.approx(8 / 8.25))
     with pytest.raises(ValueError, match="method"):
         copy_share_range("topk")
+
+
+def _codec_times(copy, whole, decode):
+    ms = {"memcpy": copy, "qsgd fused": whole, "qsgd fused decode": decode}
+    return CodecTimes(1 << 24, {k: Measurement(tuple(v), 0) for k, v in ms.items()}, 1.0, 1.0)
+
+
+def test_codec_split_puts_the_excess_where_the_decode_timing_says():
+    # notebook 03's default run: copy 4.34 ms (8 B/value), QSGD fused round trip 17.9 ms, its
+    # decode alone 11.1 ms. The decode's 5 B/value take 2.71 ms at the copy's speed, so 8.39 ms
+    # over; the encode (17.9 - 11.1 = 6.8 ms) against 9 B/value's 4.88 ms, 1.92 ms over: the
+    # decode holds 81 % of the excess, not the encode's arithmetic.
+    s = codec_split(_codec_times([4.34e-3] * 3, [17.9e-3] * 3, [11.1e-3] * 3), "qsgd")
+    assert s.decode_bytes_s == pytest.approx(4.34e-3 * 5 / 8)
+    assert s.encode_s == pytest.approx(6.8e-3) and s.encode_bytes_s == pytest.approx(4.34e-3 * 9 / 8)
+    assert s.shares()["decode"] == pytest.approx(8.3875 / (8.3875 + 1.9175), rel=1e-3)
+    assert "the decode holds 81%" in s.text()
+    # the encode is each round's round trip less that round's decode, not a difference of medians
+    s = codec_split(_codec_times([4e-3] * 3, [10e-3, 20e-3, 30e-3], [1e-3, 15e-3, 20e-3]), "qsgd")
+    assert s.encode_s == pytest.approx(9e-3)  # median of 9, 5, 10 ms
+    # an encode faster than its bytes: no share above 100 %, the excess named whole
+    s = codec_split(_codec_times([8e-3] * 3, [12e-3] * 3, [8e-3] * 3), "qsgd")
+    assert s.excess["encode"] < 0 and s.shares() is None
+    assert "all of the time beyond the bytes lies in the decode" in s.text()
+    with pytest.raises(ValueError, match="method"):
+        codec_split(_codec_times([1e-3], [2e-3], [1e-3]), "topk")

@@ -119,3 +119,47 @@ def test_a_broadcast_operand_is_recorded_as_a_broadcast():
 def test_bad_arguments_are_refused(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def _limits(points, bf16_ceiling=4e9):
+    from perfkit.hw import MachineLimits, MatmulPoint
+
+    pts = [MatmulPoint(n, d, 1.0, r, r, t) for n, d, r, t in points]
+    return MachineLimits("cpu", "test", {"float32": 2e11, "bfloat16": bf16_ceiling}, 5e10, matmul_points=pts,
+                         threads=2, one_thread_flops={"float32": 1e11, "bfloat16": bf16_ceiling})
+
+
+def test_swept_ratio_reads_the_sweep_not_a_raised_ceiling():
+    sweep = [(128, "float32", 1e11, 1), (128, "bfloat16", 3e9, 1), (512, "float32", 1e11, 1),
+             (512, "bfloat16", 2e9, 1), (512, "float32", 2e11, 2), (512, "bfloat16", 2e9, 2)]
+    # the bf16 ceiling raised to 7 GFLOP/s by a step after the sweep: the forecast's r must not use it
+    raised = _limits(sweep, bf16_ceiling=7e9)
+    near_128 = ap.swept_ratio(raised, "bfloat16", 2 * 150**3, threads=1)
+    assert (near_128.n, near_128.threads, near_128.exact_threads) == (128, 1, True)
+    assert near_128.ratio == pytest.approx(0.03)  # 3e9 / 1e11, not the raised 7e9 over anything
+    assert ap.swept_ratio(raised, "bfloat16", 2 * 400**3, threads=1).ratio == pytest.approx(0.02)
+    # all cores: the points on every thread count (limits.threads = 2)
+    every = ap.swept_ratio(raised, "bfloat16", 2 * 128**3)
+    assert (every.n, every.threads) == (512, 2) and every.ratio == pytest.approx(0.01)
+    assert "n=512 on 2 threads: bfloat16 2 GFLOP/s, float32 200 GFLOP/s" in every.describe()
+    # no thread count asked for was swept: the nearest one, said so
+    far = ap.swept_ratio(_limits(sweep[:2]), "bfloat16", 2 * 128**3, threads=2)
+    assert far.threads == 1 and not far.exact_threads and "nearest thread count" in far.describe()
+    assert ap.swept_ratio(_limits(sweep[:1]), "bfloat16", 1e6) is None  # no size in both dtypes
+    with pytest.raises(ValueError, match="flops_per_call"):
+        ap.swept_ratio(raised, "bfloat16", 0.0)
+
+
+def test_forecast_terms_names_the_term_that_missed():
+    assert ap.amdahl(0.5, 2.0) == pytest.approx(1 / 0.75) and ap.amdahl(0.0, 0.01) == 1.0
+    p = parts()  # f = 0.6, r = 1.5, measured 1.25x
+    # the forecast had the right f and a wrong r: swapping in the parts' r lands on the measurement
+    text = p.forecast_terms(0.6, 3.0)
+    assert "r is the term that missed most" in text
+    assert "With the parts' r (1.5, against the forecast's 3)" in text
+    assert "the forecast reads 1.25x" in text and "cancelled" not in text
+    # f too low and r too high: each swap alone lands past the measurement on its own side
+    both = p.forecast_terms(0.2, 3.0)
+    assert "partly cancelled" in both
+    with pytest.raises(ValueError, match="r must be"):
+        p.forecast_terms(0.5, 0.0)

@@ -67,6 +67,19 @@ def test_gradient_flush_bf16_keeps_what_fp32_keeps():
         g.flush_at("fp16", 0.0)
 
 
+def test_a_loss_scale_lifts_the_subnormal_gradients_not_only_the_flushed_ones():
+    """Values in fp16's subnormal range keep fewer significant bits: a scale that lifts them above its
+    smallest normal restores them, which a count of values flushed to zero misses (the planted
+    version counted only those)."""
+    g = cp.gradient_flush(batch=2, seq=8, model_kw=SMALL, device="cpu")
+    assert g.lifted_by_scale(1.0) == 0
+    below = round(g.subnormal * g.kept)  # every value under the smallest normal, unscaled
+    assert g.lifted_by_scale(2.0 ** 16) <= below
+    assert below > 0 and g.lifted_by_scale(2.0 ** 40) >= g.lifted_by_scale(2.0 ** 16) > 0  # more scale: more
+    with pytest.raises(ValueError, match="scale"):
+        g.lifted_by_scale(-1.0)
+
+
 def test_predicted_skips_by_hand():
     # 2^16 * 1.0 / 65504 -> log2 just above 0 -> 1 skip; 2^32 * 1.0 -> 17
     assert cp.predicted_skips(2.0 ** 16, 1.0) == 1

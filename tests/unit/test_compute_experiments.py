@@ -43,15 +43,34 @@ def test_precision_curves_restart_from_the_same_weights():
     assert loss(model, batches[0]).item() < 0.9 * first  # and each run trained it
 
 
-def test_largest_rise_names_the_step_and_its_cause():
+def test_largest_rise_compares_the_same_steps_in_both_runs():
     same = ex.largest_rise({"fp32": [3.0, 2.5, 2.9, 2.4], "bf16": [3.0, 2.5, 2.95, 2.4]})
-    assert "fp32 at step 2 (2.500 -> 2.900)" in same and "the same step" in same
+    assert "fp32 loss: steps 2 -> 3 (2.500 -> 2.900)" in same and "both rose there" in same
     assert "back at 2.400" in same  # recovered below the step before the rise
+    # both rose at fp32's largest rise; bf16's own largest is a spike in bf16 alone, gone at the next step:
+    # named as such, never as rounding having moved where the loss rose (the old text's claim)
+    spike = ex.largest_rise({"fp32": [6.0, 5.9, 5.8, 5.8, 6.4, 6.0],
+                             "bf16": [6.0, 5.9, 6.9, 5.8, 6.45, 6.0]})
+    assert "fp32 loss: steps 4 -> 5 (5.800 -> 6.400)" in spike
+    assert "bf16 at the same steps: 5.800 -> 6.450" in spike
+    assert "both rose there" in spike and "changed where" not in spike
+    assert "bf16's own largest rise is at steps 2 -> 3 (5.900 -> 6.900), where fp32 moved -0.100" in spike
+    assert "a rise in bf16 alone" in spike and "one step's deviation" in spike
     other = ex.largest_rise({"fp32": [3.0, 2.5, 2.9, 2.8], "bf16": [3.0, 3.2, 2.9, 2.8]})
-    assert "different steps" in other and "back at" not in other
-    assert ex.largest_rise({"fp32": [3, 2, 1], "bf16": [3, 2, 1]}) == "the loss never rose"
+    assert "bf16 rose less than half as much there" in other and "back at" not in other
+    assert ex.largest_rise({"fp32": [3, 2, 1], "bf16": [3, 2, 1]}) == "the fp32 loss never rose"
     with pytest.raises(ValueError, match="two steps"):
         ex.largest_rise({"fp32": [1.0], "bf16": [1.0]})
+
+
+def test_hidden_side_prints_the_digits_that_show_a_figure_s_side_of_its_edge():
+    # 0.89973 printed "0.900x" beside a bound of 0.9x while the verdict said it lay below it
+    said = ex.hidden_side(0.89973, 0.9, "x")
+    assert "at 4 it is 0.8997x, below it" in said and "equals the edge 0.9x" in said
+    assert ex.hidden_side(0.887, 0.9, "x") == "" and ex.hidden_side(0.9, 0.9) == ""
+    assert "above it" in ex.hidden_side(1.00002, 1.0)
+    with pytest.raises(ValueError, match="edge"):
+        ex.hidden_side(1.0, float("nan"))
 
 
 def test_ratio_text_prints_the_judged_estimate():
@@ -135,6 +154,9 @@ def test_a_group_of_one_width_is_not_described_as_a_median():
     text = s.describe()
     assert "one multiple of 64, 3.04 GFLOP/s" in text and "one odd n, at 111% of it" in text
     assert "median" not in text and "spread" not in text and "nothing is judged on it" in text
+    # every width the figure draws is named: 1016 (a multiple of 8) was drawn but left out of the line
+    assert "one other even n (a multiple of 4, in no group above), at 102%" in text
+    assert s.other == (3.1e9 / 3.04e9,)
 
 
 def test_shape_sweep_skips_a_dtype_without_an_odd_width():
@@ -153,7 +175,8 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
     assert "QUICK" not in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "mfu": 1.4}), 2048)
     shared = ex.largest_mfu_text(top, 2048, share=0.51, threads=1, cores=2)  # the share it was held against
-    assert "against the float32 ceiling on 1 of 2 threads, 51% of the all-core one)" in shared
+    assert "against the float32 ceiling on 1 of 2 threads, 51% of the all-core one" in shared
+    assert "against the all-core one, 15.3%)" in shared  # the all-core share printed beside it
     assert "PaLM" in shared
     assert "Not comparable" in shared  # a measured ceiling is not the vendor's peak PaLM divides by
     assert "100%" not in ex.largest_mfu_text(top, 2048, share=1.0)
@@ -241,9 +264,18 @@ def test_loss_and_throughput_lines():
     p = SimpleNamespace(precision="bf16", compiled=True, batch=4, step=meas([0.01]), tokens_per_s=1e4,
                         mfu=0.25, ceiling="bfloat16")
     head, line = vc.throughput_lines([p], 0.5)  # the threads' share said once, above the rows
-    assert "the float32 one is 50% of the all-core float32 ceiling" in head and "by 0.50" in head
+    assert "the float32 one is 50% of the all-core float32 ceiling" in head
     assert line.endswith("MFU 25.0% of the bfloat16 ceiling") and "threads" not in line
     assert vc.throughput_lines([p], 1.0) == [line]  # the whole machine: no note
+    # a float32 line on part of the machine prints its all-core share beside the MFU
+    fp32 = SimpleNamespace(**{**vars(p), "precision": "fp32", "compiled": False, "ceiling": "float32",
+                              "threads": 1})
+    said = vc.throughput_lines([fp32], 0.5)[1]
+    assert said.endswith("MFU 25.0% of the float32 ceiling on 1 thread (12.5% of the all-core one)")
+    # an emulated bf16 step held against fp32's ceiling is not called an MFU
+    roof = SimpleNamespace(**{**vars(p), "ceiling": "float32"})
+    said = vc.throughput_lines([roof], 1.0)[0]
+    assert "MFU 25" not in said and "model FLOP/s 25.0% of the float32 ceiling, not an MFU" in said
 
 
 def test_autocast_saved_bytes_shrink_under_bf16():
@@ -271,6 +303,16 @@ def test_new_tensor_cost_and_its_words():
     dram = fusion.NewTensorCost(meas([0.01]), meas([0.002]))  # 64 MiB in 2 ms: 34 GB/s
     assert "(33.6 GB/s written)" in dram.describe(2**26, 36e9) and "%" not in dram.describe(2**26, 36e9)
     assert fusion.new_tensor_cost(torch.zeros(1024), repeat=2).reuse.n == 2
+    # faults counted per round: one statistic, the rounds' median, per tensor and per fault
+    counted = fusion.NewTensorCost(meas([0.003, 0.005, 0.004]), meas([0.001] * 3), (1000, 1000, 1000))
+    assert counted.extra_s == pytest.approx(0.003) and counted.per_fault_s == pytest.approx(3e-6)
+    assert counted.fault_rounds() == pytest.approx((2e-6, 4e-6, 3e-6))
+    assert "1,000 faults, 3 us each" in counted.describe(2**20).replace("µs", "us")
+    assert fusion.NewTensorCost(meas([0.003]), meas([0.001])).per_fault_s == 0.0  # none counted
+    big = torch.zeros(8 * 2**20 // 4)  # 8 MiB: past glibc's first mmap threshold, a new one faults in
+    assert len(fusion.new_tensor_cost(big, repeat=3).faults) in (0, 3)
+    with pytest.raises(ValueError, match="faults must hold one count per round"):
+        fusion.NewTensorCost(meas([0.003, 0.002]), meas([0.001, 0.001]), (5,))
     with pytest.raises(ValueError, match="repeat"):
         fusion.new_tensor_cost(torch.zeros(4), repeat=0)
 
@@ -294,7 +336,12 @@ def test_chain_model_and_which_term_explains_a_miss():
     assert "Not from arithmetic" in fusion.chain_explanations(model, quick_fused)[0]["above"]
     no_faults = fusion.chain_model(chain, 0.0, 1e6)
     above = fusion.chain_explanations(no_faults, quick_fused)[1]["above"]  # the model counts faults already
-    assert above.startswith("More than the model") and "page faults" not in above
+    assert above.startswith("Of the speedup's two terms the eager one carries the miss")
+    assert "page faults" not in above
+    # a speedup below the model names the term that missed, each side against its own model
+    ran = 10 * model.fused_s / model.fused_total_s  # the compiled loop over its bytes and its one new tensor
+    assert f"the compiled one carries the miss: the compiled loop took {ran:.2f}x" in fused["below"]
+    assert f"the eager chain {0.05 / model.eager_s:.2f}x its own" in fused["below"]
     with pytest.raises(ValueError, match="extra_s"):
         fusion.chain_model(chain, -1.0, 1e6)
 

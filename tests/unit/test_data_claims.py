@@ -16,6 +16,22 @@ def test_pin_timing_is_pageable_over_pinned_and_same_code_without_cuda():
         dc.time_pin_memory(batches=0)
 
 
+def test_without_cuda_the_control_times_identical_code(monkeypatch):
+    """Without CUDA the flag is only ignored, after a check and a warning each pass: the A/A control
+    runs pin_memory=False in both loops (the planted version passed True to one, which is not the
+    same code)."""
+    flags = []
+    real = dc.DataLoader
+
+    def spy(*args, pin_memory=False, **kw):
+        flags.append(pin_memory)
+        return real(*args, pin_memory=pin_memory, **kw)
+
+    monkeypatch.setattr(dc, "DataLoader", spy)
+    assert dc.time_pin_memory(batch=2, batches=2, repeat=1, device="cpu").same_code
+    assert flags and not any(flags)
+
+
 def test_pin_by_order_splits_the_balanced_rounds_and_their_median_cancels_the_position():
     """An A/A loop whose second call of a round is 2 % slower: the even rounds (pageable first)
     read 1/1.02, the odd ones 1.02, and the balanced median over both 1 (planted: every round
@@ -101,3 +117,20 @@ def test_the_control_weighs_an_effect_against_how_far_identical_loops_read_apart
         dc.interval_gap(compiled, 0.0)
     with pytest.raises(TypeError, match="est"):
         dc.interval_gap(0.97, 1.0)
+
+
+def test_the_control_widens_an_interval_by_its_reach():
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+
+    aa = dc.PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.02,) * 10, 0), "cpu")  # reach 1.96 %
+    est = Estimate(0.992, 0.926, 1.010, 0.9, 16, "median of 16 paired ratios")
+    wide = aa.widened(est)
+    r = aa.reach()
+    assert (wide.low, wide.value, wide.high) == pytest.approx((0.926 / (1 + r), 0.992, 1.010 * (1 + r)))
+    far = dc.PinTiming(Measurement((1.0,) * 10, 0), Measurement((0.2,) * 10, 0), "cpu")  # reach 400 %
+    assert far.widened(est).low > 0  # the planted low * (1 - reach) went negative
+    assert "widened by the A/A control's 2.0%" in wide.method
+    assert dc.PinTiming(aa.pageable, aa.pinned, "cuda").widened(est) is est  # no control: unchanged
+    with pytest.raises(TypeError, match="est"):
+        aa.widened(0.99)

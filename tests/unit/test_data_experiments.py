@@ -38,10 +38,10 @@ def test_largest_gap_is_the_worst_run_not_the_mean():
 
 
 
-def test_largest_gap_pairs_a_replayed_model_with_its_run_step_by_step():
+def test_largest_gap_pairs_a_replayed_model_with_its_run_block_by_block():
     from perfkit.data import PipelineRecord
 
-    # one slow batch (step 3) in 21 steps; the replay has it where the run has it, 0.1 s longer
+    # one slow batch (step 3) in 21 steps; the replay has it where the run has it, 0.1 s shorter
     waits = [0.5] + [0.0] * 20
     waits[3] = 1.0
     computes = [1.0] * 21
@@ -49,16 +49,36 @@ def test_largest_gap_pairs_a_replayed_model_with_its_run_step_by_step():
     replayed = tuple(w * 0.9 if i == 3 else w for i, w in enumerate(waits))
     replay = PipelineRecord(1.0, 1.0, 4, 2, replayed, (sum(replayed) + 21 * 1.0) / 21)  # step_s: the mean
     paired = ex.largest_gap([run], [replay])
-    unpaired = ex.largest_gap([run], [replay.steady_wait_share])   # a fixed share: only the run resampled
-    assert paired.value == pytest.approx(unpaired.value)            # the same gap, 1/21 - 0.9/20.9
-    assert paired.value == pytest.approx(1.0 / 21.0 - 0.9 / 20.9)
+    unpaired = ex.largest_gap([run], [replay.steady_wait_share])   # a fixed share: only the run's blocks vary
+    # 5 blocks of 4 steps (an interval at 90 % needs 5): the slow batch's block differs by 1/5 - 0.9/4.9,
+    # the other four by nothing, so the median block's gap is 0 and the interval reaches that one block
+    assert "median of 5 blocks of 4 consecutive steps" in ex.run_gaps([run], [replay])[0].method
+    assert paired.value == pytest.approx(0.0) and paired.high == pytest.approx(1 / 5 - 0.9 / 4.9)
     assert paired.high - paired.low < 0.2 * (unpaired.high - unpaired.low)  # which step was slow: not noise
 
 
-def test_rate_ratio_is_a_over_b_in_samples_per_second():
-    fast, slow = record([0, 0.002, 0.002], [0, 0.008, 0.008]), record([0, 0.01, 0.01], [0, 0.01, 0.01])
-    assert ex.rate_ratio(fast, slow).value == pytest.approx(2.0)    # 10 ms steps against 20 ms
-    assert ex.rate_ratio(slow, fast).value == pytest.approx(0.5)
+def test_blocks_keep_a_bursty_run_s_steps_together():
+    # 8 busy workers on 2 cores: 7 quick steps, then one long wait, over and over (60 steady steps)
+    burst = [0.0] + ([0.002] * 7 + [0.09]) * 7 + [0.002] * 4
+    fast = record(burst, [0.01] * len(burst))
+    even = record([0.0] + [0.013] * 60, [0.01] * 61)
+    est = ex.rate_ratio(fast, even)
+    # each block holds about a burst: the block means agree, where single steps ranged from 12 to 100 ms
+    said = "ratio of two runs' median block means (6 and 6 blocks of 10 and 10 consecutive steps)"
+    assert said in est.method
+    assert est.high / est.low < 1.5
+    gaps = ex.run_gaps([fast, even], [0.5, 0.5])
+    assert len(gaps) == 2 and all("blocks" in g.method for g in gaps)
+    assert ex.largest_gap([fast, even], [0.5, 0.5]).value == pytest.approx(max(abs(g.value) for g in gaps))
+
+
+def test_balanced_max_is_the_median_step_of_two_independent_stages():
+    assert ex.balanced_max([1.0, 3.0], [2.0, 2.0]) == pytest.approx(2.5)  # max over the pairs: 2, 2, 3, 3
+    # two balanced stages that vary: the median step lies above the longer median
+    a, b = [17.0, 18.0, 19.0, 20.0, 16.0], [18.5, 18.7, 19.5, 17.5, 18.9]
+    assert ex.balanced_max(a, b) > max(np.median(a), np.median(b))
+    with pytest.raises(ValueError, match="a entries"):
+        ex.balanced_max([-1.0], [1.0])
 
 
 def test_hidden_fraction_against_the_longer_part():

@@ -124,11 +124,11 @@ def test_saving_keeps_the_higher_ceiling_of_the_same_machine(limits, tmp_path):
     hw.save_limits(other, path)  # another machine: replaced, not merged
     assert hw.MachineLimits.from_json(path.read_text()) == other
     hw.save_limits(limits, path)
-    old_way = replace(busy, method="", copy_bytes_per_s=limits.copy_bytes_per_s * 2)
+    old_way = replace(busy, method="", matmul_flops={k: v * 2 for k, v in limits.matmul_flops.items()})
     hw.save_limits(old_way, path)  # measured another way: its (too high) ceiling is not kept
     assert hw.MachineLimits.from_json(path.read_text()) == old_way
     hw.save_limits(limits, path)
-    assert hw.MachineLimits.from_json(path.read_text()).copy_bytes_per_s == limits.copy_bytes_per_s
+    assert hw.MachineLimits.from_json(path.read_text()).matmul_flops == limits.matmul_flops
     # a faster DRAM figure from a smaller buffer (partly cached, a QUICK run's) does not replace it
     small = replace(limits, copy_bytes_per_s=limits.copy_bytes_per_s * 2,
                     dram_nbytes=(limits.dram_nbytes or 2) // 2)
@@ -169,6 +169,68 @@ def test_a_kept_ceiling_keeps_the_sweep_and_source_that_reached_it(limits, tmp_p
     assert kept.cache_bytes_per_s == 1e11 and kept.cache_nbytes == 2**17
     assert kept.sources == {"float32": "fp32 1.0", "bfloat16": "bf16 0.5", "float32, 1 thread": "1t 0.5",
                             "bfloat16, 1 thread": "bf16 1t 1.0", "dram": "dram 1.0", "cache": "cache 0.5"}
+
+
+def test_a_merged_file_keeps_each_copy_point_at_its_own_best(tmp_path):
+    """An earlier run's faster DRAM ceiling (an x + y) does not bring its slower copies along: each
+    copy point keeps its faster run, so the file's copy of DRAM-sized buffers is the fastest measured."""
+    from perfkit.hw import CopyPoint
+
+    path = tmp_path / "l.json"
+    earlier = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 33.3e9, method=hw.METHOD, dram_nbytes=2**28,
+                               copy_points=[CopyPoint(2**26, 4e-3, 30.8e9, 31.1e9, 2),
+                                            CopyPoint(2**28, 2e-2, 27.7e9, 29.8e9, 2),
+                                            CopyPoint(2**28, 2e-2, 33.1e9, 33.3e9, 2, "add")],
+                               sources={"dram": "add of 268,435,456 B buffers on 2 threads"})
+    hw.save_limits(earlier, path)
+    run = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 32.9e9, method=hw.METHOD, dram_nbytes=2**28,
+                           copy_points=[CopyPoint(2**26, 4e-3, 29e9, 30e9, 2),
+                                        CopyPoint(2**28, 2e-2, 30e9, 32.9e9, 2)],
+                           sources={"dram": "copy of 268,435,456 B buffers on 2 threads"})
+    kept = hw.MachineLimits.from_json(hw.save_limits(run, path).read_text())
+    best = {(p.op, p.nbytes): p.best_bytes_per_s for p in kept.copy_points}
+    assert best == {("copy", 2**26): 31.1e9, ("copy", 2**28): 32.9e9, ("add", 2**28): 33.3e9}
+    assert [p.op for p in kept.copy_points] == ["copy", "copy", "add"]  # copies first, by size
+    assert kept.copy_bytes_per_s == 33.3e9 and kept.sources["dram"].startswith("add of")  # its own source
+
+
+def test_the_file_credits_x_plus_y_at_most_9_8_of_the_fastest_copy(tmp_path):
+    """One fast x + y run (53.8 GB/s beside copies of 32.9 GB/s) cannot lift the DRAM ceiling past
+    what the write-allocate model allows it over a copy of the same buffers."""
+    from perfkit.hw import CopyPoint
+
+    path = tmp_path / "l.json"
+    copy = CopyPoint(2**28, 2e-2, 28.1e9, 32.9e9, 2)
+    raised = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 53.8e9, method=hw.METHOD, dram_nbytes=2**28,
+                              copy_points=[copy],
+                              sources={"dram": "x + y on 2 threads, measured after the sweep"})
+    kept = hw.MachineLimits.from_json(hw.save_limits(raised, path).read_text())
+    assert kept.copy_bytes_per_s == pytest.approx(9 / 8 * 32.9e9)
+    assert kept.sources["dram"] == (
+        "9/8 of the fastest copy of its buffers, copy of 268,435,456 B buffers on 2 threads: the most x + y "
+        "is credited (faster: x + y on 2 threads, measured after the sweep)")
+    within = hw.MachineLimits("cpu", "t", {"float32": 1e11}, 35.2e9, method=hw.METHOD, dram_nbytes=2**28,
+                              copy_points=[copy], sources={"dram": "add"})
+    assert hw.credited_dram(35.2e9, "add", [copy], 2**28) == (35.2e9, "add")  # 1.07x the copy: all of it
+    hw.save_limits(within, tmp_path / "w.json")
+    assert hw.MachineLimits.from_json((tmp_path / "w.json").read_text()) == within
+    # no copy of the ceiling's buffers: nothing to credit against
+    assert hw.credited_dram(53.8e9, "x", [copy], 2**30) == (53.8e9, "x")
+    assert hw.credited_dram(53.8e9, "x", [copy], None) == (53.8e9, "x")
+
+
+def test_the_sweep_credits_an_add_at_most_9_8_of_its_copy(monkeypatch):
+    from perfkit.hw import CopyPoint
+
+    monkeypatch.setattr(hw, "last_level_cache_bytes", lambda device=None: 1 << 20)
+    point = hw.MatmulPoint(64, "float32", 1e-5, 5e10, 6e10, 1)
+    monkeypatch.setattr(hw, "sweep_matmul", lambda *a, **k: [point])
+    monkeypatch.setattr(hw, "sweep_copy", lambda *a, **k: [  # an add far above the copy beside it
+        CopyPoint(2**16, 1e-6, 9e10, 1e11, 1), CopyPoint(2**22, 1e-3, 9e9, 1e10, 1),
+        CopyPoint(2**22, 1e-3, 1.4e10, 1.6e10, 1, "add")])
+    lim = hw.measure_limits(dtypes=("float32",), matmul_sizes=[64], copy_sizes=[2**16, 2**22])
+    assert lim.copy_bytes_per_s == pytest.approx(1.125e10) and lim.dram_nbytes == 2**22
+    assert lim.sources["dram"].startswith("9/8 of the fastest copy of its buffers, copy of 4,194,304 B")
 
 
 def test_cached_limits_measured_another_way_or_unreadable_are_measured_again(limits, tmp_path, monkeypatch):

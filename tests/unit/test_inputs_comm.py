@@ -223,6 +223,8 @@ CASES = [  # (id, call, exception, regex on the message)
      TypeError, r"buckets\[0\] must be a mapping with 'calls_per_step'"),
     ("bucket_count_effect.alpha_s", lambda: bucket_count_effect(
         [{"calls_per_step": 1, "step_s": 1.0}], -1.0), ValueError, "alpha_s must be a finite number >= 0"),
+    ("bucket_count_effect.hidden_s", lambda: bucket_count_effect(
+        [{"calls_per_step": 1, "step_s": 1.0}], 1e-5, hidden_s=math.nan), ValueError, "hidden_s must be"),
     # networks
     ("Interconnect.bandwidth zero", lambda: Interconnect("x", 0.0, "q", "s"), ValueError,
      "bandwidth must be a finite number > 0"),

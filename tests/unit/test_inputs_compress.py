@@ -132,6 +132,8 @@ CASES = [  # (name, call, exception, regex on the message)
      "state must be a HookState"),
     # simulate_dp_training, gaussian_error
     ("copy_share_range.method", lambda: compress.copy_share_range("topk"), ValueError, "method"),
+    ("codec_split.times", lambda: compress.codec_split({"memcpy": 1.0}, "qsgd"), TypeError,
+     "times must be a CodecTimes"),
     ("simulate_dp_training.make", lambda: simulate_dp_training("topk"), TypeError, "make"),
     ("simulate_dp_training.make result", lambda: simulate_dp_training(lambda: "topk"),
      TypeError, "make must return"),
@@ -244,8 +246,9 @@ def test_bad_argument_is_refused_with_a_message_naming_it(call, exc, pattern):
 
 def test_every_public_callable_has_a_case():
     # the constants (BYTES_PER_VALUE, DITHER_POOL, FUSED_MIN_NUMEL, WRITTEN_PER_VALUE) take no
-    # arguments; CodecTimes is a record time_codecs returns; isa_options takes no arguments
+    # arguments; CodecTimes and CodecSplit are records time_codecs and codec_split return;
+    # isa_options takes no arguments
     callables = {n for n in compress.__all__ if callable(getattr(compress, n))} - {
-        "CodecTimes", "isa_options"}
+        "CodecTimes", "CodecSplit", "isa_options"}
     covered = {c[0].split(".")[0].split(" ")[0] for c in CASES}
     assert callables <= covered, f"no bad-input case for {sorted(callables - covered)}"

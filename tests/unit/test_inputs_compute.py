@@ -350,6 +350,16 @@ CASES = [  # (id, call, exception, regex on the message)
     ("record_parts.step", lambda: cap.record_parts("step"), TypeError, "step must be a callable"),
     ("replay_parts.calls", lambda: cap.replay_parts((1,)), TypeError, "calls must be a list"),
     ("AutocastParts.steps", lambda: cap.AutocastParts(1.0, {}, {}), TypeError, "steps must be a Speedup"),
+    ("amdahl.f", lambda: cap.amdahl(1.5, 2.0), ValueError, r"f must be a finite number in \[0, 1\]"),
+    ("amdahl.r", lambda: cap.amdahl(0.5, 0.0), ValueError, "r must be a finite number > 0"),
+    ("swept_ratio.limits", lambda: cap.swept_ratio("limits", "bfloat16", 1e6), TypeError, "limits must be"),
+    ("swept_ratio.flops_per_call", lambda: cap.swept_ratio(LIMITS, "bfloat16", NAN), ValueError,
+     "flops_per_call"),
+    ("swept_ratio.threads", lambda: cap.swept_ratio(LIMITS, "bfloat16", 1e6, threads=0), ValueError,
+     "threads"),
+    ("swept_ratio.dtype", lambda: cap.swept_ratio(LIMITS, "float8", 1e6), ValueError, "dtype"),
+    ("SweptRatio.describe takes nothing", lambda: cap.SweptRatio("bfloat16", 64, 1, 1e9, 1e10).describe(1),
+     TypeError, "positional argument"),
     # claims_precision
     ("time_precision_step.batch", lambda: cp.time_precision_step(batch=0), ValueError,
      "batch must be an int >= 1"),
@@ -436,6 +446,10 @@ CASES = [  # (id, call, exception, regex on the message)
     ("measure_batch_curve.fit", lambda: bc.measure_batch_curve(lambda b, t: None, [1, 2], 8, LIMITS, fit=4),
      ValueError, r"fit must be one of batches \[1, 2\]"),
     ("page_fault_s.nbytes", lambda: bc.page_fault_s(10), ValueError, "nbytes"),
+    ("minor_faults takes nothing", lambda: bc.minor_faults(1), TypeError, "positional argument"),
+    ("measure_batch_curve.fault_s",
+     lambda: bc.measure_batch_curve(lambda b, t: NOOP, [1, 2], 8, LIMITS, fit=1, fault_s=[-1.0]), ValueError,
+     "fault_s"),
     # --- experiments and fusion: notebook 06's measurements --------------------------------
     ("RescaledMLP width", lambda: cx.RescaledMLP(0), ValueError, "width"),
     ("WhereRescaledMLP width", lambda: cx.WhereRescaledMLP(-1), ValueError, "width"),
@@ -469,6 +483,9 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "precision"),
     ("largest_mfu_text swept", lambda: cx.largest_mfu_text(None, 0), ValueError, "swept"),
     ("largest_rise curves", lambda: cx.largest_rise({"fp32": [1.0, 2.0]}), TypeError, "curves must be"),
+    ("hidden_side value", lambda: cx.hidden_side(INF, 1.0), ValueError, "value"),
+    ("NewTensorCost faults", lambda: fusion.NewTensorCost(M, M, (1, -1)), ValueError, r"faults\[1\]"),
+    ("NewTensorCost fresh", lambda: fusion.NewTensorCost(1.0, M), TypeError, "fresh must be"),
     ("new_tensor_cost repeat", lambda: fusion.new_tensor_cost(torch.zeros(4), repeat=0),
      ValueError, "repeat"),
     ("precision_curves model", lambda: cx.precision_curves("m", lambda m, b: b, [1], ["fp32"]),
@@ -564,6 +581,10 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "seed must be an int"),
     ("errors_against_float64.tile", lambda: fl.errors_against_float64(Q4, Q4, Q4, tile=5),
      ValueError, "tile must be a positive power of two"),
+    ("call_mix.fn", lambda: ac.call_mix(3), TypeError, "fn must be a callable"),
+    ("eager_bytes_per_score.seq_len", lambda: ac.eager_bytes_per_score(0), ValueError, "seq_len must be"),
+    ("eager_bytes_per_score.heads", lambda: ac.eager_bytes_per_score(8, heads=1.5), ValueError,
+     "heads must be"),
     ("saved_bytes_sweep.seq_lens", lambda: ac.saved_bytes_sweep([]), ValueError,
      "seq_lens must hold at least one"),
     ("saved_bytes_sweep.seq_lens zero", lambda: ac.saved_bytes_sweep([8, 0]), ValueError,
@@ -662,7 +683,8 @@ RECORDS = {"AttentionPoint", "AutocastMemory", "BatchSearch", "ChainBytes", "Gra
            "ThroughputPoint", "OpCount", "StepRoofline", "ActivationTiming", "AttentionKeep",
            "ChannelsLastCheck", "CompileTiming", "ConvTiming", "GradientFlush", "PrecisionTiming",
            "SwitchTiming", "ThreadTiming", "UltraTiming", "ChainModel", "InModelAttention",
-           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming", "OpCall", "OpRecord"}
+           "NewTensorCost", "ShapeSummary", "AttentionFlops", "AttentionTiming", "OpCall", "OpRecord",
+           "CallMix"}
 
 
 @pytest.mark.timeout(10)  # a target_s of inf or NaN used to calibrate for ever

@@ -6,13 +6,22 @@ import torch
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import claims
-from perfkit.saving.claims import gzip_costs, one_second_lines, one_second_scope, storage_rates
+from perfkit.saving.claims import (
+    gzip_costs,
+    one_second_lines,
+    one_second_scope,
+    same_disk_rates,
+    storage_rates,
+)
 from perfkit.saving.experiments import SaveCosts
 from perfkit.saving.storage import WriteBandwidth
+from perfkit.stats import Estimate
 
 W = [torch.ones(4)]
 COSTS = SaveCosts(10**7, {"sync": [0.1], "thread": [0.01]}, {"sync": [0.1], "thread": [0.1]},
                   WriteBandwidth("d", "/", "ext4", 1, True, (1e-3,)), 1e10)
+
+RATE = Estimate(1e9, 0.9e9, 1.1e9, 0.9, 9, "median")
 
 CASES = [
     ("storage_rates.directories empty", lambda: storage_rates([]), ValueError, "directories"),
@@ -52,6 +61,10 @@ CASES = [
     ("gzip_costs.level ten", lambda: gzip_costs(W, "/tmp", level=10), ValueError,
      r"level must be an int in \[1, 9\]"),
     ("gzip_costs.rounds zero", lambda: gzip_costs(W, "/tmp", rounds=0), ValueError, "rounds"),
+    ("same_disk_rates.first float", lambda: same_disk_rates(1e9, RATE, 8), TypeError, "first"),
+    ("same_disk_rates.later float", lambda: same_disk_rates(COSTS.write, 1e9, 8), TypeError, "later"),
+    ("same_disk_rates.later_nbytes zero", lambda: same_disk_rates(COSTS.write, RATE, 0), ValueError,
+     "later_nbytes"),
 ]
 
 RECORDS = {"StorageRates", "GzipCosts"}

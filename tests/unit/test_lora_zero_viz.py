@@ -91,3 +91,32 @@ def test_tables_have_one_row_per_variant():
     assert len(rows) == 3 and rows[2].endswith("| 1.0000 |")
     rows = vzero.optimizer_table(cmp).splitlines()
     assert len(rows) == 3 and "| 50.0% | - |" in rows[2]
+
+
+def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
+    # notebook 05's default run: DDP + AdamW's step 77.4 ms, an all-reduce of the gradient's
+    # bytes 4.05 ms and a 4-byte one 0.399 ms timed alone, 7 more calls at stage 1; AdamW's
+    # update 4 ms, of which a rank at N = 2 no longer runs half. The all-gather after the step
+    # is half an all-reduce's bytes: 0.5 * (4.05 - 0.399) = 1.8255 ms.
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    e = vzero.stage_edge(1, ddp, 7, 4.05e-3, 0.399e-3, 2)
+    assert e.bytes_s == pytest.approx(1.8255e-3) and e.update_saved_s == pytest.approx(2e-3)
+    assert e.edge == pytest.approx(1 + (1.8255e-3 + 7 * 0.399e-3 - 2e-3) / 77.4e-3)
+    assert e.edge < 1.10 and "at most 1.0338x" in e.text() and "after the step" in e.text()
+    # stage 3: 14 more calls, the forward's second all-gather; the update saved grows with N
+    e3 = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 4)
+    assert e3.update_saved_s == pytest.approx(3e-3) and "in forward, a second time" in e3.text()
+    assert e3.edge == pytest.approx(1 + (1.8255e-3 + 14 * 0.399e-3 - 3e-3) / 77.4e-3)
+    # zero3's miss, sized: a 1.43x step grew by 33.3 ms, the edge charges 4.41 ms of it (1.8255 + 5.586 - 3)
+    # and leaves 28.9 ms, 87 % of the growth, named as not timed apart; within the edge, no remainder
+    text = e3.beyond(1.43)
+    assert "grew by 33.3 ms" in text and "the edge charges 4.41 ms" in text and "(87% of the growth)" in text
+    assert "within the edge's" in e3.beyond(1.02) and "shorter than DDP's" in e3.beyond(0.9)
+    with pytest.raises(ValueError, match="ratio"):
+        e3.beyond(float("nan"))
+    for args, match in (((0, ddp, 7, 1e-3, 1e-4, 2), "stage"), ((1, ddp, -1, 1e-3, 1e-4, 2), "calls"),
+                        ((1, ddp, 7, 0.0, 1e-4, 2), "link_s"), ((1, ddp, 7, 1e-3, 1e-4, 1), "world_size"),
+                        ((1, SimpleNamespace(step_s=0.0, update_s=0.0), 7, 1e-3, 1e-4, 2), "ddp.step_s"),
+                        ((1, SimpleNamespace(step_s=1.0), 7, 1e-3, 1e-4, 2), "ddp.update_s")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            vzero.stage_edge(*args)

@@ -315,10 +315,10 @@ def test_step_ratio_is_the_median_ratio_of_the_paired_rounds():
 def test_ranks_merge_into_one_series_each_step_the_slower_ranks():
     from perfkit.jobs.zero_bench import _merge_ranks
 
-    def rank(times):
+    def rank(times, update_s=0.002):
         return {"step_times_s": times, "state_bytes": 8, "losses": [1.0], "max_rel_diff_vs_adamw": 0.0,
                 "max_rel_diff_vs_ddp_adamw": None, "model_states": {"params": 4}, "calls": {},
-                "sent_bytes": {}, "transient_peak_bytes": 0}
+                "sent_bytes": {}, "transient_peak_bytes": 0, "update_s": update_s}
 
     # rank 0 is slower at steps 0 and 1, rank 1 at step 2: neither rank's own series is the step's
     r = _merge_ranks("v", [rank([5.0, 4.0, 1.0]), rank([1.0, 2.0, 6.0])], [10, 30])
@@ -326,6 +326,8 @@ def test_ranks_merge_into_one_series_each_step_the_slower_ranks():
     # the median of that series: the slower rank's own median (4.0 or 2.0) would not be
     assert r.step_s == 5.0 and r.step_p10_s <= r.step_s <= r.step_p90_s <= 6.0
     assert r.peak_rss_bytes == 30
+    # the optimizer step alone (notebook 05's ZeRO edge takes 1/N of AdamW's off): the slower rank's
+    assert _merge_ranks("v", [rank([1.0], 0.002), rank([1.0], 0.003)], None).update_s == 0.003
 
 
 def test_zero_comparison_plot_draws_the_paired_ratios_the_verdicts_judge():

@@ -99,6 +99,23 @@ def test_zero_rule_rows_by_hand():
     assert claims.ZeroRuleRow(5, 8, 1, 2).rule_wrong and not claims.ZeroRuleRow(5, 8, 2, 2).rule_wrong
 
 
+def test_zero_rule_rows_count_a_sequence_of_activations_beside_the_model_states():
+    # 13 B: 40 layers 5,171 wide, 34 * 5171 * 40.4 * 2048 = 14.5 GB; stage 1's 71.5 GB + 14.5 > 85.9 GB
+    # (80 GiB), so stage 2 is the lowest that fits: the rule's stage 3 is still wrong, but not because
+    # stage 1 fits (the planted version counted model states only and called stage 1 fitting)
+    assert claims.activation_gb(13, 2048) == pytest.approx(14.55, rel=0.01)
+    assert claims.activation_gb(13, 0) == 0
+    gpu = 80 * 2**30 / 1e9
+    rows = {r.billions: r for r in claims.zero_rule_rows([7, 13, 30], gpu, 8, tokens=2048)}
+    assert rows[13].lowest_fitting == 2 and rows[13].rule_wrong
+    assert rows[13].activations_gb == pytest.approx(claims.activation_gb(13, 2048))
+    assert rows[7].lowest_fitting == 1 and rows[30].lowest_fitting == 3
+    with pytest.raises(ValueError, match="tokens"):
+        claims.zero_rule_rows([7], tokens=-1)
+    with pytest.raises(ValueError, match="billions"):
+        claims.activation_gb(0, 2048)
+
+
 def test_largest_model_for_stage_inverts_the_formula():
     b = claims.largest_model_for_stage(1, gpu_gb=80, n_gpus=8)
     assert b == pytest.approx(80 / (4 + 12 / 8), rel=1e-9)

@@ -43,8 +43,31 @@ def test_balance_by_params_and_by_time():
     assert len(times) == 6 and all(t > 0 for t in times)
 
 
+def test_layer_costs_warms_every_layer_before_timing_the_first():
+    """A cold process runs its first passes slower: the first layer timed must not pay that."""
+    order = []
+
+    class Logged(torch.nn.Linear):
+        def forward(self, x):
+            order.append(self.i)
+            return super().forward(x)
+
+    layers = [Logged(4, 4) for _ in range(3)]
+    for i, m in enumerate(layers):
+        m.i = i
+    times = layer_costs(layers, "time", torch.randn(2, 4), repeat=2)
+    assert len(times) == 3
+    assert order[:3] == [0, 1, 2]   # the untimed pass through every layer, in model order, first
+    assert all(m.weight.grad is None for m in layers)   # it leaves no gradient behind
+    order.clear()
+    layer_costs(layers, "time", torch.randn(2, 4), repeat=2, warmup_passes=0)
+    assert order[:3] == [0, 0, 0]   # without it the first layer is timed before the others ran
+
+
 @pytest.mark.parametrize("call,exc,match", [
     (lambda: balance([1, 2], 3), ValueError, "cannot exceed the number of layers"),
+    (lambda: layer_costs([torch.nn.Linear(2, 2)], "time", torch.ones(1, 2), warmup_passes=-1), ValueError,
+     "warmup_passes must be an int >= 0"),
     (lambda: balance([], 1), ValueError, "costs"),
     (lambda: balance([1, -1], 1), ValueError, "costs"),
     (lambda: balance([1, float("nan")], 1), ValueError, "costs"),
@@ -150,6 +173,9 @@ def test_record_draws_and_simulates_the_typical_step():
     rec = _record("1f1b", 2, 4, runs)
     assert rec["drawn"] == 0 and rec["slots"] == runs[0]
     assert rec["simulated"] == pytest.approx(simulate(ofob(2, 4), {"F": 1, "B": 2}).bubble_share)
+    # every step simulated with its own costs: a sample per step, not the drawn step's alone
+    assert rec["simulated_each"] == pytest.approx([simulate(ofob(2, 4), {"F": 1, "B": b}).bubble_share
+                                                   for b in (2, 2, 2, 8)])
     for step, busy, share in zip(rec["step_s"], rec["busy_s"], rec["shares"]):
         assert step == pytest.approx(busy / (1 - share))   # step = busy per rank / (1 - bubble)
 

@@ -15,6 +15,7 @@ from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.hw import MachineLimits
 from perfkit.memory.model_states import zero_model_states
 from perfkit.plan import (
+    TIE_BAND,
     Layout,
     ModelSpec,
     check_layout,
@@ -416,6 +417,21 @@ def test_search_rejects_what_does_not_fit_and_ranks_the_rest():
     fixed = plan(big, c, gpus=8, global_batch=64, fixed={"tp": 2, "zero": 1})
     assert fixed.best and all(x.layout.tp == 2 and x.layout.zero == 1 for x in fixed.best)
     assert "step time" in p.why_not(1)
+    # Plan.ties: the layouts within the band of the best step, the best first
+    tied = p.ties()
+    assert tied[0] is p.best[0] and all(x.time.total_s <= times[0] * (1 + TIE_BAND) for x in tied)
+    assert len(p.ties(0.5)) >= len(tied) >= 1
+    assert p.ties(0.0) == [x for x in p.best if x.time.total_s == times[0]]
+    for r in range(1, len(tied)):  # within the band, why_not calls it a tie it cannot resolve
+        assert "tie" in p.why_not(r), p.why_not(r)
+    # a tie in time and memory is not said to be ranked by memory
+    twin = dataclasses.replace(p.best[1], time=p.best[0].time, memory=p.best[0].memory)
+    said = dataclasses.replace(p, best=[p.best[0], twin]).why_not(1)
+    assert "memory alike too" in said and "listed in the search's order" in said and "ranked by" not in said
+    with pytest.raises(ValueError, match="band"):
+        p.ties(-0.1)
+    with pytest.raises(TypeError, match="band"):
+        p.ties("0.02")
     with pytest.raises(ValueError, match="fixed"):
         enumerate_layouts(big, 8, 64, fixed={"tensor": 2})
 

@@ -112,14 +112,19 @@ def test_compare_summarises_held_out_rows_beside_the_planner(lla, rows):
     truth = [_by_hand(r, e) for r in meg]
     # a hand-made comparison: row 0 fitted, the planner off by +10 %, -20 %, +5 %, +30 %
     off = (0.1, -0.2, 0.05, 0.3)
-    cmp = Comparison([RowResult(r, i == 0, r.reported_tokens_per_gpu * (1 + o), 1.0)
-                      for i, (r, o) in enumerate(zip(meg, off))], {"megatron": e}, {"megatron": 0.4})
+    base = (0.0, 0.3, -0.1, 0.2)  # the constant-MFU baseline's errors
+    cmp = Comparison([RowResult(r, i == 0, r.reported_tokens_per_gpu * (1 + o),
+                                r.reported_tokens_per_gpu * (1 + b))
+                      for i, (r, o, b) in enumerate(zip(meg, off, base))],
+                     {"megatron": e}, {"megatron": 0.4})
     out = compare_llm_analysis(cmp)
     errs = sorted(abs(t / r.reported_tokens_per_gpu - 1) for t, r in zip(truth[1:], meg[1:]))
     s = out["tables"]["megatron"]
     assert out["held_out"] == 3 and out["modelled"] == s["modelled"] == 3
     assert s["median"] == pytest.approx(errs[1]) and s["worst"] == pytest.approx(errs[2])
     assert s["planner_median"] == pytest.approx(0.2) and s["planner_worst"] == pytest.approx(0.3)
+    # the constant-MFU baseline over the same held-out rows, beside both
+    assert s["baseline_median"] == pytest.approx(0.2) and s["baseline_worst"] == pytest.approx(0.3)
     assert out["overall"] == s and out["hbm_efficiency"] == 1.0
     assert [r["fitted"] for r in out["rows"]] == [True, False, False, False]
     assert out["rows"][1]["llm_analysis"] == pytest.approx(truth[1])
@@ -128,6 +133,10 @@ def test_compare_summarises_held_out_rows_beside_the_planner(lla, rows):
     assert own == pytest.approx(e * meg[0].reported_tokens_per_gpu / truth[0])
     assert out["rows"][0]["own_fit"] == pytest.approx(meg[0].reported_tokens_per_gpu)
     assert out["rows"][2]["own_fit"] == pytest.approx(truth[2] * own / e)
+    # the refitted errors split by recomputation (Table 1's rows all recompute in full)
+    refit = [out["rows"][i]["own_fit"] / meg[i].reported_tokens_per_gpu - 1 for i in (1, 2, 3)]
+    assert out["own_fit"]["by_recompute"] == {"megatron": {"full": pytest.approx(sorted(refit)[1])}}
+    assert out["own_fit"]["overall"]["baseline_median"] == pytest.approx(0.2)
 
 
 def test_bad_input_is_named(lla, rows):

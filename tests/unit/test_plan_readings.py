@@ -8,10 +8,15 @@ import pytest
 
 from perfkit import stats
 from perfkit.plan import (
+    TIE_BAND,
+    Comparison,
+    RowResult,
     compare,
     foundry_runs,
+    layout_ranks,
     megatron_runs,
     one_sided,
+    paired_error,
     tp_step_split,
     without_collectives,
     worst_row_cause,
@@ -89,6 +94,16 @@ def test_a_window_that_also_holds_the_model_without_collectives_does_not_test_th
     assert text.endswith("does not test the collective terms.")
     # zero3 predicted 1.35x ± 25 %: 0.994x lies below 1.01x, so the window tells them from none
     assert "outside the window" in without_collectives(ZERO3, DDP, (1.0125, 1.6875))
+    # a miss outside a window that holds the model without collectives: they decided it
+    missed = without_collectives(ZERO3, DDP, (0.975, 1.62), measured=1.74, collectives_ms=(19.0, 8.8))
+    assert "does not test" not in missed and "the measured 1.74x lies outside it" in missed
+    assert missed.endswith("alone put it there (they cost 19.0 ms against the 8.8 ms charged).")
+    held = without_collectives(ZERO3, DDP, (0.975, 1.62), measured=1.3, collectives_ms=(9.0, 8.8))
+    assert held.endswith("does not test the collective terms.")
+    with pytest.raises(ValueError, match="collectives_ms"):
+        without_collectives(ZERO3, DDP, (0.975, 1.62), measured=1.74, collectives_ms=(19.0,))
+    with pytest.raises(ValueError, match="measured"):
+        without_collectives(ZERO3, DDP, (0.975, 1.62), measured=float("nan"))
     with pytest.raises(ValueError, match="other than the collectives"):
         without_collectives(ZERO1, {"data-parallel": 1.0}, (0.5, 1.5))
     with pytest.raises(ValueError, match="low <= high"):
@@ -142,3 +157,31 @@ def test_the_worst_rows_micro_batch_cost_is_sized_against_its_gap():
     said = worst_row_cause(worst, peers, [0.21, 0.36])
     assert "micro-batch (" in said  # the published worst row and its peer differ in micro-batch
     assert "by which the prediction" in said and " s to a step of " in said
+
+
+def test_the_error_on_a_ratio_pairs_rows_of_one_model_and_sequence():
+    """Planted: the median |error| over single rows (20 % here) used as the tie band."""
+    foundry = foundry_runs(("a100-40gb",))
+    a, b = foundry[0], next(r for r in foundry[1:] if r.model == foundry[0].model)
+    other = next(r for r in foundry if r.model != a.model)
+    rows = [RowResult(r, False, r.reported_tokens_per_gpu * f, 1.0)
+            for r, f in ((a, 1.2), (b, 1.2), (other, 0.8))]
+    pe = paired_error(Comparison(rows, {"a100-40gb": 0.5}, {"a100-40gb": 0.4}))
+    # both rows of one sequence 20 % fast: their ratio is exact; the third row has no partner
+    assert pe.pairs == 1 and pe.band == pytest.approx(0.0)
+    assert list(pe.groups.values()) == [[a.label, b.label]]
+    rows[1] = RowResult(b, False, b.reported_tokens_per_gpu * 0.96, 1.0)
+    assert paired_error(Comparison(rows, {"a100-40gb": 0.5}, {"a100-40gb": 0.4})).band == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="two rows of one model"):
+        paired_error(Comparison(rows[2:], {"a100-40gb": 0.5}, {"a100-40gb": 0.4}))
+    with pytest.raises(TypeError, match="cmp"):
+        paired_error(rows)
+
+
+def test_the_tie_band_is_the_published_rows_error_on_a_ratio(cmp):
+    pe = paired_error(cmp)
+    assert pe.band == pytest.approx(TIE_BAND, abs=1e-3) and pe.pairs == 114 and len(pe.groups) == 23
+    assert pe.band < cmp.median_error / 2  # the shared efficiency cancels in a ratio
+    assert f"{pe.band:.1%}" in pe.text() and "114 pairs" in pe.text()
+    # the Megatron ranking's tie is that band, not the median error over single rows
+    assert {r.tolerance for r in layout_ranks(compare(megatron_runs()[-2:], fit_count=1))} == {TIE_BAND}

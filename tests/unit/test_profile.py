@@ -326,6 +326,8 @@ def test_plots_and_tables_consume_every_record_kind():
     for f in (fig, fig2, fig3, short):
         matplotlib.pyplot.close(f)
     assert "| data |" in vp.summary_markdown(s) and "samples/s" in vp.summary_markdown(s)
+    # one step: its p95 and p99 are that step, and the footnote says so (a tail needs 100 steps)
+    assert "p99 lies between the two slowest steps" in vp.summary_markdown(s)
     assert "No bottleneck" in vp.findings_markdown([])
     assert "07_data_loading" in vp.findings_markdown(diagnose_shares({"data": 0.5}))
     with pytest.raises(ValueError, match="unit"):
@@ -347,3 +349,18 @@ def test_profiler_on_cuda_reports_device_time(tmp_path):
     res = prof.result()
     assert sum(o.self_device_s for o in res.top_ops) > 0
     assert res.breakdown is not None and mon.summary().steps == 3
+
+
+def test_the_summary_table_calls_p99_a_tail_only_from_100_steps():
+    tables = {}
+    for steps in (99, 100):
+        mon = StepMonitor(device="cpu")
+        t = [0.0]
+        mon._mark = lambda t=t: t[0]
+        for _ in range(steps):
+            with mon.phase("data"):
+                t[0] += 0.002
+            mon.step(samples=8)
+        tables[steps] = vp.summary_markdown(mon.summary())
+    assert "p99 lies between the two slowest" in tables[99] and "among the 6 slowest" in tables[99]
+    assert "slowest" not in tables[100]

@@ -133,3 +133,25 @@ def test_the_one_second_claim_is_scoped_to_the_sizes_it_held_at():
     assert "disagree" in one_second_scope({42.7e6: 1.2, 202e6: 0.5})
     with pytest.raises(ValueError, match="saves"):
         one_second_scope({})
+
+
+def test_two_rates_of_one_disk_at_two_sizes_are_not_read_as_a_moved_disk():
+    """Planted: section 1's 42.7 MB writes at 1.66 GB/s outside the interval of later 33.6 MB
+    writes (1.34-1.42 GB/s) read as "the disk's rate moved", when a fixed cost per file alone
+    lowers the smaller writes' rate."""
+    from perfkit.saving.claims import same_disk_rates
+    from perfkit.saving.storage import WriteBandwidth
+    from perfkit.stats import Estimate
+
+    first = WriteBandwidth("d", "/", "ext4", 42_700_000, True, (0.0257, 0.0257, 0.03))   # 1.66 GB/s
+    later = Estimate(1.40e9, 1.34e9, 1.42e9, 0.9, 9, "median")
+    smaller = same_disk_rates(first, later, 33_600_000)
+    assert "above the interval just measured" in smaller and "fixed cost per file" in smaller
+    assert "do not show that the disk's rate moved" in smaller
+    # the larger writes slower: no fixed cost explains that
+    assert "rate with fsync moved" in same_disk_rates(first, Estimate(2.0e9, 1.9e9, 2.1e9, 0.9, 9, "m"),
+                                                      33_600_000)
+    # the same size: a difference is the disk's
+    assert "at the same size" in same_disk_rates(first, later, 42_700_000)
+    assert same_disk_rates(first, Estimate(1.66e9, 1.6e9, 1.7e9, 0.9, 9, "m"), 33_600_000).endswith(
+        "the two measurements agree.")

@@ -381,3 +381,25 @@ def test_column_region_refuses_bad_arguments(group):
         column_region(torch.zeros(2, 4), [lin])
     (y,) = column_region(torch.ones(1, 2, 4), [lin])
     assert torch.allclose(y, lin(torch.ones(1, 2, 4)))
+
+
+def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
+    from perfkit.parallel import speedup_crossing
+
+    rounds = 21
+    flat = lambda x: [x * (1 + 0.01 * (i - rounds // 2)) for i in range(rounds)]   # noqa: E731
+    est = speedup_crossing([128, 256, 512], [flat(0.6), flat(0.8), flat(1.4)])
+    # between 256 (0.8) and 512 (1.4), a third of the way in log width: 256 * 2 ** (1 / 3)
+    assert est.value == pytest.approx(256 * 2 ** (1 / 3))
+    assert est.low < est.value < est.high and 256 < est.low and est.high < 512
+    assert est.has_interval and "cross 1x" in est.method
+    # every width already pays, or none does: the crossing lies outside the widths timed
+    assert speedup_crossing([128, 256], [flat(1.2), flat(1.5)]) is None
+    assert speedup_crossing([128, 256], [flat(0.5), flat(0.7)]) is None
+    # too few rounds for an interval: the point alone, which a verdict calls inconclusive
+    few = speedup_crossing([128, 256], [[0.8, 0.9], [1.1, 1.2]])
+    assert not few.has_interval and few.low == few.value == few.high
+    # an interval end that would reach far beyond the widths stops at 16x them
+    wide = speedup_crossing([128, 256], [flat(0.9), [x * (1 + 0.5 * (i - 10) / 10) for i, x in
+                                                      enumerate(flat(1.05))]])
+    assert wide.high <= 256 * 16

@@ -245,3 +245,15 @@ def test_a_figure_load_cannot_move_never_names_the_load(monkeypatch):
     assert "load average 9.0" in judge(timing, est(1.37, 1.24, 1.54)).text   # a timing names it
     with pytest.raises(TypeError, match="timed must be a bool"):
         Prediction("x", "m", high=1.0, timed="no")
+
+
+def test_the_measured_figure_prints_the_digits_that_show_its_side_of_an_edge():
+    from perfkit.stats import Estimate
+    from perfkit.verdict import Prediction, judge
+
+    p = Prediction("fp32 tokens/s over the best other", "flattens", low=0.9, unit="x", soft=("low",))
+    text = judge(p, Estimate(0.89973, 0.85, 0.95, 0.9, 15, "median of 15 paired ratios")).text
+    # 3 digits printed "0.900x" beside "at least 0.9x", and the reader could not tell its side
+    assert "**Measured:** 0.8997x (90% interval" in text
+    far = judge(p, Estimate(0.8123, 0.80, 0.83, 0.9, 15, "median of 15 paired ratios")).text
+    assert "**Measured:** 0.812x (90% interval" in far  # away from the edge: 3 digits, as before

@@ -26,8 +26,9 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     assert groups[:4] == [[1024], [1017, 1019], [1022], [1016]]
     assert np.allclose(ax.collections[0].get_offsets()[:, 1], [140])  # in GFLOP/s
     names = [t.get_text() for t in ax.get_legend().get_texts()]  # every marker kind is named
-    assert names == ["float32", "n % 64 == 0", "odd n", "n % 4 == 2 (no vector width divides it)",
-                     "other even n"]
+    assert names == ["n % 64 == 0", "odd n", "n % 4 == 2 (no vector width divides it)", "other even n"]
+    # no line through the widths in size order (it zigzagged between kinds), and the axis starts at zero
+    assert not ax.lines and ax.get_ylim()[0] == 0
     plt.close(fig)
     two = plot_shape_sweep(pts("float32", {1024: 1.4e11, 1017: 1.5e11})
                            + pts("bfloat16", {1024: 2e9, 1017: 2e9}))
@@ -35,6 +36,7 @@ def test_shape_sweep_marks_multiples_odd_and_off_grid_even_widths_apart():
     assert [a.get_title() for a in two.axes] == ["float32", "bfloat16"]
     assert all(a.get_yscale() == "linear" for a in two.axes)
     assert np.allclose(two.axes[1].collections[0].get_offsets()[:, 1], [2.0])
+    assert two.axes[1].get_ylim()[0] == 0  # 2.99 to 3.36 GFLOP/s once filled the whole height
     plt.close(two)
     with pytest.raises(ValueError, match="points"):
         plot_shape_sweep([])
@@ -51,6 +53,21 @@ def test_alignment_line_groups_widths_by_the_grid_they_share():
     assert line.index("n % 16 == 8") < line.index("odd")  # coarsest grid first
     with pytest.raises(ValueError, match="multiple of 64"):
         alignment_line(pts("float32", {1017: 1e11}))
+
+
+def test_break_even_names_the_unit_its_title_does():
+    from perfkit.compute import CompileRecord
+    from perfkit.timing import Measurement
+    from perfkit.viz.compute import plot_break_even
+
+    rec = CompileRecord(1.0, Measurement((0.02,) * 3, 0), Measurement((0.01,) * 3, 0))
+    fig = plot_break_even(rec, unit="steps")  # the GPT-2 step's title said steps, its axis said calls
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_xlabel() == "steps" and "break-even after 100 steps" in labels and "per step" in labels[0]
+    plt.close(fig)
+    with pytest.raises(TypeError, match="unit"):
+        plot_break_even(rec, unit="")
 
 
 def test_throughput_panels_share_one_title_size():

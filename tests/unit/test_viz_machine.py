@@ -22,10 +22,25 @@ def limits(bf16=4e9, cache=None, llc=None):
 
 def test_skipped_sizes_name_each_dtype_that_stopped_early():
     assert vm.skipped_sizes(limits(), [128, 256]) == [
-        " bfloat16 n=256: skipped, one call would take over 1 s at this rate"]
+        " bfloat16 n=256: skipped, one call would take over 1 s at this rate"]  # its only size: no trend
     assert vm.skipped_sizes(limits(), [128]) == []
     with pytest.raises(ValueError, match="sizes"):
         vm.skipped_sizes(limits(), [])
+
+
+@pytest.mark.parametrize("last, says", [
+    (0.907e9, "its rate fell from 2.45 GFLOP/s at n=512 to 907 MFLOP/s at n=1024: a larger size is expected "
+              "slower still, not to raise its ceiling"),
+    (2.3e9, "its rate held within 10 % from 2.45 GFLOP/s at n=512 to 2.3 GFLOP/s at n=1024: flattened"),
+    (3e9, "its rate rose from 2.45 GFLOP/s at n=512 to 3 GFLOP/s at n=1024: a skipped size might have run "
+          "faster (its ceiling is the sizes run)")])
+def test_skipped_sizes_say_what_the_skip_could_have_changed(last, says):
+    """Emulated bf16 fell from 3.28 to 0.907 GFLOP/s over its sizes: "flattened" would be false."""
+    pts = [MatmulPoint(n, "bfloat16", 1.0, f, f, 2) for n, f in ((256, 3.28e9), (512, 2.45e9), (1024, last))]
+    pts += [MatmulPoint(128, "bfloat16", 1.0, 3.3e9, 3.3e9, 1)]  # fewer threads: not the curve read
+    lim = MachineLimits("cpu", "t", {"bfloat16": 3.3e9}, 1e10, matmul_points=pts)
+    assert vm.skipped_sizes(lim, [256, 512, 1024, 2048]) == [
+        f" bfloat16 n=2048: skipped, one call would take over 1 s at this rate; {says}"]
 
 
 @pytest.mark.parametrize("bf16, word", [(4e9, "native"), (5e8, "converted to fp32"), (1e7, "emulated")])
@@ -149,15 +164,26 @@ def test_a_capped_dram_size_is_the_dram_point():
 def test_cache_lines_print_the_merged_ceiling_and_an_earlier_higher_one(tmp_path):
     from dataclasses import replace
     run = two_thread_limits()
-    earlier = replace(run, matmul_flops={"float32": 5e10}, copy_bytes_per_s=2e10,
+    faster = [replace(p, best_bytes_per_s=1.6e10, source="copy beside x + y") if (p.op, p.nbytes, p.threads)
+              == ("copy", 2**24, 2) else p for p in run.copy_points]
+    earlier = replace(run, matmul_flops={"float32": 5e10}, copy_bytes_per_s=1.7e10, copy_points=faster,
                       sources={**run.sources, "float32": "n=512 on 2 threads", "dram": "add of 2 GB"})
     hw.save_limits(earlier, tmp_path / "l.json")
     cached = MachineLimits.from_json(hw.save_limits(run, tmp_path / "l.json").read_text())
     assert [" ".join(ln.split()) for ln in vm.cache_lines(run, cached)] == [
         "float32 matmul: 50 GFLOP/s an earlier run's (n=512 on 2 threads); this run measured 40 GFLOP/s",
         "float32 matmul, 1 thread: 30 GFLOP/s this run's",
-        "DRAM bandwidth: 20 GB/s an earlier run's (add of 2 GB); this run measured 15 GB/s",
+        "DRAM bandwidth: 17 GB/s an earlier run's (add of 2 GB); this run measured 15 GB/s",
+        "DRAM-sized copy: 16 GB/s an earlier run's (copy beside x + y); this run measured 15 GB/s",
         "cache bandwidth: 70 GB/s this run's"]
+    # a DRAM ceiling this run raised past 9/8 of its copy: the file credits less, and says whose it is
+    raised = replace(run, copy_bytes_per_s=3e10,
+                     sources={**run.sources, "dram": "x + y, measured after the sweep"})
+    held = MachineLimits.from_json(hw.save_limits(raised, tmp_path / "r.json").read_text())
+    assert " ".join(vm.cache_lines(raised, held)[2].split()) == (
+        "DRAM bandwidth: 16.9 GB/s the file's (9/8 of the fastest copy of its buffers, copy of 16,777,216 "
+        "B buffers on 2 threads: the most x + y is credited (faster: x + y, measured after the sweep)); this "
+        "run reached 30 GB/s")
     # nothing higher before: every line is this run's own figure
     assert all(ln.endswith("this run's") for ln in vm.cache_lines(run, run))
     with pytest.raises(TypeError, match="run"):
@@ -181,3 +207,25 @@ def test_cache_sentence_states_what_the_sweep_shows_beside_what_the_os_reports()
     from dataclasses import replace
     assert "OS" not in vm.cache_sentence(replace(lim, llc_bytes=None))
     assert vm.cache_sentence(replace(lim, cache_bytes_per_s=None)).startswith("no copy kept half")
+
+
+def test_the_roofline_widget_starts_in_float32_and_names_its_roof():
+    """Its default figure was bf16's, titled "attainable" at a rate the sweep measured 2.4x slower."""
+    pts = [MatmulPoint(256, "bfloat16", 1e-2, 3.28e9, 3.3e9, 2),
+           MatmulPoint(256, "float32", 1e-4, 1.9e11, 2e11, 2)]
+    lim = MachineLimits("cpu", "t", {"float32": 2e11, "bfloat16": 7.81e9}, 3.7e10,
+                        sources={"bfloat16": "the bf16 step's matmuls replayed alone at batch 4"})
+    spec = vm.matmul_roofline_widget(lim, measured=MachineLimits("cpu", "t", {"float32": 2e11}, 3e10,
+                                                                 matmul_points=pts))
+    assert spec.defaults() == {"log2_n": 8, "dtype": "float32"}
+    title = spec.fn(log2_n=8, dtype="bfloat16").axes[0].get_title().replace("\n", " ")
+    assert "attainable" not in title and "the bf16 step's matmuls replayed alone at batch 4" in title
+    assert "this run's sweep measured 3.28 GFLOP/s at this size (42% of that roof)" in title
+    untimed = spec.fn(log2_n=9, dtype="bfloat16").axes[0].get_title()  # the sweep did not time n=512
+    assert "this run's sweep" not in untimed
+    for kw in spec.extremes():
+        spec.fn(**kw)
+    with pytest.raises(TypeError, match="limits"):
+        vm.matmul_roofline_widget({"float32": 1e9})
+    with pytest.raises(TypeError, match="measured"):
+        vm.matmul_roofline_widget(lim, measured=pts)

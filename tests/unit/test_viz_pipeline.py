@@ -12,6 +12,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from perfkit.parallel.schedules import make_schedule, one_f_one_b  # noqa: E402
 from perfkit.parallel.simulate import simulate  # noqa: E402
+from perfkit.viz.core import text_overlaps  # noqa: E402
 from perfkit.viz.pipeline import plot_bubbles, plot_grids, plot_timeline, schedule_widget  # noqa: E402
 
 
@@ -54,6 +55,16 @@ def test_grids_and_bubbles():
     assert fig.axes[1].get_title().endswith("the last of 5 steps")
     fig = plot_grids(simulate(make_schedule("zb_h1", 2, 4), {"F": 1, "I": 1, "W": 1}))
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["F", "I", "W"]
+    assert fig.axes[0].get_title().startswith("model: ") and fig.axes[0].get_xlabel() == "time (F = 1)"
+    # a prediction fed with measured seconds says so, in its title and its axis
+    fig = plot_grids(tl, tl, label="prediction (stage costs timed alone)", unit="s")
+    assert fig.axes[0].get_title().startswith("prediction (stage costs timed alone): 1f1b")
+    assert fig.axes[0].get_xlabel() == "time (s)"
+    plt.close("all")
+    # costs in seconds: no tick label past a grid's end, where it would collide with the next grid's
+    secs = simulate(one_f_one_b(2, 4), {"F": 0.036, "B": 0.072})   # ends at 0.54 s, between ticks
+    fig = plot_grids(secs, secs, label="prediction", unit="s")
+    assert text_overlaps(fig) == []
     plt.close("all")
     rows = [{"p": 2, "schedule": "gpipe", "n_micro": 4, "measured": 0.21, "interval": [0.2, 0.22]},
             {"p": 2, "schedule": "1f1b", "n_micro": 8, "measured": 0.12, "interval": [0.11, 0.13]}]

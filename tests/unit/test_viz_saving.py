@@ -62,6 +62,7 @@ def test_goodput_plot_marks_young_daly_and_measured_points():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(lab.startswith("Young") for lab in labels) and any(lab.startswith("Daly") for lab in labels)
     assert "measured" in labels and ax.get_xscale() == "log"
+    assert any(lab.endswith("floored at 0") for lab in labels)  # goodput() clips the model at 0
     assert not text_overlaps(ax.figure)
     plt.close("all")
 
@@ -78,6 +79,10 @@ def test_save_costs_plot_draws_models_and_rounds():
     assert any("write bandwidth" in lab for lab in labels) and any("staging" in lab for lab in labels)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["sync", "thread"]
     assert not text_overlaps(ax.figure)
+    # the legend lies below the axes, off the bars (inside, its red swatch vanished on the red bar)
+    ax.figure.canvas.draw()
+    legend, area = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= area.y0
     plt.close("all")
 
 
