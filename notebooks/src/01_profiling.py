@@ -252,8 +252,11 @@ viz.verdict(p_median, stats.median_ratio(m2.times_s, m.times_s, paired=False), e
 # `mon.step()` at the end. On a CPU each phase costs two `perf_counter` reads; on a GPU it
 # records two CUDA events and reads them only once they have completed, so the loop never
 # waits (`benchmarks/monitor_overhead.py` measures the cost). `summary()` returns a plain record:
-# mean, std, p50, p95, p99 per phase and each phase's share of the step; whatever the phases do
-# not cover is `other`. From a few dozen steps, as here, the p99 lies between the two slowest
+# mean, std, p50, p95, p99 per phase and each phase's share of the step, both of the means and
+# median over the steps; whatever the phases do not cover is `other`. One stalled step moves
+# every mean and every share of the means, not the medians: so the figure and the lines below
+# read medians, and the table's footnote names any phase whose p99 is over 3x its median (and
+# over 5 % of the median step longer). From a few dozen steps, as here, the p99 lies between the two slowest
 # steps and the p95 near the second slowest: read them as "the slowest steps", not as a rare tail
 # (a p99 means one step in a hundred only from a few hundred steps on).
 #
@@ -284,14 +287,15 @@ print(f"This monitored step's median, {gpt.step.p50_s * 1e3:.1f} ms, is {gpt.ste
 
 # %%
 fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 4.4))
-vprof.plot_phase_bars(healthy, unit="ms", ax=ax1, title="Mean time per step (ms)")
-vprof.plot_phase_bars(healthy, unit="%", ax=ax2, title="Share of the step")
+vprof.plot_phase_bars(healthy, unit="ms", ax=ax1, title="Median share x median step (ms)", stat="median")
+vprof.plot_phase_bars(healthy, unit="%", ax=ax2, title="Median share of the step", stat="median")
 plt.show()
 
 # %%
 for name, sm in healthy.items():
-    print(f"{name}: data takes {sm.share('data'):.1%} of a {sm.step.mean_s * 1e3:.1f} ms step "
-          f"({sm['data'].mean_s * 1e3:.2f} ms; means)")
+    print(f"{name}: data's median {sm['data'].p50_s * 1e3:.2f} ms is {sm['data'].p50_s / sm.step.p50_s:.1%} of "
+          f"the median step, {sm.step.p50_s * 1e3:.1f} ms (the figure's median share over the steps: "
+          f"{sm['data'].median_share:.1%}). " + (vprof.stall_note(sm) or "No phase stalled by the rule above."))
 batches = (b for _ in iter(int, 1) for b in models.digits_workload(device=DEVICE).loader)  # endless epochs
 alone = stats.median_interval(timing.benchmark(lambda: [t.to(DEVICE) for t in next(batches)], warmup=3,
                                                repeat=30).times_s)  # s per batch, the loader alone
@@ -302,10 +306,11 @@ p_data = Prediction("digits CNN's median data share", "the loader's own work per
                     "1.5x it) over the step", low=alone.low / dg.step.p50_s, high=1.5 * alone.high / dg.step.p50_s,
                     physical=(0, 1))
 viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain={"above": (
-    f"The data phase's median took {dg['data'].p50_s / alone.value:.2f}x the loader's median time alone, "
-    "beyond the 1.5x the model allows for what the step does to the loader (caches the model's work evicts); "
-    "that 1.5x is an allowance, not a measurement, and this run does not measure what added the rest. The "
-    "measured share is a ratio of two medians of the same steps, printed without an interval.")})
+    f"The data phase's median took {dg['data'].p50_s / alone.high:.2f}x the high end of the loader's interval "
+    "alone; the band's top edge allows 1.5x that high end for what the step does to the loader (caches the "
+    "model's work evicts); that 1.5x is an allowance, not a measurement, and this run does not measure what "
+    "added the rest. The measured share, a ratio of two medians of the same steps, has no interval: this "
+    "run cannot say whether noise alone could carry it past the edge.")})
 
 # %% [markdown]
 # The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the
@@ -355,9 +360,10 @@ if abs(eta_f - eta_b) > 0.1 * max(eta_f, eta_b):  # apart by more than a tenth: 
 viz.verdict(p_bwd, pm.measured, explain=why)
 
 # %% [markdown]
-# The crude model is the upper end's limit: with the cache serving the elementwise ops, `R`
-# is mostly matmuls, so `R_b / R_f` comes close to the FLOP ratio. What pulls the measured ratio
-# below it is each phase's fixed cost, a larger share of the shorter forward, and any difference
+# The crude model, the FLOP ratio, is what `R_b / R_f` would be if every operator were a
+# matmul at the compute roof; the memory-bound elementwise ops in `R` move it either way, so
+# the band's upper end may lie on either side of it (both are printed above). What pulls the
+# measured ratio below `R_b / R_f` is each phase's fixed cost, a larger share of the shorter forward, and any difference
 # between the shares of their roofs the two phases' ops reach: the model assumes none, and
 # where the measurement falls outside its range the verdict prints both phases' splits. Fixed
 # costs are per-operator costs; the next section weighs them for the whole step.
@@ -992,6 +998,6 @@ viz.show_headlines({
                                f"Amdahl's bound in the alternating rounds {amdahl:.2f}x",
     "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome})",
     "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%}, bound: {where.bound}",
-    "trace vs monitor": f"{worst_pp:.1f} pp apart",
+    "trace vs monitor": f"{worst_pp:.2f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",
 })

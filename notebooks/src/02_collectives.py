@@ -122,8 +122,8 @@ for n in (2, 3, 4, 8, 64):
 #
 # **Prediction.** The simplest model (Hockney's) charges every message a fixed start-up time
 # `alpha` (system calls, waking the peer, synchronisation) plus its size over a bandwidth:
-# `t(S) = alpha + S / bandwidth`. Small messages should cost about `alpha` whatever their size
-# (latency-bound); large ones should approach the bandwidth (bandwidth-bound); the crossover is
+# `t(S) = alpha + S / bandwidth`. By this model small messages cost about `alpha` whatever their
+# size (latency-bound; the line after the fits checks that against the measured small sizes); large ones should approach the bandwidth (bandwidth-bound); the crossover is
 # near `S = alpha × bandwidth`. On loopback TCP each byte is copied into a kernel buffer and
 # out again on the other side: two copies per byte carried, and both processes copy at once on one
 # memory, so we expect each one's busbw below a quarter of the buffer rate of this machine's fastest
@@ -152,20 +152,14 @@ for op, f in fits.items():
           "no bandwidth term: every size here is latency-bound")
     print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, {bw}; median relative error "
           f"{quality[op].median_rel_error:.0%}" + (f". {quality[op].why}" if quality[op].inversion else ""))
-under = [p for p in by_op["all_reduce"] if p.time_s < fits["all_reduce"].alpha_s]  # calls faster than alpha
-print(f"all-reduce sizes that took less than the fit's alpha ({si(fits['all_reduce'].alpha_s, 's')}): "
-      + (", ".join(f"{si(p.nbytes, 'B')} ({si(p.time_s, 's')})" for p in under) if under else "none")
-      + ". alpha is the fitted line's intercept, not a floor every call pays.")
+print("all-reduce: " + comm.small_sizes_text(by_op["all_reduce"], fits["all_reduce"]))
 big = max(p.nbytes for p in by_op["reduce_scatter"])  # B: the same input buffer for both
 t_big = {op: next(p.time_s for p in by_op[op] if p.nbytes == big) for op in ("reduce_scatter", "all_reduce")}
 rs_ar = t_big["reduce_scatter"] / t_big["all_reduce"]
 cross = (fits["all_reduce"].alpha_s * fits["all_reduce"].bandwidth  # B: below it, start-ups set the time
          if fits["all_reduce"].bandwidth < comm.UNRESOLVED_BANDWIDTH else math.inf)  # inf: no bandwidth term
 print(f"reduce-scatter over all-reduce at {si(big, 'B')}: {rs_ar:.2f}x the time, where the table's bytes "
-      "give 0.5x" + (": gloo runs no ring reduce-scatter. Its reduce_scatter_tensor all-reduces the whole "
-                     "buffer and keeps this rank's slice (PyTorch pull request 118911), so it moves an "
-                     "all-reduce's bytes and takes at least an all-reduce's time, and its busbw curve above "
-                     "(the ring's factor) shows half the bytes it moved; NCCL runs the real one."
+      "give 0.5x" + (comm.gloo_reduce_scatter_text(t_big["reduce_scatter"], t_big["all_reduce"], big, 2, memcpy)
                      if rs_ar > 0.75 else
                      (f": {si(big, 'B')} lies below the all-reduce fit's crossover (alpha x bandwidth = "
                       f"{si(cross, 'B')})" if math.isfinite(cross) else ": the all-reduce fit has no bandwidth "
@@ -206,7 +200,9 @@ viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha
 # message of no bytes. It stands for the fixed costs of a collective: each one wakes a gloo thread in
 # each process and exchanges TCP messages through the kernel, and on a machine whose cores are all busy
 # a waiting process must also be *scheduled* again before it can answer. It is fitted across all sizes,
-# so it is no floor: the line after the fits counts the sizes whose calls took less. Where the sweep has
+# so it is no floor, and the model's "about alpha whatever the size" is a claim to check: the line
+# after the fits gives the small sizes' measured times, how far apart they ran and how far the
+# furthest lies from the line. Where the sweep has
 # a larger message faster than a smaller one (the verdict names such a pair), the model itself fails
 # between them, since `alpha + S / bandwidth` never falls as `S` grows; its median error says only how
 # far the line lies from the typical size. The sweep times small messages in batches of back-to-back
@@ -651,9 +647,8 @@ viz.show_headlines({
 model_nb = (pred_naive + t["bucketed"] - pred_bucket) / t["bucketed"]  # naive over bucketed, by the fit
 print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].alpha_s, 's')}: the fixed costs "
       "its line charges a call before the bytes count, not a floor every call pays; "
-      + (f"below about {si(cross, 'B')} (alpha x bandwidth) the fixed costs set the time"
-         if math.isfinite(cross) else "the fit found no bandwidth term: at every size here the fixed costs set the "
-         "time") + ". Buckets pay fewer of them (naive's "
+      + comm.small_sizes_text(by_op["all_reduce"], fits["all_reduce"], short=True) + ". Buckets pay fewer "
+      "start-ups (naive's "
       f"step over bucketed's: {nb.text('x')} here, against the model's {model_nb:.2f}x: {bucketing.short()}), "
       "and DDP's bucket_cap_mb trades the start-ups of many small buckets against one large bucket that cannot "
       "start until backward is over. NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "

@@ -318,8 +318,8 @@ if rss:
 #   in the same rounds). Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken
 #   as hidden as DDP's), then all-gather the updated parameters after the step, which the next
 #   forward waits for: half an all-reduce's bytes, charged unhidden. Stage 3 all-gathers each
-#   block's parameters in forward and again in backward and reduce-scatters its gradients: half
-#   an all-reduce's bytes more than DDP, charged unhidden. Every collective call beyond DDP's pays
+#   block's parameters in forward and again in backward and reduce-scatters its gradients: two
+#   all-gathers the step waits for, each charged unhidden by that rule. Every call beyond DDP's pays
 #   a fixed cost whatever its size (notebook 02's `alpha`), charged at a 4-byte all-reduce's time
 #   and none hidden. Each rank updates 1/N of the parameters, so (N-1)/N of AdamW's update (timed
 #   inside DDP + AdamW's steps) comes off. A stage's step should take at most DDP + AdamW's plus
@@ -425,7 +425,7 @@ load = own_load()  # said in full once; the later verdicts point back to it
 note = {n: (load if i == 0 else " The cores were busy with this job's own processes, as the zero1 verdict says."
             if load else "") for i, n in enumerate(("zero1", "zero2", "zero3"))}
 time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "DDP's step, plus " + (
-    "its second all-gather" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
+    "its two all-gathers" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
                                      f"{NPROC - 1}/{NPROC} of AdamW's update", high=e.edge, unit="x", soft=("high",)),
                           ratio[n],
                           explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value) + beyond.get(n, "")

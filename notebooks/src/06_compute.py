@@ -335,7 +335,8 @@ chain = kernels.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
 ridge = limits.peak_flops("float32", CEIL_THREADS) / limits.copy_bytes_per_s  # FLOP/byte, the roofline's below
 print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused {chain.fused / 2**20:.0f} MiB "
       f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides). Fused, 1.25 FLOP/byte against "
-      f"a float32 ridge of {ridge:.2f} FLOP/byte ({on}, DRAM on all cores): {ridge / 1.25:.2g}x left of it")
+      f"a float32 ridge of {ridge:.2f} FLOP/byte (compute {on}, DRAM on all cores, the most any thread count draws: "
+      f"with DRAM measured {on} too, the ridge could only lie further right): at least {ridge / 1.25:.2g}x left of it")
 
 # %% [markdown]
 # **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
@@ -825,7 +826,6 @@ bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf
 bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted FLOP/s (section 1's count)
 obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
                        threads=CEIL_THREADS)
-limits = obs.limits
 every = f" ({bf16_mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 and against == "float32" else ""
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
       f"{bf16_top.batch}: " + (f"MFU {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
@@ -833,8 +833,11 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
                                "autocast ran the matmuls in bfloat16, which this CPU emulates, so the step is "
                                "held against the roof of what the machine does without bf16")
       + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, "
-      + (f"the rate of its ceiling now: {obs.note}, so it is no measure of its utilisation" if obs.raised else
+      + ("the rate of its ceiling now: " + obs.note.replace("than the sweep", "than " + (src.removesuffix(  # its setter
+          sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
+          .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
          sizing.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
+limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
 plt.show()
 

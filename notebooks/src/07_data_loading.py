@@ -126,6 +126,14 @@ print(f"one batch of {GPT['batch_size']}: {load_s * 1e3:.1f} ms")
 # share printed is the median over the steps of each step's wait over its time, with the
 # order-statistic interval of that median (`perfkit.stats.median_ratio`, paired: wait and time
 # come from the same step).
+#
+# **Caveat.** These intervals, and those of the step times and of the ratio of two runs below,
+# treat a run's consecutive steps as independent draws. They are not quite: with workers, batches
+# queued during one step carry over to the next, and a slow stretch of the machine spans several
+# steps. So the intervals in this section are narrower than the run's real uncertainty, and a
+# verdict near its edge is weaker than it reads. Section 2 judges on the median of block means
+# (blocks of consecutive steps) for this reason; here the intervals are the steps' own, so read
+# each as a lower limit on the run's uncertainty.
 
 # %%
 fast = ex.monitored_steps(gpt, gpt.loader.dataset, steps=STEPS)
@@ -258,10 +266,12 @@ viz.verdict(Prediction("largest gap in waiting share, model against measurement 
 # ### 2b. `num_workers` for a CPU-bound load
 #
 # Each sample now runs a fixed amount of Python work, calibrated to take `COST_MS` on an
-# idle core (like decoding: it takes longer when it has to share the core). On a machine that
-# other jobs share, it runs slower than calibrated even with no worker at all, so the model
-# takes a batch's cost `B * c` from this sweep's first run, the one without workers (its mean
-# wait per steady step): that row is then fitted, not predicted, and the others carry its figure.
+# idle core (like decoding: it takes longer when it has to share the core). Even with no worker
+# at all it need not take its calibrated time: the calibration is the best of a few short loops,
+# and on a machine that other jobs share the core may be slower, or faster, than during it (the
+# line below prints which). So the model takes a batch's cost `B * c` from this sweep's first run,
+# the one without workers (its mean wait per steady step): that row is then fitted, not predicted,
+# and the others carry its figure.
 #
 # **Model.** The same pipeline, but `W` busy workers share `CORES` cores: each batch takes
 # `B * c * max(1, W / CORES)`. In a long run that caps throughput at `CORES / (B * c)`. A run of
@@ -280,8 +290,9 @@ cpu_runs = [measure_loader(cpu_ds, LoaderConfig(BATCH, w), compute=COMPUTE_MS / 
 spin_s = statistics.fmean(cpu_runs[0].wait_s[0][1:])  # s per batch, spun in the loop (WORKERS[0] is 0)
 cpu_pred = [simulate_pipeline(spin_s, COMPUTE_MS / 1e3, w, 2, steps=SWEEP_BATCHES, cores=CORES,
                               handoff_s=handoff_s) for w in WORKERS]
-print(f"a batch's spin in the 0-worker run: {spin_s * 1e3:.1f} ms, {spin_s / batch_load_s:.2f}x the "
-      f"{batch_load_s * 1e3:.1f} ms calibrated on an idle core; the model takes this run's figure (workers=0: fitted)")
+print(f"a batch's spin in the 0-worker run: {spin_s * 1e3:.1f} ms, {spin_s / batch_load_s:.2f}x the {batch_load_s * 1e3:.1f}"
+      f" ms calibrated on an idle core ({'faster' if spin_s < batch_load_s else 'slower'} than calibrated); the "
+      "model takes this run's figure (workers=0: fitted)")
 print(vdata.sweep_lines([f"workers={w}" for w in WORKERS], cpu_runs, cpu_pred, BATCH))
 fig = vdata.plot_loader_sweep(cpu_runs, cpu_pred,
                               title=f"CPU-bound load (busy loop) on {CORES} cores")
@@ -342,8 +353,8 @@ print("worker counts, past the fitted 0, measured below 90 % of the model's thro
 # (decode once and cache, or move augmentation to the GPU). The model assumes the cores are the
 # workers' alone; the training process, the DataLoader's own threads and other jobs on the
 # machine also run on them, which is one reason a count with workers can fall short of it. (With
-# no workers that reason does not apply: there the spin's own slowdown on a shared machine is
-# what the idle-core calibration missed, and the model above already takes it from the run.)
+# no workers that reason does not apply: there the spin's own departure from its idle-core
+# calibration, faster or slower as printed above, is what the model takes from the run.)
 #
 # ### 2c. `persistent_workers`: paying the startup once
 #
@@ -604,8 +615,12 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # is inside code that released the GIL (most PyTorch kernels do), and the step, at every return to
 # Python, waits for the thread to give the GIL back (up to Python's 5 ms switch interval). A probe
 # runs the step beside a busy Python thread and times how much slower it gets on average over the
-# step (`slowdown`, `perfkit.data.thread_probe`). The spin is a fixed amount of work, so it lasts
-# at least its planted time `t_spin`. **Assume** that meanwhile the step progresses no faster than
+# step (`slowdown`, `perfkit.data.thread_probe`). The spin is a fixed amount of work, but its
+# calibration need not hold: section 2b timed a spin at a share of its calibrated time (printed
+# there). So `t_spin` is the planted time times that share where it is below 1
+# (`perfkit.data.spin_held`): a spin that ran short there is taken to run as short here, one slowed
+# by a shared core is not, and it is a measurement carried over from another run, not a law either.
+# **Assume** that meanwhile the step progresses no faster than
 # that average, `1 / slowdown` of its rate alone: then a step takes at least
 # `max(t_load, t_compute + t_spin (1 - 1 / slowdown))` (`perfkit.data.gil_least_step`; the
 # DataLoader's part of the load calls into torch, which releases the GIL, so it may overlap the
@@ -653,16 +668,18 @@ t_load, t_compute = ms.pop("load only"), ms.pop("compute only")
 floor_ms = ov.overlap_floor(t_load, t_compute, N, EXHAUSTS) / N  # the prefetched loop's least time per step
 bound = ov.overlap_hidden(t_load + t_compute, t_load, t_compute, N, EXHAUSTS)  # the model's hidden fraction
 hidden = {kind: ov.hidden_fraction_estimate(rounds, kind) for kind in ("sleep", "spin")}
+t_spin = ov.spin_held(t_step * 1e3, t_load, spin_s / batch_load_s)  # ms of Python per batch, 2b's share of planted
 for kind in ("sleep", "spin"):
     print(f"serial, {kind} load: {ms[f'serial, {kind} load']:.2f} ms/step "
           f"({ms[f'serial, {kind} load'] - t_load - t_compute:+.2f} ms against load + compute measured apart); "
-          f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.2f} ms/step; hidden fraction {hidden[kind]}")
+          f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.2f} ms/step; hidden fraction {hidden[kind]}" + (
+              ov.spin_load_note({**ms, "load only": t_load, "compute only": t_compute}, t_step * 1e3 * max(
+                  0.0, 1 - spin_s / batch_load_s)) if kind == "spin" else ""))  # 2b's share, as for t_spin
 print(f"model: load {t_load:.2f} ms, compute {t_compute:.2f} ms per step (each a loop of {N} steps in these rounds; "
       f"the step timed alone above took {t_step * 1e3:.1f} ms); overlapped at least {floor_ms:.2f} ms/step ("
       + ("the first load and the last step unhidden" if EXHAUSTS else
          "the first load unhidden, and, where loading is the longer part, the load begun as the loop stops")
       + f"); hidden fraction {bound:.3f} (the figure's overlap line is this floor)")
-t_spin = min(t_step * 1e3, t_load)  # ms of pure Python per batch (the planted delay), at most the whole load
 fastest = ov.gil_least_step(t_load, t_compute, probe.slowdown.low, t_spin)  # ms/step, the most generous edge
 longer = max(t_load, t_compute)  # ms/step: a least step above it is a bound the GIL load is judged on
 fig = vdata.plot_overlap(ms, t_load, t_compute, steps=N, floor_ms=floor_ms,
@@ -680,7 +697,8 @@ io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"a two-stage pi
                               low=0.7 * bound, physical=(None, 1.0)), hidden["sleep"], explain={
     "held": beyond if hidden["sleep"].value > bound else
             f"The prefetched loop took {pre:.2f} ms/step against its floor of {floor_ms:.2f} and the serial loop's "
-            f"{serial:.2f}.",
+            f"{serial:.2f}" + (": below the floor the model allows, which this run does not explain." if pre < floor_ms
+                               else "."),
     "below": f"The prefetched loop took {pre:.2f} ms/step against its floor of {floor_ms:.2f}: each batch's handoff "
              "needs the GIL, and the digits DataLoader inside the load runs Python that holds it.",
     "disturbed": f"The prefetched loop took {pre:.2f} ms/step, less than its longer part timed apart ({longer:.2f} "
@@ -696,7 +714,8 @@ if fastest > longer:  # else the bound allows everything (a probe that found no 
     slowest = ov.gil_least_step(t_load, t_compute, probe.slowdown.high, t_spin)
     spin_step = stats.median_interval([t / N for t in rounds["Prefetcher, spin load"]])  # s/step, median round
     took = (f"Of the hideable time it hid {hidden['spin'].value:.3f}, at most {gil_edge:.3f} by the bound. The least "
-            f"step is " + (f"the step's {t_compute:.2f} ms plus the {t_spin:.2f} ms spin, less the 1 / "
+            f"step is " + (f"the step's {t_compute:.2f} ms plus the {t_spin:.2f} ms spin ({t_spin / t_step / 1e3:.2f}x "
+                           f"its planted {t_step * 1e3:.2f} ms, by 2b's share capped at 1 and at the load), less the 1 / "
                            f"{probe.slowdown.low:.3g} of it during which the step still runs" if fastest > t_load
                            else "the load alone")
             + (f"; at the probe's most slowdown it is {slowest:.2f} ms." if slowest - fastest >= 0.005 else "."))
@@ -704,9 +723,13 @@ if fastest > longer:  # else the bound allows everything (a probe that found no 
         "prefetched loop's time per step, GIL-holding load", "gil_least_step at the probe's least slowdown, "
         f"{probe.slowdown.low:.3g}x, assuming the step runs no faster during a spin than on average beside the "
         "probe's thread", low=fastest * 1e-3, unit="s", physical=(0, None)), spin_step, explain={
-        "held": took, "below": took + " The step ran faster during the spins than its average beside the probe's "
-        "thread, which the bound assumed it would not (inside a kernel that released the GIL it runs at full speed "
-        "on the other core), or a part ran faster inside the loop than timed apart."})
+        "held": took, "below": took + f" In these rounds the serial spin loop took {spin_serial - serial:+.2f} ms/step "
+        f"against the serial sleep loop, so a spin lasted at least about {t_step * 1e3 + spin_serial - serial:.2f} ms "
+        "here (a sleep lasts at least its planted time), " + (
+            f"less than the {t_spin:.2f} ms the bound takes from 2b: a shorter spin here than there would explain "
+            "the miss, " if t_step * 1e3 + spin_serial - serial < t_spin else "no less than the bound takes: ")
+        + "or the step ran faster during the spins than its average beside the probe's thread, which the bound "
+        "assumed it would not (inside a kernel that released the GIL it runs at full speed on the other core)."})
     viz.show_verdict(gil_verdict)
 else:
     gil_verdict = None

@@ -55,7 +55,7 @@ import torch
 from IPython.display import Markdown, display
 
 import perfkit
-from perfkit import hw, viz
+from perfkit import compute, hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.profiling.capstone_text import percent2, still_listed
@@ -82,7 +82,9 @@ print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if
 if hw.imitation():  # the machine's name above ends "(imitating ...)"
     caps = ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
     print(f"imitating {hw.imitation()}: {caps} before torch's first op (perfkit.imitate), so bf16 takes the "
-          "emulated path of a CPU without bf16 units, and fp32 runs AVX2 kernels too")
+          "emulated path of a CPU without bf16 units" + (f"; fp32 matmuls go to {lib}, which reads neither "
+          "variable (notebook 00), uncapped" if (lib := compute.fp32_matmul_library()) else
+          "; fp32 matmuls run ATen's own kernels here (no BLAS library in this build), capped too"))
 for name, what in slow_train.FIXES.items():
     print(f"  --fix {name:<10} {what}" + ("" if name in AVAILABLE else "   (not offered to the loop here)"))
 
@@ -143,13 +145,15 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # across it (a fix whose true gain sits at its bound is called missed about half the time). Its
 # terms:
 #
-# * `s` is measured in the profiled window of the configuration the fix is added to; a fix that
-#   answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
+# * `s` is measured in the profiled window of the configuration the fix is added to, and taken, for
+#   every fix of a waste, in milliseconds of that window over an *unprofiled* step (the share times
+#   the profiled over unprofiled step, never less than 1): a phase takes no longer without the
+#   profiler than with it, so this is the most it can take of an unprofiled step. That factor mixes
+#   the profiler's cost with any load that differed between the window and the runs, which is why
+#   it is never taken below 1;
+# * a fix that answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
 # * the **data** fix: while one rank loads its data, the other waits for it at the next
-#   collective, booked as communication, so `s` is the data share plus the communication share.
-#   Both are taken in milliseconds of the profiled window, over an *unprofiled* step: the
-#   profiler does not slow the tokenizer, and a collective takes no longer without the profiler
-#   than with it, so this is the most they can take of an unprofiled step;
+#   collective, booked as communication, so `s` is the data share plus the communication share;
 # * the **sync** fix: only what it can remove, the training loop's reads and the host loop between
 #   them, not the time DDP waited for a collective between two of its reads (below);
 # * a **larger batch** is bounded by its own factor of tokens per step (a step that carries more

@@ -117,6 +117,7 @@ from perfkit.jobs.data_parallel import make_mlp
 from perfkit.memory import claims as cm
 from perfkit.memory import gpt2_saved_activation_bytes, zero_model_states
 from perfkit.models import tiny_gpt2
+from perfkit.sizing import ceiling_note
 from perfkit.verdict import Claim, Prediction, assess
 from perfkit.viz import si
 from perfkit.viz.claims import control_gap_text, control_order_text, control_text, weighed_verdict
@@ -124,7 +125,7 @@ from perfkit.viz.claims import control_gap_text, control_order_text, control_tex
 DEVICE = timing.resolve_device()
 CUDA = DEVICE.type == "cuda"
 CORES = os.cpu_count()
-limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
+limits = hw.cached_limits(quick=QUICK)  # notebook 00's sweep, raised by later work (or now, if missing)
 THREADS = 1 if not CUDA else torch.get_num_threads()
 torch.set_num_threads(THREADS)  # one compute thread (see "Why one compute thread" below)
 VERDICTS = {}  # claim -> perfkit.verdict.ClaimVerdict, for the summary table
@@ -500,8 +501,9 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 # that can autocast to float32") holds the losses and dozens of others, but not softmax or layer
 # norm as on CUDA, and ops like layer norm stay fp32 where their input, the residual stream, is
 # fp32. The speedup is Amdahl's, `1 / ((1 - f) + f / r)`: only the ops autocast
-# changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off notebook 00's
-# ceilings (those of the one thread the steps run on), `f` is the step's model FLOPs at the fp32
+# changes (a share `f` of the fp32 step) change speed, by a ratio `r`. Read off the cached
+# ceilings of the one thread the steps run on (notebook 00's sweep, or a rate a later notebook
+# measured above it: the output names whose each one is), `f` is the step's model FLOPs at the fp32
 # ceiling over its time and `r` the ratio of the bf16 and fp32 ceilings (below 1 on a CPU without
 # bf16 units); but a tiny model's matmuls
 # are far from a ceiling's square shapes, so the prediction judged here measures both at the
@@ -524,8 +526,8 @@ f_mm, f_raw, r, amdahl = amp.amdahl(limits)
 mem = cp.autocast_memory(BATCH, SEQ, GPT)
 mem_ratio = mem.activation_ratio
 print(f"bf16 autocast's speedup over fp32: {x(speed)}")
-print(f"from the {THREADS}-thread ceilings (fp32 {si(limits.peak_flops('float32', threads=THREADS), 'FLOP/s')}, bf16 "
-      f"{si(limits.peak_flops('bfloat16', threads=THREADS), 'FLOP/s')}): f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
+print("from the ceilings: " + "; ".join(ceiling_note(limits, d, limits.peak_flops(d, threads=THREADS), THREADS)
+      .split(" of the ", 1)[1] for d in ("float32", "bfloat16")) + f": f = {f_mm:.1%}, r = {r:.3g} -> {amdahl:.3g}x"
       + (f" (f capped from {f_raw:.0%}: the cached fp32 ceiling is too low)" if f_raw > 1 else ""))
 print("\n".join(ap.lines()))
 print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)" if ap.share() > 1 else "")
@@ -1041,7 +1043,10 @@ claim_verdict("ZeRO stage by model size", Claim("ZeRO stage 1 below 1 B paramete
 # within one step. The fp16 claims below count the values a scale lifts out of fp16's subnormal
 # range or zero (below its smallest normal value a value keeps fewer significant bits, or none),
 # the fp32 gradient times the scale standing in for fp16's; the bf16 claim counts values flushed
-# to zero (bf16's normal range reaches down as far as fp32's). Each holds where a scale rescues at
+# to zero (bf16's normal range reaches down as far as fp32's). The two criteria differ, so the fp16
+# verdict prints beside its stand-in the values the fp16 backward itself flushed to zero and the
+# scale kept, the bf16 claim's criterion, and says whether the two fall on the same side of the
+# line; where they do not, only the stand-in carries the verdict. Each holds where a scale rescues at
 # least 1 % of the nonzero gradient values (`RESCUED`): the course's line for "the gradients
 # underflow", as `FASTER`'s 5 % is for "faster". They count the parameters' gradients only: the
 # activations' gradients, which Micikevicius et al. (2018, "Mixed Precision Training") found to
@@ -1083,7 +1088,8 @@ claim_verdict("fp16 needs a loss scaler", Claim("mixed precision in fp16 needs a
      "gradient values the default's scale lifts out of fp16's subnormal range or zero", low=RESCUED, timed=False),
      lifted[DEFAULT], f"Unscaled, {flush.subnormal:.1%} of the {flush.kept:,} values lay below fp16's smallest normal "
      f"value ({flush.lost['fp16']:,} of them flushed to zero); the default's first update, at scale "
-     f"2^{math.log2(first[DEFAULT][1]):g}, lifted {lifted[DEFAULT]:.1%} above it.")
+     f"2^{math.log2(first[DEFAULT][1]):g}, lifted {lifted[DEFAULT]:.1%} above it. "
+     + flush.criteria(first[DEFAULT][1], RESCUED))
 bf16_kept = flush.kept_by_scale("bf16", 2.0 ** 16)
 claim_verdict("bf16 needs a loss scaler", Claim("mixed precision in bf16 needs a loss scaler too", "share of the nonzero "
      "gradient values a loss scale of 2^16 keeps from flushing in bf16", low=RESCUED, timed=False),

@@ -93,14 +93,17 @@ from perfkit.comm import AlphaBeta, Traffic, fit_alpha_beta
 from perfkit.parallel import (
     GPTConfig,
     block_flops,
+    charge_choice,
     crossover_width,
     region_activation_bytes,
     sp_synced_values,
     speedup_crossing,
+    sweep_charge_note,
     sweep_time,
     tp_block_cost,
     tp_traffic,
 )
+from perfkit.units import si_interval
 from perfkit.verdict import Prediction
 
 limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings (measured now if missing)
@@ -366,15 +369,17 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # all-reduces, each charged what this job's all-reduce sweep measured at the block's size
 # (linear in log size between the two sizes timed around it), recorded below before the block
 # timings are read. Not the fit's line: its intercept is what it charges a call of no bytes,
-# fitted over every size, and where the calls near the block's sizes took less, charging it
-# would make `comm` too large and the "bound" too low to bound anything. The sweep times its
+# fitted over every size, so it need not be what calls of the block's size took. Where the
+# sweep took more than the line, this bound is lower (stricter) than the fit's would be; where
+# less, higher; the cell below prints which, width by width. The sweep times its
 # calls back to back with both processes in step; the bound assumes a block's calls, one at a
 # time between computations, cost at least that. What else the model leaves out adds to the
 # split block's time: its matmuls are `t` times smaller and usually run further below the
 # machine's rate, each operator's fixed cost is paid whole on every process, and at each
 # all-reduce one process waits for the other to arrive. One omission can go the other way: a
 # half-size weight fits the caches better, and its matmul can run faster per FLOP than the
-# whole one (the verdict names this when a bound is crossed). It is judged at every width timed.
+# whole one (where a bound is crossed, the verdict prints the charge at that size and names this
+# if the fit's line would be crossed too). It is judged at every width timed.
 #
 # **Prediction (the answer to the question).** The width at which the split block starts to
 # pay: the model's crossover, `U / t + comm = U`, with the fit's line for the all-reduces and
@@ -402,7 +407,7 @@ dips = [f"{viz.si(b, 'B')} took less than {viz.si(a, 'B')}" for (a, ta), (b, tb)
 print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, bandwidth {viz.si(fit.bandwidth, 'B/s')}; "
       f"sizes timed below the intercept: {', '.join(viz.si(b, 'B') for b, t in order if t < fit.alpha_s) or 'none'}"
       + (f"; not monotone: {', '.join(dips)} (each size the median of {CONFIG['allreduce']['repeat']} repetitions)"
-         if dips else ""))
+         if dips else "") + "; " + charge_choice(WIDTHS, [call[w] for w in WIDTHS], [fit.predict(ar_bytes[w]) for w in WIDTHS]))
 
 # %%
 ceiling = limits.peak_flops("float32", 1)   # FLOP/s: one thread's fp32 matmul ceiling, from the limits file
@@ -424,10 +429,12 @@ for w in WIDTHS:
     u = stats.median_interval(speed[str(w)]["unsplit_s"])   # U is a median too: the bound moves with it
     measured[w] = stats.median_ratio(speed[str(w)]["unsplit_s"], speed[str(w)]["split_s"])
     rows.append(f"| {w} | {viz.si(compute, 's')} | {viz.si(split, 's')} | {viz.si(compute / T_DEGREE + comm, 's')} "
-                f"({viz.si(comm, 's')}) | {viz.si(split - compute / T_DEGREE - comm, 's')} | {bound[w]:.2f}x ("
-                + " to ".join(f"{x / (x / T_DEGREE + comm):.2f}x" for x in (u.low, u.high)) + f") | {measured[w].text('x')} |")
-display(Markdown("| C | unsplit U | split | at least U / t + comm (all-reduces) | split beyond that | speedup at "
-                 "most (over U's interval) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)))
+                f"({viz.si(comm, 's')}) | {viz.si(split - compute / T_DEGREE - comm, 's')} | "
+                + "{} ({} to {})".format(*si_interval(bound[w], *(x / (x / T_DEGREE + comm) for x in (u.low, u.high)), "x"))
+                + f" | {measured[w].text('x')} |")
+display(Markdown("| C | unsplit U | split | at least U / t + comm (all-reduces) | split beyond that | speedup at most "
+                 f"(its interval varies U only: the all-reduce charge, from medians of {CONFIG['allreduce']['repeat']} "
+                 "repetitions, held fixed) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)))
 
 # %%
 for w in WIDTHS:
@@ -437,8 +444,8 @@ for w in WIDTHS:
                            "at most measured U / (U / t + 4 all-reduces at the sweep's times)",
                            high=bound[w], unit="x", physical=(0, None)), measured[w], explain={
         "above": f"The split block took {viz.si(split, 's')}, less than U / t = {viz.si(unsplit / T_DEGREE, 's')} "
-                 f"plus the sweep's {viz.si(comm, 's')} of all-reduces: the block's calls cost less than the sweep's, "
-                 "or the half-size matmuls ran faster per FLOP than the whole block's.",
+                 f"plus the sweep's {viz.si(comm, 's')} of all-reduces. " + sweep_charge_note(
+                     sizes, secs, ar_bytes[w], fit.predict(ar_bytes[w]), unsplit, T_DEGREE, measured[w].value),
         "held": f"The split block took {viz.si(split, 's')}, against at least {viz.si(floor, 's')} in the model"
                 + (f": {viz.si(split - floor, 's')} a block that the model does not hold (smaller matmuls' rate, each "
                    "operator's fixed cost on each process, waits at the all-reduces; this run does not time them apart)."
@@ -503,9 +510,11 @@ else:
 # a process to be scheduled (notebook 02 fits the same line on this machine). Do not carry it
 # to another machine; NVLink's, which the planner assumes, is printed further below.
 #
-# The curve uses one rate for every width. A width whose unsplit block ran slower per FLOP than
-# the widest has more compute to split, so its own bound (an open circle) lies above the curve;
-# one that ran faster lies below it. The table gives each width's rate. Each measured speedup is
+# The curve uses one rate for every width, the widest block's, and the fit's line for the
+# all-reduces. Each open circle is that width's own bound: its own `U` and the sweep's charge
+# for its calls. So a circle lies off the curve by both: its block's rate against the curve's
+# (the table below) and the sweep's charge against the fit's line (the sweep's table above;
+# more charge puts the circle lower). Each measured speedup is
 # the median of that width's paired rounds (split over unsplit, round by round), not the ratio
 # of the two medians in the bounds' table.
 #
@@ -561,7 +570,7 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
 from perfkit.plan import named_cluster
 
 gpus = [named_cluster(g) for g in ("h100-sxm", "a100-80gb")]
-cols = {"here (fp32, gloo over loopback)": (achieved, fit.bandwidth, fit.alpha_s, "")}
+cols = {"here (fp32, gloo over loopback)": (achieved, fit.bandwidth, link.alpha_s, "")}   # alpha per ring step
 cols.update({f"{c.gpu.name} (bf16, NVLink)": (c.gpu.peak_flops * c.efficiency, c.intra.bandwidth, c.intra.alpha_s,
                                               f"{c.efficiency:.0%} of {viz.si(c.gpu.peak_flops, 'FLOP/s')}")
              for c in gpus})   # a GPU's rate: the planner's expected share of its bf16 peak, not the peak
@@ -571,10 +580,12 @@ rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
         ("link, per direction", [viz.si(b, "B/s") for _, b, *_ in cols.values()]),
         ("link over here's", [f"{b / fit.bandwidth:,.0f}x" for _, b, *_ in cols.values()]),
         ("FLOP per byte of link", [f"{r / b:,.0f}" for r, b, *_ in cols.values()]),
-        ("alpha (here: the fit's intercept)", [viz.si(a, "s") for _, _, a, _ in cols.values()])]
+        ("alpha, per ring step", [viz.si(a, "s") for _, _, a, _ in cols.values()])]
 display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
                  + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
-print("peak and bandwidth from the datasheets; no datasheet gives an alpha: the GPUs' is perfkit.plan's assumption")
+print(f"peak and bandwidth from the datasheets; alpha per ring step, as the ring model charges it 2 (t - 1) times: "
+      f"here the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce; no datasheet "
+      "gives an alpha: the GPUs' is perfkit.plan's assumption")
 
 # %%
 # NBVAL_IGNORE_OUTPUT

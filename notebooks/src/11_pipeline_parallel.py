@@ -419,8 +419,9 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
       f"{between.text()}. "
       + (f"ZB-H1 runs three actions per micro-batch and stage where 1F1B runs two: if each gap between actions "
          f"cost alike, ZB-H1's would be 1.5x 1F1B's, {scaled[0]:.4f} to {scaled[1]:.4f} from 1F1B's interval, "
-         + ("which overlaps ZB-H1's." if meets else "which ZB-H1's interval does not meet: the gaps did not cost "
-            "alike.") if between.clear_of(0.0) == "above" else
+         + (f"which overlaps ZB-H1's: this run cannot tell whether the gaps cost alike (ZB-H1's median is "
+            f"{zb_between.value / between.value:.2f}x 1F1B's, against 1.5x)." if meets else "which ZB-H1's interval "
+            "does not meet: the gaps did not cost alike.") if between.clear_of(0.0) == "above" else
          "1F1B's interval does not lie above 0, so there is no time between its actions to scale by ZB-H1's "
          "three actions against its two."))
 

@@ -290,7 +290,9 @@ viz.show_verdict(calls_v)
 # tile size; printed with the fit, before the longest length's times are read): a model that
 # misses its own data by that much cannot claim to extrapolate better. In the model a tile
 # size's time per FLOP does not move with `T` (the FLOPs and the tiles both grow as `T²`), so
-# a miss at the longest length is a change there that the shorter lengths did not show.
+# a tile's miss at the longest length either repeats its misses at the shorter lengths (the
+# model misfits that tile) or the shorter lengths do not show it; the verdict prints which,
+# from each length's miss.
 
 # %%
 with sizing.pinned_threads(THREADS):
@@ -351,12 +353,9 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # size. Then the verdict on the prediction recorded with the fit.
 
 # %%
-t64 = [p for p in points if p.impl == "flash" and p.tile == 64]   # tiles of 64, every length
-last, prev = t64[-1], t64[-2]
-moved = (last.median_s / last.flops) / (prev.median_s / prev.flops) - 1   # model: 0
+last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = (f"Tile 64's time per FLOP, constant in the model, moved by {moved:+.0%} from T = {prev.seq_len} to "
-          f"{last.seq_len}; the table's last row has every implementation's change (this run does not time why).")
+fitted = ac.tile_miss_note(points, model, 64, B, H, D) + " This run does not time why."
 viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
     "above": fitted, "below": fitted, "held": fitted,
     "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "

@@ -28,6 +28,7 @@ from perfkit.comm.collectives import (
     benchmark_collective,
     bus_factor,
     busbw_share,
+    gloo_reduce_scatter_text,
     isolated_times,
     reduce_scatter_single,
     sweep,
@@ -41,6 +42,7 @@ from perfkit.comm.experiments import (
     ring_check,
     ring_check_text,
     ring_regime_text,
+    small_sizes_text,
 )
 from perfkit.comm.networks import (
     INTERCONNECTS,
@@ -65,6 +67,8 @@ __all__ = [
     "busbw_share",
     "encoding_pays",
     "fit_quality",
+    "gloo_reduce_scatter_text",
+    "gloo_reduce_scatter_text",
     "FitQuality",
     "hidden_share",
     "medians_against_pairs",
@@ -73,6 +77,7 @@ __all__ = [
     "PaysOn",
     "ring_check",
     "ring_check_text",
+    "small_sizes_text",
     "ring_regime_text",
     "RingCheck",
     "all_gather_single",

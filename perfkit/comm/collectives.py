@@ -31,6 +31,7 @@ import torch.distributed as dist
 from perfkit._checks import check_choice, check_int, check_items, check_real
 from perfkit.estimate import Estimate
 from perfkit.timing import benchmark, resolve_device
+from perfkit.units import si
 
 __all__ = [
     "OPS",
@@ -39,6 +40,7 @@ __all__ = [
     "benchmark_collective",
     "bus_factor",
     "busbw_share",
+    "gloo_reduce_scatter_text",
     "isolated_times",
     "reduce_scatter_single",
     "sweep",
@@ -294,3 +296,35 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
         dist.all_reduce(t, group=group)  # the sum over ranks, then their mean
         out.append((t / dist.get_world_size(group)).tolist())
     return out
+
+
+def gloo_reduce_scatter_text(rs_s: float, ar_s: float, nbytes: int, world_size: int,
+                             buffer_bytes_per_s: float) -> str:
+    """Gloo's reduce-scatter (``rs_s``) against its all-reduce (``ar_s``) of the same ``nbytes``
+    input: gloo clones the input, all-reduces the whole clone and copies this rank's slice out
+    (PyTorch pull request 118911), so the mechanism predicts one all-reduce plus copying
+    ``nbytes + nbytes / world_size`` at ``buffer_bytes_per_s`` (a buffer's bytes copied once per
+    second). Says whether that accounts for the measured ratio (within 1.25x of the predicted
+    time either way) or how much time it leaves unexplained.
+
+    Raises:
+        ValueError: for a time or rate not > 0, ``nbytes`` below 1 or ``world_size`` below 2.
+    """
+    for name, x in (("rs_s", rs_s), ("ar_s", ar_s), ("buffer_bytes_per_s", buffer_bytes_per_s)):
+        check_real(name, x, 0, lo_open=True)
+    check_int("nbytes", nbytes, 1)
+    check_int("world_size", world_size, 2)
+    copies_s = (nbytes + nbytes / world_size) / buffer_bytes_per_s
+    predicted = ar_s + copies_s
+    text = (": gloo runs no ring reduce-scatter. Its reduce_scatter_tensor all-reduces a copy of the whole "
+            "buffer and keeps this rank's slice (PyTorch pull request 118911), so it moves an all-reduce's "
+            "bytes, and its busbw curve above (the ring's factor) shows half the bytes it moved; NCCL runs "
+            f"the real one. That mechanism predicts one all-reduce plus the two copies ({si(copies_s, 's')} "
+            f"at {si(buffer_bytes_per_s, 'B/s')}), {predicted / ar_s:.2f}x the all-reduce")
+    if predicted / 1.25 <= rs_s <= 1.25 * predicted:
+        return text + f", which accounts for the measured {rs_s / ar_s:.2f}x."
+    if rs_s < predicted:
+        return text + f"; the measured {rs_s / ar_s:.2f}x is below it, which the mechanism does not explain."
+    return text + (f"; the measured {si(rs_s, 's')} leaves {si(rs_s - predicted, 's')} "
+                   f"({(rs_s - predicted) / ar_s:.2f} all-reduces' worth) that the mechanism does not "
+                   "explain and this run does not measure.")

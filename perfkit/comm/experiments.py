@@ -28,7 +28,7 @@ from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
 __all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share", "medians_against_pairs", "ring_check",
-           "ring_check_text", "ring_regime_text"]
+           "ring_check_text", "ring_regime_text", "small_sizes_text"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,9 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
 
     Returns:
         A :class:`FitQuality`. An inversion counts when the larger size took under 0.8x the
-        smaller's time; ``why`` then says whether the two sizes' repetitions (p10-p90)
-        overlap (this run's noise) or not (something other than size set the time).
+        smaller's time; ``why`` then says whether the two sizes' repetitions (p10-p90) overlap
+        (which cannot tell noise from a real inversion: it does not compare the medians) or
+        not (something other than size set the time).
 
     Raises:
         TypeError, ValueError: for no points, a point that is not a CollectivePoint, or a
@@ -87,10 +88,50 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
                f"{si(small.time_s, 's')}; their repetitions (p10-p90: {_spread(large)} against "
                f"{_spread(small)}) ")
         overlap = large.p90_s is None or small.p10_s is None or large.p90_s >= small.p10_s
-        why += ("overlap, so the inversion is within this run's noise." if overlap else
+        why += ("overlap. That does not test the two medians (single repetitions can overlap where "
+                "medians differ clearly), and the sweep keeps no interval for its medians: this run "
+                "cannot tell whether the inversion is noise." if overlap else
                 "do not overlap: something other than size set the time, which this run does not "
                 "measure.")
     return FitQuality(float(np.median(errs)), worst, inv, why)
+
+
+def small_sizes_text(points: Sequence[CollectivePoint], fit: AlphaBeta, short: bool = False) -> str:
+    """What the sizes at or below the fit's crossover (``alpha x bandwidth``; every size where
+    the fit has no bandwidth term) measured, against the model's claim that a small message
+    costs about ``alpha`` whatever its size: their fastest and slowest times, how far apart,
+    and the furthest any of them lies from the fitted line. It says they cost about alpha only
+    where they lie within 1.3x of each other and within 25 % of the line; ``short`` gives
+    one clause for a summary.
+
+    Raises:
+        TypeError, ValueError: for no points, a point that is not a CollectivePoint, or a
+            ``fit`` that is not an AlphaBeta.
+    """
+    pts = sorted(_points(points), key=lambda p: p.nbytes)
+    check_type("fit", fit, AlphaBeta)
+    cross = fit.half_bandwidth_bytes if fit.bandwidth < UNRESOLVED_BANDWIDTH else math.inf
+    where = "below the crossover" + (f" ({si(cross, 'B')})" if math.isfinite(cross) else " (every size: no "
+                                     "bandwidth term)")
+    low = [p for p in pts if p.nbytes <= cross]
+    if not low:
+        return f"No size measured lies {where}."
+    fast, slow = min(low, key=lambda p: p.time_s), max(low, key=lambda p: p.time_s)
+    far = max(low, key=lambda p: abs(p.time_s / fit.predict(p.nbytes) - 1))
+    dev = far.time_s / fit.predict(far.nbytes) - 1
+    flat = slow.time_s <= 1.3 * fast.time_s and abs(dev) <= 0.25
+    span = (f"{len(low)} size{'s' * (len(low) != 1)} {where} took {si(fast.time_s, 's')} "
+            f"({si(fast.nbytes, 'B')}) to {si(slow.time_s, 's')} ({si(slow.nbytes, 'B')}), "
+            f"{slow.time_s / fast.time_s:.2g}x apart")
+    if short:
+        return span + (": about alpha each" if flat else ": not one fixed cost per call")
+    return (f"The {span}, against the fit's alpha of {si(fit.alpha_s, 's')}; the furthest from the line is "
+            f"{si(far.nbytes, 'B')}, {si(far.time_s, 's')} against the line's "
+            f"{si(fit.predict(far.nbytes), 's')} ({dev:+.0%})" + (
+                ". There a call costs about alpha whatever its size." if flat else
+                (". A larger size ran faster than a smaller one there" if fast.nbytes > slow.nbytes else "")
+                + ". So alpha is here no fixed cost each small call pays, only the line's intercept; the "
+                "small calls' own times are the measurements above."))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from perfkit.compress.experiments import (
     conservation_error,
     copy_share_range,
     error_rows,
+    fused_default_note,
     residual_norms,
     time_codecs,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "Compressor",
     "DITHER_POOL",
     "error_rows",
+    "fused_default_note",
     "ErrorFeedback",
     "FUSED_MIN_NUMEL",
     "gaussian_error",

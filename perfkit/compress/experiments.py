@@ -17,21 +17,22 @@ Usage::
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from perfkit._checks import check_int, check_items, check_real, check_seed, check_tensor, check_type
 from perfkit.compress.codecs import QSGD, Compressor, RandomK, Sign, TopK
 from perfkit.compress.feedback import ErrorFeedback
-from perfkit.compress.fused import BYTES_PER_VALUE, WRITTEN_PER_VALUE
+from perfkit.compress.fused import BYTES_PER_VALUE, FUSED_MIN_NUMEL, WRITTEN_PER_VALUE
 from perfkit.compress.simulate import gaussian_error
 from perfkit.timing import Measurement, Timer, interleaved
 from perfkit.units import si
 
 __all__ = ["CodecSplit", "CodecTimes", "codec_split", "conservation_error", "copy_share_range", "error_rows",
-           "residual_norms", "time_codecs"]
+           "fused_default_note", "residual_norms", "time_codecs"]
 
 
 def _grad(grad: torch.Tensor) -> torch.Tensor:
@@ -225,7 +226,9 @@ class CodecSplit:
             and all: everything ``compress`` does).
         decode_s: one decode, timed alone.
         encode_bytes_s, decode_bytes_s: each half's bytes per value
-            (:data:`~perfkit.compress.BYTES_PER_VALUE`) at the copy's 8 per value.
+            (:data:`~perfkit.compress.BYTES_PER_VALUE`), plus the line each of its stores reads
+            first (write-allocate, as :func:`copy_share_range` counts them), at the copy's 8 per
+            value: the time the low end of the predicted range allows that half.
     """
 
     method: str
@@ -248,22 +251,29 @@ class CodecSplit:
             return None
         return {k: x / total for k, x in ex.items()}
 
-    def text(self) -> str:
-        """A sentence: both halves against their bytes, and where the excess lies."""
+    def text(self, capped: str | None = None) -> str:
+        """A sentence: both halves against their bytes (write-allocate counted, as in the
+        predicted range), and where the excess lies; with ``capped`` (the imitation this run
+        ran under, :func:`perfkit.hw.imitation`), a sentence that the fused loops were generated
+        for the capped vector width, so the split does not tell the codec from the cap."""
         def half(name: str, t: float, b: float) -> str:
             x = t - b
             return (f"its {name} {si(t, 's')} against {si(b, 's')} for its bytes at the copy's speed ("
                     + (f"{si(x, 's')} over" if x >= 0 else f"{si(-x, 's')} under") + ")")
-        said = ("Timed apart, " + half("decode", self.decode_s, self.decode_bytes_s) + ", "
+        said = ("Timed apart, with write-allocate counted as in the predicted range, "
+                + half("decode", self.decode_s, self.decode_bytes_s) + ", "
                 + half("encode (the round trip less the decode)", self.encode_s, self.encode_bytes_s))
         sh, ex = self.shares(), self.excess
         if sh is not None:
             most = max(sh, key=sh.__getitem__)
-            return said + f": the {most} holds {sh[most]:.0%} of the time beyond the bytes."
-        if max(ex.values()) > 0:
-            over = max(ex, key=ex.__getitem__)
-            return said + f": all of the time beyond the bytes lies in the {over}."
-        return said + ": neither half took longer than its bytes."
+            said += f": the {most} holds {sh[most]:.0%} of the time beyond the bytes."
+        elif max(ex.values()) > 0:
+            said += f": all of the time beyond the bytes lies in the {max(ex, key=ex.__getitem__)}."
+        else:
+            said += ": neither half took longer than its bytes."
+        return said + (f" This run imitates {capped}, and Inductor generated these loops for its capped "
+                       "vector width (printed above); this run does not tell how much of the time is "
+                       "the cap's rather than the codec's." if capped else "")
 
 
 def codec_split(times: CodecTimes, method: str) -> CodecSplit:
@@ -291,5 +301,37 @@ def codec_split(times: CodecTimes, method: str) -> CodecSplit:
     enc = [w - d for w, d in zip(whole.times_s, dec.times_s, strict=True)]  # s, per round
     copy_s = times.times["memcpy"].median_s  # s for 8 B/value
     b = BYTES_PER_VALUE[method]["fused"]
+    w_dec = 4.0  # B/value the decode writes (fp32 out); the encode writes the rest (codes or bits)
+    w_enc = WRITTEN_PER_VALUE[method]["fused"] - w_dec
     return CodecSplit(method, statistics.median(enc), dec.median_s,
-                      copy_s * b["encode"] / 8, copy_s * b["decode"] / 8)
+                      copy_s * (b["encode"] + w_enc) / 8, copy_s * (b["decode"] + w_dec) / 8)
+
+
+def fused_default_note(fusion: Mapping[str, Any]) -> str:
+    """A sentence on the fused path being the default (tensors of at least
+    :data:`~perfkit.compress.FUSED_MIN_NUMEL` values) where a run did not show it faster.
+
+    Args:
+        fusion: method -> the fused path's speed over the eager one (an estimate with ``low``
+            and ``high``, e.g. :func:`perfkit.stats.median_ratio`).
+
+    Returns:
+        ``""`` when every method's interval lies above 1x; otherwise a sentence, starting with a
+        space, naming each method whose fused path ran slower (interval below 1x) or was not
+        shown faster (interval reaching 1x).
+
+    Raises:
+        TypeError: ``fusion`` is not a mapping, or an entry lacks real ``low`` and ``high``.
+    """
+    check_type("fusion", fusion, Mapping)
+    said = []
+    for m, e in fusion.items():
+        lo, hi = (check_real(f"fusion[{m!r}].{k}", getattr(e, k, None)) for k in ("low", "high"))
+        if hi < 1:
+            said.append(f"{m}'s ran slower than its eager path (whole interval below 1x)")
+        elif lo <= 1:
+            said.append(f"{m}'s was not shown faster than its eager path (its interval reaches 1x)")
+    if not said:
+        return ""
+    return (f" The fused path is the default for tensors of at least {FUSED_MIN_NUMEL:,} values, yet here "
+            + "; ".join(said) + ".")

@@ -19,6 +19,7 @@ from perfkit.compute.attention_cost import (
     call_mix,
     eager_bytes_per_score,
     saved_bytes_sweep,
+    tile_miss_note,
     time_attention,
 )
 from perfkit.compute.autocast_parts import (
@@ -188,6 +189,7 @@ __all__ = [
     "eager_bytes_per_score",
     "TileCostModel",
     "saved_bytes_sweep",
+    "tile_miss_note",
     "time_attention",
     "AttentionFlops",
     "FlashAttention",

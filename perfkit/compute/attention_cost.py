@@ -34,7 +34,7 @@ from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
 
 __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
-           "eager_bytes_per_score", "saved_bytes_sweep", "time_attention"]
+           "eager_bytes_per_score", "saved_bytes_sweep", "tile_miss_note", "time_attention"]
 
 IMPLS = ("flash", "eager", "sdpa")
 SOFTMAX_PRECISIONS = ("fp32", "bf16, softmax in fp32", "bf16, softmax in bf16")
@@ -287,3 +287,45 @@ class TileCostModel:
         """Predicted forward + backward seconds of eager attention (nan if never timed)."""
         f = flash_flops(batch, heads, seq_len, head_dim)
         return (f.eager_forward + f.eager_backward) / self.eager_rate if self.eager_rate else float("nan")
+
+
+def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
+                   heads: int = 4, head_dim: int = 32) -> str:
+    """Where one tile size's medians lay against ``model`` at each length, the fitted ones
+    (every length but the longest) and the longest, and whether the longest length's miss is
+    one the fitted lengths already showed (the same side at each) or not; with the
+    fit's largest miss at the fitted lengths, over every tile, and whose it is. Sentences, for
+    a verdict's explanation.
+
+    Raises:
+        TypeError: for points that are not :class:`AttentionTiming`.
+        ValueError: if ``tile`` has no flash timing at the longest length and one shorter.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    check_int("tile", tile, 1)
+    flash = [p for p in pts if p.impl == "flash"]
+    longest = max((p.seq_len for p in flash), default=0)
+
+    def miss(p: AttentionTiming) -> float:
+        return p.median_s / model.flash_s(p.seq_len, p.tile, batch, heads, head_dim) - 1
+
+    mine = sorted((p for p in flash if p.tile == tile), key=lambda p: p.seq_len)
+    fitted = [p for p in mine if p.seq_len < longest]
+    if not fitted or mine[-1].seq_len != longest:
+        raise ValueError(f"tile {tile} needs flash timings at T = {longest} and at a shorter length")
+    last, rs = miss(mine[-1]), [miss(p) for p in fitted]
+    worst = max((p for p in flash if p.seq_len < longest), key=lambda p: abs(miss(p)))
+    text = (f"Tile {tile} lay {', '.join(f'{r:+.0%}' for r in rs)} from the model at the fitted "
+            f"T = {', '.join(str(p.seq_len) for p in fitted)}, and {last:+.0%} at T = {longest}: ")
+    if all(r * last > 0 for r in rs):
+        big = max(rs, key=abs)
+        how = "beyond" if abs(last) > abs(big) else "within"
+        text += (f"on the same side at every fitted length, so the miss at the longest length is one the "
+                 f"shorter lengths already showed, {how} their largest ({big:+.0%})")
+    else:
+        text += ("not on the same side at every fitted length: the shorter lengths do not show it as a "
+                 "steady misfit")
+    own = " (the judged tile's own)." if worst.tile == tile else "."
+    return text + (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
+                   f"tile {worst.tile}'s at T = {worst.seq_len}{own}")

@@ -193,6 +193,25 @@ class GradientFlush:
         """
         return self.below_normal_at(1.0) - self.below_normal_at(scale)
 
+    def criteria(self, scale: float, line: float) -> str:
+        """Which count decides fp16's claim at ``scale`` against the share ``line``, beside the other:
+        the stand-in (values :meth:`lifted_by_scale`, which decides) and the values the fp16
+        backward itself flushed to zero that the scale kept (:meth:`kept_by_scale`, the criterion
+        the bf16 claim is judged by), each said above or below the line, and whether they agree.
+
+        Raises:
+            TypeError, ValueError: for a ``scale`` or ``line`` that is not a finite number > 0.
+        """
+        check_real("line", line, 0, lo_open=True)
+        lifted, kept = self.lifted_by_scale(scale) / self.kept, self.kept_by_scale("fp16", scale) / self.kept
+        side = {True: "at or above", False: "below"}
+        return (f"The verdict reads the stand-in, {lifted:.2%} lifted out of fp16's subnormal range "
+                f"({side[lifted >= line]} the {line:.0%} line). Counted as the bf16 claim is, by the values "
+                f"the fp16 backward itself flushed to zero ({self.lost['fp16']:,} unscaled), the scale kept "
+                f"{kept:.3%} of the values, {side[kept >= line]} the line: "
+                + ("the two criteria agree." if (lifted >= line) == (kept >= line)
+                   else "the two criteria disagree, and only the stand-in carries the verdict."))
+
 
 def gradient_flush(batch: int = 4, seq: int = 64, model_kw: dict | None = None,
                    device: torch.device | str | None = None) -> GradientFlush:

@@ -103,10 +103,11 @@ def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", othe
     counted from 1, as :func:`perfkit.viz.compute.plot_loss_curves` draws them.
 
     The two runs share the initial weights and the batches, so a rise both take at one step
-    comes from that batch; a rise in ``other`` alone is a step where its precision made the runs
-    part, and a gap that closes again at the next step is one step's deviation, not a changed
-    course. Each rise is one difference of two noisy losses: the text compares the same steps
-    in both runs, and never reads a cause off where a maximum fell.
+    comes from that batch; a rise in ``other`` alone, or at least twice ``base``'s (then named as
+    both rising, with the ratio), is a step where ``other``'s loss left ``base``'s, and a gap
+    that closes again at the next step is one step's deviation, not a changed course. Each rise
+    is one difference of two noisy losses: the text compares the same steps in both runs, and
+    never reads a cause off where a maximum fell.
 
     Raises:
         TypeError, ValueError: for curves that are not a mapping holding ``base`` and ``other``,
@@ -135,9 +136,10 @@ def largest_rise(curves: Mapping[str, Sequence[float]], base: str = "fp32", othe
     if k != j and up(o, k) > 0:
         alone = up(c, k) < up(o, k) / 2
         text += (f". {other}'s own largest rise is at steps {k} -> {k + 1} ({o[k - 1]:.3f} -> {o[k]:.3f}), "
-                 f"where {base} moved {up(c, k):+.3f}" + (
-                     f": a rise in {other} alone, a step where its precision made the two runs part"
-                     if alone else ": both rose there too"))
+                 f"where {base} moved {up(c, k):+.3f}" + ((
+                     f": a rise in {other} alone" if up(c, k) <= 0 else
+                     f": both rose, {other} {up(o, k) / up(c, k):.1f}x as much")
+                     + f", a step where {other}'s loss left {base}'s" if alone else ": both rose there too"))
         if alone and k + 1 < len(o):
             gap, after = o[k] - c[k], o[k + 1] - c[k + 1]
             text += (f" (the gap {gap:+.3f} at step {k + 1}, {after:+.3f} at the next: one step's deviation, "

@@ -56,6 +56,8 @@ from perfkit.data.overlap import (
     overlap_floor,
     overlap_hidden,
     prefetch_loops,
+    spin_held,
+    spin_load_note,
     thread_probe,
     thread_share,
 )
@@ -110,6 +112,8 @@ __all__ = [
     "thread_share",
     "gil_hidden_bound",
     "gil_least_step",
+    "spin_held",
+    "spin_load_note",
     "wait_share",
     "write_shards",
 ]

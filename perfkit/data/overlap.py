@@ -35,7 +35,8 @@ from perfkit.data.prefetch import Prefetcher
 from perfkit.stats import Estimate
 
 __all__ = ["ThreadProbe", "gil_hidden_bound", "gil_least_step", "hidden_fraction", "hidden_fraction_estimate",
-           "overlap_floor", "overlap_hidden", "prefetch_loops", "thread_probe", "thread_share"]
+           "overlap_floor", "overlap_hidden", "prefetch_loops", "spin_held", "spin_load_note", "thread_probe",
+           "thread_share"]
 
 
 def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
@@ -275,7 +276,8 @@ def overlap_hidden(serial_s: float, load_s: float, compute_s: float, n: int, exh
 def gil_least_step(load_s: float, compute_s: float, slowdown: float, held_s: float) -> float:
     """The least time per step of a loop whose loads a prefetch thread runs while ``held_s`` of
     each is pure Python that holds the GIL throughout (a :func:`perfkit.data.spend` spin: a fixed
-    amount of work, so it lasts at least ``held_s``, however little of the GIL it gets).
+    amount of work, so it lasts at least ``held_s``, however little of the GIL it gets; its
+    calibration can run short, which :func:`spin_held` takes from a measured spin).
 
     **The assumption it holds under:** while a spin runs, the step progresses at no more than
     its *average* rate beside :func:`thread_probe`'s busy thread, ``1 / slowdown`` of its rate
@@ -296,6 +298,47 @@ def gil_least_step(load_s: float, compute_s: float, slowdown: float, held_s: flo
         check_real(name, v, 0, lo_open=True)
     check_real("held_s", held_s, 0, load_s)
     return max(load_s, compute_s + held_s * (1 - 1 / max(1.0, slowdown)))
+
+
+def spin_held(planted_s: float, load_s: float, share: float) -> float:
+    """The time a :func:`perfkit.data.spend` spin planted at ``planted_s`` is taken to hold the GIL,
+    :func:`gil_least_step`'s ``held_s``: ``planted_s * min(1, share)``, at most ``load_s``.
+
+    ``share`` is a spin's measured time over its planted time in an earlier run. A spin is a fixed
+    number of loop turns, calibrated to ``planted_s`` by the best of a few short loops, so it can
+    run faster than planted (taking the planted time would then overstate what it holds); a share
+    above 1 (a spin slowed by sharing its core) is not carried over, since it need not recur.
+
+    Raises:
+        ValueError: for ``planted_s`` or ``load_s`` not a finite number >= 0, or a ``share``
+            that is not > 0.
+    """
+    check_real("planted_s", planted_s, 0)
+    check_real("load_s", load_s, 0)
+    check_real("share", share, 0, lo_open=True)
+    return min(planted_s * min(1.0, share), load_s)
+
+
+def spin_load_note(t: Mapping[str, float], short: float) -> str:
+    """A clause on the spin load's :func:`hidden_fraction`, which ``t`` (the loops' times per step)
+    computes with ``t["load only"]``, a loop of the *sleep* load (:func:`prefetch_loops` times no
+    spin load alone): the fraction again with a spin load ``short`` less (its spin, measured
+    elsewhere, ran that much short of the planted sleep), and which way the printed one errs.
+
+    Raises:
+        TypeError, ValueError: for ``t`` without the four ``"spin"`` loops, or ``short`` not a
+            finite number >= 0.
+    """
+    _loop_names("t", t, "spin")
+    check_real("short", short, 0)
+    lo, was = t["load only"], hidden_fraction(t, "spin")
+    head = f"; it divides by the sleep load's load-only time, {lo:.2f} ms (no spin load alone is timed)"
+    if short <= 0:
+        return head + ", the spin taken to last its planted time"
+    alt = hidden_fraction({**t, "load only": lo - short}, "spin")
+    way = "low" if alt > was else "high"
+    return (head + f": with a spin load {short:.2f} ms shorter, as the spin's measured share puts it, it "
+            f"would be {alt:.3f}, so the printed figure errs {way} by {abs(alt - was):.3f}")
 
 
 def gil_hidden_bound(serial_s: float, load_s: float, compute_s: float, slowdown: float,

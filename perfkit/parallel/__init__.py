@@ -136,9 +136,11 @@ from perfkit.parallel.tensor import (
 from perfkit.parallel.tp_costs import (
     TPBlockCost,
     block_flops,
+    charge_choice,
     crossover_width,
     region_activation_bytes,
     speedup_crossing,
+    sweep_charge_note,
     sweep_time,
     tp_block_cost,
 )
@@ -227,7 +229,7 @@ __all__ = [
     "vocab_parallel_cross_entropy",
     "REDUCTIONS",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
-    "sweep_time", "tp_block_cost",
+    "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes
     "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",

@@ -33,6 +33,7 @@ from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.estimate import Estimate
+from perfkit.units import si
 
 __all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes",
            "speedup_crossing", "sweep_time", "tp_block_cost"]
@@ -253,3 +254,76 @@ def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
     norms = 2 * (tokens * width * dtype_bytes + 2 * tokens * 4)   # input, mean and rstd fp32
     masks = 2 * tokens * width * mask_bytes if dropout else 0
     return norms + masks
+
+
+def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequence[float]) -> str:
+    """Which way charging the sweep's calls, not the fit's line, moves each width's bound
+    ``U / (U / t + comm)``: where the sweep charged more, the bound is lower (stricter) than the
+    fit's line would make it; where less, higher. One clause, from the two charges.
+
+    Raises:
+        TypeError, ValueError: for lists that are not numbers > 0 or differ in length.
+    """
+    ws, ss = check_items("widths", widths), check_items("sweep_s", sweep_s)
+    fs = check_items("fit_s", fit_s)
+    if not len(ws) == len(ss) == len(fs):
+        raise ValueError(f"widths, sweep_s and fit_s differ in length: {len(ws)}, {len(ss)}, {len(fs)}")
+    for name, vs in (("sweep_s", ss), ("fit_s", fs)):
+        for i, v in enumerate(vs):
+            check_real(f"{name}[{i}]", v, 0, lo_open=True)
+    parts = []
+    for how, effect, keep in (("more than", "lower, stricter, than the fit's would be", lambda r: r > 1),
+                              ("less than", "higher than the fit's would be", lambda r: r < 1),
+                              ("the same as", "the fit's", lambda r: r == 1)):
+        rs = [(w, s / f) for w, s, f in zip(ws, ss, fs) if keep(s / f)]
+        if rs:
+            lo, hi = min(r for _, r in rs), max(r for _, r in rs)
+            span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
+            at = ", ".join(f"{w:g}" for w, _ in rs)
+            parts.append(f"{how} the fit's line at C = {at} ({span}: the bound there {effect})")
+    return "the sweep charged a block's call " + "; ".join(parts)
+
+
+def sweep_charge_note(nbytes: Sequence[float], times_s: Sequence[float], size: float, fit_s: float,
+                      unsplit_s: float, t: int, measured: float | None = None, calls: int = 4) -> str:
+    """What set a bound's communication charge at one width: the sweep's time for a call of
+    ``size`` bytes (:func:`sweep_time`), against the sizes timed beside it and the fit's line
+    ``fit_s``, and the bound ``U / (U / t + calls x fit_s)`` the fit's line would give, with
+    where ``measured`` (a speedup) lies against it. Sentences, for a verdict's explanation.
+
+    Raises:
+        TypeError, ValueError: as :func:`sweep_time`, or for ``fit_s``, ``unsplit_s`` not > 0,
+            ``t`` or ``calls`` not >= 1.
+    """
+    call = sweep_time(nbytes, times_s, size)
+    check_real("fit_s", fit_s, 0, lo_open=True)
+    check_real("unsplit_s", unsplit_s, 0, lo_open=True)
+    check_int("t", t, 1)
+    check_int("calls", calls, 1)
+    pts = sorted(zip(nbytes, times_s))
+    at = next((i for i, (x, _) in enumerate(pts) if x == size), None)
+    if at is not None:
+        beside = pts[max(at - 1, 0):at] + pts[at + 1:at + 2]
+        above = [tb for _, tb in beside if call > tb]
+        two = len(beside) == 2
+        rank = ("above both sizes" if two and len(above) == 2 else "below both sizes" if two and not above
+                else "between the sizes" if two else "against the size")
+        where = f"the sweep's median at that size, {rank} timed beside it"
+    else:
+        beside = [p for p in pts if p[0] < size][-1:] + [p for p in pts if p[0] > size][:1]
+        where = "read off the sweep between the sizes timed around it" if len(beside) == 2 else \
+            "the nearest size's time, outside the sweep"
+    near = "; ".join(f"{si(x, 'B')}: {si(tx, 's')}" for x, tx in beside)
+    alt = unsplit_s / (unsplit_s / t + calls * fit_s)
+    text = (f"Each of the {calls} calls ({si(size, 'B')}) was charged {si(call, 's')}, {where} ({near}), "
+            f"{call / fit_s:.2f}x the fit's line ({si(fit_s, 's')}); charged the fit's line, the bound "
+            f"would be {alt:.2f}x")
+    if measured is None:
+        return text + "."
+    check_real("measured", measured, 0, lo_open=True)
+    if measured <= alt:
+        return text + (f", which the measured {measured:.3g}x lies under: the sweep's charge at this size "
+                       "decided it.")
+    return text + (f", which the measured {measured:.3g}x crosses too: the block's calls cost less than "
+                   "either charge, or its half-size matmuls ran faster per FLOP than the whole block's (this "
+                   "run does not time them apart).")

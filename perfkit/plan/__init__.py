@@ -76,6 +76,7 @@ from perfkit.plan.local import (
     COURSE_LAYOUTS,
     LINK_METHOD,
     LINK_SIZES,
+    CollectiveCost,
     CoursePredictions,
     collective_cost,
     course_predictions,
@@ -145,6 +146,7 @@ from perfkit.plan.readings import (
     PairedError,
     one_sided,
     paired_error,
+    rules_out,
     tp_step_split,
     without_collectives,
     worst_row_cause,
@@ -164,6 +166,7 @@ from perfkit.plan.runs_data import (
 )
 from perfkit.plan.search import (
     TIE_BAND,
+    TIE_QUANTILE,
     Candidate,
     Plan,
     enumerate_layouts,
@@ -191,6 +194,7 @@ __all__ = [
     "compare_llm_analysis",
     "Comparison",
     "checkpoint_bytes",
+    "CollectiveCost",
     "collective_cost",
     "course_predictions",
     "CoursePredictions",
@@ -302,5 +306,7 @@ __all__ = [
     "COLLECTIVE_TERMS",
     "PairedError",
     "paired_error",
+    "rules_out",
     "TIE_BAND",
+    "TIE_QUANTILE",
 ]

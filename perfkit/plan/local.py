@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,8 +36,8 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CoursePredictions", "collective_cost",
-           "course_predictions", "fit_step_efficiency", "link_cache_path", "local_link",
+__all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CollectiveCost", "CoursePredictions",
+           "collective_cost", "course_predictions", "fit_step_efficiency", "link_cache_path", "local_link",
            "pipeline_prediction", "ring_step", "step_spans", "tiny_gpt2_spec"]
 
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
@@ -221,63 +222,116 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
         {k: step_time(model, lay, c, gb[k], "fp32_adam", 4.0) for k, lay in lays.items()}, mem)
 
 
-def collective_cost(measured: Estimate, predicted: float, base_s: float, comm_s: float,
-                    base: str = "DDP") -> str:
-    """What a step ratio's error is worth in time, set against the model's charge for the
-    step's collectives, whatever the verdict on the ratio says.
+@dataclass(frozen=True)
+class CollectiveCost:
+    """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the
+    rounds' differences (the step minus the base step, s, with its interval), ``predicted_s``
+    the model's difference, ``charge_s`` its charge for the step's collectives and ``text``
+    the sentences. All figures in it come from that one statistic."""
 
-    ``measured`` is the step's time over ``base``'s (paired by round), ``predicted`` the model's
-    ratio, ``base_s`` the base step the model's efficiency was fitted on and ``comm_s`` the
-    model's charge for the collectives of the step. With the compute held at the fitted cost,
-    what the measured ratio adds to the prediction, ``(measured - predicted) * base_s``, is the
-    collectives': they cost ``comm_s`` plus that, over the measured interval too. A ratio's
-    tolerance window (±25 % of a ratio near 1) can hold a prediction whose collectives cost far
-    more than their charge; where the prediction lies outside the measured interval, the
-    sentence says so.
+    gap: Estimate
+    predicted_s: float
+    charge_s: float
+    text: str
+
+    @property
+    def cost_s(self) -> float:
+        """The collectives' cost with the compute at the fitted cost: the charge plus what the
+        measured difference adds to the predicted one (s; may be <= 0)."""
+        return self.charge_s + self.gap.value - self.predicted_s
+
+    @property
+    def over_charge(self) -> float:
+        """:attr:`cost_s` over the charge."""
+        return self.cost_s / self.charge_s
+
+    def headline(self) -> str:
+        """The predicted and measured differences and the collectives' cost, in one line."""
+        return (f"{self.predicted_s * 1e3:.1f} / {self.gap.value * 1e3:.1f} ms (its collectives, the "
+                f"compute at the base's fitted cost: {self.over_charge:.2f}x their charge)")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], predicted_s: float,
+                    comm_s: float, uncharged_s: float = 0.0, base: str = "DDP") -> CollectiveCost:
+    """What a step's error is worth in time, set against the model's charge for the step's
+    collectives, whatever the verdict on the step's ratio says.
+
+    ``steps_s`` and ``base_steps_s`` are the two layouts' steps, timed round by round (each
+    pair shared the machine's load); one statistic serves every figure: the median of the
+    rounds' differences ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval.
+    ``predicted_s`` is the model's difference of the two steps and ``comm_s`` its charge for
+    the step's collectives. With the compute at the fitted cost, what the measured difference
+    adds to the predicted one is the collectives': they cost ``comm_s`` plus that, over the
+    interval too. Where the predicted difference lies outside the measured interval, the
+    sentences say so, and where ``uncharged_s`` (> 0: a cost the model knows and leaves out)
+    is given, they say where charging it alone would put the prediction.
 
     Args:
-        measured: the measured ratio (an :class:`~perfkit.estimate.Estimate`).
-        predicted: the model's ratio (> 0).
-        base_s: the base step, s (> 0).
+        steps_s, base_steps_s: seconds per step, one per round, equally many (>= 1).
+        predicted_s: the model's step minus its base step, s (finite).
         comm_s: the model's charge for the collectives, s (> 0).
+        uncharged_s: a cost the model leaves out of ``predicted_s``, s (>= 0).
         base: the base step's name.
 
     Returns:
-        Sentences in ms and multiples of the charge.
+        A :class:`CollectiveCost`; ``str()`` of it is the sentences, in ms and multiples of the charge.
 
     Raises:
-        TypeError, ValueError: ``measured`` not an Estimate, or a figure not finite and > 0.
+        TypeError, ValueError: a figure not finite or out of range, or unequal rounds.
     """
-    check_type("measured", measured, Estimate)
+    from perfkit import stats
+
     check_type("base", base, str)
-    p = check_real("predicted", predicted, 0, lo_open=True)
-    step = check_real("base_s", base_s, 0, lo_open=True) * 1e3  # ms
-    charge = check_real("comm_s", comm_s, 0, lo_open=True) * 1e3  # ms
+    pred = check_real("predicted_s", predicted_s)
+    charge = check_real("comm_s", comm_s, 0, lo_open=True)
+    extra = check_real("uncharged_s", uncharged_s, 0)
+    a, b = list(steps_s), list(base_steps_s)
+    if not a or len(a) != len(b):
+        raise ValueError(f"steps_s and base_steps_s must hold the same number of rounds (>= 1), "
+                         f"got {len(a)} and {len(b)}")
+    gap = stats.median_interval([check_real("steps_s", x, 0) - check_real("base_steps_s", y, 0)
+                                 for x, y in zip(a, b)])
 
-    def cost(ratio: float) -> float:  # ms the collectives took, the compute at the fitted cost
-        return charge + (ratio - p) * step
+    def cost(d: float) -> float:  # ms the collectives took, the compute at the fitted cost
+        return (charge + d - pred) * 1e3
 
-    gap = (measured.value - p) * step
-    out = (f"Against {base}'s step ({step:.1f} ms) the measured ratio lies {abs(gap):.1f} ms "
-           f"{'above' if gap >= 0 else 'below'} the predicted one. The model charged the collectives "
-           f"{charge:.1f} ms; with the compute at {base}'s fitted cost, that difference is theirs: ")
-    if cost(measured.value) <= 0:
+    off = (gap.value - pred) * 1e3
+    out = (f"Paired by round, the step {'exceeds' if gap.value >= 0 else 'falls short of'} {base}'s by "
+           f"{abs(gap.value) * 1e3:.1f} ms (median of {gap.n} rounds' differences) against "
+           f"a predicted {abs(pred) * 1e3:.1f} ms {'more' if pred >= 0 else 'less'}: {abs(off):.1f} ms "
+           f"{'above' if off >= 0 else 'below'} the prediction. The model charged the collectives "
+           f"{charge * 1e3:.1f} ms; "
+           f"with the compute at {base}'s fitted cost, that difference is theirs: ")
+    if cost(gap.value) <= 0:
         out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
                 f"the compute ran faster than {base}'s fitted cost")
     else:
-        out += f"they cost {cost(measured.value):.1f} ms, {cost(measured.value) / charge:.2f}x the charge"
-        if measured.has_interval and measured.low < measured.high:
-            lo, hi = cost(measured.low), cost(measured.high)
-            out += (f" ({max(lo, 0.0):.1f} to {hi:.1f} ms, {max(lo, 0.0) / charge:.2f}x to "
-                    f"{hi / charge:.2f}x, over the ratio's interval)")
-    side = measured.clear_of(p, "x")
-    if side:
-        out += (f". The prediction ({p:.3g}x) lies {'below' if side == 'above' else 'above'} the "
-                f"measured interval ({measured.low:.3g}x to {measured.high:.3g}x): the model errs "
-                "by more than this run's noise, whatever the tolerance window lets through")
-    elif measured.has_interval:
-        out += f". The prediction ({p:.3g}x) lies inside the measured interval: no error this run can show"
-    return out + "."
+        out += f"they cost {cost(gap.value):.1f} ms, {cost(gap.value) / (charge * 1e3):.2f}x the charge"
+        if gap.has_interval and gap.low < gap.high:
+            lo, hi = max(cost(gap.low), 0.0), cost(gap.high)
+            out += (f" ({lo:.1f} to {hi:.1f} ms, {lo / (charge * 1e3):.2f}x to {hi / (charge * 1e3):.2f}x, "
+                    f"over the difference's interval)")
+
+    def where(d: float) -> str:
+        ok = gap.has_interval and gap.low < gap.high
+        side = gap.scaled(1e3).clear_of(d * 1e3, "ms") if ok else ""
+        return {"above": "below", "below": "above"}.get(side, "inside" if ok else "")
+
+    iv = f"({gap.low * 1e3:.1f} to {gap.high * 1e3:.1f} ms)"
+    if where(pred) in ("below", "above"):
+        out += (f". The predicted difference lies {where(pred)} the measured interval {iv}: the model "
+                "errs by more than this run's noise, whatever the tolerance window lets through")
+    elif where(pred):
+        out += f". The predicted difference lies inside the measured interval {iv}: no error this run shows"
+    if extra > 0 and where(pred):
+        moved = where(pred + extra)
+        still = "still " if moved == where(pred) else ""
+        out += (f". Charging the uncharged {extra * 1e3:.1f} ms alone would put the prediction at "
+                f"{(pred + extra) * 1e3:.1f} ms, {still}{moved} the measured interval")
+    return CollectiveCost(gap, pred, charge, out + ".")
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

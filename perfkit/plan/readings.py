@@ -14,8 +14,8 @@
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
 * :func:`paired_error` is the planner's error on the *ratio* of two published rows of one model
-  and sequence in one table: the resolution at which it can rank two layouts of one run
-  (:data:`perfkit.plan.search.TIE_BAND`), not its error on one run's throughput.
+  and sequence in one table: its 80th percentile is the resolution at which it can rank two
+  layouts of one run (:data:`perfkit.plan.search.TIE_BAND`), not its error on one run's throughput.
 
 Usage::
 
@@ -37,8 +37,9 @@ from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.estimate import Estimate
 from perfkit.plan.published import Comparison, RowResult
+from perfkit.plan.search import TIE_QUANTILE
 
-__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "tp_step_split",
+__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "rules_out", "tp_step_split",
            "without_collectives", "worst_row_cause", "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
@@ -178,6 +179,34 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
                                     if cost else "."))
 
 
+def rules_out(measured: Estimate, alternatives: Mapping[str, float], unit: str = "") -> str:
+    """Which of the ``alternatives`` (name -> the figure each would give) the measured interval
+    leaves out, as its printed ends read: for an inconclusive verdict whose window edge the
+    interval crosses, what the measurement still settles. ``""`` without an interval.
+
+    Raises:
+        TypeError, ValueError: ``measured`` not an Estimate, no alternatives, or one not finite.
+    """
+    check_type("measured", measured, Estimate)
+    check_type("alternatives", alternatives, Mapping)
+    if not alternatives:
+        raise ValueError("alternatives must name at least one figure")
+    alt = {k: check_real(f"alternatives[{k!r}]", v) for k, v in alternatives.items()}
+    if not measured.has_interval or measured.low == measured.high:
+        return ""
+    out = [k for k, v in alt.items() if measured.clear_of(v, unit)]
+    kept = [k for k in alt if k not in out]
+    u = f" {unit}" if unit not in ("", "x", "%") else unit
+    said = "; ".join(f"{k} {v:.3g}{u}" for k, v in alt.items())
+    iv = f"the measured interval ({measured.low:.3g} to {measured.high:.3g}{u})"
+    if not out:
+        return f"{iv[0].upper() + iv[1:]} holds every alternative ({said}): it rules none out."
+    if not kept:
+        return (f"Yet {iv} leaves out every alternative ({said}): the window is undecided, "
+                "but this run rules those out.")
+    return f"Yet {iv} leaves out {', '.join(out)} ({said}), though not {', '.join(kept)}."
+
+
 def zero2_over_zero1(measured: Estimate, predicted: float) -> str:
     """ZeRO-2's step over ZeRO-1's (``measured``, paired by round) beside the model's ratio
     (``predicted``), and what the model leaves out between the two stages: it charges both the
@@ -245,8 +274,12 @@ class PairedError:
     """The planner's error on the ratio of two rows' throughputs (see :func:`paired_error`).
 
     Attributes:
-        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``.
+        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``: a
+            predicted difference this small orders a pair no better than a coin.
         p90: the 90th percentile of the same.
+        tie: its :data:`~perfkit.plan.search.TIE_QUANTILE` quantile (80 %): beyond it a predicted
+            difference orders a pair rightly 9 times in 10 where errors fall either way alike
+            (wrong needs the error that large and of the opposing sign); the tie band.
         pairs: how many pairs.
         groups: ``"table: model s=seq"`` -> the labels of its rows (two or more each).
     """
@@ -255,14 +288,18 @@ class PairedError:
     p90: float
     pairs: int
     groups: dict[str, list[str]]
+    tie: float
 
     def text(self) -> str:
         """One sentence: the band, its pairs and where they come from."""
         tables = sorted({g.split(":")[0] for g in self.groups})
         return (f"{self.band:.1%}: the median |error| of the predicted ratio of two rows' throughputs over "
                 f"{self.pairs} pairs of published rows of one model and sequence in one table "
-                f"({len(self.groups)} such groups, in {', '.join(tables)}; 90 % of the pairs within "
-                f"{self.p90:.1%})")
+                f"({len(self.groups)} such groups, in {', '.join(tables)}; they differ in GPU count, "
+                f"micro-batch or recomputation only; 90 % of the pairs within {self.p90:.1%}): at a "
+                f"difference that small a ranking is a coin flip. {TIE_QUANTILE:.0%} of the pairs lie "
+                f"within {self.tie:.1%}, beyond which a predicted order is right 9 times in 10 if errors "
+                "fall either way alike: the tie band")
 
 
 def paired_error(cmp: Comparison) -> PairedError:
@@ -290,4 +327,5 @@ def paired_error(cmp: Comparison) -> PairedError:
     if not gaps:
         raise ValueError("cmp must hold two rows of one model, sequence and table")
     return PairedError(math.exp(stats.median(gaps)) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
-                       {k: [r.run.label for r in v] for k, v in groups.items()})
+                       {k: [r.run.label for r in v] for k, v in groups.items()},
+                       math.exp(stats.quantile(gaps, TIE_QUANTILE)) - 1)

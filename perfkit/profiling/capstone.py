@@ -35,6 +35,7 @@ from perfkit.profiling.capstone_text import (
     explain_round,
     percent2,
     reads_pick,
+    unprofiled_factor,
 )
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
 
@@ -204,15 +205,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     """The worst finding above information level with a fix not in ``skip`` (applied, or
     tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
 
-    A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
+    Every waste fix's share is taken by one rule: its milliseconds in the profiled window over the
+    unprofiled step (``unprofiled_factor``; capped at 99 %), the most it can take of an unprofiled
+    step. A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
-    data at the next collective), against an unprofiled step: their milliseconds in the profiled
-    window over the unprofiled step, since the profiler does not slow the tokenizer and a
-    collective takes no longer without it than with it (an upper bound; capped at 99 %). A larger
-    batch is bounded by the peak, and the compute fixes' bounds are too loose to test them; a
-    finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
+    data at the next collective); the fix of the host reads by what it can remove (:func:`reads_pick`).
+    A larger batch is bounded by the peak, and the compute fixes' bounds are too loose to test them;
+    a finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
     tight to test (``Pick.untested`` says why).
-    The fix of the loop's host reads is bounded by what it can remove (:func:`reads_pick`).
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -223,32 +223,32 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
         if f["severity"] == "info":
             continue
         for fix in (x for x in fix_for_finding.get(f["kind"], ()) if x in usable):
+            slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # over an unprofiled step
             if f["kind"] == fix == "sync":  # the reads, not the collective waited for between them
-                return reads_pick(report, fix)
+                return reads_pick(report, fix, job.profiler_slowdown(report, result))
             also = [k for k, fixes in fix_for_finding.items() if fix in fixes and k != f["kind"]
                     and k in report["shares"]]
             share = f["share"] + sum(report["shares"][k] for k in also)
             if f["kind"] == "data":
                 comm = report["shares"].get("communication", 0.0)  # ranks waiting for the data
-                slow = max(1.0, job.profiler_slowdown(report, result))
                 data, share = share, min((share + comm) * slow, 0.99)
                 return Pick("data", share, 1 / (1 - share),
                             f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
-                            f"communication {comm:.1%} of a profiled step, times {slow:.2f}, the profiled "
-                            f"step over an unprofiled one: the profiler does not slow the data, and the "
-                            f"collectives, which it may slow, take no longer without it, so this is the most "
-                            f"they can take), {share:.1%} of an unprofiled step, removed", fix,
-                            ("data", "communication"))
+                            f"communication {comm:.1%} of a profiled step, {said}: the profiler does not "
+                            f"slow the data, and the collectives, which it may slow, take no longer without "
+                            f"it, so this is the most they can take), {share:.1%} of an unprofiled step, "
+                            "removed", fix, ("data", "communication"))
             names = " + ".join([f["kind"], *also])
             tight = "" if share >= MIN_TESTABLE_SHARE else (
                 f"the {f['kind']} finding fired on its count, not its time: a share of {share:.1%} puts "
                 f"the bound within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job minutes "
                 "apart repeat, so any measurement would cross it by noise alone")
+            profiled, share = share, min(share * slow, 0.99)
             return Pick(f["kind"], share, 1 / (1 - share),
-                        f"Amdahl: the {names} share {share:.1%} removed (its share of the step the fix "
-                        "starts from, by that configuration's own diagnosis, whose profiled steps took "
-                        f"{job.profiler_slowdown(report, result):.2f}x an unprofiled one)", fix,
-                        (f["kind"], *also), tight)
+                        f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
+                        f"the configuration the fix starts from), {said}: a phase takes no longer without "
+                        f"the profiler than with it, so {share:.1%} of an unprofiled step is the most it can "
+                        "take, removed", fix, (f["kind"], *also), tight)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":

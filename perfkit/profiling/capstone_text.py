@@ -93,7 +93,25 @@ def percent2(share: float) -> str:
     return f"{p:.{decimals}f}%"
 
 
-def reads_pick(report: Mapping, fix: str) -> Pick:
+def unprofiled_factor(slowdown: float) -> tuple[float, str]:
+    """The factor a share of a profiled step is multiplied by to bound the share of an unprofiled
+    step, ``max(1, slowdown)`` (``slowdown``: the profiled over the unprofiled step), and the
+    words that say it, computed: a ``slowdown`` above 1 mixes the profiler's cost with any load
+    that differed between the window and the runs; one below 1 is load, not the profiler.
+
+    Raises:
+        TypeError, ValueError: for a ``slowdown`` that is not a finite number > 0.
+    """
+    check_real("slowdown", slowdown, 0, lo_open=True)
+    if slowdown >= 1:
+        return slowdown, (f"times {slowdown:.2f}, the profiled step over an unprofiled one (the profiler's "
+                          "cost and any load that differed between the window and the runs, together)")
+    return 1.0, (f"times 1 (a profiled step measured {slowdown:.2f}x an unprofiled one: below 1, so load "
+                 "that differed between the window and the runs, not the profiler, set it; never taken "
+                 "below 1)")
+
+
+def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
     """The bound of ``fix``, the fix of the training loop's own host reads, from a diagnosis
     whose sync finding fired.
 
@@ -104,6 +122,9 @@ def reads_pick(report: Mapping, fix: str) -> Pick:
     loop's own collective, as a per-step loss all-reduce, not measured apart): the bound counts
     all of communication. Where the part of the sync share the fix removes lies below
     :data:`MIN_TESTABLE_SHARE`, the bound cannot test the fix (``Pick.untested`` says why).
+    ``slowdown``: the profiled over the unprofiled step; the bound is the removable milliseconds
+    of the profiled window over an unprofiled step (the share times :func:`unprofiled_factor`,
+    capped at 99 %), as every waste fix's is (:func:`~perfkit.profiling.capstone.next_fix`).
 
     Raises:
         TypeError, ValueError: for a ``report`` that is not a diagnosis report with shares.
@@ -113,13 +134,17 @@ def reads_pick(report: Mapping, fix: str) -> Pick:
         raise ValueError("report must be a diagnosis report with shares")
     sync, comm = report["shares"].get("sync", 0.0), report["shares"].get("communication", 0.0)
     wait = min(report.get("sync_comm_share") or 0.0, sync)
+    slow, said = unprofiled_factor(slowdown)
     reads = sync - wait  # the reads and the loop between them
-    share = min(reads + comm, 0.99)
+    share = min((reads + comm) * slow, 0.99)
     model = (f"Amdahl: the reads and the host loop between them (sync {sync:.1%}, less the {wait:.1%} "
              "that passed with a collective in flight, which the fix does not remove) + communication "
-             f"{comm:.1%} (the loop's own collectives among it, not measured apart), {share:.1%} removed")
+             f"{comm:.1%} (the loop's own collectives among it, not measured apart) of a profiled step, "
+             f"{said}: a phase takes no longer without the profiler than with it, so {share:.1%} of an "
+             "unprofiled step at most, removed")
     untested = "" if reads >= MIN_TESTABLE_SHARE else (
-        f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of the step, "
+        f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of a profiled "
+        "step, "
         f"which puts its gain within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job "
         f"minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds the loop's own "
         "collectives, which the fix runs less often, beside the others, which it leaves: a part the "

@@ -308,7 +308,9 @@ def seams_text(t: Total) -> str:
                 f"{name if name.startswith('the ') else 'after --fix ' + name} {a:,.0f} -> {b:,.0f}"
                 for name, a, b in t.seams)
             + " (each kept configuration as its round's \"after\", then as the next round's \"before\", the "
-            "mean of that run and its repeat; the slow job in the direct ratio, then in round 1). Their "
+            "mean of that run and its repeat; the slow job in the direct ratio, then as the \"before\" of "
+            "the first kept round" + (f", that of --fix {t.seams[1][0]}" if len(t.seams) > 1 else "")
+            + "). Their "
             f"ratios, second over first, multiply to {moved:.3g}x, the direct gain over the product"
             + (", so the two agree although single seams moved." if cancel else "." + _seams_way(t.seams)))
 

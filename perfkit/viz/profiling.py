@@ -20,26 +20,47 @@ from matplotlib.figure import Figure
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
 
 __all__ = ["PHASE_COLORS", "breakdown_widget", "findings_markdown", "plot_diagnosis",
-           "plot_phase_bars", "plot_scalars", "summary_markdown", "top_ops_markdown"]
+           "plot_phase_bars", "plot_scalars", "stall_note", "summary_markdown", "top_ops_markdown"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
 _EXTRA_COLORS = ["tab:purple", "tab:brown", "tab:pink", "tab:olive"]
 
 
-def _phase_values(record: Any, unit: str) -> dict[str, float]:
-    """Top-level phase -> value in ``unit`` ("ms" or "%") for any record with shares."""
-    shares = dict(record) if isinstance(record, Mapping) else record.shares()
+def _phase_values(record: Any, unit: str, stat: str = "mean") -> dict[str, float]:
+    """Top-level phase -> value in ``unit`` ("ms" or "%") for any record with shares; with
+    ``stat="median"`` a StepSummary gives its median shares (of the median step, in ms)."""
+    median = stat == "median" and hasattr(record, "median_shares")
+    shares = dict(record) if isinstance(record, Mapping) else (
+        record.median_shares() if median else record.shares())
     if unit == "%":
         return {k: 100 * v for k, v in shares.items()}
     if isinstance(record, Mapping):
         raise ValueError("unit='ms' needs a StepSummary or TraceBreakdown, not a dict of shares")
-    step_s = record.step.mean_s if hasattr(record, "step") else record.step_mean_s
+    step_s = (record.step.p50_s if median else record.step.mean_s) if hasattr(record, "step") \
+        else record.step_mean_s
     return {k: v * step_s * 1e3 for k, v in shares.items()}
 
 
+def stall_note(summary: Any, factor: float = 3.0) -> str:
+    """A sentence naming the phases whose slowest steps (p99) took over ``factor`` times their
+    median and over 5 % of the median step more, and what they do to the mean step; ``""``
+    where none did. Such a stall moves the means and every share of them, not the medians."""
+    slow = [p for p in summary.phases.values() if p.parent is None and p.p99_s > factor * p.p50_s > 0
+            and p.p99_s - p.p50_s > 0.05 * summary.step.p50_s]
+    if not slow:
+        return ""
+    st = summary.step
+    return ("Stalled steps: " + "; ".join(f"{p.name}'s p99 {p.p99_s * 1e3:.2f} ms is "
+                                          f"{p.p99_s / p.p50_s:.1f}x its median {p.p50_s * 1e3:.2f} ms"
+                                          for p in slow)
+            + f". They lengthen the mean step to {st.mean_s * 1e3:.2f} ms against a median of "
+            f"{st.p50_s * 1e3:.2f} ms ({st.mean_s / st.p50_s:.2f}x) and move every share of the means: "
+            "read the medians.")
+
+
 def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None,
-                    title: str = "Where the step goes") -> Figure:
+                    title: str = "Where the step goes", stat: str = "mean") -> Figure:
     """One horizontal stacked bar per run: each top-level phase's mean time (or share).
 
     Args:
@@ -48,15 +69,20 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
         unit: ``"ms"`` (mean ms per step) or ``"%"`` (share of the step).
         ax: draw into this axes instead of a new figure.
         title: the axes title.
+        stat: ``"mean"`` (shares of the mean step) or ``"median"``: each phase's median share
+            over the steps (of the median step, in ms), which one stalled step does not move;
+            they need not sum to 100 %. A record without median shares draws its means.
 
     Raises:
-        ValueError: for no records or an unknown ``unit``.
+        ValueError: for no records or an unknown ``unit`` or ``stat``.
     """
     if not records:
         raise ValueError("records must hold at least one labelled record")
     if unit not in ("ms", "%"):
         raise ValueError(f"unit must be 'ms' or '%', got {unit!r}")
-    values = {label: _phase_values(r, unit) for label, r in records.items()}
+    if stat not in ("mean", "median"):
+        raise ValueError(f"stat must be 'mean' or 'median', got {stat!r}")
+    values = {label: _phase_values(r, unit, stat) for label, r in records.items()}
     names: list[str] = []
     for v in values.values():
         names += [k for k in v if k not in names and k != "other"]
@@ -81,7 +107,8 @@ def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None
                         va="center", fontsize=8, color="white")
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.invert_yaxis()
-    ax.set_xlabel("mean ms per step" if unit == "ms" else "% of the step")
+    ax.set_xlabel(f"{stat} ms per step" if unit == "ms" else
+                  "% of the step" + (" (median over the steps)" if stat == "median" else " (of the means)"))
     ax.set_title(title)
     # one column beside the bars: a row below them collides with the axis label
     ax.legend(ncol=1, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -146,23 +173,33 @@ def findings_markdown(findings: Sequence[Any]) -> str:
 
 
 def summary_markdown(summary: Any) -> str:
-    """A StepSummary as a Markdown table: per-phase mean, p50, p95, p99 (ms) and share. Under 100
-    steps the footnote says p95 and p99 are about the slowest steps, not tails."""
-    rows = ["| phase | mean ms | p50 ms | p95 ms | p99 ms | share |", "|---|---|---|---|---|---|"]
+    """A StepSummary as a Markdown table: per-phase mean, p50, p95, p99 (ms), share of the means
+    and median share. Under 100 steps the footnote says p95 and p99 are about the slowest steps,
+    not tails; where a phase stalled it says so (:func:`stall_note`), and gives the throughput at
+    the median step beside the whole run's."""
+    rows = ["| phase | mean ms | p50 ms | p95 ms | p99 ms | share of means | median share |",
+            "|---|---|---|---|---|---|---|"]
     for p in [*summary.phases.values(), summary.step]:
         name = f"&nbsp;&nbsp;{p.name} (in {p.parent})" if p.parent else p.name
+        med = "" if p.median_share is None else f"{p.median_share:.1%}"
         rows.append(f"| {name} | {p.mean_s * 1e3:.2f} | {p.p50_s * 1e3:.2f} | "
-                    f"{p.p95_s * 1e3:.2f} | {p.p99_s * 1e3:.2f} | {p.share:.1%} |")
+                    f"{p.p95_s * 1e3:.2f} | {p.p99_s * 1e3:.2f} | {p.share:.1%} | {med} |")
     tput = []
     if summary.samples_per_s:
         tput.append(f"{summary.samples_per_s:,.0f} samples/s")
     if summary.tokens_per_s:
         tput.append(f"{summary.tokens_per_s:,.0f} tokens/s")
+    skew = summary.step.mean_s / summary.step.p50_s if summary.step.p50_s > 0 else 1.0
+    if tput and abs(skew - 1) > 0.05:  # the run's rate is over its mean step; a stall slows it
+        tput[-1] += " over the whole run (its mean step); at the median step " + " and ".join(
+            f"{r * skew:,.0f} {u}" for r, u in ((summary.samples_per_s, "samples/s"),
+                                               (summary.tokens_per_s, "tokens/s")) if r)
+    note = stall_note(summary)
     foot = f"\n\n{summary.steps} steps on {summary.device}" + (
         f"; {', '.join(tput)}" if tput else "") + (
         f"; from {summary.steps} steps, p99 lies between the two slowest steps and p95 among the "
         f"{max(2, math.ceil(0.05 * summary.steps) + 1)} slowest: read both as about the slowest, not as tails"
-        if summary.steps < 100 else "")
+        if summary.steps < 100 else "") + (f". {note}" if note else "")
     return "\n".join(rows) + foot
 
 
@@ -187,7 +224,7 @@ def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Fi
     lines = [f"step {summary.step.p50_s * 1e3:.1f} ms (p50)"
              + (f", {summary.samples_per_s:,.0f} samples/s over the whole run (its mean step)"
                 if summary.samples_per_s else "")]
-    if med:  # the findings judge these; the bar above shows the shares of the mean step
+    if med:  # the findings judge these, and the bar above shows them
         lines.append("median shares (the findings judge these): "
                      + ", ".join(f"{k} {v:.0%}" for k, v in med.items() if v >= 0.005))
     if not findings:
@@ -199,7 +236,8 @@ def plot_diagnosis(summary: Any, findings: Sequence[Any], title: str = "") -> Fi
                                    subsequent_indent="    ")
     text_in = 0.17 * len(lines) + 0.2  # inches: 8.5 pt monospace lines
     fig, (ax, tax) = plt.subplots(2, 1, figsize=(8, 2.4 + text_in), height_ratios=[2.4, text_in])
-    plot_phase_bars({"mean step": summary}, unit="%", ax=ax, title=title or "Phase shares")
+    plot_phase_bars({"median shares" if med else "mean step": summary}, unit="%", ax=ax,
+                    title=title or "Phase shares", stat="median" if med else "mean")
     tax.axis("off")
     tax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=8.5, family="monospace",
              transform=tax.transAxes)

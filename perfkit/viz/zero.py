@@ -91,9 +91,10 @@ class StageEdge:
     Attributes:
         stage: 1, 2 or 3.
         ddp_s: DDP + AdamW's median step.
-        bytes_s: half an all-reduce's bytes the stage moves where DDP's overlap does not cover
-            them: stages 1-2 all-gather the updated parameters after the step, and the next
-            forward waits for them; stage 3 all-gathers each block once more in forward.
+        bytes_s: the parameter all-gathers the stage waits for, where DDP's overlap does not
+            cover them, each half an all-reduce's bytes: stages 1-2 all-gather the updated
+            parameters after the step, and the next forward waits for them (one); stage 3
+            all-gathers each block in forward and again in backward (two).
         calls: collective calls per step beyond DDP's; ``call_s`` the time of one (a 4-byte
             all-reduce), charged to each.
         update_saved_s: the ``(N - 1) / N`` of AdamW's update a rank no longer runs.
@@ -113,24 +114,28 @@ class StageEdge:
 
     def text(self) -> str:
         """The edge as a sum of its measured parts."""
-        gather = "after the step" if self.stage < 3 else "in forward, a second time"
-        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus half an all-reduce's bytes all-gathered "
-                f"{gather} ({si(self.bytes_s, 's')}), plus {self.calls} calls at a 4-byte all-reduce's "
+        gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
+                  "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
+        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({si(self.bytes_s, 's')}), "
+                f"plus {self.calls} calls at a 4-byte all-reduce's "
                 f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
                 f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
 
     def beyond(self, ratio: float) -> str:
         """What a measured step ratio over DDP's leaves beyond the edge's parts, in seconds and
-        as a share of the step's growth (a share only where both are positive)."""
+        as a share of the step's growth (a share only where both are positive). The growth is
+        ``(ratio - 1)`` times DDP's median step, named as such: it is not a difference of the
+        two medians, which can differ from it."""
         check_real("ratio", ratio, 0, lo_open=True)
         grew, charged = (ratio - 1) * self.ddp_s, (self.edge - 1) * self.ddp_s  # s over DDP's step
-        said = (f"By the median, the step grew by {si(grew, 's')} over DDP's" if grew >= 0 else
-                f"By the median, the step was {si(-grew, 's')} shorter than DDP's")
+        how = "The median of the paired ratios, less 1, times DDP's median step"
+        said = (f"{how}: the step grew by {si(grew, 's')} over DDP's" if grew >= 0 else
+                f"{how}: the step was {si(-grew, 's')} shorter than DDP's")
         net = f"{si(charged, 's')}" if charged >= 0 else f"a net saving of {si(-charged, 's')}"
         if grew <= charged:
             return said + f", within the edge's {net}."
         rest = grew - charged
-        share = f" ({rest / grew:.0%} of the growth)" if charged >= 0 else ""
+        share = f" ({rest / grew:.0%} of that growth)" if charged >= 0 else ""
         return (said + f"; the edge charges {net} of it, and the other {si(rest, 's')}{share} is what the "
                 "model leaves out: copies into and out of flat buffers, Python hooks, and gloo's threads "
                 "slowing the compute they share the cores with; this run does not time them apart.")
@@ -143,11 +148,12 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
 
     Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken as hidden as
     DDP's), then all-gather the updated slices after the step, which the next forward waits
-    for: half an all-reduce's bytes, charged unhidden. Stage 3 moves half an all-reduce's bytes
-    more than DDP (the second all-gather), charged unhidden too. Every call beyond DDP's is
-    charged a 4-byte all-reduce's time (a call's own cost) and none is hidden; a rank updates
-    ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is taken off. Per-block
-    copies and Python hooks are not in it.
+    for: half an all-reduce's bytes, charged unhidden. Stage 3 waits for two parameter
+    all-gathers on the critical path, in forward (in place of stages 1-2's after the step) and
+    again in backward: each half an all-reduce's bytes, both charged unhidden by the same rule.
+    Every call beyond DDP's is charged a 4-byte all-reduce's time (a call's own cost) and none is
+    hidden; a rank updates ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is
+    taken off. Per-block copies and Python hooks are not in it.
 
     Args:
         stage: 1, 2 or 3.
@@ -172,5 +178,6 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
     check_int("world_size", world_size, 2)
     check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
     check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
-    return StageEdge(stage, ddp.step_s, 0.5 * max(link_s - call_s, 0.0), calls, call_s,
+    gathers = 2 if stage == 3 else 1  # parameter all-gathers a step waits for
+    return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls, call_s,
                      (world_size - 1) / world_size * ddp.update_s)

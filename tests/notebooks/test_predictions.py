@@ -33,8 +33,10 @@ def unverdicted(py) -> list[str]:
     bad = []
     for heading, md, code in sections(py):
         stated = len(re.findall(r"\*\*Prediction", md))
-        # viz.verdict(...) is the one-call form of show_verdict(judge(...))
-        if stated > min(code.count("Prediction("), code.count("show_verdict(") + code.count("viz.verdict(")):
+        # viz.verdict(...) is the one-call form of show_verdict(judge(...)); weighed_verdict(...)
+        # (perfkit.viz.claims) is viz.verdict followed by the A/A control's line
+        verdicts = code.count("show_verdict(") + code.count("viz.verdict(") + code.count("weighed_verdict(")
+        if stated > min(code.count("Prediction("), verdicts):
             bad.append(heading)
         # a section that states a piece of advice (notebook 09) ends in a verdict on it computed by
         # perfkit.verdict.assess (called directly or through the notebook's claim_verdict helper)
@@ -59,6 +61,12 @@ def test_the_structure_check_catches_a_prose_prediction(tmp_path):
                    "# %%\nprint('fast')\n\n# %% [markdown]\n# ## 2. B\n#\n# **Prediction.** x\n\n"
                    "# %%\np = Prediction('x', 'm', low=1)\nshow_verdict(judge(p, 2))\n")
     assert unverdicted(src) == ["## 1. A"]
+    weighed = tmp_path / "99_w.py"
+    weighed.write_text("# %% [markdown]\n# ## 1. A\n#\n# **Prediction.** x\n\n"
+                       "# %%\nweighed_verdict(pin, Prediction('x', 'm', low=1), est)\n\n"
+                       "# %% [markdown]\n# ## 2. B\n#\n# **Prediction.** x\n\n"
+                       "# %%\np = Prediction('x', 'm', low=1)\nprint(weighed_text(pin, p, est))\n")
+    assert unverdicted(weighed) == ["## 2. B"]  # the text alone shows no verdict
     advice = tmp_path / "99_y.py"
     advice.write_text("# %% [markdown]\n# ## 1. A\n#\n# **The advice.** Always do it.\n\n"
                       "# %%\nprint('it helps')\n\n# %% [markdown]\n# ## 2. B\n#\n# **The advice.** x\n\n"

@@ -177,3 +177,28 @@ def test_times_table_sets_every_median_and_the_last_change_per_flop():
         va.times_table([])
     with pytest.raises(TypeError, match="per_flop must be a bool"):
         va.times_table(pts, per_flop=1)
+
+
+def _timed(model, tile, seq_len, miss):
+    f = flash_flops(1, 4, seq_len, 32, tile=tile)
+    return ac.AttentionTiming("flash", seq_len, tile, (model.flash_s(seq_len, tile) * (1 + miss),),
+                              f.forward + f.backward, f.tiles)
+
+
+def test_tile_miss_note_names_a_miss_the_fitted_lengths_already_showed():
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    misses = {(16, 256): -0.13, (16, 512): -0.07, (64, 256): 0.31, (64, 512): 0.33,
+              (64, 1024): 0.26, (16, 1024): -0.07, (64, 1536): 0.34, (16, 1536): 0.0}
+    note = ac.tile_miss_note([_timed(model, t, n, m) for (t, n), m in misses.items()], model, 64)
+    # the old text blamed a change from the last fitted length; the misses are the same at every length
+    assert "+31%, +33%, +26% from the model at the fitted T = 256, 512, 1024, and +34% at T = 1536" \
+        in note
+    assert "one the shorter lengths already showed, beyond their largest (+33%)" in note
+    assert "The band, ±33%, is the fit's largest miss where it was fitted: tile 64's at T = 512" in note
+    misses[(64, 512)] = -0.05
+    note = ac.tile_miss_note([_timed(model, t, n, m) for (t, n), m in misses.items()], model, 64)
+    assert "not on the same side at every fitted length: the shorter lengths do not show it as a" in note
+    assert "±31%, is the fit's largest miss where it was fitted: tile 64's at T = 256 (the judged tile's" \
+        in note
+    with pytest.raises(ValueError):
+        ac.tile_miss_note([_timed(model, 16, 256, 0.0), _timed(model, 64, 512, 0.0)], model, 64)

@@ -137,7 +137,7 @@ def test_the_reads_fix_is_bounded_by_the_reads_not_the_collective_between_them()
     pick = next_fix(rep, result([0.2] * 8), JOB, [], ("sync", "ddp"), FIX_FOR, 1e9)
     assert pick == reads_pick(rep, "sync") and pick.share == pytest.approx(0.038 + 0.116)
     assert "less the 21.6% that passed with a collective in flight" in pick.model
-    assert "the reads and the loop between them, is 3.8% of the step" in pick.untested  # context
+    assert "the reads and the loop between them, is 3.8% of a profiled step" in pick.untested  # context
     # reads that cost time themselves (a GPU's): a bound that can fail
     gpu = {**rep, "sync_comm_share": 0.0}
     assert not reads_pick(gpu, "sync").untested and reads_pick(gpu, "sync").share == pytest.approx(0.37)
@@ -160,6 +160,27 @@ def test_the_data_share_is_counted_against_an_unprofiled_step():
     assert next_fix(capped, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.99)
     fast = report([("high", "data", 0.3)], {"data": 0.3}, steps=(0.05, 0.05))  # never scaled down
     assert next_fix(fast, r, JOB, [], ("data",), FIX_FOR, 1e9).share == pytest.approx(0.3)
+
+
+def test_every_waste_fix_is_bounded_against_an_unprofiled_step_by_one_rule():
+    r = result([1] * 4 + [0.1] * 4)  # unprofiled 0.1 s; profiled 0.2 s: the window's ms over 0.1 s
+    rep = {**report([("high", "sync", 0.2)], {"sync": 0.2, "communication": 0.1}, steps=(0.2, 0.2)),
+           "sync_comm_share": 0.17}
+    ddp = next_fix(rep, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9)
+    assert ddp.share == pytest.approx(0.6) and "times 2.00" in ddp.model  # (0.2 + 0.1) * 2
+    reads = next_fix(rep, r, JOB, [], ("sync",), FIX_FOR, 1e9)
+    assert reads.share == pytest.approx((0.03 + 0.1) * 2) and "times 2.00" in reads.model
+    assert "is 3.0% of a profiled step" in reads.untested  # the testability rule reads the profiled share
+    capped = report([("high", "sync", 0.4)], {"sync": 0.4, "communication": 0.2}, steps=(0.2, 0.2))
+    assert next_fix(capped, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9).share == pytest.approx(0.99)
+    # a profiled step faster than an unprofiled one is load, not the profiler: the share stays, and it is said
+    fast = {**rep, "step_times_s": [0.05, 0.05]}
+    ddp = next_fix(fast, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9)
+    assert ddp.share == pytest.approx(0.3)
+    assert "measured 0.50x an unprofiled one: below 1, so load" in ddp.model
+    assert "measured 0.50x" in reads_pick(fast, "sync", 0.5).model
+    with pytest.raises(ValueError, match="slowdown"):
+        reads_pick(rep, "sync", 0.0)
 
 
 def test_compute_fixes_follow_once_no_waste_is_left():
@@ -428,6 +449,9 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     assert moved == pytest.approx(total.product.value / total.direct.value)
     assert "after --fix sync 500 -> 417" in seams_text(total) and "multiply to 0.694x" in seams_text(total)
     assert seams_text(total) in total_text(total)
+    # the slow job's second reading is the first kept round's "before", whichever round that was
+    assert 'then as the "before" of the first kept round, that of --fix sync)' in seams_text(total)
+    assert "round 1" not in seams_text(total)
     # seams that all point one way are a bias between the runs, not load drifting both ways
     one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)])
     assert "All 3 seams read the configuration slower" in seams_text(one_way)

@@ -36,7 +36,7 @@ def test_fit_quality_names_an_inversion_and_whether_repetitions_overlap():
     q = fit_quality(apart, fit)
     assert q.inversion == (apart[0], apart[1]) and "do not overlap" in q.why
     overlapping = [pt(1000, 1e-3, p10=0.4e-3, p90=1.1e-3), pt(2000, 0.5e-3, p10=0.45e-3, p90=0.9e-3)]
-    assert "within this run's noise" in fit_quality(overlapping, fit).why
+    assert "cannot tell" in fit_quality(overlapping, fit).why
     # a larger size only slightly faster (0.9x) is not an inversion
     assert fit_quality([pt(1000, 1e-3), pt(2000, 0.9e-3)], fit).inversion is None
 
@@ -350,3 +350,37 @@ def test_ring_regime_names_the_nearer_model_only_beyond_the_sizes_spread():
     est = wide.regime(True)
     assert (est.low, est.high) == (pytest.approx(0.8 * est.value), pytest.approx(1.2 * est.value))
     assert "not the sizes' own spread: they ran 0.64x to 1.33x" in est.text("x")
+
+
+def test_small_sizes_text_says_alpha_is_no_fixed_cost_where_small_sizes_spread():
+    from perfkit.comm import small_sizes_text
+    fit = AlphaBeta(1.2e-3, 5e9)  # crossover 6 MB
+    spread = [pt(1024, 1.64e-3), pt(65536, 1.11e-3), pt(262144, 0.641e-3), pt(1 << 26, 15e-3)]
+    text = small_sizes_text(spread, fit)
+    assert "3 sizes below the crossover" in text
+    assert "641 µs (262 kB) to 1.64 ms (1.02 kB), 2.6x apart" in text and "(-49%)" in text
+    assert "no fixed cost each small call pays" in text and "larger size ran faster" in text
+    assert small_sizes_text(spread, fit, short=True).endswith("not one fixed cost per call")
+    flat = [pt(1024, 1.2e-3), pt(65536, 1.25e-3), pt(1 << 26, 15e-3)]
+    assert "costs about alpha whatever its size" in small_sizes_text(flat, fit)
+    no_slope = AlphaBeta(1.2e-3, 1e18)
+    assert small_sizes_text(flat, no_slope).startswith("The 3 sizes below the crossover (every")
+    assert small_sizes_text([pt(1 << 26, 15e-3)], fit).startswith("No size measured")
+
+
+def test_gloo_reduce_scatter_text_names_the_time_its_mechanism_leaves_unexplained():
+    from perfkit.comm import gloo_reduce_scatter_text
+    # 80 MB input at 8 GB/s: clone 10 ms + slice 5 ms on top of a 45 ms all-reduce: 60 ms, 1.33x
+    gap = gloo_reduce_scatter_text(88e-3, 45e-3, 80_000_000, 2, 8e9)
+    assert "1.33x the all-reduce" in gap and "leaves 28 ms (0.62 all-reduces' worth)" in gap
+    assert "accounts for the measured 1.29x" in gloo_reduce_scatter_text(58e-3, 45e-3, 80_000_000, 2, 8e9)
+    assert "is below it" in gloo_reduce_scatter_text(40e-3, 45e-3, 80_000_000, 2, 8e9)
+    with pytest.raises(ValueError):
+        gloo_reduce_scatter_text(0.0, 45e-3, 80_000_000, 2, 8e9)
+
+
+def test_fit_quality_does_not_call_overlapping_repetitions_noise():
+    fit = AlphaBeta(1e-4, 1e9)
+    overlapping = [pt(1000, 1e-3, p10=0.4e-3, p90=1.1e-3), pt(2000, 0.5e-3, p10=0.45e-3, p90=0.9e-3)]
+    why = fit_quality(overlapping, fit).why
+    assert "within this run's noise" not in why and "cannot tell whether the inversion is noise" in why

@@ -106,3 +106,18 @@ def test_kdim_keeps_the_t_squared_matrix_and_need_weights_false_does_not():
     with pytest.raises(ValueError, match="multiple of heads"):
         cp.kdim_attention_check(embed=10, heads=4)
     assert math.isfinite(a.saved["kdim"])
+
+
+def test_the_fp16_claim_criteria_say_which_count_decides_and_the_flushed_one_beside_it():
+    # 10,000 values: 2,000 below fp16's smallest normal (20 %), 30 flushed to zero unscaled
+    flush = cp.GradientFlush(10_000, 1.0, {"fp16": 30, "bf16": 0}, 0.2,
+                          lambda dtype, s: 30 if s == 1.0 else 0, lambda s: 2_000 if s == 1.0 else 100)
+    said = flush.criteria(2.0 ** 16, 0.01)
+    assert "19.00% lifted out of fp16's subnormal range (at or above the 1% line)" in said
+    assert "(30 unscaled), the scale kept 0.300% of the values, below the line" in said
+    assert "disagree, and only the stand-in carries the verdict" in said
+    many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
+                         lambda s: 20 if s == 1.0 else 0)
+    assert many.criteria(2.0 ** 16, 0.01).endswith("the two criteria agree.")
+    with pytest.raises(ValueError, match="line"):
+        flush.criteria(2.0 ** 16, 0.0)

@@ -56,6 +56,11 @@ def test_largest_rise_compares_the_same_steps_in_both_runs():
     assert "both rose there" in spike and "changed where" not in spike
     assert "bf16's own largest rise is at steps 2 -> 3 (5.900 -> 6.900), where fp32 moved -0.100" in spike
     assert "a rise in bf16 alone" in spike and "one step's deviation" in spike
+    # fp32 rose too at bf16's own largest rise, less than half as much: both rose, not bf16 alone
+    part = ex.largest_rise({"fp32": [6.0, 5.9, 6.2, 5.8, 6.4, 6.0],
+                            "bf16": [6.0, 5.9, 6.9, 5.8, 6.45, 6.0]})
+    assert "where fp32 moved +0.300: both rose, bf16 3.3x as much, a step where bf16's loss left" in part
+    assert "bf16 alone" not in part
     other = ex.largest_rise({"fp32": [3.0, 2.5, 2.9, 2.8], "bf16": [3.0, 3.2, 2.9, 2.8]})
     assert "bf16 rose less than half as much there" in other and "back at" not in other
     assert ex.largest_rise({"fp32": [3, 2, 1], "bf16": [3, 2, 1]}) == "the fp32 loss never rose"

@@ -121,6 +121,20 @@ def test_gil_least_step_is_the_bound_in_time_per_step():
     assert ov.gil_least_step(6.5, 6.3, 0.5, 0.0) == pytest.approx(6.5)
 
 
+def test_spin_held_takes_the_measured_spin_when_it_ran_short():
+    # a 6.57 ms spin that ran at 0.84x its planted time holds the GIL 5.52 ms, not 6.57 ms
+    assert ov.spin_held(6.57, 8.0, 0.84) == pytest.approx(6.57 * 0.84)
+    assert ov.spin_held(6.57, 8.0, 1.3) == pytest.approx(6.57)   # a slower spin is not carried over
+    assert ov.spin_held(6.57, 5.0, 0.9) == pytest.approx(5.0)    # at most the whole load
+
+
+def test_spin_load_note_names_the_sleep_load_time_and_its_bias():
+    t = {"load only": 8.01, "compute only": 5.22, "serial, spin load": 12.51, "Prefetcher, spin load": 10.15}
+    note = ov.spin_load_note(t, 1.05)   # the fraction 0.524 with the sleep load, 0.425 with a 6.96 ms load
+    assert "8.01 ms" in note and "0.425" in note and "errs high by 0.099" in note
+    assert "planted time" in ov.spin_load_note(t, 0.0)
+
+
 def test_prefetch_loops_run_n_steps_each():
     batches = [(torch.tensor([i]), torch.tensor([i])) for i in range(5)]
     seen = []

@@ -132,6 +132,9 @@ CASES = [  # (name, call, exception, regex on the message)
      "state must be a HookState"),
     # simulate_dp_training, gaussian_error
     ("copy_share_range.method", lambda: compress.copy_share_range("topk"), ValueError, "method"),
+    ("fused_default_note.fusion", lambda: compress.fused_default_note([1.0]), TypeError, "fusion"),
+    ("fused_default_note.low", lambda: compress.fused_default_note({"qsgd": 1.0}), (TypeError, ValueError),
+     "low"),
     ("codec_split.times", lambda: compress.codec_split({"memcpy": 1.0}, "qsgd"), TypeError,
      "times must be a CodecTimes"),
     ("simulate_dp_training.make", lambda: simulate_dp_training("topk"), TypeError, "make"),

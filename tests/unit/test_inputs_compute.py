@@ -606,6 +606,10 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "points must hold flash timings at 2 or more"),
     ("TileCostModel.flash_s tile", lambda: ac.TileCostModel(1e9, 0.0, 0.0).flash_s(64, 48),
      ValueError, "tile must be a positive power of two"),
+    ("tile_miss_note.points", lambda: ac.tile_miss_note([1.0], ac.TileCostModel(1e9, 0.0, 0.0), 64),
+     TypeError, "AttentionTiming"),
+    ("tile_miss_note.tile", lambda: ac.tile_miss_note([], ac.TileCostModel(1e9, 0.0, 0.0), 64), ValueError,
+     "points"),
     # the Triton kernels: every case fails in the checks, before Triton is imported or launched
     ("triton_status.device", lambda: ft.triton_status("bogus"), ValueError,
      "device must name a torch device"),

@@ -103,14 +103,19 @@ def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
     assert e.bytes_s == pytest.approx(1.8255e-3) and e.update_saved_s == pytest.approx(2e-3)
     assert e.edge == pytest.approx(1 + (1.8255e-3 + 7 * 0.399e-3 - 2e-3) / 77.4e-3)
     assert e.edge < 1.10 and "at most 1.0338x" in e.text() and "after the step" in e.text()
-    # stage 3: 14 more calls, the forward's second all-gather; the update saved grows with N
+    # stage 3: 14 more calls; two parameter all-gathers on the critical path (forward, and again in
+    # backward), each charged by stage 1-2's rule; the update saved grows with N
     e3 = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 4)
-    assert e3.update_saved_s == pytest.approx(3e-3) and "in forward, a second time" in e3.text()
-    assert e3.edge == pytest.approx(1 + (1.8255e-3 + 14 * 0.399e-3 - 3e-3) / 77.4e-3)
-    # zero3's miss, sized: a 1.43x step grew by 33.3 ms, the edge charges 4.41 ms of it (1.8255 + 5.586 - 3)
-    # and leaves 28.9 ms, 87 % of the growth, named as not timed apart; within the edge, no remainder
+    assert e3.update_saved_s == pytest.approx(3e-3) and e3.bytes_s == pytest.approx(2 * 1.8255e-3)
+    assert "in forward, and as many again in backward" in e3.text()
+    assert e3.edge == pytest.approx(1 + (2 * 1.8255e-3 + 14 * 0.399e-3 - 3e-3) / 77.4e-3)
+    # zero3's miss, sized: a 1.43x step grew by 33.3 ms (the paired ratio's excess times DDP's median
+    # step, named so, not "by the median"), the edge charges 6.24 ms of it (3.651 + 5.586 - 3) and
+    # leaves 27 ms, 81 % of that growth, named as not timed apart; within the edge, no remainder
     text = e3.beyond(1.43)
-    assert "grew by 33.3 ms" in text and "the edge charges 4.41 ms" in text and "(87% of the growth)" in text
+    assert text.startswith("The median of the paired ratios, less 1, times DDP's median step: ")
+    assert "By the median" not in text
+    assert "grew by 33.3 ms" in text and "the edge charges 6.24 ms" in text and "(81% of that growth)" in text
     assert "within the edge's" in e3.beyond(1.02) and "shorter than DDP's" in e3.beyond(0.9)
     with pytest.raises(ValueError, match="ratio"):
         e3.beyond(float("nan"))

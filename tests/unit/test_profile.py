@@ -364,3 +364,39 @@ def test_the_summary_table_calls_p99_a_tail_only_from_100_steps():
         tables[steps] = vp.summary_markdown(mon.summary())
     assert "p99 lies between the two slowest" in tables[99] and "among the 6 slowest" in tables[99]
     assert "slowest" not in tables[100]
+
+
+def test_a_stalled_step_is_named_and_the_median_bars_ignore_it():
+    mon = StepMonitor(device="cpu")
+    t = [0.0]
+    mon._mark = lambda: t[0]
+    for i in range(20):  # forward 8 ms, backward 10 ms; one forward stalls at 200 ms
+        for name, d in (("forward", 0.2 if i == 5 else 0.008), ("backward", 0.010),
+                        ("tiny", 0.0005 if i == 7 else 0.0001)):  # 5x its median, but 0.4 ms
+            with mon.phase(name):
+                t[0] += d
+        mon.step(samples=8)
+    s = mon.summary()
+    note = vp.stall_note(s)
+    assert note.startswith("Stalled steps: forward's p99") and "backward" not in note and "tiny" not in note
+    table = vp.summary_markdown(s)
+    assert "Stalled steps" in table and "at the median step" in table and "median share" in table
+    # the means put forward above backward; the medians do not
+    assert s.share("forward") > s.share("backward")
+    fig = vp.plot_phase_bars({"gpt": s}, unit="ms", stat="median")
+    widths = {c.get_label(): c.patches[0].get_width() for c in fig.axes[0].containers}
+    assert widths["forward"] == pytest.approx(8, rel=0.05) and widths["backward"] > widths["forward"]
+    assert fig.axes[0].get_xlabel() == "median ms per step"
+    matplotlib.pyplot.close(fig)
+    fig = vp.plot_diagnosis(s, diagnose_shares(s))
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["median shares"]
+    matplotlib.pyplot.close(fig)
+    even = StepMonitor(device="cpu")
+    even._mark = lambda: t[0]
+    for _ in range(5):
+        with even.phase("forward"):
+            t[0] += 0.008
+        even.step()
+    assert vp.stall_note(even.summary()) == ""
+    with pytest.raises(ValueError, match="stat"):
+        vp.plot_phase_bars({"a": s}, stat="p50")

@@ -403,3 +403,20 @@ def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
     wide = speedup_crossing([128, 256], [flat(0.9), [x * (1 + 0.5 * (i - 10) / 10) for i, x in
                                                       enumerate(flat(1.05))]])
     assert wide.high <= 256 * 16
+
+
+def test_charges_name_which_way_the_sweep_moves_each_bound():
+    from perfkit.parallel import charge_choice, sweep_charge_note
+    # the sweep took more than the fit's line at the small widths: its bounds are the stricter ones there
+    got = charge_choice([128, 256, 1024], [2.2e-3, 2.88e-3, 1e-3], [1.39e-3, 1.46e-3, 2.08e-3])
+    assert "more than the fit's line at C = 128, 256 (1.58x to 1.97x: the bound there lower" in got
+    assert "less than the fit's line at C = 1024 (0.48x: the bound there higher" in got
+    sizes, secs = [65536, 131072, 262144, 1048576], [1.8e-3, 2.2e-3, 2.88e-3, 0.912e-3]
+    note = sweep_charge_note(sizes, secs, 262144, 1.46e-3, 18.5e-3, 2, measured=0.923)
+    assert "charged 2.88 ms, the sweep's median at that size, above both sizes timed beside it" in note
+    assert "(131 kB: 2.2 ms; 1.05 MB: 912 µs), 1.97x the fit's line" in note
+    assert "the bound would be 1.23x, which the measured 0.923x lies under: the sweep's charge" in note
+    note = sweep_charge_note(sizes, secs, 200000, 1.46e-3, 18.5e-3, 2, measured=1.3)
+    assert "read off the sweep between the sizes timed around it" in note and "crosses too" in note
+    with pytest.raises(ValueError):
+        charge_choice([128], [1e-3, 2e-3], [1e-3])
