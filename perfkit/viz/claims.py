@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict, Prediction, judge
@@ -270,11 +271,9 @@ def weighed_text(control: PinTiming, prediction: Prediction, measured: Estimate)
         TypeError: for a ``control`` that is not a PinTiming, a ``prediction`` that is not a
             Prediction, or a ``measured`` that is not an Estimate.
     """
-    for name, value, kind in (("control", control, PinTiming), ("prediction", prediction, Prediction),
-                              ("measured", measured, Estimate)):
-        if not isinstance(value, kind):
-            raise TypeError(f"{name} must be {'an' if kind.__name__[0] in 'AEIOU' else 'a'} {kind.__name__}, "
-                            f"got {type(value).__name__}")
+    check_type("control", control, PinTiming)
+    check_type("prediction", prediction, Prediction)
+    check_type("measured", measured, Estimate)
     reach = control.reach()
     if not reach or not prediction.can_fail():
         return ""
