@@ -122,6 +122,7 @@ class ClaimVerdict:
     text: str
     measured_text: str  # the figure as measured, for a summary table
     judged: bool = True  # False: the measurement has no bearing on the advice here (``not_judged``)
+    refuted: bool = False  # inconclusive on the direction, yet the interval lies wholly outside the promise
 
     def record(self) -> dict:
         """A JSON-able record."""
@@ -208,6 +209,16 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
                                        f"{err:.1%} an A/A control read between identical code of the "
                                        "promise's edge")
     label = "GPU only" if gpu_only else status
+    # inconclusive on the no-effect value, yet wholly outside the promise beyond the design's error:
+    # whichever side of no effect the truth lies, the promise does not hold (the label stays the rule's)
+    outside = (None if spread is None or status != "inconclusive" or r.needs is not None else
+               lo if spread[1] < lo else hi if spread[0] > hi else None)  # the promise's edge it lies past
+    refuted = outside is not None and _gap(spread, outside) > err
+    if refuted:
+        why += (f"; but its whole {r.words} lies {_gap(spread, outside):.1%} "
+                f"{'below' if outside == lo else 'above'} the promise ({claim.describe()})"
+                + (f", beyond the {err:.1%} an A/A control read" if err else "")
+                + ": whatever its direction, the promise is refuted here")
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
     if not_judged is not None:
@@ -226,4 +237,4 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if gpu_only:
         verb = "is " if status == "inconclusive" else ""
         text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"
-    return ClaimVerdict(claim, float(measured), spread, label, text, shown)
+    return ClaimVerdict(claim, float(measured), spread, label, text, shown, refuted=refuted)

@@ -23,13 +23,13 @@ import os
 from dataclasses import dataclass, replace
 
 from perfkit._checks import check_int, check_real, check_type
-from perfkit.hw import CopyPoint, MachineLimits, save_limits
+from perfkit.hw import CopyPoint, MachineLimits, dtype_name, save_limits
 from perfkit.units import si
 
 AFTER_SWEEP = ", measured after the sweep"  # how a ceiling an operation raised names its source
 
-__all__ = ["AFTER_SWEEP", "KINDS", "Observation", "cached_copy_bytes", "ceiling", "copy_ratio_floor",
-           "dram_copy", "observe", "observe_copy"]
+__all__ = ["AFTER_SWEEP", "KINDS", "Observation", "cached_copy_bytes", "ceiling", "ceiling_note",
+           "ceiling_source", "copy_ratio_floor", "dram_copy", "observe", "observe_copy"]
 
 KINDS = ("float32", "bfloat16", "float16", "dram", "cache")
 """What a ceiling bounds: a dtype's matmul FLOP/s, DRAM bytes/s, or cache bytes/s (counted bytes)."""
@@ -291,3 +291,66 @@ def observe(limits: MachineLimits, kind: str, rate: float, what: str, threads: i
     if save:
         save_limits(raised, path)
     return Observation(raised, kind, what, rate, before, threads)
+
+
+def _key(limits: MachineLimits, name: str, threads: int | None) -> tuple[str, bool]:
+    """The ``sources`` key of the ``name`` ceiling on ``threads``, and whether it is the 1-thread one's."""
+    few = threads is not None and threads < (limits.threads or 1) and threads * limits.one_thread_flops.get(
+        name, float("inf")) < limits.matmul_flops[name]
+    return (f"{name}, 1 thread" if few else name), few
+
+
+def ceiling_source(limits: MachineLimits, dtype: str, threads: int | None = None,
+                   loaded: MachineLimits | None = None) -> str:
+    """Where the ``dtype`` ceiling on ``threads`` came from: notebook 00's sweep, or the operation that
+    raised it, before this notebook (as in ``loaded``, the limits it loaded) or in it. Raises
+    TypeError or ValueError for bad limits or an unmeasured dtype."""
+    check_type("limits", limits, MachineLimits)
+    name = dtype_name(dtype)
+    source = limits.sources.get(key := _key(limits, name, threads)[0], "")
+    if not source.endswith(AFTER_SWEEP):
+        return f"notebook 00's sweep: {source}" if source else "notebook 00's sweep"
+    before = loaded is not None and (loaded.sources.get(key) == source
+                                     and loaded.peak_flops(name, threads) >= limits.peak_flops(name, threads))
+    when = ("in this run or an earlier one" if loaded is None else "in this notebook" if not before else
+            "before this notebook ran (an earlier notebook or run: the limits file keeps each one's highest)")
+    return f"set by {source[:-len(AFTER_SWEEP)]} after notebook 00's sweep, {when}"
+
+
+def ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,
+                 mine: str = "", loaded: MachineLimits | None = None) -> str:
+    """``rate``'s share of the ``dtype`` ceiling on ``threads``, saying whose ceiling it is.
+
+    A ceiling is notebook 00's sweep point, or the rate of an operation that beat it later
+    (:func:`observe` raises it and keeps it in the cache: ceilings only rise). For a raised one
+    the sentence names the operation and when it ran (:func:`ceiling_source`: before the notebook
+    that asks, as in ``loaded``, the limits it loaded, or in it), and the best sweep point the
+    limits file keeps on those threads; when the operation's name holds ``mine`` (this same work,
+    in this run or an earlier one), it adds that the share measures the work against itself, not
+    the machine. Call it after :func:`observe`, so that the share is at most 1.
+
+    Raises:
+        TypeError, ValueError: for bad limits, an unmeasured dtype, a ``rate`` that is not a
+            finite number > 0 or above the ceiling, or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    name = dtype_name(dtype)
+    peak = limits.peak_flops(name, threads)
+    check_real("rate", rate, 0, peak, lo_open=True)
+    key, few = _key(limits, name, threads)
+    source = limits.sources.get(key, "")
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
+    head = f"{rate / peak:.0%} of the {name} ceiling{on}, {si(peak, 'FLOP/s')}"
+    if not source.endswith(AFTER_SWEEP):
+        return head + (f" (notebook 00's sweep: {source})" if source else "")
+    what = source[:-len(AFTER_SWEEP)]
+    best = max((p.best_flops_per_s * (threads if few else 1) for p in (*limits.matmul_points,
+                *limits.shape_points) if p.dtype == name and p.threads == (1 if few else limits.threads)),
+               default=0.0)  # the sweep's best point at the threads the ceiling is for
+    return (head + ", " + ceiling_source(limits, name, threads, loaded)
+            + (f" (the best {name} sweep point{on} the limits file keeps, the highest of notebook 00's runs, "
+               f"reached {si(best, 'FLOP/s')}"
+               + (f"; this rate is {rate / best:.2f}x that" if rate > best else "") + ")" if best else "")
+            + (": a ceiling this notebook's own work set (in this run or an earlier one, perhaps at another "
+               "size), so the share measures it against itself, not how much of the machine it used"
+               if mine and mine in what else ""))

@@ -10,6 +10,8 @@ pin their intra-op threads (:func:`timing_threads`, :func:`pinned_threads`), sin
 thread that loses its core to another process stalls its siblings at every barrier. Two sweep
 points are compared on the same work (:func:`same_work_ratio`): the smaller operation repeated
 to the larger one's FLOPs or bytes, the two timed in alternation, so the ratio has an interval.
+Whose ceiling a share is of (notebook 00's sweep, or the operation that raised it) is said by
+:func:`perfkit.ceilings.ceiling_note` and :func:`perfkit.ceilings.ceiling_source`.
 
 Usage::
 
@@ -38,7 +40,8 @@ from perfkit.roofline import matmul_flops
 from perfkit.timing import interleaved, resolve_device
 from perfkit.units import si
 
-__all__ = ["AFTER_SWEEP", "CORES", "EFFICIENCY", "DtypePlan", "ceiling_note", "ceiling_share", "copy_ratio",
+__all__ = ["AFTER_SWEEP", "CORES", "EFFICIENCY", "DtypePlan", "ceiling_share",
+           "copy_ratio",
            "matmul_ratio",
            "meaningful_mfu", "mfu_dtype", "pinned_threads", "plan_dtype", "same_work_ratio",
            "threads_note", "timing_threads"]
@@ -275,48 +278,6 @@ def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, 
         f"MFU {value:.1%} of the {ceiling} ceiling{on}: autocast ran the matmuls in {name}, which "
         f"this CPU emulates at {si(own, 'FLOP/s')}{on}, and the rest in {ceiling}, so a share of "
         f"the {name} ceiling ({rate / own:.0%}) would not be a share of what the machine can do")
-
-
-
-
-def ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,
-                 mine: str = "") -> str:
-    """``rate``'s share of the ``dtype`` ceiling on ``threads``, saying whose ceiling it is.
-
-    A ceiling is notebook 00's sweep point, or the rate of an operation that beat it later
-    (:func:`perfkit.ceilings.observe` raises it and keeps it in the cache: ceilings only
-    rise). For a raised one the sentence names the operation and the sweep's own best rate on
-    those threads; when the operation's name holds ``mine`` (this same work, in this run or an
-    earlier one), it adds that the share measures the work against itself, not the machine. Call it after
-    :func:`perfkit.ceilings.observe`, so that the share is at most 1.
-
-    Raises:
-        TypeError, ValueError: for bad limits, an unmeasured dtype, a ``rate`` that is not a
-            finite number > 0 or above the ceiling, or a ``threads`` below 1.
-    """
-    check_type("limits", limits, MachineLimits)
-    name = dtype_name(dtype)
-    peak = limits.peak_flops(name, threads)
-    check_real("rate", rate, 0, peak, lo_open=True)
-    every, one = limits.matmul_flops[name], limits.one_thread_flops.get(name)
-    few = (threads is not None and threads < (limits.threads or 1)  # the ceiling is the 1-thread one's
-           and one is not None and threads * one < every)
-    source = limits.sources.get(f"{name}, 1 thread" if few else name, "")
-    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
-    head = f"{rate / peak:.0%} of the {name} ceiling{on}, {si(peak, 'FLOP/s')}"
-    if not source.endswith(AFTER_SWEEP):
-        return head + (f" (notebook 00's sweep: {source})" if source else "")
-    what = source[:-len(AFTER_SWEEP)]
-    points = [*limits.matmul_points, *limits.shape_points]  # the sweep's, at the threads the ceiling is for
-    swept = [p.best_flops_per_s * (threads if few else 1) for p in points
-             if p.dtype == name and p.threads == (1 if few else limits.threads)]
-    best = max(swept, default=0.0)
-    return (head + f", which {what} set after notebook 00's sweep"
-            + (f" (the sweep's best {name} matmul{on} reached {si(best, 'FLOP/s')}"
-               + (f"; this rate is {rate / best:.2f}x that" if rate > best else "") + ")" if best else "")
-            + (": a ceiling this notebook's own work set (in this run or an earlier one, perhaps at another "
-               "size), so the share measures it against itself, not how much of the machine it used"
-               if mine and mine in what else ""))
 
 
 def mfu_dtype(limits: MachineLimits, dtype: str) -> str:

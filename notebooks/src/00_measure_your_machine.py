@@ -402,7 +402,10 @@ lin_sweep = max((p.best_flops_per_s for p in limits.shape_points if p.mnk == (40
 lin_cause = (f"the square n={best.n} reached {square:.0%} of its roof, and the fastest tenth of the sweep's best "
              "round of this very "
              + (f"shape {on(threads)} {lin_sweep / limits.peak_flops('float32', threads):.0%}" if lin_sweep else
-                "shape was not timed on these threads"))
+                "shape was not timed on these threads")
+             + (": the same call ran slower here than in the sweep, and this run does not measure what slowed it"
+                if lin_sweep and share_of_roof["linear 4096x256x256"].value < 0.9 * lin_sweep
+                / limits.peak_flops("float32", threads) else ""))
 lin_own = own_roof.get("linear 4096x256x256")  # its own fastest run raised the roof it is held against
 viz.verdict(Prediction("the linear layer's FLOP/s over its roof", "compute-bound; the sweep timed this shape",
                        low=0.5, physical=(0, 1)), share_of_roof["linear 4096x256x256"], explain={
@@ -461,8 +464,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # on this notebook divides by the file's ceilings, as every later one does. Two shares of the
 # compute ceiling are in use, and they differ in what they count:
 #
-# * **MFU** (model FLOPs utilisation, after PaLM, used from module 06 on): the FLOPs the *model*
-#   needs by formula, `6 × parameters` per sample or token (2 per weight for the forward matmul,
+# * **MFU** (model FLOPs utilisation, after PaLM; computed below for an MLP step, used from module 06
+#   on): the FLOPs the *model* needs by formula, `6 × parameters` per sample or token (2 per weight for the forward matmul,
 #   4 for the two backward ones: the gradient of the weights and that of the layer's input), plus
 #   attention's, per second of step;
 # * **HFU** (hardware FLOPs utilisation): the FLOPs the step *really runs*, counted by PyTorch's

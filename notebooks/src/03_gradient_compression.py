@@ -342,7 +342,8 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 # down, which makes the rounding unbiased), and each operator streams the whole tensor through
 # memory. Their **fused** path (`perfkit.compress.fused`, the default for tensors of at least
 # 2^20 values) writes each encode and each decode as one expression that `torch.compile` turns
-# into one loop.
+# into as few loops over the tensor as it can (QSGD's encode needs two: its maximum first; the
+# bytes model below counts each pass).
 #
 # **The bytes model.** A copy moves 8 bytes per value (read + written), so a path that moves `b`
 # bytes per value runs at `8 / b` of the copy's speed if each of its bytes moves as fast as the
@@ -358,9 +359,8 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 # 97.0 % (the table's `8 / b`, the count without write-allocate, lies inside). Neither end is a
 # bound. Arithmetic, or the code Inductor (`torch.compile`'s code generator) wrote, can slow a
 # loop below the bottom, and a miss there says the bytes did not set the time. A loop that mostly
-# reads can beat the top: a copy is half writes, and a DRAM bus loses time turning between
-# reading and writing, so read-heavy streams often move more bytes per second than a copy
-# (STREAM's Add and Triad, two reads per write, often report more bandwidth than its Copy).
+# reads may beat the top: a copy is half writes, and a DRAM bus loses some time turning between
+# reading and writing (a secondary effect; the range already counts write-allocate's reads).
 # For an eager path `8 / b` is only an estimate (see "Reading the gap" below).
 #
 # All kernels are timed in alternation (memcpy, cast, each codec, then again), so a change of
@@ -455,7 +455,8 @@ print(f"sampled top-k kept {codecs.sampled_mass:.1%} of exact top-k's magnitude 
 # the `n` decoded payloads): encode + decode, timed above, plus `n - 1 = 1` more decode, timed
 # above too. **Prediction** (a model's expectation, not a bound): on loopback TCP the bytes QSGD
 # removes take longer to move than its codec takes, so the time saved less the codec's time is at
-# least 0. One job on 2 processes times the
+# least 0. It takes the all-gather at the all-reduce's rate per byte, though notebook 02
+# measured the all-gather slower: a generous assumption. One job on 2 processes times the
 # dense all-reduce and each payload's all-gather (its gathered output: 2 payloads) one call at
 # a time, every call kept, so that the verdict's interval covers the spread of all three
 # medians (the two collectives' and the codec's: `perfkit.stats.of_medians`), not the codec's
@@ -495,9 +496,9 @@ pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' 
                                 "touches them", low=0.0, unit=" ms", soft=("low",)), pays, explain={
     "below": f"Encoding and decoding took {si(cost_q, 's')}; the all-gather took {si(t_q, 's')} against the dense "
              f"all-reduce's {si(t_d, 's')}, so the bytes removed "
-             + (f"saved {si(t_d - t_q, 's')}." if t_q < t_d else
-                "saved nothing: the all-gather of fewer bytes took at least as long as the dense all-reduce "
-                "(an all-gather moves its bytes at its own rate, measured in notebook 02)."),
+             + (f"saved {si(t_d - t_q, 's')}" if t_q < t_d else "saved nothing") + f": per byte a process sent, "
+             f"the all-gather took {t_q * 4 * ENC_NUMEL / (t_d * gathered['qsgd fused'] / 2):.1f}x the dense "
+             "all-reduce's time (latency included), where the prediction took them equal (notebook 02's rates).",
     "inconclusive": f"Saved {si(t_d - t_q, 's')} (medians) against a codec cost of {si(cost_q, 's')}: these "
                     "samples (counted above) do not pin the difference down on either side of 0.",
 })
@@ -642,9 +643,9 @@ for m in ("fp16_hook", "bf16_hook"):
     faster, slower = sum(x > removable[m] for x in d), sum(-x > removable[m] for x in d)
     casts[m] = judge(Prediction(f"{m}'s step time over uncompressed", "expected: a step shortens by no more than the time its "
                                 "halved bytes take at the large all-reduce's rate", low=floor[m], unit="x",
-                                physical=(0.0, None), soft=("low",)), paired[m], explain={
+                                physical=(0.0, None), soft=("low",)), paired[m], explain={"held": (note := cx.resolution_note(paired[m], floor[m])),
         "below": f"Its fewer bytes can remove about {si(removable[m], 's')} ({removable[m] / t_none:.1%} of none's "
-                 f"step); by the median of its paired ratios its step came out {1 - paired[m].value:.1%} shorter."})
+                 f"step); by the median of its paired ratios its step came out {1 - paired[m].value:.1%} shorter." + note})
     viz.show_verdict(casts[m])
     print(f"{m}: {faster} of its {len(d)} steps were shorter than none's step of the same round by more than "
           f"{si(removable[m], 's')}, {slower} longer by more" + (
@@ -744,7 +745,7 @@ print(f"Kernels: QSGD's fused loop ran {fusion['qsgd'].value:.2f}x the eager pat
       + ". By the medians (not judged), " + (
           f"{' and '.join(won)} removed more link time than their codecs took"
           + (f", {' and '.join(k for k in paid if k not in won)} did not" if len(won) < len(paid) else "")
-          + ": on a link as slow as loopback TCP even this CPU's codecs can pay" if won else
+          + f" ({len(won)} of the {len(paid)}; the one judged, QSGD's, is the verdict above)" if won else
           "every codec cost more than the link time its bytes removed") + ". By the ring "
       "model an all-gathered payload of a quarter the bytes saves some at 2 processes and none at 8 (n = 2S/p, the "
       "table above), where a compressed all-reduce keeps its quarter share at any n (section 4). Compression pays "

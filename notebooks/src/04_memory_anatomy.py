@@ -258,7 +258,7 @@ ck_peak = pred_ck.total + pred_ck.recompute_peak  # bytes: the backward's peak o
 print(f"That is what the forward pass leaves. The backward pass first frees what lies outside the blocks (it "
       f"runs the loss, the log-softmax and the final LayerNorm first; autograd frees a node's saved tensors once "
       f"it has run), then rebuilds one block at a time with all its activations ({per_block / 1e6:.2f} MB per "
-      f"block, from the model), so saved activations peak near {ck_peak / 1e6:.2f} MB, "
+      f"block, from the model; its input, already held, among them), so saved activations peak near {ck_peak / 1e6:.2f} MB, "
       f"{ck_peak / pred_full.total:.0%} of none (Chen et al., 2016: the checkpoints plus one segment)"
       + (": at this size the forward's end is the peak." if pred_ck.recompute_peak == 0 else "."))
 
@@ -404,8 +404,9 @@ viz.verdict(p_auto, rows["fp32 + autocast(bf16)"].activation_bytes / rows["fp32"
 # stay fp32 (4 + 4 + 8 = 16 bytes per parameter). Mixed precision as the ZeRO paper defines
 # it keeps 16-bit weights and gradients (2 + 2 bytes) and an fp32 master copy with momentum
 # and variance (4 + 4 + 4 = 12 bytes): 2 + 2 + 12 = 16 bytes per parameter, as many
-# model-state bytes as fp32 Adam. Its savings are activations and time, not model states.
-# `perfkit.memory` counts both recipes the same way:
+# model-state bytes as fp32 Adam. Recipes that accumulate the gradients in fp32 (Megatron-LM's
+# main gradients) hold 2 + 4 + 12 = 18, more than fp32 Adam. Mixed precision saves activations and
+# time, not model-state bytes. `perfkit.memory` counts fp32 Adam and the ZeRO paper's recipe alike:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -440,7 +441,7 @@ viz.show_headlines({
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
                                         f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",
     "checkpointing: forward + backward time": f"{slow.value:.2f}x",
-    "autocast bf16: activation memory": f"{rows['fp32 + autocast(bf16)'].activation_bytes / rows['fp32'].activation_bytes:.0%} of fp32",
+    "autocast bf16: saved bytes / fp32's": f"{(ac := rows['fp32 + autocast(bf16)'].activation_bytes) / (fp := rows['fp32'].activation_bytes):.0%}, activations alone {(ac - copies) / fp:.0%}",
 })
 
 # %% [markdown]
@@ -462,8 +463,8 @@ print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.
                                 "hooks, the recompute running inside the backward)."
                                 if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))
 print("The FLOP rule (at most 4/3 = 1.33 plain steps, where time follows FLOPs) "
-      + (f"failed at this width: the step took {slow.text('x')} plain steps, {slow.value - 1 - f_blocks.value:+.2f} "
-         "beside the blocks' forward timed alone; time a checkpointed step (its hooks and bookkeeping count "
-         "too), do not infer it from FLOPs, until you have checked that rule on your own sizes."
+      + (f"was exceeded because its premise fails at this width: the step took {slow.text('x')} plain steps, "
+         f"{slow.value - 1 - f_blocks.value:+.2f} beside the blocks' forward timed alone, so time does not follow "
+         "FLOPs here; where hooks and bookkeeping weigh this much, time a checkpointed step, do not infer it."
          if slow.low > 4 / 3 else f"was not crossed here: the step took {slow.text('x')} plain steps."
          if slow.high <= 4 / 3 else f"cannot be judged from this run: the step took {slow.text('x')} plain steps."))

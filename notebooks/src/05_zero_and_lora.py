@@ -62,7 +62,7 @@ pool = ThreadPoolExecutor(max_workers=1)
 GRAD_BYTES = 4 * gpt2_num_params(MODEL["n_embd"], MODEL["n_layer"], 1024, 64)  # fp32 gradient, bytes
 job = pool.submit(compare, VARIANTS, nproc=NPROC, batch=BATCH, steps=STEPS, warmup=WARMUP,
                   model=MODEL, rss=True, corpus_bytes=CORPUS_BYTES,  # each round also times one all-reduce
-                  link_sizes=[GRAD_BYTES, 4])  # of the gradient's bytes and one of 4 bytes: a call's own cost
+                  link_sizes=[GRAD_BYTES, 4])  # of the gradient's bytes and one of 4 bytes: a lone call's cost
 
 # %%
 import dataclasses
@@ -237,12 +237,10 @@ viz.verdict(Prediction("torch ZeroRedundancyOptimizer's bytes per step over DDP'
                        "shard broadcasts (N-1)/N = 3(N-1)/N", value=1.5, rel_tol=0.02, unit="x"),
             sent["torch_zero"] / sent["ddp_adamw"])
 n_tensors = 12 * MODEL["n_layer"] + 4   # GPT-2's parameter tensors: 12 per block, 2 embeddings, final LayerNorm
+t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a lone call's cost
+per_call = vzero.call_cost(v["torch_zero"], ddp, t_link, t_call, NPROC)  # s: a call in flight with others, at most
 print(f"torch_zero: {ratio['torch_zero'].point('x')} DDP + AdamW's step time, with "
-      f"{vzero.calls_per_step(v['torch_zero'])} collective calls per step against DDP + AdamW's "
-      f"{vzero.calls_per_step(ddp)}: after DDP's all-reduce it makes {(v['torch_zero'].calls or {}).get('broadcast', 0)} "
-      f"broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's owner; each call "
-      "waits for every process" + (", a per-call cost that its byte count does not show and this run does not "
-                                   "time apart." if ratio["torch_zero"].clear_of(1.0, "x") == "above" else "."))
+      + vzero.broadcast_sentence(v["torch_zero"], ddp, n_tensors, per_call, t_call))
 saving = 8 * cmp.numel * (NPROC - 1) / NPROC  # bytes: the optimizer state stage 1 no longer holds
 rss = {n: r.peak_rss_bytes for n, r in v.items() if r.peak_rss_bytes}
 if rss:
@@ -320,25 +318,28 @@ if rss:
 #   forward waits for: half an all-reduce's bytes, charged unhidden. Stage 3 all-gathers each
 #   block's parameters in forward and again in backward and reduce-scatters its gradients: two
 #   all-gathers the step waits for, each charged unhidden by that rule. Every call beyond DDP's pays
-#   a fixed cost whatever its size (notebook 02's `alpha`), charged at a 4-byte all-reduce's time
-#   and none hidden. Each rank updates 1/N of the parameters, so (N-1)/N of AdamW's update (timed
+#   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. A 4-byte all-reduce
+#   timed alone pays it with the processes' arrival spread; calls in flight together (perfkit
+#   issues its reduce-scatters and all-gathers asynchronously, as torch_zero its broadcasts)
+#   overlap theirs, so each is charged the most
+#   torch_zero's median step leaves per extra call by these same rules (section 2), at most the
+#   lone call's time. Each rank updates 1/N of the parameters, so (N-1)/N of AdamW's update (timed
 #   inside DDP + AdamW's steps) comes off. A stage's step should take at most DDP + AdamW's plus
 #   those three parts, printed below before any step ratio. Per-block copies into flat buffers
 #   and Python hooks are not in it. (In these interleaved rounds the other variants' steps run
 #   between a stage-1 or stage-2 step and its next forward, so its all-gather can finish behind
 #   them; the edge charges it whole all the same.)
 #
-# Overlap hides a collective only behind idle time. On a CPU, gloo's collectives run on threads
-# that take the same cores the backward computes on. On a GPU, NCCL's collectives are kernels
-# on their own stream: they run beside the compute kernels, but take SMs of their own (a thread
+# Overlap hides a collective behind compute only where the two do not need the same resource.
+# On a CPU, gloo's collectives run on threads that take the same cores the backward computes
+# on. On a GPU, NCCL's collectives are kernels on their own stream: they run beside the compute kernels, but take SMs of their own (a thread
 # block per channel) and share the memory bandwidth and L2 cache with them, so overlapped
 # compute slows down there too, by less the fewer SMs and bytes the collective takes.
 
 # %%
 ms = {n: cmp_all.variants[n] for n in STAGES}
-t_call = statistics.median(cmp_all.link["times_s"][1])  # s: one 4-byte all-reduce per round: a call's own cost
 more = {n: max(vzero.calls_per_step(ms[n]) - vzero.calls_per_step(ms["ddp_adamw"]), 0) for n in STAGES if STAGES[n]}
-edges = {n: vzero.stage_edge(STAGES[n], ms["ddp_adamw"], more[n], t_link, t_call, NPROC) for n in more}
+edges = {n: vzero.stage_edge(STAGES[n], ms["ddp_adamw"], more[n], t_link, t_call, NPROC, per_call) for n in more}
 for n, e in edges.items():
     print(f"{n}: {e.text()}")
 
@@ -416,11 +417,12 @@ for n in ("zero1", "zero2", "zero3"):
 
 # %%
 r21 = stats.median_ratio(ms["zero2"].step_times_s, ms["zero1"].step_times_s)  # same rounds
-beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in the same rounds: {r21.text('x')}" + (
-    ": its interval holds 1, so this run does not tell the two stages' steps apart, whichever side of its edge "
-    "each verdict fell on." if r21.low <= 1 <= r21.high else ". What stage 2 does beyond stage 1 is to wait, inside "
-    f"backward, for its oldest bucket's reduce-scatter once {ZeroOptimizer.IN_FLIGHT} are in flight and copy its "
-    "slice out; this run does not time that apart.")}
+beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in the same rounds: {r21.text('x')}" + {
+    "": ": its interval, as printed, reaches 1, so this run does not tell the two stages' steps apart, whichever "
+    "side of its edge each verdict fell on.", "below": ": zero2's step was the shorter.", "above": ". What stage 2 "
+    f"does beyond stage 1 is to wait, inside backward, for its oldest bucket's reduce-scatter once "
+    f"{ZeroOptimizer.IN_FLIGHT} are in flight and copy its slice out; this run does not time that apart."}[
+        r21.clear_of(1.0, "x")]}
 load = own_load()  # said in full once; the later verdicts point back to it
 note = {n: (load if i == 0 else " The cores were busy with this job's own processes, as the zero1 verdict says."
             if load else "") for i, n in enumerate(("zero1", "zero2", "zero3"))}
@@ -480,7 +482,8 @@ print("formula, mixed-precision Adam, 8 processes of 80 GB: model states fit up 
 # input gradients), but skips the frozen weights' gradients and updates only the adapters.
 # If the step were all weight matmuls, that would leave (1 + 1) / (1 + 2) = 2/3 of it. It
 # is not: embeddings, attention, layer norms, the loss and the optimizer are not such
-# matmuls. So the prediction is Amdahl's, from measured parts of the full step: LoRA removes
+# matmuls. So the prediction is Amdahl's (a step shrinks only by the parts removed, the rest
+# stays), from measured parts of the full step: LoRA removes
 # the weight gradients (the full model's forward + backward, less the same on a frozen copy
 # with only the `c_attn` biases trainable, whose backward runs through the same layers
 # without computing any weight's gradient) and the frozen part of the optimizer step. Its

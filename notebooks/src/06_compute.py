@@ -95,8 +95,8 @@ if limits.sources.get("bfloat16", "").endswith(sizing.AFTER_SWEEP):  # an operat
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
 # siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
 # the ceiling measured on that many threads (notebook 00's, or a later rate that beat it). The rule reads the 1-minute load average,
-# a damped average that counts runnable threads and still carries, for a minute or so, work that
-# has just ended (in `make course`, the previous notebook): it errs towards fewer threads, which
+# a damped average that counts runnable threads (and, on Linux, those in uninterruptible sleep)
+# and still carries, for a minute or so, work that has just ended (in `make course`, the previous notebook): it errs towards fewer threads, which
 # makes the timings slower but steady, and each MFU fair against its own threads' ceiling.
 
 # %%
@@ -118,12 +118,13 @@ BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES, calls=(3
 SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, calls=REPEAT + 3,
                                budget_s=0.05 * BUDGET_S, label="n", probe_s=probe_mm)
 PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
-plans = {"training steps": AMP_PLAN, "batch sweep": BENCH_PLAN, "shape sweep": SHAPE_PLAN}
+plans = {f"training steps (section 1 times batch {AMP_BATCH}, the largest planned, alone)": AMP_PLAN, "batch sweep": BENCH_PLAN, "shape sweep": SHAPE_PLAN}
 cut = os.path.commonprefix([p.note for p in plans.values()]).rfind(": ")  # the shared sentence, said once
 if cut > 0:
     print(next(iter(plans.values())).note[:cut] + ".")
 for what, plan in plans.items():
-    print(f"bf16 {what}: {plan.note[cut + 2:] if cut > 0 else plan.note}")
+    note = plan.note[cut + 2:] if cut > 0 else plan.note
+    print(f"bf16 {what}: {note.replace('timed at', 'planned at') if plan is AMP_PLAN else note}")
 
 # %% [markdown]
 # ## 1. Mixed precision: is bf16 faster, and does the model learn the same?
@@ -216,7 +217,7 @@ amp = parts.steps  # the two steps, timed in the same rounds as the parts
 print(f"bf16 autocast against fp32 at batch {AMP_BATCH}: {ex.ratio_text(amp)}")
 for name, m in (("fp32", amp.baseline), ("bf16", amp.candidate)):
     print(f"  {name}: {m.median_s * 1e3:6.1f} ms/step, {si(shape.train_flops(AMP_BATCH) / m.median_s, 'FLOP/s')}"
-          " of model FLOPs" + (" (section 6 turns these into MFU, one per setting)" if name == "bf16" else ""))
+          " of model FLOPs" + (" (section 6 holds such rates against a measured ceiling)" if name == "bf16" else ""))
 # FLOPs that ran (FlopCounterMode: every matmul, and the fused attention's on its causal entries; no
 # elementwise work, so a lower bound), over the bf16 matmuls and attention replayed alone (the parts
 # below) and over the whole bf16 step; a rate that beats the bf16 ceiling raises it (perfkit.ceilings)
@@ -231,10 +232,12 @@ on = f"on {THREADS} thread{'s' * (THREADS != 1)}"
 print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'FLOP/s')} in its matmuls and "
       f"attention replayed alone, which take {mm_s / amp.candidate.median_s:.0%} of the step's time; "
       + (f"the bf16 ceiling {on} ({si(bf16_found, 'FLOP/s')}, from "
-         f"{found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')}) is raised to "
-         "that rate for what follows: a ceiling this step set is no measure of its utilisation"
+         f"{found.sources.get('bfloat16, 1 thread' if SHARE < 1 else 'bfloat16', 'the sweep')}; "
+         f"{bf16_found / found.peak_flops('float32', CEIL_THREADS):.3g}x fp32's {on}) is raised "
+         f"{bf16_now / bf16_found:.2f}x, to that rate, for what follows: the bf16 'ceiling' is the best bf16 rate "
+         "measured so far, not a peak, and a ceiling this step set is no measure of its utilisation"
          if bf16_now > bf16_found else
-         sizing.ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, mine="bf16 step")))
+         ceilings.ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, mine="bf16 step")))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
@@ -345,8 +348,9 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # freed; such a tensor's pages fault in one by one on first write, a cost per new tensor that
 # the bytes model leaves out. Blocks below it come from the heap, which hands a freed block to the
 # next request without a fault, as a GPU's caching allocator reuses its blocks, for as long as it
-# keeps the memory (section 6 meets the exception: glibc trims free memory at the heap's top back
-# to the system, and what it trimmed faults in again). Which case applies depends on the size and on what
+# keeps the memory (the exception: glibc trims free memory at the heap's top back to the system,
+# and what it trimmed faults in again; section 6 counts its steps' page faults to see whether it
+# meets it). Which case applies depends on the size and on what
 # the program freed before, so it is measured, before the chain is timed: filling a new tensor
 # against an existing one, in alternating rounds, counting the new one's page faults
 # (`perfkit.compute.fusion`; its cost per fault, the median of the rounds, is the one figure of a
@@ -637,7 +641,8 @@ viz.show_verdict(ex.disturbed_verdict(
 # %% [markdown]
 # Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16
 # flash-attention backward is not always the faster path (on GPUs it is). The next cell repeats
-# one length in bf16 and says which won here.
+# one length in bf16 and says which of the two won in bf16, and how each compares with its fp32 time
+# (the top of this notebook says whether bf16 is emulated here).
 
 # %%
 T16 = ATTN_T[1]
@@ -645,8 +650,9 @@ with sizing.pinned_threads(THREADS):
     p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
                                   head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
 print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds * 1e3:.2f} ms "
-      f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}); "
-      f"in bf16 the {'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
+      f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}; bf16 "
+      f"took {p16[0].seconds / by['naive', T16].seconds:.2f}x and {p16[1].seconds / by['sdpa', T16].seconds:.2f}x "
+      f"those); in bf16 the {'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
 
 # %% [markdown]
 # **In the model.** `transformers` switches the tiny GPT-2 between its attention implementations
@@ -796,8 +802,10 @@ m = tiny_gpt2(block_size=SEQ, **GPT).to(DEVICE)
 m.set_attn_implementation("eager")
 with FlopCounterMode(display=False) as counter:
     m(input_ids=x, labels=x).loss.backward()
+n_flat = sum(p.numel() for p in m.parameters() if p.dim() == 1)  # biases and layer norms: in 6N, in no matmul
 print(f"formula {flops:,} FLOPs, counted {counter.get_total_flops():,} "
-      f"({counter.get_total_flops() / flops:.3f} of the formula)")
+      f"({counter.get_total_flops() / flops:.3f} of the formula); the gap, {flops - counter.get_total_flops():,}, "
+      f"against 6 x {n_flat:,} such parameters x {x.numel():,} tokens = {6 * n_flat * x.numel():,}")
 viz.verdict(Prediction("FlopCounterMode's count over the 6N + attention formula",
                        "every matmul of forward and backward", value=1.0, rel_tol=0.02),
             counter.get_total_flops() / flops)
@@ -836,7 +844,7 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
       + ("the rate of its ceiling now: " + obs.note.replace("than the sweep", "than " + (src.removesuffix(  # its setter
           sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
           .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
-         sizing.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
+         ceilings.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
 limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
 plt.show()
@@ -944,7 +952,7 @@ if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:
     timed["the batch curve, beside the other batches"] = curve.step_s(curve.batches.index(BATCH)).value * 1e3
-print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the float32 ceiling"
+print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the measured float32 matmul ceiling"
       + (f" on {THREADS} of {sizing.CORES} threads (that ceiling is {SHARE:.0%} of the all-core one; against "
          f"the all-core one the step's MFU is {at_batch.mfu * SHARE:.1%})" if SHARE < 1 else "")
       + ", the figure the summary reports, from this sweep's step time")
@@ -1027,7 +1035,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
 # * **Fused attention** never stores the `T x T` matrices (quadratic memory); its time advantage
-#   grows with `T` where their traffic dominates.
+#   grows with `T` (section 4 does not split that growth between their traffic and the page faults of
+#   tensors that large).
 # * **Shapes** matter per matmul: on tensor cores (multiples of 8 in fp16/bf16) and on a CPU's vector
 #   units (section 5 printed what widths off the grid cost one matmul here); whether padding a
 #   dimension pays at the step level is measured too (section 5's vocabulary), not assumed.
@@ -1046,7 +1055,7 @@ viz.show_headlines({
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
     "MFU (section 6)": (f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the "
                         "all-core fp32 one): " if SHARE < 1 else "")
-                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the fp32 ceiling"
+                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the measured fp32 ceiling"
                        + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + "; bf16 batch "
                        f"{bf16_top.batch}: " + (f"{bf16_top.mfu:.1%} of the bfloat16 ceiling"
                                                if bf16_top.ceiling == "bfloat16" else

@@ -39,8 +39,8 @@ BATCH = 16                                    # samples per batch (knob experime
 COST_MS = 2.0                                 # load cost per sample, ms (knob experiments)
 COMPUTE_MS = 10.0                             # a GPU step: the host is idle meanwhile, ms
 WORKERS = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
-SWEEP_BATCHES = 21 if QUICK else 61           # batches per run in the sweeps (the first one's startup dropped:
-                                              # 20 steady steps, the fewest an interval of their figures needs)
+SWEEP_BATCHES = 21 if QUICK else 61           # batches per run in the sweeps, the first one's startup dropped:
+                                              # 20 or 60 steady steps (20: the fewest an interval needs)
 JITTER = 3.0                                  # per-sample cost variation (CV), section 2c
 CORPUS_BYTES = 300_000 if QUICK else 1_000_000
 GPT = dict(batch_size=8, block_size=64, max_bytes=CORPUS_BYTES)
@@ -160,12 +160,13 @@ med = {k: (statistics.median(r.data_s) * 1e3, statistics.median(t - d for t, d i
        for k, r in runs.items()}   # ms per step: waiting for data, the rest
 p50 = runs["0 workers"].summary.step.p50_s * 1e3  # ms
 print(f"0 workers: step p50 {p50:.1f} ms against B*c + t_compute = {(load_s + compute_s) * 1e3:.1f} ms: the "
-      f"difference, {p50 - (load_s + compute_s) * 1e3:+.1f} ms, is the loader's own work (sampling, collating) "
-      "and the noise of three separate timings")
+      f"difference, {p50 - (load_s + compute_s) * 1e3:+.1f} ms, is what the loop adds to its parts timed apart "
+      "(sampling, collating, parts slower inside the loop), unsplit here, and the noise of three timings")
 viz.verdict(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)", value=predicted_share,
                        rel_tol=0.25, physical=(0, 1)), runs["0 workers"].data_share(), explain={
     "above": f"The loop waited {med['0 workers'][0]:.1f} ms per step for data, against B*c = {load_s * 1e3:.1f} "
-             "ms timed on the dataset alone: the rest is collating and the DataLoader's own work.",
+             "ms timed on the dataset alone: the rest is the DataLoader's own work (sampling, collating; 2a "
+             "times them for a free batch) or the tokenizing running slower in the loop than alone.",
     "below": f"The rest of the step took {med['0 workers'][1]:.1f} ms here, against t_compute = "
              f"{compute_s * 1e3:.1f} ms fed from pre-tokenized data."})
 took = med["1 worker"][1] / (compute_s * 1e3)  # the 1-worker step's compute over t_compute alone
@@ -322,7 +323,8 @@ past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
 short_of = {w: rate[w] / model_rate[w] for w in (at, last)}   # each run's share of its model
 steps_ms = [(w + c) * 1e3 for w, c in zip(cpu_runs[-1].wait_s[0][1:], cpu_runs[-1].compute_s[0][1:])]  # steady
 bursty = max(steps_ms) > 2 * statistics.median(steps_ms)
-blocks = ("The figure is the ratio of the two runs' median block means, blocks of consecutive steps, since queued "
+blocks = ("The figure is the ratio of the two runs' median block means (the lines above divide their mean steady "
+          f"rates: {rate[last] / rate[at]:.2f}x), blocks of consecutive steps, since queued "
           "batches carry over from one step to the next" + (
               f" and the {last}-worker run's steps came in bursts (median {statistics.median(steps_ms):.1f} ms, "
               f"slowest {max(steps_ms):.1f} ms: batches that workers sharing the cores finish together, then a "
@@ -603,10 +605,12 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # against the serial loop itself, not against
 # `t_load + t_compute` measured apart, because the serial loop can cost more than its parts
 # (whatever a load leaves behind, in the caches or in the scheduler's queue, the step after it
-# pays; the lines below print each serial loop's excess over its parts, and which load had one),
-# and the prefetcher hides that too: so the measured fraction can lie above the model's figure.
-# Above 1 it would say the prefetched loop beat its longer part: the noise of the four loops it is
-# computed from, or a part that ran faster inside the loop than timed apart.
+# pays; the lines below print each serial loop's excess over the sleep load's parts, the only
+# load timed alone), and the prefetcher hides that too: so the measured fraction can lie above the
+# model's figure. Above 1 it would say the prefetched loop beat its longer part: where its interval
+# reaches 1, that is the noise of the four loops it is computed from, and the figure is clipped at 1
+# (`perfkit.data.clip_at_one`); an interval wholly above 1 says a part ran faster inside the loop
+# than timed apart, which the verdict calls disturbed.
 
 # %% [markdown]
 # **Prediction.** For the I/O-like load (a sleep), at least 70 % of the model's value. For the
@@ -671,7 +675,7 @@ hidden = {kind: ov.hidden_fraction_estimate(rounds, kind) for kind in ("sleep", 
 t_spin = ov.spin_held(t_step * 1e3, t_load, spin_s / batch_load_s)  # ms of Python per batch, 2b's share of planted
 for kind in ("sleep", "spin"):
     print(f"serial, {kind} load: {ms[f'serial, {kind} load']:.2f} ms/step "
-          f"({ms[f'serial, {kind} load'] - t_load - t_compute:+.2f} ms against load + compute measured apart); "
+          f"({ms[f'serial, {kind} load'] - t_load - t_compute:+.2f} ms against the sleep load + compute apart); "
           f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.2f} ms/step; hidden fraction {hidden[kind]}" + (
               ov.spin_load_note({**ms, "load only": t_load, "compute only": t_compute}, t_step * 1e3 * max(
                   0.0, 1 - spin_s / batch_load_s)) if kind == "spin" else ""))  # 2b's share, as for t_spin
@@ -686,50 +690,23 @@ fig = vdata.plot_overlap(ms, t_load, t_compute, steps=N, floor_ms=floor_ms,
                          least_ms={"Prefetcher, spin load": fastest} if fastest > longer else None)
 
 # %%
-pre, serial = ms["Prefetcher, sleep load"], ms["serial, sleep load"]  # ms/step
-at_serial = ov.overlap_hidden(serial, t_load, t_compute, N, EXHAUSTS) if serial > longer else 1.0
-beyond = (f"The serial loop cost {serial - t_load - t_compute:+.2f} ms/step against its parts, which the "
-          f"prefetcher hides too: at its floor, beside this serial loop, the fraction would be {at_serial:.3f}"
-          + (f"; the rest is the prefetched loop's {pre:.2f} ms/step, below that floor ({floor_ms:.2f}): inside the "
-             "loop a load or a step took less than the loops that timed them apart in the same rounds, which this "
-             "run does not explain." if pre < floor_ms else "."))
 io_verdict = judge(Prediction("hidden fraction, I/O-like load", f"a two-stage pipeline (overlap_hidden) = {bound:.3f}",
-                              low=0.7 * bound, physical=(None, 1.0)), hidden["sleep"], explain={
-    "held": beyond if hidden["sleep"].value > bound else
-            f"The prefetched loop took {pre:.2f} ms/step against its floor of {floor_ms:.2f} and the serial loop's "
-            f"{serial:.2f}" + (": below the floor the model allows, which this run does not explain." if pre < floor_ms
-                               else "."),
-    "below": f"The prefetched loop took {pre:.2f} ms/step against its floor of {floor_ms:.2f}: each batch's handoff "
-             "needs the GIL, and the digits DataLoader inside the load runs Python that holds it.",
-    "disturbed": f"The prefetched loop took {pre:.2f} ms/step, less than its longer part timed apart ({longer:.2f} "
-                 f"ms/step): the loop cannot end before its thread has loaded all {N} batches and the step has "
-                 "computed each, so inside the loop a load or a step took less than the loops that timed them "
-                 "apart; this run does not measure why."})
+                              low=0.7 * bound, physical=(None, 1.0)), hidden["sleep"],
+                   explain=ex.sleep_explain(rounds, N, EXHAUSTS))
 viz.show_verdict(io_verdict)
 
 # %%
-spin_pre, spin_serial = ms["Prefetcher, spin load"], ms["serial, spin load"]  # ms/step
+spin_serial = ms["serial, spin load"]  # ms/step
 gil_edge = ov.gil_hidden_bound(spin_serial, t_load, t_compute, probe.slowdown.low, t_spin)  # the same, as a fraction
 if fastest > longer:  # else the bound allows everything (a probe that found no slowdown): no test
-    slowest = ov.gil_least_step(t_load, t_compute, probe.slowdown.high, t_spin)
     spin_step = stats.median_interval([t / N for t in rounds["Prefetcher, spin load"]])  # s/step, median round
-    took = (f"Of the hideable time it hid {hidden['spin'].value:.3f}, at most {gil_edge:.3f} by the bound. The least "
-            f"step is " + (f"the step's {t_compute:.2f} ms plus the {t_spin:.2f} ms spin ({t_spin / t_step / 1e3:.2f}x "
-                           f"its planted {t_step * 1e3:.2f} ms, by 2b's share capped at 1 and at the load), less the 1 / "
-                           f"{probe.slowdown.low:.3g} of it during which the step still runs" if fastest > t_load
-                           else "the load alone")
-            + (f"; at the probe's most slowdown it is {slowest:.2f} ms." if slowest - fastest >= 0.005 else "."))
+    took = f"Of the hideable time it hid {hidden['spin'].value:.3f}, at most {gil_edge:.3f} by the bound. "
     gil_verdict = judge(Prediction(
         "prefetched loop's time per step, GIL-holding load", "gil_least_step at the probe's least slowdown, "
         f"{probe.slowdown.low:.3g}x, assuming the step runs no faster during a spin than on average beside the "
         "probe's thread", low=fastest * 1e-3, unit="s", physical=(0, None)), spin_step, explain={
-        "held": took, "below": took + f" In these rounds the serial spin loop took {spin_serial - serial:+.2f} ms/step "
-        f"against the serial sleep loop, so a spin lasted at least about {t_step * 1e3 + spin_serial - serial:.2f} ms "
-        "here (a sleep lasts at least its planted time), " + (
-            f"less than the {t_spin:.2f} ms the bound takes from 2b: a shorter spin here than there would explain "
-            "the miss, " if t_step * 1e3 + spin_serial - serial < t_spin else "no less than the bound takes: ")
-        + "or the step ran faster during the spins than its average beside the probe's thread, which the bound "
-        "assumed it would not (inside a kernel that released the GIL it runs at full speed on the other core)."})
+        k: took + v for k, v in ex.gil_explain(t_load, t_compute, t_step * 1e3, t_spin, probe.slowdown,
+                                               ms["serial, sleep load"], spin_serial, spin_step.value * 1e3).items()})
     viz.show_verdict(gil_verdict)
 else:
     gil_verdict = None

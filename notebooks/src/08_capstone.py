@@ -55,7 +55,7 @@ import torch
 from IPython.display import Markdown, display
 
 import perfkit
-from perfkit import compute, hw, viz
+from perfkit import ceilings, compute, hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.profiling.capstone_text import percent2, still_listed
@@ -78,7 +78,7 @@ job = CapstoneJob(SCRIPT, WORK, TARGET_LOSS, max_bytes=MAX_BYTES,
 loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before=not QUICK,
                describe=slow_train.FIXES.get)
 print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if CUDA else 'gloo'}; "
-      f"fp32 peak of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}")
+      f"fp32 peak of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}, the limits file's highest ({ceilings.ceiling_source(limits, 'float32', loaded=limits)})")
 if hw.imitation():  # the machine's name above ends "(imitating ...)"
     caps = ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
     print(f"imitating {hw.imitation()}: {caps} before torch's first op (perfkit.imitate), so bf16 takes the "
@@ -133,7 +133,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # Each finding kind has the flags that remove it (`slow_train.FIX_FOR_FINDING`): `data` ->
 # `--fix data`; `sync` -> `--fix sync`, then `--fix ddp`; `communication` -> `--fix ddp`;
 # `optimizer` -> `--fix optimizer`; `overhead` -> `--fix batch`, then `--fix compile` (offered on
-# CUDA only). The diagnosis marks each finding **high** (at least twice its threshold),
+# CUDA only); `compute` (forward and backward, an information-level finding, taken last) ->
+# `--fix attention`, `--fix batch`, then on CUDA `--fix bf16` and `--fix compile`. The diagnosis marks each finding **high** (at least twice its threshold),
 # **medium** (past it) or **info** (information level: a fact, not a fault, such as forward and
 # backward taking most of the step, or the machine's load). A round (`FixLoop.play`) takes the
 # worst finding above information level whose fix is not applied yet, applies that fix on top of
@@ -154,16 +155,26 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # * a fix that answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
 # * the **data** fix: while one rank loads its data, the other waits for it at the next
 #   collective, booked as communication, so `s` is the data share plus the communication share;
-# * the **sync** fix: only what it can remove, the training loop's reads and the host loop between
-#   them, not the time DDP waited for a collective between two of its reads (below);
+# * the **sync** fix: the training loop's reads and the host loop between them, plus the whole
+#   communication share (the loop's own collectives, which the fix runs less often, are not
+#   measured apart from DDP's), but not the time DDP waited for a collective between two of its
+#   reads (below);
 # * a **larger batch** is bounded by its own factor of tokens per step (a step that carries more
-#   tokens cannot get shorter) or by the machine's peak, `1 / MFU`, whichever is tighter.
+#   tokens cannot get shorter); `1 / MFU` is printed beside it, as room, not as a bound: its peak
+#   is the best rate measured on this machine so far, which a later measurement can raise;
+# * a bound of 10x or more (90 % of an unprofiled step, `MAX_TESTABLE_SHARE`) says only that the
+#   fix leaves a tenth of the step: it cannot fail, and is printed as **context**, not judged.
 #
 # The step should not get slower either, but that is an expectation, not a bound (a fix can cost
 # more than it saves): a speedup below 1x is missed only when its whole interval lies below 1x.
 # The shares were measured under a profiler, which can stretch the configurations before and
 # after a fix unequally; every verdict says how the profiled window's own gain, and each
-# configuration's profiled over unprofiled step, compare with the runs'.
+# configuration's profiled over unprofiled step, compare with the runs'. Above a bound, the
+# verdict measures the fix against the run before that the bound was set from (its profiled over
+# unprofiled step is that run's; the judged ratio is against the mean of the runs before): within
+# the bound there, the other run before moved the mean; past it, the fix removed more milliseconds
+# of that run's step than the bound allows, which means the bound's phases took longer without the
+# profiler than with it, or the fix removed time the diagnosis booked in other phases.
 #
 # **Measurement.** Tokens/s after over before, "before" being the configuration the fix was added to:
 #
@@ -194,7 +205,7 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # **The compute fixes.** Once every finding above information level has had its fixes (applied,
 # or tried and dropped: the last diagnosis lists any that still stands), the loop turns to forward
-# and backward. **Attention** (fused `scaled_dot_product_attention`) changes a part of them the
+# and backward, and a larger batch (judged against its factor of tokens). **Attention** (fused `scaled_dot_product_attention`) changes a part of them the
 # diagnosis does not measure apart, so Amdahl's bound can only use their whole share: too loose to
 # test the fix, it is printed as **context** beside the measurement, with no prediction recorded.
 # On CUDA, bf16 autocast and `torch.compile` follow, with the same bound. A fix whose median
@@ -424,11 +435,11 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #
 # * The diagnosis chose the order, and each round judged its fix's gain against the bound its
 #   finding's share gave (a larger batch: against its factor of tokens per step). The headlines
-#   count, for each kind of bound, the rounds that held, missed (above a bound: where the profiled
-#   window that measured the shares stayed within it, the profiler stretched the configurations
-#   unequally; where the window crossed it too, the fix removed time the diagnosis counted
-#   elsewhere, or the runs drifted; each verdict says which its window shows, and how far its
-#   interval reaches back across the bound) and were inconclusive (the interval reached across an
+#   count, for each kind of bound, the rounds that held, missed (above a bound: against the run
+#   before that the bound was set from, a fix within it means the runs before drifted; one past it
+#   removed more milliseconds than the bound allows, so the bound's phases took longer unprofiled
+#   than profiled or the fix removed time booked elsewhere; each verdict says which, and how far
+#   its interval reaches back across the bound) and were inconclusive (the interval reached across an
 #   edge: these runs could not tell); where no round judged against a diagnosed share held or
 #   missed, the headline says that this run did not test whether the shares predict the gains,
 #   whatever the batch round, judged against its factor of tokens, showed.

@@ -95,6 +95,7 @@ from perfkit.parallel import (
     block_flops,
     charge_choice,
     crossover_width,
+    intercept_note,
     region_activation_bytes,
     sp_synced_values,
     speedup_crossing,
@@ -255,8 +256,10 @@ viz.verdict(p_dropout, dr["replicated_rel"])
 # **Prediction.** The same parameters after 5 steps (<= 1e-5) and, without SP, the same
 # collectives: 4 all-reduces per block, one for the embedding, one for the head, three for
 # the loss. Under SP the two plans differ in two places, so the counts differ by exactly
-# this much. DTensor all-reduces the embedding's output and then keeps its sequence slice,
-# where perfkit reduce-scatters it: one all-reduce more, one reduce-scatter less. DTensor
+# this much. This notebook's DTensor plan (`perfkit.jobs.tp_dtensor`, a choice, not DTensor's
+# only way) all-reduces the embedding's output and then keeps its sequence slice, where
+# perfkit reduce-scatters it: one all-reduce more, one reduce-scatter less (`RowwiseParallel(
+# output_layouts=Shard(1))` on the token embedding would reduce-scatter too). DTensor
 # leaves the LayerNorm gradients as `Partial` tensors (DTensor's placement for a tensor of
 # which each process holds one summand, the sum not yet taken), which the optimizer step
 # all-reduces one parameter at a time when it reads them: one all-reduce per LayerNorm weight
@@ -379,15 +382,21 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # all-reduce one process waits for the other to arrive. One omission can go the other way: a
 # half-size weight fits the caches better, and its matmul can run faster per FLOP than the
 # whole one (where a bound is crossed, the verdict prints the charge at that size and names this
-# if the fit's line would be crossed too). It is judged at every width timed.
+# if the fit's line would be crossed too). It is judged at every width timed. The omissions
+# that slow the split block cannot break an "at most", so a bound that holds says the block was
+# no faster than its floor, not that the model's time was right: each verdict prints how far
+# above its floor the block ran.
 #
 # **Prediction (the answer to the question).** The width at which the split block starts to
-# pay: the model's crossover, `U / t + comm = U`, with the fit's line for the all-reduces and
-# the unsplit block at this machine's one-thread fp32 matmul ceiling (notebook 00's file), both
-# known before any block is timed; within 50 %. Two omissions pull opposite ways: at the
-# ceiling `U` is as small as it can be, which puts the model's crossover higher than the
-# block's real rate would, and what the model leaves out of the split block puts the real
-# crossing higher than the model with the real rate. It is judged against where the measured
+# pay: the model's crossover, `U / t + comm = U`, searched over every width, so each all-reduce
+# is charged the fit's line, intercept included (the sweep's cell prints how it compares with
+# the sweep's own calls), and the unsplit block runs at the one-thread fp32 ceiling of the
+# limits file (the fastest one-thread fp32 rate any notebook has recorded; the cell prints
+# which measurement set it), both known before any block is timed; within 50 %. At the
+# ceiling `U` is as small as it can be, and an intercept above what the block's calls take
+# overcharges them: both put the model's crossover higher. What the model leaves out of the
+# split block puts the real crossing higher. These errors can offset, so the verdict does not
+# show that any one input was right. It is judged against where the measured
 # speedups cross 1x (`perfkit.parallel.speedup_crossing`), read between the widths timed.
 
 # %%
@@ -405,16 +414,16 @@ display(Markdown("| C | one block all-reduce (4 N C) | the sweep's time | the fi
 order = sorted(zip(sizes, secs))
 dips = [f"{viz.si(b, 'B')} took less than {viz.si(a, 'B')}" for (a, ta), (b, tb) in zip(order, order[1:]) if tb < ta]
 print(f"the fit: intercept {viz.si(fit.alpha_s, 's')} per 2-process all-reduce, bandwidth {viz.si(fit.bandwidth, 'B/s')}; "
-      f"sizes timed below the intercept: {', '.join(viz.si(b, 'B') for b, t in order if t < fit.alpha_s) or 'none'}"
+      + intercept_note(sizes, secs, fit.alpha_s)
       + (f"; not monotone: {', '.join(dips)} (each size the median of {CONFIG['allreduce']['repeat']} repetitions)"
          if dips else "") + "; " + charge_choice(WIDTHS, [call[w] for w in WIDTHS], [fit.predict(ar_bytes[w]) for w in WIDTHS]))
 
 # %%
-ceiling = limits.peak_flops("float32", 1)   # FLOP/s: one thread's fp32 matmul ceiling, from the limits file
+ceiling = limits.peak_flops("float32", 1)   # FLOP/s: the limits file's one-thread fp32 ceiling (its source printed)
 cross_pred = crossover_width(T_DEGREE, 4 * 64, 64, ceiling, link)
-print(f"the model's crossover with the unsplit block at the one-thread fp32 ceiling, "
-      f"{viz.si(ceiling, 'FLOP/s')} (its source in the limits file: "
-      f"{limits.sources.get('float32, 1 thread', 'the sweep of notebook 00')}), and the fit's line: "
+print(f"the model's crossover with the unsplit block at the limits file's one-thread fp32 ceiling, "
+      f"{viz.si(ceiling, 'FLOP/s')} (set by: {limits.sources.get('float32, 1 thread', 'the sweep of notebook 00')}), "
+      f"and every all-reduce charged the fit's line, its intercept {viz.si(fit.alpha_s, 's')} included: "
       + ("none below C = 1M" if cross_pred is None else f"C = {cross_pred:,.0f}"))
 p_cross = Prediction(f"the width at which the split block starts to pay on {T_DEGREE} processes (speedup 1x)",
                      "U / t + 4 all-reduces = U: U at the one-thread ceiling, the fit's line",
@@ -446,9 +455,10 @@ for w in WIDTHS:
         "above": f"The split block took {viz.si(split, 's')}, less than U / t = {viz.si(unsplit / T_DEGREE, 's')} "
                  f"plus the sweep's {viz.si(comm, 's')} of all-reduces. " + sweep_charge_note(
                      sizes, secs, ar_bytes[w], fit.predict(ar_bytes[w]), unsplit, T_DEGREE, measured[w].value),
-        "held": f"The split block took {viz.si(split, 's')}, against at least {viz.si(floor, 's')} in the model"
-                + (f": {viz.si(split - floor, 's')} a block that the model does not hold (smaller matmuls' rate, each "
-                   "operator's fixed cost on each process, waits at the all-reduces; this run does not time them apart)."
+        "held": f"The split block took {viz.si(split, 's')}, {split / floor:.2f}x its floor U / t + comm, "
+                f"{viz.si(floor, 's')}" + (f": the bound says the block was no faster than its floor, not that the "
+                   f"model's time was right; the {viz.si(split - floor, 's')} beyond it is what the model leaves out "
+                   "(smaller matmuls' rate, each operator's fixed cost, waits at the all-reduces; not timed apart here)."
                    if split > floor else ".")})
 
 # %% [markdown]
@@ -481,7 +491,8 @@ def placed(c: float | None) -> str:
         f" ({c / crossing.high:.2f}x its high end: too high)" if side == "above" else "")
 
 
-models = (f"The model at the one-thread ceiling crosses at {placed(cross_pred)}; at the widest block's measured rate "
+models = (f"The model at the one-thread ceiling, every call charged the fit's line, crosses at {placed(cross_pred)}; "
+          f"at the widest block's measured rate "
           f"({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} (one rate for every width: the "
           "table in the next cell gives each width's own).")
 if crossing is None:   # no two adjacent widths' medians straddle 1x
@@ -505,10 +516,10 @@ else:
 # block's calls, and in the model that charge, more than the bytes, can set the crossover
 # (the cell after the table prints which).
 #
-# That charge, the fit's intercept, is this machine's and this run's, not a constant of gloo:
-# its two processes share two cores with the notebook's kernel, so a call can also wait for
-# a process to be scheduled (notebook 02 fits the same line on this machine). Do not carry it
-# to another machine; NVLink's, which the planner assumes, is printed further below.
+# That charge, the fit's intercept, is a number of this run's fit, not a latency of gloo (the
+# sweep's cell prints whether the sweep's own calls beat it): the two processes share two
+# cores with the notebook's kernel, so a call can also wait for a process to be scheduled.
+# Do not carry it to another machine.
 #
 # The curve uses one rate for every width, the widest block's, and the fit's line for the
 # all-reduces. Each open circle is that width's own bound: its own `U` and the sweep's charge
@@ -523,9 +534,9 @@ else:
 # notebook 13, are printed below as multiples of them); a headless build shows its opening
 # setting as a static image. A GPU raises both compute and bandwidth, and its FLOPs per byte of
 # NVLink are far more than this run's per byte of loopback, so scaling the bandwidth alone would
-# put a GPU's crossover far too low. The widget keeps this run's intercept (gloo's over
-# loopback), far above the planner's assumed alpha for NVLink (printed below), so at small sizes
-# it draws a GPU's crossover too high. In the model splitting never gains the full `t` while
+# put a GPU's crossover far too low. The widget keeps this run's fitted intercept, far above
+# the planner's assumed alpha for NVLink (printed below), so at small sizes it draws a GPU's
+# crossover too high. In the model splitting never gains the full `t` while
 # communication is not overlapped with compute.
 
 # %%
@@ -584,7 +595,8 @@ rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
 display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
                  + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
 print(f"peak and bandwidth from the datasheets; alpha per ring step, as the ring model charges it 2 (t - 1) times: "
-      f"here the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce; no datasheet "
+      f"here the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce, a number "
+      f"of this run's fit, not a measured latency ({intercept_note(sizes, secs, fit.alpha_s)}); no datasheet "
       "gives an alpha: the GPUs' is perfkit.plan's assumption")
 
 # %%
@@ -594,9 +606,11 @@ viz.build_widget(viz.tp_widget(achieved, link, seq=64))
 # %% [markdown]
 # ## What carries over to GPUs
 #
-# - The counts carry over exactly: per block and step, 4 all-reduces of `B x T x C` values (2
-#   forward, 2 backward), or under SP as many all-gathers and reduce-scatters of the same
-#   bytes. GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
+# - The counts carry over without activation recomputation: per block and step, 4 all-reduces
+#   of `B x T x C` values (2 forward, 2 backward), or under SP as many all-gathers and
+#   reduce-scatters of the same bytes. Recomputing a block's forward in backward (Megatron-LM's
+#   full recomputation) repeats its forward collectives, 6 per block; recomputing SP's gathered
+#   inputs adds their all-gathers (section 4 counts them). GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
 #   notebook's fp32 payload (and the widget's, which is fp32 throughout).
 # - SP removes the replicated LayerNorm and dropout activations for the same bytes per block;
 #   per step it adds one all-reduce of the sequence-split parameters' gradients (Megatron-LM's
@@ -637,7 +651,7 @@ viz.show_headlines({
     "perfkit TP step / DTensor's": f"{ratio.value:.2f}x",
     "SP LayerNorm+dropout bytes / TP's": f"{mem['sp']['regions'] / mem['tp']['regions']:.2f}",
     f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
-    "width from which splitting pays: measured; predicted": (
+    "width from which splitting pays: measured; predicted (ceiling, fit's line)": (
         ("outside the widths timed" if crossing is None else f"C = {crossing.text()}") + "; "
         + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}")),
 })

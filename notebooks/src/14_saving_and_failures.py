@@ -76,7 +76,7 @@ print(f"checkpoints on {saving.filesystem_of(WORK)[1]}; timing on {THREADS} of {
 # the same threads ran faster, the floor takes that). Both are floors at the fastest rates
 # seen: the fastest of 3 writes, the fastest copy (a faster moment of the same disk gives a
 # lower one: section 7 measures it again); serialising, hashing and renaming add to them. On a GPU the staging copy is a
-# device-to-host one (over PCIe or NVLink-C2C, into pinned memory): its floor is the state's
+# device-to-host one (over PCIe, or NVLink-C2C, Grace Hopper's CPU-GPU link, into pinned memory): its floor is the state's
 # bytes once over that link's bandwidth, not a host memcpy's read and write.
 #
 # **Measurement.** The tiny GPT of `perfkit.models` with its AdamW state, saved by
@@ -251,9 +251,7 @@ viz.verdict(p_bits, float(run.differing_bits + run.loss_bits), explain={
 
 # %%
 R = run.parts["total"]
-for part in saving.restart_experiments.PARTS:
-    print(f"  {part.replace('_', ' '):18s} {run.parts[part]:6.2f} s  ({run.parts[part] / R:4.0%})")
-print(f"  {'R':18s} {R:6.2f} s")
+print(saving.restart_table(run.parts, run.events))
 ax = viz.plot_restart_timeline(saving.restart_timeline(run.events))
 
 # %%
@@ -370,7 +368,8 @@ else:
     drawn = max(abs(pt["measured"] - saving.goodput(pt["tau_s"], d, r, m)) for pt in sw["points"])
     print(f"Each point is one job of {sw['config']['window_s']:.0f} s meeting {sw['points'][0]['failures']} "
           f"failures, the same failure times in every job: its goodput has no interval. The curve drawn is the "
-          f"first-order model at the pooled δ, R and MTBF: its largest gap to a point is {100 * drawn:.2g} pp. "
+          f"first-order model at the pooled δ, R and MTBF: its largest gap to a point is {100 * drawn:.2g} pp "
+          "(percentage points of goodput). "
           "Held against each job's own model (its own δ, R and realised MTBF; R varied from job to job by "
           f"{max(pt['restart_s'] for pt in sw['points']) - min(pt['restart_s'] for pt in sw['points']):.2g} s) "
           "the points are " + ("within" if kept else "not within") + " 5 percentage points: the largest gap is "

@@ -20,6 +20,7 @@ from perfkit.comm.bucketing import (
     BucketSaving,
     bucket_count_effect,
     bucket_saving,
+    small_call_cost,
 )
 from perfkit.comm.collectives import (
     OPS,
@@ -77,6 +78,7 @@ __all__ = [
     "PaysOn",
     "ring_check",
     "ring_check_text",
+    "small_call_cost",
     "small_sizes_text",
     "ring_regime_text",
     "RingCheck",

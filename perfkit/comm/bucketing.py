@@ -9,7 +9,8 @@ and what one call costs at the step's tensor sizes, read off the sweep's own poi
 fitted line's intercept. The record's sentences say which of them can account for a gap, and by
 how much, rather than naming a cause the numbers cannot carry. :func:`bucket_count_effect` holds
 DDP's steps at several bucket caps against the same model, with the overlap that more buckets
-allow behind backward.
+allow behind backward. :func:`small_call_cost` gives the cost both charge a call: the fit's
+intercept, or the sweep's smallest call where the intercept departs from it.
 
 Usage::
 
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
+from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving"]
+__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving", "small_call_cost"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class BucketSaving:
 
     Attributes:
         extra_calls: all-reduces the naive step makes beyond the bucketed one's.
-        alpha_s: the all-reduce fit's intercept, s: what the model charges each call.
+        alpha_s: what the model charges each call, s (the fit's intercept, or a measured small call:
+            :func:`perfkit.comm.small_call_cost`).
         measured_s: naive's median step less bucketed's, s.
         copy_bytes: counted bytes of the bucket copies, per process (each gradient read and a
             bucket written, then the bucket read and the gradient written: 4x the gradients).
@@ -47,6 +50,11 @@ class BucketSaving:
         sweep_low_s, sweep_high_s: the fastest and slowest median call of the sweep at sizes up
             to ``largest_bytes`` (``None`` when the sweep has no size there).
         largest_bytes: the largest gradient tensor, bytes.
+        bucketed_s: bucketed's median step, s.
+        ratio: naive's step over bucketed's, the median of paired rounds with its interval, or
+            ``None``. Given, the model is held against it (:attr:`model_ratio` inside or outside
+            its interval), not against the medians' difference alone, so the verdict's sentence
+            and a summary quoting the ratio say the same.
     """
 
     extra_calls: int
@@ -57,6 +65,33 @@ class BucketSaving:
     sweep_low_s: float | None
     sweep_high_s: float | None
     largest_bytes: int
+    bucketed_s: float = 0.0
+    ratio: Estimate | None = None
+
+    @property
+    def model_ratio(self) -> float:
+        """Naive's step over bucketed's by the model: bucketed's median plus ``alpha`` per call removed."""
+        return 1 + self.model_s / self.bucketed_s if self.bucketed_s > 0 else 1.0
+
+    def side(self) -> str:
+        """``"above"``/``"below"`` where the measured saving is larger/smaller than the model's, by
+        the ratio's printed interval when given (by the medians otherwise); ``""`` where that
+        interval holds the model's ratio, or the medians and the interval disagree on the side."""
+        by_medians = "above" if self.measured_s > self.model_s else "below"
+        if self.ratio is None:
+            return by_medians
+        return by_medians if self.ratio.clear_of(self.model_ratio, "x") == by_medians else ""
+
+    def _inside(self) -> str:  # only where side() is "": a ratio was given
+        r, m = self.ratio, self.model_ratio
+        if r is None:
+            raise ValueError("no paired ratio to hold the model against")
+        where = (f"cannot be held against the paired rounds' {r.text('x')}" if not r.has_interval else
+                 f"lies inside the paired rounds' 90 % interval ({r.text('x')})" if not r.clear_of(m, "x")
+                 else f"lies {'below' if r.clear_of(m, 'x') == 'above' else 'above'} the paired rounds' "
+                 f"interval ({r.text('x')}), on the other side from the medians' saving")
+        return (f"naive's step over bucketed's by the model, {m:.2f}x, {where}: this run does not tell the "
+                "measured saving from the model's")
 
     @property
     def model_s(self) -> float:
@@ -79,14 +114,14 @@ class BucketSaving:
 
     def _calls(self) -> str:
         text = (f"Each of naive's {self.extra_calls} extra calls saved {si(self.per_call_s, 's')} by the "
-                f"medians, against the fit's alpha of {si(self.alpha_s, 's')}")
+                f"medians, against the model's alpha of {si(self.alpha_s, 's')}")
         lo, hi = self.sweep_low_s, self.sweep_high_s
         if lo is None or hi is None:
             return text + "."
         return (text + f"; the sweep's own calls at sizes up to the largest tensor "
                 f"({si(self.largest_bytes, 'B')}) took {si(lo, 's')} to {si(hi, 's')} each"
-                + (", so a call's cost at these sizes is not pinned to alpha, the fitted line's "
-                   "intercept" if lo < self.alpha_s < hi else "") + ".")
+                + (", so a call's cost at these sizes is not pinned to alpha" if lo < self.alpha_s < hi
+                   else "") + ".")
 
     def explain(self) -> str:
         """The measured saving against the model's, with what can and cannot account for the gap."""
@@ -94,7 +129,9 @@ class BucketSaving:
                 "the medians")
         if self.measured_s <= 0 or self.extra_calls == 0:
             return text + "."
-        if self.measured_s > self.model_s:
+        if not self.side():
+            return text + "; " + self._inside() + ". " + self._calls()
+        if self.side() == "above":
             return (text + ". The saving is larger than the model's. The copies the model leaves out "
                     "(every gradient into and out of the buckets) cannot explain that: only the bucketed "
                     "step pays them, so they shrink the saving. " + self._calls()
@@ -106,7 +143,14 @@ class BucketSaving:
     def short(self) -> str:
         """A clause for a summary: what the model charges, and what this run says of the gap."""
         text = f"the model charges each of naive's {self.extra_calls} extra calls alpha"
-        if self.measured_s <= 0 or self.measured_s >= self.model_s:
+        if self.measured_s > 0 and self.extra_calls and not self.side():  # a ratio given: see _inside
+            r = self.ratio
+            inside = r is not None and r.has_interval and not r.clear_of(self.model_ratio, "x")
+            return text + ("; the paired rounds give no interval" if r is not None and not r.has_interval else
+                           "; the model's ratio lies inside the paired rounds' interval" if inside else
+                           "; the paired rounds and the medians put the saving on opposite sides of the "
+                           "model's") + ": this run does not tell the measured saving from the model's"
+        if self.measured_s <= 0 or self.side() == "above":
             return text
         gap, both = self.model_s - self.measured_s, 2 * self.copies_s
         return (text + f"; here each saved {si(self.per_call_s, 's')}, and the copies into buckets, "
@@ -117,7 +161,7 @@ class BucketSaving:
 
 def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_calls: int, bucket_calls: int,
                   grad_bytes: float, largest_bytes: int, naive_s: float, bucketed_s: float,
-                  copy_bytes_per_s: float) -> BucketSaving:
+                  copy_bytes_per_s: float, ratio: Estimate | None = None) -> BucketSaving:
     """Hold a bucketed step's measured saving over a naive one against the alpha-beta model's.
 
     Args:
@@ -130,6 +174,8 @@ def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_ca
         naive_s, bucketed_s: each step's median, s (> 0).
         copy_bytes_per_s: the copy rate the bucket copies are charged at, counted bytes (read +
             written) per second (> 0; :func:`perfkit.ceilings.dram_copy`).
+        ratio: naive's step over bucketed's from paired rounds (``perfkit.stats.median_ratio``), or
+            ``None``: given, the model is judged against its interval, not the medians alone.
 
     Returns:
         A :class:`BucketSaving`.
@@ -148,11 +194,41 @@ def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_ca
     check_int("largest_bytes", largest_bytes, 1)
     for name, v in (("naive_s", naive_s), ("bucketed_s", bucketed_s), ("copy_bytes_per_s", copy_bytes_per_s)):
         check_real(name, v, 0, lo_open=True)
+    check_type("ratio", ratio, Estimate, optional=True)
     near = [p.time_s for p in pts if p.nbytes <= largest_bytes]  # s: the sweep's calls at the step's sizes
     copy_bytes = 4 * grad_bytes  # B: gradient read + bucket written, then bucket read + gradient written
     return BucketSaving(naive_calls - bucket_calls, fit.alpha_s, naive_s - bucketed_s, copy_bytes,
                         copy_bytes / copy_bytes_per_s, min(near, default=None), max(near, default=None),
-                        largest_bytes)
+                        largest_bytes, bucketed_s, ratio)
+
+
+def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta,
+                    tol: float = 0.25) -> tuple[float, str]:
+    """The cost a model charges one call before its bytes, s, and a sentence saying where it came from.
+
+    The fit's intercept ``alpha`` is fitted across all sizes, so it need not be what a small call
+    costs. Where it lies within ``tol`` of the sweep's smallest size's median time, that is
+    ``alpha``; where it departs further, the smallest size's measured median, so that models
+    charging start-ups (notebook 02's sections 4 and 5) charge a measured call, not the line's
+    intercept.
+
+    Raises:
+        TypeError, ValueError: for no points, a point that is not a CollectivePoint, a ``fit``
+            that is not an AlphaBeta, or ``tol`` not in ``[0, 1)``.
+    """
+    items = check_items("points", points)
+    first = min((check_type(f"points[{i}]", p, CollectivePoint) for i, p in enumerate(items)),
+                key=lambda p: p.nbytes)
+    check_type("fit", fit, AlphaBeta)
+    check_real("tol", tol, 0, 1, hi_open=True)
+    off = fit.alpha_s / first.time_s - 1  # the intercept against the smallest call measured
+    call = f"the sweep's smallest call ({si(first.nbytes, 'B')}: {si(first.time_s, 's')})"
+    if abs(off) <= tol:
+        return fit.alpha_s, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, {off:+.0%} from "
+                             f"{call}, within {tol:.0%}.")
+    return first.time_s, (f"Each call is charged {call} as alpha: the fit's intercept, "
+                          f"{si(fit.alpha_s, 's')}, lies {off:+.0%} from it, beyond {tol:.0%}, so the models "
+                          "use the measured call.")
 
 
 def _signed(x: float) -> str:

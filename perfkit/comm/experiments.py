@@ -88,9 +88,8 @@ def fit_quality(points: Sequence[CollectivePoint], fit: AlphaBeta) -> FitQuality
                f"{si(small.time_s, 's')}; their repetitions (p10-p90: {_spread(large)} against "
                f"{_spread(small)}) ")
         overlap = large.p90_s is None or small.p10_s is None or large.p90_s >= small.p10_s
-        why += ("overlap. That does not test the two medians (single repetitions can overlap where "
-                "medians differ clearly), and the sweep keeps no interval for its medians: this run "
-                "cannot tell whether the inversion is noise." if overlap else
+        why += ("overlap, and the sweep keeps no interval for its medians: this run cannot tell "
+                "whether the inversion is noise." if overlap else
                 "do not overlap: something other than size set the time, which this run does not "
                 "measure.")
     return FitQuality(float(np.median(errs)), worst, inv, why)

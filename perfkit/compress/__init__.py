@@ -27,6 +27,7 @@ from perfkit.compress.experiments import (
     error_rows,
     fused_default_note,
     residual_norms,
+    resolution_note,
     time_codecs,
 )
 from perfkit.compress.feedback import (
@@ -85,6 +86,7 @@ __all__ = [
     "qsgd_encode",
     "RandomK",
     "residual_norms",
+    "resolution_note",
     "Sign",
     "sign_decode",
     "sign_encode",

@@ -32,6 +32,7 @@ from perfkit.timing import Measurement, Timer, interleaved
 from perfkit.units import si
 
 __all__ = ["CodecSplit", "CodecTimes", "codec_split", "conservation_error", "copy_share_range", "error_rows",
+           "resolution_note",
            "fused_default_note", "residual_norms", "time_codecs"]
 
 
@@ -335,3 +336,31 @@ def fused_default_note(fusion: Mapping[str, Any]) -> str:
         return ""
     return (f" The fused path is the default for tensors of at least {FUSED_MIN_NUMEL:,} values, yet here "
             + "; ".join(said) + ".")
+
+
+def resolution_note(ratio: Any, edge: float) -> str:
+    """Whether a step-time ratio's interval can resolve the gain an edge below 1x allows.
+
+    Args:
+        ratio: a paired step-time ratio (an estimate with ``low``, ``high`` and, optionally, a
+            ``level``; e.g. :func:`perfkit.stats.median_ratio`).
+        edge: the least ratio a model allows (< 1 for a gain: ``1 - edge`` of a step).
+
+    Returns:
+        ``""`` where the interval is no wider than that gain, or the edge allows none;
+        otherwise a sentence, starting with a space, giving the gain as a share of the
+        interval's width: the run can show a step shorter than the edge by more than its
+        noise, not a gain of the edge's own size.
+
+    Raises:
+        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``edge`` is not real.
+    """
+    lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
+    gain, width = 1 - check_real("edge", edge), hi - lo
+    if gain <= 0 or width <= gain:
+        return ""
+    level = getattr(ratio, "level", None)
+    what = f"{level:.0%} interval" if isinstance(level, float) else "interval"
+    return (f" The gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the {what}'s width "
+            f"({width:.1%} of a step): this run can show a step shorter than the edge by more than its "
+            "noise, not resolve a gain of that size.")

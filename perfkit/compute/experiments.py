@@ -39,6 +39,7 @@ from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval
 from perfkit.timing import Measurement
+from perfkit.units import si
 from perfkit.verdict import Prediction, Verdict, judge
 
 __all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
@@ -255,12 +256,14 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
     ``share`` < 1 a float32 MFU is printed against the all-core ceiling too."""
     check_int("swept", swept, 1)
     check_real("share", share, 0, 1, lo_open=True)
-    on = (f" on {threads} of {cores} threads, {share:.0%} of the all-core one"
-          + (f"; against the all-core one, {top.mfu * share:.1%}" if top.ceiling == "float32" else "")
-          if share < 1 else "")
+    rate = getattr(top, "peak_flops", None)  # FLOP/s: the measured ceiling itself, where the point has it
+    on = f" ({si(rate, 'FLOP/s')})" if rate else ""
+    if share < 1:
+        on += f" measured on {threads} of {cores} threads, {share:.0%} of the all-core one" + (
+            f"; against the all-core one, {top.mfu * share:.1%}" if top.ceiling == "float32" else "")
     kind = f"{top.precision}{' compiled' if getattr(top, 'compiled', False) else ''}"  # the step it came from
-    head = (f"largest MFU measured: {top.mfu:.1%} ({kind}, batch {top.batch}, against the "
-            f"{top.ceiling} ceiling{on}). ")
+    head = (f"largest MFU measured, model FLOP/s as a share of a measured matmul ceiling: {top.mfu:.1%} "
+            f"({kind}, batch {top.batch}, against the {top.ceiling} ceiling{on}). ")
     if top.mfu <= 1:
         return head + ("Not comparable with PaLM's 46 % (540B parameters, on TPUs): the field's MFU divides "
                        "by the vendor's theoretical peak, a larger denominator than a measured ceiling.")

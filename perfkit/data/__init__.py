@@ -33,11 +33,13 @@ from perfkit.data.experiments import (
     MonitoredRun,
     PaddingRecord,
     balanced_max,
+    gil_explain,
     largest_gap,
     monitored_steps,
     padding_waste,
     rate_ratio,
     run_gaps,
+    sleep_explain,
     wait_share,
 )
 from perfkit.data.loader import (
@@ -49,6 +51,7 @@ from perfkit.data.loader import (
 )
 from perfkit.data.overlap import (
     ThreadProbe,
+    clip_at_one,
     gil_hidden_bound,
     gil_least_step,
     hidden_fraction,
@@ -81,6 +84,8 @@ __all__ = [
     "balanced_max",
     "bootstrap",
     "Delayed",
+    "clip_at_one",
+    "gil_explain",
     "hidden_fraction",
     "hidden_fraction_estimate",
     "largest_gap",
@@ -97,6 +102,7 @@ __all__ = [
     "PaddingRecord",
     "PipelineRecord",
     "prefetch_loops",
+    "sleep_explain",
     "Prefetcher",
     "PrefetchStats",
     "WAIT_ANNOTATION",

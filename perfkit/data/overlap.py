@@ -34,9 +34,9 @@ from perfkit.data.datasets import Delayed
 from perfkit.data.prefetch import Prefetcher
 from perfkit.stats import Estimate
 
-__all__ = ["ThreadProbe", "gil_hidden_bound", "gil_least_step", "hidden_fraction", "hidden_fraction_estimate",
-           "overlap_floor", "overlap_hidden", "prefetch_loops", "spin_held", "spin_load_note", "thread_probe",
-           "thread_share"]
+__all__ = ["ThreadProbe", "clip_at_one", "gil_hidden_bound", "gil_least_step", "hidden_fraction",
+           "hidden_fraction_estimate", "overlap_floor", "overlap_hidden", "prefetch_loops", "spin_held",
+           "spin_load_note", "thread_probe", "thread_share"]
 
 
 def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
@@ -144,7 +144,25 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     if lo == hi:
         return Estimate(point, point, point, level, n, "fraction of the 4 loops' medians: every loop's "
                         "middle rounds tie, every figure within reach equals")
-    return Estimate(point, min(lo, point), max(hi, point), level, n, how)
+    return clip_at_one(Estimate(point, min(lo, point), max(hi, point), level, n, how))
+
+
+def clip_at_one(est: Estimate) -> Estimate:
+    """A hidden fraction's interval clipped at 1, the most a prefetcher can hide.
+
+    A fraction above 1 says the prefetched loop beat its longer part timed apart. Where the
+    interval still reaches 1, the noise of the loops' medians explains that, so the figure and the
+    interval's top end are set to 1 and the method says from what; an interval wholly above 1 is
+    left as it is (the parts ran faster inside the loop than apart, or the run was disturbed), as
+    is a figure with no interval.
+    """
+    check_type("est", est, Estimate)
+    if not est.has_interval or est.high <= 1 or est.low > 1:
+        return est
+    why = (f"clipped at 1, the most a prefetcher can hide: the medians give {est.value:.3g}, past 1 by "
+           "the noise of the four loops, as the interval's reach below 1 allows" if est.value > 1 else
+           f"its top end clipped at 1 from {est.high:.3g}, the most a prefetcher can hide")
+    return Estimate(min(est.value, 1.0), est.low, 1.0, est.level, est.n, f"{est.method}; {why}")
 
 
 @dataclass(frozen=True)

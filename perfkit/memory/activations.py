@@ -48,8 +48,9 @@ class ActivationEstimate:
             ids, the attention mask that checkpointed eager blocks keep.
         total: ``n_layer * per_layer + outside_layers``, held from forward to backward.
         recompute_peak: extra bytes over ``total`` at the backward pass's peak with
-            checkpointing: one recomputed block's activations, less what the backward has
-            already freed when it reaches the last block (the final LayerNorm's, the
+            checkpointing: one recomputed block's activations but its input (LayerNorm 1
+            saves the very storage the checkpoint keeps, already in ``total``), less what
+            the backward has already freed when it reaches the last block (the final LayerNorm's, the
             log-softmax and the labels: autograd frees a node's saved tensors once it has
             run); 0 when that is more, and 0 without checkpointing.
     """
@@ -119,8 +120,9 @@ def gpt2_saved_activation_bytes(
         per_layer = dtype_bytes * btc
         if attention == "eager":
             outside += dtype_bytes * b * t * t
+        # the recomputed block's LayerNorm 1 saves the checkpointed input itself: counted once
         return ActivationEstimate(per_layer, outside, n_layer * per_layer + outside,
-                                  max(0, full_layer - freed_first))
+                                  max(0, full_layer - per_layer - freed_first))
     return ActivationEstimate(full_layer, outside, n_layer * full_layer + outside, 0)
 
 

@@ -97,6 +97,7 @@ from perfkit.parallel.schedules import (
     one_f_one_b,
     parse_actions,
     zb_h1,
+    zb_step_note,
 )
 from perfkit.parallel.sequence import (
     gather_from_sequence,
@@ -138,6 +139,7 @@ from perfkit.parallel.tp_costs import (
     block_flops,
     charge_choice,
     crossover_width,
+    intercept_note,
     region_activation_bytes,
     speedup_crossing,
     sweep_charge_note,
@@ -215,7 +217,7 @@ __all__ = [
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
     "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
-    "parse_actions", "validate", "zb_h1",
+    "parse_actions", "validate", "zb_h1", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
     "split_costs", "stage_costs",
     "timeline_from",
@@ -229,7 +231,7 @@ __all__ = [
     "vocab_parallel_cross_entropy",
     "REDUCTIONS",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
-    "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note",
+    "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note", "intercept_note",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes
     "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",

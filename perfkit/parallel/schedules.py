@@ -23,13 +23,15 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from perfkit._checks import check_choice, check_int, check_items
+from perfkit._checks import check_choice, check_int, check_items, check_real
+from perfkit.estimate import Estimate
 
 __all__ = ["KINDS", "SCHEDULES", "Action", "Schedule", "dependencies", "gpipe",
-           "interleaved_1f1b", "make_schedule", "one_f_one_b", "parse_actions", "zb_h1"]
+           "interleaved_1f1b", "make_schedule", "one_f_one_b", "parse_actions", "zb_h1", "zb_step_note"]
 
 KINDS = ("F", "B", "I", "W")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb_h1")
@@ -294,3 +296,49 @@ def parse_actions(items: Iterable[str | Sequence]) -> tuple[Action, ...]:
             raise TypeError(f"items must hold 'F0.1' strings or (kind, stage, mb) triples, "
                             f"got {it!r}")
     return tuple(out)
+
+
+def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: float,
+                 f_i_w: Sequence[float], share: Estimate | None = None,
+                 model_share: float | None = None) -> str:
+    """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
+    ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
+    stage (``busy``, ZB-H1's over 1F1B's) and idle part (``idle``, ``(1 - 1F1B's share) /
+    (1 - ZB-H1's)``), each against the model's, with which moved the step more; the split's
+    measured action times ``f_i_w`` (F, I, W) against the model's ``1 : 1 : 1`` through Qi et
+    al.'s bubble ``(p - 1)(F + I - W)``; and, if given, the bubble share against the model's.
+    Whether the step shows a gain is read from its interval. Sentences, for a verdict.
+
+    Raises:
+        TypeError, ValueError: for ``model_step`` not > 0 or ``f_i_w`` not three times > 0.
+    """
+    check_real("model_step", model_step, 0, lo_open=True)
+    times = check_items("f_i_w", f_i_w)
+    if len(times) != 3:
+        raise ValueError(f"f_i_w must hold three times, F, I and W, got {len(times)}")
+    f, i, w = (check_real(f"f_i_w[{k}]", v, 0, lo_open=True) for k, v in enumerate(times))
+    side = step.clear_of(1.0, "x")
+    gain = ("too few rounds for an interval, so this run cannot tell whether ZB-H1 shortened the step"
+            if not step.has_interval else
+            f"ZB-H1 shortened the step: {step.point('x')}, its interval below 1x" if side == "below" else
+            f"ZB-H1 lengthened the step: {step.point('x')}, its interval above 1x" if side == "above" else
+            ("the predicted gain did not appear" if model_step < 1 else "no change shows")
+            + f": ZB-H1's step {step.point('x')} of 1F1B's, its interval holds 1x")
+    by_busy, by_idle = busy.value, idle.value / model_step   # the step over the model's, in two factors
+    larger = "busy time" if abs(math.log(by_busy)) >= abs(math.log(by_idle)) else "idle part"
+
+    def against(e: Estimate, x: float) -> str:
+        where = e.clear_of(x, "x")
+        return f"its interval wholly {where} the model's {x:.3g}x" if where else \
+            f"its interval holds the model's {x:.3g}x"
+
+    text = (f"{gain[0].upper()}{gain[1:]}, where the model gave {model_step:.3f}x. Measured, the busy time "
+            f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the idle part {idle.point('x')} "
+            f"({against(idle, model_step)}): {by_busy:.2f}x and {by_idle:.2f}x the model's, the {larger} "
+            f"moving the step more. The split's actions ran F : I : W = 1 : {i / f:.2f} : {w / f:.2f}, the "
+            f"model's 1 : 1 : 1; Qi et al.'s bubble, (p - 1)(F + I - W), is {(f + i - w) / f:.2f}x the "
+            "model's at these times")
+    if share is not None and model_share is not None:
+        how = "fell" if share.value < 1 else "rose" if share.value > 1 else "stayed"
+        text += f"; the bubble share {how} to {share.point('x')} of 1F1B's ({against(share, model_share)})"
+    return text + "."

@@ -35,7 +35,7 @@ from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes",
+__all__ = ["TPBlockCost", "block_flops", "crossover_width", "intercept_note", "region_activation_bytes",
            "speedup_crossing", "sweep_time", "tp_block_cost"]
 
 REACH = 16.0   # an interval end is not read further than this factor beyond the widths timed
@@ -327,3 +327,26 @@ def sweep_charge_note(nbytes: Sequence[float], times_s: Sequence[float], size: f
     return text + (f", which the measured {measured:.3g}x crosses too: the block's calls cost less than "
                    "either charge, or its half-size matmuls ran faster per FLOP than the whole block's (this "
                    "run does not time them apart).")
+
+
+def intercept_note(nbytes: Sequence[float], times_s: Sequence[float], alpha_s: float) -> str:
+    """Where a fit's intercept ``alpha_s`` (what its line charges a call of no bytes) lies
+    against the sweep it was fitted to: a call timed faster than the intercept bounds the fixed
+    cost of a call below it, so the intercept is then the fit's, not a latency of the library.
+    One clause, from the sweep's own times.
+
+    Raises:
+        TypeError, ValueError: as :func:`sweep_time`, or for ``alpha_s`` not >= 0.
+    """
+    sweep_time(nbytes, times_s, 1.0)   # checks the sweep
+    check_real("alpha_s", alpha_s, 0)
+    under = sorted((t, x) for x, t in zip(nbytes, times_s) if t < alpha_s)
+    if not under:
+        return (f"every size timed took more than the fit's intercept, {si(alpha_s, 's')}: the sweep does "
+                "not contradict it as a fixed cost per call")
+    fastest, at = under[0]
+    sizes = ", ".join(si(x, "B") for x in sorted(x for _, x in under))
+    return (f"sizes timed below the fit's intercept, {si(alpha_s, 's')}: {sizes}; the fastest, {si(at, 'B')} "
+            f"in {si(fastest, 's')}, puts a call's fixed cost on this run at most that, "
+            f"{fastest / alpha_s:.2f}x the intercept: the intercept is the fit's, not a latency of the "
+            "library")

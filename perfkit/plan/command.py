@@ -158,8 +158,8 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
 def _ties_line(p: Plan) -> str:
     """How many layouts lie within :data:`TIE_BAND` of the best: closer than the planner resolves."""
     n = len(p.ties())
-    return (f"ties: {n} layout{'s' * (n != 1)} within {TIE_BAND:.1%} of the best step, the 80th percentile "
-            "of the planner's error on the ratio of two published runs of one model (perfkit.plan.TIE_BAND)"
+    return (f"ties: {n} layout{'s' * (n != 1)} within {TIE_BAND:.0%} of the best step, the 80th percentile "
+            "of the planner's error on the ratio of two published runs, rounded (perfkit.plan.TIE_BAND)"
             + (": it cannot rank them; measure them" if n > 1 else ": the best stands alone"))
 
 

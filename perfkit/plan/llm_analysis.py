@@ -238,8 +238,10 @@ def compare_llm_analysis(cmp: Comparison) -> dict[str, Any]:
     kernels) while the planner's is a matmul efficiency. Refitted, llm-analysis is a constant
     utilisation in its own FLOP count, which charges full recomputation a whole forward more
     (``4/3`` of the step without it) at the same rate; the constant-MFU baseline of
-    :func:`~perfkit.plan.published.compare` is a constant utilisation in the source's count,
-    which leaves recomputation out. Where published runs with recomputation reach about the MFU
+    :func:`~perfkit.plan.published.compare` is a constant utilisation in each source's count:
+    llm-foundry's MFU leaves recomputation out, Megatron-LM's Table 1 counts its forward (four
+    passes), and on the A100-80GB type one figure averages rows of both. Where published
+    llm-foundry runs with recomputation reach about the MFU
     of those without, the first errs by up to that ``4/3`` between the two kinds of row and the
     second does not: ``own_fit["by_recompute"]`` shows it, table by table.
 

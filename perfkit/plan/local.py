@@ -295,24 +295,36 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     gap = stats.median_interval([check_real("steps_s", x, 0) - check_real("base_steps_s", y, 0)
                                  for x, y in zip(a, b)])
 
-    def cost(d: float) -> float:  # ms the collectives took, the compute at the fitted cost
-        return (charge + d - pred) * 1e3
+    # every ms figure is printed at one precision, and each sum or difference is taken of the printed
+    # figures, so that a reader's arithmetic on the sentence gives its numbers
+    nd = 2 if max(abs(gap.value), abs(gap.low), abs(gap.high), abs(pred), charge, extra) < 0.010 else 1
 
-    off = (gap.value - pred) * 1e3
+    def ms(x: float) -> float:
+        return round(x * 1e3, nd)
+
+    def f(x: float) -> str:
+        return f"{x:.{nd}f}"
+
+    g, p, c = ms(gap.value), ms(pred), ms(charge)
+
+    def cost(d_ms: float) -> float:  # ms the collectives took, the compute at the fitted cost
+        return round(c + d_ms - p, nd)
+
+    off = round(g - p, nd)
     out = (f"Paired by round, the step {'exceeds' if gap.value >= 0 else 'falls short of'} {base}'s by "
-           f"{abs(gap.value) * 1e3:.1f} ms (median of {gap.n} rounds' differences) against "
-           f"a predicted {abs(pred) * 1e3:.1f} ms {'more' if pred >= 0 else 'less'}: {abs(off):.1f} ms "
+           f"{f(abs(g))} ms (median of {gap.n} rounds' differences) against "
+           f"a predicted {f(abs(p))} ms {'more' if pred >= 0 else 'less'}: {f(abs(off))} ms "
            f"{'above' if off >= 0 else 'below'} the prediction. The model charged the collectives "
-           f"{charge * 1e3:.1f} ms; "
+           f"{f(c)} ms; "
            f"with the compute at {base}'s fitted cost, that difference is theirs: ")
-    if cost(gap.value) <= 0:
+    if cost(g) <= 0:
         out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
                 f"the compute ran faster than {base}'s fitted cost")
     else:
-        out += f"they cost {cost(gap.value):.1f} ms, {cost(gap.value) / (charge * 1e3):.2f}x the charge"
+        out += f"they cost {f(cost(g))} ms, {cost(g) / c:.2f}x the charge"
         if gap.has_interval and gap.low < gap.high:
-            lo, hi = max(cost(gap.low), 0.0), cost(gap.high)
-            out += (f" ({lo:.1f} to {hi:.1f} ms, {lo / (charge * 1e3):.2f}x to {hi / (charge * 1e3):.2f}x, "
+            lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))
+            out += (f" ({f(lo)} to {f(hi)} ms, {lo / c:.2f}x to {hi / c:.2f}x, "
                     f"over the difference's interval)")
 
     def where(d: float) -> str:
@@ -320,7 +332,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         side = gap.scaled(1e3).clear_of(d * 1e3, "ms") if ok else ""
         return {"above": "below", "below": "above"}.get(side, "inside" if ok else "")
 
-    iv = f"({gap.low * 1e3:.1f} to {gap.high * 1e3:.1f} ms)"
+    iv = f"({f(ms(gap.low))} to {f(ms(gap.high))} ms)"
     if where(pred) in ("below", "above"):
         out += (f". The predicted difference lies {where(pred)} the measured interval {iv}: the model "
                 "errs by more than this run's noise, whatever the tolerance window lets through")
@@ -329,8 +341,8 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     if extra > 0 and where(pred):
         moved = where(pred + extra)
         still = "still " if moved == where(pred) else ""
-        out += (f". Charging the uncharged {extra * 1e3:.1f} ms alone would put the prediction at "
-                f"{(pred + extra) * 1e3:.1f} ms, {still}{moved} the measured interval")
+        out += (f". Charging the uncharged {f(ms(extra))} ms alone would put the prediction at "
+                f"{f(round(p + ms(extra), nd))} ms, {still}{moved} the measured interval")
     return CollectiveCost(gap, pred, charge, out + ".")
 
 

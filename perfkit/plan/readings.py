@@ -39,8 +39,8 @@ from perfkit.estimate import Estimate
 from perfkit.plan.published import Comparison, RowResult
 from perfkit.plan.search import TIE_QUANTILE
 
-__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "rules_out", "tp_step_split",
-           "without_collectives", "worst_row_cause", "zero2_over_zero1"]
+__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "point_and_window", "rules_out",
+           "tp_step_split", "without_collectives", "worst_row_cause", "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
 COLLECTIVE_TERMS = ("data-parallel", "zero-3 gathers", "tensor-parallel", "context-parallel",
@@ -68,21 +68,22 @@ def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_
     rest, pred = step - present, comm_pred_s * 1e3
     longer = rest - alone
     out = (f"Of the {step:.1f} ms step, its {calls} all-reduces held both ranks {present:.1f} ms; in the "
-           f"other {rest:.1f} ms a rank computed")
+           f"other {rest:.1f} ms a rank computed or waited for the other")
     if apart <= rest:
         out += (f" (one rank's {apart:.1f} ms of waiting for the other lie inside those, beside the other's "
                 "compute: no third part)")
     out += (f". With its all-reduces skipped the step took {alone:.1f} ms (predicted "
             f"{compute_pred_s * 1e3:.1f}): ")
     if longer >= 0:
-        out += (f"the all-reduces cost the step {present:.1f} ms of transfer and {longer:.1f} ms of longer "
-                f"compute, {present + longer:.1f} ms in all")
+        out += (f"the all-reduces cost the step {present:.1f} ms of transfer and {longer:.1f} ms more "
+                "outside them (longer compute and waiting for the other rank, which this split does not "
+                f"tell apart), {present + longer:.1f} ms in all")
     else:
         out += (f"the compute inside the TP step took {-longer:.1f} ms less (the two steps met different "
                 f"load), so only the transfer's {present:.1f} ms can be set against the model")
     verdict = ("less than the transfer alone" if pred < present else "more than the transfer" if longer < 0
                else "more than both" if pred > present + longer
-               else "more than the transfer and less than both, so it covers part of the longer compute")
+               else "more than the transfer and less than both, so it covers part of the time outside them")
     return out + f". The model charges them {pred:.1f} ms: {verdict}."
 
 
@@ -207,6 +208,42 @@ def rules_out(measured: Estimate, alternatives: Mapping[str, float], unit: str =
     return f"Yet {iv} leaves out {', '.join(out)} ({said}), though not {', '.join(kept)}."
 
 
+def point_and_window(measured: Estimate, predicted: float, window: tuple[float, float],
+                     unit: str = "x") -> str:
+    """What the ``measured`` interval excludes of a prediction: its point ``predicted`` and its
+    tolerance ``window`` ``(low, high)``, each as the interval's printed ends read. A verdict
+    judges the window; an interval clear of the point with a window edge inside it leaves that
+    verdict undecided while the point itself is refuted, and this sentence says both. ``""``
+    without an interval.
+
+    Raises:
+        TypeError, ValueError: ``measured`` not an Estimate, ``predicted`` not finite, or a
+            window that is not two finite numbers with low <= high.
+    """
+    check_type("measured", measured, Estimate)
+    p = check_real("predicted", predicted)
+    if not isinstance(window, tuple) or len(window) != 2:
+        raise ValueError(f"window must be (low, high), got {window!r}")
+    a, b = (check_real(f"window[{i}]", w) for i, w in enumerate(window))
+    if a > b:
+        raise ValueError(f"window must have low <= high, got {window!r}")
+    if not measured.has_interval or measured.low == measured.high:
+        return ""
+    iv = "Its interval"
+    if not measured.clear_of(p, unit):
+        return f"{iv} holds the predicted {p:.3g}{unit} itself."
+    edges = [e for e in (a, b) if not measured.clear_of(e, unit)]
+    if edges:
+        return (f"{iv} leaves out the predicted {p:.3g}{unit} itself but holds the window's edge "
+                f"{' and '.join(f'{e:.3g}{unit}' for e in edges)}: the point prediction errs by more than "
+                "this run's noise, while whether the figure lies inside the window this run cannot tell.")
+    if a <= measured.low and measured.high <= b:
+        return (f"{iv} leaves out the predicted {p:.3g}{unit} itself, though it lies inside the window: "
+                "the point errs by more than this run's noise, within the tolerance.")
+    return (f"{iv} leaves out the whole window ({a:.3g} to {b:.3g}{unit}), the predicted {p:.3g}{unit} "
+            "with it.")
+
+
 def zero2_over_zero1(measured: Estimate, predicted: float) -> str:
     """ZeRO-2's step over ZeRO-1's (``measured``, paired by round) beside the model's ratio
     (``predicted``), and what the model leaves out between the two stages: it charges both the
@@ -274,14 +311,16 @@ class PairedError:
     """The planner's error on the ratio of two rows' throughputs (see :func:`paired_error`).
 
     Attributes:
-        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``: a
-            predicted difference this small orders a pair no better than a coin.
+        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``.
         p90: the 90th percentile of the same.
-        tie: its :data:`~perfkit.plan.search.TIE_QUANTILE` quantile (80 %): beyond it a predicted
-            difference orders a pair rightly 9 times in 10 where errors fall either way alike
-            (wrong needs the error that large and of the opposing sign); the tie band.
         pairs: how many pairs.
         groups: ``"table: model s=seq"`` -> the labels of its rows (two or more each).
+        tie: its :data:`~perfkit.plan.search.TIE_QUANTILE` quantile (80 %); the tie band.
+        beyond: the shares of the pairs whose error exceeds ``band`` and ``tie``. A predicted
+            difference ``d`` orders a pair wrongly only where the error exceeds ``d`` and has the
+            opposing sign: where errors fall either way alike, right ``1 - share / 2`` of the
+            time (about 3 in 4 at the median, 9 in 10 at the 80th percentile; a coin flip only
+            at a predicted difference of 0). See :meth:`right`.
     """
 
     band: float
@@ -289,6 +328,13 @@ class PairedError:
     pairs: int
     groups: dict[str, list[str]]
     tie: float
+    beyond: tuple[float, float] = (0.5, 0.2)
+
+    def right(self) -> tuple[float, float]:
+        """How often a predicted order is right at a predicted difference of ``band`` and of
+        ``tie``, where errors fall either way alike: ``1 - share / 2`` for each share of
+        :attr:`beyond`."""
+        return tuple(1 - b / 2 for b in self.beyond)
 
     def text(self) -> str:
         """One sentence: the band, its pairs and where they come from."""
@@ -296,10 +342,14 @@ class PairedError:
         return (f"{self.band:.1%}: the median |error| of the predicted ratio of two rows' throughputs over "
                 f"{self.pairs} pairs of published rows of one model and sequence in one table "
                 f"({len(self.groups)} such groups, in {', '.join(tables)}; they differ in GPU count, "
-                f"micro-batch or recomputation only; 90 % of the pairs within {self.p90:.1%}): at a "
-                f"difference that small a ranking is a coin flip. {TIE_QUANTILE:.0%} of the pairs lie "
-                f"within {self.tie:.1%}, beyond which a predicted order is right 9 times in 10 if errors "
-                "fall either way alike: the tie band")
+                f"micro-batch or recomputation only; 90 % of the pairs within {self.p90:.1%}). An order "
+                f"comes out wrong only where the error exceeds the predicted difference and has the "
+                f"opposing sign; {self.beyond[0]:.0%} of the pairs err by more than {self.band:.1%}, so "
+                f"at a predicted difference that small an order is right about {self.right()[0]:.0%} of "
+                f"the time if errors fall either way alike (a coin flip only at no difference at all). "
+                f"{TIE_QUANTILE:.0%} of the pairs lie within {self.tie:.1%} ({self.beyond[1]:.0%} beyond "
+                f"it), at and beyond which an order is right at least {self.right()[1]:.0%} of the time: "
+                "the tie band")
 
 
 def paired_error(cmp: Comparison) -> PairedError:
@@ -326,6 +376,7 @@ def paired_error(cmp: Comparison) -> PairedError:
             for rs in groups.values() for a, b in itertools.combinations(rs, 2)]
     if not gaps:
         raise ValueError("cmp must hold two rows of one model, sequence and table")
-    return PairedError(math.exp(stats.median(gaps)) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
-                       {k: [r.run.label for r in v] for k, v in groups.items()},
-                       math.exp(stats.quantile(gaps, TIE_QUANTILE)) - 1)
+    band, tie = stats.median(gaps), stats.quantile(gaps, TIE_QUANTILE)
+    return PairedError(math.exp(band) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
+                       {k: [r.run.label for r in v] for k, v in groups.items()}, math.exp(tie) - 1,
+                       tuple(sum(g > q for g in gaps) / len(gaps) for q in (band, tie)))

@@ -41,9 +41,11 @@ LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
 # rows of one model and sequence in one table (23 groups, llm-foundry's tables; the pairs differ
 # in GPU count, micro-batch or recomputation only), of |predicted ratio / reported ratio - 1|
 # (perfkit.plan.readings.paired_error on compare(megatron_runs() + foundry_runs())). Its median
-# (2.05 %) is where a ranking is a coin flip; its TIE_QUANTILE (80 %) quantile, 6.10 %, rounded,
-# is the predicted difference beyond which the order comes out right 9 times in 10 if the errors
-# fall either way alike (a unit test recomputes it). Two layouts closer than this tie: the
+# is 2.05 %; a predicted order is wrong only where the error exceeds the predicted difference and
+# has the opposing sign, so at the median it comes out right about 3 times in 4 if the errors fall
+# either way alike (a coin flip only at no difference). Its TIE_QUANTILE (80 %) quantile, 6.10 %,
+# rounded, is the predicted difference at and beyond which the order comes out right at least 9
+# times in 10 (a unit test recomputes it). Two layouts closer than this tie: the
 # planner cannot rank them. For TP, PP or CP no pair differs: the band is carried over to them.
 TIE_QUANTILE = 0.8
 TIE_BAND = 0.06

@@ -29,14 +29,12 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
+from perfkit.profiling.capstone_explain import explain_round, phase_ms, window_gain
 from perfkit.profiling.capstone_text import (
     Pick,
-    explain_round,
     percent2,
-    phase_ms,
     reads_pick,
     still_listed,
-    window_gain,
 )
 from perfkit.profiling.footprint import memory_split
 from perfkit.profiling.machine_load import CpuSnapshot, LoadRecord, cpu_snapshot, load_between

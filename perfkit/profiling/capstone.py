@@ -2,8 +2,8 @@
 
 A round runs the job (``perfkit diagnose --then continue`` around an unchanged script, 2
 processes under real torchrun) with one more fix, predicts the fix's gain from the share
-its finding measured (Amdahl's law ``1 / (1 - share)``; the machine's peak for a larger
-batch) and measures tokens/s after over before on the steps after the profiled window.
+its finding measured (Amdahl's law ``1 / (1 - share)``; a larger batch's factor of tokens per
+step) and measures tokens/s after over before on the steps after the profiled window.
 Each configuration is timed once and compared with the next (``repeat_before=False``), or
 run again after the new one (before, after, before again: a steady drift cancels). Every run
 is read on the same steps; :meth:`FixLoop.finish` measures the whole gain directly.
@@ -28,11 +28,13 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
+from perfkit.profiling.capstone_explain import explain_round
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
     Pick,
     Round,
-    explain_round,
+    Total,
+    loose_bound,
     percent2,
     reads_pick,
     unprofiled_factor,
@@ -210,9 +212,11 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     step. A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
     data at the next collective); the fix of the host reads by what it can remove (:func:`reads_pick`).
-    A larger batch is bounded by the peak, and the compute fixes' bounds are too loose to test them;
-    a finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
-    tight to test (``Pick.untested`` says why).
+    A larger batch is bounded by its factor of tokens per step, and the compute fixes' bounds are
+    too loose to test them; a finding that fired on a count with a share below
+    :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test, and one whose share of an unprofiled
+    step reaches :data:`MAX_TESTABLE_SHARE` a bound too loose to fail (``loose_bound``);
+    ``Pick.untested`` says why.
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -237,13 +241,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                             f"communication {comm:.1%} of a profiled step, {said}: the profiler does not "
                             f"slow the data, and the collectives, which it may slow, take no longer without "
                             f"it, so this is the most they can take), {share:.1%} of an unprofiled step, "
-                            "removed", fix, ("data", "communication"))
+                            "removed", fix, ("data", "communication"), loose_bound(share, data + comm, slow))
             names = " + ".join([f["kind"], *also])
             tight = "" if share >= MIN_TESTABLE_SHARE else (
                 f"the {f['kind']} finding fired on its count, not its time: a share of {share:.1%} puts "
                 f"the bound within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job minutes "
                 "apart repeat, so any measurement would cross it by noise alone")
             profiled, share = share, min(share * slow, 0.99)
+            tight = tight or loose_bound(share, profiled, slow)
             return Pick(f["kind"], share, 1 / (1 - share),
                         f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
                         f"the configuration the fix starts from), {said}: a phase takes no longer without "
@@ -253,58 +258,23 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":
             mfu = job.mfu(result, peak)
+            shown = percent2(mfu)
+            room = 100 / (float(shown.rstrip("%")) or 100 * mfu)  # 1 / MFU, as MFU is printed
             if job.batch_factor is not None and job.batch_factor < 1 / mfu:  # the tighter of the two
                 k = job.batch_factor
                 return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
-                            f"get shorter: at most {k:g}x the tokens/s (the peak allows {1 / mfu:.2g}x: "
-                            f"MFU {percent2(mfu)} in the run the fix was chosen from)", fix, (),
-                            by_tokens=True)
-            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {percent2(mfu)} can rise to 100 %",
-                        fix, (), f"MFU {percent2(mfu)} leaves {1 / mfu:.2g}x of room, while a larger "
-                        "batch cannot shorten "
-                        "a step: it buys at most its own factor of tokens per step, so the peak is not what "
-                        "limits it")
+                            f"get shorter: at most {k:g}x the tokens/s (the measured ceiling, the best rate "
+                            f"recorded on this machine and not a hard limit, leaves about {room:.2g}x: MFU "
+                            f"{shown} in the run the fix was chosen from)", fix, (), by_tokens=True)
+            return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {shown} can rise to 100 %",
+                        fix, (), f"MFU {shown} leaves about {room:.2g}x of room, while a larger batch "
+                        "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
+                        "peak is not what limits it")
         return Pick("compute", compute, 1 / (1 - compute),
                     f"Amdahl: forward + backward, {compute:.1%} of the step", fix, ("forward", "backward"),
                     f"the bound counts all of forward and backward ({compute:.1%} of the step), of which "
                     f"--fix {fix} changes a part the diagnosis does not measure apart")
     return None
-
-
-@dataclass(frozen=True)
-class Total:
-    """What the kept fixes bought: ``direct``, the fixed job's tokens/s over the slow job's
-    (``slow_tps`` -> ``fixed_tps``, measured as a round is); ``product``, the ``kept`` rounds'
-    speedups multiplied; ``repeated``: the slow job was run again after the fixed one.
-
-    ``seams``: where the product and the direct ratio part, ``(configuration, a, b)`` with
-    ``direct / product`` exactly the product of the ``b / a``: each kept configuration but the
-    last at its tokens/s as its round's "after" (``a``) and as the next kept round's "before"
-    (``b``: with repeat runs, the mean of that run and its repeat); the slow job at its tokens/s
-    in the direct ratio (``a``) and as the first kept round's "before" (``b``).
-    ``slow_runs_tps``: tokens/s of each run of the slow job behind ``slow_tps`` (their mean).
-    """
-
-    direct: Estimate
-    product: Estimate
-    kept: int
-    repeated: bool
-    slow_tps: float
-    fixed_tps: float
-    seams: tuple[tuple[str, float, float], ...] = ()
-    slow_runs_tps: tuple[float, ...] = ()
-
-    @property
-    def slow_apart(self) -> float:
-        """The slow job's fastest run over its slowest (1.0 with one run)."""
-        runs = self.slow_runs_tps or (self.slow_tps,)
-        return max(runs) / min(runs)
-
-    @property
-    def drift(self) -> bool:
-        """Whether the product and the direct ratio disagree beyond both their intervals."""
-        return self.direct.has_interval and (self.product.low > self.direct.high
-                                             or self.product.high < self.direct.low)
 
 
 @dataclass

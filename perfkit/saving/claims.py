@@ -295,9 +295,9 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
 
 def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
     """For what state sizes "<``limit_s`` s save time" held among measured ``saves`` (state bytes
-    to seconds): the largest size that took less and the smallest that took at least as long,
-    which bracket where the claim stops holding on that storage. Sizes are compared as they
-    are, each save under its own run's load.
+    to seconds): the largest size that took less and the smallest that took at least as long.
+    Each save ran under its own run's load, so the two do not place a size where the claim
+    stops holding: the larger may have missed for its load as much as for its bytes.
 
     Raises:
         TypeError, ValueError: ``saves`` empty, or a size or a time not a finite number > 0.
@@ -320,6 +320,7 @@ def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
     lo, hi = max(under), min(over)
     if lo < hi:
         return (f"Of the saves measured ({said}), the claim holds up to {si(lo, 'B')} and not at "
-                f"{si(hi, 'B')}: where those saves ran, it stops holding between the two sizes.")
+                f"{si(hi, 'B')}. Each ran under its own run's load, so they place no size at which it "
+                "stops holding: the larger may have missed for its load as much as for its bytes.")
     return (f"The saves measured ({said}) disagree: a larger state took less than {limit_s:g} s where "
             "a smaller one did not, so the runs' loads differ too much to place a size.")

@@ -32,7 +32,7 @@ import torch
 from perfkit._checks import check_int, check_real, check_type
 
 __all__ = ["RestartRun", "compare_restart", "differing_bits", "resilient_run", "restart_parts",
-           "restart_timeline"]
+           "restart_table", "restart_timeline"]
 
 PARTS = ("rendezvous", "start_and_imports", "join", "build", "load", "first_step")
 
@@ -128,6 +128,31 @@ def restart_timeline(events: dict[int, list[dict]]) -> list[tuple[int, str, floa
         spans += [(rank, p, a - t0, b - t0) for p, a, b in zip(PARTS, edges, edges[1:])]
         spans.append((rank, "training (resumed)", last["first_step"] - t0, last["done"] - t0))
     return spans
+
+
+def restart_table(parts: dict[str, float], events: dict[int, list[dict]], rank: int = 0) -> str:
+    """R and its ``parts`` (:func:`restart_parts`, timed on ``rank``), one line each, and under
+    ``join`` every rank's own join from ``events`` (:func:`restart_timeline`'s spans): the
+    process group forms when the last rank arrives, so a rank that starts sooner waits there
+    longer, and one rank's parts do not show the other's.
+
+    Raises:
+        TypeError: ``parts`` not a dict, or as :func:`restart_timeline`; ValueError: a part
+            missing, or as :func:`restart_timeline`.
+    """
+    check_type("parts", parts, dict)
+    missing = [p for p in (*PARTS, "total") if p not in parts]
+    if missing:
+        raise ValueError(f"parts lack {missing}")
+    total = parts["total"]
+    joins = {r: b - a for r, label, a, b in restart_timeline(events) if label == "join"}
+    lines = [f"restart of rank {rank}, from the kill to its first resumed step (its parts add up to R):"]
+    for part in PARTS:
+        line = f"  {part.replace('_', ' '):18s} {parts[part]:6.2f} s  ({parts[part] / total:4.0%})"
+        if part == "join" and len(joins) > 1:
+            line += "   each rank's: " + ", ".join(f"rank {r} {v:.2f} s" for r, v in sorted(joins.items()))
+        lines.append(line)
+    return "\n".join([*lines, f"  {'R':18s} {total:6.2f} s"])
 
 
 @dataclass(frozen=True)

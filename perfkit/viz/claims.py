@@ -66,7 +66,8 @@ def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, s
         TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
     """
     _check(verdicts)
-    return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}", v.status)
+    return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}"
+             + ("; wholly outside the promise, which is refuted" if v.refuted else ""), v.status)
             for name, v in verdicts.items()]
 
 
@@ -87,13 +88,19 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
 
 
 def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
-    """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`.
+    """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; an inconclusive
+    verdict whose interval lies wholly outside the promise says that the promise is refuted, and a
+    verdict whose figure has no bearing on the advice (``judged=False``) says so beside the figure.
 
     Raises:
         TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
     """
     _check(verdicts)
-    return {name: f"{v.status} ({v.measured_text})" for name, v in verdicts.items()}
+    refuted = " on the direction, the promise refuted"
+    return {name: f"{v.status}{refuted if v.refuted else ''} ("
+            + ("" if v.judged else "not judged: its figure, ") + v.measured_text
+            + ("" if v.judged else ", says nothing about the advice here") + ")"
+            for name, v in verdicts.items()}
 
 
 def control_order_text(pin: PinTiming) -> str:
@@ -126,21 +133,27 @@ def control_order_text(pin: PinTiming) -> str:
     return out
 
 
-def control_text(pin: PinTiming, edge: float) -> str:
+def control_text(pin: PinTiming, edge: float, target: float | None = None) -> str:
     """What the A/A control says about every timed verdict after it: how far identical loops read
     apart (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim
-    without a number must show, as a fraction), and that each timed verdict on the advice is
-    weighed by that reach (:func:`perfkit.verdict.assess`'s ``error``).
+    without a number must show, as a fraction) and, given, the ``target`` the design was predicted
+    to keep within (a fraction): past it, the sentence says the design missed it; and that each
+    timed verdict on the advice is weighed by that reach (:func:`perfkit.verdict.assess`'s ``error``).
 
     Raises:
         TypeError, ValueError: for a ``pin`` that is not a control (see
-            :func:`control_order_text`), or an ``edge`` that is not a number > 0.
+            :func:`control_order_text`), or an ``edge`` or ``target`` that is not a number > 0.
     """
     control_order_text(pin)  # the same checks
-    if isinstance(edge, bool) or not isinstance(edge, (int, float)) or not edge > 0:
-        raise ValueError(f"edge must be a number > 0, got {edge!r}")
+    for name, v in (("edge", edge), ("target", 1.0 if target is None else target)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name} must be a number > 0, got {v!r}")
     aa, reach = pin.speedup(), pin.reach()
-    return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: " + (
+    missed = target is not None and reach > target
+    share = f" (it missed that target: the reach is {reach / edge:.0%} of the edge below)" if missed else ""
+    aim = ("" if target is None else f"{'past' if missed else 'within'} the {target:.0%} the design was "
+           f"predicted to keep{share}; ")
+    return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: {aim}" + (
         f"under the {edge:.0%} a claim without a number must show (FASTER), so this design's own error alone "
         "cannot push such a claim past its edge" if reach < edge else f"at least the {edge:.0%} a claim "
         "without a number must show (FASTER), so this design's own error alone could push such a claim past "

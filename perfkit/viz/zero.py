@@ -23,8 +23,8 @@ from typing import Any
 from perfkit._checks import check_int, check_real
 from perfkit.viz.core import si
 
-__all__ = ["StageEdge", "bytes_lines", "calls_per_step", "calls_sentence", "optimizer_table", "sent_bytes",
-           "stage_edge", "stage_table"]
+__all__ = ["StageEdge", "broadcast_sentence", "bytes_lines", "call_cost", "calls_per_step", "calls_sentence",
+           "optimizer_table", "sent_bytes", "stage_edge", "stage_table"]
 
 
 def calls_per_step(r: Any) -> int:
@@ -84,6 +84,9 @@ def bytes_lines(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str
         for name, r in variants.items() if name != baseline)
 
 
+_LONE_CALL = "a 4-byte all-reduce's"  # StageEdge.call_how for a charge of one call timed alone
+
+
 @dataclass(frozen=True)
 class StageEdge:
     """The most a perfkit ZeRO stage's step should take over DDP + AdamW's, and its parts (s).
@@ -95,9 +98,10 @@ class StageEdge:
             cover them, each half an all-reduce's bytes: stages 1-2 all-gather the updated
             parameters after the step, and the next forward waits for them (one); stage 3
             all-gathers each block in forward and again in backward (two).
-        calls: collective calls per step beyond DDP's; ``call_s`` the time of one (a 4-byte
-            all-reduce), charged to each.
+        calls: collective calls per step beyond DDP's; ``call_s`` the time charged to each
+            (described by ``call_how``).
         update_saved_s: the ``(N - 1) / N`` of AdamW's update a rank no longer runs.
+        call_how: what ``call_s`` is, as a phrase before its value.
     """
 
     stage: int
@@ -106,6 +110,7 @@ class StageEdge:
     calls: int
     call_s: float
     update_saved_s: float
+    call_how: str = _LONE_CALL
 
     @property
     def edge(self) -> float:
@@ -117,7 +122,7 @@ class StageEdge:
         gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
                   "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
         return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({si(self.bytes_s, 's')}), "
-                f"plus {self.calls} calls at a 4-byte all-reduce's "
+                f"plus {self.calls} calls at {self.call_how} "
                 f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
                 f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
 
@@ -136,13 +141,65 @@ class StageEdge:
             return said + f", within the edge's {net}."
         rest = grew - charged
         share = f" ({rest / grew:.0%} of that growth)" if charged >= 0 else ""
+        alone = ("" if self.call_how == _LONE_CALL else
+                 "calls waited for alone rather than in flight together (up to a lone call's time each), ")
         return (said + f"; the edge charges {net} of it, and the other {si(rest, 's')}{share} is what the "
-                "model leaves out: copies into and out of flat buffers, Python hooks, and gloo's threads "
-                "slowing the compute they share the cores with; this run does not time them apart.")
+                f"model leaves out: copies into and out of flat buffers, Python hooks, {alone}and gloo's "
+                "threads slowing the compute they share the cores with; this run does not time them apart.")
 
 
-def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, world_size: int
-               ) -> StageEdge:
+def call_cost(tz: Any, ddp: Any, link_s: float, call_s: float, world_size: int) -> float:
+    """The most each of ``tz``'s collective calls beyond ``ddp``'s can cost, by
+    :func:`stage_edge`'s rules, given ``tz``'s median step: what is left of its step's excess
+    over DDP's once its extra bytes (half an all-reduce's: PyTorch's ``ZeroRedundancyOptimizer``
+    broadcasts each shard from its owner) are charged and the ``(N - 1) / N`` of AdamW's update it
+    no longer runs is taken off, shared among its extra calls; clipped to ``[0, call_s]``.
+
+    Calls issued together overlap their fixed costs (``ZeroRedundancyOptimizer._sync_params``
+    issues every broadcast with ``async_op=True`` and then waits on them all), so this is the
+    per-call charge for calls in flight together, where ``call_s`` (one call timed alone, the
+    processes' arrival spread included) is what a lone call pays. Without extra calls, ``call_s``.
+
+    Args:
+        tz: the variant's result (``step_s``, s; ``calls``).
+        ddp: DDP + AdamW's result (``step_s``, ``update_s``, s; ``calls``).
+        link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
+        call_s: one 4-byte all-reduce, timed alone, s (>= 0).
+        world_size: processes (>= 2).
+    """
+    check_real("link_s", link_s, 0, lo_open=True)
+    check_real("call_s", call_s, 0)
+    check_int("world_size", world_size, 2)
+    extra = calls_per_step(tz) - calls_per_step(ddp)
+    if extra <= 0:
+        return call_s
+    left = (tz.step_s - ddp.step_s - 0.5 * max(link_s - call_s, 0.0)
+            + (world_size - 1) / world_size * ddp.update_s)  # s: the excess the model leaves to the calls
+    return min(max(left / extra, 0.0), call_s)
+
+
+def broadcast_sentence(tz: Any, ddp: Any, n_tensors: int, per_call_s: float, call_s: float) -> str:
+    """What PyTorch's ``ZeroRedundancyOptimizer`` (``tz``, built with its defaults) does beyond
+    DDP per step, from its counted calls, and what each extra call cost at most
+    (``per_call_s``, from :func:`call_cost`) against one call timed alone (``call_s``)."""
+    b, extra = (tz.calls or {}).get("broadcast", 0), calls_per_step(tz) - calls_per_step(ddp)
+    n, nb = calls_per_step(tz), calls_per_step(ddp)
+    text = (f"{n} collective calls per step against DDP + AdamW's {nb}: after DDP's all-reduce it makes "
+            f"{b} broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's "
+            "owner; one per tensor because `parameters_as_bucket_view` defaults to False (True sends one "
+            "flat buffer per process). It issues them all asynchronously and then waits for them together, "
+            "so their fixed costs can overlap")
+    if extra <= 0:
+        return text + "."
+    if per_call_s < call_s:
+        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call by section 3's "
+                       f"rules, against {si(call_s, 's')} for one 4-byte all-reduce timed alone.")
+    return text + (f"; here its step leaves each extra call as much as one 4-byte all-reduce timed alone "
+                   f"({si(call_s, 's')}) or more, so this run does not show that overlap.")
+
+
+def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, world_size: int,
+               per_call_s: float | None = None) -> StageEdge:
     """The step-time edge of perfkit's ZeRO ``stage`` over DDP + AdamW, from times measured
     in the same rounds: an expectation, not a bound.
 
@@ -151,8 +208,9 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
     for: half an all-reduce's bytes, charged unhidden. Stage 3 waits for two parameter
     all-gathers on the critical path, in forward (in place of stages 1-2's after the step) and
     again in backward: each half an all-reduce's bytes, both charged unhidden by the same rule.
-    Every call beyond DDP's is charged a 4-byte all-reduce's time (a call's own cost) and none is
-    hidden; a rank updates ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is
+    Every call beyond DDP's is charged ``per_call_s`` (calls in flight together, from
+    :func:`call_cost`) or, without it, a 4-byte all-reduce's time alone (a lone call's own cost),
+    and none is hidden; a rank updates ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is
     taken off. Per-block copies and Python hooks are not in it.
 
     Args:
@@ -163,6 +221,7 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
         link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
         call_s: one 4-byte all-reduce, timed alone, s (>= 0).
         world_size: processes (>= 2).
+        per_call_s: the charge per extra call, s (>= 0), if not ``call_s``.
 
     Returns:
         A :class:`StageEdge`.
@@ -179,5 +238,10 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
     check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
     check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
     gathers = 2 if stage == 3 else 1  # parameter all-gathers a step waits for
-    return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls, call_s,
-                     (world_size - 1) / world_size * ddp.update_s)
+    how = _LONE_CALL
+    if per_call_s is not None:
+        check_real("per_call_s", per_call_s, 0)
+        how = "the most torch_zero's step leaves a call in flight with others (section 2),"
+    return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls,
+                     call_s if per_call_s is None else per_call_s,
+                     (world_size - 1) / world_size * ddp.update_s, how)

@@ -56,7 +56,8 @@ def test_gpt2_model_equals_meter_with_checkpointing(attention):
     b, t = shape["batch"], shape["seq_len"]
     kept = pred.outside_layers - (full.outside_layers - 8 * (b * t + t))  # ids (+ eager's mask)
     peak = pred.total + pred.recompute_peak
-    assert peak == max(pred.total, shape["n_layer"] * pred.per_layer + kept + full.per_layer)
+    # the rebuilt block's LayerNorm 1 saves the checkpointed input's own storage: not counted twice
+    assert peak == max(pred.total, shape["n_layer"] * pred.per_layer + kept + full.per_layer - pred.per_layer)
     assert pred.recompute_peak != full.per_layer  # not the whole block on top of the forward's total
     assert pred.total < full.total
     loss.backward()

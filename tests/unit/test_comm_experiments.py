@@ -325,6 +325,40 @@ def test_bucket_saving_weighs_the_copies_and_the_sweeps_calls_against_the_gap():
     assert big.short() == "the model charges each of naive's 9 extra calls alpha"
 
 
+def test_bucket_saving_holds_the_model_against_the_paired_interval_not_the_medians_alone():
+    from perfkit.comm import bucket_saving
+    from perfkit.estimate import Estimate
+
+    # a default run: the medians' saving (12.4 ms) beat the model's (9 x 1.33 ms = 12 ms) by a hair,
+    # while the paired median (1.29x) sat below the model's 1.44x: one sentence said "larger", the
+    # summary quoted 1.29x against 1.44x. The model's ratio lies inside the interval: neither side
+    sweep = [pt(1 << 10, 1.0e-3), pt(1 << 20, 0.99e-3)]
+    args = dict(naive_calls=16, bucket_calls=7, grad_bytes=6.46e6, largest_bytes=1 << 20, naive_s=39.4e-3,
+                bucketed_s=27.0e-3, copy_bytes_per_s=32.6e9)
+    r = Estimate(1.29, 1.20, 1.53, 0.9, 25, "median of 25 paired ratios")
+    s = bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args, ratio=r)
+    assert s.model_ratio == pytest.approx(1 + 9 * 1.33e-3 / 27.0e-3)
+    assert s.side() == "" and "larger than the model's" not in s.explain()
+    assert "1.44x, lies inside the paired rounds' 90 % interval" in s.explain()
+    assert "does not tell the measured saving from the model's" in s.short()
+    # an interval clear above the model, with the medians agreeing: larger; clear below: the gap's text
+    assert "larger than the model's" in bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args,
+                                                      ratio=Estimate(1.6, 1.55, 1.7, 0.9, 25, "m")).explain()
+    short = bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **{**args, "naive_s": 35e-3},
+                          ratio=Estimate(1.3, 1.25, 1.35, 0.9, 25, "m"))
+    assert short.side() == "below" and "less." in short.explain()
+    # the interval and the medians on opposite sides of the model: no side is claimed
+    split = bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args,
+                          ratio=Estimate(1.3, 1.25, 1.35, 0.9, 25, "m"))
+    assert split.side() == "" and "on the other side from the medians' saving" in split.explain()
+    # too few rounds for an interval: no side, and no interval claimed
+    none = Estimate(1.13, 1.13, 1.13, 0.9, 3, "m", needs=5)
+    few = bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args, ratio=none)
+    assert few.side() == "" and "inside" not in few.explain() and "give no interval" in few.short()
+    with pytest.raises(TypeError, match="ratio"):
+        bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args, ratio=1.29)
+
+
 def test_ring_regime_names_the_nearer_model_only_beyond_the_sizes_spread():
     from perfkit.comm import ring_regime_text
 
@@ -384,3 +418,18 @@ def test_fit_quality_does_not_call_overlapping_repetitions_noise():
     overlapping = [pt(1000, 1e-3, p10=0.4e-3, p90=1.1e-3), pt(2000, 0.5e-3, p10=0.45e-3, p90=0.9e-3)]
     why = fit_quality(overlapping, fit).why
     assert "within this run's noise" not in why and "cannot tell whether the inversion is noise" in why
+
+
+def test_small_call_cost_charges_a_measured_call_where_the_intercept_departs_from_it():
+    from perfkit.comm import small_call_cost
+
+    # a default run: alpha 1.33 ms, the sweep's 1.02 kB call 997 µs: +33%, so sections 4 and 5 had built
+    # their start-ups on an intercept no small call paid; they now charge the measured call
+    sweep = [pt(1 << 16, 1.2e-3), pt(1024, 0.997e-3), pt(1 << 20, 0.991e-3)]
+    cost, said = small_call_cost(sweep, AlphaBeta(1.33e-3, 1.41e9))
+    assert cost == 0.997e-3
+    assert "charged the sweep's smallest call (1.02 kB: 997 µs) as alpha" in said and "+33%" in said
+    near, said = small_call_cost(sweep, AlphaBeta(1.1e-3, 1.41e9))  # +10%: the intercept stands
+    assert near == 1.1e-3 and "charged the fit's alpha, 1.1 ms, +10% from" in said
+    assert small_call_cost(sweep, AlphaBeta(1.1e-3, 1.41e9), tol=0.05)[0] == 0.997e-3
+

@@ -142,3 +142,18 @@ def test_fused_default_note_says_where_the_default_was_not_shown_faster():
     assert "qsgd's was not shown faster" in note and "sign" not in note and "1,048,576 values" in note
     assert "ran slower" in fused_default_note({"qsgd": est(0.8, 0.7, 0.9)})
     assert fused_default_note({"qsgd": est(1.2, 1.1, 1.3), "sign": est(1.6, 1.4, 1.8)}) == ""
+
+
+def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
+    from perfkit.compress.experiments import resolution_note
+    # notebook 03's default run: a cast hook's edge 0.997x (0.3 % of a step) against a paired
+    # interval 0.99x to 1.05x (6 % wide): the gain is 5 % of the width, unresolvable
+    wide = SimpleNamespace(low=0.99, high=1.05, level=0.9)
+    text = resolution_note(wide, 0.997)
+    assert text.startswith(" The gain its bytes allow, 0.3% of a step, is 5% of the 90% interval's width")
+    assert "(6.0% of a step)" in text and "not resolve a gain of that size" in text
+    assert resolution_note(SimpleNamespace(low=0.995, high=0.996), 0.99) == ""  # narrower than the gain
+    assert resolution_note(wide, 1.0) == "" and resolution_note(wide, 1.2) == ""  # no gain allowed
+    assert "the interval's width" in resolution_note(SimpleNamespace(low=0.9, high=1.1), 0.99)
+    with pytest.raises((TypeError, ValueError), match="ratio.low"):
+        resolution_note(SimpleNamespace(high=1.0), 0.99)

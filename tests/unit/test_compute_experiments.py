@@ -180,7 +180,11 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     assert "Above 100 %" in over and "QUICK sizes" in over and "1 of 2 threads" in over
     assert "QUICK" not in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "mfu": 1.4}), 2048)
     shared = ex.largest_mfu_text(top, 2048, share=0.51, threads=1, cores=2)  # the share it was held against
-    assert "against the float32 ceiling on 1 of 2 threads, 51% of the all-core one" in shared
+    assert "against the float32 ceiling measured on 1 of 2 threads, 51% of the all-core one" in shared
+    rated = ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "peak_flops": 1.05e11}), 2048, share=0.51,
+                                threads=1, cores=2)  # the ceiling's own rate, named
+    assert "share of a measured matmul ceiling: 30.0%" in rated
+    assert "float32 ceiling (105 GFLOP/s) measured on 1 of 2 threads" in rated
     assert "against the all-core one, 15.3%)" in shared  # the all-core share printed beside it
     assert "PaLM" in shared
     assert "Not comparable" in shared  # a measured ceiling is not the vendor's peak PaLM divides by

@@ -12,6 +12,7 @@ import torch
 from perfkit.data import LoaderConfig, LoaderRecord
 from perfkit.data import experiments as ex
 from perfkit.data import overlap as ov
+from perfkit.stats import Estimate
 
 
 def record(waits, computes, epochs=1):
@@ -262,3 +263,52 @@ def test_overlap_floor_leaves_the_first_load_and_the_last_step_unhidden():
     assert ov.overlap_floor(3.0, 3.0, 1, True) == pytest.approx(6.0)  # one step: nothing overlaps
 
 
+
+
+def test_a_hidden_fraction_past_1_within_its_noise_is_clipped_at_1():
+    # 7 rounds: the prefetched loop's median (6.21 ms/step) beats its longer part (6.28) by less than
+    # its own spread, so the fraction of the medians (1.01) lies past 1 while the interval reaches 0.77
+    rounds = {"serial, sleep load": [11.8, 11.9, 11.7, 11.82, 12.0, 11.6, 11.85],
+              "Prefetcher, sleep load": [6.21, 6.0, 7.3, 6.1, 6.5, 6.25, 6.15],
+              "load only": [6.28, 6.3, 6.2, 6.35, 6.25, 6.29, 6.27], "compute only": [5.43] * 7}
+    est = ov.hidden_fraction_estimate(rounds, "sleep")
+    raw = (11.82 - 6.21) / (11.82 - 6.28)
+    assert raw > 1 and est.value == 1.0 and est.high == 1.0 and est.low < 1
+    assert f"the medians give {raw:.3g}" in est.method and "clipped at 1" in est.method
+    # a whole interval past 1 is no noise: left as it is, for the verdict to call disturbed
+    far = Estimate(1.3, 1.2, 1.4, 0.9, 15, "fraction")
+    assert ov.clip_at_one(far) is far
+    top = ov.clip_at_one(Estimate(0.9, 0.8, 1.1, 0.9, 15, "fraction"))
+    assert (top.value, top.high) == (0.9, 1.0) and "top end clipped at 1 from 1.1" in top.method
+
+
+def test_sleep_explain_says_whether_the_loop_below_its_floor_is_noise():
+    n = 28
+    rounds = {"serial, sleep load": [11.8 * n / 1e3] * 7,
+              "Prefetcher, sleep load": [x * n / 1e3 for x in (6.21, 6.0, 7.3, 6.1, 6.5, 6.25, 6.15)],
+              "load only": [6.28 * n / 1e3] * 7, "compute only": [5.43 * n / 1e3] * 7}
+    said = ex.sleep_explain(rounds, n, True)
+    floor = ov.overlap_floor(6.28, 5.43, n, True) / n
+    assert f"below that floor ({floor:.2f} ms/step)" in said["held"] and "within its noise" in said["held"]
+    assert "does not explain" not in said["held"]
+    assert said["disturbed"].startswith("The prefetched loop's 6.21 ms/step lies 0.07 ms")
+    tight = {**rounds, "Prefetcher, sleep load": [6.0 * n / 1e3] * 7}
+    assert "which this run does not explain" in ex.sleep_explain(tight, n, True)["held"]
+    with pytest.raises(ValueError, match="missing"):
+        ex.sleep_explain({"load only": [1.0]}, n, True)
+
+
+def test_gil_explain_splits_the_miss_between_the_short_spin_and_the_step():
+    slow = Estimate(74.6, 69.3, 84.3, 0.9, 11, "median of 11 samples")
+    # the report's run: a spin of at least 3.15 ms here, against the 4.43 ms the bound takes
+    said = ex.gil_explain(6.28, 5.43, 4.88, 4.43, slow, 11.82, 10.09, 8.46)
+    fastest = ov.gil_least_step(6.28, 5.43, 69.3, 4.43)
+    alt = ov.gil_least_step(6.28, 5.43, 69.3, 4.88 + 10.09 - 11.82)
+    assert f"would be {alt:.2f} ms, which the loop still beats by {alt - 8.46:.2f} ms" in said["below"]
+    assert f"accounts for {fastest - alt:.2f} ms of the {fastest - 8.46:.2f} ms miss" in said["below"]
+    # a loop between the two least steps: the short spin accounts for the whole miss
+    parts = (6.28, 5.43, 4.88, 4.43, slow, 11.82)
+    assert "accounts for the whole miss" in ex.gil_explain(*parts, 10.09, 8.9)["below"]
+    # a spin no shorter than the bound's: the step ran faster during the spins
+    assert "no less than the bound takes" in ex.gil_explain(*parts, 11.5, 8.9)["below"]
+    assert said["held"].startswith("The least step is the step's 5.43 ms plus the 4.43 ms spin")

@@ -49,6 +49,13 @@ CASES = [  # (id, call, exception, regex on the message)
      "nbytes must be an int >= 1"),
     ("copy_ratio_floor.threads", lambda: ceilings.copy_ratio_floor(LIMITS, 4, threads=0), ValueError,
      "threads must be an int >= 1"),
+    ("ceiling_source.limits", lambda: ceilings.ceiling_source({"float32": 1e11}, "float32"), TypeError,
+     "limits must be"),
+    ("ceiling_note.limits", lambda: ceilings.ceiling_note(None, "float32", 1e10), TypeError,
+     "limits must be"),
+    ("ceiling_note.rate above the ceiling", lambda: ceilings.ceiling_note(LIMITS, "float32", 2e11),
+     ValueError, "rate must be"),
+    ("ceiling_note.rate", lambda: ceilings.ceiling_note(LIMITS, "float32", 0.0), ValueError, "rate must be"),
 ]
 
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfkit import parallel
+from perfkit.estimate import exact
 from perfkit.parallel import (
     GPT,
     BucketedDP,
@@ -43,6 +44,7 @@ from perfkit.parallel import (
     crossover_width,
     gather_from_sequence,
     gather_from_tp,
+    intercept_note,
     mark_sequence_parallel,
     parallelize_gpt,
     reduce_from_tp,
@@ -498,6 +500,8 @@ CASES = [  # (name, call, exception, regex on the message)
      ValueError, "fit_s must be a finite number > 0"),
     ("sweep_charge_note.t", lambda: sweep_charge_note([1024, 4096], [1e-3, 2e-3], 2048, 1e-3, 1e-2, 0),
      ValueError, "t must be"),
+    ("intercept_note.alpha_s", lambda: intercept_note([1024, 4096], [1e-3, 2e-3], -1.0), ValueError,
+     "alpha_s must be"),
     ("column_region.x", lambda: column_region([1.0], []), TypeError, "x must be a torch.Tensor"),
     ("region_activation_bytes.seq",
      lambda: region_activation_bytes(2, 7, 8, 2, sequence_parallel=True), ValueError,
@@ -512,6 +516,8 @@ CASES = [  # (name, call, exception, regex on the message)
     ("interleaved_1f1b.n_micro", lambda: parallel.interleaved_1f1b(2, 3, 2), ValueError,
      "multiple of n_ranks"),
     ("zb_h1.n_micro", lambda: parallel.zb_h1(3, 2), ValueError, "n_micro >= n_ranks"),
+    ("zb_step_note.model_step", lambda: parallel.zb_step_note(*[exact(1.0)] * 3, 0.0, (1, 1, 1)),
+     ValueError, "model_step must be"),
     ("make_schedule.name", lambda: parallel.make_schedule("dualpipe", 2, 2), ValueError,
      "name must be one of"),
     ("SCHEDULES.make_schedule name", lambda: parallel.make_schedule("1F1B", 2, 2), ValueError,

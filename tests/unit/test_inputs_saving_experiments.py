@@ -27,6 +27,7 @@ from perfkit.saving.restart_experiments import (
     differing_bits,
     resilient_run,
     restart_parts,
+    restart_table,
     restart_timeline,
 )
 from perfkit.saving.storage import WriteBandwidth
@@ -75,6 +76,8 @@ CASES = [
     ("restart_parts.part missing", lambda: restart_parts([{"event": "created", "t": 1, "attempt": 1}],
                                                          [{"event": "kill", "t": 0}]), ValueError, "lack"),
     ("restart_timeline.events list", lambda: restart_timeline([]), TypeError, "events"),
+    ("restart_table.parts list", lambda: restart_table([], {}), TypeError, "parts"),
+    ("restart_table.part missing", lambda: restart_table({"total": 1.0}, {}), ValueError, "lack"),
     ("restart_timeline.no kill", lambda: restart_timeline({0: []}), ValueError, "kill"),
     ("resilient_run.script missing", lambda: resilient_run("no_such_script.py", "out"), ValueError,
      "script must be an existing file"),

@@ -125,3 +125,36 @@ def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
                         ((1, SimpleNamespace(step_s=1.0), 7, 1e-3, 1e-4, 2), "ddp.update_s")):
         with pytest.raises((TypeError, ValueError), match=match):
             vzero.stage_edge(*args)
+
+
+def e3_lone(ddp):
+    return vzero.stage_edge(3, ddp, 14, 3.82e-3, 0.841e-3, 2)
+
+
+def test_call_cost_is_what_torch_zeros_step_leaves_per_call_not_a_lone_calls_time():
+    # notebook 05's default run: DDP + AdamW 70.8 ms with a 3.64 ms update, torch_zero 85.1 ms with 52
+    # calls more; an all-reduce of the gradient's bytes 3.82 ms and a 4-byte one 0.841 ms timed alone.
+    # torch_zero's broadcasts move half an all-reduce's bytes (1.49 ms) and it skips half the update
+    # (1.82 ms): (14.3 - 1.49 + 1.82) / 52 = 0.281 ms per call, a third of a lone call's 0.841 ms
+    ddp = SimpleNamespace(step_s=70.8e-3, update_s=3.64e-3, calls={"all_reduce": 2})
+    tz = SimpleNamespace(step_s=85.1e-3, calls={"all_reduce": 2, "broadcast": 52})
+    c = vzero.call_cost(tz, ddp, 3.82e-3, 0.841e-3, 2)
+    want = (14.3e-3 - 0.5 * (3.82e-3 - 0.841e-3) + 1.82e-3) / 52
+    assert c == pytest.approx(want) and c < 0.35 * 0.841e-3
+    e = vzero.stage_edge(1, ddp, 7, 3.82e-3, 0.841e-3, 2, per_call_s=c)
+    assert e.call_s == pytest.approx(c)
+    assert e.edge == pytest.approx(1 + (1.4895e-3 + 7 * c - 1.82e-3) / 70.8e-3)
+    assert e.edge < 1.03 and "torch_zero's step leaves a call in flight" in e.text()
+    assert "calls waited for alone" in e.beyond(1.07)
+    assert "calls waited for alone" not in e3_lone(ddp).beyond(1.5)
+    assert "4-byte all-reduce's 841" in vzero.stage_edge(1, ddp, 7, 3.82e-3, 0.841e-3, 2).text()
+    # clipped: never above a lone call, never below 0; no extra calls: a lone call's time
+    assert vzero.call_cost(SimpleNamespace(step_s=1.0, calls=tz.calls), ddp, 3.82e-3, 0.841e-3, 2) == 0.841e-3
+    assert vzero.call_cost(SimpleNamespace(step_s=0.05, calls=tz.calls), ddp, 3.82e-3, 0.841e-3, 2) == 0.0
+    assert vzero.call_cost(ddp, ddp, 3.82e-3, 0.841e-3, 2) == 0.841e-3
+    text = vzero.broadcast_sentence(tz, ddp, 52, c, 0.841e-3)
+    assert "52 broadcasts" in text and "`parameters_as_bucket_view` defaults to False" in text
+    assert "asynchronously" in text and "at most 281 µs per extra call" in text
+    assert "does not show that overlap" in vzero.broadcast_sentence(tz, ddp, 52, 0.841e-3, 0.841e-3)
+    with pytest.raises(ValueError, match="per_call_s"):
+        vzero.stage_edge(1, ddp, 7, 3.82e-3, 0.841e-3, 2, per_call_s=-1.0)

@@ -251,8 +251,34 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
     # a difference below what the model predicts without its collectives: no negative cost printed
     assert "cost nothing" in str(collective_cost(base, base, 0.01, 0.004))
     # a step faster than the base's is said so, not as a negative excess
-    assert "falls short of DDP's by 1.0 ms" in str(collective_cost([0.039] * 9, base, -0.002, 0.004))
+    assert "falls short of DDP's by 1.00 ms" in str(collective_cost([0.039] * 9, base, -0.002, 0.004))
     with pytest.raises(ValueError, match="same number of rounds"):
         collective_cost(steps, base[:3], 0.010, 0.014)
+
+
+def test_collective_cost_sentences_add_up_as_printed():
+    """Each printed sum and difference is that of the printed figures: a difference of 1.14 ms
+    against a predicted 0.96 ms once read "1.1 ms ... 1.0 ms ...: 0.2 ms above", and a cost of
+    3.35 ms on a 3.21 ms charge "3.4 ms, 1.04x" of a printed "3.2 ms"."""
+    import re
+
+    from perfkit.plan import collective_cost
+
+    base = [0.022] * 9
+    steps = [0.022 + d / 1e5 for d in (90, 100, 105, 110, 114, 120, 125, 130, 140)]
+    text = str(collective_cost(steps, base, 0.00096, 0.00321, uncharged_s=0.0017))
+    num = r"(-?[0-9.]+)"
+
+    def read(pattern: str) -> list[float]:
+        return [float(x) for x in re.search(pattern.replace("N", num), text).groups()]
+
+    g, p, off = read(r"by N ms \(median.*?predicted N ms more: N ms above")
+    c, k, r = read(r"collectives N ms;.*?they cost N ms, Nx the charge")
+    lo, hi, ilo, ihi = read(r"\(N to N ms, .*?interval \(N to N ms\)")
+    (moved,) = read(r"prediction at N ms")
+    assert off == pytest.approx(g - p, abs=1e-9) and k == pytest.approx(c + off, abs=1e-9)
+    assert r == pytest.approx(round(k / c, 2), abs=0.006)
+    assert lo == pytest.approx(c + ilo - p, abs=1e-9) and hi == pytest.approx(c + ihi - p, abs=1e-9)
+    assert moved == pytest.approx(p + 1.70, abs=1e-9)
     with pytest.raises(ValueError, match="comm_s"):
         collective_cost(steps, base, 0.010, 0.0)

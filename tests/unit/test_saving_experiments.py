@@ -149,6 +149,20 @@ def test_restart_parts_and_timeline_from_events():
     assert all(a <= b for _, _, a, b in spans)
 
 
+def test_restart_table_names_its_rank_and_each_ranks_join():
+    """Rank 0's join read 0.00 s beside a figure that drew rank 1 waiting there: the table says
+    whose parts it lists and every rank's own join."""
+    from perfkit.saving import restart_table
+
+    ev = {0: _events(0, 0.0), 1: _events(1, 0.0)}
+    ev[1] = [dict(e, t=e["t"] - 0.15) if e["attempt"] == 1 and e["event"] in ("created", "imported") else e
+             for e in ev[1]]
+    text = restart_table(restart_parts(ev[0], ev[1]), ev)
+    assert text.startswith("restart of rank 0")
+    assert "each rank's: rank 0 0.50 s, rank 1 0.65 s" in text
+    assert text.splitlines()[-1].split() == ["R", "5.00", "s"]
+
+
 def test_the_copy_rate_is_set_beside_the_limits_files_copies_with_threads():
     from perfkit.hw import MachineLimits
     from perfkit.hw_sweep import CopyPoint

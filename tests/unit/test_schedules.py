@@ -222,3 +222,24 @@ def test_measured_timeline():
 def test_errors(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_zb_step_note_names_the_terms_that_decided_and_whether_the_gain_showed():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_step_note
+
+    def est(v, lo, hi):
+        return Estimate(v, lo, hi, 0.9, 12, "paired ratios")
+
+    got = zb_step_note(est(0.995, 0.950, 1.033), est(1.09, 1.04, 1.13), est(0.913, 0.898, 0.931), 0.882,
+                       (10.1, 12.6, 6.9), est(0.711, 0.662, 0.748), 0.484)
+    assert got.startswith("The predicted gain did not appear: ZB-H1's step 0.995x of 1F1B's, its interval")
+    assert "busy time per stage 1.09x (its interval wholly above the model's 1x)" in got
+    assert "idle part 0.913x (its interval wholly above the model's 0.882x): 1.09x and 1.04x" in got
+    assert "the busy time moving the step more" in got
+    assert "F : I : W = 1 : 1.25 : 0.68" in got and "(F + I - W), is 1.56x the model's" in got
+    assert "bubble share fell to 0.711x of 1F1B's (its interval wholly above the model's 0.484x)" in got
+    won = zb_step_note(est(0.86, 0.80, 0.90), est(1.0, 0.97, 1.03), est(0.86, 0.84, 0.90), 0.882, (1, 1, 1))
+    assert won.startswith("ZB-H1 shortened the step") and "the idle part moving" in won
+    with pytest.raises(ValueError, match="three times"):
+        zb_step_note(est(1, 0.9, 1.1), est(1, 0.9, 1.1), est(1, 0.9, 1.1), 0.9, (1, 1))

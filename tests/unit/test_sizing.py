@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from perfkit import hw, sizing
+from perfkit import ceilings, hw, sizing
 
 # the two 2-core AMD EPYCs of the course's machines: native bf16, and bf16 emulated
 NATIVE = hw.MachineLimits("cpu", "native", {"float32": 1.9e11, "bfloat16": 4.3e11}, 2e10)
@@ -198,16 +198,23 @@ def test_ceiling_note_names_whose_ceiling_it_is():
                                 sources={"bfloat16": source, "bfloat16, 1 thread": source})
 
     swept = limits(3.37e9, 3.26e9, "n=128 on 1 thread")
-    assert sizing.ceiling_note(swept, "bfloat16", 3.0e9, 1) == (
+    assert ceilings.ceiling_note(swept, "bfloat16", 3.0e9, 1) == (
         "92% of the bfloat16 ceiling on 1 thread, 3.26 GFLOP/s (notebook 00's sweep: n=128 on 1 thread)")
     # the step's own matmuls raised it in an earlier run: the old sentence read "96% of the bf16
     # ceiling" with no word on whose it was
     raised = limits(7.81e9, 7.0e9, "the bf16 step's matmuls replayed alone at batch 4" + sizing.AFTER_SWEEP)
-    note = sizing.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="bf16 step")
-    assert note.startswith("96% of the bfloat16 ceiling on 1 thread, 7 GFLOP/s, which the bf16 step's "
-                           "matmuls replayed alone at batch 4 set after notebook 00's sweep (the sweep's "
-                           "best bfloat16 matmul on 1 thread reached 3.26 GFLOP/s; this rate is 2.06x that)")
+    note = ceilings.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="bf16 step")
+    assert note.startswith(
+        "96% of the bfloat16 ceiling on 1 thread, 7 GFLOP/s, set by the bf16 step's matmuls replayed alone "
+        "at batch 4 after notebook 00's sweep, in this run or an earlier one (the best bfloat16 sweep point "
+        "on 1 thread the limits file keeps, the highest of notebook 00's runs, reached 3.26 GFLOP/s; this "
+        "rate is 2.06x that)")
+    # the old sentence, "which the groups=1 convolution set after notebook 00's sweep", read as this run's
+    # when the ceiling came from an earlier one: with the limits the notebook loaded, it says which
+    assert "before this notebook ran" in ceilings.ceiling_note(raised, "bfloat16", 6.72e9, 1, loaded=raised)
+    assert ceilings.ceiling_source(raised, "bfloat16", 1, loaded=swept).endswith(", in this notebook")
+    assert ceilings.ceiling_source(swept, "bfloat16", 1) == "notebook 00's sweep: n=128 on 1 thread"
     assert "not how much of the machine it used" in note
-    assert "not how much" not in sizing.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="MLP")
+    assert "not how much" not in ceilings.ceiling_note(raised, "bfloat16", 6.72e9, 1, mine="MLP")
     with pytest.raises(ValueError, match="rate"):
-        sizing.ceiling_note(raised, "bfloat16", 8e9, 1)  # above the ceiling: observe it first
+        ceilings.ceiling_note(raised, "bfloat16", 8e9, 1)  # above the ceiling: observe it first

@@ -420,3 +420,14 @@ def test_charges_name_which_way_the_sweep_moves_each_bound():
     assert "read off the sweep between the sizes timed around it" in note and "crosses too" in note
     with pytest.raises(ValueError):
         charge_choice([128], [1e-3, 2e-3], [1e-3])
+
+
+def test_intercept_note_names_the_sweeps_calls_that_beat_the_fit():
+    from perfkit.parallel import intercept_note
+    sizes, secs = [1024, 65536, 131072, 262144], [1.1e-3, 0.95e-3, 0.79e-3, 0.701e-3]
+    got = intercept_note(sizes, secs, 1.02e-3)
+    assert "below the fit's intercept, 1.02 ms: 65.5 kB, 131 kB, 262 kB" in got
+    assert "the fastest, 262 kB in 701 µs, puts a call's fixed cost on this run at most that, 0.69x" in got
+    assert "not a latency" in got
+    assert "does not contradict it" in intercept_note(sizes, secs, 0.5e-3)
+
