@@ -147,7 +147,7 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # terms:
 #
 # * `s` is measured in the profiled window of the configuration the fix is added to, and taken, for
-#   every fix of a waste, in milliseconds of that window over an *unprofiled* step (the share times
+#   every fix of a waste and for forward + backward, in milliseconds of that window over an *unprofiled* step (the share times
 #   the profiled over unprofiled step, never less than 1): a phase takes no longer without the
 #   profiler than with it, so this is the most it can take of an unprofiled step. That factor mixes
 #   the profiler's cost with any load that differed between the window and the runs, which is why
@@ -199,15 +199,16 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # wait after the first bucket's falls between two reads: communication booked as sync, which the
 # sync fix cannot remove and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer
 # also copies the map's device copy back to the host: a real device sync there.) Where what the
-# sync fix can remove is under 5 % of the step (`MIN_TESTABLE_SHARE`), its gain lies within 5 % of
-# 1x, closer than two runs of this job minutes apart repeat: that round is shown as **context**,
-# not judged. So is any finding that fires on its count of reads with a share under 5 %.
+# sync fix can remove is under 5 % of the step (`MIN_TESTABLE_SHARE`), the gain from removing it
+# lies within 5 % of 1x, closer than two runs of this job minutes apart repeat: that round is shown
+# as **context**, not judged; a measurement past a context bound is said, with what the round
+# measured that carried it there. So is any finding that fires on its count of reads with a share under 5 %.
 #
 # **The compute fixes.** Once every finding above information level has had its fixes (applied,
 # or tried and dropped: the last diagnosis lists any that still stands), the loop turns to forward
 # and backward, and a larger batch (judged against its factor of tokens). **Attention** (fused `scaled_dot_product_attention`) changes a part of them the
-# diagnosis does not measure apart, so Amdahl's bound can only use their whole share: too loose to
-# test the fix, it is printed as **context** beside the measurement, with no prediction recorded.
+# diagnosis does not measure apart, so Amdahl's bound can only use their whole share (over an
+# unprofiled step, as above): too loose to test the fix, it is printed as **context** beside the measurement, with no prediction recorded.
 # On CUDA, bf16 autocast and `torch.compile` follow, with the same bound. A fix whose median
 # speedup is below 1x is dropped, and the next round starts from the configuration before it; one
 # above 1x is kept. Where the interval holds 1x, either is the loop's rule, not a finding (this run

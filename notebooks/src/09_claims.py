@@ -164,8 +164,8 @@ def medians(before_s, after_s, judged="the median of the rounds' paired ratios")
 # **Why one compute thread.** On a 2-core machine shared with other jobs, two OpenMP threads
 # stall at every barrier whenever the OS deschedules one, so a step's time depends on what else
 # runs at that moment; one thread has no barrier to wait at. That is a reason to expect one
-# thread to be steadier, not a measurement: claim 13 times each thread count and says whether,
-# on this run, one thread's rounds spread less. Either way the claims' ratios come from paired
+# thread to be steadier, not a measurement: claim 13 times each thread count and says which
+# count's rounds spread least on this run (a spread without an interval: no test). Either way the claims' ratios come from paired
 # rounds in balanced orders, and the A/A control below measures the error that design leaves.
 
 # %% [markdown]
@@ -555,7 +555,7 @@ claim_verdict("mixed precision: half the memory", Claim("mixed precision halves 
      mem.step_ratio, f"Autocast kept {mem_ratio:.0%} of fp32's saved activations (what stays fp32, the loss and layer "
      "norms on the fp32 residual stream, and the bf16 weight copies it adds), and the fp32 weights, gradients and "
      "Adam state "
-     f"({si(mem.state_bytes, 'B')}) do not shrink at all.")
+     f"({mem.state_bytes / 2**20:.2f} MiB) do not shrink at all.")
 
 # %%
 if not CUDA:
@@ -716,11 +716,7 @@ for n, m in threads.runs.items():
     spread[n] = (q90 - q10) / (m.median_s * 1e3)
     print(f"{n:2d} threads: {m.median_s * 1e3:6.1f} ms/step (median of {m.n} rounds; 10th to 90th percentile "
           f"{q10:.1f} to {q90:.1f} ms, a spread of {spread[n]:.0%} of the median)")
-print(f"the premise of this notebook's one compute thread: one thread's rounds spread {spread[1]:.0%} of their median, "
-      f"{advised} threads' {spread[advised]:.0%}: " + ("one thread was the steadier here, as expected"
-      if spread[1] <= spread[advised] else "one thread was not the steadier here, so the premise failed on this run; the claims "
-      "ran on one thread all the same, their ratios from paired rounds, and the A/A control's reach is the measure "
-      "of their error that their verdicts use"))
+print(viz.claims.thread_spread_text(spread, threads.runs[1].n))  # the steadiest count, and why spreads test no premise
 other = threads.best_other(advised)
 vs_one, vs_other = threads.speedup(advised, 1), threads.speedup(advised, other)
 
@@ -1087,14 +1083,14 @@ for name, s in starts.items():
 # %%
 RESCUED, DEFAULT = 0.01, "2^16 (the default)"  # the line: a scale that rescues 1 % of the nonzero gradient values
 lifted = {name: flush.lifted_by_scale(first[name][1]) / flush.kept for name in starts}  # at each first update
-claim_verdict("fp16 needs a loss scaler", Claim("mixed precision in fp16 needs a loss scaler", "share of the nonzero "
+claim_verdict(f"fp16 needs a loss scaler ({flush.criterion_label(first[DEFAULT][1], RESCUED)})", Claim("mixed precision in fp16 needs a loss scaler", "share of the nonzero "
      "gradient values the default's scale lifts out of fp16's subnormal range or zero", low=RESCUED, timed=False),
      lifted[DEFAULT], f"Unscaled, {flush.subnormal:.1%} of the {flush.kept:,} values lay below fp16's smallest normal "
      f"value ({flush.lost['fp16']:,} of them flushed to zero); the default's first update, at scale "
      f"2^{math.log2(first[DEFAULT][1]):g}, lifted {lifted[DEFAULT]:.1%} above it. "
      + flush.criteria(first[DEFAULT][1], RESCUED))
 bf16_kept = flush.kept_by_scale("bf16", 2.0 ** 16)
-claim_verdict("bf16 needs a loss scaler", Claim("mixed precision in bf16 needs a loss scaler too", "share of the nonzero "
+claim_verdict("bf16 needs a loss scaler (by the flush count)", Claim("mixed precision in bf16 needs a loss scaler too", "share of the nonzero "
      "gradient values a loss scale of 2^16 keeps from flushing in bf16", low=RESCUED, timed=False),
      bf16_kept / flush.kept, f"Unscaled, bf16 flushed {flush.lost['bf16']:,} values that fp32 keeps; scaling kept "
      f"{bf16_kept:,}.")

@@ -79,6 +79,8 @@ from perfkit.parallel import (
     stage_costs,
     timeline_from,
     validate,
+    zb_side,
+    zb_split_step,
     zb_step_note,
 )
 from perfkit.verdict import Prediction, judge
@@ -326,13 +328,17 @@ imbalance = max(costs.values()) / min(costs.values()) - 1   # the drawn step's s
 between = stats.per_round(lambda a, b: a - b, [real["shares"], real["simulated_each"]], "steps")
 sim_med, edge = stats.median(real["simulated_each"]), p_real.bounds()[1]
 over = sum(x > edge for x in real["shares"]) if est.high > edge else 0   # the steps the interval's tail rests on
+fb = {k: stats.median([b - a for row in real["slots"] for kk, _, _, a, b in row if kk == k]) for k in "FB"}
 viz.verdict(p_real, est, explain={
     side: (f"{over} of the {len(real['shares'])} steps' shares lie above the band's edge {edge:.3f} (the largest "
            f"{max(real['shares']):.3f}): the interval's upper end rests on them. " if over else "")
           + f"Fed with each step's measured actions and hop, the simulator gives a median of {sim_med:.3f}, "
           f"{sim_med - planned:+.3f} from the prediction (actions that took another time in the pipeline than alone, "
           f"unequally on the two stages, and the hop; the stages' busy times differ by {imbalance:.0%} in the step "
-          f"drawn above, {alone:.0%} timed alone). Each step's measured share less its own simulated one: "
+          f"drawn above, {alone:.0%} timed alone). With F : B = 1 : {fb['B'] / fb['F']:.2f} as that step ran them "
+          f"(the prediction's 1 : 2), the simulator fed with the stage costs timed alone would have given "
+          f"{simulate(make_schedule('1f1b', P, 4), split_costs(stage_s, fb)).bubble_share:.3f}. "
+          f"Each step's measured share less its own simulated one: "
           f"{between.text()}" + (": time between actions the simulator does not hold (its cause is not measured "
                                  "here: Python between them, or a process waiting for its core)."
                                  if between.value >= 0 else ": steps that idled less than the simulator, whose hop "
@@ -373,7 +379,7 @@ viz.verdict(p_real, est, explain={
 # `W` of a forward's cost (Qi et al. take the three alike) at no cost: the busy time stays
 # 1F1B's and only the bubble shrinks; within 10 %. The cell records it before ZB-H1's steps are
 # read. What the split costs in busy time on this CPU is not in the model; the verdict sets the
-# measured busy time and idle part beside the model's.
+# measured busy time and idle part beside the model's, and the model fed with the split as measured.
 
 # %%
 ideal_tl = simulate(make_schedule("zb_h1", P, 4), split_costs(stage_s))   # F = I = W, a third of a stage each
@@ -402,16 +408,10 @@ display(Markdown(
     f"| bubble share | {share_ratio.text('x')} | {ideal_tl.bubble_share / planned:.3f}x |"))
 
 
-def way(e: stats.Estimate) -> str:
-    """Longer or shorter only where the interval, as printed, lies clear of 1x."""
-    if not e.has_interval:
-        return "too few rounds for an interval"
-    return {"above": "longer", "below": "shorter"}.get(e.clear_of(1.0, "x"), "the interval holds 1x")
-
-
 # %%
-parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, [times[k] for k in "FIW"], share_ratio,
-                     ideal_tl.bubble_share / planned)   # the step is the two factors' product in each round
+fiw = [times[k] for k in "FIW"]   # the model fed with this split, beside the recorded prediction; not judged
+parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, fiw, share_ratio, ideal_tl.bubble_share / planned,
+                     zb_split_step(stage_s, fiw, P, 4))   # the step is the two factors' product in each round
 zb_verdict = judge(p_zb, step_ratio, explain=dict.fromkeys(("above", "below", "held"), parts))
 viz.show_verdict(zb_verdict)
 
@@ -448,11 +448,13 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 #   more busy time is no gain (section 7 judges the step and prints the busy time beside it).
 
 # %%
+side, ends = zb_side(step_ratio)   # the step's interval at the digits that decide longer or shorter
+how = f"interval {ends}" + {"above": ": longer", "below": ": shorter"}.get(side, ", holds 1x") if ends else "no interval"
 viz.show_headlines({
     "1F1B bubble, p=2 m=8 (sleep stages)": f"{stats.Estimate(**head['measured']).value:.1%}",
     "1F1B / GPipe activation peak, m=8": f"{x8['ratio']:.2f}x",
     "max rel. diff vs unsplit": f"{max(res['equality'].values()):.1e}",
     "ZB-H1 / 1F1B, GPT blocks: step (judged); bubble share":
-        f"{step_ratio.point('x')} ({way(step_ratio)}; {zb_verdict.outcome}; model {ideal_idle:.3f}x); "
+        f"{step_ratio.point('x')} ({how}; {zb_verdict.outcome}; model {ideal_idle:.3f}x); "
         f"{share_ratio.point('x')} (model {ideal_tl.bubble_share / planned:.3f}x)",
 })

@@ -21,6 +21,7 @@ from perfkit.comm.bucketing import (
     bucket_count_effect,
     bucket_saving,
     small_call_cost,
+    step_comm_text,
 )
 from perfkit.comm.collectives import (
     OPS,
@@ -80,6 +81,7 @@ __all__ = [
     "ring_check_text",
     "small_call_cost",
     "small_sizes_text",
+    "step_comm_text",
     "ring_regime_text",
     "RingCheck",
     "all_gather_single",

@@ -216,7 +216,8 @@ def _times(name: str, xs: Sequence[float]) -> np.ndarray:
     return arr  # s, every one > 0 and finite
 
 
-def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate, float]:
+def hidden_share(times_s: Mapping[str, Sequence[float]],
+                 comm_s: float | None = None) -> tuple[stats.Estimate, float]:
     """Share of the step's communication an overlapped step hid, and the most it could hide.
 
     The baseline is the **bucketed** step: the same forward, backward, bucket copies and
@@ -240,6 +241,9 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
         times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
             ``backward_only`` (and optionally ``forward_only``), round ``i`` of each timed
             back to back.
+        comm_s: the communication to share out, in seconds, in place of ``bucketed - compute_only``
+            (to read the same rounds against another measure of it, such as the all-reduces timed
+            alone); ``None``: the step's own.
 
     Returns:
         ``(hidden, ceiling)``: an :class:`~perfkit.stats.Estimate` and a number in (0, 1].
@@ -258,7 +262,9 @@ def hidden_share(times_s: Mapping[str, Sequence[float]]) -> tuple[stats.Estimate
         raise ValueError(f"times_s series must hold the same number of rounds, got "
                          f"{len(c)}, {len(s)}, {len(o)}, {len(b)}")
     comm = float(np.median(s)) - float(np.median(c))  # s: the communication inside the bucketed step
-    if comm <= 0:
+    if comm_s is not None:
+        comm = check_real("comm_s", comm_s, 0, lo_open=True)
+    elif comm <= 0:
         raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
                          f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
     backward = float(np.median(b))
@@ -300,7 +306,8 @@ def _regimes(check: RingCheck) -> str:
 
 def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: AlphaBeta) -> str:
     """Why a ring check lands where it does, from what it measured: where the per-size ratios split
-    into two regimes (if they do), then an alpha-beta fit to the ``n``-process ``points`` themselves
+    into two regimes (if they do), any larger size that ran over 1.2x faster than a smaller one (the
+    widest such pair), then an alpha-beta fit to the ``n``-process ``points`` themselves
     against the ring model's latency (its time at 0 bytes) and bandwidth on ``n`` processes, and how
     each term moved (processes waiting to be scheduled stretch the latency; a shared core's copying
     and summing stretch the bytes' time).
@@ -321,7 +328,12 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     lat_x = fit.alpha_s / ring0 if ring0 > 0 else float("inf")
     n = check.world_size
     model_bw = fit2.bandwidth * n / (2 * (n - 1))  # the ring's algbw on n processes: 2(n-1)/n of S per link
-    text = (f"{_regimes(check)} Fitted to the {n} processes' own times, the latency is "
+    srt = sorted(pts, key=lambda p: p.nbytes)  # below: the widest inversion, srt[i] smaller and slower
+    x, i, j = max((srt[i].time_s / srt[j].time_s, i, j) for j in range(len(srt)) for i in range(j))
+    inverted = ("" if x <= 1.2 else " A larger message ran faster than a smaller one: "
+                f"{si(srt[j].nbytes, 'B')} in {si(srt[j].time_s, 's')}, {si(srt[i].nbytes, 'B')} in "
+                f"{si(srt[i].time_s, 's')}; not measured why.")
+    text = (f"{_regimes(check)}{inverted} Fitted to the {n} processes' own times, the latency is "
             f"{si(fit.alpha_s, 's')} against the ring model's {si(ring0, 's')}, and the bandwidth ")
     if fit.bandwidth >= UNRESOLVED_BANDWIDTH:
         return text + f"unresolved (the times did not grow with size): the latency {_moved(lat_x)}."
@@ -340,18 +352,28 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     return text + "."
 
 
-def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
+def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, float] | None = None) -> str:
     """A sentence on one regime of a ring check (the sizes at or below the crossover, or above it):
     their ratios to the plain ring model and to the stretched one, and which the median lies nearer
     (on a log scale, where the stretch is a factor). Between the two models, the nearer one is
     named only when the median's distances to them differ by more than half the sizes' own spread
     (the log of their largest ratio over their smallest); else the sentence says the spread
-    leaves it open.
+    leaves it open. With ``band`` (the ``(low, high)`` a verdict judges the median against), it
+    names each size whose own ratio lies outside it, since the verdict judges only the median.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
     """
     check_type("check", check, RingCheck)
+    if band is not None:
+        part = slice(0, check.split) if latency_bound else slice(check.split, None)
+        out = [(nb, x) for nb, x in zip(check.nbytes[part], check.ratios[part], strict=True)
+               if not band[0] <= x <= band[1]]
+        said = ring_regime_text(check, latency_bound)
+        return said if len(check.ratios[part]) < 2 else said + (" The verdict judges the median; per size, "
+                       + ", ".join(f"{si(nb, 'B')} ({x:.2f}x)" for nb, x in out)
+                       + f" lie{'s' * (len(out) == 1)} outside {band[0]:.2f}x to {band[1]:.2f}x." if out else
+                       f" Every size's own ratio lies inside {band[0]:.2f}x to {band[1]:.2f}x too.")
     part = slice(0, check.split) if latency_bound else slice(check.split, None)
     r, b = check.ratios[part], check.nbytes[part]
     if not r:
@@ -361,7 +383,8 @@ def ring_regime_text(check: RingCheck, latency_bound: bool) -> str:
             if len(r) > 1 else f"{si(b[0], 'B')} ran {r[0]:.2f}x the plain ring model")
     if s == 1:
         return text + " (no stretch on these cores)."
-    text += f", {min(r) / s:.2f}x to {max(r) / s:.2f}x the model stretched x {s:.2f}"
+    text += (f", {min(r) / s:.2f}x to {max(r) / s:.2f}x" if len(r) > 1 else f", {r[0] / s:.2f}x") + (
+        f" the model stretched x {s:.2f}")
     to_plain, to_stretched = math.log(m), math.log(s / m)  # >= 0 between the two models
     open_ = abs(to_plain - to_stretched) <= math.log(max(r) / min(r)) / 2  # the sizes' spread decides nothing
     where = ("above even the stretched model" if m > s else "below even the plain model" if m < 1 else

@@ -32,7 +32,7 @@ from perfkit.timing import Measurement, Timer, interleaved
 from perfkit.units import si
 
 __all__ = ["CodecSplit", "CodecTimes", "codec_split", "conservation_error", "copy_share_range", "error_rows",
-           "resolution_note",
+           "resolution_note", "medians_paid_text",
            "fused_default_note", "residual_norms", "time_codecs"]
 
 
@@ -308,18 +308,20 @@ def codec_split(times: CodecTimes, method: str) -> CodecSplit:
                       copy_s * (b["encode"] + w_enc) / 8, copy_s * (b["decode"] + w_dec) / 8)
 
 
-def fused_default_note(fusion: Mapping[str, Any]) -> str:
+def fused_default_note(fusion: Mapping[str, Any], capped: str | None = None) -> str:
     """A sentence on the fused path being the default (tensors of at least
     :data:`~perfkit.compress.FUSED_MIN_NUMEL` values) where a run did not show it faster.
 
     Args:
         fusion: method -> the fused path's speed over the eager one (an estimate with ``low``
             and ``high``, e.g. :func:`perfkit.stats.median_ratio`).
+        capped: the imitation the run ran under (:func:`perfkit.hw.imitation`), if any: then a
+            sentence follows that the fused loops were generated for its capped vector width.
 
     Returns:
-        ``""`` when every method's interval lies above 1x; otherwise a sentence, starting with a
-        space, naming each method whose fused path ran slower (interval below 1x) or was not
-        shown faster (interval reaching 1x).
+        ``""`` when every method's interval lies above 1x and nothing is ``capped``; otherwise a
+        sentence, starting with a space, naming each method whose fused path ran slower
+        (interval below 1x) or was not shown faster (interval reaching 1x), then the cap's.
 
     Raises:
         TypeError: ``fusion`` is not a mapping, or an entry lacks real ``low`` and ``high``.
@@ -332,10 +334,56 @@ def fused_default_note(fusion: Mapping[str, Any]) -> str:
             said.append(f"{m}'s ran slower than its eager path (whole interval below 1x)")
         elif lo <= 1:
             said.append(f"{m}'s was not shown faster than its eager path (its interval reaches 1x)")
+    cap = (f" This run imitates {capped}: Inductor generated the fused loops for its capped vector width, "
+           "so this run does not tell how much of their time is the cap's rather than the codec's."
+           if capped else "")
     if not said:
-        return ""
+        return cap
     return (f" The fused path is the default for tensors of at least {FUSED_MIN_NUMEL:,} values, yet here "
-            + "; ".join(said) + ".")
+            + "; ".join(said) + "." + cap)
+
+
+def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:
+    """Which codecs paid on the link, by medians, where a margin within the noise decides nothing.
+
+    Args:
+        margins: codec -> the link time its bytes removed less its codec's time, s (medians).
+        noise_s: how far apart two timings of the same call came in the run, s (>= 0): a
+            margin no larger than it is not told from 0.
+
+    Returns:
+        A clause (no leading capital, no final stop): the codecs that paid, those that did not,
+        and those whose margin lies within ``noise_s``.
+
+    Raises:
+        TypeError, ValueError: ``margins`` is not a non-empty mapping of reals, or ``noise_s``
+            is negative or not finite.
+    """
+    check_type("margins", margins, Mapping)
+    if not margins:
+        raise TypeError("margins must not be empty")
+    m = {k: check_real(f"margins[{k!r}]", v) for k, v in margins.items()}
+    noise = check_real("noise_s", noise_s, 0.0)
+    won = [k for k, v in m.items() if v > noise]
+    lost = [k for k, v in m.items() if v < -noise]
+    close = [k for k in m if k not in won and k not in lost]
+
+    def names(ks: list[str]) -> str:
+        return ks[0] if len(ks) == 1 else ", ".join(ks[:-1]) + " and " + ks[-1]
+
+    def codecs(ks: list[str]) -> str:
+        return "its codec" if len(ks) == 1 else "their codecs"
+    said = [f"{names(won)} removed more link time than {codecs(won)} took"] if won else []
+    if lost:
+        said.append(f"{names(lost)} less" if won else
+                    f"{names(lost)} removed less link time than {codecs(lost)} took")
+    if close:
+        one = len(close) == 1
+        said.append(names([f"{k}'s margin ({'+' if m[k] >= 0 else '-'}{si(abs(m[k]), 's')})" for k in close])
+                    + f" {'lies' if one else 'lie'} within the {si(noise, 's')} by which this run's two "
+                    "timings of the same dense all-reduce differ, so this run cannot tell whether "
+                    f"{'it' if one else 'they'} paid")
+    return "; ".join(said)
 
 
 def resolution_note(ratio: Any, edge: float) -> str:
@@ -347,20 +395,25 @@ def resolution_note(ratio: Any, edge: float) -> str:
         edge: the least ratio a model allows (< 1 for a gain: ``1 - edge`` of a step).
 
     Returns:
-        ``""`` where the interval is no wider than that gain, or the edge allows none;
-        otherwise a sentence, starting with a space, giving the gain as a share of the
-        interval's width: the run can show a step shorter than the edge by more than its
-        noise, not a gain of the edge's own size.
+        ``""`` where the edge allows no gain. Otherwise, where the interval is wider than that
+        gain, a sentence, starting with a space, giving the gain as a share of the interval's
+        width: the run can show a step shorter than the edge by more than its noise, not a gain
+        of the edge's own size; then, in every case, a sentence that the edge is a floor only,
+        which a hook that made the step slower passes too.
 
     Raises:
         TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``edge`` is not real.
     """
     lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
     gain, width = 1 - check_real("edge", edge), hi - lo
-    if gain <= 0 or width <= gain:
+    if gain <= 0:
         return ""
+    floor = (f" The edge, {edge:.3f}x, is a floor only: a hook that made the step slower, by any amount, "
+             "passes it too, so holding it does not show the gain.")
+    if width <= gain:
+        return floor
     level = getattr(ratio, "level", None)
     what = f"{level:.0%} interval" if isinstance(level, float) else "interval"
     return (f" The gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the {what}'s width "
             f"({width:.1%} of a step): this run can show a step shorter than the edge by more than its "
-            "noise, not resolve a gain of that size.")
+            "noise, not resolve a gain of that size." + floor)

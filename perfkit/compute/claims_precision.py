@@ -193,6 +193,20 @@ class GradientFlush:
         """
         return self.below_normal_at(1.0) - self.below_normal_at(scale)
 
+    def criterion_label(self, scale: float, line: float) -> str:
+        """Which test fp16's claim is judged by, for its row and headline, with whether the other
+        test, the bf16 claim's (the flushed values the scale kept, :meth:`kept_by_scale`), agrees at
+        ``scale`` against the share ``line``: ``"by the subnormal stand-in; the flush count, bf16's
+        test, disagrees"``.
+
+        Raises:
+            TypeError, ValueError: for a ``scale`` or ``line`` that is not a finite number > 0.
+        """
+        check_real("line", line, 0, lo_open=True)
+        lifted, kept = self.lifted_by_scale(scale) / self.kept, self.kept_by_scale("fp16", scale) / self.kept
+        return "by the subnormal stand-in; the flush count, bf16's test, " + (
+            "agrees" if (lifted >= line) == (kept >= line) else "disagrees")
+
     def criteria(self, scale: float, line: float) -> str:
         """Which count decides fp16's claim at ``scale`` against the share ``line``, beside the other:
         the stand-in (values :meth:`lifted_by_scale`, which decides) and the values the fp16

@@ -97,6 +97,8 @@ from perfkit.parallel.schedules import (
     one_f_one_b,
     parse_actions,
     zb_h1,
+    zb_side,
+    zb_split_step,
     zb_step_note,
 )
 from perfkit.parallel.sequence import (
@@ -217,7 +219,7 @@ __all__ = [
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
     "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
-    "parse_actions", "validate", "zb_h1", "zb_step_note",
+    "parse_actions", "validate", "zb_h1", "zb_side", "zb_split_step", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
     "split_costs", "stage_costs",
     "timeline_from",

@@ -28,7 +28,7 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_explain import explain_round
+from perfkit.profiling.capstone_explain import explain_round, past_bound
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
     Pick,
@@ -212,11 +212,11 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     step. A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
     added; the data fix by the data and communication shares (the other ranks wait for a rank's
     data at the next collective); the fix of the host reads by what it can remove (:func:`reads_pick`).
-    A larger batch is bounded by its factor of tokens per step, and the compute fixes' bounds are
-    too loose to test them; a finding that fired on a count with a share below
-    :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test, and one whose share of an unprofiled
-    step reaches :data:`MAX_TESTABLE_SHARE` a bound too loose to fail (``loose_bound``);
-    ``Pick.untested`` says why.
+    A larger batch is bounded by its factor of tokens per step, and the other compute fixes by
+    forward + backward, taken over an unprofiled step by the same rule, too loose to test them; a
+    finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
+    tight to test, and one whose share of an unprofiled step reaches :data:`MAX_TESTABLE_SHARE` a
+    bound too loose to fail (``loose_bound``); ``Pick.untested`` says why.
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -270,10 +270,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                         fix, (), f"MFU {shown} leaves about {room:.2g}x of room, while a larger batch "
                         "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
                         "peak is not what limits it")
-        return Pick("compute", compute, 1 / (1 - compute),
-                    f"Amdahl: forward + backward, {compute:.1%} of the step", fix, ("forward", "backward"),
-                    f"the bound counts all of forward and backward ({compute:.1%} of the step), of which "
-                    f"--fix {fix} changes a part the diagnosis does not measure apart")
+        slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # as every waste fix's
+        share = min(compute * slow, 0.99)
+        return Pick("compute", share, 1 / (1 - share),
+                    f"Amdahl: forward + backward, {compute:.1%} of a profiled step, {said}: a phase takes "
+                    f"no longer without the profiler than with it, so {share:.1%} of an unprofiled step at "
+                    "most, removed", fix, ("forward", "backward"),
+                    f"the bound counts all of forward and backward ({share:.1%} of an unprofiled step), of "
+                    f"which --fix {fix} changes a part the diagnosis does not measure apart")
     return None
 
 
@@ -340,6 +344,9 @@ class FixLoop:
                                 tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
                   befores_tps=tps)
+        if pick.untested:
+            r.past = past_bound(pick, est.value, last["report"], report, tps,
+                                result["tokens_per_step"] / last["result"]["tokens_per_step"])
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})

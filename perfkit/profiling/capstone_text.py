@@ -85,6 +85,7 @@ class Round:
     description: str = ""
     befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
     befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
+    past: str = ""  # what decided a gain past a bound printed as context (capstone_explain.past_bound)
 
 
 @dataclass(frozen=True)
@@ -192,10 +193,10 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
     untested = loose_bound(share, reads + comm, slow) if reads >= MIN_TESTABLE_SHARE else (
         f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of a profiled "
         "step, "
-        f"which puts its gain within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job "
-        f"minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds the loop's own "
-        "collectives, which the fix runs less often, beside the others, which it leaves: a part the "
-        "diagnosis does not measure apart")
+        f"which puts the gain from removing them within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two "
+        f"runs of this job minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds the "
+        "loop's own collectives, which the fix runs less often, beside the others, which it leaves: a part "
+        "the diagnosis does not measure apart")
     return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested)
 
 

@@ -13,11 +13,14 @@ and compression by a ``.gz`` name.
   side by side, and says whether their difference can be the sizes' alone.
 * :func:`one_second_scope` says for what state sizes the "<1 s checkpoint save time" claim held
   among the saves a run measured: a claim without a size is judged only at one.
+  :func:`one_second_sizes` is its short form, each size with its side of 1 s, for a verdict's
+  label or a headline.
 * :func:`gzip_costs` times saving float weights with ``torch.save`` to a plain file and
   through ``gzip.open`` (what a ``.gz`` name asks of Python), each ended with ``fsync``, in
   interleaved rounds, and compares the files' sizes. The 23 mantissa bits of a trained
-  float32 weight are close to random, so a byte-wise compressor finds little to take out
-  (at most the sign and exponent's 9 bits of 32), at the speed of one core. That a ``.pt.gz``
+  float32 weight are close to random, and so is the sign of a zero-mean weight, so a byte-wise
+  compressor finds little to take out (at most the exponent's 8 bits of 32: the file keeps at
+  least 24/32 of its bytes), at the speed of one core. That a ``.pt.gz``
   name alone compresses nothing (``torch.save`` writes its zip archive, stored, whatever the
   name) is :func:`perfkit.memory.claims.checkpoint_file_sizes`.
 
@@ -49,7 +52,7 @@ from perfkit.timing import Timer
 from perfkit.units import si
 
 __all__ = ["GzipCosts", "StorageRates", "gzip_costs", "one_second_lines", "one_second_scope",
-           "same_disk_rates", "storage_rates"]
+           "one_second_sizes", "same_disk_rates", "storage_rates"]
 
 
 @dataclass(frozen=True)
@@ -324,3 +327,25 @@ def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
                 "stops holding: the larger may have missed for its load as much as for its bytes.")
     return (f"The saves measured ({said}) disagree: a larger state took less than {limit_s:g} s where "
             "a smaller one did not, so the runs' loads differ too much to place a size.")
+
+
+def one_second_sizes(saves: Mapping[float, float], limit_s: float = 1.0, skip: float | None = None) -> str:
+    """Each measured save (state bytes to seconds), smallest first, with its side of
+    ``limit_s`` ("under 1 s" or "1 s or more"): :func:`one_second_scope`'s facts in a few words,
+    for a verdict's label or a headline. ``skip`` leaves out one size (the one a verdict judges).
+
+    Raises:
+        TypeError, ValueError: ``saves`` empty (after ``skip``), or a size or a time not a finite
+            number > 0.
+    """
+    check_type("saves", saves, Mapping)
+    check_real("limit_s", limit_s, 0, lo_open=True)
+    kept = {b: t for b, t in saves.items() if b != skip}
+    if not kept:
+        raise ValueError("saves must hold at least one (bytes, seconds) pair besides skip")
+    for b, t in kept.items():
+        check_real("saves' bytes", b, 0, lo_open=True)
+        check_real(f"saves[{b!r}]", t, 0, lo_open=True)
+    return "; ".join(f"{si(b, 'B')} in {kept[b]:.3g} s, "
+                     + (f"under {limit_s:g} s" if kept[b] < limit_s else f"{limit_s:g} s or more")
+                     for b in sorted(kept))

@@ -41,11 +41,12 @@ Usage::
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from perfkit._checks import check_choice, check_int, check_items, check_real
 
-__all__ = ["async_save_cost", "best_interval", "daly_goodput", "daly_interval", "daly_wall_time", "goodput",
-           "mtbf_interval", "young_interval"]
+__all__ = ["async_save_cost", "async_save_cost_of_run", "best_interval", "daly_goodput", "daly_interval",
+           "daly_wall_time", "goodput", "mtbf_interval", "young_interval"]
 
 MODELS = ("first-order", "daly")
 
@@ -271,3 +272,25 @@ def async_save_cost(blocked_s: float, steps_per_save: float, step_s_during: floa
     during = check_real("step_s_during", step_s_during, 0, lo_open=True)
     quiet = check_real("step_s_quiet", step_s_quiet, 0, lo_open=True)
     return blocked + n * max(0.0, during - quiet)
+
+
+def async_save_cost_of_run(run: Mapping) -> tuple[float, float, float]:
+    """:func:`async_save_cost` of the thread mode in a stored checkpoint benchmark's ``async``
+    result (``benchmarks/checkpoint.py``): its steps per save (the steps that ran beside a
+    persist over its saves), the seconds of training one save cost, and that cost over the same
+    run's synchronous save's median blocked time (above 1x the asynchronous save cost more).
+
+    Raises:
+        TypeError, ValueError: ``run`` not a mapping, or a field missing or out of range.
+    """
+    if not isinstance(run, Mapping):
+        raise TypeError(f"run must be a mapping, got {type(run).__name__}")
+    try:
+        th, sync = run["modes"]["thread"], run["modes"]["sync"]
+        per_save = check_real("steps_during_persist", th["steps_during_persist"], 0) / len(th["blocked_s"])
+        lost = async_save_cost(th["median_blocked_s"], per_save, th["step_s_during_persist"],
+                               run["step_s_without_persist"])
+        sync_s = check_real("sync median_blocked_s", sync["median_blocked_s"], 0, lo_open=True)
+    except (KeyError, TypeError, ZeroDivisionError) as e:
+        raise ValueError(f"run lacks a benchmark field or holds a bad one: {e!r}") from e
+    return per_save, lost, lost / sync_s

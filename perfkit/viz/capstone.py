@@ -239,7 +239,8 @@ def dropped_text(fix: str, gain: Estimate, with_interval: bool = True) -> str:
 def round_context(r: Round) -> str:
     """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
     (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
-    test the fix, whether the speedup's interval lies above 1x, and what the round measured
+    test the fix, whether the speedup's interval lies above 1x, what decided a speedup past the
+    bound (``r.past``), and what the round measured
     (``r.explain["inconclusive"]``: the bound's phases, the profiled window's gain where it differs
     from the runs', the runs before where they drifted apart). Recorded as no verdict.
 
@@ -257,7 +258,8 @@ def round_context(r: Round) -> str:
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
             f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound cannot test the fix: "
-            f"{r.pick.untested}. As for the gain, {gain}." + (f" {r.explain['inconclusive']}"
+            f"{r.pick.untested}. As for the gain, {gain}." + (f" {r.past}" if r.past else "")
+            + (f" {r.explain['inconclusive']}"
                                                                if r.explain.get("inconclusive") else ""))
 
 

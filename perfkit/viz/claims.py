@@ -28,7 +28,7 @@ from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
            "control_text", "plot_claims", "plot_claims_forest", "show_claim", "show_claims_table",
-           "weighed_text", "weighed_verdict"]
+           "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
 _MARK = {"holds": "✅", "holds partly": "◐", "does not hold here": "❌", "inconclusive": "❔",
@@ -117,10 +117,11 @@ def control_order_text(pin: PinTiming) -> str:
         raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
     if not pin.same_code:
         raise ValueError("pin must time one loop against itself (no CUDA): it is no control otherwise")
-    a, b = pin.by_order().values()  # pageable first, pinned first
+    a, b = pin.by_order().values()  # pageable first, pinned first: here two copies of one unpinned loop
     second, aa = pin.position_effect(), pin.speedup().value
     longer = f"{abs(second):.1%} {'longer' if second >= 0 else 'less'}"
-    out = f"the rounds of one order apart: pageable first {a.text('x')}; pinned first {b.text('x')}: " + (
+    out = (f"the rounds of one order apart (copies A and B: the same unpinned loop, in claim 12's pageable "
+           f"and pinned places): A first {a.text('x')}; B first {b.text('x')}: ") + (
         f"the second loop of a round took {longer} than the first (the same code), beyond the two intervals; "
         "the balanced ratio above cancels it by design" if a.high < b.low or b.high < a.low else
         f"their intervals overlap (by the medians a round's second loop took {longer}): no position effect "
@@ -137,7 +138,8 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
     """What the A/A control says about every timed verdict after it: how far identical loops read
     apart (:meth:`~perfkit.data.claims.PinTiming.reach`) against ``edge`` (the least a claim
     without a number must show, as a fraction) and, given, the ``target`` the design was predicted
-    to keep within (a fraction): past it, the sentence says the design missed it; and that each
+    to keep within (a fraction): past it, the sentence says the reach passed it, as a reach, not a
+    verdict (the A/A prediction judges the figure with its interval); and that each
     timed verdict on the advice is weighed by that reach (:func:`perfkit.verdict.assess`'s ``error``).
 
     Raises:
@@ -150,7 +152,9 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
             raise ValueError(f"{name} must be a number > 0, got {v!r}")
     aa, reach = pin.speedup(), pin.reach()
     missed = target is not None and reach > target
-    share = f" (it missed that target: the reach is {reach / edge:.0%} of the edge below)" if missed else ""
+    share = (f" (how far the interval reaches against what the design aimed for, not the verdict above, "
+             f"which judges the figure, {aa.value:.3f}x, with its interval; the reach is "
+             f"{reach / edge:.0%} of the edge below)" if missed else "")
     aim = ("" if target is None else f"{'past' if missed else 'within'} the {target:.0%} the design was "
            f"predicted to keep{share}; ")
     return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: {aim}" + (
@@ -160,6 +164,36 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
         "its edge") + ". Each timed verdict on the advice below is weighed by it: an interval within "
         f"{reach:.1%} of the edge that decides it (no effect, or the promise) is not asserted past that "
         "edge.")
+
+
+def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:
+    """What the rounds' spreads per thread count (``spread``: threads -> 10th-to-90th percentile
+    range over the median, from ``rounds`` rounds each) say about the premise that one compute
+    thread is the steadier: which count was the steadiest, computed, and that spreads without an
+    interval do not test the premise; where one thread was not the steadiest, that the claims ran
+    on one thread all the same.
+
+    Raises:
+        ValueError: for a ``spread`` without thread count 1 and another, a spread that is not a
+            number >= 0, or ``rounds`` that is not an int >= 1.
+    """
+    if not isinstance(spread, Mapping) or 1 not in spread or len(spread) < 2:
+        raise ValueError(f"spread must map thread counts, 1 and another, to spreads; got {spread!r}")
+    for n, v in spread.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ValueError(f"spread[{n!r}] must be a number >= 0, got {v!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    steadiest = min(spread, key=lambda n: (spread[n], n))
+    said = ("the premise of this notebook's one compute thread: the rounds' spread over their median, "
+            + ", ".join(f"{spread[n]:.0%} with {n} thread{'s' * (n != 1)}" for n in sorted(spread)) + "; ")
+    said += ("one thread was the steadiest here, as the premise expects" if steadiest == 1 else
+             f"{steadiest} threads were the steadiest here, not one")
+    return said + (f"; spreads from {rounds} rounds each carry no interval, so these do not test the premise "
+                   "either way" + (
+                       "" if steadiest == 1 else "; the claims ran on one thread all the same, their ratios "
+                       "from paired rounds, and the A/A control's reach is the measure of their error that "
+                       "their verdicts use"))
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:

@@ -167,12 +167,13 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     ax.set_ylabel("median per step (ms)")
     ax.tick_params(axis="x", labelsize=8)
     hidden = compare["hidden_share"]
-    # the medians' share has no interval here: the title names what to read, the verdict judges the
-    # rounds' paired savings and prints this medians' share beside its own where the two differ
+    # no share in the title (no interval here): the verdict judges the rounds' paired savings
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
-        "the overlapped bar below the dotted line is communication\nhidden by these medians; the rounds' "
-        "paired savings can differ (see the verdict)" if hidden is not None else
-        "no communication showed in the bucketed step"), fontsize=10)
+        "no communication showed in the bucketed step" if hidden is None else
+        "how far the overlapped bar falls below the dotted line\nis the communication these medians hid"
+        if t["overlapped"] < t["bucketed"] else
+        "the overlapped bar is not below the dotted line:\nby these medians the overlap hid nothing")
+        + ("" if hidden is None else "; paired rounds can differ (see the verdict)"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)

@@ -62,6 +62,21 @@ def test_bad_input_is_refused(verdicts, unit, exc, match):
         viz.plot_claims_forest(verdicts, unit)
 
 
+def test_the_thread_spreads_name_the_steadiest_count_and_test_no_premise():
+    # one thread 19 %, two 21 %, four 14 %: the old line said "one thread was the steadier, as expected"
+    said = viz.claims.thread_spread_text({1: 0.19, 2: 0.21, 4: 0.14}, 18)
+    assert "spread over their median, 19% with 1 thread, 21% with 2 threads, 14% with 4 threads;" in said
+    assert "4 threads were the steadiest here, not one" in said and "as the premise expects" not in said
+    assert "spreads from 18 rounds each carry no interval" in said
+    assert "ran on one thread all the same" in said
+    one = viz.claims.thread_spread_text({1: 0.10, 2: 0.21}, 18)
+    assert "one thread was the steadiest here" in one and "all the same" not in one
+    with pytest.raises(ValueError, match="spread must"):
+        viz.claims.thread_spread_text({2: 0.1, 4: 0.2}, 18)
+    with pytest.raises(ValueError, match="rounds"):
+        viz.claims.thread_spread_text({1: 0.1, 2: 0.2}, 0)
+
+
 def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     from perfkit.data.claims import PinTiming
     from perfkit.stats import Estimate
@@ -79,8 +94,12 @@ def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     # the design was predicted to keep within 2 %: a reach of 2.9 % missed that, and the sentence says so
     # (it used to say only "under the 5%", a looser criterion than the prediction's)
     missed = viz.claims.control_text(aa, 0.05, target=0.02)
-    assert ("2.9% from 1x: past the 2% the design was predicted to keep (it missed that target: the reach "
-            "is 58% of the edge below); under the 5%") in missed
+    assert ("2.9% from 1x: past the 2% the design was predicted to keep (how far the interval reaches "
+            "against what the design aimed for, not the verdict above, which judges the figure, 0.971x, with "
+            "its interval; the reach is 58% of the edge below); under the 5%") in missed
+    assert "missed" not in missed  # a reach past the aim is not the A/A prediction's verdict
+    assert "(copies A and B: the same unpinned loop" in said and "A first" in said
+    assert "pageable first" not in said
     assert "within the 3% the design was predicted to keep; under" in viz.claims.control_text(aa, 0.05, 0.03)
     compiled, gelu = Estimate(0.978, 0.967, 0.987, 0.9, 16, "m"), Estimate(0.9, 0.88, 0.92, 0.9, 16, "m")
     assert viz.claims.control_gap_text(aa, compiled, 1.0) == (

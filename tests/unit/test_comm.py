@@ -174,6 +174,11 @@ def test_data_parallel_plots():
     fig = vcomm.plot_data_parallel({"time_s": t, "n_params": 1000, "buckets": 3, "hidden_share": None})
     assert "no communication showed" in fig.axes[0].get_title()
     plt.close(fig)
+    # an overlapped bar above the line hid nothing by these medians: the title must not call it hidden
+    fig = vcomm.plot_data_parallel({"time_s": {**t, "overlapped": 0.032}, "n_params": 1000, "buckets": 3,
+                                    "hidden_share": -0.1})
+    assert "hid nothing" in fig.axes[0].get_title() and "is communication" not in fig.axes[0].get_title()
+    plt.close(fig)
     fig = vcomm.plot_data_parallel({"time_s": {**t, "comm_together": 0.015}, "n_params": 1000,
                                     "buckets": 3, "hidden_share": 0.25})
     assert "all-reduces\ntogether" in [t.get_text() for t in fig.axes[0].get_xticklabels()]

@@ -60,6 +60,35 @@ def test_ring_check_divides_by_the_ring_model_and_stretches_by_cores():
     assert rc.median == pytest.approx(2.0)
 
 
+def test_ring_check_text_names_a_larger_size_that_ran_faster():
+    from perfkit.comm import ring_check_text
+
+    fit2 = AlphaBeta(1e-3, 1e9)
+    pts = [pt(1 << 10, 3.5e-3, 3), pt(1 << 12, 3.6e-3, 3), pt(1 << 20, 2.5e-3, 3), pt(1 << 22, 6e-3, 3)]
+    said = ring_check_text(ring_check(pts, fit2, cores=2), pts, fit2)
+    assert "A larger message ran faster than a smaller one: 1.05 MB in 2.5 ms, 4.1 kB in 3.6 ms; not" in said
+    flat = [pt(1 << 10, 3.5e-3, n=3), pt(1 << 12, 3.4e-3, n=3), pt(1 << 22, 6e-3, n=3)]  # within 1.2x: noise
+    assert "ran faster" not in ring_check_text(ring_check(flat, fit2, cores=2), flat, fit2)
+
+
+def test_ring_regime_text_names_the_sizes_outside_a_per_size_band():
+    from perfkit.comm import ring_regime_text
+
+    fit2 = AlphaBeta(1e-3, 1e9)
+    link = AlphaBeta(fit2.alpha_s / 2, fit2.bandwidth)
+    sizes, scale = (1 << 10, 1 << 12, 1 << 14), (1.2, 0.6, 1.1)
+    pts = [pt(s, x * ring_allreduce_time(s, 3, link), n=3) for s, x in zip(sizes, scale, strict=True)]
+    check = ring_check(pts, fit2, cores=2)
+    said = ring_regime_text(check, True, band=(0.75, 3.0))
+    assert "The verdict judges the median; per size, 4.1 kB (0.60x) lies outside 0.75x to 3.00x." in said
+    assert said.startswith(ring_regime_text(check, True))  # the sentence without a band, then the sizes
+    assert "Every size's own ratio lies inside 0.50x to 3.00x too." in ring_regime_text(check, True, (0.5, 3))
+    one = ring_check(pts[:1], fit2, cores=2)  # one size: the verdict judges it, no per-size note; no "x to x"
+    said = ring_regime_text(one, True, (0.75, 3))
+    assert said.startswith("1.02 kB ran 1.20x the plain ring model, 0.80x the model stretched x 1.50:")
+    assert "judges the median" not in said
+
+
 def test_ring_check_text_fits_the_points_and_says_which_way_each_term_moved():
     from perfkit.comm import ring_check_text
 
@@ -190,6 +219,23 @@ def test_hidden_share_interval_comes_from_the_rounds_and_holds_the_point():
     assert ceiling == pytest.approx(1.8 / 2.0)
 
 
+def test_hidden_share_against_another_communication_and_the_step_comm_text():
+    from perfkit.comm import step_comm_text
+
+    times = {"compute_only": [3.0] * 3, "bucketed": [5.0] * 3, "overlapped": [4.0] * 3,
+             "backward_only": [1.0] * 3, "comm_only": [4.0] * 3}
+    est, ceiling = hidden_share(times, comm_s=4.0)  # the all-reduces alone as the communication
+    assert est.value == pytest.approx(0.25) and ceiling == pytest.approx(0.25)  # 1/4 saved; backward 1 of 4
+    # alone 4 s against 2 s inside: compute + alone (7 s) exceeds the bucketed step (5 s), and the text
+    # gives both readings of the ceiling and the share
+    said = step_comm_text(times)
+    assert "2x the 2 s" in said and "7 s, exceeds the bucketed step's 5 s" in said
+    assert "ceiling 0.50, hidden share 0.50" in said
+    assert "ceiling would be 0.25 and the hidden share 0.25" in said
+    assert "exceeds" not in step_comm_text({**times, "comm_only": [2.1] * 3})  # within 10 %: nothing to say
+    assert "waiting for the other" in step_comm_text({**times, "comm_only": [1.0] * 3})
+
+
 def test_hidden_share_rejects_bad_input():
     ok = {"compute_only": [1.0], "bucketed": [2.0], "overlapped": [1.0], "backward_only": [0.5]}
     with pytest.raises(ValueError, match="backward_only"):
@@ -237,6 +283,8 @@ def test_bucket_count_effect_counts_the_overlap_and_claims_no_support_the_noise_
     bk = [{"calls_per_step": 7, "step_s": s} for s in (19.0e-3, 22.1e-3, 15.0e-3, 23.79e-3)]
     bk += [{"calls_per_step": 1, "step_s": 15.718e-3}]
     text = bucket_count_effect(bk, alpha_s=1.123e-3, hidden_s=3.88e-3)
+    assert "(backward alone)" in text  # the reading of backward is named; another can be
+    assert "(the larger one)" in bucket_count_effect(bk, 1.123e-3, 3.88e-3, hidden_said="the larger one")
     assert "718 µs faster measured" in text
     assert "6 x alpha = 6.74 ms more in start-ups, less up to 3.88 ms that more buckets can hide" in text
     assert "between 2.86 ms slower and 6.74 ms slower" in text

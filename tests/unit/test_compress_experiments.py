@@ -142,6 +142,27 @@ def test_fused_default_note_says_where_the_default_was_not_shown_faster():
     assert "qsgd's was not shown faster" in note and "sign" not in note and "1,048,576 values" in note
     assert "ran slower" in fused_default_note({"qsgd": est(0.8, 0.7, 0.9)})
     assert fused_default_note({"qsgd": est(1.2, 1.1, 1.3), "sign": est(1.6, 1.4, 1.8)}) == ""
+    # under an imitated CPU the fused loops were built for its capped ISA: the note says so
+    capped = fused_default_note({"qsgd": est(1.01, 0.99, 1.03)}, capped="no-bf16")
+    assert "qsgd's was not shown faster" in capped and "This run imitates no-bf16" in capped
+    faster = fused_default_note({"qsgd": est(1.2, 1.1, 1.3)}, capped="no-bf16")
+    assert faster.startswith(" This run imitates") and "the cap's rather than the codec's" in faster
+
+
+def test_medians_paid_text_leaves_a_margin_within_the_noise_undecided():
+    from perfkit.compress.experiments import medians_paid_text
+    # notebook 03's default run: top-k's margin 0.5 ms against 5.3 ms between two timings of one call
+    text = medians_paid_text({"qsgd fused": -21e-3, "sign fused": 20e-3, "topk sampled": 0.5e-3}, 5.3e-3)
+    assert text.startswith("sign fused removed more link time than its codec took; qsgd fused less; ")
+    assert "topk sampled's margin (+500 µs) lies within the 5.3 ms" in text
+    assert "cannot tell whether it paid" in text
+    no_noise = medians_paid_text({"topk sampled": 0.5e-3}, 0.0)
+    assert no_noise == "topk sampled removed more link time than its codec took"
+    both = medians_paid_text({"a": -1e-3, "b": 1e-3}, 2e-3)
+    assert both.startswith("a's margin (-1 ms) and b's margin (+1 ms) lie within the 2 ms")
+    assert "whether they paid" in both
+    none = medians_paid_text({"a": -3e-3, "b": -4e-3, "c": -5e-3}, 1e-3)  # none paid: said whole
+    assert none == "a, b and c removed less link time than their codecs took"
 
 
 def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
@@ -152,7 +173,9 @@ def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
     text = resolution_note(wide, 0.997)
     assert text.startswith(" The gain its bytes allow, 0.3% of a step, is 5% of the 90% interval's width")
     assert "(6.0% of a step)" in text and "not resolve a gain of that size" in text
-    assert resolution_note(SimpleNamespace(low=0.995, high=0.996), 0.99) == ""  # narrower than the gain
+    assert "a floor only" in text and "made the step slower, by any amount, passes it too" in text
+    narrow = resolution_note(SimpleNamespace(low=0.995, high=0.996), 0.99)  # narrower than the gain
+    assert narrow.startswith(" The edge, 0.990x, is a floor only") and "interval's width" not in narrow
     assert resolution_note(wide, 1.0) == "" and resolution_note(wide, 1.2) == ""  # no gain allowed
     assert "the interval's width" in resolution_note(SimpleNamespace(low=0.9, high=1.1), 0.99)
     with pytest.raises((TypeError, ValueError), match="ratio.low"):

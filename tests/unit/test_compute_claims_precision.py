@@ -121,3 +121,16 @@ def test_the_fp16_claim_criteria_say_which_count_decides_and_the_flushed_one_bes
     assert many.criteria(2.0 ** 16, 0.01).endswith("the two criteria agree.")
     with pytest.raises(ValueError, match="line"):
         flush.criteria(2.0 ** 16, 0.0)
+
+
+def test_the_fp16_row_names_the_test_it_was_judged_by_and_whether_bf16s_agrees():
+    # the summary row and headline once named no test, though fp16 and bf16 are judged by different ones
+    flush = cp.GradientFlush(10_000, 1.0, {"fp16": 30, "bf16": 0}, 0.2,
+                          lambda dtype, s: 30 if s == 1.0 else 0, lambda s: 2_000 if s == 1.0 else 100)
+    assert flush.criterion_label(2.0 ** 16, 0.01) == (
+        "by the subnormal stand-in; the flush count, bf16's test, disagrees")
+    many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
+                         lambda s: 20 if s == 1.0 else 0)
+    assert many.criterion_label(2.0 ** 16, 0.01).endswith("agrees")
+    with pytest.raises(ValueError, match="line"):
+        flush.criterion_label(2.0 ** 16, 0.0)

@@ -34,6 +34,7 @@ from perfkit.comm import (
     ring_check,
     ring_check_text,
     ring_regime_text,
+    step_comm_text,
     sweep,
 )
 
@@ -234,6 +235,12 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, r"times_s\['bucketed'\] must take longer than times_s\['compute_only'\]"),
     ("hidden_share.times_s unequal", lambda: hidden_share({**ROUNDS, "overlapped": [1.0]}),
      ValueError, "times_s series must hold the same number of rounds"),
+    ("step_comm_text.times_s list", lambda: step_comm_text([[1.0]] * 3), TypeError,
+     "times_s must be a Mapping"),
+    ("step_comm_text.times_s missing", lambda: step_comm_text({"compute_only": [1.0]}), ValueError,
+     r"times_s must hold the series .* missing \['bucketed', 'comm_only'\]"),
+    ("step_comm_text.times_s zero", lambda: step_comm_text({**ROUNDS, "comm_only": [1.0, 0.0]}),
+     ValueError, r"times_s\['comm_only'\] must be a finite number > 0"),
     ("bucket_count_effect.buckets empty", lambda: bucket_count_effect([], 1e-5), ValueError,
      "buckets must hold at least one"),
     ("bucket_count_effect.buckets item", lambda: bucket_count_effect([{"step_s": 1.0}], 1e-5),

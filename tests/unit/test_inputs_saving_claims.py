@@ -10,6 +10,7 @@ from perfkit.saving.claims import (
     gzip_costs,
     one_second_lines,
     one_second_scope,
+    one_second_sizes,
     same_disk_rates,
     storage_rates,
 )
@@ -40,6 +41,9 @@ CASES = [
      lambda: one_second_lines(COSTS, 1e8, {"sync": -1.0, "thread": 0.1}), ValueError, "stored_blocked_s"),
     ("one_second_lines.mode missing", lambda: one_second_lines(COSTS, 1e8, {"sync": 1.0}), ValueError,
      "thread"),
+    ("one_second_sizes.saves list", lambda: one_second_sizes([(1e6, 0.1)]), TypeError, "saves"),
+    ("one_second_sizes.seconds zero", lambda: one_second_sizes({1e6: 0.0}), ValueError, "saves"),
+    ("one_second_sizes.limit_s zero", lambda: one_second_sizes({1e6: 0.1}, 0.0), ValueError, "limit_s"),
     ("one_second_scope.saves list", lambda: one_second_scope([(1e6, 0.1)]), TypeError, "saves"),
     ("one_second_scope.saves empty", lambda: one_second_scope({}), ValueError, "saves"),
     ("one_second_scope.seconds zero", lambda: one_second_scope({1e6: 0.0}), ValueError, "saves"),

@@ -13,6 +13,7 @@ from inputs_cases import duplicate_ids, uncovered
 from perfkit.saving import interval
 from perfkit.saving.interval import (
     async_save_cost,
+    async_save_cost_of_run,
     best_interval,
     daly_goodput,
     daly_interval,
@@ -72,6 +73,10 @@ CASES = [
      "step_s_during must be a finite number > 0"),
     ("async_save_cost.step_s_quiet str", lambda: async_save_cost(0.1, 1, 1.0, "1"), TypeError,
      "step_s_quiet"),
+    ("async_save_cost_of_run.run list", lambda: async_save_cost_of_run([]), TypeError,
+     "run must be a mapping"),
+    ("async_save_cost_of_run.modes missing", lambda: async_save_cost_of_run({"step_s_without_persist": 0.3}),
+     ValueError, "run lacks a benchmark field"),
 ]
 
 

@@ -137,6 +137,18 @@ def test_the_one_second_claim_is_scoped_to_the_sizes_it_held_at():
         one_second_scope({})
 
 
+def test_the_one_second_sizes_name_each_size_and_its_side_of_one_second():
+    from perfkit.saving.claims import one_second_sizes
+
+    # lecture 14's default run: the verdict's label names the size it did not judge, and its side
+    both = {42.7e6: 0.138, 202e6: 2.59}
+    assert one_second_sizes(both) == "42.7 MB in 0.138 s, under 1 s; 202 MB in 2.59 s, 1 s or more"
+    assert one_second_sizes(both, skip=42.7e6) == "202 MB in 2.59 s, 1 s or more"
+    assert one_second_sizes({42.7e6: 0.0347, 202e6: 0.274}, skip=42.7e6) == "202 MB in 0.274 s, under 1 s"
+    with pytest.raises(ValueError, match="besides skip"):
+        one_second_sizes({42.7e6: 0.138}, skip=42.7e6)
+
+
 def test_two_rates_of_one_disk_at_two_sizes_are_not_read_as_a_moved_disk():
     """Planted: section 1's 42.7 MB writes at 1.66 GB/s outside the interval of later 33.6 MB
     writes (1.34-1.42 GB/s) read as "the disk's rate moved", when a fixed cost per file alone

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from perfkit.saving import async_save_cost, daly_interval, mtbf_interval
+from perfkit.saving import async_save_cost, async_save_cost_of_run, daly_interval, mtbf_interval
 
 
 def test_six_failures_leave_the_mtbf_within_a_factor_of_four_and_a_half():
@@ -39,3 +39,17 @@ def test_an_async_save_costs_its_blocked_time_and_the_slowdown_beside_its_persis
     assert async_save_cost(0.274, 13 / 3, 1.126, 0.347) == pytest.approx(0.274 + 13 / 3 * 0.779)
     assert async_save_cost(0.274, 0, 1.126, 0.347) == 0.274
     assert async_save_cost(0.274, 4, 0.3, 0.347) == 0.274   # a faster step is taken as no faster
+
+
+def test_a_stored_runs_async_save_is_set_against_its_sync_save():
+    # the stored checkpoint run: the thread mode cost 3.65 s of training, 1.4x its sync save
+    th = {"blocked_s": [0.27, 0.274, 0.28], "median_blocked_s": 0.274, "steps_during_persist": 13,
+          "step_s_during_persist": 1.126}
+    run = {"step_s_without_persist": 0.347, "modes": {"thread": th, "sync": {"median_blocked_s": 2.59}}}
+    per_save, lost, ratio = async_save_cost_of_run(run)
+    assert per_save == pytest.approx(13 / 3)
+    assert lost == pytest.approx(async_save_cost(0.274, 13 / 3, 1.126, 0.347))
+    assert ratio == pytest.approx(lost / 2.59) and ratio > 1    # on busy cores it cost more than sync
+    with pytest.raises(ValueError, match="run lacks"):
+        empty = {"thread": {**th, "blocked_s": []}, "sync": {"median_blocked_s": 2.59}}
+        async_save_cost_of_run({"step_s_without_persist": 0.347, "modes": empty})

@@ -234,12 +234,50 @@ def test_zb_step_note_names_the_terms_that_decided_and_whether_the_gain_showed()
     got = zb_step_note(est(0.995, 0.950, 1.033), est(1.09, 1.04, 1.13), est(0.913, 0.898, 0.931), 0.882,
                        (10.1, 12.6, 6.9), est(0.711, 0.662, 0.748), 0.484)
     assert got.startswith("The predicted gain did not appear: ZB-H1's step 0.995x of 1F1B's, its interval")
-    assert "busy time per stage 1.09x (its interval wholly above the model's 1x)" in got
-    assert "idle part 0.913x (its interval wholly above the model's 0.882x): 1.09x and 1.04x" in got
+    assert "busy time per stage 1.09x (its interval 1.04x to 1.13x wholly above the model's 1x)" in got
+    assert ("idle part 0.913x (its interval 0.898x to 0.931x wholly above the model's 0.882x): 1.09x and "
+            "1.04x") in got
     assert "the busy time moving the step more" in got
     assert "F : I : W = 1 : 1.25 : 0.68" in got and "(F + I - W), is 1.56x the model's" in got
-    assert "bubble share fell to 0.711x of 1F1B's (its interval wholly above the model's 0.484x)" in got
+    assert ("bubble share fell to 0.711x of 1F1B's (its interval 0.662x to 0.748x wholly above the model's "
+            "0.484x)") in got
     won = zb_step_note(est(0.86, 0.80, 0.90), est(1.0, 0.97, 1.03), est(0.86, 0.84, 0.90), 0.882, (1, 1, 1))
     assert won.startswith("ZB-H1 shortened the step") and "the idle part moving" in won
     with pytest.raises(ValueError, match="three times"):
         zb_step_note(est(1, 0.9, 1.1), est(1, 0.9, 1.1), est(1, 0.9, 1.1), 0.9, (1, 1))
+
+
+def test_zb_step_side_is_tested_at_the_digits_it_prints():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_side, zb_step_note
+
+    def est(v, lo, hi):
+        return Estimate(v, lo, hi, 0.9, 30, "paired ratios")
+
+    near = est(0.96782, 0.91878, 0.99976)   # 3 digits print its upper end as 1.00x
+    assert zb_side(near) == ("below", "0.9188x to 0.9998x")
+    got = zb_step_note(near, est(1.07, 1.0, 1.1), est(0.908, 0.9, 0.92), 0.880, (1, 1.02, 0.58))
+    assert got.startswith("ZB-H1 shortened the step: 0.968x, its interval 0.9188x to 0.9998x below 1x")
+    assert "holds 1x" not in got
+    assert zb_side(est(0.995, 0.950, 1.033)) == ("", "0.950x to 1.033x")
+    assert zb_side(est(1.02, 1.00002, 1.04)) == ("above", "1.00002x to 1.04000x")
+    assert zb_side(est(1.0, 0.9999999, 1.0000001)) == ("", "0.9999999x to 1.0000001x")
+    assert zb_side(Estimate(1.0, 1.0, 1.0, None, 1, "exact")) == ("", "")
+
+
+def test_zb_split_step_feeds_the_model_the_measured_split():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_split_step, zb_step_note
+
+    stages = [0.03, 0.032]
+    alike = zb_split_step(stages, (1, 1, 1), 2, 4)   # F = I = W: the default split
+    ideal = (1 - simulate(one_f_one_b(2, 4), split_costs(stages)).bubble_share) / (
+        1 - simulate(zb_h1(2, 4), split_costs(stages)).bubble_share)
+    assert alike == pytest.approx(ideal)
+    cheap_w = zb_split_step(stages, (1, 1.02, 0.58), 2, 4)
+    assert alike < cheap_w < 1   # a cheaper W fills less of the drain: a smaller gain
+    e = Estimate(0.96782, 0.91878, 0.99976, 0.9, 30, "paired ratios")
+    note = zb_step_note(e, e, e, alike, (1, 1.02, 0.58), split_step=cheap_w)
+    assert f"the model would have predicted {cheap_w:.3f}x, not the recorded {alike:.3f}x" in note
+    with pytest.raises(ValueError, match="three times"):
+        zb_split_step(stages, (1, 1), 2, 4)
