@@ -63,8 +63,8 @@ FIXES = {
     "data": "tokenize every document once, up front, instead of in __getitem__",
     "sync": "keep losses on the device and read them every --check-every steps",
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
-           "after backward, instead of one per 1,048-byte bucket), no find_unused_parameters, gradients as "
-           "bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",
+           "after backward, instead of one per bucket closed at 1,048 bytes), no find_unused_parameters, "
+           "gradients as bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",
     "optimizer": ("AdamW with foreach=True on a CPU (PyTorch's fused CPU kernel, since 2.4, is not used "
                   "here), fused=True on CUDA, instead of foreach=False"),
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",

@@ -51,6 +51,25 @@ def _near(spread: tuple[float, float], edge: float, err: float) -> bool:
     return edge != 0 and _gap(spread, edge) <= err
 
 
+# a verdict that puts an interval on one side of an edge by less than this share of the A/A control's
+# reach is decided by the reach's last digits, finer than one control measures it: said, not hidden
+THIN = 0.1
+
+
+def _beyond(gap: float, err: float) -> tuple[str, str, str]:
+    """``gap`` and ``err`` (fractions) in percent, with the digits that tell them apart, and, where
+    they lie within :data:`THIN` of ``err`` apart, the words that say how thin the margin is
+    (``""`` otherwise)."""
+    d = 1
+    while d < 6 and f"{gap:.{d}%}" == f"{err:.{d}%}":
+        d += 1
+    m = abs(gap - err)
+    thin = ("" if not err or m >= THIN * err else
+            f" (by {100 * m:.2g} percentage points, {100 * m / err:.2g}% of that reach: one A/A control does "
+            "not measure its reach that finely, so this side of the edge is the rule's call, not a finding)")
+    return f"{gap:.{d}%}", f"{err:.{d}%}", thin
+
+
 @dataclass(frozen=True)
 class Claim:
     """A piece of advice as usually stated, and the range it promises for one measured figure.
@@ -123,6 +142,7 @@ class ClaimVerdict:
     measured_text: str  # the figure as measured, for a summary table
     judged: bool = True  # False: the measurement has no bearing on the advice here (``not_judged``)
     refuted: bool = False  # inconclusive on the direction, yet the interval lies wholly outside the promise
+    thin: bool = False  # an edge's side set by a margin under THIN of the A/A control's reach
 
     def record(self) -> dict:
         """A JSON-able record."""
@@ -195,11 +215,18 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         status, why = "inconclusive", r.across(edge, (lo, hi), u)
     elif spread is not None and err and any(_near(spread, e, err) for e in edges):
         edge = next(e for e in edges if _near(spread, e, err))
-        status, why = "inconclusive", (f"its {r.words} lies {_gap(spread, edge):.1%} from {si(edge, u)}, "
-                                       f"within the {err:.1%} an A/A control read between identical code: "
+        g, e_, note = _beyond(_gap(spread, edge), err)
+        status, why = "inconclusive", (f"its {r.words} lies {g} from {si(edge, u)}, "
+                                       f"within the {e_} an A/A control read between identical code{note}: "
                                        f"not asserted on either side of {si(edge, u)}")
     else:
         status, why = claim.zone(measured), ""
+        # an interval just beyond the reach from the no-effect value: the side is the rule's call, said
+        near = [e for e in edges if spread is not None and err and e and _beyond(_gap(spread, e), err)[2]]
+        if near:
+            g, e_, note = _beyond(_gap(spread, near[0]), err)
+            why = (f"its {r.words} lies {g} from {si(near[0], u)}, beyond the {e_} an A/A control read "
+                   f"between identical code{note}")
     said = claim.zone(measured) if math.isfinite(measured) else status  # the figure's own zone
     if status == "holds" and spread is not None and (spread[0] < lo or spread[1] > hi):
         status, why = "holds partly", f"the figure is inside the promise, its {r.words} reaches outside it"
@@ -214,10 +241,13 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     outside = (None if spread is None or status != "inconclusive" or r.needs is not None else
                lo if spread[1] < lo else hi if spread[0] > hi else None)  # the promise's edge it lies past
     refuted = outside is not None and _gap(spread, outside) > err
+    thin = bool(why) and "the rule's call" in why
     if refuted:
-        why += (f"; but its whole {r.words} lies {_gap(spread, outside):.1%} "
+        g, e_, note = _beyond(_gap(spread, outside), err)
+        thin = thin or bool(note)
+        why += (f"; but its whole {r.words} lies {g} "
                 f"{'below' if outside == lo else 'above'} the promise ({claim.describe()})"
-                + (f", beyond the {err:.1%} an A/A control read" if err else "")
+                + (f", beyond the {e_} an A/A control read{note}" if err else "")
                 + ": whatever its direction, the promise is refuted here")
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
@@ -237,4 +267,4 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if gpu_only:
         verb = "is " if status == "inconclusive" else ""
         text += f" (A CPU analogue of GPU advice; on it the advice {verb}{status}.)"
-    return ClaimVerdict(claim, float(measured), spread, label, text, shown, refuted=refuted)
+    return ClaimVerdict(claim, float(measured), spread, label, text, shown, refuted=refuted, thin=thin)

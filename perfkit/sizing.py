@@ -40,7 +40,7 @@ from perfkit.roofline import matmul_flops
 from perfkit.timing import interleaved, resolve_device
 from perfkit.units import si
 
-__all__ = ["AFTER_SWEEP", "CORES", "EFFICIENCY", "DtypePlan", "ceiling_share",
+__all__ = ["AFTER_SWEEP", "CORES", "EFFICIENCY", "DtypePlan", "after_sweep_note", "ceiling_share",
            "copy_ratio",
            "matmul_ratio",
            "meaningful_mfu", "mfu_dtype", "pinned_threads", "plan_dtype", "same_work_ratio",
@@ -90,7 +90,7 @@ class DtypePlan:
 
 def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batches: Sequence[int],
                calls: int, budget_s: float, efficiency: float = EFFICIENCY,
-               label: str = "batch", probe_s: float | None = None) -> DtypePlan:
+               label: str = "batch", probe_s: float | None = None, threads: int | None = None) -> DtypePlan:
     """Which of ``batches`` to time in ``dtype`` so ``calls`` calls of each fit ``budget_s``.
 
     With ``probe_s`` (one call at the smallest batch, timed), a batch of ``b`` costs
@@ -114,6 +114,9 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
         label: what a batch is called in the note (``"n"`` for a matmul's width).
         probe_s: seconds one call at the smallest batch took, measured (``None``: plan from
             the ceiling).
+        threads: the intra-op threads the work runs on (``None``: all cores): both ceilings, and
+            the ratio the note prints, are then those measured on that many threads, never a
+            ceiling on some threads over another's on all cores.
 
     Returns:
         A :class:`DtypePlan`.
@@ -134,15 +137,18 @@ def plan_dtype(limits: MachineLimits, dtype: str, flops_per_sample: float, batch
         check_real("probe_s", probe_s, 0, lo_open=True)
     if not isinstance(label, str) or not label:
         raise TypeError(f"label must be a non-empty str, got {label!r}")
-    peak, support = limits.peak_flops(name), limits.support(name)
+    if threads is not None:
+        check_int("threads", threads, 1)
+    peak, support = limits.peak_flops(name, threads), limits.support(name)
     per_call = ([probe_s * b / asked[0] for b in asked] if probe_s is not None
                 else [b * flops_per_sample / (efficiency * peak) for b in asked])  # s
     full_s = calls * sum(per_call)
     keep = 1  # the smallest batch always runs
     while keep < len(asked) and calls * sum(per_call[:keep + 1]) <= budget_s:
         keep += 1
-    fp32 = limits.peak_flops("float32")
-    what = (f"{name} is {support} here (its matmul ceiling {peak / fp32:.3g}x fp32's): one call at "
+    fp32 = limits.peak_flops("float32", threads)
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"  # both ceilings' threads
+    what = (f"{name} is {support} here (its matmul ceiling{on} {peak / fp32:.3g}x fp32's{on}): one call at "
             f"{label} {asked[0]} took {si(probe_s, 's')}, timed now" if probe_s is not None else
             f"{name} runs at {si(peak, 'FLOP/s')} here, {peak / fp32:.3g}x the fp32 ceiling "
             f"({si(fp32, 'FLOP/s')}): {support}")
@@ -188,7 +194,8 @@ def timing_threads(cores: int | None = None, load: float | None = None) -> int:
 def threads_note(threads: int, share: float, cores: int | None = None, load: float | None = None) -> str:
     """The sentence a notebook prints beside :func:`timing_threads`: the threads it times on,
     the load that chose them, and ``share``: these threads' fp32 ceiling over the all-core one
-    (each MFU is held against its dtype's ceiling on these threads).
+    (each step's model FLOP/s is held against its dtype's ceiling on these threads: a share of a
+    measured ceiling, which the sentence says is not an MFU).
 
     Raises:
         ValueError: for ``threads`` or ``cores`` below 1, a ``share`` outside (0, 1] or a
@@ -204,8 +211,9 @@ def threads_note(threads: int, share: float, cores: int | None = None, load: flo
             load = 0.0
     check_real("load", load, 0)
     return (f"timing on {threads} of {cores} threads (load average {load:.1f}: about "
-            f"{max(0.0, load - 1):.1f} cores busy with other work); MFU against these threads' own ceilings "
-            f"(fp32's: {share:.0%} of the all-core one)")
+            f"{max(0.0, load - 1):.1f} cores busy with other work); each step's model FLOP/s is held against "
+            f"the ceilings measured on these threads (fp32's: {share:.0%} of the all-core one): a share of a "
+            "measured ceiling, not an MFU against a vendor's peak")
 
 
 @contextlib.contextmanager
@@ -237,6 +245,31 @@ def ceiling_share(threads: int, cores: int | None = None) -> float:
     """
     cores = check_int("cores", cores if cores is not None else CORES, 1)
     return min(check_int("threads", threads, 1), cores) / cores
+
+
+def after_sweep_note(limits: MachineLimits, dtype: str = "bfloat16") -> str:
+    """The line a notebook prints beside the ceilings when ``dtype``'s all-core ceiling was set
+    after notebook 00's sweep, by an operation that beat it ("" when the sweep set it): its
+    source, and, where that rate is also ``dtype``'s one-thread ceiling (an operation timed on
+    one thread of several), its ratio to fp32's one-thread ceiling, since the ratio of the
+    all-core ceilings then divides a one-thread rate by an all-core one.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits` or an unmeasured dtype.
+    """
+    check_type("limits", limits, MachineLimits)
+    name = dtype_name(dtype)
+    every = limits.peak_flops(name)
+    src = limits.sources.get(name, "")
+    if not src.endswith(AFTER_SWEEP):
+        return ""
+    one, fp32_one = limits.one_thread_flops.get(name), limits.one_thread_flops.get("float32")
+    matched = ""
+    if one is not None and fp32_one is not None and one >= every and (limits.threads or 1) > 1:
+        matched = (f"; it equals {name}'s ceiling on 1 thread, a rate reached on 1 thread, so the ratio "
+                   "above divides it by the all-core fp32 ceiling: on 1 thread each it is "
+                   f"{one / limits.peak_flops('float32', 1):.3g}x fp32's")
+    return f"(that {name} ceiling is not the sweep's: {src}{matched})"
 
 
 def meaningful_mfu(limits: MachineLimits, flops_per_step: float, step_s: float, dtype: str,

@@ -23,7 +23,9 @@
 # Each ceiling is the fastest this machine was seen to run the course's own work (its matmul
 # shapes, buffer sizes and thread counts), the best of several rounds. A later measurement that
 # beats one raises it, and says so where it happens: no share is ever printed above 100 %, so a
-# share near 100 % says only that nothing measured ran faster. Then we combine them into a
+# share near 100 % says only that nothing measured ran faster. One exception, explained in
+# section 4: an `x + y` raises the DRAM ceiling at most to 9/8 of a copy of the same buffers, so
+# the line that prints that ceiling names any `x + y` that ran faster. Then we combine them into a
 # **roofline** (Williams, Waterman and Patterson, 2009): the fastest an operation can run, given
 # how many FLOPs it does per byte it moves. Williams et al. take the compute roof from the
 # processor's peak and the memory roof from a measured, STREAM-like bandwidth; here the compute
@@ -287,7 +289,9 @@ else:
 # median, but not by half on a machine that leaves a core free); its share of the DRAM roof is
 # context only, since an `x + y` may have set that roof. The linear layer is compute-bound, and
 # the sweep timed this very shape: it should reach at least half of its roof. The square matmul
-# sits at or just under the roof its own sweep point set or came close to. Where an operation's
+# is context, with no verdict: its point is the sweep's median for that size, its roof the
+# fastest tenth of the best round of the fastest shape (or a faster later run), so it sits under
+# the roof by what separates a median from the fastest runs of any shape. Where an operation's
 # own run raised its roof, its share's upper end is 1 by construction, and its verdict says so.
 
 # %%
@@ -582,7 +586,7 @@ if peak != limits.peak_flops("float32"):
           f"same step is {counted['activation'] / m.median_s / limits.peak_flops('float32'):.0%}: a share means "
           "nothing without its ceiling")
 same = abs(mfu - hfu) < 0.005
-print(f"MFU, the rule's FLOPs over the same measured ceiling (not PaLM's data-sheet peak): {mfu:.0%}"
+print(f"MFU of the measured ceiling (the rule's FLOPs over it; PaLM divides by a data-sheet peak): {mfu:.0%}"
       + (", the same as HFU, as nothing is recomputed and every gradient the rule counts runs" if same else
          f", against HFU's {hfu:.0%}") + f"; with a data input the rule would credit the step with "
       f"{rule / counted['data'] - 1:.0%} more FLOPs than it ran. Module 01 breaks a training step into its phases.")
@@ -604,5 +608,5 @@ viz.show_headlines({
                                                              f"fastest: {si(ceilings.dram_copy(run_limits)[0], 'B/s')})",
     "fp32 ridge point, all cores (limits file / this run's)":
         f"{limits.ridge_point('float32'):.3g} / {run_limits.ridge_point('float32'):.3g} FLOP/B",
-    f"MLP step HFU{' (= MFU here)' * same}, of the limits file's fp32 ceiling {on(threads)}": f"{hfu:.0%}",
+    f"MLP step HFU{' (= MFU here)' * same} of the measured fp32 ceiling {on(threads)} (limits file)": f"{hfu:.0%}",
 })

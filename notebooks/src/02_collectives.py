@@ -82,9 +82,8 @@ print(f"{limits.name}: the limits file's fastest copy of DRAM-sized buffers ({si
       f"least 4x the last-level cache, STREAM's rule) ran {si(copy_rate, 'B/s')} (bytes read + written per second; "
       f"{copy_src}): notebook 00 prints it as its 'DRAM-sized copy' line. One copy moves {si(memcpy, 'B/s')} of "
       "buffer; a buffer the cache holds copies faster"
-      + (f". The DRAM ceiling, {si(limits.copy_bytes_per_s, 'B/s')}, is higher, from "
-         f"{limits.sources.get('dram', 'notebook 00')}: x + y counts up to 9/8 of a copy's rate at the same "
-         "bandwidth (notebook 00), so a memcpy is held against the copy's own figure" if copy_rate <
+      + (f". The limits file's DRAM ceiling, {si(limits.copy_bytes_per_s, 'B/s')}, is higher (notebook 00 credits "
+         "an add's x + y beyond a copy's rate); a memcpy is held against the copy's own figure" if copy_rate <
          limits.copy_bytes_per_s else ""))
 
 # %% [markdown]
@@ -138,7 +137,7 @@ for n in (2, 3, 4, 8, 64):
 #
 # **Measurement.** `perfkit.comm.sweep` times each collective on each size on every process
 # (warm-up, then the median of repeated calls, small messages batched) and reports the slowest
-# process's median.
+# process's median, with its p10-p90 (the 10th to the 90th percentile of the repetitions).
 
 # %%
 res2 = job2.result()[0]  # rank 0's result (every rank agreed on the slowest median)
@@ -420,7 +419,7 @@ plt.show()
 # **backward** pass can hide the all-reduces; the forward pass runs before any gradient exists.
 # The bucketed step does the overlapped one's work (forward, backward, the same buckets, copies
 # and all-reduces) with its communication after backward: its communication is `bucketed -
-# compute` (compute: forward and backward without communication), and the overlap hid
+# compute` (compute: forward and backward without communication), and the overlapped step saved
 # `(bucketed - overlapped) / (bucketed - compute)` of it (`perfkit.comm.hidden_share`). The
 # prediction: that share lies between 0 and the ceiling `min(backward, communication) / communication`:
 # communication longer than the backward pass cannot all hide behind it, provided the
@@ -428,7 +427,9 @@ plt.show()
 # queued collectives on two worker threads by default, so asynchronous all-reduces can run two at
 # a time, where the bucketed step waits for each before starting the next. So the job also times
 # the bucketed all-reduces alone both ways: one after another, and all launched before any is
-# waited for, as the overlapped step launches them. It times forward alone and backward alone
+# waited for, as the overlapped step launches them: what launching them together saves, as a share of the
+# same communication (`perfkit.comm.together_share`), the overlapped step can save without hiding anything
+# behind backward, and the verdict's text holds the two against each other. It times forward alone and backward alone
 # too (the same model and batch, in the same rounds), so the ceiling comes from the same run as
 # the overlap: `backward` is the larger of backward alone and compute less forward alone, since
 # the halves timed apart need not add up to the whole, and a bound takes the reading that allows
@@ -446,7 +447,7 @@ from perfkit.jobs.data_parallel import make_mlp
 
 cmp = res2["data_parallel"]["compare"]
 sizes_b = [4 * p.numel() for p in make_mlp(**DP_MODEL).parameters()]  # B: each gradient tensor (fp32)
-start_s, start_said = comm.small_call_cost(by_op["all_reduce"], fits["all_reduce"])  # s: a call's start-up
+start_s, start_said = comm.small_call_cost(by_op["all_reduce"], fits["all_reduce"], up_to_bytes=max(sizes_b))
 f_ar, n_tensors = comm.AlphaBeta(start_s, fits["all_reduce"].bandwidth), len(sizes_b)  # naive: one per tensor
 pred_naive = n_tensors * f_ar.alpha_s + cmp["grad_bytes"] / f_ar.bandwidth  # s
 pred_bucket = cmp["buckets"] * f_ar.alpha_s + cmp["grad_bytes"] / f_ar.bandwidth  # s
@@ -504,30 +505,27 @@ print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alon
 if comm_in > 0:
     hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward's larger reading, same rounds
     saved = hidden.value * comm_in  # s: what the overlap saved on the bucketed step, the median round
-    medians_note = (f" The bars above, each step's median taken apart, give a share of {shown:.2f}"
+    medians_note = comm.overlap_apart_text(hidden, apart := comm.together_share(reps)) + (  # vs. launched together
+                    f" The bars above, each step's median taken apart, give a share of {shown:.2f}"
                     + (", above the ceiling" if shown > ceiling else "")
                     + (", outside the rounds' 90 % interval" if hidden.has_interval
                        and not hidden.low <= shown <= hidden.high else "")
                     + ": medians of separately scattered steps need not subtract to what the median round saved, "
                     "and the verdict judges the rounds' own differences."
                     if shown is not None and abs(shown - hidden.value) > 0.02 else "")
-    overlap_v = judge(Prediction("share of the bucketed step's communication the overlap hid",
+    overlap_v = judge(Prediction("share of the bucketed step's communication the overlapped step saved",
                                  "at best min(backward, communication) / communication", low=0.0, high=ceiling,
                                  physical=(None, 1)), hidden, explain={
-        "held": f"{hidden.value / ceiling:.0%} of what backward could cover was hidden." + medians_note,
-        "inconclusive": f"The 90 % interval, {hidden.low:.2f} to {hidden.high:.2f}, is "
-                        + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
-                           "across an edge of the predicted range")
-                        + f" 0 to {ceiling:.2f}: the bucketed step's {len(reps['bucketed'])} rounds' p10 to p90 span "
-                        f"{si(stats.quantile(reps['bucketed'], 0.9) - stats.quantile(reps['bucketed'], 0.1), 's')}, "
-                        f"against {si(comm_in, 's')} of communication to share out.",  # the held text, added after it, has the medians' note
+        "held": f"{hidden.value / ceiling:.0%} of the ceiling, what backward could cover, was saved." + medians_note,
+        "inconclusive": (f"The 90 % interval, {hidden.low:.2f} to {hidden.high:.2f}, is "
+                         + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
+                            "across an edge of the predicted range")
+                         + f" 0 to {ceiling:.2f}: the bucketed step's {len(reps['bucketed'])} rounds' p10 to p90 span "
+                         f"{si(stats.quantile(reps['bucketed'], 0.9) - stats.quantile(reps['bucketed'], 0.1), 's')}, "
+                         f"against {si(comm_in, 's')} of communication to share out." if hidden.has_interval else ""),
         "above": f"In the median round the overlapped step saved {si(saved, 's')} on the bucketed one, more than "
                  f"the {si(ceiling * comm_in, 's')} backward can cover (the ceiling, from backward's larger "
-                 "reading): its all-reduces cost less than the bucketed step's, against the ceiling's assumption"
-                 + (f"; timed alone, launched together they took {together.value:.2g}x the time of one after "
-                    "another (gloo's two worker threads run two at a time)." if together.value < 0.9 else
-                    f", though timed alone, launched together they took {together.value:.2g}x the time of one "
-                    "after another: inside the step they cost less for another reason than running together.")
+                 "reading): its all-reduces cost less than the bucketed step's, against the ceiling's assumption."
                  + medians_note,
         "below": f"In the median round the overlapped step took {si(-saved, 's')} more than the bucketed one, the "
                  f"same work without overlap, on {os.cpu_count()} cores shared by backward and gloo's threads."
@@ -535,16 +533,7 @@ if comm_in > 0:
                     f"{si(t['bucketed'], 's')}, a share of {shown:.2f}): the rounds scatter more than the overlap "
                     "changes, so the sign of this figure is the noise's." if shown is not None and shown > 0 else "")})
     viz.show_verdict(overlap_v)
-    overlap_said = {  # the verdict's outcome in a few words, for the summary below
-        "held": f"within the {ceiling:.0%} backward could cover (held)",
-        "missed": (f"above the {ceiling:.0%} backward could cover (missed: the overlapped step saved "
-                   f"{si(saved, 's')} in the median round, more than backward's {si(ceiling * comm_in, 's')})"
-                   if overlap_v.direction == "above" else
-                   f"below 0 (missed: in the median round the overlapped step took {si(-saved, 's')} more than "
-                   "the bucketed one)"),
-        "inconclusive": f"its interval reaching across an edge of 0 to {ceiling:.0%}, what backward could cover "
-                        "(inconclusive)",
-        "disturbed": "outside the range a share can take (disturbed)"}[overlap_v.outcome]
+    overlap_said = comm.overlap_said(overlap_v.outcome, hidden, ceiling, saved, ceiling * comm_in)  # for the summary
 else:
     hidden = overlap_v = None
     print("The bucketed step was not slower than compute alone by the medians: no communication showed in it, "
@@ -623,7 +612,8 @@ viz.verdict(Prediction(f"time per sample at k={kk['k']} over k=1", "only the com
 
 # %%
 print(comm.bucket_count_effect(bk, f_ar.alpha_s, hidden_said="the larger of section 4's two readings",  # its alpha
-                               hidden_s=max(t["backward_only"], t["compute_only"] - t["forward_only"])))
+                               hidden_s=max(t["backward_only"], t["compute_only"] - t["forward_only"]),
+                               call_range_s=(bucketing.sweep_low_s, bucketing.sweep_high_s)))
 
 # %% [markdown]
 # ## Summary
@@ -634,9 +624,9 @@ viz.show_headlines({
     f"all-reduce busbw at {si(ar_big.nbytes, 'B')}": f"{si(ar_big.busbw, 'B/s')} "
                                                      f"({ar_big.busbw / memcpy:.2g} of the fastest DRAM-sized copy's "
                                                      "buffer rate)",
-    "overlap hid (share of the bucketed step's communication)": (
+    "overlapped step's saving (share of the bucketed step's communication)": (
         "nothing to hide: no communication showed in the bucketed step" if hidden is None else
-        f"{hidden.scaled(100).text('%')}, {overlap_said}"
+        f"{hidden.scaled(100).text('%')}, {overlap_said}; {comm.overlap_apart_text(hidden, apart, True, pct=True)}"
         + (f" (by the two steps' medians, {shown:.2f}: within the rounds' scatter)"
            if hidden.value < 0 and shown is not None and shown > 0 else
            f" (the bars' medians give {shown:.2f})" if shown is not None and abs(shown - hidden.value) > 0.02
@@ -659,7 +649,8 @@ print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].
       "start until backward is over. NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
       "bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's all-reduce can hide only "
       "behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during forward)"
-      + (f"; here the share of the bucketed step's communication it hid was {hidden.text()}, {overlap_said}"
+      + (f"; here the overlapped step saved {hidden.scaled(100).text('%')} of the bucketed step's communication, "
+         f"{overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
          + (f" (the two steps' medians give {shown:.2f}: the rounds scatter more than the overlap changes)."
             if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
          if hidden is not None else "; here no communication showed in the bucketed step to hide."))

@@ -315,7 +315,8 @@ if rss:
 # * *Time* (expectations, not bounds: `perfkit.viz.zero.stage_edge`, from times the job measured
 #   in the same rounds). Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken
 #   as hidden as DDP's), then all-gather the updated parameters after the step, which the next
-#   forward waits for: half an all-reduce's bytes, charged unhidden. Stage 3 all-gathers each
+#   forward waits for: half an all-reduce's bytes, charged unhidden (half of the gradient's
+#   all-reduce less a 4-byte call's time: the fixed cost goes with the calls below). Stage 3 all-gathers each
 #   block's parameters in forward and again in backward and reduce-scatters its gradients: two
 #   all-gathers the step waits for, each charged unhidden by that rule. Every call beyond DDP's pays
 #   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. A 4-byte all-reduce
@@ -461,8 +462,8 @@ for n, s in STAGES.items():
               f"than data parallelism, for {sent[n] / sent['ddp_adamw']:.2f}x its bytes and "
               f"{ratio[n].value:.2f}x its step time")
 fits = [80e9 / zero_model_states(1, 8, s, "mixed_adam").total / 1e9 for s in range(4)]  # billions of parameters
-print("formula, mixed-precision Adam, 8 processes of 80 GB: model states fit up to "
-      + ", ".join(f"Ψ = {f:.3g} billion parameters at stage {s}" for s, f in enumerate(fits)))
+print("formula, mixed-precision Adam, 8 processes of 80e9 B each (a GPU sold as 80 GB holds about 80 GiB, about 7 % more): model states alone "
+      "fit up to " + ", ".join(f"Ψ = {f:.3g} billion parameters at stage {s}" for s, f in enumerate(fits)) + "; activations, the CUDA context and the allocator's fragmentation come off the top of that.")
 
 # %% [markdown]
 # ## 4. LoRA with `peft`: train fewer parameters

@@ -18,8 +18,9 @@
 # 3. **`torch.compile`**: what compiling costs, when it pays off, and graph breaks;
 # 4. **attention**: a naive implementation against PyTorch's fused `scaled_dot_product_attention`;
 # 5. **shapes**: matmul throughput against its dimensions, and padding a vocabulary;
-# 6. **MFU**: model FLOPs per step over the measured peak, batch size, and the largest batch
-#    that fits a memory budget.
+# 6. **model FLOPs**: per step, over the measured ceiling (MFU's numerator; its denominator here is
+#    no vendor peak, so the share is not an MFU), batch size, and the largest batch that fits a
+#    memory budget.
 #
 # Every section asks a question, predicts the answer from a model, measures, and explains
 # the gap. Speedups are ratios of steps timed **interleaved** (A, B, A, B, ...) in one run, so
@@ -82,8 +83,8 @@ limits = hw.cached_limits(quick=QUICK)  # notebook 00's ceilings, and any a late
 print(f"torch {torch.__version__} on {limits.name}, {torch.get_num_threads()} threads; DRAM ceiling "
       f"{si(limits.copy_bytes_per_s, 'B/s')} (every buffer read or written counted, as STREAM counts them: "
       f"{limits.sources.get('dram', 'the best copy or x + y')})\n{vm.bf16_sentence(limits)}")
-if limits.sources.get("bfloat16", "").endswith(sizing.AFTER_SWEEP):  # an operation beat the sweep's bf16 point
-    print(f"(that bf16 ceiling is not the sweep's: {limits.sources['bfloat16']})")
+if raised_note := sizing.after_sweep_note(limits, "bfloat16"):  # an operation beat the sweep's bf16 point
+    print(raised_note)  # its source, and where it was set on 1 thread, the ratio on matching threads
 
 # %% [markdown]
 # **Sizes from this machine.** The bf16 work below is sized from one bf16 call timed now at the
@@ -93,11 +94,12 @@ if limits.sources.get("bfloat16", "").endswith(sizing.AFTER_SWEEP):  # an operat
 # bf16 units: slower than fp32 by the factor printed above) that is fewer sizes; the sentences
 # below say which. Timings run on the threads other processes leave free
 # (`sizing.timing_threads`): on a loaded machine an OpenMP thread that loses its core stalls its
-# siblings at every barrier, which can swing one step several-fold between cells; MFU is then held against
-# the ceiling measured on that many threads (notebook 00's, or a later rate that beat it). The rule reads the 1-minute load average,
+# siblings at every barrier, which can swing one step several-fold between cells; a step's model FLOP/s is
+# then held against the ceiling measured on that many threads (notebook 00's, or a later rate that beat it). The rule reads the 1-minute load average,
 # a damped average that counts runnable threads (and, on Linux, those in uninterruptible sleep)
 # and still carries, for a minute or so, work that has just ended (in `make course`, the previous notebook): it errs towards fewer threads, which
-# makes the timings slower but steady, and each MFU fair against its own threads' ceiling.
+# makes the timings slower and less prone to several-fold swings, not equal between cells (section 6 lists
+# the same steps timed in different cells), and each share fair against its own threads' ceiling.
 
 # %%
 THREADS = sizing.timing_threads()
@@ -110,13 +112,13 @@ with sizing.pinned_threads(THREADS):  # one bf16 call at each sweep's smallest s
                                  warmup=1, repeat=1, device=DEVICE).median_s for b in {1, BATCHES[0]}}  # s
     pa, pb = (torch.randn(*s, device=DEVICE, dtype=torch.bfloat16) for s in ((1024, 256), (256, min(MATMUL_N))))
     probe_mm = timing.benchmark(lambda: pa @ pb, warmup=1, repeat=1, device=DEVICE).median_s  # s
-AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}),
+AMP_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, sorted({1, 2, 4, BATCH}), threads=CEIL_THREADS,
                              calls=LOSS_STEPS + 2 * REPEAT + 3, budget_s=0.12 * BUDGET_S, probe_s=probe[1])
 AMP_BATCH = AMP_PLAN.batches[-1]              # sections 1's loss curves and step timings
 BENCH_PLAN = sizing.plan_dtype(limits, "bfloat16", per_sample, BATCHES, calls=(3 if QUICK else REPEAT) + 1,
-                               budget_s=0.1 * BUDGET_S, probe_s=probe[BATCHES[0]])
+                               budget_s=0.1 * BUDGET_S, probe_s=probe[BATCHES[0]], threads=CEIL_THREADS)
 SHAPE_PLAN = sizing.plan_dtype(limits, "bfloat16", 2 * 1024 * 256, MATMUL_N, calls=REPEAT + 3,
-                               budget_s=0.05 * BUDGET_S, label="n", probe_s=probe_mm)
+                               budget_s=0.05 * BUDGET_S, label="n", probe_s=probe_mm, threads=CEIL_THREADS)
 PAD_PRECISION = "fp32" if limits.support("bfloat16") == "emulated" else "bf16"
 plans = {f"training steps (section 1 times batch {AMP_BATCH}, the largest planned, alone)": AMP_PLAN, "batch sweep": BENCH_PLAN, "shape sweep": SHAPE_PLAN}
 cut = os.path.commonprefix([p.note for p in plans.values()]).rfind(": ")  # the shared sentence, said once
@@ -141,7 +143,7 @@ for what, plan in plans.items():
 # bits: fp32 1/8/23, bf16 1/8/7, fp16 1/5/10; bf16 is the upper half of fp32's 32 bits, which is
 # why converting between them is cheap: bf16 to fp32 appends 16 zero bits, and fp32 to bf16 drops
 # the low 16, rounding to nearest even, as PyTorch's conversion does, rather than cutting them off.) **Predictions:** (a) the loss curve's mean over
-# its last 5 steps matches fp32's within 1 % (single steps differ more), since rounding errors of about 0.4 % per product average out over
+# its last 5 steps matches fp32's within 1 % (single steps differ more), since rounding errors of at most about 0.4 % per rounded input (so up to about 0.8 % per product) average out over
 # long sums; (b) the step's speed changes by Amdahl's law: only the ops autocast runs in bf16
 # change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower), and the
 # rest (layer norms, the loss, the optimizer) keeps its speed.
@@ -166,8 +168,8 @@ vc.plot_loss_curves(curves)  # no tolerance line: the 1 % holds for the tail's m
 plt.show()
 
 # %%
-viz.verdict(Prediction("bf16's final loss (mean of the last steps) against fp32's", "rounding of about 0.4 % per "
-                       "product averages out (one seed, one data order)", low=-100 * TOL, high=100 * TOL, unit=" %",
+viz.verdict(Prediction("bf16's final loss (mean of the last steps) against fp32's", "rounding of up to 0.4 % per "
+                       "input averages out (one seed, one data order)", low=-100 * TOL, high=100 * TOL, unit=" %",
                        timed=False),
             100 * (tail["bf16"] / tail["fp32"] - 1), explain={
     "held": "One seed and one data order: bf16 did not move this run's course off fp32's by more than 1 %; how "
@@ -178,8 +180,9 @@ print(ex.largest_rise(curves))
 
 # %% [markdown]
 # Production runs keep fp32 master weights and fp32 reductions for the same reason as autocast
-# and an fp32 optimizer do here: over millions of steps, rounding that averages out in one
-# matmul would accumulate in the weights. Now (b), the speed.
+# and an fp32 optimizer do here: an update smaller than half the spacing between bf16 values near
+# a weight (2⁻⁹ to 2⁻⁸ of the weight's size) would be rounded away entirely, so small updates would be lost
+# (Micikevicius et al., *Mixed Precision Training*, 2018). Now (b), the speed.
 #
 # **Amdahl's law, with measured parts.** If the ops autocast changes take a share `f` of the
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
@@ -188,7 +191,8 @@ print(ex.largest_rise(curves))
 # `r` off figures measured before this notebook, on the threads the step runs on: `f` = the fp32
 # step's model FLOPs at the fp32 ceiling (notebook 00's, or an operation of another notebook that
 # beat it) over the fp32 step's time, `r` = bf16's rate over fp32's in notebook 00's
-# sweep, at the swept square size nearest the step's matmuls (`autocast_parts.swept_ratio`). Not
+# sweep, at the square size nearest the step's matmuls in FLOPs among those swept in both dtypes on
+# these threads, which can be the only one and then not near (`autocast_parts.swept_ratio`). Not
 # the ratio of the two ceilings: a ceiling rises whenever an operation beats it, and the bf16
 # ceiling can have been set by this very step in an earlier run, which would make a forecast
 # from it restate the result; sweep points stay as swept. The ceilings serve below only as the
@@ -357,7 +361,9 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # fault's cost this notebook uses, in section 6 too). **The model** of the eager chain, recorded
 # here: its bytes at the DRAM ceiling (notebook 00's, which counts every buffer an operation reads
 # or writes, as the chain's bytes are counted) plus one new tensor per kernel; of the fused kernel,
-# its bytes and its one new output tensor.
+# its bytes and its one new output tensor. That ceiling is credited as x + y's rate, up to 9/8 of the
+# fastest copy's (a write also reads its line: a copy moves 3 buffers for the 2 it counts, x + y 4
+# for 3); most of the chain's kernels are unary, copy-like, so their bytes term can be up to 1/9 short.
 
 # %%
 with sizing.pinned_threads(THREADS):
@@ -628,8 +634,8 @@ viz.show_verdict(ex.disturbed_verdict(
                 f"at T={ATTN_T[-1]}: naive's time grew {grow['naive']:.3g}x and fused's {grow['sdpa']:.3g}x for "
                 f"{(ATTN_T[-1] / ATTN_T[0]) ** 2:.0f}x the T x T work. The sweep does not split naive's growth "
                 "between the T x T traffic and the page faults of its T x T tensors"
-                + (f" (each {att_mib:.0f} MiB at T={ATTN_T[-1]}, above glibc's 32 MiB mmap cap, so section 2's "
-                   "per-new-tensor cost applies to every one)" if att_mib > 32 else
+                + (f" (each {att_mib:.0f} MiB at T={ATTN_T[-1]}, above glibc's 32 MiB mmap cap, so each one is "
+                   "a fresh mapping whose pages fault in one by one, the more of them the larger the tensor)" if att_mib > 32 else
                    f" (each {att_mib:.0f} MiB at T={ATTN_T[-1]}, within glibc's 32 MiB mmap cap)") + ".",
         "below": f"Naive over fused went from {r_short:.2f}x at T={ATTN_T[0]} to {r_long:.2f}x at T={ATTN_T[-1]}: "
                  f"naive's time grew {grow['naive']:.3g}x and fused's {grow['sdpa']:.3g}x for "
@@ -692,6 +698,9 @@ for T in GPT_ATTN_T:
 # compare with the multiples of 64 is measured and printed, without a prediction. Below,
 # `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved; bf16 at the
 # widths its plan kept (a dtype is swept only with an aligned and an odd width among them).
+# The intervals printed after the sweep take each width's median as one sample of its group;
+# neither counts each width's own timing noise, and the one against the multiples of 64 takes
+# their median as exact, so both are narrower than the whole uncertainty.
 
 # %%
 SHAPE_N = {"float32": MATMUL_N, "bfloat16": [n for n in MATMUL_N if n in SHAPE_PLAN.batches]}
@@ -742,7 +751,7 @@ pad = compute.compare(ex.gpt_step(GPT, xv, PAD_PRECISION, vocab=V), ex.gpt_step(
 print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: padded {ex.ratio_text(pad)}: "
       + {"above": "padding is faster", "below": "padding is slower"}.get(
           pad.estimate.clear_of(1.0, "x"), "the interval holds 1x, no difference measured")
-      + ("; fp32, since bf16 is emulated here (section 0)" if PAD_PRECISION == "fp32" else ""))
+      + ("; fp32, since bf16 is emulated here (the top of this notebook)" if PAD_PRECISION == "fp32" else ""))
 
 # %% [markdown]
 # Whether padding helps here is decided by the printed ratio and its interval: an interval that
@@ -751,7 +760,7 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # GPU, the same change is worth trying first.
 
 # %% [markdown]
-# ## 6. MFU: how much of the machine does a training step use?
+# ## 6. Model FLOPs: how much of the machine does a training step use?
 #
 # **The formula** (PaLM, appendix B; nanoGPT's `estimate_mfu`). With `N` the model's parameters,
 # each trained token costs `6N` FLOPs: 2 per parameter for the forward matmuls, 4 for the backward
@@ -761,15 +770,17 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
 # tied LM head multiplies by it. MFU = model FLOPs per step / step time / peak. PaLM and nanoGPT
-# divide by the vendor's theoretical peak (nanoGPT: an A100's 312 TFLOP/s in bf16); this course
-# divides by the measured matmul ceiling (notebook 00's sweep, or a faster operation since), on the
-# threads the step ran on, which is
-# lower, so its MFU is higher than the field's figure for the same step and the two are not
-# compared. The same
+# divide by the vendor's theoretical peak (nanoGPT: an A100's 312 TFLOP/s in bf16), at full use of
+# the chip. This CPU has no peak this course trusts, so this section divides the same model FLOP/s
+# by the matmul ceiling this machine measured (notebook 00's sweep, or a faster operation since) on
+# the threads the step ran on: a lower denominator, which a later operation can raise, so the
+# figure is higher than an MFU of the same step. It is printed as what it is, a **share of the
+# measured ceiling** on those threads (beside it, where the step had part of the machine, the
+# share of the all-core ceiling), not as an MFU, and never compared with the field's. The same
 # ratio with the FLOPs the hardware really ran (counted, recomputation included: activation
 # checkpointing re-runs the forward, FlashAttention's backward recomputes the scores) is HFU,
 # hardware FLOPs utilisation (PaLM, Megatron-LM): at least the MFU when anything is recomputed.
-# This notebook reports MFU, from the formula; counted FLOPs appear only where a rate is held
+# This notebook uses the formula's model FLOPs; counted FLOPs appear only where a rate is held
 # against a ceiling (section 1's bf16 step), since only work that ran can beat one. These
 # counts are exact, so CI checks the output:
 
@@ -811,13 +822,13 @@ viz.verdict(Prediction("FlopCounterMode's count over the 6N + attention formula"
             counter.get_total_flops() / flops)
 
 # %% [markdown]
-# **MFU against batch size.** **Prediction.** Small batches waste the machine, because some costs
+# **Share of the ceiling against batch size.** **Prediction.** Small batches waste the machine, because some costs
 # are per *step*, not per token (the optimizer touches every parameter once per step; Python and
 # dispatch overhead is per op), and small matmuls run below the ceiling (notebook 00). The crude
 # model: throughput rises with batch size and flattens once the matmuls are large, so the largest
 # batch is at least as fast per token as the smallest and within 10 % of the best (both halves
 # are judged after the refined model below, on its paired rounds). At one
-# precision the MFU is tokens/s times the model FLOPs per token over the ceiling, so its curve has
+# precision the share is tokens/s times the model FLOPs per token over the ceiling, so its curve has
 # the shape of the tokens/s curve: the two differ only in the scale. `StepBench` measures each
 # setting with a few real steps, all settings in turn in each round, and caches them (the widget
 # below reuses the cache):
@@ -836,8 +847,8 @@ obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {
                        threads=CEIL_THREADS)
 every = f" ({bf16_mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 and against == "float32" else ""
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
-      f"{bf16_top.batch}: " + (f"MFU {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
-                               f"model FLOP/s {bf16_mfu:.1%} of the float32 ceiling {on}{every}, not an MFU: "
+      f"{bf16_top.batch}: " + (f"model FLOP/s {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
+                               f"model FLOP/s {bf16_mfu:.1%} of the float32 ceiling {on}{every}: "
                                "autocast ran the matmuls in bfloat16, which this CPU emulates, so the step is "
                                "held against the roof of what the machine does without bf16")
       + f". Its counted FLOPs ran at {si(bf16_rate, 'FLOP/s')}, "
@@ -867,7 +878,10 @@ plt.show()
 # `F`: the per-step cost that does not grow with
 # the batch (optimizer, Python, dispatch), read off a step of 2 tokens as its time less its `R`.
 # `eta`, the share of their roofs the ops reach, is the one figure fitted, on the batch next to
-# the largest; the model then predicts the largest batch's tokens/s over the best of the others'.
+# the largest; the model then gives the largest batch's tokens/s over the best of the others'.
+# That is no forecast made before the measurement: the fitted batch is often that best other, the
+# ratio's own denominator, and `n(b)` is counted in the very steps it judges, so this verdict
+# checks whether the terms account for the ratio, while the crude model's is the forecast.
 # Each batch's printed range is the model at the point values of `F` and `c`, between the two
 # ends of `R`; the verdict's range on the ratio adds the intervals of `F`, `c` and the fitted
 # batch's time, and no margin beyond them. That range is the model's expectation, not a
@@ -892,7 +906,7 @@ print(f"of the {others} batches eta was not fitted on, {len(inside)} measured in
       + (f" ({', '.join(map(str, inside))})" if 0 < len(inside) < others else "")
       + ("" if len(inside) == others else ": one eta does not describe every batch's ops on this machine"))
 ratio, lo, hi = curve.predicted_ratio()
-print(f"batch {BATCHES[-1]} over the best other batch: predicted {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
+print(f"batch {BATCHES[-1]} over the best other batch: the refined model gives {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
       f" without the page faults {curve.predicted_ratio(faults=False)[0]:.2f}x with the cache; the crude model, "
       "'flattens within 10 %', says at least 0.90x")
 
@@ -906,8 +920,9 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
     k: ex.hidden_side(curve.gain(-1, curve.rival()).value, 0.9, "x") + "The refined model's terms: "
        f"{curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}" for k in ("below", "held")})
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
-                       f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}", low=lo, high=hi, unit="x",
-                       soft=("low", "high")),
+                       f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
+                       "account, not a forecast" if curve.batches[curve.rival()] == FIT else ""),
+                       low=lo, high=hi, unit="x", soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
 sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}
 b_top, b_rival, here = BATCHES[-1], curve.batches[curve.rival()], curve.gain(-1, curve.rival())
@@ -928,7 +943,7 @@ if b_top in sweep and b_rival in sweep:
 top = max(bench.points, key=lambda p: p.mfu)
 swept = max(q.n for q in limits.matmul_points if q.dtype == top.ceiling)  # notebook 00's largest size
 print(ex.largest_mfu_text(top, swept, SHARE, THREADS, sizing.CORES))
-at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 MFU of this setting
+at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 share of this setting
 # every cell that timed an fp32 step at batch BATCH, each in its own rounds beside other steps (ms)
 timed = {"this sweep, beside every batch and bf16": at_batch.step.median_s * 1e3}
 if AMP_BATCH == BATCH:
@@ -952,13 +967,14 @@ if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:
     timed["the batch curve, beside the other batches"] = curve.step_s(curve.batches.index(BATCH)).value * 1e3
-print(f"fp32 at batch {BATCH}: MFU {at_batch.mfu:.1%} of the measured float32 matmul ceiling"
-      + (f" on {THREADS} of {sizing.CORES} threads (that ceiling is {SHARE:.0%} of the all-core one; against "
-         f"the all-core one the step's MFU is {at_batch.mfu * SHARE:.1%})" if SHARE < 1 else "")
-      + ", the figure the summary reports, from this sweep's step time")
+print(f"fp32 at batch {BATCH}: model FLOP/s {at_batch.mfu:.1%} of the measured float32 matmul ceiling" + (
+      f" on {THREADS} of {sizing.CORES} threads (that ceiling is {SHARE:.0%} of the all-core one; against the "
+      f"all-core one, {at_batch.mfu * SHARE:.1%})" if SHARE < 1 else "") + ", not an MFU (no vendor peak), the "
+      "figure the summary reports, from this sweep's step time")
 print(f"the fp32 batch-{BATCH} step in this notebook: " + "; ".join(f"{k}: {v:.1f} ms" for k, v in timed.items())
-      + f". They spread {max(timed.values()) / min(timed.values()):.2f}x: each cell times its step in its own rounds, "
-      "beside other steps and under the load of its own minutes (load average now "
+      + f". They spread {max(timed.values()) / min(timed.values()):.2f}x" + throughput.cross_run_spread(
+          {b: p.step.median_s for b, p in sweep.items()}, {b: curve.step_s(i).value for i, b in enumerate(curve.batches)})
+      + ": each cell times its step in its own rounds, beside other steps and under the load of its own minutes (load average now "
       f"{os.getloadavg()[0]:.1f} on {sizing.CORES} cores), so each ratio in this notebook is taken inside one cell's "
       "rounds, never across cells.")
 
@@ -1040,9 +1056,9 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # * **Shapes** matter per matmul: on tensor cores (multiples of 8 in fp16/bf16) and on a CPU's vector
 #   units (section 5 printed what widths off the grid cost one matmul here); whether padding a
 #   dimension pays at the step level is measured too (section 5's vocabulary), not assumed.
-# * **MFU** puts every number on one scale: model FLOPs per second over a peak; here the ceiling
-#   measured on the threads the step ran on (section 6 prints the all-core share beside it), a
-#   lower denominator than the vendor's peak the field divides by.
+# * **MFU** puts every number on one scale: model FLOPs per second over the vendor's peak. With
+#   no trusted peak here, section 6 divides by the ceiling measured on the threads the step ran on
+#   (and prints the all-core share beside it): a share of a measured ceiling, not an MFU.
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
 #   outgrow the cache and memory the allocator hands back (to fault in again every step) can
 #   cost more per token; section 6 counts both terms at each batch (ops past the cache, page
@@ -1051,16 +1067,14 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %%
 viz.show_headlines({
     f"bf16 step, fp32's time over bf16's (batch {AMP_BATCH}; below 1x: bf16 slower)": ex.ratio_text(amp),
-    "GELU chain compiled": f"{fused_x.value:.2f}x, compile {rec.compile_s:.1f} s",
-    f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x" + (" (a disturbed sweep: not evidence)" if jump else ""),
-    "MFU (section 6)": (f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the "
-                        "all-core fp32 one): " if SHARE < 1 else "")
-                       + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the measured fp32 ceiling"
-                       + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + "; bf16 batch "
-                       f"{bf16_top.batch}: " + (f"{bf16_top.mfu:.1%} of the bfloat16 ceiling"
-                                               if bf16_top.ceiling == "bfloat16" else
-                                               f"model FLOP/s {bf16_top.mfu:.1%} of the float32 ceiling (emulated "
-                                               "bf16: not an MFU)"),
+    "GELU chain compiled": f"{fused_x.text('x')}, compile {rec.compile_s:.1f} s",
+    f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x, ratio of medians" + (" (disturbed: not evidence)" * bool(jump)),
+    "model FLOP/s over the measured matmul ceiling (section 6; not an MFU: no vendor peak)": (
+        f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the all-core fp32 "
+        "one): " if SHARE < 1 else "") + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the measured fp32 ceiling"
+    + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + f"; bf16 batch {bf16_top.batch}: "
+    + (f"{bf16_top.mfu:.1%} of the bfloat16 ceiling" if bf16_top.ceiling == "bfloat16" else
+       f"{bf16_top.mfu:.1%} of the float32 ceiling (emulated bf16)"),
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
         f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x:.2f}x (ratio of medians)" if sweep_x else "")}

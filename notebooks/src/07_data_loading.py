@@ -61,7 +61,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from perfkit import hw, models, stats, timing, viz
-from perfkit.data import LoaderConfig, SlowDataset, datasets, measure_loader, simulate_pipeline
+from perfkit.data import LoaderConfig, SlowDataset, datasets, measure_loader, ratio_explain, simulate_pipeline
 from perfkit.data import experiments as ex
 from perfkit.data import overlap as ov
 from perfkit.verdict import Prediction, judge
@@ -179,20 +179,22 @@ why1 = (f"Of the step, {med['1 worker'][0]:.1f} ms waited for the worker's batch
         f"of their medians); contention, the step's compute took {took:.2f}x its {compute_s * 1e3:.1f} ms alone "
         f"({med['1 worker'][1] - compute_s * 1e3:+.1f} ms) beside the worker's tokenizing on {CORES} cores; the "
         "handoff, which section 2a measures.")
+step1, model1 = round(runs["1 worker"].step_time().value * 1e3, 1), round(max(compute_s, load_s) * 1e3, 1)  # ms
+over, made = step1 - model1, round(jitter_ms, 1) + round(med["1 worker"][1] - compute_s * 1e3, 1)  # as printed
+why1 += (f" Of the {over:+.1f} ms the median step lies above the model, jitter and contention make {made:+.1f} ms; "
+         + (f"the other {over - made:+.1f} ms holds the handoff and what this run does not split (medians of a "
+            "step's parts need not add up to its median)." if over > made else "they cover all of it.")
+         ) if over > 0 else ""
 viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
                        value=max(compute_s, load_s) * 1e3, rel_tol=0.25, unit=" ms"),
             runs["1 worker"].step_time().scaled(1e3), explain={"above": why1, "held": why1})
-two = stats.median_ratio(runs["2 workers"].step_s, runs["1 worker"].step_s, paired=False)
-print(f"2 workers' step over 1 worker's (ratio of the runs' median steps): {two.text('x')}: "
-      + (f"a second worker made the step slower (two tokenizing workers and the model's compute thread share "
-         f"{CORES} cores)" if two.clear_of(1.0, "x") == "above" else
-         "a second worker made the step faster: one worker did not keep up" if two.clear_of(1.0, "x") == "below" else
-         "the run cannot tell the two apart"))
+print(ex.worker_gain(runs["1 worker"], runs["2 workers"], CORES))
 
 # %% [markdown]
-# On a GPU server with 16-64 cores the trade-off between workers and the model's own compute
-# disappears, which is why the usual advice is "as many workers as it takes, up to the cores
-# you have".
+# On a GPU server the model's compute moves to the accelerator, but the trade-off does not
+# vanish: each rank's workers share its cores (often 8-16 per GPU) with its own Python thread,
+# which launches the kernels, and with the pinning and communication threads. Hence the usual
+# advice: as many workers as it takes, up to the cores each rank can spare.
 #
 # ## 2. The knobs of `torch.utils.data.DataLoader`
 #
@@ -320,31 +322,21 @@ for w in WORKERS[at_cores:]:
 print(f"the model's ratio of {last} workers over {at} for {SWEEP_BATCHES} batches, first step dropped: "
       f"{model_x:.3f}x (the long-run cap gives 1x)")
 past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
-short_of = {w: rate[w] / model_rate[w] for w in (at, last)}   # each run's share of its model
 steps_ms = [(w + c) * 1e3 for w, c in zip(cpu_runs[-1].wait_s[0][1:], cpu_runs[-1].compute_s[0][1:])]  # steady
 bursty = max(steps_ms) > 2 * statistics.median(steps_ms)
-blocks = ("The figure is the ratio of the two runs' median block means (the lines above divide their mean steady "
-          f"rates: {rate[last] / rate[at]:.2f}x), blocks of consecutive steps, since queued "
+blocks = ("The figure is the ratio of the two runs' median block means, blocks of consecutive steps, since queued "
           "batches carry over from one step to the next" + (
               f" and the {last}-worker run's steps came in bursts (median {statistics.median(steps_ms):.1f} ms, "
               f"slowest {max(steps_ms):.1f} ms: batches that workers sharing the cores finish together, then a "
               "wait), which a block spans" if bursty else "")
           + ": with a handful of blocks a run, the interval is wide, and only a larger difference would decide.")
+measured_x = ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores])  # the ratio of median block means
 viz.verdict(Prediction(f"samples/s with {last} busy workers over {at}",
                        "busy workers share the cores: the model's ratio for runs this long",
                        value=model_x, rel_tol=0.10, unit="x"),
-            ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores]), explain={
-    "above": f"The {at}-worker run reached {short_of[at]:.0%} of its model's {model_rate[at]:.0f} samples/s and the "
-             f"{last}-worker run {short_of[last]:.0%} of its model's {model_rate[last]:.0f}: " + (
-                 f"the {at}-worker run fell further short of its model, which lifts the ratio." if
-                 short_of[at] < short_of[last] else
-                 f"both fell short alike; the {last}-worker run's steady steps drew more from the batches "
-                 "finished during its dropped first step than the model's did."),
-    "below": f"The {last}-worker run reached {short_of[last]:.0%} of its model's {model_rate[last]:.0f} samples/s "
-             f"and the {at}-worker run {short_of[at]:.0%} of its model's {model_rate[at]:.0f}: the model shares the "
-             f"cores among {last} busy processes at no cost, and switching between them is not free.",
-    "held": f"Samples/s at {at} workers {rate[at]:.0f} ({short_of[at]:.0%} of the model's), past it: {past}.",
-    "inconclusive": blocks})
+            measured_x, explain={**ratio_explain(rate, model_rate, at, last, measured_x), "inconclusive": blocks,
+                                 "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%}"
+                                         f" of the model's), past it: {past}."})
 short = [w for w, r, p in zip(WORKERS[1:], cpu_runs[1:], cpu_pred[1:]) if r.steady_step_s > p.steady_step_s / 0.9]
 print("worker counts, past the fitted 0, measured below 90 % of the model's throughput: "
       + (", ".join(map(str, short)) + ": the model shares the cores among the workers alone, at no cost, while "
@@ -680,10 +672,13 @@ for kind in ("sleep", "spin"):
               ov.spin_load_note({**ms, "load only": t_load, "compute only": t_compute}, t_step * 1e3 * max(
                   0.0, 1 - spin_s / batch_load_s)) if kind == "spin" else ""))  # 2b's share, as for t_spin
 print(f"model: load {t_load:.2f} ms, compute {t_compute:.2f} ms per step (each a loop of {N} steps in these rounds; "
-      f"the step timed alone above took {t_step * 1e3:.1f} ms); overlapped at least {floor_ms:.2f} ms/step ("
-      + ("the first load and the last step unhidden" if EXHAUSTS else
-         "the first load unhidden, and, where loading is the longer part, the load begun as the loop stops")
-      + f"); hidden fraction {bound:.3f} (the figure's overlap line is this floor)")
+      f"the step timed alone above took {t_step * 1e3:.1f} ms); overlapped, its floor is {floor_ms:.2f} ms/step "
+      "(each part at its time apart; " + ("the first load and the last step unhidden" if EXHAUSTS else
+                                          "the first load unhidden, and, where loading is the longer part, the "
+                                          "load begun as the loop stops")
+      + f"); hidden fraction {bound:.3f} (the figure's overlap line is this floor" + (
+          ", which the prefetched sleep loop beat: the verdict below weighs by how much)"
+          if ms["Prefetcher, sleep load"] < floor_ms else ")"))
 fastest = ov.gil_least_step(t_load, t_compute, probe.slowdown.low, t_spin)  # ms/step, the most generous edge
 longer = max(t_load, t_compute)  # ms/step: a least step above it is a bound the GIL load is judged on
 fig = vdata.plot_overlap(ms, t_load, t_compute, steps=N, floor_ms=floor_ms,

@@ -55,7 +55,7 @@ import torch
 from IPython.display import Markdown, display
 
 import perfkit
-from perfkit import ceilings, compute, hw, viz
+from perfkit import ceilings, compute, hw, stats, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.profiling.capstone_text import percent2, still_listed
@@ -97,8 +97,8 @@ for name, what in slow_train.FIXES.items():
 # script's own result (its JSON line: step times, losses) comes back through
 # `perfkit.dist.launch`. Its speed is measured on the `MEASURE` steps after the window, without
 # the profiler: tokens/s from their median. Every round runs on to the target loss of section 4,
-# but only those steps are its speed, so that every run (a repeat run stops after them) is
-# read at the same point of its life. (The report's own throughput line is rank 0's samples per
+# but only those steps are read as its speed, so that every run (a repeat run stops after them) is
+# read at the same point of its life; section 4 says how far a whole run's rate strays from them. (The report's own throughput line is rank 0's samples per
 # second at the batch its DataLoader yields; every other throughput here is both ranks' tokens/s.)
 
 # %%
@@ -111,7 +111,7 @@ report = loop.start()
 print(rel(render_text(report)).split("\nFindings")[0])
 built = loop.rounds[0]["result"]  # the script's own result: DDP's buckets by its rule (parallel.assign_buckets)
 print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']:,} gradient values, each closed "
-      f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} all-reduces a step")
+      f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} bucket all-reduces a step, and one of its used-parameter map (find_unused_parameters=True)")
 
 # %% [markdown]
 # The findings, worst first (each names its evidence from this run, the most fixing it can
@@ -182,7 +182,7 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   is against the mean of the two, so a load that drifts steadily across the three runs cancels.
 #   Its interval comes from each run's median step (each median's order-statistic interval, the
 #   three holding together at 90 %, `perfkit.stats.of_medians`), widened to the ratio against each
-#   "before" alone: it covers more than 90 %, so a round is inconclusive more often than a plain
+#   "before" alone: it covers 90 % or more (the verdicts' "90% interval" is this one), so a round is inconclusive more often than a plain
 #   90 % interval would make it. Where the two runs before lie more than a tenth apart, the
 #   verdict names them and the fix's ratio against each;
 # * QUICK: each configuration runs **once**, and the run after one fix is the run before the next:
@@ -195,12 +195,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # (`find_unused_parameters=True`) are of its host copy of the used-parameter map
 # (`local_used_map_[variable_index].item<int>()` in `Reducer::finalize_bucket_dense`, once per
 # parameter), and DDP finalizes bucket by bucket, each after waiting for its all-reduce; with the
-# slow job's 1,048-byte buckets (`bucket_cap_mb=0.001`, section 1 prints how many), every such
+# slow job's buckets, each closed at 1,048 bytes (`bucket_cap_mb=0.001`, section 1 prints how many), every such
 # wait after the first bucket's falls between two reads: communication booked as sync, which the
 # sync fix cannot remove and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer
 # also copies the map's device copy back to the host: a real device sync there.) Where what the
-# sync fix can remove is under 5 % of the step (`MIN_TESTABLE_SHARE`), the gain from removing it
-# lies within 5 % of 1x, closer than two runs of this job minutes apart repeat: that round is shown
+# sync fix can remove is under 5 % of an unprofiled step (`MIN_TESTABLE_SHARE`; its profiled share times
+# the factor above), the gain from removing it is bounded near 1x, closer than two runs of this job minutes apart repeat: that round is shown
 # as **context**, not judged; a measurement past a context bound is said, with what the round
 # measured that carried it there. So is any finding that fires on its count of reads with a share under 5 %.
 #
@@ -343,7 +343,7 @@ display(Markdown(viz.total_text(total)))
 unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if g.clear_of(1.0, "x") != "above"]
 if loop.waterfall:
     viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved,
-                       title="Each fix's tokens/s speedup as measured in its round")
+                       title="Each fix's tokens/s speedup as measured in its round, then the drift and the total")
     plt.show()
 print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
@@ -381,7 +381,8 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # at the first read past the target and its curve runs on a few steps below it; the time and the
 # steps to the target are taken afterwards from every step's recorded loss. Each side is one run,
 # so the ratio below has no interval: where a curve approaches the target slowly, a little
-# noise moves its crossing by a lot. The learning rate was chosen as the best of three at both
+# noise moves its crossing by a lot. One ratio is one sample, too few for an interval, so the
+# verdict is inconclusive wherever it falls, and says on which side of the edges it lies. The learning rate was chosen as the best of three at both
 # batch sizes (`slow_train.LR`), so the larger batch is not held back by a rate tuned for the
 # smaller one.
 
@@ -402,11 +403,11 @@ if not loop.applied:  # the slow run against itself: nothing to judge
 elif None not in reach.values():  # the edge: the tokens/s gain of these two runs
     tt_gain, tokens_x = reach["slow"][0] / reach["fixed"][0], reach["fixed"][1] / reach["slow"][1]
     pair = round_speedup(job, [first], last)  # the fixed run over the slow run whose time is read
-    print(viz.target_text(tt_gain, tokens_x, pair, total))
+    print(viz.target_text(tt_gain, tokens_x, pair, total, (reach["slow"][1] / reach["slow"][0], job.tokens_per_s(first))))
     viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job, so at most "
                            "the top of these two runs' tokens/s interval", high=pair.high, low=1.0,
-                           unit="x", soft=("low", "high")), tt_gain, explain={
-        "held": (f"The range, 1x to {pair.high:.3g}x, is wide: held says little more than the direction. "
+                           unit="x", soft=("low", "high")), stats.Estimate(tt_gain, tt_gain, tt_gain, 0.9, 1, "one run of each side", needs=5), explain={
+        "held": (f"The range, 1x to {pair.high:.3g}x, is wide: inside it says little more than the direction. "
                  if pair.high >= 2 else "") + f"The fixed job needed {tokens_x:.2f}x the tokens" + (
             ": the larger batch takes fewer, larger steps for the same tokens, the likeliest cause (one run of "
             "each side, so this run does not separate the batch from the other fixes)." if "batch" in last["fixes"] else
@@ -466,7 +467,7 @@ viz.show_headlines({
                 + f" -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
                 f"(the rounds' product {total.product.value:.2f}x{', drift between rounds' if total.drift else ''}; "
                 + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
-    "each round's outcome (context: a bound too loose to judge)": ", ".join(
+    "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
     "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, (
         "the diagnosed share", "whether the diagnosed shares predict the gains")),

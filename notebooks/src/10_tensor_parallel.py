@@ -96,6 +96,7 @@ from perfkit.parallel import (
     charge_choice,
     crossover_width,
     intercept_note,
+    offset_note,
     region_activation_bytes,
     sp_synced_values,
     speedup_crossing,
@@ -479,8 +480,7 @@ print("measured, the split block was " + "; ".join(f"{how} at C = {', '.join(map
     ("slower", slower), ("faster", faster), ("within its interval of 1x", unsure)) if ws))
 
 
-def placed(c: float | None) -> str:
-    """Where a model's crossover lies against the measured crossing's interval."""
+def placed(c: float | None) -> str:   # where a model's crossover lies against the measured crossing's interval
     if c is None:
         return "none below C = 1M"
     if crossing is None or not crossing.has_interval:
@@ -492,9 +492,9 @@ def placed(c: float | None) -> str:
 
 
 models = (f"The model at the one-thread ceiling, every call charged the fit's line, crosses at {placed(cross_pred)}; "
-          f"at the widest block's measured rate "
-          f"({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} (one rate for every width: the "
-          "table in the next cell gives each width's own).")
+          f"at the widest block's measured rate ({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} "
+          "(one rate for every width: the table in the next cell gives each width's own)." + offset_note(ceiling, achieved,
+              [fit.predict(ar_bytes[c]) for c in WIDTHS], [call[c] for c in WIDTHS], [s - u / T_DEGREE - m for u, m, s in parts.values()]))
 if crossing is None:   # no two adjacent widths' medians straddle 1x
     meds = [measured[c].value for c in WIDTHS]
     edge, side = (WIDTHS[-1], "above") if max(meds) < 1 else (WIDTHS[0], "below") if min(meds) >= 1 else (None, "")
@@ -653,5 +653,5 @@ viz.show_headlines({
     f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
     "width from which splitting pays: measured; predicted (ceiling, fit's line)": (
         ("outside the widths timed" if crossing is None else f"C = {crossing.text()}") + "; "
-        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}")),
+        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}; at the measured rate {placed(cross)}")),
 })

@@ -15,8 +15,10 @@
 # consecutive layers (a *stage*), activations travel forward from stage to stage and
 # gradients travel back, point to point: for a micro-batch of `b` sequences (below), one tensor
 # of `b x T x C` per **hop** (one stage to the next). Nothing is
-# replicated, little is sent; the price is time. Stage 2 cannot start before stage 1 has
-# finished, so the batch is cut into `m` **micro-batches** that follow one another through
+# replicated (but a weight two stages share: a GPT whose output layer reuses the input
+# embedding keeps a copy on the last stage and all-reduces its gradient with the first stage's
+# every step, as Megatron-LM does), little is sent; the price is time. Stage 2 cannot start
+# before stage 1 has finished, so the batch is cut into `m` **micro-batches** that follow one another through
 # the pipe, and the idle slots while the pipe fills and drains are the **bubble**.
 #
 # A **schedule** says in which order each process runs its forward (`F`) and backward (`B`)
@@ -71,6 +73,7 @@ from perfkit.parallel import (
     DeadlockError,
     Schedule,
     bubble_formula,
+    fb_split_note,
     make_schedule,
     one_f_one_b,
     parse_actions,
@@ -335,9 +338,7 @@ viz.verdict(p_real, est, explain={
           + f"Fed with each step's measured actions and hop, the simulator gives a median of {sim_med:.3f}, "
           f"{sim_med - planned:+.3f} from the prediction (actions that took another time in the pipeline than alone, "
           f"unequally on the two stages, and the hop; the stages' busy times differ by {imbalance:.0%} in the step "
-          f"drawn above, {alone:.0%} timed alone). With F : B = 1 : {fb['B'] / fb['F']:.2f} as that step ran them "
-          f"(the prediction's 1 : 2), the simulator fed with the stage costs timed alone would have given "
-          f"{simulate(make_schedule('1f1b', P, 4), split_costs(stage_s, fb)).bubble_share:.3f}. "
+          f"drawn above, {alone:.0%} timed alone). {fb_split_note(stage_s, (fb['F'], fb['B']), planned, P, 4)} "
           f"Each step's measured share less its own simulated one: "
           f"{between.text()}" + (": time between actions the simulator does not hold (its cause is not measured "
                                  "here: Python between them, or a process waiting for its core)."
@@ -366,8 +367,11 @@ viz.verdict(p_real, est, explain={
 # output gradients, not the whole graph (Qi et al. count that memory apart); ZB-H1's bytes
 # are not measured here.
 #
-# A share can also fall because the busy time rose (splitting `B` into `I` and `W` costs more
-# calls than `B` alone), so what training pays is the step time. The job runs both schedules on
+# A share can also fall because the busy time rose, so what training pays is the step time. Two
+# things in this implementation can raise it: splitting `B` into `I` and `W` costs more calls
+# than `B` alone, and the forward changes too, though ZB-H1 does not split it: so that `W` can
+# run apart, every `nn.Linear`'s forward runs *tapped*, on detached aliases of its weight, each
+# call recorded for `W` (`perfkit.parallel._split_backward`). The job runs both schedules on
 # the same stages in alternating rounds, one step of each per round (1F1B first, then ZB-H1
 # first, and so on), so each figure below is the median of the rounds' own ratios: load that
 # hits a whole round cancels in them. In every round the step is the busy time per stage over
@@ -378,8 +382,9 @@ viz.verdict(p_real, est, explain={
 # simulator fed with section 6's stage costs timed alone, each backward split into an `I` and a
 # `W` of a forward's cost (Qi et al. take the three alike) at no cost: the busy time stays
 # 1F1B's and only the bubble shrinks; within 10 %. The cell records it before ZB-H1's steps are
-# read. What the split costs in busy time on this CPU is not in the model; the verdict sets the
-# measured busy time and idle part beside the model's, and the model fed with the split as measured.
+# read. What the split costs in busy time on this CPU (the tapped forward, the extra calls) is not
+# in the model; the verdict sets the measured busy time and idle part beside the model's, the
+# model fed with the split as measured, and ZB-H1's `F` and `I + W` beside 1F1B's `F` and `B`.
 
 # %%
 ideal_tl = simulate(make_schedule("zb_h1", P, 4), split_costs(stage_s))   # F = I = W, a third of a stage each
@@ -411,7 +416,7 @@ display(Markdown(
 # %%
 fiw = [times[k] for k in "FIW"]   # the model fed with this split, beside the recorded prediction; not judged
 parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, fiw, share_ratio, ideal_tl.bubble_share / planned,
-                     zb_split_step(stage_s, fiw, P, 4))   # the step is the two factors' product in each round
+                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]))   # fb: 1F1B's, section 6
 zb_verdict = judge(p_zb, step_ratio, explain=dict.fromkeys(("above", "below", "held"), parts))
 viz.show_verdict(zb_verdict)
 
@@ -446,6 +451,8 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 #   Megatron-LM's `send_forward_recv_backward`) keep 1F1B from section 1's deadlock there too.
 # - Zero-bubble schedules judge themselves by step time: a smaller bubble share that costs
 #   more busy time is no gain (section 7 judges the step and prints the busy time beside it).
+#   Time the forward in both schedules too: an implementation that instruments it for the
+#   split (this one taps every `nn.Linear`) can slow the action it does not split.
 
 # %%
 side, ends = zb_side(step_ratio)   # the step's interval at the digits that decide longer or shorter

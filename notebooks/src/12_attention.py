@@ -350,12 +350,16 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %% [markdown]
 # The table sets every implementation's time per FLOP at each length; its last row is each
 # column's change over the two longest lengths, where the tile model expects none for a tile
-# size. Then the verdict on the prediction recorded with the fit.
+# size. The FLOPs are counted, not measured: the tiled columns' include the backward's
+# recomputation of the scores (`4 + 10` units of `bq bk D` per tile), eager's and SDPA's the
+# `4 + 8` of a backward that keeps them, though SDPA's kernel recomputes too: its column is
+# time per FLOP of eager's count, not of what it runs. Then the verdict on the prediction
+# recorded with the fit.
 
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = ac.tile_miss_note(points, model, 64, B, H, D) + " This run does not time why."
+fitted = ac.tile_miss_note(points, model, 64, B, H, D) + " This run does not time why." + ac.same_call_note(here, there, "section 3's call")
 viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
     "above": fitted, "below": fitted, "held": fitted,
     "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "
@@ -475,7 +479,7 @@ for split in ("contiguous", "zigzag"):
     per_rank = [r["time"]["splits"][split]["compute_s"] for r in res]
     timed = cm.timed_imbalance(per_rank)
     print(f"{split}: compute per round over {len(per_rank[0])} rounds, " + "; ".join(
-        f"rank {i} median {viz.si(statistics.median(xs), 's')} ({viz.si(min(xs), 's')} to {viz.si(max(xs), 's')})"
+        f"rank {i} median {viz.si(statistics.median(xs), 's')} ({viz.si(min(xs), 's')} to {viz.si(max(xs), 's')}, the slowest {max(xs) / statistics.median(xs):.2f}x it)"
         for i, xs in enumerate(per_rank)))
     viz.verdict(Prediction(f"{split} split: busier rank's compute over the mean (P = 2)",
                            "tile FLOPs counted per rank", value=want_imb, rel_tol=0.25,
@@ -499,7 +503,7 @@ rounds = RING["time"]["repeat"]
 ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]   # s: the longer of the ranks' waits
 over = sum(r > transfers for r in ready)   # rounds whose wait after both had sent passed the transfers alone
 print(f"one K/V block's exchange alone {viz.si(exchange, 's')}, a K/V and a dK/dV block posted together "
-      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x): {viz.si(transfers, 's')} of transfers alone per forward + "
+      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x, for twice the bytes): {viz.si(transfers, 's')} of transfers alone per forward + "
       "backward")
 ring_v = judge(Prediction("time a rank waited after both neighbours had sent, per forward + backward (zig-zag)",
                           "overlapped: at most the transfers alone", high=transfers, unit=" s"),
@@ -508,7 +512,8 @@ ring_v = judge(Prediction("time a rank waited after both neighbours had sent, pe
              "message can also wait for the receiving process's thread to run.",
     "held": f"The rounds' waits after both neighbours had sent ran from {viz.si(min(ready), 's')} to "
             f"{viz.si(max(ready), 's')}, above the transfers alone in {over} of {rounds} rounds; a round in which "
-            "the receiving process waits for its core pays that wait whole."})
+            f"the receiving process waits for its core pays that wait whole. The bound is {transfers / statistics.median(x for z in zz for x in z['compute_s']):.1%} "
+            "of a rank's median compute per forward + backward: a held verdict says little of what a step pays waiting (the table below)."})
 viz.show_verdict(ring_v)
 
 # %%

@@ -20,8 +20,10 @@ from perfkit.comm.bucketing import (
     BucketSaving,
     bucket_count_effect,
     bucket_saving,
-    small_call_cost,
+    overlap_apart_text,
+    overlap_said,
     step_comm_text,
+    together_share,
 )
 from perfkit.comm.collectives import (
     OPS,
@@ -32,7 +34,9 @@ from perfkit.comm.collectives import (
     busbw_share,
     gloo_reduce_scatter_text,
     isolated_times,
+    medians_against_pairs,
     reduce_scatter_single,
+    small_call_cost,
     sweep,
 )
 from perfkit.comm.experiments import (
@@ -40,7 +44,6 @@ from perfkit.comm.experiments import (
     RingCheck,
     fit_quality,
     hidden_share,
-    medians_against_pairs,
     ring_check,
     ring_check_text,
     ring_regime_text,
@@ -74,6 +77,9 @@ __all__ = [
     "FitQuality",
     "hidden_share",
     "medians_against_pairs",
+    "overlap_apart_text",
+    "overlap_said",
+    "together_share",
     "INTERCONNECTS",
     "Interconnect",
     "PaysOn",

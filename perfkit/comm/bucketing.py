@@ -9,8 +9,8 @@ and what one call costs at the step's tensor sizes, read off the sweep's own poi
 fitted line's intercept. The record's sentences say which of them can account for a gap, and by
 how much, rather than naming a cause the numbers cannot carry. :func:`bucket_count_effect` holds
 DDP's steps at several bucket caps against the same model, with the overlap that more buckets
-allow behind backward. :func:`small_call_cost` gives the cost both charge a call: the fit's
-intercept, or the sweep's smallest call where the intercept departs from it.
+allow behind backward; :func:`overlap_apart_text`, what an overlapped step saved beyond running its
+all-reduces together.
 
 Usage::
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
@@ -35,7 +36,8 @@ from perfkit.comm.experiments import hidden_share
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving", "small_call_cost", "step_comm_text"]
+__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving", "overlap_apart_text", "overlap_said",
+           "step_comm_text", "together_share"]
 
 
 @dataclass(frozen=True)
@@ -205,42 +207,14 @@ def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_ca
                         largest_bytes, bucketed_s, ratio)
 
 
-def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta,
-                    tol: float = 0.25) -> tuple[float, str]:
-    """The cost a model charges one call before its bytes, s, and a sentence saying where it came from.
-
-    The fit's intercept ``alpha`` is fitted across all sizes, so it need not be what a small call
-    costs. Where it lies within ``tol`` of the sweep's smallest size's median time, that is
-    ``alpha``; where it departs further, the smallest size's measured median, so that models
-    charging start-ups (notebook 02's sections 4 and 5) charge a measured call, not the line's
-    intercept.
-
-    Raises:
-        TypeError, ValueError: for no points, a point that is not a CollectivePoint, a ``fit``
-            that is not an AlphaBeta, or ``tol`` not in ``[0, 1)``.
-    """
-    items = check_items("points", points)
-    first = min((check_type(f"points[{i}]", p, CollectivePoint) for i, p in enumerate(items)),
-                key=lambda p: p.nbytes)
-    check_type("fit", fit, AlphaBeta)
-    check_real("tol", tol, 0, 1, hi_open=True)
-    off = fit.alpha_s / first.time_s - 1  # the intercept against the smallest call measured
-    call = f"the sweep's smallest call ({si(first.nbytes, 'B')}: {si(first.time_s, 's')})"
-    if abs(off) <= tol:
-        return fit.alpha_s, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, {off:+.0%} from "
-                             f"{call}, within {tol:.0%}.")
-    return first.time_s, (f"Each call is charged {call} as alpha: the fit's intercept, "
-                          f"{si(fit.alpha_s, 's')}, lies {off:+.0%} from it, beyond {tol:.0%}, so the models "
-                          "use the measured call.")
-
-
 def _signed(x: float) -> str:
     """``"2.86 ms slower"``, ``"718 µs faster"``: a step-time difference, s."""
     return f"{si(abs(x), 's')} {'slower' if x >= 0 else 'faster'}"
 
 
 def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
-                        hidden_s: float | None = None, hidden_said: str = "backward alone") -> str:
+                        hidden_s: float | None = None, hidden_said: str = "backward alone",
+                        call_range_s: tuple[float, float] | None = None) -> str:
     """A sentence: most against fewest all-reduces per step, measured and by the model.
 
     The model's scope: each extra all-reduce pays ``alpha`` more in start-ups, and, given
@@ -263,6 +237,9 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
         hidden_s: the most communication more buckets can hide behind backward (backward timed
             alone), s (>= 0); ``None``: start-ups only.
         hidden_said: which reading of backward ``hidden_s`` is, as the sentence names it.
+        call_range_s: the fastest and slowest small call the sweep measured, s (``None`` in it: not
+            measured): the sentence also gives the start-ups at those costs per call (the judgement
+            stays on ``alpha_s``).
 
     Raises:
         TypeError, ValueError: for no records, a record without those keys, or a negative
@@ -285,6 +262,10 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     lo = hi - (hidden_s or 0.0) if extra else hi  # s: less all the overlap more buckets can add
     text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {_signed(diff)} measured (the fastest "
             f"cap of each count); by the model, {extra} x alpha = {si(hi, 's')} more in start-ups")
+    if call_range_s is not None and None not in call_range_s and extra:
+        a, b = (check_real("call_range_s", x, 0) for x in call_range_s)
+        text += (f" ({si(extra * a, 's')} to {si(extra * b, 's')} at the sweep's small calls, {si(a, 's')} "
+                 f"to {si(b, 's')} each; the range below uses alpha)")
     if lo < hi:
         text += (f", less up to {si(hi - lo, 's')} that more buckets can hide behind backward ({hidden_said}"
                  f"): between {_signed(lo)} and {_signed(hi)}")
@@ -336,7 +317,7 @@ def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:
     med = {k: float(np.median([check_real(f"times_s[{k!r}]", x, 0, lo_open=True)
                                for x in check_items(f"times_s[{k!r}]", times_s[k])])) for k in keys}
     inside, alone = med["bucketed"] - med["compute_only"], med["comm_only"]  # s
-    judged = " The overlap is judged against the step's own communication"
+    judged = " The overlapped step's saving is judged against the step's own communication"
     if inside > 1.1 * alone:
         return (" Inside the step each bucket is packed first, and the processes reach each all-reduce at "
                 "different times, the first to arrive waiting for the other." + judged + ".")
@@ -349,6 +330,90 @@ def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:
             f"{si(med['bucketed'], 's')}, which holds both without overlap. So the step ran its all-reduces "
             "faster than they ran alone, or its compute faster than compute alone, or the medians, each over "
             "separately scattered rounds, do not add; this run does not measure which." + judged
-            + f" ({si(inside, 's')}: ceiling {ceiling:.2f}, hidden share {hidden.value:.2f}); against the "
-            f"all-reduces alone ({si(alone, 's')}) the ceiling would be {alt_ceiling:.2f} and the hidden "
-            f"share {alt.value:.2f}.")
+            + f" ({si(inside, 's')}: ceiling {ceiling:.2f}, share saved {hidden.value:.2f}); against the "
+            f"all-reduces alone ({si(alone, 's')}) the ceiling would be {alt_ceiling:.2f} and the share "
+            f"saved {alt.value:.2f}.")
+
+
+def together_share(times_s: Mapping[str, Sequence[float]]) -> stats.Estimate:
+    """Share of the bucketed step's communication (as :func:`hidden_share`'s) that launching its
+    all-reduces together saved, timed alone: the median round's ``(comm_only - comm_together) / comm``
+    with its interval. The overlapped step can save this without hiding anything behind backward.
+
+    Raises:
+        TypeError, ValueError: as :func:`hidden_share`, or a missing ``comm_only``/``comm_together``.
+    """
+    check_type("times_s", times_s, Mapping)
+    keys = ("compute_only", "bucketed", "comm_only", "comm_together")
+    if missing := [k for k in keys if k not in times_s]:
+        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
+    c, s, one, all_ = (np.asarray([check_real(f"times_s[{k!r}]", x, 0, lo_open=True)
+                                   for x in check_items(f"times_s[{k!r}]", times_s[k])]) for k in keys)
+    comm = float(np.median(s)) - float(np.median(c))  # s: as hidden_share's denominator
+    if comm <= 0:
+        raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
+                         f"medians (no communication showed in the step), got {comm:+.3g} s")
+    return stats.per_round(lambda a, b: (a - b) / comm, [one, all_], what="paired rounds")
+
+
+def overlap_apart_text(hidden: stats.Estimate, together: stats.Estimate, short: bool = False,
+                       pct: bool = False) -> str:
+    """What the overlapped step's saving (``hidden``, :func:`hidden_share`) shows beyond launching the
+    all-reduces together (``together``, :func:`together_share`): a saving running them together does
+    not explain only where ``hidden``'s 90 % interval lies wholly above ``together``'s, else none.
+    ``short``: a clause for a summary (``pct``: ``together`` in percent), else a sentence.
+
+    Raises:
+        TypeError: for an argument that is not an Estimate.
+    """
+    check_type("hidden", hidden, stats.Estimate), check_type("together", together, stats.Estimate)
+    both = hidden.has_interval and together.has_interval
+    beyond = both and hidden.low > together.high  # the two intervals apart
+    said = ("launching the same all-reduces together, timed alone without backward, saved "
+            + (together.scaled(100).text("%") if pct else together.text()))
+    if short:
+        return said + (": the overlapped step saved more, part of it beyond running them together"
+                       if beyond else ": this run shows no overlap with backward beyond that" if both else
+                       ": without intervals this run cannot tell the two apart")
+    said += " of the bucketed step's communication"
+    if beyond:
+        rel = (f"the overlapped step's interval lies above it: it saved {hidden.value - together.value:.2f} "
+               "of the communication more (by the two medians), a part that running the all-reduces "
+               "together does not explain and overlap with backward can give")
+    else:
+        rel = ((f"the overlapped step saved {'more' if hidden.value > together.value else 'less'} by the "
+                f"medians ({hidden.value:.2f} against {together.value:.2f}), "
+                if hidden.value != together.value else "")
+               + (("the two 90 % intervals overlap" if hidden.high >= together.low else
+                   "its interval lying below that one") + ": this run does not show" if both else
+                  "without intervals: this run cannot tell whether it shows")
+               + " the overlapped step hiding any communication behind backward beyond what launching its "
+               "all-reduces together saves")
+    return f" {said[0].upper()}{said[1:]}; {rel}."
+
+
+def overlap_said(outcome: str, hidden: stats.Estimate, ceiling: float, saved_s: float,
+                 cover_s: float) -> str:
+    """A few words on the overlap verdict's ``outcome`` for a summary: ``hidden`` the judged share,
+    ``ceiling`` backward's (a share), ``saved_s`` the median round's saving and ``cover_s`` what
+    backward could cover, s. An inconclusive one names the edge(s) its interval crosses.
+
+    Raises:
+        TypeError, ValueError: for an unknown outcome or an ``hidden`` that is not an Estimate.
+    """
+    check_type("hidden", hidden, stats.Estimate)
+    cover = f"the {ceiling:.0%} of it backward could cover"
+    if outcome == "held":
+        return f"held: within {cover}"
+    if outcome == "missed":
+        return (f"missed: above {cover} (the overlapped step saved {si(saved_s, 's')} in the median "
+                f"round, more than backward's {si(cover_s, 's')})" if hidden.value > ceiling else
+                f"missed: below 0 (in the median round the overlapped step took {si(-saved_s, 's')} more "
+                "than the bucketed one)")
+    if outcome == "inconclusive":
+        edges = [e for e, o in (("below 0", hidden.low < 0), (f"above {cover}", hidden.high > ceiling)) if o]
+        return ("inconclusive: its 90 % interval reaches " + (" and ".join(edges) or f"an edge of 0 to "
+                f"{ceiling:.0%}") if hidden.has_interval else "inconclusive: too few rounds for an interval")
+    if outcome == "disturbed":
+        return "disturbed: outside the range a share can take"
+    raise ValueError(f"outcome must be held, missed, inconclusive or disturbed, got {outcome!r}")

@@ -28,7 +28,6 @@ from perfkit.compress.experiments import (
     fused_default_note,
     medians_paid_text,
     residual_norms,
-    resolution_note,
     time_codecs,
 )
 from perfkit.compress.feedback import (
@@ -56,6 +55,11 @@ from perfkit.compress.isa_compile import (
     compile_for_isa,
     isa_options,
 )
+from perfkit.compress.narrate import (
+    ef_gap_text,
+    resolution_note,
+    slowdown_text,
+)
 from perfkit.compress.simulate import (
     gaussian_error,
     simulate_dp_training,
@@ -74,6 +78,7 @@ __all__ = [
     "compression_hook",
     "Compressor",
     "DITHER_POOL",
+    "ef_gap_text",
     "error_rows",
     "fused_default_note",
     "ErrorFeedback",
@@ -93,6 +98,7 @@ __all__ = [
     "sign_decode",
     "sign_encode",
     "simulate_dp_training",
+    "slowdown_text",
     "time_codecs",
     "TopK",
     "unpack_bits",

@@ -27,12 +27,13 @@ from perfkit._checks import check_int, check_items, check_real, check_seed, chec
 from perfkit.compress.codecs import QSGD, Compressor, RandomK, Sign, TopK
 from perfkit.compress.feedback import ErrorFeedback
 from perfkit.compress.fused import BYTES_PER_VALUE, FUSED_MIN_NUMEL, WRITTEN_PER_VALUE
+from perfkit.compress.narrate import ef_gap_text, resolution_note, slowdown_text  # noqa: F401 (cx.*, notebook 03)
 from perfkit.compress.simulate import gaussian_error
 from perfkit.timing import Measurement, Timer, interleaved
 from perfkit.units import si
 
 __all__ = ["CodecSplit", "CodecTimes", "codec_split", "conservation_error", "copy_share_range", "error_rows",
-           "resolution_note", "medians_paid_text",
+           "medians_paid_text",
            "fused_default_note", "residual_norms", "time_codecs"]
 
 
@@ -384,36 +385,3 @@ def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:
                     "timings of the same dense all-reduce differ, so this run cannot tell whether "
                     f"{'it' if one else 'they'} paid")
     return "; ".join(said)
-
-
-def resolution_note(ratio: Any, edge: float) -> str:
-    """Whether a step-time ratio's interval can resolve the gain an edge below 1x allows.
-
-    Args:
-        ratio: a paired step-time ratio (an estimate with ``low``, ``high`` and, optionally, a
-            ``level``; e.g. :func:`perfkit.stats.median_ratio`).
-        edge: the least ratio a model allows (< 1 for a gain: ``1 - edge`` of a step).
-
-    Returns:
-        ``""`` where the edge allows no gain. Otherwise, where the interval is wider than that
-        gain, a sentence, starting with a space, giving the gain as a share of the interval's
-        width: the run can show a step shorter than the edge by more than its noise, not a gain
-        of the edge's own size; then, in every case, a sentence that the edge is a floor only,
-        which a hook that made the step slower passes too.
-
-    Raises:
-        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``edge`` is not real.
-    """
-    lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
-    gain, width = 1 - check_real("edge", edge), hi - lo
-    if gain <= 0:
-        return ""
-    floor = (f" The edge, {edge:.3f}x, is a floor only: a hook that made the step slower, by any amount, "
-             "passes it too, so holding it does not show the gain.")
-    if width <= gain:
-        return floor
-    level = getattr(ratio, "level", None)
-    what = f"{level:.0%} interval" if isinstance(level, float) else "interval"
-    return (f" The gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the {what}'s width "
-            f"({width:.1%} of a step): this run can show a step shorter than the edge by more than its "
-            "noise, not resolve a gain of that size." + floor)

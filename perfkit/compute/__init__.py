@@ -18,6 +18,7 @@ from perfkit.compute.attention_cost import (
     TileCostModel,
     call_mix,
     eager_bytes_per_score,
+    same_call_note,
     saved_bytes_sweep,
     tile_miss_note,
     time_attention,
@@ -177,6 +178,7 @@ from perfkit.compute.phase_roofline import PhaseModel, backward_over_forward
 from perfkit.compute.throughput import (
     StepBench,
     ThroughputPoint,
+    cross_run_spread,
 )
 
 __all__ = [
@@ -189,6 +191,7 @@ __all__ = [
     "eager_bytes_per_score",
     "TileCostModel",
     "saved_bytes_sweep",
+    "same_call_note",
     "tile_miss_note",
     "time_attention",
     "AttentionFlops",
@@ -234,6 +237,7 @@ __all__ = [
     "disturbed_length",
     "disturbed_text",
     "disturbed_verdict",
+    "cross_run_spread",
     "drift_text",
     "gpt_step",
     "largest_mfu_text",

@@ -30,11 +30,12 @@ import torch.nn.functional as F
 
 from perfkit._checks import check_callable, check_int, check_items, check_type
 from perfkit.compute.flash import check_tile, eager_attention, flash_attention, flash_flops
+from perfkit.estimate import Estimate
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
 
 __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
-           "eager_bytes_per_score", "saved_bytes_sweep", "tile_miss_note", "time_attention"]
+           "eager_bytes_per_score", "same_call_note", "saved_bytes_sweep", "tile_miss_note", "time_attention"]
 
 IMPLS = ("flash", "eager", "sdpa")
 SOFTMAX_PRECISIONS = ("fp32", "bf16, softmax in fp32", "bf16, softmax in bf16")
@@ -287,6 +288,29 @@ class TileCostModel:
         """Predicted forward + backward seconds of eager attention (nan if never timed)."""
         f = flash_flops(batch, heads, seq_len, head_dim)
         return (f.eager_forward + f.eager_backward) / self.eager_rate if self.eager_rate else float("nan")
+
+
+def same_call_note(sweep: Estimate, other: Estimate, call: str, where: str = "section 3") -> str:
+    """For a verdict that rests on a sweep: where the sweep's timing of ``call`` (``sweep``)
+    and another section's timing of the same call (``other``) have intervals that do not
+    overlap, a sentence saying so, with the ratio of their medians (the rounds ran at another
+    speed, which the outcome does not mark); ``""`` where they overlap or either has no
+    interval.
+
+    Raises:
+        TypeError: for ``sweep`` or ``other`` not an :class:`~perfkit.estimate.Estimate`, or
+            ``call`` or ``where`` not a string.
+    """
+    a, b = check_type("sweep", sweep, Estimate), check_type("other", other, Estimate)
+    check_type("call", call, str)
+    check_type("where", where, str)
+    if not (a.has_interval and b.has_interval) or (a.low <= b.high and b.low <= a.high):
+        return ""
+    ratio = max(a.value, b.value) / min(a.value, b.value)
+    pace = "slower" if a.value > b.value else "faster"
+    return (f" This sweep ran {call} {ratio:.2f}x {pace} than {where} did, the two intervals apart: the fit "
+            f"and this prediction rest on rounds that ran at another speed than {where}'s, which the outcome "
+            "does not mark.")
 
 
 def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,

@@ -185,6 +185,8 @@ class SweptRatio:
             both points ran on (0: not recorded, a GPU).
         rate, fp32_rate: the two points' FLOP/s.
         exact_threads: whether ``threads`` is the count asked for (else the nearest swept one).
+        sizes: how many square sizes both dtypes were swept at on ``threads`` (``n`` is the
+            nearest in FLOPs among them, so with one it is the only choice, not a near one).
     """
 
     dtype: str
@@ -193,6 +195,7 @@ class SweptRatio:
     rate: float
     fp32_rate: float
     exact_threads: bool = True
+    sizes: int = 0
 
     @property
     def ratio(self) -> float:
@@ -202,9 +205,14 @@ class SweptRatio:
     def describe(self) -> str:
         """``"notebook 00's sweep at n=128 on 1 thread: bfloat16 3.35 GFLOP/s, float32 96.9 GFLOP/s"``."""
         on = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
+        which = ("" if not self.sizes else " (the only size swept in both dtypes there)" if self.sizes == 1
+                 else f" (of the {self.sizes} sizes swept in both dtypes there, the nearest in FLOPs "
+                      "per call)")
         return (f"notebook 00's sweep at n={self.n}{on}" + ("" if self.exact_threads else
                                                             " (the nearest thread count it swept)")
-                + f": {self.dtype} {si(self.rate, 'FLOP/s')}, float32 {si(self.fp32_rate, 'FLOP/s')}")
+                + f"{which}: {self.dtype} {si(self.rate, 'FLOP/s')}, float32 {si(self.fp32_rate, 'FLOP/s')}"
+                + (" (each the best the limits file keeps over notebook 00's runs, not necessarily this "
+                   "run's)" if self.sizes else ""))
 
 
 def swept_ratio(limits: MachineLimits, dtype: str, flops_per_call: float,
@@ -240,7 +248,8 @@ def swept_ratio(limits: MachineLimits, dtype: str, flops_per_call: float,
         return None
     # the thread count asked for first, then the size nearest the calls' FLOPs (2 n^3 per call)
     n, t = min(both, key=lambda nt: (abs(nt[1] - want), abs(math.log(2 * nt[0] ** 3 / flops_per_call))))
-    return SweptRatio(name, n, t, best[(name, n, t)], best[("float32", n, t)], t == want)
+    return SweptRatio(name, n, t, best[(name, n, t)], best[("float32", n, t)], t == want,
+                      sum(1 for _, u in both if u == t))
 
 
 def _summed(ms: list[Measurement]) -> Measurement:

@@ -249,7 +249,8 @@ def attention_in_model(seq_len: int, batch: int = 4, heads: int = 4, layers: int
 
 
 def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, cores: int = 1) -> str:
-    """The sentence beside the largest MFU measured (a throughput point ``top``): for scale
+    """The sentence beside the largest share of a measured ceiling (a throughput point ``top``;
+    not an MFU, whose denominator is a vendor's peak): for scale
     when it is below 100 %; above it, the causes this run can have (a ceiling from square
     matmuls up to ``swept`` only, a ceiling measured while the machine was busier, and one
     thread against its ``share`` of the ceiling when ``threads`` of ``cores`` were used). With
@@ -262,11 +263,12 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
         on += f" measured on {threads} of {cores} threads, {share:.0%} of the all-core one" + (
             f"; against the all-core one, {top.mfu * share:.1%}" if top.ceiling == "float32" else "")
     kind = f"{top.precision}{' compiled' if getattr(top, 'compiled', False) else ''}"  # the step it came from
-    head = (f"largest MFU measured, model FLOP/s as a share of a measured matmul ceiling: {top.mfu:.1%} "
-            f"({kind}, batch {top.batch}, against the {top.ceiling} ceiling{on}). ")
+    head = (f"largest share of a measured ceiling, model FLOP/s over a matmul ceiling measured here: "
+            f"{top.mfu:.1%} ({kind}, batch {top.batch}, against the {top.ceiling} ceiling{on}). ")
     if top.mfu <= 1:
-        return head + ("Not comparable with PaLM's 46 % (540B parameters, on TPUs): the field's MFU divides "
-                       "by the vendor's theoretical peak, a larger denominator than a measured ceiling.")
+        return head + ("Not an MFU, and not comparable with PaLM's 46 % MFU (540B parameters, on TPUs): the "
+                       "field's MFU divides by the vendor's theoretical peak, a larger denominator than a "
+                       "measured ceiling.")
     return (head + f"Above 100 %: impossible against a true ceiling, so the {top.ceiling} ceiling (square "
             f"matmuls up to n={swept}) is below what this step reaches: "
             + ("notebook 00 ran at QUICK sizes here, and its default sweep goes further; "
@@ -275,7 +277,7 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
             "has measured: run it on a quieter machine)"
             + (f"; and held against {share:.0%} of it for {threads} of {cores} threads, one thread can reach "
                "more than its share" if share < 1 else "")
-            + ". An MFU is only as good as its peak.")
+            + ". A share is only as good as its ceiling.")
 
 
 

@@ -248,11 +248,15 @@ def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_
     gpu = (f"the fused kernel moves {byte_ratio:.1f}x fewer bytes than the {kernels} kernels, the speedup "
            "memory-bound work allows, less the arithmetic where that binds")
     if faults > moved:
-        return head + ("On this CPU the eager chain's time was set by its new tensors' page faults, not by "
-                       f"its bytes, so the {byte_ratio:.1f}x byte ratio was never the speedup on offer. The "
-                       "faults come from glibc handing large blocks back to the operating system; a GPU's "
-                       "caching allocator keeps freed blocks and reuses them without faults, so that part "
-                       f"does not carry over. What carries is the bytes: {gpu} (how much the arithmetic "
-                       "binds on a GPU, this CPU run does not test).")
+        return head + ("Of the terms the model counts, the eager chain's new tensors' page faults are "
+                       f"the larger here, not its bytes, so the {byte_ratio:.1f}x byte ratio was never "
+                       "the speedup on offer. The faults come from the allocator, not the CPU: glibc hands "
+                       "blocks above its mmap threshold back to the operating system, and each new one "
+                       "faults in page by page (an allocator that keeps freed blocks, jemalloc or tcmalloc "
+                       "by LD_PRELOAD, or glibc's MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set "
+                       "high, is the usual CPU remedy, untested here); a GPU's caching allocator keeps freed "
+                       "blocks and reuses them without faults, so that part does not carry over. What "
+                       f"carries is the bytes: {gpu} (how much the arithmetic binds on a GPU, this CPU run "
+                       "does not test).")
     return head + ("The bytes are the larger term, as on a GPU, whose caching allocator faults in no new "
                    f"tensor: {gpu}.")

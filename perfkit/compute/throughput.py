@@ -18,7 +18,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from perfkit.hw import MachineLimits
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
-__all__ = ["StepBench", "ThroughputPoint"]
+__all__ = ["StepBench", "ThroughputPoint", "cross_run_spread"]
 
 
 @dataclass(frozen=True)
@@ -213,3 +213,25 @@ class StepBench:
                 precision, compiled, batch, m, first_s, batch * self.tokens_per_sample,
                 self.flops_per_step(batch), self.limits.peak_flops(ceiling, on), ceiling, threads)
         return [self._points[k] for k in keys]
+
+
+def cross_run_spread(first: Mapping[int, float], second: Mapping[int, float],
+                     names: tuple[str, str] = ("the sweep", "the batch curve")) -> str:
+    """A clause on how far the same steps' medians moved between two cells' runs: ``first`` and
+    ``second`` map a batch to its median step time (s) in each, and the batch they share whose
+    two medians differ most (by the larger over the smaller) is named with both times; "" when
+    they share no batch.
+
+    Raises:
+        ValueError: for a step time that is not a finite number > 0.
+    """
+    shared = [b for b in first if b in second]
+    for b in shared:
+        check_real("first[b]", first[b], 0, lo_open=True)
+        check_real("second[b]", second[b], 0, lo_open=True)
+    if not shared:
+        return ""
+    b = max(shared, key=lambda k: max(first[k], second[k]) / min(first[k], second[k]))
+    return (f"; across the {len(shared)} batches both {names[0]} and {names[1]} timed, their medians differ "
+            f"most at batch {b}: {first[b] * 1e3:.1f} ms against {second[b] * 1e3:.1f} ms, "
+            f"{max(first[b], second[b]) / min(first[b], second[b]):.2f}x")

@@ -16,6 +16,7 @@ from perfkit.data.claims import (
     WorkerSweep,
     interval_gap,
     pass_rate,
+    ratio_explain,
     time_pin_memory,
     worker_sweep,
 )
@@ -41,6 +42,7 @@ from perfkit.data.experiments import (
     run_gaps,
     sleep_explain,
     wait_share,
+    worker_gain,
 )
 from perfkit.data.loader import (
     LoaderConfig,
@@ -78,6 +80,7 @@ __all__ = [
     "WorkerSweep",
     "interval_gap",
     "pass_rate",
+    "ratio_explain",
     "time_pin_memory",
     "worker_sweep",
     "AugmentedDigits",
@@ -121,5 +124,6 @@ __all__ = [
     "spin_held",
     "spin_load_note",
     "wait_share",
+    "worker_gain",
     "write_shards",
 ]

@@ -11,6 +11,8 @@ turns round after round in balanced orders, and simulates the same pass with
 :func:`perfkit.data.simulate_pipeline`. Both time their settings in balanced orders over whole
 cycles (:func:`perfkit.timing.balanced_orders`): each runs before each other one in half the
 rounds, so what a round's position does to a time cancels from their paired ratios.
+:func:`ratio_explain` words lecture 07's verdict on busy workers' rate ratio: how far each run's
+shortfall from the pipeline model moves the ratio of mean rates, and what is left to the statistic.
 
 Usage::
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -34,10 +36,11 @@ from perfkit import stats, timing
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.data.datasets import SlowDataset
 from perfkit.data.loader import LoaderConfig, LoaderRecord, measure_loader, simulate_pipeline
+from perfkit.stats import Estimate
 from perfkit.timing import Measurement
 
-__all__ = ["ADVISED_WORKERS", "PinTiming", "WorkerSweep", "interval_gap", "pass_rate", "time_pin_memory",
-           "worker_sweep"]
+__all__ = ["ADVISED_WORKERS", "PinTiming", "WorkerSweep", "interval_gap", "pass_rate", "ratio_explain",
+           "time_pin_memory", "worker_sweep"]
 
 ADVISED_WORKERS = (4, 8)  # the advice: "4-8 workers"
 
@@ -240,3 +243,47 @@ def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost
            for w in workers}
     model = {w: batch / r.step_s for w, r in sim.items()}  # samples/s of the same pass, simulated
     return WorkerSweep(rates, model, per_sample, cores)
+
+
+def ratio_explain(rates: Mapping[int, float], model_rates: Mapping[int, float], at: int, last: int,
+                  measured: Estimate) -> dict[str, str]:
+    """The ``"above"`` and ``"below"`` sentences for the verdict on :func:`rate_ratio` of the
+    ``last``-worker run over the ``at``-worker run (``rates``, ``model_rates``: samples/s by worker
+    count, measured and modelled, mean steady rates). Each run's shortfall from its model moves the
+    ratio of the mean rates, by exactly the ratio of the two shortfalls; whatever lies between that
+    ratio and ``measured`` (a ratio of median block means) is put down to the statistic, not to the
+    shortfalls.
+
+    Raises:
+        TypeError, ValueError: for a ``measured`` that is not an Estimate, worker counts missing
+            from the rates, or rates that are not finite numbers > 0.
+    """
+    check_type("measured", measured, Estimate)
+    for name, m in (("rates", rates), ("model_rates", model_rates)):
+        check_type(name, m, Mapping)
+        for w in (at, last):
+            if w not in m:
+                raise ValueError(f"{name} must hold worker counts {at} and {last}, got {sorted(m)}")
+            check_real(f"{name}[{w}]", m[w], 0, lo_open=True)
+    share = {w: rates[w] / model_rates[w] for w in (at, last)}
+    mean_x, model_x = rates[last] / rates[at], model_rates[last] / model_rates[at]
+    head = (f"The {at}-worker run reached {share[at]:.0%} of its model's {model_rates[at]:.0f} samples/s and "
+            f"the {last}-worker run {share[last]:.0%} of its model's {model_rates[last]:.0f}: ")
+    blocks = ("a run's median block mean does not move with the few blocks that hold its slowest steps, "
+              "which its mean rate counts in full")
+    said = {}
+    for side, sign in (("above", 1), ("below", -1)):
+        lagging = at if side == "above" else last
+        if sign * (mean_x - model_x) > 0:
+            said[side] = head + (f"the {lagging}-worker run fell further short of its model, which "
+                                 f"{'lifts' if side == 'above' else 'lowers'} the ratio of the runs' mean "
+                                 f"steady rates to {mean_x:.2f}x, against the model's {model_x:.3f}x")
+            rest = f"; the rest of the way to {measured.point('x')} is the statistic's: "
+        else:
+            said[side] = head + (f"the ratio of their mean steady rates, {mean_x:.2f}x, does not lie "
+                                 f"{side} the model's {model_x:.3f}x")
+            rest = f"; the figure, {measured.point('x')}, lies {side} it through the statistic alone: "
+        off = sign * (measured.value / mean_x - 1) > 0.02   # the block medians beyond the mean rates
+        said[side] += (rest + blocks + "." if off or sign * (mean_x - model_x) <= 0 else
+                       ", which accounts for the figure.")
+    return said

@@ -1,5 +1,6 @@
 """Lecture 07's measurements as functions that return records and Estimates: a monitored
-training run's data share, loader sweeps' waiting shares and rates, padding waste (the
+training run's data share and the sentence on what a second worker changed (:func:`worker_gain`),
+loader sweeps' waiting shares and rates, padding waste (the
 prefetcher's experiment is :mod:`perfkit.data.overlap`; the sentences its two verdicts append,
 :func:`sleep_explain` and :func:`gil_explain`, computed from its loops, are here).
 
@@ -38,7 +39,7 @@ from perfkit.data.overlap import gil_least_step, hidden_fraction, overlap_floor,
 from perfkit.stats import Estimate
 
 __all__ = ["MonitoredRun", "PaddingRecord", "balanced_max", "gil_explain", "largest_gap", "monitored_steps",
-           "padding_waste", "rate_ratio", "run_gaps", "sleep_explain", "wait_share"]
+           "padding_waste", "rate_ratio", "run_gaps", "sleep_explain", "wait_share", "worker_gain"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -109,6 +110,39 @@ def monitored_steps(workload: Any, dataset: Dataset, num_workers: int = 0, steps
     models.train_steps(replace(workload, loader=loader), steps + warmup, monitor=mon)
     mon.close()
     return MonitoredRun(mon.summary(), tuple(log.data_s), tuple(log.step_s))
+
+
+def worker_gain(one: MonitoredRun, two: MonitoredRun, cores: int) -> str:
+    """The sentence on a second worker: the ratio of ``two``'s median step to ``one``'s (two
+    separate runs, unpaired) and, where its interval is clear of 1x, how the median step's change
+    splits into the median wait's and the median rest's (the compute). Only a change mostly in
+    the wait is put down to the loader: a worker does no compute, and two runs timed apart on a
+    shared machine can differ in load.
+
+    Raises:
+        TypeError, ValueError: for runs that are not :class:`MonitoredRun` or a bad ``cores``.
+    """
+    check_type("one", one, MonitoredRun)
+    check_type("two", two, MonitoredRun)
+    check_int("cores", cores, 1)
+    est = stats.median_ratio(two.step_s, one.step_s, paired=False)
+    said = f"2 workers' step over 1 worker's (ratio of the runs' median steps): {est.text('x')}: "
+    side = est.clear_of(1.0, "x")
+    if not side:
+        return said + "the run cannot tell the two apart"
+    ms = [(float(np.median(r.step_s)) * 1e3, float(np.median(r.data_s)) * 1e3,
+           float(np.median([t - d for t, d in zip(r.step_s, r.data_s)])) * 1e3) for r in (one, two)]
+    step, wait, rest = (b - a for a, b in zip(*ms))   # ms: two's median less one's
+    said += (f"a second worker made the step {'slower' if side == 'above' else 'faster'} ({step:+.1f} ms "
+             f"at the median; the median wait {wait:+.1f} ms, the median rest, its compute, {rest:+.1f} ms)")
+    if side == "below":
+        if wait < 0 and -wait >= -step / 2:
+            return said + ": mostly less waiting, so one worker did not keep up"
+        return said + (": mostly in the compute, which no worker does, so not the loader keeping up; two "
+                       "runs timed apart on a machine other jobs share can differ in load")
+    if rest >= wait:
+        return said + f": mostly in the compute, beside two tokenizing workers on {cores} cores"
+    return said + ": mostly in the wait, which these two runs do not explain"
 
 
 # --- loader sweeps ---------------------------------------------------------------------------

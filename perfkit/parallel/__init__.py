@@ -85,6 +85,12 @@ from perfkit.parallel.reducer import (
 from perfkit.parallel.scaler import (
     ShardedLossScaler,
 )
+from perfkit.parallel.schedule_notes import (
+    fb_split_note,
+    zb_side,
+    zb_split_step,
+    zb_step_note,
+)
 from perfkit.parallel.schedules import (
     KINDS,
     SCHEDULES,
@@ -97,9 +103,6 @@ from perfkit.parallel.schedules import (
     one_f_one_b,
     parse_actions,
     zb_h1,
-    zb_side,
-    zb_split_step,
-    zb_step_note,
 )
 from perfkit.parallel.sequence import (
     gather_from_sequence,
@@ -142,6 +145,7 @@ from perfkit.parallel.tp_costs import (
     charge_choice,
     crossover_width,
     intercept_note,
+    offset_note,
     region_activation_bytes,
     speedup_crossing,
     sweep_charge_note,
@@ -218,7 +222,7 @@ __all__ = [
     "ZeroOptimizer",
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
-    "execution_order", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
+    "execution_order", "fb_split_note", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1", "zb_side", "zb_split_step", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
     "split_costs", "stage_costs",
@@ -234,6 +238,7 @@ __all__ = [
     "REDUCTIONS",
     "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
     "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note", "intercept_note",
+    "offset_note",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes
     "clip_grad_norm_", "tensor_parallel_pieces", "DDP_BUCKET_CAP_BYTES", "DDP_FIRST_BUCKET_BYTES",

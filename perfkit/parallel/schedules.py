@@ -23,17 +23,13 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from perfkit._checks import check_choice, check_int, check_items, check_real
-from perfkit.estimate import Estimate
-from perfkit.units import si_interval
+from perfkit._checks import check_choice, check_int, check_items
 
 __all__ = ["KINDS", "SCHEDULES", "Action", "Schedule", "dependencies", "gpipe",
-           "interleaved_1f1b", "make_schedule", "one_f_one_b", "parse_actions", "zb_h1", "zb_side",
-           "zb_split_step", "zb_step_note"]
+           "interleaved_1f1b", "make_schedule", "one_f_one_b", "parse_actions", "zb_h1"]
 
 KINDS = ("F", "B", "I", "W")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb_h1")
@@ -298,101 +294,3 @@ def parse_actions(items: Iterable[str | Sequence]) -> tuple[Action, ...]:
             raise TypeError(f"items must hold 'F0.1' strings or (kind, stage, mb) triples, "
                             f"got {it!r}")
     return tuple(out)
-
-
-def zb_side(e: Estimate, x: float = 1.0) -> tuple[str, str]:
-    """Where ratio ``e``'s interval lies against ``x``: ``("above" | "below" | "", "lo to hi")``,
-    tested at the digits the interval is printed with in the second item. The digits start at 3
-    and grow, up to 6, until the printed ends clear ``x`` (``0.9998x`` where 3 digits print
-    ``1.00x``); where none does, ``""`` (the interval holds ``x``) with the ends at 3 digits.
-    ``("", "")`` without an interval.
-
-    Raises:
-        TypeError, ValueError: for ``x`` not a finite number.
-    """
-    x = check_real("x", x)
-    if not e.has_interval or e.low == e.high:
-        return "", ""
-    for digits in (3, 4, 5, 6):
-        _, lo, hi = si_interval(e.value, e.low, e.high, "x", digits)
-        lo_x, hi_x = (float(t[:-1].replace(",", "")) for t in (lo, hi))
-        if lo_x > x or hi_x < x:
-            return ("above" if lo_x > x else "below"), f"{lo} to {hi}"
-    _, lo, hi = si_interval(e.value, e.low, e.high, "x")
-    return "", f"{lo} to {hi}"
-
-
-def zb_split_step(stage_s: Sequence[float], f_i_w: Sequence[float], n_ranks: int, n_micro: int) -> float:
-    """ZB-H1's step over 1F1B's that the simulator gives for stages of ``stage_s`` seconds (F +
-    B each) split ``F : I : W`` as ``f_i_w`` (1F1B's ``B = I + W``), with the busy time held
-    alike: ``(1 - 1F1B's bubble share) / (1 - ZB-H1's)``. The model fed with a measured split.
-
-    Raises:
-        TypeError, ValueError: for ``f_i_w`` not three times > 0, or as :func:`make_schedule`
-            and :func:`perfkit.parallel.simulate.split_costs`.
-    """
-    from perfkit.parallel.simulate import simulate, split_costs  # simulate imports this module
-
-    f, i, w = _three("f_i_w", f_i_w)
-    costs = split_costs(stage_s, {"F": f, "B": i + w, "I": i, "W": w})
-    one, zb = (simulate(make_schedule(n, n_ranks, n_micro), costs).bubble_share for n in ("1f1b", "zb_h1"))
-    return (1 - one) / (1 - zb)
-
-
-def _three(name: str, f_i_w: Sequence[float]) -> tuple[float, float, float]:
-    times = check_items(name, f_i_w)
-    if len(times) != 3:
-        raise ValueError(f"{name} must hold three times, F, I and W, got {len(times)}")
-    f, i, w = (check_real(f"{name}[{k}]", v, 0, lo_open=True) for k, v in enumerate(times))
-    return f, i, w
-
-
-def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: float,
-                 f_i_w: Sequence[float], share: Estimate | None = None,
-                 model_share: float | None = None, split_step: float | None = None) -> str:
-    """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
-    ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
-    stage (``busy``, ZB-H1's over 1F1B's) and idle part (``idle``, ``(1 - 1F1B's share) /
-    (1 - ZB-H1's)``), each against the model's, with which moved the step more; the split's
-    measured action times ``f_i_w`` (F, I, W) against the model's ``1 : 1 : 1`` through Qi et
-    al.'s bubble ``(p - 1)(F + I - W)``; if given, the bubble share against the model's, and
-    ``split_step``, what the model fed with the measured split would have predicted
-    (:func:`zb_split_step`). Whether the step shows a gain is read from its interval, tested
-    and printed at one precision (:func:`zb_side`). Sentences, for a verdict.
-
-    Raises:
-        TypeError, ValueError: for ``model_step`` or ``split_step`` not > 0, or ``f_i_w`` not
-            three times > 0.
-    """
-    check_real("model_step", model_step, 0, lo_open=True)
-    f, i, w = _three("f_i_w", f_i_w)
-    side, ends = zb_side(step)
-    moved = {"below": "shortened", "above": "lengthened"}.get(side)
-    gain = ("too few rounds for an interval, so this run cannot tell whether ZB-H1 shortened the step"
-            if not step.has_interval else
-            f"ZB-H1 {moved} the step: {step.point('x')}, its interval {ends} {side} 1x" if moved else
-            ("the predicted gain did not appear" if model_step < 1 else "no change shows")
-            + f": ZB-H1's step {step.point('x')} of 1F1B's, its interval {ends} holds 1x")
-    by_busy, by_idle = busy.value, idle.value / model_step   # the step over the model's, in two factors
-    larger = "busy time" if abs(math.log(by_busy)) >= abs(math.log(by_idle)) else "idle part"
-
-    def against(e: Estimate, x: float, whose: str = "the model's") -> str:
-        where, ends = zb_side(e, x)
-        whose += " 1x" if x == 1 else f" {x:.3f}x"
-        return f"its interval {ends} wholly {where} {whose}" if where else \
-            f"its interval {ends} holds {whose}" if ends else "no interval"
-
-    text = (f"{gain[0].upper()}{gain[1:]}, where the model gave {model_step:.3f}x. Measured, the busy time "
-            f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the idle part {idle.point('x')} "
-            f"({against(idle, model_step)}): {by_busy:.2f}x and {by_idle:.2f}x the model's, the {larger} "
-            f"moving the step more. The split's actions ran F : I : W = 1 : {i / f:.2f} : {w / f:.2f}, the "
-            f"model's 1 : 1 : 1; Qi et al.'s bubble, (p - 1)(F + I - W), is {(f + i - w) / f:.2f}x the "
-            "model's at these times")
-    if share is not None and model_share is not None:
-        how = "fell" if share.value < 1 else "rose" if share.value > 1 else "stayed"
-        text += f"; the bubble share {how} to {share.point('x')} of 1F1B's ({against(share, model_share)})"
-    if split_step is not None:
-        x = check_real("split_step", split_step, 0, lo_open=True)
-        text += (f". Fed with this split (1F1B's B = I + W), the model would have predicted {x:.3f}x, not "
-                 f"the recorded {model_step:.3f}x (the measured step: {against(step, x, 'that')})")
-    return text + "."

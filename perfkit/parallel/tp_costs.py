@@ -35,8 +35,8 @@ from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["TPBlockCost", "block_flops", "crossover_width", "intercept_note", "region_activation_bytes",
-           "speedup_crossing", "sweep_time", "tp_block_cost"]
+__all__ = ["TPBlockCost", "block_flops", "crossover_width", "intercept_note", "offset_note",
+           "region_activation_bytes", "speedup_crossing", "sweep_time", "tp_block_cost"]
 
 REACH = 16.0   # an interval end is not read further than this factor beyond the widths timed
 
@@ -227,7 +227,7 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
                         needs=max(e.needs for e in each if e.needs is not None))
     low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
     return Estimate(point, min(low, point), max(high, point), level, n,
-                    how + f", each width's interval at {level ** 0.5:.1%}")
+                    how + f", each width's interval at {level ** 0.5:.1%}, two of them {level:.0%} together")
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
@@ -282,6 +282,49 @@ def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequ
             at = ", ".join(f"{w:g}" for w, _ in rs)
             parts.append(f"{how} the fit's line at C = {at} ({span}: the bound there {effect})")
     return "the sweep charged a block's call " + "; ".join(parts)
+
+
+def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Sequence[float],
+                beyond_s: Sequence[float]) -> str:
+    """Why a crossover prediction judged against the measured crossing need not have any input
+    right: the prediction's compute rate ``ceiling`` against the blocks' measured ``rate``
+    (FLOP/s), the fit's line ``fit_s`` against the sweep's calls ``sweep_s`` at the blocks'
+    sizes (s per call), and ``beyond_s``, each split block's time above its floor ``U / t +
+    comm`` (s), which the model leaves out. A rate above the measured one and a line above the
+    calls put the model's crossover higher (``U`` smaller, ``comm`` larger); time beyond the
+    floor puts the measured crossing higher. Where the model's inputs push it up and the omitted
+    time pushes the crossing up, the sentence says the two offset. A sentence; ``""`` where
+    nothing is off.
+
+    Raises:
+        TypeError, ValueError: for rates or times not > 0 (``beyond_s`` any finite number), or
+            ``fit_s`` and ``sweep_s`` of different lengths.
+    """
+    r = check_real("ceiling", ceiling, 0, lo_open=True) / check_real("rate", rate, 0, lo_open=True)
+    fs, ss = check_items("fit_s", fit_s), check_items("sweep_s", sweep_s)
+    if len(fs) != len(ss):
+        raise ValueError(f"fit_s and sweep_s differ in length: {len(fs)}, {len(ss)}")
+    over = [check_real(f"fit_s[{i}]", f, 0, lo_open=True) / check_real(f"sweep_s[{i}]", x, 0, lo_open=True)
+            for i, (f, x) in enumerate(zip(fs, ss))]
+    beyond = [check_real(f"beyond_s[{i}]", b) for i, b in enumerate(check_items("beyond_s", beyond_s))]
+    up, down = [], []
+    if f"{r:.2f}" != "1.00":
+        (up if r > 1 else down).append(f"its compute rate ({r:.2f}x the measured rate)")
+    if over and (min(over) > 1 or max(over) < 1):
+        span = f"{min(over):.2f}x" if f"{min(over):.2f}" == f"{max(over):.2f}" else \
+            f"{min(over):.2f}x to {max(over):.2f}x"
+        (up if min(over) > 1 else down).append(f"the fit's line ({span} what the sweep's calls took at the "
+                                               "blocks' sizes)")
+    said = [(" and ".join(xs), way) for xs, way in ((up, "higher"), (down, "lower")) if xs]
+    text = "".join(f" {x[0].upper()}{x[1:]} put the model's crossover {way} than this run's measurements "
+                   "would." for x, way in said)
+    if beyond and min(beyond) > 0:
+        text += (f" The split blocks ran {si(min(beyond), 's')} to {si(max(beyond), 's')} above their floor "
+                 "U / t + comm, time the model leaves out, which puts the measured crossing higher")
+        text += (": the two errors move the gap between prediction and measurement opposite ways, so the "
+                 "verdict shows how far they cancel at these widths, not that any input was right."
+                 if up and not down else ".")
+    return text
 
 
 def sweep_charge_note(nbytes: Sequence[float], times_s: Sequence[float], size: float, fit_s: float,

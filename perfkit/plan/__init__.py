@@ -126,6 +126,7 @@ from perfkit.plan.overlap import (
     OVERLAP_RULES,
     OverlapRule,
     exposed_time,
+    full_charge,
 )
 from perfkit.plan.published import (
     Comparison,
@@ -197,6 +198,7 @@ __all__ = [
     "checkpoint_bytes",
     "CollectiveCost",
     "collective_cost",
+    "full_charge",
     "course_predictions",
     "CoursePredictions",
     "COURSE_LAYOUTS",

@@ -227,12 +227,14 @@ class CollectiveCost:
     """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the
     rounds' differences (the step minus the base step, s, with its interval), ``predicted_s``
     the model's difference, ``charge_s`` its charge for the step's collectives and ``text``
-    the sentences. All figures in it come from that one statistic."""
+    the sentences, ``uncharged_s`` a cost the model knows and leaves out. All figures in it come
+    from that one statistic."""
 
     gap: Estimate
     predicted_s: float
     charge_s: float
     text: str
+    uncharged_s: float = 0.0
 
     @property
     def cost_s(self) -> float:
@@ -343,7 +345,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         still = "still " if moved == where(pred) else ""
         out += (f". Charging the uncharged {f(ms(extra))} ms alone would put the prediction at "
                 f"{f(round(p + ms(extra), nd))} ms, {still}{moved} the measured interval")
-    return CollectiveCost(gap, pred, charge, out + ".")
+    return CollectiveCost(gap, pred, charge, out + ".", extra)
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

@@ -36,7 +36,7 @@ never hide, and no more can hide than the compute there is. What each framework 
   can still issue it early); the rule takes the end of that range and charges those gathers in
   full, a modelling choice. Reduce-scatters run beside the next unit's backward.
 * ``"none"``: nothing hidden (a CPU, whose cores run the collectives, or a framework without
-  overlap).
+  overlap). :func:`full_charge` tests that premise against paired step measurements.
 
 Usage::
 
@@ -46,11 +46,16 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from perfkit._checks import check_int, check_real
+from perfkit._checks import check_int, check_real, check_type
 
-__all__ = ["OVERLAP_RULES", "OverlapRule", "exposed_time"]
+if TYPE_CHECKING:
+    from perfkit.plan.local import CollectiveCost
+
+__all__ = ["OVERLAP_RULES", "OverlapRule", "exposed_time", "full_charge"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +138,53 @@ def exposed_time(comm_s: float, compute_s: float, chunks: int) -> float:
     check_real("compute_s", compute_s, 0)
     check_int("chunks", chunks, 1)
     return min(comm_s, max(comm_s / chunks, comm_s - compute_s * (chunks - 1) / chunks))
+
+
+def full_charge(costs: Mapping[str, CollectiveCost], base: str = "DDP") -> str:
+    """The ``"none"`` rule's premise, tested: where charging every call each layout made (the
+    uncharged ones too) at the model's price per call puts its predicted difference from
+    ``base``'s step, against that layout's measured interval (each a
+    :class:`~perfkit.plan.local.CollectiveCost` from :func:`~perfkit.plan.local.collective_cost`),
+    and how many layouts agree with every call adding its full price to the step. A step verdict
+    can hold on its tolerance window with a call left uncharged; this sentence says whether the
+    full charge still lies inside what the run measured.
+
+    Raises:
+        TypeError, ValueError: ``costs`` empty or not a mapping of ``CollectiveCost``.
+    """
+    from perfkit.plan.local import CollectiveCost  # local imports this module's step_time
+
+    check_type("costs", costs, Mapping)
+    if not costs:
+        raise ValueError("costs must name at least one layout")
+    side: dict[str, list[str]] = {"above": [], "below": [], "inside": [], "": []}
+    said = []
+    for name, c in costs.items():
+        check_type(f"costs[{name!r}]", c, CollectiveCost)
+        full = (c.predicted_s + c.uncharged_s) * 1e3
+        ok = c.gap.has_interval and c.gap.low < c.gap.high
+        flip = {"above": "below", "below": "above"}   # the interval above the prediction: it lies below
+        side[flip.get(c.gap.scaled(1e3).clear_of(full, "ms"), "inside") if ok else ""].append(name)
+        said.append(f"{name} {full:.3g} ms" + (f" against {c.gap.low * 1e3:.3g} to {c.gap.high * 1e3:.3g} ms"
+                                                if ok else " (no interval)"))
+    n, k = len(costs) - len(side[""]), len(side["inside"])
+    out = (f"Charged for every call each layout made at the model's price (the uncharged ones too), the "
+           f"predicted difference from {base}'s step, against the measured interval: {'; '.join(said)}. ")
+    if not n:
+        return out + "No layout has an interval: this run cannot tell whether the full charge fits."
+    out += "It lies " + "; ".join(f"{w} its interval for {' and '.join(side[w])}"
+                                  for w in side if w and side[w])
+    full_price = " with the model charging every call in full"
+    if k == n:
+        return out + f": {'this layout agrees' if n == 1 else f'all {n} agree'}{full_price}."
+    agree = (f"{k} of the {n} agree{'s' * (k == 1)}" if k else
+             f"none of the {n} agrees" if n > 1 else "it does not agree")
+    out += f": {agree}{full_price}; "
+    if side["above"] and side["below"]:
+        out += ("the model's price per call is too high for some layouts' calls and too low for others', so "
+                "it does not carry from one layout to another here")
+    else:
+        w = "above" if side["above"] else "below"
+        out += (f"for {' and '.join(side[w])} the calls cost {'less' if w == 'above' else 'more'} "
+                "inside a step than the model's price")
+    return out + ". A step verdict that held on its ±window does not show otherwise."

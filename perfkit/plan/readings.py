@@ -348,8 +348,9 @@ class PairedError:
                 f"at a predicted difference that small an order is right about {self.right()[0]:.0%} of "
                 f"the time if errors fall either way alike (a coin flip only at no difference at all). "
                 f"{TIE_QUANTILE:.0%} of the pairs lie within {self.tie:.1%} ({self.beyond[1]:.0%} beyond "
-                f"it), at and beyond which an order is right at least {self.right()[1]:.0%} of the time: "
-                "the tie band")
+                f"it), at and beyond which an order is right at least {self.right()[1]:.0%} of the time, "
+                "for pairs like these: the tie band. No pair differs in TP, PP or CP, so for those choices "
+                "the band is carried over, not measured")
 
 
 def paired_error(cmp: Comparison) -> PairedError:

@@ -197,8 +197,9 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
 
     est = of_medians(ratio, [b, *runs], [False] + [True] * len(runs), what="tokens/s over the runs before")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
+    widened = ", widened to the ratio against each run before: it covers 90% or more"
     return est if est.needs else replace(est, low=min(est.low, *each), high=max(est.high, *each),
-                                         method=est.method + ", widened to the ratio against each run before")
+                                         method=est.method + widened)
 
 
 def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[str],
@@ -214,9 +215,9 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     data at the next collective); the fix of the host reads by what it can remove (:func:`reads_pick`).
     A larger batch is bounded by its factor of tokens per step, and the other compute fixes by
     forward + backward, taken over an unprofiled step by the same rule, too loose to test them; a
-    finding that fired on a count with a share below :data:`MIN_TESTABLE_SHARE` gives a bound too
-    tight to test, and one whose share of an unprofiled step reaches :data:`MAX_TESTABLE_SHARE` a
-    bound too loose to fail (``loose_bound``); ``Pick.untested`` says why.
+    finding that fired on a count with a share (of an unprofiled step) below
+    :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test, and one whose share reaches
+    :data:`MAX_TESTABLE_SHARE` a bound too loose to fail (``loose_bound``); ``Pick.untested`` says why.
     """
     check_type("job", job, CapstoneJob)
     check_real("peak", peak, 0, lo_open=True)
@@ -243,12 +244,12 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                             f"it, so this is the most they can take), {share:.1%} of an unprofiled step, "
                             "removed", fix, ("data", "communication"), loose_bound(share, data + comm, slow))
             names = " + ".join([f["kind"], *also])
-            tight = "" if share >= MIN_TESTABLE_SHARE else (
-                f"the {f['kind']} finding fired on its count, not its time: a share of {share:.1%} puts "
-                f"the bound within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two runs of this job minutes "
-                "apart repeat, so any measurement would cross it by noise alone")
             profiled, share = share, min(share * slow, 0.99)
-            tight = tight or loose_bound(share, profiled, slow)
+            tight = loose_bound(share, profiled, slow) if share >= MIN_TESTABLE_SHARE else (
+                f"the {f['kind']} finding fired on its count, not its time: a share of {profiled:.1%} of a "
+                f"profiled step, at most {share:.1%} of an unprofiled one, bounds the gain at "
+                f"{1 / (1 - share):.3g}x, closer to 1x than two runs of this job minutes apart repeat, so "
+                "any measurement would cross it by noise alone")
             return Pick(f["kind"], share, 1 / (1 - share),
                         f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
                         f"the configuration the fix starts from), {said}: a phase takes no longer without "

@@ -168,11 +168,11 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
     fix can remove is the sync share less that wait, plus part of the communication share (the
     loop's own collective, as a per-step loss all-reduce, not measured apart): the bound counts
     all of communication. Where the part of the sync share the fix removes lies below
-    :data:`MIN_TESTABLE_SHARE`, or the bound is too loose to fail (:func:`loose_bound`), the
-    bound cannot test the fix (``Pick.untested`` says why). ``slowdown``: the profiled over the
-    unprofiled step; the bound is the removable milliseconds of the profiled window over an
-    unprofiled step (the share times :func:`unprofiled_factor`, capped at 99 %), as every waste
-    fix's is (:func:`~perfkit.profiling.capstone.next_fix`).
+    :data:`MIN_TESTABLE_SHARE` of an unprofiled step, or the bound is too loose to fail
+    (:func:`loose_bound`), the bound cannot test the fix (``Pick.untested`` says why).
+    ``slowdown``: the profiled over the unprofiled step; the bound is the removable milliseconds of
+    the profiled window over an unprofiled step (the share times :func:`unprofiled_factor`, capped
+    at 99 %), as every waste fix's is (:func:`~perfkit.profiling.capstone.next_fix`).
 
     Raises:
         TypeError, ValueError: for a ``report`` that is not a diagnosis report with shares.
@@ -190,14 +190,40 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
              f"{comm:.1%} (the loop's own collectives among it, not measured apart) of a profiled step, "
              f"{said}: a phase takes no longer without the profiler than with it, so {share:.1%} of an "
              "unprofiled step at most, removed")
-    untested = loose_bound(share, reads + comm, slow) if reads >= MIN_TESTABLE_SHARE else (
+    most = min(reads * slow, 0.99)  # the reads' share of an unprofiled step, by the rule of the bound
+    untested = loose_bound(share, reads + comm, slow) if most >= MIN_TESTABLE_SHARE else (
         f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of a profiled "
-        "step, "
-        f"which puts the gain from removing them within {MIN_TESTABLE_SHARE:.0%} of 1x, closer than two "
-        f"runs of this job minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds the "
-        "loop's own collectives, which the fix runs less often, beside the others, which it leaves: a part "
-        "the diagnosis does not measure apart")
+        f"step, at most {most:.1%} of an unprofiled one (by the factor above), which bounds the gain from "
+        f"removing them at {1 / (1 - most):.3g}x: a share under {MIN_TESTABLE_SHARE:.0%}, closer to 1x than "
+        f"two runs of this job minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds "
+        "the loop's own collectives, which the fix runs less often, beside the others, which it leaves: a "
+        "part the diagnosis does not measure apart")
     return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested)
+
+
+def run_rates_text(runs_x: float, steps_x: float, slow_run: tuple[float, float]) -> str:
+    """``": over its run to the target the slow run made 1.23x ..."``: each of two runs' tokens/s
+    over its whole run to the target against its measured steps', from the slow run's
+    ``(tokens/s over its run, tokens/s of its measured steps)`` and the fixed over the slow run's
+    ratios, over the runs (``runs_x``) and in the measured steps (``steps_x``); where a run's rate
+    over its run is higher, that its steps outside the window took less than its measured median.
+
+    Raises:
+        TypeError, ValueError: for ratios or rates that are not finite numbers > 0.
+    """
+    for name, v in (("runs_x", runs_x), ("steps_x", steps_x), ("slow_run's rate over its run", slow_run[0]),
+                    ("slow_run's measured rate", slow_run[1])):
+        check_real(name, v, 0, lo_open=True)
+    each = {"slow": slow_run[0] / slow_run[1], "fixed": slow_run[0] / slow_run[1] * runs_x / steps_x}
+    out = (f": over its run to the target the slow run made {each['slow']:.2f}x the tokens/s of its "
+           f"measured steps, the fixed run {each['fixed']:.2f}x its own")
+    faster = [k for k, x in each.items() if x > 1.05]
+    if faster:
+        out += (f". A run's data preparation only adds time and its profiled window is counted at its "
+                f"median step, so the {' and the '.join(faster)} run's steps outside the window (warm-up "
+                "included) took less on average than its measured steps' median: those steps, its speed "
+                "everywhere above, are a sample of a machine whose speed moved, not the run's mean")
+    return out
 
 
 def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], applied: Sequence[str],

@@ -126,7 +126,8 @@ def same_disk_rates(first: WriteBandwidth, later: Estimate, later_nbytes: int) -
     A write that pays a fixed cost per file (the fsync, the journal's commit) besides its bytes
     shows a rate that grows with its size, so two rates from writes of different sizes differ by
     that alone: a difference says the disk's rate moved only where the sizes are alike, or where
-    the larger writes ran slower (which no fixed cost per file explains).
+    the larger writes ran slower (which no fixed cost per file explains), and only where every one
+    of ``first``'s writes lies clear of ``later``'s interval: its median has no interval of its own.
 
     Raises:
         TypeError, ValueError: ``first`` not a :class:`WriteBandwidth`, ``later`` not an
@@ -143,14 +144,21 @@ def same_disk_rates(first: WriteBandwidth, later: Estimate, later_nbytes: int) -
             f"{si(later_nbytes, 'B')})")
     if where == "inside":
         return head + ": the two measurements agree."
+    slow, fast = size / max(first.times_s), size / min(first.times_s)   # section 1's own spread
+    spread = f"its {len(first.times_s)} writes ran at {si(slow, 'B/s')} to {si(fast, 'B/s')}"
+    if fast >= later.low and slow <= later.high:
+        return (head + f", yet {spread}, a range that reaches into that interval: a median of so few "
+                "writes, without an interval of its own, cannot tell whether the disk's rate moved.")
     if abs(size - later_nbytes) <= 0.05 * max(size, later_nbytes):
-        return head + ": at the same size, the disk's rate with fsync moved between the two measurements."
+        return (head + f"; {spread}, all {where} it: at the same size, the disk's rate with fsync moved "
+                f"between the two measurements, as far as {len(first.times_s)} writes can show.")
     if (size > later_nbytes) == (where == "above"):  # the larger writes ran faster
         return (head + ": a fixed cost per file (the fsync, the journal's commit) weighs more on the "
                 "smaller writes, so the two rates differ by size as well as by time, and do not show that "
                 "the disk's rate moved.")
-    return (head + ": the larger writes ran slower, which no fixed cost per file explains, so the disk's "
-            "rate with fsync moved between the two measurements.")
+    return (head + f"; {spread}, all {where} it: the larger writes ran slower, which no fixed cost per file "
+            f"explains, so the disk's rate with fsync moved between the two measurements, as far as "
+            f"{len(first.times_s)} writes can show.")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
+from perfkit.profiling.capstone_text import run_rates_text
 from perfkit.stats import Estimate
 from perfkit.units import si_interval
 from perfkit.viz.core import tidy
@@ -334,7 +335,8 @@ def _seams_way(seams: list) -> str:
             "\"before\" then reads high, and its speedup low.")
 
 
-def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> str:
+def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
+                slow_run: tuple[float, float] | None = None) -> str:
     """The time to the target against tokens/s, on the same two runs: the time's gain times
     the tokens it needed is the tokens/s over the whole runs, held against those runs' measured
     steps (``pair``, the fixed run over the first slow run), and what parts them: the runs'
@@ -345,23 +347,23 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total) -> st
         tokens_x: the fixed run's tokens to the target over the slow run's.
         pair: tokens/s of the fixed run over the slow run whose time ``tt_gain`` reads.
         t: the whole gain (:meth:`~perfkit.profiling.capstone.FixLoop.finish`).
+        slow_run: the slow run's (tokens/s over its run, of its measured steps): see ``run_rates_text``.
 
     Raises:
-        TypeError, ValueError: for a gain or token ratio that is not a finite number > 0, a
-            ``pair`` that is not an Estimate or a ``t`` that is not a Total.
+        TypeError, ValueError: for ratios not finite and > 0, or a bad ``pair`` or ``t``.
     """
-    check_real("tt_gain", tt_gain, 0, lo_open=True)
-    check_real("tokens_x", tokens_x, 0, lo_open=True)
+    _ = [check_real(n, v, 0, lo_open=True) for n, v in (("tt_gain", tt_gain), ("tokens_x", tokens_x))]
     check_type("pair", pair, Estimate)
     check_type("t", t, Total)
     runs_x, w = tt_gain * tokens_x, pair.value
     out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
            f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured steps (the "
            "unprofiled steps after the profiled window, each run's speed)")
-    if abs(runs_x / w - 1) > 0.05:
-        out += (f": the runs' other time (the data's preparation before the first step, the warm-up, the "
-                "profiled window counted at the median step, the steps after the window) puts it "
-                f"{runs_x / w:.2f}x from those steps' ratio")
+    far = abs(runs_x / w - 1) > 0.05
+    out += run_rates_text(runs_x, w, slow_run) if slow_run is not None else "" if not far else (
+        ": the runs' other time (the data's preparation before the first step, the warm-up, the profiled "
+        f"window counted at the median step, the steps after the window) puts it {runs_x / w:.2f}x from "
+        "those steps' ratio")
     if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
         runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
         out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "

@@ -27,7 +27,8 @@ from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict, Prediction, judge
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
-           "control_text", "plot_claims", "plot_claims_forest", "show_claim", "show_claims_table",
+           "control_text", "floor_context", "plot_claims", "plot_claims_forest", "show_claim",
+           "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
@@ -67,7 +68,9 @@ def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, s
     """
     _check(verdicts)
     return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}"
-             + ("; wholly outside the promise, which is refuted" if v.refuted else ""), v.status)
+             + ("; wholly outside the promise, which is refuted" if v.refuted else "")
+             + ("; an edge's side set by less than a tenth of the A/A control's reach" if v.thin else ""),
+             v.status)
             for name, v in verdicts.items()]
 
 
@@ -89,7 +92,8 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
 
 def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
     """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; an inconclusive
-    verdict whose interval lies wholly outside the promise says that the promise is refuted, and a
+    verdict whose interval lies wholly outside the promise says that the promise is refuted, one whose
+    edge was decided by a margin finer than the A/A control measures (``thin``) says so, and a
     verdict whose figure has no bearing on the advice (``judged=False``) says so beside the figure.
 
     Raises:
@@ -97,7 +101,8 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
     """
     _check(verdicts)
     refuted = " on the direction, the promise refuted"
-    return {name: f"{v.status}{refuted if v.refuted else ''} ("
+    thin = ", by a margin under a tenth of the A/A control's reach"
+    return {name: f"{v.status}{refuted if v.refuted else ''}{thin if v.thin else ''} ("
             + ("" if v.judged else "not judged: its figure, ") + v.measured_text
             + ("" if v.judged else ", says nothing about the advice here") + ")"
             for name, v in verdicts.items()}
@@ -333,14 +338,51 @@ def weighed_text(control: PinTiming, prediction: Prediction, measured: Estimate)
             "this design's own error of the prediction's edge")
 
 
+def floor_context(prediction: Prediction, measured: Estimate, floor: tuple[float, float]) -> str:
+    """Where an upper bound is a measured time over a floor (s) that lies at or below the faster
+    call's own measured median (s), ``floor`` = ``(floor, median)``, the context line that says the
+    bound cannot fail by construction: it is at least the ratio of the two medians, and only that
+    ratio's gap to the judged figure could cross it. ``""`` where the floor lies above the median
+    (then the bound can fail, and is judged).
+
+    Raises:
+        TypeError, ValueError: for a ``prediction`` without an upper bound, a ``measured`` that is not
+            an Estimate, or a ``floor`` that is not two times > 0.
+    """
+    check_type("prediction", prediction, Prediction)
+    check_type("measured", measured, Estimate)
+    if prediction.high is None or len(floor) != 2 or not all(isinstance(t, (int, float)) and t > 0
+                                                               for t in floor):
+        raise ValueError(f"need an upper bound and floor = (floor s, median s) > 0, got {floor!r}")
+    if floor[0] > floor[1]:
+        return ""
+    u, ratio = prediction.unit, prediction.high * floor[0] / floor[1]  # dense median over grouped median
+    p = prediction
+    return (f"**Context, not a prediction** ({p.model}): {p.what}, {p.describe()}. **Measured:** "
+            f"{measured.text(u)}. The floor, {floor[0] * 1e3:.3g} ms, lies at or below the "
+            f"call's own measured median, {floor[1] * 1e3:.3g} ms (a ceiling is raised to any rate measured "
+            f"above it), so the bound is at least the ratio of the two medians, {ratio:.2f}{u}, by "
+            "construction: only that ratio's gap to the median of paired ratios could cross it, so it "
+            "cannot test the model and is not counted as a prediction.")
+
+
 def weighed_verdict(control: PinTiming, prediction: Prediction, measured: Estimate,
-                    explain: Mapping[str, str] | None = None) -> None:
+                    explain: Mapping[str, str] | None = None,
+                    floor: tuple[float, float] | None = None) -> None:
     """A timed prediction's verdict by the course's one rule (:func:`perfkit.viz.verdict`), then
     :func:`weighed_text`'s line where the A/A control's reach would change its outcome.
+    ``floor``: ``(floor s, median s)`` of an upper bound that is a time over a floor; where
+    :func:`floor_context` says it cannot fail, that context line is shown instead, no verdict.
 
     Raises:
         TypeError: as :func:`weighed_text`, before anything is shown.
     """
+    said = "" if floor is None else floor_context(prediction, measured, floor)
+    if said:
+        from IPython.display import display
+
+        display({"text/markdown": f"ℹ️ {said}", "text/plain": f"[context] {said}".replace("**", "")}, raw=True)
+        return
     line = weighed_text(control, prediction, measured)
     verdict(prediction, measured, explain=explain)
     if line:

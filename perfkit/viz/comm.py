@@ -170,10 +170,10 @@ def plot_data_parallel(compare: Mapping[str, Any]) -> Figure:
     # no share in the title (no interval here): the verdict judges the rounds' paired savings
     ax.set_title(f"{compare['n_params']:,} parameters, {compare['buckets']} buckets: " + (
         "no communication showed in the bucketed step" if hidden is None else
-        "how far the overlapped bar falls below the dotted line\nis the communication these medians hid"
-        if t["overlapped"] < t["bucketed"] else
-        "the overlapped bar is not below the dotted line:\nby these medians the overlap hid nothing")
-        + ("" if hidden is None else "; paired rounds can differ (see the verdict)"), fontsize=10)
+        "how far the overlapped bar falls below the dotted line\nis what these medians saved, behind "
+        "backward or by running the all-reduces together" if t["overlapped"] < t["bucketed"] else
+        "the overlapped bar is not below the dotted line:\nby these medians the overlap saved nothing")
+        + ("" if hidden is None else ";\npaired rounds can differ (see the verdict)"), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return tidy(fig)
@@ -189,7 +189,7 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
     caps = [b["bucket_cap_mb"] for b in buckets]
     ax1.plot(caps, [b["step_s"] * 1e3 for b in buckets], "o-", label="step time (ms)")
     ax1.set_xscale("log")
-    ax1.set_xlabel("bucket_cap_mb")
+    ax1.set_xlabel("bucket_cap_mb (MiB)")
     ax1.set_ylabel("step time (ms)")
     tw = ax1.twinx()
     tw.plot(caps, [b["calls_per_step"] for b in buckets], "s--", color="C1")

@@ -219,7 +219,8 @@ def _label(p: Any) -> str:
 
 
 def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = "") -> Figure:
-    """Tokens/s and MFU against batch size, one line per (precision, compiled) setting.
+    """Tokens/s and model FLOP/s as a share of the measured ceiling (not an MFU: no vendor
+    peak) against batch size, one line per (precision, compiled) setting.
 
     Args:
         points: :class:`perfkit.compute.ThroughputPoint` s.
@@ -234,7 +235,7 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, key in enumerate(dict.fromkeys((p.precision, p.compiled) for p in points)):
         pts = sorted((p for p in points if (p.precision, p.compiled) == key), key=lambda p: p.batch)
-        roof = f" (against {pts[0].ceiling}'s ceiling: not an MFU)" if _on_roof(pts[0]) else ""
+        roof = f" (against {pts[0].ceiling}'s ceiling)" if _on_roof(pts[0]) else ""
         style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-", label=_label(pts[0]) + roof)
         ax1.plot([p.batch for p in pts], [p.tokens_per_s for p in pts], **style)
         ax2.plot([p.batch for p in pts], [100 * p.mfu for p in pts], **style)
@@ -245,14 +246,15 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
                     edgecolors="k", zorder=4)
         title = title or (
             f"{_label(selected)}, batch {selected.batch}: {si(selected.tokens_per_s, 'tokens/s')}, "
-            f"MFU {100 * selected.mfu:.1f} %")  # of the ceiling the MFU axis names
+            f"{100 * selected.mfu:.1f} % of its measured ceiling")  # the one the right axis names
     ax1.set(ylabel="tokens / s (median step)", title=title or "throughput against batch size")
     # each point is held against the ceiling of the dtype its matmuls ran in, measured on its
     # threads; an emulated dtype against fp32's (perfkit.sizing.mfu_dtype)
     ceilings = "/".join(sorted({p.ceiling for p in points}))
     threads = sorted({p.threads for p in points if getattr(p, "threads", None)})
     on = f" on {'/'.join(map(str, threads))} thread{'s' * (threads != [1])}" if threads else ""
-    ax2.set(ylabel=f"MFU (%)\nof the {ceilings} ceiling{on}", title="model FLOPs utilisation")
+    ax2.set(ylabel=f"model FLOP/s (% of the {ceilings}\nceiling measured{on})",
+            title="share of a measured ceiling (not an MFU: no vendor peak)")
     for ax in (ax1, ax2):
         ax.set(xlabel="batch size")
         ax.set_xscale("log", base=2)
@@ -267,7 +269,7 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
 def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
                    precisions: Sequence[str] = ("fp32", "bf16"), batch: int | None = None,
                    precision: str | None = None) -> WidgetSpec:
-    """Precision, compile on/off and batch size -> measured throughput and MFU.
+    """Precision, compile on/off and batch size -> measured throughput and share of the ceiling.
 
     Each new setting runs a few real training steps through ``bench`` (a
     :class:`perfkit.compute.StepBench`), which caches them, so returning to a setting is
@@ -298,7 +300,7 @@ def compute_widget(bench: Any, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
         "precision": Choice(list(precisions), precision, description="precision"),
         "compiled": Choice([False, True], False, description="torch.compile"),
         "batch": Choice(list(batches), batch, description="batch size"),
-    }, title="Training-step throughput and MFU, measured on this machine")
+    }, title="Training-step throughput and share of the measured ceiling, on this machine")
 
 
 def loss_lines(curves: Mapping[str, Sequence[float]], tail: int = 5, base: str = "fp32") -> list[str]:
@@ -328,15 +330,17 @@ def _on_roof(p: Any) -> bool:
 
 def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
     """One line per :class:`perfkit.compute.throughput.ThroughputPoint`: step time, tokens/s
-    and MFU against its ceiling; when the threads had part of the machine (``share`` < 1: these
-    threads' float32 ceiling over the all-core one), a first line says so once and each line
-    held against the float32 ceiling prints its share of the all-core one beside it. A step
+    and model FLOP/s as a share of its measured ceiling, after a first line that names that share
+    (not an MFU: the field's divides by a vendor's peak); when the threads had part of the machine
+    (``share`` < 1: these threads' float32 ceiling over the all-core one), that line says so and
+    each line held against the float32 ceiling prints its share of the all-core one beside it. A step
     held against another dtype's ceiling than its matmuls ran in (an emulated bf16 step against
     fp32's) is named for what it is, its model FLOP/s as a share of that roof, not an MFU."""
     check_real("share", share, 0, 1, lo_open=True)
-    head = ([f"(each share below is held against the ceiling its line names, measured on these threads; the "
-             f"float32 one is {share:.0%} of the all-core float32 ceiling, and each float32 line prints its "
-             f"share of that too)"] if share < 1 else [])
+    head = ["(each share below is the step's model FLOP/s over the matmul ceiling its line names, measured "
+            + ("on this machine" if share >= 1 else f"on these threads; the float32 one is {share:.0%} of "
+               "the all-core float32 ceiling, and each float32 line prints its share of that too")
+            + ": a share of a measured ceiling, not an MFU, which divides by a vendor's theoretical peak)"]
 
     def held(p: Any) -> str:
         t = getattr(p, "threads", None)
@@ -345,7 +349,7 @@ def throughput_lines(points: Sequence, share: float = 1.0) -> list[str]:
         if _on_roof(p):
             return (f"model FLOP/s {p.mfu:5.1%} of the {p.ceiling} ceiling{on}{every}, not an MFU: its "
                     f"matmuls ran in {_OWN[p.precision]}")
-        return f"MFU {p.mfu:5.1%} of the {p.ceiling} ceiling{on}{every}"
+        return f"model FLOP/s {p.mfu:5.1%} of the {p.ceiling} ceiling{on}{every}"
 
     return head + [f"{p.precision}{' compiled' if p.compiled else '':9} batch {p.batch:3d}: "
                    f"{p.step.median_s * 1e3:7.1f} ms/step, {si(p.tokens_per_s, 'tokens/s'):>14}, {held(p)}"

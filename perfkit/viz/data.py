@@ -127,9 +127,9 @@ def plot_overlap(ms_per_step: Mapping[str, float], load_ms: float, compute_ms: f
     ax.barh(names, [ms_per_step[n] for n in names], color="tab:blue")
     ax.axvline(load_ms + compute_ms, color="tab:red", ls="--",
                label=f"serial model: load + compute = {load_ms + compute_ms:.1f} ms")
-    how = (f"least time of {steps} steps" if floor_ms is not None and steps else "least time per step"
-           if floor_ms is not None else f"(load + {steps} max(load, compute)) / {steps}" if steps
-           else "max(load, compute)")
+    how = (f"floor of {steps} steps, parts as timed apart" if floor_ms is not None and steps
+           else "floor per step" if floor_ms is not None
+           else f"(load + {steps} max(load, compute)) / {steps}" if steps else "max(load, compute)")
     ax.axvline(overlap_ms, color="tab:green", ls="--", label=f"overlap model: {how} = {overlap_ms:.1f} ms")
     for name, v in (least_ms or {}).items():  # a bound of one variant's own: across its bar only
         i = names.index(name)

@@ -102,6 +102,9 @@ class StageEdge:
             (described by ``call_how``).
         update_saved_s: the ``(N - 1) / N`` of AdamW's update a rank no longer runs.
         call_how: what ``call_s`` is, as a phrase before its value.
+        link_s, lone_s: the gradient's all-reduce and a 4-byte all-reduce, each timed alone,
+            from which ``bytes_s`` was taken (half their difference per all-gather); ``None``
+            where not given.
     """
 
     stage: int
@@ -111,6 +114,8 @@ class StageEdge:
     call_s: float
     update_saved_s: float
     call_how: str = _LONE_CALL
+    link_s: float | None = None
+    lone_s: float | None = None
 
     @property
     def edge(self) -> float:
@@ -121,7 +126,11 @@ class StageEdge:
         """The edge as a sum of its measured parts."""
         gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
                   "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
-        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({si(self.bytes_s, 's')}), "
+        how = ("" if self.link_s is None or self.lone_s is None else
+               f"{'twice ' if self.stage == 3 else ''}half of the gradient's all-reduce, "
+               f"{si(self.link_s, 's')}, less a 4-byte call's {si(self.lone_s, 's')}, its latency "
+               "charged with the calls: ")
+        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({how}{si(self.bytes_s, 's')}), "
                 f"plus {self.calls} calls at {self.call_how} "
                 f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
                 f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
@@ -244,4 +253,4 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
         how = "the most torch_zero's step leaves a call in flight with others (section 2),"
     return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls,
                      call_s if per_call_s is None else per_call_s,
-                     (world_size - 1) / world_size * ddp.update_s, how)
+                     (world_size - 1) / world_size * ddp.update_s, how, link_s, call_s)

@@ -202,3 +202,16 @@ def test_tile_miss_note_names_a_miss_the_fitted_lengths_already_showed():
         in note
     with pytest.raises(ValueError):
         ac.tile_miss_note([_timed(model, 16, 256, 0.0), _timed(model, 64, 512, 0.0)], model, 64)
+
+
+def test_same_call_note_speaks_only_where_the_two_timings_exclude_each_other():
+    from perfkit.estimate import Estimate
+
+    sweep = Estimate(0.113, 0.110, 0.117, 0.9, 5, "median of 5 samples")
+    sec3 = Estimate(0.0738, 0.0700, 0.0772, 0.9, 15, "median of 15 samples")
+    got = ac.same_call_note(sweep, sec3, "the call")
+    assert got.startswith(" This sweep ran the call 1.53x slower than section 3 did, the two intervals apart")
+    assert "faster" in ac.same_call_note(sec3, sweep, "the call")
+    near = Estimate(0.077, 0.0765, 0.080, 0.9, 5, "median of 5 samples")
+    assert ac.same_call_note(near, sec3, "the call") == ""
+    assert ac.same_call_note(Estimate(0.113, 0.113, 0.113, None, 1, "exact"), sec3, "the call") == ""

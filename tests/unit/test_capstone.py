@@ -105,6 +105,7 @@ def test_two_runs_before_judge_against_their_mean_and_hold_each():
     mean_before = statistics.mean([100 / 0.4, 100 / 0.5])
     assert est.value == pytest.approx((100 / 0.2) / mean_before)
     assert est.low <= 2.0 and est.high >= 2.5  # widened to each before alone
+    assert est.method.endswith("widened to the ratio against each run before: it covers 90% or more")
     short = round_speedup(JOB, [before, again], after)  # 3 steps a run: too few for an interval
     assert short.needs == 6 and short.low == short.value == short.high
     with pytest.raises(ValueError, match="befores"):
@@ -145,6 +146,7 @@ def test_the_reads_fix_is_bounded_by_the_reads_not_the_collective_between_them()
     assert pick == reads_pick(rep, "sync") and pick.share == pytest.approx(0.038 + 0.116)
     assert "less the 21.6% that passed with a collective in flight" in pick.model
     assert "the reads and the loop between them, is 3.8% of a profiled step" in pick.untested  # context
+    assert "at most 3.8% of an unprofiled one" in pick.untested  # a profiled step no slower: times 1
     # reads that cost time themselves (a GPU's): a bound that can fail
     gpu = {**rep, "sync_comm_share": 0.0}
     assert not reads_pick(gpu, "sync").untested and reads_pick(gpu, "sync").share == pytest.approx(0.37)
@@ -177,7 +179,16 @@ def test_every_waste_fix_is_bounded_against_an_unprofiled_step_by_one_rule():
     assert ddp.share == pytest.approx(0.6) and "times 2.00" in ddp.model  # (0.2 + 0.1) * 2
     reads = next_fix(rep, r, JOB, [], ("sync",), FIX_FOR, 1e9)
     assert reads.share == pytest.approx((0.03 + 0.1) * 2) and "times 2.00" in reads.model
-    assert "is 3.0% of a profiled step" in reads.untested  # the testability rule reads the profiled share
+    # the testability rule reads the share of an unprofiled step: 3 % profiled, times 2, is 6 %: testable
+    assert not reads.untested
+    few = reads_pick({**rep, "sync_comm_share": 0.18}, "sync", 2.0)  # 2 % profiled, 4 % unprofiled
+    assert "is 2.0% of a profiled step, at most 4.0% of an unprofiled one" in few.untested
+    assert "bounds the gain from removing them at 1.04x" in few.untested
+    counted = report([("medium", "sync", 0.03)], {"sync": 0.03}, steps=(0.2, 0.2))  # 3 % profiled, 6 %
+    assert not next_fix(counted, r, JOB, [], ("ddp",), FIX_FOR, 1e9).untested
+    counted = report([("medium", "sync", 0.02)], {"sync": 0.02}, steps=(0.2, 0.2))  # 2 % profiled, 4 %
+    assert "at most 4.0% of an unprofiled one" in next_fix(counted, r, JOB, [], ("ddp",), FIX_FOR,
+                                                           1e9).untested
     capped = report([("high", "sync", 0.4)], {"sync": 0.4, "communication": 0.2}, steps=(0.2, 0.2))
     assert next_fix(capped, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9).share == pytest.approx(0.99)
     # a profiled step faster than an unprofiled one is load, not the profiler: the share stays, and it is said

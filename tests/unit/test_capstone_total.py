@@ -53,6 +53,12 @@ def test_time_to_target_is_held_against_the_same_two_runs():
     # the direct ratio's slow side is the mean of two runs: named, with how far it puts it
     assert "The direct ratio, 8.89x, has another baseline" in said and "250 and 200 tokens/s" in said
     assert "1.11x from this pair's" in said
+    # each run over its whole run against its own measured steps: the slow one 1.25x faster over its run
+    runs = target_text(4.0, 1.6, pair, total, (250.0, 200.0))
+    assert "the slow run made 1.25x the tokens/s of its measured steps, the fixed run 1.00x its own" in runs
+    assert "so the slow run's steps outside the window (warm-up included) took less on average" in runs
+    assert "puts it 0.80x" not in runs and "fixed run's steps outside" not in runs
+    assert "outside the window" not in target_text(4.0, 1.6, pair, total, (200.0, 250.0))  # 0.8x, 0.64x
     close = target_text(4.0, 2.0, pair, replace(total, slow_runs_tps=(250.0,), direct=pair))
     assert "puts it" not in close and "baseline" not in close  # 8.0x against 8.0x, one slow run
     with pytest.raises(TypeError, match="pair"):

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from perfkit import viz
-from perfkit.verdict import Claim, assess
+from perfkit.verdict import Claim, Prediction, assess
 
 SPEED = Claim(statement="s", figure="speedup", low=1.4, partly=1.0, unit="x")
 COUNT = Claim(statement="c", figure="buckets", low=1)
@@ -162,3 +162,40 @@ def test_an_inconclusive_verdict_wholly_outside_its_promise_says_the_promise_is_
     assert viz.claims.claims_headlines({"p": aa})["p"] == (
         "GPU only (not judged: its figure, 1.02x (spread 1.00x to 1.04x), says nothing about the advice "
         "here)")
+
+
+def test_a_side_decided_by_the_control_reachs_last_digits_says_so():
+    from perfkit.stats import Estimate
+
+    # DataLoader workers as measured: the interval's top 1.0044563x lies 4.33749 % below the promise
+    # 1.05x, the A/A control's reach 4.33683 %: refuted by 0.00066 points, which "4.3% beyond 4.3%" hid
+    claim = Claim("workers", "speedup", low=1.05, partly=1.0, unit="x")
+    dl = assess(claim, Estimate(0.98, 0.96, 1.0044563, 0.9, 16, "m"), error=0.0433683)
+    assert dl.status == "inconclusive" and dl.refuted and dl.thin
+    assert "lies 4.3375% below the promise (at least 1.05x), beyond the 4.3368%" in dl.text
+    assert "the rule's call, not a finding" in dl.text
+    assert "margin under a tenth" in viz.claims.claims_headlines({"d": dl})["d"]
+    assert "a tenth of the A/A control's reach" in viz.claims.claims_table_rows({"d": dl})[0][2]
+    # GELU as measured: the top 0.9566x lies just beyond the 4.3368 % reach from 1x: does not hold, said thin
+    gelu = assess(claim, Estimate(0.943, 0.934, 0.95662, 0.9, 16, "m"), error=0.0433683)
+    assert gelu.status == "does not hold here" and gelu.thin
+    assert "lies 4.338% from 1x, beyond the 4.337% an A/A control read" in gelu.text
+    # a side set with room to spare says nothing more
+    far = assess(claim, Estimate(0.9, 0.88, 0.92, 0.9, 16, "m"), error=0.0433683)
+    assert not far.thin and "A/A" not in far.text
+
+
+def test_a_roofline_bound_whose_floor_lies_under_the_calls_own_time_is_context():
+    from perfkit.stats import Estimate
+
+    # grouped convolution as measured: dense 4.29 ms over the grouped floor 0.5 ms = 8.58x, the grouped
+    # call's median 1.5 ms: the floor lies under it (the ceiling raised to its rate), so the bound is at
+    # least the medians' ratio 2.86x by construction and cannot fail
+    bound = Prediction("groups=8 speedup", "dense time over the grouped call's floor", high=8.58, unit="x")
+    grp = Estimate(2.86, 2.8, 2.9, 0.9, 27, "m")
+    said = viz.claims.floor_context(bound, grp, (0.0005, 0.0015))
+    assert said.startswith("**Context, not a prediction**")
+    assert "at least the ratio of the two medians, 2.86x, by construction" in said
+    assert viz.claims.floor_context(bound, grp, (0.002, 0.0015)) == ""  # a floor above the time: it can fail
+    with pytest.raises(ValueError, match="floor"):
+        viz.claims.floor_context(bound, grp, (0.0, 0.0015))

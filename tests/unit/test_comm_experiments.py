@@ -230,8 +230,8 @@ def test_hidden_share_against_another_communication_and_the_step_comm_text():
     # gives both readings of the ceiling and the share
     said = step_comm_text(times)
     assert "2x the 2 s" in said and "7 s, exceeds the bucketed step's 5 s" in said
-    assert "ceiling 0.50, hidden share 0.50" in said
-    assert "ceiling would be 0.25 and the hidden share 0.25" in said
+    assert "ceiling 0.50, share saved 0.50" in said
+    assert "ceiling would be 0.25 and the share saved 0.25" in said
     assert "exceeds" not in step_comm_text({**times, "comm_only": [2.1] * 3})  # within 10 %: nothing to say
     assert "waiting for the other" in step_comm_text({**times, "comm_only": [1.0] * 3})
 
@@ -481,3 +481,91 @@ def test_small_call_cost_charges_a_measured_call_where_the_intercept_departs_fro
     assert near == 1.1e-3 and "charged the fit's alpha, 1.1 ms, +10% from" in said
     assert small_call_cost(sweep, AlphaBeta(1.1e-3, 1.41e9), tol=0.05)[0] == 0.997e-3
 
+
+
+def test_ring_check_text_does_not_credit_faster_bytes_to_scheduling():
+    from perfkit.comm import ring_check_text
+
+    # a default run: latency 1.2x the ring model's, bytes' time 0.88x; the old text called both "as
+    # processes waiting to be scheduled would make it", though waiting cannot speed the bytes up
+    fit2 = AlphaBeta(2e-4, 1e9)
+    sizes = [1 << 10, 1 << 14, 1 << 20, 1 << 24]
+    ring0 = ring_allreduce_time(0, 3, AlphaBeta(1e-4, 1e9))
+    pts = [pt(s, 1.2 * ring0 + 0.88 * 4 / 3 * s / 1e9, n=3) for s in sizes]
+    said = ring_check_text(ring_check(pts, fit2, cores=2), pts, fit2)
+    assert "the latency grew 1.2x and the bytes' time fell to 0.88x" in said
+    assert "as processes waiting to be scheduled would make it" not in said
+    assert "cannot move the bytes faster" in said and "does not measure why" in said
+
+
+def test_together_share_is_what_launching_the_all_reduces_together_saved_of_the_steps_communication():
+    from perfkit.comm import together_share
+
+    times = {"compute_only": [3.0] * 3, "bucketed": [7.0] * 3, "comm_only": [4.0] * 3,
+             "comm_together": [3.0] * 3}
+    est = together_share(times)
+    assert est.value == pytest.approx(0.25)  # (4 - 3) / (7 - 3)
+    with pytest.raises(ValueError, match="comm_together"):
+        together_share({k: v for k, v in times.items() if k != "comm_together"})
+    with pytest.raises(ValueError, match="no communication"):
+        together_share({**times, "bucketed": [3.0] * 3})
+
+
+def test_overlap_apart_text_credits_backward_only_beyond_running_the_all_reduces_together():
+    from perfkit.comm import overlap_apart_text
+
+    # a default run: the overlapped step saved 0.159 (0.092 to 0.302), launching the all-reduces
+    # together alone 0.166 (0.077 to 0.225): the old takeaway credited the whole 0.159 to backward
+    hidden = stats.Estimate(0.159, 0.092, 0.302, 0.9, 25, "median of 25 paired rounds")
+    together = stats.Estimate(0.166, 0.077, 0.225, 0.9, 25, "median of 25 paired rounds")
+    said = overlap_apart_text(hidden, together)
+    assert "saved less by the medians (0.16 against 0.17)" in said and "intervals overlap" in said
+    assert "does not show the overlapped step hiding any communication behind backward" in said
+    assert "shows no overlap with backward beyond that" in overlap_apart_text(hidden, together, short=True)
+    above = stats.Estimate(0.5, 0.4, 0.6, 0.9, 25, "median of 25 paired rounds")
+    said = overlap_apart_text(above, together)
+    assert "saved 0.33 of the communication more" in said and "does not explain" in said
+    assert "beyond running them together" in overlap_apart_text(above, together, short=True)
+    below = stats.Estimate(-0.2, -0.3, -0.1, 0.9, 25, "median of 25 paired rounds")
+    assert "its interval lying below that one" in overlap_apart_text(below, together)
+    # without intervals (too few rounds) it claims neither way
+    bare = stats.Estimate(0.5, 0.5, 0.5, 0.9, 3, "3 samples", needs=5)
+    assert "cannot tell whether it shows" in overlap_apart_text(bare, stats.Estimate(0.1, 0.1, 0.1, 0.9, 3,
+                                                                                    "3 samples", needs=5))
+    assert "cannot tell the two apart" in overlap_apart_text(bare, together, short=True)
+
+
+def test_overlap_said_names_the_edge_an_inconclusive_interval_crosses():
+    from perfkit.comm import overlap_said
+
+    hidden = stats.Estimate(0.159, 0.092, 0.302, 0.9, 25, "median of 25 paired rounds")
+    said = overlap_said("inconclusive", hidden, 0.292, 2.8e-3, 5.17e-3)
+    # the old summary read "its interval reaching across an edge of 0 to 29%, what backward could cover"
+    assert said == "inconclusive: its 90 % interval reaches above the 29% of it backward could cover"
+    low = stats.Estimate(0.05, -0.1, 0.2, 0.9, 25, "median of 25 paired rounds")
+    assert overlap_said("inconclusive", low, 0.292, 1e-3, 5e-3).endswith("reaches below 0")
+    assert overlap_said("held", low, 0.292, 1e-3, 5e-3) == "held: within the 29% of it backward could cover"
+    few = stats.Estimate(0.17, 0.17, 0.17, 0.9, 3, "3 samples", needs=5)  # no interval to reach anywhere
+    assert overlap_said("inconclusive", few, 0.52, 1e-3, 5e-3).endswith("too few rounds for an interval")
+    assert "took 1 ms more" in overlap_said("missed", stats.Estimate(-0.2, -0.3, -0.1, 0.9, 25, "m"), 0.3,
+                                            -1e-3, 5e-3)
+    with pytest.raises(ValueError, match="outcome"):
+        overlap_said("maybe", hidden, 0.292, 1e-3, 5e-3)
+
+
+def test_small_call_cost_and_bucket_count_effect_give_the_sweeps_small_calls_beside_the_charge():
+    from perfkit.comm import small_call_cost
+
+    # a default run charged alpha 1.47 ms to calls the sweep measured at 587 µs to 2.03 ms
+    sweep = [pt(1024, 1.68e-3), pt(1 << 16, 2.03e-3), pt(1 << 18, 0.587e-3), pt(1 << 24, 20e-3)]
+    cost, said = small_call_cost(sweep, AlphaBeta(1.47e-3, 1.16e9), up_to_bytes=1 << 20)
+    assert cost == 1.47e-3
+    assert ("3 calls up to 1.05 MB took 587 µs to 2.03 ms each, bytes included, 0.4x to 1.4x "
+            "that charge") in said
+    assert "took" not in small_call_cost(sweep, AlphaBeta(1.47e-3, 1.16e9))[1]
+    bk = [{"calls_per_step": 7, "step_s": 0.0237}, {"calls_per_step": 7, "step_s": 0.0279},
+          {"calls_per_step": 1, "step_s": 0.0166}]
+    text = bucket_count_effect(bk, 1.47e-3, hidden_s=5.17e-3, call_range_s=(0.587e-3, 2.03e-3))
+    assert "6 x alpha = 8.82 ms more in start-ups (3.52 ms to 12.2 ms at the sweep's small calls" in text
+    assert text.replace(" (3.52 ms to 12.2 ms at the sweep's small calls, 587 µs to 2.03 ms each; the range "
+                        "below uses alpha)", "") == bucket_count_effect(bk, 1.47e-3, hidden_s=5.17e-3)

@@ -180,3 +180,37 @@ def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
     assert "the interval's width" in resolution_note(SimpleNamespace(low=0.9, high=1.1), 0.99)
     with pytest.raises((TypeError, ValueError), match="ratio.low"):
         resolution_note(SimpleNamespace(high=1.0), 0.99)
+
+
+def test_resolution_note_says_when_the_hook_made_the_step_slower():
+    from perfkit.compress.experiments import resolution_note
+    slower = resolution_note(SimpleNamespace(low=1.001, high=1.07, level=0.9), 0.997)  # fp16's, default run
+    assert "the whole interval lies above 1x: this hook made the step slower" in slower
+    assert "made the step slower, which" not in resolution_note(SimpleNamespace(low=0.99, high=1.05), 0.997)
+
+
+def test_ef_gap_text_closes_widens_or_has_nothing_to_close():
+    from perfkit.compress.experiments import ef_gap_text
+    assert ef_gap_text(0.1479, 0.0013) == "closed 99% of it"
+    assert ef_gap_text(0.0536, 0.0579) == "widened it by 8%: error feedback made this run worse"
+    assert ef_gap_text(-0.0001, 0.0001) == "no gap to close"
+    with pytest.raises((TypeError, ValueError)):
+        ef_gap_text(float("nan"), 0.0)
+
+
+def test_slowdown_text_puts_the_slower_steps_in_small_calls():
+    from perfkit.compress.experiments import slowdown_text
+    r = {"powersgd_r1": SimpleNamespace(value=1.49), "powersgd_r4": SimpleNamespace(value=1.5),
+         "topk_1pct": SimpleNamespace(value=1.19), "randomk_1pct": SimpleNamespace(value=1.11)}
+    text = slowdown_text(r, 6.22e-3, [628e-6, 1.27e-3, 1.04e-3])  # notebook 03's default run
+    assert "the slower steps took 684 µs to 3.11 ms more than none's (6.22 ms)" in text
+    assert "the time of 0.5 to 5.0 such calls" in text
+    assert "chains three all-reduces per bucket" in text and "the time of 2.4 to 5.0 small calls" in text
+    assert "do not account for all of it" in text and "perfkit's hook waits inside backward" in text
+    fits = slowdown_text({"powersgd_r2": SimpleNamespace(value=1.3)}, 6e-3, [0.6e-3, 1.2e-3])  # 1.8 ms: 1.5-3
+    assert "two more calls per bucket lie inside that range" in fits and "perfkit's hook" not in fits
+    assert slowdown_text({"qsgd": SimpleNamespace(value=0.98)}, 6e-3, [1e-3]) == ""  # none slower
+    with pytest.raises((TypeError, ValueError)):
+        slowdown_text(r, 0.0, [1e-3])
+    with pytest.raises((TypeError, ValueError)):
+        slowdown_text(r, 6e-3, [])

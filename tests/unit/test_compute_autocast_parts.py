@@ -137,14 +137,19 @@ def test_swept_ratio_reads_the_sweep_not_a_raised_ceiling():
     near_128 = ap.swept_ratio(raised, "bfloat16", 2 * 150**3, threads=1)
     assert (near_128.n, near_128.threads, near_128.exact_threads) == (128, 1, True)
     assert near_128.ratio == pytest.approx(0.03)  # 3e9 / 1e11, not the raised 7e9 over anything
+    # two sizes swept in both dtypes on 1 thread: "nearest" names the choice it made, and the source
+    assert near_128.sizes == 2 and "of the 2 sizes swept in both dtypes there" in near_128.describe()
+    assert "not necessarily this run's" in near_128.describe()
     assert ap.swept_ratio(raised, "bfloat16", 2 * 400**3, threads=1).ratio == pytest.approx(0.02)
     # all cores: the points on every thread count (limits.threads = 2)
     every = ap.swept_ratio(raised, "bfloat16", 2 * 128**3)
     assert (every.n, every.threads) == (512, 2) and every.ratio == pytest.approx(0.01)
-    assert "n=512 on 2 threads: bfloat16 2 GFLOP/s, float32 200 GFLOP/s" in every.describe()
+    assert "there): bfloat16 2 GFLOP/s, float32 200 GFLOP/s" in every.describe()
+    assert "n=512 on 2 threads" in every.describe()
     # no thread count asked for was swept: the nearest one, said so
     far = ap.swept_ratio(_limits(sweep[:2]), "bfloat16", 2 * 128**3, threads=2)
     assert far.threads == 1 and not far.exact_threads and "nearest thread count" in far.describe()
+    assert far.sizes == 1 and "the only size swept in both dtypes there" in far.describe()  # not a near one
     assert ap.swept_ratio(_limits(sweep[:1]), "bfloat16", 1e6) is None  # no size in both dtypes
     with pytest.raises(ValueError, match="flops_per_call"):
         ap.swept_ratio(raised, "bfloat16", 0.0)

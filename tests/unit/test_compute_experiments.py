@@ -172,6 +172,9 @@ def test_shape_sweep_skips_a_dtype_without_an_odd_width():
 def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     top = SimpleNamespace(mfu=0.3, precision="fp32", batch=8, ceiling="float32")
     assert "PaLM" in ex.largest_mfu_text(top, 2048)
+    # named for what it is: a share of a measured ceiling, not an MFU
+    assert ex.largest_mfu_text(top, 2048).startswith("largest share of a measured ceiling")
+    assert "Not an MFU" in ex.largest_mfu_text(top, 2048)
     compiled = SimpleNamespace(**{**vars(top), "compiled": True})  # the compiled step's, named as such
     assert "(fp32 compiled, batch" in ex.largest_mfu_text(compiled, 2048)
     assert "(fp32, batch" in ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "compiled": False}), 2048)
@@ -183,11 +186,11 @@ def test_largest_mfu_text_names_the_causes_only_above_100_percent():
     assert "against the float32 ceiling measured on 1 of 2 threads, 51% of the all-core one" in shared
     rated = ex.largest_mfu_text(SimpleNamespace(**{**vars(top), "peak_flops": 1.05e11}), 2048, share=0.51,
                                 threads=1, cores=2)  # the ceiling's own rate, named
-    assert "share of a measured matmul ceiling: 30.0%" in rated
+    assert "over a matmul ceiling measured here: 30.0%" in rated
     assert "float32 ceiling (105 GFLOP/s) measured on 1 of 2 threads" in rated
     assert "against the all-core one, 15.3%)" in shared  # the all-core share printed beside it
     assert "PaLM" in shared
-    assert "Not comparable" in shared  # a measured ceiling is not the vendor's peak PaLM divides by
+    assert "not comparable" in shared  # a measured ceiling is not the vendor's peak PaLM divides by
     assert "100%" not in ex.largest_mfu_text(top, 2048, share=1.0)
 
 
@@ -274,16 +277,20 @@ def test_loss_and_throughput_lines():
                         mfu=0.25, ceiling="bfloat16")
     head, line = vc.throughput_lines([p], 0.5)  # the threads' share said once, above the rows
     assert "the float32 one is 50% of the all-core float32 ceiling" in head
-    assert line.endswith("MFU 25.0% of the bfloat16 ceiling") and "threads" not in line
-    assert vc.throughput_lines([p], 1.0) == [line]  # the whole machine: no note
-    # a float32 line on part of the machine prints its all-core share beside the MFU
+    # a share of a measured ceiling is named for what it is, never an MFU (a vendor peak's share)
+    assert "not an MFU, which divides by a vendor's theoretical peak" in head
+    assert line.endswith("model FLOP/s 25.0% of the bfloat16 ceiling") and "threads" not in line
+    assert "MFU" not in line
+    whole, same = vc.throughput_lines([p], 1.0)  # the whole machine: the name said, no thread share
+    assert same == line and "not an MFU" in whole and "all-core" not in whole
+    # a float32 line on part of the machine prints its all-core share beside it
     fp32 = SimpleNamespace(**{**vars(p), "precision": "fp32", "compiled": False, "ceiling": "float32",
                               "threads": 1})
     said = vc.throughput_lines([fp32], 0.5)[1]
-    assert said.endswith("MFU 25.0% of the float32 ceiling on 1 thread (12.5% of the all-core one)")
+    assert said.endswith("model FLOP/s 25.0% of the float32 ceiling on 1 thread (12.5% of the all-core one)")
     # an emulated bf16 step held against fp32's ceiling is not called an MFU
     roof = SimpleNamespace(**{**vars(p), "ceiling": "float32"})
-    said = vc.throughput_lines([roof], 1.0)[0]
+    said = vc.throughput_lines([roof], 1.0)[1]
     assert "MFU 25" not in said and "model FLOP/s 25.0% of the float32 ceiling, not an MFU" in said
 
 
@@ -410,7 +417,10 @@ def test_what_fusion_saved_names_the_term_that_set_the_eager_time():
     rec = compiling.CompileRecord(1.8, meas([0.174]), meas([0.0378]))
     said = fusion.what_fusion_saved(faulty, rec, chain.kernels, chain.ratio)
     assert "saved 136.2 ms per call" in said and "110.8 ms of page faults (8 fewer new tensors)" in said
-    assert "set by its new tensors' page faults, not by its bytes" in said and "never the speedup" in said
+    assert "new tensors' page faults are the larger here, not its bytes" in said
+    assert "never the speedup" in said
+    # the faults are the allocator's (glibc's mmap threshold), not the CPU's, and the usual remedy is named
+    assert "On this CPU" not in said and "not the CPU" in said and "LD_PRELOAD" in said
     assert "does not carry over" in said   # a GPU's caching allocator: no faults
     no_faults = fusion.chain_model(chain, 0.0, 53.8e9)
     bytes_said = fusion.what_fusion_saved(no_faults, rec, chain.kernels, chain.ratio)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from perfkit.data import LoaderConfig, LoaderRecord
+from perfkit.data import LoaderConfig, LoaderRecord, ratio_explain
 from perfkit.data import experiments as ex
 from perfkit.data import overlap as ov
 from perfkit.stats import Estimate
@@ -312,3 +312,41 @@ def test_gil_explain_splits_the_miss_between_the_short_spin_and_the_step():
     # a spin no shorter than the bound's: the step ran faster during the spins
     assert "no less than the bound takes" in ex.gil_explain(*parts, 11.5, 8.9)["below"]
     assert said["held"].startswith("The least step is the step's 5.43 ms plus the 4.43 ms spin")
+
+
+def _monitored(waits_ms, rests_ms):
+    return ex.MonitoredRun(None, tuple(w / 1e3 for w in waits_ms),
+                           tuple((w + r) / 1e3 for w, r in zip(waits_ms, rests_ms)))
+
+
+def test_worker_gain_puts_a_gain_down_to_the_loader_only_where_the_wait_fell():
+    jig = [0.01 * (i % 7) for i in range(30)]   # a little spread, so each median has an interval
+    one = _monitored([1.4 + j for j in jig], [21.9 + j for j in jig])
+    compute = _monitored([1.2 + j for j in jig], [19.9 + j for j in jig])   # -2.2 ms, -0.2 of it waiting
+    said = ex.worker_gain(one, compute, 2)
+    assert "faster" in said and "mostly in the compute" in said and "did not keep up" not in said
+    assert "the median wait -0.2 ms, the median rest, its compute, -2.0 ms" in said
+    waiting = _monitored([0.2 + j for j in jig], [21.9 + j for j in jig])   # only the wait fell
+    assert ex.worker_gain(one, waiting, 2).endswith("mostly less waiting, so one worker did not keep up")
+    slower = _monitored([1.4 + j for j in jig], [24.9 + j for j in jig])
+    assert "slower" in ex.worker_gain(one, slower, 2) and "on 2 cores" in ex.worker_gain(one, slower, 2)
+    assert ex.worker_gain(one, one, 2).endswith("the run cannot tell the two apart")
+    with pytest.raises(TypeError):
+        ex.worker_gain(one, [1.0], 2)
+
+
+def test_ratio_explain_credits_the_shortfalls_with_the_mean_rates_ratio_alone():
+    rates, model = {2: 759.0, 8: 800.0}, {2: 889.0, 8: 914.0}
+    far = Estimate(1.30, 0.39, 2.32, 0.9, 6, "ratio of two runs' median block means")
+    said = ratio_explain(rates, model, 2, 8, far)
+    # the shortfalls (85 % and 88 %) move the mean rates' ratio from 1.028x to 1.05x, not to 1.30x
+    assert "lifts the ratio of the runs' mean steady rates to 1.05x, against the model's 1.028x" \
+        in said["above"]
+    assert "the rest of the way to 1.30x is the statistic's" in said["above"]
+    near = Estimate(1.06, 0.39, 2.32, 0.9, 6, "ratio of two runs' median block means")
+    assert ratio_explain(rates, model, 2, 8, near)["above"].endswith("which accounts for the figure.")
+    low = Estimate(0.80, 0.39, 2.32, 0.9, 6, "ratio of two runs' median block means")
+    assert "does not lie below the model's 1.028x; the figure, 0.80x, lies below it through the statistic" \
+        in ratio_explain(rates, model, 2, 8, low)["below"]
+    with pytest.raises(ValueError, match="worker counts"):
+        ratio_explain(rates, model, 2, 4, far)

@@ -37,6 +37,7 @@ from perfkit.comm import (
     step_comm_text,
     sweep,
 )
+from perfkit.estimate import exact
 
 NAN, INF = math.nan, math.inf
 LINK = AlphaBeta(1e-5, 1e9)
@@ -241,6 +242,20 @@ CASES = [  # (id, call, exception, regex on the message)
      r"times_s must hold the series .* missing \['bucketed', 'comm_only'\]"),
     ("step_comm_text.times_s zero", lambda: step_comm_text({**ROUNDS, "comm_only": [1.0, 0.0]}),
      ValueError, r"times_s\['comm_only'\] must be a finite number > 0"),
+    ("together_share.times_s missing", lambda: comm.together_share(ROUNDS), ValueError,
+     r"times_s must hold the series .* missing \['comm_only', 'comm_together'\]"),
+    ("together_share.times_s no communication", lambda: comm.together_share(
+        {**ROUNDS, "bucketed": [1.0, 1.0], "comm_only": [1.0, 1.0], "comm_together": [1.0, 1.0]}),
+     ValueError, "no communication showed"),
+    ("overlap_apart_text.hidden", lambda: comm.overlap_apart_text(0.2, exact(0.1)), TypeError,
+     "hidden must be"),
+    ("overlap_said.outcome", lambda: comm.overlap_said("maybe", exact(0.1), 0.3, 1e-3, 1e-3),
+     ValueError, "outcome must be held"),
+    ("small_call_cost.up_to_bytes", lambda: comm.small_call_cost([PT2], LINK, up_to_bytes=-1.0), ValueError,
+     "up_to_bytes"),
+    ("bucket_count_effect.call_range_s", lambda: bucket_count_effect(
+        [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 2, "step_s": 1.0}], 1e-5,
+        call_range_s=(-1.0, 1.0)), ValueError, "call_range_s"),
     ("bucket_count_effect.buckets empty", lambda: bucket_count_effect([], 1e-5), ValueError,
      "buckets must hold at least one"),
     ("bucket_count_effect.buckets item", lambda: bucket_count_effect([{"step_s": 1.0}], 1e-5),

@@ -41,6 +41,7 @@ from perfkit.data import (
     pass_rate,
     prefetch_loops,
     rate_ratio,
+    ratio_explain,
     run_gaps,
     simulate_pipeline,
     sleep_explain,
@@ -51,6 +52,7 @@ from perfkit.data import (
     thread_share,
     time_pin_memory,
     wait_share,
+    worker_gain,
     worker_sweep,
     write_shards,
 )
@@ -60,6 +62,8 @@ DS = TensorDataset(torch.ones(4, 2))
 REC = LoaderRecord(LoaderConfig(2), ((0.1, 0.1, 0.1),), ((0.2, 0.2, 0.2),), 6)
 ONE_STEP = LoaderRecord(LoaderConfig(2), ((0.1,),), ((0.2,),), 2)
 LOOPS = {"load only": 1.0, "compute only": 1.0, "serial, sleep load": 2.0, "Prefetcher, sleep load": 1.2}
+EST = stats.Estimate(1.0, 0.9, 1.1, 0.9, 30, "m")
+RUN = data.MonitoredRun(None, (0.1,) * 5, (0.3,) * 5)
 STEP = lambda x, y: None  # noqa: E731
 # a workload no case trains (each fails first), so its optimizer is a stand-in
 WORKLOAD = models.Workload("toy", torch.nn.Linear(2, 2), None, object(), lambda m, b: m(b[0]).sum(),
@@ -305,6 +309,15 @@ CASES = [  # (id, call, exception, regex on the message)
     ("balanced_max.b", lambda: balanced_max([1.0], [math.nan]), ValueError, "b entries"),
     ("rate_ratio.a", lambda: rate_ratio(None, REC), TypeError, "record must be a LoaderRecord"),
     ("rate_ratio.b", lambda: rate_ratio(REC, ONE_STEP), ValueError, "at least 2 steps"),
+    ("ratio_explain.measured", lambda: ratio_explain({2: 1.0, 8: 1.0}, {2: 1.0, 8: 1.0}, 2, 8, 1.0),
+     TypeError, "measured must be"),
+    ("ratio_explain.rates", lambda: ratio_explain({2: 1.0}, {2: 1.0, 8: 1.0}, 2, 8, EST), ValueError,
+     "rates must hold worker counts 2 and 8"),
+    ("ratio_explain.model_rates", lambda: ratio_explain({2: 1.0, 8: 1.0}, {2: 0.0, 8: 1.0}, 2, 8, EST),
+     ValueError, r"model_rates\[2\]"),
+    ("worker_gain.one", lambda: worker_gain(None, RUN, 2), TypeError, "one must be a MonitoredRun"),
+    ("worker_gain.two", lambda: worker_gain(RUN, [0.1], 2), TypeError, "two must be a MonitoredRun"),
+    ("worker_gain.cores", lambda: worker_gain(RUN, RUN, 0), ValueError, "cores must be an int >= 1"),
     ("prefetch_loops.n", lambda: prefetch_loops(DS, STEP, (1, 2), 0, 0.0), ValueError,
      "n must be an int >= 1"),
     ("prefetch_loops.step", lambda: prefetch_loops(DS, 3, (1, 2), 1, 0.0), TypeError,

@@ -7,7 +7,7 @@ import math
 import pytest
 from inputs_cases import duplicate_ids, uncovered
 
-from perfkit.plan.overlap import exposed_time
+from perfkit.plan.overlap import exposed_time, full_charge
 
 module = importlib.import_module("perfkit.plan.overlap")
 
@@ -18,6 +18,9 @@ CASES = [
     ("exposed_time str compute", lambda: exposed_time(1.0, "1", 2), TypeError, "compute_s"),
     ("exposed_time zero chunks", lambda: exposed_time(1.0, 1.0, 0), ValueError, "chunks"),
     ("exposed_time float chunks", lambda: exposed_time(1.0, 1.0, 2.5), ValueError, "chunks"),
+    ("full_charge empty", lambda: full_charge({}), ValueError, "costs"),
+    ("full_charge list", lambda: full_charge([1.0]), TypeError, "costs"),
+    ("full_charge float cost", lambda: full_charge({"zero1": 1.0}), TypeError, "costs"),
 ]
 
 

@@ -170,7 +170,8 @@ def test_plot_overlap_legend_is_the_printed_model():
     # the caller's floor (the last step and the load begun at the stop counted) is the line drawn,
     # not the first-load formula a bar can beat
     fig = vd.plot_overlap({"prefetched": 6.9}, load_ms=6.0, compute_ms=5.0, steps=8, floor_ms=7.4)
-    assert any("least time of 8 steps = 7.4 ms" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert any("floor of 8 steps, parts as timed apart = 7.4 ms" in t.get_text()
+               for t in fig.axes[0].get_legend().get_texts())
     assert 7.4 in [ln.get_xdata()[0] for ln in fig.axes[0].get_lines()]
     plt.close(fig)
     for bad in (0.0, float("nan")):

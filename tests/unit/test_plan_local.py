@@ -282,3 +282,31 @@ def test_collective_cost_sentences_add_up_as_printed():
     assert moved == pytest.approx(p + 1.70, abs=1e-9)
     with pytest.raises(ValueError, match="comm_s"):
         collective_cost(steps, base, 0.010, 0.0)
+
+
+def test_full_charge_says_where_every_call_charged_in_full_puts_each_prediction():
+    """A step verdict can hold on its window with the flags' all-reduce left uncharged; charged in
+    full, the ZeRO-1 prediction lay above its measured interval and ZeRO-3's below its own, so
+    none of the layouts agreed with the model's price per call, which the verdicts alone hid."""
+    from perfkit.plan import collective_cost, full_charge
+
+    base = [0.040] * 9
+    small = [0.040 + d / 1e4 for d in (-8, -4, -2, 0, 2, 5, 9, 12, 17)]     # -0.8 .. 1.7 ms
+    large = [0.040 + d / 1e3 for d in (10, 11, 12, 13, 14, 15, 16, 17, 18)]   # 10 .. 18 ms
+    z1 = collective_cost(small, base, 0.00101, 0.00334, uncharged_s=0.00162)
+    z3 = collective_cost(large, base, 0.0066, 0.0109, uncharged_s=0.00162)
+    assert z1.uncharged_s == pytest.approx(0.00162)
+    text = full_charge({"zero1": z1, "zero3": z3})
+    assert "zero1 2.63 ms against" in text and "zero3 8.22 ms against 11 to 17 ms" in text
+    assert "above its interval for zero1; below its interval for zero3" in text
+    assert "none of the 2 agrees with the model charging every call in full" in text
+    assert "too high for some layouts' calls and too low for others'" in text
+    fits = full_charge({"zero1": collective_cost(small, base, 0.0001, 0.00334, uncharged_s=0.0002)})
+    assert "inside its interval for zero1: this layout agrees" in fits
+    one = full_charge({"zero1": z1, "ok": collective_cost(small, base, 0.0001, 0.00334)})
+    assert "1 of the 2 agrees" in one and "for zero1 the calls cost less" in one
+    assert "no interval" in full_charge({"a": collective_cost([0.05], [0.04], 0.01, 0.01)})
+    with pytest.raises(ValueError, match="at least one"):
+        full_charge({})
+    with pytest.raises(TypeError):
+        full_charge({"a": 1.0})

@@ -169,3 +169,11 @@ def test_two_rates_of_one_disk_at_two_sizes_are_not_read_as_a_moved_disk():
     assert "at the same size" in same_disk_rates(first, later, 42_700_000)
     assert same_disk_rates(first, Estimate(1.66e9, 1.6e9, 1.7e9, 0.9, 9, "m"), 33_600_000).endswith(
         "the two measurements agree.")
+    # a median of 3 writes just below the later interval while its fastest write reaches into it:
+    # nothing shows the disk's rate moved (1.25 to 1.66 GB/s against 1.44 to 1.66 GB/s)
+    spread = WriteBandwidth("d", "/", "ext4", 42_700_000, True, (0.0257, 0.0303, 0.0342))   # median 1.41 GB/s
+    overlap = same_disk_rates(spread, Estimate(1.55e9, 1.44e9, 1.66e9, 0.9, 9, "m"), 33_600_000)
+    assert "below the interval just measured" in overlap and "reaches into that interval" in overlap
+    assert "cannot tell whether the disk's rate moved" in overlap and "ran slower" not in overlap
+    assert "as far as 3 writes can show" in same_disk_rates(first, Estimate(2.0e9, 1.9e9, 2.1e9, 0.9, 9, "m"),
+                                                             33_600_000)

@@ -281,3 +281,33 @@ def test_zb_split_step_feeds_the_model_the_measured_split():
     assert f"the model would have predicted {cheap_w:.3f}x, not the recorded {alike:.3f}x" in note
     with pytest.raises(ValueError, match="three times"):
         zb_split_step(stages, (1, 1), 2, 4)
+
+
+def test_fb_split_note_says_when_the_split_cannot_move_the_share():
+    from perfkit.parallel import fb_split_note
+
+    even = [0.024, 0.024]
+    planned = simulate(one_f_one_b(2, 4), split_costs(even)).bubble_share
+    note = fb_split_note(even, (1, 1.79), planned, 2, 4)
+    assert f"gives the prediction's {planned:.3f} again" in note and "explains none of the gap" in note
+    uneven = [0.04, 0.02]   # the slower stage first: F : B moves the share
+    planned = simulate(one_f_one_b(2, 4), split_costs(uneven)).bubble_share
+    moved = simulate(one_f_one_b(2, 4), split_costs(uneven, {"F": 1, "B": 1})).bubble_share
+    assert f"{moved:.3f}" != f"{planned:.3f}"
+    assert fb_split_note(uneven, (1, 1), planned, 2, 4).endswith(
+        f"gives {moved:.3f}, {moved - planned:+.3f} from the prediction.")
+
+
+def test_zb_step_note_sets_the_unsplit_forward_beside_1f1b_s():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_step_note
+
+    e = Estimate(0.996, 0.976, 1.023, 0.9, 12, "paired ratios")
+    fiw = (0.0100, 0.0105, 0.0061)
+    assert "Per action" not in zb_step_note(e, e, e, 0.868, fiw)
+    got = zb_step_note(e, e, e, 0.868, fiw, f_b=(0.0088, 0.0158))
+    assert "ZB-H1's F, which it does not split, ran 1.14x 1F1B's (10 ms against 8.8 ms" in got
+    assert "I + W 1.05x 1F1B's B (16.6 ms against 15.8 ms)" in got
+    assert "of the 2 ms more per micro-batch, the forward carries 60%" in got
+    split = zb_step_note(e, e, e, 0.868, fiw, f_b=(0.0102, 0.0140))
+    assert "the split backward carries all, the forward having run faster" in split

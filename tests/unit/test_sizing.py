@@ -77,6 +77,30 @@ def test_a_timed_probe_plans_in_proportion_to_it_not_from_the_ceiling():
         sizing.plan_dtype(EMULATED, "bfloat16", PER_SAMPLE, BATCHES, calls=12, budget_s=18, probe_s=0.0)
 
 
+def test_the_ceiling_ratio_is_taken_on_matching_threads():
+    # bf16's ceiling raised on 1 thread to 7 GFLOP/s, fp32's 105 on 1 thread and 204 on both cores
+    limits = hw.MachineLimits("cpu", "emulated", {"float32": 2.04e11, "bfloat16": 7.07e9}, 2e10, threads=2,
+                              one_thread_flops={"float32": 1.05e11, "bfloat16": 7.07e9})
+    one = sizing.plan_dtype(limits, "bfloat16", PER_SAMPLE, BATCHES, calls=2, budget_s=18, probe_s=0.07,
+                            threads=1)
+    assert "its matmul ceiling on 1 thread 0.0673x fp32's on 1 thread" in one.note  # 7.07 / 105, not / 204
+    every = sizing.plan_dtype(limits, "bfloat16", PER_SAMPLE, BATCHES, calls=2, budget_s=18, probe_s=0.07)
+    assert "its matmul ceiling 0.0347x fp32's" in every.note  # all cores over all cores, as before
+    with pytest.raises(ValueError, match="threads"):
+        sizing.plan_dtype(limits, "bfloat16", PER_SAMPLE, BATCHES, calls=2, budget_s=18, threads=0)
+    # a bf16 ceiling an operation on 1 thread raised: the matched ratio is printed beside the all-core one
+    assert sizing.after_sweep_note(limits) == ""  # the sweep's own ceiling: nothing to say
+    raised = hw.MachineLimits("cpu", "emulated", {"float32": 2.04e11, "bfloat16": 7.07e9}, 2e10, threads=2,
+                              one_thread_flops={"float32": 1.05e11, "bfloat16": 7.07e9},
+                              sources={"bfloat16": "the bf16 step's matmuls" + sizing.AFTER_SWEEP})
+    note = sizing.after_sweep_note(raised)
+    assert note.startswith("(that bfloat16 ceiling is not the sweep's: the bf16 step's matmuls")
+    assert "on 1 thread each it is 0.0673x fp32's" in note  # 7.07 / 105, where the all-core ratio is 0.0347
+    every = hw.MachineLimits("cpu", "emulated", {"float32": 2.04e11, "bfloat16": 9e9}, 2e10, threads=2,
+                             one_thread_flops={"float32": 1.05e11, "bfloat16": 5e9}, sources=raised.sources)
+    assert "1 thread" not in sizing.after_sweep_note(every)  # raised on all cores: the ratio above matches
+
+
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(limits="fast"), TypeError, "limits"), (dict(dtype="float16"), ValueError, "was not measured"),
     (dict(batches=[]), ValueError, "batches"), (dict(batches=[0, 4]), ValueError, "batches entries"),
@@ -136,7 +160,9 @@ def test_mfu_is_held_against_a_ceiling_that_means_something():
 def test_threads_note_names_the_threads_the_load_and_the_share():
     note = sizing.threads_note(1, 0.5, cores=2, load=3.6)
     assert note == ("timing on 1 of 2 threads (load average 3.6: about 2.6 cores busy with other work); "
-                    "MFU against these threads' own ceilings (fp32's: 50% of the all-core one)")
+                    "each step's model FLOP/s is held against the ceilings measured on these threads "
+                    "(fp32's: 50% of the all-core one): a share of a measured ceiling, not an MFU against a "
+                    "vendor's peak")
     assert "about 0.0 cores busy" in sizing.threads_note(2, 1.0, cores=2, load=0.4)
     with pytest.raises(ValueError, match="share"):
         sizing.threads_note(1, 0.0, cores=2, load=1.0)

@@ -393,6 +393,7 @@ def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
     assert est.value == pytest.approx(256 * 2 ** (1 / 3))
     assert est.low < est.value < est.high and 256 < est.low and est.high < 512
     assert est.has_interval and "cross 1x" in est.method
+    assert est.method.endswith("each width's interval at 94.9%, two of them 90% together")
     # every width already pays, or none does: the crossing lies outside the widths timed
     assert speedup_crossing([128, 256], [flat(1.2), flat(1.5)]) is None
     assert speedup_crossing([128, 256], [flat(0.5), flat(0.7)]) is None
@@ -431,3 +432,17 @@ def test_intercept_note_names_the_sweeps_calls_that_beat_the_fit():
     assert "not a latency" in got
     assert "does not contradict it" in intercept_note(sizes, secs, 0.5e-3)
 
+
+
+def test_offset_note_names_the_biases_a_held_crossover_rests_on():
+    from perfkit.parallel import offset_note
+
+    got = offset_note(105e9, 76.7e9, [1.51e-3, 1.58e-3, 1.72e-3, 1.99e-3], [1.06e-3, 542e-6, 679e-6, 815e-6],
+                      [5.88e-3, 10.6e-3, 15.3e-3, 24.3e-3])
+    assert got.startswith(" Its compute rate (1.37x the measured rate) and the fit's line (1.42x to 2.92x "
+                          "what the sweep's calls took at the blocks' sizes) put the model's crossover")
+    assert "5.88 ms to 24.3 ms above their floor" in got and "opposite ways" in got
+    fair = offset_note(76.7e9, 76.7e9, [1e-3], [1e-3], [0.0])
+    assert fair == ""
+    low = offset_note(50e9, 76.7e9, [1e-3], [2e-3], [1e-3])
+    assert "put the model's crossover lower" in low and "opposite ways" not in low

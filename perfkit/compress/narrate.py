@@ -1,0 +1,131 @@
+"""Sentences notebook 03 prints about its DDP step times and error-feedback runs, each built
+from the numbers it speaks of, so a sentence changes with the run.
+
+Usage::
+
+    print(resolution_note(paired["fp16_hook"], 0.997))       # what a floor below 1x can show
+    print(ef_gap_text(0.0536, 0.0579))                        # "widened it by 8%: ..."
+    print(slowdown_text(paired, 6.22e-3, [628e-6, 1.27e-3]))  # the slower steps, in small calls
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perfkit._checks import check_real, check_type
+from perfkit.units import si
+
+__all__ = ["ef_gap_text", "resolution_note", "slowdown_text"]
+
+
+def resolution_note(ratio: Any, edge: float) -> str:
+    """Whether a step-time ratio's interval can resolve the gain an edge below 1x allows.
+
+    Args:
+        ratio: a paired step-time ratio (an estimate with ``low``, ``high`` and, optionally, a
+            ``level``; e.g. :func:`perfkit.stats.median_ratio`).
+        edge: the least ratio a model allows (< 1 for a gain: ``1 - edge`` of a step).
+
+    Returns:
+        ``""`` where the edge allows no gain. Otherwise, where the interval is wider than that
+        gain, a sentence, starting with a space, giving the gain as a share of the interval's
+        width: the run can show a step shorter than the edge by more than its noise, not a gain
+        of the edge's own size; then, in every case, a sentence that the edge is a floor only,
+        which a hook that made the step slower passes too, and, where the whole interval lies
+        above 1x, that this hook did make the step slower.
+
+    Raises:
+        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``edge`` is not real.
+    """
+    lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
+    gain, width = 1 - check_real("edge", edge), hi - lo
+    if gain <= 0:
+        return ""
+    floor = (f" The edge, {edge:.3f}x, is a floor only: a hook that made the step slower, by any amount, "
+             "passes it too, so holding it does not show the gain.")
+    if lo > 1:  # the whole interval above 1x: the hook made this step slower
+        floor += (" Here the whole interval lies above 1x: this hook made the step slower, "
+                  "which the floor passes.")
+    if width <= gain:
+        return floor
+    level = getattr(ratio, "level", None)
+    what = f"{level:.0%} interval" if isinstance(level, float) else "interval"
+    return (f" The gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the {what}'s width "
+            f"({width:.1%} of a step): this run can show a step shorter than the edge by more than its "
+            "noise, not resolve a gain of that size." + floor)
+
+def ef_gap_text(g0: float, g1: float) -> str:
+    """What error feedback did to one run's loss gap to uncompressed training.
+
+    Args:
+        g0: the final loss above uncompressed training's without error feedback, nats.
+        g1: the same with error feedback, nats.
+
+    Returns:
+        A clause (no capital, no stop): ``"no gap to close"`` where ``g0 <= 0``, else the share of
+        the gap closed, or how far it widened.
+
+    Raises:
+        TypeError, ValueError: either is not a finite real.
+    """
+    g0, g1 = check_real("g0", g0), check_real("g1", g1)
+    if g0 <= 0:
+        return "no gap to close"
+    if g1 <= g0:
+        return f"closed {(g0 - g1) / g0:.0%} of it"
+    return f"widened it by {(g1 - g0) / g0:.0%}: error feedback made this run worse"
+
+
+def slowdown_text(ratios: Mapping[str, Any], step_s: float, call_s: Sequence[float]) -> str:
+    """What a run shows of the hooks that made a DDP step slower, by the median paired ratios.
+
+    Args:
+        ratios: method -> its paired step-time ratio to uncompressed (``value``: the median);
+            PowerSGD's methods start with ``"powersgd"``, the others go through
+            :func:`perfkit.compress.compression_hook`.
+        step_s: uncompressed training's median step, s (> 0).
+        call_s: small all-reduces timed alone, s (> 0 each; at least one).
+
+    Returns:
+        ``""`` where no method's median ratio exceeds 1; else sentences giving the time the
+        slower methods added per step, that time in small calls timed alone, and the calls
+        each hook issues per bucket, which the run does not time inside the step.
+
+    Raises:
+        TypeError, ValueError: for a bad mapping, a non-positive ``step_s``, or bad ``call_s``.
+    """
+    check_type("ratios", ratios, Mapping)
+    step = check_real("step_s", step_s, 0.0)
+    check_type("call_s", call_s, Sequence)
+    calls = [check_real("call_s[i]", c, 0.0) for c in call_s]
+    if step <= 0 or not calls or min(calls) <= 0:
+        raise ValueError("step_s and every call_s must be > 0, with at least one call")
+    extra = {m: (check_real(f"ratios[{m!r}].value", getattr(e, "value", None)) - 1) * step
+             for m, e in ratios.items()}
+    slow = {m: x for m, x in extra.items() if x > 0}
+    if not slow:
+        return ""
+
+    def span(xs: list[float]) -> str:
+        a, b = min(xs), max(xs)
+        return si(a, "s") if si(a, "s") == si(b, "s") else f"{si(a, 's')} to {si(b, 's')}"
+    said = [f"By the medians, the slower steps took {span(list(slow.values()))} more than none's "
+            f"({si(step, 's')}); a small all-reduce timed alone took {span(calls)}, so that is the time "
+            f"of {min(slow.values()) / max(calls):.1f} to {max(slow.values()) / min(calls):.1f} such calls."]
+    psgd = [x for m, x in slow.items() if m.startswith("powersgd")]
+    if psgd:
+        n_lo, n_hi = min(psgd) / max(calls), max(psgd) / min(calls)
+        fit = ("two more calls per bucket lie inside that range" if n_lo <= 2 <= n_hi else
+               "more than two calls' worth, so the two extra calls per bucket, at the times timed alone, do "
+               "not account for all of it" if n_lo > 2 else "less than two calls' worth")
+        said.append(f"PyTorch's PowerSGD hook chains three all-reduces per bucket (the uncompressed tensors, "
+                    f"then P, then Q) once it compresses, where none's hook issues one; its steps added "
+                    f"{span(psgd)}, the time of {n_lo:.1f} to {n_hi:.1f} small calls: {fit}.")
+    if len(psgd) < len(slow):
+        said.append("perfkit's hook waits inside backward for its collectives (an all-gather per payload "
+                    "tensor, two for top-k, QSGD and sign; one all-reduce for random-k) and runs its codec "
+                    "on every bucket.")
+    said.append("This run does not time a hook inside the step, so it does not split that time between "
+                "calls, codecs and waiting.")
+    return " ".join(said)
