@@ -15,7 +15,8 @@ sync       an all-reduce and ``.item()`` of the loss, and  losses and norms stay
            ``.item()``, every step (module 01)             every ``--check-every`` steps
 ddp        DDP with ``bucket_cap_mb=0.001`` (0.001 MiB,    DDP's defaults: 25 MiB buckets, a
            1,048 bytes: one matrix, or a few vectors;      1 MiB first one (this model's
-           ``ddp_buckets`` in the result says how many)    663 KiB of gradients: one bucket,
+           ``ddp_buckets`` in the result says how many,    663 KiB of gradients: one bucket,
+           by torch's own initial assignment)
            and ``find_unused_parameters=True`` (a host     reduced after backward, no overlap),
            read per parameter in every backward; module    gradients as bucket views
            02)
@@ -343,10 +344,16 @@ def main(argv: list[str] | None = None) -> None:
 
     model = make_model(args.seed, s["attn_implementation"]).to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None, **s["ddp"])
-    # DDP's buckets, laid out by its rule (a 1 MiB first bucket only when bucket_cap_mb is unset)
+    # DDP's buckets (a 1 MiB first bucket only when bucket_cap_mb is unset): with
+    # find_unused_parameters DDP never rebuilds them, so they stay as torch's own initial
+    # assignment lays them out, in parameter order; otherwise they are rebuilt in backward's order
     first = DDP_FIRST_BUCKET_BYTES if s["ddp"]["bucket_cap_mb"] is None else None
     cap = getattr(ddp, "bucket_bytes_cap", None)  # none (or 0) where the wrapper is not DDP (a lab's variant)
-    n_buckets = len(assign_buckets(list(model.parameters()), cap, first)) if cap else None
+    params = list(model.parameters())
+    if cap and getattr(ddp, "find_unused_parameters", False):
+        n_buckets = len(tdist._compute_bucket_assignment_by_size(params, [first or cap, cap])[0])
+    else:
+        n_buckets = len(assign_buckets(params, cap, first)) if cap else None
     net = torch.compile(ddp) if s["compile"] else ddp
     opt = torch.optim.AdamW(model.parameters(), lr=LR, **s["optimizer"])
 

@@ -177,9 +177,8 @@ bench = timing.benchmark(lambda: a @ a, warmup=2, repeat=10, device=DEVICE)
 flops = roofline.matmul_flops(n, n, n)
 notes = []
 for what, t_s in ((f"the {n}x{n} matmul timed once", correct_s), (f"the {n}x{n} matmul's median", bench.median_s)):
-    obs = ceilings.observe(limits, "float32", flops / t_s, what)  # real rates: one that beats the ceiling raises it
-    limits = obs.limits
-    notes += [obs.note] if obs.raised else []
+    setter, obs = limits.sources.get("float32", ""), ceilings.observe(limits, "float32", flops / t_s, what)
+    limits, notes = obs.limits, notes + ([vprof.ceiling_rise_note(obs, setter)] if obs.raised else [])  # raised
 least_s = flops / ceilings.ceiling(limits, "float32")  # s: the work at the fastest rate reached here
 print(f"least time of the {n}x{n} matmul: {viz.si(flops, 'FLOP')} at {viz.si(flops / least_s, 'FLOP/s')} = "
       f"{viz.si(least_s, 's')}" + "".join(f"; {n_}" for n_ in notes))
@@ -262,13 +261,15 @@ viz.verdict(p_median, (rm := stats.median_ratio(m2.times_s, m.times_s, paired=Fa
 # second slowest: read them as "the slowest steps", not as a rare tail (a p99 means one step in
 # a hundred only from a few hundred steps on).
 #
-# **Prediction.** Both models read pre-decoded tensors from memory, so `data` is only the
-# DataLoader's own work per batch (sampling indices, collating the samples, the copy to the
-# device). That work is timed below on the same loader alone, with no model between batches; in
-# the step it runs after a forward and backward that evicted the samples from the caches, so we
-# allow it up to 1.5x its time alone. Its share is that time over the step: a fixed cost per
-# batch, which weighs more the shorter the step, whatever the analyzer's threshold (section 4).
-# Only the digits CNN is judged: its step is the short one, where this fixed cost shows.
+# **Prediction.** The GPT-2 reads token blocks sliced from one pre-tokenized tensor; the digits
+# CNN decodes each of its 64 samples from raw bytes (a few small tensor ops per sample, no
+# planted cost). Either way `data` is the DataLoader's own work per batch (sampling indices,
+# decoding and collating the samples, the copy to the device), which grows with the batch size.
+# That work is timed below on the same loader alone, with no model between batches; in the step
+# it runs after a forward and backward that evicted the samples from the caches, so we allow it
+# up to 1.5x its time alone. Its share is that time over the step, which weighs more the shorter
+# the step, whatever the analyzer's threshold (section 4). Only the digits CNN is judged: its
+# step is the short one, where this cost shows.
 # In the GPT-2, almost all FLOPs are matmuls, and the backward pass computes two matmuls (the
 # gradient for the input and for the weight) for each forward one: the backward has **twice**
 # the forward's FLOPs (whether it takes twice the time is asked after the data share). The
@@ -308,12 +309,7 @@ print(f"digits loader alone: {alone.text('s')} per batch; in the step "
 p_data = Prediction("digits CNN's median data share", "the loader's own work per batch (timed alone, up to "
                     "1.5x it) over the step", low=alone.low / dg.step.p50_s, high=1.5 * alone.high / dg.step.p50_s,
                     physical=(0, 1))
-viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain={"above": (
-    f"The data phase's median took {dg['data'].p50_s / alone.high:.2f}x the high end of the loader's interval "
-    "alone; the band's top edge allows 1.5x that high end for what the step does to the loader (caches the "
-    "model's work evicts); that 1.5x is an allowance, not a measurement, and this run does not measure what "
-    "added the rest. The measured share, a ratio of two medians of the same steps, has no interval: this "
-    "run cannot say whether noise alone could carry it past the edge.")})
+viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain=vprof.loader_explain(dg['data'].p50_s, alone))
 
 # %% [markdown]
 # The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the
@@ -358,8 +354,8 @@ p_bwd = Prediction("backward time over forward time (tiny GPT-2)", "each phase: 
 eta_f, eta_b = pm.reach()  # each phase's share of its roofs: the model takes them equal
 why = pm.explain()
 if abs(eta_f - eta_b) > 0.1 * max(eta_f, eta_b):  # apart by more than a tenth: not one eta
-    why["held"] = ("The ratio lies in the band, but the band's model, one eta for both phases, does not hold "
-                   "here: " + why["held"][0].lower() + why["held"][1:])
+    why["held"] = ("Held for the ratio only: the band's model, one eta for both phases, does not hold here (the "
+                   "phases' etas lie over a tenth apart): " + why["held"][0].lower() + why["held"][1:])
 viz.verdict(p_bwd, pm.measured, explain=why)
 
 # %% [markdown]
@@ -397,9 +393,7 @@ count = count_ops(lambda: models.train_steps(gpt_wl, 1))
 steps = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=2, repeat=STEPS, device=DEVICE)
 where = step_roofline(count, stats.median_interval(steps.times_s), limits)
 print(f"one step: {viz.si(count.flops, 'FLOP')} and {viz.si(count.bytes, 'B')} moved by {count.ops} operators: "
-      f"intensity {where.intensity:.1f} FLOP/B against a ridge point of {where.ridge:.1f} FLOP/B (notebook 00's "
-      f"fp32 ceiling over its DRAM ceiling, {viz.si(limits.copy_bytes_per_s, 'B/s')}), so the {where.roof} roof is the "
-      f"lower one ({viz.si(where.attainable, 'FLOP/s')})")
+      + vprof.ridge_text(where.intensity, limits.peak_flops("float32"), limits))
 print(f"HFU from counted FLOPs: {where.mfu.scaled(100).text('%')} "
       f"= {where.of_roof.value:.0%} of the {where.roof} roof")
 p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
@@ -537,7 +531,7 @@ display(Markdown(
     f"**Data: perfkit's 10 % against the plugin's 5 %.** Section 2 measured the healthy pipelines of this course "
     f"at {', '.join(f'{v:.1%} ({k})' for k, v in data_shares.items())} of the step on this machine (median "
     "shares, as the analyzer reads them): the "
-    "DataLoader's fixed cost per batch, which weighs more the shorter the step. Of these "
+    "DataLoader's work per batch (for the digits, decoding each sample), which weighs more the shorter the step. Of these "
     f"{len(data_shares)} healthy pipelines, the plugin's 5 % would flag {len(over5)}{named(over5)} and 10 % "
     f"flags {len(over)}{named(over)}. "
     + ("Doubling the threshold changed no verdict on this run: it changes one only where a healthy loader's "
@@ -545,7 +539,7 @@ display(Markdown(
        f"The wider margin spared {len(over5) - len(over)} healthy pipeline(s) here. ")
     + (f"10 % still flags a healthy one ({', '.join(over)}): on a step this short no share threshold "
        "separates a healthy loader from a slow one, so read a data finding with its milliseconds. " if over
-       else "None crosses 10 %, so a data finding at 10 % means something per-sample is slow. ")
+       else "None crosses 10 %, so a data finding at 10 % means the loader costs more than these healthy ones. ")
     + "On a GPU with long steps, use `Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: "
     "the ring's bytes per rank stay flat as ranks are added, but its start-ups grow with them, and a job "
     "that crosses from NVLink to the network gets a slower link."))
@@ -597,8 +591,9 @@ display(Markdown(vprof.findings_markdown(diagnose_shares(slow))))
 # the data phase can gain, `T / (T - D)` for the slow step's median `T` and its data phase's
 # median `D` (medians: a stalled step inflates a mean, section 1c), and, by the same rule, the
 # prediction `T / (T - D + d)`: the slow step with its data phase swapped for a healthy one. Its
-# value lies under the bound; its ±15 % allowance for noise can reach past it, but a measured
-# speedup above the bound means the rest of the step changed too. The prediction is computed
+# value lies under the bound; its ±15 % allowance for noise can reach past it, but a speedup
+# whose interval lies above the bound means the rest of the step changed too (the lines after
+# the run say where the speedup lies against the bound). The prediction is computed
 # after the alternating run, from its slow rounds and the healthy run's `d`: what it tests is
 # the fixed step's time, whether it is the slow step's time outside its data phase plus `d`.
 
@@ -632,18 +627,16 @@ above = (f"The fixed step's median, {fix.candidate.median_s * 1e3:.1f} ms, came 
          f"By the medians the fixed step ({fix.candidate.median_s * 1e3:.1f} ms) did not come in under the slow "
          f"step's {rest_ms:.1f} ms outside its data phase: the rounds' paired ratios beat the bound, their medians not.")
 print(f"step, alternating: {fix}; Amdahl's bound in the same rounds, the slow step's median {t_slow * 1e3:.1f} ms "
-      f"less its data phase's {d_slow * 1e3:.1f} ms: {amdahl:.2f}x"
-      + ("." if speedup.value <= amdahl and speedup.clear_of(amdahl, "x") else "; the speedup's figure is under it, "
-         "its interval reaches above it." if speedup.value <= amdahl else
-         ": the speedup's figure is above it, but its interval reaches below it." if not speedup.clear_of(amdahl, "x")
-         else f": the speedup's whole interval lies above it. {above}"))
+      f"less its data phase's {d_slow * 1e3:.1f} ms: {amdahl:.2f}x; the speedup: {vprof.against_bound(speedup, amdahl)}"
+      + (f". {above}" if speedup.clear_of(amdahl, "x") == "above" else "."))
 
 # %%
 fix_v = judge(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
     f"The prediction takes the fixed step to be the slow step's {rest_ms:.1f} ms outside its data phase plus the "
     f"healthy run's data median, {rest_ms + fixed['data'].p50_s * 1e3:.1f} ms; in the same rounds the fixed step's "
     f"median was {fix.candidate.median_s * 1e3:.1f} ms, and forward, backward and optimizer took "
-    f"{work['slow']:.1f} ms in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians).")))
+    f"{work['slow']:.1f} ms in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians). "
+    f"Against Amdahl's bound, {amdahl:.2f}x, the measured speedup has {vprof.against_bound(speedup, amdahl)}.")))
 viz.show_verdict(fix_v)
 
 # %% [markdown]
@@ -944,7 +937,8 @@ plt.show()
 #   On a machine with few cores, the workers compete with the model's own threads for the same cores,
 #   so the gain is smaller than the number of workers suggests;
 # * raise the **batch size** with no data cost: fixed per-step costs (Python, the optimizer,
-#   the DataLoader's per-batch work) are spread over more samples.
+#   the DataLoader's own overhead per batch) are spread over more samples; the digits' per-sample
+#   decode is not, it grows with the batch.
 #
 # Below the widget, a static plot of its default setting (run headless, as in CI, the widget
 # cell itself shows that figure, once). Each figure is a fresh measurement of a few steps: drawn
@@ -983,7 +977,7 @@ print(f"expected at the default setting: about {dg.step.p50_s * 1e3 + planted_ms
 #   boundaries (section 3's verdict says how closely the two agreed here).
 # * `diagnose_shares` turns shares into findings by thresholds whose reasons `Thresholds`'
 #   docstring gives; a share alone does not say a loader is slow: on a short step a healthy one's
-#   fixed cost per batch can cross the threshold (section 4 says whether one did here). Section 4
+#   work per batch can cross the threshold (section 4 says whether one did here). Section 4
 #   shows what it found on the planted bottleneck, and whether the breakdown's prediction of what
 #   the fix would buy held on this run (the headline below repeats the outcome, held or missed). Read
 #   shares and predictions from medians: one stalled step moves every mean.
@@ -1000,7 +994,8 @@ viz.show_headlines({
     "tiny GPT-2 step (p50)": f"{fixed.step.p50_s * 1e3:.1f} ms monitored, {steps.median_s * 1e3:.1f} ms unmonitored",
     "planted data bottleneck": f"{slow['data'].median_share:.0%} of the step (median share, its own run); "
                                f"Amdahl's bound in the alternating rounds {amdahl:.2f}x",
-    "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome})",
+    "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome}; against Amdahl's "
+                             f"bound {amdahl:.2f}x, {vprof.against_bound(speedup, amdahl).split(':')[0]})",
     "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), bound: {where.bound}",
     "trace vs monitor": f"{worst_pp:.2f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",

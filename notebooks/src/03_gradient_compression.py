@@ -226,16 +226,9 @@ for m, r in table.items():
           f"({round(gap[m], 4) + 0.0:+.4f} nats vs none), accuracy {r['eval_accuracy']:.1%}, step {si(r['step_s'], 's')}"
           + ("" if m == "none" else f"; over none's: {paired[m].value:.2f}x paired, {r['step_s'] / t_none:.2f}x medians"))
 med = {m: table[m]["step_s"] / t_none for m in paired}  # x: the ratio of the medians
-outside = {m: max(e.low - med[m], med[m] - e.high) for m, e in paired.items()}  # x: > 0 outside the interval
-off = [m for m, d in outside.items() if d > 0]
-far = max(off, key=outside.__getitem__, default=None)
 print(f"none's single steps: {si(stats.quantile(runs['none']['step_times_s'], 0.1), 's')} to "
-      f"{si(stats.quantile(runs['none']['step_times_s'], 0.9), 's')} (10th to 90th percentile). " + (
-          f"For {len(off)} of {len(paired)} methods the ratio of the medians lies outside the paired ratio's 90 % "
-          f"interval (furthest outside: {far}, {med[far]:.3f}x, {outside[far]:.2g}x "
-          f"{'below' if med[far] < paired[far].low else 'above'} its paired interval, {paired[far].low:.3f}x to "
-          f"{paired[far].high:.3f}x around {paired[far].value:.3f}x)."
-          if off else "Every method's ratio of the medians lies inside its paired ratio's 90 % interval."))
+      f"{si(stats.quantile(runs['none']['step_times_s'], 0.9), 's')} (10th to 90th percentile). "
+      + cx.medians_outside_text(paired, med))
 vcomm.plot_method_comparison(table, step_ratios=paired)
 plt.show()
 
@@ -419,8 +412,7 @@ for m in ("qsgd", "sign"):
     out = {p: ms[f"{m} {p}"].median_s - ms["memcpy"].median_s / predicted[f"{m} {p}"]
            for p in ("eager", "fused")}  # s: each path's time beyond its bytes at the copy's speed
     beyond = {p: f"{si(abs(x), 's')} {'more' if x > 0 else 'less'} than" for p, x in out.items()}
-    why = (f"The verdict judges only the floor, 1x; the bytes model's figure is "
-           f"{(fx := predicted[m + ' fused'] / predicted[m + ' eager']):.2f}x, and this ran {fusion[m].value / fx:.2f} of it. The fused path "
+    why = (cx.fusion_text(fusion[m], predicted[m + ' fused'] / predicted[m + ' eager']) + " Its fused path "
            f"({si(ms[m + ' fused'].median_s, 's')}) took {beyond['fused']} its bytes (8 / b, no write-allocate) take at the "
            f"copy's speed, the eager one ({si(ms[m + ' eager'].median_s, 's')}) {beyond['eager']} its own (the breakdown below).")
     viz.verdict(Prediction(f"{m}: fused speed over eager", "fewer bytes per value "
@@ -665,7 +657,7 @@ for m in ("fp16_hook", "bf16_hook"):
               else ".") + (" Its step came out shorter than its bytes explain: the all-reduce inside a step may "
                            "take longer than alone, or something else changed with the hook; this run does not time "
                            "the all-reduce inside the steps, so it cannot say which."
-                           if casts[m].outcome == "missed" else ""))
+                           if casts[m].outcome == "missed" else "") + cx.medians_note(paired[m], med[m]))
 
 # %% [markdown]
 # **Reading the gap.** The bytes model treats every byte as memory traffic at the copy's speed,
@@ -681,14 +673,15 @@ for m in ("fp16_hook", "bf16_hook"):
 # %%
 for name in measured:
     bytes_s, took = ms["memcpy"].median_s / predicted[name], ms[name].median_s  # s
-    print(f"{name:>11}: measured {measured[name]:5.1%} of memcpy, predicted {predicted[name]:5.1%}; its bytes (8 / b) at "
+    print(f"{name:>11}: measured {measured[name]:5.1%} of memcpy, 8 / b gives {predicted[name]:5.1%}; its bytes (8 / b) at "
           f"the copy's speed {si(bytes_s, 's')} of {si(took, 's')}: " + (
               f"{si(took - bytes_s, 's')} ({1 - bytes_s / took:.0%}) outside the bytes model" if took > bytes_s else
               f"{si(bytes_s - took, 's')} faster than its bytes at the copy's speed"))
 above = [n for n in measured if measured[n] > predicted[n]]
 worst = min(measured, key=lambda n: measured[n] / predicted[n])  # the path furthest below its model
-print(("Above its prediction: " + ", ".join(above) if above else "No path landed above its prediction")
-      + f"; furthest below: {worst}, {predicted[worst] / measured[worst]:.1f}x slower than its bytes model"
+print(("Above 8 / b: " + ", ".join(above) if above else "No path landed above 8 / b")
+      + f"; furthest below: {worst}, {predicted[worst] / measured[worst]:.1f}x slower than its bytes at 8 / b (the "
+      "fused verdicts judged 8 / (b + w) to 12 / (b + w), write-allocate counted)"
       + ("; the caches its small planes could use did not make up for its operators' other work."
          if worst == "sign eager" else "."))
 
@@ -745,7 +738,8 @@ print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum
       f"took longer per step than uncompressed training by the median of the paired ratios ("
       f"{min(e.value for e in others.values()):.2f}x to {max(e.value for e in others.values()):.2f}x), {sum(e.low > 1 for e in others.values())} "
       "with the whole 90 % interval above 1x (intervals that take consecutive steps as independent, so likely too "
-      f"narrow: section 3); the SmallCNN gradient's bytes, at the loopback all-reduce's "
+      f"narrow: section 3; for {len(cx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
+      f"lies outside that interval); the SmallCNN gradient's bytes, at the loopback all-reduce's "
       f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "
       + cx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
       f"(section 4): {cast_text}.")

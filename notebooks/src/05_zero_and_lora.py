@@ -174,7 +174,10 @@ for s, m in pred.items():
 # it covers the median at 90 % whatever the ratios' distribution, if the rounds are independent;
 # load that drifts slowly makes neighbouring rounds alike and the interval too narrow). The
 # table's "ms / step" is each variant's median step (the slower rank's), so a ratio of two of
-# its rows can differ from the median of the rounds' ratios.
+# its rows can differ from the median of the rounds' ratios. Bytes are counted, not measured on
+# the wire: each call's buffer times its ring factor (what a ring sends per process, as a share
+# of the buffer: 2(N-1)/N for an all-reduce, (N-1)/N for the others), so the bytes verdicts
+# check which calls each implementation makes, and can fail only if those calls change.
 
 # %%
 cmp_all = job.result()
@@ -207,8 +210,8 @@ for name in v:
               f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state")
 last = {n: r.losses[-1] for n, r in v.items()}  # global mean loss after the last step
 apart = max(abs(x - last["ddp_adamw"]) for x in last.values())  # nats
-print(f"loss after the last step: DDP + AdamW {last['ddp_adamw']:.4f}; the {len(last) - 1} others differ from it by "
-      f"at most {apart:.2g} nats" + (" (the curves above lie on one another)" if apart < 1e-4 * abs(last["ddp_adamw"])
+print(f"loss after the last step: DDP + AdamW {last['ddp_adamw']:.4f}; the {len(last) - 1} others " + (
+      f"differ from it by at most {apart:.2g} nats" if apart else "equal it exactly") + (" (the curves above lie on one another)" if apart < 1e-4 * abs(last["ddp_adamw"])
                                      else ""))
 
 # %%
@@ -320,7 +323,7 @@ if rss:
 #   block's parameters in forward and again in backward and reduce-scatters its gradients: two
 #   all-gathers the step waits for, each charged unhidden by that rule. Every call beyond DDP's pays
 #   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. A 4-byte all-reduce
-#   timed alone pays it with the processes' arrival spread; calls in flight together (perfkit
+#   timed alone pays it with the processes' arrival spread (the wait for the last process to call); calls in flight together (perfkit
 #   issues its reduce-scatters and all-gathers asynchronously, as torch_zero its broadcasts)
 #   overlap theirs, so each is charged the most
 #   torch_zero's median step leaves per extra call by these same rules (section 2), at most the
@@ -329,7 +332,9 @@ if rss:
 #   those three parts, printed below before any step ratio. Per-block copies into flat buffers
 #   and Python hooks are not in it. (In these interleaved rounds the other variants' steps run
 #   between a stage-1 or stage-2 step and its next forward, so its all-gather can finish behind
-#   them; the edge charges it whole all the same.)
+#   them, on the cores they compute on: it leaves its own step and lands in theirs, DDP's
+#   included, and both lower stage 1's and 2's ratios by an amount this run does not measure;
+#   the edge charges it whole all the same. Stage 3 waits for its gathers inside its own step.)
 #
 # Overlap hides a collective behind compute only where the two do not need the same resource.
 # On a CPU, gloo's collectives run on threads that take the same cores the backward computes
@@ -415,6 +420,7 @@ for n in ("zero1", "zero2", "zero3"):
     print(f"{n}: {ratio[n].point('x')} DDP + AdamW's step time ({ratio[n].describe('x')}; single rounds' ratios "
           f"{rounds.low:.2f}x to {rounds.high:.2f}x, 10th to 90th percentile of {rounds.n}), "
           f"{vzero.calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
+print(note) if (note := vzero.ranking_note(ms, ratio, ("zero1", "zero2", "zero3"))) else None
 
 # %%
 r21 = stats.median_ratio(ms["zero2"].step_times_s, ms["zero1"].step_times_s)  # same rounds
@@ -427,11 +433,13 @@ beyond = {"zero2": f" zero1 makes the same calls; zero2's step over zero1's in t
 load = own_load()  # said in full once; the later verdicts point back to it
 note = {n: (load if i == 0 else " The cores were busy with this job's own processes, as the zero1 verdict says."
             if load else "") for i, n in enumerate(("zero1", "zero2", "zero3"))}
+first = next((n for n, e in edges.items() if ratio[n].value > e.edge), None)  # lists what the edges leave out
 time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "DDP's step, plus " + (
     "its two all-gathers" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
                                      f"{NPROC - 1}/{NPROC} of AdamW's update", high=e.edge, unit="x", soft=("high",)),
                           ratio[n],
-                          explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value) + beyond.get(n, "")
+                          explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value, None if n == first else first)
+                                                + e.interleave_note() + beyond.get(n, "")
                                                 + note[n]))
                  for n, e in edges.items()}
 for verdict in time_verdicts.values():

@@ -646,8 +646,8 @@ viz.show_verdict(ex.disturbed_verdict(
 
 # %% [markdown]
 # Precision matters too: fused kernels are tuned per dtype and head size, and on CPUs the bf16
-# flash-attention backward is not always the faster path (on GPUs it is). The next cell repeats
-# one length in bf16 and says which of the two won in bf16, and how each compares with its fp32 time
+# flash-attention backward is not always the faster path. The next cell repeats one length in
+# bf16 and says which of the two won in bf16, beside each one's fp32 time
 # (the top of this notebook says whether bf16 is emulated here).
 
 # %%
@@ -656,9 +656,9 @@ with sizing.pinned_threads(THREADS):
     p16 = kernels.attention_sweep({"naive": naive_attention, "sdpa": sdpa}, [T16], batch=B, heads=H,
                                   head_dim=D, dtype="bfloat16", repeat=REPEAT, device=DEVICE)
 print(f"bf16, T={T16}: naive {p16[0].seconds * 1e3:.2f} ms, sdpa {p16[1].seconds * 1e3:.2f} ms "
-      f"(fp32 above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa {by['sdpa', T16].seconds * 1e3:.2f}; bf16 "
-      f"took {p16[0].seconds / by['naive', T16].seconds:.2f}x and {p16[1].seconds / by['sdpa', T16].seconds:.2f}x "
-      f"those); in bf16 the {'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
+      f"(fp32, in the sweep's own rounds above: naive {by['naive', T16].seconds * 1e3:.2f}, sdpa "
+      f"{by['sdpa', T16].seconds * 1e3:.2f}; no ratio taken across the two cells); in bf16 the "
+      f"{'fused' if p16[1].seconds < p16[0].seconds else 'naive'} version was faster here")
 
 # %% [markdown]
 # **In the model.** `transformers` switches the tiny GPT-2 between its attention implementations
@@ -926,18 +926,10 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
             curve.gain(-1, curve.rival()), explain=curve.explain())
 sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}
 b_top, b_rival, here = BATCHES[-1], curve.batches[curve.rival()], curve.gain(-1, curve.rival())
-if b_top in sweep and b_rival in sweep:
-    swept = sweep[b_top].tokens_per_s / sweep[b_rival].tokens_per_s
-    print(f"The batch sweep above measured the same ratio, batch {b_top} over {b_rival}, at {swept:.2f}x (its own "
-          f"rounds); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each paired "
-          "only within its own rounds: " + ("the sweep's figure lies inside this interval." if here.low <= swept
-                                            <= here.high else
-                                            "the sweep's figure lies outside this interval. It is a ratio of "
-                                            "medians from other rounds, with an error of its own that this "
-                                            "interval does not count: the gap is that error, or what changed "
-                                            "between the runs (the load, or the allocator's state: page faults "
-                                            "per step, counted above), and this notebook does not tell which.")
-          + " The verdicts judge this curve's paired rounds.")
+if b_top in sweep and b_rival in sweep:  # the same ratio in the sweep's rounds, held against this curve's
+    print(throughput.two_run_text(sweep[b_top].tokens_per_s / sweep[b_rival].tokens_per_s, here, 0.9, (b_top, b_rival),
+                                  {b: (sweep[b].step.median_s, curve.step_s(curve.batches.index(b)).value)
+                                   for b in (b_top, b_rival)}))
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)
@@ -957,7 +949,8 @@ if step_rec is not None:
           "every other setting's). From section 3 to this sweep "
           + ex.drift_text({"eager": step_rec.eager, "compiled": step_rec.compiled},
                           {"eager": at_batch.step, "compiled": bench.measure("fp32", True, BATCH).step})
-          + (" Both put the compiled step ahead, so section 3's break-even stands."
+          + (" Both put the compiled step ahead." + compiling.break_even_elsewhere(
+              step_rec, at_batch.step.median_s, bench.measure("fp32", True, BATCH).step.median_s)
              if step_x.clear_of(1.0, "x") == "above" and sweep_x > 1 else
              " They put the compiled step on different sides of 1x, so whether compiling it pays off is not "
              "settled here: section 3's break-even holds for its own rounds only."

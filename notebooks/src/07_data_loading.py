@@ -73,7 +73,7 @@ DEVICE = timing.resolve_device()
 CORES = os.cpu_count()
 limits = hw.cached_limits(quick=QUICK)  # measured by notebook 00 (or now, if missing)
 torch.set_num_threads(COMPUTE_THREADS)  # after reading the limits, which were measured with all threads
-print(f"torch {torch.__version__} on {limits.name}; {CORES} CPU cores, model compute on {COMPUTE_THREADS} thread(s)")
+print(f"torch {torch.__version__} on {limits.name}; {CORES} CPU cores, model compute on {COMPUTE_THREADS} thread{'s' * (COMPUTE_THREADS > 1)}")
 print(f"DRAM ceiling of this machine: {viz.si(limits.copy_bytes_per_s, 'B/s')} (bytes counted as STREAM counts them, "
       f"a copy's twice and x + y's three times; {limits.sources.get('dram', 'the best copy or x + y')})")
 
@@ -150,7 +150,7 @@ for name, r in runs.items():
           f"({r.summary.samples_per_s:4.0f} samples/s), data share {r.data_share().value:5.1%}")
 lifted = {k: max(r.step_s) * 1e3 for k, r in runs.items() if r.summary.step.mean_s > 1.1 * r.summary.step.p50_s}
 print("The verdicts judge medians (p50); samples/s (samples over the run's time) and the bars below are means, "
-      + ("which a few slow steps lift: " + ", ".join(f"{k}'s slowest step took {v:.0f} ms" for k, v in lifted.items())
+      + ("which a few slow steps lift: " + ", ".join(f"the {k} run's slowest step took {v:.0f} ms" for k, v in lifted.items())
          if lifted else "within 10 % of the medians here") + ".")
 fig = vprof.plot_phase_bars({k: r.summary for k, r in runs.items()}, unit="ms",
                             title="Tiny GPT-2 step, tokenizing per sample (means)")
@@ -161,7 +161,9 @@ med = {k: (statistics.median(r.data_s) * 1e3, statistics.median(t - d for t, d i
 p50 = runs["0 workers"].summary.step.p50_s * 1e3  # ms
 print(f"0 workers: step p50 {p50:.1f} ms against B*c + t_compute = {(load_s + compute_s) * 1e3:.1f} ms: the "
       f"difference, {p50 - (load_s + compute_s) * 1e3:+.1f} ms, is what the loop adds to its parts timed apart "
-      "(sampling, collating, parts slower inside the loop), unsplit here, and the noise of three timings")
+      "(sampling, collating, parts slower inside the loop), unsplit here, plus the noise of three timings"
+      + (" (below 0: that noise alone, the loop's own costs too small to see)" if p50 < (load_s + compute_s) * 1e3
+         else ""))
 viz.verdict(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)", value=predicted_share,
                        rel_tol=0.25, physical=(0, 1)), runs["0 workers"].data_share(), explain={
     "above": f"The loop waited {med['0 workers'][0]:.1f} ms per step for data, against B*c = {load_s * 1e3:.1f} "
@@ -310,15 +312,16 @@ got = {w: spin_s / r.steady_step_s for w, r in zip(WORKERS, cpu_runs)}
 model_got = {w: spin_s / p.steady_step_s for w, p in zip(WORKERS, cpu_pred)}  # the model's own credit
 at, last = WORKERS[at_cores], WORKERS[-1]
 model_x = model_rate[last] / model_rate[at]   # the model's own ratio for runs this long
-for w in WORKERS[at_cores:]:
-    print(f"{w} busy workers: {rate[w]:.0f} samples/s, {rate[w] / model_rate[w]:.0%} of the model's "
+for w in WORKERS[1:]:  # each worker count past the fitted 0, one core's worth of decoding at most per worker
+    print(f"{w} busy worker{'s' * (w > 1)}: {rate[w]:.0f} samples/s, {rate[w] / model_rate[w]:.0%} of the model's "
           f"{model_rate[w]:.0f}; {got[w]:.2f} cores' worth of decoding per steady step (a batch's spin "
           f"{spin_s * 1e3:.1f} ms, one batch every {cpu_runs[WORKERS.index(w)].steady_step_s * 1e3:.1f}"
           f" ms) on {CORES} cores" + (f"; {rate[w] / rate[at]:.2f}x the {at}-worker run (means: no interval)"
                                       if w > at else "")
           + (f"; more than the model allows at this count ({model_got[w]:.2f}, with its credit from the dropped first "
              f"step): here the batches decoded {got[w] / model_got[w] - 1:.1%} faster than in the 0-worker run, or "
-             "the steps' mean moved by noise (this figure has no interval)" if got[w] > max(CORES, model_got[w]) else ""))
+             "the steps' mean moved by noise (this figure has no interval)" if got[w] > max(min(w, CORES), model_got[w])
+             else ""))
 print(f"the model's ratio of {last} workers over {at} for {SWEEP_BATCHES} batches, first step dropped: "
       f"{model_x:.3f}x (the long-run cap gives 1x)")
 past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
@@ -487,7 +490,7 @@ for name, d in real.items():
     per_batch = BATCH * s / (COMPUTE_MS / 1e3)   # one batch's load over one step
     share = limits.share_of_bandwidth(sample.numel() * sample.element_size() / s)
     print(f"{name:>40}: {s * 1e6:6.0f} µs/sample, {per_batch:.1%} of a {COMPUTE_MS:.0f} ms step per batch -> "
-          + (f"{math.ceil(per_batch)} worker(s) to hide it" if per_batch > 0.1 else
+          + (f"{math.ceil(per_batch)} worker{'s' * (per_batch > 1)} to hide it" if per_batch > 0.1 else
              "no worker needed: in the loop it adds that share") + f"; bytes out {share:.4%} of the DRAM ceiling")
 
 # %% [markdown]
@@ -606,7 +609,8 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 
 # %% [markdown]
 # **Prediction.** For the I/O-like load (a sleep), at least 70 % of the model's value. For the
-# load that **holds the GIL** (the same DataLoader, plus a pure-Python spin of one step's time per
+# load that **holds the GIL** (CPython's global interpreter lock: one thread runs Python at a time;
+# the same DataLoader, plus a pure-Python spin of one step's time per
 # batch), a least time per step, under one assumption stated below: the thread runs while the step
 # is inside code that released the GIL (most PyTorch kernels do), and the step, at every return to
 # Python, waits for the thread to give the GIL back (up to Python's 5 ms switch interval). A probe
@@ -618,9 +622,10 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # by a shared core is not, and it is a measurement carried over from another run, not a law either.
 # **Assume** that meanwhile the step progresses no faster than
 # that average, `1 / slowdown` of its rate alone: then a step takes at least
-# `max(t_load, t_compute + t_spin (1 - 1 / slowdown))` (`perfkit.data.gil_least_step`; the
-# DataLoader's part of the load calls into torch, which releases the GIL, so it may overlap the
-# step entirely and counts for nothing). The assumption is no law: an average is not the slowest
+# `max(t_load, t_compute + t_spin (1 - 1 / slowdown))` (`perfkit.data.gil_least_step`). It
+# leaves out the DataLoader's own part of the load, though with no workers that part is Python
+# too (`__getitem__` per sample and collate, in the loader's thread, holding the GIL; the model
+# line below prints its time): leaving it out only lowers the least step, so it stays a bound. The assumption is no law: an average is not the slowest
 # rate, and a step that spends a whole spin inside one long kernel that released the GIL runs
 # meanwhile at full speed on the other core; a prefetched loop faster than this least step would
 # say the step did so. The prediction is judged on the prefetched loop's median time per step, at
@@ -671,8 +676,9 @@ for kind in ("sleep", "spin"):
           f"Prefetcher: {ms[f'Prefetcher, {kind} load']:.2f} ms/step; hidden fraction {hidden[kind]}" + (
               ov.spin_load_note({**ms, "load only": t_load, "compute only": t_compute}, t_step * 1e3 * max(
                   0.0, 1 - spin_s / batch_load_s)) if kind == "spin" else ""))  # 2b's share, as for t_spin
-print(f"model: load {t_load:.2f} ms, compute {t_compute:.2f} ms per step (each a loop of {N} steps in these rounds; "
-      f"the step timed alone above took {t_step * 1e3:.1f} ms); overlapped, its floor is {floor_ms:.2f} ms/step "
+print(f"model: load {t_load:.2f} ms" + ov.loader_gil_note(t_load, t_step * 1e3) + f", compute {t_compute:.2f} ms "
+      f"per step (each a loop of {N} steps in these rounds; the step timed alone above took {t_step * 1e3:.1f} ms); "
+      f"overlapped, its floor is {floor_ms:.2f} ms/step "
       "(each part at its time apart; " + ("the first load and the last step unhidden" if EXHAUSTS else
                                           "the first load unhidden, and, where loading is the longer part, the "
                                           "load begun as the loop stops")
@@ -719,9 +725,10 @@ else:
 # thread prefetcher is the tool for loads that wait (file or network reads, GPU copies) or run
 # in native code that releases the GIL.
 #
-# Even the I/O-like load needs the GIL for a moment per batch (to wake up and hand the batch
-# over). On an idle machine that costs microseconds; when more processes want to run than
-# there are cores, each handoff can wait for the OS to schedule the other thread.
+# Even the I/O-like load is not free of the GIL: the sleep releases it, but the DataLoader
+# around it runs Python in the loader's thread (the load's time beyond the planted sleep, printed
+# above), and waking up to hand the batch over needs the GIL again; when more processes want to
+# run than there are cores, each handoff can wait for the OS to schedule the other thread.
 #
 # On CUDA, the same `Prefetcher` also pins each batch and copies it on its own side stream
 # with `non_blocking=True`; the training stream waits on an event for that copy (on the GPU,

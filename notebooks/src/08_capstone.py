@@ -109,9 +109,9 @@ def rel(text):
 
 report = loop.start()
 print(rel(render_text(report)).split("\nFindings")[0])
-built = loop.rounds[0]["result"]  # the script's own result: DDP's buckets by its rule (parallel.assign_buckets)
-print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']:,} gradient values, each closed "
-      f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} bucket all-reduces a step, and one of its used-parameter map (find_unused_parameters=True)")
+built = loop.rounds[0]["result"]  # the script's own result: DDP's buckets by torch's own initial assignment
+print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']:,} gradient values, laid out by torch's own initial assignment (in parameter order, never rebuilt with find_unused_parameters=True), each closed "
+      f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} bucket all-reduces a step, and one of its used-parameter map")
 
 # %% [markdown]
 # The findings, worst first (each names its evidence from this run, the most fixing it can
@@ -134,8 +134,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # `--fix data`; `sync` -> `--fix sync`, then `--fix ddp`; `communication` -> `--fix ddp`;
 # `optimizer` -> `--fix optimizer`; `overhead` -> `--fix batch`, then `--fix compile` (offered on
 # CUDA only); `compute` (forward and backward, an information-level finding, taken last) ->
-# `--fix attention`, `--fix batch`, then on CUDA `--fix bf16` and `--fix compile`. The diagnosis marks each finding **high** (at least twice its threshold),
-# **medium** (past it) or **info** (information level: a fact, not a fault, such as forward and
+# `--fix attention`, `--fix batch`, then on CUDA `--fix bf16` and `--fix compile`. The diagnosis marks each finding **high** (its share at least twice its share's threshold),
+# **medium** (past a threshold: one that fires on a count alone, as the sync finding's reads per step
+# can, is medium whatever the count) or **info** (information level: a fact, not a fault, such as forward and
 # backward taking most of the step, or the machine's load). A round (`FixLoop.play`) takes the
 # worst finding above information level whose fix is not applied yet, applies that fix on top of
 # the earlier ones, runs the job again, and judges it.
@@ -151,7 +152,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   the profiled over unprofiled step, never less than 1): a phase takes no longer without the
 #   profiler than with it, so this is the most it can take of an unprofiled step. That factor mixes
 #   the profiler's cost with any load that differed between the window and the runs, which is why
-#   it is never taken below 1;
+#   it is never taken below 1. Where the product reaches 99 % of the step the bound is void (no
+#   finite gain), and past the whole step the factor holds more than the profiler's cost in that
+#   round: the round prints the product as it is and shows the bound as context;
 # * a fix that answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
 # * the **data** fix: while one rank loads its data, the other waits for it at the next
 #   collective, booked as communication, so `s` is the data share plus the communication share;
@@ -304,8 +307,9 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # ## 3. What the fixes bought
 #
 # The whole gain is measured **directly**, the way each round was: the fixed job against the
-# slow one (at default size the slow job runs once more now, so the two slow runs bracket every
-# round). The rounds' ratios multiply to the whole gain only if every configuration ran at the
+# slow one (at default size the slow job runs once more now, so its first run and this one, the two
+# the headline's mean takes, bracket every round; a repeat run of it inside a round is that round's
+# alone). The rounds' ratios multiply to the whole gain only if every configuration ran at the
 # same speed in the round where it was the "after" and in the next one, where it was the
 # "before"; whatever differs between those runs (load that changed between rounds, or a repeat
 # run that reads slower than the run to the target it repeats) compounds in their product, so
@@ -324,7 +328,8 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # decimals; the last bar is the direct ratio. A fix measured below 1x is not among them; a kept
 # fix whose interval held 1x is drawn grey: its gain is not one this run can show.
 # MFU is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
-# lookup multiplies nothing, plus attention; module 06) of both ranks per second over this
+# lookup multiplies nothing; the token embedding, a lookup too, counts only because GPT-2 ties it
+# to the output layer, whose matmul multiplies; plus attention; module 06) of both ranks per second over this
 # machine's measured all-cores peak for the job's precision (fp32; bf16 once `--fix bf16` runs):
 # the two processes run one thread each, on all the cores there are. It is read on the
 # unprofiled steps. HFU (hardware FLOPs utilization) counts the FLOPs that ran, recomputation

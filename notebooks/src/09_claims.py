@@ -26,7 +26,8 @@
 #    where two settings ran one after the other, not in alternation, the ratio of their median
 #    times with the interval of two separate runs (each claim says which);
 # 5. computes a **verdict on the advice** (`perfkit.verdict.assess`): *holds*, *holds partly*
-#    (the right direction, not as far), *does not hold here*, *inconclusive* (the interval
+#    (the right direction, not as far, or not shown as far: an interval that reaches outside the
+#    promise, or lies within the A/A control's reach of its edge), *does not hold here*, *inconclusive* (the interval
 #    reaches across the no-effect value, or, for a timed figure, lies within the A/A control's
 #    reach of it: the effect is smaller than its uncertainty; where the whole interval still lies
 #    outside the promise, beyond that reach, the verdict, the table and the headlines add that the
@@ -537,7 +538,7 @@ print("from the ceilings: " + "; ".join(ceiling_note(limits, d, limits.peak_flop
       + (f" (f capped from {f_raw:.0%}: the cached fp32 ceiling is too low)" if f_raw > 1 else ""))
 print("\n".join(ap.lines()))
 print(f"measured at the step's shapes: f = {ap.share():.0%}" + (" (capped at 1)" if ap.share() > 1 else "")
-      + f", r = {ap.total().ratio:.3g} -> {ap.predicted():.3g}x")
+      + f", r = {ap.total().ratio:.3g} -> {ap.predicted():.3g}x. " + cp.ceiling_terms_text(f_mm, r, min(ap.share(), 1.0), ap.total().ratio))
 print(f"saved for backward, bf16 over fp32: {mem_ratio:.0%}; the whole step's memory (model states "
       f"{mem.state_bytes / 2**20:.2f} MiB, 16 B per parameter in both, + saved activations): {mem.step_ratio:.0%}")
 
@@ -792,10 +793,10 @@ viz.verdict(Prediction(f"all-reduces per step at {DDP_CAPS[0]} MB over DDP's def
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim("larger DDP buckets (500 MB-1 GB) reduce communication overhead",
      "step speedup of 500 MB buckets over DDP's default", **FASTER), buckets,
      f"For a {grad_mb:.2f} MiB gradient DDP's default made {calls[None]} all-reduce(s) per step and 500 MB "
-     f"{calls[500]}, at {medians(bk[None]['step_s'], bk[500]['step_s'])}; the tiny "
-     f"cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default by the median of the rounds' paired "
+     f"{calls[500]}, at {medians(bk[None]['step_s'], bk[500]['step_s'])}; the tiny cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default by the median of the rounds' paired "
      f"ratios, {bk[DDP_CAPS[0]]['step_s'] / bk[None]['step_s']:.2f}x by the ratio of the two medians "
-     f"({bk[DDP_CAPS[0]]['step_s'] * 1e3:.1f} and {bk[None]['step_s'] * 1e3:.1f} ms).")
+     f"({bk[DDP_CAPS[0]]['step_s'] * 1e3:.1f} and {bk[None]['step_s'] * 1e3:.1f} ms)." + (" " + viz.claims.same_layout_text(Claim("s", "s", **FASTER),
+     buckets, bk[25]["step_s"], bk[500]["step_s"], CONTROL, "25 MB and 500 MB") if calls[25] == calls[500] and CONTROL else ""))
 
 # %% [markdown]
 # ## 15. "Gradient accumulation reduces communication N times"

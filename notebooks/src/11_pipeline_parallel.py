@@ -73,6 +73,7 @@ from perfkit.parallel import (
     DeadlockError,
     Schedule,
     bubble_formula,
+    busy_note,
     fb_split_note,
     make_schedule,
     one_f_one_b,
@@ -316,11 +317,10 @@ est = stats.Estimate(**real["measured"])
 tl = timeline_from(make_schedule("1f1b", P, real["n_micro"]), real["slots"])
 inside = stats.median_interval([b / real["n_micro"] for b in real["busy_s"]])   # s per stage and micro-batch
 alone_mb = sum(stage_s) / P                                                     # s: the same, timed alone
-way_in = {"above": "slower in the pipeline than alone", "below": "faster in the pipeline than alone"}.get(
-    inside.clear_of(alone_mb, "s"), "as fast in the pipeline as alone, within the interval")
 print(f"busy time per stage and micro-batch in the pipeline (the stages' mean, over the {len(real['busy_s'])} steps): "
       f"{inside.text('s')}; timed alone before the steps {viz.si(alone_mb, 's')}, {alone_mb / inside.value - 1:+.0%} "
-      f"from the pipeline's median: the actions ran {way_in}; the median bubble over the steps is {est.point()}")
+      f"from the pipeline's median: {busy_note(inside, alone_mb, real['busy_s'][real['drawn']] / real['n_micro'])}; "
+      f"the median bubble over the steps is {est.point()}")
 drawn = f"step {real['drawn'] + 1} of {len(real['shares'])}, the one nearest the median"
 fig = viz.plot_grids(planned_tl, tl, label="prediction (stage costs timed alone)", unit="s",
                      measured_note=f"{drawn} ({est.value:.1%})")
@@ -416,7 +416,7 @@ display(Markdown(
 # %%
 fiw = [times[k] for k in "FIW"]   # the model fed with this split, beside the recorded prediction; not judged
 parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, fiw, share_ratio, ideal_tl.bubble_share / planned,
-                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]))   # fb: 1F1B's, section 6
+                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]), inside.value)   # 1F1B's, section 6
 zb_verdict = judge(p_zb, step_ratio, explain=dict.fromkeys(("above", "below", "held"), parts))
 viz.show_verdict(zb_verdict)
 

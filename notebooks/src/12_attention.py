@@ -303,7 +303,7 @@ misses = [p.median_s / model.flash_s(p.seq_len, p.tile, B, H, D) - 1
 tol = max(abs(x) for x in misses)   # the fit's largest miss where it was fitted: the prediction's band
 print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} "
       f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); the fit "
-      f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: the band is ±{tol:.0%}")
+      f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: " + ac.band_note(points, model, B, H, D))
 p_tile = Prediction(f"FlashAttention (tiles of 64) at T = {SWEEP_LENS[-1]}", "FLOPs / rate + tiles x t_tile, fitted "
                     "on shorter T", value=model.flash_s(SWEEP_LENS[-1], 64, B, H, D), rel_tol=tol, unit=" s")
 display(Markdown(va.times_table(points)))
@@ -359,7 +359,7 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = ac.tile_miss_note(points, model, 64, B, H, D) + " This run does not time why." + ac.same_call_note(here, there, "section 3's call")
+fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=stats.median_interval(last.times_s)) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
 viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
     "above": fitted, "below": fitted, "held": fitted,
     "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "

@@ -122,7 +122,7 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # ## 2. On this machine: predicted against measured
 #
 # `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
-# matmul ceiling and half the copy bandwidth in the limits file of measured ceilings
+# matmul ceiling and half the DRAM ceiling in the limits file of measured ceilings
 # (`perfkit.hw.cached_limits` reads it: notebook 00 writes it, and any later run that beats a
 # ceiling raises it),
 # and the link between them is an alpha-beta fit of 2-process all-reduces (notebook 02: a call
@@ -170,9 +170,9 @@ bw = (f"{here.intra.bandwidth / 1e9:.2f} GB/s" if here.intra.bandwidth < UNRESOL
 limits = hw.cached_limits()
 print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_bytes_per_s / 1e9:.1f} GB/s "
       f"per process, an equal share of the cached fp32 matmul ceiling ({limits.peak_flops('float32') / 1e9:.0f} "
-      f"GFLOP/s on all cores) and copy bandwidth ({limits.copy_bytes_per_s / 1e9:.1f} GB/s), the highest any "
-      f"notebook measured, which the limits file keeps; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring "
-      f"step, {bw}")
+      f"GFLOP/s on all cores) and DRAM ceiling ({limits.copy_bytes_per_s / 1e9:.1f} GB/s counted: a large copy or "
+      f"add, the add credited at most 9/8 of the copy, not a copy's own rate), the highest any notebook measured, "
+      f"which the limits file keeps; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring step, {bw}")
 pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
 print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.peak_flops / 1e9:.0f} GFLOP/s "
       f"per process ({pred.efficiency * here.gpu.peak_flops / 1e9:.1f} GFLOP/s in a step's matmuls)")
@@ -218,7 +218,7 @@ for n, p in time_pred.items():
     said = (point_and_window(per_round, p.value, p.bounds()) + f" The run made {made} per step; the all-reduce is the flags' ({viz.si((v.sent_bytes or {}).get('all_reduce', 0), 'B')} "
             f"sent), not charged: about {flags_ms:.1f} ms. {cost[n]} " + without_collectives(
                 pred.times[n].terms, pred.times["ddp_adamw"].terms, p.bounds(), measured=per_round.value,
-                collectives_ms=(cost[n].cost_s * 1e3, comm_s * 1e3)))
+                collectives_ms=(cost[n].said_cost_ms, comm_s * 1e3)))
     viz.verdict(p, per_round, explain=dict.fromkeys(("above", "below", "held"), said))
     local[f"{n} over DDP"] = (p.value, per_round.value, "x") + (
         (per_round.low, per_round.high) if per_round.has_interval else ())
@@ -370,9 +370,9 @@ tp_pred = Prediction("TP 2's step time", "planner: DDP's fitted efficiency, ever
 from perfkit.plan import tp_step_split
 
 comm, comm_s = tp_rec["tp_comm"], tp.time.terms["tensor-parallel"]
-where = tp_step_split(tp_rec["times_s"]["tp"], tp_rec["times_s"]["tp_compute"], comm["transfer_s"], comm["skew_s"],
-                      comm["calls"], comm_s, tp.time.total_s - comm_s)
-tp_ms = stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]])
+tp_ms = stats.median_interval([x * 1e3 for x in tp_rec["times_s"]["tp"]])   # the point beside the window, then the split
+where = f"{point_and_window(tp_ms, tp_pred.value, tp_pred.bounds(), ' ms')} " + tp_step_split(tp_rec["times_s"]["tp"],
+    tp_rec["times_s"]["tp_compute"], comm["transfer_s"], comm["skew_s"], comm["calls"], comm_s, tp.time.total_s - comm_s)
 viz.verdict(tp_pred, tp_ms, explain=dict.fromkeys(("above", "below", "held"), where))
 local["TP 2 step"] = (tp_pred.value, tp_ms.value, " ms") + ((tp_ms.low, tp_ms.high) if tp_ms.has_interval else ())
 
@@ -485,7 +485,7 @@ print(f"Attention runs here at the matmul's share too (no kernel named): FlashAt
 # sets beside it), are recorded first: this cell already prints the median.
 
 # %%
-from perfkit.plan import TIE_BAND, compare, foundry_runs, megatron_runs, paired_error
+from perfkit.plan import TIE_BAND, compare, foundry_runs, layout_ranks, megatron_runs, paired_error
 
 targets = {"median": Prediction("median |error| of the planner over the rows not fitted",
                                 "one fitted efficiency per GPU type", high=0.10, physical=(0, None),
@@ -496,12 +496,11 @@ targets = {"median": Prediction("median |error| of the planner over the rows not
                                      "more than a constant", high=0.5, unit="x", physical=(0, None),
                                      measured_here=False)}
 cmp = compare(megatron_runs() + foundry_runs())   # section 4: the planner against published runs
-best_s, pe = big.best[0].time.total_s, paired_error(cmp)
+best_s, pe, ranks = big.best[0].time.total_s, paired_error(cmp), layout_ranks(cmp)
 tied = big.ties(TIE_BAND)
 print(f"the five best lie within {big.best[4].time.total_s / best_s - 1:.1%} of the best. The planner's error on a "
-      f"difference: {pe.text()}. Its median |error| on one run's throughput: {cmp.median_error:.1%}. {len(tied)} layout"
-      f"{'s lie' if len(tied) > 1 else ' lies'} within {TIE_BAND:.0%} of the best (TIE_BAND, that percentile rounded)"
-      + (": the planner cannot rank them; measure the candidates" if len(tied) > 1 else ": it ranks the best alone"))
+      f"difference: {pe.text()}. Its median |error| on one run's throughput: {cmp.median_error:.1%}. "
+      + pe.carried([c.layout for c in tied], TIE_BAND, ranks))
 ends = {share: plan(llama, replace(h100, sharded_hidden=share), gpus=512, global_batch=4 * 2**20 // 8192).best[0]
         for share in (0.0, 1.0)}
 print(f"best step as {h100.dp_overlap} overlaps ZeRO's collectives (the default): {big.best[0].layout.label()}, "
@@ -628,7 +627,7 @@ for cal, what in (("chip", "one efficiency per chip (the A100-40GB and 80GB shar
 better = [cal for cal, e in others.items() if e < cmp.median_error]
 print(f"The default fit (two rows per table) gives a median |error| of {cmp.median_error:.1%}; "
       + (f"{len(better)} of the other {len(others)} calibrations come lower, by at most "
-         f"{max(cmp.median_error - others[c] for c in better) * 100:.1f} points, although they fit fewer figures "
+         f"{max(round(cmp.median_error * 100, 1) - round(others[c] * 100, 1) for c in better):.1f} points (of the printed medians), although they fit fewer figures "
          "or none of the judged table's rows. These are medians over partly different rows not fitted, without "
          "an interval: no calibration is shown better than another, only that fitting two of the judged "
          "table's own rows gave no lower median here" if better else
@@ -700,7 +699,6 @@ print(f"rows without recomputation sit above the rows with it in {above} of the 
 # (`TIE_BAND`, section 3: a tie it cannot resolve).
 
 # %%
-ranks = layout_ranks(cmp)
 for r in ranks:
     print(f"{r.label:18s} published (TP, PP) = {r.published}: rank {r.rank}, "
           f"{r.published_over_best - 1:+.1%} against the best {r.ranked[0]}")
@@ -772,10 +770,11 @@ print(f"The planner's median |error| is {all_['planner_median'] / stronger[0]:.3
       "with full recomputation: " + ", ".join(f"{t} {v['none']:+.1%} / {v['full']:+.1%}" for t, v in split.items())
       + (". Charging recomputation a whole forward more (4/3 the FLOPs) puts (1 + with) / (1 + without) at "
          "0.75 / x, x the MFU of the runs with recomputation over those without; these medians give x = "
-         f"{0.75 / max(ratios):.2f} to {0.75 / min(ratios):.2f}: the runs paid less for it than a whole "
-         "forward (x = 0.75). A constant MFU fits that and the 4/3 charge does not: that charge, not a "
-         "misconfiguration, is where llm-analysis loses to the constant MFU, as far as these tables show: within "
-         "a table recomputation goes with model size and micro-batch, so x is not recomputation's alone" if ratios and max(ratios) < 0.9 else
+         f"{0.75 / max(ratios):.2f} to {0.75 / min(ratios):.2f} (0.75: one rate for every FLOP run). The checkpointed runs do run the "
+         f"extra forward (llm-foundry's benchmark script counts 4/3 the FLOPs for them), and ran FLOPs {1 / max(ratios):.2f}x to {1 / min(ratios):.2f}x "
+         "as fast as the runs without: one efficiency for both kinds of run, not the 4/3 count, is where llm-analysis loses to the constant MFU, as far "
+         "as these tables show: within a table recomputation goes with model size and micro-batch (larger micro-batches "
+         "use the hardware better), so x is not recomputation's alone" if ratios and max(ratios) < 0.9 else
          ": its errors do not sit clearly lower with recomputation in every table, so its charge for it is "
          "not all that sets it apart from the constant MFU")
       + f". At the planner's efficiency, which charges its whole step at the weight matmuls' rate, it errs "

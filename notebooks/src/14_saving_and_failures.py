@@ -256,7 +256,7 @@ ax = viz.plot_restart_timeline(saving.restart_timeline(run.events))
 
 # %%
 starts = run.parts["start_and_imports"] + run.parts["rendezvous"]
-p_r = Prediction("share of R spent restarting processes (rendezvous, start, imports)",
+p_r = Prediction("share of R spent restarting processes (detection and rendezvous, start, imports)",
                  "a fresh interpreter imports torch; the state loads in milliseconds",
                  low=0.5, physical=(0, 1))
 viz.verdict(p_r, starts / R, explain={
@@ -569,8 +569,8 @@ print(f"A plain write copies the payload into the kernel's pages. The faster pla
       "the copy rate is a reference here, not a ceiling on the write.")
 
 # %%
-viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"))
-viz.verdict(p_disk, rates.fsync_over_plain(str(DISK)), explain={
+viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"), explain=dict.fromkeys(("held", "above", "below"), rates.medians_note("/dev/shm")))
+viz.verdict(p_disk, rates.fsync_over_plain(str(DISK)), explain={"held": rates.medians_note(str(DISK)),
     "below": "this disk acknowledged fsync as fast as the page cache took the write (a virtual "
              "disk whose host caches it, or a drive with a write cache that does not flush)"})
 

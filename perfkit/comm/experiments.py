@@ -361,8 +361,10 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
     (on a log scale, where the stretch is a factor). Between the two models, the nearer one is
     named only when the median's distances to them differ by more than half the sizes' own spread
     (the log of their largest ratio over their smallest); else the sentence says the spread
-    leaves it open. With ``band`` (the ``(low, high)`` a verdict judges the median against), it
-    names each size whose own ratio lies outside it, since the verdict judges only the median.
+    leaves it open. By the same rule, a median above the stretched model (below the plain one)
+    is called above (below) it only when it lies further from it than half that spread. With
+    ``band`` (the ``(low, high)`` a verdict judges the median against), it names each size
+    whose own ratio lies outside it, since the verdict judges only the median.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
@@ -389,10 +391,13 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
     text += (f", {min(r) / s:.2f}x to {max(r) / s:.2f}x" if len(r) > 1 else f", {r[0] / s:.2f}x") + (
         f" the model stretched x {s:.2f}")
     to_plain, to_stretched = math.log(m), math.log(s / m)  # >= 0 between the two models
-    open_ = abs(to_plain - to_stretched) <= math.log(max(r) / min(r)) / 2  # the sizes' spread decides nothing
-    where = ("above even the stretched model" if m > s else "below even the plain model" if m < 1 else
-             f"between the two, nearer neither by more than the sizes' own spread ({min(r):.2f}x to "
-             f"{max(r):.2f}x) allows" if open_ else
+    half = math.log(max(r) / min(r)) / 2  # half the sizes' own spread, in log terms
+    open_ = abs(to_plain - to_stretched) <= half  # the sizes' spread decides nothing
+    spread = f"the sizes' own spread ({min(r):.2f}x to {max(r):.2f}x) allows"
+    where = (f"near the stretched model: above it by less than {spread}" if 0 < math.log(m / s) <= half else
+             f"near the plain model: below it by less than {spread}" if 0 < -math.log(m) <= half else
+             "above even the stretched model" if m > s else "below even the plain model" if m < 1 else
+             f"between the two, nearer neither by more than {spread}" if open_ else
              "nearer the plain model than the stretched one: this run does not show the stretch there, "
              "nor measure why" if to_plain < to_stretched else
              "nearer the stretched model than the plain one")

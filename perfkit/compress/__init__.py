@@ -57,6 +57,10 @@ from perfkit.compress.isa_compile import (
 )
 from perfkit.compress.narrate import (
     ef_gap_text,
+    fusion_text,
+    medians_note,
+    medians_outside,
+    medians_outside_text,
     resolution_note,
     slowdown_text,
 )
@@ -81,10 +85,14 @@ __all__ = [
     "ef_gap_text",
     "error_rows",
     "fused_default_note",
+    "fusion_text",
     "ErrorFeedback",
     "FUSED_MIN_NUMEL",
     "gaussian_error",
     "HookState",
+    "medians_note",
+    "medians_outside",
+    "medians_outside_text",
     "medians_paid_text",
     "isa_options",
     "pack_bits",

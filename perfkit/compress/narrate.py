@@ -6,6 +6,7 @@ Usage::
     print(resolution_note(paired["fp16_hook"], 0.997))       # what a floor below 1x can show
     print(ef_gap_text(0.0536, 0.0579))                        # "widened it by 8%: ..."
     print(slowdown_text(paired, 6.22e-3, [628e-6, 1.27e-3]))  # the slower steps, in small calls
+    print(medians_outside_text(paired, med))                   # where the two step ratios disagree
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfkit._checks import check_real, check_type
+from perfkit.compress.fused import FUSED_MIN_NUMEL
 from perfkit.units import si
 
-__all__ = ["ef_gap_text", "resolution_note", "slowdown_text"]
+__all__ = ["ef_gap_text", "fusion_text", "medians_note", "medians_outside", "medians_outside_text",
+           "resolution_note", "slowdown_text"]
 
 
 def resolution_note(ratio: Any, edge: float) -> str:
@@ -89,8 +92,9 @@ def slowdown_text(ratios: Mapping[str, Any], step_s: float, call_s: Sequence[flo
 
     Returns:
         ``""`` where no method's median ratio exceeds 1; else sentences giving the time the
-        slower methods added per step, that time in small calls timed alone, and the calls
-        each hook issues per bucket, which the run does not time inside the step.
+        slower methods added per step (median paired ratio less 1, times ``step_s``: one statistic,
+        named in the sentence, not the difference of the two medians), that time in small calls
+        timed alone, and the calls each hook issues per bucket, which the run does not time inside the step.
 
     Raises:
         TypeError, ValueError: for a bad mapping, a non-positive ``step_s``, or bad ``call_s``.
@@ -110,8 +114,9 @@ def slowdown_text(ratios: Mapping[str, Any], step_s: float, call_s: Sequence[flo
     def span(xs: list[float]) -> str:
         a, b = min(xs), max(xs)
         return si(a, "s") if si(a, "s") == si(b, "s") else f"{si(a, 's')} to {si(b, 's')}"
-    said = [f"By the medians, the slower steps took {span(list(slow.values()))} more than none's "
-            f"({si(step, 's')}); a small all-reduce timed alone took {span(calls)}, so that is the time "
+    said = [f"By the median paired ratios (less 1, times none's median step, {si(step, 's')}), the slower "
+            f"steps took {span(list(slow.values()))} more than none's; a small all-reduce timed alone took "
+            f"{span(calls)}, so that is the time "
             f"of {min(slow.values()) / max(calls):.1f} to {max(slow.values()) / min(calls):.1f} such calls."]
     psgd = [x for m, x in slow.items() if m.startswith("powersgd")]
     if psgd:
@@ -129,3 +134,118 @@ def slowdown_text(ratios: Mapping[str, Any], step_s: float, call_s: Sequence[flo
     said.append("This run does not time a hook inside the step, so it does not split that time between "
                 "calls, codecs and waiting.")
     return " ".join(said)
+
+
+def medians_outside(ratios: Mapping[str, Any], medians: Mapping[str, float]) -> dict[str, float]:
+    """How far each method's ratio of the medians lies outside its paired ratio's interval.
+
+    Args:
+        ratios: method -> its paired step-time ratio (``low`` and ``high``: the interval).
+        medians: method -> its median step over the baseline's median step (every key of ``ratios``).
+
+    Returns:
+        method -> distance, in x, from the interval to the ratio of the medians, for the methods
+        whose ratio of the medians lies outside it (> 0 each), in ``ratios``' order.
+
+    Raises:
+        TypeError, ValueError: for a bad mapping, a missing method or a non-real number.
+    """
+    check_type("ratios", ratios, Mapping)
+    check_type("medians", medians, Mapping)
+    out = {}
+    for m, e in ratios.items():
+        if m not in medians:
+            raise ValueError(f"medians lacks {m!r}")
+        lo, hi = (check_real(f"ratios[{m!r}].{k}", getattr(e, k, None)) for k in ("low", "high"))
+        r = check_real(f"medians[{m!r}]", medians[m])
+        d = max(lo - r, r - hi)
+        if d > 0:
+            out[m] = d
+    return out
+
+
+def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]) -> str:
+    """A sentence: for how many methods the ratio of the medians lies outside the paired interval.
+
+    Args:
+        ratios, medians: as for :func:`medians_outside`; ``ratios``' estimates also carry ``value``.
+
+    Returns:
+        The count and the method furthest outside (its ratio of the medians, the distance, and its
+        paired interval around its median paired ratio), or that every one lies inside.
+    """
+    off = medians_outside(ratios, medians)
+    if not off:
+        return "Every method's ratio of the medians lies inside its paired ratio's 90 % interval."
+    far = max(off, key=off.__getitem__)
+    e = ratios[far]
+    return (f"For {len(off)} of {len(ratios)} methods the ratio of the medians lies outside the paired "
+            f"ratio's 90 % interval (furthest outside: {far}, {medians[far]:.3f}x, {off[far]:.2g}x "
+            f"{'below' if medians[far] < e.low else 'above'} its paired interval, {e.low:.3f}x to "
+            f"{e.high:.3f}x around {e.value:.3f}x).")
+
+
+def medians_note(ratio: Any, median_ratio: float) -> str:
+    """A sentence, starting with a space, on whether one method's ratio of the medians lies in its
+    paired ratio's 90 % interval, the interval a verdict on that paired ratio is judged on.
+
+    Args:
+        ratio: the paired step-time ratio (``low`` and ``high``).
+        median_ratio: the method's median step over the baseline's median step (> 0).
+
+    Returns:
+        Inside: that it does, so the two statistics agree within the interval. Outside: that it
+        does not, by how much, and that the interval therefore leaves out a disagreement between
+        two estimates of the same slowdown that it does not cover.
+
+    Raises:
+        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``median_ratio`` is not > 0.
+    """
+    lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
+    r = check_real("median_ratio", median_ratio, 0.0)
+    if r <= 0:
+        raise ValueError("median_ratio must be > 0")
+    if lo <= r <= hi:
+        return (f" Its ratio of the medians, {r:.3f}x, lies inside its paired ratio's 90 % interval "
+                f"({lo:.3f}x to {hi:.3f}x).")
+    return (f" Its ratio of the medians, {r:.3f}x, lies {max(lo - r, r - hi):.2g}x "
+            f"{'below' if r < lo else 'above'} its paired ratio's 90 % interval ({lo:.3f}x to {hi:.3f}x): "
+            "the interval does not cover that other estimate of the same slowdown, so read the verdict with "
+            "that disagreement.")
+
+
+def fusion_text(ratio: Any, model_x: float) -> str:
+    """What a fused-over-eager speed verdict, judged on the floor 1x, shows against its bytes model.
+
+    Args:
+        ratio: the fused path's speed over the eager one (``value``, ``low``, ``high``; e.g.
+            :func:`perfkit.stats.median_ratio`).
+        model_x: the bytes model's figure for that ratio (> 0).
+
+    Returns:
+        Sentences: the floor is all that is judged; the share of the model's figure the run
+        reached (and, where the whole interval lies below the figure, that it does); then, by
+        the interval, whether the fused path, the default at :data:`FUSED_MIN_NUMEL` values, ran
+        faster (held as a floor only where it fell short of the model), was not shown faster
+        (interval reaching 1x), or ran slower.
+
+    Raises:
+        TypeError, ValueError: ``ratio`` lacks real ``value``, ``low`` and ``high``, or
+        ``model_x`` is not > 0.
+    """
+    v, lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("value", "low", "high"))
+    fx = check_real("model_x", model_x, 0.0)
+    if fx <= 0:
+        raise ValueError("model_x must be > 0")
+    short = hi < fx
+    said = (f"The verdict judges only the floor, 1x; the bytes model's figure is {fx:.2f}x, and this ran "
+            f"{v / fx:.2f} of it"
+            + (f" (whole interval, {lo:.3g}x to {hi:.3g}x, below it)" if short else "") + ". ")
+    default = f"The fused path, the default for tensors of at least {FUSED_MIN_NUMEL:,} values, "
+    if lo > 1:
+        return said + default + ("ran faster than the eager one, but the mark holds a floor only: the "
+                                 "speed-up fell short of what its bytes allow." if short
+                                 else "ran faster than the eager one.")
+    if hi < 1:
+        return said + default + "ran slower than the eager one here (whole interval below 1x)."
+    return said + default + "was not shown faster than the eager one here (its interval reaches 1x)."

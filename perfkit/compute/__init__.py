@@ -16,6 +16,7 @@ from perfkit.compute.attention_cost import (
     AttentionTiming,
     CallMix,
     TileCostModel,
+    band_note,
     call_mix,
     eager_bytes_per_score,
     same_call_note,
@@ -81,6 +82,7 @@ from perfkit.compute.claims_ultra import (
 from perfkit.compute.compiling import (
     CompileRecord,
     GraphReport,
+    break_even_elsewhere,
     cold_compile_cost,
     graph_breaks,
     measure_compile,
@@ -179,6 +181,7 @@ from perfkit.compute.throughput import (
     StepBench,
     ThroughputPoint,
     cross_run_spread,
+    two_run_text,
 )
 
 __all__ = [
@@ -187,6 +190,7 @@ __all__ = [
     "SOFTMAX_PRECISIONS",
     "AttentionTiming",
     "CallMix",
+    "band_note",
     "call_mix",
     "eager_bytes_per_score",
     "TileCostModel",
@@ -238,6 +242,7 @@ __all__ = [
     "disturbed_text",
     "disturbed_verdict",
     "cross_run_spread",
+    "two_run_text",
     "drift_text",
     "gpt_step",
     "largest_mfu_text",
@@ -299,6 +304,7 @@ __all__ = [
     "activation_bytes",
     "attention_matrix_bytes",
     "attention_sweep",
+    "break_even_elsewhere",
     "cold_compile_cost",
     "AttentionPoint",
     "BatchSearch",

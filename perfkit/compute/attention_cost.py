@@ -33,6 +33,8 @@ from perfkit.compute.flash import check_tile, eager_attention, flash_attention, 
 from perfkit.estimate import Estimate
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
+from perfkit.units import si
+from perfkit.verdict import Prediction, judge
 
 __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
            "eager_bytes_per_score", "same_call_note", "saved_bytes_sweep", "tile_miss_note", "time_attention"]
@@ -313,16 +315,55 @@ def same_call_note(sweep: Estimate, other: Estimate, call: str, where: str = "se
             "does not mark.")
 
 
-def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
-                   heads: int = 4, head_dim: int = 32) -> str:
-    """Where one tile size's medians lay against ``model`` at each length, the fitted ones
-    (every length but the longest) and the longest, and whether the longest length's miss is
-    one the fitted lengths already showed (the same side at each) or not; with the
-    fit's largest miss at the fitted lengths, over every tile, and whose it is. Sentences, for
-    a verdict's explanation.
+def _fitted_misses(points: Sequence[AttentionTiming], model: TileCostModel, batch: int, heads: int,
+                   head_dim: int) -> list[tuple[AttentionTiming, float]]:
+    """Each flash timing at a fitted length (all but the longest) with its miss against ``model``,
+    largest miss (in size) first."""
+    flash = [p for p in points if p.impl == "flash"]
+    longest = max((p.seq_len for p in flash), default=0)
+    return sorted(((p, p.median_s / model.flash_s(p.seq_len, p.tile, batch, heads, head_dim) - 1)
+                   for p in flash if p.seq_len < longest), key=lambda pm: -abs(pm[1]))
+
+
+def band_note(points: Sequence[AttentionTiming], model: TileCostModel, batch: int = 1, heads: int = 4,
+              head_dim: int = 32) -> str:
+    """The band the fit's largest miss at the fitted lengths sets, and the one point that sets it:
+    its tile and length, its time per FLOP against its tile's median at the other lengths (the
+    model holds a tile's time per FLOP constant in T), and the range the other fitted points
+    lie in. A clause, for the line that prints the fit.
 
     Raises:
         TypeError: for points that are not :class:`AttentionTiming`.
+        ValueError: for fewer than two flash timings at the fitted lengths.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    ranked = _fitted_misses(pts, model, batch, heads, head_dim)
+    if len(ranked) < 2:
+        raise ValueError("band_note needs two flash timings or more at the fitted lengths")
+    (worst, big), rest = ranked[0], [m for _, m in ranked[1:]]
+    text = f"the band is ±{abs(big):.0%}, set by one point, tile {worst.tile}'s at T = {worst.seq_len}"
+    own = [p.median_s / p.flops for p in pts if p.impl == "flash" and p.tile == worst.tile and p is not worst]
+    if own:
+        ratio = worst.median_s / worst.flops / statistics.median(own)
+        text += (f" (its time per FLOP {ratio:.1f}x its tile's "
+                 f"median at the other lengths)")
+    return text + f"; the other {len(rest)} lie within {min(rest):+.0%} to {max(rest):+.0%}"
+
+
+def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
+                   heads: int = 4, head_dim: int = 32, measured: Estimate | None = None) -> str:
+    """Where one tile size's medians lay against ``model`` at each length, the fitted ones
+    (every length but the longest) and the longest, and whether the longest length's miss is
+    one the fitted lengths already showed (the same side at each) or not; with the
+    fit's largest miss at the fitted lengths, over every tile, and whose it is. With
+    ``measured`` (the judged timing of ``tile`` at the longest length), also the band the other
+    fitted points would set without that one and the outcome the verdict's rule would give
+    against it (not the verdict judged). Sentences, for a verdict's explanation.
+
+    Raises:
+        TypeError: for points that are not :class:`AttentionTiming`, or ``measured`` not an
+            :class:`~perfkit.estimate.Estimate`.
         ValueError: if ``tile`` has no flash timing at the longest length and one shorter.
     """
     pts = [check_type(f"points[{i}]", p, AttentionTiming)
@@ -351,5 +392,19 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
         text += ("not on the same side at every fitted length: the shorter lengths do not show it as a "
                  "steady misfit")
     own = " (the judged tile's own)." if worst.tile == tile else "."
-    return text + (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
-                   f"tile {worst.tile}'s at T = {worst.seq_len}{own}")
+    text += (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
+             f"tile {worst.tile}'s at T = {worst.seq_len}{own}")
+    if measured is None:
+        return text
+    check_type("measured", measured, Estimate)
+    ranked = _fitted_misses(pts, model, batch, heads, head_dim)
+    if len(ranked) < 2:
+        return text
+    (nxt, tol), pred = ranked[1], model.flash_s(longest, tile, batch, heads, head_dim)
+    alt = judge(Prediction(f"tile {tile} at T = {longest}", "the fit", value=pred, rel_tol=abs(tol),
+                           unit=" s"), measured)
+    outcome = alt.outcome + (f" ({alt.direction})" if alt.outcome == "missed" else "")
+    return text + (f" Without that one point the band would be ±{abs(tol):.0%} (the next largest miss, tile "
+                   f"{nxt.tile}'s at T = {nxt.seq_len}): {si(pred * (1 - abs(tol)), 's')} to "
+                   f"{si(pred * (1 + abs(tol)), 's')}, against which the same rule would call this "
+                   f"measurement {outcome}.")

@@ -165,6 +165,39 @@ def autocast_activation_ratio(batch: int = 8, seq: int = 64, model_kw: dict | No
     return autocast_memory(batch, seq, model_kw).activation_ratio
 
 
+def ceiling_terms_text(f_c: float, r_c: float, f_s: float, r_s: float, tol: float = 0.25) -> str:
+    """Amdahl's terms from the ceilings (``f_c``, ``r_c``) against those measured at the step's
+    shapes (``f_s``, ``r_s``), and whether the ceilings' prediction agrees with the shapes' only
+    because its errors cancel, computed: a term is off where the two differ by more than ``tol``
+    (either way); the predictions, ``1 / ((1 - f) + f / r)``, agree where within ``tol``.
+
+    Raises:
+        ValueError: for an ``f`` outside (0, 1], an ``r`` or ``tol`` that is not a finite number > 0.
+    """
+    for name, v in (("f_c", f_c), ("f_s", f_s)):
+        if not 0 < v <= 1:
+            raise ValueError(f"{name} must be a share in (0, 1], got {v!r}")
+    for name, v in (("r_c", r_c), ("r_s", r_s), ("tol", tol)):
+        if not 0 < v < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    pred_c, pred_s = 1 / ((1 - f_c) + f_c / r_c), 1 / ((1 - f_s) + f_s / r_s)
+    off = [n for n, k in (("f", f_c / f_s), ("r", r_c / r_s)) if not 1 / (1 + tol) <= k <= 1 + tol]
+    head = (f"The ceilings' terms against the step's shapes': f {f_c:.1%} against {f_s:.1%} "
+            f"({f_c / f_s:.2f}x), r {r_c:.3g} against {r_s:.3g} ({r_c / r_s:.2f}x)")
+    agree = 1 / (1 + tol) <= pred_c / pred_s <= 1 + tol
+    if not off:
+        return head + f": each within {tol:.0%}, and the predictions, {pred_c:.3g}x and {pred_s:.3g}x, too."
+    terms = " and ".join(off) + (" are" if len(off) > 1 else " is")
+    if not agree:
+        return (head + f": {terms} off by more than {tol:.0%}, and so is the ceilings' prediction, "
+                f"{pred_c:.3g}x, {pred_c / pred_s:.2f}x the shapes' {pred_s:.3g}x.")
+    return (head + f": {terms} off by more than {tol:.0%}, yet the predictions, {pred_c:.3g}x and "
+            f"{pred_s:.3g}x, lie within {tol:.0%} of each other" + (
+                f": the errors cancel (the slowed part's weight f / r, {f_c / r_c:.3g} against "
+                f"{f_s / r_s:.3g}), so the ceilings' agreement is that accident, not a model of this step"
+                if len(off) > 1 else f": the agreement does not test {off[0]}") + ".")
+
+
 # --- 19: loss scaling ------------------------------------------------------------------------
 
 

@@ -35,7 +35,8 @@ from perfkit.hw import default_limits_path, device_name
 from perfkit.stats import LEVEL, median_interval, min_samples
 from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
-__all__ = ["CompileRecord", "GraphReport", "cold_compile_cost", "graph_breaks", "measure_compile"]
+__all__ = ["CompileRecord", "GraphReport", "break_even_elsewhere", "cold_compile_cost", "graph_breaks",
+           "measure_compile"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,37 @@ class CompileRecord:
             return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
 
         return calls(e.high - c.low), calls(e.low - c.high)
+
+
+def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, where: str = "this sweep's",
+                         own: str = "section 3's") -> str:
+    """A sentence on ``rec``'s break-even at another run's medians (``eager_s``, ``compiled_s``, s
+    per call): the calls its compile cost needs at that saving, held against ``rec``'s own point
+    and, where ``rec`` has the rounds for it, the range :meth:`CompileRecord.break_even_between`
+    gives; a run that saves nothing says that compiling never pays off at its medians.
+
+    Raises:
+        ValueError: for a time that is not a finite number > 0.
+    """
+    check_type("rec", rec, CompileRecord)
+    check_real("eager_s", eager_s, 0, lo_open=True)
+    check_real("compiled_s", compiled_s, 0, lo_open=True)
+    saved = eager_s - compiled_s
+    if saved <= 0:
+        return f" At {where} medians the compiled call saves nothing, so there compiling never pays off."
+    n = max(rec.compile_s, 0.0) / saved
+    try:
+        soon, late = rec.break_even_between()
+    except ValueError:  # too few rounds for the range: the point alone
+        soon = late = None
+    span = "" if soon is None else f" ({soon:,.0f} to {late:,.0f})"
+    out = (f" At {where} medians it saves {saved * 1e3:.1f} ms per call, which pays back the "
+           f"{rec.compile_s:.1f} s compile after {n:,.0f} calls, against {own} "
+           f"{rec.break_even_calls:,.0f}{span}")
+    if soon is None:
+        return out + "."
+    return out + (": inside that range." if soon <= n <= late else
+                  f": outside that range, so {own} break-even holds for its own rounds only.")
 
 
 def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], object],

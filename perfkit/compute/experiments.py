@@ -42,11 +42,10 @@ from perfkit.timing import Measurement
 from perfkit.units import si
 from perfkit.verdict import Prediction, Verdict, judge
 
-__all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes",
-           "disturbed_length", "disturbed_text", "disturbed_verdict", "drift_text", "gpt_step",
-           "InModelAttention", "largest_mfu_text",
-           "largest_rise", "precision_curves", "ratio_text", "RescaledMLP", "shape_summary",
-           "shape_sweep", "ShapeSummary", "hidden_side", "WhereRescaledMLP"]
+__all__ = ["attention_in_model", "attention_sweep_checked", "autocast_saved_bytes", "disturbed_length",
+           "disturbed_text", "disturbed_verdict", "drift_text", "gpt_step", "InModelAttention",
+           "largest_mfu_text", "largest_rise", "precision_curves", "ratio_text", "RescaledMLP",
+           "shape_summary", "shape_sweep", "ShapeSummary", "hidden_side", "WhereRescaledMLP"]
 
 
 def gpt_step(gpt: Mapping[str, int], ids: torch.Tensor, precision: str = "fp32", compiled: bool = False,
@@ -167,20 +166,21 @@ def hidden_side(value: float, edge: float, unit: str = "") -> str:
 
 
 def ratio_text(sp: Speedup) -> str:
-    """``"1.23x (90% interval ...; medians 10.0 -> 8.1 ms)"``: the speedup a verdict judges
-    (:attr:`Speedup.estimate`), its interval and the two medians. Where the medians' ratio lies
-    on the other side of 1x than the estimate (noise can do that to a median of paired ratios),
-    the text gives the medians' ratio too and says which statistic is the figure."""
+    """``"1.23x (90% interval ...; medians 10.0 -> 8.1 ms)"``: the judged speedup (:attr:`Speedup.estimate`),
+    its interval and the two medians; where the medians' ratio lies on the other side of 1x than the
+    estimate or outside its interval, the text gives that ratio too and says which statistic is the figure."""
     est = check_type("sp", sp, Speedup).estimate
     a, b = sp.baseline.median_s, sp.candidate.median_s
-    of_medians = a / b
-    split = (of_medians - 1) * (est.value - 1) < 0
-    places = next((p for p in range(2, 12) if round(of_medians, p) != 1), 12)  # never "1.00x" beside 1x
+    places = next((p for p in range(2, 12) if round(a / b, p) != 1), 12)  # never "1.00x" beside 1x
+    inside = est.level is None or est.needs is not None or est.low <= a / b <= est.high  # no interval: inside
+    said = (f"lies {'above' if a > b else 'below'} 1x where the figure lies "
+            f"{'above' if est.value > 1 else 'below'} it: the figure is the pairs' median, and the two "
+            "disagreeing says the difference is within the noise" if (a / b - 1) * (est.value - 1) < 0 else
+            "" if inside else "lies outside the interval: the figure is the pairs' median, another "
+            "statistic; the two medians may come from different rounds, so their ratio carries the drift "
+            "between rounds that pairing cancels")
     return (f"{est.point('x')} ({est.describe('x')}; medians {a * 1e3:.1f} -> {b * 1e3:.1f} ms"
-            + (f", whose ratio, {of_medians:.{places}f}x, lies {'above' if of_medians > 1 else 'below'} 1x "
-               f"where the figure lies {'above' if est.value > 1 else 'below'} it: the figure is the pairs' "
-               "median, and the two disagreeing says the difference is within the noise" if split else "")
-            + ")")
+            + (f", whose ratio, {a / b:.{places}f}x, {said}" if said else "") + ")")
 
 
 class RescaledMLP(nn.Module):

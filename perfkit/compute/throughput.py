@@ -31,7 +31,7 @@ from perfkit.hw import MachineLimits
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 
-__all__ = ["StepBench", "ThroughputPoint", "cross_run_spread"]
+__all__ = ["StepBench", "ThroughputPoint", "cross_run_spread", "two_run_text"]
 
 
 @dataclass(frozen=True)
@@ -235,3 +235,45 @@ def cross_run_spread(first: Mapping[int, float], second: Mapping[int, float],
     return (f"; across the {len(shared)} batches both {names[0]} and {names[1]} timed, their medians differ "
             f"most at batch {b}: {first[b] * 1e3:.1f} ms against {second[b] * 1e3:.1f} ms, "
             f"{max(first[b], second[b]) / min(first[b], second[b]):.2f}x")
+
+
+def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int],
+                 times_s: Mapping[int, tuple[float, float]]) -> str:
+    """The sentence that holds a ratio of two batches' tokens/s measured in the sweep (``swept``,
+    a ratio of medians) against the same ratio in the batch curve's paired rounds (``here``, a
+    :class:`perfkit.stats.Estimate`), for a verdict whose floor is ``floor``: inside or outside
+    ``here``'s interval; outside it, each batch's step time in both runs (``times_s`` maps a batch
+    to (sweep, curve) seconds), whether a step moved more than the verdict's margin ``1 - floor``,
+    and, where the two ratios fall on opposite sides of ``floor``, that the verdict holds for the
+    curve's rounds only.
+
+    Raises:
+        ValueError: for a ratio or a step time that is not a finite number > 0.
+    """
+    check_real("swept", swept, 0, lo_open=True)
+    check_real("floor", floor, 0, lo_open=True)
+    for b in times_s:
+        for t in times_s[b]:
+            check_real("times_s[b]", t, 0, lo_open=True)
+    top, rival = batches
+    out = (f"The batch sweep above measured the same ratio, batch {top} over {rival}, at {swept:.2f}x (its "
+           f"own rounds); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each "
+           "paired only within its own rounds: ")
+    if here.low <= swept <= here.high:
+        return (out + "the sweep's figure lies inside this interval. The verdicts judge this curve's paired "
+                "rounds.")
+    moved = "; ".join(f"batch {b} {a * 1e3:.1f} ms there, {c * 1e3:.1f} ms here "
+                      f"({max(a, c) / min(a, c):.2f}x)" for b, (a, c) in times_s.items())
+    out += (f"the sweep's figure lies outside this interval (the step times: {moved}). It is a ratio of "
+            "medians from other rounds, with an error of its own that this interval does not count: the gap "
+            "is that error, or what changed between the runs (the load, or the allocator's state: page "
+            "faults per step, counted above), and this notebook does not tell which.")
+    most = max(max(a, c) / min(a, c) for a, c in times_s.values())
+    if most - 1 > 1 - floor:
+        out += (f" A step moved {most - 1:.0%} between the runs, more than the crude model's {1 - floor:.0%} "
+                "margin, so one run's rounds cannot settle that verdict for the step in general.")
+    if (swept >= floor) != (here.value >= floor):
+        out += (f" The sweep's figure lies {'at or above' if swept >= floor else 'below'} the crude model's "
+                f"floor ({floor:.2f}x) and this curve's {'below' if swept >= floor else 'at or above'} it: "
+                "its verdict above stands for this curve's rounds only.")
+    return out + " The verdicts judge this curve's paired rounds."

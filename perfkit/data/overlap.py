@@ -35,8 +35,8 @@ from perfkit.data.prefetch import Prefetcher
 from perfkit.stats import Estimate
 
 __all__ = ["ThreadProbe", "clip_at_one", "gil_hidden_bound", "gil_least_step", "hidden_fraction",
-           "hidden_fraction_estimate", "overlap_floor", "overlap_hidden", "prefetch_loops", "spin_held",
-           "spin_load_note", "thread_probe", "thread_share"]
+           "hidden_fraction_estimate", "loader_gil_note", "overlap_floor", "overlap_hidden", "prefetch_loops",
+           "spin_held", "spin_load_note", "thread_probe", "thread_share"]
 
 
 def prefetch_loops(loader: Any, step: Callable[[Any, Any], None], batch: tuple[Any, Any], n: int,
@@ -297,16 +297,18 @@ def gil_least_step(load_s: float, compute_s: float, slowdown: float, held_s: flo
     amount of work, so it lasts at least ``held_s``, however little of the GIL it gets; its
     calibration can run short, which :func:`spin_held` takes from a measured spin).
 
-    **The assumption it holds under:** while a spin runs, the step progresses at no more than
-    its *average* rate beside :func:`thread_probe`'s busy thread, ``1 / slowdown`` of its rate
-    alone (below 1 counts as 1). Then a step takes at least
-    ``max(load, compute + held * (1 - 1 / slowdown))``. The rest of the load (a DataLoader's calls
-    into torch, which release the GIL) may overlap the step entirely, so it counts for nothing;
-    the first load and the last step, which nothing hides (:func:`overlap_floor`), would only
-    add to it. The slowdown is an average over whole steps, not the slowest rate: a step that
-    spends a spin inside one long kernel that released the GIL (a convolution's backward) runs
-    meanwhile at full speed on another core, so a loop below this figure says that the step
-    progressed faster during the spins than on average beside the probe's thread.
+    **The assumption it holds under:** while a spin runs, the step progresses at no more than its
+    *average* rate beside :func:`thread_probe`'s busy thread, ``1 / slowdown`` of its rate alone
+    (below 1 counts as 1). Then a step takes at least
+    ``max(load, compute + held * (1 - 1 / slowdown))``. The rest of the load counts for nothing,
+    though a DataLoader without workers runs Python there too (``__getitem__`` per sample and
+    collate, holding the GIL; :func:`loader_gil_note`): leaving it out only lowers the figure, so
+    it stays a least step, a more generous one; the first load and the last step, which nothing
+    hides (:func:`overlap_floor`), would only add to it. The slowdown is an average over whole
+    steps, not the slowest rate: a step that spends a spin inside one long kernel that released
+    the GIL (a convolution's backward) runs meanwhile at full speed on another core, so a loop
+    below this figure says that the step progressed faster during the spins than on average beside
+    the probe's thread.
 
     Raises:
         ValueError: for ``load_s``, ``compute_s`` or ``slowdown`` not > 0, or a ``held_s``
@@ -316,6 +318,27 @@ def gil_least_step(load_s: float, compute_s: float, slowdown: float, held_s: flo
         check_real(name, v, 0, lo_open=True)
     check_real("held_s", held_s, 0, load_s)
     return max(load_s, compute_s + held_s * (1 - 1 / max(1.0, slowdown)))
+
+
+def loader_gil_note(load_ms: float, planted_ms: float) -> str:
+    """A clause on a load-only loop's time per batch, ``load_ms``, beyond the ``planted_ms`` delay
+    added to each batch: the DataLoader's own work (without workers, Python ``__getitem__`` per
+    sample and collate, run in whichever thread iterates the loader and holding the GIL
+    meanwhile) and the delay's overshoot, both in ms.
+
+    Raises:
+        ValueError: for ``load_ms`` not > 0 or ``planted_ms`` < 0.
+    """
+    check_real("load_ms", load_ms, 0, lo_open=True)
+    check_real("planted_ms", planted_ms, 0)
+    extra = load_ms - planted_ms
+    if extra <= 0:
+        return (f" (no more than the planted {planted_ms:.2f} ms: the DataLoader's own work is lost in the "
+                "noise of this timing)")
+    return (f" ({extra:.2f} ms of it, {extra / load_ms:.0%}, beyond the planted {planted_ms:.2f} ms: the "
+            "DataLoader's own work, Python __getitem__ per sample and collate in the thread that iterates "
+            "it, holding the GIL for nearly all of it, and the planted delay's overshoot, longer on a busy "
+            "machine)")
 
 
 def spin_held(planted_s: float, load_s: float, share: float) -> float:

@@ -86,6 +86,7 @@ from perfkit.parallel.scaler import (
     ShardedLossScaler,
 )
 from perfkit.parallel.schedule_notes import (
+    busy_note,
     fb_split_note,
     zb_side,
     zb_split_step,
@@ -222,7 +223,8 @@ __all__ = [
     "ZeroOptimizer",
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
-    "execution_order", "fb_split_note", "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
+    "busy_note", "execution_order", "fb_split_note",
+    "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1", "zb_side", "zb_split_step", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",
     "split_costs", "stage_costs",

@@ -71,6 +71,29 @@ def _three(name: str, f_i_w: Sequence[float]) -> tuple[float, float, float]:
     return f, i, w
 
 
+def busy_note(inside: Estimate, alone: float, drawn: float) -> str:
+    """Where 1F1B's busy time per stage and micro-batch in the pipeline (``inside``, over the
+    steps) lies against the same timed alone before the steps (``alone``, seconds), and where
+    the drawn step's (``drawn``, the step nearest the median bubble, whose action times later
+    sentences read) lies against that interval. A clause.
+
+    Raises:
+        TypeError, ValueError: for ``inside`` not an Estimate, or ``alone`` or ``drawn`` not > 0.
+    """
+    if not isinstance(inside, Estimate):
+        raise TypeError(f"inside must be an Estimate, got {type(inside).__name__}")
+    alone = check_real("alone", alone, 0, lo_open=True)
+    drawn = check_real("drawn", drawn, 0, lo_open=True)
+    way = {"above": "slower in the pipeline than alone", "below": "faster in the pipeline than alone"}.get(
+        inside.clear_of(alone, "s"), "as fast in the pipeline as alone, within the interval")
+    where = {"below": "above", "above": "below"}.get(inside.clear_of(drawn, "s"), "")
+    text = (f"the actions ran {way}; the step drawn below, the one nearest the median bubble, was busy "
+            f"{si(drawn, 's')} per stage and micro-batch, ")
+    return text + (f"{where} this interval, so the action times read from it below are not the steps' "
+                   "typical ones" if where else "within this interval" if inside.has_interval else
+                   "the steps too few for an interval")
+
+
 def fb_split_note(stage_s: Sequence[float], f_b: Sequence[float], predicted: float, n_ranks: int,
                   n_micro: int) -> str:
     """What 1F1B's bubble share becomes when the simulator, fed with stages of ``stage_s``
@@ -98,7 +121,7 @@ def fb_split_note(stage_s: Sequence[float], f_b: Sequence[float], predicted: flo
 def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: float,
                  f_i_w: Sequence[float], share: Estimate | None = None,
                  model_share: float | None = None, split_step: float | None = None,
-                 f_b: Sequence[float] | None = None) -> str:
+                 f_b: Sequence[float] | None = None, busy_mb: float | None = None) -> str:
     """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
     ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
     stage (``busy``, ZB-H1's over 1F1B's) and idle part (``idle``, ``(1 - 1F1B's share) /
@@ -111,6 +134,9 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     names the larger part of the change in busy time per micro-batch (this implementation's
     split schedules run a tapped forward, so F need not stay 1F1B's). Whether the step shows
     a gain is read from its interval, tested and printed at one precision (:func:`zb_side`).
+    With ``f_b`` and ``busy_mb``, 1F1B's busy time per stage and micro-batch (seconds, the
+    median over its steps), it sets the drawn steps' change beside the one the judged ``busy``
+    implies (``(busy - 1) x busy_mb``, with its interval) and says how much of it they cover.
     Sentences, for a verdict.
 
     Raises:
@@ -151,8 +177,8 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     if f_b is not None:
         f1, b1 = _two_fb(f_b)
         d_f, d_b = f - f1, i + w - b1
-        text += (f". Per action (medians over the step drawn from each schedule), ZB-H1's F, which it does "
-                 f"not split, ran {f / f1:.2f}x 1F1B's ({si(f, 's')} against {si(f1, 's')}; in a split "
+        text += (f". Per action (medians over the one step drawn from each schedule), ZB-H1's F, which it "
+                 f"does not split, ran {f / f1:.2f}x 1F1B's ({si(f, 's')} against {si(f1, 's')}; in a split "
                  f"schedule every Linear's forward runs tapped, recording its call for W) and its I + W "
                  f"{(i + w) / b1:.2f}x 1F1B's B ({si(i + w, 's')} against {si(b1, 's')})")
         if d_f + d_b > 0:   # the actions' time per micro-batch rose: name the larger part
@@ -161,4 +187,20 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
             text += (f": of the {si(d_f + d_b, 's')} more per micro-batch, {part} carries "
                      + (f"{max(d_f, d_b) / (d_f + d_b):.0%}" if min(d_f, d_b) >= 0 else
                         f"all, {other} having run faster"))
+        if busy_mb is not None:
+            text += _judged_extra(busy, check_real("busy_mb", busy_mb, 0, lo_open=True), d_f + d_b)
     return text + "."
+
+
+def _judged_extra(busy: Estimate, busy_mb: float, drawn: float) -> str:
+    """The drawn steps' change per micro-batch (``drawn``, seconds) beside the one the judged
+    busy-time ratio implies on 1F1B's ``busy_mb``: a clause."""
+    head = ". Those are one step of each schedule, without an interval"
+    if not busy.has_interval or busy.value <= 1 or drawn <= 0:
+        return f"{head}; the busy time per stage judged over the rounds is {busy.point('x')} of 1F1B's"
+    implied = (busy.value - 1) * busy_mb
+    ends = (f"{si((busy.low - 1) * busy_mb, 's')} to {si((busy.high - 1) * busy_mb, 's')} from its interval"
+            if busy.low > 1 else "its interval holds 1x")
+    return (f"{head}: the busy time per stage judged over the rounds, {busy.point('x')} of 1F1B's median "
+            f"{si(busy_mb, 's')} per micro-batch, implies about {si(implied, 's')} more ({ends}), of which "
+            f"the drawn steps' {si(drawn, 's')} cover {drawn / implied:.0%}")

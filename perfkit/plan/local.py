@@ -227,7 +227,8 @@ class CollectiveCost:
     """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the
     rounds' differences (the step minus the base step, s, with its interval), ``predicted_s``
     the model's difference, ``charge_s`` its charge for the step's collectives and ``text``
-    the sentences, ``uncharged_s`` a cost the model knows and leaves out. All figures in it come
+    the sentences, ``uncharged_s`` a cost the model knows and leaves out, ``digits`` the decimals
+    of the sentences' ms figures. All figures in it come
     from that one statistic."""
 
     gap: Estimate
@@ -235,12 +236,23 @@ class CollectiveCost:
     charge_s: float
     text: str
     uncharged_s: float = 0.0
+    digits: int = 1   # decimals of the sentence's ms figures
 
     @property
     def cost_s(self) -> float:
         """The collectives' cost with the compute at the fitted cost: the charge plus what the
         measured difference adds to the predicted one (s; may be <= 0)."""
         return self.charge_s + self.gap.value - self.predicted_s
+
+    @property
+    def said_cost_ms(self) -> float:
+        """:attr:`cost_s` in ms as the sentences print it: the sum of their printed figures (the
+        charge, plus the measured less the predicted difference), so a later sentence that repeats
+        the cost repeats the same figure."""
+        def ms(x: float) -> float:
+            return round(x * 1e3, self.digits)
+
+        return round(ms(self.charge_s) + ms(self.gap.value) - ms(self.predicted_s), self.digits)
 
     @property
     def over_charge(self) -> float:
@@ -323,10 +335,15 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
                 f"the compute ran faster than {base}'s fitted cost")
     else:
-        out += f"they cost {f(cost(g))} ms, {cost(g) / c:.2f}x the charge"
+        # each multiple of the charge from the unrounded figures, rounded once: the same value
+        # as CollectiveCost.over_charge, which a headline prints
+        def times(d_s: float) -> float:
+            return max(charge + d_s - pred, 0.0) / charge
+
+        out += f"they cost {f(cost(g))} ms, {times(gap.value):.2f}x the charge"
         if gap.has_interval and gap.low < gap.high:
             lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))
-            out += (f" ({f(lo)} to {f(hi)} ms, {lo / c:.2f}x to {hi / c:.2f}x, "
+            out += (f" ({f(lo)} to {f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x, "
                     f"over the difference's interval)")
 
     def where(d: float) -> str:
@@ -343,9 +360,13 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     if extra > 0 and where(pred):
         moved = where(pred + extra)
         still = "still " if moved == where(pred) else ""
-        out += (f". Charging the uncharged {f(ms(extra))} ms alone would put the prediction at "
-                f"{f(round(p + ms(extra), nd))} ms, {still}{moved} the measured interval")
-    return CollectiveCost(gap, pred, charge, out + ".", extra)
+        # the unrounded figures added, then rounded once, one digit finer than the sentence's, so the
+        # printed sum is that of its printed parts and full_charge prints the same figure
+        e = f"{{:.{nd + 1}f}}"
+        out += (f". Charging the uncharged {e.format(extra * 1e3)} ms alone would put the predicted "
+                f"{e.format(pred * 1e3)} ms at {e.format((pred + extra) * 1e3)} ms, {still}{moved} the "
+                "measured interval")
+    return CollectiveCost(gap, pred, charge, out + ".", extra, nd)
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

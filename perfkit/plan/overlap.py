@@ -165,8 +165,9 @@ def full_charge(costs: Mapping[str, CollectiveCost], base: str = "DDP") -> str:
         ok = c.gap.has_interval and c.gap.low < c.gap.high
         flip = {"above": "below", "below": "above"}   # the interval above the prediction: it lies below
         side[flip.get(c.gap.scaled(1e3).clear_of(full, "ms"), "inside") if ok else ""].append(name)
-        said.append(f"{name} {full:.3g} ms" + (f" against {c.gap.low * 1e3:.3g} to {c.gap.high * 1e3:.3g} ms"
-                                                if ok else " (no interval)"))
+        d = c.digits   # as collective_cost's sentences print them: the same figures read the same
+        iv = f" against {c.gap.low * 1e3:.{d}f} to {c.gap.high * 1e3:.{d}f} ms" if ok else " (no interval)"
+        said.append(f"{name} {full:.{d + 1}f} ms{iv}")
     n, k = len(costs) - len(side[""]), len(side["inside"])
     out = (f"Charged for every call each layout made at the model's price (the uncharged ones too), the "
            f"predicted difference from {base}'s step, against the measured interval: {'; '.join(said)}. ")

@@ -13,9 +13,10 @@
 * :func:`worst_row_cause` names what sets the worst published row apart from its peers (the
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
-* :func:`paired_error` is the planner's error on the *ratio* of two published rows of one model
-  and sequence in one table: its 80th percentile is the resolution at which it can rank two
-  layouts of one run (:data:`perfkit.plan.search.TIE_BAND`), not its error on one run's throughput.
+* :func:`paired_error` (from :mod:`perfkit.plan.search`) is the planner's error on the *ratio*
+  of two published rows of one model and sequence in one table: its 80th percentile is the
+  resolution at which it can rank two layouts of one run (:data:`perfkit.plan.search.TIE_BAND`),
+  not its error on one run's throughput.
 
 Usage::
 
@@ -28,19 +29,17 @@ Usage::
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.estimate import Estimate
-from perfkit.plan.published import Comparison, RowResult
-from perfkit.plan.search import TIE_QUANTILE
+from perfkit.plan.published import RowResult
+from perfkit.plan.search import PairedError, paired_error, published_choices
 
-__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "point_and_window", "rules_out",
-           "tp_step_split", "without_collectives", "worst_row_cause", "zero2_over_zero1"]
+__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "point_and_window",
+           "published_choices", "rules_out", "tp_step_split", "without_collectives", "worst_row_cause",
+           "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
 COLLECTIVE_TERMS = ("data-parallel", "zero-3 gathers", "tensor-parallel", "context-parallel",
@@ -137,7 +136,9 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     step's terms in seconds) with every :data:`COLLECTIVE_TERMS` term dropped from both, and
     whether that lies inside the prediction's tolerance ``window`` ``(low, high)``. Where it
     does, a measured ratio inside the window is as close to a model without any collective as
-    to the model: the verdict does not test the collective terms. Where the ``measured`` ratio
+    to the model: the verdict does not test the collective terms, and the sentence says what it
+    does test: the other terms, with at most ``high`` less that ratio left for the collectives
+    and any uncharged cost. Where the ``measured`` ratio
     lies outside the window that holds the model without collectives, the collectives alone put
     it there (a miss, or an interval reaching back in), and the sentence says so with
     ``collectives_ms``: what they cost, with the compute at its fitted cost, and what the model
@@ -173,7 +174,12 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     if not inside:
         return head + "the window rules out collectives that cost nothing, and no more."
     if measured is None or low <= measured <= high:
-        return head + "this verdict does not test the collective terms."
+        rest = [n for n in dict.fromkeys([*terms, *base_terms]) if n not in COLLECTIVE_TERMS
+                and (terms.get(n, 0) or base_terms.get(n, 0))]
+        return head + ("this verdict does not test the collective terms. What a figure inside the window "
+                       f"tests is the rest of the model ({', '.join(rest)}, at the fitted efficiency): that "
+                       "with those terms the collectives and any cost left uncharged add at most "
+                       f"{high - ratio:.3g}{unit} to the ratio.")
     return (head + f"the window alone does not tell the model from one without collectives, yet the measured "
             f"{measured:.3g}{unit} lies outside it: with the compute at its fitted cost, the collectives "
             "alone put it there" + (f" (they cost {cost[0]:.1f} ms against the {cost[1]:.1f} ms charged)."
@@ -304,80 +310,3 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
                 "reported step; a larger model's collectives per micro-batch take longer, by an amount no "
                 "published figure here gives")
     return out + "; which of these cost the time, the published rows cannot tell"
-
-
-@dataclass(frozen=True)
-class PairedError:
-    """The planner's error on the ratio of two rows' throughputs (see :func:`paired_error`).
-
-    Attributes:
-        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``.
-        p90: the 90th percentile of the same.
-        pairs: how many pairs.
-        groups: ``"table: model s=seq"`` -> the labels of its rows (two or more each).
-        tie: its :data:`~perfkit.plan.search.TIE_QUANTILE` quantile (80 %); the tie band.
-        beyond: the shares of the pairs whose error exceeds ``band`` and ``tie``. A predicted
-            difference ``d`` orders a pair wrongly only where the error exceeds ``d`` and has the
-            opposing sign: where errors fall either way alike, right ``1 - share / 2`` of the
-            time (about 3 in 4 at the median, 9 in 10 at the 80th percentile; a coin flip only
-            at a predicted difference of 0). See :meth:`right`.
-    """
-
-    band: float
-    p90: float
-    pairs: int
-    groups: dict[str, list[str]]
-    tie: float
-    beyond: tuple[float, float] = (0.5, 0.2)
-
-    def right(self) -> tuple[float, float]:
-        """How often a predicted order is right at a predicted difference of ``band`` and of
-        ``tie``, where errors fall either way alike: ``1 - share / 2`` for each share of
-        :attr:`beyond`."""
-        return tuple(1 - b / 2 for b in self.beyond)
-
-    def text(self) -> str:
-        """One sentence: the band, its pairs and where they come from."""
-        tables = sorted({g.split(":")[0] for g in self.groups})
-        return (f"{self.band:.1%}: the median |error| of the predicted ratio of two rows' throughputs over "
-                f"{self.pairs} pairs of published rows of one model and sequence in one table "
-                f"({len(self.groups)} such groups, in {', '.join(tables)}; they differ in GPU count, "
-                f"micro-batch or recomputation only; 90 % of the pairs within {self.p90:.1%}). An order "
-                f"comes out wrong only where the error exceeds the predicted difference and has the "
-                f"opposing sign; {self.beyond[0]:.0%} of the pairs err by more than {self.band:.1%}, so "
-                f"at a predicted difference that small an order is right about {self.right()[0]:.0%} of "
-                f"the time if errors fall either way alike (a coin flip only at no difference at all). "
-                f"{TIE_QUANTILE:.0%} of the pairs lie within {self.tie:.1%} ({self.beyond[1]:.0%} beyond "
-                f"it), at and beyond which an order is right at least {self.right()[1]:.0%} of the time, "
-                "for pairs like these: the tie band. No pair differs in TP, PP or CP, so for those choices "
-                "the band is carried over, not measured")
-
-
-def paired_error(cmp: Comparison) -> PairedError:
-    """The planner's error on a *difference*: for every pair of rows of one model and sequence in
-    one table (they differ in GPUs, micro-batch, global batch or recomputation), the predicted
-    ratio of their throughputs over the reported one, ``(1 + e_i) / (1 + e_j)``; its median
-    distance from 1 (symmetric: ``exp(|log|) - 1``). The fitted efficiency, one per GPU type, and
-    the FLOP count of the model are shared by both rows and nearly cancel, so this is the error of
-    the terms in which two layouts of one run differ, which is what ranking them needs; the
-    median |error| over rows is the error of one run's throughput. Fitted rows count too (the
-    fit sets the shared scale only). These pairs differ in data parallelism, micro-batches and
-    recomputation, not in tensor or pipeline parallelism, which no table holds two of for one model.
-
-    Raises:
-        TypeError, ValueError: ``cmp`` not a :class:`Comparison`, or no two rows of one model,
-            sequence and table.
-    """
-    check_type("cmp", cmp, Comparison)
-    groups: dict[str, list[RowResult]] = {}
-    for r in cmp.rows:
-        groups.setdefault(f"{r.run.table}: {r.run.model.name} s={r.run.model.seq}", []).append(r)
-    groups = {k: v for k, v in groups.items() if len(v) > 1}
-    gaps = [abs(math.log((1 + a.error) / (1 + b.error)))
-            for rs in groups.values() for a, b in itertools.combinations(rs, 2)]
-    if not gaps:
-        raise ValueError("cmp must hold two rows of one model, sequence and table")
-    band, tie = stats.median(gaps), stats.quantile(gaps, TIE_QUANTILE)
-    return PairedError(math.exp(band) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
-                       {k: [r.run.label for r in v] for k, v in groups.items()}, math.exp(tie) - 1,
-                       tuple(sum(g > q for g in gaps) / len(gaps) for q in (band, tie)))

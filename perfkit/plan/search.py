@@ -21,10 +21,12 @@ Usage::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from perfkit import stats
 from perfkit._checks import check_int, check_real, check_type
 from perfkit.memory.model_states import StateRecipe
 from perfkit.plan.cluster import Cluster
@@ -34,13 +36,17 @@ from perfkit.plan.memory_model import MemoryBreakdown, memory_per_gpu
 from perfkit.plan.model import RECOMPUTE, ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
-__all__ = ["TIE_BAND", "TIE_QUANTILE", "Candidate", "Plan", "enumerate_layouts", "plan"]
+if TYPE_CHECKING:
+    from perfkit.plan.published import Comparison, LayoutRank, RowResult
+
+__all__ = ["TIE_BAND", "TIE_QUANTILE", "Candidate", "PairedError", "Plan", "enumerate_layouts",
+           "paired_error", "plan", "published_choices"]
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(Layout))
 # The planner's error on the ratio of two step times of one model, over 114 pairs of published
 # rows of one model and sequence in one table (23 groups, llm-foundry's tables; the pairs differ
 # in GPU count, micro-batch or recomputation only), of |predicted ratio / reported ratio - 1|
-# (perfkit.plan.readings.paired_error on compare(megatron_runs() + foundry_runs())). Its median
+# (paired_error below, on compare(megatron_runs() + foundry_runs())). Its median
 # is 2.05 %; a predicted order is wrong only where the error exceeds the predicted difference and
 # has the opposing sign, so at the median it comes out right about 3 times in 4 if the errors fall
 # either way alike (a coin flip only at no difference). Its TIE_QUANTILE (80 %) quantile, 6.10 %,
@@ -247,3 +253,145 @@ def plan(model: ModelSpec, cluster: Cluster, gpus: int, global_batch: int,
         best.append(Candidate(lay, mem, step_time(model, lay, cluster, global_batch, recipe)))
     best.sort(key=lambda c: (c.time.total_s, c.memory.total))
     return Plan(model, cluster, gpus, global_batch, best, rejected)
+
+
+# --- the tie band: the planner's error on a difference of two published rows ----------------------
+
+@dataclass(frozen=True)
+class PairedError:
+    """The planner's error on the ratio of two rows' throughputs (see :func:`paired_error`).
+
+    Attributes:
+        band: the median over pairs of ``|predicted ratio / reported ratio - 1|``.
+        p90: the 90th percentile of the same.
+        pairs: how many pairs.
+        groups: ``"table: model s=seq"`` -> the labels of its rows (two or more each).
+        tie: its :data:`~perfkit.plan.search.TIE_QUANTILE` quantile (80 %); the tie band.
+        beyond: the shares of the pairs whose error exceeds ``band`` and ``tie``. A predicted
+            difference ``d`` orders a pair wrongly only where the error exceeds ``d`` and has the
+            opposing sign: where errors fall either way alike, right ``1 - share / 2`` of the
+            time (about 3 in 4 at the median, 9 in 10 at the 80th percentile; a coin flip only
+            at a predicted difference of 0). See :meth:`right`.
+    """
+
+    band: float
+    p90: float
+    pairs: int
+    groups: dict[str, list[str]]
+    tie: float
+    beyond: tuple[float, float] = (0.5, 0.2)
+
+    def right(self) -> tuple[float, float]:
+        """How often a predicted order is right at a predicted difference of ``band`` and of
+        ``tie``, where errors fall either way alike: ``1 - share / 2`` for each share of
+        :attr:`beyond`."""
+        return tuple(1 - b / 2 for b in self.beyond)
+
+    def text(self) -> str:
+        """One sentence: the band, its pairs and where they come from."""
+        tables = sorted({g.split(":")[0] for g in self.groups})
+        return (f"{self.band:.1%}: the median |error| of the predicted ratio of two rows' throughputs over "
+                f"{self.pairs} pairs of published rows of one model and sequence in one table "
+                f"({len(self.groups)} such groups, in {', '.join(tables)}; they differ in GPU count, "
+                f"micro-batch or recomputation only; 90 % of the pairs within {self.p90:.1%}). An order "
+                f"comes out wrong only where the error exceeds the predicted difference and has the "
+                f"opposing sign; {self.beyond[0]:.0%} of the pairs err by more than {self.band:.1%}, so "
+                f"at a predicted difference that small an order is right about {self.right()[0]:.0%} of "
+                f"the time if errors fall either way alike (a coin flip only at no difference at all). "
+                f"{TIE_QUANTILE:.0%} of the pairs lie within {self.tie:.1%} ({self.beyond[1]:.0%} beyond "
+                f"it), at and beyond which an order is right at least {self.right()[1]:.0%} of the time, "
+                "for pairs like these, were their errors independent: the tie band. They are not: it is "
+                f"one percentile of {self.pairs} pairs that share rows (a row enters every pair of its "
+                "group, fitted rows too), with no interval. No pair differs in TP, PP or CP, so for those "
+                "choices the band is carried over, not measured")
+
+    def carried(self, tied: Sequence, band: float, ranks: Sequence[LayoutRank] = ()) -> str:
+        """Where a tie band ``band`` (the rounded :attr:`tie`) is applied to a shortlist ``tied``
+        (layouts with ``tp``, ``pp`` and ``cp``, the best first): how many of the others differ
+        from the best in the terms no pair measured, for which the band is carried over; and,
+        given ``ranks`` (:func:`~perfkit.plan.layout_ranks`), what the ranking of published
+        (TP, PP) choices says of the band there (:func:`published_choices`).
+
+        Raises:
+            TypeError, ValueError: ``tied`` empty, ``band`` not a finite number >= 0, ``ranks``
+                not of :class:`LayoutRank`.
+        """
+        band = check_real("band", band, 0)
+        checked = published_choices(ranks, band) if ranks else ""
+        tied = list(tied)
+        if not tied:
+            raise ValueError("tied must hold the best layout at least")
+        key = [(x.tp, x.pp, x.cp) for x in tied]
+        n = sum(k != key[0] for k in key[1:])
+        out = (f"{len(tied)} layout{'s lie' if len(tied) > 1 else ' lies'} within {band:.0%} of the best "
+               f"(the {TIE_QUANTILE * 100:.0f}th percentile of the pairs' errors, rounded)")
+        if len(tied) == 1:
+            return out + ": it ranks the best alone"
+        out += ": the planner cannot rank them; measure the candidates"
+        if n:
+            m = len(tied) - 1
+            some = ("The other differs" if m == 1 else f"{n} of the {m} others differ" if n < m
+                    else f"All {n} others differ")
+            out += (f". {some} from the best in TP, PP or CP, where the "
+                    f"band is carried over from pairs that differ in none of them: for those it is no bound "
+                    "on the planner's error" + (f"; {checked}" if checked else ""))
+        return out
+
+
+def published_choices(ranks: Sequence[LayoutRank], band: float) -> str:
+    """What the ranking of published (TP, PP) choices (:func:`~perfkit.plan.layout_ranks`, each
+    a layout its authors tuned) says of a tie band ``band`` carried over to TP and PP: the
+    choices the planner puts beyond the band from its best, each with its figure, or that it
+    puts every ranked one within it. A clause for :meth:`PairedError.carried`.
+
+    Raises:
+        TypeError, ValueError: ``ranks`` empty or not of :class:`LayoutRank`, ``band`` not >= 0.
+    """
+    from perfkit.plan.published import LayoutRank  # published imports this module's plan
+
+    band = check_real("band", band, 0)
+    ranks = list(ranks)
+    if not ranks:
+        raise ValueError("ranks must hold at least one row")
+    for i, r in enumerate(ranks):
+        check_type(f"ranks[{i}]", r, LayoutRank)
+    fit = [r for r in ranks if r.rank is not None]
+    out = [r for r in fit if r.published_over_best - 1 > band]
+    head = f"section 4 ranks {len(ranks)} published Megatron-LM (TP, PP) choices, tuned by their authors"
+    if not out:
+        return head + f": the planner puts each of the {len(fit)} it fits within the band of its best"
+    return (head + f": the planner puts {len(out)} at " + " and ".join(
+        f"{r.published_over_best - 1:+.1%} ({r.label})" for r in out) + " against its best, beyond the band, "
+        "so on TP and PP its error may well exceed it")
+
+
+def paired_error(cmp: Comparison) -> PairedError:
+    """The planner's error on a *difference*: for every pair of rows of one model and sequence in
+    one table (they differ in GPUs, micro-batch, global batch or recomputation), the predicted
+    ratio of their throughputs over the reported one, ``(1 + e_i) / (1 + e_j)``; its median
+    distance from 1 (symmetric: ``exp(|log|) - 1``). The fitted efficiency, one per GPU type, and
+    the FLOP count of the model are shared by both rows and nearly cancel, so this is the error of
+    the terms in which two layouts of one run differ, which is what ranking them needs; the
+    median |error| over rows is the error of one run's throughput. Fitted rows count too (the
+    fit sets the shared scale only). These pairs differ in data parallelism, micro-batches and
+    recomputation, not in tensor or pipeline parallelism, which no table holds two of for one model.
+
+    Raises:
+        TypeError, ValueError: ``cmp`` not a :class:`Comparison`, or no two rows of one model,
+            sequence and table.
+    """
+    from perfkit.plan.published import Comparison  # published imports this module's plan
+
+    check_type("cmp", cmp, Comparison)
+    groups: dict[str, list[RowResult]] = {}
+    for r in cmp.rows:
+        groups.setdefault(f"{r.run.table}: {r.run.model.name} s={r.run.model.seq}", []).append(r)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    gaps = [abs(math.log((1 + a.error) / (1 + b.error)))
+            for rs in groups.values() for a, b in itertools.combinations(rs, 2)]
+    if not gaps:
+        raise ValueError("cmp must hold two rows of one model, sequence and table")
+    band, tie = stats.median(gaps), stats.quantile(gaps, TIE_QUANTILE)
+    return PairedError(math.exp(band) - 1, math.exp(stats.quantile(gaps, 0.9)) - 1, len(gaps),
+                       {k: [r.run.label for r in v] for k, v in groups.items()}, math.exp(tie) - 1,
+                       tuple(sum(g > q for g in gaps) / len(gaps) for q in (band, tie)))

@@ -31,12 +31,14 @@ from perfkit.hw import MachineLimits
 from perfkit.profiling.capstone_explain import explain_round, past_bound
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
+    SHARE_CAP,
     Pick,
     Round,
     Total,
     loose_bound,
     percent2,
     reads_pick,
+    scaled_share,
     unprofiled_factor,
 )
 from perfkit.stats import Estimate, exact, median_ratio, of_medians
@@ -209,13 +211,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
     tried and measured below 1x); once none is left, the compute fixes; ``None``: nothing left.
 
     Every waste fix's share is taken by one rule: its milliseconds in the profiled window over the
-    unprofiled step (``unprofiled_factor``; capped at 99 %), the most it can take of an unprofiled
-    step. A fix that answers several kinds (ddp: sync and communication) is bounded by their shares
-    added; the data fix by the data and communication shares (the other ranks wait for a rank's
-    data at the next collective); the fix of the host reads by what it can remove (:func:`reads_pick`).
-    A larger batch is bounded by its factor of tokens per step, and the other compute fixes by
-    forward + backward, taken over an unprofiled step by the same rule, too loose to test them; a
-    finding that fired on a count with a share (of an unprofiled step) below
+    unprofiled step (``unprofiled_factor``), the most it can take of an unprofiled step; where that
+    product reaches 99 % the bound is void (``Pick.void``: ``scaled_share`` says so, with the product as
+    it is), and 99 % stands in only in the arithmetic. A fix that answers several kinds (ddp: sync and
+    communication) is bounded by their shares added; the data fix by the data and communication shares
+    (the other ranks wait for a rank's data at the next collective); the fix of the host reads by what
+    it can remove (:func:`reads_pick`). A larger batch is bounded by its factor of tokens per step, and
+    the other compute fixes by forward + backward, taken over an unprofiled step by the same rule, too
+    loose to test them; a finding that fired on a count with a share (of an unprofiled step) below
     :data:`MIN_TESTABLE_SHARE` gives a bound too tight to test, and one whose share reaches
     :data:`MAX_TESTABLE_SHARE` a bound too loose to fail (``loose_bound``); ``Pick.untested`` says why.
     """
@@ -236,15 +239,15 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
             share = f["share"] + sum(report["shares"][k] for k in also)
             if f["kind"] == "data":
                 comm = report["shares"].get("communication", 0.0)  # ranks waiting for the data
-                data, share = share, min((share + comm) * slow, 0.99)
+                data, (share, most) = share, scaled_share(share + comm, slow)
                 return Pick("data", share, 1 / (1 - share),
                             f"Amdahl: the data time and the collectives that wait for it (data {data:.1%} + "
                             f"communication {comm:.1%} of a profiled step, {said}: the profiler does not "
                             f"slow the data, and the collectives, which it may slow, take no longer without "
-                            f"it, so this is the most they can take), {share:.1%} of an unprofiled step, "
-                            "removed", fix, ("data", "communication"), loose_bound(share, data + comm, slow))
+                            f"it, {most}), removed", fix, ("data", "communication"),
+                            loose_bound(share, data + comm, slow), void=(data + comm) * slow >= SHARE_CAP)
             names = " + ".join([f["kind"], *also])
-            profiled, share = share, min(share * slow, 0.99)
+            profiled, (share, most) = share, scaled_share(share, slow)
             tight = loose_bound(share, profiled, slow) if share >= MIN_TESTABLE_SHARE else (
                 f"the {f['kind']} finding fired on its count, not its time: a share of {profiled:.1%} of a "
                 f"profiled step, at most {share:.1%} of an unprofiled one, bounds the gain at "
@@ -253,8 +256,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
             return Pick(f["kind"], share, 1 / (1 - share),
                         f"Amdahl: the {names} share {profiled:.1%} of a profiled step (by the diagnosis of "
                         f"the configuration the fix starts from), {said}: a phase takes no longer without "
-                        f"the profiler than with it, so {share:.1%} of an unprofiled step is the most it can "
-                        "take, removed", fix, (f["kind"], *also), tight)
+                        f"the profiler than with it, {most}, removed", fix, (f["kind"], *also), tight,
+                        void=profiled * slow >= SHARE_CAP)
     compute = report["shares"]["forward"] + report["shares"]["backward"]
     for fix in (x for x in fix_for_finding.get("compute", ()) if x in usable):
         if fix == "batch":
@@ -272,13 +275,14 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                         "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
                         "peak is not what limits it")
         slow, said = unprofiled_factor(job.profiler_slowdown(report, result))  # as every waste fix's
-        share = min(compute * slow, 0.99)
+        share, most = scaled_share(compute, slow)
         return Pick("compute", share, 1 / (1 - share),
                     f"Amdahl: forward + backward, {compute:.1%} of a profiled step, {said}: a phase takes "
-                    f"no longer without the profiler than with it, so {share:.1%} of an unprofiled step at "
-                    "most, removed", fix, ("forward", "backward"),
-                    f"the bound counts all of forward and backward ({share:.1%} of an unprofiled step), of "
-                    f"which --fix {fix} changes a part the diagnosis does not measure apart")
+                    f"no longer without the profiler than with it, {most}, removed", fix,
+                    ("forward", "backward"),
+                    f"the bound counts all of forward and backward ({compute * slow:.1%} of an unprofiled "
+                    f"step), of which --fix {fix} changes a part the diagnosis does not measure apart",
+                    void=compute * slow >= SHARE_CAP)
     return None
 
 

@@ -39,12 +39,39 @@ MIN_TESTABLE_SHARE = 0.05
 MAX_TESTABLE_SHARE = 0.9
 
 
+# a share of an unprofiled step is taken at most at this for the arithmetic of a bound (1 / (1 - s))
+SHARE_CAP = 0.99
+
+
+def scaled_share(profiled: float, slow: float) -> tuple[float, str]:
+    """A ``profiled`` share times the factor ``slow`` (:func:`unprofiled_factor`), taken at most at
+    :data:`SHARE_CAP`, and the words that finish a bound's model with it, computed: below the cap,
+    ``"so X of an unprofiled step is the most it can take"``; at or above it, the product as it is,
+    never the capped figure, and what it means for the bound (none: the fix may remove the step)."""
+    raw = profiled * slow
+    if raw < SHARE_CAP:
+        return raw, f"so {raw:.1%} of an unprofiled step is the most it can take"
+    past = ("more than the whole step: the factor is larger than this round's phases allow, so it "
+            "holds load that differed between the window and the runs beside the profiler's cost"
+            if raw > 1 else "the whole step, within a percent")
+    return SHARE_CAP, (f"which gives {profiled:.1%} x {slow:.2f} = {raw:.1%} of an unprofiled step, {past}; "
+                       "as a bound this says nothing: the fix may remove up to the whole step, no finite "
+                       f"gain (taken as {SHARE_CAP:.0%}, {1 / (1 - SHARE_CAP):.0f}x, in the arithmetic "
+                       "only, not measured)")
+
+
 def loose_bound(share: float, profiled: float, slow: float) -> str:
     """Why a waste fix's bound (``share`` of an unprofiled step: a ``profiled`` share times ``slow``)
-    cannot fail, at or above :data:`MAX_TESTABLE_SHARE`; ``""`` below it."""
+    cannot fail, at or above :data:`MAX_TESTABLE_SHARE`; ``""`` below it. Where the product reaches
+    :data:`SHARE_CAP`, it says the bound is void rather than print the capped share."""
     if share < MAX_TESTABLE_SHARE:
         return ""
     alone = f"{1 / (1 - profiled):.3g}x" if profiled < 1 else "no bound"
+    if profiled * slow >= SHARE_CAP:
+        return (f"the profiled share times the factor, {profiled * slow:.1%} of an unprofiled step, leaves "
+                f"no finite bound, so it cannot test the share (the profiled share alone, {profiled:.1%}, "
+                f"gives {alone}; the factor {slow:.2f} that carries it past the step mixes the profiler's "
+                "cost with load)")
     return (f"the bound is {1 / (1 - share):.3g}x ({share:.1%} of an unprofiled step), "
             f"{1 / (1 - MAX_TESTABLE_SHARE):.0f}x or more: it claims only that the fix leaves at least "
             f"{1 - share:.1%} of the step, too loose to test the share (the profiled share alone, "
@@ -58,7 +85,9 @@ class Pick:
     finding measured, the most the fix can buy (``bound``, x), the model it comes from, the
     ``phases`` of the diagnosis whose shares make the bound, ``untested``: empty when the
     bound can fail, else why it cannot test the fix (it is then printed as context), and
-    ``by_tokens``: the bound is a larger batch's factor of tokens per step, not a share."""
+    ``by_tokens``: the bound is a larger batch's factor of tokens per step, not a share;
+    ``void``: the scaled share reached :data:`SHARE_CAP` (:func:`scaled_share`), so the bound is
+    none, and ``bound`` only the arithmetic's stand-in."""
 
     kind: str
     share: float
@@ -68,6 +97,7 @@ class Pick:
     phases: tuple[str, ...] = ()
     untested: str = ""
     by_tokens: bool = False
+    void: bool = False
 
 
 @dataclass
@@ -184,13 +214,12 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
     wait = min(report.get("sync_comm_share") or 0.0, sync)
     slow, said = unprofiled_factor(slowdown)
     reads = sync - wait  # the reads and the loop between them
-    share = min((reads + comm) * slow, 0.99)
+    share, most_words = scaled_share(reads + comm, slow)
     model = (f"Amdahl: the reads and the host loop between them (sync {sync:.1%}, less the {wait:.1%} "
              "that passed with a collective in flight, which the fix does not remove) + communication "
              f"{comm:.1%} (the loop's own collectives among it, not measured apart) of a profiled step, "
-             f"{said}: a phase takes no longer without the profiler than with it, so {share:.1%} of an "
-             "unprofiled step at most, removed")
-    most = min(reads * slow, 0.99)  # the reads' share of an unprofiled step, by the rule of the bound
+             f"{said}: a phase takes no longer without the profiler than with it, {most_words}, removed")
+    most = min(reads * slow, SHARE_CAP)  # the reads' share of an unprofiled step, by the rule of the bound
     untested = loose_bound(share, reads + comm, slow) if most >= MIN_TESTABLE_SHARE else (
         f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of a profiled "
         f"step, at most {most:.1%} of an unprofiled one (by the factor above), which bounds the gain from "
@@ -198,7 +227,8 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
         f"two runs of this job minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds "
         "the loop's own collectives, which the fix runs less often, beside the others, which it leaves: a "
         "part the diagnosis does not measure apart")
-    return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested)
+    return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested,
+                void=(reads + comm) * slow >= SHARE_CAP)
 
 
 def run_rates_text(runs_x: float, steps_x: float, slow_run: tuple[float, float]) -> str:

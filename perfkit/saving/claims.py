@@ -80,6 +80,22 @@ class StorageRates:
         """A write's seconds with fsync over without, the median of the rounds' paired ratios."""
         return stats.median_ratio(self.fsync_s[directory], self.plain_s[directory])
 
+    def medians_note(self, directory: str) -> str:
+        """Where the ratio of the two printed median rates (without fsync over with) lies outside
+        :meth:`fsync_over_plain`'s interval as printed, a sentence that says so and why (a median
+        of the rounds' paired ratios is not the ratio of two medians); ``""`` where it lies inside
+        or there is no interval."""
+        plain, synced = self.rate(directory, False), self.rate(directory, True)
+        paired = self.fsync_over_plain(directory)
+        of_medians = plain.value / synced.value
+        side = paired.clear_of(of_medians, "x")
+        if not side:
+            return ""
+        return (f"The printed median rates give {si(plain.value, 'B/s')} / {si(synced.value, 'B/s')} = "
+                f"{of_medians:.3g}x, {'below' if side == 'above' else 'above'} this interval: that is a "
+                "ratio of two medians, each over all rounds; the verdict's figure is the median of the "
+                "rounds' own ratios, which pairs each round's writes.")
+
     def survives(self, directory: str) -> dict[str, bool]:
         """What a checkpoint in ``directory`` survives (:func:`perfkit.saving.survives`)."""
         return survives(self.fstypes[directory])

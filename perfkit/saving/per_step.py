@@ -98,5 +98,7 @@ def per_step_prediction(step_s: float, failure_interval_s: float, lost_steps: fl
     return Prediction(
         "the share of a surviving replica group's attempted steps that did not commit",
         f"per-step fault tolerance: {lost_steps:g} x {step_s:.3g} s step lost per failure, "
-        f"one failure per {failure_interval_s:.3g} s",
+        f"one failure per {failure_interval_s:.3g} s of wall time; that time holds the stalls after each "
+        "failure, in which no step is attempted, so the model counts more steps per failure than a run "
+        "attempts and reads low",
         value=1.0 - share, rel_tol=tol_steps / lost_steps, physical=(0.0, 1.0), timed=False)

@@ -35,6 +35,9 @@ __all__ = ["RestartRun", "compare_restart", "differing_bits", "resilient_run", "
            "restart_table", "restart_timeline"]
 
 PARTS = ("rendezvous", "start_and_imports", "join", "build", "load", "first_step")
+# how a table or legend names each part: the first runs from the kill to the new worker's start, so
+# it holds torchrun's noticing the failure and stopping the other ranks as well as the rendezvous
+PART_NAMES = {p: p.replace("_", " ") for p in PARTS} | {"rendezvous": "detect+rendezvous"}
 
 
 # --- 3. a killed run resumed ---------------------------------------------------------------
@@ -148,11 +151,13 @@ def restart_table(parts: dict[str, float], events: dict[int, list[dict]], rank: 
     joins = {r: b - a for r, label, a, b in restart_timeline(events) if label == "join"}
     lines = [f"restart of rank {rank}, from the kill to its first resumed step (its parts add up to R):"]
     for part in PARTS:
-        line = f"  {part.replace('_', ' '):18s} {parts[part]:6.2f} s  ({parts[part] / total:4.0%})"
+        line = f"  {PART_NAMES[part]:18s} {parts[part]:6.2f} s  ({parts[part] / total:4.0%})"
         if part == "join" and len(joins) > 1:
             line += "   each rank's: " + ", ".join(f"rank {r} {v:.2f} s" for r, v in sorted(joins.items()))
         lines.append(line)
-    return "\n".join([*lines, f"  {'R':18s} {total:6.2f} s"])
+    lines += [f"  {'R':18s} {total:6.2f} s", "  (detect+rendezvous: from the kill until the new worker "
+              "exists: torchrun notices the failure, stops the other ranks, rendezvouses, spawns)"]
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

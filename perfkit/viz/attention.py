@@ -26,8 +26,8 @@ from perfkit.parallel.context import SPLITS, segments
 from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
-__all__ = ["attention_widget", "plot_saved_bytes", "plot_tile_times", "plot_tiles", "tile_owner",
-           "times_table"]
+__all__ = ["attention_widget", "eager_line_label", "plot_saved_bytes", "plot_tile_times", "plot_tiles",
+           "tile_owner", "times_table"]
 
 
 def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
@@ -178,6 +178,29 @@ def times_table(points: Sequence[AttentionTiming], per_flop: bool = False) -> st
     return "\n".join(rows)
 
 
+def eager_line_label(model: TileCostModel, points: Sequence[AttentionTiming] = (),
+                     batch: int = 1, heads: int = 4, head_dim: int = 32) -> str:
+    """The legend label of eager's model line: the one FLOP rate it carries to every length,
+    the length where that rate was measured (the eager point whose rate is nearest it, the
+    longest of equals, as :meth:`TileCostModel.fit` takes it), and
+    how far the measured points beyond that length lie from the line.
+
+    Raises:
+        TypeError: for a ``model`` that is not a TileCostModel or points that are not
+            :class:`AttentionTiming`.
+    """
+    check_type("model", model, TileCostModel)
+    eager = [check_type(f"points[{i}]", p, AttentionTiming) for i, p in enumerate(points)]
+    eager = [p for p in eager if p.impl == "eager"]
+    if not eager or not model.eager_rate:
+        return "eager (model)"
+    at = min(eager, key=lambda p: (round(abs(p.flops / p.median_s / model.eager_rate - 1), 6), -p.seq_len))
+    text = f"eager (model): {si(model.eager_rate, 'FLOP/s')}, its rate at T = {at.seq_len},\ncarried on"
+    beyond = [(p, p.median_s / model.eager_s(p.seq_len, batch, heads, head_dim)) for p in eager
+              if p.seq_len > at.seq_len]
+    return text + "".join(f"; measured {r:.1f}x the line at T = {p.seq_len}" for p, r in beyond)
+
+
 def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (),
                      batch: int = 1, heads: int = 4, head_dim: int = 32,
                      max_len: int = 65536) -> WidgetSpec:
@@ -210,7 +233,7 @@ def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (
                  color="tab:blue", label=f"tiles of {tile} (model)")
         if model.eager_rate:
             ax2.plot(ts, [model.eager_s(int(x), batch, heads, head_dim) for x in ts], "-",
-                     color="tab:red", label="eager (model)")
+                     color="tab:red", label=eager_line_label(model, pts, batch, heads, head_dim))
         for impl, color, name in (("flash", "tab:blue", f"tiles of {tile}"), ("eager", "tab:red", "eager")):
             mine = [p for p in pts if p.impl == impl and (impl == "eager" or p.tile == tile)]
             if mine:

@@ -258,10 +258,10 @@ def round_context(r: Round) -> str:
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
-            f"at most {r.pick.bound:.3g}x. **Measured:** {s.text('x')}. The bound cannot test the fix: "
-            f"{r.pick.untested}. As for the gain, {gain}." + (f" {r.past}" if r.past else "")
-            + (f" {r.explain['inconclusive']}"
-                                                               if r.explain.get("inconclusive") else ""))
+            + ("no finite bound" if r.pick.void else f"at most {r.pick.bound:.3g}x") + f". **Measured:** "
+            f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
+            + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
+                                                  if r.explain.get("inconclusive") else ""))
 
 
 def total_text(t: Total) -> str:

@@ -23,12 +23,12 @@ from matplotlib.figure import Figure
 from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
-from perfkit.verdict import CLAIM_STATUSES, ClaimVerdict, Prediction, judge
+from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, assess, judge
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
-           "control_text", "floor_context", "plot_claims", "plot_claims_forest", "show_claim",
-           "show_claims_table",
+           "control_text", "floor_context", "plot_claims", "plot_claims_forest", "same_layout_text",
+           "show_claim", "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
@@ -224,6 +224,29 @@ def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str 
         return out + " (no A/A control ran: with CUDA the two loops differ)"
     return out + (f", beyond the A/A control's {reach:.1%}" if pin.resolves(est, reference) else
                   f", within the A/A control's {reach:.1%}: not asserted")
+
+
+def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, error: float,
+                     what: str) -> str:
+    """A timed verdict weighed again by a job's own error: two settings that ran the same thing
+    (``what``, e.g. two caps that laid out the same buckets) took ``a_s`` and ``b_s`` seconds, so
+    their gap is that job's error. Says, computed, how it compares with ``error`` (the A/A
+    control's reach the verdict was weighed by) and which status :func:`perfkit.verdict.assess`
+    gives weighed by the gap instead.
+
+    Raises:
+        TypeError, ValueError: for times that are not finite numbers > 0, or as :func:`assess`.
+    """
+    for name, t in (("a_s", a_s), ("b_s", b_s)):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise ValueError(f"{name} must be a finite time > 0 in seconds, got {t!r}")
+    gap = max(a_s, b_s) / min(a_s, b_s) - 1
+    base, alt = assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
+    return (f"{what} ran the same here; their steps, {a_s * 1e3:.1f} and {b_s * 1e3:.1f} ms, lay "
+            f"{1 + gap:.2f}x apart: this job's own error, {gap:.1%}, is "
+            f"{'wider' if gap > error else 'no wider'} than the {error:.1%} the A/A control read; weighed by "
+            f"that gap instead, the rule gives {alt}"
+            + (" as well." if alt == base else f", not {base}: the label rests on which error is used."))
 
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",

@@ -236,9 +236,9 @@ def plot_throughput(points: Sequence[Any], selected: Any = None, title: str = ""
     for i, key in enumerate(dict.fromkeys((p.precision, p.compiled) for p in points)):
         pts = sorted((p for p in points if (p.precision, p.compiled) == key), key=lambda p: p.batch)
         roof = f" (against {pts[0].ceiling}'s ceiling)" if _on_roof(pts[0]) else ""
-        style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-", label=_label(pts[0]) + roof)
-        ax1.plot([p.batch for p in pts], [p.tokens_per_s for p in pts], **style)
-        ax2.plot([p.batch for p in pts], [100 * p.mfu for p in pts], **style)
+        style = dict(c=f"C{i}", marker="o", ls="--" if key[1] else "-")
+        ax1.plot([p.batch for p in pts], [p.tokens_per_s for p in pts], label=_label(pts[0]), **style)
+        ax2.plot([p.batch for p in pts], [100 * p.mfu for p in pts], label=_label(pts[0]) + roof, **style)
     if selected is not None:
         ax1.scatter([selected.batch], [selected.tokens_per_s], s=160, facecolors="none",
                     edgecolors="k", zorder=4)

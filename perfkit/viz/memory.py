@@ -141,7 +141,7 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
     for i, (label, ys) in enumerate(curves.items()):
         ax.plot(range(len(ys)), list(ys), label=label, lw=1.5, ls=("-", "--", ":", "-.")[i % 4])
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel("loss (nats)")
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -17,10 +17,12 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from perfkit.units import si
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
 
-__all__ = ["PHASE_COLORS", "breakdown_widget", "findings_markdown", "plot_diagnosis",
-           "plot_phase_bars", "plot_scalars", "stall_note", "summary_markdown", "top_ops_markdown"]
+__all__ = ["PHASE_COLORS", "against_bound", "breakdown_widget", "ceiling_rise_note", "findings_markdown",
+           "loader_explain", "plot_diagnosis", "plot_phase_bars", "plot_scalars", "ridge_text", "stall_note",
+           "summary_markdown", "top_ops_markdown"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
@@ -57,6 +59,70 @@ def stall_note(summary: Any, factor: float = 3.0) -> str:
             + f". They lengthen the mean step to {st.mean_s * 1e3:.2f} ms against a median of "
             f"{st.p50_s * 1e3:.2f} ms ({st.mean_s / st.p50_s:.2f}x) and move every share of the means: "
             "read the medians.")
+
+
+def ceiling_rise_note(obs: Any, setter: str) -> str:
+    """``obs``'s note (a :class:`perfkit.ceilings.Observation`) with as many digits as show the
+    rise, naming ``setter``, what set the ceiling it beat (``limits.sources`` before it), and
+    that the new ceiling is its rate; ``""`` when no ceiling rose."""
+    if not obs.raised:
+        return ""
+    unit = "B/s" if obs.kind in ("dram", "cache") else "FLOP/s"
+    d = next((d for d in range(3, 16) if si(obs.before, unit, d) != si(obs.after, unit, d)), 15)
+    name = obs.note.split(" ceiling rose from ")[0]  # "the float32 matmul"
+    return (f"{name} ceiling rose from {si(obs.before, unit, d)} to {si(obs.after, unit, d)}, the rate "
+            f"of {obs.what}: it ran faster than what had set the ceiling ({setter or 'the sweep'})")
+
+
+def against_bound(est: Any, bound: float, unit: str = "x") -> str:
+    """Where an estimate (:class:`perfkit.estimate.Estimate`) lies against an upper ``bound``,
+    its figure and its interval as printed: a clause such as "its figure above it, its interval
+    reaching below it"."""
+    side = est.clear_of(bound, unit)
+    if side:
+        return f"its whole interval {'above' if side == 'above' else 'under'} it"
+    if not est.has_interval or est.low == est.high:
+        return f"its figure {'above' if est.value > bound else 'at or under'} it (no interval)"
+    return ("its figure above it, its interval reaching below it: this run cannot tell noise from a change "
+            "in the rest of the step" if est.value > bound else "its figure at or under it, its interval "
+            "reaching above it")
+
+
+def loader_explain(data_s: float, alone: Any, factor: float = 1.5) -> dict[str, str]:
+    """A verdict's causes for a data share judged against the loader timed alone (``alone``, an
+    Estimate in s per batch, allowed up to ``factor`` times its high end in the step): above the
+    band, below it (the data phase in the step under the loader's interval alone)."""
+    return {"above": (
+        f"The data phase's median took {data_s / alone.high:.2f}x the high end of the loader's interval "
+        f"alone; the band's top edge allows {factor:g}x that high end for what the step does to the loader "
+        f"(caches the model's work evicts); that {factor:g}x is an allowance, not a measurement, and this "
+        "run does not measure what added the rest. The measured share, a ratio of two medians of the same "
+        "steps, has no interval: this run cannot say whether noise alone could carry it past the edge."),
+        "below": (
+        f"In the step the data phase's median took {data_s * 1e3:.2f} ms, {data_s / alone.value:.2f}x the "
+        f"loader's median alone ({alone.value * 1e3:.2f} ms) and under its interval's low end "
+        f"({alone.low * 1e3:.2f} ms): the loader ran faster inside the step than alone, the opposite of the "
+        "direction the band allows for; this run does not measure why.")}
+
+
+def ridge_text(intensity: float, peak: float, limits: Any) -> str:
+    """Which roof is the lower one at ``intensity`` (FLOP/B) under ``peak`` (FLOP/s), by the DRAM
+    ceiling of ``limits`` (a :class:`perfkit.hw.MachineLimits`) and by the fastest copy of its
+    DRAM-sized buffers that it holds (the figure the ceiling credits an ``x + y`` 9/8 of), saying
+    so when the two ridge points put the intensity on different sides."""
+    bw = limits.copy_bytes_per_s
+    roof = "memory" if intensity < peak / bw else "compute"
+    text = (f"intensity {intensity:.1f} FLOP/B against a ridge point of {peak / bw:.1f} FLOP/B (notebook "
+            f"00's fp32 ceiling over its DRAM ceiling, {si(bw, 'B/s')}), so the {roof} roof is the lower one "
+            f"({si(min(peak, intensity * bw), 'FLOP/s')})")
+    copy = max((p.best_bytes_per_s for p in limits.copy_points
+                if p.op == "copy" and p.nbytes == limits.dram_nbytes), default=None)
+    if copy is None or copy >= bw or ("memory" if intensity < peak / copy else "compute") == roof:
+        return text
+    return (text + f"; by the fastest copy of DRAM-sized buffers the file holds, {si(copy, 'B/s')}, the "
+            f"ridge point is {peak / copy:.1f} FLOP/B and the memory roof would be the lower one "
+            f"({si(intensity * copy, 'FLOP/s')}): the step lies between the two ridge points, so which roof "
+            "is lower is not settled here")
 
 
 def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None,

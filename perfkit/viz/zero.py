@@ -16,7 +16,7 @@ AdamW, built only from times the same job measured before any ratio is taken.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from perfkit._checks import check_int, check_real
 from perfkit.viz.core import si
 
 __all__ = ["StageEdge", "broadcast_sentence", "bytes_lines", "call_cost", "calls_per_step", "calls_sentence",
-           "optimizer_table", "sent_bytes", "stage_edge", "stage_table"]
+           "optimizer_table", "ranking_note", "sent_bytes", "stage_edge", "stage_table"]
 
 
 def calls_per_step(r: Any) -> int:
@@ -135,11 +135,12 @@ class StageEdge:
                 f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
                 f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
 
-    def beyond(self, ratio: float) -> str:
+    def beyond(self, ratio: float, listed_in: str | None = None) -> str:
         """What a measured step ratio over DDP's leaves beyond the edge's parts, in seconds and
         as a share of the step's growth (a share only where both are positive). The growth is
         ``(ratio - 1)`` times DDP's median step, named as such: it is not a difference of the
-        two medians, which can differ from it."""
+        two medians, which can differ from it. ``listed_in``: the verdict that already lists
+        what the model leaves out; that list is then pointed to rather than repeated."""
         check_real("ratio", ratio, 0, lo_open=True)
         grew, charged = (ratio - 1) * self.ddp_s, (self.edge - 1) * self.ddp_s  # s over DDP's step
         how = "The median of the paired ratios, less 1, times DDP's median step"
@@ -152,9 +153,47 @@ class StageEdge:
         share = f" ({rest / grew:.0%} of that growth)" if charged >= 0 else ""
         alone = ("" if self.call_how == _LONE_CALL else
                  "calls waited for alone rather than in flight together (up to a lone call's time each), ")
+        parts = (f"the parts the {listed_in} verdict lists" if listed_in else
+                 f"copies into and out of flat buffers, Python hooks, {alone}and gloo's threads slowing the "
+                 "compute they share the cores with")
         return (said + f"; the edge charges {net} of it, and the other {si(rest, 's')}{share} is what the "
-                f"model leaves out: copies into and out of flat buffers, Python hooks, {alone}and gloo's "
-                "threads slowing the compute they share the cores with; this run does not time them apart.")
+                f"model leaves out: {parts}; this run does not time them apart.")
+
+    def interleave_note(self) -> str:
+        """A sentence, starting with a space, on what rounds that interleave the variants can hide.
+
+        Stages 1 and 2 all-gather after the step, asynchronously: in interleaved rounds the
+        other variants' steps run before this one's next forward waits, so the all-gather (the
+        edge's ``bytes_s``) can finish behind them, leaving this variant's time and, with gloo's
+        threads on the same cores, landing in theirs, the baseline's included. Both lower the
+        ratio over DDP's. Stage 3 waits for its all-gathers inside its own step.
+        """
+        if self.stage == 3:
+            return (" Its all-gathers are waited for inside its own step, so interleaving the variants "
+                    "cannot move them into another variant's time.")
+        return (" In these interleaved rounds its all-gather after the step (charged "
+                f"{si(self.bytes_s, 's')}, {self.bytes_s / self.ddp_s:.1%} of DDP's step) can finish behind "
+                "the other variants' steps, DDP's included, on the cores they compute on: that would leave "
+                "this step shorter and theirs longer, so this ratio can read low, by an amount this run does "
+                "not measure.")
+
+
+def ranking_note(variants: Mapping[str, Any], ratios: Mapping[str, Any], names: Sequence[str]) -> str:
+    """Where ranking ``names`` by their own median steps (``step_s``, s: what a bar chart of
+    medians shows) disagrees with ranking them by their median paired ratios (``value``) to
+    DDP + AdamW's steps: a sentence naming the first such pair, or ``""`` where the two agree."""
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ma, mb, ra, rb = variants[a].step_s, variants[b].step_s, ratios[a].value, ratios[b].value
+            if (ma - mb) * (ra - rb) < 0:
+                hi, lo = (a, b) if ma > mb else (b, a)
+                return (f"The figure's time bars, each variant's own median step, make {hi}'s "
+                        f"({si(variants[hi].step_s, 's')}) longer than {lo}'s "
+                        f"({si(variants[lo].step_s, 's')}); the median paired ratios rank them the other way "
+                        f"({ratios[hi].value:.3f}x against {ratios[lo].value:.3f}x): the ratio pairs each "
+                        "step with DDP's in the same round, which cancels load that hit both, and the two "
+                        "statistics need not agree.")
+    return ""
 
 
 def call_cost(tz: Any, ddp: Any, link_s: float, call_s: float, world_size: int) -> float:
@@ -201,8 +240,10 @@ def broadcast_sentence(tz: Any, ddp: Any, n_tensors: int, per_call_s: float, cal
     if extra <= 0:
         return text + "."
     if per_call_s < call_s:
-        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call by section 3's "
-                       f"rules, against {si(call_s, 's')} for one 4-byte all-reduce timed alone.")
+        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call (its excess over "
+                       "DDP's step once its extra bytes are charged and the update it no longer runs is "
+                       f"taken off, shared among those calls), against {si(call_s, 's')} for one 4-byte "
+                       "all-reduce timed alone.")
     return text + (f"; here its step leaves each extra call as much as one 4-byte all-reduce timed alone "
                    f"({si(call_s, 's')}) or more, so this run does not show that overlap.")
 

@@ -215,3 +215,37 @@ def test_same_call_note_speaks_only_where_the_two_timings_exclude_each_other():
     near = Estimate(0.077, 0.0765, 0.080, 0.9, 5, "median of 5 samples")
     assert ac.same_call_note(near, sec3, "the call") == ""
     assert ac.same_call_note(Estimate(0.113, 0.113, 0.113, None, 1, "exact"), sec3, "the call") == ""
+
+
+def test_band_note_and_tile_miss_note_name_the_one_point_that_sets_the_band():
+    from perfkit.estimate import Estimate
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    misses = {(16, 256): -0.14, (16, 512): 1.44, (16, 1024): 0.05, (16, 1536): 0.1,
+              (64, 256): 0.12, (64, 512): 0.02, (64, 1024): -0.03, (64, 1536): 0.44}
+    pts = [_timed(model, t, n, m) for (t, n), m in misses.items()]
+    band = ac.band_note(pts, model)
+    assert band.startswith("the band is ±144%, set by one point, tile 16's at T = 512 (its time per FLOP")
+    assert band.endswith("; the other 5 lie within -14% to +12%")
+    pred = model.flash_s(1536, 64)
+    measured = Estimate(pred * 1.44, pred * 1.42, pred * 1.8, 0.9, 5, "median of 5 samples")
+    note = ac.tile_miss_note(pts, model, 64, measured=measured)
+    # the old note named the point but not that the verdict rests on it alone
+    assert "Without that one point the band would be ±14% (the next largest miss, tile 16's at T = 256)" \
+        in note
+    assert note.endswith("the same rule would call this measurement missed (above).")
+    assert "Without" not in ac.tile_miss_note(pts, model, 64)
+    with pytest.raises(ValueError):
+        ac.band_note(pts[:1], model)
+
+
+def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_points_lie():
+    pts = [p for p in _synthetic(2e10, 1e-4, 1e10) if p.seq_len < 1024]
+    f = flash_flops(1, 4, 1024, 32)
+    e = f.eager_forward + f.eager_backward
+    pts.append(ac.AttentionTiming("eager", 1024, 0, (2.1 * e / 1e10,), e, 0))
+    model = ac.TileCostModel.fit([p for p in pts if p.seq_len < 1024])
+    # the old label, "eager (model)", did not say the line carries one rate past where it was measured
+    label = va.eager_line_label(model, pts)
+    assert label.startswith("eager (model): 10 GFLOP/s, its rate at T = 512,\ncarried on; ")
+    assert label.endswith("carried on; measured 2.1x the line at T = 1024")
+    assert va.eager_line_label(model) == "eager (model)"

@@ -240,7 +240,9 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     assert data.untested == "" and data.phases == ("data", "communication")
     rnd = Round(4, attention, Estimate(1.04, 0.9, 1.2, 0.9, 8, "m"), 100.0, 104.0, {}, True)
     text = round_context(rnd)
-    assert "Context, not a prediction" in text and "at most 100x" in text and "1.04x (90% interval" in text
+    # 70% x 2.00 = 140% of an unprofiled step: no finite bound, never "at most 100x" from a clipped share
+    assert "Context, not a prediction" in text and "no finite bound" in text and "1.04x (90% interval" in text
+    assert "140.0% of an unprofiled step" in text and "at most 100x" not in text
     assert "holds 1x" in text and "does not measure apart" in text
     measured = replace(rnd, explain={"inconclusive": "The bound's phases went forward 3.0 -> 2.0 ms."})
     assert round_context(measured).endswith("none. The bound's phases went forward 3.0 -> 2.0 ms.")
@@ -622,7 +624,22 @@ def test_a_bound_too_loose_to_fail_is_context():
     assert "profiled share alone, 46.7%, gives 1.88x" in ddp.untested
     assert loose_bound(0.89, 0.5, 1.78) == ""  # below 10x: a bound that can fail
     data = report([("high", "data", 0.4)], {"data": 0.4, "communication": 0.1}, steps=(0.2, 0.2))
-    assert "10x or more" in next_fix(data, r, JOB, [], ("data",), FIX_FOR, 1e9).untested
+    assert "no finite bound" in next_fix(data, r, JOB, [], ("data",), FIX_FOR, 1e9).untested  # 50% x 2.00
+    assert "10x or more" in loose_bound(0.95, 0.5, 1.9)  # 95%: a bound, too loose to fail
+
+
+def test_a_scaled_share_past_the_step_is_printed_as_it_is_and_the_bound_void():
+    # the ddp round as measured: sync + communication 61.8% of a profiled step, times 1.71: 105.7% of an
+    # unprofiled step, once clipped to 99.0% and printed as "the most it can take", "at most 100x"
+    r = result([1] * 4 + [0.1] * 4)  # unprofiled 0.1 s
+    rep = report([("high", "sync", 0.45)], {"sync": 0.45, "communication": 0.168}, steps=(0.171, 0.171))
+    ddp = next_fix(rep, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9)
+    assert ddp.void and "105.7% of an unprofiled step, more than the whole step" in ddp.model
+    assert "99.0%" not in ddp.model + ddp.untested and "no finite bound" in ddp.untested
+    rnd = Round(3, ddp, Estimate(1.59, 1.03, 2.32, 0.9, 16, "m"), 10585.0, 16802.0, {}, True)
+    assert "no finite bound" in round_context(rnd) and "at most 100x" not in round_context(rnd)
+    assert not next_fix(report([("high", "sync", 0.3)], {"sync": 0.3, "communication": 0.167},
+                               steps=(0.203, 0.203)), r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9).void
 
 
 def test_ratios_either_side_of_an_edge_are_printed_apart():

@@ -199,3 +199,20 @@ def test_a_roofline_bound_whose_floor_lies_under_the_calls_own_time_is_context()
     assert viz.claims.floor_context(bound, grp, (0.002, 0.0015)) == ""  # a floor above the time: it can fail
     with pytest.raises(ValueError, match="floor"):
         viz.claims.floor_context(bound, grp, (0.0, 0.0015))
+
+
+def test_a_verdict_is_weighed_again_by_its_jobs_own_same_layout_gap():
+    # DDP's buckets as measured: 500 MB 1.14x (1.05x to 1.22x) over the default, weighed by a 3.9% A/A
+    # reach, while 25 MB and 500 MB, the same layout, ran 19.0 and 17.8 ms: a 6.7% gap the verdict ignored
+    from perfkit.estimate import Estimate
+    from perfkit.viz.claims import same_layout_text
+
+    claim = Claim("s", "step speedup", low=1.05, partly=1.0, unit="x")
+    est = Estimate(1.14, 1.05, 1.22, 0.9, 28, "m")
+    text = same_layout_text(claim, est, 0.019, 0.0178, 0.039, "25 MB and 500 MB")
+    assert "lay 1.07x apart" in text and "6.7%, is wider than the 3.9%" in text
+    assert "the rule gives inconclusive, not holds partly" in text
+    calm = same_layout_text(claim, est, 0.0179, 0.0178, 0.039, "25 MB and 500 MB")
+    assert "no wider than the 3.9%" in calm and calm.endswith("holds partly as well.")
+    with pytest.raises(ValueError, match="a_s"):
+        same_layout_text(claim, est, 0.0, 0.0178, 0.039, "x")

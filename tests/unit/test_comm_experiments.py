@@ -428,6 +428,14 @@ def test_ring_regime_names_the_nearer_model_only_beyond_the_sizes_spread():
     assert "nearer the stretched" not in said
     near = check([1.40, 1.42, 1.45] * 2)
     assert "nearer the stretched model than the plain one" in ring_regime_text(near, True)
+    # notebook 02's run: median 1.03x the stretched model, the sizes 0.85x to 1.18x of it: the old text said
+    # "above even the stretched model", a claim the spread rule of the bandwidth text would not make
+    just = check([1.65, 1.58, 1.77, 1.51, 1.33, 1.27])
+    said = ring_regime_text(just, True)
+    assert "near the stretched model: above it by less than the sizes' own spread (1.27x to 1.77x)" in said
+    assert "above even" not in said
+    assert "near the plain model: below it by less" in ring_regime_text(check([0.9, 0.95, 1.1] * 2), True)
+    assert "above even the stretched model" in ring_regime_text(check([2.4, 2.5, 2.6] * 2), True)
     # the range is the medians of each size's p10 and p90, and its words say so, with the sizes' spread
     est = wide.regime(True)
     assert (est.low, est.high) == (pytest.approx(0.8 * est.value), pytest.approx(1.2 * est.value))

@@ -45,6 +45,24 @@ def test_break_even_between_the_medians_interval_ends_holds_its_point():
         rec.break_even_between(1.0)
 
 
+def test_break_even_elsewhere_holds_another_runs_saving_against_the_range():
+    eager = (0.0652, 0.0655, 0.0657, 0.0658, 0.0659, 0.0659, 0.0660, 0.0661, 0.0663, 0.0668, 0.0690)
+    compiled = (0.0615, 0.0617, 0.0618, 0.0620, 0.0621, 0.0621, 0.0622, 0.0623, 0.0625, 0.0629, 0.0650)
+    rec = compiling.CompileRecord(11.3, Measurement(eager, 0), Measurement(compiled, 0))
+    soon, late = rec.break_even_between()
+    # a sweep that saved 1.9 ms a step: about 5,900 steps, past the range's end, never "stands"
+    said = compiling.break_even_elsewhere(rec, 0.0674, 0.0655)
+    assert "saves 1.9 ms per call" in said and "after 5,947 calls" in said
+    assert f"({soon:,.0f} to {late:,.0f})" in said and "outside that range" in said
+    assert "inside that range" in compiling.break_even_elsewhere(rec, 0.0660, 0.0621)
+    assert "never pays off" in compiling.break_even_elsewhere(rec, 0.0650, 0.0655)
+    few = compiling.CompileRecord(1.0, Measurement(eager[:5], 0), Measurement(compiled[:5], 0))
+    said = compiling.break_even_elsewhere(few, 0.0674, 0.0655)
+    assert said.endswith("after 526 calls, against section 3's 256.")
+    with pytest.raises(ValueError, match="eager_s"):
+        compiling.break_even_elsewhere(rec, 0.0, 0.0655)
+
+
 def test_measure_compile_with_the_tracing_backend():
     # backend="eager" traces with dynamo but generates no code: the plumbing, in seconds
     x = torch.randn(256)

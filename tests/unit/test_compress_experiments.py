@@ -203,7 +203,7 @@ def test_slowdown_text_puts_the_slower_steps_in_small_calls():
     r = {"powersgd_r1": SimpleNamespace(value=1.49), "powersgd_r4": SimpleNamespace(value=1.5),
          "topk_1pct": SimpleNamespace(value=1.19), "randomk_1pct": SimpleNamespace(value=1.11)}
     text = slowdown_text(r, 6.22e-3, [628e-6, 1.27e-3, 1.04e-3])  # notebook 03's default run
-    assert "the slower steps took 684 µs to 3.11 ms more than none's (6.22 ms)" in text
+    assert "none's median step, 6.22 ms), the slower steps took 684 µs to 3.11 ms more than none's" in text
     assert "the time of 0.5 to 5.0 such calls" in text
     assert "chains three all-reduces per bucket" in text and "the time of 2.4 to 5.0 small calls" in text
     assert "do not account for all of it" in text and "perfkit's hook waits inside backward" in text
@@ -214,3 +214,42 @@ def test_slowdown_text_puts_the_slower_steps_in_small_calls():
         slowdown_text(r, 0.0, [1e-3])
     with pytest.raises((TypeError, ValueError)):
         slowdown_text(r, 6e-3, [])
+
+
+def test_slowdown_text_names_its_statistic():
+    from perfkit.compress.experiments import slowdown_text
+    text = slowdown_text({"topk_1pct": SimpleNamespace(value=1.2)}, 5e-3, [1e-3])
+    assert text.startswith("By the median paired ratios (less 1, times none's median step, 5 ms)")
+    assert "By the medians," not in text
+
+
+def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_interval():
+    from perfkit.compress.experiments import medians_note, medians_outside, medians_outside_text
+    e = SimpleNamespace
+    paired = {"a": e(value=1.14, low=1.097, high=1.188), "b": e(value=1.01, low=0.98, high=1.03)}
+    med = {"a": 1.396, "b": 1.01}
+    assert list(medians_outside(paired, med)) == ["a"]
+    assert abs(medians_outside(paired, med)["a"] - 0.208) < 1e-9
+    text = medians_outside_text(paired, med)
+    assert text.startswith("For 1 of 2 methods") and "furthest outside: a, 1.396x, 0.21x above" in text
+    assert medians_outside_text({"b": paired["b"]}, med).startswith("Every method's")
+    assert "inside its paired ratio's 90 % interval" in medians_note(paired["b"], 1.01)
+    assert "0.21x above its paired ratio's 90 % interval" in medians_note(paired["a"], 1.396)
+    with pytest.raises((TypeError, ValueError)):
+        medians_outside(paired, {"a": 1.0})
+    with pytest.raises((TypeError, ValueError)):
+        medians_note(paired["a"], 0.0)
+
+
+def test_fusion_text_says_what_a_floor_verdict_shows_against_the_model():
+    from perfkit.compress.experiments import fusion_text
+    e = SimpleNamespace
+    sign = fusion_text(e(value=1.25, low=1.12, high=1.34), 4.73)  # notebook 03's default run
+    assert "this ran 0.26 of it (whole interval, 1.12x to 1.34x, below it)" in sign
+    assert "the mark holds a floor only" in sign
+    qsgd = fusion_text(e(value=0.973, low=0.935, high=1.05), 2.14)
+    assert "was not shown faster than the eager one here" in qsgd and "the default for tensors" in qsgd
+    assert "ran slower" in fusion_text(e(value=0.8, low=0.7, high=0.9), 2.0)
+    assert "floor only" not in fusion_text(e(value=2.5, low=2.2, high=2.8), 2.14)
+    with pytest.raises((TypeError, ValueError)):
+        fusion_text(e(value=1.0, low=0.9, high=1.1), 0.0)

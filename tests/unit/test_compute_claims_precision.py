@@ -134,3 +134,14 @@ def test_the_fp16_row_names_the_test_it_was_judged_by_and_whether_bf16s_agrees()
     assert many.criterion_label(2.0 ** 16, 0.01).endswith("agrees")
     with pytest.raises(ValueError, match="line"):
         flush.criterion_label(2.0 ** 16, 0.0)
+
+
+def test_a_ceiling_model_that_agrees_by_cancelling_errors_says_so():
+    # as measured: the ceilings gave f 32.0%, r 0.0682 -> 0.186x; the step's shapes f 83%, r 0.157 -> 0.183x
+    text = cp.ceiling_terms_text(0.32, 0.0682, 0.83, 0.157)
+    assert "f 32.0% against 83.0% (0.39x)" in text and "r 0.0682 against 0.157 (0.43x)" in text
+    assert "0.186x and 0.183x" in text and "the errors cancel" in text and "accident" in text
+    assert "each within 25%" in cp.ceiling_terms_text(0.8, 0.15, 0.83, 0.157)
+    assert "3.12x the shapes' 0.183x" in cp.ceiling_terms_text(0.32, 0.3, 0.83, 0.157)
+    with pytest.raises(ValueError, match="f_c"):
+        cp.ceiling_terms_text(0.0, 0.1, 0.8, 0.1)

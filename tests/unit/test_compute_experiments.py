@@ -100,6 +100,13 @@ def test_ratio_text_prints_the_judged_estimate():
     lo, hi = est.describe("x").split("interval ")[1].split(",")[0].split(" to ")
     point = float(ex.ratio_text(five).split("x")[0])
     assert est.low < est.value < est.high and float(lo[:-1]) < point < float(hi[:-1])
+    # the medians' ratio on the same side of 1x but outside the pairs' interval: flagged, as a split is
+    base = [0.010 + 0.002 * i for i in range(11)]
+    r = [1.06, 1.08, 1.09, 1.10, 1.11, 1.02, 1.12, 1.13, 1.14, 1.16, 1.18]
+    drift = Speedup(meas(base), meas([x / q for x, q in zip(base, r, strict=True)]))
+    assert not drift.estimate.low <= drift.baseline.median_s / drift.candidate.median_s <= drift.estimate.high
+    assert "whose ratio, 1.02x, lies outside the interval" in ex.ratio_text(drift)
+    assert "outside the interval" not in ex.ratio_text(sp)
 
 
 def test_the_graph_break_example_breaks_once_and_its_fix_not_at_all():
@@ -421,6 +428,8 @@ def test_what_fusion_saved_names_the_term_that_set_the_eager_time():
     assert "never the speedup" in said
     # the faults are the allocator's (glibc's mmap threshold), not the CPU's, and the usual remedy is named
     assert "On this CPU" not in said and "not the CPU" in said and "LD_PRELOAD" in said
+    # glibc caps M_MMAP_THRESHOLD at 32 MiB on 64-bit: only disabling mmap (or another allocator) works
+    assert "MALLOC_MMAP_MAX_=0" in said and "cannot help" in said
     assert "does not carry over" in said   # a GPU's caching allocator: no faults
     no_faults = fusion.chain_model(chain, 0.0, 53.8e9)
     bytes_said = fusion.what_fusion_saved(no_faults, rec, chain.kernels, chain.ratio)

@@ -35,6 +35,7 @@ from perfkit.compress import (
 )
 
 NAN, INF = math.nan, math.inf
+_EST = type("E", (), {"value": 1.0, "low": 0.9, "high": 1.1})()  # a ratio estimate
 X = torch.randn(16)
 CODES = torch.full((16,), 128, dtype=torch.uint8)
 POOL = torch.rand(16) + 128
@@ -142,6 +143,13 @@ CASES = [  # (name, call, exception, regex on the message)
     ("ef_gap_text.g0", lambda: compress.ef_gap_text(float("nan"), 0.0), ValueError, "g0"),
     ("slowdown_text.ratios", lambda: compress.slowdown_text([1.2], 1e-3, [1e-3]), TypeError, "ratios"),
     ("slowdown_text.call_s", lambda: compress.slowdown_text({}, 1e-3, []), ValueError, "call_s"),
+    ("medians_outside.ratios", lambda: compress.medians_outside([1.2], {}), TypeError, "ratios"),
+    ("medians_outside.medians", lambda: compress.medians_outside({"a": _EST}, {}), ValueError, "medians"),
+    ("medians_outside_text.medians", lambda: compress.medians_outside_text({}, [1.0]), TypeError, "medians"),
+    ("medians_note.ratio", lambda: compress.medians_note(1.0, 1.0), (TypeError, ValueError), "ratio"),
+    ("medians_note.median_ratio", lambda: compress.medians_note(_EST, 0.0), ValueError, "median_ratio"),
+    ("fusion_text.ratio", lambda: compress.fusion_text(1.0, 2.0), (TypeError, ValueError), "ratio"),
+    ("fusion_text.model_x", lambda: compress.fusion_text(_EST, 0.0), ValueError, "model_x"),
     ("medians_paid_text.margins", lambda: compress.medians_paid_text([1.0], 0.0), TypeError, "margins"),
     ("medians_paid_text.empty", lambda: compress.medians_paid_text({}, 0.0), TypeError, "margins"),
     ("medians_paid_text.noise_s", lambda: compress.medians_paid_text({"qsgd": 1e-3}, -1e-3), ValueError,

@@ -32,6 +32,7 @@ from perfkit.data import (
     hidden_fraction,
     hidden_fraction_estimate,
     largest_gap,
+    loader_gil_note,
     map_tensors,
     measure_loader,
     monitored_steps,
@@ -351,6 +352,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("spin_load_note.short", lambda: spin_load_note(
         {"load only": 1.0, "compute only": 1.0, "serial, spin load": 3.0, "Prefetcher, spin load": 2.0},
         -1.0), ValueError, "short"),
+    ("loader_gil_note.load_ms", lambda: loader_gil_note(0.0, 1.0), ValueError, "load_ms"),
+    ("loader_gil_note.planted_ms", lambda: loader_gil_note(1.0, -1.0), ValueError, "planted_ms"),
     ("spin_held.share", lambda: spin_held(1.0, 1.0, 0.0), ValueError, "share"),
     ("spin_held.planted_s", lambda: spin_held(-1.0, 1.0, 0.5), ValueError, "planted_s"),
     ("gil_least_step.compute_s", lambda: gil_least_step(1.0, 0.0, 2.0, 0.5), ValueError, "compute_s"),

@@ -523,6 +523,7 @@ CASES = [  # (name, call, exception, regex on the message)
     ("zb_side.x", lambda: parallel.zb_side(exact(1.0), float("nan")), ValueError, "x must be a finite"),
     ("zb_split_step.f_i_w", lambda: parallel.zb_split_step([0.1, 0.1], (1, 0, 1), 2, 4), ValueError,
      "f_i_w\\[1\\] must be a finite number > 0"),
+    ("busy_note.inside", lambda: parallel.busy_note(0.02, 0.03, 0.03), TypeError, "inside must be"),
     ("fb_split_note.f_b", lambda: parallel.fb_split_note([0.1, 0.1], (1, 2, 3), 0.2, 2, 4), ValueError,
      "f_b must hold two times"),
     ("zb_step_note.f_b", lambda: parallel.zb_step_note(*[exact(1.0)] * 3, 1.0, (1, 1, 1), f_b=(1, 0)),

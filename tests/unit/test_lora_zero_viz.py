@@ -161,3 +161,41 @@ def test_call_cost_is_what_torch_zeros_step_leaves_per_call_not_a_lone_calls_tim
     assert "does not show that overlap" in vzero.broadcast_sentence(tz, ddp, 52, 0.841e-3, 0.841e-3)
     with pytest.raises(ValueError, match="per_call_s"):
         vzero.stage_edge(1, ddp, 7, 3.82e-3, 0.841e-3, 2, per_call_s=-1.0)
+
+
+def test_interleave_note_says_what_interleaved_rounds_can_hide_at_stages_1_and_2_only():
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    note = vzero.stage_edge(1, ddp, 7, 4.05e-3, 0.399e-3, 2).interleave_note()
+    assert note.startswith(" In these interleaved rounds its all-gather after the step (charged 1.83 ms, "
+                           "2.4% of")
+    assert "DDP's included" in note and "can read low" in note
+    assert "inside its own step" in vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 2).interleave_note()
+
+
+def test_broadcast_sentence_explains_its_per_call_figure_without_a_forward_reference():
+    tz = SimpleNamespace(calls={"all_reduce": 2, "broadcast": 52})
+    ddp = SimpleNamespace(calls={"all_reduce": 2})
+    text = vzero.broadcast_sentence(tz, ddp, 52, 302e-6, 395e-6)
+    assert "section 3" not in text and "at most 302 µs per extra call (its excess over DDP's step" in text
+
+
+def test_ranking_note_names_where_the_medians_and_the_paired_ratios_disagree():
+    ms = {"zero1": SimpleNamespace(step_s=74.0e-3), "zero2": SimpleNamespace(step_s=75.0e-3),
+          "zero3": SimpleNamespace(step_s=99e-3)}
+    r = {"zero1": SimpleNamespace(value=1.05), "zero2": SimpleNamespace(value=1.04),
+         "zero3": SimpleNamespace(value=1.40)}
+    note = vzero.ranking_note(ms, r, ("zero1", "zero2", "zero3"))
+    assert note.startswith("The figure's time bars, each variant's own median step, make zero2's (75 ms) "
+                           "longer than zero1's")
+    assert "(1.040x against 1.050x)" in note
+    r["zero2"] = SimpleNamespace(value=1.06)
+    assert vzero.ranking_note(ms, r, ("zero1", "zero2", "zero3")) == ""
+
+
+def test_beyond_points_to_the_verdict_that_lists_the_causes_rather_than_repeating_them():
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    e = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 2)
+    full, short = e.beyond(1.4), e.beyond(1.4, "zero1")
+    assert "copies into and out of flat buffers" in full and "copies" not in short
+    assert "is what the model leaves out: the parts the zero1 verdict lists; this run does not" in short
+    assert e.beyond(1.0, "zero1") == e.beyond(1.0)  # within the edge: no list either way

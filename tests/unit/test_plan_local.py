@@ -243,8 +243,8 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
     assert c.headline().startswith("10.0 / 14.0 ms (") and c.headline().endswith("1.29x their charge)")
     # the uncharged flags' all-reduce: where charging it alone would put the prediction
     flags = str(collective_cost(steps, base, 0.010, 0.014, uncharged_s=0.0022))
-    assert "would put the prediction at 12.2 ms, inside the measured interval" in flags
-    assert "would put the prediction at 10.2 ms, still below" in str(
+    assert "would put the predicted 10.00 ms at 12.20 ms, inside the measured interval" in flags
+    assert "would put the predicted 10.00 ms at 10.20 ms, still below" in str(
         collective_cost(steps, base, 0.010, 0.014, uncharged_s=0.0002))
     inside = str(collective_cost(steps, base, 0.014, 0.004))
     assert "inside the measured interval" in inside and "below the measured" not in inside
@@ -275,13 +275,37 @@ def test_collective_cost_sentences_add_up_as_printed():
     g, p, off = read(r"by N ms \(median.*?predicted N ms more: N ms above")
     c, k, r = read(r"collectives N ms;.*?they cost N ms, Nx the charge")
     lo, hi, ilo, ihi = read(r"\(N to N ms, .*?interval \(N to N ms\)")
-    (moved,) = read(r"prediction at N ms")
+    eu, pu, moved = read(r"uncharged N ms alone would put the predicted N ms at N ms")
     assert off == pytest.approx(g - p, abs=1e-9) and k == pytest.approx(c + off, abs=1e-9)
     assert r == pytest.approx(round(k / c, 2), abs=0.006)
     assert lo == pytest.approx(c + ilo - p, abs=1e-9) and hi == pytest.approx(c + ihi - p, abs=1e-9)
-    assert moved == pytest.approx(p + 1.70, abs=1e-9)
+    assert eu == pytest.approx(1.700, abs=1e-9) and moved == pytest.approx(pu + eu, abs=1e-9)
     with pytest.raises(ValueError, match="comm_s"):
         collective_cost(steps, base, 0.010, 0.0)
+
+
+def test_collective_cost_rounds_each_figure_once_so_it_reads_the_same_everywhere():
+    """A predicted 7.25 ms plus an uncharged 1.35 ms once read "at 8.7 ms" (the rounded 7.3 + 1.4)
+    in the sentence and "8.6 ms" in full_charge's line; a cost of 14.48 ms on a 9.32 ms charge
+    read "1.56x" (the rounded 14.5 / 9.3) in the sentence and 1.55x in the headline. Each figure
+    is now computed unrounded and rounded once, so both places print one value."""
+    import re
+
+    from perfkit.plan import collective_cost, full_charge
+
+    base = [0.024] * 9
+    steps = [0.024 + d / 1e3 for d in (10.6, 11.0, 11.5, 12.0, 12.48, 13.0, 14.0, 14.5, 15.1)]
+    c = collective_cost(steps, base, 0.00725, 0.00932, uncharged_s=0.00135)
+    text = str(c)
+    assert "would put the predicted 7.25 ms at 8.60 ms, still below" in text
+    assert "zero3 8.60 ms against 11.0 to 14.5 ms" in full_charge({"zero3": c})
+    (said,) = re.search(r"they cost [0-9.]+ ms, ([0-9.]+)x the charge", text).groups()
+    assert said == f"{c.over_charge:.2f}" and c.headline().endswith(f"{said}x their charge)")
+    # a later sentence repeats the cost as printed: 11.5 + 26.3 - 9.0 = 28.8 ms, where the unrounded
+    # 11.46 + 26.26 - 9.04 = 28.68 once read "28.7 ms" a line below "they cost 28.8 ms"
+    z3 = collective_cost([0.05 + 0.02626] * 4, [0.05] * 4, 0.00904, 0.01146)
+    assert "they cost 28.8 ms" in str(z3) and z3.said_cost_ms == pytest.approx(28.8)
+    assert round(z3.cost_s * 1e3, 1) == pytest.approx(28.7)
 
 
 def test_full_charge_says_where_every_call_charged_in_full_puts_each_prediction():
@@ -297,7 +321,7 @@ def test_full_charge_says_where_every_call_charged_in_full_puts_each_prediction(
     z3 = collective_cost(large, base, 0.0066, 0.0109, uncharged_s=0.00162)
     assert z1.uncharged_s == pytest.approx(0.00162)
     text = full_charge({"zero1": z1, "zero3": z3})
-    assert "zero1 2.63 ms against" in text and "zero3 8.22 ms against 11 to 17 ms" in text
+    assert "zero1 2.630 ms against" in text and "zero3 8.22 ms against 11.0 to 17.0 ms" in text
     assert "above its interval for zero1; below its interval for zero3" in text
     assert "none of the 2 agrees with the model charging every call in full" in text
     assert "too high for some layouts' calls and too low for others'" in text

@@ -94,7 +94,11 @@ def test_a_window_that_also_holds_the_model_without_collectives_does_not_test_th
     # zero1 predicted 1.04x ± 25 %: dropping every collective gives 0.994x, inside the window
     text = without_collectives(ZERO1, DDP, (0.78, 1.30))
     assert "would predict 0.994x, inside the window 0.78x to 1.3x" in text
-    assert text.endswith("does not test the collective terms.")
+    assert "does not test the collective terms." in text
+    # and what a held verdict did test: the other terms, with 1.3 - 0.994 = 0.306x left for the rest
+    assert text.endswith("the rest of the model (matmul, memory-bound, optimizer, at the fitted efficiency): "
+                         "that with those terms the collectives and any cost left uncharged add at most "
+                         "0.306x to the ratio.")
     # zero3 predicted 1.35x ± 25 %: 0.994x lies below 1.01x, so the window tells them from none
     assert "outside the window" in without_collectives(ZERO3, DDP, (1.0125, 1.6875))
     # a miss outside a window that holds the model without collectives: they decided it
@@ -102,7 +106,7 @@ def test_a_window_that_also_holds_the_model_without_collectives_does_not_test_th
     assert "does not test" not in missed and "the measured 1.74x lies outside it" in missed
     assert missed.endswith("alone put it there (they cost 19.0 ms against the 8.8 ms charged).")
     held = without_collectives(ZERO3, DDP, (0.975, 1.62), measured=1.3, collectives_ms=(9.0, 8.8))
-    assert held.endswith("does not test the collective terms.")
+    assert "does not test the collective terms." in held and held.endswith("0.626x to the ratio.")
     with pytest.raises(ValueError, match="collectives_ms"):
         without_collectives(ZERO3, DDP, (0.975, 1.62), measured=1.74, collectives_ms=(19.0,))
     with pytest.raises(ValueError, match="measured"):
@@ -235,3 +239,28 @@ def test_point_and_window_says_what_the_interval_excludes():
     assert point_and_window(Estimate(1.5, 1.5, 1.5, None, 1, "exact"), 1.04, (0.78, 1.3)) == ""
     with pytest.raises(ValueError):
         point_and_window(Estimate(1.5, 1.4, 1.6, 0.9, 40, "median"), 1.04, (1.3, 0.78))
+
+
+def test_the_tie_band_says_where_it_is_applied_to_choices_no_pair_measured(cmp):
+    """The 6 % band once read "the planner cannot rank them" for a shortlist that differs in TP and
+    CP, choices no published pair differs in, while section 4's Megatron ranks put two published
+    (TP, PP) choices beyond it: where the band is applied, both are now said, computed."""
+    from perfkit.plan import Layout, layout_ranks, published_choices
+
+    pe = paired_error(cmp)
+    assert "They are not: it is one percentile" in pe.text() and "with no interval" in pe.text()
+    best = Layout(dp=128, tp=2, cp=2)
+    same = Layout(dp=128, tp=2, cp=2, micro_batch=2)
+    said = pe.carried([best, same, Layout(dp=128, tp=1, cp=4), Layout(dp=64, tp=2, cp=4)], TIE_BAND)
+    assert said.startswith("4 layouts lie within 6% of the best (the 80th percentile")
+    assert "2 of the 3 others differ from the best in TP, PP or CP" in said and "no bound" in said
+    assert "differ from the best" not in pe.carried([best, same], TIE_BAND)
+    assert pe.carried([best], TIE_BAND).endswith("it ranks the best alone")
+    checked = published_choices(layout_ranks(cmp), TIE_BAND)
+    assert "the planner puts 2 at +9.1% (GPT 18B on 256) and +6.9% (GPT 39B on 512)" in checked
+    assert pe.carried([best, Layout(dp=64, tp=1, cp=8)], TIE_BAND, layout_ranks(cmp)).endswith("; " + checked)
+    assert "within the band of its best" in published_choices(layout_ranks(cmp), 0.5)
+    with pytest.raises(ValueError, match="tied"):
+        pe.carried([], TIE_BAND)
+    with pytest.raises(TypeError):
+        published_choices([1.0], TIE_BAND)

@@ -400,3 +400,60 @@ def test_a_stalled_step_is_named_and_the_median_bars_ignore_it():
     assert vp.stall_note(even.summary()) == ""
     with pytest.raises(ValueError, match="stat"):
         vp.plot_phase_bars({"a": s}, stat="p50")
+
+
+def test_ceiling_rise_note_prints_digits_enough_to_show_the_rise_and_names_the_setter():
+    from perfkit import ceilings, hw
+
+    lim = hw.MachineLimits("cpu", "t", {"float32": 204.6e9}, 4e10, sources={"float32": "linear 4096x256x256"})
+    obs = ceilings.observe(lim, "float32", 205.1e9, "the 512x512 matmul's median", save=False)
+    assert "from 205 GFLOP/s to 205 GFLOP/s" in obs.note  # the library's note: no rise to read
+    said = vp.ceiling_rise_note(obs, lim.sources["float32"])
+    assert "rose from 204.6 GFLOP/s to 205.1 GFLOP/s" in said
+    assert "to 205.1 GFLOP/s, the rate of the 512x512 matmul's median: it ran faster than what had set " \
+        "the ceiling (linear 4096x256x256)" in said
+    assert "had set the ceiling (the sweep)" in vp.ceiling_rise_note(obs, "")
+    assert vp.ceiling_rise_note(ceilings.observe(lim, "float32", 1e9, "slow", save=False), "x") == ""
+
+
+def test_against_bound_says_where_the_figure_and_its_interval_lie():
+    from perfkit.estimate import Estimate
+
+    def est(v, lo, hi):
+        return Estimate(v, lo, hi, 0.9, 30, "median")
+
+    # notebook 01's run: 2.04x (1.96x to 2.07x) against a bound of 2.02x: the old sentence said only "held"
+    said = vp.against_bound(est(2.04, 1.96, 2.07), 2.02)
+    assert said.startswith("its figure above it, its interval reaching below it: this run cannot tell")
+    said = vp.against_bound(est(2.00, 1.96, 2.07), 2.02)
+    assert said == "its figure at or under it, its interval reaching above it"
+    assert vp.against_bound(est(1.90, 1.85, 1.95), 2.02) == "its whole interval under it"
+    assert vp.against_bound(est(2.10, 2.05, 2.15), 2.02) == "its whole interval above it"
+    assert vp.against_bound(est(2.10, 2.10, 2.10), 2.02) == "its figure above it (no interval)"
+
+
+def test_loader_explain_names_the_data_phase_in_the_step_against_the_loader_alone():
+    from perfkit.estimate import Estimate
+
+    alone = Estimate(1.26e-3, 1.15e-3, 1.32e-3, 0.9, 30, "median")
+    why = vp.loader_explain(1.02e-3, alone)
+    assert ("took 1.02 ms, 0.81x the loader's median alone (1.26 ms) and under its interval's low end "
+            "(1.15 ms)") in why["below"]
+    assert "faster inside the step than alone" in why["below"]
+    assert why["above"].startswith("The data phase's median took 0.77x the high end")
+
+
+def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof():
+    from perfkit import hw
+    from perfkit.hw import CopyPoint
+
+    copies = [CopyPoint(2**28, 1e-2, 39e9, 39.5e9, 2)]
+    lim = hw.MachineLimits("cpu", "t", {"float32": 205e9}, 44.4e9, copy_points=copies, dram_nbytes=2**28)
+    said = vp.ridge_text(4.9, 205e9, lim)  # notebook 01's run: 4.6 FLOP/B by the file, 5.2 by its copy
+    assert "ridge point of 4.6 FLOP/B" in said
+    assert "so the compute roof is the lower one (205 GFLOP/s)" in said
+    assert "39.5 GB/s, the ridge point is 5.2 FLOP/B and the memory roof would be the lower" in said
+    assert "not settled here" in said
+    assert "not settled" not in vp.ridge_text(6.0, 205e9, lim)  # above both ridge points
+    assert "memory roof is the lower one" in vp.ridge_text(3.0, 205e9, lim)
+    assert "not settled" not in vp.ridge_text(3.0, 205e9, lim)

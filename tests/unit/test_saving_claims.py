@@ -46,6 +46,22 @@ def test_storage_rates_pair_fsync_with_plain_by_round():
     assert r.survives("m") == {"killed_process": True, "killed_container": False, "reboot": False}
 
 
+def test_a_ratio_of_the_printed_medians_outside_the_paired_interval_is_said():
+    """The disk's medians once read 4.53 and 1.29 GB/s (3.51x) beside a paired 3.29x with its
+    interval 2.87x to 3.50x, and nothing said why; now a sentence does, and only then."""
+    p = [2.5, 1.5, 1.2, 2.2, 1.7, 1.1, 1.3, 2.1, 1.3]
+    f = [7.5, 5.1, 3.8, 6.7, 5.4, 3.1, 4.0, 6.6, 3.8]
+    r = claims.StorageRates(8, {"d": "ext4", "m": "tmpfs"}, {"d": p, "m": [1.0] * 9},
+                            {"d": f, "m": [1.0] * 9})
+    said = r.medians_note("d")
+    assert said.startswith("The printed median rates give 5.33 B/s / 1.57 B/s = 3.4x, above this interval")
+    assert "median of the rounds' own ratios" in said
+    assert r.medians_note("m") == ""
+    inside = claims.StorageRates(8, {"d": "ext4"}, {"d": [1.0, 2.0, 4.0, 1.0, 2.0]},
+                                 {"d": [2.0, 4.0, 8.0, 2.0, 4.0]})
+    assert inside.medians_note("d") == ""
+
+
 def test_gzip_costs_compress_and_time_the_sample(tmp_path):
     torch.manual_seed(0)
     w = [torch.randn(300, 100), torch.randn(50)]

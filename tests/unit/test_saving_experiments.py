@@ -135,6 +135,12 @@ def test_compare_restart_counts_bits_and_splits_the_restart(tmp_path):
     assert run.parts == pytest.approx({"rendezvous": 1.0, "start_and_imports": 2.0, "join": 0.5,
                                        "build": 1.0, "load": 0.25, "first_step": 0.25, "total": 5.0})
     assert sum(run.parts[p] for p in PARTS) == pytest.approx(run.parts["total"])
+    # the first part runs from the kill to the new worker: named for failure detection too, not
+    # "rendezvous" alone, which it overstated
+    from perfkit.saving import restart_table
+    table = restart_table(run.parts, run.events)
+    assert "  detect+rendezvous    1.00 s" in table and "torchrun notices the failure" in table
+    assert "\n  rendezvous " not in table
     # a planted one-ulp difference on rank 1 is found and named
     bad = compare_restart(_run(tmp_path / "bad", planted=math.nextafter(2.0, 3.0)), tmp_path / "whole")
     assert bad.differing_bits == 1 and bad.first_difference == "rank 1: model.w"
@@ -160,7 +166,7 @@ def test_restart_table_names_its_rank_and_each_ranks_join():
     text = restart_table(restart_parts(ev[0], ev[1]), ev)
     assert text.startswith("restart of rank 0")
     assert "each rank's: rank 0 0.50 s, rank 1 0.65 s" in text
-    assert text.splitlines()[-1].split() == ["R", "5.00", "s"]
+    assert text.splitlines()[-2].split() == ["R", "5.00", "s"]
 
 
 def test_the_copy_rate_is_set_beside_the_limits_files_copies_with_threads():

@@ -311,3 +311,38 @@ def test_zb_step_note_sets_the_unsplit_forward_beside_1f1b_s():
     assert "of the 2 ms more per micro-batch, the forward carries 60%" in got
     split = zb_step_note(e, e, e, 0.868, fiw, f_b=(0.0102, 0.0140))
     assert "the split backward carries all, the forward having run faster" in split
+
+
+def test_zb_step_note_sets_the_drawn_steps_beside_the_judged_busy_time():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_step_note
+
+    e = Estimate(1.05, 0.95, 1.16, 0.9, 12, "paired ratios")
+    busy = Estimate(1.13, 1.04, 1.26, 0.9, 12, "paired ratios")
+    fiw, fb = (0.0109, 0.0126, 0.0070), (0.0106, 0.0180)
+    # the old note gave the drawn steps' split alone, as if it were the judged rounds'
+    got = zb_step_note(e, busy, e, 0.884, fiw, f_b=fb, busy_mb=0.0264)
+    assert "Those are one step of each schedule, without an interval: the busy time per stage judged" in got
+    assert "implies about 3.43 ms more (1.06 ms to 6.86 ms from its interval)" in got
+    assert got.endswith("of which the drawn steps' 1.9 ms cover 55%.")
+    assert "without an interval" not in zb_step_note(e, busy, e, 0.884, fiw, f_b=fb)
+    flat = Estimate(0.99, 0.95, 1.03, 0.9, 12, "paired ratios")
+    assert zb_step_note(e, flat, e, 0.884, fiw, f_b=fb, busy_mb=0.0264).endswith(
+        "without an interval; the busy time per stage judged over the rounds is 0.99x of 1F1B's.")
+
+
+def test_busy_note_says_where_the_drawn_step_lies_against_the_steps_interval():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import busy_note
+
+    inside = Estimate(0.0264, 0.0244, 0.0270, 0.9, 12, "median of 12 samples")
+    # the old clause compared the steps with the stages timed alone, silent on the step drawn
+    got = busy_note(inside, 0.0286, 0.0289)
+    assert got.startswith("the actions ran faster in the pipeline than alone; the step drawn below")
+    assert got.endswith("28.9 ms per stage and micro-batch, above this interval, so the action times read "
+                        "from it below are not the steps' typical ones")
+    assert busy_note(inside, 0.0262, 0.0262).endswith(
+        "26.2 ms per stage and micro-batch, within this interval")
+    assert "below this interval" in busy_note(inside, 0.0262, 0.0200)
+    with pytest.raises(TypeError):
+        busy_note(0.0264, 0.0286, 0.0289)

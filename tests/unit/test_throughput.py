@@ -10,6 +10,7 @@ import torch
 
 from perfkit import compute, sizing
 from perfkit.compute import throughput
+from perfkit.estimate import Estimate
 from perfkit.viz import compute as vc
 
 
@@ -91,3 +92,17 @@ def test_cross_run_spread_names_the_batch_that_moved_most():
     assert throughput.cross_run_spread(sweep, {64: 1.0}) == ""
     with pytest.raises(ValueError, match="second"):
         throughput.cross_run_spread(sweep, {1: 0.0})
+
+
+def test_two_run_text_says_when_the_runs_disagree_about_the_floor():
+    here = Estimate(0.961, 0.903, 0.978, 0.9, 11, "median of 11 paired ratios")
+    times = {32: (0.3102, 0.2560), 16: (0.1315, 0.1237)}  # s: the sweep's and the curve's medians
+    said = throughput.two_run_text(0.85, here, 0.9, (32, 16), times)
+    assert "lies outside this interval" in said
+    assert "batch 32 310.2 ms there, 256.0 ms here (1.21x)" in said
+    assert "moved 21% between the runs, more than the crude model's 10% margin" in said
+    assert "lies below the crude model's floor (0.90x)" in said and "this curve's rounds only" in said
+    inside = throughput.two_run_text(0.95, here, 0.9, (32, 16), times)
+    assert "inside this interval" in inside and "floor" not in inside
+    with pytest.raises(ValueError, match="swept"):
+        throughput.two_run_text(0.0, here, 0.9, (32, 16), times)

@@ -83,3 +83,10 @@ def test_throughput_panels_share_one_title_size():
     assert all(not ax.get_ylabel().startswith("MFU") for ax in fig.axes)
     assert "MFU" not in fig.axes[0].get_title()
     plt.close(fig)
+    # an emulated bf16 held against fp32's ceiling: said on the share panel only, not beside tokens/s
+    bf16 = [ThroughputPoint("bf16", False, 1, Measurement(times_s=(0.05,) * 2, warmup=0), 0.1, 64, 10**9,
+                            2e11)]
+    fig = plot_throughput(pts + bf16)
+    left, right = ([t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes)
+    assert not any("ceiling" in t for t in left) and any("float32's ceiling" in t for t in right)
+    plt.close(fig)

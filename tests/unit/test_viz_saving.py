@@ -86,6 +86,17 @@ def test_save_costs_plot_draws_models_and_rounds():
     plt.close("all")
 
 
+def test_the_sync_floor_is_drawn_over_the_sync_group_only():
+    """The write's floor bounds the sync save alone; drawn across the whole axes it ran over the
+    thread bar beneath it, which read as a floor beaten."""
+    ax = plot_save_costs(_costs())
+    line = next(c for c in ax.collections if "write bandwidth" in str(c.get_label()))
+    (seg,) = line.get_segments()
+    assert seg[0][0] == pytest.approx(-0.45) and seg[1][0] == pytest.approx(0.45)   # sync is group 0
+    assert str(line.get_label()).startswith("sync's floor")
+    plt.close("all")
+
+
 def test_restart_timeline_plot_and_refusals():
     spans = [(r, "training (attempt 0)", 0.0, 3.0) for r in (0, 1)]
     spans += [(r, p, 3.0 + i, 4.0 + i) for r in (0, 1) for i, p in enumerate(PARTS)]
