@@ -51,6 +51,7 @@ import torch
 from perfkit import ceilings, comm, dist, hw, stats, viz
 from perfkit.compress import ErrorFeedback, Sign, TopK, gaussian_error, simulate_dp_training
 from perfkit.compress import experiments as cx
+from perfkit.compress import narrate as nx
 from perfkit.jobs.compression import METHODS, POWERSGD_START, powersgd_wire_ratio
 from perfkit.models import digits_workload
 from perfkit.verdict import Prediction, judge
@@ -228,7 +229,7 @@ for m, r in table.items():
 med = {m: table[m]["step_s"] / t_none for m in paired}  # x: the ratio of the medians
 print(f"none's single steps: {si(stats.quantile(runs['none']['step_times_s'], 0.1), 's')} to "
       f"{si(stats.quantile(runs['none']['step_times_s'], 0.9), 's')} (10th to 90th percentile). "
-      + cx.medians_outside_text(paired, med))
+      + nx.medians_outside_text(paired, med))
 vcomm.plot_method_comparison(table, step_ratios=paired)
 plt.show()
 
@@ -311,7 +312,7 @@ print("PowerSGD: " + ", ".join(f"rank {r}: wire {t['wire_bytes_ratio']:.1%}, fin
 # %%
 for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "random-k 1 %")):
     g0, g1 = gap[m], gap[m + "_ef"]
-    print(f"{name:>12}: gap {g0:+.4f} nats without EF, {g1:+.4f} with it: {cx.ef_gap_text(g0, g1)}"
+    print(f"{name:>12}: gap {g0:+.4f} nats without EF, {g1:+.4f} with it: {nx.ef_gap_text(g0, g1)}"
           + (f" ({STEPS} steps = {STEPS / 100:g} x the 100-step wait)" if m == "randomk_1pct" else ""))
 
 # %% [markdown]
@@ -412,7 +413,7 @@ for m in ("qsgd", "sign"):
     out = {p: ms[f"{m} {p}"].median_s - ms["memcpy"].median_s / predicted[f"{m} {p}"]
            for p in ("eager", "fused")}  # s: each path's time beyond its bytes at the copy's speed
     beyond = {p: f"{si(abs(x), 's')} {'more' if x > 0 else 'less'} than" for p, x in out.items()}
-    why = (cx.fusion_text(fusion[m], predicted[m + ' fused'] / predicted[m + ' eager']) + " Its fused path "
+    why = (nx.fusion_text(fusion[m], predicted[m + ' fused'] / predicted[m + ' eager']) + " Its fused path "
            f"({si(ms[m + ' fused'].median_s, 's')}) took {beyond['fused']} its bytes (8 / b, no write-allocate) take at the "
            f"copy's speed, the eager one ({si(ms[m + ' eager'].median_s, 's')}) {beyond['eager']} its own (the breakdown below).")
     viz.verdict(Prediction(f"{m}: fused speed over eager", "fewer bytes per value "
@@ -647,7 +648,7 @@ for m in ("fp16_hook", "bf16_hook"):
     faster, slower = sum(x > removable[m] for x in d), sum(-x > removable[m] for x in d)
     casts[m] = judge(Prediction(f"{m}'s step time over uncompressed", "expected: a step shortens by no more than the time its "
                                 "halved bytes take at the large all-reduce's rate", low=floor[m], unit="x",
-                                physical=(0.0, None), soft=("low",)), paired[m], explain={"held": (note := cx.resolution_note(paired[m], floor[m])),
+                                physical=(0.0, None), soft=("low",)), paired[m], explain={"held": (note := nx.resolution_note(paired[m], floor[m])),
         "below": f"Its fewer bytes can remove about {si(removable[m], 's')} ({removable[m] / t_none:.1%} of none's "
                  f"step); by the median of its paired ratios its step came out {1 - paired[m].value:.1%} shorter." + note})
     viz.show_verdict(casts[m])
@@ -657,7 +658,7 @@ for m in ("fp16_hook", "bf16_hook"):
               else ".") + (" Its step came out shorter than its bytes explain: the all-reduce inside a step may "
                            "take longer than alone, or something else changed with the hook; this run does not time "
                            "the all-reduce inside the steps, so it cannot say which."
-                           if casts[m].outcome == "missed" else "") + cx.medians_note(paired[m], med[m]))
+                           if casts[m].outcome == "missed" else "") + nx.medians_note(paired[m], med[m]))
 
 # %% [markdown]
 # **Reading the gap.** The bytes model treats every byte as memory traffic at the copy's speed,
@@ -731,17 +732,17 @@ SAYS = {"missed": "below {:.3f}x, so its lead is not its bytes", "held": "above 
 cast_text = "; ".join(f"{m} ran {paired[m].value:.2f}x, " + SAYS.get(v.outcome, f"judged {v.outcome}").format(floor[m])
                       for m, v in casts.items())
 print(f"One run from one seed per method, so how these went, not a test (section 3): with error feedback, top-k "
-      f"1 %'s loss gap to uncompressed training went from {g0:+.4f} to {g1:+.4f} nats ({cx.ef_gap_text(g0, g1)}), "
-      f"sign's from {gap['sign']:+.4f} to {gap['sign_ef']:+.4f} ({cx.ef_gap_text(gap['sign'], gap['sign_ef'])}), "
+      f"1 %'s loss gap to uncompressed training went from {g0:+.4f} to {g1:+.4f} nats ({nx.ef_gap_text(g0, g1)}), "
+      f"sign's from {gap['sign']:+.4f} to {gap['sign_ef']:+.4f} ({nx.ef_gap_text(gap['sign'], gap['sign_ef'])}), "
       f"random-k 1 %'s from {gap['randomk_1pct']:+.3f} to {gap['randomk_1pct_ef']:+.3f}, after {STEPS} steps.")
 print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum(e.value > 1 for e in others.values())} "
       f"took longer per step than uncompressed training by the median of the paired ratios ("
       f"{min(e.value for e in others.values()):.2f}x to {max(e.value for e in others.values()):.2f}x), {sum(e.low > 1 for e in others.values())} "
       "with the whole 90 % interval above 1x (intervals that take consecutive steps as independent, so likely too "
-      f"narrow: section 3; for {len(cx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
+      f"narrow: section 3; for {len(nx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
       f"lies outside that interval); the SmallCNN gradient's bytes, at the loopback all-reduce's "
       f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "
-      + cx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
+      + nx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
       f"(section 4): {cast_text}.")
 print(f"Kernels: QSGD's fused loop ran {fusion['qsgd'].value:.2f}x the eager path's speed (bytes model: {predicted['qsgd fused'] / predicted['qsgd eager']:.2f}x), sign's "
       f"{fusion['sign'].value:.2f}x ({predicted['sign fused'] / predicted['sign eager']:.2f}x).{cx.fused_default_note(fusion, hw.imitation())} On loopback, the time QSGD's bytes removed less its encode and decodes was "

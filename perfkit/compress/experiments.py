@@ -27,15 +27,6 @@ from perfkit._checks import check_int, check_items, check_real, check_seed, chec
 from perfkit.compress.codecs import QSGD, Compressor, RandomK, Sign, TopK
 from perfkit.compress.feedback import ErrorFeedback
 from perfkit.compress.fused import BYTES_PER_VALUE, FUSED_MIN_NUMEL, WRITTEN_PER_VALUE
-from perfkit.compress.narrate import (  # noqa: F401 (cx.*, notebook 03)
-    ef_gap_text,
-    fusion_text,
-    medians_note,
-    medians_outside,
-    medians_outside_text,
-    resolution_note,
-    slowdown_text,
-)
 from perfkit.compress.simulate import gaussian_error
 from perfkit.timing import Measurement, Timer, interleaved
 from perfkit.units import si

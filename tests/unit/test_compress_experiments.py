@@ -166,7 +166,7 @@ def test_medians_paid_text_leaves_a_margin_within_the_noise_undecided():
 
 
 def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
-    from perfkit.compress.experiments import resolution_note
+    from perfkit.compress.narrate import resolution_note
     # notebook 03's default run: a cast hook's edge 0.997x (0.3 % of a step) against a paired
     # interval 0.99x to 1.05x (6 % wide): the gain is 5 % of the width, unresolvable
     wide = SimpleNamespace(low=0.99, high=1.05, level=0.9)
@@ -183,14 +183,14 @@ def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
 
 
 def test_resolution_note_says_when_the_hook_made_the_step_slower():
-    from perfkit.compress.experiments import resolution_note
+    from perfkit.compress.narrate import resolution_note
     slower = resolution_note(SimpleNamespace(low=1.001, high=1.07, level=0.9), 0.997)  # fp16's, default run
     assert "the whole interval lies above 1x: this hook made the step slower" in slower
     assert "made the step slower, which" not in resolution_note(SimpleNamespace(low=0.99, high=1.05), 0.997)
 
 
 def test_ef_gap_text_closes_widens_or_has_nothing_to_close():
-    from perfkit.compress.experiments import ef_gap_text
+    from perfkit.compress.narrate import ef_gap_text
     assert ef_gap_text(0.1479, 0.0013) == "closed 99% of it"
     assert ef_gap_text(0.0536, 0.0579) == "widened it by 8%: error feedback made this run worse"
     assert ef_gap_text(-0.0001, 0.0001) == "no gap to close"
@@ -199,7 +199,7 @@ def test_ef_gap_text_closes_widens_or_has_nothing_to_close():
 
 
 def test_slowdown_text_puts_the_slower_steps_in_small_calls():
-    from perfkit.compress.experiments import slowdown_text
+    from perfkit.compress.narrate import slowdown_text
     r = {"powersgd_r1": SimpleNamespace(value=1.49), "powersgd_r4": SimpleNamespace(value=1.5),
          "topk_1pct": SimpleNamespace(value=1.19), "randomk_1pct": SimpleNamespace(value=1.11)}
     text = slowdown_text(r, 6.22e-3, [628e-6, 1.27e-3, 1.04e-3])  # notebook 03's default run
@@ -217,14 +217,14 @@ def test_slowdown_text_puts_the_slower_steps_in_small_calls():
 
 
 def test_slowdown_text_names_its_statistic():
-    from perfkit.compress.experiments import slowdown_text
+    from perfkit.compress.narrate import slowdown_text
     text = slowdown_text({"topk_1pct": SimpleNamespace(value=1.2)}, 5e-3, [1e-3])
     assert text.startswith("By the median paired ratios (less 1, times none's median step, 5 ms)")
     assert "By the medians," not in text
 
 
 def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_interval():
-    from perfkit.compress.experiments import medians_note, medians_outside, medians_outside_text
+    from perfkit.compress.narrate import medians_note, medians_outside, medians_outside_text
     e = SimpleNamespace
     paired = {"a": e(value=1.14, low=1.097, high=1.188), "b": e(value=1.01, low=0.98, high=1.03)}
     med = {"a": 1.396, "b": 1.01}
@@ -242,7 +242,7 @@ def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_int
 
 
 def test_fusion_text_says_what_a_floor_verdict_shows_against_the_model():
-    from perfkit.compress.experiments import fusion_text
+    from perfkit.compress.narrate import fusion_text
     e = SimpleNamespace
     sign = fusion_text(e(value=1.25, low=1.12, high=1.34), 4.73)  # notebook 03's default run
     assert "this ran 0.26 of it (whole interval, 1.12x to 1.34x, below it)" in sign
