@@ -51,6 +51,13 @@ def check_real(name: str, v: Any, lo: float = -math.inf, hi: float = math.inf, *
     return v
 
 
+def check_level(level: Any) -> float:
+    """``level`` as a float if it is a confidence in (0, 1), the one message every interval uses."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a confidence in (0, 1), e.g. 0.9, got {level!r}")
+    return float(level)
+
+
 def check_choice(name: str, v: T, choices: Iterable[Any]) -> T:
     """``v`` if it equals one of ``choices`` (a bool never matches a number: True is not 1)."""
     options = tuple(choices)

@@ -3,7 +3,10 @@
 An :class:`Estimate` holds a value, its interval (``low <= value <= high``), the interval's
 confidence and the number of samples behind it. Three kinds of figure share it:
 
-- an interval at a confidence ``level`` (from :mod:`perfkit.stats`);
+- an interval at a confidence ``level`` (from :mod:`perfkit.stats`). Where the method knows
+  the interval's exact coverage, ``coverage`` holds it (at least ``level``: an
+  order-statistic interval of 7 samples is their whole range, which covers the median with
+  98.4 %), and the interval prints with that coverage ("98% interval"), not the level asked;
 - **no interval**: fewer samples than an interval at ``level`` needs (``needs`` says how
   many); ``low == high == value``, and a verdict on it is inconclusive;
 - an exact figure (a count, a formula: ``level=None``, ``low == high``) or a plain range of
@@ -26,15 +29,13 @@ import math
 import numbers
 from dataclasses import asdict, dataclass, replace
 
-from perfkit.units import printed_interval, si, si_interval
+from perfkit._checks import check_level
+from perfkit.units import printed_beside, printed_interval, si, si_interval
 
-__all__ = ["Estimate", "exact"]
+__all__ = ["LEVEL", "Estimate", "exact"]
 
 
-def _level(level: object) -> float:
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"level must be a confidence in (0, 1), e.g. 0.9, got {level!r}")
-    return float(level)
+LEVEL = 0.90       # confidence of every interval the course prints and judges on (at least)
 
 
 def _count(name: str, v: object, lo: int) -> int:
@@ -54,6 +55,9 @@ class Estimate:
     "equal" and names them ("all 5 samples equal"), and the value is printed after it.
     ``needs``: set when ``n`` is fewer than an interval at ``level`` needs (that number);
     the estimate then has no interval (``low == high == value``).
+    ``coverage``: the interval's exact (or least) coverage where its method knows it, at
+    least ``level``; ``None`` where the level is all that is known (a bootstrap's nominal
+    level). :attr:`label` prints it, rounded down to a whole percent.
     """
 
     value: float
@@ -63,6 +67,7 @@ class Estimate:
     n: int
     method: str
     needs: int | None = None
+    coverage: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("value", "low", "high"):
@@ -73,7 +78,7 @@ class Estimate:
             raise ValueError(f"an estimate's value must lie in its interval: low {self.low!r} <= value "
                              f"{self.value!r} <= high {self.high!r}")
         if self.level is not None:
-            _level(self.level)
+            check_level(self.level)
         _count("n", self.n, 1)
         if not isinstance(self.method, str) or not self.method:
             raise ValueError("method must say how the interval was made, e.g. 'median of 7 samples'")
@@ -82,6 +87,13 @@ class Estimate:
             if self.level is None or not self.low == self.value == self.high:
                 raise ValueError("needs (the samples an interval needs) goes with a level and no "
                                  "interval: low == value == high")
+        if self.coverage is not None:
+            c = self.coverage
+            if (self.level is None or self.needs is not None or isinstance(c, bool)
+                    or not isinstance(c, (int, float)) or not self.level - 1e-9 <= c < 1):
+                raise ValueError(f"coverage must lie in [level, 1) and go with an interval at a level, got "
+                                 f"coverage {c!r} at level {self.level!r}" + (" without an interval"
+                                                                             * (self.needs is not None)))
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -92,6 +104,19 @@ class Estimate:
     def has_interval(self) -> bool:
         """Whether this is a confidence interval (``level`` set, enough samples for it)."""
         return self.level is not None and self.needs is None
+
+    @property
+    def confidence(self) -> float | None:
+        """The interval's coverage where known (:attr:`coverage`), else its ``level``."""
+        return self.coverage if self.coverage is not None else self.level
+
+    @property
+    def label(self) -> str:
+        """``"98% interval"``: the interval's name with its coverage rounded down to a whole
+        percent (so never above the truth), or ``"spread"`` for a range with no confidence."""
+        if self.confidence is None:
+            return "spread"
+        return f"{math.floor(self.confidence * 100 + 1e-9):.0f}% interval"
 
     def describe(self, unit: str = "") -> str:
         """``"90% interval 0.99x to 1.05x, median of 30 paired ratios"``: the interval and
@@ -109,8 +134,7 @@ class Estimate:
             return f"no spread: {self.method}, {self.n} samples"
         _, lo, hi = si_interval(self.value, self.low, self.high, unit)
         # without a level it is a spread the method names (a p10-p90, a min-max), no interval
-        what = f"{self.level:.0%} interval" if self.level is not None else "spread"
-        return f"{what} {lo} to {hi}, {self.method}"
+        return f"{self.label} {lo} to {hi}, {self.method}"
 
     def point(self, unit: str = "") -> str:
         """The value alone, at :meth:`describe`'s precision (``"0.184x"`` beside ``"0.183x to
@@ -129,13 +153,40 @@ class Estimate:
         """``"above"`` or ``"below"`` where the interval, as :meth:`text` prints it, lies clear
         of ``x`` on that side; ``""`` where it holds ``x`` or there is no interval. A sentence
         such as "the interval lies above 1x" must hold for the printed ends: ``1.00x to 1.03x``
-        does not lie above 1x, though its unrounded low end may."""
+        does not lie above 1x, though its unrounded low end may; nor does an interval printed as
+        ending at 36.7 ms lie below a step of 36.72 ms: ``x`` is rounded as the ends are."""
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
             raise ValueError(f"x must be a finite number, got {x!r}")
         if not self.has_interval or self.low == self.high:
             return ""
         lo, hi = printed_interval(self.value, self.low, self.high, unit)
+        x = printed_beside(x, self.value, self.low, self.high, unit)  # both at the printed precision
         return "above" if lo > x else "below" if hi < x else ""
+
+    def beside(self, x: float, what: str = "the ratio of the medians", unit: str = "x") -> str:
+        """A sentence, starting with a space, on where another estimate of the same figure,
+        ``x``, lies against this interval as printed: ``" The ratio of the medians, 1.15x, lies
+        above this 90% interval (1.02x to 1.13x): ..."``. The median of paired rounds' ratios
+        and the ratio of two medians estimate one slowdown differently; where ``x`` lies
+        outside, the sentence says that the verdict judges this interval only. ``""`` where
+        there is no interval.
+
+        Raises:
+            ValueError: for an ``x`` that is not finite, or an empty ``what``.
+        """
+        if not isinstance(what, str) or not what:
+            raise ValueError(f"what must name the other estimate ('the ratio of the medians'), got {what!r}")
+        side = self.clear_of(x, unit)  # checks x; "above": the interval lies above x
+        if not self.has_interval or self.low == self.high:
+            return ""
+        _, lo, hi = si_interval(self.value, self.low, self.high, unit)
+        shown = si_interval(x, min(x, self.low), max(x, self.high), unit)[0]
+        head = f" {what[0].upper()}{what[1:]}, {shown}, lies"
+        if not side:
+            return f"{head} inside this {self.label} ({lo} to {hi})."
+        return (f"{head} {'below' if side == 'above' else 'above'} this {self.label} ({lo} to {hi}): "
+                f"the two estimate one figure differently ({self.method} pairs each round; {what} does "
+                "not), and the verdict judges this interval only.")
 
     def scaled(self, k: float) -> Estimate:
         """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""

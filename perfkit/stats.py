@@ -29,14 +29,19 @@ for 4. With fewer, an estimate has no interval (``needs`` is set) and a verdict 
 inconclusive; it says "3 samples, fewer than the 5 a 90% interval needs". Two separate runs
 need 6 samples each (each at ``sqrt(0.9)`` = 94.9 %).
 
-Every interval is at confidence :data:`LEVEL`. With about 130 verdicts in a course run, a
-90 % interval puts a true tolerance's edge outside it on one side with probability at most
+Every interval is at confidence :data:`LEVEL` or more. An order-statistic interval can only
+end on a sample, so its coverage moves in steps with ``n``: the narrowest one reaching 90 %
+covers 93.8 % at 5 samples, 98.4 % at 7 ([min, max]; the next pair in, 87.5 %) and 90.1 % at
+30. The estimate carries that exact coverage (``Estimate.coverage``; for separate runs the
+product of theirs, for a largest figure Bonferroni's sum) and prints it, rounded down:
+"98% interval", not the 90 % asked. With about 130 verdicts in a course run, an interval
+of at least 90 % puts a true tolerance's edge outside it on one side with probability at most
 5 %: :func:`chance_misses` says how many misses chance alone gives.
 
 Usage::
 
     est = median_ratio(candidate_times_s, baseline_times_s)   # paired rounds
-    print(est)             # 1.02 (90% interval 0.99 to 1.05, median of 30 paired ratios)
+    print(est)             # 1.02 (90% interval 0.99 to 1.05, median of 30 paired ratios): 90.1 % exact
     judge(prediction, est) # perfkit.verdict: held / missed / inconclusive / disturbed
 """
 
@@ -47,14 +52,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from perfkit.estimate import Estimate, exact
+from perfkit._checks import check_level
+from perfkit.estimate import LEVEL, Estimate, exact
+from perfkit.joint import chance_misses, joint_coverage, joint_level, largest
 from perfkit.order_stats import median_bounds, min_samples
 
 __all__ = ["BOOTSTRAP_MIN", "LEVEL", "MIN_SAMPLES", "RESAMPLES", "SEED", "Estimate", "bootstrap",
-           "chance_misses", "exact", "joint_level", "largest", "median", "median_interval", "median_ratio",
-           "min_samples", "of_medians", "paired_ratios", "per_round", "quantile", "range_of"]
+           "chance_misses", "exact", "joint_coverage", "joint_level", "largest", "median", "median_interval",
+           "median_ratio", "min_samples", "of_medians", "paired_ratios", "per_round", "quantile", "range_of"]
 
-LEVEL = 0.90       # confidence of every interval the course prints and judges on
 MIN_SAMPLES = min_samples(LEVEL)   # 5: [min, max] of 5 covers the median 93.8 %, of 4 only 87.5 %
 RESAMPLES = 2000   # bootstrap resamples: the interval's edges move < 1 % between seeds at this count
 SEED = 0           # fixed, so the same numbers always print the same interval
@@ -81,10 +87,6 @@ def _values(name: str, xs: object, positive: bool = False) -> np.ndarray:
     return arr
 
 
-def _level(level: object) -> float:
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"level must be a confidence in (0, 1), e.g. 0.9, got {level!r}")
-    return float(level)
 
 
 def quantile(xs: Sequence[float], q: float) -> float:
@@ -158,10 +160,10 @@ def _median_estimate(arr: np.ndarray, level: float, what: str) -> Estimate:
     point, n = float(np.median(arr)), len(arr)
     if n < min_samples(level):
         return _no_interval(point, n, level, f"median of {n} {what}")
-    lo, hi, _, _ = median_bounds([float(v) for v in arr], level)
+    lo, hi, _, cover = median_bounds([float(v) for v in arr], level)
     if lo == hi:
-        return Estimate(point, point, point, level, n, _tied(arr, point, what))
-    return Estimate(point, lo, hi, level, n, f"median of {n} {what}")
+        return Estimate(point, point, point, level, n, _tied(arr, point, what), coverage=cover)
+    return Estimate(point, lo, hi, level, n, f"median of {n} {what}", coverage=cover)
 
 
 def median_interval(xs: Sequence[float], level: float = LEVEL) -> Estimate:
@@ -172,7 +174,7 @@ def median_interval(xs: Sequence[float], level: float = LEVEL) -> Estimate:
     Raises:
         TypeError, ValueError: for a bad ``xs`` or ``level`` outside (0, 1).
     """
-    return _median_estimate(_values("xs", xs), _level(level), "samples")
+    return _median_estimate(_values("xs", xs), check_level(level), "samples")
 
 
 def median_ratio(a: Sequence[float], b: Sequence[float], paired: bool = True,
@@ -201,7 +203,7 @@ def median_ratio(a: Sequence[float], b: Sequence[float], paired: bool = True,
     x, y = _values("a", a, positive=True), _values("b", b, positive=True)
     if paired and len(x) != len(y):
         raise ValueError(f"a and b must hold the same number of rounds, got {len(x)} and {len(y)}")
-    level = _level(level)
+    level = check_level(level)
     if paired:
         return _median_estimate(x / y, level, "paired ratios")
     return of_medians(lambda ma, mb: ma / mb, [x, y], [True, False], level,
@@ -242,7 +244,7 @@ def of_medians(f: Callable[..., float], samples: Sequence[Sequence[float]], risi
             or not all(isinstance(r, bool) for r in rising)):
         raise ValueError(f"rising must hold one bool per sample ({len(samples)}), got {rising!r}")
     arrs = [_values("samples entries", a) for a in samples]
-    each = _level(level) ** (1 / len(arrs))
+    each = check_level(level) ** (1 / len(arrs))
     ests = [_median_estimate(a, each, "samples") for a in arrs]
     point, n = float(f(*(e.value for e in ests))), min(len(a) for a in arrs)
     how = f"{what} ({' and '.join(str(len(a)) for a in arrs)} samples)"
@@ -253,10 +255,11 @@ def of_medians(f: Callable[..., float], samples: Sequence[Sequence[float]], risi
     if lo > hi:
         raise ValueError(f"rising must say which way f moves with each median, got {list(rising)}: f at "
                          f"the ends it names runs from {lo:.6g} down to {hi:.6g}")
+    cover = math.prod(e.confidence for e in ests)  # independent runs: every interval holds at once
     if lo == hi:
         return Estimate(point, point, point, level, n, f"{what}: every run's middle samples tie, "
-                        "every figure within reach equals")
-    return Estimate(point, min(lo, point), max(hi, point), level, n, how)
+                        "every figure within reach equals", coverage=cover)
+    return Estimate(point, min(lo, point), max(hi, point), level, n, how, coverage=cover)
 
 
 def per_round(stat: Callable[..., float], samples: Sequence[Sequence[float]], what: str = "rounds",
@@ -292,7 +295,7 @@ def per_round(stat: Callable[..., float], samples: Sequence[Sequence[float]], wh
     figures = np.array([float(stat(*row)) for row in zip(*arrs, strict=True)])
     if not np.all(np.isfinite(figures)):
         raise ValueError(f"stat must give a finite figure for every round, got {figures.tolist()}")
-    return _median_estimate(figures, _level(level), what)
+    return _median_estimate(figures, check_level(level), what)
 
 
 def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], paired: bool,
@@ -323,7 +326,7 @@ def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], pa
     if isinstance(samples, (str, bytes)) or not hasattr(samples, "__len__") or len(samples) == 0:
         raise ValueError(f"samples must be a non-empty list of sequences, got {samples!r}")
     arrs = [_values("samples entries", s) for s in samples]
-    level = _level(level)
+    level = check_level(level)
     if paired and len({len(a) for a in arrs}) > 1:
         raise ValueError(f"paired samples must be equally long, got lengths {[len(a) for a in arrs]}")
     point, n = float(stat(*arrs)), min(len(a) for a in arrs)
@@ -341,68 +344,3 @@ def bootstrap(stat: Callable[..., float], samples: Sequence[Sequence[float]], pa
         return Estimate(point, point, point, level, n, f"all {RESAMPLES} resamples over {n} {what} equal")
     how = f"bootstrap over {n} {what}" + (", widened to hold the value" if not lo <= point <= hi else "")
     return Estimate(point, min(lo, point), max(hi, point), level, n, how)
-
-
-def joint_level(k: int, level: float = LEVEL) -> float:
-    """The level each of ``k`` intervals needs so that all hold together with probability at
-    least ``level``, whatever their dependence (Bonferroni): ``1 - (1 - level) / k``.
-
-    Raises:
-        ValueError: for ``k`` < 1 or ``level`` outside (0, 1).
-    """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1, got {k!r}")
-    return 1 - (1 - _level(level)) / k
-
-
-def largest(estimates: Sequence[Estimate], absolute: bool = False) -> Estimate:
-    """The largest of several figures (of their sizes, with ``absolute``), with an interval
-    that holds whenever every figure's own interval holds: from the largest low end to the
-    largest high end (for sizes: the largest distance of an interval from 0, to its largest
-    size). Its level is Bonferroni's, ``1 - sum(1 - level_i)``: give each figure's interval
-    at :func:`joint_level` of their count for a result at :data:`LEVEL`.
-
-    Raises:
-        TypeError: for an entry that is not an :class:`Estimate`.
-        ValueError: for no estimates, one without a confidence level, or levels whose
-            Bonferroni sum leaves no confidence.
-    """
-    if isinstance(estimates, (str, bytes)) or not hasattr(estimates, "__len__") or len(estimates) == 0:
-        raise ValueError(f"estimates must be a non-empty list of Estimates, got {estimates!r}")
-    for e in estimates:
-        if not isinstance(e, Estimate):
-            raise TypeError(f"estimates must hold perfkit.stats.Estimate, got {type(e).__name__}")
-        if e.level is None:
-            raise ValueError(f"estimates must each carry a confidence level, got {e.method!r} without one")
-    level = 1 - sum(1 - e.level for e in estimates)
-    if not 0 < level < 1:
-        raise ValueError(f"estimates' levels must leave a joint confidence above 0, got {level:.3g}: "
-                         "give each at joint_level(len(estimates))")
-    size = abs if absolute else (lambda v: v)
-    point = max(size(e.value) for e in estimates)
-    k, n = len(estimates), min(e.n for e in estimates)
-    what = f"largest {'size ' if absolute else ''}of {k} figures"
-    if short := [e.needs for e in estimates if e.needs is not None]:
-        return Estimate(point, point, point, level, n, what, needs=max(short))
-    if absolute:
-        lo = max(0.0 if e.low <= 0 <= e.high else min(abs(e.low), abs(e.high)) for e in estimates)
-        hi = max(max(abs(e.low), abs(e.high)) for e in estimates)
-    else:
-        lo, hi = max(e.low for e in estimates), max(e.high for e in estimates)
-    if lo == hi:
-        return Estimate(point, point, point, level, n, f"the {what}, each without spread, equals")
-    return Estimate(point, lo, hi, level, n, f"{what}, each at {min(e.level for e in estimates):.1%}")
-
-
-def chance_misses(n: int, level: float = LEVEL) -> float:
-    """How many of ``n`` true predictions a ``level`` interval reports missed by chance alone.
-
-    A tolerance is missed when the whole interval lies on one side of its edge; for a true
-    prediction whose figure sits right at the edge that happens with probability
-    ``(1 - level) / 2``, less when it sits inside. So this is an upper bound: ``n (1 - level) / 2``.
-    A bound is missed when the point crosses it (:mod:`perfkit.verdict`): a true bound with
-    room to spare is crossed only by noise larger than that room.
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be an int >= 0, got {n!r}")
-    return n * (1 - _level(level)) / 2

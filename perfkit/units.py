@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["printed_interval", "share_range", "si", "si_interval"]
+__all__ = ["printed_beside", "printed_interval", "share_range", "si", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -126,6 +126,22 @@ def printed_interval(value: float, low: float, high: float, unit: str = "") -> t
     if scale == 0:
         return (0.0, 0.0)
     return tuple(round(x / scale, decimals) * scale for x in nums[1:])
+
+
+def printed_beside(x: float, value: float, low: float, high: float, unit: str = "") -> float:
+    """``x`` rounded as :func:`si_interval` prints the interval ``low`` to ``high``: to compare
+    a figure with the interval's printed ends at one precision (a step of 36.72 ms does not lie
+    above an interval printed as ending at 36.7 ms).
+
+    Raises:
+        TypeError, ValueError: as :func:`si_interval`, or for an ``x`` that is not finite.
+    """
+    x = _number("x", x)
+    if not math.isfinite(x):
+        raise ValueError(f"x must be a finite number, got {x!r}")
+    nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
+    scale, _, _, _, decimals = _interval_format(nums, _unit(unit), 3)
+    return x if scale == 0 else round(x / scale, decimals) * scale
 
 
 def _interval_format(nums: list[float], unit: str, digits: int) -> tuple[float, str, str, bool, int]:

@@ -189,7 +189,7 @@ def reading(measured: float | Estimate, spread: tuple[float, float] | None) -> R
         if spread is not None:
             raise ValueError("give spread only with a plain number: an Estimate carries its interval")
         e = measured
-        words = f"{e.level:.0%} interval" if e.level is not None else "range"
+        words = e.label if e.level is not None else "range"
         interval = None if e.low == e.high else e.spread
         return Reading(e.value, interval, e.level, words, e.n, e.needs, e)
     if isinstance(measured, bool) or not isinstance(measured, (int, float)):

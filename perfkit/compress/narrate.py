@@ -52,8 +52,8 @@ def resolution_note(ratio: Any, edge: float) -> str:
                   "which the floor passes.")
     if width <= gain:
         return floor
-    level = getattr(ratio, "level", None)
-    what = f"{level:.0%} interval" if isinstance(level, float) else "interval"
+    what = getattr(ratio, "label", None) if getattr(ratio, "level", None) is not None else None
+    what = what or "interval"
     return (f" The gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the {what}'s width "
             f"({width:.1%} of a step): this run can show a step shorter than the edge by more than its "
             "noise, not resolve a gain of that size." + floor)

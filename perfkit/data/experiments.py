@@ -308,7 +308,7 @@ def _below(pre: Estimate, x: float, name: str) -> str:
     interval reaches ``x`` (noise) or not (a part ran faster inside the loop)."""
     gap = (f"the prefetched loop's {pre.value:.2f} ms/step lies {x - pre.value:.2f} ms "
            f"({(x - pre.value) / x:.0%}) below {name} ({x:.2f} ms/step)")
-    ends = f"its {pre.level:.0%} interval, {pre.low:.2f} to {pre.high:.2f} ms/step ({pre.method})"
+    ends = f"its {pre.label}, {pre.low:.2f} to {pre.high:.2f} ms/step ({pre.method})"
     if pre.has_interval and pre.high >= x:
         return gap + f", within its noise: {ends}, reaches it"
     return (gap + (f", beyond its noise ({ends})" if pre.has_interval else " (no interval)")

@@ -23,7 +23,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -144,7 +144,8 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     if lo == hi:
         return Estimate(point, point, point, level, n, "fraction of the 4 loops' medians: every loop's "
                         "middle rounds tie, every figure within reach equals")
-    return clip_at_one(Estimate(point, min(lo, point), max(hi, point), level, n, how))
+    return clip_at_one(Estimate(point, min(lo, point), max(hi, point), level, n, how,
+                                coverage=max(level, stats.joint_coverage(med))))
 
 
 def clip_at_one(est: Estimate) -> Estimate:
@@ -162,7 +163,7 @@ def clip_at_one(est: Estimate) -> Estimate:
     why = (f"clipped at 1, the most a prefetcher can hide: the medians give {est.value:.3g}, past 1 by "
            "the noise of the four loops, as the interval's reach below 1 allows" if est.value > 1 else
            f"its top end clipped at 1 from {est.high:.3g}, the most a prefetcher can hide")
-    return Estimate(min(est.value, 1.0), est.low, 1.0, est.level, est.n, f"{est.method}; {why}")
+    return replace(est, value=min(est.value, 1.0), high=1.0, method=f"{est.method}; {why}")
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,8 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
                         needs=max(e.needs for e in each if e.needs is not None))
     low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
     return Estimate(point, min(low, point), max(high, point), level, n,
-                    how + f", each width's interval at {level ** 0.5:.1%}, two of them {level:.0%} together")
+                    how + f", each width's interval at {level ** 0.5:.1%}, two of them {level:.0%} together",
+                    coverage=stats.joint_coverage(each, independent=True))
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,

@@ -171,7 +171,12 @@ def test_resolution_note_says_when_an_interval_cannot_resolve_the_bytes_gain():
     # interval 0.99x to 1.05x (6 % wide): the gain is 5 % of the width, unresolvable
     wide = SimpleNamespace(low=0.99, high=1.05, level=0.9)
     text = resolution_note(wide, 0.997)
-    assert text.startswith(" The gain its bytes allow, 0.3% of a step, is 5% of the 90% interval's width")
+    assert text.startswith(" The gain its bytes allow, 0.3% of a step, is 5% of the interval's width")
+    # an Estimate names its interval by its exact coverage: [min, max] of 7 rounds covers 98.4 %
+    from perfkit.stats import median_ratio
+    seven = median_ratio([0.99, 1.0, 1.01, 1.02, 1.03, 1.04, 1.05], [1.0] * 7)
+    assert resolution_note(seven, 0.997).startswith(" The gain its bytes allow, 0.3% of a step, is 5% of "
+                                                   "the 98% interval's width")
     assert "(6.0% of a step)" in text and "not resolve a gain of that size" in text
     assert "a floor only" in text and "made the step slower, by any amount, passes it too" in text
     narrow = resolution_note(SimpleNamespace(low=0.995, high=0.996), 0.99)  # narrower than the gain

@@ -120,7 +120,7 @@ def test_speedup_from_measurements_by_hand():
     five = compute.Speedup(Measurement((4.0, 6.0, 8.0, 5.0, 7.0), 0),
                            Measurement((2.0, 2.0, 4.0, 2.0, 2.0), 0))
     assert five.low <= five.ratio <= five.high and (five.low, five.high) == five.estimate.spread
-    assert "90% interval" in str(five)
+    assert "93% interval" in str(five)   # [min, max] of 5 covers the median 1 - 2 / 2**5 = 93.75 %
 
 
 def test_compare_restores_threads_and_checks_them():

@@ -19,6 +19,7 @@ from perfkit.stats import (
     bootstrap,
     chance_misses,
     exact,
+    joint_coverage,
     joint_level,
     largest,
     median,
@@ -31,7 +32,7 @@ from perfkit.stats import (
     quantile,
     range_of,
 )
-from perfkit.units import printed_interval, share_range, si, si_interval
+from perfkit.units import printed_beside, printed_interval, share_range, si, si_interval
 from perfkit.verdict import Prediction, context, judge
 from perfkit.verdict_text import reading
 
@@ -70,6 +71,8 @@ CASES = [  # (id, call, exception, regex on the message)
      "inverse needs an estimate above 0"),
     ("Estimate.describe unit", lambda: E.describe(3), TypeError, "unit must be a string"),
     ("Estimate.text unit", lambda: E.text(None), TypeError, "unit must be a string"),
+    ("Estimate.beside x", lambda: E.beside(math.nan), ValueError, "x must be a finite number"),
+    ("Estimate.beside what", lambda: E.beside(1.0, ""), ValueError, "what must name the other estimate"),
     ("Estimate.point unit", lambda: E.point(1), TypeError, "unit must be a string"),
     ("Estimate.shifted c", lambda: E.shifted(NAN), ValueError, "c must be a finite number"),
     ("Estimate.needs with an interval", lambda: Estimate(1.0, 0.9, 1.1, 0.9, 3, "x", needs=5), ValueError,
@@ -120,6 +123,15 @@ CASES = [  # (id, call, exception, regex on the message)
     ("largest.estimates exact", lambda: largest([exact(1.0)]), ValueError,
      "estimates must each carry a confidence level"),
     ("largest.estimates levels", lambda: largest([E] * 11), ValueError, "joint confidence above 0"),
+    ("joint_coverage.estimates empty", lambda: joint_coverage([]), ValueError,
+     "estimates must be a non-empty"),
+    ("joint_coverage.estimates item", lambda: joint_coverage([1.0]), TypeError, "estimates must hold"),
+    ("joint_coverage.estimates exact", lambda: joint_coverage([exact(1.0)]), ValueError,
+     "estimates must each carry a confidence level"),
+    ("Estimate.coverage below level", lambda: Estimate(1.0, 0.9, 1.1, 0.9, 5, "x", coverage=0.8), ValueError,
+     r"coverage must lie in \[level, 1\)"),
+    ("Estimate.coverage without level", lambda: Estimate(1.0, 0.9, 1.1, None, 5, "x", coverage=0.95),
+     ValueError, "coverage must lie"),
     ("joint_level.k", lambda: joint_level(0), ValueError, "k must be an int >= 1"),
     ("joint_level.level", lambda: joint_level(2, level=1.5), ValueError, "level"),
     ("min_samples.level", lambda: min_samples(1.0), ValueError, r"level must be a finite number in \(0, 1\)"),
@@ -137,6 +149,11 @@ CASES = [  # (id, call, exception, regex on the message)
      "low <= value <= high must hold"),
     ("si_interval.high inf", lambda: si_interval(1.0, 0.9, INF), ValueError, "low <= value <= high"),
     ("si_interval.unit", lambda: si_interval(1.0, 0.9, 1.1, 2), TypeError, "unit must be a string"),
+    ("printed_beside.x", lambda: printed_beside("1", 1.0, 0.9, 1.1), TypeError, "x must be a number"),
+    ("printed_beside.x inf", lambda: printed_beside(math.inf, 1.0, 0.9, 1.1), ValueError,
+     "x must be a finite"),
+    ("printed_beside.low above value", lambda: printed_beside(1.0, 1.0, 1.1, 1.2), ValueError,
+     "low <= value <= high"),
     ("printed_interval.value", lambda: printed_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
     ("printed_interval.low above value", lambda: printed_interval(1.0, 1.1, 1.2), ValueError,
      "low <= value <= high"),

@@ -322,3 +322,39 @@ def test_ties_print_as_ties_never_as_a_zero_width_interval():
         for e in (stats.median_interval(xs), stats.median_ratio(xs, [1] * len(xs))):
             ends = re.search(r"interval (\S+) to (\S+?),", str(e))
             assert ends is None or ends[1] != ends[2], str(e)
+
+
+def test_an_interval_is_named_by_its_exact_coverage_not_the_level_asked():
+    # the narrowest order-statistic interval whose coverage reaches 90 %: at 7 samples that is
+    # [min, max], which covers the median 1 - 2 / 2**7 = 98.4 % ([2nd, 6th] only 87.5 %). A
+    # label that printed the level asked ("90% interval") would claim less than it holds.
+    seven = stats.median_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    assert (seven.low, seven.high) == (1.0, 7.0)
+    assert seven.coverage == pytest.approx(1 - 2 / 2 ** 7) and seven.level == stats.LEVEL
+    assert seven.label == "98% interval" and str(seven) == "4 (98% interval 1 to 7, median of 7 samples)"
+    # rounded down, never up: 93.75 % prints as 93 %, not 94 %
+    five = stats.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert five.label == "93% interval"
+    # 30 samples: k = 11 ([11th, 20th]) is the narrowest reaching 90 %; its exact coverage
+    thirty = stats.median_interval(list(range(1, 31)))
+    cover = sign_coverage(30, 11)
+    assert (thirty.low, thirty.high) == (11, 20) and thirty.coverage == pytest.approx(cover)
+    assert thirty.label == f"{int(cover * 100)}% interval"
+    # the same label survives scaling, shifting and inversion (a unit change keeps coverage)
+    assert seven.scaled(2.0).label == seven.inverse().label == seven.shifted(-1).label == "98% interval"
+    # a ratio of two separate runs: both runs' intervals hold together, the product of coverages
+    a, b = [1.0 + i / 10 for i in range(7)], [2.0 + i / 10 for i in range(7)]
+    sep = stats.median_ratio(a, b, paired=False)
+    each = stats.median_interval(a, stats.LEVEL ** 0.5).coverage
+    assert sep.coverage == pytest.approx(each * each) and sep.coverage >= stats.LEVEL
+    # a largest of k figures: Bonferroni over their exact coverages, never below the level asked
+    figs = [stats.median_interval([v + i for i in range(9)], stats.joint_level(2)) for v in (0.0, 1.0)]
+    big = stats.largest(figs)
+    assert big.coverage == pytest.approx(1 - sum(1 - f.coverage for f in figs)) and big.coverage >= big.level
+    # a bootstrap knows only its nominal level
+    boot = stats.bootstrap(np.mean, [list(range(1, 41))], paired=True, what="steps")
+    assert boot.coverage is None and boot.label == "90% interval"
+    # a range of repeats has no confidence: a spread
+    assert stats.range_of([1.0, 2.0, 3.0]).label == "spread"
+    # the record rebuilds the same estimate, coverage included
+    assert stats.Estimate(**seven.record()) == seven

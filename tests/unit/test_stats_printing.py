@@ -103,6 +103,12 @@ def test_clear_of_holds_for_the_printed_ends_not_the_unrounded_ones():
     assert Estimate(1.5, 1.5, 1.5, 0.9, 3, "m", needs=5).clear_of(1.0) == ""  # no interval: no side
     ms = Estimate(0.0031, 0.0029, 0.0033, 0.9, 7, "m")  # printed 2.9 ms to 3.3 ms
     assert ms.clear_of(0.0025, "s") == "above" and ms.clear_of(0.003, "s") == ""
+    # the figure is rounded as the ends are: a step of 36.72 ms is not "above" an interval
+    # printed as ending at 36.7 ms (a clear_of that kept x unrounded would say it is)
+    busy = Estimate(0.0244, 0.0235, 0.03671, 0.9, 12, "median of 12 samples")
+    assert "23.5 ms to 36.7 ms" in busy.text("s") and busy.clear_of(0.03672, "s") == ""
+    assert busy.clear_of(0.0368, "s") == "below" and busy.clear_of(0.02352, "s") == ""
+    assert busy.clear_of(0.0234, "s") == "above"
     rng = random.Random(3)
     for _ in range(2000):  # the printed ends, parsed back from the text, are printed_interval's
         v = 10 ** rng.uniform(-6, 6)
@@ -113,3 +119,21 @@ def test_clear_of_holds_for_the_printed_ends_not_the_unrounded_ones():
         assert plo / nums[1] == pytest.approx(phi / nums[2], rel=1e-9), (v, lo, hi, unit)
     with pytest.raises(ValueError, match="x must be a finite number"):
         rounds_onto.clear_of(float("nan"))
+
+
+def test_beside_says_where_another_estimate_of_the_figure_lies_as_printed():
+    from perfkit.estimate import Estimate
+
+    # notebook 13's ZeRO-1 step: paired 1.02x to 1.13x, the printed medians' ratio 1.145x
+    zero1 = Estimate(1.08, 1.02, 1.13, 0.9, 7, "median of 7 paired ratios", coverage=0.984375)
+    out = zero1.beside(1.145)
+    assert out.startswith(" The ratio of the medians, 1.15x, lies above this 98% interval (1.02x to 1.13x)")
+    assert "judges this interval only" in out
+    assert zero1.beside(0.99).startswith(" The ratio of the medians, 0.99x, lies below this 98% interval")
+    inside = " The ratio of the medians, 1.10x, lies inside this 98% interval (1.02x to 1.13x)."
+    assert zero1.beside(1.10) == inside
+    # at the printed precision: 1.1304 prints onto the end 1.13x, so it is not "above" (a beside
+    # that compared unrounded numbers would call it outside)
+    assert "inside" in zero1.beside(1.1304) and "inside" not in zero1.beside(1.136)
+    assert Estimate(1.5, 1.5, 1.5, 0.9, 3, "m", needs=5).beside(1.0) == ""  # no interval: nothing to say
+    assert zero1.beside(1.2, "the ratio of the whole runs' rates").startswith(" The ratio of the whole runs'")
