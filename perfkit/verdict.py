@@ -209,7 +209,7 @@ def _side(r: Reading, lo: float, hi: float) -> str:
     return "above" if r.value > hi else "below" if r.value < lo else "inside"
 
 
-def _cause(explain: Mapping[str, str], outcome: str, side: str) -> str:
+def _cause(explain: Mapping[str, str], outcome: str, side: str, has_interval: bool = True) -> str:
     """The section's own sentences for this outcome: a missed or held verdict's side; for an
     inconclusive one, its own sentence and the cause for the side the figure lies on."""
     if outcome in ("held", "missed"):
@@ -223,7 +223,9 @@ def _cause(explain: Mapping[str, str], outcome: str, side: str) -> str:
         cause = explain[key].strip()
         if len(cause) > 1 and cause[0].isupper() and cause[1].islower():  # "Its ..." -> "its ...", not "DDP"
             cause = cause[0].lower() + cause[1:]
-        said.append(f"The figure lies {where}: {cause}")
+        # the point, not the interval: an inconclusive interval reaches past an edge
+        said.append(f"The point estimate lies {where}, "
+                    f"{'not its whole interval' if has_interval else 'with no interval'}: {cause}")
         if said[0] and said[0] in cause:  # the side's sentences already hold it: say it once
             said[0] = ""
     return " ".join(s for s in said if s)
@@ -300,7 +302,7 @@ def judge(prediction: Prediction, measured: float | Estimate, spread: tuple[floa
     else:
         outcome, direction = "missed", side
         why = "missed: " + r.gap(hi if side == "above" else lo, u, side)
-    extra = _cause(explain, outcome, side)
+    extra = _cause(explain, outcome, side, has_interval=r.needs is None)
     if extra and extra[-1] not in ".!?)":
         extra += "."
     text = f"{head}: {why}." + (" " + extra if extra else "")
