@@ -143,7 +143,7 @@ def local(steps: int) -> dict:
         out[key] = {"link": {"alpha_s": link.alpha_s, "bandwidth": link.bandwidth}, **{
             n: {"predicted_over_measured": again.times[n].total_s / res.variants[n].step_s,
                 "collective_terms_ms": {k: again.times[n].terms[k] * 1e3
-                                        for k in ("data-parallel", "zero-3 gathers")}}
+                                        for k in ("data-parallel", "ZeRO-3 collectives")}}
             for n in COURSE_LAYOUTS}}
     out["pipeline"] = pipeline(cluster.intra)
     tp = tensor_parallel(cluster, kw, steps)

@@ -62,7 +62,9 @@ import time
 
 FIXES = {
     "data": "tokenize every document once, up front, instead of in __getitem__",
-    "sync": "keep losses on the device and read them every --check-every steps",
+    "sync": ("keep the losses and gradient norms on the device: every --check-every steps, one "
+             "all-reduce of the losses and one read of them and of the last step's norms, instead of an "
+             "all-reduce and a read of the loss and one read per parameter's gradient norm every step"),
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
            "after backward, instead of one per bucket closed at 1,048 bytes), no find_unused_parameters, "
            "gradients as bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",

@@ -12,7 +12,7 @@ Usage::
     c = Claim("mixed precision gives a 40-60% speedup", "bf16 step speedup", low=1.4,
               high=1.6, partly=1.0, unit="x")
     v = assess(c, stats.median_ratio(t_fp32, t_bf16))
-    print(v.status, v.text)   # holds partly ... measured 1.2x (90% interval ...)
+    print(v.status, v.text)   # holds partly ... measured 1.2x (93% interval ...)
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import numbers
 from dataclasses import asdict, dataclass, replace
 
 from perfkit._checks import check_level
-from perfkit.units import printed_beside, printed_interval, si, si_interval
+from perfkit.units import printed_beside, printed_interval, si, si_beside, si_interval
 
 __all__ = ["LEVEL", "Estimate", "exact"]
 
@@ -163,13 +163,15 @@ class Estimate:
         x = printed_beside(x, self.value, self.low, self.high, unit)  # both at the printed precision
         return "above" if lo > x else "below" if hi < x else ""
 
-    def beside(self, x: float, what: str = "the ratio of the medians", unit: str = "x") -> str:
+    def beside(self, x: float, what: str = "the ratio of the medians", unit: str = "x",
+               judged: bool = True) -> str:
         """A sentence, starting with a space, on where another estimate of the same figure,
         ``x``, lies against this interval as printed: ``" The ratio of the medians, 1.15x, lies
-        above this 90% interval (1.02x to 1.13x): ..."``. The median of paired rounds' ratios
+        above this 90% interval (1.02x to 1.13x), ..."``. The median of paired rounds' ratios
         and the ratio of two medians estimate one slowdown differently; where ``x`` lies
-        outside, the sentence says that the verdict judges this interval only. ``""`` where
-        there is no interval.
+        outside, the sentence says that the verdict judges this interval only (with
+        ``judged``; ``judged=False`` where no verdict is judged on it). ``""`` where there is
+        no interval.
 
         Raises:
             ValueError: for an ``x`` that is not finite, or an empty ``what``.
@@ -180,13 +182,13 @@ class Estimate:
         if not self.has_interval or self.low == self.high:
             return ""
         _, lo, hi = si_interval(self.value, self.low, self.high, unit)
-        shown = si_interval(x, min(x, self.low), max(x, self.high), unit)[0]
+        shown = si_beside(x, self.value, self.low, self.high, unit)  # at the precision compared
         head = f" {what[0].upper()}{what[1:]}, {shown}, lies"
         if not side:
             return f"{head} inside this {self.label} ({lo} to {hi})."
-        return (f"{head} {'below' if side == 'above' else 'above'} this {self.label} ({lo} to {hi}): "
-                f"the two estimate one figure differently ({self.method} pairs each round; {what} does "
-                "not), and the verdict judges this interval only.")
+        return (f"{head} {'below' if side == 'above' else 'above'} this {self.label} ({lo} to {hi}), the "
+                f"interval of another estimate of the same figure ({self.method})"
+                + ("; the verdict judges this interval only." if judged else "."))
 
     def scaled(self, k: float) -> Estimate:
         """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""

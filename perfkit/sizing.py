@@ -328,7 +328,7 @@ def mfu_dtype(limits: MachineLimits, dtype: str) -> str:
 def same_work_ratio(small: Callable[[], object], large: Callable[[], object], work_small: float,
                     work_large: float, repeat: int = 7, device: torch.device | str | None = None,
                     threads: int | None = None) -> stats.Estimate:
-    """``small``'s rate over ``large``'s (work per second), with a 90 % interval.
+    """``small``'s rate over ``large``'s (work per second), with its interval (at least 90 %).
 
     Two sweep points' medians, timed seconds apart, carry no interval: here ``small`` runs
     ``round(work_large / work_small)`` times per round, so both sides do about the same work

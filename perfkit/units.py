@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["printed_beside", "printed_interval", "share_range", "si", "si_interval"]
+__all__ = ["printed_beside", "printed_interval", "share_range", "si", "si_beside", "si_interval"]
 
 _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""),
              (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
@@ -142,6 +142,24 @@ def printed_beside(x: float, value: float, low: float, high: float, unit: str = 
     nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
     scale, _, _, _, decimals = _interval_format(nums, _unit(unit), 3)
     return x if scale == 0 else round(x / scale, decimals) * scale
+
+
+def si_beside(x: float, value: float, low: float, high: float, unit: str = "") -> str:
+    """``x`` printed with the prefix and decimals :func:`si_interval` prints ``low`` to
+    ``high`` with: a figure set beside an interval reads at the precision it is compared at
+    (:func:`printed_beside`), so ``1.034x`` beside ``1.016x to 1.030x``, never ``1.03x``.
+
+    Raises:
+        TypeError, ValueError: as :func:`printed_beside`.
+    """
+    x = printed_beside(x, value, low, high, unit)
+    nums = [_number(name, v) for name, v in (("value", value), ("low", low), ("high", high))]
+    unit = _unit(unit)
+    scale, power, p, thousands, decimals = _interval_format(nums, unit, 3)
+    if scale == 0:
+        return si(x, unit)
+    sep = "" if unit in _BARE else " "
+    return f"{x / scale:{',' if thousands else ''}.{decimals}f}{power}{sep}{p}{unit}".strip()
 
 
 def _interval_format(nums: list[float], unit: str, digits: int) -> tuple[float, str, str, bool, int]:

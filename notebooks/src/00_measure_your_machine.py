@@ -23,9 +23,8 @@
 # Each ceiling is the fastest this machine was seen to run the course's own work (its matmul
 # shapes, buffer sizes and thread counts), the best of several rounds. A later measurement that
 # beats one raises it, and says so where it happens: no share is ever printed above 100 %, so a
-# share near 100 % says only that nothing measured ran faster. One exception, explained in
-# section 4: an `x + y` raises the DRAM ceiling at most to 9/8 of a copy of the same buffers, so
-# the line that prints that ceiling names any `x + y` that ran faster. Then we combine them into a
+# share near 100 % says only that nothing measured ran faster (one exception, for the DRAM
+# ceiling, is explained in section 4). Then we combine them into a
 # **roofline** (Williams, Waterman and Patterson, 2009): the fastest an operation can run, given
 # how many FLOPs it does per byte it moves. Williams et al. take the compute roof from the
 # processor's peak and the memory roof from a measured, STREAM-like bandwidth; here the compute
@@ -118,7 +117,7 @@ for n in (128, 1024, 8192):
 limits = hw.measure_limits(quick=QUICK, device=DEVICE, matmul_sizes=MATMUL_SIZES, copy_sizes=COPY_SIZES)
 swept = limits  # the sweep's own ceilings, before any later operation raises one
 print("\n".join(vm.sweep_lines(limits) + vm.skipped_sizes(limits, MATMUL_SIZES)))
-print("\nthe ceilings (the fastest tenth of a point's repetitions in its best round, so above the medians "
+print("\nthe ceilings (the fastest tenth of a point's repetitions in its best round, so at or above the medians "
       "listed), and the point each came from:")
 print("\n".join(line for line in vm.source_lines(limits) if "matmul" in line))
 for dt in limits.matmul_flops:  # an emulated dtype: swept on fewer threads past its smallest size
@@ -151,8 +150,10 @@ plt.show()
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
 # on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
 # `perfkit.sizing.matmul_ratio`), on **one thread**, where no barrier waits for another thread,
-# and the ratio of their rates gets its 90 % interval. Beside it, what the sweep saw of the
-# smallest size on every core.
+# and the ratio of their rates gets an interval. Every interval in this course is the narrowest
+# order-statistic interval of its samples that covers the median with at least 90 % probability,
+# printed with its exact coverage (93 % at 5 samples, 98 % at 7, about 90 % at 30). Beside it,
+# what the sweep saw of the smallest size on every core.
 
 # %%
 print(vm.bf16_sentence(limits))
@@ -226,7 +227,7 @@ if limits.cache_bytes_per_s:
                   f"{si(rate[dram.nbytes], 'B/s')} ({rate[cached.nbytes] / rate[dram.nbytes]:.2g}x)")
     viz.verdict(Prediction("copy rate in cache over DRAM, on 1 thread", "the caches are closer to the cores than DRAM",
                            low=1.0, unit="x", physical=(floor, None)), in_cache, explain={
-        "held": f"{sweep_said}.",
+        "held": f"{sweep_said}." + in_cache.beside(rate[cached.nbytes] / rate[dram.nbytes], "the sweep's ratio"),
         "below": f"{sweep_said}; the machine now: {machine_text()}. The figure is above the {floor:.2f}x a copy keeps "
                  "even when the cache holds none of its buffer: this run's small copies gained nothing from the cache, "
                  "and it does not measure what evicted them.",
@@ -290,8 +291,9 @@ else:
 # context only, since an `x + y` may have set that roof. The linear layer is compute-bound, and
 # the sweep timed this very shape: it should reach at least half of its roof. The square matmul
 # is context, with no verdict: its point is the sweep's median for that size, its roof the
-# fastest tenth of the best round of the fastest shape (or a faster later run), so it sits under
-# the roof by what separates a median from the fastest runs of any shape. Where an operation's
+# fastest tenth of the best round of the fastest shape (or a faster later run), so it sits at or
+# under the roof, by what separates a median from the fastest runs of any shape: where this shape
+# set the ceiling on a quiet machine that gap can vanish at the printed precision (100 %). Where an operation's
 # own run raised its roof, its share's upper end is 1 by construction, and its verdict says so.
 
 # %%
@@ -490,12 +492,12 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 #
 # They part where a step runs FLOPs the formula does not count (recomputed activations: HFU
 # above MFU), or skips FLOPs it counts: autograd computes no gradient nobody needs, and the
-# input of a network's first layer is data. **Prediction:** for a two-layer MLP without biases,
+# input of a network's first layer is data. **Prediction 1:** for a two-layer MLP without biases,
 # the counted FLOPs are the rule's exactly when its input is an activation that needs a
 # gradient (the MLP as a block inside a deeper network, as every transformer block is), and
 # 5/6 of it when its input is data (one of the six matmuls never runs).
 #
-# **Prediction.** Those six matmuls do all the step's FLOPs; the ReLU, the loss and the
+# **Prediction 2.** Those six matmuls do all the step's FLOPs; the ReLU, the loss and the
 # gradient accumulation are elementwise, memory-bound and small. So the step should take at
 # most twice as long as its six matmuls run alone (a bound: how much of the rest shows is measured). The step (with an
 # activation input) and the six matmuls alone, at the step's shapes, are timed in alternation on
@@ -559,7 +561,7 @@ held = (f"With {medians}, the ReLU, the loss, autograd and the gradient accumula
         f"{over.describe('x')}, includes 1x, so what the rest of the step costs is within the noise.")
 viz.verdict(Prediction("the MLP step's time over its six matmuls' alone", "the matmuls do all its FLOPs; the "
                        "elementwise rest is small", high=2.0, unit="x", physical=(0, None)), over, explain={
-    "held": held,
+    "held": held + over.beside(m.median_s / mm.median_s),
     "above": f"Beyond its matmuls' {mm.median_s * 1e3:.1f} ms the step took {other_ms:.1f} ms more: the ReLU, the "
              "loss, autograd's bookkeeping and the gradient accumulation weigh more than their FLOPs say."})
 
@@ -608,5 +610,6 @@ viz.show_headlines({
                                                              f"fastest: {si(ceilings.dram_copy(run_limits)[0], 'B/s')})",
     "fp32 ridge point, all cores (limits file / this run's)":
         f"{limits.ridge_point('float32'):.3g} / {run_limits.ridge_point('float32'):.3g} FLOP/B",
-    f"MLP step HFU{' (= MFU here)' * same} of the measured fp32 ceiling {on(threads)} (limits file)": f"{hfu:.0%}",
+    f"MLP step HFU{' (= MFU here)' * same} of the measured fp32 ceiling {on(threads)} (limits file; "
+    "not comparable with published MFU, which divides by a data sheet's peak)": f"{hfu:.0%}",
 })

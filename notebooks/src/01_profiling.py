@@ -88,8 +88,9 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 # lazily; cuBLAS picks its kernels by heuristics on every call, it does not autotune). So the first step should be slower
 # than a typical one, and a benchmark that times it is measuring start-up, not training. How
 # much slower depends on the machine and the libraries; the prediction here is only that the
-# first step is slower than the steady steps' median, judged against that median's 90 %
-# interval. One slow step cannot by itself prove a start-up cost: on a shared machine a steady
+# first step is slower than the steady steps' median. The ratio's printed interval is the
+# steady median's interval, scaled by the one first step: it covers the denominator only, since
+# one sample of the first step carries no interval of its own. One slow step cannot by itself prove a start-up cost: on a shared machine a steady
 # step can stall as long (section 1c), so the cell counts the steady steps that did.
 #
 # **Measurement.** A fresh tiny GPT-2, each step timed on its own with `perfkit.timing.Timer`
@@ -110,7 +111,8 @@ steady_off = sum(step_times[1:]) / STEPS / steady - 1  # the steady steps' own m
 p_first = Prediction("the first step's time over the steady steps' median", "one-time costs in step 1",
                      low=1.0, unit="x")
 viz.verdict(p_first, stats.median_interval(step_times[1:]).inverse().scaled(first), explain={
-    "held": ("It was slower than every steady step" + (", stalls included. " if stalls else ". ")
+    "held": "The interval covers the steady median only: the first step is one sample. "
+            + ("It was slower than every steady step" + (", stalls included. " if stalls else ". ")
              if first > max(step_times[1:]) else
              f"A steady step stalled as long or longer ({max(stalls) * 1e3:.1f} ms): a stall of that size could "
              "account for the first step too, so this run does not show how much of it is start-up. "
@@ -144,8 +146,8 @@ viz.verdict(p_first, stats.median_interval(step_times[1:]).inverse().scaled(firs
 # **Measurement.** On a GPU we time a real matmul both ways. A CPU runs PyTorch operators
 # synchronously, so on a CPU the cell uses a one-thread pool as a stand-in for the GPU's queue
 # (`submit` returns at once, like a kernel launch; `result()` waits, like a synchronize).
-# Waited-for timings are measured first, so the least time already counts any ceiling they
-# beat. A time below the least time is how you catch this bug in practice.
+# The least time is computed after the waited-for timings, so it already counts any ceiling
+# they beat. A time below the least time is how you catch this bug in practice.
 #
 # The pool is shut down as soon as its two timings are taken. A thread that runs a PyTorch
 # operator gets its own team of OpenMP threads, which lives as long as the thread does; on a
@@ -215,7 +217,8 @@ viz.verdict(p_naive, naive_s / least_s, explain={
 # runs of one step side by side to show how far apart they land here).
 #
 # **Measurement.** Twice 30 timed steps of the digits CNN with `perfkit.timing.benchmark`
-# (warm-up, synchronisation, repeats; it returns every sample). The second run follows the first
+# (warm-up, synchronisation, repeats; it returns every sample, and prints the median with the
+# 10th and 90th percentiles, p10 and p90). The second run follows the first
 # directly, on the same warm model, so it takes no warm-up of its own.
 
 # %%
@@ -267,7 +270,7 @@ viz.verdict(p_median, (rm := stats.median_ratio(m2.times_s, m.times_s, paired=Fa
 # decoding and collating the samples, the copy to the device), which grows with the batch size.
 # That work is timed below on the same loader alone, with no model between batches; in the step
 # it runs after a forward and backward that evicted the samples from the caches, so we allow it
-# up to 1.5x its time alone. Its share is that time over the step, which weighs more the shorter
+# up to 1.5x its time alone (an allowance, not a measurement). Its share is that time over the step, which weighs more the shorter
 # the step, whatever the analyzer's threshold (section 4). Only the digits CNN is judged: its
 # step is the short one, where this cost shows.
 # In the GPT-2, almost all FLOPs are matmuls, and the backward pass computes two matmuls (the
@@ -333,7 +336,7 @@ viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain=vprof.loader_expla
 #
 # Whatever `η` is, backward over forward then lies between `(fixed_b + R_b) / (fixed_f + R_f)`
 # (every op at its roof) and `R_b / R_f` (fixed costs negligible). The fixed costs are
-# measured, so the band is widened by their 90 % intervals: its lower end takes `fixed_b` at
+# measured, so the band is widened by their intervals: its lower end takes `fixed_b` at
 # its interval's low end and `fixed_f` at its high end (so it lies below what the formula gives
 # with the medians printed), the upper end the opposite where that end is the higher. Nothing is fitted to the outcome; the FLOP ratio, the crude
 # model, is printed beside it.
@@ -486,6 +489,8 @@ print(f"trace: {res.trace_path} ({res.trace_path.stat().st_size / 2**20:.1f} MiB
 # trace's timestamps and the breakdown's bookkeeping, not where the boundaries were drawn. `perfkit.profiling.trace_breakdown` derives the phase shares from the trace file
 # alone (each `phase:` range inside its `ProfilerStep#` window). **Prediction.** They should
 # agree closely, since they time the same ranges: within 10 percentage points on every phase.
+# The figure judged is the largest printed difference, with no interval: the verdict reads only
+# whether it lies under the bound.
 
 # %%
 ours, theirs = mon.summary().shares(), res.breakdown.shares()
@@ -563,6 +568,8 @@ for f in diagnose_shares(example):
 #
 # **Prediction.** With 16 samples per batch and at least `SLOW_COST_MS` each, `data` grows by at
 # least `16 × SLOW_COST_MS` per step and the analyzer should name it, pointing at notebook 07.
+# The figure judged is the data phase's median over the steps, with no interval; the planted
+# loop alone accounts for the bound, so only a monitor that missed part of it could fail it.
 
 # %%
 slow = measure_workload("gpt2", steps=STEPS, warmup=WARMUP, device=DEVICE,
@@ -628,7 +635,7 @@ above = (f"The fixed step's median, {fix.candidate.median_s * 1e3:.1f} ms, came 
          f"step's {rest_ms:.1f} ms outside its data phase: the rounds' paired ratios beat the bound, their medians not.")
 print(f"step, alternating: {fix}; Amdahl's bound in the same rounds, the slow step's median {t_slow * 1e3:.1f} ms "
       f"less its data phase's {d_slow * 1e3:.1f} ms: {amdahl:.2f}x; the speedup: {vprof.against_bound(speedup, amdahl)}"
-      + (f". {above}" if speedup.clear_of(amdahl, "x") == "above" else "."))
+      + (f". {above}" if speedup.clear_of(amdahl, "x") == "above" else ".") + speedup.beside(t_slow / fix.candidate.median_s))
 
 # %%
 fix_v = judge(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
@@ -642,7 +649,10 @@ viz.show_verdict(fix_v)
 # %% [markdown]
 # The diagnosis of the fixed pipeline. A `compute` finding, when there is one, is information,
 # not a bottleneck: it says that forward + backward take most of the step, a share. What
-# bounds that time is the roofline's answer from section 2, quoted beside it.
+# bounds that time is the roofline's answer from section 2, quoted beside it. Its fix line's
+# "MFU against the machine's measured ceiling" (here or in section 5's reports) is a share of
+# notebook 00's measured ceiling: it reads higher than MFU as PaLM defines it, against a data
+# sheet's peak, and cannot be compared with published MFU.
 
 # %%
 fixed_findings = diagnose_shares(fixed)
@@ -723,7 +733,8 @@ print(f"the per-sample work done once: tokenizing the corpus, {once.median_s:.2f
 #
 # **Prediction.** Every window after the switch carries the planted per-sample cost of the
 # slow run above, so its data share should be above the analyzer's data threshold: the alert
-# rule generated from that threshold would fire on it.
+# rule generated from that threshold would fire on it. The figure judged is the lowest window's
+# share, with no interval: the verdict reads whether it lies above the threshold.
 
 # %%
 import shutil

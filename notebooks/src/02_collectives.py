@@ -59,7 +59,7 @@ CFG2 = {
                     "ring": {"sizes": RING_SIZES, "repeat": RING_REPEAT}},
     "data_parallel": {"model": DP_MODEL, "batch": DP_BATCH,
                       "compare": {"repeat": DP_REPEAT, "bucket_cap_mb": DP_CAP_MB},
-                      "buckets": {"caps_mb": DDP_CAPS, "repeat": REPEAT},
+                      "buckets": {"caps_mb": DDP_CAPS, "repeat": len(DDP_CAPS), "balanced": True},
                       "accumulate": {"ks": KS, "repeat": REPEAT}},
 }
 pool = ThreadPoolExecutor(max_workers=1)
@@ -123,11 +123,14 @@ for n in (2, 3, 4, 8, 64):
 # **Prediction.** The simplest model (Hockney's) charges every message a fixed start-up time
 # `alpha` (system calls, waking the peer, synchronisation) plus its size over a bandwidth:
 # `t(S) = alpha + S / bandwidth`. By this model small messages cost about `alpha` whatever their
-# size (latency-bound; the line after the fits checks that against the measured small sizes); large ones should approach the bandwidth (bandwidth-bound); the crossover is
+# size (latency-bound; the line after the fits checks that against the measured small sizes and says
+# where they contradict it); large ones should approach the bandwidth (bandwidth-bound); the crossover is
 # near `S = alpha × bandwidth`. On loopback TCP each byte is copied into a kernel buffer and
 # out again on the other side: two copies per byte carried, and both processes copy at once on one
 # memory, so we expect each one's busbw below a quarter of the buffer rate of this machine's fastest
 # DRAM-sized copy (printed above; system calls, the TCP stack and the summing only lower it further).
+# That quarter is an expectation from counting copies, not a physical bound: a copy through kernel
+# buffers the cache holds runs faster than a DRAM-sized one.
 # We also expect the fit's median relative error over the sizes to be at most 25 %. That bounds the
 # typical size's miss, not every size's: a line in which time grows with size cannot describe a larger
 # message that ran faster than a smaller one. The line printed for each collective names the first
@@ -151,7 +154,8 @@ for op, f in fits.items():
     bw = (f"bandwidth {si(f.bandwidth, 'B/s'):>10} (algbw)" if f.bandwidth < 1e15 else
           "no bandwidth term: every size here is latency-bound")
     print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, {bw}; median relative error "
-          f"{quality[op].median_rel_error:.0%}" + (f". {quality[op].why}" if quality[op].inversion else ""))
+          f"{quality[op].median_rel_error:.0%}" + (f". {quality[op].why}" if quality[op].inversion else ".")
+          + comm.busbw_fall_text(by_op[op]))  # where the largest sizes' busbw falls, against the model
 print("all-reduce: " + comm.small_sizes_text(by_op["all_reduce"], fits["all_reduce"]))
 big = max(p.nbytes for p in by_op["reduce_scatter"])  # B: the same input buffer for both
 t_big = {op: next(p.time_s for p in by_op[op] if p.nbytes == big) for op in ("reduce_scatter", "all_reduce")}
@@ -274,11 +278,11 @@ viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all
 # thread hand-off (`isend`/`irecv` are posted from the calling thread). If both extras are small
 # next to a message's latency here (gloo's own time for that call, printed with the verdict), the two
 # take the same time: the prediction is
-# a ratio of 1 within 30 %, judged on the median of the paired repetitions' ratios and its 90 % interval
-# (`perfkit.stats.median_ratio`: between two of the sorted ratios, chosen so that it covers the
-# median at 90 % whatever their distribution). With 7 pairs that interval is the whole range of
-# the ratios, too wide to test a 30 % claim on loopback TCP, so the ring is timed in
-# `RING_REPEAT` pairs.
+# a ratio of 1 within 30 %, judged on the median of the paired repetitions' ratios and its interval
+# (`perfkit.stats.median_ratio`: the narrowest pair of sorted ratios that covers the median at least
+# 90 % of the time whatever their distribution; its exact coverage is printed with it). With 7 pairs
+# that interval is the whole range of the ratios (98 %), too wide to test a 30 % claim on loopback
+# TCP, so the ring is timed in `RING_REPEAT` pairs.
 
 # %%
 for rec in ring2:  # repetition i of ring and gloo timed back to back: paired rounds
@@ -290,9 +294,9 @@ extra = (f"{si(abs(small['more_s']), 's')} more per call (by the median paired r
          f"{si(small['ref_time_s'], 's')})")
 slower = sum(r["ratio"].low > 1 for r in ring2)  # sizes whose whole interval lies above 1x
 faster = sum(r["ratio"].high < 1 for r in ring2)  # ... below 1x
-side = (" At every size the ring's 90 % interval lies above 1x: it is slower here throughout, whether or not "
+side = (" At every size the ring's interval lies above 1x: it is slower here throughout, whether or not "
         "by more than the 30 % the claim allows." if slower == len(ring2) else
-        f" Of the {len(ring2)} sizes, the ring's 90 % interval lies above 1x at {slower} and below it at {faster}."
+        f" Of the {len(ring2)} sizes, the ring's interval lies above 1x at {slower} and below it at {faster}."
         if slower or faster else "")
 even = next((r for r in ring2 if r["numel"] > small["numel"] and r["more_s"] < small["more_s"] / 2
              and r["ratio"].has_interval and small["ratio"].has_interval
@@ -412,7 +416,9 @@ plt.show()
 #
 # **Prediction (alpha-beta).** Naive pays `alpha` once per tensor, bucketed once per bucket;
 # both then pay the same bytes over the bandwidth, so the naive step should take at least as
-# long as the bucketed one. All three should give DDP's gradients up to rounding. `alpha` here
+# long as the bucketed one. Only that direction is judged; the model's absolute figures are printed
+# beside the measured ones, and the sentences say where they miss on this run's numbers. All three
+# should give DDP's gradients up to rounding. `alpha` here
 # is a small call's cost: the fit's intercept where it lies within 25 % of the sweep's smallest
 # call, else that measured call (`perfkit.comm.small_call_cost`; the line after the model says which).
 #
@@ -439,9 +445,9 @@ plt.show()
 # The nine timings (DDP, the three, the bucketed all-reduces alone both ways, compute alone,
 # forward and backward alone) are taken in alternation, `DP_REPEAT` rounds, so round `i` of each ran back to
 # back. The step times printed are medians; every ratio below is the **median of the rounds'
-# paired ratios**, with its 90 % interval between two of the sorted ratios
-# (`perfkit.stats.median_ratio`, at least 5 rounds), which can differ from the ratio of the two
-# medians printed beside it.
+# paired ratios**, with its interval between two of the sorted ratios (`perfkit.stats.median_ratio`,
+# at least 5 rounds; the narrowest covering at least 90 %, its exact coverage printed with it), which
+# can differ from the ratio of the two medians printed beside it.
 
 # %%
 from perfkit.jobs.data_parallel import make_mlp
@@ -494,14 +500,8 @@ together = stats.median_ratio(reps["comm_together"], reps["comm_only"])  # launc
 print(f"the bucketed all-reduces: {si(comm_in, 's')} inside the step; timed alone {si(t['comm_only'], 's')} one "
       f"after another and {si(t['comm_together'], 's')} all launched before any wait; "
       f"{si(pred_bucket, 's')} by the alpha-beta model above. Launched together over one after another: "
-      f"{together.text('x')}"
-      + (f"; the ratio of the two medians, {t['comm_together'] / t['comm_only']:.2f}x, lies outside that interval: "
-         "the interval covers the rounds' own ratios, each pair timed back to back, and medians of separately "
-         "scattered timings need not divide to their median." if together.has_interval and not
-         together.low <= t["comm_together"] / t["comm_only"] <= together.high else ".")
-      + (f" Even timed alone they took {t['comm_only'] / pred_bucket:.2g}x the model: its fit repeated one size "
-         f"back to back, these are {cmp['buckets']} buckets of different sizes in a row; this run does not "
-         "measure which difference costs the time." if t["comm_only"] > 1.1 * pred_bucket else "")
+      f"{together.text('x')}." + together.beside(t["comm_together"] / t["comm_only"], judged=False)
+      + comm.alone_against_model_text(t["comm_only"], pred_bucket, cmp["buckets"])  # either way it misses
       + comm.step_comm_text(reps))  # the step's communication against the all-reduces timed alone
 if comm_in > 0:
     hidden, ceiling = comm.hidden_share(reps)  # the ceiling from backward's larger reading, same rounds
@@ -509,7 +509,7 @@ if comm_in > 0:
     medians_note = comm.overlap_apart_text(hidden, apart := comm.together_share(reps)) + (  # vs. launched together
                     f" The bars above, each step's median taken apart, give a share of {shown:.2f}"
                     + (", above the ceiling" if shown > ceiling else "")
-                    + (", outside the rounds' 90 % interval" if hidden.has_interval
+                    + (f", outside the rounds' {hidden.label}" if hidden.has_interval
                        and not hidden.low <= shown <= hidden.high else "")
                     + ": medians of separately scattered steps need not subtract to what the median round saved, "
                     "and the verdict judges the rounds' own differences."
@@ -518,7 +518,7 @@ if comm_in > 0:
                                  "at best min(backward, communication) / communication", low=0.0, high=ceiling,
                                  physical=(None, 1)), hidden, explain={
         "held": f"{hidden.value / ceiling:.0%} of the ceiling, what backward could cover, was saved." + medians_note,
-        "inconclusive": (f"The 90 % interval, {hidden.low:.2f} to {hidden.high:.2f}, is "
+        "inconclusive": (f"The {hidden.label}, {hidden.low:.2f} to {hidden.high:.2f}, is "
                          + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
                             "across an edge of the predicted range")
                          + f" 0 to {ceiling:.2f}: the bucketed step's {len(reps['bucketed'])} rounds' p10 to p90 span "
@@ -540,7 +540,7 @@ else:
     print("The bucketed step was not slower than compute alone by the medians: no communication showed in it, "
           "so there was none for the overlap to hide.")
 ddp_ov = stats.median_ratio(reps["ddp"], reps["overlapped"])
-print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.text('x')}")
+print(f"DDP's step over the from-scratch overlapped one: {ddp_ov.text('x')}." + ddp_ov.beside(t["ddp"] / t["overlapped"], judged=False))
 
 # %% [markdown]
 # DDP does the same bucketing and overlap in C++, and also handles what the from-scratch
@@ -607,9 +607,11 @@ viz.verdict(Prediction(f"time per sample at k={kk['k']} over k=1", "only the com
 # more of the communication run behind backward (at most backward's own time, the larger of
 # section 4's two readings; one bucket starts only after backward is over). It leaves out the bucket
 # copies, the all-reduces overlapping one another, and gloo's threads competing with backward for
-# the cores. Caps that gave the same count show this run's noise; against it, does the measured
-# difference stand out, and does it fall outside the model's range? Where the noise is as large
-# as anything the model predicts, this run cannot test the model, and the line says so.
+# the cores. The caps are timed in balanced orders (`"balanced": true`: over a whole cycle each cap
+# runs equally often in every position of the round), so no cap gains or loses by its place in it.
+# Caps that gave the same count show how far equal counts spread here; against that spread, does the
+# measured difference stand out, and does it fall outside the model's range? Where the spread is as
+# large as anything the model predicts, this run cannot test the model, and the line says so.
 
 # %%
 print(comm.bucket_count_effect(bk, f_ar.alpha_s, hidden_said="the larger of section 4's two readings",  # its alpha

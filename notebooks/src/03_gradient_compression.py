@@ -196,8 +196,9 @@ viz.verdict(Prediction("error feedback's conservation error, relative to the lar
 # **Step times.** The step column gives each method's median step time and two ratios to the
 # uncompressed step. The **paired** one: the methods take turns on the same batches, so step `i`
 # of each ran under the same load, and the median of the ratios of step `i` to none's step `i`
-# cancels a slow moment that hit both. Its 90 % interval (`perfkit.stats.median_ratio`) takes the
-# rounds as independent, which consecutive steps are not: load that drifts slowly makes
+# cancels a slow moment that hit both. Its interval (`perfkit.stats.median_ratio`: the narrowest
+# between two sorted ratios that covers the median at least 90 % of the time, its exact coverage
+# printed with it) takes the rounds as independent, which consecutive steps are not: load that drifts slowly makes
 # neighbouring rounds alike, pairing cancels only the part that hits both methods equally, and
 # the interval comes out too narrow by an amount this run does not measure. Their order changes
 # every round, so that each method runs right after every other equally often (`perfkit.jobs.compression.round_order`): a step can
@@ -359,8 +360,8 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 #
 # All kernels are timed in alternation (memcpy, cast, each codec, then again), so a change of
 # load hits every one alike; a speed ratio below is the median of the paired rounds' ratios,
-# judged on its 90 % interval between two of the sorted ratios (`perfkit.stats.median_ratio`;
-# at least 5 rounds).
+# judged on its interval between two of the sorted ratios (`perfkit.stats.median_ratio`: the
+# narrowest covering at least 90 %, its exact coverage printed with it; at least 5 rounds).
 
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT
@@ -453,7 +454,8 @@ print(f"sampled top-k kept {codecs.sampled_mass:.1%} of exact top-k's magnitude 
 # gloo's all-gather slower per byte: the prediction sets that measurement aside, so it tests the
 # bytes-only view, and a miss is the outcome notebook 02's slower all-gather points to. The codec
 # is timed above in this one process, with both cores to itself; in a hook two processes encode
-# at once on them, so a step's codec is likely slower, which also favours QSGD. One job on 2 processes times the
+# at once on them, so a step's codec is likely slower than the time used here: that too tilts the
+# prediction towards QSGD paying. One job on 2 processes times the
 # dense all-reduce and each payload's all-gather (its gathered output: 2 payloads) one call at
 # a time, every call kept, so that the verdict's interval covers the spread of all three
 # medians (the two collectives' and the codec's: `perfkit.stats.of_medians`), not the codec's
@@ -600,9 +602,9 @@ print("sources: " + "; ".join(f"{i.name}: {i.quoted}, {i.source}" for i in comm.
 # mostly latency, which fewer bytes do not remove. **Prediction** (the model section 3 wrote
 # before the run): a hook is expected to shorten a step by no more than the time its removed bytes take on the
 # link, `(S_dense - S_payload) × t / S`, with `t / S` the time per byte of the large all-reduce
-# timed alone above (`S = 4 · ENC_NUMEL` bytes; its latency included, so it overstates what bytes alone cost: a generous
-# allowance; under DDP only the part of the all-reduce backward leaves exposed can be removed at
-# all, more generous still). A cast hook's step, over the uncompressed one, is then at least
+# timed alone above (`S = 4 · ENC_NUMEL` bytes; its latency included, a small part at that
+# size, so it overstates what bytes alone cost only slightly; under DDP only the part
+# of the all-reduce backward leaves exposed can be removed at all, so there it is generous). A cast hook's step, over the uncompressed one, is then at least
 # `1 - (S_dense / 2) × (t / S) / t_none`, every other method's at least
 # `1 - S_dense × (t / S) / t_none` (what removing every byte would save). A floor only: a hook
 # that slowed the step passes it too, so it can flag a gain the bytes do not explain, not
@@ -635,7 +637,7 @@ low_rest = min(rest, key=lambda m: paired[m].value)
 under = [m for m in rest if paired[m].high < floor[m]]  # the whole paired interval below the floor
 near = [m for m in rest if paired[m].value < floor[m] <= paired[m].high]  # the median only
 print(f"The other {len(rest)} methods' floor is {floor[low_rest]:.3f}x; " + "; ".join(
-    ([f"{', '.join(under)} ran below it, whole 90 % interval and all: fewer bytes do not explain that lead"]
+    ([f"{', '.join(under)} ran below it, whole interval and all: fewer bytes do not explain that lead"]
      if under else [])
     + ([f"{', '.join(near)} ran below it by the median, but the interval reaches it: no lead beyond it is "
         "established"] if near else [])
@@ -655,10 +657,11 @@ for m in ("fp16_hook", "bf16_hook"):
     print(f"{m}: {faster} of its {len(d)} steps were shorter than none's step of the same round by more than "
           f"{si(removable[m], 's')}, {slower} longer by more" + (
               ": single steps scatter past what the bytes can remove in both directions." if faster and slower
-              else ".") + (" Its step came out shorter than its bytes explain: the all-reduce inside a step may "
-                           "take longer than alone, or something else changed with the hook; this run does not time "
-                           "the all-reduce inside the steps, so it cannot say which."
-                           if casts[m].outcome == "missed" else "") + nx.medians_note(paired[m], med[m]))
+              else ".") + (" By its paired interval its step came out shorter than its bytes explain: the all-reduce "
+                           "inside a step may take longer than alone, or something else changed with the hook; this "
+                           "run does not time the all-reduce inside the steps, so it cannot say which."
+                           + nx.narrow_miss_note(paired[m], med[m], floor[m])
+                           if casts[m].outcome == "missed" else paired[m].beside(med[m])))
 
 # %% [markdown]
 # **Reading the gap.** The bytes model treats every byte as memory traffic at the copy's speed,
@@ -727,7 +730,7 @@ viz.show_headlines({
 # %%
 g0, g1 = gap["topk_1pct"], gap["topk_1pct_ef"]
 others = {m: e for m, e in paired.items() if not m.endswith("16_hook")}  # all but the fp16/bf16 casts
-SAYS = {"missed": "below {:.3f}x, so its lead is not its bytes", "held": "above {:.3f}x, a floor any slower step passes too",
+SAYS = {"missed": "below {:.3f}x on an interval likely too narrow (section 3): a lead beyond its bytes, not firmly shown", "held": "above {:.3f}x, a floor any slower step passes too",
         "inconclusive": "its interval reaches across {:.3f}x"}
 cast_text = "; ".join(f"{m} ran {paired[m].value:.2f}x, " + SAYS.get(v.outcome, f"judged {v.outcome}").format(floor[m])
                       for m, v in casts.items())
@@ -738,7 +741,7 @@ print(f"One run from one seed per method, so how these went, not a test (section
 print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum(e.value > 1 for e in others.values())} "
       f"took longer per step than uncompressed training by the median of the paired ratios ("
       f"{min(e.value for e in others.values()):.2f}x to {max(e.value for e in others.values()):.2f}x), {sum(e.low > 1 for e in others.values())} "
-      "with the whole 90 % interval above 1x (intervals that take consecutive steps as independent, so likely too "
+      "with the whole interval above 1x (intervals that take consecutive steps as independent, so likely too "
       f"narrow: section 3; for {len(nx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
       f"lies outside that interval); the SmallCNN gradient's bytes, at the loopback all-reduce's "
       f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "

@@ -57,6 +57,7 @@ from perfkit.memory import (
     gpt2_variant,
     measure_saved,
     measure_step_anatomy,
+    steady_peak_text,
     train_step,
 )
 from perfkit.verdict import Prediction
@@ -110,7 +111,7 @@ x = torch.randint(0, V, (B, T), device=DEVICE)            # (B, T) token ids
 loss_fn = lambda: model(input_ids=x, labels=x).loss
 measure_step_anatomy(model, loss_fn, torch.optim.AdamW(model.parameters()))  # warm-up
 snapshot = "build/04_memory_snapshot.pickle" if DEVICE.type == "cuda" else None
-os.makedirs("build", exist_ok=True)
+os.makedirs("build", exist_ok=True) if snapshot else None  # only a GPU writes a snapshot
 opt = torch.optim.AdamW(model.parameters())  # fresh: its state is allocated inside the step measured
 anatomy = measure_step_anatomy(model, loss_fn, opt, snapshot_path=snapshot)
 measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
@@ -160,15 +161,7 @@ print(f"first step (a fresh AdamW), peak above what was held before it ({anatomy
       + ("the temporaries and the allocator's pages outweigh what is freed before the peak."
          if anatomy.peak > held else "what is freed before the peak outweighs the temporaries."))
 steady = measure_step_anatomy(model, loss_fn, opt)  # step 2: Adam's state held before it starts
-above = steady.peak + steady.optimizer_state  # bytes above the parameters: the state it started with + its peak
-print(f"second step (the same AdamW, its {steady.optimizer_state / 1e6:.2f} MB of state held from the start): "
-      f"peak {steady.peak / 1e6:.2f} MB above its start, {above / 1e6:.2f} MB above the parameters with the state, "
-      f"{above / anatomy.peak:.2f}x the first step's peak" + (
-          f": {(above - anatomy.peak) / 1e6:.2f} MB higher; the state it holds from the start lives through forward "
-          "and backward" + (", and the rest of the difference is pages this run does not split by tensor (a GPU's "
-                            "snapshot would)." if above - anatomy.peak > steady.optimizer_state else ".")
-          if above > anatomy.peak else ": not above it, though it holds the state throughout; the peak counts "
-          "pages, not tensors, and this run does not split either peak by tensor (a GPU's snapshot would)."))
+print(steady_peak_text(anatomy, steady))
 
 # %% [markdown]
 # ## 2. What exactly does autograd keep?
@@ -265,7 +258,9 @@ print(f"That is what the forward pass leaves. The backward pass first frees what
 # %% [markdown]
 # **Prediction, time.** The backward pass runs each block's forward again. Counted in FLOPs,
 # a block's forward is a third of its forward + backward (the backward does two matmuls per
-# forward matmul), so where time follows FLOPs the step takes at most 4/3 as long. At 64
+# forward matmul), so where time follows FLOPs the step takes at most 4/3 as long; less here,
+# where the tied output layer, which is not recomputed, holds a large share of this small
+# model's FLOPs (its matmul FLOPs' own figure is printed with the measurement). At 64
 # wide time need not follow FLOPs (each operator's fixed cost and memory traffic weigh as
 # much as its matmul), so the model here uses time: the recompute costs what the blocks'
 # forward costs, timed alone (autograd recording, as in the recompute). The checkpointed
@@ -285,8 +280,8 @@ print(f"That is what the forward pass leaves. The backward pass first frees what
 # alone and the two checkpointed steps in rounds (one of each per round, in a balanced order:
 # over the rounds each runs in every position, and after each other one, equally often), so
 # machine load and what one leaves in the caches hit all four alike; each ratio is the median
-# of the paired rounds' ratios, with its 90 %
-# interval (`perfkit.stats.median_ratio`).
+# of the paired rounds' ratios, with its interval (`perfkit.stats.median_ratio`: the narrowest
+# covering at least 90 %, its exact coverage printed with it).
 
 # %%
 p_ck_time = Prediction("checkpointed step over (plain step + the blocks' forward)",
@@ -300,8 +295,9 @@ t_plain, t_blocks, t_ckpt, t_switch = (m.times_s for m in timing.interleaved(
 f_blocks = stats.median_ratio(t_blocks, t_plain)   # the recompute, in plain steps
 slow = stats.median_ratio(t_ckpt, t_plain)         # checkpointed step, in plain steps
 print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rounds)")
-print(f"the {L} blocks' forward alone: {f_blocks.point()} plain steps ({f_blocks.describe()}); "
-      "FLOPs would say at most 1/3")
+share = activations.recompute_flop_share(C, L, V, T)  # the blocks' forward matmul FLOPs, in steps
+print(f"the {L} blocks' forward alone: {f_blocks.point()} plain steps ({f_blocks.describe()}); their matmul FLOPs are "
+      f"{share:.2f} of a step (at most 1/3; the output layer, not recomputed, holds {1 - 3 * share:.0%} of the forward's)")
 print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})")
 
 # %%
@@ -315,7 +311,7 @@ for a in axes:
 fig.tight_layout()
 
 # %%
-extra = slow.value - 1 - f_blocks.value   # beyond the recompute, in plain steps
+extra = round(slow.value - 1, 2) - round(f_blocks.value, 2)   # beyond the recompute, in plain steps, as printed
 flop_rule = ("exceeded." if slow.low > 4 / 3 else "not exceeded." if slow.high <= 4 / 3 else
              "neither clearly exceeded nor kept: the step's interval holds 4/3.")
 viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]), explain={
@@ -348,7 +344,8 @@ viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 # converted model should match it within 2 %. `torch.autocast` is different: it runs
 # matmuls in bfloat16 and leaves most other operators in their input's dtype. (On CUDA it also
 # casts LayerNorm, softmax and log-softmax to fp32; CPU autocast's fp32 list holds neither
-# LayerNorm nor log-softmax, only a few operators such as the losses, cross-entropy among them.)
+# LayerNorm nor log-softmax: it lists pooling, padding, linear-algebra and FFT operators and
+# nearly all the losses, cross-entropy among them.)
 # Here that still keeps much in fp32: the residual stream starts as the fp32 embeddings, and a
 # bfloat16 matmul's output added to it is promoted to fp32, so each LayerNorm reads, and saves,
 # an fp32 input; and transformers upcasts the logits to fp32 before the loss's log-softmax.
@@ -436,7 +433,7 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %%
 viz.show_headlines({
     "measured step peak above the parameters (tiny GPT-2)": f"{viz.si(anatomy.peak, 'B')} on the first step, "
-                                                            f"{viz.si(above, 'B')} on the second",
+                                                            f"{viz.si(steady.peak + steady.optimizer_state, 'B')} on the second",
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
                                         f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",
@@ -464,7 +461,8 @@ print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.
                                 if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))
 print("The FLOP rule (at most 4/3 = 1.33 plain steps, where time follows FLOPs) "
       + (f"was exceeded: the step took {slow.text('x')} plain steps. The recompute, the part the rule counts, took "
-         f"{f_blocks.value:.3f} plain steps timed alone, " + ("within the rule's 1/3 (whole interval), so it was the "
+         f"{f_blocks.value:.3f} plain steps timed alone ({f_blocks.value / share:.1f}x its matmul FLOPs' {share:.2f}), "
+         + ("within the rule's 1/3 (whole interval), so it was the "
          f"{slow.value - 1 - f_blocks.value:+.2f} beyond it (checkpoint's hooks, the recompute inside the backward; "
          "not split here) that carried the step past 4/3" if f_blocks.high <= 1 / 3 else "past the rule's 1/3 "
          "(whole interval): time does not follow FLOPs here" if f_blocks.low > 1 / 3 else "with an interval that "

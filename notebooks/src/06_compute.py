@@ -68,7 +68,7 @@ GPT_ATTN_T = [256] if QUICK else [128, 256, 512]
 MATMUL_N = ([960, 1018, *range(1021, 1028), 1030, 1031, 1034, 1038, 1088, 1089] if QUICK
             else [960, *range(1016, 1040), 1088, 1089, 1152])  # n of (1024, 256) @ (256, n)
 # both hold 6 or more odd widths and 6 even ones off the vector grid (n % 4 == 2): the fewest
-# for which section 5's parity ratio has a 90 % interval at all (whether it decides is the run's)
+# for which section 5's parity ratio has an interval of at least 90 % at all (whether it decides is the run's)
 BATCHES = [2, 8, 16] if QUICK else [1, 4, 8, 16, 32]
 BUDGET = (64 if QUICK else 256) * 2**20        # bytes, for the largest-batch search
 COMPILE_STEP = not QUICK  # compiling a whole training step costs seconds to minutes on a CPU
@@ -428,7 +428,8 @@ viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above:
 
 # %%
 points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
-viz.plot_roofline({"float32": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
+viz.plot_roofline({f"float32 {on}": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
+                  intensity_range=(1 / 16, max(64, 4 * ridge)),
                   title=f"The GELU chain on this machine's roofline\n(compute roof {on}; memory roof: DRAM's "
                         "on all cores, the most any thread count draws)")
 plt.show()
@@ -911,9 +912,11 @@ print(f"batch {BATCHES[-1]} over the best other batch: the refined model gives {
       "'flattens within 10 %', says at least 0.90x")
 
 # %%
+sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}  # the sweep's, beside
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over batch {BATCHES[0]}",
                        "per-step costs spread over more tokens", low=1.0, unit="x"),
             curve.gain(-1, 0), explain={"below": curve.explain()["held"]})
+print(throughput.sweep_beside_curve(sweep, curve, 0, 1.0, "the verdict's"))
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        "the crude model: throughput flattens, within 10 %", low=0.9, unit="x", soft=("low",)),
             curve.gain(-1, curve.rival()), explain={
@@ -924,12 +927,7 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
                        "account, not a forecast" if curve.batches[curve.rival()] == FIT else ""),
                        low=lo, high=hi, unit="x", soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
-sweep = {p.batch: p for p in bench.points if p.precision == "fp32" and not p.compiled}
-b_top, b_rival, here = BATCHES[-1], curve.batches[curve.rival()], curve.gain(-1, curve.rival())
-if b_top in sweep and b_rival in sweep:  # the same ratio in the sweep's rounds, held against this curve's
-    print(throughput.two_run_text(sweep[b_top].tokens_per_s / sweep[b_rival].tokens_per_s, here, 0.9, (b_top, b_rival),
-                                  {b: (sweep[b].step.median_s, curve.step_s(curve.batches.index(b)).value)
-                                   for b in (b_top, b_rival)}))
+print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the same ratio in the sweep's rounds
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)

@@ -160,7 +160,7 @@ med = {k: (statistics.median(r.data_s) * 1e3, statistics.median(t - d for t, d i
        for k, r in runs.items()}   # ms per step: waiting for data, the rest
 p50 = runs["0 workers"].summary.step.p50_s * 1e3  # ms
 print(f"0 workers: step p50 {p50:.1f} ms against B*c + t_compute = {(load_s + compute_s) * 1e3:.1f} ms: the "
-      f"difference, {p50 - (load_s + compute_s) * 1e3:+.1f} ms, is what the loop adds to its parts timed apart "
+      f"difference, {round(p50, 1) - round((load_s + compute_s) * 1e3, 1):+.1f} ms, is what the loop adds to its parts timed apart "
       "(sampling, collating, parts slower inside the loop), unsplit here, plus the noise of three timings"
       + (" (below 0: that noise alone, the loop's own costs too small to see)" if p50 < (load_s + compute_s) * 1e3
          else ""))
@@ -184,8 +184,9 @@ why1 = (f"Of the step, {med['1 worker'][0]:.1f} ms waited for the worker's batch
 step1, model1 = round(runs["1 worker"].step_time().value * 1e3, 1), round(max(compute_s, load_s) * 1e3, 1)  # ms
 over, made = step1 - model1, round(jitter_ms, 1) + round(med["1 worker"][1] - compute_s * 1e3, 1)  # as printed
 why1 += (f" Of the {over:+.1f} ms the median step lies above the model, jitter and contention make {made:+.1f} ms; "
-         + (f"the other {over - made:+.1f} ms holds the handoff and what this run does not split (medians of a "
-            "step's parts need not add up to its median)." if over > made else "they cover all of it.")
+         + (f"the other {over - made:+.1f} ms this run does not split: the handoff, which 2a times, and work "
+            "untimed here (medians of a step's parts need not add up to its median)." if over > made else
+            "they cover all of it.")
          ) if over > 0 else ""
 viz.verdict(Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
                        value=max(compute_s, load_s) * 1e3, rel_tol=0.25, unit=" ms"),
@@ -223,7 +224,7 @@ base_s = statistics.median(measure_loader(free, LoaderConfig(BATCH, 0)).wait_s[0
 handoff_s = statistics.median(measure_loader(free, LoaderConfig(BATCH, 2)).wait_s[0][1:])
 batch_load_s = BATCH * COST_MS / 1e3 + base_s
 print(f"a free batch: {base_s * 1e3:.2f} ms in the loop (sampling + collating), "
-      f"{handoff_s * 1e3:.2f} ms from a worker (t_handoff)")
+      f"{handoff_s * 1e3:.2f} ms from a worker (t_handoff)" + ex.handoff_part(handoff_s * 1e3, over - made))
 
 # %%
 io_ds = SlowDataset(BATCH * SWEEP_BATCHES, COST_MS / 1e3, kind="sleep")
@@ -237,7 +238,7 @@ fig = vdata.plot_loader_sweep(io_runs, io_pred,
 
 # %% [markdown]
 # The figure judged is the largest of several gaps, one per worker count, each with its own
-# interval. So that all of them hold together at 90 %, each interval is taken at a higher level
+# interval. So that all of them hold together at 90 % at least, each interval is taken at a higher level
 # (Bonferroni: 98 % each for five figures), and the largest gap's interval runs from the largest
 # size any of them can take at its low end to the largest at its high end; the verdict calls
 # that "largest size of k figures, each at" that level (`perfkit.stats`). A loop's steps are no
@@ -253,7 +254,7 @@ fig = vdata.plot_loader_sweep(io_runs, io_pred,
 # %%
 io_gaps = ex.run_gaps(io_runs, io_pred)  # each run against its model, block by block
 gi = max(range(len(WORKERS)), key=lambda k: abs(io_gaps[k].value))  # the run the largest gap comes from
-where_gap = (f"at {WORKERS[gi]} workers: the median block waited {100 * io_gaps[gi].value:+.0f} points against "
+where_gap = (f"at {WORKERS[gi]} workers: the median block waited {100 * io_gaps[gi].value:+.1f} points against "
              f"the model (over the whole run, {io_runs[gi].steady_wait_share:.0%} waiting measured, "
              f"{io_pred[gi].steady_wait_share:.0%} predicted)")
 viz.verdict(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
@@ -400,8 +401,9 @@ viz.verdict(Prediction("later epochs' first-batch wait, persistent over fresh wo
 # `prefetch_factor = d`, up to `d * W` batches can be ready ahead; a slow batch then stalls
 # the loop only when the queue runs dry. Per-sample costs with a coefficient of variation
 # `JITTER` give batches whose cost varies by about `JITTER / sqrt(B)`. Four workers supply a
-# batch every `B * c / 4` on average, within the step time, so any waiting beyond the handoff
-# (measured in 2a, and part of the replay below) is jitter.
+# batch every `B * c / 4` on average, within the step time, so the model puts no waiting at 4
+# workers beyond the handoff (measured in 2a, and part of the replay below) but the jitter's;
+# 2a's run without jitter shows how much the model leaves out there anyway (printed below).
 # `SlowDataset` seeds each sample's cost by its index, so the model replays *this* run's batches
 # (`simulate_pipeline(..., loads=...)`): a run of a few dozen steps depends on where its few slow
 # batches fall, which a long-run average of random draws would miss.
@@ -423,6 +425,7 @@ print(f"this run's {len(jit_loads)} batches cost {min(jit_loads) * 1e3:.0f}-{max
 for d, r, p in zip(depths, jit_runs, jit_pred):
     print(f"prefetch_factor={d}: predicted {p.steady_wait_share:4.0%} waiting | measured {r.steady_wait_share:4.0%} "
           f"({r.steps} steps)")
+print(ex.beyond_model(4, io_runs[WORKERS.index(4)], io_pred[WORKERS.index(4)]))  # 2a's run at these 4 workers
 
 # %%
 by_depth = "; ".join(f"depth {d}: {p.steady_wait_share:.0%} replayed, {r.steady_wait_share:.0%} measured"
@@ -498,8 +501,9 @@ for name, d in real.items():
 # `PadCollate` pads to the longest sample rounded up to a multiple of 8: on NVIDIA GPUs, fp16/bf16
 # matmuls run fastest on tensor cores when their dimensions are multiples of 8 (a performance
 # preference since cuBLAS 11, once a requirement), and on any device fewer distinct shapes mean
-# fewer kernel choices and fewer `torch.compile` recompilations. The price is a few pad tokens
-# per row.
+# fewer kernel choices, and fewer recompilations where `torch.compile` keeps shapes static
+# (`dynamic=False`, or CUDA graphs, recorded per shape; by default it recompiles once, with the
+# length symbolic, and no more). The price is a few pad tokens per row.
 
 # %% keep_output=true
 # NBVAL_CHECK_OUTPUT

@@ -149,7 +149,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # * `s` is measured in the profiled window of the configuration the fix is added to, and taken, for
 #   every fix of a waste and for forward + backward, in milliseconds of that window over an *unprofiled* step (the share times
-#   the profiled over unprofiled step, never less than 1): a phase takes no longer without the
+#   the profiled steps' mean over the unprofiled steps' median, never less than 1; the diagnosis
+#   prints the profiled steps' p50, which can differ from their mean): a phase takes no longer without the
 #   profiler than with it, so this is the most it can take of an unprofiled step. That factor mixes
 #   the profiler's cost with any load that differed between the window and the runs, which is why
 #   it is never taken below 1. Where the product reaches 99 % of the step the bound is void (no
@@ -157,7 +158,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   round: the round prints the product as it is and shows the bound as context;
 # * a fix that answers two kinds (`ddp`: sync and communication) is bounded by their shares added;
 # * the **data** fix: while one rank loads its data, the other waits for it at the next
-#   collective, booked as communication, so `s` is the data share plus the communication share;
+#   collective, booked as communication, so `s` is the data share plus the communication share
+#   (the communication share holds more than that wait: where the gain passes the data share
+#   alone, the round says so, and whether communication fell);
 # * the **sync** fix: the training loop's reads and the host loop between them, plus the whole
 #   communication share (the loop's own collectives, which the fix runs less often, are not
 #   measured apart from DDP's), but not the time DDP waited for a collective between two of its
@@ -183,10 +186,11 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #
 # * default: the configuration before runs **twice**, before and after the new one, and the ratio
 #   is against the mean of the two, so a load that drifts steadily across the three runs cancels.
-#   Its interval comes from each run's median step (each median's order-statistic interval, the
-#   three holding together at 90 %, `perfkit.stats.of_medians`), widened to the ratio against each
-#   "before" alone: it covers 90 % or more (the verdicts' "90% interval" is this one), so a round is inconclusive more often than a plain
-#   90 % interval would make it. Where the two runs before lie more than a tenth apart, the
+#   Its interval comes from each run's median step (each median's narrowest order-statistic
+#   interval, the three holding together at 90 % or more, `perfkit.stats.of_medians`; the exact
+#   coverage is printed with it), widened to the ratio against each "before" alone: it covers at
+#   least what it prints, so a round is inconclusive more often than an interval of exactly that
+#   coverage would make it. Where the two runs before lie more than a tenth apart, the
 #   verdict names them and the fix's ratio against each;
 # * QUICK: each configuration runs **once**, and the run after one fix is the run before the next:
 #   the ratio of the two runs' median steps, with the interval of two separate runs
@@ -313,14 +317,16 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # same speed in the round where it was the "after" and in the next one, where it was the
 # "before"; whatever differs between those runs (load that changed between rounds, or a repeat
 # run that reads slower than the run to the target it repeats) compounds in their product, so
-# the headline is the direct ratio; the seams printed below say which way they point. A
+# the headline is the direct ratio; the line below says, in the order the runs ran, which way
+# each repeat went. A
 # **seam** is one configuration read twice: its tokens/s as one round's "after" and again as the
 # next round's "before"; the seams' ratios (second reading over first, as every arrow here reads)
 # multiply to exactly the direct ratio over the rounds' product, so where they cancel the two
 # agree. The product's range adds the rounds' log half-widths in quadrature, as for independent
 # errors; adjacent rounds share a run, which moves their ratios in opposite directions, so that
-# range is wider than it needs to be, and since each round's interval covers more than 90 % it
-# has no stated confidence: it is printed as a range, not as a 90 % interval. When the slow job's
+# range is wider than it needs to be, and since each round's widened interval covers an unknown
+# share above the one it prints, the range has no stated confidence: it is printed as a range,
+# not as an interval. When the slow job's
 # two runs lie more than a tenth apart, the headline says so, as a round does.
 # Each bar is one kept fix's speedup as measured in its round (log scale: equal factors, equal
 # heights), labelled with it; the next bar is the drift between runs, the direct ratio over the
@@ -387,7 +393,8 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # steps to the target are taken afterwards from every step's recorded loss. Each side is one run,
 # so the ratio below has no interval: where a curve approaches the target slowly, a little
 # noise moves its crossing by a lot. One ratio is one sample, too few for an interval, so the
-# verdict is inconclusive wherever it falls, and says on which side of the edges it lies. The learning rate was chosen as the best of three at both
+# verdict is inconclusive wherever it falls, by construction: it tests nothing, and is printed
+# as context for where the figure lies against the edges. The learning rate was chosen as the best of three at both
 # batch sizes (`slow_train.LR`), so the larger batch is not held back by a rate tuned for the
 # smaller one.
 
@@ -410,7 +417,7 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
     pair = round_speedup(job, [first], last)  # the fixed run over the slow run whose time is read
     print(viz.target_text(tt_gain, tokens_x, pair, total, (reach["slow"][1] / reach["slow"][0], job.tokens_per_s(first))))
     viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job, so at most "
-                           "the top of these two runs' tokens/s interval", high=pair.high, low=1.0,
+                           "the top of these two runs' tokens/s interval; one run a side: inconclusive by construction", high=pair.high, low=1.0,
                            unit="x", soft=("low", "high")), stats.Estimate(tt_gain, tt_gain, tt_gain, 0.9, 1, "one run of each side", needs=5), explain={
         "held": (f"The range, 1x to {pair.high:.3g}x, is wide: inside it says little more than the direction. "
                  if pair.high >= 2 else "") + f"The fixed job needed {tokens_x:.2f}x the tokens" + (

@@ -22,7 +22,8 @@
 #    the second call finding a warm cache or a changed clock, cancels from the ratio; an A/A
 #    control, one loop timed against itself before the first timed claim, checks that and
 #    measures the design's own error): the figure is the median
-#    of the rounds' paired ratios, with its 90 % order-statistic interval (distribution-free);
+#    of the rounds' paired ratios, with the narrowest order-statistic interval covering at least
+#    90 % (distribution-free; its exact coverage is printed with it);
 #    where two settings ran one after the other, not in alternation, the ratio of their median
 #    times with the interval of two separate runs (each claim says which);
 # 5. computes a **verdict on the advice** (`perfkit.verdict.assess`): *holds*, *holds partly*
@@ -60,7 +61,7 @@ MLP_WIDTH = 1024                               # hidden width of the GELU/ReLU a
 CONV = dict(channels=64, size=32, batch=4 if QUICK else 8, groups=8)
 WORKERS = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
 LOAD_BATCHES, LOAD_ROUNDS = (20, 5) if QUICK else (40, 5)  # batches per loader pass, rounds over the counts
-                                    # (5: the fewest a 90 % interval of a median needs; rounded up to whole cycles)
+                                    # (5: the fewest an interval of a median at 90 % needs; rounded up to whole cycles)
 MICRO = 4                                      # micro-batches per step (empty_cache, accumulation)
 DDP_MLP = dict(width=256, depth=6) if QUICK else dict(width=512, depth=8)
 DDP_CAPS = [0.05, None, 25, 500]               # MB: tiny, DDP's default (left unset), 25 written out, the advice's 500
@@ -68,7 +69,7 @@ TOPK_STEPS = 20 if QUICK else 60               # training steps per method, in a
 ULTRA = dict(samples=8 if QUICK else 16, accumulate=8, workers=8)  # claim 21: batch, micro-batches, workers
 ULTRA_ROUNDS = 5 if QUICK else 7               # interleaved rounds of claim 21, rounded up to whole
                                                # cycles (a bf16 step is slow on a CPU)
-COMPILE = not QUICK  # compiling backward (claim 9) and the GPT-2 blocks (21) costs tens of seconds cold
+COMPILE = not QUICK  # compiling backward (claim 9) and the GPT-2 blocks (21) costs seconds to minutes cold
 FASTER = dict(low=1.05, partly=1.0, unit="x")  # "faster", no number: a visible 5 %; 1x is no effect
 
 # %% [markdown]
@@ -115,7 +116,6 @@ from perfkit.compute import claims_precision as cp
 from perfkit.compute import claims_speed as cs
 from perfkit.compute import claims_ultra as cu
 from perfkit.data import claims as cd
-from perfkit.data.claims import interval_gap
 from perfkit.imitate import IMITATIONS
 from perfkit.jobs.data_parallel import make_mlp
 from perfkit.memory import claims as cm
@@ -295,8 +295,9 @@ print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and 
 # ## The control: one loop timed against itself
 #
 # Every speed figure below is the median of paired ratios of settings timed in alternation,
-# with its 90 % order-statistic interval. Before any of them, one DataLoader loop (claim 12's)
-# is timed against itself the same way: an A/A test. In balanced orders each copy runs first in
+# with its order-statistic interval (at least 90 %; its exact coverage is printed with it).
+# Before any of them, one DataLoader loop (claim 12's) is timed against itself the same way: an
+# A/A test. In balanced orders each copy runs first in
 # half the rounds, so what a round's position does to a time cancels from the ratio; the rounds
 # of each order, taken apart, show how large that effect is. What the ratio still reads apart
 # from 1 is the design's own error. (The order-statistic interval treats rounds as independent
@@ -304,7 +305,12 @@ print(f"DDP job done: {len(ddp['buckets'])} bucket sizes, accumulation with and 
 # **reach**, how far its interval lies from 1x, weighs every timed verdict on the advice below
 # alike: an interval within that reach of the edge that decides the verdict (no effect, or the
 # promise) is not asserted past that edge, in the verdict, the table and the headlines; one put
-# past it by less than a tenth of the reach is the rule's call, not a finding, and they say so. The
+# past it by less than a tenth of the reach is the rule's call, not a finding, and they say so.
+# The reach is a margin of caution, not an estimate of any claim's error: it comes from one
+# single-process loop, while the claims time other work, with fewer rounds, some in two processes;
+# each claim's own interval already carries its sampling error, so the margin counts some of that
+# twice and can only make a verdict more cautious. The control's estimate of the design's bias is
+# its figure (how far the ratio lies from 1x), not its reach. The
 # predictions keep the course's one rule on their own intervals; where the control's reach
 # would change a timed prediction's outcome, a line after its verdict says so.
 # Without CUDA `pin_memory` would only be ignored (with a warning each pass), so both copies run
@@ -325,8 +331,8 @@ if pin.same_code:  # the rounds of each order apart show the position effect
 if pin.same_code:
     apart = pin.speedup().clear_of(1.0, "x")  # "above"/"below" where identical code read apart beyond the interval
     viz.verdict(Prediction("one loop's speedup over itself (A/A)", "identical code", value=1.0, rel_tol=0.02, unit="x"),
-                pin.speedup(), explain={apart: "Identical code read apart beyond its interval: the one run in ten a "
-                "90 % interval misses, or rounds that drift together (not independent draws), which would make every "
+                pin.speedup(), explain={apart: "Identical code read apart beyond its interval: a miss "
+                f"its {pin.speedup().label} allows in {1 - pin.speedup().confidence:.0%} of runs, or rounds that drift together (not independent draws), which would make every "
                 "interval of this design too narrow; this run does not tell which. The reach below covers either: "
                 "every timed verdict on the advice is weighed by it."} if apart else None)
     print(control_text(pin, FASTER["low"] - 1, target=0.02))  # the prediction above: within 2 %
@@ -360,17 +366,12 @@ weighed_verdict(pin, Prediction("GELU op time over ReLU op time", "erf per eleme
 bwd_share = act.extra_backward_s / act.relu_step.median_s  # the backward op's extra time, the same way
 ops_share = op_share + bwd_share
 ops_speed = 1 / (1 + ops_share)  # the step speedup the two ops' extra time alone implies
-gap = control_gap_text(pin, step, ops_speed)  # where the step's interval lies, weighed by the A/A control
-apart = interval_gap(step, ops_speed) > 0 and pin.resolves(step, ops_speed)
 claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient than ReLU", "GELU step speedup over ReLU", **FASTER),
      step, (f"GELU's step took {gelu_longer:.1%} longer than ReLU's" if gelu_longer > 0 else
             f"GELU's step took {-gelu_longer:.1%} less time than ReLU's") + " (the paired ratios' median); its forward "
      f"op alone adds {act.extra_op_s * 1e6:.0f} µs a call and its backward op {act.extra_backward_s * 1e6:.0f} µs, "
      f"together {ops_share:.1%} of ReLU's {act.relu_step.median_s * 1e3:.1f} ms step, a speedup of {ops_speed:.3g}x. "
-     f"The step's interval {gap}" + ("; the two ops account for the step's difference, within this run's error."
-                                     if not apart else "; " + ("the step lost more than the two ops cost alone"
-                                     if step.high < ops_speed else "the two ops cost less inside the step than alone")
-                                     + ", which this run does not break down."))
+     + viz.claims.ops_gap_text(pin, step, ops_speed))  # where the step's interval lies, weighed by the A/A control
 
 # %% [markdown]
 # ## 5. "Grouped convolutions reduce computation"
@@ -452,8 +453,8 @@ grad_bytes = ck.state_bytes / 3  # weights, Adam's two moments; gradients as lar
 peak_saved_most = (ck.plain - ck.checkpointed - ck_peak) / (ck.state_bytes + ck.plain)
 peak_saved = (ck.plain - ck.checkpointed - ck_peak - grad_bytes) / (ck.state_bytes + ck.plain)
 print(f"one block recomputed in backward adds {ck_peak / 2**20:.2f} MiB back (modelled), and the gradients "
-      f"({grad_bytes / 2**20:.2f} MiB) fill in as backward goes: the peak falls {peak_saved:.0%} if all of "
-      f"them are there at the rebuilt block's peak, {peak_saved_most:.0%} if none are")
+      f"({grad_bytes / 2**20:.2f} MiB) fill in as backward goes: the peak falls {peak_saved:.1%} if all of "
+      f"them are there at the rebuilt block's peak, {peak_saved_most:.1%} if none are")
 
 # %%
 viz.verdict(Prediction("share of activation memory checkpointing saves", "module 04's op-by-op count",
@@ -465,9 +466,10 @@ claim_verdict("checkpointing: up to 80 % less memory", Claim("gradient checkpoin
      f"{ck_peak / 2**20:.2f} MiB of the recomputed block and the {grad_bytes / 2**20:.2f} MiB of gradients at "
      "the backward's peak; the model states "
      f"({ck.state_bytes / (ck.state_bytes + ck.plain):.0%} of the step) do not shrink."
-     + (f" Counted with no gradient present at that peak, the saving is {peak_saved_most:.0%}, on the other side of "
-        "the band's 60% edge: the verdict turns on the gradients live at the rebuilt block's peak; all of them is a worst case "
-        "backward's order never reaches (it frees each block's checkpoint as the gradients fill in), and the verdict takes it: the smaller saving, a lower bound." if peak_saved < 0.6 <= peak_saved_most else ""))
+     + (f" Counted with no gradient present at that peak, the saving is {peak_saved_most:.1%}, on the other side of "
+        f"the band's 60% edge: by this model the saving at the true peak lies between {peak_saved:.1%} and {peak_saved_most:.1%}, and "
+        "the verdict takes the smaller, a worst case backward never reaches (the block being rebuilt has no gradient yet): "
+        "the label rests on that modelled case, not on a measurement of the peak." if peak_saved < 0.6 <= peak_saved_most else ""))
 
 # %% [markdown]
 # ## 7. `checkpoint_sequential(custom_forward, chunks=2, module=..., inputs=...)`, as guides write it
@@ -704,7 +706,8 @@ claim_verdict("pin_memory always helps", Claim("pin_memory=True always helps", "
 # **The advice.** Set intra-op threads to `min(8, cores)` (and inter-op threads to 1).
 #
 # **The model.** An intra-op parallel matmul splits its work over the threads; with `c` idle
-# cores it runs up to `c` times faster, never more. On a shared machine the other jobs take
+# cores it runs up to `c` times faster, rarely more (only where each thread's share fits a
+# private cache). On a shared machine the other jobs take
 # cores, and a thread that is descheduled stalls its siblings at every barrier. Inter-op threads
 # run independent ops side by side (TorchScript's `fork`); an eager training step does not use
 # them, and `set_num_interop_threads` can be called only once, before any parallel work, so it
@@ -766,7 +769,8 @@ claim_verdict("set_num_threads(min(8, cores))", Claim("torch.set_num_threads(min
 # once the gradient outgrows the 1 MiB first bucket, the two give different buckets (500 MB: fewer
 # all-reduces, none overlapped with backward). The A/A control's reach, from one single-process
 # loop, may understate this 2-process job's own error: 25 MB and 500 MB below lay out the same
-# buckets here whenever their counts match, so the gap between their step times is that error.
+# buckets here whenever their counts match, so the gap between their median steps is one reading of
+# that error (it compares two medians; the judged interval is another reading, usually wider).
 
 # %%
 bk = {b["bucket_cap_mb"]: b for b in ddp["buckets"]}
@@ -793,7 +797,8 @@ viz.verdict(Prediction(f"all-reduces per step at {DDP_CAPS[0]} MB over DDP's def
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim("larger DDP buckets (500 MB-1 GB) reduce communication overhead",
      "step speedup of 500 MB buckets over DDP's default", **FASTER), buckets,
      f"For a {grad_mb:.2f} MiB gradient DDP's default made {calls[None]} all-reduce(s) per step and 500 MB "
-     f"{calls[500]}, at {medians(bk[None]['step_s'], bk[500]['step_s'])}; the tiny cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default by the median of the rounds' paired "
+     f"{calls[500]}, at {bk[None]['step_s'] * 1e3:.2f} and {bk[500]['step_s'] * 1e3:.2f} ms (each setting's median)."
+     f"{buckets.beside(bk[None]['step_s'] / bk[500]['step_s'])} The tiny cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default by the median of the rounds' paired "
      f"ratios, {bk[DDP_CAPS[0]]['step_s'] / bk[None]['step_s']:.2f}x by the ratio of the two medians "
      f"({bk[DDP_CAPS[0]]['step_s'] * 1e3:.1f} and {bk[None]['step_s'] * 1e3:.1f} ms)." + (" " + viz.claims.same_layout_text(Claim("s", "s", **FASTER),
      buckets, bk[25]["step_s"], bk[500]["step_s"], CONTROL, "25 MB and 500 MB") if calls[25] == calls[500] and CONTROL else ""))
@@ -846,9 +851,9 @@ for name, ratio in per_sample.items():
 # 2 processes, DDP's all-reduce against top-k 1 % with error feedback, each step timed. The two
 # train side by side in one job, each with its own model and optimizer on the same batches, taking
 # turns step by step (the order reversed every other step): step `i` of each ran under the same
-# load. Which of the two runs first in a step matters (the ratios are printed for each order),
+# load. Which of the two runs first in a step may matter (the ratios are printed for each order),
 # so two consecutive steps, one of each order, make one sample: the geometric mean of their two
-# ratios, in which the order's effect cancels. The speedup is the median of these samples, with
+# ratios, in which any effect of the order cancels. The speedup is the median of these samples, with
 # its order-statistic interval. That interval treats the samples as independent; neighbouring
 # steps of one job can drift together, which would make it too narrow.
 # **Prediction:** the payload is 2 % of the dense bytes, within 5 %.
@@ -871,12 +876,9 @@ print(f"top-k's step speedup over the all-reduce {x(tk)}; after {TOPK_STEPS} ste
       f"{dense_r['eval_accuracy']:.1%} (all-reduce), {topk_r['eval_accuracy']:.1%} (top-k with error feedback)")
 by_order = {f: stats.median([d_t[i] / k_t[i] for i in range(skip, len(d_t)) if (i % 2 == 0) == (f == "all-reduce")])
             for f in ("all-reduce", "top-k")}  # even steps: the all-reduce ran first (train_interleaved)
-outside = not min(by_order.values()) <= tk.value <= max(by_order.values())
 print(f"median paired ratio with the all-reduce first in the step {by_order['all-reduce']:.3g}x, with top-k first "
       f"{by_order['top-k']:.3g}x; ratio of the two medians {tk_medians:.3g}x"
-      + ("; the judged median of the pairs lies outside the two orders' medians: each pair's geometric mean "
-         "joins one step of each order, and the medians of those means need not fall between the orders' own"
-         if outside else ""))
+      + viz.claims.pair_order_text(tk.value, by_order, [d_t[i] / k_t[i] for i in range(skip, len(d_t))]))
 
 # %%
 viz.verdict(Prediction("top-k 1 % payload over dense bytes", "values + int32 indices: 2k",
@@ -971,7 +973,8 @@ claim_verdict("DataLoader workers: 4-8", Claim("the best number of DataLoader wo
 # in 16-bit at width `h` without recomputation (Korthikanti et al. 2022; their `5 a s` term for
 # the attention scores left out, since a fused attention kernel keeps none). The sizes here are
 # given by their parameter count only, so each gets a GPT-3/LLaMA shape, `12 L h²` parameters
-# with `h = 128 L` (GPT-3 13B: 40 layers 5,140 wide; `cm.activation_gb`), and a stage counts as
+# with `h = 128 L` (GPT-3 13B: 40 layers 5,140 wide; `cm.activation_gb`; LLaMA-2-70B is 80 layers
+# 8,192 wide, `h` about 102 `L`, a little more activation per token), and a stage counts as
 # fitting where its model states and one 2,048-token sequence's activations per rank fit
 # together. (Activation checkpointing keeps about a seventeenth of that, the layers' inputs, so
 # with it a lower stage can fit; the rule does not say whether it assumes recomputation.)
@@ -1171,7 +1174,7 @@ claim_verdict("MultiheadAttention(kdim=head_dim)", Claim("nn.MultiheadAttention(
 # optimizer step in every setting. The plain setting is fp32, attention op by op
 # (`attention="eager"`), GPT-2's GELU as separate elementwise ops, no workers, no accumulation,
 # no compile. Each switch is timed alone against it, interleaved; the tuned subset keeps the
-# switches that were faster beyond their uncertainty (the whole 90 % interval of their speedup
+# switches that were faster beyond their uncertainty (the whole interval of their speedup
 # above 1), and compile if claim 9 found it so; then
 # everything-on and the tuned subset are timed against each other. Workers persist across
 # steps (`persistent_workers=True`), so they start once, before the timing. At default size
@@ -1236,7 +1239,9 @@ if ultra.added:  # else the two settings are the same: nothing to judge
          + (f" Besides bf16 autocast it adds {', '.join(lost_here)}, slower alone on this machine beyond their "
             f"interval and the A/A control's reach (together {math.prod(alone_x[n].value for n in lost_here):.2f}x, "
             "multiplied): the direction of the verdict is this machine's, not only a GPU question, while most of its size is bf16's, which "
-            f"runs at {r:.2f}x fp32's ceiling on {hw.device_name()}." if lost_here and "bf16 autocast"
+            f"runs at {r:.2f}x fp32's ceiling on {hw.device_name()} (the ceilings claim 8 printed, each the highest rate the "
+            "limits file keeps, whatever run set it" + (f"; notebook 00's sweep points alone give {sr:.3g}x" if (sr := cp.sweep_ceiling_ratio(
+            limits, THREADS)) else "") + ")." if lost_here and "bf16 autocast"
             in ultra.added and not CUDA and r <= 1 else ""),
          gpu_only=slow_bf16)
 

@@ -193,7 +193,8 @@ fig = spec.fn(schedule="1f1b", p=P, m=4, v=1)   # a measured setting (the widget
 # can sleep at once, so the action times stay the ones chosen; section 6 runs real GPT blocks
 # with 2 stages). `run_schedule`
 # records every action's start and end on one clock; the bubble share of a step is
-# `1 - busy / (p x step time)`, its figure the median over steps with its 90 % interval.
+# `1 - busy / (p x step time)`, its figure the median over steps with its interval (the
+# narrowest order-statistic interval covering at least 90 %, its exact coverage printed with it).
 # The simulator fed with the measured action times and hop latency (a message's time from one
 # stage to the next) is the model of the rest.
 #
@@ -323,7 +324,7 @@ print(f"busy time per stage and micro-batch in the pipeline (the stages' mean, o
       f"the median bubble over the steps is {est.point()}")
 drawn = f"step {real['drawn'] + 1} of {len(real['shares'])}, the one nearest the median"
 fig = viz.plot_grids(planned_tl, tl, label="prediction (stage costs timed alone)", unit="s",
-                     measured_note=f"{drawn} ({est.value:.1%})")
+                     measured_note=f"{drawn} ({est.value:.1%})", share_time=True)
 
 # %%
 costs = {s: sum(b - a for k, st, _, a, b in row if st == s) for s, row in enumerate(real["slots"])}
@@ -331,7 +332,7 @@ imbalance = max(costs.values()) / min(costs.values()) - 1   # the drawn step's s
 between = stats.per_round(lambda a, b: a - b, [real["shares"], real["simulated_each"]], "steps")
 sim_med, edge = stats.median(real["simulated_each"]), p_real.bounds()[1]
 over = sum(x > edge for x in real["shares"]) if est.high > edge else 0   # the steps the interval's tail rests on
-fb = {k: stats.median([b - a for row in real["slots"] for kk, _, _, a, b in row if kk == k]) for k in "FB"}
+fb = {k: stats.median(real["actions"][k]) for k in "FB"}   # over all steps, each step's median: not the drawn one
 viz.verdict(p_real, est, explain={
     side: (f"{over} of the {len(real['shares'])} steps' shares lie above the band's edge {edge:.3f} (the largest "
            f"{max(real['shares']):.3f}): the interval's upper end rests on them. " if over else "")
@@ -397,13 +398,12 @@ p_zb = Prediction("ZB-H1's step over 1F1B's, GPT blocks, p = 2, m = 4", "W fills
 
 # %%
 zb = res["real"][1]
-times = {k: stats.median([b - a for row in zb["slots"] for kk, _, _, a, b in row if kk == k])
-         for k in "FIW"}
+times = {k: stats.median(zb["actions"][k]) for k in "FIW"}   # over all steps, each step's median
 step_ratio = stats.median_ratio(zb["step_s"], real["step_s"])   # rounds alternated: paired
 busy_ratio = stats.median_ratio(zb["busy_s"], real["busy_s"])
 share_ratio = stats.median_ratio(zb["shares"], real["shares"])
 idle = stats.per_round(lambda a, b: (1 - a) / (1 - b), [real["shares"], zb["shares"]], "paired rounds")
-print(f"ZB-H1's actions, medians: F {1e3 * times['F']:.1f} ms, I {1e3 * times['I']:.1f} ms, W {1e3 * times['W']:.1f} "
+print(f"ZB-H1's actions, medians over its {len(zb['shares'])} steps: F {1e3 * times['F']:.1f} ms, I {1e3 * times['I']:.1f} ms, W {1e3 * times['W']:.1f} "
       f"ms (F : I : W = 1 : {times['I'] / times['F']:.2f} : {times['W'] / times['F']:.2f}; the model's 1 : 1 : 1)")
 display(Markdown(
     "| ZB-H1 over 1F1B, median of the paired rounds' ratios | measured | model (split free) |\n|---|---|---|\n"
@@ -416,7 +416,7 @@ display(Markdown(
 # %%
 fiw = [times[k] for k in "FIW"]   # the model fed with this split, beside the recorded prediction; not judged
 parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, fiw, share_ratio, ideal_tl.bubble_share / planned,
-                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]), inside.value)   # 1F1B's, section 6
+                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]), inside.value, len(zb["shares"]))
 zb_verdict = judge(p_zb, step_ratio, explain=dict.fromkeys(("above", "below", "held"), parts))
 viz.show_verdict(zb_verdict)
 
@@ -452,7 +452,8 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 # - Zero-bubble schedules judge themselves by step time: a smaller bubble share that costs
 #   more busy time is no gain (section 7 judges the step and prints the busy time beside it).
 #   Time the forward in both schedules too: an implementation that instruments it for the
-#   split (this one taps every `nn.Linear`) can slow the action it does not split.
+#   split (this one taps every `nn.Linear`) changes the action it does not split (section 7
+#   prints by how much here).
 
 # %%
 side, ends = zb_side(step_ratio)   # the step's interval at the digits that decide longer or shorter

@@ -288,7 +288,9 @@ viz.show_verdict(calls_v)
 # **Prediction.** The model fitted on the shorter lengths predicts the longest one's time
 # with 64-wide tiles within the fit's own largest miss at the lengths it was fitted on (every
 # tile size; printed with the fit, before the longest length's times are read): a model that
-# misses its own data by that much cannot claim to extrapolate better. In the model a tile
+# misses its own data by that much cannot claim to extrapolate better. The judged tile's own
+# worst point can set that band; the verdict says whose point set it and what a band without it
+# would give. In the model a tile
 # size's time per FLOP does not move with `T` (the FLOPs and the tiles both grow as `T²`), so
 # a tile's miss at the longest length either repeats its misses at the shorter lengths (the
 # model misfits that tile) or the shorter lengths do not show it; the verdict prints which,
@@ -301,11 +303,13 @@ model = ac.TileCostModel.fit([p for p in points if p.seq_len < SWEEP_LENS[-1]])
 misses = [p.median_s / model.flash_s(p.seq_len, p.tile, B, H, D) - 1
           for p in points if p.impl == "flash" and p.seq_len < SWEEP_LENS[-1]]
 tol = max(abs(x) for x in misses)   # the fit's largest miss where it was fitted: the prediction's band
-print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} "
-      f"per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); the fit "
-      f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: " + ac.band_note(points, model, B, H, D))
 p_tile = Prediction(f"FlashAttention (tiles of 64) at T = {SWEEP_LENS[-1]}", "FLOPs / rate + tiles x t_tile, fitted "
                     "on shorter T", value=model.flash_s(SWEEP_LENS[-1], 64, B, H, D), rel_tol=tol, unit=" s")
+print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); the fit "
+      f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: " + ac.band_note(points, model, B, H, D)
+      + f". Recorded before the times below are shown: {p_tile.what}, {p_tile.describe()}")
+
+# %%
 display(Markdown(va.times_table(points)))
 fig = va.plot_tile_times(points, model, B, H, D, fitted_lens=SWEEP_LENS[:-1])
 
@@ -359,7 +363,7 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=stats.median_interval(last.times_s)) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
+fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=stats.median_interval(last.times_s)) + va.rate_note(points, model) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
 viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
     "above": fitted, "below": fitted, "held": fitted,
     "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "

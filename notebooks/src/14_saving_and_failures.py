@@ -408,8 +408,8 @@ ll = failures.llama3_check()
 print(f"save {ll['save_s']:.3g} s, MTBF {ll['mtbf_s'] / 3600:.3g} h, Daly's interval "
       f"{ll['interval_s'] / 60:.3g} min; effective training {ll['goodput']:.1%} "
       f"(Daly's exact {ll['daly_goodput']:.1%}) with the {ll['restart_s'] / 60:.3g}-minute restart assumed. "
-      f"Llama 3's reported effective training time above {ll['reported']:.0%} fits the model if its restarts "
-      f"took under {ll['max_restart_s'] / 60:.3g} min, which it does not publish.")
+      f"Llama 3's reported effective training time above {ll['reported']:.0%} fits the model only with restarts under {ll['max_restart_s'] / 60:.3g} min "
+      "(not published; the model counts unexpected interruptions only, so this is necessary, not sufficient).")
 print(failures.LLAMA3_FAILURES["source"])
 
 # %% [markdown]
@@ -449,10 +449,10 @@ fr = ft["result"]
 print(f"{ft['command']}  ({fr['run_s'] / 60:.1f} min; {ft['date']}, {ft['cores']} cores; {ft['load']})")
 print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_interval_s']:.3g} s); "
       f"step {fr['step_s_median']:.3g} s (median); {fr['attempted']} steps attempted, {fr['committed']} "
-      f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. After each "
-      f"kill the survivor waited {fr['stall_after_kill_s']:.2g} s (the lighthouse's heartbeat timeout, which "
-      f"the benchmark sets to {fr['config']['lighthouse']['heartbeat_timeout_ms'] / 1e3:g} s) before its next "
-      f"step; the killed group took {fr['restart_s']:.3g} s to rejoin, at the load the first line gives. "
+      f"committed: {fr['uncommitted']} lost, {fr['lost_at_kill']} of them in flight at a kill. The steps the "
+      f"survivor began after a kill ran {fr['stall_after_kill_s']:.2g} s past the median step (mean over kills): the "
+      f"lighthouse's heartbeat timeout, {fr['config']['lighthouse']['heartbeat_timeout_ms'] / 1e3:g} s here, less "
+      f"what of it passed before they began; the killed group took {fr['restart_s']:.3g} s to rejoin, at the load the first line gives. "
       "That wait is "
       f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
       "Load lengthens the step and the rejoin, not the count of steps a kill costs.")

@@ -18,12 +18,10 @@ from perfkit.comm.alpha_beta import (
 )
 from perfkit.comm.bucketing import (
     BucketSaving,
+    alone_against_model_text,
     bucket_count_effect,
     bucket_saving,
-    overlap_apart_text,
-    overlap_said,
     step_comm_text,
-    together_share,
 )
 from perfkit.comm.collectives import (
     OPS,
@@ -31,6 +29,7 @@ from perfkit.comm.collectives import (
     all_gather_single,
     benchmark_collective,
     bus_factor,
+    busbw_fall_text,
     busbw_share,
     gloo_reduce_scatter_text,
     isolated_times,
@@ -55,6 +54,11 @@ from perfkit.comm.networks import (
     PaysOn,
     encoding_pays,
 )
+from perfkit.comm.overlap import (
+    overlap_apart_text,
+    overlap_said,
+    together_share,
+)
 from perfkit.comm.ring import (
     ring_all_reduce,
 )
@@ -66,9 +70,11 @@ from perfkit.comm.traffic import (
 )
 
 __all__ = [
+    "alone_against_model_text",
     "bucket_count_effect",
     "bucket_saving",
     "BucketSaving",
+    "busbw_fall_text",
     "busbw_share",
     "encoding_pays",
     "fit_quality",

@@ -9,8 +9,8 @@ and what one call costs at the step's tensor sizes, read off the sweep's own poi
 fitted line's intercept. The record's sentences say which of them can account for a gap, and by
 how much, rather than naming a cause the numbers cannot carry. :func:`bucket_count_effect` holds
 DDP's steps at several bucket caps against the same model, with the overlap that more buckets
-allow behind backward; :func:`overlap_apart_text`, what an overlapped step saved beyond running its
-all-reduces together.
+allow behind backward (what an overlapped step saved beyond running its all-reduces together:
+:mod:`perfkit.comm.overlap`).
 
 Usage::
 
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
@@ -36,8 +35,8 @@ from perfkit.comm.experiments import hidden_share
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["BucketSaving", "bucket_count_effect", "bucket_saving", "overlap_apart_text", "overlap_said",
-           "step_comm_text", "together_share"]
+__all__ = ["BucketSaving", "alone_against_model_text", "bucket_count_effect", "bucket_saving",
+           "step_comm_text"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,9 @@ class BucketSaving:
             to ``largest_bytes`` (``None`` when the sweep has no size there).
         largest_bytes: the largest gradient tensor, bytes.
         bucketed_s: bucketed's median step, s.
+        model_naive_s: the model's communication for the naive step, s (``alpha`` per call plus the
+            gradients over the bandwidth), or ``None``: above the whole measured naive step, the
+            sentences say that the model fails on this run's numbers.
         ratio: naive's step over bucketed's, the median of paired rounds with its interval, or
             ``None``. Given, the model is held against it (:attr:`model_ratio` inside or outside
             its interval), not against the medians' difference alone, so the verdict's sentence
@@ -72,6 +74,7 @@ class BucketSaving:
     largest_bytes: int
     bucketed_s: float = 0.0
     ratio: Estimate | None = None
+    model_naive_s: float | None = None
 
     @property
     def model_ratio(self) -> float:
@@ -92,7 +95,7 @@ class BucketSaving:
         if r is None:
             raise ValueError("no paired ratio to hold the model against")
         where = (f"cannot be held against the paired rounds' {r.text('x')}" if not r.has_interval else
-                 f"lies inside the paired rounds' 90 % interval ({r.text('x')})" if not r.clear_of(m, "x")
+                 f"lies inside the paired rounds' interval ({r.text('x')})" if not r.clear_of(m, "x")
                  else f"lies {'below' if r.clear_of(m, 'x') == 'above' else 'above'} the paired rounds' "
                  f"interval ({r.text('x')}), on the other side from the medians' saving")
         return (f"naive's step over bucketed's by the model, {m:.2f}x, {where}: this run does not tell the "
@@ -128,8 +131,22 @@ class BucketSaving:
                 + (", so a call's cost at these sizes is not pinned to alpha" if lo < self.alpha_s < hi
                    else "") + ".")
 
+    def _over(self) -> str:
+        """A sentence where the model's naive communication alone exceeds the whole naive step, else ""."""
+        m, naive = self.model_naive_s, self.bucketed_s + self.measured_s
+        if m is None or m <= naive:
+            return ""
+        return (f" The model's communication alone for the naive step, {si(m, 's')}, exceeds the whole "
+                f"measured naive step, {si(naive, 's')}, compute included: the model's absolute figures "
+                "fail on this run's numbers; the verdict judges only its direction (naive at least "
+                "bucketed).")
+
     def explain(self) -> str:
-        """The measured saving against the model's, with what can and cannot account for the gap."""
+        """The measured saving against the model's, with what can and cannot account for the gap, and
+        where the model's naive communication alone exceeds the whole naive step."""
+        return self._explain() + self._over()
+
+    def _explain(self) -> str:
         text = (f"The model's saving, {si(self.model_s, 's')}, against {si(self.measured_s, 's')} by "
                 "the medians")
         if self.measured_s <= 0 or self.extra_calls == 0:
@@ -147,7 +164,10 @@ class BucketSaving:
 
     def short(self) -> str:
         """A clause for a summary: what the model charges, and what this run says of the gap."""
-        text = f"the model charges each of naive's {self.extra_calls} extra calls alpha"
+        m = self.model_naive_s
+        text = f"the model charges each of naive's {self.extra_calls} extra calls alpha" + (
+            f" (its naive communication alone, {si(m, 's')}, exceeds the whole naive step)"
+            if m is not None and m > self.bucketed_s + self.measured_s else "")
         if self.measured_s > 0 and self.extra_calls and not self.side():  # a ratio given: see _inside
             r = self.ratio
             inside = r is not None and r.has_interval and not r.clear_of(self.model_ratio, "x")
@@ -204,7 +224,30 @@ def bucket_saving(points: Sequence[CollectivePoint], fit: AlphaBeta, *, naive_ca
     copy_bytes = 4 * grad_bytes  # B: gradient read + bucket written, then bucket read + gradient written
     return BucketSaving(naive_calls - bucket_calls, fit.alpha_s, naive_s - bucketed_s, copy_bytes,
                         copy_bytes / copy_bytes_per_s, min(near, default=None), max(near, default=None),
-                        largest_bytes, bucketed_s, ratio)
+                        largest_bytes, bucketed_s, ratio,
+                        naive_calls * fit.alpha_s + grad_bytes / fit.bandwidth)  # s: the model's naive comm
+
+
+def alone_against_model_text(alone_s: float, model_s: float, buckets: int) -> str:
+    """A sentence (starting with a space) on the bucketed all-reduces timed alone against the
+    alpha-beta model's figure for them: where they took over 1.1x the model, or under 1/1.1 of it
+    (the model overcharges them on this run's numbers); ``""`` within that.
+
+    Raises:
+        ValueError: for a time that is not positive, or fewer than 1 bucket.
+    """
+    check_real("alone_s", alone_s, 0, lo_open=True)
+    check_real("model_s", model_s, 0, lo_open=True)
+    check_int("buckets", buckets, 1)
+    x = alone_s / model_s
+    if x > 1.1:
+        return (f" Even timed alone they took {x:.2g}x the model: its fit repeated one size back to back, "
+                f"these are {buckets} buckets of different sizes in a row; this run does not measure which "
+                "difference costs the time.")
+    if x < 1 / 1.1:
+        return (f" Timed alone they took {x:.2g}x the model: on this run's numbers the model charges these "
+                f"{buckets} calls more than they cost; it is not a floor they pay.")
+    return ""
 
 
 def _signed(x: float) -> str:
@@ -224,11 +267,13 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     ``(more - fewer) x alpha`` slower. It leaves out the copies into and out of the buckets, the
     all-reduces overlapping one another, and gloo's threads competing with backward for the cores.
 
-    Caps that gave the same call count are this run's noise. Against it: does the measured
-    difference stand out (by more than twice it: the noise is the range of a few medians;
+    Caps that gave the same call count set the yardstick: their spread (the range of their medians,
+    printed with its ratio; named a spread, not noise: identical bucket layouts can differ by the
+    position or order in which they ran, which a fixed-order sweep does not separate). Against it:
+    does the measured difference stand out (by more than twice it: the spread is the range of a few medians;
     between once and twice it the sentence says it is too close to call), and does the model's
     range lie within it of the measured difference (if not, the data reject the model). Where
-    the noise is as large as the largest effect the model predicts, the run can test nothing,
+    the spread is as large as the largest effect the model predicts, the run can test nothing,
     and the sentence says so instead of calling the model not rejected.
 
     Args:
@@ -271,11 +316,15 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
                  f"): between {_signed(lo)} and {_signed(hi)}")
     noise = max((max(v) - min(v) for v in same.values() if len(v) > 1), default=None)
     if noise is None:
-        return text + "; no two caps share a count here, so this run does not show its noise."
+        return text + ("; no two caps share a count here, so this run does not show how far equal counts "
+                       "spread.")
     stands = abs(diff) > 2 * noise
-    text += (f"; caps with the same count differ by up to {si(noise, 's')}, so the measured difference "
-             + ("stands out of this run's noise" if stands else "is within this run's noise"
-                if abs(diff) <= noise else f"is only {abs(diff) / noise:.2g}x this run's noise: too close to "
+    pair = max((v for v in same.values() if len(v) > 1), key=lambda v: max(v) - min(v))  # the widest count
+    text += (f"; caps with the same count ran up to {si(noise, 's')} apart (the slower "
+             f"{max(pair) / min(pair):.2g}x the faster), a spread this run does not explain, so the measured "
+             "difference "
+             + ("stands out of that spread" if stands else "is within that spread"
+                if abs(diff) <= noise else f"is only {abs(diff) / noise:.2g}x that spread: too close to "
                 "it to call"))
     if stands and diff < 0:
         text += (": more all-reduces were faster, their overlap with backward outweighing the start-ups "
@@ -283,12 +332,12 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     gap = lo - diff if diff < lo else diff - hi if diff > hi else 0.0  # s: to the model's nearest end
     largest = max(abs(lo), abs(hi))  # s: the largest effect the model predicts
     if gap <= noise and noise >= largest:
-        return text + (f". The model's largest effect, {si(largest, 's')}, is within that noise: this run "
+        return text + (f". The model's largest effect, {si(largest, 's')}, is within that spread: this run "
                        "can neither support the model nor reject it.")
     if gap <= noise:
-        where = f"{si(gap, 's')} from the model, within that noise" if gap else "inside the model's range"
+        where = f"{si(gap, 's')} from the model, within that spread" if gap else "inside the model's range"
         return text + (f". The measured difference lies {where}: the data do not reject it"
-                       + (", and it stands out of the noise: they agree with it." if stands else
+                       + (", and it stands out of the spread: they agree with it." if stands else
                           " (nor can they confirm it)."))
     why = ("which paid more per extra all-reduce than the sweep's alpha (inside a step each bucket also pays "
            "its copies in and out and a peer to wake)." if diff > hi else
@@ -297,7 +346,7 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
            "whose extra all-reduces cost less than their start-ups even with all the overlap backward "
            "allows: they also overlap one another, which the model does not count.")
     return text + (f". The model lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, more than that "
-                   f"noise: the data reject it for DDP's buckets, {why}")
+                   f"spread: the data reject it for DDP's buckets, {why}")
 
 
 def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:
@@ -334,86 +383,3 @@ def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:
             f"all-reduces alone ({si(alone, 's')}) the ceiling would be {alt_ceiling:.2f} and the share "
             f"saved {alt.value:.2f}.")
 
-
-def together_share(times_s: Mapping[str, Sequence[float]]) -> stats.Estimate:
-    """Share of the bucketed step's communication (as :func:`hidden_share`'s) that launching its
-    all-reduces together saved, timed alone: the median round's ``(comm_only - comm_together) / comm``
-    with its interval. The overlapped step can save this without hiding anything behind backward.
-
-    Raises:
-        TypeError, ValueError: as :func:`hidden_share`, or a missing ``comm_only``/``comm_together``.
-    """
-    check_type("times_s", times_s, Mapping)
-    keys = ("compute_only", "bucketed", "comm_only", "comm_together")
-    if missing := [k for k in keys if k not in times_s]:
-        raise ValueError(f"times_s must hold the series {keys}, missing {missing}")
-    c, s, one, all_ = (np.asarray([check_real(f"times_s[{k!r}]", x, 0, lo_open=True)
-                                   for x in check_items(f"times_s[{k!r}]", times_s[k])]) for k in keys)
-    comm = float(np.median(s)) - float(np.median(c))  # s: as hidden_share's denominator
-    if comm <= 0:
-        raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
-                         f"medians (no communication showed in the step), got {comm:+.3g} s")
-    return stats.per_round(lambda a, b: (a - b) / comm, [one, all_], what="paired rounds")
-
-
-def overlap_apart_text(hidden: stats.Estimate, together: stats.Estimate, short: bool = False,
-                       pct: bool = False) -> str:
-    """What the overlapped step's saving (``hidden``, :func:`hidden_share`) shows beyond launching the
-    all-reduces together (``together``, :func:`together_share`): a saving running them together does
-    not explain only where ``hidden``'s 90 % interval lies wholly above ``together``'s, else none.
-    ``short``: a clause for a summary (``pct``: ``together`` in percent), else a sentence.
-
-    Raises:
-        TypeError: for an argument that is not an Estimate.
-    """
-    check_type("hidden", hidden, stats.Estimate), check_type("together", together, stats.Estimate)
-    both = hidden.has_interval and together.has_interval
-    beyond = both and hidden.low > together.high  # the two intervals apart
-    said = ("launching the same all-reduces together, timed alone without backward, saved "
-            + (together.scaled(100).text("%") if pct else together.text()))
-    if short:
-        return said + (": the overlapped step saved more, part of it beyond running them together"
-                       if beyond else ": this run shows no overlap with backward beyond that" if both else
-                       ": without intervals this run cannot tell the two apart")
-    said += " of the bucketed step's communication"
-    if beyond:
-        rel = (f"the overlapped step's interval lies above it: it saved {hidden.value - together.value:.2f} "
-               "of the communication more (by the two medians), a part that running the all-reduces "
-               "together does not explain and overlap with backward can give")
-    else:
-        rel = ((f"the overlapped step saved {'more' if hidden.value > together.value else 'less'} by the "
-                f"medians ({hidden.value:.2f} against {together.value:.2f}), "
-                if hidden.value != together.value else "")
-               + (("the two 90 % intervals overlap" if hidden.high >= together.low else
-                   "its interval lying below that one") + ": this run does not show" if both else
-                  "without intervals: this run cannot tell whether it shows")
-               + " the overlapped step hiding any communication behind backward beyond what launching its "
-               "all-reduces together saves")
-    return f" {said[0].upper()}{said[1:]}; {rel}."
-
-
-def overlap_said(outcome: str, hidden: stats.Estimate, ceiling: float, saved_s: float,
-                 cover_s: float) -> str:
-    """A few words on the overlap verdict's ``outcome`` for a summary: ``hidden`` the judged share,
-    ``ceiling`` backward's (a share), ``saved_s`` the median round's saving and ``cover_s`` what
-    backward could cover, s. An inconclusive one names the edge(s) its interval crosses.
-
-    Raises:
-        TypeError, ValueError: for an unknown outcome or an ``hidden`` that is not an Estimate.
-    """
-    check_type("hidden", hidden, stats.Estimate)
-    cover = f"the {ceiling:.0%} of it backward could cover"
-    if outcome == "held":
-        return f"held: within {cover}"
-    if outcome == "missed":
-        return (f"missed: above {cover} (the overlapped step saved {si(saved_s, 's')} in the median "
-                f"round, more than backward's {si(cover_s, 's')})" if hidden.value > ceiling else
-                f"missed: below 0 (in the median round the overlapped step took {si(-saved_s, 's')} more "
-                "than the bucketed one)")
-    if outcome == "inconclusive":
-        edges = [e for e, o in (("below 0", hidden.low < 0), (f"above {cover}", hidden.high > ceiling)) if o]
-        return ("inconclusive: its 90 % interval reaches " + (" and ".join(edges) or f"an edge of 0 to "
-                f"{ceiling:.0%}") if hidden.has_interval else "inconclusive: too few rounds for an interval")
-    if outcome == "disturbed":
-        return "disturbed: outside the range a share can take"
-    raise ValueError(f"outcome must be held, missed, inconclusive or disturbed, got {outcome!r}")

@@ -41,6 +41,7 @@ __all__ = [
     "all_gather_single",
     "benchmark_collective",
     "bus_factor",
+    "busbw_fall_text",
     "busbw_share",
     "gloo_reduce_scatter_text",
     "isolated_times",
@@ -300,6 +301,25 @@ def isolated_times(op: str, sizes: Sequence[int], group=None, gap_s: float = 1e-
         dist.all_reduce(t, group=group)  # the sum over ranks, then their mean
         out.append((t / dist.get_world_size(group)).tolist())
     return out
+
+
+def busbw_fall_text(points: Sequence[CollectivePoint], below: float = 0.8) -> str:
+    """A sentence (starting with a space) where the largest size's busbw lies under ``below`` times
+    the sweep's highest busbw, reached at a smaller size: past that size the messages did not
+    approach a bandwidth, against the alpha-beta model's large-size claim. ``""`` otherwise.
+
+    Raises:
+        TypeError, ValueError: for no points, or one that is not a CollectivePoint.
+    """
+    pts = sorted((check_type("points[i]", p, CollectivePoint) for p in check_items("points", points)),
+                 key=lambda p: p.nbytes)
+    top, last = max(pts, key=lambda p: p.busbw), pts[-1]
+    if top is last or last.busbw >= below * top.busbw:
+        return ""
+    return (f" Its busbw falls from {si(top.busbw, 'B/s')} at {si(top.nbytes, 'B')} to "
+            f"{si(last.busbw, 'B/s')} at {si(last.nbytes, 'B')} ({last.busbw / top.busbw:.2g}x): past "
+            f"{si(top.nbytes, 'B')} larger messages did not approach a bandwidth, against the model; this "
+            "run does not measure why.")
 
 
 def gloo_reduce_scatter_text(rs_s: float, ar_s: float, nbytes: int, world_size: int,

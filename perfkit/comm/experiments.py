@@ -293,7 +293,9 @@ def _regimes(check: RingCheck) -> str:
     a, c = r[:j + 1], r[j + 1:]
     gap = max(min(a) / max(c), min(c) / max(a))  # > 1: the two sides' ranges do not overlap
     if gap <= max(max(a) / min(a), max(c) / min(c)):
-        return f"Per size, the ratios ran from {rng} the ring model, with no split into two regimes."
+        return (f"Per size, the ratios ran from {rng} the ring model, with no jump between neighbouring "
+                "sizes that splits them into two regimes (the verdicts below split the sizes at the model's "
+                "crossover).")
     side = [f"{si(b[0], 'B')} to {si(b[j], 'B')} at {min(a):.2f}x to {max(a):.2f}x",
             f"{si(b[j + 1], 'B')} to {si(b[-1], 'B')} at {min(c):.2f}x to {max(c):.2f}x"]
     at = ("at that jump" if check.split == j + 1 else "above that jump" if check.split > j + 1 else
@@ -401,4 +403,9 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
              "nearer the plain model than the stretched one: this run does not show the stretch there, "
              "nor measure why" if to_plain < to_stretched else
              "nearer the stretched model than the plain one")
-    return text + f": their median lies {where}."
+    below = sum(x < s for x in r)  # sizes faster than the stretched model, as stated
+    return text + f": their median lies {where}." + (
+        (" Every one of them" if len(r) > 1 else " It") + f" ran below the model stretched x {s:.2f}: the "
+        "stretch by max(1, P / C) misses at these sizes, and the verdict's band, wide enough for the plain "
+        "model too, "
+        "does not judge it." if below == len(r) else "")

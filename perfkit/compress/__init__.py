@@ -58,9 +58,9 @@ from perfkit.compress.isa_compile import (
 from perfkit.compress.narrate import (
     ef_gap_text,
     fusion_text,
-    medians_note,
     medians_outside,
     medians_outside_text,
+    narrow_miss_note,
     resolution_note,
     slowdown_text,
 )
@@ -90,9 +90,9 @@ __all__ = [
     "FUSED_MIN_NUMEL",
     "gaussian_error",
     "HookState",
-    "medians_note",
     "medians_outside",
     "medians_outside_text",
+    "narrow_miss_note",
     "medians_paid_text",
     "isa_options",
     "pack_bits",

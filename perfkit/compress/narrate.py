@@ -18,7 +18,7 @@ from perfkit._checks import check_real, check_type
 from perfkit.compress.fused import FUSED_MIN_NUMEL
 from perfkit.units import si
 
-__all__ = ["ef_gap_text", "fusion_text", "medians_note", "medians_outside", "medians_outside_text",
+__all__ = ["ef_gap_text", "fusion_text", "medians_outside", "medians_outside_text", "narrow_miss_note",
            "resolution_note", "slowdown_text"]
 
 
@@ -176,42 +176,43 @@ def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]
     """
     off = medians_outside(ratios, medians)
     if not off:
-        return "Every method's ratio of the medians lies inside its paired ratio's 90 % interval."
+        return "Every method's ratio of the medians lies inside its paired ratio's interval."
     far = max(off, key=off.__getitem__)
     e = ratios[far]
     return (f"For {len(off)} of {len(ratios)} methods the ratio of the medians lies outside the paired "
-            f"ratio's 90 % interval (furthest outside: {far}, {medians[far]:.3f}x, {off[far]:.2g}x "
-            f"{'below' if medians[far] < e.low else 'above'} its paired interval, {e.low:.3f}x to "
+            f"ratio's interval (furthest outside: {far}, {medians[far]:.3f}x, {off[far]:.2g}x "
+            f"{'below' if medians[far] < e.low else 'above'} its paired {getattr(e, 'label', 'interval')}, "
+            f"{e.low:.3f}x to "
             f"{e.high:.3f}x around {e.value:.3f}x).")
 
 
-def medians_note(ratio: Any, median_ratio: float) -> str:
-    """A sentence, starting with a space, on whether one method's ratio of the medians lies in its
-    paired ratio's 90 % interval, the interval a verdict on that paired ratio is judged on.
+def narrow_miss_note(ratio: Any, median_ratio: float, floor: float) -> str:
+    """A sentence, starting with a space, for a step-time ratio judged missed below a floor on its
+    paired interval, which takes consecutive rounds as independent and so likely comes out too
+    narrow: whether the other estimate of the same figure, the ratio of the medians, lies below the
+    floor too (as printed, to 3 decimals), so how far the miss stands on that interval alone.
 
     Args:
         ratio: the paired step-time ratio (``low`` and ``high``).
         median_ratio: the method's median step over the baseline's median step (> 0).
-
-    Returns:
-        Inside: that it does, so the two statistics agree within the interval. Outside: that it
-        does not, by how much, and that the interval therefore leaves out a disagreement between
-        two estimates of the same slowdown that it does not cover.
+        floor: the verdict's floor (> 0).
 
     Raises:
-        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or ``median_ratio`` is not > 0.
+        TypeError, ValueError: ``ratio`` lacks real ``low`` and ``high``, or a number is not > 0.
     """
-    lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("low", "high"))
-    r = check_real("median_ratio", median_ratio, 0.0)
-    if r <= 0:
-        raise ValueError("median_ratio must be > 0")
-    if lo <= r <= hi:
-        return (f" Its ratio of the medians, {r:.3f}x, lies inside its paired ratio's 90 % interval "
-                f"({lo:.3f}x to {hi:.3f}x).")
-    return (f" Its ratio of the medians, {r:.3f}x, lies {max(lo - r, r - hi):.2g}x "
-            f"{'below' if r < lo else 'above'} its paired ratio's 90 % interval ({lo:.3f}x to {hi:.3f}x): "
-            "the interval does not cover that other estimate of the same slowdown, so read the verdict with "
-            "that disagreement.")
+    check_real("ratio.low", getattr(ratio, "low", None))
+    check_real("ratio.high", getattr(ratio, "high", None))
+    r, f = check_real("median_ratio", median_ratio, 0.0), check_real("floor", floor, 0.0)
+    if r <= 0 or f <= 0:
+        raise ValueError("median_ratio and floor must be > 0")
+    head = (" This miss is judged on the paired interval, which takes consecutive rounds as independent "
+            "and so likely comes out too narrow (section 3): ")
+    if round(r, 3) < round(f, 3):
+        return head + (f"the ratio of the medians, {r:.3f}x, lies below the floor ({f:.3f}x) too, so both "
+                       "estimates put the step below what its bytes explain, by an amount no interval here "
+                       "bounds reliably.")
+    return head + (f"the ratio of the medians, {r:.3f}x, does not lie below the floor ({f:.3f}x), so this "
+                   "run does not establish a lead beyond what its bytes explain.")
 
 
 def fusion_text(ratio: Any, model_x: float) -> str:

@@ -180,7 +180,9 @@ from perfkit.compute.phase_roofline import PhaseModel, backward_over_forward
 from perfkit.compute.throughput import (
     StepBench,
     ThroughputPoint,
+    at_ends,
     cross_run_spread,
+    sweep_beside_curve,
     two_run_text,
 )
 
@@ -241,7 +243,9 @@ __all__ = [
     "disturbed_length",
     "disturbed_text",
     "disturbed_verdict",
+    "at_ends",
     "cross_run_spread",
+    "sweep_beside_curve",
     "two_run_text",
     "drift_text",
     "gpt_step",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ from perfkit.compute.flash import check_tile, eager_attention, flash_attention, 
 from perfkit.estimate import Estimate
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
-from perfkit.units import si
+from perfkit.units import si, si_interval
 from perfkit.verdict import Prediction, judge
 
 __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
@@ -404,6 +404,14 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
     alt = judge(Prediction(f"tile {tile} at T = {longest}", "the fit", value=pred, rel_tol=abs(tol),
                            unit=" s"), measured)
     outcome = alt.outcome + (f" ({alt.direction})" if alt.outcome == "missed" else "")
+    side, band, (_, lo, hi) = measured.clear_of(pred, "s"), abs(miss(worst)), si_interval(
+        measured.value, measured.low, measured.high, "s")
+    if side and judge(replace(alt.prediction, rel_tol=band), measured).outcome != "missed":   # band holds it
+        end = measured.low if side == "above" else measured.high
+        text += (f" The predicted {si(pred, 's')} itself lies {'below' if side == 'above' else 'above'} the "
+                 f"measured {measured.label} ({lo} to {hi}), {pred / end:.2f}x its "
+                 f"{'low' if side == 'above' else 'high'} end: only the band's width, ±{band:.0%}, keeps "
+                 "the outcome from missed.")
     return text + (f" Without that one point the band would be ±{abs(tol):.0%} (the next largest miss, tile "
                    f"{nxt.tile}'s at T = {nxt.seq_len}): {si(pred * (1 - abs(tol)), 's')} to "
                    f"{si(pred * (1 + abs(tol)), 's')}, against which the same rule would call this "

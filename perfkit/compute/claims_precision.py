@@ -81,6 +81,22 @@ class PrecisionTiming:
         return f, f_raw, r, 1 / ((1 - f) + f / r)
 
 
+def sweep_ceiling_ratio(limits: MachineLimits, threads: int) -> float | None:
+    """The bf16 over fp32 ratio of notebook 00's sweep points alone (square and course shapes, the
+    best point of each dtype on ``threads`` threads), beside :meth:`PrecisionTiming.amdahl`'s ratio
+    of the two ceilings, which later work may have raised; ``None`` where a dtype has no point.
+
+    Raises:
+        TypeError, ValueError: for limits that are not MachineLimits, or ``threads`` not an int >= 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    check_int("threads", threads, 1)
+    pts = (*limits.matmul_points, *limits.shape_points)
+    best = {dt: max((p.best_flops_per_s for p in pts if p.dtype == dt and p.threads == threads), default=0.0)
+            for dt in ("float32", "bfloat16")}
+    return best["bfloat16"] / best["float32"] if all(best.values()) else None
+
+
 def time_precision_step(batch: int = 8, seq: int = 64, model_kw: dict | None = None, repeat: int = 9,
                         precision: str = "bf16", device: torch.device | str | None = None,
                         parts: bool = False) -> PrecisionTiming:

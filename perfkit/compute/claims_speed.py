@@ -12,7 +12,7 @@ position does to a time cancels from the ratio) and returns a record of the Meas
 Usage::
 
     act = time_activations(rows=512, width=1024, repeat=9)
-    print(act.step_speedup())       # GELU's step speedup over ReLU's, with its 90 % interval
+    print(act.step_speedup())       # GELU's step speedup over ReLU's, with its interval
     print(time_grouped_conv(64, 32, 8, groups=8, repeat=9).roofline_bound(cached_limits()))
 """
 

@@ -35,6 +35,7 @@ from perfkit._checks import (
 )
 from perfkit.compute.flops import PRECISIONS, Speedup, compare, make_train_step
 from perfkit.compute.kernels import ShapeSummary, activation_bytes, shape_summary, shape_sweep
+from perfkit.compute.throughput import at_ends
 from perfkit.memory.activations import gpt2_saved_activation_bytes
 from perfkit.models import tiny_gpt2
 from perfkit.stats import Estimate, median_interval
@@ -166,21 +167,22 @@ def hidden_side(value: float, edge: float, unit: str = "") -> str:
 
 
 def ratio_text(sp: Speedup) -> str:
-    """``"1.23x (90% interval ...; medians 10.0 -> 8.1 ms)"``: the judged speedup (:attr:`Speedup.estimate`),
+    """``"1.23x (93% interval ...; medians 10.0 -> 8.1 ms)"``: the judged speedup (:attr:`Speedup.estimate`),
     its interval and the two medians; where the medians' ratio lies on the other side of 1x than the
     estimate or outside its interval, the text gives that ratio too and says which statistic is the figure."""
     est = check_type("sp", sp, Speedup).estimate
     a, b = sp.baseline.median_s, sp.candidate.median_s
     places = next((p for p in range(2, 12) if round(a / b, p) != 1), 12)  # never "1.00x" beside 1x
-    inside = est.level is None or est.needs is not None or est.low <= a / b <= est.high  # no interval: inside
+    inside = est.level is None or est.needs is not None or not est.clear_of(a / b, "x")  # as printed
     said = (f"lies {'above' if a > b else 'below'} 1x where the figure lies "
             f"{'above' if est.value > 1 else 'below'} it: the figure is the pairs' median, and the two "
             "disagreeing says the difference is within the noise" if (a / b - 1) * (est.value - 1) < 0 else
             "" if inside else "lies outside the interval: the figure is the pairs' median, another "
             "statistic; the two medians may come from different rounds, so their ratio carries the drift "
             "between rounds that pairing cancels")
+    shown = f"{a / b:.{places}f}x" if inside or (a / b - 1) * (est.value - 1) < 0 else at_ends(a / b, est)
     return (f"{est.point('x')} ({est.describe('x')}; medians {a * 1e3:.1f} -> {b * 1e3:.1f} ms"
-            + (f", whose ratio, {a / b:.{places}f}x, {said}" if said else "") + ")")
+            + (f", whose ratio, {shown}, {said}" if said else "") + ")")
 
 
 class RescaledMLP(nn.Module):
@@ -280,14 +282,12 @@ def largest_mfu_text(top, swept: int, share: float = 1.0, threads: int = 1, core
             + ". A share is only as good as its ceiling.")
 
 
-
-
 def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measurement]) -> str:
     """How two steps' medians moved between two cells' rounds (``before`` and ``after``: step
     name -> its :class:`perfkit.timing.Measurement`, the same two names), in words the numbers
     bear out: each move in percent, then what the pair of moves says.
 
-    A step whose two medians' 90 % intervals overlap did not move clearly; when neither did,
+    A step whose two medians' intervals overlap did not move clearly; when neither did,
     the sentence says so and no more. Otherwise: "alike" only for moves of the same sign within
     5 points of each other (what a change of load does); moves of opposite signs are named as
     such, and a step that moved more than the other is named.
@@ -303,14 +303,14 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
     a, b = before
     moved = {k: after[k].median_s / before[k].median_s - 1 for k in (a, b)}
 
-    def apart(k: str) -> bool:  # the two medians' 90 % intervals are clear of each other
+    def apart(k: str) -> bool:  # the two medians' intervals are clear of each other
         x, y = (median_interval(m.times_s) for m in (before[k], after[k]))
         return x.has_interval and y.has_interval and (x.high < y.low or y.high < x.low)
 
     head = f"the {a} step's median moved {moved[a]:+.0%} and the {b} one's {moved[b]:+.0%}: "
     far = max(moved, key=lambda k: abs(moved[k]))
     if not (apart(a) or apart(b)):
-        return head + "neither clearly, as each step's two medians have overlapping 90% intervals."
+        return head + "neither clearly, as each step's two medians have overlapping intervals."
     if moved[a] * moved[b] > 0 and abs(moved[a] - moved[b]) < 0.05:
         return head + "both the same way and by about as much, as a change of load would move them."
     if moved[a] * moved[b] < 0 and abs(abs(moved[a]) - abs(moved[b])) < 0.05:

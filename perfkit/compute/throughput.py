@@ -30,8 +30,10 @@ from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dt
 from perfkit.hw import MachineLimits
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
+from perfkit.units import printed_beside, si_interval
 
-__all__ = ["StepBench", "ThroughputPoint", "cross_run_spread", "two_run_text"]
+__all__ = ["StepBench", "ThroughputPoint", "at_ends", "cross_run_spread", "sweep_beside_curve",
+           "two_run_text"]
 
 
 @dataclass(frozen=True)
@@ -237,14 +239,27 @@ def cross_run_spread(first: Mapping[int, float], second: Mapping[int, float],
             f"{max(first[b], second[b]) / min(first[b], second[b]):.2f}x")
 
 
+def at_ends(x: float, est: Any) -> str:
+    """The ratio ``x`` printed as ``est``'s interval prints its ends (``"1.034x"`` beside ``"1.016x to
+    1.030x"``, never ``"1.03x"``), so that a reader sees the side :meth:`perfkit.stats.Estimate.clear_of`
+    names.
+
+    Raises:
+        ValueError: for an ``x`` that is not finite.
+    """
+    digits = len(si_interval(est.value, est.low, est.high, "x")[1].rstrip("x").partition(".")[2])
+    return f"{printed_beside(x, est.value, est.low, est.high, 'x'):.{digits}f}x"
+
+
 def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int],
-                 times_s: Mapping[int, tuple[float, float]]) -> str:
+                 times_s: Mapping[int, tuple[float, float]], floor_of: str = "the crude model's") -> str:
     """The sentence that holds a ratio of two batches' tokens/s measured in the sweep (``swept``,
     a ratio of medians) against the same ratio in the batch curve's paired rounds (``here``, a
-    :class:`perfkit.stats.Estimate`), for a verdict whose floor is ``floor``: inside or outside
-    ``here``'s interval; outside it, each batch's step time in both runs (``times_s`` maps a batch
-    to (sweep, curve) seconds), whether a step moved more than the verdict's margin ``1 - floor``,
-    and, where the two ratios fall on opposite sides of ``floor``, that the verdict holds for the
+    :class:`perfkit.stats.Estimate`), for a verdict whose floor is ``floor`` (``floor_of`` names
+    whose: ``"the crude model's"``): inside or outside ``here``'s interval as printed; outside it,
+    each batch's step time in both runs (``times_s`` maps a batch to (sweep, curve) seconds),
+    whether a step moved more than the verdict's margin ``1 - floor`` (a floor below 1x), and,
+    where the two ratios fall on opposite sides of ``floor``, that the verdict holds for the
     curve's rounds only.
 
     Raises:
@@ -256,24 +271,47 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
         for t in times_s[b]:
             check_real("times_s[b]", t, 0, lo_open=True)
     top, rival = batches
-    out = (f"The batch sweep above measured the same ratio, batch {top} over {rival}, at {swept:.2f}x (its "
-           f"own rounds); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each "
+    shown = at_ends(swept, here)
+    out = (f"The batch sweep above measured the same ratio, batch {top} over {rival}, at {shown} (a ratio of "
+           f"its medians); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each "
            "paired only within its own rounds: ")
-    if here.low <= swept <= here.high:
-        return (out + "the sweep's figure lies inside this interval. The verdicts judge this curve's paired "
-                "rounds.")
+    if not here.clear_of(swept, "x"):
+        return (out + f"the sweep's figure lies inside this {here.label}. The verdicts judge this curve's "
+                "paired rounds.")
     moved = "; ".join(f"batch {b} {a * 1e3:.1f} ms there, {c * 1e3:.1f} ms here "
                       f"({max(a, c) / min(a, c):.2f}x)" for b, (a, c) in times_s.items())
-    out += (f"the sweep's figure lies outside this interval (the step times: {moved}). It is a ratio of "
+    out += (f"the sweep's figure lies outside this {here.label} (the step times: {moved}). It is a ratio of "
             "medians from other rounds, with an error of its own that this interval does not count: the gap "
             "is that error, or what changed between the runs (the load, or the allocator's state: page "
             "faults per step, counted above), and this notebook does not tell which.")
     most = max(max(a, c) / min(a, c) for a, c in times_s.values())
-    if most - 1 > 1 - floor:
-        out += (f" A step moved {most - 1:.0%} between the runs, more than the crude model's {1 - floor:.0%} "
+    if floor < 1 and most - 1 > 1 - floor:
+        out += (f" A step moved {most - 1:.0%} between the runs, more than {floor_of} {1 - floor:.0%} "
                 "margin, so one run's rounds cannot settle that verdict for the step in general.")
     if (swept >= floor) != (here.value >= floor):
-        out += (f" The sweep's figure lies {'at or above' if swept >= floor else 'below'} the crude model's "
+        out += (f" The sweep's figure lies {'at or above' if swept >= floor else 'below'} {floor_of} "
                 f"floor ({floor:.2f}x) and this curve's {'below' if swept >= floor else 'at or above'} it: "
-                "its verdict above stands for this curve's rounds only.")
+                "that verdict stands for this curve's rounds only.")
     return out + " The verdicts judge this curve's paired rounds."
+
+
+def sweep_beside_curve(sweep: Mapping[int, Any], curve: Any, other: int, floor: float,
+                       floor_of: str = "the crude model's") -> str:
+    """:func:`two_run_text` for the batch curve's largest batch over its batch ``other`` (an
+    index into ``curve.batches``), where the sweep (``sweep`` maps a batch to its
+    :class:`ThroughputPoint`) timed both batches; ``""`` where it did not. For the curve's best other
+    batch (:meth:`BatchCurve.rival`), it adds where the sweep's own best other batch differs."""
+    check_real("floor", floor, 0, lo_open=True)
+    top, rival = curve.batches[-1], curve.batches[other]
+    if top not in sweep or rival not in sweep:
+        return ""
+    times = {b: (sweep[b].step.median_s, curve.step_s(curve.batches.index(b)).value) for b in (top, rival)}
+    out = two_run_text(sweep[top].tokens_per_s / sweep[rival].tokens_per_s, curve.gain(-1, other), floor,
+                       (top, rival), times, floor_of)
+    best = max((b for b in curve.batches[:-1] if b in sweep), key=lambda b: sweep[b].tokens_per_s)
+    if other % len(curve.batches) == curve.rival() % len(curve.batches) and best != rival:
+        there = sweep[top].tokens_per_s / sweep[best].tokens_per_s
+        out += (f" The sweep's own best batch other than {top} is {best}, not {rival} (there, {top} over "
+                f"{best} is {there:.2f}x): the two runs rank the other batches differently, and the verdicts "
+                "take this curve's.")
+    return out

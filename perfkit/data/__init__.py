@@ -48,6 +48,8 @@ from perfkit.data.loader import (
     LoaderConfig,
     LoaderRecord,
     PipelineRecord,
+    beyond_model,
+    handoff_part,
     measure_loader,
     simulate_pipeline,
 )
@@ -86,6 +88,8 @@ __all__ = [
     "worker_sweep",
     "AugmentedDigits",
     "balanced_max",
+    "beyond_model",
+    "handoff_part",
     "bootstrap",
     "Delayed",
     "clip_at_one",

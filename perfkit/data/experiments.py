@@ -18,7 +18,7 @@ replays the run's batches).
 Usage::
 
     run = monitored_steps(workload, dataset, num_workers=1, steps=8)
-    print(run.data_share())                      # the median step's data share, 90 % interval
+    print(run.data_share())                      # the median step's data share, with its interval
     print(largest_gap(records, predictions))    # PipelineRecords of simulate_pipeline
 """
 
@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.data.loader import LoaderRecord, PipelineRecord
+from perfkit.data.loader import LoaderRecord, PipelineRecord, beyond_model, handoff_part  # noqa: F401 (07's)
 from perfkit.data.overlap import gil_least_step, hidden_fraction, overlap_floor, overlap_hidden
 from perfkit.stats import Estimate
 

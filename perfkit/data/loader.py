@@ -29,7 +29,8 @@ from perfkit._checks import check_callable, check_choice, check_int, check_real,
 from perfkit.data.prefetch import END
 from perfkit.timing import Timer
 
-__all__ = ["LoaderConfig", "LoaderRecord", "PipelineRecord", "measure_loader", "simulate_pipeline"]
+__all__ = ["LoaderConfig", "LoaderRecord", "PipelineRecord", "beyond_model", "handoff_part", "measure_loader",
+           "simulate_pipeline"]
 
 @dataclass(frozen=True)
 class LoaderConfig:
@@ -295,3 +296,34 @@ def simulate_pipeline(load_s: float, compute_s: float, workers: int = 0, depth: 
         waits.append(got[i] - asked)
         asked = got[i] + compute_s
     return PipelineRecord(load_s, compute_s, workers, depth, tuple(waits), asked / steps)
+
+
+def beyond_model(workers: int, record: LoaderRecord, predicted: PipelineRecord) -> str:
+    """The sentence on the steady waiting a run without jitter at ``workers`` workers had beyond
+    its model's (``predicted``, :func:`perfkit.data.simulate_pipeline` with the handoff), at the
+    printed whole percents: where the run waited more, waiting the model leaves out with no jitter
+    at all, so that a jittered run's waiting beyond the model is not all jitter."""
+    check_int("workers", workers, 0)
+    m, p = round(100 * record.steady_wait_share), round(100 * predicted.steady_wait_share)
+    head = (f"Without jitter (2a), {workers} workers waited {m}% of the steady steps, the model with the "
+            f"handoff {p}%")
+    if m <= p:
+        return head + (": it left no waiting out there, so what the replay below leaves out comes with the "
+                       "jitter.")
+    return (head + f": {m - p} points it leaves out with no jitter at all, so not all waiting beyond the "
+            "handoff below is jitter.")
+
+
+def handoff_part(handoff_ms: float, unsplit_ms: float) -> str:
+    """A clause, starting with ``"; "``, on how much of a step's unsplit remainder (``unsplit_ms``,
+    as printed, to one decimal) one handoff of ``handoff_ms`` per step can be; ``""`` where
+    nothing was left unsplit."""
+    check_real("handoff_ms", handoff_ms, 0)
+    if round(unsplit_ms, 1) <= 0:
+        return ""
+    head = f"; section 1's 1-worker step left {unsplit_ms:+.1f} ms unsplit, "
+    if round(handoff_ms, 2) >= round(unsplit_ms, 1):
+        return head + "which one handoff per step this size covers"
+    return (head + f"of which one handoff per step this size is {handoff_ms:.2f} ms: the other "
+            f"{unsplit_ms - handoff_ms:.1f} ms is work this notebook does not time, the worker's tokenizing "
+            "slowed beside the loop on the same cores or the loop's own")

@@ -274,9 +274,10 @@ class VariantResult:
 
 
 def step_ratio(a: VariantResult, b: VariantResult) -> Estimate:
-    """``a``'s step time over ``b``'s: the median of the rounds' ratios, with its 90 %
-    order-statistic interval (:func:`perfkit.stats.median_ratio`; the rounds were
-    timed interleaved, so each pair shared the machine's load).
+    """``a``'s step time over ``b``'s: the median of the rounds' ratios, with the narrowest
+    order-statistic interval covering at least 90 %, its exact coverage printed with it
+    (:func:`perfkit.stats.median_ratio`; the rounds were timed interleaved, so each pair shared
+    the machine's load).
 
     Raises:
         TypeError: for an ``a`` or ``b`` that is not a :class:`VariantResult`.

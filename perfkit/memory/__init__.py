@@ -17,6 +17,7 @@ from perfkit.memory.activations import (
     gpt2_num_params,
     gpt2_saved_activation_bytes,
     gpt2_step_memory,
+    recompute_flop_share,
 )
 from perfkit.memory.anatomy import (
     StepAnatomy,
@@ -24,6 +25,7 @@ from perfkit.memory.anatomy import (
     peak_rss_bytes,
     reset_peak_rss,
     rss_bytes,
+    steady_peak_text,
     trim_heap,
 )
 from perfkit.memory.claims import (
@@ -117,12 +119,14 @@ __all__ = [
     "ParamCount",
     "peak_rss_bytes",
     "RECIPES",
+    "recompute_flop_share",
     "reset_peak_rss",
     "rss_bytes",
     "SavedTensorMeter",
     "SavedTensorReport",
     "StateRecipe",
     "StepAnatomy",
+    "steady_peak_text",
     "trim_heap",
     "zero_model_states",
     "zero_table",

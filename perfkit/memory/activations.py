@@ -32,6 +32,7 @@ __all__ = [
     "gpt2_num_params",
     "gpt2_saved_activation_bytes",
     "gpt2_step_memory",
+    "recompute_flop_share",
 ]
 
 
@@ -141,6 +142,28 @@ def gpt2_num_params(n_embd: int, n_layer: int, vocab_size: int, n_positions: int
         check_int(k, v, 1)
     c = n_embd
     return n_layer * (12 * c * c + 13 * c) + (vocab_size + n_positions) * c + 2 * c
+
+
+def recompute_flop_share(n_embd: int, n_layer: int, vocab_size: int, seq_len: int) -> float:
+    """The blocks' forward matmul FLOPs as a share of a whole GPT-2 training step's (forward +
+    backward, the backward two matmuls per forward matmul: three forwards' FLOPs): what block
+    checkpointing's recompute adds, in steps, where time follows FLOPs.
+
+    Per token, a block's matmuls take ``2 * 12 C^2`` (``c_attn``, attention ``c_proj``, ``c_fc``,
+    MLP ``c_proj``) plus ``4 T C`` for the attention scores and their weighted sum (counted over
+    the whole ``T x T``, as the eager and math kernels compute it); the tied output layer ``2 C V``,
+    not recomputed. Elementwise work, the embeddings and the optimizer are left out. It is 1/3
+    only where the blocks are all of the FLOPs; the output layer's share of the forward is
+    ``1 - 3 * share``.
+
+    Raises:
+        ValueError: for a non-positive size.
+    """
+    for k, v in dict(n_embd=n_embd, n_layer=n_layer, vocab_size=vocab_size, seq_len=seq_len).items():
+        check_int(k, v, 1)
+    c = n_embd
+    blocks = n_layer * (24 * c * c + 4 * seq_len * c)  # FLOPs per token, forward
+    return blocks / (3 * (blocks + 2 * c * vocab_size))
 
 
 def gpt2_step_memory(

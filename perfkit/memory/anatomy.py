@@ -40,6 +40,7 @@ __all__ = [
     "peak_rss_bytes",
     "reset_peak_rss",
     "rss_bytes",
+    "steady_peak_text",
     "trim_heap",
 ]
 
@@ -201,3 +202,37 @@ def measure_step_anatomy(
         peak_source="cuda_allocator" if cuda else "rss",
         snapshot_path=snapshot_path if cuda else None,
     )
+
+
+def steady_peak_text(first: StepAnatomy, steady: StepAnatomy) -> str:
+    """A line on a second training step's peak against the first's (notebook 04).
+
+    ``first`` is a fresh optimizer's first step, whose state is allocated at its ``step()``;
+    ``steady`` the same optimizer's next step, which holds that state from its start, so its
+    peak above the parameters is its own peak plus the state. The line names the rise and sets it
+    against the state: a rise beyond the state is pages this run does not split by tensor; a rise
+    short of it says the two peaks need not fall at the same moment of the step.
+
+    Raises:
+        TypeError: for an argument that is not a :class:`StepAnatomy`.
+    """
+    check_type("first", first, StepAnatomy)
+    check_type("steady", steady, StepAnatomy)
+    state = steady.optimizer_state
+    above = steady.peak + state  # bytes above the parameters
+    head = (f"second step (the same AdamW, its {state / 1e6:.2f} MB of state held from the start): peak "
+            f"{steady.peak / 1e6:.2f} MB above its start, {above / 1e6:.2f} MB above the parameters with "
+            f"the state, {above / first.peak:.2f}x the first step's peak")
+    unsplit = "this run does not split either peak by tensor (a GPU's snapshot would)."
+    if above <= first.peak:
+        return (head + ": not above it, though it holds the state throughout; the peak counts pages, not "
+                "tensors, and " + unsplit)
+    rise = above - first.peak
+    said = (head + f": {rise / 1e6:.2f} MB higher; the state it holds from the start lives through forward "
+            "and backward")
+    if rise > state:
+        return (said + ", and the rest of the difference is pages this run does not split by tensor (a GPU's "
+                "snapshot would).")
+    return said + (f", though the rise is {rise / state:.0%} of that state's {state / 1e6:.2f} MB: the two "
+                   "peaks need not fall at the same moment of the step (the first step's may come as AdamW "
+                   "allocates its state), and " + unsplit)

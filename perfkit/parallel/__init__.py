@@ -143,6 +143,7 @@ from perfkit.parallel.tensor import (
 from perfkit.parallel.tp_costs import (
     TPBlockCost,
     block_flops,
+    bound_text,
     charge_choice,
     crossover_width,
     intercept_note,
@@ -238,7 +239,8 @@ __all__ = [
     "sp_synced_values", "sync_sequence_parallel_grads", "tp_shard", "tp_traffic",
     "vocab_parallel_cross_entropy",
     "REDUCTIONS",
-    "TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
+    "TPBlockCost", "block_flops", "bound_text",
+    "crossover_width", "region_activation_bytes", "speedup_crossing",
     "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note", "intercept_note",
     "offset_note",
     "column_region",

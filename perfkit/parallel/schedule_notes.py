@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perfkit._checks import check_items, check_real
+from perfkit._checks import check_int, check_items, check_real
 from perfkit.estimate import Estimate
 from perfkit.parallel.schedules import make_schedule
 from perfkit.parallel.simulate import simulate, split_costs
@@ -89,9 +89,9 @@ def busy_note(inside: Estimate, alone: float, drawn: float) -> str:
     where = {"below": "above", "above": "below"}.get(inside.clear_of(drawn, "s"), "")
     text = (f"the actions ran {way}; the step drawn below, the one nearest the median bubble, was busy "
             f"{si(drawn, 's')} per stage and micro-batch, ")
-    return text + (f"{where} this interval, so the action times read from it below are not the steps' "
-                   "typical ones" if where else "within this interval" if inside.has_interval else
-                   "the steps too few for an interval")
+    return text + (f"{where} this interval, so its bars are not the steps' typical ones (the action "
+                   "times read below are medians over all the steps)" if where else
+                   "within this interval" if inside.has_interval else "the steps too few for an interval")
 
 
 def fb_split_note(stage_s: Sequence[float], f_b: Sequence[float], predicted: float, n_ranks: int,
@@ -109,7 +109,7 @@ def fb_split_note(stage_s: Sequence[float], f_b: Sequence[float], predicted: flo
     f, b = _two_fb(f_b)
     predicted = check_real("predicted", predicted, 0, 1)
     x = simulate(make_schedule("1f1b", n_ranks, n_micro), split_costs(stage_s, {"F": f, "B": b})).bubble_share
-    head = (f"With F : B = 1 : {b / f:.2f} as that step ran them (the prediction's 1 : 2), the simulator fed "
+    head = (f"With F : B = 1 : {b / f:.2f} as the steps ran them (the prediction's 1 : 2), the simulator fed "
             f"with the stage costs timed alone gives")
     if f"{x:.3f}" == f"{predicted:.3f}":
         return (f"{head} the prediction's {x:.3f} again: at these stage costs how a stage's time splits "
@@ -121,7 +121,8 @@ def fb_split_note(stage_s: Sequence[float], f_b: Sequence[float], predicted: flo
 def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: float,
                  f_i_w: Sequence[float], share: Estimate | None = None,
                  model_share: float | None = None, split_step: float | None = None,
-                 f_b: Sequence[float] | None = None, busy_mb: float | None = None) -> str:
+                 f_b: Sequence[float] | None = None, busy_mb: float | None = None,
+                 steps: int | None = None) -> str:
     """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
     ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
     stage (``busy``, ZB-H1's over 1F1B's) and idle part (``idle``, ``(1 - 1F1B's share) /
@@ -137,7 +138,10 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     With ``f_b`` and ``busy_mb``, 1F1B's busy time per stage and micro-batch (seconds, the
     median over its steps), it sets the drawn steps' change beside the one the judged ``busy``
     implies (``(busy - 1) x busy_mb``, with its interval) and says how much of it they cover.
-    Sentences, for a verdict.
+    With ``steps``, ``f_i_w`` and ``f_b`` are each the median over that many steps of each
+    schedule (of each step's median), not one drawn step's, and the sentences say so. Which
+    factor moved the step more is said on the point figures, and flagged where that factor's
+    interval holds the model's value. Sentences, for a verdict.
 
     Raises:
         TypeError, ValueError: for ``model_step`` or ``split_step`` not > 0, ``f_i_w`` not
@@ -154,6 +158,7 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
             + f": ZB-H1's step {step.point('x')} of 1F1B's, its interval {ends} holds 1x")
     by_busy, by_idle = busy.value, idle.value / model_step   # the step over the model's, in two factors
     larger = "busy time" if abs(math.log(by_busy)) >= abs(math.log(by_idle)) else "idle part"
+    unresolved = not zb_side(*((busy, 1.0) if larger == "busy time" else (idle, model_step)))[0]
 
     def against(e: Estimate, x: float, whose: str = "the model's") -> str:
         where, ends = zb_side(e, x)
@@ -164,7 +169,9 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     text = (f"{gain[0].upper()}{gain[1:]}, where the model gave {model_step:.3f}x. Measured, the busy time "
             f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the idle part {idle.point('x')} "
             f"({against(idle, model_step)}): {by_busy:.2f}x and {by_idle:.2f}x the model's, the {larger} "
-            f"moving the step more. The split's actions ran F : I : W = 1 : {i / f:.2f} : {w / f:.2f}, the "
+            f"moving the step more" + (" on the point figures, though its interval holds the model's: which "
+                                       "moved it more is not resolved" if unresolved else "")
+            + f". The split's actions ran F : I : W = 1 : {i / f:.2f} : {w / f:.2f}, the "
             f"model's 1 : 1 : 1; Qi et al.'s bubble, (p - 1)(F + I - W), is {(f + i - w) / f:.2f}x the "
             "model's at these times")
     if share is not None and model_share is not None:
@@ -177,7 +184,9 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     if f_b is not None:
         f1, b1 = _two_fb(f_b)
         d_f, d_b = f - f1, i + w - b1
-        text += (f". Per action (medians over the one step drawn from each schedule), ZB-H1's F, which it "
+        over = (f"medians over the {check_int('steps', steps, 1)} steps of each schedule" if steps is not None
+                else "medians over the one step drawn from each schedule")
+        text += (f". Per action ({over}), ZB-H1's F, which it "
                  f"does not split, ran {f / f1:.2f}x 1F1B's ({si(f, 's')} against {si(f1, 's')}; in a split "
                  f"schedule every Linear's forward runs tapped, recording its call for W) and its I + W "
                  f"{(i + w) / b1:.2f}x 1F1B's B ({si(i + w, 's')} against {si(b1, 's')})")
@@ -188,14 +197,17 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
                      + (f"{max(d_f, d_b) / (d_f + d_b):.0%}" if min(d_f, d_b) >= 0 else
                         f"all, {other} having run faster"))
         if busy_mb is not None:
-            text += _judged_extra(busy, check_real("busy_mb", busy_mb, 0, lo_open=True), d_f + d_b)
+            text += _judged_extra(busy, check_real("busy_mb", busy_mb, 0, lo_open=True), d_f + d_b,
+                                  steps is not None)
     return text + "."
 
 
-def _judged_extra(busy: Estimate, busy_mb: float, drawn: float) -> str:
-    """The drawn steps' change per micro-batch (``drawn``, seconds) beside the one the judged
-    busy-time ratio implies on 1F1B's ``busy_mb``: a clause."""
-    head = ". Those are one step of each schedule, without an interval"
+def _judged_extra(busy: Estimate, busy_mb: float, drawn: float, pooled: bool = False) -> str:
+    """The drawn steps' change per micro-batch (``drawn``, seconds; with ``pooled``, the change
+    in the medians over all steps) beside the one the judged busy-time ratio implies on 1F1B's
+    ``busy_mb``: a clause."""
+    head = (". Those are medians of each schedule's own steps, not paired by round, without an interval"
+            if pooled else ". Those are one step of each schedule, without an interval")
     if not busy.has_interval or busy.value <= 1 or drawn <= 0:
         return f"{head}; the busy time per stage judged over the rounds is {busy.point('x')} of 1F1B's"
     implied = (busy.value - 1) * busy_mb
@@ -203,4 +215,4 @@ def _judged_extra(busy: Estimate, busy_mb: float, drawn: float) -> str:
             if busy.low > 1 else "its interval holds 1x")
     return (f"{head}: the busy time per stage judged over the rounds, {busy.point('x')} of 1F1B's median "
             f"{si(busy_mb, 's')} per micro-batch, implies about {si(implied, 's')} more ({ends}), of which "
-            f"the drawn steps' {si(drawn, 's')} cover {drawn / implied:.0%}")
+            f"the {'medians' if pooled else 'drawn steps'}' {si(drawn, 's')} cover {drawn / implied:.0%}")

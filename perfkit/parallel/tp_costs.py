@@ -35,7 +35,7 @@ from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.estimate import Estimate
 from perfkit.units import si
 
-__all__ = ["TPBlockCost", "block_flops", "crossover_width", "intercept_note", "offset_note",
+__all__ = ["TPBlockCost", "block_flops", "bound_text", "crossover_width", "intercept_note", "offset_note",
            "region_activation_bytes", "speedup_crossing", "sweep_time", "tp_block_cost"]
 
 REACH = 16.0   # an interval end is not read further than this factor beyond the widths timed
@@ -255,6 +255,22 @@ def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
     norms = 2 * (tokens * width * dtype_bytes + 2 * tokens * 4)   # input, mean and rstd fp32
     masks = 2 * tokens * width * mask_bytes if dropout else 0
     return norms + masks
+
+
+def bound_text(value: float, low: float, high: float, unit: str = "x") -> str:
+    """A figure and the range its inputs' intervals move it over, each at 3 significant digits:
+    ``"1.34x (1.33x to 1.35x)"``, or ``"1.96x"`` alone where the range does not show at that
+    precision (no extra digits to part two ends that differ by less than the figure's own
+    precision, which the inputs held fixed do not have).
+
+    Raises:
+        TypeError, ValueError: for numbers not finite, or ``low > high``.
+    """
+    value, low, high = (check_real(n, v) for n, v in (("value", value), ("low", low), ("high", high)))
+    if low > high:
+        raise ValueError(f"low must be <= high, got {low!r} > {high!r}")
+    v, lo, hi = (si(x, unit) for x in (value, low, high))
+    return v if lo == hi == v else f"{v} ({lo} to {hi})"
 
 
 def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequence[float]) -> str:

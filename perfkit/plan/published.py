@@ -416,5 +416,5 @@ def micro_batch_overhead() -> dict[str, dict[str, float]]:
         t = step_time(model, lay, replace(named_cluster("a100-80gb"), dp_overlap="none"), gpus * 2,
                       grad_bytes=4.0)  # DEFAULT: fp32; none hidden
         out[name] = {"fixed_s": my - slope * mx, "per_sequence_s": slope, "points": float(len(rows)),
-                     "planner_collectives_s": t.terms["zero-3 gathers"] / t.detail["micro_batches"]}
+                     "planner_collectives_s": t.terms["ZeRO-3 collectives"] / t.detail["micro_batches"]}
     return out

@@ -42,7 +42,7 @@ __all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "poin
            "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
-COLLECTIVE_TERMS = ("data-parallel", "zero-3 gathers", "tensor-parallel", "context-parallel",
+COLLECTIVE_TERMS = ("data-parallel", "ZeRO-3 collectives", "tensor-parallel", "context-parallel",
                     "pipeline sends")
 
 
@@ -80,7 +80,11 @@ def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_
     else:
         out += (f"the compute inside the TP step took {-longer:.1f} ms less (the two steps met different "
                 f"load), so only the transfer's {present:.1f} ms can be set against the model")
-    verdict = ("less than the transfer alone" if pred < present else "more than the transfer" if longer < 0
+    near = abs(round(pred, 1) - round(present, 1)) <= 0.1 + 1e-9  # one step of the printed 0.1 ms
+    verdict = (f"as printed, within 0.1 ms of the transfer's {present:.1f} ms" + (
+               f", and nothing for the {longer:.1f} ms outside them" if longer >= 0.05 else "") if near
+               else "less than the transfer alone" if pred < present
+               else "more than the transfer" if longer < 0
                else "more than both" if pred > present + longer
                else "more than the transfer and less than both, so it covers part of the time outside them")
     return out + f". The model charges them {pred:.1f} ms: {verdict}."
@@ -123,7 +127,7 @@ def one_sided(points: Mapping[str, tuple]) -> str:
     return (f"All {n} predictions told apart from their measurement lie on one side of it ({where}): the "
             f"model expected every one {'faster' if slow else 'slower'} than it ran.{apart} No verdict "
             f"alone could decide, but errors that fall either way at random, each independently of the "
-            f"others, put all {n} on one side with a chance of {2 * 0.5 ** n:.0%} (predictions that share "
+            f"others, put all {n} on one side with a chance of {200 * 0.5 ** n:.3g}% (predictions that share "
             "a fitted figure or a measured denominator err together, so more often than that); "
             + ("a cost the layouts pay that the model leaves out" if slow else
                "a cost the model charges that the layouts do not pay") + " would put them there every time.")

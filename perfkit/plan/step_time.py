@@ -249,7 +249,7 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
                  / cluster.achievable_bytes_per_s)
     terms = {"matmul": m * matmul, "memory-bound": m * membound, "tensor-parallel": m * tp,
              "context-parallel": m * cp, "pipeline bubble": bubble, "pipeline sends": p2p,
-             "data-parallel": dp, "zero-3 gathers": zero3, "optimizer": optimizer}
+             "data-parallel": dp, "ZeRO-3 collectives": zero3, "optimizer": optimizer}
     total = sum(terms.values())
     tokens_s = global_batch * model.seq / total
     peak = lay.gpus * gpu.peak_flops

@@ -177,8 +177,9 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
     :func:`perfkit.stats.median_ratio`'s unpaired interval (two separate runs). Two runs
     before (one before the new configuration, one after it): the ratio against their mean;
     the interval is :func:`perfkit.stats.of_medians`' (each run's median interval, all three
-    holding together at 90 %), widened to the ratio against each run before alone (a load that
-    drifted across the three runs shows as the gap between those two).
+    holding together at 90 % or more: its exact coverage is its label's), widened to the ratio
+    against each run before alone (a load that drifted across the three runs shows as the gap
+    between those two).
 
     Raises:
         ValueError: for no run or more than two runs before.
@@ -199,7 +200,7 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
 
     est = of_medians(ratio, [b, *runs], [False] + [True] * len(runs), what="tokens/s over the runs before")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
-    widened = ", widened to the ratio against each run before: it covers 90% or more"
+    widened = ", widened to the ratio against each run before: it covers at least what its label prints"
     return est if est.needs else replace(est, low=min(est.low, *each), high=max(est.high, *each),
                                          method=est.method + widened)
 
@@ -380,8 +381,8 @@ class FixLoop:
         mid = sum(math.log(g.value) for g in self.gains)
         down = math.hypot(*(math.log(g.value / g.low) for g in self.gains))
         up = math.hypot(*(math.log(g.high / g.value) for g in self.gains))
-        # no stated confidence (level None): the rounds' intervals, widened, cover more than 90 % each,
-        # and adjacent rounds share a run, so their combination is a range, not a 90 % interval
+        # no stated confidence (level None): the rounds' intervals, widened, cover more than each prints,
+        # and adjacent rounds share a run: their combination is a range, not an interval of known coverage
         product = Estimate(math.exp(mid), math.exp(mid - down), math.exp(mid + up), None,
                            min(g.n for g in self.gains), "the rounds' log half-widths added in quadrature, "
                            "as for independent errors; adjacent rounds share a run, which moves their "

@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.profiling.capstone_text import Pick
+from perfkit.profiling.capstone_text import Pick, unprofiled_factor
 
 __all__ = ["explain_round", "phase_ms", "window_gain"]  # past_bound: capstone.FixLoop's, not re-exported
 
@@ -103,10 +103,11 @@ def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowd
     if window is None or 1 / 1.1 <= window / gain <= 1.1:
         return ""
     step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3 for r in (before, after))  # ms
-    why = (f": the profiled steps took {slowdown:.2f}x an unprofiled one before the fix and "
-           f"{slowdown_after:.2f}x after it, so the profiler (and any load during a window) did not weigh on "
-           "the two alike" if slowdown_after is not None else "")
-    return (f"The profiled window gained {window:.2f}x ({step_b:.1f} -> {step_a:.1f} ms a profiled step"
+    why = (f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' median before the fix "
+           f"and {slowdown_after:.2f}x after it, so the profiler (and any load during a window) did not "
+           "weigh on the two alike" if slowdown_after is not None else "")
+    return (f"The profiled window gained {window:.2f}x ({step_b:.1f} -> {step_a:.1f} ms, the profiled "
+            "steps' mean"
             + (f", {tokens_x:g}x the tokens" if tokens_x != 1 else "")
             + f") against the runs' {gain:.2f}x{why}; the diagnosis' phases, and the bound's shares, were "
             "measured in windows that changed otherwise than the runs did.")
@@ -197,6 +198,27 @@ def past_bound(pick: Pick, gain: float, before_report: Mapping, after_report: Ma
                 ": what this round measured points to the drift between the runs before, not the fix, "
                 "as what carried it past." if drift else
                 (": this run does not tell what carried it past." if said else ".")))
+
+
+def _data_alone(pick: Pick, gain: float, before: Mapping, slowdown: float, ms_before: Mapping[str, float],
+                ms_after: Mapping[str, float]) -> str:
+    """For the data fix, whose bound adds the communication share to the data share: where the
+    gain passes what the data share alone allows (over an unprofiled step, as the bound's), that
+    it is within the bound only through the communication term, and whether communication fell."""
+    if pick.fix != "data" or len(pick.phases) < 2 or pick.phases[0] != "data":
+        return ""
+    share = min(before["shares"].get("data", 0.0) * unprofiled_factor(slowdown)[0], 0.99)
+    alone = 1 / (1 - share)
+    if round(gain, 2) <= round(alone, 2):  # as printed
+        return ""
+    comm = ms_before.get("communication", 0.0), ms_after.get("communication", 0.0)
+    where = ("so it is within the bound only through the communication term (the wait for the rank still "
+             "loading data)" if gain <= pick.bound else f"and past the whole bound, {pick.bound:.2f}x, too")
+    return (f" The data share alone, {share:.1%} of an unprofiled step, bounds the gain at {alone:.2f}x: "
+            f"the figure, {gain:.2f}x, lies above it, {where}; "
+            + ("communication did not fall, so this round's diagnoses do not show where the gain beyond the "
+               "data phase came from." if comm[1] >= comm[0] else
+               f"communication fell by {comm[0] - comm[1]:.1f} ms per profiled step."))
 
 
 def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
@@ -291,12 +313,13 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                             "per read; this run does not tell whether the reads the fix left cost more "
                             "each or the load rose.")
             elif rose:
-                decided += (f" {' and '.join(rose).capitalize()} rose, though the fix targets "
-                            f"{'them' if len(rose) > 1 else 'it'}"
+                decided += (f" {' and '.join(rose).capitalize()} rose, though the "
+                            + ("bound counts " if pick.fix == "data" else "fix targets ")
+                            + f"{'them' if len(rose) > 1 else 'it'}"
                             + (_comm_rose(pick.fix, before_report, after_report,
                                           ms_after["communication"] - ms_before["communication"])
                                if rose == ["communication"] else "; this run does not time why."))
-            said.append(decided)
+            said.append(decided + _data_alone(pick, gain, before_report, slowdown, ms_before, ms_after))
     windows = "" if ms_after is None else _window(gain, before_report, after_report, tokens_x, slowdown,
                                                   slowdown_after)
     drift = _drift(gain, befores_tps, pick.bound)

@@ -181,11 +181,12 @@ def unprofiled_factor(slowdown: float) -> tuple[float, str]:
     """
     check_real("slowdown", slowdown, 0, lo_open=True)
     if slowdown >= 1:
-        return slowdown, (f"times {slowdown:.2f}, the profiled step over an unprofiled one (the profiler's "
-                          "cost and any load that differed between the window and the runs, together)")
-    return 1.0, (f"times 1 (a profiled step measured {slowdown:.2f}x an unprofiled one: below 1, so load "
-                 "that differed between the window and the runs, not the profiler, set it; never taken "
-                 "below 1)")
+        return slowdown, (f"times {slowdown:.2f}, the profiled steps' mean over the unprofiled steps' median "
+                          "(the profiler's cost and any load that differed between the window and the runs, "
+                          "together)")
+    return 1.0, (f"times 1 (the profiled steps' mean measured {slowdown:.2f}x the unprofiled steps' median: "
+                 "below 1, so load that differed between the window and the runs, not the profiler, set it; "
+                 "never taken below 1)")
 
 
 def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
@@ -278,3 +279,55 @@ def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], 
         out.append(f"[{f['severity']}] {f['kind']} ({f['share']:.1%} of the last step): "
                    + (", ".join(did) or "no fix for it in this job"))
     return out
+
+
+def repeats_text(t: Total) -> str:
+    """Which way each configuration's repeat inside a round went against the run it repeats, in
+    the order they ran: a kept configuration's seam reads its run, then the mean of that run and
+    its later repeat, so it reads slower exactly when the repeat ran slower; the slow job's seam
+    sets the mean of its first and last runs against the mean of its first run and its repeat, so
+    its repeat is set against its first run here (the first of ``t.slow_runs_tps``). Under load
+    drifting both ways alike, all ``n`` the way they point has probability ``1 / 2 ** n``, and
+    all one way, either way, ``2 / 2 ** n``: both are said for 3 or more, all one way. For
+    :func:`perfkit.viz.capstone.seams_text`; not re-exported.
+
+    Raises:
+        TypeError: for ``t`` that is not a :class:`Total`.
+    """
+    check_type("t", t, Total)
+    runs = [(f"after --fix {name}", b < a) for name, a, b in t.seams[1:]]
+    if len(t.slow_runs_tps) > 1:  # the slow job's repeat ran slower than its first run
+        runs.insert(0, ("the slow job", t.seams[0][2] < t.slow_runs_tps[0]))
+    slower, faster = ([name for name, s in runs if s == way] for way in (True, False))
+    n = len(runs)
+    if n >= 3 and not (slower and faster):
+        chance = (f" (under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} "
+                  f"for all {n} one way, either way)")
+        return (f" In the order the runs ran, all {n} repeats inside a round ran "
+                + ("slower than the run they repeat" + chance + ": a repeat slower than the run it repeats "
+                   "biases its round's \"before\" low, and its speedup high." if slower else
+                   "faster than the run they repeat" + chance + ": each round's \"before\" then reads high, "
+                   "and its speedup low."))
+    parts = ([f"slower than the run it repeats for {_names(slower)}, which biases {_rounds(slower)} "
+              "\"before\" low, and its speedup high"] if slower else [])
+    if faster:
+        parts.append(("and faster for " if slower else "faster than the run it repeats for ")
+                     + f"{_names(faster)}, which biases {_rounds(faster)} \"before\" high, and its "
+                     "speedup low")
+    out = " In the order the runs ran, the repeat inside a round ran " + "; ".join(parts) + "." if n else ""
+    seam_slower = t.seams[0][2] < t.seams[0][1]
+    if len(t.slow_runs_tps) > 1 and seam_slower != runs[0][1]:  # the slow job's seam reads against time
+        out += (f" The slow job's seam reads {'slower' if seam_slower else 'faster'} although "
+                f"its repeat ran {'slower' if runs[0][1] else 'faster'}: its first reading holds its last "
+                f"run, {t.slow_runs_tps[-1]:,.0f} tokens/s.")
+    return out
+
+
+def _rounds(names: list[str]) -> str:
+    """Whose "before" a repeat biases: one round's or several."""
+    return "that round's" if len(names) == 1 else "each such round's"
+
+
+def _names(names: list[str]) -> str:
+    """``"a, b and c"``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -27,6 +27,7 @@ from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["attention_widget", "eager_line_label", "plot_saved_bytes", "plot_tile_times", "plot_tiles",
+           "rate_note",
            "tile_owner", "times_table"]
 
 
@@ -123,6 +124,9 @@ def plot_tile_times(points: Sequence[AttentionTiming], model: TileCostModel | No
         if model is not None:
             ax.plot([p.tile for p in mine], [model.flash_s(t, p.tile, batch, heads, head_dim) for p in mine],
                     "-" if fitted is None or t in fitted else "--", color=color, alpha=0.6)
+    for name in column:   # one legend entry per untiled marker, in grey: the colours are the lengths'
+        ax.plot([], [], "x" if name == "eager" else "s", color="grey", ls="none",
+                label=("eager" if name == "eager" else "SDPA") + ", measured (right of the line)")
     if model is not None:   # one legend entry per line style, in grey: the colours are the lengths'
         ax.plot([], [], "-", color="grey", label="model, fitted on this length")
         if fitted is not None and {p.seq_len for p in flash} - fitted:
@@ -257,3 +261,30 @@ def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (
         "tile": Choice(options=(16, 64, 256), value=64, description="tile size"),
     }, title="Attention: memory and time against T and the tile size")
 
+
+def rate_note(points: Sequence[AttentionTiming], model: TileCostModel) -> str:
+    """Whether any tiled call, whole (its per-tile overheads included), ran above ``model``'s
+    fitted FLOP rate inside the tiles, which the model makes a ceiling on every call: where
+    some did, a sentence naming them with their whole-call rates (the fit's rate is then not one
+    the tiles run at: one rate and one cost per visit do not fit every tile size); where none
+    did, a sentence saying each stayed below it. Starts with a space. (Text, kept beside the
+    figure of the same points.)
+
+    Raises:
+        TypeError: for points that are not :class:`AttentionTiming` or ``model`` not a
+            :class:`TileCostModel`.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    check_type("model", model, TileCostModel)
+    flash = [p for p in pts if p.impl == "flash"]
+    fast = [p for p in flash if p.flops / p.median_s > model.flop_rate]
+    rate = si(model.flop_rate, "FLOP/s")
+    if not fast:
+        return (f" Every tiled call ran below the fit's rate inside the tiles, {rate}, as the model, which "
+                "adds each tile visit's cost to the FLOPs' time, requires.")
+    names = ", ".join(f"tile {p.tile} at T = {p.seq_len} ({si(p.flops / p.median_s, 'FLOP/s')})"
+                      for p in fast)
+    return (f" Whole calls, their tile visits included, ran above the fit's rate inside the tiles, {rate}: "
+            f"{names}. The model makes that rate a ceiling on every call, so the fitted rate is not one the "
+            "tiles run at: one rate and one cost per visit do not fit every tile size alike.")

@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
-from perfkit.profiling.capstone_text import run_rates_text
+from perfkit.profiling.capstone_text import repeats_text, run_rates_text
 from perfkit.stats import Estimate
 from perfkit.units import si_interval
 from perfkit.viz.core import tidy
@@ -278,7 +278,8 @@ def total_text(t: Total) -> str:
         return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
                       "are the same runs.")
     out += (f"{point} ({low} to {high}: the rounds' intervals combined, a range of no stated confidence, "
-            "since each round's interval covers more than 90 %)" + seams_text(t))
+            "since each round's interval, widened, covers an unknown share above the one it prints)"
+            + seams_text(t))
     bars = (" The figure draws each fix at its speedup as measured in its round, and the direct gain over "
             "the product, the drift between runs, as a bar of its own.")
     if not t.drift:
@@ -315,24 +316,7 @@ def seams_text(t: Total) -> str:
             "the first kept round" + (f", that of --fix {t.seams[1][0]}" if len(t.seams) > 1 else "")
             + "). Their "
             f"ratios, second over first, multiply to {moved:.3g}x, the direct gain over the product"
-            + (", so the two agree although single seams moved." if cancel else "." + _seams_way(t.seams)))
-
-
-def _seams_way(seams: list) -> str:
-    """Whether every seam points one way (a bias between the runs) or not; under load drifting
-    both ways alike, all ``n`` the way they point has probability ``1 / 2 ** n``, and all one way,
-    either way, ``2 / 2 ** n``: both are said."""
-    slower = sum(b < a for _, a, b in seams)
-    n = len(seams)
-    if n < 3 or 0 < slower < n:
-        return ""
-    chance = (f"under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} for all "
-              f"{n} one way, either way")
-    if slower == n:
-        return (f" All {n} seams read the configuration slower the second time ({chance}); a repeat run "
-                "slower than the run it repeats biases each round's \"before\" low, and its speedup high.")
-    return (f" All {n} seams read the configuration faster the second time ({chance}); each round's "
-            "\"before\" then reads high, and its speedup low.")
+            + (", so the two agree although single seams moved." if cancel else "." + repeats_text(t)))
 
 
 def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,

@@ -21,14 +21,15 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from perfkit._checks import check_type
-from perfkit.data.claims import PinTiming, interval_gap
+from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, assess, judge
+from perfkit.viz.claims_text import control_gap_text, ops_gap_text, pair_order_text
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
-           "control_text", "floor_context", "plot_claims", "plot_claims_forest", "same_layout_text",
-           "show_claim", "show_claims_table",
+           "control_text", "floor_context", "ops_gap_text", "pair_order_text", "plot_claims",
+           "plot_claims_forest", "same_layout_text", "show_claim", "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
@@ -201,38 +202,14 @@ def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:
                        "their verdicts use"))
 
 
-def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
-    """Where ``est``'s interval lies against ``reference``, weighed by the A/A control:
-    ``"lies 2.0% below 1x, within the A/A control's 5.9%: not asserted"``, ``"... beyond the A/A
-    control's 5.9%"``, or, with no control (CUDA: the two loops differ), the gap alone.
-
-    Raises:
-        TypeError, ValueError: for a ``pin`` that is not a PinTiming, an ``est`` that is not an
-            Estimate, a ``reference`` that is not a finite number > 0 or a ``unit`` not a str.
-    """
-    if not isinstance(pin, PinTiming):
-        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
-    gap = interval_gap(est, reference)  # checks est and reference
-    if not isinstance(unit, str):
-        raise TypeError(f"unit must be a str, got {unit!r}")
-    ref = f"{reference:.3g}{unit}"
-    if gap == 0:
-        return f"holds {ref}"
-    out = f"lies {gap:.1%} {'above' if est.low > reference else 'below'} {ref}"
-    reach = pin.reach()
-    if reach is None:
-        return out + " (no A/A control ran: with CUDA the two loops differ)"
-    return out + (f", beyond the A/A control's {reach:.1%}" if pin.resolves(est, reference) else
-                  f", within the A/A control's {reach:.1%}: not asserted")
-
-
 def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, error: float,
                      what: str) -> str:
     """A timed verdict weighed again by a job's own error: two settings that ran the same thing
-    (``what``, e.g. two caps that laid out the same buckets) took ``a_s`` and ``b_s`` seconds, so
-    their gap is that job's error. Says, computed, how it compares with ``error`` (the A/A
-    control's reach the verdict was weighed by) and which status :func:`perfkit.verdict.assess`
-    gives weighed by the gap instead.
+    (``what``, e.g. two caps that laid out the same buckets) took ``a_s`` and ``b_s`` seconds (their
+    medians), so their gap is one reading of that job's error. Says, computed, how it compares with
+    ``error`` (the A/A control's reach the verdict was weighed by), which status
+    :func:`perfkit.verdict.assess` gives weighed by the gap instead, and, where ``measured``'s
+    interval is wider than the gap, that the gap does not bound the job's error.
 
     Raises:
         TypeError, ValueError: for times that are not finite numbers > 0, or as :func:`assess`.
@@ -242,11 +219,14 @@ def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, e
             raise ValueError(f"{name} must be a finite time > 0 in seconds, got {t!r}")
     gap = max(a_s, b_s) / min(a_s, b_s) - 1
     base, alt = assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
-    return (f"{what} ran the same here; their steps, {a_s * 1e3:.1f} and {b_s * 1e3:.1f} ms, lay "
-            f"{1 + gap:.2f}x apart: this job's own error, {gap:.1%}, is "
+    width = (measured.high - measured.low) / measured.value if measured.has_interval else 0.0
+    return (f"{what} ran the same here; their median steps, {a_s * 1e3:.1f} and {b_s * 1e3:.1f} ms, lay "
+            f"{1 + gap:.2f}x apart: that gap, {gap:.1%}, is "
             f"{'wider' if gap > error else 'no wider'} than the {error:.1%} the A/A control read; weighed by "
             f"that gap instead, the rule gives {alt}"
-            + (" as well." if alt == base else f", not {base}: the label rests on which error is used."))
+            + (" as well." if alt == base else f", not {base}: the label rests on which error is used.")
+            + (f" The gap compares two medians only; it does not bound this job's error, which the judged "
+               f"interval, {width:.0%} of its figure wide, carries." if width > gap else ""))
 
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",

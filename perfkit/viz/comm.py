@@ -187,10 +187,10 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
         raise ValueError("buckets and accumulate must be non-empty")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     caps = [b["bucket_cap_mb"] for b in buckets]
-    ax1.plot(caps, [b["step_s"] * 1e3 for b in buckets], "o-", label="step time (ms)")
+    ax1.plot(caps, [b["step_s"] * 1e3 for b in buckets], "o-", label="step time (ms, median)")
     ax1.set_xscale("log")
     ax1.set_xlabel("bucket_cap_mb (MiB)")
-    ax1.set_ylabel("step time (ms)")
+    ax1.set_ylabel("step time (ms, median)")
     tw = ax1.twinx()
     tw.plot(caps, [b["calls_per_step"] for b in buckets], "s--", color="C1")
     tw.set_ylabel("all-reduce calls per step", color="C1")
@@ -202,7 +202,7 @@ def plot_buckets_accumulation(buckets: Sequence[Mapping[str, Any]],
     ax2.plot(ks, [a["allreduce_bytes_per_sample"] / first["allreduce_bytes_per_sample"] for a in accumulate],
              "o-", label="bytes all-reduced per sample")
     ax2.plot(ks, [a["s_per_sample"] / first["s_per_sample"] for a in accumulate], "s--",
-             label="time per sample")
+             label="time per sample (ratio of medians;\nthe verdict: median of paired ratios)")
     ax2.set_ylim(0, None)
     ax2.set_xlabel("micro-batches per all-reduce (k)")
     ax2.set_ylabel(f"per sample, relative to k={first['k']}")

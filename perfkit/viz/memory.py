@@ -114,12 +114,13 @@ def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
         1, 2, figsize=(10, 0.8 + 0.5 * len(names)))
     v = comparison.variants
     base = "ddp_adamw" if "ddp_adamw" in v else names[0]
-    # the statistic the verdicts judge: the median of the interleaved rounds' ratios, 90 % interval
+    # the statistic the verdicts judge: the median of the interleaved rounds' ratios, with its interval
     ests = [stats.median_ratio(v[n].step_times_s, v[base].step_times_s) for n in names]
     axes[0].barh(names, [e.value for e in ests], color="tab:blue",
                  xerr=[[e.value - e.low for e in ests], [e.high - e.value for e in ests]], capsize=3)
     axes[0].axvline(1.0, color="black", ls=":", lw=1)
-    axes[0].set_xlabel(f"step time over {base}'s (median of paired rounds' ratios, 90 % interval)")
+    shown = " / ".join(sorted({e.label for e in ests if e.has_interval})) or "no interval"
+    axes[0].set_xlabel(f"step time over {base}'s (median of paired rounds' ratios, bars: {shown})")
     axes[1].barh(names, [v[n].state_bytes / 1e6 for n in names], color="tab:green")
     axes[1].axvline(comparison.total_state_bytes / comparison.world_size / 1e6, color="black",
                     ls="--", lw=1, label="unsharded / N")

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import AutoLocator
 
 from perfkit.parallel.schedules import SCHEDULES, make_schedule
 from perfkit.parallel.simulate import Timeline, bubble_formula, simulate
@@ -57,12 +58,15 @@ def plot_timeline(tl: Timeline, ax: Axes | None = None, title: str = "", unit: s
 
 
 def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "",
-               measured_note: str = "", label: str = "model", unit: str = "F = 1") -> Figure:
+               measured_note: str = "", label: str = "model", unit: str = "F = 1",
+               share_time: bool = False) -> Figure:
     """The simulated grid, and beside it the measured one of the same schedule (if given);
     ``note`` is appended to the model's title, ``measured_note`` to the measured grid's (say
     which step it draws). ``label`` opens the simulated grid's title (``"model"`` for unit
     costs; name a prediction fed with measured costs as such) and ``unit`` is its time axis's
-    (``"s"`` for costs in seconds). The legend names only the kinds of action drawn."""
+    (``"s"`` for costs in seconds). The legend names only the kinds of action drawn. With
+    ``share_time`` (both grids in seconds), the two panels share one time axis, so a step longer
+    than predicted shows as longer."""
     n = 1 if measured is None else 2
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 0.9 + 0.45 * len(simulated.slots)), squeeze=False)
     plot_timeline(simulated, axes[0][0], f"{label}: {simulated.schedule.name}, "
@@ -70,6 +74,11 @@ def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str 
     if measured is not None:
         plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}"
                       + (f", {measured_note}" if measured_note else ""), "s")
+        if share_time:
+            right = max(ax.get_xlim()[1] for ax in axes[0])
+            for ax in axes[0]:
+                ax.set_xlim(0, right)
+                ax.set_xticks([x for x in AutoLocator().tick_values(0, right) if 0 <= x <= right])
     drawn = {s.action.kind for tl in (simulated, measured) if tl is not None for row in tl.slots for s in row}
     kinds = [k for k in COLORS if k in drawn]
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in kinds]

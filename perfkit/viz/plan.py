@@ -39,9 +39,11 @@ SHAPES = {  # name: (layers, hidden, heads, ffn)
 
 TERM_COLORS = {"matmul": "#4c72b0", "memory-bound": "#8172b2", "tensor-parallel": "#dd8452",
                "context-parallel": "#937860", "pipeline bubble": "#c44e52",
-               "pipeline sends": "#da8bc3", "data-parallel": "#55a868", "zero-3 gathers": "#64b5cd",
+               "pipeline sends": "#da8bc3", "data-parallel": "#55a868", "ZeRO-3 collectives": "#64b5cd",
                "optimizer": "#8c8c8c"}
 
+# the memory panel's kinds, in colours no step-time term uses: one colour, one meaning per figure
+MEMORY_KIND_COLORS = {"model_states": "#2b4c6f", "activations": "#ccb974", "buffers": "#4d4d4d"}
 
 # a term whose largest bar is below this share of the longest bar cannot be seen: the legend
 # lists it apart, under "too small to see", instead of beside a colour no bar shows
@@ -88,8 +90,7 @@ def plot_plan(p: Plan, top: int = 5) -> Figure:
              title=f"too small to see: {', '.join(small)}" if small else None, title_fontsize=7)
     a.set_title(f"{p.model.name} on {p.gpus} x {p.cluster.gpu.name}", fontsize=9)
     kinds = [(k.replace("_", " "), color, [getattr(c.memory, k) / 1e9 for c in best])  # GB
-             for k, color in (("model_states", "#4c72b0"), ("activations", "#dd8452"),
-                              ("buffers", "#8c8c8c"))]
+             for k, color in MEMORY_KIND_COLORS.items()]
     small = _stacked(b, labels, [x for x in kinds if any(x[2])])
     b.axvline(p.cluster.usable_memory / 1e9, color="k", ls="--", lw=1, label="usable")
     b.set_yticks([])

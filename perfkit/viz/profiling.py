@@ -91,8 +91,14 @@ def against_bound(est: Any, bound: float, unit: str = "x") -> str:
 def loader_explain(data_s: float, alone: Any, factor: float = 1.5) -> dict[str, str]:
     """A verdict's causes for a data share judged against the loader timed alone (``alone``, an
     Estimate in s per batch, allowed up to ``factor`` times its high end in the step): above the
-    band, below it (the data phase in the step under the loader's interval alone)."""
-    return {"above": (
+    band, below it (the data phase in the step under the loader's interval alone), and inside it
+    (the share has no interval: held says only where the figure lies)."""
+    return {"held": (
+        "The measured share, a ratio of two medians of the same steps, has no interval: held says only "
+        f"that this figure lies in the band. In the step the data phase's median took "
+        f"{data_s / alone.high:.2f}x the high end of the loader's interval alone, against the {factor:g}x "
+        "the band's top edge allows, an allowance, not a measurement."),
+        "above": (
         f"The data phase's median took {data_s / alone.high:.2f}x the high end of the loader's interval "
         f"alone; the band's top edge allows {factor:g}x that high end for what the step does to the loader "
         f"(caches the model's work evicts); that {factor:g}x is an allowance, not a measurement, and this "

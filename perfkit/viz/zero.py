@@ -24,7 +24,8 @@ from perfkit._checks import check_int, check_real
 from perfkit.viz.core import si
 
 __all__ = ["StageEdge", "broadcast_sentence", "bytes_lines", "call_cost", "calls_per_step", "calls_sentence",
-           "optimizer_table", "ranking_note", "sent_bytes", "stage_edge", "stage_table"]
+           "gloo_bytes_sentence", "gloo_sent_bytes", "optimizer_table", "ranking_note", "sent_bytes",
+           "stage_edge", "stage_table"]
 
 
 def calls_per_step(r: Any) -> int:
@@ -35,6 +36,29 @@ def calls_per_step(r: Any) -> int:
 def sent_bytes(r: Any) -> float:
     """Bytes one process sends per step, all collectives together (ring model)."""
     return float(sum((r.sent_bytes or {}).values()))
+
+
+def gloo_sent_bytes(r: Any) -> float:
+    """Bytes one process sends per step where every reduce-scatter moves an all-reduce's bytes, as
+    gloo's do: its list form all-reduces each rank's slice in turn (PyTorch pull request 149869), its
+    single-tensor form all-reduces the whole buffer (pull request 118911). Each ``reduce_scatter*``
+    entry of ``sent_bytes`` (counted at the ring's (N-1)/N) is doubled, to the all-reduce's 2(N-1)/N."""
+    return float(sum(2 * b if k.startswith("reduce_scatter") else b for k, b in (r.sent_bytes or {}).items()))
+
+
+def gloo_bytes_sentence(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str:
+    """A sentence, starting with a space, on what the variants that reduce-scatter moved on gloo,
+    against the ring count (what NCCL's ring reduce-scatter moves); ``""`` where none reduce-scatters."""
+    base = sent_bytes(variants[baseline])
+    names = [n for n, r in variants.items()
+             if any(k.startswith("reduce_scatter") for k in (r.sent_bytes or {}))]
+    if not names or not base:
+        return ""
+    return (" These count each reduce-scatter as a ring sends it, half an all-reduce's bytes: what NCCL "
+            "moves. gloo, which ran here, has no ring reduce-scatter; it all-reduces the buffer, slice by "
+            "slice, and keeps this process's slice, so on it " + ", ".join(
+                f"{n} moved {gloo_sent_bytes(variants[n]) / base:.2f}x" for n in names)
+            + f" {baseline}'s bytes (counted the same way).")
 
 
 def calls_sentence(r: Any, base: Any, base_name: str = "DDP + AdamW") -> str:

@@ -78,7 +78,8 @@ def test_tile_owner_and_plots():
     pts = _synthetic(2e10, 5e-5, 1e10)
     fig = va.plot_tile_times(pts, ac.TileCostModel.fit(pts))
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert len(legend) == 4 and legend[-1] == "model, fitted on this length"   # each length, then the model
+    # each length, then the untiled marker (the old legend named only the colours and lines), then the model
+    assert legend[3:] == ["eager, measured (right of the line)", "model, fitted on this length"]
     # eager attention stands right of the tiles, one point per length: every median printed is drawn
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()][-1] == "eager"
     eager_x = 256 * 2
@@ -236,6 +237,37 @@ def test_band_note_and_tile_miss_note_name_the_one_point_that_sets_the_band():
     assert "Without" not in ac.tile_miss_note(pts, model, 64)
     with pytest.raises(ValueError):
         ac.band_note(pts[:1], model)
+
+
+def test_tile_miss_note_says_when_the_prediction_lies_outside_the_measured_interval():
+    from perfkit.estimate import Estimate
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    misses = {(16, 256): -0.14, (16, 512): 0.29, (16, 1024): 0.05, (16, 1536): 0.1,
+              (64, 256): 0.35, (64, 512): 0.22, (64, 1024): 0.19, (64, 1536): 0.24}
+    pts = [_timed(model, t, n, m) for (t, n), m in misses.items()]
+    pred = model.flash_s(1536, 64)
+    # the old note left unsaid that the point lay outside the interval, the band alone holding it
+    outside = Estimate(pred * 1.24, pred * 1.20, pred * 1.36, 0.93, 5, "median of 5 samples")
+    got = ac.tile_miss_note(pts, model, 64, measured=outside)
+    assert "itself lies below the measured 93% interval" in got
+    assert f"{1 / 1.20:.2f}x its low end: only the band's width, ±35%, keeps the outcome from missed." in got
+    inside = Estimate(pred * 1.1, pred * 0.95, pred * 1.2, 0.93, 5, "median of 5 samples")
+    assert "itself lies" not in ac.tile_miss_note(pts, model, 64, measured=inside)
+    missed = Estimate(pred * 1.5, pred * 1.4, pred * 1.6, 0.93, 5, "median of 5 samples")
+    assert "itself lies" not in ac.tile_miss_note(pts, model, 64, measured=missed)
+
+
+def test_rate_note_names_whole_calls_faster_than_the_fitted_rate_inside_the_tiles():
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    pts = [_timed(model, 64, 512, 0.0), _timed(model, 256, 512, 0.0)]
+    assert va.rate_note(pts, model).startswith(" Every tiled call ran below the fit's rate inside the tiles")
+    f = flash_flops(1, 4, 1536, 32, tile=256)
+    flops = f.forward + f.backward
+    fast = ac.AttentionTiming("flash", 1536, 256, (flops / 2.5e10,), flops, f.tiles)
+    # the old output printed the fitted rate as the tiles' own though a whole call outran it
+    got = va.rate_note([*pts, fast], model)
+    assert "ran above the fit's rate inside the tiles, 20 GFLOP/s: tile 256 at T = 1536 (25 GFLOP/s)." in got
+    assert "the fitted rate is not one the tiles run at" in got
 
 
 def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_points_lie():

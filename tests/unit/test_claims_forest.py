@@ -213,6 +213,57 @@ def test_a_verdict_is_weighed_again_by_its_jobs_own_same_layout_gap():
     assert "lay 1.07x apart" in text and "6.7%, is wider than the 3.9%" in text
     assert "the rule gives inconclusive, not holds partly" in text
     calm = same_layout_text(claim, est, 0.0179, 0.0178, 0.039, "25 MB and 500 MB")
-    assert "no wider than the 3.9%" in calm and calm.endswith("holds partly as well.")
+    assert "no wider than the 3.9%" in calm and "holds partly as well." in calm
     with pytest.raises(ValueError, match="a_s"):
         same_layout_text(claim, est, 0.0, 0.0178, 0.039, "x")
+
+
+def test_a_same_layout_gap_between_two_medians_is_not_called_the_jobs_error():
+    # DDP's buckets as read: 500 MB 0.999x (0.930x to 1.105x) while 25 MB and 500 MB's medians lay
+    # 0.2 % apart; the sentence called that 0.2 % "this job's own error", beside an interval 17.5 % wide
+    from perfkit.estimate import Estimate
+    from perfkit.viz.claims import same_layout_text
+
+    claim = Claim("s", "step speedup", low=1.05, partly=1.0, unit="x")
+    est = Estimate(0.999, 0.930, 1.105, 0.9, 28, "m")
+    text = same_layout_text(claim, est, 0.01552, 0.01549, 0.027, "25 and 500")
+    assert "this job's own error," not in text and "their median steps, 15.5 and 15.5 ms" in text
+    assert text.endswith("it does not bound this job's error, which the judged interval, 18% of its figure "
+                         "wide, carries.")
+
+
+def test_a_step_gap_within_the_controls_reach_is_not_read_as_the_ops_accounting_for_it():
+    # GELU's step 0.926x (0.891x to 0.952x) against the ops' 0.967x, 1.6 % apart, within a 2.7 % reach:
+    # the sentence said "the two ops account for the step's difference", which the interval excludes
+    from perfkit.data.claims import PinTiming
+    from perfkit.estimate import Estimate
+    from perfkit.timing import Measurement
+
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.03,) * 10, 0), "cpu")  # reach 2.9 %
+    step = Estimate(0.926, 0.891, 0.952, 0.9, 16, "m")
+    near = viz.claims.ops_gap_text(aa, step, 0.967)
+    assert "account" not in near and near.startswith("The step's interval lies 1.6% below 0.967x, within")
+    assert near.endswith("by this interval the step lost more than the two ops cost alone, by less than the "
+                         "A/A control's reach.")
+    holds = viz.claims.ops_gap_text(aa, step, 0.94)
+    assert holds.endswith("the two ops can account for the step's difference.")
+    assert viz.claims.ops_gap_text(aa, step, 1.2).endswith("which this run does not break down.")
+    with pytest.raises(ValueError, match="what"):
+        viz.claims.ops_gap_text(aa, step, 0.967, "")
+
+
+def test_a_pair_median_outside_both_orders_says_how_far_and_what_the_steps_show():
+    # top-k as read: orders' medians 0.822x and 0.809x, the judged pair median 0.681x: the sentence said only
+    # that such medians "need not fall between"; now how far, how far apart the orders lie, and the skew
+    from perfkit.viz.claims import pair_order_text
+
+    orders = {"all-reduce": 0.822, "top-k": 0.809}
+    skewed = [0.82, 0.81, 0.83, 0.3, 0.82, 0.25, 0.81, 0.2]  # a tail of slow top-k steps
+    text = pair_order_text(0.681, orders, skewed)
+    assert text.startswith("; the judged median of the pairs lies 15.8% below both orders' medians, which "
+                           "lie 1.6% apart, so the order does not explain it")
+    assert "mean, 0.522x, lies below their median, 0.81x, a tail on that side" in text
+    assert "does not say what moved it" in pair_order_text(0.681, orders, [0.8, 0.82, 0.81, 0.83])
+    assert pair_order_text(0.815, orders, skewed) == ""
+    with pytest.raises(ValueError):
+        pair_order_text(0.681, orders, [0.0])

@@ -138,8 +138,13 @@ def test_ring_check_splits_at_the_models_crossover_and_judges_each_regime_apart(
     assert "1.05 MB to 16.8 MB at 1.00x to 1.10x" in said and "300 kB" in said and "lies at that jump" in said
     assert "above even the stretched model" in ring_regime_text(rc, True)
     assert "nearer the plain model than the stretched one" in ring_regime_text(rc, False)
+    # every large size below the stretched model: the stated stretch misses there, said so; the small
+    # sizes (above it) get no such sentence
+    assert "Every one of them ran below the model stretched x 1.50: the" in ring_regime_text(rc, False)
+    assert "ran below the model stretched" not in ring_regime_text(rc, True)
     flat = [pt(s, 1.5 * ring_allreduce_time(s, 3, link), n=3) for s in sizes]
-    assert "no split into two regimes" in ring_check_text(ring_check(flat, fit2, cores=2), flat, fit2)
+    assert "with no jump between neighbouring sizes that splits them into two regimes" in ring_check_text(
+        ring_check(flat, fit2, cores=2), flat, fit2)
     no_p10 = ring_check(flat, fit2, cores=2).regime(True)  # no repetitions known: no range
     assert no_p10.low == no_p10.high == pytest.approx(1.5)
     assert ring_check(flat[:4], fit2, cores=2).regime(False) is None
@@ -261,17 +266,17 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     over = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.008},
             {"calls_per_step": 7, "step_s": 1.005}]  # measured 5 ms, noise 8 ms
     high = bucket_count_effect(over, alpha_s=0.003)  # model 18 ms: 13 ms above
-    assert "is within this run's noise" in high and "above it" in high and "the data reject it" in high
+    assert "is within that spread" in high and "above it" in high and "the data reject it" in high
     low = bucket_count_effect(over, alpha_s=0.002)  # model 12 ms: 7 ms off, within the noise, and 12 > 8
-    assert "7 ms from the model, within that noise: the data do not reject it (nor can they" in low
+    assert "7 ms from the model, within that spread: the data do not reject it (nor can they" in low
     # a difference just past the noise (the cold run's 4.54 ms against 4.48 ms) is no evidence
     close = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.010},
              {"calls_per_step": 8, "step_s": 1.013}]  # measured 13 ms, noise 10 ms
     near = bucket_count_effect(close, alpha_s=0.003)
-    assert "only 1.3x this run's noise: too close to it to call" in near and "stands out" not in near
+    assert "only 1.3x that spread: too close to it to call" in near and "stands out" not in near
     two = [{"calls_per_step": 1, "step_s": 1.0}, {"calls_per_step": 8, "step_s": 0.9}]
     quiet = bucket_count_effect(two, 0.01)
-    assert "does not show its noise" in quiet and "faster" in quiet
+    assert "does not show how far equal counts spread" in quiet and "faster" in quiet
     with pytest.raises(ValueError, match="alpha_s"):
         bucket_count_effect(bk, -1.0)
 
@@ -288,12 +293,16 @@ def test_bucket_count_effect_counts_the_overlap_and_claims_no_support_the_noise_
     assert "718 µs faster measured" in text
     assert "6 x alpha = 6.74 ms more in start-ups, less up to 3.88 ms that more buckets can hide" in text
     assert "between 2.86 ms slower and 6.74 ms slower" in text
-    assert "The model's largest effect, 6.74 ms, is within that noise: this run can neither support" in text
+    assert "The model's largest effect, 6.74 ms, is within that spread: this run can neither support" in text
     assert "do not reject" not in text
+    # the same-count spread is printed as a ratio too, and is not called noise (a fixed-order sweep
+    # can spread identical layouts by their position in the round)
+    assert "caps with the same count ran up to 8.79 ms apart (the slower 1.6x the faster), a spread" in text
+    assert "noise" not in text
     # with less noise the same run would test it: the overlap brings the range within reach
     quiet = [{"calls_per_step": 7, "step_s": 15.0e-3}, {"calls_per_step": 7, "step_s": 16.0e-3},
              {"calls_per_step": 1, "step_s": 12.5e-3}]  # 2.5 ms slower measured, noise 1 ms
-    assert "lies 358 µs from the model, within that noise: the data do not reject it, and it stands out" in (
+    assert "lies 358 µs from the model, within that spread: the data do not reject it, and it stands out" in (
         bucket_count_effect(quiet, alpha_s=1.123e-3, hidden_s=3.88e-3))
     assert "data reject it" in bucket_count_effect(quiet, alpha_s=1.123e-3)  # start-ups alone: 4.24 ms off
     bigger = [{"calls_per_step": 7, "step_s": 5.0e-3}, {"calls_per_step": 7, "step_s": 5.5e-3},
@@ -371,6 +380,28 @@ def test_bucket_saving_weighs_the_copies_and_the_sweeps_calls_against_the_gap():
                         largest_bytes=1 << 20, naive_s=40e-3, bucketed_s=23e-3, copy_bytes_per_s=32.6e9)
     assert "larger than the model's" in big.explain() and "cannot explain that" in big.explain()
     assert big.short() == "the model charges each of naive's 9 extra calls alpha"
+    # the model's naive communication alone (16 x 1.39 ms + 6.46 MB / 1.82 GB/s = 25.8 ms) under the whole
+    # naive step: nothing said; above it (a 24 ms step), the sentences concede the model fails here
+    assert s.model_naive_s == pytest.approx(16 * 1.39e-3 + 6.46e6 / 1.82e9)
+    assert "exceeds" not in said and "exceeds" not in s.short()
+    over = bucket_saving(sweep, AlphaBeta(1.39e-3, 1.82e9), naive_calls=16, bucket_calls=7, grad_bytes=6.46e6,
+                         largest_bytes=1 << 20, naive_s=24e-3, bucketed_s=18e-3, copy_bytes_per_s=32.6e9)
+    assert ("The model's communication alone for the naive step, 25.8 ms, exceeds the whole measured naive "
+            "step, 24 ms, compute included: the model's absolute figures fail") in over.explain()
+    assert "(its naive communication alone, 25.8 ms, exceeds the whole naive step)" in over.short()
+
+
+def test_alone_against_model_text_says_either_way_the_model_misses():
+    from perfkit.comm import alone_against_model_text
+
+    # the default run: 11.8 ms timed alone against the model's 15.6 ms (the old text said nothing)
+    assert alone_against_model_text(11.8e-3, 15.6e-3, 7) == (
+        " Timed alone they took 0.76x the model: on this run's numbers the model charges these 7 calls more "
+        "than they cost; it is not a floor they pay.")
+    assert alone_against_model_text(20e-3, 15e-3, 7).startswith(" Even timed alone they took 1.3x the model")
+    assert alone_against_model_text(15e-3, 15.6e-3, 7) == ""
+    with pytest.raises(ValueError, match="model_s"):
+        alone_against_model_text(1e-3, 0.0, 7)
 
 
 def test_bucket_saving_holds_the_model_against_the_paired_interval_not_the_medians_alone():
@@ -387,7 +418,7 @@ def test_bucket_saving_holds_the_model_against_the_paired_interval_not_the_media
     s = bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args, ratio=r)
     assert s.model_ratio == pytest.approx(1 + 9 * 1.33e-3 / 27.0e-3)
     assert s.side() == "" and "larger than the model's" not in s.explain()
-    assert "1.44x, lies inside the paired rounds' 90 % interval" in s.explain()
+    assert "1.44x, lies inside the paired rounds' interval (1.29x (90% interval" in s.explain()
     assert "does not tell the measured saving from the model's" in s.short()
     # an interval clear above the model, with the medians agreeing: larger; clear below: the gap's text
     assert "larger than the model's" in bucket_saving(sweep, AlphaBeta(1.33e-3, 1.82e9), **args,
@@ -549,7 +580,11 @@ def test_overlap_said_names_the_edge_an_inconclusive_interval_crosses():
     hidden = stats.Estimate(0.159, 0.092, 0.302, 0.9, 25, "median of 25 paired rounds")
     said = overlap_said("inconclusive", hidden, 0.292, 2.8e-3, 5.17e-3)
     # the old summary read "its interval reaching across an edge of 0 to 29%, what backward could cover"
-    assert said == "inconclusive: its 90 % interval reaches above the 29% of it backward could cover"
+    assert said == "inconclusive: its 90% interval reaches above the 29% of it backward could cover"
+    # the interval's own coverage is named (an order-statistic interval of 7 rounds covers 98%)
+    wide = stats.Estimate(0.159, 0.092, 0.302, 0.9, 7, "median of 7 paired rounds", coverage=0.984375)
+    said = overlap_said("inconclusive", wide, 0.292, 2.8e-3, 5.17e-3)
+    assert said.startswith("inconclusive: its 98% interval")
     low = stats.Estimate(0.05, -0.1, 0.2, 0.9, 25, "median of 25 paired rounds")
     assert overlap_said("inconclusive", low, 0.292, 1e-3, 5e-3).endswith("reaches below 0")
     assert overlap_said("held", low, 0.292, 1e-3, 5e-3) == "held: within the 29% of it backward could cover"
@@ -577,3 +612,21 @@ def test_small_call_cost_and_bucket_count_effect_give_the_sweeps_small_calls_bes
     assert "6 x alpha = 8.82 ms more in start-ups (3.52 ms to 12.2 ms at the sweep's small calls" in text
     assert text.replace(" (3.52 ms to 12.2 ms at the sweep's small calls, 587 µs to 2.03 ms each; the range "
                         "below uses alpha)", "") == bucket_count_effect(bk, 1.47e-3, hidden_s=5.17e-3)
+
+
+def test_busbw_fall_text_says_where_the_largest_sizes_fall_against_the_model():
+    from perfkit.comm import busbw_fall_text
+
+    def bw(nbytes, busbw):
+        return CollectivePoint("all_gather", nbytes, 2, nbytes / busbw, busbw, busbw)
+
+    # the default run's all-gather: 1.77 GB/s at 1.05 MB, 0.36 GB/s at 67.1 MB (the old line said nothing)
+    fall = [bw(1 << 10, 5e6), bw(1 << 20, 1.77e9), bw(1 << 24, 0.9e9), bw(1 << 26, 0.36e9)]
+    assert busbw_fall_text(fall) == (
+        " Its busbw falls from 1.77 GB/s at 1.05 MB to 360 MB/s at 67.1 MB (0.2x): past 1.05 MB larger "
+        "messages did not approach a bandwidth, against the model; this run does not measure why.")
+    # a plateau (the all-reduce's 1.3-1.4 GB/s) or a peak at the largest size says nothing
+    assert busbw_fall_text([bw(1 << 20, 1.4e9), bw(1 << 26, 1.3e9)]) == ""
+    assert busbw_fall_text([bw(1 << 20, 1.0e9), bw(1 << 26, 1.3e9)]) == ""
+    with pytest.raises(TypeError):
+        busbw_fall_text([1.0])

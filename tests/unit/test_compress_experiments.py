@@ -229,7 +229,7 @@ def test_slowdown_text_names_its_statistic():
 
 
 def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_interval():
-    from perfkit.compress.narrate import medians_note, medians_outside, medians_outside_text
+    from perfkit.compress.narrate import medians_outside, medians_outside_text
     e = SimpleNamespace
     paired = {"a": e(value=1.14, low=1.097, high=1.188), "b": e(value=1.01, low=0.98, high=1.03)}
     med = {"a": 1.396, "b": 1.01}
@@ -238,12 +238,23 @@ def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_int
     text = medians_outside_text(paired, med)
     assert text.startswith("For 1 of 2 methods") and "furthest outside: a, 1.396x, 0.21x above" in text
     assert medians_outside_text({"b": paired["b"]}, med).startswith("Every method's")
-    assert "inside its paired ratio's 90 % interval" in medians_note(paired["b"], 1.01)
-    assert "0.21x above its paired ratio's 90 % interval" in medians_note(paired["a"], 1.396)
+    assert "90 %" not in text + medians_outside_text({"b": paired["b"]}, med)  # coverage: the interval's
     with pytest.raises((TypeError, ValueError)):
         medians_outside(paired, {"a": 1.0})
+
+
+def test_narrow_miss_note_says_whether_the_ratio_of_medians_confirms_a_miss_below_the_floor():
+    from perfkit.compress.narrate import narrow_miss_note
+    paired = SimpleNamespace(value=0.947, low=0.915, high=0.985)
+    both = narrow_miss_note(paired, 0.884, 0.997)
+    assert both.startswith(" This miss is judged on the paired interval")
+    assert "likely comes out too narrow" in both
+    assert "0.884x, lies below the floor (0.997x) too" in both
+    alone = narrow_miss_note(paired, 1.01, 0.997)
+    assert "does not lie below the floor (0.997x)" in alone and "does not establish a lead" in alone
+    assert "does not lie below" in narrow_miss_note(paired, 0.9971, 0.997)  # equal as printed
     with pytest.raises((TypeError, ValueError)):
-        medians_note(paired["a"], 0.0)
+        narrow_miss_note(paired, 0.0, 0.997)
 
 
 def test_fusion_text_says_what_a_floor_verdict_shows_against_the_model():

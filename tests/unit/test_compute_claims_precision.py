@@ -145,3 +145,15 @@ def test_a_ceiling_model_that_agrees_by_cancelling_errors_says_so():
     assert "3.12x the shapes' 0.183x" in cp.ceiling_terms_text(0.32, 0.3, 0.83, 0.157)
     with pytest.raises(ValueError, match="f_c"):
         cp.ceiling_terms_text(0.0, 0.1, 0.8, 0.1)
+
+
+def test_the_sweep_ratio_reads_the_sweep_points_not_the_raised_ceilings():
+    from perfkit.hw_sweep import MatmulPoint
+    # ceilings raised by later work to 1e11 and 7e9 (0.07x); the sweep's own points on 1 thread: 1e11, 1.6e9
+    pts = [MatmulPoint(512, "float32", 1.0, 1e11, 1e11, threads=1),
+           MatmulPoint(512, "bfloat16", 1.0, 1.6e9, 1.6e9, threads=1)]
+    lim = MachineLimits("cpu", "t", {"float32": 1e11, "bfloat16": 7e9}, 1e9, matmul_points=pts)
+    assert cp.sweep_ceiling_ratio(lim, 1) == pytest.approx(0.016)
+    assert cp.sweep_ceiling_ratio(lim, 2) is None  # no point on 2 threads
+    with pytest.raises(TypeError):
+        cp.sweep_ceiling_ratio("limits", 1)

@@ -107,6 +107,11 @@ def test_ratio_text_prints_the_judged_estimate():
     assert not drift.estimate.low <= drift.baseline.median_s / drift.candidate.median_s <= drift.estimate.high
     assert "whose ratio, 1.02x, lies outside the interval" in ex.ratio_text(drift)
     assert "outside the interval" not in ex.ratio_text(sp)
+    # outside as printed, at the digits of the interval's ends: never "1.03x lies outside ... to 1.030x"
+    base = [0.060 + 0.002 * i for i in range(11)]
+    r = [1.016, 1.017, 1.018, 1.019, 1.020, 1.0345, 1.022, 1.025, 1.030, 1.029, 1.016]
+    edge = Speedup(meas(base), meas([x / q for x, q in zip(base, r, strict=True)]))
+    assert "to 1.029x" in ex.ratio_text(edge) and "whose ratio, 1.034x, lies outside" in ex.ratio_text(edge)
 
 
 def test_the_graph_break_example_breaks_once_and_its_fix_not_at_all():

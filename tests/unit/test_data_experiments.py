@@ -356,3 +356,21 @@ def test_loader_gil_note_names_the_dataloaders_own_python_time():
     said = ov.loader_gil_note(7.02, 5.46)   # ms: the load-only loop's time per batch, the planted sleep
     assert "1.56 ms of it, 22%, beyond the planted 5.46 ms" in said and "holding the GIL" in said
     assert "lost in the noise" in ov.loader_gil_note(5.40, 5.46)
+
+
+def test_beyond_model_says_waiting_without_jitter_is_not_all_jitter():
+    from types import SimpleNamespace as NS
+    said = ex.beyond_model(4, NS(steady_wait_share=0.1404), NS(steady_wait_share=0.0396))
+    assert "4 workers waited 14% of the steady steps, the model with the handoff 4%" in said
+    assert "10 points it leaves out with no jitter at all" in said and "not all waiting" in said
+    level = ex.beyond_model(4, NS(steady_wait_share=0.041), NS(steady_wait_share=0.0396))  # both print 4%
+    assert "left no waiting out there" in level and "points" not in level
+
+
+def test_handoff_part_puts_only_the_measured_handoff_on_the_handoff():
+    said = ex.handoff_part(0.38, 2.4)
+    assert "left +2.4 ms unsplit" in said
+    assert "is 0.38 ms: the other 2.0 ms is work this notebook does not time" in said
+    assert "covers" in ex.handoff_part(2.5, 2.4) and ex.handoff_part(0.38, 0.04) == ""
+    with pytest.raises(ValueError, match="handoff_ms"):
+        ex.handoff_part(-1.0, 2.4)

@@ -251,6 +251,12 @@ CASES = [  # (id, call, exception, regex on the message)
      "hidden must be"),
     ("overlap_said.outcome", lambda: comm.overlap_said("maybe", exact(0.1), 0.3, 1e-3, 1e-3),
      ValueError, "outcome must be held"),
+    ("alone_against_model_text.model_s", lambda: comm.alone_against_model_text(1e-3, 0.0, 7), ValueError,
+     "model_s"),
+    ("alone_against_model_text.buckets", lambda: comm.alone_against_model_text(1e-3, 1e-3, 0), ValueError,
+     "buckets"),
+    ("busbw_fall_text.points empty", lambda: comm.busbw_fall_text([]), ValueError, "points"),
+    ("busbw_fall_text.points item", lambda: comm.busbw_fall_text([1.0]), TypeError, "points"),
     ("small_call_cost.up_to_bytes", lambda: comm.small_call_cost([PT2], LINK, up_to_bytes=-1.0), ValueError,
      "up_to_bytes"),
     ("bucket_count_effect.call_range_s", lambda: bucket_count_effect(

@@ -502,6 +502,7 @@ CASES = [  # (name, call, exception, regex on the message)
      ValueError, "fit_s must be a finite number > 0"),
     ("sweep_charge_note.t", lambda: sweep_charge_note([1024, 4096], [1e-3, 2e-3], 2048, 1e-3, 1e-2, 0),
      ValueError, "t must be"),
+    ("bound_text.low", lambda: parallel.bound_text(1.0, math.nan, 1.1), ValueError, "low"),
     ("intercept_note.alpha_s", lambda: intercept_note([1024, 4096], [1e-3, 2e-3], -1.0), ValueError,
      "alpha_s must be"),
     ("column_region.x", lambda: column_region([1.0], []), TypeError, "x must be a torch.Tensor"),

@@ -32,7 +32,7 @@ from perfkit.stats import (
     quantile,
     range_of,
 )
-from perfkit.units import printed_beside, printed_interval, share_range, si, si_interval
+from perfkit.units import printed_beside, printed_interval, share_range, si, si_beside, si_interval
 from perfkit.verdict import Prediction, context, judge
 from perfkit.verdict_text import reading
 
@@ -154,6 +154,8 @@ CASES = [  # (id, call, exception, regex on the message)
      "x must be a finite"),
     ("printed_beside.low above value", lambda: printed_beside(1.0, 1.0, 1.1, 1.2), ValueError,
      "low <= value <= high"),
+    ("si_beside.x", lambda: si_beside(None, 1.0, 0.9, 1.1), TypeError, "x must be a number"),
+    ("si_beside.unit", lambda: si_beside(1.0, 1.0, 0.9, 1.1, 3), TypeError, "unit must be a string"),
     ("printed_interval.value", lambda: printed_interval("1", 0.9, 1.1), TypeError, "value must be a number"),
     ("printed_interval.low above value", lambda: printed_interval(1.0, 1.1, 1.2), ValueError,
      "low <= value <= high"),

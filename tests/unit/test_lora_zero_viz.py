@@ -83,6 +83,20 @@ def test_bytes_lines_and_calls_sentence():
     assert vzero.sent_bytes(variant(None, None)) == 0.0 and vzero.calls_per_step(variant(None, None)) == 0
 
 
+def test_gloo_bytes_count_each_reduce_scatter_as_an_all_reduce():
+    ddp = variant({"all_reduce": 2}, {"all_reduce": 4e6})
+    z1 = variant({"reduce_scatter": 4, "all_gather_single": 4},
+                 {"reduce_scatter": 2e6, "all_gather_single": 2e6})
+    z3 = variant({"reduce_scatter": 5, "all_gather_single": 10},
+                 {"reduce_scatter": 2e6, "all_gather_single": 4e6})
+    assert vzero.sent_bytes(z1) / vzero.sent_bytes(ddp) == 1.0  # the ring count: what NCCL moves
+    assert vzero.gloo_sent_bytes(z1) == 6e6 and vzero.gloo_sent_bytes(ddp) == 4e6
+    text = vzero.gloo_bytes_sentence({"ddp_adamw": ddp, "zero1": z1, "zero3": z3})
+    assert text.startswith(" These count each reduce-scatter as a ring sends it") and "NCCL" in text
+    assert "zero1 moved 1.50x, zero3 moved 2.00x ddp_adamw's bytes" in text
+    assert vzero.gloo_bytes_sentence({"ddp_adamw": ddp, "torch_zero": variant({}, {"broadcast": 2e6})}) == ""
+
+
 def test_tables_have_one_row_per_variant():
     f = zero_model_states(100, 2, 1, "fp32_adam")
     states = {"params": int(f.params), "grads": int(f.grads), "optimizer": int(f.optimizer)}

@@ -339,7 +339,30 @@ def test_zero_comparison_plot_draws_the_paired_ratios_the_verdicts_judge():
     widths = [p.get_width() for p in fig.axes[0].patches]
     assert widths == pytest.approx([1.0, 1.4 / 1.1])  # medians of paired ratios, not of ms
     assert "ddp_adamw" in fig.axes[0].get_xlabel()
+    assert "90 %" not in fig.axes[0].get_xlabel()  # the bars' coverage is their own label's
     plt.close(fig)
+
+
+def test_recompute_flop_share_counts_the_output_layer_it_does_not_recompute():
+    share = M.recompute_flop_share(64, 2, 1024, 64)  # notebook 04's model: C=64, L=2, V=1024, T=64
+    assert share == pytest.approx(0.2121, abs=1e-4) and 1 - 3 * share == pytest.approx(0.364, abs=1e-3)
+    assert share < M.recompute_flop_share(4096, 2, 1, 1) < 1 / 3  # 1/3 only where the blocks are all
+    with pytest.raises(ValueError, match="vocab_size"):
+        M.recompute_flop_share(64, 2, 0, 64)
+
+
+def test_steady_peak_text_sets_the_rise_against_the_state_it_names():
+    def step(peak, state):
+        return M.StepAnatomy(params=0, grads=0, optimizer_state=state, activations=0, peak=peak,
+                             peak_source="rss")
+    first = step(20_000_000, 0)
+    short = M.steady_peak_text(first, step(19_460_000, 1_360_000))  # rises 0.82 MB, holds 1.36 MB
+    assert "0.82 MB higher" in short and "60% of that state's 1.36 MB" in short
+    assert "the rest of the difference is pages" not in short
+    assert "the rest of the difference is pages" in M.steady_peak_text(first, step(21_000_000, 1_000_000))
+    assert ": not above it" in M.steady_peak_text(first, step(18_000_000, 1_000_000))
+    with pytest.raises(TypeError, match="steady"):
+        M.steady_peak_text(first, None)
 
 
 def test_zero_scaling_widget_sweeps_and_shows_the_measured_points():

@@ -176,6 +176,8 @@ def test_record_draws_and_simulates_the_typical_step():
     # every step simulated with its own costs: a sample per step, not the drawn step's alone
     assert rec["simulated_each"] == pytest.approx([simulate(ofob(2, 4), {"F": 1, "B": b}).bubble_share
                                                    for b in (2, 2, 2, 8)])
+    # each step's median time of each action kind, so action times need not come from the drawn step
+    assert rec["actions"] == {"B": pytest.approx([2, 2, 2, 8]), "F": pytest.approx([1, 1, 1, 1])}
     for step, busy, share in zip(rec["step_s"], rec["busy_s"], rec["shares"]):
         assert step == pytest.approx(busy / (1 - share))   # step = busy per rank / (1 - bubble)
 

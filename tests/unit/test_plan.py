@@ -557,9 +557,9 @@ def test_zero3_collectives_are_paid_unless_the_cluster_hides_them():
     psi = stage_params(GPT, lay)
     per_mb = (GPT.layers + 1) * (group_allreduce_time(psi / (GPT.layers + 1) * 2, 8, 1, c)
                                  + 0.5 * group_allreduce_time(psi / (GPT.layers + 1) * 2, 8, 1, c))
-    assert exposed.terms["zero-3 gathers"] == pytest.approx(m * per_mb)
-    assert hidden.terms["zero-3 gathers"] == pytest.approx(m * max(0.0, per_mb - hidden.detail["slot_s"]))
-    assert hidden.terms["zero-3 gathers"] < exposed.terms["zero-3 gathers"]
+    assert exposed.terms["ZeRO-3 collectives"] == pytest.approx(m * per_mb)
+    assert hidden.terms["ZeRO-3 collectives"] == pytest.approx(m * max(0.0, per_mb - hidden.detail["slot_s"]))
+    assert hidden.terms["ZeRO-3 collectives"] < exposed.terms["ZeRO-3 collectives"]
     with pytest.raises(ValueError, match="sharded_hidden"):
         dataclasses.replace(c, sharded_hidden=1.5)
 
@@ -570,7 +570,7 @@ def test_a_backend_that_reduce_scatters_by_all_reducing_pays_a_whole_all_reduce(
     psi = stage_params(GPT, Layout(dp=8))
     units = GPT.layers + 1
     z3 = Layout(dp=8, zero=3, micro_batch=1)
-    a, b = (step_time(GPT, z3, c, 8).terms["zero-3 gathers"] for c in (ring, gloo))
+    a, b = (step_time(GPT, z3, c, 8).terms["ZeRO-3 collectives"] for c in (ring, gloo))
     g = group_allreduce_time(psi / units * 2, 8, 1, ring)  # one unit's bf16 gradients or weights
     assert b - a == pytest.approx(units * 0.5 * g)  # each unit's reduce-scatter: half -> whole
     for zero, k in ((1, 1.5), (2, 1.5)):  # reduce-scatter (whole) + all-gather (half)

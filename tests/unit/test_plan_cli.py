@@ -177,7 +177,7 @@ def test_overlap_follows_the_framework_named_and_says_so(capsys):
         assert main([*z3, "--json", "--overlap", name]) == 0
         rec = json.loads(capsys.readouterr().out)
         assert rec["cluster"]["dp_overlap"] == name and name in rec["cluster"]["overlap"]
-        got[name] = rec["best"][0]["terms_s"]["zero-3 gathers"]
+        got[name] = rec["best"][0]["terms_s"]["ZeRO-3 collectives"]
     # prefetching hides the most, Composer's BACKWARD_POST less, no overlap nothing
     assert 0 < got["pytorch"] <= got["composer"] < got["none"]
     with pytest.raises(SystemExit) as e:
@@ -246,4 +246,21 @@ def test_the_plan_legend_names_only_the_terms_its_bars_show():
     shown = {t.get_text() for t in legend.get_texts()}
     assert not shown & tiny and "matmul" in shown
     assert all(t in legend.get_title().get_text() for t in tiny)
+    plt.close(fig)
+
+
+def test_plot_plan_gives_each_colour_one_meaning():
+    """The step-time panel and the memory panel share no colour: orange is not a term on the
+    left and a kind of memory on the right."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from perfkit.plan import ModelSpec, named_cluster, plan
+    from perfkit.viz.plan import plot_plan
+
+    model = ModelSpec("Llama-style 8B", layers=32, hidden=4096, heads=32, ffn=14336, vocab=128256,
+                      seq=8192, kv_heads=8, gated=True, tied=False)
+    fig = plot_plan(plan(model, named_cluster("h100-sxm"), 64, 512))
+    colours = [{to_hex(p.get_facecolor()) for p in ax.patches} for ax in fig.axes[:2]]
+    assert colours[0] and colours[1] and not colours[0] & colours[1]
     plt.close(fig)

@@ -76,21 +76,22 @@ def test_zero3_prefetch_hides_gathers_behind_forward_and_backward_per_micro_batc
     psi = stage_params(GPT, lay)
     gather = units * group_allreduce_time(psi / units * 2, 8, 1, C)  # two all-gathers
     scatter = units * 0.5 * group_allreduce_time(psi / units * 2, 8, 1, C)
-    assert off.terms["zero-3 gathers"] == pytest.approx(m * (gather + scatter))
+    assert off.terms["ZeRO-3 collectives"] == pytest.approx(m * (gather + scatter))
     fwd, bwd = slot / 3, slot * 2 / 3
     want = m * (exposed_time(gather / 2, fwd, units) + exposed_time(gather / 2 + scatter, bwd, units))
-    assert t.terms["zero-3 gathers"] == pytest.approx(want)
+    assert t.terms["ZeRO-3 collectives"] == pytest.approx(want)
     # never all hidden (the first gather, the last scatter), never all paid when there is compute
-    paid = t.terms["zero-3 gathers"]
-    assert m * (gather + scatter) / units <= paid < off.terms["zero-3 gathers"]
+    paid = t.terms["ZeRO-3 collectives"]
+    assert m * (gather + scatter) / units <= paid < off.terms["ZeRO-3 collectives"]
     # Composer's FSDP (BACKWARD_POST): the backward gathers wait in full
     post = step_time(GPT, lay, dataclasses.replace(C, dp_overlap="composer"), 16)
-    assert post.terms["zero-3 gathers"] == pytest.approx(
+    assert post.terms["ZeRO-3 collectives"] == pytest.approx(
         m * (exposed_time(gather / 2, fwd, units) + gather / 2 + exposed_time(scatter, bwd, units)))
-    assert paid <= post.terms["zero-3 gathers"] < off.terms["zero-3 gathers"]  # equal when compute-bound
+    # equal when compute-bound
+    assert paid <= post.terms["ZeRO-3 collectives"] < off.terms["ZeRO-3 collectives"]
     # a stated share still overrides the framework (ideal prefetching: notebook 13's other end)
     ideal = step_time(GPT, lay, dataclasses.replace(C, sharded_hidden=1.0), 16)
-    assert ideal.terms["zero-3 gathers"] == pytest.approx(m * max(0.0, gather + scatter - slot))
+    assert ideal.terms["ZeRO-3 collectives"] == pytest.approx(m * max(0.0, gather + scatter - slot))
 
 
 def test_zero1_gather_follows_the_framework():

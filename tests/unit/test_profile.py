@@ -443,6 +443,15 @@ def test_loader_explain_names_the_data_phase_in_the_step_against_the_loader_alon
     assert why["above"].startswith("The data phase's median took 0.77x the high end")
 
 
+def test_loader_explain_says_a_held_share_has_no_interval():
+    from perfkit.estimate import Estimate
+
+    alone = Estimate(0.687e-3, 0.670e-3, 0.710e-3, 0.9, 30, "median")
+    held = vp.loader_explain(0.96e-3, alone)["held"]
+    assert held.startswith("The measured share, a ratio of two medians of the same steps, has no interval")
+    assert "took 1.35x the high end of the loader's interval alone, against the 1.5x" in held
+
+
 def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof():
     from perfkit import hw
     from perfkit.hw import CopyPoint

@@ -339,10 +339,31 @@ def test_busy_note_says_where_the_drawn_step_lies_against_the_steps_interval():
     # the old clause compared the steps with the stages timed alone, silent on the step drawn
     got = busy_note(inside, 0.0286, 0.0289)
     assert got.startswith("the actions ran faster in the pipeline than alone; the step drawn below")
-    assert got.endswith("28.9 ms per stage and micro-batch, above this interval, so the action times read "
-                        "from it below are not the steps' typical ones")
+    assert got.endswith("28.9 ms per stage and micro-batch, above this interval, so its bars are not the "
+                        "steps' typical ones (the action times read below are medians over all the steps)")
     assert busy_note(inside, 0.0262, 0.0262).endswith(
         "26.2 ms per stage and micro-batch, within this interval")
     assert "below this interval" in busy_note(inside, 0.0262, 0.0200)
     with pytest.raises(TypeError):
         busy_note(0.0264, 0.0286, 0.0289)
+
+
+def test_zb_step_note_says_its_action_times_span_all_steps_and_flags_an_unresolved_factor():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_step_note
+
+    e = Estimate(1.01, 0.81, 1.15, 0.9, 12, "paired ratios")
+    busy = Estimate(1.10, 0.87, 1.29, 0.9, 12, "paired ratios")      # holds 1x
+    idle = Estimate(0.925, 0.898, 0.949, 0.9, 12, "paired ratios")   # above the model's 0.868x
+    fiw, fb = (0.0096, 0.0101, 0.0061), (0.0107, 0.0260)
+    # the old note called the busy time the larger mover although its interval holds 1x, and
+    # labelled medians over all steps as one drawn step's
+    got = zb_step_note(e, busy, idle, 0.868, fiw, f_b=fb, busy_mb=0.0244, steps=12)
+    assert "the busy time moving the step more on the point figures, though its interval holds" in got
+    assert "Per action (medians over the 12 steps of each schedule)" in got
+    assert "Those are medians of each schedule's own steps, not paired by round, without an interval" in got
+    assert "one step drawn" not in got and "drawn steps" not in got
+    one = zb_step_note(e, busy, idle, 0.868, fiw, f_b=fb, busy_mb=0.0244)
+    assert "medians over the one step drawn from each schedule" in one
+    clear = Estimate(1.10, 1.04, 1.29, 0.9, 12, "paired ratios")
+    assert "not resolved" not in zb_step_note(e, clear, idle, 0.868, fiw)

@@ -129,6 +129,8 @@ def test_beside_says_where_another_estimate_of_the_figure_lies_as_printed():
     out = zero1.beside(1.145)
     assert out.startswith(" The ratio of the medians, 1.15x, lies above this 98% interval (1.02x to 1.13x)")
     assert "judges this interval only" in out
+    unjudged = zero1.beside(1.145, judged=False)  # no verdict on it: the text claims none
+    assert unjudged.endswith("of another estimate of the same figure (median of 7 paired ratios).")
     assert zero1.beside(0.99).startswith(" The ratio of the medians, 0.99x, lies below this 98% interval")
     inside = " The ratio of the medians, 1.10x, lies inside this 98% interval (1.02x to 1.13x)."
     assert zero1.beside(1.10) == inside
@@ -136,4 +138,9 @@ def test_beside_says_where_another_estimate_of_the_figure_lies_as_printed():
     # that compared unrounded numbers would call it outside)
     assert "inside" in zero1.beside(1.1304) and "inside" not in zero1.beside(1.136)
     assert Estimate(1.5, 1.5, 1.5, 0.9, 3, "m", needs=5).beside(1.0) == ""  # no interval: nothing to say
+    # the other figure prints at the interval's digits: 1.034x beside 1.016x to 1.030x, never
+    # "1.03x", which would read as inside an interval it lies above
+    padded = Estimate(1.020, 1.016, 1.030, 0.9, 7, "median of 7 paired ratios")
+    assert "1.016x to 1.030x" in padded.text("x")
+    assert padded.beside(1.034).startswith(" The ratio of the medians, 1.034x, lies above")
     assert zero1.beside(1.2, "the ratio of the whole runs' rates").startswith(" The ratio of the whole runs'")

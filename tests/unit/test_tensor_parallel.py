@@ -446,3 +446,13 @@ def test_offset_note_names_the_biases_a_held_crossover_rests_on():
     assert fair == ""
     low = offset_note(50e9, 76.7e9, [1e-3], [2e-3], [1e-3])
     assert "put the model's crossover lower" in low and "opposite ways" not in low
+
+
+def test_bound_text_prints_the_bound_at_its_precision_not_digits_its_inputs_lack():
+    from perfkit.parallel import bound_text
+
+    # the old cell grew digits until the ends parted: "1.9586x (1.9579x to 1.9591x)"
+    assert bound_text(1.95862, 1.95791, 1.95913) == "1.96x"
+    assert bound_text(1.342, 1.331, 1.352) == "1.34x (1.33x to 1.35x)"
+    with pytest.raises(ValueError):
+        bound_text(1.0, 1.2, 1.1)

@@ -98,11 +98,50 @@ def test_two_run_text_says_when_the_runs_disagree_about_the_floor():
     here = Estimate(0.961, 0.903, 0.978, 0.9, 11, "median of 11 paired ratios")
     times = {32: (0.3102, 0.2560), 16: (0.1315, 0.1237)}  # s: the sweep's and the curve's medians
     said = throughput.two_run_text(0.85, here, 0.9, (32, 16), times)
-    assert "lies outside this interval" in said
+    assert "lies outside this 90% interval" in said
     assert "batch 32 310.2 ms there, 256.0 ms here (1.21x)" in said
     assert "moved 21% between the runs, more than the crude model's 10% margin" in said
     assert "lies below the crude model's floor (0.90x)" in said and "this curve's rounds only" in said
     inside = throughput.two_run_text(0.95, here, 0.9, (32, 16), times)
-    assert "inside this interval" in inside and "floor" not in inside
+    assert "inside this 90% interval" in inside and "floor" not in inside
     with pytest.raises(ValueError, match="swept"):
         throughput.two_run_text(0.0, here, 0.9, (32, 16), times)
+
+
+def test_two_run_text_at_a_floor_of_one_names_no_margin_and_reads_the_interval_as_printed():
+    here = Estimate(2.11, 1.44, 2.22, 0.93, 11, "median of 11 paired ratios")  # the gain over batch 1
+    times = {32: (0.3223, 0.3145), 1: (0.0142, 0.0204)}
+    said = throughput.two_run_text(1.41, here, 1.0, (32, 1), times, "the verdict's")
+    assert "at 1.41x (a ratio of its medians)" in said
+    assert "lies outside this 93% interval" in said and "batch 1 14.2 ms there, 20.4 ms here (1.44x)" in said
+    assert "margin" not in said and "floor" not in said  # both ratios above 1x; a floor of 1x has no margin
+    assert "inside this 93% interval" in throughput.two_run_text(1.4449, here, 1.0, (32, 1), times)  # 1.44x
+    edge = Estimate(1.020, 1.016, 1.030, 0.93, 11, "median of 11 paired ratios")  # printed to 1.030x
+    assert "at 1.034x (a ratio" in throughput.two_run_text(1.0344, edge, 0.9, (32, 16), {32: (0.3, 0.3)})
+
+
+def test_sweep_beside_curve_is_empty_where_the_sweep_missed_a_batch():
+    class Curve:
+        batches = [1, 32]
+
+        def rival(self):
+            return 0
+
+        def step_s(self, i):
+            return Estimate({1: 0.0204, 16: 0.13, 32: 0.3145}[self.batches[i]], 0.0, 1.0, 0.9, 11, "m")
+
+        def gain(self, i, j):
+            return Estimate(2.11, 1.44, 2.22, 0.93, 11, "median of 11 paired ratios")
+
+    class Point:
+        def __init__(self, s, tps):
+            self.step, self.tokens_per_s = type("M", (), {"median_s": s})(), tps
+
+    sweep = {1: Point(0.0142, 9020.0), 32: Point(0.3223, 12700.0)}
+    assert throughput.sweep_beside_curve({1: sweep[1]}, Curve(), 0, 1.0) == ""
+    assert "batch 32 over 1, at 1.41x" in throughput.sweep_beside_curve(sweep, Curve(), 0, 1.0, "the verdict")
+    assert "best batch" not in throughput.sweep_beside_curve(sweep, Curve(), 0, 1.0)
+    Curve.batches = [1, 16, 32]  # the sweep's best other is 16, the curve's rival batch 1
+    sweep[16] = Point(0.1302, 15700.0)
+    said = throughput.sweep_beside_curve(sweep, Curve(), 0, 0.9)
+    assert "own best batch other than 32 is 16, not 1 (there, 32 over 16 is 0.81x)" in said

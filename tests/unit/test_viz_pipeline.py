@@ -66,6 +66,13 @@ def test_grids_and_bubbles():
     fig = plot_grids(secs, secs, label="prediction", unit="s")
     assert text_overlaps(fig) == []
     plt.close("all")
+    # the old panels each ended at their own step, hiding a measured step 1.5x the predicted one
+    slow = simulate(one_f_one_b(2, 4), {"F": 0.054, "B": 0.108})
+    fig = plot_grids(secs, slow, label="prediction", unit="s", share_time=True)
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim() == (0, slow.makespan)
+    assert text_overlaps(fig) == []
+    assert plot_grids(secs, slow, unit="s").axes[0].get_xlim() == (0, secs.makespan)
+    plt.close("all")
     rows = [{"p": 2, "schedule": "gpipe", "n_micro": 4, "measured": 0.21, "interval": [0.2, 0.22]},
             {"p": 2, "schedule": "1f1b", "n_micro": 8, "measured": 0.12, "interval": [0.11, 0.13]}]
     ax = plot_bubbles(rows + [{**rows[0], "p": 4}])   # the formula line named once, not per p

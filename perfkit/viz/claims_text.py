@@ -1,0 +1,96 @@
+"""Sentences of module 09's verdicts, computed from their measurements: where an interval lies
+against a reference weighed by the A/A control (:func:`control_gap_text`), against the cost of the
+ops timed alone (:func:`ops_gap_text`), and where a median of order-balanced pairs lies against
+each order's median (:func:`pair_order_text`). Re-exported by :mod:`perfkit.viz.claims`.
+
+Usage::
+
+    print("GELU's step ..." + ops_gap_text(pin, step_speedup, ops_speedup))
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+
+from perfkit.data.claims import PinTiming, interval_gap
+from perfkit.estimate import Estimate
+
+__all__ = ["control_gap_text", "ops_gap_text", "pair_order_text"]
+
+
+def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
+    """Where ``est``'s interval lies against ``reference``, weighed by the A/A control:
+    ``"lies 2.0% below 1x, within the A/A control's 5.9%: not asserted"``, ``"... beyond the A/A
+    control's 5.9%"``, or, with no control (CUDA: the two loops differ), the gap alone.
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a PinTiming, an ``est`` that is not an
+            Estimate, a ``reference`` that is not a finite number > 0 or a ``unit`` not a str.
+    """
+    if not isinstance(pin, PinTiming):
+        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
+    gap = interval_gap(est, reference)  # checks est and reference
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a str, got {unit!r}")
+    ref = f"{reference:.3g}{unit}"
+    if gap == 0:
+        return f"holds {ref}"
+    out = f"lies {gap:.1%} {'above' if est.low > reference else 'below'} {ref}"
+    reach = pin.reach()
+    if reach is None:
+        return out + " (no A/A control ran: with CUDA the two loops differ)"
+    return out + (f", beyond the A/A control's {reach:.1%}" if pin.resolves(est, reference) else
+                  f", within the A/A control's {reach:.1%}: not asserted")
+
+
+def ops_gap_text(pin: PinTiming, est: Estimate, reference: float, what: str = "the two ops") -> str:
+    """A step's speedup interval ``est`` against ``reference``, the speedup ``what`` (ops timed
+    alone) imply: ``"The step's interval holds 0.967x; the two ops can account for the step's
+    difference."``, or where it lies clear of it, on which side, weighed by the A/A control
+    (:func:`control_gap_text`): a gap within the control's reach is said, not asserted, and never
+    read as the ops accounting for the step.
+
+    Raises:
+        TypeError, ValueError: as :func:`control_gap_text`, or for an empty ``what``.
+    """
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"what must name the ops timed alone, got {what!r}")
+    where = control_gap_text(pin, est, reference)  # checks pin, est and reference
+    if interval_gap(est, reference) == 0:
+        return f"The step's interval {where}; {what} can account for the step's difference."
+    side = (f"the step lost more than {what} cost alone" if est.high < reference else
+            f"{what} cost less inside the step than alone")
+    return (f"The step's interval {where}; " + (f"{side}, which this run does not break down." if
+            pin.resolves(est, reference) else f"by this interval {side}, by less than the A/A control's "
+                                              "reach."))
+
+
+def pair_order_text(value: float, by_order: Mapping[str, float], ratios: list[float]) -> str:
+    """Where the judged median of order-balanced pairs (``value``) lies against the median ratio
+    of each order (``by_order``), with the per-step ``ratios`` it was made from: ``""`` where it
+    lies between them; else a clause (starting ``"; "``) with how far, how far apart the orders
+    lie, and whether the ratios' geometric mean lies on the same side of their median (a skew
+    that a mean of two steps draws toward) or not (then this run does not say what moved it).
+
+    Raises:
+        ValueError: for ratios or medians that are not finite numbers > 0.
+    """
+    orders, steps = list(by_order.values()), list(ratios)
+    if not orders or not steps or not all(isinstance(r, (int, float)) and 0 < r < math.inf
+                                          for r in (value, *orders, *steps)):
+        raise ValueError("value, by_order's medians and ratios must be finite numbers > 0")
+    lo, hi = min(orders), max(orders)
+    if lo <= value <= hi:
+        return ""
+    below = value < lo
+    geo, med = math.exp(sum(map(math.log, steps)) / len(steps)), statistics.median(steps)
+    off, apart, side = abs(value / (lo if below else hi) - 1), hi / lo - 1, "below" if below else "above"
+    skew = (geo / med - 1 <= -off / 2) if below else (geo / med - 1 >= off / 2)  # a tail worth half the shift
+    return (f"; the judged median of the pairs lies {off:.1%} {side} both orders' medians, which lie "
+            f"{apart:.1%} apart" + (", so the order does not explain it" if apart < off else "")
+            + f": the per-step ratios' geometric mean, {geo:.3g}x, lies "
+            + (f"{side} their median, {med:.3g}x, a tail on that side, which each pair's mean of two steps "
+               "draws toward" if skew else f"not {side} their median, {med:.3g}x, by half that, so this run "
+               "does not say what moved it"))
