@@ -219,6 +219,7 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
     meds = [e.value for e in each]
     if not any(a < 1 <= b for a, b in zip(meds, meds[1:])):
         return None
+    i = next(j for j, (a, b) in enumerate(zip(meds, meds[1:])) if a < 1 <= b)  # the widths it lies between
     point = _crossing(ws, meds)
     n = min(e.n for e in each)
     how = "where the widths' median speedups cross 1x, linear in log width"
@@ -228,7 +229,7 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
     low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
     return Estimate(point, min(low, point), max(high, point), level, n,
                     how + f", each width's interval at {level ** 0.5:.1%}, two of them {level:.0%} together",
-                    coverage=stats.joint_coverage(each, independent=True))
+                    coverage=stats.joint_coverage(each[i:i + 2], independent=True))
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from perfkit import stats
 from perfkit.comm.alpha_beta import AlphaBeta, fit_alpha_beta
 from perfkit.comm.traffic import count_traffic
 from perfkit.parallel.gpt import GPT, GPTConfig, gpt_loss
@@ -394,6 +395,11 @@ def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
     assert est.low < est.value < est.high and 256 < est.low and est.high < 512
     assert est.has_interval and "cross 1x" in est.method
     assert est.method.endswith("each width's interval at 94.9%, two of them 90% together")
+    # its coverage is the two bracketing widths' together, not every width's: with five widths
+    # the product over all would fall below 90 % (and the estimate would refuse it)
+    five = speedup_crossing([64, 128, 256, 512, 1024], [flat(x) for x in (0.4, 0.6, 0.8, 1.4, 2.0)])
+    pair = [stats.median_interval(flat(x), 0.9 ** 0.5).coverage for x in (0.8, 1.4)]
+    assert five.coverage == pytest.approx(pair[0] * pair[1]) and five.coverage >= 0.9
     # every width already pays, or none does: the crossing lies outside the widths timed
     assert speedup_crossing([128, 256], [flat(1.2), flat(1.5)]) is None
     assert speedup_crossing([128, 256], [flat(0.5), flat(0.7)]) is None
