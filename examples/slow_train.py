@@ -20,9 +20,11 @@ ddp        DDP with ``bucket_cap_mb=0.001`` (0.001 MiB,    DDP's defaults: 25 Mi
            and ``find_unused_parameters=True`` (a host     reduced after backward, no overlap),
            read per parameter in every backward; module    gradients as bucket views
            02)
-optimizer  ``AdamW(foreach=False)``: a Python loop of      ``foreach=True`` on a CPU, ``fused=True``
-           small kernels per tensor (module 06)            on CUDA (PyTorch has a fused CPU
-                                                           kernel too, since 2.4; unused here)
+optimizer  ``AdamW(foreach=False)``: a Python loop of      ``fused=True`` on CUDA; ``foreach=True``
+           small kernels per tensor on CUDA (module 06;    on a CPU, where the foreach ops loop
+           on a CPU it is PyTorch's own default)           per tensor too: it changes little
+                                                           there (PyTorch's fused CPU kernel,
+                                                           since 2.4, is unused here)
 attention  eager attention: matmul, mask, softmax,         ``scaled_dot_product_attention``
            matmul (module 06)                              (``attn_implementation="sdpa"``)
 batch      2 samples per rank, far below what memory       8 per rank: 4x the tokens per step
@@ -68,8 +70,11 @@ FIXES = {
     "ddp": "DDP's default buckets (this model's gradients fit the 1 MiB first one: one all-reduce "
            "after backward, instead of one per bucket closed at 1,048 bytes), no find_unused_parameters, "
            "gradients as bucket views (gradient_as_bucket_view=True: no copy between gradients and buckets)",
-    "optimizer": ("AdamW with foreach=True on a CPU (PyTorch's fused CPU kernel, since 2.4, is not used "
-                  "here), fused=True on CUDA, instead of foreach=False"),
+    "optimizer": ("AdamW with fused=True on CUDA instead of foreach=False (a Python loop of small "
+                  "kernels per tensor there); on a CPU, foreach=True, which changes little: foreach=False "
+                  "is PyTorch's own CPU default, and the foreach ops loop per tensor on a CPU too "
+                  "(PyTorch's fused CPU kernel, since 2.4, is not used here), so this plant is a problem "
+                  "on CUDA only"),
     "attention": "scaled_dot_product_attention instead of eager matmul-softmax-matmul",
     "batch": "8 samples per rank instead of 2: 4x the tokens per step",
     "bf16": "bf16 autocast (CUDA; on a CPU without AVX512-BF16 or AMX bf16 matmuls are slower)",

@@ -248,7 +248,9 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         why += (f"; but its whole {r.words} lies {g} "
                 f"{'below' if outside == lo else 'above'} the promise ({claim.describe()})"
                 + (f", beyond the {e_} an A/A control read{note}" if err else "")
-                + ": whatever its direction, the promise is refuted here")
+                + ": whatever its direction, the promise is refuted here; the label, inconclusive, answers "
+                f"only on which side of {si(claim.partly, u)} (no effect) the figure lies, which this run "
+                "cannot tell")
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
     if not_judged is not None:

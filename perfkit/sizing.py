@@ -266,8 +266,8 @@ def after_sweep_note(limits: MachineLimits, dtype: str = "bfloat16") -> str:
     one, fp32_one = limits.one_thread_flops.get(name), limits.one_thread_flops.get("float32")
     matched = ""
     if one is not None and fp32_one is not None and one >= every and (limits.threads or 1) > 1:
-        matched = (f"; it equals {name}'s ceiling on 1 thread, a rate reached on 1 thread, so the ratio "
-                   "above divides it by the all-core fp32 ceiling: on 1 thread each it is "
+        matched = (f"; it equals {name}'s ceiling on 1 thread, a rate reached on 1 thread, so against fp32's "
+                   "all-core ceiling it reads low: on 1 thread each it is "
                    f"{one / limits.peak_flops('float32', 1):.3g}x fp32's")
     return f"(that {name} ceiling is not the sweep's: {src}{matched})"
 

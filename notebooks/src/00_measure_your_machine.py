@@ -150,10 +150,13 @@ plt.show()
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
 # on the **same FLOPs** (the small matmul repeated `(n_large / n_small)³` times per round;
 # `perfkit.sizing.matmul_ratio`), on **one thread**, where no barrier waits for another thread,
-# and the ratio of their rates gets an interval. Every interval in this course is the narrowest
-# order-statistic interval of its samples that covers the median with at least 90 % probability,
-# printed with its exact coverage (93 % at 5 samples, 98 % at 7, about 90 % at 30). Beside it,
-# what the sweep saw of the smallest size on every core.
+# and the ratio of their rates gets an interval. The course prints two kinds of span. An
+# **interval** is a confidence interval: the narrowest order-statistic interval of the samples
+# that covers the median with at least 90 % probability, printed with its exact coverage (93 % at
+# 5 samples, 98 % at 7, about 90 % at 30). A **range** is the spread of single repeats (p10 to
+# p90, or as its label says), printed as "range" or "spread": it claims no confidence, and a
+# verdict judged on one says only where the repeats fell. Beside this interval, what the sweep
+# saw of the smallest size on every core.
 
 # %%
 print(vm.bf16_sentence(limits))
@@ -461,7 +464,10 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # own source, and each sweep point at its best run. Load slows a run, so the highest of several
 # runs is nearer what the machine can do than their median; it is also their luckiest (a quiet
 # moment, a timer's error), so a ceiling errs high, and shares against it read low, never above
-# 100 %. Two rules bound what the file keeps: a change in how perfkit measures (`perfkit.hw.METHOD`)
+# 100 %. A ceiling only rises, and from whatever operation beat it (a convolution can set the
+# fp32 matmul ceiling, another shape the bf16 one): a share against it depends on the file's
+# history as well as on the step, and shares from two machines compare only as far as their
+# files' histories do. Two rules bound what the file keeps: a change in how perfkit measures (`perfkit.hw.METHOD`)
 # replaces the file instead of merging into it, and the DRAM ceiling credits `x + y` at most 9/8
 # of the file's fastest copy of the same buffers (section 4). A DRAM figure from larger buffers
 # replaces one from smaller (a QUICK run's 256 MiB buffers can partly sit in a large cache). A

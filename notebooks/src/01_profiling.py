@@ -233,15 +233,15 @@ p_median = Prediction("second median over the first", "medians of 30 samples are
                       unit="x")
 # two separate runs: the ratio of their medians (paired ratios would pretend sample i of each ran together)
 viz.verdict(p_median, (rm := stats.median_ratio(m2.times_s, m.times_s, paired=False)), explain={
-    "held": f"Single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over fastest).",
+    "held": f"The medians lie {abs(rm.value - 1):.1%} apart; single samples of the first run ranged over {max(m.times_s) / m.min_s:.2f}x (slowest over fastest).",
     "inconclusive": f"The samples spread from {m.p10_s * 1e3:.1f} to {m.p90_s * 1e3:.1f} ms (p10-p90) in the first "
-                    f"run and from {m2.p10_s * 1e3:.1f} to {m2.p90_s * 1e3:.1f} ms in the second" + (
-                    ": with that spread, 30 samples pin the ratio no closer than the ±10 % asked." if rm.high - rm.low
-                    >= 0.2 else "; yet the interval is narrower than the predicted range: not the spread but where the "
-                    f"figure lies, {abs(rm.value - 1):.1%} {'below' if rm.value < 1 else 'above'} 1x, leaves this open."),
-    **dict.fromkeys(("above", "below"), "The machine's speed changed between the two runs: even medians move "
-                    "then, which is why every comparison in this course alternates its candidates "
-                    "(perfkit.timing.interleaved).")})
+                    f"run and from {m2.p10_s * 1e3:.1f} to {m2.p90_s * 1e3:.1f} ms in the second. " + (
+                    f"The interval lies {rm.clear_of(1.0, 'x')} 1x: the second median moved, by a share this run "
+                    "cannot place on either side of the 10 % allowed." if rm.clear_of(1.0, 'x') else "The interval "
+                    "holds 1x and the edge: 30 samples cannot say whether the medians differ at all."),
+    **dict.fromkeys(("above", "below"), ("The machine's speed changed between the two runs, and even medians move then" if rm.clear_of(1.0, "x")
+                    else "whether the machine's speed changed between the two runs this run cannot say (its interval holds 1x); if it did, even medians "
+                    "moved") + ", which is why every comparison in this course alternates its candidates (perfkit.timing.interleaved).")})
 
 # %% [markdown]
 # **Correct timing, in one place.** `perfkit.timing.benchmark` (whole calls) and
@@ -356,9 +356,9 @@ p_bwd = Prediction("backward time over forward time (tiny GPT-2)", "each phase: 
                    low=pm.low, high=pm.high, unit="x")
 eta_f, eta_b = pm.reach()  # each phase's share of its roofs: the model takes them equal
 why = pm.explain()
-if abs(eta_f - eta_b) > 0.1 * max(eta_f, eta_b):  # apart by more than a tenth: not one eta
-    why["held"] = ("Held for the ratio only: the band's model, one eta for both phases, does not hold here (the "
-                   "phases' etas lie over a tenth apart): " + why["held"][0].lower() + why["held"][1:])
+if abs(eta_f - eta_b) > 0.1 * max(eta_f, eta_b):  # over a tenth apart, as point figures with no interval
+    why["held"] = ("The ratio lies in the band; whether one eta fits both phases, as the band assumes, this run cannot say. "
+                   + why["held"].replace("not the one eta the model assumes", "point figures with no interval").replace("; their times can", ""))
 viz.verdict(p_bwd, pm.measured, explain=why)
 
 # %% [markdown]
@@ -378,8 +378,11 @@ viz.verdict(p_bwd, pm.measured, explain=why)
 # it. Whether a step is compute-bound is the roofline's question (notebook 00): the step's
 # **arithmetic intensity** I, FLOPs per byte its operators move, against the machine's
 # **ridge point**, peak FLOP/s over DRAM bandwidth, says which roof is the lower one,
-# `min(peak, I x bandwidth)`; and the step is bound by that roof only if it runs near it
-# (at least half of it, `NEAR_ROOF`). `perfkit.compute.intensity.count_ops` counts one step's
+# `min(peak, I x bandwidth)`. The standard roofline reading stops there: intensity above the
+# ridge makes a step compute-bound, and one far under that roof is called inefficient (or,
+# where fixed costs dominate, overhead-bound). This course's convention is stricter: a step is bound by its roof
+# only if it runs near it (at least half of it, `NEAR_ROOF`), and "bound by neither roof"
+# otherwise. `perfkit.compute.intensity.count_ops` counts one step's
 # FLOPs (torch's flop counter's formulas) and the bytes every operator reads and writes, each
 # input and output once (eager: no reuse between operators). That is the usual approximation,
 # not a bound: an operator whose tiles fall out of cache moves more, and fusion would move less;
@@ -980,8 +983,9 @@ print(f"expected at the default setting: about {dg.step.p50_s * 1e3 + planted_ms
 #   samples: `perfkit.timing` does all three. A median is only as steady as the machine
 #   between runs, so compare candidates **in alternation** (`perfkit.compute.compare`,
 #   `perfkit.timing.interleaved`), as the speedup of section 4 was.
-# * A step is **compute-bound** only when its arithmetic intensity is above the machine's
-#   ridge point *and* it runs near the compute roof; a phase share cannot say it, the
+# * In this course's convention (stricter than the standard roofline reading, which asks only
+#   the first), a step is **compute-bound** only when its arithmetic intensity is above the
+#   machine's ridge point *and* it runs near the compute roof; a phase share cannot say it, the
 #   roofline and the HFU do (section 2 computes both, from the FLOPs the step ran).
 # * A **phase breakdown** (`StepMonitor`) says which part of the step to work on; the
 #   **profiler** says which operators, and its trace is a second clock on the same phase

@@ -258,10 +258,10 @@ print(f"That is what the forward pass leaves. The backward pass first frees what
 # %% [markdown]
 # **Prediction, time.** The backward pass runs each block's forward again. Counted in FLOPs,
 # a block's forward is a third of its forward + backward (the backward does two matmuls per
-# forward matmul), so where time follows FLOPs the step takes at most 4/3 as long; less here,
-# where the tied output layer, which is not recomputed, holds a large share of this small
-# model's FLOPs (its matmul FLOPs' own figure is printed with the measurement). At 64
-# wide time need not follow FLOPs (each operator's fixed cost and memory traffic weigh as
+# forward matmul), so in FLOPs the checkpointed step is at most 4/3 of the plain one; less
+# here, where the tied output layer, which is not recomputed, holds a large share of this small
+# model's FLOPs (its figure is printed with the measurement). That is a count of FLOPs, not a
+# bound on time: at 64 wide time need not follow FLOPs (each operator's fixed cost and memory traffic weigh as
 # much as its matmul), so the model here uses time: the recompute costs what the blocks'
 # forward costs, timed alone (autograd recording, as in the recompute). The checkpointed
 # step should take **at least the plain step plus the blocks' forward**: a floor, where the
@@ -298,7 +298,7 @@ print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rou
 share = activations.recompute_flop_share(C, L, V, T)  # the blocks' forward matmul FLOPs, in steps
 print(f"the {L} blocks' forward alone: {f_blocks.point()} plain steps ({f_blocks.describe()}); their matmul FLOPs are "
       f"{share:.2f} of a step (at most 1/3; the output layer, not recomputed, holds {1 - 3 * share:.0%} of the forward's)")
-print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})")
+print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})." + activations.flop_rule_text(slow, f_blocks, share))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
@@ -459,7 +459,7 @@ print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.
                                 else "more than one extra forward; section 3's model leaves the rest out (checkpoint's "
                                 "hooks, the recompute running inside the backward)."
                                 if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))
-print("The FLOP rule (at most 4/3 = 1.33 plain steps, where time follows FLOPs) "
+print(f"The FLOP rule (at most 4/3 = 1.33 plain steps, {1 + share:.2f} for this model's FLOPs, where time follows FLOPs) "
       + (f"was exceeded: the step took {slow.text('x')} plain steps. The recompute, the part the rule counts, took "
          f"{f_blocks.value:.3f} plain steps timed alone ({f_blocks.value / share:.1f}x its matmul FLOPs' {share:.2f}), "
          + ("within the rule's 1/3 (whole interval), so it was the "

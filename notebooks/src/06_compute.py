@@ -28,7 +28,8 @@
 # median of the pairs' ratios with an interval between two of the sorted ratios
 # (`perfkit.stats.median_ratio`, an order-statistic interval) that covers the true median with
 # at least 90 % probability (with 11 pairs, the third smallest and third largest ratio, which
-# cover it with 93 %). A figure printed without one (a timing table's ratio, a ratio of two ratios, a
+# cover it with 93 %), if the rounds are independent draws: drift between cells is not in it, so
+# ratios are taken within a cell. A figure printed without one (a timing table's ratio, a ratio of two ratios, a
 # step timed alone) is a ratio of medians, and the text says so where it appears.
 
 # %% tags=["parameters"]
@@ -479,8 +480,8 @@ print(fusion.what_fusion_saved(model_s, rec, chain.kernels, chain.ratio))
 # AOTAutograd derives the backward graph from it, inductor fuses and lowers both and compiles C++
 # or Triton code) and saves `e - c` seconds on every later
 # call, where `e` and `c` are the eager and compiled times per call (medians). It pays off after
-# `C / (e - c)` calls; the range printed beside it puts `e` and `c` anywhere inside their own
-# intervals at once, so it holds that point (`CompileRecord.break_even_between`). Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
+# `C / (e - c)` calls; where a range is printed beside it (the GPT-2 step's, when compiled below), it puts `e`
+# and `c` anywhere inside their own intervals at once (`CompileRecord.break_even_between`). Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
 # unless `TORCHINDUCTOR_CACHE_DIR` names another; the course gives each imitated machine its own),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
 # printed above say which case you are in, and what a cold cache (a fresh machine, CI) cost
@@ -681,8 +682,10 @@ for T in GPT_ATTN_T:
 # **The model.** Matmul kernels work on vectors and tiles: 16 fp32 or 32 bf16 values per
 # AVX-512 register (8 fp32 with AVX2), tensor-core fragments of 8-16 elements on a GPU, where
 # NVIDIA's guidance is dimensions that are multiples of 8 in fp16/bf16. A width off the vector
-# grid (not a multiple of the vector width) misaligns every row of `B` and `C` and ends each in a
-# partial vector. The partial vector alone would cost about `lanes / n` of the work, 1 % at
+# grid misaligns every row of `B` and `C` and ends each in a partial vector; this section takes the
+# narrowest grid, 4 fp32 (16 bytes, one 128-bit SSE or NEON vector), so a width off it (`n % 4 != 0`)
+# is a multiple of no vector width, while `n % 8 == 4` lies on it, off AVX2's and AVX-512's wider
+# grids, and is printed apart ("other even n"), in neither group the prediction compares. The partial vector alone would cost about `lanes / n` of the work, 1 % at
 # `n` near 1024; the library the matmul goes to (on a CPU, the BLAS library the build names; the
 # sweep's cell prints which) can also take a slower path for every such width, which only a sweep
 # shows (the next cell prints the rate by the largest power of two dividing `n`: the widths the

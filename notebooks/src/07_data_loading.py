@@ -325,7 +325,6 @@ for w in WORKERS[1:]:  # each worker count past the fitted 0, one core's worth o
              else ""))
 print(f"the model's ratio of {last} workers over {at} for {SWEEP_BATCHES} batches, first step dropped: "
       f"{model_x:.3f}x (the long-run cap gives 1x)")
-past = ", ".join(f"{w}: {rate[w]:.0f}" for w in WORKERS[at_cores + 1:])
 steps_ms = [(w + c) * 1e3 for w, c in zip(cpu_runs[-1].wait_s[0][1:], cpu_runs[-1].compute_s[0][1:])]  # steady
 bursty = max(steps_ms) > 2 * statistics.median(steps_ms)
 blocks = ("The figure is the ratio of the two runs' median block means, blocks of consecutive steps, since queued "
@@ -335,12 +334,11 @@ blocks = ("The figure is the ratio of the two runs' median block means, blocks o
               "wait), which a block spans" if bursty else "")
           + ": with a handful of blocks a run, the interval is wide, and only a larger difference would decide.")
 measured_x = ex.rate_ratio(cpu_runs[-1], cpu_runs[at_cores])  # the ratio of median block means
-viz.verdict(Prediction(f"samples/s with {last} busy workers over {at}",
-                       "busy workers share the cores: the model's ratio for runs this long",
-                       value=model_x, rel_tol=0.10, unit="x"),
-            measured_x, explain={**ratio_explain(rate, model_rate, at, last, measured_x), "inconclusive": blocks,
-                                 "held": f"Samples/s at {at} workers {rate[at]:.0f} ({rate[at] / model_rate[at]:.0%}"
-                                         f" of the model's), past it: {past}."})
+pred = Prediction(f"samples/s with {last} busy workers over {at}",
+                  "busy workers share the cores: the model's ratio for runs this long", value=model_x, rel_tol=0.10,
+                  unit="x")
+viz.verdict(pred, measured_x, explain={**ratio_explain(rate, model_rate, at, last, measured_x), "inconclusive": blocks,
+            "held": ex.rates_held(rate, model_rate, at, WORKERS[at_cores + 1:], measured_x, pred.bounds())})
 short = [w for w, r, p in zip(WORKERS[1:], cpu_runs[1:], cpu_pred[1:]) if r.steady_step_s > p.steady_step_s / 0.9]
 print("worker counts, past the fitted 0, measured below 90 % of the model's throughput: "
       + (", ".join(map(str, short)) + ": the model shares the cores among the workers alone, at no cost, while "
@@ -607,9 +605,10 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # pays; the lines below print each serial loop's excess over the sleep load's parts, the only
 # load timed alone), and the prefetcher hides that too: so the measured fraction can lie above the
 # model's figure. Above 1 it would say the prefetched loop beat its longer part: where its interval
-# reaches 1, that is the noise of the four loops it is computed from, and the figure is clipped at 1
-# (`perfkit.data.clip_at_one`); an interval wholly above 1 says a part ran faster inside the loop
-# than timed apart, which the verdict calls disturbed.
+# reaches 1 and the prefetched loop's own interval reaches its floor built from the lower ends of
+# the load's and the compute's, that is the noise of the loops, and the figure is clipped at 1
+# (`perfkit.data.clip_at_one`); else a part ran faster inside the loop than timed apart, the figure
+# is left as the medians give it, and above 1 the verdict calls it disturbed.
 
 # %% [markdown]
 # **Prediction.** For the I/O-like load (a sleep), at least 70 % of the model's value. For the
@@ -672,7 +671,7 @@ ms = {k: m.median_s / N * 1e3 for k, m in zip(loops, meas)}
 t_load, t_compute = ms.pop("load only"), ms.pop("compute only")
 floor_ms = ov.overlap_floor(t_load, t_compute, N, EXHAUSTS) / N  # the prefetched loop's least time per step
 bound = ov.overlap_hidden(t_load + t_compute, t_load, t_compute, N, EXHAUSTS)  # the model's hidden fraction
-hidden = {kind: ov.hidden_fraction_estimate(rounds, kind) for kind in ("sleep", "spin")}
+hidden = {k: ov.hidden_fraction_estimate(rounds, k, n=N, exhausts=EXHAUSTS) for k in ("sleep", "spin")}
 t_spin = ov.spin_held(t_step * 1e3, t_load, spin_s / batch_load_s)  # ms of Python per batch, 2b's share of planted
 for kind in ("sleep", "spin"):
     print(f"serial, {kind} load: {ms[f'serial, {kind} load']:.2f} ms/step "
@@ -711,7 +710,7 @@ if fastest > longer:  # else the bound allows everything (a probe that found no 
         f"{probe.slowdown.low:.3g}x, assuming the step runs no faster during a spin than on average beside the "
         "probe's thread", low=fastest * 1e-3, unit="s", physical=(0, None)), spin_step, explain={
         k: took + v for k, v in ex.gil_explain(t_load, t_compute, t_step * 1e3, t_spin, probe.slowdown,
-                                               ms["serial, sleep load"], spin_serial, spin_step.value * 1e3).items()})
+                                               ms["serial, sleep load"], spin_serial, spin_step.scaled(1e3)).items()})
     viz.show_verdict(gil_verdict)
 else:
     gil_verdict = None

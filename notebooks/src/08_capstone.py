@@ -151,7 +151,9 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   every fix of a waste and for forward + backward, in milliseconds of that window over an *unprofiled* step (the share times
 #   the profiled steps' mean over the unprofiled steps' median, never less than 1; the diagnosis
 #   prints the profiled steps' p50, which can differ from their mean): a phase takes no longer without the
-#   profiler than with it, so this is the most it can take of an unprofiled step. That factor mixes
+#   profiler than with it, so this is the most it can take of an unprofiled step, as long as the runs
+#   bore no load that the window did not (a factor that moves between configurations says the load
+#   differed: the headlines say how far it moved). That factor mixes
 #   the profiler's cost with any load that differed between the window and the runs, which is why
 #   it is never taken below 1. Where the product reaches 99 % of the step the bound is void (no
 #   finite gain), and past the whole step the factor holds more than the profiler's cost in that
@@ -190,7 +192,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   interval, the three holding together at 90 % or more, `perfkit.stats.of_medians`; the exact
 #   coverage is printed with it), widened to the ratio against each "before" alone: it covers at
 #   least what it prints, so a round is inconclusive more often than an interval of exactly that
-#   coverage would make it. Where the two runs before lie more than a tenth apart, the
+#   coverage would make it. It takes a run's steps as independent draws; they are consecutive steps
+#   of one process, so drift within a run is not in it. Where the two runs before lie more than a tenth apart, the
 #   verdict names them and the fix's ratio against each;
 # * QUICK: each configuration runs **once**, and the run after one fix is the run before the next:
 #   the ratio of the two runs' median steps, with the interval of two separate runs
@@ -331,7 +334,8 @@ print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; bot
 # Each bar is one kept fix's speedup as measured in its round (log scale: equal factors, equal
 # heights), labelled with it; the next bar is the drift between runs, the direct ratio over the
 # rounds' product (what the seams moved), drawn apart from the fixes, where it shows at two
-# decimals; the last bar is the direct ratio. A fix measured below 1x is not among them; a kept
+# decimals; the last bar is the direct ratio. A black line through a bar's top is its interval, as
+# printed. A fix measured below 1x is not among them; a kept
 # fix whose interval held 1x is drawn grey: its gain is not one this run can show.
 # MFU is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
 # lookup multiplies nothing; the token embedding, a lookup too, counts only because GPT-2 ties it
@@ -353,8 +357,8 @@ total = loop.finish()  # the slow job again (default size), and the direct ratio
 display(Markdown(viz.total_text(total)))
 unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if g.clear_of(1.0, "x") != "above"]
 if loop.waterfall:
-    viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved,
-                       title="Each fix's tokens/s speedup as measured in its round, then the drift and the total")
+    viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved, intervals=[(g.low, g.high) for g in loop.gains],
+                       total_interval=(total.direct.low, total.direct.high), title="Each fix's tokens/s speedup as measured in its round, with its interval, then the drift and the total")
     plt.show()
 print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
 mfu = {name: job.mfu(r, job_peak(limits, r), tps) for name, r, tps in
@@ -447,16 +451,13 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 # %% [markdown]
 # ## Summary
 #
-# * The diagnosis chose the order, and each round judged its fix's gain against the bound its
-#   finding's share gave (a larger batch: against its factor of tokens per step). The headlines
-#   count, for each kind of bound, the rounds that held, missed (above a bound: against the run
-#   before that the bound was set from, a fix within it means the runs before drifted; one past it
-#   removed more milliseconds than the bound allows, so the bound's phases took longer unprofiled
-#   than profiled or the fix removed time booked elsewhere; each verdict says which, and how far
-#   its interval reaches back across the bound) and were inconclusive (the interval reached across an
-#   edge: these runs could not tell); where no round judged against a diagnosed share held or
-#   missed, the headline says that this run did not test whether the shares predict the gains,
-#   whatever the batch round, judged against its factor of tokens, showed.
+# * The diagnosis chose the order. Each round set its fix's gain against the bound its finding's
+#   share gave (a larger batch: against its factor of tokens per step), judged where that bound
+#   could test the fix and shown as context where it could not. The headlines count the rounds shown
+#   as context and, for each kind of bound, the judged rounds that held, missed (each verdict says
+#   why) and were inconclusive (these runs could not tell); where no round judged against a diagnosed
+#   share held or missed, they say that this run did not test whether the shares predict the gains,
+#   and they say how far the factor that scaled every share moved between configurations.
 # * A fix kept or dropped on an interval that holds 1x is one this run cannot tell from no
 #   change: the headlines say so beside it.
 # * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
@@ -481,8 +482,8 @@ viz.show_headlines({
                 + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
     "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
-    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, (
-        "the diagnosed share", "whether the diagnosed shares predict the gains")),
+    "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, ("the diagnosed share", "whether the diagnosed shares predict the gains"),
+                                                     [job.profiler_slowdown(r["report"], r["result"]) for r in loop.rounds]),
     "tried and dropped": "; ".join(dropped_text(f, g) for f, g in loop.tried.items()) or "none",
     "findings above information level the last diagnosis still lists": "; ".join(standing) or "none",
     "MFU": f"{pct(mfu['slow'])}{runs_mfu} -> {pct(mfu['fixed'])} (6N + attention FLOPs over the measured "

@@ -390,7 +390,7 @@ claim_verdict("GELU more efficient than ReLU", Claim("GELU is more efficient tha
 # least the ratio of the two medians by construction: then it cannot fail and is printed as
 # context, not judged (the line says which). That the FLOP count falls by `g` exactly is checked (torch's
 # `FlopCounterMode` counts convolutions by this very formula, so it is a check, not a
-# prediction). **Bound:** the speedup is at most the dense time over the grouped call's
+# prediction). **Bound (context, not judged, when it cannot fail):** the speedup is at most the dense time over the grouped call's
 # roofline floor. Whether the time follows the FLOPs is the advice's question: its literal
 # claim, fewer FLOPs, holds by construction, so the advice is judged on time, the cost a user
 # means. The line is this course's own reading of "reduce": it holds where the time falls at
@@ -406,7 +406,7 @@ for g in (1, G):  # a call that beats the ceiling raises it first: a floor below
     if obs.raised:
         print(obs.note)
 roof, peak = conv.roofline_bound(limits), conv.peak(limits)  # the fp32 ceiling of the threads the calls ran on
-CEIL = f"the {THREADS}-thread fp32 ceiling, {si(peak, 'FLOP/s')} ({ceiling_source(limits, 'float32', THREADS, LOADED)})"
+CEIL = f"the {THREADS}-thread fp32 ceiling, {si(peak, 'FLOP/s')} ({(src := ceiling_source(limits, 'float32', THREADS, LOADED))}" + ("; that is the dense call's own best rate, so its share measures the call against itself, not the machine" if "groups=1 convolution" in src else "") + ")"
 print(f"FLOPs per call: groups=1 {conv.flops[1]:,}, groups={G} {conv.flops[G]:,} ({conv.flops[1] / conv.flops[G]:g}x fewer)")
 print(f"groups={G} speedup over groups=1 {x(grp)}; bound: dense {conv.dense.median_s * 1e3:.2f} ms over the grouped "
       f"call's roofline floor {max(conv.terms(limits)[G]) * 1e3:.3f} ms = {roof:.2f}x; achieved {si(rate[1], 'FLOP/s')} "
@@ -459,17 +459,17 @@ print(f"one block recomputed in backward adds {ck_peak / 2**20:.2f} MiB back (mo
 # %%
 viz.verdict(Prediction("share of activation memory checkpointing saves", "module 04's op-by-op count",
                        value=ck.model_saved, rel_tol=0.05, physical=(0, 1)), ck.activations_saved)
-claim_verdict("checkpointing: up to 80 % less memory", Claim("gradient checkpointing reduces memory by up to 80 %", "share of "
+claim_verdict("checkpointing: up to 80 % less memory" + (" (the side of 60 % set by the modelled case)" if peak_saved < 0.6 <= peak_saved_most else ""), Claim("gradient checkpointing reduces memory by up to 80 %", "share of "
      "the step's peak memory saved (model states + activations measured, plus the recomputed block as modelled, "
      "with every gradient present)", low=0.6, high=0.8, partly=0.0,
      timed=False), peak_saved, f"Activations held after forward shrank {ck.activations_saved:.0%}, less the "
      f"{ck_peak / 2**20:.2f} MiB of the recomputed block and the {grad_bytes / 2**20:.2f} MiB of gradients at "
      "the backward's peak; the model states "
      f"({ck.state_bytes / (ck.state_bytes + ck.plain):.0%} of the step) do not shrink."
-     + (f" Counted with no gradient present at that peak, the saving is {peak_saved_most:.1%}, on the other side of "
-        f"the band's 60% edge: by this model the saving at the true peak lies between {peak_saved:.1%} and {peak_saved_most:.1%}, and "
-        "the verdict takes the smaller, a worst case backward never reaches (the block being rebuilt has no gradient yet): "
-        "the label rests on that modelled case, not on a measurement of the peak." if peak_saved < 0.6 <= peak_saved_most else ""))
+     + (f" Counted with no gradient present at that peak, the saving is {peak_saved_most:.1%}: by this model the saving at the true peak lies between {peak_saved:.1%} and "
+        f"{peak_saved_most:.1%}, across the band's 60% edge, so which side of it the label falls on is set by the model's choice of case, not by a measurement (the "
+        "peak is modelled): the label is the rule's call on the case with every gradient present, a worst case backward never reaches (the block being "
+        f"rebuilt has no gradient yet); the other case would read {'holds' if peak_saved_most <= 0.8 else 'does not hold here'}." if peak_saved < 0.6 <= peak_saved_most else ""))
 
 # %% [markdown]
 # ## 7. `checkpoint_sequential(custom_forward, chunks=2, module=..., inputs=...)`, as guides write it
@@ -505,7 +505,7 @@ claim_verdict("checkpoint_sequential as guides write it", Claim("checkpoint_sequ
 #
 # **The advice.** Turn on mixed precision: 40-60 % faster ("2x on modern GPUs"), half the memory.
 #
-# **The model** (module 06). Autocast runs matmuls (and on a CPU, attention) in bf16 and keeps
+# **The model** (module 06). Autocast runs matmuls and attention (on a CPU as on CUDA) in bf16 and keeps
 # the weights and the optimizer in fp32; on a CPU its fp32 list (PyTorch's AMP docs, "CPU Ops
 # that can autocast to float32") holds the losses and dozens of others, but not softmax or layer
 # norm as on CUDA, and ops like layer norm stay fp32 where their input, the residual stream, is
@@ -741,7 +741,7 @@ weighed_verdict(pin, Prediction(f"{advised} threads' speedup over 1", "work spli
     "above": f"{advised} threads beat {CORES} cores' split: the load slowed the one-thread run more than the "
              f"split one. One thread and {advised}: {medians(t_one, t_adv)}."})
 capped = advised < CORES  # else min(8, cores) is every core, and the cap at 8 is not exercised
-claim_verdict("set_num_threads(min(8, cores))", Claim("torch.set_num_threads(min(8, cores)) is best", f"{advised} threads' "
+claim_verdict("set_num_threads(min(8, cores))" + ("" if capped else f" (on {CORES} cores: every core; the cap at 8 untested)"), Claim("torch.set_num_threads(min(8, cores)) is best", f"{advised} threads' "
      f"speedup over the best other count ({other})" + ("" if capped else f"; min(8, cores) = cores = {CORES} here, so "
      "this tests 'every core, not more', not the cap at 8"), **FASTER), vs_other, f"{other} thread{'s' if other > 1 else ''} "
      f"and {advised}: {medians(threads.runs[other].median_s, threads.runs[advised].median_s)}." + ("" if capped else
@@ -1239,8 +1239,9 @@ if ultra.added:  # else the two settings are the same: nothing to judge
          + (f" Besides bf16 autocast it adds {', '.join(lost_here)}, slower alone on this machine beyond their "
             f"interval and the A/A control's reach (together {math.prod(alone_x[n].value for n in lost_here):.2f}x, "
             "multiplied): the direction of the verdict is this machine's, not only a GPU question, while most of its size is bf16's, which "
-            f"runs at {r:.2f}x fp32's ceiling on {hw.device_name()} (the ceilings claim 8 printed, each the highest rate the "
-            "limits file keeps, whatever run set it" + (f"; notebook 00's sweep points alone give {sr:.3g}x" if (sr := cp.sweep_ceiling_ratio(
+            f"runs at {r:.2f}x fp32's ceiling on {hw.device_name()} (the ratio of the ceilings claim 8 printed, each the highest rate the limits file keeps, whatever operation or run "
+            "set it" + ("" if all(ceiling_source(limits, d, THREADS).startswith("notebook 00") for d in ("float32", "bfloat16")) else ", so not like for like")
+            + (f"; the like-for-like ratio, notebook 00's sweep points alone on {THREADS} thread{'s' * (THREADS != 1)} for both dtypes, is {sr:.3g}x" if (sr := cp.sweep_ceiling_ratio(
             limits, THREADS)) else "") + ")." if lost_here and "bf16 autocast"
             in ultra.added and not CUDA and r <= 1 else ""),
          gpu_only=slow_bf16)
@@ -1263,9 +1264,11 @@ viz.show_claims_table(VERDICTS)
 # ratio; Adam's ratio, promised at 2x, and the activation rule's growth have none). Only claims
 # measured in x are drawn (speedups, byte ratios, and the activation rule's growth from the
 # smallest to the largest batch, whose band 0.8x to 1.25x is what a fixed "4x the model"
-# implies: no growth); claims judged on a count, on a share of
-# gradient values or on the memory metric, and figures that say nothing about the advice here (a flag
-# ignored without a GPU), are in the table only. The table names each row's figure.
+# implies: no growth); claims judged on a count, on a share (of gradient values, or of the
+# peak memory checkpointing saves) or on the memory metric, and figures that say nothing about
+# the advice here (a flag ignored without a GPU), are in the table only. An inconclusive point
+# whose whole interval lies outside the promise is ringed red: its direction against no effect
+# is undecided, the promise refuted. The table names each row's figure.
 
 # %%
 fig = viz.plot_claims_forest(VERDICTS)

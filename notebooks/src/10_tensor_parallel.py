@@ -372,7 +372,8 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # is **at most** `U / (U / t + comm)`. `U` is the unsplit block's measured time; `comm` is 4
 # all-reduces, each charged what this job's all-reduce sweep measured at the block's size
 # (linear in log size between the two sizes timed around it), recorded below before the block
-# timings are read. Not the fit's line: its intercept is what it charges a call of no bytes,
+# timings are read; that charge, a median of a few repetitions, enters the bound as exact, so the
+# bound's printed range comes from `U` alone. Not the fit's line: its intercept is what it charges a call of no bytes,
 # fitted over every size, so it need not be what calls of the block's size took. Where the
 # sweep took more than the line, this bound is lower (stricter) than the fit's would be; where
 # less, higher; the cell below prints which, width by width. The sweep times its
@@ -430,8 +431,7 @@ print(f"the model's crossover with the unsplit block at the limits file's one-th
       f"and every all-reduce charged the fit's line, its intercept {viz.si(fit.alpha_s, 's')} included: "
       + ("none below C = 1M" if cross_pred is None else f"C = {cross_pred:,.0f}"))
 p_cross = Prediction(f"the width at which the split block starts to pay on {T_DEGREE} processes (speedup 1x)",
-                     "U / t + 4 all-reduces = U: U at the one-thread ceiling, the fit's line",
-                     **({"low": 2.0**20} if cross_pred is None else {"value": cross_pred, "rel_tol": 0.5}))
+                     "U / t + 4 all-reduces = U: U at the one-thread ceiling, the fit's line", **({"low": 2.0**20} if cross_pred is None else {"value": cross_pred, "rel_tol": 0.5}))
 
 # %%
 speed = r0["speedup"]
@@ -447,7 +447,7 @@ for w in WIDTHS:
                 + f" | {measured[w].text('x')} |")
 display(Markdown("| C | unsplit U | split | at least U / t + comm (all-reduces) | split beyond that | speedup at most "
                  f"(in brackets where it shows at 3 digits, its range over U's interval; the all-reduce charge, from "
-                 f"medians of {CONFIG['allreduce']['repeat']} repetitions, held fixed) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)))
+                 f"medians of {CONFIG['allreduce']['repeat']} repetitions, enters as exact: the bound carries no interval from it) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows)))
 
 # %%
 for w in WIDTHS:
@@ -494,10 +494,10 @@ def placed(c: float | None) -> str:   # where a model's crossover lies against t
         f" ({c / crossing.high:.2f}x its high end: too high)" if side == "above" else "")
 
 
+errs = (ceiling, achieved, [fit.predict(ar_bytes[c]) for c in WIDTHS], [call[c] for c in WIDTHS], [s - u / T_DEGREE - m for u, m, s in parts.values()])
 models = (f"The model at the one-thread ceiling, every call charged the fit's line, crosses at {placed(cross_pred)}; "
           f"at the widest block's measured rate ({viz.si(achieved, 'FLOP/s')}), the figure's model, at {placed(cross)} "
-          "(one rate for every width: the table in the next cell gives each width's own)." + offset_note(ceiling, achieved,
-              [fit.predict(ar_bytes[c]) for c in WIDTHS], [call[c] for c in WIDTHS], [s - u / T_DEGREE - m for u, m, s in parts.values()]))
+          "(one rate for every width: the table in the next cell gives each width's own)." + offset_note(*errs))
 if crossing is None:   # no two adjacent widths' medians straddle 1x
     meds = [measured[c].value for c in WIDTHS]
     edge, side = (WIDTHS[-1], "above") if max(meds) < 1 else (WIDTHS[0], "below") if min(meds) >= 1 else (None, "")
@@ -656,5 +656,5 @@ viz.show_headlines({
     f"split {w}-wide block speedup (bound, with the sweep's calls)": f"{measured[w].text('x')} (at most {bound[w]:.2f}x)",
     "width from which splitting pays: measured; predicted (ceiling, fit's line)": (
         ("outside the widths timed" if crossing is None else f"C = {crossing.text()}") + "; "
-        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}; at the measured rate {placed(cross)}")),
+        + ("none below 1M" if cross_pred is None else f"C = {cross_pred:,.0f}; at the measured rate {placed(cross)}" + offset_note(*errs, short=True))),
 })

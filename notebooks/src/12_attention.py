@@ -363,11 +363,10 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=stats.median_interval(last.times_s)) + va.rate_note(points, model) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
-viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
-    "above": fitted, "below": fitted, "held": fitted,
-    "inconclusive": f"Its {len(last.times_s)} rounds at T = {last.seq_len} ran from "
-                    f"{viz.si(min(last.times_s), 's')} to {viz.si(max(last.times_s), 's')}."})
+fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=(est := stats.median_interval(last.times_s))) + va.rate_note(points, model) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
+tile_v = judge(p_tile, est, explain={"above": fitted, "below": fitted, "held": fitted,
+                                     "inconclusive": va.rounds_note(last.times_s, est, f"at T = {last.seq_len}")})
+viz.show_verdict(tile_v)
 
 # %% [markdown]
 # The widget moves the sequence length and the tile size over both models: the bytes saved
@@ -375,7 +374,8 @@ viz.verdict(p_tile, stats.median_interval(last.times_s), explain={
 # the chosen length as a dotted line. A headless build shows its opening setting as a static
 # image; the sliders move in a live kernel.
 # Beyond the longest length measured both time lines are extrapolations; eager's carries one
-# measured FLOP rate on, though its rate moves with `T` (the rates are printed above).
+# length's FLOP rate to every length, though its rate moves with `T` (the rates are printed
+# above), so at the other lengths it can lie off the measured points too.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -497,6 +497,7 @@ for split in ("contiguous", "zigzag"):
               "at P = 2 (" + ", ".join(f"{k} {x:.3f}x" for k, x in diag.items()) + ")"
               + (": it tests that the contiguous split is unbalanced, not what a diagonal block costs"
                  if len(inside) == 3 else f": {', '.join(inside)}"))
+print(cm.split_cost_note(*([r["time"]["splits"][s]["compute_s"] for r in res] for s in ("contiguous", "zigzag")), RING["time"]["seq_len"]).lstrip())
 
 # %%
 exchange = statistics.median(x for r in res for x in r["time"]["exchange_s"])   # s: one K/V block alone
@@ -507,8 +508,7 @@ rounds = RING["time"]["repeat"]
 ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]   # s: the longer of the ranks' waits
 over = sum(r > transfers for r in ready)   # rounds whose wait after both had sent passed the transfers alone
 print(f"one K/V block's exchange alone {viz.si(exchange, 's')}, a K/V and a dK/dV block posted together "
-      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x, for twice the bytes): {viz.si(transfers, 's')} of transfers alone per forward + "
-      "backward")
+      f"{viz.si(pair, 's')} ({pair / exchange:.2f}x, for twice the bytes): {viz.si(transfers, 's')} of transfers alone per forward + backward")
 ring_v = judge(Prediction("time a rank waited after both neighbours had sent, per forward + backward (zig-zag)",
                           "overlapped: at most the transfers alone", high=transfers, unit=" s"),
                stats.median_interval(ready), explain={
@@ -588,17 +588,18 @@ print(f"training: each doubling of P from 2 on multiplies the longest T by {by};
 #   stacked copy of the rank's own `K` and `V` and the block arriving (an implementation that
 #   sends `K` and `V` from their own buffers saves the copy). Its transfers hide only while a
 #   block's compute outlasts sending them; what a step pays besides is the wait for a
-#   neighbour that has not yet sent, which overlap cannot hide, and causal attention needs the
-#   zig-zag split to keep the ranks' work equal.
+#   neighbour that has not yet sent, which overlap cannot hide. Under a causal mask the
+#   contiguous split leaves the ranks' work unequal; the zig-zag split evens the tiles, and
+#   whether that shortens the step depends on what else it costs (section 5 prints both here).
 
 # %%
 viz.show_headlines({
     "eager T² term (bytes)": f"{terms['eager'][0]:.1f}",
     "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome}",
     "ring fp32 difference (P=2)": f"{worst:.1e}",
+    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}",
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
-    "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)":
-        f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}",
+    "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}",
     "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":
         f"{viz.si(whole, 's')}, {whole / compute_s:.0%} of its compute",
 })

@@ -108,7 +108,7 @@ if hw.default_limits_path().exists():   # notebook 00's copies: read, not measur
 ax = viz.plot_save_costs(costs)
 slowest = max(max(costs.blocked_s[m]) / costs.blocked(m).value for m in costs.blocked_s)
 print(f"The bars are the medians, the dots the {ROUNDS} single rounds of each mode; the slowest round took "
-      f"{slowest:.2g}x its mode's median (the rounds share the machine with its other work).")
+      f"{slowest:.3f}x its mode's median (the rounds share the machine with its other work).")
 
 # %%
 p_sync = Prediction("the synchronous save's blocked time", "state bytes / the fastest write with fsync",
@@ -525,10 +525,10 @@ print(f"Llama 3 8B's state ({viz.si(big, 'B')} at 14 bytes per parameter, assume
 # returns at once.
 # *Durability*: what `write` returned belongs to the kernel, so it survives the writing
 # process being killed on every filesystem; tmpfs lives in memory and swap, so it is gone at
-# a reboot, and a container's own tmpfs goes with the container (the kernel's
-# `Documentation/filesystems/tmpfs.rst`); on a disk, data not yet fsynced can be lost in a
-# power failure or kernel crash. Of the claim's three names only `/dev/shm` is measured by
-# name; the disk is the filesystem of this notebook's temporary checkpoint directory (the
+# a reboot (the kernel's `Documentation/filesystems/tmpfs.rst`), and a container's own tmpfs
+# mount is removed when the container stops (Docker's documentation, "tmpfs mounts"); on a
+# disk, data not yet fsynced can be lost in a power failure or kernel crash. Of the claim's
+# three names only `/dev/shm` is measured by name; the disk is the filesystem of this notebook's temporary checkpoint directory (the
 # system's temporary folder, `/tmp` unless `TMPDIR` says otherwise), or the course folder's
 # where that is tmpfs: its type is printed, not its device. **Predictions:** on tmpfs a write with fsync takes as
 # long as one without (1x ± 25 %); on the disk the checkpoints of this notebook lie on, at
@@ -657,7 +657,7 @@ viz.show_headlines({
     "thread save blocks": f"{costs.blocked('thread').value:.3g} s",
     "floors' share of those times (sync: bytes; thread: copy)": f"{100 * costs.sync_model_s / costs.blocked('sync').value:.2g}%; {100 * costs.staging_floor_s / costs.blocked('thread').value:.2g}%",
     "async (thread) save, stored run: training lost per save": f"{lost:.3g} s, {ratio:.2g}x its sync save's "
-                                                                f"(CPU training on {bench['cores']} cores shared with the writer)",
+                                                                f"(one stored run, CPU training on {bench['cores']} cores shared with the writer; {bench['load']})",
     '"<1 s" claim, sync save': f"{saving.one_second_sizes(saves['sync'])}; Llama 3 8B's state, one writer at this "
                                f"disk's rates: {big / w.best_bytes_per_s:.3g} to {big * max(w.times_s) / w.nbytes:.3g} s",
     "differing bits after a restart": f"{run.differing_bits + run.loss_bits}",

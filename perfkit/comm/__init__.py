@@ -60,6 +60,8 @@ from perfkit.comm.overlap import (
     together_share,
 )
 from perfkit.comm.ring import (
+    fit_below_text,
+    measured_rate_text,
     ring_all_reduce,
 )
 from perfkit.comm.traffic import (
@@ -76,6 +78,8 @@ __all__ = [
     "BucketSaving",
     "busbw_fall_text",
     "busbw_share",
+    "fit_below_text",
+    "measured_rate_text",
     "encoding_pays",
     "fit_quality",
     "gloo_reduce_scatter_text",

@@ -272,7 +272,8 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     position or order in which they ran, which a fixed-order sweep does not separate). Against it:
     does the measured difference stand out (by more than twice it: the spread is the range of a few medians;
     between once and twice it the sentence says it is too close to call), and does the model's
-    range lie within it of the measured difference (if not, the data reject the model). Where
+    range lie within it of the measured difference (if not, the data reject the model; a difference
+    outside the range by less than the spread is called outside it, the spread too wide to judge). Where
     the spread is as large as the largest effect the model predicts, the run can test nothing,
     and the sentence says so instead of calling the model not rejected.
 
@@ -334,9 +335,13 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     if gap <= noise and noise >= largest:
         return text + (f". The model's largest effect, {si(largest, 's')}, is within that spread: this run "
                        "can neither support the model nor reject it.")
+    if gap and gap <= noise:  # outside the model's range, by less than equal counts spread
+        return text + (f". The measured difference lies outside the model's range, {si(gap, 's')} "
+                       f"{'below' if diff < lo else 'above'} it, but equal counts spread further than that: "
+                       "this run's spread is too wide to judge the model, neither rejecting nor confirming "
+                       "it.")
     if gap <= noise:
-        where = f"{si(gap, 's')} from the model, within that spread" if gap else "inside the model's range"
-        return text + (f". The measured difference lies {where}: the data do not reject it"
+        return text + (". The measured difference lies inside the model's range: the data do not reject it"
                        + (", and it stands out of the spread: they agree with it." if stands else
                           " (nor can they confirm it)."))
     why = ("which paid more per extra all-reduce than the sweep's alpha (inside a step each bucket also pays "

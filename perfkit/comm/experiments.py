@@ -25,6 +25,7 @@ from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
+from perfkit.comm.ring import measured_rate_text
 from perfkit.units import si
 
 __all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share", "ring_check", "ring_check_text",
@@ -306,13 +307,17 @@ def _regimes(check: RingCheck) -> str:
                "The 2-process fit has no bandwidth term, so the model calls every size latency-bound."))
 
 
-def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: AlphaBeta) -> str:
+def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: AlphaBeta,
+                    points2: Sequence[CollectivePoint] | None = None) -> str:
     """Why a ring check lands where it does, from what it measured: where the per-size ratios split
     into two regimes (if they do), any larger size that ran over 1.2x faster than a smaller one (the
     widest such pair), then an alpha-beta fit to the ``n``-process ``points`` themselves
     against the ring model's latency (its time at 0 bytes) and bandwidth on ``n`` processes, and how
     each term moved (processes waiting to be scheduled stretch the latency; a shared core's copying
-    and summing stretch the bytes' time).
+    and summing stretch the bytes' time). Where the bytes moved faster than the 2-process fit's
+    bandwidth allows, ``points2`` (the 2-process sweep fitted to ``fit2``) gives the ring's rate on
+    ``n`` processes from the 2-process largest message's own algbw (``n / (2(n-1))`` of it), which a
+    log-time fit's bandwidth can lie below.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, fewer than two
@@ -350,8 +355,9 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     if lat_x >= 1.1 and lat_x > bytes_x:
         return text + (", as processes waiting to be scheduled would make it." if bytes_x > 1 / 1.1 else
                        ". Waiting to be scheduled can lengthen the latency, but cannot move the bytes faster "
-                       "than the 2-process fit: the bytes' time is against the core stretch, and this run "
-                       "does not measure why.")
+                       "than the 2-process fit: the bytes' time is against the core stretch"
+                       + (measured_rate_text(points2, n, fit) if points2 else
+                          ", and this run does not measure why."))
     if bytes_x >= 1.1 and bytes_x >= lat_x:
         return text + ", as a shared core's slower copying and summing would make it."
     return text + "."

@@ -4,6 +4,12 @@ A reduce-scatter then an all-gather over ``isend``/``irecv``: ``2(n-1)`` steps, 
 ``1/n`` of the data, so every rank sends ``2(n-1)/n`` of the buffer, the all-reduce busbw
 factor. The teaching version of what NCCL and gloo do inside ``dist.all_reduce``.
 
+Its rate, read from a sweep: the alpha-beta fit (:func:`perfkit.comm.fit_alpha_beta`) weighs
+every size's log-time alike, so with most sizes latency-bound its bandwidth can lie below the
+rate the largest message reached. :func:`fit_below_text` says so where the largest size beat the
+fit's line; :func:`measured_rate_text` holds an ``n``-process fit against the ring's rate from
+the 2-process largest message, not from the 2-process fit.
+
 Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
     t = torch.ones(1001)
@@ -12,10 +18,17 @@ Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 
-__all__ = ["ring_all_reduce"]
+from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta
+from perfkit.comm.collectives import CollectivePoint
+from perfkit.units import si
+
+__all__ = ["fit_below_text", "measured_rate_text", "ring_all_reduce"]
 
 
 def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
@@ -76,3 +89,59 @@ def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
         recv_idx = (rank - s) % n
         chunks[recv_idx].copy_(exchange((rank + 1 - s) % n, recv_idx))
     return tensor
+
+
+def fit_below_text(points: Sequence[CollectivePoint], fit: AlphaBeta, below: float = 0.9) -> str:
+    """A sentence (starting with a space) where the largest size ran in under ``below`` times the
+    time ``fit``'s line gives it (the other side of :func:`busbw_fall_text`): it moved its bytes
+    faster than the fit's bandwidth, which a log-time fit (every size's log-time weighed alike)
+    sets mostly from the many small sizes; a model built on that bandwidth charges large messages
+    more than they took. ``""`` otherwise, and where the fit has no bandwidth term.
+
+    Raises:
+        TypeError, ValueError: for no points, one that is not a CollectivePoint, a ``fit`` that is
+            not an AlphaBeta, or ``below`` outside (0, 1].
+    """
+    pts = sorted((check_type("points[i]", p, CollectivePoint) for p in check_items("points", points)),
+                 key=lambda p: p.nbytes)
+    check_type("fit", fit, AlphaBeta)
+    check_real("below", below, 0, 1, lo_open=True)
+    if fit.bandwidth >= UNRESOLVED_BANDWIDTH:
+        return ""
+    last, line = pts[-1], fit.predict(pts[-1].nbytes)
+    if last.time_s >= below * line:
+        return ""
+    cross = fit.alpha_s * fit.bandwidth  # B: below it the line's latency term dominates
+    under = sum(p.nbytes <= cross for p in pts)
+    return (f" Its largest size, {si(last.nbytes, 'B')}, took {si(last.time_s, 's')}, "
+            f"{last.time_s / line:.2f}x the line's {si(line, 's')}: it moved "
+            f"{si(last.nbytes / last.time_s, 'B/s')} (algbw), faster than the fit's bandwidth. The fit "
+            f"weighs every size's log-time alike, and {under} of its {len(pts)} sizes lie at or below its "
+            f"crossover ({si(cross, 'B')}), where the bandwidth barely sets the time: its bandwidth is not "
+            "the large messages' rate, and a model built on it charges them more time than they took here.")
+
+
+def measured_rate_text(points2: Sequence[CollectivePoint], n: int, fit: AlphaBeta) -> str:
+    """A clause (starting ". ") on the ring's algbw on ``n`` processes from the 2-process sweep's largest
+    message (``n / (2(n-1))`` of its algbw), against the ``n`` processes' own ``fit``: a log-time fit's
+    bandwidth can lie below the large messages' rate, so faster bytes than a 2-process fit's need not be
+    faster than the 2 processes measured.
+
+    Raises:
+        TypeError, ValueError: for no points, one that is not a CollectivePoint, ``n`` below 2, or a
+            ``fit`` that is not an AlphaBeta.
+    """
+    check_int("n", n, 2)
+    check_type("fit", fit, AlphaBeta)
+    last = max((check_type("points2[i]", p, CollectivePoint) for p in check_items("points2", points2)),
+               key=lambda p: p.nbytes)
+    rate = last.nbytes / last.time_s * n / (2 * (n - 1))  # B/s: 2(n-1)/n of S per link at 2 processes' rate
+    x = fit.bandwidth / rate
+    near = (f"about that ({x:.2f}x): the bytes ran no faster than the 2 processes measured, only faster "
+            "than their log-time fit's line, which weighs each small size as much as a large one")
+    off = f"{x:.2f}x that, so even against the measured rate the bytes' time " + (
+        "fell, and this run does not measure why" if x > 1 else "grew, as the core stretch would make it")
+    return (f". But the 2-process fit's bandwidth is not the 2 processes' large-message rate: their "
+            f"{si(last.nbytes, 'B')} moved {si(last.nbytes / last.time_s, 'B/s')} (algbw), which gives the "
+            f"ring {si(rate, 'B/s')} on {n} processes, and the {n} processes' fitted bandwidth is "
+            + (near if 1 / 1.1 <= x <= 1.1 else off) + ".")

@@ -63,6 +63,7 @@ from perfkit.compress.narrate import (
     narrow_miss_note,
     resolution_note,
     slowdown_text,
+    timing_noise_note,
 )
 from perfkit.compress.simulate import (
     gaussian_error,
@@ -94,6 +95,7 @@ __all__ = [
     "medians_outside_text",
     "narrow_miss_note",
     "medians_paid_text",
+    "timing_noise_note",
     "isa_options",
     "pack_bits",
     "QSGD",

@@ -384,3 +384,4 @@ def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:
                     "timings of the same dense all-reduce differ, so this run cannot tell whether "
                     f"{'it' if one else 'they'} paid")
     return "; ".join(said)
+

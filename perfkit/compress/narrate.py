@@ -250,3 +250,43 @@ def fusion_text(ratio: Any, model_x: float) -> str:
     if hi < 1:
         return said + default + "ran slower than the eager one here (whole interval below 1x)."
     return said + default + "was not shown faster than the eager one here (its interval reaches 1x)."
+
+
+def timing_noise_note(margin_s: float, alt_margin_s: float, noise_s: float, short: bool = False,
+                      other: str = "the other timing of the dense call") -> str:
+    """Where a judged margin lies against how far two timings of its dense call differ.
+
+    The margin's interval covers each set of samples' own spread only; a second timing of the
+    same dense call that differs by ``noise_s`` is a disagreement it does not cover.
+
+    Args:
+        margin_s: the judged margin (dense time less payload time less codec time), s (median).
+        alt_margin_s: the same margin with the dense call's other timing, s.
+        noise_s: how far apart the two timings of the dense call came, s (>= 0).
+        short: a clause for a takeaway (no leading space, no final stop) instead of a sentence.
+        other: what gave ``alt_margin_s``, as a phrase after "with".
+
+    Returns:
+        A sentence starting with a space (or, with ``short``, a clause starting with "; ").
+
+    Raises:
+        TypeError, ValueError: an argument is not a finite real, or ``noise_s`` is negative.
+    """
+    m, alt = check_real("margin_s", margin_s), check_real("alt_margin_s", alt_margin_s)
+    noise = check_real("noise_s", noise_s, 0.0)
+    sgn = lambda x: ("+" if x >= 0 else "-") + si(abs(x), "s")  # noqa: E731
+    timings = f"the {si(noise, 's')} by which this run's two timings of the same dense all-reduce differ"
+    if abs(m) > noise:
+        return (f"; its margin ({sgn(m)}) lies beyond {timings}" if short else
+                f" The margin ({sgn(m)}) lies beyond {timings}.")
+    flips = (alt > 0) != (m > 0)
+    if not isinstance(other, str) or not other:
+        raise ValueError(f"other must name the other timing, got {other!r}")
+    tail = (f"with {other} it comes out {sgn(alt)}, "
+            + ("on the other side of 0, so this run cannot tell whether it paid" if flips else
+               "on the same side of 0, though by an amount the interval does not cover"))
+    if short:
+        return (f"; but that interval covers only each set of samples' own spread, and the margin lies "
+                f"within {timings}: {tail}")
+    return (f" The interval covers each set of samples' own spread, not {timings}: the margin "
+            f"({sgn(m)}) lies within it, and {tail}.")

@@ -298,8 +298,7 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
     check_type("before", before, Mapping)
     check_type("after", after, Mapping)
     if len(before) != 2 or set(before) != set(after):
-        raise ValueError(f"before and after must name the same two steps, got {list(before)} and "
-                         f"{list(after)}")
+        raise ValueError(f"before and after must name the same two steps, got {list(before)}, {list(after)}")
     a, b = before
     moved = {k: after[k].median_s / before[k].median_s - 1 for k in (a, b)}
 
@@ -307,7 +306,8 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
         x, y = (median_interval(m.times_s) for m in (before[k], after[k]))
         return x.has_interval and y.has_interval and (x.high < y.low or y.high < x.low)
 
-    head = f"the {a} step's median moved {moved[a]:+.0%} and the {b} one's {moved[b]:+.0%}: "
+    pct = {k: f"{v:+.1%}" if abs(v) < 0.095 else f"{v:+.0%}" for k, v in moved.items()}  # no "-0%"
+    head = f"the {a} step's median moved {pct[a]} and the {b} one's {pct[b]}: "
     far = max(moved, key=lambda k: abs(moved[k]))
     if not (apart(a) or apart(b)):
         return head + "neither clearly, as each step's two medians have overlapping intervals."

@@ -98,7 +98,8 @@ class NewTensorCost:
                 f"existing one: {self.reuse.median_s * 1e3:.2f} ms{where}: ")
         if self.extra_s > self.reuse.median_s:
             faults = stats.median(self.faults) if self.fault_rounds() else 0
-            return head + f"a new tensor costs {self.extra_s * 1e3:.2f} ms more (its pages fault in" + (
+            return head + (f"a new tensor costs {self.extra_s * 1e3:.2f} ms more (the median of the rounds' "
+                           "differences, not the difference of those medians; its pages fault in") + (
                 f": {faults:,.0f} faults, {si(self.per_fault_s, 's')} each, medians of the rounds)"
                 if faults else ")")
         if self.fresh.median_s >= self.reuse.median_s:

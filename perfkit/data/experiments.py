@@ -2,7 +2,8 @@
 training run's data share and the sentence on what a second worker changed (:func:`worker_gain`),
 loader sweeps' waiting shares and rates, padding waste (the
 prefetcher's experiment is :mod:`perfkit.data.overlap`; the sentences its two verdicts append,
-:func:`sleep_explain` and :func:`gil_explain`, computed from its loops, are here).
+:func:`sleep_explain` and :func:`gil_explain`, and the CPU sweep's :func:`rates_held`, computed
+from their figures, are re-exported here from ``perfkit.data._verdicts``).
 
 Every figure a verdict is judged on comes with its uncertainty as a
 :class:`perfkit.stats.Estimate`. A loader loop's steps are not independent draws: batches
@@ -25,7 +26,7 @@ Usage::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,12 +35,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
+from perfkit.data._verdicts import gil_explain, rates_held, sleep_explain  # noqa: F401 (07's)
 from perfkit.data.loader import LoaderRecord, PipelineRecord, beyond_model, handoff_part  # noqa: F401 (07's)
-from perfkit.data.overlap import gil_least_step, hidden_fraction, overlap_floor, overlap_hidden
 from perfkit.stats import Estimate
 
 __all__ = ["MonitoredRun", "PaddingRecord", "balanced_max", "gil_explain", "largest_gap", "monitored_steps",
-           "padding_waste", "rate_ratio", "run_gaps", "sleep_explain", "wait_share", "worker_gain"]
+           "padding_waste", "rate_ratio", "rates_held", "run_gaps", "sleep_explain", "wait_share",
+           "worker_gain"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------
@@ -301,99 +303,3 @@ def padding_waste(lengths: Sequence[int], batch: int, max_len: int, fixed: int =
     extra = sum(math.ceil(max(g) / 8) * 8 - max(g) for g in groups) / len(groups)
     capped = sum(max(g) == max_len for g in groups) / len(groups)
     return PaddingRecord(waste, real / sum(map(len, groups)), extra, capped)
-
-
-def _below(pre: Estimate, x: float, name: str) -> str:
-    """How far the prefetched loop's median (``pre``, ms/step) lies below ``x``, and whether its
-    interval reaches ``x`` (noise) or not (a part ran faster inside the loop)."""
-    gap = (f"the prefetched loop's {pre.value:.2f} ms/step lies {x - pre.value:.2f} ms "
-           f"({(x - pre.value) / x:.0%}) below {name} ({x:.2f} ms/step)")
-    ends = f"its {pre.label}, {pre.low:.2f} to {pre.high:.2f} ms/step ({pre.method})"
-    if pre.has_interval and pre.high >= x:
-        return gap + f", within its noise: {ends}, reaches it"
-    return (gap + (f", beyond its noise ({ends})" if pre.has_interval else " (no interval)")
-            + ": inside the loop a load or a step took less than the loops that timed them apart in the "
-            "same rounds, which this run does not explain")
-
-
-def sleep_explain(rounds: Mapping[str, Sequence[float]], n: int, exhausts: bool) -> dict[str, str]:
-    """The sentences :func:`perfkit.verdict.judge` appends to the I/O-like (sleep) load's verdict
-    on :func:`hidden_fraction_estimate`, keyed by outcome, each computed from ``rounds`` (loop
-    name -> seconds per loop of ``n`` steps, one entry per round): where the prefetched loop lies
-    against the two-stage floor (:func:`overlap_floor`) and its longer part, and whether its own
-    interval reaches them.
-
-    Raises:
-        TypeError, ValueError: for ``rounds`` without the four ``"sleep"`` loops, ``n`` below 1
-            or ``exhausts`` not a bool.
-    """
-    check_int("n", n, 1)
-    check_type("rounds", rounds, Mapping)
-    need = ("serial, sleep load", "Prefetcher, sleep load", "load only", "compute only")
-    if missing := [k for k in need if k not in rounds]:
-        raise ValueError(f"rounds must hold the loops {list(need)}, missing {missing}")
-    ms = {k: stats.median_interval([t / n * 1e3 for t in rounds[k]]) for k in need}
-    serial, pre = ms["serial, sleep load"].value, ms["Prefetcher, sleep load"]
-    load, compute = ms["load only"].value, ms["compute only"].value
-    floor, longer = overlap_floor(load, compute, n, exhausts) / n, max(load, compute)
-    model = overlap_hidden(load + compute, load, compute, n, exhausts) if load + compute > longer else 1.0
-    at_serial = overlap_hidden(serial, load, compute, n, exhausts) if serial > longer else 1.0
-    below = _below(pre, floor, "that floor") if pre.value < floor else ""
-    if hidden_fraction({k: v.value for k, v in ms.items()}, "sleep") > model:
-        held = (f"The serial loop cost {serial - load - compute:+.2f} ms/step against its parts"
-                + (", which the prefetcher hides too" if serial > load + compute else "")
-                + f": at its floor, beside this serial loop, the fraction would be {at_serial:.3f}"
-                + (f"; beyond that, {below}." if below else "."))
-    else:
-        held = (f"The prefetched loop took {pre.value:.2f} ms/step against its floor of {floor:.2f} and the "
-                f"serial loop's {serial:.2f}" + (f": {below}." if below else "."))
-    apart = _below(pre, longer, "its longer part timed apart")
-    return {"held": held,
-            "below": f"The prefetched loop took {pre.value:.2f} ms/step against its floor of {floor:.2f}: "
-                     "each batch's handoff needs the GIL, and the digits DataLoader inside the load runs "
-                     "Python that holds it.",
-            "disturbed": f"{apart[0].upper()}{apart[1:]}; the loop cannot end before its thread has loaded "
-                         f"all {n} batches and the step has computed each."}
-
-
-def gil_explain(load: float, compute: float, planted: float, held: float, slowdown: Estimate,
-                serial_sleep: float, serial_spin: float, measured: float) -> dict[str, str]:
-    """The sentences appended to the GIL-holding load's verdict on :func:`gil_least_step` (all
-    figures ms per step, from the same rounds; ``held``: the spin the bound takes, ``planted``:
-    its planted time, ``measured``: the prefetched spin loop's median): what the least step is
-    made of, and, for a loop below it, the spin these rounds' serial loops put at least (the spin
-    loop over the sleep loop, plus the sleep's planted time, which a sleep lasts at least), the
-    least step with that spin, and how much of the miss it accounts for.
-
-    Raises:
-        TypeError, ValueError: for a ``slowdown`` that is not an Estimate, or figures that
-            :func:`gil_least_step` refuses.
-    """
-    check_type("slowdown", slowdown, Estimate)
-    fastest = gil_least_step(load, compute, slowdown.low, held)
-    slowest = gil_least_step(load, compute, slowdown.high, held)
-    took = "The least step is " + (
-        f"the step's {compute:.2f} ms plus the {held:.2f} ms spin ({held / planted:.2f}x its planted "
-        f"{planted:.2f} ms, by 2b's share capped at 1 and at the load), less the 1 / "
-        f"{slowdown.low:.3g} of it during which the step still runs" if fastest > load else "the load alone")
-    took += f"; at the probe's most slowdown it is {slowest:.2f} ms." if slowest - fastest >= 0.005 else "."
-    here = planted + serial_spin - serial_sleep  # ms: the spin lasted at least this, by these rounds
-    why = (f" In these rounds the serial spin loop took {serial_spin - serial_sleep:+.2f} ms/step against "
-           f"the serial sleep loop, so a spin lasted at least about {here:.2f} ms here (a sleep lasts at "
-           "least its planted time), ")
-    kernel = "(inside a kernel that released the GIL the step runs at full speed on the other core)."
-    if here >= held:
-        return {"held": took, "below": took + why + "no less than the bound takes: the step ran faster "
-                "during the spins than its average beside the probe's thread, which the bound assumed it "
-                "would not " + kernel}
-    alt = gil_least_step(load, compute, slowdown.low, min(max(here, 0.0), load))
-    why += (f"less than the {held:.2f} ms the bound takes from 2b; with it the least step would be "
-            f"{alt:.2f} ms")
-    if measured < alt:
-        why += (f", which the loop still beats by {alt - measured:.2f} ms: the shorter spin accounts for "
-                f"{fastest - alt:.2f} ms of the {fastest - measured:.2f} ms miss, and the rest says the step "
-                "ran faster during the spins than its average beside the probe's thread " + kernel)
-    else:
-        why += (f", which the loop ({measured:.2f} ms) does not beat: a spin that short accounts for the "
-                "whole miss, though these rounds time no spin alone.")
-    return {"held": took, "below": took + why}

@@ -98,7 +98,8 @@ def hidden_fraction(t: Mapping[str, float], kind: str) -> float:
 
 
 def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
-                             level: float = stats.LEVEL) -> Estimate:
+                             level: float = stats.LEVEL, n: int | None = None,
+                             exhausts: bool = True) -> Estimate:
     """:func:`hidden_fraction` of the loops' median times (``rounds``: loop name -> its times,
     one per round of :func:`perfkit.timing.interleaved`).
 
@@ -114,6 +115,9 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     its least and greatest value over those intervals' ends. With the others fixed, it moves one
     way with each loop's time, so its extremes lie at the corners. Below ``min_samples(1 - (1 -
     level) / 4)`` rounds (7 at 90 %) it has no interval.
+    Given ``n`` (steps per loop) and ``exhausts`` (:func:`overlap_floor`'s), a prefetched loop whose
+    interval lies below its floor at the load's and the compute's lower ends is ``beaten``
+    (:func:`clip_at_one`): a part ran faster inside the loop than apart, and nothing is clipped.
 
     Raises:
         TypeError, ValueError: for ``rounds`` without the four loops ``kind`` needs, unequal or
@@ -122,6 +126,8 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     """
     _loop_names("rounds", rounds, kind)
     check_real("level", level, 0, 1, lo_open=True, hi_open=True)
+    if (steps := n) is not None and check_int("n", steps, 1):
+        check_type("exhausts", exhausts, bool)
     keys = (f"serial, {kind} load", f"Prefetcher, {kind} load", "load only", "compute only")
     if len({len(rounds[k]) for k in keys}) > 1:
         raise ValueError(f"rounds must hold one time per round for each loop, got lengths "
@@ -144,20 +150,28 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     if lo == hi:
         return Estimate(point, point, point, level, n, "fraction of the 4 loops' medians: every loop's "
                         "middle rounds tie, every figure within reach equals")
+    beaten = steps is not None and med[1].high < overlap_floor(med[2].low / steps, med[3].low / steps, steps,
+                                                               exhausts)
     return clip_at_one(Estimate(point, min(lo, point), max(hi, point), level, n, how,
-                                coverage=max(level, stats.joint_coverage(med))))
+                                coverage=max(level, stats.joint_coverage(med))), beaten=beaten)
 
 
-def clip_at_one(est: Estimate) -> Estimate:
+def clip_at_one(est: Estimate, beaten: bool = False) -> Estimate:
     """A hidden fraction's interval clipped at 1, the most a prefetcher can hide.
 
     A fraction above 1 says the prefetched loop beat its longer part timed apart. Where the
     interval still reaches 1, the noise of the loops' medians explains that, so the figure and the
     interval's top end are set to 1 and the method says from what; an interval wholly above 1 is
     left as it is (the parts ran faster inside the loop than apart, or the run was disturbed), as
-    is a figure with no interval.
+    is a figure with no interval, and, saying so, a figure past 1 with ``beaten`` true (the loop
+    beat its floor beyond the noise of the loops that floor is built from).
     """
     check_type("est", est, Estimate)
+    check_type("beaten", beaten, bool)
+    if beaten and est.value > 1:
+        return replace(est, method=f"{est.method}; not clipped at 1: the prefetched loop's interval lies "
+                                   "below its floor at the lower ends of the load's and the compute's, so a "
+                                   "part ran faster inside the loop than timed apart")
     if not est.has_interval or est.high <= 1 or est.low > 1:
         return est
     why = (f"clipped at 1, the most a prefetcher can hide: the medians give {est.value:.3g}, past 1 by "

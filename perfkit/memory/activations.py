@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from perfkit._checks import check_choice, check_int, check_type
+from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.memory.model_states import zero_model_states
 
 __all__ = [
@@ -164,6 +164,37 @@ def recompute_flop_share(n_embd: int, n_layer: int, vocab_size: int, seq_len: in
     c = n_embd
     blocks = n_layer * (24 * c * c + 4 * seq_len * c)  # FLOPs per token, forward
     return blocks / (3 * (blocks + 2 * c * vocab_size))
+
+
+def flop_rule_text(step: Any, recompute: Any, share: float) -> str:
+    """Where a checkpointed step, in plain steps, lies against what its FLOPs give (``1 + share``).
+
+    The FLOP figure is a count, not a bound on time: where each operator's fixed cost and memory
+    traffic weigh as much as its matmuls, the step can take longer. The sentence says on which
+    side of it the step's interval lies, as printed, and, above it, what the recompute timed alone
+    took against its FLOP share and what the step added beyond the recompute.
+
+    Args:
+        step: the checkpointed step over the plain one (an ``Estimate``: ``value``, ``clear_of``).
+        recompute: the blocks' forward timed alone over the plain step (``value``).
+        share: :func:`recompute_flop_share`, in (0, 1/3].
+
+    Returns:
+        A sentence, starting with a space.
+    """
+    share = check_real("share", share, 0.0, lo_open=True)
+    flops = 1 + share
+    head = (f" By its FLOPs the checkpointed step would take {flops:.2f} plain steps (1 plus the blocks' "
+            "matmul share; at most 4/3 for any model)")
+    side = step.clear_of(flops)
+    if side == "above":
+        beyond = step.value - 1 - recompute.value
+        alone, times = recompute.value, recompute.value / share
+        return (f"{head}; its interval lies above that: time did not follow FLOPs. The recompute "
+                f"timed alone took {alone:.3f} plain steps, {times:.1f}x its FLOP share, and the step "
+                f"added {beyond:+.2f} plain steps beyond it (checkpoint's hooks, the recompute inside "
+                "the backward; the verdict below).")
+    return head + ("; its interval lies below that." if side == "below" else "; its interval holds that.")
 
 
 def gpt2_step_memory(

@@ -45,6 +45,7 @@ from perfkit.parallel.context_model import (
     ring_memory_bytes,
     ring_transfers_s,
     ring_work,
+    split_cost_note,
     timed_imbalance,
 )
 from perfkit.parallel.data_parallel import (
@@ -179,7 +180,7 @@ from perfkit.parallel.zero3 import (
 
 __all__ = [
     "ShardedGradient",
-    "timed_imbalance",
+    "timed_imbalance", "split_cost_note",
     "SPLITS",
     "RingStats",
     "ring_attention",

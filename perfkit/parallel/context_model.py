@@ -23,6 +23,7 @@ Usage::
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +32,11 @@ from perfkit._checks import check_choice, check_int, check_items, check_real, ch
 from perfkit.compute.flash import check_tile, tile_pairs
 from perfkit.parallel.context import segments
 from perfkit.stats import Estimate, per_round
+from perfkit.units import si
 
 __all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "longest_sequence",
-           "ring_bytes", "ring_memory_bytes", "ring_transfers_s", "ring_work", "timed_imbalance"]
+           "ring_bytes", "ring_memory_bytes", "ring_transfers_s", "ring_work", "split_cost_note",
+           "timed_imbalance"]
 
 DIAGONALS = ("tiles", "half", "full")
 
@@ -219,3 +222,35 @@ def timed_imbalance(per_rank_s: list[list[float]]) -> Estimate:
         return max(seconds) * len(seconds) / sum(seconds)
 
     return per_round(stat, ranks, what="rounds")
+
+
+def split_cost_note(base_s: list[list[float]], other_s: list[list[float]], seq_len: int, tile: int = 64,
+                    base: str = "contiguous", other: str = "zigzag") -> str:
+    """What evening the ranks' work cost and bought: two splits (names as :func:`ring_work`
+    takes them) of a causal sequence of ``seq_len`` in tiles of ``tile``, each timed as
+    ``per_rank_s[r][i]`` (rank ``r``'s compute seconds in round ``i``). Compares the ranks'
+    medians summed (the compute the split ran in all) and the busier rank's median (what a step
+    waits for), ``other`` against ``base``, beside the two splits' tile FLOPs as counted. A
+    sentence starting with a space.
+
+    Raises:
+        TypeError, ValueError: for no ranks, a rank with no rounds, times not numbers > 0, or
+            sizes or split names :func:`ring_work` refuses.
+    """
+    meds = []
+    for name, split in (("base_s", base_s), ("other_s", other_s)):
+        ranks = check_items(name, split)
+        meds.append([statistics.median(check_real(f"{name}[{r}][{i}]", t, 0, lo_open=True)
+                                       for i, t in enumerate(check_items(f"{name}[{r}]", xs)))
+                     for r, xs in enumerate(ranks)])
+    b_work, o_work = (sum(ring_work(seq_len, len(m), s, tile=tile)) for m, s in zip(meds, (base, other)))
+    (b_sum, o_sum), (b_max, o_max) = (sum(m) for m in meds), (max(m) for m in meds)
+    same = "the same tile FLOPs" if b_work == o_work else f"{o_work / b_work:.3f}x the tile FLOPs"
+    text = (f" For {same} the {other} split's ranks' median compute sums to {si(o_sum, 's')}, "
+            f"{o_sum / b_sum:.2f}x the {base} split's {si(b_sum, 's')}; its busier rank's median, "
+            f"{si(o_max, 's')}, is {o_max / b_max:.2f}x the {base} split's {si(b_max, 's')}")
+    if o_max >= b_max:
+        return text + ": evening the work did not shorten the busier rank in this run."
+    text += f": evening the work shortened the busier rank by {1 - o_max / b_max:.0%}"
+    return text + (f", though the {other} split spent more compute time in all (this run does not time where "
+                   "the extra went)." if round(o_sum / b_sum, 2) > 1 else ".")

@@ -125,7 +125,7 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
                  steps: int | None = None) -> str:
     """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
     ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
-    stage (``busy``, ZB-H1's over 1F1B's) and idle part (``idle``, ``(1 - 1F1B's share) /
+    stage (``busy``, ZB-H1's over 1F1B's) and bubble factor (``idle``, ``(1 - 1F1B's share) /
     (1 - ZB-H1's)``), each against the model's, with which moved the step more; the split's
     measured action times ``f_i_w`` (F, I, W) against the model's ``1 : 1 : 1`` through Qi et
     al.'s bubble ``(p - 1)(F + I - W)``; if given, the bubble share against the model's, and
@@ -157,7 +157,7 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
             ("the predicted gain did not appear" if model_step < 1 else "no change shows")
             + f": ZB-H1's step {step.point('x')} of 1F1B's, its interval {ends} holds 1x")
     by_busy, by_idle = busy.value, idle.value / model_step   # the step over the model's, in two factors
-    larger = "busy time" if abs(math.log(by_busy)) >= abs(math.log(by_idle)) else "idle part"
+    larger = "busy time" if abs(math.log(by_busy)) >= abs(math.log(by_idle)) else "bubble factor"
     unresolved = not zb_side(*((busy, 1.0) if larger == "busy time" else (idle, model_step)))[0]
 
     def against(e: Estimate, x: float, whose: str = "the model's") -> str:
@@ -167,7 +167,8 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
             f"its interval {ends} holds {whose}" if ends else "no interval"
 
     text = (f"{gain[0].upper()}{gain[1:]}, where the model gave {model_step:.3f}x. Measured, the busy time "
-            f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the idle part {idle.point('x')} "
+            f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the bubble factor (1 - 1F1B's share) / "
+            f"(1 - ZB-H1's) {idle.point('x')} "
             f"({against(idle, model_step)}): {by_busy:.2f}x and {by_idle:.2f}x the model's, the {larger} "
             f"moving the step more" + (" on the point figures, though its interval holds the model's: which "
                                        "moved it more is not resolved" if unresolved else "")

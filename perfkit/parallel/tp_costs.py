@@ -228,7 +228,8 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
                         needs=max(e.needs for e in each if e.needs is not None))
     low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
     return Estimate(point, min(low, point), max(high, point), level, n,
-                    how + f", each width's interval at {level ** 0.5:.1%}, two of them {level:.0%} together",
+                    how + f", from the two widths it lies between, C = {ws[i]:g} and {ws[i + 1]:g}, each at "
+                    f"least {level ** 0.5:.1%}, together at the coverage printed",
                     coverage=stats.joint_coverage(each[i:i + 2], independent=True))
 
 
@@ -303,7 +304,7 @@ def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequ
 
 
 def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Sequence[float],
-                beyond_s: Sequence[float]) -> str:
+                beyond_s: Sequence[float], short: bool = False) -> str:
     """Why a crossover prediction judged against the measured crossing need not have any input
     right: the prediction's compute rate ``ceiling`` against the blocks' measured ``rate``
     (FLOP/s), the fit's line ``fit_s`` against the sweep's calls ``sweep_s`` at the blocks'
@@ -312,7 +313,8 @@ def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Se
     calls put the model's crossover higher (``U`` smaller, ``comm`` larger); time beyond the
     floor puts the measured crossing higher. Where the model's inputs push it up and the omitted
     time pushes the crossing up, the sentence says the two offset. A sentence; ``""`` where
-    nothing is off.
+    nothing is off. ``short``: a headline's clause instead, naming what was off and that agreement
+    does not confirm it.
 
     Raises:
         TypeError, ValueError: for rates or times not > 0 (``beyond_s`` any finite number), or
@@ -333,6 +335,11 @@ def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Se
             f"{min(over):.2f}x to {max(over):.2f}x"
         (up if min(over) > 1 else down).append(f"the fit's line ({span} what the sweep's calls took at the "
                                                "blocks' sizes)")
+    if short:
+        off = up + down + ([f"the split blocks {si(min(beyond), 's')} to {si(max(beyond), 's')} above their "
+                            "floor"] if beyond and min(beyond) > 0 else [])
+        return f"; the model's inputs were off, {', '.join(off)}: errors that can offset, so a match " \
+            "does not confirm them" if off else ""
     said = [(" and ".join(xs), way) for xs, way in ((up, "higher"), (down, "lower")) if xs]
     text = "".join(f" {x[0].upper()}{x[1:]} put the model's crossover {way} than this run's measurements "
                    "would." for x, way in said)

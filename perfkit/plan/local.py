@@ -4,10 +4,10 @@
 (:func:`perfkit.hw.cached_limits`) and an alpha-beta fit of 2-process all-reduces (gloo over
 loopback) issued one at a time between computations, as a step issues them.
 :func:`local_link` measures them once through :func:`perfkit.dist.launch` and caches the fit
-beside the ceilings; :func:`tiny_gpt2_spec` is
-the model :mod:`perfkit.jobs.zero_bench` trains (fp32, fused attention, no dropout), and
-:data:`COURSE_LAYOUTS` the layouts the course measures at 2 processes, by the job's variant
-names. Tensor parallelism on this machine: :mod:`perfkit.plan.local_tp`.
+beside the ceilings; :func:`tiny_gpt2_spec` is the model :mod:`perfkit.jobs.zero_bench` trains
+(fp32, fused attention, no dropout), and :data:`COURSE_LAYOUTS` the layouts the course
+measures at 2 processes, by the job's variant names. Tensor parallelism on this machine:
+:mod:`perfkit.plan.local_tp`.
 
 Usage::
 
@@ -43,12 +43,8 @@ __all__ = ["COURSE_LAYOUTS", "LINK_METHOD", "LINK_SIZES", "CollectiveCost", "Cou
 LINK_SIZES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)  # bytes: latency- to bandwidth-bound
 
 # zero_bench's variant names -> their layouts at 2 processes (DDP is ZeRO stage 0)
-COURSE_LAYOUTS = {
-    "ddp_adamw": Layout(dp=2, zero=0),
-    "zero1": Layout(dp=2, zero=1),
-    "zero2": Layout(dp=2, zero=2),
-    "zero3": Layout(dp=2, zero=3),
-}
+COURSE_LAYOUTS = {"ddp_adamw": Layout(dp=2, zero=0), "zero1": Layout(dp=2, zero=1),
+                  "zero2": Layout(dp=2, zero=2), "zero3": Layout(dp=2, zero=3)}
 
 def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 64,
                    n_layer: int = 2, n_head: int = 2) -> ModelSpec:
@@ -59,8 +55,7 @@ def tiny_gpt2_spec(vocab_size: int = 1024, block_size: int = 64, n_embd: int = 6
         ValueError: for a size below 1 or ``n_embd`` not divisible by ``n_head``.
     """
     return ModelSpec("tiny GPT-2", layers=n_layer, hidden=n_embd, heads=n_head, ffn=4 * n_embd,
-                     vocab=vocab_size, seq=block_size, positions=block_size, bias=True,
-                     act_bytes=4)
+                     vocab=vocab_size, seq=block_size, positions=block_size, bias=True, act_bytes=4)
 
 
 def link_cache_path() -> Path:
@@ -228,8 +223,7 @@ class CollectiveCost:
     rounds' differences (the step minus the base step, s, with its interval), ``predicted_s``
     the model's difference, ``charge_s`` its charge for the step's collectives and ``text``
     the sentences, ``uncharged_s`` a cost the model knows and leaves out, ``digits`` the decimals
-    of the sentences' ms figures. All figures in it come
-    from that one statistic."""
+    of the sentences' ms figures. All figures in it come from that one statistic."""
 
     gap: Estimate
     predicted_s: float
@@ -240,8 +234,8 @@ class CollectiveCost:
 
     @property
     def cost_s(self) -> float:
-        """The collectives' cost with the compute at the fitted cost: the charge plus what the
-        measured difference adds to the predicted one (s; may be <= 0)."""
+        """At most the collectives' cost, with the compute at the fitted cost: the charge plus what
+        the measured difference adds to the predicted one (s; may be <= 0)."""
         return self.charge_s + self.gap.value - self.predicted_s
 
     @property
@@ -262,7 +256,12 @@ class CollectiveCost:
     def headline(self) -> str:
         """The predicted and measured differences and the collectives' cost, in one line."""
         return (f"{self.predicted_s * 1e3:.1f} / {self.gap.value * 1e3:.1f} ms (its collectives, the "
-                f"compute at the base's fitted cost: {self.over_charge:.2f}x their charge)")
+                f"compute at the base's fitted cost: at most {self.over_charge:.2f}x their charge)")
+
+    def point(self) -> tuple:
+        """``(predicted, measured, " ms", low, high)`` for :func:`~perfkit.plan.readings.one_sided`."""
+        g = self.gap.scaled(1e3)
+        return (self.predicted_s * 1e3, g.value, " ms") + ((g.low, g.high) if g.has_interval else ())
 
     def __str__(self) -> str:
         return self.text
@@ -278,10 +277,10 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     rounds' differences ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval.
     ``predicted_s`` is the model's difference of the two steps and ``comm_s`` its charge for
     the step's collectives. With the compute at the fitted cost, what the measured difference
-    adds to the predicted one is the collectives': they cost ``comm_s`` plus that, over the
-    interval too. Where the predicted difference lies outside the measured interval, the
-    sentences say so, and where ``uncharged_s`` (> 0: a cost the model knows and leaves out)
-    is given, they say where charging it alone would put the prediction.
+    adds to the predicted one is put on the collectives: ``comm_s`` plus that (over the interval
+    too), an upper bound on their cost. Where the predicted difference lies outside the measured
+    interval, the sentences say so, and where ``uncharged_s`` (> 0: a cost the model knows and
+    leaves out) is given, they say where charging it alone would put the prediction.
 
     Args:
         steps_s, base_steps_s: seconds per step, one per round, equally many (>= 1).
@@ -318,7 +317,6 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
 
     def f(x: float) -> str:
         return f"{x:.{nd}f}"
-
     g, p, c = ms(gap.value), ms(pred), ms(charge)
 
     def cost(d_ms: float) -> float:  # ms the collectives took, the compute at the fitted cost
@@ -330,7 +328,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
            f"a predicted {f(abs(p))} ms {'more' if pred >= 0 else 'less'}: {f(abs(off))} ms "
            f"{'above' if off >= 0 else 'below'} the prediction. The model charged the collectives "
            f"{f(c)} ms; "
-           f"with the compute at {base}'s fitted cost, that difference is theirs: ")
+           f"with the compute at {base}'s fitted cost, the whole difference is put on them: ")
     if cost(g) <= 0:
         out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
                 f"the compute ran faster than {base}'s fitted cost")
@@ -340,11 +338,13 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         def times(d_s: float) -> float:
             return max(charge + d_s - pred, 0.0) / charge
 
-        out += f"they cost {f(cost(g))} ms, {times(gap.value):.2f}x the charge"
+        out += f"they cost at most {f(cost(g))} ms, {times(gap.value):.2f}x the charge"
         if gap.has_interval and gap.low < gap.high:
             lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))
             out += (f" ({f(lo)} to {f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x, "
                     f"over the difference's interval)")
+        out += (", an upper bound: no step here is timed with its collectives skipped, and the "
+                "difference also holds what the step pays that the model leaves out")
 
     def where(d: float) -> str:
         ok = gap.has_interval and gap.low < gap.high

@@ -186,6 +186,7 @@ def full_charge(costs: Mapping[str, CollectiveCost], base: str = "DDP") -> str:
                 "it does not carry from one layout to another here")
     else:
         w = "above" if side["above"] else "below"
-        out += (f"for {' and '.join(side[w])} the calls cost {'less' if w == 'above' else 'more'} "
-                "inside a step than the model's price")
+        out += (f"for {' and '.join(side[w])} the step costs {'less' if w == 'above' else 'more'} than "
+                "the model's price with every call charged (the calls, or a cost the model leaves out: "
+                "this run does not time them apart)")
     return out + ". A step verdict that held on its ±window does not show otherwise."

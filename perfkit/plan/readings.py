@@ -114,8 +114,10 @@ def one_sided(points: Mapping[str, tuple]) -> str:
     tied = [k for k, v in points.items() if len(v) == 5 and v[3] <= v[0] <= v[4]]
     told = {k: v for k, v in points.items() if k not in tied}
     where = ("; ".join(said(k, v) for k, v in points.items() if k not in tied))
-    apart = (f" {len(tied)} of the {len(points)} measured intervals hold their prediction "
-             f"({'; '.join(said(k, points[k]) for k in tied)}): those err neither way that this run can "
+    one = len(tied) == 1
+    holds, errs = ("holds its", "that one errs") if one else ("hold their", "those err")
+    apart = (f" {len(tied)} of the {len(points)} measured intervals {holds} prediction "
+             f"({'; '.join(said(k, points[k]) for k in tied)}): {errs} neither way that this run can "
              "tell." if tied else "")
     n, slow = len(told), sum(v[1] > v[0] for v in told.values())  # predicted faster than measured
     if n == 0:

@@ -176,12 +176,15 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
     n_tp = 4 + ((1 if lay.early_stop else 2) if lay.recompute == "full" else 0) + (lay.recompute == "op")
     link = _link(lay.tp, cluster) if lay.tp > 1 else None
     # context parallelism: K and V pass cp - 1 times forward, twice that backward, hidden
-    # behind attention's own FLOPs (12 h s per token and layer, forward + backward)
+    # behind attention's own forward and backward, as its kernel runs them (a fused causal
+    # kernel: 7 h s per token and layer, not PaLM's whole square) at that kernel's rates
     cp_layer = 0.0
     if lay.cp > 1:
         kv = 2 * tokens_mb / lay.cp * model.kv_dim * model.act_bytes / lay.tp
         ring = 3 * (lay.cp - 1) * _link(lay.tp * lay.cp, cluster).predict(kv)
-        attn_s = 12 * model.hidden * model.seq * tokens_mb / (lay.cp * lay.tp) / cluster.achievable_flops
+        once_fwd, once_bwd = model.attention_flops_split("none")   # the ring runs once forward, once back
+        attn_s = ((once_fwd / cluster.attention_flops + once_bwd / cluster.attention_backward_flops)
+                  / model.layers * tokens_mb / (lay.cp * lay.tp))
         cp_layer = max(0.0, ring - attn_s) if cluster.overlap else ring
 
     def stage(n: int, first: bool, last: bool) -> tuple[float, float, float, float]:

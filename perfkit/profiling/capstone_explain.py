@@ -318,7 +318,10 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                             + f"{'them' if len(rose) > 1 else 'it'}"
                             + (_comm_rose(pick.fix, before_report, after_report,
                                           ms_after["communication"] - ms_before["communication"])
-                               if rose == ["communication"] else "; this run does not time why."))
+                               if rose == ["communication"] else "; this run does not time why.")
+                            + (f" The loop keeps the fix on its median speedup, {gain:.2f}x, above 1x, "
+                               "not on these phases: they do not show where a gain came from."
+                               if gain >= 1 and pick.fix != "data" else ""))
             said.append(decided + _data_alone(pick, gain, before_report, slowdown, ms_before, ms_after))
     windows = "" if ms_after is None else _window(gain, before_report, after_report, tokens_x, slowdown,
                                                   slowdown_after)

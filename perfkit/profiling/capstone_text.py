@@ -52,7 +52,9 @@ def scaled_share(profiled: float, slow: float) -> tuple[float, str]:
     if raw < SHARE_CAP:
         return raw, f"so {raw:.1%} of an unprofiled step is the most it can take"
     past = ("more than the whole step: the factor is larger than this round's phases allow, so it "
-            "holds load that differed between the window and the runs beside the profiler's cost"
+            "holds load that differed between the window and the runs beside the profiler's cost: a "
+            "most past the whole step is one no phase can reach, so it bounds nothing here, and the "
+            "other rounds' factors may hold such load too, which loosens their bounds"
             if raw > 1 else "the whole step, within a percent")
     return SHARE_CAP, (f"which gives {profiled:.1%} x {slow:.2f} = {raw:.1%} of an unprofiled step, {past}; "
                        "as a bound this says nothing: the fix may remove up to the whole step, no finite "
@@ -305,7 +307,7 @@ def repeats_text(t: Total) -> str:
                   f"for all {n} one way, either way)")
         return (f" In the order the runs ran, all {n} repeats inside a round ran "
                 + ("slower than the run they repeat" + chance + ": a repeat slower than the run it repeats "
-                   "biases its round's \"before\" low, and its speedup high." if slower else
+                   "biases its round's \"before\" low, and its speedup high" + _high(t) if slower else
                    "faster than the run they repeat" + chance + ": each round's \"before\" then reads high, "
                    "and its speedup low."))
     parts = ([f"slower than the run it repeats for {_names(slower)}, which biases {_rounds(slower)} "
@@ -321,6 +323,15 @@ def repeats_text(t: Total) -> str:
                 f"its repeat ran {'slower' if runs[0][1] else 'faster'}: its first reading holds its last "
                 f"run, {t.slow_runs_tps[-1]:,.0f} tokens/s.")
     return out
+
+
+def _high(t: Total) -> str:
+    """After "all repeats ran slower": what that bias did to the rounds' product, computed."""
+    p, d = t.product.value, t.direct.value
+    return (f": every round's speedup, as the figure draws it, reads higher than against its first run "
+            f"before alone, and their product, {p:.2f}x, "
+            f"lies {p / d:.2f}x above the {d:.2f}x measured directly." if p > d else
+            f"; their product, {p:.2f}x, still lies at or below the {d:.2f}x measured directly.")
 
 
 def _rounds(names: list[str]) -> str:

@@ -9,10 +9,10 @@ it survives the process being killed (SIGKILL included) on every filesystem; tmp
 (``/dev/shm``, often ``/tmp``) keeps its files only in memory and swap, so they are lost at
 a reboot ("Everything in tmpfs is temporary in the sense that no files will be created on
 your hard drive ... everything stored therein is lost" on unmount: the Linux kernel's
-Documentation/filesystems/tmpfs.rst), and a container's own tmpfs (Docker's ``/dev/shm``)
-goes with the container; on a disk, what was not fsynced can be lost in a power failure or
-a kernel crash (dirty pages are written back after ``vm.dirty_expire_centisecs``, 30 s by
-default: Documentation/admin-guide/sysctl/vm.rst).
+Documentation/filesystems/tmpfs.rst), and a container's own tmpfs mount is removed when the
+container stops (Docker's documentation, "tmpfs mounts"); on a disk, what was not fsynced
+can be lost in a power failure or a kernel crash (dirty pages are written back after
+``vm.dirty_expire_centisecs``, 30 s by default: Documentation/admin-guide/sysctl/vm.rst).
 
 Usage::
 

@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -19,16 +20,16 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from perfkit._checks import check_int, check_items, check_type
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.attention_cost import IMPLS, AttentionTiming, TileCostModel
 from perfkit.compute.flash import check_tile, eager_saved_bytes, flash_saved_bytes, tile_pairs
+from perfkit.estimate import Estimate
 from perfkit.parallel.context import SPLITS, segments
 from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["attention_widget", "eager_line_label", "plot_saved_bytes", "plot_tile_times", "plot_tiles",
-           "rate_note",
-           "tile_owner", "times_table"]
+           "rate_note", "rounds_note", "tile_owner", "times_table"]
 
 
 def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
@@ -288,3 +289,29 @@ def rate_note(points: Sequence[AttentionTiming], model: TileCostModel) -> str:
     return (f" Whole calls, their tile visits included, ran above the fit's rate inside the tiles, {rate}: "
             f"{names}. The model makes that rate a ceiling on every call, so the fitted rate is not one the "
             "tiles run at: one rate and one cost per visit do not fit every tile size alike.")
+
+
+def rounds_note(times_s: Sequence[float], measured: Estimate, where: str) -> str:
+    """A sentence on the rounds behind ``measured`` (their median interval): their range, the
+    slowest round over their median and the next slowest over it, and, where the slowest is over
+    twice the next slowest and is the interval's high end, that this one round sets that end
+    (an order-statistic interval's ends are rounds' own times). ``where`` names the rounds
+    (``"at T = 1536"``).
+
+    Raises:
+        TypeError, ValueError: for times not numbers > 0, ``measured`` not an
+            :class:`~perfkit.estimate.Estimate` or ``where`` not a string.
+    """
+    ts = sorted(check_real(f"times_s[{i}]", t, 0, lo_open=True)
+                for i, t in enumerate(check_items("times_s", times_s)))
+    est = check_type("measured", measured, Estimate)
+    check_type("where", where, str)
+    med = statistics.median(ts)
+    text = f"Its {len(ts)} rounds {where} ran from {si(ts[0], 's')} to {si(ts[-1], 's')}"
+    if len(ts) < 3:
+        return text + "."
+    text += f", the slowest {ts[-1] / med:.3g}x their median, the next slowest {ts[-2] / med:.3g}x"
+    if ts[-1] > 2 * ts[-2] and est.has_interval and est.high >= ts[-1]:
+        text += (f": one round, {ts[-1] / ts[-2]:.3g}x the next slowest, sets the interval's high end by "
+                 "itself (a round the machine slowed, or a call that ran so; this run does not tell which)")
+    return text + "."

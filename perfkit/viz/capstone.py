@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
@@ -26,6 +27,7 @@ from perfkit.profiling.capstone import Round, Total
 from perfkit.profiling.capstone_text import repeats_text, run_rates_text
 from perfkit.stats import Estimate
 from perfkit.units import si_interval
+from perfkit.viz.capstone_tally import tally_text
 from perfkit.viz.core import tidy
 
 __all__ = ["cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_waterfall", "round_context",
@@ -80,7 +82,9 @@ def waterfall_shares(steps: Sequence[tuple[str, float]], total: float) -> list[t
 
 def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
                    unit: str = "tokens/s", total: float | None = None,
-                   unresolved: Sequence[str] | None = None) -> Figure:
+                   unresolved: Sequence[str] | None = None,
+                   intervals: Sequence[tuple[float, float]] | None = None,
+                   total_interval: tuple[float, float] | None = None) -> Figure:
     """Each fix's measured speedup as a bar from the running product before it to after it (log
     scale, so equal factors get equal heights), labelled with that speedup; with ``total`` (the
     whole gain measured directly), the drift between runs, ``total`` over the rounds' product
@@ -96,13 +100,27 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
             labelled so, since the run cannot tell their gain from none; the other gains are
             then those whose interval lies above 1x (``None``: no intervals known). A legend
             below the axes names the colours.
+        intervals: each step's speedup interval ``(low, high)``, in the order of ``steps``: drawn
+            as a line through the bar's top, from the running product before it times ``low``
+            to it times ``high`` (``None``, or ``low == high``, an estimate without interval: none
+            drawn; the drift bar has none).
+        total_interval: ``total``'s interval ``(low, high)``, drawn the same way on its bar.
 
     Raises:
         TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`), a
             ``title``/``unit`` that is not a str, a bad ``total``, or ``unresolved`` naming
-            a fix that is not among the steps.
+            a fix that is not among the steps, or ``intervals`` not one ``(low, high)`` per step
+            with ``0 < low <= high``.
     """
     bars = cumulative_speedups(steps)
+    spans = [] if intervals is None else list(intervals)
+    if intervals is not None and (len(spans) != len(bars) or not all(
+            isinstance(x, tuple | list) and len(x) == 2 and 0 < x[0] <= x[1] for x in spans)):
+        raise ValueError(f"intervals must be one (low, high) per step, 0 < low <= high, got {intervals!r}")
+    if total_interval is not None and not (isinstance(total_interval, tuple | list)
+                                           and len(total_interval) == 2
+                                           and 0 < total_interval[0] <= total_interval[1]):
+        raise ValueError(f"total_interval must be (low, high), 0 < low <= high, got {total_interval!r}")
     check_type("title", title, str)
     check_type("unit", unit, str)
     direct = total is not None
@@ -132,15 +150,22 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
         label = f"{hi / lo:.2f}x" + ("\ninterval holds 1x" if name in unresolved else "")
-        ax.annotate(label, (i, math.log2(max(lo, hi))), ha="center", va="bottom",
+        if i < len(spans) and spans[i][0] < spans[i][1]:  # the round's interval, through the bar's top
+            ax.plot([i, i], [math.log2(lo * spans[i][0]), math.log2(lo * spans[i][1])], color="black", lw=1.2)
+        top_i = max(lo, hi, lo * spans[i][1]) if i < len(spans) else max(lo, hi)
+        ax.annotate(label, (i, math.log2(top_i)), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize=9)
     n = len(bars)
     ax.bar(n, math.log2(total), color=_TOTAL, width=0.6)
+    if total_interval is not None and total_interval[0] < total_interval[1]:
+        ax.plot([n, n], [math.log2(x) for x in total_interval], color="black", lw=1.2)
     ax.annotate(f"{total:.2f}x", (n, max(0.0, math.log2(total))), ha="center", va="bottom",
                 xytext=(0, 2), textcoords="offset points", fontsize=9, fontweight="bold")
     ax.axhline(0, color="0.3", lw=0.8)
-    top = max(max(math.log2(b[2]) for b in bars), math.log2(product), math.log2(total), 0.0)
-    bottom = min(min(math.log2(b[2]) for b in bars), 0.0)
+    ends = [math.log2(b[1] * x) for b, sp in zip(bars, spans) for x in sp]
+    ends += [math.log2(x) for x in total_interval or ()]
+    top = max(max(math.log2(b[2]) for b in bars), math.log2(product), math.log2(total), 0.0, *ends)
+    bottom = min(min(math.log2(b[2]) for b in bars), 0.0, *ends)
     ax.set_ylim(bottom - 0.2, top + 0.6)
     ticks = range(math.ceil(bottom - 0.2), math.floor(top + 0.6) + 1)  # within the limits: none widens them
     ax.set_yticks(list(ticks), [f"{2.0 ** t:g}x" for t in ticks])
@@ -148,6 +173,8 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     ax.set_ylabel(f"speedup of {unit} (log scale)")
     ax.set_title(title or "Measured speedup of each fix, cumulative")
     handles = [Patch(color=c, label=legend[c]) for c in legend if c in used]
+    if any(a < b for a, b in [*spans, *([total_interval] if total_interval else [])]):
+        handles.append(Line2D([], [], color="black", lw=1.2, label="its interval, as printed"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(len(handles), 3),
               fontsize=8, frameon=False)  # below the axes: it covers no bar
     fig.tight_layout()
@@ -354,41 +381,6 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
                 f"job's runs ({runs} tokens/s), not this run alone, which puts it {t.direct.value / w:.2f}x "
                 "from this pair's")
     return out + "."
-
-
-def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
-               tests: tuple[str, str] | None = None) -> str:
-    """``"against the diagnosed share: 0 held, 0 missed, 3 inconclusive of 3; ..."``: the rounds'
-    verdicts counted by what bounded them (``judged_by``: fix -> bound; ``outcomes``: fix -> its
-    outcome, ``"missed (above)"`` counted as missed); ``"none"`` when no round was judged.
-
-    ``tests``: ``(bound, what its rounds test)``, e.g. ``("the diagnosed share", "whether the
-    diagnosed shares predict the gains")``: where no round judged against that bound held or
-    missed (all inconclusive, or none judged), the text ends by saying this run did not test it,
-    whatever the rounds judged against other bounds showed.
-
-    Raises:
-        TypeError, KeyError: for arguments that are not mappings, a ``tests`` that is not a pair of
-            str, or a judged fix without outcome.
-    """
-    check_type("outcomes", outcomes, Mapping)
-    check_type("judged_by", judged_by, Mapping)
-    if tests is not None and (not isinstance(tests, tuple) or len(tests) != 2
-                              or not all(isinstance(x, str) for x in tests)):
-        raise TypeError(f"tests must be a (bound, what it tests) pair of str, got {tests!r}")
-    parts = []
-    for bound in dict.fromkeys(judged_by.values()):
-        got = [outcomes[f].split(" (")[0] for f, b in judged_by.items() if b == bound]
-        counts = ", ".join(f"{got.count(o)} {o}" for o in ("held", "missed", "inconclusive", "disturbed")
-                           if o != "disturbed" or o in got)
-        parts.append(f"against {bound}: {counts} of {len(got)}")
-    text = "; ".join(parts) or "none"
-    if tests is not None:
-        decided = [f for f, b in judged_by.items() if b == tests[0]
-                   and outcomes[f].split(" (")[0] in ("held", "missed")]
-        if not decided:
-            text += f"; no round judged against {tests[0]} held or missed: this run did not test {tests[1]}"
-    return text
 
 
 def show_round(r: Round | None) -> bool:

@@ -133,7 +133,8 @@ def control_order_text(pin: PinTiming) -> str:
         f"their intervals overlap (by the medians a round's second loop took {longer}): no position effect "
         "shows beyond this run's noise")
     if (a.value < 1) == (b.value < 1) and abs(1 - aa) > abs(second):
-        out += (f"; both orders read {'below' if aa < 1 else 'above'} 1x, so the {abs(1 - aa):.1%} between "
+        out += (f"; both orders' medians read {'below' if aa < 1 else 'above'} 1x ({a.value:.4f}x and "
+                f"{b.value:.4f}x), so the {abs(1 - aa):.1%} between "
                 f"identical loops is not the round's position ({abs(second):.1%}): noise, or rounds that "
                 "drift together (not independent draws, which makes an order-statistic interval too narrow); "
                 "this run does not tell which, and the lines below weigh it as this design's own error")
@@ -231,6 +232,7 @@ def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, e
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",
           "inconclusive": "#7f7f7f", "GPU only": "#1f77b4"}
+_REFUTED = _COLOR["does not hold here"]  # the ring of an inconclusive point whose promise is refuted
 
 
 def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
@@ -259,7 +261,9 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
 def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") -> Figure:
     """Each claim measured in ``unit`` as one row: what the advice promises (a band from its
     low to its high end, open ends to the axis edge), the measured figure coloured by its
-    verdict, and its interval where it has one; log scale. A dashed tick on a row marks that
+    verdict (an inconclusive one whose interval lies wholly outside the promise, ``refuted``, ringed in
+    the colour of "does not hold here", with its own legend entry), and its interval where it has one;
+    log scale. A dashed tick on a row marks that
     claim's no-effect value (``Claim.partly``: 1x for a speedup) where it names one; a ratio
     whose promise is a multiple (Adam's state at 2x the weights) has none, so no line is drawn
     across every row.
@@ -295,7 +299,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
             ax.plot(v.spread, [y, y], color=_COLOR[v.status], lw=2, zorder=2)
             for end in v.spread:
                 ax.plot([end, end], [y - 0.25, y + 0.25], color=_COLOR[v.status], lw=1.5, zorder=2)
-        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec="white", mew=0.8, zorder=3)
+        ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec=_REFUTED if v.refuted else "white",
+                mew=1.5 if v.refuted else 0.8, zorder=3)  # a refuted promise: ringed as not holding
         if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
             ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=2)
     ax.set_xscale("log")
@@ -309,6 +314,9 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
                   "advice promises; dashed tick: the claim's no-effect value")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
+    if any(v.refuted for _, v in rows):
+        handles.append(plt.Line2D([], [], marker="o", ls="", color=_COLOR["inconclusive"], mec=_REFUTED,
+                                  mew=1.5, label="inconclusive on the direction,\nthe promise refuted"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bands
     ax.set_title(f"{len(rows)} verdicts measured in {unit}: the figure and its interval against the promise",
                  fontsize=10)

@@ -362,7 +362,7 @@ def plot_method_comparison(results: Mapping[str, Mapping[str, Any]],
                [0.0 if e is None else e.high - e.value for e in est]]
         ax.barh(names, vals, color=colors, xerr=err, error_kw={"elinewidth": 1, "capsize": 2})
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_xlabel("step time / baseline's (paired steps, 90 % interval)")
+        ax.set_xlabel("step time / baseline's (paired steps; each interval at the coverage printed with it)")
     for ax in axes:
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].invert_yaxis()

@@ -149,9 +149,20 @@ def skipped_sizes(limits: MachineLimits, sizes: Sequence[int]) -> list[str]:
 
 def bf16_sentence(limits: MachineLimits) -> str:
     """The fp32 and bf16 ceilings and what their ratio says about bf16 on this machine
-    (native, converted to fp32 for the arithmetic, or emulated), naming an imitation."""
+    (native, converted to fp32 for the arithmetic, or emulated), naming an imitation. The ratio
+    is taken on one thread each where both dtypes have a one-thread ceiling on a machine of
+    several threads (a bf16 rate reached on one thread is not divided by fp32's all-core one),
+    else on all cores; the thread count is printed with it, and the all-core ratio that
+    :meth:`MachineLimits.support` classes by beside it where the two differ."""
     check_type("limits", limits, MachineLimits)
     fp32, bf16 = limits.peak_flops("float32"), limits.peak_flops("bfloat16")
+    one = all(limits.one_thread_flops.get(d) for d in ("float32", "bfloat16")) and (limits.threads or 1) > 1
+    t = 1 if one else None
+    ratio = limits.peak_flops("bfloat16", t) / limits.peak_flops("float32", t)
+    b1, f1 = (si(limits.peak_flops(d, 1), "FLOP/s") for d in ("bfloat16", "float32"))
+    matched = f"{ratio:.3g}x fp32 " + (f"on 1 thread each: {b1} against {f1}" if one else "on all cores")
+    if one and f"{ratio:.3g}" != f"{bf16 / fp32:.3g}":
+        matched += f"; on all cores {bf16 / fp32:.3g}x, the ratio its class is read from"
     what = {"native": "native bf16 arithmetic",
             "converted": "no bf16 units: bf16 is converted to fp32 for the arithmetic and back",
             "emulated": f"emulated (below {EMULATED_BELOW:.0%} of fp32): later notebooks time bf16 at the "
@@ -160,8 +171,8 @@ def bf16_sentence(limits: MachineLimits) -> str:
             }[limits.support("bfloat16")]
     faked = (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={imitation()})"
              if imitation() else "")
-    return (f"fp32 ceiling: {si(fp32, 'FLOP/s')}\nbf16 ceiling: {si(bf16, 'FLOP/s')} "
-            f"({bf16 / fp32:.3g}x fp32): {what}{faked}")
+    return (f"fp32 ceiling: {si(fp32, 'FLOP/s')}\nbf16 ceiling: {si(bf16, 'FLOP/s')} ({matched}): "
+            f"{what}{faked}")
 
 
 def sweep_lines(limits: MachineLimits) -> list[str]:

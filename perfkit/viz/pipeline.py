@@ -139,5 +139,8 @@ def plot_bubbles(rows: Sequence[Mapping], ax: Axes | None = None) -> Axes:
     ax.set_ylim(0, None)
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel("bubble share of the step")
+    half = max(max(r["measured"] - r["interval"][0], r["interval"][1] - r["measured"]) for r in rows)
+    ax.set_title(f"Bubble share: measured (points) and the formula (lines)\nintervals at most ±{half:.2g}: "
+                 "unseen where smaller than the markers", fontsize=9)
     ax.legend(fontsize=8)
     return ax

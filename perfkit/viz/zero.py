@@ -174,14 +174,36 @@ class StageEdge:
         if grew <= charged:
             return said + f", within the edge's {net}."
         rest = grew - charged
-        share = f" ({rest / grew:.0%} of that growth)" if charged >= 0 else ""
+        left = round(100 * rest / grew)  # %: the two shares printed add up to 100
+        share = f" ({left}% of that growth)" if charged >= 0 else ""
+        told = f" ({100 - left}%: the share of that growth the model explains)" if charged >= 0 else ""
         alone = ("" if self.call_how == _LONE_CALL else
                  "calls waited for alone rather than in flight together (up to a lone call's time each), ")
         parts = (f"the parts the {listed_in} verdict lists" if listed_in else
                  f"copies into and out of flat buffers, Python hooks, {alone}and gloo's threads slowing the "
                  "compute they share the cores with")
-        return (said + f"; the edge charges {net} of it, and the other {si(rest, 's')}{share} is what the "
-                f"model leaves out: {parts}; this run does not time them apart.")
+        return (said + f"; the edge charges {net} of it{told}, and the other {si(rest, 's')}{share} is what "
+                f"the model leaves out: {parts}; this run does not time them apart.")
+
+    def against_plain(self, plain_edge: float, plain_name: str = "perfkit", name: str = "zero1") -> str:
+        """A sentence, starting with a space, on why a stage 1 or 2 edge differs from the plainer
+        edge the same algorithm, communicating after the whole backward (``plain_name``), is
+        judged against: that one charges a whole all-reduce unhidden and neither the calls nor
+        the update a rank no longer runs; this one charges the all-gather after the step only
+        (its reduce-scatters overlap backward, as DDP's all-reduce does), the calls beyond DDP's,
+        and credits the update. ``""`` for stage 3, which is not the same algorithm."""
+        check_real("plain_edge", plain_edge, 0, lo_open=True)
+        if self.stage == 3:
+            return ""
+        link = f" ({si(self.link_s, 's')})" if self.link_s is not None else ""
+        return (f" {name}'s verdict and {plain_name}'s are judged against different edges because they model "
+                f"different schedules of the same algorithm: {plain_name}'s ({plain_edge:.4f}x) charges one "
+                f"whole all-reduce{link}, unhidden, as it "
+                f"communicates after the whole backward, and neither its calls nor the update a rank no "
+                f"longer runs; {name}'s ({self.edge:.4f}x) charges only the all-gather after the step "
+                f"({si(self.bytes_s, 's')}), as its reduce-scatters run during backward and are taken as "
+                f"hidden as DDP's all-reduce, plus {self.calls} calls ({si(self.calls * self.call_s, 's')}), "
+                f"less the {si(self.update_saved_s, 's')} of AdamW's update a rank no longer runs.")
 
     def interleave_note(self) -> str:
         """A sentence, starting with a space, on what rounds that interleave the variants can hide.
@@ -319,3 +341,26 @@ def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, w
     return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls,
                      call_s if per_call_s is None else per_call_s,
                      (world_size - 1) / world_size * ddp.update_s, how, link_s, call_s)
+
+
+def other_edge_text(est: Any, edge: float, what: str) -> str:
+    """A sentence, starting with a space, on where a ratio's median and interval lie against an
+    edge that ``what`` would give, not the one judged: the verdict stays as judged.
+
+    Args:
+        est: the judged step-time ratio (an ``Estimate``: ``value``, ``clear_of``, ``label``).
+        edge: the other edge, x.
+        what: what the other edge adds, as a phrase after "With" ("that half charged too").
+
+    Raises:
+        ValueError: ``edge`` is not a finite number above 0, or ``what`` is empty.
+    """
+    check_real("edge", edge, 0, lo_open=True)
+    if not isinstance(what, str) or not what:
+        raise ValueError(f"what must say what the other edge adds, got {what!r}")
+    v = est.value
+    side = "below" if v < edge else "above" if v > edge else "at"
+    whole = {"above": "lies above it", "below": "lies below it"}.get(est.clear_of(edge, "x"), "holds it")
+    return (f" With {what}, the edge would be {edge:.4f}x: the median of the paired ratios ({v:.4f}x) lies "
+            f"{side} it, and its {est.label} {whole}; the verdict stays judged against the edge recorded "
+            "before the run.")

@@ -281,3 +281,23 @@ def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_poi
     assert label.startswith("eager (model): 10 GFLOP/s, its rate at T = 512,\ncarried on; ")
     assert label.endswith("carried on; measured 2.1x the line at T = 1024")
     assert va.eager_line_label(model) == "eager (model)"
+
+
+def test_rounds_note_flags_one_round_that_sets_the_interval_alone():
+    from perfkit import stats
+
+    # five rounds: the 93 % interval is [min, max], so one 11 s round set its high end
+    times = [0.235, 0.238, 0.240, 0.237, 10.963]
+    got = va.rounds_note(times, stats.median_interval(times), "at T = 1536")
+    assert got.startswith("Its 5 rounds at T = 1536 ran from 235 ms to 11 s, the slowest 46.1x their median, "
+                          "the next slowest 1.01x: one round, 45.7x the next slowest, sets the interval's "
+                          "high end")
+    calm = [0.235, 0.238, 0.240, 0.237, 0.3]
+    calm_note = va.rounds_note(calm, stats.median_interval(calm), "at T = 1536")
+    assert calm_note.endswith("the next slowest 1.01x.")
+    assert va.rounds_note([0.2, 0.3], stats.median_interval([0.2, 0.3]), "here") == \
+        "Its 2 rounds here ran from 200 ms to 300 ms."
+    with pytest.raises(TypeError, match="measured"):
+        va.rounds_note([1.0], 1.0, "x")
+    with pytest.raises(ValueError, match=r"times_s\[0\]"):
+        va.rounds_note([0.0], stats.median_interval([1.0]), "x")

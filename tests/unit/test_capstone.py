@@ -713,3 +713,35 @@ def test_a_context_bound_the_measurement_passes_says_so_and_what_decided():
     rnd = Round(2, pick, Estimate(1.34, 0.83, 2.15, 0.9, 16, "m"), 8346.0, 11153.0, {}, True, past=said)
     assert said in round_context(rnd)  # the old context line said nothing of the bound being passed
     assert "past this bound" not in round_context(replace(rnd, past=""))
+
+
+def test_repeats_all_slower_say_what_the_bias_did_to_the_product():
+    # as run: all 5 repeats slower, the rounds' product 8.05x against 5.93x measured directly, and
+    # nothing said that every round's speedup, and so the product, read high
+    loop, total = play_all(True, {})
+    one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)],
+                      slow_runs_tps=(100.0, 100.0), product=Estimate(8.05, 2.6, 23.8, None, 16, "m"),
+                      direct=Estimate(5.93, 4.22, 8.45, 0.93, 16, "m"))
+    said = seams_text(one_way)
+    assert "reads higher than against its first run before alone" in said
+    assert "their product, 8.05x, lies 1.36x above the 5.93x measured directly" in said
+    low = replace(one_way, product=Estimate(5.0, 2.0, 9.0, None, 16, "m"))
+    assert "still lies at or below the 5.93x measured directly" in seams_text(low)
+
+
+def test_a_product_past_the_step_says_the_premise_of_the_bound_failed():
+    r = result([1] * 4 + [0.1] * 4)
+    rep = report([("high", "sync", 0.45)], {"sync": 0.45, "communication": 0.168}, steps=(0.171, 0.171))
+    ddp = next_fix(rep, r, JOB, ["sync"], ("ddp",), FIX_FOR, 1e9)
+    assert "a most past the whole step is one no phase can reach, so it bounds nothing here" in ddp.model
+
+
+def test_a_kept_fix_whose_targeted_phases_rose_says_what_kept_it():
+    before = report([], {"forward": 0.3, "backward": 0.3}, steps=(0.015,))
+    after = report([], {"forward": 0.35, "backward": 0.35}, steps=(0.015,))
+    pick = Pick("compute", 0.6, 2.5, "m", "attention", ("forward", "backward"))
+    kept = explain_round(pick, 1.14, before, 1.0, repeated=True, after_report=after)["inconclusive"]
+    assert "rose, though the fix targets them" in kept
+    assert "The loop keeps the fix on its median speedup, 1.14x, above 1x, not on these phases" in kept
+    dropped = explain_round(pick, 0.95, before, 1.0, repeated=True, after_report=after)["inconclusive"]
+    assert "keeps the fix" not in dropped

@@ -116,3 +116,37 @@ def test_the_tally_says_when_the_shares_went_untested():
     assert "did not test" in none_judged
     with pytest.raises(TypeError, match="tests"):
         tally_text(outcomes, by, "the diagnosed share")
+
+
+def test_the_tally_counts_context_rounds_and_says_how_far_the_factor_moved():
+    # the run the reader saw: two rounds context, the summary said every round was judged, and the
+    # factor that scaled every share moved 1.20 -> 2.01 -> 1.83 -> 1.28 -> 1.55 unremarked
+    outcomes = {"data": "inconclusive", "sync": "inconclusive", "ddp": "context, interval holds 1x",
+                "attention": "context, interval holds 1x", "batch": "held"}
+    by = {"data": "the diagnosed share", "sync": "the diagnosed share", "batch": "its factor of tokens"}
+    said = tally_text(outcomes, by, None, [1.20, 2.01, 1.83, 1.28, 1.55])
+    assert "2 of the 5 rounds shown as context, not judged (ddp, attention)" in said
+    assert "1.20 -> 2.01 -> 1.83 -> 1.28 -> 1.55" in said and "1.67x from its lowest to its highest" in said
+    assert "hold only as well as that premise does" in said
+    assert "took no longer unprofiled than profiled" in said
+    steady = tally_text({"batch": "held"}, {"batch": "x"}, None, [1.2, 1.25])
+    assert "within a tenth" in steady and "context" not in steady
+    assert tally_text(outcomes, by) == tally_text(outcomes, by, None, None)  # without factors: as before
+    with pytest.raises(ValueError, match="factors"):
+        tally_text(outcomes, by, None, [])
+
+
+def test_the_waterfall_draws_each_rounds_interval():
+    # the planted figure drew every round's ratio with no interval, though 3 of 5 held 1x
+    ax = plot_waterfall([("a", 2.0), ("b", 1.5)], total=2.0, intervals=[(1.5, 3.0), (0.8, 2.5)],
+                        total_interval=(1.6, 2.6)).axes[0]
+    spans = [tuple(line.get_ydata()) for line in ax.lines if line.get_xdata()[0] == line.get_xdata()[-1]]
+    assert (pytest.approx(math.log2(1.5)), pytest.approx(math.log2(3.0))) in spans
+    assert (pytest.approx(math.log2(2.0 * 0.8)), pytest.approx(math.log2(2.0 * 2.5))) in spans
+    assert (pytest.approx(math.log2(1.6)), pytest.approx(math.log2(2.6))) in spans
+    assert "its interval, as printed" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_ylim()[1] > math.log2(5.0)  # the highest end is inside the axes
+    with pytest.raises(ValueError, match="intervals"):
+        plot_waterfall([("a", 2.0)], intervals=[(1.5, 3.0), (1.0, 2.0)])
+    with pytest.raises(ValueError, match="total_interval"):
+        plot_waterfall([("a", 2.0)], total_interval=(3.0, 1.0))

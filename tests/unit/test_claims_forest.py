@@ -85,7 +85,8 @@ def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     # identical loops 3 % apart in both orders, with no position effect: not the position's
     aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.03,) * 10, 0), "cpu")
     said = viz.claims.control_order_text(aa)
-    assert "both orders read below 1x, so the 2.9% between identical loops is not the round" in said
+    # each order's median printed to four digits: at two, one order once read "1.00x" beside "above 1x"
+    assert "both orders' medians read below 1x (0.9709x and 0.9709x), so the 2.9% between identical" in said
     assert "position (0.0%)" in said
     lines = viz.claims.control_text(aa, 0.05)
     assert lines.startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x: under the 5%")
@@ -267,3 +268,25 @@ def test_a_pair_median_outside_both_orders_says_how_far_and_what_the_steps_show(
     assert pair_order_text(0.815, orders, skewed) == ""
     with pytest.raises(ValueError):
         pair_order_text(0.681, orders, [0.0])
+
+
+def test_a_refuted_promise_is_ringed_and_named_in_the_legend_not_drawn_as_plain_inconclusive():
+    from perfkit.stats import Estimate
+
+    # compile as measured: 0.985x (0.980x to 0.999x) against at least 1.1x, the control's reach 2.8 %:
+    # inconclusive on 1x, the promise refuted; the figure once drew it grey, as any inconclusive point
+    claim = Claim("compile", "speedup", low=1.1, partly=1.0, unit="x")
+    comp = assess(claim, Estimate(0.985, 0.980, 0.999, 0.92, 16, "m"), error=0.028)
+    near = assess(claim, Estimate(1.04, 1.0, 1.08, 0.9, 16, "m"), error=0.04)  # 1.8 % from the promise
+    assert comp.refuted and comp.status == "inconclusive" and not near.refuted
+    assert "the label, inconclusive, answers only on which side of 1x (no effect)" in comp.text
+    fig = viz.plot_claims_forest({"compile": comp, "near": near})
+    ax = fig.axes[0]
+    rings = [line.get_markeredgecolor() for line in ax.lines if line.get_marker() == "o"]
+    assert rings[0] == viz.claims._COLOR["does not hold here"] and rings[1] == "white"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "inconclusive on the direction,\nthe promise refuted" in labels
+    plt.close(fig)
+    plain = viz.plot_claims_forest({"near": near})
+    assert not any("refuted" in t.get_text() for t in plain.axes[0].get_legend().get_texts())
+    plt.close(plain)

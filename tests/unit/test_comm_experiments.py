@@ -268,7 +268,12 @@ def test_bucket_count_effect_compares_against_same_count_noise():
     high = bucket_count_effect(over, alpha_s=0.003)  # model 18 ms: 13 ms above
     assert "is within that spread" in high and "above it" in high and "the data reject it" in high
     low = bucket_count_effect(over, alpha_s=0.002)  # model 12 ms: 7 ms off, within the noise, and 12 > 8
-    assert "7 ms from the model, within that spread: the data do not reject it (nor can they" in low
+    # 5 ms lies outside the model's 12 ms, by less than the noise: outside, and too noisy to judge (the old
+    # text: "the data do not reject it", of a difference outside the model's range)
+    assert ("lies outside the model's range, 7 ms below it, but equal counts spread further than that: this "
+            "run's spread is too wide to judge the model") in low and "do not reject" not in low
+    inside = bucket_count_effect(over, alpha_s=0.002, hidden_s=0.010)  # model 2 to 12 ms: 5 ms inside
+    assert "lies inside the model's range: the data do not reject it (nor can they confirm it)." in inside
     # a difference just past the noise (the cold run's 4.54 ms against 4.48 ms) is no evidence
     close = [{"calls_per_step": 1, "step_s": 1.00}, {"calls_per_step": 1, "step_s": 1.010},
              {"calls_per_step": 8, "step_s": 1.013}]  # measured 13 ms, noise 10 ms
@@ -302,7 +307,7 @@ def test_bucket_count_effect_counts_the_overlap_and_claims_no_support_the_noise_
     # with less noise the same run would test it: the overlap brings the range within reach
     quiet = [{"calls_per_step": 7, "step_s": 15.0e-3}, {"calls_per_step": 7, "step_s": 16.0e-3},
              {"calls_per_step": 1, "step_s": 12.5e-3}]  # 2.5 ms slower measured, noise 1 ms
-    assert "lies 358 µs from the model, within that spread: the data do not reject it, and it stands out" in (
+    assert "outside the model's range, 358 µs below it, but equal counts spread further than that" in (
         bucket_count_effect(quiet, alpha_s=1.123e-3, hidden_s=3.88e-3))
     assert "data reject it" in bucket_count_effect(quiet, alpha_s=1.123e-3)  # start-ups alone: 4.24 ms off
     bigger = [{"calls_per_step": 7, "step_s": 5.0e-3}, {"calls_per_step": 7, "step_s": 5.5e-3},
@@ -630,3 +635,44 @@ def test_busbw_fall_text_says_where_the_largest_sizes_fall_against_the_model():
     assert busbw_fall_text([bw(1 << 20, 1.0e9), bw(1 << 26, 1.3e9)]) == ""
     with pytest.raises(TypeError):
         busbw_fall_text([1.0])
+
+
+def test_fit_below_text_says_when_the_largest_size_beats_the_fits_line():
+    from perfkit.comm import fit_below_text
+
+    # the default run's all-reduce: alpha 1.25 ms, 1.4 GB/s; 67.1 MB in 39.7 ms (1.69 GB/s), said nowhere
+    fit = AlphaBeta(1.25e-3, 1.4e9)
+    sizes = [1 << k for k in range(10, 27, 2)]
+    pts = [pt(s, 1.25e-3 + s / 1.4e9) for s in sizes[:-1]] + [pt(sizes[-1], sizes[-1] / 1.69e9)]
+    said = fit_below_text(pts, fit)
+    assert said.startswith(" Its largest size, 67.1 MB, took 39.7 ms, 0.81x the line's 49.2 ms: it moved "
+                           "1.69 GB/s")
+    assert "6 of its 9 sizes lie at or below its crossover (1.75 MB)" in said
+    assert "log-time alike" in said and "more time than they took" in said
+    # on the line, above it, or no bandwidth term: nothing
+    assert fit_below_text([pt(s, fit.predict(s)) for s in sizes], fit) == ""
+    assert fit_below_text(pts, AlphaBeta(1.25e-3, 2e15)) == ""
+    with pytest.raises(TypeError):
+        fit_below_text(pts, (1.25e-3, 1.4e9))
+    with pytest.raises(ValueError):
+        fit_below_text(pts, fit, below=0)
+
+
+def test_ring_check_text_holds_faster_bytes_against_the_2_process_measured_rate():
+    from perfkit.comm import ring_check_text
+
+    # the default run: the 2-process fit 1.4 GB/s, but its 67.1 MB moved 1.69 GB/s; 3 processes' fit
+    # 1.23 GB/s against the ring's 1.27 GB/s from that rate (the old text: "this run does not measure why")
+    fit2 = AlphaBeta(1.25e-3, 1.4e9)
+    sizes = [1 << k for k in range(10, 27, 2)]
+    two = [pt(s, 1.25e-3 + s / 1.4e9) for s in sizes[:-1]] + [pt(sizes[-1], sizes[-1] / 1.69e9)]
+    ring0 = ring_allreduce_time(0, 3, AlphaBeta(1.25e-3 / 2, 1.4e9))
+    three = [pt(s, 1.4 * ring0 + s / 1.23e9, n=3) for s in sizes]
+    rc = ring_check(three, fit2, cores=2)
+    said = ring_check_text(rc, three, fit2, two)
+    assert "their 67.1 MB moved 1.69 GB/s (algbw), which gives the ring 1.27 GB/s on 3 processes" in said
+    assert "about that (0.97x): the bytes ran no faster than the 2 processes measured" in said
+    assert "does not measure why" not in said
+    assert "does not measure why" in ring_check_text(rc, three, fit2)  # no 2-process sweep: as before
+    slow = [pt(s, 1.4 * ring0 + s / 0.9e9, n=3) for s in sizes]  # bytes slower than the fit: no such sentence
+    assert "large-message rate" not in ring_check_text(ring_check(slow, fit2, cores=2), slow, fit2, two)

@@ -269,3 +269,24 @@ def test_fusion_text_says_what_a_floor_verdict_shows_against_the_model():
     assert "floor only" not in fusion_text(e(value=2.5, low=2.2, high=2.8), 2.14)
     with pytest.raises((TypeError, ValueError)):
         fusion_text(e(value=1.0, low=0.9, high=1.1), 0.0)
+
+
+def test_timing_noise_note_does_not_settle_a_margin_within_two_timings_of_one_call():
+    from perfkit.compress.narrate import timing_noise_note
+    # notebook 03's default run: margin -20.7 ms; the sweep's timing of the dense call (26.7 ms
+    # longer) puts it at +5.9 ms, so its sign is not established
+    text = timing_noise_note(-20.7e-3, 5.9e-3, 26.7e-3)
+    assert text.startswith(" The interval covers each set of samples' own spread, not the 26.7 ms")
+    assert "(-20.7 ms) lies within it" in text and "+5.9 ms, on the other side of 0" in text
+    assert "cannot tell whether it paid" in text
+    short = timing_noise_note(-20.7e-3, 5.9e-3, 26.7e-3, short=True)
+    assert short.startswith("; but that interval covers only") and "cannot tell whether it paid" in short
+    same = timing_noise_note(-20.7e-3, -1e-3, 26.7e-3)
+    assert "on the same side of 0" in same and "cannot tell" not in same
+    assert timing_noise_note(-30e-3, -3e-3, 26.7e-3) == (" The margin (-30 ms) lies beyond the 26.7 ms by "
+                                                          "which this run's two timings of the same dense "
+                                                          "all-reduce differ.")
+    # beyond the noise the clause says so and claims nothing the interval may not show
+    beyond = timing_noise_note(30e-3, 3e-3, 1e-3, short=True)
+    assert beyond == ("; its margin (+30 ms) lies beyond the 1 ms by which this run's two timings of the "
+                      "same dense all-reduce differ")

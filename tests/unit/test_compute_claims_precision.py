@@ -116,6 +116,7 @@ def test_the_fp16_claim_criteria_say_which_count_decides_and_the_flushed_one_bes
     assert "19.00% lifted out of fp16's subnormal range (at or above the 1% line)" in said
     assert "(30 unscaled), the scale kept 0.300% of the values, below the line" in said
     assert "disagree, and only the stand-in carries the verdict" in said
+    assert said.endswith("by the direct fp16 count alone, the figure lies below the line instead.")
     many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
                          lambda s: 20 if s == 1.0 else 0)
     assert many.criteria(2.0 ** 16, 0.01).endswith("the two criteria agree.")
@@ -128,7 +129,7 @@ def test_the_fp16_row_names_the_test_it_was_judged_by_and_whether_bf16s_agrees()
     flush = cp.GradientFlush(10_000, 1.0, {"fp16": 30, "bf16": 0}, 0.2,
                           lambda dtype, s: 30 if s == 1.0 else 0, lambda s: 2_000 if s == 1.0 else 100)
     assert flush.criterion_label(2.0 ** 16, 0.01) == (
-        "by the subnormal stand-in; the flush count, bf16's test, disagrees")
+        "by the subnormal stand-in; the flush count, bf16's test, disagrees (0.300%, below the 1% line)")
     many = cp.GradientFlush(100, 1.0, {"fp16": 30, "bf16": 0}, 0.2, lambda d, s: 30 if s == 1.0 else 0,
                          lambda s: 20 if s == 1.0 else 0)
     assert many.criterion_label(2.0 ** 16, 0.01).endswith("agrees")

@@ -410,7 +410,10 @@ def test_drift_text_calls_moves_alike_only_when_they_share_a_sign():
 
     # -1 % and +1 % (65.9 -> 65.0 ms, 62.1 -> 62.7 ms), each well clear of its noise: opposite, not "alike"
     text = ex.drift_text({"eager": m(65.9), "compiled": m(62.1)}, {"eager": m(65.2), "compiled": m(62.7)})
-    assert "-1%" in text and "+1%" in text and "opposite directions" in text and "the same way" not in text
+    assert "-1.1%" in text and "+1.0%" in text and "opposite directions" in text
+    assert "the same way" not in text
+    small = ex.drift_text({"eager": m(65.9), "compiled": m(62.1)}, {"eager": m(65.6), "compiled": m(62.2)})
+    assert "moved -0.5% and the compiled one's +0.2%" in small and "-0%" not in small
     same = ex.drift_text({"eager": m(65.9), "compiled": m(62.1)}, {"eager": m(67.2), "compiled": m(63.4)})
     assert "the same way" in same
     wide = ex.drift_text({"eager": m(65.9, 1.0), "compiled": m(62.1, 1.0)},

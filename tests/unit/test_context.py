@@ -144,3 +144,16 @@ def test_waits_after_ready_leave_out_the_time_a_neighbour_had_not_sent():
         waits_after_ready([[(0.0, 1.0, 2.0)], []])
     with pytest.raises(ValueError, match="posted, entered, left"):
         waits_after_ready([[(0.0, 1.0)], [(0.0, 1.0)]])
+
+
+def test_split_cost_note_sets_what_the_even_split_cost_beside_what_it_bought():
+    # the zig-zag split's ranks summed more compute than the contiguous split's for the same tiles,
+    # and its busier rank gained far less than the imbalances alone suggest: the note says both
+    got = cm.split_cost_note([[72.9e-3] * 3, [163e-3] * 3], [[152e-3] * 3, [132e-3] * 3], 2048)
+    assert got.startswith(" For the same tile FLOPs the zigzag split's ranks' median compute sums to 284 ms, "
+                          "1.20x the contiguous split's 236 ms; its busier rank's median, 152 ms, is 0.93x")
+    assert "shortened the busier rank by 7%, though the zigzag split spent more compute time in all" in got
+    slower = cm.split_cost_note([[0.1] * 3, [0.2] * 3], [[0.21] * 3, [0.2] * 3], 384)
+    assert slower.startswith(" For 0.976x the tile FLOPs") and "did not shorten the busier rank" in slower
+    even = cm.split_cost_note([[0.1] * 3, [0.2] * 3], [[0.15] * 3, [0.15] * 3], 2048)
+    assert even.endswith("shortened the busier rank by 25%.")

@@ -314,6 +314,22 @@ def test_gil_explain_splits_the_miss_between_the_short_spin_and_the_step():
     assert said["held"].startswith("The least step is the step's 5.43 ms plus the 4.43 ms spin")
 
 
+def test_gil_explain_says_where_the_least_step_at_the_median_slowdown_lies():
+    # a probe interval 6.2x to 89x: the verdict judges at 6.2x; at the median, 32.4x, the least
+    # step lies above the loop's whole interval, which the held text must say
+    slow = Estimate(32.4, 6.21, 89.0, 0.9, 11, "median of 11 samples")
+    loop = Estimate(11.07, 10.8, 11.2, 0.9, 15, "median of 15 samples")
+    held = ex.gil_explain(7.49, 5.70, 6.0, 5.91, slow, 13.87, 13.61, loop)["held"]
+    mid = ov.gil_least_step(7.49, 5.70, 32.4, 5.91)
+    assert f"median slowdown, 32.4x, the least step is {mid:.2f} ms, above the loop's" in held
+    assert "the bound would be missed" in held and "at most 0.357, against the 0.415 hidden" in held
+    wide = Estimate(11.3, 10.8, 11.6, 0.9, 15, "m")
+    inside = ex.gil_explain(7.49, 5.70, 6.0, 5.91, slow, 13.87, 13.61, wide)
+    assert "above the loop's median 11.30 ms but inside" in inside["held"]
+    # a plain median (no interval) prints no such sentence, as before
+    assert "median slowdown" not in ex.gil_explain(7.49, 5.70, 6.0, 5.91, slow, 13.87, 13.61, 11.07)["held"]
+
+
 def _monitored(waits_ms, rests_ms):
     return ex.MonitoredRun(None, tuple(w / 1e3 for w in waits_ms),
                            tuple((w + r) / 1e3 for w, r in zip(waits_ms, rests_ms)))
@@ -374,3 +390,39 @@ def test_handoff_part_puts_only_the_measured_handoff_on_the_handoff():
     assert "covers" in ex.handoff_part(2.5, 2.4) and ex.handoff_part(0.38, 0.04) == ""
     with pytest.raises(ValueError, match="handoff_ms"):
         ex.handoff_part(-1.0, 2.4)
+
+
+def test_a_hidden_fraction_past_1_whose_loop_beat_its_floor_beyond_noise_is_not_clipped():
+    # the prefetched loop (7.41 ms/step, tight) beats the floor built from the load's and the
+    # compute's lower ends (about 7.6 ms/step), while the four loops' joint interval still reaches
+    # below 1: a part ran faster inside the loop than apart, which clipping at 1 would hide
+    n, k = 28, 15
+    wobble = [(i - 7) * 0.01 for i in range(k)]
+    rounds = {"serial, sleep load": [(13.87 + 3 * w) * n / 1e3 for w in wobble],
+              "Prefetcher, sleep load": [(7.41 + w) * n / 1e3 for w in wobble],
+              "load only": [(7.49 + 4 * w) * n / 1e3 for w in wobble],
+              "compute only": [(5.70 + w) * n / 1e3 for w in wobble]}
+    old = ov.hidden_fraction_estimate(rounds, "sleep")
+    assert old.value == 1.0 and old.low < 1 and "clipped at 1" in old.method
+    new = ov.hidden_fraction_estimate(rounds, "sleep", n=n, exhausts=True)
+    assert new.value == pytest.approx((13.87 - 7.41) / (13.87 - 7.49)) and new.value > 1
+    assert new.low < 1 < new.high and "not clipped at 1" in new.method
+    # a loop whose interval reaches its floor is noise still: clipped as before
+    loose = {**rounds, "Prefetcher, sleep load": [(7.41 + 30 * w) * n / 1e3 for w in wobble]}
+    assert ov.hidden_fraction_estimate(loose, "sleep", n=n).value == 1.0
+    with pytest.raises(TypeError):
+        ov.clip_at_one(Estimate(1.01, 0.98, 1.02, 0.9, 15, "fraction"), beaten=1)
+
+
+def test_rates_held_says_when_the_mean_rates_lie_across_the_edge_the_block_means_do_not():
+    rates, model = {1: 506.0, 2: 982.0, 4: 939.0, 8: 889.0}, {1: 506.0, 2: 1012.0, 4: 1012.0, 8: 1036.0}
+    judged = Estimate(0.992, 0.452, 1.590, 0.9, 6, "ratio of two runs' median block means")
+    bounds = (1.023 * 0.9, 1.023 * 1.1)
+    said = ex.rates_held(rates, model, 2, [4, 8], judged, bounds)
+    assert said.startswith("Samples/s at 2 workers 982 (97% of the model's), past it: 4: 939, 8: 889")
+    assert "8 over 2, 0.905x (no interval), lies below the prediction (0.921x to 1.13x)" in said
+    assert "0.992x, lies inside" in said and "opposite sides" in said
+    near = ex.rates_held({**rates, 8: 960.0}, model, 2, [4, 8], judged, bounds)
+    assert near.endswith("lies inside the prediction (0.921x to 1.13x).")
+    with pytest.raises(ValueError):
+        ex.rates_held(rates, model, 2, [], judged, bounds)

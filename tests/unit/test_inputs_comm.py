@@ -257,6 +257,12 @@ CASES = [  # (id, call, exception, regex on the message)
      "buckets"),
     ("busbw_fall_text.points empty", lambda: comm.busbw_fall_text([]), ValueError, "points"),
     ("busbw_fall_text.points item", lambda: comm.busbw_fall_text([1.0]), TypeError, "points"),
+    ("fit_below_text.points empty", lambda: comm.fit_below_text([], LINK), ValueError, "points"),
+    ("fit_below_text.fit", lambda: comm.fit_below_text([PT2], (1e-5, 1e9)), TypeError, "fit"),
+    ("fit_below_text.below", lambda: comm.fit_below_text([PT2], LINK, below=0.0), ValueError, "below"),
+    ("measured_rate_text.points2 empty", lambda: comm.measured_rate_text([], 3, LINK), ValueError, "points2"),
+    ("measured_rate_text.n", lambda: comm.measured_rate_text([PT2], 1, LINK), ValueError, "n"),
+    ("measured_rate_text.fit", lambda: comm.measured_rate_text([PT2], 3, None), TypeError, "fit"),
     ("small_call_cost.up_to_bytes", lambda: comm.small_call_cost([PT2], LINK, up_to_bytes=-1.0), ValueError,
      "up_to_bytes"),
     ("bucket_count_effect.call_range_s", lambda: bucket_count_effect(

@@ -141,6 +141,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("gpt2_saved_activation_bytes.dtype_bytes bool",
      lambda: gpt2_saved_activation_bytes(**GPT, dtype_bytes=True), ValueError, "dtype_bytes"),
     ("recompute_flop_share.seq_len", lambda: memory.recompute_flop_share(8, 1, 16, 0), ValueError, "seq_len"),
+    ("flop_rule_text.share", lambda: memory.flop_rule_text(None, None, 0.0), ValueError, "share"),
     ("steady_peak_text.first", lambda: memory.steady_peak_text(None, None), TypeError, "first"),
     ("gpt2_num_params.n_embd", lambda: gpt2_num_params(0, 1, 16, 8), ValueError,
      "n_embd must be an int >= 1"),

@@ -687,6 +687,8 @@ CASES = [  # (name, call, exception, regex on the message)
     ("longest_sequence.budget_bytes", lambda: parallel.longest_sequence(0, 2), ValueError,
      "budget_bytes"),
     ("timed_imbalance.per_rank_s", lambda: parallel.timed_imbalance([]), ValueError, "per_rank_s"),
+    ("split_cost_note.base_s", lambda: parallel.split_cost_note([[0.0]], [[1.0]], 64), ValueError,
+     r"base_s\[0\]\[0\]"),
     # the flat collectives (one process: the checks must come before gloo sees the tensors)
     pytest.param("reduce_scatter_flat.out", lambda: reduce_scatter_flat([0.0], torch.zeros(1)),
                  TypeError, "out must be a Tensor"),

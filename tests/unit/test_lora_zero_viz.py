@@ -133,6 +133,8 @@ def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
     assert text.startswith("The median of the paired ratios, less 1, times DDP's median step: ")
     assert "By the median" not in text
     assert "grew by 33.3 ms" in text and "the edge charges 6.24 ms" in text and "(81% of that growth)" in text
+    # the share the model explains is printed too, computed, not left to the reader
+    assert "the edge charges 6.24 ms of it (19%: the share of that growth the model explains)," in text
     assert "within the edge's" in e3.beyond(1.02) and "shorter than DDP's" in e3.beyond(0.9)
     with pytest.raises(ValueError, match="ratio"):
         e3.beyond(float("nan"))
@@ -213,3 +215,28 @@ def test_beyond_points_to_the_verdict_that_lists_the_causes_rather_than_repeatin
     assert "copies into and out of flat buffers" in full and "copies" not in short
     assert "is what the model leaves out: the parts the zero1 verdict lists; this run does not" in short
     assert e.beyond(1.0, "zero1") == e.beyond(1.0)  # within the edge: no list either way
+
+
+def test_other_edge_text_says_where_the_ratio_lies_against_an_edge_not_judged():
+    from perfkit.estimate import Estimate
+    # notebook 05's default run: perfkit 1.0644x (1.026x to 1.106x) against the judged 1.0610x;
+    # with gloo's all-gather half charged too the edge is 1.0915x: the median lies below it
+    est = Estimate(value=1.0644, low=1.026, high=1.106, level=0.9, method="median of 30 paired ratios", n=30)
+    text = vzero.other_edge_text(est, 1.0915, "that half charged too")
+    assert text.startswith(" With that half charged too, the edge would be 1.0915x: the median of the paired "
+                           "ratios (1.0644x) lies below it, and its ")
+    assert "interval holds it; the verdict stays judged against the edge recorded before the run." in text
+    assert "lies above it" in vzero.other_edge_text(est, 1.01, "x") and "ratios (1.0644x) lies above" in \
+        vzero.other_edge_text(est, 1.01, "x")
+    with pytest.raises(ValueError):
+        vzero.other_edge_text(est, 1.1, "")
+
+
+def test_against_plain_names_why_the_same_algorithm_has_two_edges():
+    ddp = SimpleNamespace(step_s=71.7e-3, update_s=4e-3)
+    e = vzero.stage_edge(1, ddp, 7, 4.37e-3, 0.4e-3, 2)
+    text = e.against_plain(1.0610)
+    assert text.startswith(" zero1's verdict and perfkit's are judged against different edges because")
+    assert "perfkit's (1.0610x) charges one whole all-reduce (4.37 ms), unhidden" in text
+    assert f"zero1's ({e.edge:.4f}x) charges only the all-gather after the step" in text
+    assert vzero.stage_edge(3, ddp, 14, 4.37e-3, 0.4e-3, 2).against_plain(1.06) == ""

@@ -351,6 +351,22 @@ def test_recompute_flop_share_counts_the_output_layer_it_does_not_recompute():
         M.recompute_flop_share(64, 2, 0, 64)
 
 
+def test_flop_rule_text_says_the_step_exceeds_its_flops_and_why():
+    from perfkit.estimate import Estimate
+    # notebook 04's default run: the step took 1.51 plain steps (1.47 to 1.53), the recompute
+    # 0.270 alone, its FLOP share 0.2121: by FLOPs 1.21, which the whole interval lies above
+    step = Estimate(value=1.51, low=1.47, high=1.53, level=0.9, method="median of 32 paired ratios", n=32)
+    text = M.flop_rule_text(step, Estimate(value=0.270, low=0.262, high=0.278, level=0.9, method="m", n=32),
+                            0.2121)
+    assert text.startswith(" By its FLOPs the checkpointed step would take 1.21 plain steps")
+    assert "its interval lies above that: time did not follow FLOPs" in text
+    assert "0.270 plain steps, 1.3x its FLOP share" in text and "added +0.24 plain steps beyond it" in text
+    near = Estimate(value=1.2, low=1.15, high=1.25, level=0.9, method="m", n=32)
+    assert M.flop_rule_text(near, step, 0.2121).endswith("; its interval holds that.")
+    with pytest.raises(ValueError):
+        M.flop_rule_text(near, step, 0.0)
+
+
 def test_steady_peak_text_sets_the_rise_against_the_state_it_names():
     def step(peak, state):
         return M.StepAnatomy(params=0, grads=0, optimizer_state=state, activations=0, peak=peak,

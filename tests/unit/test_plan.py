@@ -625,3 +625,25 @@ def test_selective_recomputation_is_searched_only_where_it_changes_something():
     pinned = enumerate_layouts(fused, 2, 4, 8, fixed={"recompute": "selective"})
     assert {x.recompute for x in pinned} == {"selective"}
     assert "selective" in {x.recompute for x in enumerate_layouts(GPT, 2, 4, 8)}  # unfused: the scores
+
+
+def test_context_parallel_ring_hides_behind_attentions_kernel_time_not_the_whole_square():
+    """The K/V ring of context parallelism once hid behind 12 h s per token and layer at the
+    matmul rate (PaLM's whole square), while the matmul term charges a fused causal kernel's
+    7 h s at the attention kernel's own rates: the hiding budget was about 12/7 too large. It is
+    now attention's one forward and backward as the kernel runs them."""
+    long = ModelSpec("long", layers=2, hidden=256, heads=4, ffn=1024, vocab=64, seq=8192)
+    base = named_cluster("a100-80gb", efficiency=0.6, attention_efficiency=0.4)
+    lay = Layout(dp=1, cp=2)
+    tok = long.seq / lay.cp   # one sequence split over the ring
+    kv = 2 * tok * long.kv_dim * long.act_bytes
+    fwd, bwd = long.attention_flops_split()
+    hide = (fwd / base.attention_flops + bwd / base.attention_backward_flops) / long.layers * tok
+    # a link whose ring takes the hiding budget plus 1 ms: 1 ms per layer is exposed
+    bw = 3 * kv / (hide + 1e-3)
+    c = dataclasses.replace(base, intra=AlphaBeta(0.0, bw))
+    assert c.overlap
+    t = step_time(long, lay, c, 1)
+    assert t.terms["context-parallel"] == pytest.approx(long.layers * 1e-3, rel=1e-6)
+    # the FLOPs hidden behind: the causal kernel's 7 h s, not the whole square's 12 h s
+    assert (fwd + bwd) / long.layers == pytest.approx(7 * long.hidden * long.seq, rel=1e-12)

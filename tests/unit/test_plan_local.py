@@ -238,7 +238,10 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
     assert abs(c.gap.value - 0.014) < 1e-12 and abs(c.cost_s - 0.018) < 1e-12
     text = str(c)
     assert "exceeds DDP's by 14.0 ms (median of 9 rounds' differences) against a predicted 10.0 ms" in text
-    assert "4.0 ms above the prediction" in text and "they cost 18.0 ms, 1.29x the charge" in text
+    assert "4.0 ms above the prediction" in text and "they cost at most 18.0 ms, 1.29x the charge" in text
+    assert "an upper bound: no step here is timed with its collectives skipped" in text
+    assert c.headline().endswith("at most 1.29x their charge)") and c.point()[2] == " ms"
+    assert c.point()[3:] == pytest.approx((11.0, 17.0))
     assert "lies below the measured interval (11.0 to 17.0 ms)" in text
     assert c.headline().startswith("10.0 / 14.0 ms (") and c.headline().endswith("1.29x their charge)")
     # the uncharged flags' all-reduce: where charging it alone would put the prediction
@@ -273,7 +276,7 @@ def test_collective_cost_sentences_add_up_as_printed():
         return [float(x) for x in re.search(pattern.replace("N", num), text).groups()]
 
     g, p, off = read(r"by N ms \(median.*?predicted N ms more: N ms above")
-    c, k, r = read(r"collectives N ms;.*?they cost N ms, Nx the charge")
+    c, k, r = read(r"collectives N ms;.*?they cost at most N ms, Nx the charge")
     lo, hi, ilo, ihi = read(r"\(N to N ms, .*?interval \(N to N ms\)")
     eu, pu, moved = read(r"uncharged N ms alone would put the predicted N ms at N ms")
     assert off == pytest.approx(g - p, abs=1e-9) and k == pytest.approx(c + off, abs=1e-9)
@@ -299,12 +302,12 @@ def test_collective_cost_rounds_each_figure_once_so_it_reads_the_same_everywhere
     text = str(c)
     assert "would put the predicted 7.25 ms at 8.60 ms, still below" in text
     assert "zero3 8.60 ms against 11.0 to 14.5 ms" in full_charge({"zero3": c})
-    (said,) = re.search(r"they cost [0-9.]+ ms, ([0-9.]+)x the charge", text).groups()
+    (said,) = re.search(r"they cost at most [0-9.]+ ms, ([0-9.]+)x the charge", text).groups()
     assert said == f"{c.over_charge:.2f}" and c.headline().endswith(f"{said}x their charge)")
     # a later sentence repeats the cost as printed: 11.5 + 26.3 - 9.0 = 28.8 ms, where the unrounded
     # 11.46 + 26.26 - 9.04 = 28.68 once read "28.7 ms" a line below "they cost 28.8 ms"
     z3 = collective_cost([0.05 + 0.02626] * 4, [0.05] * 4, 0.00904, 0.01146)
-    assert "they cost 28.8 ms" in str(z3) and z3.said_cost_ms == pytest.approx(28.8)
+    assert "they cost at most 28.8 ms" in str(z3) and z3.said_cost_ms == pytest.approx(28.8)
     assert round(z3.cost_s * 1e3, 1) == pytest.approx(28.7)
 
 
@@ -328,7 +331,7 @@ def test_full_charge_says_where_every_call_charged_in_full_puts_each_prediction(
     fits = full_charge({"zero1": collective_cost(small, base, 0.0001, 0.00334, uncharged_s=0.0002)})
     assert "inside its interval for zero1: this layout agrees" in fits
     one = full_charge({"zero1": z1, "ok": collective_cost(small, base, 0.0001, 0.00334)})
-    assert "1 of the 2 agrees" in one and "for zero1 the calls cost less" in one
+    assert "1 of the 2 agrees" in one and "for zero1 the step costs less than the model's price" in one
     assert "no interval" in full_charge({"a": collective_cost([0.05], [0.04], 0.01, 0.01)})
     with pytest.raises(ValueError, match="at least one"):
         full_charge({})

@@ -394,7 +394,10 @@ def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
     assert est.value == pytest.approx(256 * 2 ** (1 / 3))
     assert est.low < est.value < est.high and 256 < est.low and est.high < 512
     assert est.has_interval and "cross 1x" in est.method
-    assert est.method.endswith("each width's interval at 94.9%, two of them 90% together")
+    # the method names the two widths that set the interval and defers to the printed coverage
+    assert est.method.endswith("from the two widths it lies between, C = 256 and 512, each at least 94.9%, "
+                               "together at the coverage printed")
+    assert "90% together" not in est.method
     # its coverage is the two bracketing widths' together, not every width's: with five widths
     # the product over all would fall below 90 % (and the estimate would refuse it)
     five = speedup_crossing([64, 128, 256, 512, 1024], [flat(x) for x in (0.4, 0.6, 0.8, 1.4, 2.0)])
@@ -452,6 +455,17 @@ def test_offset_note_names_the_biases_a_held_crossover_rests_on():
     assert fair == ""
     low = offset_note(50e9, 76.7e9, [1e-3], [2e-3], [1e-3])
     assert "put the model's crossover lower" in low and "opposite ways" not in low
+
+
+def test_offset_note_short_carries_the_inputs_errors_into_a_headline():
+    from perfkit.parallel import offset_note
+
+    got = offset_note(105e9, 75.5e9, [1.2e-3, 1.5e-3], [1.9e-3, 1.7e-3], [1.27e-3, 6.32e-3], short=True)
+    assert got == ("; the model's inputs were off, its compute rate (1.39x the measured rate), the fit's "
+                   "line (0.63x to 0.88x what the sweep's calls took at the blocks' sizes), the split blocks "
+                   "1.27 ms to 6.32 ms above their floor: errors that can offset, so a match does not "
+                   "confirm them")
+    assert offset_note(76.7e9, 76.7e9, [1e-3], [1e-3], [0.0], short=True) == ""
 
 
 def test_bound_text_prints_the_bound_at_its_precision_not_digits_its_inputs_lack():

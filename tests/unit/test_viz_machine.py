@@ -47,8 +47,18 @@ def test_skipped_sizes_say_what_the_skip_could_have_changed(last, says):
 def test_bf16_sentence_follows_the_ratio(bf16, word, monkeypatch):
     monkeypatch.setattr(hw, "_IMITATE", None)
     text = vm.bf16_sentence(limits(bf16))
-    assert word in text and f"({bf16 / 1e9:.3g}x fp32)" in text and "imitates" not in text
+    assert word in text and f"({bf16 / 1e9:.3g}x fp32 on all cores)" in text and "imitates" not in text
     assert text.startswith("fp32 ceiling: 1 GFLOP/s") or text.startswith("fp32 ceiling: 1.00 GFLOP/s")
+
+
+def test_bf16_sentence_divides_like_for_like(monkeypatch):
+    """A bf16 ceiling reached on 1 thread is held against fp32's on 1 thread, not its all-core one."""
+    monkeypatch.setattr(hw, "_IMITATE", None)
+    lim = MachineLimits("cpu", "t", {"float32": 2.05e11, "bfloat16": 7.14e9}, 2e10, threads=2,
+                        one_thread_flops={"float32": 1.05e11, "bfloat16": 7.14e9})
+    text = vm.bf16_sentence(lim)
+    assert "(0.068x fp32 on 1 thread each: 7.14 GFLOP/s against 105 GFLOP/s; on all cores 0.0348x" in text
+    assert "emulated" in text and "(0.0348x fp32)" not in text
 
 
 def test_bf16_sentence_names_an_imitation(monkeypatch):

@@ -78,6 +78,8 @@ def test_grids_and_bubbles():
     ax = plot_bubbles(rows + [{**rows[0], "p": 4}])   # the formula line named once, not per p
     assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
         "1f1b measured", "formula (p - 1) / (m + p - 1)", "gpipe measured"]
+    # a title, and the intervals' size printed: bars narrower than the markers do not show
+    assert ax.get_title().startswith("Bubble share") and "intervals at most ±0.01" in ax.get_title()
     plt.close("all")
     # both schedules at the same m and nearly the same share: neither marker hides the other
     same = [rows[0], {**rows[0], "schedule": "1f1b", "measured": 0.2105}]

@@ -1,0 +1,184 @@
+"""The sentences lecture 07's verdicts append, each computed from the figures it speaks of:
+:func:`sleep_explain` and :func:`gil_explain` for the prefetcher's two verdicts, and
+:func:`rates_held` for the CPU-bound sweep's ratio (re-exported by
+:mod:`perfkit.data.experiments`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from perfkit import stats
+from perfkit._checks import check_int, check_real, check_type
+from perfkit.data.overlap import (
+    gil_hidden_bound,
+    gil_least_step,
+    hidden_fraction,
+    overlap_floor,
+    overlap_hidden,
+)
+from perfkit.stats import Estimate
+
+__all__ = ["gil_explain", "rates_held", "sleep_explain"]
+
+
+def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at: int,
+               past: Sequence[int], measured: Estimate, bounds: tuple[float, float]) -> str:
+    """The ``"held"`` sentence for the verdict on :func:`rate_ratio` of the last of ``past`` over
+    ``at`` workers (``rates``, ``model_rates``: mean steady samples/s by worker count): the rates,
+    and where their own ratio, the last over ``at``, lies against the prediction's ``bounds``
+    beside the judged ratio of median block means, ``measured`` (both at 3 significant figures).
+    An inconclusive verdict prints it after "the point estimate lies inside the prediction", so a
+    ratio of means outside says the two statistics lie on opposite sides of the edge.
+
+    Raises:
+        TypeError, ValueError: for a ``measured`` that is not an Estimate, an empty ``past``,
+            worker counts missing from the rates, or rates that are not finite numbers > 0.
+    """
+    check_type("measured", measured, Estimate)
+    if not past:
+        raise ValueError("past must name at least one worker count")
+    for w in (at, *past):
+        check_real(f"rates[{w}]", rates.get(w, math.nan), 0, lo_open=True)
+    check_real(f"model_rates[{at}]", model_rates.get(at, math.nan), 0, lo_open=True)
+    lo, hi = bounds
+    mean_x = float(f"{rates[past[-1]] / rates[at]:.3g}")
+    side = "below" if mean_x < float(f"{lo:.3g}") else "above" if mean_x > float(f"{hi:.3g}") else "inside"
+    text = (f"Samples/s at {at} workers {rates[at]:.0f} ({rates[at] / model_rates[at]:.0%} of the model's), "
+            "past it: " + ", ".join(f"{w}: {rates[w]:.0f}" for w in past)
+            + f"; the ratio of those mean rates, {past[-1]} over {at}, {mean_x:.3g}x (no interval), lies ")
+    judged_in = float(f"{lo:.3g}") <= float(f"{measured.value:.3g}") <= float(f"{hi:.3g}")
+    if side == "inside" or not judged_in:
+        return text + f"{side} the prediction ({lo:.3g}x to {hi:.3g}x)."
+    return (text + f"{side} the prediction ({lo:.3g}x to {hi:.3g}x), where the judged ratio of median "
+            f"block means, {measured.point('x')}, lies inside: the two statistics of one ratio lie on "
+            "opposite sides of its edge (a median block mean does not move with the few blocks that "
+            "hold a run's slowest steps, which its mean rate counts in full), and the verdict judges the "
+            "block means only.")
+
+
+def _below(pre: Estimate, x: float, name: str) -> str:
+    """How far the prefetched loop's median (``pre``, ms/step) lies below ``x``, and whether its
+    interval reaches ``x`` (noise) or not (a part ran faster inside the loop)."""
+    gap = (f"the prefetched loop's {pre.value:.2f} ms/step lies {x - pre.value:.2f} ms "
+           f"({(x - pre.value) / x:.0%}) below {name} ({x:.2f} ms/step)")
+    ends = f"its {pre.label}, {pre.low:.2f} to {pre.high:.2f} ms/step ({pre.method})"
+    if pre.has_interval and pre.high >= x:
+        return gap + f", within its noise: {ends}, reaches it"
+    return (gap + (f", beyond its noise ({ends})" if pre.has_interval else " (no interval)")
+            + ": inside the loop a load or a step took less than the loops that timed them apart in the "
+            "same rounds, which this run does not explain")
+
+
+def sleep_explain(rounds: Mapping[str, Sequence[float]], n: int, exhausts: bool) -> dict[str, str]:
+    """The sentences :func:`perfkit.verdict.judge` appends to the I/O-like (sleep) load's verdict
+    on :func:`hidden_fraction_estimate`, keyed by outcome, each computed from ``rounds`` (loop
+    name -> seconds per loop of ``n`` steps, one entry per round): where the prefetched loop lies
+    against the two-stage floor (:func:`overlap_floor`) and its longer part, and whether its own
+    interval reaches them.
+
+    Raises:
+        TypeError, ValueError: for ``rounds`` without the four ``"sleep"`` loops, ``n`` below 1
+            or ``exhausts`` not a bool.
+    """
+    check_int("n", n, 1)
+    check_type("rounds", rounds, Mapping)
+    need = ("serial, sleep load", "Prefetcher, sleep load", "load only", "compute only")
+    if missing := [k for k in need if k not in rounds]:
+        raise ValueError(f"rounds must hold the loops {list(need)}, missing {missing}")
+    ms = {k: stats.median_interval([t / n * 1e3 for t in rounds[k]]) for k in need}
+    serial, pre = ms["serial, sleep load"].value, ms["Prefetcher, sleep load"]
+    load, compute = ms["load only"].value, ms["compute only"].value
+    floor, longer = overlap_floor(load, compute, n, exhausts) / n, max(load, compute)
+    model = overlap_hidden(load + compute, load, compute, n, exhausts) if load + compute > longer else 1.0
+    at_serial = overlap_hidden(serial, load, compute, n, exhausts) if serial > longer else 1.0
+    below = _below(pre, floor, "that floor") if pre.value < floor else ""
+    if hidden_fraction({k: v.value for k, v in ms.items()}, "sleep") > model:
+        held = (f"The serial loop cost {serial - load - compute:+.2f} ms/step against its parts"
+                + (", which the prefetcher hides too" if serial > load + compute else "")
+                + f": at its floor, beside this serial loop, the fraction would be {at_serial:.3f}"
+                + (f"; beyond that, {below}." if below else "."))
+    else:
+        held = (f"The prefetched loop took {pre.value:.2f} ms/step against its floor of {floor:.2f} and the "
+                f"serial loop's {serial:.2f}" + (f": {below}." if below else "."))
+    apart = _below(pre, longer, "its longer part timed apart")
+    return {"held": held,
+            "below": f"The prefetched loop took {pre.value:.2f} ms/step against its floor of {floor:.2f}: "
+                     "each batch's handoff needs the GIL, and the digits DataLoader inside the load runs "
+                     "Python that holds it.",
+            "disturbed": f"{apart[0].upper()}{apart[1:]}; the loop cannot end before its thread has loaded "
+                         f"all {n} batches and the step has computed each."}
+
+
+def gil_explain(load: float, compute: float, planted: float, held: float, slowdown: Estimate,
+                serial_sleep: float, serial_spin: float, measured: float | Estimate) -> dict[str, str]:
+    """The sentences appended to the GIL-holding load's verdict on :func:`gil_least_step` (all
+    figures ms per step, from the same rounds; ``held``: the spin the bound takes, ``planted``:
+    its planted time, ``measured``: the prefetched spin loop's median): what the least step is
+    made of, and, for a loop below it, the spin these rounds' serial loops put at least (the spin
+    loop over the sleep loop, plus the sleep's planted time, which a sleep lasts at least), the
+    least step with that spin, and how much of the miss it accounts for. Given ``measured`` as an
+    Estimate (ms per step), the held text also says where the least step at the probe's *median*
+    slowdown lies against the loop's interval, and the hidden fraction that leaves.
+
+    Raises:
+        TypeError, ValueError: for a ``slowdown`` that is not an Estimate, or figures that
+            :func:`gil_least_step` refuses.
+    """
+    check_type("slowdown", slowdown, Estimate)
+    est = measured if isinstance(measured, Estimate) else None
+    measured = est.value if est is not None else measured
+    fastest = gil_least_step(load, compute, slowdown.low, held)
+    slowest = gil_least_step(load, compute, slowdown.high, held)
+    took = "The least step is " + (
+        f"the step's {compute:.2f} ms plus the {held:.2f} ms spin ({held / planted:.2f}x its planted "
+        f"{planted:.2f} ms, by 2b's share capped at 1 and at the load), less the 1 / "
+        f"{slowdown.low:.3g} of it during which the step still runs" if fastest > load else "the load alone")
+    took += f"; at the probe's most slowdown it is {slowest:.2f} ms." if slowest - fastest >= 0.005 else "."
+    here = planted + serial_spin - serial_sleep  # ms: the spin lasted at least this, by these rounds
+    why = (f" In these rounds the serial spin loop took {serial_spin - serial_sleep:+.2f} ms/step against "
+           f"the serial sleep loop, so a spin lasted at least about {here:.2f} ms here (a sleep lasts at "
+           "least its planted time), ")
+    kernel = "(inside a kernel that released the GIL the step runs at full speed on the other core)."
+    mid = _gil_at_median(load, compute, held, slowdown, serial_spin, measured, est)
+    if here >= held:
+        return {"held": took + mid, "below": took + why + "no less than the bound takes: the step ran faster "
+                "during the spins than its average beside the probe's thread, which the bound assumed it "
+                "would not " + kernel}
+    alt = gil_least_step(load, compute, slowdown.low, min(max(here, 0.0), load))
+    why += (f"less than the {held:.2f} ms the bound takes from 2b; with it the least step would be "
+            f"{alt:.2f} ms")
+    if measured < alt:
+        why += (f", which the loop still beats by {alt - measured:.2f} ms: the shorter spin accounts for "
+                f"{fastest - alt:.2f} ms of the {fastest - measured:.2f} ms miss, and the rest says the step "
+                "ran faster during the spins than its average beside the probe's thread " + kernel)
+    else:
+        why += (f", which the loop ({measured:.2f} ms) does not beat: a spin that short accounts for the "
+                "whole miss, though these rounds time no spin alone.")
+    return {"held": took + mid, "below": took + why}
+
+
+def _gil_at_median(load: float, compute: float, held: float, slowdown: Estimate, serial_spin: float,
+                   measured: float, est: Estimate | None) -> str:
+    """:func:`gil_explain`'s sentence on the least step at the probe's median slowdown, against
+    the prefetched loop's interval ``est`` (ms per step); "" without an interval on either."""
+    if est is None or not est.has_interval or not slowdown.has_interval:
+        return ""
+    mid = gil_least_step(load, compute, slowdown.value, held)
+    if mid - gil_least_step(load, compute, slowdown.low, held) < 0.005:
+        return ""
+    head = f" At the probe's median slowdown, {slowdown.value:.3g}x, the least step is {mid:.2f} ms"
+    frac = ""
+    if serial_spin > max(load, compute):
+        most = gil_hidden_bound(serial_spin, load, compute, slowdown.value, held)
+        hid = (serial_spin - measured) / (serial_spin - max(load, compute))
+        frac = f" (as a hidden fraction at most {most:.3f}, against the {hid:.3f} hidden)"
+    ends = f"the loop's {est.label}, {est.low:.2f} to {est.high:.2f} ms"
+    if mid > est.high:
+        return (head + f", above {ends}{frac}: judged there, the bound would be missed, so it stands only "
+                "toward the low end of the probe's interval; at its point estimate the step ran faster "
+                "during the spins than the probe's median slowdown allows.")
+    if mid > measured:
+        return head + f", above the loop's median {measured:.2f} ms but inside {ends}{frac}."
+    return head + f", which the loop's median {measured:.2f} ms does not beat{frac}."

@@ -1,0 +1,79 @@
+"""The capstone's headline tally: its rounds' verdicts counted by what bounded them, the rounds
+shown as context, and how far the profiler's factor, which scaled every share, moved.
+
+Consumes the outcomes the capstone notebook records; nothing here measures. Re-exported by
+:mod:`perfkit.viz.capstone` and :mod:`perfkit.viz`.
+
+Usage::
+
+    tally_text({"data": "inconclusive", "batch": "held"},
+               {"data": "the diagnosed share", "batch": "its factor of tokens"})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from perfkit._checks import check_items, check_real, check_type
+
+__all__ = ["tally_text"]
+
+
+def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
+               tests: tuple[str, str] | None = None, factors: Sequence[float] | None = None) -> str:
+    """``"against the diagnosed share: 0 held, 0 missed, 3 inconclusive of 3; ..."``: the rounds'
+    verdicts counted by what bounded them (``judged_by``: fix -> bound; ``outcomes``: fix -> its
+    outcome, ``"missed (above)"`` counted as missed); ``"none"`` when no round was judged.
+
+    ``tests``: ``(bound, what its rounds test)``, e.g. ``("the diagnosed share", "whether the
+    diagnosed shares predict the gains")``: where no round judged against that bound held or
+    missed (all inconclusive, or none judged), the text ends by saying this run did not test it,
+    whatever the rounds judged against other bounds showed.
+
+    ``factors``: each diagnosed configuration's profiled steps' mean over its unprofiled steps'
+    median, in the order run (the factor the shares were scaled by): with it, the text also counts
+    the rounds shown as context, not judged, and says, computed, how far the factor moved, and
+    what that means for bounds built by scaling shares with it.
+
+    Raises:
+        TypeError, KeyError: for arguments that are not mappings, a ``tests`` that is not a pair of
+            str, or a judged fix without outcome.
+        ValueError: for ``factors`` empty or not all finite and > 0.
+    """
+    check_type("outcomes", outcomes, Mapping)
+    check_type("judged_by", judged_by, Mapping)
+    if tests is not None and (not isinstance(tests, tuple) or len(tests) != 2
+                              or not all(isinstance(x, str) for x in tests)):
+        raise TypeError(f"tests must be a (bound, what it tests) pair of str, got {tests!r}")
+    parts = []
+    for bound in dict.fromkeys(judged_by.values()):
+        got = [outcomes[f].split(" (")[0] for f, b in judged_by.items() if b == bound]
+        counts = ", ".join(f"{got.count(o)} {o}" for o in ("held", "missed", "inconclusive", "disturbed")
+                           if o != "disturbed" or o in got)
+        parts.append(f"against {bound}: {counts} of {len(got)}")
+    text = "; ".join(parts) or "none"
+    if tests is not None:
+        decided = [f for f, b in judged_by.items() if b == tests[0]
+                   and outcomes[f].split(" (")[0] in ("held", "missed")]
+        if not decided:
+            text += f"; no round judged against {tests[0]} held or missed: this run did not test {tests[1]}"
+    return text + ("" if factors is None else _factors_text(outcomes, judged_by, factors))
+
+
+def _factors_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str], factors: Sequence[float]) -> str:
+    """For :func:`tally_text`: the rounds not judged, and the profiled over unprofiled factor's moves."""
+    got = check_items("factors", factors)
+    _ = [check_real("factors", x, 0, lo_open=True) for x in got]
+    ctx = [f for f in outcomes if f not in judged_by]
+    out = (f"; {len(ctx)} of the {len(outcomes)} rounds shown as context, not judged ({', '.join(ctx)})"
+           if ctx else "")
+    moved = max(got) / min(got)
+    out += ("; the profiled over unprofiled step, the factor (never taken below 1) that scaled every share, "
+            "went " + " -> ".join(f"{x:.2f}" for x in got) + " across the configurations diagnosed")
+    premise = "a share so scaled bounds its phases only if they took no longer unprofiled than profiled"
+    if moved > 1.1:
+        return out + (f", {moved:.2f}x from its lowest to its highest: the profiler's cost (which grows "
+                      "with the operators a step runs, which the fixes change), the load, or both, moved; "
+                      f"{premise}, which load on the runs that the window did not bear can break, so these "
+                      "bounds hold only as well as that premise does")
+    return out + f", within a tenth of each other, as a steady profiler cost would be; {premise}"
