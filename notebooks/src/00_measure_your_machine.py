@@ -155,8 +155,8 @@ plt.show()
 # that covers the median with at least 90 % probability, printed with its exact coverage (93 % at
 # 5 samples, 98 % at 7, about 90 % at 30). A **range** is the spread of single repeats (p10 to
 # p90, or as its label says), printed as "range" or "spread": it claims no confidence, and a
-# verdict judged on one says only where the repeats fell. Beside this interval, what the sweep
-# saw of the smallest size on every core.
+# verdict judged on one says only where the repeats fell. Beside this interval, the sweep's own
+# ratio of the two sizes on one thread, and what it saw of the smallest size on every core.
 
 # %%
 print(vm.bf16_sentence(limits))
@@ -170,7 +170,10 @@ for dt in limits.matmul_flops:  # each curve: where it starts and ends against i
 fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key=lambda p: p.n)
 n_small, n_large = fp32_pts[0].n, fp32_pts[-1].n
 small_large = sizing.matmul_ratio(n_small, n_large, repeat=15, device=DEVICE, threads=1)  # 15: a busy machine
-print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.text('x')}")
+sweep1 = {p.n: p.flops_per_s for p in fp32_pts if p.threads == 1}  # the sweep's one-thread rates, timed apart
+print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.text('x')}"
+      + (small_large.beside(sweep1[n_small] / sweep1[n_large], "the sweep's ratio of their one-thread rates")
+         if {n_small, n_large} <= sweep1.keys() else ""))
 rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
 if len(rate) > 1 and 1 in rate:
     t_all = max(rate)

@@ -312,7 +312,8 @@ print(f"digits loader alone: {alone.text('s')} per batch; in the step "
 p_data = Prediction("digits CNN's median data share", "the loader's own work per batch (timed alone, up to "
                     "1.5x it) over the step", low=alone.low / dg.step.p50_s, high=1.5 * alone.high / dg.step.p50_s,
                     physical=(0, 1))
-viz.verdict(p_data, dg['data'].p50_s / dg.step.p50_s, explain=vprof.loader_explain(dg['data'].p50_s, alone))
+viz.verdict(p_data, share := dg['data'].p50_s / dg.step.p50_s, explain=vprof.loader_explain(
+    dg['data'].p50_s, alone, shares=(share, dg['data'].median_share, (p_data.low, p_data.high))))
 
 # %% [markdown]
 # The data shares are what the DataLoader costs with nothing slow in it; section 4 holds the

@@ -383,7 +383,7 @@ for latency_bound in (True, False):
     viz.verdict(Prediction(f"3-process all-reduce time over the ring model, sizes {sizes}",
                            f"a ring on 3 processes, from the 2-process fit, x {rc.stretch:.2f} for {rc.cores} "
                            "cores", low=rc.stretch / 2, high=2 * rc.stretch, unit="x"), rc.regime(latency_bound),
-                explain={k: comm.ring_regime_text(rc, latency_bound, (rc.stretch / 2, 2 * rc.stretch))
+                explain={k: comm.ring_regime_text(rc, latency_bound, (rc.stretch / 2, 2 * rc.stretch), k == "held")
                          for k in ("held", "above", "below", "inconclusive")})
 
 # %% [markdown]
@@ -620,9 +620,10 @@ viz.verdict(Prediction(f"time per sample at k={kk['k']} over k=1", "only the com
 # large as anything the model predicts, this run cannot test the model, and the line says so.
 
 # %%
-print(comm.bucket_count_effect(bk, f_ar.alpha_s, hidden_said="the larger of section 4's two readings",  # its alpha
-                               hidden_s=max(t["backward_only"], t["compute_only"] - t["forward_only"]),
-                               call_range_s=(bucketing.sweep_low_s, bucketing.sweep_high_s)))
+print(effect := comm.bucket_count_effect(bk, f_ar.alpha_s,  # its alpha
+                                         hidden_said="the larger of section 4's two readings",
+                                         hidden_s=max(t["backward_only"], t["compute_only"] - t["forward_only"]),
+                                         call_range_s=(bucketing.sweep_low_s, bucketing.sweep_high_s)))
 
 # %% [markdown]
 # ## Summary
@@ -654,8 +655,9 @@ print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].
       + comm.small_sizes_text(by_op["all_reduce"], fits["all_reduce"], short=True) + ". Buckets pay fewer "
       "start-ups (naive's "
       f"step over bucketed's: {nb.text('x')} here, against the model's {bucketing.model_ratio:.2f}x: {bucketing.short()}), "
-      "and DDP's bucket_cap_mb trades the start-ups of many small buckets against one large bucket that cannot "
-      "start until backward is over. NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
+      "and DDP's bucket_cap_mb is meant to trade the start-ups of many small buckets against one large bucket "
+      "that cannot start until backward is over" + ("; this run's caps rejected that model (section 5)"
+                                                    if "the data reject it" in effect else "") + ". NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
       "bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's all-reduce can hide only "
       "behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during forward)"
       + (f"; here the overlapped step saved {hidden.scaled(100).text('%')} of the bucketed step's communication, "

@@ -30,7 +30,7 @@
 # 3. measures **activation checkpointing**: bytes saved against time paid, per block with
 #    `torch.utils.checkpoint` and with transformers' own switch;
 # 4. measures what **mixed precision** does to activation memory;
-# 5. gives a **widget** over the model, checked against the point measured here.
+# 5. gives a **widget** over the model, beside the tensors counted and the peak measured here.
 
 # %% tags=["parameters"]
 import os
@@ -418,12 +418,15 @@ for recipe, kw in (("fp32_adam", "fp32"), ("mixed_adam", "mixed")):
 #
 # Move width, depth, batch, sequence length, precision and checkpointing; the bar is the
 # model of sections 1-4. At the default setting (the one measured in section 1) it also shows
-# the measured tensors, so you can see the model hold at one real point. This device's memory
-# is a dashed line when the bars come within reach of it, and a share in the title otherwise.
+# the live tensors counted there, the same tensors the model counts (a check of the
+# bookkeeping), and the step's measured peak (the parameters plus the peak above the step's
+# start, gray), which section 1 printed as a multiple of gradients + optimizer state +
+# activations and no formula here predicts: size a job by the peak. This device's memory is a
+# dashed line when the bars come within reach of it, and a share in the title otherwise.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM)
+spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM, peak={"parameters": anatomy.params, "peak above the step's start": anatomy.peak})
 viz.build_widget(spec)
 
 # %%

@@ -328,7 +328,9 @@ if rss:
 #   forward waits for: half an all-reduce's bytes, charged unhidden (half of the gradient's
 #   all-reduce less a 4-byte call's time: the fixed cost goes with the calls below). Stage 3 all-gathers each
 #   block's parameters in forward and again in backward and reduce-scatters its gradients: two
-#   all-gathers the step waits for, each charged unhidden by that rule. Every call beyond DDP's pays
+#   all-gathers the step waits for, each charged unhidden by that rule (at the all-reduce's time
+#   per byte, though notebook 03 timed gloo's all-gather slower per byte at another size: a
+#   missed verdict prints the factor that would explain it). Every call beyond DDP's pays
 #   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. A 4-byte all-reduce
 #   timed alone pays it with the processes' arrival spread (the wait for the last process to call); calls in flight together (perfkit
 #   issues its reduce-scatters and all-gathers asynchronously, as torch_zero its broadcasts)
@@ -446,7 +448,7 @@ time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "DDP
     "its two all-gathers" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
                                      f"{NPROC - 1}/{NPROC} of AdamW's update", high=e.edge, unit="x", soft=("high",)),
                           ratio[n],
-                          explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value, None if n == first else first)
+                          explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value, None if n == first else first) + e.digits(ratio[n])
                                                 + e.interleave_note() + beyond.get(n, "")
                                                 + note[n]))
                  for n, e in edges.items()}
@@ -607,7 +609,7 @@ viz.show_headlines({
     "ZeRO-1 overlapped / after backward (paired rounds)": ov.text("x"),
     "ZeRO-1 step time (perfkit / torch ZeRO)":
         stats.median_ratio(v["perfkit"].step_times_s, v["torch_zero"].step_times_s).text("x"),
-    "ZeRO-3 model states / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's",
+    "ZeRO-3 model states after backward / process (perfkit)": f"{measured[3] / measured[0]:.1%} of DDP's (with its transient buffers, at most {(measured[3] + ms['zero3'].transient_peak_bytes) / ddp_at_once:.0%} of DDP + AdamW's bytes at once)",
     "ZeRO-3 bytes per step / DDP's": f"{sent['zero3'] / sent['ddp_adamw']:.2f}x as a ring sends them (NCCL), {vzero.gloo_sent_bytes(ms['zero3']) / sent['ddp_adamw']:.2f}x on gloo (this run)",
     "torch ZeRO bytes per step / DDP's": f"{sent['torch_zero'] / sent['ddp_adamw']:.2f}x",
     "ZeRO-2 / ZeRO-3 step time / DDP+AdamW": f"{ratio['zero2'].text('x')} / {ratio['zero3'].text('x')}",

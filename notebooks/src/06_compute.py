@@ -208,8 +208,9 @@ print(ex.largest_rise(curves))
 # inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
 # steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`. Since
 # the parts are timed beside the steps and cover most of the step, that verdict checks the premise
-# of Amdahl's law here (the step is its parts: nothing else changed speed) rather than
-# forecasting a step before it was timed; the forecast is the first verdict's.
+# of Amdahl's law here (the step is its parts: nothing else changed speed), as finely as its band
+# allows (the two rests printed with it say how finely), rather than forecasting a step before it
+# was timed; the forecast is the first verdict's.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -266,7 +267,7 @@ if swept:
                 explain=dict.fromkeys(("above", "below"), parts.forecast_terms(f_ceil, swept.ratio)))
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
                        "in the steps' own rounds: a check that the step is its parts, not a forecast",
-                       value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain())
+                       value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain(band=0.25))
 
 # %% [markdown]
 # The forecast's `f` counts only the model's FLOPs, at the fp32 ceiling's speed, so it is at most
@@ -927,7 +928,9 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
        f"{curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}" for k in ("below", "held")})
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
-                       "account, not a forecast" if curve.batches[curve.rival()] == FIT else ""),
+                       "account, not a forecast" if curve.batches[curve.rival()] == FIT else "")
+                       + f"; {others - len(inside)} of the {others} batches it was not fitted on measured outside their "
+                       "printed ranges",
                        low=lo, high=hi, unit="x", soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
 print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the same ratio in the sweep's rounds

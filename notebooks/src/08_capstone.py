@@ -483,7 +483,7 @@ viz.show_headlines({
     "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
     "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, ("the diagnosed share", "whether the diagnosed shares predict the gains"),
-                                                     [job.profiler_slowdown(r["report"], r["result"]) for r in loop.rounds]),
+                                                     loop.factors),
     "tried and dropped": "; ".join(dropped_text(f, g) for f, g in loop.tried.items()) or "none",
     "findings above information level the last diagnosis still lists": "; ".join(standing) or "none",
     "MFU": f"{pct(mfu['slow'])}{runs_mfu} -> {pct(mfu['fixed'])} (6N + attention FLOPs over the measured "

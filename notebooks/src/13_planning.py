@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # 13 · Planning at scale: a thousand-GPU run's layouts, ranked on a laptop within the model's error
+# # 13 · Planning at scale: a 512-GPU run's layouts planned on a laptop, and what the plan cannot tell apart
 #
 # Everything this course measured happened on one machine with two processes. The question
 # that comes later is asked about hardware nobody can try in advance: for this model, on this
@@ -188,7 +188,8 @@ print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.
 # *relative to DDP's*; the layouts alternate round by round, so that ratio is judged per round
 # (the median of the rounds' ratios), where a change of load hits both members alike. A window
 # of ±25 % is wide against a few milliseconds of collectives, so each verdict also says what the
-# collectives cost at most, with the compute held at DDP's fitted cost, against their charge, and
+# collectives cost at most, with the compute held at DDP's fitted cost (a bound only if DDP's own
+# all-reduce took its charge), against their charge, and
 # whether the prediction lies outside the measured interval, whatever the window lets through.
 # Those milliseconds all come from one statistic, the median of the rounds' paired differences
 # (the step minus DDP's), with the flags' uncharged all-reduce priced beside it. The charges
@@ -554,8 +555,11 @@ viz.build_widget(plan_widget())
 # tables of its chip only (the cross-table error). That efficiency is the weight matmuls'.
 # Attention is counted apart, as each run's kernel ran it (the cell below counts each table's
 # rows by kernel): llm-foundry's fused causal kernels run `7 L h s` FLOPs per token where MFU
-# counts `12 L h s`, at the share of the peak the FlashAttention papers state for the
-# generation each run used (`perfkit.plan.ATTENTION_EFFICIENCY`, with its sources); Megatron-LM
+# counts `12 L h s`, at a share of the peak for the generation each run used
+# (`perfkit.plan.ATTENTION_EFFICIENCY`, with its sources): the papers state the first generation's
+# forward and backward shares on A100 and the second's forward shares on A100 and H100 (perfkit
+# takes the middle of a stated range); the second generation's backward shares and both shares of
+# the first generation on H100 are perfkit's extrapolations from those; Megatron-LM
 # in 2021 ran it unfused, the whole `s x s` square with its scores kept, at the fitted matmul
 # efficiency. The memory-bound work (norms, activations, the
 # loss, the optimizer) moves its bytes at 90 % of the datasheet's HBM bandwidth

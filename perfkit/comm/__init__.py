@@ -61,6 +61,7 @@ from perfkit.comm.overlap import (
 )
 from perfkit.comm.ring import (
     fit_below_text,
+    held_by_text,
     measured_rate_text,
     ring_all_reduce,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "busbw_fall_text",
     "busbw_share",
     "fit_below_text",
+    "held_by_text",
     "measured_rate_text",
     "encoding_pays",
     "fit_quality",

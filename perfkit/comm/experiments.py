@@ -25,7 +25,7 @@ from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
-from perfkit.comm.ring import measured_rate_text
+from perfkit.comm.ring import held_by_text, measured_rate_text
 from perfkit.units import si
 
 __all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share", "ring_check", "ring_check_text",
@@ -363,7 +363,8 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     return text + "."
 
 
-def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, float] | None = None) -> str:
+def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, float] | None = None,
+                     held: bool = False) -> str:
     """A sentence on one regime of a ring check (the sizes at or below the crossover, or above it):
     their ratios to the plain ring model and to the stretched one, and which the median lies nearer
     (on a log scale, where the stretch is a factor). Between the two models, the nearer one is
@@ -372,7 +373,7 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
     leaves it open. By the same rule, a median above the stretched model (below the plain one)
     is called above (below) it only when it lies further from it than half that spread. With
     ``band`` (the ``(low, high)`` a verdict judges the median against), it names each size
-    whose own ratio lies outside it, since the verdict judges only the median.
+    whose own ratio lies outside it (the verdict judges the median); ``held``: first ``held_by_text``.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
@@ -383,6 +384,8 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
         out = [(nb, x) for nb, x in zip(check.nbytes[part], check.ratios[part], strict=True)
                if not band[0] <= x <= band[1]]
         said = ring_regime_text(check, latency_bound)
+        if held and check.stretch != 1 and band[0] <= 1 and check.stretch <= band[1]:
+            said = held_by_text(check.ratios[part], check.stretch, band) + " " + said
         return said if len(check.ratios[part]) < 2 else said + (" The verdict judges the median; per size, "
                        + ", ".join(f"{si(nb, 'B')} ({x:.2f}x)" for nb, x in out)
                        + f" lie{'s' * (len(out) == 1)} outside {band[0]:.2f}x to {band[1]:.2f}x." if out else

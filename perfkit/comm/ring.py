@@ -18,8 +18,10 @@ Usage (inside a worker started by :func:`perfkit.dist.launch`)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -28,7 +30,7 @@ from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
-__all__ = ["fit_below_text", "measured_rate_text", "ring_all_reduce"]
+__all__ = ["fit_below_text", "held_by_text", "measured_rate_text", "ring_all_reduce"]
 
 
 def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
@@ -145,3 +147,24 @@ def measured_rate_text(points2: Sequence[CollectivePoint], n: int, fit: AlphaBet
             f"{si(last.nbytes, 'B')} moved {si(last.nbytes / last.time_s, 'B/s')} (algbw), which gives the "
             f"ring {si(rate, 'B/s')} on {n} processes, and the {n} processes' fitted bandwidth is "
             + (near if 1 / 1.1 <= x <= 1.1 else off) + ".")
+
+
+def held_by_text(ratios: Sequence[float], stretch: float, band: tuple[float, float]) -> str:
+    """The lead sentence of a held verdict on sizes' ``ratios`` to the plain ring model, judged on
+    their median against a ``band`` that holds both the plain model (1x) and the one stretched by
+    ``stretch``: which of the two the median lies nearer (on a log scale), so by which the band holds it.
+
+    Raises:
+        TypeError, ValueError: for no ratios, or a ratio or a stretch that is not a number > 0.
+    """
+    ratios = [check_real("ratios item", x, 0, lo_open=True) for x in check_items("ratios", ratios)]
+    check_real("stretch", stretch, 0, lo_open=True)
+    m = float(np.median(ratios))
+    to_plain, to_stretched = abs(math.log(m)), abs(math.log(m / stretch))
+    nearer = ("the plain model" if to_plain < to_stretched else
+              "the stretched model" if to_stretched < to_plain else "neither model")
+    said = f"the median, {m:.3g}x the plain model and {m / stretch:.3g}x the stretched one"
+    return (f"The band {band[0]:.2f}x to {band[1]:.2f}x holds the plain model (1x) as well as the stretched "
+            f"one ({stretch:.2f}x): {said}, lies nearer {nearer}"
+            + (", so the verdict holds by the plain model, not by the stretch."
+               if nearer == "the plain model" else "."))

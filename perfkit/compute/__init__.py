@@ -24,18 +24,8 @@ from perfkit.compute.attention_cost import (
     tile_miss_note,
     time_attention,
 )
-from perfkit.compute.autocast_parts import (
-    LOW_DTYPES,
-    PART_KINDS,
-    AutocastParts,
-    OpCall,
-    SweptRatio,
-    amdahl,
-    record_parts,
-    replay_parts,
-    swept_ratio,
-    time_autocast_parts,
-)
+from perfkit.compute.autocast_parts import AutocastParts, SweptRatio, amdahl, swept_ratio, time_autocast_parts
+from perfkit.compute.autocast_record import LOW_DTYPES, PART_KINDS, OpCall, record_parts, replay_parts
 from perfkit.compute.batch_curve import BatchCurve, measure_batch_curve, minor_faults, page_fault_s
 from perfkit.compute.budget import (
     BatchSearch,

@@ -32,135 +32,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
+from perfkit.compute.autocast_record import PART_KINDS, record_parts, replay_parts
 from perfkit.compute.flops import Speedup
 from perfkit.hw import MachineLimits, dtype_name
 from perfkit.timing import Measurement, interleaved, interleaved_balanced
 from perfkit.units import si
 
-__all__ = ["LOW_DTYPES", "PART_KINDS", "AutocastParts", "OpCall", "SweptRatio", "amdahl", "record_parts",
-           "replay_parts", "swept_ratio", "time_autocast_parts"]
+__all__ = ["AutocastParts", "SweptRatio", "amdahl", "swept_ratio", "time_autocast_parts"]
 
-PART_KINDS = ("matmul", "attention", "cast", "other")  # "other": any other op on a low-precision tensor
-LOW_DTYPES = (torch.bfloat16, torch.float16)
-_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "convolution", "convolution_backward"}
-
-
-def _low(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) and x.dtype in LOW_DTYPES
-
-
-def _kind(func: Any, args: tuple, kwargs: dict, out: Any) -> str | None:
-    """The part a dispatched op belongs to (one of :data:`PART_KINDS`), or ``None`` when it touches
-    no low-precision tensor (it runs the same in both steps)."""
-    name = func.__name__.split(".")[0]  # "addmm.default" -> "addmm"
-    if name == "_to_copy":
-        src, to = args[0], kwargs.get("dtype")
-        cast = src.is_floating_point() and to is not None and to.is_floating_point and to != src.dtype
-        return "cast" if cast and (to in LOW_DTYPES or src.dtype in LOW_DTYPES) else None
-    if not any(_low(t) for t in tree_flatten((args, kwargs, out))[0]):
-        return None
-    if name in _MATMULS:
-        return "matmul"
-    return "attention" if "scaled_dot_product" in name else "other"
-
-
-def _copy(t: Any, dtype: torch.dtype | None = None) -> Any:
-    """A detached copy of a tensor with its strides (a transposed view stays transposed), in
-    ``dtype`` when it is low precision and ``dtype`` is given; a low-precision dtype argument
-    becomes ``dtype`` too. Anything else is returned as is."""
-    if isinstance(t, torch.dtype):
-        return dtype if dtype is not None and t in LOW_DTYPES else t
-    if not isinstance(t, torch.Tensor):
-        return t
-    to = dtype if dtype is not None and t.dtype in LOW_DTYPES else t.dtype
-    broadcast = [d for d, (n, s) in enumerate(zip(t.shape, t.stride(), strict=True)) if s == 0 and n > 1]
-    if broadcast:  # an expanded view: copy one slice along each broadcast dim, expand it again
-        base = t
-        for d in broadcast:
-            base = base.narrow(d, 0, 1)
-        return _copy(base, dtype).expand(t.shape)
-    try:
-        return torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device).copy_(t.detach())
-    except RuntimeError:  # other self-overlapping layouts (as_strided): a dense copy
-        return t.detach().to(to, copy=True)
-
-
-@dataclass(frozen=True)
-class OpCall:
-    """One recorded op: the aten overload, its arguments as recorded (``args``, ``kwargs``:
-    tensors copied with their values and strides), the same upcast to fp32 (``args32``,
-    ``kwargs32``; ``None`` for a cast, which the fp32 step does not run) and its kind."""
-
-    func: Any
-    args: tuple
-    kwargs: dict
-    args32: tuple | None
-    kwargs32: dict | None
-    kind: str
-
-    def __call__(self, fp32: bool = False) -> Any:
-        if fp32:
-            return None if self.args32 is None else self.func(*self.args32, **self.kwargs32)
-        return self.func(*self.args, **self.kwargs)
-
-
-class _Recorder(TorchDispatchMode):
-    """Keep a copy of every op that touches a low-precision tensor, and of every cast."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[OpCall] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if (kind := _kind(func, args, kwargs, out)) is not None:
-            up = (None, None) if kind == "cast" else (tree_map(lambda t: _copy(t, torch.float32), args),
-                                                      tree_map(lambda t: _copy(t, torch.float32), kwargs))
-            self.calls.append(OpCall(func, tree_map(_copy, args), tree_map(_copy, kwargs), *up, kind))
-        return out
-
-
-def record_parts(step: Callable[[], object]) -> list[OpCall]:
-    """Run ``step()`` once and return, in order, every op it ran (forward and backward) on a
-    low-precision tensor and every cast to or from low precision. A training step updates the
-    weights like any other call.
-
-    Raises:
-        TypeError: if ``step`` is not callable.
-    """
-    check_callable("step", step)
-    rec = _Recorder()
-    with rec:
-        step()
-    return rec.calls
-
-
-def replay_parts(calls: list[OpCall], fp32: bool = False) -> Callable[[], None]:
-    """A callable running ``calls`` again, one after the other, on their recorded inputs (no
-    autograd: the backward's ops were recorded as ops of their own); ``fp32``: upcast, casts
-    skipped.
-
-    Raises:
-        TypeError: for calls that are not a list of :class:`OpCall`.
-    """
-    check_type("calls", calls, list)
-    for i, c in enumerate(calls):
-        check_type(f"calls[{i}]", c, OpCall)
-
-    def run() -> None:
-        with torch.no_grad():
-            for c in calls:
-                c(fp32)
-
-    return run
 
 
 def amdahl(f: float, r: float) -> float:
@@ -344,10 +227,24 @@ class AutocastParts:
             out.append(f"  {k:>9}: {self.counts[k]:3d} calls, fp32 {b:7.2f} ms, mixed {c:7.2f} ms {ratio}")
         return out
 
-    def explain(self) -> dict[str, str]:
+    def explain(self, band: float | None = None) -> dict[str, str]:
         """The verdict's sentences: how fast the rest of the mixed step ran against the fp32
-        step's rest, the one term the model keeps fixed (both measured in these rounds)."""
+        step's rest, the one term the model keeps fixed (both measured in these rounds). With
+        ``band`` (the verdict's relative tolerance), a ``"held"`` one too, true whatever the
+        outcome: the two rests, and whether the band has room for the rest to vanish or double."""
         r32, r16 = (r * 1e3 for r in self.rest_s())  # ms
+        if band is not None and r32 > 0 and r16 > 0:
+            pred = self.predicted_s() * 1e3  # ms; lo, hi: the mixed steps the band admits
+            lo, hi = pred / (1 + band), pred / (1 - band)
+            moves = [w for w, room in (("vanished", pred - lo), ("doubled", hi - pred)) if room >= r32]
+            return self.explain() | {"held": (
+                f"Outside the changed ops timed alone (each step's median less their round-by-round sum's) "
+                f"the mixed step took {r16:.1f} ms and the fp32 step {r32:.1f} ms, {r16 / r32:.2f}x as long, "
+                f"where the model keeps them equal; the ±{band:.0%} band admits any mixed step from {lo:.1f} "
+                f"to {hi:.1f} ms (at the fp32 step's median), a span of {hi - lo:.1f} ms" + (
+                    f", room enough for the rest to have {' or '.join(moves)}: this verdict cannot test that "
+                    "premise, and the two rests are its test." if moves else
+                    ", so the verdict tests that premise only to within that span."))}
         if r32 <= 0:
             alone, step = self.total().baseline.median_s * 1e3, self.steps.baseline.median_s * 1e3
             text = (f"The changed ops alone in fp32 ({alone:.1f} ms) took longer than the whole fp32 step "

@@ -288,9 +288,9 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
     bear out: each move in percent, then what the pair of moves says.
 
     A step whose two medians' intervals overlap did not move clearly; when neither did,
-    the sentence says so and no more. Otherwise: "alike" only for moves of the same sign within
-    5 points of each other (what a change of load does); moves of opposite signs are named as
-    such, and a step that moved more than the other is named.
+    the sentence says so and no more. Otherwise: "about as much" only for moves within 5 points and
+    a factor of 1.5 of each other (of one sign, what a change of load does; opposite signs are named);
+    else the step that moved the more is named, with how many times as much if both moved one way.
 
     Raises:
         ValueError: for mappings that do not hold the same two step names.
@@ -299,8 +299,7 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
     check_type("after", after, Mapping)
     if len(before) != 2 or set(before) != set(after):
         raise ValueError(f"before and after must name the same two steps, got {list(before)}, {list(after)}")
-    a, b = before
-    moved = {k: after[k].median_s / before[k].median_s - 1 for k in (a, b)}
+    (a, b), moved = before, {k: after[k].median_s / before[k].median_s - 1 for k in before}
 
     def apart(k: str) -> bool:  # the two medians' intervals are clear of each other
         x, y = (median_interval(m.times_s) for m in (before[k], after[k]))
@@ -311,14 +310,15 @@ def drift_text(before: Mapping[str, Measurement], after: Mapping[str, Measuremen
     far = max(moved, key=lambda k: abs(moved[k]))
     if not (apart(a) or apart(b)):
         return head + "neither clearly, as each step's two medians have overlapping intervals."
-    if moved[a] * moved[b] > 0 and abs(moved[a] - moved[b]) < 0.05:
-        return head + "both the same way and by about as much, as a change of load would move them."
-    if moved[a] * moved[b] < 0 and abs(abs(moved[a]) - abs(moved[b])) < 0.05:
-        return head + ("by about as much in opposite directions: a load that slows both alike would not do "
-                       "that, and this notebook does not time why.")
-    return head + (f"the {far} step moved the more, so the two figures differ by the {far} step's own "
-                   "time between the runs (a load that slows both alike would not do that); this notebook "
-                   "does not time why.")
+    same, times = moved[a] * moved[b] > 0, abs(moved[far]) / max(min(map(abs, moved.values())), 1e-12)
+    if times <= 1.5 and abs(abs(moved[a]) - abs(moved[b])) < 0.05 and moved[a] * moved[b] != 0:  # alike
+        return head + ("both the same way and by about as much, as a change of load would move them." if same
+                       else "by about as much in opposite directions: a load that slows both alike would not "
+                       "do that, and this notebook does not time why.")
+    more = f"both the same way, but the {far} step moved the more, {times:.1f}x as much" if same else ""
+    return head + (more or f"the {far} step moved the more") + (f", so the two figures differ by the {far} "
+                   "step's own time between the runs (a load that slows both alike would not do that); this "
+                   "notebook does not time why.")
 
 
 def disturbed_text(points: Sequence) -> str:

@@ -307,7 +307,7 @@ class Speedup:
     """Two callables timed in alternation; ``ratio`` = the median of the back-to-back pairs'
     baseline / candidate ratios.
 
-    ``estimate`` is that ratio with its 90 % order-statistic interval over the pairs
+    ``estimate`` is that ratio with its order-statistic interval (at least 90 %) over the pairs
     (:func:`perfkit.stats.median_ratio`; none below 5 pairs): the uncertainty a verdict is
     judged on. ``low`` and ``high`` are its edges. ``pair_ratios`` are the single pairs'
     ratios, whose spread is how much one pair varies, not how uncertain the median is.

@@ -188,13 +188,14 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
                   "eager ops lose time the model does not count (per-op dispatch, intermediates that "
                   "miss the cache).")
     faults = model.faults_s / model.eager_s if model.eager_s else 0.0
-    eager = {"held": f"Bytes alone would predict {model.bytes_s * 1e3:.2f} ms; the new tensors are "
+    eager_x = rec.eager.median_s / model.eager_s  # each side of the speedup against its own model
+    eager = {"held": f"The median is {eager_x:.2f}x the model's {model.eager_s * 1e3:.1f} ms. "
+                     f"Bytes alone would predict {model.bytes_s * 1e3:.2f} ms; the new tensors are "
                      f"{faults:.0%} of the model" + (
                          ": on this machine, at this size, page faults are most of why the eager chain "
                          "runs far below the DRAM ceiling." if faults > 0.5 else "."),
              "above": "Slower still. " + slower,
              "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}
-    eager_x = rec.eager.median_s / model.eager_s  # each side of the speedup against its own model
     fused_over = compiled_s / model.fused_total_s
     took = (f"The compiled loop took {compiled_s * 1e3:.2f} ms against the model's "
             f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core DRAM ceiling, "
@@ -222,8 +223,9 @@ def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_
     bytes' part describes what fusing buys there.
 
     Where the two terms cover under half the saving, or over 1.5x it, the sentence says so
-    (what neither term counts, or the fused loop's arithmetic taking part of it back); a
-    compiled chain no faster than eager gets no attribution at all.
+    (what neither term counts, or the fused loop's arithmetic taking part of it back); between,
+    it prints the milliseconds they leave unexplained (or overshoot by); a compiled chain no
+    faster than eager gets no attribution at all.
 
     Raises:
         TypeError, ValueError: for a bad ``model`` or ``rec``, ``kernels`` below 1 or a
@@ -245,7 +247,11 @@ def what_fusion_saved(model: ChainModel, rec: CompileRecord, kernels: int, byte_
                 f", together {cover:.0%} of it: the rest is time neither term counts (the eager ops' own "
                 "per-element work and per-op costs). " if cover < 0.5 else
                 f", together {cover:.1f}x it: the fused loop's arithmetic took back part of what fusing "
-                "removed. " if cover > 1.5 else ". "))
+                "removed. " if cover > 1.5 else
+                f", together {cover:.0%} of it: {(saved - faults - moved) * 1e3:.1f} ms of the saving is "
+                "time neither term counts. " if cover < 1 else
+                f", together {cover:.0%} of it, {(faults + moved - saved) * 1e3:.1f} ms more than fusing "
+                "saved. "))
     gpu = (f"the fused kernel moves {byte_ratio:.1f}x fewer bytes than the {kernels} kernels, the speedup "
            "memory-bound work allows, less the arithmetic where that binds")
     if faults > moved:

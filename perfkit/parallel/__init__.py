@@ -144,14 +144,9 @@ from perfkit.parallel.tensor import (
 from perfkit.parallel.tp_costs import (
     TPBlockCost,
     block_flops,
-    bound_text,
-    charge_choice,
     crossover_width,
-    intercept_note,
-    offset_note,
     region_activation_bytes,
     speedup_crossing,
-    sweep_charge_note,
     sweep_time,
     tp_block_cost,
 )
@@ -161,6 +156,13 @@ from perfkit.parallel.tp_gpt import (
     parallelize_gpt,
     sp_synced_values,
     tp_traffic,
+)
+from perfkit.parallel.tp_notes import (
+    bound_text,
+    charge_choice,
+    intercept_note,
+    offset_note,
+    sweep_charge_note,
 )
 from perfkit.parallel.tp_overlap import (
     column_region,

@@ -33,10 +33,9 @@ from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.estimate import Estimate
-from perfkit.units import si
 
-__all__ = ["TPBlockCost", "block_flops", "bound_text", "crossover_width", "intercept_note", "offset_note",
-           "region_activation_bytes", "speedup_crossing", "sweep_time", "tp_block_cost"]
+__all__ = ["TPBlockCost", "block_flops", "crossover_width", "region_activation_bytes", "speedup_crossing",
+           "sweep_time", "tp_block_cost"]
 
 REACH = 16.0   # an interval end is not read further than this factor beyond the widths timed
 
@@ -188,8 +187,10 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
     Each width's speedup is the median of its rounds' ``ratios`` (unsplit over split, paired).
     The crossing is read between the first two adjacent widths whose medians straddle 1x,
     linear in log width. Its interval comes from each width's median interval at
-    ``level ** (1 / 2)`` (two widths set each end, timed in separate runs, as
-    :func:`perfkit.stats.of_medians` takes them): the low end where the curve through the
+    ``level ** (1 / k)`` for ``k`` widths (timed in separate runs, as
+    :func:`perfkit.stats.of_medians` takes them; every width can set an end, since an end is
+    read where its curve first crosses 1x, so all ``k`` hold together with the product of
+    their coverages, at least ``level``): the low end where the curve through the
     intervals' high ends crosses 1x, the high end where the one through their low ends does,
     each read past the widths timed along the end segment when that rises, and at most
     :data:`REACH` times beyond them (an end that would reach further stops there).
@@ -215,11 +216,10 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
     if len(rs) != len(ws):
         raise ValueError(f"ratios must hold one list per width ({len(ws)}), got {len(rs)}")
     check_real("level", level, 0, 1, lo_open=True, hi_open=True)
-    each = [stats.median_interval(r, level ** 0.5) for r in rs]
+    each = [stats.median_interval(r, level ** (1 / len(rs))) for r in rs]
     meds = [e.value for e in each]
     if not any(a < 1 <= b for a, b in zip(meds, meds[1:])):
         return None
-    i = next(j for j, (a, b) in enumerate(zip(meds, meds[1:])) if a < 1 <= b)  # the widths it lies between
     point = _crossing(ws, meds)
     n = min(e.n for e in each)
     how = "where the widths' median speedups cross 1x, linear in log width"
@@ -228,9 +228,9 @@ def speedup_crossing(widths: Sequence[float], ratios: Sequence[Sequence[float]],
                         needs=max(e.needs for e in each if e.needs is not None))
     low, high = _crossing(ws, [e.high for e in each]), _crossing(ws, [e.low for e in each])
     return Estimate(point, min(low, point), max(high, point), level, n,
-                    how + f", from the two widths it lies between, C = {ws[i]:g} and {ws[i + 1]:g}, each at "
-                    f"least {level ** 0.5:.1%}, together at the coverage printed",
-                    coverage=stats.joint_coverage(each[i:i + 2], independent=True))
+                    how + f", each of the {len(ws)} widths' intervals at least {level ** (1 / len(ws)):.1%}, "
+                    "all together at the coverage printed (any width can set an end)",
+                    coverage=stats.joint_coverage(each, independent=True))
 
 
 def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
@@ -257,164 +257,3 @@ def region_activation_bytes(batch: int, seq: int, width: int, t: int = 1,
     norms = 2 * (tokens * width * dtype_bytes + 2 * tokens * 4)   # input, mean and rstd fp32
     masks = 2 * tokens * width * mask_bytes if dropout else 0
     return norms + masks
-
-
-def bound_text(value: float, low: float, high: float, unit: str = "x") -> str:
-    """A figure and the range its inputs' intervals move it over, each at 3 significant digits:
-    ``"1.34x (1.33x to 1.35x)"``, or ``"1.96x"`` alone where the range does not show at that
-    precision (no extra digits to part two ends that differ by less than the figure's own
-    precision, which the inputs held fixed do not have).
-
-    Raises:
-        TypeError, ValueError: for numbers not finite, or ``low > high``.
-    """
-    value, low, high = (check_real(n, v) for n, v in (("value", value), ("low", low), ("high", high)))
-    if low > high:
-        raise ValueError(f"low must be <= high, got {low!r} > {high!r}")
-    v, lo, hi = (si(x, unit) for x in (value, low, high))
-    return v if lo == hi == v else f"{v} ({lo} to {hi})"
-
-
-def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequence[float]) -> str:
-    """Which way charging the sweep's calls, not the fit's line, moves each width's bound
-    ``U / (U / t + comm)``: where the sweep charged more, the bound is lower (stricter) than the
-    fit's line would make it; where less, higher. One clause, from the two charges.
-
-    Raises:
-        TypeError, ValueError: for lists that are not numbers > 0 or differ in length.
-    """
-    ws, ss = check_items("widths", widths), check_items("sweep_s", sweep_s)
-    fs = check_items("fit_s", fit_s)
-    if not len(ws) == len(ss) == len(fs):
-        raise ValueError(f"widths, sweep_s and fit_s differ in length: {len(ws)}, {len(ss)}, {len(fs)}")
-    for name, vs in (("sweep_s", ss), ("fit_s", fs)):
-        for i, v in enumerate(vs):
-            check_real(f"{name}[{i}]", v, 0, lo_open=True)
-    parts = []
-    for how, effect, keep in (("more than", "lower, stricter, than the fit's would be", lambda r: r > 1),
-                              ("less than", "higher than the fit's would be", lambda r: r < 1),
-                              ("the same as", "the fit's", lambda r: r == 1)):
-        rs = [(w, s / f) for w, s, f in zip(ws, ss, fs) if keep(s / f)]
-        if rs:
-            lo, hi = min(r for _, r in rs), max(r for _, r in rs)
-            span = f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
-            at = ", ".join(f"{w:g}" for w, _ in rs)
-            parts.append(f"{how} the fit's line at C = {at} ({span}: the bound there {effect})")
-    return "the sweep charged a block's call " + "; ".join(parts)
-
-
-def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Sequence[float],
-                beyond_s: Sequence[float], short: bool = False) -> str:
-    """Why a crossover prediction judged against the measured crossing need not have any input
-    right: the prediction's compute rate ``ceiling`` against the blocks' measured ``rate``
-    (FLOP/s), the fit's line ``fit_s`` against the sweep's calls ``sweep_s`` at the blocks'
-    sizes (s per call), and ``beyond_s``, each split block's time above its floor ``U / t +
-    comm`` (s), which the model leaves out. A rate above the measured one and a line above the
-    calls put the model's crossover higher (``U`` smaller, ``comm`` larger); time beyond the
-    floor puts the measured crossing higher. Where the model's inputs push it up and the omitted
-    time pushes the crossing up, the sentence says the two offset. A sentence; ``""`` where
-    nothing is off. ``short``: a headline's clause instead, naming what was off and that agreement
-    does not confirm it.
-
-    Raises:
-        TypeError, ValueError: for rates or times not > 0 (``beyond_s`` any finite number), or
-            ``fit_s`` and ``sweep_s`` of different lengths.
-    """
-    r = check_real("ceiling", ceiling, 0, lo_open=True) / check_real("rate", rate, 0, lo_open=True)
-    fs, ss = check_items("fit_s", fit_s), check_items("sweep_s", sweep_s)
-    if len(fs) != len(ss):
-        raise ValueError(f"fit_s and sweep_s differ in length: {len(fs)}, {len(ss)}")
-    over = [check_real(f"fit_s[{i}]", f, 0, lo_open=True) / check_real(f"sweep_s[{i}]", x, 0, lo_open=True)
-            for i, (f, x) in enumerate(zip(fs, ss))]
-    beyond = [check_real(f"beyond_s[{i}]", b) for i, b in enumerate(check_items("beyond_s", beyond_s))]
-    up, down = [], []
-    if f"{r:.2f}" != "1.00":
-        (up if r > 1 else down).append(f"its compute rate ({r:.2f}x the measured rate)")
-    if over and (min(over) > 1 or max(over) < 1):
-        span = f"{min(over):.2f}x" if f"{min(over):.2f}" == f"{max(over):.2f}" else \
-            f"{min(over):.2f}x to {max(over):.2f}x"
-        (up if min(over) > 1 else down).append(f"the fit's line ({span} what the sweep's calls took at the "
-                                               "blocks' sizes)")
-    if short:
-        off = up + down + ([f"the split blocks {si(min(beyond), 's')} to {si(max(beyond), 's')} above their "
-                            "floor"] if beyond and min(beyond) > 0 else [])
-        return f"; the model's inputs were off, {', '.join(off)}: errors that can offset, so a match " \
-            "does not confirm them" if off else ""
-    said = [(" and ".join(xs), way) for xs, way in ((up, "higher"), (down, "lower")) if xs]
-    text = "".join(f" {x[0].upper()}{x[1:]} put the model's crossover {way} than this run's measurements "
-                   "would." for x, way in said)
-    if beyond and min(beyond) > 0:
-        text += (f" The split blocks ran {si(min(beyond), 's')} to {si(max(beyond), 's')} above their floor "
-                 "U / t + comm, time the model leaves out, which puts the measured crossing higher")
-        text += (": the two errors move the gap between prediction and measurement opposite ways, so the "
-                 "verdict shows how far they cancel at these widths, not that any input was right."
-                 if up and not down else ".")
-    return text
-
-
-def sweep_charge_note(nbytes: Sequence[float], times_s: Sequence[float], size: float, fit_s: float,
-                      unsplit_s: float, t: int, measured: float | None = None, calls: int = 4) -> str:
-    """What set a bound's communication charge at one width: the sweep's time for a call of
-    ``size`` bytes (:func:`sweep_time`), against the sizes timed beside it and the fit's line
-    ``fit_s``, and the bound ``U / (U / t + calls x fit_s)`` the fit's line would give, with
-    where ``measured`` (a speedup) lies against it. Sentences, for a verdict's explanation.
-
-    Raises:
-        TypeError, ValueError: as :func:`sweep_time`, or for ``fit_s``, ``unsplit_s`` not > 0,
-            ``t`` or ``calls`` not >= 1.
-    """
-    call = sweep_time(nbytes, times_s, size)
-    check_real("fit_s", fit_s, 0, lo_open=True)
-    check_real("unsplit_s", unsplit_s, 0, lo_open=True)
-    check_int("t", t, 1)
-    check_int("calls", calls, 1)
-    pts = sorted(zip(nbytes, times_s))
-    at = next((i for i, (x, _) in enumerate(pts) if x == size), None)
-    if at is not None:
-        beside = pts[max(at - 1, 0):at] + pts[at + 1:at + 2]
-        above = [tb for _, tb in beside if call > tb]
-        two = len(beside) == 2
-        rank = ("above both sizes" if two and len(above) == 2 else "below both sizes" if two and not above
-                else "between the sizes" if two else "against the size")
-        where = f"the sweep's median at that size, {rank} timed beside it"
-    else:
-        beside = [p for p in pts if p[0] < size][-1:] + [p for p in pts if p[0] > size][:1]
-        where = "read off the sweep between the sizes timed around it" if len(beside) == 2 else \
-            "the nearest size's time, outside the sweep"
-    near = "; ".join(f"{si(x, 'B')}: {si(tx, 's')}" for x, tx in beside)
-    alt = unsplit_s / (unsplit_s / t + calls * fit_s)
-    text = (f"Each of the {calls} calls ({si(size, 'B')}) was charged {si(call, 's')}, {where} ({near}), "
-            f"{call / fit_s:.2f}x the fit's line ({si(fit_s, 's')}); charged the fit's line, the bound "
-            f"would be {alt:.2f}x")
-    if measured is None:
-        return text + "."
-    check_real("measured", measured, 0, lo_open=True)
-    if measured <= alt:
-        return text + (f", which the measured {measured:.3g}x lies under: the sweep's charge at this size "
-                       "decided it.")
-    return text + (f", which the measured {measured:.3g}x crosses too: the block's calls cost less than "
-                   "either charge, or its half-size matmuls ran faster per FLOP than the whole block's (this "
-                   "run does not time them apart).")
-
-
-def intercept_note(nbytes: Sequence[float], times_s: Sequence[float], alpha_s: float) -> str:
-    """Where a fit's intercept ``alpha_s`` (what its line charges a call of no bytes) lies
-    against the sweep it was fitted to: a call timed faster than the intercept bounds the fixed
-    cost of a call below it, so the intercept is then the fit's, not a latency of the library.
-    One clause, from the sweep's own times.
-
-    Raises:
-        TypeError, ValueError: as :func:`sweep_time`, or for ``alpha_s`` not >= 0.
-    """
-    sweep_time(nbytes, times_s, 1.0)   # checks the sweep
-    check_real("alpha_s", alpha_s, 0)
-    under = sorted((t, x) for x, t in zip(nbytes, times_s) if t < alpha_s)
-    if not under:
-        return (f"every size timed took more than the fit's intercept, {si(alpha_s, 's')}: the sweep does "
-                "not contradict it as a fixed cost per call")
-    fastest, at = under[0]
-    sizes = ", ".join(si(x, "B") for x in sorted(x for _, x in under))
-    return (f"sizes timed below the fit's intercept, {si(alpha_s, 's')}: {sizes}; the fastest, {si(at, 'B')} "
-            f"in {si(fastest, 's')}, puts a call's fixed cost on this run at most that, "
-            f"{fastest / alpha_s:.2f}x the intercept: the intercept is the fit's, not a latency of the "
-            "library")

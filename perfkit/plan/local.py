@@ -219,11 +219,11 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
 
 @dataclass(frozen=True)
 class CollectiveCost:
-    """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the
-    rounds' differences (the step minus the base step, s, with its interval), ``predicted_s``
-    the model's difference, ``charge_s`` its charge for the step's collectives and ``text``
-    the sentences, ``uncharged_s`` a cost the model knows and leaves out, ``digits`` the decimals
-    of the sentences' ms figures. All figures in it come from that one statistic."""
+    """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the rounds'
+    differences (the step minus the base step, s, with its interval), ``predicted_s`` the model's
+    difference, ``charge_s`` its charge for the step's collectives, ``text`` the sentences,
+    ``uncharged_s`` a cost the model leaves out, ``digits`` the decimals of the ms figures,
+    ``base`` the base step's name. All figures in it come from that one statistic."""
 
     gap: Estimate
     predicted_s: float
@@ -231,11 +231,12 @@ class CollectiveCost:
     text: str
     uncharged_s: float = 0.0
     digits: int = 1   # decimals of the sentence's ms figures
+    base: str = "DDP"
 
     @property
     def cost_s(self) -> float:
-        """At most the collectives' cost, with the compute at the fitted cost: the charge plus what
-        the measured difference adds to the predicted one (s; may be <= 0)."""
+        """At most the collectives' cost if the base's took their charge and the compute its fitted
+        cost: the charge plus what the measured difference adds to the predicted one (s; may be <= 0)."""
         return self.charge_s + self.gap.value - self.predicted_s
 
     @property
@@ -255,8 +256,9 @@ class CollectiveCost:
 
     def headline(self) -> str:
         """The predicted and measured differences and the collectives' cost, in one line."""
-        return (f"{self.predicted_s * 1e3:.1f} / {self.gap.value * 1e3:.1f} ms (its collectives, the "
-                f"compute at the base's fitted cost: at most {self.over_charge:.2f}x their charge)")
+        return (f"{self.predicted_s * 1e3:.1f} / {self.gap.value * 1e3:.1f} ms (its collectives, if "
+                f"{self.base}'s took their charge and the compute its fitted cost: at most "
+                f"{self.over_charge:.2f}x their charge)")
 
     def point(self) -> tuple:
         """``(predicted, measured, " ms", low, high)`` for :func:`~perfkit.plan.readings.one_sided`."""
@@ -272,15 +274,15 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     """What a step's error is worth in time, set against the model's charge for the step's
     collectives, whatever the verdict on the step's ratio says.
 
-    ``steps_s`` and ``base_steps_s`` are the two layouts' steps, timed round by round (each
-    pair shared the machine's load); one statistic serves every figure: the median of the
-    rounds' differences ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval.
-    ``predicted_s`` is the model's difference of the two steps and ``comm_s`` its charge for
-    the step's collectives. With the compute at the fitted cost, what the measured difference
-    adds to the predicted one is put on the collectives: ``comm_s`` plus that (over the interval
-    too), an upper bound on their cost. Where the predicted difference lies outside the measured
-    interval, the sentences say so, and where ``uncharged_s`` (> 0: a cost the model knows and
-    leaves out) is given, they say where charging it alone would put the prediction.
+    ``steps_s`` and ``base_steps_s`` are the two layouts' steps, timed round by round (each pair
+    shared the machine's load); one statistic serves every figure: the median of the rounds'
+    differences ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval. ``predicted_s``
+    is the model's difference of the two steps and ``comm_s`` its charge for the step's collectives.
+    With the compute at the fitted cost, what the measured difference adds to the predicted one is
+    put on the collectives: ``comm_s`` plus that (over the interval too), an upper bound if the
+    base's own collectives took their charge (its fitted compute holds any excess of theirs). Where
+    the predicted difference lies outside the measured interval, the sentences say so; where
+    ``uncharged_s`` (> 0: a cost left out) is given, where charging it alone would put the prediction.
 
     Args:
         steps_s, base_steps_s: seconds per step, one per round, equally many (>= 1).
@@ -308,8 +310,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     gap = stats.median_interval([check_real("steps_s", x, 0) - check_real("base_steps_s", y, 0)
                                  for x, y in zip(a, b)])
 
-    # every ms figure is printed at one precision, and each sum or difference is taken of the printed
-    # figures, so that a reader's arithmetic on the sentence gives its numbers
+    # every ms figure at one precision, each sum taken of printed figures: a reader's arithmetic agrees
     nd = 2 if max(abs(gap.value), abs(gap.low), abs(gap.high), abs(pred), charge, extra) < 0.010 else 1
 
     def ms(x: float) -> float:
@@ -319,7 +320,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         return f"{x:.{nd}f}"
     g, p, c = ms(gap.value), ms(pred), ms(charge)
 
-    def cost(d_ms: float) -> float:  # ms the collectives took, the compute at the fitted cost
+    def cost(d_ms: float) -> float:  # ms the collectives took, the compute (and base's calls) as fitted
         return round(c + d_ms - p, nd)
 
     off = round(g - p, nd)
@@ -333,8 +334,7 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         out += (f"it exceeds the whole charge, so on this reading the collectives cost nothing and "
                 f"the compute ran faster than {base}'s fitted cost")
     else:
-        # each multiple of the charge from the unrounded figures, rounded once: the same value
-        # as CollectiveCost.over_charge, which a headline prints
+        # each multiple from the unrounded figures, rounded once: CollectiveCost.over_charge's value
         def times(d_s: float) -> float:
             return max(charge + d_s - pred, 0.0) / charge
 
@@ -343,7 +343,8 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
             lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))
             out += (f" ({f(lo)} to {f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x, "
                     f"over the difference's interval)")
-        out += (", an upper bound: no step here is timed with its collectives skipped, and the "
+        out += (f", an upper bound if {base}'s own collectives took their charge (its fitted compute holds "
+                "any excess of theirs): no step here is timed with its collectives skipped, and the "
                 "difference also holds what the step pays that the model leaves out")
 
     def where(d: float) -> str:
@@ -360,13 +361,12 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     if extra > 0 and where(pred):
         moved = where(pred + extra)
         still = "still " if moved == where(pred) else ""
-        # the unrounded figures added, then rounded once, one digit finer than the sentence's, so the
-        # printed sum is that of its printed parts and full_charge prints the same figure
+        # unrounded sums rounded once, a digit finer: the printed parts add up, as full_charge prints
         e = f"{{:.{nd + 1}f}}"
         out += (f". Charging the uncharged {e.format(extra * 1e3)} ms alone would put the predicted "
                 f"{e.format(pred * 1e3)} ms at {e.format((pred + extra) * 1e3)} ms, {still}{moved} the "
                 "measured interval")
-    return CollectiveCost(gap, pred, charge, out + ".", extra, nd)
+    return CollectiveCost(gap, pred, charge, out + ".", extra, nd, base)
 
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,

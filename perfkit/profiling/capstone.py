@@ -296,7 +296,10 @@ class FixLoop:
     median ratio measured below 1x, with that speedup and its interval (which may hold 1x: then
     the run cannot tell the fix from no change, and the drop is the loop's rule, not a finding);
     ``gains`` the kept fixes' speedups with their intervals; ``kept_tps`` each kept round's
-    ``(fix, tokens/s before, tokens/s after)``.
+    ``(fix, tokens/s before, tokens/s after)``; ``slow_runs`` tokens/s of each run of the slow job
+    in the rounds (the last, :meth:`finish`'s repeat, is added to the Total only); ``factors`` each
+    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled
+    steps' mean over its unprofiled steps' median.
     """
 
     job: CapstoneJob
@@ -311,6 +314,8 @@ class FixLoop:
     waterfall: list[tuple[str, float]] = field(default_factory=list)
     gains: list[Estimate] = field(default_factory=list)
     kept_tps: list[tuple[str, float, float]] = field(default_factory=list)
+    factors: list[float] = field(default_factory=list)
+    slow_runs: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -323,6 +328,8 @@ class FixLoop:
         """Run and diagnose the slow job (no fix); returns its report."""
         report, result = self.job.run(())
         self.rounds = [{"fixes": (), "report": report, "result": result}]
+        self.factors = [self.job.profiler_slowdown(report, result)]
+        self.slow_runs = [self.job.tokens_per_s(result)]
         return report
 
     def play(self) -> Round | None:
@@ -340,13 +347,16 @@ class FixLoop:
         if self.repeat_before:  # the previous configuration again: before, after, before
             befores.append(self.job.run(tuple(self.applied), to_target=False)[1])
         est = round_speedup(self.job, befores, result)
+        self.factors.append(self.job.profiler_slowdown(report, result))
         slowdown = self.job.profiler_slowdown(last["report"], last["result"])
         tps = tuple(self.job.tokens_per_s(b) for b in befores)
+        if not self.applied:  # the configuration before is the slow job: its repeat is one more run of it
+            self.slow_runs += tps[1:]
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est, statistics.mean(tps),
                   self.job.tokens_per_s(result),
                   explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report,
                                 clear_below=est.clear_of(1.0, "x") == "below", befores_tps=tps,
-                                slowdown_after=self.job.profiler_slowdown(report, result),
+                                slowdown_after=self.factors[-1],
                                 tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
                   befores_tps=tps)
@@ -392,7 +402,7 @@ class FixLoop:
         seams = [("the slow job", slow_tps, self.kept_tps[0][1])]
         seams += [(fix, after, nxt[1]) for (fix, _, after), nxt in zip(self.kept_tps, self.kept_tps[1:])]
         return Total(direct, product, len(self.gains), len(befores) > 1, slow_tps,
-                     self.job.tokens_per_s(last), tuple(seams), runs)
+                     self.job.tokens_per_s(last), tuple(seams), runs, (*self.slow_runs, *runs[1:]))
 
     def left_alone(self) -> list[str]:
         """One line per planted problem the loop neither kept nor tried: the share of the

@@ -131,7 +131,8 @@ class Total:
     last at its tokens/s as its round's "after" (``a``) and as the next kept round's "before"
     (``b``: with repeat runs, the mean of that run and its repeat); the slow job at its tokens/s
     in the direct ratio (``a``) and as the first kept round's "before" (``b``).
-    ``slow_runs_tps``: tokens/s of each run of the slow job behind ``slow_tps`` (their mean).
+    ``slow_runs_tps``: tokens/s of each run of the slow job behind ``slow_tps`` (their mean);
+    ``every_slow_tps``: of every run of the slow job, the rounds' repeats of it included.
     """
 
     direct: Estimate
@@ -142,6 +143,7 @@ class Total:
     fixed_tps: float
     seams: tuple[tuple[str, float, float], ...] = ()
     slow_runs_tps: tuple[float, ...] = ()
+    every_slow_tps: tuple[float, ...] = ()
 
     @property
     def slow_apart(self) -> float:

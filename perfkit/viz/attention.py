@@ -280,11 +280,18 @@ def rate_note(points: Sequence[AttentionTiming], model: TileCostModel) -> str:
     check_type("model", model, TileCostModel)
     flash = [p for p in pts if p.impl == "flash"]
     fast = [p for p in flash if p.flops / p.median_s > model.flop_rate]
-    rate = si(model.flop_rate, "FLOP/s")
+    digits = 3  # enough that each call named "above" prints above the fit's rate
+
+    def alike(d: int) -> bool:
+        return any(si(p.flops / p.median_s, "FLOP/s", d) == si(model.flop_rate, "FLOP/s", d) for p in fast)
+
+    while digits < 6 and alike(digits):
+        digits += 1
+    rate = si(model.flop_rate, "FLOP/s", digits)
     if not fast:
         return (f" Every tiled call ran below the fit's rate inside the tiles, {rate}, as the model, which "
                 "adds each tile visit's cost to the FLOPs' time, requires.")
-    names = ", ".join(f"tile {p.tile} at T = {p.seq_len} ({si(p.flops / p.median_s, 'FLOP/s')})"
+    names = ", ".join(f"tile {p.tile} at T = {p.seq_len} ({si(p.flops / p.median_s, 'FLOP/s', digits)})"
                       for p in fast)
     return (f" Whole calls, their tile visits included, ran above the fit's rate inside the tiles, {rate}: "
             f"{names}. The model makes that rate a ceiling on every call, so the fitted rate is not one the "

@@ -26,7 +26,7 @@ from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
 from perfkit.profiling.capstone_text import repeats_text, run_rates_text
 from perfkit.stats import Estimate
-from perfkit.units import si_interval
+from perfkit.units import si_beside, si_interval
 from perfkit.viz.capstone_tally import tally_text
 from perfkit.viz.core import tidy
 
@@ -281,7 +281,9 @@ def round_context(r: Round) -> str:
     s = r.speedup
     side = s.clear_of(1.0, "x")
     gain = ("its interval lies above 1x: a gain this run can show" if side == "above" else
-            "its interval lies below 1x: the fix made this job slower here" if side == "below" else
+            "its interval lies wholly below 1x: the fix made this job slower here beyond its interval, "
+            "which the rule for a slowdown calls missed; but this bound cannot test the fix, so no verdict "
+            "is recorded" if side == "below" else
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
@@ -289,6 +291,25 @@ def round_context(r: Round) -> str:
             f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
             + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
                                                   if r.explain.get("inconclusive") else ""))
+
+
+def every_run_text(t: Total) -> str:
+    """For :func:`total_text`: where the fixed job's ratio against each run of the slow job, the
+    rounds' repeats of it included, lies against the direct gain's interval as printed (a sentence
+    starting with a space); ``""`` without an interval or with no run beyond those it was built on."""
+    d, runs = t.direct, t.every_slow_tps
+    if not d.has_interval or d.low == d.high or len(runs) <= len(t.slow_runs_tps):
+        return ""
+    ratios = [t.fixed_tps / x for x in runs]
+    out = [x for x in ratios if d.clear_of(x, "x")]
+    _, lo, hi = si_interval(d.value, d.low, d.high, "x")
+    verb = "lies" if len(out) == 1 else "lie"
+    said = (f"{len(out)} of these {verb} outside this {d.label} ({lo} to {hi}), which counts the steps "
+            "of the runs it was built on, not how far runs of this job move between each other"
+            if out else f"each lies inside this {d.label} ({lo} to {hi})")
+    return (f" The slow job ran {len(runs)} times in all (" + ", ".join(f"{x:,.0f}" for x in runs)
+            + " tokens/s, the rounds' repeats of it included): against each alone the fixed job measures "
+            + ", ".join(si_beside(x, d.value, d.low, d.high, "x") for x in ratios) + f"; {said}.")
 
 
 def total_text(t: Total) -> str:
@@ -300,7 +321,7 @@ def total_text(t: Total) -> str:
     runs = (f" (mean of its runs before and after the rounds{runs_text(t.slow_runs_tps)})"
             if len(t.slow_runs_tps) > 1 else "")
     out = (f"Slow job {t.slow_tps:,.0f}{runs} -> fixed {t.fixed_tps:,.0f} tokens/s: **{d.point('x')}** "
-           f"({d.describe('x')}). The {t.kept} kept rounds' speedups multiply to ")
+           f"({d.describe('x')}).{every_run_text(t)} The {t.kept} kept rounds' speedups multiply to ")
     if not t.repeated:
         return out + (f"{p.value:.2f}x: each round's run after is the next round's run before, so the two "
                       "are the same runs.")

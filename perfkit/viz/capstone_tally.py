@@ -31,9 +31,11 @@ def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
     whatever the rounds judged against other bounds showed.
 
     ``factors``: each diagnosed configuration's profiled steps' mean over its unprofiled steps'
-    median, in the order run (the factor the shares were scaled by): with it, the text also counts
-    the rounds shown as context, not judged, and says, computed, how far the factor moved, and
-    what that means for bounds built by scaling shares with it.
+    median, in the order run, a dropped fix's configuration included (the factor the shares were
+    scaled by, taken as 1 where below 1): with it, the text also counts the rounds shown as
+    context, not judged (``outcomes`` ``"context, slower"``: an interval wholly below 1x, said as
+    such), and says, computed, how far the factor moved, which values fell below 1, and what that
+    means for bounds built by scaling shares with it.
 
     Raises:
         TypeError, KeyError: for arguments that are not mappings, a ``tests`` that is not a pair of
@@ -67,9 +69,19 @@ def _factors_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str], fac
     ctx = [f for f in outcomes if f not in judged_by]
     out = (f"; {len(ctx)} of the {len(outcomes)} rounds shown as context, not judged ({', '.join(ctx)})"
            if ctx else "")
+    slower = [f for f in ctx if outcomes[f] == "context, slower"]
+    if slower:  # a context round's interval wholly below 1x: what the slowdown rule calls missed
+        out += (f"; of them, {', '.join(slower)} measured an interval wholly below 1x: slower beyond its "
+                "interval, which the rule for a slowdown calls missed, but its bound could not test the fix, "
+                "so it is counted neither as missed nor above")
     moved = max(got) / min(got)
-    out += ("; the profiled over unprofiled step, the factor (never taken below 1) that scaled every share, "
-            "went " + " -> ".join(f"{x:.2f}" for x in got) + " across the configurations diagnosed")
+    below = [x for x in got if x < 1]
+    out += ("; the profiled over unprofiled step, the factor that scaled every share, went "
+            + " -> ".join(f"{x:.2f}" for x in got) + " across the configurations diagnosed, in the order run"
+            + (f" (a bound takes it as 1 where it fell below 1, as {' and '.join(f'{x:.2f}' for x in below)} "
+               "did: its unprofiled steps ran slower than its profiled window's, which the profiler's "
+               "cost alone cannot do)"
+               if below else ""))
     premise = "a share so scaled bounds its phases only if they took no longer unprofiled than profiled"
     if moved > 1.1:
         return out + (f", {moved:.2f}x from its lowest to its highest: the profiler's cost (which grows "

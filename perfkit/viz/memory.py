@@ -151,14 +151,19 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
 
 def memory_widget(vocab_size: int = 1024, n_head: int = 2,
                   measured: Mapping[str, float] | None = None,
-                  limit_bytes: float | None = None) -> WidgetSpec:
+                  limit_bytes: float | None = None,
+                  peak: Mapping[str, float] | None = None) -> WidgetSpec:
     """GPT-2 model size, batch, sequence, precision and checkpointing -> a memory bar.
 
     Args:
         vocab_size, n_head: fixed parts of the model.
-        measured: a measured step at the default setting ({kind: bytes}), drawn beside
-            the prediction so the model is checked against a real point.
+        measured: the live tensors counted in a step at the default setting ({kind: bytes}),
+            drawn beside the prediction: a check of the bookkeeping, the same tensors the
+            model counts.
         limit_bytes: the machine's memory, drawn as a line.
+        peak: that step's measured peak ({kind: bytes}: the parameters and the peak above
+            the step's start), drawn as a third bar at the default setting: the memory the
+            step needed, which no formula here models.
     """
     def show(n_embd: int, n_layer: int, batch: int, seq_len: float, precision: str,
              checkpointing: str) -> Figure:
@@ -168,7 +173,9 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         at_default = (n_embd, n_layer, batch, int(seq_len), precision, checkpointing) == (
             64, 2, 8, 64, "fp32", "off")
         if measured and at_default:
-            bars["measured here"] = dict(measured)
+            bars["tensors counted here"] = dict(measured)
+        if peak and at_default:
+            bars["step's peak measured here"] = dict(peak)
         return plot_memory_stack(bars, limit_bytes=limit_bytes,
                                  title=f"GPT-2 C={n_embd}, L={n_layer}, B={batch}, "
                                        f"T={int(seq_len)}, {precision}, checkpointing "

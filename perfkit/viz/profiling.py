@@ -88,11 +88,29 @@ def against_bound(est: Any, bound: float, unit: str = "x") -> str:
             "reaching above it")
 
 
-def loader_explain(data_s: float, alone: Any, factor: float = 1.5) -> dict[str, str]:
+def loader_explain(data_s: float, alone: Any, factor: float = 1.5,
+                   shares: tuple[float, float, tuple[float, float]] | None = None) -> dict[str, str]:
     """A verdict's causes for a data share judged against the loader timed alone (``alone``, an
     Estimate in s per batch, allowed up to ``factor`` times its high end in the step): above the
     band, below it (the data phase in the step under the loader's interval alone), and inside it
-    (the share has no interval: held says only where the figure lies)."""
+    (the share has no interval: held says only where the figure lies). With ``shares`` (the judged
+    share, the median of the steps' own shares, the band), each ends on where the other statistic
+    lies against the band, and whether the choice between the two decides the verdict."""
+    return {k: v + _other_share(shares) for k, v in _loader_causes(data_s, alone, factor).items()}
+
+
+def _other_share(shares: tuple[float, float, tuple[float, float]] | None) -> str:
+    if shares is None:
+        return ""
+    judged, other, (lo, hi) = shares
+    side = {x: "below" if x < lo else "above" if x > hi else "inside" for x in (judged, other)}.get
+    return (f" The verdict judges the data phase's median over the step's median, {judged:.3g}; the median "
+            f"of the steps' own data shares, {other:.3g}, lies {side(other)} the band "
+            f"({lo:.3g} to {hi:.3g})" + (": the choice between these two statistics decides this verdict."
+                                         if side(other) != side(judged) else ", as the judged figure does."))
+
+
+def _loader_causes(data_s: float, alone: Any, factor: float) -> dict[str, str]:
     return {"held": (
         "The measured share, a ratio of two medians of the same steps, has no interval: held says only "
         f"that this figure lies in the band. In the step the data phase's median took "

@@ -183,7 +183,31 @@ class StageEdge:
                  f"copies into and out of flat buffers, Python hooks, {alone}and gloo's threads slowing the "
                  "compute they share the cores with")
         return (said + f"; the edge charges {net} of it{told}, and the other {si(rest, 's')}{share} is what "
-                f"the model leaves out: {parts}; this run does not time them apart.")
+                f"the model leaves out: {parts}{self._gather_candidate(rest)}; this run does not time them "
+                "apart.")
+
+    def _gather_candidate(self, rest: float) -> str:
+        """A clause naming the all-gathers' price as a candidate for ``rest`` (s): the edge
+        charges each at the all-reduce's time per byte, and what per-byte factor would
+        explain all of ``rest``. ``""`` where the edge charges no all-gather bytes."""
+        if self.bytes_s <= 0:
+            return ""
+        n = "its two all-gathers" if self.stage == 3 else "its all-gather"
+        return (f"; and the price of {n}, charged at the all-reduce's time per byte "
+                f"({si(self.bytes_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
+                "than its all-reduce (one large call, not these buckets, so a candidate, not a finding): "
+                f"at {1 + rest / self.bytes_s:.1f}x the all-reduce's time per byte it would explain all of "
+                f"the {si(rest, 's')}")
+
+    def digits(self, est: Any) -> str:
+        """A sentence, starting with a space, giving the edge and ``est``'s interval (a step
+        ratio, ``low`` and ``high``) to four decimals, where at two they print alike and a
+        reader could not see which side of the edge the interval lies; ``""`` otherwise."""
+        ends = (est.low, est.high)
+        if not any(f"{x:.2f}" == f"{self.edge:.2f}" for x in ends):
+            return ""
+        return (f" The edge is {self.edge:.4f}x, the interval {est.low:.4f}x to {est.high:.4f}x "
+                "(to four decimals: at two they read alike).")
 
     def against_plain(self, plain_edge: float, plain_name: str = "perfkit", name: str = "zero1") -> str:
         """A sentence, starting with a space, on why a stage 1 or 2 edge differs from the plainer

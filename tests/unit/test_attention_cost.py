@@ -268,6 +268,10 @@ def test_rate_note_names_whole_calls_faster_than_the_fitted_rate_inside_the_tile
     got = va.rate_note([*pts, fast], model)
     assert "ran above the fit's rate inside the tiles, 20 GFLOP/s: tile 256 at T = 1536 (25 GFLOP/s)." in got
     assert "the fitted rate is not one the tiles run at" in got
+    # a call above the rate by less than the third digit prints with a digit more, never equal
+    close = ac.AttentionTiming("flash", 1536, 256, (flops / 2.0004e10,), flops, f.tiles)
+    said = va.rate_note([*pts, close], model)
+    assert "inside the tiles, 20 GFLOP/s: tile 256 at T = 1536 (20.004 GFLOP/s)." in said
 
 
 def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_points_lie():

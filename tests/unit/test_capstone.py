@@ -250,7 +250,8 @@ def test_loose_compute_bounds_are_context_and_the_rest_can_fail():
     above = replace(rnd, speedup=Estimate(1.5, 1.2, 1.9, 0.9, 8, "m"))
     assert "lies above 1x" in round_context(above)
     below = replace(rnd, speedup=Estimate(0.465, 0.344, 0.711, 0.9, 16, "m"))  # wholly below 1x: slower, said
-    assert "lies below 1x: the fix made this job slower" in round_context(below)
+    assert "lies wholly below 1x: the fix made this job slower" in round_context(below)
+    assert "calls missed; but this bound cannot test the fix" in round_context(below)
     assert "holds 1x" not in round_context(below)
     with pytest.raises(ValueError, match="can fail"):
         round_context(replace(rnd, pick=sync))
@@ -450,6 +451,9 @@ def test_the_loop_keeps_a_faster_fix_and_drops_a_slower_one(repeat):
     assert not r.kept and list(loop.tried) == ["ddp"] and loop.waterfall == [("sync", 2.0)]
     assert loop.tried["ddp"].value == pytest.approx(2 / 3) and loop.tried["ddp"] == r.speedup
     assert loop.play() is None and len(loop.rounds) == 2
+    # every configuration diagnosed, the dropped one's included (rounds holds only the kept ones)
+    assert len(loop.factors) == 3
+    assert loop.factors[0] == loop.job.profiler_slowdown(loop.rounds[0]["report"], loop.rounds[0]["result"])
     assert loop.left_alone() == [] and "fix ddp" in round_text(r) and "**0.667x**" in round_text(r)
     assert "dropped" in round_text(r) and "dropped" not in round_text(first)
     # three steps a run: no interval, so no slowdown is claimed; what the interval is said once

@@ -34,6 +34,22 @@ def test_the_direct_ratio_names_the_slow_runs_and_their_drift():
     assert "mean of its runs" not in total_text(quick) and quick.slow_apart == 1.0
 
 
+def test_the_direct_ratio_is_set_against_every_run_of_the_slow_job():
+    # the run the reader saw: 34,031 tokens/s over the slow job's round-1 repeat, 6,586, is 5.17x,
+    # below the direct gain's printed interval (5.25x to 8.52x), and nothing said so
+    loop, total = play_all(True, {(): 1.25})
+    AGAIN.clear()
+    assert len(total.every_slow_tps) == 3 and total.every_slow_tps[0] == pytest.approx(250)
+    assert "times in all" not in total_text(replace(total, every_slow_tps=total.slow_runs_tps))
+    seen = replace(total, direct=Estimate(6.75, 5.25, 8.52, 0.9, 16, "m"), fixed_tps=34031.0,
+                   slow_runs_tps=(5294.0, 4782.0), every_slow_tps=(5294.0, 6586.0, 5621.0, 4782.0))
+    said = total_text(seen)
+    assert "ran 4 times in all (5,294, 6,586, 5,621, 4,782 tokens/s" in said
+    assert "6.43x, 5.17x, 6.05x, 7.12x; 1 of these lies outside this" in said
+    inside = replace(seen, every_slow_tps=(5294.0, 5621.0, 4782.0))
+    assert "each lies inside this" in total_text(inside) and "outside" not in total_text(inside)
+
+
 def test_seams_read_as_every_arrow_second_over_first():
     loop, total = play_all(True, {})
     seams = (("the slow job", 100.0, 110.0), ("sync", 200.0, 220.0), ("data", 300.0, 300.0))
@@ -134,6 +150,20 @@ def test_the_tally_counts_context_rounds_and_says_how_far_the_factor_moved():
     assert tally_text(outcomes, by) == tally_text(outcomes, by, None, None)  # without factors: as before
     with pytest.raises(ValueError, match="factors"):
         tally_text(outcomes, by, None, [])
+
+
+def test_the_tally_says_a_context_round_measured_slower_and_the_factors_below_1():
+    # the run the reader saw: a context round's interval wholly below 1x tallied as "0 missed" with
+    # nothing said, and the factor "never taken below 1" listed as 0.97, the dropped fix's 0.67 left out
+    outcomes = {"sync": "context, slower", "ddp": "held", "attention": "context, interval holds 1x"}
+    by = {"ddp": "the diagnosed share"}
+    said = tally_text(outcomes, by, None, [1.11, 0.67, 0.97, 1.85])
+    assert "of them, sync measured an interval wholly below 1x" in said
+    assert "counted neither as missed nor above" in said and "attention measured" not in said
+    assert "never taken below 1" not in said and "1.11 -> 0.67 -> 0.97 -> 1.85" in said
+    assert "as 0.67 and 0.97 did" in said and "2.76x from its lowest to its highest" in said
+    plain = tally_text({"a": "context, faster", "b": "held"}, {"b": "x"}, None, [1.2, 1.5])
+    assert "wholly below" not in plain and "fell below 1" not in plain
 
 
 def test_the_waterfall_draws_each_rounds_interval():

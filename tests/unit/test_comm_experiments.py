@@ -676,3 +676,28 @@ def test_ring_check_text_holds_faster_bytes_against_the_2_process_measured_rate(
     assert "does not measure why" in ring_check_text(rc, three, fit2)  # no 2-process sweep: as before
     slow = [pt(s, 1.4 * ring0 + s / 0.9e9, n=3) for s in sizes]  # bytes slower than the fit: no such sentence
     assert "large-message rate" not in ring_check_text(ring_check(slow, fit2, cores=2), slow, fit2, two)
+
+
+def test_ring_regime_held_text_says_the_band_holds_by_the_plain_model():
+    from perfkit.comm import ring_regime_text
+
+    fit2, link = AlphaBeta(2e-4, 1e18), AlphaBeta(1e-4, 1e18)  # every size latency-bound; stretch 1.5
+    sizes = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20]
+
+    def check(ratios):
+        t = [r * ring_allreduce_time(s, 3, link) for s, r in zip(sizes, ratios, strict=True)]
+        pts = [CollectivePoint("all_reduce", s, 3, x, 1.0, 1.0, 0.8 * x, 1.2 * x)
+               for s, x in zip(sizes, t, strict=True)]
+        return ring_check(pts, fit2, cores=2)
+
+    # notebook 02's run: median 0.991x, every size below 1.5x, held inside 0.75x-3x, which holds 1x too
+    plain = check([1.00, 1.13, 1.03, 0.98, 0.78, 0.54])
+    said = ring_regime_text(plain, True, (0.75, 3.0), held=True)
+    assert said.startswith("The band 0.75x to 3.00x holds the plain model (1x) as well as the stretched "
+                           "one (1.50x): the median, 0.99x the plain model and 0.66x the stretched one, "
+                           "lies nearer the plain model, so the verdict holds by the plain model, not by the "
+                           "stretch.")
+    assert "the stretch by max(1, P / C) misses" in said
+    assert "holds by the plain" not in ring_regime_text(plain, True, (0.75, 3.0))  # not a held verdict
+    near = ring_regime_text(check([1.40, 1.42, 1.45] * 2), True, (0.75, 3.0), held=True)
+    assert "lies nearer the stretched model." in near and "holds by the plain" not in near

@@ -61,6 +61,13 @@ def test_explain_names_the_rest_and_refuses_a_negative_rest():
     assert disturbed.share() == pytest.approx(1.2) and disturbed.predicted() == pytest.approx(1.5)
     assert "capped at 1" in disturbed.explain()["below"]
     assert len(p.lines()) == len(ap.PART_KINDS) and "fp32 has no casts" in p.lines()[2]
+    # with the verdict's band: the rests printed even when it holds; a band with room for the
+    # rest to double (8 ms / 1.5 -> 5.3 to 16.0 ms: 8 ms above, 2.7 below, a 4 ms rest) said not to test them
+    held = p.explain(band=0.5)["held"]
+    assert "the mixed step took 4.4 ms and the fp32 step 4.0 ms, 1.10x as long" in held
+    assert "from 5.3 to 16.0 ms" in held and "room enough for the rest to have doubled: this" in held
+    assert "only to within" in p.explain(band=0.25)["held"] and "held" not in p.explain()  # 6.4 to 10.7 ms
+    assert p.explain(band=0.25)["below"] == why["below"]
 
 
 def test_record_finds_autocast_s_ops_and_replays_them_in_both_precisions():

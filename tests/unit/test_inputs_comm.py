@@ -260,6 +260,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("fit_below_text.points empty", lambda: comm.fit_below_text([], LINK), ValueError, "points"),
     ("fit_below_text.fit", lambda: comm.fit_below_text([PT2], (1e-5, 1e9)), TypeError, "fit"),
     ("fit_below_text.below", lambda: comm.fit_below_text([PT2], LINK, below=0.0), ValueError, "below"),
+    ("held_by_text.ratios empty", lambda: comm.held_by_text([], 1.5, (0.75, 3)), ValueError, "ratios"),
+    ("held_by_text.stretch", lambda: comm.held_by_text([1.0], 0.0, (0.75, 3)), ValueError, "stretch"),
     ("measured_rate_text.points2 empty", lambda: comm.measured_rate_text([], 3, LINK), ValueError, "points2"),
     ("measured_rate_text.n", lambda: comm.measured_rate_text([PT2], 1, LINK), ValueError, "n"),
     ("measured_rate_text.fit", lambda: comm.measured_rate_text([PT2], 3, None), TypeError, "fit"),

@@ -213,7 +213,29 @@ def test_beyond_points_to_the_verdict_that_lists_the_causes_rather_than_repeatin
     e = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 2)
     full, short = e.beyond(1.4), e.beyond(1.4, "zero1")
     assert "copies into and out of flat buffers" in full and "copies" not in short
-    assert "is what the model leaves out: the parts the zero1 verdict lists; this run does not" in short
+    assert "is what the model leaves out: the parts the zero1 verdict lists; and the price of" in short
+
+
+def test_beyond_names_the_all_gathers_price_with_the_factor_that_would_explain_the_rest():
+    ddp = SimpleNamespace(step_s=77.4e-3, update_s=4e-3)
+    e = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 2)
+    rest = (1.4 - e.edge) * ddp.step_s  # s the model leaves out
+    for text in (e.beyond(1.4), e.beyond(1.4, "zero1")):  # named in the pointing verdict too
+        assert "its two all-gathers, charged at the all-reduce's time per byte" in text
+        assert f"at {1 + rest / e.bytes_s:.1f}x the all-reduce's time per byte it would explain all" in text
+        assert "a candidate, not a finding" in text
+    assert "price of its all-gather," in vzero.stage_edge(1, ddp, 7, 4.05e-3, 0.399e-3, 2).beyond(1.2)
+    assert "price of" not in e.beyond(1.0)  # within the edge: nothing to explain
+    assert "price of" not in vzero.stage_edge(1, ddp, 7, 1e-3, 2e-3, 2).beyond(1.5)  # no bytes charged
+
+
+def test_digits_prints_edge_and_interval_to_four_decimals_only_where_two_read_alike():
+    ddp = SimpleNamespace(step_s=72.8e-3, update_s=0.0)
+    e = vzero.stage_edge(1, ddp, 0, 2 * 0.0177 * 72.8e-3, 0.0, 2)  # edge 1.0177x
+    near = SimpleNamespace(low=1.0224, high=1.0913)
+    assert e.digits(near) == (" The edge is 1.0177x, the interval 1.0224x to 1.0913x (to four decimals: at "
+                              "two they read alike).")
+    assert e.digits(SimpleNamespace(low=1.064, high=1.122)) == ""
     assert e.beyond(1.0, "zero1") == e.beyond(1.0)  # within the edge: no list either way
 
 

@@ -202,8 +202,25 @@ def test_memory_widget_sweeps_its_controls():
         totals[tuple(sorted(kw.items()))] = labels
         plt.close(fig)
     default = tuple(sorted(spec.defaults().items()))
-    assert totals[default] == ["predicted", "measured here"]  # the measured point is shown
+    assert totals[default] == ["predicted", "tensors counted here"]  # the counted point is shown
     assert len(totals) >= 7
+
+
+def test_memory_widget_draws_the_measured_peak_beside_the_counted_tensors():
+    import matplotlib.pyplot as plt
+
+    from perfkit.viz.memory import memory_widget
+
+    spec = memory_widget(measured={"parameters": 1e6, "activations": 2e6}, limit_bytes=1e9,
+                         peak={"parameters": 1e6, "peak above the step's start": 5e6})
+    fig = spec.fn(**spec.defaults())
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    plt.close(fig)
+    assert labels == ["predicted", "tensors counted here", "step's peak measured here"]
+    off = dict(spec.defaults(), batch=spec.defaults()["batch"] + 1)  # away from the measured point
+    fig = spec.fn(**off)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["predicted"]
+    plt.close(fig)
 
 
 def test_plot_memory_stack_errors():

@@ -239,7 +239,10 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
     text = str(c)
     assert "exceeds DDP's by 14.0 ms (median of 9 rounds' differences) against a predicted 10.0 ms" in text
     assert "4.0 ms above the prediction" in text and "they cost at most 18.0 ms, 1.29x the charge" in text
-    assert "an upper bound: no step here is timed with its collectives skipped" in text
+    # a bound only if the base's own collectives took their charge: its fitted compute holds their excess
+    assert "an upper bound if DDP's own collectives took their charge" in text
+    assert "no step here is timed with its collectives skipped" in text
+    assert "(its collectives, if DDP's took their charge and the compute its fitted cost" in c.headline()
     assert c.headline().endswith("at most 1.29x their charge)") and c.point()[2] == " ms"
     assert c.point()[3:] == pytest.approx((11.0, 17.0))
     assert "lies below the measured interval (11.0 to 17.0 ms)" in text

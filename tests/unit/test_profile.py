@@ -452,6 +452,20 @@ def test_loader_explain_says_a_held_share_has_no_interval():
     assert "took 1.35x the high end of the loader's interval alone, against the 1.5x" in held
 
 
+def test_loader_explain_says_where_the_median_of_the_steps_shares_lies():
+    from perfkit.estimate import Estimate
+
+    alone = Estimate(0.682e-3, 0.675e-3, 0.722e-3, 0.9, 30, "median")
+    # notebook 01's run: the judged 0.196 missed a band up to 0.188 that the median share, 0.186, lies in
+    above = vp.loader_explain(1.13e-3, alone, shares=(0.196, 0.186, (0.117, 0.188)))["above"]
+    assert above.endswith("The verdict judges the data phase's median over the step's median, 0.196; the "
+                          "median of the steps' own data shares, 0.186, lies inside the band (0.117 to "
+                          "0.188): the choice between these two statistics decides this verdict.")
+    held = vp.loader_explain(1.0e-3, alone, shares=(0.17, 0.16, (0.117, 0.188)))["held"]
+    assert held.endswith("0.16, lies inside the band (0.117 to 0.188), as the judged figure does.")
+    assert "The verdict judges" not in vp.loader_explain(1.0e-3, alone)["held"]
+
+
 def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof():
     from perfkit import hw
     from perfkit.hw import CopyPoint

@@ -394,15 +394,18 @@ def test_speedup_crossing_reads_where_measured_speedups_pass_1x():
     assert est.value == pytest.approx(256 * 2 ** (1 / 3))
     assert est.low < est.value < est.high and 256 < est.low and est.high < 512
     assert est.has_interval and "cross 1x" in est.method
-    # the method names the two widths that set the interval and defers to the printed coverage
-    assert est.method.endswith("from the two widths it lies between, C = 256 and 512, each at least 94.9%, "
-                               "together at the coverage printed")
-    assert "90% together" not in est.method
-    # its coverage is the two bracketing widths' together, not every width's: with five widths
-    # the product over all would fall below 90 % (and the estimate would refuse it)
+    # every width can set an end (an end is read where its curve first crosses 1x, and the high
+    # end of 3 widths can lie past the two the medians straddle), so each width's interval is
+    # taken at level ** (1 / k) and the coverage is all k together, never below the level
+    assert est.method.endswith("each of the 3 widths' intervals at least 96.5%, all together at the "
+                               "coverage printed (any width can set an end)")
+    three = [stats.median_interval(flat(x), 0.9 ** (1 / 3)).coverage for x in (0.6, 0.8, 1.4)]
+    assert est.coverage == pytest.approx(math.prod(three)) and est.coverage >= 0.9
+    # with five widths a product of two-width intervals at 94.9 % would fall below 90 % over all
+    # five; taken at 0.9 ** (1 / 5) each, all five together still reach it
     five = speedup_crossing([64, 128, 256, 512, 1024], [flat(x) for x in (0.4, 0.6, 0.8, 1.4, 2.0)])
-    pair = [stats.median_interval(flat(x), 0.9 ** 0.5).coverage for x in (0.8, 1.4)]
-    assert five.coverage == pytest.approx(pair[0] * pair[1]) and five.coverage >= 0.9
+    each = [stats.median_interval(flat(x), 0.9 ** 0.2).coverage for x in (0.4, 0.6, 0.8, 1.4, 2.0)]
+    assert five.coverage == pytest.approx(math.prod(each)) and five.coverage >= 0.9
     # every width already pays, or none does: the crossing lies outside the widths timed
     assert speedup_crossing([128, 256], [flat(1.2), flat(1.5)]) is None
     assert speedup_crossing([128, 256], [flat(0.5), flat(0.7)]) is None
