@@ -36,6 +36,18 @@ from perfkit.estimate import LEVEL, Estimate
 __all__ = ["chance_misses", "joint_coverage", "joint_level", "largest"]
 
 
+def _check_estimates(estimates: object) -> None:
+    """Raise unless ``estimates`` is a non-empty sequence of Estimates, each with a confidence
+    level (an Estimate's coverage goes only with a level, so this holds its confidence too)."""
+    if isinstance(estimates, (str, bytes)) or not hasattr(estimates, "__len__") or len(estimates) == 0:
+        raise ValueError(f"estimates must be a non-empty list of Estimates, got {estimates!r}")
+    for e in estimates:
+        if not isinstance(e, Estimate):
+            raise TypeError(f"estimates must hold perfkit.stats.Estimate, got {type(e).__name__}")
+        if e.level is None:
+            raise ValueError(f"estimates must each carry a confidence level, got {e.method!r} without one")
+
+
 def joint_level(k: int, level: float = LEVEL) -> float:
     """The level each of ``k`` intervals needs so that all hold together with probability at
     least ``level``, whatever their dependence (Bonferroni): ``1 - (1 - level) / k``.
@@ -60,13 +72,7 @@ def largest(estimates: Sequence[Estimate], absolute: bool = False) -> Estimate:
         ValueError: for no estimates, one without a confidence level, or levels whose
             Bonferroni sum leaves no confidence.
     """
-    if isinstance(estimates, (str, bytes)) or not hasattr(estimates, "__len__") or len(estimates) == 0:
-        raise ValueError(f"estimates must be a non-empty list of Estimates, got {estimates!r}")
-    for e in estimates:
-        if not isinstance(e, Estimate):
-            raise TypeError(f"estimates must hold perfkit.stats.Estimate, got {type(e).__name__}")
-        if e.level is None:
-            raise ValueError(f"estimates must each carry a confidence level, got {e.method!r} without one")
+    _check_estimates(estimates)
     level = 1 - sum(1 - e.level for e in estimates)
     if not 0 < level < 1:
         raise ValueError(f"estimates' levels must leave a joint confidence above 0, got {level:.3g}: "
@@ -100,13 +106,7 @@ def joint_coverage(estimates: Sequence[Estimate], independent: bool = False) -> 
         TypeError, ValueError: for no estimates, an entry that is not an Estimate, or one
             without a confidence level.
     """
-    if isinstance(estimates, (str, bytes)) or not hasattr(estimates, "__len__") or len(estimates) == 0:
-        raise ValueError(f"estimates must be a non-empty list of Estimates, got {estimates!r}")
-    for e in estimates:
-        if not isinstance(e, Estimate):
-            raise TypeError(f"estimates must hold perfkit.stats.Estimate, got {type(e).__name__}")
-        if e.confidence is None:
-            raise ValueError(f"estimates must each carry a confidence level, got {e.method!r} without one")
+    _check_estimates(estimates)
     if independent:
         return math.prod(e.confidence for e in estimates)
     return max(0.0, 1 - sum(1 - e.confidence for e in estimates))
