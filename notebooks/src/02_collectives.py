@@ -460,7 +460,8 @@ from perfkit.jobs.data_parallel import make_mlp
 
 cmp = res2["data_parallel"]["compare"]
 sizes_b = [4 * p.numel() for p in make_mlp(**DP_MODEL).parameters()]  # B: each gradient tensor (fp32)
-start_s, start_said = comm.small_call_cost(by_op["all_reduce"], fits["all_reduce"], up_to_bytes=max(sizes_b))
+start_s, start_said = comm.small_call_cost(by_op["all_reduce"], fits["all_reduce"], up_to_bytes=max(sizes_b), also=(
+    f"section 3's gloo all-reduce of {small['numel']} elements", small["ref_time_s"]))  # the ring's paired call
 f_ar, n_tensors = comm.AlphaBeta(start_s, fits["all_reduce"].bandwidth), len(sizes_b)  # naive: one per tensor
 pred_naive = n_tensors * f_ar.alpha_s + cmp["grad_bytes"] / f_ar.bandwidth  # s
 pred_bucket = cmp["buckets"] * f_ar.alpha_s + cmp["grad_bytes"] / f_ar.bandwidth  # s

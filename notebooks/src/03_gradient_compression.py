@@ -54,9 +54,9 @@ from perfkit.compress import experiments as cx
 from perfkit.compress import narrate as nx
 from perfkit.jobs.compression import METHODS, POWERSGD_START, powersgd_wire_ratio
 from perfkit.models import digits_workload
+from perfkit.units import si, si_interval
 from perfkit.verdict import Prediction, judge
 from perfkit.viz import comm as vcomm
-from perfkit.viz import si
 
 limits = hw.cached_limits(quick=QUICK)
 wl = digits_workload(batch_size=64)
@@ -226,7 +226,7 @@ t_none = runs["none"]["step_s"]  # s, the uncompressed step's median
 for m, r in table.items():
     print(f"{m:>16}: wire {r['wire_bytes_ratio']:7.2%}, final loss {r['final_loss']:.4f} "
           f"({round(gap[m], 4) + 0.0:+.4f} nats vs none), accuracy {r['eval_accuracy']:.1%}, step {si(r['step_s'], 's')}"
-          + ("" if m == "none" else f"; over none's: {paired[m].value:.2f}x paired, {r['step_s'] / t_none:.2f}x medians"))
+          + ("" if m == "none" else f"; over none's: {(e := si_interval(paired[m].value, paired[m].low, paired[m].high, 'x'))[0]} paired ({paired[m].label} {e[1]} to {e[2]}), {r['step_s'] / t_none:.2f}x medians"))
 med = {m: table[m]["step_s"] / t_none for m in paired}  # x: the ratio of the medians
 print(f"none's single steps: {si(stats.quantile(runs['none']['step_times_s'], 0.1), 's')} to "
       f"{si(stats.quantile(runs['none']['step_times_s'], 0.9), 's')} (10th to 90th percentile). "
@@ -341,8 +341,9 @@ for m, name in (("sign", "sign"), ("topk_1pct", "top-k 1 %"), ("randomk_1pct", "
 #
 # **The bytes model.** A copy moves 8 bytes per value (read + written), so a path that moves `b`
 # bytes per value runs at `8 / b` of the copy's speed if each of its bytes moves as fast as the
-# copy's. A fused path streams the whole tensor, far larger than the caches, in every pass, as
-# the copy does (QSGD's encode reads it once more for its maximum). One correction: in DRAM a
+# copy's. A fused path streams the whole tensor in every pass, as the copy does (QSGD's encode
+# reads it once more for its maximum; the line after the timings sets the tensor's size against
+# the largest buffer notebook 00's sweep copied at cache speed). One correction: in DRAM a
 # store through the cache first reads its line (write-allocate). Inductor's loops store through
 # the cache, so the path moves `b + w` bytes per value (`w` written); the copy moves 12 if it
 # stores through the cache too, 8 if it uses non-temporal stores, which skip that read (a large
@@ -433,7 +434,7 @@ for name in ("qsgd fused", "sign fused"):
                            low=lo, high=hi, physical=(0, None), soft=("low", "high")),
                 share[name], explain={
         "below": f"{split.text(hw.imitation())} The {most}: {WORK[m][most]}; this run times it whole, not which part of "
-                 "that work, or of the code Inductor wrote for it, took the time.",
+                 "that work, or of the code Inductor wrote for it (`TORCH_LOGS=output_code` prints that code), took the time.",
         "above": "Its bytes moved faster than the copy's did in the same rounds; this run does not measure why "
                  "(a loop that mostly reads, the caches, or a slow copy)."})
 topk_speed = stats.median_ratio(ms["topk exact"].times_s, ms["topk sampled"].times_s)
@@ -500,7 +501,7 @@ pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' 
              f"the all-gather took {t_q * 4 * ENC_NUMEL / (t_d * gathered['qsgd fused'] / 2):.1f}x the dense "
              f"all-reduce's time (latency included), where the prediction took them equal, which puts the saving at "
              f"{si(eq := t_d * (1 - gathered['qsgd fused'] / 8 / ENC_NUMEL), 's')}, {si(abs(eq - cost_q), 's')} "
-             f"{'more' if eq > cost_q else 'less'} than the codec; notebook 02 had measured the all-gather slower per byte."
+             f"{'more' if eq > cost_q else 'less'} than the codec" + (f", {abs(eq - cost_q) / abs(t_sweep - t_d):.1f}x the gap between this run's two timings of the dense all-reduce (below): by its own numbers the model, too, put QSGD near the edge" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + "; notebook 02 had measured the all-gather slower per byte."
              + (nn := nx.timing_noise_note(pays.value / 1e3, pays.value / 1e3 + t_sweep - t_d, abs(t_sweep - t_d), other="the sweep's timing of the dense call (printed below)")),
     "inconclusive": f"Saved {si(t_d - t_q, 's')} (medians) against a codec cost of {si(cost_q, 's')}: these "
                     "samples (counted above) do not pin the difference down on either side of 0.", "held": nn.lstrip(),
@@ -602,20 +603,19 @@ print("sources: " + "; ".join(f"{i.name}: {i.quoted}, {i.source}" for i in comm.
 # **And the step times of section 3?** The SmallCNN gradient is small, so its all-reduce is
 # mostly latency, which fewer bytes do not remove. **Prediction** (the model section 3 wrote
 # before the run): a hook is expected to shorten a step by no more than the time its removed bytes take on the
-# link, `(S_dense - S_payload) × t / S`, with `t / S` the time per byte of the large all-reduce
-# timed alone above (`S = 4 · ENC_NUMEL` bytes; its latency included, a small part at that
-# size, so it overstates what bytes alone cost only slightly; under DDP only the part
-# of the all-reduce backward leaves exposed can be removed at all, so there it is generous). A cast hook's step, over the uncompressed one, is then at least
-# `1 - (S_dense / 2) × (t / S) / t_none`, every other method's at least
-# `1 - S_dense × (t / S) / t_none` (what removing every byte would save). A floor only: a hook
-# that slowed the step passes it too, so it can flag a gain the bytes do not explain, not
-# confirm the bytes' own. A model's
-# expectation, not a bound: inside a step each process's all-reduce also waits for the other,
-# a call may run slower than alone while compute shares the cores, and the casts themselves
-# take time. The same job timed the three small calls alone (the dense gradient, half its bytes,
-# random-k's payload); at these sizes their medians of 5 repeats differ by noise as much as by
-# bytes, so they are not used here, only as the range of what one small call takes alone (the
-# takeaway counts the slower steps in such calls). Single steps scatter far more than this
+# link, timed at the sizes the hooks send: the same job timed three small all-reduces alone (the
+# dense gradient, `t_dense`; half its bytes, `t_half`; random-k's payload, almost no bytes,
+# `t_small`). A cast hook's step, over the uncompressed one, is then at least
+# `1 - (t_dense - t_half) / t_none`, every other method's at least `1 - (t_dense - t_small) / t_none`
+# (what removing nearly every byte saved; 1x where the smaller call took as long). Each time is a
+# median of 5 repeats with no interval (their 10th to 90th percentiles are printed with them), so
+# the floors are only as firm as those medians. The time the large all-reduce's rate per byte
+# gives the same bytes is printed beside them; the floors use the small calls. Under DDP only the part of
+# the all-reduce backward leaves exposed can be removed at all, so there the floor is generous. A
+# floor only: a hook that slowed the step passes it too, so it can flag a gain the bytes do not
+# explain, not confirm the bytes' own. A model's expectation, not a bound: inside a step each
+# process's all-reduce also waits for the other, a call may run slower than alone while compute
+# shares the cores, and the casts themselves take time. Single steps scatter far more than this
 # (none's 10th to 90th percentile, section 3), so the model speaks of the median of the paired
 # ratios; the verdicts judge the two cast hooks on the paired intervals. Those take consecutive
 # steps as independent, the assumption section 3 rejects for the loss comparison (and so prints
@@ -623,18 +623,17 @@ print("sources: " + "; ".join(f"{i.name}: {i.quoted}, {i.source}" for i in comm.
 # measure: a verdict on them is only as firm as that assumption.
 
 # %%
-per_byte = t_d / sizes["dense"]  # s per byte: the large all-reduce timed alone, latency included
-removable = {m: (sizes["cnn dense"] - (sizes["cnn half"] if m.endswith("16_hook") else 0)) * per_byte
-             for m in paired}  # s: what the bytes a method removes take on the link
-floor = {m: 1 - r / t_none for m, r in removable.items()}  # x: none's step less what m's bytes can remove
-t_dense, t_half, t_small = (t_ar[k] for k in ("cnn dense", "cnn half", "cnn random-k 1%"))  # s: context only
-print(f"The SmallCNN gradient's {si(sizes['cnn dense'], 'B')} at the {si(sizes['dense'], 'B')} all-reduce's "
-      f"{si(1 / per_byte, 'B/s')} "
-      f"take {si(sizes['cnn dense'] * per_byte, 's')}, {sizes['cnn dense'] * per_byte / t_none:.1%} of none's median "
-      f"step ({si(t_none, 's')}); half of it is what a cast can remove. Context, not judged: timed alone, the dense call "
-      f"took {si(t_dense, 's')}, half of it {si(t_half, 's')}, random-k's payload ({si(sizes['cnn random-k 1%'], 'B')}) "
-      f"{si(t_small, 's')}" + (", in the order of their bytes." if t_dense >= t_half >= t_small else
-                               ": not in the order of their bytes, so at this size noise set their order."))
+per_byte = t_d / sizes["dense"]  # s per byte: the large all-reduce timed alone, latency included (context)
+t_dense, t_half, t_small = (t_ar[k] for k in ("cnn dense", "cnn half", "cnn random-k 1%"))  # s: timed alone
+removable = {m: max(t_dense - (t_half if m.endswith("16_hook") else t_small), 0.0) for m in paired}  # s: at the sizes sent
+floor = {m: 1 - r / t_none for m, r in removable.items()}  # x: none's step less what m's bytes took alone
+print(f"Timed alone: the SmallCNN gradient's all-reduce ({si(sizes['cnn dense'], 'B')}) took {si(t_dense, 's')}, half of "
+      f"it {si(t_half, 's')}, random-k's payload ({si(sizes['cnn random-k 1%'], 'B')}) {si(t_small, 's')} (10th to 90th "
+      "percentile of 5 repeats: " + ", ".join(f"{si(pts[k]['p10_s'], 's')} to {si(pts[k]['p90_s'], 's')}" for k in list(sizes)[1:])
+      + ")" + ("" if t_dense >= t_half >= t_small else ": not in the order of their bytes") + f". By the medians, a cast's half "
+      f"of the bytes took {si(removable['fp16_hook'], 's')} there ({removable['fp16_hook'] / t_none:.1%} of none's median step, "
+      f"{si(t_none, 's')}); at the {si(sizes['dense'], 'B')} all-reduce's {si(1 / per_byte, 'B/s')} they take "
+      f"{si(sizes['cnn half'] * per_byte, 's')}, the whole gradient {si(sizes['cnn dense'] * per_byte, 's')}.")
 rest = [m for m in paired if not m.endswith("16_hook")]
 low_rest = min(rest, key=lambda m: paired[m].value)
 under = [m for m in rest if paired[m].high < floor[m]]  # the whole paired interval below the floor
@@ -652,9 +651,9 @@ for m in ("fp16_hook", "bf16_hook"):
     d = [b - a for a, b in zip(runs[m]["step_times_s"], runs["none"]["step_times_s"], strict=True)]  # s, per round
     faster, slower = sum(x > removable[m] for x in d), sum(-x > removable[m] for x in d)
     casts[m] = judge(Prediction(f"{m}'s step time over uncompressed", "expected: a step shortens by no more than the time its "
-                                "halved bytes take at the large all-reduce's rate", low=floor[m], unit="x",
+                                "halved bytes took, in small calls timed alone", low=floor[m], unit="x",
                                 physical=(0.0, None), soft=("low",)), paired[m], explain={"held": (note := nx.resolution_note(paired[m], floor[m])),
-        "below": f"Its fewer bytes can remove about {si(removable[m], 's')} ({removable[m] / t_none:.1%} of none's "
+        "below": f"Its removed bytes took {si(removable[m], 's')} in calls timed alone ({removable[m] / t_none:.1%} of none's "
                  f"step); by the median of its paired ratios its step came out {1 - paired[m].value:.1%} shorter." + note})
     viz.show_verdict(casts[m])
     print(f"{m}: {faster} of its {len(d)} steps were shorter than none's step of the same round by more than "
@@ -694,8 +693,8 @@ print(("Above 8 / b: " + ", ".join(above) if above else "No path landed above 8 
 
 # %% [markdown]
 # The first call of a fused kernel pays for the compile (printed above); later processes load
-# it from Inductor's disk cache, and small tensors stay eager, where neither the compile nor
-# the extra passes matter.
+# it from Inductor's disk cache. Tensors below 2^20 values stay on the eager path: they pay no
+# compile, and make the eager path's extra passes over their few values.
 #
 # Exact top-k costs more: on a CPU, `torch.topk` copies every value with its index and selects
 # the `k` largest among all `n` of them (a heap-based partial sort, `O(n log k)` comparisons),
@@ -746,8 +745,8 @@ print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum
       f"{min(e.value for e in others.values()):.2f}x to {max(e.value for e in others.values()):.2f}x), {sum(e.low > 1 for e in others.values())} "
       "with the whole interval above 1x (intervals that take consecutive steps as independent, so likely too "
       f"narrow: section 3; for {len(nx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
-      f"lies outside that interval); the SmallCNN gradient's bytes, at the loopback all-reduce's "
-      f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "
+      f"lies outside that interval); timed alone, the SmallCNN gradient's all-reduce " + (f"outlasted random-k's nearly empty "
+      f"one by {(t_dense - t_small) / t_none:.1%} of its median step (medians), the most fewer bytes can save by those calls" if t_dense > t_small else "took no longer than random-k's nearly empty one (medians), so those calls show no time for fewer bytes to save") + f" (at the large call's rate per byte its bytes take {sizes['cnn dense'] * per_byte / t_none:.1%}). "
       + nx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
       f"(section 4): {cast_text}.")
 print(f"Kernels: QSGD's fused loop ran {fusion['qsgd'].value:.2f}x the eager path's speed (bytes model: {predicted['qsgd fused'] / predicted['qsgd eager']:.2f}x), sign's "

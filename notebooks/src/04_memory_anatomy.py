@@ -151,7 +151,10 @@ viz.verdict(p_tensors, sum(measured.values()), explain=dict.fromkeys(("held", "a
 # state at its first `step()` and keeps it, so on every later step the state is already held
 # through forward and backward. A second step with the same optimizer measures that steady
 # peak (counted above the parameters, as the first one's is). No model here sizes these
-# effects, so these are measurements, not a test of one:
+# effects, so these are measurements, not a test of one. On the CPU the peak is the kernel's
+# `VmHWM` counter, which proc(5) calls inaccurate: the kernel sums its per-CPU counts of
+# resident pages lazily (`/proc/self/smaps_rollup` is exact, but keeps no peak), so a difference
+# of a few tenths of a MB between two peaks below may be the counter's, not the step's:
 
 # %%
 held = anatomy.grads + anatomy.optimizer_state + anatomy.activations  # new during the step, bytes

@@ -432,8 +432,8 @@ viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above:
 points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
 viz.plot_roofline({f"float32 {on}": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
                   intensity_range=(1 / 16, max(64, 4 * ridge)),
-                  title=f"The GELU chain on this machine's roofline\n(compute roof {on}; memory roof: DRAM's "
-                        "on all cores, the most any thread count draws)")
+                  title=f"The GELU chain on this machine's roofline, tanh counted as 1 FLOP\n(compute roof {on}; "
+                        "memory roof: DRAM's on all cores, the most any thread count draws)")
 plt.show()
 
 # %% [markdown]
@@ -467,7 +467,7 @@ print(f"the same bytes, one add per element: {si(add_m.median_s, 's')} at {si(ch
             "without overlapping) can tell apart: the fused loop is bound by neither alone."
             if max(arith_s, mem_s) < 1.25 * min(arith_s, mem_s) else
             "The arithmetic is the larger part: the fused loop is bound by its instructions more than by "
-            "its memory." if arith_s > mem_s
+            "its memory (instructions, not the FLOPs the roofline above counts, tanh as one)." if arith_s > mem_s
             else "Memory is the larger part: the fused loop is bound by its bytes and page faults more than by "
             "its instructions.") if over_add.clear_of(1.25, "x") == "above" else
          ": within a quarter of it, so the compiled loop runs at about its bytes' speed: memory-bound."
@@ -848,8 +848,7 @@ bf16_top = max((p for p in bench.points if p.precision == "bf16"), key=lambda p:
 bf16_mfu, against, _ = sizing.meaningful_mfu(limits, bf16_top.flops_per_step, bf16_top.step.median_s, "bfloat16",
                                              threads=CEIL_THREADS)
 bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted FLOP/s (section 1's count)
-obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}",
-                       threads=CEIL_THREADS)
+obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
 every = f" ({bf16_mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 and against == "float32" else ""
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
       f"{bf16_top.batch}: " + (f"model FLOP/s {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
@@ -860,7 +859,8 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
       + ("the rate of its ceiling now: " + obs.note.replace("than the sweep", "than " + (src.removesuffix(  # its setter
           sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
           .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
-         ceilings.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + ".")
+         ceilings.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + "." + throughput.model_rate_note(
+          bf16_top, bf16_per_sample * bf16_top.batch, obs.limits.peak_flops("bfloat16", CEIL_THREADS), f"the bfloat16 ceiling {on}"))
 limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
 plt.show()

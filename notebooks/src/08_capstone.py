@@ -55,12 +55,12 @@ import torch
 from IPython.display import Markdown, display
 
 import perfkit
-from perfkit import ceilings, compute, hw, stats, viz
+from perfkit import ceilings, compute, hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.profiling.capstone_text import percent2, still_listed
 from perfkit.verdict import Prediction, judge
-from perfkit.viz.capstone import dropped_text
+from perfkit.viz.capstone import ceiling_text, dropped_text, target_context
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
@@ -78,7 +78,7 @@ job = CapstoneJob(SCRIPT, WORK, TARGET_LOSS, max_bytes=MAX_BYTES,
 loop = FixLoop(job, AVAILABLE, slow_train.FIX_FOR_FINDING, limits, repeat_before=not QUICK,
                describe=slow_train.FIXES.get)
 print(f"torch {torch.__version__} on {hw.device_name()}; 2 processes, {'NCCL' if CUDA else 'gloo'}; "
-      f"fp32 peak of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}, the limits file's highest ({ceilings.ceiling_source(limits, 'float32', loaded=limits)})")
+      f"fp32 ceiling of this machine {viz.si(limits.peak_flops('float32'), 'FLOP/s')}, the limits file's highest ({ceilings.ceiling_source(limits, 'float32', loaded=limits)})")
 if hw.imitation():  # the machine's name above ends "(imitating ...)"
     caps = ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
     print(f"imitating {hw.imitation()}: {caps} before torch's first op (perfkit.imitate), so bf16 takes the "
@@ -109,6 +109,8 @@ def rel(text):
 
 report = loop.start()
 print(rel(render_text(report)).split("\nFindings")[0])
+if (c := report.get("mfu_ceiling")) and abs(c["flops_per_s"] / limits.peak_flops("float32", c["threads"]) - 1) < 1e-3:
+    print(f"the counted FLOP rate's ceiling, {viz.si(c['flops_per_s'], 'FLOP/s')}: {ceilings.ceiling_source(limits, 'float32', c['threads'], loaded=limits)}")
 built = loop.rounds[0]["result"]  # the script's own result: DDP's buckets by torch's own initial assignment
 print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']:,} gradient values, laid out by torch's own initial assignment (in parameter order, never rebuilt with find_unused_parameters=True), each closed "
       f"once it holds {built['built']['bucket_cap_bytes']:,} bytes: {built['ddp_buckets']} bucket all-reduces a step, and one of its used-parameter map")
@@ -171,7 +173,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   tokens cannot get shorter); `1 / MFU` is printed beside it, as room, not as a bound: its peak
 #   is the best rate measured on this machine so far, which a later measurement can raise;
 # * a bound of 10x or more (90 % of an unprofiled step, `MAX_TESTABLE_SHARE`) says only that the
-#   fix leaves a tenth of the step: it cannot fail, and is printed as **context**, not judged.
+#   fix leaves a tenth of the step: it fails only on a gain above it, 10x or more, too loose to
+#   test the share the finding measured, so it is printed as **context**, not judged.
 #
 # The step should not get slower either, but that is an expectation, not a bound (a fix can cost
 # more than it saves): a speedup below 1x is missed only when its whole interval lies below 1x.
@@ -190,10 +193,12 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 #   is against the mean of the two, so a load that drifts steadily across the three runs cancels.
 #   Its interval comes from each run's median step (each median's narrowest order-statistic
 #   interval, the three holding together at 90 % or more, `perfkit.stats.of_medians`; the exact
-#   coverage is printed with it), widened to the ratio against each "before" alone: it covers at
-#   least what it prints, so a round is inconclusive more often than an interval of exactly that
-#   coverage would make it. It takes a run's steps as independent draws; they are consecutive steps
-#   of one process, so drift within a run is not in it. Where the two runs before lie more than a tenth apart, the
+#   coverage is printed with it), widened to the ratio against each "before" alone: of the steps'
+#   spread it covers at least what it prints, so a round is inconclusive more often than an interval
+#   of exactly that coverage would make it. It takes a run's steps as independent draws; they are
+#   consecutive steps of one process, so neither drift within a run nor how far separate runs move
+#   is in it (where the slow job ran more often than the headline's mean takes, section 3 sets the
+#   whole gain against each of its runs). Where the two runs before lie more than a tenth apart, the
 #   verdict names them and the fix's ratio against each;
 # * QUICK: each configuration runs **once**, and the run after one fix is the run before the next:
 #   the ratio of the two runs' median steps, with the interval of two separate runs
@@ -298,17 +303,15 @@ for fix, g in loop.tried.items():  # its interval decides whether the drop says 
 # measured fp32 ceiling the step's model FLOPs would take `FLOPs / peak` seconds. We call forward +
 # backward **near the ceiling** when that is at least half their time, else **far from it**: then
 # most of their time is not arithmetic at full speed, but memory traffic, per-operator dispatch
-# (with a model this small, many tiny operators) or both; this run does not tell which.
+# (with a model this small, many tiny operators) or both; this run does not tell which. Their time
+# is a share measured in the profiled window: applied to the unprofiled step it assumes the profiler
+# stretched every phase alike, so the line reads it both ways, over the unprofiled step and over the
+# window's own, and where the two part across half it says so.
 
 # %%
 step_s = statistics.median(job.after_window(last))  # s per step, unprofiled
-fb_share = final["shares"]["forward"] + final["shares"]["backward"]
-fb_s, at_peak_s = fb_share * step_s, job.mfu(last, job_peak(limits, last)) * step_s
-print(f"forward + backward: {fb_share:.0%} of the step, {fb_s * 1e3:.1f} ms; both ranks' model FLOPs at the "
-      f"all-cores ceiling, {viz.si(job_peak(limits, last), 'FLOP/s')}: {at_peak_s * 1e3:.1f} ms ({at_peak_s / fb_s:.0%} "
-      "of it): " + ("near the ceiling" if at_peak_s >= 0.5 * fb_s else "far from the ceiling: the rest of "
-                    "their time is not arithmetic at full speed (module 06's fusion, shapes and batch size "
-                    "address it)") + "; the share is the profiled window's, applied to the unprofiled step")
+print(ceiling_text(final["shares"]["forward"] + final["shares"]["backward"], step_s, statistics.mean(final["step_times_s"]),
+                   job.mfu(last, job_peak(limits, last)) * step_s, job_peak(limits, last)))
 
 # %% [markdown]
 # ## 3. What the fixes bought
@@ -379,10 +382,10 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # early in training (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training":
 # above the critical batch size, more tokens per step buy less than proportional progress).
 #
-# **Prediction.** The time to the target loss improves by less than tokens/s: at most the
-# tokens/s gain of the two runs compared here (the top of its interval), if the fixed job needs
-# at least as many tokens to get there. That is an expectation (McCandlish's model), not a
-# bound, and so is the 1x below it: both edges are soft. The two runs are the slow job's first
+# **Expectation (context, not a prediction).** The time to the target loss improves by less than
+# tokens/s: at most the tokens/s gain of the two runs compared here (the top of its interval), if
+# the fixed job needs at least as many tokens to get there. That is an expectation (McCandlish's
+# model), not a bound, and so is the 1x below it. The two runs are the slow job's first
 # run and the fixed one; the direct ratio of section 3 has another baseline where the slow job
 # ran twice (the mean of both runs), and the line below says how far that moves it.
 #
@@ -396,9 +399,9 @@ for name, r, tps in (("slow", first, total.slow_tps), ("fixed", last, total.fixe
 # at the first read past the target and its curve runs on a few steps below it; the time and the
 # steps to the target are taken afterwards from every step's recorded loss. Each side is one run,
 # so the ratio below has no interval: where a curve approaches the target slowly, a little
-# noise moves its crossing by a lot. One ratio is one sample, too few for an interval, so the
-# verdict is inconclusive wherever it falls, by construction: it tests nothing, and is printed
-# as context for where the figure lies against the edges. The learning rate was chosen as the best of three at both
+# noise moves its crossing by a lot. One ratio is one sample, too few for an interval, so a
+# verdict on it could only read inconclusive, wherever it fell: it would test nothing, so none is
+# recorded, and the expectation is printed as context for where the figure lies against its edges. The learning rate was chosen as the best of three at both
 # batch sizes (`slow_train.LR`), so the larger batch is not held back by a rate tuned for the
 # smaller one.
 
@@ -420,20 +423,8 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
     tt_gain, tokens_x = reach["slow"][0] / reach["fixed"][0], reach["fixed"][1] / reach["slow"][1]
     pair = round_speedup(job, [first], last)  # the fixed run over the slow run whose time is read
     print(viz.target_text(tt_gain, tokens_x, pair, total, (reach["slow"][1] / reach["slow"][0], job.tokens_per_s(first))))
-    viz.verdict(Prediction("time-to-target speedup", "no more progress per token than the slow job, so at most "
-                           "the top of these two runs' tokens/s interval; one run a side: inconclusive by construction", high=pair.high, low=1.0,
-                           unit="x", soft=("low", "high")), stats.Estimate(tt_gain, tt_gain, tt_gain, 0.9, 1, "one run of each side", needs=5), explain={
-        "held": (f"The range, 1x to {pair.high:.3g}x, is wide: inside it says little more than the direction. "
-                 if pair.high >= 2 else "") + f"The fixed job needed {tokens_x:.2f}x the tokens" + (
-            ": the larger batch takes fewer, larger steps for the same tokens, the likeliest cause (one run of "
-            "each side, so this run does not separate the batch from the other fixes)." if "batch" in last["fixes"] else
-            "; the fixes kept leave the batch as it was: what the time gained is speed."),
-        "above": f"The fixed job needed {tokens_x:.2f}x the tokens" + (
-            ": fewer than the slow one, which the model does not expect (one run of each side: noise in either "
-            "curve moves its crossing)." if tokens_x < 1 else f"; the runs' tokens/s, {tt_gain * tokens_x:.2f}x, "
-            "beat their measured steps': the runs' other steps gained more."),
-        "below": f"The fixed job needed {tokens_x:.2f}x the tokens at {pair.value:.2f}x the tokens/s "
-                 "(the median step): its larger batch made less progress per token than its speed made up."})
+    text = target_context(tt_gain, tokens_x, pair, "batch" in last["fixes"])  # one run a side: no verdict
+    display({"text/markdown": text, "text/plain": text.replace("**", "")}, raw=True)
 
 # %% [markdown]
 # ## 5. On a GPU

@@ -22,7 +22,8 @@
 # the pipe, and the idle slots while the pipe fills and drains are the **bubble**.
 #
 # A **schedule** says in which order each process runs its forward (`F`) and backward (`B`)
-# actions. With `F` and `B` of equal cost on every stage:
+# actions. With stages of equal cost (each stage's `F` alike and its `B` alike; the first three
+# rows hold whatever `F : B` is, ZB-H1's needs the split it names):
 #
 # | schedule | bubble share of the step | micro-batches a stage holds |
 # |---|---|---|
@@ -72,6 +73,7 @@ from perfkit import stats, viz
 from perfkit.parallel import (
     DeadlockError,
     Schedule,
+    band_side,
     bubble_formula,
     busy_note,
     fb_split_note,
@@ -456,13 +458,12 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 #   prints by how much here).
 
 # %%
-side, ends = zb_side(step_ratio)   # the step's interval at the digits that decide longer or shorter
-how = f"interval {ends}" + {"above": ": longer", "below": ": shorter"}.get(side, ", holds 1x") if ends else "no interval"
+how = (f"interval {z[1]}" + {"above": ": longer", "below": ": shorter"}.get(z[0], ", holds 1x") if (z := zb_side(step_ratio))[1] else "no interval") + f"; {zb_verdict.outcome}: {band_side(step_ratio, *p_zb.bounds())}"   # the interval at the digits that decide; the point against the band
 viz.show_headlines({
     "1F1B bubble, p=2 m=8 (sleep stages)": f"{stats.Estimate(**head['measured']).value:.1%}",
     "1F1B / GPipe activation peak, m=8": f"{x8['ratio']:.2f}x",
     "max rel. diff vs unsplit": f"{max(res['equality'].values()):.1e}",
     "ZB-H1 / 1F1B, GPT blocks: step (judged); bubble share":
-        f"{step_ratio.point('x')} ({how}; {zb_verdict.outcome}; model {ideal_idle:.3f}x); "
+        f"{step_ratio.point('x')} ({how}; model {ideal_idle:.3f}x); "
         f"{share_ratio.point('x')} (model {ideal_tl.bubble_share / planned:.3f}x)",
 })

@@ -496,7 +496,7 @@ for split in ("contiguous", "zigzag"):
               + ("all three" if len(inside) == 3 else f"{len(inside)} of the 3") + " models of a diagonal block "
               "at P = 2 (" + ", ".join(f"{k} {x:.3f}x" for k, x in diag.items()) + ")"
               + (": it tests that the contiguous split is unbalanced, not what a diagonal block costs"
-                 if len(inside) == 3 else f": {', '.join(inside)}"))
+                 if len(inside) == 3 else f": {', '.join(inside)}") + "".join(f"; the measured {timed.label} lies " + " and ".join(sides) for sides in [[f"{timed.clear_of(x, 'x')} {k}" for k, x in diag.items() if timed.clear_of(x, "x")]] if sides))
 print(cm.split_cost_note(*([r["time"]["splits"][s]["compute_s"] for r in res] for s in ("contiguous", "zigzag")), RING["time"]["seq_len"]).lstrip())
 
 # %%
@@ -595,11 +595,11 @@ print(f"training: each doubling of P from 2 on multiplies the longest T by {by};
 # %%
 viz.show_headlines({
     "eager T² term (bytes)": f"{terms['eager'][0]:.1f}",
-    "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome}",
+    "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome} (a model's expected range, {ends[0]:.2f}x to {ends[1]:.2f}x, its high end {ends[1] / ends[0]:.2f}x its low" + ("; held says its interval lies between the calls' end and the FLOPs', not which end it lies nearer)" if calls_v.held else ")"),
     "ring fp32 difference (P=2)": f"{worst:.1e}",
-    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}",
+    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is the fit's largest miss where it was fitted)" if (off := est.clear_of(p_tile.value, 's')) else ""),
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
-    "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}",
+    "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}" + (f" (judged on the median; {over} of {rounds} rounds waited longer than the bound, the longest {max(ready) / transfers:.1f}x it)" if over else ""),
     "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":
         f"{viz.si(whole, 's')}, {whole / compute_s:.0%} of its compute",
 })

@@ -144,12 +144,12 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # measured step. The three ZeRO stages are then predictions. The calls the model charges: DDP
 # all-reduces its gradients once (one bucket); ZeRO 1 and 2 reduce-scatter the gradients and
 # all-gather the weights, one bucket each. On a ring those two are one all-reduce's bytes; here
-# the model charges the reduce-scatter a whole all-reduce, one and a half in all. That charge is
-# read from gloo's single-tensor reduce-scatter, which all-reduces the whole buffer and keeps its
-# chunk (PyTorch's `ProcessGroupGloo.cpp`), but perfkit calls gloo's list form
-# (`dist.reduce_scatter`, in `perfkit.parallel.flat`), which its docstring measured faster than
-# the single-tensor call. What the list form costs, no call here times apart: the charge is
-# unverified for the call that runs, and the verdicts below test it only inside the step.
+# the model charges the reduce-scatter a whole all-reduce, one and a half in all, as gloo runs it:
+# gloo has no ring reduce-scatter. Its single-tensor form all-reduces the whole buffer and keeps
+# its chunk; the list form perfkit calls (`perfkit.parallel.flat`) all-reduces each rank's slice
+# in turn: a whole all-reduce's bytes either way, as notebook 05 counts them. What the list form's
+# start-ups cost, no call here times apart. Section 3's GPU clusters price NCCL's ring instead,
+# half an all-reduce; each verdict below prints where that price would put its prediction.
 # ZeRO-3 shards by unit, each block and one more for the rest (embeddings, final norm, head): each unit's weights are
 # gathered in forward and again in backward and its gradients reduce-scattered, three calls per
 # unit, nine for this two-block GPT. Every ZeRO stage also makes one call the model does not
@@ -163,7 +163,7 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # %%
 from perfkit import hw, stats, viz
 from perfkit.comm import UNRESOLVED_BANDWIDTH
-from perfkit.plan import course_predictions, local_cluster, rounds_link, tiny_gpt2_spec
+from perfkit.plan import course_predictions, local_cluster, ring_priced, rounds_link, tiny_gpt2_spec
 from perfkit.verdict import Prediction
 
 res = job.result()
@@ -179,7 +179,8 @@ print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_b
       f"which the limits file keeps; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring step, {bw}")
 pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
 print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.peak_flops / 1e9:.0f} GFLOP/s "
-      f"per process ({pred.efficiency * here.gpu.peak_flops / 1e9:.1f} GFLOP/s in a step's matmuls)")
+      f"per process ({pred.efficiency * here.gpu.peak_flops / 1e9:.1f} GFLOP/s: the rate the model charges a step's "
+      "matmuls, what DDP's step leaves after its other terms, so it also holds all the model does not charge)")
 
 # %% [markdown]
 # The predictions are recorded before their measurements are read: each step time within 25 %
@@ -216,6 +217,7 @@ from perfkit.plan import collective_cost, full_charge, point_and_window, without
 ddp = res.variants["ddp_adamw"]
 flags_ms = 2 * here.intra.alpha_s * 1e3   # the flags' all-reduce: two ring steps' start-up, uncharged
 local, cost = {}, {}   # each step prediction of this section beside its measured point; collectives' cost
+ring = course_predictions(replace(here, full_reduce_scatter=False), ddp.step_s, batch=BATCH, model=spec).times
 for n, p in time_pred.items():
     v = res.variants[n]
     per_round = stats.median_ratio(v.step_times_s, ddp.step_times_s)   # the rounds alternate the layouts
@@ -223,7 +225,8 @@ for n, p in time_pred.items():
     cost[n] = collective_cost(v.step_times_s, ddp.step_times_s, pred.times[n].total_s - pred.times["ddp_adamw"].total_s, comm_s, flags_ms / 1e3)
     made = ", ".join(f"{c} {k.removesuffix('_single').replace('_', '-')}" for k, c in (v.calls or {}).items())
     said = (point_and_window(per_round, p.value, p.bounds()) + per_round.beside(v.step_s / ddp.step_s) + f" The run made {made} per step; the all-reduce is the flags' ({viz.si((v.sent_bytes or {}).get('all_reduce', 0), 'B')} "
-            f"sent), not charged: about {flags_ms:.1f} ms. {cost[n]} " + without_collectives(
+            f"sent), not charged: about {flags_ms:.1f} ms. {cost[n]}" + ring_priced(
+                cost[n], ring[n].total_s - ring["ddp_adamw"].total_s) + " " + without_collectives(
                 pred.times[n].terms, pred.times["ddp_adamw"].terms, p.bounds(), measured=per_round.value,
                 collectives_ms=(cost[n].said_cost_ms, comm_s * 1e3)))
     viz.verdict(p, per_round, explain=dict.fromkeys(("above", "below", "held"), said))
@@ -337,11 +340,11 @@ for n, p in pipe_pred.items():
     spans = spans_of[n] = step_spans(pipe[n]["slots"])[1:]
     busy = [max(sum(b - a for *_, a, b in row) for row in step) for step in pipe[n]["slots"][1:]]
     ideal = N_MICRO * (T_F + T_B) * 1e3   # m v slots of T / v each
-    said = (f"Per timed step (medians of {len(spans)}), the busier rank spent {stats.median(busy) * 1e3:.0f} ms in "
+    m = stats.median_interval([x * 1e3 for x in spans])
+    said = (f"{point_and_window(m, p.value, p.bounds(), ' ms')} Per timed step (medians of {len(spans)}), the busier rank spent {stats.median(busy) * 1e3:.0f} ms in "
             f"its actions (the model's m v slots: {ideal:.0f} ms) and {stats.median(spans) * 1e3 - stats.median(busy) * 1e3:.0f}"
-            f" ms outside them, against the model's {p.value - ideal:.0f} ms of bubble and sends.")
-    viz.verdict(p, stats.median_interval([x * 1e3 for x in spans]),
-                explain=dict.fromkeys(("above", "below", "held"), said))
+            f" ms outside them, against the model's {p.value - ideal:.0f} ms of bubble and sends.").lstrip()
+    viz.verdict(p, m, explain=dict.fromkeys(("above", "below", "held"), said))
 gap = stats.of_medians(lambda a, b: a - b, [[x * 1e3 for x in spans_of[k]] for k in ("1f1b", "interleaved")],
                        [True, False], what="difference of two runs' median steps")
 viz.verdict(p_v, gap, explain=dict.fromkeys(("above", "below"), f"with the sends as charged, the bubble shrank by "
@@ -552,7 +555,8 @@ viz.build_widget(plan_widget())
 # share one figure, as do the two H100 tables; the A100-40GB table, alone on its type, is
 # judged inside the table that fitted it); every other row is a prediction. Below the table,
 # the same comparison with one figure per chip, and with each table predicted from the other
-# tables of its chip only (the cross-table error). That efficiency is the weight matmuls'.
+# tables of its chip only (the cross-table error). That efficiency is the rate the planner
+# charges the weight matmuls, fitted on whole steps: it also holds what no term of it charges.
 # Attention is counted apart, as each run's kernel ran it (the cell below counts each table's
 # rows by kernel): llm-foundry's fused causal kernels run `7 L h s` FLOPs per token where MFU
 # counts `12 L h s`, at a share of the peak for the generation each run used

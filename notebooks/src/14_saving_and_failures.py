@@ -98,21 +98,24 @@ print(f"state {viz.si(costs.state_bytes, 'B')}; write bandwidth with fsync "
       f"{viz.si(costs.write.bytes_per_s, 'B/s')} (median of {len(costs.write.times_s)} writes; the fastest "
       f"{viz.si(costs.write.best_bytes_per_s, 'B/s')}, {costs.write.fstype}); copy rate at the state's size "
       f"{viz.si(costs.copy_bytes_per_s, 'B/s')} (read + written)")
-for m in costs.blocked_s:
-    print(f"  {m:6s}: blocked {costs.blocked(m).text('s')}")
 copy_here = costs.copy_bytes_per_s   # measured beside the saves, on the state's tensors
 if hw.default_limits_path().exists():   # notebook 00's copies: read, not measured again
     limits00 = hw.MachineLimits.from_json(hw.default_limits_path().read_text())
     print(saving.copy_beside_limits(costs, limits00, THREADS))
     costs = saving.with_fastest_copy(costs, limits00, THREADS)
+p_sync = Prediction("the synchronous save's blocked time", "state bytes / the fastest write with fsync",
+                    low=costs.sync_model_s, unit="s", physical=(0, None))
+p_stage = Prediction("the thread-mode save's blocked time",
+                     "one staging copy: 2 x bytes / the fastest copy rate seen near the state's size",
+                     low=costs.staging_floor_s, unit="s", physical=(0, None))
+
+# %%
+for m in costs.blocked_s:
+    print(f"  {m:6s}: blocked {costs.blocked(m).text('s')}")
 ax = viz.plot_save_costs(costs)
 slowest = max(max(costs.blocked_s[m]) / costs.blocked(m).value for m in costs.blocked_s)
 print(f"The bars are the medians, the dots the {ROUNDS} single rounds of each mode; the slowest round took "
       f"{slowest:.3f}x its mode's median (the rounds share the machine with its other work).")
-
-# %%
-p_sync = Prediction("the synchronous save's blocked time", "state bytes / the fastest write with fsync",
-                    low=costs.sync_model_s, unit="s", physical=(0, None))
 dcp_ms, commit_ms = (stats.median(costs.persist_s["sync"]) * 1e3, stats.median(costs.commit_s["sync"]) * 1e3)
 viz.verdict(p_sync, costs.blocked("sync"), explain={
     "held": f"The bytes explain {100 * costs.sync_model_s / costs.blocked('sync').value:.2g}% of the save"
@@ -124,9 +127,6 @@ viz.verdict(p_sync, costs.blocked("sync"), explain={
             f"{commit_ms:.3g} ms"})
 
 # %%
-p_stage = Prediction("the thread-mode save's blocked time",
-                     "one staging copy: 2 x bytes / the fastest copy rate seen near the state's size",
-                     low=costs.staging_floor_s, unit="s", physical=(0, None))
 viz.verdict(p_stage, costs.blocked("thread"), explain={
     "held": f"The copy accounts for {100 * costs.staging_floor_s / costs.blocked('thread').value:.2g}% of it"
             + (", so as a test this floor says little" if costs.staging_floor_s < costs.blocked("thread").value / 2
@@ -208,6 +208,8 @@ pool = ThreadPoolExecutor(max_workers=1)
 whole = pool.submit(saving.resilient_run, SCRIPT, WORK / "whole")
 
 # %%
+p_atomic = Prediction("the step the latest checkpoint loads after the kill", "the rename commits",
+                      value=1, rel_tol=0.0, physical=(0, None))
 killed = saving.killed_save(WORK / "kill")
 print(f"child ended by signal {killed.killed_by} (SIGKILL = 9); left behind: {killed.partial_left}")
 print(f"complete checkpoints {killed.complete}; latest loads step {killed.loaded_step}, "
@@ -215,8 +217,6 @@ print(f"complete checkpoints {killed.complete}; latest loads step {killed.loaded
 print(f"one bit flipped in {killed.damaged_file}; verify says:\n  {killed.verify_error}")
 
 # %%
-p_atomic = Prediction("the step the latest checkpoint loads after the kill", "the rename commits",
-                      value=1, rel_tol=0.0, physical=(0, None))
 viz.verdict(p_atomic, float(killed.loaded_step if killed.loaded_exact else -1), explain={
     "held": "the killed save left only a .partial directory; the last complete one loaded exactly"})
 
@@ -238,14 +238,17 @@ viz.verdict(p_atomic, float(killed.loaded_step if killed.loaded_exact else -1), 
 # fixed (its reduction order follows them); this float64 CPU run on gloo needs none of that.
 
 # %%
+p_bits = Prediction("differing bits, killed-and-restarted run against the uninterrupted one",
+                    "deterministic ops, same data order, every RNG state saved", high=0,
+                    physical=(0, None))
+p_r = Prediction("share of R spent restarting processes (detection and rendezvous, start, imports)",
+                 "a fresh interpreter imports torch; the state loads in milliseconds",
+                 low=0.5, physical=(0, 1))
 run = saving.compare_restart(saving.resilient_run(SCRIPT, WORK / "killed", kill_step=7), whole.result())
 print(f"killed at step {run.kill_step}, resumed from step {run.resumed_from}; {run.tensors} tensors compared")
 print(f"differing bits: {run.differing_bits} in the final state, {run.loss_bits} in {run.steps} steps' losses")
 
 # %%
-p_bits = Prediction("differing bits, killed-and-restarted run against the uninterrupted one",
-                    "deterministic ops, same data order, every RNG state saved", high=0,
-                    physical=(0, None))
 viz.verdict(p_bits, float(run.differing_bits + run.loss_bits), explain={
     "above": f"the first differing tensor: {run.first_difference}"})
 
@@ -256,9 +259,6 @@ ax = viz.plot_restart_timeline(saving.restart_timeline(run.events))
 
 # %%
 starts = run.parts["start_and_imports"] + run.parts["rendezvous"]
-p_r = Prediction("share of R spent restarting processes (detection and rendezvous, start, imports)",
-                 "a fresh interpreter imports torch; the state loads in milliseconds",
-                 low=0.5, physical=(0, 1))
 viz.verdict(p_r, starts / R, explain={
     "below": f"building the model and DDP took {run.parts['build']:.2f} s and load "
              f"{run.parts['load']:.2f} s"})
@@ -408,8 +408,10 @@ ll = failures.llama3_check()
 print(f"save {ll['save_s']:.3g} s, MTBF {ll['mtbf_s'] / 3600:.3g} h, Daly's interval "
       f"{ll['interval_s'] / 60:.3g} min; effective training {ll['goodput']:.1%} "
       f"(Daly's exact {ll['daly_goodput']:.1%}) with the {ll['restart_s'] / 60:.3g}-minute restart assumed. "
-      f"Llama 3's reported effective training time above {ll['reported']:.0%} fits the model only with restarts under {ll['max_restart_s'] / 60:.3g} min "
-      "(not published; the model counts unexpected interruptions only, so this is necessary, not sufficient).")
+      f"Llama 3's reported effective training time above {ll['reported']:.0%} fits the model, at the assumed "
+      f"{ll['save_s']:.3g} s save, only with restarts under {ll['max_restart_s'] / 60:.3g} min; a save that blocks "
+      f"nothing would allow up to {(1 - ll['reported']) * ll['mtbf_s'] / 60:.3g} min (restarts not published; the "
+      "model counts unexpected interruptions only, so each bound is necessary under its save, not sufficient).")
 print(failures.LLAMA3_FAILURES["source"])
 
 # %% [markdown]
@@ -557,8 +559,10 @@ shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), Fal
 apart = shm_plain.has_interval and disk_plain.has_interval and (shm_plain.high < disk_plain.low or disk_plain.high < shm_plain.low)
 print(f"Without fsync tmpfs wrote {shm_plain.value / disk_plain.value:.2g}x the disk's rate: both end in memory, "
       + (f"yet the {'disk' if shm_plain.value < disk_plain.value else 'tmpfs'} took the plain write faster, "
-         "with intervals apart (a disk's page cache and tmpfs's pages are filled by different kernel code; "
-         "which step of it costs the difference, this run does not time)" if apart else
+         "with intervals apart. Each write went to a fresh file, deleted after it, on both, so neither rewrote "
+         "pages it already held; among what is left to differ is how each allocates and accounts a fresh page "
+         "(tmpfs's shared-memory pages, the disk's page cache with delayed block allocation): which step costs "
+         "the difference, this run does not time" if apart else
          "and their intervals overlap: the directory's name made no clear difference to a plain write"))
 payload = copy_here / 2  # section 1's copy: bytes read plus written, so payload is half
 fastest = max(shm_plain.value, disk_plain.value)

@@ -23,6 +23,7 @@ from perfkit.comm.bucketing import (
     bucket_saving,
     step_comm_text,
 )
+from perfkit.comm.call_cost import small_call_cost
 from perfkit.comm.collectives import (
     OPS,
     CollectivePoint,
@@ -35,7 +36,6 @@ from perfkit.comm.collectives import (
     isolated_times,
     medians_against_pairs,
     reduce_scatter_single,
-    small_call_cost,
     sweep,
 )
 from perfkit.comm.experiments import (

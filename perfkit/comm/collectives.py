@@ -30,7 +30,6 @@ import torch.distributed as dist
 
 from perfkit import stats
 from perfkit._checks import check_choice, check_int, check_items, check_real, check_type
-from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.estimate import Estimate
 from perfkit.timing import benchmark, resolve_device
 from perfkit.units import si
@@ -47,7 +46,6 @@ __all__ = [
     "isolated_times",
     "medians_against_pairs",
     "reduce_scatter_single",
-    "small_call_cost",
     "sweep",
 ]
 
@@ -352,46 +350,6 @@ def gloo_reduce_scatter_text(rs_s: float, ar_s: float, nbytes: int, world_size: 
     return text + (f"; the measured {si(rs_s, 's')} leaves {si(rs_s - predicted, 's')} "
                    f"({(rs_s - predicted) / ar_s:.2f} all-reduces' worth) that the mechanism does not "
                    "explain and this run does not measure.")
-
-
-def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta,
-                    tol: float = 0.25, up_to_bytes: float | None = None) -> tuple[float, str]:
-    """The cost a model charges one call before its bytes, s, and a sentence saying where it came from.
-
-    The fit's intercept ``alpha`` is fitted across all sizes, so it need not be what a small call
-    costs. Where it lies within ``tol`` of the sweep's smallest size's median time, that is
-    ``alpha``; where it departs further, the smallest size's measured median, so that models
-    charging start-ups (notebook 02's sections 4 and 5) charge a measured call, not the line's
-    intercept. With ``up_to_bytes`` (the largest message the model charges), the sentence also
-    gives the sweep's calls up to that size, as a share of the charge: how far a measured call
-    of those sizes lies from what the model charges it.
-
-    Raises:
-        TypeError, ValueError: for no points, a point that is not a CollectivePoint, a ``fit``
-            that is not an AlphaBeta, ``tol`` not in ``[0, 1)`` or a negative ``up_to_bytes``.
-    """
-    items = check_items("points", points)
-    first = min((check_type(f"points[{i}]", p, CollectivePoint) for i, p in enumerate(items)),
-                key=lambda p: p.nbytes)
-    check_type("fit", fit, AlphaBeta)
-    check_real("tol", tol, 0, 1, hi_open=True)
-    off = fit.alpha_s / first.time_s - 1  # the intercept against the smallest call measured
-    call = f"the sweep's smallest call ({si(first.nbytes, 'B')}: {si(first.time_s, 's')})"
-    cost = fit.alpha_s if abs(off) <= tol else first.time_s  # s: what each call is charged
-    near = []  # s: the sweep's calls up to up_to_bytes
-    if up_to_bytes is not None:
-        check_real("up_to_bytes", up_to_bytes, 0)
-        near = [p.time_s for p in items if p.nbytes <= up_to_bytes]
-    spread = ("" if len(near) < 2 or cost <= 0 else
-              f" The sweep's {len(near)} calls up to {si(up_to_bytes, 'B')} took {si(min(near), 's')} to "
-              f"{si(max(near), 's')} each, bytes included, {min(near) / cost:.2g}x to "
-              f"{max(near) / cost:.2g}x that charge: the sweep does not pin a call's start-up to it.")
-    if abs(off) <= tol:
-        return cost, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, {off:+.0%} from "
-                      f"{call}, within {tol:.0%}." + spread)
-    return cost, (f"Each call is charged {call} as alpha: the fit's intercept, "
-                  f"{si(fit.alpha_s, 's')}, lies {off:+.0%} from it, beyond {tol:.0%}, so the models "
-                  "use the measured call." + spread)
 
 
 def medians_against_pairs(a: Sequence[float], b: Sequence[float]) -> str:

@@ -321,7 +321,9 @@ def fused_default_note(fusion: Mapping[str, Any], capped: str | None = None) -> 
     Returns:
         ``""`` when every method's interval lies above 1x and nothing is ``capped``; otherwise a
         sentence, starting with a space, naming each method whose fused path ran slower
-        (interval below 1x) or was not shown faster (interval reaching 1x), then the cap's.
+        (interval below 1x) or was not shown faster (interval reaching 1x); where one ran slower,
+        what a user can do (keep the eager path with ``fused=False``; read the loops Inductor
+        wrote with ``TORCH_LOGS=output_code``); then the cap's.
 
     Raises:
         TypeError: ``fusion`` is not a mapping, or an entry lacks real ``low`` and ``high``.
@@ -339,8 +341,12 @@ def fused_default_note(fusion: Mapping[str, Any], capped: str | None = None) -> 
            if capped else "")
     if not said:
         return cap
+    slower = [m for m, e in fusion.items() if e.high < 1]
+    act = (f" On this machine `fused=False` on {', '.join(slower)} (or `PERFKIT_FUSED=0`) keeps the faster "
+           "eager path; `TORCH_LOGS=output_code` prints the loops Inductor wrote, where to look for the time "
+           "beyond their bytes (this run does not read them)." if slower else "")
     return (f" The fused path is the default for tensors of at least {FUSED_MIN_NUMEL:,} values, yet here "
-            + "; ".join(said) + "." + cap)
+            + "; ".join(said) + "." + act + cap)
 
 
 def medians_paid_text(margins: Mapping[str, float], noise_s: float) -> str:

@@ -172,6 +172,7 @@ from perfkit.compute.throughput import (
     ThroughputPoint,
     at_ends,
     cross_run_spread,
+    model_rate_note,
     sweep_beside_curve,
     two_run_text,
 )
@@ -235,6 +236,7 @@ __all__ = [
     "disturbed_verdict",
     "at_ends",
     "cross_run_spread",
+    "model_rate_note",
     "sweep_beside_curve",
     "two_run_text",
     "drift_text",

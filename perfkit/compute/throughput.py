@@ -30,10 +30,10 @@ from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dt
 from perfkit.hw import MachineLimits
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
-from perfkit.units import printed_beside, si_interval
+from perfkit.units import printed_beside, si, si_interval
 
-__all__ = ["StepBench", "ThroughputPoint", "at_ends", "cross_run_spread", "sweep_beside_curve",
-           "two_run_text"]
+__all__ = ["StepBench", "ThroughputPoint", "at_ends", "cross_run_spread", "model_rate_note",
+           "sweep_beside_curve", "two_run_text"]
 
 
 @dataclass(frozen=True)
@@ -315,3 +315,29 @@ def sweep_beside_curve(sweep: Mapping[int, Any], curve: Any, other: int, floor: 
                 f"{best} is {there:.2f}x): the two runs rank the other batches differently, and the verdicts "
                 "take this curve's.")
     return out
+
+
+def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: float, name: str) -> str:
+    """A sentence, starting with a space, for a step whose *counted* FLOPs (``counted_per_step``:
+    FlopCounterMode's, attention on its causal entries only) are held against a ceiling of
+    counted FLOPs (``ceiling``, FLOP/s; ``name`` names it): where the step's *model* FLOP/s
+    (``point.flops_per_step`` over its median step) print above that ceiling, it says so and by
+    what factor the model's count exceeds the counted one, so that no reader takes the ceiling
+    for a roof of model FLOPs. ``""`` where they do not.
+
+    Raises:
+        TypeError, ValueError: for a ``point`` that is not a ThroughputPoint, figures that are
+            not finite numbers > 0, or an empty ``name``.
+    """
+    check_type("point", point, ThroughputPoint)
+    check_real("counted_per_step", counted_per_step, 0, lo_open=True)
+    check_real("ceiling", ceiling, 0, lo_open=True)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must name the ceiling, got {name!r}")
+    rate = point.flops_per_step / point.step.median_s  # model FLOP/s
+    if float(f"{rate:.3g}") <= float(f"{ceiling:.3g}"):
+        return ""
+    factor = point.flops_per_step / counted_per_step
+    return (f" Its model FLOP/s, {si(rate, 'FLOP/s')}, lie above {name}, {si(ceiling, 'FLOP/s')}: the "
+            f"model's count (6N + 12·L·d·T a token) is {factor:.2f}x the FLOPs counted here (attention on "
+            "its causal entries only), so a ceiling of counted FLOPs is no roof for model FLOPs.")

@@ -1,6 +1,7 @@
 """The sentences lecture 07's verdicts append, each computed from the figures it speaks of:
-:func:`sleep_explain` and :func:`gil_explain` for the prefetcher's two verdicts, and
-:func:`rates_held` for the CPU-bound sweep's ratio (re-exported by
+:func:`sleep_explain` and :func:`gil_explain` for the prefetcher's two verdicts,
+:func:`rates_held` for the CPU-bound sweep's ratio, and :func:`rate_context`, the line that
+prints that ratio as context where its sweep is too short to judge it (re-exported by
 :mod:`perfkit.data.experiments`).
 """
 
@@ -19,8 +20,10 @@ from perfkit.data.overlap import (
     overlap_hidden,
 )
 from perfkit.stats import Estimate
+from perfkit.units import printed_beside, printed_interval, si, si_beside
+from perfkit.verdict import Prediction
 
-__all__ = ["gil_explain", "rates_held", "sleep_explain"]
+__all__ = ["gil_explain", "near_edge", "rate_context", "rates_held", "sleep_explain"]
 
 
 def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at: int,
@@ -56,6 +59,77 @@ def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at:
             "opposite sides of its edge (a median block mean does not move with the few blocks that "
             "hold a run's slowest steps, which its mean rate counts in full), and the verdict judges the "
             "block means only.")
+
+
+def near_edge(prediction: Prediction, measured: Estimate) -> str:
+    """A sentence, starting with a space, for a ``"held"`` explanation: how far inside the
+    prediction's nearer edge ``measured``'s interval ends, as both are printed, and, where that
+    margin is less than the interval's own width, that the verdict is weak for intervals that
+    treat a run's steps as independent draws (narrower than the run's real uncertainty). ``""``
+    without an interval, or where the interval reaches past an edge (the verdict then says so).
+
+    Raises:
+        TypeError: for a ``prediction`` that is not a Prediction or a ``measured`` that is not
+            an Estimate.
+    """
+    check_type("prediction", prediction, Prediction)
+    check_type("measured", measured, Estimate)
+    if not measured.has_interval or measured.low == measured.high:
+        return ""
+    u = prediction.unit
+    lo, hi = prediction.bounds()
+    if measured.clear_of(lo, u) != "above" or measured.clear_of(hi, u) != "below":
+        return ""
+    v, a, b = measured.value, measured.low, measured.high
+    plo, phi = printed_interval(v, a, b, u)  # the ends, edges and margin as the reader sees them
+    elo, ehi = printed_beside(lo, v, a, b, u), printed_beside(hi, v, a, b, u)
+    margin, edge, name = min((plo - elo, lo, "lower"), (ehi - phi, hi, "upper"))
+    text = (f" Its {measured.label} ends {si_beside(margin, v, a, b, u)} inside the prediction's {name} "
+            f"edge, {si_beside(edge, v, a, b, u)}")
+    width = si_beside(phi - plo, v, a, b, u)
+    if margin < phi - plo:
+        return text + (f", less than the interval's own width ({width}): intervals that treat a run's steps "
+                       "as independent draws are narrower than its real uncertainty, so this held verdict "
+                       "is weaker than it reads.")
+    return text + f", more than the interval's own width ({width})."
+
+
+def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: float) -> str:
+    """The line printed, in place of a verdict, for a ratio of two loader runs that their length
+    cannot settle (``why``: the design's reason, a sentence): the prediction, ``measured`` with
+    its interval, the interval's width against the predicted range's, where the point and the
+    whole interval lie against that range, and where ``mean_x`` (the ratio of the two runs'
+    mean rates) lies against the interval. An interval wider than the range cannot lie inside
+    it, which the line says; one that lies wholly outside it is called what a verdict would
+    call it, a miss, so that printing it as context hides no outcome.
+
+    Raises:
+        TypeError, ValueError: for a ``prediction`` that is not a Prediction, a ``measured``
+            that is not an Estimate, an empty ``why`` or a ``mean_x`` that is not finite.
+    """
+    check_type("prediction", prediction, Prediction)
+    check_type("measured", measured, Estimate)
+    if not isinstance(why, str) or not why:
+        raise ValueError(f"why must give the design's reason, got {why!r}")
+    u = prediction.unit
+    lo, hi = prediction.bounds()
+    text = (f"[context] Context, not a verdict ({prediction.model}): {prediction.what}, "
+            f"{prediction.describe()}. Measured: {measured.text(u)}. {why}")
+    side = "below" if measured.value < lo else "above" if measured.value > hi else "inside"
+    if measured.has_interval and measured.low < measured.high:
+        width, band = measured.high - measured.low, hi - lo
+        text += (f" Here the interval is {width:.3g} wide, {width / band:.2g}x the predicted range "
+                 f"({si(lo, u)} to {si(hi, u)}, {band:.3g} wide)" + (
+                     ": an interval that wide cannot lie inside the range, so this run could not hold "
+                     "the prediction" if width > band else ": narrower than the range this time"))
+        out = "below" if measured.high < lo else "above" if measured.low > hi else ""
+        text += (f"; its whole interval lies {out} the range, which a verdict would call a miss." if out else
+                 f"; the point estimate lies {side} the range, and the interval reaches across "
+                 + ("both its edges." if measured.low < lo and measured.high > hi else "an edge."
+                    if measured.low < lo or measured.high > hi else "neither edge."))
+    else:
+        text += f" The point estimate lies {side} the range (no interval)."
+    return text + measured.beside(mean_x, what="the ratio of the runs' mean rates", unit=u, judged=False)
 
 
 def _below(pre: Estimate, x: float, name: str) -> str:

@@ -35,13 +35,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.data._verdicts import gil_explain, rates_held, sleep_explain  # noqa: F401 (07's)
+from perfkit.data._verdicts import gil_explain, near_edge, rate_context, rates_held, sleep_explain  # noqa: F401 (07's)
 from perfkit.data.loader import LoaderRecord, PipelineRecord, beyond_model, handoff_part  # noqa: F401 (07's)
 from perfkit.stats import Estimate
 
 __all__ = ["MonitoredRun", "PaddingRecord", "balanced_max", "gil_explain", "largest_gap", "monitored_steps",
-           "padding_waste", "rate_ratio", "rates_held", "run_gaps", "sleep_explain", "wait_share",
-           "worker_gain"]
+           "near_edge", "padding_waste", "rate_context", "rate_ratio", "rates_held", "run_gaps",
+           "sleep_explain", "wait_share", "worker_gain"]
 
 
 # --- a training run under StepMonitor ------------------------------------------------------

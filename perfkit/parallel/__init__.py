@@ -87,6 +87,7 @@ from perfkit.parallel.scaler import (
     ShardedLossScaler,
 )
 from perfkit.parallel.schedule_notes import (
+    band_side,
     busy_note,
     fb_split_note,
     zb_side,
@@ -227,7 +228,7 @@ __all__ = [
     "ZeroOptimizer",
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
-    "busy_note", "execution_order", "fb_split_note",
+    "band_side", "busy_note", "execution_order", "fb_split_note",
     "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1", "zb_side", "zb_split_step", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",

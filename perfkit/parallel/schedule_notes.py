@@ -15,7 +15,7 @@ from perfkit.parallel.schedules import make_schedule
 from perfkit.parallel.simulate import simulate, split_costs
 from perfkit.units import si, si_interval
 
-__all__ = ["fb_split_note", "zb_side", "zb_split_step", "zb_step_note"]
+__all__ = ["band_side", "fb_split_note", "zb_side", "zb_split_step", "zb_step_note"]
 
 
 def zb_side(e: Estimate, x: float = 1.0) -> tuple[str, str]:
@@ -38,6 +38,28 @@ def zb_side(e: Estimate, x: float = 1.0) -> tuple[str, str]:
             return ("above" if lo_x > x else "below"), f"{lo} to {hi}"
     _, lo, hi = si_interval(e.value, e.low, e.high, "x")
     return "", f"{lo} to {hi}"
+
+
+def band_side(e: Estimate, low: float, high: float) -> str:
+    """Where ratio ``e``'s point lies against a prediction's band ``low`` to ``high``, all three
+    printed at one precision and compared as printed: ``"its point 0.989x lies above the band
+    0.784x to 0.958x"`` (``"inside"``; ``"on an edge of"`` where the point prints as an edge).
+    For a headline that prints an inconclusive verdict, whose interval reaches past an edge while
+    its point may lie outside the band.
+
+    Raises:
+        TypeError, ValueError: for ``low`` or ``high`` not a finite number, or ``low > high``.
+    """
+    low, high = check_real("low", low), check_real("high", high)
+    if low > high:
+        raise ValueError(f"low must be at most high, got {low!r} > {high!r}")
+    point = si_interval(e.value, min(low, e.value), max(high, e.value), "x")[0]   # one precision
+    decimals = len(point[:-1].partition(".")[2])
+    texts = [point] + [f"{x:,.{decimals}f}x" for x in (low, high)]
+    v, lo, hi = (float(t[:-1].replace(",", "")) for t in texts)
+    where = ("above" if v > hi else "below" if v < lo else
+             "on an edge of" if v in (lo, hi) else "inside")
+    return f"its point {texts[0]} lies {where} the band {texts[1]} to {texts[2]}"
 
 
 def zb_split_step(stage_s: Sequence[float], f_i_w: Sequence[float], n_ranks: int, n_micro: int) -> float:

@@ -10,6 +10,8 @@
   predicts with every collective term dropped: then the verdict cannot test those terms.
 * :func:`zero2_over_zero1` sets the measured ZeRO-2 / ZeRO-1 step ratio beside the model's, which
   charges the two stages alike, and names what the model leaves out between them.
+* :func:`ring_priced` says where a ZeRO step's predicted difference would lie against its
+  measured interval had the model priced the reduce-scatter as NCCL's ring runs it, not as gloo.
 * :func:`worst_row_cause` names what sets the worst published row apart from its peers (the
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
@@ -34,12 +36,13 @@ from collections.abc import Mapping, Sequence
 from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.estimate import Estimate
+from perfkit.plan.local import CollectiveCost
 from perfkit.plan.published import RowResult
 from perfkit.plan.search import PairedError, paired_error, published_choices
 
 __all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "point_and_window",
-           "published_choices", "rules_out", "tp_step_split", "without_collectives", "worst_row_cause",
-           "zero2_over_zero1"]
+           "published_choices", "ring_priced", "rules_out", "tp_step_split", "without_collectives",
+           "worst_row_cause", "zero2_over_zero1"]
 
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
 COLLECTIVE_TERMS = ("data-parallel", "ZeRO-3 collectives", "tensor-parallel", "context-parallel",
@@ -313,6 +316,46 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
                 f"add {per_rank * min(fixed):.2g} to {per_rank * max(fixed):.2g} s to a step of "
                 f"{per_rank:.3g} micro-batch{'es' * (per_rank != 1)} per rank, against the "
                 f"{abs(gap_s):.2g} s by which the prediction {'misses' if gap_s > 0 else 'overshoots'} the "
-                "reported step; a larger model's collectives per micro-batch take longer, by an amount no "
-                "published figure here gives")
+                "reported step" + (f": {per_rank * max(fixed) / gap_s:.0%} of it at most, at the measured "
+                                   "figures" if gap_s > 0 else "") +
+                "; a larger model's collectives per micro-batch take longer, by an amount no published "
+                "figure here gives")
+        if gap_s > 0 and per_rank * max(fixed) < gap_s:
+            return (out + ". The rest of the miss the planner does not explain: which of these settings "
+                    "cost the time, the published rows cannot tell")
     return out + "; which of these cost the time, the published rows cannot tell"
+
+
+def ring_priced(cost: CollectiveCost, ring_predicted_s: float, backend: str = "gloo") -> str:
+    """A sentence, starting with a space, on where ``cost``'s predicted difference would lie had the
+    model priced each reduce-scatter as NCCL's ring runs it (half an all-reduce's steps and bytes)
+    instead of as ``backend`` runs it (a whole all-reduce: gloo has no ring reduce-scatter), against the
+    measured interval; ``""`` where the two prices agree or the difference has no interval.
+
+    Args:
+        cost: what :func:`collective_cost` read, its ``predicted_s`` at ``backend``'s price.
+        ring_predicted_s: the model's difference with every reduce-scatter at the ring's price, s.
+        backend: the backend that ran (and whose price ``cost`` carries).
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or not finite.
+    """
+    check_type("cost", cost, CollectiveCost)
+    check_type("backend", backend, str)
+    ring = check_real("ring_predicted_s", ring_predicted_s)
+    g, nd = cost.gap.scaled(1e3), cost.digits
+    if not (g.has_interval and g.low < g.high) or round(ring * 1e3, nd) == round(cost.predicted_s * 1e3, nd):
+        return ""
+
+    def where(d_s: float) -> str:
+        return {"above": "below", "below": "above"}.get(g.clear_of(d_s * 1e3, "ms"), "inside")
+
+    here, there = where(cost.predicted_s), where(ring)
+    return (f" On {backend}, which ran here, a reduce-scatter all-reduces the buffer and keeps its slice, a "
+            f"whole all-reduce's bytes, and the model charges it so ({cost.predicted_s * 1e3:.{nd}f} ms "
+            f"predicted); priced as NCCL's ring reduce-scatter, half an all-reduce, the predicted difference "
+            f"would be {ring * 1e3:.{nd}f} ms, {there} the measured interval "
+            f"({g.low:.{nd}f} to {g.high:.{nd}f} ms)"
+            + (f": on either price it lies {here} it." if here == there else
+               f": where it lies against the interval rests on pricing the reduce-scatter as {backend} "
+               "runs it."))

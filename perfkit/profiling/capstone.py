@@ -200,7 +200,8 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
 
     est = of_medians(ratio, [b, *runs], [False] + [True] * len(runs), what="tokens/s over the runs before")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
-    widened = ", widened to the ratio against each run before: it covers at least what its label prints"
+    widened = (", widened to the ratio against each run before: of the steps' spread it covers at least what "
+               "its label prints, not how far separate runs move")
     return est if est.needs else replace(est, low=min(est.low, *each), high=max(est.high, *each),
                                          method=est.method + widened)
 

@@ -207,18 +207,38 @@ def _data_alone(pick: Pick, gain: float, before: Mapping, slowdown: float, ms_be
     it is within the bound only through the communication term, and whether communication fell."""
     if pick.fix != "data" or len(pick.phases) < 2 or pick.phases[0] != "data":
         return ""
-    share = min(before["shares"].get("data", 0.0) * unprofiled_factor(slowdown)[0], 0.99)
+    factor = unprofiled_factor(slowdown)[0]
+    share = min(before["shares"].get("data", 0.0) * factor, 0.99)
     alone = 1 / (1 - share)
-    if round(gain, 2) <= round(alone, 2):  # as printed
+    out = ""
+    if round(gain, 2) > round(alone, 2):  # as printed
+        comm = ms_before.get("communication", 0.0), ms_after.get("communication", 0.0)
+        where = ("so it is within the bound only through the communication term (the wait for the rank "
+                 "still loading data)" if gain <= pick.bound else
+                 f"and past the whole bound, {pick.bound:.2f}x, too")
+        out = (f" The data share alone, {share:.1%} of an unprofiled step, bounds the gain at {alone:.2f}x: "
+               f"the figure, {gain:.2f}x, lies above it, {where}; "
+               + ("communication did not fall, so this round's diagnoses do not show where the gain beyond "
+                  "the data phase came from." if comm[1] >= comm[0] else
+                  f"communication fell by {comm[0] - comm[1]:.1f} ms per profiled step."))
+    return out + _fall_short(pick, gain, before, factor, ms_before, ms_after)
+
+
+def _fall_short(pick: Pick, gain: float, before: Mapping, factor: float, ms_before: Mapping[str, float],
+                ms_after: Mapping[str, float]) -> str:
+    """Where the time the bound's phases lost per profiled step (over an unprofiled step, by the
+    bound's own rule: times ``factor``) accounts for less than the measured ``gain``, as printed:
+    the diagnoses' phases do not explain the gain, whatever the verdict reads; ``""`` otherwise."""
+    step = statistics.mean(before["step_times_s"]) * 1e3  # ms, profiled
+    fell = max(sum(ms_before.get(k, 0.0) - ms_after.get(k, 0.0) for k in pick.phases), 0.0)
+    share = min(fell / step * factor, 0.99)
+    most = 1 / (1 - share)
+    if gain <= 1 or round(most, 2) >= round(gain, 2):
         return ""
-    comm = ms_before.get("communication", 0.0), ms_after.get("communication", 0.0)
-    where = ("so it is within the bound only through the communication term (the wait for the rank still "
-             "loading data)" if gain <= pick.bound else f"and past the whole bound, {pick.bound:.2f}x, too")
-    return (f" The data share alone, {share:.1%} of an unprofiled step, bounds the gain at {alone:.2f}x: "
-            f"the figure, {gain:.2f}x, lies above it, {where}; "
-            + ("communication did not fall, so this round's diagnoses do not show where the gain beyond the "
-               "data phase came from." if comm[1] >= comm[0] else
-               f"communication fell by {comm[0] - comm[1]:.1f} ms per profiled step."))
+    return (f" The bound's phases fell {fell:.1f} ms of a {step:.1f} ms profiled step ({share:.1%} of an "
+            f"unprofiled step by the bound's rule), which accounts for at most {most:.2f}x, short of the "
+            f"figure, {gain:.2f}x: the phases the diagnoses measured do not explain this round's gain, "
+            "whatever its verdict reads.")
 
 
 def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,

@@ -35,7 +35,7 @@ __all__ = ["Pick", "Round", "Total", "percent2", "reads_pick", "still_listed"]
 # apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
 # such a bound is shown as context, not judged
 MIN_TESTABLE_SHARE = 0.05
-# a share of an unprofiled step at or above this gives a bound of 10x or more, too loose to fail: context
+# a share of an unprofiled step at or above this gives a bound of 10x or more, too loose to test it: context
 MAX_TESTABLE_SHARE = 0.9
 
 

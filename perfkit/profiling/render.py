@@ -160,7 +160,7 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     # the profiler counts only the ops it has formulas for (matmuls, convolutions) in the profiled
     # window, which the profiler itself slows: a lower bound of the step's HFU
     lines.append(f"{li}counted FLOP rate: " + (
-        f"{mfu * 100:.3g} % of this machine's measured fp32 peak{of} (the FLOPs of the matmul and "
+        f"{mfu * 100:.3g} % of this machine's measured fp32 ceiling{of} (the FLOPs of the matmul and "
         "convolution ops the profiler counts, over the profiled window, which the profiler slows: "
         "a lower bound of the step's HFU)" if isinstance(mfu, float) else mfu))
     lines += _memory_lines(rep["memory"], li)

@@ -24,15 +24,18 @@ from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
-from perfkit.profiling.capstone_text import repeats_text, run_rates_text
+from perfkit.profiling.capstone_text import repeats_text
 from perfkit.stats import Estimate
 from perfkit.units import si_beside, si_interval
 from perfkit.viz.capstone_tally import tally_text
+from perfkit.viz.capstone_target import ceiling_text, target_context, target_text
 from perfkit.viz.core import tidy
 
-__all__ = ["cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_waterfall", "round_context",
-           "round_text", "runs_text", "seams_text", "show_round", "tally_text", "target_text", "total_text",
-           "waterfall_shares"]
+__all__ = [
+    "ceiling_text", "cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_waterfall",
+    "round_context", "round_text", "runs_text", "seams_text", "show_round", "tally_text", "target_context",
+    "target_text", "total_text", "waterfall_shares"
+]
 
 _UP, _DOWN, _TOTAL, _FLAT, _DRIFT_COLOR = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0", "#ff7f0e"
 DRIFT = "between runs"  # the waterfall's bar for the direct gain over the rounds' product
@@ -281,9 +284,10 @@ def round_context(r: Round) -> str:
     s = r.speedup
     side = s.clear_of(1.0, "x")
     gain = ("its interval lies above 1x: a gain this run can show" if side == "above" else
-            "its interval lies wholly below 1x: the fix made this job slower here beyond its interval, "
-            "which the rule for a slowdown calls missed; but this bound cannot test the fix, so no verdict "
-            "is recorded" if side == "below" else
+            "its interval lies wholly below 1x: the job ran slower with the fix here, beyond its interval "
+            "(the fix's cost, or load its run bore and the runs before did not: this run does not separate "
+            "them), which the rule for a slowdown calls missed; but this bound cannot test the fix, so no "
+            "verdict is recorded" if side == "below" else
             "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
             "it has no interval, so the run cannot tell a gain from none")
     return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
@@ -365,43 +369,6 @@ def seams_text(t: Total) -> str:
             + "). Their "
             f"ratios, second over first, multiply to {moved:.3g}x, the direct gain over the product"
             + (", so the two agree although single seams moved." if cancel else "." + repeats_text(t)))
-
-
-def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
-                slow_run: tuple[float, float] | None = None) -> str:
-    """The time to the target against tokens/s, on the same two runs: the time's gain times
-    the tokens it needed is the tokens/s over the whole runs, held against those runs' measured
-    steps (``pair``, the fixed run over the first slow run), and what parts them: the runs'
-    other steps, and, where the slow job ran twice, the direct ratio's other baseline.
-
-    Args:
-        tt_gain: the slow run's seconds to the target over the fixed run's.
-        tokens_x: the fixed run's tokens to the target over the slow run's.
-        pair: tokens/s of the fixed run over the slow run whose time ``tt_gain`` reads.
-        t: the whole gain (:meth:`~perfkit.profiling.capstone.FixLoop.finish`).
-        slow_run: the slow run's (tokens/s over its run, of its measured steps): see ``run_rates_text``.
-
-    Raises:
-        TypeError, ValueError: for ratios not finite and > 0, or a bad ``pair`` or ``t``.
-    """
-    _ = [check_real(n, v, 0, lo_open=True) for n, v in (("tt_gain", tt_gain), ("tokens_x", tokens_x))]
-    check_type("pair", pair, Estimate)
-    check_type("t", t, Total)
-    runs_x, w = tt_gain * tokens_x, pair.value
-    out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
-           f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured steps (the "
-           "unprofiled steps after the profiled window, each run's speed)")
-    far = abs(runs_x / w - 1) > 0.05
-    out += run_rates_text(runs_x, w, slow_run) if slow_run is not None else "" if not far else (
-        ": the runs' other time (the data's preparation before the first step, the warm-up, the profiled "
-        f"window counted at the median step, the steps after the window) puts it {runs_x / w:.2f}x from "
-        "those steps' ratio")
-    if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
-        runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
-        out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "
-                f"job's runs ({runs} tokens/s), not this run alone, which puts it {t.direct.value / w:.2f}x "
-                "from this pair's")
-    return out + "."
 
 
 def show_round(r: Round | None) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
@@ -24,12 +25,12 @@ from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, assess, judge
-from perfkit.viz.claims_text import control_gap_text, ops_gap_text, pair_order_text
+from perfkit.viz.claims_text import control_gap_text, ops_gap_text, others_side_text, pair_order_text
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
-           "control_text", "floor_context", "ops_gap_text", "pair_order_text", "plot_claims",
-           "plot_claims_forest", "same_layout_text", "show_claim", "show_claims_table",
+           "control_text", "floor_context", "ops_gap_text", "others_side_text", "pair_order_text",
+           "plot_claims", "plot_claims_forest", "same_layout_text", "show_claim", "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
@@ -69,7 +70,7 @@ def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, s
     """
     _check(verdicts)
     return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}"
-             + ("; wholly outside the promise, which is refuted" if v.refuted else "")
+             + ("; wholly outside the promise, which is refuted here (on this machine)" if v.refuted else "")
              + ("; an edge's side set by less than a tenth of the A/A control's reach" if v.thin else ""),
              v.status)
             for name, v in verdicts.items()]
@@ -93,7 +94,7 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
 
 def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
     """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; an inconclusive
-    verdict whose interval lies wholly outside the promise says that the promise is refuted, one whose
+    verdict whose interval lies wholly outside the promise says that the promise is refuted here, one whose
     edge was decided by a margin finer than the A/A control measures (``thin``) says so, and a
     verdict whose figure has no bearing on the advice (``judged=False``) says so beside the figure.
 
@@ -101,7 +102,7 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
         TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
     """
     _check(verdicts)
-    refuted = " on the direction, the promise refuted"
+    refuted = " on the direction, the promise refuted here (on this machine)"
     thin = ", by a margin under a tenth of the A/A control's reach"
     return {name: f"{v.status}{refuted if v.refuted else ''}{thin if v.thin else ''} ("
             + ("" if v.judged else "not judged: its figure, ") + v.measured_text
@@ -160,8 +161,7 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
     aa, reach = pin.speedup(), pin.reach()
     missed = target is not None and reach > target
     share = (f" (how far the interval reaches against what the design aimed for, not the verdict above, "
-             f"which judges the figure, {aa.value:.3f}x, with its interval; the reach is "
-             f"{reach / edge:.0%} of the edge below)" if missed else "")
+             f"which judges the figure, {aa.value:.3f}x, with its interval)" if missed else "")
     aim = ("" if target is None else f"{'past' if missed else 'within'} the {target:.0%} the design was "
            f"predicted to keep{share}; ")
     return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: {aim}" + (
@@ -290,7 +290,7 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
             for e in (v.measured, *(v.spread or ()), v.claim.low, v.claim.high, v.claim.partly)
             if e is not None and math.isfinite(e) and e > 0]
     lo, hi = min(ends) / 1.5, max(ends) * 1.5
-    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.4))
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.6))  # wide: room for the 1-2-5 tick labels
     for y, (_, v) in enumerate(rows):
         a = v.claim.low if v.claim.low is not None and v.claim.low > 0 else lo
         b = v.claim.high if v.claim.high is not None else hi
@@ -308,9 +308,9 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
     ax.set_xticks(ticks, [f"{t:g}{unit}" for t in ticks])
     ax.xaxis.set_minor_formatter(plt.NullFormatter())  # the 1-2-5 labels only
-    ax.set_yticks(range(len(rows)), [k for k, _ in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [textwrap.fill(k, 36) for k, _ in rows], fontsize=8)  # long names wrapped
     ax.invert_yaxis()
-    ax.set_xlabel(f"measured here ({unit}, log scale; capped line: its interval); grey band: what the "
+    ax.set_xlabel(f"measured here ({unit}, log scale; capped line: its interval)\ngrey band: what the "
                   "advice promises; dashed tick: the claim's no-effect value")
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]

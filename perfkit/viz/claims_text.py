@@ -1,7 +1,8 @@
 """Sentences of module 09's verdicts, computed from their measurements: where an interval lies
 against a reference weighed by the A/A control (:func:`control_gap_text`), against the cost of the
 ops timed alone (:func:`ops_gap_text`), and where a median of order-balanced pairs lies against
-each order's median (:func:`pair_order_text`). Re-exported by :mod:`perfkit.viz.claims`.
+each order's median (:func:`pair_order_text`), and where other statistics of an undecided figure
+lie (:func:`others_side_text`). Re-exported by :mod:`perfkit.viz.claims`.
 
 Usage::
 
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
 
-__all__ = ["control_gap_text", "ops_gap_text", "pair_order_text"]
+__all__ = ["control_gap_text", "ops_gap_text", "others_side_text", "pair_order_text"]
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
@@ -88,9 +89,42 @@ def pair_order_text(value: float, by_order: Mapping[str, float], ratios: list[fl
     geo, med = math.exp(sum(map(math.log, steps)) / len(steps)), statistics.median(steps)
     off, apart, side = abs(value / (lo if below else hi) - 1), hi / lo - 1, "below" if below else "above"
     skew = (geo / med - 1 <= -off / 2) if below else (geo / med - 1 >= off / 2)  # a tail worth half the shift
+    where = "above" if geo > med else "below" if geo < med else "at"
     return (f"; the judged median of the pairs lies {off:.1%} {side} both orders' medians, which lie "
             f"{apart:.1%} apart" + (", so the order does not explain it" if apart < off else "")
-            + f": the per-step ratios' geometric mean, {geo:.3g}x, lies "
-            + (f"{side} their median, {med:.3g}x, a tail on that side, which each pair's mean of two steps "
-               "draws toward" if skew else f"not {side} their median, {med:.3g}x, by half that, so this run "
-               "does not say what moved it"))
+            + (f": the per-step ratios' geometric mean, {geo:.3g}x, lies {side} their median, {med:.3g}x, a "
+               "tail on that side, which each pair's mean of two steps draws toward" if skew else
+               ": no tail of the per-step ratios on that side explains it (their geometric mean, "
+               f"{geo:.3g}x, lies {where} their median, {med:.3g}x"
+               + (", by less than half that gap" if where == side else "")
+               + "), so this run does not say what moved it"))
+
+
+def others_side_text(est: Estimate, others: Mapping[str, float], edge: float = 1.0, unit: str = "x") -> str:
+    """Where other statistics of the figure ``est`` estimates (``others``: name -> value, each
+    without an interval) lie against ``edge``, where ``est``'s interval reaches across it: a clause
+    (starting ``"; "``) saying whether they all lie on one side, and that they decide nothing, the
+    verdict judging ``est``'s interval only; ``""`` where that interval lies clear of ``edge`` (or
+    has none) or there are no others.
+
+    Raises:
+        TypeError, ValueError: for an ``est`` that is not an Estimate, or an ``edge`` or a value in
+            ``others`` that is not a finite number > 0.
+    """
+    if not isinstance(est, Estimate):
+        raise TypeError(f"est must be a perfkit.estimate.Estimate, got {type(est).__name__}")
+    if not isinstance(others, Mapping):
+        raise TypeError(f"others must map names to values, got {type(others).__name__}")
+    values = list(others.values())
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
+               for v in (edge, *values)):
+        raise ValueError("edge and others' values must be finite numbers > 0")
+    if not values or not est.has_interval or est.low == est.high or est.clear_of(edge, unit):
+        return ""
+    listed = ", ".join(f"{name} {v:.3g}{unit}" for name, v in others.items())
+    sides = {"below" if v < edge else "above" if v > edge else "at" for v in values}
+    e = f"{edge:.3g}{unit}"
+    lean = (f"every other statistic of these samples lies {sides.pop()} {e}" if len(sides) == 1 else
+            f"the other statistics of these samples do not lie on one side of {e}")
+    return (f"; {lean} ({listed}), but none carries an interval, so none decides the side: the verdict "
+            f"judges its own statistic, whose interval reaches across {e}")

@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,22 +23,36 @@ __all__ = ["loader_widget", "plot_loader_sweep", "plot_overlap", "sweep_lines"]
 
 
 def sweep_lines(labels: Sequence[Any], records: Sequence[Any], predicted: Sequence[Any],
-                batch_size: int) -> str:
+                batch_size: int, compute_ms: float | None = None) -> str:
     """One line per loader setting: predicted against measured samples/s and waiting share
-    (steady state: each epoch's first step left out), for printing beside a sweep's plot.
+    (steady state: each epoch's first step left out), for printing beside a sweep's plot. With
+    ``compute_ms`` (the step's planted compute, ms), each line also gives the measured mean of
+    the steady steps' compute: a run whose waiting share matches its model's while its
+    throughput falls short has its step itself running long, which this shows.
 
     Raises:
-        ValueError: for sequences of different lengths or a ``batch_size`` below 1.
+        ValueError: for sequences of different lengths, a ``batch_size`` below 1 or a
+            ``compute_ms`` that is not a finite number > 0.
     """
     if not len(labels) == len(records) == len(predicted):
         raise ValueError(f"labels, records and predicted must be equally long, got "
                          f"{len(labels)}, {len(records)} and {len(predicted)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if compute_ms is not None and (isinstance(compute_ms, bool) or not isinstance(compute_ms, (int, float))
+                                   or not 0 < compute_ms < math.inf):
+        raise ValueError(f"compute_ms must be a finite number > 0, got {compute_ms!r}")
+
+    def step(r: Any) -> str:
+        if compute_ms is None:
+            return ""
+        steady = [c for cs in r.compute_s for c in cs[1:]]
+        return f", the {compute_ms:g} ms step took {1e3 * sum(steady) / len(steady):.1f} ms" if steady else ""
+
     return "\n".join(
         f"{label}: predicted {batch_size / p.steady_step_s:5.0f} samples/s, "
         f"{p.steady_wait_share:4.0%} waiting | "
-        f"measured {batch_size / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting"
+        f"measured {batch_size / r.steady_step_s:5.0f} samples/s, {r.steady_wait_share:4.0%} waiting{step(r)}"
         for label, r, p in zip(labels, records, predicted))
 
 

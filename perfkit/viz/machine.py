@@ -63,8 +63,9 @@ def plot_matmul_sweep(limits: MachineLimits) -> Figure:
 
 def plot_copy_sweep(limits: MachineLimits) -> Figure:
     """Copy bandwidth (bytes read + written per s) against buffer size, one line per thread count
-    (``x + y`` at the DRAM size as single points), with the DRAM and cache ceilings and the
-    last-level cache's size where they are known."""
+    (``x + y`` at the DRAM size as single points), with the DRAM and cache ceilings and, where
+    the last-level cache's size is known, the buffer whose copy (source and destination) touches
+    that many bytes: half of it."""
     check_type("limits", limits, MachineLimits)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for op in ("copy", "add"):
@@ -79,9 +80,10 @@ def plot_copy_sweep(limits: MachineLimits) -> Figure:
     if limits.cache_bytes_per_s:
         ax.axhline(limits.cache_bytes_per_s, ls=":", c="tab:green",
                    label=f"cache ceiling: {si(limits.cache_bytes_per_s, 'B/s')}")
-    if limits.llc_bytes:
-        ax.axvline(limits.llc_bytes, c="tab:red", lw=1,
-                   label=f"last-level cache the OS reports: {si(limits.llc_bytes, 'B')}")
+    if limits.llc_bytes:  # a copy touches its source and its destination: twice its buffer
+        ax.axvline(limits.llc_bytes / 2, c="tab:red", lw=1,
+                   label=f"copy touching as many bytes as the last-level\ncache the OS reports "
+                         f"({si(limits.llc_bytes, 'B')}): buffer {si(limits.llc_bytes / 2, 'B')}")
     ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)",
            ylabel="bytes read + written per s\n(points: median; lines: fastest tenth)",
            title="Copy bandwidth against buffer size")

@@ -23,6 +23,7 @@ from perfkit import stats
 from perfkit._checks import check_choice, check_int, check_real, check_type
 from perfkit.memory import gpt2_step_memory, zero_model_states, zero_table
 from perfkit.viz.core import Choice, IntControl, LogControl, WidgetSpec, si, tidy
+from perfkit.viz.zero import gloo_sent_bytes
 
 __all__ = ["MEMORY_COLORS", "memory_widget", "plot_loss_curves", "plot_memory_stack",
            "plot_zero_memory", "plot_zero_stages", "plot_zero_comparison", "plot_zero_traffic",
@@ -230,8 +231,12 @@ def plot_zero_memory(comparison: Any, stages: Mapping[str, int], recipe: str = "
 
 
 def plot_zero_traffic(comparison: Any, stages: Mapping[str, int], baseline: str = "ddp_adamw",
-                      ax: Any = None) -> Figure:
+                      ax: Any = None, gloo: bool = True) -> Figure:
     """Bytes one rank sends per step (by collective) and step time, per variant.
+
+    The bars count the ring's bytes (what NCCL sends); with ``gloo`` a cross marks what each
+    variant sent on gloo, whose reduce-scatter all-reduces
+    (:func:`perfkit.viz.zero.gloo_sent_bytes`), so the time panel sits beside the bytes that ran.
 
     Args:
         comparison: a :class:`perfkit.jobs.zero_bench.Comparison` whose variants carry
@@ -240,6 +245,7 @@ def plot_zero_traffic(comparison: Any, stages: Mapping[str, int], baseline: str 
         baseline: the data-parallel variant: its bytes are the 1x line, 1.5x beside it,
             and its median step time a line on the time panel.
         ax: two axes (bytes, time); a new figure if ``None``.
+        gloo: mark each variant's bytes as gloo sends them (the run's backend).
 
     Raises:
         TypeError, ValueError: for bad ``stages``, or a ``baseline`` not among them.
@@ -259,8 +265,13 @@ def plot_zero_traffic(comparison: Any, stages: Mapping[str, int], baseline: str 
     dp = sum(v[baseline].sent_bytes.values()) / 1e6
     for k, ls in ((1.0, "--"), (1.5, ":")):
         axes[0].axvline(k * dp, color="black", ls=ls, lw=1, label=f"{k:g}x data parallel")
-    axes[0].set_xlim(0, 2.6 * dp)  # room for the legend right of the 1.5x line
-    axes[0].set_xlabel("MB one rank sends per step (ring model)")
+    right = 1.3 * dp  # the 1.5x line, or the largest cross, lies left of the legend at half the width
+    if gloo:  # what ran: gloo's reduce-scatter all-reduces, so it sends more than the ring's bars
+        crosses = [gloo_sent_bytes(v[n]) / 1e6 for n in names]
+        axes[0].scatter(crosses, labels, marker="x", color="black", zorder=3, label="on gloo (this run)")
+        right = max(right, *crosses)
+    axes[0].set_xlim(0, 2 * right)
+    axes[0].set_xlabel("MB one rank sends per step (bars: ring model, as NCCL sends)")
     axes[0].legend(fontsize=7, loc="lower right")
     med = [v[n].step_s * 1e3 for n in names]
     err = [[m - v[n].step_p10_s * 1e3 for m, n in zip(med, names, strict=True)],

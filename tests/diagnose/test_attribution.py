@@ -352,6 +352,6 @@ def test_mfu_divides_by_the_ceiling_of_the_threads_the_script_ran_on(tmp_path, m
     rep = build_report([record(0, 0.1, flops=1e9)], peak_flops=2.5e11)
     rep["mfu_ceiling"] = {"flops_per_s": 2.5e11, "threads": 1}
     text = render_text(rep)
-    assert "counted FLOP rate: 4 % of this machine's measured fp32 peak on 1 thread (250 GFLOP/s)" in text
+    assert "counted FLOP rate: 4 % of this machine's measured fp32 ceiling on 1 thread (250 GFLOP/s)" in text
     assert "HFU:" not in render_text(rep)  # a rate of the profiler's matmul FLOPs bounds HFU, it is not it
     assert "a lower bound of the step's HFU" in text

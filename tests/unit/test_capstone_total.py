@@ -9,10 +9,12 @@ import pytest
 
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
+    ceiling_text,
     plot_time_to_target,
     plot_waterfall,
     seams_text,
     tally_text,
+    target_context,
     target_text,
     total_text,
 )
@@ -180,3 +182,36 @@ def test_the_waterfall_draws_each_rounds_interval():
         plot_waterfall([("a", 2.0)], intervals=[(1.5, 3.0), (1.0, 2.0)])
     with pytest.raises(ValueError, match="total_interval"):
         plot_waterfall([("a", 2.0)], total_interval=(3.0, 1.0))
+
+
+def test_the_time_to_target_is_context_not_a_verdict():
+    # one run a side: a verdict on one ratio could only read inconclusive, so it was a prediction
+    # that could not be decided; it is printed as context beside its expected range, no verdict
+    pair = Estimate(6.43, 5.1, 8.11, 0.9, 16, "m")
+    text = target_context(3.04, 1.59, pair, batch_kept=True)
+    assert text.startswith("ℹ️ **Context, not a prediction**") and "No verdict is recorded" in text
+    assert "expected between 1x and 8.11x" in text and "at least 5 samples" in text
+    assert "lies inside that range" in text and "the larger batch takes fewer" in text
+    assert "inconclusive: " not in text and "held" not in text
+    assert "lies above its top, 8.11x" in target_context(9.0, 0.8, pair, True)
+    assert "fewer than the slow one" in target_context(9.0, 0.8, pair, True)
+    below = target_context(0.9, 2.0, pair, True)
+    assert "lies below 1x" in below and "at 6.43x the tokens/s" in below
+    assert "speed." in target_context(1.5, 1.0, Estimate(1.6, 1.2, 1.9, 0.9, 8, "m"), batch_kept=False)
+    assert "is wide" not in target_context(1.5, 1.0, Estimate(1.6, 1.2, 1.9, 0.9, 8, "m"), False)
+    with pytest.raises(ValueError):
+        target_context(0.0, 1.0, pair, True)
+    with pytest.raises(TypeError):
+        target_context(1.0, 1.0, 2.0, True)
+
+
+def test_the_ceiling_is_read_over_the_unprofiled_step_and_the_window():
+    # the run the reader saw: 66.1% of a 48.9 ms window is 32.3 ms, more than the 30.1 ms unprofiled
+    # step, where the old line applied the share alone (19.9 ms) and called 5.5 ms 27% of it
+    text = ceiling_text(0.661, 0.0301, 0.0489, 0.0055, 205e9)
+    assert "19.9 ms (as if the profiler stretched every phase alike)" in text and "step 32.3 ms" in text
+    assert "5.5 ms, 28% and 17% of those: far from the ceiling by both" in text
+    assert "near the ceiling by both" in ceiling_text(0.5, 0.010, 0.012, 0.004, 205e9)
+    assert "this run does not say which" in ceiling_text(0.5, 0.010, 0.020, 0.004, 205e9)
+    with pytest.raises(ValueError):
+        ceiling_text(0.0, 0.01, 0.01, 0.001, 1e9)

@@ -526,6 +526,21 @@ def test_small_call_cost_charges_a_measured_call_where_the_intercept_departs_fro
     assert small_call_cost(sweep, AlphaBeta(1.1e-3, 1.41e9), tol=0.05)[0] == 0.997e-3
 
 
+def test_small_call_cost_sets_another_timing_of_a_small_call_beside_the_charge():
+    from perfkit.comm import small_call_cost
+
+    # a default run charged alpha 1.66 ms while its ring section timed a 5-element all-reduce at 475 µs
+    sweep = [pt(1024, 1.61e-3), pt(1 << 20, 2.09e-3)]
+    cost, said = small_call_cost(sweep, AlphaBeta(1.66e-3, 1.5e9), also=("section 3's call", 475e-6))
+    assert cost == 1.66e-3
+    assert said.endswith(" Section 3's call took 475 µs per call, 0.29x that charge: beyond 25%, so a small "
+                         "call can cost less than the charge, which stands for the sweep's calls, not for a "
+                         "fixed price every small call pays.")
+    assert small_call_cost(sweep, AlphaBeta(1.66e-3, 1.5e9), also=("it", 1.7e-3))[1].endswith(
+        " It took 1.7 ms per call, 1x that charge.")
+    assert small_call_cost(sweep, AlphaBeta(1.66e-3, 1.5e9))[1] == said.split(" Section 3's")[0]
+
+
 
 def test_ring_check_text_does_not_credit_faster_bytes_to_scheduling():
     from perfkit.comm import ring_check_text

@@ -149,6 +149,15 @@ def test_fused_default_note_says_where_the_default_was_not_shown_faster():
     assert faster.startswith(" This run imitates") and "the cap's rather than the codec's" in faster
 
 
+def test_fused_default_note_says_what_to_do_where_the_fused_path_ran_slower():
+    est = lambda v, lo, hi: SimpleNamespace(value=v, low=lo, high=hi)  # noqa: E731
+    # notebook 03's default run: QSGD's fused path slower, whole interval and all; sign's faster
+    slower = fused_default_note({"qsgd": est(0.864, 0.85, 0.981), "sign": est(1.08, 1.02, 1.1)})
+    assert "`fused=False` on qsgd" in slower and "TORCH_LOGS=output_code" in slower and "sign" not in slower
+    unshown = fused_default_note({"qsgd": est(0.968, 0.905, 1.003)})  # not shown slower: no advice
+    assert "fused=False" not in unshown and "output_code" not in unshown
+
+
 def test_medians_paid_text_leaves_a_margin_within_the_noise_undecided():
     from perfkit.compress.experiments import medians_paid_text
     # notebook 03's default run: top-k's margin 0.5 ms against 5.3 ms between two timings of one call

@@ -38,11 +38,13 @@ from perfkit.data import (
     map_tensors,
     measure_loader,
     monitored_steps,
+    near_edge,
     overlap_floor,
     overlap_hidden,
     padding_waste,
     pass_rate,
     prefetch_loops,
+    rate_context,
     rate_ratio,
     rates_held,
     ratio_explain,
@@ -60,6 +62,7 @@ from perfkit.data import (
     worker_sweep,
     write_shards,
 )
+from perfkit.verdict import Prediction
 
 NAN, INF = math.nan, math.inf
 DS = TensorDataset(torch.ones(4, 2))
@@ -67,6 +70,7 @@ REC = LoaderRecord(LoaderConfig(2), ((0.1, 0.1, 0.1),), ((0.2, 0.2, 0.2),), 6)
 ONE_STEP = LoaderRecord(LoaderConfig(2), ((0.1,),), ((0.2,),), 2)
 LOOPS = {"load only": 1.0, "compute only": 1.0, "serial, sleep load": 2.0, "Prefetcher, sleep load": 1.2}
 EST = stats.Estimate(1.0, 0.9, 1.1, 0.9, 30, "m")
+PRED = Prediction("a ratio", "a model", value=1.0, rel_tol=0.1, unit="x")
 RUN = data.MonitoredRun(None, (0.1,) * 5, (0.3,) * 5)
 STEP = lambda x, y: None  # noqa: E731
 # a workload no case trains (each fails first), so its optimizer is a stand-in
@@ -345,6 +349,13 @@ CASES = [  # (id, call, exception, regex on the message)
         {k: [v] * 7 for k, v in LOOPS.items()}, "sleep", n=0), ValueError, "n must be an int >= 1"),
     ("rates_held.measured", lambda: rates_held({2: 1.0, 8: 1.0}, {2: 1.0}, 2, [8], 0.9, (0.9, 1.1)),
      TypeError, "measured must be"),
+    ("near_edge.prediction", lambda: near_edge(1.0, EST), TypeError, "prediction must be"),
+    ("near_edge.measured", lambda: near_edge(PRED, 1.0), TypeError, "measured must be"),
+    ("rate_context.prediction", lambda: rate_context(1.0, EST, "why", 1.0), TypeError, "prediction must be"),
+    ("rate_context.measured", lambda: rate_context(PRED, 1.0, "why", 1.0), TypeError, "measured must be"),
+    ("rate_context.why", lambda: rate_context(PRED, EST, "", 1.0), ValueError, "why must give"),
+    ("rate_context.mean_x", lambda: rate_context(PRED, EST, "why", math.nan), ValueError,
+     "x must be a finite"),
     ("rates_held.past", lambda: rates_held({2: 1.0}, {2: 1.0}, 2, [], EST, (0.9, 1.1)),
      ValueError, "past must name"),
     ("sleep_explain.rounds", lambda: sleep_explain({"load only": [1.0]}, 3, True), ValueError,

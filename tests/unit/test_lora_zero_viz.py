@@ -105,6 +105,7 @@ def test_tables_have_one_row_per_variant():
     assert len(rows) == 3 and rows[2].endswith("| 1.0000 |")
     rows = vzero.optimizer_table(cmp).splitlines()
     assert len(rows) == 3 and "| 50.0% | - |" in rows[2]
+    assert rows[0].endswith("| rel. diff vs single-process AdamW |")  # the baseline's row differs from it too
 
 
 def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
@@ -262,3 +263,7 @@ def test_against_plain_names_why_the_same_algorithm_has_two_edges():
     assert "perfkit's (1.0610x) charges one whole all-reduce (4.37 ms), unhidden" in text
     assert f"zero1's ({e.edge:.4f}x) charges only the all-gather after the step" in text
     assert vzero.stage_edge(3, ddp, 14, 4.37e-3, 0.4e-3, 2).against_plain(1.06) == ""
+    # on gloo the plain edge charges 1.5 all-reduces (its reduce-scatter all-reduces): not "one whole"
+    text = e.against_plain(1.0915, 1.5)
+    assert "perfkit's (1.0915x) charges 1.50 all-reduces' time (6.55 ms), unhidden" in text
+    assert "one whole all-reduce" not in text

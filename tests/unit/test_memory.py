@@ -303,6 +303,12 @@ def test_zero_memory_and_traffic_plots_draw_measured_beside_the_model():
     fig = plot_zero_traffic(c, {"ddp_adamw": 0, "zero3": 3})
     lines = sorted(ln.get_xdata()[0] for ln in fig.axes[0].get_lines())
     assert lines == pytest.approx([0.004, 0.006])  # 1x and 1.5x DP's 4000 B, in MB
+    # what gloo sent beside the ring's bars: zero3's 2000 B reduce-scatter moves an all-reduce's 4000 B
+    crosses = [x for col in fig.axes[0].collections for x, _ in col.get_offsets()]
+    assert crosses == pytest.approx([0.004, 0.008])
+    plt.close(fig)
+    fig = plot_zero_traffic(c, {"ddp_adamw": 0, "zero3": 3}, gloo=False)
+    assert not fig.axes[0].collections
     plt.close(fig)
     with pytest.raises(ValueError, match="stages key"):
         plot_zero_memory(c, {"fsdp2": 3})

@@ -262,6 +262,29 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
         collective_cost(steps, base[:3], 0.010, 0.014)
 
 
+def test_ring_priced_says_which_backend_a_prediction_rests_on():
+    """The model prices gloo's reduce-scatter as the whole all-reduce gloo runs; NCCL's ring runs
+    half one. Where the ring's price would move the predicted difference across the measured
+    interval's edge, the sentence says the verdict rests on gloo's price; a step with no
+    reduce-scatter (both prices agree) or no interval gets no sentence."""
+    from perfkit.plan import collective_cost, ring_priced
+
+    base = [0.040] * 9
+    steps = [0.040 + d / 1e3 for d in (10, 11, 12, 13, 14, 15, 16, 17, 18)]   # interval 11.0 to 17.0 ms
+    c = collective_cost(steps, base, 0.012, 0.014)
+    text = ring_priced(c, 0.009)
+    assert text.startswith(" On gloo, which ran here, a reduce-scatter all-reduces the buffer")
+    assert "(12.0 ms predicted)" in text
+    assert "would be 9.0 ms, below the measured interval (11.0 to 17.0 ms)" in text
+    assert text.endswith("rests on pricing the reduce-scatter as gloo runs it.")
+    both = ring_priced(collective_cost(steps, base, 0.010, 0.014), 0.008)
+    assert both.endswith(": on either price it lies below it.")
+    assert ring_priced(c, 0.012) == ""
+    assert ring_priced(collective_cost([0.05], [0.04], 0.012, 0.014), 0.009) == ""
+    with pytest.raises(ValueError):
+        ring_priced(c, float("nan"))
+
+
 def test_collective_cost_sentences_add_up_as_printed():
     """Each printed sum and difference is that of the printed figures: a difference of 1.14 ms
     against a predicted 0.96 ms once read "1.1 ms ... 1.0 ms ...: 0.2 ms above", and a cost of

@@ -173,6 +173,9 @@ def test_the_worst_rows_micro_batch_cost_is_sized_against_its_gap():
     said = worst_row_cause(worst, peers, [0.21, 0.36])
     assert "micro-batch (" in said  # the published worst row and its peer differ in micro-batch
     assert "by which the prediction" in said and " s to a step of " in said
+    # its share of the miss is printed, and a cost short of it is not offered as the explanation
+    assert "% of it at most, at the measured figures" in said
+    assert "The rest of the miss the planner does not explain" in said
 
 
 def test_the_error_on_a_ratio_pairs_rows_of_one_model_and_sequence():

@@ -267,6 +267,17 @@ def test_zb_step_side_is_tested_at_the_digits_it_prints():
     assert zb_side(Estimate(1.0, 1.0, 1.0, None, 1, "exact")) == ("", "")
 
 
+def test_band_side_reads_the_point_against_the_band_as_printed():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import band_side
+
+    step = Estimate(0.989, 0.945, 1.027, 0.96, 12, "paired ratios")   # inconclusive: interval across 0.958x
+    assert band_side(step, 0.784, 0.958) == "its point 0.989x lies above the band 0.784x to 0.958x"
+    assert band_side(step, 0.95, 1.05).startswith("its point 0.989x lies inside the band")
+    assert " below the band " in band_side(Estimate(0.70, 0.65, 0.8, 0.9, 30, "r"), 0.784, 0.958)
+    assert " on an edge of the band " in band_side(Estimate(0.9581, 0.94, 0.97, 0.9, 30, "r"), 0.784, 0.9579)
+
+
 def test_zb_split_step_feeds_the_model_the_measured_split():
     from perfkit.estimate import Estimate
     from perfkit.parallel import zb_split_step, zb_step_note

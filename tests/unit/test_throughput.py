@@ -145,3 +145,17 @@ def test_sweep_beside_curve_is_empty_where_the_sweep_missed_a_batch():
     sweep[16] = Point(0.1302, 15700.0)
     said = throughput.sweep_beside_curve(sweep, Curve(), 0, 0.9)
     assert "own best batch other than 32 is 16, not 1 (there, 32 over 16 is 0.81x)" in said
+
+
+def test_model_rate_note_flags_model_flops_above_a_ceiling_of_counted_flops():
+    from perfkit.timing import Measurement
+    # 0.5077 s a step, 3.66e9 model FLOPs: 7.21 GFLOP/s, above a 7.14 GFLOP/s ceiling the counted ones set
+    p = throughput.ThroughputPoint("bf16", False, 8, Measurement((0.5077,) * 5, 0), 0.6, 512, 3_660_000_000,
+                                   105e9)
+    said = throughput.model_rate_note(p, 3_457_000_000, 7.14e9, "the bfloat16 ceiling")
+    assert said == (" Its model FLOP/s, 7.21 GFLOP/s, lie above the bfloat16 ceiling, 7.14 GFLOP/s: the "
+                    "model's count (6N + 12·L·d·T a token) is 1.06x the FLOPs counted here (attention on its "
+                    "causal entries only), so a ceiling of counted FLOPs is no roof for model FLOPs.")
+    assert throughput.model_rate_note(p, 3_457_000_000, 7.21e9, "c") == ""   # equal as printed: not above
+    with pytest.raises(ValueError, match="name must"):
+        throughput.model_rate_note(p, 1.0, 1.0, "")

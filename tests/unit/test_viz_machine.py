@@ -72,6 +72,8 @@ def test_plots_draw_one_line_per_dtype_and_each_ceiling():
     bare = vm.plot_copy_sweep(limits()).axes[0]
     full = vm.plot_copy_sweep(limits(cache=5e10, llc=2**19)).axes[0]
     assert len(bare.get_lines()) == 2 and len(full.get_lines()) == 4  # + cache ceiling + LLC line
+    llc = full.get_lines()[-1]  # at the buffer whose copy touches the cache's bytes: half of it
+    assert llc.get_xdata()[0] == 2**18 and llc.get_label().endswith("(524 kB): buffer 262 kB")
     with pytest.raises(TypeError, match="limits"):
         vm.plot_copy_sweep({"float32": 1e9})
 

@@ -1,0 +1,133 @@
+"""The capstone's readings of its last run: the time to the target against tokens/s on the same
+two runs, that time beside its expectation as context (one run a side: no verdict), and forward +
+backward against the ceiling, read over the unprofiled step and the profiled window.
+
+Consumes numbers the capstone notebook measured; nothing here measures. Re-exported by
+:mod:`perfkit.viz.capstone` and (``target_text``) :mod:`perfkit.viz`.
+
+Usage::
+
+    print(target_text(3.04, 1.59, pair, total))  # pair: the fixed run over the slow one, tokens/s
+    print(target_context(3.04, 1.59, pair, batch_kept=True))
+    print(ceiling_text(0.661, 0.0301, 0.0489, 0.0055, 205e9))
+"""
+
+from __future__ import annotations
+
+from perfkit._checks import check_real, check_type
+from perfkit.profiling.capstone import Total
+from perfkit.profiling.capstone_text import run_rates_text
+from perfkit.stats import MIN_SAMPLES, Estimate
+from perfkit.units import si
+
+__all__ = ["ceiling_text", "target_context", "target_text"]
+
+
+def ceiling_text(fb_share: float, step_s: float, window_s: float, at_peak_s: float, peak: float) -> str:
+    """Forward + backward against the ceiling, read both ways the diagnosis allows: their profiled
+    share applied to the unprofiled step (``step_s``, its median: as if the profiler stretched every
+    phase alike) and to the profiled window's own step (``window_s``, its mean), each set against
+    ``at_peak_s``, both ranks' model FLOPs at ``peak`` FLOP/s. Near the ceiling where that is at
+    least half their time (as printed), far where under half; where the two readings part across
+    half, this run does not say which.
+
+    Raises:
+        TypeError, ValueError: for a share not in (0, 1] or times and peak not finite and > 0.
+    """
+    check_real("fb_share", fb_share, 0, 1, lo_open=True)
+    _ = [check_real(n, v, 0, lo_open=True) for n, v in (("step_s", step_s), ("window_s", window_s),
+                                                        ("at_peak_s", at_peak_s), ("peak", peak))]
+    runs, window = fb_share * step_s, fb_share * window_s
+    near = [round(at_peak_s / t * 100) >= 50 for t in (runs, window)]
+    call = ("near the ceiling by both" if all(near) else "far from the ceiling by both: the rest of their "
+            "time is not arithmetic at full speed (module 06's fusion, shapes and batch size address it)"
+            if not any(near) else "near the ceiling by one reading, far by the other: this run does not say "
+            "which")
+    return (f"forward + backward: {fb_share:.0%} of the profiled step; that share of the unprofiled step "
+            f"is {runs * 1e3:.1f} ms (as if the profiler stretched every phase alike), of the profiled "
+            f"window's own step {window * 1e3:.1f} ms; both ranks' model FLOPs at the all-cores ceiling, "
+            f"{si(peak, 'FLOP/s')}: {at_peak_s * 1e3:.1f} ms, {at_peak_s / runs:.0%} and "
+            f"{at_peak_s / window:.0%} of those: {call}")
+
+
+def target_context(tt_gain: float, tokens_x: float, pair: Estimate, batch_kept: bool) -> str:
+    """The time to the target beside its expectation, as context, not a verdict: one run a side
+    gives one ratio, with no interval, so a verdict on it could only read inconclusive, wherever
+    it fell; it is printed for where the figure lies against the expected range (1x to the top of
+    ``pair``'s interval: no more progress per token than the slow job, McCandlish's model) and
+    what the tokens needed say, and recorded as no verdict.
+
+    Args:
+        tt_gain: the slow run's seconds to the target over the fixed run's.
+        tokens_x: the fixed run's tokens to the target over the slow run's.
+        pair: tokens/s of the fixed run over the slow run whose time ``tt_gain`` reads.
+        batch_kept: whether ``--fix batch`` is among the fixed run's fixes.
+
+    Raises:
+        TypeError, ValueError: for ratios not finite and > 0, or a ``pair`` that is not an Estimate.
+    """
+    _ = [check_real(n, v, 0, lo_open=True) for n, v in (("tt_gain", tt_gain), ("tokens_x", tokens_x))]
+    check_type("pair", pair, Estimate)
+    top = pair.high if pair.has_interval else pair.value
+    shown, edge = float(f"{tt_gain:.3g}"), float(f"{top:.3g}")
+    side = "above" if shown > edge else "below" if shown < 1 else "inside"
+    need = f"The fixed job needed {tokens_x:.2f}x the tokens"
+    wide = f"The range, 1x to {top:.3g}x, is wide: inside it says little more than the direction. "
+    why = {"inside": (wide if top >= 2 else "") + need + (
+               ": the larger batch takes fewer, larger steps for the same tokens, the likeliest cause (one "
+               "run of each side, so this run does not separate the batch from the other fixes)."
+               if batch_kept else "; the fixes kept leave the batch as it was: what the time gained is "
+               "speed."),
+           "above": need + (": fewer than the slow one, which the model does not expect (one run of each "
+                            "side: noise in either curve moves its crossing)." if tokens_x < 1 else
+                            f"; the runs' tokens/s, {tt_gain * tokens_x:.2f}x, beat their measured steps': "
+                            "the runs' other steps gained more."),
+           "below": f"{need} at {pair.value:.2f}x the tokens/s (the median step): "
+                    + ("its larger batch" if batch_kept else "it") + " made less progress per token than "
+                    "its speed made up."}[side]
+    where = {"inside": "inside that range", "above": f"above its top, {top:.3g}x", "below": "below 1x"}[side]
+    what = ("the top of these two runs' tokens/s interval" if pair.has_interval
+            else "these two runs' tokens/s ratio")
+    return (f"ℹ️ **Context, not a prediction** (no more progress per token than the slow job, so at most "
+            f"{what}: an expectation, McCandlish's model, not a bound): time-to-target speedup, expected "
+            f"between 1x and {top:.3g}x. **Measured:** {tt_gain:.2f}x, one run a side. No verdict is "
+            f"recorded: one ratio has no interval (one needs at least {MIN_SAMPLES} samples), so a verdict "
+            "on it could only read inconclusive, "
+            f"wherever it fell. The figure lies {where}. {why}")
+
+
+def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
+                slow_run: tuple[float, float] | None = None) -> str:
+    """The time to the target against tokens/s, on the same two runs: the time's gain times
+    the tokens it needed is the tokens/s over the whole runs, held against those runs' measured
+    steps (``pair``, the fixed run over the first slow run), and what parts them: the runs'
+    other steps, and, where the slow job ran twice, the direct ratio's other baseline.
+
+    Args:
+        tt_gain: the slow run's seconds to the target over the fixed run's.
+        tokens_x: the fixed run's tokens to the target over the slow run's.
+        pair: tokens/s of the fixed run over the slow run whose time ``tt_gain`` reads.
+        t: the whole gain (:meth:`~perfkit.profiling.capstone.FixLoop.finish`).
+        slow_run: the slow run's (tokens/s over its run, of its measured steps): see ``run_rates_text``.
+
+    Raises:
+        TypeError, ValueError: for ratios not finite and > 0, or a bad ``pair`` or ``t``.
+    """
+    _ = [check_real(n, v, 0, lo_open=True) for n, v in (("tt_gain", tt_gain), ("tokens_x", tokens_x))]
+    check_type("pair", pair, Estimate)
+    check_type("t", t, Total)
+    runs_x, w = tt_gain * tokens_x, pair.value
+    out = (f"time to the target: {tt_gain:.2f}x faster; tokens needed {tokens_x:.2f}x; so tokens/s over the "
+           f"runs to the target {runs_x:.2f}x, against {w:.2f}x in the same two runs' measured steps (the "
+           "unprofiled steps after the profiled window, each run's speed)")
+    far = abs(runs_x / w - 1) > 0.05
+    out += run_rates_text(runs_x, w, slow_run) if slow_run is not None else "" if not far else (
+        ": the runs' other time (the data's preparation before the first step, the warm-up, the profiled "
+        f"window counted at the median step, the steps after the window) puts it {runs_x / w:.2f}x from "
+        "those steps' ratio")
+    if len(t.slow_runs_tps) > 1 and abs(t.direct.value / w - 1) > 0.005:
+        runs = " and ".join(f"{x:,.0f}" for x in t.slow_runs_tps)
+        out += (f". The direct ratio, {t.direct.value:.2f}x, has another baseline: the mean of the slow "
+                f"job's runs ({runs} tokens/s), not this run alone, which puts it {t.direct.value / w:.2f}x "
+                "from this pair's")
+    return out + "."
