@@ -198,8 +198,9 @@ def scorecard(runs: list[NotebookRun]) -> str:
     by_level: dict[float, int] = {}
     for r in runs:
         for v in r.verdicts:
-            if v.get("level") is not None:
-                by_level[v["level"]] = by_level.get(v["level"], 0) + 1
+            if v.get("level") is not None:  # rounded: a level built as a product (0.9 ** (1/k)) ** k
+                lvl = round(v["level"], 9)  # is 0.8999999999999999, the same level as 0.9
+                by_level[lvl] = by_level.get(lvl, 0) + 1
     if by_level:
         chance = sum(chance_misses(n, lvl) for lvl, n in by_level.items())
         levels = ", ".join(f"{n} at {lvl:.0%}" for lvl, n in sorted(by_level.items()))

@@ -20,3 +20,9 @@ def test_scorecard_counts_every_outcome_and_the_misses_chance_gives():
 
 def test_a_run_without_intervals_claims_no_chance_misses():
     assert "chance" not in scorecard([NotebookRun("00_a", "ok", 1.0, verdicts=[_v("held", None)])])
+
+
+def test_a_level_built_as_a_product_counts_with_the_level_it_equals():
+    # (0.9 ** (1/3)) ** 3 is 0.8999999999999999: one level, not "1 at 90%, 2 at 90%"
+    runs = [NotebookRun("00_a", "ok", 1.0, verdicts=[_v("held"), _v("held", (0.9 ** (1 / 3)) ** 3)])]
+    assert "2 at 90%" in scorecard(runs)
