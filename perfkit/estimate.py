@@ -190,6 +190,26 @@ class Estimate:
                 f"interval of another estimate of the same figure ({self.method})"
                 + ("; the verdict judges this interval only." if judged else "."))
 
+    def on_end(self, x: float, unit: str = "") -> str:
+        """A note, starting with a space, for an ``x`` that lies inside the interval only as
+        printed: outside ``low`` to ``high``, it rounds at the ends' digits onto one of them
+        (1.125x beside an interval printed as ending at 1.12x, whose end is 1.1236x). A sentence
+        calling such an ``x`` "inside" says so: ``" (on its high end as printed: 1.125x shows as
+        1.12x at the interval's digits)"``. ``""`` where ``x`` lies inside unrounded, clear of the
+        interval as printed (:meth:`clear_of`), or there is no interval.
+
+        Raises:
+            ValueError: for an ``x`` that is not finite.
+        """
+        if self.clear_of(x, unit) or not self.has_interval or self.low == self.high:
+            return ""  # clear_of checks x
+        if self.low <= x <= self.high:
+            return ""
+        end = "high" if x > self.high else "low"
+        shown = si_beside(x, self.value, self.low, self.high, unit)
+        full = next((t for t in (si(x, unit, d) for d in range(3, 10)) if t != shown), si(x, unit, 10))
+        return f" (on its {end} end as printed: {full} shows as {shown} at the interval's digits)"
+
     def scaled(self, k: float) -> Estimate:
         """The same estimate times a positive constant ``k`` (a unit change, a batch ratio)."""
         if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 < k < math.inf:

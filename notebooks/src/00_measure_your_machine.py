@@ -377,7 +377,7 @@ wa_side, no_wa = add_over_copy.clear_of(hw.ADD_OVER_COPY, "x"), add_over_copy.cl
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
       f"{add_over_copy.text('x')}; write-allocate alone would give {hw.ADD_OVER_COPY}x, none 1x: "
       + ("both lie inside the interval, so this run cannot tell them apart." if not wa_side and not no_wa else
-         "1.125x inside the interval, 1x outside it." if not wa_side else
+         f"1.125x inside the interval{add_over_copy.on_end(hw.ADD_OVER_COPY, 'x')}, 1x outside it." if not wa_side else
          "1x inside the interval, 1.125x above it: no write-allocate gain shows (stores that skip the read, "
          "or a cost x + y pays that the copy does not); this run does not measure which." if not no_wa else
          "both below the interval: x + y gained more than write-allocate explains, and this run does not "

@@ -73,6 +73,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("Estimate.text unit", lambda: E.text(None), TypeError, "unit must be a string"),
     ("Estimate.beside x", lambda: E.beside(math.nan), ValueError, "x must be a finite number"),
     ("Estimate.beside what", lambda: E.beside(1.0, ""), ValueError, "what must name the other estimate"),
+    ("Estimate.on_end x", lambda: E.on_end(math.inf), ValueError, "x must be a finite number"),
     ("Estimate.point unit", lambda: E.point(1), TypeError, "unit must be a string"),
     ("Estimate.shifted c", lambda: E.shifted(NAN), ValueError, "c must be a finite number"),
     ("Estimate.needs with an interval", lambda: Estimate(1.0, 0.9, 1.1, 0.9, 3, "x", needs=5), ValueError,

@@ -144,3 +144,18 @@ def test_beside_says_where_another_estimate_of_the_figure_lies_as_printed():
     assert "1.016x to 1.030x" in padded.text("x")
     assert padded.beside(1.034).startswith(" The ratio of the medians, 1.034x, lies above")
     assert zero1.beside(1.2, "the ratio of the whole runs' rates").startswith(" The ratio of the whole runs'")
+
+
+def test_on_end_names_a_figure_inside_only_because_it_rounds_onto_a_printed_end():
+    from perfkit.estimate import Estimate
+
+    # notebook 00: write-allocate's 1.125x beside an interval printed as ending at 1.12x (1.1236x
+    # unrounded): 1.125 rounds to 1.12 at two decimals, so "inside" holds only as printed
+    add = Estimate(1.07, 1.03, 1.1236, 0.9, 30, "median of 30 paired ratios")
+    assert add.clear_of(1.125, "x") == ""
+    end = " (on its high end as printed: 1.125x shows as 1.12x at the interval's digits)"
+    assert add.on_end(1.125, "x") == end
+    assert add.on_end(1.1, "x") == ""  # inside unrounded: nothing to say
+    assert add.on_end(1.2, "x") == ""  # clear of the interval as printed: not inside at all
+    assert add.on_end(1.0273, "x").startswith(" (on its low end as printed: 1.027x shows as 1.03x")
+    assert Estimate(1.5, 1.5, 1.5, 0.9, 3, "m", needs=5).on_end(1.51) == ""  # no interval
