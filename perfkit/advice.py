@@ -141,7 +141,7 @@ class ClaimVerdict:
     text: str
     measured_text: str  # the figure as measured, for a summary table
     judged: bool = True  # False: the measurement has no bearing on the advice here (``not_judged``)
-    refuted: bool = False  # inconclusive on the direction, yet the interval lies wholly outside the promise
+    refuted: bool = False  # undecided on no effect, yet wholly outside the promise: does not hold
     thin: bool = False  # an edge's side set by a margin under THIN of the A/A control's reach
 
     def record(self) -> dict:
@@ -156,8 +156,10 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
 
     ``inconclusive``: the figure is not finite or its interval reaches across the no-effect
     value (``claim.partly``; else the promised range's edges). A figure inside the promise
-    whose interval reaches outside it only ``holds partly``. ``gpu_only=True`` (a CPU analogue
-    of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone. A verdict
+    whose interval reaches outside it only ``holds partly``. An interval that would be
+    inconclusive so, yet lies wholly outside the promise beyond ``error`` (``refuted``), ``does
+    not hold here``: on either side of the no-effect value the promise fails. ``gpu_only=True``
+    (a CPU analogue of GPU advice) makes the status ``"GPU only"`` and names the analogue's zone. A verdict
     other than "holds" names the machine's load when it was busy, unless the claim is
     ``timed=False`` (a count or bytes, which no load moves).
 
@@ -235,9 +237,8 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
         status, why = "holds partly", (f"the figure is inside the promise, its {r.words} within the "
                                        f"{err:.1%} an A/A control read between identical code of the "
                                        "promise's edge")
-    label = "GPU only" if gpu_only else status
-    # inconclusive on the no-effect value, yet wholly outside the promise beyond the design's error:
-    # whichever side of no effect the truth lies, the promise does not hold (the label stays the rule's)
+    # undecided on the no-effect value, yet wholly outside the promise beyond the design's error:
+    # whichever side of no effect the truth lies, the promise does not hold, and the label says so
     outside = (None if spread is None or status != "inconclusive" or r.needs is not None else
                lo if spread[1] < lo else hi if spread[0] > hi else None)  # the promise's edge it lies past
     refuted = outside is not None and _gap(spread, outside) > err
@@ -245,12 +246,13 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if refuted:
         g, e_, note = _beyond(_gap(spread, outside), err)
         thin = thin or bool(note)
+        status = "does not hold here"
         why += (f"; but its whole {r.words} lies {g} "
                 f"{'below' if outside == lo else 'above'} the promise ({claim.describe()})"
                 + (f", beyond the {e_} an A/A control read{note}" if err else "")
-                + ": whatever its direction, the promise is refuted here; the label, inconclusive, answers "
-                f"only on which side of {si(claim.partly, u)} (no effect) the figure lies, which this run "
-                "cannot tell")
+                + f": on which side of {si(claim.partly, u)} (no effect) the figure lies this run cannot "
+                "tell, and on either side the promise does not hold here")
+    label = "GPU only" if gpu_only else status
     text = (f"**Verdict on the advice: {label}.** {claim.figure}: the advice promises "
             f"{claim.describe()}; measured {shown}" + (f": {why}." if why else "."))
     if not_judged is not None:
@@ -261,7 +263,8 @@ def assess(claim: Claim, measured: float | Estimate, spread: tuple[float, float]
     if status == "inconclusive" and reasons.get("inconclusive"):
         text += " " + reasons["inconclusive"].strip()
     if reasons.get(said):
-        where = f"The figure lies where the advice {said}: " if status == "inconclusive" else ""
+        where = (f"The figure lies where the advice {said}: "
+                 if status == "inconclusive" or refuted and said != status else "")
         text += " " + where + reasons[said].strip()
     if status != "holds" and claim.timed and "busy" not in reasons.get(said, ""):
         text += r.load() if spread is not None or r.needs is not None else (

@@ -229,13 +229,20 @@ class Observation:
     @property
     def note(self) -> str:
         """The sentence to print where the rate was measured ("" when no ceiling rose)."""
+        return self.said()
+
+    def said(self, show_rise: bool = False) -> str:
+        """:attr:`note`; with ``show_rise``, the two ceilings at as many digits as show the rise
+        (a rise of 0.2 % reads "203 GFLOP/s to 203 GFLOP/s" at three)."""
         if not self.raised:
             return ""
         unit = "B/s" if self.kind in ("dram", "cache") else "FLOP/s"
+        d = next((d for d in range(3, 16) if si(self.before, unit, d) != si(self.after, unit, d)), 15) \
+            if show_rise else 3
         name = (f"{self.kind.upper() if self.kind == 'dram' else self.kind} bandwidth" if unit == "B/s"
                 else f"{self.kind} matmul" + (f" ({self.threads} thread{'s' * (self.threads != 1)})"
                                               if self.threads else ""))
-        return (f"the {name} ceiling rose from {si(self.before, unit)} to {si(self.after, unit)}: "
+        return (f"the {name} ceiling rose from {si(self.before, unit, d)} to {si(self.after, unit, d)}: "
                 f"{self.what} ran faster than the sweep")
 
 

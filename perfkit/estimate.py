@@ -165,10 +165,11 @@ class Estimate:
 
     def beside(self, x: float, what: str = "the ratio of the medians", unit: str = "x",
                judged: bool = True) -> str:
-        """A sentence, starting with a space, on where another estimate of the same figure,
+        """A sentence, starting with a space, on where another statistic of the same runs,
         ``x``, lies against this interval as printed: ``" The ratio of the medians, 1.15x, lies
         above this 90% interval (1.02x to 1.13x), ..."``. The median of paired rounds' ratios
-        and the ratio of two medians estimate one slowdown differently; where ``x`` lies
+        and the ratio of two medians agree only where one run's steps are the other's scaled
+        by one factor, so this interval does not cover the other statistic; where ``x`` lies
         outside, the sentence says that the verdict judges this interval only (with
         ``judged``; ``judged=False`` where no verdict is judged on it). ``""`` where there is
         no interval.
@@ -187,7 +188,7 @@ class Estimate:
         if not side:
             return f"{head} inside this {self.label} ({lo} to {hi})."
         return (f"{head} {'below' if side == 'above' else 'above'} this {self.label} ({lo} to {hi}), the "
-                f"interval of another estimate of the same figure ({self.method})"
+                f"interval of a different statistic ({self.method}), which it does not cover"
                 + ("; the verdict judges this interval only." if judged else "."))
 
     def on_end(self, x: float, unit: str = "") -> str:

@@ -152,8 +152,8 @@ plt.show()
 # `perfkit.sizing.matmul_ratio`), on **one thread**, where no barrier waits for another thread,
 # and the ratio of their rates gets an interval. The course prints two kinds of span. An
 # **interval** is a confidence interval: the narrowest order-statistic interval of the samples
-# that covers the median with at least 90 % probability, printed with its exact coverage (93 % at
-# 5 samples, 98 % at 7, about 90 % at 30). A **range** is the spread of single repeats (p10 to
+# that covers the median with at least 90 % probability, printed with its exact coverage rounded down to
+# a whole percent (93 % at 5 samples, 98 % at 7, 90 % at 30). A **range** is the spread of single repeats (p10 to
 # p90, or as its label says), printed as "range" or "spread": it claims no confidence, and a
 # verdict judged on one says only where the repeats fell. Beside this interval, the sweep's own
 # ratio of the two sizes on one thread, and what it saw of the smallest size on every core.
@@ -290,6 +290,8 @@ else:
 # An operation whose counted bytes fit in what the copy sweep showed cached is held against the
 # cache's bandwidth, the others against DRAM's. Each is held against its roof with
 # `perfkit.ceilings.observe`: a rate above the roof raises it, and the line says by how much.
+# These roofs are this run's ceilings; section 6 adopts the limits file's, which an earlier run
+# may have set higher, and against which the same rate is then a smaller share.
 #
 # **Prediction.** `x + y` streams the same buffers as the copy beside it: its counted bytes per
 # second should reach at least half of the fastest copy of that size measured (load slows a
@@ -343,9 +345,9 @@ for label, flops, nbytes, est, t in ops:
     share_of_roof[label] = est.inverse().scaled(flops / roof)  # of the median
     rows.append((label, flops / nbytes, share_of_roof[label].value * roof))
     print(f"{label:>22}: {flops / nbytes:7.2f} FLOP/B, measured {si(rows[-1][2], 'FLOP/s'):>14}, roofline "
-          f"{si(roof, 'FLOP/s'):>14} {on(t)} -> {share_of_roof[label].value:5.0%} of its roof "
+          f"{si(roof, 'FLOP/s'):>14} {on(t)} -> {share_of_roof[label].value:5.0%} of this run's roof "
           f"({'memory' if memory else 'compute'}-bound, bytes from {'the cache' if near == 'cache' else 'DRAM'})"
-          + (f"; {obs.note}" if obs.raised else ""))
+          + (f"; {obs.said(show_rise=True)}" if obs.raised else ""))
 for label, o in own_roof.items():  # beaten by far: the sweep's best round was no uncontested rate
     if o.after > 1.1 * o.before:
         print(f"{label} beat the sweep's ceiling by {o.after / o.before - 1:.0%} minutes after it: the sweep's rounds "
@@ -580,7 +582,7 @@ for label, times, flops in (("the six matmuls alone", mm.times_s, rule), ("the M
     obs = ceilings.observe(limits, "float32", flops / est.low, f"{label} {on(threads)}", threads=threads)
     limits = obs.limits
     if obs.raised:
-        print(obs.note)
+        print(obs.said(show_rise=True))
         hw.save_limits(limits)  # a raised ceiling is kept, as section 6's text says
 peak = limits.peak_flops("float32", threads)  # FLOP/s of these threads
 hfu_est = stats.median_interval(m.times_s).inverse().scaled(counted["activation"] / peak)  # of the median step

@@ -122,7 +122,7 @@ for n in (2, 3, 4, 8, 64):
 #
 # **Prediction.** The simplest model (Hockney's) charges every message a fixed start-up time
 # `alpha` (system calls, waking the peer, synchronisation) plus its size over a bandwidth:
-# `t(S) = alpha + S / bandwidth`. By this model small messages cost about `alpha` whatever their
+# `t(S) = alpha + S / bandwidth`. The model charges a small message about `alpha` whatever its
 # size (latency-bound; the line after the fits checks that against the measured small sizes and says
 # where they contradict it); large ones should approach the bandwidth (bandwidth-bound); the crossover is
 # near `S = alpha × bandwidth`. On loopback TCP each byte is copied into a kernel buffer and
@@ -201,7 +201,8 @@ viz.verdict(Prediction("median relative error of the all-reduce fit", "t = alpha
 
 # %% [markdown]
 # **Reading the fit.** The printed `alpha` is the fitted line's intercept: what it charges a
-# message of no bytes. It stands for the fixed costs of a collective: each one wakes a gloo thread in
+# message of no bytes. It is meant to stand for the fixed costs of a collective, not to be what any one
+# small call measured: each call wakes a gloo thread in
 # each process and exchanges TCP messages through the kernel, and on a machine whose cores are all busy
 # a waiting process must also be *scheduled* again before it can answer. It is fitted across all sizes,
 # so it is no floor, and the model's "about alpha whatever the size" is a claim to check: the line
@@ -280,7 +281,7 @@ viz.verdict(Prediction("sizes where the ring's integer sum differs from dist.all
 # take the same time: the prediction is
 # a ratio of 1 within 30 %, judged on the median of the paired repetitions' ratios and its interval
 # (`perfkit.stats.median_ratio`: the narrowest pair of sorted ratios that covers the median at least
-# 90 % of the time whatever their distribution; its exact coverage is printed with it). With 7 pairs
+# 90 % of the time whatever their distribution; its exact coverage is printed with it, rounded down). With 7 pairs
 # that interval is the whole range of the ratios (98 %), too wide to test a 30 % claim on loopback
 # TCP, so the ring is timed in `RING_REPEAT` pairs.
 
@@ -452,7 +453,7 @@ plt.show()
 # would also run whole cycles of 18 rounds, so `DP_REPEAT` (3 or 25) would grow to 18 or 36 rounds. The step
 # times printed are medians; every ratio below is the **median of the rounds'
 # paired ratios**, with its interval between two of the sorted ratios (`perfkit.stats.median_ratio`,
-# at least 5 rounds; the narrowest covering at least 90 %, its exact coverage printed with it), which
+# at least 5 rounds; the narrowest covering at least 90 %, its exact coverage printed with it, rounded down), which
 # can differ from the ratio of the two medians printed beside it.
 
 # %%
@@ -524,7 +525,7 @@ if comm_in > 0:
     overlap_v = judge(Prediction("share of the bucketed step's communication the overlapped step saved",
                                  "min(backward, comm) / comm, if all-reduces run one at a time",
                                  low=0.0, high=ceiling, physical=(None, 1)), hidden, explain={
-        "held": f"{hidden.value / ceiling:.0%} of the ceiling, what backward could cover, was saved." + medians_note,
+        "held": comm.overlap_held_text(hidden, ceiling) + medians_note,
         "inconclusive": (f"The {hidden.label}, {hidden.low:.2f} to {hidden.high:.2f}, is "
                          + ("wider than the whole predicted range" if hidden.high - hidden.low > ceiling else
                             "across an edge of the predicted range")
@@ -661,8 +662,8 @@ print(f"The all-reduce's fit has an intercept (alpha) of {si(fits['all_reduce'].
                                                     if "the data reject it" in effect else "") + ". NCCL on NVLink or InfiniBand has a far smaller alpha and a far larger "
       "bandwidth than loopback TCP: the crossover moves, the reasoning stays. DDP's all-reduce can hide only "
       "behind backward (FSDP and ZeRO-3 also prefetch the next layer's all-gather during forward)"
-      + (f"; here the overlapped step saved {hidden.scaled(100).text('%')} of the bucketed step's communication, "
-         f"{overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
+      + (f"; here the paired rounds put the overlapped step's saving at {hidden.scaled(100).text('%')} of the "
+         f"bucketed step's communication, {overlap_said}; " + comm.overlap_apart_text(hidden, apart, short=True, pct=True)
          + (f" (the two steps' medians give {shown:.2f}: the rounds scatter more than the overlap changes)."
             if shown is not None and (shown > 0) != (hidden.value > 0) else ".")
          if hidden is not None else "; here no communication showed in the bucketed step to hide."))

@@ -95,7 +95,10 @@ p_tensors = Prediction("bytes of live tensors in one step (all four kinds)",
 # **Measurement.** `perfkit.memory.measure_step_anatomy` runs one step (zero_grad, forward,
 # backward, `optimizer.step()` of a fresh AdamW, so its state is allocated inside the step)
 # and reports each kind by counting the live tensors' storages, plus the step's **peak**:
-# on a GPU the CUDA allocator's `max_memory_allocated`; on the CPU the process's peak
+# on a GPU the CUDA allocator's `max_memory_allocated` (the tensors' bytes; running out of
+# memory is decided by more: the allocator's reserved memory, `max_memory_reserved`, which
+# adds its blocks' rounding and fragmentation, plus the CUDA context and library workspaces
+# outside the allocator, so a GPU job is sized by those); on the CPU the process's peak
 # resident set size (RSS: the bytes of its pages held in physical memory; Linux lets a
 # process reset that mark), after handing freed heap blocks
 # back to the OS so that reused blocks do not hide new allocations. A first step with a
@@ -114,6 +117,7 @@ snapshot = "build/04_memory_snapshot.pickle" if DEVICE.type == "cuda" else None
 os.makedirs("build", exist_ok=True) if snapshot else None  # only a GPU writes a snapshot
 opt = torch.optim.AdamW(model.parameters())  # fresh: its state is allocated inside the step measured
 anatomy = measure_step_anatomy(model, loss_fn, opt, snapshot_path=snapshot)
+steady = measure_step_anatomy(model, loss_fn, opt)  # step 2: Adam's state held before it starts (section 1's peak)
 measured = {"parameters": anatomy.params, "gradients": anatomy.grads,
             "optimizer state": anatomy.optimizer_state, "activations": anatomy.activations}
 for kind, b in measured.items():
@@ -125,10 +129,10 @@ if anatomy.snapshot_path:
 fig = vmem.plot_memory_stack({
     "predicted": predicted,
     "measured (tensors)": measured,
-    # the parameters were held before the step: the peak above its start stacks on them
-    "parameters + peak RSS above the step's start": {"parameters": anatomy.params,
-                                                     "peak above the step's start": anatomy.peak},
-}, title="One AdamW step of the tiny GPT-2 (gray: the step's peak above its start)")
+    # the parameters (and, on the second step, AdamW's state) were held before the step: its peak above its start stacks on them
+    "peak, first step": {"parameters": anatomy.params, "peak above the step's start": anatomy.peak},
+    "peak, second (steady) step": {"parameters": anatomy.params, "optimizer state": steady.optimizer_state, "peak above the step's start": steady.peak},
+}, title="One AdamW step of the tiny GPT-2 (gray: each step's peak above its start)")
 
 # %%
 extra = anatomy.optimizer_state - predicted["optimizer state"]
@@ -163,8 +167,7 @@ print(f"first step (a fresh AdamW), peak above what was held before it ({anatomy
       f"activations = {held / 1e6:.2f} MB, so the peak is {anatomy.peak / held:.2f}x their sum: "
       + ("the temporaries and the allocator's pages outweigh what is freed before the peak."
          if anatomy.peak > held else "what is freed before the peak outweighs the temporaries."))
-steady = measure_step_anatomy(model, loss_fn, opt)  # step 2: Adam's state held before it starts
-print(steady_peak_text(anatomy, steady))
+print(steady_peak_text(anatomy, steady))  # steady: the second step, measured in section 1's first cell
 
 # %% [markdown]
 # ## 2. What exactly does autograd keep?
@@ -174,7 +177,7 @@ print(steady_peak_text(anatomy, steady))
 # **Prediction.** Per GPT-2 block (dropout 0), in elements, with B, T, C, H = batch, sequence,
 # width, heads (the docstring of `gpt2_saved_activation_bytes` lists each operation): the two
 # LayerNorms keep their inputs (2 BTC) and a mean and a reciprocal deviation per token (4 BT),
-# and the matmuls after them keep the LayerNorms' outputs as their own inputs (2 BTC); the MLP keeps its 4C-wide input, GELU's intermediate terms and output (20 BTC);
+# and the matmuls after them keep the LayerNorms' outputs as their own inputs (2 BTC); the MLP keeps `c_fc`'s 4C-wide output (GELU's input), GELU's intermediate terms and output (20 BTC);
 # `c_proj` keeps the attention output (BTC); attention itself keeps q, k, v and the softmax
 # probabilities (3 BTC + B H T^2) in the eager implementation, or the fused projection,
 # copies and a log-sum-exp (5 BTC + BHT; the log of each query row's softmax
@@ -422,14 +425,15 @@ for recipe, kw in (("fp32_adam", "fp32"), ("mixed_adam", "mixed")):
 # Move width, depth, batch, sequence length, precision and checkpointing; the bar is the
 # model of sections 1-4. At the default setting (the one measured in section 1) it also shows
 # the live tensors counted there, the same tensors the model counts (a check of the
-# bookkeeping), and the step's measured peak (the parameters plus the peak above the step's
-# start, gray), which section 1 printed as a multiple of gradients + optimizer state +
-# activations and no formula here predicts: size a job by the peak. This device's memory is a
+# bookkeeping), and the second (steady) step's measured peak (the parameters and the state
+# held, plus the peak above the step's start, gray), the step a trainer repeats, which no
+# formula here predicts: size a job by that peak (on a GPU, by the reserved peak plus the CUDA
+# context, section 1). This device's memory is a
 # dashed line when the bars come within reach of it, and a share in the title otherwise.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM, peak={"parameters": anatomy.params, "peak above the step's start": anatomy.peak})
+spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes=RAM, peak={"parameters": anatomy.params, "optimizer state": steady.optimizer_state, "peak above the step's start": steady.peak}, peak_label="second (steady) step's peak measured here")
 viz.build_widget(spec)
 
 # %%

@@ -206,11 +206,13 @@ print(ex.largest_rise(curves))
 # tensor (the matmuls and fused attention autocast runs in bf16, and the ops that receive their
 # bf16 outputs: the GELU between two linear layers, the bias gradients) and every cast autocast
 # inserts; it replays them alone, as recorded and upcast to fp32, in the same rounds as the two
-# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`. Since
-# the parts are timed beside the steps and cover most of the step, that verdict checks the premise
-# of Amdahl's law here (the step is its parts: nothing else changed speed), as finely as its band
-# allows (the two rests printed with it say how finely), rather than forecasting a step before it
-# was timed; the forecast is the first verdict's.
+# steps (A, B, A, B, ...). The predicted bf16 step is `t_fp32 - parts_fp32 + parts_bf16`. The
+# parts are timed beside the steps, so that verdict is an account of the step by its parts, not a
+# forecast (the forecast is the first verdict's): it can miss only where the time outside the parts
+# moved by more than its band admits, and its output says whether that band has room for that
+# time to vanish or double. The premise of Amdahl's law here (the step is its parts: nothing else
+# changed speed) has its own test, printed with the verdict: the two rests, each step's time
+# outside the parts, which the model keeps equal.
 
 # %%
 x = torch.randint(0, 1024, (BATCH, SEQ), device=DEVICE)  # (B, T) token ids
@@ -243,7 +245,7 @@ print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'F
          f"{bf16_now / bf16_found:.2f}x, to that rate, for what follows: the bf16 'ceiling' is the best bf16 rate "
          "measured so far, not a peak, and a ceiling this step set is no measure of its utilisation"
          if bf16_now > bf16_found else
-         ceilings.ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, mine="bf16 step")))
+         throughput.own_ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, "bf16 step", found)))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
@@ -266,7 +268,7 @@ if swept:
                            "from notebook 00's sweep", value=crude, rel_tol=0.25, unit="x"), amp.estimate,
                 explain=dict.fromkeys(("above", "below"), parts.forecast_terms(f_ceil, swept.ratio)))
 viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
-                       "in the steps' own rounds: a check that the step is its parts, not a forecast",
+                       "in the steps' own rounds: an account of the step by its parts, not a forecast",
                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain(band=0.25))
 
 # %% [markdown]
@@ -430,10 +432,8 @@ viz.verdict(Prediction("compiled chain's speedup over eager", f"the model above:
 
 # %%
 points = [(label, 10 * xc.numel() / nbytes, 10 * xc.numel() / sec) for label, sec, nbytes in rows]
-viz.plot_roofline({f"float32 {on}": limits.peak_flops("float32", CEIL_THREADS)}, limits.copy_bytes_per_s, points,
-                  intensity_range=(1 / 16, max(64, 4 * ridge)),
-                  title=f"The GELU chain on this machine's roofline, tanh counted as 1 FLOP\n(compute roof {on}; "
-                        "memory roof: DRAM's on all cores, the most any thread count draws)")
+vc.plot_thread_roofline(limits, CEIL_THREADS, points, intensity_range=(1 / 16, max(64, 4 * ridge)),
+                        title="The GELU chain on this machine's roofline, tanh counted as 1 FLOP")  # roofs of these threads
 plt.show()
 
 # %% [markdown]
@@ -769,9 +769,9 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 #
 # **The formula** (PaLM, appendix B; nanoGPT's `estimate_mfu`). With `N` the model's parameters,
 # each trained token costs `6N` FLOPs: 2 per parameter for the forward matmuls, 4 for the backward
-# (gradients with respect to activations and to weights). `N` counts every parameter, as nanoGPT
-# does, though only the matmuls' weights do those FLOPs (the check below says how much that
-# adds). Attention adds `12·L·d·T` per token
+# (gradients with respect to activations and to weights). `N` counts every parameter but the
+# position embeddings, as nanoGPT does, though only the matmuls' weights do those FLOPs (the
+# check below says how much that adds). Attention adds `12·L·d·T` per token
 # (`Q·Kᵀ` and `softmax·V`, each `2·T·d` forward per layer, times 3 with backward). Position
 # embeddings are a lookup, so they are not in `N`; the token embedding counts once because the
 # tied LM head multiplies by it. MFU = model FLOPs per step / step time / peak. PaLM and nanoGPT
@@ -805,7 +805,7 @@ print(f"our tiny GPT-2: N = {tiny.n_params:,}, L = {tiny.n_layer}, d = {tiny.d_m
 # matmul actually dispatched (with eager attention, whose two score matmuls cover the whole
 # `T x T` square, masked half included, as the formula's `12 L d T` does; PyTorch registers no
 # formula for the CPU's fused attention kernel, which `compute.counted_flops` adds). Elementwise
-# work is not counted by the counter, but `6N` counts every parameter, the biases and layer norms
+# work is not counted by the counter, but `6N` counts every parameter in `N`, the biases and layer norms
 # that do no matmul too: the two should differ by 6 FLOPs per such parameter per token and no
 # more; a larger gap, the counter's per-operator counts (`counter.get_flop_counts()`) name the
 # matmul the formula misses or charges twice. The count below is at the timings' own shape,
@@ -859,7 +859,7 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
       + ("the rate of its ceiling now: " + obs.note.replace("than the sweep", "than " + (src.removesuffix(  # its setter
           sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
           .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
-         ceilings.ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, mine="bf16 step")) + "." + throughput.model_rate_note(
+         throughput.own_ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, "bf16 step", found)) + "." + throughput.model_rate_note(
           bf16_top, bf16_per_sample * bf16_top.batch, obs.limits.peak_flops("bfloat16", CEIL_THREADS), f"the bfloat16 ceiling {on}"))
 limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
@@ -1043,7 +1043,8 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # * **bf16 autocast**: the mean loss over the last steps should stay within 1 % of fp32's (single
 #   steps differ more), and Amdahl's law predicts the speed from the share and the speed ratio of
 #   the ops autocast changes: section 1's first verdict says how far a forecast from notebook 00's
-#   square matmuls came, its second whether the step is its parts timed at its own shapes.
+#   square matmuls came, its second how the step divides into those parts at its own shapes (the
+#   time outside them, printed beside it, tests the premise).
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.

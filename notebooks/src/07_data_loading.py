@@ -41,7 +41,7 @@ COMPUTE_MS = 10.0                             # a GPU step: the host is idle mea
 WORKERS = [0, 1, 2, 4] if QUICK else [0, 1, 2, 4, 8]
 SWEEP_BATCHES = 21 if QUICK else 61           # batches per run in the sweeps, the first one's startup dropped:
                                               # 20 or 60 steady steps (20: the fewest an interval needs)
-JITTER = 3.0                                  # per-sample cost variation (CV), section 2c
+JITTER = 3.0                                  # per-sample cost variation (CV), section 2d
 CORPUS_BYTES = 300_000 if QUICK else 1_000_000
 GPT = dict(batch_size=8, block_size=64, max_bytes=CORPUS_BYTES)
 PLANTED_MS = 2.0                              # extra decode work per text sample, ms
@@ -281,10 +281,12 @@ viz.verdict(Prediction("largest gap in waiting share, model against measurement 
 #
 # **Model.** The same pipeline, but `W` busy workers share `CORES` cores: each batch takes
 # `B * c * max(1, W / CORES)`. In a long run that caps throughput at `CORES / (B * c)`. A run of
-# `SWEEP_BATCHES` batches whose first step is dropped (it carries the workers' startup) reads a
+# `SWEEP_BATCHES` batches whose first step is dropped (it carries the workers' startup) can read a
 # little above that cap with many workers: every worker starts a batch at once, and the batches
 # they finish during the dropped first step are credited to the steady steps. The model, run
-# for the same number of batches, counts that too.
+# for the same number of batches, counts that too; a measured run can still read below the cap,
+# where sharing the cores cost more than the model counts (the cores' worth of decoding printed
+# for each run, against `CORES`, says which).
 #
 # **Prediction.** Past `CORES` workers throughput should stop growing: the most workers
 # measured give the model's own ratio of the two runs (printed below), within 10 %. Above it,

@@ -59,8 +59,8 @@ from perfkit import ceilings, compute, hw, viz
 from perfkit.profiling import render_text
 from perfkit.profiling.capstone import CapstoneJob, FixLoop, job_peak, round_speedup
 from perfkit.profiling.capstone_text import percent2, still_listed
-from perfkit.verdict import Prediction, judge
-from perfkit.viz.capstone import ceiling_text, dropped_text, target_context
+from perfkit.verdict import judge
+from perfkit.viz.capstone import ceiling_text, dropped_text, round_prediction, show_pick, target_context
 
 ROOT = Path(perfkit.__file__).resolve().parents[1]  # the course's folder (any working dir)
 SCRIPT = ROOT / "examples" / "slow_train.py"
@@ -123,7 +123,8 @@ print(f"DDP's buckets: {built['ddp_buckets']} for the model's {built['n_params']
 # between: with `find_unused_parameters=True`, DDP waits there for each bucket's all-reduce
 # (section 2 says more). Where a collective was in flight, the sync finding splits its share:
 # the reads' own time, and the time that waited for the collective (communication, booked as
-# sync because it falls between two reads):
+# sync because it falls between two reads). It is still ranked and graded on the whole share, and
+# says what the rest alone would make of it:
 
 # %%
 display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidence']}"
@@ -231,16 +232,17 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 
 # %% [markdown]
 # One round per cell (each is one or two 2-process jobs of seconds to a minute). A cell after
-# the last round has nothing left to do.
+# the last round has nothing left to do. Each round shows its fix and its prediction (or, where
+# the bound cannot test the fix, that bound as context) before it runs the jobs; then what they
+# measured, and the verdict, which sets out the prediction's model.
 
 # %%
 def play_round():
     """Play the next round; show its figures and judge its speedup against the bound its
     finding predicts. False when nothing is left to fix."""
-    r = loop.play()
+    r = loop.play(announce=show_pick)  # its heading and prediction, shown before its runs
     if viz.show_round(r) and not r.pick.untested:
-        v = judge(Prediction(f"tokens/s speedup of --fix {r.pick.fix}", r.pick.model, low=1.0,
-                             high=r.pick.bound, unit="x", soft=("low",)), r.speedup, explain=r.explain)
+        v = judge(round_prediction(r.pick), r.speedup, explain=r.explain)
         viz.show_verdict(v)
         round_outcomes[r.pick.fix] = v.outcome + (f" ({v.direction})" if v.outcome == "missed" else "")
         judged_by[r.pick.fix] = "its factor of tokens" if r.pick.by_tokens else "the diagnosed share"

@@ -222,7 +222,7 @@ p_bubble = Prediction("bubble share of a 1F1B step, p = 2, m = 8, sleep stages",
 head_est = stats.Estimate(**head["measured"])
 resid = stats.per_round(lambda a, b: a - b, [head["shares"], head["simulated_each"]], "steps")
 sim_med = stats.median(head["simulated_each"])
-viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held"),
+viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held"), (f"The formula's {head['formula']:.3g} lies {'below' if side == 'above' else 'above'} the measured {head_est.label}, the share {head_est.value / head['formula'] - 1:+.1%} from it: the verdict judges the share against the band of ±{p_bubble.rel_tol:.0%} only, not the formula as exact. " if (side := head_est.clear_of(head["formula"])) else "") +
     f"The simulator fed with each step's measured action times and hop gives a median of {sim_med:.3f}, "
     f"{sim_med / head['formula'] - 1:+.0%} from the formula; each step's measured share less its own simulated "
     f"one: {resid.text()}, time between actions the simulator does not hold (not measured here: Python "

@@ -272,7 +272,8 @@ viz.show_verdict(calls_v)
 # **Model.** In PyTorch each tile is dozens of small operator calls (section 3 counted them), so
 # a tile costs a fixed overhead on top of its FLOPs: `t = FLOPs / rate + tiles x t_tile`, with the tile count
 # visited twice (forward and backward). Small tiles pay the overhead many times; large ones
-# only their FLOPs. On a GPU there is no such per-call cost: the whole loop is one fused
+# little more than their FLOPs, so in the model `rate` is a ceiling on every call; fitted, it
+# need not be one (the fit's cell says whether a whole call ran above it). On a GPU there is no such per-call cost: the whole loop is one fused
 # kernel. There the tile size trades on-chip memory (shared memory and registers, which cap
 # the tile and how many run at once) against re-reads of `K` and `V` from HBM: Dao et al. 2022
 # (Theorem 2) count `Θ(T² D² / M)` HBM accesses for an on-chip memory (SRAM) of `M` elements
@@ -307,7 +308,7 @@ p_tile = Prediction(f"FlashAttention (tiles of 64) at T = {SWEEP_LENS[-1]}", "FL
                     "on shorter T", value=model.flash_s(SWEEP_LENS[-1], 64, B, H, D), rel_tol=tol, unit=" s")
 print(f"fit: {viz.si(model.flop_rate, 'FLOP/s')} inside the tiles, {viz.si(model.per_tile_s, 's')} per tile visit; eager {viz.si(model.eager_rate, 'FLOP/s')} (its rate at T = {SWEEP_LENS[-2]}); the fit "
       f"missed its {len(misses)} fitted medians by {min(misses):+.0%} to {max(misses):+.0%}: " + ac.band_note(points, model, B, H, D)
-      + f". Recorded before the times below are shown: {p_tile.what}, {p_tile.describe()}")
+      + "." + va.rate_note([p for p in points if p.seq_len < SWEEP_LENS[-1]], model) + f" Recorded before the times below are shown: {p_tile.what}, {p_tile.describe()}")
 
 # %%
 display(Markdown(va.times_table(points)))
@@ -419,7 +420,9 @@ viz.build_widget(spec)
 # **Prediction.** On 2 processes: output and gradients within 1e-5 of one process (fp32);
 # bytes sent exactly as counted; the counted imbalance exactly the formula; the timed
 # per-rank compute imbalance within 25 % of the counted one for both splits; and the time a
-# rank waits for transfers at most the transfers alone (overlapped, some of it hides). The
+# rank waits for transfers at most the transfers alone (overlapped, some of it hides), judged
+# on the median over the rounds: a claim about a typical round, which single rounds may exceed
+# (the verdict prints how many did, and by how much). The
 # transfers alone are counted as the code posts them: forward waits for one K/V block at each
 # of its `P - 1` steps; backward, at each of its first `P - 1` steps, posts the next K/V block
 # and then the dK/dV accumulators and waits for both at once, so the two count as one exchange
@@ -509,7 +512,7 @@ ready = [max(z["ready_wait_s"][i] for z in zz) for i in range(rounds)]   # s: th
 over = sum(r > transfers for r in ready)   # rounds whose wait after both had sent passed the transfers alone
 print(f"one K/V block's exchange alone {viz.si(exchange, 's')}, a K/V and a dK/dV block posted together "
       f"{viz.si(pair, 's')} ({pair / exchange:.2f}x, for twice the bytes): {viz.si(transfers, 's')} of transfers alone per forward + backward")
-ring_v = judge(Prediction("time a rank waited after both neighbours had sent, per forward + backward (zig-zag)",
+ring_v = judge(Prediction("time a rank waited after both neighbours had sent, per forward + backward (zig-zag; the median over rounds)",
                           "overlapped: at most the transfers alone", high=transfers, unit=" s"),
                stats.median_interval(ready), explain={
     "above": "The transfers took longer than alone though both neighbours had sent: on a shared 2-core machine a "

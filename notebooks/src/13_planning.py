@@ -137,8 +137,8 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # slow calls too, which a median hides. (`perfkit plan --machine local` measures its link the
 # same way, once, and caches it: `local_link`.) The collectives run on the cores the compute
 # needs, so the model lets nothing overlap: every call adds its full price to the step. That is
-# a premise, and the run tests it: after the three step verdicts, one line says where charging
-# every call each stage made (the uncharged one too) puts its prediction against what it measured.
+# a premise, and the run tests it: each step verdict says where the prediction, every call the
+# stage makes charged, lies against the measured interval of its difference from DDP's step.
 #
 # One figure is fitted: the share of the matmul ceiling a training step reaches, on DDP's
 # measured step. The three ZeRO stages are then predictions. The calls the model charges: DDP
@@ -150,20 +150,21 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # in turn: a whole all-reduce's bytes either way, as notebook 05 counts them. What the list form's
 # start-ups cost, no call here times apart. Section 3's GPU clusters price NCCL's ring instead,
 # half an all-reduce; each verdict below prints where that price would put its prediction.
-# ZeRO-3 shards by unit, each block and one more for the rest (embeddings, final norm, head): each unit's weights are
-# gathered in forward and again in backward and its gradients reduce-scattered, three calls per
-# unit, nine for this two-block GPT. Every ZeRO stage also makes one call the model does not
-# charge: an all-reduce of one flag per parameter (had it a gradient on any rank? perfkit's
-# `ZeroOptimizer` steps only those), about a hundred bytes, so its cost is two `alpha`s. Each
-# verdict lists the calls the run counted. The model charges ZeRO 1 and 2 alike: what sets them
-# apart in the code (stage 2 allocates a full-gradient bucket every step and frees it once
+# ZeRO-3 shards by unit, each block and one more for the rest (embeddings, final norm, head):
+# each unit's weights are gathered in forward and again in backward and its gradients
+# reduce-scattered, three calls per unit, nine for this two-block GPT. Every ZeRO stage also
+# makes one call the planner does not count: an all-reduce of one flag per parameter (had it a
+# gradient on any rank? perfkit's `ZeroOptimizer` steps only those), about a hundred bytes, so
+# its cost is two `alpha`s; the prediction charges it too (`with_call`), a term of its own.
+# Each verdict lists the calls the run counted. The model charges ZeRO 1 and 2 alike: what sets
+# them apart in the code (stage 2 allocates a full-gradient bucket every step and frees it once
 # reduced) is no term of it. Model states are ZeRO's formula on the planner's parameter count
 # (fp32 Adam: 4 + 4 + 8 bytes).
 
 # %%
 from perfkit import hw, stats, viz
 from perfkit.comm import UNRESOLVED_BANDWIDTH
-from perfkit.plan import course_predictions, local_cluster, ring_priced, rounds_link, tiny_gpt2_spec
+from perfkit.plan import course_predictions, local_cluster, rounds_link, tiny_gpt2_spec, with_call
 from perfkit.verdict import Prediction
 
 res = job.result()
@@ -177,7 +178,8 @@ print(f"{here.name}: {here.gpu.peak_flops / 1e9:.0f} GFLOP/s and {here.gpu.hbm_b
       f"GFLOP/s on all cores) and DRAM ceiling ({limits.copy_bytes_per_s / 1e9:.1f} GB/s counted: a large copy or "
       f"add, the add credited at most 9/8 of the copy, not a copy's own rate), the highest any notebook measured, "
       f"which the limits file keeps; link alpha {here.intra.alpha_s * 1e6:.0f} us per ring step, {bw}")
-pred = course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec)
+flags_s = 2 * here.intra.alpha_s   # the flags' all-reduce of about a hundred bytes: two ring steps' start-up
+pred = with_call(course_predictions(here, res.variants["ddp_adamw"].step_s, batch=BATCH, model=spec), flags_s)
 print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.peak_flops / 1e9:.0f} GFLOP/s "
       f"per process ({pred.efficiency * here.gpu.peak_flops / 1e9:.1f} GFLOP/s: the rate the model charges a step's "
       "matmuls, what DDP's step leaves after its other terms, so it also holds all the model does not charge)")
@@ -188,17 +190,16 @@ print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.
 # planner's efficiency is fitted on DDP's step, so what it predicts of a ZeRO stage is its step
 # *relative to DDP's*; the layouts alternate round by round, so that ratio is judged per round
 # (the median of the rounds' ratios), where a change of load hits both members alike. A window
-# of ±25 % is wide against a few milliseconds of collectives, so each verdict also says what the
-# collectives cost at most, with the compute held at DDP's fitted cost (a bound only if DDP's own
-# all-reduce took its charge), against their charge, and
-# whether the prediction lies outside the measured interval, whatever the window lets through.
-# Those milliseconds all come from one statistic, the median of the rounds' paired differences
-# (the step minus DDP's), with the flags' uncharged all-reduce priced beside it. The charges
-# price each call at its mean, slow calls included, while a median step leaves its slowest
-# rounds out; on which side each prediction falls, the verdicts print.
-# Beside it stands what the model predicts with every collective dropped: where that lies
-# inside the window too, a ratio inside the window does not test the collective terms, and one
-# outside it was put there by them.
+# of ±25 % is wide against a few milliseconds of collectives, so each verdict also says what
+# the collectives cost, with the compute held at DDP's fitted cost: the median as the point,
+# the top of its interval as the most (a bound only if DDP's own all-reduce took its charge),
+# against their charge, and whether the prediction lies outside the measured interval, whatever
+# the window lets through. Those milliseconds all come from one statistic, the median of the
+# rounds' paired differences (the step minus DDP's). The charges price each call at its mean,
+# slow calls included, while a median step leaves its slowest rounds out; on which side each
+# prediction falls, the verdicts print. Beside it stands what the model predicts with every
+# collective dropped: where that lies inside the window too, a ratio inside the window does not
+# test the collective terms, and one outside it was put there by them.
 
 # %%
 time_pred = {n: Prediction(f"{n}'s step time over DDP's, per round", "planner: DDP's fitted efficiency, "
@@ -212,26 +213,24 @@ for n in time_pred:
     print(f"{n}: {terms}")
 
 # %%
-from perfkit.plan import collective_cost, full_charge, point_and_window, without_collectives, zero2_over_zero1
+from perfkit.plan import collective_cost, point_and_window, ring_priced, without_collectives, zero2_over_zero1
 
 ddp = res.variants["ddp_adamw"]
-flags_ms = 2 * here.intra.alpha_s * 1e3   # the flags' all-reduce: two ring steps' start-up, uncharged
 local, cost = {}, {}   # each step prediction of this section beside its measured point; collectives' cost
-ring = course_predictions(replace(here, full_reduce_scatter=False), ddp.step_s, batch=BATCH, model=spec).times
+ring = with_call(course_predictions(replace(here, full_reduce_scatter=False), ddp.step_s, batch=BATCH, model=spec), flags_s).times
 for n, p in time_pred.items():
     v = res.variants[n]
     per_round = stats.median_ratio(v.step_times_s, ddp.step_times_s)   # the rounds alternate the layouts
-    comm_s = sum(x for k, x in pred.times[n].terms.items() if k in ("data-parallel", "ZeRO-3 collectives"))
-    cost[n] = collective_cost(v.step_times_s, ddp.step_times_s, pred.times[n].total_s - pred.times["ddp_adamw"].total_s, comm_s, flags_ms / 1e3)
+    comm_s = pred.times[n].collectives_s   # the model's charge for the collectives, the flags' call too
+    cost[n] = collective_cost(v.step_times_s, ddp.step_times_s, pred.times[n].total_s - pred.times["ddp_adamw"].total_s, comm_s)
     made = ", ".join(f"{c} {k.removesuffix('_single').replace('_', '-')}" for k, c in (v.calls or {}).items())
     said = (point_and_window(per_round, p.value, p.bounds()) + per_round.beside(v.step_s / ddp.step_s) + f" The run made {made} per step; the all-reduce is the flags' ({viz.si((v.sent_bytes or {}).get('all_reduce', 0), 'B')} "
-            f"sent), not charged: about {flags_ms:.1f} ms. {cost[n]}" + ring_priced(
+            f"sent), charged at two start-ups, {flags_s * 1e3:.2f} ms. {cost[n]}" + ring_priced(
                 cost[n], ring[n].total_s - ring["ddp_adamw"].total_s) + " " + without_collectives(
                 pred.times[n].terms, pred.times["ddp_adamw"].terms, p.bounds(), measured=per_round.value,
                 collectives_ms=(cost[n].said_cost_ms, comm_s * 1e3)))
     viz.verdict(p, per_round, explain=dict.fromkeys(("above", "below", "held"), said))
     local[f"{n} minus DDP"] = cost[n].point()   # the median paired difference, its interval as judged above
-print(full_charge(cost))
 print("median steps, measured / planned (ms): " + ", ".join(
     f"{n} {res.variants[n].step_s * 1e3:.1f} / {pred.times[n].total_s * 1e3:.1f}" for n in COURSE_LAYOUTS)
     + " (DDP's planned step is fitted to its measured one; the ratios are judged, not the steps)")

@@ -486,7 +486,7 @@ p_1s_sync = Prediction(f"a synchronous save of {viz.si(costs.state_bytes, 'B')} 
                        high=1.0, unit="s", physical=(0, None))
 p_1s_async = Prediction("the time a thread-mode save of the same state blocks the step" + also["thread"],
                         "the claim at this one size, for the blocked time", high=1.0, unit="s", physical=(0, None))
-scope = {m: saving.one_second_scope(saves[m]) for m in saves}
+scope = {m: saving.one_second_scope(saves[m], judged=costs.state_bytes) for m in saves}
 viz.verdict(p_1s_sync, costs.blocked("sync"), explain={
     "held": scope["sync"],
     "above": f"the bytes alone take {costs.sync_model_s:.2g} s at {viz.si(costs.write.best_bytes_per_s, 'B/s')}; "

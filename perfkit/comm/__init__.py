@@ -56,6 +56,7 @@ from perfkit.comm.networks import (
 )
 from perfkit.comm.overlap import (
     overlap_apart_text,
+    overlap_held_text,
     overlap_said,
     together_share,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "hidden_share",
     "medians_against_pairs",
     "overlap_apart_text",
+    "overlap_held_text",
     "overlap_said",
     "together_share",
     "INTERCONNECTS",

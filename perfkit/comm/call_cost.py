@@ -65,8 +65,9 @@ def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta, tol: floa
                       "stands for the sweep's calls, not for a fixed price every small call pays."
                       if abs(t / cost - 1) > tol else "."))
     if abs(off) <= tol:
-        return cost, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, {off:+.0%} from "
-                      f"{call}, within {tol:.0%}." + spread)
+        return cost, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, "  # not "-0%": level
+                      + (f"{off:+.0%} from {call}, within {tol:.0%}." if f"{abs(off):.0%}" != "0%" else
+                         f"{call}'s time to within 0.5 %.") + spread)
     return cost, (f"Each call is charged {call} as alpha: the fit's intercept, "
                   f"{si(fit.alpha_s, 's')}, lies {off:+.0%} from it, beyond {tol:.0%}, so the models "
                   "use the measured call." + spread)

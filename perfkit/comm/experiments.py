@@ -354,8 +354,8 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
              f"the latency {_moved(lat_x)} and the bytes' time {_moved(bytes_x)}")
     if lat_x >= 1.1 and lat_x > bytes_x:
         return text + (", as processes waiting to be scheduled would make it." if bytes_x > 1 / 1.1 else
-                       ". Waiting to be scheduled can lengthen the latency, but cannot move the bytes faster "
-                       "than the 2-process fit: the bytes' time is against the core stretch"
+                       ". Waiting to be scheduled can lengthen the latency, but does not explain bytes that "
+                       "moved faster than the 2-process fit, as these did, against the core stretch"
                        + (measured_rate_text(points2, n, fit) if points2 else
                           ", and this run does not measure why."))
     if bytes_x >= 1.1 and bytes_x >= lat_x:

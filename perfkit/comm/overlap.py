@@ -3,8 +3,9 @@
 Notebook 02's overlapped step launches each bucket's all-reduce as backward produces it. Part of
 what it saves can come from launching the all-reduces together rather than from hiding them
 behind backward: :func:`together_share` measures that part on the all-reduces timed alone,
-:func:`overlap_apart_text` holds the overlapped step's saving against it, and :func:`overlap_said`
-puts the overlap verdict's outcome in a few words for a summary.
+:func:`overlap_apart_text` holds the overlapped step's saving against it, :func:`overlap_held_text` says
+what the saving inside its predicted range shows, and :func:`overlap_said` puts the overlap verdict's
+outcome in a few words for a summary.
 
 Usage::
 
@@ -22,7 +23,7 @@ from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.units import si
 
-__all__ = ["overlap_apart_text", "overlap_said", "together_share"]
+__all__ = ["overlap_apart_text", "overlap_held_text", "overlap_said", "together_share"]
 
 
 def together_share(times_s: Mapping[str, Sequence[float]]) -> stats.Estimate:
@@ -80,6 +81,26 @@ def overlap_apart_text(hidden: stats.Estimate, together: stats.Estimate, short: 
                + " the overlapped step hiding any communication behind backward beyond what launching its "
                "all-reduces together saves")
     return f" {said[0].upper()}{said[1:]}; {rel}."
+
+
+def overlap_held_text(hidden: stats.Estimate, ceiling: float) -> str:
+    """The sentence for an overlapped step's saving (``hidden``, :func:`hidden_share`) whose point
+    lies inside 0 to ``ceiling`` (backward's share): a verdict that held, or an inconclusive one
+    whose interval reaches past an edge. It says a share was saved only where the interval, as
+    printed, lies above 0; else that the median round's saving is not established.
+
+    Raises:
+        TypeError, ValueError: for a ``hidden`` that is not an Estimate, or a ``ceiling`` not above 0.
+    """
+    check_type("hidden", hidden, stats.Estimate)
+    check_real("ceiling", ceiling, 0, lo_open=True)
+    share = f"{hidden.value / ceiling:.0%} of the ceiling, what backward could cover"
+    if hidden.clear_of(0) == "above":
+        return f"{share}, was saved."
+    return (f"The median round saved {share}, but " + (
+        f"its {hidden.label} reaches down to {hidden.low:.2f}, so this run does not establish that the "
+        "overlapped step saved any of the communication." if hidden.has_interval else
+        "without an interval this run does not establish that the overlapped step saved any of it."))
 
 
 def overlap_said(outcome: str, hidden: stats.Estimate, ceiling: float, saved_s: float,

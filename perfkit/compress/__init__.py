@@ -56,6 +56,7 @@ from perfkit.compress.isa_compile import (
     isa_options,
 )
 from perfkit.compress.narrate import (
+    cast_floor_text,
     ef_gap_text,
     fusion_text,
     medians_outside,
@@ -93,6 +94,7 @@ __all__ = [
     "HookState",
     "medians_outside",
     "medians_outside_text",
+    "cast_floor_text",
     "narrow_miss_note",
     "medians_paid_text",
     "timing_noise_note",

@@ -18,8 +18,8 @@ from perfkit._checks import check_real, check_type
 from perfkit.compress.fused import FUSED_MIN_NUMEL
 from perfkit.units import si
 
-__all__ = ["ef_gap_text", "fusion_text", "medians_outside", "medians_outside_text", "narrow_miss_note",
-           "resolution_note", "slowdown_text"]
+__all__ = ["cast_floor_text", "ef_gap_text", "fusion_text", "medians_outside", "medians_outside_text",
+           "narrow_miss_note", "resolution_note", "slowdown_text"]
 
 
 def resolution_note(ratio: Any, edge: float) -> str:
@@ -179,11 +179,62 @@ def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]
         return "Every method's ratio of the medians lies inside its paired ratio's interval."
     far = max(off, key=off.__getitem__)
     e = ratios[far]
-    return (f"For {len(off)} of {len(ratios)} methods the ratio of the medians lies outside the paired "
-            f"ratio's interval (furthest outside: {far}, {medians[far]:.3f}x, {off[far]:.2g}x "
+    n_up = sum(medians[m] > ratios[m].high for m in off)  # above the interval; the rest lie below
+    side = ("all above it" if n_up == len(off) else "all below it" if n_up == 0 else
+            f"{n_up} above it, {len(off) - n_up} below")
+    text = (f"For {len(off)} of {len(ratios)} methods the ratio of the medians lies outside the paired "
+            f"ratio's interval, {side} (furthest outside: {far}, {medians[far]:.3f}x, {off[far]:.2g}x "
             f"{'below' if medians[far] < e.low else 'above'} its paired {getattr(e, 'label', 'interval')}, "
             f"{e.low:.3f}x to "
             f"{e.high:.3f}x around {e.value:.3f}x).")
+    if len(off) < 5 or 0 < n_up < len(off):
+        return text
+    return text + (f" Outside on one side every time, which scatter falling either way at random does with "
+                   f"chance {2 * 0.5 ** len(off):.2g}: the two ratios agree only "
+                   "where a method's steps are none's scaled by one factor, so here they are not. The paired "
+                   "ratio compares a step with none's step of the same round; the ratio of the medians lying "
+                   "outside shows a difference between the runs' step times that the pairs do not see, and "
+                   "the paired intervals, which treat consecutive rounds as independent, do not cover it.")
+
+
+def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, short: bool = False) -> str:
+    """A step-time ratio set, as context, against the floor a hook's removed bytes allow, where
+    no verdict is judged: the gain the floor allows against the interval's width, and where the
+    interval and the ratio of the medians lie against the floor.
+
+    Args:
+        name: the hook ("fp16_hook").
+        ratio: its paired step-time ratio to uncompressed (``value``, ``low``, ``high``, and
+            optionally ``label``, e.g. :func:`perfkit.stats.median_ratio`).
+        floor: the least ratio its removed bytes allow (1 less the gain, as a share of a step; > 0).
+        median_ratio: its median step over the uncompressed median step (> 0).
+        short: one clause for a summary, not the sentences.
+
+    Raises:
+        TypeError, ValueError: ``ratio`` lacks real ``value``, ``low`` and ``high``, or a number is not > 0.
+    """
+    check_type("name", name, str)
+    v, lo, hi = (check_real(f"ratio.{k}", getattr(ratio, k, None)) for k in ("value", "low", "high"))
+    f, r = check_real("floor", floor, 0.0), check_real("median_ratio", median_ratio, 0.0)
+    if f <= 0 or r <= 0:
+        raise ValueError("floor and median_ratio must be > 0")
+    gain, width = 1 - f, hi - lo
+    f3, lo3, hi3 = round(f, 3), round(lo, 3), round(hi, 3)  # as printed
+    where = ("the whole interval lies below it" if hi3 < f3 else
+             "the whole interval lies above it" if lo3 > f3 else "the interval reaches across it")
+    small = 0 < gain < width
+    why = (f"the gain its bytes allow, {gain:.1%} of a step, is {gain / width:.0%} of the interval's width "
+           f"of {width:.1%}, so this run cannot tell a step that gained it from one that did not"
+           if small else f"the gain its bytes allow is {gain:.1%} of a step, the interval's width "
+           f"{width:.1%}")
+    if short:
+        return f"{name} ran {v:.3f}x against a floor of {f:.3f}x ({where}; not judged: {why})"
+    label = getattr(ratio, "label", None) or "interval"
+    mr = ("below" if round(r, 3) < round(lo, 3) else "above" if round(r, 3) > round(hi, 3) else "inside")
+    return (f"{name}: step over uncompressed {v:.3f}x paired ({label} {lo:.3f}x to {hi:.3f}x), against the "
+            f"floor its halved bytes allow, {f:.3f}x: {where}. Context, not a verdict: {why}"
+            + ("; and a hook that made the step slower passes a floor too." if small else ".")
+            + f" The ratio of the medians, {r:.3f}x, lies {mr} the paired interval.")
 
 
 def narrow_miss_note(ratio: Any, median_ratio: float, floor: float) -> str:

@@ -173,6 +173,7 @@ from perfkit.compute.throughput import (
     at_ends,
     cross_run_spread,
     model_rate_note,
+    own_ceiling_note,
     sweep_beside_curve,
     two_run_text,
 )
@@ -237,6 +238,7 @@ __all__ = [
     "at_ends",
     "cross_run_spread",
     "model_rate_note",
+    "own_ceiling_note",
     "sweep_beside_curve",
     "two_run_text",
     "drift_text",

@@ -231,20 +231,25 @@ class AutocastParts:
         """The verdict's sentences: how fast the rest of the mixed step ran against the fp32
         step's rest, the one term the model keeps fixed (both measured in these rounds). With
         ``band`` (the verdict's relative tolerance), a ``"held"`` one too, true whatever the
-        outcome: the two rests, and whether the band has room for the rest to vanish or double."""
+        outcome: the two rests, whether the band has room for the rest to vanish or double, and
+        how far the rests (medians, no interval) put the premise off."""
         r32, r16 = (r * 1e3 for r in self.rest_s())  # ms
         if band is not None and r32 > 0 and r16 > 0:
             pred = self.predicted_s() * 1e3  # ms; lo, hi: the mixed steps the band admits
             lo, hi = pred / (1 + band), pred / (1 - band)
             moves = [w for w, room in (("vanished", pred - lo), ("doubled", hi - pred)) if room >= r32]
+            by = ("the two rests test it, and by them it held: they are equal as printed (medians: no "
+                  "interval)" if f"{r16 / r32:.2f}" == "1.00" else
+                  f"the two rests test it, and by them the mixed step's rest took {r16 / r32:.2f}x the fp32 "
+                  "step's (medians: no interval)")
             return self.explain() | {"held": (
                 f"Outside the changed ops timed alone (each step's median less their round-by-round sum's) "
                 f"the mixed step took {r16:.1f} ms and the fp32 step {r32:.1f} ms, {r16 / r32:.2f}x as long, "
                 f"where the model keeps them equal; the ±{band:.0%} band admits any mixed step from {lo:.1f} "
                 f"to {hi:.1f} ms (at the fp32 step's median), a span of {hi - lo:.1f} ms" + (
                     f", room enough for the rest to have {' or '.join(moves)}: this verdict cannot test that "
-                    "premise, and the two rests are its test." if moves else
-                    ", so the verdict tests that premise only to within that span."))}
+                    f"premise; {by}." if moves else
+                    f", so the verdict tests that premise only to within that span; {by}."))}
         if r32 <= 0:
             alone, step = self.total().baseline.median_s * 1e3, self.steps.baseline.median_s * 1e3
             text = (f"The changed ops alone in fp32 ({alone:.1f} ms) took longer than the whole fp32 step "

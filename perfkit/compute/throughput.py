@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfkit import ceilings
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
 from perfkit.hw import MachineLimits
@@ -33,7 +34,7 @@ from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 from perfkit.units import printed_beside, si, si_interval
 
 __all__ = ["StepBench", "ThroughputPoint", "at_ends", "cross_run_spread", "model_rate_note",
-           "sweep_beside_curve", "two_run_text"]
+           "own_ceiling_note", "sweep_beside_curve", "two_run_text"]
 
 
 @dataclass(frozen=True)
@@ -341,3 +342,22 @@ def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: fl
     return (f" Its model FLOP/s, {si(rate, 'FLOP/s')}, lie above {name}, {si(ceiling, 'FLOP/s')}: the "
             f"model's count (6N + 12·L·d·T a token) is {factor:.2f}x the FLOPs counted here (attention on "
             "its causal entries only), so a ceiling of counted FLOPs is no roof for model FLOPs.")
+
+
+def own_ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,
+                     mine: str = "", loaded: MachineLimits | None = None) -> str:
+    """:func:`perfkit.ceilings.ceiling_note` (``rate``'s share of the ``dtype`` ceiling, and its
+    source), led, where that ceiling was set by this notebook's own work (its source, as
+    :func:`perfkit.ceilings.ceiling_source` gives it, names ``mine``), by a clause that says so
+    before the share is read: such a share measures the work against itself, not the machine.
+
+    Raises:
+        TypeError, ValueError: as :func:`perfkit.ceilings.ceiling_note`, and for a ``mine`` that is
+            not a str.
+    """
+    check_type("mine", mine, str)
+    note = ceilings.ceiling_note(limits, dtype, rate, threads, loaded=loaded)
+    if not mine or mine not in ceilings.ceiling_source(limits, dtype, threads, loaded):
+        return note
+    return (f"against a ceiling this notebook's own {mine} set, so a share that measures the {mine} against "
+            f"itself, not how much of the machine it used: {note}")

@@ -117,9 +117,10 @@ def monitored_steps(workload: Any, dataset: Dataset, num_workers: int = 0, steps
 def worker_gain(one: MonitoredRun, two: MonitoredRun, cores: int) -> str:
     """The sentence on a second worker: the ratio of ``two``'s median step to ``one``'s (two
     separate runs, unpaired) and, where its interval is clear of 1x, how the median step's change
-    splits into the median wait's and the median rest's (the compute). Only a change mostly in
-    the wait is put down to the loader: a worker does no compute, and two runs timed apart on a
-    shared machine can differ in load.
+    splits into the median wait's and the median rest's (the compute), each as its share of the
+    change. A part is named as the cause only where its share is at least half; only a change
+    mostly in the wait is put down to the loader: a worker does no compute, and two runs timed
+    apart on a shared machine can differ in load.
 
     Raises:
         TypeError, ValueError: for runs that are not :class:`MonitoredRun` or a bad ``cores``.
@@ -137,14 +138,22 @@ def worker_gain(one: MonitoredRun, two: MonitoredRun, cores: int) -> str:
     step, wait, rest = (b - a for a, b in zip(*ms))   # ms: two's median less one's
     said += (f"a second worker made the step {'slower' if side == 'above' else 'faster'} ({step:+.1f} ms "
              f"at the median; the median wait {wait:+.1f} ms, the median rest, its compute, {rest:+.1f} ms)")
-    if side == "below":
-        if wait < 0 and -wait >= -step / 2:
-            return said + ": mostly less waiting, so one worker did not keep up"
-        return said + (": mostly in the compute, which no worker does, so not the loader keeping up; two "
-                       "runs timed apart on a machine other jobs share can differ in load")
-    if rest >= wait:
-        return said + f": mostly in the compute, beside two tokenizing workers on {cores} cores"
-    return said + ": mostly in the wait, which these two runs do not explain"
+    step, wait, rest = (round(v, 1) for v in (step, wait, rest))   # ms, as printed
+    if step == 0:
+        return said + ": too small a change at the medians to split"
+    w, r = wait / step, rest / step   # each part's share of the change, as printed (medians do not add)
+    if w >= 0.5:
+        return said + (f": mostly {'less ' if side == 'below' else 'more '}waiting ({w:.0%} of the change), "
+                       + ("so one worker did not keep up" if side == "below" else
+                          "which these two runs do not explain"))
+    if r >= 0.5:
+        return said + (f": mostly in the compute ({r:.0%} of the change), " + (
+            "which no worker does, so not the loader keeping up; two runs timed apart on a machine other "
+            "jobs share can differ in load" if side == "below" else
+            f"beside two tokenizing workers on {cores} cores"))
+    return said + (f": neither median explains most of it (the wait {w:.0%} of the change, the compute "
+                   f"{r:.0%}; a median step is not the sum of the median parts), so these two runs do not "
+                   "say " + ("whether one worker kept up" if side == "below" else "what slowed it"))
 
 
 # --- loader sweeps ---------------------------------------------------------------------------

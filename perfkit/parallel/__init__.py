@@ -161,6 +161,7 @@ from perfkit.parallel.tp_gpt import (
 from perfkit.parallel.tp_notes import (
     bound_text,
     charge_choice,
+    charge_dips,
     intercept_note,
     offset_note,
     sweep_charge_note,
@@ -245,7 +246,7 @@ __all__ = [
     "REDUCTIONS",
     "TPBlockCost", "block_flops", "bound_text",
     "crossover_width", "region_activation_bytes", "speedup_crossing",
-    "sweep_time", "tp_block_cost", "charge_choice", "sweep_charge_note", "intercept_note",
+    "sweep_time", "tp_block_cost", "charge_choice", "charge_dips", "sweep_charge_note", "intercept_note",
     "offset_note",
     "column_region",
     # gradient clipping over shards; DDP's bucket sizes

@@ -21,7 +21,7 @@ from perfkit._checks import check_int, check_items, check_real
 from perfkit.parallel.tp_costs import sweep_time
 from perfkit.units import si
 
-__all__ = ["bound_text", "charge_choice", "intercept_note", "offset_note", "sweep_charge_note"]
+__all__ = ["bound_text", "charge_choice", "charge_dips", "intercept_note", "offset_note", "sweep_charge_note"]
 
 
 def bound_text(value: float, low: float, high: float, unit: str = "x") -> str:
@@ -66,6 +66,45 @@ def charge_choice(widths: Sequence[float], sweep_s: Sequence[float], fit_s: Sequ
             at = ", ".join(f"{w:g}" for w, _ in rs)
             parts.append(f"{how} the fit's line at C = {at} ({span}: the bound there {effect})")
     return "the sweep charged a block's call " + "; ".join(parts)
+
+
+def charge_dips(widths: Sequence[float], call_bytes: Sequence[float], call_s: Sequence[float],
+                calls: int = 4, repeat: int | None = None) -> str:
+    """Each width whose communication charge, ``calls`` x ``call_s`` for calls of ``call_bytes``,
+    lies below the charge of a width that sends fewer bytes: a sweep of medians that is not
+    monotone there, so the bound at that width rests on the few timed sizes its calls were read
+    from, not on a trend over sizes, and the charge is a sample there, not exact. A sentence
+    starting with a space, naming each such width against the smaller payload's largest charge
+    (``repeat``: the repetitions behind each timed size, where given); ``""`` where every charge
+    is at least every smaller payload's.
+
+    Raises:
+        TypeError, ValueError: for lists that are not numbers > 0 or differ in length, or
+            ``calls``, ``repeat`` not >= 1.
+    """
+    ws, bs, ts = (check_items(n, v) for n, v in (("widths", widths), ("call_bytes", call_bytes),
+                                                  ("call_s", call_s)))
+    if not len(ws) == len(bs) == len(ts):
+        raise ValueError(f"widths, call_bytes and call_s differ in length: {len(ws)}, {len(bs)}, {len(ts)}")
+    for name, vs in (("call_bytes", bs), ("call_s", ts)):
+        for i, v in enumerate(vs):
+            check_real(f"{name}[{i}]", v, 0, lo_open=True)
+    check_int("calls", calls, 1)
+    if repeat is not None:
+        check_int("repeat", repeat, 1)
+    rows = sorted(zip(bs, ws, ts))
+    said = []
+    for b, w, t in rows:
+        prior = max(((tp, wp, bp) for bp, wp, tp in rows if bp < b), default=None)
+        if prior is not None and t < prior[0]:
+            said.append(f"C = {w:g}'s, {si(calls * t, 's')} for {calls} x {si(b, 'B')}, is below C = "
+                        f"{prior[1]:g}'s, {si(calls * prior[0], 's')} for {calls} x {si(prior[2], 'B')}")
+    if not said:
+        return ""
+    reps = f" (each timed size the median of {repeat} repetitions)" if repeat is not None else ""
+    return (f" The all-reduce charge falls as bytes grow: {'; '.join(said)}. The sweep is not monotone there"
+            f"{reps}, so the bound at such a width rests on the one or two sizes its calls were read from, "
+            "not on a trend over sizes: its charge is a sample, not exact.")
 
 
 def offset_note(ceiling: float, rate: float, fit_s: Sequence[float], sweep_s: Sequence[float],

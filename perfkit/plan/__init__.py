@@ -144,6 +144,7 @@ from perfkit.plan.published import (
 )
 from perfkit.plan.readings import (
     COLLECTIVE_TERMS,
+    FLAGS_TERM,
     PairedError,
     one_sided,
     paired_error,
@@ -152,6 +153,7 @@ from perfkit.plan.readings import (
     ring_priced,
     rules_out,
     tp_step_split,
+    with_call,
     without_collectives,
     worst_row_cause,
     zero2_over_zero1,
@@ -307,9 +309,11 @@ __all__ = [
     "tp_step_split",
     "one_sided",
     "worst_row_cause",
+    "with_call",
     "without_collectives",
     "zero2_over_zero1",
     "COLLECTIVE_TERMS",
+    "FLAGS_TERM",
     "PairedError",
     "paired_error",
     "point_and_window",

@@ -33,7 +33,7 @@ from perfkit.plan.failures import (
 from perfkit.plan.framework import FRAMEWORKS, recipe_words
 from perfkit.plan.model import RECOMPUTE, ModelSpec, model_from_config
 from perfkit.plan.overlap import OVERLAP_RULES
-from perfkit.plan.search import TIE_BAND, Plan, plan
+from perfkit.plan.search import TIE_BAND, Plan, carried_note, plan
 
 __all__ = ["add_parser", "header_lines", "parse_tokens", "report_json", "report_text", "run"]
 
@@ -156,11 +156,11 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
 
 
 def _ties_line(p: Plan) -> str:
-    """How many layouts lie within :data:`TIE_BAND` of the best: closer than the planner resolves."""
-    n = len(p.ties())
+    """How many layouts lie within :data:`TIE_BAND` of the best and where it bounds nothing (carried_note)"""
+    n, note = len(p.ties()), carried_note(p)
     return (f"ties: {n} layout{'s' * (n != 1)} within {TIE_BAND:.0%} of the best step, the 80th percentile "
             "of the planner's error on the ratio of two published runs, rounded (perfkit.plan.TIE_BAND)"
-            + (": it cannot rank them; measure them" if n > 1 else ": the best stands alone"))
+            + (": it cannot rank them; measure them" if n > 1 else ": the best stands alone") + note)
 
 
 def report_json(p: Plan, top: int = 5) -> dict[str, Any]:

@@ -1,13 +1,12 @@
 """The planner on this machine: its measured link, the course's tiny GPT-2, the layouts it runs.
 
 ``perfkit plan --machine local`` plans with the ceilings notebook 00 measures
-(:func:`perfkit.hw.cached_limits`) and an alpha-beta fit of 2-process all-reduces (gloo over
-loopback) issued one at a time between computations, as a step issues them.
-:func:`local_link` measures them once through :func:`perfkit.dist.launch` and caches the fit
-beside the ceilings; :func:`tiny_gpt2_spec` is the model :mod:`perfkit.jobs.zero_bench` trains
-(fp32, fused attention, no dropout), and :data:`COURSE_LAYOUTS` the layouts the course
-measures at 2 processes, by the job's variant names. Tensor parallelism on this machine:
-:mod:`perfkit.plan.local_tp`.
+(:func:`perfkit.hw.cached_limits`) and an alpha-beta fit of 2-process all-reduces (gloo over loopback)
+issued one at a time between computations, as a step issues them. :func:`local_link` measures them once
+through :func:`perfkit.dist.launch` and caches the fit beside the ceilings; :func:`tiny_gpt2_spec` is the
+model :mod:`perfkit.jobs.zero_bench` trains (fp32, fused attention, no dropout), and
+:data:`COURSE_LAYOUTS` the layouts the course measures at 2 processes, by the job's variant names. Tensor
+parallelism on this machine: :mod:`perfkit.plan.local_tp`.
 
 Usage::
 
@@ -65,8 +64,8 @@ def link_cache_path() -> Path:
 
 def ring_step(nbytes: list[float], times_s: list[float]) -> AlphaBeta:
     """One step of a 2-rank ring from its all-reduce times: the fit ``t = alpha + n / B``
-    (:func:`perfkit.comm.alpha_beta.fit_alpha_beta`) halved in start-up, since a 2-rank ring
-    all-reduce is two steps of half the buffer (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`).
+    (:func:`perfkit.comm.alpha_beta.fit_alpha_beta`) halved in start-up, since a 2-rank ring all-reduce is
+    two steps of half the buffer (:func:`perfkit.comm.alpha_beta.ring_allreduce_time`).
 
     Raises:
         TypeError, ValueError: as :func:`~perfkit.comm.alpha_beta.fit_alpha_beta`.
@@ -81,19 +80,17 @@ LINK_METHOD = "isolated all-reduces after 1 ms of matmul, means over calls and r
 def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) -> AlphaBeta:
     """One point-to-point step of this machine's gloo ring, as a training step pays it.
 
-    A step issues its collectives one at a time between computations, so a 2-process
-    all-reduce of each of :data:`LINK_SIZES` is timed that way
-    (:func:`perfkit.comm.isolated_times`: each call after 1 ms of matmul work, averaged over
-    the ranks, which counts what the ranks' arrival spread adds to a step) and each size
-    counts at its mean over the calls: a step pays every call it makes,
-    including those that wait for a thread the OS must wake or took off its core, which a
-    median hides (:func:`perfkit.plan.local_tp.rounds_link` reads TP's rounds the same way).
-    Notebook 02's sweep times calls back to back in batches, which keeps the ranks in
-    lockstep and hides those costs: its start-up is lower. A 2-rank ring all-reduce is two
-    steps of half the buffer: the fit ``t = alpha + n / B`` gives a step of ``alpha / 2``
-    start-up and bandwidth ``B`` (:func:`ring_step`). Cached in :func:`link_cache_path`
-    (``$PERFKIT_CACHE`` moves it) with the method (:data:`LINK_METHOD`); measured again with
-    ``refresh`` or when the cache was made another way.
+    A step issues its collectives one at a time between computations, so a 2-process all-reduce of each of
+    :data:`LINK_SIZES` is timed that way (:func:`perfkit.comm.isolated_times`: each call after 1 ms of
+    matmul work, averaged over the ranks, which counts what the ranks' arrival spread adds to a step) and
+    each size counts at its mean over the calls: a step pays every call it makes, including those that
+    wait for a thread the OS must wake or took off its core, which a median hides
+    (:func:`perfkit.plan.local_tp.rounds_link` reads TP's rounds the same way). Notebook 02's sweep times
+    calls back to back in batches, which keeps the ranks in lockstep and hides those costs: its start-up
+    is lower. A 2-rank ring all-reduce is two steps of half the buffer: the fit ``t = alpha + n / B``
+    gives a step of ``alpha / 2`` start-up and bandwidth ``B`` (:func:`ring_step`). Cached in
+    :func:`link_cache_path` (``$PERFKIT_CACHE`` moves it) with the method (:data:`LINK_METHOD`); measured
+    again with ``refresh`` or when the cache was made another way.
 
     Args:
         nproc: processes of the measurement (>= 2).
@@ -133,9 +130,9 @@ def local_link(nproc: int = 2, refresh: bool = False, timeout_s: float = 120.0) 
 def fit_step_efficiency(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: int,
                         measured_s: float, recipe: str = "fp32_adam", grad_bytes: float = 4.0
                         ) -> float:
-    """The matmul efficiency at which :func:`step_time` predicts ``measured_s`` (bisection on a
-    log scale between 1e-5 and 1: the predicted time falls as the efficiency grows). Fitted on
-    one layout, it is the one figure the other layouts' predictions share.
+    """The matmul efficiency at which :func:`step_time` predicts ``measured_s`` (bisection on a log scale
+    between 1e-5 and 1: the predicted time falls as the efficiency grows). Fitted on one layout, it is the
+    one figure the other layouts' predictions share.
 
     Returns:
         The efficiency, clipped to [1e-5, 1].
@@ -178,10 +175,9 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
                        activation_bytes: float | None = None) -> CoursePredictions:
     """Fit the efficiency on ``fitted_on``'s measured step, then predict every layout.
 
-    Korthikanti et al.'s activation count describes Megatron's GPT; the course runs
-    transformers' GPT-2, which saves more (LayerNorm outputs, GELU's intermediate terms, the
-    fp32 log-softmax): give its op-by-op count
-    (:func:`perfkit.memory.gpt2_saved_activation_bytes`) as ``activation_bytes`` and the
+    Korthikanti et al.'s activation count describes Megatron's GPT; the course runs transformers' GPT-2,
+    which saves more (LayerNorm outputs, GELU's intermediate terms, the fp32 log-softmax): give its
+    op-by-op count (:func:`perfkit.memory.gpt2_saved_activation_bytes`) as ``activation_bytes`` and the
     memory predictions use that instead.
 
     Args:
@@ -219,11 +215,11 @@ def course_predictions(cluster: Cluster, measured_s: float, fitted_on: str = "dd
 
 @dataclass(frozen=True)
 class CollectiveCost:
-    """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the rounds'
-    differences (the step minus the base step, s, with its interval), ``predicted_s`` the model's
-    difference, ``charge_s`` its charge for the step's collectives, ``text`` the sentences,
-    ``uncharged_s`` a cost the model leaves out, ``digits`` the decimals of the ms figures,
-    ``base`` the base step's name. All figures in it come from that one statistic."""
+    """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the rounds' differences
+    (the step minus the base step, s, with its interval), ``predicted_s`` the model's difference,
+    ``charge_s`` its charge for the step's collectives, ``text`` the sentences, ``uncharged_s`` a cost the
+    model leaves out, ``digits`` the decimals of the ms figures, ``base`` the base step's name. All
+    figures in it come from that one statistic."""
 
     gap: Estimate
     predicted_s: float
@@ -235,8 +231,8 @@ class CollectiveCost:
 
     @property
     def cost_s(self) -> float:
-        """At most the collectives' cost if the base's took their charge and the compute its fitted
-        cost: the charge plus what the measured difference adds to the predicted one (s; may be <= 0)."""
+        """The collectives' cost at the median difference, if the base's took their charge and the compute
+        its fitted cost: the charge plus the measured less the predicted difference (s; may be <= 0)."""
         return self.charge_s + self.gap.value - self.predicted_s
 
     @property
@@ -244,10 +240,8 @@ class CollectiveCost:
         """:attr:`cost_s` in ms as the sentences print it: the sum of their printed figures (the
         charge, plus the measured less the predicted difference), so a later sentence that repeats
         the cost repeats the same figure."""
-        def ms(x: float) -> float:
-            return round(x * 1e3, self.digits)
-
-        return round(ms(self.charge_s) + ms(self.gap.value) - ms(self.predicted_s), self.digits)
+        c, g, p = (round(x * 1e3, self.digits) for x in (self.charge_s, self.gap.value, self.predicted_s))
+        return round(c + g - p, self.digits)
 
     @property
     def over_charge(self) -> float:
@@ -255,10 +249,15 @@ class CollectiveCost:
         return self.cost_s / self.charge_s
 
     def headline(self) -> str:
-        """The predicted and measured differences and the collectives' cost, in one line."""
-        return (f"{self.predicted_s * 1e3:.1f} / {self.gap.value * 1e3:.1f} ms (its collectives, if "
-                f"{self.base}'s took their charge and the compute its fitted cost: at most "
-                f"{self.over_charge:.2f}x their charge)")
+        """The predicted and measured differences and the collectives' cost, in one line: the
+        median's multiple of the charge, and the top of the difference's interval as the bound."""
+        g, most = self.gap, f"{self.over_charge:.2f}x their charge, a median with no interval"
+        if g.has_interval and g.low < g.high:
+            top = max(self.charge_s + g.high - self.predicted_s, 0.0) / self.charge_s
+            most = (f"{self.over_charge:.2f}x their charge at the median, at most {top:.2f}x at the top of "
+                    f"the difference's {g.label}")
+        return (f"{self.predicted_s * 1e3:.1f} / {g.value * 1e3:.1f} ms (its collectives, if "
+                f"{self.base}'s took their charge and the compute its fitted cost: {most})")
 
     def point(self) -> tuple:
         """``(predicted, measured, " ms", low, high)`` for :func:`~perfkit.plan.readings.one_sided`."""
@@ -274,15 +273,15 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
     """What a step's error is worth in time, set against the model's charge for the step's
     collectives, whatever the verdict on the step's ratio says.
 
-    ``steps_s`` and ``base_steps_s`` are the two layouts' steps, timed round by round (each pair
-    shared the machine's load); one statistic serves every figure: the median of the rounds'
-    differences ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval. ``predicted_s``
-    is the model's difference of the two steps and ``comm_s`` its charge for the step's collectives.
-    With the compute at the fitted cost, what the measured difference adds to the predicted one is
-    put on the collectives: ``comm_s`` plus that (over the interval too), an upper bound if the
-    base's own collectives took their charge (its fitted compute holds any excess of theirs). Where
-    the predicted difference lies outside the measured interval, the sentences say so; where
-    ``uncharged_s`` (> 0: a cost left out) is given, where charging it alone would put the prediction.
+    ``steps_s`` and ``base_steps_s`` are the two layouts' steps, timed round by round (each pair shared
+    the machine's load); one statistic serves every figure: the median of the rounds' differences
+    ``steps_s[i] - base_steps_s[i]`` with its order-statistic interval. ``predicted_s`` is the model's
+    difference of the two steps and ``comm_s`` its charge for the step's collectives. With the compute at
+    the fitted cost, what the measured difference adds to the predicted one is put on the collectives:
+    ``comm_s`` plus that (over the interval too), an upper bound if the base's own collectives took their
+    charge (its fitted compute holds any excess of theirs). Where the predicted difference lies outside
+    the measured interval, the sentences say so; where ``uncharged_s`` (> 0: a cost left out) is given,
+    where charging it alone would put the prediction.
 
     Args:
         steps_s, base_steps_s: seconds per step, one per round, equally many (>= 1).
@@ -338,11 +337,12 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         def times(d_s: float) -> float:
             return max(charge + d_s - pred, 0.0) / charge
 
-        out += f"they cost at most {f(cost(g))} ms, {times(gap.value):.2f}x the charge"
-        if gap.has_interval and gap.low < gap.high:
-            lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))
-            out += (f" ({f(lo)} to {f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x, "
-                    f"over the difference's interval)")
+        lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))   # the median the point, the top the bound
+        out += (f"they cost {f(cost(g))} ms at the median, {times(gap.value):.2f}x the charge, and at most "
+                f"{f(hi)} ms, {times(gap.high):.2f}x, at the top of the difference's {gap.label} ({f(lo)} to "
+                f"{f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x)"
+                if gap.has_interval and gap.low < gap.high
+                else f"they cost {f(cost(g))} ms, {times(gap.value):.2f}x the charge (a median, no interval)")
         out += (f", an upper bound if {base}'s own collectives took their charge (its fitted compute holds "
                 "any excess of theirs): no step here is timed with its collectives skipped, and the "
                 "difference also holds what the step pays that the model leaves out")
@@ -363,7 +363,8 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
         still = "still " if moved == where(pred) else ""
         # unrounded sums rounded once, a digit finer: the printed parts add up, as full_charge prints
         e = f"{{:.{nd + 1}f}}"
-        out += (f". Charging the uncharged {e.format(extra * 1e3)} ms alone would put the predicted "
+        big = f" ({extra / abs(pred):.2f}x the whole predicted difference)" if 0 < abs(pred) < extra else ""
+        out += (f". Charging the uncharged {e.format(extra * 1e3)} ms{big} alone would put the predicted "
                 f"{e.format(pred * 1e3)} ms at {e.format((pred + extra) * 1e3)} ms, {still}{moved} the "
                 "measured interval")
     return CollectiveCost(gap, pred, charge, out + ".", extra, nd, base)
@@ -371,11 +372,10 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
 
 def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, link: AlphaBeta,
                         nbytes: float = 16.0) -> float:
-    """The planner's step of a pipeline whose every stage chunk takes ``t_f`` forward and
-    ``t_b`` backward per micro-batch (sleeps: :mod:`perfkit.jobs.pipeline_parallel`'s
-    ``bubble`` task): the ideal ``m v (t_f + t_b)`` on each rank, the bubble
-    (:meth:`Layout.bubble_fraction`) and the stage-to-stage sends, as :func:`step_time`
-    counts them.
+    """The planner's step of a pipeline whose every stage chunk takes ``t_f`` forward and ``t_b`` backward
+    per micro-batch (sleeps: :mod:`perfkit.jobs.pipeline_parallel`'s ``bubble`` task): the ideal ``m v
+    (t_f + t_b)`` on each rank, the bubble (:meth:`Layout.bubble_fraction`) and the stage-to-stage sends,
+    as :func:`step_time` counts them.
 
     Args:
         layout: ``pp`` ranks, ``interleave`` chunks each, ``schedule``; dp, tp, cp of 1.
@@ -404,9 +404,9 @@ def pipeline_prediction(layout: Layout, n_micro: int, t_f: float, t_b: float, li
 
 
 def step_spans(steps: list) -> list[float]:
-    """Seconds from the first action's start to the last one's end of each step, over every
-    rank: ``steps[i][rank]`` holds ``(kind, stage, mb, start_s, end_s)`` slots (one clock for
-    the processes of one machine).
+    """Seconds from the first action's start to the last one's end of each step, over every rank:
+    ``steps[i][rank]`` holds ``(kind, stage, mb, start_s, end_s)`` slots (one clock for the processes of
+    one machine).
 
     Raises:
         ValueError: for a step without any slot.

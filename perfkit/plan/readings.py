@@ -32,21 +32,49 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.estimate import Estimate
-from perfkit.plan.local import CollectiveCost
+from perfkit.plan.local import CollectiveCost, CoursePredictions
 from perfkit.plan.published import RowResult
 from perfkit.plan.search import PairedError, paired_error, published_choices
 
-__all__ = ["COLLECTIVE_TERMS", "PairedError", "one_sided", "paired_error", "point_and_window",
-           "published_choices", "ring_priced", "rules_out", "tp_step_split", "without_collectives",
-           "worst_row_cause", "zero2_over_zero1"]
+__all__ = ["COLLECTIVE_TERMS", "FLAGS_TERM", "PairedError", "one_sided", "paired_error", "point_and_window",
+           "published_choices", "ring_priced", "rules_out", "tp_step_split", "with_call",
+           "without_collectives", "worst_row_cause", "zero2_over_zero1"]
 
+# perfkit's ZeroOptimizer all-reduces one flag per parameter every step: a call the planner does not count
+FLAGS_TERM = "flags all-reduce"
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
 COLLECTIVE_TERMS = ("data-parallel", "ZeRO-3 collectives", "tensor-parallel", "context-parallel",
-                    "pipeline sends")
+                    "pipeline sends", FLAGS_TERM)
+
+
+def with_call(pred: CoursePredictions, seconds: float, layouts: Sequence[str] = ("zero1", "zero2", "zero3"),
+              term: str = FLAGS_TERM) -> CoursePredictions:
+    """``pred`` with one more call charged to each of ``layouts``' steps: a term ``term`` of ``seconds``
+    added to its terms and its total (throughput, MFU and HFU scaled to the longer step), so the model
+    prices a call the code makes that the planner does not count (perfkit's ZeroOptimizer's flags'
+    all-reduce). The efficiency stays as fitted, on a layout that must not be among ``layouts``.
+
+    Raises:
+        TypeError, ValueError: ``pred`` not :class:`CoursePredictions`, ``seconds`` not a finite number
+            >= 0, a layout ``pred`` does not hold, or its fitted layout among ``layouts``.
+    """
+    check_type("pred", pred, CoursePredictions)
+    s = check_real("seconds", seconds, 0)
+    for n in layouts:
+        if n not in pred.times or n == pred.fitted_on:
+            raise ValueError(f"layouts must name predicted layouts other than the fitted "
+                             f"{pred.fitted_on!r}, got {n!r}")
+    times = dict(pred.times)
+    for n in layouts:
+        t, k = times[n], times[n].total_s / (times[n].total_s + s)
+        times[n] = replace(t, terms={**t.terms, term: s}, total_s=t.total_s + s,
+                           tokens_per_s=t.tokens_per_s * k, mfu=t.mfu * k, hfu=t.hfu * k)
+    return replace(pred, times=times)
 
 
 def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_s: Sequence[float],

@@ -57,6 +57,25 @@ TIE_QUANTILE = 0.8
 TIE_BAND = 0.06
 
 
+def carried_over(a: Layout, b: Layout) -> bool:
+    """Whether two layouts differ in TP, PP or CP, where :data:`TIE_BAND` is carried over from pairs of
+    published runs that differ in none of them (GPU count, micro-batch or recomputation only)."""
+    return (a.tp, a.pp, a.cp) != (b.tp, b.pp, b.cp)
+
+
+def carried_note(p: Plan) -> str:
+    """A sentence (starting with ". ") on how many tied layouts (the runner-up where none ties) differ
+    from the best in TP, PP or CP, where the band bounds nothing; ``""`` where none does."""
+    n = len(p.ties())
+    others = p.best[1:max(n, 2)]
+    k = sum(carried_over(p.best[0].layout, c.layout) for c in others)
+    which = ((f"all {k} others differ" if k == len(others) else f"{k} of the {len(others)} others differ")
+             if n > 1 else "the runner-up differs")
+    return (f". The band comes from pairs that differ in GPU count, micro-batch or recomputation only, never "
+            f"in TP, PP or CP; {which} from the best in TP, PP or CP, where it is carried over, not "
+            "measured: no bound on the planner's error there") if k else ""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A valid layout with its predictions; ``reason`` is set when it does not fit memory."""
@@ -102,6 +121,10 @@ class Plan:
         worse = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * a.total_s][:2]
         tie = (f"; within the planner's {TIE_BAND:.1%} tie band on a difference: a tie it cannot resolve"
                if b.total_s <= a.total_s * (1 + TIE_BAND) else "")
+        if not tie and carried_over(self.best[0].layout, self.best[rank].layout):
+            tie = (f"; beyond the {TIE_BAND:.1%} tie band, but it differs from the best in TP, PP or CP, "
+                   "where the band is carried over from published pairs that differ in none of them: no "
+                   "measured bound on this order")
         return (f"{label}: {b.total_s / a.total_s - 1:+.1%} step time "
                 f"({', '.join(worse) or 'many small terms'}){tie}")
 

@@ -90,6 +90,13 @@ class StepTime:
     limiter: str
     detail: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def collectives_s(self) -> float:
+        """Seconds of the terms a collective or a send pays (:data:`perfkit.plan.COLLECTIVE_TERMS`)."""
+        from perfkit.plan.readings import COLLECTIVE_TERMS  # readings imports this module's importers
+
+        return sum(v for k, v in self.terms.items() if k in COLLECTIVE_TERMS)
+
     def tokens_per_s_per_gpu(self, gpus: int) -> float:
         """Throughput per GPU."""
         return self.tokens_per_s / check_int("gpus", gpus, 1)

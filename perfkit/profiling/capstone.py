@@ -32,6 +32,7 @@ from perfkit.profiling.capstone_explain import explain_round, past_bound
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
     SHARE_CAP,
+    WIDENED,
     Pick,
     Round,
     Total,
@@ -179,7 +180,7 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
     the interval is :func:`perfkit.stats.of_medians`' (each run's median interval, all three
     holding together at 90 % or more: its exact coverage is its label's), widened to the ratio
     against each run before alone (a load that drifted across the three runs shows as the gap
-    between those two).
+    between those two), its method text ending in :data:`~perfkit.profiling.capstone_text.WIDENED`.
 
     Raises:
         ValueError: for no run or more than two runs before.
@@ -200,10 +201,8 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
 
     est = of_medians(ratio, [b, *runs], [False] + [True] * len(runs), what="tokens/s over the runs before")
     each = [job.tokens_per_s(after) / job.tokens_per_s(r) for r in befores]
-    widened = (", widened to the ratio against each run before: of the steps' spread it covers at least what "
-               "its label prints, not how far separate runs move")
     return est if est.needs else replace(est, low=min(est.low, *each), high=max(est.high, *each),
-                                         method=est.method + widened)
+                                         method=est.method + WIDENED)
 
 
 def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[str],
@@ -298,9 +297,10 @@ class FixLoop:
     the run cannot tell the fix from no change, and the drop is the loop's rule, not a finding);
     ``gains`` the kept fixes' speedups with their intervals; ``kept_tps`` each kept round's
     ``(fix, tokens/s before, tokens/s after)``; ``slow_runs`` tokens/s of each run of the slow job
-    in the rounds (the last, :meth:`finish`'s repeat, is added to the Total only); ``factors`` each
-    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled
-    steps' mean over its unprofiled steps' median.
+    in the rounds (the last, :meth:`finish`'s repeat, is added to the Total only); ``repeats``, the
+    rounds' repeat runs (:attr:`Total.repeats`); ``factors`` each configuration run and diagnosed,
+    in the order run (a dropped fix's included): its profiled steps' mean over its unprofiled
+    steps' median.
     """
 
     job: CapstoneJob
@@ -317,6 +317,7 @@ class FixLoop:
     kept_tps: list[tuple[str, float, float]] = field(default_factory=list)
     factors: list[float] = field(default_factory=list)
     slow_runs: list[float] = field(default_factory=list)
+    repeats: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -331,11 +332,12 @@ class FixLoop:
         self.rounds = [{"fixes": (), "report": report, "result": result}]
         self.factors = [self.job.profiler_slowdown(report, result)]
         self.slow_runs = [self.job.tokens_per_s(result)]
+        self.repeats = []
         return report
 
-    def play(self) -> Round | None:
-        """Apply the next fix, run the job (and the configuration before again when
-        ``repeat_before``), and return the round; ``None`` when nothing is left to fix."""
+    def play(self, announce: Callable[[int, Pick, str], object] | None = None) -> Round | None:
+        """Apply the next fix, run the job (and the configuration before again when ``repeat_before``),
+        and return the round (``None``: nothing left); ``announce(number, pick, description)`` first."""
         if not self.rounds:
             raise RuntimeError("call start() before play()")
         last = self.rounds[-1]
@@ -343,6 +345,8 @@ class FixLoop:
                         self.available, self.fix_for_finding, job_peak(self.limits, last["result"]))
         if pick is None:
             return None
+        if announce is not None:  # the prediction is shown before the runs that measure it
+            announce(len(self.applied) + len(self.tried) + 1, pick, self.describe(pick.fix))
         report, result = self.job.run((*self.applied, pick.fix))
         befores = [last["result"]]
         if self.repeat_before:  # the previous configuration again: before, after, before
@@ -353,6 +357,7 @@ class FixLoop:
         tps = tuple(self.job.tokens_per_s(b) for b in befores)
         if not self.applied:  # the configuration before is the slow job: its repeat is one more run of it
             self.slow_runs += tps[1:]
+        self.repeats += [(f"the round of --fix {pick.fix}", tps[0], x) for x in tps[1:]]
         r = Round(len(self.applied) + len(self.tried) + 1, pick, est, statistics.mean(tps),
                   self.job.tokens_per_s(result),
                   explain_round(pick, est.value, last["report"], slowdown, self.repeat_before, report,
@@ -360,7 +365,7 @@ class FixLoop:
                                 slowdown_after=self.factors[-1],
                                 tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
-                  befores_tps=tps)
+                  befores_tps=tps, announced=announce is not None)
         if pick.untested:
             r.past = past_bound(pick, est.value, last["report"], report, tps,
                                 result["tokens_per_step"] / last["result"]["tokens_per_step"])
@@ -403,7 +408,8 @@ class FixLoop:
         seams = [("the slow job", slow_tps, self.kept_tps[0][1])]
         seams += [(fix, after, nxt[1]) for (fix, _, after), nxt in zip(self.kept_tps, self.kept_tps[1:])]
         return Total(direct, product, len(self.gains), len(befores) > 1, slow_tps,
-                     self.job.tokens_per_s(last), tuple(seams), runs, (*self.slow_runs, *runs[1:]))
+                     self.job.tokens_per_s(last), tuple(seams), runs, (*self.slow_runs, *runs[1:]),
+                     (*self.repeats, *(("the slow job after the rounds", runs[0], x) for x in runs[1:])))
 
     def left_alone(self) -> list[str]:
         """One line per planted problem the loop neither kept nor tried: the share of the

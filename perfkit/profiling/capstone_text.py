@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from perfkit._checks import check_real, check_type
 from perfkit.stats import Estimate
@@ -39,6 +40,11 @@ MIN_TESTABLE_SHARE = 0.05
 MAX_TESTABLE_SHARE = 0.9
 
 
+# the method text of an interval widened to each run before (capstone.round_speedup); what such an
+# interval covers is said once, with the first round (perfkit.viz.capstone.round_text)
+WIDENED = ", widened to the ratio against each run before"
+WIDENED_COVERS = ("of the steps' spread it covers at least what its label prints, not how far separate runs "
+                  "move")
 # a share of an unprofiled step is taken at most at this for the arithmetic of a bound (1 / (1 - s))
 SHARE_CAP = 0.99
 
@@ -118,6 +124,7 @@ class Round:
     befores: int = 1  # runs of the configuration before: 2 with repeat_before (before and after)
     befores_tps: tuple[float, ...] = ()  # tokens/s of each run of the configuration before
     past: str = ""  # what decided a gain past a bound printed as context (capstone_explain.past_bound)
+    announced: bool = False  # its heading and prediction were shown before its runs (FixLoop.play)
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,9 @@ class Total:
     in the direct ratio (``a``) and as the first kept round's "before" (``b``).
     ``slow_runs_tps``: tokens/s of each run of the slow job behind ``slow_tps`` (their mean);
     ``every_slow_tps``: of every run of the slow job, the rounds' repeats of it included.
+    ``repeats``: every repeat run, in the order run, as ``(where, tokens/s of the run it repeats,
+    tokens/s of the repeat)``: each round's configuration before, run again after its fix (a
+    dropped round's too), and the slow job after the rounds; empty where no run was repeated.
     """
 
     direct: Estimate
@@ -144,6 +154,7 @@ class Total:
     seams: tuple[tuple[str, float, float], ...] = ()
     slow_runs_tps: tuple[float, ...] = ()
     every_slow_tps: tuple[float, ...] = ()
+    repeats: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def slow_apart(self) -> float:
@@ -304,6 +315,8 @@ def repeats_text(t: Total) -> str:
         runs.insert(0, ("the slow job", t.seams[0][2] < t.slow_runs_tps[0]))
     slower, faster = ([name for name, s in runs if s == way] for way in (True, False))
     n = len(runs)
+    if t.repeats:  # every repeat run, the dropped rounds' and the last one's included
+        return every_repeat_text(t) + _seam_against_time(t, runs)
     if n >= 3 and not (slower and faster):
         chance = (f" (under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} "
                   f"for all {n} one way, either way)")
@@ -319,12 +332,54 @@ def repeats_text(t: Total) -> str:
                      + f"{_names(faster)}, which biases {_rounds(faster)} \"before\" high, and its "
                      "speedup low")
     out = " In the order the runs ran, the repeat inside a round ran " + "; ".join(parts) + "." if n else ""
+    return out + _seam_against_time(t, runs)
+
+
+def _seam_against_time(t: Total, runs: list[tuple[str, bool]]) -> str:
+    """Where the slow job's seam reads the other way than its repeat in the first kept round ran."""
     seam_slower = t.seams[0][2] < t.seams[0][1]
-    if len(t.slow_runs_tps) > 1 and seam_slower != runs[0][1]:  # the slow job's seam reads against time
-        out += (f" The slow job's seam reads {'slower' if seam_slower else 'faster'} although "
+    if len(t.slow_runs_tps) > 1 and runs and seam_slower != runs[0][1]:
+        return (f" The slow job's seam reads {'slower' if seam_slower else 'faster'} although "
                 f"its repeat ran {'slower' if runs[0][1] else 'faster'}: its first reading holds its last "
                 f"run, {t.slow_runs_tps[-1]:,.0f} tokens/s.")
-    return out
+    return ""
+
+
+def every_repeat_text(t: Total) -> str:
+    """Which way every repeat run went against the run it repeats (:attr:`Total.repeats`, in the
+    order run), and, for 3 or more, the chance under load drifting both ways alike (each repeat
+    as likely faster as slower) of at least as many one way, either way, as ran the more common
+    way; repeats that read exactly alike are left out of that count. "" without repeats.
+
+    Raises:
+        TypeError: for ``t`` that is not a :class:`Total`.
+    """
+    check_type("t", t, Total)
+    if not t.repeats:
+        return ""
+    way = {"faster": [w for w, a, b in t.repeats if b > a], "slower": [w for w, a, b in t.repeats if b < a]}
+    said = [f"{k} in {len(v)} ({_names(v)})" for k, v in way.items() if v] or [
+        f"as fast in all {len(t.repeats)}"]
+    last = any(w.startswith("the slow job") for w, _, _ in t.repeats)
+    out = (f" In the order the runs ran, {len(t.repeats)} runs repeated a configuration (each round's "
+           "configuration before, run again after its fix, whether the fix was kept or dropped"
+           + (", and the slow job after the rounds" if last else "")
+           + "): against the run it repeats, the repeat ran " + " and ".join(said)
+           + (f", and as fast in {len(t.repeats) - sum(map(len, way.values()))}"
+              if 0 < sum(map(len, way.values())) < len(t.repeats) else "") + ".")
+    m, k = sum(map(len, way.values())), max(map(len, way.values()))
+    if m >= 3:
+        tail = Fraction(sum(math.comb(m, j) for j in range(m + 1) if max(j, m - j) >= k), 2 ** m)
+        some = f"all {m}" if k == m else f"{k} or more of {m}"
+        out += (f" Under load drifting both ways alike, {some} one way, either way, has a chance of "
+                f"{tail.numerator} in {tail.denominator} ({float(tail):.0%})"
+                + (": these repeats are no evidence of load drifting one way." if tail >= 0.05 else "."))
+    if way["slower"] and not way["faster"]:
+        return out + (" A repeat slower than the run it repeats biases its comparison's \"before\" low, and "
+                      "its speedup high" + _high(t))
+    return out + "".join([" A repeat faster than the run it repeats biases its comparison's \"before\" high, "
+                          "and its speedup low" + ("; a slower one, the reverse." if way["slower"] else ".")]
+                         if way["faster"] else [])
 
 
 def _high(t: Total) -> str:

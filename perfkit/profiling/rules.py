@@ -258,6 +258,17 @@ def _finding(kind: str, value: float, limit: float, detail: str, severity: str =
                    rule.notebook, rank)
 
 
+def _graded(sync: float, wait: float, n_sync: float | None, th: Thresholds) -> str:
+    """After the sync finding's split: it is ranked and graded on its whole share, the wait for a
+    collective included; what the rest alone would make of it."""
+    rest = sync - wait
+    alone = (f"grade it {'high' if rest >= 2 * th.sync else 'medium'}" if rest > th.sync else
+             f"grade it medium, on its count of reads alone ({n_sync:.0f} past {th.syncs_per_step:.0f})"
+             if n_sync is not None and n_sync > th.syncs_per_step else "raise no finding")
+    return (f"; it is ranked and graded on the whole {sync:.1%}, that wait included: the rest, "
+            f"{rest:.1%} of the step, would {alone}")
+
+
 def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAttribution
                     | Mapping[str, float], thresholds: Thresholds | None = None,
                     aliases: Mapping[str, str] | None = None,
@@ -311,7 +322,8 @@ def diagnose_shares(record: StepShares | StepSummary | TraceBreakdown | TraceAtt
                               f"(threshold {th.sync:.0%} or {th.syncs_per_step:.0f} syncs)" + (
                                   f"; of that, the reads themselves took {ev.sync_read_share or 0.0:.2%} "
                                   f"of the step, and {wait:.1%} passed with a collective in flight between "
-                                  "two reads: waiting for it" if wait >= 0.001 else "")))
+                                  "two reads: waiting for it" + _graded(sync, wait, n_sync, th)
+                                  if wait >= 0.001 else "")))
     # launch/overhead-bound: operators too small to pay for their own dispatch. The FLOPs
     # per operator against what the machine computes in th.op_overhead_us, the fixed cost of
     # one eager operator; the share is the step outside data, syncs, collectives and the

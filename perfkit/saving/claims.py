@@ -320,14 +320,19 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
     return out
 
 
-def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
+def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0, judged: float | None = None) -> str:
     """For what state sizes "<``limit_s`` s save time" held among measured ``saves`` (state bytes
     to seconds): the largest size that took less and the smallest that took at least as long.
     Each save ran under its own run's load, so the two do not place a size where the claim
     stops holding: the larger may have missed for its load as much as for its bytes.
 
+    ``judged`` (a size in ``saves``): the size a verdict judges; the text then opens with its time
+    and each larger save's, with its side of ``limit_s``, so a verdict held at a small size is read
+    at that size, beside what a larger one took.
+
     Raises:
-        TypeError, ValueError: ``saves`` empty, or a size or a time not a finite number > 0.
+        TypeError, ValueError: ``saves`` empty, a size or a time not a finite number > 0, or
+            ``judged`` not one of the sizes.
     """
     check_type("saves", saves, Mapping)
     if not saves:
@@ -336,21 +341,35 @@ def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0) -> str:
         check_real("saves' bytes", b, 0, lo_open=True)
         check_real(f"saves[{b!r}]", t, 0, lo_open=True)
     check_real("limit_s", limit_s, 0, lo_open=True)
+    if judged is not None and judged not in saves:
+        raise ValueError(f"judged must be one of the sizes in saves, got {judged!r}")
     under = [b for b, t in saves.items() if t < limit_s]
     over = [b for b, t in saves.items() if t >= limit_s]
-    said = ", ".join(f"{si(b, 'B')} in {saves[b]:.3g} s" for b in sorted(saves))
+    said = " (" + ", ".join(f"{si(b, 'B')} in {saves[b]:.3g} s" for b in sorted(saves)) + ")"
+    lead = ""
+    if judged is not None:   # the judged size's time and every larger one's, each with its side
+
+        def side(b: float) -> str:
+            return f"{si(b, 'B')}, {saves[b]:.3g} s, " + (f"under {limit_s:g} s" if saves[b] < limit_s
+                                                           else f"{limit_s:g} s or more")
+        larger = sorted(b for b in saves if b > judged)
+        lead = (f"At the size judged, {side(judged)}"
+                + (f"; at the larger size{'s' * (len(larger) > 1)} shown, " + "; ".join(map(side, larger))
+                   if larger else "; no larger save is shown") + ". ")
+        said = ""   # the lead has listed them
     if not over:
-        return (f"Under {limit_s:g} s at every size measured ({said}): the claim holds up to "
-                f"{si(max(under), 'B')} at least, and these saves say nothing of larger states.")
+        return lead + (f"Under {limit_s:g} s at every size measured{said}: the claim holds up to "
+                       f"{si(max(under), 'B')} at least, and these saves say nothing of larger states.")
     if not under:
-        return f"At {limit_s:g} s or more at every size measured ({said}): the claim holds at none of them."
+        return lead + (f"At {limit_s:g} s or more at every size measured{said}: the claim holds at none "
+                       "of them.")
     lo, hi = max(under), min(over)
     if lo < hi:
-        return (f"Of the saves measured ({said}), the claim holds up to {si(lo, 'B')} and not at "
-                f"{si(hi, 'B')}. Each ran under its own run's load, so they place no size at which it "
-                "stops holding: the larger may have missed for its load as much as for its bytes.")
-    return (f"The saves measured ({said}) disagree: a larger state took less than {limit_s:g} s where "
-            "a smaller one did not, so the runs' loads differ too much to place a size.")
+        return lead + (f"Of the saves measured{said}, the claim holds up to {si(lo, 'B')} and not at "
+                       f"{si(hi, 'B')}. Each ran under its own run's load, so they place no size at which it "
+                       "stops holding: the larger may have missed for its load as much as for its bytes.")
+    return lead + (f"The saves measured{said} disagree: a larger state took less than {limit_s:g} s where "
+                   "a smaller one did not, so the runs' loads differ too much to place a size.")
 
 
 def one_second_sizes(saves: Mapping[float, float], limit_s: float = 1.0, skip: float | None = None) -> str:

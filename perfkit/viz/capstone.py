@@ -24,17 +24,18 @@ from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
-from perfkit.profiling.capstone_text import repeats_text
+from perfkit.profiling.capstone_text import WIDENED, WIDENED_COVERS, Pick, repeats_text
 from perfkit.stats import Estimate
 from perfkit.units import si_beside, si_interval
+from perfkit.verdict import Prediction
 from perfkit.viz.capstone_tally import tally_text
 from perfkit.viz.capstone_target import ceiling_text, target_context, target_text
 from perfkit.viz.core import tidy
 
 __all__ = [
-    "ceiling_text", "cumulative_speedups", "dropped_text", "plot_time_to_target", "plot_waterfall",
-    "round_context", "round_text", "runs_text", "seams_text", "show_round", "tally_text", "target_context",
-    "target_text", "total_text", "waterfall_shares"
+    "ceiling_text", "cumulative_speedups", "dropped_text", "pick_text", "plot_time_to_target",
+    "plot_waterfall", "round_context", "round_prediction", "round_text", "runs_text", "seams_text",
+    "show_pick", "show_round", "tally_text", "target_context", "target_text", "total_text", "waterfall_shares"
 ]
 
 _UP, _DOWN, _TOTAL, _FLAT, _DRIFT_COLOR = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0", "#ff7f0e"
@@ -239,12 +240,45 @@ def round_text(r: Round) -> str:
               if r.befores > 1 else "the configuration before, its one run")
     if len(r.befores_tps) > 1:
         before += runs_text(r.befores_tps)
-    return (f"### Round {r.number}: {r.pick.kind} -> `--fix {r.pick.fix}`\n\n"
-            + (f"{r.description}. " if r.description else "")
+    return (("" if r.announced else pick_text(r.number, r.pick, r.description, with_bound=False))
             + f"Tokens/s {r.before_tps:,.0f} ({before}) -> {r.after_tps:,.0f}: **{r.speedup.point('x')}** "
             f"({r.speedup.describe('x')})."
+            + (f" Each such interval, {WIDENED.lstrip(', ')}, here and below: {WIDENED_COVERS}."
+               if r.number == 1 and r.speedup.method.endswith(WIDENED) else "")
             + ("" if r.kept else " " + dropped_text(r.pick.fix, r.speedup, False) + "; the next round starts "
                "from the configuration before it."))
+
+
+def round_prediction(pick: Pick) -> Prediction:
+    """What a round whose bound can test its fix predicts: its tokens/s speedup between 1x (expected,
+    not a bound) and the bound."""
+    return Prediction(f"tokens/s speedup of --fix {pick.fix}", pick.model, low=1.0, high=pick.bound,
+                      unit="x", soft=("low",))
+
+
+def pick_text(number: int, pick: Pick, description: str = "", with_bound: bool = True) -> str:
+    """A round's Markdown heading and, with ``with_bound``, its prediction as set before its runs
+    (:meth:`~perfkit.profiling.capstone.FixLoop.play`'s ``announce``): the range its verdict
+    judges, or, for a bound that cannot test the fix (``pick.untested``), the bound as context."""
+    check_type("pick", pick, Pick)
+    head = (f"### Round {number}: {pick.kind} -> `--fix {pick.fix}`\n\n"
+            + (f"{description}. " if description else ""))
+    if not with_bound:
+        return head
+    if pick.untested:
+        return head + ("**Its bound, set before its runs** (context, not a prediction: why it cannot test "
+                       "the fix is said after them): " + ("no finite bound." if pick.void else
+                                                          f"at most {pick.bound:.3g}x."))
+    p = round_prediction(pick)
+    return head + (f"**Predicted before its runs:** {p.what}, {p.describe()}; its model is set out in the "
+                   "verdict.")
+
+
+def show_pick(number: int, pick: Pick, description: str = "") -> None:
+    """Show :func:`pick_text`: ``FixLoop.play(announce=show_pick)``."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(pick_text(number, pick, description)))
 
 
 def dropped_text(fix: str, gain: Estimate, with_interval: bool = True) -> str:

@@ -25,12 +25,19 @@ from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, assess, judge
-from perfkit.viz.claims_text import control_gap_text, ops_gap_text, others_side_text, pair_order_text
+from perfkit.viz.claims_text import (
+    control_gap_text,
+    ops_gap_text,
+    order_gap_text,
+    others_side_text,
+    pair_order_text,
+)
 from perfkit.viz.core import tidy, verdict
 
 __all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
-           "control_text", "floor_context", "ops_gap_text", "others_side_text", "pair_order_text",
-           "plot_claims", "plot_claims_forest", "same_layout_text", "show_claim", "show_claims_table",
+           "control_text", "floor_context", "ops_gap_text", "order_gap_text", "others_side_text",
+           "pair_order_text", "plot_claims", "plot_claims_forest", "same_layout_text", "show_claim",
+           "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
 CLAIM_MIME = "application/vnd.perfkit.claim+json"
@@ -70,7 +77,7 @@ def claims_table_rows(verdicts: Mapping[str, ClaimVerdict]) -> list[tuple[str, s
     """
     _check(verdicts)
     return [(name, v.claim.statement, f"{v.claim.figure}: {v.measured_text}"
-             + ("; wholly outside the promise, which is refuted here (on this machine)" if v.refuted else "")
+             + ("; wholly outside the promise, its side of no effect undecided" if v.refuted else "")
              + ("; an edge's side set by less than a tenth of the A/A control's reach" if v.thin else ""),
              v.status)
             for name, v in verdicts.items()]
@@ -93,8 +100,9 @@ def show_claims_table(verdicts: Mapping[str, ClaimVerdict]) -> None:
 
 
 def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
-    """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; an inconclusive
-    verdict whose interval lies wholly outside the promise says that the promise is refuted here, one whose
+    """``{claim: "verdict (measured)"}`` for :func:`perfkit.viz.show_headlines`; a verdict that
+    does not hold because its interval lies wholly outside the promise, though undecided on the
+    no-effect value (``refuted``), says that its side of no effect is undecided, one whose
     edge was decided by a margin finer than the A/A control measures (``thin``) says so, and a
     verdict whose figure has no bearing on the advice (``judged=False``) says so beside the figure.
 
@@ -102,7 +110,7 @@ def claims_headlines(verdicts: Mapping[str, ClaimVerdict]) -> dict[str, str]:
         TypeError, ValueError: for an empty mapping or values that are not ClaimVerdicts.
     """
     _check(verdicts)
-    refuted = " on the direction, the promise refuted here (on this machine)"
+    refuted = ", whatever its side of no effect, which this run cannot tell"
     thin = ", by a margin under a tenth of the A/A control's reach"
     return {name: f"{v.status}{refuted if v.refuted else ''}{thin if v.thin else ''} ("
             + ("" if v.judged else "not judged: its figure, ") + v.measured_text
@@ -170,7 +178,9 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
         "without a number must show (FASTER), so this design's own error alone could push such a claim past "
         "its edge") + ". Each timed verdict on the advice below is weighed by it: an interval within "
         f"{reach:.1%} of the edge that decides it (no effect, or the promise) is not asserted past that "
-        "edge.")
+        f"edge. That {reach:.1%} is the paired noise of one single-process loop within one run: where a "
+        "claim compares separate runs, processes or orders, its own spread can be wider, and a claim that "
+        "measured one prints it beside its verdict.")
 
 
 def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:
@@ -232,7 +242,7 @@ def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, e
 
 _COLOR = {"holds": "#2ca02c", "holds partly": "#bcbd22", "does not hold here": "#d62728",
           "inconclusive": "#7f7f7f", "GPU only": "#1f77b4"}
-_REFUTED = _COLOR["does not hold here"]  # the ring of an inconclusive point whose promise is refuted
+_REFUTED = _COLOR["inconclusive"]  # the ring of a point that misses the promise, undecided on no effect
 
 
 def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
@@ -261,9 +271,9 @@ def plot_claims(verdicts: Mapping[str, ClaimVerdict]) -> Figure:
 def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") -> Figure:
     """Each claim measured in ``unit`` as one row: what the advice promises (a band from its
     low to its high end, open ends to the axis edge), the measured figure coloured by its
-    verdict (an inconclusive one whose interval lies wholly outside the promise, ``refuted``, ringed in
-    the colour of "does not hold here", with its own legend entry), and its interval where it has one;
-    log scale. A dashed tick on a row marks that
+    verdict (one that does not hold, its interval wholly outside the promise but undecided on the
+    no-effect value, ``refuted``, ringed in the colour of "inconclusive", with its own legend entry),
+    and its interval where it has one; log scale. A dashed tick on a row marks that
     claim's no-effect value (``Claim.partly``: 1x for a speedup) where it names one; a ratio
     whose promise is a multiple (Adam's state at 2x the weights) has none, so no line is drawn
     across every row.
@@ -300,7 +310,7 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
             for end in v.spread:
                 ax.plot([end, end], [y - 0.25, y + 0.25], color=_COLOR[v.status], lw=1.5, zorder=2)
         ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec=_REFUTED if v.refuted else "white",
-                mew=1.5 if v.refuted else 0.8, zorder=3)  # a refuted promise: ringed as not holding
+                mew=1.5 if v.refuted else 0.8, zorder=3)  # its side of no effect undecided: ringed grey
         if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
             ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=2)
     ax.set_xscale("log")
@@ -315,8 +325,8 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
     handles = [plt.Line2D([], [], marker="o", ls="", color=_COLOR[s], label=s) for s in CLAIM_STATUSES
                if any(v.status == s for _, v in rows)]
     if any(v.refuted for _, v in rows):
-        handles.append(plt.Line2D([], [], marker="o", ls="", color=_COLOR["inconclusive"], mec=_REFUTED,
-                                  mew=1.5, label="inconclusive on the direction,\nthe promise refuted"))
+        handles.append(plt.Line2D([], [], marker="o", ls="", color=_COLOR["does not hold here"], mec=_REFUTED,
+                                  mew=1.5, label="does not hold here,\nside of no effect undecided"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bands
     ax.set_title(f"{len(rows)} verdicts measured in {unit}: the figure and its interval against the promise",
                  fontsize=10)

@@ -1,7 +1,8 @@
 """Sentences of module 09's verdicts, computed from their measurements: where an interval lies
 against a reference weighed by the A/A control (:func:`control_gap_text`), against the cost of the
 ops timed alone (:func:`ops_gap_text`), and where a median of order-balanced pairs lies against
-each order's median (:func:`pair_order_text`), and where other statistics of an undecided figure
+each order's median (:func:`pair_order_text`), a verdict weighed by the gap between its orders
+(:func:`order_gap_text`), and where other statistics of an undecided figure
 lie (:func:`others_side_text`). Re-exported by :mod:`perfkit.viz.claims`.
 
 Usage::
@@ -17,8 +18,9 @@ from collections.abc import Mapping
 
 from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
+from perfkit.verdict import Claim, assess
 
-__all__ = ["control_gap_text", "ops_gap_text", "others_side_text", "pair_order_text"]
+__all__ = ["control_gap_text", "ops_gap_text", "order_gap_text", "others_side_text", "pair_order_text"]
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
@@ -128,3 +130,28 @@ def others_side_text(est: Estimate, others: Mapping[str, float], edge: float = 1
             f"the other statistics of these samples do not lie on one side of {e}")
     return (f"; {lean} ({listed}), but none carries an interval, so none decides the side: the verdict "
             f"judges its own statistic, whose interval reaches across {e}")
+
+
+def order_gap_text(claim: Claim, measured: Estimate, first: float, second: float, error: float) -> str:
+    """A timed verdict on order-balanced pairs weighed again by the gap between its two orders:
+    the paired ratios' medians with one setting first (``first``) and with the other first
+    (``second``) read apart by a position effect the balanced pairs cancel by design, one that the
+    A/A control's reach ``error`` (paired noise of one loop within one run) does not measure. Says,
+    computed, how the gap compares with ``error`` and which status :func:`perfkit.verdict.assess`
+    gives weighed by the gap instead.
+
+    Raises:
+        TypeError, ValueError: for ratios that are not finite numbers > 0, or as :func:`assess`.
+    """
+    for name, r in (("first", first), ("second", second)):
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < float("inf"):
+            raise ValueError(f"{name} must be a finite ratio > 0, got {r!r}")
+    gap = max(first, second) / min(first, second) - 1
+    base, alt = assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
+    against = (f"{'more' if gap > error else 'no more'} than the {error:.1%} the A/A control read, "
+               "which measures only the paired noise of one loop within one run" if error else
+               "with no A/A control to weigh the verdict")
+    return (f"The two orders read {gap:.1%} apart, {against}; the balanced pairs cancel the order by design, "
+            "yet weighed by that gap instead, the rule "
+            f"gives {alt}" + (" as well." if alt == base else f", not {base}: the label rests on which error "
+                              "is used."))

@@ -24,10 +24,55 @@ from matplotlib.ticker import FormatStrFormatter
 
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.kernels import AttentionPoint, attention_matrix_bytes
-from perfkit.viz.core import Choice, WidgetSpec, si, tidy
+from perfkit.hw import MachineLimits, credited_dram
+from perfkit.viz.core import Choice, WidgetSpec, plot_roofline, si, tidy
 
-__all__ = ["alignment_line", "attention_table", "compute_widget", "loss_lines", "plot_attention_sweep",
-           "plot_break_even", "plot_loss_curves", "plot_shape_sweep", "plot_throughput", "throughput_lines"]
+__all__ = ["alignment_line", "attention_table", "compute_widget", "dram_on_threads", "loss_lines",
+           "plot_attention_sweep", "plot_break_even", "plot_loss_curves", "plot_shape_sweep",
+           "plot_throughput", "plot_thread_roofline", "throughput_lines"]
+
+
+def dram_on_threads(limits: MachineLimits, threads: int | None) -> float | None:
+    """The DRAM roof of ``threads`` intra-op threads, in counted bytes per second: the fastest
+    copy or ``x + y`` of the DRAM ceiling's buffers (:attr:`MachineLimits.dram_nbytes`) that the
+    limits keep on that thread count (each point's fastest tenth; an add credited at most 9/8 of
+    the copy, :func:`perfkit.hw.credited_dram`), never above the all-core DRAM ceiling. ``None``
+    for ``threads`` ``None`` (all cores, or a GPU) or where none was measured on those threads.
+
+    Raises:
+        TypeError, ValueError: for limits that are not :class:`MachineLimits` or a ``threads`` below 1.
+    """
+    check_type("limits", limits, MachineLimits)
+    if threads is None:
+        return None
+    check_int("threads", threads, 1)
+    pts = [p for p in limits.copy_points if p.threads == threads and p.nbytes == limits.dram_nbytes]
+    if not pts:
+        return None
+    best = max(pts, key=lambda p: p.best_bytes_per_s)
+    rate, _ = credited_dram(best.best_bytes_per_s, best.source or best.where, pts, limits.dram_nbytes)
+    return min(rate, limits.copy_bytes_per_s)
+
+
+def plot_thread_roofline(limits: MachineLimits, threads: int | None,
+                         points: Sequence[tuple[str, float, float]],
+                         intensity_range: tuple[float, float] = (1 / 16, 64), title: str = "") -> Figure:
+    """:func:`perfkit.viz.plot_roofline` for points timed on ``threads`` intra-op threads: the
+    float32 compute roof of those threads and, where the limits hold a copy of DRAM-sized buffers
+    on them (:func:`dram_on_threads`), their memory roof too; else DRAM's on all cores, the most
+    any thread count draws (no copy of DRAM-sized buffers measured on them), and the title says
+    which.
+
+    Raises:
+        TypeError, ValueError: as :func:`dram_on_threads` and :func:`perfkit.viz.plot_roofline`.
+    """
+    dram = dram_on_threads(limits, threads)
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
+    roof = ("memory roof: DRAM's best copy or x + y, same threads" if dram else
+            "memory roof: DRAM's on all cores, the most any thread count draws")
+    return plot_roofline({f"float32{on}": limits.peak_flops("float32", threads)},
+                         dram or limits.copy_bytes_per_s, points, intensity_range=intensity_range,
+                         title=f"{title}\n(compute roof{on or ' on all cores'}; {roof})")
 
 
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | None = None,

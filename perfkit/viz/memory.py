@@ -153,7 +153,8 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
 def memory_widget(vocab_size: int = 1024, n_head: int = 2,
                   measured: Mapping[str, float] | None = None,
                   limit_bytes: float | None = None,
-                  peak: Mapping[str, float] | None = None) -> WidgetSpec:
+                  peak: Mapping[str, float] | None = None,
+                  peak_label: str = "step's peak measured here") -> WidgetSpec:
     """GPT-2 model size, batch, sequence, precision and checkpointing -> a memory bar.
 
     Args:
@@ -165,6 +166,7 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         peak: that step's measured peak ({kind: bytes}: the parameters and the peak above
             the step's start), drawn as a third bar at the default setting: the memory the
             step needed, which no formula here models.
+        peak_label: that bar's label (say which step's peak it is).
     """
     def show(n_embd: int, n_layer: int, batch: int, seq_len: float, precision: str,
              checkpointing: str) -> Figure:
@@ -176,7 +178,7 @@ def memory_widget(vocab_size: int = 1024, n_head: int = 2,
         if measured and at_default:
             bars["tensors counted here"] = dict(measured)
         if peak and at_default:
-            bars["step's peak measured here"] = dict(peak)
+            bars[peak_label] = dict(peak)
         return plot_memory_stack(bars, limit_bytes=limit_bytes,
                                  title=f"GPT-2 C={n_embd}, L={n_layer}, B={batch}, "
                                        f"T={int(seq_len)}, {precision}, checkpointing "

@@ -133,7 +133,9 @@ def ridge_text(intensity: float, peak: float, limits: Any) -> str:
     """Which roof is the lower one at ``intensity`` (FLOP/B) under ``peak`` (FLOP/s), by the DRAM
     ceiling of ``limits`` (a :class:`perfkit.hw.MachineLimits`) and by the fastest copy of its
     DRAM-sized buffers that it holds (the figure the ceiling credits an ``x + y`` 9/8 of), saying
-    so when the two ridge points put the intensity on different sides."""
+    so when the two ridge points put the intensity on different sides; else the DRAM figure past
+    which the step would change sides (the file keeps the highest run's, and another run's own
+    figure can lie on the other side of it)."""
     bw = limits.copy_bytes_per_s
     roof = "memory" if intensity < peak / bw else "compute"
     text = (f"intensity {intensity:.1f} FLOP/B against a ridge point of {peak / bw:.1f} FLOP/B (notebook "
@@ -142,7 +144,11 @@ def ridge_text(intensity: float, peak: float, limits: Any) -> str:
     copy = max((p.best_bytes_per_s for p in limits.copy_points
                 if p.op == "copy" and p.nbytes == limits.dram_nbytes), default=None)
     if copy is None or copy >= bw or ("memory" if intensity < peak / copy else "compute") == roof:
-        return text
+        flip = f"{si(peak / intensity, 'B/s')}" if intensity > 0 else ""
+        return text + (f"; that side rests on the limits file's DRAM figure: by its own ridge point, a run "
+                       f"whose DRAM figure lies {'below' if roof == 'compute' else 'above'} {flip} (notebook "
+                       f"00 prints its run's beside the file's) puts the step on the "
+                       f"{'memory' if roof == 'compute' else 'compute'} side" if flip else "")
     return (text + f"; by the fastest copy of DRAM-sized buffers the file holds, {si(copy, 'B/s')}, the "
             f"ridge point is {peak / copy:.1f} FLOP/B and the memory roof would be the lower one "
             f"({si(intensity * copy, 'FLOP/s')}): the step lies between the two ridge points, so which roof "

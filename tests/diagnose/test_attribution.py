@@ -11,6 +11,7 @@ from perfkit.profiling import (
     DiagnoseConfig,
     Finding,
     StepRecorder,
+    StepShares,
     Thresholds,
     WindowDone,
     attribute_trace,
@@ -157,6 +158,15 @@ def test_a_wait_for_a_collective_between_two_reads_is_booked_as_sync_and_named()
     assert said.kind == "sync"
     assert ("of that, the reads themselves took 2.00% of the step, and 78.0% passed with a collective in "
             "flight between two reads: waiting for it") in said.evidence
+    # ranked and graded on the whole share, the wait included: the rest alone says what it is made of
+    assert ("; it is ranked and graded on the whole 81.0%, that wait included: the rest, 3.0% of the step, "
+            "would raise no finding") in said.evidence
+    as_run = diagnose_shares(StepShares({"sync": 0.34}, syncs_per_step=57, sync_comm_share=0.33,
+                                        sync_read_share=0.0003))[0]  # 08's slow job: high on the wait
+    assert as_run.severity == "high" and ("the rest, 1.0% of the step, would grade it medium, on its count "
+                                          "of reads alone (57 past 8)") in as_run.evidence
+    rest = diagnose_shares(StepShares({"sync": 0.7}, syncs_per_step=2, sync_comm_share=0.2))[0]
+    assert "the rest, 50.0% of the step, would grade it high" in rest.evidence
     rep = build_report([dict(record(0, 1e-4), attribution=vars(a))], Thresholds(sync=0.1))
     assert rep["sync_comm_share"] == pytest.approx(0.78) and rep["sync_read_share"] == pytest.approx(0.02)
     assert rep["findings"][0]["evidence"] == said.evidence

@@ -30,8 +30,10 @@ from perfkit.profiling.capstone_text import (
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
     dropped_text,
+    pick_text,
     plot_waterfall,
     round_context,
+    round_prediction,
     round_text,
     seams_text,
     show_round,
@@ -105,8 +107,12 @@ def test_two_runs_before_judge_against_their_mean_and_hold_each():
     mean_before = statistics.mean([100 / 0.4, 100 / 0.5])
     assert est.value == pytest.approx((100 / 0.2) / mean_before)
     assert est.low <= 2.0 and est.high >= 2.5  # widened to each before alone
-    assert est.method.endswith("widened to the ratio against each run before: of the steps' spread it covers "
-                               "at least what its label prints, not how far separate runs move")
+    # what such an interval covers is said once, with the first round, not in every interval's method
+    assert est.method.endswith("widened to the ratio against each run before") and "label" not in est.method
+    first = Round(1, Pick("sync", 0.5, 2.0, "m", "sync"), est, 225.0, 500.0, {}, True, befores=2)
+    said = ("Each such interval, widened to the ratio against each run before, here and below: of the steps' "
+            "spread it covers at least what its label prints, not how far separate runs move.")
+    assert round_text(first).count(said) == 1 and said not in round_text(replace(first, number=2))
     short = round_speedup(JOB, [before, again], after)  # 3 steps a run: too few for an interval
     assert short.needs == 6 and short.low == short.value == short.high
     with pytest.raises(ValueError, match="befores"):
@@ -516,6 +522,7 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     # the slow job's second reading is the first kept round's "before", whichever round that was
     assert 'then as the "before" of the first kept round, that of --fix sync)' in seams_text(total)
     assert "round 1" not in seams_text(total)
+    total = replace(total, repeats=())  # a Total without its repeat runs: read from the seams alone
     # repeats that all ran one way are a bias between the runs, not load drifting both ways; the
     # slow job's repeat is set against its first run (the first of slow_runs_tps), in time order
     one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)],
@@ -558,6 +565,54 @@ def test_the_total_is_measured_directly_and_the_product_compounds_drift():
     close = replace(total, product=Estimate(0.1834, 0.1828, 0.196, 0.9, 8, "m"),
                     direct=Estimate(0.19, 0.18, 0.2, 0.9, 8, "m"))
     assert "multiply to 0.1834x (0.1828x to 0.1960x: the rounds' intervals combined" in total_text(close)
+
+
+def test_a_round_is_announced_with_its_prediction_before_its_runs():
+    CALLS.clear()
+    loop = FixLoop(FakeJob(Path("t.py"), Path("/tmp/o"), 5.0, skip=1, window=2, measure=3), ("sync", "ddp"),
+                   FIX_FOR, LIMITS, describe=lambda f: f"fix {f}")
+    loop.start()
+    seen = []
+    r = loop.play(announce=lambda n, pick, what: seen.append((n, pick.fix, what, len(CALLS))))
+    assert seen == [(1, "sync", "fix sync", 1)]  # only the slow job had run: the round's runs came after
+    said = pick_text(1, r.pick, "fix sync")
+    assert said.startswith("### Round 1: sync -> `--fix sync`\n\nfix sync. **Predicted before its runs:** ")
+    assert round_prediction(r.pick).describe() in said
+    # announced: the measurement's text leaves out the heading the announcement showed
+    assert r.announced and round_text(r).startswith("Tokens/s ")
+    heading = "### Round 1: sync -> `--fix sync`\n\nfix sync. Tokens/s"
+    assert round_text(replace(r, announced=False)).startswith(heading)
+    context = replace(r.pick, untested="too loose")
+    assert "context, not a prediction" in pick_text(2, context)
+    assert f"at most {r.pick.bound:.3g}x." in pick_text(2, context)
+    assert "no finite bound." in pick_text(2, replace(context, void=True))
+
+
+def test_every_repeat_run_is_counted_the_dropped_rounds_and_the_last_included():
+    loop, total = play_all(True, {("sync",): 1.5, ("sync", "data"): 1.5})
+    # one repeat per round, and the slow job's after the rounds, in the order run
+    assert [w for w, _, _ in total.repeats] == ["the round of --fix sync", "the round of --fix data",
+                                                "the round of --fix ddp", "the slow job after the rounds"]
+    assert total.repeats[1][1:] == (pytest.approx(500), pytest.approx(500 / 1.5))
+    # planted, as run: the seams held 4 repeats that all ran faster ("a 1 in 16 chance"); the
+    # dropped round's repeat of the slow job, and its run after the rounds, ran slower
+    seams = (("the slow job", 7577, 7856), ("ddp", 10661, 10928), ("data", 17323, 17647),
+             ("attention", 19091, 20319))
+    ran = (("the round of --fix sync", 7709, 5822), ("the round of --fix ddp", 7709, 8002),
+           ("the round of --fix data", 10661, 11194), ("the round of --fix attention", 17323, 17970),
+           ("the round of --fix batch", 19091, 21546), ("the slow job after the rounds", 7709, 7445))
+    said = seams_text(replace(total, seams=seams, slow_runs_tps=(7709.0, 7445.0), repeats=ran))
+    assert " a 1 in 16" not in said and "all 4" not in said
+    assert "faster in 4 (the round of --fix ddp" in said
+    assert "slower in 2 (the round of --fix sync and the slow job after the rounds)" in said
+    # at least 4 of 6 one way, either way: 2 x (15 + 6 + 1) / 64 = 11 / 16
+    assert "4 or more of 6 one way, either way, has a chance of 11 in 16 (69%)" in said
+    assert "no evidence of load drifting one way" in said
+    one_way = replace(total, repeats=tuple((w, a, a * 1.1) for w, a, _ in ran))
+    assert "all 6 one way, either way, has a chance of 1 in 32 (3%)." in seams_text(one_way)
+    assert "no evidence" not in seams_text(one_way)
+    alike = seams_text(replace(total, repeats=tuple((w, a, a) for w, a, _ in ran)))
+    assert "the repeat ran as fast in all 6." in alike and "chance" not in alike
 
 
 def test_quick_totals_are_the_same_runs_chained():
@@ -731,7 +786,7 @@ def test_repeats_all_slower_say_what_the_bias_did_to_the_product():
     loop, total = play_all(True, {})
     one_way = replace(total, seams=[("the slow job", 100, 90), ("sync", 200, 180), ("data", 300, 290)],
                       slow_runs_tps=(100.0, 100.0), product=Estimate(8.05, 2.6, 23.8, None, 16, "m"),
-                      direct=Estimate(5.93, 4.22, 8.45, 0.93, 16, "m"))
+                      direct=Estimate(5.93, 4.22, 8.45, 0.93, 16, "m"), repeats=())
     said = seams_text(one_way)
     assert "reads higher than against its first run before alone" in said
     assert "their product, 8.05x, lies 1.36x above the 5.93x measured directly" in said

@@ -36,6 +36,16 @@ def test_a_rate_above_the_all_cores_ceiling_raises_it_and_says_so(lim, tmp_path)
     assert hw.MachineLimits.from_json(path.read_text()).peak_flops("float32") == 1.2e11
 
 
+def test_said_shows_a_small_rise_at_the_digits_that_show_it(lim):
+    # a default run's notebook 00 printed "rose from 203 GFLOP/s to 203 GFLOP/s" for a 0.2 % rise
+    obs = observe(lim, "float32", 1.002e11, "the linear layer", save=False)
+    assert "rose from 100 GFLOP/s to 100 GFLOP/s" in obs.note  # the note, as other notebooks print it
+    assert obs.said(show_rise=True).startswith("the float32 matmul ceiling rose from 100 GFLOP/s to "
+                                               "100.2 GFLOP/s: the linear layer ran faster")
+    assert obs.said() == obs.note
+    assert observe(lim, "float32", 2e10, "the step", threads=1, save=False).said(True) == ""
+
+
 def test_one_threads_ceiling_is_raised_alone(lim, tmp_path):
     obs = observe(lim, "float32", 4e10, "the step on 1 thread", threads=1, path=tmp_path / "l.json")
     assert obs.raised and obs.share == 1.0 and obs.limits.peak_flops("float32", 1) == 4e10

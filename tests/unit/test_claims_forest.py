@@ -91,6 +91,8 @@ def test_the_control_says_what_it_resolves_and_why_identical_loops_part():
     lines = viz.claims.control_text(aa, 0.05)
     assert lines.startswith("identical loops read 0.971x, their interval reaching 2.9% from 1x: under the 5%")
     assert "an interval within 2.9% of the edge that decides it" in lines
+    # the reach is one loop's paired noise within one run: it said nothing of separate runs or orders
+    assert "That 2.9% is the paired noise of one single-process loop within one run" in lines
     assert "could push" in viz.claims.control_text(aa, 0.02)
     # the design was predicted to keep within 2 %: a reach of 2.9 % missed that, and the sentence says so
     # (it used to say only "under the 5%", a looser criterion than the prediction's)
@@ -144,18 +146,26 @@ def test_a_verdict_is_weighed_by_the_control_only_where_its_reach_changes_the_ou
         viz.claims.weighed_verdict(aa, faster, 1.02)
 
 
-def test_an_inconclusive_verdict_wholly_outside_its_promise_says_the_promise_is_refuted():
+def test_a_verdict_undecided_on_no_effect_yet_wholly_outside_its_promise_does_not_hold():
     from perfkit.stats import Estimate
 
     # GELU as measured: promise at least 1.05x, 0.949x (0.943x to 0.967x), 3.3 % from 1x within the A/A
-    # control's 4.0 %: inconclusive by the rule, yet the whole interval lies 7.9 % below the promise
+    # control's 4.0 %: undecided on 1x, yet the whole interval lies 7.9 % below the promise, so on either
+    # side of 1x the promise fails: the label once said inconclusive while its text said refuted
     gelu = assess(Claim("GELU", "speedup", low=1.05, partly=1.0, unit="x"),
                   Estimate(0.949, 0.943, 0.967, 0.9, 16, "m"), error=0.04)
-    assert gelu.status == "inconclusive" and gelu.refuted
+    assert gelu.status == "does not hold here" and gelu.refuted
+    assert gelu.text.startswith("**Verdict on the advice: does not hold here.**")
     assert "lies 7.9% below the promise (at least 1.05x), beyond the 4.0%" in gelu.text
+    assert "on either side the promise does not hold here" in gelu.text and "inconclusive" not in gelu.text
     head = viz.claims.claims_headlines({"g": gelu})["g"]
-    assert head.startswith("inconclusive on the direction, the promise refuted here (on this machine)")
-    assert "which is refuted here (on this machine)" in viz.claims.claims_table_rows({"g": gelu})[0][2]
+    assert head.startswith("does not hold here, whatever its side of no effect, which this run cannot tell")
+    assert "its side of no effect undecided" in viz.claims.claims_table_rows({"g": gelu})[0][2]
+    # a figure above 1x there lies where the advice would hold partly: said as where the figure lies
+    up = assess(Claim("GELU", "speedup", low=1.05, partly=1.0, unit="x"),
+                Estimate(1.005, 0.99, 1.006, 0.9, 16, "m"), reasons={"holds partly": "Why."}, error=0.004)
+    assert up.status == "does not hold here"
+    assert "The figure lies where the advice holds partly: Why." in up.text
     near = assess(Claim("GELU", "speedup", low=1.05, partly=1.0, unit="x"),
                   Estimate(1.0, 0.99, 1.03, 0.9, 16, "m"), error=0.04)  # 1.9 % below: within the control's
     assert near.status == "inconclusive" and not near.refuted and "refuted" not in near.text
@@ -173,7 +183,7 @@ def test_a_side_decided_by_the_control_reachs_last_digits_says_so():
     # 1.05x, the A/A control's reach 4.33683 %: refuted by 0.00066 points, which "4.3% beyond 4.3%" hid
     claim = Claim("workers", "speedup", low=1.05, partly=1.0, unit="x")
     dl = assess(claim, Estimate(0.98, 0.96, 1.0044563, 0.9, 16, "m"), error=0.0433683)
-    assert dl.status == "inconclusive" and dl.refuted and dl.thin
+    assert dl.status == "does not hold here" and dl.refuted and dl.thin
     assert "lies 4.3375% below the promise (at least 1.05x), beyond the 4.3368%" in dl.text
     assert "the rule's call, not a finding" in dl.text
     assert "margin under a tenth" in viz.claims.claims_headlines({"d": dl})["d"]
@@ -298,22 +308,22 @@ def test_other_statistics_of_an_undecided_figure_are_named_with_their_side_and_d
         others_side_text(0.9, {"a": 0.7})
 
 
-def test_a_refuted_promise_is_ringed_and_named_in_the_legend_not_drawn_as_plain_inconclusive():
+def test_a_refuted_promise_is_drawn_as_not_holding_ringed_and_named_in_the_legend():
     from perfkit.stats import Estimate
 
     # compile as measured: 0.985x (0.980x to 0.999x) against at least 1.1x, the control's reach 2.8 %:
-    # inconclusive on 1x, the promise refuted; the figure once drew it grey, as any inconclusive point
+    # undecided on 1x, the promise refuted: drawn as not holding, ringed grey for the undecided side
     claim = Claim("compile", "speedup", low=1.1, partly=1.0, unit="x")
     comp = assess(claim, Estimate(0.985, 0.980, 0.999, 0.92, 16, "m"), error=0.028)
     near = assess(claim, Estimate(1.04, 1.0, 1.08, 0.9, 16, "m"), error=0.04)  # 1.8 % from the promise
-    assert comp.refuted and comp.status == "inconclusive" and not near.refuted
-    assert "the label, inconclusive, answers only on which side of 1x (no effect)" in comp.text
+    assert comp.refuted and comp.status == "does not hold here" and not near.refuted
+    assert "on which side of 1x (no effect) the figure lies this run cannot tell" in comp.text
     fig = viz.plot_claims_forest({"compile": comp, "near": near})
     ax = fig.axes[0]
     rings = [line.get_markeredgecolor() for line in ax.lines if line.get_marker() == "o"]
-    assert rings[0] == viz.claims._COLOR["does not hold here"] and rings[1] == "white"
+    assert rings[0] == viz.claims._COLOR["inconclusive"] and rings[1] == "white"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "inconclusive on the direction,\nthe promise refuted" in labels
+    assert "does not hold here,\nside of no effect undecided" in labels
     plt.close(fig)
     plain = viz.plot_claims_forest({"near": near})
     assert not any("refuted" in t.get_text() for t in plain.axes[0].get_legend().get_texts())
@@ -333,3 +343,22 @@ def test_the_forest_keeps_its_1_2_5_tick_labels_beside_a_long_claim_name():
     shown = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_visible()]
     assert {"0.1x", "0.2x", "0.5x", "1x", "2x", "5x", "10x", "20x", "50x"} <= set(shown)
     plt.close(fig)
+
+
+def test_an_order_gap_wider_than_the_control_is_said_and_weighed():
+    from perfkit.stats import Estimate
+    from perfkit.viz.claims import order_gap_text
+
+    # top-k as measured: 0.773x (0.726x to 0.844x) against at least 1.05x; orders 0.662x and 0.813x, the A/A
+    # control's reach 0.9 %: the verdict was weighed by the reach alone, the 23 % gap between orders unsaid
+    claim = Claim("top-k", "speedup", low=1.05, partly=1.0, unit="x")
+    est = Estimate(0.773, 0.726, 0.844, 0.91, 28, "m")
+    text = order_gap_text(claim, est, 0.662, 0.813, 0.009)
+    assert text.startswith("The two orders read 22.8% apart, more than the 0.9% the A/A control read")
+    # 22.8 % reaches past 1x (15.6 % above the interval) and short of 1.05x (19.6 %): the label would change
+    assert "the rule gives inconclusive, not does not hold here: the label rests on which error" in text
+    calm = order_gap_text(claim, est, 0.75, 0.80, 0.009)  # 6.7 %: short of 1x, the label stands
+    assert calm.startswith("The two orders read 6.7% apart") and "does not hold here as well." in calm
+    assert "no more than" in order_gap_text(claim, est, 0.80, 0.805, 0.009)
+    with pytest.raises(ValueError):
+        order_gap_text(claim, est, 0.0, 0.8, 0.009)

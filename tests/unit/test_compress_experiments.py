@@ -252,6 +252,35 @@ def test_medians_outside_counts_where_the_ratio_of_medians_leaves_the_paired_int
         medians_outside(paired, {"a": 1.0})
 
 
+def test_medians_outside_text_says_when_every_one_lies_on_one_side():
+    from perfkit.compress.narrate import medians_outside_text
+    e = SimpleNamespace
+    paired = {k: e(value=1.1, low=1.05, high=1.15) for k in "abcde"}
+    up = medians_outside_text(paired, dict.fromkeys("abcde", 1.4))
+    assert "all above it" in up and "Outside on one side every time" in up and "chance 0.062" in up
+    assert "treat consecutive rounds as independent" in up and "same figure" not in up
+    mixed = medians_outside_text(paired, {**dict.fromkeys("abcd", 1.4), "e": 0.9})
+    assert "4 above it, 1 below" in mixed and "one side" not in mixed
+    assert "one side" not in medians_outside_text({"a": paired["a"]}, {"a": 1.4})  # too few to say
+
+
+def test_cast_floor_text_sets_a_ratio_against_a_floor_as_context_with_the_gain_against_the_width():
+    from perfkit.compress.narrate import cast_floor_text
+    e = SimpleNamespace(value=0.999, low=0.966, high=1.024, label="98% interval")
+    text = cast_floor_text("bf16_hook", e, 0.9963, 1.164)
+    assert "Context, not a verdict" in text and "98% interval 0.966x to 1.024x" in text
+    assert "0.4% of a step, is 6% of the interval's width of 5.8%" in text
+    assert "the interval reaches across it" in text and "1.164x, lies above the paired interval" in text
+    assert "whole interval lies above it" in cast_floor_text("h", SimpleNamespace(value=1.02, low=0.998,
+                                                                                  high=1.06), 0.9963, 1.0)
+    on_end = cast_floor_text("h", SimpleNamespace(value=1.02, low=0.9964, high=1.06), 0.9963, 1.0)
+    assert "reaches across it" in on_end  # both print as 0.996x
+    short = cast_floor_text("bf16_hook", e, 0.9963, 1.164, short=True)
+    assert short.startswith("bf16_hook ran 0.999x against a floor of 0.996x") and "not judged" in short
+    wide = cast_floor_text("h", SimpleNamespace(value=0.9, low=0.89, high=0.91), 0.7, 0.9)
+    assert "cannot tell" not in wide and "lies inside the paired interval" in wide
+
+
 def test_narrow_miss_note_says_whether_the_ratio_of_medians_confirms_a_miss_below_the_floor():
     from perfkit.compress.narrate import narrow_miss_note
     paired = SimpleNamespace(value=0.947, low=0.915, high=0.985)

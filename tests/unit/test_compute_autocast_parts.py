@@ -66,6 +66,10 @@ def test_explain_names_the_rest_and_refuses_a_negative_rest():
     held = p.explain(band=0.5)["held"]
     assert "the mixed step took 4.4 ms and the fp32 step 4.0 ms, 1.10x as long" in held
     assert "from 5.3 to 16.0 ms" in held and "room enough for the rest to have doubled: this" in held
+    # ... and what the rests say of the premise, however the band came out
+    assert held.endswith("this verdict cannot test that premise; the two rests test it, and by them the "
+                         "mixed step's rest took 1.10x the fp32 step's (medians: no interval).")
+    assert "by them it held: they are equal" in parts(steps=(10.0, 8.0)).explain(band=0.25)["held"]
     assert "only to within" in p.explain(band=0.25)["held"] and "held" not in p.explain()  # 6.4 to 10.7 ms
     assert p.explain(band=0.25)["below"] == why["below"]
 

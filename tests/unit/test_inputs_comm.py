@@ -252,6 +252,8 @@ CASES = [  # (id, call, exception, regex on the message)
      ValueError, "no communication showed"),
     ("overlap_apart_text.hidden", lambda: comm.overlap_apart_text(0.2, exact(0.1)), TypeError,
      "hidden must be"),
+    ("overlap_held_text.hidden", lambda: comm.overlap_held_text(0.2, 0.3), TypeError, "hidden must be"),
+    ("overlap_held_text.ceiling", lambda: comm.overlap_held_text(exact(0.1), 0.0), ValueError, "ceiling"),
     ("overlap_said.outcome", lambda: comm.overlap_said("maybe", exact(0.1), 0.3, 1e-3, 1e-3),
      ValueError, "outcome must be held"),
     ("alone_against_model_text.model_s", lambda: comm.alone_against_model_text(1e-3, 0.0, 7), ValueError,

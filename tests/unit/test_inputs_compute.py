@@ -485,6 +485,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("largest_mfu_text swept", lambda: cx.largest_mfu_text(None, 0), ValueError, "swept"),
     ("model_rate_note point", lambda: compute.model_rate_note(1.0, 1.0, 1.0, "c"), TypeError,
      "point must be"),
+    ("own_ceiling_note limits", lambda: compute.own_ceiling_note(None, "bfloat16", 1e9), TypeError, "limits"),
     ("cross_run_spread first", lambda: compute.cross_run_spread({1: -1.0}, {1: 1.0}), ValueError, "first"),
     ("cross_run_spread second", lambda: compute.cross_run_spread({1: 1.0}, {1: INF}), ValueError, "second"),
     ("two_run_text swept", lambda: compute.two_run_text(-1.0, Estimate(1.0, 0.9, 1.1, 0.9, 5, "m"), 0.9,

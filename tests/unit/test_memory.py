@@ -221,6 +221,12 @@ def test_memory_widget_draws_the_measured_peak_beside_the_counted_tensors():
     fig = spec.fn(**off)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["predicted"]
     plt.close(fig)
+    name = "second (steady) step's peak measured here"
+    kinds = {"parameters": 1e6, "optimizer state": 2e6, "peak above the step's start": 5e6}
+    steady = memory_widget(peak=kinds, peak_label=name)
+    fig = steady.fn(**steady.defaults())  # the bar says which step's peak it draws
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()][-1] == name
+    plt.close(fig)
 
 
 def test_plot_memory_stack_errors():

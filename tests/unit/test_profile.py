@@ -478,5 +478,12 @@ def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof(
     assert "39.5 GB/s, the ridge point is 5.2 FLOP/B and the memory roof would be the lower" in said
     assert "not settled here" in said
     assert "not settled" not in vp.ridge_text(6.0, 205e9, lim)  # above both ridge points
+    # a default run: 4.9 FLOP/B, compute side by the file's 48.4 GB/s, while notebook 00's own run
+    # measured 35.9 GB/s (ridge 5.65): the old text named the side as if no other figure existed
+    said = vp.ridge_text(6.0, 205e9, lim)
+    assert "a run whose DRAM figure lies below 34.2 GB/s (notebook 00 prints its run's beside the file's) " \
+           "puts the step on the memory side" in said
+    said = vp.ridge_text(3.0, 205e9, lim)
+    assert "lies above 68.3 GB/s" in said and "on the compute side" in said
     assert "memory roof is the lower one" in vp.ridge_text(3.0, 205e9, lim)
     assert "not settled" not in vp.ridge_text(3.0, 205e9, lim)

@@ -149,6 +149,15 @@ def test_the_one_second_claim_is_scoped_to_the_sizes_it_held_at():
     assert "up to 202 MB at least, and these saves say nothing of larger states" in thread
     assert "holds at none of them" in one_second_scope({42.7e6: 1.2, 202e6: 2.59})
     assert "disagree" in one_second_scope({42.7e6: 1.2, 202e6: 0.5})
+    # a verdict held at the small size judged opens with that size and what the larger one took
+    judged = one_second_scope({42.7e6: 0.134, 202e6: 2.59}, judged=42.7e6)
+    assert judged.startswith("At the size judged, 42.7 MB, 0.134 s, under 1 s; at the larger size shown, "
+                             "202 MB, 2.59 s, 1 s or more. Of the saves measured, the claim holds up to "
+                             "42.7 MB")
+    assert one_second_scope({42.7e6: 0.134}, judged=42.7e6).startswith(
+        "At the size judged, 42.7 MB, 0.134 s, under 1 s; no larger save is shown. Under 1 s at every size")
+    with pytest.raises(ValueError, match="judged"):
+        one_second_scope({42.7e6: 0.134}, judged=1e6)
     with pytest.raises(ValueError, match="saves"):
         one_second_scope({})
 

@@ -130,7 +130,7 @@ def test_beside_says_where_another_estimate_of_the_figure_lies_as_printed():
     assert out.startswith(" The ratio of the medians, 1.15x, lies above this 98% interval (1.02x to 1.13x)")
     assert "judges this interval only" in out
     unjudged = zero1.beside(1.145, judged=False)  # no verdict on it: the text claims none
-    assert unjudged.endswith("of another estimate of the same figure (median of 7 paired ratios).")
+    assert unjudged.endswith("of a different statistic (median of 7 paired ratios), which it does not cover.")
     assert zero1.beside(0.99).startswith(" The ratio of the medians, 0.99x, lies below this 98% interval")
     inside = " The ratio of the medians, 1.10x, lies inside this 98% interval (1.02x to 1.13x)."
     assert zero1.beside(1.10) == inside

@@ -435,6 +435,21 @@ def test_charges_name_which_way_the_sweep_moves_each_bound():
         charge_choice([128], [1e-3, 2e-3], [1e-3])
 
 
+def test_charge_dips_names_a_width_charged_less_than_a_smaller_payload():
+    from perfkit.parallel import charge_dips
+    # notebook 10's sweep: 4 x 262 kB charged less than 4 x 131 kB; the larger widths rise again
+    got = charge_dips([128, 256, 512, 1024], [131072, 262144, 524288, 1048576],
+                      [1.4725e-3, 0.6925e-3, 1.6e-3, 2.5e-3], repeat=5)
+    assert "C = 256's, 2.77 ms for 4 x 262 kB, is below C = 128's, 5.89 ms for 4 x 131 kB" in got
+    assert "C = 512" not in got and "median of 5 repetitions" in got and got.startswith(" ")
+    # a width below an earlier, not only the adjacent, smaller payload is named against the largest
+    got = charge_dips([1, 2, 3], [10, 20, 30], [3e-3, 1e-3, 2e-3], calls=1)
+    assert "C = 3's, 2 ms for 1 x 30 B, is below C = 1's, 3 ms" in got and "C = 2's" in got
+    assert charge_dips([128, 256], [131072, 262144], [1e-3, 2e-3]) == ""   # monotone: nothing to say
+    with pytest.raises(ValueError, match="differ in length"):
+        charge_dips([128], [1.0, 2.0], [1e-3])
+
+
 def test_intercept_note_names_the_sweeps_calls_that_beat_the_fit():
     from perfkit.parallel import intercept_note
     sizes, secs = [1024, 65536, 131072, 262144], [1.1e-3, 0.95e-3, 0.79e-3, 0.701e-3]

@@ -159,3 +159,27 @@ def test_model_rate_note_flags_model_flops_above_a_ceiling_of_counted_flops():
     assert throughput.model_rate_note(p, 3_457_000_000, 7.21e9, "c") == ""   # equal as printed: not above
     with pytest.raises(ValueError, match="name must"):
         throughput.model_rate_note(p, 1.0, 1.0, "")
+
+
+def test_own_ceiling_note_says_before_the_share_that_this_notebook_set_the_ceiling():
+    from perfkit import ceilings, hw, sizing
+    sweep = [hw.MatmulPoint(128, "bfloat16", 1e-3, 3.2e9, 3.26e9, threads=1)]
+
+    def limits(source):
+        return hw.MachineLimits("cpu", "emulated", {"float32": 2e11, "bfloat16": 7.81e9}, 2e10,
+                                matmul_points=sweep, threads=2,
+                                one_thread_flops={"float32": 1e11, "bfloat16": 7.14e9},
+                                sources={"bfloat16": source, "bfloat16, 1 thread": source})
+
+    raised = limits("the bf16 step's matmuls replayed alone at batch 4" + sizing.AFTER_SWEEP)
+    said = throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, mine="bf16 step", loaded=raised)
+    # the old sentence led with "95% of the bfloat16 ceiling" and said whose ceiling it was only at its end
+    assert said.startswith("against a ceiling this notebook's own bf16 step set, so a share that measures "
+                           "the bf16 step against itself, not how much of the machine it used: 95% of the "
+                           "bfloat16 ceiling on 1 thread")
+    assert "before this notebook ran" in said and said.count("not how much of the machine") == 1
+    other = limits("the groups=1 convolution" + sizing.AFTER_SWEEP)
+    assert throughput.own_ceiling_note(other, "bfloat16", 6.78e9, 1, mine="bf16 step") == \
+        ceilings.ceiling_note(other, "bfloat16", 6.78e9, 1)
+    with pytest.raises(TypeError, match="mine"):
+        throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, mine=None)

@@ -159,7 +159,9 @@ def test_a_claim_is_judged_by_the_zone_of_the_measurement(measured, status):
 
 
 def test_a_spread_across_the_no_effect_value_is_inconclusive():
-    assert assess(SPEEDUP, 1.05, spread=(0.95, 1.15)).status == "inconclusive"
+    assert assess(SPEEDUP, 1.05, spread=(0.95, 1.45)).status == "inconclusive"
+    # wholly below the promise: on either side of 1x the promise fails, and the label says so
+    assert assess(SPEEDUP, 1.05, spread=(0.95, 1.15)).status == "does not hold here"
     assert assess(SPEEDUP, 1.05, spread=(1.01, 1.10)).status == "holds partly"
     # a median inside the promise holds only if the spread stays inside it too
     assert assess(SPEEDUP, 1.5, spread=(1.45, 1.55)).status == "holds"

@@ -90,3 +90,26 @@ def test_throughput_panels_share_one_title_size():
     left, right = ([t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes)
     assert not any("ceiling" in t for t in left) and any("float32's ceiling" in t for t in right)
     plt.close(fig)
+
+
+def test_thread_roofline_draws_the_memory_roof_of_the_threads_the_points_ran_on():
+    from perfkit import hw
+    from perfkit.viz import compute as vc
+    big = 268_435_456
+    pts = [hw.CopyPoint(big, 0.02, 40e9, 43.9e9, threads=2), hw.CopyPoint(big, 0.02, 22e9, 24.4e9, threads=1),
+           hw.CopyPoint(big, 0.02, 23e9, 30e9, threads=1, op="add")]  # the add credited 9/8 of the copy
+    lim = hw.MachineLimits("cpu", "native", {"float32": 2e11}, 48.4e9, copy_points=pts, threads=2,
+                           one_thread_flops={"float32": 1.05e11}, dram_nbytes=big)
+    assert vc.dram_on_threads(lim, 1) == pytest.approx(24.4e9 * 9 / 8)
+    assert vc.dram_on_threads(lim, 4) is None and vc.dram_on_threads(lim, None) is None
+    # the old figure drew DRAM's all-core 48.4 GB/s under points timed on 1 thread
+    fig = vc.plot_thread_roofline(lim, 1, [("x", 0.125, 4.5e8)], title="t")
+    title = fig.axes[0].get_title()
+    assert "(compute roof on 1 thread; memory roof: DRAM's best copy or x + y, same threads)" in title
+    assert "memory: 27.4 GB/s" in title
+    assert "float32 on 1 thread: 105 GFLOP/s" in fig.axes[0].get_legend_handles_labels()[1][0]
+    bare = hw.MachineLimits("cpu", "native", {"float32": 2e11}, 48.4e9, threads=2,
+                            one_thread_flops={"float32": 1.05e11})
+    title = vc.plot_thread_roofline(bare, 1, []).axes[0].get_title()
+    assert "memory roof: DRAM's on all cores" in title and "memory: 48.4 GB/s" in title
+    plt.close("all")
