@@ -72,9 +72,12 @@ def overlap_apart_text(hidden: stats.Estimate, together: stats.Estimate, short: 
                "of the communication more (by the two medians), a part that running the all-reduces "
                "together does not explain and overlap with backward can give")
     else:
+        d = next((d for d in range(2, 7) if f"{hidden.value:.{d}f}" != f"{together.value:.{d}f}"), 0)
         rel = ((f"the overlapped step saved {'more' if hidden.value > together.value else 'less'} by the "
-                f"medians ({hidden.value:.2f} against {together.value:.2f}), "
-                if hidden.value != together.value else "")
+                f"medians ({hidden.value:.{d}f} against {together.value:.{d}f}, at the digits that tell them "
+                "apart), " if d > 2 else
+                f"the overlapped step saved {'more' if hidden.value > together.value else 'less'} by the "
+                f"medians ({hidden.value:.2f} against {together.value:.2f}), " if d else "")
                + (("the two intervals overlap" if hidden.high >= together.low else
                    "its interval lying below that one") + ": this run does not show" if both else
                   "without intervals: this run cannot tell whether it shows")

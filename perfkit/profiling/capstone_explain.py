@@ -103,9 +103,14 @@ def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowd
     if window is None or 1 / 1.1 <= window / gain <= 1.1:
         return ""
     step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3 for r in (before, after))  # ms
-    why = (f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' median before the fix "
-           f"and {slowdown_after:.2f}x after it, so the profiler (and any load during a window) did not "
-           "weigh on the two alike" if slowdown_after is not None else "")
+    alike = slowdown_after is not None and 1 / 1.1 <= slowdown_after / slowdown <= 1.1
+    why = ("" if slowdown_after is None else
+           f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' median before the fix "
+           f"and {slowdown_after:.2f}x after it, " + (
+               "within a tenth of each other, so the profiler weighed on the two about alike: the runs "
+               "themselves (the runs before the fix, say, differing from each other) moved otherwise than "
+               "their windows" if alike else
+               "so the profiler (and any load during a window) did not weigh on the two alike"))
     return (f"The profiled window gained {window:.2f}x ({step_b:.1f} -> {step_a:.1f} ms, the profiled "
             "steps' mean"
             + (f", {tokens_x:g}x the tokens" if tokens_x != 1 else "")

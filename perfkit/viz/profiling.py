@@ -17,7 +17,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from perfkit.units import si
+from perfkit.units import si, si_beside, si_interval
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
 
 __all__ = ["PHASE_COLORS", "against_bound", "breakdown_widget", "ceiling_rise_note", "findings_markdown",
@@ -83,9 +83,13 @@ def against_bound(est: Any, bound: float, unit: str = "x") -> str:
         return f"its whole interval {'above' if side == 'above' else 'under'} it"
     if not est.has_interval or est.low == est.high:
         return f"its figure {'above' if est.value > bound else 'at or under'} it (no interval)"
-    return ("its figure above it, its interval reaching below it: this run cannot tell noise from a change "
-            "in the rest of the step" if est.value > bound else "its figure at or under it, its interval "
-            "reaching above it")
+    if est.value > bound:
+        return ("its figure above it, its interval reaching below it: this run cannot tell noise from a "
+                "change in the rest of the step")
+    shown = si_beside(bound, est.value, est.low, est.high, unit)
+    on_top = shown == si_interval(est.value, est.low, est.high, unit)[2]  # the top end prints as the bound
+    return "its figure at or under it, " + (f"its interval's top end on it as printed (both {shown})"
+                                            if on_top else "its interval reaching above it")
 
 
 def loader_explain(data_s: float, alone: Any, factor: float = 1.5,

@@ -152,9 +152,9 @@ class StageEdge:
         gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
                   "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
         how = ("" if self.link_s is None or self.lone_s is None else
-               f"{'twice ' if self.stage == 3 else ''}half of the gradient's all-reduce, "
+               f"{'twice ' if self.stage == 3 else ''}half of (the gradient's all-reduce, "
                f"{si(self.link_s, 's')}, less a 4-byte call's {si(self.lone_s, 's')}, its latency "
-               "charged with the calls: ")
+               "charged with the calls): ")
         return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({how}{si(self.bytes_s, 's')}), "
                 f"plus {self.calls} calls at {self.call_how} "
                 f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "

@@ -215,3 +215,16 @@ def test_the_ceiling_is_read_over_the_unprofiled_step_and_the_window():
     assert "this run does not say which" in ceiling_text(0.5, 0.010, 0.020, 0.004, 205e9)
     with pytest.raises(ValueError):
         ceiling_text(0.0, 0.01, 0.01, 0.001, 1e9)
+
+
+def test_the_window_note_says_the_profiler_weighed_alike_when_its_factors_agree():
+    from perfkit.profiling.capstone_explain import _window
+
+    # notebook 08's sync round: the window gained 1.50x, the runs 0.96x; the profiled steps took
+    # 1.11x the unprofiled median both before and after: the old note said "did not weigh alike"
+    before, after = {"step_times_s": [0.030] * 4}, {"step_times_s": [0.020] * 4}
+    alike = _window(0.96, before, after, 1.0, 1.11, 1.11)
+    assert "within a tenth of each other, so the profiler weighed on the two about alike" in alike
+    assert "did not weigh" not in alike
+    apart = _window(0.96, before, after, 1.0, 1.11, 1.50)
+    assert "did not weigh on the two alike" in apart and "about alike" not in apart

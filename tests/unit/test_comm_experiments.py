@@ -588,6 +588,10 @@ def test_overlap_apart_text_credits_backward_only_beyond_running_the_all_reduces
     assert "saved less by the medians (0.16 against 0.17)" in said and "intervals overlap" in said
     assert "does not show the overlapped step hiding any communication behind backward" in said
     assert "shows no overlap with backward beyond that" in overlap_apart_text(hidden, together, short=True)
+    # medians that print equal at 2 decimals (0.16 against 0.16) print at the digits that tell them apart
+    close = stats.Estimate(0.162, 0.092, 0.302, 0.9, 25, "median of 25 paired rounds")
+    said = overlap_apart_text(close, stats.Estimate(0.164, -0.097, 0.523, 0.9, 25, "median of 25"))
+    assert "saved less by the medians (0.162 against 0.164, at the digits that tell them apart)" in said
     above = stats.Estimate(0.5, 0.4, 0.6, 0.9, 25, "median of 25 paired rounds")
     said = overlap_apart_text(above, together)
     assert "saved 0.33 of the communication more" in said and "does not explain" in said

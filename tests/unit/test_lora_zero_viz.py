@@ -119,13 +119,14 @@ def test_stage_edge_is_derived_from_the_rounds_timings_not_fixed():
     assert e.edge == pytest.approx(1 + (1.8255e-3 + 7 * 0.399e-3 - 2e-3) / 77.4e-3)
     assert e.edge < 1.10 and "at most 1.0338x" in e.text() and "after the step" in e.text()
     # the all-gather's charge is shown as the difference it is, not as "half" of the all-reduce alone
-    assert ("(half of the gradient's all-reduce, 4.05 ms, less a 4-byte call's 399 µs, its latency "
-            "charged with the calls: 1.83 ms)") in e.text()
+    # bracketed as computed, (4.05 - 0.399) / 2, not 4.05 / 2 - 0.399 as the unbracketed words read
+    assert ("(half of (the gradient's all-reduce, 4.05 ms, less a 4-byte call's 399 µs, its latency "
+            "charged with the calls): 1.83 ms)") in e.text()
     # stage 3: 14 more calls; two parameter all-gathers on the critical path (forward, and again in
     # backward), each charged by stage 1-2's rule; the update saved grows with N
     e3 = vzero.stage_edge(3, ddp, 14, 4.05e-3, 0.399e-3, 4)
     assert e3.update_saved_s == pytest.approx(3e-3) and e3.bytes_s == pytest.approx(2 * 1.8255e-3)
-    assert "in forward, and as many again in backward" in e3.text() and "(twice half of the" in e3.text()
+    assert "in forward, and as many again in backward" in e3.text() and "(twice half of (the" in e3.text()
     assert e3.edge == pytest.approx(1 + (2 * 1.8255e-3 + 14 * 0.399e-3 - 3e-3) / 77.4e-3)
     # zero3's miss, sized: a 1.43x step grew by 33.3 ms (the paired ratio's excess times DDP's median
     # step, named so, not "by the median"), the edge charges 6.24 ms of it (3.651 + 5.586 - 3) and

@@ -427,6 +427,9 @@ def test_against_bound_says_where_the_figure_and_its_interval_lie():
     assert said.startswith("its figure above it, its interval reaching below it: this run cannot tell")
     said = vp.against_bound(est(2.00, 1.96, 2.07), 2.02)
     assert said == "its figure at or under it, its interval reaching above it"
+    # a top end that prints as the bound (2.07x to 2.10x against 2.0996x) does not read "above" it
+    on_top = vp.against_bound(est(2.08, 2.07, 2.1013), 2.0996)
+    assert on_top == "its figure at or under it, its interval's top end on it as printed (both 2.10x)"
     assert vp.against_bound(est(1.90, 1.85, 1.95), 2.02) == "its whole interval under it"
     assert vp.against_bound(est(2.10, 2.05, 2.15), 2.02) == "its whole interval above it"
     assert vp.against_bound(est(2.10, 2.10, 2.10), 2.02) == "its figure above it (no interval)"
