@@ -219,13 +219,15 @@ def _cause(explain: Mapping[str, str], outcome: str, side: str, has_interval: bo
     said = [(explain.get("inconclusive") or "").strip()]
     key = "held" if side == "inside" else side
     if (explain.get(key) or "").strip():
-        where = "inside the prediction" if side == "inside" else f"{side} the prediction"
+        where = "inside the predicted range" if side == "inside" else f"{side} the predicted range"
         cause = explain[key].strip()
         if len(cause) > 1 and cause[0].isupper() and cause[1].islower():  # "Its ..." -> "its ...", not "DDP"
             cause = cause[0].lower() + cause[1:]
         # the point, not the interval: an inconclusive interval reaches past an edge
+        reach = ("its interval reaching past the range's edge" if side == "inside" else
+                 "its interval reaching into the range")  # the range the verdict judged, not a point in it
         said.append(f"The point estimate lies {where}, "
-                    f"{'not its whole interval' if has_interval else 'with no interval'}: {cause}")
+                    f"{reach if has_interval else 'with no interval'}: {cause}")
         if said[0] and said[0] in cause:  # the side's sentences already hold it: say it once
             said[0] = ""
     return " ".join(s for s in said if s)

@@ -32,7 +32,7 @@ def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at:
     ``at`` workers (``rates``, ``model_rates``: mean steady samples/s by worker count): the rates,
     and where their own ratio, the last over ``at``, lies against the prediction's ``bounds``
     beside the judged ratio of median block means, ``measured`` (both at 3 significant figures).
-    An inconclusive verdict prints it after "the point estimate lies inside the prediction", so a
+    An inconclusive verdict prints it after "the point estimate lies inside the predicted range", so a
     ratio of means outside says the two statistics lie on opposite sides of the edge.
 
     Raises:

@@ -175,9 +175,9 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     does, a measured ratio inside the window is as close to a model without any collective as
     to the model: the verdict does not test the collective terms, and the sentence says what it
     does test: the other terms, with at most ``high`` less that ratio left for the collectives
-    and any uncharged cost. Where the ``measured`` ratio
-    lies outside the window that holds the model without collectives, the collectives alone put
-    it there (a miss, or an interval reaching back in), and the sentence says so with
+    and any uncharged cost. Where the ``measured`` ratio lies outside the window that holds the
+    model without collectives, the collectives (with what the model leaves uncharged) put it
+    there (a miss, or an interval reaching back in), and the sentence says so with
     ``collectives_ms``: what they cost, with the compute at its fitted cost, and what the model
     charged them (ms).
 
@@ -218,9 +218,11 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
                        "with those terms the collectives and any cost left uncharged add at most "
                        f"{high - ratio:.3g}{unit} to the ratio.")
     return (head + f"the window alone does not tell the model from one without collectives, yet the measured "
-            f"{measured:.3g}{unit} lies outside it: with the compute at its fitted cost, the collectives "
-            "alone put it there" + (f" (they cost {cost[0]:.1f} ms against the {cost[1]:.1f} ms charged)."
-                                    if cost else "."))
+            f"{measured:.3g}{unit} lies outside it: with the compute at its fitted cost, the collectives, "
+            "with whatever else the model leaves uncharged, put it there (no step was timed without its "
+            "collectives to part the two)" + (
+                f"; found by subtraction they cost {cost[0]:.1f} ms against the {cost[1]:.1f} ms charged."
+                if cost else "."))
 
 
 def rules_out(measured: Estimate, alternatives: Mapping[str, float], unit: str = "") -> str:

@@ -37,7 +37,8 @@ def test_a_spread_across_the_bound_with_the_figure_inside_is_inconclusive():
     assert "across the edge 1.34x" in v.text and "lies 0.04 from it" in v.text
     assert "reaches 0.11 above it" in v.text  # a distance between ratios: no "x"
     # the section's own cause for the side the figure lies on, labelled; not the other side's
-    assert "The point estimate lies inside the prediction, not its whole interval: HELD-REASON" in v.text
+    assert ("The point estimate lies inside the predicted range, its interval reaching past the range's "
+            "edge: HELD-REASON") in v.text
     assert "ABOVE-REASON" not in v.text
     assert "other edge" not in v.text  # one edge crossed: one named
     # an interval across both edges names both, the far one too (naming only the nearer one

@@ -128,11 +128,13 @@ def test_an_inconclusive_verdict_keeps_the_cause_of_the_side_the_figure_lies_on(
     v = judge(BUBBLE, est(0.237, 0.20, 0.30), explain=WHY)
     assert v.outcome == "inconclusive"
     assert "OWN-SENTENCE" in v.text
-    assert f"The point estimate lies above the prediction, not its whole interval: {WHY['above']}" in v.text
+    assert ("The point estimate lies above the predicted range, its interval reaching into the range: "
+            f"{WHY['above']}") in v.text
     assert "BELOW-CAUSE" not in v.text and "HELD-CAUSE" not in v.text
     below = judge(BUBBLE, est(0.165, 0.10, 0.18), explain=WHY)
     assert below.outcome == "inconclusive"
-    assert "The point estimate lies below the prediction, not its whole interval: BELOW-CAUSE" in below.text
+    assert ("The point estimate lies below the predicted range, its interval reaching into the range: "
+            "BELOW-CAUSE") in below.text
 
     def old_rule(p, e, explain):   # planted: only the "inconclusive" key's sentence survives
         v = judge(p, e)
@@ -146,8 +148,8 @@ def test_an_inconclusive_verdict_says_a_sentence_its_side_repeats_once():
     why = {**WHY, "inconclusive": "SHARED-PHASES.", "below": "BELOW-CAUSE. SHARED-PHASES."}
     v = judge(BUBBLE, est(0.165, 0.10, 0.18), explain=why)
     assert v.outcome == "inconclusive" and v.text.count("SHARED-PHASES.") == 1
-    assert ("The point estimate lies below the prediction, not its whole interval: BELOW-CAUSE. "
-            "SHARED-PHASES.") in v.text
+    assert ("The point estimate lies below the predicted range, its interval reaching into the range: "
+            "BELOW-CAUSE. SHARED-PHASES.") in v.text
     v = judge(BUBBLE, est(0.237, 0.20, 0.30), explain=why)  # above: its cause lacks the sentence
     assert v.text.count("SHARED-PHASES.") == 1
 
@@ -168,7 +170,8 @@ def test_too_few_samples_miss_a_crossed_bound_and_leave_the_rest_inconclusive():
     inside = judge(AMDAHL, stats.median_ratio([1.2, 1.1, 1.0], [1.0, 1.0, 1.0]), explain=WHY)
     assert inside.outcome == "inconclusive" and "fewer than the 5" in inside.text
     # no interval at 3 samples: the point is all there is, and the text does not invent one
-    assert f"The point estimate lies inside the prediction, with no interval: {WHY['held']}" in inside.text
+    assert (f"The point estimate lies inside the predicted range, with no interval: {WHY['held']}"
+            in inside.text)
     t = judge(BUBBLE, stats.median_interval([0.21, 0.2, 0.22]), explain=WHY)
     assert t.outcome == "inconclusive" and "fewer than the 5" in t.text
     c = assess(Claim("it is 2x faster", "speedup", low=1.8, partly=1.0, unit="x"), few)
