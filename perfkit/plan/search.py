@@ -117,8 +117,7 @@ class Plan:
                      f"memory alike too ({mb:.2f} GB against {ma:.2f} GB): listed in the search's order")
             return (f"{label}: ties with the best (step times within 0.05%: {a.total_s:.4g} s and "
                     f"{b.total_s:.4g} s); {order}")
-        diffs = sorted(((b.terms[k] - a.terms[k], k) for k in a.terms), reverse=True)
-        worse = [f"{k} +{d:.3g} s" for d, k in diffs if d > 0.005 * a.total_s][:2]
+        worse = b.terms_beside(a)
         tie = (f"; within the planner's {TIE_BAND:.1%} tie band on a difference: a tie it cannot resolve"
                if b.total_s <= a.total_s * (1 + TIE_BAND) else "")
         if not tie and carried_over(self.best[0].layout, self.best[rank].layout):

@@ -417,6 +417,16 @@ def test_search_rejects_what_does_not_fit_and_ranks_the_rest():
     fixed = plan(big, c, gpus=8, global_batch=64, fixed={"tp": 2, "zero": 1})
     assert fixed.best and all(x.layout.tp == 2 and x.layout.zero == 1 for x in fixed.best)
     assert "step time" in p.why_not(1)
+    # a term that costs more than the whole difference is named with the terms that offset it
+    # (the old line named ZeRO-3 collectives +0.28 s for a +0.9% step, 0.075 s, alone)
+    a = p.best[0].time
+    b = dataclasses.replace(a, terms=dict(a.terms), total_s=a.total_s * 1.009)
+    keys = list(a.terms)
+    b.terms[keys[0]], b.terms[keys[1]] = a.terms[keys[0]] + 0.28, a.terms[keys[1]] - 0.205
+    said = dataclasses.replace(p, best=[p.best[0], dataclasses.replace(p.best[1], time=b)]).why_not(1)
+    assert f"{keys[0]} +0.28 s" in said and f"offset by {keys[1]} -0.205 s" in said
+    with pytest.raises(TypeError, match="best"):
+        b.terms_beside(None)
     # Plan.ties: the layouts within the band of the best step, the best first
     tied = p.ties()
     assert tied[0] is p.best[0] and all(x.time.total_s <= times[0] * (1 + TIE_BAND) for x in tied)
