@@ -252,6 +252,7 @@ def round_text(r: Round) -> str:
 def round_prediction(pick: Pick) -> Prediction:
     """What a round whose bound can test its fix predicts: its tokens/s speedup between 1x (expected,
     not a bound) and the bound."""
+    check_type("pick", pick, Pick)
     return Prediction(f"tokens/s speedup of --fix {pick.fix}", pick.model, low=1.0, high=pick.bound,
                       unit="x", soft=("low",))
 

@@ -24,9 +24,10 @@ from matplotlib.figure import Figure
 from perfkit._checks import check_type
 from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
-from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, assess, judge
+from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, judge
 from perfkit.viz.claims_text import (
     control_gap_text,
+    gap_statuses,
     ops_gap_text,
     order_gap_text,
     others_side_text,
@@ -225,11 +226,7 @@ def same_layout_text(claim: Claim, measured: Estimate, a_s: float, b_s: float, e
     Raises:
         TypeError, ValueError: for times that are not finite numbers > 0, or as :func:`assess`.
     """
-    for name, t in (("a_s", a_s), ("b_s", b_s)):
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
-            raise ValueError(f"{name} must be a finite time > 0 in seconds, got {t!r}")
-    gap = max(a_s, b_s) / min(a_s, b_s) - 1
-    base, alt = assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
+    gap, base, alt = gap_statuses(claim, measured, error, {"a_s": a_s, "b_s": b_s}, "time > 0 in seconds")
     width = (measured.high - measured.low) / measured.value if measured.has_interval else 0.0
     return (f"{what} ran the same here; their median steps, {a_s * 1e3:.1f} and {b_s * 1e3:.1f} ms, lay "
             f"{1 + gap:.2f}x apart: that gap, {gap:.1%}, is "

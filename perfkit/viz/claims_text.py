@@ -20,7 +20,8 @@ from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
 from perfkit.verdict import Claim, assess
 
-__all__ = ["control_gap_text", "ops_gap_text", "order_gap_text", "others_side_text", "pair_order_text"]
+__all__ = ["control_gap_text", "gap_statuses", "ops_gap_text", "order_gap_text", "others_side_text",
+           "pair_order_text"]
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
@@ -132,6 +133,20 @@ def others_side_text(est: Estimate, others: Mapping[str, float], edge: float = 1
             f"judges its own statistic, whose interval reaches across {e}")
 
 
+def gap_statuses(claim: Claim, measured: Estimate, error: float, pair: Mapping[str, float],
+                 kind: str) -> tuple[float, str, str]:
+    """The relative gap between the two figures of ``pair`` (name -> a positive figure, checked
+    as a finite ``kind``, e.g. "ratio > 0"), and the statuses :func:`perfkit.verdict.assess`
+    gives ``measured`` weighed by ``error`` and by that gap: one job's own reading of its error
+    set beside the A/A control's (:func:`order_gap_text`, ``same_layout_text``)."""
+    for name, v in pair.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise ValueError(f"{name} must be a finite {kind}, got {v!r}")
+    a, b = pair.values()
+    gap = max(a, b) / min(a, b) - 1
+    return gap, assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
+
+
 def order_gap_text(claim: Claim, measured: Estimate, first: float, second: float, error: float) -> str:
     """A timed verdict on order-balanced pairs weighed again by the gap between its two orders:
     the paired ratios' medians with one setting first (``first``) and with the other first
@@ -143,11 +158,7 @@ def order_gap_text(claim: Claim, measured: Estimate, first: float, second: float
     Raises:
         TypeError, ValueError: for ratios that are not finite numbers > 0, or as :func:`assess`.
     """
-    for name, r in (("first", first), ("second", second)):
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < float("inf"):
-            raise ValueError(f"{name} must be a finite ratio > 0, got {r!r}")
-    gap = max(first, second) / min(first, second) - 1
-    base, alt = assess(claim, measured, error=error).status, assess(claim, measured, error=gap).status
+    gap, base, alt = gap_statuses(claim, measured, error, {"first": first, "second": second}, "ratio > 0")
     against = (f"{'more' if gap > error else 'no more'} than the {error:.1%} the A/A control read, "
                "which measures only the paired noise of one loop within one run" if error else
                "with no A/A control to weigh the verdict")

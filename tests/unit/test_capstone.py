@@ -578,6 +578,8 @@ def test_a_round_is_announced_with_its_prediction_before_its_runs():
     said = pick_text(1, r.pick, "fix sync")
     assert said.startswith("### Round 1: sync -> `--fix sync`\n\nfix sync. **Predicted before its runs:** ")
     assert round_prediction(r.pick).describe() in said
+    with pytest.raises(TypeError, match="pick"):
+        round_prediction(r)  # a Round, not its Pick
     # announced: the measurement's text leaves out the heading the announcement showed
     assert r.announced and round_text(r).startswith("Tokens/s ")
     heading = "### Round 1: sync -> `--fix sync`\n\nfix sync. Tokens/s"

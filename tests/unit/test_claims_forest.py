@@ -226,8 +226,15 @@ def test_a_verdict_is_weighed_again_by_its_jobs_own_same_layout_gap():
     assert "the rule gives inconclusive, not holds partly" in text
     calm = same_layout_text(claim, est, 0.0179, 0.0178, 0.039, "25 MB and 500 MB")
     assert "no wider than the 3.9%" in calm and "holds partly as well." in calm
-    with pytest.raises(ValueError, match="a_s"):
+    with pytest.raises(ValueError, match="a_s must be a finite time > 0 in seconds"):
         same_layout_text(claim, est, 0.0, 0.0178, 0.039, "x")
+    # the gap and the two statuses, shared with order_gap_text
+    from perfkit.viz.claims_text import gap_statuses
+
+    gap, base, alt = gap_statuses(claim, est, 0.039, {"a": 0.019, "b": 0.0178}, "time > 0")
+    assert gap == pytest.approx(0.019 / 0.0178 - 1) and (base, alt) == ("holds partly", "inconclusive")
+    with pytest.raises(ValueError, match="second must be a finite ratio > 0"):
+        gap_statuses(claim, est, 0.039, {"first": 1.0, "second": float("nan")}, "ratio > 0")
 
 
 def test_a_same_layout_gap_between_two_medians_is_not_called_the_jobs_error():
