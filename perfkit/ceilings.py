@@ -355,8 +355,9 @@ def ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | 
                 *limits.shape_points) if p.dtype == name and p.threads == (1 if few else limits.threads)),
                default=0.0)  # the sweep's best point at the threads the ceiling is for
     return (head + ", " + ceiling_source(limits, name, threads, loaded)
-            + (f" (the best {name} sweep point{on} the limits file keeps, the highest of notebook 00's runs, "
-               f"reached {si(best, 'FLOP/s')}"
+            + (f" (the best {name} sweep point{on} in the sweep the limits file keeps, that of the "
+               f"notebook 00 run that set the all-cores ceiling, not always this run's, reached "
+               f"{si(best, 'FLOP/s')}"
                + (f"; this rate is {rate / best:.2f}x that" if rate > best else "") + ")" if best else "")
             + (": a ceiling this notebook's own work set (in this run or an earlier one, perhaps at another "
                "size), so the share measures it against itself, not how much of the machine it used"

@@ -193,9 +193,10 @@ def timing_threads(cores: int | None = None, load: float | None = None) -> int:
 
 def threads_note(threads: int, share: float, cores: int | None = None, load: float | None = None) -> str:
     """The sentence a notebook prints beside :func:`timing_threads`: the threads it times on,
-    the load that chose them, and ``share``: these threads' fp32 ceiling over the all-core one
-    (each step's model FLOP/s is held against its dtype's ceiling on these threads: a share of a
-    measured ceiling, which the sentence says is not an MFU).
+    the load that chose them (a load average counts runnable tasks, not busy cores: above
+    ``cores`` it says the machine was oversubscribed), and ``share``: these threads' fp32
+    ceiling over the all-core one (each step's model FLOP/s is held against its dtype's ceiling
+    on these threads: a share of a measured ceiling, which the sentence says is not an MFU).
 
     Raises:
         ValueError: for ``threads`` or ``cores`` below 1, a ``share`` outside (0, 1] or a
@@ -210,10 +211,12 @@ def threads_note(threads: int, share: float, cores: int | None = None, load: flo
         except (AttributeError, OSError):  # no load average on this OS
             load = 0.0
     check_real("load", load, 0)
-    return (f"timing on {threads} of {cores} threads (load average {load:.1f}: about "
-            f"{max(0.0, load - 1):.1f} cores busy with other work); each step's model FLOP/s is held against "
-            f"the ceilings measured on these threads (fp32's: {share:.0%} of the all-core one): a share of a "
-            "measured ceiling, not an MFU against a vendor's peak")
+    over = (f", more than its {cores} cores run at once: absolute times and rates below can be slower for "
+            "it, ratios of steps timed interleaved less so" if load > cores else "")
+    return (f"timing on {threads} of {cores} threads (load average {load:.1f}: on average about "
+            f"{max(0.0, load - 1):.1f} tasks runnable beside this one{over}); each step's model FLOP/s is "
+            f"held against the ceilings measured on these threads (fp32's: {share:.0%} of the all-core "
+            "one): a share of a measured ceiling, not an MFU against a vendor's peak")
 
 
 @contextlib.contextmanager

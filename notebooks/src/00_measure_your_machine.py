@@ -13,7 +13,9 @@
 # do**: "the training step reached 31 % of the matmul ceiling", "the copy moved data at 80 % of
 # memory bandwidth". A share needs a ceiling, and a data sheet's ceiling is not yours:
 # your laptop's clock, cores, cache and PyTorch build all matter. So we measure the ceilings
-# here, once, on the machine you are using:
+# here, on the machine you are using, and keep each one's highest figure over every run in a
+# limits file that later modules divide by; section 6 prints which figures are this run's and
+# which an earlier run's:
 #
 # 1. **compute**: how many floating-point operations per second (FLOP/s) matmuls reach, in
 #    fp32 and bf16, on every core and on one;
@@ -358,7 +360,8 @@ for label, o in own_roof.items():  # beaten by far: the sweep's best round was n
 roofs = {f"float32 {on(threads)} (the shares' roof)": limits.peak_flops("float32", threads)}
 if limits.peak_flops("float32") != limits.peak_flops("float32", threads):
     roofs[f"float32 {on(limits.threads)}"] = limits.peak_flops("float32")
-viz.plot_roofline(roofs, limits.copy_bytes_per_s, rows, title="Roofline: measured ceilings, DRAM's roof")
+viz.plot_roofline(roofs, limits.copy_bytes_per_s, rows, title="Roofline: measured ceilings, DRAM's roof" + "".join(
+    f"; {label} held against the cache's roof, not drawn" for label, _, nbytes, _, _ in ops if nbytes <= cache_bytes))
 plt.show()
 
 # %% [markdown]
@@ -379,9 +382,10 @@ wa_side, no_wa = add_over_copy.clear_of(hw.ADD_OVER_COPY, "x"), add_over_copy.cl
 print(f"x + y's counted bytes per second over a copy's, {si(add_bytes, 'B')} buffers {on(threads)}: "
       f"{add_over_copy.text('x')}; write-allocate alone would give {hw.ADD_OVER_COPY}x, none 1x: "
       + ("both lie inside the interval, so this run cannot tell them apart." if not wa_side and not no_wa else
-         f"1.125x inside the interval{add_over_copy.on_end(hw.ADD_OVER_COPY, 'x')}, 1x outside it." if not wa_side else
-         "1x inside the interval, 1.125x above it: no write-allocate gain shows (stores that skip the read, "
-         "or a cost x + y pays that the copy does not); this run does not measure which." if not no_wa else
+         f"{hw.ADD_OVER_COPY}x inside the interval{add_over_copy.on_end(hw.ADD_OVER_COPY, 'x')}, 1x outside it."
+         if not wa_side else f"1x inside the interval, {hw.ADD_OVER_COPY}x above it: no write-allocate gain shows "
+         "(stores that skip the read, or a cost x + y pays that the copy does not); this run does not measure "
+         "which." if not no_wa else
          "both below the interval: x + y gained more than write-allocate explains, and this run does not "
          "measure what else helps it." if wa_side == "above" else
          "the interval lies between them: x + y gained on a copy, but less than write-allocate alone gives."

@@ -64,7 +64,6 @@ from perfkit.profiling import (
     measure_workload,
 )
 from perfkit.verdict import Prediction, judge
-from perfkit.verdict_text import machine_text
 from perfkit.viz import profiling as vprof
 
 DEVICE = timing.resolve_device()
@@ -89,9 +88,9 @@ print(f"fp32 matmul ceiling of this machine: {viz.si(limits.peak_flops('float32'
 # lazily; cuBLAS picks its kernels by heuristics on every call, it does not autotune). So the first step should be slower
 # than a typical one, and a benchmark that times it is measuring start-up, not training. How
 # much slower depends on the machine and the libraries; the prediction here is only that the
-# first step is slower than the steady steps' median. The ratio's printed interval is the
-# steady median's interval, scaled by the one first step: it covers the denominator only, since
-# one sample of the first step carries no interval of its own. One slow step cannot by itself prove a start-up cost: on a shared machine a steady
+# first step is slower than the steady steps' median. One step is one sample with no interval
+# of its own, so the verdict judges it against the steady steps' spread (the first step over
+# their p90 to over their p10): it holds only for a first step slower than nine in ten of them. One slow step cannot by itself prove a start-up cost: on a shared machine a steady
 # step can stall as long (section 1c), so the cell counts the steady steps that did.
 #
 # **Measurement.** A fresh tiny GPT-2, each step timed on its own with `perfkit.timing.Timer`
@@ -103,30 +102,14 @@ step_times = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=0, r
                               device=DEVICE).times_s  # no warm-up: the first call is timed too
 first, steady = step_times[0], stats.median(step_times[1:])
 stalls = [t for t in step_times[1:] if t > 3 * steady]  # s: steady steps 3x their median or more (section 1c)
+first_x, first_explain = vprof.first_step(step_times)  # one sample against the steady steps' spread
 print(f"first step: {first * 1e3:.1f} ms; median of the next {STEPS}: {steady * 1e3:.1f} ms -> the first step is "
-      f"{first / steady:.1f}x the steady median"
+      f"{first_x.point('x')} the steady median"
       + (f"; {len(stalls)} of the {STEPS} steady steps stalled to 3x the median or more, the slowest "
          f"{max(stalls) * 1e3:.1f} ms" if stalls else ""))
-mean_off = sum(step_times) / len(step_times) / steady - 1  # the mean of every step against the steady median
-steady_off = sum(step_times[1:]) / STEPS / steady - 1  # the steady steps' own mean against their median
 p_first = Prediction("the first step's time over the steady steps' median", "one-time costs in step 1",
                      low=1.0, unit="x")
-viz.verdict(p_first, stats.median_interval(step_times[1:]).inverse().scaled(first), explain={
-    "held": "The interval covers the steady median only: the first step is one sample. "
-            + ("It was slower than every steady step" + (", stalls included. " if stalls else ". ")
-             if first > max(step_times[1:]) else
-             f"A steady step stalled as long or longer ({max(stalls) * 1e3:.1f} ms): a stall of that size could "
-             "account for the first step too, so this run does not show how much of it is start-up. "
-             if stalls else "")
-            + f"A benchmark that took the mean of all {STEPS + 1} steps would read {abs(mean_off):.1%} "
-            f"{'above' if mean_off >= 0 else 'below'} the steady median: {(first - steady) / len(step_times) / steady:+.1%} "
-            "from step 1 itself" + (f", {steady_off * STEPS / len(step_times):+.1%} from the steady steps' own mean lying "
-            f"{abs(steady_off):.1%} {'above' if steady_off >= 0 else 'below'} their median" if abs(steady_off) > 6e-4 else "")
-            + (f" (a few slow steps pull the mean of the {STEPS} steady steps up)" if steady_off > 0.001 else
-               f" (a few fast steps pull the mean of the {STEPS} steady steps down)" if steady_off < -0.001 else "")
-            + "; warm up first, and read medians.",
-    "below": f"The steady steps' median was {steady / first:.1f}x the first step: the machine slowed down after "
-             "step 1 (other processes took the cores), which no start-up cost explains."})
+viz.verdict(p_first, first_x, explain=first_explain)
 
 # %% [markdown]
 # ### 1b. Asynchronous execution
@@ -151,12 +134,12 @@ viz.verdict(p_first, stats.median_interval(step_times[1:]).inverse().scaled(firs
 # they beat. A time below the least time is how you catch this bug in practice.
 #
 # The pool is shut down as soon as its two timings are taken. A thread that runs a PyTorch
-# operator gets its own team of OpenMP threads, which lives as long as the thread does; on a
-# machine with few cores, the main thread's operators then share the cores with a second team.
-# Left alive, such a pool slows every later step on a machine with few cores. Code that hands
-# PyTorch work to a long-lived thread pool (a data loader's transforms, a logger that reduces
-# tensors) can pay the same. Section 4 compares the same step's medians across the notebook's
-# runs.
+# operator gets its own team of OpenMP threads, which lives as long as the thread does. An idle
+# team sleeps after a short spin (`OMP_WAIT_POLICY`, or `KMP_BLOCKTIME` in Intel's runtime), so
+# it costs the main thread's operators cores only while both teams run or spin; this notebook
+# does not measure that cost, it only leaves no second team alive. Code that hands PyTorch work
+# to a long-lived thread pool (a data loader's transforms, a logger that reduces tensors) can
+# pay the same. Section 4 compares the same step's medians across the notebook's runs.
 
 # %%
 n = 1024 if DEVICE.type == "cuda" else 512
@@ -407,7 +390,7 @@ count = count_ops(lambda: models.train_steps(gpt_wl, 1))
 steps = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=2, repeat=STEPS, device=DEVICE)
 where = step_roofline(count, stats.median_interval(steps.times_s), limits)
 print(f"one step: {viz.si(count.flops, 'FLOP')} and {viz.si(count.bytes, 'B')} moved by {count.ops} operators: "
-      + vprof.ridge_text(where.intensity, limits.peak_flops("float32"), limits))
+      + vprof.ridge_text(where.intensity, limits.peak_flops("float32"), limits, where, NEAR_ROOF))
 print(f"HFU from counted FLOPs: {where.mfu.scaled(100).text('%')} "
       f"= {where.of_roof.value:.0%} of the {where.roof} roof ({viz.si(count.flops / where.attainable, 's')} for the "
       f"step at that roof; forward's and backward's operators, each at its own, take R = {viz.si(pm.roof_fwd_s + pm.roof_bwd_s, 's')})")
@@ -983,12 +966,7 @@ viz.build_widget(spec)
 if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widget cell already drew it
     fig = spec.fn(**spec.defaults())
     plt.show()
-d = spec.defaults()  # batch_size, num_workers, cost_ms
-planted_ms = d["batch_size"] * d["cost_ms"]  # ms of per-sample cost per batch, in the main process at 0 workers
-print(f"expected at the default setting: about {dg.step.p50_s * 1e3 + planted_ms:.0f} ms per step, data about "
-      f"{(dg['data'].p50_s * 1e3 + planted_ms) / (dg.step.p50_s * 1e3 + planted_ms):.0%} of it (section 2's digits "
-      f"step, {dg.step.p50_s * 1e3:.1f} ms by its median, plus {d['batch_size']} x {d['cost_ms']:g} ms); a figure far "
-      f"from that was slowed by the machine's load while it ran (now: {machine_text()}).")
+print(vprof.widget_expectation_text(spec, dg))  # section 2's digits step plus the planted cost, against the figure
 
 # %% [markdown]
 # ## Summary
@@ -1025,7 +1003,9 @@ viz.show_headlines({
                                f"Amdahl's bound in the alternating rounds {amdahl:.2f}x",
     "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome}; against Amdahl's "
                              f"bound {amdahl:.2f}x, {vprof.against_bound(speedup, amdahl).split(':')[0]})",
-    "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), bound: {where.bound}",
+    "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), bound: {where.bound}" + (
+        f" (by either roof, for any DRAM figure above {viz.si(floor, 'B/s')})" if (floor := vprof.neither_floor(
+            where, limits.peak_flops("float32"), NEAR_ROOF)) else " (by the limits file's roofs)"),
     "trace vs monitor": f"{worst_pp:.2f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",
 })

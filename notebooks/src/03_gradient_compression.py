@@ -173,7 +173,7 @@ viz.verdict(Prediction("error feedback's conservation error, relative to the lar
 # sign payloads differ between processes and are all-gathered; random-k's shared seed lets
 # its values be all-reduced.
 #
-# **Prediction (bytes, exact).** fp16/bf16 send 1/2 of fp32; top-k 1 % sends 2 % (value and
+# **Prediction (bytes).** fp16/bf16 send 1/2 of fp32; top-k 1 % sends 2 % (value and
 # index); random-k 1 % sends 1 % (plus the 8-byte seed perfkit's payload carries, so that it
 # decodes on its own; processes that draw from one shared seed sequence could leave it out);
 # QSGD 1/4; sign 1/32 (plus a scale per bucket); PowerSGD `(rows + cols) · r` per compressed
@@ -451,12 +451,14 @@ print(f"sampled top-k kept {codecs.sampled_mass:.1%} of exact top-k's magnitude 
 # byte than its all-reduce, so equal bytes do not mean equal time). Its codec cost is one
 # encode and one decode of every process's payload (`perfkit.compress.compression_hook` sums
 # the `n` decoded payloads): encode + decode, timed above, plus `n - 1 = 1` more decode, timed
-# above too. **Prediction** (a model's expectation, not a bound): on loopback TCP the bytes QSGD
-# removes take longer to move than its codec takes, so the time saved less the codec's time is at
-# least 0. It moves the all-gather's bytes at the all-reduce's rate, though notebook 02 measured
-# gloo's all-gather slower per byte: the prediction sets that measurement aside, so it tests the
-# bytes-only view, and a miss is the outcome notebook 02's slower all-gather points to. The codec
-# is timed above in this one process, with both cores to itself; in a hook two processes encode
+# above too. **Prediction** (a guess, not a bound): on loopback TCP the bytes QSGD removes take
+# longer to move than its codec takes, so the time saved less the codec's time is at least 0. It
+# is set before the collectives are timed, so it is a guess at loopback's rate, not a figure of
+# the bytes-only model (the all-gather's bytes at the all-reduce's rate), which needs the dense
+# all-reduce's time from the job below; the verdict prints what that model gives at this run's
+# timings. Notebook 02 measured gloo's all-gather slower per byte, which points to a miss. The codec
+# is timed above in one process, no other process of this run beside it (the load printed with
+# the verdicts above says whether other tasks shared the cores); in a hook two processes encode
 # at once on them, so a step's codec is likely slower than the time used here: that too tilts the
 # prediction towards QSGD paying. One job on 2 processes times the
 # dense all-reduce and each payload's all-gather (its gathered output: 2 payloads) one call at
@@ -494,19 +496,19 @@ t_q, cost_q = statistics.median(iso["qsgd fused"]), statistics.median(cost["qsgd
 t_sweep = pts["dense"]["time_s"]  # s: the same dense all-reduce, the sweep's median of 5 repeats
 pays = stats.of_medians(lambda d, q, c: (d - q - c) * 1e3, [iso["dense"], iso["qsgd fused"], cost["qsgd fused"]],
                         [True, False, False], what="collective time saved less encode + 2 decodes")  # ms
+model = (f" The bytes-only model (the all-gather at the all-reduce's rate per byte) puts the saving at {si(eq := t_d * (1 - gathered['qsgd fused'] / 8 / ENC_NUMEL), 's')}, "
+         f"{si(abs(eq - cost_q), 's')} {'more' if eq > cost_q else 'less'} than the codec: at this run's timings it predicts "
+         + ("QSGD paying" if eq > cost_q else "the miss") + (f" ({abs(eq - cost_q) / abs(t_sweep - t_d):.1f}x the gap between this run's two timings of the dense all-reduce, below: near the edge)" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + ".")
 pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' all-gather time, less encode + "
                                 "2 decodes (gloo, 2 processes)", "loopback TCP moves bytes slower than encoding "
                                 "touches them", low=0.0, unit=" ms", soft=("low",)), pays, explain={
-    "below": f"Encoding and decoding took {si(cost_q, 's')}; the all-gather took {si(t_q, 's')} against the dense "
-             f"all-reduce's {si(t_d, 's')}, so the bytes removed "
+    "below": f"Encoding and decoding took {si(cost_q, 's')}; the all-gather took {si(t_q, 's')} against the dense all-reduce's {si(t_d, 's')}, so the bytes removed "
              + (f"saved {si(t_d - t_q, 's')}" if t_q < t_d else "saved nothing") + f": per byte a process sent, "
              f"the all-gather took {t_q * 4 * ENC_NUMEL / (t_d * gathered['qsgd fused'] / 2):.1f}x the dense "
-             f"all-reduce's time (latency included), where the prediction took them equal, which puts the saving at "
-             f"{si(eq := t_d * (1 - gathered['qsgd fused'] / 8 / ENC_NUMEL), 's')}, {si(abs(eq - cost_q), 's')} "
-             f"{'more' if eq > cost_q else 'less'} than the codec" + (f", {abs(eq - cost_q) / abs(t_sweep - t_d):.1f}x the gap between this run's two timings of the dense all-reduce (below): by its own numbers the model, too, put QSGD near the edge" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + "; notebook 02 had measured the all-gather slower per byte."
+             "all-reduce's time (latency included; notebook 02 had measured the all-gather slower per byte)." + model
              + (nn := nx.timing_noise_note(pays.value / 1e3, pays.value / 1e3 + t_sweep - t_d, abs(t_sweep - t_d), other="the sweep's timing of the dense call (printed below)")),
     "inconclusive": f"Saved {si(t_d - t_q, 's')} (medians) against a codec cost of {si(cost_q, 's')}: these "
-                    "samples (counted above) do not pin the difference down on either side of 0.", "held": nn.lstrip(),
+                    "samples (counted above) do not pin the difference down on either side of 0.", "held": (nn + model).lstrip(),
 })
 viz.show_verdict(pays_verdict)
 
@@ -729,8 +731,8 @@ print(f"Steps: of the {len(others)} methods other than the fp16/bf16 casts, {sum
       f"took longer per step than uncompressed training by the median of the paired ratios ("
       f"{min(e.value for e in others.values()):.2f}x to {max(e.value for e in others.values()):.2f}x), {sum(e.low > 1 for e in others.values())} "
       "with the whole interval above 1x (intervals that take consecutive steps as independent, so likely too "
-      f"narrow: section 3; for {len(nx.medians_outside(others, med))} of the {len(others)} the ratio of the medians "
-      f"lies outside that interval); the SmallCNN gradient's bytes, at the loopback all-reduce's "
+      f"narrow: section 3; for {len(nx.medians_outside(others, med))} of the {len(others)} the ratio of the medians lies outside "
+      f"that interval, and that ratio is above 1x for {sum(med[m] > 1 for m in others)} of the {len(others)}); the SmallCNN gradient's bytes, at the loopback all-reduce's "
       f"rate, take {sizes['cnn dense'] * per_byte / t_none:.1%} of its median step, by this model the most fewer bytes can save. "
       + nx.slowdown_text(others, t_none, [t_dense, t_half, t_small]) + f" Against what half the bytes allow "
       f"(section 4): {cast_text}.")

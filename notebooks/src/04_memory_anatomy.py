@@ -300,18 +300,20 @@ t_plain, t_blocks, t_ckpt, t_switch = (m.times_s for m in timing.interleaved(
     order="balanced"))
 f_blocks = stats.median_ratio(t_blocks, t_plain)   # the recompute, in plain steps
 slow = stats.median_ratio(t_ckpt, t_plain)         # checkpointed step, in plain steps
+medians = stats.median(t_ckpt) / stats.median(t_plain)  # the same, as the ratio of the medians the figure draws
 print(f"plain step: {stats.median(t_plain) * 1e3:.2f} ms (median of {REPEAT} rounds)")
 share = activations.recompute_flop_share(C, L, V, T)  # the blocks' forward matmul FLOPs, in steps
 print(f"the {L} blocks' forward alone: {f_blocks.point()} plain steps ({f_blocks.describe()}); their matmul FLOPs are "
       f"{share:.2f} of a step (at most 1/3; the output layer, not recomputed, holds {1 - 3 * share:.0%} of the forward's)")
-print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})." + activations.flop_rule_text(slow, f_blocks, share))
+print(f"checkpointed step: {slow.point()} plain steps ({slow.describe()})." + slow.beside(medians, judged=False)
+      + activations.flop_rule_text(slow, f_blocks, share))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
 axes[0].barh(CHECKPOINTING, [saved[k] / 1e6 for k in CHECKPOINTING], color="tab:red")
 axes[0].set_xlabel("MB saved for backward")
 axes[1].barh(CHECKPOINTING, [stats.median(t) * 1e3 for t in (t_plain, t_ckpt, t_switch)], color="tab:blue")
-axes[1].set(xlabel="ms per forward + backward (median; no optimizer step)", title="medians only: paired ratios and intervals are printed above")
+axes[1].set(xlabel="ms per forward + backward (median; no optimizer step)", title=f"medians: checkpointed / plain {medians:.2f}x (paired ratios' median {slow.point('x')})")
 for a in axes:
     a.invert_yaxis()
 fig.tight_layout()
@@ -321,13 +323,14 @@ extra = round(slow.value - 1, 2) - round(f_blocks.value, 2)   # beyond the recom
 flop_rule = ("exceeded." if slow.low > 4 / 3 else "not exceeded." if slow.high <= 4 / 3 else
              "neither clearly exceeded nor kept: the step's interval holds 4/3.")
 viz.verdict(p_ck_time, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]), explain={
-    "held": (f"Of the {slow.value - 1:.2f} plain steps added, the recompute accounts for {f_blocks.value:.2f}; "
+    "held": (f"By medians of paired ratios, of the {slow.value - 1:.2f} plain steps added, the recompute "
+             f"accounts for {f_blocks.value:.2f}; "
              f"the other {extra:.2f} ({extra * stats.median(t_plain) * 1e3 / L:.2f} ms per block and step) is "
              "what the model leaves out and this run does not split up: checkpoint's hooks for every saved "
              "tensor, and the recompute running inside the backward pass instead of alone." if extra >= 0 else
              f"The blocks' forward timed alone ({f_blocks.value:.2f} plain steps) took more than the "
-             f"{slow.value - 1:.2f} the checkpointed step added, by the medians: this run leaves nothing beyond "
-             "the recompute to explain.") + " The FLOP count's 4/3 was " + flop_rule,
+             f"{slow.value - 1:.2f} the checkpointed step added, by medians of paired ratios: this run leaves "
+             "nothing beyond the recompute to explain.") + " The FLOP count's 4/3 was " + flop_rule,
     "below": f"The checkpointed step added {slow.value - 1:.2f} plain steps, less than the {f_blocks.value:.2f} "
              "the blocks' forward took alone: the recompute inside the backward pass ran faster than "
              "the same blocks called on their own."})
@@ -443,11 +446,11 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # %%
 viz.show_headlines({
     "measured step peak above the parameters (tiny GPT-2)": f"{viz.si(anatomy.peak, 'B')} on the first step, "
-                                                            f"{viz.si(steady.peak + steady.optimizer_state, 'B')} on the second",
+                                                            f"{viz.si(steady.peak + steady.optimizer_state, 'B')} on the second (the figure stacks each on the parameters' {viz.si(anatomy.params, 'B')})",
     "activations / model states": f"{anatomy.activations / (anatomy.params + anatomy.grads + anatomy.optimizer_state):.1f}x",
     "checkpointing: activation memory": f"{saved[CHECKPOINTING[1]] / saved['none']:.0%} of none after the forward, "
                                         f"about {ck_peak / pred_full.total:.0%} at the backward's peak (model)",
-    "checkpointing: forward + backward time": f"{slow.value:.2f}x",
+    "checkpointing: forward + backward time": f"{slow.text('x')}; the ratio of the medians {medians:.2f}x",
     "autocast bf16: saved bytes / fp32's": f"{(ac := rows['fp32 + autocast(bf16)'].activation_bytes) / (fp := rows['fp32'].activation_bytes):.0%}, activations alone {(ac - copies) / fp:.0%}",
 })
 
@@ -463,12 +466,9 @@ viz.show_headlines({
 
 # %%
 print(f"Checkpointing each block left {saved[CHECKPOINTING[1]] / saved['none']:.0%} of the saved activations "
-      f"after the forward (about {ck_peak / pred_full.total:.0%} at the backward's peak, from the model) for "
-      f"{slow.value - 1:.2f} plain steps more per step, {(slow.value - 1) / f_blocks.value:.1f}x what the blocks' "
-      "forward took alone: " + ("about one extra forward." if abs(slow.value - 1 - f_blocks.value) < 0.1 * f_blocks.value
-                                else "more than one extra forward; section 3's model leaves the rest out (checkpoint's "
-                                "hooks, the recompute running inside the backward)."
-                                if slow.value - 1 > f_blocks.value else "less than one extra forward timed alone."))
+      f"after the forward (about {ck_peak / pred_full.total:.0%} at the backward's peak, from the model) "
+      + activations.checkpoint_cost_text(slow, stats.median_ratio(t_ckpt, [p + b for p, b in zip(t_plain, t_blocks)]),
+                                         medians))
 print(f"The FLOP rule (at most 4/3 = 1.33 plain steps, {1 + share:.2f} for this model's FLOPs, where time follows FLOPs) "
       + (f"was exceeded: the step took {slow.text('x')} plain steps. The recompute, the part the rule counts, took "
          f"{f_blocks.value:.3f} plain steps timed alone ({f_blocks.value / share:.1f}x its matmul FLOPs' {share:.2f}), "

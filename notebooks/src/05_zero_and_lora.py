@@ -211,10 +211,9 @@ fig2 = vmem.plot_loss_curves({n: v.losses for n, v in cmp.variants.items()},
 # %%
 v, ddp = cmp.variants, cmp.variants["ddp_adamw"]
 ratio = {n: stats.median_ratio(r.step_times_s, ddp.step_times_s) for n, r in cmp_all.variants.items()}
-for name in v:
-    if name != "ddp_adamw":
-        print(f"{name:>12}: {ratio[name].point('x')} DDP + AdamW's step time ({ratio[name].describe('x')}), "
-              f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state")
+for name in (n for n in v if n != "ddp_adamw"):
+    print(f"{name:>12}: {ratio[name].point('x')} DDP + AdamW's step time ({ratio[name].describe('x')}), "
+          f"{v[name].state_bytes / ddp.state_bytes:.1%} of its optimizer state." + ratio[name].beside(v[name].step_s / ddp.step_s, judged=False))
 last = {n: r.losses[-1] for n, r in v.items()}  # global mean loss after the last step
 apart = max(abs(x - last["ddp_adamw"]) for x in last.values())  # nats
 print(f"loss after the last step: DDP + AdamW {last['ddp_adamw']:.4f}; the {len(last) - 1} others " + (
@@ -433,7 +432,8 @@ for n in ("zero1", "zero2", "zero3"):
     rounds = stats.range_of(stats.paired_ratios(ms[n].step_times_s, ms["ddp_adamw"].step_times_s))
     print(f"{n}: {ratio[n].point('x')} DDP + AdamW's step time ({ratio[n].describe('x')}; single rounds' ratios "
           f"{rounds.low:.2f}x to {rounds.high:.2f}x, 10th to 90th percentile of {rounds.n}), "
-          f"{vzero.calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})")
+          f"{vzero.calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})."
+          + ratio[n].beside(ms[n].step_s / ms["ddp_adamw"].step_s, what="the ratio of the medians the figure draws"))
 print(note) if (note := vzero.ranking_note(ms, ratio, ("zero1", "zero2", "zero3"))) else None
 
 # %%

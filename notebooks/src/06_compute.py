@@ -38,7 +38,6 @@ import os
 QUICK = os.environ.get("PERFKIT_QUICK", "0") in ("1", "true")  # CI sets it
 
 # %%
-import math
 import statistics
 from dataclasses import replace
 
@@ -50,7 +49,7 @@ from perfkit import ceilings, compute, hw, sizing, stats, timing, viz
 from perfkit.compute import autocast_parts, budget, compiling, fusion, kernels, throughput
 from perfkit.compute import experiments as ex
 from perfkit.models import gpt2_workload, tiny_gpt2
-from perfkit.verdict import Prediction
+from perfkit.verdict import Prediction, judge
 from perfkit.viz import compute as vc
 from perfkit.viz import machine as vm
 from perfkit.viz import si
@@ -146,8 +145,8 @@ for what, plan in plans.items():
 # the low 16, rounding to nearest even, as PyTorch's conversion does, rather than cutting them off.) **Predictions:** (a) the loss curve's mean over
 # its last 5 steps matches fp32's within 1 % (single steps differ more), since rounding errors of at most about 0.4 % per rounded input (so up to about 0.8 % per product) average out over
 # long sums; (b) the step's speed changes by Amdahl's law: only the ops autocast runs in bf16
-# change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower), and the
-# rest (layer norms, the loss, the optimizer) keeps its speed.
+# change speed, each by its own bf16-over-fp32 speed ratio (below 1 where bf16 is slower); the model
+# assumes the rest (layer norms, the loss, the optimizer) keeps its speed, a premise measured below.
 #
 # First (a): the same tiny GPT-2, the same initial weights and the same batches of text,
 # trained in each precision (at batch `AMP_BATCH`, sized above; `experiments.precision_curves`
@@ -187,8 +186,8 @@ print(ex.largest_rise(curves))
 #
 # **Amdahl's law, with measured parts.** If the ops autocast changes take a share `f` of the
 # fp32 step and run `r` times as fast in bf16, the step becomes `(1 - f) + f / r` of what it
-# was: a speedup of `1 / ((1 - f) + f / r)`; the rest (layer norms on the fp32 residual stream,
-# the loss, AdamW, Python and dispatch) runs the same in both. **The forecast** reads `f` and
+# was: a speedup of `1 / ((1 - f) + f / r)`, if the rest (layer norms on the fp32 residual stream,
+# the loss, AdamW, Python and dispatch) runs the same in both, as the model assumes. **The forecast** reads `f` and
 # `r` off figures measured before this notebook, on the threads the step runs on: `f` = the fp32
 # step's model FLOPs at the fp32 ceiling (notebook 00's, or an operation of another notebook that
 # beat it) over the fp32 step's time, `r` = bf16's rate over fp32's in notebook 00's
@@ -245,7 +244,8 @@ print(f"  bf16's counted FLOPs ran at {si(bf16_per_sample * AMP_BATCH / mm_s, 'F
          f"{bf16_now / bf16_found:.2f}x, to that rate, for what follows: the bf16 'ceiling' is the best bf16 rate "
          "measured so far, not a peak, and a ceiling this step set is no measure of its utilisation"
          if bf16_now > bf16_found else
-         throughput.own_ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, "bf16 step", found)))
+         throughput.own_ceiling_note(limits, "bfloat16", bf16_per_sample * AMP_BATCH / mm_s, CEIL_THREADS, "bf16 step", found,
+                                     f"batch {AMP_BATCH}")))
 
 # %%
 f_ceil = min(1.0, compute.mfu(shape.train_flops(AMP_BATCH), amp.baseline.median_s,
@@ -263,13 +263,14 @@ print(f"measured at the step's shapes: f = {parts.share():.0%}" + (" (capped at 
       f"round, {parts.total().baseline.median_s * 1e3:.1f} ms, over the fp32 step's "
       f"{amp.baseline.median_s * 1e3:.1f} ms; r: the median of those sums' paired ratios, fp32 over bf16 time, "
       "not the ratio of the rows' medians)")
-if swept:
-    viz.verdict(Prediction("bf16 step speedup over fp32", "the forecast: Amdahl with f from the fp32 ceiling and r "
-                           "from notebook 00's sweep", value=crude, rel_tol=0.25, unit="x"), amp.estimate,
-                explain=dict.fromkeys(("above", "below"), parts.forecast_terms(f_ceil, swept.ratio)))
-viz.verdict(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
-                       "in the steps' own rounds: an account of the step by its parts, not a forecast",
-                       value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain(band=0.25))
+fc = judge(Prediction("bf16 step speedup over fp32", "the forecast: Amdahl with f from the fp32 ceiling and r from "
+                      "notebook 00's sweep", value=crude, rel_tol=0.25, unit="x"), amp.estimate,
+           explain=dict.fromkeys(("above", "below"), parts.forecast_terms(f_ceil, swept.ratio))) if swept else None
+acct = judge(Prediction("bf16 step speedup over fp32", "Amdahl with the changed ops timed alone at the step's shapes "
+                        "in the steps' own rounds: an account of the step by its parts, not a forecast",
+                        value=parts.predicted(), rel_tol=0.25, unit="x"), amp.estimate, explain=parts.explain(band=0.25))
+for v in filter(None, (fc, acct)):
+    viz.show_verdict(v)
 
 # %% [markdown]
 # The forecast's `f` counts only the model's FLOPs, at the fp32 ceiling's speed, so it is at most
@@ -343,11 +344,13 @@ xc = torch.randn(CHAIN_ROWS, 1024, device=DEVICE)  # (rows, 1024) fp32
 bias = torch.randn(1024, device=DEVICE)
 torch.testing.assert_close(gelu_chain(xc, bias), F.gelu(xc + bias, approximate="tanh"))
 chain = kernels.elementwise_chain_bytes(READS, xc.numel(), 4, inputs=1)
-ridge = limits.peak_flops("float32", CEIL_THREADS) / limits.copy_bytes_per_s  # FLOP/byte, the roofline's below
+dram = vc.dram_on_threads(limits, CEIL_THREADS)  # B/s: DRAM's roof on the timings' threads, where measured
+ridge = limits.peak_flops("float32", CEIL_THREADS) / (dram or limits.copy_bytes_per_s)  # FLOP/byte, the roofline's below
 print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused {chain.fused / 2**20:.0f} MiB "
       f"({chain.ratio:.1f}x fewer bytes: the predicted speedup if memory decides). Fused, 1.25 FLOP/byte against "
-      f"a float32 ridge of {ridge:.2f} FLOP/byte (compute {on}, DRAM on all cores, the most any thread count draws: "
-      f"with DRAM measured {on} too, the ridge could only lie further right): at least {ridge / 1.25:.2g}x left of it")
+      f"a float32 ridge of {ridge:.2f} FLOP/byte (compute " + (f"and DRAM {on}, {si(dram, 'B/s')}, the roofline's below): "
+      if dram else f"{on}, DRAM on all cores, the most any thread count draws: with DRAM measured {on} too, the ridge "
+      "could only lie further right): at least ") + f"{ridge / 1.25:.2g}x left of it")
 
 # %% [markdown]
 # **What else a new tensor costs.** Each eager op returns a *new* tensor. On Linux, glibc's
@@ -364,7 +367,8 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # (`perfkit.compute.fusion`; its cost per fault, the median of the rounds, is the one figure of a
 # fault's cost this notebook uses, in section 6 too). **The model** of the eager chain, recorded
 # here: its bytes at the DRAM ceiling (notebook 00's, which counts every buffer an operation reads
-# or writes, as the chain's bytes are counted) plus one new tensor per kernel; of the fused kernel,
+# or writes, as the chain's bytes are counted; its copy on the timings' threads where notebook 00
+# measured one, as the roofline below draws it, else all cores') plus one new tensor per kernel; of the fused kernel,
 # its bytes and its one new output tensor. That ceiling is credited as x + y's rate, up to 9/8 of the
 # fastest copy's (a write also reads its line: a copy moves 3 buffers for the 2 it counts, x + y 4
 # for 3); most of the chain's kernels are unary, copy-like, so their bytes term can be up to 1/9 short.
@@ -372,7 +376,7 @@ print(f"{chain.kernels} kernels move {chain.eager / 2**20:.0f} MiB eager; fused 
 # %%
 with sizing.pinned_threads(THREADS):
     cost = fusion.new_tensor_cost(xc, repeat=REPEAT)
-model_s = fusion.chain_model(chain, cost.extra_s, limits.copy_bytes_per_s)  # s: bytes + new tensors
+model_s = fusion.chain_model(chain, cost.extra_s, dram or limits.copy_bytes_per_s)  # s: bytes + new tensors
 print(cost.describe(xc.numel() * 4, limits.copy_bytes_per_s))
 print(f"predicted: eager {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernels} new tensors = "
       f"{model_s.eager_s * 1e3:.2f} ms; fused {model_s.fused_s * 1e3:.2f} + {model_s.new_s * 1e3:.2f} ms = "
@@ -418,7 +422,7 @@ bytes_x = rec.eager.median_s / model_s.bytes_s  # the eager chain over its bytes
 print(f"the bytes model alone: eager {model_s.bytes_s * 1e3:.2f} ms predicted, {rec.eager.median_s * 1e3:.2f} ms "
       f"measured ({bytes_x:.1f}x): " + ("memory bandwidth alone did not set the chain's time here"
                                         if bytes_x > 1.5 else "the bytes set the chain's time here"))
-why_eager, why_fused = fusion.chain_explanations(model_s, rec)
+why_eager, why_fused = fusion.chain_explanations(model_s, rec, f"the DRAM ceiling {on}" if dram else None)
 viz.verdict(Prediction("eager chain time", "bytes at the DRAM ceiling + one page-faulted tensor per op",
                        value=model_s.eager_s * 1e3, rel_tol=0.5, unit=" ms"),
             stats.median_interval(rec.eager.times_s).scaled(1e3), explain=why_eager)
@@ -481,8 +485,9 @@ print(fusion.what_fusion_saved(model_s, rec, chain.kernels, chain.ratio))
 # AOTAutograd derives the backward graph from it, inductor fuses and lowers both and compiles C++
 # or Triton code) and saves `e - c` seconds on every later
 # call, where `e` and `c` are the eager and compiled times per call (medians). It pays off after
-# `C / (e - c)` calls; where a range is printed beside it (the GPT-2 step's, when compiled below), it puts `e`
-# and `c` anywhere inside their own intervals at once (`CompileRecord.break_even_between`). Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
+# `C / (e - c)` calls; where a range is printed beside it (the GPT-2 step's, when compiled below), it is
+# `C / (c (ρ - 1))` at the ends of the interval of `ρ`, eager's time over compiled's round by round: the rounds
+# are paired, so the range comes from the paired statistic (`CompileRecord.break_even_between`). Inductor keeps compiled code in an on-disk cache (`/tmp/torchinductor_<user>`
 # unless `TORCHINDUCTOR_CACHE_DIR` names another; the course gives each imitated machine its own),
 # so a second run of the same program on the same machine compiles much faster: the cache hits
 # printed above say which case you are in, and what a cold cache (a fresh machine, CI) cost
@@ -506,24 +511,17 @@ if COMPILE_STEP:
                                              repeat=REPEAT)
     step_x = stats.median_ratio(step_rec.eager.times_s, step_rec.compiled.times_s)  # interleaved pairs
 
-    def pays(rec):  # calls to pay off: the medians' difference, and at the ends of the two medians' intervals
-        ends = ["never" if math.isinf(c) else f"{c:,.0f}" for c in (rec.break_even_calls, *rec.break_even_between())]
-        return f"{ends[0]} steps (the medians' difference; {ends[1]} to {ends[2]} at the medians' interval ends)"
-
     print(f"GPT-2 step: compile {step_rec.compile_s:.1f} s (cache hits {step_rec.fx_cache_hits}), "
           f"{step_rec.eager.median_s * 1e3:.1f} -> {step_rec.compiled.median_s * 1e3:.1f} ms/step (medians, "
           f"{step_rec.speedup:.3f}x); eager's time over compiled's round by round {step_x.text('x')}"
           + ("" if step_x.low <= step_rec.speedup <= step_x.high else
              " (the medians' ratio lies outside it: the paired ratios are another statistic)")
-          + f"; pays off after {pays(step_rec)}")
+          + f"; pays off after {step_rec.break_even_text()}")
     cold_s, cold_text = compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)
-    print(cold_text + (f"; at that cost it pays off after {pays(replace(step_rec, compile_s=cold_s))}"
+    print(cold_text + (f"; at that cost it pays off after {replace(step_rec, compile_s=cold_s).break_even_text()}"
                        if cold_s else ""))
-    soon, late = step_rec.break_even_between()
-    vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32: break-even "
-                       + (f"{soon:,.0f} to {late:,.0f} steps" if math.isfinite(late) else
-                          f"{soon:,.0f} steps to never" if math.isfinite(soon) else "never")
-                       + " at the medians' interval ends", unit="steps")
+    vc.plot_break_even(step_rec, title=f"tiny GPT-2 training step, fp32: break-even {step_rec.break_even_span()}"
+                       " at the paired ratio's interval ends", unit="steps")
     plt.show()
 else:
     print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
@@ -851,7 +849,7 @@ bf16_rate = bf16_per_sample * bf16_top.batch / bf16_top.step.median_s  # counted
 obs = ceilings.observe(limits, "bfloat16", bf16_rate, f"the bf16 step at batch {bf16_top.batch}", threads=CEIL_THREADS)
 every = f" ({bf16_mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 and against == "float32" else ""
 print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as planned at the top), batch "
-      f"{bf16_top.batch}: " + (f"model FLOP/s {bf16_mfu:.1%} of the bfloat16 ceiling {on}" if against == "bfloat16" else
+      f"{bf16_top.batch}: " + (throughput.model_share(limits, "bfloat16", bf16_mfu, CEIL_THREADS, "bf16 step", found) if against == "bfloat16" else
                                f"model FLOP/s {bf16_mfu:.1%} of the float32 ceiling {on}{every}: "
                                "autocast ran the matmuls in bfloat16, which this CPU emulates, so the step is "
                                "held against the roof of what the machine does without bf16")
@@ -859,7 +857,7 @@ print(f"bf16 (timed at batch {', '.join(map(str, BENCH_PLAN.batches))}, as plann
       + ("the rate of its ceiling now: " + obs.note.replace("than the sweep", "than " + (src.removesuffix(  # its setter
           sizing.AFTER_SWEEP) if (src := limits.sources.get("bfloat16, 1 thread" if SHARE < 1 else "bfloat16", ""))
           .endswith(sizing.AFTER_SWEEP) else "the sweep")) + ", so it is no measure of its utilisation" if obs.raised else
-         throughput.own_ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, "bf16 step", found)) + "." + throughput.model_rate_note(
+         throughput.own_ceiling_note(limits, "bfloat16", bf16_rate, CEIL_THREADS, "bf16 step", found, f"batch {bf16_top.batch}")) + "." + throughput.model_rate_note(
           bf16_top, bf16_per_sample * bf16_top.batch, obs.limits.peak_flops("bfloat16", CEIL_THREADS), f"the bfloat16 ceiling {on}"))
 limits = obs.limits  # the ceilings from here on, with the one this step raised
 vc.plot_throughput(bench.points)
@@ -926,6 +924,7 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
             curve.gain(-1, curve.rival()), explain={
     k: ex.hidden_side(curve.gain(-1, curve.rival()).value, 0.9, "x") + "The refined model's terms: "
        f"{curve.explain()['held'][0].lower()}{curve.explain()['held'][1:]}" for k in ("below", "held")})
+print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the same ratio in the sweep's rounds
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
                        "account, not a forecast" if curve.batches[curve.rival()] == FIT else "")
@@ -933,7 +932,6 @@ viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best othe
                        "printed ranges",
                        low=lo, high=hi, unit="x", soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
-print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the same ratio in the sweep's rounds
 
 # %%
 top = max(bench.points, key=lambda p: p.mfu)
@@ -1041,10 +1039,11 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # ## Summary
 #
 # * **bf16 autocast**: the mean loss over the last steps should stay within 1 % of fp32's (single
-#   steps differ more), and Amdahl's law predicts the speed from the share and the speed ratio of
-#   the ops autocast changes: section 1's first verdict says how far a forecast from notebook 00's
-#   square matmuls came, its second how the step divides into those parts at its own shapes (the
-#   time outside them, printed beside it, tests the premise).
+#   steps differ more), and Amdahl's law models the speed from the share and the speed ratio of
+#   the ops autocast changes, assuming the rest of the step keeps its speed: section 1's first
+#   verdict tests a forecast from notebook 00's square matmuls, its second how the step divides
+#   into those parts at its own shapes, and the time outside them tests the premise; the headlines
+#   below say which held and what that time measured.
 # * **Fusion** removes memory traffic and, on a CPU, the page faults of every new intermediate
 #   tensor above the allocator's mmap threshold (section 2 measured whether there were any at its
 #   size); `torch.compile` generates the fused kernel, at a compile cost that must be amortised.
@@ -1060,19 +1059,24 @@ if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widg
 # * **Batch size** spreads per-step costs over more tokens; past some size, activations that
 #   outgrow the cache and memory the allocator hands back (to fault in again every step) can
 #   cost more per token; section 6 counts both terms at each batch (ops past the cache, page
-#   faults per step) and its verdicts say whether the curve turned within this sweep.
+#   faults per step); its verdicts judge the largest batch against the smallest and the best other in
+#   the batch curve's paired rounds, and the headlines below say how many batches the refined model's one
+#   fitted `eta` missed out of sample.
 
 # %%
 viz.show_headlines({
     f"bf16 step, fp32's time over bf16's (batch {AMP_BATCH}; below 1x: bf16 slower)": ex.ratio_text(amp),
+    "bf16 step by Amdahl's law (section 1's verdicts)": parts.summary(acct, fc),
     "GELU chain compiled": f"{fused_x.text('x')}, compile {rec.compile_s:.1f} s",
     f"SDPA vs naive at T={ATTN_T[-1]}": f"{r_long:.2f}x, ratio of medians" + (" (disturbed: not evidence)" * bool(jump)),
     "model FLOP/s over the measured matmul ceiling (section 6; not an MFU: no vendor peak)": (
         f"on {THREADS} of {sizing.CORES} threads, against the ceilings on them ({SHARE:.0%} of the all-core fp32 "
         "one): " if SHARE < 1 else "") + f"fp32 batch {BATCH}: {at_batch.mfu:.1%} of the measured fp32 ceiling"
     + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + f"; bf16 batch {bf16_top.batch}: "
-    + (f"{bf16_top.mfu:.1%} of the bfloat16 ceiling" if bf16_top.ceiling == "bfloat16" else
+    + (throughput.model_share(limits, "bfloat16", bf16_top.mfu, CEIL_THREADS, "bf16 step", found).removeprefix("model FLOP/s ") if bf16_top.ceiling == "bfloat16" else
        f"{bf16_top.mfu:.1%} of the float32 ceiling (emulated bf16)"),
+    "refined batch model out of sample (section 6)": f"{len(inside)} of the {others} batches eta was not fitted on inside their "
+    "printed ranges" + ("" if len(inside) == others else ": it failed out of sample" if not inside else ": it held for some only"),
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
         f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x:.2f}x (ratio of medians)" if sweep_x else "")}

@@ -49,7 +49,6 @@ COMPUTE_THREADS = 1                           # intra-op threads of the model's 
 SPAWN = not QUICK                             # also time workers started by "spawn" (slow)
 
 # %%
-import math
 import os
 import shutil
 import statistics
@@ -238,10 +237,12 @@ fig = vdata.plot_loader_sweep(io_runs, io_pred,
 
 # %% [markdown]
 # The figure judged is the largest of several gaps, one per worker count, each with its own
-# interval. So that all of them hold together at 90 % at least, each interval is taken at a higher level
+# interval. So that all of them hold together at 90 % at least, each interval is asked at a higher level
 # (Bonferroni: 98 % each for five figures), and the largest gap's interval runs from the largest
-# size any of them can take at its low end to the largest at its high end; the verdict calls
-# that "largest size of k figures, each at" that level (`perfkit.stats`). A loop's steps are no
+# size any of them can take at its low end to the largest at its high end. An order-statistic
+# interval covers at least the level asked (7 blocks asked at 98 % cover 98.4 %): the verdict
+# names that exact coverage ("largest size of k figures, each at" it) and prints the joint one
+# Bonferroni's sum gives from it (`perfkit.stats`, `perfkit.data.largest_gap`). A loop's steps are no
 # independent draws (batches the workers queued carry over from one step to the next, and busy
 # workers deliver them in bursts), so each gap is computed per block of consecutive steps, as many
 # blocks as an interval at that level needs (7 at 98 %), each as long as the run allows: the
@@ -259,8 +260,8 @@ where_gap = (f"at {WORKERS[gi]} workers: the median block waited {100 * io_gaps[
              f"{io_pred[gi].steady_wait_share:.0%} predicted)")
 viz.verdict(Prediction("largest gap in waiting share, model against measurement (I/O-bound)",
                        "simulate_pipeline with the measured handoff", high=0.10, physical=(0, 1)),
-            stats.largest(io_gaps, absolute=True), explain={"above": f"The worst gap is {where_gap}.",
-                                                            "held": f"The largest gap is {where_gap}."})
+            ex.largest_gap(io_runs, io_pred), explain={"above": f"The worst gap is {where_gap}.",
+                                                       "held": f"The largest gap is {where_gap}."})
 
 # %% [markdown]
 # Both the numbers and the plot leave out the first step, which carries the startup of the
@@ -479,9 +480,12 @@ else:
 #
 # **Question.** How expensive is preparing one sample of real data, and how many workers
 # would it take to feed a `COMPUTE_MS` step? A batch that loads in under a tenth of the step
-# needs none: in the loop (`num_workers=0`) it adds that tenth at most. Above, it takes
-# `ceil(B * c / t_compute)` workers (each delivers a batch per `B * c`). The bytes a loader produces are tiny next to
-# the machine's memory bandwidth: loading is bound by per-sample work, not by bytes.
+# needs none: in the loop (`num_workers=0`) it adds that tenth at most. Above, 2a's model applies:
+# `ceil(B * c / (t_compute + t_handoff))` workers hide it (each delivers a batch per `B * c`), and
+# the loop still receives each batch, so they save `B * c - t_handoff` a step, nothing where the
+# handoff costs more than the load (`perfkit.data.workers_note`). The bytes a loader
+# produces are tiny next to the machine's memory bandwidth: loading is bound by per-sample work,
+# not by bytes.
 
 # %%
 text_ds = datasets.TextChunks(text, tok, max_len=256)
@@ -493,11 +497,9 @@ for name, d in real.items():
     sample = d[0][0] if isinstance(d[0], tuple) else d[0]
     s = timing.benchmark(lambda d=d: [d[i] for i in range(16)], warmup=1, repeat=3).median_s / 16
     costs[name] = s
-    per_batch = BATCH * s / (COMPUTE_MS / 1e3)   # one batch's load over one step
     share = limits.share_of_bandwidth(sample.numel() * sample.element_size() / s)
-    print(f"{name:>40}: {s * 1e6:6.0f} µs/sample, {per_batch:.1%} of a {COMPUTE_MS:.0f} ms step per batch -> "
-          + (f"{math.ceil(per_batch)} worker{'s' * (per_batch > 1)} to hide it" if per_batch > 0.1 else
-             "no worker needed: in the loop it adds that share") + f"; bytes out {share:.4%} of the DRAM ceiling")
+    print(f"{name:>40}: {s * 1e6:6.0f} µs/sample, {ex.workers_note(BATCH * s, COMPUTE_MS / 1e3, handoff_s)}; "
+          f"bytes out {share:.4%} of the DRAM ceiling")  # workers_note: one batch's load over one step, 2a's model
 
 # %% [markdown]
 # Text samples have different lengths, so a batch must be padded to one length `T`.

@@ -213,7 +213,8 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # parameter), and DDP finalizes bucket by bucket, each after waiting for its all-reduce; with the
 # slow job's buckets, each closed at 1,048 bytes (`bucket_cap_mb=0.001`, section 1 prints how many), every such
 # wait after the first bucket's falls between two reads: communication booked as sync, which the
-# sync fix cannot remove and `--fix ddp` can. (On CUDA, when a parameter went unused, the Reducer
+# sync fix's bound assumes that fix leaves, and which `--fix ddp` removes. Fewer reads leave fewer
+# gaps to book such a wait in, so the sync round prints how that part moved, and says where it fell. (On CUDA, when a parameter went unused, the Reducer
 # also copies the map's device copy back to the host: a real device sync there.) Where what the
 # sync fix can remove is under 5 % of an unprofiled step (`MIN_TESTABLE_SHARE`; its profiled share times
 # the factor above), the gain from removing it is bounded near 1x, closer than two runs of this job minutes apart repeat: that round is shown
@@ -247,8 +248,7 @@ def play_round():
         round_outcomes[r.pick.fix] = v.outcome + (f" ({v.direction})" if v.outcome == "missed" else "")
         judged_by[r.pick.fix] = "its factor of tokens" if r.pick.by_tokens else "the diagnosed share"
     elif r is not None:  # a bound that cannot test the fix: context, no verdict recorded
-        side = r.speedup.clear_of(1.0, "x")
-        round_outcomes[r.pick.fix] = "context, " + {"above": "faster", "below": "slower"}.get(side, "interval holds 1x")
+        round_outcomes[r.pick.fix] = viz.capstone.context_outcome(r)  # "context, faster", and whether within its runs' drift
         text = viz.round_context(r)
         display({"text/markdown": text, "text/plain": text.replace("**", "")}, raw=True)
     return r is not None
@@ -341,7 +341,10 @@ print(ceiling_text(final["shares"]["forward"] + final["shares"]["backward"], ste
 # rounds' product (what the seams moved), drawn apart from the fixes, where it shows at two
 # decimals; the last bar is the direct ratio. A black line through a bar's top is its interval, as
 # printed. A fix measured below 1x is not among them; a kept
-# fix whose interval held 1x is drawn grey: its gain is not one this run can show.
+# fix whose interval held 1x is drawn grey: its gain is not one this run can show. One whose
+# interval lies above 1x, but whose round's two runs before lay at least as far apart as its gain
+# lies from 1x, is drawn pale green and labelled "within the runs' drift": two runs of one
+# configuration differed that much, so drift alone could have made it.
 # MFU is the model's FLOPs (6 per parameter per token, the position embeddings left out since a
 # lookup multiplies nothing; the token embedding, a lookup too, counts only because GPT-2 ties it
 # to the output layer, whose matmul multiplies; plus attention; module 06) of both ranks per second over this
@@ -362,7 +365,7 @@ total = loop.finish()  # the slow job again (default size), and the direct ratio
 display(Markdown(viz.total_text(total)))
 unresolved = [fix for (fix, _), g in zip(loop.waterfall, loop.gains) if g.clear_of(1.0, "x") != "above"]
 if loop.waterfall:
-    viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved, intervals=[(g.low, g.high) for g in loop.gains],
+    viz.plot_waterfall(loop.waterfall, total=total.direct.value, unresolved=unresolved, drifted=loop.drifted, intervals=[(g.low, g.high) for g in loop.gains],
                        total_interval=(total.direct.low, total.direct.high), title="Each fix's tokens/s speedup as measured in its round, with its interval, then the drift and the total")
     plt.show()
 print("kept, interval holding 1x: " + (", ".join(f"--fix {f}" for f in unresolved) or "none"))
@@ -455,7 +458,7 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 #   change: the headlines say so beside it.
 # * On a CPU the sync share of a DDP job with `find_unused_parameters=True` is not the reads'
 #   cost: the sync finding splits it, and the part with a collective in flight is communication,
-#   which the sync fix's bound leaves out.
+#   which the sync fix's bound leaves out; the sync round says how far that part moved with the fix.
 # * When every finding above information level has had its fixes (applied, or tried and dropped:
 #   the headlines list any finding the last diagnosis still shows), the loop turns to the compute:
 #   attention's bound is the compute's whole share, too loose to judge, so it is printed as
@@ -468,11 +471,7 @@ elif None not in reach.values():  # the edge: the tokens/s gain of these two run
 viz.show_headlines({
     "fixes applied": ", ".join(f + (" (interval holds 1x: this run cannot tell it from no change)"
                                     if f in unresolved else "") for f in loop.applied) or "none",
-    "tokens/s": f"{total.slow_tps:,.0f}" + (f" (the mean of two slow runs {total.slow_apart:.2f}x apart: the "
-                                            "machine's speed moved)" if total.slow_apart > 1.1 else "")
-                + f" -> {total.fixed_tps:,.0f}: {total.direct.value:.2f}x measured directly "
-                f"(the rounds' product {total.product.value:.2f}x{', drift between rounds' if total.drift else ''}; "
-                + ("section 3's seams say where the two part)" if total.repeated else "the same runs, chained)"),
+    "tokens/s": viz.capstone.headline_rate(total, reach if loop.applied else None),  # beside the runs to the target
     "each round's outcome (context: a bound that cannot test its fix, too loose or too tight)": ", ".join(
         f"{f}: {o}" for f, o in round_outcomes.items()) or "none",
     "verdicts, by what bounded them": viz.tally_text(round_outcomes, judged_by, ("the diagnosed share", "whether the diagnosed shares predict the gains"),

@@ -211,7 +211,7 @@ viz.verdict(Prediction(f"activation/weight ratio at batch {b_hi} over batch {b_l
                        "batch x sequence", value=b_hi / b_lo, rel_tol=0.05, unit="x"), sizing.growth())
 claim_verdict("Adam state = 2x the model", Claim("Adam needs 2x the model's memory", "AdamW state / fp32 weights", low=1.98,
      high=2.02, unit="x", timed=False), sizing.adam_ratio, f"With mixed precision the formula above gives {per_param['mixed_adam']:g}x.")
-claim_verdict("activations = 4x the model", Claim("activations need 4x the model's memory", "activations / weights, largest "
+claim_verdict(f"activations = 4x the model (the ratio's growth, batch {b_lo} to {b_hi})", Claim("activations need 4x the model's memory", "activations / weights, largest "
      f"over smallest batch ({b_hi} vs {b_lo})", low=0.8, high=1.25, unit="x", timed=False), sizing.growth(), f"The ratio moved "
      f"{sizing.growth():.0f}x from batch {b_lo} to {b_hi}: activations follow batch x sequence, not the weights.")
 
@@ -615,7 +615,8 @@ claim_verdict("torch.compile: 10-30 %", Claim("torch.compile gives a 10-20 % (or
      f"the gain at {1 / f_c:.2f}x; the compile took {comp.record.compile_s:.1f} s"
      + (f" from a warm cache ({comp.record.fx_cache_hits} inductor cache hits; a cold one costs more)."
         if comp.record.fx_cache_hits else " with a cold cache.")
-     + (f" Slower than eager? The compiled step's interval {control_gap_text(pin, comp_speed, 1.0)}."
+     + (f" Slower than eager? The compiled step's interval {control_gap_text(pin, comp_speed, 1.0)}"
+        + (" (claim 14 sets it against every comparison of identical work in this notebook)" if pin.same_code else "") + "."
         + (" What would make it so is not measured here (the compiled graph is not profiled)."
            if pin.resolves(comp_speed, 1.0) else "") if comp_speed.high < 1 else ""))
 
@@ -800,13 +801,16 @@ viz.verdict(Prediction("all-reduces per step at 25 MB written out minus at 500 M
 viz.verdict(Prediction(f"all-reduces per step at {DDP_CAPS[0]} MB over DDP's default", "a tiny cap splits the "
                        "gradient into many buckets", low=2.0, unit="x"), calls[DDP_CAPS[0]] / calls[None])
 claim_verdict("DDP buckets of 500 MB-1 GB", Claim("larger DDP buckets (500 MB-1 GB) reduce communication overhead",
-     "step speedup of 500 MB buckets over DDP's default", **FASTER), buckets,
+     viz.claims.bucket_figure(calls), **FASTER), buckets,
      f"For a {grad_mb:.2f} MiB gradient DDP's default made {calls[None]} all-reduce(s) per step and 500 MB "
      f"{calls[500]}, at {bk[None]['step_s'] * 1e3:.2f} and {bk[500]['step_s'] * 1e3:.2f} ms (each setting's median)."
      f"{buckets.beside(bk[None]['step_s'] / bk[500]['step_s'])} The tiny cap's {calls[DDP_CAPS[0]]} took {tiny.value:.2f}x as long as the default by the median of the rounds' paired "
      f"ratios, {bk[DDP_CAPS[0]]['step_s'] / bk[None]['step_s']:.2f}x by the ratio of the two medians "
-     f"({bk[DDP_CAPS[0]]['step_s'] * 1e3:.1f} and {bk[None]['step_s'] * 1e3:.1f} ms)." + (" " + viz.claims.same_layout_text(Claim("s", "s", **FASTER),
+     f"({bk[DDP_CAPS[0]]['step_s'] * 1e3:.1f} and {bk[None]['step_s'] * 1e3:.1f} ms)." + viz.claims.bucket_source_text(calls, grad_mb) + (" " + viz.claims.same_layout_text(Claim("s", "s", **FASTER),
      buckets, bk[25]["step_s"], bk[500]["step_s"], CONTROL, "25 MB and 500 MB") if calls[25] == calls[500] and CONTROL else ""))
+if pin.same_code:  # claim 9's compiled step against how far identical work read apart: the A/A control, claims 10 and 14
+    print(viz.claims.same_work_text(pin, ({} if cl.params_4d_5d else {"claim 10's one model against itself, its figure": cl.speedup().value}) | ({
+        "claim 14's 25 MB and 500 MB caps, the same buckets, their medians": bk[25]["step_s"] / bk[500]["step_s"]} if calls[25] == calls[500] else {}), comp_speed, "Claim 9's compiled step", "eager"))
 
 # %% [markdown]
 # ## 15. "Gradient accumulation reduces communication N times"
@@ -848,9 +852,13 @@ for name, ratio in per_sample.items():
 # communication.
 #
 # **The model** (modules 02 and 03). Top-k sends values and int32 indices: 8 bytes per kept
-# entry against 4 per dense entry, so `2k` of the dense bytes, 2 % at `k` = 1 %. But the ranks
-# keep different entries, which an all-reduce cannot sum in place: they are all-gathered and
-# every rank decodes them all, and choosing the top `k` costs a pass over the gradient. A
+# entry against 4 per dense entry, so each rank's payload is `2k` of the dense bytes, 2 % at `k` =
+# 1 %. But the ranks keep different entries, which an all-reduce cannot sum in place: they are
+# all-gathered, so each rank receives the other `N - 1` ranks' payloads, `(N - 1) 2k D` bytes of a
+# `D`-byte gradient, where a ring all-reduce moves `2 (N - 1) D / N` per rank: top-k moves `N k` of
+# the all-reduce's bytes, 2 % at this run's `N` = 2 but 16 % at `N` = 16, growing with `N` where
+# the all-reduce's does not. Every rank decodes them all, and choosing the top `k` costs a pass
+# over the gradient. A
 # collective costs `alpha + bytes / bandwidth`: for a small gradient `alpha` dominates and fewer
 # bytes save little, while the selection stays. The run: the small CNN on digits (module 01),
 # 2 processes, DDP's all-reduce against top-k 1 % with error feedback, each step timed. The two

@@ -398,8 +398,9 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # pay: the model's crossover, `U / t + comm = U`, searched over every width, so each all-reduce
 # is charged the fit's line, intercept included (the sweep's cell prints how it compares with
 # the sweep's own calls), and the unsplit block runs at the one-thread fp32 ceiling of the
-# limits file (the fastest one-thread fp32 rate any notebook has recorded; the cell prints
-# which measurement set it, in the words of the notebook that took it: notebook 09's "groups=1
+# limits file (the fastest one-thread fp32 rate any notebook has recorded, in this run or an
+# earlier one whose file it kept, so it can stand above what this run's notebooks reach; the
+# cell prints which measurement set it, in the words of the notebook that took it: notebook 09's "groups=1
 # convolution" is an ordinary dense 3x3 convolution, timed there against its grouped form),
 # both known before any block is timed; within 50 %. At the
 # ceiling `U` is as small as it can be, and an intercept above what the block's calls take
@@ -591,8 +592,8 @@ fig = viz.plot_tp_crossover(achieved, link, T_DEGREE, tokens=4 * 64, seq=64,
 from perfkit.plan import named_cluster
 
 gpus = [named_cluster(g) for g in ("h100-sxm", "a100-80gb")]
-cols = {"here (fp32, gloo over loopback)": (achieved, fit.bandwidth, link.alpha_s, "")}   # alpha per ring step
-cols.update({f"{c.gpu.name} (bf16, NVLink)": (c.gpu.peak_flops * c.efficiency, c.intra.bandwidth, c.intra.alpha_s,
+cols = {"here (fp32, gloo over loopback)": (achieved, fit.bandwidth, "none measured (below)", "")}   # alpha per ring step
+cols.update({f"{c.gpu.name} (bf16, NVLink)": (c.gpu.peak_flops * c.efficiency, c.intra.bandwidth, viz.si(c.intra.alpha_s, "s"),
                                               f"{c.efficiency:.0%} of {viz.si(c.gpu.peak_flops, 'FLOP/s')}")
              for c in gpus})   # a GPU's rate: the planner's expected share of its bf16 peak, not the peak
 rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
@@ -601,13 +602,13 @@ rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
         ("link, per direction", [viz.si(b, "B/s") for _, b, *_ in cols.values()]),
         ("link over here's", [f"{b / fit.bandwidth:,.0f}x" for _, b, *_ in cols.values()]),
         ("FLOP per byte of link", [f"{r / b:,.0f}" for r, b, *_ in cols.values()]),
-        ("alpha, per ring step", [viz.si(a, "s") for _, _, a, _ in cols.values()])]
+        ("alpha, per ring step", [a for _, _, a, _ in cols.values()])]
 display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
                  + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
 print(f"peak and bandwidth from the datasheets; alpha per ring step, as the ring model charges it 2 (t - 1) times: "
-      f"here the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce, a number "
-      f"of this run's fit, not a measured latency ({intercept_note(sizes, secs, fit.alpha_s)}); no datasheet "
-      "gives an alpha: the GPUs' is perfkit.plan's assumption")
+      f"none here: the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce, "
+      f"{viz.si(link.alpha_s, 's')}, is Python, gloo and loopback TCP fitted together, not a latency to set beside "
+      f"a GPU's ({intercept_note(sizes, secs, fit.alpha_s)}); no datasheet gives an alpha: the GPUs' is perfkit.plan's assumption")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -617,10 +618,14 @@ viz.build_widget(viz.tp_widget(achieved, link, seq=64))
 # ## What carries over to GPUs
 #
 # - The counts carry over without activation recomputation: per block and step, 4 all-reduces
-#   of `B x T x C` values (2 forward, 2 backward), or under SP as many all-gathers and
-#   reduce-scatters of the same bytes. Recomputing a block's forward in backward (Megatron-LM's
-#   full recomputation) repeats its forward collectives, 6 per block; recomputing SP's gathered
-#   inputs adds their all-gathers (section 4 counts them). GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
+#   of `B x T x C` values (2 forward, 2 backward), or under SP, with the gathered inputs kept as
+#   here, as many all-gathers and reduce-scatters of the same bytes. Megatron-LM's column-parallel
+#   linears under SP keep only their input's sequence slice and all-gather it again in backward
+#   (section 4's `keep_gathered=False`) by default:
+#   6 all-gathers and 4 reduce-scatters per block, a quarter more bytes than TP's 4 all-reduces
+#   (in a ring an all-reduce sends what one all-gather and one reduce-scatter send together).
+#   Recomputing a block's forward in backward (Megatron-LM's full recomputation) repeats its
+#   forward collectives, 6 all-reduces per block under TP. GPU training sends bf16 activations, 2 bytes a value: `2 N C` bytes each, half this
 #   notebook's fp32 payload (and the widget's, which is fp32 throughout).
 # - SP removes the replicated LayerNorm and dropout activations for the same bytes per block;
 #   per step it adds one all-reduce of the sequence-split parameters' gradients (Megatron-LM's

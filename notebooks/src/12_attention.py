@@ -217,9 +217,10 @@ viz.verdict(Prediction("backward FLOPs counted over the formula", "10 bq bk D pe
 # written in forward and read again in backward. On a GPU those bytes cross the memory bus
 # (HBM) several times: the two matmuls that write and read `S` and `P` do `2D` FLOPs per
 # element, `D` per byte in bf16: 128 for `D` = 128. A GPU's ridge is the FLOPs per byte at
-# which its compute and its memory bandwidth take equal time: an A100's is about 153 (312
-# TFLOP/s over 2.04 TB/s), so these matmuls sit near it, an H100 SXM's about 295 (989 over
-# 3.35), so they sit below it. The passes between them (mask, softmax, dropout) do a handful of
+# which its compute and its memory bandwidth take equal time: an A100 SXM4 80GB's is about 153
+# (312 TFLOP/s over 2.04 TB/s), so these matmuls sit near it (the 40GB part's 1.56 TB/s gives
+# about 200, above them), an H100 SXM's about 295 (989 over 3.35), so they sit below it (NVIDIA's
+# datasheet figures, stored with their sources in `perfkit.plan.cluster.GPUS`). The passes between them (mask, softmax, dropout) do a handful of
 # FLOPs per element, far below either ridge, at every length. Those
 # elementwise passes over `T x T` matrices make eager attention's time its traffic's, not its
 # FLOPs' (Dao et al. 2022, section 2.2); recomputing from `Q`, `K` and the `T`-long `L` keeps
@@ -281,7 +282,8 @@ viz.show_verdict(calls_v)
 # `perfkit.compute.attention_cost` times FlashAttention at every tile size, eager attention and
 # SDPA, interleaved at each length, and fits the two terms on all lengths but the longest. Eager attention's model is its FLOP rate at the longest length
 # fitted, carried to longer lengths: an estimate, not a bound either way, since the rate falls
-# where the `T x T` scores leave a cache and can rise again between such steps. SDPA
+# where the `T x T` scores leave a cache and can rise again between such steps, and a machine
+# that slows between lengths moves it too: SDPA's column, with no `T x T` scores, shows which. SDPA
 # (`torch.nn.functional.scaled_dot_product_attention`) is PyTorch's fused attention; on this
 # CPU it runs a tiled, FlashAttention-style kernel written in C++ (forward and backward), so it
 # pays neither eager's `T²` traffic nor the Python tiles' per-call cost.
@@ -295,7 +297,8 @@ viz.show_verdict(calls_v)
 # size's time per FLOP does not move with `T` (the FLOPs and the tiles both grow as `T²`), so
 # a tile's miss at the longest length either repeats its misses at the shorter lengths (the
 # model misfits that tile) or the shorter lengths do not show it; the verdict prints which,
-# from each length's miss.
+# from each length's miss, and whether SDPA, which no tile cost enters, slowed in the same row
+# (the machine, not the model).
 
 # %%
 with sizing.pinned_threads(THREADS):
@@ -346,7 +349,7 @@ print("eager's FLOP rate: " + ", ".join(f"T = {p.seq_len}: {viz.si(p.flops / p.m
                                         for p in eager_pts)
       + f"; at T = {eager_pts[-1].seq_len} its model gives {viz.si(model.eager_s(eager_pts[-1].seq_len, B, H, D), 's')}"
       f", measured {viz.si(eager_pts[-1].median_s, 's')} "
-      f"({eager_pts[-1].median_s / model.eager_s(eager_pts[-1].seq_len, B, H, D) - 1:+.0%})")
+      f"({eager_pts[-1].median_s / model.eager_s(eager_pts[-1].seq_len, B, H, D) - 1:+.0%})." + va.row_note(points, "eager"))
 best = min((p for p in points if p.impl == "flash" and p.seq_len == SWEEP_LENS[-1]), key=lambda p: p.median_s)
 sdpa = next(p for p in points if p.impl == "sdpa" and p.seq_len == SWEEP_LENS[-1])
 print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile ({best.tile}) "
@@ -364,7 +367,7 @@ print(f"T = {SWEEP_LENS[-1]}: SDPA {viz.si(sdpa.median_s, 's')}, the best tile (
 # %%
 last = max((p for p in points if p.impl == "flash" and p.tile == 64), key=lambda p: p.seq_len)
 display(Markdown(va.times_table(points, per_flop=True)))
-fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=(est := stats.median_interval(last.times_s))) + va.rate_note(points, model) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
+fitted = ac.tile_miss_note(points, model, 64, B, H, D, measured=(est := stats.median_interval(last.times_s))) + va.row_note(points, "flash", 64, miss=last.median_s / p_tile.value - 1, band=tol) + va.rate_note(points, model) + " This run does not time why a point missed." + ac.same_call_note(here, there, "section 3's call")
 tile_v = judge(p_tile, est, explain={"above": fitted, "below": fitted, "held": fitted,
                                      "inconclusive": va.rounds_note(last.times_s, est, f"at T = {last.seq_len}")})
 viz.show_verdict(tile_v)
@@ -600,7 +603,7 @@ viz.show_headlines({
     "eager T² term (bytes)": f"{terms['eager'][0]:.1f}",
     "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome} (a model's expected range, {ends[0]:.2f}x to {ends[1]:.2f}x, its high end {ends[1] / ends[0]:.2f}x its low" + ("; held says its interval lies between the calls' end and the FLOPs', not which end it lies nearer)" if calls_v.held else ")"),
     "ring fp32 difference (P=2)": f"{worst:.1e}",
-    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is the fit's largest miss where it was fitted)" if (off := est.clear_of(p_tile.value, 's')) else ""),
+    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is the fit's largest miss where it was fitted)" if (off := est.clear_of(p_tile.value, 's')) else "") + va.row_flag(points),
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
     "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}" + (f" (judged on the median; {over} of {rounds} rounds waited longer than the bound, the longest {max(ready) / transfers:.1f}x it)" if over else ""),
     "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":

@@ -457,7 +457,7 @@ print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_
       f"what of it passed before they began; the killed group took {fr['restart_s']:.3g} s to rejoin, at the load the first line gives. "
       "That wait is "
       f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
-      "Load lengthens the step and the rejoin, not the count of steps a kill costs.")
+      "Load lengthens the step and the rejoin, not the count of steps a kill costs. " + saving.whole_job_text(fr, fr["config"]["groups"]))
 ft_model = saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"])  # stored run
 p_ft = Prediction(ft_model.what, ft_model.model, value=ft_model.value, rel_tol=ft_model.rel_tol,
                   physical=ft_model.physical, timed=False, measured_here=False)
@@ -529,7 +529,9 @@ print(f"Llama 3 8B's state ({viz.si(big, 'B')} at 14 bytes per parameter, assume
 # process being killed on every filesystem; tmpfs lives in memory and swap, so it is gone at
 # a reboot (the kernel's `Documentation/filesystems/tmpfs.rst`), and a container's own tmpfs
 # mount is removed when the container stops (Docker's documentation, "tmpfs mounts"); on a
-# disk, data not yet fsynced can be lost in a power failure or kernel crash. Of the claim's
+# disk, data not yet fsynced can be lost in a power failure or kernel crash. *Size*: a
+# container's `/dev/shm` is its own tmpfs, 64 MB unless `docker run --shm-size` sets it
+# (Docker's `docker run` reference), so a checkpoint larger than that fails there. Of the claim's
 # three names only `/dev/shm` is measured by name; the disk is the filesystem of this notebook's temporary checkpoint directory (the
 # system's temporary folder, `/tmp` unless `TMPDIR` says otherwise), or the course folder's
 # where that is tmpfs: its type is printed, not its device. **Predictions:** on tmpfs a write with fsync takes as
@@ -645,7 +647,9 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 #   and with it the MTBF changes; the goodput model then says what a failure rate costs, from
 #   two processes here to 16,384 GPUs.
 # * Per-step fault tolerance (torchft) trades the restart for a quorum before every step: a
-#   surviving replica group loses the step in flight, and waits out the dead one's heartbeat.
+#   surviving replica group loses the step in flight, and waits out the dead one's heartbeat;
+#   the job as a whole also loses the killed group's time until it rejoins (section 6 prints
+#   both).
 # * "<1 s" holds for a size and a storage, not in general: the headlines give each save shown
 #   with its side of 1 s, and Llama 3 8B's state at this disk's write rates.
 # * `fsync` waits for a device where there is one, and tmpfs has none, so by the kernel's

@@ -48,6 +48,7 @@ from perfkit.comm.experiments import (
     ring_regime_text,
     small_sizes_text,
 )
+from perfkit.comm.fits import fits_text
 from perfkit.comm.networks import (
     INTERCONNECTS,
     Interconnect,
@@ -55,6 +56,8 @@ from perfkit.comm.networks import (
     encoding_pays,
 )
 from perfkit.comm.overlap import (
+    backward_reading,
+    ddp_against_text,
     overlap_apart_text,
     overlap_held_text,
     overlap_said,
@@ -75,7 +78,9 @@ from perfkit.comm.traffic import (
 
 __all__ = [
     "alone_against_model_text",
+    "backward_reading",
     "bucket_count_effect",
+    "ddp_against_text",
     "bucket_saving",
     "BucketSaving",
     "busbw_fall_text",
@@ -85,6 +90,7 @@ __all__ = [
     "measured_rate_text",
     "encoding_pays",
     "fit_quality",
+    "fits_text",
     "gloo_reduce_scatter_text",
     "gloo_reduce_scatter_text",
     "FitQuality",

@@ -272,8 +272,10 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     position or order in which they ran, which a fixed-order sweep does not separate). Against it:
     does the measured difference stand out (by more than twice it: the spread is the range of a few medians;
     between once and twice it the sentence says it is too close to call), and does the model's
-    range lie within it of the measured difference (if not, the data reject the model; a difference
-    outside the range by less than the spread is called outside it, the spread too wide to judge). Where
+    range lie within twice it of the measured difference (if not, the data reject the model, by the
+    same margin a difference needs to stand out; a difference outside the range by less than the spread
+    is called outside it, the spread too wide to judge, and by once to twice it, neither rejected nor
+    confirmed). Where
     the spread is as large as the largest effect the model predicts, the run can test nothing,
     and the sentence says so instead of calling the model not rejected.
 
@@ -340,6 +342,11 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
                        f"{'below' if diff < lo else 'above'} it, but equal counts spread further than that: "
                        "this run's spread is too wide to judge the model, neither rejecting nor confirming "
                        "it.")
+    if noise < gap <= 2 * noise:  # past the spread, by less than a difference needs to stand out of it
+        return text + (f". The model's range lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, "
+                       f"{gap / noise:.2f}x that spread: beyond it, but not twice it, the margin a "
+                       "difference needs to stand out, so this run neither rejects the model nor confirms it"
+                       + (", as it cannot call the measured difference itself." if not stands else "."))
     if gap <= noise:
         return text + (". The measured difference lies inside the model's range: the data do not reject it"
                        + (", and it stands out of the spread: they agree with it." if stands else
@@ -350,8 +357,8 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
            if hidden_s is None else
            "whose extra all-reduces cost less than their start-ups even with all the overlap backward "
            "allows: they also overlap one another, which the model does not count.")
-    return text + (f". The model lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, more than that "
-                   f"spread: the data reject it for DDP's buckets, {why}")
+    return text + (f". The model lies {si(gap, 's')} {'above' if diff < lo else 'below'} it, more than twice "
+                   f"that spread: the data reject it for DDP's buckets, {why}")
 
 
 def step_comm_text(times_s: Mapping[str, Sequence[float]]) -> str:

@@ -25,11 +25,12 @@ from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import UNRESOLVED_BANDWIDTH, AlphaBeta, fit_alpha_beta, ring_allreduce_time
 from perfkit.comm.collectives import CollectivePoint
+from perfkit.comm.overlap import backward_reading
 from perfkit.comm.ring import held_by_text, measured_rate_text
 from perfkit.units import si
 
-__all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share", "ring_check", "ring_check_text",
-           "ring_regime_text", "small_sizes_text"]
+__all__ = ["FitQuality", "RingCheck", "fit_quality", "hidden_share",
+           "ring_check", "ring_check_text", "ring_regime_text", "small_sizes_text"]
 
 
 @dataclass(frozen=True)
@@ -233,10 +234,10 @@ def hidden_share(times_s: Mapping[str, Sequence[float]],
     each all-reduce at different times, which the step's own communication includes and a
     timing of the all-reduces alone does not. Only backward can cover
     communication (the gradients exist only during it), so the ceiling is
-    ``min(backward, comm) / comm``, ``backward`` the larger of two readings from the same
-    rounds: ``backward_only``'s median and, where ``forward_only`` was timed too,
-    ``compute_only``'s median less ``forward_only``'s (a bound takes the reading that allows
-    the most; the two halves timed apart need not add up to the whole).
+    ``min(backward, comm) / comm``, ``backward`` from the same rounds by :func:`backward_reading`:
+    the larger of ``backward_only``'s median and, where ``forward_only`` was timed too,
+    ``compute_only``'s median less ``forward_only``'s, but never above ``compute_only``'s median (a part
+    cannot outlast its whole).
 
     Args:
         times_s: per-round seconds under ``compute_only``, ``bucketed``, ``overlapped`` and
@@ -268,10 +269,7 @@ def hidden_share(times_s: Mapping[str, Sequence[float]],
     elif comm <= 0:
         raise ValueError(f"times_s['bucketed'] must take longer than times_s['compute_only'] by the "
                          f"medians (no communication showed in the step to hide), got {comm:+.3g} s")
-    backward = float(np.median(b))
-    if "forward_only" in times_s:  # the other reading of backward: the whole less forward timed apart
-        backward = max(backward, float(np.median(c)) - float(np.median(_times("times_s['forward_only']",
-                                                                                 times_s["forward_only"]))))
+    backward = backward_reading(times_s)[0]
     ceiling = min(backward, comm) / comm
     est = stats.per_round(lambda step, overlapped: (step - overlapped) / comm, [s, o], what="paired rounds")
     return est, ceiling

@@ -5,7 +5,8 @@ what it saves can come from launching the all-reduces together rather than from 
 behind backward: :func:`together_share` measures that part on the all-reduces timed alone,
 :func:`overlap_apart_text` holds the overlapped step's saving against it, :func:`overlap_held_text` says
 what the saving inside its predicted range shows, and :func:`overlap_said` puts the overlap verdict's
-outcome in a few words for a summary.
+outcome in a few words for a summary. :func:`backward_reading` gives the backward time the overlap's
+ceiling rests on, and :func:`ddp_against_text` what DDP's step over the overlapped one shows.
 
 Usage::
 
@@ -23,7 +24,8 @@ from perfkit import stats
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.units import si
 
-__all__ = ["overlap_apart_text", "overlap_held_text", "overlap_said", "together_share"]
+__all__ = ["backward_reading", "ddp_against_text", "overlap_apart_text", "overlap_held_text", "overlap_said",
+           "together_share"]
 
 
 def together_share(times_s: Mapping[str, Sequence[float]]) -> stats.Estimate:
@@ -131,3 +133,106 @@ def overlap_said(outcome: str, hidden: stats.Estimate, ceiling: float, saved_s: 
     if outcome == "disturbed":
         return "disturbed: outside the range a share can take"
     raise ValueError(f"outcome must be held, missed, inconclusive or disturbed, got {outcome!r}")
+
+
+def ddp_against_text(ratio: stats.Estimate, caps: Sequence[Mapping[str, object]], cap_mb: float,
+                     cores: int) -> str:
+    """A sentence (starting with a space) on DDP's step over the from-scratch overlapped one
+    (``ratio``, paired rounds), which does the same bucketing and overlap in C++: which side of 1x its
+    interval lies, as printed, and, where DDP ran slower, what the bucket-cap timings (``caps``: the
+    data-parallel job's ``buckets`` rows, ``bucket_cap_mb``, ``calls_per_step`` and ``step_s``, from
+    other rounds, without an interval) say of ``cap_mb``, the cap both steps used: where another cap
+    with fewer all-reduces ran faster, the bucket count is the cause those timings point at, on
+    ``cores`` cores shared by backward and gloo's threads; else that this run does not measure why.
+
+    Raises:
+        TypeError, ValueError: for a ``ratio`` that is not an Estimate, a ``caps`` row without
+            ``calls_per_step`` and ``step_s``, or ``cores`` below 1.
+    """
+    check_type("ratio", ratio, stats.Estimate)
+    check_real("cores", cores, 1)
+    for i, c in enumerate(check_items("caps", caps)):
+        if not isinstance(c, Mapping) or not {"calls_per_step", "step_s"} <= set(c):
+            raise TypeError(f"caps[{i}] must be a mapping with 'calls_per_step' and 'step_s', got {c!r}")
+    side = ratio.clear_of(1.0, "x")
+    if side == "below":
+        return " DDP's step was the faster of the two here, by its whole interval."
+    if side != "above":
+        return (" This run cannot tell DDP's step from the overlapped one's: its interval holds 1x."
+                if ratio.has_interval else " Without an interval this run cannot place DDP's step.")
+    rows = [(c.get("bucket_cap_mb"), int(c["calls_per_step"]), float(c["step_s"]))  # type: ignore[call-overload,arg-type]
+            for c in caps]
+    own = next((r for r in rows if r[0] == cap_mb), None)
+    best = min(rows, key=lambda r: r[2], default=None)
+    text = (f" DDP does the same bucketing and overlap in C++, yet its step ran {ratio.value:.2f}x the "
+            "from-scratch overlapped one here, slower by its whole interval")
+    if own is None or best is None or best[2] >= own[2] or best[1] >= own[1]:
+        return text + "; this run does not measure why."
+    same = [[r[2] for r in rows if r[1] == n] for n in {r[1] for r in rows}]
+    spread = max((max(x) - min(x) for x in same), default=0.0)  # s: how far caps with equal counts ran apart
+    if own[2] - best[2] <= spread:
+        return text + (f"; section 5's caps, timed in other rounds, differ by no more than caps with equal "
+                       f"counts ran apart ({si(spread, 's')}): this run does not measure why.")
+    return text + (
+        f". Section 5 times DDP at each cap in other rounds: at this cap, {cap_mb:g} MiB, its {own[1]} "
+        f"all-reduces per step took {si(own[2], 's')}; at {_cap(best[0])}, {best[1]} per step, "
+        f"{si(best[2], 's')}, the fastest cap"
+        + (", whose one bucket starts only after backward: no overlap at all" if best[1] == 1 else "")
+        + f". Those timings tie DDP's cost here to its bucket count: with {best[1]} all-reduce(s) per step "
+        f"it ran faster than with {own[1]}, by more than caps with equal counts ran apart "
+        f"({si(spread, 's')}), on {cores} cores shared by backward and gloo's threads; this run does not "
+        "measure why DDP's buckets cost more than the from-scratch step's.")
+
+
+def _cap(cap: object) -> str:
+    """``"25 MiB"``, or DDP's default where a bucket-cap row left ``bucket_cap_mb`` unset."""
+    return "the default cap" if cap is None else f"{cap:g} MiB"
+
+
+def backward_reading(times_s: Mapping[str, Sequence[float]]) -> tuple[float, str]:
+    """Backward's time for a ceiling on what it can cover, from the same rounds' medians, and a
+    sentence (starting with ". ", or "" where there is nothing to flag) on the readings it came from.
+
+    ``backward`` is the larger of two readings: ``backward_only``'s median and, where ``forward_only``
+    was timed too, ``compute_only``'s less ``forward_only``'s (a bound takes the reading that allows
+    the most; the halves timed apart need not add up to the whole), but never more than
+    ``compute_only``'s median itself: backward is a part of forward and backward timed together, so a
+    backward alone that took longer than that whole is no reading of backward inside a step; the
+    sentence then says so, with both figures. Otherwise it speaks only where the halves timed apart
+    add up to over 10 % more or less than the whole.
+
+    Raises:
+        TypeError, ValueError: for ``times_s`` that is not a mapping, or a missing, empty or
+            non-positive ``compute_only`` or ``backward_only`` series.
+    """
+    check_type("times_s", times_s, Mapping)
+    if missing := [k for k in ("compute_only", "backward_only") if k not in times_s]:
+        raise ValueError(f"times_s must hold compute_only and backward_only, missing {missing}")
+    c, b = (float(np.median(_positive(f"times_s[{k!r}]", times_s[k])))
+            for k in ("compute_only", "backward_only"))
+    f = (float(np.median(_positive("times_s['forward_only']", times_s["forward_only"])))
+         if "forward_only" in times_s else None)
+    backward = min(max([b] if f is None else [b, c - f]), c)
+    if b > c:
+        return backward, (
+            f". Backward alone, {si(b, 's')}, took {b / c:.2g}x forward and backward timed together "
+            f"({si(c, 's')}" + ("" if f is None else f", forward alone {si(f, 's')}")
+            + "): a part longer than its whole, so backward alone is no reading of the backward inside a "
+            "step; each figure is the slower process's median, and this run does not measure what slowed "
+            f"backward alone. The ceilings below take backward as that whole, {si(c, 's')}, the most a part "
+            "of it can take"
+            + ("" if f is None else f" (compute only less forward alone gives {si(c - f, 's')})"))
+    if f is None or abs(1 - (f + b) / c) <= 0.1:
+        return backward, ""
+    which = "backward alone" if b >= c - f else "compute only less forward alone"
+    return backward, (
+        f". Forward and backward timed apart add to {si(f + b, 's')}, {abs(1 - (f + b) / c):.0%} "
+        f"{'less' if f + b < c else 'more'} than the two timed together: each figure is the slower "
+        "process's median, and this run does not time what the whole step adds (or saves) between the "
+        "two halves; the ceilings below take the larger of the two readings of backward, here "
+        f"{which} ({si(backward, 's')}), as a bound must")
+
+
+def _positive(name: str, xs: Sequence[float]) -> np.ndarray:
+    """``xs`` as an array of seconds, each > 0 and finite."""
+    return np.asarray([check_real(name, x, 0, lo_open=True) for x in check_items(name, xs)], dtype=float)

@@ -223,13 +223,15 @@ class CodecSplit:
 
     Attributes:
         method: ``"qsgd"`` or ``"sign"``.
-        encode_s: the round trip less the decode timed alone in the same round (max, pool
-            and all: everything ``compress`` does).
+        encode_s: the median over the rounds of each round trip less the decode timed alone
+            in the same round (max, pool and all: everything ``compress`` does); not the round
+            trip's median less the decode's, which ``whole_s`` gives.
         decode_s: one decode, timed alone.
         encode_bytes_s, decode_bytes_s: each half's bytes per value
             (:data:`~perfkit.compress.BYTES_PER_VALUE`), plus the line each of its stores reads
             first (write-allocate, as :func:`copy_share_range` counts them), at the copy's 8 per
             value: the time the low end of the predicted range allows that half.
+        whole_s: the round trip's median, where known: the text then names both statistics.
     """
 
     method: str
@@ -237,6 +239,7 @@ class CodecSplit:
     decode_s: float
     encode_bytes_s: float
     decode_bytes_s: float
+    whole_s: float | None = None
 
     @property
     def excess(self) -> dict[str, float]:
@@ -263,7 +266,10 @@ class CodecSplit:
                     + (f"{si(x, 's')} over" if x >= 0 else f"{si(-x, 's')} under") + ")")
         said = ("Timed apart, with write-allocate counted as in the predicted range, "
                 + half("decode", self.decode_s, self.decode_bytes_s) + ", "
-                + half("encode (the round trip less the decode)", self.encode_s, self.encode_bytes_s))
+                + half("encode (the median of each round's round trip less its decode"
+                       + ("" if self.whole_s is None else f"; the two medians printed above differ by "
+                          f"{si(self.whole_s - self.decode_s, 's')}") + ")",
+                       self.encode_s, self.encode_bytes_s))
         sh, ex = self.shares(), self.excess
         if sh is not None:
             most = max(sh, key=sh.__getitem__)
@@ -305,7 +311,7 @@ def codec_split(times: CodecTimes, method: str) -> CodecSplit:
     w_dec = 4.0  # B/value the decode writes (fp32 out); the encode writes the rest (codes or bits)
     w_enc = WRITTEN_PER_VALUE[method]["fused"] - w_dec
     return CodecSplit(method, statistics.median(enc), dec.median_s,
-                      copy_s * (b["encode"] + w_enc) / 8, copy_s * (b["decode"] + w_dec) / 8)
+                      copy_s * (b["encode"] + w_enc) / 8, copy_s * (b["decode"] + w_dec) / 8, whole.median_s)
 
 
 def fused_default_note(fusion: Mapping[str, Any], capped: str | None = None) -> str:

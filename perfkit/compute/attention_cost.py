@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -308,8 +309,7 @@ def same_call_note(sweep: Estimate, other: Estimate, call: str, where: str = "se
     check_type("where", where, str)
     if not (a.has_interval and b.has_interval) or (a.low <= b.high and b.low <= a.high):
         return ""
-    ratio = max(a.value, b.value) / min(a.value, b.value)
-    pace = "slower" if a.value > b.value else "faster"
+    ratio, pace = max(a.value, b.value) / min(a.value, b.value), "slower" if a.value > b.value else "faster"
     return (f" This sweep ran {call} {ratio:.2f}x {pace} than {where} did, the two intervals apart: the fit "
             f"and this prediction rest on rounds that ran at another speed than {where}'s, which the outcome "
             "does not mark.")
@@ -346,8 +346,7 @@ def band_note(points: Sequence[AttentionTiming], model: TileCostModel, batch: in
     own = [p.median_s / p.flops for p in pts if p.impl == "flash" and p.tile == worst.tile and p is not worst]
     if own:
         ratio = worst.median_s / worst.flops / statistics.median(own)
-        text += (f" (its time per FLOP {ratio:.1f}x its tile's "
-                 f"median at the other lengths)")
+        text += f" (its time per FLOP {ratio:.1f}x its tile's median at the other lengths)"
     return text + f"; the other {len(rest)} lie within {min(rest):+.0%} to {max(rest):+.0%}"
 
 
@@ -383,17 +382,19 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
     worst = max((p for p in flash if p.seq_len < longest), key=lambda p: abs(miss(p)))
     text = (f"Tile {tile} lay {', '.join(f'{r:+.0%}' for r in rs)} from the model at the fitted "
             f"T = {', '.join(str(p.seq_len) for p in fitted)}, and {last:+.0%} at T = {longest}: ")
-    if all(r * last > 0 for r in rs):
+    if one_side := all(r * last > 0 for r in rs):
         big = max(rs, key=abs)
-        how = "beyond" if abs(last) > abs(big) else "within"
-        text += (f"on the same side at every fitted length, so the miss at the longest length is one the "
-                 f"shorter lengths already showed, {how} their largest ({big:+.0%})")
+        text += ("on the same side at every fitted length, a bias the shorter lengths already showed, " + (
+            "though not this large" if abs(last) > abs(big) else "within their largest") + f" ({big:+.0%})")
     else:
         text += ("not on the same side at every fitted length: the shorter lengths do not show it as a "
                  "steady misfit")
     own = " (the judged tile's own)." if worst.tile == tile else "."
     text += (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
              f"tile {worst.tile}'s at T = {worst.seq_len}{own}")
+    if one_side and worst.tile == tile:
+        text += (" Its misses all on one side, that band measures the model's bias for this tile, not "
+                 "scatter: the prediction tests if the bias carried over, not if the model extrapolates.")
     if measured is None:
         return text
     check_type("measured", measured, Estimate)
@@ -407,12 +408,12 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
     side, band, (_, lo, hi) = measured.clear_of(pred, "s"), abs(miss(worst)), si_interval(
         measured.value, measured.low, measured.high, "s")
     if side and judge(replace(alt.prediction, rel_tol=band), measured).outcome != "missed":   # band holds it
-        end = measured.low if side == "above" else measured.high
+        end, far = (measured.low, measured.high) if side == "above" else (measured.high, measured.low)
+        free, whole = (math.ceil(100 * abs(x / pred - 1) - 1e-9) for x in (end, far))
         text += (f" The predicted {si(pred, 's')} itself lies {'below' if side == 'above' else 'above'} the "
                  f"measured {measured.label} ({lo} to {hi}), {pred / end:.2f}x its "
-                 f"{'low' if side == 'above' else 'high'} end: only the band's width, ±{band:.0%}, keeps "
-                 "the outcome from missed.")
+                 f"{'low' if side == 'above' else 'high'} end: a band of ±{free}% or wider keeps the outcome "
+                 f"from missed, of ±{whole}% or wider holds it; this one is ±{band:.0%}.")
     return text + (f" Without that one point the band would be ±{abs(tol):.0%} (the next largest miss, tile "
                    f"{nxt.tile}'s at T = {nxt.seq_len}): {si(pred * (1 - abs(tol)), 's')} to "
-                   f"{si(pred * (1 + abs(tol)), 's')}, against which the same rule would call this "
-                   f"measurement {outcome}.")
+                   f"{si(pred * (1 + abs(tol)), 's')}, against which the same rule would call it {outcome}.")

@@ -41,6 +41,7 @@ from perfkit.compute.flops import Speedup
 from perfkit.hw import MachineLimits, dtype_name
 from perfkit.timing import Measurement, interleaved, interleaved_balanced
 from perfkit.units import si
+from perfkit.verdict import Verdict
 
 __all__ = ["AutocastParts", "SweptRatio", "amdahl", "swept_ratio", "time_autocast_parts"]
 
@@ -267,6 +268,28 @@ class AutocastParts:
                                 "faster).",
                 "below": text + " (the ops ran slower inside the mixed step than alone, or autocast's extra "
                                 "autograd nodes cost time the replay does not count)."}
+
+    def summary(self, account: Verdict, forecast: Verdict | None = None) -> str:
+        """The section's finding in one sentence, from its verdicts: each one's outcome beside its
+        predicted speedup (``forecast``: from figures read before the step; ``account``: from these
+        parts), and the time outside the changed ops in the mixed step over
+        the fp32 step's, the premise the model assumes to be 1x (medians, no interval).
+
+        Raises:
+            TypeError: for a verdict that is not a :class:`perfkit.verdict.Verdict`.
+        """
+        check_type("account", account, Verdict)
+        if forecast is not None:
+            check_type("forecast", forecast, Verdict)
+        said = [f"{what}, {si(v.prediction.value, 'x')} predicted: {v.outcome}" for what, v in (
+            ("the forecast from notebook 00's sweep", forecast), ("the account by the step's parts", account))
+            if v is not None]
+        r32, r16 = self.rest_s()
+        rest = (f"outside the changed ops the mixed step took {r16 / r32:.2f}x the fp32 step's time, where "
+                "the model assumes 1x (medians)" if r32 > 0 and r16 > 0 else
+                "a step took less than its changed ops replayed alone, so the time outside them, which the "
+                "model assumes equal, is not measured")
+        return "; ".join([*said, rest])
 
 
 def time_autocast_parts(fp32_step: Callable[[], object], mixed_step: Callable[[], object], warmup: int = 1,

@@ -11,7 +11,7 @@ Usage::
     fast = torch.compile(f)                         # compiles on its first call
     rec = measure_compile(lambda: f(x), lambda: fast(x))
     print(rec.speedup, rec.break_even_calls, graph_breaks(f, x).reasons)
-    print(rec.break_even_between())                  # (soonest, latest) at the medians' interval ends
+    print(rec.break_even_between())                  # (soonest, latest) at the paired ratio's interval ends
     print(cold_compile_cost("my function", rec)[1])  # what an empty cache costs here
 """
 
@@ -31,8 +31,9 @@ import torch
 
 from perfkit._checks import check_callable, check_int, check_real, check_type
 from perfkit._files import write_atomic
+from perfkit.estimate import Estimate
 from perfkit.hw import default_limits_path, device_name
-from perfkit.stats import LEVEL, median_interval, min_samples
+from perfkit.stats import LEVEL, median_ratio
 from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
 __all__ = ["CompileRecord", "GraphReport", "break_even_elsewhere", "cold_compile_cost", "graph_breaks",
@@ -75,34 +76,65 @@ class CompileRecord:
         return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
 
     def break_even_between(self, level: float = LEVEL) -> tuple[float, float]:
-        """:attr:`break_even_calls` at the ends of the two medians' intervals: ``(soonest,
+        """:attr:`break_even_calls` at the ends of the paired ratio's interval: ``(soonest,
         latest)``, ``inf`` at an end where the compiled call may be no faster.
 
-        The ends come from the statistic the point is in, the medians' difference: the eager and
-        the compiled medians each get their order-statistic interval at ``1 - (1 - level) / 2``,
-        so that both hold together with probability at least ``level`` however the rounds'
-        shared load ties them (Bonferroni), and the soonest is ``compile_s / (eager's high end -
-        compiled's low end)``, the latest ``compile_s / (eager's low end - compiled's high end)``.
-        The point always lies between them. (A paired ratio's interval, eager over compiled
-        round by round, is another statistic: the ratio of the medians can lie outside it, and
-        so can the point.) A break-even is ``compile_s / saved``: a saving near 0 leaves it
-        uncertain by far more than the two times' own intervals suggest.
+        The eager and compiled calls are timed in pairs (:func:`measure_compile`), so the ends
+        come from the paired statistic: ``rho``, eager's time over compiled's round by round
+        (:func:`perfkit.stats.median_ratio`, its order-statistic interval at ``level``), gives a
+        saving of ``c * (rho - 1)`` per call at the compiled median ``c``, and a break-even of
+        ``compile_s / (c * (rho - 1))``: the soonest at the interval's high end, the latest at its
+        low end, ``inf`` only where that end is at most 1. Putting the two medians anywhere inside
+        their own intervals at once would treat paired rounds as independent and reach "never"
+        though the paired interval excludes 1. The point, from the medians' difference, can lie
+        outside this range (the ratio of the medians is another statistic than the median of
+        the paired ratios): :meth:`break_even_text` says so where it does.
 
         Raises:
             ValueError: for ``level`` outside (0, 1), or fewer rounds than such an interval
-                needs (``min_samples(1 - (1 - level) / 2)``: 6 at 90 %).
+                needs (``min_samples(level)``: 5 at 90 %).
         """
+        rho = self.paired_ratio(level)
+        if not rho.has_interval:
+            raise ValueError(f"break_even_between needs {rho.needs} rounds for a {level:.0%} "
+                             f"interval, got {self.eager.n}")
+        c = self.compiled.median_s
+
+        def calls(r: float) -> float:
+            return max(self.compile_s, 0.0) / (c * (r - 1)) if r > 1 else math.inf
+
+        return calls(rho.high), calls(rho.low)
+
+    def paired_ratio(self, level: float = LEVEL) -> Estimate:
+        """Eager's time over compiled's, round by round: the median of the paired ratios with its
+        interval (:func:`perfkit.stats.median_ratio`)."""
         check_real("level", level, 0, 1, lo_open=True, hi_open=True)
-        each = 1 - (1 - level) / 2
-        e, c = (median_interval(m.times_s, each) for m in (self.eager, self.compiled))
-        if e.needs or c.needs:
-            raise ValueError(f"break_even_between needs {min_samples(each)} rounds of each for a "
-                             f"{level:.0%} interval, got {self.eager.n} and {self.compiled.n}")
+        return median_ratio(self.eager.times_s, self.compiled.times_s, level=level)
 
-        def calls(saved: float) -> float:
-            return max(self.compile_s, 0.0) / saved if saved > 0 else math.inf
+    def break_even_span(self, unit: str = "steps", level: float = LEVEL) -> str:
+        """:meth:`break_even_between` in words: ``"1,929 to 4,339 steps"``, ``"1,929 steps to
+        never"`` where the interval's low end reaches 1, ``"never"`` where both ends do."""
+        soon, late = self.break_even_between(level)
+        return (f"{soon:,.0f} to {late:,.0f} {unit}" if math.isfinite(late) else
+                f"{soon:,.0f} {unit} to never" if math.isfinite(soon) else "never")
 
-        return calls(e.high - c.low), calls(e.low - c.high)
+    def break_even_text(self, unit: str = "steps", level: float = LEVEL) -> str:
+        """The break-even from the medians' difference with :meth:`break_even_span` beside it:
+        ``"2,338 steps (the medians' difference; 1,929 to 4,339 steps at the ends of the paired
+        ratio's 93% interval, at the compiled median)"``, saying so where the point lies outside
+        that range; the point alone where the rounds are too few for an interval."""
+        be = self.break_even_calls
+        point = "never" if math.isinf(be) else f"{be:,.0f} {unit}"
+        try:
+            soon, late = self.break_even_between(level)
+        except ValueError:
+            return f"{point} (the medians' difference)"
+        out = (f"{point} (the medians' difference; {self.break_even_span(unit, level)} at the ends of the "
+               f"paired ratio's {self.paired_ratio(level).label}, at the compiled median")
+        if soon <= be <= late:
+            return out + ")"
+        return out + ": the medians' difference lies outside that range, the ratio of the medians being " \
+                     "another statistic than the paired ratios)"
 
 
 def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, where: str = "this sweep's",
@@ -110,7 +142,8 @@ def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, 
     """A sentence on ``rec``'s break-even at another run's medians (``eager_s``, ``compiled_s``, s
     per call): the calls its compile cost needs at that saving, held against ``rec``'s own point
     and, where ``rec`` has the rounds for it, the range :meth:`CompileRecord.break_even_between`
-    gives; a run that saves nothing says that compiling never pays off at its medians.
+    gives (:meth:`CompileRecord.break_even_span`); a run that saves nothing says that compiling never
+    pays off at its medians.
 
     Raises:
         ValueError: for a time that is not a finite number > 0.
@@ -126,7 +159,7 @@ def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, 
         soon, late = rec.break_even_between()
     except ValueError:  # too few rounds for the range: the point alone
         soon = late = None
-    span = "" if soon is None else f" ({soon:,.0f} to {late:,.0f})"
+    span = "" if soon is None else f" ({rec.break_even_span('calls')} at its paired ratio's interval ends)"
     out = (f" At {where} medians it saves {saved * 1e3:.1f} ms per call, which pays back the "
            f"{rec.compile_s:.1f} s compile after {n:,.0f} calls, against {own} "
            f"{rec.break_even_calls:,.0f}{span}")

@@ -171,10 +171,15 @@ def chain_model(chain: ChainBytes, extra_s: float, copy_bytes_per_s: float) -> C
                       float(extra_s))
 
 
-def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str, str], dict[str, str]]:
+def chain_explanations(model: ChainModel, rec: CompileRecord,
+                       dram: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """The sentences of the two fusion verdicts (the eager time against ``model``; compiled
-    over eager against the byte ratio), each naming the measured term that explains it."""
+    over eager against the byte ratio), each naming the measured term that explains it.
+    ``dram`` names the DRAM ceiling ``model`` charged the bytes at (``"the DRAM ceiling on 1
+    thread"``: that of the timings' threads); ``None``: the all-core one."""
     check_type("model", model, ChainModel)
+    if dram is not None and (not isinstance(dram, str) or not dram):
+        raise ValueError(f"dram must name the DRAM ceiling the model used, or be None, got {dram!r}")
     check_type("rec", rec, CompileRecord)
     compiled_s, fused_x = rec.compiled.median_s, rec.compiled.median_s / model.fused_s
     if fused_x > 1.5:
@@ -198,7 +203,7 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
              "below": "Faster than the model: intermediates stayed in cache, or the allocator reused blocks."}
     fused_over = compiled_s / model.fused_total_s
     took = (f"The compiled loop took {compiled_s * 1e3:.2f} ms against the model's "
-            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at the all-core DRAM ceiling, "
+            f"{model.fused_total_s * 1e3:.2f} ms (its bytes at {dram or 'the all-core DRAM ceiling'}, "
             f"{model.fused_s * 1e3:.2f} ms, and its one new tensor, {model.new_s * 1e3:.2f} ms)")
     terms = (f"Of the speedup's two terms the {{}} one carries the miss: the compiled loop took "
              f"{fused_over:.2f}x its model's time, the eager chain {eager_x:.2f}x its own "
@@ -209,8 +214,10 @@ def chain_explanations(model: ChainModel, rec: CompileRecord) -> tuple[dict[str,
                "below": terms.format("compiled" if fused_over >= eager_x else "eager") + f"{took}: "
                         "the model leaves out the loop's arithmetic (tanh, tens of instructions per element; "
                         "the cube is two multiplies, as ATen's pow kernel and inductor's lowering both run "
-                        "it) and charges the bytes at the bandwidth of all cores, which the cell after the "
-                        "roofline times on these threads."}
+                        "it)" + (" and charges the bytes at the bandwidth of all cores, which the cell after "
+                                 "the roofline times on these threads." if dram is None else
+                                 "; the cell after the roofline times the same bytes alone on these "
+                                 "threads.")}
     return eager, speedup
 
 

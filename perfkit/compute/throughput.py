@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,13 +29,13 @@ from torch import nn
 from perfkit import ceilings
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt2_shape, make_train_step, mfu, precision_dtype
-from perfkit.hw import MachineLimits
+from perfkit.hw import MachineLimits, dtype_name
 from perfkit.sizing import mfu_dtype, pinned_threads
 from perfkit.timing import Measurement, Timer, interleaved, resolve_device
 from perfkit.units import printed_beside, si, si_interval
 
 __all__ = ["StepBench", "ThroughputPoint", "at_ends", "cross_run_spread", "model_rate_note",
-           "own_ceiling_note", "sweep_beside_curve", "two_run_text"]
+           "model_share", "own_ceiling_note", "sweep_beside_curve", "two_run_text"]
 
 
 @dataclass(frozen=True)
@@ -259,9 +260,9 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
     :class:`perfkit.stats.Estimate`), for a verdict whose floor is ``floor`` (``floor_of`` names
     whose: ``"the crude model's"``): inside or outside ``here``'s interval as printed; outside it,
     each batch's step time in both runs (``times_s`` maps a batch to (sweep, curve) seconds),
-    whether a step moved more than the verdict's margin ``1 - floor`` (a floor below 1x), and,
-    where the two ratios fall on opposite sides of ``floor``, that the verdict holds for the
-    curve's rounds only.
+    whether a step moved more than the verdict's margin ``1 - floor`` (a floor below 1x), and on
+    which side of ``floor`` the sweep's figure lies: for a floor below 1x always, else where the
+    two ratios fall on opposite sides of it (the verdict then holds for the curve's rounds only).
 
     Raises:
         ValueError: for a ratio or a step time that is not a finite number > 0.
@@ -276,9 +277,15 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
     out = (f"The batch sweep above measured the same ratio, batch {top} over {rival}, at {shown} (a ratio of "
            f"its medians); this curve's rounds: {here.text('x')}. The same steps in two separate runs, each "
            "paired only within its own rounds: ")
+    side, other = ("at or above", "below") if swept >= floor else ("below", "at or above")
+    same = (swept >= floor) == (here.value >= floor)
+    where = f"{side} {floor_of} floor ({floor:.2f}x)"
     if not here.clear_of(swept, "x"):
-        return (out + f"the sweep's figure lies inside this {here.label}. The verdicts judge this curve's "
-                "paired rounds.")
+        said = (f", and {where}, as this curve's point does" if same and floor < 1 else "" if same else
+                f", but {where}, where this curve's point lies {other} it: the two runs agree within this "
+                "interval, and that verdict's side is this curve's rounds'")
+        return (out + f"the sweep's figure lies inside this {here.label}{said}. The verdicts judge this "
+                "curve's paired rounds.")
     moved = "; ".join(f"batch {b} {a * 1e3:.1f} ms there, {c * 1e3:.1f} ms here "
                       f"({max(a, c) / min(a, c):.2f}x)" for b, (a, c) in times_s.items())
     out += (f"the sweep's figure lies outside this {here.label} (the step times: {moved}). It is a ratio of "
@@ -289,10 +296,11 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
     if floor < 1 and most - 1 > 1 - floor:
         out += (f" A step moved {most - 1:.0%} between the runs, more than {floor_of} {1 - floor:.0%} "
                 "margin, so one run's rounds cannot settle that verdict for the step in general.")
-    if (swept >= floor) != (here.value >= floor):
-        out += (f" The sweep's figure lies {'at or above' if swept >= floor else 'below'} {floor_of} "
-                f"floor ({floor:.2f}x) and this curve's {'below' if swept >= floor else 'at or above'} it: "
-                "that verdict stands for this curve's rounds only.")
+    if not same:
+        out += (f" The sweep's figure lies {where} and this curve's {other} it: that verdict stands for "
+                "this curve's rounds only.")
+    elif floor < 1:
+        out += f" The sweep's figure lies {where}, as this curve's point does."
     return out + " The verdicts judge this curve's paired rounds."
 
 
@@ -345,19 +353,57 @@ def model_rate_note(point: ThroughputPoint, counted_per_step: float, ceiling: fl
 
 
 def own_ceiling_note(limits: MachineLimits, dtype: str, rate: float, threads: int | None = None,
-                     mine: str = "", loaded: MachineLimits | None = None) -> str:
+                     mine: str = "", loaded: MachineLimits | None = None, at: str = "") -> str:
     """:func:`perfkit.ceilings.ceiling_note` (``rate``'s share of the ``dtype`` ceiling, and its
-    source), led, where that ceiling was set by this notebook's own work (its source, as
-    :func:`perfkit.ceilings.ceiling_source` gives it, names ``mine``), by a clause that says so
-    before the share is read: such a share measures the work against itself, not the machine.
+    source), except where that ceiling was set by this same work (its source, as
+    :func:`perfkit.ceilings.ceiling_source` gives it, names ``mine``): a share of it would measure
+    the work against itself, so none is printed. The sentence then gives ``rate`` against the
+    float32 ceiling on the same threads (a share, or how many times it where ``rate`` is above it),
+    names the ``dtype`` ceiling with its source, says why no share of it is printed, and, where
+    ``at`` (``"batch 2"``) names this run's size and the source names a size other than it, says
+    that the ceiling was set at another size.
 
     Raises:
-        TypeError, ValueError: as :func:`perfkit.ceilings.ceiling_note`, and for a ``mine`` that is
-            not a str.
+        TypeError, ValueError: as :func:`perfkit.ceilings.ceiling_note`, and for a ``mine`` or an
+            ``at`` that is not a str.
     """
     check_type("mine", mine, str)
-    note = ceilings.ceiling_note(limits, dtype, rate, threads, loaded=loaded)
-    if not mine or mine not in ceilings.ceiling_source(limits, dtype, threads, loaded):
-        return note
-    return (f"against a ceiling this notebook's own {mine} set, so a share that measures the {mine} against "
-            f"itself, not how much of the machine it used: {note}")
+    check_type("at", at, str)
+    source = ceilings.ceiling_source(limits, dtype, threads, loaded)
+    if not mine or mine not in source:
+        return ceilings.ceiling_note(limits, dtype, rate, threads, loaded=loaded)
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
+    fp32 = limits.peak_flops("float32", threads)
+    roof = (f"{rate / fp32:.1%} of the float32 ceiling{on}, {si(fp32, 'FLOP/s')}" if rate <= fp32 else
+            f"{rate / fp32:.2f}x the float32 ceiling{on}, {si(fp32, 'FLOP/s')}")
+    word = at.split()[0] if at.split() else ""
+    other = bool(word) and bool(re.search(rf"\b{re.escape(word)} \d+\b", source)) \
+        and not re.search(rf"\b{re.escape(at)}\b", source)
+    name = dtype_name(dtype)
+    peak = si(limits.peak_flops(name, threads), 'FLOP/s')
+    return (f"{roof}; no share of the {name} ceiling{on}, {peak}, is printed: it was {source}"
+            + (f" (at another size than this run's {at})" if other else "")
+            + f": the same work, so a share of it would measure the {mine} against itself, not the machine")
+
+
+def model_share(limits: MachineLimits, dtype: str, share: float, threads: int | None = None,
+                mine: str = "", loaded: MachineLimits | None = None) -> str:
+    """``"model FLOP/s 41.0% of the bfloat16 ceiling on 1 thread"``: a step's model FLOP/s over the
+    ``dtype`` ceiling (``share``), never printed as a share above 100 % (model FLOPs count more than
+    the counted FLOPs a ceiling may have been set in: such a share says how many times the ceiling
+    it is, and why), nor as a share of a ceiling this same work set (its source names ``mine``).
+
+    Raises:
+        TypeError, ValueError: for bad limits, an unmeasured dtype, a ``share`` that is not a
+            finite number > 0, or a ``mine`` that is not a str.
+    """
+    check_real("share", share, 0, lo_open=True)
+    check_type("mine", mine, str)
+    on = "" if threads is None else f" on {threads} thread{'s' * (threads != 1)}"
+    name = f"the {dtype_name(dtype)} ceiling{on}"
+    if mine and mine in ceilings.ceiling_source(limits, dtype, threads, loaded):
+        return f"model FLOP/s not held against {name}, which this same work set (as said below)"
+    if float(f"{share * 100:.1f}") <= 100:
+        return f"model FLOP/s {share:.1%} of {name}"
+    return (f"model FLOP/s {share:.2f}x {name}, above it: the model's count (6N + 12·L·d·T a token) exceeds "
+            "the FLOPs counted in the ceiling's operations, so that ceiling is no roof for model FLOPs")

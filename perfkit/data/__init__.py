@@ -46,6 +46,7 @@ from perfkit.data.experiments import (
     sleep_explain,
     wait_share,
     worker_gain,
+    workers_note,
 )
 from perfkit.data.loader import (
     LoaderConfig,
@@ -137,5 +138,6 @@ __all__ = [
     "spin_load_note",
     "wait_share",
     "worker_gain",
+    "workers_note",
     "write_shards",
 ]

@@ -109,12 +109,11 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
     another statistic: set beside a figure built from the medians, it can cross it while the
     medians themselves do not.)
 
-    The interval: each of the four loops' medians gets its order-statistic interval at
-    ``1 - (1 - level) / 4``, so that all four hold together with probability at least ``level``
-    (Bonferroni: true however the rounds' shared load ties them), and the fraction lies between
-    its least and greatest value over those intervals' ends. With the others fixed, it moves one
-    way with each loop's time, so its extremes lie at the corners. Below ``min_samples(1 - (1 -
-    level) / 4)`` rounds (7 at 90 %) it has no interval.
+    The interval: each loop's median gets its order-statistic interval at ``1 - (1 - level) / 4``
+    or more (the text names their least exact coverage), so that all four hold together with
+    probability at least ``level`` (Bonferroni: however the rounds' load ties them); the fraction
+    spans its values at those intervals' corners (it moves one way with each loop's time). Below
+    ``min_samples(1 - (1 - level) / 4)`` rounds (7 at 90 %) it has no interval.
     Given ``n`` (steps per loop) and ``exhausts`` (:func:`overlap_floor`'s), a prefetched loop whose
     interval lies below its floor at the load's and the compute's lower ends is ``beaten``
     (:func:`clip_at_one`): a part ran faster inside the loop than apart, and nothing is clipped.
@@ -142,7 +141,7 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
         return (s - p) / (s - max(load, compute))
 
     point, n = frac(*(m.value for m in med)), min(m.n for m in med)
-    how = f"fraction of the 4 loops' medians over {n} rounds, each at {each:.1%}"
+    how = f"fraction of the 4 loops' medians over {n} rounds, each at {min(m.confidence for m in med):.1%}"
     if any(m.needs for m in med):
         return Estimate(point, point, point, level, n, how, needs=stats.min_samples(each))
     corners = [frac(*ends) for ends in itertools.product(*((m.low, m.high) for m in med))]
@@ -159,13 +158,12 @@ def hidden_fraction_estimate(rounds: Mapping[str, Sequence[float]], kind: str,
 def clip_at_one(est: Estimate, beaten: bool = False) -> Estimate:
     """A hidden fraction's interval clipped at 1, the most a prefetcher can hide.
 
-    A fraction above 1 says the prefetched loop beat its longer part timed apart. Where the
-    interval still reaches 1, the noise of the loops' medians explains that, so the figure and the
-    interval's top end are set to 1 and the method says from what; an interval wholly above 1 is
-    left as it is (the parts ran faster inside the loop than apart, or the run was disturbed), as
-    is a figure with no interval, and, saying so, a figure past 1 with ``beaten`` true (the loop
-    beat its floor beyond the noise of the loops that floor is built from).
-    """
+    A fraction above 1 says the prefetched loop beat its longer part timed apart. Where the interval
+    still reaches 1, the loops' noise explains that: the figure and the top end are set to 1, and the
+    method prints the unclipped figure, its excess over 1 against the width before clipping, and that
+    interval's reach below 1. Left as it is: an interval wholly above 1 (the parts ran faster inside
+    the loop than apart, or the run was disturbed), a figure with no interval, and, saying so, one
+    past 1 with ``beaten`` (the loop beat its floor beyond the noise that floor is built from)."""
     check_type("est", est, Estimate)
     check_type("beaten", beaten, bool)
     if beaten and est.value > 1:
@@ -174,8 +172,10 @@ def clip_at_one(est: Estimate, beaten: bool = False) -> Estimate:
                                    "part ran faster inside the loop than timed apart")
     if not est.has_interval or est.high <= 1 or est.low > 1:
         return est
-    why = (f"clipped at 1, the most a prefetcher can hide: the medians give {est.value:.3g}, past 1 by "
-           "the noise of the four loops, as the interval's reach below 1 allows" if est.value > 1 else
+    why = (f"clipped at 1, the most a prefetcher can hide: the medians give {est.value:.3g}, above 1 by "
+           f"{est.value - 1:.2g}, {(est.value - 1) / (est.high - est.low):.0%} of the interval's width "
+           f"before clipping ({est.low:.3g} to {est.high:.3g}), which reaches {1 - est.low:.2g} below 1: "
+           "the noise of the four loops covers it" if est.value > 1 else
            f"its top end clipped at 1 from {est.high:.3g}, the most a prefetcher can hide")
     return replace(est, value=min(est.value, 1.0), high=1.0, method=f"{est.method}; {why}")
 

@@ -28,6 +28,7 @@ from perfkit.memory.model_states import zero_model_states
 __all__ = [
     "ActivationEstimate",
     "CheckpointedBlock",
+    "checkpoint_cost_text",
     "checkpoint_blocks",
     "gpt2_num_params",
     "gpt2_saved_activation_bytes",
@@ -195,6 +196,39 @@ def flop_rule_text(step: Any, recompute: Any, share: float) -> str:
                 f"added {beyond:+.2f} plain steps beyond it (checkpoint's hooks, the recompute inside "
                 "the backward; the verdict below).")
     return head + ("; its interval lies below that." if side == "below" else "; its interval holds that.")
+
+
+def checkpoint_cost_text(step: Any, vs_floor: Any, medians: float) -> str:
+    """What a checkpointed step cost in time, by each statistic, and whether it was more than
+    one extra forward of the blocks: judged on ``vs_floor``'s interval, not on the points.
+
+    The median of the paired rounds' ratios (``step``) and the ratio of the two runs' medians
+    (``medians``) agree only where one run's steps are the other's scaled by one factor; on a
+    loaded machine they can lie far apart, so the sentence names both.
+
+    Args:
+        step: the checkpointed step over the plain one (an ``Estimate``: ``value``, ``label``,
+            ``describe``).
+        vs_floor: the checkpointed step over (plain step + the blocks' forward timed alone),
+            an ``Estimate`` (``clear_of``, ``text``).
+        medians: the ratio of the checkpointed step's median to the plain step's, > 0.
+
+    Returns:
+        A clause, from "for": ``"for a step of 1.80x the plain one by the median of paired
+        ratios (...), 1.07x by the ratio of the medians; ..."``.
+    """
+    medians = check_real("medians", medians, 0.0, lo_open=True)
+    side = vs_floor.clear_of(1.0, "x")
+    over = f"the checkpointed step over the plain step plus the blocks' forward was {vs_floor.text('x')}"
+    head = (f"for a step of {step.point('x')} the plain one by the median of paired ratios "
+            f"({step.describe('x')}), {medians:.2f}x by the ratio of the medians; ")
+    if side == "above":
+        return (f"{head}more than one extra forward timed alone: {over}, its interval above 1x (section 3's "
+                "model leaves the rest out: checkpoint's hooks, the recompute inside the backward).")
+    if side == "below":
+        return f"{head}less than one extra forward timed alone: {over}, its interval below 1x."
+    return (f"{head}this run cannot tell whether it took more than one extra forward timed alone: {over}, "
+            "its interval holding 1x.")
 
 
 def gpt2_step_memory(

@@ -221,8 +221,8 @@ def steady_peak_text(first: StepAnatomy, steady: StepAnatomy) -> str:
     state = steady.optimizer_state
     above = steady.peak + state  # bytes above the parameters
     head = (f"second step (the same AdamW, its {state / 1e6:.2f} MB of state held from the start): peak "
-            f"{steady.peak / 1e6:.2f} MB above its start, {above / 1e6:.2f} MB above the parameters with "
-            f"the state, {above / first.peak:.2f}x the first step's peak")
+            f"{steady.peak / 1e6:.2f} MB above its start, {above / 1e6:.2f} MB above the parameters (the "
+            f"state included), {above / first.peak:.2f}x the first step's peak")
     unsplit = "this run does not split either peak by tensor (a GPU's snapshot would)."
     if above <= first.peak:
         return (head + ": not above it, though it holds the state throughout; the peak counts pages, not "

@@ -188,7 +188,10 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
         return f"its interval {ends} wholly {where} {whose}" if where else \
             f"its interval {ends} holds {whose}" if ends else "no interval"
 
-    text = (f"{gain[0].upper()}{gain[1:]}, where the model gave {model_step:.3f}x. Measured, the busy time "
+    above = step.has_interval and not moved and model_step < 1 and zb_side(step, model_step)[0] == "above"
+    model_txt = (f", and lies wholly above the model's {model_step:.3f}x: the step shows neither a gain "
+                 "nor the one the model gave" if above else f", where the model gave {model_step:.3f}x")
+    text = (f"{gain[0].upper()}{gain[1:]}{model_txt}. Measured, the busy time "
             f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the bubble factor (1 - 1F1B's share) / "
             f"(1 - ZB-H1's) {idle.point('x')} "
             f"({against(idle, model_step)}): {by_busy:.2f}x and {by_idle:.2f}x the model's, the {larger} "

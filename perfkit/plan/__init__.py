@@ -97,11 +97,13 @@ from perfkit.plan.local_tp import (
     tp_memory,
     tp_prediction,
     tp_rank_params,
+    tp_step_split,
     tp_step_time,
 )
 from perfkit.plan.memory_model import (
     BUCKET_BYTES,
     MemoryBreakdown,
+    as_built,
     memory_per_gpu,
     stage_params,
 )
@@ -148,11 +150,11 @@ from perfkit.plan.readings import (
     PairedError,
     one_sided,
     paired_error,
+    pipeline_bias,
     point_and_window,
     published_choices,
-    ring_priced,
     rules_out,
-    tp_step_split,
+    step_ratio_text,
     with_call,
     without_collectives,
     worst_row_cause,
@@ -181,9 +183,12 @@ from perfkit.plan.search import (
 from perfkit.plan.step_time import (
     MEM_PASSES,
     StepTime,
+    flags_sent,
     group_allreduce_time,
     loss_passes,
+    ring_priced,
     step_time,
+    utilisation_words,
 )
 
 __all__ = [
@@ -319,6 +324,11 @@ __all__ = [
     "point_and_window",
     "published_choices",
     "rules_out",
+    "pipeline_bias",
+    "step_ratio_text",
+    "utilisation_words",
+    "flags_sent",
+    "as_built",
     "TIE_BAND",
     "TIE_QUANTILE",
 ]

@@ -70,9 +70,9 @@ LEGEND = ("labels: dpN tpN ppN cpN the data-, tensor-, pipeline- and context-par
           "stages a-b-c blocks per pipeline stage")
 FLOPS_NOTE = ("MFU: model FLOPs as PaLM counts them (6N + 12 L h s: attention over the whole "
               "square, no recomputation) per second over the peak; EFU: the FLOPs the GPUs execute "
-              "(recomputation counted, a causal kernel's half of attention) per second over the "
-              "peak. PaLM's HFU (hardware FLOPs utilisation: MFU's count plus recomputation) counts "
-              "attention's whole square too, so it is at least its MFU; "
+              "(recomputation counted, attention as its kernel runs it: a fused causal kernel 7 L h s of "
+              "the 12 L h s) per second over the peak. PaLM's HFU (hardware FLOPs utilisation: MFU's "
+              "count plus recomputation) counts attention's whole square too, so it is at least its MFU; "
               "EFU is not, and reads below MFU where causal attention saves more than "
               "recomputation adds (so with a causal kernel MFU can read above the efficiency)")
 
@@ -96,8 +96,8 @@ def header_lines(p: Plan, defaults: dict[str, str] | None = None) -> list[str]:
         f"seq {m.seq}{said('seq')}",
         f"cluster: {p.gpus} x {c.gpu.name} ({c.name}); matmul efficiency {c.efficiency:.2f}"
         f"{said('efficiency')}; {c.attention_words()}; usable memory {_gb(c.usable_memory)} GB per GPU "
-        f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB: the rest for the CUDA "
-        f"context, communication buffers and the allocator's fragmentation)",
+        f"({c.memory_share:.0%} of {_gb(c.gpu.memory_bytes)} GB, {c.gpu.memory_bytes / 2**30:.4g} GiB: the "
+        f"rest for the driver's share, the CUDA context, communication buffers, fragmentation)",
         f"links: start-up latency {c.intra.alpha_s * 1e6:.3g} us inside a node, "
         f"{c.inter.alpha_s * 1e6:.3g} us across nodes" + (f" ({c.note})" if c.note else ""),
         _overlap_line(c),

@@ -218,8 +218,7 @@ class CollectiveCost:
     """What :func:`collective_cost` read from paired rounds: ``gap`` is the median of the rounds' differences
     (the step minus the base step, s, with its interval), ``predicted_s`` the model's difference,
     ``charge_s`` its charge for the step's collectives, ``text`` the sentences, ``uncharged_s`` a cost the
-    model leaves out, ``digits`` the decimals of the ms figures, ``base`` the base step's name. All
-    figures in it come from that one statistic."""
+    model leaves out, ``digits`` the decimals of the ms figures, ``base`` the base step's name."""
 
     gap: Estimate
     predicted_s: float
@@ -249,13 +248,13 @@ class CollectiveCost:
         return self.cost_s / self.charge_s
 
     def headline(self) -> str:
-        """The predicted and measured differences and the collectives' cost, in one line: the
-        median's multiple of the charge, and the top of the difference's interval as the bound."""
+        """The predicted and measured differences and the collectives' cost in one line: the median's
+        multiple of the charge, the bound at the top of the difference's own interval (printed)."""
         g, most = self.gap, f"{self.over_charge:.2f}x their charge, a median with no interval"
         if g.has_interval and g.low < g.high:
             top = max(self.charge_s + g.high - self.predicted_s, 0.0) / self.charge_s
-            most = (f"{self.over_charge:.2f}x their charge at the median, at most {top:.2f}x at the top of "
-                    f"the difference's {g.label}")
+            most = (f"{self.over_charge:.2f}x their charge at the median, at most {top:.2f}x with the "
+                    f"difference at the top of its {g.label}, {g.high * 1e3:.{self.digits}f} ms")
         return (f"{self.predicted_s * 1e3:.1f} / {g.value * 1e3:.1f} ms (its collectives, if "
                 f"{self.base}'s took their charge and the compute its fitted cost: {most})")
 
@@ -339,7 +338,8 @@ def collective_cost(steps_s: Sequence[float], base_steps_s: Sequence[float], pre
 
         lo, hi = max(cost(ms(gap.low)), 0.0), cost(ms(gap.high))   # the median the point, the top the bound
         out += (f"they cost {f(cost(g))} ms at the median, {times(gap.value):.2f}x the charge, and at most "
-                f"{f(hi)} ms, {times(gap.high):.2f}x, at the top of the difference's {gap.label} ({f(lo)} to "
+                f"{f(hi)} ms, {times(gap.high):.2f}x, with the difference at the top of its {gap.label} "
+                f"({f(ms(gap.low))} to {f(ms(gap.high))} ms; the collectives' cost over it: {f(lo)} to "
                 f"{f(hi)} ms, {times(gap.low):.2f}x to {times(gap.high):.2f}x)"
                 if gap.has_interval and gap.low < gap.high
                 else f"they cost {f(cost(g))} ms, {times(gap.value):.2f}x the charge (a median, no interval)")

@@ -9,7 +9,10 @@ LayerNorms, position table and row-parallel biases stay whole on every rank), an
 (:func:`perfkit.plan.step_time`, :func:`perfkit.plan.memory_model.stage_params`) count the
 same, which the tests check call by call. :func:`tp_prediction` fits the one efficiency on
 DDP's step of the same model (:mod:`perfkit.jobs.tp_plan` times both in the same rounds) and
-prices the all-reduces on the link measured there (:func:`rounds_link`).
+prices the all-reduces on the link measured there (:func:`rounds_link`). :func:`tp_step_split`
+splits a measured TP step (:mod:`perfkit.jobs.tp_plan`'s ``step`` task) into parts that add up
+to it: the all-reduces with every rank present, and the rest, in which a rank computes; the
+time one rank waits at a call for the other lies inside that rest, never a third part.
 
 Usage::
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
 from perfkit.memory.model_states import zero_model_states
@@ -34,7 +38,7 @@ from perfkit.plan.model import ModelSpec
 from perfkit.plan.step_time import StepTime, step_time
 
 __all__ = ["TP_LAYOUTS", "TPPrediction", "plain_gpt_spec", "rounds_link", "tp_allreduces",
-           "tp_memory", "tp_prediction", "tp_rank_params", "tp_step_time"]
+           "tp_memory", "tp_prediction", "tp_rank_params", "tp_step_split", "tp_step_time"]
 
 # perfkit.jobs.tp_plan's layouts: TP timed at 2 processes; DP x TP at 4 (2 cores: memory only)
 TP_LAYOUTS = {"tp": Layout(tp=2), "dp_tp": Layout(dp=2, tp=2)}
@@ -204,3 +208,45 @@ def tp_prediction(cluster: Cluster, ddp_step_s: float, link: AlphaBeta,
     return TPPrediction(model, eff, link, lay, tp_step_time(model, lay, here.with_efficiency(eff), gb))
 
 
+def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_s: Sequence[float],
+                  skew_s: Sequence[float], calls: int, comm_pred_s: float, compute_pred_s: float) -> str:
+    """The TP step's median in parts that add up: the all-reduces with both ranks present
+    (``transfer_s``), the rest, and against the same step with its all-reduces skipped
+    (``compute_s``) how much longer that rest ran; then the model's charge for the calls.
+
+    Args:
+        step_s, compute_s, transfer_s, skew_s: per round, seconds (``skew_s``: from the first
+            rank's arrival at each call to the last one's, summed over the calls).
+        calls: all-reduces per step.
+        comm_pred_s, compute_pred_s: the model's charge for the calls and for the rest.
+    """
+    for name, xs in (("step_s", step_s), ("compute_s", compute_s), ("transfer_s", transfer_s),
+                     ("skew_s", skew_s)):
+        check_items(name, xs)
+    ms = {k: stats.median(v) * 1e3 for k, v in (("step", step_s), ("alone", compute_s),
+                                                  ("present", transfer_s), ("apart", skew_s))}
+    step, alone, present, apart = ms["step"], ms["alone"], ms["present"], ms["apart"]
+    rest, pred = step - present, comm_pred_s * 1e3
+    longer = rest - alone
+    out = (f"Of the {step:.1f} ms step, its {calls} all-reduces held both ranks {present:.1f} ms; in the "
+           f"other {rest:.1f} ms a rank computed or waited for the other")
+    if apart <= rest:
+        out += (f" (one rank's {apart:.1f} ms of waiting for the other lie inside those, beside the other's "
+                "compute: no third part)")
+    out += (f". With its all-reduces skipped the step took {alone:.1f} ms (predicted "
+            f"{compute_pred_s * 1e3:.1f}): ")
+    if longer >= 0:
+        out += (f"the all-reduces cost the step {present:.1f} ms of transfer and {longer:.1f} ms more "
+                "outside them (longer compute and waiting for the other rank, which this split does not "
+                f"tell apart), {present + longer:.1f} ms in all")
+    else:
+        out += (f"the compute inside the TP step took {-longer:.1f} ms less (the two steps met different "
+                f"load), so only the transfer's {present:.1f} ms can be set against the model")
+    near = abs(round(pred, 1) - round(present, 1)) <= 0.1 + 1e-9  # one step of the printed 0.1 ms
+    verdict = (f"as printed, within 0.1 ms of the transfer's {present:.1f} ms" + (
+               f", and nothing for the {longer:.1f} ms outside them" if longer >= 0.05 else "") if near
+               else "less than the transfer alone" if pred < present
+               else "more than the transfer" if longer < 0
+               else "more than both" if pred > present + longer
+               else "more than the transfer and less than both, so it covers part of the time outside them")
+    return out + f". The model charges them {pred:.1f} ms: {verdict}."

@@ -29,7 +29,8 @@ Two terms depend on the framework a run used, so they are arguments, not default
 
 What a run's allocator reports (torchtitan's "Memory (GiB)" is the caching allocator's
 maximum reserved memory) adds fragmentation on top of these tensors: :mod:`perfkit.plan.memory_runs`
-holds both against published figures.
+holds both against published figures. :func:`as_built` sets a perfkit run's own count beside
+ZeRO's formula, as context: perfkit's optimizer was written to that formula.
 
 Usage::
 
@@ -39,14 +40,17 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from perfkit._checks import check_int, check_real, check_type
 from perfkit.memory.model_states import StateRecipe, zero_model_states
 from perfkit.plan.layout import Layout
 from perfkit.plan.model import ModelSpec
+from perfkit.units import si
+from perfkit.verdict import Prediction
 
-__all__ = ["BUCKET_BYTES", "MemoryBreakdown", "memory_per_gpu", "stage_params"]
+__all__ = ["BUCKET_BYTES", "MemoryBreakdown", "as_built", "memory_per_gpu", "stage_params"]
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket (25 MiB); two are in flight
 
@@ -164,3 +168,37 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, global_batch: int,
     else:
         buffers = 2 * BUCKET_BYTES if lay.dp * lay.cp > 1 else 0.0
     return MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers)
+
+
+def as_built(prediction: Prediction, *ranks: Mapping[str, float]) -> str:
+    """Model states from ZeRO's formula (``prediction``, bytes) beside the bytes a run of perfkit's
+    own optimizer and layers counted (each of ``ranks``: name -> bytes; the largest rank's sum is
+    read), as context, not a verdict:
+    perfkit shards by that formula by design, so the two agree unless perfkit's code strays from
+    it, a check of its bookkeeping, not a prediction of another framework's memory. The text
+    gives each part and how far the sum lies from the formula, and says where it strays by
+    more than the prediction's tolerance.
+
+    Raises:
+        TypeError, ValueError: a ``prediction`` without a positive point value, no rank, or
+            parts that are not a non-empty mapping of bytes >= 0.
+    """
+    check_type("prediction", prediction, Prediction)
+    if not ranks:
+        raise ValueError("as_built needs at least one rank's parts")
+    for parts in ranks:
+        check_type("parts", parts, Mapping)
+        if not parts:
+            raise ValueError("parts must name at least one kind of state")
+        for k, v in parts.items():
+            check_real(f"parts[{k!r}]", v, 0)
+    parts = max(ranks, key=lambda r: sum(r.values()))
+    if prediction.value is None or not prediction.value > 0:
+        raise ValueError("prediction must have a point value above 0")
+    got, u = float(sum(parts.values())), prediction.unit
+    off = got / prediction.value - 1
+    each = ", ".join(f"{k} {si(v, u)}" for k, v in parts.items())
+    said = ("perfkit's code strays from the formula it was written to" if abs(off) > prediction.rel_tol
+            else "a check of perfkit's bookkeeping (its code was written to this count), not a prediction")
+    return (f"Context, not a verdict ({prediction.model}): {prediction.what}, {si(prediction.value, u)} by "
+            f"the formula; counted in the run {si(got, u)} ({each}), {off:+.1%} from it: {said}.")

@@ -1,17 +1,16 @@
 """What lecture 13's comparisons say, in sentences computed from their numbers.
 
-* :func:`tp_step_split` splits a tensor-parallel step (:mod:`perfkit.jobs.tp_plan`'s ``step``
-  task) into parts that add up to it: the all-reduces with every rank present, and the rest,
-  in which a rank computes. The time one rank waits at a call for the other lies inside that
-  rest (it overlaps the other rank's compute), so it is never added as a third part.
 * :func:`one_sided` reads the signs of several predictions' errors together: all on one side
   says more than each verdict alone.
 * :func:`without_collectives` says whether a ratio's tolerance window also holds what the model
   predicts with every collective term dropped: then the verdict cannot test those terms.
+* :func:`step_ratio_text` makes such a ratio context, not a verdict; :func:`pipeline_bias` reads
+  the sleeping pipeline stages' errors together.
 * :func:`zero2_over_zero1` sets the measured ZeRO-2 / ZeRO-1 step ratio beside the model's, which
   charges the two stages alike, and names what the model leaves out between them.
-* :func:`ring_priced` says where a ZeRO step's predicted difference would lie against its
-  measured interval had the model priced the reduce-scatter as NCCL's ring runs it, not as gloo.
+* :func:`~perfkit.plan.step_time.ring_priced` says where a ZeRO step's predicted difference would
+  lie against its measured interval had the model priced the reduce-scatter as NCCL's ring runs
+  it, not as gloo.
 * :func:`worst_row_cause` names what sets the worst published row apart from its peers (the
   same model and sequence in the same table), from the rows' own settings
   (:meth:`perfkit.plan.PublishedRun.settings`), before any cause outside the model is named.
@@ -22,7 +21,6 @@
 
 Usage::
 
-    print(tp_step_split(step_s, compute_s, transfer_s, skew_s, 13, comm_pred_s, compute_pred_s))
     print(one_sided({"zero1": (1.04, 1.23, "x"), "TP step": (54.3, 57.3, " ms")}))
     print(worst_row_cause(cmp.worst, peers, [0.355, 0.207]))
     print(without_collectives(zero1.terms, ddp.terms, (0.78, 1.30), "x"))
@@ -34,17 +32,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from perfkit import stats
-from perfkit._checks import check_items, check_real, check_type
+from perfkit._checks import check_real, check_type
 from perfkit.estimate import Estimate
-from perfkit.plan.local import CollectiveCost, CoursePredictions
+from perfkit.plan.local import CoursePredictions
 from perfkit.plan.published import RowResult
 from perfkit.plan.search import PairedError, paired_error, published_choices
+from perfkit.verdict import Prediction
 
-__all__ = ["COLLECTIVE_TERMS", "FLAGS_TERM", "PairedError", "one_sided", "paired_error", "point_and_window",
-           "published_choices", "ring_priced", "rules_out", "tp_step_split", "with_call",
-           "without_collectives", "worst_row_cause", "zero2_over_zero1"]
+__all__ = ["COLLECTIVE_TERMS", "FLAGS_TERM", "PairedError", "one_sided", "paired_error",
+           "pipeline_bias", "point_and_window", "published_choices", "rules_out",
+           "step_ratio_text", "with_call", "without_collectives", "worst_row_cause",
+           "zero2_over_zero1"]
 
+# a sign test is read only where all its points on one side would be this rare (2 / 2^n) or rarer
+SIGN_ALPHA = 0.10
 # perfkit's ZeroOptimizer all-reduces one flag per parameter every step: a call the planner does not count
 FLAGS_TERM = "flags all-reduce"
 # the step-time terms (:class:`perfkit.plan.StepTime`) that a collective or a send pays
@@ -77,48 +78,39 @@ def with_call(pred: CoursePredictions, seconds: float, layouts: Sequence[str] = 
     return replace(pred, times=times)
 
 
-def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_s: Sequence[float],
-                  skew_s: Sequence[float], calls: int, comm_pred_s: float, compute_pred_s: float) -> str:
-    """The TP step's median in parts that add up: the all-reduces with both ranks present
-    (``transfer_s``), the rest, and against the same step with its all-reduces skipped
-    (``compute_s``) how much longer that rest ran; then the model's charge for the calls.
+def pipeline_bias(rows: Mapping[str, tuple[float, Estimate, float, float]]) -> str:
+    """The pipeline steps' errors read together: ``rows`` maps a schedule to ``(predicted ms,
+    measured step ms as an Estimate, the busier rank's time in its actions ms, the model's m v
+    slots ms)``. Says how many intervals lie clear of their prediction on each side, each step's
+    error and its actions' overrun, and the source of a one-sided error: the stages sleep, and a
+    sleep ends late, never early, while the model charges the sleep asked for.
 
-    Args:
-        step_s, compute_s, transfer_s, skew_s: per round, seconds (``skew_s``: from the first
-            rank's arrival at each call to the last one's, summed over the calls).
-        calls: all-reduces per step.
-        comm_pred_s, compute_pred_s: the model's charge for the calls and for the rest.
+    Raises:
+        TypeError, ValueError: ``rows`` empty, or not of that shape with finite numbers.
     """
-    for name, xs in (("step_s", step_s), ("compute_s", compute_s), ("transfer_s", transfer_s),
-                     ("skew_s", skew_s)):
-        check_items(name, xs)
-    ms = {k: stats.median(v) * 1e3 for k, v in (("step", step_s), ("alone", compute_s),
-                                                  ("present", transfer_s), ("apart", skew_s))}
-    step, alone, present, apart = ms["step"], ms["alone"], ms["present"], ms["apart"]
-    rest, pred = step - present, comm_pred_s * 1e3
-    longer = rest - alone
-    out = (f"Of the {step:.1f} ms step, its {calls} all-reduces held both ranks {present:.1f} ms; in the "
-           f"other {rest:.1f} ms a rank computed or waited for the other")
-    if apart <= rest:
-        out += (f" (one rank's {apart:.1f} ms of waiting for the other lie inside those, beside the other's "
-                "compute: no third part)")
-    out += (f". With its all-reduces skipped the step took {alone:.1f} ms (predicted "
-            f"{compute_pred_s * 1e3:.1f}): ")
-    if longer >= 0:
-        out += (f"the all-reduces cost the step {present:.1f} ms of transfer and {longer:.1f} ms more "
-                "outside them (longer compute and waiting for the other rank, which this split does not "
-                f"tell apart), {present + longer:.1f} ms in all")
-    else:
-        out += (f"the compute inside the TP step took {-longer:.1f} ms less (the two steps met different "
-                f"load), so only the transfer's {present:.1f} ms can be set against the model")
-    near = abs(round(pred, 1) - round(present, 1)) <= 0.1 + 1e-9  # one step of the printed 0.1 ms
-    verdict = (f"as printed, within 0.1 ms of the transfer's {present:.1f} ms" + (
-               f", and nothing for the {longer:.1f} ms outside them" if longer >= 0.05 else "") if near
-               else "less than the transfer alone" if pred < present
-               else "more than the transfer" if longer < 0
-               else "more than both" if pred > present + longer
-               else "more than the transfer and less than both, so it covers part of the time outside them")
-    return out + f". The model charges them {pred:.1f} ms: {verdict}."
+    check_type("rows", rows, Mapping)
+    if not rows:
+        raise ValueError("rows must hold at least one schedule")
+    for n, row in rows.items():
+        if not isinstance(row, tuple) or len(row) != 4 or not isinstance(row[1], Estimate):
+            raise TypeError(f"rows[{n!r}] must be (predicted, Estimate, actions, slots), got {row!r}")
+        for i in (0, 2, 3):
+            check_real(f"rows[{n!r}][{i}]", row[i])
+    side = [m.clear_of(p, " ms") if m.has_interval and m.low < m.high else None
+            for p, m, _, _ in rows.values()]
+    over = {n: (m.value - p, a - sl) for n, (p, m, a, sl) in rows.items()}  # the error, the actions' part
+    each = "; ".join(f"{n} {e:+.1f} ms, its actions {a:+.1f} ms past the model's slots"
+                     for n, (e, a) in over.items())
+    rest = [e - a for e, a in over.values()]
+    counts, k = {"above their prediction": side.count("above"), "below it": side.count("below"), "around it":
+                 side.count(""), "with too few samples for an interval": side.count(None)}, len(rows)
+    head = (f"All {k} pipeline steps ran above their predictions, each interval clear of it, one bias beyond "
+            "this run's noise" if counts["above their prediction"] == k else f"Of {k} pipeline steps, "
+            + ", ".join(f"{c} {w}" for w, c in counts.items() if c))
+    return (f"{head} ({each}). The stages sleep, and a sleep ends late, never early, while the model "
+            "charges the sleep asked for, so its slots can only be short; the rest of each error, "
+            f"{min(rest):+.1f} to {max(rest):+.1f} ms, lies outside the actions (the waits and sends "
+            "measured against the model's bubble and sends).")
 
 
 def one_sided(points: Mapping[str, tuple]) -> str:
@@ -128,7 +120,8 @@ def one_sided(points: Mapping[str, tuple]) -> str:
     A point whose interval holds its prediction is told apart from neither side and counted
     apart; the sign test reads only the others. All of those on one side is stated with the
     chance of that under independent errors that fall either way at random (``2 / 2^n``), which
-    predictions sharing a fitted figure exceed; otherwise the split is."""
+    predictions sharing a fitted figure exceed, where there are enough of them for that chance to
+    reach :data:`SIGN_ALPHA` (5 at 10 %; fewer are listed with that count); otherwise the split is."""
     check_type("points", points, Mapping)
     if not points:
         raise ValueError("points must name at least one prediction")
@@ -157,6 +150,16 @@ def one_sided(points: Mapping[str, tuple]) -> str:
     if 0 < slow < n:
         return (f"{slow} of the {n} predictions told apart from their measurement lie below it and "
                 f"{n - slow} above ({where}): the errors fall on both sides.{apart}")
+    if 2 * 0.5 ** n > SIGN_ALPHA:   # even all of them on one side would be no rarer than that
+        need = next(k for k in range(1, 64) if 2 * 0.5 ** k <= SIGN_ALPHA)
+        return (f"{'The 1 prediction' if n == 1 else f'All {n} predictions'} told apart from "
+                f"{'its' if n == 1 else 'their'} measurement {'lies' if n == 1 else 'lie'} on one side of it "
+                f"({where}): the model expected {'it' if n == 1 else 'every one'} "
+                f"{'faster' if slow else 'slower'} than it ran.{apart} No sign test is read from "
+                + ("it: one error lies on one side by construction" if n == 1 else
+                   f"them: errors that fall either way at random put all {n} on one side with a chance of "
+                   f"{200 * 0.5 ** n:.3g}%") + f"; only from {need} told apart is all on one side that rare "
+                f"by chance ({SIGN_ALPHA:.0%} or less).")
     return (f"All {n} predictions told apart from their measurement lie on one side of it ({where}): the "
             f"model expected every one {'faster' if slow else 'slower'} than it ran.{apart} No verdict "
             f"alone could decide, but errors that fall either way at random, each independently of the "
@@ -200,11 +203,7 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     if collectives_ms is not None and (not isinstance(collectives_ms, tuple) or len(collectives_ms) != 2):
         raise ValueError(f"collectives_ms must be (cost, charge), got {collectives_ms!r}")
     cost = [check_real(f"collectives_ms[{i}]", c) for i, c in enumerate(collectives_ms or ())]
-    bare = {k: sum(v for n, v in t.items() if n not in COLLECTIVE_TERMS)
-            for k, t in (("terms", terms), ("base", base_terms))}
-    if bare["base"] <= 0:
-        raise ValueError("base_terms must hold a term other than the collectives")
-    ratio = bare["terms"] / bare["base"]
+    ratio = _bare_ratio(terms, base_terms)
     inside = low <= ratio <= high
     head = (f"With every collective term dropped from both steps the model would predict {ratio:.3g}{unit}, "
             f"{'inside' if inside else 'outside'} the window {low:.3g}{unit} to {high:.3g}{unit}: ")
@@ -213,7 +212,7 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
     if measured is None or low <= measured <= high:
         rest = [n for n in dict.fromkeys([*terms, *base_terms]) if n not in COLLECTIVE_TERMS
                 and (terms.get(n, 0) or base_terms.get(n, 0))]
-        return head + ("this verdict does not test the collective terms. What a figure inside the window "
+        return head + ("the window does not test the collective terms. What a figure inside the window "
                        f"tests is the rest of the model ({', '.join(rest)}, at the fitted efficiency): that "
                        "with those terms the collectives and any cost left uncharged add at most "
                        f"{high - ratio:.3g}{unit} to the ratio.")
@@ -223,6 +222,50 @@ def without_collectives(terms: Mapping[str, float], base_terms: Mapping[str, flo
             "collectives to part the two)" + (
                 f"; found by subtraction they cost {cost[0]:.1f} ms against the {cost[1]:.1f} ms charged."
                 if cost else "."))
+
+
+def _bare_ratio(terms: Mapping[str, float], base_terms: Mapping[str, float]) -> float:
+    """The ratio of two steps' terms (seconds) with every :data:`COLLECTIVE_TERMS` term dropped."""
+    bare = {k: sum(v for n, v in t.items() if n not in COLLECTIVE_TERMS)
+            for k, t in (("terms", terms), ("base", base_terms))}
+    if bare["base"] <= 0:
+        raise ValueError("base_terms must hold a term other than the collectives")
+    return bare["terms"] / bare["base"]
+
+
+def step_ratio_text(prediction: Prediction, measured: Estimate, other: float, said: str,
+                    terms: Mapping[str, float], base_terms: Mapping[str, float]) -> tuple[bool, str]:
+    """Whether a step-ratio ``prediction`` is recorded as a verdict, and the text beside it.
+
+    The prediction's window is set before the run; where it also holds the ratio the model
+    predicts with every collective term dropped (``terms`` over ``base_terms``, seconds), no
+    figure inside it tells the collective terms from none, so a held verdict would count them
+    as tested: the ratio is then printed as context, not recorded (``(False, text)``, the text
+    opening with why). Either way the text says where the ``measured`` interval lies against
+    the point and the window (:func:`point_and_window`), where ``other`` (the ratio of the
+    medians) lies against it as printed, and then ``said``.
+
+    Raises:
+        TypeError, ValueError: as :func:`point_and_window` and :func:`without_collectives` do,
+            for a ``prediction`` without a point value, or ``said`` not a string.
+    """
+    check_type("prediction", prediction, Prediction)
+    check_type("said", said, str)
+    if prediction.value is None:
+        raise ValueError("prediction must have a point value (value=..., rel_tol=...)")
+    low, high = prediction.bounds()
+    bare = _bare_ratio(terms, base_terms)
+    recorded = not low <= bare <= high
+    beside, note = measured.beside(other, judged=recorded), measured.on_end(other, "x")
+    beside = beside[:-1] + note + "." if note and beside.endswith(".") else beside  # the note inside
+    body = (point_and_window(measured, prediction.value, (low, high)) + beside + " " + said).strip()
+    if recorded:
+        return True, body
+    p = prediction
+    return False, (f"Context, not a verdict ({p.model}): {p.what}, {p.describe()}. Measured: "
+                   f"{measured.text('x')}. Not recorded as a verdict: its window ({low:.3g}x to {high:.3g}x) "
+                   f"also holds {bare:.3g}x, the model's ratio with every collective term dropped, so it "
+                   f"cannot test the collective terms; the paired difference is read against them. {body}")
 
 
 def rules_out(measured: Estimate, alternatives: Mapping[str, float], unit: str = "") -> str:
@@ -276,7 +319,7 @@ def point_and_window(measured: Estimate, predicted: float, window: tuple[float, 
         return ""
     iv = "Its interval"
     if not measured.clear_of(p, unit):
-        return f"{iv} holds the predicted {p:.3g}{unit} itself."
+        return f"{iv} holds the predicted {p:.3g}{unit} itself{measured.on_end(p, unit)}."
     edges = [e for e in (a, b) if not measured.clear_of(e, unit)]
     if edges:
         return (f"{iv} leaves out the predicted {p:.3g}{unit} itself but holds the window's edge "
@@ -354,38 +397,3 @@ def worst_row_cause(worst: RowResult, peers: Sequence[RowResult],
             return (out + ". The rest of the miss the planner does not explain: which of these settings "
                     "cost the time, the published rows cannot tell")
     return out + "; which of these cost the time, the published rows cannot tell"
-
-
-def ring_priced(cost: CollectiveCost, ring_predicted_s: float, backend: str = "gloo") -> str:
-    """A sentence, starting with a space, on where ``cost``'s predicted difference would lie had the
-    model priced each reduce-scatter as NCCL's ring runs it (half an all-reduce's steps and bytes)
-    instead of as ``backend`` runs it (a whole all-reduce: gloo has no ring reduce-scatter), against the
-    measured interval; ``""`` where the two prices agree or the difference has no interval.
-
-    Args:
-        cost: what :func:`collective_cost` read, its ``predicted_s`` at ``backend``'s price.
-        ring_predicted_s: the model's difference with every reduce-scatter at the ring's price, s.
-        backend: the backend that ran (and whose price ``cost`` carries).
-
-    Raises:
-        TypeError, ValueError: for arguments of the wrong kind or not finite.
-    """
-    check_type("cost", cost, CollectiveCost)
-    check_type("backend", backend, str)
-    ring = check_real("ring_predicted_s", ring_predicted_s)
-    g, nd = cost.gap.scaled(1e3), cost.digits
-    if not (g.has_interval and g.low < g.high) or round(ring * 1e3, nd) == round(cost.predicted_s * 1e3, nd):
-        return ""
-
-    def where(d_s: float) -> str:
-        return {"above": "below", "below": "above"}.get(g.clear_of(d_s * 1e3, "ms"), "inside")
-
-    here, there = where(cost.predicted_s), where(ring)
-    return (f" On {backend}, which ran here, a reduce-scatter all-reduces the buffer and keeps its slice, a "
-            f"whole all-reduce's bytes, and the model charges it so ({cost.predicted_s * 1e3:.{nd}f} ms "
-            f"predicted); priced as NCCL's ring reduce-scatter, half an all-reduce, the predicted difference "
-            f"would be {ring * 1e3:.{nd}f} ms, {there} the measured interval "
-            f"({g.low:.{nd}f} to {g.high:.{nd}f} ms)"
-            + (f": on either price it lies {here} it." if here == there else
-               f": where it lies against the interval rests on pricing the reduce-scatter as {backend} "
-               "runs it."))

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from perfkit._checks import check_int, check_type
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.comm.alpha_beta import AlphaBeta, ring_allreduce_time
+from perfkit.comm.traffic import ring_factor
 from perfkit.memory.model_states import RECIPES, StateRecipe
 from perfkit.plan.cluster import Cluster
 from perfkit.plan.layout import Layout
@@ -44,7 +46,11 @@ from perfkit.plan.memory_model import BUCKET_BYTES, stage_params
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.overlap import exposed_time
 
-__all__ = ["MEM_PASSES", "StepTime", "group_allreduce_time", "loss_passes", "step_time"]
+if TYPE_CHECKING:
+    from perfkit.plan.local import CollectiveCost
+
+__all__ = ["MEM_PASSES", "StepTime", "flags_sent", "group_allreduce_time", "loss_passes", "ring_priced",
+           "step_time", "utilisation_words"]
 
 MEM_PASSES = 4  # each saved byte: written forward, read backward, its gradient written and read
 
@@ -280,3 +286,83 @@ def step_time(model: ModelSpec, layout: Layout, cluster: Cluster, global_batch: 
                     model.hardware_flops_per_token(lay.recompute, lay.early_stop) * tokens_s / peak,
                     limiter,
                     {"micro_batches": float(m), "slot_s": slot, "dp_allreduce_s": ar})
+
+
+def flags_sent(sent_bytes: float, world: int, n_tensors: int) -> str:
+    """The bytes one rank sent in perfkit's ZeroOptimizer's flags' all-reduce (the ring model), read
+    as the float32 flags it reduced: one per parameter tensor (had it a gradient on any rank?), and
+    at stage 1 with backward's hooks one more (did a gradient change in place after the hooks read
+    it?, :meth:`perfkit.parallel.reducer.BucketReducer.sync`), so one model's stages send different bytes.
+
+    Raises:
+        TypeError, ValueError: ``sent_bytes`` not a finite number >= 0, ``world`` < 2, ``n_tensors`` < 1.
+    """
+    b = check_real("sent_bytes", sent_bytes, 0)
+    n = check_int("n_tensors", n_tensors, 1)
+    k = round(b / ring_factor("all_reduce", check_int("world", world, 2)) / 4)
+    said = (": one per parameter tensor" if k == n else f": one per parameter tensor ({n}) and one more, "
+            "stage 1's check that no gradient changed in place after backward's hooks read it"
+            if k == n + 1 else f" for {n} parameter tensors")
+    return f"{b:,.0f} B sent, {k} float32 flags{said}"
+
+
+def utilisation_words(t: StepTime, efficiency: float) -> str:
+    """Why a planned step's MFU is not the matmul efficiency supplied, in two effects computed from
+    ``t``: the terms beside the matmuls take a share of the step (EFU, the FLOPs run, falls from what
+    the matmul term alone gives), and MFU counts ``t.mfu / t.hfu`` times the FLOPs run (PaLM's count
+    charges attention's whole square; a causal kernel runs less of it, recomputation adds to it).
+
+    Raises:
+        TypeError, ValueError: ``t`` not a :class:`StepTime` with a matmul term > 0, ``efficiency``
+            not in (0, 1].
+    """
+    check_type("t", t, StepTime)
+    eff = check_real("efficiency", efficiency, 0, 1, lo_open=True)
+    mm = check_real("t.terms['matmul']", t.terms.get("matmul", 0.0), 0, lo_open=True)
+    alone, k = t.total_s / mm, t.mfu / t.hfu   # the step over its matmul term; MFU's FLOPs over those run
+    side = (": PaLM's count charges attention's whole square (12 L h s per token), of which a causal "
+            "kernel runs less (7 L h s without recomputation)" if k > 1.0005 else ": recomputation, which "
+            "MFU leaves out, adds more than a causal kernel saves of attention" if k < 0.9995 else "")
+    return (f"The MFU column is no prediction apart from the efficiency supplied ({eff:.2f}): the matmuls "
+            f"run at that share by assumption. {'Two effects set' if side else 'One effect sets'} the best "
+            f"layout's MFU at {t.mfu:.1%}. Its other terms take {1 - 1 / alone:.1%} of the step, so its EFU "
+            f"(the FLOPs run over the peak) reads {t.hfu:.1%}, not the {t.hfu * alone:.1%} of its matmul "
+            f"term alone. And MFU counts {k:.3f}x the FLOPs run{side}. With no other term, MFU would read "
+            f"{t.mfu * alone:.1%}.")
+
+
+def ring_priced(cost: CollectiveCost, ring_predicted_s: float, backend: str = "gloo") -> str:
+    """A sentence, starting with a space, on where ``cost``'s predicted difference would lie had the
+    model priced each reduce-scatter as NCCL's ring runs it (half an all-reduce's steps and bytes)
+    instead of as ``backend`` runs it (a whole all-reduce: gloo has no ring reduce-scatter), against the
+    measured interval; ``""`` where the two prices agree or the difference has no interval.
+
+    Args:
+        cost: what :func:`collective_cost` read, its ``predicted_s`` at ``backend``'s price.
+        ring_predicted_s: the model's difference with every reduce-scatter at the ring's price, s.
+        backend: the backend that ran (and whose price ``cost`` carries).
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong kind or not finite.
+    """
+    from perfkit.plan.local import CollectiveCost  # local imports this module
+
+    check_type("cost", cost, CollectiveCost)
+    check_type("backend", backend, str)
+    ring = check_real("ring_predicted_s", ring_predicted_s)
+    g, nd = cost.gap.scaled(1e3), cost.digits
+    if not (g.has_interval and g.low < g.high) or round(ring * 1e3, nd) == round(cost.predicted_s * 1e3, nd):
+        return ""
+
+    def where(d_s: float) -> str:
+        return {"above": "below", "below": "above"}.get(g.clear_of(d_s * 1e3, "ms"), "inside")
+
+    here, there = where(cost.predicted_s), where(ring)
+    return (f" On {backend}, which ran here, a reduce-scatter all-reduces the buffer and keeps its slice, a "
+            f"whole all-reduce's bytes, and the model charges it so ({cost.predicted_s * 1e3:.{nd}f} ms "
+            f"predicted); priced as NCCL's ring reduce-scatter, half an all-reduce, the predicted difference "
+            f"would be {ring * 1e3:.{nd}f} ms, {there} the measured interval "
+            f"({g.low:.{nd}f} to {g.high:.{nd}f} ms)"
+            + (f": on either price it lies {here} it." if here == there else
+               f": where it lies against the interval rests on pricing the reduce-scatter as {backend} "
+               "runs it."))

@@ -190,9 +190,8 @@ def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) 
         raise ValueError(f"befores must hold one or two runs, got {len(befores)}")
     b = job.after_window(after)
     if len(befores) == 1:
-        before = befores[0]
-        return median_ratio(job.after_window(before), b, paired=False).scaled(
-            after["tokens_per_step"] / before["tokens_per_step"])
+        return median_ratio(job.after_window(befores[0]), b, paired=False).scaled(
+            after["tokens_per_step"] / befores[0]["tokens_per_step"])
     runs = [job.after_window(r) for r in befores]
 
     def ratio(step_after: float, *steps_before: float) -> float:  # falls as the step after grows
@@ -291,16 +290,15 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
 class FixLoop:
     """The state of the loop: the configurations run, the fixes kept and those dropped.
 
-    ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept
-    configuration; ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes whose
-    median ratio measured below 1x, with that speedup and its interval (which may hold 1x: then
-    the run cannot tell the fix from no change, and the drop is the loop's rule, not a finding);
-    ``gains`` the kept fixes' speedups with their intervals; ``kept_tps`` each kept round's
-    ``(fix, tokens/s before, tokens/s after)``; ``slow_runs`` tokens/s of each run of the slow job
-    in the rounds (the last, :meth:`finish`'s repeat, is added to the Total only); ``repeats``, the
-    rounds' repeat runs (:attr:`Total.repeats`); ``factors`` each configuration run and diagnosed,
-    in the order run (a dropped fix's included): its profiled steps' mean over its unprofiled
-    steps' median.
+    ``rounds`` holds ``{"fixes", "report", "result"}`` of the slow job and of each kept configuration;
+    ``waterfall`` each kept fix's measured speedup; ``tried`` the fixes whose median ratio measured below
+    1x, with that speedup and its interval (which may hold 1x: then the run cannot tell the fix from no
+    change, and the drop is the loop's rule, not a finding); ``gains`` the kept fixes' speedups with their
+    intervals; ``kept_tps`` each kept round's ``(fix, tokens/s before, tokens/s after)``; ``slow_runs``
+    tokens/s of each run of the slow job in the rounds (the last, :meth:`finish`'s repeat, is added to the
+    Total only); ``repeats``, the rounds' repeat runs (:attr:`Total.repeats`); ``factors`` each
+    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled steps' mean
+    over its unprofiled steps' median; ``drifted``, the kept fixes whose round is ``Round.within_drift``.
     """
 
     job: CapstoneJob
@@ -318,6 +316,7 @@ class FixLoop:
     factors: list[float] = field(default_factory=list)
     slow_runs: list[float] = field(default_factory=list)
     repeats: list[tuple[str, float, float]] = field(default_factory=list)
+    drifted: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -332,7 +331,7 @@ class FixLoop:
         self.rounds = [{"fixes": (), "report": report, "result": result}]
         self.factors = [self.job.profiler_slowdown(report, result)]
         self.slow_runs = [self.job.tokens_per_s(result)]
-        self.repeats = []
+        self.repeats, self.drifted = [], []
         return report
 
     def play(self, announce: Callable[[int, Pick, str], object] | None = None) -> Round | None:
@@ -375,6 +374,7 @@ class FixLoop:
             self.waterfall.append((pick.fix, est.value))
             self.gains.append(est)
             self.kept_tps.append((pick.fix, r.before_tps, r.after_tps))
+            self.drifted += [pick.fix] if r.within_drift else []
         else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est
         return r

@@ -96,26 +96,38 @@ def window_gain(before: Mapping, after: Mapping, tokens_x: float = 1.0) -> float
 
 
 def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowdown: float,
-            slowdown_after: float | None) -> str:
+            slowdown_after: float | None, befores_tps: Sequence[float] = ()) -> str:
     """The profiled window's tokens/s gain beside the runs', when the two differ by more than a
-    tenth: the shares, phases and bound were measured in that window."""
+    tenth: the shares, phases and bound were measured in that window. The profiler's factors
+    before and after are named, and said to weigh alike or not as they lie within a tenth of each
+    other or not; where the runs before lie more than a tenth apart, the run the window before
+    belongs to (the first) and the fix's ratio against it alone, beside the window's."""
     window = window_gain(before, after, tokens_x)
     if window is None or 1 / 1.1 <= window / gain <= 1.1:
         return ""
     step_b, step_a = (statistics.mean(r["step_times_s"]) * 1e3 for r in (before, after))  # ms
     alike = slowdown_after is not None and 1 / 1.1 <= slowdown_after / slowdown <= 1.1
+    apart = len(befores_tps) > 1 and max(befores_tps) > 1.1 * min(befores_tps)
+    own = ""  # the window's own run before, where the runs before drifted apart
+    if apart:
+        g0 = gain * statistics.mean(befores_tps) / befores_tps[0]
+        near = 1 / 1.1 <= window / g0 <= 1.1
+        own = (f"; the window before the fix is the run before at {befores_tps[0]:,.0f} tokens/s, against "
+               f"which alone the fix measures {g0:.2f}x, " + (
+                   "within a tenth of the window's gain: the other run before moved the runs' mean"
+                   if near else f"{'above' if g0 > window else 'below'} the window's gain by more than a "
+                   "tenth: even against its own run, the window moved otherwise"))
     why = ("" if slowdown_after is None else
            f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' median before the fix "
            f"and {slowdown_after:.2f}x after it, " + (
-               "within a tenth of each other, so the profiler weighed on the two about alike: the runs "
-               "themselves (the runs before the fix, say, differing from each other) moved otherwise than "
-               "their windows" if alike else
+               "within a tenth of each other, so the profiler weighed on the two about alike"
+               + ("" if apart else ": the runs themselves moved otherwise than their windows") if alike else
                "so the profiler (and any load during a window) did not weigh on the two alike"))
     return (f"The profiled window gained {window:.2f}x ({step_b:.1f} -> {step_a:.1f} ms, the profiled "
             "steps' mean"
             + (f", {tokens_x:g}x the tokens" if tokens_x != 1 else "")
-            + f") against the runs' {gain:.2f}x{why}; the diagnosis' phases, and the bound's shares, were "
-            "measured in windows that changed otherwise than the runs did.")
+            + f") against the runs' {gain:.2f}x{why}{own}; the diagnosis' phases, and the bound's shares, "
+            "were measured in windows that changed otherwise than the runs did.")
 
 
 def _crossed(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
@@ -246,6 +258,39 @@ def _fall_short(pick: Pick, gain: float, before: Mapping, factor: float, ms_befo
             "whatever its verdict reads.")
 
 
+def _sync_split(before: Mapping, after: Mapping, rose: bool, reads_fix: bool) -> str:
+    """The sync phase before and after, split as the diagnoses split it: time with a collective in
+    flight between two reads (which the reads' fix's bound, ``reads_fix``, takes it to leave) and the
+    reads with the loop. Where it ``rose``, which part rose more; for ``reads_fix``, where the in-flight
+    part (where after's is not split: at most its whole sync phase) fell past a tenth and 1 ms, that
+    the bound's premise failed; else ""."""
+    unsplit = after.get("sync_comm_share") is None and not rose  # bounded by after's whole sync phase
+    parts = []
+    for r in (before, after):
+        step, sync = statistics.mean(r["step_times_s"]) * 1e3, r["shares"].get("sync", 0.0)  # ms, profiled
+        wait = sync if unsplit and r is after else min(r.get("sync_comm_share") or 0.0, sync)
+        parts.append((wait * step, (sync - wait) * step))
+    (w0, o0), (w1, o1) = parts
+    went = (f"the time that passed with a collective in flight between two reads (a wait for DDP's bucket "
+            f"all-reduces, or the loop's own{', which the bound takes this fix to leave' * reads_fix}) went "
+            f"{w0:.1f} -> "
+            + (f"at most {w1:.1f} ms (the sync phase after, not split)" if unsplit else
+               f"{w1:.1f} ms, the reads and the loop between them {o0:.1f} -> {o1:.1f} ms")
+            + " per profiled step")
+    if rose:
+        grew = ("the waits rose more than the reads' own time: they or the load took longer in this window"
+                if w1 - w0 > o1 - o0 else "the reads' own time rose more than the waits: the reads the fix "
+                "left cost more each, or the load rose")
+        return (f" The sync phase rose though the reads fell: of it, {went}: {grew}; this run does not "
+                "tell which.")
+    if not reads_fix or w0 - w1 <= max(0.1 * w0, 1.0):
+        return ""
+    return (f" Of the sync phase, {went}: that part fell {'at least ' if unsplit else ''}{w0 - w1:.1f} ms, "
+            "so the bound's premise, that this fix leaves it, failed in this round: the fix runs the loop's "
+            "own loss all-reduce less often, and with fewer reads fewer of DDP's waits fall between two of "
+            "them (the only place the diagnosis books one as sync); this run does not separate the two.")
+
+
 def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
                   repeated: bool, after_report: Mapping | None = None,
                   clear_below: bool = True, befores_tps: Sequence[float] = (),
@@ -332,12 +377,10 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
             decided = f"The bound's phases went {moved}{together} per profiled step{syncs}."
             rose = [k for k in pick.phases if ms_after.get(k, 0.0) > ms_before.get(k, 0.0)]
             reads = (before_report.get("syncs_per_step", 0), after_report.get("syncs_per_step", 0))
-            if "sync" in rose and reads[0] and reads[1]:
-                decided += (f" The sync phase rose though the reads fell: "
-                            f"{ms_before['sync'] / reads[0]:.3g} -> {ms_after['sync'] / reads[1]:.3g} ms "
-                            "per read; this run does not tell whether the reads the fix left cost more "
-                            "each or the load rose.")
-            elif rose:
+            split = bool(reads[0] and reads[1]) and ("sync" in rose or pick.fix == "sync")
+            if split:
+                decided += _sync_split(before_report, after_report, "sync" in rose, pick.fix == "sync")
+            if rose and not (split and "sync" in rose):
                 decided += (f" {' and '.join(rose).capitalize()} rose, though the "
                             + ("bound counts " if pick.fix == "data" else "fix targets ")
                             + f"{'them' if len(rose) > 1 else 'it'}"
@@ -349,7 +392,7 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                                if gain >= 1 and pick.fix != "data" else ""))
             said.append(decided + _data_alone(pick, gain, before_report, slowdown, ms_before, ms_after))
     windows = "" if ms_after is None else _window(gain, before_report, after_report, tokens_x, slowdown,
-                                                  slowdown_after)
+                                                  slowdown_after, befores_tps)
     drift = _drift(gain, befores_tps, pick.bound)
     decided = " ".join(s for s in (*said, windows, drift) if s)
     decided_above = " ".join(s for s in (*said, windows, drift) if s)

@@ -126,6 +126,18 @@ class Round:
     past: str = ""  # what decided a gain past a bound printed as context (capstone_explain.past_bound)
     announced: bool = False  # its heading and prediction were shown before its runs (FixLoop.play)
 
+    @property
+    def runs_apart(self) -> float:
+        """The runs before's fastest tokens/s over their slowest (1.0 with one run)."""
+        return max(self.befores_tps) / min(self.befores_tps) if len(self.befores_tps) > 1 else 1.0
+
+    @property
+    def within_drift(self) -> bool:
+        """Whether the runs before lay as far apart as the speedup lies from 1x, or further (as
+        printed, to two decimals): drift between two runs of one configuration could make it alone."""
+        g = self.speedup.value
+        return len(self.befores_tps) > 1 and round(self.runs_apart, 2) >= round(max(g, 1 / g), 2)
+
 
 @dataclass(frozen=True)
 class Total:
@@ -210,7 +222,8 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
 
     The sync share holds the reads, the host loop between them, and the time that passed with a
     collective in flight between two reads (a wait for it: DDP's buckets, with
-    ``find_unused_parameters=True``), which removing the loop's reads does not remove. What the
+    ``find_unused_parameters=True``), which the bound takes removing the loop's reads to leave (fewer
+    reads can leave fewer such waits between two of them: the round says how that part moved). What the
     fix can remove is the sync share less that wait, plus part of the communication share (the
     loop's own collective, as a per-step loss all-reduce, not measured apart): the bound counts
     all of communication. Where the part of the sync share the fix removes lies below
@@ -232,44 +245,21 @@ def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
     reads = sync - wait  # the reads and the loop between them
     share, most_words = scaled_share(reads + comm, slow)
     model = (f"Amdahl: the reads and the host loop between them (sync {sync:.1%}, less the {wait:.1%} "
-             "that passed with a collective in flight, which the fix does not remove) + communication "
+             "that passed with a collective in flight, which the bound takes the fix to leave) "
+             "+ communication "
              f"{comm:.1%} (the loop's own collectives among it, not measured apart) of a profiled step, "
              f"{said}: a phase takes no longer without the profiler than with it, {most_words}, removed")
     most = min(reads * slow, SHARE_CAP)  # the reads' share of an unprofiled step, by the rule of the bound
     untested = loose_bound(share, reads + comm, slow) if most >= MIN_TESTABLE_SHARE else (
-        f"what the fix measurably removes, the reads and the loop between them, is {reads:.1%} of a profiled "
+        f"what the bound takes the fix to remove, the reads and the loop between them, is {reads:.1%} of a "
+        "profiled "
         f"step, at most {most:.1%} of an unprofiled one (by the factor above), which bounds the gain from "
         f"removing them at {1 / (1 - most):.3g}x: a share under {MIN_TESTABLE_SHARE:.0%}, closer to 1x than "
         f"two runs of this job minutes apart repeat; the rest of the bound, communication {comm:.1%}, holds "
-        "the loop's own collectives, which the fix runs less often, beside the others, which it leaves: a "
-        "part the diagnosis does not measure apart")
+        "the loop's own collectives, which the fix runs less often, beside the others, which it does not "
+        "target: a part the diagnosis does not measure apart")
     return Pick("sync", share, 1 / (1 - share), model, fix, ("sync", "communication"), untested,
                 void=(reads + comm) * slow >= SHARE_CAP)
-
-
-def run_rates_text(runs_x: float, steps_x: float, slow_run: tuple[float, float]) -> str:
-    """``": over its run to the target the slow run made 1.23x ..."``: each of two runs' tokens/s
-    over its whole run to the target against its measured steps', from the slow run's
-    ``(tokens/s over its run, tokens/s of its measured steps)`` and the fixed over the slow run's
-    ratios, over the runs (``runs_x``) and in the measured steps (``steps_x``); where a run's rate
-    over its run is higher, that its steps outside the window took less than its measured median.
-
-    Raises:
-        TypeError, ValueError: for ratios or rates that are not finite numbers > 0.
-    """
-    for name, v in (("runs_x", runs_x), ("steps_x", steps_x), ("slow_run's rate over its run", slow_run[0]),
-                    ("slow_run's measured rate", slow_run[1])):
-        check_real(name, v, 0, lo_open=True)
-    each = {"slow": slow_run[0] / slow_run[1], "fixed": slow_run[0] / slow_run[1] * runs_x / steps_x}
-    out = (f": over its run to the target the slow run made {each['slow']:.2f}x the tokens/s of its "
-           f"measured steps, the fixed run {each['fixed']:.2f}x its own")
-    faster = [k for k, x in each.items() if x > 1.05]
-    if faster:
-        out += (f". A run's data preparation only adds time and its profiled window is counted at its "
-                f"median step, so the {' and the '.join(faster)} run's steps outside the window (warm-up "
-                "included) took less on average than its measured steps' median: those steps, its speed "
-                "everywhere above, are a sample of a machine whose speed moved, not the run's mean")
-    return out
 
 
 def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], applied: Sequence[str],
@@ -349,7 +339,9 @@ def every_repeat_text(t: Total) -> str:
     """Which way every repeat run went against the run it repeats (:attr:`Total.repeats`, in the
     order run), and, for 3 or more, the chance under load drifting both ways alike (each repeat
     as likely faster as slower) of at least as many one way, either way, as ran the more common
-    way; repeats that read exactly alike are left out of that count. "" without repeats.
+    way; repeats that read exactly alike are left out of that count. That chance is printed only
+    where it can fall below 5 %: fewer than 6 repeats say that even all one way could not, and a
+    split as even as their count allows says so instead of a chance of 1. "" without repeats.
 
     Raises:
         TypeError: for ``t`` that is not a :class:`Total`.
@@ -371,9 +363,18 @@ def every_repeat_text(t: Total) -> str:
     if m >= 3:
         tail = Fraction(sum(math.comb(m, j) for j in range(m + 1) if max(j, m - j) >= k), 2 ** m)
         some = f"all {m}" if k == m else f"{k} or more of {m}"
-        out += (f" Under load drifting both ways alike, {some} one way, either way, has a chance of "
-                f"{tail.numerator} in {tail.denominator} ({float(tail):.0%})"
-                + (": these repeats are no evidence of load drifting one way." if tail >= 0.05 else "."))
+        least = Fraction(2, 2 ** m)  # all one way, either way: the smallest chance m repeats can give
+        if least >= 0.05:
+            out += (f" Under load drifting both ways alike, even all {m} one way, either way, would have a "
+                    f"chance of {least.numerator} in {least.denominator} ({float(least):.0%}): too few "
+                    "repeats for their count to show load drifting one way.")
+        elif tail == 1:
+            out += (f" A split of {k} to {m - k} is the most even {m} repeats allow: no evidence of load "
+                    "drifting one way.")
+        else:
+            out += (f" Under load drifting both ways alike, {some} one way, either way, has a chance of "
+                    f"{tail.numerator} in {tail.denominator} ({float(tail):.0%})"
+                    + (": these repeats are no evidence of load drifting one way." if tail >= 0.05 else "."))
     if way["slower"] and not way["faster"]:
         return out + (" A repeat slower than the run it repeats biases its comparison's \"before\" low, and "
                       "its speedup high" + _high(t))

@@ -35,10 +35,12 @@ Usage::
 
 from __future__ import annotations
 
-from perfkit._checks import check_real
+from collections.abc import Mapping
+
+from perfkit._checks import check_int, check_real, check_type
 from perfkit.verdict import Prediction
 
-__all__ = ["per_step_goodput", "per_step_prediction"]
+__all__ = ["per_step_goodput", "per_step_prediction", "whole_job_text"]
 
 
 def per_step_goodput(step_s: float, failure_interval_s: float, lost_steps: float = 1.0) -> float:
@@ -102,3 +104,35 @@ def per_step_prediction(step_s: float, failure_interval_s: float, lost_steps: fl
         "failure, in which no step is attempted, so the model counts more steps per failure than a run "
         "attempts and reads low",
         value=1.0 - share, rel_tol=tol_steps / lost_steps, physical=(0.0, 1.0), timed=False)
+
+
+def whole_job_text(result: Mapping, groups: int = 2) -> str:
+    """What the whole job lost, beside what the survivor lost, from a stored run of
+    ``benchmarks/torchft_goodput.py``: ``groups`` replica groups, one of them killed ``failures``
+    times and down ``restart_s`` (its mean, kill to its first committed step again) after each,
+    the others each training ``time_goodput`` of the ``wall_s`` as the survivor did. The killed
+    group trains at most the time it was up, so the job's share is an upper bound.
+
+    Raises:
+        TypeError, ValueError: ``result`` lacking those keys or holding figures out of range,
+            ``groups`` < 2.
+    """
+    check_type("result", result, Mapping)
+    g = check_int("groups", groups, 2)
+    try:
+        n = check_int("failures", result["failures"], 0)
+        wall = check_real("wall_s", result["wall_s"], 0, lo_open=True)
+        tg = check_real("time_goodput", result["time_goodput"], 0, 1)
+        lost = check_int("uncommitted", result["uncommitted"], 0)
+        tried = check_int("attempted", result["attempted"], 1)
+        r = float(f"{check_real('restart_s', result['restart_s'], 0):.4g}")   # as printed: sums add up
+    except KeyError as e:
+        raise ValueError(f"result lacks {e}: a torchft_goodput.py result is needed") from None
+    down = min(wall, n * r)
+    up = 1 - down / wall
+    every = "both groups" if g == 2 else f"all {g} groups"
+    return (f"For the whole job, {every}: the killed group was down {n} x {r:.4g} s (kill to its first "
+            f"committed step again, the mean over kills) = {down:.3g} s of the {wall:.0f} s, so it trained "
+            f"at most {up:.1%} of its time; with {'the' if g == 2 else 'each'} survivor's {tg:.1%}, the {g} "
+            f"groups together trained at most {((g - 1) * tg + up) / g:.1%} of theirs. The survivor's {lost} "
+            f"of {tried} steps lost ({lost / tried:.2%}) count its own steps only.")

@@ -29,7 +29,7 @@ from perfkit.parallel.context_model import imbalance, ring_work
 from perfkit.viz.core import Choice, LogControl, WidgetSpec, si, tidy
 
 __all__ = ["attention_widget", "eager_line_label", "plot_saved_bytes", "plot_tile_times", "plot_tiles",
-           "rate_note", "rounds_note", "tile_owner", "times_table"]
+           "rate_note", "rounds_note", "row_flag", "row_note", "tile_owner", "times_table"]
 
 
 def tile_owner(seq_len: int, world: int, tile: int, split: str) -> np.ndarray:
@@ -188,7 +188,9 @@ def eager_line_label(model: TileCostModel, points: Sequence[AttentionTiming] = (
     """The legend label of eager's model line: the one FLOP rate it carries to every length,
     the length where that rate was measured (the eager point whose rate is nearest it, the
     longest of equals, as :meth:`TileCostModel.fit` takes it), and
-    how far the measured points beyond that length lie from the line.
+    how far the measured points beyond that length lie from the line, each with SDPA's time per
+    FLOP there over its own at that length where SDPA was timed at both (SDPA keeps no ``T x T``
+    scores, so a change in it is the row's, not a cache's).
 
     Raises:
         TypeError: for a ``model`` that is not a TileCostModel or points that are not
@@ -203,7 +205,13 @@ def eager_line_label(model: TileCostModel, points: Sequence[AttentionTiming] = (
     text = f"eager (model): {si(model.eager_rate, 'FLOP/s')}, its rate at T = {at.seq_len},\ncarried on"
     beyond = [(p, p.median_s / model.eager_s(p.seq_len, batch, heads, head_dim)) for p in eager
               if p.seq_len > at.seq_len]
-    return text + "".join(f"; measured {r:.1f}x the line at T = {p.seq_len}" for p, r in beyond)
+    sdpa = {p.seq_len: p.median_s / p.flops for p in points if p.impl == "sdpa"}
+
+    def row(t: int) -> str:   # SDPA (no T x T scores) over the same lengths: the row's own change
+        return (f",\nwhere SDPA ran {sdpa[t] / sdpa[at.seq_len]:.2f}x its time per FLOP at T = {at.seq_len}"
+                if t in sdpa and at.seq_len in sdpa else "")
+    return text + "".join(f"; measured {r:.1f}x the line at T = {p.seq_len}{row(p.seq_len)}"
+                          for p, r in beyond)
 
 
 def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (),
@@ -322,3 +330,80 @@ def rounds_note(times_s: Sequence[float], measured: Estimate, where: str) -> str
         text += (f": one round, {ts[-1] / ts[-2]:.3g}x the next slowest, sets the interval's high end by "
                  "itself (a round the machine slowed, or a call that ran so; this run does not tell which)")
     return text + "."
+
+
+def _per_flop_change(pts: Sequence[AttentionTiming], impl: str, tile: int = 0) -> float | None:
+    """One column's change in time per FLOP over the two longest lengths (None if not timed at both)."""
+    lens = sorted({p.seq_len for p in pts})[-2:]
+    at = {p.seq_len: p.median_s / p.flops for p in pts if p.impl == impl and p.tile == tile}
+    return at[lens[1]] / at[lens[0]] - 1 if len(lens) == 2 and all(t in at for t in lens) else None
+
+
+def _row_drift(pts: Sequence[AttentionTiming]) -> tuple[list[float], float]:
+    """Every column's change per FLOP over the two longest lengths, and the largest change (in
+    size) of any column between two consecutive shorter lengths (0 with fewer than 3 lengths)."""
+    lens, cols = sorted({p.seq_len for p in pts}), sorted({(p.impl, p.tile) for p in pts})
+    cell = {(p.seq_len, (p.impl, p.tile)): p.median_s / p.flops for p in pts}
+
+    def change(a: int, b: int) -> list[float]:
+        return [cell[b, c] / cell[a, c] - 1 for c in cols if (a, c) in cell and (b, c) in cell]
+
+    return change(lens[-2], lens[-1]), max((abs(x) for a, b in zip(lens[:-2], lens[1:-1])
+                                            for x in change(a, b)), default=0.0)
+
+
+def row_flag(points: Sequence[AttentionTiming]) -> str:
+    """A clause for a headline where the whole row of the longest length slowed, as
+    :func:`row_note` counts it: SDPA's change, which the outcome does not mark; ``""``
+    otherwise. Starts with a space.
+
+    Raises:
+        TypeError, ValueError: for no points or points that are not :class:`AttentionTiming`.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    lens, ctl = sorted({p.seq_len for p in pts}), _per_flop_change(pts, "sdpa")
+    if ctl is None or ctl <= _row_drift(pts)[1]:
+        return ""
+    return (f" (SDPA, which no tile cost enters, ran {ctl:+.0%} per FLOP from T = {lens[-2]} to {lens[-1]}: "
+            "the whole row slowed, which the outcome does not mark)")
+
+
+def row_note(points: Sequence[AttentionTiming], impl: str, tile: int = 0, miss: float | None = None,
+             band: float | None = None) -> str:
+    """Whether the whole row of the longest length ran slower: a sentence setting one column's
+    change in time per FLOP over the two longest lengths beside SDPA's, the fused kernel with no
+    Python tiles and no ``T x T`` scores, which neither the tile model nor a cache of scores
+    describes. SDPA's rising by more than any column moved between the shorter lengths counts as
+    the row slowing (the machine, which no model here holds); then, with ``miss`` (the column's
+    miss against its model at the longest length) and ``band`` (the prediction's), also that miss
+    with SDPA's change taken out. Starts with a space; ``""`` without SDPA at both lengths.
+
+    Raises:
+        TypeError: for points that are not :class:`AttentionTiming`.
+        ValueError: for fewer than two lengths timed, or ``miss`` without ``band``.
+    """
+    pts = [check_type(f"points[{i}]", p, AttentionTiming)
+           for i, p in enumerate(check_items("points", points))]
+    lens = sorted({p.seq_len for p in pts})
+    if len(lens) < 2 or (miss is None) != (band is None):
+        raise ValueError("row_note needs timings at two lengths or more, and miss and band together")
+    own, ctl = _per_flop_change(pts, impl, tile), _per_flop_change(pts, "sdpa")
+    if own is None or ctl is None or impl == "sdpa":
+        return ""
+    (a, b), (last, drift) = lens[-2:], _row_drift(pts)
+    name = f"tile {tile}'s" if impl == "flash" else f"{impl}'s"
+    text = (f" From T = {a} to {b} {name} time per FLOP changed {own:+.0%}, SDPA's, which keeps neither "
+            f"Python tiles nor T x T scores, {ctl:+.0%}")
+    if ctl <= drift:
+        return text + (f", within the {drift:.0%} any column moved between the shorter lengths: the row "
+                       f"as a whole did not slow, so the change is {name} own.")
+    text += (f", more than the {drift:.0%} any column moved between the shorter lengths; every column "
+             f"changed {min(last):+.0%} to {max(last):+.0%}: the whole row ran slower, which no model here "
+             f"holds (the machine's doing, not the {'tile' if impl == 'flash' else 'eager'} model's), so "
+             f"this run does not separate {name} own change from the row's")
+    if miss is None or band is None:
+        return text + f"; beyond SDPA's, {(1 + own) / (1 + ctl):.2f}x."
+    net = (1 + miss) / (1 + ctl) - 1
+    return text + (f". Were the row's slowdown SDPA's in every column, the miss at T = {b} would be "
+                   f"{net:+.0%}, {'within' if abs(net) <= band else 'beyond'} the band (±{band:.0%}).")

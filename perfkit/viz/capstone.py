@@ -28,17 +28,19 @@ from perfkit.profiling.capstone_text import WIDENED, WIDENED_COVERS, Pick, repea
 from perfkit.stats import Estimate
 from perfkit.units import si_beside, si_interval
 from perfkit.verdict import Prediction
-from perfkit.viz.capstone_tally import tally_text
-from perfkit.viz.capstone_target import ceiling_text, target_context, target_text
+from perfkit.viz.capstone_tally import context_outcome, round_context, tally_text
+from perfkit.viz.capstone_target import ceiling_text, headline_rate, target_context, target_text
 from perfkit.viz.core import tidy
 
 __all__ = [
-    "ceiling_text", "cumulative_speedups", "dropped_text", "pick_text", "plot_time_to_target",
-    "plot_waterfall", "round_context", "round_prediction", "round_text", "runs_text", "seams_text",
+    "ceiling_text", "context_outcome", "headline_rate", "cumulative_speedups", "dropped_text", "pick_text",
+    "plot_time_to_target", "plot_waterfall", "round_context", "round_prediction", "round_text", "runs_text",
+    "seams_text",
     "show_pick", "show_round", "tally_text", "target_context", "target_text", "total_text", "waterfall_shares"
 ]
 
 _UP, _DOWN, _TOTAL, _FLAT, _DRIFT_COLOR = "#2ca02c", "#d62728", "#1f77b4", "#b0b0b0", "#ff7f0e"
+_WITHIN = "#b7dfb0"  # a gain whose interval lies above 1x, but no larger than its runs before lay apart
 DRIFT = "between runs"  # the waterfall's bar for the direct gain over the rounds' product
 
 
@@ -88,7 +90,8 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
                    unit: str = "tokens/s", total: float | None = None,
                    unresolved: Sequence[str] | None = None,
                    intervals: Sequence[tuple[float, float]] | None = None,
-                   total_interval: tuple[float, float] | None = None) -> Figure:
+                   total_interval: tuple[float, float] | None = None,
+                   drifted: Sequence[str] = ()) -> Figure:
     """Each fix's measured speedup as a bar from the running product before it to after it (log
     scale, so equal factors get equal heights), labelled with that speedup; with ``total`` (the
     whole gain measured directly), the drift between runs, ``total`` over the rounds' product
@@ -109,6 +112,9 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
             to it times ``high`` (``None``, or ``low == high``, an estimate without interval: none
             drawn; the drift bar has none).
         total_interval: ``total``'s interval ``(low, high)``, drawn the same way on its bar.
+        drifted: the fixes whose gain lies no further from 1x than their round's runs before lay
+            apart (:attr:`~perfkit.profiling.capstone_text.Round.within_drift`): a gain not shown
+            as one, drawn pale green and labelled "within the runs' drift" (where not grey).
 
     Raises:
         TypeError, ValueError: for bad ``steps`` (see :func:`cumulative_speedups`), a
@@ -134,8 +140,11 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     unresolved = () if unresolved is None else unresolved
     if isinstance(unresolved, str) or not isinstance(unresolved, Sequence):
         raise TypeError(f"unresolved must be a list of fix names, got {unresolved!r}")
-    if unknown := [n for n in unresolved if n not in {b[0] for b in bars}]:
-        raise ValueError(f"unresolved must name fixes among the steps, got {unknown}")
+    if isinstance(drifted, str) or not isinstance(drifted, Sequence):
+        raise TypeError(f"drifted must be a list of fix names, got {drifted!r}")
+    if unknown := [n for n in (*unresolved, *drifted) if n not in {b[0] for b in bars}]:
+        raise ValueError(f"unresolved and drifted must name fixes among the steps, got {unknown}")
+    drifted = [n for n in drifted if n not in unresolved]  # grey says more: no gain shown at all
     product = bars[-1][2]
     total = product if total is None else total
     drift = f"{total / product:.2f}" != "1.00"  # as labelled: a bar that would read 1.00x is left out
@@ -144,16 +153,19 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
     fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(bars) + 2.6), 4.3))  # room for a long title
     names = [b[0] for b in bars] + ["total"]
     legend = {_UP: "a gain, interval above 1x" if judged else "faster", _FLAT: "interval holds 1x",
+              _WITHIN: "a gain, but no larger than its runs before lay apart",
               _DOWN: "slower", _DRIFT_COLOR: "drift between runs (the seams), not a fix",
               _TOTAL: "total" + (", measured directly" if direct else "")}
     used = [_TOTAL]
     for i, (name, lo, hi) in enumerate(bars):
-        color = _DRIFT_COLOR if name == DRIFT else _FLAT if name in unresolved else _UP if hi >= lo else _DOWN
+        color = (_DRIFT_COLOR if name == DRIFT else _FLAT if name in unresolved
+                 else _WITHIN if name in drifted else _UP if hi >= lo else _DOWN)
         used.append(color)
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
-        label = f"{hi / lo:.2f}x" + ("\ninterval holds 1x" if name in unresolved else "")
+        label = f"{hi / lo:.2f}x" + ("\ninterval holds 1x" if name in unresolved else
+                                     "\nwithin the runs' drift" if name in drifted else "")
         if i < len(spans) and spans[i][0] < spans[i][1]:  # the round's interval, through the bar's top
             ax.plot([i, i], [math.log2(lo * spans[i][0]), math.log2(lo * spans[i][1])], color="black", lw=1.2)
         top_i = max(lo, hi, lo * spans[i][1]) if i < len(spans) else max(lo, hi)
@@ -300,36 +312,6 @@ def dropped_text(fix: str, gain: Estimate, with_interval: bool = True) -> str:
            "it has no interval, so this run cannot tell it from no change")
     return (f"--fix {fix} measured a median of {measured}: {why}; dropped by the loop's rule (a fix is kept "
             "only where its median gained), not shown to slow the job")
-
-
-def round_context(r: Round) -> str:
-    """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
-    (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
-    test the fix, whether the speedup's interval lies above 1x, what decided a speedup past the
-    bound (``r.past``), and what the round measured
-    (``r.explain["inconclusive"]``: the bound's phases, the profiled window's gain where it differs
-    from the runs', the runs before where they drifted apart). Recorded as no verdict.
-
-    Raises:
-        TypeError, ValueError: for ``r`` that is not a Round, or one whose bound can be tested.
-    """
-    check_type("r", r, Round)
-    if not r.pick.untested:
-        raise ValueError(f"r's bound can fail ({r.pick.model}): judge it with a verdict, not as context")
-    s = r.speedup
-    side = s.clear_of(1.0, "x")
-    gain = ("its interval lies above 1x: a gain this run can show" if side == "above" else
-            "its interval lies wholly below 1x: the job ran slower with the fix here, beyond its interval "
-            "(the fix's cost, or load its run bore and the runs before did not: this run does not separate "
-            "them), which the rule for a slowdown calls missed; but this bound cannot test the fix, so no "
-            "verdict is recorded" if side == "below" else
-            "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
-            "it has no interval, so the run cannot tell a gain from none")
-    return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
-            + ("no finite bound" if r.pick.void else f"at most {r.pick.bound:.3g}x") + f". **Measured:** "
-            f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
-            + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
-                                                  if r.explain.get("inconclusive") else ""))
 
 
 def every_run_text(t: Total) -> str:

@@ -1,5 +1,6 @@
 """The capstone's headline tally: its rounds' verdicts counted by what bounded them, the rounds
-shown as context, and how far the profiler's factor, which scaled every share, moved.
+shown as context, and how far the profiler's factor, which scaled every share, moved; and the line
+and outcome of a round shown as context (:func:`round_context`, :func:`context_outcome`).
 
 Consumes the outcomes the capstone notebook records; nothing here measures. Re-exported by
 :mod:`perfkit.viz.capstone` and :mod:`perfkit.viz`.
@@ -15,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from perfkit._checks import check_items, check_real, check_type
+from perfkit.profiling.capstone_text import Round
 
-__all__ = ["tally_text"]
+__all__ = ["context_outcome", "round_context", "tally_text"]
 
 
 def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
@@ -89,3 +91,52 @@ def _factors_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str], fac
                       f"{premise}, which load on the runs that the window did not bear can break, so these "
                       "bounds hold only as well as that premise does")
     return out + f", within a tenth of each other, as a steady profiler cost would be; {premise}"
+
+
+def context_outcome(r: Round) -> str:
+    """A round shown as context, for the headlines: ``"context, faster"`` (its interval above 1x;
+    with ``", within the runs' drift"`` where its runs before lay at least as far apart as its gain
+    lies from 1x, :attr:`~perfkit.profiling.capstone_text.Round.within_drift`), ``"context, slower"``
+    (wholly below 1x) or ``"context, interval holds 1x"``.
+
+    Raises:
+        TypeError: for ``r`` that is not a Round.
+    """
+    check_type("r", r, Round)
+    side = r.speedup.clear_of(1.0, "x")
+    return ("context, " + {"above": "faster", "below": "slower"}.get(side, "interval holds 1x")
+            + (f", within the runs' drift ({r.runs_apart:.2f}x apart)" if side == "above" and r.within_drift
+               else ""))
+
+
+def round_context(r: Round) -> str:
+    """The Markdown line of a round whose bound cannot test its fix (too loose, or too tight)
+    (``r.pick.untested``): the bound as context beside the measured speedup, why it cannot
+    test the fix, whether the speedup's interval lies above 1x, what decided a speedup past the
+    bound (``r.past``), and what the round measured
+    (``r.explain["inconclusive"]``: the bound's phases, the profiled window's gain where it differs
+    from the runs', the runs before where they drifted apart). Recorded as no verdict.
+
+    Raises:
+        TypeError, ValueError: for ``r`` that is not a Round, or one whose bound can be tested.
+    """
+    check_type("r", r, Round)
+    if not r.pick.untested:
+        raise ValueError(f"r's bound can fail ({r.pick.model}): judge it with a verdict, not as context")
+    s = r.speedup
+    side = s.clear_of(1.0, "x")
+    gain = ((f"its interval lies above 1x, but the runs before lay {r.runs_apart:.2f}x apart, at least as "
+             f"far as the {s.value:.2f}x measured lies from 1x: drift between two runs of one configuration "
+             "could make this gain alone, so this run cannot credit it to the fix" if r.within_drift else
+             "its interval lies above 1x: a gain this run can show") if side == "above" else
+            "its interval lies wholly below 1x: the job ran slower with the fix here, beyond its interval "
+            "(the fix's cost, or load its run bore and the runs before did not: this run does not separate "
+            "them), which the rule for a slowdown calls missed; but this bound cannot test the fix, so no "
+            "verdict is recorded" if side == "below" else
+            "its interval holds 1x: no gain this run can tell from none" if s.has_interval else
+            "it has no interval, so the run cannot tell a gain from none")
+    return (f"ℹ️ **Context, not a prediction** ({r.pick.model}): tokens/s speedup of `--fix {r.pick.fix}`, "
+            + ("no finite bound" if r.pick.void else f"at most {r.pick.bound:.3g}x") + f". **Measured:** "
+            f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
+            + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
+                                                  if r.explain.get("inconclusive") else ""))

@@ -10,17 +10,19 @@ Usage::
     print(target_text(3.04, 1.59, pair, total))  # pair: the fixed run over the slow one, tokens/s
     print(target_context(3.04, 1.59, pair, batch_kept=True))
     print(ceiling_text(0.661, 0.0301, 0.0489, 0.0055, 205e9))
+    print(headline_rate(total, {"slow": (6.5, 41216), "fixed": (1.7, 65536)}))
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from perfkit._checks import check_real, check_type
 from perfkit.profiling.capstone import Total
-from perfkit.profiling.capstone_text import run_rates_text
 from perfkit.stats import MIN_SAMPLES, Estimate
 from perfkit.units import si
 
-__all__ = ["ceiling_text", "target_context", "target_text"]
+__all__ = ["ceiling_text", "headline_rate", "target_context", "target_text"]
 
 
 def ceiling_text(fb_share: float, step_s: float, window_s: float, at_peak_s: float, peak: float) -> str:
@@ -96,6 +98,31 @@ def target_context(tt_gain: float, tokens_x: float, pair: Estimate, batch_kept: 
             f"wherever it fell. The figure lies {where}. {why}")
 
 
+def run_rates_text(runs_x: float, steps_x: float, slow_run: tuple[float, float]) -> str:
+    """``": over its run to the target the slow run made 1.23x ..."``: each of two runs' tokens/s
+    over its whole run to the target against its measured steps', from the slow run's
+    ``(tokens/s over its run, tokens/s of its measured steps)`` and the fixed over the slow run's
+    ratios, over the runs (``runs_x``) and in the measured steps (``steps_x``); where a run's rate
+    over its run is higher, that its steps outside the window took less than its measured median.
+
+    Raises:
+        TypeError, ValueError: for ratios or rates that are not finite numbers > 0.
+    """
+    for name, v in (("runs_x", runs_x), ("steps_x", steps_x), ("slow_run's rate over its run", slow_run[0]),
+                    ("slow_run's measured rate", slow_run[1])):
+        check_real(name, v, 0, lo_open=True)
+    each = {"slow": slow_run[0] / slow_run[1], "fixed": slow_run[0] / slow_run[1] * runs_x / steps_x}
+    out = (f": over its run to the target the slow run made {each['slow']:.2f}x the tokens/s of its "
+           f"measured steps, the fixed run {each['fixed']:.2f}x its own")
+    faster = [k for k, x in each.items() if x > 1.05]
+    if faster:
+        out += (f". A run's data preparation only adds time and its profiled window is counted at its "
+                f"median step, so the {' and the '.join(faster)} run's steps outside the window (warm-up "
+                "included) took less on average than its measured steps' median: those steps, its speed "
+                "everywhere above, are a sample of a machine whose speed moved, not the run's mean")
+    return out
+
+
 def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
                 slow_run: tuple[float, float] | None = None) -> str:
     """The time to the target against tokens/s, on the same two runs: the time's gain times
@@ -131,3 +158,36 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
                 f"job's runs ({runs} tokens/s), not this run alone, which puts it {t.direct.value / w:.2f}x "
                 "from this pair's")
     return out + "."
+
+
+def headline_rate(t: Total, reach: Mapping[str, tuple[float, int] | None] | None = None) -> str:
+    """The headlines' tokens/s: the slow job's (and how far its runs lay apart, past a tenth) to the
+    fixed job's, the direct ratio and the rounds' product; and, where both runs to the target
+    reached it (``reach``: ``"slow"`` and ``"fixed"`` -> ``(seconds, tokens)``), that pair's
+    tokens/s over its whole runs beside it, which figure each is, and how far the two lie apart:
+    the direct ratio reads the measured steps alone.
+
+    Raises:
+        TypeError, ValueError: for a ``t`` that is not a :class:`Total`, or a reach that is not
+            positive seconds and tokens.
+    """
+    check_type("t", t, Total)
+    out = (f"{t.slow_tps:,.0f}" + (f" (the mean of two slow runs {t.slow_apart:.2f}x apart: the machine's "
+                                   "speed moved)" if t.slow_apart > 1.1 else "")
+           + f" -> {t.fixed_tps:,.0f}: {t.direct.value:.2f}x measured directly in the runs' measured steps "
+           f"(the rounds' product {t.product.value:.2f}x{', drift between rounds' if t.drift else ''}; "
+           + ("section 3's seams say where the two part)" if t.repeated else "the same runs, chained)"))
+    runs = [(reach or {}).get(k) for k in ("slow", "fixed")]
+    if None in runs:
+        return out
+    (s_s, s_tok), (f_s, f_tok) = runs
+    for name, v in (("slow seconds", s_s), ("slow tokens", s_tok), ("fixed seconds", f_s),
+                    ("fixed tokens", f_tok)):
+        check_real(f"reach's {name}", v, 0, lo_open=True)
+    runs_x = (f_tok / f_s) / (s_tok / s_s)
+    far = runs_x / t.direct.value
+    return out + (f"; over the whole runs to the target (the data's preparation and every step counted, "
+                  f"one run a side) {runs_x:.2f}x, " + (
+                      f"{far:.2f}x the direct figure: the measured steps are a sample of runs whose speed "
+                      "moved, not their mean (section 4)" if abs(far - 1) > 0.05 else
+                      "within a twentieth of the direct figure"))

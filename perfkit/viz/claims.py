@@ -26,18 +26,23 @@ from perfkit.data.claims import PinTiming
 from perfkit.estimate import Estimate
 from perfkit.verdict import CLAIM_STATUSES, Claim, ClaimVerdict, Prediction, judge
 from perfkit.viz.claims_text import (
+    bucket_figure,
+    bucket_source_text,
     control_gap_text,
     gap_statuses,
     ops_gap_text,
     order_gap_text,
     others_side_text,
     pair_order_text,
+    same_work_text,
 )
 from perfkit.viz.core import tidy, verdict
 
-__all__ = ["CLAIM_MIME", "claims_headlines", "claims_table_rows", "control_gap_text", "control_order_text",
+__all__ = ["CLAIM_MIME", "bucket_figure", "bucket_source_text", "claims_headlines", "claims_table_rows",
+           "control_gap_text", "control_order_text",
            "control_text", "floor_context", "ops_gap_text", "order_gap_text", "others_side_text",
-           "pair_order_text", "plot_claims", "plot_claims_forest", "same_layout_text", "show_claim",
+           "pair_order_text", "plot_claims", "plot_claims_forest", "same_layout_text", "same_work_text",
+           "show_claim",
            "show_claims_table",
            "thread_spread_text", "weighed_text", "weighed_verdict"]
 
@@ -174,14 +179,15 @@ def control_text(pin: PinTiming, edge: float, target: float | None = None) -> st
     aim = ("" if target is None else f"{'past' if missed else 'within'} the {target:.0%} the design was "
            f"predicted to keep{share}; ")
     return (f"identical loops read {aa.value:.3f}x, their interval reaching {reach:.1%} from 1x: {aim}" + (
-        f"under the {edge:.0%} a claim without a number must show (FASTER), so this design's own error alone "
-        "cannot push such a claim past its edge" if reach < edge else f"at least the {edge:.0%} a claim "
-        "without a number must show (FASTER), so this design's own error alone could push such a claim past "
-        "its edge") + ". Each timed verdict on the advice below is weighed by it: an interval within "
-        f"{reach:.1%} of the edge that decides it (no effect, or the promise) is not asserted past that "
-        f"edge. That {reach:.1%} is the paired noise of one single-process loop within one run: where a "
-        "claim compares separate runs, processes or orders, its own spread can be wider, and a claim that "
-        "measured one prints it beside its verdict.")
+        f"under the {edge:.0%} a claim without a number must show (FASTER), so by this control this "
+        "design's own error alone cannot push such a claim past its edge" if reach < edge else
+        f"at least the {edge:.0%} a claim without a number must show (FASTER), so this design's own error "
+        "alone could push such a claim past its edge") + ". Each timed verdict on the advice below is "
+        f"weighed by it: an interval within {reach:.1%} of the edge that decides it (no effect, or the "
+        f"promise) is not asserted past that edge. That {reach:.1%} is the paired noise of one "
+        "single-process loop within one run: where a claim compares separate runs, processes or orders, "
+        "its own spread can be wider, and a claim that measured one prints it beside its verdict; "
+        "comparisons of identical work later in this notebook read the design's error again.")
 
 
 def thread_spread_text(spread: Mapping[int, float], rounds: int) -> str:

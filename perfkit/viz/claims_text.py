@@ -2,8 +2,9 @@
 against a reference weighed by the A/A control (:func:`control_gap_text`), against the cost of the
 ops timed alone (:func:`ops_gap_text`), and where a median of order-balanced pairs lies against
 each order's median (:func:`pair_order_text`), a verdict weighed by the gap between its orders
-(:func:`order_gap_text`), and where other statistics of an undecided figure
-lie (:func:`others_side_text`). Re-exported by :mod:`perfkit.viz.claims`.
+(:func:`order_gap_text`), where other statistics of an undecided figure
+lie (:func:`others_side_text`), and what a larger DDP bucket cap's gain comes from
+(:func:`bucket_figure`, :func:`bucket_source_text`). Re-exported by :mod:`perfkit.viz.claims`.
 
 Usage::
 
@@ -20,8 +21,9 @@ from perfkit.data.claims import PinTiming, interval_gap
 from perfkit.estimate import Estimate
 from perfkit.verdict import Claim, assess
 
-__all__ = ["control_gap_text", "gap_statuses", "ops_gap_text", "order_gap_text", "others_side_text",
-           "pair_order_text"]
+__all__ = ["bucket_figure", "bucket_source_text", "control_gap_text", "gap_statuses",
+           "ops_gap_text", "order_gap_text", "others_side_text",
+           "pair_order_text", "same_work_text"]
 
 
 def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str = "x") -> str:
@@ -47,6 +49,48 @@ def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str 
         return out + " (no A/A control ran: with CUDA the two loops differ)"
     return out + (f", beyond the A/A control's {reach:.1%}" if pin.resolves(est, reference) else
                   f", within the A/A control's {reach:.1%}: not asserted")
+
+
+def same_work_text(pin: PinTiming, readings: Mapping[str, float], est: Estimate, what: str,
+                   than: str) -> str:
+    """How far identical work read apart across the notebook, and ``est``'s interval against 1x
+    weighed by the largest: the A/A control's reach beside each of ``readings`` (a name -> the
+    ratio one comparison of identical work read, as ``max(r, 1/r) - 1``), so that the design's own
+    error is said to reach at least the largest of them; then where ``est`` (``what``, over
+    ``than``) lies against 1x: within that error, it is not shown faster or slower than ``than``.
+    "" without a control (CUDA: the two loops differ).
+
+    Raises:
+        TypeError, ValueError: for a ``pin`` that is not a PinTiming, a reading that is not a
+            finite ratio > 0, an ``est`` that is not an Estimate, or an empty ``what`` or ``than``.
+    """
+    if not isinstance(pin, PinTiming):
+        raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
+    gap = interval_gap(est, 1.0)  # checks est
+    for name, v in (("what", what), ("than", than)):
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"{name} must be a non-empty str, got {v!r}")
+    if not isinstance(readings, Mapping):
+        raise TypeError(f"readings must map names to ratios, got {type(readings).__name__}")
+    apart = {}
+    for name, r in readings.items():
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+            raise ValueError(f"readings[{name!r}] must be a finite ratio > 0, got {r!r}")
+        apart[name] = max(r, 1 / r) - 1
+    reach = pin.reach()
+    if reach is None:
+        return ""
+    most = max([reach, *apart.values()])
+    out = (f"Identical work, read apart in this notebook: the A/A control's interval {reach:.1%} from 1x"
+           + "".join(f"; {name}, {d:.1%}" for name, d in apart.items())
+           + f": this design's own error reaches at least {most:.1%}"
+           + (", more than the A/A control's reach alone" if most > reach else "") + ". ")
+    side = "slower" if est.high < 1 else "faster"
+    if gap == 0:
+        return out + f"{what}'s interval holds 1x: it is not shown faster or slower than {than}."
+    return out + (f"{what}'s interval lies {gap:.1%} {'below' if est.high < 1 else 'above'} 1x, "
+                  + (f"beyond even that: {side} than {than} by more than identical work read apart here."
+                     if gap > most else f"within that: this run does not show it {side} than {than}."))
 
 
 def ops_gap_text(pin: PinTiming, est: Estimate, reference: float, what: str = "the two ops") -> str:
@@ -166,3 +210,54 @@ def order_gap_text(claim: Claim, measured: Estimate, first: float, second: float
             "yet weighed by that gap instead, the rule "
             f"gives {alt}" + (" as well." if alt == base else f", not {base}: the label rests on which error "
                               "is used."))
+
+
+def _bucket_calls(calls: Mapping) -> tuple[int, int, int]:
+    """All-reduces per step at 500 MB, DDP's default (``None``) and 25 MB written out."""
+    if not isinstance(calls, Mapping) or any(k not in calls for k in (500, None, 25)):
+        raise ValueError(f"calls must map the caps 500, None (DDP's default) and 25 to counts, got {calls!r}")
+    got = tuple(calls[k] for k in (500, None, 25))
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in got):
+        raise ValueError(f"calls must be ints >= 1, got {calls!r}")
+    return got  # type: ignore[return-value]
+
+
+def _alls(n: int) -> str:
+    return f"{n} all-reduce{'s' * (n != 1)}"
+
+
+def bucket_figure(calls: Mapping) -> str:
+    """The 500 MB claim's figure, naming the all-reduces per step each cap made (``calls``: cap in
+    MB -> count, ``None`` DDP's default, 25 and 500 among them): ``"step speedup of 500 MB buckets
+    over DDP's default, 1 all-reduce a step against 2 (25 MB written out: 1 too)"``.
+
+    Raises:
+        ValueError: for ``calls`` without those caps, or counts that are not ints >= 1.
+    """
+    big, dflt, mid = _bucket_calls(calls)
+    return (f"step speedup of 500 MB buckets over DDP's default, {_alls(big)} a step against {dflt}"
+            f" (25 MB written out: {mid}{' too' if mid == big else ''})")
+
+
+def bucket_source_text(calls: Mapping, grad_mib: float) -> str:
+    """What 500 MB's speedup over DDP's default compares, computed from the all-reduces per step
+    (``calls`` as in :func:`bucket_figure`) on a ``grad_mib`` MiB gradient: where 25 MB written out
+    made as few as 500 MB, fewer buckets on a gradient that small, not a cap of 500 MB against one
+    of 25 MB, whichever way the figure went (a sentence starting with a space); ``""`` where 500 MB
+    made no fewer all-reduces than the default.
+
+    Raises:
+        ValueError: for bad ``calls`` or a ``grad_mib`` that is not a finite number > 0.
+    """
+    big, dflt, mid = _bucket_calls(calls)
+    if isinstance(grad_mib, bool) or not isinstance(grad_mib, int | float) or not 0 < grad_mib < math.inf:
+        raise ValueError(f"grad_mib must be a finite number > 0, got {grad_mib!r}")
+    if big >= dflt:
+        return ""
+    if mid != big:
+        return (f" This compares {_alls(big)} a step against the default's {dflt}; 25 MB written out made "
+                f"{mid} here.")
+    return (f" This compares {_alls(big)} a step against the default's {dflt}, not a cap of 500 MB against "
+            f"a smaller one: on this {grad_mib:.2f} MiB gradient 25 MB written out made {mid} too, so the "
+            "figure measures fewer buckets on a gradient this small, not caps of 500 MB-1 GB against 25 MB "
+            "ones.")

@@ -4,7 +4,8 @@
 and memory per GPU by kind against the usable memory. :func:`plot_published` draws published
 throughput against the planner's and the constant-MFU baseline's predictions, with each
 row's error. :func:`plan_widget` redraws the plan for a model size, a GPU count, a network
-and a batch (:func:`plan_view` is the pure function it drives).
+and a batch (:func:`plan_view` is the pure function it drives). :func:`step_ratio` judges a ZeRO
+step's ratio to DDP's, or prints it as context where its window cannot test the collectives.
 
 Usage::
 
@@ -23,10 +24,12 @@ from perfkit import stats
 from perfkit.plan.cluster import named_cluster
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.published import Comparison
+from perfkit.plan.readings import step_ratio_text
 from perfkit.plan.search import Plan, plan
-from perfkit.viz.core import Choice, WidgetSpec, tidy
+from perfkit.viz.core import Choice, WidgetSpec, tidy, verdict
 
-__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "published_table"]
+__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "published_table",
+           "step_ratio"]
 
 # Llama-style shapes by size (SwiGLU, 8 key/value heads, 128-wide heads): illustrations for
 # the widget, not any released model's configuration
@@ -62,6 +65,17 @@ def _stacked(ax, labels: list[str], series: list[tuple[str, str, list[float]]]) 
         ax.barh(labels, vals, left=left, color=color, label=name if seen else None)
         left = [x + v for x, v in zip(left, vals)]
     return small
+
+
+def step_ratio(prediction, measured, other: float, said: str, terms, base_terms) -> None:
+    """Record the verdict on a step-ratio ``prediction`` (:func:`perfkit.viz.verdict`), or print
+    it as context where its window also holds the model's ratio without collectives: the
+    choice and the text are :func:`perfkit.plan.readings.step_ratio_text`'s. Returns nothing."""
+    recorded, text = step_ratio_text(prediction, measured, other, said, terms, base_terms)
+    if recorded:
+        verdict(prediction, measured, explain=dict.fromkeys(("above", "below", "held"), text))
+    else:
+        print(text)
 
 
 def plot_plan(p: Plan, top: int = 5) -> Figure:

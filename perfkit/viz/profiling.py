@@ -19,10 +19,13 @@ from matplotlib.figure import Figure
 
 from perfkit.units import si, si_beside, si_interval
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
+from perfkit.viz.profiling_text import first_step, neither_floor
+from perfkit.viz.profiling_widget import widget_expectation_text
 
 __all__ = ["PHASE_COLORS", "against_bound", "breakdown_widget", "ceiling_rise_note", "findings_markdown",
-           "loader_explain", "plot_diagnosis", "plot_phase_bars", "plot_scalars", "ridge_text", "stall_note",
-           "summary_markdown", "top_ops_markdown"]
+           "first_step", "loader_explain", "neither_floor", "plot_diagnosis", "plot_phase_bars",
+           "plot_scalars", "ridge_text", "stall_note", "summary_markdown", "top_ops_markdown",
+           "widget_expectation_text"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
@@ -133,18 +136,24 @@ def _loader_causes(data_s: float, alone: Any, factor: float) -> dict[str, str]:
         "direction the band allows for; this run does not measure why.")}
 
 
-def ridge_text(intensity: float, peak: float, limits: Any) -> str:
+def ridge_text(intensity: float, peak: float, limits: Any, where: Any = None, near: float = 0.5) -> str:
     """Which roof is the lower one at ``intensity`` (FLOP/B) under ``peak`` (FLOP/s), by the DRAM
     ceiling of ``limits`` (a :class:`perfkit.hw.MachineLimits`) and by the fastest copy of its
     DRAM-sized buffers that it holds (the figure the ceiling credits an ``x + y`` 9/8 of), saying
     so when the two ridge points put the intensity on different sides; else the DRAM figure past
     which the step would change sides (the file keeps the highest run's, and another run's own
-    figure can lie on the other side of it)."""
+    figure can lie on the other side of it). With ``where`` (the step's
+    :class:`perfkit.compute.StepRoofline`) placed "neither", it adds the DRAM figure above which
+    that holds on either side (:func:`neither_floor`)."""
     bw = limits.copy_bytes_per_s
+    floor = neither_floor(where, peak, near) if where is not None else None
+    either = (f"; either way, the step's {si(where.mfu.high * peak, 'FLOP/s')} (the top of its interval) "
+              f"stays under {near:.0%} of the lower roof for any DRAM figure above {si(floor, 'B/s')}, so "
+              "'bound by neither roof' does not rest on that side") if floor else ""
     roof = "memory" if intensity < peak / bw else "compute"
-    text = (f"intensity {intensity:.1f} FLOP/B against a ridge point of {peak / bw:.1f} FLOP/B (notebook "
-            f"00's fp32 ceiling over its DRAM ceiling, {si(bw, 'B/s')}), so the {roof} roof is the lower one "
-            f"({si(min(peak, intensity * bw), 'FLOP/s')})")
+    text = (f"intensity {intensity:.1f} FLOP/B against a ridge point of {peak / bw:.1f} FLOP/B (the limits "
+            f"file's fp32 ceiling over its DRAM ceiling, {si(bw, 'B/s')}), so by that figure the {roof} roof "
+            f"is the lower one ({si(min(peak, intensity * bw), 'FLOP/s')})")
     copy = max((p.best_bytes_per_s for p in limits.copy_points
                 if p.op == "copy" and p.nbytes == limits.dram_nbytes), default=None)
     if copy is None or copy >= bw or ("memory" if intensity < peak / copy else "compute") == roof:
@@ -152,11 +161,11 @@ def ridge_text(intensity: float, peak: float, limits: Any) -> str:
         return text + (f"; that side rests on the limits file's DRAM figure: by its own ridge point, a run "
                        f"whose DRAM figure lies {'below' if roof == 'compute' else 'above'} {flip} (notebook "
                        f"00 prints its run's beside the file's) puts the step on the "
-                       f"{'memory' if roof == 'compute' else 'compute'} side" if flip else "")
+                       f"{'memory' if roof == 'compute' else 'compute'} side" if flip else "") + either
     return (text + f"; by the fastest copy of DRAM-sized buffers the file holds, {si(copy, 'B/s')}, the "
             f"ridge point is {peak / copy:.1f} FLOP/B and the memory roof would be the lower one "
             f"({si(intensity * copy, 'FLOP/s')}): the step lies between the two ridge points, so which roof "
-            "is lower is not settled here")
+            "is lower is not settled here" + either)
 
 
 def plot_phase_bars(records: Mapping[str, Any], unit: str = "ms", ax: Any = None,
@@ -355,15 +364,21 @@ def breakdown_widget(workload: str = "digits", steps: int = 6, warmup: int = 2,
     from perfkit.profiling.rules import diagnose_shares
     from perfkit.profiling.workload import measure_workload
 
+    last: dict[str, Any] = {}  # the latest figure's settings and summary (widget_expectation_text reads it)
+
     def show(batch_size: int, num_workers: int, cost_ms: float) -> Figure:
         s = measure_workload(workload, batch_size=batch_size, num_workers=num_workers,
                              cost_ms=cost_ms, steps=steps, warmup=warmup)
+        last.update(settings={"batch_size": batch_size, "num_workers": num_workers, "cost_ms": cost_ms},
+                    summary=s)
         return plot_diagnosis(s, diagnose_shares(s), title=f"{workload}: batch {batch_size}, "
                               f"{num_workers} workers, {cost_ms:.1f} ms/sample")
 
+    show.last = last  # type: ignore[attr-defined]
     return WidgetSpec(show, {
         "batch_size": IntControl(8, 128, 64, step=8, description="batch size"),
         "num_workers": IntControl(0, 2, 0, description="DataLoader workers"),
         "cost_ms": FloatControl(0.0, max_cost_ms, 0.5, step=0.1,
                                 description="data cost (ms/sample)"),
     }, title="Phase breakdown and diagnosis, measured on this machine")
+

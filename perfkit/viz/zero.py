@@ -190,15 +190,20 @@ class StageEdge:
     def _gather_candidate(self, rest: float) -> str:
         """A clause naming the all-gathers' price as a candidate for ``rest`` (s): the edge
         charges each at the all-reduce's time per byte, and what per-byte factor would
-        explain all of ``rest``. ``""`` where the edge charges no all-gather bytes."""
+        explain all of ``rest``; where that factor exceeds 2, also how much of ``rest`` twice
+        the all-reduce's time per byte would explain, so that a reader can set notebook 03's
+        printed factor against it. ``""`` where the edge charges no all-gather bytes."""
         if self.bytes_s <= 0:
             return ""
         n = "its two all-gathers" if self.stage == 3 else "its all-gather"
+        twice = ("" if self.bytes_s >= rest else
+                 f"at twice the all-reduce's time per byte it would explain {si(self.bytes_s, 's')} "
+                 f"({round(100 * self.bytes_s / rest)}%) of the {si(rest, 's')}; ")
         return (f"; and the price of {n}, charged at the all-reduce's time per byte "
                 f"({si(self.bytes_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
-                "than its all-reduce (one large call, not these buckets, so a candidate, not a finding): "
-                f"at {1 + rest / self.bytes_s:.1f}x the all-reduce's time per byte it would explain all of "
-                f"the {si(rest, 's')}")
+                "than its all-reduce (one large call, not these buckets, so a candidate, not a finding; it "
+                f"prints its factor): {twice}at {1 + rest / self.bytes_s:.1f}x the all-reduce's time per "
+                f"byte it would explain all of the {si(rest, 's')}")
 
     def digits(self, est: Any) -> str:
         """A sentence, starting with a space, giving the edge and ``est``'s interval (a step

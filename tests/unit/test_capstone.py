@@ -29,6 +29,7 @@ from perfkit.profiling.capstone_text import (
 )
 from perfkit.stats import Estimate
 from perfkit.viz.capstone import (
+    context_outcome,
     dropped_text,
     pick_text,
     plot_waterfall,
@@ -353,14 +354,40 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
     assert "syncs" not in other["inconclusive"] and "find_unused" not in other["above"]
     assert "sync 3.0 -> 0.4 ms" in other["above"]  # outside data + communication, the largest drop first
     assert "rose" not in words["inconclusive"]  # every phase of the bound fell
-    # the phase the fix targets rose while its reads halved: said, with the time per read
+    # the phase the fix targets rose while its reads halved: said, split as the diagnosis splits the
+    # phase (the waits with a collective in flight, the reads and the loop), with no time per read
     slower = {**report([], {"sync": 0.5, "communication": 0.2, "forward": 0.1, "backward": 0.2},
                        steps=(0.012,)), "syncs_per_step": 28}
     sync = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.0, before, 1.0,
                          repeated=True, after_report=slower)
     said = sync["inconclusive"]
     assert "sync 3.0 -> 6.0 ms" in said and "rose though the reads fell" in said
-    assert "0.0526 -> 0.214 ms per read" in sync["inconclusive"]
+    assert "per read" not in said and "the reads and the loop between them 3.0 -> 6.0 ms" in said
+    assert "the reads' own time rose more than the waits: the reads the fix left cost more each" in said
+    waits = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.0,
+                          {**before, "sync_comm_share": 0.2}, 1.0, repeated=True,
+                          after_report={**slower, "sync_comm_share": 0.45})["inconclusive"]
+    assert "which the bound takes this fix to leave) went 2.0 -> 5.4 ms" in waits
+    assert "1.0 -> 0.6 ms per profiled step: the waits rose more than the reads' own time" in waits
+    assert "premise" not in waits
+    # as run: the part with a collective in flight, which the bound took the sync fix to leave, fell
+    # far more than the reads' own time, and the text still said the fix cannot remove it
+    fell = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.38,
+                         {**before, "sync_comm_share": 0.2}, 1.0, repeated=True,
+                         after_report={**report([], {"sync": 0.1}, steps=(0.012,)), "syncs_per_step": 28,
+                                       "sync_comm_share": 0.05})["inconclusive"]
+    assert "which the bound takes this fix to leave) went 2.0 -> 0.6 ms" in fell
+    assert "that part fell 1.4 ms, so the bound's premise, that this fix leaves it, failed" in fell
+    unsplit = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.38,
+                            {**before, "sync_comm_share": 0.2}, 1.0, repeated=True,
+                            after_report={**report([], {"sync": 0.05}, steps=(0.012,)), "syncs_per_step": 28})
+    assert "at most 0.6 ms (the sync phase after, not split)" in unsplit["inconclusive"]
+    assert "fell at least 1.4 ms" in unsplit["inconclusive"]
+    kept = explain_round(Pick("sync", 0.3, 1.4, "m", "sync", ("sync",)), 1.38,
+                         {**before, "sync_comm_share": 0.2}, 1.0, repeated=True,
+                         after_report={**report([], {"sync": 0.3}, steps=(0.009,)), "syncs_per_step": 28,
+                                       "sync_comm_share": 0.2})
+    assert "premise" not in kept.get("inconclusive", "")
     comm = explain_round(Pick("communication", 0.3, 1.4, "m", "ddp", ("communication",)), 1.0, before, 1.0,
                          repeated=True,
                          after_report={**slower, "shares": {**slower["shares"], "communication": 0.3}})
@@ -383,6 +410,56 @@ def test_explanations_name_each_phase_in_ms_before_and_after():
         explain_round(ddp, 2.4, before, 1.0, repeated=True, after_report={"shares": {}})
     with pytest.raises(TypeError, match="report must be"):
         phase_ms([0.1])
+
+
+def test_a_window_whose_profiler_weighed_alike_names_the_run_it_belongs_to():
+    # the window gained 1.25x (10 -> 8 ms), the runs 1.5x, the profiler's factor 1.11 before and after:
+    # the runs before, 6,000 and 4,000 tokens/s, drifted; against the first, the window's, 1.25x
+    before = {**report([], {"sync": 0.3, "communication": 0.2}, steps=(0.01,)), "syncs_per_step": 57}
+    after = {**report([], {"sync": 0.05, "communication": 0.2}, steps=(0.008,)), "syncs_per_step": 29}
+    ddp = Pick("sync", 0.5, 2.0, "m", "ddp", ("sync", "communication"))
+    said = explain_round(ddp, 1.5, before, 1.11, repeated=True, after_report=after, slowdown_after=1.11,
+                         befores_tps=(6000.0, 4000.0))["inconclusive"]
+    assert ("the window before the fix is the run before at 6,000 tokens/s, against which alone the fix "
+            "measures 1.25x, within a tenth of the window's gain: the other run before moved the runs' mean"
+            in said)
+    assert "did not weigh on the two alike" not in said and "the runs themselves" not in said
+    alone = explain_round(ddp, 1.5, before, 1.11, repeated=True, after_report=after, slowdown_after=1.11,
+                          befores_tps=(5000.0, 4900.0))["inconclusive"]  # runs before within a tenth
+    assert "the runs themselves moved otherwise than their windows" in alone
+    assert "window before the" not in alone
+    unalike = explain_round(ddp, 1.5, before, 1.11, repeated=True, after_report=after, slowdown_after=1.6,
+                            befores_tps=(4000.0, 6000.0))["inconclusive"]
+    assert "did not weigh on the two alike" in unalike
+    assert ("at 4,000 tokens/s, against which alone the fix measures 1.88x, above the window's gain by more "
+            "than a tenth: even against its own run, the window moved otherwise" in unalike)
+
+
+def test_a_gain_no_larger_than_its_runs_drift_is_not_credited():
+    pick = Pick("compute", 0.7, 3.8, "m", "attention", ("forward", "backward"), untested="too loose")
+    rnd = Round(4, pick, Estimate(1.45, 1.01, 1.91, 0.9, 16, "m"), 15734.0, 22815.0, {}, True,
+                befores_tps=(19402.0, 12067.0))
+    assert rnd.runs_apart == pytest.approx(1.608, abs=1e-3) and rnd.within_drift
+    text = round_context(rnd)
+    assert "a gain this run can show" not in text
+    assert "the runs before lay 1.61x apart, at least as far as the 1.45x measured lies from 1x" in text
+    assert context_outcome(rnd) == "context, faster, within the runs' drift (1.61x apart)"
+    steady = replace(rnd, befores_tps=(19402.0, 17000.0))
+    assert not steady.within_drift and context_outcome(steady) == "context, faster"
+    assert "a gain this run can show" in round_context(steady)
+    assert context_outcome(replace(rnd, speedup=Estimate(1.02, 0.9, 1.2, 0.9, 16, "m"))) == (
+        "context, interval holds 1x")
+    fig = plot_waterfall([("a", 2.0), ("b", 1.45)], total=2.9, drifted=["b"])
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert "within the runs' drift" in labels[1] and "drift" not in labels[0]
+    colors = [tuple(round(c, 3) for c in b.get_facecolor()[:3]) for b in fig.axes[0].patches]
+    assert colors[0] != colors[1]
+    grey = plot_waterfall([("a", 2.0), ("b", 1.05)], total=2.1, unresolved=["b"], drifted=["b"])
+    assert "within the runs' drift" not in grey.axes[0].texts[1].get_text()  # grey says more
+    with pytest.raises(ValueError, match="drifted"):
+        plot_waterfall([("a", 2.0)], drifted=["c"])
+    with pytest.raises(TypeError, match="drifted"):
+        plot_waterfall([("a", 2.0)], drifted="a")
 
 
 def test_a_crossed_bound_is_explained_against_the_run_it_was_set_from():
@@ -613,6 +690,12 @@ def test_every_repeat_run_is_counted_the_dropped_rounds_and_the_last_included():
     one_way = replace(total, repeats=tuple((w, a, a * 1.1) for w, a, _ in ran))
     assert "all 6 one way, either way, has a chance of 1 in 32 (3%)." in seams_text(one_way)
     assert "no evidence" not in seams_text(one_way)
+    # as run: 3 of 6 each way printed "has a chance of 1 in 1 (100%)", a test that cannot reject
+    even = seams_text(replace(total, repeats=tuple((w, a, a * (1.1 if i % 2 else 0.9))
+                                                   for i, (w, a, _) in enumerate(ran))))
+    assert "1 in 1" not in even and "A split of 3 to 3 is the most even 6 repeats allow" in even
+    few = seams_text(replace(total, repeats=tuple((w, a, a * 1.1) for w, a, _ in ran[:4])))
+    assert "even all 4 one way, either way, would have a chance of 1 in 8 (12%): too few" in few
     alike = seams_text(replace(total, repeats=tuple((w, a, a) for w, a, _ in ran)))
     assert "the repeat ran as fast in all 6." in alike and "chance" not in alike
 

@@ -369,3 +369,50 @@ def test_an_order_gap_wider_than_the_control_is_said_and_weighed():
     assert "no more than" in order_gap_text(claim, est, 0.80, 0.805, 0.009)
     with pytest.raises(ValueError):
         order_gap_text(claim, est, 0.0, 0.8, 0.009)
+
+
+def test_a_larger_bucket_caps_gain_names_the_buckets_it_comes_from():
+    # as measured: a 6.16 MiB gradient, DDP's default 2 all-reduces a step, 25 MB and 500 MB 1 each: the
+    # gain is one bucket against two, which 25 MB written out shares, not a cap of 500 MB
+    from perfkit.viz.claims import bucket_figure, bucket_source_text
+
+    calls = {0.05: 7, None: 2, 25: 1, 500: 1}
+    assert bucket_figure(calls) == ("step speedup of 500 MB buckets over DDP's default, 1 all-reduce a step "
+                                    "against 2 (25 MB written out: 1 too)")
+    said = bucket_source_text(calls, 6.16)
+    assert said.startswith(" This compares 1 all-reduce a step against the default's 2, not a cap of 500 MB")
+    assert "6.16 MiB gradient 25 MB written out made 1 too" in said and "not caps of 500 MB-1 GB" in said
+    big = {None: 3, 25: 2, 500: 1}  # a gradient past 25 MB: the caps lay out apart
+    assert "too" not in bucket_figure(big)
+    assert "25 MB written out made 2 here." in bucket_source_text(big, 40.0)
+    assert "not a cap" not in bucket_source_text(big, 40.0)
+    assert bucket_source_text({None: 1, 25: 1, 500: 1}, 0.5) == ""  # no fewer all-reduces: no gain to source
+    with pytest.raises(ValueError, match="calls must map"):
+        bucket_figure({None: 2, 500: 1})
+    with pytest.raises(ValueError, match="grad_mib"):
+        bucket_source_text(calls, 0.0)
+
+
+def test_identical_work_read_apart_weighs_a_reading_past_the_a_a_reach():
+    from perfkit.data.claims import PinTiming
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+
+    # as run: the A/A reach 0.6 % called compile's interval, 1.3 % below 1x, "beyond" it, while one
+    # model against itself read 2.2 % from 1x and two same-bucket runs 4.6 % apart, unsaid there
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.006,) * 10, 0), "cpu")
+    compiled = Estimate(0.982, 0.974, 0.987, 0.92, 16, "m")
+    said = viz.claims.same_work_text(aa, {"one model against itself": 0.978, "same buckets": 18.4 / 17.6},
+                                     compiled, "The compiled step", "eager")
+    assert said.startswith("Identical work, read apart in this notebook: the A/A control's interval 0.6% "
+                           "from 1x; one model against itself, 2.2%; same buckets, 4.5%: this design's own "
+                           "error reaches at least 4.5%, more than the A/A control's reach alone.")
+    assert said.endswith("The compiled step's interval lies 1.3% below 1x, within that: this run does not "
+                         "show it slower than eager.")
+    alone = viz.claims.same_work_text(aa, {}, compiled, "The compiled step", "eager")
+    assert "beyond even that: slower than eager" in alone and "more than" not in alone.split(". ")[0]
+    held = viz.claims.same_work_text(aa, {}, Estimate(0.99, 0.98, 1.01, 0.9, 16, "m"), "It", "eager")
+    assert held.endswith("It's interval holds 1x: it is not shown faster or slower than eager.")
+    assert viz.claims.same_work_text(PinTiming(aa.pageable, aa.pinned, "cuda"), {}, compiled, "x", "y") == ""
+    with pytest.raises(ValueError, match="readings"):
+        viz.claims.same_work_text(aa, {"bad": 0.0}, compiled, "x", "y")

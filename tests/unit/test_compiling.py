@@ -23,26 +23,47 @@ def test_compile_record_break_even_by_hand():
     assert slower.break_even_calls == math.inf
 
 
-def test_break_even_between_the_medians_interval_ends_holds_its_point():
-    # 12.5 s of compile; 11 rounds, eager 65.9 ms and compiled 62.1 ms medians. The old ends came
-    # from the paired ratios' interval (1.04x to 1.06x here, as in a run that printed "3,278 steps
-    # (3,303 to 4,761 at the interval's ends)"): the ratio of the medians, 1.061x, lay at its top,
-    # and the point fell outside its own interval. The ends now come from the medians themselves.
-    eager = (0.0652, 0.0655, 0.0657, 0.0658, 0.0659, 0.0659, 0.0660, 0.0661, 0.0663, 0.0668, 0.0690)
-    compiled = (0.0615, 0.0617, 0.0618, 0.0620, 0.0621, 0.0621, 0.0622, 0.0623, 0.0625, 0.0629, 0.0650)
-    rec = compiling.CompileRecord(12.5, Measurement(eager, 0), Measurement(compiled, 0))
+def test_break_even_between_comes_from_the_paired_ratios_interval():
+    # 11.3 s of compile; 11 paired rounds where a load shared by each pair moves both calls: the
+    # medians' own intervals overlap (eager's low end below compiled's high end), so the old ends,
+    # the two medians anywhere in their intervals at once, reached "never", though every round's
+    # compiled call was 4 % to 9 % faster and the paired ratio's interval excludes 1.
+    compiled = (0.0600, 0.0610, 0.0620, 0.0630, 0.0640, 0.0651, 0.0660, 0.0670, 0.0680, 0.0690, 0.0700)
+    ratio = (1.04, 1.05, 1.06, 1.07, 1.08, 1.09, 1.04, 1.05, 1.06, 1.07, 1.08)
+    eager = tuple(c * r for c, r in zip(compiled, ratio))
+    rec = compiling.CompileRecord(11.3, Measurement(eager, 0), Measurement(compiled, 0))
+    rho = rec.paired_ratio()
+    assert rho.low > 1
     soon, late = rec.break_even_between()
-    assert soon <= rec.break_even_calls <= late
-    # at 95 % each, 11 rounds give the 2nd smallest and 2nd largest (98.8 %; the 3rd: 93.5 %)
-    assert soon == pytest.approx(12.5 / (0.0668 - 0.0617)) and late == pytest.approx(12.5 / (0.0655 - 0.0629))
-    close = tuple(e - 0.001 for e in eager)
-    tied = compiling.CompileRecord(12.5, Measurement(eager, 0), Measurement(close, 0))
-    assert tied.break_even_between()[1] == math.inf  # the intervals overlap: it may never pay
-    with pytest.raises(ValueError, match="needs 6 rounds"):
-        few = compiling.CompileRecord(1.0, Measurement(eager[:5], 0), Measurement(compiled[:5], 0))
+    assert math.isfinite(late)  # the old ends gave inf here
+    c = rec.compiled.median_s
+    assert soon == pytest.approx(11.3 / (c * (rho.high - 1)))
+    assert late == pytest.approx(11.3 / (c * (rho.low - 1)))
+    assert rec.break_even_span() == f"{soon:,.0f} to {late:,.0f} steps"
+    said = rec.break_even_text()
+    assert said.startswith(f"{rec.break_even_calls:,.0f} steps (the medians' difference; {soon:,.0f} to ")
+    assert f"at the ends of the paired ratio's {rho.label}, at the compiled median" in said
+    # a paired interval that reaches 1: the latest end is never
+    near = tuple(e / 1.001 for e in eager[:5]) + eager[5:]
+    tied = compiling.CompileRecord(11.3, Measurement(eager, 0), Measurement(near, 0))
+    assert tied.break_even_between()[1] == math.inf and tied.break_even_span().endswith("steps to never")
+    few = compiling.CompileRecord(1.0, Measurement(eager[:4], 0), Measurement(compiled[:4], 0))
+    with pytest.raises(ValueError, match="needs 5 rounds"):
         few.break_even_between()
+    assert few.break_even_text().endswith("(the medians' difference)")
     with pytest.raises(ValueError, match="level"):
         rec.break_even_between(1.0)
+
+
+def test_break_even_text_says_when_the_medians_point_lies_outside_the_paired_range():
+    # eager 65.9 ms and compiled 62.1 ms medians; the paired ratios' interval sits below the ratio
+    # of the medians, so the medians' difference breaks even sooner than the range's soonest end
+    eager = (0.0652, 0.0655, 0.0657, 0.0658, 0.0659, 0.0659, 0.0660, 0.0661, 0.0663, 0.0668, 0.0690)
+    compiled = (0.0615, 0.0617, 0.0618, 0.0620, 0.0621, 0.0621, 0.0622, 0.0623, 0.0625, 0.0629, 0.0650)
+    rec = compiling.CompileRecord(12.5, Measurement(eager, 0), Measurement(compiled[5:] + compiled[:5], 0))
+    soon, late = rec.break_even_between()
+    inside = soon <= rec.break_even_calls <= late
+    assert ("lies outside that range" in rec.break_even_text()) is not inside
 
 
 def test_break_even_elsewhere_holds_another_runs_saving_against_the_range():
@@ -53,12 +74,14 @@ def test_break_even_elsewhere_holds_another_runs_saving_against_the_range():
     # a sweep that saved 1.9 ms a step: about 5,900 steps, past the range's end, never "stands"
     said = compiling.break_even_elsewhere(rec, 0.0674, 0.0655)
     assert "saves 1.9 ms per call" in said and "after 5,947 calls" in said
-    assert f"({soon:,.0f} to {late:,.0f})" in said and "outside that range" in said
-    assert "inside that range" in compiling.break_even_elsewhere(rec, 0.0660, 0.0621)
+    assert f"({rec.break_even_span('calls')} at its paired ratio's interval ends)" in said
+    assert "outside that range" in said
+    at_point = rec.compiled.median_s * rec.paired_ratio().value  # a saving at the paired ratio's median
+    assert "inside that range" in compiling.break_even_elsewhere(rec, at_point, rec.compiled.median_s)
     assert "never pays off" in compiling.break_even_elsewhere(rec, 0.0650, 0.0655)
-    few = compiling.CompileRecord(1.0, Measurement(eager[:5], 0), Measurement(compiled[:5], 0))
+    few = compiling.CompileRecord(1.0, Measurement(eager[:4], 0), Measurement(compiled[:4], 0))
     said = compiling.break_even_elsewhere(few, 0.0674, 0.0655)
-    assert said.endswith("after 526 calls, against section 3's 256.")
+    assert said.endswith("after 526 calls, against section 3's 260.")
     with pytest.raises(ValueError, match="eager_s"):
         compiling.break_even_elsewhere(rec, 0.0, 0.0655)
 

@@ -127,6 +127,9 @@ def test_codec_split_puts_the_excess_where_the_decode_timing_says():
     # the encode is each round's round trip less that round's decode, not a difference of medians
     s = codec_split(_codec_times([4e-3] * 3, [10e-3, 20e-3, 30e-3], [1e-3, 15e-3, 20e-3]), "qsgd")
     assert s.encode_s == pytest.approx(9e-3)  # median of 9, 5, 10 ms
+    # and the text says so, beside the difference of the two medians a reader can compute (20 - 15 ms)
+    assert "the median of each round's round trip less its decode; the two medians printed above differ " \
+           "by 5 ms)" in s.text()
     # an encode faster than its bytes: no share above 100 %, the excess named whole
     s = codec_split(_codec_times([8e-3] * 3, [12e-3] * 3, [10e-3] * 3), "qsgd")
     assert s.excess["encode"] < 0 and s.shares() is None

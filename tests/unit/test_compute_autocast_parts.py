@@ -74,6 +74,21 @@ def test_explain_names_the_rest_and_refuses_a_negative_rest():
     assert p.explain(band=0.25)["below"] == why["below"]
 
 
+
+def test_summary_is_computed_from_the_verdicts_and_the_rests():
+    from perfkit.verdict import Prediction, judge
+    p = parts(steps=(10.0, 8.4))  # measured 10 / 8.4 = 1.19x; rests 4.0 and 4.4 ms
+    fc = judge(Prediction("speedup", "forecast", value=2.0, rel_tol=0.25, unit="x"), 10 / 8.4)
+    acct = judge(Prediction("speedup", "account", value=p.predicted(), rel_tol=0.25, unit="x"), 10 / 8.4)
+    text = p.summary(acct, fc)
+    assert "the forecast from notebook 00's sweep, 2x predicted: missed" in text
+    assert "the account by the step's parts, 1.25x predicted: held" in text
+    assert text.endswith("the mixed step took 1.10x the fp32 step's time, where the model assumes 1x "
+                         "(medians)")
+    assert "forecast" not in p.summary(acct) and "not measured" in parts(steps=(10.0, 3.0)).summary(acct)
+    with pytest.raises(TypeError, match="account"):
+        p.summary("held")
+
 def test_record_finds_autocast_s_ops_and_replays_them_in_both_precisions():
     assert ap.record_parts(gpt_step(SMALL, IDS, "fp32", vocab=64)) == []  # nothing in low precision
     calls = ap.record_parts(gpt_step(SMALL, IDS, "bf16", vocab=64))

@@ -362,6 +362,12 @@ def test_chain_model_and_which_term_explains_a_miss():
     assert "and its one new tensor, 1.00 ms" in fused["below"] and "arithmetic" in fused["below"]
     # y**3 is two multiplies in ATen's pow kernel and in inductor's lowering: only tanh is costly
     assert "tanh and pow" not in fused["below"] + eager["above"] and "two multiplies" in fused["below"]
+    assert "at the all-core DRAM ceiling" in fused["below"] and "bandwidth of all cores" in fused["below"]
+    # a model that charged the bytes at the timings' own threads' DRAM roof says so, not "all cores"
+    one = fusion.chain_explanations(model, slow_fused, "the DRAM ceiling on 1 thread")[1]["below"]
+    assert "(its bytes at the DRAM ceiling on 1 thread," in one and "all cores" not in one
+    with pytest.raises(ValueError, match="dram"):
+        fusion.chain_explanations(model, slow_fused, "")
     quick_fused = compiling.CompileRecord(1.0, meas([0.05]), meas([model.fused_s]))
     assert "Not from arithmetic" in fusion.chain_explanations(model, quick_fused)[0]["above"]
     no_faults = fusion.chain_model(chain, 0.0, 1e6)

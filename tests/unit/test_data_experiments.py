@@ -39,6 +39,15 @@ def test_largest_gap_is_the_worst_run_not_the_mean():
         ex.largest_gap(runs, [0.2])
 
 
+def test_largest_gap_names_each_intervals_exact_coverage():
+    # 6 blocks each (the fewest at 95 %, the joint level of two runs): each interval is [min, max]
+    # of 6 blocks, covering 1 - 2/2^6 = 96.9 %, so the two hold together at 93.75 %: the text names
+    # the 96.9 % that joint figure comes from, not the 95 % asked
+    runs = [record([9] + [1, 2] * 7, [9] + [3] * 14), record([9] + [2, 1] * 7, [9] + [2] * 14)]
+    est = ex.largest_gap(runs, [0.2, 0.5])
+    assert est.n == 6 and est.method.endswith("each at 96.9%") and est.label == "93% interval"
+
+
 
 def test_largest_gap_pairs_a_replayed_model_with_its_run_block_by_block():
     from perfkit.data import PipelineRecord
@@ -108,6 +117,9 @@ def test_hidden_fraction_estimate_is_the_fraction_of_the_medians_the_bound_is_bu
     # [min, max]); it grows with the serial loop here (the prefetched loop is above the longer part)
     assert est.high == pytest.approx((14.0 - 10.5) / (14.0 - 6.5)) and est.low == pytest.approx(
         (11.8 - 11.7) / (11.8 - 6.5))
+    # each at its exact coverage (7 rounds: [min, max], 1 - 2/2^7 = 98.4 %), not the 97.5 % asked: four
+    # of them hold together at 1 - 4 x 1.6 % = 93.8 %, the joint figure the label prints
+    assert "each at 98.4%" in est.method and est.label == "93% interval"
     few = ov.hidden_fraction_estimate({k: v[:5] for k, v in rounds.items()}, "spin")
     assert not few.has_interval and few.needs == 7
     with pytest.raises(ValueError, match="one time per round"):
@@ -282,6 +294,11 @@ def test_a_hidden_fraction_past_1_within_its_noise_is_clipped_at_1():
     raw = (11.82 - 6.21) / (11.82 - 6.28)
     assert raw > 1 and est.value == 1.0 and est.high == 1.0 and est.low < 1
     assert f"the medians give {raw:.3g}" in est.method and "clipped at 1" in est.method
+    # the old text said only "past 1 by the noise of the four loops": it now says by how much, against
+    # the interval's width before clipping and its reach below 1
+    lo = ov.hidden_fraction_estimate(rounds, "sleep").low
+    assert f"above 1 by {raw - 1:.2g}, " in est.method and f"which reaches {1 - lo:.2g} below 1" in est.method
+    assert "of the interval's width before clipping (" in est.method
     # a whole interval past 1 is no noise: left as it is, for the verdict to call disturbed
     far = Estimate(1.3, 1.2, 1.4, 0.9, 15, "fraction")
     assert ov.clip_at_one(far) is far
@@ -475,3 +492,16 @@ def test_rate_context_prints_an_undecidable_ratio_as_context_and_names_a_miss():
     low = ex.rate_context(pred, Estimate(0.70, 0.65, 0.75, 0.9, 6, "m"), "Why.", 0.7)
     assert ("narrower than the range this time; its whole interval lies below the range, which a verdict "
             "would call a miss.") in low
+
+
+def test_workers_note_charges_the_handoff_of_section_2a():
+    # 1.43 ms a batch beside a 10 ms step, 0.84 ms a handoff: one worker hides it, but saves only
+    # 0.59 ms a step (the old rule, ceil(B c / t_compute), said "1 worker to hide it" and nothing more)
+    note = ex.workers_note(1.43e-3, 10e-3, 0.84e-3)
+    assert note.startswith("14.3% of a 10 ms step per batch -> 1 worker to hide it")
+    assert "saving 0.59 of its 1.43 ms a step (41%)" in note and "handoff of 0.84 ms" in note
+    assert "no worker needed" in ex.workers_note(1e-3, 10e-3, 0.84e-3)
+    assert "no worker pays" in ex.workers_note(1.5e-3, 10e-3, 2e-3)
+    assert ex.workers_note(25e-3, 10e-3, 1e-3).split("-> ")[1].startswith("3 workers")  # ceil(25 / 11)
+    with pytest.raises(ValueError, match="handoff_s"):
+        ex.workers_note(1e-3, 10e-3, -1.0)

@@ -486,6 +486,8 @@ CASES = [  # (id, call, exception, regex on the message)
     ("model_rate_note point", lambda: compute.model_rate_note(1.0, 1.0, 1.0, "c"), TypeError,
      "point must be"),
     ("own_ceiling_note limits", lambda: compute.own_ceiling_note(None, "bfloat16", 1e9), TypeError, "limits"),
+    ("own_ceiling_note at", lambda: compute.own_ceiling_note(None, "bfloat16", 1e9, at=2), TypeError, "at"),
+    ("model_share share", lambda: compute.model_share(None, "bfloat16", -1.0), ValueError, "share"),
     ("cross_run_spread first", lambda: compute.cross_run_spread({1: -1.0}, {1: 1.0}), ValueError, "first"),
     ("cross_run_spread second", lambda: compute.cross_run_spread({1: 1.0}, {1: INF}), ValueError, "second"),
     ("two_run_text swept", lambda: compute.two_run_text(-1.0, Estimate(1.0, 0.9, 1.1, 0.9, 5, "m"), 0.9,

@@ -60,6 +60,7 @@ from perfkit.data import (
     wait_share,
     worker_gain,
     worker_sweep,
+    workers_note,
     write_shards,
 )
 from perfkit.verdict import Prediction
@@ -328,6 +329,9 @@ CASES = [  # (id, call, exception, regex on the message)
     ("worker_gain.one", lambda: worker_gain(None, RUN, 2), TypeError, "one must be a MonitoredRun"),
     ("worker_gain.two", lambda: worker_gain(RUN, [0.1], 2), TypeError, "two must be a MonitoredRun"),
     ("worker_gain.cores", lambda: worker_gain(RUN, RUN, 0), ValueError, "cores must be an int >= 1"),
+    ("workers_note.load_s", lambda: workers_note(0.0, 0.01, 0.001), ValueError, "load_s"),
+    ("workers_note.compute_s", lambda: workers_note(0.001, float("nan"), 0.001), ValueError, "compute_s"),
+    ("workers_note.handoff_s", lambda: workers_note(0.001, 0.01, -1.0), ValueError, "handoff_s"),
     ("prefetch_loops.n", lambda: prefetch_loops(DS, STEP, (1, 2), 0, 0.0), ValueError,
      "n must be an int >= 1"),
     ("prefetch_loops.step", lambda: prefetch_loops(DS, 3, (1, 2), 1, 0.0), TypeError,

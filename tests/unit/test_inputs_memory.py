@@ -142,6 +142,8 @@ CASES = [  # (id, call, exception, regex on the message)
      lambda: gpt2_saved_activation_bytes(**GPT, dtype_bytes=True), ValueError, "dtype_bytes"),
     ("recompute_flop_share.seq_len", lambda: memory.recompute_flop_share(8, 1, 16, 0), ValueError, "seq_len"),
     ("flop_rule_text.share", lambda: memory.flop_rule_text(None, None, 0.0), ValueError, "share"),
+    ("checkpoint_cost_text.medians", lambda: memory.checkpoint_cost_text(None, None, 0.0), ValueError,
+     "medians"),
     ("steady_peak_text.first", lambda: memory.steady_peak_text(None, None), TypeError, "first"),
     ("gpt2_num_params.n_embd", lambda: gpt2_num_params(0, 1, 16, 8), ValueError,
      "n_embd must be an int >= 1"),

@@ -11,9 +11,11 @@ import pytest
 from inputs_cases import duplicate_ids, uncovered
 
 from perfkit.saving import per_step
-from perfkit.saving.per_step import per_step_goodput, per_step_prediction
+from perfkit.saving.per_step import per_step_goodput, per_step_prediction, whole_job_text
 
 NAN, INF = math.nan, math.inf
+RUN = {"failures": 7, "wall_s": 200.0, "time_goodput": 0.93, "uncommitted": 7, "attempted": 1690,
+       "restart_s": 12.2}
 
 CASES = [
     ("per_step_goodput.step_s zero", lambda: per_step_goodput(0.0, 10.0), ValueError,
@@ -35,6 +37,13 @@ CASES = [
      ValueError, "tol_steps must be a finite number > 0"),
     ("per_step_prediction.tol_steps str", lambda: per_step_prediction(0.1, 10.0, 1.0, "half"),
      TypeError, "tol_steps"),
+    ("whole_job_text.result list", lambda: whole_job_text([1]), TypeError, "result"),
+    ("whole_job_text.result lacks wall_s",
+     lambda: whole_job_text({k: v for k, v in RUN.items() if k != "wall_s"}), ValueError,
+     "result lacks 'wall_s'"),
+    ("whole_job_text.time_goodput above 1", lambda: whole_job_text({**RUN, "time_goodput": 1.5}), ValueError,
+     "time_goodput"),
+    ("whole_job_text.groups one", lambda: whole_job_text(RUN, 1), ValueError, "groups"),
     ("per_step_prediction.failure_interval_s too short", lambda: per_step_prediction(1.0, 0.5),
      ValueError, "failure_interval_s .* must exceed lost_steps \\* step_s"),
 ]

@@ -226,6 +226,11 @@ def test_beyond_names_the_all_gathers_price_with_the_factor_that_would_explain_t
         assert "its two all-gathers, charged at the all-reduce's time per byte" in text
         assert f"at {1 + rest / e.bytes_s:.1f}x the all-reduce's time per byte it would explain all" in text
         assert "a candidate, not a finding" in text
+        # what twice the all-reduce's time per byte would explain, set beside the factor needed for all
+        # of the rest, so notebook 03's printed factor can be compared (the factor alone hid that share)
+        assert (f"at twice the all-reduce's time per byte it would explain {vzero.si(e.bytes_s, 's')} "
+                f"({round(100 * e.bytes_s / rest)}%) of the {vzero.si(rest, 's')}; at ") in text
+    assert "at twice" not in e.beyond(e.edge + 0.5 * e.bytes_s / ddp.step_s)  # under 2x explains it all
     assert "price of its all-gather," in vzero.stage_edge(1, ddp, 7, 4.05e-3, 0.399e-3, 2).beyond(1.2)
     assert "price of" not in e.beyond(1.0)  # within the edge: nothing to explain
     assert "price of" not in vzero.stage_edge(1, ddp, 7, 1e-3, 2e-3, 2).beyond(1.5)  # no bytes charged

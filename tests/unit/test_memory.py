@@ -396,6 +396,25 @@ def test_flop_rule_text_says_the_step_exceeds_its_flops_and_why():
         M.flop_rule_text(near, step, 0.0)
 
 
+def test_checkpoint_cost_text_names_both_statistics_and_judges_one_forward_on_the_interval():
+    from perfkit.estimate import Estimate
+    # notebook 04's loaded run: 1.80 plain steps by the paired ratios, 1.07 by the medians, and the
+    # step over (plain + blocks' forward) 1.12x with an interval holding 1x: not "more than one forward"
+    step = Estimate(value=1.80, low=1.12, high=2.19, level=0.9, method="median of 32 paired ratios", n=32)
+    floor = Estimate(value=1.12, low=0.95, high=1.66, level=0.9, method="median of 32 paired ratios", n=32)
+    text = M.checkpoint_cost_text(step, floor, 1.07)
+    assert text.startswith("for a step of 1.80x the plain one by the median of paired ratios (")
+    assert "1.07x by the ratio of the medians" in text
+    assert "cannot tell whether it took more than one extra forward" in text
+    assert "; more than one extra forward" not in text
+    above = Estimate(value=1.3, low=1.2, high=1.4, level=0.9, method="m", n=32)
+    assert "; more than one extra forward timed alone: " in M.checkpoint_cost_text(step, above, 1.5)
+    below = Estimate(value=0.8, low=0.7, high=0.9, level=0.9, method="m", n=32)
+    assert "less than one extra forward timed alone" in M.checkpoint_cost_text(step, below, 1.5)
+    with pytest.raises(ValueError):
+        M.checkpoint_cost_text(step, floor, 0.0)
+
+
 def test_steady_peak_text_sets_the_rise_against_the_state_it_names():
     def step(peak, state):
         return M.StepAnatomy(params=0, grads=0, optimizer_state=state, activations=0, peak=peak,
@@ -403,6 +422,8 @@ def test_steady_peak_text_sets_the_rise_against_the_state_it_names():
     first = step(20_000_000, 0)
     short = M.steady_peak_text(first, step(19_460_000, 1_360_000))  # rises 0.82 MB, holds 1.36 MB
     assert "0.82 MB higher" in short and "60% of that state's 1.36 MB" in short
+    # above the parameters alone, the state counted in: not "above the parameters with the state"
+    assert "20.82 MB above the parameters (the state included)" in short and "with the state" not in short
     assert "the rest of the difference is pages" not in short
     assert "the rest of the difference is pages" in M.steady_peak_text(first, step(21_000_000, 1_000_000))
     assert ": not above it" in M.steady_peak_text(first, step(18_000_000, 1_000_000))

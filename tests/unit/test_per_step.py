@@ -73,3 +73,25 @@ def test_prediction_tolerance_is_in_steps_per_failure():
     # a tolerance on the committed share (0.995 +- 50%) would hold anything: this one can fail
     assert p.can_fail()
     assert "2 x 0.1 s step" in p.model and "20 s" in p.model
+
+
+def test_whole_job_text_counts_the_killed_group_too():
+    """The stored torchft run: the survivor lost 7 of 1690 steps (0.41 %), which once stood for the
+    job; the killed group was down 7 x 12.23 s = 85.6 s of 200 s, so the job trained at most 75.2 %."""
+    from perfkit.saving import whole_job_text
+
+    run = {"failures": 7, "wall_s": 200.26, "time_goodput": 0.9324, "uncommitted": 7, "attempted": 1690,
+           "restart_s": 12.22505}
+    text = whole_job_text(run)
+    assert "the killed group was down 7 x 12.23 s" in text and "= 85.6 s of the 200 s" in text
+    assert "it trained at most 57.3% of its time" in text
+    assert "with the survivor's 93.2%, the 2 groups together trained at most 75.2% of theirs" in text
+    assert text.endswith("The survivor's 7 of 1690 steps lost (0.41%) count its own steps only.")
+    # three groups, one killed: the two survivors weigh twice
+    three = whole_job_text(run, 3)
+    assert "the 3 groups together trained at most 81.2%" in three
+    assert three.startswith("For the whole job, all 3 groups: ")
+    # down longer than the run: capped at the run
+    assert "at most 0.0% of its time" in whole_job_text({**run, "restart_s": 40.0})
+    with pytest.raises(ValueError, match="restart_s"):
+        whole_job_text({k: v for k, v in run.items() if k != "restart_s"})

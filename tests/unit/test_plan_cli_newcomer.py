@@ -63,8 +63,11 @@ def test_the_header_says_every_default_and_the_byte_assumptions(capsys):
     assert "vocab 50,257 (default: GPT-2's; set --vocab)" in out
     assert "matmul efficiency 0.50 (default, not fitted" in out
     assert "usable memory 77.3 GB per GPU (90% of 85.9 GB" in out
+    # an "80GB" GPU holds 80 GiB, some kept by the driver: 85.9 GB unexplained read as an error
+    assert "85.9 GB, 80 GiB: the rest for the driver's share" in out
     assert "bf16 weights 2 + gradients 2 + fp32 Adam 12" in out
     assert "labels: dpN tpN ppN cpN" in out and "EFU" in out and "PaLM's HFU" in out
+    assert "a fused causal kernel 7 L h s of the 12 L h s" in out and "half of attention" not in out
     assert main(["plan", *TINY, "--gpus", "2", "--efficiency", "0.6", "--vocab", "32000"]) == 0
     given = capsys.readouterr().out
     assert "efficiency 0.60;" in given and "vocab 32,000," in given and "not fitted" not in given

@@ -242,14 +242,18 @@ def test_collective_cost_reads_every_figure_from_the_paired_differences():
     assert "they cost 18.0 ms at the median, 1.29x the charge" in text
     # the median is the point, not a bound: "at most" names the top of the difference's interval
     # (14 + 17 - 10 = 21 ms, 1.50x), never the median that its own interval exceeds
-    assert "and at most 21.0 ms, 1.50x, at the top of the difference's 96% interval (15.0 to 21.0 ms" in text
+    # the label names the difference's own interval (11 to 17 ms), the cost over it printed apart:
+    # "the difference's 96% interval (15.0 to 21.0 ms)" once named the cost's range
+    assert ("and at most 21.0 ms, 1.50x, with the difference at the top of its 96% interval (11.0 to "
+            "17.0 ms; the collectives' cost over it: 15.0 to 21.0 ms, 1.07x to 1.50x)") in text
+    assert "difference's 96% interval (15.0" not in text
     assert "at most 18.0 ms" not in text
     # a bound only if the base's own collectives took their charge: its fitted compute holds their excess
     assert "an upper bound if DDP's own collectives took their charge" in text
     assert "no step here is timed with its collectives skipped" in text
     assert "(its collectives, if DDP's took their charge and the compute its fitted cost" in c.headline()
-    assert c.headline().endswith("1.29x their charge at the median, at most 1.50x at the top of the "
-                                 "difference's 96% interval)") and c.point()[2] == " ms"
+    assert c.headline().endswith("1.29x their charge at the median, at most 1.50x with the difference at the "
+                                 "top of its 96% interval, 17.0 ms)") and c.point()[2] == " ms"
     assert c.point()[3:] == pytest.approx((11.0, 17.0))
     assert "lies below the measured interval (11.0 to 17.0 ms)" in text
     assert c.headline().startswith("10.0 / 14.0 ms (") and "at most 1.29x" not in c.headline()
@@ -310,7 +314,7 @@ def test_collective_cost_sentences_add_up_as_printed():
 
     g, p, off = read(r"by N ms \(median.*?predicted N ms more: N ms above")
     c, k, r = read(r"collectives N ms;.*?they cost N ms at the median, Nx the charge")
-    lo, hi, ilo, ihi = read(r"\(N to N ms, .*?interval \(N to N ms\)")
+    ilo, ihi, lo, hi = read(r"interval \(N to N ms; the collectives' cost over it: N to N ms")
     # the uncharged 1.7 ms outweighs the whole predicted 0.96 ms: the sentence says by how much
     eu, big, pu, moved = read(r"uncharged N ms \(Nx the whole predicted difference\) alone would put "
                               r"the predicted N ms at N ms")
@@ -340,8 +344,8 @@ def test_collective_cost_rounds_each_figure_once_so_it_reads_the_same_everywhere
     assert "zero3 8.60 ms against 11.0 to 14.5 ms" in full_charge({"zero3": c})
     (said,) = re.search(r"they cost [0-9.]+ ms at the median, ([0-9.]+)x the charge", text).groups()
     assert said == f"{c.over_charge:.2f}" and f": {said}x their charge at the median" in c.headline()
-    (top,) = re.search(r"and at most [0-9.]+ ms, ([0-9.]+)x, at the top", text).groups()
-    assert c.headline().endswith(f"at most {top}x at the top of the difference's {c.gap.label})")
+    (top,) = re.search(r"and at most [0-9.]+ ms, ([0-9.]+)x, with the difference at the top", text).groups()
+    assert f"at most {top}x with the difference at the top of its {c.gap.label}, " in c.headline()
     # a later sentence repeats the cost as printed: 11.5 + 26.3 - 9.0 = 28.8 ms, where the unrounded
     # 11.46 + 26.26 - 9.04 = 28.68 once read "28.7 ms" a line below "they cost 28.8 ms"
     z3 = collective_cost([0.05 + 0.02626] * 4, [0.05] * 4, 0.00904, 0.01146)

@@ -477,7 +477,7 @@ def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof(
     lim = hw.MachineLimits("cpu", "t", {"float32": 205e9}, 44.4e9, copy_points=copies, dram_nbytes=2**28)
     said = vp.ridge_text(4.9, 205e9, lim)  # notebook 01's run: 4.6 FLOP/B by the file, 5.2 by its copy
     assert "ridge point of 4.6 FLOP/B" in said
-    assert "so the compute roof is the lower one (205 GFLOP/s)" in said
+    assert "so by that figure the compute roof is the lower one (205 GFLOP/s)" in said
     assert "39.5 GB/s, the ridge point is 5.2 FLOP/B and the memory roof would be the lower" in said
     assert "not settled here" in said
     assert "not settled" not in vp.ridge_text(6.0, 205e9, lim)  # above both ridge points
@@ -490,3 +490,75 @@ def test_ridge_text_says_when_the_files_copy_puts_the_step_under_the_other_roof(
     assert "lies above 68.3 GB/s" in said and "on the compute side" in said
     assert "memory roof is the lower one" in vp.ridge_text(3.0, 205e9, lim)
     assert "not settled" not in vp.ridge_text(3.0, 205e9, lim)
+
+
+def test_first_step_is_one_sample_judged_against_the_steady_spread():
+    from perfkit.verdict import Prediction, judge
+
+    steady = [21e-3 + 4.5e-3 * i / 29 for i in range(30)]  # s: 21 to 25.5 ms
+    p = Prediction("the first step's time over the steady steps' median", "one-time costs", low=1.0, unit="x")
+    # notebook 01's default run: a first step 1.08x the median, inside the steady steps' spread;
+    # the old reading scaled the median's interval by it and held on a one-sample figure
+    est, explain = vp.first_step([24.2e-3, *steady])
+    assert est.level is None and est.n == 30 and est.low < 1 < est.value < est.high
+    v = judge(p, est, explain=explain)
+    assert v.outcome == "inconclusive"
+    assert ("slower than 21 of the 30; a step with no start-up cost ranks this high or higher with chance "
+            "32%") in v.text
+    assert "one step cannot tell a start-up cost from the steps' own jitter" in v.text
+    est, explain = vp.first_step([40e-3, *steady])  # slower than every steady step
+    v = judge(p, est, explain=explain)
+    assert v.outcome == "held" and "slower than every one of the 30;" in v.text and "chance 3%" in v.text
+    assert judge(p, *vp.first_step([20e-3, *steady])[:1]).outcome == "missed"
+    with pytest.raises(ValueError):
+        vp.first_step([1.0, 2.0])
+
+
+def test_ridge_text_says_the_dram_figure_above_which_neither_holds_on_either_side():
+    from perfkit import hw
+    from perfkit.compute.intensity import StepRoofline
+    from perfkit.estimate import Estimate
+
+    lim = hw.MachineLimits("cpu", "t", {"float32": 205e9}, 48.4e9, dram_nbytes=2**28)
+    # notebook 01's default run: 4.9 FLOP/B, compute side by the file's 48.4 GB/s, 0.277 of that roof,
+    # while notebook 00's own run measured 35.4 GB/s, which puts the step on the memory side
+    hfu = Estimate(0.277, 0.276, 0.280, 0.9, 30, "median")
+    where = StepRoofline(4.9, 205e9 / 48.4e9, "compute", 205e9, hfu, hfu, "neither")
+    assert vp.neither_floor(where, 205e9, 0.5) == pytest.approx(0.280 * 205e9 / (0.5 * 4.9))
+    said = vp.ridge_text(4.9, 205e9, lim, where, 0.5)
+    assert said.endswith("either way, the step's 57.4 GFLOP/s (the top of its interval) stays under 50% of "
+                         "the lower roof for any DRAM figure above 23.4 GB/s, so 'bound by neither roof' "
+                         "does not rest on that side")
+    assert "either way" not in vp.ridge_text(4.9, 205e9, lim)
+    undecided = StepRoofline(4.9, 4.2, "compute", 205e9, hfu, hfu, "undecided")
+    assert vp.neither_floor(undecided, 205e9, 0.5) is None
+
+
+class _Phases:
+    """A summary's shape as widget_expectation_text reads it: step and data medians, s."""
+
+    def __init__(self, step_s, data_s):
+        from types import SimpleNamespace
+
+        self.step, self._data = SimpleNamespace(p50_s=step_s), SimpleNamespace(p50_s=data_s)
+
+    def __getitem__(self, name):
+        return self._data
+
+
+def test_widget_expectation_says_how_far_the_figure_lies_from_it_and_why_if_the_load_says():
+    spec = vp.breakdown_widget("digits", steps=2, warmup=1)  # defaults: batch 64, 0 workers, 0.5 ms/sample
+    base = _Phases(0.004, 0.001)  # section 2's step: 4 ms, data 1 ms; expected 36 ms, data 33 ms
+    # no figure drawn yet: the line says it holds the expectation against none
+    assert "against none" in vp.widget_expectation_text(spec, base)
+    spec.fn.last.update(settings=spec.defaults(), summary=_Phases(0.127, 0.072))
+    loaded = vp.widget_expectation_text(spec, base, machine={"load": 2.5, "cores": 2.0})
+    assert "about 36 ms per step, data about 92%" in loaded
+    assert "127 ms per step by its median, 3.5x that" in loaded and "2.2x the 33 ms expected" in loaded
+    assert "more than 1.5x above" in loaded and "load average" in loaded and "2.5 on 2 cores" in loaded
+    quiet = vp.widget_expectation_text(spec, base, machine={"load": 1.0, "cores": 2.0})
+    assert "does not measure why" in quiet and "not above them" in quiet
+    spec.fn.last.update(summary=_Phases(0.038, 0.034))
+    assert "within 1.5x of the expectation" in vp.widget_expectation_text(spec, base, machine={"load": 9.0})
+    spec.fn.last.update(settings={**spec.defaults(), "batch_size": 8})  # a slider moved since
+    assert "against none" in vp.widget_expectation_text(spec, base)

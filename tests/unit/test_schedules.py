@@ -234,6 +234,9 @@ def test_zb_step_note_names_the_terms_that_decided_and_whether_the_gain_showed()
     got = zb_step_note(est(0.995, 0.950, 1.033), est(1.09, 1.04, 1.13), est(0.913, 0.898, 0.931), 0.882,
                        (10.1, 12.6, 6.9), est(0.711, 0.662, 0.748), 0.484)
     assert got.startswith("The predicted gain did not appear: ZB-H1's step 0.995x of 1F1B's, its interval")
+    # the old note left unsaid that the interval, holding 1x, also lies wholly above the model's figure
+    assert ("its interval 0.950x to 1.033x holds 1x, and lies wholly above the model's 0.882x: the step "
+            "shows neither a gain nor the one the model gave.") in got
     assert "busy time per stage 1.09x (its interval 1.04x to 1.13x wholly above the model's 1x)" in got
     # the factor is the bubble's on the step, (1 - share) over (1 - share), not an idle time
     assert "idle part" not in got

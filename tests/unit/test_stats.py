@@ -227,6 +227,11 @@ def test_largest_holds_the_largest_figure_whenever_each_interval_holds():
     short = stats.largest([runs[0], e(0.3, 0.3, 0.3, 0.95, 3, "d", needs=6)], absolute=True)
     assert short.needs == 6 and short.low == short.value == short.high == 0.3
     assert stats.joint_level(2) == pytest.approx(0.95) and stats.joint_level(1) == stats.LEVEL
+    # its text names each interval's exact coverage, not the level asked: 7 samples asked at 97.5 %
+    # give [min, max], which covers 1 - 2/2^7 = 98.4 % (a text with the level asked would not add up
+    # to the joint coverage it prints)
+    sev = [stats.median_interval([1.0, 1.2, 0.9, 1.1, 1.05, 0.95, 1.15], level=0.975)] * 2
+    assert "each at 98.4%" in stats.largest(sev).method
 
 
 def test_largest_covers_the_worst_gap_by_simulation():

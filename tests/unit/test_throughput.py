@@ -103,7 +103,12 @@ def test_two_run_text_says_when_the_runs_disagree_about_the_floor():
     assert "moved 21% between the runs, more than the crude model's 10% margin" in said
     assert "lies below the crude model's floor (0.90x)" in said and "this curve's rounds only" in said
     inside = throughput.two_run_text(0.95, here, 0.9, (32, 16), times)
-    assert "inside this 90% interval" in inside and "floor" not in inside
+    assert "inside this 90% interval, and at or above the crude model's floor (0.90x), as this" in inside
+    # inside the interval, but across the floor from the curve's point: said, and whose side the verdict takes
+    near = Estimate(0.905, 0.880, 0.930, 0.9, 11, "median of 11 paired ratios")
+    across = throughput.two_run_text(0.89, near, 0.9, (32, 16), times)
+    assert "inside this 90% interval, but below the crude model's floor (0.90x)" in across
+    assert "this curve's point lies at or above it" in across
     with pytest.raises(ValueError, match="swept"):
         throughput.two_run_text(0.0, here, 0.9, (32, 16), times)
 
@@ -172,14 +177,39 @@ def test_own_ceiling_note_says_before_the_share_that_this_notebook_set_the_ceili
                                 sources={"bfloat16": source, "bfloat16, 1 thread": source})
 
     raised = limits("the bf16 step's matmuls replayed alone at batch 4" + sizing.AFTER_SWEEP)
-    said = throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, mine="bf16 step", loaded=raised)
-    # the old sentence led with "95% of the bfloat16 ceiling" and said whose ceiling it was only at its end
-    assert said.startswith("against a ceiling this notebook's own bf16 step set, so a share that measures "
-                           "the bf16 step against itself, not how much of the machine it used: 95% of the "
-                           "bfloat16 ceiling on 1 thread")
-    assert "before this notebook ran" in said and said.count("not how much of the machine") == 1
+    said = throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, mine="bf16 step", loaded=raised,
+                                       at="batch 2")
+    # the old sentence printed "95% of the bfloat16 ceiling", a share of a ceiling this same work set,
+    # and called it "this notebook's own" though it was set before this notebook ran, at batch 4
+    assert said.startswith("6.8% of the float32 ceiling on 1 thread, 100 GFLOP/s; no share of the bfloat16 "
+                           "ceiling on 1 thread, 7.14 GFLOP/s, is printed: it was set by the bf16 step's")
+    assert "95%" not in said and "this notebook's own" not in said
+    assert "before this notebook ran" in said and "(at another size than this run's batch 2)" in said
+    assert "against itself" in said
+    same = throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, "bf16 step", raised, "batch 4")
+    assert "another size" not in same
+    fast = throughput.own_ceiling_note(raised, "bfloat16", 1.2e11, 1, "bf16 step")
+    assert "1.20x the float32 ceiling" in fast
     other = limits("the groups=1 convolution" + sizing.AFTER_SWEEP)
     assert throughput.own_ceiling_note(other, "bfloat16", 6.78e9, 1, mine="bf16 step") == \
         ceilings.ceiling_note(other, "bfloat16", 6.78e9, 1)
     with pytest.raises(TypeError, match="mine"):
         throughput.own_ceiling_note(raised, "bfloat16", 6.78e9, 1, mine=None)
+
+
+def test_model_share_is_never_a_share_above_100_percent_nor_of_a_self_set_ceiling():
+    from perfkit import hw, sizing
+
+    def limits(source):
+        return hw.MachineLimits("cuda", "native", {"float32": 2e11, "bfloat16": 7.81e11}, 2e10, threads=2,
+                                one_thread_flops={"float32": 1e11, "bfloat16": 7.14e11},
+                                sources={"bfloat16": source, "bfloat16, 1 thread": source})
+
+    sweep = limits("")
+    said = throughput.model_share(sweep, "bfloat16", 0.41, 1)
+    assert said == "model FLOP/s 41.0% of the bfloat16 ceiling on 1 thread"
+    over = throughput.model_share(sweep, "bfloat16", 1.006, 1)  # the old text: "100.6% of the ... ceiling"
+    assert over.startswith("model FLOP/s 1.01x the bfloat16 ceiling on 1 thread, above it")
+    assert "%" not in over
+    own = limits("the bf16 step's matmuls replayed alone at batch 4" + sizing.AFTER_SWEEP)
+    assert "not held against" in throughput.model_share(own, "bfloat16", 0.95, 1, "bf16 step")
