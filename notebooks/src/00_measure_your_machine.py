@@ -361,7 +361,7 @@ roofs = {f"float32 {on(threads)} (the shares' roof)": limits.peak_flops("float32
 if limits.peak_flops("float32") != limits.peak_flops("float32", threads):
     roofs[f"float32 {on(limits.threads)}"] = limits.peak_flops("float32")
 viz.plot_roofline(roofs, limits.copy_bytes_per_s, rows, title="Roofline: measured ceilings, DRAM's roof" + "".join(
-    f"; {label} held against the cache's roof, not drawn" for label, _, nbytes, _, _ in ops if nbytes <= cache_bytes))
+    f"; {label} held against the cache's roof (that roof not drawn)" for label, _, nbytes, _, _ in ops if nbytes <= cache_bytes))
 plt.show()
 
 # %% [markdown]

@@ -200,7 +200,8 @@ viz.verdict(p_naive, naive_s / least_s, explain={
 # spread as these can on a busy CPU it can be wider than the whole band; then no outcome can hold. Load
 # that changes between the two runs moves both medians, and nothing in a median protects
 # against that; only timing the candidates in alternation does (section 4 sets the separate
-# runs of one step side by side to show how far apart they land here).
+# runs of one step side by side to show how far apart they land here). A miss says that the medians
+# moved, not why: a warm-up that had not finished when the first run began moves its median too.
 #
 # **Measurement.** Twice `SAMPLES_1C` timed steps of the digits CNN with `perfkit.timing.benchmark`
 # (warm-up, synchronisation, repeats; it returns every sample, and prints the median with the
@@ -211,7 +212,7 @@ viz.verdict(p_naive, naive_s / least_s, explain={
 cnn = models.digits_workload(device=DEVICE)
 m = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=3, repeat=SAMPLES_1C, device=DEVICE)
 m2 = timing.benchmark(lambda: models.train_steps(cnn, 1), warmup=0, repeat=SAMPLES_1C, device=DEVICE)  # warm: m ran just now
-print(f"digits CNN step: {m}")
+print(f"digits CNN step: {m}\n      the second run: {m2}")
 print(f"a single sample could have been anywhere from {m.min_s * 1e3:.2f} to "
       f"{max(m.times_s) * 1e3:.2f} ms: {m.min_s / m.median_s - 1:+.0%} to "
       f"{max(m.times_s) / m.median_s - 1:+.0%} around the median")
@@ -225,9 +226,8 @@ viz.verdict(p_median, (rm := stats.median_ratio(m2.times_s, m.times_s, paired=Fa
                     f"The interval lies {rm.clear_of(1.0, 'x')} 1x: the second median moved, by a share this run "
                     "cannot place on either side of the 10 % allowed." if rm.clear_of(1.0, 'x') else "The interval "
                     f"holds 1x and the edge: {len(m.times_s)} samples cannot say whether the medians differ at all."),
-    **dict.fromkeys(("above", "below"), ("The machine's speed changed between the two runs, and even medians move then" if rm.clear_of(1.0, "x")
-                    else "whether the machine's speed changed between the two runs this run cannot say (its interval holds 1x); if it did, even medians "
-                    "moved") + ", which is why every comparison in this course alternates its candidates (perfkit.timing.interleaved).")})
+    **dict.fromkeys(("above", "below"), vprof.medians_moved_text(m, m2, bool(rm.clear_of(1.0, "x")))
+                    + ", which is why every comparison in this course alternates its candidates (perfkit.timing.interleaved).")})
 
 # %% [markdown]
 # **Correct timing, in one place.** `perfkit.timing.benchmark` (whole calls) and
@@ -636,8 +636,8 @@ print(f"step, alternating: {fix}; Amdahl's bound in the same rounds, the slow st
 # %%
 fix_v = judge(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), (
     f"The prediction takes the fixed step to be the slow step's {rest_ms:.1f} ms outside its data phase plus the "
-    f"healthy run's data median, {rest_ms + fixed['data'].p50_s * 1e3:.1f} ms; in the same rounds the fixed step's "
-    f"median was {fix.candidate.median_s * 1e3:.1f} ms, and forward, backward and optimizer took "
+    f"healthy run's data median ({viz.si(fixed['data'].p50_s, 's')}), {rest_ms + fixed['data'].p50_s * 1e3:.1f} ms in all; "
+    f"in the same rounds the fixed step's median was {fix.candidate.median_s * 1e3:.1f} ms, and forward, backward and optimizer took "
     f"{work['slow']:.1f} ms in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians). "
     f"Against Amdahl's bound, {amdahl:.2f}x, the measured speedup has {vprof.against_bound(speedup, amdahl)}.")))
 viz.show_verdict(fix_v)

@@ -136,8 +136,8 @@ for n in (2, 3, 4, 8, 64):
 # message that ran faster than a smaller one. The line printed for each collective names the first
 # such pair its sweep has, counting only a larger size that took under 0.8x the smaller's time
 # (`perfkit.comm.fit_quality`; a smaller drop is not named), and a line after them says, for every
-# collective, whether its fit lies within the 25 % (`perfkit.comm.fits_text`); only the all-reduce's
-# fit is recorded as a verdict.
+# collective, whether its fit lies within the 25 % (`perfkit.comm.fits_text`), where a measured rate
+# beat its fit's bandwidth and any further such pair; only the all-reduce's fit is recorded as a verdict.
 #
 # **Measurement.** `perfkit.comm.sweep` times each collective on each size on every process
 # (warm-up, then the median of repeated calls, small messages batched) and reports the slowest
@@ -157,7 +157,7 @@ for op, f in fits.items():
     print(f"{op:>14}: alpha {si(f.alpha_s, 's'):>9}, {bw}; median relative error "
           f"{quality[op].median_rel_error:.0%}" + (f". {quality[op].why}" if quality[op].inversion else ".")
           + comm.busbw_fall_text(by_op[op]) + comm.fit_below_text(by_op[op], fits[op]))  # either side of the line
-print(comm.fits_text(quality, by_op, 0.25))  # each fit against the 25 % expected, and where busbw fell
+print(comm.fits_text(quality, by_op, 0.25, fits))  # each fit against the 25 %, where busbw fell, what no line allows
 print("all-reduce: " + comm.small_sizes_text(by_op["all_reduce"], fits["all_reduce"]))
 big = max(p.nbytes for p in by_op["reduce_scatter"])  # B: the same input buffer for both
 t_big = {op: next(p.time_s for p in by_op[op] if p.nbytes == big) for op in ("reduce_scatter", "all_reduce")}
@@ -632,7 +632,7 @@ print(effect := comm.bucket_count_effect(bk, f_ar.alpha_s,  # its alpha
 
 # %%
 viz.show_headlines({
-    "all-reduce fit's intercept (alpha, 2 processes)": si(fits["all_reduce"].alpha_s, "s"),
+    "all-reduce fit's intercept (alpha, 2 processes)": comm.alpha_used_text(fits["all_reduce"], start_s),
     f"all-reduce busbw at {si(ar_big.nbytes, 'B')}": f"{si(ar_big.busbw, 'B/s')} "
                                                      f"({ar_big.busbw / memcpy:.2g} of the fastest DRAM-sized copy's "
                                                      "buffer rate)",

@@ -56,6 +56,7 @@ from perfkit.jobs.compression import METHODS, POWERSGD_START, powersgd_wire_rati
 from perfkit.models import digits_workload
 from perfkit.units import si, si_interval
 from perfkit.verdict import Prediction, judge
+from perfkit.verdict_text import machine_text
 from perfkit.viz import comm as vcomm
 
 limits = hw.cached_limits(quick=QUICK)
@@ -381,7 +382,7 @@ codecs = cx.time_codecs(ENC_NUMEL, repeat=6 if QUICK else 7)  # 6: the fewest fo
 ms = codecs.times
 PATH_BYTES = {"memcpy": 8, "fp16 cast": 12,  # B/value read + written: fp32 to fp16 (4 + 2), back (2 + 4)
               **{name: 8 / share for name, share in predicted.items()}}
-print(f"first fused calls: {codecs.first_fused_s:.1f} s (torch.compile, or Inductor's disk cache)")
+print(f"first fused calls: {codecs.first_fused_s:.1f} s (torch.compile, or Inductor's disk cache); after the timings: {machine_text()}")
 if hw.imitation():  # the kernels below run capped, and Inductor writes the fused loops for the capped ISA
     print(f"imitating {hw.imitation()} (a CPU without native bfloat16, notebook 00: oneDNN and ATen capped at AVX2): "
           + ", ".join(f"{k}={v}" for k, v in hw.IMITATIONS[hw.imitation()].items())
@@ -457,8 +458,8 @@ print(f"sampled top-k kept {codecs.sampled_mass:.1%} of exact top-k's magnitude 
 # the bytes-only model (the all-gather's bytes at the all-reduce's rate), which needs the dense
 # all-reduce's time from the job below; the verdict prints what that model gives at this run's
 # timings. Notebook 02 measured gloo's all-gather slower per byte, which points to a miss. The codec
-# is timed above in one process, no other process of this run beside it (the load printed with
-# the verdicts above says whether other tasks shared the cores); in a hook two processes encode
+# is timed above in one process, no other process of this run beside it (the 1-minute load average
+# printed after its timings says whether other tasks shared the cores); in a hook two processes encode
 # at once on them, so a step's codec is likely slower than the time used here: that too tilts the
 # prediction towards QSGD paying. One job on 2 processes times the
 # dense all-reduce and each payload's all-gather (its gathered output: 2 payloads) one call at
@@ -498,7 +499,7 @@ pays = stats.of_medians(lambda d, q, c: (d - q - c) * 1e3, [iso["dense"], iso["q
                         [True, False, False], what="collective time saved less encode + 2 decodes")  # ms
 model = (f" The bytes-only model (the all-gather at the all-reduce's rate per byte) puts the saving at {si(eq := t_d * (1 - gathered['qsgd fused'] / 8 / ENC_NUMEL), 's')}, "
          f"{si(abs(eq - cost_q), 's')} {'more' if eq > cost_q else 'less'} than the codec: at this run's timings it predicts "
-         + ("QSGD paying" if eq > cost_q else "the miss") + (f" ({abs(eq - cost_q) / abs(t_sweep - t_d):.1f}x the gap between this run's two timings of the dense all-reduce, below: near the edge)" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + ".")
+         + ("QSGD paying" if eq > cost_q else "the miss") + (f" ({abs(eq - cost_q) / abs(t_sweep - t_d):.2g}x the gap between this run's two timings of the dense all-reduce, below: near the edge)" if abs(eq - cost_q) < 2 * abs(t_sweep - t_d) else "") + ".")
 pays_verdict = judge(Prediction("QSGD: dense all-reduce time less the payloads' all-gather time, less encode + "
                                 "2 decodes (gloo, 2 processes)", "loopback TCP moves bytes slower than encoding "
                                 "touches them", low=0.0, unit=" ms", soft=("low",)), pays, explain={

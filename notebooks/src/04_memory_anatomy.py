@@ -339,7 +339,7 @@ gap = (f"Its interval excludes 1: the switch's step was {abs(same.value - 1):.1%
        + ("faster" if same.value < 1 else "slower") + " here (the rounds ran the four in a balanced order, "
        "each in every position alike, so not by its place in the round); this run does not measure its cause."
        if same.clear_of(1.0, "x")
-       else "Its interval holds 1.")
+       else "Its interval holds 1.") + same.beside(stats.median(t_switch) / stats.median(t_ckpt))
 viz.verdict(p_same, same, explain={"held": gap, "above": gap, "below": gap})
 
 # %% [markdown]

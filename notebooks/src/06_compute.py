@@ -393,11 +393,11 @@ print(f"predicted: eager {model_s.bytes_s * 1e3:.2f} ms of bytes + {chain.kernel
 # timing here, they run on the `THREADS` threads chosen at the top.
 
 # %%
-def where(rate):  # modelled bytes/s (each read and write counted) against the DRAM ceiling and the in-cache copy's
-    cache_bw = limits.cache_bytes_per_s
-    return (f"= {limits.share_of_bandwidth(rate):4.0%} of the DRAM ceiling (the best of any thread count)"
-            if rate <= limits.copy_bytes_per_s else
-            f"above the DRAM ceiling ({si(limits.copy_bytes_per_s, 'B/s')}): part of it stayed in "
+def where(rate):  # modelled bytes/s (each read and write counted) against the roofline's DRAM roof, in-cache copy's
+    cache_bw, roof = limits.cache_bytes_per_s, dram or limits.copy_bytes_per_s  # the roof drawn below
+    named = on if dram else "(the best of any thread count)"
+    return (f"= {rate / roof:4.0%} of the DRAM ceiling {named}"
+            if rate <= roof else f"above the DRAM ceiling {named} ({si(roof, 'B/s')}): part of it stayed in "
             + (f"cache, {rate / cache_bw:.0%} of the in-cache copy's" if cache_bw and rate <= cache_bw
                else "cache, and above the in-cache copy's too: the model counts bytes that did not move"))
 
@@ -411,8 +411,8 @@ rows = [("eager, 9 kernels", rec.eager.median_s, chain.eager),  # (label, s, mod
         ("compiled, 1 kernel", rec.compiled.median_s, chain.fused)]
 for label, sec, nbytes in rows:
     print(f"{label:>19}: {sec * 1e3:7.2f} ms, modelled traffic {si(nbytes / sec, 'B/s'):>10} {where(nbytes / sec)}")
-fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # compiled over eager, paired
-print(f"compiled / eager: {fused_x.point('x')} ({fused_x.describe('x')}; predicted {model_s.speedup:.2f}x, "
+fused_x = stats.median_ratio(rec.eager.times_s, rec.compiled.times_s)  # eager over compiled, paired
+print(f"eager / compiled (compiling's speedup): {fused_x.point('x')} ({fused_x.describe('x')}; predicted {model_s.speedup:.2f}x, "
       f"{chain.ratio:.1f}x by the bytes alone); first call (compile) {rec.compile_s:.2f} s, inductor cache hits: "
       f"{rec.fx_cache_hits}")
 print(compiling.cold_compile_cost("the GELU chain", rec)[1])
@@ -520,8 +520,7 @@ if COMPILE_STEP:
     cold_s, cold_text = compiling.cold_compile_cost("the tiny GPT-2 training step", step_rec)
     print(cold_text + (f"; at that cost it pays off after {replace(step_rec, compile_s=cold_s).break_even_text()}"
                        if cold_s else ""))
-    vc.plot_break_even(step_rec, title=f"tiny GPT-2 training step, fp32: break-even {step_rec.break_even_span()}"
-                       " at the paired ratio's interval ends", unit="steps")
+    vc.plot_break_even(step_rec, title="tiny GPT-2 training step, fp32", unit="steps", between=True)  # both
     plt.show()
 else:
     print("QUICK mode: the training-step compile is skipped (seconds to minutes on a CPU with a cold "
@@ -758,7 +757,8 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 
 # %% [markdown]
 # Whether padding helps here is decided by the printed ratio and its interval: an interval that
-# holds 1 means the LM head's shape does not matter on this CPU at this size (the head is one
+# holds 1 means no difference was resolved on this CPU at this size, not that there is none: the
+# shape may still matter by as much as the interval reaches on either side (the head is one
 # matmul among many; section 5's sweep measured what an odd width costs one matmul alone); on a
 # GPU, the same change is worth trying first.
 
@@ -946,7 +946,7 @@ sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of m
 if step_rec is not None:
     timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
     sweep_x = at_batch.step.median_s / bench.measure("fp32", True, BATCH).step.median_s
-    print(f"compiled over eager at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
+    print(f"eager over compiled at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
           f"ratios), {sweep_x:.2f}x in this sweep's (ratio of medians; each setting's steps took turns with "
           "every other setting's). From section 3 to this sweep "
           + ex.drift_text({"eager": step_rec.eager, "compiled": step_rec.compiled},

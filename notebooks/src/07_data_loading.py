@@ -603,8 +603,9 @@ viz.verdict(Prediction("reads per sample with the naive stream and 2 workers", "
 # `(serial - prefetched) / (serial - n * max(t_load, t_compute))`. The model puts it at
 # `(n - 1) / n` for a loop that reaches the loader's end, and lower for one that stops early
 # (`perfkit.data.overlap_hidden`). The measured fraction is computed from the loops' median times,
-# the same medians the models are built from, so it lies above a model's figure exactly when the
-# prefetched loop's median beats the model's least time per step; its interval holds every loop's
+# the same medians the models are built from: beside the same serial loop, it lies above the fraction
+# the model's least time per step would give (printed below where the measured fraction lies above the
+# model's own) exactly when the prefetched loop's median beats that least time; its interval holds every loop's
 # median inside its own interval at once (`perfkit.data.hidden_fraction_estimate`). It is measured
 # against the serial loop itself, not against
 # `t_load + t_compute` measured apart, because the serial loop can cost more than its parts
@@ -772,8 +773,8 @@ viz.build_widget(spec)
 #   work per batch (section 1 prints the difference); the data share is predictable from two
 #   measured numbers, and `StepMonitor`'s `data` phase measures it.
 # * In the models, workers hide an I/O-bound load and scale past the cores, and a CPU-bound load
-#   stops gaining once its busy workers fill the cores (section 2b prints what more workers still
-#   gained here, where other jobs shared the cores too). `persistent_workers` pays process startup once;
+#   stops gaining once its busy workers fill the cores (section 2b prints what more workers gained
+#   or lost here, where other jobs shared the cores too). `persistent_workers` pays process startup once;
 #   `prefetch_factor` absorbs jitter. `pin_memory` matters only for copies to a GPU. The
 #   verdicts above say which held on this machine.
 # * Padding to a multiple of 8 costs a few pad tokens per row (section 3 counts them); what it buys,

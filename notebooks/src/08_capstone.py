@@ -219,7 +219,7 @@ display(Markdown("\n".join(f"{i}. **[{f['severity']}] {f['kind']}**: {f['evidenc
 # sync fix can remove is under 5 % of an unprofiled step (`MIN_TESTABLE_SHARE`; its profiled share times
 # the factor above), the gain from removing it is bounded near 1x, closer than two runs of this job minutes apart repeat: that round is shown
 # as **context**, not judged; a measurement past a context bound is said, with what the round
-# measured that carried it there. So is any finding that fires on its count of reads with a share under 5 %.
+# measured about why. So is any finding that fires on its count of reads with a share under 5 %.
 #
 # **The compute fixes.** Once every finding above information level has had its fixes (applied,
 # or tried and dropped: the last diagnosis lists any that still stands), the loop turns to forward

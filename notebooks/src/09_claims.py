@@ -599,13 +599,12 @@ else:
 # %%
 comp = cs.time_compile(BATCH * SEQ, MLP_WIDTH, train=COMPILE, repeat=REPEAT)
 comp_speed, (f_c, f_c_raw) = comp.speedup(), comp.matmul_share(limits)
-be = comp.record.break_even_calls
 print(f"{'forward + backward' if COMPILE else 'forward'}: compiled speedup {x(comp_speed)}; compile "
       f"{comp.record.compile_s:.1f} s (inductor cache hits {comp.record.fx_cache_hits}); matmuls "
       f"{si(comp.matmul_flops, 'FLOP')} a step (FlopCounterMode), share f = {f_c:.0%} "
       f"at the {THREADS}-thread fp32 ceiling, {si(limits.peak_flops('float32', threads=THREADS), 'FLOP/s')}"
       + (f" (capped from {f_c_raw:.0%}: the cached ceiling is too low)" if f_c_raw > 1 else ""))
-print(f"break-even after {be:,.0f} calls" if be != math.inf else "no break-even: the compiled step is not faster")
+print(comp.break_even_text())  # only for a speedup whose interval lies above 1x
 
 # %%
 weighed_verdict(pin, Prediction("compiled speedup", "only the non-matmul share can shrink", high=1 / f_c, unit="x"), comp_speed)
@@ -922,8 +921,8 @@ claim_verdict("top-k compression", tkc := Claim("top-k gradient compression spee
 # and each extra worker costs a process and its memory. Each sample asks for 1 ms (QUICK) or 2 ms
 # of CPU work: a spin loop whose length comes from a loop rate timed once, briefly, in this
 # process, so what a sample really costs is measured again here, under this machine's load, and
-# that is the cost the model uses (the samples alone: what else a pass costs, such as the
-# DataLoader's own calls, is not in it; the run at 0 workers shows how much that is);
+# that is the cost the model uses (timed alone, a few batches in a row: a pass can cost a sample
+# more, the DataLoader's own calls, or less, a load that eased; the run at 0 workers shows which);
 # each step 2 ms of sleep (a GPU step: the host is free).
 # Throughput is a whole pass over the data, timed on the second pass (`persistent_workers=True`:
 # the workers' start-up is left out, the pipeline's fill is not), and the model simulates the
@@ -945,12 +944,7 @@ print(f"one sample costs {sweep.cost_s * 1e3:.2f} ms measured here; it asked for
 for w in WORKERS:
     print(f"num_workers={w}: {sweep.median(w):6.0f} samples/s measured (median of {len(sweep.rates[w])} rounds), "
           f"{sweep.model[w]:6.0f} predicted ({sweep.model[w] / sweep.median(w) - 1:+.0%})")
-implied_ms = (BATCH / sweep.median(0) - 2e-3) / BATCH * 1e3  # a sample at 0 workers: the batch less the step
-over, extra = [sweep.model[w] / sweep.median(w) - 1 for w in WORKERS if w], implied_ms / (sweep.cost_s * 1e3) - 1  # the model's rates against the measured; a sample's cost in a pass beyond alone
-print(f"at 0 workers (no parallelism) the measured rate implies {implied_ms:.2f} ms a sample (a batch's time less "
-      f"its 2 ms step, over {BATCH} samples) against the {sweep.cost_s * 1e3:.2f} ms the model uses: "
-      + (f"in a pass a sample costs {extra:.0%} more than alone (what else the pass costs, which the model leaves out)" if extra > 0 else "the model's per-sample cost covers the pass")
-      + f"; with workers the model's rates run {min(over):+.0%} to {max(over):+.0%} against the measured" + (f", more than a per-sample excess of {max(extra, 0):.0%} can raise them: what else the workers cost is not measured here" if round(max(over), 2) > round(max(extra, 0), 2) else "") + "; the prediction below is its ratio of rates, not the rates")
+print(sweep.cost_text(BATCH, 2e-3))  # the sample cost the model uses against the 0-worker pass's
 top = max(WORKERS)
 print(f"from 0 to {top} workers the model, with {CORES} idle cores, gains {sweep.model[top] / sweep.model[0]:.2f}x; "
       f"measured {sweep.median(top) / sweep.median(0):.2f}x, with {os.getloadavg()[0] / CORES:.1f} runnable tasks "

@@ -74,6 +74,7 @@ from perfkit.parallel import (
     DeadlockError,
     Schedule,
     band_side,
+    between_note,
     bubble_formula,
     busy_note,
     fb_split_note,
@@ -225,8 +226,7 @@ sim_med = stats.median(head["simulated_each"])
 viz.verdict(p_bubble, head_est, explain=dict.fromkeys(("above", "below", "held"), (f"The formula's {head['formula']:.3g} lies {'below' if side == 'above' else 'above'} the measured {head_est.label}, the share {head_est.value / head['formula'] - 1:+.1%} from it: the verdict judges the share against the band of ±{p_bubble.rel_tol:.0%} only, not the formula as exact. " if (side := head_est.clear_of(head["formula"])) else "") +
     f"The simulator fed with each step's measured action times and hop gives a median of {sim_med:.3f}, "
     f"{sim_med / head['formula'] - 1:+.0%} from the formula; each step's measured share less its own simulated "
-    f"one: {resid.text()}, time between actions the simulator does not hold (not measured here: Python "
-    f"between actions, a process waiting for its core)."))
+    f"one: {resid.text()}{between_note(resid)}"))
 
 # %% [markdown]
 # The same measurement with 4 processes (default size only; stages that sleep leave the 2 cores
@@ -343,10 +343,7 @@ viz.verdict(p_real, est, explain={
           f"unequally on the two stages, and the hop; the stages' busy times differ by {imbalance:.0%} in the step "
           f"drawn above, {alone:.0%} timed alone). {fb_split_note(stage_s, (fb['F'], fb['B']), planned, P, 4)} "
           f"Each step's measured share less its own simulated one: "
-          f"{between.text()}" + (": time between actions the simulator does not hold (its cause is not measured "
-                                 "here: Python between them, or a process waiting for its core)."
-                                 if between.value >= 0 else ": steps that idled less than the simulator, whose hop "
-                                 "is the median of each step's delays, charges them.")
+          f"{between.text()}{between_note(between)}"
     for side in ("above", "below", "held")})
 
 # %% [markdown]
@@ -458,7 +455,7 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 #   prints by how much here).
 
 # %%
-how = (f"interval {z[1]}" + {"above": ": longer", "below": ": shorter"}.get(z[0], ", holds 1x") if (z := zb_side(step_ratio))[1] else "no interval") + f"; {zb_verdict.outcome}: {band_side(step_ratio, *p_zb.bounds())}"   # the interval at the digits that decide; the point against the band
+how = (f"interval {z[1]}" + {"above": ": longer", "below": ": shorter"}.get(z[0], ", holds 1x" + ("" if zb_side(step_ratio, ideal_idle)[0] else f" and the model's {ideal_idle:.3f}x")) if (z := zb_side(step_ratio))[1] else "no interval") + f"; {zb_verdict.outcome}: {band_side(step_ratio, *p_zb.bounds())}"   # the interval at the digits that decide; the point against the band
 viz.show_headlines({
     "1F1B bubble, p=2 m=8 (sleep stages)": f"{stats.Estimate(**head['measured']).value:.1%} (formula {head['formula']:.1%})",
     "1F1B / GPipe activation peak, m=8": f"{x8['ratio']:.2f}x",

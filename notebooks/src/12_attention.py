@@ -494,6 +494,7 @@ for split in ("contiguous", "zigzag"):
     viz.verdict(Prediction(f"{split} split: busier rank's compute over the mean (P = 2)",
                            "tile FLOPs counted per rank", value=want_imb, rel_tol=0.25,
                            unit="x", physical=(1, 2)), timed)
+    print(cm.imbalance_noise_note(per_rank, timed, want_imb))
     if split == "contiguous":   # what the 25 % band can tell apart
         diag = {"diagonal blocks half": cm.contiguous_imbalance(2), "tiles counted": want_imb,
                 "diagonal blocks whole": cm.contiguous_imbalance(2, "full")}
@@ -603,7 +604,7 @@ viz.show_headlines({
     "eager T² term (bytes)": f"{terms['eager'][0]:.1f}",
     "FlashAttention fwd+bwd / fwd": f"{ratio.text('x')}: {calls_v.outcome} (a model's expected range, {ends[0]:.2f}x to {ends[1]:.2f}x, its high end {ends[1] / ends[0]:.2f}x its low" + ("; held says its interval lies between the calls' end and the FLOPs', not which end it lies nearer)" if calls_v.held else ")"),
     "ring fp32 difference (P=2)": f"{worst:.1e}",
-    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is the fit's largest miss where it was fitted)" if (off := est.clear_of(p_tile.value, 's')) else "") + va.row_flag(points),
+    f"FlashAttention, tiles of 64, T = {last.seq_len}, tile model (judged)": f"{viz.si(est.value, 's')} against {viz.si(p_tile.value, 's')} ± {tol:.0%}: {tile_v.outcome}" + (f" (the predicted time lies {'above' if off == 'below' else 'below'} the measured {est.label}; the band is the fit's largest miss where it was fitted)" if (off := est.clear_of(p_tile.value, 's')) else "") + va.row_flag(points, 64),
     "zig-zag imbalance (P=2, timed)": f"{timed.value:.2f}x",
     "ring: a rank's wait after both neighbours had sent, per fwd+bwd / transfers alone (judged)": f"{viz.si(statistics.median(ready), 's')} / {viz.si(transfers, 's')}: {ring_v.outcome}" + (f" (judged on the median; {over} of {rounds} rounds waited longer than the bound, the longest {max(ready) / transfers:.1f}x it)" if over else ""),
     "ring: a rank's whole wait per fwd+bwd, stragglers included (mean; not predicted)":

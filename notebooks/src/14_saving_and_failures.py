@@ -486,7 +486,7 @@ p_1s_sync = Prediction(f"a synchronous save of {viz.si(costs.state_bytes, 'B')} 
                        high=1.0, unit="s", physical=(0, None))
 p_1s_async = Prediction("the time a thread-mode save of the same state blocks the step" + also["thread"],
                         "the claim at this one size, for the blocked time", high=1.0, unit="s", physical=(0, None))
-scope = {m: saving.one_second_scope(saves[m], judged=costs.state_bytes) for m in saves}
+scope = {m: saving.one_second_scope(saves[m], judged=costs.state_bytes, same_as=f"section 1's floor on the {m} mode's blocked time") for m in saves}
 viz.verdict(p_1s_sync, costs.blocked("sync"), explain={
     "held": scope["sync"],
     "above": f"the bytes alone take {costs.sync_model_s:.2g} s at {viz.si(costs.write.best_bytes_per_s, 'B/s')}; "
@@ -558,14 +558,7 @@ disk_fsync, first = rates.rate(str(DISK), True), costs.write  # section 1 wrote 
 if saving.filesystem_of(DISK)[0] == saving.filesystem_of(WORK)[0] and disk_fsync.has_interval:
     print(saving.same_disk_rates(first, disk_fsync, rates.nbytes))
 shm_plain, disk_plain = rates.rate("/dev/shm", False), rates.rate(str(DISK), False)
-apart = shm_plain.has_interval and disk_plain.has_interval and (shm_plain.high < disk_plain.low or disk_plain.high < shm_plain.low)
-print(f"Without fsync tmpfs wrote {shm_plain.value / disk_plain.value:.2g}x the disk's rate: both end in memory, "
-      + (f"yet the {'disk' if shm_plain.value < disk_plain.value else 'tmpfs'} took the plain write faster, "
-         "with intervals apart. Each write went to a fresh file, deleted after it, on both, so neither rewrote "
-         "pages it already held; among what is left to differ is how each allocates and accounts a fresh page "
-         "(tmpfs's shared-memory pages, the disk's page cache with delayed block allocation): which step costs "
-         "the difference, this run does not time" if apart else
-         "and their intervals overlap: the directory's name made no clear difference to a plain write"))
+print(saving.plain_write_note(rates, "/dev/shm", str(DISK)))
 payload = copy_here / 2  # section 1's copy: bytes read plus written, so payload is half
 fastest = max(shm_plain.value, disk_plain.value)
 print(f"A plain write copies the payload into the kernel's pages. The faster plain write ran at "
@@ -575,7 +568,7 @@ print(f"A plain write copies the payload into the kernel's pages. The faster pla
       "the copy rate is a reference here, not a ceiling on the write.")
 
 # %%
-viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"), explain=dict.fromkeys(("held", "above", "below"), rates.medians_note("/dev/shm")))
+viz.verdict(p_shm, rates.fsync_over_plain("/dev/shm"), explain=dict.fromkeys(("held", "above", "below"), rates.medians_note("/dev/shm") + saving.fsync_scope_note(rates, "/dev/shm", str(DISK))))
 viz.verdict(p_disk, rates.fsync_over_plain(str(DISK)), explain={"held": rates.medians_note(str(DISK)),
     "below": "this disk acknowledged fsync as fast as the page cache took the write (a virtual "
              "disk whose host caches it, or a drive with a write cache that does not flush)"})
@@ -675,7 +668,7 @@ viz.show_headlines({
                               f"{ll['max_restart_s'] / 60:.3g} min",
     "tmpfs; disk: with fsync, fsync over plain": f"{viz.si(rates.rate('/dev/shm', True).value, 'B/s')}, {rates.fsync_over_plain('/dev/shm').text('x')}; "
                                  f"{viz.si(rates.rate(str(DISK), True).value, 'B/s')}, {rates.fsync_over_plain(str(DISK)).text('x')}",
-    "plain write, tmpfs over disk": f"{shm_plain.value / disk_plain.value:.2g}x, intervals {'apart' if apart else 'overlap'}",
+    "plain write, tmpfs over disk": f"{shm_plain.value / disk_plain.value:.2g}x, intervals {'apart' if saving.plain_apart(rates, '/dev/shm', str(DISK)) else 'overlap'}",
     "gzip on float32 weights": f"{gz.gz_ratio:.1%} of the bytes, {gz.gz_over_plain().value:.3g}x the time",
 })
 shutil.rmtree(WORK, ignore_errors=True)  # this run's checkpoints and logs (see WORK at the top)

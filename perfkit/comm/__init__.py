@@ -23,7 +23,7 @@ from perfkit.comm.bucketing import (
     bucket_saving,
     step_comm_text,
 )
-from perfkit.comm.call_cost import small_call_cost
+from perfkit.comm.call_cost import alpha_used_text, small_call_cost
 from perfkit.comm.collectives import (
     OPS,
     CollectivePoint,
@@ -105,6 +105,7 @@ __all__ = [
     "PaysOn",
     "ring_check",
     "ring_check_text",
+    "alpha_used_text",
     "small_call_cost",
     "small_sizes_text",
     "step_comm_text",

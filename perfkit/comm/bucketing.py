@@ -309,7 +309,8 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     hi = extra * alpha_s  # s: the start-ups alone
     lo = hi - (hidden_s or 0.0) if extra else hi  # s: less all the overlap more buckets can add
     text = (f"{calls[-1]} against {calls[0]} all-reduce(s) per step: {_signed(diff)} measured (the fastest "
-            f"cap of each count); by the model, {extra} x alpha = {si(hi, 's')} more in start-ups")
+            f"cap of each count); by the model, {extra} x alpha ({si(alpha_s, 's')}) = {si(hi, 's')} more in "
+            "start-ups")
     if call_range_s is not None and None not in call_range_s and extra:
         a, b = (check_real("call_range_s", x, 0) for x in call_range_s)
         text += (f" ({si(extra * a, 's')} to {si(extra * b, 's')} at the sweep's small calls, {si(a, 's')} "

@@ -7,6 +7,7 @@ models of naive and bucketed data parallelism charge each call :func:`small_call
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
 from perfkit._checks import check_items, check_real, check_type
@@ -14,7 +15,7 @@ from perfkit.comm.alpha_beta import AlphaBeta
 from perfkit.comm.collectives import CollectivePoint
 from perfkit.units import si
 
-__all__ = ["small_call_cost"]
+__all__ = ["alpha_used_text", "small_call_cost"]
 
 
 def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta, tol: float = 0.25,
@@ -56,7 +57,8 @@ def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta, tol: floa
         near = [p.time_s for p in items if p.nbytes <= up_to_bytes]
     spread = ("" if len(near) < 2 or cost <= 0 else
               f" The sweep's {len(near)} calls up to {si(up_to_bytes, 'B')} took {si(min(near), 's')} to "
-              f"{si(max(near), 's')} each, bytes included, {min(near) / cost:.2g}x to "
+              f"{si(max(near), 's')} each (median {si(statistics.median(near), 's')}), bytes included, "
+              f"{min(near) / cost:.2g}x to "
               f"{max(near) / cost:.2g}x that charge: the sweep does not pin a call's start-up to it.")
     if also is not None and cost > 0:
         (what, t), side = also, ("less" if also[1] < cost else "more")
@@ -68,6 +70,26 @@ def small_call_cost(points: Sequence[CollectivePoint], fit: AlphaBeta, tol: floa
         return cost, (f"Each call is charged the fit's alpha, {si(fit.alpha_s, 's')}, "  # not "-0%": level
                       + (f"{off:+.0%} from {call}, within {tol:.0%}." if f"{abs(off):.0%}" != "0%" else
                          f"{call}'s time to within 0.5 %.") + spread)
+    nxt = sorted((p for p in items if p.nbytes > first.nbytes), key=lambda p: p.nbytes)[:1]
+    slower = (" That call is the slower side of the inversion the fit's line cannot describe: the next "
+              f"size, {si(nxt[0].nbytes, 'B')}, took {si(nxt[0].time_s, 's')}, "
+              f"{nxt[0].time_s / first.time_s:.2g}x its time; the models' absolute figures rest on that "
+              "charge."
+              if nxt and nxt[0].time_s < 0.8 * first.time_s else "")
     return cost, (f"Each call is charged {call} as alpha: the fit's intercept, "
                   f"{si(fit.alpha_s, 's')}, lies {off:+.0%} from it, beyond {tol:.0%}, so the models "
-                  "use the measured call." + spread)
+                  "use the measured call." + slower + spread)
+
+
+def alpha_used_text(fit: AlphaBeta, cost_s: float) -> str:
+    """The fit's intercept for a summary, and, where the models charge another cost per call
+    (``cost_s``, from :func:`small_call_cost`), that cost beside it.
+
+    Raises:
+        TypeError, ValueError: for a ``fit`` that is not an AlphaBeta or a ``cost_s`` below 0.
+    """
+    check_type("fit", fit, AlphaBeta)
+    check_real("cost_s", cost_s, 0)
+    return si(fit.alpha_s, "s") + ("" if cost_s == fit.alpha_s else
+                                   f"; the models of sections 4 and 5 charge each call {si(cost_s, 's')} "
+                                   "(the sweep's smallest call), not this intercept")

@@ -200,7 +200,8 @@ def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]
 def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, short: bool = False) -> str:
     """A step-time ratio set, as context, against the floor a hook's removed bytes allow, where
     no verdict is judged: the gain the floor allows against the interval's width, and where the
-    interval and the ratio of the medians lie against the floor.
+    interval and the ratio of the medians lie against the floor, and, where the ratio of the
+    medians lies below the floor, that the medians gained more than the bytes can save.
 
     Args:
         name: the hook ("fp16_hook").
@@ -231,10 +232,15 @@ def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, sh
         return f"{name} ran {v:.3f}x against a floor of {f:.3f}x ({where}; not judged: {why})"
     label = getattr(ratio, "label", None) or "interval"
     mr = ("below" if round(r, 3) < round(lo, 3) else "above" if round(r, 3) > round(hi, 3) else "inside")
+    k = (1 - r) / gain if gain > 0 else 0.0  # the medians' gain over what the bytes allow
+    beaten = (f" That ratio lies below the floor as well: by the medians the step gained {1 - r:.1%}, "
+              f"{k:.{0 if k >= 10 else 1}f}x the {gain:.1%} halving the bytes can save by this model, so "
+              "the rest of that gain is the steps' spread at this sample count, not the bytes' doing."
+              if gain > 0 and round(r, 3) < f3 else "")
     return (f"{name}: step over uncompressed {v:.3f}x paired ({label} {lo:.3f}x to {hi:.3f}x), against the "
             f"floor its halved bytes allow, {f:.3f}x: {where}. Context, not a verdict: {why}"
             + ("; and a hook that made the step slower passes a floor too." if small else ".")
-            + f" The ratio of the medians, {r:.3f}x, lies {mr} the paired interval.")
+            + f" The ratio of the medians, {r:.3f}x, lies {mr} the paired interval." + beaten)
 
 
 def narrow_miss_note(ratio: Any, median_ratio: float, floor: float) -> str:

@@ -353,8 +353,8 @@ def band_note(points: Sequence[AttentionTiming], model: TileCostModel, batch: in
 def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
                    heads: int = 4, head_dim: int = 32, measured: Estimate | None = None) -> str:
     """Where one tile size's medians lay against ``model`` at each length, the fitted ones
-    (every length but the longest) and the longest, and whether the longest length's miss is
-    one the fitted lengths already showed (the same side at each) or not; with the
+    (every length but the longest) and the longest, and whether the fitted lengths' misses share
+    one side (a steady bias) and the longest length's lies on it too; with the
     fit's largest miss at the fitted lengths, over every tile, and whose it is. With
     ``measured`` (the judged timing of ``tile`` at the longest length), also the band the other
     fitted points would set without that one and the outcome the verdict's rule would give
@@ -382,18 +382,19 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
     worst = max((p for p in flash if p.seq_len < longest), key=lambda p: abs(miss(p)))
     text = (f"Tile {tile} lay {', '.join(f'{r:+.0%}' for r in rs)} from the model at the fitted "
             f"T = {', '.join(str(p.seq_len) for p in fitted)}, and {last:+.0%} at T = {longest}: ")
-    if one_side := all(r * last > 0 for r in rs):
-        big = max(rs, key=abs)
-        text += ("on the same side at every fitted length, a bias the shorter lengths already showed, " + (
-            "though not this large" if abs(last) > abs(big) else "within their largest") + f" ({big:+.0%})")
-    else:
-        text += ("not on the same side at every fitted length: the shorter lengths do not show it as a "
-                 "steady misfit")
+    one_side, big = all(r > 0 for r in rs) or all(r < 0 for r in rs), max(rs, key=abs)   # fitted, together
+    text += ("on the same side at every fitted length, a bias the shorter lengths already showed, " + (
+        "though not this large" if abs(last) > abs(big) else "within their largest") + f" ({big:+.0%})"
+        if one_side and big * last > 0 else
+        f"the fitted lengths all on one side, a steady bias ({min(rs, key=abs):+.0%} to {big:+.0%}) where "
+        "the model was fitted, and the longest length's median on the other side: at its point the bias did "
+        "not carry over" if one_side else
+        "not on the same side at every fitted length: the shorter lengths do not show it as a steady misfit")
     own = " (the judged tile's own)." if worst.tile == tile else "."
     text += (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
              f"tile {worst.tile}'s at T = {worst.seq_len}{own}")
     if one_side and worst.tile == tile:
-        text += (" Its misses all on one side, that band measures the model's bias for this tile, not "
+        text += (" Its fitted misses all on one side, that band measures the model's bias for this tile, not "
                  "scatter: the prediction tests if the bias carried over, not if the model extrapolates.")
     if measured is None:
         return text

@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -232,6 +233,22 @@ class CompileTiming:
         peak = limits.peak_flops("float32", threads=self.threads)
         raw = self.matmul_flops / peak / self.record.eager.median_s
         return min(1.0, raw), raw
+
+    def break_even_text(self) -> str:
+        """The calls after which the compile has paid for itself (the medians' difference,
+        :attr:`~perfkit.compute.CompileRecord.break_even_calls`), printed only where the speedup's
+        interval, as printed, lies above 1x; else why none is: an interval that holds 1x cannot tell
+        the compiled call from one no faster, so compiling may never pay off here, and one below 1x
+        says it is slower. Without an interval (too few rounds), the point, said to be one."""
+        est, be = self.speedup(), self.record.break_even_calls
+        side = est.clear_of(1.0, "x")
+        if not est.has_interval or side == "above":
+            return ((f"break-even after {be:,.0f} calls (the medians' difference)" if be != math.inf else
+                     "no break-even: at the medians the compiled step is not faster")
+                    + ("" if est.has_interval else ": a point, the rounds too few for an interval"))
+        return ("no break-even: the compiled step is slower, its interval below 1x" if side == "below" else
+                f"no break-even printed: the speedup's {est.label} holds 1x, so this run cannot tell the "
+                "compiled step from one no faster, and compiling may never pay off")
 
 
 def time_compile(rows: int = 512, width: int = 1024, features: int = 256, train: bool = True,

@@ -118,6 +118,19 @@ class CompileRecord:
         return (f"{soon:,.0f} to {late:,.0f} {unit}" if math.isfinite(late) else
                 f"{soon:,.0f} {unit} to never" if math.isfinite(soon) else "never")
 
+    def break_even_shade(self, unit: str = "steps") -> tuple[float, float, str, str] | None:
+        """For a plot: the range :meth:`break_even_between` gives, its legend label naming the
+        paired interval's coverage, and a line on whether :attr:`break_even_calls` (the medians'
+        difference, dashed) lies inside or outside it; ``None`` where the rounds are too few for
+        an interval or even the soonest end never pays off."""
+        rho = self.paired_ratio()
+        soon, late = self.break_even_between() if rho.has_interval else (math.inf, math.inf)
+        if not math.isfinite(soon):
+            return None
+        where = "inside" if soon <= self.break_even_calls <= late else "outside"
+        label = f"break-even at the paired ratio's {rho.label} ends: {self.break_even_span(unit)}"
+        return soon, late, label, f"the medians' break-even (dashed) lies {where} the paired range (shaded)"
+
     def break_even_text(self, unit: str = "steps", level: float = LEVEL) -> str:
         """The break-even from the medians' difference with :meth:`break_even_span` beside it:
         ``"2,338 steps (the medians' difference; 1,929 to 4,339 steps at the ends of the paired
@@ -162,7 +175,7 @@ def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, 
     span = "" if soon is None else f" ({rec.break_even_span('calls')} at its paired ratio's interval ends)"
     out = (f" At {where} medians it saves {saved * 1e3:.1f} ms per call, which pays back the "
            f"{rec.compile_s:.1f} s compile after {n:,.0f} calls, against {own} "
-           f"{rec.break_even_calls:,.0f}{span}")
+           f"{rec.break_even_calls:,.0f} at its medians{span}")
     if soon is None:
         return out + "."
     return out + (": inside that range." if soon <= n <= late else

@@ -99,9 +99,10 @@ def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: f
     cannot settle (``why``: the design's reason, a sentence): the prediction, ``measured`` with
     its interval, the interval's width against the predicted range's, where the point and the
     whole interval lie against that range, and where ``mean_x`` (the ratio of the two runs'
-    mean rates) lies against the interval. An interval wider than the range cannot lie inside
-    it, which the line says; one that lies wholly outside it is called what a verdict would
-    call it, a miss, so that printing it as context hides no outcome.
+    mean rates, the throughput each delivered) lies against the interval and the range, saying
+    where it and the median block means lie on opposite sides of 1x. An interval wider than the
+    range cannot lie inside it, which the line says; one that lies wholly outside it is called
+    what a verdict would call it, a miss, so that printing it as context hides no outcome.
 
     Raises:
         TypeError, ValueError: for a ``prediction`` that is not a Prediction, a ``measured``
@@ -114,7 +115,7 @@ def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: f
     u = prediction.unit
     lo, hi = prediction.bounds()
     text = (f"[context] Context, not a verdict ({prediction.model}): {prediction.what}, "
-            f"{prediction.describe()}. Measured: {measured.text(u)}. {why}")
+            f"{prediction.describe()}. Measured, by the median block means: {measured.text(u)}. {why}")
     side = "below" if measured.value < lo else "above" if measured.value > hi else "inside"
     if measured.has_interval and measured.low < measured.high:
         width, band = measured.high - measured.low, hi - lo
@@ -129,7 +130,13 @@ def rate_context(prediction: Prediction, measured: Estimate, why: str, mean_x: f
                     if measured.low < lo or measured.high > hi else "neither edge."))
     else:
         text += f" The point estimate lies {side} the range (no interval)."
-    return text + measured.beside(mean_x, what="the ratio of the runs' mean rates", unit=u, judged=False)
+    text += measured.beside(mean_x, what="the ratio of the runs' mean rates", unit=u, judged=False)
+    mean_side = "below" if mean_x < lo else "above" if mean_x > hi else "inside"
+    apart = (measured.value - 1) * (mean_x - 1) < 0  # the two statistics on opposite sides of 1x
+    return (text + " The mean rates' ratio, each run's steady samples over its steady time, its slowest "
+            f"blocks included (the throughput each run delivered), lies {mean_side} the predicted range"
+            + ("; the median block means put the ratio on the other side of 1x, as a median leaves out the "
+               "slowest and fastest blocks, which throughput counts." if apart else "."))
 
 
 def _below(pre: Estimate, x: float, name: str) -> str:

@@ -210,6 +210,50 @@ class WorkerSweep:
         advised, rest = self._split()
         return max(self.model[w] for w in advised) / max(self.model[w] for w in rest)
 
+    def cost_text(self, batch: int, compute_s: float) -> str:
+        """The sample cost the model uses against the one the 0-worker pass implies (its batch's
+        time less its ``compute_s`` step, over ``batch`` samples), and the model's rates with
+        workers against the measured, each side said as the figures fall: a pass that costs a sample
+        more than alone (what the model leaves out) lifts the model's rates, a cost timed alone that
+        is too high lowers them, and rates off by more than that, or the other way, are said to be
+        what this sweep does not measure; ``""`` without a 0-worker run.
+
+        Raises:
+            TypeError, ValueError: for a ``batch`` that is not an int >= 1 or a ``compute_s`` that
+                is not a finite number >= 0.
+        """
+        check_int("batch", batch, 1)
+        check_real("compute_s", compute_s, 0)
+        if 0 not in self.rates:
+            return ""
+        implied, used = (batch / self.median(0) - compute_s) / batch * 1e3, self.cost_s * 1e3  # ms a sample
+        over = [self.model[w] / self.median(w) - 1 for w in self.rates if w]
+        said = (f"at 0 workers (no parallelism) the measured rate implies {implied:.2f} ms a sample (a "
+                f"batch's time less its {compute_s * 1e3:g} ms step, over {batch} samples) against the "
+                f"{used:.2f} ms the model uses: ")
+        extra = implied / used - 1  # what a sample costs in a pass beyond its cost alone
+        if round(extra, 2) > 0:
+            said += (f"in a pass a sample costs {extra:.0%} more than alone (what else the pass costs, which "
+                     "the model leaves out)")
+            odd = round(max(over, default=0), 2) > round(extra, 2)
+            why = f"more than a per-sample excess of {extra:.0%} can raise them"
+        elif round(extra, 2) < 0:
+            low = 1 - implied / used  # the most a cost too high lowers a modelled rate
+            said += (f"the cost the model uses, timed alone, is {used / implied - 1:.0%} above what a sample "
+                     f"took in the pass, which lowers the model's rates, by at most {low:.0%}")
+            odd = bool(over) and (round(min(over), 2) < -round(low, 2) or round(max(over), 2) > 0)
+            why = (f"{'lower' if round(min(over), 2) < -round(low, 2) else 'higher'} than that cost alone "
+                   "can make them")
+        else:
+            said += "the two agree"
+            odd = bool(over) and round(max(map(abs, over)), 2) > 0
+            why = "though the two costs agree"
+        if over:
+            said += (f"; with workers the model's rates run {min(over):+.0%} to {max(over):+.0%} against "
+                     "the measured"
+                     + (f", {why}: what else the workers cost is not measured here" if odd else ""))
+        return said + "; the prediction below is its ratio of rates, not the rates"
+
 
 def worker_sweep(workers: Sequence[int], batch: int = 8, batches: int = 20, cost_s: float = 1e-3,
                  compute_s: float = 2e-3, rounds: int = 2, cores: int | None = None) -> WorkerSweep:

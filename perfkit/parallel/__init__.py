@@ -40,6 +40,7 @@ from perfkit.parallel.context_model import (
     RingBytes,
     contiguous_imbalance,
     imbalance,
+    imbalance_noise_note,
     longest_sequence,
     ring_bytes,
     ring_memory_bytes,
@@ -88,6 +89,7 @@ from perfkit.parallel.scaler import (
 )
 from perfkit.parallel.schedule_notes import (
     band_side,
+    between_note,
     busy_note,
     fb_split_note,
     zb_side,
@@ -196,6 +198,7 @@ __all__ = [
     "RingBytes",
     "contiguous_imbalance",
     "imbalance",
+    "imbalance_noise_note",
     "longest_sequence",
     "ring_bytes",
     "ring_memory_bytes",
@@ -229,7 +232,7 @@ __all__ = [
     "ZeroOptimizer",
     # pipeline schedules (module 11)
     "KINDS", "SCHEDULES", "Action", "DeadlockError", "Schedule", "dependencies",
-    "band_side", "busy_note", "execution_order", "fb_split_note",
+    "band_side", "between_note", "busy_note", "execution_order", "fb_split_note",
     "gpipe", "interleaved_1f1b", "make_schedule", "one_f_one_b",
     "parse_actions", "validate", "zb_h1", "zb_side", "zb_split_step", "zb_step_note",
     "DEFAULT_COSTS", "Slot", "Timeline", "bubble_formula", "peak_in_flight", "play", "simulate",

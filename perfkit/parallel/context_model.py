@@ -34,9 +34,9 @@ from perfkit.parallel.context import segments
 from perfkit.stats import Estimate, per_round
 from perfkit.units import si
 
-__all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "longest_sequence",
-           "ring_bytes", "ring_memory_bytes", "ring_transfers_s", "ring_work", "split_cost_note",
-           "timed_imbalance"]
+__all__ = ["DIAGONALS", "RingBytes", "contiguous_imbalance", "imbalance", "imbalance_noise_note",
+           "longest_sequence", "ring_bytes", "ring_memory_bytes", "ring_transfers_s", "ring_work",
+           "split_cost_note", "timed_imbalance"]
 
 DIAGONALS = ("tiles", "half", "full")
 
@@ -222,6 +222,31 @@ def timed_imbalance(per_rank_s: list[list[float]]) -> Estimate:
         return max(seconds) * len(seconds) / sum(seconds)
 
     return per_round(stat, ranks, what="rounds")
+
+
+def imbalance_noise_note(per_rank_s: list[list[float]], timed: Estimate, counted: float) -> str:
+    """Beside :func:`timed_imbalance`'s figure: that a round's busiest rank over the mean is at
+    least 1 by construction, so the ranks' noise alone lifts it; the same ratio of the ranks'
+    medians (``per_rank_s[r][i]`` as there), against ``counted`` (the split's counted work);
+    and, where ``timed``'s interval as printed lies above ``counted``, that this alone does not
+    show more imbalance than counted. A sentence.
+
+    Raises:
+        TypeError, ValueError: for no ranks, a rank with no rounds, ``timed`` not an
+            :class:`~perfkit.estimate.Estimate`, or ``counted`` not a finite number.
+    """
+    meds = [statistics.median(check_items(f"per_rank_s[{i}]", r))
+            for i, r in enumerate(check_items("per_rank_s", per_rank_s))]
+    check_type("timed", timed, Estimate)
+    counted = check_real("counted", counted)
+    of_medians = max(meds) * len(meds) / sum(meds)
+    text = (f"A round's busiest rank over the mean is at least 1 by construction, so noise between the ranks "
+            f"alone lifts it; the ranks' medians, the busier over their mean, give {of_medians:.3f}x, "
+            f"against {counted:.3f}x counted")
+    if timed.clear_of(counted, "x") == "above":
+        text += (f"; the round figure's {timed.label} lying above {counted:.3f}x does not by itself show "
+                 "more imbalance than counted")
+    return text + "."
 
 
 def split_cost_note(base_s: list[list[float]], other_s: list[list[float]], seq_len: int, tile: int = 64,

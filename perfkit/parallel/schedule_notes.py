@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from perfkit._checks import check_int, check_items, check_real
+from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.estimate import Estimate
 from perfkit.parallel.schedules import make_schedule
 from perfkit.parallel.simulate import simulate, split_costs
 from perfkit.units import si, si_interval
 
-__all__ = ["band_side", "fb_split_note", "zb_side", "zb_split_step", "zb_step_note"]
+__all__ = ["band_side", "between_note", "fb_split_note", "zb_side", "zb_split_step", "zb_step_note"]
 
 
 def zb_side(e: Estimate, x: float = 1.0) -> tuple[str, str]:
@@ -38,6 +38,28 @@ def zb_side(e: Estimate, x: float = 1.0) -> tuple[str, str]:
             return ("above" if lo_x > x else "below"), f"{lo} to {hi}"
     _, lo, hi = si_interval(e.value, e.low, e.high, "x")
     return "", f"{lo} to {hi}"
+
+
+def between_note(resid: Estimate) -> str:
+    """What each step's measured bubble share less its own simulated one, ``resid``, shows, read
+    from its interval as printed: time between actions the simulator does not hold where the
+    interval lies above 0, steps that idled less than the simulator charges where it lies below,
+    and neither where it holds 0 or there is none. A clause starting with ": ", for after
+    ``resid.text()``.
+
+    Raises:
+        TypeError: for ``resid`` not an :class:`~perfkit.estimate.Estimate`.
+    """
+    side = check_type("resid", resid, Estimate).clear_of(0.0)
+    if side == "above":
+        return (": time between actions the simulator does not hold (its cause is not measured here: Python "
+                "between them, or a process waiting for its core).")
+    if side == "below":
+        return (": steps that idled less than the simulator, whose hop is the median of each step's delays, "
+                "charges them.")
+    held = "its interval holds 0" if resid.has_interval and resid.low != resid.high else "no interval"
+    return (f": {held}, so this run shows neither time between actions that the simulator does not hold nor "
+            "steps that idled less than it charges.")
 
 
 def band_side(e: Estimate, low: float, high: float) -> str:
@@ -173,9 +195,12 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
     f, i, w = _three("f_i_w", f_i_w)
     side, ends = zb_side(step)
     moved = {"below": "shortened", "above": "lengthened"}.get(side)
+    both = step.has_interval and not moved and model_step < 1 and not zb_side(step, model_step)[0]
     gain = ("too few rounds for an interval, so this run cannot tell whether ZB-H1 shortened the step"
             if not step.has_interval else
             f"ZB-H1 {moved} the step: {step.point('x')}, its interval {ends} {side} 1x" if moved else
+            f"this run tells no gain from the predicted one: ZB-H1's step {step.point('x')} of 1F1B's, its "
+            f"interval {ends} holds both 1x and the model's {model_step:.3f}x" if both else
             ("the predicted gain did not appear" if model_step < 1 else "no change shows")
             + f": ZB-H1's step {step.point('x')} of 1F1B's, its interval {ends} holds 1x")
     by_busy, by_idle = busy.value, idle.value / model_step   # the step over the model's, in two factors
@@ -190,7 +215,8 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
 
     above = step.has_interval and not moved and model_step < 1 and zb_side(step, model_step)[0] == "above"
     model_txt = (f", and lies wholly above the model's {model_step:.3f}x: the step shows neither a gain "
-                 "nor the one the model gave" if above else f", where the model gave {model_step:.3f}x")
+                 "nor the one the model gave" if above else
+                 "" if both else f", where the model gave {model_step:.3f}x")
     text = (f"{gain[0].upper()}{gain[1:]}{model_txt}. Measured, the busy time "
             f"per stage {busy.point('x')} ({against(busy, 1.0)}) and the bubble factor (1 - 1F1B's share) / "
             f"(1 - ZB-H1's) {idle.point('x')} "

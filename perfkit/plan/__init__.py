@@ -190,6 +190,7 @@ from perfkit.plan.step_time import (
     step_time,
     utilisation_words,
 )
+from perfkit.plan.windows import shared_window_text, window_on_difference
 
 __all__ = [
     "add_failure_arguments",
@@ -325,7 +326,9 @@ __all__ = [
     "published_choices",
     "rules_out",
     "pipeline_bias",
+    "shared_window_text",
     "step_ratio_text",
+    "window_on_difference",
     "utilisation_words",
     "flags_sent",
     "as_built",

@@ -249,4 +249,20 @@ def tp_step_split(step_s: Sequence[float], compute_s: Sequence[float], transfer_
                else "more than the transfer" if longer < 0
                else "more than both" if pred > present + longer
                else "more than the transfer and less than both, so it covers part of the time outside them")
-    return out + f". The model charges them {pred:.1f} ms: {verdict}."
+    return out + f". The model charges them {pred:.1f} ms: {verdict}." + _parts_offset(
+        alone, compute_pred_s * 1e3, present + longer if longer >= 0 else None, pred)
+
+
+def _parts_offset(alone: float, alone_pred: float, comm: float | None, comm_pred: float) -> str:
+    """Each part's error, predicted less measured (ms), where the parts add up to the step, and
+    whether they offset: a step predicted within its tolerance by two errors of opposite sign
+    does not validate either part. ``""`` where the parts do not add up (``comm`` None)."""
+    if comm is None or alone <= 0 or comm <= 0:
+        return ""
+    e_c, e_m = alone_pred - alone, comm_pred - comm
+    said = (f" Part by part, predicted less measured: the compute {e_c:+.1f} ms ({e_c / alone:+.0%}), the "
+            f"all-reduces {e_m:+.1f} ms ({e_m / comm:+.0%})")
+    if round(e_c, 1) * round(e_m, 1) < 0:
+        return (said + f": errors of opposite sign, which offset: the step's {e_c + e_m:+.1f} ms is smaller "
+                "than the larger part's, so the step's verdict tests their sum, not each part.")
+    return said + f"; the step's {e_c + e_m:+.1f} ms is their sum."

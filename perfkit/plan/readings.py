@@ -37,11 +37,13 @@ from perfkit.estimate import Estimate
 from perfkit.plan.local import CoursePredictions
 from perfkit.plan.published import RowResult
 from perfkit.plan.search import PairedError, paired_error, published_choices
+from perfkit.plan.windows import window_on_difference
 from perfkit.verdict import Prediction
 
 __all__ = ["COLLECTIVE_TERMS", "FLAGS_TERM", "PairedError", "one_sided", "paired_error",
            "pipeline_bias", "point_and_window", "published_choices", "rules_out",
-           "step_ratio_text", "with_call", "without_collectives", "worst_row_cause",
+           "step_ratio_text", "with_call",
+           "without_collectives", "worst_row_cause",
            "zero2_over_zero1"]
 
 # a sign test is read only where all its points on one side would be this rare (2 / 2^n) or rarer
@@ -234,7 +236,8 @@ def _bare_ratio(terms: Mapping[str, float], base_terms: Mapping[str, float]) -> 
 
 
 def step_ratio_text(prediction: Prediction, measured: Estimate, other: float, said: str,
-                    terms: Mapping[str, float], base_terms: Mapping[str, float]) -> tuple[bool, str]:
+                    terms: Mapping[str, float], base_terms: Mapping[str, float],
+                    difference: tuple[Estimate, float] | None = None) -> tuple[bool, str]:
     """Whether a step-ratio ``prediction`` is recorded as a verdict, and the text beside it.
 
     The prediction's window is set before the run; where it also holds the ratio the model
@@ -243,7 +246,9 @@ def step_ratio_text(prediction: Prediction, measured: Estimate, other: float, sa
     as tested: the ratio is then printed as context, not recorded (``(False, text)``, the text
     opening with why). Either way the text says where the ``measured`` interval lies against
     the point and the window (:func:`point_and_window`), where ``other`` (the ratio of the
-    medians) lies against it as printed, and then ``said``.
+    medians) lies against it as printed, and then ``said``; with ``difference`` (the paired
+    difference's Estimate in ms and the base step planned, ms), a recorded verdict's text ends
+    with :func:`window_on_difference`.
 
     Raises:
         TypeError, ValueError: as :func:`point_and_window` and :func:`without_collectives` do,
@@ -260,7 +265,7 @@ def step_ratio_text(prediction: Prediction, measured: Estimate, other: float, sa
     beside = beside[:-1] + note + "." if note and beside.endswith(".") else beside  # the note inside
     body = (point_and_window(measured, prediction.value, (low, high)) + beside + " " + said).strip()
     if recorded:
-        return True, body
+        return True, body + (window_on_difference(prediction, measured, *difference) if difference else "")
     p = prediction
     return False, (f"Context, not a verdict ({p.model}): {p.what}, {p.describe()}. Measured: "
                    f"{measured.text('x')}. Not recorded as a verdict: its window ({low:.3g}x to {high:.3g}x) "

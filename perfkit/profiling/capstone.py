@@ -28,7 +28,8 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_explain import explain_round, past_bound
+from perfkit.profiling.capstone_explain import explain_round
+from perfkit.profiling.capstone_past import past_bound
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
     SHARE_CAP,
@@ -365,9 +366,8 @@ class FixLoop:
                                 tokens_x=result["tokens_per_step"] / last["result"]["tokens_per_step"]),
                   kept=est.value >= 1.0, description=self.describe(pick.fix), befores=len(befores),
                   befores_tps=tps, announced=announce is not None)
-        if pick.untested:
-            r.past = past_bound(pick, est.value, last["report"], report, tps,
-                                result["tokens_per_step"] / last["result"]["tokens_per_step"])
+        r.past = past_bound(pick, est.value, last["report"], report, tps, result["tokens_per_step"]
+                            / last["result"]["tokens_per_step"]) if pick.untested else ""
         if r.kept:
             self.applied.append(pick.fix)
             self.rounds.append({"fixes": tuple(self.applied), "report": report, "result": result})

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone_text import Pick, unprofiled_factor
 
-__all__ = ["explain_round", "phase_ms", "window_gain"]  # past_bound: capstone.FixLoop's, not re-exported
+__all__ = ["explain_round", "phase_ms", "window_gain"]
 
 
 def phase_ms(report: Mapping) -> dict[str, float]:
@@ -166,55 +166,6 @@ def _drift(gain: float, befores_tps: Sequence[float], bound: float) -> str:
             + " and ".join(f"{e:.{digits}f}x" for e in each)
             + (f", on both sides of {' and '.join(shown.values())}: which of those two runs read "
                "the machine right decides the round, not the fix." if edges else "."))
-
-
-def past_bound(pick: Pick, gain: float, before_report: Mapping, after_report: Mapping | None = None,
-               befores_tps: Sequence[float] = (), tokens_x: float = 1.0) -> str:
-    """What decided a measured ``gain`` past a bound the round does not judge (context), computed:
-    the milliseconds the bound's phases lost per profiled step against the share of the step the
-    runs' ratio removed, the profiled window's gain against the bound, and how far the runs before
-    lay apart against how far the gain passes the bound. The drift is named as what carried the
-    gain past only where the window stayed within the bound, the phases removed less than the runs
-    did, and the runs before lay further apart than the gain passes the bound; ``""`` for a gain
-    within the bound.
-
-    Raises:
-        TypeError, ValueError: for a ``pick`` that is not a :class:`Pick`, a ``gain``, ``tokens_x``
-            or run's tokens/s that is not a finite number > 0, or a report that is not a diagnosis.
-    """
-    check_type("pick", pick, Pick)
-    check_real("gain", gain, 0, lo_open=True)
-    for i, t in enumerate(check_items("befores_tps", befores_tps, nonempty=False)):
-        check_real(f"befores_tps[{i}]", t, 0, lo_open=True)
-    if gain <= pick.bound:
-        return ""
-    said, fix_small, window_in = [], None, None
-    if after_report is not None and pick.phases:
-        b, a = (sum(ms.get(k, 0.0) for k in pick.phases)
-                for ms in (phase_ms(before_report), phase_ms(after_report)))
-        step = statistics.mean(before_report["step_times_s"]) * 1e3
-        fix_small = (b - a) / step < 1 - 1 / gain
-        said.append(f"the bound's phases went {b:.1f} -> {a:.1f} ms per profiled step ("
-                    + (f"{(b - a) / step:.1%} of a {step:.1f} ms profiled step" if b > a else "none")
-                    + f" removed, against the {1 - 1 / gain:.0%} of the step the runs' ratio removed)")
-        window = window_gain(before_report, after_report, tokens_x)
-        if window is not None:
-            window_in = window <= pick.bound
-            said.append(f"the profiled window gained {window:.2f}x, "
-                        f"{'within' if window_in else 'past'} the bound")
-    apart = max(befores_tps) / min(befores_tps) if len(befores_tps) > 1 else 1.0
-    if apart > 1.0:
-        said.append(f"the runs before lay {apart:.2f}x apart, "
-                    f"{'more' if apart >= gain / pick.bound else 'less'} than the {gain / pick.bound:.2f}x "
-                    "by which the gain passes the bound")
-    drift = fix_small and window_in and apart >= gain / pick.bound
-    d = 2 if f"{gain:.2f}" != f"{pick.bound:.2f}" else 4  # decimals that show the two apart
-    return (f"The measured {gain:.{d}f}x lies past this bound's {pick.bound:.{d}f}x "
-            "(as context, it is not judged): "
-            + ("; ".join(said) or "this round measured nothing that says why") + (
-                ": what this round measured points to the drift between the runs before, not the fix, "
-                "as what carried it past." if drift else
-                (": this run does not tell what carried it past." if said else ".")))
 
 
 def _data_alone(pick: Pick, gain: float, before: Mapping, slowdown: float, ms_before: Mapping[str, float],
@@ -374,7 +325,10 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
             together = (" (together {:.1f} -> {:.1f} ms)".format(*(sum(ms.get(k, 0.0) for k in pick.phases)
                                                                   for ms in (ms_before, ms_after)))
                         if len(pick.phases) > 1 else "")
-            decided = f"The bound's phases went {moved}{together} per profiled step{syncs}."
+            reads_fix = pick.kind == pick.fix == "sync"  # its bound leaves out the sync phase's wait
+            decided = ((f"The {' and '.join(pick.phases)} phases (the bound counts the sync phase less its "
+                        "wait with a collective in flight)" if reads_fix else "The bound's phases")
+                       + f" went {moved}{together} per profiled step{syncs}.")
             rose = [k for k in pick.phases if ms_after.get(k, 0.0) > ms_before.get(k, 0.0)]
             reads = (before_report.get("syncs_per_step", 0), after_report.get("syncs_per_step", 0))
             split = bool(reads[0] and reads[1]) and ("sync" in rose or pick.fix == "sync")

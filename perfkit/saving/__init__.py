@@ -34,6 +34,7 @@ from perfkit.saving import (
     preempt,
     restart_experiments,
     storage,
+    storage_notes,
     store,
     training_state,
 )
@@ -46,9 +47,10 @@ from perfkit.saving.per_step import *  # noqa: F403
 from perfkit.saving.preempt import *  # noqa: F403
 from perfkit.saving.restart_experiments import *  # noqa: F403
 from perfkit.saving.storage import *  # noqa: F403
+from perfkit.saving.storage_notes import *  # noqa: F403
 from perfkit.saving.store import *  # noqa: F403
 from perfkit.saving.training_state import *  # noqa: F403
 
 __all__ = [*checkpointer.__all__, *claims.__all__, *experiments.__all__, *interval.__all__, *layouts.__all__,
            *per_step.__all__, *preempt.__all__, *restart_experiments.__all__, *storage.__all__,
-           *store.__all__, *training_state.__all__]
+           *storage_notes.__all__, *store.__all__, *training_state.__all__]

@@ -320,7 +320,8 @@ def one_second_lines(costs: SaveCosts, stored_bytes: float,
     return out
 
 
-def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0, judged: float | None = None) -> str:
+def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0, judged: float | None = None,
+                     same_as: str = "") -> str:
     """For what state sizes "<``limit_s`` s save time" held among measured ``saves`` (state bytes
     to seconds): the largest size that took less and the smallest that took at least as long.
     Each save ran under its own run's load, so the two do not place a size where the claim
@@ -328,7 +329,8 @@ def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0, judged:
 
     ``judged`` (a size in ``saves``): the size a verdict judges; the text then opens with its time
     and each larger save's, with its side of ``limit_s``, so a verdict held at a small size is read
-    at that size, beside what a larger one took.
+    at that size, beside what a larger one took. ``same_as`` (with ``judged``): the earlier verdict
+    that judged the same measurement; the text then opens by saying this verdict re-reads it.
 
     Raises:
         TypeError, ValueError: ``saves`` empty, a size or a time not a finite number > 0, or
@@ -357,6 +359,10 @@ def one_second_scope(saves: Mapping[float, float], limit_s: float = 1.0, judged:
                 + (f"; at the larger size{'s' * (len(larger) > 1)} shown, " + "; ".join(map(side, larger))
                    if larger else "; no larger save is shown") + ". ")
         said = ""   # the lead has listed them
+        if same_as:
+            lead = (f"The same measurement as {same_as}, read against the claim's {limit_s:g} s instead: "
+                    "no second measurement, and a test of the claim at this one size, not of the claim "
+                    "without a size. " + lead)
     if not over:
         return lead + (f"Under {limit_s:g} s at every size measured{said}: the claim holds up to "
                        f"{si(max(under), 'B')} at least, and these saves say nothing of larger states.")

@@ -352,32 +352,33 @@ def _row_drift(pts: Sequence[AttentionTiming]) -> tuple[list[float], float]:
                                             for x in change(a, b)), default=0.0)
 
 
-def row_flag(points: Sequence[AttentionTiming]) -> str:
-    """A clause for a headline where the whole row of the longest length slowed, as
-    :func:`row_note` counts it: SDPA's change, which the outcome does not mark; ``""``
-    otherwise. Starts with a space.
+def row_flag(points: Sequence[AttentionTiming], tile: int = 0) -> str:
+    """A clause for a headline where the whole row of the longest length slowed, or (with
+    ``tile``) moved the way that flash tile did, as :func:`row_note` counts it: SDPA's change,
+    which the outcome does not mark; ``""`` otherwise. Starts with a space.
 
     Raises:
         TypeError, ValueError: for no points or points that are not :class:`AttentionTiming`.
     """
     pts = [check_type(f"points[{i}]", p, AttentionTiming)
            for i, p in enumerate(check_items("points", points))]
-    lens, ctl = sorted({p.seq_len for p in pts}), _per_flop_change(pts, "sdpa")
-    if ctl is None or ctl <= _row_drift(pts)[1]:
+    lens, ctl, own = sorted({p.seq_len for p in pts}), _per_flop_change(pts, "sdpa"), _per_flop_change(
+        pts, "flash", tile) if tile else None
+    if ctl is None or (ctl <= (drift := _row_drift(pts)[1]) and not (own is not None and ctl * own > 0)):
         return ""
-    return (f" (SDPA, which no tile cost enters, ran {ctl:+.0%} per FLOP from T = {lens[-2]} to {lens[-1]}: "
-            "the whole row slowed, which the outcome does not mark)")
+    return (f" (SDPA, which no tile cost enters, ran {ctl:+.0%} per FLOP from T = {lens[-2]} to {lens[-1]}"
+            + (f", the way tile {tile} did ({own:+.0%}): the row moved too" if ctl <= drift else
+               ": the whole row slowed") + ", which the outcome does not mark)")
 
 
 def row_note(points: Sequence[AttentionTiming], impl: str, tile: int = 0, miss: float | None = None,
              band: float | None = None) -> str:
-    """Whether the whole row of the longest length ran slower: a sentence setting one column's
-    change in time per FLOP over the two longest lengths beside SDPA's, the fused kernel with no
-    Python tiles and no ``T x T`` scores, which neither the tile model nor a cache of scores
-    describes. SDPA's rising by more than any column moved between the shorter lengths counts as
-    the row slowing (the machine, which no model here holds); then, with ``miss`` (the column's
-    miss against its model at the longest length) and ``band`` (the prediction's), also that miss
-    with SDPA's change taken out. Starts with a space; ``""`` without SDPA at both lengths.
+    """Whether the whole row of the longest length moved: one column's change in time per FLOP
+    over the two longest lengths beside SDPA's (no Python tiles, no ``T x T`` scores). SDPA's
+    rising by more than any column moved between the shorter lengths counts as the row slowing
+    (the machine's doing), its moving less but the column's way as the row moving with it; then,
+    with ``miss`` (the column's miss at the longest length) and ``band``, also that miss net of
+    SDPA's change. Starts with a space; ``""`` without SDPA at both lengths.
 
     Raises:
         TypeError: for points that are not :class:`AttentionTiming`.
@@ -395,15 +396,25 @@ def row_note(points: Sequence[AttentionTiming], impl: str, tile: int = 0, miss: 
     name = f"tile {tile}'s" if impl == "flash" else f"{impl}'s"
     text = (f" From T = {a} to {b} {name} time per FLOP changed {own:+.0%}, SDPA's, which keeps neither "
             f"Python tiles nor T x T scores, {ctl:+.0%}")
-    if ctl <= drift:
+    others = [x for c in sorted({(p.impl, p.tile) for p in pts} - {(impl, tile), ("sdpa", 0)})
+              if (x := _per_flop_change(pts, *c)) is not None]
+    if ctl <= drift and ctl * own > 0:   # SDPA moved the column's way: the row moved, not the column alone
+        like = [x for x in others if x * own > 0] + [ctl]
+        span = " to ".join(dict.fromkeys(f"{x:+.0%}" for x in (min(like), max(like))))
+        text += (f", the same way: SDPA and {len(like) - 1} of the {len(others)} other columns changed "
+                 f"{span}, so this run does not call the change {name} own: beyond SDPA's, it changed "
+                 f"{(1 + own) / (1 + ctl) - 1:+.0%}")
+    elif ctl <= drift:
         return text + (f", within the {drift:.0%} any column moved between the shorter lengths: the row "
                        f"as a whole did not slow, so the change is {name} own.")
-    text += (f", more than the {drift:.0%} any column moved between the shorter lengths; every column "
-             f"changed {min(last):+.0%} to {max(last):+.0%}: the whole row ran slower, which no model here "
-             f"holds (the machine's doing, not the {'tile' if impl == 'flash' else 'eager'} model's), so "
-             f"this run does not separate {name} own change from the row's")
+    else:
+        text += (f", more than the {drift:.0%} any column moved between the shorter lengths; every "
+                 f"column changed {min(last):+.0%} to {max(last):+.0%}: the whole row ran slower, which no "
+                 f"model here holds (the machine's doing, not the {'tile' if impl == 'flash' else 'eager'} "
+                 f"model's), so this run does not separate {name} own change from the row's")
+        text += f"; beyond SDPA's, {(1 + own) / (1 + ctl):.2f}x" if miss is None else ""
     if miss is None or band is None:
-        return text + f"; beyond SDPA's, {(1 + own) / (1 + ctl):.2f}x."
+        return text + "."
     net = (1 + miss) / (1 + ctl) - 1
-    return text + (f". Were the row's slowdown SDPA's in every column, the miss at T = {b} would be "
+    return text + (f". Were SDPA's change the row's in every column, the miss at T = {b} would be "
                    f"{net:+.0%}, {'within' if abs(net) <= band else 'beyond'} the band (±{band:.0%}).")

@@ -25,6 +25,7 @@ from matplotlib.ticker import FormatStrFormatter
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.kernels import AttentionPoint, attention_matrix_bytes
 from perfkit.hw import MachineLimits, credited_dram
+from perfkit.viz.compute_shapes import alignment_line, plot_shape_sweep
 from perfkit.viz.core import Choice, WidgetSpec, plot_roofline, si, tidy
 
 __all__ = ["alignment_line", "attention_table", "compute_widget", "dram_on_threads", "loss_lines",
@@ -106,14 +107,14 @@ def plot_loss_curves(curves: Mapping[str, Sequence[float]], tolerance: float | N
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(title or "Same model, same data, same seed: does precision change training?",
-                 fontsize=11)
+    fig.suptitle(title or "Same model, same data, same seed: does precision change training?", fontsize=11)
     fig.tight_layout()
     return tidy(fig)
 
 
-def plot_break_even(record: Any, calls: int | None = None, title: str = "", unit: str = "calls") -> Figure:
-    """Cumulative seconds of eager and compiled calls: where compiling pays for itself.
+def plot_break_even(record: Any, calls: int | None = None, title: str = "", unit: str = "calls",
+                    between: bool = False) -> Figure:
+    """Cumulative seconds of eager and compiled calls; dashed: the medians' break-even.
 
     Args:
         record: a :class:`perfkit.compute.CompileRecord`.
@@ -121,6 +122,7 @@ def plot_break_even(record: Any, calls: int | None = None, title: str = "", unit
         title: the figure's title.
         unit: what one call is, in the plural, for the axis and legend ("calls", "steps"), so
             they name the unit the title does.
+        between: shade and title :meth:`~perfkit.compute.CompileRecord.break_even_shade` (the paired range).
 
     Raises:
         TypeError: for a ``unit`` that is not a non-empty str.
@@ -137,7 +139,10 @@ def plot_break_even(record: Any, calls: int | None = None, title: str = "", unit
     ax.plot(xs, [max(record.compile_s, 0.0) + x * compiled for x in xs],
             label=f"compiled: {si(record.compile_s, 's')} once + {si(compiled, 's')} per {one}")
     if math.isfinite(be) and be <= n:
-        ax.axvline(be, ls="--", c="gray", label=f"break-even after {be:,.0f} {unit}")
+        ax.axvline(be, ls="--", c="gray", label=f"break-even at the medians' difference: {be:,.0f} {unit}")
+    if between and (shade := record.break_even_shade(unit)):  # the paired range, and the point against it
+        ax.axvspan(shade[0], min(shade[1], n), color="gray", alpha=0.15, label=shade[2])
+        title = f"{title or 'torch.compile'}\n{shade[3]}"
     ax.set(xlabel=unit, ylabel="cumulative seconds",
            title=title or f"torch.compile: {record.speedup:.2f}x per {one}, paid for after "
                           f"{'never' if not math.isfinite(be) else f'{be:,.0f} {unit}'}")
@@ -176,87 +181,6 @@ def plot_attention_sweep(points: Sequence[Any], title: str = "") -> Figure:
     fig.suptitle(title or "Attention against sequence length", fontsize=11)
     fig.tight_layout()
     return tidy(fig)
-
-
-def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
-                     title: str = "") -> Figure:
-    """Matmul GFLOP/s against one dimension, one panel per dtype, each on its own linear axis
-    from zero (the dtypes' ceilings can differ a hundredfold; one log axis would flatten the
-    spread within each, and an axis cut to the points' range would blow a few percent up to its
-    full height); multiples of ``multiple`` drawn filled, odd sizes as crosses, even sizes that
-    are a multiple of no vector width (``% 4 == 2``) as hollow squares and the other even sizes
-    as hollow circles, each kind named in the legend. No line joins the points: neighbouring
-    sizes belong to different kinds, and a line through them in size order draws a zigzag that
-    reads as a trend.
-
-    Args:
-        points: :class:`perfkit.compute.ShapePoint` s.
-        vary: the dimension on the x-axis: ``"m"``, ``"n"`` or ``"k"``.
-        multiple: sizes divisible by it are filled markers.
-        title: the figure's title.
-
-    Raises:
-        ValueError: for no points or an unknown ``vary``.
-    """
-    if len(points) == 0:
-        raise ValueError("points must hold at least one ShapePoint")
-    if vary not in ("m", "n", "k"):
-        raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
-    dtypes = list(dict.fromkeys(p.dtype for p in points))
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.6 * len(dtypes) + 2.4, 3.8), squeeze=False)
-    kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, {}),
-             (f"odd {vary}", lambda x: x % multiple and x % 2 == 1, dict(marker="x")),
-             (f"{vary} % 4 == 2 (no vector width divides it)", lambda x: x % multiple and x % 4 == 2,
-              dict(marker="s", facecolors="none")),
-             (f"other even {vary}", lambda x: x % multiple and x % 4 == 0, dict(facecolors="none")))
-    for i, (dtype, ax) in enumerate(zip(dtypes, axes[0], strict=True)):
-        pts = sorted((p for p in points if p.dtype == dtype), key=lambda p: getattr(p, vary))
-        xs, ys = [getattr(p, vary) for p in pts], [p.flops_per_s / 1e9 for p in pts]
-        color = f"C{i}"
-        for _, keep, style in kinds:
-            edge = {"edgecolors": color} if style.get("facecolors") == "none" else {"c": color}
-            ax.scatter([x for x in xs if keep(x)], [y for x, y in zip(xs, ys) if keep(x)], zorder=3,
-                       **edge, **style)
-        ax.set(xlabel=f"{vary} of (m, k) @ (k, n)", ylabel=f"{dtype} GFLOP/s (median)", title=dtype)
-        ax.set_ylim(0, 1.08 * max(ys))
-        ax.grid(True, alpha=0.3)
-    last = axes[0][-1]
-    # the marker kinds are named once, in grey, for every panel (each panel's title names its dtype)
-    for name, _, style in kinds:
-        grey = {"edgecolors": "0.4"} if style.get("facecolors") == "none" else {"c": "0.4"}
-        last.scatter([], [], label=name, **grey, **style)
-    last.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
-                title="every panel", title_fontsize=7)
-    fig.suptitle(title or f"Matmul throughput against {vary}", fontsize=11)
-    fig.tight_layout()
-    return tidy(fig)
-
-
-def alignment_line(points: Sequence[Any], dtype: str = "float32", vary: str = "n", multiple: int = 64) -> str:
-    """Each width's rate as a share of the median of the multiples of ``multiple``, grouped by
-    the largest power of two dividing the width (up to ``multiple / 2``), medians: which grid
-    the fast widths share.
-
-    Raises:
-        ValueError: for an unknown ``vary``, or no ``dtype`` point that is a multiple of ``multiple``.
-    """
-    if vary not in ("m", "n", "k"):
-        raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
-    check_int("multiple", multiple, 2)
-    pts = [p for p in check_items("points", points) if p.dtype == dtype]
-    ref = [p.flops_per_s for p in pts if getattr(p, vary) % multiple == 0]
-    if not ref:
-        raise ValueError(f"points hold no {dtype} {vary} that is a multiple of {multiple}")
-    mid = statistics.median(ref)
-    groups: dict[int, list[float]] = {}
-    for p in pts:
-        x = getattr(p, vary)
-        if x % multiple:
-            groups.setdefault(x & -x, []).append(p.flops_per_s / mid)  # the largest power of 2 dividing x
-    parts = [f"{'odd' if g == 1 else f'{vary} % {2 * g} == {g}'}: {statistics.median(v):.0%} ({len(v)})"
-             for g, v in sorted(groups.items(), reverse=True)]
-    return (f"{dtype}, median rate against the multiples of {multiple}'s, by the largest power of two "
-            f"dividing {vary} (widths): " + "; ".join(parts))
 
 
 def _label(p: Any) -> str:

@@ -26,10 +26,11 @@ from perfkit.plan.model import ModelSpec
 from perfkit.plan.published import Comparison
 from perfkit.plan.readings import step_ratio_text
 from perfkit.plan.search import Plan, plan
+from perfkit.plan.windows import shared_window_text
 from perfkit.viz.core import Choice, WidgetSpec, tidy, verdict
 
 __all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "published_table",
-           "step_ratio"]
+           "step_ratio", "verdict_or_context"]
 
 # Llama-style shapes by size (SwiGLU, 8 key/value heads, 128-wide heads): illustrations for
 # the widget, not any released model's configuration
@@ -67,13 +68,26 @@ def _stacked(ax, labels: list[str], series: list[tuple[str, str, list[float]]]) 
     return small
 
 
-def step_ratio(prediction, measured, other: float, said: str, terms, base_terms) -> None:
+def step_ratio(prediction, measured, other: float, said: str, terms, base_terms, difference=None) -> None:
     """Record the verdict on a step-ratio ``prediction`` (:func:`perfkit.viz.verdict`), or print
     it as context where its window also holds the model's ratio without collectives: the
-    choice and the text are :func:`perfkit.plan.readings.step_ratio_text`'s. Returns nothing."""
-    recorded, text = step_ratio_text(prediction, measured, other, said, terms, base_terms)
+    choice and the text are :func:`perfkit.plan.readings.step_ratio_text`'s (``difference``
+    passed on). Returns nothing."""
+    recorded, text = step_ratio_text(prediction, measured, other, said, terms, base_terms, difference)
     if recorded:
         verdict(prediction, measured, explain=dict.fromkeys(("above", "below", "held"), text))
+    else:
+        print(text)
+
+
+def verdict_or_context(name: str, predictions, measured, said: str, without: float | None = None,
+                       what: str = "") -> None:
+    """Record the verdict on ``predictions[name]`` with ``said`` as its cause on every side, or
+    print it as context where its window also holds ``without``: the choice and the text are
+    :func:`perfkit.plan.readings.shared_window_text`'s. Returns nothing."""
+    recorded, text = shared_window_text(name, predictions, measured, said, without, what)
+    if recorded:
+        verdict(predictions[name], measured, explain=dict.fromkeys(("above", "below", "held"), text))
     else:
         print(text)
 

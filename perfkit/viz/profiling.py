@@ -23,9 +23,9 @@ from perfkit.viz.profiling_text import first_step, neither_floor
 from perfkit.viz.profiling_widget import widget_expectation_text
 
 __all__ = ["PHASE_COLORS", "against_bound", "breakdown_widget", "ceiling_rise_note", "findings_markdown",
-           "first_step", "loader_explain", "neither_floor", "plot_diagnosis", "plot_phase_bars",
-           "plot_scalars", "ridge_text", "stall_note", "summary_markdown", "top_ops_markdown",
-           "widget_expectation_text"]
+           "first_step", "loader_explain", "medians_moved_text", "neither_floor", "plot_diagnosis",
+           "plot_phase_bars", "plot_scalars", "ridge_text", "stall_note", "summary_markdown",
+           "top_ops_markdown", "widget_expectation_text"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
@@ -93,6 +93,29 @@ def against_bound(est: Any, bound: float, unit: str = "x") -> str:
     on_top = shown == si_interval(est.value, est.low, est.high, unit)[2]  # the top end prints as the bound
     return "its figure at or under it, " + (f"its interval's top end on it as printed (both {shown})"
                                             if on_top else "its interval reaching above it")
+
+
+def medians_moved_text(first: Any, second: Any, moved: bool) -> str:
+    """Why the medians of two runs of one step, one right after the other, differ (``first`` and
+    ``second``: :class:`perfkit.timing.Measurement`; ``moved``: the ratio's interval lies clear of
+    1x): both medians, and what the run can and cannot tell apart. A second run faster than the
+    first is told from neither a change in the machine's speed nor a warm-up that had not finished
+    when the first run began; where the first run's own p10 reaches the second's median, part of
+    the first run already ran at the second's speed. A second run slower than the first did the
+    same work on a warm model: something outside the step changed, which the run does not name."""
+    a, b = first.median_s, second.median_s
+    text = f"The first run's median was {si(a, 's')}, the second's {si(b, 's')}"
+    if not moved:
+        return (text + ": whether the machine's speed changed between the two runs this run cannot say (its "
+                "interval holds 1x); if it did, even medians moved")
+    if b < a:
+        return (text + (f"; the first run's own p10, {si(first.p10_s, 's')}, reaches the second's median: "
+                        "part of the first run already ran at the second's speed" if first.p10_s <= b else "")
+                + f". This run does not tell a change in the machine's speed from a warm-up ({first.warmup} "
+                "steps) that had not finished when the first run began; either moves even a median")
+    return (text + ": the second run did the same work on a warm model, so something outside the step "
+            "changed between the runs (other load, a lower clock), which this run does not measure; "
+            "even medians move then")
 
 
 def loader_explain(data_s: float, alone: Any, factor: float = 1.5,

@@ -46,19 +46,33 @@ def gloo_sent_bytes(r: Any) -> float:
     return float(sum(2 * b if k.startswith("reduce_scatter") else b for k, b in (r.sent_bytes or {}).items()))
 
 
-def gloo_bytes_sentence(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str:
+def gloo_bytes_sentence(variants: Mapping[str, Any], baseline: str = "ddp_adamw",
+                        others: bool = False) -> str:
     """A sentence, starting with a space, on what the variants that reduce-scatter moved on gloo,
-    against the ring count (what NCCL's ring reduce-scatter moves); ``""`` where none reduce-scatters."""
+    against the ring count (what NCCL's ring algorithm moves); ``""`` where none reduce-scatters.
+    With ``others``, it also sets the first of them against the other variants (not ``baseline``),
+    whose count is the same on either backend: which moved more bytes on gloo, compared as printed."""
     base = sent_bytes(variants[baseline])
     names = [n for n, r in variants.items()
              if any(k.startswith("reduce_scatter") for k in (r.sent_bytes or {}))]
     if not names or not base:
         return ""
-    return (" These count each reduce-scatter as a ring sends it, half an all-reduce's bytes: what NCCL "
-            "moves. gloo, which ran here, has no ring reduce-scatter; it all-reduces the buffer, slice by "
-            "slice, and keeps this process's slice, so on it " + ", ".join(
-                f"{n} moved {gloo_sent_bytes(variants[n]) / base:.2f}x" for n in names)
+    text = (" These count each reduce-scatter as a ring sends it, half an all-reduce's bytes: what NCCL's "
+            "ring algorithm moves (nccl-tests counts bus bytes the same way). gloo, which ran here, has no "
+            "ring reduce-scatter; it all-reduces the buffer, slice by slice, and keeps this process's slice, "
+            "so on it "
+            + ", ".join(f"{n} moved {gloo_sent_bytes(variants[n]) / base:.2f}x" for n in names)
             + f" {baseline}'s bytes (counted the same way).")
+    rest = {n: round(sent_bytes(r) / base, 2) for n, r in variants.items()
+            if n not in names and n != baseline}
+    if not others or not rest:
+        return text
+    mine = round(gloo_sent_bytes(variants[names[0]]) / base, 2)
+    groups = {w: [n for n, x in rest.items() if (x < mine, x > mine) == k] for w, k in
+              (("more than", (True, False)), ("as much as", (False, False)), ("less than", (False, True)))}
+    return (text + " The others make no reduce-scatter, so their count is the same on gloo: "
+            + ", ".join(f"{n} {x:.2f}x" for n, x in rest.items()) + f"; on gloo {names[0]} moved "
+            + ", ".join(f"{w} {' and '.join(ns)}" for w, ns in groups.items() if ns) + ".")
 
 
 def calls_sentence(r: Any, base: Any, base_name: str = "DDP + AdamW") -> str:

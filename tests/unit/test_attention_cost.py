@@ -207,6 +207,19 @@ def test_tile_miss_note_names_a_miss_the_fitted_lengths_already_showed():
         ac.tile_miss_note([_timed(model, 16, 256, 0.0), _timed(model, 64, 512, 0.0)], model, 64)
 
 
+def test_tile_miss_note_compares_the_fitted_lengths_among_themselves():
+    model = ac.TileCostModel(2e10, 5e-5, 1e10)
+    misses = {(16, 256): -0.14, (16, 512): 0.05, (16, 1024): 0.05, (16, 1536): 0.1,
+              (64, 256): 0.40, (64, 512): 0.22, (64, 1024): 0.19, (64, 1536): -0.13}
+    note = ac.tile_miss_note([_timed(model, t, n, m) for (t, n), m in misses.items()], model, 64)
+    # the old note set each fitted miss against the longest length's sign and called +40%, +22%, +19%
+    # "not on the same side at every fitted length"
+    assert "not on the same side" not in note
+    assert ("the fitted lengths all on one side, a steady bias (+19% to +40%) where the model was fitted, "
+            "and the longest length's median on the other side") in note
+    assert "Its fitted misses all on one side, that band measures the model's bias" in note
+
+
 def test_same_call_note_speaks_only_where_the_two_timings_exclude_each_other():
     from perfkit.estimate import Estimate
 
@@ -256,7 +269,7 @@ def test_tile_miss_note_says_when_the_prediction_lies_outside_the_measured_inter
     assert (f"{1 / 1.20:.2f}x its low end: a band of ±20% or wider keeps the outcome from missed, of ±36% or "
             "wider holds it; this one is ±35%.") in got
     # the band is tile 64's own miss, all of its misses on one side: a bias, which the note names
-    assert "Its misses all on one side, that band measures the model's bias for this tile" in got
+    assert "Its fitted misses all on one side, that band measures the model's bias for this tile" in got
     inside = Estimate(pred * 1.1, pred * 0.95, pred * 1.2, 0.93, 5, "median of 5 samples")
     assert "itself lies" not in ac.tile_miss_note(pts, model, 64, measured=inside)
     missed = Estimate(pred * 1.5, pred * 1.4, pred * 1.6, 0.93, 5, "median of 5 samples")
@@ -339,6 +352,24 @@ def test_row_note_lays_a_row_wide_slowdown_to_the_row_not_the_model():
         va.row_note(pts, "flash", 64, miss=0.61)
     with pytest.raises(ValueError):
         va.row_note([p for p in pts if p.seq_len == 256], "eager")
+
+
+def test_row_note_does_not_call_a_change_the_row_shared_the_column_s_own():
+    pts = _row({"flash": 0.73, "eager": 1.22, "sdpa": 0.87})
+    # the old note tested only whether SDPA slowed, so a row that sped up together was the column's own
+    note = va.row_note(pts, "flash", 64, miss=-0.13, band=0.40)
+    assert "so the change is tile 64's own" not in note
+    assert note.startswith(" From T = 1024 to 1536 tile 64's time per FLOP changed -27%, SDPA's, which "
+                           "keeps neither Python tiles nor T x T scores, -13%, the same way: SDPA and 0 of "
+                           "the 1 other columns changed -13%, so this run does not call the change tile 64's "
+                           "own: beyond SDPA's, it changed -16%.")
+    assert note.endswith("the miss at T = 1536 would be +0%, within the band (±40%).")
+    # against the row, the change stays the column's own
+    assert va.row_note(pts, "eager").endswith("did not slow, so the change is eager's own.")
+    assert va.row_flag(pts) == ""
+    assert va.row_flag(pts, 64) == (" (SDPA, which no tile cost enters, ran -13% per FLOP from T = 1024 to "
+                                    "1536, the way tile 64 did (-27%): the row moved too, which the outcome "
+                                    "does not mark)")
 
 
 def test_rounds_note_flags_one_round_that_sets_the_interval_alone():

@@ -19,7 +19,8 @@ from perfkit.profiling.capstone import (
     next_fix,
     round_speedup,
 )
-from perfkit.profiling.capstone_explain import explain_round, past_bound, phase_ms
+from perfkit.profiling.capstone_explain import explain_round, phase_ms
+from perfkit.profiling.capstone_past import past_bound
 from perfkit.profiling.capstone_text import (
     Pick,
     loose_bound,
@@ -857,7 +858,19 @@ def test_a_context_bound_the_measurement_passes_says_so_and_what_decided():
     said = past_bound(pick, 1.34, before, after, (7633.0, 9059.0))
     assert said.startswith("The measured 1.34x lies past this bound's 1.19x")
     assert "profiled window gained 1.10x, within the bound" in said
-    assert "the runs before lay 1.19x apart, more than the 1.13x" in said and "points to the drift" in said
+    # against each run before alone 1.47x and 1.23x, both past 1.19x: no drift carried it past
+    assert "the fix measures 1.47x and 1.23x, both past the bound" in said
+    assert "points to the drift" not in said
+    assert said.endswith("does not tell what carried it past.")
+    either = past_bound(pick, 1.34, before, after, (7633.0, 11000.0))  # 1.64x and 1.13x: the bound between
+    assert "1.64x and 1.13x, within the bound against one of them" in either
+    assert "points to the drift" in either
+    # the bound counts the sync phase less its wait with a collective in flight: the wait is named apart
+    waits = past_bound(pick, 1.34, before | {"sync_comm_share": 0.316}, after | {"sync_comm_share": 0.37},
+                       (7633.0, 9059.0))
+    assert "the bound's phases went 5.3 -> 4.0 ms" in waits and "leaves out 11.4 -> 12.1 ms" in waits
+    words = explain_round(pick, 1.34, before, 1.07, True, after, befores_tps=(7633.0, 9059.0))["held"]
+    assert "The sync and communication phases (the bound counts the sync phase less its wait" in words
     assert past_bound(pick, 1.34, before, after, (9000.0,)).endswith("does not tell what carried it past.")
     assert past_bound(pick, 1.1, before, after, (7633.0, 9059.0)) == ""
     rnd = Round(2, pick, Estimate(1.34, 0.83, 2.15, 0.9, 16, "m"), 8346.0, 11153.0, {}, True, past=said)

@@ -279,7 +279,7 @@ def test_bucket_count_effect_compares_against_same_count_noise():
           {"calls_per_step": 8, "step_s": 1.20}]
     text = bucket_count_effect(bk, alpha_s=0.01)
     assert "8 against 1" in text and "slower" in text and "stands out of" in text
-    assert "7 x alpha = 70" in text
+    assert "7 x alpha (10 ms) = 70" in text  # the charge per call is printed with it
     # measured 200 ms, model 70 ms, noise 10 ms: the model lies 130 ms below, so the data reject it
     assert "130 ms below it" in text and "the data reject it" in text
     # a model above the measurement by more than twice the noise is rejected, not called "within this
@@ -322,7 +322,8 @@ def test_bucket_count_effect_counts_the_overlap_and_claims_no_support_the_noise_
     assert "(backward alone)" in text  # the reading of backward is named; another can be
     assert "(the larger one)" in bucket_count_effect(bk, 1.123e-3, 3.88e-3, hidden_said="the larger one")
     assert "718 µs faster measured" in text
-    assert "6 x alpha = 6.74 ms more in start-ups, less up to 3.88 ms that more buckets can hide" in text
+    assert ("6 x alpha (1.12 ms) = 6.74 ms more in start-ups, less up to 3.88 ms that more buckets can "
+            "hide") in text
     assert "between 2.86 ms slower and 6.74 ms slower" in text
     assert "The model's largest effect, 6.74 ms, is within that spread: this run can neither support" in text
     assert "do not reject" not in text
@@ -677,13 +678,15 @@ def test_small_call_cost_and_bucket_count_effect_give_the_sweeps_small_calls_bes
     sweep = [pt(1024, 1.68e-3), pt(1 << 16, 2.03e-3), pt(1 << 18, 0.587e-3), pt(1 << 24, 20e-3)]
     cost, said = small_call_cost(sweep, AlphaBeta(1.47e-3, 1.16e9), up_to_bytes=1 << 20)
     assert cost == 1.47e-3
-    assert ("3 calls up to 1.05 MB took 587 µs to 2.03 ms each, bytes included, 0.4x to 1.4x "
+    assert ("3 calls up to 1.05 MB took 587 µs to 2.03 ms each (median 1.68 ms), bytes included, 0.4x to "
+            "1.4x "
             "that charge") in said
     assert "took" not in small_call_cost(sweep, AlphaBeta(1.47e-3, 1.16e9))[1]
     bk = [{"calls_per_step": 7, "step_s": 0.0237}, {"calls_per_step": 7, "step_s": 0.0279},
           {"calls_per_step": 1, "step_s": 0.0166}]
     text = bucket_count_effect(bk, 1.47e-3, hidden_s=5.17e-3, call_range_s=(0.587e-3, 2.03e-3))
-    assert "6 x alpha = 8.82 ms more in start-ups (3.52 ms to 12.2 ms at the sweep's small calls" in text
+    assert ("6 x alpha (1.47 ms) = 8.82 ms more in start-ups (3.52 ms to 12.2 ms at the sweep's small "
+            "calls") in text
     assert text.replace(" (3.52 ms to 12.2 ms at the sweep's small calls, 587 µs to 2.03 ms each; the range "
                         "below uses alpha)", "") == bucket_count_effect(bk, 1.47e-3, hidden_s=5.17e-3)
 
@@ -816,3 +819,45 @@ def test_ddp_against_text_names_section_5s_bucket_count_only_where_its_caps_poin
     # DDP no slower than the overlapped step: nothing to explain, and no claim that it was faster
     tied = stats.median_ratio([32.0 + i % 5 for i in range(25)], [32.0 + (i + 2) % 5 for i in range(25)])
     assert "cannot tell DDP's step from the overlapped one's" in ddp_against_text(tied, caps, 0.25, 2)
+
+
+def test_fits_text_names_every_rate_above_the_fits_bandwidth_and_every_further_inversion():
+    from perfkit.comm import AlphaBeta, fit_quality, fits_text
+
+    sizes = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+    times = (1.62e-3, 0.981e-3, 0.9e-3, 0.539e-3, 1.2e-3, 0.868e-3, 4.4e-3)
+    ar = [pt(s, t) for s, t in zip(sizes, times)]
+    fit = AlphaBeta(807e-6, 1.15e9)
+    text = fits_text({"all_reduce": fit_quality(ar, fit)}, {"all_reduce": ar}, 0.25, {"all_reduce": fit})
+    # 1.05 MB moved 1.21 GB/s, above the line's 1.15 GB/s: no line with alpha > 0 gives that
+    assert "beat the fit's bandwidth" in text
+    assert "at 1.05 MB (up to 1.21 GB/s at 1.05 MB against 1.15 GB/s" in text
+    assert "1.72 ms there, 2x the 868 µs measured" in text
+    # the first inversion (4.1 kB after 1.02 kB) is fit_quality's; the one at 1.05 MB is named here
+    assert "all_reduce's 1.05 MB took 868 µs, 0.72x 262 kB's 1.2 ms" in text and "4.1 kB took" not in text
+    on_line = [pt(s, fit.predict(s)) for s in sizes]
+    calm = fits_text({"all_reduce": fit_quality(on_line, fit)}, {"all_reduce": on_line}, 0.25,
+                     {"all_reduce": fit})
+    assert "beat" not in calm and "Beyond" not in calm
+    bare = fits_text({"all_reduce": fit_quality(ar, fit)}, {"all_reduce": ar})
+    assert bare == text.split(" Measured rates")[0]
+    with pytest.raises(ValueError, match="same collectives"):
+        fits_text({"all_reduce": fit_quality(ar, fit)}, {"all_reduce": ar}, 0.25, {"broadcast": fit})
+
+
+def test_small_call_cost_says_when_the_measured_call_charged_is_an_inversions_slower_side():
+    from perfkit.comm import alpha_used_text, small_call_cost
+
+    # a default run charged its 1.02 kB call, 1.62 ms, though 4.1 kB took 981 µs, and its summary
+    # printed the fit's intercept, 807 µs, as alpha without the charge the models used
+    sweep = [pt(1024, 1.62e-3), pt(4096, 0.981e-3), pt(65536, 0.539e-3), pt(1 << 20, 0.868e-3)]
+    fit = AlphaBeta(807e-6, 1.15e9)
+    cost, said = small_call_cost(sweep, fit, up_to_bytes=1 << 20)
+    assert cost == 1.62e-3
+    assert ("That call is the slower side of the inversion the fit's line cannot describe: the next size, "
+            "4.1 kB, took 981 µs, 0.61x its time") in said
+    assert "(median 924 µs)" in said
+    assert "slower side" not in small_call_cost([pt(1024, 1.62e-3), pt(4096, 1.4e-3)], fit)[1]
+    assert alpha_used_text(fit, cost) == ("807 µs; the models of sections 4 and 5 charge each call 1.62 ms "
+                                          "(the sweep's smallest call), not this intercept")
+    assert alpha_used_text(fit, fit.alpha_s) == "807 µs"

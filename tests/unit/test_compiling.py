@@ -76,12 +76,13 @@ def test_break_even_elsewhere_holds_another_runs_saving_against_the_range():
     assert "saves 1.9 ms per call" in said and "after 5,947 calls" in said
     assert f"({rec.break_even_span('calls')} at its paired ratio's interval ends)" in said
     assert "outside that range" in said
+    assert f"section 3's {rec.break_even_calls:,.0f} at its medians (" in said
     at_point = rec.compiled.median_s * rec.paired_ratio().value  # a saving at the paired ratio's median
     assert "inside that range" in compiling.break_even_elsewhere(rec, at_point, rec.compiled.median_s)
     assert "never pays off" in compiling.break_even_elsewhere(rec, 0.0650, 0.0655)
     few = compiling.CompileRecord(1.0, Measurement(eager[:4], 0), Measurement(compiled[:4], 0))
     said = compiling.break_even_elsewhere(few, 0.0674, 0.0655)
-    assert said.endswith("after 526 calls, against section 3's 260.")
+    assert said.endswith("after 526 calls, against section 3's 260 at its medians.")
     with pytest.raises(ValueError, match="eager_s"):
         compiling.break_even_elsewhere(rec, 0.0, 0.0655)
 

@@ -282,6 +282,12 @@ def test_cast_floor_text_sets_a_ratio_against_a_floor_as_context_with_the_gain_a
     assert short.startswith("bf16_hook ran 0.999x against a floor of 0.996x") and "not judged" in short
     wide = cast_floor_text("h", SimpleNamespace(value=0.9, low=0.89, high=0.91), 0.7, 0.9)
     assert "cannot tell" not in wide and "lies inside the paired interval" in wide
+    assert "below the floor as well" not in text and "below the floor as well" not in wide
+    beat = cast_floor_text("bf16_hook", SimpleNamespace(value=1.0, low=0.955, high=1.037), 0.997, 0.948)
+    assert "0.948x, lies below the paired interval" in beat
+    assert "below the floor as well: by the medians the step gained 5.2%, 17x the 0.3% halving" in beat
+    near = cast_floor_text("h", SimpleNamespace(value=1.0, low=0.955, high=1.037), 0.997, 0.995)
+    assert "gained 0.5%, 1.7x the 0.3% halving" in near
 
 
 def test_narrow_miss_note_says_whether_the_ratio_of_medians_confirms_a_miss_below_the_floor():

@@ -138,3 +138,21 @@ def test_time_compile_counts_the_matmuls_that_ran_and_times_in_balanced_orders(m
 def test_time_compile_checks_sizes_before_compiling():
     with pytest.raises(ValueError, match="width"):
         cs.time_compile(width=0)
+
+
+def test_break_even_is_printed_only_for_a_speedup_whose_interval_lies_above_1x():
+    from perfkit.compute.compiling import CompileRecord
+
+    # as run: 1.01x with an interval of 0.95x to 1.06x, and "break-even after 73,120 calls" printed
+    eager = [0.0101, 0.0095, 0.0106, 0.0100, 0.0102, 0.0099, 0.0104, 0.0097]
+    holds = cs.CompileTiming(CompileRecord(8.0, m(*eager), m(*[0.01] * 8)), 1, True).break_even_text()
+    assert holds.startswith("no break-even printed: the speedup's") and "holds 1x" in holds
+    assert "may never pay off" in holds and "calls" not in holds
+    faster = cs.CompileTiming(CompileRecord(8.0, m(*[2 * t for t in eager]), m(*[0.01] * 8)), 1, True)
+    calls = 8.0 / (faster.record.eager.median_s - 0.01)
+    assert faster.break_even_text() == f"break-even after {calls:,.0f} calls (the medians' difference)"
+    slower = cs.CompileTiming(CompileRecord(8.0, m(*[t / 2 for t in eager]), m(*[0.01] * 8)), 1, True)
+    assert slower.break_even_text().endswith("its interval below 1x")
+    few = cs.CompileTiming(CompileRecord(8.0, m(0.02, 0.02), m(0.01, 0.01)), 1, True).break_even_text()
+    assert few == ("break-even after 800 calls (the medians' difference): a point, the rounds too few for "
+                   "an interval")

@@ -127,6 +127,26 @@ def test_timed_imbalance():
         cm.timed_imbalance([[1.0, 2.0], [1.0]])
 
 
+def test_imbalance_noise_note_sets_the_ranks_medians_beside_the_round_figure():
+    from perfkit.estimate import Estimate
+
+    # two ranks of equal work whose rounds alternate which one is slower: every round's max over
+    # mean is above 1, the ranks' medians equal
+    ranks = [[1.0, 1.2, 1.0, 1.3, 1.0, 1.25, 1.0, 1.15], [1.2, 1.0, 1.3, 1.0, 1.25, 1.0, 1.15, 1.0]]
+    timed = cm.timed_imbalance(ranks)
+    assert timed.low > 1.0
+    note = cm.imbalance_noise_note(ranks, timed, 1.0)
+    # the old cell printed the round figure alone, its interval above the counted 1.000x without comment
+    assert "at least 1 by construction" in note and "give 1.000x, against 1.000x counted" in note
+    assert note.endswith(f"the round figure's {timed.label} lying above 1.000x does not by itself show more "
+                         "imbalance than counted.")
+    assert "does not by itself" not in cm.imbalance_noise_note(ranks, timed, 1.5)
+    with pytest.raises(TypeError):
+        cm.imbalance_noise_note(ranks, 1.1, 1.0)
+    with pytest.raises(ValueError):
+        cm.imbalance_noise_note([], Estimate(1.0, 1.0, 1.0, None, 1, "exact"), 1.0)
+
+
 def test_waits_after_ready_leave_out_the_time_a_neighbour_had_not_sent():
     from perfkit.parallel import waits_after_ready
 

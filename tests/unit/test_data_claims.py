@@ -134,3 +134,21 @@ def test_the_control_widens_an_interval_by_its_reach():
     assert dc.PinTiming(aa.pageable, aa.pinned, "cuda").widened(est) is est  # no control: unchanged
     with pytest.raises(TypeError, match="est"):
         aa.widened(0.99)
+
+
+def test_cost_text_says_which_way_the_models_sample_cost_is_off():
+    # as run: 0 workers at 329 samples/s imply 2.79 ms a sample against the 3.74 ms the model used,
+    # which lowers every modelled rate; the old sentence said the model's cost "covers the pass"
+    rates, model = {0: [329.0], 1: [331.0], 2: [570.0], 4: [552.0], 8: [579.0]}, \
+        {0: 251.0, 1: 267.0, 2: 531.0, 4: 528.0, 8: 521.0}
+    said = dc.WorkerSweep(rates, model, 3.74e-3, 2).cost_text(8, 2e-3)
+    assert "implies 2.79 ms a sample" in said and "is 34% above what a sample took in the pass" in said
+    assert "by at most 25%" in said and "-19% to -4%" in said and "covers" not in said
+    assert "not measured here" not in said  # -19% lies within what a 25% lower rate explains
+    high = dc.WorkerSweep(rates, {**model, 2: 700.0}, 3.74e-3, 2).cost_text(8, 2e-3)
+    assert "higher than that cost alone can make them: what else the workers cost" in high
+    cheap = dc.WorkerSweep(rates, model, 2.0e-3, 2).cost_text(8, 2e-3)  # a pass costs a sample 39% more
+    assert "in a pass a sample costs 39% more than alone" in cheap and "not measured here" not in cheap
+    assert dc.WorkerSweep({2: [1.0], 4: [1.0]}, {2: 1.0, 4: 1.0}, 1e-3, 2).cost_text(8, 2e-3) == ""
+    with pytest.raises(ValueError, match="batch"):
+        dc.WorkerSweep(rates, model, 1e-3, 2).cost_text(0, 2e-3)

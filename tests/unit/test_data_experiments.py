@@ -483,12 +483,20 @@ def test_rate_context_prints_an_undecidable_ratio_as_context_and_names_a_miss():
     wide = Estimate(0.984, 0.625, 1.698, 0.9, 6, "ratio of two runs' median block means")
     said = ex.rate_context(pred, wide, "Why.", 1.004)
     assert said.startswith("[context] Context, not a verdict (the model's ratio): samples/s with 8 busy "
-                           "workers over 2, 1.02x ± 10%. Measured: 0.984x (")
+                           "workers over 2, 1.02x ± 10%. Measured, by the median block means: 0.984x (")
     assert ("Why. Here the interval is 1.07 wide, 5.2x the predicted range (0.92x to 1.12x, 0.204 wide): an "
             "interval that wide cannot lie inside the range, so this run could not hold the") in said
     assert "the point estimate lies inside the range, and the interval reaches across both its edges." in said
-    assert said.endswith("The ratio of the runs' mean rates, 1.004x, lies inside this 90% interval "
-                         "(0.625x to 1.698x).")
+    assert ("The ratio of the runs' mean rates, 1.004x, lies inside this 90% interval "
+            "(0.625x to 1.698x). The mean rates' ratio, each") in said
+    assert said.endswith("(the throughput each run delivered), lies inside the predicted range; the "
+                         "median block means put the ratio on the other side of 1x, as a median leaves out "
+                         "the slowest and fastest blocks, which throughput counts.")
+    same = ex.rate_context(pred, wide, "Why.", 0.99)
+    assert same.endswith("(the throughput each run delivered), lies inside the predicted range.")
+    # the median block means above 1x, the mean rates below it and below the range: said, not hidden
+    apart = ex.rate_context(pred, Estimate(1.27, 0.26, 2.29, 0.93, 6, "m"), "Why.", 0.83)
+    assert "lies below the predicted range; the median block means put the ratio on the other side" in apart
     low = ex.rate_context(pred, Estimate(0.70, 0.65, 0.75, 0.9, 6, "m"), "Why.", 0.7)
     assert ("narrower than the range this time; its whole interval lies below the range, which a verdict "
             "would call a miss.") in low

@@ -43,6 +43,7 @@ NAN, INF = math.nan, math.inf
 LINK = AlphaBeta(1e-5, 1e9)
 T = torch.ones(4)
 PT2 = CollectivePoint("all_reduce", 1024, 2, 1e-4, 1e7, 1e7)
+FQ = comm.FitQuality(0.1, PT2, None, "")
 PT3 = CollectivePoint("all_reduce", 1024, 3, 1e-4, 1e7, 1e7)
 ROUNDS = {**{k: [1.0, 1.0] for k in ("compute_only", "overlapped", "backward_only")}, "bucketed": [2.0, 2.0]}
 SAVING = dict(naive_calls=16, bucket_calls=3, grad_bytes=1e6, largest_bytes=1 << 20, naive_s=0.03,
@@ -270,6 +271,12 @@ CASES = [  # (id, call, exception, regex on the message)
     ("fits_text.quality", lambda: comm.fits_text({"all_reduce": None}, {"all_reduce": [PT2]}), TypeError,
      "FitQuality"),
     ("fits_text.limit", lambda: comm.fits_text({}, {}, 0.0), ValueError, "limit"),
+    ("fits_text.fits", lambda: comm.fits_text({"all_reduce": FQ}, {"all_reduce": [PT2]}, 0.25, {}),
+     ValueError, "fits must name"),
+    ("fits_text.fits item", lambda: comm.fits_text({"all_reduce": FQ}, {"all_reduce": [PT2]}, 0.25,
+                                                   {"all_reduce": (1e-5, 1e9)}), TypeError, "fits"),
+    ("alpha_used_text.fit", lambda: comm.alpha_used_text((1e-5, 1e9), 1e-3), TypeError, "fit"),
+    ("alpha_used_text.cost_s", lambda: comm.alpha_used_text(LINK, -1.0), ValueError, "cost_s"),
     ("alone_against_model_text.model_s", lambda: comm.alone_against_model_text(1e-3, 0.0, 7), ValueError,
      "model_s"),
     ("alone_against_model_text.buckets", lambda: comm.alone_against_model_text(1e-3, 1e-3, 0), ValueError,

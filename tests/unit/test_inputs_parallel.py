@@ -694,6 +694,9 @@ CASES = [  # (name, call, exception, regex on the message)
     ("longest_sequence.budget_bytes", lambda: parallel.longest_sequence(0, 2), ValueError,
      "budget_bytes"),
     ("timed_imbalance.per_rank_s", lambda: parallel.timed_imbalance([]), ValueError, "per_rank_s"),
+    ("imbalance_noise_note.per_rank_s", lambda: parallel.imbalance_noise_note([], exact(1.0), 1.0),
+     ValueError, "per_rank_s"),
+    ("between_note.resid", lambda: parallel.between_note(0.01), TypeError, "resid"),
     ("split_cost_note.base_s", lambda: parallel.split_cost_note([[0.0]], [[1.0]], 64), ValueError,
      r"base_s\[0\]\[0\]"),
     # the flat collectives (one process: the checks must come before gloo sees the tensors)

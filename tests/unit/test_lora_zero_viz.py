@@ -95,6 +95,12 @@ def test_gloo_bytes_count_each_reduce_scatter_as_an_all_reduce():
     assert text.startswith(" These count each reduce-scatter as a ring sends it") and "NCCL" in text
     assert "zero1 moved 1.50x, zero3 moved 2.00x ddp_adamw's bytes" in text
     assert vzero.gloo_bytes_sentence({"ddp_adamw": ddp, "torch_zero": variant({}, {"broadcast": 2e6})}) == ""
+    tz, ds0 = variant({}, {"all_reduce": 4e6, "broadcast": 2e6}), variant({}, {"all_reduce": 4e6})
+    assert "The others" not in vzero.gloo_bytes_sentence({"ddp_adamw": ddp, "zero1": z1, "torch_zero": tz})
+    both = vzero.gloo_bytes_sentence({"ddp_adamw": ddp, "zero1": z1, "torch_zero": tz, "ds0": ds0},
+                                     others=True)
+    assert "NCCL's ring algorithm" in both and "torch_zero 1.50x, ds0 1.00x" in both
+    assert both.endswith("on gloo zero1 moved more than ds0, as much as torch_zero.")
 
 
 def test_tables_have_one_row_per_variant():

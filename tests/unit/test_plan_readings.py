@@ -39,18 +39,18 @@ def test_tp_split_adds_up_to_the_step_and_leaves_the_wait_inside_the_compute():
     # the time outside the all-reduces holds a rank's waiting for the other: not called compute
     assert "23.6 ms of transfer and 6.5 ms more outside them (longer compute and waiting" in text
     assert "30.1 ms in all" in text and "of longer compute," not in text
-    assert text.endswith("less than both, so it covers part of the time outside them.")
-    assert tp_step_split(**RUN, comm_pred_s=0.040, compute_pred_s=0.0248).endswith("more than both.")
-    assert tp_step_split(**RUN, comm_pred_s=0.020, compute_pred_s=0.0248).endswith(
-        "less than the transfer alone.")
+    assert "less than both, so it covers part of the time outside them. Part by part" in text
+    assert "more than both. Part" in tp_step_split(**RUN, comm_pred_s=0.040, compute_pred_s=0.0248)
+    low = tp_step_split(**RUN, comm_pred_s=0.020, compute_pred_s=0.0248)
+    assert "less than the transfer alone. Part" in low
 
 
 def test_tp_split_reads_a_charge_within_print_precision_of_the_transfer_as_the_transfer():
     # 23.55 ms charged against 23.6 ms present: not "less than the transfer alone"
     text = tp_step_split(**RUN, comm_pred_s=0.02355, compute_pred_s=0.0248)
     assert "less than the transfer" not in text
-    assert text.endswith("as printed, within 0.1 ms of the transfer's 23.6 ms, and nothing for the 6.5 ms "
-                         "outside them.")
+    assert ("as printed, within 0.1 ms of the transfer's 23.6 ms, and nothing for the 6.5 ms "
+            "outside them. Part") in text
 
 
 def test_tp_split_says_when_the_compute_alone_met_other_load():
@@ -406,3 +406,79 @@ def test_utilisation_words_names_both_effects_on_mfu():
     assert same.startswith("The MFU column") and "One effect sets" in same and "take 0.0% of the step" in same
     with pytest.raises(ValueError, match="matmul"):
         utilisation_words(StepTime({"memory-bound": 1.0}, 1.0, 1.0, 0.5, 0.5, "x"), 0.5)
+
+
+def test_tp_split_prints_each_parts_error_and_says_when_they_offset():
+    # lecture 13's default run: compute 26.1 ms measured against 22.2 predicted, the all-reduces
+    # 25.4 ms against 26.9 charged: the step held only because the two errors offset
+    run = dict(step_s=[0.0514] * 5, compute_s=[0.0261] * 5, transfer_s=[0.0191] * 5, skew_s=[0.0082] * 5,
+               calls=13)
+    text = tp_step_split(**run, comm_pred_s=0.0269, compute_pred_s=0.0222)
+    assert "the compute -3.9 ms (-15%), the all-reduces +1.6 ms (+6%)" in text
+    assert "errors of opposite sign, which offset: the step's -2.3 ms" in text
+    same = tp_step_split(**run, comm_pred_s=0.0240, compute_pred_s=0.0222)
+    assert "opposite sign" not in same and same.endswith("is their sum.")
+    # the compute met other load: the parts do not add up, and no part is judged
+    other = tp_step_split(**{**RUN, "compute_s": [0.0425] * 5}, comm_pred_s=0.0426, compute_pred_s=0.0248)
+    assert "Part by part" not in other
+
+
+def test_a_ratio_verdict_and_the_paired_differences_reading_are_told_apart_on_one_window():
+    """lecture 13's default run: ZeRO-3's ratio 1.59x (1.46x to 1.77x) was inconclusive on 1.34x
+    ± 25% while the same text said the predicted difference, 9.7 ms, lies below the measured one
+    (13.1 to 19.8 ms); the window put on the difference says which question each answers."""
+    from perfkit.estimate import Estimate
+    from perfkit.plan import step_ratio_text, window_on_difference
+    from perfkit.verdict import Prediction
+
+    p = Prediction("zero3's step time over DDP's", "planner", value=1.34, rel_tol=0.25, unit="x")
+    ratio = Estimate(1.59, 1.46, 1.77, 0.91, 40, "median of paired ratios")
+    gap = Estimate(17.1, 13.1, 19.8, 0.91, 40, "median of paired differences")
+    text = window_on_difference(p, ratio, gap, 28.6)
+    assert "point prediction, 9.7 ms, with no tolerance" in text
+    assert "that window runs 0.1 to 19.3 ms" in text
+    assert "(13.1 to 19.8 ms) reaches across its edge 19.3 ms" in text
+    assert "(1.46x to 1.77x) reaches across its edge 1.6" in text
+    assert "the two read the window alike" in text
+    clear = window_on_difference(p, ratio, Estimate(21.0, 19.6, 23.0, 0.91, 40, "median"), 28.6)
+    assert "(19.6 to 23.0 ms) lies clear of it" in clear and "the two statistics differ" in clear
+    assert window_on_difference(p, Estimate(1.59, 1.59, 1.59, None, 1, "one"), gap, 28.6) == ""
+    with pytest.raises(ValueError, match="base_ms"):
+        window_on_difference(p, ratio, gap, 0.0)
+    # only a recorded verdict carries it (the old text had no such sentence)
+    recorded, said = step_ratio_text(p, ratio, 1.54, "Said.", ZERO3, DDP, (gap, 28.6))
+    assert recorded and said.endswith("is the point prediction alone.")
+
+
+def test_a_window_that_holds_the_figure_without_its_term_is_context_and_one_shared_prediction_is_one_test():
+    """lecture 13's default run: the interleaved step's window (279 ms ± 10%) also held 303 ms,
+    the step without interleaving, yet it was a held verdict; GPipe and 1F1B, both predicted at
+    303 ms, were two held verdicts of one figure."""
+    from perfkit.estimate import Estimate
+    from perfkit.plan import shared_window_text
+    from perfkit.verdict import Prediction
+
+    preds = {n: Prediction(f"{n} step", "m v slots", value=v, rel_tol=0.10, unit="ms")
+             for n, v in (("gpipe", 303.0), ("1f1b", 303.2), ("interleaved", 279.0))}
+    m = Estimate(289.5, 288.2, 290.3, 0.96, 6, "median")
+    without = "the step without interleaving"
+    recorded, text = shared_window_text("interleaved", preds, m, "Said.", 303.0, without)
+    assert not recorded and text.startswith("Context, not a verdict (m v slots): interleaved step")
+    assert "also holds 303 ms, the step without interleaving, so it cannot test that term. Said." in text
+    recorded, text = shared_window_text("interleaved", preds, m, "Said.", 320.0, "the step without it")
+    assert recorded and text == "Said."
+    assert shared_window_text("gpipe", preds, m, "Said.") == (True, "Said.")
+    recorded, text = shared_window_text("1f1b", preds, m, "Said.")
+    assert recorded and "Its prediction, 303 ms, is gpipe's too: the model gives both one figure" in text
+    assert "test it once, on 2 runs, not 2 predictions." in text
+
+
+def test_verdict_or_context_prints_a_window_that_cannot_test_its_term(capsys):
+    from perfkit.estimate import Estimate
+    from perfkit.verdict import Prediction
+    from perfkit.viz.plan import verdict_or_context
+
+    preds = {"interleaved": Prediction("interleaved step", "m v slots", value=279.0, rel_tol=0.10, unit="ms")}
+    verdict_or_context("interleaved", preds, Estimate(289.5, 288.2, 290.3, 0.96, 6, "median"), "Said.", 303.0,
+                       "the model's step without the 1 / v of interleaving (1F1B's)")
+    assert capsys.readouterr().out.startswith("Context, not a verdict (m v slots): interleaved step")

@@ -562,3 +562,22 @@ def test_widget_expectation_says_how_far_the_figure_lies_from_it_and_why_if_the_
     assert "within 1.5x of the expectation" in vp.widget_expectation_text(spec, base, machine={"load": 9.0})
     spec.fn.last.update(settings={**spec.defaults(), "batch_size": 8})  # a slider moved since
     assert "against none" in vp.widget_expectation_text(spec, base)
+
+
+def test_medians_moved_text_prints_both_medians_and_does_not_assert_a_speed_change():
+    from perfkit.timing import Measurement
+
+    # a default run's first median was 7.92 ms with p10 5.18 ms, its second 5.24 ms: the old text said
+    # "the machine's speed changed", which an unfinished warm-up fits as well
+    first = Measurement(tuple([5.0e-3] * 20 + [8.0e-3] * 80), warmup=3)
+    second = Measurement(tuple([5.2e-3] * 100), warmup=0)
+    said = vp.medians_moved_text(first, second, True)
+    assert said.startswith("The first run's median was 8 ms, the second's 5.2 ms; the first run's own p10, "
+                           "5 ms")
+    assert "does not tell a change in the machine's speed from a warm-up (3 steps)" in said
+    assert "speed changed between the two runs" not in said
+    fast = Measurement(tuple([4.0e-3] * 100), warmup=0)
+    assert "p10" not in vp.medians_moved_text(first, fast, True)
+    slower = vp.medians_moved_text(second, first, True)
+    assert "something outside the step changed" in slower and "warm-up" not in slower
+    assert "cannot say (its interval holds 1x)" in vp.medians_moved_text(first, second, False)

@@ -202,3 +202,34 @@ def test_two_rates_of_one_disk_at_two_sizes_are_not_read_as_a_moved_disk():
     assert "cannot tell whether the disk's rate moved" in overlap and "ran slower" not in overlap
     assert "as far as 3 writes can show" in same_disk_rates(first, Estimate(2.0e9, 1.9e9, 2.1e9, 0.9, 9, "m"),
                                                              33_600_000)
+
+
+def test_the_one_second_verdict_says_it_rereads_an_earlier_measurement():
+    from perfkit.saving.claims import one_second_scope
+
+    plain = one_second_scope({42.7e6: 0.142, 202e6: 2.59}, judged=42.7e6)
+    again = one_second_scope({42.7e6: 0.142, 202e6: 2.59}, judged=42.7e6, same_as="section 1's floor")
+    assert again.startswith("The same measurement as section 1's floor, read against the claim's 1 s "
+                            "instead: no second measurement") and again.endswith(plain)
+    assert "The same measurement" not in plain
+
+
+def test_the_fsync_verdicts_say_they_do_not_test_the_fast_storage_claims_speed():
+    """lecture 14's default run: tmpfs wrote 0.5x the disk's rate without fsync, intervals apart,
+    while the two fsync verdicts under the "fast storage" claim both held."""
+    from perfkit.saving import StorageRates, fsync_scope_note, plain_apart, plain_write_note
+
+    n = 64 * 2**20
+    slow = [n / r for r in (1.62e9, 2.0e9, 2.38e9, 2.4e9, 2.45e9)]
+    fast = [n / r for r in (3.53e9, 4.5e9, 4.8e9, 4.85e9, 4.86e9)]
+    rates = StorageRates(n, {"/dev/shm": "tmpfs", "/d": "ext4"}, {"/dev/shm": slow, "/d": fast},
+                         {"/dev/shm": slow, "/d": [3 * t for t in fast]})
+    note = fsync_scope_note(rates, "/dev/shm", "/d")
+    assert note.startswith(" This verdict and the next test what fsync costs on each filesystem, not the")
+    assert "tmpfs wrote 0.5x the disk's rate, with intervals apart" in note and "was the slower." in note
+    assert plain_write_note(rates, "/dev/shm", "/d").startswith("Without fsync tmpfs wrote 0.5x the disk's")
+    same = StorageRates(n, {"/dev/shm": "tmpfs", "/d": "ext4"}, {"/dev/shm": slow, "/d": slow},
+                        {"/dev/shm": slow, "/d": slow})
+    assert "intervals overlapping, so this run does not tell their speed apart." in fsync_scope_note(
+        same, "/dev/shm", "/d")
+    assert not plain_apart(same, "/dev/shm", "/d") and plain_apart(rates, "/dev/shm", "/d")

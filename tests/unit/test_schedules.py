@@ -252,6 +252,35 @@ def test_zb_step_note_names_the_terms_that_decided_and_whether_the_gain_showed()
         zb_step_note(est(1, 0.9, 1.1), est(1, 0.9, 1.1), est(1, 0.9, 1.1), 0.9, (1, 1))
 
 
+def test_zb_step_note_says_when_the_interval_holds_both_no_gain_and_the_model_s():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import zb_step_note
+
+    def est(v, lo, hi):
+        return Estimate(v, lo, hi, 0.96, 12, "paired ratios")
+
+    got = zb_step_note(est(0.986, 0.891, 1.072), est(1.08, 1.03, 1.15), est(0.92, 0.88, 0.96), 0.905,
+                       (1, 1.05, 0.62))
+    # the old note said "the predicted gain did not appear", though the interval holds the model's 0.905x too
+    assert "did not appear" not in got
+    assert got.startswith("This run tells no gain from the predicted one: ZB-H1's step 0.986x of 1F1B's, its "
+                          "interval 0.891x to 1.072x holds both 1x and the model's 0.905x. Measured,")
+
+
+def test_between_note_reads_the_residual_from_its_interval_not_its_point():
+    from perfkit.estimate import Estimate
+    from perfkit.parallel import between_note
+
+    # the old clause keyed on the point (0.0103 >= 0): time between actions the interval does not show
+    holds = between_note(Estimate(0.0103, -0.0189, 0.0410, 0.96, 12, "median of 12 steps"))
+    assert holds.startswith(": its interval holds 0, so this run shows neither")
+    assert between_note(Estimate(0.00127, 0.00115, 0.00157, 0.96, 15, "m")).startswith(": time between")
+    assert between_note(Estimate(-0.02, -0.03, -0.01, 0.96, 15, "m")).startswith(": steps that idled less")
+    assert between_note(Estimate(0.01, 0.01, 0.01, None, 1, "exact")).startswith(": no interval")
+    with pytest.raises(TypeError):
+        between_note(0.01)
+
+
 def test_zb_step_side_is_tested_at_the_digits_it_prints():
     from perfkit.estimate import Estimate
     from perfkit.parallel import zb_side, zb_step_note

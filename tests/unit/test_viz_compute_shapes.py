@@ -64,10 +64,35 @@ def test_break_even_names_the_unit_its_title_does():
     fig = plot_break_even(rec, unit="steps")  # the GPT-2 step's title said steps, its axis said calls
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert ax.get_xlabel() == "steps" and "break-even after 100 steps" in labels and "per step" in labels[0]
+    assert ax.get_xlabel() == "steps" and "per step" in labels[0]
+    assert "break-even at the medians' difference: 100 steps" in labels
     plt.close(fig)
     with pytest.raises(TypeError, match="unit"):
         plot_break_even(rec, unit="")
+
+
+def test_break_even_shades_the_paired_range_and_says_where_the_medians_point_lies():
+    # the GPT-2 step's title gave the paired range while its dashed line, from the medians, lay outside it
+    from perfkit.compute import CompileRecord
+    from perfkit.timing import Measurement
+    from perfkit.viz.compute import plot_break_even
+
+    eager = (0.0791, 0.080, 0.081, 0.082, 0.083, 0.0791, 0.0792)
+    compiled = (0.0752, 0.072, 0.073, 0.074, 0.075, 0.0752, 0.0752)
+    rec = CompileRecord(14.0, Measurement(eager, 0), Measurement(compiled, 0))
+    soon, late = rec.break_even_between()
+    fig = plot_break_even(rec, title="step", unit="steps", between=True)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(rec.break_even_span("steps") in t and rec.paired_ratio().label in t for t in labels)
+    assert any(f"{rec.break_even_calls:,.0f} steps" in t and "medians" in t for t in labels)
+    where = "inside" if soon <= rec.break_even_calls <= late else "outside"
+    assert ax.get_title().startswith("step\n") and f"lies {where} the paired range" in ax.get_title()
+    plt.close(fig)
+    few = CompileRecord(14.0, Measurement(eager[:2], 0), Measurement(compiled[:2], 0))
+    fig = plot_break_even(few, title="step", unit="steps", between=True)  # too few rounds: no range
+    assert fig.axes[0].get_title() == "step"
+    plt.close(fig)
 
 
 def test_throughput_panels_share_one_title_size():
