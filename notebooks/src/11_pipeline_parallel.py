@@ -455,7 +455,7 @@ print(f"the simulator fed with each step's measured actions gives ZB-H1 a median
 #   prints by how much here).
 
 # %%
-how = (f"interval {z[1]}" + {"above": ": longer", "below": ": shorter"}.get(z[0], ", holds 1x" + ("" if zb_side(step_ratio, ideal_idle)[0] else f" and the model's {ideal_idle:.3f}x")) if (z := zb_side(step_ratio))[1] else "no interval") + f"; {zb_verdict.outcome}: {band_side(step_ratio, *p_zb.bounds())}"   # the interval at the digits that decide; the point against the band
+how = (f"interval {z[1]}" + {"above": ", longer", "below": ", shorter"}.get(z[0], ", holds 1x" + ("" if zb_side(step_ratio, ideal_idle)[0] else f" and the model's {ideal_idle:.3f}x")) if (z := zb_side(step_ratio))[1] else "no interval") + f"; {zb_verdict.outcome}: {band_side(step_ratio, *p_zb.bounds())}"   # the interval at the digits that decide; the point against the band
 viz.show_headlines({
     "1F1B bubble, p=2 m=8 (sleep stages)": f"{stats.Estimate(**head['measured']).value:.1%} (formula {head['formula']:.1%})",
     "1F1B / GPipe activation peak, m=8": f"{x8['ratio']:.2f}x",

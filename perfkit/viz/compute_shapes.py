@@ -44,12 +44,13 @@ def plot_shape_sweep(points: Sequence[Any], vary: str = "n", multiple: int = 64,
         title: the figure's title.
 
     Raises:
-        ValueError: for no points or an unknown ``vary``.
+        ValueError: for no points, an unknown ``vary`` or a ``multiple`` below 2.
     """
     if len(points) == 0:
         raise ValueError("points must hold at least one ShapePoint")
     if vary not in ("m", "n", "k"):
         raise ValueError(f"vary must be 'm', 'n' or 'k', got {vary!r}")
+    check_int("multiple", multiple, 2)
     dtypes = list(dict.fromkeys(p.dtype for p in points))
     fig, axes = plt.subplots(1, len(dtypes), figsize=(4.6 * len(dtypes) + 2.4, 3.8), squeeze=False)
     kinds = ((f"{vary} % {multiple} == 0", lambda x: x % multiple == 0, {}),
