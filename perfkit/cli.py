@@ -35,11 +35,16 @@ def _limits_text(limits: hw.MachineLimits, path: str) -> str:
     for dtype, flops in sorted(limits.matmul_flops.items()):
         lines.append(f"  matmul {dtype:<9} {si(flops, 'FLOP/s'):>14}   "
                      f"ridge point {limits.ridge_point(dtype):7.1f} FLOP/byte")
+    size = (f"buffers of {si(limits.dram_nbytes, 'B')}" if limits.dram_nbytes
+            else "the sweep's largest buffers")
+    if limits.dram_nbytes and limits.llc_bytes:
+        size += f", {limits.dram_nbytes / limits.llc_bytes:.1f}x the last-level cache"
     lines.append(f"  copy, DRAM       {si(limits.copy_bytes_per_s, 'B/s'):>14}   "
-                 "(bytes read + written per second, buffers >= 4x the last-level cache)")
+                 f"(bytes read + written per second, {size})")
     if limits.cache_bytes_per_s:
-        lines.append(f"  copy, in cache   {si(limits.cache_bytes_per_s, 'B/s'):>14}   "
-                     f"(buffers <= half the {si(limits.llc_bytes or 0, 'B')} last-level cache)")
+        where = (f"buffers of {si(limits.cache_nbytes, 'B')}" if limits.cache_nbytes
+                 else f"buffers <= half the {si(limits.llc_bytes or 0, 'B')} last-level cache")
+        lines.append(f"  copy, in cache   {si(limits.cache_bytes_per_s, 'B/s'):>14}   ({where})")
     if limits.h2d_bytes_per_s:
         lines.append(f"  host to device   {si(limits.h2d_bytes_per_s, 'B/s'):>14}   (pinned memory)")
     lines.append(f"cached in {path}")

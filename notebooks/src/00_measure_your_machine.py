@@ -97,8 +97,9 @@ for n in (128, 1024, 8192):
 #
 # **Prediction.** Large matmuls should approach a ceiling set by the cores' vector units. Each
 # call also pays fixed costs (dispatch, setting up the call): a microsecond or two on a CPU,
-# small against the tens of microseconds of arithmetic even an n=128 matmul does on one thread
-# (packing the operands copies `n²` elements, small against the `n³` arithmetic). So on one
+# small against the 4.2 MFLOP of arithmetic even an n=128 matmul does (about 20 µs on one thread
+# at 200 GFLOP/s; the verdict prints this machine's figure), and packing the operands copies
+# `n²` elements, small against the `n³` arithmetic. So on one
 # thread the smallest size should reach at least half the largest one's rate. On several
 # threads a call also waits at a barrier for the slowest thread, a cost that depends on what
 # else holds the cores. bf16 halves the bytes per element; whether it also doubles FLOP/s
@@ -142,11 +143,12 @@ plt.show()
 # did here is printed next: its smallest size's rate and its largest's as shares of its best.
 # On a busy machine the curves for all cores can lie *below* the one-thread curves: every
 # matmul waits for its slowest thread, and a thread whose core another process holds makes all
-# of them wait. The bf16/fp32 ratio tells you whether this machine has native bf16 arithmetic
+# of them wait. The bf16/fp32 ratio tells you whether the CPU this process runs on has native bf16 arithmetic
 # (a ratio near or above 2), converts bf16 to fp32 for the arithmetic (below 1: fp32's speed
 # less what the conversions cost, which depends on the CPU and the library), or emulates it (far
 # below: `perfkit.hw.MachineLimits.support` calls anything below `hw.EMULATED_BELOW`, a quarter
-# of fp32's rate, emulated).
+# of fp32's rate, emulated). Under `PERFKIT_IMITATE` that CPU is the imitated one, capped below
+# this machine's instruction set: the line below says so, and its bf16 ceiling is the imitation's.
 #
 # The sweep's points were timed seconds apart, so the ratio of two of them has no interval. To
 # judge the prediction, the smallest and the largest fp32 sizes are timed again in alternation
@@ -173,7 +175,7 @@ fp32_pts = sorted((p for p in limits.matmul_points if p.dtype == "float32"), key
 n_small, n_large = fp32_pts[0].n, fp32_pts[-1].n
 small_large = sizing.matmul_ratio(n_small, n_large, repeat=15, device=DEVICE, threads=1)  # 15: a busy machine
 sweep1 = {p.n: p.flops_per_s for p in fp32_pts if p.threads == 1}  # the sweep's one-thread rates, timed apart
-print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.text('x')}"
+print(f"fp32 n={n_small} over n={n_large} on 1 thread, the same FLOPs in alternation: {small_large.text('x')}."
       + (small_large.beside(sweep1[n_small] / sweep1[n_large], "the sweep's ratio of their one-thread rates")
          if {n_small, n_large} <= sweep1.keys() else ""))
 rate = {p.threads: p.flops_per_s for p in fp32_pts if p.n == n_small}
@@ -204,9 +206,10 @@ viz.verdict(Prediction(f"fp32 rate at n={n_small} over n={n_large}, on 1 thread"
 # (its algbw is the buffer's size over the time). Buffers that fit in the last-level cache should
 # copy faster than those that stream from DRAM.
 #
-# **Measurement.** The DRAM ceiling is measured as STREAM does, on arrays at least 4x the
-# last-level cache (capped at 1 GiB, 256 MiB in QUICK runs: a virtual machine can report its
-# host's whole L3): the best copy of that size, or an `x + y` of it credited at most 9/8 of that
+# **Measurement.** The DRAM ceiling is measured on arrays sized by STREAM's rule, at least 4x the
+# last-level cache the OS reports, but capped at 1 GiB (256 MiB in QUICK runs: a virtual machine
+# can report its host's whole L3, and then the cap leaves them under 4x; the line after the
+# plot prints the multiple, and the arrays against the cache the sweep shows): the best copy of that size, or an `x + y` of it credited at most 9/8 of that
 # copy's rate (section 4 says why). The cache ceiling is the best copy whose buffers fit in half
 # the cache. Every buffer is written before it is timed (a page's first write faults: that is
 # allocation, not bandwidth). To judge the prediction, the cache ceiling's buffer and the
@@ -245,6 +248,7 @@ print("\n".join(line for line in vm.source_lines(limits) if "bandwidth" in line)
 fit = ceilings.cached_copy_bytes(limits)  # bytes per buffer: the cache these copies really saw
 cache_bytes = 2 * fit if fit else (limits.llc_bytes or 0) // 2  # counted bytes (read + written) it holds
 print(vm.cache_sentence(limits))
+print(vm.dram_size_sentence(limits))
 
 # %% [markdown]
 # **Reading the plot.** On one thread the model has the curve step down from the small caches to DRAM. On

@@ -53,7 +53,15 @@ import torch
 from IPython.display import Markdown, display
 
 from perfkit import ceilings, hw, models, roofline, stats, timing, viz
-from perfkit.compute import NEAR_ROOF, backward_over_forward, compare, count_ops, step_roofline
+from perfkit.compute import (
+    NEAR_ROOF,
+    OpCount,
+    backward_over_forward,
+    compare,
+    count_phases,
+    roofline_s,
+    step_roofline,
+)
 from perfkit.profiling import (
     MemoryMonitor,
     ProfileConfig,
@@ -258,7 +266,8 @@ viz.verdict(p_median, (rm := stats.median_ratio(m2.times_s, m.times_s, paired=Fa
 # it runs after a forward and backward that evicted the samples from the caches, so we allow it
 # up to 1.5x its time alone (an allowance, not a measurement). Its share is that time over the step, which weighs more the shorter
 # the step, whatever the analyzer's threshold (section 4). Only the digits CNN is judged: its
-# step is the short one, where this cost shows.
+# step is the short one, where this cost shows. The share is a ratio of two medians with no
+# interval of its own, so the verdict judges it on its value alone.
 # In the GPT-2, almost all FLOPs are matmuls, and the backward pass computes two matmuls (the
 # gradient for the input and for the weight) for each forward one: the backward has **twice**
 # the forward's FLOPs (whether it takes twice the time is asked after the data share). The
@@ -326,7 +335,9 @@ viz.verdict(p_data, share := dg['data'].p50_s / dg.step.p50_s, explain=vprof.loa
 # measured, so the band is widened by their intervals: its lower end takes `fixed_b` at
 # its interval's low end and `fixed_f` at its high end (so it lies below what the formula gives
 # with the medians printed), the upper end the opposite where that end is the higher. Nothing is fitted to the outcome; the FLOP ratio, the crude
-# model, is printed beside it.
+# model, is printed beside it. The band is a model's range, not a bound: the verdict judges its
+# edges as soft (missed only when the whole interval lies outside), and outside it prints the
+# one `η` the measured ratio would need.
 #
 # **Measurement.** `perfkit.compute.phase_roofline.backward_over_forward` times the batch's
 # forward and backward, then the 2-token ones, back to back in every round (so both sizes
@@ -340,7 +351,7 @@ print(f"crude model, time follows FLOPs: {pm.flops_ratio:.2f}x ({viz.si(pm.flops
 print(f"R: forward {pm.roof_fwd_s * 1e3:.2f} ms over {pm.ops_fwd} ops, backward {pm.roof_bwd_s * 1e3:.2f} ms over "
       f"{pm.ops_bwd} ops; fixed: forward {pm.fixed_fwd.value * 1e3:.2f} ms, backward {pm.fixed_bwd.value * 1e3:.2f} ms")
 p_bwd = Prediction("backward time over forward time (tiny GPT-2)", "each phase: fixed + R / η, one η for both",
-                   low=pm.low, high=pm.high, unit="x")
+                   low=pm.low, high=pm.high, unit="x", soft=("low", "high"))  # a model's range, not a bound
 eta_f, eta_b = pm.reach()  # each phase's share of its roofs: the model takes them equal
 why = pm.explain()
 if abs(eta_f - eta_b) > 0.1 * max(eta_f, eta_b):  # over a tenth apart, as point figures with no interval
@@ -369,54 +380,61 @@ viz.verdict(p_bwd, pm.measured, explain=why)
 # ridge makes a step compute-bound, and one far under that roof is called inefficient (or,
 # where fixed costs dominate, overhead-bound). This course's convention is stricter: a step is bound by its roof
 # only if it runs near it (at least half of it, `NEAR_ROOF`), and "bound by neither roof"
-# otherwise. `perfkit.compute.intensity.count_ops` counts one step's
+# otherwise. `perfkit.compute.intensity.count_phases` counts one step's
 # FLOPs (torch's flop counter's formulas) and the bytes every operator reads and writes, each
 # input and output once (eager: no reuse between operators). That is the usual approximation,
-# not a bound: an operator whose tiles fall out of cache moves more, and fusion would move less;
-# `step_roofline` places the measured step times on the roofline. It reads one roof from the step's
-# total intensity, as for one kernel; for a mix of operators that roof is the highest the mix can
-# have (each operator at its own roof takes `sum max(F_i / P, B_i / BW)`, at least
-# `max(sum F / P, sum B / BW)`), so the share of it below is at most what per-operator roofs give
-# (`R` above sums them for forward and backward; the line below prints both times).
+# not a bound: an operator whose tiles fall out of cache moves more, and fusion would move less.
+# `step_roofline` places the measured step time on the roofline, with one roof read from the
+# step's total intensity, as for one kernel. Its memory roof is the time the step would take if
+# every byte its operators count came from DRAM: for small operators whose tensors stay in cache
+# that is a yardstick, not a bound (a step can run above it, the cell after the verdict says
+# when). For a mix of operators this one roof is the highest the mix can have: each operator at
+# its own roof takes `sum max(F_i / P, B_i / BW)`, at least `max(sum F / P, sum B / BW)`. The
+# line below prints both for the whole step at DRAM's bandwidth, and the sum again with the
+# cache's bandwidth for the operators that fit in it (as `R` does for forward and backward alone).
 #
-# **Prediction.** At 64 wide each operator is small: its matmuls are too thin to keep the
-# vector units busy, and every operator pays a fixed cost (dispatch, Python) besides. The step
-# should reach less than half of the roof above it, bound by neither roof. Which of the two
-# holds it back, the fixed costs or the operators' own speed (`η`), the phase split of the
-# previous section says, and the verdict reads it from there.
+# **Prediction.** At 64 wide each operator is small, and every operator pays a fixed cost
+# (dispatch, Python) besides its work. The step should reach less than half of the roof above
+# it. How its time splits between the fixed costs and the operators' own speed (`η`, each
+# phase's share of its operators' roofs) the phase split of the previous section measures; the
+# verdict prints that split, and holds each `η` against `NEAR_ROOF`.
 
 # %%
-count = count_ops(lambda: models.train_steps(gpt_wl, 1))
+step_ops = [r for rs in count_phases(lambda m: models.train_steps(gpt_wl, 1, monitor=m)).values() for r in rs]
+count = OpCount(sum(r.flops for r in step_ops), sum(r.bytes for r in step_ops), len(step_ops))  # the whole step
 steps = timing.benchmark(lambda: models.train_steps(gpt_wl, 1), warmup=2, repeat=STEPS, device=DEVICE)
 where = step_roofline(count, stats.median_interval(steps.times_s), limits)
+each_dram, each_cache = roofline_s(step_ops, limits, cache=False), roofline_s(step_ops, limits)  # s: op by op
 print(f"one step: {viz.si(count.flops, 'FLOP')} and {viz.si(count.bytes, 'B')} moved by {count.ops} operators: "
       + vprof.ridge_text(where.intensity, limits.peak_flops("float32"), limits, where, NEAR_ROOF))
-print(f"HFU from counted FLOPs: {where.mfu.scaled(100).text('%')} "
-      f"= {where.of_roof.value:.0%} of the {where.roof} roof ({viz.si(count.flops / where.attainable, 's')} for the "
-      f"step at that roof; forward's and backward's operators, each at its own, take R = {viz.si(pm.roof_fwd_s + pm.roof_bwd_s, 's')})")
+print(f"HFU from counted FLOPs: {where.mfu.scaled(100).text('%')} = {where.of_roof.value:.0%} of the {where.roof} roof "
+      f"(the step's {steps.median_s * 1e3:.1f} ms median against {viz.si(count.flops / where.attainable, 's')} at that "
+      f"roof). The step's {count.ops} operators, each at its own roof: {viz.si(each_dram, 's')} at DRAM's bandwidth "
+      f"(at least the one roof's time, as above), {viz.si(each_cache, 's')} with the cache's for those that fit "
+      f"(forward's and backward's alone, R: {viz.si(pm.roof_fwd_s + pm.roof_bwd_s, 's')})")
 p_roof = Prediction("the tiny GPT-2 step's FLOP/s over the roof above it",
-                    "64-wide operators run far below their roofs", high=NEAR_ROOF, physical=(0, None))
+                    "small operators, each paying a fixed cost besides its work", high=NEAR_ROOF, physical=(0, None))
 fixed_s = pm.fixed_fwd.value + pm.fixed_bwd.value  # s: forward's and backward's fixed costs
 fb_s = stats.median(pm.fwd_s) + stats.median(pm.bwd_s)  # s: forward + backward, the same rounds
-split = (f"the phase split above puts {fixed_s * 1e3:.1f} ms of forward and backward's {fb_s * 1e3:.1f} ms "
-         f"in fixed costs ({fixed_s / fb_s:.0%})")
 viz.verdict(p_roof, where.of_roof, explain={
-    "held": f"Bound by neither roof: {count.ops} operators per step, {viz.si(count.flops / count.ops, 'FLOP')} "
-            f"each on average; {split}" + (
-                ": the step is overhead-bound (module 06 measures the operators' fixed costs)." if fixed_s > fb_s / 2
-                else f", and the rest to operators running at {eta_f:.0%} (forward) and {eta_b:.0%} (backward) of "
-                     "their roofs: not overhead-bound, but too small to run fast (module 06 measures what an "
-                     "operator's shape costs)."),
-    "above": f"The step runs near its {where.roof} roof: it is {where.roof}-bound" + (
-        "; above the DRAM roof, the cache served part of its traffic." if where.of_roof.value > 1 else ".")})
+    "held": f"{count.ops} operators per step, {viz.si(count.flops / count.ops, 'FLOP')} each on average; "
+            + vprof.eta_split_text(fixed_s, fb_s, (eta_f, eta_b), NEAR_ROOF),
+    "above": f"The step reached at least {NEAR_ROOF:.0%} of its {where.roof} roof" + (
+        "; above it, so the cache served part of the bytes that roof counts at DRAM's bandwidth."
+        if where.of_roof.value > 1 else ".")})
+placed = {"neither": f"under {NEAR_ROOF:.0%} of its {where.roof} roof", "undecided": "not placed by that run",
+          "compute": "compute-bound (near its compute roof)",
+          "memory": "near its memory roof (every counted byte at DRAM's bandwidth)"}[where.bound]
 
 # %% [markdown]
 # Which roof is the lower one follows from the intensity: left of the ridge point DRAM's, right
 # of it the compute roof. The bytes printed above are every operator's reads and writes added
 # up, not what DRAM moved: many of the step's operators touch tensors small enough for the
 # caches, whose roof (notebook 00 measures their bandwidth too) lies above DRAM's. So where DRAM's
-# roof is the lower one, a step below it is below the cache roof as well and "bound by neither"
-# holds for both; a step above it is one the cache serves.
+# roof is the lower one, a step under half of it is under half of the cache's roof as well; a
+# step above it is one the cache serves. Neither says the step is memory-bound: that needs the
+# bytes DRAM really moved, which a hardware counter measures (on a GPU, Nsight Compute's DRAM
+# throughput), not this count.
 #
 # ## 3. The PyTorch profiler: operators and a trace
 #
@@ -534,12 +552,14 @@ display(Markdown(
     "DataLoader's work per batch (for the digits, decoding each sample), which weighs more the shorter the step. Of these "
     f"{len(data_shares)} healthy pipelines, the plugin's 5 % would flag {len(over5)}{named(over5)} and 10 % "
     f"flags {len(over)}{named(over)}. "
-    + ("Doubling the threshold changed no verdict on this run: it changes one only where a healthy loader's "
-       "share lies between 5 % and 10 %, which none does here. " if len(over) == len(over5) else
-       f"The wider margin leaves {len(over5) - len(over)} of them unflagged here. ")
-    + (f"10 % still flags one ({', '.join(over)}), rightly as a cost (without it the step would run up to "
-       f"{1 / (1 - max(data_shares[k] for k in over)):.2f}x faster, by Amdahl), but a share says what a loader costs "
-       "the step, not whether it is slow for its work: read a data finding with its milliseconds. " if over
+    + ("This run gives no reason to prefer either: the two thresholds change a verdict only where a healthy "
+       "loader's share lies between 5 % and 10 %, which none does here; 10 % is kept for the case where one "
+       "does, a short step whose loader is healthy. " if len(over) == len(over5) else
+       f"The wider margin leaves {len(over5) - len(over)} of them unflagged here: the case for 10 %. ")
+    + (f"10 % still flags {', '.join(over)}, rightly as a cost (without it the step would run "
+       f"{1 / (1 - max(data_shares[k] for k in over)):.2f}x faster were the rest unchanged, by Amdahl), but a "
+       "share says what a loader costs the step, not whether it is slow for its work: read a data finding with "
+       "its milliseconds. " if over
        else "None crosses 10 %, so a data finding at 10 % means the loader costs more than these healthy ones. ")
     + "On a GPU with long steps, use `Thresholds(data=0.05)`. Communication keeps the plugin's 10 %: "
     "the ring's bytes per rank stay flat as ranks are added, but its start-ups grow with them, and a job "
@@ -590,13 +610,14 @@ display(Markdown(vprof.findings_markdown(diagnose_shares(slow))))
 # and slices token blocks from one tensor). We measure the fixed pipeline again now for its
 # healthy data time `d`. The speedup itself is measured with the two pipelines alternating step
 # by step (`perfkit.compute.compare`), so a change in the machine's load hits both alike. Each
-# pipeline carries a `StepMonitor` there, so the same rounds give Amdahl's bound on what removing
-# the data phase can gain, `T / (T - D)` for the slow step's median `T` and its data phase's
-# median `D` (medians: a stalled step inflates a mean, section 1c), and, by the same rule, the
-# prediction `T / (T - D + d)`: the slow step with its data phase swapped for a healthy one. Its
-# value lies under the bound; its ±15 % allowance for noise can reach past it, but a speedup
-# whose interval lies above the bound means the rest of the step changed too (the lines after
-# the run say where the speedup lies against the bound). The prediction is computed
+# pipeline carries a `StepMonitor` there, so the same rounds give Amdahl's figure for removing
+# the data phase, `T / (T - D)` for the slow step's median `T` and its data phase's median `D`
+# (medians: a stalled step inflates a mean, section 1c): the speedup if the rest of the step is
+# unchanged. It is no bound: removing per-sample work from the training process also removes
+# its contention with the model for the cores and caches, so the rest of the step can speed up
+# too (the lines after the run compare the model's own phases in both pipelines). By the same
+# rule, the prediction is `T / (T - D + d)`: the slow step with its data phase swapped for a
+# healthy one, with the rest unchanged. The prediction is computed
 # after the alternating run, from its slow rounds and the healthy run's `d`: what it tests is
 # the fixed step's time, whether it is the slow step's time outside its data phase plus `d`.
 
@@ -613,23 +634,25 @@ speedup = fix.estimate  # slow over fixed: the median of the alternating rounds'
 # %%
 phases = {k: m.summary() for k, m in alt.items()}  # the alternating rounds' phases
 t_slow, d_slow = fix.baseline.median_s, phases["slow"]["data"].p50_s  # s: medians over the same rounds
-amdahl = t_slow / (t_slow - d_slow)  # x: the slow step with its data phase removed, nothing else
+amdahl = t_slow / (t_slow - d_slow)  # x: the slow step with its data phase removed, the rest unchanged
 rest_ms = (t_slow - d_slow) * 1e3  # ms: the slow step outside its data phase
-p_fix = Prediction("speedup of the fixed pipeline", "slow step - slow data + healthy data, medians (Amdahl)",
-                   value=t_slow / (t_slow - d_slow + fixed["data"].p50_s), rel_tol=0.15, unit="x")  # under amdahl
+p_fix = Prediction("speedup of the fixed pipeline", "slow step - slow data + healthy data, the rest unchanged (Amdahl)",
+                   value=t_slow / (t_slow - d_slow + fixed["data"].p50_s), rel_tol=0.15, unit="x")
 beat_ms = rest_ms - fix.candidate.median_s * 1e3  # ms: how far the fixed step came in under it
 work = {k: sum(a[p].p50_s for p in ("forward", "backward", "optimizer")) * 1e3 for k, a in phases.items()}  # ms
 gain_ms = work["slow"] - work["fixed"]  # ms: the model's own phases, slow pipeline over fixed
 above = (f"The fixed step's median, {fix.candidate.median_s * 1e3:.1f} ms, came in {beat_ms:.1f} ms under the slow "
          f"step's {rest_ms:.1f} ms outside its data phase; forward, backward and optimizer took {work['slow']:.1f} ms "
          f"in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians)"
-         + (": the planted work slowed the model beside it by as much, and removing it removed that too."
-            if gain_ms >= beat_ms else f": {gain_ms:.1f} ms of it; this run does not split the rest."
+         + (f": the rest of the step changed, the model's own phases {gain_ms:.1f} ms faster without the planted "
+            "work beside them, at least the gap." if gain_ms >= beat_ms else
+            f": the model's own phases account for {gain_ms:.1f} ms of it; this run does not split the rest."
             if gain_ms > 0 else ": not slower, so the part of the step no phase times made the difference; this "
             "run does not split it.") if beat_ms > 0 else
          f"By the medians the fixed step ({fix.candidate.median_s * 1e3:.1f} ms) did not come in under the slow "
-         f"step's {rest_ms:.1f} ms outside its data phase: the rounds' paired ratios beat the bound, their medians not.")
-print(f"step, alternating: {fix}; Amdahl's bound in the same rounds, the slow step's median {t_slow * 1e3:.1f} ms "
+         f"step's {rest_ms:.1f} ms outside its data phase: the rounds' paired ratios beat Amdahl's figure, their medians not.")
+print(f"step, alternating: {fix}; Amdahl's figure (the rest of the step unchanged) in the same rounds, the slow "
+      f"step's median {t_slow * 1e3:.1f} ms "
       f"less its data phase's {d_slow * 1e3:.1f} ms: {amdahl:.2f}x; the speedup: {vprof.against_bound(speedup, amdahl)}"
       + (f". {above}" if speedup.clear_of(amdahl, "x") == "above" else ".") + speedup.beside(t_slow / fix.candidate.median_s))
 
@@ -639,7 +662,7 @@ fix_v = judge(p_fix, speedup, explain=dict.fromkeys(("above", "below", "held"), 
     f"healthy run's data median ({viz.si(fixed['data'].p50_s, 's')}), {rest_ms + fixed['data'].p50_s * 1e3:.1f} ms in all; "
     f"in the same rounds the fixed step's median was {fix.candidate.median_s * 1e3:.1f} ms, and forward, backward and optimizer took "
     f"{work['slow']:.1f} ms in the slow pipeline against {work['fixed']:.1f} ms in the fixed one (sums of medians). "
-    f"Against Amdahl's bound, {amdahl:.2f}x, the measured speedup has {vprof.against_bound(speedup, amdahl)}.")))
+    f"Against Amdahl's figure for the rest unchanged, {amdahl:.2f}x, the measured speedup has {vprof.against_bound(speedup, amdahl)}.")))
 viz.show_verdict(fix_v)
 
 # %% [markdown]
@@ -656,8 +679,7 @@ display(Markdown(vprof.findings_markdown(fixed_findings)))
 compute = next((f for f in fixed_findings if f.kind == "compute"), None)
 if compute:
     print(f"'compute': forward + backward take {compute.share:.0%} of the step; by the roofline of section 2 "
-          "the step is " + {"neither": "bound by neither roof", "undecided": "not placed by that run"}.get(
-              where.bound, f"{where.bound}-bound") + f" (HFU {where.mfu.value:.1%} at that run's "
+          f"the step is {placed} (HFU {where.mfu.value:.1%} at that run's "
           f"{steps.median_s * 1e3:.1f} ms step; the same FLOPs at this run's {fixed.step.p50_s * 1e3:.1f} ms: "
           f"{where.mfu.value * steps.median_s / fixed.step.p50_s:.1%}).")
 vprof.plot_phase_bars({"planted bottleneck": slow, "fixed": fixed}, unit="ms",
@@ -802,8 +824,8 @@ print(f"On the windows read back above it is true at steps {fires}; the slow pip
 #   microsecond of them is counted once, in the first of: data, host-device **sync**
 #   (`.item()`, `.cpu()`, printing a tensor), exposed communication, optimizer, backward,
 #   forward, other;
-# * the **findings** are ranked by Amdahl's bound on what removing each cause can gain,
-#   `1 / (1 - share)`, with thresholds calibrated on planted scripts
+# * the **findings** are ranked by what removing each cause gains if the rest of the step is
+#   unchanged (Amdahl), `1 / (1 - share)`, with thresholds calibrated on planted scripts
 #   (`perfkit.profiling.Thresholds.for_command()`; its docstring has the measured ranges).
 #
 # `examples/diagnose/` holds small training scripts, each slow for one known reason that its
@@ -873,7 +895,7 @@ print(proc.stdout)   # the last one, as the terminal shows it
 # The top finding of each run, with its evidence (numbers from that run):
 
 # %%
-rows = ["| script | planted | top finding | evidence | fix can gain at most |", "|---|---|---|---|---|"]
+rows = ["| script | planted | top finding | evidence | speedup without it, the rest unchanged |", "|---|---|---|---|---|"]
 for name, rep in reports.items():
     top = rep["findings"][0] if rep["findings"] else None
     gain = f"{top['max_speedup']:.2f}x" if top and top["severity"] != "info" else "-"
@@ -888,7 +910,8 @@ for name, rep in reports.items():
         took = (f"; '{cause}' took {rep['shares'][cause]:.1%} of the step, threshold "
                 f"{getattr(Thresholds.for_command(), cause):.0%}" if cause in rep["shares"] else "")
         viz.verdict(predicted[name], kinds.index(cause) + 1 if cause in kinds else len(kinds) + 1, explain={
-            "held": f"Removing it can speed the step up at most {top.get('max_speedup') or 1:.2f}x (Amdahl).",
+            "held": f"Removing it speeds the step up {top.get('max_speedup') or 1:.2f}x if the rest of the step is "
+                    "unchanged (Amdahl).",
             "above": f"The findings were {kinds or 'none'}{took}."})
     else:
         loud = [f"{f['kind']} ({f['severity']})" for f in rep["findings"] if f["severity"] != "info"]
@@ -989,8 +1012,9 @@ print(vprof.widget_expectation_text(spec, dg))  # section 2's digits step plus t
 #   the fix would buy held on this run (the headline below repeats the outcome, held or missed). Read
 #   shares and predictions from medians: one stalled step moves every mean.
 # * `python -m perfkit diagnose train.py` does the same for a script nobody changed: steps
-#   from the optimizer hooks, the split from a profiled window, the findings ranked by Amdahl's
-#   bound, the peak memory with its model states; section 5 checks it on planted scripts.
+#   from the optimizer hooks, the split from a profiled window, the findings ranked by what
+#   removing each cause gains with the rest unchanged (Amdahl), the peak memory with its model
+#   states; section 5 checks it on planted scripts.
 #
 # Next: modules 02-03 (communication), 04-05 (memory), 06 (compute) and 07 (data loading)
 # each start from a diagnosis like the ones above.
@@ -1000,11 +1024,11 @@ named_ok = [bool(r["findings"]) and r["findings"][0]["kind"] == planted[n] for n
 viz.show_headlines({
     "tiny GPT-2 step (p50)": f"{fixed.step.p50_s * 1e3:.1f} ms monitored, {steps.median_s * 1e3:.1f} ms unmonitored",
     "planted data bottleneck": f"{slow['data'].median_share:.0%} of the step (median share, its own run); "
-                               f"Amdahl's bound in the alternating rounds {amdahl:.2f}x",
+                               f"Amdahl's figure (rest unchanged) in the alternating rounds {amdahl:.2f}x",
     "speedup after the fix": f"{speedup.value:.2f}x (predicted {p_fix.value:.2f}x: {fix_v.outcome}; against Amdahl's "
-                             f"bound {amdahl:.2f}x, {vprof.against_bound(speedup, amdahl).split(':')[0]})",
-    "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), bound: {where.bound}" + (
-        f" (by either roof, for any DRAM figure above {viz.si(floor, 'B/s')})" if (floor := vprof.neither_floor(
+                             f"figure {amdahl:.2f}x, {vprof.against_bound(speedup, amdahl).split(':')[0]})",
+    "tiny GPT-2 step on the roofline": f"HFU {where.mfu.value:.1%} (its unmonitored step), {placed}" + (
+        f" (and of the lower roof for any DRAM figure above {viz.si(floor, 'B/s')})" if (floor := vprof.neither_floor(
             where, limits.peak_flops("float32"), NEAR_ROOF)) else " (by the limits file's roofs)"),
     "trace vs monitor": f"{worst_pp:.2f} pp apart",
     "perfkit diagnose, planted causes ranked first": f"{sum(named_ok)} of {len(named_ok)}",

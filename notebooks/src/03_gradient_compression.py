@@ -146,7 +146,8 @@ for name, make in [("top-k 1%", lambda: TopK(0.01)),
                    ("sign", Sign), ("sign + EF", lambda: ErrorFeedback(Sign()))]:
     curves[name] = simulate_dp_training(make, steps=SIM_STEPS)
 final = {name: sum(c[-10:]) / 10 for name, c in curves.items()}  # nats, last 10 steps
-print(", ".join(f"{name}: {v:.3f}" for name, v in final.items()), f"(loss after {SIM_STEPS} steps)")
+print(", ".join(f"{name}: {v:.3f}" for name, v in final.items()),
+      f"(nats, mean loss of the last 10 of {SIM_STEPS} steps)")
 vcomm.plot_convergence(curves, smooth=5, title="simulated 2-worker SGD (softmax regression)")
 plt.show()
 
@@ -178,7 +179,10 @@ viz.verdict(Prediction("error feedback's conservation error, relative to the lar
 # index); random-k 1 % sends 1 % (plus the 8-byte seed perfkit's payload carries, so that it
 # decodes on its own; processes that draw from one shared seed sequence could leave it out);
 # QSGD 1/4; sign 1/32 (plus a scale per bucket); PowerSGD `(rows + cols) · r` per compressed
-# matrix plus the uncompressed biases, after its first steps, which send the dense gradient.
+# matrix (each gradient viewed as its first dimension by the rest) plus, sent whole, every tensor
+# for which `(rows + cols) · r · 2 ≥ rows · cols` (PyTorch's `min_compression_rate`, default 2:
+# the biases, and any matrix too small to shrink by half), after its first steps, which send the
+# dense gradient.
 # The job counts perfkit's payloads as the compressor packs them, and torch's hooks' bytes as
 # they hand them to the all-reduce.
 #
@@ -231,7 +235,7 @@ for m, r in table.items():
 med = {m: table[m]["step_s"] / t_none for m in paired}  # x: the ratio of the medians
 print(f"none's single steps: {si(stats.quantile(runs['none']['step_times_s'], 0.1), 's')} to "
       f"{si(stats.quantile(runs['none']['step_times_s'], 0.9), 's')} (10th to 90th percentile). "
-      + nx.medians_outside_text(paired, med))
+      + nx.medians_outside_text(paired, med, {m: r["step_times_s"] for m, r in runs.items()}))
 vcomm.plot_method_comparison(table, step_ratios=paired)
 plt.show()
 
@@ -452,12 +456,13 @@ print(f"sampled top-k kept {codecs.sampled_mass:.1%} of exact top-k's magnitude 
 # byte than its all-reduce, so equal bytes do not mean equal time). Its codec cost is one
 # encode and one decode of every process's payload (`perfkit.compress.compression_hook` sums
 # the `n` decoded payloads): encode + decode, timed above, plus `n - 1 = 1` more decode, timed
-# above too. **Prediction** (a guess, not a bound): on loopback TCP the bytes QSGD removes take
-# longer to move than its codec takes, so the time saved less the codec's time is at least 0. It
+# above too. **Prediction** (a guess at two rates, not a bound): loopback TCP moves a byte slower
+# than QSGD's codec touches one, so the bytes QSGD removes take longer to move than its codec
+# takes, and the time saved less the codec's time is at least 0. It
 # is set before the collectives are timed, so it is a guess at loopback's rate, not a figure of
 # the bytes-only model (the all-gather's bytes at the all-reduce's rate), which needs the dense
 # all-reduce's time from the job below; the verdict prints what that model gives at this run's
-# timings. Notebook 02 measured gloo's all-gather slower per byte, which points to a miss. The codec
+# timings. The codec
 # is timed above in one process, no other process of this run beside it (the 1-minute load average
 # printed after its timings says whether other tasks shared the cores); in a hook two processes encode
 # at once on them, so a step's codec is likely slower than the time used here: that too tilts the

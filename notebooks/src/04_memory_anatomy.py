@@ -440,10 +440,6 @@ spec = vmem.memory_widget(vocab_size=V, n_head=H, measured=measured, limit_bytes
 viz.build_widget(spec)
 
 # %%
-if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widget cell already drew it
-    fig = spec.fn(**spec.defaults())  # the static plot of the default setting
-
-# %%
 viz.show_headlines({
     "measured step peak above the parameters (tiny GPT-2)": f"{viz.si(anatomy.peak, 'B')} on the first step, "
                                                             f"{viz.si(steady.peak + steady.optimizer_state, 'B')} on the second (the figure stacks each on the parameters' {viz.si(anatomy.params, 'B')})",

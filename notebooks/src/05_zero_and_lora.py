@@ -161,7 +161,9 @@ for s, m in pred.items():
 # (counted from the calls, with the bytes verdict). And it communicates after the whole backward, where DDP
 # overlaps its all-reduce with it, so its step should take at most DDP + AdamW's plus those
 # bytes at the time per byte of one all-reduce of the gradient (timed alone in the same rounds,
-# its fixed cost included): an expectation, since its extra calls and copies are not in it. (Section 3 judges the same algorithm, overlapped,
+# its fixed cost included): an expectation, since its extra calls and copies are not in it. Such a
+# model's upper limit on a step-time ratio is what this notebook calls an *edge* (a ratio whose
+# interval lies wholly below it holds, wholly above it misses, across it is inconclusive). (Section 3 judges the same algorithm, overlapped,
 # against a fuller edge and prints how the two edges differ.) PyTorch's `ZeroRedundancyOptimizer` sits behind
 # DDP: DDP's all-reduce (2(N-1)/N of the model's bytes), then each shard broadcast from its
 # owner ((N-1)/N): 3(N-1)/N, 1.5x DDP's bytes at any N (within 2 %).
@@ -206,8 +208,11 @@ viz.verdict(Prediction("perfkit's optimizer state per process", "8Ψ/N: both mom
 
 # %%
 fig = vmem.plot_zero_comparison(cmp)
-fig2 = vmem.plot_loss_curves({n: v.losses for n, v in cmp.variants.items()},
-                             title="Global mean loss per step (same batches)")
+base_losses = cmp.variants["ddp_adamw"].losses  # nats: each variant's curve drawn as its difference from DDP's
+fig2 = vmem.plot_loss_curves({n: [a - b for a, b in zip(v.losses, base_losses, strict=True)]
+                              for n, v in cmp.variants.items() if n != "ddp_adamw"},
+                             title="Global mean loss per step minus DDP + AdamW's (same batches)",
+                             ylabel="loss difference (nats)")
 
 # %%
 v, ddp = cmp.variants, cmp.variants["ddp_adamw"]
@@ -218,7 +223,7 @@ for name in (n for n in v if n != "ddp_adamw"):
 last = {n: r.losses[-1] for n, r in v.items()}  # global mean loss after the last step
 apart = max(abs(x - last["ddp_adamw"]) for x in last.values())  # nats
 print(f"loss after the last step: DDP + AdamW {last['ddp_adamw']:.4f}; the {len(last) - 1} others " + (
-      f"differ from it by at most {apart:.2g} nats" if apart else "equal it exactly") + (" (the curves above lie on one another)" if apart < 1e-4 * abs(last["ddp_adamw"])
+      f"differ from it by at most {apart:.2g} nats" if apart else "equal it exactly") + (" (the differences drawn above lie on one another near 0)" if apart < 1e-4 * abs(last["ddp_adamw"])
                                      else ""))
 
 # %%
@@ -284,7 +289,8 @@ if rss:
 #   gradient partitions, which are not in the optimizer-state column. The peak RSS column is
 #   how far a process's peak resident memory rose above what it held before building the
 #   variant (the spread printed above).
-# * *Same training.* The "rel. diff vs single-process AdamW" column compares the weights after the last step
+# * *Same training.* The table's last column ("weights' largest rel. diff from single-process AdamW")
+#   compares the weights after the last step
 #   with *single-process* AdamW's on the concatenated batch: per tensor, the largest
 #   difference of an element over the tensor's largest magnitude, the largest over all
 #   tensors and ranks. The gradient is summed in a different order there, and Adam
@@ -335,7 +341,10 @@ if rss:
 #   all-gathers the step waits for, each charged unhidden by that rule (at the all-reduce's time
 #   per byte, though notebook 03 timed gloo's all-gather slower per byte at another size: a
 #   missed verdict prints the factor that would explain it). Every call beyond DDP's pays
-#   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. A 4-byte all-reduce
+#   a fixed cost whatever its size (notebook 02's `alpha`), none of it hidden. Calls are counted
+#   as gloo runs them: perfkit calls gloo's list-form reduce-scatter (`perfkit.parallel.flat`),
+#   which PyTorch runs as one all-reduce per rank's slice, so each reduce-scatter is N calls and
+#   pays N fixed costs (`perfkit.viz.zero.gloo_calls_per_step`). A 4-byte all-reduce
 #   timed alone pays it with the processes' arrival spread (the wait for the last process to call); calls in flight together (perfkit
 #   issues its reduce-scatters and all-gathers asynchronously, as torch_zero its broadcasts)
 #   overlap theirs, so each is charged the most
@@ -357,8 +366,11 @@ if rss:
 
 # %%
 ms = {n: cmp_all.variants[n] for n in STAGES}
-more = {n: max(vzero.calls_per_step(ms[n]) - vzero.calls_per_step(ms["ddp_adamw"]), 0) for n in STAGES if STAGES[n]}
-edges = {n: vzero.stage_edge(STAGES[n], ms["ddp_adamw"], more[n], t_link, t_call, NPROC, per_call) for n in more}
+# calls as gloo runs them: each list-form reduce-scatter is NPROC all-reduces, each paying its own fixed cost
+more = {n: max(vzero.gloo_calls_per_step(ms[n], NPROC) - vzero.calls_per_step(ms["ddp_adamw"]), 0)
+        for n in STAGES if STAGES[n]}
+edges = {n: vzero.stage_edge(STAGES[n], ms["ddp_adamw"], more[n], t_link, t_call, NPROC, per_call,
+                             vzero.gloo_calls_note(ms[n], NPROC)) for n in more}
 for n, e in edges.items():
     print(f"{n}: {e.text()}")
 
@@ -433,7 +445,8 @@ for n in ("zero1", "zero2", "zero3"):
     rounds = stats.range_of(stats.paired_ratios(ms[n].step_times_s, ms["ddp_adamw"].step_times_s))
     print(f"{n}: {ratio[n].point('x')} DDP + AdamW's step time ({ratio[n].describe('x')}; single rounds' ratios "
           f"{rounds.low:.2f}x to {rounds.high:.2f}x, 10th to 90th percentile of {rounds.n}), "
-          f"{vzero.calls_per_step(ms[n])} collective calls per step (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})."
+          f"{vzero.calls_per_step(ms[n])} collective calls per step, {vzero.gloo_calls_per_step(ms[n], NPROC)} as gloo "
+          f"runs them (DDP + AdamW: {vzero.calls_per_step(ms['ddp_adamw'])})."
           + ratio[n].beside(ms[n].step_s / ms["ddp_adamw"].step_s, what="the ratio of the medians the figure draws"))
 print(note) if (note := vzero.ranking_note(ms, ratio, ("zero1", "zero2", "zero3"))) else None
 
@@ -450,7 +463,7 @@ note = {n: (load if i == 0 else " The load average is about what this job's own 
             if load else "") for i, n in enumerate(("zero1", "zero2", "zero3"))}
 first = next((n for n, e in edges.items() if ratio[n].value > e.edge), None)  # lists what the edges leave out
 time_verdicts = {n: judge(Prediction(f"{n}'s step time over DDP + AdamW's", "DDP's step, plus " + (
-    "its two all-gathers" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls, less "
+    "its two all-gathers" if e.stage == 3 else "the all-gather after the step") + f", plus {e.calls} calls as gloo runs them, less "
                                      f"{NPROC - 1}/{NPROC} of AdamW's update", high=e.edge, unit="x", soft=("high",)),
                           ratio[n],
                           explain=dict.fromkeys(("above", "held"), e.beyond(ratio[n].value, None if n == first else first) + e.digits(ratio[n])
@@ -602,10 +615,6 @@ print(", ".join(f"{k}: model states {viz.si(states[k], 'B')}, activations saved 
 measured = {s: sum(ms[n].model_states.values()) for n, s in STAGES.items()}
 spec = vmem.zero_scaling_widget(measured, numel=cmp_all.numel, world_size=NPROC, recipe="fp32_adam")
 viz.build_widget(spec)
-
-# %%
-if os.environ.get(viz.HEADLESS_ENV) != "1":  # headless (CI, the book), the widget cell already drew it
-    fig = spec.fn(**spec.defaults())  # the static plot of the default setting
 
 # %%
 viz.show_headlines({

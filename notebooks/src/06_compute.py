@@ -532,7 +532,7 @@ else:
 # | mode | what it adds | where it helps |
 # |---|---|---|
 # | `"default"` | fusion, code generation | everywhere; measured above |
-# | `"reduce-overhead"` | CUDA graphs: replays the whole step's kernel launches as one | GPU steps dominated by launch overhead (small batches) |
+# | `"reduce-overhead"` | CUDA graphs: records each compiled graph's kernels (forward and AOTAutograd backward, per input shape, split at graph breaks) and replays them with one launch; an eager optimizer step stays outside unless it is compiled too | GPU steps dominated by launch overhead (small batches) |
 # | `"max-autotune"` | benchmarks several matmul/conv implementations per shape at compile time, plus CUDA graphs on a GPU | long runs that amortise a much longer compile |
 # | `"max-autotune-no-cudagraphs"` | autotuning without CUDA graphs | as above, when CUDA graphs do not fit |
 #
@@ -700,9 +700,9 @@ for T in GPT_ATTN_T:
 # compare with the multiples of 64 is measured and printed, without a prediction. Below,
 # `(1024, 256) @ (256, n)` for `n` around 1024, both precisions, interleaved; bf16 at the
 # widths its plan kept (a dtype is swept only with an aligned and an odd width among them).
-# The intervals printed after the sweep take each width's median as one sample of its group;
-# neither counts each width's own timing noise, and the one against the multiples of 64 takes
-# their median as exact, so both are narrower than the whole uncertainty.
+# The intervals printed after the sweep take each width's median as one sample of its group and
+# carry both groups' spread (a ratio of two groups' medians); neither counts each width's own
+# timing noise, so both are narrower than the whole uncertainty.
 
 # %%
 SHAPE_N = {"float32": MATMUL_N, "bfloat16": [n for n in MATMUL_N if n in SHAPE_PLAN.batches]}
@@ -722,11 +722,15 @@ plt.show()
 
 # %%
 s32 = shapes["float32"]
-odd_vs_64 = s32.odd_share  # odd n's median rate over the multiples of 64's
+odd_vs_64 = s32.odd_share  # odd n's median rate over the multiples of 64's, both groups' spread carried
+n64, nodd = [n for n in SHAPE_N["float32"] if n % 64 == 0], [n for n in SHAPE_N["float32"] if n % 2]
 print(f"fp32 off the vector grid: odd n's rate over the multiples of 64's, {odd_vs_64.text('x')}: "
-      + {"above": "leaving the grid made these matmuls faster here, not slower (the interval lies above 1x)",
-         "below": "leaving the grid cost these matmuls throughput here (the interval lies below 1x)"}.get(
-             odd_vs_64.clear_of(1.0, "x"), "no difference this run can resolve (the interval holds 1x)"))
+      + {"above": "odd widths ran faster than the multiples of 64 here (the interval lies above 1x)",
+         "below": "odd widths ran slower than the multiples of 64 here (the interval lies below 1x)"}.get(
+             odd_vs_64.clear_of(1.0, "x"), "this sweep resolves no alignment effect ("
+             + ("the interval holds 1x)" if odd_vs_64.has_interval else "no interval)"))
+      + f". The multiples of 64 are {min(n64)} to {max(n64)} wide and the odd widths {min(nodd)} to {max(nodd)}, "
+      "so this ratio also mixes matrix size with alignment.")
 par = s32.parity  # odd widths' median rate over the off-grid even widths'
 side = {"below": f"the interval lies wholly below 1, so odd widths ran slower than the even ones off the grid, by "
                  f"{1 - par.value:.0%} at the median (rows 4-byte aligned against 8-byte ones)",
@@ -782,7 +786,11 @@ print(f"vocab {V} -> {VP} ({VP / V - 1:.1%} more logits), {PAD_PRECISION} step: 
 # share of the all-core ceiling), not as an MFU, and never compared with the field's. The same
 # ratio with the FLOPs the hardware really ran (counted, recomputation included: activation
 # checkpointing re-runs the forward, FlashAttention's backward recomputes the scores) is HFU,
-# hardware FLOPs utilisation (PaLM, Megatron-LM): at least the MFU when anything is recomputed.
+# hardware FLOPs utilisation (PaLM appendix B; Korthikanti et al. 2022): the same accounting with
+# the recomputed FLOPs added, so at or above the MFU where the formula counts just the work that ran.
+# Counted by a FLOP counter it can fall below the MFU, since the formula also counts work that
+# does not run: it charges attention's full `T x T` square where a causal kernel skips the masked
+# half, and the input gradient of a first matmul fed data (no gradient needed), which autograd skips.
 # This notebook uses the formula's model FLOPs; counted FLOPs appear only where a rate is held
 # against a ceiling (section 1's bf16 step), since only work that ran can beat one. These
 # counts are exact, so CI checks the output:
@@ -888,9 +896,11 @@ plt.show()
 # Each batch's printed range is the model at the point values of `F` and `c`, between the two
 # ends of `R`; the verdict's range on the ratio adds the intervals of `F`, `c` and the fitted
 # batch's time, and no margin beyond them. That range is the model's expectation, not a
-# bound: the verdict misses it only when the whole interval lies outside. A batch outside its
-# range reached another share of its roofs than the fitted one (`eta` is one number for every batch, a simplification the
-# next cell counts against), and the verdict names the terms.
+# bound: the verdict misses it only when the whole interval lies outside. Each batch is judged
+# the same way, with its measured interval: inside its range, outside it, or at its edge where the
+# interval reaches across one. Within the model, a batch outside its range reached another share of
+# its roofs than the fitted one (`eta` is one number for every batch, a simplification the next
+# cell counts against), and the verdict names the terms.
 
 # %%
 FIT = BATCHES[-2]
@@ -901,13 +911,12 @@ curve = compute.measure_batch_curve(lambda b, t: ex.gpt_step(GPT, tokens(b, t)),
 print("\n".join(curve.lines()))
 print(f"c = {si(curve.fault_cost.value, 's')} per page fault: " + (
     "section 2's figure" if cost.fault_rounds() else "probed in these rounds (section 2's tensors took no fault)"))
-ends = list(zip(curve.predicted_s(), curve.predicted_s(cache=False), strict=True))  # s per step, both ends of R
-inside = [b for i, b in enumerate(curve.batches)
-          if i != curve.fit and min(ends[i]) <= curve.step_s(i).value <= max(ends[i])]
+placed = {k: [b for i, b in enumerate(curve.batches) if i != curve.fit and curve.placement(i) == k]
+          for k in ("inside", "outside", "at the edge")}  # each batch judged with its measured interval
 others = len(curve.batches) - 1
-print(f"of the {others} batches eta was not fitted on, {len(inside)} measured inside its printed range"
-      + (f" ({', '.join(map(str, inside))})" if 0 < len(inside) < others else "")
-      + ("" if len(inside) == others else ": one eta does not describe every batch's ops on this machine"))
+print(f"of the {others} batches eta was not fitted on, judged with their measured intervals against their printed "
+      "ranges: " + "; ".join(f"{len(v)} {k}" + (f" ({', '.join(map(str, v))})" if v else "") for k, v in placed.items())
+      + (": one eta does not describe every batch's ops on this machine" if placed["outside"] else ""))
 ratio, lo, hi = curve.predicted_ratio()
 print(f"batch {BATCHES[-1]} over the best other batch: the refined model gives {lo:.2f}x to {hi:.2f}x ({ratio:.2f}x with the cache);"
       f" without the page faults {curve.predicted_ratio(faults=False)[0]:.2f}x with the cache; the crude model, "
@@ -928,8 +937,8 @@ print(throughput.sweep_beside_curve(sweep, curve, curve.rival(), 0.9))  # the sa
 viz.verdict(Prediction(f"fp32 tokens/s at batch {BATCHES[-1]} over the best other ({curve.batches[curve.rival()]})",
                        f"F + R(b)/eta + n(b)c, eta fitted at batch {FIT}" + (", the denominator's own batch: an "
                        "account, not a forecast" if curve.batches[curve.rival()] == FIT else "")
-                       + f"; {others - len(inside)} of the {others} batches it was not fitted on measured outside their "
-                       "printed ranges",
+                       + f"; {len(placed['outside'])} of the {others} batches it was not fitted on measured outside "
+                       f"their printed ranges, {len(placed['at the edge'])} at their edge",
                        low=lo, high=hi, unit="x", soft=("low", "high")),
             curve.gain(-1, curve.rival()), explain=curve.explain())
 
@@ -942,22 +951,16 @@ at_batch = bench.measure("fp32", False, BATCH)  # measured above: the one fp32 s
 timed = {"this sweep, beside every batch and bf16": at_batch.step.median_s * 1e3}
 if AMP_BATCH == BATCH:
     timed["section 1, beside its bf16 copy and the autocast parts"] = amp.baseline.median_s * 1e3
-sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of medians)
+sweep_x = None  # the compiled step's speedup in this sweep's rounds (ratio of medians, with its interval)
 if step_rec is not None:
     timed["section 3, beside its compiled copy"] = step_rec.eager.median_s * 1e3
-    sweep_x = at_batch.step.median_s / bench.measure("fp32", True, BATCH).step.median_s
+    comp_step = bench.measure("fp32", True, BATCH).step
+    sweep_x, agree = compiling.compiled_elsewhere(step_rec, at_batch.step, comp_step)
     print(f"eager over compiled at batch {BATCH}: {step_x.point('x')} in section 3's rounds (median of paired "
-          f"ratios), {sweep_x:.2f}x in this sweep's (ratio of medians; each setting's steps took turns with "
-          "every other setting's). From section 3 to this sweep "
+          f"ratios), {sweep_x.text('x')} in this sweep's (each setting's steps took turns with every other "
+          "setting's, so its two steps are not paired). From section 3 to this sweep "
           + ex.drift_text({"eager": step_rec.eager, "compiled": step_rec.compiled},
-                          {"eager": at_batch.step, "compiled": bench.measure("fp32", True, BATCH).step})
-          + (" Both put the compiled step ahead." + compiling.break_even_elsewhere(
-              step_rec, at_batch.step.median_s, bench.measure("fp32", True, BATCH).step.median_s)
-             if step_x.clear_of(1.0, "x") == "above" and sweep_x > 1 else
-             " They put the compiled step on different sides of 1x, so whether compiling it pays off is not "
-             "settled here: section 3's break-even holds for its own rounds only."
-             if (step_x.value > 1) != (sweep_x > 1) else
-             " Neither puts the compiled step clearly ahead, so this notebook cannot say that compiling it pays off."))
+                          {"eager": at_batch.step, "compiled": comp_step}) + agree)
 if PAD_PRECISION == "fp32":
     timed[f"section 5, with vocabulary {V} (not 1024), beside the padded {VP}"] = pad.baseline.median_s * 1e3
 if BATCH in curve.batches:
@@ -1075,10 +1078,12 @@ viz.show_headlines({
     + (f" ({at_batch.mfu * SHARE:.1%} of the all-core one)" if SHARE < 1 else "") + f"; bf16 batch {bf16_top.batch}: "
     + (throughput.model_share(limits, "bfloat16", bf16_top.mfu, CEIL_THREADS, "bf16 step", found).removeprefix("model FLOP/s ") if bf16_top.ceiling == "bfloat16" else
        f"{bf16_top.mfu:.1%} of the float32 ceiling (emulated bf16)"),
-    "refined batch model out of sample (section 6)": f"{len(inside)} of the {others} batches eta was not fitted on inside their "
-    "printed ranges" + ("" if len(inside) == others else ": it failed out of sample" if not inside else ": it held for some only"),
+    "refined batch model out of sample (section 6)": f"of the {others} batches eta was not fitted on, against "
+    "their printed ranges, judged with their intervals: " + ", ".join(f"{len(v)} {k}" for k, v in placed.items())
+    + ("" if not placed["outside"] else ": it failed out of sample" if len(placed["outside"]) == others
+       else ": it held for some only"),
     f"largest batch whose counted bytes fit {BUDGET / 2**20:.0f} MiB": str(search.best),
     **({"GPT-2 step compiled (section 3's rounds)": f"{step_x.point('x')} ({step_x.describe('x')}), compile "
-        f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x:.2f}x (ratio of medians)" if sweep_x else "")}
+        f"{step_rec.compile_s:.1f} s" + (f"; section 6's sweep: {sweep_x.text('x')}" if sweep_x else "")}
        if step_rec else {}),
 })

@@ -101,9 +101,12 @@ print(f"DRAM ceiling of this machine: {viz.si(limits.copy_bytes_per_s, 'B/s')} (
 # step, and each step waits for whichever is longer that time, so the median step lies above the
 # longer of the two medians: the cell computes by how much from the two parts measured apart);
 # **contention** (the worker's tokenizing and the model's compute thread share this machine's
-# cores with each other and with whatever else runs on them: the 1-worker run's own compute time,
-# against `t_compute` alone, measures it); and the **handoff** of each batch from the worker
-# (section 2a measures it).
+# cores with each other and with whatever else runs on them); and the **handoff** of each batch
+# from the worker (section 2a measures it). In steady state a step takes the longer stage's period,
+# so only a slowdown of the stage the model says is longer moves the step: where that is the
+# loader, a slower compute shortens the loop's wait for the next batch and leaves the step as it
+# is, and the 1-worker run's compute time against `t_compute` alone shows only that the cores
+# are shared.
 #
 # **Prediction.** The 0-worker data share within 25 % of the model's; the 1-worker step within
 # 25 % of `max(t_compute, B * c)`, the model without those three costs.
@@ -170,23 +173,12 @@ viz.verdict(Prediction("data share with 0 workers", "B*c / (B*c + t_compute)", v
              "times them for a free batch) or the tokenizing running slower in the loop than alone.",
     "below": f"The rest of the step took {med['0 workers'][1]:.1f} ms here, against t_compute = "
              f"{compute_s * 1e3:.1f} ms fed from pre-tokenized data."})
-took = med["1 worker"][1] / (compute_s * 1e3)  # the 1-worker step's compute over t_compute alone
 loads = runs["0 workers"].data_s  # s: each batch tokenized in the loop, per step
 computes = [t - d for t, d in zip(fast.step_s, fast.data_s)]  # s: each step's compute, pre-tokenized
 jitter_ms = (ex.balanced_max(loads, computes) - max(statistics.median(loads), statistics.median(computes))) * 1e3
-why1 = (f"Of the step, {med['1 worker'][0]:.1f} ms waited for the worker's batch and {med['1 worker'][1]:.1f} ms "
-        f"computed. What the model leaves out, as measured here: jitter, {jitter_ms:+.1f} ms (the median of the "
-        "longer of a load and a compute drawn independently from the two runs measured apart, against the longer "
-        f"of their medians); contention, the step's compute took {took:.2f}x its {compute_s * 1e3:.1f} ms alone "
-        f"({med['1 worker'][1] - compute_s * 1e3:+.1f} ms) beside the worker's tokenizing on {CORES} cores; the "
-        "handoff, which section 2a measures.")
-step1, model1 = round(runs["1 worker"].step_time().value * 1e3, 1), round(max(compute_s, load_s) * 1e3, 1)  # ms
-over, made = step1 - model1, round(jitter_ms, 1) + round(med["1 worker"][1] - compute_s * 1e3, 1)  # as printed
-why1 += (f" Of the {over:+.1f} ms the median step lies above the model, jitter and contention make {made:+.1f} ms; "
-         + (f"the other {over - made:+.1f} ms this run does not split: the handoff, which 2a times, and work "
-            "untimed here (medians of a step's parts need not add up to its median)." if over > made else
-            "they cover all of it.")
-         ) if over > 0 else ""
+bound = ex.pipeline_excess(runs["1 worker"].step_time().value * 1e3, *med["1 worker"], load_s * 1e3,
+                           compute_s * 1e3, jitter_ms, CORES)  # the longer stage's slowdown moves the step
+why1 = bound.text
 viz.verdict(p1 := Prediction("1-worker step time", "max(t_compute, B*c): loading overlaps the step",
                              value=max(compute_s, load_s) * 1e3, rel_tol=0.25, unit=" ms"),
             s1 := runs["1 worker"].step_time().scaled(1e3), explain={"above": why1, "held": why1 + ex.near_edge(p1, s1)})
@@ -200,8 +192,11 @@ print(ex.worker_gain(runs["1 worker"], runs["2 workers"], CORES))
 #
 # ## 2. The knobs of `torch.utils.data.DataLoader`
 #
-# From here on the step is a `COMPUTE_MS` sleep: a GPU step, during which the host is idle,
-# like in a real GPU training loop. The dataset is `SlowDataset`, whose samples cost a known
+# From here on the step is a `COMPUTE_MS` sleep: the host thread blocked while the accelerator
+# works, as at a synchronisation point or during a CUDA-graph replay. A real eager GPU step is not
+# idle on the host: its Python thread launches every kernel, and a small model can be bound by
+# those launches, so that thread takes a core of its own and the cores left for workers are one
+# fewer than a sleep suggests. The dataset is `SlowDataset`, whose samples cost a known
 # `COST_MS` each, spent either as a sleep (I/O: reading a file or a network stream frees the
 # core) or as a busy loop (decoding in Python: it holds a core).
 #
@@ -223,7 +218,7 @@ base_s = statistics.median(measure_loader(free, LoaderConfig(BATCH, 0)).wait_s[0
 handoff_s = statistics.median(measure_loader(free, LoaderConfig(BATCH, 2)).wait_s[0][1:])
 batch_load_s = BATCH * COST_MS / 1e3 + base_s
 print(f"a free batch: {base_s * 1e3:.2f} ms in the loop (sampling + collating), "
-      f"{handoff_s * 1e3:.2f} ms from a worker (t_handoff)" + ex.handoff_part(handoff_s * 1e3, over - made))
+      f"{handoff_s * 1e3:.2f} ms from a worker (t_handoff)" + ex.handoff_part(handoff_s * 1e3, bound.unsplit_ms, bound.stage))
 
 # %%
 io_ds = SlowDataset(BATCH * SWEEP_BATCHES, COST_MS / 1e3, kind="sleep")
@@ -281,8 +276,8 @@ viz.verdict(Prediction("largest gap in waiting share, model against measurement 
 # and the others carry its figure.
 #
 # **Model.** The same pipeline, but `W` busy workers share `CORES` cores: each batch takes
-# `B * c * max(1, W / CORES)`. In a long run that caps throughput at `CORES / (B * c)`. A run of
-# `SWEEP_BATCHES` batches whose first step is dropped (it carries the workers' startup) can read a
+# `B * c * max(1, W / CORES)`. In a long run that caps throughput at `CORES / (B * c)` batches/s,
+# or `CORES / c` samples/s, the unit printed below. A run of `SWEEP_BATCHES` batches whose first step is dropped (it carries the workers' startup) can read a
 # little above that cap with many workers: every worker starts a batch at once, and the batches
 # they finish during the dropped first step are credited to the steady steps. The model, run
 # for the same number of batches, counts that too; a measured run can still read below the cap,

@@ -266,7 +266,8 @@ viz.verdict(p_dropout, dr["replicated_rel"])
 # which each process holds one summand, the sum not yet taken), which the optimizer step
 # all-reduces one parameter at a time when it reads them: one all-reduce per LayerNorm weight
 # and bias, `2 (2 L + 1)` for `L` blocks, where perfkit sums all those gradients in one
-# all-reduce after backward (counted without the optimizer step, DTensor's would not show).
+# all-reduce after backward. The job counts the optimizer step in a window of its own, so the
+# counts show where those all-reduces run.
 # perfkit's step takes at most as long as DTensor's (`<= 1.0x`): the same collectives and
 # matmuls, without DTensor's per-operator dispatch. That cause is the model's, not timed here:
 # a held verdict says perfkit's step was no slower, not why.
@@ -283,6 +284,8 @@ diff = {k: {d: c["dtensor"].get(d, 0) - c["perfkit"].get(q, 0) for d, q in SAME.
         for k, c in ((k, dt[k]["counts"]) for k in ("tp", "sp"))}
 print(f"DTensor's count less perfkit's, SP: {diff['sp']}; the plans' difference: {plan_sp} "
       f"({ln_params} LayerNorm weights and biases + the embedding's output - perfkit's one sum)")
+print("counted apart, in the optimizer step's own window (SP): DTensor "
+      f"{dt['sp']['in_step']['dtensor'] or 'no collective'}, perfkit {dt['sp']['in_step']['perfkit'] or 'no collective'}")
 viz.verdict(Prediction("collectives of one TP step in which DTensor's count differs from perfkit's (calls)",
                        "the same plan: 4 all-reduces per block, 1 embedding, 1 head, 3 loss", value=0, rel_tol=0),
             sum(abs(x) for x in diff["tp"].values()))
@@ -290,6 +293,9 @@ viz.verdict(Prediction("collectives of one SP step by which the count difference
                        "DTensor: + one all-reduce per LayerNorm parameter, + 1 for the embedding, - perfkit's sum; "
                        "perfkit: + 1 reduce-scatter", value=0, rel_tol=0),
             sum(abs(diff["sp"][d] - plan_sp[d]) for d in SAME))
+viz.verdict(Prediction("all-reduces in DTensor's SP optimizer step, counted apart (calls)",
+                       "one per LayerNorm weight and bias, 2 (2 L + 1)", value=ln_params, rel_tol=0),
+            dt["sp"]["in_step"]["dtensor"].get("all_reduce", 0))
 viz.verdict(Prediction("largest relative difference, DTensor TP and SP against the unsplit model",
                        "the same function, summed in another order (fp32)", high=1e-5,
                        physical=(0, None)), max(dt["tp"]["rel"], dt["sp"]["rel"]))
@@ -370,47 +376,44 @@ viz.verdict(Prediction("bytes one block keeps for backward under SP when the gat
 # and communication as `C`, so the split block, `compute / t + comm` (nothing overlapped),
 # beats the unsplit one above a crossover width.
 #
-# **Prediction.** At each width the split block takes at least `U / t + comm`, so its speedup
-# is **at most** `U / (U / t + comm)`. `U` is the unsplit block's measured time; `comm` is 4
-# all-reduces, each charged what this job's all-reduce sweep measured at the block's size
-# (linear in log size between the two sizes timed around it), recorded below before the block
-# timings are read; that charge, a median of a few repetitions, enters the bound as exact, so the
-# bound's printed range comes from `U` alone and understates its uncertainty: the charge's own
-# spread is not computed (the sweep's cell prints where its sizes' times are not monotone, and
-# the table what share of each floor the charge is, and below it any width charged less than a
-# width that sends fewer bytes). Not the fit's line: its intercept is what it charges a call of no bytes,
-# fitted over every size, so it need not be what calls of the block's size took. Where the
-# sweep took more than the line, this bound is lower (stricter) than the fit's would be; where
-# less, higher; the cell below prints which, width by width. The sweep times its
-# calls back to back with both processes in step; the bound assumes a block's calls, one at a
-# time between computations, cost at least that. What else the model leaves out adds to the
-# split block's time: its matmuls are `t` times smaller and usually run further below the
-# machine's rate, each operator's fixed cost is paid whole on every process, and at each
-# all-reduce one process waits for the other to arrive. One omission can go the other way: a
-# half-size weight fits the caches better, and its matmul can run faster per FLOP than the
-# whole one (where a bound is crossed, the verdict prints the charge at that size and names this
-# if the fit's line would be crossed too). It is judged at every width timed. The omissions
-# that slow the split block cannot break an "at most", so a bound that holds says the block was
-# no faster than its floor, not that the model's time was right: each verdict prints how far
-# above its floor the block ran.
+# **Model.** The split block takes at least `U / t + comm`: `U` the unsplit block's measured
+# time, `comm` 4 all-reduces, each charged what this job's all-reduce sweep measured at the
+# block's size (linear in log size between the two sizes timed around it).
 #
-# **Prediction (the answer to the question).** The width at which the split block starts to
-# pay: the model's crossover, `U / t + comm = U`, searched over every width, so each all-reduce
-# is charged the fit's line, intercept included (the sweep's cell prints how it compares with
-# the sweep's own calls), and the unsplit block runs at the one-thread fp32 ceiling of the
-# limits file (the fastest one-thread fp32 rate any notebook has recorded, in this run or an
-# earlier one whose file it kept, so it can stand above what this run's notebooks reach; the
-# cell prints which measurement set it, in the words of the notebook that took it: notebook 09's "groups=1
-# convolution" is an ordinary dense 3x3 convolution, timed there against its grouped form),
-# both known before any block is timed; within 50 %. At the
-# ceiling `U` is as small as it can be, and an intercept above what the block's calls take
-# overcharges them: both put the model's crossover higher. What the model leaves out of the
-# split block puts the real crossing higher. These errors can offset, so the verdict does not
-# show that any one input was right. At these sizes the crossover rests largely on the fit's
-# intercept (the figure's cell prints it with a zero intercept): the prediction tests the fit's
-# line as this run's charge per call, a number of this fit, not a latency of gloo, so neither
-# it nor the crossover carries to another machine. It is judged against where the measured
-# speedups cross 1x (`perfkit.parallel.speedup_crossing`), read between the widths timed.
+# **Prediction.** At every width timed the speedup is **at most** `U / (U / t + comm)`; and the
+# split block starts to pay within 50 % of the model's crossover (`U / t + comm = U`, searched
+# over every width), with `U` at the limits file's one-thread fp32 ceiling and each all-reduce
+# charged the fit's line, intercept included: both known before any block is timed.
+#
+# Caveats:
+# - The charge, a median of a few repetitions recorded below before the block timings are read,
+#   enters the bound as exact: the bound's printed range comes from `U` alone and understates its
+#   uncertainty. The sweep's cell prints where its sizes' times are not monotone; the table, the
+#   charge's share of each floor, and under it any width charged less than one that sends fewer bytes.
+# - The bound charges the sweep's own times, not the fit's line, whose intercept is what it charges a
+#   call of no bytes, fitted over every size. Where the sweep took more than the line this bound is
+#   lower (stricter) than the fit's would be, where less higher; the cell below prints which, width
+#   by width. The sweep times its calls back to back, both processes in step; the bound assumes
+#   a block's calls, one at a time between computations, cost at least that.
+# - Left out, slowing the split block: its `t` times smaller matmuls usually run further below the
+#   machine's rate, each operator's fixed cost is paid whole on every process, and at each
+#   all-reduce one process waits for the other. These cannot break an "at most": a held bound says
+#   the block was no faster than its floor, not that the model's time was right (each verdict
+#   prints how far above its floor it ran).
+# - Left out, speeding it: a half-size weight fits the caches better, so its matmul can run faster
+#   per FLOP than the whole one. Where a bound is crossed, the verdict prints the charge at that
+#   size and names this if the fit's line would be crossed too.
+# - The ceiling is the fastest one-thread fp32 rate any notebook has recorded, in this run or an
+#   earlier one whose file it kept, so it can stand above what this run's notebooks reach; the
+#   cell prints which measurement set it. At the ceiling `U` is as small as it can be, and an
+#   intercept above what the block's calls take overcharges them: both put the model's crossover
+#   higher, while what the model leaves out of the split block puts the real crossing higher.
+#   These errors can offset, so the verdict does not show that any one input was right.
+# - At these sizes the crossover rests largely on the fit's intercept (the figure's cell prints it
+#   with a zero intercept): the prediction tests the fit's line as this run's charge per call, a
+#   number of this fit, not a latency of gloo, so neither it nor the crossover carries to another
+#   machine. It is judged against where the measured speedups cross 1x
+#   (`perfkit.parallel.speedup_crossing`), read between the widths timed.
 
 # %%
 sweep = r0["allreduce"]
@@ -453,9 +456,11 @@ for w in WIDTHS:
                 f"({viz.si(comm, 's')}) | {viz.si(split - compute / T_DEGREE - comm, 's')} | "
                 + bound_text(bound[w], *(x / (x / T_DEGREE + comm) for x in (u.low, u.high)))
                 + f" | {measured[w].text('x')} |")
+shares = [c / (u / T_DEGREE + c) for u, c, _ in parts.values()]   # the all-reduce charge's share of each floor
 display(Markdown("| C | unsplit U | split | at least U / t + comm (all-reduces) | split beyond that | speedup at most "
-                 f"(in brackets where it shows at 3 digits, its range over U's interval alone; the all-reduce charge, "
-                 f"{min(c / (u / T_DEGREE + c) for u, c, _ in parts.values()):.0%} to {max(c / (u / T_DEGREE + c) for u, c, _ in parts.values()):.0%} of the floor, enters as exact) | speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n" + charge_dips(WIDTHS, [ar_bytes[w] for w in WIDTHS], [call[w] for w in WIDTHS], 4, CONFIG["allreduce"]["repeat"]).lstrip()))
+                 "| speedup measured |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+                 "Speedup at most: in brackets where it shows at 3 digits, its range over U's interval alone; the "
+                 f"all-reduce charge, {min(shares):.0%} to {max(shares):.0%} of the floor, enters as exact.\n\n" + charge_dips(WIDTHS, [ar_bytes[w] for w in WIDTHS], [call[w] for w in WIDTHS], 4, CONFIG["allreduce"]["repeat"]).lstrip()))
 
 # %%
 for w in WIDTHS:
@@ -605,7 +610,7 @@ rows = [("compute rate", [viz.si(r, "FLOP/s") for r, *_ in cols.values()]),
         ("alpha, per ring step", [a for _, _, a, _ in cols.values()])]
 display(Markdown("| | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|\n"
                  + "\n".join(f"| {name} | " + " | ".join(xs) + " |" for name, xs in rows)))
-print(f"peak and bandwidth from the datasheets; alpha per ring step, as the ring model charges it 2 (t - 1) times: "
+print(f"peak and bandwidth from the datasheets (the link at its datasheet figure, not derated as the compute is); alpha per ring step, as the ring model charges it 2 (t - 1) times: "
       f"none here: the fit's intercept over the {2 * (T_DEGREE - 1)} steps of a {T_DEGREE}-process all-reduce, "
       f"{viz.si(link.alpha_s, 's')}, is Python, gloo and loopback TCP fitted together, not a latency to set beside "
       f"a GPU's ({intercept_note(sizes, secs, fit.alpha_s)}); no datasheet gives an alpha: the GPUs' is perfkit.plan's assumption")
@@ -657,6 +662,10 @@ for where, lk in (("NVLink inside a node", h100.intra), ("the network, one GPU p
     print(f"t = {GPU_T} over {where} ({viz.si(lk.bandwidth, 'B/s')} per GPU): a {GPU_W:,}-wide block of "
           f"{GPU_SEQ} bf16 tokens at {viz.si(rate, 'FLOP/s')} takes {viz.si(cost.tp_s, 's')} split, all-reduces "
           f"{viz.si(cost.comm_s, 's')} of it ({cost.comm_s / cost.tp_s:.0%}): speedup {cost.speedup:.1f}x of {GPU_T}")
+print(f"the compute is derated ({h100.efficiency:.0%} of the peak), the links are not: NVLink at its datasheet "
+      f"{viz.si(h100.intra.bandwidth, 'B/s')} per direction, where the all-reduce bus bandwidth nccl-tests measures "
+      "on HGX H100 boards lies below it without NVLink SHARP (NVLS): the all-reduce times are low and the "
+      "speedups optimistic.")
 
 # %%
 viz.show_headlines({

@@ -165,7 +165,7 @@ except DeadlockError as e:
 #
 # The widget draws the simulated grid for the schedule, `p`, `m` and `v` you choose, with the
 # peak number of micro-batches a rank holds; where this notebook measured the same schedule
-# (1F1B and GPipe at `p = 2`, section 3), a measured grid of this run is drawn beside it: the
+# (1F1B and GPipe at `p = 2`, section 3), a measured grid of this run is drawn under it: the
 # timed step whose bubble lies nearest the median of the steps, the figure section 3 reports.
 # In a live kernel, try `m = 1` with GPipe (the whole pipe idles but one stage) and ZB-H1
 # against 1F1B; a headless build shows the widget's opening setting as a static image.
@@ -415,7 +415,8 @@ display(Markdown(
 # %%
 fiw = [times[k] for k in "FIW"]   # the model fed with this split, beside the recorded prediction; not judged
 parts = zb_step_note(step_ratio, busy_ratio, idle, ideal_idle, fiw, share_ratio, ideal_tl.bubble_share / planned,
-                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]), inside.value, len(zb["shares"]))
+                     zb_split_step(stage_s, fiw, P, 4), (fb["F"], fb["B"]), inside.value, len(zb["shares"]),
+                     stage_s)
 zb_verdict = judge(p_zb, step_ratio, explain=dict.fromkeys(("above", "below", "held"), parts))
 viz.show_verdict(zb_verdict)
 

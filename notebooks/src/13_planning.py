@@ -63,7 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from perfkit import dist
 from perfkit.jobs.zero_bench import compare as zero_compare
-from perfkit.plan import COURSE_LAYOUTS, LINK_SIZES, flags_sent, utilisation_words
+from perfkit.plan import COURSE_LAYOUTS, LINK_SIZES, utilisation_words
 
 pool = ThreadPoolExecutor(max_workers=1)
 job = pool.submit(zero_compare, list(COURSE_LAYOUTS), nproc=NPROC, batch=BATCH, steps=STEPS,
@@ -88,10 +88,10 @@ dp_tp_job = pool.submit(dist.launch, "perfkit.jobs.tp_plan", 2 * NPROC, ["--conf
 # the scores; the `10 s b h` around them (the norms' inputs, the first linear inputs, dropout
 # masks) stay whole until sequence parallelism (SP: the same `t` GPUs split the norms and
 # dropouts along the sequence) splits them too. The planner counts the same
-# terms one tensor at a time, so that a Llama-style block (SwiGLU keeps four `f`-wide tensors,
+# terms one tensor at a time, so that a Llama-style block (SwiGLU, the gated MLP `W2 (silu(W1 x) * W3 x)` with `f` its width, keeps four `f`-wide tensors,
 # grouped-query attention narrower keys and values) gets its own count. The cell checks the
 # term-by-term count against the paper's closed forms for the smallest GPT of Megatron-LM's
-# weak-scaling table (Narayanan et al. 2021, Table 1: 1.7 B parameters, 24 layers, hidden size
+# weak-scaling table (model size grown with the GPU count; Narayanan et al. 2021, Table 1: 1.7 B parameters, 24 layers, hidden size
 # 2304, 24 attention heads), the model spec with which section 4 predicts that row (`megatron_runs()`).
 # `N` in `6 N` counts the parameters that take part in a matmul: the blocks' weights and the
 # output layer, not the embedding lookups, norms and biases. This GPT ties its output layer to
@@ -121,7 +121,7 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # %% [markdown]
 # ## 2. On this machine: predicted against measured
 #
-# `local_cluster` turns this machine into a "cluster": each of the two processes gets half the
+# The planner's local cluster (`local_cluster`) turns this machine into a "cluster": each of the two processes gets half the
 # matmul ceiling and half the DRAM ceiling in the limits file of measured ceilings
 # (`perfkit.hw.cached_limits` reads it: notebook 00 writes it, and any later run that beats a
 # ceiling raises it),
@@ -134,7 +134,7 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # rank the OS took off its core. So the job that times the steps also times, in each round,
 # one all-reduce of each size alone after 1 ms of matmul work (`perfkit.comm.isolated_times`),
 # averages each call over the two ranks (the call plus what the ranks' arrival spread adds to
-# a step), and the fit takes the **means** over the rounds (`rounds_link`): a step pays its
+# a step), and the fit takes the **means** over the rounds (`rounds_link` fits them): a step pays its
 # slow calls too, which a median hides. (`perfkit plan --machine local` measures its link the
 # same way, once, and caches it: `local_link`.) The collectives run on the cores the compute
 # needs, so the model lets nothing overlap: every call adds its full price to the step. That is
@@ -150,13 +150,13 @@ print(f"{gpt.num_params / 1e9:.3f} B parameters, {gpt.matmul_params / 1e9:.3f} B
 # its chunk; the list form perfkit calls (`perfkit.parallel.flat`) all-reduces each rank's slice
 # in turn: a whole all-reduce's bytes either way, as notebook 05 counts them. What the list form's
 # start-ups cost, no call here times apart. Section 3's GPU clusters price NCCL's ring instead,
-# half an all-reduce; each verdict below prints where that price would put its prediction.
+# half an all-reduce; the figure below the readings draws where that price would put each prediction.
 # ZeRO-3 shards by unit, each block and one more for the rest (embeddings, final norm, head):
 # each unit's weights are gathered in forward and again in backward and its gradients
 # reduce-scattered, three calls per unit, nine for this two-block GPT. Every ZeRO stage also
 # makes one call the planner does not count: an all-reduce of one flag per parameter (had it a
 # gradient on any rank? perfkit's `ZeroOptimizer` steps only those), about a hundred bytes, so
-# its cost is two `alpha`s; the prediction charges it too (`with_call`), a term of its own.
+# its cost is two `alpha`s; the prediction charges it too, as one more term of its own (`with_call` adds it).
 # Each reading lists the calls the run counted. The model charges ZeRO 1 and 2 alike: what sets
 # them apart in the code (stage 2 allocates a full-gradient bucket every step and frees it once
 # reduced) is no term of it. Model states are ZeRO's formula on the planner's parameter count
@@ -196,11 +196,11 @@ print(f"efficiency fitted on DDP's step: {pred.efficiency:.3f} of the {here.gpu.
 # of ±25 % is wide against a few milliseconds of collectives, so each reading also says what
 # the collectives cost, with the compute held at DDP's fitted cost: the median as the point,
 # the top of its interval as the most (a bound only if DDP's own all-reduce took its charge),
-# against their charge, and whether the prediction lies outside the measured interval, whatever
-# the window lets through. Those milliseconds all come from one statistic, the median of the
-# rounds' paired differences (the step minus DDP's). The charges price each call at its mean,
+# against their charge; the figure below the readings draws whether the predicted difference
+# lies outside the measured interval, whatever the window lets through. Those milliseconds all
+# come from one statistic, the median of the rounds' paired differences (the step minus DDP's). The charges price each call at its mean,
 # slow calls included, while a median step leaves its slowest rounds out; on which side each
-# prediction falls, each reading prints. Beside it stands what the model predicts with every
+# prediction falls, the figure shows. Beside it stands what the model predicts with every
 # collective dropped: where the window holds that too, no ratio inside it tells the collective
 # terms from none, so the ratio is printed as context, not recorded as a verdict (the window is
 # set before the run, so this choice is too), and the paired difference is what is read
@@ -218,26 +218,40 @@ for n in time_pred:
     print(f"{n}: {terms}")
 
 # %%
-from perfkit.plan import collective_cost, point_and_window, ring_priced, without_collectives, zero2_over_zero1
-from perfkit.viz.plan import step_ratio, verdict_or_context
+from perfkit.plan import (
+    COLLECTIVE_TERMS,
+    collective_cost,
+    point_and_window,
+    without_collectives,
+    zero2_over_zero1,
+)
+from perfkit.viz.plan import plot_step_differences, step_ratio, verdict_or_context
 
 ddp = res.variants["ddp_adamw"]
-local, cost = {}, {}   # each step prediction of this section beside its measured point; collectives' cost
+base_ms = pred.times["ddp_adamw"].total_s * 1e3   # DDP's planned step: a ratio's window times it is a difference's
+local, cost, drawn = {}, {}, {}   # each step prediction beside its measured point; collectives' cost; the figure's rows
 ring = with_call(course_predictions(replace(here, full_reduce_scatter=False), ddp.step_s, batch=BATCH, model=spec), flags_s).times
+
+
+def bare(t):   # a step's terms with every collective dropped, s
+    return sum(x for k, x in t.items() if k not in COLLECTIVE_TERMS)
+
+
 for n, p in time_pred.items():
     v = res.variants[n]
     per_round = stats.median_ratio(v.step_times_s, ddp.step_times_s)   # the rounds alternate the layouts
     comm_s = pred.times[n].collectives_s   # the model's charge for the collectives, the flags' call too
     cost[n] = collective_cost(v.step_times_s, ddp.step_times_s, pred.times[n].total_s - pred.times["ddp_adamw"].total_s, comm_s)
-    made = ", ".join(f"{c} {k.removesuffix('_single').replace('_', '-')}" for k, c in (v.calls or {}).items())
-    said = (f"The run made {made} per step; the all-reduce is the flags' (" + flags_sent((v.sent_bytes or {}).get(
-        "all_reduce", 0), res.world_size, res.n_tensors) + f"), charged at two start-ups, {flags_s * 1e3:.2f} ms. {cost[n]}" + ring_priced(
-                cost[n], ring[n].total_s - ring["ddp_adamw"].total_s) + " " + without_collectives(
-                pred.times[n].terms, pred.times["ddp_adamw"].terms, p.bounds(), measured=per_round.value,
-                collectives_ms=(cost[n].said_cost_ms, comm_s * 1e3)))
+    lo, hi = p.bounds()
+    said = f"Paired difference over DDP's step, predicted / measured: {cost[n].headline()}."
+    if not lo <= bare(pred.times[n].terms) / bare(pred.times["ddp_adamw"].terms) <= hi:   # recorded: say why
+        said += " " + without_collectives(pred.times[n].terms, pred.times["ddp_adamw"].terms, (lo, hi))
     step_ratio(p, per_round, v.step_s / ddp.step_s, said, pred.times[n].terms, pred.times["ddp_adamw"].terms,
-               (cost[n].gap.scaled(1e3), pred.times["ddp_adamw"].total_s * 1e3))
+               (cost[n].gap.scaled(1e3), base_ms))   # a recorded verdict says how the figure's window reads it
     local[f"{n} minus DDP"] = cost[n].point()   # the median paired difference, its interval as judged above
+    drawn[n] = (cost[n].gap.scaled(1e3), cost[n].predicted_s * 1e3, ((lo - 1) * base_ms, (hi - 1) * base_ms),
+                (ring[n].total_s - ring["ddp_adamw"].total_s) * 1e3)
+fig = plot_step_differences(drawn)
 print("median steps, measured / planned (ms): " + ", ".join(
     f"{n} {res.variants[n].step_s * 1e3:.1f} / {pred.times[n].total_s * 1e3:.1f}" for n in COURSE_LAYOUTS)
     + " (DDP's planned step is fitted to its measured one; the ratios are judged, not the steps)")
@@ -457,6 +471,8 @@ for name, tp_job_ in (("tp", tp_job), ("dp_tp", dp_tp_job)):
 # Here, a Llama-style model of about 70 B parameters (SwiGLU, 8 key/value heads) at 8192
 # tokens, 4 Mi tokens per step, on 512 H100s. The same call works from a transformers
 # `config.json`: `perfkit plan --config config.json --gpu h100-sxm --gpus 512`.
+# The report's `ties:` line names the layouts within 6 % of the best step, too close for the
+# planner to rank: the cells after the report derive that band from published runs (section 4's).
 
 # %%
 from perfkit.plan import ATTENTION_EFFICIENCY, model_from_config, named_cluster, plan, report_text, step_time
@@ -490,11 +506,11 @@ print(f"Attention runs here at the matmul's share too (no kernel named): FlashAt
 # rows of one model and sequence in one table, which differ in GPU count, micro-batch or
 # recomputation (none differ in TP, PP or CP, so for those the band is carried over, not
 # measured). The planner's predicted ratio of each pair against the reported one
-# (`paired_error`) gives the band within which it cannot rank layouts. An order comes out wrong
+# (the paired error, `paired_error`) gives the band within which it cannot rank layouts. An order comes out wrong
 # only where the error exceeds the predicted difference and has the opposing sign, so where
 # errors fall either way alike it is right about 3 times in 4 at the median error and 9 times in
 # 10 at the 80th percentile: the band is that percentile, rounded to 6 %, the band `perfkit plan`
-# prints (`perfkit.plan.TIE_BAND`).
+# prints (the tie band, `perfkit.plan.TIE_BAND`).
 #
 # And ZeRO's collectives: by default the planner hides them as the framework does
 # (`Cluster.dp_overlap`, here PyTorch's DDP and FSDP, the report's `overlap:` line): chunk by
@@ -504,11 +520,10 @@ print(f"Attention runs here at the matmul's share too (no kernel named): FlashAt
 # (`sharded_hidden = 1`) brackets that choice. Section 4's targets for the planner against
 # published runs, the course's for a planner (median |error| at most 10 %, the largest at most
 # 20 %, and a median at most half that of a constant MFU per GPU type, the baseline section 4
-# sets beside it), are recorded first: this cell already prints the median.
+# sets beside it), are recorded in the next cell, before the cell after it compares the planner
+# with those runs and prints its median.
 
 # %%
-from perfkit.plan import TIE_BAND, compare, foundry_runs, layout_ranks, megatron_runs, paired_error
-
 targets = {"median": Prediction("median |error| of the planner over the rows not fitted",
                                 "one fitted efficiency per GPU type", high=0.10, physical=(0, None),
                                 measured_here=False),
@@ -517,6 +532,10 @@ targets = {"median": Prediction("median |error| of the planner over the rows not
            "vs_baseline": Prediction("planner's median error over the baseline's", "a model that explains "
                                      "more than a constant", high=0.5, unit="x", physical=(0, None),
                                      measured_here=False)}
+
+# %%
+from perfkit.plan import TIE_BAND, compare, foundry_runs, layout_ranks, megatron_runs, paired_error
+
 cmp = compare(megatron_runs() + foundry_runs())   # section 4: the planner against published runs
 best_s, pe, ranks = big.best[0].time.total_s, paired_error(cmp), layout_ranks(cmp)
 tied = big.ties(TIE_BAND)
@@ -582,10 +601,11 @@ viz.build_widget(plan_widget())
 # `perfkit.plan.runs_data` and `perfkit.plan.published`: a pipeline's last stage also holds the
 # output layer; Megatron-LM in 2021 all-reduced its gradients after the backward, nothing
 # hidden; the PyTorch 2.1 checkpoint of most llm-foundry tables stops rerunning a block once
-# backward has what it needs (`FOUNDRY_EARLY_STOP`); FSDP's `FULL_SHARD` (ZeRO-3) gathers each
+# backward has what it needs (an early stop, `FOUNDRY_EARLY_STOP`); FSDP's `FULL_SHARD` (ZeRO-3) gathers each
 # block's weights in forward and again in backward and reduce-scatters its gradients for every
 # micro-batch, `SHARD_GRAD_OP` (ZeRO-2) gathers once; gradients go in the run's reduce dtype.
-# Of FSDP's collectives the planner hides what Composer's default prefetch
+# Of FSDP's collectives the planner hides what the default prefetch of Composer (MosaicML's trainer,
+# which llm-foundry runs on)
 # (`backward_prefetch='BACKWARD_POST'`) lets it: the forward's gathers and the reduce-scatters,
 # but not the backward's gathers, which PyTorch's documentation says this setting overlaps less:
 # those it charges in full, a modelling choice, not FSDP's rule (for the large H100 table an
@@ -662,9 +682,14 @@ print(f"The default fit (two rows per table) gives a median |error| of {cmp.medi
          "neither other calibration comes lower"))
 
 # %%
+in_sample = (f"In-sample: the rows not fitted are held out from the fitted efficiency only; the table-specific "
+             f"terms were written with these tables in view. Out of sample across tables (each table's "
+             f"efficiency fitted on the other tables of its chip only) the median is {others['other_tables']:.3g}, "
+             "and those terms are still in-sample there.")
 viz.verdict(targets["median"], cmp.median_error, explain={
     "above": f"The constant-MFU baseline's median is {cmp.baseline_median_error:.1%}: the planner's terms "
-             "do not explain what moves MFU from row to row better than a constant does."})
+             "do not explain what moves MFU from row to row better than a constant does. " + in_sample,
+    "held": in_sample})
 worst = cmp.worst
 peers = [r for r in held[worst.run.table] if r is not worst and r.run.model == worst.run.model]
 alone = bool(peers) and max(abs(r.error) for r in peers) < abs(worst.error) / 2
@@ -711,7 +736,7 @@ print(f"rows without recomputation sit above the rows with it in {above} of the 
 # %% [markdown]
 # Where rows without recomputation sit above the rows with it, the planner expects them faster,
 # relative to the checkpointed rows, than they ran: either the extra forward cost those runs
-# less than the planner charges (its blocks at the GEMM's share, its attention at the forward
+# less than the planner charges (its blocks at the share of a GEMM, a general matrix multiply, its attention at the forward
 # kernel's, already cheaper than the backward's), or the runs without it lost time the planner
 # does not count (they are the ones at the largest micro-batch that fits, nearest the memory
 # limit, where the allocator works hardest). No term the planner counts explains it, so it
@@ -724,7 +749,7 @@ print(f"rows without recomputation sit above the rows with it in {above} of the 
 # stages that divide the layers; 20 bytes per parameter (fp32 copies of the gradients kept
 # across steps) and a flattened fp16 gradient copy for the all-reduce. The published choice
 # should be among the three best, or within the planner's tie band on a difference of the best
-# (`TIE_BAND`, section 3: a tie it cannot resolve).
+# (section 3's 6 % tie band: a tie it cannot resolve).
 
 # %%
 for r in ranks:

@@ -69,7 +69,8 @@ print(f"checkpoints on {saving.filesystem_of(WORK)[1]}; timing on {THREADS} of {
 # at least the state's bytes over the storage's write bandwidth (with `fsync`, as a commit
 # needs). An **asynchronous** save (CheckFreq, Mohan et al. FAST 2021; DCP's `async_save`)
 # blocks only while it copies the state into CPU memory ("staging"), then writes it in the
-# background: it blocks at least for one copy of the state, which moves twice its bytes (read
+# background (the **persist**: writing the state to storage, which a synchronous save does while
+# the step waits): it blocks at least for one copy of the state, which moves twice its bytes (read
 # and written), at the rate a copy of a buffer of the state's size runs (measured beside the
 # saves, on the same threads, the fastest of 5; notebook 00's limits file holds copies of
 # other sizes and thread counts, printed beside it, and where its copy nearest that size on
@@ -226,7 +227,7 @@ viz.verdict(p_atomic, float(killed.loaded_step if killed.loaded_exact else -1), 
 # `examples/resilient_train.py` trains a small float64 model with torch DDP on 2 processes
 # under real `torchrun --max-restarts 3` (`perfkit.dist.launch(max_restarts=3)`), saving
 # every 3 steps. At the start of step 7, rank 1 SIGKILLs itself. torchrun stops rank 0,
-# starts both again, and each loads the last complete checkpoint (step 6) with its RNG
+# starts both again after a **rendezvous** (torchrun's agents agreeing on the ranks of the new run), and each loads the last complete checkpoint (step 6) with its RNG
 # states and data position.
 #
 # **Prediction.** Every final tensor (parameters and AdamW state, both ranks) and every
@@ -275,7 +276,8 @@ print(f"R here is one timed restart, so neither it nor the share has an interval
 # A run that saves every `τ` seconds of training, spends `δ` per save, fails as a Poisson
 # process with mean time between failures (MTBF) `M` and takes `R` to come back loses `δ/τ` to saves, `R/M` to restarts
 # and half an interval of work per failure, `τ/(2M)` (half of `τ + δ` counts the save's own
-# time too, a difference that stays small while `δ ≪ τ`):
+# time too, a difference that stays small while `δ ≪ τ`). What is left is the **goodput**, the
+# share of wall time spent on training that is kept:
 #
 # `goodput = 1 - δ/τ - (τ/2 + R)/M`, best at Young's `τ = √(2δM)` (Young 1974).
 #
@@ -457,7 +459,8 @@ print(f"{fr['failures']} failures in {fr['wall_s']:.0f} s (one per {fr['failure_
       f"what of it passed before they began; the killed group took {fr['restart_s']:.3g} s to rejoin, at the load the first line gives. "
       "That wait is "
       f"time, not steps: the survivor's committed steps took {fr['time_goodput']:.1%} of its wall time. "
-      "Load lengthens the step and the rejoin, not the count of steps a kill costs. " + saving.whole_job_text(fr, fr["config"]["groups"]))
+      "All of it was measured at that one load; no run here varies the load, so how load moves these figures "
+      "is not measured. " + saving.whole_job_text(fr, fr["config"]["groups"]))
 ft_model = saving.per_step_prediction(fr["step_s_median"], fr["failure_interval_s"])  # stored run
 p_ft = Prediction(ft_model.what, ft_model.model, value=ft_model.value, rel_tol=ft_model.rel_tol,
                   physical=ft_model.physical, timed=False, measured_here=False)
@@ -625,7 +628,8 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 # * The verdicts are fewer tests than their count: the two "<1 s" verdicts judge section 1's
 #   saves again, sections 4 and 6 judge stored runs, the atomic commit and the differing bits
 #   are exact checks, and a floor or bound (section 1's, the disk's fsync over plain) tests
-#   little where the measurement lies far from it.
+#   little where the measurement lies far from it. The line above the headlines counts the
+#   verdicts by kind, from how each prediction was built.
 # * An asynchronous save costs training its blocked time plus the slowdown of the steps that
 #   run beside its persist, so it is not cheaper than a synchronous one by construction: on
 #   busy cores the slowdown can outweigh the blocked time it spares. The stored run's cost per
@@ -653,12 +657,22 @@ print(f"here (δ = {delta:.3g} s, M = {MTBF_S:.0f} s) {curve.daly_s:.3g} s; Llam
 #   float weights is measured against its time in section 7 (headlines below).
 
 # %%
+from perfkit.viz.saving import verdict_kinds
+
+judged = {"sync floor": p_sync, "staging floor": p_stage, "thread/sync": p_share, "atomic commit": p_atomic,
+          "differing bits": p_bits, "restart share": p_r, "interval sweep": p_sweep, "torchft share": p_ft,
+          "<1 s sync": p_1s_sync, "<1 s thread": p_1s_async, "tmpfs fsync": p_shm, "disk fsync": p_disk,
+          "gzip size": p_gz, "gzip time": p_gz_s}
+if sw["daly_s"] is None:   # the sweep met too few failures: no verdict on it
+    judged.pop("interval sweep")
+print(verdict_kinds(judged, again=("<1 s sync", "<1 s thread")))
 viz.show_headlines({
     "sync save": f"{costs.blocked('sync').value:.3g} s ({viz.si(costs.state_bytes, 'B')})",
     "thread save blocks": f"{costs.blocked('thread').value:.3g} s",
     "floors' share of those times (sync: bytes; thread: copy)": f"{100 * costs.sync_model_s / costs.blocked('sync').value:.2g}%; {100 * costs.staging_floor_s / costs.blocked('thread').value:.2g}%",
-    "async (thread) save, stored run: training lost per save": f"{lost:.3g} s, {ratio:.2g}x its sync save's "
-                                                                f"(one stored run, CPU training on {bench['cores']} cores shared with the writer; {bench['load']})",
+    "async (thread) save, one stored CPU run under load: training lost per save":
+        f"{lost:.3g} s, {ratio:.2g}x its sync save's there (training on {bench['cores']} CPU cores shared with the "
+        f"writer; {bench['load']}; a GPU step competes with a persist differently)",
     '"<1 s" claim, sync save': f"{saving.one_second_sizes(saves['sync'])}; Llama 3 8B's state, one writer at this "
                                f"disk's rates: {big / w.best_bytes_per_s:.3g} to {big * max(w.times_s) / w.nbytes:.3g} s",
     "differing bits after a restart": f"{run.differing_bits + run.loss_bits}",

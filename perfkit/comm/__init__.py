@@ -48,7 +48,7 @@ from perfkit.comm.experiments import (
     ring_regime_text,
     small_sizes_text,
 )
-from perfkit.comm.fits import fits_text
+from perfkit.comm.fits import fits_table, fits_text, loopback_copy_share
 from perfkit.comm.networks import (
     INTERCONNECTS,
     Interconnect,
@@ -90,7 +90,9 @@ __all__ = [
     "measured_rate_text",
     "encoding_pays",
     "fit_quality",
+    "fits_table",
     "fits_text",
+    "loopback_copy_share",
     "gloo_reduce_scatter_text",
     "gloo_reduce_scatter_text",
     "FitQuality",

@@ -336,8 +336,11 @@ def bucket_count_effect(buckets: Sequence[Mapping[str, float]], alpha_s: float,
     gap = lo - diff if diff < lo else diff - hi if diff > hi else 0.0  # s: to the model's nearest end
     largest = max(abs(lo), abs(hi))  # s: the largest effect the model predicts
     if gap <= noise and noise >= largest:
-        return text + (f". The model's largest effect, {si(largest, 's')}, is within that spread: this run "
-                       "can neither support the model nor reject it.")
+        side = "below" if diff < lo else "above"
+        where = f"{si(gap, 's')} {side} the model's range, less than that spread" if gap else "in its range"
+        return text + (f". The measured difference lies {where}; the model's largest effect, "
+                       f"{si(largest, 's')}, is within that spread too: this run can neither support the "
+                       "model nor reject it.")
     if gap and gap <= noise:  # outside the model's range, by less than equal counts spread
         return text + (f". The measured difference lies outside the model's range, {si(gap, 's')} "
                        f"{'below' if diff < lo else 'above'} it, but equal counts spread further than that: "

@@ -157,20 +157,20 @@ class RingCheck:
 
     def regime(self, latency_bound: bool) -> stats.Estimate | None:
         """The median ratio of the sizes at or below the crossover (``True``) or above it, with the
-        medians of their p10 and p90 ratios as its range (the spread of a repeat at a typical size:
-        neither a confidence nor the sizes' own spread, which its description names; none where
-        unknown); ``None`` when no size lies there."""
+        sizes' own range (their smallest to largest ratio: a spread over sizes, not a confidence
+        interval; for one size, its p10 to p90 repetitions, where known); ``None`` when no size lies
+        there."""
         part = slice(0, self.split) if latency_bound else slice(self.split, None)
         r, lo, hi = self.ratios[part], self.low_ratios[part], self.high_ratios[part]
         if not r:
             return None
         v, n = float(np.median(r)), len(r)
-        if len(lo) != n or len(hi) != n or any(x is None for x in lo + hi):
-            return stats.Estimate(v, v, v, None, n, f"median over {n} size{'s' * (n != 1)}")
-        what = ("p10 to p90 of its repetitions, one size" if n == 1 else
-                f"the medians over {n} sizes of each size's p10 and p90 repetitions, not the sizes' own "
-                f"spread: they ran {min(r):.2f}x to {max(r):.2f}x")
-        return stats.Estimate(v, min(v, float(np.median(lo))), max(v, float(np.median(hi))), None, n, what)
+        if n > 1:
+            return stats.Estimate(v, min(r), max(r), None, n, f"the {n} sizes' own spread, smallest to "
+                                  "largest ratio; a spread, not a confidence interval")
+        known = len(lo) == 1 == len(hi) and lo[0] is not None and hi[0] is not None
+        return stats.Estimate(v, min(v, lo[0]) if known else v, max(v, hi[0]) if known else v, None, 1,
+                              "p10 to p90 of its repetitions, one size" if known else "one size")
 
 
 def ring_check(points: Sequence[CollectivePoint], fit2: AlphaBeta, cores: int | None = None) -> RingCheck:
@@ -351,7 +351,8 @@ def ring_check_text(check: RingCheck, points: Sequence[CollectivePoint], fit2: A
     text += (f"{si(fit.bandwidth, 'B/s')} against its {si(model_bw, 'B/s')} ({pace}): against the model, "
              f"the latency {_moved(lat_x)} and the bytes' time {_moved(bytes_x)}")
     if lat_x >= 1.1 and lat_x > bytes_x:
-        return text + (", as processes waiting to be scheduled would make it." if bytes_x > 1 / 1.1 else
+        return text + (": the pattern processes waiting to be scheduled would give, but this run does not "
+                       "measure scheduling waits." if bytes_x > 1 / 1.1 else
                        ". Waiting to be scheduled can lengthen the latency, but does not explain bytes that "
                        "moved faster than the 2-process fit, as these did, against the core stretch"
                        + (measured_rate_text(points2, n, fit) if points2 else
@@ -371,7 +372,7 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
     leaves it open. By the same rule, a median above the stretched model (below the plain one)
     is called above (below) it only when it lies further from it than half that spread. With
     ``band`` (the ``(low, high)`` a verdict judges the median against), it names each size
-    whose own ratio lies outside it (the verdict judges the median); ``held``: first ``held_by_text``.
+    whose own ratio lies outside it; ``held``: first ``held_by_text``.
 
     Raises:
         TypeError, ValueError: for a ``check`` that is not a :class:`RingCheck`, or no size there.
@@ -384,7 +385,7 @@ def ring_regime_text(check: RingCheck, latency_bound: bool, band: tuple[float, f
         said = ring_regime_text(check, latency_bound)
         if held and check.stretch != 1 and band[0] <= 1 and check.stretch <= band[1]:
             said = held_by_text(check.ratios[part], check.stretch, band) + " " + said
-        return said if len(check.ratios[part]) < 2 else said + (" The verdict judges the median; per size, "
+        return said if len(check.ratios[part]) < 2 else said + (" Per size, "
                        + ", ".join(f"{si(nb, 'B')} ({x:.2f}x)" for nb, x in out)
                        + f" lie{'s' * (len(out) == 1)} outside {band[0]:.2f}x to {band[1]:.2f}x." if out else
                        f" Every size's own ratio lies inside {band[0]:.2f}x to {band[1]:.2f}x too.")

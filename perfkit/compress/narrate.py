@@ -16,6 +16,7 @@ from typing import Any
 
 from perfkit._checks import check_real, check_type
 from perfkit.compress.fused import FUSED_MIN_NUMEL
+from perfkit.stats import quantile
 from perfkit.units import si
 
 __all__ = ["cast_floor_text", "ef_gap_text", "fusion_text", "medians_outside", "medians_outside_text",
@@ -164,17 +165,35 @@ def medians_outside(ratios: Mapping[str, Any], medians: Mapping[str, float]) -> 
     return out
 
 
-def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]) -> str:
+def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float],
+                         times: Mapping[str, Sequence[float]] | None = None, baseline: str = "none") -> str:
     """A sentence: for how many methods the ratio of the medians lies outside the paired interval.
 
     Args:
         ratios, medians: as for :func:`medians_outside`; ``ratios``' estimates also carry ``value``.
+        times: each method's step times, s, ``baseline``'s included (optional): where every method
+            lies outside on one side, the upper tail of each (90th percentile over median) is set
+            against ``baseline``'s.
+        baseline: the method every ratio divides by.
 
     Returns:
         The count and the method furthest outside (its ratio of the medians, the distance, and its
-        paired interval around its median paired ratio), or that every one lies inside.
+        paired interval around its median paired ratio), or that every one lies inside. Where five
+        or more all lie on one side, that they share one baseline, so their sides are not
+        independent and no chance of the pattern is given, and, with ``times``, how the
+        baseline's spread compares with the others'.
+
+    Raises:
+        TypeError, ValueError: as for :func:`medians_outside`; ``times`` not a mapping holding
+            ``baseline`` and every method of ``ratios``, or a series that is empty or not finite.
     """
     off = medians_outside(ratios, medians)
+    check_type("baseline", baseline, str)
+    if times is not None:
+        check_type("times", times, Mapping)
+        missing = [m for m in (baseline, *ratios) if m not in times]
+        if missing:
+            raise ValueError(f"times lacks {missing}")
     if not off:
         return "Every method's ratio of the medians lies inside its paired ratio's interval."
     far = max(off, key=off.__getitem__)
@@ -189,12 +208,25 @@ def medians_outside_text(ratios: Mapping[str, Any], medians: Mapping[str, float]
             f"{e.high:.3f}x around {e.value:.3f}x).")
     if len(off) < 5 or 0 < n_up < len(off):
         return text
-    return text + (f" Outside on one side every time, which scatter falling either way at random does with "
-                   f"chance {2 * 0.5 ** len(off):.2g}: the two ratios agree only "
-                   "where a method's steps are none's scaled by one factor, so here they are not. The paired "
-                   "ratio compares a step with none's step of the same round; the ratio of the medians lying "
-                   "outside shows a difference between the runs' step times that the pairs do not see, and "
-                   "the paired intervals, which treat consecutive rounds as independent, do not cover it.")
+    text += (f" Outside on one side every time, but not as {len(off)} independent outcomes: every ratio "
+             f"divides by the same baseline, {baseline}'s steps (its median in each ratio of the medians, "
+             "its step of the round in each paired ratio), so one feature of that one series can move them "
+             "all the same way, and no chance of the pattern applies. The two ratios agree only where a "
+             f"method's steps are {baseline}'s scaled by one factor.")
+    if times is not None:
+        tail = {m: quantile(times[m], 0.9) / quantile(times[m], 0.5) for m in (baseline, *ratios)}
+        b, rest = tail.pop(baseline), tail.values()
+        lo, hi = min(rest), max(rest)
+        text += (f" {baseline}'s 90th percentile step is {b:.2f}x its median, the other methods' {lo:.2f}x "
+                 f"to {hi:.2f}x" + (
+                     f": {baseline}'s steps spread further above their median than any other method's, so "
+                     "their distributions differ in shape." if round(b, 2) > round(hi, 2) else
+                     f": {baseline}'s steps spread less above their median than any other method's, so "
+                     "their distributions differ in shape." if round(b, 2) < round(lo, 2) else
+                     f": by this measure {baseline}'s spread lies among theirs; the shapes differ in a way "
+                     "it does not show."))
+    return text + (" The paired intervals, which treat consecutive rounds as independent, cover the median "
+                   "of the paired ratios, not the ratio of the medians.")
 
 
 def cast_floor_text(name: str, ratio: Any, floor: float, median_ratio: float, short: bool = False) -> str:

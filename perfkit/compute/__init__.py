@@ -21,6 +21,7 @@ from perfkit.compute.attention_cost import (
     eager_bytes_per_score,
     same_call_note,
     saved_bytes_sweep,
+    tile_band,
     tile_miss_note,
     time_attention,
 )
@@ -74,6 +75,7 @@ from perfkit.compute.compiling import (
     GraphReport,
     break_even_elsewhere,
     cold_compile_cost,
+    compiled_elsewhere,
     graph_breaks,
     measure_compile,
 )
@@ -191,6 +193,7 @@ __all__ = [
     "TileCostModel",
     "saved_bytes_sweep",
     "same_call_note",
+    "tile_band",
     "tile_miss_note",
     "time_attention",
     "AttentionFlops",
@@ -306,6 +309,7 @@ __all__ = [
     "attention_sweep",
     "break_even_elsewhere",
     "cold_compile_cost",
+    "compiled_elsewhere",
     "AttentionPoint",
     "BatchSearch",
     "BudgetProbe",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +35,10 @@ from perfkit.estimate import Estimate
 from perfkit.memory.saved_tensors import SavedTensorMeter
 from perfkit.timing import interleaved
 from perfkit.units import si, si_interval
-from perfkit.verdict import Prediction, judge
 
 __all__ = ["IMPLS", "SOFTMAX_PRECISIONS", "AttentionTiming", "CallMix", "TileCostModel", "call_mix",
-           "eager_bytes_per_score", "same_call_note", "saved_bytes_sweep", "tile_miss_note", "time_attention"]
+           "eager_bytes_per_score", "same_call_note", "saved_bytes_sweep", "tile_band", "tile_miss_note",
+           "time_attention"]
 
 IMPLS = ("flash", "eager", "sdpa")
 SOFTMAX_PRECISIONS = ("fp32", "bf16, softmax in fp32", "bf16, softmax in bf16")
@@ -234,7 +234,7 @@ class TileCostModel:
     visited once in each pass, so the count is doubled); ``t_eager = FLOPs / eager_rate``.
 
     Attributes:
-        flop_rate: matmul FLOP/s inside the tiles.
+        flop_rate: the FLOP term's rate, a fitted parameter: not a rate every call stays under.
         per_tile_s: seconds each tile visit costs beyond its FLOPs.
         eager_rate: eager attention's FLOP/s at the longest length fitted (0 where it was not
             timed). Beyond that length ``eager_s`` is an estimate, not a bound either way: the
@@ -325,40 +325,54 @@ def _fitted_misses(points: Sequence[AttentionTiming], model: TileCostModel, batc
                    for p in flash if p.seq_len < longest), key=lambda pm: -abs(pm[1]))
 
 
-def band_note(points: Sequence[AttentionTiming], model: TileCostModel, batch: int = 1, heads: int = 4,
-              head_dim: int = 32) -> str:
-    """The band the fit's largest miss at the fitted lengths sets, and the one point that sets it:
-    its tile and length, its time per FLOP against its tile's median at the other lengths (the
-    model holds a tile's time per FLOP constant in T), and the range the other fitted points
-    lie in. A clause, for the line that prints the fit.
+def tile_band(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
+              heads: int = 4, head_dim: int = 32) -> float:
+    """The relative band for predicting ``tile``'s time at the longest length: that tile's own
+    largest miss (in size) against ``model`` at the fitted lengths (every length but the
+    longest), the error the model shows for this prediction on the data it was fitted on. Other
+    tile sizes' misses do not enter it.
 
     Raises:
         TypeError: for points that are not :class:`AttentionTiming`.
-        ValueError: for fewer than two flash timings at the fitted lengths.
+        ValueError: if ``tile`` has no flash timing at a fitted length.
     """
-    pts = [check_type(f"points[{i}]", p, AttentionTiming)
-           for i, p in enumerate(check_items("points", points))]
-    ranked = _fitted_misses(pts, model, batch, heads, head_dim)
-    if len(ranked) < 2:
-        raise ValueError("band_note needs two flash timings or more at the fitted lengths")
-    (worst, big), rest = ranked[0], [m for _, m in ranked[1:]]
-    text = f"the band is ±{abs(big):.0%}, set by one point, tile {worst.tile}'s at T = {worst.seq_len}"
-    own = [p.median_s / p.flops for p in pts if p.impl == "flash" and p.tile == worst.tile and p is not worst]
-    if own:
-        ratio = worst.median_s / worst.flops / statistics.median(own)
-        text += f" (its time per FLOP {ratio:.1f}x its tile's median at the other lengths)"
-    return text + f"; the other {len(rest)} lie within {min(rest):+.0%} to {max(rest):+.0%}"
+    pts, tile = [check_type(f"points[{i}]", p, AttentionTiming)
+                 for i, p in enumerate(check_items("points", points))], check_int("tile", tile, 1)
+    own = [m for p, m in _fitted_misses(pts, model, batch, heads, head_dim) if p.tile == tile]
+    if not own:
+        raise ValueError(f"tile {tile} needs a flash timing at a fitted length (shorter than the longest)")
+    return abs(own[0])
+
+
+def band_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
+              heads: int = 4, head_dim: int = 32) -> str:
+    """The band :func:`tile_band` sets for ``tile``, and the point that sets it; then the range
+    every tile size's fitted points lie in and whose miss is largest (context: those misses do
+    not enter the band). A clause, for the line that prints the fit.
+
+    Raises:
+        TypeError: for points that are not :class:`AttentionTiming`.
+        ValueError: if ``tile`` has no flash timing at a fitted length.
+    """
+    big, ranked = tile_band(points, model, tile, batch, heads, head_dim), _fitted_misses(points, model, batch,
+                                                                                          heads, head_dim)
+    own, (worst, most), ms = next(p for p, _ in ranked if p.tile == tile), ranked[0], [m for _, m in ranked]
+    text = (f"the band is ±{abs(big):.0%}, tile {tile}'s own largest miss at the fitted lengths "
+            f"(at T = {own.seq_len}); over every tile size the {len(ms)} fitted points lie within "
+            f"{min(ms):+.0%} to {max(ms):+.0%}")
+    return text + ("" if worst is own else f", the largest tile {worst.tile}'s at T = {worst.seq_len} "
+                   f"({most:+.0%})")
 
 
 def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile: int, batch: int = 1,
                    heads: int = 4, head_dim: int = 32, measured: Estimate | None = None) -> str:
     """Where one tile size's medians lay against ``model`` at each length, the fitted ones
     (every length but the longest) and the longest, and whether the fitted lengths' misses share
-    one side (a steady bias) and the longest length's lies on it too; with the
-    fit's largest miss at the fitted lengths, over every tile, and whose it is. With
-    ``measured`` (the judged timing of ``tile`` at the longest length), also the band the other
-    fitted points would set without that one and the outcome the verdict's rule would give
-    against it (not the verdict judged). Sentences, for a verdict's explanation.
+    one side (a steady bias) and the longest length's lies on it too; with the band,
+    :func:`tile_band`, the tile's own largest fitted miss. With ``measured`` (the judged timing
+    of ``tile`` at the longest length) where the predicted time lies outside its interval, that
+    first: how far, and the narrowest bands that keep the outcome from missed and that hold it.
+    Sentences, for a verdict's explanation.
 
     Raises:
         TypeError: for points that are not :class:`AttentionTiming`, or ``measured`` not an
@@ -379,10 +393,19 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
     if not fitted or mine[-1].seq_len != longest:
         raise ValueError(f"tile {tile} needs flash timings at T = {longest} and at a shorter length")
     last, rs = miss(mine[-1]), [miss(p) for p in fitted]
-    worst = max((p for p in flash if p.seq_len < longest), key=lambda p: abs(miss(p)))
-    text = (f"Tile {tile} lay {', '.join(f'{r:+.0%}' for r in rs)} from the model at the fitted "
-            f"T = {', '.join(str(p.seq_len) for p in fitted)}, and {last:+.0%} at T = {longest}: ")
     one_side, big = all(r > 0 for r in rs) or all(r < 0 for r in rs), max(rs, key=abs)   # fitted, together
+    band, pred, text = abs(big), model.flash_s(longest, tile, batch, heads, head_dim), ""  # tile_band's
+    side = measured.clear_of(pred, "s") if check_type("measured", measured, Estimate, optional=True) else None
+    if side:
+        end, far = (measured.low, measured.high) if side == "above" else (measured.high, measured.low)
+        free, whole = (math.ceil(100 * abs(x / pred - 1) - 1e-9) for x in (end, far))
+        (_, lo, hi) = si_interval(measured.value, measured.low, measured.high, "s")
+        text += (f"The predicted {si(pred, 's')} itself lies {'below' if side == 'above' else 'above'} the "
+                 f"measured {measured.label} ({lo} to {hi}), {pred / end:.2f}x its "
+                 f"{'low' if side == 'above' else 'high'} end: a band of ±{free}% or wider keeps the outcome "
+                 f"from missed, of ±{whole}% or wider holds it; this one is ±{band:.0%}. ")
+    text += (f"Tile {tile} lay {', '.join(f'{r:+.0%}' for r in rs)} from the model at the fitted "
+             f"T = {', '.join(str(p.seq_len) for p in fitted)}, and {last:+.0%} at T = {longest}: ")
     text += ("on the same side at every fitted length, a bias the shorter lengths already showed, " + (
         "though not this large" if abs(last) > abs(big) else "within their largest") + f" ({big:+.0%})"
         if one_side and big * last > 0 else
@@ -390,31 +413,8 @@ def tile_miss_note(points: Sequence[AttentionTiming], model: TileCostModel, tile
         "the model was fitted, and the longest length's median on the other side: at its point the bias did "
         "not carry over" if one_side else
         "not on the same side at every fitted length: the shorter lengths do not show it as a steady misfit")
-    own = " (the judged tile's own)." if worst.tile == tile else "."
-    text += (f". The band, ±{abs(miss(worst)):.0%}, is the fit's largest miss where it was fitted: "
-             f"tile {worst.tile}'s at T = {worst.seq_len}{own}")
-    if one_side and worst.tile == tile:
+    text += f". The band, ±{band:.0%}, is this tile's own largest miss where the model was fitted."
+    if one_side:
         text += (" Its fitted misses all on one side, that band measures the model's bias for this tile, not "
                  "scatter: the prediction tests if the bias carried over, not if the model extrapolates.")
-    if measured is None:
-        return text
-    check_type("measured", measured, Estimate)
-    ranked = _fitted_misses(pts, model, batch, heads, head_dim)
-    if len(ranked) < 2:
-        return text
-    (nxt, tol), pred = ranked[1], model.flash_s(longest, tile, batch, heads, head_dim)
-    alt = judge(Prediction(f"tile {tile} at T = {longest}", "the fit", value=pred, rel_tol=abs(tol),
-                           unit=" s"), measured)
-    outcome = alt.outcome + (f" ({alt.direction})" if alt.outcome == "missed" else "")
-    side, band, (_, lo, hi) = measured.clear_of(pred, "s"), abs(miss(worst)), si_interval(
-        measured.value, measured.low, measured.high, "s")
-    if side and judge(replace(alt.prediction, rel_tol=band), measured).outcome != "missed":   # band holds it
-        end, far = (measured.low, measured.high) if side == "above" else (measured.high, measured.low)
-        free, whole = (math.ceil(100 * abs(x / pred - 1) - 1e-9) for x in (end, far))
-        text += (f" The predicted {si(pred, 's')} itself lies {'below' if side == 'above' else 'above'} the "
-                 f"measured {measured.label} ({lo} to {hi}), {pred / end:.2f}x its "
-                 f"{'low' if side == 'above' else 'high'} end: a band of ±{free}% or wider keeps the outcome "
-                 f"from missed, of ±{whole}% or wider holds it; this one is ±{band:.0%}.")
-    return text + (f" Without that one point the band would be ±{abs(tol):.0%} (the next largest miss, tile "
-                   f"{nxt.tile}'s at T = {nxt.seq_len}): {si(pred * (1 - abs(tol)), 's')} to "
-                   f"{si(pred * (1 + abs(tol)), 's')}, against which the same rule would call it {outcome}.")
+    return text

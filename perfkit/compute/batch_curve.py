@@ -212,17 +212,37 @@ class BatchCurve:
         ``i``'s, paired by round, times the token ratio."""
         return stats.median_ratio(self.times_s[j], self.times_s[i]).scaled(self.tokens(i) / self.tokens(j))
 
+    def _rates(self, i: int) -> tuple[int, int, int, int]:
+        """Tokens/s at ``batches[i]`` as :meth:`lines` prints them (whole numbers): the measured
+        interval's ends (the point twice without an interval) and the predicted range's ends."""
+        tok, ends = self.tokens(i), (self.predicted_s()[i], self.predicted_s(cache=False)[i])
+        est = self.step_s(i)
+        a, b = (est.high, est.low) if est.has_interval and est.low < est.high else (est.value, est.value)
+        return round(tok / a), round(tok / b), round(tok / max(ends)), round(tok / min(ends))
+
+    def placement(self, i: int) -> str:
+        """Where ``batches[i]``'s measured tokens/s lie against its predicted range (the two ends
+        of ``R``), judged with the measured step's interval as :meth:`lines` prints both (whole
+        tokens/s): ``"inside"`` where the interval lies within the range, ``"outside"`` where it
+        lies clear of it, ``"at the edge"`` where it reaches across an edge. Without an interval
+        (too few rounds) the point alone decides, inside or outside."""
+        lo, hi, plo, phi = self._rates(i % len(self.batches))
+        return ("inside" if plo <= lo and hi <= phi else "outside" if hi < plo or lo > phi else "at the edge")
+
     def lines(self) -> list[str]:
-        """One line per batch: measured and predicted tokens/s (the two ends of ``R``), ``R`` per
-        token with the cache, faults per step."""
-        ends = list(zip(self.predicted_s(), self.predicted_s(cache=False), strict=True))
+        """One line per batch: measured tokens/s with its interval, predicted tokens/s (the two
+        ends of ``R``) and :meth:`placement` (but at the fitted batch), ``R`` per token with the
+        cache, faults per step."""
         out = []
         for i, b in enumerate(self.batches):
             tag = " (eta fitted here)" if i == self.fit else ""
             per_token_ns = self.roof_s[i] / self.tokens(i) * 1e9
-            out.append(f"batch {b:>3}: {self.tokens(i) / self.step_s(i).value:>8,.0f} tokens/s measured, "
-                       f"{self.tokens(i) / max(ends[i]):>8,.0f} to {self.tokens(i) / min(ends[i]):,.0f} "
-                       f"predicted; roofline {per_token_ns:,.0f} ns/token "
+            lo, hi, plo, phi = self._rates(i)
+            est = self.step_s(i)
+            spread = f" ({est.label} {lo:,} to {hi:,})" if lo < hi else ""
+            where = "" if i == self.fit else f": {self.placement(i)}"
+            out.append(f"batch {b:>3}: {self.tokens(i) / est.value:>8,.0f} tokens/s measured{spread}, "
+                       f"{plo:>8,} to {phi:,} predicted{where}; roofline {per_token_ns:,.0f} ns/token "
                        f"({self.over_cache[i]} ops past the cache), "
                        f"{self.faults_per_step(i):,.0f} page faults/step{tag}")
         return out
@@ -242,9 +262,17 @@ class BatchCurve:
                  f"{self.faults_per_step(i):,.0f} page faults per step at "
                  f"{self.fault_cost.value * 1e6:.2f} us each cost {fault_ms:.1f} ms of its {t * 1e3:.1f} ms")
         off = f"the step took {t * 1e3:.1f} ms against {lo * 1e3:.1f}-{hi * 1e3:.1f} ms predicted"
+        tp, lop, hip = (round(x * 1e3, 1) for x in (t, lo, hi))   # ms, as printed
+        span = sorted({round(abs(tp - hip), 1), round(abs(tp - lop), 1)})
+        gap = " to ".join(f"{x:.1f}" for x in span) + " ms " + (
+            "more than its terms add up to" if tp > hip else "less than its terms add up to")
+        gap = gap if tp > hip or tp < lop else ""
+        why = (f", {gap}; {parts}: both terms are already in the prediction, so the gap lies beyond them, "
+               "and this run does not time what it is" if gap else
+               f", inside that range, so the miss is not in this step's time against the model; {parts}")
         return {"held": f"{parts[0].upper()}{parts[1:]}.",
-                "below": f"Slower than the model: {off}, a cost it does not count; {parts}.",
-                "above": f"Faster than the model: {off}; {parts}."}
+                "below": f"Slower than the model: {off}{why}.",
+                "above": f"Faster than the model: {off}{why}."}
 
 
 def measure_batch_curve(make_step: Callable[[int, int], Callable[[], object]], batches: Sequence[int],

@@ -36,8 +36,8 @@ from perfkit.hw import default_limits_path, device_name
 from perfkit.stats import LEVEL, median_ratio
 from perfkit.timing import Measurement, Timer, interleaved, interleaved_balanced, resolve_device
 
-__all__ = ["CompileRecord", "GraphReport", "break_even_elsewhere", "cold_compile_cost", "graph_breaks",
-           "measure_compile"]
+__all__ = ["CompileRecord", "GraphReport", "break_even_elsewhere", "cold_compile_cost", "compiled_elsewhere",
+           "graph_breaks", "measure_compile"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,57 @@ def break_even_elsewhere(rec: CompileRecord, eager_s: float, compiled_s: float, 
         return out + "."
     return out + (": inside that range." if soon <= n <= late else
                   f": outside that range, so {own} break-even holds for its own rounds only.")
+
+
+def compiled_elsewhere(rec: CompileRecord, eager: Measurement, compiled: Measurement,
+                       where: str = "this sweep's", own: str = "section 3's") -> tuple[Estimate, str]:
+    """Whether another run of the same two steps (``eager``, ``compiled``: timed in other rounds,
+    not in pairs) agrees with ``rec`` that the compiled step is faster, judged on intervals: that
+    run's ratio of medians, eager over compiled, with its interval
+    (:func:`perfkit.stats.median_ratio`, unpaired), beside ``rec``'s paired ratio. Returns that
+    Estimate and a sentence, starting with a space. A run whose interval holds 1x (or that has too
+    few timings for one) does not resolve which step is faster and gives no break-even; one that
+    resolves it gives the break-even range at its interval's ends (at its compiled median), held
+    against ``rec``'s own range (:meth:`CompileRecord.break_even_between`).
+
+    Raises:
+        TypeError: for a ``rec`` that is not a CompileRecord or timings that are not Measurements.
+    """
+    check_type("rec", rec, CompileRecord)
+    check_type("eager", eager, Measurement)
+    check_type("compiled", compiled, Measurement)
+    other = median_ratio(eager.times_s, compiled.times_s, paired=False)
+    mine = rec.paired_ratio()
+    a, b = mine.clear_of(1.0, "x"), other.clear_of(1.0, "x")
+    own_, where_ = own[0].upper() + own[1:], where[0].upper() + where[1:]
+    if a != "above":
+        return other, (f" {own_} rounds do not put the compiled step clearly ahead ({mine.point('x')}, "
+                       f"{mine.describe('x')}), so this notebook cannot say that compiling it pays off.")
+    if b == "below":
+        return other, (f" {where_} interval lies below 1x and {own} above it: the two runs put the compiled "
+                       "step on opposite sides, so whether compiling it pays off is not settled here: "
+                       f"{own} break-even holds for its own rounds only.")
+    if b != "above":
+        why = "interval holds 1x" if other.has_interval else "timings are too few for an interval"
+        return other, (f" {own_} paired interval lies above 1x; {where} {why}, so {where} rounds do not "
+                       f"resolve which step is faster and give no break-even of their own: {own} break-even "
+                       "holds for its own rounds only.")
+    c = compiled.median_s
+
+    def calls(r: float) -> float:
+        return max(rec.compile_s, 0.0) / (c * (r - 1))
+
+    soon, late = calls(other.high), calls(other.low)
+    out = (f" Both intervals lie above 1x. At {where} interval ends (at its compiled median) the "
+           f"{rec.compile_s:.1f} s compile pays back after {soon:,.0f} to {late:,.0f} calls")
+    try:
+        mine_soon, mine_late = rec.break_even_between()
+    except ValueError:
+        return other, out + "."
+    meet = soon <= mine_late and mine_soon <= late
+    return other, out + (f", against {own} {rec.break_even_span('calls')}: "
+                         + ("the two ranges overlap." if meet else
+                            f"the ranges do not overlap, so {own} break-even holds for its own rounds only."))
 
 
 def measure_compile(eager_fn: Callable[[], object], compiled_fn: Callable[[], object],

@@ -141,7 +141,9 @@ class PhaseModel:
 
     def explain(self) -> dict[str, str]:
         """``viz.verdict``'s explanations, computed from the measurement: each phase's time split
-        into its fixed cost and its roofline seconds over ``eta``, and which assumption failed."""
+        into its fixed cost and its roofline seconds over ``eta``, and which assumption failed; outside
+        the band, the one ``eta`` the measured ratio would need (:meth:`one_eta`), past 1 where it
+        needs ops faster than their roofs."""
         f, b = self.reach()
         parts = (f"forward {stats.median(self.fwd_s) * 1e3:.2f} ms = {self.fixed_fwd.value * 1e3:.2f} ms "
                  f"fixed + {self.roof_fwd_s * 1e3:.2f} ms of roofline at {f:.0%} of its speed; backward "
@@ -158,10 +160,14 @@ class PhaseModel:
         held = (f"{parts[0].upper()}{parts[1:]}"
                 + ("." if same else ". Taken apart, the two phases' ops reach shares of their roofs "
                    f"{max(f, b) / min(f, b):.2f}x apart, not the one eta the model assumes; {fits}."))
+        none = " No one eta in (0, 1] gives the measured ratio at the medians"
+        implied = (f" One eta of {one:.0%} for both phases gives the measured ratio at the medians."
+                   if 0 < one <= 1 else none + (f": it would take {one:.2f}, ops faster than their roofs."
+                                                if one < float("inf") else "."))
         return {"held": held,
-                "above": smaller.format("backward's", "forward's", parts),
+                "above": smaller.format("backward's", "forward's", parts) + implied,
                 "below": (f"Ops ran faster than their roofs: {parts}." if max(f, b) > 1
-                          else smaller.format("forward's", "backward's", parts))}
+                          else smaller.format("forward's", "backward's", parts)) + implied}
 
 
 def _forward_backward(wl: Workload, batch: tuple, phase) -> None:  # noqa: ANN001 - a monitor's phase()

@@ -259,7 +259,8 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
     a ratio of medians) against the same ratio in the batch curve's paired rounds (``here``, a
     :class:`perfkit.stats.Estimate`), for a verdict whose floor is ``floor`` (``floor_of`` names
     whose: ``"the crude model's"``): inside or outside ``here``'s interval as printed; outside it,
-    each batch's step time in both runs (``times_s`` maps a batch to (sweep, curve) seconds),
+    each batch's step time in both runs (``times_s`` maps a batch to (sweep, curve) seconds) and
+    its ratio, sweep over curve, saying where the two batches moved opposite ways,
     whether a step moved more than the verdict's margin ``1 - floor`` (a floor below 1x), and on
     which side of ``floor`` the sweep's figure lies: for a floor below 1x always, else where the
     two ratios fall on opposite sides of it (the verdict then holds for the curve's rounds only).
@@ -286,12 +287,17 @@ def two_run_text(swept: float, here: Any, floor: float, batches: tuple[int, int]
                 "interval, and that verdict's side is this curve's rounds'")
         return (out + f"the sweep's figure lies inside this {here.label}{said}. The verdicts judge this "
                 "curve's paired rounds.")
-    moved = "; ".join(f"batch {b} {a * 1e3:.1f} ms there, {c * 1e3:.1f} ms here "
-                      f"({max(a, c) / min(a, c):.2f}x)" for b, (a, c) in times_s.items())
-    out += (f"the sweep's figure lies outside this {here.label} (the step times: {moved}). It is a ratio of "
-            "medians from other rounds, with an error of its own that this interval does not count: the gap "
-            "is that error, or what changed between the runs (the load, or the allocator's state: page "
-            "faults per step, counted above), and this notebook does not tell which.")
+    moved = "; ".join(f"batch {b} {a * 1e3:.1f} ms there, {c * 1e3:.1f} ms here ({a / c:.2f}x)"
+                      for b, (a, c) in times_s.items())
+    ways = {b: "slower" if round(a / c, 2) > 1 else "faster" for b, (a, c) in times_s.items()
+            if round(a / c, 2) != 1}
+    if len(set(ways.values())) > 1:   # the two batches moved opposite ways: the ratio moved by both
+        moved += ("; the two batches moved opposite ways between the runs ("
+                  + ", ".join(f"batch {b} {w} there" for b, w in ways.items()) + ")")
+    out += (f"the sweep's figure lies outside this {here.label} (the step times, there over here: {moved}). "
+            "It is a ratio of medians from other rounds, with an error of its own that this interval does "
+            "not count: the gap is that error, or what changed between the runs (the load, or the "
+            "allocator's state: page faults per step, counted above), and this notebook does not tell which.")
     most = max(max(a, c) / min(a, c) for a, c in times_s.values())
     if floor < 1 and most - 1 > 1 - floor:
         out += (f" A step moved {most - 1:.0%} between the runs, more than {floor_of} {1 - floor:.0%} "

@@ -1,4 +1,5 @@
 """The sentences lecture 07's verdicts append, each computed from the figures it speaks of:
+:func:`pipeline_excess` for the 1-worker step (which stage's slowdown can move it),
 :func:`sleep_explain` and :func:`gil_explain` for the prefetcher's two verdicts,
 :func:`rates_held` for the CPU-bound sweep's ratio, and :func:`rate_context`, the line that
 prints that ratio as context where its sweep is too short to judge it (re-exported by
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from perfkit import stats
 from perfkit._checks import check_int, check_real, check_type
@@ -23,7 +25,8 @@ from perfkit.stats import Estimate
 from perfkit.units import printed_beside, printed_interval, si, si_beside
 from perfkit.verdict import Prediction
 
-__all__ = ["gil_explain", "near_edge", "rate_context", "rates_held", "sleep_explain"]
+__all__ = ["PipelineExcess", "gil_explain", "near_edge", "pipeline_excess", "rate_context", "rates_held",
+           "sleep_explain"]
 
 
 def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at: int,
@@ -64,8 +67,9 @@ def rates_held(rates: Mapping[int, float], model_rates: Mapping[int, float], at:
 def near_edge(prediction: Prediction, measured: Estimate) -> str:
     """A sentence, starting with a space, for a ``"held"`` explanation: how far inside the
     prediction's nearer edge ``measured``'s interval ends, as both are printed, and, where that
-    margin is less than the interval's own width, that the verdict is weak for intervals that
-    treat a run's steps as independent draws (narrower than the run's real uncertainty). ``""``
+    margin is no more than the interval's own width at the printed precision, that the verdict is
+    weak for intervals that treat a run's steps as independent draws (narrower than the run's real
+    uncertainty). ``""``
     without an interval, or where the interval reaches past an edge (the verdict then says so).
 
     Raises:
@@ -87,10 +91,11 @@ def near_edge(prediction: Prediction, measured: Estimate) -> str:
     text = (f" Its {measured.label} ends {si_beside(margin, v, a, b, u)} inside the prediction's {name} "
             f"edge, {si_beside(edge, v, a, b, u)}")
     width = si_beside(phi - plo, v, a, b, u)
-    if margin < phi - plo:
-        return text + (f", less than the interval's own width ({width}): intervals that treat a run's steps "
-                       "as independent draws are narrower than its real uncertainty, so this held verdict "
-                       "is weaker than it reads.")
+    shown = printed_beside(margin, v, a, b, u), printed_beside(phi - plo, v, a, b, u)  # as the reader sees
+    if shown[0] <= shown[1]:
+        return text + (f", {'less than' if shown[0] < shown[1] else 'no more than'} the interval's own width "
+                       f"({width}): intervals that treat a run's steps as independent draws are narrower "
+                       "than its real uncertainty, so this held verdict is weaker than it reads.")
     return text + f", more than the interval's own width ({width})."
 
 
@@ -263,3 +268,88 @@ def _gil_at_median(load: float, compute: float, held: float, slowdown: Estimate,
     if mid > measured:
         return head + f", above the loop's median {measured:.2f} ms but inside {ends}{frac}."
     return head + f", which the loop's median {measured:.2f} ms does not beat{frac}."
+
+
+@dataclass(frozen=True)
+class PipelineExcess:
+    """What :func:`pipeline_excess` found: its ``text``, the stage the model says is longer
+    (``"loader"`` or ``"compute"``; ``"either"`` where the model says the loader but the compute in
+    the loop took at least the loader's time alone) and the step's excess over the model it leaves unsplit, in
+    ms as printed (to one decimal; 0 where the step lies at or below the model)."""
+
+    text: str
+    stage: str
+    unsplit_ms: float
+
+
+def pipeline_excess(step_ms: float, wait_ms: float, rest_ms: float, load_ms: float, compute_ms: float,
+                    jitter_ms: float, cores: int) -> PipelineExcess:
+    """The sentences on a two-stage pipeline's median step (``step_ms``; the loop waited
+    ``wait_ms`` for its batch and spent ``rest_ms`` computing, medians) against the model
+    ``max(load_ms, compute_ms)``, each stage timed alone, by one rule: in steady state a step
+    takes the longer stage's period, so only the slowdown of the stage the model says is longer
+    can move the step. Loader-bound, the step is the worker's period per batch in the loop, and
+    a compute slower (or faster) than alone changes the loop's wait, not the step: the compute's
+    ratio is printed as evidence that the stages share the ``cores``, not as a share of the
+    excess. Compute-bound, the compute's measured slowdown is a term of the excess. Where the
+    model says loader-bound but the compute in the loop took at least ``load_ms``, either stage may
+    set the step, and the excess beyond jitter is left unsplit between them. ``jitter_ms``
+    (the median of the longer of two stages drawn independently, against the longer median;
+    :func:`perfkit.data.balanced_max`) is a term in both.
+
+    Raises:
+        TypeError, ValueError: for times that are not finite numbers (``> 0`` for ``step_ms``,
+            ``load_ms`` and ``compute_ms``, ``>= 0`` for the rest) or a ``cores`` below 1.
+    """
+    for name, v in (("step_ms", step_ms), ("load_ms", load_ms), ("compute_ms", compute_ms)):
+        check_real(name, v, 0, lo_open=True)
+    for name, v in (("wait_ms", wait_ms), ("rest_ms", rest_ms)):
+        check_real(name, v, 0)
+    check_real("jitter_ms", jitter_ms)
+    check_int("cores", cores, 1)
+    loader = load_ms >= compute_ms
+    stage = "loader" if loader else "compute"
+    over = round(round(step_ms, 1) - round(max(load_ms, compute_ms), 1), 1)   # ms, as printed
+    jit, slow = round(jitter_ms, 1), round(rest_ms - compute_ms, 1)
+
+    def ratio(a: float, b: float) -> float:   # of the figures as printed, where they print above 0
+        return round(a, 1) / round(b, 1) if round(b, 1) > 0 else a / b
+
+    took = (f"the compute took {ratio(rest_ms, compute_ms):.2f}x its {compute_ms:.1f} ms alone "
+            f"({slow:+.1f} ms) beside the worker on {cores} core{'s' * (cores > 1)}")
+    head = (f" Of the {over:+.1f} ms the median step lies above the model, jitter (the median of the longer "
+            "of a load and a compute drawn independently from the runs measured apart, against the longer of "
+            f"their medians) makes {jit:+.1f} ms")
+    if loader and round(rest_ms, 1) >= round(load_ms, 1):   # the compute in the loop reached the loader
+        stage = "either"
+        text = (f"The model's longer stage is the loader (B*c = {load_ms:.1f} ms against t_compute = "
+                f"{compute_ms:.1f} ms), but in the loop {took}, {rest_ms:.1f} ms, at least the loader's B*c "
+                f"alone: either stage may have set the {step_ms:.1f} ms median step (the loop also waited "
+                f"{wait_ms:.1f} ms for its batch; medians).")
+        unsplit = round(over - jit, 1)
+        split = head + "; " + (f"the other {unsplit:+.1f} ms this run does not split between the two stages' "
+                               "slowdowns in the loop." if unsplit > 0 else "it covers all of it.")
+    elif loader:
+        text = (f"The model's longer stage is the loader (B*c = {load_ms:.1f} ms against t_compute = "
+                f"{compute_ms:.1f} ms), so the step follows the worker: the loop waited {wait_ms:.1f} ms for "
+                f"its batch and computed {rest_ms:.1f} ms (medians), and the worker delivered a batch every "
+                f"{step_ms:.1f} ms (the median step) against B*c = {load_ms:.1f} ms alone "
+                f"({ratio(step_ms, load_ms):.2f}x). {took[0].upper()}{took[1:]}: evidence that the two share "
+                "the cores, but while the loop waits for the worker the compute's time changes the wait, not "
+                "the step.")
+        unsplit = round(over - jit, 1)
+        split = head + "; " + (
+            f"the other {unsplit:+.1f} ms is the worker's side, its time per batch in the loop beyond B*c "
+            "alone, which this run does not split: the handoff of each batch (section 2a times it) and its "
+            "tokenizing slower beside the loop than alone." if unsplit > 0 else "it covers all of it.")
+    else:
+        text = (f"The model's longer stage is the compute (t_compute = {compute_ms:.1f} ms against B*c = "
+                f"{load_ms:.1f} ms), so the step follows the compute: the loop computed {rest_ms:.1f} ms and "
+                f"waited {wait_ms:.1f} ms for its batch (medians); {took}.")
+        unsplit = round(over - jit - slow, 1)
+        split = head + (f" and the compute's slowdown {slow:+.1f} ms; " + (
+            f"the other {unsplit:+.1f} ms this run does not split: the handoff of each batch (section 2a "
+            "times it) and the loop's own work." if unsplit > 0 else "they cover all of it."))
+    if over <= 0:
+        return PipelineExcess(text, stage, 0.0)
+    return PipelineExcess(text + split, stage, max(unsplit, 0.0))

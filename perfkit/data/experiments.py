@@ -35,7 +35,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from perfkit import stats
 from perfkit._checks import check_int, check_items, check_real, check_type
-from perfkit.data._verdicts import gil_explain, near_edge, rate_context, rates_held, sleep_explain  # noqa: F401 (07's)
+from perfkit.data._verdicts import (  # noqa: F401 (07's)
+    PipelineExcess,
+    gil_explain,
+    near_edge,
+    pipeline_excess,
+    rate_context,
+    rates_held,
+    sleep_explain,
+)
 from perfkit.data.loader import LoaderRecord, PipelineRecord, beyond_model, handoff_part  # noqa: F401 (07's)
 from perfkit.stats import Estimate
 

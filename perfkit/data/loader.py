@@ -314,16 +314,28 @@ def beyond_model(workers: int, record: LoaderRecord, predicted: PipelineRecord) 
             "handoff below is jitter.")
 
 
-def handoff_part(handoff_ms: float, unsplit_ms: float) -> str:
+def handoff_part(handoff_ms: float, unsplit_ms: float, stage: str = "loader") -> str:
     """A clause, starting with ``"; "``, on how much of a step's unsplit remainder (``unsplit_ms``,
-    as printed, to one decimal) one handoff of ``handoff_ms`` per step can be; ``""`` where
-    nothing was left unsplit."""
+    as printed, to one decimal; :attr:`PipelineExcess.unsplit_ms`) one handoff of ``handoff_ms``
+    per step can be; ``""`` where nothing was left unsplit. ``stage`` is
+    :attr:`PipelineExcess.stage`: loader-bound, the rest is the worker's time per batch in the
+    loop beyond its time alone; compute-bound, the loop's own work; ``"either"``, either stage's.
+
+    Raises:
+        TypeError, ValueError: for a ``handoff_ms`` that is not a finite number >= 0 or a
+            ``stage`` other than ``"loader"``, ``"compute"`` and ``"either"``.
+    """
     check_real("handoff_ms", handoff_ms, 0)
+    check_choice("stage", stage, ("loader", "compute", "either"))
     if round(unsplit_ms, 1) <= 0:
         return ""
     head = f"; section 1's 1-worker step left {unsplit_ms:+.1f} ms unsplit, "
     if round(handoff_ms, 2) >= round(unsplit_ms, 1):
         return head + "which one handoff per step this size covers"
+    rest = {"loader": "is the worker taking longer per batch in the loop than alone, which this notebook "
+                      "does not time apart",
+            "compute": "is the loop's own work, which this notebook does not time",
+            "either": "is either stage slower in the loop than alone, which this notebook does not split",
+            }[stage]
     return (head + f"of which one handoff per step this size is {handoff_ms:.2f} ms: the other "
-            f"{unsplit_ms - handoff_ms:.1f} ms is work this notebook does not time, the worker's tokenizing "
-            "slowed beside the loop on the same cores or the loop's own")
+            f"{unsplit_ms - handoff_ms:.1f} ms {rest}")

@@ -17,7 +17,8 @@ Run by :func:`perfkit.dist.launch`; configured by a JSON object (every task opti
 * ``dtensor``: the same GPT under ``parallelize_module`` (Colwise/Rowwise/SequenceParallel,
   ``loss_parallel``): parameters against the unsplit GPT, collectives counted by
   ``CommDebugMode`` for one step of each implementation (forward, backward, perfkit's
-  gradient sums and the SGD step: DTensor all-reduces a ``Partial`` gradient in the step).
+  gradient sums and the SGD step; ``counts`` the whole step, ``in_step`` the SGD step's own
+  window, counted apart, which shows where DTensor all-reduces its ``Partial`` gradients).
 * ``dp_tp``: a ``(dp, tp)`` device mesh, gradients averaged over ``dp`` by
   :class:`perfkit.parallel.BucketedDP`, against the unsplit GPT on the global batch.
 * ``errors``: what :func:`~perfkit.parallel.tp_gpt.parallelize_gpt` raises for its own
@@ -252,18 +253,22 @@ def dtensor(cfg: GPTConfig, batch: int, steps: int) -> dict[str, Any]:
         with loss_parallel():   # backward too runs inside the context
             losses = train(loss, list(model.parameters()), cfg, batch, steps, "sgd")
         rel = max_over_ranks(worst_rel_diff(model, ref)[0])  # before the counted step moves it
-        counts = {}
+        counts, in_step = {}, {}
         ours = parallelize_gpt(seeded_gpt(cfg), None, sp)
         for name, m, fn in (("dtensor", model, _backward(loss, cfg, batch)),
                             ("perfkit", ours, _backward(ours.loss, cfg, batch, ours.sync_grads))):
             opt = make_optimizer(list(m.parameters()), "sgd")
-            # the optimizer step is counted too: DTensor sums Partial gradients when it reads them
+            # two windows: forward + backward (+ perfkit's sums), then the optimizer step alone
             with CommDebugMode() as cm:
                 fn()
-                with loss_parallel():
-                    opt.step()
-            counts[name] = {str(k).split(".")[-1]: v for k, v in cm.get_comm_counts().items()}
-        out[key] = {"rel": rel, "losses": losses, "counts": counts}
+            with CommDebugMode() as cm_step, loss_parallel():
+                opt.step()
+            parts = [{str(k).split(".")[-1]: v for k, v in w.get_comm_counts().items()}
+                     for w in (cm, cm_step)]
+            counts[name] = {k: parts[0].get(k, 0) + parts[1].get(k, 0)
+                            for k in dict.fromkeys([*parts[0], *parts[1]])}
+            in_step[name] = parts[1]
+        out[key] = {"rel": rel, "losses": losses, "counts": counts, "in_step": in_step}
     return out
 
 

@@ -7,6 +7,7 @@ with a measured ``F : I : W`` split (:func:`zb_split_step`), why ZB-H1's step la
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from perfkit._checks import check_int, check_items, check_real, check_type
@@ -166,13 +167,16 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
                  f_i_w: Sequence[float], share: Estimate | None = None,
                  model_share: float | None = None, split_step: float | None = None,
                  f_b: Sequence[float] | None = None, busy_mb: float | None = None,
-                 steps: int | None = None) -> str:
+                 steps: int | None = None, stage_s: Sequence[float] | None = None) -> str:
     """Why ZB-H1's measured step over 1F1B's (``step``) lies where it does against the model's
     ``model_step``, a model that holds the busy time at 1F1B's: the measured busy time per
     stage (``busy``, ZB-H1's over 1F1B's) and bubble factor (``idle``, ``(1 - 1F1B's share) /
     (1 - ZB-H1's)``), each against the model's, with which moved the step more; the split's
     measured action times ``f_i_w`` (F, I, W) against the model's ``1 : 1 : 1`` through Qi et
-    al.'s bubble ``(p - 1)(F + I - W)``; if given, the bubble share against the model's, and
+    al.'s bubble ``(p - 1)(F + I - W)``: with ``stage_s`` (the stage costs the model was fed,
+    seconds of F + B each) against the model's own ``F = I = W``, a third of their mean, and
+    per the measured F beside it; without, per the measured F alone, labelled so; if given, the
+    bubble share against the model's, and
     ``split_step``, what the model fed with the measured split would have predicted
     (:func:`zb_split_step`). With ``f_b``, 1F1B's F and B (seconds, from the same kind of
     step as ``f_i_w``), it sets ZB-H1's unsplit F against 1F1B's and I + W against B, and
@@ -189,9 +193,13 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
 
     Raises:
         TypeError, ValueError: for ``model_step`` or ``split_step`` not > 0, ``f_i_w`` not
-            three times > 0, or ``f_b`` not two times > 0.
+            three times > 0, ``f_b`` not two times > 0, or ``stage_s`` not times >= 0 with a
+            positive mean.
     """
     check_real("model_step", model_step, 0, lo_open=True)
+    own = None if stage_s is None else check_real("stage_s mean", statistics.mean(
+        check_real(f"stage_s[{k}]", x, 0) for k, x in enumerate(check_items("stage_s", stage_s))), 0,
+        lo_open=True) / 3   # the model's F = I = W
     f, i, w = _three("f_i_w", f_i_w)
     side, ends = zb_side(step)
     moved = {"below": "shortened", "above": "lengthened"}.get(side)
@@ -224,11 +232,21 @@ def zb_step_note(step: Estimate, busy: Estimate, idle: Estimate, model_step: flo
             f"moving the step more" + (" on the point figures, though its interval holds the model's: which "
                                        "moved it more is not resolved" if unresolved else "")
             + f". The split's actions ran F : I : W = 1 : {i / f:.2f} : {w / f:.2f}, the "
-            f"model's 1 : 1 : 1; Qi et al.'s bubble, (p - 1)(F + I - W), is {(f + i - w) / f:.2f}x the "
-            "model's at these times")
+            f"model's 1 : 1 : 1; Qi et al.'s bubble, (p - 1)(F + I - W), is "
+            + (f"{si(f + i - w, 's')} per (p - 1) at these times, {(f + i - w) / own:.2f}x the model's "
+               f"(p - 1) F with its F = I = W = {si(own, 's')}, a third of a stage timed alone; per the "
+               f"measured F, {(f + i - w) / f:.2f}x (p - 1) F" if own is not None else
+               f"{(f + i - w) / f:.2f}x (p - 1) F at the measured F"))
     if share is not None and model_share is not None:
-        how = "fell" if share.value < 1 else "rose" if share.value > 1 else "stayed"
-        text += f"; the bubble share {how} to {share.point('x')} of 1F1B's ({against(share, model_share)})"
+        (s1, e1), (sm, em) = zb_side(share), zb_side(share, model_share)   # direction read from the interval
+        how = {"below": "fell to", "above": "rose to"}.get(s1, "was")
+
+        def rel(side: str, what: str) -> str:
+            return f"wholly {side} {what}" if side else f"holds {what}"
+
+        text += (f"; the bubble share {how} {share.point('x')} of 1F1B's ("
+                 + (f"its interval {max(e1, em, key=len)} {rel(s1, '1x')} and {rel(sm, 'the model')}'s "
+                    f"{model_share:.3f}x" if e1 else "no interval") + ")")
     if split_step is not None:
         x = check_real("split_step", split_step, 0, lo_open=True)
         text += (f". Fed with this split (1F1B's B = I + W), the model would have predicted {x:.3f}x, not "

@@ -134,7 +134,7 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
                      "with an example of each:" if p.rejected else
                      "no layout fits, and none could be checked: the GPU count or a fixed degree "
                      "leaves no candidate")
-        lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:5]]
+        lines += [f"  {n:,} layout{'s' * (n != 1)}, e.g. {ex}" for n, _k, ex in _reasons(p.rejected)[:5]]
         return "\n".join(lines)
     lines.append(f"{'#':>2} {'layout':34} {'step s':>9} {'tok/s/GPU':>10} {'MFU':>6} {'EFU':>6} "
                  f"{'mem GB':>7} {'states':>7} {'acts':>6}  limiter")
@@ -151,7 +151,7 @@ def report_text(p: Plan, top: int = 5, defaults: dict[str, str] | None = None) -
     lines.append(f"{len(p.best)} layouts fit, {len(p.rejected)} rejected"
                  + ("; the most common reasons (a layout can fail several checks, each counted):"
                     if p.rejected else ""))
-    lines += [f"  {n:6d} x {ex}" for n, _k, ex in _reasons(p.rejected)[:4]]
+    lines += [f"  {n:,} layout{'s' * (n != 1)}, e.g. {ex}" for n, _k, ex in _reasons(p.rejected)[:4]]
     return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ from perfkit import dist
 from perfkit._checks import check_int, check_items, check_real, check_type
 from perfkit.compute.flops import gpt_train_flops
 from perfkit.hw import MachineLimits
-from perfkit.profiling.capstone_explain import explain_round
+from perfkit.profiling.capstone_explain import explain_round, phase_ms
 from perfkit.profiling.capstone_past import past_bound
 from perfkit.profiling.capstone_text import (
     MIN_TESTABLE_SHARE,
@@ -37,6 +37,7 @@ from perfkit.profiling.capstone_text import (
     Pick,
     Round,
     Total,
+    job_peak,
     loose_bound,
     percent2,
     reads_pick,
@@ -124,9 +125,10 @@ class CapstoneJob:
         return result["tokens_per_step"] / statistics.median(steps or self.after_window(result))
 
     def profiler_slowdown(self, report: Mapping, result: Mapping) -> float:
-        """Mean profiled step over the median unprofiled one: how much the profiler (and any
-        load during the window) stretched the steps the shares were measured on."""
-        return statistics.mean(report["step_times_s"]) / statistics.median(self.after_window(result))
+        """Median profiled step over the median unprofiled one (one statistic on both sides, so a
+        single slow step of a short window does not move it): how much the profiler (and any load
+        during the window) stretched the steps the shares were measured on."""
+        return statistics.median(report["step_times_s"]) / statistics.median(self.after_window(result))
 
     def mfu(self, result: Mapping, peak: float, tokens_per_s: float | None = None) -> float:
         """Model FLOPs (6N per token + attention; position embeddings are a lookup) per
@@ -162,14 +164,6 @@ class CapstoneJob:
         values = smooth(result["losses"], result["tokens_per_step"], result["window_tokens"])
         pts = [(t, v) for t, v in zip(self.clean_seconds(result), values, strict=True) if v is not None]
         return [t for t, _ in pts], [v for _, v in pts]
-
-
-def job_peak(limits: MachineLimits, result: Mapping) -> float:
-    """The measured matmul ceiling (FLOP/s) for the job's precision: bf16 with ``--fix bf16``
-    (when the ceilings include bf16), else fp32."""
-    check_type("limits", limits, MachineLimits)
-    bf16 = "bf16" in result["fixes"] and "bfloat16" in limits.matmul_flops
-    return limits.peak_flops("bfloat16" if bf16 else "float32")
 
 
 def round_speedup(job: CapstoneJob, befores: Sequence[Mapping], after: Mapping) -> Estimate:
@@ -269,8 +263,8 @@ def next_fix(report: Mapping, result: Mapping, job: CapstoneJob, skip: Sequence[
                 k = job.batch_factor
                 return Pick("compute", mfu, k, f"{k:g}x the tokens per step, and a step that cannot "
                             f"get shorter: at most {k:g}x the tokens/s (the measured ceiling, the best rate "
-                            f"recorded on this machine and not a hard limit, leaves about {room:.2g}x: MFU "
-                            f"{shown} in the run the fix was chosen from)", fix, (), by_tokens=True)
+                            f"recorded on this machine and not a hard limit, leaves about {room:.2g}x: its "
+                            f"MFU {shown} in the run the fix was chosen from)", fix, (), by_tokens=True)
             return Pick("compute", mfu, 1 / mfu, f"the peak: MFU {shown} can rise to 100 %",
                         fix, (), f"MFU {shown} leaves about {room:.2g}x of room, while a larger batch "
                         "cannot shorten a step: it buys at most its own factor of tokens per step, so the "
@@ -298,8 +292,11 @@ class FixLoop:
     intervals; ``kept_tps`` each kept round's ``(fix, tokens/s before, tokens/s after)``; ``slow_runs``
     tokens/s of each run of the slow job in the rounds (the last, :meth:`finish`'s repeat, is added to the
     Total only); ``repeats``, the rounds' repeat runs (:attr:`Total.repeats`); ``factors`` each
-    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled steps' mean
-    over its unprofiled steps' median; ``drifted``, the kept fixes whose round is ``Round.within_drift``.
+    configuration run and diagnosed, in the order run (a dropped fix's included): its profiled steps' median
+    over its unprofiled steps' median; ``drifted``, the kept fixes whose round is ``Round.within_drift``;
+    ``credited``, the kept fixes credited with a gain: the loop keeps a fix on its median alone, which keeps
+    fixes on noise (a kept round is selected for reading high), so a kept fix is credited only where its
+    interval lies above 1x or the phases its bound counts fell; the others are applied, not credited.
     """
 
     job: CapstoneJob
@@ -318,6 +315,7 @@ class FixLoop:
     slow_runs: list[float] = field(default_factory=list)
     repeats: list[tuple[str, float, float]] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
+    credited: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_type("job", self.job, CapstoneJob)
@@ -332,7 +330,7 @@ class FixLoop:
         self.rounds = [{"fixes": (), "report": report, "result": result}]
         self.factors = [self.job.profiler_slowdown(report, result)]
         self.slow_runs = [self.job.tokens_per_s(result)]
-        self.repeats, self.drifted = [], []
+        self.repeats, self.drifted, self.credited = [], [], []
         return report
 
     def play(self, announce: Callable[[int, Pick, str], object] | None = None) -> Round | None:
@@ -375,6 +373,8 @@ class FixLoop:
             self.gains.append(est)
             self.kept_tps.append((pick.fix, r.before_tps, r.after_tps))
             self.drifted += [pick.fix] if r.within_drift else []
+            ms = [sum(phase_ms(x).get(k, 0.0) for k in pick.phases) for x in (last["report"], report)]
+            self.credited += [pick.fix] if est.clear_of(1.0, "x") == "above" or ms[1] < ms[0] else []
         else:  # not faster: the next round starts from the configuration before it
             self.tried[pick.fix] = est
         return r

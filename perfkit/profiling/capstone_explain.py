@@ -118,7 +118,7 @@ def _window(gain: float, before: Mapping, after: Mapping, tokens_x: float, slowd
                    if near else f"{'above' if g0 > window else 'below'} the window's gain by more than a "
                    "tenth: even against its own run, the window moved otherwise"))
     why = ("" if slowdown_after is None else
-           f": the profiled steps' mean took {slowdown:.2f}x the unprofiled steps' median before the fix "
+           f": the profiled steps' median took {slowdown:.2f}x the unprofiled steps' median before the fix "
            f"and {slowdown_after:.2f}x after it, " + (
                "within a tenth of each other, so the profiler weighed on the two about alike"
                + ("" if apart else ": the runs themselves moved otherwise than their windows") if alike else
@@ -142,7 +142,7 @@ def _crossed(pick: Pick, gain: float, before_report: Mapping, slowdown: float,
         return (f"against {run} alone the fix measures {g0:.2f}x, within its {pick.bound:.3g}x: the other "
                 f"run before ({', '.join(f'{t:,.0f}' for t in befores_tps[1:])} tokens/s) moved the mean "
                 "across it: the runs before drifted, the fix did not remove more than its share"), False
-    step = statistics.mean(before_report["step_times_s"]) * 1e3 / slowdown  # ms, unprofiled
+    step = statistics.median(before_report["step_times_s"]) * 1e3 / slowdown  # ms, the unprofiled median
     return (f"against {run} alone the fix measures {g0:.2f}x: it removed {step * (1 - 1 / g0):.1f} ms of "
             f"that run's {step:.1f} ms unprofiled step, more than the {pick.share * step:.1f} ms "
             f"({pick.share:.1%}) the bound allows, so either the bound's phases took longer without the "
@@ -207,6 +207,27 @@ def _fall_short(pick: Pick, gain: float, before: Mapping, factor: float, ms_befo
             f"unprofiled step by the bound's rule), which accounts for at most {most:.2f}x, short of the "
             f"figure, {gain:.2f}x: the phases the diagnoses measured do not explain this round's gain, "
             "whatever its verdict reads.")
+
+
+def _window_past_share(pick: Pick, before: Mapping, after: Mapping, ms_before: Mapping[str, float],
+                       ms_after: Mapping[str, float]) -> str:
+    """Where the profiled window's own gain (same tokens per step) beats the bound its own share of
+    the bound's phases gives (``1 / (1 - share)``, both as printed): the phases the fix does not touch
+    shrank too, by how much, and the two that fell most; ``""`` otherwise."""
+    share = sum(before["shares"].get(k, 0.0) for k in pick.phases)
+    window = window_gain(before, after)
+    if not pick.phases or share >= 1 or window is None or round(window, 2) <= round(1 / (1 - share), 2):
+        return ""
+    rest = [k for k in ms_before if k not in pick.phases]
+    was, now = (sum(ms.get(k, 0.0) for k in rest) for ms in (ms_before, ms_after))
+    fell = sorted((k for k in rest if ms_before[k] > ms_after.get(k, 0.0)),
+                  key=lambda k: ms_after.get(k, 0.0) - ms_before[k])[:2]
+    return (f" The profiled window gained {window:.2f}x, past the {1 / (1 - share):.2f}x that removing the "
+            f"whole of its own {' + '.join(pick.phases)} share ({share:.1%}) allows it: the phases the fix "
+            f"does not touch went {was:.1f} -> {now:.1f} ms per profiled step"
+            + (f" ({_moves(ms_before, ms_after, fell)})" if fell else "")
+            + ", so the window's phase accounting does not hold this gain to the fix's phases; this run does "
+            "not time why they shrank.")
 
 
 def _sync_split(before: Mapping, after: Mapping, rose: bool, reads_fix: bool) -> str:
@@ -344,7 +365,9 @@ def explain_round(pick: Pick, gain: float, before_report: Mapping, slowdown: flo
                             + (f" The loop keeps the fix on its median speedup, {gain:.2f}x, above 1x, "
                                "not on these phases: they do not show where a gain came from."
                                if gain >= 1 and pick.fix != "data" else ""))
-            said.append(decided + _data_alone(pick, gain, before_report, slowdown, ms_before, ms_after))
+            said.append(decided + _data_alone(pick, gain, before_report, slowdown, ms_before, ms_after)
+                        + ("" if by_tokens else _window_past_share(pick, before_report, after_report,
+                                                                     ms_before, ms_after)))
     windows = "" if ms_after is None else _window(gain, before_report, after_report, tokens_x, slowdown,
                                                   slowdown_after, befores_tps)
     drift = _drift(gain, befores_tps, pick.bound)

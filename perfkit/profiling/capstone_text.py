@@ -25,12 +25,12 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from perfkit._checks import check_real, check_type
+from perfkit.hw import MachineLimits
 from perfkit.stats import Estimate
 
-__all__ = ["Pick", "Round", "Total", "percent2", "reads_pick", "still_listed"]
+__all__ = ["Pick", "Round", "Total", "job_peak", "percent2", "reads_pick", "still_listed"]
 
 # a finding's share below this bounds its fix's gain within 5 % of 1x: the loop's runs, minutes
 # apart on a shared machine, repeat no closer (the rounds' intervals span tens of percent), so
@@ -52,20 +52,22 @@ SHARE_CAP = 0.99
 def scaled_share(profiled: float, slow: float) -> tuple[float, str]:
     """A ``profiled`` share times the factor ``slow`` (:func:`unprofiled_factor`), taken at most at
     :data:`SHARE_CAP`, and the words that finish a bound's model with it, computed: below the cap,
-    ``"so X of an unprofiled step is the most it can take"``; at or above it, the product as it is,
-    never the capped figure, and what it means for the bound (none: the fix may remove the step)."""
+    ``"so X of an unprofiled step is the most it can take"``; at or above it, no share of an
+    unprofiled step is printed (none above 100 % exists): where the product passes 1, the premise
+    (a phase takes no longer without the profiler than with it) failed in this round, and no bound
+    is printed; at the cap up to 1, the fix may remove the whole step (no finite bound)."""
     raw = profiled * slow
     if raw < SHARE_CAP:
         return raw, f"so {raw:.1%} of an unprofiled step is the most it can take"
-    past = ("more than the whole step: the factor is larger than this round's phases allow, so it "
-            "holds load that differed between the window and the runs beside the profiler's cost: a "
-            "most past the whole step is one no phase can reach, so it bounds nothing here, and the "
-            "other rounds' factors may hold such load too, which loosens their bounds"
-            if raw > 1 else "the whole step, within a percent")
-    return SHARE_CAP, (f"which gives {profiled:.1%} x {slow:.2f} = {raw:.1%} of an unprofiled step, {past}; "
-                       "as a bound this says nothing: the fix may remove up to the whole step, no finite "
-                       f"gain (taken as {SHARE_CAP:.0%}, {1 / (1 - SHARE_CAP):.0f}x, in the arithmetic "
-                       "only, not measured)")
+    if raw > 1:
+        return SHARE_CAP, (f"which would make its phases {raw:.2f} times a whole unprofiled step "
+                           f"({profiled:.1%} x {slow:.2f}), more than any phase can take: the premise that "
+                           "a phase takes no longer without the profiler than with it failed in this round "
+                           "(the window and the runs bore different load), so no bound is printed (the "
+                           f"arithmetic alone takes {SHARE_CAP:.0%}, {1 / (1 - SHARE_CAP):.0f}x)")
+    return SHARE_CAP, (f"which gives {raw:.1%} of an unprofiled step, the whole step within a percent: "
+                       "the fix may remove up to the whole step, no finite bound (taken as "
+                       f"{SHARE_CAP:.0%}, {1 / (1 - SHARE_CAP):.0f}x, in the arithmetic only, not measured)")
 
 
 def loose_bound(share: float, profiled: float, slow: float) -> str:
@@ -76,9 +78,14 @@ def loose_bound(share: float, profiled: float, slow: float) -> str:
         return ""
     alone = f"{1 / (1 - profiled):.3g}x" if profiled < 1 else "no bound"
     if profiled * slow >= SHARE_CAP:
+        if profiled * slow > 1:
+            return (f"the profiled share times the factor, {profiled:.1%} x {slow:.2f}, passes a whole "
+                    "unprofiled step: the premise of the bound failed in this round, so there is no finite "
+                    f"bound to test (the profiled share alone, {profiled:.1%}, gives {alone}, a bound on the "
+                    "profiled window's own gain)")
         return (f"the profiled share times the factor, {profiled * slow:.1%} of an unprofiled step, leaves "
                 f"no finite bound, so it cannot test the share (the profiled share alone, {profiled:.1%}, "
-                f"gives {alone}; the factor {slow:.2f} that carries it past the step mixes the profiler's "
+                f"gives {alone}; the factor {slow:.2f} that carries it to the step mixes the profiler's "
                 "cost with load)")
     return (f"the bound is {1 / (1 - share):.3g}x ({share:.1%} of an unprofiled step), "
             f"{1 / (1 - MAX_TESTABLE_SHARE):.0f}x or more: it claims only that the fix leaves at least "
@@ -181,6 +188,14 @@ class Total:
                                              or self.product.high < self.direct.low)
 
 
+def job_peak(limits: MachineLimits, result: Mapping) -> float:
+    """The measured matmul ceiling (FLOP/s) for the job's precision: bf16 with ``--fix bf16``
+    (when the ceilings include bf16), else fp32."""
+    check_type("limits", limits, MachineLimits)
+    bf16 = "bf16" in result["fixes"] and "bfloat16" in limits.matmul_flops
+    return limits.peak_flops("bfloat16" if bf16 else "float32")
+
+
 def percent2(share: float) -> str:
     """``share`` (a fraction) in percent to two significant figures, trailing zeros kept
     (``"3.0%"``, ``"20%"``, ``"0.50%"``): an MFU whose runs minutes apart differ by tens of
@@ -208,12 +223,12 @@ def unprofiled_factor(slowdown: float) -> tuple[float, str]:
     """
     check_real("slowdown", slowdown, 0, lo_open=True)
     if slowdown >= 1:
-        return slowdown, (f"times {slowdown:.2f}, the profiled steps' mean over the unprofiled steps' median "
-                          "(the profiler's cost and any load that differed between the window and the runs, "
-                          "together)")
-    return 1.0, (f"times 1 (the profiled steps' mean measured {slowdown:.2f}x the unprofiled steps' median: "
-                 "below 1, so load that differed between the window and the runs, not the profiler, set it; "
-                 "never taken below 1)")
+        return slowdown, (f"times {slowdown:.2f}, the profiled steps' median over the unprofiled steps' "
+                          "median (the profiler's cost and any load that differed between the window and the "
+                          "runs, together)")
+    return 1.0, (f"times 1 (the profiled steps' median measured {slowdown:.2f}x the unprofiled steps' "
+                 "median: below 1, so load that differed between the window and the runs, not the profiler, "
+                 "set it; never taken below 1)")
 
 
 def reads_pick(report: Mapping, fix: str, slowdown: float = 1.0) -> Pick:
@@ -284,119 +299,3 @@ def still_listed(report: Mapping, fix_for_finding: Mapping[str, Sequence[str]], 
         out.append(f"[{f['severity']}] {f['kind']} ({f['share']:.1%} of the last step): "
                    + (", ".join(did) or "no fix for it in this job"))
     return out
-
-
-def repeats_text(t: Total) -> str:
-    """Which way each configuration's repeat inside a round went against the run it repeats, in
-    the order they ran: a kept configuration's seam reads its run, then the mean of that run and
-    its later repeat, so it reads slower exactly when the repeat ran slower; the slow job's seam
-    sets the mean of its first and last runs against the mean of its first run and its repeat, so
-    its repeat is set against its first run here (the first of ``t.slow_runs_tps``). Under load
-    drifting both ways alike, all ``n`` the way they point has probability ``1 / 2 ** n``, and
-    all one way, either way, ``2 / 2 ** n``: both are said for 3 or more, all one way. For
-    :func:`perfkit.viz.capstone.seams_text`; not re-exported.
-
-    Raises:
-        TypeError: for ``t`` that is not a :class:`Total`.
-    """
-    check_type("t", t, Total)
-    runs = [(f"after --fix {name}", b < a) for name, a, b in t.seams[1:]]
-    if len(t.slow_runs_tps) > 1:  # the slow job's repeat ran slower than its first run
-        runs.insert(0, ("the slow job", t.seams[0][2] < t.slow_runs_tps[0]))
-    slower, faster = ([name for name, s in runs if s == way] for way in (True, False))
-    n = len(runs)
-    if t.repeats:  # every repeat run, the dropped rounds' and the last one's included
-        return every_repeat_text(t) + _seam_against_time(t, runs)
-    if n >= 3 and not (slower and faster):
-        chance = (f" (under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} "
-                  f"for all {n} one way, either way)")
-        return (f" In the order the runs ran, all {n} repeats inside a round ran "
-                + ("slower than the run they repeat" + chance + ": a repeat slower than the run it repeats "
-                   "biases its round's \"before\" low, and its speedup high" + _high(t) if slower else
-                   "faster than the run they repeat" + chance + ": each round's \"before\" then reads high, "
-                   "and its speedup low."))
-    parts = ([f"slower than the run it repeats for {_names(slower)}, which biases {_rounds(slower)} "
-              "\"before\" low, and its speedup high"] if slower else [])
-    if faster:
-        parts.append(("and faster for " if slower else "faster than the run it repeats for ")
-                     + f"{_names(faster)}, which biases {_rounds(faster)} \"before\" high, and its "
-                     "speedup low")
-    out = " In the order the runs ran, the repeat inside a round ran " + "; ".join(parts) + "." if n else ""
-    return out + _seam_against_time(t, runs)
-
-
-def _seam_against_time(t: Total, runs: list[tuple[str, bool]]) -> str:
-    """Where the slow job's seam reads the other way than its repeat in the first kept round ran."""
-    seam_slower = t.seams[0][2] < t.seams[0][1]
-    if len(t.slow_runs_tps) > 1 and runs and seam_slower != runs[0][1]:
-        return (f" The slow job's seam reads {'slower' if seam_slower else 'faster'} although "
-                f"its repeat ran {'slower' if runs[0][1] else 'faster'}: its first reading holds its last "
-                f"run, {t.slow_runs_tps[-1]:,.0f} tokens/s.")
-    return ""
-
-
-def every_repeat_text(t: Total) -> str:
-    """Which way every repeat run went against the run it repeats (:attr:`Total.repeats`, in the
-    order run), and, for 3 or more, the chance under load drifting both ways alike (each repeat
-    as likely faster as slower) of at least as many one way, either way, as ran the more common
-    way; repeats that read exactly alike are left out of that count. That chance is printed only
-    where it can fall below 5 %: fewer than 6 repeats say that even all one way could not, and a
-    split as even as their count allows says so instead of a chance of 1. "" without repeats.
-
-    Raises:
-        TypeError: for ``t`` that is not a :class:`Total`.
-    """
-    check_type("t", t, Total)
-    if not t.repeats:
-        return ""
-    way = {"faster": [w for w, a, b in t.repeats if b > a], "slower": [w for w, a, b in t.repeats if b < a]}
-    said = [f"{k} in {len(v)} ({_names(v)})" for k, v in way.items() if v] or [
-        f"as fast in all {len(t.repeats)}"]
-    last = any(w.startswith("the slow job") for w, _, _ in t.repeats)
-    out = (f" In the order the runs ran, {len(t.repeats)} runs repeated a configuration (each round's "
-           "configuration before, run again after its fix, whether the fix was kept or dropped"
-           + (", and the slow job after the rounds" if last else "")
-           + "): against the run it repeats, the repeat ran " + " and ".join(said)
-           + (f", and as fast in {len(t.repeats) - sum(map(len, way.values()))}"
-              if 0 < sum(map(len, way.values())) < len(t.repeats) else "") + ".")
-    m, k = sum(map(len, way.values())), max(map(len, way.values()))
-    if m >= 3:
-        tail = Fraction(sum(math.comb(m, j) for j in range(m + 1) if max(j, m - j) >= k), 2 ** m)
-        some = f"all {m}" if k == m else f"{k} or more of {m}"
-        least = Fraction(2, 2 ** m)  # all one way, either way: the smallest chance m repeats can give
-        if least >= 0.05:
-            out += (f" Under load drifting both ways alike, even all {m} one way, either way, would have a "
-                    f"chance of {least.numerator} in {least.denominator} ({float(least):.0%}): too few "
-                    "repeats for their count to show load drifting one way.")
-        elif tail == 1:
-            out += (f" A split of {k} to {m - k} is the most even {m} repeats allow: no evidence of load "
-                    "drifting one way.")
-        else:
-            out += (f" Under load drifting both ways alike, {some} one way, either way, has a chance of "
-                    f"{tail.numerator} in {tail.denominator} ({float(tail):.0%})"
-                    + (": these repeats are no evidence of load drifting one way." if tail >= 0.05 else "."))
-    if way["slower"] and not way["faster"]:
-        return out + (" A repeat slower than the run it repeats biases its comparison's \"before\" low, and "
-                      "its speedup high" + _high(t))
-    return out + "".join([" A repeat faster than the run it repeats biases its comparison's \"before\" high, "
-                          "and its speedup low" + ("; a slower one, the reverse." if way["slower"] else ".")]
-                         if way["faster"] else [])
-
-
-def _high(t: Total) -> str:
-    """After "all repeats ran slower": what that bias did to the rounds' product, computed."""
-    p, d = t.product.value, t.direct.value
-    return (f": every round's speedup, as the figure draws it, reads higher than against its first run "
-            f"before alone, and their product, {p:.2f}x, "
-            f"lies {p / d:.2f}x above the {d:.2f}x measured directly." if p > d else
-            f"; their product, {p:.2f}x, still lies at or below the {d:.2f}x measured directly.")
-
-
-def _rounds(names: list[str]) -> str:
-    """Whose "before" a repeat biases: one round's or several."""
-    return "that round's" if len(names) == 1 else "each such round's"
-
-
-def _names(names: list[str]) -> str:
-    """``"a, b and c"``."""
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -189,7 +189,7 @@ def _render(rep: dict[str, Any], md: bool) -> str:
     if not rep["findings"]:
         lines.append(f"{li}none: no cause crosses its threshold")
     for i, f in enumerate(rep["findings"], 1):
-        gain = f"; fixing it can speed the step up at most {f['max_speedup']:.2f}x" \
+        gain = f"; removing it speeds the step up {f['max_speedup']:.2f}x if the rest is unchanged" \
             if f["max_speedup"] and f["severity"] != "info" else ""
         lines.append(f"{i}. [{f['severity']}] {f['kind']}: {f['evidence']}{gain}")
         lines += [f"   {'-' if md else '*'} fix: {x}" for x in f["fix"]]

@@ -3,8 +3,8 @@
 :func:`rank_record` turns one rank's :class:`~perfkit.profiling.recorder.StepRecorder`
 into a JSON-able dict; :func:`build_report` merges the ranks' records and judges them with
 the one set of rules (:func:`~perfkit.profiling.diagnose_shares`, at
-:meth:`~perfkit.profiling.Thresholds.for_command`), ranked by the most the fix can gain
-(Amdahl's law: removing a share ``s`` of the step speeds it up at most ``1 / (1 - s)``).
+:meth:`~perfkit.profiling.Thresholds.for_command`), ranked by what removing each cause gains if
+the rest of the step is unchanged (Amdahl's law: removing a share ``s`` speeds it up ``1 / (1 - s)``).
 :mod:`perfkit.profiling.render` prints it.
 
 Usage::

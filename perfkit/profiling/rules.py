@@ -7,8 +7,10 @@ trace read by :func:`~perfkit.profiling.trace_breakdown` or
 :func:`~perfkit.profiling.attribute_trace`, or the merged ranks of ``perfkit diagnose``
 (:func:`~perfkit.profiling.build_report` builds their :class:`StepShares`). A rule whose
 evidence the source did not measure (syncs, FLOPs per operator, several ranks, enough
-steps for jitter) stays silent. Findings are ranked by the most their fix can gain
-(Amdahl's law: removing a share ``s`` of the step speeds it up at most ``1 / (1 - s)``).
+steps for jitter) stays silent. Findings are ranked by what removing their cause gains if the
+rest of the step is unchanged (Amdahl's law: removing a share ``s`` of the step speeds it up
+``1 / (1 - s)``). That is no bound: removing work from the process can also speed up the rest of
+the step (less contention for its cores and caches), as notebook 01's data fix measures.
 
 Usage::
 
@@ -126,7 +128,9 @@ class Finding:
 
     @property
     def max_speedup(self) -> float | None:
-        """Amdahl's bound on what removing the cause gains, ``1 / (1 - share)``."""
+        """What removing the cause gains if the rest of the step is unchanged (Amdahl),
+        ``1 / (1 - share)``: no bound, since removing it can speed up the rest too (the name is
+        ``report.json``'s key)."""
         return 1 / (1 - self.share) if self.kind != "jitter" and 0 <= self.share < 1 else None
 
     def record(self) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def attention_widget(model: TileCostModel, points: Sequence[AttentionTiming] = (
 
 def rate_note(points: Sequence[AttentionTiming], model: TileCostModel) -> str:
     """Whether any tiled call, whole (its per-tile overheads included), ran above ``model``'s
-    fitted FLOP rate inside the tiles, which the model makes a ceiling on every call: where
+    fitted FLOP-rate parameter, which the model makes a ceiling on every call: where
     some did, a sentence naming them with their whole-call rates (the fit's rate is then not one
     the tiles run at: one rate and one cost per visit do not fit every tile size); where none
     did, a sentence saying each stayed below it. Starts with a space. (Text, kept beside the
@@ -297,13 +297,13 @@ def rate_note(points: Sequence[AttentionTiming], model: TileCostModel) -> str:
         digits += 1
     rate = si(model.flop_rate, "FLOP/s", digits)
     if not fast:
-        return (f" Every tiled call ran below the fit's rate inside the tiles, {rate}, as the model, which "
+        return (f" Every tiled call ran below the fitted rate parameter, {rate}, as the model, which "
                 "adds each tile visit's cost to the FLOPs' time, requires.")
     names = ", ".join(f"tile {p.tile} at T = {p.seq_len} ({si(p.flops / p.median_s, 'FLOP/s', digits)})"
                       for p in fast)
-    return (f" Whole calls, their tile visits included, ran above the fit's rate inside the tiles, {rate}: "
-            f"{names}. The model makes that rate a ceiling on every call, so the fitted rate is not one the "
-            "tiles run at: one rate and one cost per visit do not fit every tile size alike.")
+    return (f" Whole calls, their tile visits included, ran above the fitted rate parameter, {rate}: "
+            f"{names}. The model makes that rate a ceiling on every call, so it is a fitted parameter, not a "
+            "rate the tiles run at: one rate and one cost per visit do not fit every tile size alike.")
 
 
 def rounds_note(times_s: Sequence[float], measured: Estimate, where: str) -> str:

@@ -24,11 +24,11 @@ from matplotlib.ticker import FuncFormatter
 
 from perfkit._checks import check_items, check_real, check_type
 from perfkit.profiling.capstone import Round, Total
-from perfkit.profiling.capstone_text import WIDENED, WIDENED_COVERS, Pick, repeats_text
+from perfkit.profiling.capstone_text import WIDENED, WIDENED_COVERS, Pick
 from perfkit.stats import Estimate
 from perfkit.units import si_beside, si_interval
 from perfkit.verdict import Prediction
-from perfkit.viz.capstone_tally import context_outcome, round_context, tally_text
+from perfkit.viz.capstone_tally import context_outcome, repeats_text, round_context, tally_text
 from perfkit.viz.capstone_target import ceiling_text, headline_rate, target_context, target_text
 from perfkit.viz.core import tidy
 
@@ -103,10 +103,10 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         title: the figure's title.
         unit: what the speedup is of (the y label).
         total: the whole gain measured directly (``None``: the rounds' product is the total).
-        unresolved: the fixes whose measured speedup's interval holds 1x: drawn grey and
-            labelled so, since the run cannot tell their gain from none; the other gains are
-            then those whose interval lies above 1x (``None``: no intervals known). A legend
-            below the axes names the colours.
+        unresolved: the fixes applied but not credited (:attr:`FixLoop.credited`: an interval
+            that holds 1x and phases that did not fall): drawn grey and labelled so, since the run
+            cannot tell their gain from none; the other gains are then credited ones (``None``:
+            none judged). A legend below the axes names the colours.
         intervals: each step's speedup interval ``(low, high)``, in the order of ``steps``: drawn
             as a line through the bar's top, from the running product before it times ``low``
             to it times ``high`` (``None``, or ``low == high``, an estimate without interval: none
@@ -152,7 +152,8 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         bars.append((DRIFT, product, total))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.2 * len(bars) + 2.6), 4.3))  # room for a long title
     names = [b[0] for b in bars] + ["total"]
-    legend = {_UP: "a gain, interval above 1x" if judged else "faster", _FLAT: "interval holds 1x",
+    legend = {_UP: "a gain: interval above 1x, or its phases fell" if judged else "faster",
+              _FLAT: "applied, not credited: interval holds 1x and its phases did not fall",
               _WITHIN: "a gain, but no larger than its runs before lay apart",
               _DOWN: "slower", _DRIFT_COLOR: "drift between runs (the seams), not a fix",
               _TOTAL: "total" + (", measured directly" if direct else "")}
@@ -164,7 +165,7 @@ def plot_waterfall(steps: Sequence[tuple[str, float]], title: str = "",
         ax.bar(i, math.log2(hi) - math.log2(lo), bottom=math.log2(lo), color=color, width=0.6)
         if i:  # the connector from the previous bar's top
             ax.plot([i - 1.3, i - 0.3], [math.log2(lo)] * 2, color="0.5", lw=0.8)
-        label = f"{hi / lo:.2f}x" + ("\ninterval holds 1x" if name in unresolved else
+        label = f"{hi / lo:.2f}x" + ("\nnot credited" if name in unresolved else
                                      "\nwithin the runs' drift" if name in drifted else "")
         if i < len(spans) and spans[i][0] < spans[i][1]:  # the round's interval, through the bar's top
             ax.plot([i, i], [math.log2(lo * spans[i][0]), math.log2(lo * spans[i][1])], color="black", lw=1.2)
@@ -352,12 +353,19 @@ def total_text(t: Total) -> str:
     bars = (" The figure draws each fix at its speedup as measured in its round, and the direct gain over "
             "the product, the drift between runs, as a bar of its own.")
     if not t.drift:
-        return out + " The two agree within their ranges." + bars
+        return out + " The two agree within their ranges." + _selected(t) + bars
     apart = max(p.value / d.value, d.value / p.value)
     return out + (f" The product lies {apart:.2f}x {'below' if p.high < d.low else 'above'} "
                   "the direct gain, beyond both ranges: each round compares runs a minute apart, and what "
                   "changed between rounds (the load, or a repeat run slower than the run it repeats) "
-                  "compounds in the product. The headline is the direct gain." + bars)
+                  "compounds in the product." + _selected(t) + " The headline is the direct gain." + bars)
+
+
+def _selected(t: Total) -> str:
+    """Beside drift, where the product lies above the direct gain: the selection of the kept rounds."""
+    return (" Beside drift, selection lifts the product: the loop keeps a fix whose median gained, so the "
+            "kept rounds are selected for reading high (the winner's curse), which puts their product above "
+            "the direct gain even with no drift." if t.product.value > t.direct.value else "")
 
 
 def seams_text(t: Total) -> str:

@@ -1,6 +1,8 @@
 """The capstone's headline tally: its rounds' verdicts counted by what bounded them, the rounds
 shown as context, and how far the profiler's factor, which scaled every share, moved; and the line
-and outcome of a round shown as context (:func:`round_context`, :func:`context_outcome`).
+and outcome of a round shown as context (:func:`round_context`, :func:`context_outcome`); which way
+each repeat run went against the run it repeats, counted one comparison per run repeated
+(:func:`repeats_text`, for the seams).
 
 Consumes the outcomes the capstone notebook records; nothing here measures. Re-exported by
 :mod:`perfkit.viz.capstone` and :mod:`perfkit.viz`.
@@ -14,11 +16,12 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 
 from perfkit._checks import check_items, check_real, check_type
-from perfkit.profiling.capstone_text import Round
+from perfkit.profiling.capstone_text import Round, Total
 
-__all__ = ["context_outcome", "round_context", "tally_text"]
+__all__ = ["context_outcome", "every_repeat_text", "repeats_text", "round_context", "tally_text"]
 
 
 def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
@@ -32,7 +35,7 @@ def tally_text(outcomes: Mapping[str, str], judged_by: Mapping[str, str],
     missed (all inconclusive, or none judged), the text ends by saying this run did not test it,
     whatever the rounds judged against other bounds showed.
 
-    ``factors``: each diagnosed configuration's profiled steps' mean over its unprofiled steps'
+    ``factors``: each diagnosed configuration's profiled steps' median over its unprofiled steps'
     median, in the order run, a dropped fix's configuration included (the factor the shares were
     scaled by, taken as 1 where below 1): with it, the text also counts the rounds shown as
     context, not judged (``outcomes`` ``"context, slower"``: an interval wholly below 1x, said as
@@ -140,3 +143,138 @@ def round_context(r: Round) -> str:
             f"{s.text('x')}. The bound cannot test the fix: {r.pick.untested}. As for the gain, {gain}."
             + (f" {r.past}" if r.past else "") + (f" {r.explain['inconclusive']}"
                                                   if r.explain.get("inconclusive") else ""))
+
+
+def repeats_text(t: Total) -> str:
+    """Which way each configuration's repeat inside a round went against the run it repeats, in
+    the order they ran: a kept configuration's seam reads its run, then the mean of that run and
+    its later repeat, so it reads slower exactly when the repeat ran slower; the slow job's seam
+    sets the mean of its first and last runs against the mean of its first run and its repeat, so
+    its repeat is set against its first run here (the first of ``t.slow_runs_tps``). Under load
+    drifting both ways alike, all ``n`` the way they point has probability ``1 / 2 ** n``, and
+    all one way, either way, ``2 / 2 ** n``: both are said for 3 or more, all one way. For
+    :func:`perfkit.viz.capstone.seams_text`.
+
+    Raises:
+        TypeError: for ``t`` that is not a :class:`Total`.
+    """
+    check_type("t", t, Total)
+    runs = [(f"after --fix {name}", b < a) for name, a, b in t.seams[1:]]
+    if len(t.slow_runs_tps) > 1:  # the slow job's repeat ran slower than its first run
+        runs.insert(0, ("the slow job", t.seams[0][2] < t.slow_runs_tps[0]))
+    slower, faster = ([name for name, s in runs if s == way] for way in (True, False))
+    n = len(runs)
+    if t.repeats:  # every repeat run, the dropped rounds' and the last one's included
+        return every_repeat_text(t) + _seam_against_time(t, runs)
+    if n >= 3 and not (slower and faster):
+        chance = (f" (under load drifting both ways alike, a 1 in {2 ** n} chance, and 1 in {2 ** (n - 1)} "
+                  f"for all {n} one way, either way)")
+        return (f" In the order the runs ran, all {n} repeats inside a round ran "
+                + ("slower than the run they repeat" + chance + ": a repeat slower than the run it repeats "
+                   "biases its round's \"before\" low, and its speedup high" + _high(t) if slower else
+                   "faster than the run they repeat" + chance + ": each round's \"before\" then reads high, "
+                   "and its speedup low."))
+    parts = ([f"slower than the run it repeats for {_names(slower)}, which biases {_rounds(slower)} "
+              "\"before\" low, and its speedup high"] if slower else [])
+    if faster:
+        parts.append(("and faster for " if slower else "faster than the run it repeats for ")
+                     + f"{_names(faster)}, which biases {_rounds(faster)} \"before\" high, and its "
+                     "speedup low")
+    out = " In the order the runs ran, the repeat inside a round ran " + "; ".join(parts) + "." if n else ""
+    return out + _seam_against_time(t, runs)
+
+
+def _seam_against_time(t: Total, runs: list[tuple[str, bool]]) -> str:
+    """Where the slow job's seam reads the other way than its repeat in the first kept round ran."""
+    seam_slower = t.seams[0][2] < t.seams[0][1]
+    if len(t.slow_runs_tps) > 1 and runs and seam_slower != runs[0][1]:
+        return (f" The slow job's seam reads {'slower' if seam_slower else 'faster'} although "
+                f"its repeat ran {'slower' if runs[0][1] else 'faster'}: its first reading holds its last "
+                f"run, {t.slow_runs_tps[-1]:,.0f} tokens/s.")
+    return ""
+
+
+def every_repeat_text(t: Total) -> str:
+    """Which way every repeat run went against the run it repeats (:attr:`Total.repeats`, in the
+    order run), then :func:`_independent_text`'s count of independent comparisons (one per run
+    repeated: repeats of one run share it, so they are not separate draws), the selection of the
+    runs repeated, and a chance only where that count can fall below 5 %. "" without repeats.
+
+    Raises:
+        TypeError: for ``t`` that is not a :class:`Total`.
+    """
+    check_type("t", t, Total)
+    if not t.repeats:
+        return ""
+    way = {"faster": [w for w, a, b in t.repeats if b > a], "slower": [w for w, a, b in t.repeats if b < a]}
+    said = [f"{k} in {len(v)} ({_names(v)})" for k, v in way.items() if v] or [
+        f"as fast in all {len(t.repeats)}"]
+    last = any(w.startswith("the slow job") for w, _, _ in t.repeats)
+    out = (f" In the order the runs ran, {len(t.repeats)} runs repeated a configuration (each round's "
+           "configuration before, run again after its fix, whether the fix was kept or dropped"
+           + (", and the slow job after the rounds" if last else "")
+           + "): against the run it repeats, the repeat ran " + " and ".join(said)
+           + (f", and as fast in {len(t.repeats) - sum(map(len, way.values()))}"
+              if 0 < sum(map(len, way.values())) < len(t.repeats) else "") + ".")
+    out += _independent_text(t)
+    if way["slower"] and not way["faster"]:
+        return out + (" A repeat slower than the run it repeats biases its comparison's \"before\" low, and "
+                      "its speedup high" + _high(t))
+    return out + "".join([" A repeat faster than the run it repeats biases its comparison's \"before\" high, "
+                          "and its speedup low" + ("; a slower one, the reverse." if way["slower"] else ".")]
+                         if way["faster"] else [])
+
+
+def _independent_text(t: Total) -> str:
+    """One comparison per run repeated (its first repeat, in the order run: repeats of one run share
+    it and are not independent draws); how many of the runs repeated were selected to read high (a
+    kept fix's "after" run: kept because its median gained, so a repeat of it is expected lower by
+    regression to the mean alone, with no drift; the slow job's first run is not selected); and, under
+    load drifting both ways alike, the chance of all of them one way, either way, ``2 / 2 ** m``,
+    printed only where it falls below 5 % and no comparison is selected; else why it cannot tell."""
+    first: dict[float, float] = {}
+    for _, a, b in t.repeats:
+        first.setdefault(a, b)
+    signs = [b < a for a, b in first.items() if b != a]
+    m, slower = len(signs), sum(signs)
+    base = (t.slow_runs_tps or t.every_slow_tps or (None,))[0]
+    chosen = sum(1 for a in first if a != base)
+    out = (f" They repeat {len(first)} separate run{'s' * (len(first) != 1)}"
+           + (f" ({len(t.repeats) - len(first)} repeat{'s' * (len(t.repeats) - len(first) != 1)} share a run "
+              "with an earlier one, so they are not separate draws)" if len(first) < len(t.repeats) else "")
+           + f": one comparison per run repeated, its first repeat ran slower in {slower} and faster in "
+           f"{m - slower}" + (f" ({len(first) - m} read alike)" if m < len(first) else "") + ".")
+    if chosen:
+        out += (f" {chosen} of those {len(first)} runs were the \"after\" run of a fix kept because its "
+                "median gained, selected for reading high: a repeat of such a run is expected to read lower "
+                "by regression to the mean alone, with no drift")
+    least = Fraction(2, 2 ** m) if m else Fraction(1)
+    if m and (slower in (0, m)) and least < 0.05 and not chosen:
+        return out + (f" Under load drifting both ways alike, all {m} one way, either way, has a chance of "
+                      f"{least.numerator} in {least.denominator} ({float(least):.0%}).")
+    why = (f"{m} comparison{' is' if m == 1 else 's are'} too few for any count to show drift" if m < 3 else
+           f"even all {m} one way, either way, would have a chance of {least.numerator} in "
+           f"{least.denominator} ({float(least):.0%}) under load drifting both ways alike"
+           if least >= 0.05 else "their directions are split" if 0 < slower < m else "")
+    tail = "these repeats cannot tell drift between runs from " + ("that selection" if chosen else "chance")
+    tail = (why + ", so " + tail) if why else tail
+    return out + ("; " + tail if chosen else " " + tail[0].upper() + tail[1:]) + "."
+
+
+def _high(t: Total) -> str:
+    """After "all repeats ran slower": what that bias did to the rounds' product, computed."""
+    p, d = t.product.value, t.direct.value
+    return (f": every round's speedup, as the figure draws it, reads higher than against its first run "
+            f"before alone, and their product, {p:.2f}x, "
+            f"lies {p / d:.2f}x above the {d:.2f}x measured directly." if p > d else
+            f"; their product, {p:.2f}x, still lies at or below the {d:.2f}x measured directly.")
+
+
+def _rounds(names: list[str]) -> str:
+    """Whose "before" a repeat biases: one round's or several."""
+    return "that round's" if len(names) == 1 else "each such round's"
+
+
+def _names(names: list[str]) -> str:
+    """``"a, b and c"``."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

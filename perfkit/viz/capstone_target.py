@@ -160,16 +160,21 @@ def target_text(tt_gain: float, tokens_x: float, pair: Estimate, t: Total,
     return out + "."
 
 
-def headline_rate(t: Total, reach: Mapping[str, tuple[float, int] | None] | None = None) -> str:
+def headline_rate(t: Total, reach: Mapping[str, tuple[float, int] | None] | None = None,
+                  prep: Mapping[str, float] | None = None) -> str:
     """The headlines' tokens/s: the slow job's (and how far its runs lay apart, past a tenth) to the
     fixed job's, the direct ratio and the rounds' product; and, where both runs to the target
     reached it (``reach``: ``"slow"`` and ``"fixed"`` -> ``(seconds, tokens)``), that pair's
-    tokens/s over its whole runs beside it, which figure each is, and how far the two lie apart:
-    the direct ratio reads the measured steps alone.
+    tokens/s over its whole runs beside it and how far it lies from the direct figure. With
+    ``prep`` (``"slow"`` and ``"fixed"`` -> seconds of data preparation inside those seconds), the
+    gap is split by the numbers: the same ratio without each run's preparation, the share of the gap
+    (in log terms) the preparation makes, and each run's tokens/s over its run, preparation left
+    out, against its measured steps' (the slow run's: the first of ``t.slow_runs_tps``), which with
+    the direct figure's baseline (the mean of the slow runs, where there are two) makes the rest.
 
     Raises:
-        TypeError, ValueError: for a ``t`` that is not a :class:`Total`, or a reach that is not
-            positive seconds and tokens.
+        TypeError, ValueError: for a ``t`` that is not a :class:`Total`, a reach that is not
+            positive seconds and tokens, or a preparation not in [0, its run's seconds).
     """
     check_type("t", t, Total)
     out = (f"{t.slow_tps:,.0f}" + (f" (the mean of two slow runs {t.slow_apart:.2f}x apart: the machine's "
@@ -186,8 +191,22 @@ def headline_rate(t: Total, reach: Mapping[str, tuple[float, int] | None] | None
         check_real(f"reach's {name}", v, 0, lo_open=True)
     runs_x = (f_tok / f_s) / (s_tok / s_s)
     far = runs_x / t.direct.value
-    return out + (f"; over the whole runs to the target (the data's preparation and every step counted, "
-                  f"one run a side) {runs_x:.2f}x, " + (
-                      f"{far:.2f}x the direct figure: the measured steps are a sample of runs whose speed "
-                      "moved, not their mean (section 4)" if abs(far - 1) > 0.05 else
-                      "within a twentieth of the direct figure"))
+    out += (f"; over the whole runs to the target (the data's preparation and every step counted, one run a "
+            f"side) {runs_x:.2f}x, ")
+    if abs(far - 1) <= 0.05:
+        return out + "within a twentieth of the direct figure"
+    out += f"{far:.2f}x the direct figure"
+    if prep is None:
+        return out + " (section 4 says what parts them)"
+    p_s, p_f = (check_real(f"prep's {k}", prep[k], 0, sec, hi_open=True)
+                for k, sec in (("slow", s_s), ("fixed", f_s)))
+    rate_s, rate_f = s_tok / (s_s - p_s), f_tok / (f_s - p_f)  # tokens/s over each run, preparation out
+    bare = rate_f / rate_s
+    own_s, own_f = rate_s / (t.slow_runs_tps or (t.slow_tps,))[0], rate_f / t.fixed_tps
+    return out + (f"; without each run's data preparation ({p_s:.2f} s and {p_f:.2f} s) {bare:.2f}x, "
+                  f"{bare / t.direct.value:.2f}x the direct figure: the preparation moves it "
+                  f"{bare / runs_x:.2f}x; "
+                  "the rest is each run's other steps against its measured ones (over its run, preparation "
+                  f"out, the slow run made {own_s:.2f}x the tokens/s of its measured steps, the fixed run "
+                  f"{own_f:.2f}x)" + (" and the direct figure's baseline, the mean of the slow job's runs"
+                                      if len(t.slow_runs_tps) > 1 else ""))

@@ -315,7 +315,7 @@ def plot_claims_forest(verdicts: Mapping[str, ClaimVerdict], unit: str = "x") ->
         ax.plot([v.measured], [y], "o", color=_COLOR[v.status], ms=4, mec=_REFUTED if v.refuted else "white",
                 mew=1.5 if v.refuted else 0.8, zorder=3)  # its side of no effect undecided: ringed grey
         if v.claim.partly is not None and v.claim.partly > 0:  # this claim's no-effect value
-            ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=2)
+            ax.plot([v.claim.partly] * 2, [y - 0.4, y + 0.4], color="0.3", lw=1, ls="--", zorder=4)  # on top
     ax.set_xscale("log")
     ax.set_xlim(lo, hi)
     ticks = [m * 10.0 ** e for e in range(-3, 4) for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]

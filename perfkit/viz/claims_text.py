@@ -54,15 +54,18 @@ def control_gap_text(pin: PinTiming, est: Estimate, reference: float, unit: str 
 def same_work_text(pin: PinTiming, readings: Mapping[str, float], est: Estimate, what: str,
                    than: str) -> str:
     """How far identical work read apart across the notebook, and ``est``'s interval against 1x
-    weighed by the largest: the A/A control's reach beside each of ``readings`` (a name -> the
-    ratio one comparison of identical work read, as ``max(r, 1/r) - 1``), so that the design's own
-    error is said to reach at least the largest of them; then where ``est`` (``what``, over
+    weighed by the largest: the A/A control's reach beside each of ``readings`` (a name -> what
+    one comparison of identical work read: a ratio without an interval, read as ``max(r, 1/r) - 1``,
+    or an :class:`~perfkit.stats.Estimate` with one, read as the A/A control's reach is, how far its
+    interval reaches from 1x: one yardstick for every reading that has an interval), so that the
+    design's own error is said to reach at least the largest of them; then where ``est`` (``what``, over
     ``than``) lies against 1x: within that error, it is not shown faster or slower than ``than``.
     "" without a control (CUDA: the two loops differ).
 
     Raises:
         TypeError, ValueError: for a ``pin`` that is not a PinTiming, a reading that is not a
-            finite ratio > 0, an ``est`` that is not an Estimate, or an empty ``what`` or ``than``.
+            finite ratio > 0 or an Estimate of one with an interval, an ``est`` that is not an
+            Estimate, or an empty ``what`` or ``than``.
     """
     if not isinstance(pin, PinTiming):
         raise TypeError(f"pin must be a perfkit.data.claims.PinTiming, got {type(pin).__name__}")
@@ -74,8 +77,12 @@ def same_work_text(pin: PinTiming, readings: Mapping[str, float], est: Estimate,
         raise TypeError(f"readings must map names to ratios, got {type(readings).__name__}")
     apart = {}
     for name, r in readings.items():
+        if isinstance(r, Estimate) and r.has_interval and 0 < r.low <= r.high < math.inf:
+            apart[name] = max(1 - r.low, r.high - 1, 0.0)
+            continue
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
-            raise ValueError(f"readings[{name!r}] must be a finite ratio > 0, got {r!r}")
+            raise ValueError(f"readings[{name!r}] must be a finite ratio > 0 or an Estimate of one with an "
+                             f"interval, got {r!r}")
         apart[name] = max(r, 1 / r) - 1
     reach = pin.reach()
     if reach is None:

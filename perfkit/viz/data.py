@@ -210,7 +210,7 @@ def loader_widget(batch_size: int = 32, compute_ms: float = 20.0, cores: int | N
         ax1.legend(fontsize=8)
         fig.suptitle(
             f"load {si(load_s, 's')}/batch, compute {compute_ms:g} ms/step; workers={workers}, "
-            f"depth={depth}: {batch_size * pick.batches_per_s:.0f} samples/s, "
+            f"depth={depth}, load jitter (CV) {jitter:g}: {batch_size * pick.batches_per_s:.0f} samples/s, "
             f"{100 * pick.wait_share:.0f}% waiting", fontsize=10)
         fig.tight_layout()
         return tidy(fig)

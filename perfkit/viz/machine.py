@@ -33,7 +33,7 @@ from perfkit.hw import (
 )
 from perfkit.viz.core import Choice, IntControl, WidgetSpec, plot_roofline, si, tidy
 
-__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "cache_sentence",
+__all__ = ["bf16_sentence", "cache_and_dram_points", "cache_lines", "cache_sentence", "dram_size_sentence",
            "matmul_roofline_widget", "plot_copy_sweep", "plot_matmul_sweep", "skipped_sizes", "source_lines",
            "sweep_lines", "threads_sentence"]
 
@@ -171,8 +171,8 @@ def bf16_sentence(limits: MachineLimits) -> str:
                         "small sizes that fit their budgets, and hold its FLOP/s against the measured fp32 "
                         "ceiling",
             }[limits.support("bfloat16")]
-    faked = (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={imitation()})"
-             if imitation() else "")
+    faked = (f"; this process imitates a CPU without native bf16 (PERFKIT_IMITATE={imitation()}), so the "
+             "bf16 ceiling and its class are the imitated CPU's, not this machine's" if imitation() else "")
     return (f"fp32 ceiling: {si(fp32, 'FLOP/s')}\nbf16 ceiling: {si(bf16, 'FLOP/s')} ({matched}): "
             f"{what}{faked}")
 
@@ -254,7 +254,8 @@ def threads_sentence(limits: MachineLimits, ratio: float = 0.5) -> str:
 def cache_sentence(limits: MachineLimits) -> str:
     """What the copy sweep shows of the cache (:func:`perfkit.ceilings.cached_copy_bytes`): the
     largest buffer whose median copy kept half the cache ceiling, the next size swept, which did
-    not, and the last-level cache the OS reports beside them. The OS reports a size; what these
+    not, any smaller buffer that did not either (with its share of the ceiling), and the
+    last-level cache the OS reports beside them. The OS reports a size; what these
     copies kept of it is what the sweep shows, and the sentence claims nothing between the two."""
     check_type("limits", limits, MachineLimits)
     fit = cached_copy_bytes(limits)
@@ -265,11 +266,44 @@ def cache_sentence(limits: MachineLimits) -> str:
     larger = sorted({p.nbytes for p in limits.copy_points if p.op == "copy" and p.nbytes > fit})
     nxt = (f"; the next size swept, {si(larger[0], 'B')} ({si(2 * larger[0], 'B')} touched), did not"
            if larger else "")
-    return (f"the cache the sweep shows: copies of buffers up to {si(fit, 'B')} ({si(2 * fit, 'B')} read and "
-            f"written) kept at least half the cache ceiling by their median{nxt}"
+    rates: dict[int, float] = {}  # bytes -> the best median over thread counts, as cached_copy_bytes reads it
+    for p in limits.copy_points:
+        if p.op == "copy" and p.nbytes < fit:
+            rates[p.nbytes] = max(rates.get(p.nbytes, 0.0), p.bytes_per_s)
+    ceiling = limits.cache_bytes_per_s
+    slow = sorted(n for n, r in rates.items() if r < 0.5 * ceiling)
+    under = ("; of the smaller buffers, " + ", ".join(f"{si(n, 'B')} ({rates[n] / ceiling:.0%} of it)"
+                                                      for n in slow) + " did not either") if slow else ""
+    return (f"the cache the sweep shows: the largest buffer whose copy kept at least half the cache ceiling "
+            f"by its median is {si(fit, 'B')} ({si(2 * fit, 'B')} read and written){nxt}{under}"
             + (f". {llc[0].upper()}{llc[1:]}: that is the size it reports, and what these copies kept of it "
                "is what the sweep shows" if llc else "")
             + f". Operations of at most {si(2 * fit, 'B')} counted are held against the cache's roof below")
+
+
+def dram_size_sentence(limits: MachineLimits) -> str:
+    """The DRAM ceiling's buffer size (:attr:`MachineLimits.dram_nbytes`) as a multiple of the
+    last-level cache the OS reports, against STREAM's rule (each array at least 4x it), saying
+    where the sweep's cap kept it below; and as a multiple of the largest buffer the sweep saw
+    served by the cache (:func:`perfkit.ceilings.cached_copy_bytes`). "" without a DRAM size.
+
+    Raises:
+        TypeError: for ``limits`` that are not :class:`perfkit.hw.MachineLimits`.
+    """
+    check_type("limits", limits, MachineLimits)
+    n, llc, fit = limits.dram_nbytes, limits.llc_bytes, cached_copy_bytes(limits)
+    if not n:
+        return ""
+    text = f"the DRAM ceiling's buffers: {si(n, 'B')}"
+    if llc:
+        x = n / llc
+        text += (f", {x:.1f}x the last-level cache the OS reports ({si(llc, 'B')})"
+                 + (", at least STREAM's 4x" if x >= 4 else
+                    ": under STREAM's 4x, because the sweep caps its buffers (1 GiB, 256 MiB in QUICK runs)"))
+    if fit:
+        text += (f"; {n / fit:.0f}x the largest buffer whose copy kept half the cache ceiling in the sweep "
+                 f"({si(fit, 'B')}), the cache these copies saw")
+    return text
 
 
 def cache_lines(run: MachineLimits, cached: MachineLimits) -> list[str]:

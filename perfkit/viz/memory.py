@@ -135,15 +135,15 @@ def plot_zero_comparison(comparison: Any, ax: Any = None) -> Figure:
 
 
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], ax: Any = None,
-                     title: str = "Loss per step") -> Figure:
-    """One line per run (label -> losses)."""
+                     title: str = "Loss per step", ylabel: str = "loss (nats)") -> Figure:
+    """One line per run (label -> losses, or another per-step series that ``ylabel`` names)."""
     if not curves:
         raise ValueError("curves must hold at least one label -> losses")
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots(figsize=(6, 3.5))
     for i, (label, ys) in enumerate(curves.items()):
         ax.plot(range(len(ys)), list(ys), label=label, lw=1.5, ls=("-", "--", ":", "-.")[i % 4])
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats)")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -1,4 +1,4 @@
-"""Plots of notebook 11 (pipeline parallelism): schedule grids, simulated beside measured, and
+"""Plots of notebook 11 (pipeline parallelism): schedule grids, simulated above measured, and
 the bubble against the number of micro-batches.
 
 Usage::
@@ -47,50 +47,52 @@ def plot_timeline(tl: Timeline, ax: Axes | None = None, title: str = "", unit: s
                     edgecolor="white", linewidth=0.5)
             if len(row) <= 64:   # labels only where they fit
                 ax.text(s.start - t0 + (s.end - s.start) / 2, r, f"{a.mb}", ha="center",
-                        va="center", fontsize=7, color="white")
+                        va="center", fontsize=9, color="white")
     ax.set_yticks(range(len(tl.slots)), [f"rank {r}" for r in range(len(tl.slots))])
     ax.invert_yaxis()
     ax.set_xlim(0, tl.makespan)
     ax.set_xticks([x for x in ax.get_xticks() if 0 <= x <= tl.makespan])   # none past the end to collide
     ax.set_xlabel(f"time{f' ({unit})' if unit else ''}")
-    ax.set_title(title or f"{tl.schedule.name}: bubble {tl.bubble_share:.1%}", fontsize=9)
+    ax.set_title(title or f"{tl.schedule.name}: bubble {tl.bubble_share:.1%}", fontsize=10)
     return ax
 
 
 def plot_grids(simulated: Timeline, measured: Timeline | None = None, note: str = "",
                measured_note: str = "", label: str = "model", unit: str = "F = 1",
                share_time: bool = False) -> Figure:
-    """The simulated grid, and beside it the measured one of the same schedule (if given);
+    """The simulated grid, and under it the measured one of the same schedule (if given);
     ``note`` is appended to the model's title, ``measured_note`` to the measured grid's (say
     which step it draws). ``label`` opens the simulated grid's title (``"model"`` for unit
     costs; name a prediction fed with measured costs as such) and ``unit`` is its time axis's
     (``"s"`` for costs in seconds). The legend names only the kinds of action drawn. With
     ``share_time`` (both grids in seconds), the two panels share one time axis, so a step longer
-    than predicted shows as longer."""
+    than predicted shows as longer. The panels stack, one above the other, each row of boxes tall
+    enough for its labels to read at the notebook's width."""
     n = 1 if measured is None else 2
-    fig, axes = plt.subplots(1, n, figsize=(6 * n, 0.9 + 0.45 * len(simulated.slots)), squeeze=False)
-    plot_timeline(simulated, axes[0][0], f"{label}: {simulated.schedule.name}, "
+    fig, axes = plt.subplots(n, 1, figsize=(9, 0.6 + n * (1.2 + 0.55 * len(simulated.slots))), squeeze=False)
+    axes = [row[0] for row in axes]
+    plot_timeline(simulated, axes[0], f"{label}: {simulated.schedule.name}, "
                   f"bubble {simulated.bubble_share:.1%}{note}", unit)
     if measured is not None:
-        plot_timeline(measured, axes[0][1], f"measured: bubble {measured.bubble_share:.1%}"
+        plot_timeline(measured, axes[1], f"measured: bubble {measured.bubble_share:.1%}"
                       + (f", {measured_note}" if measured_note else ""), "s")
         if share_time:
-            right = max(ax.get_xlim()[1] for ax in axes[0])
-            for ax in axes[0]:
+            right = max(ax.get_xlim()[1] for ax in axes)
+            for ax in axes:
                 ax.set_xlim(0, right)
                 ax.set_xticks([x for x in AutoLocator().tick_values(0, right) if 0 <= x <= right])
     drawn = {s.action.kind for tl in (simulated, measured) if tl is not None for row in tl.slots for s in row}
     kinds = [k for k in COLORS if k in drawn]
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in kinds]
-    fig.legend(handles, kinds, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, kinds, loc="lower center", ncol=4, fontsize=10, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / fig.get_size_inches()[1], 1, 1))
     return fig
 
 
 def schedule_widget(measured: Mapping[tuple[str, int, int, int], Timeline] | None = None,
                     notes: Mapping[tuple[str, int, int, int], str] | None = None) -> WidgetSpec:
     """Sliders for schedule, ``p``, ``m`` and ``v``: the simulated grid (F = 1, B = 2, I = W = 1),
-    beside the measured grid of this run where one was recorded for the same choice
+    above the measured grid of this run where one was recorded for the same choice
     (``measured[(schedule, p, m, v)]``, titled with ``notes`` under the same key: which step
     it is). A choice a builder refuses (``m < p`` for 1F1B) shows the builder's message instead.
     """

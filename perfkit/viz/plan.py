@@ -5,7 +5,9 @@ and memory per GPU by kind against the usable memory. :func:`plot_published` dra
 throughput against the planner's and the constant-MFU baseline's predictions, with each
 row's error. :func:`plan_widget` redraws the plan for a model size, a GPU count, a network
 and a batch (:func:`plan_view` is the pure function it drives). :func:`step_ratio` judges a ZeRO
-step's ratio to DDP's, or prints it as context where its window cannot test the collectives.
+step's ratio to DDP's, or prints it as context where its window cannot test the collectives;
+:func:`plot_step_differences` draws each layout's measured paired difference from its base step
+against the predicted difference and the tolerance window put on it.
 
 Usage::
 
@@ -16,11 +18,15 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, MultipleLocator
 
 from perfkit import stats
+from perfkit._checks import check_real, check_type
+from perfkit.estimate import Estimate
 from perfkit.plan.cluster import named_cluster
 from perfkit.plan.model import ModelSpec
 from perfkit.plan.published import Comparison
@@ -29,8 +35,8 @@ from perfkit.plan.search import Plan, plan
 from perfkit.plan.windows import shared_window_text
 from perfkit.viz.core import Choice, WidgetSpec, tidy, verdict
 
-__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "published_table",
-           "step_ratio", "verdict_or_context"]
+__all__ = ["SHAPES", "plan_view", "plan_widget", "plot_plan", "plot_published", "plot_step_differences",
+           "published_table", "step_ratio", "verdict_or_context"]
 
 # Llama-style shapes by size (SwiGLU, 8 key/value heads, 128-wide heads): illustrations for
 # the widget, not any released model's configuration
@@ -90,6 +96,65 @@ def verdict_or_context(name: str, predictions, measured, said: str, without: flo
         verdict(predictions[name], measured, explain=dict.fromkeys(("above", "below", "held"), text))
     else:
         print(text)
+
+
+def plot_step_differences(rows: Mapping[str, tuple], base: str = "DDP",
+                          alternative: str = "priced as NCCL's ring reduce-scatter") -> Figure:
+    """Each layout's step minus the ``base`` step, paired by round (ms): the measured median with
+    its interval (black), the predicted difference (red diamond), the prediction's tolerance
+    window put on the difference (grey band) and, where given, the difference predicted at
+    another price (hollow diamond, ``alternative``). ``rows`` maps a layout's name to
+    ``(measured, predicted_ms, (window_low_ms, window_high_ms), alternative_ms or None)``,
+    ``measured`` an :class:`~perfkit.estimate.Estimate` in ms.
+
+    Raises:
+        TypeError, ValueError: ``rows`` empty or not of that shape, a figure not finite, or a
+            window with low > high.
+    """
+    check_type("rows", rows, Mapping)
+    if not rows:
+        raise ValueError("rows must name at least one layout")
+    checked = []
+    for n, row in rows.items():
+        if not isinstance(row, tuple) or len(row) != 4:
+            raise ValueError(f"rows[{n!r}] must be (measured, predicted_ms, (low, high), alternative_ms), "
+                             f"got {row!r}")
+        m, pr, win, alt = row
+        check_type(f"rows[{n!r}][0]", m, Estimate)
+        if not isinstance(win, tuple) or len(win) != 2:
+            raise ValueError(f"rows[{n!r}][2] must be (low_ms, high_ms), got {win!r}")
+        lo, hi = (check_real(f"rows[{n!r}][2][{i}]", w) for i, w in enumerate(win))
+        if lo > hi:
+            raise ValueError(f"rows[{n!r}][2] must have low <= high, got {win!r}")
+        checked.append((str(n), m, check_real(f"rows[{n!r}][1]", pr), lo, hi,
+                        None if alt is None else check_real(f"rows[{n!r}][3]", alt)))
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.6 * len(checked)))
+    seen: set[str] = set()
+
+    def once(label: str) -> str | None:  # each legend entry once, from whichever row draws it first
+        if label in seen:
+            return None
+        seen.add(label)
+        return label
+    for y, (_n, m, pr, lo, hi, alt) in enumerate(checked[::-1]):
+        ax.fill_betweenx([y - 0.3, y + 0.3], lo, hi, color="0.85", lw=0,
+                         label=once("the ratio's tolerance window, put on the difference"))
+        if m.has_interval:
+            ax.errorbar(m.value, y, xerr=[[m.value - m.low], [m.high - m.value]], fmt="o", color="k",
+                        capsize=4, label=once(f"measured: median, {m.label}"))
+        else:
+            ax.plot(m.value, y, "o", color="k", label=once("measured: median"))
+        ax.plot(pr, y, "D", color="C3", label=once("predicted"))
+        if alt is not None:
+            ax.plot(alt, y, "D", mfc="none", color="C3", label=once(f"predicted, {alternative}"))
+    ax.set_yticks(range(len(checked)), [n for n, *_ in checked[::-1]])
+    ax.set_ylim(-0.6, len(checked) - 0.4)
+    ax.axvline(0, color="k", lw=0.5)
+    ax.set_xlabel(f"step minus {base}'s step, paired by round (ms)")
+    ax.set_title(f"Each layout's step over {base}'s: measured, predicted and the window", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    return tidy(fig)
 
 
 def plot_plan(p: Plan, top: int = 5) -> Figure:

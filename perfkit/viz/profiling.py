@@ -19,13 +19,13 @@ from matplotlib.figure import Figure
 
 from perfkit.units import si, si_beside, si_interval
 from perfkit.viz.core import FloatControl, IntControl, WidgetSpec, tidy
-from perfkit.viz.profiling_text import first_step, neither_floor
+from perfkit.viz.profiling_text import eta_split_text, first_step, neither_floor
 from perfkit.viz.profiling_widget import widget_expectation_text
 
 __all__ = ["PHASE_COLORS", "against_bound", "breakdown_widget", "ceiling_rise_note", "findings_markdown",
-           "first_step", "loader_explain", "medians_moved_text", "neither_floor", "plot_diagnosis",
-           "plot_phase_bars", "plot_scalars", "ridge_text", "stall_note", "summary_markdown",
-           "top_ops_markdown", "widget_expectation_text"]
+           "eta_split_text", "first_step", "loader_explain", "medians_moved_text", "neither_floor",
+           "plot_diagnosis", "plot_phase_bars", "plot_scalars", "ridge_text", "stall_note",
+           "summary_markdown", "top_ops_markdown", "widget_expectation_text"]
 
 PHASE_COLORS = {"data": "tab:orange", "forward": "tab:blue", "backward": "tab:cyan",
                 "optimizer": "tab:green", "communication": "tab:red", "other": "tab:gray"}
@@ -172,7 +172,7 @@ def ridge_text(intensity: float, peak: float, limits: Any, where: Any = None, ne
     floor = neither_floor(where, peak, near) if where is not None else None
     either = (f"; either way, the step's {si(where.mfu.high * peak, 'FLOP/s')} (the top of its interval) "
               f"stays under {near:.0%} of the lower roof for any DRAM figure above {si(floor, 'B/s')}, so "
-              "'bound by neither roof' does not rest on that side") if floor else ""
+              f"'under {near:.0%} of the roof above it' does not rest on that side") if floor else ""
     roof = "memory" if intensity < peak / bw else "compute"
     text = (f"intensity {intensity:.1f} FLOP/B against a ridge point of {peak / bw:.1f} FLOP/B (the limits "
             f"file's fp32 ceiling over its DRAM ceiling, {si(bw, 'B/s')}), so by that figure the {roof} roof "

@@ -1,7 +1,8 @@
 """Notebook 01's sentences on one step against its peers and its roofs: the first step judged as
 one sample against the steady steps' spread (:func:`first_step`), and the DRAM figure above which
-a step placed "bound by neither roof" stays so on either side of the ridge point
-(:func:`neither_floor`). :mod:`perfkit.viz.profiling` re-exports both.
+a step placed under ``NEAR_ROOF`` of its roof stays so on either side of the ridge point
+(:func:`neither_floor`), and a phase split's fixed costs and operator shares of their roofs held
+against ``NEAR_ROOF`` (:func:`eta_split_text`). :mod:`perfkit.viz.profiling` re-exports them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from perfkit.estimate import Estimate
 from perfkit.stats import median, quantile
 
-__all__ = ["first_step", "neither_floor"]
+__all__ = ["eta_split_text", "first_step", "neither_floor"]
 
 
 def first_step(times_s: Sequence[float], stall_x: float = 3.0) -> tuple[Any, dict[str, str]]:
@@ -74,3 +75,29 @@ def neither_floor(where: Any, peak: float, near: float) -> float | None:
     if where.bound != "neither" or rate >= near * peak:
         return None
     return rate / (near * where.intensity)
+
+
+def eta_split_text(fixed_s: float, phases_s: float, etas: tuple[float, float], near: float) -> str:
+    """Where forward and backward's time went by the phase model (:class:`perfkit.compute.PhaseModel`):
+    ``fixed_s`` of their ``phases_s`` seconds in fixed costs, the rest to operators at ``etas``
+    (forward, backward) of their own roofs, each held against ``near`` (``NEAR_ROOF``): "near"
+    them at or above it, "below" them under it. It states the measured split only: a share of the
+    time is not a cause, so it names none; fixed costs over half the time are the larger part.
+
+    Raises:
+        ValueError: for times not above 0, ``fixed_s`` above ``phases_s``, or ``near`` outside (0, 1].
+    """
+    if not 0 < phases_s or not 0 <= fixed_s <= phases_s or not 0 < near <= 1:
+        raise ValueError(f"need 0 <= fixed_s <= phases_s, phases_s > 0 and 0 < near <= 1; got "
+                         f"fixed_s={fixed_s!r}, phases_s={phases_s!r}, near={near!r}")
+    f, b = etas
+    words = {e: "at least" if e >= near else "under" for e in (f, b)}
+    held = (f"{words[f]} NEAR_ROOF ({near:.0%}) of them, so " + ("near" if f >= near else "below") + " them"
+            if words[f] == words[b] else
+            f"forward's {words[f]} and backward's {words[b]} NEAR_ROOF ({near:.0%}) of theirs")
+    return (f"the phase split above puts {fixed_s * 1e3:.1f} ms of forward and backward's "
+            f"{phases_s * 1e3:.1f} ms in fixed costs ({fixed_s / phases_s:.0%}"
+            + ("; more than half: the fixed costs are the larger part" if fixed_s > phases_s / 2 else "")
+            + f"), and the rest to operators running at {f:.0%} (forward) and {b:.0%} (backward) of their "
+            "own roofs: "
+            + held + " (module 06 measures operators' fixed costs and what their shapes cost)")

@@ -51,8 +51,8 @@ def widget_expectation_text(spec: WidgetSpec, base: Any, machine: Mapping[str, f
         return text + "; the widget's last figure is not of that setting, so this line holds it against none."
     s = last["summary"]
     got, got_data = s.step.p50_s, s["data"].p50_s
-    text += (f". The figure above took {si(got, 's')} per step by its median, {got / step:.2g}x that, and "
-             f"data {si(got_data, 's')} by its median, {got_data / data:.2g}x the {si(data, 's')} expected")
+    text += (f". The figure above took {si(got, 's')} per step by its median, {got / step:.2f}x that, and "
+             f"data {si(got_data, 's')} by its median, {got_data / data:.2f}x the {si(data, 's')} expected")
     if 1 / far <= got / step <= far:
         return text + f": within {far:g}x of the expectation."
     if got / step < 1 / far:

@@ -7,11 +7,12 @@ Usage::
     fig = plot_restart_timeline(restart_timeline(run.events))
     fig = plot_goodput(goodput_curve(save_s=0.5, restart_s=20.0, mtbf_s=600.0))
     spec = goodput_widget(save_s=0.5, restart_s=20.0)      # build_widget(spec)
+    print(verdict_kinds({"sync floor": p_sync, "atomic": p_atomic}))
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
@@ -22,10 +23,14 @@ from perfkit.saving.experiments import GoodputCurve, SaveCosts, goodput_curve
 from perfkit.saving.interval import goodput
 from perfkit.saving.restart_experiments import PART_NAMES
 from perfkit.units import si
+from perfkit.verdict import Prediction
 from perfkit.viz.core import FloatControl, LogControl, WidgetSpec
 
 __all__ = ["PART_COLORS", "goodput_view", "goodput_widget", "plot_goodput", "plot_restart_timeline",
-           "plot_save_costs"]
+           "plot_save_costs", "verdict_kind", "verdict_kinds"]
+
+# each kind of verdict, as :func:`verdict_kind` names it, in the order a summary lists them
+KINDS = ("test", "floor", "ceiling", "exact check", "stored run", "re-judged")
 
 PART_COLORS = {"training (attempt 0)": "#4c72b0", "rendezvous": "#c44e52",
                "start_and_imports": "#dd8452", "join": "#8172b3", "build": "#937860",
@@ -175,3 +180,53 @@ def goodput_widget(mtbf_h: float = 3.1, checkpoint_gb: float = 5670.0, bandwidth
                              "restart_min": FloatControl(0.0, 60.0, restart_min, step=0.5,
                                                          description="restart (min)")},
                       title="How often to save: the goodput curve and its best interval")
+
+
+def verdict_kind(p: Prediction, again: bool = False) -> str:
+    """What kind of evidence a verdict on ``p`` is, from how ``p`` was built, one rule:
+    ``"re-judged"`` where ``again`` (it judges a figure an earlier verdict judged); ``"stored
+    run"`` for a figure not measured in this run; ``"exact check"`` where its bounds, clipped
+    to the physical range, leave one value; ``"test"`` for a window (a point with a tolerance
+    > 0, or both a low and a high edge); ``"floor"`` for a low edge alone, ``"ceiling"`` for a
+    high edge alone (a bound tests little where the figure lies far from it).
+
+    Raises:
+        TypeError: ``p`` not a :class:`~perfkit.verdict.Prediction` or ``again`` not a bool.
+    """
+    check_type("p", p, Prediction)
+    check_type("again", again, bool)
+    lo, hi = p.bounds()
+    plo, phi = (float(d) if x is None else x for x, d in zip(p.physical, ("-inf", "inf")))
+    if again:
+        return "re-judged"
+    if not p.measured_here:
+        return "stored run"
+    if max(lo, plo) == min(hi, phi):
+        return "exact check"
+    if p.value is not None or (p.low is not None and p.high is not None):
+        return "test"
+    return "floor" if p.low is not None else "ceiling"
+
+
+def verdict_kinds(predictions: Mapping[str, Prediction], again: Collection[str] = ()) -> str:
+    """One line: the verdicts on ``predictions`` (a short name -> its Prediction) counted by
+    :func:`verdict_kind`, each kind with its names, so a reader sees how many are tests.
+    ``again`` names those that judge a figure an earlier verdict judged.
+
+    Raises:
+        TypeError, ValueError: ``predictions`` empty or not Predictions, or ``again`` naming
+            one it does not hold.
+    """
+    check_type("predictions", predictions, Mapping)
+    if not predictions:
+        raise ValueError("predictions must name at least one Prediction")
+    unknown = [n for n in again if n not in predictions]
+    if unknown:
+        raise ValueError(f"again must name predictions given, got {unknown!r}")
+    by: dict[str, list[str]] = {k: [] for k in KINDS}
+    for n, p in predictions.items():
+        check_type(f"predictions[{n!r}]", p, Prediction)
+        by[verdict_kind(p, n in again)].append(n)
+    return (f"The {len(predictions)} verdicts by kind: " + "; ".join(
+        f"{len(ns)} {k}{'s' * (len(ns) != 1 and k != 're-judged')} ({', '.join(ns)})"
+        for k, ns in by.items() if ns) + ".")

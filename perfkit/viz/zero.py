@@ -7,30 +7,31 @@ Usage::
     display(Markdown(optimizer_table(cmp)))            # section 2: one row per ZeRO-1 variant
     display(Markdown(stage_table(cmp, stages, formula)))
     print(bytes_lines(cmp.variants))                    # each variant's bytes over DDP's
-    e = stage_edge(1, cmp.variants["ddp_adamw"], 7, t_link, t_call, 2)
-    print(e.edge, e.text())                             # the most ZeRO-1's step should take over DDP's
 
-The step-time edge (:func:`stage_edge`) is a model of perfkit's ZeRO stages against DDP +
-AdamW, built only from times the same job measured before any ratio is taken.
+The step-time edge (:func:`stage_edge`, a model of perfkit's ZeRO stages against DDP + AdamW)
+and the call counts it charges live in :mod:`perfkit.viz.zero_edge`, re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from perfkit._checks import check_int, check_real
 from perfkit.viz.core import si
+from perfkit.viz.zero_edge import (
+    StageEdge,
+    broadcast_sentence,
+    call_cost,
+    calls_per_step,
+    gloo_calls_note,
+    gloo_calls_per_step,
+    other_edge_text,
+    stage_edge,
+)
 
 __all__ = ["StageEdge", "broadcast_sentence", "bytes_lines", "call_cost", "calls_per_step", "calls_sentence",
-           "gloo_bytes_sentence", "gloo_sent_bytes", "optimizer_table", "ranking_note", "sent_bytes",
-           "stage_edge", "stage_table"]
-
-
-def calls_per_step(r: Any) -> int:
-    """Collective calls of one step (rank 0): each is a rendezvous of every process."""
-    return sum((r.calls or {}).values())
+           "gloo_bytes_sentence", "gloo_calls_note", "gloo_calls_per_step", "gloo_sent_bytes",
+           "optimizer_table", "other_edge_text", "ranking_note", "sent_bytes", "stage_edge", "stage_table"]
 
 
 def sent_bytes(r: Any) -> float:
@@ -89,7 +90,7 @@ def optimizer_table(cmp: Any) -> str:
     """Section 2's Markdown table: step time, optimizer state, peak RSS, difference to single-process
     AdamW's weights (every row, the data-parallel baseline's included)."""
     rows = ["| variant | ms / step | optimizer state / process | of unsharded | peak RSS growth "
-            "| rel. diff vs single-process AdamW |",
+            "| weights' largest rel. diff from single-process AdamW (DDP's row too) |",
             "|---|---|---|---|---|---|"]
     for name, v in cmp.variants.items():
         rss = si(v.peak_rss_bytes, "B") if v.peak_rss_bytes else "-"
@@ -123,157 +124,6 @@ def bytes_lines(variants: Mapping[str, Any], baseline: str = "ddp_adamw") -> str
         for name, r in variants.items() if name != baseline)
 
 
-_LONE_CALL = "a 4-byte all-reduce's"  # StageEdge.call_how for a charge of one call timed alone
-
-
-@dataclass(frozen=True)
-class StageEdge:
-    """The most a perfkit ZeRO stage's step should take over DDP + AdamW's, and its parts (s).
-
-    Attributes:
-        stage: 1, 2 or 3.
-        ddp_s: DDP + AdamW's median step.
-        bytes_s: the parameter all-gathers the stage waits for, where DDP's overlap does not
-            cover them, each half an all-reduce's bytes: stages 1-2 all-gather the updated
-            parameters after the step, and the next forward waits for them (one); stage 3
-            all-gathers each block in forward and again in backward (two).
-        calls: collective calls per step beyond DDP's; ``call_s`` the time charged to each
-            (described by ``call_how``).
-        update_saved_s: the ``(N - 1) / N`` of AdamW's update a rank no longer runs.
-        call_how: what ``call_s`` is, as a phrase before its value.
-        link_s, lone_s: the gradient's all-reduce and a 4-byte all-reduce, each timed alone,
-            from which ``bytes_s`` was taken (half their difference per all-gather); ``None``
-            where not given.
-    """
-
-    stage: int
-    ddp_s: float
-    bytes_s: float
-    calls: int
-    call_s: float
-    update_saved_s: float
-    call_how: str = _LONE_CALL
-    link_s: float | None = None
-    lone_s: float | None = None
-
-    @property
-    def edge(self) -> float:
-        """The step-time ratio over DDP + AdamW's the model allows at most."""
-        return 1 + (self.bytes_s + self.calls * self.call_s - self.update_saved_s) / self.ddp_s
-
-    def text(self) -> str:
-        """The edge as a sum of its measured parts."""
-        gather = ("half an all-reduce's bytes all-gathered after the step" if self.stage < 3 else
-                  "half an all-reduce's bytes all-gathered in forward, and as many again in backward")
-        how = ("" if self.link_s is None or self.lone_s is None else
-               f"{'twice ' if self.stage == 3 else ''}half of (the gradient's all-reduce, "
-               f"{si(self.link_s, 's')}, less a 4-byte call's {si(self.lone_s, 's')}, its latency "
-               "charged with the calls): ")
-        return (f"DDP + AdamW's step ({si(self.ddp_s, 's')}), plus {gather} ({how}{si(self.bytes_s, 's')}), "
-                f"plus {self.calls} calls at {self.call_how} "
-                f"{si(self.call_s, 's')} ({si(self.calls * self.call_s, 's')}), less the share of AdamW's "
-                f"update a rank no longer runs ({si(self.update_saved_s, 's')}): at most {self.edge:.4f}x")
-
-    def beyond(self, ratio: float, listed_in: str | None = None) -> str:
-        """What a measured step ratio over DDP's leaves beyond the edge's parts, in seconds and
-        as a share of the step's growth (a share only where both are positive). The growth is
-        ``(ratio - 1)`` times DDP's median step, named as such: it is not a difference of the
-        two medians, which can differ from it. ``listed_in``: the verdict that already lists
-        what the model leaves out; that list is then pointed to rather than repeated."""
-        check_real("ratio", ratio, 0, lo_open=True)
-        grew, charged = (ratio - 1) * self.ddp_s, (self.edge - 1) * self.ddp_s  # s over DDP's step
-        how = "The median of the paired ratios, less 1, times DDP's median step"
-        said = (f"{how}: the step grew by {si(grew, 's')} over DDP's" if grew >= 0 else
-                f"{how}: the step was {si(-grew, 's')} shorter than DDP's")
-        net = f"{si(charged, 's')}" if charged >= 0 else f"a net saving of {si(-charged, 's')}"
-        if grew <= charged:
-            return said + f", within the edge's {net}."
-        rest = grew - charged
-        left = round(100 * rest / grew)  # %: the two shares printed add up to 100
-        share = f" ({left}% of that growth)" if charged >= 0 else ""
-        told = f" ({100 - left}%: the share of that growth the model explains)" if charged >= 0 else ""
-        alone = ("" if self.call_how == _LONE_CALL else
-                 "calls waited for alone rather than in flight together (up to a lone call's time each), ")
-        parts = (f"the parts the {listed_in} verdict lists" if listed_in else
-                 f"copies into and out of flat buffers, Python hooks, {alone}and gloo's threads slowing the "
-                 "compute they share the cores with")
-        return (said + f"; the edge charges {net} of it{told}, and the other {si(rest, 's')}{share} is what "
-                f"the model leaves out: {parts}{self._gather_candidate(rest)}; this run does not time them "
-                "apart.")
-
-    def _gather_candidate(self, rest: float) -> str:
-        """A clause naming the all-gathers' price as a candidate for ``rest`` (s): the edge
-        charges each at the all-reduce's time per byte, and what per-byte factor would
-        explain all of ``rest``; where that factor exceeds 2, also how much of ``rest`` twice
-        the all-reduce's time per byte would explain, so that a reader can set notebook 03's
-        printed factor against it. ``""`` where the edge charges no all-gather bytes."""
-        if self.bytes_s <= 0:
-            return ""
-        n = "its two all-gathers" if self.stage == 3 else "its all-gather"
-        twice = ("" if self.bytes_s >= rest else
-                 f"at twice the all-reduce's time per byte it would explain {si(self.bytes_s, 's')} "
-                 f"({round(100 * self.bytes_s / rest)}%) of the {si(rest, 's')}; ")
-        return (f"; and the price of {n}, charged at the all-reduce's time per byte "
-                f"({si(self.bytes_s, 's')}), though notebook 03 timed gloo's all-gather slower per byte "
-                "than its all-reduce (one large call, not these buckets, so a candidate, not a finding; it "
-                f"prints its factor): {twice}at {1 + rest / self.bytes_s:.1f}x the all-reduce's time per "
-                f"byte it would explain all of the {si(rest, 's')}")
-
-    def digits(self, est: Any) -> str:
-        """A sentence, starting with a space, giving the edge and ``est``'s interval (a step
-        ratio, ``low`` and ``high``) to four decimals, where at two they print alike and a
-        reader could not see which side of the edge the interval lies; ``""`` otherwise."""
-        ends = (est.low, est.high)
-        if not any(f"{x:.2f}" == f"{self.edge:.2f}" for x in ends):
-            return ""
-        return (f" The edge is {self.edge:.4f}x, the interval {est.low:.4f}x to {est.high:.4f}x "
-                "(to four decimals: at two they read alike).")
-
-    def against_plain(self, plain_edge: float, plain_all_reduces: float = 1.0, plain_name: str = "perfkit",
-                      name: str = "zero1") -> str:
-        """A sentence, starting with a space, on why a stage 1 or 2 edge differs from the plainer
-        edge the same algorithm, communicating after the whole backward (``plain_name``), is
-        judged against: that one charges ``plain_all_reduces`` all-reduces' time unhidden (one
-        where the reduce-scatter and the all-gather move a ring's bytes; 1.5 on gloo, whose
-        reduce-scatter all-reduces) and neither the calls nor the update a rank no longer runs;
-        this one charges the all-gather after the step only (its reduce-scatters overlap
-        backward, as DDP's all-reduce does), the calls beyond DDP's, and credits the update.
-        ``""`` for stage 3, which is not the same algorithm."""
-        check_real("plain_edge", plain_edge, 0, lo_open=True)
-        check_real("plain_all_reduces", plain_all_reduces, 0, lo_open=True)
-        if self.stage == 3:
-            return ""
-        k = plain_all_reduces
-        link = "" if self.link_s is None else f" ({si(k * self.link_s, 's')})"
-        what = "one whole all-reduce" if k == 1 else f"{k:.2f} all-reduces' time"
-        return (f" {name}'s verdict and {plain_name}'s are judged against different edges because they model "
-                f"different schedules of the same algorithm: {plain_name}'s ({plain_edge:.4f}x) charges "
-                f"{what}{link}, unhidden, as it "
-                f"communicates after the whole backward, and neither its calls nor the update a rank no "
-                f"longer runs; {name}'s ({self.edge:.4f}x) charges only the all-gather after the step "
-                f"({si(self.bytes_s, 's')}), as its reduce-scatters run during backward and are taken as "
-                f"hidden as DDP's all-reduce, plus {self.calls} calls ({si(self.calls * self.call_s, 's')}), "
-                f"less the {si(self.update_saved_s, 's')} of AdamW's update a rank no longer runs.")
-
-    def interleave_note(self) -> str:
-        """A sentence, starting with a space, on what rounds that interleave the variants can hide.
-
-        Stages 1 and 2 all-gather after the step, asynchronously: in interleaved rounds the
-        other variants' steps run before this one's next forward waits, so the all-gather (the
-        edge's ``bytes_s``) can finish behind them, leaving this variant's time and, with gloo's
-        threads on the same cores, landing in theirs, the baseline's included. Both lower the
-        ratio over DDP's. Stage 3 waits for its all-gathers inside its own step.
-        """
-        if self.stage == 3:
-            return (" Its all-gathers are waited for inside its own step, so interleaving the variants "
-                    "cannot move them into another variant's time.")
-        return (" In these interleaved rounds its all-gather after the step (charged "
-                f"{si(self.bytes_s, 's')}, {self.bytes_s / self.ddp_s:.1%} of DDP's step) can finish behind "
-                "the other variants' steps, DDP's included, on the cores they compute on: that would leave "
-                "this step shorter and theirs longer, so this ratio can read low, by an amount this run does "
-                "not measure.")
-
-
 def ranking_note(variants: Mapping[str, Any], ratios: Mapping[str, Any], names: Sequence[str]) -> str:
     """Where ranking ``names`` by their own median steps (``step_s``, s: what a bar chart of
     medians shows) disagrees with ranking them by their median paired ratios (``value``) to
@@ -290,127 +140,3 @@ def ranking_note(variants: Mapping[str, Any], ratios: Mapping[str, Any], names: 
                         "step with DDP's in the same round, which cancels load that hit both, and the two "
                         "statistics need not agree.")
     return ""
-
-
-def call_cost(tz: Any, ddp: Any, link_s: float, call_s: float, world_size: int) -> float:
-    """The most each of ``tz``'s collective calls beyond ``ddp``'s can cost, by
-    :func:`stage_edge`'s rules, given ``tz``'s median step: what is left of its step's excess
-    over DDP's once its extra bytes (half an all-reduce's: PyTorch's ``ZeroRedundancyOptimizer``
-    broadcasts each shard from its owner) are charged and the ``(N - 1) / N`` of AdamW's update it
-    no longer runs is taken off, shared among its extra calls; clipped to ``[0, call_s]``.
-
-    Calls issued together overlap their fixed costs (``ZeroRedundancyOptimizer._sync_params``
-    issues every broadcast with ``async_op=True`` and then waits on them all), so this is the
-    per-call charge for calls in flight together, where ``call_s`` (one call timed alone, the
-    processes' arrival spread included) is what a lone call pays. Without extra calls, ``call_s``.
-
-    Args:
-        tz: the variant's result (``step_s``, s; ``calls``).
-        ddp: DDP + AdamW's result (``step_s``, ``update_s``, s; ``calls``).
-        link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
-        call_s: one 4-byte all-reduce, timed alone, s (>= 0).
-        world_size: processes (>= 2).
-    """
-    check_real("link_s", link_s, 0, lo_open=True)
-    check_real("call_s", call_s, 0)
-    check_int("world_size", world_size, 2)
-    extra = calls_per_step(tz) - calls_per_step(ddp)
-    if extra <= 0:
-        return call_s
-    left = (tz.step_s - ddp.step_s - 0.5 * max(link_s - call_s, 0.0)
-            + (world_size - 1) / world_size * ddp.update_s)  # s: the excess the model leaves to the calls
-    return min(max(left / extra, 0.0), call_s)
-
-
-def broadcast_sentence(tz: Any, ddp: Any, n_tensors: int, per_call_s: float, call_s: float) -> str:
-    """What PyTorch's ``ZeroRedundancyOptimizer`` (``tz``, built with its defaults) does beyond
-    DDP per step, from its counted calls, and what each extra call cost at most
-    (``per_call_s``, from :func:`call_cost`) against one call timed alone (``call_s``)."""
-    b, extra = (tz.calls or {}).get("broadcast", 0), calls_per_step(tz) - calls_per_step(ddp)
-    n, nb = calls_per_step(tz), calls_per_step(ddp)
-    text = (f"{n} collective calls per step against DDP + AdamW's {nb}: after DDP's all-reduce it makes "
-            f"{b} broadcasts, one per parameter tensor (the model has {n_tensors}), each from the tensor's "
-            "owner; one per tensor because `parameters_as_bucket_view` defaults to False (True sends one "
-            "flat buffer per process). It issues them all asynchronously and then waits for them together, "
-            "so their fixed costs can overlap")
-    if extra <= 0:
-        return text + "."
-    if per_call_s < call_s:
-        return text + (f": its step leaves at most {si(per_call_s, 's')} per extra call (its excess over "
-                       "DDP's step once its extra bytes are charged and the update it no longer runs is "
-                       f"taken off, shared among those calls), against {si(call_s, 's')} for one 4-byte "
-                       "all-reduce timed alone.")
-    return text + (f"; here its step leaves each extra call as much as one 4-byte all-reduce timed alone "
-                   f"({si(call_s, 's')}) or more, so this run does not show that overlap.")
-
-
-def stage_edge(stage: int, ddp: Any, calls: int, link_s: float, call_s: float, world_size: int,
-               per_call_s: float | None = None) -> StageEdge:
-    """The step-time edge of perfkit's ZeRO ``stage`` over DDP + AdamW, from times measured
-    in the same rounds: an expectation, not a bound.
-
-    Stages 1 and 2 reduce-scatter during backward, as DDP all-reduces (taken as hidden as
-    DDP's), then all-gather the updated slices after the step, which the next forward waits
-    for: half an all-reduce's bytes, charged unhidden. Stage 3 waits for two parameter
-    all-gathers on the critical path, in forward (in place of stages 1-2's after the step) and
-    again in backward: each half an all-reduce's bytes, both charged unhidden by the same rule.
-    Every call beyond DDP's is charged ``per_call_s`` (calls in flight together, from
-    :func:`call_cost`) or, without it, a 4-byte all-reduce's time alone (a lone call's own cost),
-    and none is hidden; a rank updates ``1 / N`` of the parameters, so ``(N - 1) / N`` of AdamW's update is
-    taken off. Per-block copies and Python hooks are not in it.
-
-    Args:
-        stage: 1, 2 or 3.
-        ddp: DDP + AdamW's result (``step_s`` and ``update_s``, s; a
-            :class:`perfkit.jobs.zero_bench.VariantResult`).
-        calls: collective calls per step beyond DDP's (>= 0).
-        link_s: one all-reduce of the gradient's bytes, timed alone, s (> 0).
-        call_s: one 4-byte all-reduce, timed alone, s (>= 0).
-        world_size: processes (>= 2).
-        per_call_s: the charge per extra call, s (>= 0), if not ``call_s``.
-
-    Returns:
-        A :class:`StageEdge`.
-
-    Raises:
-        TypeError, ValueError: for an argument outside those ranges, or a ``ddp`` without a
-            positive ``step_s`` and a ``update_s`` >= 0.
-    """
-    check_int("stage", stage, 1, 3)
-    check_int("calls", calls, 0)
-    check_real("link_s", link_s, 0, lo_open=True)
-    check_real("call_s", call_s, 0)
-    check_int("world_size", world_size, 2)
-    check_real("ddp.step_s", getattr(ddp, "step_s", None), 0, lo_open=True)
-    check_real("ddp.update_s", getattr(ddp, "update_s", None), 0)
-    gathers = 2 if stage == 3 else 1  # parameter all-gathers a step waits for
-    how = _LONE_CALL
-    if per_call_s is not None:
-        check_real("per_call_s", per_call_s, 0)
-        how = "the most torch_zero's step leaves a call in flight with others (section 2),"
-    return StageEdge(stage, ddp.step_s, gathers * 0.5 * max(link_s - call_s, 0.0), calls,
-                     call_s if per_call_s is None else per_call_s,
-                     (world_size - 1) / world_size * ddp.update_s, how, link_s, call_s)
-
-
-def other_edge_text(est: Any, edge: float, what: str) -> str:
-    """A sentence, starting with a space, on where a ratio's median and interval lie against an
-    edge that ``what`` would give, not the one judged: the verdict stays as judged.
-
-    Args:
-        est: the judged step-time ratio (an ``Estimate``: ``value``, ``clear_of``, ``label``).
-        edge: the other edge, x.
-        what: what the other edge adds, as a phrase after "With" ("that half charged too").
-
-    Raises:
-        ValueError: ``edge`` is not a finite number above 0, or ``what`` is empty.
-    """
-    check_real("edge", edge, 0, lo_open=True)
-    if not isinstance(what, str) or not what:
-        raise ValueError(f"what must say what the other edge adds, got {what!r}")
-    v = est.value
-    side = "below" if v < edge else "above" if v > edge else "at"
-    whole = {"above": "lies above it", "below": "lies below it"}.get(est.clear_of(edge, "x"), "holds it")
-    return (f" With {what}, the edge would be {edge:.4f}x: the median of the paired ratios ({v:.4f}x) lies "
-            f"{side} it, and its {est.label} {whole}; the verdict stays judged against the edge recorded "
-            "before the run.")

@@ -114,6 +114,10 @@ def test_against_dtensor_same_numbers_same_collectives(jobs):
                                            "reduce_scatter_tensor": 9}
         assert sp["counts"]["perfkit"] == {"allreduce_": 4, "allgather_": 10,
                                            "reduce_scatter_": 10}
+        # the SGD step counted apart (the old job counted it with backward, so where DTensor's 10
+        # LayerNorm all-reduces ran did not show): all 10 in DTensor's step, none in perfkit's
+        assert sp["in_step"] == {"dtensor": {"all_reduce": 10}, "perfkit": {}}
+        assert tp["in_step"] == {"dtensor": {}, "perfkit": {}}
 
 
 def test_dp_x_tp_on_a_two_by_two_mesh(jobs):

@@ -196,12 +196,11 @@ def test_tile_miss_note_names_a_miss_the_fitted_lengths_already_showed():
         in note
     # the old text, "one the shorter lengths already showed, beyond their largest", said both at once
     assert "a bias the shorter lengths already showed, though not this large (+33%)" in note
-    assert "The band, ±33%, is the fit's largest miss where it was fitted: tile 64's at T = 512" in note
+    assert "The band, ±33%, is this tile's own largest miss where the model was fitted." in note
     misses[(64, 512)] = -0.05
     note = ac.tile_miss_note([_timed(model, t, n, m) for (t, n), m in misses.items()], model, 64)
     assert "not on the same side at every fitted length: the shorter lengths do not show it as a" in note
-    assert "±31%, is the fit's largest miss where it was fitted: tile 64's at T = 256 (the judged tile's" \
-        in note
+    assert "The band, ±31%, is this tile's own largest miss where the model was fitted." in note
     assert "bias" not in note   # its misses lie on both sides
     with pytest.raises(ValueError):
         ac.tile_miss_note([_timed(model, 16, 256, 0.0), _timed(model, 64, 512, 0.0)], model, 64)
@@ -233,27 +232,6 @@ def test_same_call_note_speaks_only_where_the_two_timings_exclude_each_other():
     assert ac.same_call_note(Estimate(0.113, 0.113, 0.113, None, 1, "exact"), sec3, "the call") == ""
 
 
-def test_band_note_and_tile_miss_note_name_the_one_point_that_sets_the_band():
-    from perfkit.estimate import Estimate
-    model = ac.TileCostModel(2e10, 5e-5, 1e10)
-    misses = {(16, 256): -0.14, (16, 512): 1.44, (16, 1024): 0.05, (16, 1536): 0.1,
-              (64, 256): 0.12, (64, 512): 0.02, (64, 1024): -0.03, (64, 1536): 0.44}
-    pts = [_timed(model, t, n, m) for (t, n), m in misses.items()]
-    band = ac.band_note(pts, model)
-    assert band.startswith("the band is ±144%, set by one point, tile 16's at T = 512 (its time per FLOP")
-    assert band.endswith("; the other 5 lie within -14% to +12%")
-    pred = model.flash_s(1536, 64)
-    measured = Estimate(pred * 1.44, pred * 1.42, pred * 1.8, 0.9, 5, "median of 5 samples")
-    note = ac.tile_miss_note(pts, model, 64, measured=measured)
-    # the old note named the point but not that the verdict rests on it alone
-    assert "Without that one point the band would be ±14% (the next largest miss, tile 16's at T = 256)" \
-        in note
-    assert note.endswith("the same rule would call it missed (above).")
-    assert "Without" not in ac.tile_miss_note(pts, model, 64)
-    with pytest.raises(ValueError):
-        ac.band_note(pts[:1], model)
-
-
 def test_tile_miss_note_says_when_the_prediction_lies_outside_the_measured_interval():
     from perfkit.estimate import Estimate
     model = ac.TileCostModel(2e10, 5e-5, 1e10)
@@ -273,24 +251,28 @@ def test_tile_miss_note_says_when_the_prediction_lies_outside_the_measured_inter
     inside = Estimate(pred * 1.1, pred * 0.95, pred * 1.2, 0.93, 5, "median of 5 samples")
     assert "itself lies" not in ac.tile_miss_note(pts, model, 64, measured=inside)
     missed = Estimate(pred * 1.5, pred * 1.4, pred * 1.6, 0.93, 5, "median of 5 samples")
-    assert "itself lies" not in ac.tile_miss_note(pts, model, 64, measured=missed)
+    # a miss past the band prints the same point miss first, with the band that would have held it
+    assert ac.tile_miss_note(pts, model, 64, measured=missed).startswith(
+        "The predicted 269 ms itself lies below the measured 93% interval (377 ms to 430 ms), 0.71x its low "
+        "end: a band of ±40% or wider keeps the outcome from missed, of ±60% or wider holds it; this one is "
+        "±35%. ")
 
 
 def test_rate_note_names_whole_calls_faster_than_the_fitted_rate_inside_the_tiles():
     model = ac.TileCostModel(2e10, 5e-5, 1e10)
     pts = [_timed(model, 64, 512, 0.0), _timed(model, 256, 512, 0.0)]
-    assert va.rate_note(pts, model).startswith(" Every tiled call ran below the fit's rate inside the tiles")
+    assert va.rate_note(pts, model).startswith(" Every tiled call ran below the fitted rate parameter")
     f = flash_flops(1, 4, 1536, 32, tile=256)
     flops = f.forward + f.backward
     fast = ac.AttentionTiming("flash", 1536, 256, (flops / 2.5e10,), flops, f.tiles)
     # the old output printed the fitted rate as the tiles' own though a whole call outran it
     got = va.rate_note([*pts, fast], model)
-    assert "ran above the fit's rate inside the tiles, 20 GFLOP/s: tile 256 at T = 1536 (25 GFLOP/s)." in got
-    assert "the fitted rate is not one the tiles run at" in got
+    assert "ran above the fitted rate parameter, 20 GFLOP/s: tile 256 at T = 1536 (25 GFLOP/s)." in got
+    assert "it is a fitted parameter, not a rate the tiles run at" in got
     # a call above the rate by less than the third digit prints with a digit more, never equal
     close = ac.AttentionTiming("flash", 1536, 256, (flops / 2.0004e10,), flops, f.tiles)
     said = va.rate_note([*pts, close], model)
-    assert "inside the tiles, 20 GFLOP/s: tile 256 at T = 1536 (20.004 GFLOP/s)." in said
+    assert "rate parameter, 20 GFLOP/s: tile 256 at T = 1536 (20.004 GFLOP/s)." in said
 
 
 def test_eager_line_label_says_where_its_rate_was_measured_and_how_far_later_points_lie():

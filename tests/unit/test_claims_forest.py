@@ -416,3 +416,19 @@ def test_identical_work_read_apart_weighs_a_reading_past_the_a_a_reach():
     assert viz.claims.same_work_text(PinTiming(aa.pageable, aa.pinned, "cuda"), {}, compiled, "x", "y") == ""
     with pytest.raises(ValueError, match="readings"):
         viz.claims.same_work_text(aa, {"bad": 0.0}, compiled, "x", "y")
+
+
+def test_identical_work_with_an_interval_is_read_by_its_reach_as_the_a_a_control_is():
+    from perfkit.data.claims import PinTiming
+    from perfkit.stats import Estimate
+    from perfkit.timing import Measurement
+
+    # as run: claim 10's one model against itself was read by its point, 0.985x (1.6 % apart), while
+    # its interval, 0.965x to 1.025x, reaches 3.5 % from 1x, the yardstick the A/A control is read by
+    aa = PinTiming(Measurement((1.0,) * 10, 0), Measurement((1.006,) * 10, 0), "cpu")
+    compiled = Estimate(0.936, 0.92, 0.95, 0.92, 16, "m")
+    said = viz.claims.same_work_text(aa, {"one model": Estimate(0.985, 0.965, 1.025, 0.92, 16, "m")},
+                                     compiled, "The compiled step", "eager")
+    assert "one model, 3.5%: this design's own error reaches at least 3.5%" in said
+    with pytest.raises(ValueError, match="readings"):  # an estimate without an interval is no reading
+        viz.claims.same_work_text(aa, {"bad": Estimate(0.98, 0.98, 0.98, None, 1, "m")}, compiled, "x", "y")

@@ -421,7 +421,7 @@ def test_beyond_model_says_waiting_without_jitter_is_not_all_jitter():
 def test_handoff_part_puts_only_the_measured_handoff_on_the_handoff():
     said = ex.handoff_part(0.38, 2.4)
     assert "left +2.4 ms unsplit" in said
-    assert "is 0.38 ms: the other 2.0 ms is work this notebook does not time" in said
+    assert "is 0.38 ms: the other 2.0 ms is the worker taking longer per batch in the loop than alone" in said
     assert "covers" in ex.handoff_part(2.5, 2.4) and ex.handoff_part(0.38, 0.04) == ""
     with pytest.raises(ValueError, match="handoff_ms"):
         ex.handoff_part(-1.0, 2.4)

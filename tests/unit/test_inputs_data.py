@@ -43,6 +43,7 @@ from perfkit.data import (
     overlap_hidden,
     padding_waste,
     pass_rate,
+    pipeline_excess,
     prefetch_loops,
     rate_context,
     rate_ratio,
@@ -316,6 +317,14 @@ CASES = [  # (id, call, exception, regex on the message)
     ("run_gaps.predicted share", lambda: run_gaps([REC], [1.5]), ValueError, "predicted entries"),
     ("beyond_model.workers", lambda: beyond_model(-1, REC, REC), ValueError, "workers"),
     ("handoff_part.handoff_ms", lambda: handoff_part(-1.0, 2.4), ValueError, "handoff_ms"),
+    ("handoff_part.stage", lambda: handoff_part(1.0, 2.4, "gpu"), ValueError, "stage"),
+    ("pipeline_excess.step_ms", lambda: pipeline_excess(0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 2), ValueError,
+     "step_ms"),
+    ("pipeline_excess.wait_ms", lambda: pipeline_excess(2.0, -1.0, 1.0, 1.0, 1.0, 0.0, 2), ValueError,
+     "wait_ms"),
+    ("pipeline_excess.jitter_ms", lambda: pipeline_excess(2.0, 1.0, 1.0, 1.0, 1.0, math.nan, 2), ValueError,
+     "jitter_ms"),
+    ("pipeline_excess.cores", lambda: pipeline_excess(2.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0), ValueError, "cores"),
     ("balanced_max.a", lambda: balanced_max([], [1.0]), ValueError, "a must hold at least one"),
     ("balanced_max.b", lambda: balanced_max([1.0], [math.nan]), ValueError, "b entries"),
     ("rate_ratio.a", lambda: rate_ratio(None, REC), TypeError, "record must be a LoaderRecord"),
@@ -431,7 +440,7 @@ CASES = [  # (id, call, exception, regex on the message)
 ]
 
 # Records perfkit returns.
-RECORDS = {"LoaderRecord", "PipelineRecord", "MonitoredRun", "PaddingRecord", "PinTiming",
+RECORDS = {"LoaderRecord", "PipelineExcess", "PipelineRecord", "MonitoredRun", "PaddingRecord", "PinTiming",
            "WorkerSweep", "PrefetchStats", "ThreadProbe"}
 
 

@@ -243,9 +243,10 @@ def test_zb_step_note_names_the_terms_that_decided_and_whether_the_gain_showed()
     assert ("bubble factor (1 - 1F1B's share) / (1 - ZB-H1's) 0.913x (its interval 0.898x to 0.931x wholly "
             "above the model's 0.882x): 1.09x and 1.04x") in got
     assert "the busy time moving the step more" in got
-    assert "F : I : W = 1 : 1.25 : 0.68" in got and "(F + I - W), is 1.56x the model's" in got
-    assert ("bubble share fell to 0.711x of 1F1B's (its interval 0.662x to 0.748x wholly above the model's "
-            "0.484x)") in got
+    assert "F : I : W = 1 : 1.25 : 0.68" in got and \
+        "(F + I - W), is 1.56x (p - 1) F at the measured F" in got   # per F, labelled so
+    assert ("bubble share fell to 0.711x of 1F1B's (its interval 0.662x to 0.748x wholly below 1x and wholly "
+            "above the model's 0.484x)") in got
     won = zb_step_note(est(0.86, 0.80, 0.90), est(1.0, 0.97, 1.03), est(0.86, 0.84, 0.90), 0.882, (1, 1, 1))
     assert won.startswith("ZB-H1 shortened the step") and "the bubble factor moving" in won
     with pytest.raises(ValueError, match="three times"):

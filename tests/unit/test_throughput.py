@@ -118,7 +118,7 @@ def test_two_run_text_at_a_floor_of_one_names_no_margin_and_reads_the_interval_a
     times = {32: (0.3223, 0.3145), 1: (0.0142, 0.0204)}
     said = throughput.two_run_text(1.41, here, 1.0, (32, 1), times, "the verdict's")
     assert "at 1.41x (a ratio of its medians)" in said
-    assert "lies outside this 93% interval" in said and "batch 1 14.2 ms there, 20.4 ms here (1.44x)" in said
+    assert "lies outside this 93% interval" in said and "batch 1 14.2 ms there, 20.4 ms here (0.70x)" in said
     assert "margin" not in said and "floor" not in said  # both ratios above 1x; a floor of 1x has no margin
     assert "inside this 93% interval" in throughput.two_run_text(1.4449, here, 1.0, (32, 1), times)  # 1.44x
     edge = Estimate(1.020, 1.016, 1.030, 0.93, 11, "median of 11 paired ratios")  # printed to 1.030x

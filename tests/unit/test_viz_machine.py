@@ -210,9 +210,11 @@ def test_cache_sentence_states_what_the_sweep_shows_beside_what_the_os_reports()
     lim = MachineLimits("cpu", "t", {"float32": 1e9}, 3e10, copy_points=copies, cache_bytes_per_s=1.35e11,
                         llc_bytes=32 << 20, dram_nbytes=2**28)
     text = vm.cache_sentence(lim)
-    assert text.startswith("the cache the sweep shows: copies of buffers up to 4.19 MB (8.39 MB read and "
-                           "written)")
+    assert text.startswith("the cache the sweep shows: the largest buffer whose copy kept at least half the "
+                           "cache ceiling by its median is 4.19 MB (8.39 MB read and written)")
     assert "the next size swept, 16.8 MB (33.6 MB touched), did not" in text
+    # 65.5 kB copied at 60 GB/s, under half of 135: the old sentence said every buffer "up to" 4.19 MB kept it
+    assert "of the smaller buffers, 65.5 kB (44% of it) did not either" in text and "up to" not in text
     assert "The OS reports a last-level cache of 33.6 MB: that is the size it reports" in text
     assert text.endswith("Operations of at most 8.39 MB counted are held against the cache's roof below")
     assert "slices" not in text  # no claim about how the OS adds its figure up

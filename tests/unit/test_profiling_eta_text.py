@@ -1,0 +1,43 @@
+"""Notebook 01's roofline sentences: the phase split held against NEAR_ROOF, and the one eta a
+ratio outside the phase model's band would need."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfkit.compute.phase_roofline import PhaseModel
+from perfkit.viz.profiling import eta_split_text
+
+MS = 1e-3
+
+
+def model(fixed, roof, eta, rounds=5):
+    t = [(fx + r / e) * MS for fx, r, e in zip(fixed, roof, eta)]
+    return PhaseModel(10, 20, 4, 6, roof[0] * MS, roof[1] * MS, (t[0],) * rounds, (t[1],) * rounds,
+                      (fixed[0] * MS,) * rounds, (fixed[1] * MS,) * rounds)
+
+
+def test_a_ratio_below_the_band_names_the_one_eta_it_would_need():
+    """Old: the 'below' text named the two phases' etas only, never that one eta would have to
+    exceed 1 (ops faster than their roofs) to give the measured ratio."""
+    pm = model((2.0, 1.0), (2.0, 4.0), (0.54, 0.66))  # 1.24x, under the at-roof end 1.25x
+    assert pm.measured.value < pm.low
+    below = pm.explain()["below"]
+    assert "forward's ops reached a smaller share" in below
+    assert f"it would take {pm.one_eta():.2f}, ops faster than their roofs" in below
+
+
+def test_the_split_holds_each_eta_against_near_roof():
+    """Old: notebook 01 called operators at 54 % and 66 % of their roofs 'too small to run fast'
+    whatever NEAR_ROOF said; the words now follow eta against it."""
+    near = eta_split_text(2.1e-3, 11.4e-3, (0.54, 0.66), 0.5)
+    assert "2.1 ms of forward and backward's 11.4 ms in fixed costs (18%)" in near
+    assert ("at 54% (forward) and 66% (backward) of their own roofs: at least NEAR_ROOF (50%) of them, so "
+            "near them") in near
+    assert "too small" not in near and "larger part" not in near
+    mixed = eta_split_text(2.1e-3, 11.4e-3, (0.4, 0.66), 0.5)
+    assert "forward's under and backward's at least NEAR_ROOF (50%) of theirs" in mixed
+    most = eta_split_text(7e-3, 11e-3, (0.3, 0.3), 0.5)
+    assert "more than half: the fixed costs are the larger part" in most
+    with pytest.raises(ValueError, match="fixed_s"):
+        eta_split_text(12e-3, 11e-3, (0.3, 0.3), 0.5)
