@@ -45,7 +45,7 @@ Usage::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from perfkit.advice import CLAIM_STATUSES, Claim, ClaimVerdict, assess
@@ -53,10 +53,12 @@ from perfkit.stats import Estimate
 from perfkit.units import si
 from perfkit.verdict_text import Reading, busy, machine_state, machine_text, reading
 
-__all__ = ["CLAIM_STATUSES", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
-           "busy", "context", "judge", "machine_state"]
+__all__ = ["CLAIM_STATUSES", "KINDS", "OUTCOMES", "Claim", "ClaimVerdict", "Prediction", "Verdict", "assess",
+           "busy", "context", "judge", "kinds_text", "machine_state"]
 
 OUTCOMES = ("held", "missed", "inconclusive", "disturbed")
+# what a verdict's prediction can test (Prediction.kind), from the strongest evidence to the weakest
+KINDS = ("test", "floor", "ceiling", "exact check", "stored run")
 EXPLAIN_KEYS = ("held", "above", "below", "inconclusive", "disturbed")
 
 
@@ -162,6 +164,24 @@ class Prediction:
         plo, phi = self.bounds()
         return lo < plo or hi > phi
 
+    def kind(self) -> str:
+        """What kind of evidence a verdict on this prediction is, from how it was built, one
+        rule (:data:`KINDS`): ``"stored run"`` for a figure not measured in this run; ``"exact
+        check"`` where its edges, clipped to ``physical``, leave one value; ``"test"`` for a
+        window (a point with a tolerance > 0, or a low and a high edge); ``"floor"`` for a low
+        edge alone and ``"ceiling"`` for a high edge alone: a one-sided bound tests little where
+        the figure lies far from it, so a held floor or ceiling is weaker evidence than a held
+        window."""
+        lo, hi = self.bounds()
+        plo, phi = (d if x is None else x for x, d in zip(self.physical, (-math.inf, math.inf)))
+        if not self.measured_here:
+            return "stored run"
+        if max(lo, plo) == min(hi, phi):
+            return "exact check"
+        if self.value is not None or (self.low is not None and self.high is not None):
+            return "test"
+        return "floor" if self.low is not None else "ceiling"
+
     def describe(self) -> str:
         """The prediction as a phrase, e.g. ``"1.33x ± 10%"`` or ``"at most 1.34x"``."""
         u = self.unit
@@ -202,6 +222,27 @@ class Verdict:
     def record(self) -> dict:
         """A JSON-able record (for the course's scorecard)."""
         return {**asdict(self), "prediction": asdict(self.prediction)}
+
+
+def kinds_text(verdicts: Sequence[Verdict]) -> str:
+    """One line: how many of ``verdicts`` held, and the held ones counted by
+    :meth:`Prediction.kind` (windows, floors, ceilings, exact checks, stored runs), so that a
+    row of held verdicts is not read as that many tests. "" for no verdicts.
+
+    Raises:
+        TypeError: for an item that is not a :class:`Verdict`.
+    """
+    for i, v in enumerate(verdicts):
+        if not isinstance(v, Verdict):
+            raise TypeError(f"verdicts[{i}] must be a perfkit.verdict.Verdict, got {type(v).__name__}")
+    if not verdicts:
+        return ""
+    held = [v.prediction.kind() for v in verdicts if v.held]
+    counts = {k: held.count(k) for k in KINDS if held.count(k)}
+    return (f"{len(held)} of {len(verdicts)} verdicts held" + (
+        ": by what each prediction could test, " + ", ".join(
+            f"{n} {k}{'s' * (n != 1)}" for k, n in counts.items())
+        + "; a floor or a ceiling held far from its edge tests little" if held else "") + ".")
 
 
 def _side(r: Reading, lo: float, hi: float) -> str:

@@ -178,6 +178,24 @@ def summary_table(runs: list[NotebookRun]) -> str:
     return "\n".join(lines)
 
 
+def held_by_kind(runs: list[NotebookRun]) -> dict[str, int]:
+    """The held verdicts counted by :meth:`perfkit.verdict.Prediction.kind` (a window, a floor, a
+    ceiling, an exact check, a stored run), in :data:`perfkit.verdict.KINDS`' order, kinds with
+    none left out; records without a prediction (older notebooks) are not counted."""
+    from perfkit.verdict import KINDS, Prediction
+
+    counts = dict.fromkeys(KINDS, 0)
+    for r in runs:
+        for v in r.verdicts:
+            d = v.get("prediction")
+            if v["outcome"] != "held" or not isinstance(d, dict):
+                continue
+            p = Prediction(**{**d, "soft": tuple(d.get("soft", ())),
+                              "physical": tuple(d.get("physical", (None, None)))})
+            counts[p.kind()] += 1
+    return {k: n for k, n in counts.items() if n}
+
+
 def scorecard(runs: list[NotebookRun]) -> str:
     """Predictions held per notebook, how many misses chance alone would give, then every
     verdict that did not hold."""
@@ -195,6 +213,11 @@ def scorecard(runs: list[NotebookRun]) -> str:
     lines.append(f"  {'all notebooks':<28} {total['held']:>2} / {sum(total.values()):<2}  "
                  f"{total['missed']} missed, {total['inconclusive']} inconclusive, "
                  f"{total['disturbed']} disturbed")
+    held_kinds = held_by_kind(runs)
+    if held_kinds:
+        lines.append("  held, by what the prediction could test (perfkit.verdict.Prediction.kind): "
+                     + ", ".join(f"{n} {k}{'s' * (n != 1)}" for k, n in held_kinds.items())
+                     + " (a floor or a ceiling held far from its edge tests little)")
     by_level: dict[float, int] = {}
     for r in runs:
         for v in r.verdicts:

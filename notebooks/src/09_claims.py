@@ -111,7 +111,7 @@ from perfkit.jobs.data_parallel import make_mlp
 from perfkit.memory import claims as cm
 from perfkit.memory import gpt2_saved_activation_bytes, zero_model_states
 from perfkit.models import tiny_gpt2
-from perfkit.verdict import Claim, Prediction, assess
+from perfkit.verdict import Claim, Prediction, assess, kinds_text
 from perfkit.viz import si
 from perfkit.viz.claims import control_gap_text, control_order_text, control_text, weighed_verdict
 
@@ -1244,12 +1244,15 @@ if ultra.added:  # else the two settings are the same: nothing to judge
 # ## Summary
 #
 # Each row is computed from the measurement above it: the advice, what was measured on this
-# machine, and the verdict. A "GPU only" row is advice about a GPU: its CPU analogue was measured
+# machine, and the verdict. The line under the table counts the course's own predictions (the
+# ✅ marks above) by what each could test: a window (a value with a tolerance, or two edges) can
+# fail either way; a floor or a ceiling held far from its edge tests little. A "GPU only" row is advice about a GPU: its CPU analogue was measured
 # where one exists (pin_memory has none: a CPU ignores it); run the notebook on a GPU machine to
 # judge the claim itself.
 
 # %%
 viz.show_claims_table(VERDICTS)
+print("The course's own predictions above:", kinds_text(viz.shown_verdicts()))
 
 # %% [markdown]
 # The figure puts every verdict measured as a ratio on one axis: the grey band is what the advice

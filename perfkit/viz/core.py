@@ -142,6 +142,15 @@ def tidy(fig: Figure, min_area: float = 4.0) -> Figure:
     return fig
 
 
+_SHOWN: list[Verdict] = []  # every verdict show_verdict displayed in this process, in order
+
+
+def shown_verdicts() -> tuple[Verdict, ...]:
+    """Every verdict :func:`show_verdict` displayed in this process (a notebook's kernel), in
+    order: what a notebook's summary counts, e.g. with :func:`perfkit.verdict.kinds_text`."""
+    return tuple(_SHOWN)
+
+
 def show_verdict(verdict: Verdict) -> None:
     """Display a computed :class:`perfkit.verdict.Verdict` as Markdown, and record it.
 
@@ -153,6 +162,7 @@ def show_verdict(verdict: Verdict) -> None:
 
     if not isinstance(verdict, Verdict):
         raise TypeError(f"verdict must be a perfkit.verdict.Verdict, got {type(verdict).__name__}")
+    _SHOWN.append(verdict)
     mark = {"held": "✅", "missed": "❌", "inconclusive": "❔", "disturbed": "⚠️"}[verdict.outcome]
     display({VERDICT_MIME: json.loads(json.dumps(verdict.record())),
              "text/markdown": f"{mark} {verdict.text}",

@@ -23,6 +23,7 @@ from perfkit.saving.experiments import GoodputCurve, SaveCosts, goodput_curve
 from perfkit.saving.interval import goodput
 from perfkit.saving.restart_experiments import PART_NAMES
 from perfkit.units import si
+from perfkit.verdict import KINDS as VERDICT_KINDS
 from perfkit.verdict import Prediction
 from perfkit.viz.core import FloatControl, LogControl, WidgetSpec
 
@@ -30,7 +31,7 @@ __all__ = ["PART_COLORS", "goodput_view", "goodput_widget", "plot_goodput", "plo
            "plot_save_costs", "verdict_kind", "verdict_kinds"]
 
 # each kind of verdict, as :func:`verdict_kind` names it, in the order a summary lists them
-KINDS = ("test", "floor", "ceiling", "exact check", "stored run", "re-judged")
+KINDS = (*VERDICT_KINDS, "re-judged")
 
 PART_COLORS = {"training (attempt 0)": "#4c72b0", "rendezvous": "#c44e52",
                "start_and_imports": "#dd8452", "join": "#8172b3", "build": "#937860",
@@ -184,28 +185,19 @@ def goodput_widget(mtbf_h: float = 3.1, checkpoint_gb: float = 5670.0, bandwidth
 
 def verdict_kind(p: Prediction, again: bool = False) -> str:
     """What kind of evidence a verdict on ``p`` is, from how ``p`` was built, one rule:
-    ``"re-judged"`` where ``again`` (it judges a figure an earlier verdict judged); ``"stored
-    run"`` for a figure not measured in this run; ``"exact check"`` where its bounds, clipped
-    to the physical range, leave one value; ``"test"`` for a window (a point with a tolerance
-    > 0, or both a low and a high edge); ``"floor"`` for a low edge alone, ``"ceiling"`` for a
-    high edge alone (a bound tests little where the figure lies far from it).
+    ``"re-judged"`` where ``again`` (it judges a figure an earlier verdict judged); otherwise
+    :meth:`perfkit.verdict.Prediction.kind`: ``"stored run"`` for a figure not measured in this
+    run; ``"exact check"`` where its bounds, clipped to the physical range, leave one value;
+    ``"test"`` for a window (a point with a tolerance > 0, or both a low and a high edge);
+    ``"floor"`` for a low edge alone, ``"ceiling"`` for a high edge alone (a bound tests little
+    where the figure lies far from it).
 
     Raises:
         TypeError: ``p`` not a :class:`~perfkit.verdict.Prediction` or ``again`` not a bool.
     """
     check_type("p", p, Prediction)
     check_type("again", again, bool)
-    lo, hi = p.bounds()
-    plo, phi = (float(d) if x is None else x for x, d in zip(p.physical, ("-inf", "inf")))
-    if again:
-        return "re-judged"
-    if not p.measured_here:
-        return "stored run"
-    if max(lo, plo) == min(hi, phi):
-        return "exact check"
-    if p.value is not None or (p.low is not None and p.high is not None):
-        return "test"
-    return "floor" if p.low is not None else "ceiling"
+    return "re-judged" if again else p.kind()
 
 
 def verdict_kinds(predictions: Mapping[str, Prediction], again: Collection[str] = ()) -> str:

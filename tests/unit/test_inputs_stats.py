@@ -33,7 +33,7 @@ from perfkit.stats import (
     range_of,
 )
 from perfkit.units import printed_beside, printed_interval, share_range, si, si_beside, si_interval
-from perfkit.verdict import Prediction, context, judge
+from perfkit.verdict import Prediction, context, judge, kinds_text
 from perfkit.verdict_text import reading
 
 NAN, INF = math.nan, math.inf
@@ -183,6 +183,7 @@ CASES = [  # (id, call, exception, regex on the message)
     ("judge.prediction cannot fail", lambda: judge(Prediction("w", "m", high=5.0, physical=(0, 2)), 1.0),
      ValueError, "cannot fail"),
     ("context.prediction", lambda: context("p", 1.0), TypeError, "prediction must be a Prediction"),
+    ("kinds_text.verdicts", lambda: kinds_text([P]), TypeError, r"verdicts\[0\] must be a perfkit.verdict"),
     ("context.measured", lambda: context(P, "1.2"), TypeError, "measured must be a number or"),
     ("context.within", lambda: context(P, 1.2, within=(0, 1, 2)), TypeError,
      "within must be a .low, high. tuple"),

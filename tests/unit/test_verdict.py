@@ -389,3 +389,31 @@ def test_a_claim_that_does_not_hold_names_a_busy_machine(monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 1.0, 1.0))
     assert "load average 6.0" in assess(SPEEDUP, 0.8).text
     assert "load average" not in assess(SPEEDUP, 1.5).text
+
+
+def test_kinds_text_counts_the_held_verdicts_by_what_their_prediction_could_test():
+    from perfkit.verdict import kinds_text
+
+    window = judge(Prediction("w", "m", value=1.0, rel_tol=0.1), 1.0)
+    floor = judge(Prediction("f", "m", low=0.0), 5.0)
+    ceiling = judge(Prediction("c", "m", high=9.0), 5.0)
+    missed = judge(Prediction("w", "m", value=1.0, rel_tol=0.1), 3.0)
+    text = kinds_text([window, floor, floor, ceiling, missed])
+    # the held ones only, by kind; the wrong rule that calls every held verdict a test says "4 tests"
+    assert text.startswith("4 of 5 verdicts held: by what each prediction could test, 1 test, 2 floors, "
+                           "1 ceiling;")
+    assert kinds_text([missed]) == "0 of 1 verdicts held."
+    assert kinds_text([]) == ""
+    with pytest.raises(TypeError, match=r"verdicts\[0\]"):
+        kinds_text([1.0])
+
+
+def test_show_verdict_keeps_every_verdict_it_showed_in_order(monkeypatch):
+    from perfkit import viz
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append(a))
+    before = len(viz.shown_verdicts())
+    v = judge(Prediction("w", "m", value=1.0, rel_tol=0.1), 1.0)
+    viz.show_verdict(v)
+    assert viz.shown_verdicts()[before:] == (v,) and len(shown) == 1
